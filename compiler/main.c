@@ -1,4 +1,5 @@
 /* main.c - the hpdlc driver: reads the command line and runs the phases. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,62 +9,275 @@
 #include "ast.h"
 #include "diag.h"
 #include "loader.h"
+#include "sema.h"
 
-static int usage_error(const char *what, const char *arg) {
-  fprintf(stderr, "hpdlc: %s%s\nTry 'hpdlc --help'.\n", what, arg);
+/* Flags that override the parallel / train blocks: flag, block.key, what it takes. */
+typedef struct {
+  const char *flag;
+  const char *key;
+  const char *arg;
+} LayoutFlag;
+
+static const LayoutFlag layout_flags[] = {
+    {"--dp", "parallel.data", "N|auto"},
+    {"--tp", "parallel.tensor", "N|auto"},
+    {"--pp", "parallel.pipeline", "N|auto"},
+    {"--cp", "parallel.context", "N|auto"},
+    {"--sp", "parallel.sequence", "on|off|auto"},
+    {"--zero", "parallel.zero", "0-3|auto"},
+    {"--micro-batch", "train.micro_batch", "N"},
+    {"--global-batch", "train.batch", "N"},
+    {"--recompute", "parallel.recompute", "none|selective|full|auto"},
+    {"--schedule", "parallel.schedule", "gpipe|1f1b|interleaved|auto"},
+    {"--virtual-stages", "parallel.virtual", "N|auto"},
+    {"--gpus", "parallel.gpus", "N"},
+    {"--gpus-per-node", "parallel.gpus_per_node", "N"},
+    {"--nodes", "parallel.nodes", "N|auto"},
+    {"--cluster", "parallel.cluster", "NAME"},
+};
+enum { NLAYOUT_FLAGS = sizeof layout_flags / sizeof layout_flags[0] };
+
+typedef struct {
+  const char *verb;
+  const char *stage; /* emit */
+  const char **files;
+  int nfiles;
+  SemDefine defines[64];
+  int ndefines;
+  SemDefine layout[NLAYOUT_FLAGS * 2];
+  int nlayout;
+  const char *model;
+  int quiet;
+  int color; /* -1 auto */
+} Cli;
+
+static const char *const verbs[] = {"check", "emit"};
+static const char *const stages[] = {"ast", "source"};
+
+static void help_common_options(void) {
+  puts("options:\n"
+       "  -D NAME=VALUE          override a model parameter (repeatable)\n"
+       "  --model NAME           the model to use when the file declares several\n"
+       "  -q, --quiet            print nothing on success\n"
+       "  --color WHEN           color diagnostics: auto, always or never\n"
+       "  --help                 show this help\n"
+       "\n"
+       "layout overrides (each replaces the parallel or train block's setting):");
+  for (int i = 0; i < NLAYOUT_FLAGS; i++) {
+    char left[48];
+    snprintf(left, sizeof left, "%s %s", layout_flags[i].flag, layout_flags[i].arg);
+    printf("  %-32s %s\n", left, layout_flags[i].key);
+  }
+}
+
+static void help_main(void) {
+  puts("usage: hpdlc <command> [options] FILE...\n"
+       "\n"
+       "hpdlc checks, plans and compiles .hpd programs: a neural network, its\n"
+       "training and its parallel layout in one file.\n"
+       "\n"
+       "commands:\n"
+       "  check FILE...          check files and report every error\n"
+       "  emit ast FILE          print the syntax tree\n"
+       "  emit source FILE       print the file in canonical form\n"
+       "\n"
+       "  hpdlc <command> --help shows the options of a command.\n"
+       "  hpdlc --version        shows the version.\n"
+       "\n"
+       "exit status: 0 success, 1 errors in the input, 2 a bad command line.");
+}
+
+static void help_verb(const char *verb) {
+  if (!strcmp(verb, "check")) {
+    puts("usage: hpdlc check [options] FILE...\n"
+         "\n"
+         "Parses each file and its imports, checks names, types and shapes of the\n"
+         "model, and checks that the parallel layout divides the model and the\n"
+         "cluster. Prints every error of a phase, then stops. On success prints a\n"
+         "one-line summary per file.\n");
+  } else {
+    puts("usage: hpdlc emit ast|source [options] FILE\n"
+         "\n"
+         "  ast      the syntax tree with source spans\n"
+         "  source   the file in canonical form (parse -> print -> parse is stable)\n");
+  }
+  help_common_options();
+}
+
+static int cli_error(const char *fmt, const char *a, const char *b) __attribute__((format(printf, 1, 0)));
+static int cli_error(const char *fmt, const char *a, const char *b) {
+  fprintf(stderr, "hpdlc: ");
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+  if (b) fprintf(stderr, fmt, a, b);
+  else fprintf(stderr, fmt, a);
+#pragma GCC diagnostic pop
+  fprintf(stderr, "\nTry 'hpdlc --help'.\n");
   return 2;
 }
 
-static void print_help(void) {
-  puts("usage: hpdlc <command> [options] FILE...\n"
-       "\n"
-       "commands:\n"
-       "  check FILE...        check files and report every error\n"
-       "  emit ast FILE        print the syntax tree\n"
-       "  emit source FILE     print the file in canonical form\n"
-       "\n"
-       "options:\n"
-       "  --help               show help (also: hpdlc <command> --help)\n"
-       "  --version            show the version");
-}
-
-int main(int argc, char **argv) {
+/* Parses argv; returns 0 to go on, or an exit status. */
+static int parse_cli(int argc, char **argv, Cli *cli) {
+  memset(cli, 0, sizeof *cli);
+  cli->color = -1;
   if (argc < 2) {
-    print_help();
+    help_main();
     return 2;
   }
   const char *verb = argv[1];
-  if (!strcmp(verb, "--help") || !strcmp(verb, "-h")) {
-    print_help();
-    return 0;
+  if (!strcmp(verb, "--help") || !strcmp(verb, "-h") || !strcmp(verb, "help")) {
+    help_main();
+    return -1;
   }
   if (!strcmp(verb, "--version")) {
     printf("hpdlc %s\n", HPDL_VERSION);
-    return 0;
+    return -1;
   }
-  int emit_ast = 0, emit_src = 0, first = 2;
+  int known = 0;
+  for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) known |= !strcmp(verbs[i], verb);
+  if (!known) {
+    const char *close = diag_closest(verb, verbs, 2);
+    if (close) return cli_error("unknown command '%s'; did you mean '%s'?", verb, close);
+    return cli_error("unknown command '%s'", verb, NULL);
+  }
+  cli->verb = verb;
+  cli->files = calloc((size_t)argc, sizeof(char *));
+  int i = 2;
+  for (; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      help_verb(verb);
+      return -1;
+    }
+    if (!strcmp(a, "--")) {
+      for (i++; i < argc; i++) cli->files[cli->nfiles++] = argv[i];
+      break;
+    }
+    if (a[0] != '-' || a[1] == '\0') {
+      if (!strcmp(verb, "emit") && !cli->stage) {
+        int ok = 0;
+        for (size_t k = 0; k < sizeof stages / sizeof stages[0]; k++) ok |= !strcmp(stages[k], a);
+        if (!ok) return cli_error("emit: unknown stage '%s'; stages are ast and source", a, NULL);
+        cli->stage = a;
+        continue;
+      }
+      cli->files[cli->nfiles++] = a;
+      continue;
+    }
+    /* -D NAME=VALUE or -DNAME=VALUE */
+    if (!strncmp(a, "-D", 2)) {
+      const char *def = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
+      if (!def) return cli_error("-D needs NAME=VALUE", "", NULL);
+      const char *eq = strchr(def, '=');
+      if (!eq || eq == def || !eq[1]) return cli_error("-D %s: expected NAME=VALUE", def, NULL);
+      if (cli->ndefines == 64) return cli_error("too many -D options%s", "", NULL);
+      cli->defines[cli->ndefines].name = strndup(def, (size_t)(eq - def));
+      cli->defines[cli->ndefines].value = eq + 1;
+      cli->ndefines++;
+      continue;
+    }
+    if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+      cli->quiet = 1;
+      continue;
+    }
+    /* --flag VALUE or --flag=VALUE */
+    const char *eq = strchr(a, '=');
+    size_t flen = eq ? (size_t)(eq - a) : strlen(a);
+    const char *value = eq ? eq + 1 : NULL;
+    if (!strncmp(a, "--model", flen) && flen == 7) {
+      value = value ? value : (i + 1 < argc ? argv[++i] : NULL);
+      if (!value) return cli_error("--model needs a name%s", "", NULL);
+      cli->model = value;
+      continue;
+    }
+    if (!strncmp(a, "--color", flen) && flen == 7) {
+      value = value ? value : (i + 1 < argc ? argv[++i] : NULL);
+      if (!value || (strcmp(value, "auto") && strcmp(value, "always") && strcmp(value, "never")))
+        return cli_error("--color takes auto, always or never%s", "", NULL);
+      cli->color = !strcmp(value, "auto") ? -1 : !strcmp(value, "always");
+      continue;
+    }
+    const LayoutFlag *lf = NULL;
+    for (int k = 0; k < NLAYOUT_FLAGS; k++)
+      if (strlen(layout_flags[k].flag) == flen && !strncmp(layout_flags[k].flag, a, flen)) lf = &layout_flags[k];
+    if (!lf) {
+      const char *names[NLAYOUT_FLAGS + 6];
+      int n = 0;
+      for (int k = 0; k < NLAYOUT_FLAGS; k++) names[n++] = layout_flags[k].flag;
+      names[n++] = "--model";
+      names[n++] = "--quiet";
+      names[n++] = "--color";
+      names[n++] = "--help";
+      char *flag = strndup(a, flen);
+      const char *close = diag_closest(flag, names, n);
+      if (close) return cli_error("unknown option '%s'; did you mean '%s'?", flag, close);
+      return cli_error("unknown option '%s'", flag, NULL);
+    }
+    value = value ? value : (i + 1 < argc ? argv[++i] : NULL);
+    if (!value || !*value) return cli_error("%s needs a value (%s)", lf->flag, lf->arg);
+    cli->layout[cli->nlayout].name = lf->key;
+    cli->layout[cli->nlayout].value = value;
+    cli->nlayout++;
+  }
   if (!strcmp(verb, "emit")) {
-    if (argc < 3) return usage_error("emit: missing stage", "");
-    if (!strcmp(argv[2], "ast")) emit_ast = 1;
-    else if (!strcmp(argv[2], "source")) emit_src = 1;
-    else return usage_error("emit: unknown stage ", argv[2]);
-    first = 3;
-  } else if (strcmp(verb, "check") != 0) {
-    return usage_error("unknown command ", verb);
+    if (!cli->stage) return cli_error("emit: missing stage (ast or source)%s", "", NULL);
+    if (cli->nfiles != 1) return cli_error("emit %s takes exactly one file", cli->stage, NULL);
+  }
+  if (cli->nfiles == 0) return cli_error("%s: no input file", verb, NULL);
+  return 0;
+}
+
+static const char *human_count(char *buf, size_t n, int64_t v) {
+  if (v >= 1000000000) snprintf(buf, n, "%.2fB", (double)v / 1e9);
+  else if (v >= 1000000) snprintf(buf, n, "%.1fM", (double)v / 1e6);
+  else if (v >= 1000) snprintf(buf, n, "%.1fK", (double)v / 1e3);
+  else snprintf(buf, n, "%" PRId64, v);
+  return buf;
+}
+
+static void print_summary(const char *path, const SemModel *m) {
+  char count[32];
+  const SemLayout *L = &m->layout;
+  printf("%s: ok: model %s, %s parameters (%" PRId64 "); ", path, m->model->decl->name.name,
+         human_count(count, sizeof count, sem_param_count(m)), sem_param_count(m));
+  if (L->dp < 0) printf("dp=auto");
+  else printf("dp=%" PRId64, L->dp);
+  printf(" tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 " on %s (%" PRId64 " devices)\n", L->tp, L->pp, L->cp,
+         L->cluster_name, L->gpus);
+}
+
+int main(int argc, char **argv) {
+  Cli cli;
+  int rc = parse_cli(argc, argv, &cli);
+  if (rc) {
+    free(cli.files);
+    return rc < 0 ? 0 : rc;
   }
   Diag *diag = diag_new(stderr);
-  diag_set_color(diag, isatty(2));
+  diag_set_color(diag, cli.color < 0 ? isatty(2) : cli.color);
   int status = 0;
-  for (int i = first; i < argc; i++) {
+  for (int i = 0; i < cli.nfiles; i++) {
     Arena *arena = arena_new();
-    LoadedProgram prog = load_program(arena, diag, argv[i]);
-    if (diag_error_count(diag) == 0 && prog.nfiles > 0) {
-      if (emit_ast) ast_dump_file(stdout, prog.files[0]);
-      if (emit_src) ast_print_file(stdout, prog.files[0]);
+    int before = diag_error_count(diag);
+    LoadedProgram prog = load_program(arena, diag, cli.files[i]);
+    if (diag_error_count(diag) == before && prog.nfiles > 0) {
+      if (cli.stage && !strcmp(cli.stage, "ast")) ast_dump_file(stdout, prog.files[0]);
+      else if (cli.stage) ast_print_file(stdout, prog.files[0]);
+      else {
+        int bad_cli = 0;
+        SemOptions opts = {cli.defines, cli.ndefines, cli.layout, cli.nlayout, cli.model, &bad_cli};
+        SemModel *m = sema_check(arena, diag, &prog, &opts);
+        if (bad_cli) status = 2;
+        if (m && !cli.quiet) print_summary(cli.files[i], m);
+        else if (!m && diag_error_count(diag) == before && !cli.quiet)
+          printf("%s: ok: declarations only, no model\n", cli.files[i]);
+      }
     }
-    if (diag_error_count(diag)) status = 1;
+    if (diag_error_count(diag) != before && status == 0) status = 1;
     arena_free(arena);
   }
   diag_free(diag);
+  for (int i = 0; i < cli.ndefines; i++) free((char *)cli.defines[i].name);
+  free(cli.files);
   return status;
 }
