@@ -90,7 +90,7 @@ static char *canonical(Arena *a, const char *path) {
   return arena_strdup(a, path);
 }
 
-static int load_one(Loader *L, const char *path, Span from);
+static int load_one(Loader *L, const char *path, const char *display, Span from);
 
 static void load_imports(Loader *L, AstFile *f, const char *dir) {
   for (int i = 0; i < f->ndecls; i++) {
@@ -115,16 +115,16 @@ static void load_imports(Loader *L, AstFile *f, const char *dir) {
     }
     size_t nlen = strlen(name);
     const char *ext = nlen > 4 && strcmp(name + nlen - 4, ".hpd") == 0 ? "" : ".hpd";
-    char *found = NULL;
+    char *found = NULL, *display = NULL;
     char *local = NULL, *lib = NULL;
     if (strncmp(name, "std/", 4) == 0) {
       lib = arena_printf(L->arena, "%s/%s%s", load_stdlib_dir(), name + 4, ext);
-      if (file_exists(lib)) found = lib;
+      if (file_exists(lib)) found = lib, display = arena_printf(L->arena, "%s%s", name, ext);
     } else {
       local = arena_printf(L->arena, "%s/%s%s", dir, name, ext);
       lib = arena_printf(L->arena, "%s/%s%s", load_stdlib_dir(), name, ext);
-      if (file_exists(local)) found = local;
-      else if (file_exists(lib)) found = lib;
+      if (file_exists(local)) found = local, display = local;
+      else if (file_exists(lib)) found = lib, display = arena_printf(L->arena, "std/%s%s", name, ext);
     }
     if (!found) {
       diag_error(L->diag, at, "cannot find module '%s'", name);
@@ -132,11 +132,12 @@ static void load_imports(Loader *L, AstFile *f, const char *dir) {
       else diag_note(L->diag, span_none, "looked for %s", lib);
       continue;
     }
-    load_one(L, found, at);
+    /* Standard-library files are shown as std/NAME.hpd, wherever they are installed. */
+    load_one(L, found, display, at);
   }
 }
 
-static int load_one(Loader *L, const char *path, Span from) {
+static int load_one(Loader *L, const char *path, const char *display, Span from) {
   char *canon = canonical(L->arena, path);
   for (int i = 0; i < L->stack.len; i++) {
     if (strcmp(L->stack.items[i], canon) == 0) {
@@ -158,7 +159,7 @@ static int load_one(Loader *L, const char *path, Span from) {
       diag_error(L->diag, from, "cannot read %s: %s", path, strerror(errno));
     return 0;
   }
-  int file = diag_add_file(L->diag, path, text, len);
+  int file = diag_add_file(L->diag, display, text, len);
   ptrvec_push(L->arena, &L->paths, canon);
   AstFile *f = parse_file(L->arena, L->diag, file);
   ptrvec_push(L->arena, &L->files, f);
@@ -173,7 +174,7 @@ LoadedProgram load_program(Arena *arena, Diag *diag, const char *path) {
   memset(&L, 0, sizeof L);
   L.arena = arena;
   L.diag = diag;
-  load_one(&L, path, span_none);
+  load_one(&L, path, path, span_none);
   LoadedProgram p = {(AstFile **)L.files.items, L.files.len};
   return p;
 }

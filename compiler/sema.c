@@ -116,6 +116,8 @@ typedef struct {
   int64_t heads;
   Span span;
   const char *what;
+  Frame frames[6]; /* where the attention layer was instantiated */
+  int nframes;
 } HeadSplit;
 
 typedef struct {
@@ -127,16 +129,25 @@ typedef struct {
   Frame *frame;
   int depth;
   PtrVec head_splits; /* HeadSplit* */
-  int errors_at_start;
+  Frame pending[6];   /* instantiation notes of the last error */
+  int npending;
 } Sema;
 
-enum { SEMA_MAX_DEPTH = 48 };
+enum { SEMA_MAX_DEPTH = 48, SEMA_MAX_FRAME_NOTES = 6 };
 
-/* Adds "in X at file:line" notes for the instantiation chain. */
-static void frame_notes(Sema *S) {
-  int shown = 0;
-  for (Frame *f = S->frame; f && shown < 6; f = f->up, shown++)
-    if (f->call_site.file >= 0) diag_note(S->diag, f->call_site, "in %s, instantiated here", f->display);
+/* The instantiation chain ("in Linear(768, 2304), instantiated here") is
+ * printed after the error's own hint and notes: sema_error records it and the
+ * next error, or the end of the phase, prints it. */
+static void flush_frame_notes(Sema *S) {
+  for (int i = 0; i < S->npending; i++)
+    diag_note(S->diag, S->pending[i].call_site, "in %s, instantiated here", S->pending[i].display);
+  S->npending = 0;
+}
+
+static void record_frame_notes(Sema *S) {
+  S->npending = 0;
+  for (Frame *f = S->frame; f && S->npending < SEMA_MAX_FRAME_NOTES; f = f->up)
+    if (f->call_site.file >= 0) S->pending[S->npending++] = *f;
 }
 
 static void sema_error(Sema *S, Span at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -146,7 +157,9 @@ static void sema_error(Sema *S, Span at, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
+  flush_frame_notes(S);
   diag_error(S->diag, at, "%s", buf);
+  record_frame_notes(S);
 }
 
 static Binding *bind(Sema *S, Binding **env, const char *name, BindKind kind, Span span) {
@@ -431,7 +444,7 @@ static Value eval_const(Sema *S, Binding *env, const AstExpr *e) {
   case EX_NAME: {
     Binding *b = lookup(env, e->u.sval);
     if (b && b->kind == B_VALUE) {
-      Value v = b->value;
+      Value v = b->value; /* VAL_NONE when it failed: reported already */
       v.span = e->span;
       return v;
     }
@@ -541,6 +554,7 @@ typedef struct {
   PtrVec params;     /* SemParam* while elaborating */
   PtrVec children;   /* SemChild* */
   PtrVec inputs;     /* SemInput* */
+  Span site;         /* where it was first instantiated */
 } LayerBox;
 
 static SemLayer *instantiate(Sema *S, const AstDecl *decl, Binding *caller_env, const AstExpr *call,
@@ -803,7 +817,6 @@ static int eval_shard(Sema *S, Binding *env, const AstExpr *e, ShardKind *out) {
   sema_error(S, e->span, "unknown sharding %s; it is column, row, vocab or replicated", val_str(S->arena, &v));
   const char *close = w ? diag_closest(w, kinds, 4) : NULL;
   if (close) diag_hint(S->diag, "did you mean '%s'?", close);
-  frame_notes(S);
   return 0;
 }
 
@@ -892,7 +905,6 @@ static void elaborate_item(Sema *S, LayerBox *box, const AstStmt *st) {
       }
       if (d < 1) {
         sema_error(S, de->span, "parameter dimension %" PRId64 " is not positive", d);
-        frame_notes(S);
         ok = 0;
         continue;
       }
@@ -969,8 +981,8 @@ static void elaborate_item(Sema *S, LayerBox *box, const AstStmt *st) {
       ptrvec_push(S->arena, &box->children, c);
       return;
     }
+    /* A constant that failed stays bound as "nothing" so its uses stay quiet. */
     Value v = eval_const(S, box->env, st->u.assign.value);
-    if (v.kind == VAL_NONE) return;
     Binding *b = bind(S, &box->env, name->name, B_VALUE, name->span);
     b->value = v;
     return;
@@ -1028,7 +1040,6 @@ static SemLayer *instantiate_with(Sema *S, const AstDecl *decl, Value *vals, Bin
   }
   if (frame_contains(S, decl)) {
     sema_error(S, site, "%s contains itself", decl->name.name);
-    frame_notes(S);
     return NULL;
   }
   if (S->depth >= SEMA_MAX_DEPTH) {
@@ -1042,6 +1053,7 @@ static SemLayer *instantiate_with(Sema *S, const AstDecl *decl, Value *vals, Bin
   l->nargs = decl->nparams;
   l->display = display_of(S, decl, vals, decl->nparams);
   box->env = param_env;
+  box->site = site;
   Frame fr = {l->display, site, decl, S->frame};
   S->frame = &fr;
   S->depth++;
@@ -1083,7 +1095,6 @@ static SemLayer *instantiate(Sema *S, const AstDecl *decl, Binding *caller_env, 
   Binding *param_env = NULL;
   Value *vals = bind_args(S, decl, caller_env, call, &param_env, site);
   if (!vals) {
-    frame_notes(S);
     return NULL;
   }
   return instantiate_with(S, decl, vals, param_env, site);
@@ -1146,7 +1157,6 @@ static int require_float(Sema *S, Fwd *F, const SemExpr *x, const char *what, Sp
   if (sem_dtype_is_float(x->type.dtype)) return 1;
   sema_error(S, at, "%s needs a floating-point tensor; this is %s", what, tstr(S, &x->type));
   origin_note(S, F, x, "the operand");
-  frame_notes(S);
   return 0;
 }
 
@@ -1166,7 +1176,6 @@ static SemExpr *broadcast_op(Sema *S, Fwd *F, SemOp op, SemExpr *a, SemExpr *b, 
       sema_error(S, at, "'%s' mixes %s and %s tensors", sym, sem_dtype_name(a->type.dtype), sem_dtype_name(b->type.dtype));
       origin_note(S, F, a, "the left operand");
       origin_note(S, F, b, "the right operand");
-      frame_notes(S);
       return NULL;
     }
   }
@@ -1189,7 +1198,6 @@ static SemExpr *broadcast_op(Sema *S, Fwd *F, SemOp op, SemExpr *a, SemExpr *b, 
                  i - rank, sym_str(S->arena, da), sym_str(S->arena, db));
       origin_note(S, F, a, "the left operand");
       origin_note(S, F, b, "the right operand");
-      frame_notes(S);
       return NULL;
     }
   }
@@ -1203,7 +1211,6 @@ static SemExpr *matmul_op(Sema *S, Fwd *F, SemExpr *a, SemExpr *b, Span at) {
     sema_error(S, at, "'@' needs matrices (2 or more dimensions); the %s operand is %s", bad == a ? "left" : "right",
                tstr(S, &bad->type));
     origin_note(S, F, bad, bad == a ? "the left operand" : "the right operand");
-    frame_notes(S);
     return NULL;
   }
   if (!require_float(S, F, a, "'@'", at) || !require_float(S, F, b, "'@'", at)) return NULL;
@@ -1213,7 +1220,6 @@ static SemExpr *matmul_op(Sema *S, Fwd *F, SemExpr *a, SemExpr *b, Span at) {
                "the right operand", tstr(S, tb), sym_str(S->arena, k1), sym_str(S->arena, k2));
     origin_note(S, F, a, "the left operand");
     origin_note(S, F, b, "the right operand");
-    frame_notes(S);
     return NULL;
   }
   SemExpr *args[2] = {a, b};
@@ -1234,7 +1240,6 @@ static SemExpr *matmul_op(Sema *S, Fwd *F, SemExpr *a, SemExpr *b, Span at) {
       sema_error(S, at, "'@' batch dimensions differ: %s and %s", tstr(S, ta), tstr(S, tb));
       origin_note(S, F, a, "the left operand");
       origin_note(S, F, b, "the right operand");
-      frame_notes(S);
       return NULL;
     }
   }
@@ -1326,7 +1331,6 @@ static int norm_axis(Sema *S, const CallArgs *c, int64_t axis, int rank, const T
     const AstExpr *e = arg_at(c, 1, "axis");
     sema_error(S, e ? e->span : c->call->span, "axis %" PRId64 " is out of range for %s (rank %d)", axis,
                sem_type_str(S->arena, t), rank);
-    frame_notes(S);
     return -1;
   }
   return (int)a;
@@ -1337,7 +1341,6 @@ static SymDim *dim_div(Sema *S, SymDim *a, SymDim *b, Span at, const char *what)
   SymDim *r = sym_div(S->arena, a, b, &st);
   if (!r || st != SYM_OK) {
     sema_error(S, at, "%s: %s is not divisible by %s", what, sym_str(S->arena, a), sym_str(S->arena, b));
-    frame_notes(S);
     return NULL;
   }
   return r;
@@ -1496,7 +1499,6 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
       if (!d || st != SYM_OK) {
         sema_error(S, shape->span, "cannot reshape %s (%s elements) with %s: the -1 dimension is not whole",
                    tstr(S, &x->type), sym_str(S->arena, total), sym_str(S->arena, known));
-        frame_notes(S);
         return NULL;
       }
       r->type.dims[infer_at] = d;
@@ -1504,7 +1506,6 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
       sema_error(S, shape->span, "cannot reshape %s (%s elements) into %s elements", tstr(S, &x->type),
                  sym_str(S->arena, total), sym_str(S->arena, known));
       origin_note(S, F, x, "the tensor");
-      frame_notes(S);
       return NULL;
     }
     return r;
@@ -1543,7 +1544,6 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
     if (x->type.rank != 3) {
       sema_error(S, at, "split_heads needs [B, T, H*D]; this is %s", tstr(S, &x->type));
       origin_note(S, F, x, "the tensor");
-      frame_notes(S);
       return NULL;
     }
     if (h < 1) {
@@ -1556,6 +1556,8 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
     hs->heads = h;
     hs->span = arg_at(&c, 1, NULL)->span;
     hs->what = S->frame ? S->frame->display : "";
+    for (Frame *f = S->frame; f && hs->nframes < 6; f = f->up)
+      if (f->call_site.file >= 0) hs->frames[hs->nframes++] = *f;
     ptrvec_push(S->arena, &S->head_splits, hs);
     SemExpr *r = new_op(S, op, at, &x, 1);
     r->type.dtype = x->type.dtype;
@@ -1575,7 +1577,6 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
     if (x->type.rank != 4) {
       sema_error(S, at, "merge_heads needs [B, H, T, D]; this is %s", tstr(S, &x->type));
       origin_note(S, F, x, "the tensor");
-      frame_notes(S);
       return NULL;
     }
     SemExpr *r = new_op(S, op, at, &x, 1);
@@ -1645,7 +1646,6 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
       if (!ok) {
         sema_error(S, list->u.list.items[i]->span, "concat along axis %d: %s does not fit %s", a, tstr(S, t),
                    tstr(S, &parts[0]->type));
-        frame_notes(S);
         return NULL;
       }
       r->type.dims[a] = sym_add(S->arena, r->type.dims[a], t->dims[a]);
@@ -1662,13 +1662,11 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
     if (table->type.rank != 2 || !sem_dtype_is_float(table->type.dtype)) {
       sema_error(S, at, "embedding's table is a float [V, C] tensor; this is %s", tstr(S, &table->type));
       origin_note(S, F, table, "the table");
-      frame_notes(S);
       return NULL;
     }
     if (sem_dtype_is_float(ids->type.dtype) || ids->kind == SE_SCALAR) {
       sema_error(S, at, "embedding's indices must be an integer tensor; this is %s", tstr(S, &ids->type));
       origin_note(S, F, ids, "the indices");
-      frame_notes(S);
       return NULL;
     }
     if (ids->type.rank + 1 > SEM_MAX_RANK) {
@@ -1705,7 +1703,6 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
     if (r0 < 2 || !sym_equal(x->type.dims[r0 - 1], x->type.dims[r0 - 2])) {
       sema_error(S, at, "causal_mask needs square scores [..., T, T]; this is %s", tstr(S, &x->type));
       origin_note(S, F, x, "the scores");
-      frame_notes(S);
       return NULL;
     }
     SemExpr *r = new_op(S, op, at, &x, 1);
@@ -1722,7 +1719,6 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
     if (x->type.rank != 4 || (sym_is_const(x->type.dims[3], &d) && d % 2 != 0)) {
       sema_error(S, at, "rope needs [B, H, T, D] with an even D; this is %s", tstr(S, &x->type));
       origin_note(S, F, x, "the tensor");
-      frame_notes(S);
       return NULL;
     }
     if (!(base > 1)) {
@@ -1741,7 +1737,6 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
     if (!x || !attr_int(S, F, &c, 1, "n", 0, &n)) return NULL;
     if (x->type.rank != 4 || n < 1) {
       sema_error(S, at, "repeat_kv needs [B, Hkv, T, D] and a positive count; this is %s and %" PRId64, tstr(S, &x->type), n);
-      frame_notes(S);
       return NULL;
     }
     SemExpr *r = new_op(S, op, at, &x, 1);
@@ -1758,7 +1753,6 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
     if (sem_dtype_is_float(targets->type.dtype) || targets->kind == SE_SCALAR) {
       sema_error(S, at, "cross_entropy's targets are integer class ids; this is %s", tstr(S, &targets->type));
       origin_note(S, F, targets, "the targets");
-      frame_notes(S);
       return NULL;
     }
     int ok = logits->type.rank == targets->type.rank + 1;
@@ -1768,7 +1762,6 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
                  tstr(S, &logits->type), tstr(S, &targets->type));
       origin_note(S, F, logits, "the logits");
       origin_note(S, F, targets, "the targets");
-      frame_notes(S);
       return NULL;
     }
     SemExpr *args[2] = {logits, targets};
@@ -1881,7 +1874,6 @@ static SemExpr *check_extern_call(Sema *S, Fwd *F, const AstDecl *ext, const Ast
       sema_error(S, call->u.call.args[i].value->span, "argument %d of %s is %s, which does not fit '%s' declared as %s%s",
                  i + 1, ext->name.name, tstr(S, &args[i]->type), ext->params[i].name.name, sem_dtype_name(dt), "[...]");
       diag_note(S->diag, t->span, "declared here");
-      frame_notes(S);
       return NULL;
     }
   }
@@ -1987,7 +1979,6 @@ static SemExpr *check_index(Sema *S, Fwd *F, const AstExpr *e) {
       if (hi < 0) hi += size;
       if (lo < 0 || hi > size || lo >= hi) {
         sema_error(S, it ? it->span : e->span, "slice %" PRId64 ":%" PRId64 " is out of range for dimension %d of size %" PRId64, lo, hi, i, size);
-        frame_notes(S);
         return NULL;
       }
     }
@@ -2030,6 +2021,7 @@ static SemExpr *check_expr(Sema *S, Fwd *F, const AstExpr *e) {
       return NULL;
     case B_VALUE: {
       double v;
+      if (b->value.kind == VAL_NONE) return NULL; /* its error was reported */
       if (b->value.kind == VAL_BOOL || !val_as_float(&b->value, &v)) {
         sema_error(S, e->span, "'%s' is %s, not a tensor or a number", e->u.sval, val_str(S->arena, &b->value));
         return NULL;
@@ -2301,7 +2293,6 @@ static SemFunc *check_forward(Sema *S, SemLayer *layer, SemExpr **args, int narg
     sema_error(S, site, "%s's forward takes %d tensor%s, not %d", layer->decl->name.name, fw->u.forward.nargs,
                fw->u.forward.nargs == 1 ? "" : "s", nargs);
     diag_note(S->diag, fw->span, "forward declared here");
-    frame_notes(S);
     return NULL;
   }
   if (S->depth >= SEMA_MAX_DEPTH) {
@@ -2803,6 +2794,7 @@ static int resolve_cluster(Sema *S, const char *name, Span at, SemCluster *out) 
   out->intra_latency_s = c->intra_latency_s;
   out->inter_bytes_per_s = c->nic_bytes_per_s;
   out->inter_latency_s = c->inter_latency_s;
+  out->shared_device = c->shared_device;
   return 1;
 }
 
@@ -2850,6 +2842,17 @@ static void read_layout(Sema *S, SemModel *m, const AstDecl *decl) {
   L->gpus = get_int(&s, "gpus", L->nodes > 0 ? L->nodes * L->gpus_per_node : -1);
   if (setting_get(&s, "gpus") && !setting_get(&s, "nodes") && L->gpus > 0 && L->gpus_per_node > 0)
     L->nodes = (L->gpus + L->gpus_per_node - 1) / L->gpus_per_node;
+  /* On a shared machine (CPU ranks) the layout decides the rank count. */
+  if (m->has_cluster && m->cluster.shared_device && !setting_get(&s, "gpus") && !setting_get(&s, "nodes") &&
+      !setting_get(&s, "gpus_per_node")) {
+    int64_t prod = 1;
+    const char *keys[] = {"data", "tensor", "pipeline", "context"};
+    for (int k = 0; k < 4; k++) {
+      int64_t v = get_int(&s, keys[k], 1);
+      prod *= v > 0 ? v : 1;
+    }
+    L->gpus = L->gpus_per_node = prod;
+  }
   L->tp = get_int(&s, "tensor", 1);
   L->pp = get_int(&s, "pipeline", 1);
   L->cp = get_int(&s, "context", 1);
@@ -2912,9 +2915,12 @@ static void read_layout(Sema *S, SemModel *m, const AstDecl *decl) {
       for (int k = 0; k < i; k++) seen |= ((HeadSplit *)S->head_splits.items[k])->heads == h->heads;
       if (seen || h->heads % L->tp == 0) continue;
       sema_error(S, h->span, "%" PRId64 " attention heads cannot be split over tensor parallelism %" PRId64, h->heads, L->tp);
-      setting_note(S, &s, "tensor", "--tp");
       diag_hint(S->diag, "tensor parallelism gives each rank whole heads; choose a tensor degree that divides %" PRId64, h->heads);
+      setting_note(S, &s, "tensor", "--tp");
+      for (int k = 0; k < h->nframes; k++)
+        diag_note(S->diag, h->frames[k].call_site, "in %s, instantiated here", h->frames[k].display);
     }
+    PtrVec reported = {0, 0, 0}; /* one error per param declaration */
     for (SemLayer *l = S->instances; l; l = l->next_instance) {
       for (int i = 0; i < l->nparams; i++) {
         SemParam *p = &l->params[i];
@@ -2923,9 +2929,15 @@ static void read_layout(Sema *S, SemModel *m, const AstDecl *decl) {
         int64_t d;
         sym_is_const(p->type.dims[axis], &d);
         if (d % L->tp == 0) continue;
+        int seen = 0;
+        for (int k = 0; k < reported.len; k++) seen |= ((SemParam *)reported.items[k])->span.line == p->span.line &&
+                                                        ((SemParam *)reported.items[k])->span.file == p->span.file;
+        if (seen) continue;
+        ptrvec_push(S->arena, &reported, p);
         sema_error(S, p->span, "'%s' of %s is split by %s along a dimension of %" PRId64 ", which tensor parallelism %" PRId64
                    " does not divide", p->name, l->display, sem_shard_name(p->shard), d, L->tp);
         setting_note(S, &s, "tensor", "--tp");
+        if (((LayerBox *)l)->site.file >= 0) diag_note(S->diag, ((LayerBox *)l)->site, "%s instantiated here", l->display);
         if (p->shard == SHARD_VOCAB) {
           int64_t pad = ((d + 128 * L->tp - 1) / (128 * L->tp)) * 128 * L->tp;
           diag_hint(S->diag, "pad the vocabulary to a multiple of 128 x tensor, e.g. %" PRId64 " (as Megatron-LM does)", pad);
@@ -2988,7 +3000,7 @@ static void read_layout(Sema *S, SemModel *m, const AstDecl *decl) {
     if (L->sp == 1 && L->tp > 1)
       check_divisible(S, m->seq_len, L->tp, at, "the sequence length", "tensor (sequence parallelism)", &s, "tensor", "--tp");
   }
-  if (L->tp > 0 && L->gpus_per_node > 0 && L->tp > L->gpus_per_node)
+  if (!m->cluster.shared_device && L->tp > 0 && L->gpus_per_node > 0 && L->tp > L->gpus_per_node)
     diag_warning(S->diag, at_or_none(setting_get(&s, "tensor")),
                  "tensor parallelism %" PRId64 " spans nodes (%" PRId64 " devices per node): its all-reduces cross the network",
                  L->tp, L->gpus_per_node);
@@ -3147,6 +3159,8 @@ static void check_unused_decls(Sema *S) {
   }
 }
 
+static SemModel *check_program(Sema *S);
+
 SemModel *sema_check(Arena *arena, Diag *diag, const LoadedProgram *prog, const SemOptions *opts) {
   if (!prog->nfiles) return NULL;
   SemOptions none;
@@ -3157,15 +3171,24 @@ SemModel *sema_check(Arena *arena, Diag *diag, const LoadedProgram *prog, const 
   S.diag = diag;
   S.prog = prog;
   S.opts = opts ? opts : &none;
-  check_duplicates(&S);
-  check_unused_decls(&S);
-  const AstDecl *train = unique_block(&S, DECL_TRAIN);
-  const AstDecl *parallel = unique_block(&S, DECL_PARALLEL);
-  const AstDecl *model_decl = pick_model(&S);
+  SemModel *m = check_program(&S);
+  flush_frame_notes(&S);
+  return m;
+}
+
+static SemModel *check_program(Sema *S) {
+  Diag *diag = S->diag;
+  Arena *arena = S->arena;
+  const LoadedProgram *prog = S->prog;
+  check_duplicates(S);
+  check_unused_decls(S);
+  const AstDecl *train = unique_block(S, DECL_TRAIN);
+  const AstDecl *parallel = unique_block(S, DECL_PARALLEL);
+  const AstDecl *model_decl = pick_model(S);
   if (!model_decl) {
-    if (!diag_error_count(diag) && S.opts->ndefines) {
-      sema_error(&S, span_none, "-D given, but %s declares no model", prog->files[0]->path);
-      if (S.opts->cli_error) *S.opts->cli_error = 1;
+    if (!diag_error_count(diag) && S->opts->ndefines) {
+      sema_error(S, span_none, "-D given, but %s declares no model", prog->files[0]->path);
+      if (S->opts->cli_error) *S->opts->cli_error = 1;
     }
     return NULL;
   }
@@ -3173,19 +3196,19 @@ SemModel *sema_check(Arena *arena, Diag *diag, const LoadedProgram *prog, const 
   SemModel *m = arena_alloc(arena, sizeof *m);
   m->train_decl = train;
   m->parallel_decl = parallel;
-  m->model = instantiate_model(&S, model_decl);
+  m->model = instantiate_model(S, model_decl);
   if (!m->model) return NULL;
   if (m->model->ninputs == 0) {
-    sema_error(&S, model_decl->name.span, "model %s declares no input", model_decl->name.name);
+    sema_error(S, model_decl->name.span, "model %s declares no input", model_decl->name.name);
     diag_hint(diag, "add e.g. input tokens : i32[B, T]");
     return NULL;
   }
-  m->forward = check_forward(&S, m->model, NULL, 0, span_none);
+  m->forward = check_forward(S, m->model, NULL, 0, span_none);
   if (!m->forward) return NULL;
   const SemInput *in0 = &m->model->inputs[0];
   if (in0->type.rank >= 2) sym_is_const(in0->type.dims[1], &m->seq_len);
-  read_train(&S, m, train);
-  read_layout(&S, m, parallel);
+  read_train(S, m, train);
+  read_layout(S, m, parallel);
   return diag_error_count(diag) ? NULL : m;
 }
 

@@ -243,6 +243,7 @@ typedef struct {
   const char *device;
   int64_t gpus_per_node, nodes, nics_per_node;
   double intra_bytes_per_s, intra_latency_s, inter_bytes_per_s, inter_latency_s;
+  int shared_device; /* CPU ranks sharing one machine: the layout sets the rank count */
 } SemCluster;
 
 typedef struct {
