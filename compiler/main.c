@@ -8,7 +8,9 @@
 #include "arena.h"
 #include "ast.h"
 #include "diag.h"
+#include "ir.h"
 #include "loader.h"
+#include "lower.h"
 #include "sema.h"
 
 /* Flags that override the parallel / train blocks: flag, block.key, what it takes. */
@@ -52,7 +54,7 @@ typedef struct {
 } Cli;
 
 static const char *const verbs[] = {"check", "emit"};
-static const char *const stages[] = {"ast", "source"};
+static const char *const stages[] = {"ast", "source", "ir"};
 
 static void help_common_options(void) {
   puts("options:\n"
@@ -80,6 +82,7 @@ static void help_main(void) {
        "  check FILE...          check files and report every error\n"
        "  emit ast FILE          print the syntax tree\n"
        "  emit source FILE       print the file in canonical form\n"
+       "  emit ir FILE           print the tensor IR of the model\n"
        "\n"
        "  hpdlc <command> --help shows the options of a command.\n"
        "  hpdlc --version        shows the version.\n"
@@ -96,10 +99,11 @@ static void help_verb(const char *verb) {
          "cluster. Prints every error of a phase, then stops. On success prints a\n"
          "one-line summary per file.\n");
   } else {
-    puts("usage: hpdlc emit ast|source [options] FILE\n"
+    puts("usage: hpdlc emit ast|source|ir [options] FILE\n"
          "\n"
          "  ast      the syntax tree with source spans\n"
-         "  source   the file in canonical form (parse -> print -> parse is stable)\n");
+         "  source   the file in canonical form (parse -> print -> parse is stable)\n"
+         "  ir       the tensor IR of the model at the train block's micro batch\n");
   }
   help_common_options();
 }
@@ -157,7 +161,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
       if (!strcmp(verb, "emit") && !cli->stage) {
         int ok = 0;
         for (size_t k = 0; k < sizeof stages / sizeof stages[0]; k++) ok |= !strcmp(stages[k], a);
-        if (!ok) return cli_error("emit: unknown stage '%s'; stages are ast and source", a, NULL);
+        if (!ok) return cli_error("emit: unknown stage '%s'; stages are ast, source and ir", a, NULL);
         cli->stage = a;
         continue;
       }
@@ -262,8 +266,24 @@ int main(int argc, char **argv) {
     LoadedProgram prog = load_program(arena, diag, cli.files[i]);
     if (diag_error_count(diag) == before && prog.nfiles > 0) {
       if (cli.stage && !strcmp(cli.stage, "ast")) ast_dump_file(stdout, prog.files[0]);
-      else if (cli.stage) ast_print_file(stdout, prog.files[0]);
-      else {
+      else if (cli.stage && !strcmp(cli.stage, "source")) ast_print_file(stdout, prog.files[0]);
+      else if (cli.stage) {
+        int bad_cli = 0;
+        SemOptions opts = {cli.defines, cli.ndefines, cli.layout, cli.nlayout, cli.model, &bad_cli};
+        SemModel *m = sema_check(arena, diag, &prog, &opts);
+        if (bad_cli) status = 2;
+        IrModule *ir = m ? lower_model(arena, diag, m, m->train.micro_batch) : NULL;
+        if (ir) {
+          if (ir_verify(ir, stderr)) {
+            fprintf(stderr, "hpdlc: internal error: the IR does not verify\n");
+            status = 3;
+          }
+          ir_print(ir, stdout);
+        } else if (m == NULL && diag_error_count(diag) == before) {
+          fprintf(stderr, "hpdlc: %s declares no model\n", cli.files[i]);
+          status = 1;
+        }
+      } else {
         int bad_cli = 0;
         SemOptions opts = {cli.defines, cli.ndefines, cli.layout, cli.nlayout, cli.model, &bad_cli};
         SemModel *m = sema_check(arena, diag, &prog, &opts);

@@ -3,6 +3,9 @@
 # the file's own folder (so diagnostics show the bare file name), compares its
 # stderr with NAME.err using `diff -u`, and its exit status with the one the
 # first line of NAME.hpd asks for (`# exit: N`; 1 when absent).
+# A `# args: ...` comment on the first or second line gives extra arguments
+# for hpdlc, passed before the file name (`# args: --tp 3 -D H=5`); they are
+# split at white space (no quoting).
 #
 #   run_golden.sh [--update] HPDLC FILE.hpd [STDLIB_DIR]
 #
@@ -37,6 +40,15 @@ if [[ $first =~ ^#[[:space:]]*exit:[[:space:]]*([0-9]+) ]]; then
   want_status=${BASH_REMATCH[1]}
 fi
 
+extra_args=()
+while IFS= read -r line; do
+  line=${line%$'\r'}
+  if [[ $line =~ ^#[[:space:]]*args:(.*)$ ]]; then
+    read -r -a extra_args <<<"${BASH_REMATCH[1]}"
+    break
+  fi
+done < <(head -n 2 -- "$name")
+
 if [ -n "$stdlib" ]; then
   HPDL_STDLIB=$(realpath --relative-to=. "$stdlib")
   export HPDL_STDLIB
@@ -45,7 +57,7 @@ fi
 actual=$(mktemp)
 trap 'rm -f "$actual" "$actual.raw"' EXIT
 # No colour (stderr is a file); a hang is a failure too.
-timeout 30 "$hpdlc" check "$name" >/dev/null 2>"$actual.raw"
+timeout 30 "$hpdlc" check "${extra_args[@]}" "$name" >/dev/null 2>"$actual.raw"
 status=$?
 
 # Canonical paths of this folder (import-cycle notes print them) become

@@ -1,0 +1,580 @@
+/* ir.c - IR construction, shape rules, verification and printing. */
+#include "ir.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+typedef const char *(*ShapeRule)(IrGraph *g, IrNode *n);
+
+static const char *const op_names[] = {
+#define X(id, name, nin, flags) name,
+    IR_OPS(X)
+#undef X
+};
+static const int op_arity[] = {
+#define X(id, name, nin, flags) nin,
+    IR_OPS(X)
+#undef X
+};
+static const int op_flags[] = {
+#define X(id, name, nin, flags) flags,
+    IR_OPS(X)
+#undef X
+};
+
+const char *ir_op_name(IrOp op) { return op_names[op]; }
+int ir_op_flags(IrOp op) { return op_flags[op]; }
+int ir_op_arity(IrOp op) { return op_arity[op]; }
+
+const char *ir_group_name(IrGroup g) {
+  static const char *const n[] = {"dp", "tp", "pp", "cp"};
+  return n[g];
+}
+
+int64_t ir_numel(const IrNode *n) {
+  int64_t k = 1;
+  for (int i = 0; i < n->rank; i++) k *= n->dims[i];
+  return k;
+}
+
+int64_t ir_bytes(const IrNode *n) { return ir_numel(n) * sem_dtype_bytes(n->dtype); }
+
+static IrNode *in_node(IrGraph *g, IrNode *n, int i) { return &g->nodes[n->in[i]]; }
+
+static void copy_type(IrNode *dst, const IrNode *src) {
+  dst->rank = src->rank;
+  memcpy(dst->dims, src->dims, sizeof dst->dims);
+}
+
+static int same_dims(const IrNode *a, const IrNode *b) {
+  if (a->rank != b->rank) return 0;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return 0;
+  return 1;
+}
+
+static int64_t numel_of(int rank, const int64_t *dims) {
+  int64_t k = 1;
+  for (int i = 0; i < rank; i++) k *= dims[i];
+  return k;
+}
+
+/* ---- shape rules: fill in n's type from its inputs and attributes ---- */
+
+static const char *leaf_given(IrGraph *g, IrNode *n) {
+  (void)g;
+  if (n->rank < 0) return "a leaf needs its shape";
+  for (int i = 0; i < n->rank; i++)
+    if (n->dims[i] < 1) return "dimensions must be positive";
+  return NULL;
+}
+
+static const char *irshape_INPUT(IrGraph *g, IrNode *n) { return leaf_given(g, n); }
+static const char *irshape_PARAM(IrGraph *g, IrNode *n) { return leaf_given(g, n); }
+static const char *irshape_ARG(IrGraph *g, IrNode *n) { return leaf_given(g, n); }
+static const char *irshape_RECV(IrGraph *g, IrNode *n) { return leaf_given(g, n); }
+static const char *irshape_FILL(IrGraph *g, IrNode *n) { return leaf_given(g, n); }
+static const char *irshape_IOTA(IrGraph *g, IrNode *n) { return n->rank == 1 ? leaf_given(g, n) : "iota is a vector"; }
+
+static const char *irshape_CONST(IrGraph *g, IrNode *n) {
+  (void)g;
+  n->rank = 0;
+  return NULL;
+}
+
+static const char *unary_same(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0);
+  copy_type(n, x);
+  n->dtype = x->dtype;
+  return NULL;
+}
+
+static const char *unary_float(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0);
+  if (!sem_dtype_is_float(x->dtype)) return "needs a floating-point input";
+  return unary_same(g, n);
+}
+
+#define UNARY_FLOAT(ID) \
+  static const char *irshape_##ID(IrGraph *g, IrNode *n) { return unary_float(g, n); }
+UNARY_FLOAT(NEG)
+UNARY_FLOAT(RELU)
+UNARY_FLOAT(GELU)
+UNARY_FLOAT(SILU)
+UNARY_FLOAT(SIGMOID)
+UNARY_FLOAT(TANH)
+UNARY_FLOAT(EXP)
+UNARY_FLOAT(LOG)
+UNARY_FLOAT(SQRT)
+UNARY_FLOAT(RSQRT)
+UNARY_FLOAT(ABS)
+UNARY_FLOAT(SQUARE)
+UNARY_FLOAT(POWS)
+UNARY_FLOAT(CAUSAL_MASK)
+UNARY_FLOAT(DROPOUT)
+
+static const char *irshape_CAST(IrGraph *g, IrNode *n) {
+  copy_type(n, in_node(g, n, 0));
+  return NULL; /* dtype is the target, given by the caller */
+}
+
+static const char *irshape_ACT_GRAD(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0), *dy = in_node(g, n, 1);
+  if (!same_dims(x, dy)) return "act_grad needs x and dy of one shape";
+  if (n->attr[0] < 0 || n->attr[0] >= IR_OP_COUNT || !(op_flags[n->attr[0]] & IRF_UNARY)) return "act_grad of a non-unary op";
+  return unary_same(g, n);
+}
+
+/* numpy broadcasting of two inputs */
+static const char *broadcast(IrGraph *g, IrNode *n) {
+  IrNode *a = in_node(g, n, 0), *b = in_node(g, n, 1);
+  int rank = a->rank > b->rank ? a->rank : b->rank;
+  for (int i = 0; i < rank; i++) {
+    int ia = a->rank - rank + i, ib = b->rank - rank + i;
+    int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+    if (da != db && da != 1 && db != 1) return "shapes do not broadcast";
+    n->dims[i] = da == 1 ? db : da;
+  }
+  n->rank = rank;
+  n->dtype = a->rank == 0 && b->rank > 0 ? b->dtype : a->dtype;
+  if (sem_dtype_is_float(a->dtype) != sem_dtype_is_float(b->dtype)) return "mixes integer and float inputs";
+  return NULL;
+}
+
+#define BINARY(ID) \
+  static const char *irshape_##ID(IrGraph *g, IrNode *n) { return broadcast(g, n); }
+BINARY(ADD)
+BINARY(SUB)
+BINARY(MUL)
+BINARY(DIV)
+BINARY(MAXIMUM)
+BINARY(MINIMUM)
+
+static const char *irshape_MATMUL(IrGraph *g, IrNode *n) {
+  IrNode *a = in_node(g, n, 0), *b = in_node(g, n, 1);
+  if (a->rank < 2 || b->rank < 2) return "matmul needs matrices";
+  int64_t m = n->attr[0] ? a->dims[a->rank - 1] : a->dims[a->rank - 2];
+  int64_t ka = n->attr[0] ? a->dims[a->rank - 2] : a->dims[a->rank - 1];
+  int64_t kb = n->attr[1] ? b->dims[b->rank - 1] : b->dims[b->rank - 2];
+  int64_t nn = n->attr[1] ? b->dims[b->rank - 2] : b->dims[b->rank - 1];
+  if (ka != kb) return "matmul inner dimensions differ";
+  int ba = a->rank - 2, bb = b->rank - 2, batch = ba > bb ? ba : bb;
+  for (int i = 0; i < batch; i++) {
+    int ia = ba - batch + i, ib = bb - batch + i;
+    int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+    if (da != db && da != 1 && db != 1) return "matmul batch dimensions do not broadcast";
+    n->dims[i] = da == 1 ? db : da;
+  }
+  n->rank = batch + 2;
+  n->dims[batch] = m;
+  n->dims[batch + 1] = nn;
+  n->dtype = a->dtype;
+  return NULL;
+}
+
+static const char *reduce_axis(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0);
+  int64_t axis = n->attr[0];
+  if (axis < 0 || axis >= x->rank) return "reduction axis out of range";
+  n->dtype = x->dtype;
+  if (n->attr[1]) {
+    copy_type(n, x);
+    n->dims[axis] = 1;
+  } else {
+    n->rank = x->rank - 1;
+    for (int i = 0, k = 0; i < x->rank; i++)
+      if (i != axis) n->dims[k++] = x->dims[i];
+  }
+  return NULL;
+}
+
+static const char *irshape_REDUCE_SUM(IrGraph *g, IrNode *n) { return reduce_axis(g, n); }
+static const char *irshape_REDUCE_MEAN(IrGraph *g, IrNode *n) { return reduce_axis(g, n); }
+static const char *irshape_REDUCE_MAX(IrGraph *g, IrNode *n) { return reduce_axis(g, n); }
+
+/* EXPAND broadcasts x to the given shape; SUM_TO sums x down to it. */
+static const char *broadcast_compatible(const IrNode *small, const IrNode *big) {
+  if (small->rank > big->rank) return "cannot broadcast to fewer dimensions";
+  for (int i = 0; i < small->rank; i++) {
+    int64_t s = small->dims[i], b = big->dims[big->rank - small->rank + i];
+    if (s != b && s != 1) return "shapes are not broadcast-compatible";
+  }
+  return NULL;
+}
+
+static const char *irshape_EXPAND(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0);
+  n->dtype = x->dtype;
+  return n->rank < 0 ? "expand needs its shape" : broadcast_compatible(x, n);
+}
+
+static const char *irshape_SUM_TO(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0);
+  n->dtype = x->dtype;
+  return n->rank < 0 ? "sum_to needs its shape" : broadcast_compatible(n, x);
+}
+
+static const char *softmax_like(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0);
+  if (n->attr[0] < 0 || n->attr[0] >= x->rank) return "softmax axis out of range";
+  for (int i = 1; i < n->nin; i++)
+    if (!same_dims(x, in_node(g, n, i))) return "softmax backward needs y and dy of one shape";
+  return unary_float(g, n);
+}
+
+static const char *irshape_SOFTMAX(IrGraph *g, IrNode *n) { return softmax_like(g, n); }
+static const char *irshape_SOFTMAX_BWD(IrGraph *g, IrNode *n) { return softmax_like(g, n); }
+static const char *irshape_LOG_SOFTMAX(IrGraph *g, IrNode *n) { return softmax_like(g, n); }
+static const char *irshape_LOG_SOFTMAX_BWD(IrGraph *g, IrNode *n) { return softmax_like(g, n); }
+
+static const char *irshape_RESHAPE(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0);
+  n->dtype = x->dtype;
+  if (n->rank < 0) return "reshape needs its shape";
+  return numel_of(n->rank, n->dims) == ir_numel(x) ? NULL : "reshape changes the element count";
+}
+
+static const char *irshape_TRANSPOSE(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0);
+  int seen[IR_MAX_RANK] = {0};
+  for (int i = 0; i < x->rank; i++) {
+    int64_t p = n->attr[i];
+    if (p < 0 || p >= x->rank || seen[p]) return "transpose needs a permutation";
+    seen[p] = 1;
+    n->dims[i] = x->dims[p];
+  }
+  n->rank = x->rank;
+  n->dtype = x->dtype;
+  return NULL;
+}
+
+static const char *irshape_SLICE(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0);
+  n->dtype = x->dtype;
+  if (n->rank < 0) return "slice needs its shape";
+  int kept = 0;
+  for (int i = 0; i < x->rank; i++) {
+    int64_t size = n->attr[8 + i] ? 1 : (kept < n->rank ? n->dims[kept] : -1);
+    if (size < 1 || n->attr[i] < 0 || n->attr[i] + size > x->dims[i]) return "slice out of range";
+    if (!n->attr[8 + i]) kept++;
+  }
+  return kept == n->rank ? NULL : "slice output rank does not match the kept axes";
+}
+
+static const char *irshape_PAD(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0);
+  n->dtype = x->dtype;
+  if (n->rank != x->rank) return "pad keeps the rank";
+  for (int i = 0; i < x->rank; i++)
+    if (n->attr[i] < 0 || n->attr[i] + x->dims[i] > n->dims[i]) return "pad out of range";
+  return NULL;
+}
+
+static const char *irshape_CONCAT(IrGraph *g, IrNode *n) {
+  if (n->nin < 1) return "concat needs inputs";
+  IrNode *x = in_node(g, n, 0);
+  int64_t axis = n->attr[0];
+  if (axis < 0 || axis >= x->rank) return "concat axis out of range";
+  copy_type(n, x);
+  n->dtype = x->dtype;
+  for (int i = 1; i < n->nin; i++) {
+    IrNode *y = in_node(g, n, i);
+    if (y->rank != x->rank) return "concat inputs differ in rank";
+    for (int k = 0; k < x->rank; k++)
+      if (k != axis && y->dims[k] != x->dims[k]) return "concat inputs differ off the axis";
+    n->dims[axis] += y->dims[axis];
+  }
+  return NULL;
+}
+
+static const char *irshape_EMBEDDING(IrGraph *g, IrNode *n) {
+  IrNode *t = in_node(g, n, 0), *ids = in_node(g, n, 1);
+  if (t->rank != 2 || sem_dtype_is_float(ids->dtype)) return "embedding needs a [V, C] table and integer ids";
+  copy_type(n, ids);
+  n->dims[n->rank++] = t->dims[1];
+  n->dtype = t->dtype;
+  return NULL;
+}
+
+static const char *irshape_EMBEDDING_BWD(IrGraph *g, IrNode *n) {
+  IrNode *dy = in_node(g, n, 0), *ids = in_node(g, n, 1);
+  n->dtype = dy->dtype;
+  if (n->rank != 2 || dy->rank != ids->rank + 1 || dy->dims[dy->rank - 1] != n->dims[1])
+    return "embedding_bwd needs dy [..., C], ids [...] and a [V, C] result";
+  return NULL;
+}
+
+static const char *irshape_ROPE(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0);
+  if (x->rank != 4 || x->dims[3] % 2) return "rope needs [B, H, T, D] with an even D";
+  return unary_float(g, n);
+}
+
+static const char *irshape_REPEAT_KV(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0);
+  if (x->rank != 4 || n->attr[0] < 1) return "repeat_kv needs [B, H, T, D]";
+  copy_type(n, x);
+  n->dims[1] *= n->attr[0];
+  n->dtype = x->dtype;
+  return NULL;
+}
+
+static const char *irshape_REPEAT_KV_BWD(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0);
+  if (x->rank != 4 || n->attr[0] < 1 || x->dims[1] % n->attr[0]) return "repeat_kv_bwd needs [B, H*n, T, D]";
+  copy_type(n, x);
+  n->dims[1] /= n->attr[0];
+  n->dtype = x->dtype;
+  return NULL;
+}
+
+static const char *irshape_CROSS_ENTROPY(IrGraph *g, IrNode *n) {
+  IrNode *l = in_node(g, n, 0), *t = in_node(g, n, 1);
+  if (l->rank != t->rank + 1 || sem_dtype_is_float(t->dtype)) return "cross_entropy needs logits [..., V] and int targets [...]";
+  for (int i = 0; i < t->rank; i++)
+    if (l->dims[i] != t->dims[i]) return "cross_entropy logits and targets differ";
+  n->rank = 0;
+  n->dtype = l->dtype;
+  return NULL;
+}
+
+static const char *irshape_CROSS_ENTROPY_BWD(IrGraph *g, IrNode *n) {
+  IrNode *l = in_node(g, n, 0), *dl = in_node(g, n, 2);
+  if (dl->rank != 0) return "cross_entropy_bwd needs a scalar dloss";
+  copy_type(n, l);
+  n->dtype = l->dtype;
+  return NULL;
+}
+
+static const char *irshape_CALL(IrGraph *g, IrNode *n) {
+  (void)g;
+  return n->rank < 0 ? "call needs its result shape" : NULL;
+}
+
+static const char *comm_same(IrGraph *g, IrNode *n) {
+  if (n->attr[0] < 0 || n->attr[0] >= IRG_COUNT) return "unknown process group";
+  if (n->rank < 0) return unary_same(g, n);
+  n->dtype = in_node(g, n, 0)->dtype;
+  return NULL;
+}
+
+static const char *irshape_ALL_REDUCE(IrGraph *g, IrNode *n) {
+  n->rank = -1;
+  return comm_same(g, n);
+}
+/* Gather / scatter / send carry their output shape (it depends on the group size). */
+static const char *irshape_ALL_GATHER(IrGraph *g, IrNode *n) { return comm_same(g, n); }
+static const char *irshape_REDUCE_SCATTER(IrGraph *g, IrNode *n) { return comm_same(g, n); }
+static const char *irshape_SEND(IrGraph *g, IrNode *n) { return comm_same(g, n); }
+
+static const ShapeRule shape_rules[] = {
+#define X(id, name, nin, flags) irshape_##id,
+    IR_OPS(X)
+#undef X
+};
+
+/* ---- construction ---- */
+
+IrModule *ir_module_new(Arena *arena) {
+  IrModule *m = arena_alloc(arena, sizeof *m);
+  m->arena = arena;
+  return m;
+}
+
+IrGraph *ir_graph_new(IrModule *m, const char *name) {
+  if (m->ngraphs == m->capgraphs) {
+    int cap = m->capgraphs ? m->capgraphs * 2 : 4;
+    IrGraph **g = arena_alloc(m->arena, sizeof(IrGraph *) * (size_t)cap);
+    if (m->ngraphs) memcpy(g, m->graphs, sizeof(IrGraph *) * (size_t)m->ngraphs);
+    m->graphs = g;
+    m->capgraphs = cap;
+  }
+  IrGraph *g = arena_alloc(m->arena, sizeof *g);
+  g->arena = m->arena;
+  g->name = arena_strdup(m->arena, name);
+  g->count = 1;
+  m->graphs[m->ngraphs++] = g;
+  return g;
+}
+
+int ir_add_param(IrModule *m, const IrParam *p) {
+  if (m->nparams == m->capparams) {
+    int cap = m->capparams ? m->capparams * 2 : 16;
+    IrParam *ps = arena_alloc(m->arena, sizeof(IrParam) * (size_t)cap);
+    if (m->nparams) memcpy(ps, m->params, sizeof(IrParam) * (size_t)m->nparams);
+    m->params = ps;
+    m->capparams = cap;
+  }
+  m->params[m->nparams] = *p;
+  return m->nparams++;
+}
+
+int ir_add(IrGraph *g, IrOp op, const int *in, int nin, const int64_t *attr, int nattr, double fattr,
+           DType dtype, int rank, const int64_t *dims, const char **why) {
+  const char *err = NULL;
+  if (op_arity[op] >= 0 && nin != op_arity[op]) err = "wrong number of inputs";
+  if (nattr > IR_NATTR || rank > IR_MAX_RANK) err = "too many attributes or dimensions";
+  for (int i = 0; !err && i < nin; i++)
+    if (in[i] < 0 || in[i] >= g->nnodes) err = "input is not an earlier node";
+  if (err) {
+    if (why) *why = err;
+    return -1;
+  }
+  if (g->nnodes == g->cap) {
+    int cap = g->cap ? g->cap * 2 : 64;
+    IrNode *nodes = arena_alloc(g->arena, sizeof(IrNode) * (size_t)cap);
+    if (g->nnodes) memcpy(nodes, g->nodes, sizeof(IrNode) * (size_t)g->nnodes);
+    g->nodes = nodes;
+    g->cap = cap;
+  }
+  IrNode *n = &g->nodes[g->nnodes];
+  memset(n, 0, sizeof *n);
+  n->op = op;
+  n->nin = nin;
+  n->in = arena_alloc(g->arena, sizeof(int) * (size_t)(nin + 1));
+  if (nin) memcpy(n->in, in, sizeof(int) * (size_t)nin);
+  if (nattr) memcpy(n->attr, attr, sizeof(int64_t) * (size_t)nattr);
+  n->fattr = fattr;
+  n->dtype = dtype;
+  n->rank = rank;
+  if (rank > 0) memcpy(n->dims, dims, sizeof(int64_t) * (size_t)rank);
+  n->span = span_none;
+  err = shape_rules[op](g, n);
+  if (!err && n->rank < 0) err = "no shape";
+  if (err) {
+    if (why) *why = err;
+    return -1;
+  }
+  return g->nnodes++;
+}
+
+/* ---- verification ---- */
+
+int ir_verify(const IrModule *m, FILE *out) {
+  int problems = 0;
+  for (int gi = 0; gi < m->ngraphs; gi++) {
+    IrGraph *g = m->graphs[gi];
+    for (int i = 0; i < g->nnodes; i++) {
+      IrNode *n = &g->nodes[i];
+      const char *err = NULL;
+      if (op_arity[n->op] >= 0 && n->nin != op_arity[n->op]) err = "wrong number of inputs";
+      for (int k = 0; !err && k < n->nin; k++)
+        if (n->in[k] < 0 || n->in[k] >= i) err = "input does not precede its user";
+      if (!err && n->op == IR_PARAM && (n->attr[0] < 0 || n->attr[0] >= m->nparams)) err = "unknown parameter";
+      if (!err && n->op == IR_ARG && (n->attr[0] < 0 || n->attr[0] >= g->nargs)) err = "unknown argument";
+      if (!err && n->op == IR_CALL && (n->attr[0] <= gi || n->attr[0] >= m->ngraphs)) err = "call of an unknown graph";
+      if (!err) {
+        IrNode copy = *n;
+        int keep_shape = copy.op == IR_FILL || copy.op == IR_RESHAPE || copy.op == IR_EXPAND || copy.op == IR_SUM_TO ||
+                         copy.op == IR_PAD || copy.op == IR_EMBEDDING_BWD || copy.op == IR_SLICE ||
+                         (op_flags[copy.op] & IRF_LEAF) || copy.op == IR_CALL || copy.op == IR_ALL_GATHER ||
+                         copy.op == IR_REDUCE_SCATTER || copy.op == IR_SEND;
+        if (!keep_shape) copy.rank = -1;
+        err = shape_rules[n->op](g, &copy);
+        if (!err && !same_dims(&copy, n)) err = "stored shape differs from the shape rule";
+        if (!err && copy.dtype != n->dtype && n->op != IR_CAST) err = "stored dtype differs from the shape rule";
+      }
+      if (err) {
+        if (out) fprintf(out, "ir verify: graph %s, %%%d (%s): %s\n", g->name, i, op_names[n->op], err);
+        problems++;
+      }
+    }
+    for (int k = 0; k < g->noutputs; k++)
+      if (g->outputs[k] < 0 || g->outputs[k] >= g->nnodes) {
+        if (out) fprintf(out, "ir verify: graph %s: output %d is not a node\n", g->name, k);
+        problems++;
+      }
+  }
+  return problems;
+}
+
+/* ---- printing ---- */
+
+static void print_type(FILE *out, const IrNode *n) {
+  fprintf(out, "%s[", sem_dtype_name(n->dtype));
+  for (int i = 0; i < n->rank; i++) fprintf(out, "%s%" PRId64, i ? ", " : "", n->dims[i]);
+  fputc(']', out);
+}
+
+static void print_attrs(const IrModule *m, const IrGraph *g, const IrNode *n, FILE *out) {
+  switch (n->op) {
+  case IR_INPUT: fprintf(out, " %s", m->inputs[n->attr[0]].name); break;
+  case IR_PARAM: fprintf(out, " %s", m->params[n->attr[0]].name); break;
+  case IR_ARG: fprintf(out, " #%" PRId64, n->attr[0]); break;
+  case IR_CONST:
+  case IR_FILL:
+  case IR_POWS:
+  case IR_CAUSAL_MASK:
+  case IR_DROPOUT: fprintf(out, " %.9g", n->fattr); break;
+  case IR_ACT_GRAD: fprintf(out, " %s", op_names[n->attr[0]]); break;
+  case IR_MATMUL:
+    if (n->attr[0] || n->attr[1]) fprintf(out, " t%s%s", n->attr[0] ? "a" : "", n->attr[1] ? "b" : "");
+    break;
+  case IR_REDUCE_SUM:
+  case IR_REDUCE_MEAN:
+  case IR_REDUCE_MAX: fprintf(out, " axis=%" PRId64 "%s", n->attr[0], n->attr[1] ? " keepdim" : ""); break;
+  case IR_SOFTMAX:
+  case IR_SOFTMAX_BWD:
+  case IR_LOG_SOFTMAX:
+  case IR_LOG_SOFTMAX_BWD:
+  case IR_CONCAT: fprintf(out, " axis=%" PRId64, n->attr[0]); break;
+  case IR_TRANSPOSE:
+    fputs(" perm=", out);
+    for (int i = 0; i < n->rank; i++) fprintf(out, "%s%" PRId64, i ? "," : "", n->attr[i]);
+    break;
+  case IR_SLICE:
+  case IR_PAD: {
+    const IrNode *x = &g->nodes[n->in[0]];
+    fputs(" at=", out);
+    for (int i = 0; i < x->rank; i++) fprintf(out, "%s%" PRId64 "%s", i ? "," : "", n->attr[i], n->op == IR_SLICE && n->attr[8 + i] ? "!" : "");
+    break;
+  }
+  case IR_ROPE: fprintf(out, " base=%.9g%s", n->fattr, n->attr[0] ? " inverse" : ""); break;
+  case IR_REPEAT_KV:
+  case IR_REPEAT_KV_BWD: fprintf(out, " n=%" PRId64, n->attr[0]); break;
+  case IR_CALL: fprintf(out, " @%s x%" PRId64, m->graphs[n->attr[0]]->name, n->attr[1]); break;
+  case IR_ALL_REDUCE:
+  case IR_ALL_GATHER:
+  case IR_REDUCE_SCATTER:
+  case IR_SEND:
+  case IR_RECV: fprintf(out, " group=%s", ir_group_name((IrGroup)n->attr[0])); break;
+  default: break;
+  }
+}
+
+void ir_print_graph(const IrModule *m, const IrGraph *g, FILE *out) {
+  fprintf(out, "graph %s (args %d, count %" PRId64 ") {\n", g->name, g->nargs, g->count);
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = &g->nodes[i];
+    fprintf(out, "  %%%d = %s", i, op_names[n->op]);
+    for (int k = 0; k < n->nin; k++) fprintf(out, "%s%%%d", k ? ", " : " ", n->in[k]);
+    print_attrs(m, g, n, out);
+    fputs(" : ", out);
+    print_type(out, n);
+    if (n->name) fprintf(out, "  # %s", n->name);
+    fputc('\n', out);
+  }
+  fputs("} ->", out);
+  for (int k = 0; k < g->noutputs; k++) fprintf(out, "%s%%%d", k ? ", " : " ", g->outputs[k]);
+  fputc('\n', out);
+}
+
+void ir_print(const IrModule *m, FILE *out) {
+  fprintf(out, "module (micro_batch %" PRId64 ")\n", m->micro_batch);
+  for (int i = 0; i < m->ninputs; i++) {
+    const IrInput *in = &m->inputs[i];
+    fprintf(out, "input %s : %s[", in->name, sem_dtype_name(in->dtype));
+    for (int k = 0; k < in->rank; k++) fprintf(out, "%s%" PRId64, k ? ", " : "", in->dims[k]);
+    fputs("]\n", out);
+  }
+  for (int i = 0; i < m->nparams; i++) {
+    const IrParam *p = &m->params[i];
+    fprintf(out, "param %s : %s[", p->name, sem_dtype_name(p->dtype));
+    for (int k = 0; k < p->rank; k++) fprintf(out, "%s%" PRId64, k ? ", " : "", p->dims[k]);
+    fprintf(out, "] shard=%s", sem_shard_name(p->shard));
+    if (p->count > 1) fprintf(out, " x%" PRId64, p->count);
+    fputc('\n', out);
+  }
+  for (int i = 0; i < m->ngraphs; i++) ir_print_graph(m, m->graphs[i], out);
+}

@@ -1,0 +1,123 @@
+/* ir.h - the tensor IR: SSA graphs of typed, shaped tensor ops.
+ *
+ * A module holds graphs: graphs[0] is the model's forward (its output 0 is
+ * the loss); a `repeat N Block(...)` becomes its own graph, called by a CALL
+ * node with count N, so a 96-layer model is priced and printed as one block.
+ * Nodes are stored in topological order: every input has a smaller id.
+ * Every dimension is concrete: the symbolic batch B is bound to the micro
+ * batch when the checked model is lowered. */
+#ifndef HPDL_IR_H
+#define HPDL_IR_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "arena.h"
+#include "diag.h"
+#include "ir_ops.h"
+#include "sema.h"
+
+typedef enum {
+#define X(id, name, nin, flags) IR_##id,
+  IR_OPS(X)
+#undef X
+  IR_OP_COUNT
+} IrOp;
+
+const char *ir_op_name(IrOp op);
+int ir_op_flags(IrOp op);
+int ir_op_arity(IrOp op); /* -1 variadic */
+
+/* Process groups a collective runs over. */
+typedef enum { IRG_DP, IRG_TP, IRG_PP, IRG_CP, IRG_COUNT } IrGroup;
+const char *ir_group_name(IrGroup g);
+
+enum { IR_MAX_RANK = SEM_MAX_RANK, IR_NATTR = 24 };
+
+typedef struct {
+  IrOp op;
+  DType dtype;
+  int rank;
+  int64_t dims[IR_MAX_RANK];
+  int *in;      /* input node ids */
+  int nin;
+  int64_t attr[IR_NATTR];
+  double fattr;
+  const char *name; /* the source name it was assigned to, or NULL */
+  Span span;        /* where it comes from in the .hpd source */
+} IrNode;
+
+typedef struct {
+  Arena *arena;
+  const char *name;  /* "forward", "blocks" */
+  IrNode *nodes;
+  int nnodes, cap;
+  int *outputs;
+  int noutputs;
+  int nargs;         /* ARG nodes 0..nargs-1 */
+  int64_t count;     /* how many times it runs per call (repeat), 1 for graph 0 */
+} IrGraph;
+
+/* A logical (unsharded) parameter. Parameters of a repeated block exist
+ * `count` times: their names contain "{i}" where the layer index goes. */
+typedef struct {
+  const char *name;  /* "wte.weight", "blocks.{i}.attn.q_proj.weight" */
+  DType dtype;
+  int rank;
+  int64_t dims[IR_MAX_RANK];
+  SemInit init;
+  ShardKind shard;
+  int graph;         /* the graph whose PARAM nodes use it */
+  int64_t count;     /* copies (layers of the repeat), 1 otherwise */
+  Span span;
+} IrParam;
+
+typedef struct {
+  const char *name;
+  DType dtype;
+  int rank;
+  int64_t dims[IR_MAX_RANK];
+} IrInput;
+
+typedef struct {
+  Arena *arena;
+  IrGraph **graphs;
+  int ngraphs, capgraphs;
+  IrParam *params;
+  int nparams, capparams;
+  IrInput *inputs;
+  int ninputs;
+  int64_t micro_batch;
+} IrModule;
+
+IrModule *ir_module_new(Arena *arena);
+IrGraph *ir_graph_new(IrModule *m, const char *name);
+int ir_add_param(IrModule *m, const IrParam *p);
+
+/* Appends a node; computes its type with the op's shape rule. `dims`/`rank`
+ * give the output shape for ops whose shape is not implied by the inputs
+ * (FILL, RESHAPE, EXPAND, SUM_TO, PAD, EMBEDDING_BWD, SLICE, INPUT, PARAM,
+ * ARG, RECV); pass rank -1 otherwise. Returns the node id, or -1 when the
+ * shape rule rejects the inputs (with the reason in *why when not NULL). */
+int ir_add(IrGraph *g, IrOp op, const int *in, int nin, const int64_t *attr, int nattr, double fattr,
+           DType dtype, int rank, const int64_t *dims, const char **why);
+
+static inline IrNode *ir_node(IrGraph *g, int id) { return &g->nodes[id]; }
+
+int64_t ir_numel(const IrNode *n);
+int64_t ir_bytes(const IrNode *n); /* numel x element size */
+
+/* Checks SSA order, arity, and that every node's stored type equals what its
+ * shape rule computes. Returns the number of problems, printed to `out`. */
+int ir_verify(const IrModule *m, FILE *out);
+
+/* Stable text form (golden tests compare it):
+ *   graph forward (count 1) {
+ *     %0 = input tokens : i32[4, 64]
+ *     %5 = matmul %3, %4 : f32[4, 64, 256]      # gpt2.hpd:14
+ *   } -> %42
+ */
+void ir_print(const IrModule *m, FILE *out);
+void ir_print_graph(const IrModule *m, const IrGraph *g, FILE *out);
+
+#endif

@@ -1,0 +1,102 @@
+/* ir_ops.h - the tensor IR's op set, defined once.
+ *
+ * X(ID, "name", inputs, flags)
+ *   inputs: the number of tensor inputs, or -1 for variadic.
+ *   flags:  IRF_ELEMENTWISE (same-shape map, fusable), IRF_UNARY (one input),
+ *           IRF_LEAF (no inputs), IRF_COMM (a collective or transfer),
+ *           IRF_REDUCE (reduces one axis), IRF_SHAPE (moves data, computes nothing).
+ *
+ * Each row has, by naming convention, a shape rule `irshape_ID` (ir.c), a
+ * cost rule `ircost_ID` (ir_cost.c) and a gradient rule `adgrad_ID`
+ * (autodiff.c); each of those files builds its table from this list, so an
+ * op cannot exist without all three.
+ *
+ * Attributes (IrNode.attr / fattr) per op:
+ *   INPUT: attr[0] = model input index          PARAM: attr[0] = module param index
+ *   ARG: attr[0] = graph argument index         FILL/CONST: fattr = value
+ *   IOTA: 0, 1, ..., n-1 (an integer vector; arange)
+ *   POWS: fattr = exponent                      ACT_GRAD: attr[0] = the IrOp whose derivative
+ *   MATMUL: attr[0] = transpose a, attr[1] = transpose b
+ *   REDUCE_*: attr[0] = axis, attr[1] = keepdim
+ *   SOFTMAX*, LOG_SOFTMAX*: attr[0] = axis      CONCAT: attr[0] = axis
+ *   TRANSPOSE: attr[0..rank) = permutation (output axis i reads input axis perm[i])
+ *   SLICE: attr[0..8) = start per input axis; output dims give the sizes;
+ *          attr[8..16) = 1 where the axis is dropped (indexing)
+ *   PAD: attr[0..8) = start of the input inside the (zero) output
+ *   CAUSAL_MASK: fattr = the fill above the diagonal (-inf forward, 0 backward)
+ *   ROPE: fattr = base, attr[0] = 1 for the inverse rotation (backward)
+ *   REPEAT_KV, REPEAT_KV_BWD: attr[0] = n
+ *   DROPOUT: fattr = p, attr[0] = seed stream
+ *   CALL: attr[0] = graph index, attr[1] = repeat count
+ *   collectives: attr[0] = IrGroup, attr[1] = axis (gather / scatter) or peer stage offset (send / recv)
+ */
+#ifndef HPDL_IR_OPS_H
+#define HPDL_IR_OPS_H
+
+#define IRF_ELEMENTWISE 1
+#define IRF_UNARY 2
+#define IRF_LEAF 4
+#define IRF_COMM 8
+#define IRF_REDUCE 16
+#define IRF_SHAPE 32
+
+#define IR_OPS(X)                                                  \
+  X(INPUT, "input", 0, IRF_LEAF)                                   \
+  X(PARAM, "param", 0, IRF_LEAF)                                   \
+  X(ARG, "arg", 0, IRF_LEAF)                                       \
+  X(CONST, "const", 0, IRF_LEAF)                                   \
+  X(FILL, "fill", 0, IRF_LEAF)                                     \
+  X(IOTA, "iota", 0, IRF_LEAF)                                     \
+  X(NEG, "neg", 1, IRF_ELEMENTWISE | IRF_UNARY)                    \
+  X(RELU, "relu", 1, IRF_ELEMENTWISE | IRF_UNARY)                  \
+  X(GELU, "gelu", 1, IRF_ELEMENTWISE | IRF_UNARY)                  \
+  X(SILU, "silu", 1, IRF_ELEMENTWISE | IRF_UNARY)                  \
+  X(SIGMOID, "sigmoid", 1, IRF_ELEMENTWISE | IRF_UNARY)            \
+  X(TANH, "tanh", 1, IRF_ELEMENTWISE | IRF_UNARY)                  \
+  X(EXP, "exp", 1, IRF_ELEMENTWISE | IRF_UNARY)                    \
+  X(LOG, "log", 1, IRF_ELEMENTWISE | IRF_UNARY)                    \
+  X(SQRT, "sqrt", 1, IRF_ELEMENTWISE | IRF_UNARY)                  \
+  X(RSQRT, "rsqrt", 1, IRF_ELEMENTWISE | IRF_UNARY)                \
+  X(ABS, "abs", 1, IRF_ELEMENTWISE | IRF_UNARY)                    \
+  X(SQUARE, "square", 1, IRF_ELEMENTWISE | IRF_UNARY)              \
+  X(POWS, "pow", 1, IRF_ELEMENTWISE | IRF_UNARY)                   \
+  X(ACT_GRAD, "act_grad", 2, IRF_ELEMENTWISE)                      \
+  X(ADD, "add", 2, IRF_ELEMENTWISE)                                \
+  X(SUB, "sub", 2, IRF_ELEMENTWISE)                                \
+  X(MUL, "mul", 2, IRF_ELEMENTWISE)                                \
+  X(DIV, "div", 2, IRF_ELEMENTWISE)                                \
+  X(MAXIMUM, "maximum", 2, IRF_ELEMENTWISE)                        \
+  X(MINIMUM, "minimum", 2, IRF_ELEMENTWISE)                        \
+  X(MATMUL, "matmul", 2, 0)                                        \
+  X(REDUCE_SUM, "reduce_sum", 1, IRF_REDUCE)                       \
+  X(REDUCE_MEAN, "reduce_mean", 1, IRF_REDUCE)                     \
+  X(REDUCE_MAX, "reduce_max", 1, IRF_REDUCE)                       \
+  X(EXPAND, "expand", 1, IRF_SHAPE)                                \
+  X(SUM_TO, "sum_to", 1, IRF_REDUCE)                               \
+  X(SOFTMAX, "softmax", 1, IRF_REDUCE)                             \
+  X(SOFTMAX_BWD, "softmax_bwd", 2, IRF_REDUCE)                     \
+  X(LOG_SOFTMAX, "log_softmax", 1, IRF_REDUCE)                     \
+  X(LOG_SOFTMAX_BWD, "log_softmax_bwd", 2, IRF_REDUCE)             \
+  X(RESHAPE, "reshape", 1, IRF_SHAPE)                              \
+  X(TRANSPOSE, "transpose", 1, IRF_SHAPE)                          \
+  X(SLICE, "slice", 1, IRF_SHAPE)                                  \
+  X(PAD, "pad", 1, IRF_SHAPE)                                      \
+  X(CONCAT, "concat", -1, IRF_SHAPE)                               \
+  X(EMBEDDING, "embedding", 2, 0)                                  \
+  X(EMBEDDING_BWD, "embedding_bwd", 2, 0)                          \
+  X(CAUSAL_MASK, "causal_mask", 1, IRF_ELEMENTWISE | IRF_UNARY)    \
+  X(ROPE, "rope", 1, 0)                                            \
+  X(REPEAT_KV, "repeat_kv", 1, IRF_SHAPE)                          \
+  X(REPEAT_KV_BWD, "repeat_kv_bwd", 1, IRF_REDUCE)                 \
+  X(CROSS_ENTROPY, "cross_entropy", 2, IRF_REDUCE)                 \
+  X(CROSS_ENTROPY_BWD, "cross_entropy_bwd", 3, 0)                  \
+  X(DROPOUT, "dropout", 1, IRF_ELEMENTWISE | IRF_UNARY)            \
+  X(CAST, "cast", 1, IRF_ELEMENTWISE | IRF_UNARY)                  \
+  X(CALL, "call", -1, 0)                                           \
+  X(ALL_REDUCE, "all_reduce", 1, IRF_COMM)                         \
+  X(ALL_GATHER, "all_gather", 1, IRF_COMM)                         \
+  X(REDUCE_SCATTER, "reduce_scatter", 1, IRF_COMM)                 \
+  X(SEND, "send", 1, IRF_COMM)                                     \
+  X(RECV, "recv", 0, IRF_COMM | IRF_LEAF)
+
+#endif

@@ -1,0 +1,360 @@
+/* lower.c - lowering of checked forwards to IR graphs. */
+#include "lower.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+typedef struct {
+  Arena *arena;
+  Diag *diag;
+  IrModule *m;
+  const SemModel *model;
+  int64_t micro_batch;
+  int failed;
+  int dropout_streams;
+} Lower;
+
+/* One lowering of a SemFunc into a graph: its arguments and a memo from
+ * checked expressions to node ids (expressions form a DAG). */
+typedef struct {
+  IrGraph *g;
+  int graph_index;
+  const SemLayer *layer;
+  const int *args;
+  const char *prefix;   /* parameter name prefix, "" at the root of a graph */
+  int64_t count;        /* copies of this graph's parameters */
+  const SemExpr **keys;
+  int *vals;
+  int cap, used;
+} Inv;
+
+static int memo_get(Inv *v, const SemExpr *e) {
+  if (!v->cap) return -1;
+  size_t h = ((uintptr_t)e >> 4) & (size_t)(v->cap - 1);
+  while (v->keys[h]) {
+    if (v->keys[h] == e) return v->vals[h];
+    h = (h + 1) & (size_t)(v->cap - 1);
+  }
+  return -1;
+}
+
+static void memo_put(Lower *L, Inv *v, const SemExpr *e, int id) {
+  if ((v->used + 1) * 2 > v->cap) {
+    int cap = v->cap ? v->cap * 2 : 64;
+    const SemExpr **keys = arena_alloc(L->arena, sizeof(SemExpr *) * (size_t)cap);
+    int *vals = arena_alloc(L->arena, sizeof(int) * (size_t)cap);
+    for (int i = 0; i < v->cap; i++) {
+      if (!v->keys[i]) continue;
+      size_t h = ((uintptr_t)v->keys[i] >> 4) & (size_t)(cap - 1);
+      while (keys[h]) h = (h + 1) & (size_t)(cap - 1);
+      keys[h] = v->keys[i];
+      vals[h] = v->vals[i];
+    }
+    v->keys = keys;
+    v->vals = vals;
+    v->cap = cap;
+  }
+  size_t h = ((uintptr_t)e >> 4) & (size_t)(v->cap - 1);
+  while (v->keys[h]) h = (h + 1) & (size_t)(v->cap - 1);
+  v->keys[h] = e;
+  v->vals[h] = id;
+  v->used++;
+}
+
+static int concrete_dims(Lower *L, const TensorType *t, int64_t *dims, Span at) {
+  static const char *const names[] = {"B"};
+  for (int i = 0; i < t->rank; i++) {
+    SymStatus st = sym_eval(t->dims[i], names, &L->micro_batch, 1, &dims[i]);
+    if (st != SYM_OK) {
+      diag_error(L->diag, at, "dimension %s has no value when compiling (%s)", sym_str(L->arena, t->dims[i]),
+                 sym_status_str(st));
+      diag_hint(L->diag, "only the batch B may stay symbolic; give other sizes as model parameters");
+      L->failed = 1;
+      return 0;
+    }
+  }
+  return 1;
+}
+
+static int add_node(Lower *L, Inv *v, IrOp op, const int *in, int nin, const int64_t *attr, int nattr, double fattr,
+                    DType dtype, int rank, const int64_t *dims, Span at, const char *name) {
+  const char *why = NULL;
+  int id = ir_add(v->g, op, in, nin, attr, nattr, fattr, dtype, rank, dims, &why);
+  if (id < 0) {
+    diag_error(L->diag, at, "internal error lowering %s: %s", ir_op_name(op), why ? why : "?");
+    L->failed = 1;
+    return -1;
+  }
+  v->g->nodes[id].span = at;
+  v->g->nodes[id].name = name;
+  return id;
+}
+
+static const char *join(Lower *L, const char *a, const char *b) {
+  return *a ? arena_printf(L->arena, "%s.%s", a, b) : arena_strdup(L->arena, b);
+}
+
+/* The PARAM node of `p` (named prefix.name) in this graph; one per graph. */
+static int param_node(Lower *L, Inv *v, const SemParam *p, const char *full) {
+  int index = -1;
+  for (int i = 0; i < L->m->nparams; i++)
+    if (!strcmp(L->m->params[i].name, full)) index = i;
+  if (index < 0) {
+    IrParam ip;
+    memset(&ip, 0, sizeof ip);
+    ip.name = full;
+    ip.dtype = p->type.dtype;
+    ip.rank = p->type.rank;
+    for (int k = 0; k < p->type.rank; k++) sym_is_const(p->type.dims[k], &ip.dims[k]);
+    ip.init = p->init;
+    ip.shard = p->shard;
+    ip.graph = v->graph_index;
+    ip.count = v->count;
+    ip.span = p->span;
+    index = ir_add_param(L->m, &ip);
+  }
+  for (int i = 0; i < v->g->nnodes; i++)
+    if (v->g->nodes[i].op == IR_PARAM && v->g->nodes[i].attr[0] == index) return i;
+  const IrParam *ip = &L->m->params[index];
+  int64_t attr = index;
+  return add_node(L, v, IR_PARAM, NULL, 0, &attr, 1, 0, ip->dtype, ip->rank, ip->dims, p->span, NULL);
+}
+
+static int lower_expr(Lower *L, Inv *v, const SemExpr *e);
+static int lower_func(Lower *L, IrGraph *g, int graph_index, const SemFunc *fn, const int *args, const char *prefix,
+                      int64_t count);
+
+static const char *block_prefix(Lower *L, Inv *v, const char *child) {
+  return join(L, v->prefix, arena_printf(L->arena, "%s.{i}", child));
+}
+
+static int lower_call(Lower *L, Inv *v, const SemExpr *e) {
+  const SemChild *child = &v->layer->children[e->index];
+  int *args = arena_alloc(L->arena, sizeof(int) * (size_t)(e->nargs + 1));
+  for (int i = 0; i < e->nargs; i++)
+    if ((args[i] = lower_expr(L, v, e->args[i])) < 0) return -1;
+  if (child->repeat == 1) return lower_func(L, v->g, v->graph_index, e->callee, args, join(L, v->prefix, child->name), v->count);
+  /* A repeated block: its own graph, called `repeat` times. */
+  if (v->count > 1) {
+    diag_error(L->diag, child->span, "a repeat inside a repeated block is not supported yet");
+    L->failed = 1;
+    return -1;
+  }
+  IrGraph *bg = ir_graph_new(L->m, join(L, v->prefix, child->name));
+  int bgi = L->m->ngraphs - 1;
+  bg->count = child->repeat;
+  bg->nargs = e->nargs;
+  Inv bv;
+  memset(&bv, 0, sizeof bv);
+  bv.g = bg;
+  bv.graph_index = bgi;
+  int *bargs = arena_alloc(L->arena, sizeof(int) * (size_t)(e->nargs + 1));
+  for (int i = 0; i < e->nargs; i++) {
+    const IrNode *a = &v->g->nodes[args[i]];
+    int64_t attr = i;
+    bargs[i] = add_node(L, &bv, IR_ARG, NULL, 0, &attr, 1, 0, a->dtype, a->rank, a->dims, e->span, NULL);
+  }
+  int out = lower_func(L, bg, bgi, e->callee, bargs, block_prefix(L, v, child->name), child->repeat);
+  if (out < 0) return -1;
+  bg->outputs = arena_alloc(L->arena, sizeof(int));
+  bg->outputs[0] = out;
+  bg->noutputs = 1;
+  const IrNode *r = &bg->nodes[out];
+  int64_t attr[2] = {bgi, child->repeat};
+  return add_node(L, v, IR_CALL, args, e->nargs, attr, 2, 0, r->dtype, r->rank, r->dims, e->span, NULL);
+}
+
+static IrOp unary_op(SemOp op) {
+  switch (op) {
+  case SOP_RELU: return IR_RELU;
+  case SOP_GELU: return IR_GELU;
+  case SOP_SILU: return IR_SILU;
+  case SOP_SIGMOID: return IR_SIGMOID;
+  case SOP_TANH: return IR_TANH;
+  case SOP_EXP: return IR_EXP;
+  case SOP_LOG: return IR_LOG;
+  case SOP_SQRT: return IR_SQRT;
+  case SOP_RSQRT: return IR_RSQRT;
+  case SOP_ABS: return IR_ABS;
+  case SOP_SQUARE: return IR_SQUARE;
+  case SOP_NEG: return IR_NEG;
+  case SOP_ADD: return IR_ADD;
+  case SOP_SUB: return IR_SUB;
+  case SOP_MUL: return IR_MUL;
+  case SOP_DIV: return IR_DIV;
+  case SOP_MAXIMUM: return IR_MAXIMUM;
+  case SOP_MINIMUM: return IR_MINIMUM;
+  default: return IR_OP_COUNT;
+  }
+}
+
+static int lower_op(Lower *L, Inv *v, const SemExpr *e, const int64_t *dims) {
+  int in[8];
+  int nin = e->nargs < 8 ? e->nargs : 8;
+  if (e->op != SOP_CONCAT)
+    for (int i = 0; i < nin; i++)
+      if ((in[i] = lower_expr(L, v, e->args[i])) < 0) return -1;
+  const TensorType *t = &e->type;
+  IrOp direct = unary_op(e->op);
+  if (direct != IR_OP_COUNT) return add_node(L, v, direct, in, nin, NULL, 0, 0, t->dtype, -1, NULL, e->span, NULL);
+  int64_t attr[IR_NATTR];
+  memset(attr, 0, sizeof attr);
+  switch (e->op) {
+  case SOP_POW: return add_node(L, v, IR_POWS, in, 1, NULL, 0, e->scalar, t->dtype, -1, NULL, e->span, NULL);
+  case SOP_MATMUL: return add_node(L, v, IR_MATMUL, in, 2, attr, 2, 0, t->dtype, -1, NULL, e->span, NULL);
+  case SOP_SUM:
+  case SOP_MEAN:
+  case SOP_MAX:
+    attr[0] = e->attr[0];
+    attr[1] = e->attr[1];
+    return add_node(L, v, e->op == SOP_SUM ? IR_REDUCE_SUM : e->op == SOP_MEAN ? IR_REDUCE_MEAN : IR_REDUCE_MAX, in, 1, attr,
+                    2, 0, t->dtype, -1, NULL, e->span, NULL);
+  case SOP_SOFTMAX:
+  case SOP_LOG_SOFTMAX:
+    attr[0] = e->attr[0];
+    return add_node(L, v, e->op == SOP_SOFTMAX ? IR_SOFTMAX : IR_LOG_SOFTMAX, in, 1, attr, 1, 0, t->dtype, -1, NULL, e->span,
+                    NULL);
+  case SOP_RESHAPE: return add_node(L, v, IR_RESHAPE, in, 1, NULL, 0, 0, t->dtype, t->rank, dims, e->span, NULL);
+  case SOP_TRANSPOSE:
+    for (int i = 0; i < t->rank; i++) attr[i] = i;
+    attr[e->attr[0]] = e->attr[1];
+    attr[e->attr[1]] = e->attr[0];
+    return add_node(L, v, IR_TRANSPOSE, in, 1, attr, t->rank, 0, t->dtype, -1, NULL, e->span, NULL);
+  case SOP_SPLIT_HEADS: {
+    /* [B, T, H*D] -> [B, T, H, D] -> [B, H, T, D] */
+    int64_t mid[4] = {dims[0], dims[2], dims[1], dims[3]};
+    int r = add_node(L, v, IR_RESHAPE, in, 1, NULL, 0, 0, t->dtype, 4, mid, e->span, NULL);
+    if (r < 0) return -1;
+    int64_t perm[4] = {0, 2, 1, 3};
+    return add_node(L, v, IR_TRANSPOSE, &r, 1, perm, 4, 0, t->dtype, -1, NULL, e->span, NULL);
+  }
+  case SOP_MERGE_HEADS: {
+    /* [B, H, T, D] -> [B, T, H, D] -> [B, T, H*D] */
+    int64_t perm[4] = {0, 2, 1, 3};
+    int r = add_node(L, v, IR_TRANSPOSE, in, 1, perm, 4, 0, t->dtype, -1, NULL, e->span, NULL);
+    if (r < 0) return -1;
+    return add_node(L, v, IR_RESHAPE, &r, 1, NULL, 0, 0, t->dtype, 3, dims, e->span, NULL);
+  }
+  case SOP_SPLIT: return in[0]; /* the parts are slices, made by SE_TUPLE_GET */
+  case SOP_CONCAT: {
+    int *parts = arena_alloc(L->arena, sizeof(int) * (size_t)e->nargs);
+    for (int i = 0; i < e->nargs; i++)
+      if ((parts[i] = lower_expr(L, v, e->args[i])) < 0) return -1;
+    attr[0] = e->attr[0];
+    return add_node(L, v, IR_CONCAT, parts, e->nargs, attr, 1, 0, t->dtype, -1, NULL, e->span, NULL);
+  }
+  case SOP_SLICE:
+    for (int i = 0; i < SEM_MAX_RANK; i++) {
+      attr[i] = e->attr[i];
+      attr[8 + i] = e->attr[2 * SEM_MAX_RANK + i];
+    }
+    return add_node(L, v, IR_SLICE, in, 1, attr, 16, 0, t->dtype, t->rank, dims, e->span, NULL);
+  case SOP_EMBEDDING: return add_node(L, v, IR_EMBEDDING, in, 2, NULL, 0, 0, t->dtype, -1, NULL, e->span, NULL);
+  case SOP_ARANGE: return add_node(L, v, IR_IOTA, NULL, 0, NULL, 0, 0, t->dtype, 1, dims, e->span, NULL);
+  case SOP_CAUSAL_MASK: return add_node(L, v, IR_CAUSAL_MASK, in, 1, NULL, 0, -INFINITY, t->dtype, -1, NULL, e->span, NULL);
+  case SOP_ROPE: return add_node(L, v, IR_ROPE, in, 1, attr, 1, e->scalar, t->dtype, -1, NULL, e->span, NULL);
+  case SOP_REPEAT_KV:
+    attr[0] = e->attr[0];
+    return add_node(L, v, IR_REPEAT_KV, in, 1, attr, 1, 0, t->dtype, -1, NULL, e->span, NULL);
+  case SOP_CROSS_ENTROPY: return add_node(L, v, IR_CROSS_ENTROPY, in, 2, NULL, 0, 0, t->dtype, -1, NULL, e->span, NULL);
+  case SOP_DROPOUT:
+    attr[0] = L->dropout_streams++;
+    return add_node(L, v, IR_DROPOUT, in, 1, attr, 1, e->scalar, t->dtype, -1, NULL, e->span, NULL);
+  default:
+    diag_error(L->diag, e->span, "internal error: %s has no lowering", sem_op_name(e->op));
+    L->failed = 1;
+    return -1;
+  }
+}
+
+static int lower_expr(Lower *L, Inv *v, const SemExpr *e) {
+  int memo = memo_get(v, e);
+  if (memo >= 0) return memo;
+  int64_t dims[IR_MAX_RANK];
+  if (!concrete_dims(L, &e->type, dims, e->span)) return -1;
+  int id = -1;
+  switch (e->kind) {
+  case SE_INPUT: {
+    const IrInput *in = &L->m->inputs[e->index];
+    int64_t attr = e->index;
+    for (int i = 0; i < v->g->nnodes && id < 0; i++)
+      if (v->g->nodes[i].op == IR_INPUT && v->g->nodes[i].attr[0] == e->index) id = i;
+    if (id < 0) id = add_node(L, v, IR_INPUT, NULL, 0, &attr, 1, 0, in->dtype, in->rank, in->dims, e->span, in->name);
+    break;
+  }
+  case SE_ARG: id = v->args[e->index]; break;
+  case SE_PARAM: {
+    const SemParam *p = &v->layer->params[e->index];
+    id = param_node(L, v, p, join(L, v->prefix, p->name));
+    break;
+  }
+  case SE_CHILD_PARAM: {
+    const SemChild *c = &v->layer->children[e->index];
+    const SemParam *p = &c->layer->params[e->index2];
+    id = param_node(L, v, p, join(L, join(L, v->prefix, c->name), p->name));
+    break;
+  }
+  case SE_SCALAR: id = add_node(L, v, IR_CONST, NULL, 0, NULL, 0, e->scalar, DT_F32, -1, NULL, e->span, NULL); break;
+  case SE_OP: id = lower_op(L, v, e, dims); break;
+  case SE_CALL: id = lower_call(L, v, e); break;
+  case SE_TUPLE_GET: {
+    const SemExpr *split = e->args[0];
+    int x = lower_expr(L, v, split);
+    if (x < 0) return -1;
+    int64_t attr[IR_NATTR];
+    memset(attr, 0, sizeof attr);
+    int axis = (int)split->attr[0];
+    attr[axis] = e->index * dims[axis];
+    id = add_node(L, v, IR_SLICE, &x, 1, attr, 16, 0, e->type.dtype, e->type.rank, dims, e->span, NULL);
+    break;
+  }
+  case SE_EXTERN:
+    diag_error(L->diag, e->span, "extern %s: calls of native code are not supported by the compiler yet", e->ext->name.name);
+    L->failed = 1;
+    return -1;
+  }
+  if (id >= 0) memo_put(L, v, e, id);
+  return id;
+}
+
+static int lower_func(Lower *L, IrGraph *g, int graph_index, const SemFunc *fn, const int *args, const char *prefix,
+                      int64_t count) {
+  Inv v;
+  memset(&v, 0, sizeof v);
+  v.g = g;
+  v.graph_index = graph_index;
+  v.layer = fn->layer;
+  v.args = args;
+  v.prefix = prefix;
+  v.count = count;
+  return lower_expr(L, &v, fn->result);
+}
+
+IrModule *lower_model(Arena *arena, Diag *diag, const SemModel *model, int64_t micro_batch) {
+  Lower L;
+  memset(&L, 0, sizeof L);
+  L.arena = arena;
+  L.diag = diag;
+  L.model = model;
+  L.micro_batch = micro_batch;
+  L.m = ir_module_new(arena);
+  L.m->micro_batch = micro_batch;
+  const SemLayer *root = model->model;
+  L.m->ninputs = root->ninputs;
+  L.m->inputs = arena_alloc(arena, sizeof(IrInput) * (size_t)(root->ninputs + 1));
+  for (int i = 0; i < root->ninputs; i++) {
+    IrInput *in = &L.m->inputs[i];
+    in->name = root->inputs[i].name;
+    in->dtype = root->inputs[i].type.dtype;
+    in->rank = root->inputs[i].type.rank;
+    if (!concrete_dims(&L, &root->inputs[i].type, in->dims, root->inputs[i].span)) return NULL;
+  }
+  IrGraph *g = ir_graph_new(L.m, "forward");
+  int loss = lower_func(&L, g, 0, model->forward, NULL, "", 1);
+  if (loss < 0 || L.failed) return NULL;
+  g->outputs = arena_alloc(arena, sizeof(int));
+  g->outputs[0] = loss;
+  g->noutputs = 1;
+  return L.m;
+}
