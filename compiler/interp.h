@@ -1,0 +1,54 @@
+/* interp.h - the reference executor: a plain fp64 interpreter of the IR.
+ *
+ * It is the oracle the back ends are tested against: simple loops, no
+ * fusion, every tensor in double precision (integer tensors hold integral
+ * doubles). Parameters are initialised deterministically per logical tensor
+ * (seeded by its name and layer index, not by rank), so every layout starts
+ * from the same weights. */
+#ifndef HPDL_INTERP_H
+#define HPDL_INTERP_H
+
+#include <stdint.h>
+
+#include "ir.h"
+
+typedef struct {
+  int rank;
+  int64_t dims[IR_MAX_RANK];
+  double *data; /* numel values, row-major */
+} InterpTensor;
+
+typedef struct Interp Interp;
+
+Interp *interp_new(const IrModule *m);
+void interp_free(Interp *in);
+
+/* Fills every parameter from its initialiser with a generator seeded by
+ * (seed, parameter name, layer index). */
+void interp_init_params(Interp *in, uint64_t seed);
+
+/* The values of parameter `param`, copy `layer` (0 unless it belongs to a
+ * repeated block); writable, so tests can perturb them. */
+double *interp_param(Interp *in, int param, int64_t layer, int64_t *numel);
+
+/* Model inputs (graph 0's INPUT nodes). */
+void interp_set_input(Interp *in, int input, const double *data);
+
+/* Runs graph `graph` as layer `layer` of its repeat (PARAM nodes read copy
+ * `layer`), with the given arguments; writes each graph output to outs[i]
+ * (allocated by the interpreter, owned by the caller: free with free()).
+ * CALL nodes run their graph `count` times, layer 0 .. count-1, threading
+ * output 0 into argument 0. Returns 0, or -1 with a message in *err. */
+int interp_run(Interp *in, int graph, int64_t layer, const InterpTensor *args, int nargs, InterpTensor *outs,
+               const char **err);
+
+/* Convenience: runs graph 0 and returns output 0 as a scalar (the loss). */
+double interp_loss(Interp *in);
+
+/* A deterministic generator: splitmix64 of a seed; exposed so tests and the
+ * runtime initialise identically. */
+uint64_t interp_hash_name(uint64_t seed, const char *name, int64_t layer);
+double interp_uniform01(uint64_t *state);
+double interp_normal(uint64_t *state);
+
+#endif
