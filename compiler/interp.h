@@ -42,6 +42,13 @@ void interp_set_input(Interp *in, int input, const double *data);
 int interp_run(Interp *in, int graph, int64_t layer, const InterpTensor *args, int nargs, InterpTensor *outs,
                const char **err);
 
+/* Gradients. Whenever a graph that autodiff made runs (IrGraph.grad_params;
+ * at top level or inside a CALL), its gradient outputs are added to a store
+ * kept here per parameter copy, so runs (micro-batches) accumulate until the
+ * store is zeroed. interp_grad is NULL for a parameter never given one. */
+void interp_zero_grads(Interp *in);
+double *interp_grad(Interp *in, int param, int64_t layer, int64_t *numel);
+
 /* Convenience: runs graph 0 and returns output 0 as a scalar (the loss). */
 double interp_loss(Interp *in);
 

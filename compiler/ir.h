@@ -56,7 +56,23 @@ typedef struct {
   int noutputs;
   int nargs;         /* ARG nodes 0..nargs-1 */
   int64_t count;     /* how many times it runs per call (repeat), 1 for graph 0 */
+  /* Set by autodiff on the graphs it makes: the last ngrad_params outputs are
+   * d loss / d parameter grad_params[k] (copy `layer` of the run), which the
+   * executor adds to its gradient store whenever the graph runs. */
+  int *grad_params;
+  int ngrad_params;
 } IrGraph;
+
+/* CALL's attr[2], the mode (autodiff's convention; see autodiff.h):
+ *   PLAIN     the forward: the inputs are the arguments; layers 0..count-1;
+ *             output 0 of one iteration becomes argument 0 of the next.
+ *   SAVE      as PLAIN, and the executor also keeps, per layer, the
+ *             iteration's arguments and its outputs 1.. (saved activations).
+ *   BACKWARD  inputs (dy, the SAVE call it undoes); runs the called backward
+ *             graph for layers count-1 down to 0 with the arguments (dy, the
+ *             layer's saved arguments, its saved outputs 1..); output 0 (dx)
+ *             becomes argument 0 of the next; the result is dx of layer 0. */
+enum { IR_CALL_PLAIN = 0, IR_CALL_SAVE = 1, IR_CALL_BACKWARD = 2 };
 
 /* A logical (unsharded) parameter. Parameters of a repeated block exist
  * `count` times: their names contain "{i}" where the layer index goes. */

@@ -16,6 +16,7 @@
  *   ARG: attr[0] = graph argument index         FILL/CONST: fattr = value
  *   IOTA: 0, 1, ..., n-1 (an integer vector; arange)
  *   POWS: fattr = exponent                      ACT_GRAD: attr[0] = the IrOp whose derivative
+ *                                              (times dy); fattr = POWS's exponent
  *   MATMUL: attr[0] = transpose a, attr[1] = transpose b
  *   REDUCE_*: attr[0] = axis, attr[1] = keepdim
  *   SOFTMAX*, LOG_SOFTMAX*: attr[0] = axis      CONCAT: attr[0] = axis
@@ -27,7 +28,8 @@
  *   ROPE: fattr = base, attr[0] = 1 for the inverse rotation (backward)
  *   REPEAT_KV, REPEAT_KV_BWD: attr[0] = n
  *   DROPOUT: fattr = p, attr[0] = seed stream
- *   CALL: attr[0] = graph index, attr[1] = repeat count
+ *   CALL: attr[0] = graph index, attr[1] = repeat count, attr[2] = mode
+ *         (IR_CALL_PLAIN / SAVE / BACKWARD, ir.h)
  *   collectives: attr[0] = IrGroup, attr[1] = axis (gather / scatter) or peer stage offset (send / recv)
  */
 #ifndef HPDL_IR_OPS_H

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "catalog.h"
+#include "strmap.h"
 
 /* ------------------------------------------------------------------ */
 /* tables                                                              */
@@ -131,9 +132,14 @@ typedef struct {
   PtrVec head_splits; /* HeadSplit* */
   Frame pending[6];   /* instantiation notes of the last error */
   int npending;
+  StrMap callables;   /* layer / model / extern declarations by name */
+  StrMap clusters;    /* cluster declarations by name */
+  StrMap param_check; /* declaration name -> its parameter list's verdict */
 } Sema;
 
-enum { SEMA_MAX_DEPTH = 48, SEMA_MAX_FRAME_NOTES = 6 };
+/* Limits that keep every check linear enough for hostile input (see the
+ * "Limits" section of docs/language.md). */
+enum { SEMA_MAX_DEPTH = 48, SEMA_MAX_FRAME_NOTES = 6, SEMA_MAX_PARAMS = 1024, SEMA_MAX_ITEMS = 8192 };
 
 /* The instantiation chain ("in Linear(768, 2304), instantiated here") is
  * printed after the error's own hint and notes: sema_error records it and the
@@ -189,14 +195,8 @@ static const char *suggest(Sema *S, Binding *env, const char *name, int with_bui
 }
 
 static const AstDecl *find_decl(Sema *S, const char *name, int kind_mask) {
-  for (int f = 0; f < S->prog->nfiles; f++) {
-    AstFile *file = S->prog->files[f];
-    for (int i = 0; i < file->ndecls; i++) {
-      const AstDecl *d = file->decls[i];
-      if (d->name.name && (kind_mask & (1 << d->kind)) && strcmp(d->name.name, name) == 0) return d;
-    }
-  }
-  return NULL;
+  const AstDecl *d = strmap_get(kind_mask & (1 << DECL_CLUSTER) ? &S->clusters : &S->callables, name);
+  return d && (kind_mask & (1 << d->kind)) ? d : NULL;
 }
 
 #define DECL_CALLABLE ((1 << DECL_LAYER) | (1 << DECL_MODEL) | (1 << DECL_EXTERN))
@@ -606,8 +606,23 @@ static int coerce_param(Sema *S, const AstParam *p, Value *v, Binding *env, Span
 
 static const char *const scalar_types[] = {"int", "float", "bool", "string"};
 
+static int check_param_types_once(Sema *S, const AstDecl *decl);
+
+/* Checks a declaration's parameter list once; later calls return the verdict. */
 static int check_param_types(Sema *S, const AstDecl *decl) {
+  void *verdict = strmap_get(&S->param_check, decl->name.name);
+  if (verdict) return verdict == (void *)&S->param_check;
+  int ok = check_param_types_once(S, decl);
+  strmap_put(S->arena, &S->param_check, decl->name.name, ok ? (void *)&S->param_check : (void *)S);
+  return ok;
+}
+
+static int check_param_types_once(Sema *S, const AstDecl *decl) {
   int ok = 1;
+  if (decl->nparams > SEMA_MAX_PARAMS) {
+    sema_error(S, decl->name.span, "%s has %d parameters; the limit is %d", decl->name.name, decl->nparams, SEMA_MAX_PARAMS);
+    return 0;
+  }
   for (int i = 0; i < decl->nparams; i++) {
     const AstParam *p = &decl->params[i];
     if (decl->kind == DECL_EXTERN) {
@@ -3013,21 +3028,17 @@ static int decl_group(AstDeclKind k) {
   return k == DECL_LAYER || k == DECL_MODEL || k == DECL_EXTERN ? 1 : k == DECL_CLUSTER ? 2 : 0;
 }
 
-static void check_duplicates(Sema *S) {
+/* Fills the declaration maps; a name declared twice is an error. */
+static void index_declarations(Sema *S) {
   for (int f = 0; f < S->prog->nfiles; f++) {
     const AstFile *file = S->prog->files[f];
     for (int i = 0; i < file->ndecls; i++) {
-      const AstDecl *d = file->decls[i];
+      AstDecl *d = file->decls[i];
       int g = decl_group(d->kind);
       if (!g) continue;
-      const AstDecl *first = NULL;
-      for (int f2 = 0; f2 <= f && !first; f2++) {
-        const AstFile *other = S->prog->files[f2];
-        int end = f2 == f ? i : other->ndecls;
-        for (int k = 0; k < end && !first; k++)
-          if (decl_group(other->decls[k]->kind) == g && !strcmp(other->decls[k]->name.name, d->name.name)) first = other->decls[k];
-      }
-      if (first) {
+      StrMap *map = g == 2 ? &S->clusters : &S->callables;
+      const AstDecl *first = strmap_put(S->arena, map, d->name.name, d);
+      if (first != d) {
         sema_error(S, d->name.span, "'%s' is declared twice", d->name.name);
         diag_note(S->diag, first->name.span, "first declared here");
       }
@@ -3138,6 +3149,17 @@ static SemLayer *instantiate_model(Sema *S, const AstDecl *decl) {
   return instantiate_with(S, decl, vals, env, span_none);
 }
 
+static int count_items(const AstBlock *b) {
+  int n = b->n;
+  for (int i = 0; i < b->n; i++) {
+    const AstStmt *st = b->items[i];
+    if (st->kind == ST_IF) n += count_items(&st->u.if_.then) + count_items(&st->u.if_.otherwise);
+    if (st->kind == ST_FORWARD) n += count_items(&st->u.forward.body);
+    if (n > SEMA_MAX_ITEMS) break;
+  }
+  return n;
+}
+
 /* Layers no model reaches still get their declarations checked. */
 static void check_unused_decls(Sema *S) {
   for (int f = 0; f < S->prog->nfiles; f++) {
@@ -3145,6 +3167,12 @@ static void check_unused_decls(Sema *S) {
     for (int i = 0; i < file->ndecls; i++) {
       const AstDecl *d = file->decls[i];
       if (d->kind == DECL_LAYER || d->kind == DECL_MODEL || d->kind == DECL_EXTERN) check_param_types(S, d);
+      if ((d->kind == DECL_LAYER || d->kind == DECL_MODEL) && count_items(&d->body) > SEMA_MAX_ITEMS) {
+        sema_error(S, d->name.span, "%s has more than %d items and statements; the limit is %d", d->name.name, SEMA_MAX_ITEMS,
+                   SEMA_MAX_ITEMS);
+        diag_hint(S->diag, "split it into layers");
+        strmap_put(S->arena, &S->param_check, d->name.name, (void *)S); /* never instantiate it */
+      }
       if (d->kind == DECL_EXTERN) {
         Settings s;
         read_settings(S, &d->settings, extern_keys, NKEYS(extern_keys), &s, "extern");
@@ -3180,7 +3208,7 @@ static SemModel *check_program(Sema *S) {
   Diag *diag = S->diag;
   Arena *arena = S->arena;
   const LoadedProgram *prog = S->prog;
-  check_duplicates(S);
+  index_declarations(S);
   check_unused_decls(S);
   const AstDecl *train = unique_block(S, DECL_TRAIN);
   const AstDecl *parallel = unique_block(S, DECL_PARALLEL);

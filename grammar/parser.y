@@ -38,6 +38,11 @@ int hpdyylex(HPDYYSTYPE *lval, Span *lloc, void *scanner);
 static PtrVec *vec1(ParseCtx *ctx, void *first);
 static PtrVec *vec_push(ParseCtx *ctx, PtrVec *v, void *item);
 static void hpdyyerror(Span *loc, void *scanner, ParseCtx *ctx, const char *msg);
+static int too_deep(ParseCtx *ctx, const AstExpr *e, Span at);
+
+/* Expressions deeper than AST_MAX_DEPTH stop the parse: every later walk of
+ * the tree recurses, and a million-term sum must not overflow the stack. */
+#define GUARD(e, at) do { if (too_deep(ctx, (e), (at))) YYABORT; } while (0)
 }
 
 %union {
@@ -242,22 +247,22 @@ expr: or_expr ;
 
 or_expr:
     and_expr
-  | or_expr OR and_expr       { $$ = ast_binary(A, OP_OR, $1, $3, @2); }
+  | or_expr OR and_expr       { $$ = ast_binary(A, OP_OR, $1, $3, @2); GUARD($$, @2); }
   ;
 
 and_expr:
     not_expr
-  | and_expr AND not_expr     { $$ = ast_binary(A, OP_AND, $1, $3, @2); }
+  | and_expr AND not_expr     { $$ = ast_binary(A, OP_AND, $1, $3, @2); GUARD($$, @2); }
   ;
 
 not_expr:
     cmp_expr
-  | NOT not_expr              { $$ = ast_unary(A, OP_NOT, $2, @1); }
+  | NOT not_expr              { $$ = ast_unary(A, OP_NOT, $2, @1); GUARD($$, @1); }
   ;
 
 cmp_expr:
     add_expr
-  | add_expr cmp_op add_expr  { $$ = ast_binary(A, (AstOp)$2, $1, $3, @2); }
+  | add_expr cmp_op add_expr  { $$ = ast_binary(A, (AstOp)$2, $1, $3, @2); GUARD($$, @2); }
   ;
 
 cmp_op:
@@ -267,13 +272,13 @@ cmp_op:
 
 add_expr:
     mul_expr
-  | add_expr '+' mul_expr     { $$ = ast_binary(A, OP_ADD, $1, $3, @2); }
-  | add_expr '-' mul_expr     { $$ = ast_binary(A, OP_SUB, $1, $3, @2); }
+  | add_expr '+' mul_expr     { $$ = ast_binary(A, OP_ADD, $1, $3, @2); GUARD($$, @2); }
+  | add_expr '-' mul_expr     { $$ = ast_binary(A, OP_SUB, $1, $3, @2); GUARD($$, @2); }
   ;
 
 mul_expr:
     unary
-  | mul_expr mul_op unary     { $$ = ast_binary(A, (AstOp)$2, $1, $3, @2); }
+  | mul_expr mul_op unary     { $$ = ast_binary(A, (AstOp)$2, $1, $3, @2); GUARD($$, @2); }
   ;
 
 mul_op:
@@ -282,20 +287,20 @@ mul_op:
 
 unary:
     power
-  | '-' unary                 { $$ = ast_unary(A, OP_NEG, $2, @1); }
+  | '-' unary                 { $$ = ast_unary(A, OP_NEG, $2, @1); GUARD($$, @1); }
   ;
 
 power:
     postfix
-  | postfix POW unary         { $$ = ast_binary(A, OP_POW, $1, $3, @2); }
+  | postfix POW unary         { $$ = ast_binary(A, OP_POW, $1, $3, @2); GUARD($$, @2); }
   ;
 
 postfix:
     primary
-  | postfix '(' args_opt ')'  { $$ = ast_call(A, $1, $3, @4); }
-  | postfix '.' IDENT         { $$ = ast_member(A, $1, $3, @3); }
+  | postfix '(' args_opt ')'  { $$ = ast_call(A, $1, $3, @4); GUARD($$, @2); }
+  | postfix '.' IDENT         { $$ = ast_member(A, $1, $3, @3); GUARD($$, @2); }
   | postfix '[' index_items ']'
-                              { $$ = ast_index(A, $1, $3, @4); }
+                              { $$ = ast_index(A, $1, $3, @4); GUARD($$, @2); }
   ;
 
 primary:
@@ -365,6 +370,14 @@ static PtrVec *vec_push(ParseCtx *ctx, PtrVec *v, void *item) {
   if (!v) v = arena_alloc(ctx->arena, sizeof *v);
   ptrvec_push(ctx->arena, v, item);
   return v;
+}
+
+static int too_deep(ParseCtx *ctx, const AstExpr *e, Span at) {
+  if (e->depth <= AST_MAX_DEPTH) return 0;
+  diag_error(ctx->diag, at, "expression nested deeper than %d levels", AST_MAX_DEPTH);
+  diag_hint(ctx->diag, "split it into named steps");
+  ctx->too_deep = 1;
+  return 1;
 }
 
 static void hpdyyerror(Span *loc, void *scanner, ParseCtx *ctx, const char *msg) {

@@ -18,14 +18,11 @@ if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>
   flex bison cmake make gcc clang pkg-config LLVM (dev) libffi Open MPI OpenBLAS jansson python3"
 fi
 
-SUDO=()
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null 2>&1 || die "not root and no sudo: run as root or install sudo"
-  SUDO=(sudo)
-fi
 
 installed() { # installed PACKAGE: true when dpkg has it installed
-  dpkg -s "$1" 2>/dev/null | grep -q '^Status: install ok installed'
+  local out  # (no pipe into grep -q: with pipefail, dpkg's SIGPIPE would fail it)
+  out=$(dpkg -s "$1" 2>/dev/null) || return 1
+  [[ $out == *"Status: install ok installed"* ]]
 }
 
 installed_like() { # installed_like GLOB: the installed packages matching GLOB
@@ -51,6 +48,7 @@ plain=(
   "cmake|the build"
   "make|the build"
   "gcc|the C compiler"
+  "libc6-dev|the C library headers"
   "pkg-config|finding libraries"
   "libffi-dev|calls into native functions named by extern declarations"
   "libopenmpi-dev|MPI collectives on CPU ranks"
@@ -116,6 +114,13 @@ fi
 if [ ${#missing[@]} -eq 0 ]; then
   say "everything is installed; nothing to do"
   exit 0
+fi
+
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null 2>&1 ||
+    die "not root and no sudo: run as root, or install the packages above by hand"
+  SUDO=(sudo)
 fi
 
 say "updating the package lists (apt-get update)"

@@ -1,0 +1,393 @@
+/* cost.c - the cost primitives of the planner (see cost.h, docs/planner.md).
+ *
+ * Pure functions of their arguments plus one constant table (the GEMM
+ * figures per device below). Nothing here allocates, so the planner can call
+ * them millions of times in a layout search. */
+#include "cost.h"
+
+#include <math.h>
+#include <string.h>
+
+/* "Never finishes": a time for work the hardware cannot do (no bandwidth,
+ * no such precision). INFINITY is a float; say double once here. */
+#define NEVER ((double)INFINITY)
+
+/* ------------------------------------------------------------------ */
+/* collectives                                                          */
+
+const char *cost_collective_name(CostCollective c) {
+  switch (c) {
+  case COST_ALLREDUCE: return "all-reduce";
+  case COST_ALLGATHER: return "all-gather";
+  case COST_REDUCE_SCATTER: return "reduce-scatter";
+  case COST_ALLTOALL: return "all-to-all";
+  case COST_BROADCAST: return "broadcast";
+  case COST_REDUCE: return "reduce";
+  case COST_SENDRECV: return "send/recv";
+  }
+  return "?";
+}
+
+/* nccl-tests doc/PERFORMANCE.md: the factor that turns the algorithm
+ * bandwidth S/t into a bus bandwidth comparable with the hardware link. */
+double cost_busbw_factor(CostCollective c, int n) {
+  if (n < 1) n = 1;
+  switch (c) {
+  case COST_ALLREDUCE: return 2.0 * (n - 1) / n;
+  case COST_ALLGATHER:
+  case COST_REDUCE_SCATTER:
+  case COST_ALLTOALL: return (double)(n - 1) / n;
+  case COST_BROADCAST:
+  case COST_REDUCE:
+  case COST_SENDRECV: return 1.0;
+  }
+  return 1.0;
+}
+
+/* ceil(log2(n)) for n >= 1: the depth of a binary tree over n ranks. */
+static int ceil_log2(int n) {
+  int d = 0;
+  int64_t span = 1;
+  while (span < n) {
+    span *= 2;
+    d++;
+  }
+  return d;
+}
+
+/* Only all-reduce, broadcast and reduce have a tree algorithm in NCCL; the
+ * others run as rings (pairwise exchanges for all-to-all). */
+static int has_tree(CostCollective c) {
+  return c == COST_ALLREDUCE || c == COST_BROADCAST || c == COST_REDUCE;
+}
+
+/* Time of collective c with an explicit algorithm (RING or TREE):
+ *   steps * latency + S * factor / busbw
+ * where factor is the nccl-tests bus-bandwidth factor for rings (so that a
+ * zero-latency ring reproduces busbw exactly) and, for NCCL's double binary
+ * tree, the data each rank moves: 2S for all-reduce (a reduce then a
+ * broadcast, each half of the data on each of two trees), S for broadcast
+ * and reduce. Steps: 2(n-1) for a ring all-reduce (reduce-scatter then
+ * all-gather), n-1 for the other rings, 2 ceil(log2 n) for a tree
+ * all-reduce (up then down), ceil(log2 n) for a tree broadcast / reduce. */
+static double coll_time(CostCollective c, double bytes, int n, const CostLink *link, CostAlgo algo) {
+  if (c == COST_SENDRECV) n = 2;
+  if (n <= 1 || !(bytes > 0)) return 0;
+  if (!link || !(link->bytes_per_s > 0)) return NEVER;
+  double bw = link->bytes_per_s;
+  double lat = link->latency_s > 0 ? link->latency_s : 0;
+  int tree = algo == COST_ALGO_TREE && has_tree(c);
+  switch (c) {
+  case COST_ALLREDUCE:
+    if (tree) return 2.0 * ceil_log2(n) * lat + 2.0 * bytes / bw;
+    return 2.0 * (n - 1) * lat + bytes * cost_busbw_factor(c, n) / bw;
+  case COST_ALLGATHER:
+  case COST_REDUCE_SCATTER:
+  case COST_ALLTOALL: return (double)(n - 1) * lat + bytes * cost_busbw_factor(c, n) / bw;
+  case COST_BROADCAST:
+  case COST_REDUCE:
+    if (tree) return ceil_log2(n) * lat + bytes / bw;
+    return (double)(n - 1) * lat + bytes / bw;
+  case COST_SENDRECV: return lat + bytes / bw;
+  }
+  return 0;
+}
+
+CostAlgo cost_pick_algo(CostCollective c, double bytes, int n, const CostLink *link) {
+  if (!has_tree(c)) return COST_ALGO_RING;
+  return coll_time(c, bytes, n, link, COST_ALGO_TREE) < coll_time(c, bytes, n, link, COST_ALGO_RING)
+             ? COST_ALGO_TREE
+             : COST_ALGO_RING;
+}
+
+double cost_collective_s(CostCollective c, double bytes, int n, const CostLink *link, CostAlgo algo) {
+  if (algo == COST_ALGO_AUTO) algo = cost_pick_algo(c, bytes, n, link);
+  return coll_time(c, bytes, n, link, algo);
+}
+
+double cost_allreduce_s(double bytes, int n, const CostLink *link, CostAlgo algo) {
+  return cost_collective_s(COST_ALLREDUCE, bytes, n, link, algo);
+}
+double cost_allgather_s(double bytes, int n, const CostLink *link, CostAlgo algo) {
+  return cost_collective_s(COST_ALLGATHER, bytes, n, link, algo);
+}
+double cost_reduce_scatter_s(double bytes, int n, const CostLink *link, CostAlgo algo) {
+  return cost_collective_s(COST_REDUCE_SCATTER, bytes, n, link, algo);
+}
+double cost_alltoall_s(double bytes, int n, const CostLink *link) {
+  return cost_collective_s(COST_ALLTOALL, bytes, n, link, COST_ALGO_RING);
+}
+double cost_broadcast_s(double bytes, int n, const CostLink *link, CostAlgo algo) {
+  return cost_collective_s(COST_BROADCAST, bytes, n, link, algo);
+}
+double cost_reduce_s(double bytes, int n, const CostLink *link, CostAlgo algo) {
+  return cost_collective_s(COST_REDUCE, bytes, n, link, algo);
+}
+double cost_sendrecv_s(double bytes, const CostLink *link) {
+  return cost_collective_s(COST_SENDRECV, bytes, 2, link, COST_ALGO_RING);
+}
+
+/* What one rank puts on the wire: the bandwidth terms of coll_time times the
+ * link bandwidth. */
+double cost_collective_bytes_sent(CostCollective c, double bytes, int n, CostAlgo algo) {
+  if (c == COST_SENDRECV) return bytes > 0 ? bytes : 0;
+  if (n <= 1 || !(bytes > 0)) return 0;
+  int tree = algo == COST_ALGO_TREE && has_tree(c);
+  switch (c) {
+  case COST_ALLREDUCE: return tree ? 2.0 * bytes : bytes * cost_busbw_factor(c, n);
+  case COST_ALLGATHER:
+  case COST_REDUCE_SCATTER:
+  case COST_ALLTOALL: return bytes * cost_busbw_factor(c, n);
+  case COST_BROADCAST:
+  case COST_REDUCE:
+  case COST_SENDRECV: return bytes;
+  }
+  return 0;
+}
+
+/* The two-level model of cost.h / docs/planner.md "Links of a group". A
+ * ring over N nodes x r ranks crosses each node boundary once per channel;
+ * the per-rank traffic of the ring, 2(n-1)/n S for an all-reduce, is also
+ * what leaves each node. NCCL spreads channels over the NICs nearest to the
+ * group's GPUs, so a group with r ranks per node sends through r GPUs' share
+ * of the node's NICs: r * nics * nic_bw / gpus_per_node. The other
+ * gpus_per_node / r GPUs of the node are busy with their own groups (SPMD)
+ * and use the rest. Matches nccl-tests on 8 x A100 nodes with 4 HDR NICs:
+ * 8 * 4 * 25 / 8 = 100 GB/s line rate, 85-86 GB/s measured (#119, #1048). */
+CostLink cost_group_link(const SemCluster *c, int n, int ranks_per_node) {
+  CostLink l = {0, 0};
+  if (!c) return l;
+  int gpn = c->gpus_per_node > 0 ? (int)c->gpus_per_node : 1;
+  int r = ranks_per_node < 1 ? 1 : ranks_per_node;
+  if (r > gpn) r = gpn;
+  if (n >= 1 && r > n) r = n;
+  /* Ranks that time-share one device (CPU cores) copy through the same
+   * memory: the node's copy bandwidth is split between all its ranks. No
+   * NCCL fraction: the figure is already a memory-copy estimate. */
+  double intra = c->shared_device ? c->intra_bytes_per_s / gpn
+                                  : c->intra_bytes_per_s * COST_NCCL_INTRA_EFFICIENCY;
+  if (intra < 0) intra = 0;
+  if (n <= r) {
+    l.bytes_per_s = intra;
+    l.latency_s = c->intra_latency_s;
+    return l;
+  }
+  double nic_share = c->nics_per_node > 0 && c->inter_bytes_per_s > 0
+                         ? (double)c->nics_per_node * c->inter_bytes_per_s / gpn
+                         : 0;
+  double inter = r * nic_share * COST_NCCL_INTER_EFFICIENCY;
+  /* With r > 1 the ring also hops between the r GPUs of a node; with r == 1
+   * it never does, so the intra-node fabric does not limit it. */
+  l.bytes_per_s = r > 1 && intra < inter ? intra : inter;
+  l.latency_s = c->inter_latency_s > c->intra_latency_s ? c->inter_latency_s : c->intra_latency_s;
+  return l;
+}
+
+/* ------------------------------------------------------------------ */
+/* compute                                                              */
+
+double cost_op_time_s(double flops, double bytes, const CatDevice *dev, const char *precision,
+                      double gemm_efficiency) {
+  int work = flops > 0 || bytes > 0;
+  if (!dev) return work ? NEVER : 0;
+  double eff = gemm_efficiency > 0 && gemm_efficiency <= 1 ? gemm_efficiency : 1;
+  double peak = cat_peak_flops(dev, precision);
+  double t_compute = 0, t_memory = 0;
+  if (flops > 0) t_compute = peak > 0 ? flops / (peak * eff) : NEVER;
+  if (bytes > 0)
+    t_memory = dev->hbm_bytes_per_s > 0 ? bytes / (dev->hbm_bytes_per_s * COST_HBM_EFFICIENCY) : NEVER;
+  return t_compute > t_memory ? t_compute : t_memory;
+}
+
+/* GEMM figures per device (canonical catalog names).
+ *   units:   SMs (NVIDIA) or CUs (AMD) that a GEMM's tiles are spread over;
+ *            0 = no wave model (TPU: XLA's own tiling; CPU: BLAS threads).
+ *   tile:    output tile edge; 0 = COST_GEMM_TILE.
+ *   ceiling: the k -> infinity efficiency of a perfectly tiled GEMM,
+ *            calibrated so that this model at the best shape of the
+ *            "Maximum Achievable Matmul FLOPS" table of S. Bekman's
+ *            ml-engineering (compute/accelerator, bf16, measured with
+ *            mamf-finder) gives the measured rate over the catalog peak:
+ *              A100 SXM  267.9 / 312    at 6912x16384x2048  -> 0.886
+ *              H100 SXM  792.1 / 989.4  at 6144x17920x2816  -> 0.820
+ *              MI250X    147.0 / 191.5  at 1024x14080x19968 -> 0.770 (1 GCD)
+ *              MI300X    781.9 / 1307.4 at 4096x10240x4864  -> 0.648
+ *            tests/unit/test_cost.c checks those four points.
+ * SM / CU counts: A100 108 SMs, H100 SXM5 132, H100 PCIe 114 (NVIDIA H100
+ * whitepaper); H200 is the H100 SXM die; B200 148 (two dies of 74, NVIDIA
+ * Blackwell material, less certain); MI250X 2 x 110 CUs, MI300X 304 CUs
+ * (ROCm MI200 / MI300 guides); T4 40 SMs (Turing whitepaper). H200 takes
+ * the H100 ceiling (same die, same 700 W limit); devices without a
+ * measurement take COST_GEMM_CEILING_DEFAULT. */
+typedef struct {
+  const char *device;
+  int units;
+  int tile;
+  double ceiling;
+} GemmSpec;
+
+static const GemmSpec gemm_specs[] = {
+    {"a100-40gb", 108, 0, 0.886},
+    {"a100-80gb", 108, 0, 0.886},
+    {"h100-sxm", 132, 0, 0.820},
+    {"h100-pcie", 114, 0, 0.820},
+    {"h200", 132, 0, 0.820},
+    {"b200", 148, 0, COST_GEMM_CEILING_DEFAULT},
+    {"mi250x", 220, 0, 0.770},
+    {"mi250x-gcd", 110, 0, 0.770},
+    {"mi300x", 304, 0, 0.648},
+    {"t4", 40, 0, COST_GEMM_CEILING_DEFAULT},
+    /* MXUs are 128x128 systolic arrays, so operands pad to 128. */
+    {"tpu-v5p", 0, 128, COST_GEMM_CEILING_DEFAULT},
+    /* BLAS micro-kernels are a few rows wide: no tile or wave penalty. */
+    {"cpu", 0, 1, COST_GEMM_CEILING_DEFAULT},
+};
+
+static const GemmSpec gemm_default = {"", 0, 0, COST_GEMM_CEILING_DEFAULT};
+
+static const GemmSpec *gemm_spec(const CatDevice *dev) {
+  if (!dev || !dev->name) return &gemm_default;
+  for (size_t i = 0; i < sizeof gemm_specs / sizeof gemm_specs[0]; i++)
+    if (!strcmp(gemm_specs[i].device, dev->name)) return &gemm_specs[i];
+  return &gemm_default;
+}
+
+double cost_gemm_ceiling(const CatDevice *dev) { return gemm_spec(dev)->ceiling; }
+int cost_device_units(const CatDevice *dev) { return gemm_spec(dev)->units; }
+
+/* Efficiency = ceiling * tile quantization * wave quantization * depth:
+ *   tile:  m n / (ceil(m/T) T ceil(n/T) T), the useful share of the padded
+ *          output tiles;
+ *   wave:  tiles / (ceil(tiles/units) units), the busy share of the last
+ *          wave of thread blocks (one tile per SM at a time);
+ *   depth: k / (k + K0), the mainloop's share of a tile's time.
+ * NVIDIA's "Matrix Multiplication Background" guide (Deep Learning
+ * Performance documentation) describes tile and wave quantization. */
+double cost_gemm_efficiency_batched(int64_t batch, int64_t m, int64_t n, int64_t k,
+                                    const CatDevice *dev) {
+  const GemmSpec *g = gemm_spec(dev);
+  if (batch <= 0 || m <= 0 || n <= 0 || k <= 0) return g->ceiling;
+  double t = g->tile > 0 ? g->tile : COST_GEMM_TILE;
+  double tm = ceil((double)m / t), tn = ceil((double)n / t);
+  double tile_eff = ((double)m * (double)n) / (tm * t * tn * t);
+  double wave_eff = 1;
+  if (g->units > 0) {
+    double tiles = (double)batch * tm * tn;
+    double waves = ceil(tiles / g->units);
+    wave_eff = tiles / (waves * g->units);
+  }
+  double depth_eff = (double)k / ((double)k + COST_GEMM_K_OVERHEAD);
+  return g->ceiling * tile_eff * wave_eff * depth_eff;
+}
+
+double cost_gemm_efficiency(int64_t m, int64_t n, int64_t k, const CatDevice *dev) {
+  return cost_gemm_efficiency_batched(1, m, n, k, dev);
+}
+
+/* ------------------------------------------------------------------ */
+/* pipeline bubble: Narayanan et al. 2021, Sec 2.2.1 (GPipe, 1F1B) and     */
+/* Sec 2.2.2 (interleaved): t_bubble / t_ideal = (p-1)/m, resp. (p-1)/(v m) */
+
+static double bubble_denominator(Schedule s, int64_t m, int v) {
+  if (m < 1) m = 1;
+  if (v < 1) v = 1;
+  return s == SCHED_INTERLEAVED ? (double)v * (double)m : (double)m;
+}
+
+double cost_bubble_fraction(Schedule s, int pp, int64_t microbatches, int virtual_stages) {
+  if (pp <= 1) return 0;
+  return (pp - 1) / bubble_denominator(s, microbatches, virtual_stages);
+}
+
+/* x = bubble/ideal  =>  bubble/(ideal + bubble) = x/(1+x) = (p-1)/(d+p-1). */
+double cost_bubble_step_fraction(Schedule s, int pp, int64_t microbatches, int virtual_stages) {
+  if (pp <= 1) return 0;
+  return (pp - 1) / (bubble_denominator(s, microbatches, virtual_stages) + (pp - 1));
+}
+
+/* ------------------------------------------------------------------ */
+/* model states: ZeRO paper (Rajbhandari et al. 2020) Sec 3.1, 5.1-5.3     */
+
+CostModelStates cost_model_states(int64_t params, int zero_stage, int dp, Precision p,
+                                  OptimizerKind o, int sgd_momentum) {
+  CostModelStates s = {0, 0, 0, 0};
+  double psi = params > 0 ? (double)params : 0;
+  double nd = dp > 1 ? dp : 1;
+  int stage = zero_stage < 0 ? 0 : zero_stage > 3 ? 3 : zero_stage;
+  int mixed = p == PREC_BF16 || p == PREC_FP16;
+  /* Mixed precision: 16-bit weights and gradients; the optimizer keeps an
+   * fp32 master copy (4) plus its fp32 moments. fp32: no master copy. */
+  double w = mixed ? 2 : 4, g = mixed ? 2 : 4;
+  double moments = o == OPT_ADAMW ? 8 : sgd_momentum ? 4 : 0;
+  double k = (mixed ? 4 : 0) + moments;
+  s.params = psi * w / (stage >= 3 ? nd : 1);
+  s.grads = psi * g / (stage >= 2 ? nd : 1);
+  s.optimizer = psi * k / (stage >= 1 ? nd : 1);
+  s.total = s.params + s.grads + s.optimizer;
+  return s;
+}
+
+double cost_model_state_bytes(int64_t params, int zero_stage, int dp, Precision p,
+                              OptimizerKind o) {
+  return cost_model_states(params, zero_stage, dp, p, o, 1).total;
+}
+
+/* ------------------------------------------------------------------ */
+/* reference formulas: Narayanan et al. 2021, Eq. 2-4                     */
+
+double cost_megatron_params(int64_t l, int64_t h, int64_t V, int64_t s) {
+  double L = (double)l, H = (double)h;
+  return 12.0 * L * H * H * (1.0 + 13.0 / (12.0 * H) + ((double)V + (double)s) / (12.0 * L * H));
+}
+
+double cost_megatron_flops(int64_t B, int64_t s, int64_t l, int64_t h, int64_t V) {
+  double S = (double)s, L = (double)l, H = (double)h;
+  return 96.0 * (double)B * S * L * H * H * (1.0 + S / (6.0 * H) + (double)V / (16.0 * L * H));
+}
+
+double cost_megatron_model_flops(int64_t B, int64_t s, int64_t l, int64_t h, int64_t V) {
+  double S = (double)s, L = (double)l, H = (double)h;
+  return 72.0 * (double)B * S * L * H * H * (1.0 + S / (6.0 * H) + (double)V / (12.0 * L * H));
+}
+
+double cost_achieved_flops_per_gpu(double flops_per_iter, double iter_s, int64_t gpus) {
+  if (!(iter_s > 0) || gpus <= 0) return 0;
+  return flops_per_iter / (iter_s * (double)gpus);
+}
+
+double cost_training_time_s(double tokens, double params, int64_t gpus, double flops_per_gpu) {
+  if (gpus <= 0 || !(flops_per_gpu > 0)) return NEVER;
+  return 8.0 * tokens * params / ((double)gpus * flops_per_gpu);
+}
+
+/* ------------------------------------------------------------------ */
+/* scaling laws                                                          */
+
+double cost_amdahl_speedup(double f, double n) {
+  if (!(n > 0)) return 0;
+  return 1.0 / (f + (1.0 - f) / n);
+}
+
+double cost_gustafson_speedup(double f, double n) { return n - f * (n - 1.0); }
+
+double cost_karp_flatt(double speedup, double n) {
+  if (!(n > 1) || !(speedup > 0)) return 0;
+  return (1.0 / speedup - 1.0 / n) / (1.0 - 1.0 / n);
+}
+
+/* 1/S = f + (1-f)/n  <=>  1/S - 1/n = f (1 - 1/n): a line through the origin,
+ * whose least-squares slope is sum(x y) / sum(x x). */
+double cost_amdahl_fit(const double *n, const double *speedup, int count) {
+  if (!n || !speedup) return 0;
+  double sxy = 0, sxx = 0;
+  for (int i = 0; i < count; i++) {
+    if (!(n[i] > 1) || !(speedup[i] > 0) || !isfinite(n[i]) || !isfinite(speedup[i])) continue;
+    double x = 1.0 - 1.0 / n[i];
+    double y = 1.0 / speedup[i] - 1.0 / n[i];
+    sxy += x * y;
+    sxx += x * x;
+  }
+  if (!(sxx > 0)) return 0;
+  double f = sxy / sxx;
+  return f < 0 ? 0 : f > 1 ? 1 : f;
+}

@@ -1,0 +1,203 @@
+/* cost.h - the cost primitives of the planner.
+ *
+ * The planner (hpdlc plan) walks the partitioned IR and prices every op and
+ * every collective with the functions below. They know nothing of the IR:
+ * each takes plain numbers (bytes, FLOP, ranks) and a device, link or
+ * cluster, so that they can be tested against published figures on their own.
+ *
+ * Units are SI throughout: bytes, seconds, FLOP, FLOP/s, bytes/s. Every
+ * formula, its assumptions and its source are in docs/planner.md; the
+ * comments here name the source and say why, the document has the detail. */
+#ifndef HPDL_COST_H
+#define HPDL_COST_H
+
+#include <stdint.h>
+
+#include "catalog.h"
+#include "sema.h" /* Schedule, Precision, OptimizerKind, SemCluster */
+
+/* ---- calibrated constants (docs/planner.md, "Calibrated constants") ---- */
+
+/* Fraction of the intra-node fabric's one-direction bandwidth that an NCCL
+ * ring all-reduce reaches as bus bandwidth on large messages: 232.5 GB/s of
+ * 300 GB/s on 8 x A100 SXM over NVSwitch (NVIDIA/nccl issue #1048,
+ * all_reduce_perf up to 4 GB). */
+#define COST_NCCL_INTRA_EFFICIENCY 0.78
+/* The same fraction for the network: 86 GB/s bus bandwidth between two
+ * 8 x A100 nodes with 4 x HDR 200 Gb/s (100 GB/s) per node (NVIDIA/nccl
+ * #1048); nccl-tests #119 reports 84.8 GB/s of the same 100 GB/s. */
+#define COST_NCCL_INTER_EFFICIENCY 0.86
+/* Fraction of the datasheet HBM bandwidth that a streaming (copy, triad,
+ * elementwise) kernel sustains; an assumption, see docs/planner.md. */
+#define COST_HBM_EFFICIENCY 0.90
+/* Edge of the square output tile of one thread block of a tensor-core GEMM
+ * (cuBLAS / CUTLASS 128x128 tiles on A100 and H100). */
+#define COST_GEMM_TILE 128
+/* Fixed cost of one output tile (filling the software pipeline, the
+ * epilogue), expressed in elements of K: a GEMM of depth k runs at
+ * k / (k + COST_GEMM_K_OVERHEAD) of its mainloop rate. */
+#define COST_GEMM_K_OVERHEAD 64
+/* GEMM ceiling for devices without a measured one: the H100 SXM figure, the
+ * lowest of the NVIDIA measurements in docs/planner.md. */
+#define COST_GEMM_CEILING_DEFAULT 0.820
+
+/* ---- collectives on the nccl-tests bus-bandwidth model ----
+ *
+ * A link is what one rank sees: the bus bandwidth it sustains for a
+ * collective (bytes/s, one direction) and the start-up latency of one step
+ * of the algorithm (the alpha of an alpha-beta model). */
+typedef struct CostLink {
+  double bytes_per_s;
+  double latency_s;
+} CostLink;
+
+typedef enum {
+  COST_ALGO_RING, /* ring (pipelined chain for broadcast / reduce) */
+  COST_ALGO_TREE, /* NCCL's double binary tree (all-reduce, broadcast, reduce) */
+  COST_ALGO_AUTO  /* the faster of the two, as NCCL's tuner picks */
+} CostAlgo;
+
+typedef enum {
+  COST_ALLREDUCE,
+  COST_ALLGATHER,
+  COST_REDUCE_SCATTER,
+  COST_ALLTOALL,
+  COST_BROADCAST,
+  COST_REDUCE,
+  COST_SENDRECV
+} CostCollective;
+
+const char *cost_collective_name(CostCollective c);
+
+/* The factor of nccl-tests doc/PERFORMANCE.md: busbw = algbw * factor, with
+ * algbw = S / t. 2(n-1)/n for all-reduce; (n-1)/n for all-gather,
+ * reduce-scatter and all-to-all; 1 for broadcast, reduce and send/recv. */
+double cost_busbw_factor(CostCollective c, int n);
+
+/* Time of one collective over n ranks. `bytes` is S of nccl-tests: the
+ * buffer of one rank for all-reduce, broadcast, reduce, send/recv; the whole
+ * gathered array (n times one rank's shard) for all-gather and
+ * reduce-scatter; one rank's whole send buffer for all-to-all. 0 when n <= 1
+ * or bytes <= 0; INFINITY when the link has no bandwidth. All-gather,
+ * reduce-scatter and all-to-all are ring (pairwise) only: TREE and AUTO
+ * price them as RING, as NCCL does. */
+double cost_allreduce_s(double bytes, int n, const CostLink *link, CostAlgo algo);
+double cost_allgather_s(double bytes, int n, const CostLink *link, CostAlgo algo);
+double cost_reduce_scatter_s(double bytes, int n, const CostLink *link, CostAlgo algo);
+double cost_alltoall_s(double bytes, int n, const CostLink *link);
+double cost_broadcast_s(double bytes, int n, const CostLink *link, CostAlgo algo);
+double cost_reduce_s(double bytes, int n, const CostLink *link, CostAlgo algo);
+/* One message from one rank to another (pipeline stages). */
+double cost_sendrecv_s(double bytes, const CostLink *link);
+/* Any of the above by kind (n is ignored for COST_SENDRECV). */
+double cost_collective_s(CostCollective c, double bytes, int n, const CostLink *link, CostAlgo algo);
+/* The algorithm AUTO resolves to for this message: RING or TREE. */
+CostAlgo cost_pick_algo(CostCollective c, double bytes, int n, const CostLink *link);
+/* Bytes one rank sends during the collective (comm_per_step of the plan).
+ * AUTO counts as RING; resolve it with cost_pick_algo first if needed. */
+double cost_collective_bytes_sent(CostCollective c, double bytes, int n, CostAlgo algo);
+
+/* The link of a group of n ranks placed as `ranks_per_node` consecutive
+ * ranks on each node of cluster c (tensor parallelism inside a node:
+ * ranks_per_node = tp; the data-parallel group of a tp x pp layout:
+ * ranks_per_node = max(1, gpus_per_node / (tp * pp))).
+ *   - The group fits in one node (n <= ranks_per_node): the intra-node
+ *     fabric, times COST_NCCL_INTRA_EFFICIENCY.
+ *   - It spans nodes: a ring crosses each node boundary once per channel,
+ *     and the channels of the group's ranks_per_node GPUs leave the node
+ *     through those GPUs' share of the NICs, so the bus bandwidth is
+ *     ranks_per_node * nics_per_node * nic_bw / gpus_per_node (times
+ *     COST_NCCL_INTER_EFFICIENCY), and never more than the intra-node
+ *     figure. Latency is the inter-node one.
+ * Assumes every GPU of a node is busy in a group of the same shape at the
+ * same time (SPMD), so a group gets its own GPUs' share of the NICs and no
+ * more. On a cluster whose ranks share one device (shared_device, the CPU
+ * machine) the ranks of the node share the copy bandwidth. */
+CostLink cost_group_link(const SemCluster *c, int n, int ranks_per_node);
+
+/* ---- compute: roofline of one op ----
+ *
+ * max(flops / (peak(precision) * gemm_efficiency),
+ *     bytes / (hbm_bandwidth * COST_HBM_EFFICIENCY)).
+ * gemm_efficiency is 1 for ops that are not matrix multiplies (they are
+ * memory bound anyway) and cost_gemm_efficiency() for those that are; a
+ * value <= 0 or > 1 is taken as 1. INFINITY when flops > 0 and the device
+ * has no such precision (cat_peak_flops() == 0). */
+double cost_op_time_s(double flops, double bytes, const CatDevice *dev, const char *precision,
+                      double gemm_efficiency);
+
+/* Achievable fraction of dense peak for C[m,n] = A[m,k] B[k,n]:
+ *   ceiling(dev) * tile quantization * wave quantization * k / (k + K0).
+ * Tiles are COST_GEMM_TILE square; a wave is one tile per SM (CU) of the
+ * device. The batched form has `batch` independent GEMMs of that shape in
+ * one launch (attention scores), which fill the waves together. Dimensions
+ * <= 0 give the ceiling. dev may be NULL (defaults). */
+double cost_gemm_efficiency(int64_t m, int64_t n, int64_t k, const CatDevice *dev);
+double cost_gemm_efficiency_batched(int64_t batch, int64_t m, int64_t n, int64_t k,
+                                    const CatDevice *dev);
+/* The ceiling and the SM / CU count used for dev (0 SMs: no wave model). */
+double cost_gemm_ceiling(const CatDevice *dev);
+int cost_device_units(const CatDevice *dev);
+
+/* ---- pipeline bubble (Narayanan et al. 2021, Sec 2.2) ----
+ * cost_bubble_fraction: bubble time over ideal compute time,
+ *   (p-1)/m for GPipe and 1F1B, (p-1)/(v m) for interleaved 1F1B.
+ * cost_bubble_step_fraction: bubble time over the whole pipeline time
+ *   (ideal + bubble), (p-1)/(m+p-1), resp. (p-1)/(v m + p-1): the share of
+ *   the step a GPU idles, which is what the plan's time.bubble_fraction
+ *   reports.
+ * pp <= 1 gives 0; m < 1 counts as 1; v < 1 counts as 1 and is ignored
+ * unless the schedule is interleaved. */
+double cost_bubble_fraction(Schedule s, int pp, int64_t microbatches, int virtual_stages);
+double cost_bubble_step_fraction(Schedule s, int pp, int64_t microbatches, int virtual_stages);
+
+/* ---- model states (ZeRO paper, Rajbhandari et al. 2020, Sec 3.1 and 5) ----
+ * Bytes per GPU of weights, gradients and optimizer state for `params`
+ * parameters data-parallel over dp ranks with ZeRO stage 0..3.
+ * Per parameter: mixed precision (bf16 / fp16) keeps 2 B weights + 2 B
+ * gradients + K B optimizer state, K = 12 for Adam (fp32 master weights,
+ * momentum, variance), 8 for SGD with momentum, 4 without; fp32 training
+ * keeps 4 + 4 + K, K = 8 for Adam, 4 for SGD with momentum, 0 without.
+ * Stage 1 divides the optimizer state by dp, stage 2 also the gradients,
+ * stage 3 also the weights. */
+typedef struct CostModelStates {
+  double params, grads, optimizer, total;
+} CostModelStates;
+
+CostModelStates cost_model_states(int64_t params, int zero_stage, int dp, Precision p,
+                                  OptimizerKind o, int sgd_momentum);
+/* The total of cost_model_states; SGD is taken with a momentum buffer. */
+double cost_model_state_bytes(int64_t params, int zero_stage, int dp, Precision p,
+                              OptimizerKind o);
+
+/* ---- reference formulas of Narayanan et al. 2021 (cross-checks) ----
+ * For a GPT of l layers, hidden h, vocabulary V, sequence s, batch B. */
+/* Eq. 2: parameters, 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)). */
+double cost_megatron_params(int64_t l, int64_t h, int64_t V, int64_t s);
+/* Eq. 3: FLOPs of one iteration including the recomputed forward of full
+ * activation recomputation, 96 B s l h^2 (1 + s/(6h) + V/(16 l h)). */
+double cost_megatron_flops(int64_t B, int64_t s, int64_t l, int64_t h, int64_t V);
+/* The same without recomputation (model FLOPs, the numerator of MFU):
+ * 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) (Korthikanti et al. 2022, App. A). */
+double cost_megatron_model_flops(int64_t B, int64_t s, int64_t l, int64_t h, int64_t V);
+/* Achieved FLOP/s per GPU as the paper reports it: F / (T n). */
+double cost_achieved_flops_per_gpu(double flops_per_iter, double iter_s, int64_t gpus);
+/* Eq. 4: end-to-end training time ~ 8 T P / (n X) for T tokens, P params,
+ * n GPUs at X FLOP/s each. */
+double cost_training_time_s(double tokens, double params, int64_t gpus, double flops_per_gpu);
+
+/* ---- scaling laws ---- */
+/* Amdahl (1967): S(n) = 1 / (f + (1-f)/n). */
+double cost_amdahl_speedup(double serial_fraction, double n);
+/* Gustafson (1988): scaled speed-up S(n) = n - f (n-1). */
+double cost_gustafson_speedup(double serial_fraction, double n);
+/* Karp-Flatt (1990): the serial fraction one (n, S) point implies,
+ * (1/S - 1/n) / (1 - 1/n); 0 for n <= 1. */
+double cost_karp_flatt(double speedup, double n);
+/* Least-squares serial fraction f of Amdahl's law from `count` measured
+ * (n, speed-up) points: minimises sum (1/S - f - (1-f)/n)^2, i.e. the
+ * regression through the origin of y = 1/S - 1/n on x = 1 - 1/n. Clamped to
+ * [0, 1]; 0 when no point has n > 1. */
+double cost_amdahl_fit(const double *n, const double *speedup, int count);
+
+#endif

@@ -1,0 +1,112 @@
+/* fuse.h - kernel fusion: each graph's nodes grouped into kernels, the unit
+ * the code generators emit.
+ *
+ * Every node lands in exactly one kernel; kernels are listed in an order
+ * that respects their dependencies (and so have no cycles). A kernel's nodes
+ * run in ascending id order (the graph's SSA order). Its inputs are the
+ * values it reads that other kernels produce; its outputs are the values it
+ * produces that other kernels read, or that the graph returns.
+ *
+ * Kinds:
+ *   leaf     INPUT, PARAM, ARG, CONST (nothing to run), FILL, IOTA (a fill)
+ *   view     an unfused RESHAPE: an alias of its input's buffer, no code
+ *   loop     elementwise ops over one iteration space
+ *   row      elementwise ops and reductions over one reduced axis group of
+ *            one iteration space (a layernorm, a softmax): one pass per row,
+ *            as many sweeps of the row as its reductions need
+ *   gemm     one MATMUL for BLAS / cuBLAS, with transposes of its operands'
+ *            last two axes and reshapes folded in as layouts, and an
+ *            epilogue (scale, bias, activation) where cuBLASLt has one
+ *   copy     a materialised shape op (transpose, slice, pad, concat, ...)
+ *   special  an op with a kernel of its own: embedding (gather) and its
+ *            backward (scatter-add), rope, cross-entropy and its backward,
+ *            repeat_kv_bwd, a multi-group sum_to
+ *   comm     a collective or transfer
+ *   call     a CALL of another graph (fused on its own)
+ * The rules are written out at the top of fuse.c. */
+#ifndef HPDL_FUSE_H
+#define HPDL_FUSE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "arena.h"
+#include "ir.h"
+#include "ir_cost.h"
+
+typedef enum {
+  FUSE_LEAF,
+  FUSE_VIEW,
+  FUSE_LOOP,
+  FUSE_ROW,
+  FUSE_GEMM,
+  FUSE_COPY,
+  FUSE_SPECIAL,
+  FUSE_COMM,
+  FUSE_CALL,
+  FUSE_NKINDS
+} FuseKind;
+
+/* GEMM epilogue steps, applied in this order (cuBLASLt: D = act(alpha A B + bias)). */
+enum { FUSE_EPI_SCALE = 1, FUSE_EPI_BIAS = 2, FUSE_EPI_ACT = 4 };
+
+typedef struct {
+  FuseKind kind;
+  int *nodes;   /* ascending node ids */
+  int nnodes;
+  int *inputs;  /* ascending ids of values produced by other kernels */
+  int ninputs;
+  int *outputs; /* ascending ids of values read by other kernels or returned */
+  int noutputs;
+  /* loop / row: the iteration space (the largest shape in the kernel); row:
+   * the reduced axes [red_lo, red_hi) of it. */
+  int rank;
+  int64_t dims[IR_MAX_RANK];
+  int red_lo, red_hi;
+  /* gemm: FUSE_EPI_* flags and the activation (IR_RELU / IR_GELU) */
+  int epilogue;
+  IrOp act;
+  /* Work of one execution: FLOPs of its nodes (a call: its graph's x repeat);
+   * bytes of the values crossing its boundary (an input read through a
+   * slice counts the slice; scalar constants 0). */
+  double flops, bytes_read, bytes_written;
+} FuseKernel;
+
+typedef struct {
+  const IrGraph *graph;
+  FuseKernel *kernels; /* in execution order */
+  int nkernels;
+  int *kernel_of;      /* node id -> index into kernels */
+} FuseGraph;
+
+typedef struct {
+  const IrModule *module;
+  FuseGraph *graphs;   /* one per module graph, same order */
+  int ngraphs;
+} FuseResult;
+
+const char *fuse_kind_name(FuseKind k);
+
+/* Fuses every graph of a verified module; everything lives in `arena`. */
+FuseResult *fuse_module(Arena *arena, const IrModule *m);
+
+/* Checks a result: every node in exactly one kernel, nodes ascending within
+ * a kernel, every input of a node produced in an earlier kernel or earlier
+ * in its own (so no cycles between kernels), inputs and outputs equal to the
+ * values crossing the boundaries, one MATMUL per gemm, row-consistent
+ * iteration spaces in loop and row kernels, index maps that read memory.
+ * Returns the number of problems, each printed to `out` when not NULL. */
+int fuse_check(const FuseResult *r, FILE *out);
+
+/* Stable text form (golden tests compare it):
+ *   graph blocks (args 1, count 2): 16 kernels, 9 views and leaves
+ *     k0 leaf [%0 arg] -> %0
+ *     k1 row[2] f32[8, 64, 64] [%1 reduce_mean, %2 sub, ...] (%0, %5) -> %12  flops=... read=... write=...
+ *   } */
+void fuse_print(const FuseResult *r, FILE *out);
+void fuse_print_graph(const FuseResult *r, int graph, FILE *out);
+
+/* Kernels of a kind in graph `graph` (a test and summary helper). */
+int fuse_count(const FuseResult *r, int graph, FuseKind kind);
+
+#endif

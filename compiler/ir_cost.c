@@ -1,0 +1,336 @@
+/* ir_cost.c - FLOPs and bytes of every IR op (see ir_cost.h).
+ *
+ * Counting conventions
+ *   - A multiply-add is 2 FLOPs, so a GEMM [M, K] x [K, N] is 2 M N K (the
+ *     convention of Narayanan et al. 2021, "Efficient Large-Scale Language
+ *     Model Training on GPU Clusters Using Megatron-LM", Appendix, and of
+ *     every MFU figure derived from it).
+ *   - A transcendental (exp, log, tanh, sqrt, rsqrt, sin, cos) is 1: on NVIDIA
+ *     GPUs it is one MUFU (special function unit) instruction; on CPUs a
+ *     vectorised polynomial costs more, but the op is memory bound either way
+ *     and the roofline prices it by its bytes.
+ *   - Compare/select and min/max count 1, like an add. Conversions (CAST) and
+ *     the integer work of a random number generator count 0: they are not
+ *     floating-point arithmetic.
+ *   - A reduction of n elements counts n (not n - 1).
+ *
+ * Per output element of the elementwise maps:
+ *   neg, relu, abs, square, add, sub, mul, div, maximum, minimum   1
+ *   exp, log, sqrt, rsqrt, tanh                                     1 (MUFU)
+ *   causal_mask   1 (compare the indices, select the fill)
+ *   sigmoid       4 (1 / (1 + exp(-x)): neg, exp, add, div)
+ *   silu          5 (x * sigmoid(x))
+ *   gelu          9 (tanh form, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))):
+ *                    x^3 2, * 0.044715 1, + x 1, * sqrt(2/pi) 1, tanh 1,
+ *                    + 1 1, * x 1, * 0.5 1)
+ *   pow           3 (exp(p * log(x)): log, mul, exp)
+ *   dropout       2 (compare the uniform draw with p, scale by 1 / (1 - p))
+ *   cast          0
+ *   act_grad(f)   2 c(f) + 1: recomputing f's intermediates from x (c(f)),
+ *                 their derivatives (about c(f) again: the "cheap gradient
+ *                 principle", Griewank & Walther, Evaluating Derivatives,
+ *                 2008, ch. 4) and the product with dy (1); e.g. relu 3,
+ *                 exp 3, gelu 19.
+ *   rope          4.5 per element: per pair of elements 4 mul + 2 add for the
+ *                 rotation, 1 mul for the angle, sin and cos (2 MUFU) = 9.
+ * Reductions and row-wise ops, per input element:
+ *   reduce_sum, reduce_max, sum_to, repeat_kv_bwd   1
+ *   reduce_mean     1, plus 1 per output element (the scale by 1/n)
+ *   softmax         5 (max, sub, exp, sum, scale by 1/sum)
+ *   softmax_bwd     4 (y * dy, row sum, dy - s, y * (...))
+ *   log_softmax     5 (max, sub, exp, sum, sub), plus 1 per row (the log)
+ *   log_softmax_bwd 4 (exp(y), row sum of dy, mul, sub)
+ *   cross_entropy   4 per logit (max, sub, exp, sum: logsumexp), plus 3 per
+ *                   row (log, pick the target, accumulate) and 1 (the mean)
+ *   cross_entropy_bwd 6 per logit (softmax 5, times dloss / N 1), plus 1
+ *                   per row (subtract the one-hot at the target)
+ *   embedding_bwd   1 per dy element (the scatter-add)
+ * GEMM: matmul 2 M N K per batch element (see above).
+ * Data movement (transpose, slice, pad, concat, expand, repeat_kv, embedding)
+ * and collectives: 0 FLOPs here; a collective's reduction arithmetic depends
+ * on the group size, which cost.c knows.
+ *
+ * Bytes: see ir_cost.h. EMBEDDING_BWD writes the whole table (it is zeroed,
+ * then the rows of dy are added in): read dy and ids plus the touched rows
+ * (numel(dy) elements), write the table plus the touched rows. */
+#include "ir_cost.h"
+
+#include <string.h>
+
+typedef struct {
+  const IrModule *m;
+  const IrGraph *g;
+  int id;
+  const IrNode *n;
+} CostCtx;
+
+typedef void (*CostRule)(const CostCtx *c, IrCost *k);
+
+static const IrNode *cin(const CostCtx *c, int i) { return &c->g->nodes[c->n->in[i]]; }
+static double numel(const IrNode *n) { return (double)ir_numel(n); }
+static double bytes_of(const IrNode *n) { return (double)ir_bytes(n); }
+static double out_numel(const CostCtx *c) { return numel(c->n); }
+
+const char *ircost_class_name(IrCostClass c) {
+  static const char *const names[] = {"leaf", "gemm", "elementwise", "reduction", "data", "comm", "call"};
+  return c >= 0 && c < IRC_NCLASSES ? names[c] : "?";
+}
+
+IrCostClass ircost_op_class(IrOp op) {
+  int f = ir_op_flags(op);
+  if (op == IR_CALL) return IRC_CALL;
+  if (f & IRF_COMM) return IRC_COMM;
+  if (f & IRF_LEAF) return IRC_LEAF;
+  if (op == IR_MATMUL) return IRC_GEMM;
+  if ((f & IRF_ELEMENTWISE) || op == IR_ROPE) return IRC_ELEMENTWISE;
+  if (f & IRF_REDUCE) return IRC_REDUCTION;
+  return IRC_DATA; /* IRF_SHAPE, EMBEDDING, EMBEDDING_BWD */
+}
+
+double ircost_elementwise_flops(IrOp op) {
+  switch (op) {
+  case IR_NEG:
+  case IR_RELU:
+  case IR_ABS:
+  case IR_SQUARE:
+  case IR_ADD:
+  case IR_SUB:
+  case IR_MUL:
+  case IR_DIV:
+  case IR_MAXIMUM:
+  case IR_MINIMUM:
+  case IR_EXP:
+  case IR_LOG:
+  case IR_SQRT:
+  case IR_RSQRT:
+  case IR_TANH:
+  case IR_CAUSAL_MASK: return 1;
+  case IR_SIGMOID: return 4;
+  case IR_SILU: return 5;
+  case IR_GELU: return 9;
+  case IR_POWS: return 3;
+  case IR_DROPOUT: return 2;
+  case IR_CAST: return 0;
+  case IR_ROPE: return 4.5;
+  default: return -1;
+  }
+}
+
+/* ---- the rules: each sets what differs from the defaults that
+ * ircost_node fills in first (flops 0, every distinct input read once, the
+ * output written once, the op's class). ---- */
+
+static void no_bytes(IrCost *k) { k->bytes_read = k->bytes_written = 0; }
+
+/* Leaves that already hold their data move nothing. */
+static void ircost_INPUT(const CostCtx *c, IrCost *k) { (void)c, no_bytes(k); }
+static void ircost_PARAM(const CostCtx *c, IrCost *k) { (void)c, no_bytes(k); }
+static void ircost_ARG(const CostCtx *c, IrCost *k) { (void)c, no_bytes(k); }
+static void ircost_CONST(const CostCtx *c, IrCost *k) { (void)c, no_bytes(k); }
+/* FILL and IOTA materialise their output: the default (write it) holds. */
+static void ircost_FILL(const CostCtx *c, IrCost *k) { (void)c, (void)k; }
+static void ircost_IOTA(const CostCtx *c, IrCost *k) { (void)c, (void)k; }
+
+static void elementwise(const CostCtx *c, IrCost *k) { k->flops = out_numel(c) * ircost_elementwise_flops(c->n->op); }
+
+#define EW(ID) \
+  static void ircost_##ID(const CostCtx *c, IrCost *k) { elementwise(c, k); }
+EW(NEG)
+EW(RELU)
+EW(GELU)
+EW(SILU)
+EW(SIGMOID)
+EW(TANH)
+EW(EXP)
+EW(LOG)
+EW(SQRT)
+EW(RSQRT)
+EW(ABS)
+EW(SQUARE)
+EW(POWS)
+EW(ADD)
+EW(SUB)
+EW(MUL)
+EW(DIV)
+EW(MAXIMUM)
+EW(MINIMUM)
+EW(CAUSAL_MASK)
+EW(DROPOUT)
+EW(CAST)
+EW(ROPE)
+#undef EW
+
+static void ircost_ACT_GRAD(const CostCtx *c, IrCost *k) {
+  double f = ircost_elementwise_flops((IrOp)c->n->attr[0]);
+  k->flops = out_numel(c) * (2 * (f >= 0 ? f : 1) + 1);
+}
+
+static void ircost_MATMUL(const CostCtx *c, IrCost *k) {
+  const IrNode *n = c->n, *a = cin(c, 0);
+  double batch = 1;
+  for (int i = 0; i < n->rank - 2; i++) batch *= (double)n->dims[i];
+  double m = (double)n->dims[n->rank - 2], nn = (double)n->dims[n->rank - 1];
+  double kk = (double)(n->attr[0] ? a->dims[a->rank - 2] : a->dims[a->rank - 1]);
+  k->flops = 2 * batch * m * nn * kk;
+}
+
+static void per_input_element(const CostCtx *c, IrCost *k, double per) { k->flops = numel(cin(c, 0)) * per; }
+
+static void ircost_REDUCE_SUM(const CostCtx *c, IrCost *k) { per_input_element(c, k, 1); }
+static void ircost_REDUCE_MAX(const CostCtx *c, IrCost *k) { per_input_element(c, k, 1); }
+static void ircost_REDUCE_MEAN(const CostCtx *c, IrCost *k) {
+  per_input_element(c, k, 1);
+  k->flops += out_numel(c);
+}
+static void ircost_SUM_TO(const CostCtx *c, IrCost *k) { per_input_element(c, k, 1); }
+static void ircost_REPEAT_KV_BWD(const CostCtx *c, IrCost *k) { per_input_element(c, k, 1); }
+
+static double rows_of(const IrNode *x, int64_t axis) {
+  double len = axis >= 0 && axis < x->rank ? (double)x->dims[axis] : 1;
+  return numel(x) / (len > 0 ? len : 1);
+}
+
+static void ircost_SOFTMAX(const CostCtx *c, IrCost *k) { per_input_element(c, k, 5); }
+static void ircost_SOFTMAX_BWD(const CostCtx *c, IrCost *k) { per_input_element(c, k, 4); }
+static void ircost_LOG_SOFTMAX(const CostCtx *c, IrCost *k) {
+  per_input_element(c, k, 5);
+  k->flops += rows_of(cin(c, 0), c->n->attr[0]);
+}
+static void ircost_LOG_SOFTMAX_BWD(const CostCtx *c, IrCost *k) { per_input_element(c, k, 4); }
+
+static void ircost_CROSS_ENTROPY(const CostCtx *c, IrCost *k) {
+  const IrNode *logits = cin(c, 0);
+  k->flops = 4 * numel(logits) + 3 * numel(cin(c, 1)) + 1;
+}
+
+static void ircost_CROSS_ENTROPY_BWD(const CostCtx *c, IrCost *k) {
+  k->flops = 6 * numel(cin(c, 0)) + numel(cin(c, 1));
+}
+
+/* Data movement: no arithmetic; the default bytes (read the input, write
+ * the output) hold, except for the view. */
+static void ircost_RESHAPE(const CostCtx *c, IrCost *k) { (void)c, no_bytes(k); }
+static void ircost_TRANSPOSE(const CostCtx *c, IrCost *k) { (void)c, (void)k; }
+static void ircost_SLICE(const CostCtx *c, IrCost *k) { (void)c, (void)k; }
+static void ircost_PAD(const CostCtx *c, IrCost *k) { (void)c, (void)k; }
+static void ircost_CONCAT(const CostCtx *c, IrCost *k) { (void)c, (void)k; }
+static void ircost_EXPAND(const CostCtx *c, IrCost *k) { (void)c, (void)k; }
+static void ircost_REPEAT_KV(const CostCtx *c, IrCost *k) { (void)c, (void)k; }
+static void ircost_EMBEDDING(const CostCtx *c, IrCost *k) { (void)c, (void)k; }
+
+static void ircost_EMBEDDING_BWD(const CostCtx *c, IrCost *k) {
+  double rows = bytes_of(cin(c, 0)); /* the touched rows, read and written back */
+  k->flops = numel(cin(c, 0));
+  k->bytes_read += rows;
+  k->bytes_written += rows;
+}
+
+/* A CALL: filled in by ircost_node (it needs the recursion). */
+static void ircost_CALL(const CostCtx *c, IrCost *k) { (void)c, (void)k; }
+
+static void ircost_ALL_REDUCE(const CostCtx *c, IrCost *k) { k->comm_bytes = bytes_of(cin(c, 0)); }
+static void ircost_REDUCE_SCATTER(const CostCtx *c, IrCost *k) { k->comm_bytes = bytes_of(cin(c, 0)); }
+static void ircost_ALL_GATHER(const CostCtx *c, IrCost *k) { k->comm_bytes = bytes_of(c->n); }
+static void ircost_SEND(const CostCtx *c, IrCost *k) {
+  k->comm_bytes = bytes_of(cin(c, 0));
+  k->bytes_written = 0; /* the receiver's RECV writes */
+}
+static void ircost_RECV(const CostCtx *c, IrCost *k) { k->comm_bytes = bytes_of(c->n); }
+
+static const CostRule cost_rules[] = {
+#define X(id, name, nin, flags) ircost_##id,
+    IR_OPS(X)
+#undef X
+};
+
+/* ---- public ---- */
+
+double ircost_read_bytes(const IrModule *m, const IrGraph *g, int node, int k) {
+  (void)m;
+  const IrNode *n = &g->nodes[node];
+  const IrNode *x = &g->nodes[n->in[k]];
+  if (x->op == IR_CONST) return 0;
+  switch (n->op) {
+  case IR_RESHAPE: return 0;
+  case IR_SLICE: return bytes_of(n);
+  case IR_EMBEDDING: return k == 0 ? bytes_of(n) : bytes_of(x);
+  default: return bytes_of(x);
+  }
+}
+
+void ircost_accumulate(IrCost *acc, const IrCost *c, double times) {
+  acc->flops += c->flops * times;
+  acc->bytes_read += c->bytes_read * times;
+  acc->bytes_written += c->bytes_written * times;
+  acc->comm_bytes += c->comm_bytes * times;
+  for (int i = 0; i < IRC_NCLASSES; i++) {
+    acc->flops_of[i] += c->flops_of[i] * times;
+    acc->bytes_of[i] += c->bytes_of[i] * times;
+    acc->nodes_of[i] += c->nodes_of[i] * times;
+  }
+}
+
+IrCost ircost_node(const IrModule *m, const IrGraph *g, int node) {
+  IrCost k;
+  memset(&k, 0, sizeof k);
+  const IrNode *n = &g->nodes[node];
+  k.cls = ircost_op_class(n->op);
+  if (n->op == IR_CALL) {
+    /* As ir_verify requires, a graph calls only graphs after itself, which
+     * also bounds the recursion on a module that has not been verified. */
+    int self = 0;
+    while (self < m->ngraphs && m->graphs[self] != g) self++;
+    int64_t gi = n->attr[0];
+    if (gi > self && gi < m->ngraphs) {
+      IrCost body = ircost_graph(m, m->graphs[gi]);
+      ircost_accumulate(&k, &body, (double)(n->attr[1] > 0 ? n->attr[1] : 1));
+    }
+    return k;
+  }
+  /* Defaults: each distinct input read once, the output written once. */
+  for (int i = 0; i < n->nin; i++) {
+    int seen = 0;
+    for (int j = 0; j < i; j++) seen |= n->in[j] == n->in[i];
+    if (!seen) k.bytes_read += ircost_read_bytes(m, g, node, i);
+  }
+  k.bytes_written = bytes_of(n);
+  CostCtx c = {m, g, node, n};
+  cost_rules[n->op](&c, &k);
+  k.flops_of[k.cls] = k.flops;
+  k.bytes_of[k.cls] = k.bytes_read + k.bytes_written;
+  k.nodes_of[k.cls] = 1;
+  return k;
+}
+
+IrCost ircost_graph(const IrModule *m, const IrGraph *g) {
+  IrCost sum;
+  memset(&sum, 0, sizeof sum);
+  sum.cls = IRC_CALL;
+  for (int i = 0; i < g->nnodes; i++) {
+    IrCost k = ircost_node(m, g, i);
+    ircost_accumulate(&sum, &k, 1);
+  }
+  return sum;
+}
+
+int64_t ircost_param_count(const IrModule *m) {
+  int64_t total = 0;
+  for (int i = 0; i < m->nparams; i++) {
+    const IrParam *p = &m->params[i];
+    int64_t n = 1;
+    for (int d = 0; d < p->rank; d++) n *= p->dims[d];
+    total += n * (p->count > 0 ? p->count : 1);
+  }
+  return total;
+}
+
+int64_t ircost_param_bytes(const IrModule *m) {
+  int64_t total = 0;
+  for (int i = 0; i < m->nparams; i++) {
+    const IrParam *p = &m->params[i];
+    int64_t n = sem_dtype_bytes(p->dtype);
+    for (int d = 0; d < p->rank; d++) n *= p->dims[d];
+    total += n * (p->count > 0 ? p->count : 1);
+  }
+  return total;
+}

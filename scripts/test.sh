@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# test.sh - the whole test suite, as CI runs it (.ci/run calls this script):
+#
+#   1. scripts/setup.sh (installs whatever is missing)
+#   2. Release build in ./build, then ctest
+#   3. AddressSanitizer + UndefinedBehaviorSanitizer build in ./build-asan,
+#      then ctest with leak detection on
+#   4. the libFuzzer target, built with clang in ./build-fuzz, run for about
+#      a minute over the samples, the standard library and the test inputs;
+#      any crash, sanitizer report, leak or hang fails
+#
+# A step whose build fails skips its tests; the other steps still run. The
+# script prints a summary and exits non-zero when anything failed.
+# Knobs (environment): HPDL_BUILD_DIR, HPDL_ASAN_BUILD_DIR, HPDL_FUZZ_BUILD_DIR
+# (build folders), HPDL_FUZZ_SECONDS (default 60), HPDL_SKIP_SETUP=1.
+set -uo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+build=${HPDL_BUILD_DIR:-build}
+asan_build=${HPDL_ASAN_BUILD_DIR:-build-asan}
+fuzz_build=${HPDL_FUZZ_BUILD_DIR:-build-fuzz}
+fuzz_seconds=${HPDL_FUZZ_SECONDS:-60}
+jobs=$(nproc 2>/dev/null || echo 2)
+ctest_jobs=2
+
+summary=()
+failed=0
+t_start=$(date +%s)
+
+step() { printf '\n==> %s\n' "$*"; }
+
+# timed NAME CMD...: runs CMD, records its verdict and duration for the summary.
+timed() {
+  local name=$1 t0 status verdict=ok
+  shift
+  t0=$(date +%s)
+  "$@"
+  status=$?
+  if [ "$status" -ne 0 ]; then
+    verdict=FAILED
+    failed=1
+  fi
+  summary+=("$(printf '  %-28s %-7s %5ss' "$name" "$verdict" $(($(date +%s) - t0)))")
+  return "$status"
+}
+
+skipped() {
+  summary+=("$(printf '  %-28s %-7s' "$1" skipped)")
+  failed=1
+}
+
+build_dir() { # build_dir DIR [CMAKE_ARGS...]: configure and build everything
+  local dir=$1
+  shift
+  cmake -S . -B "$dir" "$@" && cmake --build "$dir" -j "$jobs"
+}
+
+# ---- 1. dependencies --------------------------------------------------------
+if [ "${HPDL_SKIP_SETUP:-0}" != 1 ]; then
+  step "Installing whatever is missing (scripts/setup.sh)"
+  if ! timed "setup" bash scripts/setup.sh; then
+    echo "test: setup failed; nothing else can run" >&2
+    exit 1
+  fi
+fi
+
+# ---- 2. release build and tests ---------------------------------------------
+step "Release build in $build/"
+if timed "build (Release)" build_dir "$build" -DCMAKE_BUILD_TYPE=Release; then
+  step "ctest in $build/"
+  timed "ctest (Release)" ctest --test-dir "$build" --output-on-failure -j "$ctest_jobs"
+else
+  skipped "ctest (Release)"
+fi
+
+# ---- 3. sanitizer build and tests -------------------------------------------
+step "AddressSanitizer + UndefinedBehaviorSanitizer build in $asan_build/"
+if timed "build (ASan+UBSan)" build_dir "$asan_build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DHPDL_SANITIZE=ON; then
+  step "ctest in $asan_build/"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    timed "ctest (ASan+UBSan)" ctest --test-dir "$asan_build" --output-on-failure \
+    -j "$ctest_jobs"
+else
+  skipped "ctest (ASan+UBSan)"
+fi
+
+# ---- 4. fuzzing ---------------------------------------------------------------
+find_clang() {
+  if command -v clang >/dev/null 2>&1; then
+    command -v clang
+    return
+  fi
+  compgen -c clang- | grep -E '^clang-[0-9]+$' | sort -t- -k2 -n | tail -n 1
+}
+
+build_fuzzer() {
+  local cc
+  cc=$(find_clang)
+  if [ -z "$cc" ]; then
+    echo "test: no clang found; the fuzzer needs it (scripts/setup.sh installs it)" >&2
+    return 1
+  fi
+  # Every object is instrumented for coverage and checked by ASan and UBSan.
+  # Warnings are not errors here: the gcc builds above are the warning gate.
+  CC=$cc cmake -S . -B "$fuzz_build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHPDL_FUZZ=ON \
+    -DHPDL_WERROR=OFF \
+    "-DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" &&
+    cmake --build "$fuzz_build" -j "$jobs" --target fuzz_frontend
+}
+
+run_fuzzer() {
+  local corpus=$fuzz_build/corpus artifacts=$fuzz_build/artifacts seeds
+  mkdir -p "$corpus" "$artifacts"
+  # Seeds: every .hpd we have. The corpus folder keeps what earlier runs found.
+  seeds=0
+  while IFS= read -r -d '' f; do
+    cp -- "$f" "$corpus/seed-$(printf '%s' "$f" | tr '/' '_')"
+    seeds=$((seeds + 1))
+  done < <(find samples stdlib tests fuzz -name '*.hpd' -size -1024k -print0 2>/dev/null)
+  echo "fuzz: $seeds seed files, $(find "$corpus" -type f | wc -l) inputs in $corpus"
+  rm -f "$artifacts"/crash-* "$artifacts"/leak-* "$artifacts"/timeout-* "$artifacts"/oom-*
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    "$fuzz_build/bin/fuzz_frontend" -max_total_time="$fuzz_seconds" -timeout=10 \
+    -rss_limit_mb=2048 -print_final_stats=1 -dict=fuzz/hpd.dict \
+    -artifact_prefix="$artifacts/" "$corpus" 2>&1 | tail -n 80
+  local status=${PIPESTATUS[0]}
+  if [ "$status" -ne 0 ]; then
+    echo "fuzz: FAILED; the input that broke it is in $artifacts/:"
+    ls -l "$artifacts"
+    echo "fuzz: reproduce with: $fuzz_build/bin/fuzz_frontend $artifacts/<file>"
+  fi
+  return "$status"
+}
+
+step "libFuzzer target in $fuzz_build/"
+if timed "build (fuzzer)" build_fuzzer; then
+  step "Fuzzing the front end for ${fuzz_seconds}s"
+  timed "fuzz (${fuzz_seconds}s)" run_fuzzer
+else
+  skipped "fuzz"
+fi
+
+# ---- summary ------------------------------------------------------------------
+step "Summary ($(($(date +%s) - t_start))s in all)"
+printf '%s\n' "${summary[@]}"
+if [ "$failed" -ne 0 ]; then
+  echo "test: FAILED"
+  exit 1
+fi
+echo "test: all passed"
