@@ -232,20 +232,22 @@ Span span_join(Span a, Span b) {
 static int edit_distance(const char *a, const char *b) {
   size_t la = strlen(a), lb = strlen(b);
   if (la > 64 || lb > 64) return 1000;
-  int prev[65], cur[65];
-  for (size_t j = 0; j <= lb; j++) prev[j] = (int)j;
+  /* Damerau-Levenshtein (optimal string alignment): a swap of two
+   * neighbours ("f23" for "f32") counts as one edit. */
+  int d[65][65];
+  for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
+  for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
   for (size_t i = 1; i <= la; i++) {
-    cur[0] = (int)i;
     for (size_t j = 1; j <= lb; j++) {
       int cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      int v = prev[j - 1] + cost;
-      if (prev[j] + 1 < v) v = prev[j] + 1;
-      if (cur[j - 1] + 1 < v) v = cur[j - 1] + 1;
-      cur[j] = v;
+      int v = d[i - 1][j - 1] + cost;
+      if (d[i - 1][j] + 1 < v) v = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < v) v = d[i - 2][j - 2] + 1;
+      d[i][j] = v;
     }
-    memcpy(prev, cur, sizeof(int) * (lb + 1));
   }
-  return prev[lb];
+  return d[la][lb];
 }
 
 const char *diag_closest(const char *name, const char *const *candidates, int n) {

@@ -77,6 +77,8 @@ typedef struct {
   FuseKernel *kernels; /* in execution order */
   int nkernels;
   int *kernel_of;      /* node id -> index into kernels */
+  /* Totals of one execution of the graph (its CALLs included). */
+  double flops, bytes_read, bytes_written;
 } FuseGraph;
 
 typedef struct {

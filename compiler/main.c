@@ -7,7 +7,9 @@
 
 #include "arena.h"
 #include "ast.h"
+#include "autodiff.h"
 #include "diag.h"
+#include "fuse.h"
 #include "ir.h"
 #include "loader.h"
 #include "lower.h"
@@ -54,7 +56,7 @@ typedef struct {
 } Cli;
 
 static const char *const verbs[] = {"check", "emit"};
-static const char *const stages[] = {"ast", "source", "ir"};
+static const char *const stages[] = {"ast", "source", "ir", "grad", "fused"};
 
 static void help_common_options(void) {
   puts("options:\n"
@@ -83,6 +85,8 @@ static void help_main(void) {
        "  emit ast FILE          print the syntax tree\n"
        "  emit source FILE       print the file in canonical form\n"
        "  emit ir FILE           print the tensor IR of the model\n"
+       "  emit grad FILE         print its backward graphs (autodiff)\n"
+       "  emit fused FILE        print the IR grouped into kernels (fusion)\n"
        "\n"
        "  hpdlc <command> --help shows the options of a command.\n"
        "  hpdlc --version        shows the version.\n"
@@ -99,11 +103,15 @@ static void help_verb(const char *verb) {
          "cluster. Prints every error of a phase, then stops. On success prints a\n"
          "one-line summary per file.\n");
   } else {
-    puts("usage: hpdlc emit ast|source|ir [options] FILE\n"
+    puts("usage: hpdlc emit ast|source|ir|grad|fused [options] FILE\n"
          "\n"
          "  ast      the syntax tree with source spans\n"
          "  source   the file in canonical form (parse -> print -> parse is stable)\n"
-         "  ir       the tensor IR of the model at the train block's micro batch\n");
+         "  ir       the tensor IR of the model at the train block's micro batch\n"
+         "  grad     the graphs of a training step: forward + backward, and per repeated\n"
+         "           block its forward (saving activations) and backward; the recompute\n"
+         "           policy is the parallel block's or --recompute (auto: none)\n"
+         "  fused    the forward IR grouped into kernels, with each kernel's FLOPs and bytes\n");
   }
   help_common_options();
 }
@@ -161,7 +169,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
       if (!strcmp(verb, "emit") && !cli->stage) {
         int ok = 0;
         for (size_t k = 0; k < sizeof stages / sizeof stages[0]; k++) ok |= !strcmp(stages[k], a);
-        if (!ok) return cli_error("emit: unknown stage '%s'; stages are ast, source and ir", a, NULL);
+        if (!ok) return cli_error("emit: unknown stage '%s'; stages are ast, source, ir, grad and fused", a, NULL);
         cli->stage = a;
         continue;
       }
@@ -221,6 +229,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
     if (!value || !*value) return cli_error("%s needs a value (%s)", lf->flag, lf->arg);
     cli->layout[cli->nlayout].name = lf->key;
     cli->layout[cli->nlayout].value = value;
+    cli->layout[cli->nlayout].flag = lf->flag;
     cli->nlayout++;
   }
   if (!strcmp(verb, "emit")) {
@@ -246,8 +255,8 @@ static void print_summary(const char *path, const SemModel *m) {
          human_count(count, sizeof count, sem_param_count(m)), sem_param_count(m));
   if (L->dp < 0) printf("dp=auto");
   else printf("dp=%" PRId64, L->dp);
-  printf(" tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 " on %s (%" PRId64 " devices)\n", L->tp, L->pp, L->cp,
-         L->cluster_name, L->gpus);
+  printf(" tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 " on %s (%" PRId64 " device%s)\n", L->tp, L->pp, L->cp,
+         L->cluster_name, L->gpus, L->gpus == 1 ? "" : "s");
 }
 
 int main(int argc, char **argv) {
@@ -278,7 +287,30 @@ int main(int argc, char **argv) {
             fprintf(stderr, "hpdlc: internal error: the IR does not verify\n");
             status = 3;
           }
-          ir_print(ir, stdout);
+          if (!strcmp(cli.stage, "grad")) {
+            Recompute policy = m->layout.recompute < 0 ? RECOMPUTE_NONE : (Recompute)m->layout.recompute;
+            const char *why = NULL;
+            AdResult *ad = ad_build(ir, policy, &why);
+            if (!ad) {
+              fprintf(stderr, "hpdlc: %s: cannot differentiate the model: %s\n", cli.files[i], why);
+              status = 1;
+            } else {
+              if (ir_verify(ir, stderr)) {
+                fprintf(stderr, "hpdlc: internal error: the backward graphs do not verify\n");
+                status = 3;
+              }
+              ad_print(ad, stdout);
+            }
+          } else if (!strcmp(cli.stage, "fused")) {
+            FuseResult *fr = fuse_module(arena, ir);
+            if (fuse_check(fr, stderr)) {
+              fprintf(stderr, "hpdlc: internal error: the fusion does not check\n");
+              status = 3;
+            }
+            fuse_print(fr, stdout);
+          } else {
+            ir_print(ir, stdout);
+          }
         } else if (m == NULL && diag_error_count(diag) == before) {
           fprintf(stderr, "hpdlc: %s declares no model\n", cli.files[i]);
           status = 1;

@@ -111,12 +111,13 @@ struct Frame {
   Span call_site;
   const AstDecl *decl;
   Frame *up;
+  int is_call; /* a forward call rather than an instantiation */
 };
 
 typedef struct {
   int64_t heads;
   Span span;
-  const char *what;
+  const char *what; /* the heads argument as written, e.g. "kv_heads" */
   Frame frames[6]; /* where the attention layer was instantiated */
   int nframes;
 } HeadSplit;
@@ -135,6 +136,7 @@ typedef struct {
   StrMap callables;   /* layer / model / extern declarations by name */
   StrMap clusters;    /* cluster declarations by name */
   StrMap param_check; /* declaration name -> its parameter list's verdict */
+  const char *cli_prefix; /* "--zero 5" while a command-line value is checked */
 } Sema;
 
 /* Limits that keep every check linear enough for hostile input (see the
@@ -146,7 +148,8 @@ enum { SEMA_MAX_DEPTH = 48, SEMA_MAX_FRAME_NOTES = 6, SEMA_MAX_PARAMS = 1024, SE
  * next error, or the end of the phase, prints it. */
 static void flush_frame_notes(Sema *S) {
   for (int i = 0; i < S->npending; i++)
-    diag_note(S->diag, S->pending[i].call_site, "in %s, instantiated here", S->pending[i].display);
+    diag_note(S->diag, S->pending[i].call_site, "in %s, %s here", S->pending[i].display,
+              S->pending[i].is_call ? "called" : "instantiated");
   S->npending = 0;
 }
 
@@ -164,8 +167,22 @@ static void sema_error(Sema *S, Span at, const char *fmt, ...) {
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
   flush_frame_notes(S);
-  diag_error(S->diag, at, "%s", buf);
+  if (S->cli_prefix) diag_error(S->diag, at, "%s: %s", S->cli_prefix, buf);
+  else diag_error(S->diag, at, "%s", buf);
   record_frame_notes(S);
+}
+
+/* Source-like text of an expression, for messages. */
+static const char *expr_text(Sema *S, const AstExpr *e) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  if (!f) return "?";
+  ast_print_expr(f, e);
+  fclose(f);
+  const char *r = arena_strdup(S->arena, buf ? buf : "?");
+  free(buf);
+  return r;
 }
 
 static Binding *bind(Sema *S, Binding **env, const char *name, BindKind kind, Span span) {
@@ -309,8 +326,9 @@ static Value eval_binary(Sema *S, Binding *env, const AstExpr *e) {
       }
       if (x.i == INT64_MIN && y.i == -1) { ok = 0; break; }
       if (op == OP_DIV && x.i % y.i != 0) {
-        sema_error(S, e->u.op.op_span, "%" PRId64 " / %" PRId64 " is not a whole number", x.i, y.i);
-        diag_hint(S->diag, "integer '/' must divide exactly; write %" PRId64 ".0 / %" PRId64 " for a float", x.i, y.i);
+        sema_error(S, e->u.op.op_span, "%s is %" PRId64 " / %" PRId64 ", not a whole number", expr_text(S, e), x.i, y.i);
+        diag_hint(S->diag, "integer '/' must divide exactly: choose sizes where %s divides %s (or write %" PRId64 ".0 / %" PRId64
+                  " for a float)", expr_text(S, e->u.op.b), expr_text(S, e->u.op.a), x.i, y.i);
         return none_value(e->span);
       }
       r = op == OP_DIV ? x.i / y.i : x.i % y.i;
@@ -555,6 +573,8 @@ typedef struct {
   PtrVec children;   /* SemChild* */
   PtrVec inputs;     /* SemInput* */
   Span site;         /* where it was first instantiated */
+  Frame chain[6];    /* the instantiation chain at that point, innermost first */
+  int nchain;
 } LayerBox;
 
 static SemLayer *instantiate(Sema *S, const AstDecl *decl, Binding *caller_env, const AstExpr *call,
@@ -597,8 +617,11 @@ static int coerce_param(Sema *S, const AstParam *p, Value *v, Binding *env, Span
   } else {
     return 1; /* unknown type names are reported where the layer is declared */
   }
-  sema_error(S, at, "parameter '%s' is %s, but this is %s %s", p->name.name, want,
-             v->kind == VAL_ATOM ? "the unknown name" : type_name_of(v), val_str(S->arena, v));
+  if (v->kind == VAL_ATOM)
+    sema_error(S, at, "unknown name '%s' (parameter '%s' needs %s %s)", v->s, p->name.name, !strcmp(want, "int") ? "an" : "a", want);
+  else
+    sema_error(S, at, "parameter '%s' is %s %s, but this is %s %s", p->name.name, !strcmp(want, "int") ? "an" : "a", want,
+               type_name_of(v), val_str(S->arena, v));
   hint_for_word(S, env, v);
   diag_note(S->diag, p->name.span, "'%s' declared here", p->name.name);
   return 0;
@@ -700,7 +723,7 @@ static Value *bind_args(Sema *S, const AstDecl *decl, Binding *caller_env, const
     } else {
       slot = npos++;
       if (slot >= n) {
-        sema_error(S, arg->value->span, "too many arguments: %s takes %d", decl->name.name, n);
+        sema_error(S, arg->value->span, "too many arguments: %s takes %d, %d given", decl->name.name, n, nargs);
         diag_note(S->diag, decl->name.span, "%s is declared here", decl->name.name);
         ok = 0;
         break;
@@ -829,7 +852,7 @@ static int eval_shard(Sema *S, Binding *env, const AstExpr *e, ShardKind *out) {
       *out = (ShardKind)k;
       return 1;
     }
-  sema_error(S, e->span, "unknown sharding %s; it is column, row, vocab or replicated", val_str(S->arena, &v));
+  sema_error(S, e->span, "unknown sharding '%s'; it is column, row, vocab or replicated", w ? w : val_str(S->arena, &v));
   const char *close = w ? diag_closest(w, kinds, 4) : NULL;
   if (close) diag_hint(S->diag, "did you mean '%s'?", close);
   return 0;
@@ -1069,7 +1092,9 @@ static SemLayer *instantiate_with(Sema *S, const AstDecl *decl, Value *vals, Bin
   l->display = display_of(S, decl, vals, decl->nparams);
   box->env = param_env;
   box->site = site;
-  Frame fr = {l->display, site, decl, S->frame};
+  for (Frame *f = S->frame; f && box->nchain < 6; f = f->up)
+    if (f->call_site.file >= 0) box->chain[box->nchain++] = *f;
+  Frame fr = {l->display, site, decl, S->frame, 0};
   S->frame = &fr;
   S->depth++;
   int before = diag_error_count(S->diag);
@@ -1140,6 +1165,12 @@ static SemExpr *new_op(Sema *S, SemOp op, Span at, SemExpr **args, int nargs) {
 }
 
 static const char *tstr(Sema *S, const TensorType *t) { return sem_type_str(S->arena, t); }
+
+static const char *ast_type_text(Sema *S, const AstType *t) {
+  char *s = arena_printf(S->arena, "%s[", t->dtype ? t->dtype : "f32");
+  for (int i = 0; i < t->ndims; i++) s = arena_printf(S->arena, "%s%s%s", s, i ? ", " : "", expr_text(S, t->dims[i]));
+  return arena_printf(S->arena, "%s]", s);
+}
 
 static int type_equal(const TensorType *a, const TensorType *b) {
   if (a->dtype != b->dtype || a->rank != b->rank) return 0;
@@ -1570,7 +1601,7 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
     HeadSplit *hs = arena_alloc(S->arena, sizeof *hs);
     hs->heads = h;
     hs->span = arg_at(&c, 1, NULL)->span;
-    hs->what = S->frame ? S->frame->display : "";
+    hs->what = expr_text(S, arg_at(&c, 1, NULL));
     for (Frame *f = S->frame; f && hs->nframes < 6; f = f->up)
       if (f->call_site.file >= 0) hs->frames[hs->nframes++] = *f;
     ptrvec_push(S->arena, &S->head_splits, hs);
@@ -1886,8 +1917,9 @@ static SemExpr *check_extern_call(Sema *S, Fwd *F, const AstDecl *ext, const Ast
       }
     }
     if (!ok) {
-      sema_error(S, call->u.call.args[i].value->span, "argument %d of %s is %s, which does not fit '%s' declared as %s%s",
-                 i + 1, ext->name.name, tstr(S, &args[i]->type), ext->params[i].name.name, sem_dtype_name(dt), "[...]");
+      sema_error(S, call->u.call.args[i].value->span, "argument %d of %s is %s, which does not fit '%s: %s'", i + 1,
+                 ext->name.name, tstr(S, &args[i]->type), ext->params[i].name.name, ast_type_text(S, t));
+      if (i > 0) diag_hint(S->diag, "a dimension name stands for the same size in every argument and the result");
       diag_note(S->diag, t->span, "declared here");
       return NULL;
     }
@@ -1918,6 +1950,13 @@ static SemExpr *check_extern_call(Sema *S, Fwd *F, const AstDecl *ext, const Ast
 
 static SemExpr *check_call(Sema *S, Fwd *F, const AstExpr *e) {
   const AstExpr *callee = e->u.call.callee;
+  if (callee->kind == EX_CALL && callee->u.call.callee->kind == EX_NAME &&
+      find_decl(S, callee->u.call.callee->u.sval, (1 << DECL_LAYER) | (1 << DECL_MODEL))) {
+    const char *lname = callee->u.call.callee->u.sval;
+    sema_error(S, callee->span, "layers are instantiated in the body, next to the params, not in forward");
+    diag_hint(S->diag, "write `name = %s(...)` in the body, then call name(x) here", lname);
+    return NULL;
+  }
   if (callee->kind != EX_NAME) {
     sema_error(S, callee->span, "only sub-layers, builtins and externs can be called");
     return NULL;
@@ -1927,6 +1966,7 @@ static SemExpr *check_call(Sema *S, Fwd *F, const AstExpr *e) {
   if (b && b->kind == B_CHILD)
     return check_child_call(S, F, &F->box->l.children[b->index], b->index, e);
   if (b && b->kind == B_VALUE) {
+    if (b->value.kind == VAL_NONE) return NULL; /* reported where it failed */
     const char *w = val_as_word(&b->value);
     int op = w ? find_builtin(w) : -1;
     if (op >= 0) return check_builtin(S, F, (SemOp)op, e, w);
@@ -2206,7 +2246,14 @@ static int check_assign(Sema *S, Fwd *F, const AstStmt *st) {
     return 1;
   }
   SemExpr *x = check_expr(S, F, v);
-  if (!x) return 0;
+  if (!x) {
+    /* Bind the names to "nothing" so their uses stay quiet: one error, not a cascade. */
+    for (int i = 0; i < n; i++) {
+      Binding *b = bind(S, &F->env, st->u.assign.names[i].name, B_VALUE, st->u.assign.names[i].span);
+      b->value = none_value(st->u.assign.names[i].span);
+    }
+    return 0;
+  }
   if (n == 1) {
     if (x->is_tuple) {
       sema_error(S, st->u.assign.names[0].span, "this gives %d tensors; name each: a, b = ...", x->ntuple);
@@ -2300,7 +2347,7 @@ static SemFunc *check_forward(Sema *S, SemLayer *layer, SemExpr **args, int narg
     if (f->nargs != nargs) continue;
     int same = 1;
     for (int i = 0; i < nargs && same; i++) same = type_equal(&f->arg_types[i], &args[i]->type);
-    if (same) return f;
+    if (same) return f->result ? f : NULL; /* a failed check is reported once */
   }
   const AstStmt *fw = layer->forward;
   int is_model = layer->decl->kind == DECL_MODEL;
@@ -2327,13 +2374,16 @@ static SemFunc *check_forward(Sema *S, SemLayer *layer, SemExpr **args, int narg
     Binding *b = bind(S, &F.env, fw->u.forward.args[i].name, B_TENSOR, fw->u.forward.args[i].span);
     b->expr = a;
   }
-  Frame fr = {layer->display, site, layer->decl, S->frame};
+  Frame fr = {layer->display, site, layer->decl, S->frame, 1};
   S->frame = &fr;
   S->depth++;
   SemExpr *result = NULL;
   int ok = check_stmts(S, &F, &fw->u.forward.body, &result, is_model, 1);
   S->frame = fr.up;
   S->depth--;
+  /* Remember the argument types even when the check failed (result NULL). */
+  fn->next = layer->funcs;
+  layer->funcs = fn;
   if (!ok) return NULL;
   if (is_model) {
     Binding *loss = lookup(F.env, "loss");
@@ -2353,8 +2403,6 @@ static SemFunc *check_forward(Sema *S, SemLayer *layer, SemExpr **args, int narg
     return NULL;
   }
   fn->result = result;
-  fn->next = layer->funcs;
-  layer->funcs = fn;
   return fn;
 }
 
@@ -2506,7 +2554,9 @@ static int check_setting_value(Sema *S, const KeySpec *spec, Value *v, Span at) 
   }
   static const char *const kind_text[] = {"a non-negative integer", "a non-negative number", "true or false", "a string", "a name",
                                           "a name", "a block", "a bandwidth such as 200GB/s", "a time such as 5us", "on or off"};
-  sema_error(S, at, "'%s' must be %s%s, not %s", spec->key, kind_text[spec->kind], spec->allow_auto ? " or auto" : "",
+  const char *kind = kind_text[spec->kind];
+  if (spec->allow_auto && spec->kind == K_ONOFF) kind = "on, off";
+  sema_error(S, at, "'%s' must be %s%s, not %s", spec->key, kind, spec->allow_auto ? " or auto" : "",
              val_str(S->arena, v));
   if (spec->kind == K_WORD || spec->kind == K_SPEC) diag_hint(S->diag, "choose %s", words_list(S, spec->words));
   return 0;
@@ -2570,7 +2620,10 @@ static void apply_cli(Sema *S, Settings *out, const char *block, const KeySpec *
       v.kind = VAL_BOOL;
       v.b = v.s[0] == 't';
     }
-    if (!check_setting_value(S, spec, &v, span_none)) {
+    S->cli_prefix = d->flag ? arena_printf(S->arena, "%s %s", d->flag, d->value) : NULL;
+    int ok = check_setting_value(S, spec, &v, span_none);
+    S->cli_prefix = NULL;
+    if (!ok) {
       if (S->opts->cli_error) *S->opts->cli_error = 1;
       continue;
     }
@@ -2708,13 +2761,13 @@ static void read_optimizer(Sema *S, Setting *opt, SemTrain *t) {
   }
 }
 
-static void read_train(Sema *S, SemModel *m, const AstDecl *decl) {
+static void read_train(Sema *S, SemModel *m, const AstDecl *decl, Settings *out) {
   Settings s;
   read_settings(S, decl ? &decl->settings : &(AstSettings){0, 0}, train_keys, NKEYS(train_keys), &s, "train");
   apply_cli(S, &s, "train", train_keys, NKEYS(train_keys));
   SemTrain *t = &m->train;
   t->micro_batch = get_int(&s, "micro_batch", 1);
-  t->global_batch = get_int(&s, "batch", t->micro_batch > 0 ? t->micro_batch : 1);
+  t->global_batch = get_int(&s, "batch", 0); /* 0: one micro-batch per data rank, set by the layout */
   t->steps = get_int(&s, "steps", 1000);
   t->seed = get_int(&s, "seed", 1234);
   t->log_every = get_int(&s, "log_every", 10);
@@ -2738,11 +2791,15 @@ static void read_train(Sema *S, SemModel *m, const AstDecl *decl) {
     Setting *as = setting_get(&c, "async");
     t->ckpt_async = as && as->value.kind == VAL_BOOL && as->value.b;
   }
-  if (t->global_batch == 0 || t->micro_batch == 0 || t->steps == 0) {
-    Setting *bad = t->global_batch == 0 ? setting_get(&s, "batch") : t->micro_batch == 0 ? setting_get(&s, "micro_batch") : setting_get(&s, "steps");
-    sema_error(S, bad ? bad->span : span_none, "'%s' must be at least 1", bad ? bad->spec->key : "batch");
-    if (bad && bad->from_cli && S->opts->cli_error) *S->opts->cli_error = 1;
+  Setting *bad = NULL;
+  if (t->global_batch == 0 && setting_get(&s, "batch")) bad = setting_get(&s, "batch");
+  else if (t->micro_batch == 0) bad = setting_get(&s, "micro_batch");
+  else if (t->steps == 0) bad = setting_get(&s, "steps");
+  if (bad) {
+    sema_error(S, bad->span, "'%s' must be at least 1", bad->spec->key);
+    if (bad->from_cli && S->opts->cli_error) *S->opts->cli_error = 1;
   }
+  *out = s;
 }
 
 static const char *normalize_name(Sema *S, const char *name) {
@@ -2768,7 +2825,7 @@ static int read_cluster_decl(Sema *S, const AstDecl *decl, SemCluster *c) {
   if (!d) {
     sema_error(S, dev->setting->value->span, "unknown device '%s'", dn);
     const char *close = cat_closest_device(dn);
-    if (close) diag_hint(S->diag, "did you mean '%s'?", close);
+    if (close) diag_hint(S->diag, "did you mean %s?", normalize_name(S, close));
     else diag_hint(S->diag, "the devices are listed in docs/catalog.md");
     return 0;
   }
@@ -2819,16 +2876,17 @@ static int resolve_cluster(Sema *S, const char *name, Span at, SemCluster *out) 
 /* Where a layout number came from, for the other end of a mismatch. */
 static void setting_note(Sema *S, Settings *s, const char *key, const char *flag) {
   Setting *x = setting_get(s, key);
-  if (x && x->from_cli) diag_note(S->diag, span_none, "%s was given on the command line (%s)", key, flag);
+  if (x && x->from_cli) diag_note(S->diag, span_none, "%s = %s comes from the command line (%s)", key, val_str(S->arena, &x->value), flag);
   else if (x) diag_note(S->diag, x->span, "%s set here", key);
 }
 
 static Span at_or_none(const Setting *x) { return x ? x->span : span_none; }
 
-static void check_divisible(Sema *S, int64_t value, int64_t by, Span at, const char *what, const char *by_what, Settings *s,
-                            const char *key, const char *flag) {
+static void check_divisible(Sema *S, int64_t value, int64_t by, Span at, const char *what, const char *by_what,
+                            const char *why, Settings *s, const char *key, const char *flag) {
   if (by <= 1 || value % by == 0) return;
-  sema_error(S, at, "%s (%" PRId64 ") is not divisible by %s (%" PRId64 ")", what, value, by_what, by);
+  sema_error(S, at, "%s (%" PRId64 ") is not divisible by %s = %" PRId64, what, value, by_what, by);
+  if (why) diag_hint(S->diag, "%s", why);
   setting_note(S, s, key, flag);
 }
 
@@ -2842,7 +2900,7 @@ static void find_layers(const SemLayer *l, int64_t *layers, const SemChild **whe
   }
 }
 
-static void read_layout(Sema *S, SemModel *m, const AstDecl *decl) {
+static void read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
   Settings s;
   read_settings(S, decl ? &decl->settings : &(AstSettings){0, 0}, parallel_keys, NKEYS(parallel_keys), &s, "parallel");
   apply_cli(S, &s, "parallel", parallel_keys, NKEYS(parallel_keys));
@@ -2900,6 +2958,8 @@ static void read_layout(Sema *S, SemModel *m, const AstDecl *decl) {
     if (z->from_cli && S->opts->cli_error) *S->opts->cli_error = 1;
     return;
   }
+  if (L->dp == -1 && L->gpus > 0 && L->tp > 0 && L->pp > 0 && L->cp > 0 && L->gpus % (L->tp * L->pp * L->cp) == 0)
+    L->dp = L->gpus / (L->tp * L->pp * L->cp); /* data = auto: whatever the other degrees leave */
   if (L->dp == -2) {
     int64_t model_par = (L->tp > 0 ? L->tp : 1) * (L->pp > 0 ? L->pp : 1) * (L->cp > 0 ? L->cp : 1);
     L->dp = L->gpus > 0 && L->tp > 0 && L->pp > 0 && L->cp > 0 ? L->gpus / model_par : -1;
@@ -2913,13 +2973,23 @@ static void read_layout(Sema *S, SemModel *m, const AstDecl *decl) {
   if (L->dp > 0 && L->tp > 0 && L->pp > 0 && L->cp > 0 && L->gpus > 0) {
     int64_t prod = L->dp * L->tp * L->pp * L->cp;
     if (prod != L->gpus) {
-      sema_error(S, decl ? decl->span : span_none,
+      static const char *const keys[] = {"data", "tensor", "pipeline", "context"};
+      static const char *const flags[] = {"--dp", "--tp", "--pp", "--cp"};
+      Span at = decl ? decl->span : span_none;
+      for (int k = 3; k >= 0; k--) {
+        Setting *x = setting_get(&s, keys[k]);
+        if (x && !x->from_cli) at = x->span;
+      }
+      sema_error(S, at,
                  "data x tensor x pipeline x context = %" PRId64 " x %" PRId64 " x %" PRId64 " x %" PRId64 " = %" PRId64
-                 ", but the layout has %" PRId64 " devices",
+                 " devices, but the layout has %" PRId64,
                  L->dp, L->tp, L->pp, L->cp, prod, L->gpus);
-      if (setting_get(&s, "nodes") || setting_get(&s, "gpus_per_node"))
-        diag_note(S->diag, span_none, "%" PRId64 " nodes x %" PRId64 " per node", L->nodes, L->gpus_per_node);
       diag_hint(S->diag, "leave data out (or write data = auto) to use every device");
+      for (int k = 0; k < 4; k++) setting_note(S, &s, keys[k], flags[k]);
+      if (setting_get(&s, "gpus")) setting_note(S, &s, "gpus", "--gpus");
+      else
+        diag_note(S->diag, span_none, "%" PRId64 " node%s x %" PRId64 " device%s per node on %s", L->nodes, L->nodes == 1 ? "" : "s",
+                  L->gpus_per_node, L->gpus_per_node == 1 ? "" : "s", L->cluster_name);
     }
   }
   /* heads and kv_heads by tensor */
@@ -2929,34 +2999,41 @@ static void read_layout(Sema *S, SemModel *m, const AstDecl *decl) {
       int seen = 0;
       for (int k = 0; k < i; k++) seen |= ((HeadSplit *)S->head_splits.items[k])->heads == h->heads;
       if (seen || h->heads % L->tp == 0) continue;
-      sema_error(S, h->span, "%" PRId64 " attention heads cannot be split over tensor parallelism %" PRId64, h->heads, L->tp);
+      sema_error(S, h->span, "split_heads(..., %s): %" PRId64 " heads cannot be split over tensor parallelism %" PRId64, h->what,
+                 h->heads, L->tp);
       diag_hint(S->diag, "tensor parallelism gives each rank whole heads; choose a tensor degree that divides %" PRId64, h->heads);
       setting_note(S, &s, "tensor", "--tp");
       for (int k = 0; k < h->nframes; k++)
-        diag_note(S->diag, h->frames[k].call_site, "in %s, instantiated here", h->frames[k].display);
+        diag_note(S->diag, h->frames[k].call_site, "in %s, %s here", h->frames[k].display,
+                  h->frames[k].is_call ? "called" : "instantiated");
     }
-    PtrVec reported = {0, 0, 0}; /* one error per param declaration */
-    for (SemLayer *l = S->instances; l; l = l->next_instance) {
+    /* One error per layer instance, in the order they were created. */
+    PtrVec order = {0, 0, 0};
+    for (SemLayer *l = S->instances; l; l = l->next_instance) ptrvec_push(S->arena, &order, l);
+    for (int k = order.len - 1; k >= 0; k--) {
+      SemLayer *l = order.items[k];
       for (int i = 0; i < l->nparams; i++) {
         SemParam *p = &l->params[i];
         if (p->shard == SHARD_REPLICATED || p->type.rank == 0) continue;
         int axis = p->shard == SHARD_COLUMN ? p->type.rank - 1 : 0;
-        int64_t d;
+        int64_t d = 0;
         sym_is_const(p->type.dims[axis], &d);
         if (d % L->tp == 0) continue;
-        int seen = 0;
-        for (int k = 0; k < reported.len; k++) seen |= ((SemParam *)reported.items[k])->span.line == p->span.line &&
-                                                        ((SemParam *)reported.items[k])->span.file == p->span.file;
-        if (seen) continue;
-        ptrvec_push(S->arena, &reported, p);
-        sema_error(S, p->span, "'%s' of %s is split by %s along a dimension of %" PRId64 ", which tensor parallelism %" PRId64
-                   " does not divide", p->name, l->display, sem_shard_name(p->shard), d, L->tp);
-        setting_note(S, &s, "tensor", "--tp");
-        if (((LayerBox *)l)->site.file >= 0) diag_note(S->diag, ((LayerBox *)l)->site, "%s instantiated here", l->display);
+        LayerBox *box = (LayerBox *)l;
+        sema_error(S, box->site.file >= 0 ? box->site : p->span,
+                   "%s is split by %s over tensor parallelism %" PRId64 ", but its '%s' has %" PRId64 " %s, not a multiple of %" PRId64,
+                   l->display, sem_shard_name(p->shard), L->tp, p->name, d,
+                   p->shard == SHARD_VOCAB ? "rows (the vocabulary)" : p->shard == SHARD_ROW ? "rows" : "columns", L->tp);
         if (p->shard == SHARD_VOCAB) {
           int64_t pad = ((d + 128 * L->tp - 1) / (128 * L->tp)) * 128 * L->tp;
           diag_hint(S->diag, "pad the vocabulary to a multiple of 128 x tensor, e.g. %" PRId64 " (as Megatron-LM does)", pad);
         }
+        diag_note(S->diag, p->span, "'%s' declared here", p->name);
+        setting_note(S, &s, "tensor", "--tp");
+        for (int f = 1; f < box->nchain; f++)
+          diag_note(S->diag, box->chain[f].call_site, "in %s, %s here", box->chain[f].display,
+                    box->chain[f].is_call ? "called" : "instantiated");
+        break;
       }
     }
   }
@@ -2988,32 +3065,45 @@ static void read_layout(Sema *S, SemModel *m, const AstDecl *decl) {
   }
   /* global batch by data x micro batch */
   SemTrain *t = &m->train;
+  if (t->global_batch == 0) t->global_batch = (L->dp > 0 ? L->dp : 1) * t->micro_batch;
   if (L->dp > 0 && t->micro_batch > 0 && t->global_batch > 0) {
     int64_t per_step = L->dp * t->micro_batch;
     if (t->global_batch % per_step != 0) {
-      Span at = m->train_decl ? m->train_decl->span : span_none;
-      sema_error(S, at, "the global batch (%" PRId64 ") is not divisible by data x micro_batch = %" PRId64 " x %" PRId64, t->global_batch,
-                 L->dp, t->micro_batch);
-      diag_hint(S->diag, "each step runs global batch / (data x micro_batch) micro-batches per pipeline");
+      Setting *b = setting_get(ts, "batch");
+      sema_error(S, b ? b->span : span_none,
+                 "the global batch (%" PRId64 ") is not divisible by data x micro_batch = %" PRId64 " x %" PRId64 " = %" PRId64,
+                 t->global_batch, L->dp, t->micro_batch, per_step);
+      int64_t lo = t->global_batch / per_step * per_step, hi = lo + per_step;
+      if (lo > 0) diag_hint(S->diag, "a step runs whole micro-batches on every data rank: try batch = %" PRId64 " or %" PRId64, lo, hi);
+      else diag_hint(S->diag, "a step runs whole micro-batches on every data rank: try batch = %" PRId64, hi);
+      setting_note(S, ts, "micro_batch", "--micro-batch");
+      setting_note(S, &s, "data", "--dp");
     } else {
       L->num_micro_batches = t->global_batch / per_step;
       if (L->schedule == SCHED_INTERLEAVED && L->pp > 1 && L->num_micro_batches % L->pp != 0) {
-        sema_error(S, at_or_none(setting_get(&s, "schedule")), "the interleaved schedule needs micro-batches (%" PRId64
-                   ") divisible by pipeline (%" PRId64 ")", L->num_micro_batches, L->pp);
+        sema_error(S, at_or_none(setting_get(&s, "schedule")),
+                   "the interleaved schedule needs the micro-batches per step (%" PRId64 ") divisible by pipeline = %" PRId64,
+                   L->num_micro_batches, L->pp);
       }
       if (L->pp > 1 && L->num_micro_batches < L->pp)
         diag_warning(S->diag, at_or_none(setting_get(&s, "pipeline")),
-                     "%" PRId64 " micro-batches for %" PRId64 " pipeline stages: most of each step is bubble", L->num_micro_batches, L->pp);
+                     "%" PRId64 " micro-batch%s per step for %" PRId64 " pipeline stages: most of each step is bubble",
+                     L->num_micro_batches, L->num_micro_batches == 1 ? "" : "es", L->pp);
     }
   }
   /* sequence by context and sequence parallelism */
   if (m->seq_len > 0) {
     Span at = m->model->ninputs ? m->model->inputs[0].span : span_none;
     if (L->cp > 1)
-      check_divisible(S, m->seq_len, 2 * L->cp, at, "the sequence length", "2 x context (ring attention balances causal work)", &s,
+      check_divisible(S, m->seq_len, 2 * L->cp, at, "the sequence length", "2 x context",
+                      "ring attention gives each context rank two chunks, one early and one late, to balance causal work", &s,
                       "context", "--cp");
-    if (L->sp == 1 && L->tp > 1)
-      check_divisible(S, m->seq_len, L->tp, at, "the sequence length", "tensor (sequence parallelism)", &s, "tensor", "--tp");
+    if (L->sp == 1 && L->tp > 1) {
+      int64_t before = diag_error_count(S->diag);
+      check_divisible(S, m->seq_len, L->tp, at, "the sequence length", "tensor",
+                      "sequence parallelism splits the sequence over the tensor ranks", &s, "tensor", "--tp");
+      if (diag_error_count(S->diag) != before) setting_note(S, &s, "sequence", "--sp");
+    }
   }
   if (!m->cluster.shared_device && L->tp > 0 && L->gpus_per_node > 0 && L->tp > L->gpus_per_node)
     diag_warning(S->diag, at_or_none(setting_get(&s, "tensor")),
@@ -3122,19 +3212,28 @@ static SemLayer *instantiate_model(Sema *S, const AstDecl *decl) {
       if (!strcmp(S->opts->defines[i].name, p->name.name)) over = S->opts->defines[i].value;
     if (over) {
       vals[k] = val_parse_literal(S->arena, over);
-      /* A float default makes an integer override a float. */
-      if (!p->type_name && p->default_value && vals[k].kind == VAL_INT) {
-        Value dflt = eval_const(S, env, p->default_value);
-        if (dflt.kind == VAL_FLOAT) {
-          vals[k].kind = VAL_FLOAT;
-          vals[k].f = (double)vals[k].i;
-        } else if (dflt.kind != VAL_NONE && dflt.kind != VAL_INT && dflt.kind != vals[k].kind) {
-          sema_error(S, span_none, "-D %s=%s: '%s' is %s", p->name.name, over, p->name.name, type_name_of(&dflt));
-          ok = 0;
-        }
+      /* The override takes the parameter's type: declared, or that of its default. */
+      const char *want = p->type_name;
+      Value dflt = none_value(span_none);
+      if (p->default_value) dflt = eval_const(S, env, p->default_value);
+      if (!want && dflt.kind != VAL_NONE) want = type_name_of(&dflt);
+      Value *v = &vals[k];
+      int fits = !want || (!strcmp(want, "int") && v->kind == VAL_INT) ||
+                 (!strcmp(want, "float") && (v->kind == VAL_FLOAT || v->kind == VAL_INT)) ||
+                 (!strcmp(want, "bool") && v->kind == VAL_BOOL) ||
+                 (!strcmp(want, "string") && (v->kind == VAL_STRING || v->kind == VAL_ATOM));
+      if (!fits) {
+        if (dflt.kind != VAL_NONE)
+          sema_error(S, span_none, "-D %s=%s: '%s' is %s %s (default %s)", p->name.name, over, p->name.name,
+                     !strcmp(want, "int") ? "an" : "a", want, val_str(S->arena, &dflt));
+        else
+          sema_error(S, span_none, "-D %s=%s: '%s' is %s %s", p->name.name, over, p->name.name, !strcmp(want, "int") ? "an" : "a", want);
+        ok = 0;
+        if (S->opts->cli_error) *S->opts->cli_error = 1;
+      } else if (!strcmp(want ? want : "", "float") && v->kind == VAL_INT) {
+        v->kind = VAL_FLOAT;
+        v->f = (double)v->i;
       }
-      if (!coerce_param(S, p, &vals[k], env, span_none)) ok = 0;
-      if (!ok && S->opts->cli_error) *S->opts->cli_error = 1;
     } else if (p->default_value) {
       vals[k] = eval_const(S, env, p->default_value);
       if (vals[k].kind == VAL_NONE || !coerce_param(S, p, &vals[k], env, p->default_value->span)) ok = 0;
@@ -3176,8 +3275,10 @@ static void check_unused_decls(Sema *S) {
       if (d->kind == DECL_EXTERN) {
         Settings s;
         read_settings(S, &d->settings, extern_keys, NKEYS(extern_keys), &s, "extern");
-        if (!setting_get(&s, "library") || !setting_get(&s, "symbol"))
-          sema_error(S, d->name.span, "extern %s needs library = \"...\" and symbol = \"...\"", d->name.name);
+        if (!setting_get(&s, "library"))
+          sema_error(S, d->name.span, "extern %s names no library: add library = \"libname.so\"", d->name.name);
+        if (!setting_get(&s, "symbol"))
+          sema_error(S, d->name.span, "extern %s names no symbol: add symbol = \"function_name\"", d->name.name);
       }
       if (d->kind == DECL_CLUSTER && f == 0) {
         SemCluster c;
@@ -3204,6 +3305,15 @@ SemModel *sema_check(Arena *arena, Diag *diag, const LoadedProgram *prog, const 
   return m;
 }
 
+/* The train and parallel blocks are read even when the model has errors, so
+ * one run reports the mistakes of every block. */
+static void check_blocks_only(Sema *S, SemModel *m, const AstDecl *train, const AstDecl *parallel) {
+  Settings ts, ps;
+  read_train(S, m, train, &ts);
+  read_settings(S, parallel ? &parallel->settings : &(AstSettings){0, 0}, parallel_keys, NKEYS(parallel_keys), &ps, "parallel");
+  apply_cli(S, &ps, "parallel", parallel_keys, NKEYS(parallel_keys));
+}
+
 static SemModel *check_program(Sema *S) {
   Diag *diag = S->diag;
   Arena *arena = S->arena;
@@ -3213,30 +3323,33 @@ static SemModel *check_program(Sema *S) {
   const AstDecl *train = unique_block(S, DECL_TRAIN);
   const AstDecl *parallel = unique_block(S, DECL_PARALLEL);
   const AstDecl *model_decl = pick_model(S);
+  SemModel *m = arena_alloc(arena, sizeof *m);
+  m->train_decl = train;
+  m->parallel_decl = parallel;
   if (!model_decl) {
     if (!diag_error_count(diag) && S->opts->ndefines) {
       sema_error(S, span_none, "-D given, but %s declares no model", prog->files[0]->path);
       if (S->opts->cli_error) *S->opts->cli_error = 1;
     }
+    if (train || parallel) check_blocks_only(S, m, train, parallel);
     return NULL;
   }
-  if (diag_error_count(diag)) return NULL;
-  SemModel *m = arena_alloc(arena, sizeof *m);
-  m->train_decl = train;
-  m->parallel_decl = parallel;
-  m->model = instantiate_model(S, model_decl);
-  if (!m->model) return NULL;
-  if (m->model->ninputs == 0) {
+  if (!diag_error_count(diag)) m->model = instantiate_model(S, model_decl);
+  if (m->model && m->model->ninputs == 0) {
     sema_error(S, model_decl->name.span, "model %s declares no input", model_decl->name.name);
     diag_hint(diag, "add e.g. input tokens : i32[B, T]");
+    m->model = NULL;
+  }
+  if (m->model) m->forward = check_forward(S, m->model, NULL, 0, span_none);
+  if (!m->model || !m->forward) {
+    check_blocks_only(S, m, train, parallel);
     return NULL;
   }
-  m->forward = check_forward(S, m->model, NULL, 0, span_none);
-  if (!m->forward) return NULL;
   const SemInput *in0 = &m->model->inputs[0];
   if (in0->type.rank >= 2) sym_is_const(in0->type.dims[1], &m->seq_len);
-  read_train(S, m, train);
-  read_layout(S, m, parallel);
+  Settings train_settings;
+  read_train(S, m, train, &train_settings);
+  read_layout(S, m, parallel, &train_settings);
   return diag_error_count(diag) ? NULL : m;
 }
 

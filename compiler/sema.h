@@ -262,6 +262,7 @@ typedef struct {
 typedef struct {
   const char *name;
   const char *value;
+  const char *flag; /* the command-line flag it came from ("--tp"), for messages */
 } SemDefine;
 
 typedef struct {

@@ -64,11 +64,11 @@ hpdl_shape_test(gpt2.gpus4
 # ---- GPT-2 tiny (samples/gpt2-tiny.hpd), same formula ---------------------------
 # V=256 T=64 C=64 L=2: 16384 + 4096 + 2*(49152 + 832) + 128 = 120576
 hpdl_shape_test(gpt2_tiny.default
-  "samples/gpt2-tiny.hpd: ok: model GPT2Tiny, 120.6K parameters (120576); dp=1 tp=1 pp=1 cp=1 on cpu (1 devices)"
+  "samples/gpt2-tiny.hpd: ok: model GPT2Tiny, 120.6K parameters (120576); dp=1 tp=1 pp=1 cp=1 on cpu (1 device)"
   samples/gpt2-tiny.hpd)
 # T=128 C=128 L=4: 32768 + 16384 + 4*(196608 + 1664) + 256 = 842496
 hpdl_shape_test(gpt2_tiny.bigger
-  "samples/gpt2-tiny.hpd: ok: model GPT2Tiny, 842.5K parameters (842496); dp=1 tp=1 pp=1 cp=1 on cpu (1 devices)"
+  "samples/gpt2-tiny.hpd: ok: model GPT2Tiny, 842.5K parameters (842496); dp=1 tp=1 pp=1 cp=1 on cpu (1 device)"
   -D L=4 -D C=128 -D T=128 samples/gpt2-tiny.hpd)
 hpdl_shape_test(gpt2_tiny.dp2_tp2_pp2
   "samples/gpt2-tiny.hpd: ok: model GPT2Tiny, 120.6K parameters (120576); dp=2 tp=2 pp=2 cp=1 on cpu (8 devices)"
@@ -100,7 +100,7 @@ hpdl_shape_test(llama.70b
 # A toy with GQA, h=256 a=8 k=2 (d=32) f=688 L=4:
 #   16384000 + 4*(2*65536 + 2*256*64 + 3*176128 + 512) + 256 = 16384000 + 4*692736 + 256 = 19155200
 hpdl_shape_test(llama.toy
-  "samples/llama.hpd: ok: model Llama, 19.2M parameters (19155200); dp=1 tp=1 pp=1 cp=1 on cpu (1 devices)"
+  "samples/llama.hpd: ok: model Llama, 19.2M parameters (19155200); dp=1 tp=1 pp=1 cp=1 on cpu (1 device)"
   -D layers=4 -D hidden=256 -D heads=8 -D kv_heads=2 -D ffn=688 -D seq=256
   --cluster laptop --nodes 1 --dp 1 --tp 1 --sp off samples/llama.hpd)
 # Layout overrides appear in the summary.
@@ -168,10 +168,10 @@ hpdl_shape_test(gpt.table1_1008b
 # features*hidden + hidden + hidden*classes + classes:
 #   16*64 + 64 + 64*10 + 10 = 1738;  with hidden=256 classes=100: 4352 + 25700 = 30052
 hpdl_shape_test(mlp.default
-  "samples/mlp.hpd: ok: model Classifier, 1.7K parameters (1738); dp=1 tp=1 pp=1 cp=1 on cpu (1 devices)"
+  "samples/mlp.hpd: ok: model Classifier, 1.7K parameters (1738); dp=1 tp=1 pp=1 cp=1 on cpu (1 device)"
   samples/mlp.hpd)
 hpdl_shape_test(mlp.defines
-  "samples/mlp.hpd: ok: model Classifier, 30.1K parameters (30052); dp=1 tp=1 pp=1 cp=1 on cpu (1 devices)"
+  "samples/mlp.hpd: ok: model Classifier, 30.1K parameters (30052); dp=1 tp=1 pp=1 cp=1 on cpu (1 device)"
   -D hidden=256 -D classes=100 samples/mlp.hpd)
 hpdl_shape_test(mlp.tp2
   "samples/mlp.hpd: ok: model Classifier, 1.7K parameters (1738); dp=1 tp=2 pp=1 cp=1 on cpu (2 devices)"

@@ -1,0 +1,926 @@
+/* autodiff.c - reverse-mode differentiation: one gradient rule per IR op.
+ *
+ * A rule adgrad_ID(c, f, dy) sees forward node f and the gradient dy of its
+ * output (a node of the graph being built) and adds the gradients of f's
+ * inputs with acc(). Rules read forward values through fv(), which in a
+ * block's backward graph decides, per the recompute policy, whether the
+ * value is an argument, a saved activation or recomputed on the spot. The
+ * rule table is built from IR_OPS, so an op without a rule does not compile.
+ */
+#include "autodiff.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  IrModule *m;
+  AdResult *res;
+  const IrGraph *f; /* the forward graph differentiated */
+  IrGraph *b;       /* the graph being built */
+  int lazy;         /* block backward: forward values appear on demand */
+  int *map;         /* forward node -> node of b, -1 when not (yet) there */
+  int *grad;        /* forward node -> its gradient in b, -1 when none */
+  char *rg;         /* forward node depends on a parameter (needs a gradient) */
+  char *recomp;     /* lazy: recompute this node in b rather than save it */
+  int *saved;       /* lazy: forward nodes saved, in argument order */
+  int nsaved;
+  int first_saved_arg;
+  const char *err;
+} AdCtx;
+
+typedef void (*GradRule)(AdCtx *c, int f, int dy);
+
+static void set_err(AdCtx *c, const char *msg) {
+  if (!c->err) c->err = msg;
+}
+
+static const IrNode *fnode(AdCtx *c, int f) { return &c->f->nodes[f]; }
+static int fin(AdCtx *c, int f, int k) { return c->f->nodes[f].in[k]; }
+
+/* Appends a node to b; -1 (with c->err) when an input is missing or the
+ * shape rule objects, which would be a bug in a rule. */
+static int emit(AdCtx *c, IrOp op, const int *in, int nin, const int64_t *attr, int nattr, double fattr, DType dt,
+                int rank, const int64_t *dims) {
+  if (c->err) return -1;
+  for (int i = 0; i < nin; i++)
+    if (in[i] < 0) {
+      set_err(c, "internal error: a gradient rule lost an input");
+      return -1;
+    }
+  const char *why = NULL;
+  int id = ir_add(c->b, op, in, nin, attr, nattr, fattr, dt, rank, dims, &why);
+  if (id < 0) set_err(c, arena_printf(c->m->arena, "internal error: gradient %s: %s", ir_op_name(op), why ? why : "?"));
+  return id;
+}
+
+static DType bdtype(AdCtx *c, int id) { return c->b->nodes[id].dtype; }
+
+static int un(AdCtx *c, IrOp op, int a) {
+  if (a < 0) return emit(c, op, &a, 1, NULL, 0, 0, DT_F32, -1, NULL);
+  return emit(c, op, &a, 1, NULL, 0, 0, bdtype(c, a), -1, NULL);
+}
+
+static int bin(AdCtx *c, IrOp op, int a, int b) {
+  int in[2] = {a, b};
+  return emit(c, op, in, 2, NULL, 0, 0, a >= 0 ? bdtype(c, a) : DT_F32, -1, NULL);
+}
+
+static int cst(AdCtx *c, double v, DType dt) { return emit(c, IR_CONST, NULL, 0, NULL, 0, v, dt, -1, NULL); }
+
+static int fill(AdCtx *c, double v, DType dt, int rank, const int64_t *dims) {
+  return emit(c, IR_FILL, NULL, 0, NULL, 0, v, dt, rank, dims);
+}
+
+/* ACT_GRAD(x, dy): f'(x) * dy for the unary op `op` */
+static int act_grad(AdCtx *c, IrOp op, double p, int x, int dy) {
+  int in[2] = {x, dy};
+  int64_t attr = op;
+  return emit(c, IR_ACT_GRAD, in, 2, &attr, 1, p, dy >= 0 ? bdtype(c, dy) : DT_F32, -1, NULL);
+}
+
+static int same_shape(int ra, const int64_t *a, int rb, const int64_t *b) {
+  if (ra != rb) return 0;
+  for (int i = 0; i < ra; i++)
+    if (a[i] != b[i]) return 0;
+  return 1;
+}
+
+/* g summed down to the shape of forward node `like` (undoing broadcasting) */
+static int sum_to(AdCtx *c, int g, int like) {
+  if (g < 0) return -1;
+  const IrNode *t = fnode(c, like), *gn = &c->b->nodes[g];
+  if (same_shape(gn->rank, gn->dims, t->rank, t->dims)) return g;
+  return emit(c, IR_SUM_TO, &g, 1, NULL, 0, 0, gn->dtype, t->rank, t->dims);
+}
+
+static int reshape_to(AdCtx *c, int g, int rank, const int64_t *dims) {
+  if (g < 0) return -1;
+  const IrNode *gn = &c->b->nodes[g];
+  if (same_shape(gn->rank, gn->dims, rank, dims)) return g;
+  return emit(c, IR_RESHAPE, &g, 1, NULL, 0, 0, gn->dtype, rank, dims);
+}
+
+/* ---- forward values inside the backward graph ---- */
+
+static int copy_node(AdCtx *c, const IrNode *n, const int *in) {
+  int id = emit(c, n->op, in, n->nin, n->attr, IR_NATTR, n->fattr, n->dtype, n->rank, n->dims);
+  if (id >= 0) {
+    c->b->nodes[id].name = n->name;
+    c->b->nodes[id].span = n->span;
+  }
+  return id;
+}
+
+static int arg_node(AdCtx *c, int64_t index, const IrNode *like, const char *name) {
+  int id = emit(c, IR_ARG, NULL, 0, &index, 1, 0, like->dtype, like->rank, like->dims);
+  if (id >= 0) c->b->nodes[id].name = name;
+  return id;
+}
+
+/* A forward node re-created from its inputs rather than kept: leaves are
+ * free; SEND / RECV never repeat (they would move another message). */
+static int recomputable(const IrNode *n) {
+  if (n->op == IR_SEND || n->op == IR_RECV || n->op == IR_CALL || n->op == IR_ARG) return 0;
+  return 1;
+}
+
+static int fv(AdCtx *c, int f) {
+  if (c->map[f] >= 0 || c->err) return c->map[f];
+  if (!c->lazy) {
+    set_err(c, "internal error: a forward value is missing from the step graph");
+    return -1;
+  }
+  const IrNode *n = fnode(c, f);
+  int id;
+  if (n->op == IR_ARG) {
+    id = arg_node(c, n->attr[0] + 1, n, n->name);
+  } else if (recomputable(n) && ((ir_op_flags(n->op) & IRF_LEAF) || c->recomp[f])) {
+    int stack_in[8], *in = n->nin <= 8 ? stack_in : malloc(sizeof(int) * (size_t)n->nin);
+    for (int k = 0; k < n->nin; k++) in[k] = fv(c, n->in[k]);
+    id = copy_node(c, n, in);
+    if (in != stack_in) free(in);
+  } else {
+    id = arg_node(c, c->first_saved_arg + c->nsaved, n, arena_printf(c->m->arena, "saved %%%d", f));
+    c->saved[c->nsaved++] = f;
+  }
+  c->map[f] = id;
+  return id;
+}
+
+/* Adds g to the gradient of forward node f (when f needs one). */
+static void acc(AdCtx *c, int f, int g) {
+  if (!c->rg[f] || g < 0 || c->err) return;
+  if (c->grad[f] < 0) c->grad[f] = g;
+  else c->grad[f] = bin(c, IR_ADD, c->grad[f], g);
+}
+
+/* ---- gradient rules ---- */
+
+static void no_grad(AdCtx *c, int f, int dy) {
+  (void)c;
+  (void)f;
+  (void)dy;
+}
+
+static void adgrad_INPUT(AdCtx *c, int f, int dy) { no_grad(c, f, dy); }
+static void adgrad_PARAM(AdCtx *c, int f, int dy) { no_grad(c, f, dy); } /* collected per parameter at the end */
+static void adgrad_ARG(AdCtx *c, int f, int dy) { no_grad(c, f, dy); }   /* collected per argument at the end */
+static void adgrad_CONST(AdCtx *c, int f, int dy) { no_grad(c, f, dy); }
+static void adgrad_FILL(AdCtx *c, int f, int dy) { no_grad(c, f, dy); }
+static void adgrad_IOTA(AdCtx *c, int f, int dy) { no_grad(c, f, dy); }
+
+static void adgrad_NEG(AdCtx *c, int f, int dy) { acc(c, fin(c, f, 0), un(c, IR_NEG, dy)); }
+
+/* f'(x) * dy in one elementwise op (ACT_GRAD), for every smooth unary op */
+static void act(AdCtx *c, int f, int dy) {
+  if (!c->rg[fin(c, f, 0)]) return;
+  acc(c, fin(c, f, 0), act_grad(c, fnode(c, f)->op, fnode(c, f)->fattr, fv(c, fin(c, f, 0)), dy));
+}
+
+static void adgrad_RELU(AdCtx *c, int f, int dy) { act(c, f, dy); }
+static void adgrad_GELU(AdCtx *c, int f, int dy) { act(c, f, dy); }
+static void adgrad_SILU(AdCtx *c, int f, int dy) { act(c, f, dy); }
+static void adgrad_SIGMOID(AdCtx *c, int f, int dy) { act(c, f, dy); }
+static void adgrad_TANH(AdCtx *c, int f, int dy) { act(c, f, dy); }
+static void adgrad_EXP(AdCtx *c, int f, int dy) { act(c, f, dy); }
+static void adgrad_LOG(AdCtx *c, int f, int dy) { act(c, f, dy); }
+static void adgrad_SQRT(AdCtx *c, int f, int dy) { act(c, f, dy); }
+static void adgrad_RSQRT(AdCtx *c, int f, int dy) { act(c, f, dy); }
+static void adgrad_ABS(AdCtx *c, int f, int dy) { act(c, f, dy); }
+static void adgrad_SQUARE(AdCtx *c, int f, int dy) { act(c, f, dy); }
+static void adgrad_POWS(AdCtx *c, int f, int dy) { act(c, f, dy); }
+
+/* f''(x) * t for ACT_GRAD's own gradient with respect to x, built from
+ * elementwise ops; -1 with no error where f'' is zero. */
+static int second_deriv(AdCtx *c, IrOp op, double p, int x, int t) {
+  DType dt = bdtype(c, t);
+  switch (op) {
+  case IR_NEG:
+  case IR_CAST:
+  case IR_RELU:
+  case IR_ABS: return -1;
+  case IR_SQUARE: return bin(c, IR_MUL, t, cst(c, 2.0, dt));
+  case IR_EXP: return bin(c, IR_MUL, t, un(c, IR_EXP, x));
+  case IR_LOG: return un(c, IR_NEG, bin(c, IR_DIV, t, un(c, IR_SQUARE, x)));
+  case IR_SQRT:
+  case IR_RSQRT:
+  case IR_POWS: {
+    /* x^q: q (q - 1) x^(q - 2) */
+    double q = op == IR_SQRT ? 0.5 : op == IR_RSQRT ? -0.5 : p;
+    if (q * (q - 1.0) == 0.0) return -1;
+    int pw = emit(c, IR_POWS, &x, 1, NULL, 0, q - 2.0, bdtype(c, x), -1, NULL);
+    return bin(c, IR_MUL, bin(c, IR_MUL, t, pw), cst(c, q * (q - 1.0), dt));
+  }
+  case IR_SIGMOID: {
+    /* s (1 - s) (1 - 2 s) */
+    int s = un(c, IR_SIGMOID, x), one = cst(c, 1.0, dt);
+    int q = bin(c, IR_MUL, s, bin(c, IR_SUB, one, s));
+    int r = bin(c, IR_SUB, one, bin(c, IR_MUL, s, cst(c, 2.0, dt)));
+    return bin(c, IR_MUL, t, bin(c, IR_MUL, q, r));
+  }
+  case IR_TANH: {
+    /* -2 th (1 - th^2) */
+    int th = un(c, IR_TANH, x);
+    int q = bin(c, IR_SUB, cst(c, 1.0, dt), un(c, IR_SQUARE, th));
+    return bin(c, IR_MUL, t, bin(c, IR_MUL, bin(c, IR_MUL, th, cst(c, -2.0, dt)), q));
+  }
+  case IR_SILU: {
+    /* s (1 - s) (2 + x (1 - 2 s)) */
+    int s = un(c, IR_SIGMOID, x), one = cst(c, 1.0, dt);
+    int q = bin(c, IR_MUL, s, bin(c, IR_SUB, one, s));
+    int w = bin(c, IR_ADD, cst(c, 2.0, dt), bin(c, IR_MUL, x, bin(c, IR_SUB, one, bin(c, IR_MUL, s, cst(c, 2.0, dt)))));
+    return bin(c, IR_MUL, t, bin(c, IR_MUL, q, w));
+  }
+  case IR_GELU: {
+    /* f = x (1 + th) / 2, th = tanh(u), u = k (x + a x^3):
+     * f'' = (1 - th^2) (u' + x (u'' - 2 th u'^2) / 2) */
+    const double k = 0.79788456080286535588, a = 0.044715;
+    int x2 = un(c, IR_SQUARE, x);
+    int u = bin(c, IR_MUL, bin(c, IR_ADD, x, bin(c, IR_MUL, bin(c, IR_MUL, x2, x), cst(c, a, dt))), cst(c, k, dt));
+    int th = un(c, IR_TANH, u);
+    int sech2 = bin(c, IR_SUB, cst(c, 1.0, dt), un(c, IR_SQUARE, th));
+    int up = bin(c, IR_MUL, bin(c, IR_ADD, cst(c, 1.0, dt), bin(c, IR_MUL, x2, cst(c, 3.0 * a, dt))), cst(c, k, dt));
+    int upp = bin(c, IR_MUL, x, cst(c, 6.0 * k * a, dt));
+    int inner = bin(c, IR_SUB, upp, bin(c, IR_MUL, bin(c, IR_MUL, th, cst(c, 2.0, dt)), un(c, IR_SQUARE, up)));
+    int w = bin(c, IR_ADD, up, bin(c, IR_MUL, bin(c, IR_MUL, x, cst(c, 0.5, dt)), inner));
+    return bin(c, IR_MUL, t, bin(c, IR_MUL, sech2, w));
+  }
+  default:
+    set_err(c, arena_printf(c->m->arena, "the second derivative of %s is not supported", ir_op_name(op)));
+    return -1;
+  }
+}
+
+/* ACT_GRAD(x, d) = f'(x) d: linear in d; f''(x) d g for x. */
+static void adgrad_ACT_GRAD(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  IrOp op = (IrOp)n->attr[0];
+  int x = fin(c, f, 0), d = fin(c, f, 1);
+  if (c->rg[d]) acc(c, d, act_grad(c, op, n->fattr, fv(c, x), dy));
+  if (c->rg[x]) acc(c, x, second_deriv(c, op, n->fattr, fv(c, x), bin(c, IR_MUL, fv(c, d), dy)));
+}
+
+static void adgrad_ADD(AdCtx *c, int f, int dy) {
+  acc(c, fin(c, f, 0), sum_to(c, dy, fin(c, f, 0)));
+  acc(c, fin(c, f, 1), sum_to(c, dy, fin(c, f, 1)));
+}
+
+static void adgrad_SUB(AdCtx *c, int f, int dy) {
+  acc(c, fin(c, f, 0), sum_to(c, dy, fin(c, f, 0)));
+  if (c->rg[fin(c, f, 1)]) acc(c, fin(c, f, 1), un(c, IR_NEG, sum_to(c, dy, fin(c, f, 1))));
+}
+
+static void adgrad_MUL(AdCtx *c, int f, int dy) {
+  int a = fin(c, f, 0), b = fin(c, f, 1);
+  if (c->rg[a]) acc(c, a, sum_to(c, bin(c, IR_MUL, dy, fv(c, b)), a));
+  if (c->rg[b]) acc(c, b, sum_to(c, bin(c, IR_MUL, dy, fv(c, a)), b));
+}
+
+/* y = a / b: da = dy / b, db = -dy y / b */
+static void adgrad_DIV(AdCtx *c, int f, int dy) {
+  int a = fin(c, f, 0), b = fin(c, f, 1);
+  if (c->rg[a]) acc(c, a, sum_to(c, bin(c, IR_DIV, dy, fv(c, b)), a));
+  if (c->rg[b]) acc(c, b, un(c, IR_NEG, sum_to(c, bin(c, IR_DIV, bin(c, IR_MUL, dy, fv(c, f)), fv(c, b)), b)));
+}
+
+/* The winner takes dy: relu'(a - b) is the mask a > b (ties go to b). */
+static void minmax(AdCtx *c, int f, int dy, int winner, int loser) {
+  if (!c->rg[winner] && !c->rg[loser]) return;
+  int d = act_grad(c, IR_RELU, 0, bin(c, IR_SUB, fv(c, winner), fv(c, loser)), dy);
+  if (c->rg[winner]) acc(c, winner, sum_to(c, d, winner));
+  if (c->rg[loser]) acc(c, loser, sum_to(c, bin(c, IR_SUB, dy, d), loser));
+}
+
+static void adgrad_MAXIMUM(AdCtx *c, int f, int dy) { minmax(c, f, dy, fin(c, f, 0), fin(c, f, 1)); }
+static void adgrad_MINIMUM(AdCtx *c, int f, int dy) { minmax(c, f, dy, fin(c, f, 1), fin(c, f, 0)); }
+
+static int matmul(AdCtx *c, int a, int b, int ta, int tb) {
+  int in[2] = {a, b};
+  int64_t attr[2] = {ta, tb};
+  return emit(c, IR_MATMUL, in, 2, attr, 2, 0, a >= 0 ? bdtype(c, a) : DT_F32, -1, NULL);
+}
+
+/* C = op(A) op(B). With op = transpose where the flag says so:
+ *   nn: dA = dC B^T      dB = A^T dC
+ *   nt: dA = dC B        dB = dC^T A
+ *   tn: dA = B dC^T      dB = A dC
+ *   tt: dA = B^T dC^T    dB = dC^T A^T
+ * then summed over batch dimensions the operand was broadcast along. */
+static void adgrad_MATMUL(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  int a = n->in[0], b = n->in[1], ta = (int)n->attr[0], tb = (int)n->attr[1];
+  if (c->rg[a]) {
+    int B = fv(c, b), g;
+    if (!ta) g = matmul(c, dy, B, 0, !tb);
+    else g = matmul(c, B, dy, tb, 1);
+    acc(c, a, sum_to(c, g, a));
+  }
+  if (c->rg[b]) {
+    int A = fv(c, a), g;
+    if (!tb) g = matmul(c, A, dy, !ta, 0);
+    else g = matmul(c, dy, A, 1, ta);
+    acc(c, b, sum_to(c, g, b));
+  }
+}
+
+/* dy reshaped to the input's rank with the reduced axis kept as 1 */
+static int keep_axis(AdCtx *c, int g, int x, int64_t axis) {
+  const IrNode *xn = fnode(c, x);
+  int64_t dims[IR_MAX_RANK];
+  memcpy(dims, xn->dims, sizeof dims);
+  dims[axis] = 1;
+  return reshape_to(c, g, xn->rank, dims);
+}
+
+static int expand_to(AdCtx *c, int g, int like) {
+  if (g < 0) return -1;
+  const IrNode *t = fnode(c, like), *gn = &c->b->nodes[g];
+  if (same_shape(gn->rank, gn->dims, t->rank, t->dims)) return g;
+  return emit(c, IR_EXPAND, &g, 1, NULL, 0, 0, gn->dtype, t->rank, t->dims);
+}
+
+static void reduce_grad(AdCtx *c, int f, int dy, double scale) {
+  int x = fin(c, f, 0);
+  int g = keep_axis(c, dy, x, fnode(c, f)->attr[0]);
+  if (scale != 1.0) g = bin(c, IR_MUL, g, cst(c, scale, fnode(c, f)->dtype));
+  acc(c, x, expand_to(c, g, x));
+}
+
+static void adgrad_REDUCE_SUM(AdCtx *c, int f, int dy) { reduce_grad(c, f, dy, 1.0); }
+static void adgrad_REDUCE_MEAN(AdCtx *c, int f, int dy) {
+  reduce_grad(c, f, dy, 1.0 / (double)fnode(c, fin(c, f, 0))->dims[fnode(c, f)->attr[0]]);
+}
+
+/* dy goes to every element equal to the maximum: relu'(max - x) is 1 where
+ * x is below it, so the mask is 1 - that. */
+static void adgrad_REDUCE_MAX(AdCtx *c, int f, int dy) {
+  int x = fin(c, f, 0);
+  if (!c->rg[x]) return;
+  int64_t axis = fnode(c, f)->attr[0];
+  int e = expand_to(c, keep_axis(c, dy, x, axis), x);
+  int below = act_grad(c, IR_RELU, 0, bin(c, IR_SUB, keep_axis(c, fv(c, f), x, axis), fv(c, x)), e);
+  acc(c, x, bin(c, IR_SUB, e, below));
+}
+
+static void adgrad_EXPAND(AdCtx *c, int f, int dy) { acc(c, fin(c, f, 0), sum_to(c, dy, fin(c, f, 0))); }
+static void adgrad_SUM_TO(AdCtx *c, int f, int dy) { acc(c, fin(c, f, 0), expand_to(c, dy, fin(c, f, 0))); }
+
+/* SOFTMAX (b < 0) or one of the backward ops (y, dy), along `axis` */
+static int axis_op(AdCtx *c, IrOp op, int a, int b, int64_t axis) {
+  int in[2] = {a, b};
+  return emit(c, op, in, op == IR_SOFTMAX ? 1 : 2, &axis, 1, 0, a >= 0 ? bdtype(c, a) : DT_F32, -1, NULL);
+}
+
+static int rsum_keep(AdCtx *c, int a, int64_t axis) {
+  int64_t attr[2] = {axis, 1};
+  return emit(c, IR_REDUCE_SUM, &a, 1, attr, 2, 0, a >= 0 ? bdtype(c, a) : DT_F32, -1, NULL);
+}
+
+static void adgrad_SOFTMAX(AdCtx *c, int f, int dy) {
+  acc(c, fin(c, f, 0), axis_op(c, IR_SOFTMAX_BWD, fv(c, f), dy, fnode(c, f)->attr[0]));
+}
+
+static void adgrad_LOG_SOFTMAX(AdCtx *c, int f, int dy) {
+  acc(c, fin(c, f, 0), axis_op(c, IR_LOG_SOFTMAX_BWD, fv(c, f), dy, fnode(c, f)->attr[0]));
+}
+
+/* out = y (d - s), s = sum(y d): linear in d (the Jacobian is symmetric);
+ * for y: g (d - s) - d sum(g y). */
+static void adgrad_SOFTMAX_BWD(AdCtx *c, int f, int dy) {
+  int y = fin(c, f, 0), d = fin(c, f, 1);
+  int64_t axis = fnode(c, f)->attr[0];
+  if (c->rg[d]) acc(c, d, axis_op(c, IR_SOFTMAX_BWD, fv(c, y), dy, axis));
+  if (c->rg[y]) {
+    int Y = fv(c, y), D = fv(c, d);
+    int s = rsum_keep(c, bin(c, IR_MUL, Y, D), axis), gy = rsum_keep(c, bin(c, IR_MUL, dy, Y), axis);
+    acc(c, y, bin(c, IR_SUB, bin(c, IR_MUL, dy, bin(c, IR_SUB, D, s)), bin(c, IR_MUL, D, gy)));
+  }
+}
+
+/* out = d - exp(y) sum(d): for d, g - sum(exp(y) g); for y, -g exp(y) sum(d). */
+static void adgrad_LOG_SOFTMAX_BWD(AdCtx *c, int f, int dy) {
+  int y = fin(c, f, 0), d = fin(c, f, 1);
+  int64_t axis = fnode(c, f)->attr[0];
+  int p = un(c, IR_EXP, fv(c, y));
+  if (c->rg[d]) acc(c, d, bin(c, IR_SUB, dy, rsum_keep(c, bin(c, IR_MUL, p, dy), axis)));
+  if (c->rg[y]) acc(c, y, un(c, IR_NEG, bin(c, IR_MUL, bin(c, IR_MUL, dy, p), rsum_keep(c, fv(c, d), axis))));
+}
+
+static void adgrad_RESHAPE(AdCtx *c, int f, int dy) {
+  const IrNode *x = fnode(c, fin(c, f, 0));
+  acc(c, fin(c, f, 0), reshape_to(c, dy, x->rank, x->dims));
+}
+
+static void adgrad_TRANSPOSE(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  int64_t inv[IR_NATTR];
+  memset(inv, 0, sizeof inv);
+  for (int i = 0; i < n->rank; i++) inv[n->attr[i]] = i;
+  acc(c, n->in[0], emit(c, IR_TRANSPOSE, &dy, 1, inv, n->rank, 0, n->dtype, -1, NULL));
+}
+
+/* the slice's gradient is dy put back in place: dropped axes return as 1s */
+static void adgrad_SLICE(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f), *x = fnode(c, n->in[0]);
+  int64_t kept[IR_MAX_RANK], attr[IR_NATTR];
+  memset(attr, 0, sizeof attr);
+  for (int a = 0, j = 0; a < x->rank; a++) {
+    kept[a] = n->attr[8 + a] ? 1 : n->dims[j++];
+    attr[a] = n->attr[a];
+  }
+  int g = reshape_to(c, dy, x->rank, kept);
+  acc(c, n->in[0], emit(c, IR_PAD, &g, 1, attr, 8, 0, n->dtype, x->rank, x->dims));
+}
+
+static void adgrad_PAD(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f), *x = fnode(c, n->in[0]);
+  int64_t attr[IR_NATTR];
+  memset(attr, 0, sizeof attr);
+  for (int a = 0; a < x->rank; a++) attr[a] = n->attr[a];
+  acc(c, n->in[0], emit(c, IR_SLICE, &dy, 1, attr, 16, 0, n->dtype, x->rank, x->dims));
+}
+
+static void adgrad_CONCAT(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  int64_t at = 0, axis = n->attr[0];
+  for (int k = 0; k < n->nin; k++) {
+    const IrNode *x = fnode(c, n->in[k]);
+    if (c->rg[n->in[k]]) {
+      int64_t attr[IR_NATTR];
+      memset(attr, 0, sizeof attr);
+      attr[axis] = at;
+      acc(c, n->in[k], emit(c, IR_SLICE, &dy, 1, attr, 16, 0, n->dtype, x->rank, x->dims));
+    }
+    at += x->dims[axis];
+  }
+}
+
+static void adgrad_EMBEDDING(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f), *t = fnode(c, n->in[0]);
+  if (!c->rg[n->in[0]]) return;
+  int in[2] = {dy, fv(c, n->in[1])};
+  acc(c, n->in[0], emit(c, IR_EMBEDDING_BWD, in, 2, NULL, 0, 0, t->dtype, t->rank, t->dims));
+}
+
+/* linear in dy: the adjoint of a scatter-add is the gather */
+static void adgrad_EMBEDDING_BWD(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  if (!c->rg[n->in[0]]) return;
+  int in[2] = {dy, fv(c, n->in[1])};
+  acc(c, n->in[0], emit(c, IR_EMBEDDING, in, 2, NULL, 0, 0, n->dtype, -1, NULL));
+}
+
+/* masked entries are constants: their gradient is 0 */
+static void adgrad_CAUSAL_MASK(AdCtx *c, int f, int dy) {
+  acc(c, fin(c, f, 0), emit(c, IR_CAUSAL_MASK, &dy, 1, NULL, 0, 0.0, fnode(c, f)->dtype, -1, NULL));
+}
+
+/* a rotation's adjoint is its inverse */
+static void adgrad_ROPE(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  int64_t inv = !n->attr[0];
+  acc(c, n->in[0], emit(c, IR_ROPE, &dy, 1, &inv, 1, n->fattr, n->dtype, -1, NULL));
+}
+
+static void adgrad_REPEAT_KV(AdCtx *c, int f, int dy) {
+  acc(c, fin(c, f, 0), emit(c, IR_REPEAT_KV_BWD, &dy, 1, fnode(c, f)->attr, 1, 0, fnode(c, f)->dtype, -1, NULL));
+}
+
+static void adgrad_REPEAT_KV_BWD(AdCtx *c, int f, int dy) {
+  acc(c, fin(c, f, 0), emit(c, IR_REPEAT_KV, &dy, 1, fnode(c, f)->attr, 1, 0, fnode(c, f)->dtype, -1, NULL));
+}
+
+static void adgrad_CROSS_ENTROPY(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  if (!c->rg[n->in[0]]) return;
+  int in[3] = {fv(c, n->in[0]), fv(c, n->in[1]), dy};
+  acc(c, n->in[0], emit(c, IR_CROSS_ENTROPY_BWD, in, 3, NULL, 0, 0, n->dtype, -1, NULL));
+}
+
+/* out = dl / P (softmax(l) - onehot(t)): for dl, sum(g out|dl=1); for l,
+ * dl / P times softmax's backward of g. */
+static void adgrad_CROSS_ENTROPY_BWD(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f), *l = fnode(c, n->in[0]), *t = fnode(c, n->in[1]);
+  double inv_p = 1.0 / (double)ir_numel(t);
+  int64_t axis = l->rank - 1;
+  if (c->rg[n->in[2]]) {
+    int in[3] = {fv(c, n->in[0]), fv(c, n->in[1]), cst(c, 1.0, bdtype(c, dy))};
+    int unit = emit(c, IR_CROSS_ENTROPY_BWD, in, 3, NULL, 0, 0, n->dtype, -1, NULL);
+    int64_t flat = ir_numel(n), zero[2] = {0, 0};
+    int prod = reshape_to(c, bin(c, IR_MUL, dy, unit), 1, &flat);
+    acc(c, n->in[2], emit(c, IR_REDUCE_SUM, &prod, 1, zero, 2, 0, n->dtype, -1, NULL));
+  }
+  if (c->rg[n->in[0]]) {
+    int p = axis_op(c, IR_SOFTMAX, fv(c, n->in[0]), -1, axis);
+    int sb = axis_op(c, IR_SOFTMAX_BWD, p, dy, axis);
+    int scale = bin(c, IR_MUL, fv(c, n->in[2]), cst(c, inv_p, n->dtype));
+    acc(c, n->in[0], bin(c, IR_MUL, sb, scale));
+  }
+}
+
+/* the same mask (same stream, layer and elements) scales dy */
+static void adgrad_DROPOUT(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  acc(c, n->in[0], emit(c, IR_DROPOUT, &dy, 1, n->attr, 1, n->fattr, n->dtype, -1, NULL));
+}
+
+static void adgrad_CAST(AdCtx *c, int f, int dy) {
+  const IrNode *x = fnode(c, fin(c, f, 0));
+  acc(c, fin(c, f, 0), emit(c, IR_CAST, &dy, 1, NULL, 0, 0, x->dtype, -1, NULL));
+}
+
+/* A repeat: the BACKWARD call of B.grad undoes the SAVE call of B.fwd that
+ * replaced this node in the step graph (see autodiff.h). It also yields the
+ * block's parameter gradients, so it runs even when argument 0 needs none. */
+static void adgrad_CALL(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  if (c->lazy) {
+    set_err(c, "a repeat inside a repeated block cannot be differentiated");
+    return;
+  }
+  for (int k = 1; k < n->nin; k++)
+    if (c->rg[n->in[k]]) {
+      set_err(c, arena_printf(c->m->arena,
+                              "argument %d of repeated block %s depends on parameters; only argument 0 gets a gradient",
+                              k + 1, c->m->graphs[n->attr[0]]->name));
+      return;
+    }
+  const IrNode *x = fnode(c, n->in[0]);
+  int in[2] = {dy, c->map[f]};
+  int64_t attr[3] = {c->res->grad[n->attr[0]], n->attr[1], IR_CALL_BACKWARD};
+  int g = emit(c, IR_CALL, in, 2, attr, 3, 0, x->dtype, x->rank, x->dims);
+  acc(c, n->in[0], g);
+}
+
+/* g of Megatron: all-reduce forward, identity backward */
+static void adgrad_ALL_REDUCE(AdCtx *c, int f, int dy) { acc(c, fin(c, f, 0), dy); }
+
+static int comm(AdCtx *c, IrOp op, int x, const IrNode *like, const int64_t *attr) {
+  return emit(c, op, &x, x < 0 ? 0 : 1, attr, 2, 0, like->dtype, like->rank, like->dims);
+}
+
+static void adgrad_ALL_GATHER(AdCtx *c, int f, int dy) {
+  acc(c, fin(c, f, 0), comm(c, IR_REDUCE_SCATTER, dy, fnode(c, fin(c, f, 0)), fnode(c, f)->attr));
+}
+
+static void adgrad_REDUCE_SCATTER(AdCtx *c, int f, int dy) {
+  acc(c, fin(c, f, 0), comm(c, IR_ALL_GATHER, dy, fnode(c, fin(c, f, 0)), fnode(c, f)->attr));
+}
+
+/* SEND's result carries no gradient (dy is ignored): dx comes back from the
+ * peer it was sent to. Runs for every float SEND, so that the peer's
+ * gradient message is always taken. */
+static void adgrad_SEND(AdCtx *c, int f, int dy) {
+  (void)dy;
+  const IrNode *x = fnode(c, fin(c, f, 0));
+  if (!sem_dtype_is_float(x->dtype)) return;
+  int r = emit(c, IR_RECV, NULL, 0, fnode(c, f)->attr, 2, 0, x->dtype, x->rank, x->dims);
+  acc(c, fin(c, f, 0), r);
+}
+
+/* dy goes back to the sender; zeros when the value was not used */
+static void adgrad_RECV(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  if (!sem_dtype_is_float(n->dtype)) return;
+  if (dy < 0) dy = fill(c, 0.0, n->dtype, n->rank, n->dims);
+  comm(c, IR_SEND, dy, n, n->attr);
+}
+
+static const GradRule grad_rules[] = {
+#define X(id, name, nin, flags) adgrad_##id,
+    IR_OPS(X)
+#undef X
+};
+
+/* ---- driving the rules ---- */
+
+static int graph_has_params(const IrGraph *g) {
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i].op == IR_PARAM && sem_dtype_is_float(g->nodes[i].dtype)) return 1;
+  return 0;
+}
+
+/* rg: the node's value depends on a parameter (or on argument 0 of a
+ * block), so the loss has a gradient with respect to it. */
+static void requires_grad(AdCtx *c, int block) {
+  for (int i = 0; i < c->f->nnodes; i++) {
+    const IrNode *n = fnode(c, i);
+    int r = 0;
+    if (n->op == IR_PARAM || n->op == IR_RECV) r = 1;
+    else if (n->op == IR_ARG) r = block && n->attr[0] == 0;
+    else if (n->op == IR_CALL) r = graph_has_params(c->m->graphs[n->attr[0]]);
+    for (int k = 0; k < n->nin; k++) r |= c->rg[n->in[k]];
+    c->rg[i] = (char)(r && sem_dtype_is_float(n->dtype));
+  }
+}
+
+static void backward_pass(AdCtx *c) {
+  for (int i = c->f->nnodes - 1; i >= 0 && !c->err; i--) {
+    const IrNode *n = fnode(c, i);
+    int always = (n->op == IR_SEND || n->op == IR_RECV) && sem_dtype_is_float(n->dtype);
+    if (c->grad[i] >= 0 || always) grad_rules[n->op](c, i, c->grad[i]);
+  }
+}
+
+/* The gradient outputs: one per float parameter the forward graph uses, the
+ * sum over its PARAM nodes (zeros when the loss does not depend on it). */
+static void param_outputs(AdCtx *c, int **outs, int *nouts) {
+  int *list = arena_alloc(c->m->arena, sizeof(int) * (size_t)(c->m->nparams + 1)), n = 0;
+  for (int p = 0; p < c->m->nparams; p++) {
+    int g = -1, seen = 0;
+    for (int i = 0; i < c->f->nnodes; i++) {
+      const IrNode *x = fnode(c, i);
+      if (x->op != IR_PARAM || x->attr[0] != p || !sem_dtype_is_float(x->dtype)) continue;
+      seen = 1;
+      if (c->grad[i] >= 0) g = g < 0 ? c->grad[i] : bin(c, IR_ADD, g, c->grad[i]);
+    }
+    if (!seen) continue;
+    const IrParam *ip = &c->m->params[p];
+    if (g < 0) g = fill(c, 0.0, ip->dtype, ip->rank, ip->dims);
+    list[n++] = p;
+    (*outs)[(*nouts)++] = g;
+  }
+  c->b->grad_params = list;
+  c->b->ngrad_params = n;
+}
+
+/* Drops nodes nothing needs. Roots: the outputs and the nodes with effects
+ * (calls, which move activations and gradients; sends and receives). */
+static void prune(IrGraph *b) {
+  char *live = calloc((size_t)b->nnodes + 1, 1);
+  int *renum = calloc((size_t)b->nnodes + 1, sizeof(int));
+  if (!live || !renum) abort();
+  for (int k = 0; k < b->noutputs; k++) live[b->outputs[k]] = 1;
+  for (int i = b->nnodes - 1; i >= 0; i--) {
+    IrNode *n = &b->nodes[i];
+    if (n->op == IR_CALL || n->op == IR_SEND || n->op == IR_RECV) live[i] = 1;
+    if (live[i])
+      for (int k = 0; k < n->nin; k++) live[n->in[k]] = 1;
+  }
+  int j = 0;
+  for (int i = 0; i < b->nnodes; i++) {
+    if (!live[i]) continue;
+    renum[i] = j;
+    b->nodes[j] = b->nodes[i];
+    for (int k = 0; k < b->nodes[j].nin; k++) b->nodes[j].in[k] = renum[b->nodes[j].in[k]];
+    j++;
+  }
+  b->nnodes = j;
+  for (int k = 0; k < b->noutputs; k++) b->outputs[k] = renum[b->outputs[k]];
+  free(live);
+  free(renum);
+}
+
+/* The ops of the attention core, from the QK^T matmul through the softmax
+ * to the matmul with V: a softmax whose input comes from a matmul through
+ * elementwise ops of the same shape (scale, mask, bias) and whose output
+ * reaches a matmul's left operand (directly or through dropout). */
+static void attention_core(const IrGraph *g, char *core) {
+  int *users = calloc((size_t)g->nnodes, sizeof(int)), *user = calloc((size_t)g->nnodes, sizeof(int));
+  if (!users || !user) abort();
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i].nin; k++) {
+      users[g->nodes[i].in[k]]++;
+      user[g->nodes[i].in[k]] = i;
+    }
+  int *path = calloc((size_t)g->nnodes + 1, sizeof(int));
+  if (!path) abort();
+  for (int s = 0; s < g->nnodes; s++) {
+    const IrNode *sm = &g->nodes[s];
+    if (sm->op != IR_SOFTMAX) continue;
+    int np = 0, x = sm->in[0], m1 = -1, m2 = -1;
+    path[np++] = s;
+    while (x >= 0) {
+      const IrNode *n = &g->nodes[x];
+      if (n->op == IR_MATMUL) {
+        m1 = x;
+        break;
+      }
+      int next = -1;
+      if (n->op == IR_CAUSAL_MASK || n->op == IR_DROPOUT || n->op == IR_CAST) {
+        next = n->in[0];
+      } else if (n->op == IR_MUL || n->op == IR_DIV || n->op == IR_ADD || n->op == IR_SUB) {
+        /* follow the operand of the softmax's shape; the other is small */
+        for (int k = 0; k < 2; k++) {
+          const IrNode *o = &g->nodes[n->in[k]];
+          if (same_shape(o->rank, o->dims, sm->rank, sm->dims)) next = next < 0 ? n->in[k] : -2;
+        }
+        if (next == -2) next = -1;
+      }
+      if (next >= 0) path[np++] = x;
+      x = next;
+    }
+    int y = s;
+    while (m1 >= 0 && users[y] == 1) {
+      const IrNode *u = &g->nodes[user[y]];
+      if (u->op == IR_MATMUL && u->in[0] == y) {
+        m2 = user[y];
+        break;
+      }
+      if (u->op != IR_DROPOUT && u->op != IR_CAST) break;
+      y = user[y];
+      path[np++] = y;
+    }
+    if (m1 < 0 || m2 < 0) continue;
+    core[m1] = core[m2] = 1;
+    for (int k = 0; k < np; k++) core[path[k]] = 1;
+  }
+  free(users);
+  free(user);
+  free(path);
+}
+
+static void ctx_init(AdCtx *c, IrModule *m, AdResult *res, const IrGraph *f, IrGraph *b) {
+  memset(c, 0, sizeof *c);
+  c->m = m;
+  c->res = res;
+  c->f = f;
+  c->b = b;
+  size_t n = (size_t)f->nnodes + 1;
+  c->map = arena_alloc(m->arena, sizeof(int) * n);
+  c->grad = arena_alloc(m->arena, sizeof(int) * n);
+  c->rg = arena_alloc(m->arena, n);
+  c->recomp = arena_alloc(m->arena, n);
+  c->saved = arena_alloc(m->arena, sizeof(int) * n);
+  for (size_t i = 0; i < n; i++) c->map[i] = c->grad[i] = -1;
+}
+
+/* B.grad (and B.fwd, which saves what B.grad reads) for block graph fi */
+static const char *build_block(IrModule *m, AdResult *res, int fi) {
+  const IrGraph *f = m->graphs[fi];
+  IrGraph *b = m->graphs[res->grad[fi]], *fw = m->graphs[res->fwd[fi]];
+  if (f->noutputs != 1) return arena_printf(m->arena, "repeated block %s must have one output", f->name);
+  AdCtx c;
+  ctx_init(&c, m, res, f, b);
+  c.lazy = 1;
+  c.first_saved_arg = 1 + f->nargs;
+  b->count = f->count;
+  requires_grad(&c, 1);
+  for (int i = 0; i < f->nnodes; i++) {
+    if (res->recompute == RECOMPUTE_FULL) c.recomp[i] = 1;
+    if (f->nodes[i].op == IR_CALL) return "a repeat inside a repeated block cannot be differentiated";
+  }
+  if (res->recompute == RECOMPUTE_SELECTIVE) attention_core(f, c.recomp);
+  const IrNode *out = fnode(&c, f->outputs[0]);
+  int dy = arg_node(&c, 0, out, "dy");
+  if (c.rg[f->outputs[0]]) c.grad[f->outputs[0]] = dy;
+  backward_pass(&c);
+  if (c.err) return c.err;
+  /* output 0: d argument 0, summed over its ARG nodes */
+  int dx = -1;
+  const IrNode *arg0 = NULL;
+  for (int i = 0; i < f->nnodes; i++)
+    if (f->nodes[i].op == IR_ARG && f->nodes[i].attr[0] == 0) {
+      arg0 = &f->nodes[i];
+      if (c.grad[i] >= 0) dx = dx < 0 ? c.grad[i] : bin(&c, IR_ADD, dx, c.grad[i]);
+    }
+  if (!arg0) return arena_printf(m->arena, "repeated block %s has no argument 0", f->name);
+  if (dx < 0) dx = fill(&c, 0.0, arg0->dtype, arg0->rank, arg0->dims);
+  int *outs = arena_alloc(m->arena, sizeof(int) * (size_t)(m->nparams + 2)), nouts = 0;
+  outs[nouts++] = dx;
+  param_outputs(&c, &outs, &nouts);
+  if (c.err) return c.err;
+  b->outputs = outs;
+  b->noutputs = nouts;
+  b->nargs = c.first_saved_arg + c.nsaved;
+  prune(b);
+
+  /* B.fwd: B itself, node for node, plus the saved values as outputs */
+  fw->count = f->count;
+  fw->nargs = f->nargs;
+  for (int i = 0; i < f->nnodes; i++) {
+    const IrNode *n = &f->nodes[i];
+    const char *why = NULL;
+    int id = ir_add(fw, n->op, n->in, n->nin, n->attr, IR_NATTR, n->fattr, n->dtype, n->rank, n->dims, &why);
+    if (id < 0) return arena_printf(m->arena, "internal error: copying %s: %s", f->name, why ? why : "?");
+    fw->nodes[id].name = n->name;
+    fw->nodes[id].span = n->span;
+  }
+  fw->outputs = arena_alloc(m->arena, sizeof(int) * (size_t)(c.nsaved + 1));
+  fw->outputs[0] = f->outputs[0];
+  for (int k = 0; k < c.nsaved; k++) fw->outputs[1 + k] = c.saved[k];
+  fw->noutputs = 1 + c.nsaved;
+  res->nsaved[fi] = c.nsaved;
+  return NULL;
+}
+
+/* forward.grad: graph 0 copied (repeats as SAVE calls of B.fwd), then its
+ * backward seeded by argument 0. */
+static const char *build_step(IrModule *m, AdResult *res) {
+  const IrGraph *f = m->graphs[0];
+  IrGraph *b = m->graphs[res->step];
+  if (f->noutputs < 1) return "the forward graph has no loss output";
+  AdCtx c;
+  ctx_init(&c, m, res, f, b);
+  requires_grad(&c, 0);
+  const IrNode *loss = fnode(&c, f->outputs[0]);
+  if (loss->rank != 0 || !sem_dtype_is_float(loss->dtype)) return "the loss (output 0 of the forward) is not a float scalar";
+  int seed = arg_node(&c, 0, loss, "dloss");
+  for (int i = 0; i < f->nnodes; i++) {
+    const IrNode *n = &f->nodes[i];
+    IrNode copy = *n;
+    if (n->op == IR_ARG) copy.attr[0] += 1; /* after the seed */
+    if (n->op == IR_CALL) {
+      if (n->attr[0] < 1 || n->attr[0] >= res->nforward || res->fwd[n->attr[0]] < 0)
+        return "a call of a graph that is not a repeated block";
+      copy.attr[0] = res->fwd[n->attr[0]];
+      copy.attr[2] = IR_CALL_SAVE;
+    }
+    int stack_in[8], *in = n->nin <= 8 ? stack_in : malloc(sizeof(int) * (size_t)n->nin);
+    for (int k = 0; k < n->nin; k++) in[k] = c.map[n->in[k]];
+    c.map[i] = copy_node(&c, &copy, in);
+    if (in != stack_in) free(in);
+  }
+  b->nargs = 1 + f->nargs;
+  if (c.rg[f->outputs[0]]) c.grad[f->outputs[0]] = seed;
+  backward_pass(&c);
+  if (c.err) return c.err;
+  int *outs = arena_alloc(m->arena, sizeof(int) * (size_t)(m->nparams + 2)), nouts = 0;
+  outs[nouts++] = c.map[f->outputs[0]];
+  param_outputs(&c, &outs, &nouts);
+  if (c.err) return c.err;
+  b->outputs = outs;
+  b->noutputs = nouts;
+  prune(b);
+  return NULL;
+}
+
+AdResult *ad_build(IrModule *m, Recompute policy, const char **err) {
+  const char *e = NULL;
+  for (int i = 0; i < m->ngraphs; i++)
+    if (m->graphs[i]->ngrad_params) e = "the module has been differentiated already";
+  if (m->ngraphs < 1) e = "the module has no forward graph";
+  if (e) {
+    if (err) *err = e;
+    return NULL;
+  }
+  AdResult *r = arena_alloc(m->arena, sizeof *r);
+  int nf = m->ngraphs;
+  r->m = m;
+  r->recompute = policy;
+  r->nforward = nf;
+  r->fwd = arena_alloc(m->arena, sizeof(int) * (size_t)nf);
+  r->grad = arena_alloc(m->arena, sizeof(int) * (size_t)nf);
+  r->nsaved = arena_alloc(m->arena, sizeof(int) * (size_t)nf);
+  /* the step first: a call must name a later graph */
+  r->step = m->ngraphs;
+  ir_graph_new(m, arena_printf(m->arena, "%s.grad", m->graphs[0]->name));
+  r->fwd[0] = -1;
+  r->grad[0] = r->step;
+  for (int i = 1; i < nf; i++) {
+    r->fwd[i] = m->ngraphs;
+    ir_graph_new(m, arena_printf(m->arena, "%s.fwd", m->graphs[i]->name));
+    r->grad[i] = m->ngraphs;
+    ir_graph_new(m, arena_printf(m->arena, "%s.grad", m->graphs[i]->name));
+  }
+  for (int i = 1; i < nf && !e; i++) e = build_block(m, r, i);
+  if (!e) e = build_step(m, r);
+  if (e) {
+    if (err) *err = e;
+    return NULL;
+  }
+  return r;
+}
+
+double ad_step(Interp *in, const AdResult *r, double seed, const char **err) {
+  const IrGraph *g = r->m->graphs[r->step];
+  InterpTensor s;
+  memset(&s, 0, sizeof s);
+  s.data = &seed;
+  InterpTensor *outs = calloc((size_t)g->noutputs, sizeof(InterpTensor));
+  if (!outs) abort();
+  double loss = NAN;
+  if (interp_run(in, r->step, 0, &s, 1, outs, err) == 0) loss = outs[0].data[0];
+  for (int k = 0; k < g->noutputs; k++) free(outs[k].data);
+  free(outs);
+  return loss;
+}
+
+double ad_accumulate(Interp *in, const AdResult *r, int nmicro, AdFeed feed, void *user, const char **err) {
+  interp_zero_grads(in);
+  double total = 0;
+  for (int i = 0; i < nmicro; i++) {
+    if (feed) feed(in, i, user);
+    double l = ad_step(in, r, 1.0 / (double)nmicro, err);
+    if (isnan(l)) return l;
+    total += l;
+  }
+  return total / (double)nmicro;
+}
+
+void ad_print(const AdResult *r, FILE *out) {
+  const IrModule *m = r->m;
+  fprintf(out, "grad (recompute %s)\n", sem_recompute_name(r->recompute));
+  for (int gi = r->nforward; gi < m->ngraphs; gi++) {
+    const IrGraph *g = m->graphs[gi];
+    ir_print_graph(m, g, out);
+    if (!g->ngrad_params) continue;
+    fputs("grads", out);
+    for (int k = 0; k < g->ngrad_params; k++)
+      fprintf(out, "%s %s = %%%d", k ? "," : "", m->params[g->grad_params[k]].name,
+              g->outputs[g->noutputs - g->ngrad_params + k]);
+    fputc('\n', out);
+  }
+}

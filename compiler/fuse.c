@@ -1,0 +1,1175 @@
+/* fuse.c - grouping of each graph's nodes into kernels (see fuse.h).
+ *
+ * The rules, applied greedily in the graph's (topological) node order:
+ *
+ * 1. Iteration spaces. A loop kernel runs over one shape D: every node in it
+ *    computes a tensor of shape D (inputs may be smaller and broadcast). A
+ *    row kernel runs over D with one reduced group of axes [lo, hi): it
+ *    holds reductions of D over exactly those axes (reduce_sum/mean/max,
+ *    softmax, log_softmax and their backward, a sum_to whose reduced axes are
+ *    one contiguous group), and elementwise nodes of either shape D or the
+ *    "row" shape (D with the group set to 1, or removed). The code generator
+ *    gives each outer index (a row) to one thread block, which sweeps the row
+ *    once per reduction: a layernorm (mean, sub, square, mean, add, rsqrt,
+ *    mul, mul, add) is one kernel, as in Apex's / llm.c's fused layernorm.
+ *    A row value may be used by a D-shaped node only when numpy broadcasting
+ *    maps it to its own row (its shape right-aligned to D's rank is D with
+ *    the group set to 1), so no kernel reads another row's result.
+ * 2. Elementwise nodes and reductions join the kernel(s) of their fusible
+ *    producers when the spaces agree; producers in several compatible
+ *    kernels are merged (a diamond a->b, a->c, (b,c)->d is one kernel).
+ *    Elementwise producers feeding a reduction and a reduction's broadcast
+ *    consumers in the same row join its row kernel.
+ * 3. No cycles: a node does not join (and kernels are not merged) when a
+ *    path leaves the group through another kernel and comes back, e.g. a
+ *    residual add of a layernorm's input and an MLP output that depends on
+ *    the layernorm's result. Reachability is a search backwards over the
+ *    kernels' producers, pruned by node ids (a kernel whose newest node is
+ *    older than the group's oldest cannot be on such a path).
+ * 4. GEMMs: each MATMUL is a kernel of its own for BLAS / cuBLAS. Its
+ *    epilogue takes, in this order (cuBLASLt computes D = act(alpha A B +
+ *    bias), cublasLtEpilogue_t BIAS / RELU_BIAS / GELU_BIAS): a MUL by a
+ *    scalar CONST (alpha), then an ADD of a vector broadcast along rows
+ *    (shape [N] or [1, ..., N], N the GEMM's columns: the bias), then a RELU
+ *    or GELU; each step only when the value it extends has exactly one
+ *    consumer (that step) and is not a graph output. A GELU may also follow
+ *    a value with other consumers (the backward's act_grad): the
+ *    pre-activation is then a second output, as CUBLASLT_EPILOGUE_GELU_AUX
+ *    (_BIAS) writes it for training. cuBLASLt has no SiLU epilogue, so SiLU
+ *    starts a loop kernel.
+ * 5. Shape ops, visited last to first once kernels are formed:
+ *    - a RESHAPE of a contiguous buffer is a view: with one consumer it is
+ *      folded into the consumer's kernel, whatever its kind (every kernel
+ *      reads memory, and a view of it is only a different shape); otherwise
+ *      it stays a `view` unit (an alias, no code);
+ *    - a TRANSPOSE that only swaps the last two axes, read by a MATMUL as an
+ *      operand, is folded into the GEMM (BLAS's transa / transb);
+ *    - TRANSPOSE, SLICE, EXPAND and REPEAT_KV with one consumer in a loop,
+ *      row or copy kernel are folded into it as an index map of its read
+ *      (strides, offsets, zero strides, a divided head index);
+ *    - folding needs the shape op's input to come from memory (another
+ *      kernel), never from a value computed in the consumer's own kernel;
+ *    - everything else (other transposes feeding a GEMM, PAD, CONCAT,
+ *      shape ops with several consumers) is a `copy` kernel.
+ *    Folding a single-consumer node into its consumer's kernel cannot make a
+ *    cycle: its only successor is that kernel.
+ * 6. Leaves, collectives and CALLs are units of their own; EMBEDDING (a
+ *    gather), EMBEDDING_BWD (a scatter-add), ROPE, CROSS_ENTROPY(_BWD),
+ *    REPEAT_KV_BWD and multi-group SUM_TO are `special` kernels.
+ * 7. Order: kernels are listed by a topological sort of the kernel graph,
+ *    taking among the ready kernels the one with the smallest node id, so
+ *    the order follows the source where it can.
+ */
+#include "fuse.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { TAG_FULL = 0, TAG_ROW = 1 };
+
+/* An iteration space: D, and the reduced group [lo, hi) when red. */
+typedef struct {
+  int valid;
+  int rank;
+  int64_t dims[IR_MAX_RANK];
+  int red, lo, hi;
+} Space;
+
+/* A kernel being built. Kernels are merged with union-find. */
+typedef struct {
+  FuseKind kind;
+  int parent;
+  Space sp;
+  int epilogue, mm, tail;
+  IrOp act;
+  int minnode, maxnode;
+  int *preds; /* kernels it reads from; resolve with find(), may repeat */
+  int npreds, cappreds;
+} BK;
+
+typedef struct {
+  const IrModule *m;
+  const IrGraph *g;
+  int n;
+  int *kof;   /* node -> kernel (resolve with find) */
+  int *ucount, *ustart, *users; /* distinct consumer nodes of each node */
+  char *is_out;
+  BK *k;
+  int nk, capk;
+  int *mark, *seen; /* per kernel: set membership stamp, search stamp */
+  int markstamp, seenstamp;
+  int *stack;
+} Fuser;
+
+static void *xcalloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size);
+  if (!p) {
+    fprintf(stderr, "hpdlc: out of memory\n");
+    abort();
+  }
+  return p;
+}
+
+static void *xrealloc(void *p, size_t size) {
+  p = realloc(p, size ? size : 1);
+  if (!p) {
+    fprintf(stderr, "hpdlc: out of memory\n");
+    abort();
+  }
+  return p;
+}
+
+const char *fuse_kind_name(FuseKind k) {
+  static const char *const names[] = {"leaf", "view", "loop", "row", "gemm", "copy", "special", "comm", "call"};
+  return k >= 0 && k < FUSE_NKINDS ? names[k] : "?";
+}
+
+/* ---- shapes and spaces ---- */
+
+static const IrNode *nd(const IrGraph *g, int id) { return &g->nodes[id]; }
+
+static int same_shape(int ra, const int64_t *a, int rb, const int64_t *b) {
+  if (ra != rb) return 0;
+  for (int i = 0; i < ra; i++)
+    if (a[i] != b[i]) return 0;
+  return 1;
+}
+
+static int node_is(const IrNode *n, const Space *s) { return same_shape(n->rank, n->dims, s->rank, s->dims); }
+
+/* Is (rank, dims) the row shape of s: its group set to 1, or removed? */
+static int is_row_shape(const Space *s, int rank, const int64_t *dims) {
+  if (!s->red) return 0;
+  if (rank == s->rank) {
+    for (int i = 0; i < rank; i++)
+      if (dims[i] != (i >= s->lo && i < s->hi ? 1 : s->dims[i])) return 0;
+    return 1;
+  }
+  if (rank != s->rank - (s->hi - s->lo)) return 0;
+  for (int i = 0, k = 0; i < s->rank; i++) {
+    if (i >= s->lo && i < s->hi) continue;
+    if (dims[k++] != s->dims[i]) return 0;
+  }
+  return 1;
+}
+
+/* A row-shaped value read by a D-shaped node: numpy aligns shapes on the
+ * right, so it stays in its own row only if, padded with leading 1s to D's
+ * rank, it is D with the group set to 1. */
+static int row_broadcasts_in_row(const Space *s, int rank, const int64_t *dims) {
+  if (rank > s->rank) return 0;
+  int pad = s->rank - rank;
+  for (int i = 0; i < s->rank; i++) {
+    int64_t d = i < pad ? 1 : dims[i - pad];
+    if (d != (i >= s->lo && i < s->hi ? 1 : s->dims[i])) return 0;
+  }
+  return 1;
+}
+
+static Space space_loop(const IrNode *n) {
+  Space s;
+  memset(&s, 0, sizeof s);
+  s.valid = 1;
+  s.rank = n->rank;
+  memcpy(s.dims, n->dims, sizeof s.dims);
+  return s;
+}
+
+/* Merged space of two kernels, or !valid. */
+static Space space_merge(const Space *a, const Space *b) {
+  Space bad;
+  memset(&bad, 0, sizeof bad);
+  if (!a->valid) return *b;
+  if (!b->valid) return *a;
+  if (a->red && b->red)
+    return same_shape(a->rank, a->dims, b->rank, b->dims) && a->lo == b->lo && a->hi == b->hi ? *a : bad;
+  if (!a->red && !b->red) return same_shape(a->rank, a->dims, b->rank, b->dims) ? *a : bad;
+  const Space *r = a->red ? a : b, *l = a->red ? b : a;
+  if (same_shape(r->rank, r->dims, l->rank, l->dims) || is_row_shape(r, l->rank, l->dims)) return *r;
+  return bad;
+}
+
+/* ---- what a node is ---- */
+
+typedef enum { R_LEAF, R_VIEW, R_COPY, R_GEMM, R_EW, R_RED, R_SPECIAL, R_COMM, R_CALL } Role;
+
+/* The reduced group of a reduction node, from its input's shape. Returns 0
+ * when the node reduces several separate groups (or none). */
+static int reduced_group(const IrGraph *g, const IrNode *n, int *lo, int *hi) {
+  const IrNode *x = nd(g, n->in[0]);
+  switch (n->op) {
+  case IR_REDUCE_SUM:
+  case IR_REDUCE_MEAN:
+  case IR_REDUCE_MAX:
+  case IR_SOFTMAX:
+  case IR_SOFTMAX_BWD:
+  case IR_LOG_SOFTMAX:
+  case IR_LOG_SOFTMAX_BWD:
+    if (n->attr[0] < 0 || n->attr[0] >= x->rank) return 0;
+    *lo = (int)n->attr[0];
+    *hi = *lo + 1;
+    return 1;
+  case IR_SUM_TO: {
+    /* x's axis i is reduced when n (right-aligned) lacks it or has 1 there
+     * while x does not; axes of size 1 in x may sit anywhere in the group. */
+    int pad = x->rank - n->rank, first = -1, last = -1;
+    if (pad < 0) return 0;
+    for (int i = 0; i < x->rank; i++) {
+      int reduced = i < pad || (n->dims[i - pad] == 1 && x->dims[i] != 1);
+      if (reduced) {
+        if (first < 0) first = i;
+        last = i;
+      }
+    }
+    if (first < 0) return 0;
+    for (int i = first; i <= last; i++) {
+      int reduced = i < pad || (n->dims[i - pad] == 1 && x->dims[i] != 1);
+      if (!reduced && x->dims[i] != 1) return 0;
+    }
+    /* The output must then be x's row shape (group removed or set to 1). */
+    Space s = space_loop(x);
+    s.red = 1;
+    s.lo = first;
+    s.hi = last + 1;
+    if (!is_row_shape(&s, n->rank, n->dims)) return 0;
+    *lo = first;
+    *hi = last + 1;
+    return 1;
+  }
+  default: return 0;
+  }
+}
+
+static Role role_of(const IrGraph *g, int id) {
+  const IrNode *n = nd(g, id);
+  int f = ir_op_flags(n->op), lo, hi;
+  if (n->op == IR_CALL) return R_CALL;
+  if (f & IRF_COMM) return R_COMM;
+  if (f & IRF_LEAF) return R_LEAF;
+  if (n->op == IR_MATMUL) return R_GEMM;
+  if (n->op == IR_RESHAPE) return R_VIEW;
+  if (f & IRF_ELEMENTWISE) return R_EW;
+  if (f & IRF_SHAPE) return R_COPY;
+  if (reduced_group(g, n, &lo, &hi)) return R_RED;
+  return R_SPECIAL;
+}
+
+/* Softmax-like reductions give a D-shaped result; the others a row. */
+static int red_output_is_full(IrOp op) {
+  return op == IR_SOFTMAX || op == IR_SOFTMAX_BWD || op == IR_LOG_SOFTMAX || op == IR_LOG_SOFTMAX_BWD;
+}
+
+/* ---- kernels being built ---- */
+
+static int find(Fuser *F, int k) {
+  while (F->k[k].parent != k) {
+    F->k[k].parent = F->k[F->k[k].parent].parent;
+    k = F->k[k].parent;
+  }
+  return k;
+}
+
+static int kof(Fuser *F, int node) { return find(F, F->kof[node]); }
+
+static int new_kernel(Fuser *F, FuseKind kind) {
+  if (F->nk == F->capk) {
+    F->capk = F->capk ? F->capk * 2 : 64;
+    F->k = xrealloc(F->k, sizeof(BK) * (size_t)F->capk);
+    F->mark = xrealloc(F->mark, sizeof(int) * (size_t)F->capk);
+    F->seen = xrealloc(F->seen, sizeof(int) * (size_t)F->capk);
+    F->stack = xrealloc(F->stack, sizeof(int) * (size_t)F->capk);
+  }
+  BK *k = &F->k[F->nk];
+  memset(k, 0, sizeof *k);
+  k->kind = kind;
+  k->parent = F->nk;
+  k->act = IR_OP_COUNT;
+  k->mm = k->tail = -1;
+  k->minnode = F->n;
+  k->maxnode = -1;
+  F->mark[F->nk] = F->seen[F->nk] = 0;
+  return F->nk++;
+}
+
+static void add_pred(Fuser *F, int k, int p) {
+  BK *b = &F->k[k];
+  for (int i = 0; i < b->npreds; i++)
+    if (b->preds[i] == p) return;
+  if (b->npreds == b->cappreds) {
+    b->cappreds = b->cappreds ? b->cappreds * 2 : 4;
+    b->preds = xrealloc(b->preds, sizeof(int) * (size_t)b->cappreds);
+  }
+  b->preds[b->npreds++] = p;
+}
+
+/* Puts node `id` into kernel k (a root) and records k's producers. */
+static void place(Fuser *F, int id, int k) {
+  const IrNode *n = nd(F->g, id);
+  F->kof[id] = k;
+  BK *b = &F->k[k];
+  if (id < b->minnode) b->minnode = id;
+  if (id > b->maxnode) b->maxnode = id;
+  for (int i = 0; i < n->nin; i++) {
+    int p = kof(F, n->in[i]);
+    if (p != k) add_pred(F, k, p);
+  }
+}
+
+/* Merges kernel b into kernel a (both roots); returns a. */
+static int merge(Fuser *F, int a, int b) {
+  if (a == b) return a;
+  BK *ka = &F->k[a], *kb = &F->k[b];
+  kb->parent = a;
+  if (kb->minnode < ka->minnode) ka->minnode = kb->minnode;
+  if (kb->maxnode > ka->maxnode) ka->maxnode = kb->maxnode;
+  for (int i = 0; i < kb->npreds; i++) add_pred(F, a, kb->preds[i]);
+  free(kb->preds);
+  kb->preds = NULL;
+  kb->npreds = kb->cappreds = 0;
+  return a;
+}
+
+/* Does kernel `from` (a root, not in the marked set) depend, through any
+ * chain of producers, on a kernel of the marked set? */
+static int reaches_marked(Fuser *F, int from, int minnode) {
+  F->seenstamp++;
+  int top = 0;
+  F->stack[top++] = from;
+  F->seen[from] = F->seenstamp;
+  while (top) {
+    int k = F->stack[--top];
+    BK *b = &F->k[k];
+    for (int i = 0; i < b->npreds; i++) {
+      int p = find(F, b->preds[i]);
+      if (F->mark[p] == F->markstamp) return 1;
+      if (F->seen[p] == F->seenstamp) continue;
+      F->seen[p] = F->seenstamp;
+      /* p can lie on a path from the set only if it holds a node newer
+       * than the set's oldest. */
+      if (F->k[p].maxnode <= minnode) continue;
+      F->stack[top++] = p;
+    }
+  }
+  return 0;
+}
+
+/* Could the kernels `set` (roots) become one kernel holding node `id` too,
+ * without a cycle? */
+static int set_feasible(Fuser *F, const int *set, int nset, int id) {
+  F->markstamp++;
+  int minnode = F->n;
+  for (int i = 0; i < nset; i++) {
+    F->mark[set[i]] = F->markstamp;
+    if (F->k[set[i]].minnode < minnode) minnode = F->k[set[i]].minnode;
+  }
+  for (int i = 0; i < nset; i++) {
+    BK *b = &F->k[set[i]];
+    for (int j = 0; j < b->npreds; j++) {
+      int p = find(F, b->preds[j]);
+      if (F->mark[p] == F->markstamp) continue;
+      if (reaches_marked(F, p, minnode)) return 0;
+    }
+  }
+  const IrNode *n = nd(F->g, id);
+  for (int i = 0; i < n->nin; i++) {
+    int p = kof(F, n->in[i]);
+    if (F->mark[p] == F->markstamp) continue;
+    if (reaches_marked(F, p, minnode)) return 0;
+  }
+  return 1;
+}
+
+/* The tag a node of shape (rank, dims) gets in space s, or -1 if it does
+ * not belong to it. */
+static int tag_in(const Space *s, const IrNode *n) {
+  if (node_is(n, s)) return TAG_FULL;
+  if (is_row_shape(s, n->rank, n->dims)) return TAG_ROW;
+  return -1;
+}
+
+/* The space node `id` needs given the candidate space q (merged producer
+ * kernels), or !valid. Also checks that the inputs it would read inside the
+ * kernel stay in their rows. */
+static Space require(Fuser *F, int id, const Space *q, const int *set, int nset) {
+  Space bad;
+  memset(&bad, 0, sizeof bad);
+  const IrNode *n = nd(F->g, id);
+  Space s = *q;
+  int tn;
+  if (role_of(F->g, id) == R_RED) {
+    int lo, hi;
+    reduced_group(F->g, n, &lo, &hi);
+    const IrNode *x = nd(F->g, n->in[0]);
+    if (!node_is(x, &s)) return bad;
+    if (s.red && (s.lo != lo || s.hi != hi)) return bad;
+    s.red = 1;
+    s.lo = lo;
+    s.hi = hi;
+    tn = red_output_is_full(n->op) ? TAG_FULL : TAG_ROW;
+    if (tag_in(&s, n) < 0) return bad;
+  } else {
+    tn = tag_in(&s, n);
+    if (tn < 0) return bad;
+  }
+  /* Inputs computed inside the would-be kernel. */
+  for (int i = 0; i < n->nin; i++) {
+    int p = kof(F, n->in[i]), inside = 0;
+    for (int j = 0; j < nset; j++) inside |= set[j] == p;
+    if (!inside) continue;
+    const IrNode *x = nd(F->g, n->in[i]);
+    int tx = tag_in(&s, x);
+    if (tx < 0) return bad;
+    if (role_of(F->g, id) == R_RED) {
+      if (tx != TAG_FULL) return bad;
+    } else if (tx == TAG_ROW) {
+      if (tn == TAG_FULL ? !row_broadcasts_in_row(&s, x->rank, x->dims)
+                         : !same_shape(x->rank, x->dims, n->rank, n->dims))
+        return bad;
+    } else if (tn != TAG_FULL) {
+      return bad;
+    }
+  }
+  return s;
+}
+
+static Space kernel_space(Fuser *F, int k) { return F->k[k].sp; }
+
+/* Elementwise node or reduction: join / merge producer kernels, or start one. */
+static void fuse_compute(Fuser *F, int id) {
+  const IrNode *n = nd(F->g, id);
+  int cand[16], ncand = 0;
+  for (int i = 0; i < n->nin && ncand < 16; i++) {
+    int p = kof(F, n->in[i]), dup = 0;
+    if (F->k[p].kind != FUSE_LOOP && F->k[p].kind != FUSE_ROW) continue;
+    for (int j = 0; j < ncand; j++) dup |= cand[j] == p;
+    if (!dup) cand[ncand++] = p;
+  }
+  int set[16], nset = 0;
+  Space acc;
+  memset(&acc, 0, sizeof acc);
+  for (int c = 0; c < ncand; c++) {
+    Space ks = kernel_space(F, cand[c]);
+    Space q = space_merge(&acc, &ks);
+    if (!q.valid) continue;
+    set[nset] = cand[c];
+    Space r = require(F, id, &q, set, nset + 1);
+    if (!r.valid) continue;
+    /* Every kernel already in the set must still fit the final space. */
+    int fits = 1;
+    for (int j = 0; j < nset && fits; j++) {
+      Space kj = kernel_space(F, set[j]);
+      Space mj = space_merge(&r, &kj);
+      fits = mj.valid;
+    }
+    if (!fits || !set_feasible(F, set, nset + 1, id)) continue;
+    nset++;
+    acc = r;
+  }
+  int k;
+  if (nset == 0) {
+    Space s;
+    if (role_of(F->g, id) == R_RED) {
+      s = space_loop(nd(F->g, n->in[0]));
+      s.red = 1;
+      reduced_group(F->g, n, &s.lo, &s.hi);
+    } else {
+      s = space_loop(n);
+    }
+    k = new_kernel(F, s.red ? FUSE_ROW : FUSE_LOOP);
+    F->k[k].sp = s;
+  } else {
+    k = set[0];
+    for (int j = 1; j < nset; j++) k = merge(F, k, set[j]);
+    F->k[k].sp = acc;
+    F->k[k].kind = acc.red ? FUSE_ROW : FUSE_LOOP;
+  }
+  place(F, id, k);
+}
+
+/* Is node b a vector broadcast along the rows of a [..., N] GEMM output? */
+static int is_row_vector(const IrNode *b, const IrNode *mm) {
+  if (b->rank < 1 || b->dtype != mm->dtype) return 0;
+  if (b->dims[b->rank - 1] != mm->dims[mm->rank - 1]) return 0;
+  for (int i = 0; i < b->rank - 1; i++)
+    if (b->dims[i] != 1) return 0;
+  return b->rank <= mm->rank;
+}
+
+static int single_use(Fuser *F, int id) { return F->ucount[id] == 1 && !F->is_out[id]; }
+
+/* GEMM epilogue: scale, then bias, then activation (rule 4). */
+static int try_epilogue(Fuser *F, int id) {
+  const IrNode *n = nd(F->g, id);
+  for (int side = 0; side < n->nin && side < 2; side++) {
+    int x = n->in[side];
+    int k = kof(F, x);
+    BK *b = &F->k[k];
+    if (b->kind != FUSE_GEMM || b->tail != x) continue;
+    const IrNode *xn = nd(F->g, x);
+    if (!same_shape(xn->rank, xn->dims, n->rank, n->dims) || xn->dtype != n->dtype) continue;
+    int step = 0;
+    if (n->op == IR_MUL && n->nin == 2) {
+      const IrNode *o = nd(F->g, n->in[1 - side]);
+      if (o->op == IR_CONST && o->rank == 0 && !b->epilogue && single_use(F, x)) step = FUSE_EPI_SCALE;
+    } else if (n->op == IR_ADD && n->nin == 2) {
+      int o = n->in[1 - side];
+      if (!(b->epilogue & (FUSE_EPI_BIAS | FUSE_EPI_ACT)) && single_use(F, x) && is_row_vector(nd(F->g, o), xn) &&
+          o != x) {
+        int ko = kof(F, o);
+        F->markstamp++;
+        F->mark[k] = F->markstamp;
+        if (ko != k && !reaches_marked(F, ko, b->minnode)) step = FUSE_EPI_BIAS;
+      }
+    } else if ((n->op == IR_RELU || n->op == IR_GELU) && !(b->epilogue & FUSE_EPI_ACT)) {
+      /* GELU_AUX writes the pre-activation when others read it too. */
+      if (single_use(F, x) || n->op == IR_GELU) step = FUSE_EPI_ACT;
+    }
+    if (!step) continue;
+    b->epilogue |= step;
+    if (step == FUSE_EPI_ACT) b->act = n->op;
+    b->tail = id;
+    place(F, id, k);
+    return 1;
+  }
+  return 0;
+}
+
+static int last_two_swap(const IrNode *t) {
+  if (t->rank < 2) return 0;
+  for (int i = 0; i < t->rank - 2; i++)
+    if (t->attr[i] != i) return 0;
+  return t->attr[t->rank - 2] == t->rank - 1 && t->attr[t->rank - 1] == t->rank - 2;
+}
+
+/* Rule 5: may shape op `id` be folded into the kernel of its one consumer? */
+static int foldable(Fuser *F, int id, int consumer, int ck) {
+  const IrNode *n = nd(F->g, id);
+  FuseKind kind = F->k[ck].kind;
+  if (kof(F, n->in[0]) == ck) return 0; /* the index map must read memory */
+  switch (n->op) {
+  case IR_RESHAPE: return kind != FUSE_LEAF;
+  case IR_TRANSPOSE:
+    if (kind == FUSE_GEMM) return F->k[ck].mm == consumer && last_two_swap(n);
+    return kind == FUSE_LOOP || kind == FUSE_ROW || kind == FUSE_COPY;
+  case IR_SLICE:
+  case IR_EXPAND:
+  case IR_REPEAT_KV: return kind == FUSE_LOOP || kind == FUSE_ROW || kind == FUSE_COPY;
+  default: return 0;
+  }
+}
+
+static void fold_shape_ops(Fuser *F) {
+  for (int id = F->n - 1; id >= 0; id--) {
+    Role r = role_of(F->g, id);
+    if (r != R_VIEW && r != R_COPY) continue;
+    if (!single_use(F, id)) continue;
+    int c = F->users[F->ustart[id]];
+    int ck = kof(F, c), sk = kof(F, id);
+    if (sk == ck || !foldable(F, id, c, ck)) continue;
+    int k = merge(F, ck, sk);
+    F->kof[id] = k;
+  }
+}
+
+/* ---- from the built kernels to the result ---- */
+
+static int *arena_ints(Arena *a, int n) { return arena_alloc(a, sizeof(int) * (size_t)(n > 0 ? n : 1)); }
+
+/* A min-heap of kernel indices keyed by their smallest node. */
+static void heap_push(int *h, int *nh, int v, const int *key) {
+  int i = (*nh)++;
+  h[i] = v;
+  while (i > 0) {
+    int p = (i - 1) / 2;
+    if (key[h[p]] <= key[h[i]]) break;
+    int t = h[p];
+    h[p] = h[i];
+    h[i] = t;
+    i = p;
+  }
+}
+
+static int heap_pop(int *h, int *nh, const int *key) {
+  int top = h[0];
+  h[0] = h[--(*nh)];
+  int i = 0;
+  for (;;) {
+    int l = 2 * i + 1, r = l + 1, m = i;
+    if (l < *nh && key[h[l]] < key[h[m]]) m = l;
+    if (r < *nh && key[h[r]] < key[h[m]]) m = r;
+    if (m == i) break;
+    int t = h[m];
+    h[m] = h[i];
+    h[i] = t;
+    i = m;
+  }
+  return top;
+}
+
+/* Bytes a kernel reads from boundary value v through its node c's input k:
+ * a folded view reads the buffer it views. */
+static double read_through(const IrModule *m, const IrGraph *g, int c, int k) {
+  const IrNode *cn = nd(g, c);
+  if (cn->op == IR_RESHAPE) {
+    const IrNode *x = nd(g, cn->in[k]);
+    return x->op == IR_CONST ? 0 : (double)ir_bytes(x);
+  }
+  return ircost_read_bytes(m, g, c, k);
+}
+
+/* A kernel's work: its nodes' FLOPs; for loop, row, gemm and copy kernels
+ * the bytes of the values crossing its boundary, for the others (one op,
+ * perhaps with folded views) that op's own bytes; a CALL costs its graph's
+ * fused totals x its repeat count. */
+static void kernel_cost(const FuseResult *r, const IrGraph *g, FuseKernel *K) {
+  const IrModule *m = r->module;
+  K->flops = K->bytes_read = K->bytes_written = 0;
+  int generic = K->kind == FUSE_LOOP || K->kind == FUSE_ROW || K->kind == FUSE_GEMM || K->kind == FUSE_COPY;
+  for (int i = 0; i < K->nnodes; i++) {
+    const IrNode *n = nd(g, K->nodes[i]);
+    if (n->op == IR_CALL) {
+      int64_t gi = n->attr[0];
+      double times = (double)(n->attr[1] > 0 ? n->attr[1] : 1);
+      if (gi >= 0 && gi < r->ngraphs && r->graphs[gi].graph) {
+        K->flops += r->graphs[gi].flops * times;
+        K->bytes_read += r->graphs[gi].bytes_read * times;
+        K->bytes_written += r->graphs[gi].bytes_written * times;
+      }
+      continue;
+    }
+    IrCost c = ircost_node(m, g, K->nodes[i]);
+    K->flops += c.flops;
+    if (!generic) {
+      K->bytes_read += c.bytes_read;
+      K->bytes_written += c.bytes_written;
+    }
+  }
+  if (!generic) return;
+  for (int i = 0; i < K->ninputs; i++) {
+    int v = K->inputs[i];
+    double most = 0;
+    for (int j = 0; j < K->nnodes; j++) {
+      const IrNode *cn = nd(g, K->nodes[j]);
+      for (int k = 0; k < cn->nin; k++)
+        if (cn->in[k] == v) {
+          double b = read_through(m, g, K->nodes[j], k);
+          if (b > most) most = b;
+        }
+    }
+    K->bytes_read += most;
+  }
+  for (int i = 0; i < K->noutputs; i++) K->bytes_written += (double)ir_bytes(nd(g, K->outputs[i]));
+}
+
+static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, FuseGraph *out) {
+  const IrModule *m = res->module;
+  Fuser F;
+  memset(&F, 0, sizeof F);
+  F.m = m;
+  F.g = g;
+  F.n = g->nnodes;
+  int n = F.n;
+  F.kof = xcalloc((size_t)n, sizeof(int));
+  F.ucount = xcalloc((size_t)n, sizeof(int));
+  F.ustart = xcalloc((size_t)n + 1, sizeof(int));
+  F.is_out = xcalloc((size_t)n, 1);
+  for (int i = 0; i < g->noutputs; i++)
+    if (g->outputs[i] >= 0 && g->outputs[i] < n) F.is_out[g->outputs[i]] = 1;
+  /* Distinct consumers of each node (CSR). */
+  for (int i = 0; i < n; i++) {
+    const IrNode *x = nd(g, i);
+    for (int k = 0; k < x->nin; k++) {
+      int dup = 0;
+      for (int j = 0; j < k; j++) dup |= x->in[j] == x->in[k];
+      if (!dup) F.ucount[x->in[k]]++;
+    }
+  }
+  for (int i = 0; i < n; i++) F.ustart[i + 1] = F.ustart[i] + F.ucount[i];
+  F.users = xcalloc((size_t)F.ustart[n] + 1, sizeof(int));
+  int *fill = xcalloc((size_t)n + 1, sizeof(int));
+  for (int i = 0; i < n; i++) {
+    const IrNode *x = nd(g, i);
+    for (int k = 0; k < x->nin; k++) {
+      int dup = 0;
+      for (int j = 0; j < k; j++) dup |= x->in[j] == x->in[k];
+      if (!dup) F.users[F.ustart[x->in[k]] + fill[x->in[k]]++] = i;
+    }
+  }
+  free(fill);
+
+  /* Greedy grouping in node order (rules 1-4, 6). */
+  for (int id = 0; id < n; id++) {
+    int k;
+    switch (role_of(g, id)) {
+    case R_LEAF: k = new_kernel(&F, FUSE_LEAF); break;
+    case R_VIEW: k = new_kernel(&F, FUSE_VIEW); break;
+    case R_COPY: k = new_kernel(&F, FUSE_COPY); break;
+    case R_COMM: k = new_kernel(&F, FUSE_COMM); break;
+    case R_CALL: k = new_kernel(&F, FUSE_CALL); break;
+    case R_SPECIAL: k = new_kernel(&F, FUSE_SPECIAL); break;
+    case R_GEMM:
+      k = new_kernel(&F, FUSE_GEMM);
+      F.k[k].mm = F.k[k].tail = id;
+      break;
+    case R_EW:
+      if (try_epilogue(&F, id)) continue;
+      fuse_compute(&F, id);
+      continue;
+    case R_RED: fuse_compute(&F, id); continue;
+    default: k = new_kernel(&F, FUSE_SPECIAL); break;
+    }
+    place(&F, id, k);
+  }
+  fold_shape_ops(&F);
+
+  /* Final kernels: the roots, ordered topologically (rule 7). */
+  int *index = xcalloc((size_t)F.nk + 1, sizeof(int)); /* root -> dense index */
+  int nk = 0;
+  for (int k = 0; k < F.nk; k++) index[k] = -1;
+  int *minnode = xcalloc((size_t)F.nk + 1, sizeof(int));
+  int *rootof = xcalloc((size_t)F.nk + 1, sizeof(int));
+  for (int id = 0; id < n; id++) {
+    int r = kof(&F, id);
+    if (index[r] < 0) {
+      index[r] = nk;
+      rootof[nk] = r;
+      minnode[nk] = id; /* nodes are visited in ascending order */
+      nk++;
+    }
+  }
+  int *dense = xcalloc((size_t)n + 1, sizeof(int));
+  int *size = xcalloc((size_t)nk + 1, sizeof(int));
+  for (int id = 0; id < n; id++) {
+    dense[id] = index[kof(&F, id)];
+    size[dense[id]]++;
+  }
+  /* Kernel edges (deduplicated per consumer kernel with a stamp). */
+  int *indeg = xcalloc((size_t)nk + 1, sizeof(int));
+  int *stamp = xcalloc((size_t)nk + 1, sizeof(int));
+  int **succ = xcalloc((size_t)nk + 1, sizeof(int *));
+  int *nsucc = xcalloc((size_t)nk + 1, sizeof(int)), *capsucc = xcalloc((size_t)nk + 1, sizeof(int));
+  for (int k = 0; k < nk; k++) stamp[k] = -1;
+  /* For each consumer kernel, its distinct producer kernels. */
+  int **members = xcalloc((size_t)nk + 1, sizeof(int *));
+  int *nmem = xcalloc((size_t)nk + 1, sizeof(int));
+  for (int k = 0; k < nk; k++) members[k] = xcalloc((size_t)size[k], sizeof(int));
+  for (int id = 0; id < n; id++) members[dense[id]][nmem[dense[id]]++] = id;
+  for (int k = 0; k < nk; k++) {
+    for (int j = 0; j < nmem[k]; j++) {
+      const IrNode *x = nd(g, members[k][j]);
+      for (int i = 0; i < x->nin; i++) {
+        int p = dense[x->in[i]];
+        if (p == k || stamp[p] == k) continue;
+        stamp[p] = k;
+        if (nsucc[p] == capsucc[p]) {
+          capsucc[p] = capsucc[p] ? capsucc[p] * 2 : 4;
+          succ[p] = xrealloc(succ[p], sizeof(int) * (size_t)capsucc[p]);
+        }
+        succ[p][nsucc[p]++] = k;
+        indeg[k]++;
+      }
+    }
+  }
+  int *heap = xcalloc((size_t)nk + 1, sizeof(int)), nh = 0;
+  int *order = xcalloc((size_t)nk + 1, sizeof(int)), norder = 0;
+  for (int k = 0; k < nk; k++)
+    if (!indeg[k]) heap_push(heap, &nh, k, minnode);
+  while (nh) {
+    int k = heap_pop(heap, &nh, minnode);
+    order[norder++] = k;
+    for (int i = 0; i < nsucc[k]; i++)
+      if (--indeg[succ[k][i]] == 0) heap_push(heap, &nh, succ[k][i], minnode);
+  }
+  /* A cycle would leave kernels unordered; the rules exclude it, and
+   * fuse_check reports it if it happened: list the rest in node order. */
+  if (norder < nk) {
+    char *done = xcalloc((size_t)nk + 1, 1);
+    for (int i = 0; i < norder; i++) done[order[i]] = 1;
+    for (int k = 0; k < nk; k++)
+      if (!done[k]) order[norder++] = k;
+    free(done);
+  }
+  int *pos = xcalloc((size_t)nk + 1, sizeof(int));
+  for (int i = 0; i < nk; i++) pos[order[i]] = i;
+
+  out->graph = g;
+  out->nkernels = nk;
+  out->kernels = arena_alloc(arena, sizeof(FuseKernel) * (size_t)(nk > 0 ? nk : 1));
+  out->kernel_of = arena_ints(arena, n);
+  for (int id = 0; id < n; id++) out->kernel_of[id] = pos[dense[id]];
+  int *vstamp = xcalloc((size_t)n + 1, sizeof(int));
+  for (int i = 0; i < n; i++) vstamp[i] = -1;
+  for (int p = 0; p < nk; p++) {
+    int k = order[p];
+    BK *b = &F.k[rootof[k]];
+    FuseKernel *K = &out->kernels[p];
+    memset(K, 0, sizeof *K);
+    K->kind = b->kind;
+    K->act = b->act;
+    K->epilogue = b->epilogue;
+    K->nnodes = nmem[k];
+    K->nodes = arena_ints(arena, nmem[k]);
+    memcpy(K->nodes, members[k], sizeof(int) * (size_t)nmem[k]);
+    if (b->kind == FUSE_LOOP || b->kind == FUSE_ROW) {
+      K->rank = b->sp.rank;
+      memcpy(K->dims, b->sp.dims, sizeof K->dims);
+      K->red_lo = b->sp.red ? b->sp.lo : 0;
+      K->red_hi = b->sp.red ? b->sp.hi : 0;
+    } else {
+      const IrNode *main = nd(g, b->kind == FUSE_GEMM ? b->mm : K->nodes[K->nnodes - 1]);
+      K->rank = main->rank;
+      memcpy(K->dims, main->dims, sizeof K->dims);
+    }
+    /* Inputs: values from other kernels, ascending. */
+    int nin = 0;
+    for (int j = 0; j < K->nnodes; j++) {
+      const IrNode *x = nd(g, K->nodes[j]);
+      for (int i = 0; i < x->nin; i++)
+        if (out->kernel_of[x->in[i]] != p && vstamp[x->in[i]] != p) {
+          vstamp[x->in[i]] = p;
+          nin++;
+        }
+    }
+    K->inputs = arena_ints(arena, nin);
+    for (int v = 0; v < n; v++)
+      if (vstamp[v] == p) K->inputs[K->ninputs++] = v;
+    /* Outputs: its values read elsewhere or returned. */
+    int nout = 0;
+    for (int j = 0; j < K->nnodes; j++) {
+      int v = K->nodes[j], used = F.is_out[v];
+      for (int u = F.ustart[v]; u < F.ustart[v + 1] && !used; u++) used = out->kernel_of[F.users[u]] != p;
+      nout += used;
+    }
+    K->outputs = arena_ints(arena, nout);
+    for (int j = 0; j < K->nnodes; j++) {
+      int v = K->nodes[j], used = F.is_out[v];
+      for (int u = F.ustart[v]; u < F.ustart[v + 1] && !used; u++) used = out->kernel_of[F.users[u]] != p;
+      if (used) K->outputs[K->noutputs++] = v;
+    }
+    kernel_cost(res, g, K);
+    out->flops += K->flops;
+    out->bytes_read += K->bytes_read;
+    out->bytes_written += K->bytes_written;
+  }
+
+  free(vstamp);
+  free(pos);
+  free(order);
+  free(heap);
+  for (int k = 0; k < nk; k++) {
+    free(members[k]);
+    free(succ[k]);
+  }
+  free(members);
+  free(nmem);
+  free(succ);
+  free(nsucc);
+  free(capsucc);
+  free(stamp);
+  free(indeg);
+  free(size);
+  free(dense);
+  free(rootof);
+  free(minnode);
+  free(index);
+  for (int k = 0; k < F.nk; k++) free(F.k[k].preds);
+  free(F.k);
+  free(F.mark);
+  free(F.seen);
+  free(F.stack);
+  free(F.users);
+  free(F.is_out);
+  free(F.ustart);
+  free(F.ucount);
+  free(F.kof);
+}
+
+FuseResult *fuse_module(Arena *arena, const IrModule *m) {
+  FuseResult *r = arena_alloc(arena, sizeof *r);
+  r->module = m;
+  r->ngraphs = m->ngraphs;
+  r->graphs = arena_alloc(arena, sizeof(FuseGraph) * (size_t)(m->ngraphs > 0 ? m->ngraphs : 1));
+  /* Callees first (a graph calls only later graphs), so a CALL's kernel
+   * can take its graph's fused totals. */
+  for (int i = m->ngraphs - 1; i >= 0; i--) fuse_one(arena, r, m->graphs[i], &r->graphs[i]);
+  return r;
+}
+
+int fuse_count(const FuseResult *r, int graph, FuseKind kind) {
+  if (graph < 0 || graph >= r->ngraphs) return 0;
+  int c = 0;
+  for (int i = 0; i < r->graphs[graph].nkernels; i++) c += r->graphs[graph].kernels[i].kind == kind;
+  return c;
+}
+
+/* ---- the check ---- */
+
+static int problem(FILE *out, const IrGraph *g, int k, const char *what, int node) {
+  if (out) {
+    fprintf(out, "fuse check: graph %s, kernel k%d: %s", g->name, k, what);
+    if (node >= 0) fprintf(out, " (%%%d)", node);
+    fputc('\n', out);
+  }
+  return 1;
+}
+
+static int is_index_map(IrOp op) {
+  return op == IR_RESHAPE || op == IR_TRANSPOSE || op == IR_SLICE || op == IR_EXPAND || op == IR_REPEAT_KV;
+}
+
+static int is_special(const IrGraph *g, int id) { return role_of(g, id) == R_SPECIAL; }
+
+static int check_kernel(const FuseGraph *fg, int p, FILE *out) {
+  const IrGraph *g = fg->graph;
+  const FuseKernel *K = &fg->kernels[p];
+  int bad = 0, nmm = 0, nmain = 0;
+  Space s;
+  memset(&s, 0, sizeof s);
+  s.valid = 1;
+  s.rank = K->rank;
+  memcpy(s.dims, K->dims, sizeof s.dims);
+  s.red = K->kind == FUSE_ROW;
+  s.lo = K->red_lo;
+  s.hi = K->red_hi;
+  if (s.red && (s.lo < 0 || s.hi <= s.lo || s.hi > s.rank)) bad += problem(out, g, p, "bad reduced group", -1);
+  for (int j = 0; j < K->nnodes; j++) {
+    int id = K->nodes[j];
+    const IrNode *n = nd(g, id);
+    Role r = role_of(g, id);
+    int index_map = is_index_map(n->op) && K->kind != FUSE_VIEW && K->kind != FUSE_COPY;
+    if (index_map) {
+      /* Folded shape op: reads memory, feeds one node of this kernel. */
+      if (fg->kernel_of[n->in[0]] == p) bad += problem(out, g, p, "an index map reads a value of its own kernel", id);
+      continue;
+    }
+    switch (K->kind) {
+    case FUSE_LEAF: bad += r != R_LEAF ? problem(out, g, p, "a non-leaf in a leaf unit", id) : 0; break;
+    case FUSE_VIEW: bad += r != R_VIEW ? problem(out, g, p, "a non-reshape in a view", id) : 0; break;
+    case FUSE_COPY:
+      bad += !is_index_map(n->op) && r != R_COPY ? problem(out, g, p, "a non-shape op in a copy", id) : 0;
+      nmain += r == R_COPY;
+      break;
+    case FUSE_COMM: nmain += r == R_COMM; break;
+    case FUSE_CALL: nmain += r == R_CALL; break;
+    case FUSE_SPECIAL: nmain += is_special(g, id); break;
+    case FUSE_GEMM:
+      if (n->op == IR_MATMUL) nmm++;
+      else if (n->op != IR_MUL && n->op != IR_ADD && n->op != IR_RELU && n->op != IR_GELU)
+        bad += problem(out, g, p, "a gemm epilogue holds an unexpected op", id);
+      break;
+    case FUSE_LOOP:
+    case FUSE_ROW: {
+      if (r != R_EW && !(r == R_RED && K->kind == FUSE_ROW)) {
+        bad += problem(out, g, p, "an op that does not fuse", id);
+        break;
+      }
+      int tn;
+      if (r == R_RED) {
+        int lo, hi;
+        reduced_group(g, n, &lo, &hi);
+        if (!node_is(nd(g, n->in[0]), &s) || lo != s.lo || hi != s.hi)
+          bad += problem(out, g, p, "a reduction outside the kernel's space", id);
+        tn = red_output_is_full(n->op) ? TAG_FULL : TAG_ROW;
+      } else {
+        tn = tag_in(&s, n);
+      }
+      if (tag_in(&s, n) < 0) {
+        bad += problem(out, g, p, "a node outside the kernel's iteration space", id);
+        break;
+      }
+      for (int i = 0; i < n->nin; i++) {
+        int x = n->in[i];
+        if (fg->kernel_of[x] != p || is_index_map(nd(g, x)->op)) continue;
+        const IrNode *xn = nd(g, x);
+        int tx = tag_in(&s, xn);
+        int ok = tx >= 0;
+        if (ok && r == R_RED) ok = tx == TAG_FULL;
+        else if (ok && tx == TAG_ROW)
+          ok = tn == TAG_FULL ? row_broadcasts_in_row(&s, xn->rank, xn->dims)
+                              : same_shape(xn->rank, xn->dims, n->rank, n->dims);
+        else if (ok) ok = tn == TAG_FULL;
+        if (!ok) bad += problem(out, g, p, "a value read outside its row", id);
+      }
+      break;
+    }
+    default: break;
+    }
+  }
+  if (K->kind == FUSE_GEMM && nmm != 1) bad += problem(out, g, p, "a gemm kernel needs exactly one matmul", -1);
+  if ((K->kind == FUSE_COMM || K->kind == FUSE_CALL || K->kind == FUSE_SPECIAL) && nmain != 1)
+    bad += problem(out, g, p, "needs exactly one main op", -1);
+  if (K->kind == FUSE_COPY && nmain < 1) bad += problem(out, g, p, "a copy without a shape op", -1);
+  return bad;
+}
+
+int fuse_check(const FuseResult *r, FILE *out) {
+  int bad = 0;
+  for (int gi = 0; gi < r->ngraphs; gi++) {
+    const FuseGraph *fg = &r->graphs[gi];
+    const IrGraph *g = fg->graph;
+    int n = g->nnodes;
+    int *count = xcalloc((size_t)n + 1, sizeof(int));
+    int *stampv = xcalloc((size_t)n + 1, sizeof(int));
+    char *is_out = xcalloc((size_t)n + 1, 1);
+    for (int i = 0; i < g->noutputs; i++)
+      if (g->outputs[i] >= 0 && g->outputs[i] < n) is_out[g->outputs[i]] = 1;
+    if (n > 0 && !fg->kernel_of) {
+      bad += problem(out, g, -1, "not fused", -1);
+      free(count);
+      free(stampv);
+      free(is_out);
+      continue;
+    }
+    for (int p = 0; p < fg->nkernels; p++) {
+      const FuseKernel *K = &fg->kernels[p];
+      if (K->nnodes < 1) bad += problem(out, g, p, "an empty kernel", -1);
+      for (int j = 0; j < K->nnodes; j++) {
+        int id = K->nodes[j];
+        if (id < 0 || id >= n) {
+          bad += problem(out, g, p, "a node id out of range", id);
+          continue;
+        }
+        count[id]++;
+        if (fg->kernel_of[id] != p) bad += problem(out, g, p, "kernel_of disagrees with the kernel's nodes", id);
+        if (j && K->nodes[j - 1] >= id) bad += problem(out, g, p, "nodes not in ascending order", id);
+      }
+    }
+    for (int id = 0; id < n; id++)
+      if (count[id] != 1) {
+        if (out) fprintf(out, "fuse check: graph %s: %%%d is in %d kernels\n", g->name, id, count[id]);
+        bad++;
+      }
+    if (bad) {
+      free(count);
+      free(stampv);
+      free(is_out);
+      continue;
+    }
+    /* A value leaves its kernel when a node of another kernel reads it. */
+    for (int u = 0; u < n; u++) {
+      const IrNode *y = nd(g, u);
+      for (int i = 0; i < y->nin; i++)
+        if (y->in[i] >= 0 && y->in[i] < u && fg->kernel_of[y->in[i]] != fg->kernel_of[u]) is_out[y->in[i]] = 1;
+    }
+    for (int p = 0; p < fg->nkernels; p++) {
+      const FuseKernel *K = &fg->kernels[p];
+      /* Dependencies: every input from an earlier kernel, or this one. */
+      int nin = 0, nout = 0;
+      for (int j = 0; j < K->nnodes; j++) {
+        const IrNode *x = nd(g, K->nodes[j]);
+        for (int i = 0; i < x->nin; i++) {
+          int q = x->in[i], kq = fg->kernel_of[q];
+          if (kq > p) bad += problem(out, g, p, "reads a value of a later kernel (a cycle or a bad order)", q);
+          if (kq != p && stampv[q] != p + 1) {
+            stampv[q] = p + 1;
+            nin++;
+            int listed = 0;
+            for (int t = 0; t < K->ninputs; t++) listed |= K->inputs[t] == q;
+            if (!listed) bad += problem(out, g, p, "an input missing from the kernel's inputs", q);
+          }
+        }
+      }
+      if (nin != K->ninputs) bad += problem(out, g, p, "the input list differs from the values crossing in", -1);
+      for (int t = 1; t < K->ninputs; t++)
+        if (K->inputs[t - 1] >= K->inputs[t]) bad += problem(out, g, p, "inputs not ascending", K->inputs[t]);
+      for (int j = 0; j < K->nnodes; j++) {
+        int v = K->nodes[j];
+        if (is_out[v]) {
+          nout++;
+          int listed = 0;
+          for (int t = 0; t < K->noutputs; t++) listed |= K->outputs[t] == v;
+          if (!listed) bad += problem(out, g, p, "an output missing from the kernel's outputs", v);
+        }
+      }
+      if (nout != K->noutputs) bad += problem(out, g, p, "the output list differs from the values crossing out", -1);
+      bad += check_kernel(fg, p, out);
+    }
+    free(count);
+    free(stampv);
+    free(is_out);
+  }
+  return bad;
+}
+
+/* ---- printing ---- */
+
+static void print_shape(FILE *out, DType dt, int rank, const int64_t *dims) {
+  fprintf(out, "%s[", sem_dtype_name(dt));
+  for (int i = 0; i < rank; i++) fprintf(out, "%s%" PRId64, i ? ", " : "", dims[i]);
+  fputc(']', out);
+}
+
+static void print_ids(FILE *out, const int *ids, int n) {
+  fputc('(', out);
+  for (int i = 0; i < n; i++) fprintf(out, "%s%%%d", i ? ", " : "", ids[i]);
+  fputc(')', out);
+}
+
+static void print_node(const IrModule *m, const IrGraph *g, int id, FILE *out) {
+  const IrNode *n = nd(g, id);
+  fprintf(out, "%%%d %s", id, ir_op_name(n->op));
+  switch (n->op) {
+  case IR_INPUT: fprintf(out, " %s", m->inputs[n->attr[0]].name); break;
+  case IR_PARAM: fprintf(out, " %s", m->params[n->attr[0]].name); break;
+  case IR_ARG: fprintf(out, " #%" PRId64, n->attr[0]); break;
+  case IR_CONST: fprintf(out, " %.9g", n->fattr); break;
+  case IR_CALL: fprintf(out, " @%s x%" PRId64, m->graphs[n->attr[0]]->name, n->attr[1]); break;
+  default: break;
+  }
+}
+
+void fuse_print_graph(const FuseResult *r, int gi, FILE *out) {
+  const IrModule *m = r->module;
+  const FuseGraph *fg = &r->graphs[gi];
+  const IrGraph *g = fg->graph;
+  int kinds[FUSE_NKINDS] = {0};
+  for (int p = 0; p < fg->nkernels; p++) kinds[fg->kernels[p].kind]++;
+  int launches = fg->nkernels - kinds[FUSE_LEAF] - kinds[FUSE_VIEW];
+  fprintf(out, "graph %s (args %d, count %" PRId64 "): %d kernels, %d leaves and views {\n", g->name, g->nargs, g->count,
+          launches, kinds[FUSE_LEAF] + kinds[FUSE_VIEW]);
+  for (int p = 0; p < fg->nkernels; p++) {
+    const FuseKernel *K = &fg->kernels[p];
+    fprintf(out, "  k%d %s", p, fuse_kind_name(K->kind));
+    if (K->kind == FUSE_GEMM) {
+      if (K->epilogue & FUSE_EPI_SCALE) fputs("+scale", out);
+      if (K->epilogue & FUSE_EPI_BIAS) fputs("+bias", out);
+      if (K->epilogue & FUSE_EPI_ACT) fprintf(out, "+%s", ir_op_name(K->act));
+    }
+    if (K->kind == FUSE_ROW) {
+      fprintf(out, "[%d", K->red_lo);
+      for (int a = K->red_lo + 1; a < K->red_hi; a++) fprintf(out, ",%d", a);
+      fputc(']', out);
+    }
+    if (K->kind == FUSE_LOOP || K->kind == FUSE_ROW || K->kind == FUSE_GEMM) {
+      fputc(' ', out);
+      const IrNode *first = nd(g, K->nodes[K->nnodes - 1]);
+      print_shape(out, first->dtype, K->rank, K->dims);
+    }
+    fputs(" [", out);
+    for (int j = 0; j < K->nnodes; j++) {
+      if (j) fputs(", ", out);
+      print_node(m, g, K->nodes[j], out);
+    }
+    fputc(']', out);
+    if (K->ninputs) {
+      fputc(' ', out);
+      print_ids(out, K->inputs, K->ninputs);
+    }
+    fputs(" -> ", out);
+    print_ids(out, K->outputs, K->noutputs);
+    if (K->flops || K->bytes_read || K->bytes_written)
+      fprintf(out, "  flops=%.0f read=%.0f write=%.0f", K->flops, K->bytes_read, K->bytes_written);
+    fputc('\n', out);
+  }
+  IrCost unfused = ircost_graph(m, g);
+  fputs("}", out);
+  for (int k = 0; k < FUSE_NKINDS; k++) fprintf(out, "%s%s %d", k ? ", " : " ", fuse_kind_name((FuseKind)k), kinds[k]);
+  fprintf(out, "; flops=%.0f read=%.0f write=%.0f (unfused read=%.0f write=%.0f)\n", fg->flops, fg->bytes_read,
+          fg->bytes_written, unfused.bytes_read, unfused.bytes_written);
+}
+
+void fuse_print(const FuseResult *r, FILE *out) {
+  fprintf(out, "fused module (micro_batch %" PRId64 ")\n", r->module->micro_batch);
+  for (int i = 0; i < r->ngraphs; i++) fuse_print_graph(r, i, out);
+}
