@@ -285,16 +285,19 @@ static void adgrad_DIV(AdCtx *c, int f, int dy) {
   if (c->rg[b]) acc(c, b, un(c, IR_NEG, sum_to(c, bin(c, IR_DIV, bin(c, IR_MUL, dy, fv(c, f)), fv(c, b)), b)));
 }
 
-/* The winner takes dy: relu'(a - b) is the mask a > b (ties go to b). */
-static void minmax(AdCtx *c, int f, int dy, int winner, int loser) {
-  if (!c->rg[winner] && !c->rg[loser]) return;
-  int d = act_grad(c, IR_RELU, 0, bin(c, IR_SUB, fv(c, winner), fv(c, loser)), dy);
-  if (c->rg[winner]) acc(c, winner, sum_to(c, d, winner));
-  if (c->rg[loser]) acc(c, loser, sum_to(c, bin(c, IR_SUB, dy, d), loser));
+/* The selected operand takes dy: for maximum the mask a > b is relu'(a - b),
+ * for minimum a < b is relu'(b - a); ties go to b. */
+static void minmax(AdCtx *c, int f, int dy, int is_max) {
+  int a = fin(c, f, 0), b = fin(c, f, 1);
+  if (!c->rg[a] && !c->rg[b]) return;
+  int diff = is_max ? bin(c, IR_SUB, fv(c, a), fv(c, b)) : bin(c, IR_SUB, fv(c, b), fv(c, a));
+  int d = act_grad(c, IR_RELU, 0, diff, dy);
+  if (c->rg[a]) acc(c, a, sum_to(c, d, a));
+  if (c->rg[b]) acc(c, b, sum_to(c, bin(c, IR_SUB, dy, d), b));
 }
 
-static void adgrad_MAXIMUM(AdCtx *c, int f, int dy) { minmax(c, f, dy, fin(c, f, 0), fin(c, f, 1)); }
-static void adgrad_MINIMUM(AdCtx *c, int f, int dy) { minmax(c, f, dy, fin(c, f, 1), fin(c, f, 0)); }
+static void adgrad_MAXIMUM(AdCtx *c, int f, int dy) { minmax(c, f, dy, 1); }
+static void adgrad_MINIMUM(AdCtx *c, int f, int dy) { minmax(c, f, dy, 0); }
 
 static int matmul(AdCtx *c, int a, int b, int ta, int tb) {
   int in[2] = {a, b};
@@ -837,6 +840,9 @@ static const char *build_step(IrModule *m, AdResult *res) {
   if (c.rg[f->outputs[0]]) c.grad[f->outputs[0]] = seed;
   backward_pass(&c);
   if (c.err) return c.err;
+  /* a repeat the loss does not reach has no backward: keep nothing for it */
+  for (int i = 0; i < f->nnodes; i++)
+    if (f->nodes[i].op == IR_CALL && c.grad[i] < 0) b->nodes[c.map[i]].attr[2] = IR_CALL_PLAIN;
   int *outs = arena_alloc(m->arena, sizeof(int) * (size_t)(m->nparams + 2)), nouts = 0;
   outs[nouts++] = c.map[f->outputs[0]];
   param_outputs(&c, &outs, &nouts);

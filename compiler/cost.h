@@ -98,9 +98,10 @@ CostAlgo cost_pick_algo(CostCollective c, double bytes, int n, const CostLink *l
 double cost_collective_bytes_sent(CostCollective c, double bytes, int n, CostAlgo algo);
 
 /* The link of a group of n ranks placed as `ranks_per_node` consecutive
- * ranks on each node of cluster c (tensor parallelism inside a node:
- * ranks_per_node = tp; the data-parallel group of a tp x pp layout:
- * ranks_per_node = max(1, gpus_per_node / (tp * pp))).
+ * ranks on each node of cluster c: how many of the group's ranks share a
+ * node under the partitioner's rank order (tensor parallelism inside a node:
+ * tp; the data-parallel group under Megatron's order, tp fastest, then dp,
+ * then pp: min(dp, max(1, gpus_per_node / tp))).
  *   - The group fits in one node (n <= ranks_per_node): the intra-node
  *     fabric, times COST_NCCL_INTRA_EFFICIENCY.
  *   - It spans nodes: a ring crosses each node boundary once per channel,

@@ -907,7 +907,8 @@ int fuse_count(const FuseResult *r, int graph, FuseKind kind) {
 
 static int problem(FILE *out, const IrGraph *g, int k, const char *what, int node) {
   if (out) {
-    fprintf(out, "fuse check: graph %s, kernel k%d: %s", g->name, k, what);
+    if (k >= 0) fprintf(out, "fuse check: graph %s, kernel k%d: %s", g->name, k, what);
+    else fprintf(out, "fuse check: graph %s: %s", g->name, what);
     if (node >= 0) fprintf(out, " (%%%d)", node);
     fputc('\n', out);
   }
@@ -1143,8 +1144,8 @@ void fuse_print_graph(const FuseResult *r, int gi, FILE *out) {
     }
     if (K->kind == FUSE_LOOP || K->kind == FUSE_ROW || K->kind == FUSE_GEMM) {
       fputc(' ', out);
-      const IrNode *first = nd(g, K->nodes[K->nnodes - 1]);
-      print_shape(out, first->dtype, K->rank, K->dims);
+      const IrNode *last = nd(g, K->nodes[K->nnodes - 1]);
+      print_shape(out, last->dtype, K->rank, K->dims);
     }
     fputs(" [", out);
     for (int j = 0; j < K->nnodes; j++) {

@@ -100,11 +100,16 @@ FuseResult *fuse_module(Arena *arena, const IrModule *m);
  * Returns the number of problems, each printed to `out` when not NULL. */
 int fuse_check(const FuseResult *r, FILE *out);
 
-/* Stable text form (golden tests compare it):
- *   graph blocks (args 1, count 2): 16 kernels, 9 views and leaves
- *     k0 leaf [%0 arg] -> %0
- *     k1 row[2] f32[8, 64, 64] [%1 reduce_mean, %2 sub, ...] (%0, %5) -> %12  flops=... read=... write=...
- *   } */
+/* Stable text form (the goldens in tests/fuse compare it): per graph, its kernels
+ * in execution order, each with its kind (gemm with its epilogue, row with
+ * its reduced axes, the iteration space), its nodes, its inputs and outputs
+ * and its work; the last line counts kernels by kind and sums the work,
+ * beside the unfused traffic (ircost_graph) for comparison:
+ *   graph blocks (args 1, count 2): 16 kernels, 20 leaves and views {
+ *     k0 leaf [%0 arg #0] -> (%0)
+ *     k4 row[2] f32[8, 64, 64] [%1 reduce_mean, %2 sub, ...] (%0, %5, %9, %11) -> (%12)  flops=231424 read=131584 write=131072
+ *     k7 gemm+bias f32[8, 64, 64] [%14 matmul, %16 add] (%12, %13, %15) -> (%16)  flops=...
+ *   } leaf 20, view 0, loop 1, ...; flops=... read=... write=... (unfused read=... write=...) */
 void fuse_print(const FuseResult *r, FILE *out);
 void fuse_print_graph(const FuseResult *r, int graph, FILE *out);
 

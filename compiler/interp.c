@@ -219,7 +219,7 @@ static void add_grad(Interp *in, int param, int64_t layer, const double *g) {
 
 /* Strides of a tensor of shape (rank, dims) read as if broadcast to the
  * shape (orank, odims), aligned at the trailing axis: 0 where it repeats. */
-static void bcast_strides(int rank, const int64_t *dims, int orank, const int64_t *odims, int64_t *strides) {
+static void bcast_strides(int rank, const int64_t *dims, int orank, int64_t *strides) {
   int64_t s = 1;
   for (int i = orank - 1; i >= 0; i--) {
     int k = rank - orank + i;
@@ -227,7 +227,6 @@ static void bcast_strides(int rank, const int64_t *dims, int orank, const int64_
     else strides[i] = s;
     if (k >= 0) s *= dims[k];
   }
-  (void)odims;
 }
 
 static void row_strides(int rank, const int64_t *dims, int64_t *strides) {
@@ -465,8 +464,8 @@ static const char *exec_matmul(Run *r, const IrNode *n, double *out) {
   int batch = n->rank - 2;
   int64_t sa[IR_MAX_RANK], sb[IR_MAX_RANK], idx[IR_MAX_RANK] = {0};
   /* batch strides in units of whole matrices */
-  bcast_strides(a->rank - 2, a->dims, batch, n->dims, sa);
-  bcast_strides(b->rank - 2, b->dims, batch, n->dims, sb);
+  bcast_strides(a->rank - 2, a->dims, batch, sa);
+  bcast_strides(b->rank - 2, b->dims, batch, sb);
   int64_t asz = a->dims[a->rank - 2] * acols, bsz = b->dims[b->rank - 2] * bcols;
   int64_t nb = dims_numel(batch, n->dims);
   for (int64_t bi = 0; bi < nb; bi++) {
@@ -566,8 +565,8 @@ static const char *exec_node(Run *r, int id, double *out) {
     const IrNode *b = &g->nodes[n->in[1]];
     const double *B = r->val[n->in[1]];
     int64_t sa[IR_MAX_RANK], sb[IR_MAX_RANK];
-    bcast_strides(x->rank, x->dims, n->rank, n->dims, sa);
-    bcast_strides(b->rank, b->dims, n->rank, n->dims, sb);
+    bcast_strides(x->rank, x->dims, n->rank, sa);
+    bcast_strides(b->rank, b->dims, n->rank, sb);
     for (int64_t i = 0; i < N; i++) {
       out[i] = binary_value(n->op, X[idx_dot(n->rank, idx, sa)], B[idx_dot(n->rank, idx, sb)]);
       idx_next(n->rank, n->dims, idx);
@@ -594,7 +593,7 @@ static const char *exec_node(Run *r, int id, double *out) {
   }
   case IR_EXPAND: {
     int64_t s[IR_MAX_RANK];
-    bcast_strides(x->rank, x->dims, n->rank, n->dims, s);
+    bcast_strides(x->rank, x->dims, n->rank, s);
     for (int64_t i = 0; i < N; i++) {
       out[i] = X[idx_dot(n->rank, idx, s)];
       idx_next(n->rank, n->dims, idx);
@@ -603,7 +602,7 @@ static const char *exec_node(Run *r, int id, double *out) {
   }
   case IR_SUM_TO: {
     int64_t s[IR_MAX_RANK];
-    bcast_strides(n->rank, n->dims, x->rank, x->dims, s);
+    bcast_strides(n->rank, n->dims, x->rank, s);
     memset(out, 0, sizeof(double) * (size_t)N);
     int64_t nx = ir_numel(x);
     for (int64_t i = 0; i < nx; i++) {
@@ -884,6 +883,11 @@ static int run_graph(Interp *in, int gi, int64_t layer, const InterpTensor *args
       r.val[i] = xcalloc((size_t)ir_numel(n), sizeof(double));
       r.owned[i] = 1;
       e = exec_node(&r, i, r.val[i]);
+      if (last[i] == i) { /* nothing reads it (a CALL kept for its effects) */
+        free(r.val[i]);
+        r.val[i] = NULL;
+        r.owned[i] = 0;
+      }
     }
     for (int k = 0; k < n->nin; k++) {
       int src = n->in[k];

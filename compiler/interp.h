@@ -38,7 +38,9 @@ void interp_set_input(Interp *in, int input, const double *data);
  * `layer`), with the given arguments; writes each graph output to outs[i]
  * (allocated by the interpreter, owned by the caller: free with free()).
  * CALL nodes run their graph `count` times, layer 0 .. count-1, threading
- * output 0 into argument 0. Returns 0, or -1 with a message in *err. */
+ * output 0 into argument 0 (and, in autodiff's SAVE / BACKWARD modes, keep
+ * or use per-layer activations: ir.h). Returns 0, or -1 with a message in
+ * *err. */
 int interp_run(Interp *in, int graph, int64_t layer, const InterpTensor *args, int nargs, InterpTensor *outs,
                const char **err);
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # demo.sh - builds hpdl (Release, in ./build) and runs it on the GPT-2 sample:
-# `hpdlc check`, then `hpdlc plan` once the planner exists.
+# `hpdlc check` (as given, resized with -D, and with a deliberate mistake to
+# show the diagnostics), then `hpdlc plan` once the planner exists.
 #
 # Run it from anywhere; it works in the repository root. Set HPDL_BUILD_DIR
 # to build somewhere else than ./build.
@@ -40,7 +41,14 @@ fi
 
 step "Checking $sample: syntax, names, types, shapes and the parallel layout"
 run "$hpdlc" check "$sample"
-echo "ok: $sample has no errors"
+
+step "The same file as GPT-2 medium: -D overrides the model's parameters"
+run "$hpdlc" check -D L=24 -D C=1024 -D H=16 "$sample"
+
+step "A mistake on purpose: 10 heads do not divide a width of 768"
+status=0
+run "$hpdlc" check -D H=10 "$sample" || status=$?
+echo "(exit status $status: 1 means errors in the input, as expected here)"
 
 if "$hpdlc" plan --help >/dev/null 2>&1; then
   step "Planning $sample: memory per GPU, communication, step time, MFU"

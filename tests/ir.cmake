@@ -1,0 +1,37 @@
+# ir.cmake - golden dumps of the IR stages: `hpdlc emit grad` of small models
+# is compared with tests/ir/NAME.grad (one CTest test per case, named
+# ir.NAME), and must exit 0 (the appended graphs verify).
+#
+# To (re)generate the expected output after a deliberate change:
+#   cmake --build build --target ir-golden-update
+# then read every changed file (git diff) before committing it.
+
+set(HPDL_IR_UPDATE_COMMANDS)
+
+# hpdl_ir_golden(NAME FILE [hpdlc arguments...])
+function(hpdl_ir_golden name file)
+  string(REPLACE ";" " " args_text "${ARGN}")
+  set(golden ${HPDL_TEST_DIR}/ir/${name}.grad)
+  add_test(NAME ir.${name}
+           COMMAND bash -c "set -o pipefail; \"$1\" emit grad ${args_text} \"$2\" | diff -u \"$3\" -"
+                   ir-golden $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR}/${file} ${golden})
+  set_tests_properties(ir.${name} PROPERTIES TIMEOUT 60 LABELS ir)
+  set(HPDL_IR_UPDATE_COMMANDS ${HPDL_IR_UPDATE_COMMANDS}
+      COMMAND bash -c "\"$1\" emit grad ${args_text} \"$2\" > \"$3\""
+              ir-golden $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR}/${file} ${golden}
+      PARENT_SCOPE)
+endfunction()
+
+set(HPDL_IR_TINY_GPT2 --micro-batch 2 --global-batch 2 -D T=8 -D C=16 -D V=32)
+hpdl_ir_golden(mlp samples/mlp.hpd)
+hpdl_ir_golden(gpt2-tiny-none samples/gpt2-tiny.hpd --recompute none ${HPDL_IR_TINY_GPT2})
+hpdl_ir_golden(gpt2-tiny-selective samples/gpt2-tiny.hpd --recompute selective ${HPDL_IR_TINY_GPT2})
+hpdl_ir_golden(gpt2-tiny-full samples/gpt2-tiny.hpd --recompute full ${HPDL_IR_TINY_GPT2})
+hpdl_ir_golden(llama-selective samples/llama.hpd --recompute selective --micro-batch 1 --global-batch 1
+               -D layers=2 -D hidden=16 -D heads=4 -D kv_heads=2 -D ffn=32 -D seq=8 -D vocab=32
+               --cluster laptop --nodes 1 --dp 1 --tp 1 --sp off)
+
+add_custom_target(ir-golden-update ${HPDL_IR_UPDATE_COMMANDS}
+                  DEPENDS hpdlc
+                  COMMENT "Rewriting tests/ir/*.grad from the current hpdlc"
+                  VERBATIM)

@@ -1,0 +1,934 @@
+/* test_autodiff.c - every gradient rule against central finite differences
+ * in fp64, whole models (gpt2-tiny, a tiny llama) parameter by parameter,
+ * recompute policies giving the same gradients, micro-batch accumulation,
+ * and the verifier on every backward graph. */
+#include "autodiff.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "interp.h"
+#include "ir.h"
+#include "loader.h"
+#include "lower.h"
+#include "sema.h"
+#include "test_util.h"
+
+/* ---- building small modules by hand ---- */
+
+typedef struct {
+  Arena *arena;
+  IrModule *m;
+  IrGraph *g;
+  double *input_data[8]; /* values for the model inputs, set before runs */
+} Mod;
+
+static Mod mod_new(void) {
+  Mod M;
+  memset(&M, 0, sizeof M);
+  M.arena = arena_new();
+  M.m = ir_module_new(M.arena);
+  M.m->micro_batch = 1;
+  M.m->inputs = arena_alloc(M.arena, sizeof(IrInput) * 8);
+  M.g = ir_graph_new(M.m, "forward");
+  return M;
+}
+
+static void mod_free(Mod *M) {
+  for (int i = 0; i < 8; i++) free(M->input_data[i]);
+  arena_free(M->arena);
+}
+
+static int add(IrGraph *g, IrOp op, const int *in, int nin, const int64_t *attr, int nattr, double f, DType dt,
+               int rank, const int64_t *dims) {
+  const char *why = NULL;
+  int id = ir_add(g, op, in, nin, attr, nattr, f, dt, rank, dims, &why);
+  if (id < 0) fprintf(stderr, "ir_add %s: %s\n", ir_op_name(op), why);
+  EXPECT(id >= 0);
+  return id;
+}
+
+static int op1(Mod *M, IrOp op, int a) { return add(M->g, op, &a, 1, NULL, 0, 0, DT_F32, -1, NULL); }
+static int op2(Mod *M, IrOp op, int a, int b) {
+  int in[2] = {a, b};
+  return add(M->g, op, in, 2, NULL, 0, 0, DT_F32, -1, NULL);
+}
+
+/* A parameter of `g` (copies: `count`) initialised normal(0, 1) or
+ * uniform(lo, hi) when lo < hi. */
+static int param_in(Mod *M, IrGraph *g, int gi, int64_t count, const char *name, double lo, double hi, int rank, ...) {
+  IrParam p;
+  memset(&p, 0, sizeof p);
+  p.name = arena_strdup(M->arena, name);
+  p.dtype = DT_F32;
+  p.rank = rank;
+  va_list ap;
+  va_start(ap, rank);
+  for (int i = 0; i < rank; i++) p.dims[i] = va_arg(ap, int64_t);
+  va_end(ap);
+  p.init.kind = lo < hi ? INIT_UNIFORM : INIT_NORMAL;
+  p.init.a = lo < hi ? lo : 0.0;
+  p.init.b = lo < hi ? hi : 1.0;
+  p.graph = gi;
+  p.count = count;
+  int64_t index = ir_add_param(M->m, &p);
+  return add(g, IR_PARAM, NULL, 0, &index, 1, 0, DT_F32, rank, p.dims);
+}
+
+#define PARAM(M, name, ...) param_in(M, (M)->g, 0, 1, name, 0, 0, __VA_ARGS__)
+#define PARAM_POS(M, name, ...) param_in(M, (M)->g, 0, 1, name, 0.5, 2.0, __VA_ARGS__)
+
+/* A model input with deterministic values: floats in [-1, 1), or integers
+ * in [0, modulus) when modulus > 0. */
+static int input(Mod *M, DType dt, int64_t modulus, int rank, ...) {
+  int k = M->m->ninputs++;
+  IrInput *in = &M->m->inputs[k];
+  in->name = arena_printf(M->arena, "in%d", k);
+  in->dtype = dt;
+  in->rank = rank;
+  va_list ap;
+  va_start(ap, rank);
+  for (int i = 0; i < rank; i++) in->dims[i] = va_arg(ap, int64_t);
+  va_end(ap);
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= in->dims[i];
+  M->input_data[k] = calloc((size_t)n, sizeof(double));
+  uint64_t st = interp_hash_name(99, in->name, 0);
+  for (int64_t i = 0; i < n; i++)
+    M->input_data[k][i] = modulus > 0 ? (double)(int64_t)(interp_uniform01(&st) * (double)modulus)
+                                      : 2.0 * interp_uniform01(&st) - 1.0;
+  int64_t index = k;
+  return add(M->g, IR_INPUT, NULL, 0, &index, 1, 0, dt, rank, in->dims);
+}
+
+/* loss = sum(y * R) with R a fixed random input, so every output element
+ * carries a different weight. */
+static void finish_weighted(Mod *M, int y) {
+  IrNode *n = &M->g->nodes[y];
+  int rank = n->rank;
+  int64_t dims[IR_MAX_RANK], total = ir_numel(n);
+  memcpy(dims, n->dims, sizeof dims);
+  int r;
+  switch (rank) {
+  case 0: r = input(M, DT_F32, 0, 0); break;
+  case 1: r = input(M, DT_F32, 0, 1, dims[0]); break;
+  case 2: r = input(M, DT_F32, 0, 2, dims[0], dims[1]); break;
+  case 3: r = input(M, DT_F32, 0, 3, dims[0], dims[1], dims[2]); break;
+  default: r = input(M, DT_F32, 0, 4, dims[0], dims[1], dims[2], dims[3]); break;
+  }
+  int prod = op2(M, IR_MUL, y, r);
+  int flat = add(M->g, IR_RESHAPE, &prod, 1, NULL, 0, 0, DT_F32, 1, &total);
+  int64_t attr[2] = {0, 0};
+  int loss = add(M->g, IR_REDUCE_SUM, &flat, 1, attr, 2, 0, DT_F32, -1, NULL);
+  M->g->outputs = arena_alloc(M->arena, sizeof(int));
+  M->g->outputs[0] = loss;
+  M->g->noutputs = 1;
+}
+
+/* ---- finite differences ---- */
+
+/* d loss / d value by the sixth-order central difference: its truncation
+ * error (h^6) is far below the rounding noise of the loss (~1e-15 relative)
+ * divided by h, so neither limits a 1e-6 comparison. */
+static double fd_grad(Interp *in, double *value, double h) {
+  static const double w[3] = {45.0, -9.0, 1.0};
+  double x = *value, s = 0;
+  for (int k = 1; k <= 3; k++) {
+    *value = x + k * h;
+    double p = interp_loss(in);
+    *value = x - k * h;
+    double m = interp_loss(in);
+    s += w[k - 1] * (p - m);
+  }
+  *value = x;
+  return s / (60.0 * h);
+}
+
+static double worst_rel;
+static const char *worst_what = "";
+static const char *current_what = "";
+
+/* Relative 1e-6, with an absolute floor at the rounding noise of the finite
+ * differences (the loss's last bits over h); the reported worst error is
+ * over gradients well above that floor. */
+static int close_enough(double g, double fd, double rel, double abs_floor) {
+  double err = fabs(g - fd), scale = fmax(fabs(g), fabs(fd));
+  if (scale > 1e6 * abs_floor && err / scale > worst_rel) {
+    worst_rel = err / scale;
+    worst_what = current_what;
+  }
+  return err <= rel * scale + abs_floor;
+}
+
+static void set_inputs(Mod *M, Interp *in) {
+  for (int i = 0; i < M->m->ninputs; i++) interp_set_input(in, i, M->input_data[i]);
+}
+
+static int gradient_checks;
+
+/* Differentiates M, runs one step and compares every entry of every
+ * parameter (every copy) with finite differences. */
+static void check_module(Mod *M, const char *what, Recompute policy, double h) {
+  const char *err = NULL;
+  current_what = what;
+  EXPECT(ir_verify(M->m, stderr) == 0);
+  AdResult *r = ad_build(M->m, policy, &err);
+  if (!r) {
+    fprintf(stderr, "%s: ad_build: %s\n", what, err);
+    EXPECT(r != NULL);
+    return;
+  }
+  EXPECT(ir_verify(M->m, stderr) == 0);
+  Interp *in = interp_new(M->m);
+  interp_init_params(in, 1234);
+  set_inputs(M, in);
+  interp_zero_grads(in);
+  double loss = ad_step(in, r, 1.0, &err);
+  if (isnan(loss)) fprintf(stderr, "%s: step failed: %s\n", what, err ? err : "(nan loss)");
+  EXPECT(!isnan(loss));
+  EXPECT_NEAR(loss, interp_loss(in), 1e-12);
+  for (int p = 0; p < M->m->nparams; p++) {
+    int64_t copies = M->m->params[p].count > 1 ? M->m->params[p].count : 1;
+    for (int64_t l = 0; l < copies; l++) {
+      int64_t n = 0;
+      double *v = interp_param(in, p, l, &n);
+      double *g = interp_grad(in, p, l, NULL);
+      EXPECT(g != NULL);
+      if (!g) continue;
+      for (int64_t k = 0; k < n; k++) {
+        double fd = fd_grad(in, &v[k], h);
+        gradient_checks++;
+        if (!close_enough(g[k], fd, 1e-6, 1e-10)) {
+          fprintf(stderr, "%s: d/d %s[%" PRId64 "] copy %" PRId64 ": autodiff %.12g, finite differences %.12g\n", what,
+                  M->m->params[p].name, k, l, g[k], fd);
+          test_failures++;
+        }
+      }
+    }
+  }
+  interp_free(in);
+}
+
+/* ---- one test per op ---- */
+
+static int ops_tested[IR_OP_COUNT];
+
+static void done(Mod *M, int y, const char *what, IrOp op) {
+  finish_weighted(M, y);
+  check_module(M, what, RECOMPUTE_NONE, 1e-3);
+  ops_tested[op]++;
+  mod_free(M);
+}
+
+static void test_unary(void) {
+  static const IrOp any[] = {IR_NEG, IR_RELU, IR_GELU, IR_SILU, IR_SIGMOID, IR_TANH, IR_EXP, IR_ABS, IR_SQUARE};
+  for (size_t i = 0; i < sizeof any / sizeof any[0]; i++) {
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 2, (int64_t)3, (int64_t)4);
+    done(&M, op1(&M, any[i], x), ir_op_name(any[i]), any[i]);
+  }
+  static const IrOp pos[] = {IR_LOG, IR_SQRT, IR_RSQRT};
+  for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++) {
+    Mod M = mod_new();
+    int x = PARAM_POS(&M, "x", 2, (int64_t)3, (int64_t)4);
+    done(&M, op1(&M, pos[i], x), ir_op_name(pos[i]), pos[i]);
+  }
+  double exps[] = {2.5, -1.5, 3.0};
+  for (size_t i = 0; i < 3; i++) {
+    Mod M = mod_new();
+    int x = PARAM_POS(&M, "x", 1, (int64_t)5);
+    done(&M, add(M.g, IR_POWS, &x, 1, NULL, 0, exps[i], DT_F32, -1, NULL), "pow", IR_POWS);
+  }
+  {
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 2, (int64_t)3, (int64_t)4);
+    done(&M, add(M.g, IR_CAST, &x, 1, NULL, 0, 0, DT_F64, -1, NULL), "cast", IR_CAST);
+  }
+}
+
+/* ACT_GRAD is differentiable in both inputs (second derivatives) */
+static void test_act_grad(void) {
+  static const IrOp ops[] = {IR_NEG,  IR_RELU, IR_GELU, IR_SILU,   IR_SIGMOID, IR_TANH, IR_EXP,
+                             IR_LOG,  IR_SQRT, IR_RSQRT, IR_ABS,   IR_SQUARE,  IR_POWS, IR_CAST};
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+    int positive = ops[i] == IR_LOG || ops[i] == IR_SQRT || ops[i] == IR_RSQRT || ops[i] == IR_POWS;
+    Mod M = mod_new();
+    int x = param_in(&M, M.g, 0, 1, "x", positive ? 0.5 : 0, positive ? 2.0 : 0, 2, (int64_t)3, (int64_t)4);
+    int dy = PARAM(&M, "dy", 2, (int64_t)3, (int64_t)4);
+    int in[2] = {x, dy};
+    int64_t attr = ops[i];
+    int y = add(M.g, IR_ACT_GRAD, in, 2, &attr, 1, 2.5, DT_F32, -1, NULL);
+    char what[64];
+    snprintf(what, sizeof what, "act_grad %s", ir_op_name(ops[i]));
+    done(&M, y, what, IR_ACT_GRAD);
+  }
+}
+
+static void test_binary(void) {
+  static const IrOp ops[] = {IR_ADD, IR_SUB, IR_MUL, IR_DIV, IR_MAXIMUM, IR_MINIMUM};
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+    /* shapes: same, broadcast of b ([3,1] against [2,3,4]), broadcast of a */
+    for (int shape = 0; shape < 3; shape++) {
+      Mod M = mod_new();
+      int a, b;
+      if (shape == 0) a = PARAM(&M, "a", 2, (int64_t)3, (int64_t)4);
+      else if (shape == 1) a = PARAM(&M, "a", 3, (int64_t)2, (int64_t)3, (int64_t)4);
+      else a = PARAM(&M, "a", 1, (int64_t)4);
+      double lo = ops[i] == IR_DIV ? 0.5 : 0, hi = ops[i] == IR_DIV ? 2.0 : 0;
+      if (shape == 0) b = param_in(&M, M.g, 0, 1, "b", lo, hi, 2, (int64_t)3, (int64_t)4);
+      else if (shape == 1) b = param_in(&M, M.g, 0, 1, "b", lo, hi, 2, (int64_t)3, (int64_t)1);
+      else b = param_in(&M, M.g, 0, 1, "b", lo, hi, 3, (int64_t)2, (int64_t)3, (int64_t)4);
+      char what[64];
+      snprintf(what, sizeof what, "%s shape %d", ir_op_name(ops[i]), shape);
+      done(&M, op2(&M, ops[i], a, b), what, ops[i]);
+    }
+  }
+  /* a value used twice: gradients add */
+  Mod M = mod_new();
+  int a = PARAM(&M, "a", 2, (int64_t)3, (int64_t)4);
+  done(&M, op2(&M, IR_MUL, a, a), "mul a a", IR_MUL);
+}
+
+static void test_matmul(void) {
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++)
+      for (int batch = 0; batch < 3; batch++) {
+        Mod M = mod_new();
+        int a, b;
+        /* batch 0: [2,3,4] x [4,5]; 1: [3,4] x [2,4,5]; 2: [2,1,3,4] x [3,4,5] */
+        int64_t m = 3, k = 4, n = 5;
+        int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+        if (batch == 0) a = PARAM(&M, "a", 3, (int64_t)2, ar, ac);
+        else if (batch == 1) a = PARAM(&M, "a", 2, ar, ac);
+        else a = PARAM(&M, "a", 4, (int64_t)2, (int64_t)1, ar, ac);
+        if (batch == 0) b = PARAM(&M, "b", 2, br, bc);
+        else if (batch == 1) b = PARAM(&M, "b", 3, (int64_t)2, br, bc);
+        else b = PARAM(&M, "b", 3, (int64_t)3, br, bc);
+        int in[2] = {a, b};
+        int64_t attr[2] = {ta, tb};
+        char what[64];
+        snprintf(what, sizeof what, "matmul ta=%d tb=%d batch %d", ta, tb, batch);
+        done(&M, add(M.g, IR_MATMUL, in, 2, attr, 2, 0, DT_F32, -1, NULL), what, IR_MATMUL);
+      }
+}
+
+static void test_reductions(void) {
+  static const IrOp ops[] = {IR_REDUCE_SUM, IR_REDUCE_MEAN, IR_REDUCE_MAX};
+  for (size_t i = 0; i < 3; i++)
+    for (int axis = 0; axis < 3; axis++)
+      for (int keep = 0; keep < 2; keep++) {
+        Mod M = mod_new();
+        int x = PARAM(&M, "x", 3, (int64_t)2, (int64_t)3, (int64_t)4);
+        int64_t attr[2] = {axis, keep};
+        char what[64];
+        snprintf(what, sizeof what, "%s axis %d keep %d", ir_op_name(ops[i]), axis, keep);
+        done(&M, add(M.g, ops[i], &x, 1, attr, 2, 0, DT_F32, -1, NULL), what, ops[i]);
+      }
+  {
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 2, (int64_t)3, (int64_t)1);
+    int64_t dims[3] = {2, 3, 4};
+    done(&M, add(M.g, IR_EXPAND, &x, 1, NULL, 0, 0, DT_F32, 3, dims), "expand", IR_EXPAND);
+  }
+  {
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 3, (int64_t)2, (int64_t)3, (int64_t)4);
+    int64_t dims[2] = {3, 1};
+    done(&M, add(M.g, IR_SUM_TO, &x, 1, NULL, 0, 0, DT_F32, 2, dims), "sum_to", IR_SUM_TO);
+  }
+}
+
+static void test_softmax(void) {
+  for (int axis = 1; axis < 3; axis++) {
+    static const IrOp ops[] = {IR_SOFTMAX, IR_LOG_SOFTMAX};
+    for (int i = 0; i < 2; i++) {
+      Mod M = mod_new();
+      int x = PARAM(&M, "x", 3, (int64_t)2, (int64_t)3, (int64_t)4);
+      int64_t attr = axis;
+      done(&M, add(M.g, ops[i], &x, 1, &attr, 1, 0, DT_F32, -1, NULL), ir_op_name(ops[i]), ops[i]);
+    }
+    static const IrOp bwd[] = {IR_SOFTMAX_BWD, IR_LOG_SOFTMAX_BWD};
+    for (int i = 0; i < 2; i++) {
+      Mod M = mod_new();
+      int y = PARAM(&M, "y", 3, (int64_t)2, (int64_t)3, (int64_t)4);
+      int dy = PARAM(&M, "dy", 3, (int64_t)2, (int64_t)3, (int64_t)4);
+      int in[2] = {y, dy};
+      int64_t attr = axis;
+      done(&M, add(M.g, bwd[i], in, 2, &attr, 1, 0, DT_F32, -1, NULL), ir_op_name(bwd[i]), bwd[i]);
+    }
+  }
+}
+
+static void test_shape_ops(void) {
+  {
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 3, (int64_t)2, (int64_t)3, (int64_t)4);
+    int64_t dims[2] = {6, 4};
+    done(&M, add(M.g, IR_RESHAPE, &x, 1, NULL, 0, 0, DT_F32, 2, dims), "reshape", IR_RESHAPE);
+  }
+  {
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 3, (int64_t)2, (int64_t)3, (int64_t)4);
+    int64_t perm[3] = {2, 0, 1};
+    done(&M, add(M.g, IR_TRANSPOSE, &x, 1, perm, 3, 0, DT_F32, -1, NULL), "transpose", IR_TRANSPOSE);
+  }
+  {
+    /* x[1, 1:3, 2:5]: axis 0 dropped */
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 3, (int64_t)3, (int64_t)4, (int64_t)5);
+    int64_t attr[16] = {1, 1, 2, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0}, dims[2] = {2, 3};
+    done(&M, add(M.g, IR_SLICE, &x, 1, attr, 16, 0, DT_F32, 2, dims), "slice", IR_SLICE);
+  }
+  {
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 2, (int64_t)2, (int64_t)3);
+    int64_t attr[8] = {1, 2}, dims[2] = {4, 6};
+    done(&M, add(M.g, IR_PAD, &x, 1, attr, 8, 0, DT_F32, 2, dims), "pad", IR_PAD);
+  }
+  {
+    Mod M = mod_new();
+    int a = PARAM(&M, "a", 2, (int64_t)2, (int64_t)3);
+    int b = PARAM(&M, "b", 2, (int64_t)2, (int64_t)2);
+    int c = PARAM(&M, "c", 2, (int64_t)2, (int64_t)1);
+    int in[3] = {a, b, c};
+    int64_t axis = 1;
+    done(&M, add(M.g, IR_CONCAT, in, 3, &axis, 1, 0, DT_F32, -1, NULL), "concat", IR_CONCAT);
+  }
+  {
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 4, (int64_t)1, (int64_t)2, (int64_t)3, (int64_t)2);
+    int64_t n = 2;
+    done(&M, add(M.g, IR_REPEAT_KV, &x, 1, &n, 1, 0, DT_F32, -1, NULL), "repeat_kv", IR_REPEAT_KV);
+  }
+  {
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 4, (int64_t)1, (int64_t)4, (int64_t)3, (int64_t)2);
+    int64_t n = 2;
+    done(&M, add(M.g, IR_REPEAT_KV_BWD, &x, 1, &n, 1, 0, DT_F32, -1, NULL), "repeat_kv_bwd", IR_REPEAT_KV_BWD);
+  }
+}
+
+static void test_model_ops(void) {
+  {
+    Mod M = mod_new();
+    int t = PARAM(&M, "table", 2, (int64_t)5, (int64_t)3);
+    int ids = input(&M, DT_I32, 5, 2, (int64_t)2, (int64_t)4);
+    done(&M, op2(&M, IR_EMBEDDING, t, ids), "embedding", IR_EMBEDDING);
+  }
+  {
+    Mod M = mod_new();
+    int dy = PARAM(&M, "dy", 3, (int64_t)2, (int64_t)4, (int64_t)3);
+    int ids = input(&M, DT_I32, 5, 2, (int64_t)2, (int64_t)4);
+    int in[2] = {dy, ids};
+    int64_t dims[2] = {5, 3};
+    done(&M, add(M.g, IR_EMBEDDING_BWD, in, 2, NULL, 0, 0, DT_F32, 2, dims), "embedding_bwd", IR_EMBEDDING_BWD);
+  }
+  {
+    /* a finite fill, so the loss stays finite; masked entries have gradient 0 */
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 3, (int64_t)2, (int64_t)4, (int64_t)4);
+    done(&M, add(M.g, IR_CAUSAL_MASK, &x, 1, NULL, 0, -2.0, DT_F32, -1, NULL), "causal_mask", IR_CAUSAL_MASK);
+  }
+  for (int inverse = 0; inverse < 2; inverse++) {
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 4, (int64_t)1, (int64_t)2, (int64_t)3, (int64_t)4);
+    int64_t attr = inverse;
+    done(&M, add(M.g, IR_ROPE, &x, 1, &attr, 1, 10.0, DT_F32, -1, NULL), "rope", IR_ROPE);
+  }
+  {
+    Mod M = mod_new();
+    int l = PARAM(&M, "logits", 3, (int64_t)2, (int64_t)3, (int64_t)5);
+    int t = input(&M, DT_I32, 5, 2, (int64_t)2, (int64_t)3);
+    done(&M, op2(&M, IR_CROSS_ENTROPY, l, t), "cross_entropy", IR_CROSS_ENTROPY);
+  }
+  {
+    Mod M = mod_new();
+    int l = PARAM(&M, "logits", 3, (int64_t)2, (int64_t)3, (int64_t)5);
+    int t = input(&M, DT_I32, 5, 2, (int64_t)2, (int64_t)3);
+    int dl = PARAM(&M, "dloss", 0);
+    int in[3] = {l, t, dl};
+    done(&M, add(M.g, IR_CROSS_ENTROPY_BWD, in, 3, NULL, 0, 0, DT_F32, -1, NULL), "cross_entropy_bwd",
+         IR_CROSS_ENTROPY_BWD);
+  }
+  for (int k = 0; k < 2; k++) {
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 2, (int64_t)4, (int64_t)5);
+    int64_t stream = 3;
+    done(&M, add(M.g, IR_DROPOUT, &x, 1, &stream, 1, k ? 0.3 : 0.0, DT_F32, -1, NULL), "dropout", IR_DROPOUT);
+  }
+}
+
+/* Single-rank collectives and a SEND / RECV pair through the loopback. */
+static void test_comm(void) {
+  static const IrOp ops[] = {IR_ALL_REDUCE, IR_ALL_GATHER, IR_REDUCE_SCATTER};
+  for (int i = 0; i < 3; i++) {
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 2, (int64_t)3, (int64_t)4);
+    int64_t attr[2] = {IRG_TP, 1};
+    int y = op1(&M, IR_SQUARE, x);
+    int dims_given = ops[i] != IR_ALL_REDUCE;
+    int64_t dims[2] = {3, 4};
+    done(&M, add(M.g, ops[i], &y, 1, attr, 2, 0, DT_F32, dims_given ? 2 : -1, dims), ir_op_name(ops[i]), ops[i]);
+  }
+  Mod M = mod_new();
+  int x = PARAM(&M, "x", 2, (int64_t)3, (int64_t)4);
+  int64_t attr[2] = {IRG_PP, 1}, dims[2] = {3, 4};
+  int s = add(M.g, IR_SEND, &x, 1, attr, 2, 0, DT_F32, 2, dims);
+  (void)s;
+  int r = add(M.g, IR_RECV, NULL, 0, attr, 2, 0, DT_F32, 2, dims);
+  int y = op1(&M, IR_TANH, r);
+  ops_tested[IR_SEND]++;
+  done(&M, y, "send/recv", IR_RECV);
+}
+
+/* Repeated blocks: y = x + tanh(x @ W_l + b) per layer, with a shared
+ * (count 1) scale, under each recompute policy; every copy of W and b has
+ * its own gradient. */
+static void test_call(void) {
+  for (int policy = RECOMPUTE_NONE; policy <= RECOMPUTE_FULL; policy++) {
+    Mod M = mod_new();
+    IrGraph *blk = ir_graph_new(M.m, "blk");
+    blk->count = 3;
+    blk->nargs = 2;
+    int64_t xd[2] = {2, 4}, a0 = 0, a1 = 1;
+    int arg = add(blk, IR_ARG, NULL, 0, &a0, 1, 0, DT_F32, 2, xd);
+    int arg1 = add(blk, IR_ARG, NULL, 0, &a1, 1, 0, DT_F32, 2, xd);
+    int w = param_in(&M, blk, 1, 3, "blk.{i}.w", 0, 0, 2, (int64_t)4, (int64_t)4);
+    int b = param_in(&M, blk, 1, 3, "blk.{i}.b", 0, 0, 1, (int64_t)4);
+    int sc = param_in(&M, blk, 1, 1, "scale", 0, 0, 0);
+    int in2[2] = {arg, w};
+    int mm = add(blk, IR_MATMUL, in2, 2, NULL, 0, 0, DT_F32, -1, NULL);
+    int in3[2] = {mm, b};
+    int h = add(blk, IR_ADD, in3, 2, NULL, 0, 0, DT_F32, -1, NULL);
+    int t = add(blk, IR_TANH, &h, 1, NULL, 0, 0, DT_F32, -1, NULL);
+    int in4[2] = {t, sc};
+    int ts = add(blk, IR_MUL, in4, 2, NULL, 0, 0, DT_F32, -1, NULL);
+    int in5[2] = {ts, arg1}; /* argument 1 reaches every layer unchanged */
+    int ts2 = add(blk, IR_ADD, in5, 2, NULL, 0, 0, DT_F32, -1, NULL);
+    int in6[2] = {arg, ts2};
+    int out = add(blk, IR_ADD, in6, 2, NULL, 0, 0, DT_F32, -1, NULL);
+    blk->outputs = arena_alloc(M.arena, sizeof(int));
+    blk->outputs[0] = out;
+    blk->noutputs = 1;
+    int x = PARAM(&M, "x", 2, (int64_t)2, (int64_t)4);
+    int c = input(&M, DT_F32, 0, 2, (int64_t)2, (int64_t)4);
+    int cin[2] = {op1(&M, IR_NEG, x), c};
+    int64_t attr[3] = {1, 3, IR_CALL_PLAIN};
+    int call = add(M.g, IR_CALL, cin, 2, attr, 3, 0, DT_F32, 2, xd);
+    finish_weighted(&M, op1(&M, IR_SILU, call));
+    char what[64];
+    snprintf(what, sizeof what, "call (recompute %s)", sem_recompute_name((Recompute)policy));
+    check_module(&M, what, (Recompute)policy, 1e-3);
+    ops_tested[IR_CALL]++;
+    mod_free(&M);
+  }
+}
+
+/* The convention of autodiff.h driven by hand, as a pipeline schedule
+ * would: B.fwd per layer (keeping its saved outputs), then B.grad from the
+ * last layer down with (dy, the layer's arguments, its saved values); the
+ * gradients match the step graph's exactly. Here loss = sum(y * R), so the
+ * block's final dy is R. */
+static void test_manual_schedule(void) {
+  for (int policy = RECOMPUTE_NONE; policy <= RECOMPUTE_FULL; policy++) {
+    Mod M = mod_new();
+    IrGraph *blk = ir_graph_new(M.m, "blk");
+    blk->count = 2;
+    blk->nargs = 1;
+    int64_t xd[4] = {1, 2, 3, 4}, a0 = 0, ax = 3;
+    int arg = add(blk, IR_ARG, NULL, 0, &a0, 1, 0, DT_F32, 4, xd);
+    int w = param_in(&M, blk, 1, 2, "blk.{i}.w", 0, 0, 2, (int64_t)4, (int64_t)4);
+    int in2[2] = {arg, w};
+    int q = add(blk, IR_MATMUL, in2, 2, NULL, 0, 0, DT_F32, -1, NULL);
+    int64_t tb[2] = {0, 1};
+    int qq[2] = {q, arg};
+    int s = add(blk, IR_MATMUL, qq, 2, tb, 2, 0, DT_F32, -1, NULL); /* [1,2,3,3] */
+    int msk = add(blk, IR_CAUSAL_MASK, &s, 1, NULL, 0, -INFINITY, DT_F32, -1, NULL);
+    int sm = add(blk, IR_SOFTMAX, &msk, 1, &ax, 1, 0, DT_F32, -1, NULL);
+    int av[2] = {sm, arg};
+    int o = add(blk, IR_MATMUL, av, 2, NULL, 0, 0, DT_F32, -1, NULL);
+    int res[2] = {arg, o};
+    int out = add(blk, IR_ADD, res, 2, NULL, 0, 0, DT_F32, -1, NULL);
+    blk->outputs = arena_alloc(M.arena, sizeof(int));
+    blk->outputs[0] = out;
+    blk->noutputs = 1;
+    int x = PARAM(&M, "x", 4, (int64_t)1, (int64_t)2, (int64_t)3, (int64_t)4);
+    int64_t attr[3] = {1, 2, IR_CALL_PLAIN};
+    int call = add(M.g, IR_CALL, &x, 1, attr, 3, 0, DT_F32, 4, xd);
+    finish_weighted(&M, call);
+    const char *err = NULL;
+    AdResult *r = ad_build(M.m, (Recompute)policy, &err);
+    EXPECT(r != NULL);
+    if (!r) return;
+    EXPECT(ir_verify(M.m, stderr) == 0);
+    /* none keeps q and the softmax; selective recomputes the softmax from q */
+    EXPECT(r->nsaved[1] == (policy == RECOMPUTE_FULL ? 0 : policy == RECOMPUTE_SELECTIVE ? 1 : 2));
+    Interp *in = interp_new(M.m);
+    interp_init_params(in, 21);
+    set_inputs(&M, in);
+    interp_zero_grads(in);
+    EXPECT(!isnan(ad_step(in, r, 1.0, &err)));
+    int64_t n = 0;
+    double ref_w[2][16], ref_x[24];
+    for (int l = 0; l < 2; l++) memcpy(ref_w[l], interp_grad(in, 0, l, &n), sizeof ref_w[l]);
+    memcpy(ref_x, interp_grad(in, 1, 0, NULL), sizeof ref_x);
+    interp_zero_grads(in);
+    const IrGraph *fw = M.m->graphs[r->fwd[1]], *bw = M.m->graphs[r->grad[1]];
+    InterpTensor keep[2][8], outs[8];
+    InterpTensor a;
+    memset(&a, 0, sizeof a);
+    a.rank = 4;
+    memcpy(a.dims, xd, sizeof xd);
+    a.data = interp_param(in, 1, 0, NULL);
+    for (int l = 0; l < 2; l++) {
+      EXPECT(interp_run(in, r->fwd[1], l, &a, 1, outs, &err) == 0);
+      keep[l][0] = a; /* the layer's argument */
+      for (int k = 1; k < fw->noutputs; k++) keep[l][k] = outs[k];
+      a = outs[0];
+    }
+    free(a.data);
+    InterpTensor dy = a;
+    dy.data = M.input_data[0]; /* R */
+    double *owned = NULL;
+    for (int l = 1; l >= 0; l--) {
+      InterpTensor args[8];
+      args[0] = dy;
+      for (int k = 0; k < fw->noutputs; k++) args[1 + k] = keep[l][k];
+      EXPECT(interp_run(in, r->grad[1], l, args, bw->nargs, outs, &err) == 0);
+      for (int k = 1; k < bw->noutputs; k++) free(outs[k].data);
+      free(owned);
+      owned = outs[0].data;
+      dy = outs[0];
+    }
+    for (int l = 0; l < 2; l++) {
+      EXPECT(memcmp(ref_w[l], interp_grad(in, 0, l, NULL), sizeof ref_w[l]) == 0);
+      for (int k = 1; k < fw->noutputs; k++) free(keep[l][k].data);
+    }
+    free(keep[1][0].data);
+    EXPECT(memcmp(ref_x, owned, sizeof ref_x) == 0);
+    free(owned);
+    interp_free(in);
+    mod_free(&M);
+  }
+}
+
+/* ---- whole models ---- */
+
+typedef struct {
+  Arena *arena;
+  Diag *diag;
+  IrModule *m;
+  SemModel *model;
+} Loaded;
+
+static int load_model(Loaded *L, const char *file, const char *const *defs, int ndefs, int64_t micro_batch) {
+  memset(L, 0, sizeof *L);
+  L->arena = arena_new();
+  L->diag = diag_new(stderr);
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", HPDL_SOURCE_DIR, file);
+  LoadedProgram prog = load_program(L->arena, L->diag, path);
+  SemDefine defines[16], layout[8];
+  memset(defines, 0, sizeof defines);
+  memset(layout, 0, sizeof layout);
+  int nd = 0, nl = 0;
+  for (int i = 0; i < ndefs; i++) {
+    const char *eq = strchr(defs[i], '=');
+    if (defs[i][0] == '-') { /* a layout key: "-parallel.tensor=1" */
+      layout[nl].name = arena_strndup(L->arena, defs[i] + 1, (size_t)(eq - defs[i] - 1));
+      layout[nl++].value = eq + 1;
+    } else {
+      defines[nd].name = arena_strndup(L->arena, defs[i], (size_t)(eq - defs[i]));
+      defines[nd++].value = eq + 1;
+    }
+  }
+  int bad = 0;
+  SemOptions opts = {defines, nd, layout, nl, NULL, &bad};
+  L->model = diag_error_count(L->diag) ? NULL : sema_check(L->arena, L->diag, &prog, &opts);
+  L->m = L->model ? lower_model(L->arena, L->diag, L->model, micro_batch) : NULL;
+  EXPECT(L->m != NULL);
+  return L->m != NULL;
+}
+
+static void unload(Loaded *L) {
+  arena_free(L->arena);
+  diag_free(L->diag);
+}
+
+/* tokens and targets: deterministic ids below vocab, per micro-batch */
+static void feed_tokens(Interp *in, const IrModule *m, int64_t vocab, uint64_t salt) {
+  for (int i = 0; i < m->ninputs; i++) {
+    const IrInput *x = &m->inputs[i];
+    int64_t n = 1;
+    for (int k = 0; k < x->rank; k++) n *= x->dims[k];
+    double *d = calloc((size_t)n, sizeof(double));
+    uint64_t st = interp_hash_name(salt, x->name, 0);
+    for (int64_t k = 0; k < n; k++) d[k] = (double)(int64_t)(interp_uniform01(&st) * (double)vocab);
+    interp_set_input(in, i, d);
+    free(d);
+  }
+}
+
+/* d loss / d a few entries of every parameter copy: the largest gradient
+ * and a few at random, against finite differences of the loss. */
+static void check_model_grads(const char *what, IrModule *m, int64_t vocab, Recompute policy) {
+  const char *err = NULL;
+  current_what = what;
+  AdResult *r = ad_build(m, policy, &err);
+  if (!r) fprintf(stderr, "%s: %s\n", what, err);
+  EXPECT(r != NULL);
+  if (!r) return;
+  EXPECT(ir_verify(m, stderr) == 0);
+  Interp *in = interp_new(m);
+  interp_init_params(in, 7);
+  feed_tokens(in, m, vocab, 5);
+  interp_zero_grads(in);
+  double loss = ad_step(in, r, 1.0, &err);
+  EXPECT(!isnan(loss));
+  EXPECT_NEAR(loss, interp_loss(in), 1e-12);
+  uint64_t pick = 42;
+  int checked = 0;
+  for (int p = 0; p < m->nparams; p++) {
+    int64_t copies = m->params[p].count > 1 ? m->params[p].count : 1;
+    for (int64_t l = 0; l < copies; l++) {
+      int64_t n = 0, best = 0;
+      double *v = interp_param(in, p, l, &n);
+      double *g = interp_grad(in, p, l, NULL);
+      EXPECT(g != NULL);
+      if (!g) continue;
+      for (int64_t k = 1; k < n; k++)
+        if (fabs(g[k]) > fabs(g[best])) best = k;
+      /* Random entries whose gradient is not tiny next to the largest: for
+       * those, finite differences measure only their own rounding noise
+       * (about 1e-12 absolute). */
+      int64_t entries[4] = {best, 0, 0, 0};
+      for (int e = 1; e < 4; e++)
+        for (int tries = 0; tries < 64; tries++) {
+          entries[e] = (int64_t)(interp_uniform01(&pick) * (double)n);
+          if (fabs(g[entries[e]]) >= 1e-2 * fabs(g[best])) break;
+        }
+      for (int e = 0; e < 4; e++) {
+        int64_t k = entries[e];
+        double fd = fd_grad(in, &v[k], 1e-3);
+        checked++;
+        gradient_checks++;
+        if (!close_enough(g[k], fd, 1e-6, 1e-11)) {
+          fprintf(stderr, "%s: d loss / d %s[%" PRId64 "] copy %" PRId64 ": autodiff %.12g, finite differences %.12g\n",
+                  what, m->params[p].name, k, l, g[k], fd);
+          test_failures++;
+        }
+      }
+    }
+  }
+  EXPECT(checked > 0);
+  interp_free(in);
+}
+
+static const char *const gpt2_defs[] = {"T=16", "C=32", "H=4", "L=2"};
+static const char *const llama_defs[] = {"layers=2", "hidden=32", "heads=4", "kv_heads=2", "ffn=64", "seq=16", "vocab=64",
+                                         "-parallel.cluster=laptop", "-parallel.nodes=1", "-parallel.data=1",
+                                         "-parallel.tensor=1", "-parallel.sequence=off"};
+
+static void test_gpt2_tiny(void) {
+  Loaded L;
+  if (!load_model(&L, "samples/gpt2-tiny.hpd", gpt2_defs, 4, 2)) return;
+  check_model_grads("gpt2-tiny", L.m, 256, RECOMPUTE_SELECTIVE);
+  unload(&L);
+}
+
+static void test_llama(void) {
+  Loaded L;
+  if (!load_model(&L, "samples/llama.hpd", llama_defs, 12, 2)) return;
+  check_model_grads("llama (tiny)", L.m, 64, RECOMPUTE_FULL);
+  unload(&L);
+}
+
+/* At init the tied head sees near-zero logits: the loss is about ln V. */
+static void test_initial_loss(void) {
+  Loaded L;
+  if (!load_model(&L, "samples/gpt2-tiny.hpd", NULL, 0, 2)) return;
+  Interp *in = interp_new(L.m);
+  interp_init_params(in, 1337);
+  feed_tokens(in, L.m, 256, 1);
+  double loss = interp_loss(in);
+  fprintf(stderr, "gpt2-tiny: loss at init %.6f, ln 256 = %.6f\n", loss, log(256.0));
+  EXPECT(fabs(loss - log(256.0)) < 0.1);
+  interp_free(in);
+  unload(&L);
+}
+
+/* Gradients of every parameter copy for one policy (caller frees). */
+static double *all_grads(IrModule *m, Recompute policy, int64_t vocab, int64_t *total, double *loss) {
+  const char *err = NULL;
+  AdResult *r = ad_build(m, policy, &err);
+  EXPECT(r != NULL);
+  if (!r) return NULL;
+  EXPECT(ir_verify(m, stderr) == 0);
+  Interp *in = interp_new(m);
+  interp_init_params(in, 3);
+  feed_tokens(in, m, vocab, 11);
+  interp_zero_grads(in);
+  *loss = ad_step(in, r, 1.0, &err);
+  int64_t n = 0;
+  for (int p = 0; p < m->nparams; p++) {
+    int64_t k = 1;
+    for (int d = 0; d < m->params[p].rank; d++) k *= m->params[p].dims[d];
+    n += k * (m->params[p].count > 1 ? m->params[p].count : 1);
+  }
+  double *all = calloc((size_t)n, sizeof(double)), *at = all;
+  for (int p = 0; p < m->nparams; p++) {
+    int64_t copies = m->params[p].count > 1 ? m->params[p].count : 1;
+    for (int64_t l = 0; l < copies; l++) {
+      int64_t k = 0;
+      double *g = interp_grad(in, p, l, &k);
+      EXPECT(g != NULL);
+      if (g) memcpy(at, g, sizeof(double) * (size_t)k);
+      at += k;
+    }
+  }
+  *total = n;
+  interp_free(in);
+  return all;
+}
+
+static void test_recompute_equal(const char *file, const char *const *defs, int ndefs, int64_t vocab) {
+  double *ref = NULL, ref_loss = 0;
+  int64_t ref_n = 0;
+  for (int policy = RECOMPUTE_NONE; policy <= RECOMPUTE_FULL; policy++) {
+    Loaded L;
+    if (!load_model(&L, file, defs, ndefs, 2)) return;
+    int64_t n = 0;
+    double loss = 0;
+    double *g = all_grads(L.m, (Recompute)policy, vocab, &n, &loss);
+    if (!ref) {
+      ref = g;
+      ref_n = n;
+      ref_loss = loss;
+    } else if (g) {
+      EXPECT(n == ref_n);
+      EXPECT(loss == ref_loss);
+      int64_t diffs = 0;
+      for (int64_t k = 0; k < n && k < ref_n; k++)
+        if (g[k] != ref[k]) diffs++;
+      if (diffs) fprintf(stderr, "%s: recompute %s: %" PRId64 " gradient entries differ from none\n", file,
+                         sem_recompute_name((Recompute)policy), diffs);
+      EXPECT(diffs == 0);
+      free(g);
+    }
+    unload(&L);
+  }
+  free(ref);
+}
+
+/* Two micro-batches of 2 accumulated = one batch of 4 holding both. */
+typedef struct {
+  double *tokens[2], *targets[2];
+} Micro;
+
+static void feed_micro(Interp *in, int micro, void *user) {
+  Micro *mb = user;
+  interp_set_input(in, 0, mb->tokens[micro]);
+  interp_set_input(in, 1, mb->targets[micro]);
+}
+
+static void test_accumulation(void) {
+  Loaded small, big;
+  if (!load_model(&small, "samples/gpt2-tiny.hpd", gpt2_defs, 4, 2)) return;
+  if (!load_model(&big, "samples/gpt2-tiny.hpd", gpt2_defs, 4, 4)) return;
+  const char *err = NULL;
+  AdResult *rs = ad_build(small.m, RECOMPUTE_NONE, &err), *rb = ad_build(big.m, RECOMPUTE_FULL, &err);
+  EXPECT(rs && rb);
+  if (!rs || !rb) return;
+  int64_t T = small.m->inputs[0].dims[1], per = 2 * T;
+  Micro mb;
+  double *tok = calloc((size_t)(2 * per), sizeof(double)), *tgt = calloc((size_t)(2 * per), sizeof(double));
+  uint64_t st = 77;
+  for (int64_t k = 0; k < 2 * per; k++) {
+    tok[k] = (double)(int64_t)(interp_uniform01(&st) * 256);
+    tgt[k] = (double)(int64_t)(interp_uniform01(&st) * 256);
+  }
+  for (int i = 0; i < 2; i++) {
+    mb.tokens[i] = tok + i * per;
+    mb.targets[i] = tgt + i * per;
+  }
+  Interp *is = interp_new(small.m), *ib = interp_new(big.m);
+  interp_init_params(is, 9);
+  interp_init_params(ib, 9);
+  double ls = ad_accumulate(is, rs, 2, feed_micro, &mb, &err);
+  interp_set_input(ib, 0, tok);
+  interp_set_input(ib, 1, tgt);
+  interp_zero_grads(ib);
+  double lb = ad_step(ib, rb, 1.0, &err);
+  EXPECT_NEAR(ls, lb, 1e-12);
+  double worst = 0;
+  for (int p = 0; p < small.m->nparams; p++) {
+    int64_t copies = small.m->params[p].count > 1 ? small.m->params[p].count : 1;
+    for (int64_t l = 0; l < copies; l++) {
+      int64_t n = 0;
+      double *a = interp_grad(is, p, l, &n), *b = interp_grad(ib, p, l, NULL);
+      EXPECT(a && b);
+      for (int64_t k = 0; a && b && k < n; k++) {
+        double e = fabs(a[k] - b[k]) / fmax(fabs(b[k]), 1e-8);
+        worst = e > worst ? e : worst;
+      }
+    }
+  }
+  if (worst > 1e-9) fprintf(stderr, "accumulation: worst relative difference %g\n", worst);
+  EXPECT(worst <= 1e-9);
+  interp_free(is);
+  interp_free(ib);
+  free(tok);
+  free(tgt);
+  unload(&small);
+  unload(&big);
+}
+
+/* Misuse is refused with a reason, not a crash. */
+static void test_errors(void) {
+  Mod M = mod_new();
+  int x = PARAM(&M, "x", 1, (int64_t)3);
+  finish_weighted(&M, op1(&M, IR_TANH, x));
+  const char *err = NULL;
+  EXPECT(ad_build(M.m, RECOMPUTE_NONE, &err) != NULL);
+  EXPECT(ad_build(M.m, RECOMPUTE_NONE, &err) == NULL);
+  EXPECT(err != NULL);
+  mod_free(&M);
+}
+
+int main(void) {
+  test_unary();
+  test_act_grad();
+  test_binary();
+  test_matmul();
+  test_reductions();
+  test_softmax();
+  test_shape_ops();
+  test_model_ops();
+  test_comm();
+  test_call();
+  test_manual_schedule();
+  test_errors();
+  /* every op with a gradient has been checked by finite differences */
+  static const IrOp nondiff[] = {IR_INPUT, IR_PARAM, IR_ARG, IR_CONST, IR_FILL, IR_IOTA};
+  for (int op = 0; op < IR_OP_COUNT; op++) {
+    int skip = 0;
+    for (size_t k = 0; k < sizeof nondiff / sizeof nondiff[0]; k++) skip |= (int)nondiff[k] == op;
+    if (!skip && !ops_tested[op]) {
+      fprintf(stderr, "no finite-difference test of %s\n", ir_op_name((IrOp)op));
+      test_failures++;
+    }
+  }
+  int per_op = gradient_checks;
+  test_gpt2_tiny();
+  test_llama();
+  test_initial_loss();
+  test_recompute_equal("samples/gpt2-tiny.hpd", gpt2_defs, 4, 256);
+  test_recompute_equal("samples/llama.hpd", llama_defs, 12, 64);
+  test_accumulation();
+  fprintf(stderr, "autodiff: %d entries checked by finite differences (%d in per-op tests), worst relative error %.3g (%s; gradients above 1e6 x the noise floor)\n",
+          gradient_checks, per_op, worst_rel, worst_what);
+  TEST_DONE();
+}

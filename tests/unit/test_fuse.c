@@ -1,0 +1,465 @@
+/* test_fuse.c - kernel fusion: the patterns it must find (layernorm in one
+ * row kernel, matmul + bias + gelu as one GEMM with an epilogue, diamonds),
+ * the ones it must refuse (cross-row reads, cycles through a GEMM, index
+ * maps over values of their own kernel), and whole models - forward and,
+ * through autodiff, a training step - whose fusion must pass fuse_check and
+ * keep every FLOP. */
+#include "fuse.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "autodiff.h"
+#include "loader.h"
+#include "lower.h"
+#include "sema.h"
+#include "test_util.h"
+
+/* ---- building graphs by hand ---- */
+
+typedef struct {
+  Arena *arena;
+  IrModule *m;
+  IrGraph *g;
+} Built;
+
+static Built begin(void) {
+  Built b;
+  b.arena = arena_new();
+  b.m = ir_module_new(b.arena);
+  b.g = ir_graph_new(b.m, "forward");
+  return b;
+}
+
+static void finish(Built *b, const int *outs, int nouts) {
+  b->g->outputs = arena_alloc(b->arena, sizeof(int) * (size_t)nouts);
+  memcpy(b->g->outputs, outs, sizeof(int) * (size_t)nouts);
+  b->g->noutputs = nouts;
+  EXPECT(ir_verify(b->m, stderr) == 0);
+}
+
+static int arg(IrGraph *g, int rank, const int64_t *dims) {
+  int64_t a = g->nargs++;
+  return ir_add(g, IR_ARG, NULL, 0, &a, 1, 0, DT_F32, rank, dims, NULL);
+}
+
+static int cst(IrGraph *g, double v) { return ir_add(g, IR_CONST, NULL, 0, NULL, 0, v, DT_F32, -1, NULL, NULL); }
+static int op1(IrGraph *g, IrOp op, int x) { return ir_add(g, op, &x, 1, NULL, 0, 0, DT_F32, -1, NULL, NULL); }
+static int op2(IrGraph *g, IrOp op, int a, int b) {
+  int in[2] = {a, b};
+  return ir_add(g, op, in, 2, NULL, 0, 0, DT_F32, -1, NULL, NULL);
+}
+static int reduce(IrGraph *g, IrOp op, int x, int axis, int keepdim) {
+  int64_t attr[2] = {axis, keepdim};
+  return ir_add(g, op, &x, 1, attr, 2, 0, DT_F32, -1, NULL, NULL);
+}
+static int transpose(IrGraph *g, int x, const int64_t *perm, int rank) {
+  return ir_add(g, IR_TRANSPOSE, &x, 1, perm, rank, 0, DT_F32, -1, NULL, NULL);
+}
+
+static FuseResult *fuse_ok(Built *b) {
+  FuseResult *r = fuse_module(b->arena, b->m);
+  EXPECT(fuse_check(r, stderr) == 0);
+  return r;
+}
+
+static const FuseKernel *kernel_of(const FuseResult *r, int node) {
+  return &r->graphs[0].kernels[r->graphs[0].kernel_of[node]];
+}
+
+static int computing_kernels(const FuseResult *r) {
+  return r->graphs[0].nkernels - fuse_count(r, 0, FUSE_LEAF) - fuse_count(r, 0, FUSE_VIEW);
+}
+
+/* ---- patterns ---- */
+
+/* LayerNorm as std/layers lowers it: mean, sub, square, mean, add eps,
+ * rsqrt, mul, mul weight, add bias -> one row kernel (at most two). */
+static void test_layernorm(void) {
+  Built b = begin();
+  int64_t dx[3] = {4, 16, 32}, dw[1] = {32};
+  int x = arg(b.g, 3, dx), w = arg(b.g, 1, dw), bias = arg(b.g, 1, dw);
+  int mu = reduce(b.g, IR_REDUCE_MEAN, x, 2, 1);
+  int xc = op2(b.g, IR_SUB, x, mu);
+  int sq = op1(b.g, IR_SQUARE, xc);
+  int var = reduce(b.g, IR_REDUCE_MEAN, sq, 2, 1);
+  int ve = op2(b.g, IR_ADD, var, cst(b.g, 1e-5));
+  int rs = op1(b.g, IR_RSQRT, ve);
+  int y0 = op2(b.g, IR_MUL, xc, rs);
+  int y1 = op2(b.g, IR_MUL, y0, w);
+  int y = op2(b.g, IR_ADD, y1, bias);
+  finish(&b, &y, 1);
+  FuseResult *r = fuse_ok(&b);
+  int rows = fuse_count(r, 0, FUSE_ROW), loops = fuse_count(r, 0, FUSE_LOOP);
+  EXPECT(rows + loops <= 2);
+  EXPECT(computing_kernels(r) == rows + loops);
+  /* in fact one: the row kernel holds all nine */
+  const FuseKernel *k = kernel_of(r, mu);
+  EXPECT(k->kind == FUSE_ROW && k->nnodes == 9 && k->red_lo == 2 && k->red_hi == 3);
+  EXPECT(kernel_of(r, y) == k);
+  EXPECT(k->noutputs == 1 && k->outputs[0] == y);
+  EXPECT(k->ninputs == 4); /* x, eps, weight, bias */
+  /* the fused kernel reads x once and writes y once */
+  EXPECT_NEAR(k->bytes_read, 4.0 * (4 * 16 * 32 + 32 + 32), 0);
+  EXPECT_NEAR(k->bytes_written, 4.0 * 4 * 16 * 32, 0);
+  (void)rs;
+  arena_free(b.arena);
+}
+
+/* RMSNorm and a softmax with its scale and mask: one row kernel each. */
+static void test_rmsnorm_softmax(void) {
+  Built b = begin();
+  int64_t dx[3] = {2, 8, 16}, da[4] = {2, 4, 8, 8};
+  int x = arg(b.g, 3, dx), s = arg(b.g, 4, da);
+  int ms = reduce(b.g, IR_REDUCE_MEAN, op1(b.g, IR_SQUARE, x), 2, 1);
+  int y = op2(b.g, IR_MUL, x, op1(b.g, IR_RSQRT, op2(b.g, IR_ADD, ms, cst(b.g, 1e-6))));
+  int sc = op2(b.g, IR_MUL, s, cst(b.g, 0.125));
+  int64_t ax = 3;
+  int sm = ir_add(b.g, IR_SOFTMAX, (int[]){op1(b.g, IR_CAUSAL_MASK, sc)}, 1, &ax, 1, 0, DT_F32, -1, NULL, NULL);
+  int outs[2] = {y, sm};
+  finish(&b, outs, 2);
+  FuseResult *r = fuse_ok(&b);
+  EXPECT(fuse_count(r, 0, FUSE_ROW) == 2 && fuse_count(r, 0, FUSE_LOOP) == 0);
+  EXPECT(kernel_of(r, y)->nnodes == 5); /* square, mean, add, rsqrt, mul */
+  EXPECT(kernel_of(r, sm)->nnodes == 3 && kernel_of(r, sm)->red_lo == 3);
+  arena_free(b.arena);
+}
+
+/* x @ W + b then gelu: one GEMM kernel, epilogue bias + gelu (cuBLASLt
+ * GELU_BIAS); relu likewise; the scale of attention scores is alpha. */
+static void test_gemm_epilogue(void) {
+  Built b = begin();
+  int64_t dx[3] = {2, 8, 16}, dw[2] = {16, 32}, db[1] = {32};
+  int x = arg(b.g, 3, dx), w = arg(b.g, 2, dw), bias = arg(b.g, 1, db);
+  int mm = op2(b.g, IR_MATMUL, x, w);
+  int ad = op2(b.g, IR_ADD, bias, mm); /* either side */
+  int ge = op1(b.g, IR_GELU, ad);
+  finish(&b, &ge, 1);
+  FuseResult *r = fuse_ok(&b);
+  EXPECT(computing_kernels(r) == 1);
+  const FuseKernel *k = kernel_of(r, mm);
+  EXPECT(k->kind == FUSE_GEMM && k->nnodes == 3);
+  EXPECT(k->epilogue == (FUSE_EPI_BIAS | FUSE_EPI_ACT) && k->act == IR_GELU);
+  EXPECT(kernel_of(r, ge) == k && k->noutputs == 1 && k->outputs[0] == ge);
+  EXPECT(k->ninputs == 3);
+  EXPECT_NEAR(k->flops, 2.0 * 16 * 32 * 16 + 16 * 32 + 9 * 16 * 32, 0);
+  arena_free(b.arena);
+
+  /* scale, bias and relu, in cuBLASLt's order */
+  b = begin();
+  int64_t d1[2] = {8, 16}, d2[2] = {16, 4}, d3[2] = {1, 4};
+  x = arg(b.g, 2, d1), w = arg(b.g, 2, d2), bias = arg(b.g, 2, d3);
+  mm = op2(b.g, IR_MATMUL, x, w);
+  int y = op1(b.g, IR_RELU, op2(b.g, IR_ADD, op2(b.g, IR_MUL, mm, cst(b.g, 0.5)), bias));
+  finish(&b, &y, 1);
+  r = fuse_ok(&b);
+  k = kernel_of(r, y);
+  EXPECT(k->kind == FUSE_GEMM && k->epilogue == (FUSE_EPI_SCALE | FUSE_EPI_BIAS | FUSE_EPI_ACT) && k->act == IR_RELU);
+  EXPECT(computing_kernels(r) == 1);
+  arena_free(b.arena);
+}
+
+/* What is not an epilogue: a matmul read twice, a bias that is a matrix, a
+ * relu after a value others read, silu (no cuBLASLt epilogue); a gelu after
+ * a value others read is, with the pre-activation as a second output
+ * (GELU_AUX_BIAS). */
+static void test_gemm_epilogue_refused(void) {
+  Built b = begin();
+  int64_t dx[2] = {8, 16}, dw[2] = {16, 16}, db[1] = {16};
+  int x = arg(b.g, 2, dx), w = arg(b.g, 2, dw), bias = arg(b.g, 1, db);
+  int mm1 = op2(b.g, IR_MATMUL, x, w);
+  int a1 = op2(b.g, IR_ADD, mm1, bias);
+  int t1 = op1(b.g, IR_TANH, mm1);              /* mm1 has two consumers */
+  int mm2 = op2(b.g, IR_MATMUL, x, w);
+  int a2 = op2(b.g, IR_ADD, mm2, x);            /* a matrix, not a bias */
+  int mm3 = op2(b.g, IR_MATMUL, x, w);
+  int a3 = op2(b.g, IR_ADD, mm3, bias);
+  int r3 = op1(b.g, IR_RELU, a3);
+  int n3 = op1(b.g, IR_NEG, a3);                /* a3 read twice: no relu */
+  int mm4 = op2(b.g, IR_MATMUL, x, w);
+  int a4 = op2(b.g, IR_ADD, mm4, bias);
+  int g4 = op1(b.g, IR_GELU, a4);
+  int n4 = op1(b.g, IR_NEG, a4);                /* gelu with aux output */
+  int mm5 = op2(b.g, IR_MATMUL, x, w);
+  int s5 = op1(b.g, IR_SILU, mm5);
+  int outs[] = {a1, t1, a2, r3, n3, g4, n4, s5};
+  finish(&b, outs, 8);
+  FuseResult *r = fuse_ok(&b);
+  EXPECT(kernel_of(r, mm1)->epilogue == 0 && kernel_of(r, a1) != kernel_of(r, mm1));
+  EXPECT(kernel_of(r, mm2)->epilogue == 0 && kernel_of(r, a2)->kind == FUSE_LOOP);
+  EXPECT(kernel_of(r, mm3)->epilogue == FUSE_EPI_BIAS && kernel_of(r, r3) != kernel_of(r, mm3));
+  const FuseKernel *k4 = kernel_of(r, mm4);
+  EXPECT(k4->epilogue == (FUSE_EPI_BIAS | FUSE_EPI_ACT) && kernel_of(r, g4) == k4);
+  EXPECT(k4->noutputs == 2 && k4->outputs[0] == a4 && k4->outputs[1] == g4);
+  EXPECT(kernel_of(r, mm5)->epilogue == 0 && kernel_of(r, s5)->kind == FUSE_LOOP);
+  arena_free(b.arena);
+}
+
+/* a -> b, a -> c, (b, c) -> d: one kernel; so is d over two independent
+ * chains (their kernels merge). */
+static void test_diamond(void) {
+  Built b = begin();
+  int64_t d[2] = {16, 16};
+  int x = arg(b.g, 2, d), y = arg(b.g, 2, d);
+  int a = op1(b.g, IR_EXP, x);
+  int bb = op1(b.g, IR_NEG, a);
+  int c = op1(b.g, IR_TANH, a);
+  int dd = op2(b.g, IR_ADD, bb, c);
+  int e1 = op1(b.g, IR_SQRT, y);
+  int e2 = op1(b.g, IR_LOG, x);
+  int f = op2(b.g, IR_MUL, e1, e2);
+  int outs[2] = {dd, f};
+  finish(&b, outs, 2);
+  FuseResult *r = fuse_ok(&b);
+  const FuseKernel *k = kernel_of(r, a);
+  EXPECT(k->kind == FUSE_LOOP && k->nnodes == 4 && kernel_of(r, dd) == k);
+  EXPECT(k->ninputs == 1 && k->noutputs == 1 && k->outputs[0] == dd);
+  EXPECT(kernel_of(r, e1) == kernel_of(r, f) && kernel_of(r, e2) == kernel_of(r, f));
+  EXPECT(fuse_count(r, 0, FUSE_LOOP) == 2);
+  arena_free(b.arena);
+}
+
+/* A reduction whose result feeds a GEMM ends its kernel there: the GEMM is
+ * a kernel of its own, and a consumer of both the reduction's kernel and
+ * the GEMM cannot go back into the first (that would be a cycle). */
+static void test_reduction_into_gemm(void) {
+  Built b = begin();
+  int64_t dx[2] = {4, 8}, dw[2] = {1, 8};
+  int x = arg(b.g, 2, dx), w = arg(b.g, 2, dw);
+  int e = op1(b.g, IR_EXP, x);
+  int s = reduce(b.g, IR_REDUCE_SUM, e, 1, 1); /* [4, 1] */
+  int mm = op2(b.g, IR_MATMUL, s, w);          /* [4, 8] */
+  int y = op2(b.g, IR_ADD, e, mm);
+  finish(&b, &y, 1);
+  FuseResult *r = fuse_ok(&b);
+  const FuseKernel *kr = kernel_of(r, s), *kg = kernel_of(r, mm), *ky = kernel_of(r, y);
+  EXPECT(kr->kind == FUSE_ROW && kernel_of(r, e) == kr);
+  EXPECT(kg->kind == FUSE_GEMM && kg != kr);
+  EXPECT(ky != kr && ky != kg && ky->kind == FUSE_LOOP);
+  EXPECT(kr < kg && kg < ky); /* execution order */
+  EXPECT(kr->noutputs == 2 && kr->outputs[0] == e && kr->outputs[1] == s);
+  arena_free(b.arena);
+}
+
+/* Rows stay rows: a reduction without keepdim, broadcast back with numpy's
+ * right alignment, reads other rows' sums ([i, j] + s[j]) - a separate
+ * kernel; with keepdim ([i, j] + s[i, 0]) it fuses. */
+static void test_row_consistency(void) {
+  Built b = begin();
+  int64_t d[2] = {8, 8};
+  int x = arg(b.g, 2, d);
+  int s1 = reduce(b.g, IR_REDUCE_SUM, x, 1, 0);
+  int y1 = op2(b.g, IR_SUB, x, s1);
+  int s2 = reduce(b.g, IR_REDUCE_MAX, x, 1, 1);
+  int y2 = op2(b.g, IR_SUB, x, s2);
+  int outs[2] = {y1, y2};
+  finish(&b, outs, 2);
+  FuseResult *r = fuse_ok(&b);
+  EXPECT(kernel_of(r, y1) != kernel_of(r, s1));
+  EXPECT(kernel_of(r, y2) == kernel_of(r, s2));
+  arena_free(b.arena);
+
+  /* a sum over the leading axes (a bias gradient) is one reduced group */
+  b = begin();
+  int64_t d3[3] = {4, 8, 16}, dv[1] = {16}, dg[3] = {1, 8, 1};
+  x = arg(b.g, 3, d3);
+  int gx = op1(b.g, IR_NEG, x);
+  int st = ir_add(b.g, IR_SUM_TO, &gx, 1, NULL, 0, 0, DT_F32, 1, dv, NULL);
+  int st2 = ir_add(b.g, IR_SUM_TO, &x, 1, NULL, 0, 0, DT_F32, 3, dg, NULL); /* axes 0 and 2 */
+  int outs2[2] = {st, st2};
+  finish(&b, outs2, 2);
+  r = fuse_ok(&b);
+  const FuseKernel *k = kernel_of(r, st);
+  EXPECT(k->kind == FUSE_ROW && k->red_lo == 0 && k->red_hi == 2 && kernel_of(r, gx) == k);
+  EXPECT(kernel_of(r, st2)->kind == FUSE_SPECIAL);
+  arena_free(b.arena);
+}
+
+/* Shape ops: a last-two-axes transpose into a GEMM is a layout flag; a
+ * head transpose feeding a GEMM is a copy (with the reshape before it
+ * folded in); a transpose read by an elementwise op is an index map; a
+ * reshape read twice is a view; an index map never reads its own kernel. */
+static void test_shape_ops(void) {
+  Built b = begin();
+  int64_t dq[3] = {2, 8, 16}, dh[4] = {2, 8, 4, 4}, dm[2] = {16, 16};
+  int64_t swap4[4] = {0, 1, 3, 2}, heads[4] = {0, 2, 1, 3}, swap2[2] = {1, 0};
+  int q = arg(b.g, 3, dq), w = arg(b.g, 2, dm);
+  int qh = ir_add(b.g, IR_RESHAPE, &q, 1, NULL, 0, 0, DT_F32, 4, dh, NULL);
+  int qt = transpose(b.g, qh, heads, 4);   /* [2, 4, 8, 4] */
+  int kt = transpose(b.g, qt, swap4, 4);   /* [2, 4, 4, 8] */
+  int sc = op2(b.g, IR_MATMUL, qt, kt);    /* [2, 4, 8, 8] */
+  int wt = transpose(b.g, w, swap2, 2);
+  int y = op2(b.g, IR_MATMUL, q, wt);      /* tied-weight style */
+  int u = op1(b.g, IR_EXP, transpose(b.g, w, swap2, 2));
+  int rv = ir_add(b.g, IR_RESHAPE, &w, 1, NULL, 0, 0, DT_F32, 2, dm, NULL);
+  int v1 = op1(b.g, IR_NEG, rv), v2 = op1(b.g, IR_ABS, rv);
+  /* exp(w) + transpose(exp(w)): the transpose reads a value computed in a
+   * kernel, so it must not be an index map of that same kernel */
+  int ew = op1(b.g, IR_EXP, w);
+  int z = op2(b.g, IR_ADD, ew, transpose(b.g, ew, swap2, 2));
+  int outs[] = {sc, y, u, v1, v2, z};
+  finish(&b, outs, 6);
+  FuseResult *r = fuse_ok(&b);
+  EXPECT(kernel_of(r, kt) == kernel_of(r, sc));   /* transb */
+  EXPECT(kernel_of(r, qt)->kind == FUSE_COPY);    /* a head transpose is copied */
+  EXPECT(kernel_of(r, qh) == kernel_of(r, qt));   /* with its reshape folded */
+  EXPECT(kernel_of(r, wt) == kernel_of(r, y));
+  EXPECT(kernel_of(r, u)->kind == FUSE_LOOP && kernel_of(r, u)->nnodes == 2);
+  EXPECT(kernel_of(r, rv)->kind == FUSE_VIEW);
+  EXPECT(kernel_of(r, z) != kernel_of(r, ew));
+  EXPECT(fuse_count(r, 0, FUSE_GEMM) == 2 && fuse_count(r, 0, FUSE_COPY) == 1);
+  /* a copy kernel with a folded view reads and writes the tensor once */
+  const FuseKernel *cp = kernel_of(r, qt);
+  EXPECT_NEAR(cp->bytes_read, 4.0 * 2 * 8 * 16, 0);
+  EXPECT_NEAR(cp->bytes_written, 4.0 * 2 * 8 * 16, 0);
+  arena_free(b.arena);
+}
+
+/* fuse_check finds broken results: a kernel order against a dependency, a
+ * node in two kernels, an output left off the list, an index map over its
+ * own kernel's value. */
+static void test_check_catches(void) {
+  Built b = begin();
+  int64_t d[2] = {8, 8};
+  int x = arg(b.g, 2, d), w = arg(b.g, 2, d);
+  int e = op1(b.g, IR_EXP, x);
+  int mm = op2(b.g, IR_MATMUL, e, w);
+  int y = op1(b.g, IR_NEG, mm);
+  finish(&b, &y, 1);
+  FuseResult *r = fuse_ok(&b);
+  FuseGraph *fg = &r->graphs[0];
+  int ke = fg->kernel_of[e], km = fg->kernel_of[mm];
+  EXPECT(ke < km);
+  /* swap the two kernels: the GEMM now runs before its input exists */
+  FuseKernel t = fg->kernels[ke];
+  fg->kernels[ke] = fg->kernels[km];
+  fg->kernels[km] = t;
+  fg->kernel_of[e] = km;
+  fg->kernel_of[mm] = ke;
+  EXPECT(fuse_check(r, NULL) > 0);
+  fg->kernels[km] = fg->kernels[ke];
+  fg->kernels[ke] = t;
+  fg->kernel_of[e] = ke;
+  fg->kernel_of[mm] = km;
+  EXPECT(fuse_check(r, NULL) == 0);
+  /* an output missing */
+  int saved = fg->kernels[ke].noutputs;
+  fg->kernels[ke].noutputs = 0;
+  EXPECT(fuse_check(r, NULL) > 0);
+  fg->kernels[ke].noutputs = saved;
+  /* a node listed twice */
+  FuseKernel *k = &fg->kernels[km];
+  int *nodes = arena_alloc(b.arena, sizeof(int) * (size_t)(k->nnodes + 1));
+  memcpy(nodes, k->nodes, sizeof(int) * (size_t)k->nnodes);
+  nodes[k->nnodes] = e;
+  int *old = k->nodes;
+  k->nodes = nodes;
+  k->nnodes++;
+  EXPECT(fuse_check(r, NULL) > 0);
+  k->nodes = old;
+  k->nnodes--;
+  EXPECT(fuse_check(r, NULL) == 0);
+  arena_free(b.arena);
+}
+
+/* ---- whole models ---- */
+
+static IrModule *lower_sample(Arena *arena, Diag *diag, const char *name, int64_t micro) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/samples/%s", HPDL_SOURCE_DIR, name);
+  int before = diag_error_count(diag);
+  LoadedProgram prog = load_program(arena, diag, path);
+  if (diag_error_count(diag) != before || prog.nfiles == 0) return NULL;
+  int bad_cli = 0;
+  SemOptions opts;
+  memset(&opts, 0, sizeof opts);
+  opts.cli_error = &bad_cli;
+  SemModel *m = sema_check(arena, diag, &prog, &opts);
+  if (!m) return NULL;
+  return lower_model(arena, diag, m, micro > 0 ? micro : m->train.micro_batch);
+}
+
+/* Fusion keeps every FLOP and never adds traffic. */
+static void check_totals(const FuseResult *r) {
+  for (int gi = 0; gi < r->ngraphs; gi++) {
+    const FuseGraph *fg = &r->graphs[gi];
+    IrCost c = ircost_graph(r->module, fg->graph);
+    EXPECT_NEAR(fg->flops, c.flops, 1e-12);
+    EXPECT(fg->bytes_read <= c.bytes_read && fg->bytes_written <= c.bytes_written);
+  }
+}
+
+static void test_models(void) {
+  static const char *const samples[] = {"mlp.hpd", "gpt2-tiny.hpd", "gpt2.hpd", "llama.hpd", "gpt.hpd"};
+  for (size_t s = 0; s < sizeof samples / sizeof samples[0]; s++) {
+    for (int policy = -1; policy <= RECOMPUTE_FULL; policy++) {
+      Arena *arena = arena_new();
+      Diag *diag = diag_new(stderr);
+      IrModule *m = lower_sample(arena, diag, samples[s], 2);
+      EXPECT(m != NULL);
+      if (m && policy >= 0) {
+        /* a training step: forward + backward graphs, then fused */
+        const char *why = NULL;
+        AdResult *ad = ad_build(m, (Recompute)policy, &why);
+        if (!ad) fprintf(stderr, "%s: autodiff: %s\n", samples[s], why ? why : "?");
+        EXPECT(ad != NULL);
+        EXPECT(ir_verify(m, stderr) == 0);
+      }
+      if (m) {
+        FuseResult *r = fuse_module(arena, m);
+        int problems = fuse_check(r, stderr);
+        if (problems) fprintf(stderr, "%s (recompute %d): %d fusion problems\n", samples[s], policy, problems);
+        EXPECT(problems == 0);
+        check_totals(r);
+        if (policy < 0 && !strcmp(samples[s], "gpt2-tiny.hpd")) {
+          /* the block: 6 GEMMs with bias (+gelu), 2 attention GEMMs, two
+           * layernorms (the second with the residual add) and a softmax */
+          EXPECT(fuse_count(r, 1, FUSE_GEMM) == 8);
+          EXPECT(fuse_count(r, 1, FUSE_ROW) == 3);
+          EXPECT(fuse_count(r, 1, FUSE_LOOP) == 1);
+        }
+      }
+      diag_free(diag);
+      arena_free(arena);
+    }
+  }
+}
+
+/* The printed form is stable: printing twice gives the same text. */
+static void test_print(void) {
+  Arena *arena = arena_new();
+  Diag *diag = diag_new(stderr);
+  IrModule *m = lower_sample(arena, diag, "mlp.hpd", 0);
+  EXPECT(m != NULL);
+  if (m) {
+    FuseResult *r = fuse_module(arena, m);
+    char *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    FILE *fa = open_memstream(&a, &na), *fb = open_memstream(&b, &nb);
+    fuse_print(r, fa);
+    fuse_print(fuse_module(arena, m), fb);
+    fclose(fa);
+    fclose(fb);
+    EXPECT(na == nb && !memcmp(a, b, na));
+    EXPECT(strstr(a, "gemm+bias+relu f32[64, 64] [%2 matmul, %4 add, %5 relu] (%0, %1, %3) -> (%5)") != NULL);
+    free(a);
+    free(b);
+  }
+  diag_free(diag);
+  arena_free(arena);
+}
+
+int main(void) {
+  test_layernorm();
+  test_rmsnorm_softmax();
+  test_gemm_epilogue();
+  test_gemm_epilogue_refused();
+  test_diamond();
+  test_reduction_into_gemm();
+  test_row_consistency();
+  test_shape_ops();
+  test_check_catches();
+  test_print();
+  test_models();
+  TEST_DONE();
+}
