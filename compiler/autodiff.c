@@ -464,7 +464,7 @@ static void adgrad_EMBEDDING(AdCtx *c, int f, int dy) {
   const IrNode *n = fnode(c, f), *t = fnode(c, n->in[0]);
   if (!c->rg[n->in[0]]) return;
   int in[2] = {dy, fv(c, n->in[1])};
-  acc(c, n->in[0], emit(c, IR_EMBEDDING_BWD, in, 2, NULL, 0, 0, t->dtype, t->rank, t->dims));
+  acc(c, n->in[0], emit(c, IR_EMBEDDING_BWD, in, 2, n->attr, 1, 0, t->dtype, t->rank, t->dims));
 }
 
 /* linear in dy: the adjoint of a scatter-add is the gather */
@@ -472,19 +472,19 @@ static void adgrad_EMBEDDING_BWD(AdCtx *c, int f, int dy) {
   const IrNode *n = fnode(c, f);
   if (!c->rg[n->in[0]]) return;
   int in[2] = {dy, fv(c, n->in[1])};
-  acc(c, n->in[0], emit(c, IR_EMBEDDING, in, 2, NULL, 0, 0, n->dtype, -1, NULL));
+  acc(c, n->in[0], emit(c, IR_EMBEDDING, in, 2, n->attr, 1, 0, n->dtype, -1, NULL));
 }
 
 /* masked entries are constants: their gradient is 0 */
 static void adgrad_CAUSAL_MASK(AdCtx *c, int f, int dy) {
-  acc(c, fin(c, f, 0), emit(c, IR_CAUSAL_MASK, &dy, 1, NULL, 0, 0.0, fnode(c, f)->dtype, -1, NULL));
+  acc(c, fin(c, f, 0), emit(c, IR_CAUSAL_MASK, &dy, 1, fnode(c, f)->attr, 1, 0.0, fnode(c, f)->dtype, -1, NULL));
 }
 
 /* a rotation's adjoint is its inverse */
 static void adgrad_ROPE(AdCtx *c, int f, int dy) {
   const IrNode *n = fnode(c, f);
-  int64_t inv = !n->attr[0];
-  acc(c, n->in[0], emit(c, IR_ROPE, &dy, 1, &inv, 1, n->fattr, n->dtype, -1, NULL));
+  int64_t attr[2] = {!n->attr[0], n->attr[1]};
+  acc(c, n->in[0], emit(c, IR_ROPE, &dy, 1, attr, 2, n->fattr, n->dtype, -1, NULL));
 }
 
 static void adgrad_REPEAT_KV(AdCtx *c, int f, int dy) {
@@ -552,24 +552,67 @@ static void adgrad_CALL(AdCtx *c, int f, int dy) {
     }
   const IrNode *x = fnode(c, n->in[0]);
   int in[2] = {dy, c->map[f]};
-  int64_t attr[3] = {c->res->grad[n->attr[0]], n->attr[1], IR_CALL_BACKWARD};
-  int g = emit(c, IR_CALL, in, 2, attr, 3, 0, x->dtype, x->rank, x->dims);
+  int64_t attr[4] = {c->res->grad[n->attr[0]], n->attr[1], IR_CALL_BACKWARD, n->attr[3]};
+  int g = emit(c, IR_CALL, in, 2, attr, 4, 0, x->dtype, x->rank, x->dims);
   acc(c, n->in[0], g);
 }
 
-/* g of Megatron: all-reduce forward, identity backward */
-static void adgrad_ALL_REDUCE(AdCtx *c, int f, int dy) { acc(c, fin(c, f, 0), dy); }
+/* Collectives of the partitioned program (spmd.h). The gradient of a
+ * replicated value is the full gradient on every rank; of a split value,
+ * this rank's chunk. So:
+ *   ALL_REDUCE (g of Megatron)  -> identity (none for a max used as a shift)
+ *   COPY_TO_GROUP (f)           -> ALL_REDUCE of the partial gradients
+ *   ALL_GATHER                  -> SHARD_SLICE, or REDUCE_SCATTER when its
+ *                                  consumers leave the gradient partial
+ *   REDUCE_SCATTER, SHARD_SLICE -> ALL_GATHER */
+static void adgrad_ALL_REDUCE(AdCtx *c, int f, int dy) {
+  if (!fnode(c, f)->attr[3]) acc(c, fin(c, f, 0), dy);
+}
 
 static int comm(AdCtx *c, IrOp op, int x, const IrNode *like, const int64_t *attr) {
   return emit(c, op, &x, x < 0 ? 0 : 1, attr, 2, 0, like->dtype, like->rank, like->dims);
 }
 
+static int comm4(AdCtx *c, IrOp op, int x, const IrNode *like, const int64_t *attr) {
+  return emit(c, op, &x, 1, attr, 4, 0, like->dtype, like->rank, like->dims);
+}
+
 static void adgrad_ALL_GATHER(AdCtx *c, int f, int dy) {
-  acc(c, fin(c, f, 0), comm(c, IR_REDUCE_SCATTER, dy, fnode(c, fin(c, f, 0)), fnode(c, f)->attr));
+  const IrNode *n = fnode(c, f);
+  int64_t attr[4] = {n->attr[0], n->attr[1], n->attr[2], 0};
+  acc(c, fin(c, f, 0), comm4(c, n->attr[3] ? IR_REDUCE_SCATTER : IR_SHARD_SLICE, dy, fnode(c, fin(c, f, 0)), attr));
 }
 
 static void adgrad_REDUCE_SCATTER(AdCtx *c, int f, int dy) {
-  acc(c, fin(c, f, 0), comm(c, IR_ALL_GATHER, dy, fnode(c, fin(c, f, 0)), fnode(c, f)->attr));
+  const IrNode *n = fnode(c, f);
+  int64_t attr[4] = {n->attr[0], n->attr[1], n->attr[2], 0};
+  acc(c, fin(c, f, 0), comm4(c, IR_ALL_GATHER, dy, fnode(c, fin(c, f, 0)), attr));
+}
+
+static void adgrad_SHARD_SLICE(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  int64_t attr[4] = {n->attr[0], n->attr[1], n->attr[2], 0};
+  acc(c, fin(c, f, 0), comm4(c, IR_ALL_GATHER, dy, fnode(c, fin(c, f, 0)), attr));
+}
+
+static void adgrad_COPY_TO_GROUP(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  int64_t attr[4] = {n->attr[0], 0, 0, 0};
+  acc(c, fin(c, f, 0), comm4(c, IR_ALL_REDUCE, dy, n, attr));
+}
+
+static void adgrad_PICK(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f), *z = fnode(c, fin(c, f, 0));
+  if (!c->rg[fin(c, f, 0)]) return;
+  int in[2] = {dy, fv(c, fin(c, f, 1))};
+  acc(c, fin(c, f, 0), emit(c, IR_PICK_BWD, in, 2, n->attr, 1, 0, z->dtype, z->rank, z->dims));
+}
+
+static void adgrad_PICK_BWD(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  if (!c->rg[fin(c, f, 0)]) return;
+  int in[2] = {dy, fv(c, fin(c, f, 1))};
+  acc(c, fin(c, f, 0), emit(c, IR_PICK, in, 2, n->attr, 1, 0, n->dtype, -1, NULL));
 }
 
 /* SEND's result carries no gradient (dy is ignored): dx comes back from the

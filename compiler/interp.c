@@ -43,8 +43,29 @@ struct Interp {
   Stash *stash;
   int nstash, capstash;
   Msg *mail_head, *mail_tail;
+  InterpComm comm;
+  int has_comm;
   char err[256];
 };
+
+void interp_set_comm(Interp *in, const InterpComm *comm) {
+  in->comm = *comm;
+  in->has_comm = 1;
+}
+
+static int group_size(const Interp *in, int64_t g) {
+  return in->has_comm && g >= 0 && g < IRG_COUNT && in->comm.size[g] > 0 ? in->comm.size[g] : 1;
+}
+
+static int group_rank(const Interp *in, int64_t g) {
+  return in->has_comm && g >= 0 && g < IRG_COUNT ? in->comm.rank[g] : 0;
+}
+
+int64_t interp_global_pos(int layout, int r, int size, int64_t local, int64_t i) {
+  if (layout == 0 || size <= 1) return (int64_t)r * local + i;
+  int64_t h = local / 2; /* zigzag: chunks r and 2 size - 1 - r of length h */
+  return i < h ? (int64_t)r * h + i : (int64_t)(2 * size - 1 - r) * h + (i - h);
+}
 
 static void *xcalloc(size_t n, size_t size) {
   void *p = calloc(n ? n : 1, size ? size : 1);
@@ -117,6 +138,7 @@ Interp *interp_new(const IrModule *m) {
     const IrParam *p = &m->params[i];
     in->params[i] = xcalloc((size_t)(param_numel(p) * (p->count > 1 ? p->count : 1)), sizeof(double));
   }
+  for (int g = 0; g < IRG_COUNT; g++) in->comm.size[g] = 1;
   return in;
 }
 
@@ -386,7 +408,7 @@ static const char *exec_call(Run *r, const IrNode *n, double *out) {
   Interp *in = r->in;
   const IrModule *m = in->m;
   int callee = (int)n->attr[0];
-  int64_t count = n->attr[1], mode = n->attr[2];
+  int64_t count = n->attr[1], mode = n->attr[2], first = n->attr[3];
   if (callee < 0 || callee >= m->ngraphs) return fail(in, "call of an unknown graph");
   const IrGraph *cg = m->graphs[callee];
   if (cg->noutputs < 1) return fail(in, "call of graph %s, which has no outputs", cg->name);
@@ -413,7 +435,7 @@ static const char *exec_call(Run *r, const IrNode *n, double *out) {
           *t = args[k];
           t->data = dup_values(args[k].data, dims_numel(args[k].rank, args[k].dims));
         }
-      if (run_graph(in, callee, l, args, nargs, outs, &err) == 0) {
+      if (run_graph(in, callee, first + l, args, nargs, outs, &err) == 0) {
         free(carry);
         carry = outs[0].data;
         args[0] = outs[0];
@@ -436,7 +458,7 @@ static const char *exec_call(Run *r, const IrNode *n, double *out) {
     if (!err) args[0] = tensor_of(&r->g->nodes[n->in[0]], r->val[n->in[0]]);
     for (int64_t l = count - 1; l >= 0 && !err; l--) {
       for (int k = 0; k < st->per_layer; k++) args[1 + k] = st->t[l * st->per_layer + k];
-      if (run_graph(in, callee, l, args, nargs, outs, &err) == 0) {
+      if (run_graph(in, callee, first + l, args, nargs, outs, &err) == 0) {
         free(carry);
         carry = outs[0].data;
         args[0] = outs[0];
@@ -486,16 +508,18 @@ static const char *exec_matmul(Run *r, const IrNode *n, double *out) {
   return NULL;
 }
 
-static const char *exec_rope(const IrNode *n, const double *x, double *out) {
+static const char *exec_rope(const Interp *in, const IrNode *n, const double *x, double *out) {
   int64_t B = n->dims[0], H = n->dims[1], T = n->dims[2], D = n->dims[3];
   double sign = n->attr[0] ? -1.0 : 1.0;
+  int64_t cg = n->attr[1] - 1; /* positions of this rank's zigzag chunks */
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++)
       for (int64_t t = 0; t < T; t++) {
         const double *xr = x + ((b * H + h) * T + t) * D;
         double *o = out + ((b * H + h) * T + t) * D;
         for (int64_t i = 0; i < D / 2; i++) {
-          double theta = sign * (double)t * pow(n->fattr, -2.0 * (double)i / (double)D);
+          int64_t pos = cg >= 0 ? interp_global_pos(1, group_rank(in, cg), group_size(in, cg), T, t) : t;
+          double theta = sign * (double)pos * pow(n->fattr, -2.0 * (double)i / (double)D);
           double c = cos(theta), s = sin(theta), x0 = xr[2 * i], x1 = xr[2 * i + 1];
           o[2 * i] = x0 * c - x1 * s;
           o[2 * i + 1] = x0 * s + x1 * c;
@@ -513,6 +537,70 @@ static double row_lse(const double *x, int64_t V) {
   double s = 0;
   for (int64_t v = 0; v < V; v++) s += exp(x[v] - mx);
   return mx + log(s);
+}
+
+/* Moves rows of a split axis between this rank's chunk (local) and the
+ * whole (global): to_global copies local into its places in global. */
+static void chunk_copy(const IrNode *local_node, int64_t axis, int layout, int rank, int size, double *global,
+                       double *local, int to_global) {
+  int64_t outer = 1, inner = 1, len = local_node->dims[axis];
+  for (int64_t i = 0; i < axis; i++) outer *= local_node->dims[i];
+  for (int i = (int)axis + 1; i < local_node->rank; i++) inner *= local_node->dims[i];
+  int64_t glen = len * size;
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t i = 0; i < len; i++) {
+      int64_t gp = interp_global_pos(layout, rank, size, len, i);
+      double *gl = global + (o * glen + gp) * inner, *lo = local + (o * len + i) * inner;
+      if (to_global) memcpy(gl, lo, sizeof(double) * (size_t)inner);
+      else memcpy(lo, gl, sizeof(double) * (size_t)inner);
+    }
+}
+
+static const char *exec_collective(Run *r, const IrNode *n, const IrNode *x, const double *X, double *out) {
+  Interp *in = r->in;
+  int64_t g = n->attr[0];
+  int size = group_size(in, g), rank = group_rank(in, g);
+  int64_t N = ir_numel(n), NX = ir_numel(x);
+  const char *err = NULL;
+  switch (n->op) {
+  case IR_COPY_TO_GROUP:
+    memcpy(out, X, sizeof(double) * (size_t)N);
+    return NULL;
+  case IR_ALL_REDUCE:
+    memcpy(out, X, sizeof(double) * (size_t)N);
+    if (size > 1) err = in->comm.all_reduce(in->comm.ctx, (IrGroup)g, (int)n->attr[2], out, N);
+    return err ? fail(in, "all_reduce over %s: %s", ir_group_name((IrGroup)g), err) : NULL;
+  case IR_SHARD_SLICE:
+    if (NX != N * size) return fail(in, "shard_slice over %s: %" PRId64 " values do not split %d ways", ir_group_name((IrGroup)g), NX, size);
+    chunk_copy(n, n->attr[1], (int)n->attr[2], rank, size, (double *)X, out, 0);
+    return NULL;
+  case IR_ALL_GATHER: {
+    if (N != NX * size) return fail(in, "all_gather over %s: the result is not %d times the input", ir_group_name((IrGroup)g), size);
+    if (size == 1) {
+      memcpy(out, X, sizeof(double) * (size_t)N);
+      return NULL;
+    }
+    double *all = xcalloc((size_t)N, sizeof(double));
+    err = in->comm.all_gather(in->comm.ctx, (IrGroup)g, X, NX, all);
+    for (int k = 0; k < size && !err; k++) chunk_copy(x, n->attr[1], (int)n->attr[2], k, size, out, all + k * NX, 1);
+    free(all);
+    return err ? fail(in, "all_gather over %s: %s", ir_group_name((IrGroup)g), err) : NULL;
+  }
+  case IR_REDUCE_SCATTER: {
+    if (NX != N * size) return fail(in, "reduce_scatter over %s: the input is not %d times the result", ir_group_name((IrGroup)g), size);
+    double *sum = dup_values(X, NX);
+    if (size > 1) err = in->comm.all_reduce(in->comm.ctx, (IrGroup)g, 0, sum, NX);
+    if (!err) chunk_copy(n, n->attr[1], (int)n->attr[2], rank, size, sum, out, 0);
+    free(sum);
+    return err ? fail(in, "reduce_scatter over %s: %s", ir_group_name((IrGroup)g), err) : NULL;
+  }
+  default: return fail(in, "%s is not a collective", ir_op_name(n->op));
+  }
+}
+
+/* The first global index of this rank's vocabulary shard (attr 1 + group), or 0. */
+static int64_t vocab_offset(const Interp *in, int64_t attr, int64_t local_rows) {
+  return attr ? (int64_t)group_rank(in, attr - 1) * local_rows : 0;
 }
 
 static const char *exec_node(Run *r, int id, double *out) {
@@ -650,18 +738,32 @@ static const char *exec_node(Run *r, int id, double *out) {
       }
     return NULL;
   }
+  case IR_ALL_REDUCE: return exec_collective(r, n, x, X, out);
   case IR_RESHAPE:
   case IR_CAST:
-  case IR_ALL_REDUCE:
     if (n->op == IR_CAST && !sem_dtype_is_float(n->dtype) && sem_dtype_is_float(x->dtype))
       for (int64_t i = 0; i < N; i++) out[i] = trunc(X[i]);
     else memcpy(out, X, sizeof(double) * (size_t)N);
     return NULL;
   case IR_ALL_GATHER:
   case IR_REDUCE_SCATTER:
-    if (ir_numel(x) != N) return fail(in, "%s across ranks needs the multi-rank simulation", ir_op_name(n->op));
-    memcpy(out, X, sizeof(double) * (size_t)N);
+  case IR_SHARD_SLICE:
+  case IR_COPY_TO_GROUP: return exec_collective(r, n, x, X, out);
+  case IR_PICK:
+  case IR_PICK_BWD: {
+    const IrNode *t = &g->nodes[n->in[1]];
+    const double *Tg = r->val[n->in[1]];
+    int64_t V = n->op == IR_PICK ? x->dims[x->rank - 1] : n->dims[n->rank - 1], P = ir_numel(t);
+    int64_t off = vocab_offset(in, n->attr[0], V);
+    if (n->op == IR_PICK_BWD) memset(out, 0, sizeof(double) * (size_t)N);
+    for (int64_t p = 0; p < P; p++) {
+      int64_t k = (int64_t)Tg[p] - off;
+      int inside = k >= 0 && k < V;
+      if (n->op == IR_PICK) out[p] = inside ? X[p * V + k] : 0.0;
+      else if (inside) out[p * V + k] = X[p];
+    }
     return NULL;
+  }
   case IR_TRANSPOSE: {
     int64_t xs[IR_MAX_RANK], s[IR_MAX_RANK];
     row_strides(x->rank, x->dims, xs);
@@ -715,10 +817,14 @@ static const char *exec_node(Run *r, int id, double *out) {
     const IrNode *ids = &g->nodes[n->in[1]];
     const double *I = r->val[n->in[1]];
     int64_t V = x->dims[0], C = x->dims[1], ni = ir_numel(ids);
+    int64_t off = vocab_offset(in, n->attr[0], V), total = n->attr[0] ? V * group_size(in, n->attr[0] - 1) : V;
     for (int64_t i = 0; i < ni; i++) {
       int64_t row = (int64_t)I[i];
-      if (row < 0 || row >= V) return fail(in, "embedding id %" PRId64 " is outside [0, %" PRId64 ")", row, V);
-      memcpy(out + i * C, X + row * C, sizeof(double) * (size_t)C);
+      if (row < 0 || row >= total) return fail(in, "embedding id %" PRId64 " is outside [0, %" PRId64 ")", row, total);
+      row -= off;
+      /* a vocabulary shard contributes zeros for the rows other ranks hold */
+      if (row < 0 || row >= V) memset(out + i * C, 0, sizeof(double) * (size_t)C);
+      else memcpy(out + i * C, X + row * C, sizeof(double) * (size_t)C);
     }
     return NULL;
   }
@@ -726,23 +832,30 @@ static const char *exec_node(Run *r, int id, double *out) {
     const IrNode *ids = &g->nodes[n->in[1]];
     const double *I = r->val[n->in[1]];
     int64_t V = n->dims[0], C = n->dims[1], ni = ir_numel(ids);
+    int64_t off = vocab_offset(in, n->attr[0], V), total = n->attr[0] ? V * group_size(in, n->attr[0] - 1) : V;
     memset(out, 0, sizeof(double) * (size_t)N);
     for (int64_t i = 0; i < ni; i++) {
       int64_t row = (int64_t)I[i];
-      if (row < 0 || row >= V) return fail(in, "embedding id %" PRId64 " is outside [0, %" PRId64 ")", row, V);
+      if (row < 0 || row >= total) return fail(in, "embedding id %" PRId64 " is outside [0, %" PRId64 ")", row, total);
+      row -= off;
+      if (row < 0 || row >= V) continue;
       for (int64_t c = 0; c < C; c++) out[row * C + c] += X[i * C + c];
     }
     return NULL;
   }
   case IR_CAUSAL_MASK: {
     if (n->rank < 2) return fail(in, "causal_mask needs a matrix");
+    /* rows may be this rank's zigzag chunks of the sequence (context parallelism) */
+    int64_t cg = n->attr[0] - 1, rows = n->dims[n->rank - 2];
     for (int64_t i = 0; i < N; i++) {
-      out[i] = idx[n->rank - 1] > idx[n->rank - 2] ? n->fattr : X[i];
+      int64_t row = idx[n->rank - 2];
+      if (cg >= 0) row = interp_global_pos(1, group_rank(in, cg), group_size(in, cg), rows, row);
+      out[i] = idx[n->rank - 1] > row ? n->fattr : X[i];
       idx_next(n->rank, n->dims, idx);
     }
     return NULL;
   }
-  case IR_ROPE: return exec_rope(n, X, out);
+  case IR_ROPE: return exec_rope(in, n, X, out);
   case IR_REPEAT_KV:
   case IR_REPEAT_KV_BWD: {
     /* output head h of REPEAT_KV reads head h / rep; the backward sums them */
@@ -798,6 +911,11 @@ static const char *exec_node(Run *r, int id, double *out) {
   }
   case IR_CALL: return exec_call(r, n, out);
   case IR_SEND: {
+    if (group_size(in, n->attr[0]) > 1 && in->comm.send) {
+      const char *err = in->comm.send(in->comm.ctx, (IrGroup)n->attr[0], (int)n->attr[1], X, ir_numel(x));
+      memcpy(out, X, sizeof(double) * (size_t)N);
+      return err ? fail(in, "send over %s: %s", ir_group_name((IrGroup)n->attr[0]), err) : NULL;
+    }
     Msg *msg = xcalloc(1, sizeof *msg);
     msg->group = (int)n->attr[0];
     msg->t = tensor_of(x, dup_values(X, ir_numel(x)));
@@ -808,6 +926,10 @@ static const char *exec_node(Run *r, int id, double *out) {
     return NULL;
   }
   case IR_RECV: {
+    if (group_size(in, n->attr[0]) > 1 && in->comm.recv) {
+      const char *err = in->comm.recv(in->comm.ctx, (IrGroup)n->attr[0], (int)n->attr[1], out, N);
+      return err ? fail(in, "recv over %s: %s", ir_group_name((IrGroup)n->attr[0]), err) : NULL;
+    }
     Msg **at = &in->mail_head, *prev = NULL;
     while (*at && (*at)->group != n->attr[0]) {
       prev = *at;

@@ -20,7 +20,29 @@ typedef struct {
 
 typedef struct Interp Interp;
 
+/* The ranks of a partitioned program: this rank's index and the size of
+ * each group, and the collectives that join it to its peers (a simulator
+ * runs one Interp per rank, each in its own thread). Every member of a group
+ * calls a collective with its own buffer. Without a comm, groups have one
+ * member and SEND / RECV loop back within the interpreter. */
+typedef struct {
+  int rank[IRG_COUNT];
+  int size[IRG_COUNT];
+  void *ctx;
+  /* in place; op 0 sum, 1 max */
+  const char *(*all_reduce)(void *ctx, IrGroup g, int op, double *data, int64_t n);
+  /* out receives size x n values, rank by rank */
+  const char *(*all_gather)(void *ctx, IrGroup g, const double *in, int64_t n, double *out);
+  /* to / from the rank `offset` places along the group (pipeline: +1 next, -1 previous) */
+  const char *(*send)(void *ctx, IrGroup g, int offset, const double *data, int64_t n);
+  const char *(*recv)(void *ctx, IrGroup g, int offset, double *data, int64_t n);
+} InterpComm;
+
 Interp *interp_new(const IrModule *m);
+void interp_set_comm(Interp *in, const InterpComm *comm);
+/* The global position of local index i of a split axis (layout 0 contiguous,
+ * 1 zigzag; see ir_ops.h) on rank r of a group of `size`, `local` long here. */
+int64_t interp_global_pos(int layout, int r, int size, int64_t local, int64_t i);
 void interp_free(Interp *in);
 
 /* Fills every parameter from its initialiser with a generator seeded by

@@ -363,6 +363,40 @@ static const char *irshape_ALL_REDUCE(IrGraph *g, IrNode *n) {
   n->rank = -1;
   return comm_same(g, n);
 }
+static const char *irshape_SHARD_SLICE(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0);
+  if (n->rank != x->rank) return "shard_slice keeps the rank";
+  int64_t axis = n->attr[1];
+  for (int i = 0; i < x->rank; i++)
+    if (i != axis && n->dims[i] != x->dims[i]) return "shard_slice changes only its axis";
+  if (axis < 0 || axis >= x->rank || n->dims[axis] < 1 || x->dims[axis] % n->dims[axis]) return "shard_slice axis does not divide";
+  return comm_same(g, n);
+}
+
+static const char *irshape_COPY_TO_GROUP(IrGraph *g, IrNode *n) {
+  n->rank = -1;
+  return comm_same(g, n);
+}
+
+static const char *irshape_PICK(IrGraph *g, IrNode *n) {
+  IrNode *z = in_node(g, n, 0), *t = in_node(g, n, 1);
+  if (z->rank != t->rank + 1 || sem_dtype_is_float(t->dtype)) return "pick needs z [..., V] and integer t [...]";
+  for (int i = 0; i < t->rank; i++)
+    if (z->dims[i] != t->dims[i]) return "pick: z and t differ";
+  copy_type(n, t);
+  n->dtype = z->dtype;
+  return NULL;
+}
+
+static const char *irshape_PICK_BWD(IrGraph *g, IrNode *n) {
+  IrNode *dy = in_node(g, n, 0), *t = in_node(g, n, 1);
+  n->dtype = dy->dtype;
+  if (n->rank != dy->rank + 1 || !same_dims(dy, t)) return "pick_bwd needs dy [...], t [...] and a [..., V] result";
+  for (int i = 0; i < dy->rank; i++)
+    if (n->dims[i] != dy->dims[i]) return "pick_bwd: result and dy differ";
+  return NULL;
+}
+
 /* Gather / scatter / send carry their output shape (it depends on the group size). */
 static const char *irshape_ALL_GATHER(IrGraph *g, IrNode *n) { return comm_same(g, n); }
 static const char *irshape_REDUCE_SCATTER(IrGraph *g, IrNode *n) { return comm_same(g, n); }
@@ -469,7 +503,8 @@ int ir_verify(const IrModule *m, FILE *out) {
         int keep_shape = copy.op == IR_FILL || copy.op == IR_RESHAPE || copy.op == IR_EXPAND || copy.op == IR_SUM_TO ||
                          copy.op == IR_PAD || copy.op == IR_EMBEDDING_BWD || copy.op == IR_SLICE ||
                          (op_flags[copy.op] & IRF_LEAF) || copy.op == IR_CALL || copy.op == IR_ALL_GATHER ||
-                         copy.op == IR_REDUCE_SCATTER || copy.op == IR_SEND;
+                         copy.op == IR_REDUCE_SCATTER || copy.op == IR_SEND || copy.op == IR_SHARD_SLICE ||
+                         copy.op == IR_PICK_BWD;
         if (!keep_shape) copy.rank = -1;
         err = shape_rules[n->op](g, &copy);
         if (!err && !same_dims(&copy, n)) err = "stored shape differs from the shape rule";
@@ -505,8 +540,11 @@ static void print_attrs(const IrModule *m, const IrGraph *g, const IrNode *n, FI
   case IR_CONST:
   case IR_FILL:
   case IR_POWS:
-  case IR_CAUSAL_MASK:
   case IR_DROPOUT: fprintf(out, " %.9g", n->fattr); break;
+  case IR_CAUSAL_MASK:
+    fprintf(out, " %.9g", n->fattr);
+    if (n->attr[0]) fprintf(out, " rows=%s-zigzag", ir_group_name((IrGroup)(n->attr[0] - 1)));
+    break;
   case IR_ACT_GRAD: fprintf(out, " %s", op_names[n->attr[0]]); break;
   case IR_MATMUL:
     if (n->attr[0] || n->attr[1]) fprintf(out, " t%s%s", n->attr[0] ? "a" : "", n->attr[1] ? "b" : "");
@@ -530,15 +568,36 @@ static void print_attrs(const IrModule *m, const IrGraph *g, const IrNode *n, FI
     for (int i = 0; i < x->rank; i++) fprintf(out, "%s%" PRId64 "%s", i ? "," : "", n->attr[i], n->op == IR_SLICE && n->attr[8 + i] ? "!" : "");
     break;
   }
-  case IR_ROPE: fprintf(out, " base=%.9g%s", n->fattr, n->attr[0] ? " inverse" : ""); break;
+  case IR_ROPE:
+    fprintf(out, " base=%.9g%s", n->fattr, n->attr[0] ? " inverse" : "");
+    if (n->attr[1]) fprintf(out, " positions=%s-zigzag", ir_group_name((IrGroup)(n->attr[1] - 1)));
+    break;
   case IR_REPEAT_KV:
   case IR_REPEAT_KV_BWD: fprintf(out, " n=%" PRId64, n->attr[0]); break;
-  case IR_CALL: fprintf(out, " @%s x%" PRId64, m->graphs[n->attr[0]]->name, n->attr[1]); break;
+  case IR_CALL:
+    fprintf(out, " @%s x%" PRId64, m->graphs[n->attr[0]]->name, n->attr[1]);
+    if (n->attr[3]) fprintf(out, " from=%" PRId64, n->attr[3]);
+    break;
   case IR_ALL_REDUCE:
   case IR_ALL_GATHER:
   case IR_REDUCE_SCATTER:
   case IR_SEND:
-  case IR_RECV: fprintf(out, " group=%s", ir_group_name((IrGroup)n->attr[0])); break;
+  case IR_RECV:
+  case IR_SHARD_SLICE:
+  case IR_COPY_TO_GROUP:
+    fprintf(out, " group=%s", ir_group_name((IrGroup)n->attr[0]));
+    if (n->op == IR_ALL_GATHER || n->op == IR_REDUCE_SCATTER || n->op == IR_SHARD_SLICE)
+      fprintf(out, " axis=%" PRId64 "%s", n->attr[1], n->attr[2] ? " zigzag" : "");
+    if (n->op == IR_ALL_REDUCE && n->attr[2]) fputs(" max", out);
+    if (n->op == IR_ALL_GATHER && n->attr[3]) fputs(" partial-grad", out);
+    if (n->op == IR_SEND || n->op == IR_RECV) fprintf(out, " peer=%+" PRId64, n->attr[1]);
+    break;
+  case IR_PICK:
+  case IR_PICK_BWD:
+  case IR_EMBEDDING:
+  case IR_EMBEDDING_BWD:
+    if (n->attr[0]) fprintf(out, " vocab-parallel=%s", ir_group_name((IrGroup)(n->attr[0] - 1)));
+    break;
   default: break;
   }
 }
@@ -573,6 +632,11 @@ void ir_print(const IrModule *m, FILE *out) {
     fprintf(out, "param %s : %s[", p->name, sem_dtype_name(p->dtype));
     for (int k = 0; k < p->rank; k++) fprintf(out, "%s%" PRId64, k ? ", " : "", p->dims[k]);
     fprintf(out, "] shard=%s", sem_shard_name(p->shard));
+    if (p->split_axis >= 0) {
+      fprintf(out, " (of [");
+      for (int k = 0; k < p->rank; k++) fprintf(out, "%s%" PRId64, k ? ", " : "", p->full_dims[k]);
+      fprintf(out, "], axis %d over %s)", p->split_axis, ir_group_name(p->split_group));
+    }
     if (p->count > 1) fprintf(out, " x%" PRId64, p->count);
     fputc('\n', out);
   }

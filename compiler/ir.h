@@ -86,6 +86,11 @@ typedef struct {
   int graph;         /* the graph whose PARAM nodes use it */
   int64_t count;     /* copies (layers of the repeat), 1 otherwise */
   Span span;
+  /* After partitioning: the logical shape, and the axis split over
+   * split_group (-1 when every rank holds all of it). */
+  int64_t full_dims[IR_MAX_RANK];
+  int split_axis;
+  IrGroup split_group;
 } IrParam;
 
 typedef struct {

@@ -236,6 +236,20 @@ static void ircost_SEND(const CostCtx *c, IrCost *k) {
   k->bytes_written = 0; /* the receiver's RECV writes */
 }
 static void ircost_RECV(const CostCtx *c, IrCost *k) { k->comm_bytes = bytes_of(c->n); }
+/* Taking this rank's chunk is a local copy; the f marker costs nothing forward. */
+static void ircost_SHARD_SLICE(const CostCtx *c, IrCost *k) {
+  k->bytes_read = bytes_of(c->n);
+  k->bytes_written = bytes_of(c->n);
+}
+static void ircost_COPY_TO_GROUP(const CostCtx *c, IrCost *k) { (void)c, (void)k; }
+static void ircost_PICK(const CostCtx *c, IrCost *k) {
+  k->bytes_read = bytes_of(cin(c, 1)) + bytes_of(c->n);
+  k->bytes_written = bytes_of(c->n);
+}
+static void ircost_PICK_BWD(const CostCtx *c, IrCost *k) {
+  k->bytes_read = bytes_of(cin(c, 0)) + bytes_of(cin(c, 1));
+  k->bytes_written = bytes_of(c->n);
+}
 
 static const CostRule cost_rules[] = {
 #define X(id, name, nin, flags) ircost_##id,

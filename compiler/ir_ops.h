@@ -31,6 +31,22 @@
  *   CALL: attr[0] = graph index, attr[1] = repeat count, attr[2] = mode
  *         (IR_CALL_PLAIN / SAVE / BACKWARD, ir.h)
  *   collectives: attr[0] = IrGroup, attr[1] = axis (gather / scatter) or peer stage offset (send / recv)
+ *     ALL_REDUCE: attr[2] = 0 sum, 1 max; attr[3] = 1: no gradient flows back (a max used as a shift)
+ *     ALL_GATHER, REDUCE_SCATTER, SHARD_SLICE: attr[2] = layout of the split axis (0 contiguous
+ *       chunks in rank order; 1 zigzag: with c ranks the axis is cut into 2c chunks and rank r
+ *       holds chunks r and 2c-1-r, balancing causal attention); ALL_GATHER attr[3] = 1 when its
+ *       output's gradient arrives partial (its consumers' outputs are split), so the backward
+ *       reduce-scatters instead of slicing
+ *   SHARD_SLICE: this rank's chunk of a replicated value (output dims given)
+ *   COPY_TO_GROUP: identity forward, all-reduce of the gradient over attr[0] (Megatron's f)
+ *   PICK(z [..., V], t [...]): z[..., t - offset], 0 outside the local range; attr[0] = 0, or
+ *     1 + group when z is this rank's vocabulary shard (offset = rank x V)
+ *   PICK_BWD(dy [...], t [...]): the scatter of dy into zeros of the given [..., V]; attr as PICK
+ *   EMBEDDING, EMBEDDING_BWD: attr[0] = 1 + group for a vocabulary-parallel table (rows outside
+ *     this rank's range read as zeros / are not written)
+ *   CAUSAL_MASK: attr[0] = 1 + group when the rows are this rank's zigzag chunks of the sequence
+ *   ROPE: attr[1] = 1 + group when the positions are this rank's zigzag chunks
+ *   CALL: attr[3] = the first layer this call runs (pipeline chunks run a range of layers)
  */
 #ifndef HPDL_IR_OPS_H
 #define HPDL_IR_OPS_H
@@ -99,6 +115,10 @@
   X(ALL_GATHER, "all_gather", 1, IRF_COMM)                         \
   X(REDUCE_SCATTER, "reduce_scatter", 1, IRF_COMM)                 \
   X(SEND, "send", 1, IRF_COMM)                                     \
-  X(RECV, "recv", 0, IRF_COMM | IRF_LEAF)
+  X(RECV, "recv", 0, IRF_COMM | IRF_LEAF)                          \
+  X(SHARD_SLICE, "shard_slice", 1, IRF_COMM)                       \
+  X(COPY_TO_GROUP, "copy_to_group", 1, IRF_COMM)                   \
+  X(PICK, "pick", 2, IRF_REDUCE)                                   \
+  X(PICK_BWD, "pick_bwd", 2, 0)
 
 #endif

@@ -112,6 +112,7 @@ static int param_node(Lower *L, Inv *v, const SemParam *p, const char *full) {
     ip.graph = v->graph_index;
     ip.count = v->count;
     ip.span = p->span;
+    ip.split_axis = -1; /* whole until partitioned */
     index = ir_add_param(L->m, &ip);
   }
   for (int i = 0; i < v->g->nnodes; i++)

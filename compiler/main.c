@@ -13,6 +13,8 @@
 #include "ir.h"
 #include "loader.h"
 #include "lower.h"
+#include "pipeline.h"
+#include "spmd.h"
 #include "sema.h"
 
 /* Flags that override the parallel / train blocks: flag, block.key, what it takes. */
@@ -56,7 +58,7 @@ typedef struct {
 } Cli;
 
 static const char *const verbs[] = {"check", "emit"};
-static const char *const stages[] = {"ast", "source", "ir", "grad", "fused"};
+static const char *const stages[] = {"ast", "source", "ir", "grad", "fused", "spmd"};
 
 static void help_common_options(void) {
   puts("options:\n"
@@ -300,6 +302,21 @@ int main(int argc, char **argv) {
                 status = 3;
               }
               ad_print(ad, stdout);
+            }
+          } else if (!strcmp(cli.stage, "spmd")) {
+            const SemLayout *L = &m->layout;
+            SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, m->seq_len};
+            IrModule *part = spmd_partition(arena, diag, ir, &spec);
+            int64_t chunks = (L->pp > 0 ? L->pp : 1) * (L->virtual_stages > 0 ? L->virtual_stages : 1);
+            PipeResult *pr = part ? pipe_split(arena, diag, part, chunks) : NULL;
+            if (pr && ir_verify(pr->m, stderr)) {
+              fprintf(stderr, "hpdlc: internal error: the partitioned IR does not verify\n");
+              status = 3;
+            }
+            if (pr) {
+              printf("# per-rank program: tp=%" PRId64 " cp=%" PRId64 " sp=%s, %d pipeline chunk%s\n", spec.tp, spec.cp,
+                     spec.sp ? "on" : "off", pr->nchunks, pr->nchunks == 1 ? "" : "s");
+              ir_print(pr->m, stdout);
             }
           } else if (!strcmp(cli.stage, "fused")) {
             FuseResult *fr = fuse_module(arena, ir);

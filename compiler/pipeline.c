@@ -1,0 +1,159 @@
+/* pipeline.c - model chunks for pipeline parallelism (see pipeline.h). */
+#include "pipeline.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+typedef struct {
+  Arena *arena;
+  Diag *diag;
+  const IrModule *src;
+  IrModule *dst;
+  int failed;
+} Pipe;
+
+static int copy_node(Pipe *P, IrGraph *out, const IrNode *n, const int *map, int graph_offset) {
+  int in[64];
+  int nin = n->nin < 64 ? n->nin : 64;
+  for (int k = 0; k < nin; k++) {
+    in[k] = map[n->in[k]];
+    if (in[k] < 0) {
+      diag_error(P->diag, n->span, "internal error splitting the pipeline: an input of %s is missing", ir_op_name(n->op));
+      P->failed = 1;
+      return -1;
+    }
+  }
+  int64_t attr[IR_NATTR];
+  memcpy(attr, n->attr, sizeof attr);
+  if (n->op == IR_CALL) attr[0] += graph_offset;
+  const char *why = NULL;
+  int keep = (ir_op_flags(n->op) & IRF_LEAF) || n->op == IR_RESHAPE || n->op == IR_SLICE || n->op == IR_CALL ||
+             n->op == IR_PAD || n->op == IR_EXPAND || n->op == IR_SUM_TO || n->op == IR_ALL_GATHER ||
+             n->op == IR_REDUCE_SCATTER || n->op == IR_SHARD_SLICE || n->op == IR_EMBEDDING_BWD || n->op == IR_PICK_BWD;
+  int id = ir_add(out, n->op, in, nin, attr, IR_NATTR, n->fattr, n->dtype, keep ? n->rank : -1, n->dims, &why);
+  if (id < 0) {
+    diag_error(P->diag, n->span, "internal error splitting the pipeline: %s", why ? why : "?");
+    P->failed = 1;
+    return -1;
+  }
+  out->nodes[id].span = n->span;
+  out->nodes[id].name = n->name;
+  return id;
+}
+
+/* Marks the nodes of graph 0 that depend on node `call`. */
+static void mark_after(const IrGraph *g, int call, char *after) {
+  after[call] = 1;
+  for (int i = call + 1; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i].nin && !after[i]; k++)
+      if (after[g->nodes[i].in[k]]) after[i] = 1;
+}
+
+PipeResult *pipe_split(Arena *arena, Diag *diag, const IrModule *m, int64_t chunks) {
+  PipeResult *r = arena_alloc(arena, sizeof *r);
+  if (chunks <= 1) {
+    r->m = (IrModule *)m;
+    r->nchunks = 1;
+    return r;
+  }
+  const IrGraph *g0 = m->graphs[0];
+  int call = -1, ncalls = 0;
+  for (int i = 0; i < g0->nnodes; i++)
+    if (g0->nodes[i].op == IR_CALL) call = i, ncalls++;
+  if (ncalls != 1) {
+    diag_error(diag, span_none, "pipeline parallelism needs exactly one repeated block in the model's forward; it has %d", ncalls);
+    return NULL;
+  }
+  const IrNode *cn = &g0->nodes[call];
+  int64_t layers = cn->attr[1];
+  if (layers % chunks) {
+    diag_error(diag, cn->span, "%" PRId64 " layers do not divide into %" PRId64 " pipeline chunks", layers, chunks);
+    return NULL;
+  }
+  Pipe P = {arena, diag, m, ir_module_new(arena), 0};
+  P.dst->micro_batch = m->micro_batch;
+  P.dst->inputs = m->inputs;
+  P.dst->ninputs = m->ninputs;
+  for (int i = 0; i < m->nparams; i++) ir_add_param(P.dst, &m->params[i]);
+  char *after = arena_alloc(arena, (size_t)g0->nnodes + 1);
+  mark_after(g0, call, after);
+  int offset = (int)chunks - 1; /* graph index shift of the block graphs */
+  int64_t per = layers / chunks;
+  const IrNode *arg = &g0->nodes[cn->in[0]];
+  for (int64_t c = 0; c < chunks && !P.failed; c++) {
+    IrGraph *out = ir_graph_new(P.dst, c == 0 ? "chunk0" : arena_printf(arena, "chunk%" PRId64, c));
+    int *map = arena_alloc(arena, sizeof(int) * (size_t)(g0->nnodes + 1));
+    for (int i = 0; i < g0->nnodes; i++) map[i] = -1;
+    int x;
+    if (c == 0) {
+      for (int i = 0; i < call && !P.failed; i++)
+        if (!after[i]) map[i] = copy_node(&P, out, &g0->nodes[i], map, offset);
+      x = map[cn->in[0]];
+    } else {
+      int64_t attr[2] = {IRG_PP, -1}; /* from the previous chunk */
+      x = ir_add(out, IR_RECV, NULL, 0, attr, 2, 0, arg->dtype, arg->rank, arg->dims, NULL);
+    }
+    if (P.failed || x < 0) break;
+    /* the chunk's layers: the block graph from layer c*per on */
+    int in[16];
+    in[0] = x;
+    int nin = cn->nin < 16 ? cn->nin : 16;
+    for (int k = 1; k < nin; k++) {
+      const IrNode *other = &g0->nodes[cn->in[k]];
+      in[k] = map[cn->in[k]] >= 0 ? map[cn->in[k]] : copy_node(&P, out, other, map, offset);
+    }
+    int64_t attr[4] = {cn->attr[0] + offset, per, cn->attr[2], c * per};
+    int y = ir_add(out, IR_CALL, in, nin, attr, 4, 0, cn->dtype, cn->rank, cn->dims, NULL);
+    if (y < 0) {
+      P.failed = 1;
+      break;
+    }
+    if (c == chunks - 1) {
+      map[call] = y;
+      /* The epilogue, with what it reads from before the blocks recomputed
+       * here: those values depend only on parameters and inputs (a transposed
+       * tied embedding, the targets' chunk), so no activation crosses. */
+      char *need = arena_alloc(arena, (size_t)g0->nnodes + 1);
+      for (int j = g0->nnodes - 1; j >= 0; j--)
+        if (j != call && (after[j] || need[j]))
+          for (int k = 0; k < g0->nodes[j].nin; k++)
+            if (!after[g0->nodes[j].in[k]]) need[g0->nodes[j].in[k]] = 1;
+      for (int i = 0; i < g0->nnodes && !P.failed; i++) {
+        const IrNode *n = &g0->nodes[i];
+        if (i == call || !(after[i] || need[i])) continue;
+        map[i] = copy_node(&P, out, n, map, offset);
+      }
+      out->noutputs = g0->noutputs;
+      out->outputs = arena_alloc(arena, sizeof(int) * (size_t)(g0->noutputs + 1));
+      for (int k = 0; k < g0->noutputs; k++) out->outputs[k] = map[g0->outputs[k]];
+    } else {
+      int64_t sattr[2] = {IRG_PP, 1}; /* to the next chunk */
+      int s = ir_add(out, IR_SEND, &y, 1, sattr, 2, 0, cn->dtype, cn->rank, cn->dims, NULL);
+      out->noutputs = 1;
+      out->outputs = arena_alloc(arena, sizeof(int));
+      out->outputs[0] = s;
+    }
+  }
+  if (P.failed) return NULL;
+  for (int i = 1; i < m->ngraphs; i++) {
+    IrGraph *copy = ir_graph_new(P.dst, m->graphs[i]->name);
+    IrGraph keep = *copy;
+    *copy = *m->graphs[i];
+    copy->arena = keep.arena;
+    /* nested calls inside blocks shift too */
+    for (int k = 0; k < copy->nnodes; k++)
+      if (copy->nodes[k].op == IR_CALL) {
+        IrNode *nodes = arena_alloc(arena, sizeof(IrNode) * (size_t)copy->nnodes);
+        memcpy(nodes, copy->nodes, sizeof(IrNode) * (size_t)copy->nnodes);
+        copy->nodes = nodes;
+        copy->cap = copy->nnodes;
+        for (int j = 0; j < copy->nnodes; j++)
+          if (nodes[j].op == IR_CALL) nodes[j].attr[0] += offset;
+        break;
+      }
+  }
+  r->m = P.dst;
+  r->nchunks = (int)chunks;
+  r->layers_per_chunk = per;
+  return r;
+}

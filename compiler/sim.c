@@ -1,0 +1,489 @@
+/* sim.c - simulated ranks (see sim.h). */
+#include "sim.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "autodiff.h"
+#include "interp.h"
+#include "lower.h"
+#include "pipeline.h"
+#include "spmd.h"
+
+enum { SIM_TIMEOUT_S = 120 };
+
+/* ---- groups: a rendezvous for collectives ---- */
+
+typedef struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int size, arrived;
+  unsigned gen;
+  double **deposit;
+} Group;
+
+static void group_init(Group *g, int size) {
+  pthread_mutex_init(&g->mu, NULL);
+  pthread_cond_init(&g->cv, NULL);
+  g->size = size;
+  g->deposit = calloc((size_t)size, sizeof(double *));
+}
+
+static void group_destroy(Group *g) {
+  pthread_mutex_destroy(&g->mu);
+  pthread_cond_destroy(&g->cv);
+  free(g->deposit);
+}
+
+static void deadline(struct timespec *ts) {
+  clock_gettime(CLOCK_REALTIME, ts);
+  ts->tv_sec += SIM_TIMEOUT_S;
+}
+
+/* A barrier that gives up (a peer died or never came) instead of hanging. */
+static const char *barrier(Group *g) {
+  pthread_mutex_lock(&g->mu);
+  unsigned gen = g->gen;
+  const char *err = NULL;
+  if (++g->arrived == g->size) {
+    g->arrived = 0;
+    g->gen++;
+    pthread_cond_broadcast(&g->cv);
+  } else {
+    struct timespec ts;
+    deadline(&ts);
+    while (gen == g->gen && !err)
+      if (pthread_cond_timedwait(&g->cv, &g->mu, &ts) == ETIMEDOUT) err = "a peer did not reach the collective";
+  }
+  pthread_mutex_unlock(&g->mu);
+  return err;
+}
+
+/* ---- mailboxes for pipeline transfers ---- */
+
+typedef struct Letter {
+  double *data;
+  int64_t n;
+  struct Letter *next;
+} Letter;
+
+typedef struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  Letter *head, *tail;
+} Mailbox;
+
+/* ---- the simulation ---- */
+
+typedef struct Sim Sim;
+
+typedef struct {
+  Sim *S;
+  int d, c, t, x; /* replica, chunk, tensor rank, context rank */
+  int index;
+  Interp *in;
+  const AdResult *ad;
+  double loss_sum;
+  const char *err;
+  char errbuf[256];
+} Rank;
+
+struct Sim {
+  const SimLayout *L;
+  int64_t K; /* chunks */
+  int nranks;
+  Rank *ranks;
+  Group *tp_groups, *cp_groups;
+  Mailbox *boxes; /* nranks x nranks */
+  double *const *inputs;
+  const IrModule *global;
+  int64_t *input_row; /* values per micro-batch row of each input */
+};
+
+static int rank_index(const Sim *S, int d, int c, int t, int x) {
+  return ((d * (int)S->K + c) * (int)S->L->tp + t) * (int)S->L->cp + x;
+}
+
+static const char *sim_all_reduce(void *ctx, IrGroup gr, int op, double *data, int64_t n) {
+  Rank *R = ctx;
+  Sim *S = R->S;
+  Group *g = gr == IRG_TP ? &S->tp_groups[rank_index(S, R->d, R->c, 0, R->x)]
+                          : &S->cp_groups[rank_index(S, R->d, R->c, R->t, 0)];
+  int me = gr == IRG_TP ? R->t : R->x;
+  double *mine = malloc(sizeof(double) * (size_t)(n ? n : 1));
+  memcpy(mine, data, sizeof(double) * (size_t)n);
+  g->deposit[me] = mine;
+  const char *err = barrier(g);
+  /* every member sums in rank order, so all get the same bits */
+  for (int64_t i = 0; i < n && !err; i++) {
+    double v = g->deposit[0][i];
+    for (int k = 1; k < g->size; k++) v = op ? (g->deposit[k][i] > v ? g->deposit[k][i] : v) : v + g->deposit[k][i];
+    data[i] = v;
+  }
+  if (!err) err = barrier(g);
+  free(mine);
+  return err;
+}
+
+static const char *sim_all_gather(void *ctx, IrGroup gr, const double *in, int64_t n, double *out) {
+  Rank *R = ctx;
+  Sim *S = R->S;
+  Group *g = gr == IRG_TP ? &S->tp_groups[rank_index(S, R->d, R->c, 0, R->x)]
+                          : &S->cp_groups[rank_index(S, R->d, R->c, R->t, 0)];
+  int me = gr == IRG_TP ? R->t : R->x;
+  g->deposit[me] = (double *)in;
+  const char *err = barrier(g);
+  for (int k = 0; k < g->size && !err; k++) memcpy(out + k * n, g->deposit[k], sizeof(double) * (size_t)n);
+  if (!err) err = barrier(g);
+  return err;
+}
+
+static Mailbox *box(Sim *S, int from, int to) { return &S->boxes[from * S->nranks + to]; }
+
+static const char *sim_send(void *ctx, IrGroup gr, int offset, const double *data, int64_t n) {
+  Rank *R = ctx;
+  Sim *S = R->S;
+  if (gr != IRG_PP || R->c + offset < 0 || R->c + offset >= S->K) return "send to a chunk that does not exist";
+  Mailbox *b = box(S, R->index, rank_index(S, R->d, R->c + offset, R->t, R->x));
+  Letter *l = calloc(1, sizeof *l);
+  l->data = malloc(sizeof(double) * (size_t)(n ? n : 1));
+  memcpy(l->data, data, sizeof(double) * (size_t)n);
+  l->n = n;
+  pthread_mutex_lock(&b->mu);
+  if (b->tail) b->tail->next = l;
+  else b->head = l;
+  b->tail = l;
+  pthread_cond_broadcast(&b->cv);
+  pthread_mutex_unlock(&b->mu);
+  return NULL;
+}
+
+static const char *sim_recv(void *ctx, IrGroup gr, int offset, double *data, int64_t n) {
+  Rank *R = ctx;
+  Sim *S = R->S;
+  if (gr != IRG_PP || R->c + offset < 0 || R->c + offset >= S->K) return "recv from a chunk that does not exist";
+  Mailbox *b = box(S, rank_index(S, R->d, R->c + offset, R->t, R->x), R->index);
+  const char *err = NULL;
+  struct timespec ts;
+  deadline(&ts);
+  pthread_mutex_lock(&b->mu);
+  while (!b->head && !err)
+    if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) == ETIMEDOUT) err = "the peer never sent";
+  Letter *l = err ? NULL : b->head;
+  if (l) {
+    b->head = l->next;
+    if (!b->head) b->tail = NULL;
+  }
+  pthread_mutex_unlock(&b->mu);
+  if (l) {
+    if (l->n != n) err = "a message of another size arrived";
+    else memcpy(data, l->data, sizeof(double) * (size_t)n);
+    free(l->data);
+    free(l);
+  }
+  return err;
+}
+
+static void *rank_main(void *arg) {
+  Rank *R = arg;
+  Sim *S = R->S;
+  const SimLayout *L = S->L;
+  const IrModule *m = S->global;
+  double *buf = NULL;
+  for (int64_t k = 0; k < L->num_micro && !R->err; k++) {
+    int64_t j = k * L->dp + R->d; /* the global micro-batch */
+    for (int i = 0; i < m->ninputs; i++) {
+      int64_t per = S->input_row[i] * L->micro_batch;
+      interp_set_input(R->in, i, S->inputs[i] + j * per);
+    }
+    const char *err = NULL;
+    double loss = ad_step(R->in, R->ad, 1.0 / (double)L->num_micro, &err);
+    if (err) {
+      snprintf(R->errbuf, sizeof R->errbuf, "rank (dp %d, chunk %d, tp %d, cp %d): %s", R->d, R->c, R->t, R->x, err);
+      R->err = R->errbuf;
+    }
+    R->loss_sum += loss;
+  }
+  free(buf);
+  return NULL;
+}
+
+/* A module whose graph 0 is pipeline chunk c; the others report a zero loss
+ * (their output feeds only a SEND, whose gradient arrives by RECV). */
+static IrModule *chunk_module(Arena *arena, const PipeResult *pr, int c) {
+  const IrModule *src = pr->m;
+  IrModule *cm = ir_module_new(arena);
+  cm->micro_batch = src->micro_batch;
+  cm->inputs = src->inputs;
+  cm->ninputs = src->ninputs;
+  for (int i = 0; i < src->nparams; i++) ir_add_param(cm, &src->params[i]);
+  int shift = pr->nchunks - 1; /* block graphs move from K.. to 1.. */
+  const IrGraph *cg = src->graphs[c];
+  IrGraph *g0 = ir_graph_new(cm, cg->name);
+  g0->nodes = arena_alloc(arena, sizeof(IrNode) * (size_t)(cg->nnodes + 8));
+  memcpy(g0->nodes, cg->nodes, sizeof(IrNode) * (size_t)cg->nnodes);
+  g0->nnodes = cg->nnodes;
+  g0->cap = cg->nnodes + 8;
+  for (int i = 0; i < g0->nnodes; i++)
+    if (g0->nodes[i].op == IR_CALL) g0->nodes[i].attr[0] -= shift;
+  g0->noutputs = 1;
+  g0->outputs = arena_alloc(arena, sizeof(int));
+  g0->outputs[0] = cg->outputs[0];
+  if (c != pr->nchunks - 1) {
+    const IrNode *s = &g0->nodes[cg->outputs[0]];
+    int64_t n = ir_numel(s), attr[2] = {0, 0};
+    int flat = ir_add(g0, IR_RESHAPE, &cg->outputs[0], 1, NULL, 0, 0, s->dtype, 1, &n, NULL);
+    int sum = ir_add(g0, IR_REDUCE_SUM, &flat, 1, attr, 2, 0, s->dtype, -1, NULL, NULL);
+    int zero = ir_add(g0, IR_CONST, NULL, 0, NULL, 0, 0.0, DT_F32, -1, NULL, NULL);
+    int in[2] = {sum, zero};
+    g0->outputs[0] = ir_add(g0, IR_MUL, in, 2, NULL, 0, 0, s->dtype, -1, NULL, NULL);
+  }
+  for (int i = pr->nchunks; i < src->ngraphs; i++) {
+    IrGraph *b = ir_graph_new(cm, src->graphs[i]->name);
+    Arena *keep = b->arena;
+    *b = *src->graphs[i];
+    b->arena = keep;
+  }
+  return cm;
+}
+
+static int fail(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, len, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+static int find_param(const IrModule *m, const char *name) {
+  for (int i = 0; i < m->nparams; i++)
+    if (!strcmp(m->params[i].name, name)) return i;
+  return -1;
+}
+
+/* Copies between a logical tensor and rank t's shard of it (contiguous split). */
+static void shard_copy(const IrParam *lp, int t, double *logical, double *local, int to_logical) {
+  if (lp->split_axis < 0) {
+    int64_t n = 1;
+    for (int i = 0; i < lp->rank; i++) n *= lp->dims[i];
+    if (to_logical) memcpy(logical, local, sizeof(double) * (size_t)n);
+    else memcpy(local, logical, sizeof(double) * (size_t)n);
+    return;
+  }
+  int a = lp->split_axis;
+  int64_t outer = 1, inner = 1, len = lp->dims[a], full = lp->full_dims[a];
+  for (int i = 0; i < a; i++) outer *= lp->dims[i];
+  for (int i = a + 1; i < lp->rank; i++) inner *= lp->dims[i];
+  for (int64_t o = 0; o < outer; o++) {
+    double *gl = logical + (o * full + (int64_t)t * len) * inner, *lo = local + o * len * inner;
+    if (to_logical) memcpy(gl, lo, sizeof(double) * (size_t)(len * inner));
+    else memcpy(lo, gl, sizeof(double) * (size_t)(len * inner));
+  }
+}
+
+int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *const *inputs, SimResult *out, char *err,
+             size_t errlen) {
+  memset(out, 0, sizeof *out);
+  Arena *arena = arena_new();
+  FILE *sink = fopen("/dev/null", "w");
+  Diag *diag = diag_new(sink ? sink : stderr);
+  int rc = -1;
+  Sim S;
+  memset(&S, 0, sizeof S);
+  S.L = L;
+  S.inputs = inputs;
+  Interp *gi = NULL;
+  IrModule *global = lower_model(arena, diag, model, L->micro_batch);
+  if (!global) {
+    fail(err, errlen, "the model does not lower");
+    goto done;
+  }
+  S.global = global;
+  SpmdSpec spec = {L->tp, L->cp, L->sp, model->seq_len};
+  IrModule *part = spmd_partition(arena, diag, global, &spec);
+  S.K = L->pp * (L->vpp > 0 ? L->vpp : 1);
+  PipeResult *pr = part ? pipe_split(arena, diag, part, S.K) : NULL;
+  if (!pr) {
+    fail(err, errlen, "the layout does not partition this model");
+    goto done;
+  }
+  gi = interp_new(global);
+  interp_init_params(gi, seed);
+  S.input_row = calloc((size_t)global->ninputs + 1, sizeof(int64_t));
+  for (int i = 0; i < global->ninputs; i++) {
+    int64_t n = 1;
+    for (int k = 1; k < global->inputs[i].rank; k++) n *= global->inputs[i].dims[k];
+    S.input_row[i] = n;
+  }
+  /* chunk programs */
+  IrModule **cms = arena_alloc(arena, sizeof(IrModule *) * (size_t)S.K);
+  AdResult **ads = arena_alloc(arena, sizeof(AdResult *) * (size_t)S.K);
+  for (int c = 0; c < S.K; c++) {
+    cms[c] = chunk_module(arena, pr, c);
+    const char *why = NULL;
+    ads[c] = ad_build(cms[c], L->recompute, &why);
+    if (!ads[c]) {
+      fail(err, errlen, "chunk %d does not differentiate: %s", c, why ? why : "?");
+      goto done;
+    }
+    if (ir_verify(cms[c], NULL)) {
+      fail(err, errlen, "chunk %d does not verify", c);
+      goto done;
+    }
+  }
+  /* ranks, groups, mailboxes */
+  S.nranks = (int)(L->dp * S.K * L->tp * L->cp);
+  S.ranks = calloc((size_t)S.nranks, sizeof(Rank));
+  S.tp_groups = calloc((size_t)S.nranks, sizeof(Group));
+  S.cp_groups = calloc((size_t)S.nranks, sizeof(Group));
+  S.boxes = calloc((size_t)S.nranks * (size_t)S.nranks, sizeof(Mailbox));
+  for (int i = 0; i < S.nranks; i++) {
+    group_init(&S.tp_groups[i], (int)L->tp);
+    group_init(&S.cp_groups[i], (int)L->cp);
+  }
+  for (int i = 0; i < S.nranks * S.nranks; i++) {
+    pthread_mutex_init(&S.boxes[i].mu, NULL);
+    pthread_cond_init(&S.boxes[i].cv, NULL);
+  }
+  for (int d = 0; d < L->dp; d++)
+    for (int c = 0; c < S.K; c++)
+      for (int t = 0; t < L->tp; t++)
+        for (int x = 0; x < L->cp; x++) {
+          int ri = rank_index(&S, d, c, t, x);
+          Rank *R = &S.ranks[ri];
+          R->S = &S;
+          R->d = d, R->c = c, R->t = t, R->x = x;
+          R->index = ri;
+          R->ad = ads[c];
+          R->in = interp_new(cms[c]);
+          InterpComm comm;
+          memset(&comm, 0, sizeof comm);
+          for (int g = 0; g < IRG_COUNT; g++) comm.size[g] = 1;
+          comm.rank[IRG_TP] = t, comm.size[IRG_TP] = (int)L->tp;
+          comm.rank[IRG_CP] = x, comm.size[IRG_CP] = (int)L->cp;
+          comm.rank[IRG_PP] = c, comm.size[IRG_PP] = (int)S.K;
+          comm.rank[IRG_DP] = d, comm.size[IRG_DP] = (int)L->dp;
+          comm.ctx = R;
+          comm.all_reduce = sim_all_reduce;
+          comm.all_gather = sim_all_gather;
+          comm.send = sim_send;
+          comm.recv = sim_recv;
+          interp_set_comm(R->in, &comm);
+          interp_init_params(R->in, seed);
+          /* every rank starts from its shard of the logical weights */
+          for (int p = 0; p < cms[c]->nparams; p++) {
+            const IrParam *lp = &cms[c]->params[p];
+            int gp = find_param(global, lp->name);
+            for (int64_t l = 0; gp >= 0 && l < (lp->count > 1 ? lp->count : 1); l++) {
+              int64_t n;
+              double *logical = interp_param(gi, gp, l, &n);
+              double *local = interp_param(R->in, p, l, &n);
+              shard_copy(lp, t, logical, local, 0);
+            }
+          }
+        }
+  pthread_t *th = calloc((size_t)S.nranks, sizeof(pthread_t));
+  for (int i = 0; i < S.nranks; i++) pthread_create(&th[i], NULL, rank_main, &S.ranks[i]);
+  for (int i = 0; i < S.nranks; i++) pthread_join(th[i], NULL);
+  free(th);
+  for (int i = 0; i < S.nranks; i++)
+    if (S.ranks[i].err) {
+      fail(err, errlen, "%s", S.ranks[i].err);
+      goto done;
+    }
+  /* assemble: tensor shards side by side; whole tensors from tensor and
+   * context rank 0; chunks add (a tied weight is used by two); replicas average */
+  out->nparams = global->nparams;
+  out->names = calloc((size_t)global->nparams + 1, sizeof(char *));
+  out->numel = calloc((size_t)global->nparams + 1, sizeof(int64_t));
+  out->grads = calloc((size_t)global->nparams + 1, sizeof(double *));
+  out->nranks = S.nranks;
+  for (int p = 0; p < global->nparams; p++) {
+    const IrParam *gp = &global->params[p];
+    int64_t n = 1, copies = gp->count > 1 ? gp->count : 1;
+    for (int k = 0; k < gp->rank; k++) n *= gp->dims[k];
+    out->names[p] = strdup(gp->name);
+    out->numel[p] = n * copies;
+    out->grads[p] = calloc((size_t)(n * copies), sizeof(double));
+  }
+  double *tmp = NULL;
+  size_t tmpcap = 0;
+  for (int i = 0; i < S.nranks; i++) {
+    Rank *R = &S.ranks[i];
+    if (R->x != 0) continue;
+    const IrModule *cm = cms[R->c];
+    for (int p = 0; p < cm->nparams; p++) {
+      const IrParam *lp = &cm->params[p];
+      if (lp->split_axis < 0 && R->t != 0) continue;
+      int gpi = find_param(global, lp->name);
+      const IrParam *gp = &global->params[gpi];
+      int64_t n = 1;
+      for (int k = 0; k < gp->rank; k++) n *= gp->dims[k];
+      if ((size_t)n > tmpcap) {
+        free(tmp);
+        tmpcap = (size_t)n;
+        tmp = malloc(sizeof(double) * tmpcap);
+      }
+      for (int64_t l = 0; l < (lp->count > 1 ? lp->count : 1); l++) {
+        int64_t ln;
+        double *g = interp_grad(R->in, p, l, &ln);
+        if (!g) continue;
+        memset(tmp, 0, sizeof(double) * (size_t)n);
+        shard_copy(lp, R->t, tmp, g, 1);
+        double *dst = out->grads[gpi] + l * n;
+        for (int64_t k = 0; k < n; k++) dst[k] += tmp[k] / (double)L->dp;
+      }
+    }
+    if (R->c == S.K - 1 && R->t == 0) out->loss += R->loss_sum / (double)L->num_micro / (double)L->dp;
+  }
+  free(tmp);
+  rc = 0;
+done:
+  if (S.ranks)
+    for (int i = 0; i < S.nranks; i++) interp_free(S.ranks[i].in);
+  if (S.tp_groups)
+    for (int i = 0; i < S.nranks; i++) {
+      group_destroy(&S.tp_groups[i]);
+      group_destroy(&S.cp_groups[i]);
+    }
+  if (S.boxes)
+    for (int i = 0; i < S.nranks * S.nranks; i++) {
+      for (Letter *l = S.boxes[i].head; l;) {
+        Letter *next = l->next;
+        free(l->data);
+        free(l);
+        l = next;
+      }
+      pthread_mutex_destroy(&S.boxes[i].mu);
+      pthread_cond_destroy(&S.boxes[i].cv);
+    }
+  free(S.ranks);
+  free(S.tp_groups);
+  free(S.cp_groups);
+  free(S.boxes);
+  free(S.input_row);
+  interp_free(gi);
+  diag_free(diag);
+  if (sink) fclose(sink);
+  arena_free(arena);
+  if (rc) sim_result_free(out);
+  return rc;
+}
+
+void sim_result_free(SimResult *r) {
+  for (int i = 0; i < r->nparams; i++) {
+    free((char *)r->names[i]);
+    free(r->grads[i]);
+  }
+  free(r->names);
+  free(r->numel);
+  free(r->grads);
+  memset(r, 0, sizeof *r);
+}

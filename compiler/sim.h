@@ -1,0 +1,50 @@
+/* sim.h - runs one training step of a partitioned program on simulated
+ * ranks, one thread per rank, in fp64: the oracle for layout equivalence.
+ *
+ * The model is lowered, partitioned over tensor / sequence / context
+ * parallelism (spmd.h), split into pipeline chunks (pipeline.h), and each
+ * chunk differentiated (autodiff.h). Every rank runs its chunk's step over
+ * its micro-batches with the reference executor (interp.h); collectives
+ * rendezvous between threads, pipeline transfers go through mailboxes.
+ * Gradients are averaged over data-parallel replicas and assembled into the
+ * logical (unsharded) parameters, so any two layouts can be compared number
+ * by number. Pipeline chunks run each micro-batch's forward and backward
+ * back to back (a transfer blocks until its peer is there); the order of
+ * micro-batches a schedule picks does not change the numbers, and the
+ * schedules themselves are checked by schedule.c's simulator. ZeRO changes
+ * where optimizer state lives, not the gradients, and is not simulated. */
+#ifndef HPDL_SIM_H
+#define HPDL_SIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir.h"
+#include "sema.h"
+
+typedef struct {
+  int64_t dp, tp, pp, cp, vpp;
+  int sp;
+  Recompute recompute;
+  int64_t micro_batch; /* per data-parallel rank */
+  int64_t num_micro;   /* micro-batches per replica per step */
+} SimLayout;
+
+typedef struct {
+  double loss;    /* mean over the global batch */
+  int nparams;    /* of the lowered (global) module */
+  const char **names;
+  int64_t *numel; /* per parameter: values per copy x copies */
+  double **grads; /* d loss / d parameter, logical layout, all copies */
+  int nranks;
+} SimResult;
+
+/* inputs[i]: input i's values for the whole global batch, dp x num_micro x
+ * micro_batch rows; replica d's micro-batch k is global micro-batch
+ * k * dp + d. Returns 0, or -1 with a message in err. */
+int sim_step(const SemModel *model, const SimLayout *layout, uint64_t seed, double *const *inputs, SimResult *out,
+             char *err, size_t errlen);
+
+void sim_result_free(SimResult *r);
+
+#endif

@@ -1,0 +1,740 @@
+/* spmd.c - sharding propagation and collective insertion (see spmd.h). */
+#include "spmd.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+/* The sharding of a value: per group, the split axis (-1: not split) or a
+ * pending sum. Only the tensor and context groups shard inside a stage. */
+typedef struct {
+  int8_t axis[IRG_COUNT];
+  uint8_t partial[IRG_COUNT];
+} Shd;
+
+enum { LAYOUT_CONTIGUOUS = 0, LAYOUT_ZIGZAG = 1 };
+static const IrGroup part_groups[] = {IRG_TP, IRG_CP};
+enum { NPART_GROUPS = 2 };
+
+typedef struct {
+  int id;  /* node in the new graph */
+  Shd shd;
+  int weight; /* derived from a parameter by shape ops only */
+} Val;
+
+typedef struct {
+  int from;    /* new node */
+  int group;
+  int result;
+} Marker;
+
+typedef struct {
+  Arena *arena;
+  Diag *diag;
+  const IrModule *src;
+  IrModule *dst;
+  const SpmdSpec *spec;
+  int64_t size[IRG_COUNT];
+  int failed;
+  /* per source graph: partitioned already, with the entry sharding of arg 0 */
+  int *done;
+  Shd *entry;
+  Shd *exit;
+} Part;
+
+typedef struct {
+  Part *P;
+  const IrGraph *g;  /* source */
+  IrGraph *out;      /* destination */
+  Val *vals;         /* per source node */
+  Marker *markers;
+  int nmarkers, capmarkers;
+} GPart;
+
+static Shd shd_r(void) {
+  Shd s;
+  memset(&s, 0, sizeof s);
+  for (int g = 0; g < IRG_COUNT; g++) s.axis[g] = -1;
+  return s;
+}
+
+static int layout_of(IrGroup g) { return g == IRG_CP ? LAYOUT_ZIGZAG : LAYOUT_CONTIGUOUS; }
+
+static const IrNode *dn(GPart *G, int id) { return &G->out->nodes[id]; }
+
+static int emit(GPart *G, IrOp op, const int *in, int nin, const int64_t *attr, int nattr, double fattr, DType dt, int rank,
+                const int64_t *dims, Span at) {
+  const char *why = NULL;
+  int id = ir_add(G->out, op, in, nin, attr, nattr, fattr, dt, rank, dims, &why);
+  if (id < 0) {
+    diag_error(G->P->diag, at, "internal error partitioning %s: %s", ir_op_name(op), why ? why : "?");
+    G->P->failed = 1;
+    return -1;
+  }
+  G->out->nodes[id].span = at;
+  return id;
+}
+
+/* ---- conversions between shardings, one group at a time ---- */
+
+static int all_reduce(GPart *G, int x, IrGroup g, int max, Span at) {
+  int64_t attr[4] = {g, 0, max, max}; /* a max all-reduce carries no gradient (its use is a constant shift) */
+  const IrNode *n = dn(G, x);
+  return emit(G, IR_ALL_REDUCE, &x, 1, attr, 4, 0, n->dtype, -1, NULL, at);
+}
+
+static int gather(GPart *G, int x, IrGroup g, int axis, int grad_partial, Span at) {
+  const IrNode *n = dn(G, x);
+  int64_t dims[IR_MAX_RANK];
+  memcpy(dims, n->dims, sizeof dims);
+  dims[axis] *= G->P->size[g];
+  int64_t attr[4] = {g, axis, layout_of(g), grad_partial};
+  return emit(G, IR_ALL_GATHER, &x, 1, attr, 4, 0, n->dtype, n->rank, dims, at);
+}
+
+static int scatter(GPart *G, int x, IrGroup g, int axis, Span at) {
+  const IrNode *n = dn(G, x);
+  int64_t dims[IR_MAX_RANK];
+  memcpy(dims, n->dims, sizeof dims);
+  if (dims[axis] % G->P->size[g]) {
+    diag_error(G->P->diag, at, "dimension %d of size %" PRId64 " does not divide over %s = %" PRId64, axis, dims[axis],
+               ir_group_name(g), G->P->size[g]);
+    G->P->failed = 1;
+    return -1;
+  }
+  dims[axis] /= G->P->size[g];
+  int64_t attr[3] = {g, axis, layout_of(g)};
+  return emit(G, IR_REDUCE_SCATTER, &x, 1, attr, 3, 0, n->dtype, n->rank, dims, at);
+}
+
+static int shard_slice(GPart *G, int x, IrGroup g, int axis, Span at) {
+  const IrNode *n = dn(G, x);
+  int64_t dims[IR_MAX_RANK];
+  memcpy(dims, n->dims, sizeof dims);
+  int64_t parts = G->P->size[g] * (layout_of(g) == LAYOUT_ZIGZAG ? 2 : 1);
+  if (dims[axis] % parts) {
+    diag_error(G->P->diag, at, "dimension %d of size %" PRId64 " does not split into %" PRId64 " chunks over %s", axis, dims[axis],
+               parts, ir_group_name(g));
+    G->P->failed = 1;
+    return -1;
+  }
+  dims[axis] /= G->P->size[g];
+  int64_t attr[3] = {g, axis, layout_of(g)};
+  return emit(G, IR_SHARD_SLICE, &x, 1, attr, 3, 0, n->dtype, n->rank, dims, at);
+}
+
+/* Megatron's f: one marker per value and group, shared by every consumer so
+ * the backward all-reduces the summed gradient once. */
+static int copy_marker(GPart *G, int x, IrGroup g, Span at) {
+  for (int i = 0; i < G->nmarkers; i++)
+    if (G->markers[i].from == x && G->markers[i].group == (int)g) return G->markers[i].result;
+  int64_t attr[1] = {g};
+  int r = emit(G, IR_COPY_TO_GROUP, &x, 1, attr, 1, 0, dn(G, x)->dtype, -1, NULL, at);
+  if (G->nmarkers == G->capmarkers) {
+    int cap = G->capmarkers ? G->capmarkers * 2 : 16;
+    Marker *m = arena_alloc(G->P->arena, sizeof(Marker) * (size_t)cap);
+    if (G->nmarkers) memcpy(m, G->markers, sizeof(Marker) * (size_t)G->nmarkers);
+    G->markers = m;
+    G->capmarkers = cap;
+  }
+  G->markers[G->nmarkers].from = x;
+  G->markers[G->nmarkers].group = g;
+  G->markers[G->nmarkers].result = r;
+  G->nmarkers++;
+  return r;
+}
+
+/* Converts v to `want` on every group. `out_split` marks the groups on which
+ * the consumer's output is split or partial: a replicated float input there
+ * gets the f marker (its local gradient is only this rank's share). */
+static Val convert(GPart *G, Val v, const Shd *want, unsigned out_split, Span at) {
+  for (int k = 0; k < NPART_GROUPS && v.id >= 0; k++) {
+    IrGroup g = part_groups[k];
+    if (G->P->size[g] <= 1) continue;
+    int from_axis = v.shd.axis[g], to_axis = want->axis[g];
+    int split_out = (out_split >> g) & 1;
+    if (v.shd.partial[g]) {
+      if (to_axis >= 0) v.id = scatter(G, v.id, g, to_axis, at);
+      else v.id = all_reduce(G, v.id, g, 0, at);
+      v.shd.partial[g] = 0;
+      v.shd.axis[g] = (int8_t)to_axis;
+      continue;
+    }
+    if (want->partial[g]) continue; /* only ops themselves make partial values */
+    if (from_axis == to_axis) {
+      const IrNode *x = dn(G, v.id);
+      int constant = x->op == IR_CONST || x->op == IR_FILL || x->op == IR_IOTA;
+      if (to_axis < 0 && split_out && sem_dtype_is_float(x->dtype) && !constant) v.id = copy_marker(G, v.id, g, at);
+      continue;
+    }
+    if (from_axis >= 0) {
+      v.id = gather(G, v.id, g, from_axis, to_axis < 0 && split_out, at);
+      if (v.id < 0) break;
+    }
+    /* R -> S needs no marker: the slice's gradient is gathered whole */
+    if (to_axis >= 0) v.id = shard_slice(G, v.id, g, to_axis, at);
+    v.shd.axis[g] = (int8_t)to_axis;
+  }
+  return v;
+}
+
+/* A partial value becomes whole: reduce-scattered along the sequence when
+ * sequence parallelism keeps this tensor split there, else all-reduced. */
+static Val settle(GPart *G, Val v, Span at) {
+  Shd want = v.shd;
+  int any = 0;
+  for (int k = 0; k < NPART_GROUPS; k++) {
+    IrGroup g = part_groups[k];
+    if (!v.shd.partial[g]) continue;
+    any = 1;
+    want.partial[g] = 0;
+    want.axis[g] = -1;
+    const IrNode *n = dn(G, v.id);
+    if (g == IRG_TP && G->P->spec->sp && n->rank >= 2 && n->dims[1] == G->P->spec->seq_len && v.shd.axis[IRG_CP] != 1 &&
+        G->P->spec->seq_len % G->P->size[IRG_TP] == 0)
+      want.axis[g] = 1;
+  }
+  return any ? convert(G, v, &want, 0, at) : v;
+}
+
+static unsigned split_mask(const Shd *s) {
+  unsigned m = 0;
+  for (int g = 0; g < IRG_COUNT; g++)
+    if (s->axis[g] >= 0 || s->partial[g]) m |= 1u << g;
+  return m;
+}
+
+static int64_t local_dim(Part *P, const Shd *s, int axis, int64_t global) {
+  int64_t d = global;
+  for (int g = 0; g < IRG_COUNT; g++)
+    if (s->axis[g] == axis) d /= P->size[g];
+  return d;
+}
+
+/* ---- op rules ---- */
+
+static Val val_of(GPart *G, const IrNode *n, int k) { return G->vals[n->in[k]]; }
+
+/* The output axis an input axis lines up with under broadcasting. */
+static int aligned(int in_rank, int out_rank, int axis) { return axis < 0 ? -1 : axis + (out_rank - in_rank); }
+
+/* Elementwise ops (and concat off its axis): every input takes the split of
+ * the first split input, lined up by broadcasting; inputs that broadcast
+ * along that axis stay whole. */
+static Val rule_elementwise(GPart *G, const IrNode *n, Val *ins, int nin, int forbid_axis) {
+  Shd out = shd_r();
+  int out_rank = n->rank;
+  for (int i = 0; i < nin; i++) ins[i] = settle(G, ins[i], n->span);
+  for (int k = 0; k < NPART_GROUPS; k++) {
+    IrGroup g = part_groups[k];
+    if (G->P->size[g] <= 1) continue;
+    for (int i = 0; i < nin && out.axis[g] < 0; i++) {
+      const IrNode *x = dn(G, ins[i].id);
+      int a = aligned(x->rank, out_rank, ins[i].shd.axis[g]);
+      if (a >= 0 && a != forbid_axis) out.axis[g] = (int8_t)a;
+    }
+  }
+  unsigned mask = split_mask(&out);
+  for (int i = 0; i < nin; i++) {
+    const IrNode *x = dn(G, ins[i].id);
+    Shd want = shd_r();
+    for (int g = 0; g < IRG_COUNT; g++) {
+      int a = out.axis[g];
+      if (a < 0) continue;
+      int ia = a - (out_rank - x->rank);
+      /* a broadcast input (axis missing or of size 1) stays whole */
+      if (ia >= 0 && x->dims[ia] > 1) want.axis[g] = (int8_t)ia;
+      if (ia >= 0 && ins[i].shd.axis[g] == ia) want.axis[g] = (int8_t)ia;
+    }
+    ins[i] = convert(G, ins[i], &want, mask, n->span);
+  }
+  Val r = {-1, out, 0};
+  return r;
+}
+
+/* Matmul roles of an axis: batch dims, M/K of a, K/N of b. */
+enum { ROLE_NONE, ROLE_M, ROLE_K, ROLE_N, ROLE_BATCH };
+
+static int role_a(const IrNode *n, const IrNode *a, int axis) {
+  if (axis < 0) return ROLE_NONE;
+  int ma = n->attr[0] ? a->rank - 1 : a->rank - 2, ka = n->attr[0] ? a->rank - 2 : a->rank - 1;
+  return axis == ma ? ROLE_M : axis == ka ? ROLE_K : ROLE_BATCH;
+}
+
+static int role_b(const IrNode *n, const IrNode *b, int axis) {
+  if (axis < 0) return ROLE_NONE;
+  int kb = n->attr[1] ? b->rank - 1 : b->rank - 2, nb = n->attr[1] ? b->rank - 2 : b->rank - 1;
+  return axis == kb ? ROLE_K : axis == nb ? ROLE_N : ROLE_BATCH;
+}
+
+static Val rule_matmul(GPart *G, const IrNode *n, Val a, Val b) {
+  a = settle(G, a, n->span);
+  b = settle(G, b, n->span);
+  const IrNode *an = dn(G, a.id), *bn = dn(G, b.id);
+  int out_rank = n->rank;
+  Shd out = shd_r(), wa = a.shd, wb = b.shd;
+  int ka = n->attr[0] ? an->rank - 2 : an->rank - 1, kb = n->attr[1] ? bn->rank - 1 : bn->rank - 2;
+  for (int k = 0; k < NPART_GROUPS; k++) {
+    IrGroup g = part_groups[k];
+    if (G->P->size[g] <= 1) continue;
+    int ra = role_a(n, an, a.shd.axis[g]), rb = role_b(n, bn, b.shd.axis[g]);
+    /* Two operands split on different non-contracting axes: gather one, the
+     * activation when the other is a weight, else the right operand (keys,
+     * values in attention). */
+    if (ra != ROLE_NONE && rb != ROLE_NONE && !(ra == ROLE_K && rb == ROLE_K) && !(ra == ROLE_BATCH && rb == ROLE_BATCH)) {
+      if (b.weight && !a.weight) ra = ROLE_NONE, wa.axis[g] = -1;
+      else rb = ROLE_NONE, wb.axis[g] = -1;
+    }
+    if (ra == ROLE_BATCH && rb == ROLE_BATCH) {
+      int oa = aligned(an->rank - 2, out_rank - 2, a.shd.axis[g]), ob = aligned(bn->rank - 2, out_rank - 2, b.shd.axis[g]);
+      if (oa != ob) rb = ROLE_NONE, wb.axis[g] = -1;
+      else out.axis[g] = (int8_t)oa;
+    }
+    if (ra == ROLE_K || rb == ROLE_K) {
+      wa.axis[g] = (int8_t)ka;
+      wb.axis[g] = (int8_t)kb;
+      out.partial[g] = 1;
+    } else if (ra == ROLE_M) {
+      out.axis[g] = (int8_t)(out_rank - 2);
+      wb.axis[g] = -1;
+    } else if (rb == ROLE_N) {
+      out.axis[g] = (int8_t)(out_rank - 1);
+      wa.axis[g] = -1;
+    } else if (ra == ROLE_BATCH) {
+      int oa = aligned(an->rank - 2, out_rank - 2, a.shd.axis[g]);
+      out.axis[g] = (int8_t)oa;
+      int ib = oa - ((out_rank - 2) - (bn->rank - 2));
+      /* keep b's own split there; else slice b unless it broadcasts (size 1, whole) */
+      wb.axis[g] = b.shd.axis[g] == ib || (ib >= 0 && b.shd.axis[g] < 0 && bn->dims[ib] > 1) ? (int8_t)ib : -1;
+    } else if (rb == ROLE_BATCH) {
+      int ob = aligned(bn->rank - 2, out_rank - 2, b.shd.axis[g]);
+      out.axis[g] = (int8_t)ob;
+      int ia = ob - ((out_rank - 2) - (an->rank - 2));
+      wa.axis[g] = a.shd.axis[g] == ia || (ia >= 0 && a.shd.axis[g] < 0 && an->dims[ia] > 1) ? (int8_t)ia : -1;
+    }
+  }
+  unsigned mask = split_mask(&out);
+  a = convert(G, a, &wa, mask, n->span);
+  b = convert(G, b, &wb, mask, n->span);
+  int in[2] = {a.id, b.id};
+  Val r = {-1, out, 0};
+  if (a.id < 0 || b.id < 0) return r;
+  r.id = emit(G, IR_MATMUL, in, 2, n->attr, 2, 0, n->dtype, -1, NULL, n->span);
+  return r;
+}
+
+/* Gathers every group on which v is split along `axis`. */
+static Val whole_along(GPart *G, Val v, int axis, Span at) {
+  Shd want = v.shd;
+  int need = 0;
+  for (int g = 0; g < IRG_COUNT; g++)
+    if (want.axis[g] == axis) want.axis[g] = -1, need = 1;
+  return need ? convert(G, v, &want, 0, at) : v;
+}
+
+/* Output dims from the global node and the output sharding. */
+static void local_dims(Part *P, const IrNode *n, const Shd *s, int64_t *dims) {
+  for (int i = 0; i < n->rank; i++) dims[i] = local_dim(P, s, i, n->dims[i]);
+}
+
+static Val rule_reshape(GPart *G, const IrNode *n, Val x) {
+  x = settle(G, x, n->span);
+  const IrNode *src_in = &G->g->nodes[n->in[0]];
+  Shd out = shd_r();
+  for (int g = 0; g < IRG_COUNT; g++) {
+    int a = x.shd.axis[g];
+    if (a < 0) continue;
+    int64_t prefix = 1, outp = 1;
+    for (int i = 0; i < a; i++) prefix *= src_in->dims[i];
+    int found = -1;
+    for (int b = 0; b < n->rank && found < 0; b++) {
+      if (outp == prefix && n->dims[b] % G->P->size[g] == 0) found = b;
+      outp *= n->dims[b];
+    }
+    if (found >= 0) out.axis[g] = (int8_t)found;
+    else {
+      Shd want = x.shd;
+      want.axis[g] = -1;
+      x = convert(G, x, &want, 0, n->span);
+    }
+  }
+  int64_t dims[IR_MAX_RANK];
+  local_dims(G->P, n, &out, dims);
+  Val r = {emit(G, IR_RESHAPE, &x.id, 1, NULL, 0, 0, n->dtype, n->rank, dims, n->span), out, x.weight};
+  return r;
+}
+
+static Val rule_transpose(GPart *G, const IrNode *n, Val x) {
+  x = settle(G, x, n->span);
+  Shd out = shd_r();
+  for (int g = 0; g < IRG_COUNT; g++)
+    for (int i = 0; i < n->rank; i++)
+      if (x.shd.axis[g] >= 0 && n->attr[i] == x.shd.axis[g]) out.axis[g] = (int8_t)i;
+  Val r = {emit(G, IR_TRANSPOSE, &x.id, 1, n->attr, n->rank, 0, n->dtype, -1, NULL, n->span), out, x.weight};
+  return r;
+}
+
+static Val rule_slice(GPart *G, const IrNode *n, Val x) {
+  x = settle(G, x, n->span);
+  const IrNode *src_in = &G->g->nodes[n->in[0]];
+  /* axes the slice changes must be whole here */
+  int kept = 0;
+  int out_axis_of[IR_MAX_RANK];
+  for (int i = 0; i < src_in->rank; i++) {
+    int dropped = (int)n->attr[8 + i];
+    int64_t size = dropped ? 1 : n->dims[kept];
+    out_axis_of[i] = dropped ? -1 : kept;
+    if (!dropped) kept++;
+    if (size != src_in->dims[i] || dropped) x = whole_along(G, x, i, n->span);
+  }
+  Shd out = shd_r();
+  for (int g = 0; g < IRG_COUNT; g++)
+    if (x.shd.axis[g] >= 0) out.axis[g] = (int8_t)out_axis_of[x.shd.axis[g]];
+  int64_t dims[IR_MAX_RANK];
+  local_dims(G->P, n, &out, dims);
+  Val r = {emit(G, IR_SLICE, &x.id, 1, n->attr, 16, 0, n->dtype, n->rank, dims, n->span), out, x.weight};
+  return r;
+}
+
+static Val rule_reduce(GPart *G, const IrNode *n, Val x) {
+  x = settle(G, x, n->span);
+  int axis = (int)n->attr[0], keep = (int)n->attr[1];
+  Shd out = shd_r();
+  int split_group = -1;
+  for (int g = 0; g < IRG_COUNT; g++) {
+    int a = x.shd.axis[g];
+    if (a < 0) continue;
+    if (a == axis) {
+      if (n->op == IR_REDUCE_MAX) {
+        Shd want = x.shd;
+        want.axis[g] = -1;
+        x = convert(G, x, &want, 0, n->span);
+        continue;
+      }
+      split_group = g;
+      out.partial[g] = 1;
+    } else {
+      out.axis[g] = (int8_t)(keep || a < axis ? a : a - 1);
+    }
+  }
+  Val r = {emit(G, n->op, &x.id, 1, n->attr, 2, 0, n->dtype, -1, NULL, n->span), out, 0};
+  /* A mean over a split axis averaged a chunk: scale it to its share. */
+  if (split_group >= 0 && n->op == IR_REDUCE_MEAN && r.id >= 0) {
+    int c = emit(G, IR_CONST, NULL, 0, NULL, 0, 1.0 / (double)G->P->size[split_group], DT_F32, -1, NULL, n->span);
+    int in[2] = {r.id, c};
+    r.id = emit(G, IR_MUL, in, 2, NULL, 0, 0, n->dtype, -1, NULL, n->span);
+  }
+  return r;
+}
+
+/* Vocab-parallel cross-entropy (Megatron-LM): with the logits split along
+ * the vocabulary, the log-sum-exp and the target logit are summed over the
+ * tensor group. The max shift is a constant, so its all-reduce carries no
+ * gradient. */
+static Val rule_cross_entropy(GPart *G, const IrNode *n, Val z, Val t) {
+  z = settle(G, z, n->span);
+  t = settle(G, t, n->span);
+  const IrNode *zn = dn(G, z.id);
+  int last = zn->rank - 1;
+  /* targets follow the logits' split on the leading axes */
+  Shd tw = shd_r();
+  for (int g = 0; g < IRG_COUNT; g++)
+    if (z.shd.axis[g] >= 0 && z.shd.axis[g] < last) tw.axis[g] = z.shd.axis[g];
+  t = convert(G, t, &tw, 0, n->span);
+  Span at = n->span;
+  int vocab_group = -1;
+  for (int g = 0; g < IRG_COUNT; g++)
+    if (z.shd.axis[g] == last) vocab_group = g;
+  int loss;
+  if (vocab_group < 0) {
+    int in[2] = {z.id, t.id};
+    loss = emit(G, IR_CROSS_ENTROPY, in, 2, NULL, 0, 0, n->dtype, -1, NULL, at);
+  } else {
+    IrGroup g = (IrGroup)vocab_group;
+    int64_t rattr[2] = {last, 1};
+    int mloc = emit(G, IR_REDUCE_MAX, &z.id, 1, rattr, 2, 0, zn->dtype, -1, NULL, at);
+    int m = all_reduce(G, mloc, g, 1, at);
+    int in2[2] = {z.id, m};
+    int zs = emit(G, IR_SUB, in2, 2, NULL, 0, 0, zn->dtype, -1, NULL, at);
+    int e = emit(G, IR_EXP, &zs, 1, NULL, 0, 0, zn->dtype, -1, NULL, at);
+    int64_t sattr[2] = {last, 0};
+    int sloc = emit(G, IR_REDUCE_SUM, &e, 1, sattr, 2, 0, zn->dtype, -1, NULL, at);
+    int s = all_reduce(G, sloc, g, 0, at);
+    int lse = emit(G, IR_LOG, &s, 1, NULL, 0, 0, zn->dtype, -1, NULL, at);
+    int64_t pattr[1] = {1 + g};
+    int in3[2] = {zs, t.id};
+    int ztloc = emit(G, IR_PICK, in3, 2, pattr, 1, 0, zn->dtype, -1, NULL, at);
+    int zt = all_reduce(G, ztloc, g, 0, at);
+    int in4[2] = {lse, zt};
+    int nll = emit(G, IR_SUB, in4, 2, NULL, 0, 0, zn->dtype, -1, NULL, at);
+    /* mean over every position: flatten, then one reduction */
+    const IrNode *nn = dn(G, nll);
+    int64_t count = ir_numel(nn);
+    int flat = emit(G, IR_RESHAPE, &nll, 1, NULL, 0, 0, nn->dtype, 1, &count, at);
+    int64_t mattr[2] = {0, 0};
+    loss = emit(G, IR_REDUCE_MEAN, &flat, 1, mattr, 2, 0, nn->dtype, -1, NULL, at);
+  }
+  Val r = {loss, shd_r(), 0};
+  /* positions split over a group: this mean covers a share of them */
+  for (int g = 0; g < IRG_COUNT; g++) {
+    if (g == vocab_group || z.shd.axis[g] < 0 || r.id < 0) continue;
+    int c = emit(G, IR_CONST, NULL, 0, NULL, 0, 1.0 / (double)G->P->size[g], DT_F32, -1, NULL, at);
+    int in[2] = {r.id, c};
+    r.id = emit(G, IR_MUL, in, 2, NULL, 0, 0, n->dtype, -1, NULL, at);
+    r.shd.partial[g] = 1;
+  }
+  return r;
+}
+
+/* ---- graphs ---- */
+
+static int partition_graph(Part *P, int gi, Shd entry);
+
+static Shd param_shd(const IrParam *p) {
+  Shd s = shd_r();
+  if (p->rank == 0) return s;
+  switch (p->shard) {
+  case SHARD_COLUMN: s.axis[IRG_TP] = (int8_t)(p->rank - 1); break;
+  case SHARD_ROW:
+  case SHARD_VOCAB: s.axis[IRG_TP] = 0; break;
+  default: break;
+  }
+  return s;
+}
+
+/* The local parameter of source parameter `pi` in the new module. */
+static int local_param(Part *P, int pi) {
+  const IrParam *sp = &P->src->params[pi];
+  for (int i = 0; i < P->dst->nparams; i++)
+    if (!strcmp(P->dst->params[i].name, sp->name)) return i;
+  IrParam lp = *sp;
+  Shd s = param_shd(sp);
+  memcpy(lp.full_dims, sp->dims, sizeof lp.full_dims);
+  lp.split_axis = -1;
+  if (P->size[IRG_TP] > 1 && s.axis[IRG_TP] >= 0) {
+    int a = s.axis[IRG_TP];
+    if (sp->dims[a] % P->size[IRG_TP]) {
+      diag_error(P->diag, sp->span, "parameter %s: dimension %d (%" PRId64 ") does not divide over tensor = %" PRId64, sp->name, a,
+                 sp->dims[a], P->size[IRG_TP]);
+      P->failed = 1;
+    }
+    lp.dims[a] /= P->size[IRG_TP];
+    lp.split_axis = (int8_t)a;
+    lp.split_group = IRG_TP;
+  }
+  return ir_add_param(P->dst, &lp);
+}
+
+static Val part_node(GPart *G, int i) {
+  Part *P = G->P;
+  const IrNode *n = &G->g->nodes[i];
+  Val r = {-1, shd_r(), 0};
+  Val ins[8];
+  int nin = n->nin < 8 ? n->nin : 8;
+  for (int k = 0; k < nin; k++) ins[k] = val_of(G, n, k);
+  int flags = ir_op_flags(n->op);
+  switch (n->op) {
+  case IR_INPUT: {
+    r.id = emit(G, IR_INPUT, NULL, 0, n->attr, 1, 0, n->dtype, n->rank, n->dims, n->span);
+    G->out->nodes[r.id].name = n->name;
+    /* Inputs hold whole sequences; context ranks take their chunks. */
+    if (P->size[IRG_CP] > 1 && n->rank >= 2 && n->dims[1] == P->spec->seq_len) {
+      Shd want = shd_r();
+      want.axis[IRG_CP] = 1;
+      r = convert(G, r, &want, 0, n->span);
+    }
+    return r;
+  }
+  case IR_PARAM: {
+    int lp = local_param(P, (int)n->attr[0]);
+    const IrParam *p = &P->dst->params[lp];
+    int64_t attr = lp;
+    r.id = emit(G, IR_PARAM, NULL, 0, &attr, 1, 0, p->dtype, p->rank, p->dims, n->span);
+    r.shd = param_shd(p);
+    if (P->size[IRG_TP] <= 1) r.shd = shd_r();
+    r.weight = 1;
+    return r;
+  }
+  case IR_CONST:
+  case IR_FILL:
+  case IR_IOTA:
+    r.id = emit(G, n->op, NULL, 0, n->attr, IR_NATTR, n->fattr, n->dtype, n->rank, n->dims, n->span);
+    return r;
+  case IR_MATMUL: return rule_matmul(G, n, ins[0], ins[1]);
+  case IR_RESHAPE: return rule_reshape(G, n, ins[0]);
+  case IR_TRANSPOSE: return rule_transpose(G, n, ins[0]);
+  case IR_SLICE: return rule_slice(G, n, ins[0]);
+  case IR_REDUCE_SUM:
+  case IR_REDUCE_MEAN:
+  case IR_REDUCE_MAX: return rule_reduce(G, n, ins[0]);
+  case IR_CROSS_ENTROPY: return rule_cross_entropy(G, n, ins[0], ins[1]);
+  case IR_SOFTMAX:
+  case IR_LOG_SOFTMAX: {
+    Val x = whole_along(G, settle(G, ins[0], n->span), (int)n->attr[0], n->span);
+    r.shd = x.shd;
+    r.id = emit(G, n->op, &x.id, 1, n->attr, 1, 0, n->dtype, -1, NULL, n->span);
+    return r;
+  }
+  case IR_CONCAT: {
+    Val *vs = arena_alloc(P->arena, sizeof(Val) * (size_t)n->nin);
+    for (int k = 0; k < n->nin; k++) vs[k] = whole_along(G, G->vals[n->in[k]], (int)n->attr[0], n->span);
+    r = rule_elementwise(G, n, vs, n->nin, (int)n->attr[0]);
+    int *in = arena_alloc(P->arena, sizeof(int) * (size_t)n->nin);
+    for (int k = 0; k < n->nin; k++) in[k] = vs[k].id;
+    r.id = emit(G, IR_CONCAT, in, n->nin, n->attr, 1, 0, n->dtype, -1, NULL, n->span);
+    return r;
+  }
+  case IR_EMBEDDING: {
+    Val table = settle(G, ins[0], n->span), ids = settle(G, ins[1], n->span);
+    int64_t attr[1] = {0};
+    if (table.shd.axis[IRG_TP] == 0 && P->size[IRG_TP] > 1) {
+      attr[0] = 1 + IRG_TP; /* vocab-parallel: rows outside this rank's range give zeros */
+      r.shd.partial[IRG_TP] = 1;
+    } else if (table.shd.axis[IRG_TP] == 1) {
+      r.shd.axis[IRG_TP] = (int8_t)n->rank - 1;
+    }
+    for (int g = 0; g < IRG_COUNT; g++)
+      if (ids.shd.axis[g] >= 0) r.shd.axis[g] = ids.shd.axis[g];
+    /* a whole table used by a split lookup collects only this rank's share of its gradient */
+    for (int k = 0; k < NPART_GROUPS; k++) {
+      IrGroup g = part_groups[k];
+      if (P->size[g] > 1 && table.shd.axis[g] < 0 && (r.shd.axis[g] >= 0 || r.shd.partial[g]))
+        table.id = copy_marker(G, table.id, g, n->span);
+    }
+    int in[2] = {table.id, ids.id};
+    r.id = emit(G, IR_EMBEDDING, in, 2, attr, 1, 0, n->dtype, -1, NULL, n->span);
+    return r;
+  }
+  case IR_CAUSAL_MASK: {
+    Val x = settle(G, ins[0], n->span);
+    x = whole_along(G, x, n->rank - 1, n->span);
+    int64_t attr[1] = {0};
+    for (int g = 0; g < IRG_COUNT; g++)
+      if (x.shd.axis[g] == n->rank - 2) {
+        if (g != IRG_CP) x = whole_along(G, x, n->rank - 2, n->span);
+        else attr[0] = 1 + IRG_CP; /* local query rows in the zigzag layout */
+      }
+    r.shd = x.shd;
+    r.id = emit(G, IR_CAUSAL_MASK, &x.id, 1, attr, 1, n->fattr, n->dtype, -1, NULL, n->span);
+    return r;
+  }
+  case IR_ROPE: {
+    Val x = settle(G, ins[0], n->span);
+    x = whole_along(G, x, 3, n->span);
+    int64_t attr[2] = {n->attr[0], 0};
+    for (int g = 0; g < IRG_COUNT; g++)
+      if (x.shd.axis[g] == 2) {
+        if (g != IRG_CP) x = whole_along(G, x, 2, n->span);
+        else attr[1] = 1 + IRG_CP; /* positions of the zigzag chunks */
+      }
+    r.shd = x.shd;
+    r.id = emit(G, IR_ROPE, &x.id, 1, attr, 2, n->fattr, n->dtype, -1, NULL, n->span);
+    return r;
+  }
+  case IR_REPEAT_KV: {
+    Val x = settle(G, ins[0], n->span);
+    r.shd = x.shd;
+    r.id = emit(G, IR_REPEAT_KV, &x.id, 1, n->attr, 1, 0, n->dtype, -1, NULL, n->span);
+    return r;
+  }
+  case IR_CALL: {
+    int callee = (int)n->attr[0];
+    Val x = settle(G, ins[0], n->span);
+    int bgi = partition_graph(P, callee, x.shd);
+    if (bgi < 0) return r;
+    Shd want = P->entry[callee];
+    x = convert(G, x, &want, 0, n->span);
+    int *in = arena_alloc(P->arena, sizeof(int) * (size_t)(n->nin + 1));
+    in[0] = x.id;
+    Shd whole = shd_r();
+    for (int k = 1; k < n->nin; k++) in[k] = convert(G, settle(G, G->vals[n->in[k]], n->span), &whole, 0, n->span).id;
+    const IrGraph *bg = P->dst->graphs[bgi];
+    const IrNode *out = &bg->nodes[bg->outputs[0]];
+    int64_t attr[3] = {bgi, n->attr[1], n->attr[2]};
+    r.id = emit(G, IR_CALL, in, n->nin, attr, 3, 0, out->dtype, out->rank, out->dims, n->span);
+    r.shd = P->entry[callee];
+    return r;
+  }
+  default:
+    break;
+  }
+  if (flags & IRF_ELEMENTWISE) {
+    r = rule_elementwise(G, n, ins, nin, -1);
+    int in[8];
+    for (int k = 0; k < nin; k++) in[k] = ins[k].id;
+    r.id = emit(G, n->op, in, nin, n->attr, IR_NATTR, n->fattr, n->dtype, -1, NULL, n->span);
+    return r;
+  }
+  diag_error(P->diag, n->span, "the partitioner does not handle %s yet", ir_op_name(n->op));
+  P->failed = 1;
+  return r;
+}
+
+/* Partitions source graph gi (a block when gi > 0) with arg 0 sharded as
+ * `entry`; a repeated block must hand back the sharding it received. */
+static int partition_graph(Part *P, int gi, Shd entry) {
+  if (P->done[gi] >= 0) return P->done[gi];
+  const IrGraph *g = P->src->graphs[gi];
+  IrGraph *out = ir_graph_new(P->dst, g->name);
+  int oi = P->dst->ngraphs - 1;
+  out->count = g->count;
+  out->nargs = g->nargs;
+  P->done[gi] = oi;
+  P->entry[gi] = entry;
+  GPart G;
+  memset(&G, 0, sizeof G);
+  G.P = P;
+  G.g = g;
+  G.out = out;
+  G.vals = arena_alloc(P->arena, sizeof(Val) * (size_t)(g->nnodes + 1));
+  for (int i = 0; i < g->nnodes && !P->failed; i++) {
+    const IrNode *n = &g->nodes[i];
+    if (n->op == IR_ARG) {
+      Shd s = n->attr[0] == 0 ? entry : shd_r();
+      int64_t dims[IR_MAX_RANK];
+      local_dims(P, n, &s, dims);
+      G.vals[i].id = emit(&G, IR_ARG, NULL, 0, n->attr, 1, 0, n->dtype, n->rank, dims, n->span);
+      G.vals[i].shd = s;
+      continue;
+    }
+    G.vals[i] = part_node(&G, i);
+    if (G.vals[i].id < 0 && !P->failed) {
+      diag_error(P->diag, n->span, "internal error: %s was not partitioned", ir_op_name(n->op));
+      P->failed = 1;
+    }
+    if (G.vals[i].id >= 0 && n->name) out->nodes[G.vals[i].id].name = n->name;
+  }
+  if (P->failed) return -1;
+  out->noutputs = g->noutputs;
+  out->outputs = arena_alloc(P->arena, sizeof(int) * (size_t)(g->noutputs + 1));
+  for (int k = 0; k < g->noutputs; k++) {
+    Val v = settle(&G, G.vals[g->outputs[k]], g->nodes[g->outputs[k]].span);
+    /* graph 0's outputs (the loss) are whole; a block returns its entry sharding */
+    Shd want = gi == 0 ? shd_r() : entry;
+    v = convert(&G, v, &want, 0, g->nodes[g->outputs[k]].span);
+    out->outputs[k] = v.id;
+  }
+  P->exit[gi] = entry;
+  return P->failed ? -1 : oi;
+}
+
+IrModule *spmd_partition(Arena *arena, Diag *diag, const IrModule *global, const SpmdSpec *spec) {
+  Part P;
+  memset(&P, 0, sizeof P);
+  P.arena = arena;
+  P.diag = diag;
+  P.src = global;
+  P.spec = spec;
+  for (int g = 0; g < IRG_COUNT; g++) P.size[g] = 1;
+  P.size[IRG_TP] = spec->tp > 0 ? spec->tp : 1;
+  P.size[IRG_CP] = spec->cp > 0 ? spec->cp : 1;
+  P.dst = ir_module_new(arena);
+  P.dst->micro_batch = global->micro_batch;
+  P.dst->inputs = global->inputs;
+  P.dst->ninputs = global->ninputs;
+  P.done = arena_alloc(arena, sizeof(int) * (size_t)global->ngraphs);
+  P.entry = arena_alloc(arena, sizeof(Shd) * (size_t)global->ngraphs);
+  P.exit = arena_alloc(arena, sizeof(Shd) * (size_t)global->ngraphs);
+  for (int i = 0; i < global->ngraphs; i++) P.done[i] = -1;
+  partition_graph(&P, 0, shd_r());
+  return P.failed ? NULL : P.dst;
+}

@@ -1,0 +1,43 @@
+/* spmd.h - SPMD partitioning of a forward module over tensor, sequence and
+ * context parallelism.
+ *
+ * The global forward (one data-parallel replica, one pipeline) becomes the
+ * program every rank of a tensor x context group runs on its shards: local
+ * shapes, sharded parameters, and explicit collectives naming their group.
+ * Every value carries a sharding per group: replicated, split along one
+ * axis, or partial (a sum still to be taken). Ops propagate shardings and
+ * conversions are inserted where an op needs another one:
+ *
+ *   partial -> replicated   ALL_REDUCE          (Megatron's g)
+ *   partial -> split        REDUCE_SCATTER      (sequence parallelism)
+ *   split   -> replicated   ALL_GATHER
+ *   replicated -> split     SHARD_SLICE         (take this rank's chunk)
+ *   replicated, consumed by an op whose output is split or partial:
+ *                           COPY_TO_GROUP       (Megatron's f: identity
+ *                                                forward, all-reduce backward)
+ *
+ * Differentiating the partitioned program then gives the right backward
+ * collectives by the ops' gradient rules (autodiff.c). Conventions: the
+ * gradient of a replicated value is the full gradient on every rank; of a
+ * split value, this rank's chunk. Megatron-LM's column/row rule
+ * (Shoeybi et al. 2019) falls out of the matmul rule below; sequence
+ * parallelism follows Korthikanti et al. 2022; context parallelism gathers
+ * K and V over the context group with a load-balanced ("zigzag") sequence
+ * layout, each rank holding chunks r and 2c-1-r of 2c (as Llama 3 does). */
+#ifndef HPDL_SPMD_H
+#define HPDL_SPMD_H
+
+#include "diag.h"
+#include "ir.h"
+
+typedef struct {
+  int64_t tp, cp;   /* tensor and context group sizes */
+  int sp;           /* sequence parallelism over the tensor group */
+  int64_t seq_len;  /* the global sequence length (axis 1 of activations) */
+} SpmdSpec;
+
+/* A new module in `arena` with the rank-local program; NULL with an error
+ * in diag when a shape does not divide. */
+IrModule *spmd_partition(Arena *arena, Diag *diag, const IrModule *global, const SpmdSpec *spec);
+
+#endif

@@ -1,0 +1,174 @@
+/* test_layouts.c - layout equivalence: the partitioned program, run on
+ * simulated ranks in fp64, gives the loss and every parameter gradient of
+ * the unpartitioned model within 1e-9 relative, for the combinations of
+ * data, tensor, pipeline (with virtual stages), sequence and context
+ * parallelism and each recompute policy. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loader.h"
+#include "sema.h"
+#include "sim.h"
+#include "test_util.h"
+
+typedef struct {
+  Arena *arena;
+  Diag *diag;
+  SemModel *model;
+} Loaded;
+
+static SemModel *load(Loaded *L, const char *file, const char *const *defs, int ndefs) {
+  memset(L, 0, sizeof *L);
+  L->arena = arena_new();
+  L->diag = diag_new(stderr);
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", HPDL_SOURCE_DIR, file);
+  LoadedProgram prog = load_program(L->arena, L->diag, path);
+  SemDefine defines[16], layout[] = {
+      {"parallel.cluster", "cpu", NULL}, {"parallel.data", "1", NULL}, {"parallel.tensor", "1", NULL},
+      {"parallel.pipeline", "1", NULL}, {"parallel.context", "1", NULL}, {"parallel.virtual", "1", NULL},
+      {"parallel.schedule", "1f1b", NULL}, {"parallel.nodes", "1", NULL}, {"parallel.gpus_per_node", "1", NULL},
+      {"train.micro_batch", "2", NULL}, {"train.batch", "2", NULL}};
+  int nd = 0;
+  for (int i = 0; i < ndefs; i++) {
+    const char *eq = strchr(defs[i], '=');
+    defines[nd].name = arena_strndup(L->arena, defs[i], (size_t)(eq - defs[i]));
+    defines[nd].value = eq + 1;
+    defines[nd++].flag = NULL;
+  }
+  int bad = 0;
+  SemOptions opts = {defines, nd, layout, (int)(sizeof layout / sizeof layout[0]), NULL, &bad};
+  L->model = diag_error_count(L->diag) ? NULL : sema_check(L->arena, L->diag, &prog, &opts);
+  EXPECT(L->model != NULL);
+  return L->model;
+}
+
+static void unload(Loaded *L) {
+  diag_free(L->diag);
+  arena_free(L->arena);
+}
+
+/* Inputs for the whole global batch: token ids in [0, vocab). */
+static double **make_inputs(const SemModel *m, int64_t rows, int64_t vocab, uint64_t seed) {
+  int n = m->model->ninputs;
+  double **in = calloc((size_t)n, sizeof(double *));
+  for (int i = 0; i < n; i++) {
+    int64_t per = 1;
+    for (int k = 1; k < m->model->inputs[i].type.rank; k++) sym_is_const(m->model->inputs[i].type.dims[k], &per);
+    int64_t T = m->seq_len;
+    per = T;
+    in[i] = malloc(sizeof(double) * (size_t)(rows * per));
+    uint64_t s = seed + (uint64_t)i * 7919;
+    for (int64_t k = 0; k < rows * per; k++) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      in[i][k] = (double)((s >> 33) % (uint64_t)vocab);
+    }
+  }
+  return in;
+}
+
+static double max_abs(const double *a, int64_t n) {
+  double m = 0;
+  for (int64_t i = 0; i < n; i++) m = fabs(a[i]) > m ? fabs(a[i]) : m;
+  return m;
+}
+
+/* Each gradient within 1e-9 of its own scale; gradients that are zero in
+ * exact arithmetic (a key bias under softmax) are rounding noise, judged
+ * against 1e-6 of the largest gradient of the model. */
+static int compare(const SimResult *ref, const SimResult *got, const char *what) {
+  int bad = 0;
+  double global = 0;
+  for (int p = 0; p < ref->nparams; p++) {
+    double s = max_abs(ref->grads[p], ref->numel[p]);
+    global = s > global ? s : global;
+  }
+  double lerr = fabs(ref->loss - got->loss) / fabs(ref->loss);
+  if (!(lerr <= 1e-9)) {
+    fprintf(stderr, "%s: loss %.17g vs reference %.17g (rel %.3g)\n", what, got->loss, ref->loss, lerr);
+    bad = 1;
+  }
+  for (int p = 0; p < ref->nparams; p++) {
+    double scale = max_abs(ref->grads[p], ref->numel[p]);
+    double worst = 0;
+    for (int64_t k = 0; k < ref->numel[p]; k++) {
+      double e = fabs(ref->grads[p][k] - got->grads[p][k]);
+      worst = e > worst ? e : worst;
+    }
+    double floor = scale > 1e-6 * global ? scale : 1e-6 * global;
+    if (!(worst <= 1e-9 * floor) || global == 0) {
+      fprintf(stderr, "%s: gradient of %s differs by %.3g (scale %.3g)\n", what, ref->names[p], worst, scale);
+      bad = 1;
+    }
+  }
+  return bad;
+}
+
+typedef struct {
+  int64_t dp, tp, pp, vpp, cp;
+  int sp;
+} Combo;
+
+static int run_matrix(const char *file, const char *const *defs, int ndefs, int64_t vocab, int64_t layers, int64_t tp_max) {
+  Loaded L;
+  SemModel *m = load(&L, file, defs, ndefs);
+  if (!m) return 1;
+  const int64_t micro = 2, num_micro = 2;
+  int64_t rows = 2 * num_micro * micro; /* dp = 2 at most */
+  double **inputs = make_inputs(m, rows, vocab, 42);
+  int failures = 0, runs = 0;
+  static const Recompute policies[] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL};
+  for (int pol = 0; pol < 3; pol++) {
+    /* the reference: one rank, every micro-batch of the global batch in turn */
+    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, policies[pol], micro, rows / micro};
+    SimResult ref;
+    char err[512];
+    if (sim_step(m, &ref_layout, 1234, inputs, &ref, err, sizeof err)) {
+      fprintf(stderr, "%s reference: %s\n", file, err);
+      failures++;
+      continue;
+    }
+    static const int64_t dps[] = {1, 2}, tps[] = {1, 2, 4}, pps[] = {1, 2, 4}, cps[] = {1, 2};
+    for (int a = 0; a < 2; a++)
+      for (int b = 0; b < 3; b++)
+        for (int c = 0; c < 3; c++)
+          for (int v = 1; v <= 2; v++)
+            for (int d = 0; d < 2; d++)
+              for (int sp = 0; sp <= 1; sp++) {
+                Combo k = {dps[a], tps[b], pps[c], v, cps[d], sp};
+                if (k.tp > tp_max || (k.sp && k.tp == 1) || (k.vpp > 1 && k.pp == 1)) continue;
+                if (layers % (k.pp * k.vpp)) continue;
+                /* keep the suite short: each recompute policy covers a third of the layouts */
+                if ((a + b + c + v + d + sp) % 3 != pol) continue;
+                SimLayout lay = {k.dp, k.tp, k.pp, k.cp, k.vpp, k.sp, policies[pol], micro, num_micro * 2 / k.dp};
+                SimResult got;
+                char what[160];
+                snprintf(what, sizeof what, "%s dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " v=%" PRId64 " cp=%" PRId64 " sp=%d recompute=%s",
+                         file, k.dp, k.tp, k.pp, k.vpp, k.cp, k.sp, sem_recompute_name(policies[pol]));
+                runs++;
+                if (sim_step(m, &lay, 1234, inputs, &got, err, sizeof err)) {
+                  fprintf(stderr, "%s: %s\n", what, err);
+                  failures++;
+                  continue;
+                }
+                failures += compare(&ref, &got, what);
+                sim_result_free(&got);
+              }
+    sim_result_free(&ref);
+  }
+  fprintf(stderr, "%s: %d layouts compared, %d failed\n", file, runs, failures);
+  for (int i = 0; i < m->model->ninputs; i++) free(inputs[i]);
+  free(inputs);
+  unload(&L);
+  return failures;
+}
+
+int main(void) {
+  static const char *const gpt2[] = {"V=64", "T=8", "C=16", "L=8", "H=4"};
+  EXPECT(run_matrix("samples/gpt2-tiny.hpd", gpt2, 5, 64, 8, 4) == 0);
+  static const char *const llama[] = {"layers=4", "hidden=16", "heads=4", "kv_heads=2", "ffn=32", "seq=8", "vocab=64"};
+  EXPECT(run_matrix("samples/llama.hpd", llama, 7, 64, 4, 2) == 0);
+  TEST_DONE();
+}
