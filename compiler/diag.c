@@ -159,6 +159,8 @@ static void print_excerpt(Diag *d, Span at) {
   fputc('\n', d->out);
 }
 
+static void vreport(Diag *d, Span at, const char *kind, const char *color, const char *fmt, va_list ap)
+    __attribute__((format(printf, 5, 0)));
 static void vreport(Diag *d, Span at, const char *kind, const char *color, const char *fmt,
                     va_list ap) {
   if (at.file >= 0)

@@ -121,7 +121,7 @@ static void load_imports(Loader *L, AstFile *f, const char *dir) {
       lib = arena_printf(L->arena, "%s/%s%s", load_stdlib_dir(), name + 4, ext);
       if (file_exists(lib)) found = lib, display = arena_printf(L->arena, "%s%s", name, ext);
     } else {
-      local = arena_printf(L->arena, "%s/%s%s", dir, name, ext);
+      local = strcmp(dir, ".") ? arena_printf(L->arena, "%s/%s%s", dir, name, ext) : arena_printf(L->arena, "%s%s", name, ext);
       lib = arena_printf(L->arena, "%s/%s%s", load_stdlib_dir(), name, ext);
       if (file_exists(local)) found = local, display = local;
       else if (file_exists(lib)) found = lib, display = arena_printf(L->arena, "std/%s%s", name, ext);

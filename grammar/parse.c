@@ -3,6 +3,7 @@
  * reported. */
 #include "parse.h"
 
+#include <limits.h>
 #include <string.h>
 
 #include "parse_ctx.h"
@@ -11,6 +12,7 @@
 typedef void *yyscan_t;
 int hpdyylex_init_extra(ParseCtx *extra, yyscan_t *scanner);
 int hpdyylex_destroy(yyscan_t scanner);
+int hpdyylex(HPDYYSTYPE *lval, Span *lloc, void *scanner);
 void *hpdyy_scan_bytes(const char *bytes, int len, yyscan_t scanner);
 
 static const char *const decl_keywords[] = {"import", "layer", "model", "train",
@@ -23,6 +25,12 @@ static int starts_decl(const char *p, const char *end) {
         (p[n] == ' ' || p[n] == '\t' || p[n] == '{' || p[n] == '"'))
       return 1;
   }
+  return 0;
+}
+
+static int starts_decl_word(const char *word) {
+  for (size_t k = 0; k < sizeof decl_keywords / sizeof decl_keywords[0]; k++)
+    if (!strcmp(word, decl_keywords[k])) return 1;
   return 0;
 }
 
@@ -63,13 +71,34 @@ AstFile *parse_file(Arena *arena, Diag *diag, int file) {
     ctx.line = line;
     ctx.col = 1;
     ctx.nbrackets = 0;
+    ctx.tokens_since_lex_error = 1000; /* no lexical error yet */
+    int errors_before = diag_error_count(diag);
     hpdyylex_init_extra(&ctx, &scanner);
     hpdyy_scan_bytes(text + offset, (int)(len - offset), scanner);
     int failed = hpdyyparse(scanner, &ctx);
-    int stop_line = ctx.line;
+    if (failed && diag_error_count(diag) == errors_before) {
+      /* a failed parse always says why, even when the echo rule kept quiet */
+      Span at = {file, ctx.tok_line, ctx.tok_col, ctx.tok_line, ctx.tok_col};
+      diag_error(diag, at, "unexpected '%s'", ctx.tok_text);
+    }
+    if (!failed || ctx.too_deep || diag_saturated(diag)) {
+      hpdyylex_destroy(scanner);
+      break;
+    }
+    /* Resume at the token that failed when it starts a declaration of its
+     * own (the one before lacked its '}'); else past the broken one. */
+    int from = ctx.tok_line;
+    if (!(ctx.tok_col == 1 && starts_decl_word(ctx.tok_text))) {
+      if (ctx.decl_start_line + 1 > from) from = ctx.decl_start_line + 1;
+    }
+    size_t next = resume_point(text, len, from, offset, &line);
+    /* Scan the skipped text too, so its lexical errors are reported. */
+    HPDYYSTYPE lval;
+    Span lloc;
+    int stop = next < len ? line : INT_MAX;
+    while (ctx.line < stop && !diag_saturated(diag) && hpdyylex(&lval, &lloc, scanner) != 0) {
+    }
     hpdyylex_destroy(scanner);
-    if (!failed || ctx.too_deep || diag_saturated(diag)) break;
-    size_t next = resume_point(text, len, stop_line, offset, &line);
     if (next <= offset) break;
     offset = next;
   }

@@ -25,6 +25,9 @@ typedef struct {
   int nbrackets;
   int too_deep; /* nesting limit hit: stop parsing */
   char tok_text[48]; /* text of the last token, for syntax errors */
+  int tokens_since_lex_error; /* a syntax error right after a lexical one is its echo */
+  int decl_start_line;        /* line of the last declaration keyword at depth 0 */
+  int tok_line, tok_col;      /* where the last token starts */
 } ParseCtx;
 
 #endif

@@ -383,6 +383,13 @@ static int too_deep(ParseCtx *ctx, const AstExpr *e, Span at) {
 static void hpdyyerror(Span *loc, void *scanner, ParseCtx *ctx, const char *msg) {
   (void)scanner;
   if (ctx->too_deep) return;
+  if (!strcmp(msg, "memory exhausted")) {
+    /* the parser's stack: a right-nested chain such as - - - ... 1 */
+    diag_error(ctx->diag, *loc, "expression nested too deeply");
+    diag_hint(ctx->diag, "split it into named steps");
+    ctx->too_deep = 1;
+    return;
+  }
   diag_error(ctx->diag, *loc, "%s", msg);
 }
 
@@ -390,9 +397,19 @@ static const char *closer_of(char open) { return open == '(' ? "')'" : open == '
 
 /* "unexpected X; expected A, B or C", with a note on the bracket still open
  * when its closer is among what was expected. */
+/* Token kinds that start an expression: "expected an expression" reads
+ * better than the list of them. */
+static int starts_expression(yysymbol_kind_t k) {
+  const char *name = yysymbol_name(k);
+  return k == YYSYMBOL_IDENT || k == YYSYMBOL_INT || k == YYSYMBOL_FLOAT || k == YYSYMBOL_STRING || k == YYSYMBOL_TRUE ||
+         k == YYSYMBOL_FALSE || k == YYSYMBOL_NOT || !strcmp(name, "'('") || !strcmp(name, "'['") || !strcmp(name, "'-'");
+}
+
 static int yyreport_syntax_error(const yypcontext_t *yyctx, void *scanner, ParseCtx *ctx) {
   (void)scanner;
   if (ctx->too_deep) return 0;
+  /* right after a lexical error this would only echo it */
+  if (ctx->tokens_since_lex_error <= 1) return 0;
   enum { MAX_SHOWN = 6 };
   yysymbol_kind_t expected[YYNTOKENS];
   int n = yypcontext_expected_tokens(yyctx, expected, YYNTOKENS);
@@ -407,16 +424,38 @@ static int yyreport_syntax_error(const yypcontext_t *yyctx, void *scanner, Parse
     snprintf(what, sizeof what, "'%s'", ctx->tok_text);
   else
     snprintf(what, sizeof what, "%s", yysymbol_name(got));
+  /* Fold the tokens that start an expression into "an expression" (when a
+   * literal would do, not just a name), and the declaration keywords into
+   * "a declaration". */
+  int want_literal = 0, want_decl = 0;
+  for (int i = 0; i < n; i++) {
+    want_literal |= expected[i] == YYSYMBOL_INT;
+    want_decl |= expected[i] == YYSYMBOL_IMPORT;
+  }
+  const char *items[YYNTOKENS];
+  int nitems = 0, expr = 0, decl = 0;
+  for (int i = 0; i < n; i++) {
+    yysymbol_kind_t k = expected[i];
+    int is_decl = k == YYSYMBOL_IMPORT || k == YYSYMBOL_LAYER || k == YYSYMBOL_MODEL || k == YYSYMBOL_TRAIN ||
+                  k == YYSYMBOL_PARALLEL || k == YYSYMBOL_CLUSTER || k == YYSYMBOL_EXTERN || k == YYSYMBOL_YYEOF;
+    if (want_literal && starts_expression(k)) {
+      if (!expr) items[nitems++] = "an expression";
+      expr = 1;
+    } else if (want_decl && is_decl) {
+      if (!decl) items[nitems++] = "a declaration (import, layer, model, train, parallel, cluster or extern)";
+      decl = 1;
+    } else {
+      items[nitems++] = yysymbol_name(k);
+    }
+  }
   char list[512] = "";
   size_t len = 0;
-  if (n > 0) {
-    int shown = n > MAX_SHOWN ? MAX_SHOWN : n;
-    for (int i = 0; i < shown; i++) {
-      const char *sep = i == 0 ? "" : (i == n - 1) ? " or " : ", ";
-      len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", sep, yysymbol_name(expected[i]));
-    }
-    if (shown < n) snprintf(list + len, sizeof list - len, " or another of %d tokens", n - shown);
+  int shown = nitems > MAX_SHOWN + 1 ? MAX_SHOWN : nitems;
+  for (int i = 0; i < shown; i++) {
+    const char *sep = i == 0 ? "" : (i == nitems - 1) ? " or " : ", ";
+    len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", sep, items[i]);
   }
+  if (shown < nitems) snprintf(list + len, sizeof list - len, " or one of %d other tokens", nitems - shown);
   if (n > 0)
     diag_error(ctx->diag, *loc, "unexpected %s; expected %s", what, list);
   else

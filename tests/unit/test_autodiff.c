@@ -473,6 +473,36 @@ static void test_comm(void) {
     int64_t dims[2] = {3, 4};
     done(&M, add(M.g, ops[i], &y, 1, attr, 2, 0, DT_F32, dims_given ? 2 : -1, dims), ir_op_name(ops[i]), ops[i]);
   }
+  /* the partitioner's markers, single rank (groups of one): shard_slice
+   * and copy_to_group are identities whose gradients are gather / all-reduce */
+  {
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 2, (int64_t)3, (int64_t)4);
+    int64_t attr[3] = {IRG_CP, 1, 1}, dims[2] = {3, 4};
+    int y = op1(&M, IR_SQUARE, x);
+    done(&M, add(M.g, IR_SHARD_SLICE, &y, 1, attr, 3, 0, DT_F32, 2, dims), "shard_slice", IR_SHARD_SLICE);
+  }
+  {
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 2, (int64_t)3, (int64_t)4);
+    int64_t attr[1] = {IRG_TP};
+    int y = op1(&M, IR_TANH, x);
+    done(&M, add(M.g, IR_COPY_TO_GROUP, &y, 1, attr, 1, 0, DT_F32, -1, NULL), "copy_to_group", IR_COPY_TO_GROUP);
+  }
+  {
+    Mod M = mod_new();
+    int z = PARAM(&M, "z", 3, (int64_t)2, (int64_t)3, (int64_t)5);
+    int t = input(&M, DT_I32, 5, 2, (int64_t)2, (int64_t)3);
+    done(&M, op2(&M, IR_PICK, z, t), "pick", IR_PICK);
+  }
+  {
+    Mod M = mod_new();
+    int dy = PARAM(&M, "dy", 2, (int64_t)2, (int64_t)3);
+    int t = input(&M, DT_I32, 5, 2, (int64_t)2, (int64_t)3);
+    int in[2] = {dy, t};
+    int64_t dims[3] = {2, 3, 5};
+    done(&M, add(M.g, IR_PICK_BWD, in, 2, NULL, 0, 0, DT_F32, 3, dims), "pick_bwd", IR_PICK_BWD);
+  }
   Mod M = mod_new();
   int x = PARAM(&M, "x", 2, (int64_t)3, (int64_t)4);
   int64_t attr[2] = {IRG_PP, 1}, dims[2] = {3, 4};
