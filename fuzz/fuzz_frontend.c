@@ -4,6 +4,7 @@
  * goes to /dev/null. A crash, a sanitizer report or a hang is a bug. When the
  * input parses cleanly, the canonical printout must parse cleanly too and
  * print the same text again (the round trip `hpdlc emit source` promises).
+ * Then the checker and the lowering run over it; their IR must verify.
  * Imports are not followed: the loader is not involved, nothing touches the
  * disk. */
 #define _GNU_SOURCE /* open_memstream on older C libraries */
@@ -15,7 +16,11 @@
 #include "arena.h"
 #include "ast.h"
 #include "diag.h"
+#include "ir.h"
+#include "loader.h"
+#include "lower.h"
 #include "parse.h"
+#include "sema.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -85,6 +90,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(text2);
     free(text1);
     diag_free(diag2);
+
+    /* Semantic analysis and lowering of whatever parsed: errors are fine,
+     * crashes and IR that does not verify are not. */
+    AstFile *files[1] = {tree};
+    LoadedProgram prog = {files, 1};
+    int bad_cli = 0;
+    SemOptions opts = {NULL, 0, NULL, 0, NULL, &bad_cli};
+    SemModel *m = sema_check(arena, diag, &prog, &opts);
+    if (m && m->train.micro_batch > 0 && m->train.micro_batch < 1024) {
+      IrModule *ir = lower_model(arena, diag, m, m->train.micro_batch);
+      if (ir && ir_verify(ir, stderr)) abort();
+    }
   }
 
   diag_free(diag);

@@ -1,0 +1,16 @@
+/* half.h - 16-bit floats: IEEE binary16 (fp16) and bfloat16, to and from
+ * fp32 with round-to-nearest-even (as CUDA's __float2half_rn and
+ * __float2bfloat16_rn), so that values converted here and on a GPU agree
+ * bit for bit. Used by checkpoints (F16 / BF16 tensors) and by fp16
+ * gradient compression. */
+#ifndef HPDL_HALF_H
+#define HPDL_HALF_H
+
+#include <stdint.h>
+
+uint16_t half_from_f32(float f);   /* fp16; overflow gives infinity */
+float half_to_f32(uint16_t h);
+uint16_t half_bf16_from_f32(float f);
+float half_bf16_to_f32(uint16_t h);
+
+#endif

@@ -1,0 +1,255 @@
+/* rt.c - errors, the allocation hook, the clock, file helpers. */
+#include "rt.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+int rt_fail(RtErr *e, const char *fmt, ...) {
+  if (e) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+  }
+  return -1;
+}
+
+int rt_fail_errno(RtErr *e, int errnum, const char *fmt, ...) {
+  if (e) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n < sizeof e->msg) snprintf(e->msg + n, sizeof e->msg - (size_t)n, ": %s", strerror(errnum));
+  }
+  return -1;
+}
+
+int rt_err_prefix(RtErr *e, const char *fmt, ...) {
+  if (!e) return -1;
+  char prefix[RT_ERR_LEN], old[RT_ERR_LEN];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(prefix, sizeof prefix, fmt, ap);
+  va_end(ap);
+  memcpy(old, e->msg, sizeof old);
+  snprintf(e->msg, sizeof e->msg, "%s: %s", prefix, old);
+  return -1;
+}
+
+/* ---- allocation ---- */
+
+static RtAllocHook alloc_hook;
+
+void rt_set_alloc_hook(RtAllocHook hook) { alloc_hook = hook; }
+
+void *rt_alloc(size_t size) {
+  if (size == 0) size = 1; /* a zero-size request still gets a unique pointer */
+  return alloc_hook ? alloc_hook(NULL, size) : malloc(size);
+}
+
+void *rt_calloc(size_t n, size_t size) {
+  if (size && n > SIZE_MAX / size) return NULL;
+  void *p = rt_alloc(n * size);
+  if (p) memset(p, 0, n * size ? n * size : 1);
+  return p;
+}
+
+void *rt_realloc(void *p, size_t size) {
+  if (size == 0) size = 1;
+  return alloc_hook ? alloc_hook(p, size) : realloc(p, size);
+}
+
+void rt_free(void *p) {
+  if (!p) return;
+  if (alloc_hook) alloc_hook(p, 0);
+  else free(p);
+}
+
+char *rt_strdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = rt_alloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+/* Aligned blocks keep the offset to the start of the underlying allocation
+ * just before the aligned pointer, so they too go through the hook. */
+void *rt_alloc_aligned(size_t size) {
+  enum { ALIGN = 64 };
+  if (size > SIZE_MAX - ALIGN - sizeof(size_t)) return NULL;
+  unsigned char *raw = rt_calloc(1, size + ALIGN + sizeof(size_t));
+  if (!raw) return NULL;
+  uintptr_t start = (uintptr_t)(raw + sizeof(size_t));
+  uintptr_t aligned = (start + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1);
+  size_t off = (size_t)(aligned - (uintptr_t)raw);
+  memcpy((unsigned char *)aligned - sizeof(size_t), &off, sizeof off);
+  return (void *)aligned;
+}
+
+void rt_free_aligned(void *p) {
+  if (!p) return;
+  size_t off;
+  memcpy(&off, (unsigned char *)p - sizeof(size_t), sizeof off);
+  rt_free((unsigned char *)p - off);
+}
+
+double rt_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- files ---- */
+
+char *rt_read_file(const char *path, size_t *len, RtErr *e) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    rt_fail_errno(e, errno, "%s: cannot open", path);
+    return NULL;
+  }
+  size_t cap = 4096, n = 0;
+  char *buf = rt_alloc(cap);
+  while (buf) {
+    if (n + 1 >= cap) {
+      char *nb = rt_realloc(buf, cap * 2);
+      if (!nb) {
+        rt_free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = nb;
+      cap *= 2;
+    }
+    size_t got = fread(buf + n, 1, cap - n - 1, f);
+    n += got;
+    if (got == 0) break;
+  }
+  int bad = ferror(f);
+  fclose(f);
+  if (!buf) {
+    rt_fail(e, "%s: out of memory reading the file", path);
+    return NULL;
+  }
+  if (bad) {
+    rt_free(buf);
+    rt_fail(e, "%s: read error", path);
+    return NULL;
+  }
+  buf[n] = 0;
+  if (len) *len = n;
+  return buf;
+}
+
+int rt_write_all(int fd, const void *buf, size_t len, const char *what, RtErr *e) {
+  const unsigned char *p = buf;
+  while (len) {
+    ssize_t w = write(fd, p, len);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return rt_fail_errno(e, errno, "%s: write failed", what);
+    }
+    p += w;
+    len -= (size_t)w;
+  }
+  return 0;
+}
+
+int rt_path_join(char *out, size_t n, const char *dir, const char *name) {
+  int w = (dir && *dir) ? snprintf(out, n, "%s/%s", dir, name) : snprintf(out, n, "%s", name);
+  return (w < 0 || (size_t)w >= n) ? -1 : 0;
+}
+
+int rt_fsync_dir_of(const char *path, RtErr *e) {
+  char dir[4096];
+  size_t n = strlen(path);
+  if (n >= sizeof dir) return rt_fail(e, "%s: path too long", path);
+  memcpy(dir, path, n + 1);
+  char *slash = strrchr(dir, '/');
+  if (!slash) strcpy(dir, ".");
+  else if (slash == dir) dir[1] = 0;
+  else *slash = 0;
+  int fd = open(dir, O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return rt_fail_errno(e, errno, "%s: cannot open the folder to sync it", dir);
+  /* Some file systems refuse fsync on a folder (EINVAL): the rename is still
+   * atomic there, only its durability is the file system's business. */
+  int rc = fsync(fd);
+  int err = errno;
+  close(fd);
+  if (rc < 0 && err != EINVAL && err != EROFS) return rt_fail_errno(e, err, "%s: fsync of the folder failed", dir);
+  return 0;
+}
+
+int rt_mkdirs(const char *path, RtErr *e) {
+  char buf[4096];
+  size_t n = strlen(path);
+  if (n == 0) return 0;
+  if (n >= sizeof buf) return rt_fail(e, "%s: path too long", path);
+  memcpy(buf, path, n + 1);
+  for (char *p = buf + 1; ; p++) {
+    if (*p == '/' || *p == 0) {
+      char c = *p;
+      *p = 0;
+      if (mkdir(buf, 0777) < 0 && errno != EEXIST) return rt_fail_errno(e, errno, "%s: cannot create the folder", buf);
+      struct stat st;
+      if (stat(buf, &st) < 0 || !S_ISDIR(st.st_mode)) return rt_fail(e, "%s: exists and is not a folder", buf);
+      *p = c;
+      if (!c) break;
+    }
+  }
+  return 0;
+}
+
+int rt_write_file_atomic(const char *path, const void *buf, size_t len, RtErr *e) {
+  char tmp[4200];
+  const char *slash = strrchr(path, '/');
+  int dirlen = slash ? (int)(slash - path) : 0;
+  const char *base = slash ? slash + 1 : path;
+  /* A hidden name in the same folder (rename is atomic only within one file
+   * system), with our pid so that two writers never share a temporary. */
+  int w = slash ? snprintf(tmp, sizeof tmp, "%.*s/.%s.tmp.%ld", dirlen, path, base, (long)getpid())
+                : snprintf(tmp, sizeof tmp, ".%s.tmp.%ld", base, (long)getpid());
+  if (w < 0 || (size_t)w >= sizeof tmp) return rt_fail(e, "%s: path too long", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return rt_fail_errno(e, errno, "%s: cannot create", tmp);
+  int rc = rt_write_all(fd, buf, len, tmp, e);
+  if (rc == 0 && fsync(fd) < 0) rc = rt_fail_errno(e, errno, "%s: fsync failed", tmp);
+  if (rc < 0) {
+    close(fd);
+    unlink(tmp);
+    return -1;
+  }
+  if (close(fd) < 0) {
+    int err = errno;
+    unlink(tmp);
+    return rt_fail_errno(e, err, "%s: close failed", tmp);
+  }
+  if (rename(tmp, path) < 0) {
+    int err = errno;
+    unlink(tmp);
+    return rt_fail_errno(e, err, "%s: cannot rename into place", path);
+  }
+  return rt_fsync_dir_of(path, e);
+}
+
+int64_t rt_fault(const char *name) {
+  const char *spec = getenv("HPDL_FAULT");
+  if (!spec || !*spec) return -1;
+  size_t n = strlen(name);
+  for (const char *p = spec; *p;) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (len > n && !strncmp(p, name, n) && p[n] == '=') return strtoll(p + n + 1, NULL, 10);
+    if (len == n && !strncmp(p, name, n)) return 0;
+    p += len;
+    if (*p == ',') p++;
+  }
+  return -1;
+}
