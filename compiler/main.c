@@ -13,6 +13,7 @@
 #include "ir.h"
 #include "loader.h"
 #include "lower.h"
+#include "memplan.h"
 #include "pipeline.h"
 #include "spmd.h"
 #include "sema.h"
@@ -58,7 +59,7 @@ typedef struct {
 } Cli;
 
 static const char *const verbs[] = {"check", "emit"};
-static const char *const stages[] = {"ast", "source", "ir", "grad", "fused", "spmd"};
+static const char *const stages[] = {"ast", "source", "ir", "grad", "fused", "spmd", "memory"};
 
 static void help_common_options(void) {
   puts("options:\n"
@@ -89,6 +90,7 @@ static void help_main(void) {
        "  emit ir FILE           print the tensor IR of the model\n"
        "  emit grad FILE         print its backward graphs (autodiff)\n"
        "  emit fused FILE        print the IR grouped into kernels (fusion)\n"
+       "  emit memory FILE       print the static memory plan of a rank's training step\n"
        "\n"
        "  hpdlc <command> --help shows the options of a command.\n"
        "  hpdlc --version        shows the version.\n"
@@ -105,7 +107,7 @@ static void help_verb(const char *verb) {
          "cluster. Prints every error of a phase, then stops. On success prints a\n"
          "one-line summary per file.\n");
   } else {
-    puts("usage: hpdlc emit ast|source|ir|grad|fused [options] FILE\n"
+    puts("usage: hpdlc emit ast|source|ir|grad|fused|memory [options] FILE\n"
          "\n"
          "  ast      the syntax tree with source spans\n"
          "  source   the file in canonical form (parse -> print -> parse is stable)\n"
@@ -113,7 +115,11 @@ static void help_verb(const char *verb) {
          "  grad     the graphs of a training step: forward + backward, and per repeated\n"
          "           block its forward (saving activations) and backward; the recompute\n"
          "           policy is the parallel block's or --recompute (auto: none)\n"
-         "  fused    the forward IR grouped into kernels, with each kernel's FLOPs and bytes\n");
+         "  fused    the forward IR grouped into kernels, with each kernel's FLOPs and bytes\n"
+         "  memory   the memory plan of pipeline chunk 0's rank under the layout: per graph of\n"
+         "           its training step, every buffer's bytes, arena offset and live steps, views,\n"
+         "           in-place reuse, call workspaces and stashes; then parameters, gradients,\n"
+         "           optimizer state and the peak (recompute: as for grad)\n");
   }
   help_common_options();
 }
@@ -261,6 +267,43 @@ static void print_summary(const char *path, const SemModel *m) {
          L->cluster_name, L->gpus, L->gpus == 1 ? "" : "s");
 }
 
+/* `emit memory`: the plan of the program pipeline chunk 0's ranks run, built
+ * as the simulator builds it (memplan.h); returns the exit status. */
+static int emit_memory(Arena *arena, Diag *diag, const char *path, const SemModel *m, int status) {
+  const SemLayout *L = &m->layout;
+  SimLayout sl = {L->dp > 0 ? L->dp : 1, L->tp > 0 ? L->tp : 1, L->pp > 0 ? L->pp : 1, L->cp > 0 ? L->cp : 1,
+                  L->virtual_stages > 0 ? L->virtual_stages : 1, L->sp == 1,
+                  L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute, m->train.micro_batch, 1};
+  const char *why = NULL;
+  MemRankProgram *rp = mem_rank_program(arena, diag, m, &sl, 0, &why);
+  if (!rp) {
+    fprintf(stderr, "hpdlc: %s: no memory plan: %s\n", path, why);
+    return 1;
+  }
+  MemOptions mo;
+  mem_options_from_model(m, &mo);
+  mo.entry = rp->ad->step;
+  mo.fusion = fuse_module(arena, rp->module);
+  if (fuse_check(mo.fusion, stderr)) {
+    fprintf(stderr, "hpdlc: internal error: the fusion does not check\n");
+    status = 3;
+  }
+  MemPlan *plan = mem_plan_module(arena, rp->module, &mo, &why);
+  if (!plan) {
+    fprintf(stderr, "hpdlc: internal error: %s: no memory plan: %s\n", path, why);
+    return 3;
+  }
+  if (mem_check(plan, stderr)) {
+    fprintf(stderr, "hpdlc: internal error: the memory plan does not check\n");
+    status = 3;
+  }
+  printf("# memory plan: chunk 0 of %d, tp=%" PRId64 " cp=%" PRId64 " sp=%s, micro batch %" PRId64
+         ", recompute %s\n",
+         rp->nchunks, sl.tp, sl.cp, sl.sp ? "on" : "off", sl.micro_batch, sem_recompute_name(sl.recompute));
+  mem_print(stdout, plan);
+  return status;
+}
+
 int main(int argc, char **argv) {
   Cli cli;
   int rc = parse_cli(argc, argv, &cli);
@@ -318,6 +361,8 @@ int main(int argc, char **argv) {
                      spec.sp ? "on" : "off", pr->nchunks, pr->nchunks == 1 ? "" : "s");
               ir_print(pr->m, stdout);
             }
+          } else if (!strcmp(cli.stage, "memory")) {
+            status = emit_memory(arena, diag, cli.files[i], m, status);
           } else if (!strcmp(cli.stage, "fused")) {
             FuseResult *fr = fuse_module(arena, ir);
             if (fuse_check(fr, stderr)) {
