@@ -26,6 +26,7 @@ typedef struct {
   int64_t count;
   int per_layer; /* tensors per layer: the arguments, then outputs 1.. */
   InterpTensor *t; /* count * per_layer */
+  int64_t bytes;   /* as reported to the accounting listener */
 } Stash;
 
 typedef struct Msg {
@@ -45,8 +46,26 @@ struct Interp {
   Msg *mail_head, *mail_tail;
   InterpComm comm;
   int has_comm;
+  InterpAccount acc; /* allocation accounting (memplan's tests) */
+  int has_acc;
   char err[256];
 };
+
+void interp_set_account(Interp *in, const InterpAccount *acc) {
+  if (acc) in->acc = *acc;
+  in->has_acc = acc != NULL;
+}
+
+/* Accounting events (interp.h); no-ops without a listener. */
+static void acc_run(Interp *in, int graph, int64_t layer, int begin) {
+  if (in->has_acc && in->acc.run) in->acc.run(in->acc.user, graph, layer, begin);
+}
+static void acc_value(Interp *in, int graph, int node, int alive) {
+  if (in->has_acc && in->acc.value) in->acc.value(in->acc.user, graph, node, alive);
+}
+static void acc_stash(Interp *in, int graph, int node, int64_t bytes, int alive) {
+  if (in->has_acc && in->acc.stash) in->acc.stash(in->acc.user, graph, node, bytes, alive);
+}
 
 void interp_set_comm(Interp *in, const InterpComm *comm) {
   in->comm = *comm;
@@ -422,10 +441,17 @@ static const char *exec_call(Run *r, const IrNode *n, double *out) {
     Stash *st = NULL;
     if (mode == IR_CALL_SAVE) {
       st = stash_find(in, r->gi, (int)(n - r->g->nodes), 1);
+      if (st->count) acc_stash(in, st->graph, st->node, st->bytes, 0);
       stash_clear(st);
       st->count = count;
       st->per_layer = nargs + cg->noutputs - 1;
       st->t = xcalloc((size_t)(count * st->per_layer), sizeof(InterpTensor));
+      /* the whole stash, in the IR's dtypes: the arguments and outputs 1.. per layer */
+      int64_t per = 0;
+      for (int k = 0; k < nargs; k++) per += ir_bytes(&r->g->nodes[n->in[k]]);
+      for (int k = 1; k < cg->noutputs; k++) per += ir_bytes(&cg->nodes[cg->outputs[k]]);
+      st->bytes = per * count;
+      acc_stash(in, st->graph, st->node, st->bytes, 1);
     }
     double *carry = NULL; /* output 0 of the previous iteration, ours */
     for (int64_t l = 0; l < count && !err; l++) {
@@ -468,6 +494,7 @@ static const char *exec_call(Run *r, const IrNode *n, double *out) {
     if (!err) memcpy(out, carry, sizeof(double) * (size_t)ir_numel(n));
     free(carry);
     free(args);
+    if (st && st->count) acc_stash(in, st->graph, st->node, st->bytes, 0);
     if (st) stash_clear(st); /* the activations die with their backward */
   } else {
     err = fail(in, "call mode %" PRId64 " is unknown", mode);
@@ -997,8 +1024,10 @@ static int run_graph(Interp *in, int gi, int64_t layer, const InterpTensor *args
   }
   for (int k = 0; k < g->noutputs; k++) last[g->outputs[k]] = g->nnodes;
   const char *e = NULL;
+  acc_run(in, gi, layer, 1);
   for (int i = 0; i < g->nnodes && !e; i++) {
     const IrNode *n = &g->nodes[i];
+    acc_value(in, gi, i, 1);
     if (n->op == IR_PARAM || n->op == IR_INPUT || n->op == IR_ARG) {
       e = bind_leaf(&r, i);
     } else {
@@ -1006,6 +1035,7 @@ static int run_graph(Interp *in, int gi, int64_t layer, const InterpTensor *args
       r.owned[i] = 1;
       e = exec_node(&r, i, r.val[i]);
       if (last[i] == i) { /* nothing reads it (a CALL kept for its effects) */
+        acc_value(in, gi, i, 0);
         free(r.val[i]);
         r.val[i] = NULL;
         r.owned[i] = 0;
@@ -1013,6 +1043,7 @@ static int run_graph(Interp *in, int gi, int64_t layer, const InterpTensor *args
     }
     for (int k = 0; k < n->nin; k++) {
       int src = n->in[k];
+      if (last[src] == i && r.val[src]) acc_value(in, gi, src, 0);
       if (last[src] == i && r.owned[src]) {
         free(r.val[src]);
         r.owned[src] = 0;
@@ -1041,6 +1072,7 @@ static int run_graph(Interp *in, int gi, int64_t layer, const InterpTensor *args
   }
   for (int i = 0; i < g->nnodes; i++)
     if (r.owned[i]) free(r.val[i]);
+  acc_run(in, gi, layer, 0);
   free(r.val);
   free(r.owned);
   free(last);

@@ -73,6 +73,31 @@ int interp_run(Interp *in, int graph, int64_t layer, const InterpTensor *args, i
 void interp_zero_grads(Interp *in);
 double *interp_grad(Interp *in, int param, int64_t layer, int64_t *numel);
 
+/* Allocation accounting: a listener told of the life of every value a graph
+ * run holds, in the model of the static memory plan (memplan.h), so that a
+ * test can measure the executor's peak the way the plan computes it. The
+ * executor's own transient copies (a call's carried output, returned
+ * outputs) are not reported: a compiled program does not make them.
+ *   run(graph, layer, 1)    a run of `graph` starts; (.., 0) it ends, dropping
+ *                           every value it still holds (its outputs)
+ *   value(graph, node, 1)   node's value is allocated, before it is computed
+ *                           (so a CALL's nested runs follow); leaves too
+ *   value(graph, node, 0)   the run drops it: after its last use, or at once
+ *                           when nothing reads it; once per value
+ *   stash(graph, node, bytes, 1 / 0)  the SAVE call `node` reserves its
+ *                           per-layer activations (count x bytes per layer
+ *                           in the IR's dtypes), before its first layer
+ *                           runs; its BACKWARD call releases them after its
+ *                           last layer ran
+ * Events come from the thread that runs the Interp. NULL stops them. */
+typedef struct {
+  void *user;
+  void (*run)(void *user, int graph, int64_t layer, int begin);
+  void (*value)(void *user, int graph, int node, int alive);
+  void (*stash)(void *user, int graph, int node, int64_t bytes, int alive);
+} InterpAccount;
+void interp_set_account(Interp *in, const InterpAccount *acc);
+
 /* Convenience: runs graph 0 and returns output 0 as a scalar (the loss). */
 double interp_loss(Interp *in);
 

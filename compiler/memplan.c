@@ -555,8 +555,8 @@ static void print_interval(FILE *out, const MemGraph *mg, int def, int last) {
 static void print_graph(FILE *out, const MemPlan *p, int gi) {
   const IrGraph *g = p->m->graphs[gi];
   const MemGraph *mg = &p->graphs[gi];
-  fprintf(out, "graph %s (%s%scount %" PRId64 "): arena %" PRId64 ", peak %" PRId64 " at ", g->name,
-          gi == p->opts.entry ? "entry, " : "", g->nargs ? "args, " : "", g->count, mg->arena, mg->peak);
+  fprintf(out, "graph %s (%sargs %d, count %" PRId64 "): arena %" PRId64 ", peak %" PRId64 " at ", g->name,
+          gi == p->opts.entry ? "entry; " : "", g->nargs, g->count, mg->arena, mg->peak);
   if (mg->peak_step < g->nnodes) fprintf(out, "%%%d", mg->peak_step);
   else fputs("return", out);
   fprintf(out, "; %d buffer%s, %d view%s, %d in place {\n", mg->nbufs, mg->nbufs == 1 ? "" : "s", mg->nviews,
@@ -573,15 +573,10 @@ static void print_graph(FILE *out, const MemPlan *p, int gi) {
     if (v->kind == MEM_EXTERNAL) continue;
     fprintf(out, "  %%%d %s ", i, ir_op_name(n->op));
     print_type(out, n);
-    if (v->kind == MEM_OWN) {
-      const MemBuf *b = &mg->bufs[v->buf];
-      fprintf(out, ": %" PRId64 " @%" PRId64, v->bytes, b->offset);
-      print_interval(out, mg, b->def, b->last);
-    } else {
-      fprintf(out, ": %s %%%d @%" PRId64, v->kind == MEM_VIEW ? "view of" : "in place of", v->of,
-              mg->bufs[v->buf].offset);
-      print_interval(out, mg, v->def, v->last);
-    }
+    if (v->kind == MEM_OWN) fprintf(out, ": %" PRId64 " @%" PRId64, v->bytes, mg->bufs[v->buf].offset);
+    else fprintf(out, ": %s %%%d @%" PRId64, v->kind == MEM_VIEW ? "view of" : "in place of", v->of,
+                 mg->bufs[v->buf].offset);
+    print_interval(out, mg, v->def, v->last);
     fputc('\n', out);
     for (int b = first[i]; b >= 0 && b < mg->nbufs && mg->bufs[b].node == i; b++) {
       const MemBuf *B = &mg->bufs[b];

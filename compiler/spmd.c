@@ -41,6 +41,15 @@ typedef struct {
   Shd *exit;
 } Part;
 
+/* A conversion already made: the same value converted the same way is
+ * shared, so q, k and v read one all-gather (as Megatron-LM does). */
+typedef struct {
+  IrOp op;
+  int from;
+  int64_t a[4];
+  int result;
+} Conv;
+
 typedef struct {
   Part *P;
   const IrGraph *g;  /* source */
@@ -48,6 +57,8 @@ typedef struct {
   Val *vals;         /* per source node */
   Marker *markers;
   int nmarkers, capmarkers;
+  Conv *convs;
+  int nconvs, capconvs;
 } GPart;
 
 static Shd shd_r(void) {
@@ -60,6 +71,31 @@ static Shd shd_r(void) {
 static int layout_of(IrGroup g) { return g == IRG_CP ? LAYOUT_ZIGZAG : LAYOUT_CONTIGUOUS; }
 
 static const IrNode *dn(GPart *G, int id) { return &G->out->nodes[id]; }
+
+static int conv_find(GPart *G, IrOp op, int from, const int64_t *a) {
+  for (int i = 0; i < G->nconvs; i++) {
+    const Conv *c = &G->convs[i];
+    if (c->op == op && c->from == from && !memcmp(c->a, a, sizeof c->a)) return c->result;
+  }
+  return -1;
+}
+
+static int conv_keep(GPart *G, IrOp op, int from, const int64_t *a, int result) {
+  if (result < 0) return result;
+  if (G->nconvs == G->capconvs) {
+    int cap = G->capconvs ? G->capconvs * 2 : 16;
+    Conv *c = arena_alloc(G->P->arena, sizeof(Conv) * (size_t)cap);
+    if (G->nconvs) memcpy(c, G->convs, sizeof(Conv) * (size_t)G->nconvs);
+    G->convs = c;
+    G->capconvs = cap;
+  }
+  Conv *c = &G->convs[G->nconvs++];
+  c->op = op;
+  c->from = from;
+  memcpy(c->a, a, sizeof c->a);
+  c->result = result;
+  return result;
+}
 
 static int emit(GPart *G, IrOp op, const int *in, int nin, const int64_t *attr, int nattr, double fattr, DType dt, int rank,
                 const int64_t *dims, Span at) {
@@ -78,8 +114,10 @@ static int emit(GPart *G, IrOp op, const int *in, int nin, const int64_t *attr, 
 
 static int all_reduce(GPart *G, int x, IrGroup g, int max, Span at) {
   int64_t attr[4] = {g, 0, max, max}; /* a max all-reduce carries no gradient (its use is a constant shift) */
+  int done = conv_find(G, IR_ALL_REDUCE, x, attr);
+  if (done >= 0) return done;
   const IrNode *n = dn(G, x);
-  return emit(G, IR_ALL_REDUCE, &x, 1, attr, 4, 0, n->dtype, -1, NULL, at);
+  return conv_keep(G, IR_ALL_REDUCE, x, attr, emit(G, IR_ALL_REDUCE, &x, 1, attr, 4, 0, n->dtype, -1, NULL, at));
 }
 
 static int gather(GPart *G, int x, IrGroup g, int axis, int grad_partial, Span at) {
@@ -88,7 +126,9 @@ static int gather(GPart *G, int x, IrGroup g, int axis, int grad_partial, Span a
   memcpy(dims, n->dims, sizeof dims);
   dims[axis] *= G->P->size[g];
   int64_t attr[4] = {g, axis, layout_of(g), grad_partial};
-  return emit(G, IR_ALL_GATHER, &x, 1, attr, 4, 0, n->dtype, n->rank, dims, at);
+  int done = conv_find(G, IR_ALL_GATHER, x, attr);
+  if (done >= 0) return done;
+  return conv_keep(G, IR_ALL_GATHER, x, attr, emit(G, IR_ALL_GATHER, &x, 1, attr, 4, 0, n->dtype, n->rank, dims, at));
 }
 
 static int scatter(GPart *G, int x, IrGroup g, int axis, Span at) {
@@ -102,8 +142,10 @@ static int scatter(GPart *G, int x, IrGroup g, int axis, Span at) {
     return -1;
   }
   dims[axis] /= G->P->size[g];
-  int64_t attr[3] = {g, axis, layout_of(g)};
-  return emit(G, IR_REDUCE_SCATTER, &x, 1, attr, 3, 0, n->dtype, n->rank, dims, at);
+  int64_t attr[4] = {g, axis, layout_of(g), 0};
+  int done = conv_find(G, IR_REDUCE_SCATTER, x, attr);
+  if (done >= 0) return done;
+  return conv_keep(G, IR_REDUCE_SCATTER, x, attr, emit(G, IR_REDUCE_SCATTER, &x, 1, attr, 3, 0, n->dtype, n->rank, dims, at));
 }
 
 static int shard_slice(GPart *G, int x, IrGroup g, int axis, Span at) {
@@ -118,8 +160,10 @@ static int shard_slice(GPart *G, int x, IrGroup g, int axis, Span at) {
     return -1;
   }
   dims[axis] /= G->P->size[g];
-  int64_t attr[3] = {g, axis, layout_of(g)};
-  return emit(G, IR_SHARD_SLICE, &x, 1, attr, 3, 0, n->dtype, n->rank, dims, at);
+  int64_t attr[4] = {g, axis, layout_of(g), 0};
+  int done = conv_find(G, IR_SHARD_SLICE, x, attr);
+  if (done >= 0) return done;
+  return conv_keep(G, IR_SHARD_SLICE, x, attr, emit(G, IR_SHARD_SLICE, &x, 1, attr, 3, 0, n->dtype, n->rank, dims, at));
 }
 
 /* Megatron's f: one marker per value and group, shared by every consumer so

@@ -8,19 +8,25 @@
 
 set(HPDL_IR_UPDATE_COMMANDS)
 
-# hpdl_ir_golden(NAME FILE [hpdlc arguments...])
-function(hpdl_ir_golden name file)
+# hpdl_ir_stage(STAGE NAME FILE [hpdlc arguments...]): `emit STAGE` compared
+# with tests/ir/NAME.STAGE
+function(hpdl_ir_stage stage name file)
   string(REPLACE ";" " " args_text "${ARGN}")
-  set(golden ${HPDL_TEST_DIR}/ir/${name}.grad)
-  add_test(NAME ir.${name}
-           COMMAND bash -c "set -o pipefail; \"$1\" emit grad ${args_text} \"$2\" | diff -u \"$3\" -"
+  set(golden ${HPDL_TEST_DIR}/ir/${name}.${stage})
+  add_test(NAME ir.${name}.${stage}
+           COMMAND bash -c "set -o pipefail; \"$1\" emit ${stage} ${args_text} \"$2\" | diff -u \"$3\" -"
                    ir-golden $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR}/${file} ${golden})
-  set_tests_properties(ir.${name} PROPERTIES TIMEOUT 60 LABELS ir)
+  set_tests_properties(ir.${name}.${stage} PROPERTIES TIMEOUT 60 LABELS ir)
   set(HPDL_IR_UPDATE_COMMANDS ${HPDL_IR_UPDATE_COMMANDS}
-      COMMAND bash -c "\"$1\" emit grad ${args_text} \"$2\" > \"$3\""
+      COMMAND bash -c "\"$1\" emit ${stage} ${args_text} \"$2\" > \"$3\""
               ir-golden $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR}/${file} ${golden}
       PARENT_SCOPE)
 endfunction()
+
+# hpdl_ir_golden(NAME FILE [hpdlc arguments...]): the backward graphs
+macro(hpdl_ir_golden name file)
+  hpdl_ir_stage(grad ${name} ${file} ${ARGN})
+endmacro()
 
 set(HPDL_IR_TINY_GPT2 --micro-batch 2 --global-batch 2 -D T=8 -D C=16 -D V=32)
 hpdl_ir_golden(mlp samples/mlp.hpd)
@@ -30,6 +36,14 @@ hpdl_ir_golden(gpt2-tiny-full samples/gpt2-tiny.hpd --recompute full ${HPDL_IR_T
 hpdl_ir_golden(llama-selective samples/llama.hpd --recompute selective --micro-batch 1 --global-batch 1
                -D layers=2 -D hidden=16 -D heads=4 -D kv_heads=2 -D ffn=32 -D seq=8 -D vocab=32
                --cluster laptop --nodes 1 --dp 1 --tp 1 --sp off)
+
+# the forward IR, and the per-rank programs of partitioned layouts
+hpdl_ir_stage(ir mlp samples/mlp.hpd)
+hpdl_ir_stage(ir gpt2-tiny samples/gpt2-tiny.hpd ${HPDL_IR_TINY_GPT2})
+hpdl_ir_stage(spmd gpt2-tiny-tp2-sp-pp2 samples/gpt2-tiny.hpd ${HPDL_IR_TINY_GPT2} --tp 2 --sp on --pp 2)
+hpdl_ir_stage(spmd llama-tp2-cp2 samples/llama.hpd --micro-batch 1 --global-batch 1
+              -D layers=2 -D hidden=16 -D heads=4 -D kv_heads=2 -D ffn=32 -D seq=8 -D vocab=32
+              --cluster laptop --gpus 4 --dp 1 --tp 2 --cp 2 --sp off)
 
 add_custom_target(ir-golden-update ${HPDL_IR_UPDATE_COMMANDS}
                   DEPENDS hpdlc

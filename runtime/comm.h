@@ -1,0 +1,139 @@
+/* comm.h - collectives behind one interface.
+ *
+ * A Comm is a table of function pointers over process groups (QBE's
+ * `struct Target` idea): MPI fills it on CPU ranks (comm_mpi.c), NCCL will
+ * on GPUs, and comm_local_new gives the one-rank version where every group
+ * has a single member. Ranks are laid out as Megatron-LM does, tensor
+ * innermost:
+ *     rank = tp_i + tp * (cp_i + cp * (dp_i + dp * pp_i))
+ * so a tensor group is tp consecutive ranks (one node's fast links), and the
+ * pipeline is outermost. A group call takes buffers on every member.
+ *
+ * Gradient compression for the data-parallel reduction is built on the
+ * interface (comm_allreduce_compressed), so every back end gets it:
+ *   fp16   each rank's values rounded to binary16;
+ *   int8   per chunk of COMM_INT8_CHUNK values, q = round(x / s) with
+ *          s = max|x| / 127 (one fp32 scale per chunk);
+ *   top-k  the k = ceil(ratio n) values of largest magnitude, as (index,
+ *          value) pairs (Aji and Heafield 2017; Lin et al. 2018, "Deep
+ *          Gradient Compression").
+ * With error feedback (Seide et al. 2014; Karimireddy et al. 2019) each
+ * rank adds last step's residual before compressing and keeps as residual
+ * what compression dropped: residual' = (x + residual) - decompress(sent),
+ * so nothing is lost, only delayed. Payloads are all-gathered and summed in
+ * fp32 in rank order, so every rank gets bit-identical results. */
+#ifndef HPDL_COMM_H
+#define HPDL_COMM_H
+
+#include <stdint.h>
+
+#include "rt.h"
+
+typedef enum { COMM_WORLD, COMM_DP, COMM_TP, COMM_PP, COMM_CP, COMM_NGROUPS } CommGroup;
+typedef enum { COMM_F32, COMM_F64, COMM_I32, COMM_U8 } CommType; /* sums: F32, F64, I32 */
+typedef enum { COMM_SUM, COMM_MAX } CommOp;
+
+const char *comm_group_name(CommGroup g);
+int comm_type_size(CommType t);
+
+typedef struct {
+  int dp, tp, pp, cp;
+} CommLayout;
+
+typedef struct {
+  int dp, tp, pp, cp; /* this rank's index in each dimension */
+} CommCoords;
+
+int comm_layout_size(const CommLayout *l);
+CommCoords comm_coords_of(const CommLayout *l, int rank);
+int comm_rank_of(const CommLayout *l, CommCoords c);
+
+typedef struct Comm Comm;
+
+/* Every function returns 0, or -1 with a message (the library's own). */
+typedef struct {
+  const char *name; /* "mpi", "local", later "nccl" */
+  int (*all_reduce)(Comm *c, CommGroup g, CommType t, CommOp op, void *buf, int64_t n, RtErr *e);
+  /* out: size x n values, member by member */
+  int (*all_gather)(Comm *c, CommGroup g, CommType t, const void *in, int64_t n, void *out, RtErr *e);
+  /* in: size x n values; out: this member's n-value piece of the reduction */
+  int (*reduce_scatter)(Comm *c, CommGroup g, CommType t, CommOp op, const void *in, int64_t n, void *out, RtErr *e);
+  int (*broadcast)(Comm *c, CommGroup g, CommType t, void *buf, int64_t n, int root, RtErr *e);
+  /* peer: a member index within the group */
+  int (*send)(Comm *c, CommGroup g, CommType t, const void *buf, int64_t n, int peer, int tag, RtErr *e);
+  int (*recv)(Comm *c, CommGroup g, CommType t, void *buf, int64_t n, int peer, int tag, RtErr *e);
+  int (*barrier)(Comm *c, CommGroup g, RtErr *e);
+  /* Stops every rank of the job (MPI_Abort): for an error one rank alone
+   * sees, so the others do not wait in a collective forever. */
+  void (*abort)(Comm *c, int code);
+  void (*destroy)(Comm *c);
+} CommOps;
+
+struct Comm {
+  const CommOps *ops;
+  CommLayout layout;
+  int world_rank, world_size;
+  CommCoords coords;
+  int rank[COMM_NGROUPS], size[COMM_NGROUPS]; /* this rank's index in, and the size of, each group */
+  void *impl;
+};
+
+/* A one-rank Comm (every group has one member): collectives are copies. */
+Comm *comm_local_new(RtErr *e);
+/* Fills layout, coords and the rank / size tables from world_rank. */
+int comm_init_groups(Comm *c, const CommLayout *l, int world_rank, int world_size, RtErr *e);
+void comm_destroy(Comm *c);
+
+/* Convenience wrappers (c->ops->...). */
+int comm_all_reduce(Comm *c, CommGroup g, CommType t, CommOp op, void *buf, int64_t n, RtErr *e);
+int comm_all_gather(Comm *c, CommGroup g, CommType t, const void *in, int64_t n, void *out, RtErr *e);
+int comm_reduce_scatter(Comm *c, CommGroup g, CommType t, CommOp op, const void *in, int64_t n, void *out, RtErr *e);
+int comm_broadcast(Comm *c, CommGroup g, CommType t, void *buf, int64_t n, int root, RtErr *e);
+int comm_send(Comm *c, CommGroup g, CommType t, const void *buf, int64_t n, int peer, int tag, RtErr *e);
+int comm_recv(Comm *c, CommGroup g, CommType t, void *buf, int64_t n, int peer, int tag, RtErr *e);
+int comm_barrier(Comm *c, CommGroup g, RtErr *e);
+
+/* ---- compression ---- */
+
+typedef enum { COMM_COMPRESS_NONE, COMM_COMPRESS_FP16, COMM_COMPRESS_INT8, COMM_COMPRESS_TOPK } CommCompressKind;
+enum { COMM_INT8_CHUNK = 256 };
+
+int comm_compress_parse(const char *s); /* "none" "fp16" "int8" "topk"; -1 when unknown */
+const char *comm_compress_name(CommCompressKind k);
+
+typedef struct {
+  CommCompressKind kind;
+  double topk_ratio;   /* top-k: the fraction of values sent */
+  int error_feedback;  /* keep what compression dropped for the next step */
+  float *residual;     /* n values, owned; allocated on first use */
+  int64_t n;
+  /* scratch, reused from step to step */
+  unsigned char *payload, *gathered;
+  float *work;
+  int64_t payload_cap, gathered_cap, work_cap;
+} CommCompressor;
+
+void comm_compressor_init(CommCompressor *z, CommCompressKind kind, double topk_ratio, int error_feedback);
+void comm_compressor_free(CommCompressor *z);
+
+/* Bytes of one rank's payload for n values. */
+int64_t comm_compressed_bytes(const CommCompressor *z, int64_t n);
+/* Compresses x (n values) into payload; with error feedback, x + residual is
+ * compressed and the residual updated. x is not changed. */
+int comm_compress(CommCompressor *z, const float *x, int64_t n, unsigned char *payload, RtErr *e);
+/* Adds the values a payload stands for to acc (n values). */
+void comm_decompress_add(const CommCompressor *z, const unsigned char *payload, int64_t n, float *acc);
+
+/* buf (n values on every member of g) becomes the sum over the members of
+ * their compressed values; kind NONE is a plain all-reduce. */
+int comm_allreduce_compressed(Comm *c, CommGroup g, CommCompressor *z, float *buf, int64_t n, RtErr *e);
+
+#ifdef HPDL_HAVE_MPI
+/* MPI: initialises MPI when needed (and finalises it in destroy), checks the
+ * world size against the layout, and splits the groups. */
+Comm *comm_mpi_new(const CommLayout *l, RtErr *e);
+#endif
+/* 1 when this process runs under a launcher (mpirun, srun, PMI). */
+int comm_under_launcher(void);
+
+#endif
