@@ -15,6 +15,7 @@
 #include "lower.h"
 #include "memplan.h"
 #include "pipeline.h"
+#include "schedule.h"
 #include "spmd.h"
 #include "sema.h"
 
@@ -59,7 +60,7 @@ typedef struct {
 } Cli;
 
 static const char *const verbs[] = {"check", "emit"};
-static const char *const stages[] = {"ast", "source", "ir", "grad", "fused", "spmd", "memory"};
+static const char *const stages[] = {"ast", "source", "ir", "grad", "fused", "spmd", "memory", "schedule"};
 
 static void help_common_options(void) {
   puts("options:\n"
@@ -91,6 +92,8 @@ static void help_main(void) {
        "  emit grad FILE         print its backward graphs (autodiff)\n"
        "  emit fused FILE        print the IR grouped into kernels (fusion)\n"
        "  emit memory FILE       print the static memory plan of a rank's training step\n"
+       "  emit spmd FILE         print the program one rank runs under the layout\n"
+       "  emit schedule FILE     print the pipeline schedule: each rank's instructions\n"
        "\n"
        "  hpdlc <command> --help shows the options of a command.\n"
        "  hpdlc --version        shows the version.\n"
@@ -107,7 +110,7 @@ static void help_verb(const char *verb) {
          "cluster. Prints every error of a phase, then stops. On success prints a\n"
          "one-line summary per file.\n");
   } else {
-    puts("usage: hpdlc emit ast|source|ir|grad|fused|memory [options] FILE\n"
+    puts("usage: hpdlc emit ast|source|ir|grad|fused|spmd|memory|schedule [options] FILE\n"
          "\n"
          "  ast      the syntax tree with source spans\n"
          "  source   the file in canonical form (parse -> print -> parse is stable)\n"
@@ -119,7 +122,11 @@ static void help_verb(const char *verb) {
          "  memory   the memory plan of pipeline chunk 0's rank under the layout: per graph of\n"
          "           its training step, every buffer's bytes, arena offset and live steps, views,\n"
          "           in-place reuse, call workspaces and stashes; then parameters, gradients,\n"
-         "           optimizer state and the peak (recompute: as for grad)\n");
+         "           optimizer state and the peak (recompute: as for grad)\n"
+         "  spmd     the program a rank runs under the layout (--tp --cp --sp --pp\n"
+         "           --virtual-stages): local shapes, sharded parameters, collectives\n"
+         "  schedule each pipeline rank's instructions for one step (--schedule --pp\n"
+         "           --virtual-stages; micro-batches = global batch / (dp x micro batch))\n");
   }
   help_common_options();
 }
@@ -177,7 +184,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
       if (!strcmp(verb, "emit") && !cli->stage) {
         int ok = 0;
         for (size_t k = 0; k < sizeof stages / sizeof stages[0]; k++) ok |= !strcmp(stages[k], a);
-        if (!ok) return cli_error("emit: unknown stage '%s'; stages are ast, source, ir, grad and fused", a, NULL);
+        if (!ok) return cli_error("emit: unknown stage '%s'; stages are ast, source, ir, grad, fused, spmd, memory and schedule", a, NULL);
         cli->stage = a;
         continue;
       }
@@ -345,6 +352,23 @@ int main(int argc, char **argv) {
                 status = 3;
               }
               ad_print(ad, stdout);
+            }
+          } else if (!strcmp(cli.stage, "schedule")) {
+            /* the per-rank instruction lists of one step under the layout */
+            const SemLayout *L = &m->layout;
+            SchedProgram prog_s;
+            char why[256];
+            int pp = L->pp > 0 ? (int)L->pp : 1, v = L->virtual_stages > 0 ? (int)L->virtual_stages : 1;
+            Schedule kind = L->schedule < 0 ? (v > 1 ? SCHED_INTERLEAVED : SCHED_1F1B) : (Schedule)L->schedule;
+            int mb = L->num_micro_batches > 0 ? (int)L->num_micro_batches : 1;
+            if (sched_build(&prog_s, kind, pp, mb, v, why, sizeof why) != 0) {
+              fprintf(stderr, "hpdlc: %s: %s\n", cli.files[i], why);
+              status = 1;
+            } else {
+              printf("# %s schedule: %d pipeline rank%s, %d micro-batch%s, %d virtual stage%s\n", sem_schedule_name(kind), pp,
+                     pp == 1 ? "" : "s", mb, mb == 1 ? "" : "es", v, v == 1 ? "" : "s");
+              sched_print(stdout, &prog_s, 0);
+              sched_free(&prog_s);
             }
           } else if (!strcmp(cli.stage, "spmd")) {
             const SemLayout *L = &m->layout;

@@ -45,6 +45,9 @@ hpdl_ir_stage(spmd llama-tp2-cp2 samples/llama.hpd --micro-batch 1 --global-batc
               -D layers=2 -D hidden=16 -D heads=4 -D kv_heads=2 -D ffn=32 -D seq=8 -D vocab=32
               --cluster laptop --gpus 4 --dp 1 --tp 2 --cp 2 --sp off)
 
+hpdl_ir_stage(schedule gpt2-tiny-interleaved samples/gpt2-tiny.hpd -D L=4 --pp 2 --virtual-stages 2 --schedule interleaved
+              --micro-batch 1 --global-batch 4 --gpus 2)
+
 add_custom_target(ir-golden-update ${HPDL_IR_UPDATE_COMMANDS}
                   DEPENDS hpdlc
                   COMMENT "Rewriting tests/ir/*.grad from the current hpdlc"
