@@ -291,13 +291,15 @@ static int emit_memory(Arena *arena, Diag *diag, const char *path, const SemMode
   mem_options_from_model(m, &mo);
   mo.entry = rp->ad->step;
   mo.fusion = fuse_module(arena, rp->module);
-  if (fuse_check(mo.fusion, stderr)) {
-    fprintf(stderr, "hpdlc: internal error: the fusion does not check\n");
+  if (fuse_check(mo.fusion, stderr)) { /* still print the plan of the IR values */
+    fprintf(stderr, "hpdlc: internal error: the fusion does not check; the plan is printed without it\n");
+    mo.fusion = NULL;
     status = 3;
   }
-  MemPlan *plan = mem_plan_module(arena, rp->module, &mo, &why);
+  MemPlan *plan = mem_plan_module(arena, rp->module, &mo);
   if (!plan) {
-    fprintf(stderr, "hpdlc: internal error: %s: no memory plan: %s\n", path, why);
+    fprintf(stderr, "hpdlc: internal error: %s: the program cannot be planned (a call cycle or a missing graph)\n",
+            path);
     return 3;
   }
   if (mem_check(plan, stderr)) {

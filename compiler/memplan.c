@@ -52,20 +52,52 @@ int64_t mem_stash_per_layer(const IrModule *m, int graph, int node) {
   return b;
 }
 
+/* The fused plan's in-place rule, the part that depends on the kernel only:
+ * kernel k is a loop kernel, x one of its inputs and y one of its outputs,
+ * both with as many elements as its iteration space and the same element
+ * size, and every node of the kernel that reads x is elementwise over the
+ * whole space (so x is read at the index y is written, not through a
+ * folded index map such as a transpose). */
+static int fused_inplace_ok(const FuseGraph *fg, const IrGraph *g, int k, int x, int y) {
+  const FuseKernel *K = &fg->kernels[k];
+  if (K->kind != FUSE_LOOP) return 0;
+  int64_t space = 1;
+  for (int i = 0; i < K->rank; i++) space *= K->dims[i];
+  const IrNode *X = &g->nodes[x], *Y = &g->nodes[y];
+  if (ir_numel(X) != space || ir_numel(Y) != space || sem_dtype_bytes(X->dtype) != sem_dtype_bytes(Y->dtype))
+    return 0;
+  int is_in = 0, is_out = 0;
+  for (int j = 0; j < K->ninputs; j++) is_in |= K->inputs[j] == x;
+  for (int j = 0; j < K->noutputs; j++) is_out |= K->outputs[j] == y;
+  if (!is_in || !is_out) return 0;
+  for (int j = 0; j < K->nnodes; j++) {
+    const IrNode *u = &g->nodes[K->nodes[j]];
+    for (int q = 0; q < u->nin; q++)
+      if (u->in[q] == x && (!(ir_op_flags(u->op) & IRF_ELEMENTWISE) || ir_numel(u) != space)) return 0;
+  }
+  return 1;
+}
+
 /* ---- offsets and peak, shared by both plans ---- */
 
-static const MemBuf *sort_bufs;
+/* Sort keys carry what they compare, so the comparators need no global
+ * (plans may be made on several threads, e.g. by a layout search). */
+typedef struct {
+  int64_t key; /* size (descending) or offset (ascending) */
+  int def, idx;
+} SortKey;
+
 static int by_size_desc(const void *pa, const void *pb) {
-  const MemBuf *a = &sort_bufs[*(const int *)pa], *b = &sort_bufs[*(const int *)pb];
-  if (a->size != b->size) return a->size > b->size ? -1 : 1;
+  const SortKey *a = pa, *b = pb;
+  if (a->key != b->key) return a->key > b->key ? -1 : 1;
   if (a->def != b->def) return a->def < b->def ? -1 : 1;
-  return *(const int *)pa - *(const int *)pb;
+  return a->idx - b->idx;
 }
 
 static int by_offset(const void *pa, const void *pb) {
-  const MemBuf *a = &sort_bufs[*(const int *)pa], *b = &sort_bufs[*(const int *)pb];
-  if (a->offset != b->offset) return a->offset < b->offset ? -1 : 1;
-  return *(const int *)pa - *(const int *)pb;
+  const SortKey *a = pa, *b = pb;
+  if (a->key != b->key) return a->key < b->key ? -1 : 1;
+  return a->idx - b->idx;
 }
 
 static int overlap(const MemBuf *a, const MemBuf *b) { return a->def <= b->last && b->def <= a->last; }
@@ -74,23 +106,24 @@ static int overlap(const MemBuf *a, const MemBuf *b) { return a->def <= b->last 
  * are per graph (a repeated block is one graph however many layers run). */
 static void assign_offsets(MemGraph *mg) {
   int n = mg->nbufs;
-  int *order = calloc((size_t)n + 1, sizeof(int)), *placed = calloc((size_t)n + 1, sizeof(int));
-  int *near = calloc((size_t)n + 1, sizeof(int));
+  SortKey *order = calloc((size_t)n + 1, sizeof(SortKey)), *near = calloc((size_t)n + 1, sizeof(SortKey));
+  int *placed = calloc((size_t)n + 1, sizeof(int));
   if (!order || !placed || !near) abort();
-  for (int i = 0; i < n; i++) order[i] = i;
-  sort_bufs = mg->bufs;
-  qsort(order, (size_t)n, sizeof(int), by_size_desc);
+  for (int i = 0; i < n; i++) order[i] = (SortKey){mg->bufs[i].size, mg->bufs[i].def, i};
+  qsort(order, (size_t)n, sizeof(SortKey), by_size_desc);
   int nplaced = 0;
   mg->arena = 0;
   for (int oi = 0; oi < n; oi++) {
-    MemBuf *b = &mg->bufs[order[oi]];
+    MemBuf *b = &mg->bufs[order[oi].idx];
     int nn = 0;
-    for (int k = 0; k < nplaced; k++)
-      if (overlap(&mg->bufs[placed[k]], b) && mg->bufs[placed[k]].size > 0) near[nn++] = placed[k];
-    qsort(near, (size_t)nn, sizeof(int), by_offset);
+    for (int k = 0; k < nplaced; k++) {
+      const MemBuf *o = &mg->bufs[placed[k]];
+      if (overlap(o, b) && o->size > 0) near[nn++] = (SortKey){o->offset, 0, placed[k]};
+    }
+    qsort(near, (size_t)nn, sizeof(SortKey), by_offset);
     int64_t end = 0, best = -1, bestgap = INT64_MAX;
     for (int k = 0; k < nn; k++) {
-      const MemBuf *o = &mg->bufs[near[k]];
+      const MemBuf *o = &mg->bufs[near[k].idx];
       if (o->offset > end) {
         int64_t gap = o->offset - end;
         if (gap >= b->size && gap < bestgap) {
@@ -102,7 +135,7 @@ static void assign_offsets(MemGraph *mg) {
     }
     b->offset = best >= 0 ? best : end;
     if (b->offset + b->size > mg->arena) mg->arena = b->offset + b->size;
-    placed[nplaced++] = order[oi];
+    placed[nplaced++] = order[oi].idx;
   }
   free(order);
   free(placed);
@@ -299,8 +332,22 @@ static void plan_fused(Planner *P, int gi) {
     for (int j = 0; j < fg->kernels[k].noutputs; j++) is_out[fg->kernels[k].outputs[j]] = 1;
   int *undo = undo_calls(P->a, g);
   int64_t align = P->p->opts.align;
+  int *into = arena_alloc(P->a, sizeof(int) * (size_t)(n + 1)); /* per output: the input it overwrites */
+  for (int i = 0; i < n; i++) into[i] = -1;
   for (int k = 0; k < nk; k++) {
     const FuseKernel *K = &fg->kernels[k];
+    /* in-place pairs of a loop kernel: each output (ascending) takes the
+     * first input (ascending) not yet taken whose buffer dies here */
+    for (int o = 0; K->kind == FUSE_LOOP && o < K->noutputs; o++) {
+      int y = K->outputs[o];
+      for (int j = 0; j < K->ninputs && into[y] < 0; j++) {
+        int x = K->inputs[j], b = mg->values[x].buf, taken = 0;
+        for (int q = 0; q < o; q++) taken |= into[K->outputs[q]] == x;
+        if (!taken && b >= 0 && mg->bufs[b].kind == MEMB_VALUE && last[x] == k && mg->bufs[b].last == k &&
+            fused_inplace_ok(fg, g, k, x, y))
+          into[y] = x;
+      }
+    }
     for (int j = 0; j < K->nnodes; j++) {
       int i = K->nodes[j];
       const IrNode *nd = &g->nodes[i];
@@ -326,6 +373,13 @@ static void plan_fused(Planner *P, int gi) {
           if (v->last > b->last) b->last = v->last;
           mg->nviews++;
         }
+      } else if (into[i] >= 0) {
+        v->kind = MEM_INPLACE;
+        v->of = into[i];
+        v->buf = mg->values[v->of].buf;
+        MemBuf *b = &mg->bufs[v->buf];
+        if (v->last > b->last) b->last = v->last;
+        mg->ninplace++;
       } else if (is_out[i] || dead) {
         v->kind = MEM_OWN;
         v->buf = add_buf(mg, MEMB_VALUE, i, k, v->last, v->bytes, align_up(v->bytes, align));
@@ -421,20 +475,14 @@ static void rank_totals(Arena *a, MemPlan *p) {
   }
 }
 
-MemPlan *mem_plan_module(Arena *arena, const IrModule *m, const MemOptions *opts, const char **err) {
+MemPlan *mem_plan_module(Arena *arena, const IrModule *m, const MemOptions *opts) {
   MemPlan *p = arena_alloc(arena, sizeof *p);
   p->m = m;
   if (opts) p->opts = *opts;
   if (p->opts.align <= 0) p->opts.align = MEM_ALIGN;
   if (p->opts.dp < 1) p->opts.dp = 1;
-  if (p->opts.entry < 0 || p->opts.entry >= m->ngraphs) {
-    if (err) *err = "the entry graph does not exist";
-    return NULL;
-  }
-  if (p->opts.fusion && (p->opts.fusion->module != m || p->opts.fusion->ngraphs != m->ngraphs)) {
-    if (err) *err = "the fusion result is of another module";
-    return NULL;
-  }
+  if (p->opts.entry < 0 || p->opts.entry >= m->ngraphs) return NULL;
+  if (p->opts.fusion && (p->opts.fusion->module != m || p->opts.fusion->ngraphs != m->ngraphs)) return NULL;
   Planner P = {arena, m, p, arena_alloc(arena, (size_t)m->ngraphs + 1), arena_alloc(arena, (size_t)m->ngraphs + 1),
                NULL};
   p->graphs = arena_alloc(arena, sizeof(MemGraph) * (size_t)(m->ngraphs + 1));
@@ -443,10 +491,7 @@ MemPlan *mem_plan_module(Arena *arena, const IrModule *m, const MemOptions *opts
     if (!P.state[g]) plan_graph(&P, g, 0);
     if (p->fused && !P.err && !P.fstate[g]) plan_graph(&P, g, 1);
   }
-  if (P.err) {
-    if (err) *err = P.err;
-    return NULL;
-  }
+  if (P.err) return NULL;
   rank_totals(arena, p);
   return p;
 }
@@ -505,7 +550,11 @@ static int check_graph(const MemPlan *p, const MemGraph *mg, FILE *out) {
     }
     if (v->kind == MEM_VIEW && (n->op != IR_RESHAPE || v->of != n->in[0] || v->buf != mg->values[v->of].buf))
       bad += problem(out, mg, m, "%%%d is a view but not a reshape of its buffer's value", i);
-    if (v->kind == MEM_INPLACE) {
+    if (v->kind == MEM_INPLACE && mg->fused) {
+      if (!fused_inplace_ok(&p->opts.fusion->graphs[mg->graph], g, v->def, v->of, i) ||
+          mg->values[v->of].last != v->def || v->buf != mg->values[v->of].buf)
+        bad += problem(out, mg, m, "%%%d is in place of %%%d, which the fused rule does not allow", i, v->of);
+    } else if (v->kind == MEM_INPLACE) {
       int k = -1;
       for (int j = 0; j < n->nin; j++)
         if (n->in[j] == v->of) k = j;
@@ -602,9 +651,9 @@ static void print_graph(FILE *out, const MemPlan *p, int gi) {
     const MemGraph *fg = &p->fused[gi];
     int internal = 0;
     for (int i = 0; i < g->nnodes; i++) internal += fg->values[i].kind == MEM_INTERNAL;
-    fprintf(out, "fused %s: %d kernels, %d buffers, %d values inside kernels; arena %" PRId64 ", peak %" PRId64
-            " (saves %" PRId64 ")\n",
-            g->name, fg->nsteps, fg->nbufs, internal, fg->arena, fg->peak, mg->peak - fg->peak);
+    fprintf(out, "fused %s: %d kernels, %d buffers, %d in place, %d values inside kernels; arena %" PRId64
+            ", peak %" PRId64 " (%+" PRId64 " vs unfused)\n",
+            g->name, fg->nsteps, fg->nbufs, fg->ninplace, internal, fg->arena, fg->peak, fg->peak - mg->peak);
   }
 }
 
@@ -622,54 +671,14 @@ void mem_print(FILE *out, const MemPlan *p) {
   fprintf(out, "  activations: arena %" PRId64 ", peak %" PRId64 " (stashes %" PRId64 ")\n", p->arena, p->peak,
           p->stash);
   if (p->fused)
-    fprintf(out, "  fused activations: arena %" PRId64 ", peak %" PRId64 " (saves %" PRId64 ")\n", p->fused_arena,
-            p->fused_peak, p->peak - p->fused_peak);
+    fprintf(out, "  fused activations: arena %" PRId64 ", peak %" PRId64 " (%+" PRId64 " vs unfused)\n",
+            p->fused_arena, p->fused_peak, p->fused_peak - p->peak);
   fprintf(out, "  total %" PRId64 " (peak %" PRId64 ")\n", p->total, p->total_peak);
   fputs("}\n", out);
 }
 
 /* ---- the per-rank program ---- */
 
-/* Pipeline chunk c's module, built exactly as sim.c's chunk_module builds
- * it (graph 0 the chunk; a chunk other than the last returns a zero loss
- * that still depends on its output, so autodiff reaches the SEND), so that
- * this plan is of the program the simulator runs. Keep the two in step. */
-static IrModule *chunk_module(Arena *arena, const PipeResult *pr, int c) {
-  const IrModule *src = pr->m;
-  IrModule *cm = ir_module_new(arena);
-  cm->micro_batch = src->micro_batch;
-  cm->inputs = src->inputs;
-  cm->ninputs = src->ninputs;
-  for (int i = 0; i < src->nparams; i++) ir_add_param(cm, &src->params[i]);
-  int shift = pr->nchunks - 1; /* block graphs move from K.. to 1.. */
-  const IrGraph *cg = src->graphs[c];
-  IrGraph *g0 = ir_graph_new(cm, cg->name);
-  g0->nodes = arena_alloc(arena, sizeof(IrNode) * (size_t)(cg->nnodes + 8));
-  memcpy(g0->nodes, cg->nodes, sizeof(IrNode) * (size_t)cg->nnodes);
-  g0->nnodes = cg->nnodes;
-  g0->cap = cg->nnodes + 8;
-  for (int i = 0; i < g0->nnodes; i++)
-    if (g0->nodes[i].op == IR_CALL) g0->nodes[i].attr[0] -= shift;
-  g0->noutputs = 1;
-  g0->outputs = arena_alloc(arena, sizeof(int));
-  g0->outputs[0] = cg->outputs[0];
-  if (c != pr->nchunks - 1) {
-    const IrNode *s = &g0->nodes[cg->outputs[0]];
-    int64_t n = ir_numel(s), attr[2] = {0, 0};
-    int flat = ir_add(g0, IR_RESHAPE, &cg->outputs[0], 1, NULL, 0, 0, s->dtype, 1, &n, NULL);
-    int sum = ir_add(g0, IR_REDUCE_SUM, &flat, 1, attr, 2, 0, s->dtype, -1, NULL, NULL);
-    int zero = ir_add(g0, IR_CONST, NULL, 0, NULL, 0, 0.0, DT_F32, -1, NULL, NULL);
-    int in[2] = {sum, zero};
-    g0->outputs[0] = ir_add(g0, IR_MUL, in, 2, NULL, 0, 0, s->dtype, -1, NULL, NULL);
-  }
-  for (int i = pr->nchunks; i < src->ngraphs; i++) {
-    IrGraph *b = ir_graph_new(cm, src->graphs[i]->name);
-    Arena *keep = b->arena;
-    *b = *src->graphs[i];
-    b->arena = keep;
-  }
-  return cm;
-}
 
 MemRankProgram *mem_rank_program(Arena *arena, Diag *diag, const SemModel *model, const SimLayout *L, int chunk,
                                  const char **err) {
@@ -686,7 +695,7 @@ MemRankProgram *mem_rank_program(Arena *arena, Diag *diag, const SemModel *model
   if (!e) {
     r->chunk = chunk;
     r->nchunks = pr->nchunks;
-    r->module = chunk_module(arena, pr, chunk);
+    r->module = pipe_chunk_module(arena, pr, chunk);
     const char *why = NULL;
     r->ad = ad_build(r->module, L->recompute, &why);
     if (!r->ad) e = why ? arena_printf(arena, "the chunk does not differentiate: %s", why) : "the chunk does not differentiate";

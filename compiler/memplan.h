@@ -66,22 +66,34 @@
  * Fusion. Given the module's FuseResult, a second plan per graph runs the
  * kernels in their listed order (step k = kernel k) and gives memory only
  * to values that cross a kernel boundary (a kernel's outputs): values
- * internal to a kernel stay in registers, and scalar CONSTs are immediates.
+ * internal to a kernel stay in registers, a CONST read only by loop, row
+ * and gemm kernels is an immediate, and a kernel whose result nobody reads
+ * still gets a buffer for it (its step only).
  * An unfused RESHAPE (a `view` kernel) is a view; folded shape ops are
- * internal. The fused plan does no in-place reuse (a kernel may read an
- * input through a folded index map, e.g. a transpose, so overwriting it as
- * it is read is not safe in general). What fusion saves is the difference of
- * the two peaks.
+ * internal. In-place reuse is narrower than unfused: only a loop kernel,
+ * and only into an input whose buffer dies there, that has the iteration
+ * space's element count and element size, and that every node of the
+ * kernel reads elementwise over the whole space (not through a folded index
+ * map such as a transpose, whose reads run ahead of the writes); each
+ * output takes the first such input not yet taken. The code generator must
+ * then load a loop kernel's inputs at an index before it stores its outputs
+ * there. Row kernels (several sweeps over a row), GEMMs and the rest never
+ * write in place. The difference of the two peaks is what fusion saves; it
+ * can be negative: a kernel that sums several GEMM results keeps them all
+ * live where unfused adds free them one by one.
  *
  * Per rank: the parameters the program uses (for a block's parameters, the
  * copies of the layers its CALLs run), their gradients and the optimizer
  * state, sized by cost_model_states (cost.h, docs/planner.md Sec. 5, the
  * planner's own formula) from the element count, the precision, the
  * optimizer and the ZeRO stage over dp ranks; the model inputs; and the
- * entry graph's arena. Not modelled: scratch inside an op (communication
- * buckets, a GEMM's workspace) and micro-batches in flight under a pipeline
- * schedule (the plan is one micro-batch's step; a schedule keeping m
- * micro-batches in flight holds m stashes). */
+ * entry graph's arena. Values are sized by their IR dtypes, which the
+ * lowering makes f32 whatever train.precision says (so a bf16 run is
+ * planned with f32 activations until the IR carries the precision).
+ * Not modelled: scratch inside an op (communication buckets, a GEMM's
+ * workspace) and micro-batches in flight under a pipeline schedule (the
+ * plan is one micro-batch's step; a schedule keeping m micro-batches in
+ * flight holds m stashes). */
 #ifndef HPDL_MEMPLAN_H
 #define HPDL_MEMPLAN_H
 
@@ -185,11 +197,12 @@ int mem_inplace_ok(const IrGraph *g, int node, int k);
  * arguments and its callee's outputs 1... */
 int64_t mem_stash_per_layer(const IrModule *m, int graph, int node);
 
-/* Plans every graph of a verified module. NULL with the reason in *err when a
- * CALL names a graph that does not exist or graphs call each other in a
- * cycle, or when opts->fusion is of another module. Everything lives in
- * `arena`; opts may be NULL (defaults). */
-MemPlan *mem_plan_module(Arena *arena, const IrModule *m, const MemOptions *opts, const char **err);
+/* Plans every graph of a verified module. NULL when the entry graph does
+ * not exist, a CALL names a graph that does not exist, graphs call each
+ * other in a cycle, or opts->fusion is of another module (none of which a
+ * verified module with its own fusion has). Everything lives in `arena`;
+ * opts may be NULL (defaults). */
+MemPlan *mem_plan_module(Arena *arena, const IrModule *m, const MemOptions *opts);
 
 /* Checks a plan: every buffer inside its arena and aligned; no two buffers
  * whose intervals overlap share a byte; every value lives within its
@@ -200,17 +213,20 @@ MemPlan *mem_plan_module(Arena *arena, const IrModule *m, const MemOptions *opts
 int mem_check(const MemPlan *p, FILE *out);
 
 /* Stable text form (`hpdlc emit memory`, goldens in tests/memplan): the
- * graphs the entry runs, each with its buffers in step order, then the
- * rank's totals:
- *   graph forward.grad (step, count 1): arena 70144, peak 69704 at %13; 12 buffers, 1 view, 2 in place {
- *     %3 matmul f32[64, 64]: 16384 @0 [3, 5]
- *     %6 relu f32[64, 64]: in place of %5
- *     ws %12 call blocks.fwd x 2: 4096 @16384 [12]
- *     stash %12 until %40: 2 x 1024 = 2048 @20480 [12, 40]
+ * graphs the entry runs, each with every value that takes arena space, in
+ * step order (bytes, offset, [definition, last use]; `ret` is the return),
+ * a CALL's workspace and stash after it, then the fused plan's summary; at
+ * the end a `rank` block with params, grads, optimizer, inputs, activations
+ * and totals. Sizes are bytes.
+ *   graph forward.grad (entry; args 1, count 1): arena 9462016, peak 9462016 at %8; 37 buffers, 0 views, 13 in place {
+ *     %3 embedding f32[8, 64, 64]: 131072 @9199616 [3, 7]
+ *     %7 add f32[8, 64, 64]: in place of %3 @9199616 [7, 8]
+ *     %8 call f32[8, 64, 64]: 131072 @9330688 [8, 49]
+ *     ws %8 blocks.fwd x 2: 3153920 (peak 3153920) @6045696 [8]
+ *     stash %8 until %49: 2 x 3022848 = 6045696 @0 [8, 49]
+ *     ...
  *   }
- *   fused forward.grad: arena ..., peak ... (saves ...)
- * and at the end a `rank` block with params, grads, optimizer, inputs,
- * activations and totals. Sizes are bytes. */
+ *   fused forward.grad: 33 kernels, 29 buffers, 3 in place, 18 values inside kernels; arena 9462016, peak 9462016 (+0 vs unfused) */
 void mem_print(FILE *out, const MemPlan *p);
 
 /* ---- the per-rank program of a layout ---- */

@@ -26,4 +26,9 @@ typedef struct {
  * unchanged (wrapped). */
 PipeResult *pipe_split(Arena *arena, Diag *diag, const IrModule *m, int64_t chunks);
 
+/* A module whose graph 0 is chunk c (the block graphs follow), ready for
+ * autodiff: chunks before the last report a zero loss, since their output
+ * feeds only a SEND, whose gradient arrives by RECV. */
+IrModule *pipe_chunk_module(Arena *arena, const PipeResult *pr, int c);
+
 #endif

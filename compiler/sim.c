@@ -214,45 +214,6 @@ static void *rank_main(void *arg) {
   return NULL;
 }
 
-/* A module whose graph 0 is pipeline chunk c; the others report a zero loss
- * (their output feeds only a SEND, whose gradient arrives by RECV). */
-static IrModule *chunk_module(Arena *arena, const PipeResult *pr, int c) {
-  const IrModule *src = pr->m;
-  IrModule *cm = ir_module_new(arena);
-  cm->micro_batch = src->micro_batch;
-  cm->inputs = src->inputs;
-  cm->ninputs = src->ninputs;
-  for (int i = 0; i < src->nparams; i++) ir_add_param(cm, &src->params[i]);
-  int shift = pr->nchunks - 1; /* block graphs move from K.. to 1.. */
-  const IrGraph *cg = src->graphs[c];
-  IrGraph *g0 = ir_graph_new(cm, cg->name);
-  g0->nodes = arena_alloc(arena, sizeof(IrNode) * (size_t)(cg->nnodes + 8));
-  memcpy(g0->nodes, cg->nodes, sizeof(IrNode) * (size_t)cg->nnodes);
-  g0->nnodes = cg->nnodes;
-  g0->cap = cg->nnodes + 8;
-  for (int i = 0; i < g0->nnodes; i++)
-    if (g0->nodes[i].op == IR_CALL) g0->nodes[i].attr[0] -= shift;
-  g0->noutputs = 1;
-  g0->outputs = arena_alloc(arena, sizeof(int));
-  g0->outputs[0] = cg->outputs[0];
-  if (c != pr->nchunks - 1) {
-    const IrNode *s = &g0->nodes[cg->outputs[0]];
-    int64_t n = ir_numel(s), attr[2] = {0, 0};
-    int flat = ir_add(g0, IR_RESHAPE, &cg->outputs[0], 1, NULL, 0, 0, s->dtype, 1, &n, NULL);
-    int sum = ir_add(g0, IR_REDUCE_SUM, &flat, 1, attr, 2, 0, s->dtype, -1, NULL, NULL);
-    int zero = ir_add(g0, IR_CONST, NULL, 0, NULL, 0, 0.0, DT_F32, -1, NULL, NULL);
-    int in[2] = {sum, zero};
-    g0->outputs[0] = ir_add(g0, IR_MUL, in, 2, NULL, 0, 0, s->dtype, -1, NULL, NULL);
-  }
-  for (int i = pr->nchunks; i < src->ngraphs; i++) {
-    IrGraph *b = ir_graph_new(cm, src->graphs[i]->name);
-    Arena *keep = b->arena;
-    *b = *src->graphs[i];
-    b->arena = keep;
-  }
-  return cm;
-}
-
 static int fail(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t len, const char *fmt, ...) {
   va_list ap;
@@ -326,7 +287,7 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
   IrModule **cms = arena_alloc(arena, sizeof(IrModule *) * (size_t)S.K);
   AdResult **ads = arena_alloc(arena, sizeof(AdResult *) * (size_t)S.K);
   for (int c = 0; c < S.K; c++) {
-    cms[c] = chunk_module(arena, pr, c);
+    cms[c] = pipe_chunk_module(arena, pr, c);
     const char *why = NULL;
     ads[c] = ad_build(cms[c], L->recompute, &why);
     if (!ads[c]) {
