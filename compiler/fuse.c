@@ -542,11 +542,16 @@ static int last_two_swap(const IrNode *t) {
   return t->attr[t->rank - 2] == t->rank - 1 && t->attr[t->rank - 1] == t->rank - 2;
 }
 
+static int is_index_map(IrOp op);
+
 /* Rule 5: may shape op `id` be folded into the kernel of its one consumer? */
 static int foldable(Fuser *F, int id, int consumer, int ck) {
   const IrNode *n = nd(F->g, id);
   FuseKind kind = F->k[ck].kind;
   if (kof(F, n->in[0]) == ck) return 0; /* the index map must read memory */
+  /* nor may a consumer that is itself an index map of that kernel read it
+   * (reshape -> expand: the expand would read a value of its own kernel) */
+  if (is_index_map(nd(F->g, consumer)->op) && kind != FUSE_VIEW && kind != FUSE_COPY) return 0;
   switch (n->op) {
   case IR_RESHAPE: return kind != FUSE_LEAF;
   case IR_TRANSPOSE:
