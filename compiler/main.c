@@ -15,6 +15,7 @@
 #include "lower.h"
 #include "memplan.h"
 #include "pipeline.h"
+#include "plan.h"
 #include "schedule.h"
 #include "spmd.h"
 #include "sema.h"
@@ -57,9 +58,10 @@ typedef struct {
   const char *model;
   int quiet;
   int color; /* -1 auto */
+  PlanCliOptions plan; /* plan: --format, -o, --trace, --scaling, --search, --top */
 } Cli;
 
-static const char *const verbs[] = {"check", "emit"};
+static const char *const verbs[] = {"check", "emit", "plan"};
 static const char *const stages[] = {"ast", "source", "ir", "grad", "fused", "spmd", "memory", "schedule"};
 
 static void help_common_options(void) {
@@ -95,6 +97,10 @@ static void help_main(void) {
        "  emit spmd FILE         print the program one rank runs under the layout\n"
        "  emit schedule FILE     print the pipeline schedule: each rank's instructions\n"
        "\n"
+       "  plan FILE              plan the training job: memory per GPU, communication,\n"
+       "                         step time, MFU and the limit, before launch; --search\n"
+       "                         ranks every layout, --scaling tabulates speed-ups\n"
+       "\n"
        "  hpdlc <command> --help shows the options of a command.\n"
        "  hpdlc --version        shows the version.\n"
        "\n"
@@ -102,6 +108,26 @@ static void help_main(void) {
 }
 
 static void help_verb(const char *verb) {
+  if (!strcmp(verb, "plan")) {
+    puts("usage: hpdlc plan [options] FILE\n"
+         "\n"
+         "Prices the partitioned training program of FILE on its cluster without\n"
+         "running it: memory per GPU (weights, gradients, optimizer state by ZeRO\n"
+         "stage, activations for the micro-batches in flight, temporaries, buffers),\n"
+         "communication per GPU per step, the pipeline bubble from the schedule, the\n"
+         "step time, tokens/s, TFLOP/s per GPU, MFU, and the limiting resource. Settings\n"
+         "left `auto` are chosen by the planner. Formulas: docs/planner.md.\n"
+         "\n"
+         "plan options:\n"
+         "  --format text|json|html  the report (json: the stable schema of docs/planner.md)\n"
+         "  -o FILE                  write the report to FILE\n"
+         "  --trace FILE             a Chrome trace of one predicted step (Perfetto)\n"
+         "  --search                 rank every layout for the GPU count that fits\n"
+         "  --top K                  how many layouts --search shows (5)\n"
+         "  --scaling LIST           strong and weak scaling at these GPU counts (8,16,32)\n");
+    help_common_options();
+    return;
+  }
   if (!strcmp(verb, "check")) {
     puts("usage: hpdlc check [options] FILE...\n"
          "\n"
@@ -163,7 +189,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
   int known = 0;
   for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) known |= !strcmp(verbs[i], verb);
   if (!known) {
-    const char *close = diag_closest(verb, verbs, 2);
+    const char *close = diag_closest(verb, verbs, 3);
     if (close) return cli_error("unknown command '%s'; did you mean '%s'?", verb, close);
     return cli_error("unknown command '%s'", verb, NULL);
   }
@@ -189,6 +215,11 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
         continue;
       }
       cli->files[cli->nfiles++] = a;
+      continue;
+    }
+    if (!strcmp(verb, "plan") && !strcmp(a, "-o")) {
+      if (i + 1 >= argc) return cli_error("-o needs a file name%s", "", NULL);
+      cli->plan.output = argv[++i];
       continue;
     }
     /* -D NAME=VALUE or -DNAME=VALUE */
@@ -224,13 +255,49 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
       cli->color = !strcmp(value, "auto") ? -1 : !strcmp(value, "always");
       continue;
     }
+    if (!strcmp(verb, "plan")) {
+      static const char *const pflags[] = {"--format", "--trace", "--scaling", "--top", "--search", "--output"};
+      int which = -1;
+      for (int k = 0; k < 6; k++)
+        if (strlen(pflags[k]) == flen && !strncmp(pflags[k], a, flen)) which = k;
+      if (which == 4) {
+        if (value) return cli_error("--search takes no value%s", "", NULL);
+        cli->plan.search = 1;
+        continue;
+      }
+      if (which >= 0) {
+        value = value ? value : (i + 1 < argc ? argv[++i] : NULL);
+        if (!value || !*value) return cli_error("%s needs a value", pflags[which], NULL);
+        if (which == 0) {
+          if (strcmp(value, "text") && strcmp(value, "json") && strcmp(value, "html"))
+            return cli_error("--format takes text, json or html, not '%s'", value, NULL);
+          cli->plan.format = value;
+        } else if (which == 1) cli->plan.trace = value;
+        else if (which == 2) cli->plan.scaling = value;
+        else if (which == 5) cli->plan.output = value;
+        else {
+          char *end;
+          long k = strtol(value, &end, 10);
+          if (*end || k < 1 || k > 1000) return cli_error("--top takes a count from 1 to 1000, not '%s'", value, NULL);
+          cli->plan.top = (int)k;
+        }
+        continue;
+      }
+    }
     const LayoutFlag *lf = NULL;
     for (int k = 0; k < NLAYOUT_FLAGS; k++)
       if (strlen(layout_flags[k].flag) == flen && !strncmp(layout_flags[k].flag, a, flen)) lf = &layout_flags[k];
     if (!lf) {
-      const char *names[NLAYOUT_FLAGS + 6];
+      const char *names[NLAYOUT_FLAGS + 12];
       int n = 0;
       for (int k = 0; k < NLAYOUT_FLAGS; k++) names[n++] = layout_flags[k].flag;
+      if (!strcmp(verb, "plan")) {
+        names[n++] = "--format";
+        names[n++] = "--trace";
+        names[n++] = "--scaling";
+        names[n++] = "--search";
+        names[n++] = "--top";
+      }
       names[n++] = "--model";
       names[n++] = "--quiet";
       names[n++] = "--color";
@@ -242,6 +309,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
     }
     value = value ? value : (i + 1 < argc ? argv[++i] : NULL);
     if (!value || !*value) return cli_error("%s needs a value (%s)", lf->flag, lf->arg);
+    if (!strcmp(lf->flag, "--micro-batch")) cli->plan.mb_fixed = 1;
     cli->layout[cli->nlayout].name = lf->key;
     cli->layout[cli->nlayout].value = value;
     cli->layout[cli->nlayout].flag = lf->flag;
@@ -400,6 +468,32 @@ int main(int argc, char **argv) {
             ir_print(ir, stdout);
           }
         } else if (m == NULL && diag_error_count(diag) == before) {
+          fprintf(stderr, "hpdlc: %s declares no model\n", cli.files[i]);
+          status = 1;
+        }
+      } else if (!strcmp(cli.verb, "plan")) {
+        /* --search frees every degree the command line does not fix */
+        SemDefine layout[NLAYOUT_FLAGS * 2 + 16];
+        int nlayout = 0;
+        if (cli.plan.search) {
+          static const char *const keys[] = {"parallel.data",     "parallel.tensor",   "parallel.pipeline",
+                                             "parallel.context",  "parallel.sequence", "parallel.zero",
+                                             "parallel.schedule", "parallel.virtual",  "parallel.recompute"};
+          for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+            int given = 0;
+            for (int j = 0; j < cli.nlayout; j++) given |= !strcmp(cli.layout[j].name, keys[k]);
+            if (!given) layout[nlayout++] = (SemDefine){keys[k], "auto", "--search"};
+          }
+        }
+        for (int j = 0; j < cli.nlayout; j++) layout[nlayout++] = cli.layout[j];
+        int bad_cli = 0;
+        SemOptions opts = {cli.defines, cli.ndefines, layout, nlayout, cli.model, &bad_cli};
+        SemModel *m = sema_check(arena, diag, &prog, &opts);
+        if (bad_cli) status = 2;
+        if (m && diag_error_count(diag) == before) {
+          int s = plan_command(diag, cli.files[i], m, &cli.plan);
+          if (s > status) status = s;
+        } else if (!m && diag_error_count(diag) == before) {
           fprintf(stderr, "hpdlc: %s declares no model\n", cli.files[i]);
           status = 1;
         }

@@ -1,0 +1,1535 @@
+/* plan.c - the planner's engine: prices one layout (see plan.h).
+ *
+ * Pipeline of one evaluation:
+ *   1. The program of (micro batch, tp, cp, sp, recompute) - a "key" - is
+ *      lowered, partitioned and differentiated once, fused into kernels and
+ *      priced kernel by kernel (price_kernel). The prices of a key are kept
+ *      as parts: the prologue (embeddings), the epilogue (head and loss) and
+ *      one layer of the repeated block, forward and backward, with the
+ *      activations each saves and its peak of live memory.
+ *   2. A layout's pipeline chunk is prologue? + n layers + epilogue?; with
+ *      PLAN_FAST the chunk prices come from the parts, otherwise the program
+ *      is really split into pp x virtual chunks (pipe_split), each distinct
+ *      chunk differentiated and priced on its own (exact_chunks): the same
+ *      program `hpdlc compile` emits. tests/unit/test_plan.c checks that the
+ *      two agree.
+ *   3. The schedule simulator (schedule.h) runs the chunks' forward and
+ *      backward times to give the pipeline time, the bubble and the
+ *      micro-batches in flight per rank; data-parallel synchronisation,
+ *      ZeRO, the optimizer step and memory are added per rank, and the worst
+ *      rank is reported.
+ * docs/planner.md sections 9-14 give every formula with its source. */
+#include "plan.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arena.h"
+#include "autodiff.h"
+#include "cost.h"
+#include "fuse.h"
+#include "ir_cost.h"
+#include "lower.h"
+#include "memplan.h"
+#include "pipeline.h"
+#include "plan_internal.h"
+#include "schedule.h"
+#include "spmd.h"
+
+/* ------------------------------------------------------------------ */
+/* small helpers                                                       */
+
+static void *xcalloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size);
+  if (!p) {
+    fprintf(stderr, "hpdlc: out of memory\n");
+    abort();
+  }
+  return p;
+}
+
+void plan_cost_add(PlanCost *a, const PlanCost *b, double times) {
+  a->t += b->t * times;
+  a->t_gemm += b->t_gemm * times;
+  a->t_other += b->t_other * times;
+  a->t_rc += b->t_rc * times;
+  for (int g = 0; g < IRG_COUNT; g++) {
+    a->t_comm[g] += b->t_comm[g] * times;
+    a->sent[g] += b->sent[g] * times;
+  }
+  a->flops += b->flops * times;
+  a->gemm_flops += b->gemm_flops * times;
+  a->rc_flops += b->rc_flops * times;
+  a->rc_gemm_flops += b->rc_gemm_flops * times;
+  a->kernels += b->kernels * times;
+  a->zparams += b->zparams * times;
+  a->zparam_bytes += b->zparam_bytes * times;
+  a->zgrads += b->zgrads * times;
+  a->zgrad_bytes += b->zgrad_bytes * times;
+}
+
+static int prec_bytes(Precision p) { return p == PREC_FP32 ? 4 : 2; }
+
+static const char *prec_name(Precision p) {
+  return p == PREC_FP32 ? "fp32" : p == PREC_BF16 ? "bf16" : "fp16";
+}
+
+/* Bytes of a value as the training precision stores it: floating-point
+ * activations in the precision of the run (the IR is typed f32; mixed
+ * precision keeps activations in 16 bits), integers as typed. */
+static double value_bytes(const PlanCtx *c, const IrNode *n) {
+  double e = sem_dtype_is_float(n->dtype) ? (double)c->act_bytes : (double)sem_dtype_bytes(n->dtype);
+  return (double)ir_numel(n) * e;
+}
+
+/* ------------------------------------------------------------------ */
+/* pricing of one module's graphs                                      */
+
+typedef struct {
+  int done;
+  PlanCost cost;
+  double peak;        /* peak of live bytes in one execution (arguments are the caller's) */
+  double layer_saved; /* B.fwd: bytes one layer keeps for its backward (arguments + outputs 1..) */
+} GMemo;
+
+typedef struct {
+  PlanCtx *pc;
+  const IrModule *m;
+  FuseResult *fr;
+  GMemo *memo;
+  char *bwd_block; /* per graph: 1 for a B.grad, whose nodes that do not depend on dy recompute */
+  const CostLink *link; /* per IrGroup */
+  const int64_t *gsize; /* per IrGroup */
+} Pricer;
+
+/* Per-graph analysis shared by pricing and the liveness walk. */
+typedef struct {
+  const IrGraph *g;
+  const FuseGraph *fg;
+  char *dep;       /* node depends on argument 0 (dy / the loss seed) */
+  int *wgrad;      /* MATMUL node: batch folded into K (its SUM_TO consumer reduces the batch) */
+  char *absorbed;  /* SUM_TO node folded into the GEMM before it */
+  int *nuse;       /* consumers per node */
+  int *last;       /* per node: last kernel reading it (alias roots) */
+  int *alias;      /* view outputs: the node whose buffer they alias */
+  char *is_out, *is_grad_out;
+  char *kbwd;      /* per kernel: some node depends on argument 0 */
+  char *kparam_bwd;/* per kernel (a PARAM leaf): read by a kernel in kbwd */
+  char *kparam_fwd;/* per kernel (a PARAM leaf): read by a kernel not in kbwd */
+} GInfo;
+
+static void ginfo_free(GInfo *gi) {
+  free(gi->dep);
+  free(gi->wgrad);
+  free(gi->absorbed);
+  free(gi->nuse);
+  free(gi->last);
+  free(gi->alias);
+  free(gi->is_out);
+  free(gi->is_grad_out);
+  free(gi->kbwd);
+  free(gi->kparam_bwd);
+  free(gi->kparam_fwd);
+}
+
+static void ginfo_init(GInfo *gi, const IrGraph *g, const FuseGraph *fg) {
+  int n = g->nnodes, nk = fg->nkernels;
+  gi->g = g;
+  gi->fg = fg;
+  gi->dep = xcalloc((size_t)n, 1);
+  gi->wgrad = xcalloc((size_t)n, sizeof(int));
+  gi->absorbed = xcalloc((size_t)n, 1);
+  gi->nuse = xcalloc((size_t)n, sizeof(int));
+  gi->last = xcalloc((size_t)n, sizeof(int));
+  gi->alias = xcalloc((size_t)n, sizeof(int));
+  gi->is_out = xcalloc((size_t)n, 1);
+  gi->is_grad_out = xcalloc((size_t)n, 1);
+  gi->kbwd = xcalloc((size_t)nk, 1);
+  gi->kparam_bwd = xcalloc((size_t)nk, 1);
+  gi->kparam_fwd = xcalloc((size_t)nk, 1);
+  for (int i = 0; i < n; i++) {
+    const IrNode *x = &g->nodes[i];
+    /* the backward starts at argument 0 (the loss seed of a step, dy of a
+     * B.grad) and at a gradient received from the next pipeline chunk */
+    if (x->op == IR_ARG && x->attr[0] == 0) gi->dep[i] = 1;
+    if (x->op == IR_RECV && x->attr[1] > 0) gi->dep[i] = 1;
+    for (int k = 0; k < x->nin; k++) {
+      gi->dep[i] |= gi->dep[x->in[k]];
+      gi->nuse[x->in[k]]++;
+    }
+    gi->alias[i] = i;
+    gi->last[i] = -1;
+  }
+  for (int k = 0; k < g->noutputs; k++) gi->is_out[g->outputs[k]] = 1;
+  for (int k = 0; k < g->ngrad_params; k++) gi->is_grad_out[g->outputs[g->noutputs - g->ngrad_params + k]] = 1;
+  /* A weight gradient: x^T dy per batch element, then summed over the batch.
+   * cuBLAS computes it as one GEMM of depth batch x k writing [m, n], so the
+   * batched [b, m, n] partial products never exist. */
+  for (int i = 0; i < n; i++) {
+    const IrNode *x = &g->nodes[i];
+    if (x->op != IR_SUM_TO || x->nin != 1) continue;
+    const IrNode *mm = &g->nodes[x->in[0]];
+    if (mm->op != IR_MATMUL || gi->nuse[x->in[0]] != 1 || mm->rank <= 2 || x->rank != 2) continue;
+    if (x->dims[0] != mm->dims[mm->rank - 2] || x->dims[1] != mm->dims[mm->rank - 1]) continue;
+    int64_t b = 1;
+    for (int k = 0; k < mm->rank - 2; k++) b *= mm->dims[k];
+    gi->wgrad[x->in[0]] = (int)(b > 0x7fffffff ? 0x7fffffff : b);
+    gi->absorbed[i] = 1;
+  }
+  for (int k = 0; k < nk; k++) {
+    const FuseKernel *K = &fg->kernels[k];
+    for (int j = 0; j < K->nnodes; j++) gi->kbwd[k] |= gi->dep[K->nodes[j]];
+    if (K->kind == FUSE_VIEW)
+      for (int j = 0; j < K->noutputs; j++)
+        if (K->ninputs > 0) gi->alias[K->outputs[j]] = gi->alias[K->inputs[0]];
+  }
+  for (int k = 0; k < nk; k++) {
+    const FuseKernel *K = &fg->kernels[k];
+    for (int j = 0; j < K->ninputs; j++) {
+      int v = gi->alias[K->inputs[j]];
+      if (gi->last[v] < k) gi->last[v] = k;
+      int pk = fg->kernel_of[K->inputs[j]];
+      if (fg->kernels[pk].kind == FUSE_LEAF) {
+        if (gi->kbwd[k]) gi->kparam_bwd[pk] = 1;
+        else gi->kparam_fwd[pk] = 1;
+      }
+    }
+  }
+  for (int i = 0; i < n; i++)
+    if (gi->is_out[i]) gi->last[gi->alias[i]] = nk;
+}
+
+static double callee_saved_layer(Pricer *P, int graph);
+static const GMemo *price_graph(Pricer *P, int graph);
+
+/* Bytes a kernel's output value occupies while live. */
+static double kernel_out_bytes(Pricer *P, const GInfo *gi, const FuseKernel *K, int v) {
+  const IrNode *x = &gi->g->nodes[v];
+  if (K->kind == FUSE_VIEW || gi->is_grad_out[v]) return 0;
+  if (K->kind == FUSE_LEAF && x->op != IR_FILL && x->op != IR_IOTA) return 0;
+  double b = value_bytes(P->pc, x);
+  if (x->op == IR_CALL && x->attr[2] == IR_CALL_SAVE) b += (double)x->attr[1] * callee_saved_layer(P, (int)x->attr[0]);
+  return b;
+}
+
+/* The time of one GEMM kernel: shape from its MATMUL (batch folded into M
+ * when the right operand is a shared weight, into K for a weight gradient),
+ * bytes of its operands and result at the training precision. */
+static void price_gemm(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, PlanCost *acc) {
+  const IrGraph *g = gi->g;
+  int mmid = -1;
+  for (int j = 0; j < K->nnodes; j++)
+    if (g->nodes[K->nodes[j]].op == IR_MATMUL) mmid = K->nodes[j];
+  if (mmid < 0) return;
+  const IrNode *n = &g->nodes[mmid], *a = &g->nodes[n->in[0]], *b = &g->nodes[n->in[1]];
+  int r = n->rank;
+  double M = (double)n->dims[r - 2], N = (double)n->dims[r - 1];
+  double Kd = (double)(n->attr[0] ? a->dims[a->rank - 2] : a->dims[a->rank - 1]);
+  double batch = 1;
+  for (int i = 0; i < r - 2; i++) batch *= (double)n->dims[i];
+  double flops = 2 * batch * M * N * Kd;
+  double out = batch * M * N;
+  if (gi->wgrad[mmid] > 1) {
+    Kd *= batch;
+    out = M * N;
+    batch = 1;
+  } else if (batch > 1 && b->rank == 2 && !n->attr[0]) {
+    M *= batch; /* x [.., m, k] @ W [k, n]: one GEMM over every row */
+    batch = 1;
+  }
+  double eb = P->pc->act_bytes;
+  double in_bytes = ((double)ir_numel(a) + (double)ir_numel(b)) * eb;
+  double out_bytes = out * (double)K->noutputs * eb;
+  const CatDevice *dev = &P->pc->dev;
+  double eff = cost_gemm_efficiency_batched((int64_t)batch, (int64_t)M, (int64_t)N, (int64_t)Kd, dev);
+  /* the mainloop (operands streamed under the arithmetic), then the
+   * epilogue stores the result: on A100-class GPUs a thread block writes its
+   * tile after its mainloop, so the store does not hide under the math */
+  double t = cost_op_time_s(flops, in_bytes, dev, prec_name(P->pc->prec), eff * PLAN_GEMM_SUSTAINED);
+  t += cost_op_time_s(0, out_bytes, dev, prec_name(P->pc->prec), 1.0);
+  t += PLAN_KERNEL_OVERHEAD_S;
+  acc->t += t;
+  acc->t_gemm += t;
+  acc->kernels += 1;
+  if (rc) acc->t_rc += t;
+}
+
+/* A memory-bound kernel: the roofline with the vector rate for its
+ * arithmetic (elementwise math runs on the CUDA cores, not the tensor cores). */
+static double mem_kernel_time(const PlanCtx *c, double flops, double bytes) {
+  const char *pn = cat_peak_flops(&c->dev, "fp32") > 0 ? "fp32" : prec_name(c->prec);
+  return cost_op_time_s(flops, bytes, &c->dev, pn, 1.0) + PLAN_KERNEL_OVERHEAD_S;
+}
+
+static void price_comm(Pricer *P, const GInfo *gi, const FuseKernel *K, PlanCost *acc) {
+  const IrGraph *g = gi->g;
+  for (int j = 0; j < K->nnodes; j++) {
+    const IrNode *n = &g->nodes[K->nodes[j]];
+    int grp = (int)n->attr[0];
+    if (grp < 0 || grp >= IRG_COUNT) grp = IRG_TP;
+    int64_t size = P->gsize[grp];
+    CostCollective kind;
+    double bytes;
+    switch (n->op) {
+    case IR_ALL_REDUCE:
+      kind = COST_ALLREDUCE;
+      bytes = value_bytes(P->pc, &g->nodes[n->in[0]]);
+      break;
+    case IR_ALL_GATHER:
+      kind = COST_ALLGATHER;
+      bytes = value_bytes(P->pc, n);
+      break;
+    case IR_REDUCE_SCATTER:
+      kind = COST_REDUCE_SCATTER;
+      bytes = value_bytes(P->pc, &g->nodes[n->in[0]]);
+      break;
+    case IR_SEND:
+      /* the schedule prices the transfer (SchedCosts.t_p2p); count its bytes */
+      acc->sent[IRG_PP] += value_bytes(P->pc, &g->nodes[n->in[0]]);
+      continue;
+    case IR_SHARD_SLICE: {
+      double t = mem_kernel_time(P->pc, 0, 2 * value_bytes(P->pc, n));
+      acc->t += t;
+      acc->t_other += t;
+      acc->kernels += 1;
+      continue;
+    }
+    default: /* RECV (priced by the schedule), COPY_TO_GROUP (identity forward) */
+      continue;
+    }
+    if (size <= 1 || bytes <= 0) continue;
+    const CostLink *link = &P->link[grp];
+    double t = cost_collective_s(kind, bytes, (int)size, link, COST_ALGO_AUTO);
+    CostAlgo algo = cost_pick_algo(kind, bytes, (int)size, link);
+    acc->t += t;
+    acc->t_comm[grp] += t;
+    acc->sent[grp] += cost_collective_bytes_sent(kind, bytes, (int)size, algo);
+  }
+}
+
+/* Adds the cost of kernel k of graph gi to acc. rc: the kernel recomputes. */
+static void price_kernel(Pricer *P, const GInfo *gi, int k, int rc, PlanCost *acc) {
+  const FuseKernel *K = &gi->fg->kernels[k];
+  const IrGraph *g = gi->g;
+  for (int j = 0; j < K->nnodes; j++) {
+    const IrNode *x = &g->nodes[K->nodes[j]];
+    if (x->op == IR_CALL) continue;
+    IrCost nc = ircost_node(P->m, g, K->nodes[j]);
+    acc->flops += nc.flops;
+    acc->gemm_flops += nc.flops_of[IRC_GEMM];
+    if (rc) {
+      acc->rc_flops += nc.flops;
+      acc->rc_gemm_flops += nc.flops_of[IRC_GEMM];
+    }
+  }
+  switch (K->kind) {
+  case FUSE_LEAF: {
+    const IrNode *x = &g->nodes[K->nodes[0]];
+    if (x->op == IR_PARAM) {
+      acc->zparams += 1;
+      acc->zparam_bytes += (double)ir_numel(x) * P->pc->weight_bytes;
+    } else if (x->op == IR_FILL || x->op == IR_IOTA) {
+      double t = mem_kernel_time(P->pc, 0, value_bytes(P->pc, x));
+      acc->t += t;
+      acc->t_other += t;
+      acc->kernels += 1;
+    }
+    return;
+  }
+  case FUSE_VIEW:
+    return;
+  case FUSE_GEMM:
+    price_gemm(P, gi, K, rc, acc);
+    return;
+  case FUSE_COMM:
+    price_comm(P, gi, K, acc);
+    return;
+  case FUSE_CALL: {
+    const IrNode *x = &g->nodes[K->nodes[0]];
+    const GMemo *cm = price_graph(P, (int)x->attr[0]);
+    plan_cost_add(acc, &cm->cost, (double)x->attr[1]);
+    return;
+  }
+  default:
+    break;
+  }
+  /* loop, row, copy, special: memory bound */
+  int all_absorbed = 1;
+  double bytes = (K->bytes_read + K->bytes_written);
+  for (int j = 0; j < K->nnodes; j++) all_absorbed &= gi->absorbed[K->nodes[j]];
+  if (all_absorbed) return;
+  for (int j = 0; j < K->ninputs; j++) {
+    int v = K->inputs[j];
+    if (g->nodes[v].op == IR_MATMUL && gi->wgrad[v] > 1) {
+      double full = (double)ir_bytes(&g->nodes[v]);
+      bytes -= full * (1.0 - 1.0 / gi->wgrad[v]);
+    }
+  }
+  /* the fused bytes are at the IR's f32; the run keeps floats at act_bytes */
+  bytes *= P->pc->act_bytes / 4.0;
+  double t = mem_kernel_time(P->pc, K->flops, bytes);
+  acc->t += t;
+  acc->t_other += t;
+  acc->kernels += 1;
+  if (rc) acc->t_rc += t;
+}
+
+/* Liveness over the kernels of one execution of a graph: values live from
+ * the kernel that writes them to the last kernel that reads them (graph
+ * outputs to the end); a call adds its graph's own peak while it runs; a
+ * SAVE call holds its layers' saved activations until the BACKWARD call that
+ * reads it. peak_out is the peak while no SAVE holds, peak_in the peak
+ * without the held bytes while one does (so a chunk of n layers peaks at
+ * max(peak_out, n x layer_saved + peak_in)). mask: per kernel, 0 to skip
+ * its outputs (parts of other pipeline chunks), NULL for all. */
+static void walk_live(Pricer *P, const GInfo *gi, const char *mask, double *peak_out, double *peak_in) {
+  const FuseGraph *fg = gi->fg;
+  const IrGraph *g = gi->g;
+  double live = 0, po = 0, pi = 0;
+  int holding = 0;
+  double *vb = xcalloc((size_t)g->nnodes, sizeof(double));
+  for (int k = 0; k < fg->nkernels; k++) {
+    const FuseKernel *K = &fg->kernels[k];
+    double inner = 0;
+    int save_here = 0, bwd_here = 0;
+    if (K->kind == FUSE_CALL) {
+      const IrNode *x = &g->nodes[K->nodes[0]];
+      inner = price_graph(P, (int)x->attr[0])->peak;
+      save_here = x->attr[2] == IR_CALL_SAVE;
+      bwd_here = x->attr[2] == IR_CALL_BACKWARD;
+    }
+    if (save_here || bwd_here || holding) {
+      if (live + inner > pi) pi = live + inner;
+    } else if (live + inner > po) {
+      po = live + inner;
+    }
+    int allowed = !mask || mask[k];
+    for (int j = 0; j < K->noutputs; j++) {
+      int v = K->outputs[j];
+      if (gi->alias[v] != v) continue;
+      double b = allowed ? kernel_out_bytes(P, gi, K, v) : 0;
+      if (save_here) {
+        /* the held layers are counted by the caller (n x layer_saved) */
+        const IrNode *x = &g->nodes[v];
+        b = allowed ? value_bytes(P->pc, x) : 0;
+        holding = 1;
+      }
+      vb[v] = b;
+      live += b;
+    }
+    if (holding || save_here) {
+      if (live > pi) pi = live;
+    } else if (live > po) {
+      po = live;
+    }
+    for (int j = 0; j < K->ninputs; j++) {
+      int v = gi->alias[K->inputs[j]];
+      if (gi->last[v] == k && vb[v] > 0) {
+        live -= vb[v];
+        vb[v] = 0;
+      }
+    }
+    if (bwd_here) holding = 0;
+  }
+  free(vb);
+  *peak_out = po;
+  *peak_in = pi;
+}
+
+/* Bytes a B.fwd graph keeps per layer: its arguments and outputs 1.. */
+static double callee_saved_layer(Pricer *P, int graph) {
+  GMemo *mm = &P->memo[graph];
+  if (mm->layer_saved > 0) return mm->layer_saved;
+  const IrGraph *g = P->m->graphs[graph];
+  double b = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i].op == IR_ARG) b += value_bytes(P->pc, &g->nodes[i]);
+  for (int k = 1; k < g->noutputs; k++) b += value_bytes(P->pc, &g->nodes[g->outputs[k]]);
+  mm->layer_saved = b > 0 ? b : 1e-300;
+  return mm->layer_saved;
+}
+
+static const GMemo *price_graph(Pricer *P, int graph) {
+  GMemo *mm = &P->memo[graph];
+  if (mm->done) return mm;
+  mm->done = 1; /* no recursion through a cycle */
+  const IrGraph *g = P->m->graphs[graph];
+  GInfo gi;
+  ginfo_init(&gi, g, &P->fr->graphs[graph]);
+  int bwd = P->bwd_block[graph];
+  PlanCost c;
+  memset(&c, 0, sizeof c);
+  for (int k = 0; k < gi.fg->nkernels; k++) {
+    int rc = bwd && !gi.kbwd[k];
+    price_kernel(P, &gi, k, rc, &c);
+  }
+  /* ZeRO-3 frees a layer's weights after each use: a recomputing backward
+   * gathers a weight the recomputed forward and the backward both read twice */
+  for (int k = 0; bwd && k < gi.fg->nkernels; k++) {
+    const FuseKernel *K = &gi.fg->kernels[k];
+    const IrNode *x = &g->nodes[K->nodes[0]];
+    if (K->kind == FUSE_LEAF && x->op == IR_PARAM && gi.kparam_fwd[k] && gi.kparam_bwd[k]) {
+      c.zparams += 1;
+      c.zparam_bytes += (double)ir_numel(x) * P->pc->weight_bytes;
+    }
+  }
+  for (int k = 0; k < g->ngrad_params; k++) {
+    c.zgrads += 1;
+    c.zgrad_bytes += (double)ir_numel(&g->nodes[g->outputs[g->noutputs - g->ngrad_params + k]]) * P->pc->weight_bytes;
+  }
+  mm->cost = c;
+  double po, pi;
+  walk_live(P, &gi, NULL, &po, &pi);
+  mm->peak = po > pi ? po : pi;
+  ginfo_free(&gi);
+  return mm;
+}
+
+static void pricer_init(Pricer *P, PlanCtx *pc, const IrModule *m, FuseResult *fr, const AdResult *ad,
+                        const CostLink *link, const int64_t *gsize) {
+  memset(P, 0, sizeof *P);
+  P->pc = pc;
+  P->m = m;
+  P->fr = fr;
+  P->memo = xcalloc((size_t)m->ngraphs, sizeof(GMemo));
+  P->bwd_block = xcalloc((size_t)m->ngraphs, 1);
+  for (int i = 1; ad && i < ad->nforward; i++)
+    if (ad->grad[i] >= 0 && ad->grad[i] < m->ngraphs) P->bwd_block[ad->grad[i]] = 1;
+  P->link = link;
+  P->gsize = gsize;
+}
+
+static void pricer_free(Pricer *P) {
+  free(P->memo);
+  free(P->bwd_block);
+}
+
+/* ------------------------------------------------------------------ */
+/* keys: the cached programs                                            */
+
+static uint64_t key_hash(const PlanKey *k) {
+  uint64_t h = 1469598103934665603ull;
+  int64_t v[5] = {k->mb, k->tp, k->cp, k->sp, k->rc};
+  for (int i = 0; i < 5; i++) {
+    h ^= (uint64_t)v[i] + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+static int key_eq(const PlanKey *a, const PlanKey *b) {
+  return a->mb == b->mb && a->tp == b->tp && a->cp == b->cp && a->sp == b->sp && a->rc == b->rc;
+}
+
+/* Links of the groups a key's program uses (tensor and context), under the
+ * rank order tp, cp, dp, pp (plan.h). */
+static void key_links(const PlanCtx *c, int64_t tp, int64_t cp, CostLink *link, int64_t *gsize) {
+  int64_t gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1;
+  for (int g = 0; g < IRG_COUNT; g++) {
+    link[g] = (CostLink){0, 0};
+    gsize[g] = 1;
+  }
+  gsize[IRG_TP] = tp;
+  gsize[IRG_CP] = cp;
+  int64_t rtp = tp < gpn ? tp : gpn;
+  int64_t rcp = gpn / tp > 1 ? (cp < gpn / tp ? cp : gpn / tp) : 1;
+  link[IRG_TP] = cost_group_link(&c->cluster, (int)tp, (int)rtp);
+  link[IRG_CP] = cost_group_link(&c->cluster, (int)cp, (int)rcp);
+}
+
+static Diag *quiet_diag(PlanCtx *c) { return c->quiet; }
+
+/* Regions of the step graph of the whole (one-chunk) program. */
+enum { REG_PRO = 0, REG_EPI = 1, REG_LAYER = 2 };
+
+/* Builds the parts of a key from the whole program: lower, partition,
+ * differentiate, fuse, then price the step graph's kernels by region. */
+static void build_parts(PlanCtx *c, PlanParts *pp) {
+  Arena *a = arena_new();
+  const PlanKey *k = &pp->key;
+  IrModule *global = lower_model(a, quiet_diag(c), c->model, k->mb);
+  IrModule *part = NULL;
+  if (!global) {
+    snprintf(pp->why, sizeof pp->why, "the model does not lower at micro batch %" PRId64, k->mb);
+    goto done;
+  }
+  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len};
+  part = spmd_partition(a, quiet_diag(c), global, &spec);
+  if (!part) {
+    snprintf(pp->why, sizeof pp->why, "the model does not partition over tp=%" PRId64 " cp=%" PRId64 "%s", k->tp, k->cp,
+             k->sp ? " with sequence parallelism" : "");
+    goto done;
+  }
+  const char *err = NULL;
+  AdResult *ad = ad_build(part, (Recompute)k->rc, &err);
+  if (!ad) {
+    snprintf(pp->why, sizeof pp->why, "the model does not differentiate: %s", err ? err : "?");
+    goto done;
+  }
+  FuseResult *fr = fuse_module(a, part);
+  CostLink link[IRG_COUNT];
+  int64_t gsize[IRG_COUNT];
+  key_links(c, k->tp, k->cp, link, gsize);
+  Pricer P;
+  pricer_init(&P, c, part, fr, ad, link, gsize);
+  const IrGraph *g = part->graphs[ad->step];
+  GInfo gi;
+  ginfo_init(&gi, g, &fr->graphs[ad->step]);
+  /* the main repeat: the SAVE and BACKWARD calls of the largest count */
+  int save = -1, back = -1;
+  int64_t best = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *x = &g->nodes[i];
+    if (x->op == IR_CALL && x->attr[2] == IR_CALL_SAVE && x->attr[1] > best) best = x->attr[1], save = i;
+  }
+  for (int i = 0; save >= 0 && i < g->nnodes; i++) {
+    const IrNode *x = &g->nodes[i];
+    if (x->op == IR_CALL && x->attr[2] == IR_CALL_BACKWARD)
+      for (int j = 0; j < x->nin; j++)
+        if (x->in[j] == save) back = i;
+  }
+  int n = g->nnodes;
+  char *anc = xcalloc((size_t)n, 1), *desc = xcalloc((size_t)n, 1);
+  if (save >= 0) {
+    anc[save] = 1;
+    for (int i = save; i >= 0; i--)
+      if (anc[i])
+        for (int j = 0; j < g->nodes[i].nin; j++) anc[g->nodes[i].in[j]] = 1;
+    anc[save] = 0;
+  }
+  if (back >= 0) {
+    desc[back] = 1;
+    for (int i = back + 1; i < n; i++)
+      for (int j = 0; j < g->nodes[i].nin && !desc[i]; j++) desc[i] |= desc[g->nodes[i].in[j]];
+    desc[back] = 0;
+  }
+  const FuseGraph *fg = gi.fg;
+  int nk = fg->nkernels;
+  char *reg = xcalloc((size_t)nk, 1);
+  for (int kk = 0; kk < nk; kk++) {
+    const FuseKernel *K = &fg->kernels[kk];
+    int lastn = K->nodes[K->nnodes - 1];
+    if (lastn == save || lastn == back) reg[kk] = REG_LAYER;
+    else if (gi.kbwd[kk]) reg[kk] = desc[lastn] ? REG_PRO : REG_EPI;
+    else reg[kk] = anc[lastn] ? REG_PRO : REG_EPI;
+    if (K->kind == FUSE_LEAF && g->nodes[lastn].op == IR_PARAM) {
+      /* a weight belongs to the region(s) of the kernels that read it */
+      int used_pro = 0, used_epi = 0;
+      for (int k2 = kk + 1; k2 < nk; k2++) {
+        const FuseKernel *K2 = &fg->kernels[k2];
+        int l2 = K2->nodes[K2->nnodes - 1];
+        int r2 = (l2 == save || l2 == back) ? REG_LAYER
+                 : gi.kbwd[k2]              ? (desc[l2] ? REG_PRO : REG_EPI)
+                                            : (anc[l2] ? REG_PRO : REG_EPI);
+        for (int j = 0; j < K2->ninputs; j++)
+          if (gi.alias[K2->inputs[j]] == lastn || K2->inputs[j] == lastn) {
+            if (r2 == REG_PRO) used_pro = 1;
+            if (r2 == REG_EPI) used_epi = 1;
+          }
+      }
+      /* views of the weight (a transpose for tied logits) count as reads */
+      for (int k2 = kk + 1; k2 < nk; k2++) {
+        const FuseKernel *K2 = &fg->kernels[k2];
+        for (int j = 0; j < K2->nnodes; j++) {
+          const IrNode *x = &g->nodes[K2->nodes[j]];
+          for (int q = 0; q < x->nin; q++)
+            if (x->in[q] == lastn) {
+              int l2 = K2->nodes[K2->nnodes - 1];
+              int r2 = gi.kbwd[k2] ? (desc[l2] ? REG_PRO : REG_EPI) : (anc[l2] ? REG_PRO : REG_EPI);
+              if (l2 == save || l2 == back) r2 = REG_LAYER;
+              if (r2 == REG_PRO) used_pro = 1;
+              if (r2 == REG_EPI) used_epi = 1;
+            }
+        }
+      }
+      double numel = (double)ir_numel(&g->nodes[lastn]);
+      if (used_pro) pp->params_reg[REG_PRO] += numel;
+      if (used_epi) pp->params_reg[REG_EPI] += numel;
+      if (used_pro && used_epi) pp->shared_params += numel;
+      reg[kk] = used_pro && !used_epi ? REG_PRO : REG_EPI;
+    }
+  }
+  /* prices by region and direction */
+  for (int kk = 0; kk < nk; kk++) {
+    const FuseKernel *K = &fg->kernels[kk];
+    int r = reg[kk];
+    if (r == REG_LAYER) continue; /* the layer is priced per layer below */
+    PlanCost *dst = gi.kbwd[kk] ? &pp->b[r] : &pp->f[r];
+    price_kernel(&P, &gi, kk, 0, dst);
+    if (K->kind == FUSE_LEAF && gi.kparam_bwd[kk] && g->nodes[K->nodes[0]].op == IR_PARAM) {
+      pp->b[r].zparams += 1;
+      pp->b[r].zparam_bytes += (double)ir_numel(&g->nodes[K->nodes[0]]) * c->weight_bytes;
+    }
+  }
+  for (int q = 0; q < g->ngrad_params; q++) {
+    int v = g->outputs[g->noutputs - g->ngrad_params + q];
+    int kk = fg->kernel_of[v];
+    int r = reg[kk] == REG_LAYER ? REG_EPI : reg[kk];
+    pp->b[r].zgrads += 1;
+    pp->b[r].zgrad_bytes += (double)ir_numel(&g->nodes[v]) * c->weight_bytes;
+  }
+  /* saved activations of the prologue and epilogue: values forward kernels
+   * write and backward kernels read */
+  char *counted = xcalloc((size_t)n, 1);
+  for (int kk = 0; kk < nk; kk++) {
+    if (!gi.kbwd[kk]) continue;
+    const FuseKernel *K = &fg->kernels[kk];
+    for (int j = 0; j < K->ninputs; j++) {
+      int v = gi.alias[K->inputs[j]];
+      int pk = fg->kernel_of[v];
+      if (counted[v] || gi.kbwd[pk] || v == save) continue;
+      counted[v] = 1;
+      int r = reg[pk] == REG_LAYER ? REG_EPI : reg[pk];
+      pp->saved_reg[r] += kernel_out_bytes(&P, &gi, &fg->kernels[pk], v);
+    }
+  }
+  free(counted);
+  /* one layer */
+  pp->layers = 0;
+  if (save >= 0) {
+    const IrNode *sx = &g->nodes[save];
+    pp->layers = sx->attr[1];
+    int fgraph = (int)sx->attr[0];
+    const GMemo *lf = price_graph(&P, fgraph);
+    pp->lf = lf->cost;
+    pp->layer_saved = callee_saved_layer(&P, fgraph);
+    pp->lf_peak = lf->peak;
+    pp->boundary_bytes = value_bytes(c, sx);
+    /* parameters of one layer: the block's (local) weights */
+    int block = -1;
+    for (int i = 1; i < ad->nforward; i++)
+      if (ad->fwd[i] == fgraph) block = i;
+    for (int q = 0; q < part->nparams; q++)
+      if (part->params[q].graph == block) {
+        double e = 1;
+        for (int d = 0; d < part->params[q].rank; d++) e *= (double)part->params[q].dims[d];
+        pp->layer_params += e;
+      }
+  }
+  if (back >= 0) {
+    const GMemo *lb = price_graph(&P, (int)g->nodes[back].attr[0]);
+    pp->lb = lb->cost;
+    pp->lb_peak = lb->peak;
+  }
+  /* peaks per chunk kind, without the held layers */
+  char *mask = xcalloc((size_t)nk, 1);
+  for (int kind = 0; kind < PLAN_NKINDS; kind++) {
+    for (int kk = 0; kk < nk; kk++) {
+      int r = reg[kk];
+      mask[kk] = r == REG_LAYER || (r == REG_PRO && (kind == PLAN_SINGLE || kind == PLAN_FIRST)) ||
+                 (r == REG_EPI && (kind == PLAN_SINGLE || kind == PLAN_LAST));
+    }
+    walk_live(&P, &gi, mask, &pp->peak_out[kind], &pp->peak_in[kind]);
+  }
+  free(mask);
+  free(reg);
+  free(anc);
+  free(desc);
+  ginfo_free(&gi);
+  pricer_free(&P);
+  pp->valid = 1;
+done:
+  arena_free(a);
+}
+
+PlanParts *plan_parts(PlanCtx *c, const PlanKey *k) {
+  uint64_t h = key_hash(k);
+  size_t cap = c->cap;
+  if (cap) {
+    for (size_t i = h & (cap - 1);; i = (i + 1) & (cap - 1)) {
+      PlanParts *p = c->table[i];
+      if (!p) break;
+      if (key_eq(&p->key, k)) return p;
+    }
+  }
+  if ((c->count + 1) * 2 > cap) {
+    size_t ncap = cap ? cap * 2 : 256;
+    PlanParts **nt = xcalloc(ncap, sizeof(PlanParts *));
+    for (size_t i = 0; i < cap; i++) {
+      PlanParts *p = c->table[i];
+      if (!p) continue;
+      size_t j = key_hash(&p->key) & (ncap - 1);
+      while (nt[j]) j = (j + 1) & (ncap - 1);
+      nt[j] = p;
+    }
+    free(c->table);
+    c->table = nt;
+    c->cap = cap = ncap;
+  }
+  PlanParts *p = xcalloc(1, sizeof *p);
+  p->key = *k;
+  build_parts(c, p);
+  c->programs++;
+  size_t j = h & (cap - 1);
+  while (c->table[j]) j = (j + 1) & (cap - 1);
+  c->table[j] = p;
+  c->count++;
+  return p;
+}
+
+/* A chunk's price from the parts: prologue?, n layers, epilogue?. */
+void plan_chunk_from_parts(const PlanParts *pp, int kind, int64_t n, PlanChunk *ch) {
+  memset(ch, 0, sizeof *ch);
+  int pro = kind == PLAN_SINGLE || kind == PLAN_FIRST, epi = kind == PLAN_SINGLE || kind == PLAN_LAST;
+  ch->layers = n;
+  plan_cost_add(&ch->f, &pp->lf, (double)n);
+  plan_cost_add(&ch->b, &pp->lb, (double)n);
+  ch->saved = (double)n * pp->layer_saved;
+  ch->params = (double)n * pp->layer_params;
+  if (pro) {
+    plan_cost_add(&ch->f, &pp->f[REG_PRO], 1);
+    plan_cost_add(&ch->b, &pp->b[REG_PRO], 1);
+    ch->saved += pp->saved_reg[REG_PRO];
+    ch->params += pp->params_reg[REG_PRO];
+  }
+  if (epi) {
+    plan_cost_add(&ch->f, &pp->f[REG_EPI], 1);
+    plan_cost_add(&ch->b, &pp->b[REG_EPI], 1);
+    ch->saved += pp->saved_reg[REG_EPI];
+    ch->params += pp->params_reg[REG_EPI];
+  }
+  if (kind == PLAN_SINGLE) ch->params -= pp->shared_params;
+  double pin = (double)n * pp->layer_saved + pp->peak_in[kind];
+  ch->peak = pp->peak_out[kind] > pin ? pp->peak_out[kind] : pin;
+  ch->p2p_bytes = kind == PLAN_SINGLE ? 0 : pp->boundary_bytes;
+  if (kind == PLAN_FIRST || kind == PLAN_MIDDLE) ch->f.sent[IRG_PP] += pp->boundary_bytes;
+  if (kind == PLAN_LAST || kind == PLAN_MIDDLE) ch->b.sent[IRG_PP] += pp->boundary_bytes;
+  ch->shared_params = kind == PLAN_SINGLE ? 0 : pp->shared_params;
+}
+
+/* ------------------------------------------------------------------ */
+/* the real chunks: pipe_split and a differentiated module per chunk    */
+
+
+/* Prices the step graph of one differentiated chunk module. */
+static int price_chunk_module(PlanCtx *c, IrModule *cm, Recompute rc, const CostLink *link, const int64_t *gsize,
+                              Arena *a, PlanChunk *ch, char *why, size_t whylen) {
+  const char *err = NULL;
+  AdResult *ad = ad_build(cm, rc, &err);
+  if (!ad) {
+    snprintf(why, whylen, "a pipeline chunk does not differentiate: %s", err ? err : "?");
+    return -1;
+  }
+  FuseResult *fr = fuse_module(a, cm);
+  Pricer P;
+  pricer_init(&P, c, cm, fr, ad, link, gsize);
+  const IrGraph *g = cm->graphs[ad->step];
+  GInfo gi;
+  ginfo_init(&gi, g, &fr->graphs[ad->step]);
+  memset(ch, 0, sizeof *ch);
+  const FuseGraph *fg = gi.fg;
+  int64_t held_layers = 0;
+  double layer_saved = 0;
+  char *counted = xcalloc((size_t)g->nnodes, 1);
+  for (int k = 0; k < fg->nkernels; k++) {
+    const FuseKernel *K = &fg->kernels[k];
+    price_kernel(&P, &gi, k, 0, gi.kbwd[k] ? &ch->b : &ch->f);
+    const IrNode *x = &g->nodes[K->nodes[0]];
+    if (K->kind == FUSE_LEAF && x->op == IR_PARAM) {
+      ch->params += (double)ir_numel(x);
+      if (gi.kparam_bwd[k]) {
+        ch->b.zparams += 1;
+        ch->b.zparam_bytes += (double)ir_numel(x) * c->weight_bytes;
+      }
+    }
+    if (K->kind == FUSE_CALL && x->attr[2] == IR_CALL_SAVE) {
+      held_layers = x->attr[1];
+      layer_saved = callee_saved_layer(&P, (int)x->attr[0]);
+      ch->layers = x->attr[1];
+      /* the block's weights, one copy per layer the chunk runs */
+      int fgraph = (int)x->attr[0], block = -1;
+      for (int i = 1; i < ad->nforward; i++)
+        if (ad->fwd[i] == fgraph) block = i;
+      for (int q = 0; q < cm->nparams; q++)
+        if (cm->params[q].graph == block) {
+          double e = 1;
+          for (int d = 0; d < cm->params[q].rank; d++) e *= (double)cm->params[q].dims[d];
+          ch->params += e * (double)x->attr[1];
+        }
+    }
+    if (K->kind == FUSE_COMM)
+      for (int j = 0; j < K->nnodes; j++)
+        if (g->nodes[K->nodes[j]].op == IR_SEND && !gi.kbwd[k])
+          ch->p2p_bytes = value_bytes(c, &g->nodes[g->nodes[K->nodes[j]].in[0]]);
+    if (!gi.kbwd[k]) continue;
+    for (int j = 0; j < K->ninputs; j++) {
+      int v = gi.alias[K->inputs[j]];
+      int pk = fg->kernel_of[v];
+      if (counted[v] || gi.kbwd[pk]) continue;
+      counted[v] = 1;
+      const IrNode *pv = &g->nodes[v];
+      if (pv->op == IR_CALL && pv->attr[2] == IR_CALL_SAVE) continue; /* the held layers, below */
+      ch->saved += kernel_out_bytes(&P, &gi, &fg->kernels[pk], v);
+    }
+  }
+  free(counted);
+  for (int q = 0; q < g->ngrad_params; q++) {
+    ch->b.zgrads += 1;
+    ch->b.zgrad_bytes += (double)ir_numel(&g->nodes[g->outputs[g->noutputs - g->ngrad_params + q]]) * c->weight_bytes;
+  }
+  ch->saved += (double)held_layers * layer_saved;
+  double po, pi;
+  walk_live(&P, &gi, NULL, &po, &pi);
+  pi += (double)held_layers * layer_saved;
+  ch->peak = po > pi ? po : pi;
+  /* The compiled program's own memory plan (memplan.h: liveness of the
+   * fused kernels, stashes of the saved layers, workspaces of calls) is the
+   * authority on the peak of one micro-batch's step. It sizes values by
+   * their IR dtype (f32); the run keeps floats at the training precision. */
+  MemOptions mo;
+  memset(&mo, 0, sizeof mo);
+  mo.precision = c->prec;
+  mo.optimizer = c->model->train.optimizer;
+  mo.sgd_momentum = c->model->train.momentum > 0;
+  mo.dp = 1;
+  mo.entry = ad->step;
+  mo.fusion = fr;
+  MemPlan *mp = mem_plan_module(a, cm, &mo);
+  if (mp && mp->fused_peak > 0) {
+    ch->memplan_peak = (double)mp->fused_peak;
+    ch->peak = (double)mp->fused_peak * c->act_bytes / 4.0;
+  }
+  ginfo_free(&gi);
+  pricer_free(&P);
+  return 0;
+}
+
+/* The distinct chunks of a K-chunk split: [0] chunk 0 (the only one when
+ * K = 1), [1] a middle chunk (K > 2), [2] chunk K-1. */
+PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
+  for (PlanExact *e = c->exact; e; e = e->next)
+    if (key_eq(&e->key, k) && e->K == K) return e;
+  PlanExact *e = xcalloc(1, sizeof *e);
+  e->key = *k;
+  e->K = K;
+  e->next = c->exact;
+  c->exact = e;
+  Arena *a = arena_new();
+  IrModule *global = lower_model(a, quiet_diag(c), c->model, k->mb);
+  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len};
+  IrModule *part = global ? spmd_partition(a, quiet_diag(c), global, &spec) : NULL;
+  PipeResult *pr = part ? pipe_split(a, quiet_diag(c), part, K) : NULL;
+  if (!pr) {
+    snprintf(e->why, sizeof e->why, "the program does not split into %" PRId64 " pipeline chunks", K);
+    arena_free(a);
+    return e;
+  }
+  CostLink link[IRG_COUNT];
+  int64_t gsize[IRG_COUNT];
+  key_links(c, k->tp, k->cp, link, gsize);
+  int ok = 1;
+  if (K == 1) {
+    ok = price_chunk_module(c, pr->m, (Recompute)k->rc, link, gsize, a, &e->ch[0], e->why, sizeof e->why) == 0;
+  } else {
+    int which[3] = {0, K > 2 ? 1 : -1, (int)K - 1};
+    for (int i = 0; i < 3 && ok; i++) {
+      if (which[i] < 0) continue;
+      IrModule *cm = pipe_chunk_module(a, pr, which[i]);
+      ok = price_chunk_module(c, cm, (Recompute)k->rc, link, gsize, a, &e->ch[i], e->why, sizeof e->why) == 0;
+    }
+    /* a weight read by the first and the last chunk (tied embeddings) */
+    if (ok) {
+      IrModule *m0 = pipe_chunk_module(a, pr, 0), *m1 = pipe_chunk_module(a, pr, (int)K - 1);
+      char *used = xcalloc((size_t)pr->m->nparams + 1, 1);
+      for (int i = 0; i < m0->graphs[0]->nnodes; i++)
+        if (m0->graphs[0]->nodes[i].op == IR_PARAM) used[m0->graphs[0]->nodes[i].attr[0]] |= 1;
+      for (int i = 0; i < m1->graphs[0]->nnodes; i++)
+        if (m1->graphs[0]->nodes[i].op == IR_PARAM) used[m1->graphs[0]->nodes[i].attr[0]] |= 2;
+      double shared = 0;
+      for (int q = 0; q < pr->m->nparams; q++)
+        if (used[q] == 3) {
+          double el = 1;
+          for (int d = 0; d < pr->m->params[q].rank; d++) el *= (double)pr->m->params[q].dims[d];
+          shared += el;
+        }
+      free(used);
+      e->ch[0].shared_params = e->ch[2].shared_params = shared;
+    }
+  }
+  e->valid = ok;
+  arena_free(a);
+  return e;
+}
+
+/* ------------------------------------------------------------------ */
+/* context                                                              */
+
+static double model_flops_mb(PlanCtx *c, int64_t mb, double *all) {
+  for (int i = 0; i < c->nmf; i++)
+    if (c->mf[i].mb == mb) {
+      *all = c->mf[i].all;
+      return c->mf[i].gemm;
+    }
+  Arena *a = arena_new();
+  IrModule *g = lower_model(a, quiet_diag(c), c->model, mb);
+  double gemm = 0, tot = 0;
+  const char *err = NULL;
+  AdResult *ad = g ? ad_build(g, RECOMPUTE_NONE, &err) : NULL;
+  if (ad) {
+    IrCost ic = ircost_graph(g, g->graphs[ad->step]);
+    gemm = ic.flops_of[IRC_GEMM];
+    tot = ic.flops;
+  }
+  arena_free(a);
+  if (c->nmf == c->capmf) {
+    c->capmf = c->capmf ? c->capmf * 2 : 8;
+    c->mf = realloc(c->mf, sizeof(*c->mf) * (size_t)c->capmf);
+    if (!c->mf) abort();
+  }
+  c->mf[c->nmf].mb = mb;
+  c->mf[c->nmf].gemm = gemm;
+  c->mf[c->nmf].all = tot;
+  c->nmf++;
+  *all = tot;
+  return gemm;
+}
+
+PlanCtx *plan_new(const SemModel *model, Diag *diag) {
+  const char *dname = model->has_cluster ? model->cluster.device : "cpu";
+  const CatDevice *d = cat_device(dname);
+  if (!d) {
+    diag_error(diag, span_none, "the planner does not know the device '%s' of cluster %s", dname,
+               model->layout.cluster_name ? model->layout.cluster_name : "?");
+    return NULL;
+  }
+  PlanCtx *c = xcalloc(1, sizeof *c);
+  c->model = model;
+  c->dev = *d;
+  if (model->has_cluster) c->cluster = model->cluster;
+  else {
+    const CatCluster *cc = cat_cluster("cpu");
+    c->cluster.name = "cpu";
+    c->cluster.device = "cpu";
+    c->cluster.gpus_per_node = 1;
+    c->cluster.nodes = 1;
+    c->cluster.shared_device = 1;
+    if (cc) {
+      c->cluster.intra_bytes_per_s = cc->intra_bytes_per_s;
+      c->cluster.intra_latency_s = cc->intra_latency_s;
+    }
+  }
+  const SemLayout *L = &model->layout;
+  if (L->gpus_per_node > 0) c->cluster.gpus_per_node = L->gpus_per_node;
+  c->gpus = L->gpus > 0 ? L->gpus : 1;
+  /* Ranks that time-share one device (CPU cores) each get its share. */
+  if (c->cluster.shared_device && c->cluster.gpus_per_node > 1) {
+    double r = (double)c->cluster.gpus_per_node;
+    c->dev.peak_flops_fp64 /= r;
+    c->dev.peak_flops_fp32 /= r;
+    c->dev.peak_flops_tf32 /= r;
+    c->dev.peak_flops_bf16 /= r;
+    c->dev.peak_flops_fp16 /= r;
+    c->dev.peak_flops_fp8 /= r;
+    c->dev.hbm_bytes_per_s /= r;
+    c->dev.mem_bytes /= r;
+  }
+  c->prec = model->train.precision;
+  c->act_bytes = prec_bytes(c->prec);
+  c->weight_bytes = prec_bytes(c->prec);
+  FILE *sink = fopen("/dev/null", "w");
+  c->sink = sink;
+  c->quiet = diag_new(sink ? sink : stderr);
+  c->arena = arena_new();
+  /* the model's parameters, from its graph */
+  Arena *a = arena_new();
+  IrModule *g = lower_model(a, diag, model, model->train.micro_batch > 0 ? model->train.micro_batch : 1);
+  if (!g) {
+    arena_free(a);
+    plan_free(c);
+    return NULL;
+  }
+  c->params = (double)ircost_param_count(g);
+  arena_free(a);
+  return c;
+}
+
+void plan_free(PlanCtx *c) {
+  if (!c) return;
+  for (size_t i = 0; i < c->cap; i++) free(c->table[i]);
+  free(c->table);
+  for (PlanExact *e = c->exact; e;) {
+    PlanExact *n = e->next;
+    free(e);
+    e = n;
+  }
+  free(c->mf);
+  free(c->stages);
+  if (c->quiet) diag_free(c->quiet);
+  if (c->sink) fclose(c->sink);
+  if (c->arena) arena_free(c->arena);
+  free(c);
+}
+
+const SemModel *plan_model(const PlanCtx *c) { return c->model; }
+const CatDevice *plan_device(const PlanCtx *c) { return &c->dev; }
+const SemCluster *plan_cluster(const PlanCtx *c) { return &c->cluster; }
+int64_t plan_gpus(const PlanCtx *c) { return c->gpus; }
+
+PlanLayout plan_layout_of(const SemModel *m) {
+  const SemLayout *L = &m->layout;
+  PlanLayout p;
+  p.dp = L->dp;
+  p.tp = L->tp;
+  p.pp = L->pp;
+  p.cp = L->cp;
+  p.vpp = L->virtual_stages;
+  p.zero = L->zero;
+  p.micro_batch = m->train.micro_batch;
+  p.num_micro = L->num_micro_batches;
+  p.sp = L->sp;
+  p.schedule = L->schedule;
+  p.recompute = L->recompute;
+  p.overlap = L->overlap != 0;
+  return p;
+}
+
+/* ------------------------------------------------------------------ */
+/* evaluation of one layout                                             */
+
+static int fail(PlanResult *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(PlanResult *out, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(out->why, sizeof out->why, fmt, ap);
+  va_end(ap);
+  out->valid = 0;
+  return -1;
+}
+
+static int kind_of(int64_t c, int64_t K) {
+  if (K == 1) return PLAN_SINGLE;
+  if (c == 0) return PLAN_FIRST;
+  if (c == K - 1) return PLAN_LAST;
+  return PLAN_MIDDLE;
+}
+
+/* Optimizer step bytes per local parameter: read the gradient, read and
+ * write the fp32 master weights and each state, write the working copy
+ * (mixed precision); gradient clipping reads the gradients once more. */
+static double optimizer_bytes_per_param(const SemTrain *t) {
+  int mixed = t->precision != PREC_FP32;
+  double g = mixed ? 2 : 4;
+  double states = t->optimizer == OPT_ADAMW ? 2 : (t->momentum > 0 ? 1 : 0);
+  double b = g + 8 + 8 * states + (mixed ? 2 : 0);
+  if (t->clip > 0) b += g;
+  return b;
+}
+
+int plan_pipeline(Schedule kind, int pp, int64_t m, int v, const double *tf, const double *tb, double t_p2p, int full,
+                  double *T, double *bubble_fraction, int *inflight, char *err, size_t errlen) {
+  /* With many micro-batches simulate 2 pp of them and extend the steady
+   * state by the slowest rank's time per micro-batch: in 1F1B's steady
+   * state every rank runs one forward and one backward per micro-batch, so
+   * each further micro-batch adds the bottleneck rank's time. Exact for
+   * uniform stages (tests/unit/test_plan.c). */
+  int64_t msim = m;
+  if (!full && m > 2 * (int64_t)pp) msim = 2 * (int64_t)pp;
+  if (msim > 0x3fffffff) {
+    snprintf(err, errlen, "too many micro-batches to simulate");
+    return -1;
+  }
+  double Rmax = 0, busy = 0;
+  for (int r = 0; r < pp; r++) {
+    double R = 0;
+    for (int64_t c = r; c < (int64_t)pp * v; c += pp) R += tf[c] + tb[c];
+    if (R > Rmax) Rmax = R;
+    busy += R * (double)m;
+  }
+  SchedProgram prog;
+  char why[256];
+  if (sched_build(&prog, kind, pp, (int)msim, v, why, sizeof why) != 0) {
+    snprintf(err, errlen, "schedule: %s", why);
+    return -1;
+  }
+  SchedCosts sc = {0, 0, tf, tb, t_p2p, 0, 0};
+  SchedSim sim;
+  int rc = sched_simulate_costs(&prog, &sc, &sim);
+  if (rc != 0) {
+    if (rc > 0) sched_sim_free(&sim);
+    sched_free(&prog);
+    snprintf(err, errlen, "the schedule does not run (%s)", rc > 0 ? "deadlock" : "bad arguments");
+    return -1;
+  }
+  *T = sim.makespan + (double)(m - msim) * Rmax;
+  for (int r = 0; r < pp; r++) inflight[r] = sim.peak_inflight[r];
+  *bubble_fraction = msim == m ? sim.bubble_fraction : 1 - busy / ((double)pp * *T);
+  sched_sim_free(&sim);
+  sched_free(&prog);
+  return 0;
+}
+
+int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult *out) {
+  PlanLayout L = *Lin; /* before clearing out: Lin may point into it */
+  memset(out, 0, sizeof *out);
+  const SemModel *m = c->model;
+  out->layout = L;
+  out->gpus = c->gpus;
+  out->seq_len = m->seq_len > 0 ? m->seq_len : 1;
+  out->params = c->params;
+  if (L.dp < 1 || L.tp < 1 || L.pp < 1 || L.cp < 1 || L.micro_batch < 1 || L.zero < 0 || L.zero > 3 || L.sp < 0 ||
+      L.schedule < 0 || L.recompute < 0)
+    return fail(out, "the layout has auto fields");
+  if (L.vpp < 1) L.vpp = 1;
+  if (L.dp * L.tp * L.pp * L.cp != c->gpus)
+    return fail(out, "dp x tp x pp x cp = %" PRId64 " is not the %" PRId64 " GPUs", L.dp * L.tp * L.pp * L.cp, c->gpus);
+  int64_t B = c->batch_override > 0 ? c->batch_override
+              : m->train.global_batch > 0 ? m->train.global_batch : L.dp * L.micro_batch;
+  if (B % (L.dp * L.micro_batch) != 0)
+    return fail(out, "the global batch %" PRId64 " is not divisible by dp x micro_batch", B);
+  L.num_micro = B / (L.dp * L.micro_batch);
+  out->layout = L;
+  out->global_batch = B;
+  if (L.schedule == SCHED_INTERLEAVED && L.vpp < 2) return fail(out, "interleaving needs virtual stages >= 2");
+  if (L.schedule != SCHED_INTERLEAVED && L.vpp > 1) return fail(out, "virtual stages need the interleaved schedule");
+  if (L.pp > 1 && L.schedule == SCHED_INTERLEAVED && L.num_micro % L.pp != 0)
+    return fail(out, "interleaving needs the micro-batches (%" PRId64 ") divisible by pp", L.num_micro);
+  int64_t K = L.pp * L.vpp;
+  PlanKey key = {L.micro_batch, L.tp, L.cp, L.tp > 1 ? L.sp : 0, L.recompute};
+  PlanParts *pp = plan_parts(c, &key);
+  if (!pp->valid) return fail(out, "%s", pp->why);
+  if (K > 1 && (pp->layers < 1 || pp->layers % K != 0))
+    return fail(out, "%" PRId64 " layers do not split into pp x virtual = %" PRId64 " chunks", pp->layers, K);
+  int64_t nl = K > 1 ? pp->layers / K : pp->layers;
+  PlanChunk kinds[PLAN_NKINDS];
+  if (flags & PLAN_FAST) {
+    for (int k = 0; k < PLAN_NKINDS; k++) plan_chunk_from_parts(pp, k, nl, &kinds[k]);
+  } else {
+    PlanExact *e = plan_exact(c, &key, K);
+    if (!e->valid) return fail(out, "%s", e->why);
+    if (K == 1) kinds[PLAN_SINGLE] = e->ch[0];
+    else {
+      kinds[PLAN_FIRST] = e->ch[0];
+      kinds[PLAN_MIDDLE] = e->ch[1];
+      kinds[PLAN_LAST] = e->ch[2];
+    }
+  }
+  /* groups and links (rank order tp, cp, dp, pp) */
+  int64_t gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1;
+  int64_t inner = L.tp * L.cp;
+  int64_t rdp = inner >= gpn ? 1 : (L.dp < gpn / inner ? L.dp : gpn / inner);
+  if (rdp < 1) rdp = 1;
+  CostLink dplink = cost_group_link(&c->cluster, (int)L.dp, (int)rdp);
+  CostLink pplink = cost_group_link(&c->cluster, 2, inner * L.dp < gpn ? 2 : 1);
+  int pp_n = (int)L.pp, v = (int)L.vpp;
+  int64_t mmb = L.num_micro;
+  /* per-chunk times */
+  double *tf = xcalloc((size_t)K, sizeof(double)), *tb = xcalloc((size_t)K, sizeof(double));
+  for (int64_t ci = 0; ci < K; ci++) {
+    const PlanChunk *ch = &kinds[kind_of(ci, K)];
+    tf[ci] = ch->f.t;
+    tb[ci] = ch->b.t;
+  }
+  double p2p_bytes = K > 1 ? kinds[PLAN_FIRST].p2p_bytes : 0;
+  double t_p2p = K > 1 ? cost_sendrecv_s(p2p_bytes, &pplink) : 0;
+  out->p2p_s = t_p2p;
+  /* per pipeline rank */
+  c->nstages = pp_n;
+  free(c->stages);
+  c->stages = xcalloc((size_t)pp_n, sizeof(PlanStage));
+  PlanStage *st = c->stages;
+  /* Ranks priced: all of them, or in the search's screening the first, one
+   * middle rank (standing for pp - 2 identical ones) and the last. */
+  int nrep = 0, *rep = xcalloc((size_t)pp_n, sizeof(int));
+  double *wrep = xcalloc((size_t)pp_n, sizeof(double));
+  if ((flags & PLAN_FAST) && pp_n > 3) {
+    rep[0] = 0, wrep[0] = 1;
+    rep[1] = 1, wrep[1] = pp_n - 2;
+    rep[2] = pp_n - 1, wrep[2] = 1;
+    nrep = 3;
+  } else {
+    for (int r = 0; r < pp_n; r++) rep[r] = r, wrep[r] = 1;
+    nrep = pp_n;
+  }
+  double Rmax = 0, Rsum = 0;
+  int rmax = 0;
+  for (int ri = 0; ri < nrep; ri++) {
+    int r = rep[ri];
+    for (int64_t ci = r; ci < K; ci += pp_n) {
+      st[r].fwd_s += tf[ci];
+      st[r].bwd_s += tb[ci];
+      st[r].params += kinds[kind_of(ci, K)].params;
+    }
+    double R = st[r].fwd_s + st[r].bwd_s;
+    st[r].busy_s = R * (double)mmb;
+    Rsum += R * wrep[ri];
+    if (R > Rmax) Rmax = R, rmax = r;
+  }
+  /* the pipeline */
+  double T_pipe = 0, bubble_fraction = 0;
+  int *inflight = xcalloc((size_t)pp_n, sizeof(int));
+  if (pp_n == 1) {
+    T_pipe = (double)mmb * Rmax;
+    inflight[0] = L.schedule == SCHED_GPIPE ? (int)mmb : 1;
+    out->simulated = 1;
+  } else if (flags & PLAN_FAST) {
+    /* closed form: the slowest rank sets the steady state; the pipeline
+     * fills and drains over (p-1)/v of a mean rank's micro-batch, plus the
+     * transfers along it (Narayanan et al. 2021 Sec. 2.2, uneven stages) */
+    T_pipe = (double)mmb * Rmax + (double)(pp_n - 1) / v * (Rsum / pp_n) + 2.0 * (pp_n - 1) * t_p2p;
+    double busy_mean = Rsum / pp_n * (double)mmb;
+    bubble_fraction = 1 - busy_mean / T_pipe;
+    for (int ri = 0; ri < nrep; ri++) {
+      int r = rep[ri];
+      int w = sched_warmup((Schedule)L.schedule, pp_n, (int)(mmb < 1 << 30 ? mmb : 1 << 30), v, r);
+      inflight[r] = L.schedule == SCHED_GPIPE ? (int)(mmb * v) : (w < 0 ? 1 : w + 1);
+      if (L.schedule != SCHED_GPIPE && inflight[r] > mmb * v) inflight[r] = (int)(mmb * v);
+    }
+  } else {
+    char err[256];
+    if (plan_pipeline((Schedule)L.schedule, pp_n, mmb, v, tf, tb, t_p2p, (flags & PLAN_FULL_SIM) != 0, &T_pipe,
+                      &bubble_fraction, inflight, err, sizeof err) != 0) {
+      free(tf), free(tb), free(inflight), free(rep), free(wrep);
+      return fail(out, "%s", err);
+    }
+    out->simulated = 1;
+  }
+  free(tf);
+  free(tb);
+  if (bubble_fraction < 0) bubble_fraction = 0;
+  /* data parallelism, ZeRO, the optimizer, memory per rank */
+  const SemTrain *tr = &m->train;
+  OptimizerKind ok = tr->optimizer;
+  double grad_b = c->weight_bytes;
+  double opt_bpp = optimizer_bytes_per_param(tr);
+  double worst_dp_exposed = 0, worst_dp_s = 0, worst_dp_sent = 0, worst_opt = 0, worst_z3 = 0, worst_z3_exposed = 0;
+  double worst_ag_exposed = 0, emb_s = 0, emb_sent = 0;
+  double worst_total = -1;
+  double hbm = c->dev.hbm_bytes_per_s * COST_HBM_EFFICIENCY;
+  double z3_bucket = 0;
+  for (int ri = 0; ri < nrep; ri++) {
+    int r = rep[ri];
+    PlanStage *s = &st[r];
+    double params_r = s->params;
+    double grad_bytes = params_r * grad_b;
+    double fwd1 = s->fwd_s, bwd1 = s->bwd_s;
+    double dp_s = 0, dp_exposed = 0, dp_sent = 0, ag_exposed = 0, z3_s = 0, z3_exposed = 0;
+    if (L.dp > 1) {
+      if (L.zero <= 2) {
+        double coll, t_last_bucket, bk = grad_bytes < PLAN_DP_BUCKET_BYTES ? grad_bytes : PLAN_DP_BUCKET_BYTES;
+        if (L.zero == 0) {
+          coll = cost_allreduce_s(grad_bytes, (int)L.dp, &dplink, COST_ALGO_AUTO);
+          dp_sent = cost_collective_bytes_sent(COST_ALLREDUCE, grad_bytes, (int)L.dp,
+                                               cost_pick_algo(COST_ALLREDUCE, grad_bytes, (int)L.dp, &dplink));
+          t_last_bucket = cost_allreduce_s(bk, (int)L.dp, &dplink, COST_ALGO_AUTO);
+        } else {
+          /* ZeRO 1/2: reduce-scatter the gradients, all-gather the updated
+           * weights (the same volume as an all-reduce, ZeRO paper Sec. 7) */
+          coll = cost_reduce_scatter_s(grad_bytes, (int)L.dp, &dplink, COST_ALGO_RING);
+          double wb = params_r * c->weight_bytes;
+          double ag = cost_allgather_s(wb, (int)L.dp, &dplink, COST_ALGO_RING);
+          dp_sent = cost_collective_bytes_sent(COST_REDUCE_SCATTER, grad_bytes, (int)L.dp, COST_ALGO_RING) +
+                    cost_collective_bytes_sent(COST_ALLGATHER, wb, (int)L.dp, COST_ALGO_RING);
+          t_last_bucket = cost_reduce_scatter_s(bk, (int)L.dp, &dplink, COST_ALGO_RING);
+          /* the gather of the weights can run under the next step's first forward */
+          ag_exposed = L.overlap ? (ag > fwd1 ? ag - fwd1 : 0) : ag;
+          dp_s += ag;
+        }
+        /* overlap: gradients are final only in the last micro-batch's
+         * backward; buckets reduce while it runs, the last bucket after it */
+        double ex = coll;
+        if (L.overlap) {
+          ex = coll - bwd1;
+          if (ex < t_last_bucket) ex = t_last_bucket;
+          if (ex > coll) ex = coll;
+        }
+        dp_s += coll;
+        dp_exposed = ex;
+      } else {
+        /* ZeRO-3: every weight tensor gathered before each use (forward,
+         * backward) and every gradient reduce-scattered, per micro-batch,
+         * one collective per tensor (DeepSpeed's per-module fetch) */
+        PlanCost sum;
+        memset(&sum, 0, sizeof sum);
+        for (int64_t ci = r; ci < K; ci += pp_n) {
+          const PlanChunk *ch = &kinds[kind_of(ci, K)];
+          plan_cost_add(&sum, &ch->f, 1);
+          plan_cost_add(&sum, &ch->b, 1);
+        }
+        double nag = sum.zparams, bag = sum.zparam_bytes, nrs = sum.zgrads, brs = sum.zgrad_bytes;
+        double per_mb = 0, sent = 0;
+        if (nag > 0) {
+          per_mb += nag * cost_allgather_s(bag / nag, (int)L.dp, &dplink, COST_ALGO_RING);
+          sent += cost_collective_bytes_sent(COST_ALLGATHER, bag, (int)L.dp, COST_ALGO_RING);
+        }
+        if (nrs > 0) {
+          per_mb += nrs * cost_reduce_scatter_s(brs / nrs, (int)L.dp, &dplink, COST_ALGO_RING);
+          sent += cost_collective_bytes_sent(COST_REDUCE_SCATTER, brs, (int)L.dp, COST_ALGO_RING);
+        }
+        z3_s = per_mb * (double)mmb;
+        dp_sent = sent * (double)mmb;
+        /* On the critical path: a layer's weights are gathered when it
+         * starts. Narayanan et al. 2021 Table 2 shows it: ZeRO-3 throughput
+         * per GPU halves each time the GPUs double at a fixed batch, the
+         * signature of per-tensor ring latency (n - 1) alpha that compute
+         * does not hide (docs/planner.md sec. 11.4). */
+        z3_exposed = z3_s;
+        dp_s = z3_s;
+        dp_exposed = z3_exposed;
+        /* one layer's weights gathered at a time */
+        z3_bucket = pp->layer_params * c->weight_bytes;
+      }
+    }
+    /* optimizer step over the local (ZeRO-partitioned) parameters */
+    double opt_params = L.zero >= 1 ? params_r / (double)L.dp : params_r;
+    double opt_s = hbm > 0 ? opt_params * opt_bpp / hbm : 0;
+    /* memory */
+    int sgd_m = tr->momentum > 0;
+    CostModelStates ms = cost_model_states((int64_t)params_r, (int)L.zero, (int)L.dp, c->prec, ok, sgd_m);
+    double saved_max = 0, peak_max = 0;
+    for (int64_t ci = r; ci < K; ci += pp_n) {
+      const PlanChunk *ch = &kinds[kind_of(ci, K)];
+      if (ch->saved > saved_max) saved_max = ch->saved;
+      if (ch->peak > peak_max) peak_max = ch->peak;
+    }
+    int inf = inflight[r] > 0 ? inflight[r] : 1;
+    PlanMemory *mem = &s->mem;
+    mem->params = ms.params;
+    mem->grads = ms.grads;
+    mem->optimizer = ms.optimizer;
+    mem->activations = (double)inf * saved_max;
+    mem->transient = peak_max - saved_max > 0 ? peak_max - saved_max : 0;
+    double buckets = 0;
+    if (L.dp > 1 && L.zero < 3) buckets = grad_bytes < 2 * PLAN_DP_BUCKET_BYTES ? grad_bytes : 2 * PLAN_DP_BUCKET_BYTES;
+    if (L.dp > 1 && L.zero == 3) buckets = z3_bucket;
+    if (pp_n > 1) buckets += 2 * p2p_bytes;
+    mem->comm_buffers = buckets;
+    mem->workspace = (c->cluster.shared_device ? 0 : PLAN_WORKSPACE_BYTES) +
+                     PLAN_FRAGMENTATION * (mem->activations + mem->transient);
+    mem->total = mem->params + mem->grads + mem->optimizer + mem->activations + mem->transient + mem->comm_buffers +
+                 mem->workspace;
+    mem->capacity = c->dev.mem_bytes;
+    mem->fits = mem->total <= mem->capacity;
+    mem->rank = r;
+    mem->inflight = inf;
+    if (mem->total > worst_total) {
+      worst_total = mem->total;
+      out->mem = *mem;
+    }
+    double exposed_r = dp_exposed + ag_exposed;
+    if (exposed_r > worst_dp_exposed) worst_dp_exposed = exposed_r;
+    if (dp_s > worst_dp_s) worst_dp_s = dp_s;
+    if (dp_sent > worst_dp_sent) worst_dp_sent = dp_sent;
+    if (opt_s > worst_opt) worst_opt = opt_s;
+    if (z3_s > worst_z3) worst_z3 = z3_s;
+    if (z3_exposed > worst_z3_exposed) worst_z3_exposed = z3_exposed;
+    if (ag_exposed > worst_ag_exposed) worst_ag_exposed = ag_exposed;
+  }
+  free(inflight);
+  free(rep);
+  free(wrep);
+  /* tied weights on two pipeline ranks: their gradients are summed between
+   * the first and last stage every step (Megatron-LM's embedding group) */
+  double shared = K > 1 ? kinds[PLAN_FIRST].shared_params : 0;
+  if (shared > 0 && pp_n > 1) {
+    emb_s = cost_allreduce_s(shared * grad_b, 2, &pplink, COST_ALGO_AUTO);
+    emb_sent = cost_collective_bytes_sent(COST_ALLREDUCE, shared * grad_b, 2, COST_ALGO_RING);
+  }
+  /* the busiest rank's compute and communication */
+  const PlanStage *sb = &st[rmax];
+  PlanCost rank_cost;
+  memset(&rank_cost, 0, sizeof rank_cost);
+  for (int64_t ci = rmax; ci < K; ci += pp_n) {
+    const PlanChunk *ch = &kinds[kind_of(ci, K)];
+    plan_cost_add(&rank_cost, &ch->f, (double)mmb);
+    plan_cost_add(&rank_cost, &ch->b, (double)mmb);
+  }
+  double tp_s = rank_cost.t_comm[IRG_TP], cp_s = rank_cost.t_comm[IRG_CP];
+  out->compute_s = sb->busy_s - tp_s - cp_s;
+  out->gemm_s = rank_cost.t_gemm;
+  out->other_s = out->compute_s - out->gemm_s;
+  out->recompute_s = rank_cost.t_rc;
+  out->bubble_s = T_pipe - sb->busy_s;
+  if (out->bubble_s < 0) out->bubble_s = 0;
+  out->bubble_fraction = bubble_fraction;
+  out->optimizer_s = worst_opt;
+  out->comm_s[IRG_TP] = tp_s;
+  out->comm_s[IRG_CP] = cp_s;
+  out->comm_exposed[IRG_TP] = tp_s;
+  out->comm_exposed[IRG_CP] = cp_s;
+  out->comm_s[IRG_DP] = worst_dp_s;
+  out->comm_exposed[IRG_DP] = worst_dp_exposed;
+  out->comm_s[IRG_PP] = (double)mmb * 2 * t_p2p * (K > 1 ? 1 : 0) * v + emb_s;
+  out->comm_exposed[IRG_PP] = emb_s; /* transfers inside the pipeline time are in the bubble */
+  out->comm_bytes[IRG_TP] = rank_cost.sent[IRG_TP];
+  out->comm_bytes[IRG_CP] = rank_cost.sent[IRG_CP];
+  out->comm_bytes[IRG_PP] = rank_cost.sent[IRG_PP] + emb_sent;
+  out->comm_bytes[IRG_DP] = worst_dp_sent;
+  out->comm_exposed_s = tp_s + cp_s + worst_dp_exposed + emb_s;
+  out->step_s = T_pipe + worst_dp_exposed + emb_s + worst_opt;
+  /* FLOPs and throughput */
+  double mf_all = 0;
+  double mf = model_flops_mb(c, L.micro_batch, &mf_all);
+  double replicas = (double)(L.dp * mmb);
+  out->model_flops = mf * replicas;
+  out->model_flops_all = mf_all * replicas;
+  double hw = 0, hw_all = 0, rcf = 0;
+  for (int64_t ci = 0; ci < K; ci++) {
+    const PlanChunk *ch = &kinds[kind_of(ci, K)];
+    hw += ch->f.gemm_flops + ch->b.gemm_flops;
+    hw_all += ch->f.flops + ch->b.flops;
+    rcf += ch->b.rc_flops + ch->f.rc_flops;
+  }
+  double ranks = (double)(L.dp * L.tp * L.cp) * (double)mmb;
+  out->hw_flops = hw * ranks;
+  out->hw_flops_all = hw_all * ranks;
+  out->recompute_flops = rcf * ranks;
+  double peak = cat_peak_flops(&c->dev, prec_name(c->prec)) * (c->cluster.shared_device ? 1 : 1);
+  double G = (double)c->gpus;
+  out->tokens_per_s = (double)B * (double)out->seq_len / out->step_s;
+  out->tflops_per_gpu = out->hw_flops / out->step_s / G / 1e12;
+  out->mfu = peak > 0 ? out->model_flops / (out->step_s * G * peak) : 0;
+  out->hfu = peak > 0 ? out->hw_flops / (out->step_s * G * peak) : 0;
+  out->nstages = pp_n;
+  out->stages = c->stages;
+  out->valid = 1;
+  if (!(flags & PLAN_FAST)) plan_explain(c, out);
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* a whole predicted step, for traces                                   */
+
+int plan_timeline(PlanCtx *c, const PlanLayout *L, PlanTimeline *out) {
+  memset(out, 0, sizeof *out);
+  PlanResult r;
+  if (plan_evaluate(c, L, PLAN_FULL_SIM, &r) != 0) return -1;
+  const PlanLayout *l = &r.layout;
+  int64_t K = l->pp * (l->vpp > 0 ? l->vpp : 1);
+  PlanKey key = {l->micro_batch, l->tp, l->cp, l->tp > 1 ? l->sp : 0, l->recompute};
+  PlanExact *e = plan_exact(c, &key, K);
+  if (!e->valid) return -1;
+  double *tf = xcalloc((size_t)K, sizeof(double)), *tb = xcalloc((size_t)K, sizeof(double));
+  for (int64_t ci = 0; ci < K; ci++) {
+    int k = kind_of(ci, K);
+    const PlanChunk *ch = &e->ch[k == PLAN_SINGLE || k == PLAN_FIRST ? 0 : k == PLAN_MIDDLE ? 1 : 2];
+    tf[ci] = ch->f.t;
+    tb[ci] = ch->b.t;
+  }
+  char err[256];
+  int rc = -1;
+  if (sched_build(&out->prog, (Schedule)l->schedule, (int)l->pp, (int)l->num_micro, (int)(l->vpp > 0 ? l->vpp : 1), err,
+                  sizeof err) == 0) {
+    SchedCosts sc = {0, 0, tf, tb, r.p2p_s, 0, 0};
+    int s = sched_simulate_costs(&out->prog, &sc, &out->sim);
+    if (s == 0) rc = 0;
+    else {
+      if (s > 0) sched_sim_free(&out->sim);
+      sched_free(&out->prog);
+    }
+  }
+  free(tf);
+  free(tb);
+  out->pp = (int)l->pp;
+  out->dp_exposed = r.comm_exposed[IRG_DP] + r.comm_exposed[IRG_PP];
+  out->optimizer = r.optimizer_s;
+  return rc;
+}
+
+void plan_timeline_free(PlanTimeline *t) {
+  sched_sim_free(&t->sim);
+  sched_free(&t->prog);
+  memset(t, 0, sizeof *t);
+}

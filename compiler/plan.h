@@ -1,0 +1,219 @@
+/* plan.h - the dry-run partition planner (`hpdlc plan`).
+ *
+ * The planner prices the partitioned program that `hpdlc compile` emits: the
+ * checked model is lowered at the micro batch (lower.h), partitioned over
+ * tensor / sequence / context parallelism (spmd.h), split into pipeline
+ * chunks (pipeline.h) and differentiated per chunk with the recompute policy
+ * (autodiff.h); the kernels of fusion (fuse.h) are priced with the roofline
+ * and collective primitives of cost.h, and the pipeline schedule with the
+ * simulator of schedule.h. Every formula and constant is in docs/planner.md
+ * (sections 9-14).
+ *
+ * Rank order (Megatron-LM's): tensor parallelism varies fastest, then
+ * context, then data, then pipeline; so a tensor group sits inside a node
+ * and the data-parallel group of tp x cp >= gpus_per_node has one rank per
+ * node.
+ *
+ * A PlanCtx caches, per (micro batch, tp, cp, sp, recompute), the lowered,
+ * partitioned and differentiated program's prices, so that a search over
+ * thousands of layouts lowers and differentiates each distinct program once. */
+#ifndef HPDL_PLAN_H
+#define HPDL_PLAN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "catalog.h"
+#include "diag.h"
+#include "ir.h"
+#include "sema.h"
+
+/* ---- calibrated constants and allowances (docs/planner.md sec. 14) ---- */
+
+/* Sustained fraction of a GEMM's benchmark rate during training: the clock
+ * of a GPU running back-to-back GEMMs with communication and memory-bound
+ * kernels in between is below the clock of a short GEMM benchmark (power
+ * and thermal limits). Calibrated once on Narayanan et al. 2021 Table 1
+ * (docs/planner.md sec. 14). */
+#define PLAN_GEMM_SUSTAINED 0.78
+/* Gap between two dependent kernels on a GPU: launch latency not hidden by
+ * asynchronous launches, tail of the previous kernel. An assumption. */
+#define PLAN_KERNEL_OVERHEAD_S 3e-6
+/* PyTorch DDP's default gradient bucket (bucket_cap_mb = 25). */
+#define PLAN_DP_BUCKET_BYTES (25.0 * 1024 * 1024)
+/* Allowance for the CUDA context, library workspaces (cuBLAS, NCCL channel
+ * buffers) and what the driver reserves: stated, not measured. */
+#define PLAN_WORKSPACE_BYTES (1.0 * 1024 * 1024 * 1024)
+/* Allowance for allocator fragmentation, as a share of activation and
+ * temporary memory (the caching allocator rounds and splits blocks). */
+#define PLAN_FRAGMENTATION 0.05
+
+/* A layout: -1 in an int64 field means `auto` (plan_resolve chooses). */
+typedef struct PlanLayout {
+  int64_t dp, tp, pp, cp, vpp, zero, micro_batch;
+  int64_t num_micro; /* micro-batches per step per replica: global / (dp x micro_batch) */
+  int sp;            /* 0 off, 1 on, -1 auto */
+  int schedule;      /* Schedule, -1 auto */
+  int recompute;     /* Recompute, -1 auto */
+  int overlap;       /* data-parallel communication overlapped with the backward: 0, 1 */
+} PlanLayout;
+
+/* Memory of one GPU (bytes). */
+typedef struct PlanMemory {
+  double params, grads, optimizer; /* model states by precision and ZeRO stage */
+  double activations;  /* saved for the backward: micro-batches in flight x per micro-batch */
+  double transient;    /* temporaries of one forward / backward beyond the saved (logits, workspaces of ops) */
+  double comm_buffers; /* data-parallel buckets, ZeRO-3 gathered layers, pipeline send / receive buffers */
+  double workspace;    /* the allowance: context, library workspaces, fragmentation */
+  double total, capacity;
+  int fits;
+  int rank;            /* the pipeline rank these figures are for */
+  int inflight;        /* (chunk, micro-batch) activation sets it holds at its peak */
+} PlanMemory;
+
+/* One pipeline rank (stage) of a plan. */
+typedef struct PlanStage {
+  double fwd_s, bwd_s; /* one micro-batch, all chunks of the rank, communication on the critical path included */
+  double busy_s;       /* per step: computing (forward, backward, recompute) */
+  double params;       /* local parameters (elements) */
+  PlanMemory mem;
+} PlanStage;
+
+typedef struct PlanResult {
+  PlanLayout layout;
+  int valid;          /* 0: the layout cannot be built; why says why */
+  char why[256];
+  int64_t gpus, global_batch, seq_len;
+  /* the model, from its graph */
+  double params;          /* logical parameters (tied weights once) */
+  double model_flops;     /* per step: GEMM FLOPs of forward + backward, no recomputation (MFU) */
+  double model_flops_all; /* the same, every op */
+  double hw_flops;        /* per step, all GPUs: GEMM FLOPs executed, recomputation included (Narayanan Eq. 3) */
+  double hw_flops_all;    /* every op executed on every GPU (replicated ops count on each) */
+  double recompute_flops; /* of hw_flops_all: recomputation */
+  /* memory of the worst GPU */
+  PlanMemory mem;
+  /* communication per step per GPU (the worst rank): bytes sent and seconds */
+  double comm_bytes[IRG_COUNT];
+  double comm_s[IRG_COUNT];      /* time of the group's collectives */
+  double comm_exposed[IRG_COUNT];/* of which on the critical path */
+  /* time of one step */
+  double step_s;
+  double compute_s;       /* kernels of the busiest rank: forward, backward, recompute */
+  double gemm_s, other_s; /* of compute_s: GEMMs, memory-bound kernels and launch gaps */
+  double recompute_s;     /* of compute_s */
+  double comm_exposed_s;  /* communication on the critical path */
+  double bubble_s;        /* the busiest rank idles in the pipeline (bubble, transfers) */
+  double bubble_fraction; /* share of the pipeline time a rank idles (schedule simulator) */
+  double optimizer_s;
+  double p2p_s;           /* one pipeline message */
+  int simulated;          /* 1: bubble from sched_simulate; 0: closed form (search screening) */
+  /* throughput */
+  double tokens_per_s, tflops_per_gpu, mfu, hfu;
+  char limit[320];        /* the limiting resource in one sentence */
+  char saves[160], costs[160]; /* search: why it wins (filled by plan_search) */
+  int nstages;
+  PlanStage *stages;      /* owned by the PlanCtx (valid until plan_free) */
+} PlanResult;
+
+typedef struct PlanCtx PlanCtx;
+
+/* A planner for a checked model. NULL with an error in diag when the
+ * cluster's device is unknown or the model cannot be lowered. */
+PlanCtx *plan_new(const SemModel *model, Diag *diag);
+void plan_free(PlanCtx *c);
+
+const SemModel *plan_model(const PlanCtx *c);
+const CatDevice *plan_device(const PlanCtx *c);
+const SemCluster *plan_cluster(const PlanCtx *c);
+int64_t plan_gpus(const PlanCtx *c);
+
+/* The layout of the model's parallel block and train block. */
+PlanLayout plan_layout_of(const SemModel *m);
+
+/* Flags of plan_evaluate. */
+enum {
+  PLAN_FAST = 1,  /* price from cached parts with the closed-form bubble (search screening) */
+  PLAN_FULL_SIM = 2 /* simulate every micro-batch (no extrapolation); needed for a trace */
+};
+
+/* Prices one layout (no auto fields). Returns 0, or -1 when it cannot be
+ * built (out->valid = 0, out->why). */
+int plan_evaluate(PlanCtx *c, const PlanLayout *L, unsigned flags, PlanResult *out);
+
+/* Chooses the auto fields of L (the best layout with the others fixed);
+ * returns plan_evaluate's result for it. */
+int plan_resolve(PlanCtx *c, const PlanLayout *L, PlanResult *out);
+
+/* ---- search ---- */
+typedef struct PlanSearchStats {
+  int64_t enumerated, valid, fit, programs, exact;
+  double seconds;
+} PlanSearchStats;
+
+/* Enumerates every layout for the GPU count (dp, tp, pp, cp, sp, zero,
+ * micro batch, schedule, virtual stages, recompute); fields of fix that are
+ * not -1 are held. Keeps those that fit, ranked by step time; writes the
+ * best `top` into out (owned by the caller) and returns how many. */
+int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, PlanSearchStats *stats);
+
+/* ---- scaling ---- */
+typedef struct PlanScalePoint {
+  int64_t gpus;
+  int ok;             /* 0: no valid or fitting layout at this size */
+  PlanResult strong;  /* global batch fixed */
+  PlanResult weak;    /* global batch x gpus / gpus of the first point */
+  double strong_speedup, strong_eff, karp_flatt;
+  double weak_speedup, weak_eff;
+} PlanScalePoint;
+
+typedef struct PlanScaling {
+  int n;
+  PlanScalePoint *pts;     /* malloc'd; plan_scaling_free */
+  double amdahl_f;         /* serial fraction fitted to the strong-scaling speed-ups */
+  double gustafson_f;      /* serial fraction fitted to the weak-scaling scaled speed-ups */
+} PlanScaling;
+
+/* The layout L's tensor / context / pipeline degrees and policies at each
+ * GPU count (data parallelism takes the rest). */
+int plan_scaling(PlanCtx *c, const PlanLayout *L, const int64_t *gpus, int n, PlanScaling *out);
+void plan_scaling_free(PlanScaling *s);
+
+/* ---- reports (plan_report.c) ---- */
+typedef struct PlanReport {
+  const char *file;
+  const PlanResult *plan;
+  const PlanResult *search; /* NULL when none */
+  int nsearch;
+  const PlanSearchStats *stats;
+  const PlanScaling *scaling; /* NULL when none */
+} PlanReport;
+
+void plan_report_text(FILE *f, PlanCtx *c, const PlanReport *r);
+/* The JSON of docs/planner.md sec. 15 (the stable schema); returns 0 or -1. */
+int plan_report_json(FILE *f, PlanCtx *c, const PlanReport *r);
+int plan_report_html(FILE *f, PlanCtx *c, const PlanReport *r);
+/* A Chrome trace (trace event JSON) of one predicted step of L. */
+int plan_trace(FILE *f, PlanCtx *c, const PlanLayout *L);
+
+/* ---- the `hpdlc plan` command (plan_cli.c) ---- */
+typedef struct PlanCliOptions {
+  const char *format;  /* "text" (default), "json" or "html" */
+  const char *output;  /* -o FILE; NULL: standard output */
+  const char *trace;   /* --trace FILE: a Chrome trace of one step */
+  const char *scaling; /* --scaling 8,16,...: GPU counts */
+  int search;          /* --search */
+  int top;             /* --top K (search), default 5 */
+  int mb_fixed;        /* --micro-batch was given: the search keeps it */
+} PlanCliOptions;
+
+/* Plans the checked model m of file `path`; returns the exit status (0, 1
+ * for a plan that cannot be made, 2 for a bad option value). */
+int plan_command(Diag *diag, const char *path, const SemModel *m, const PlanCliOptions *o);
+
+/* Human units: "1.50 GiB", "12.3 ms", "135 TFLOP/s" into buf. */
+const char *plan_fmt_bytes(char *buf, size_t n, double bytes);
+const char *plan_fmt_time(char *buf, size_t n, double s);
+const char *plan_fmt_count(char *buf, size_t n, double v);
+
+#endif

@@ -1,0 +1,110 @@
+/* plan_cli.c - `hpdlc plan`: the layout of the file (its auto fields chosen
+ * by the planner), an optional search and scaling study, in one of three
+ * formats, and an optional trace (see plan.h). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+static int parse_list(const char *s, int64_t *out, int max) {
+  int n = 0;
+  while (s && *s) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || errno || v < 1 || n == max) return -1;
+    out[n++] = v;
+    s = end;
+    if (*s == ',') s++;
+    else if (*s) return -1;
+  }
+  return n;
+}
+
+int plan_command(Diag *diag, const char *path, const SemModel *m, const PlanCliOptions *o) {
+  const char *format = o->format ? o->format : "text";
+  if (strcmp(format, "text") && strcmp(format, "json") && strcmp(format, "html")) {
+    fprintf(stderr, "hpdlc: plan: --format takes text, json or html, not '%s'\n", format);
+    return 2;
+  }
+  int64_t counts[64];
+  int ncounts = 0;
+  if (o->scaling) {
+    ncounts = parse_list(o->scaling, counts, 64);
+    if (ncounts < 1) {
+      fprintf(stderr, "hpdlc: plan: --scaling takes a list of GPU counts such as 8,16,32, not '%s'\n", o->scaling);
+      return 2;
+    }
+  }
+  PlanCtx *c = plan_new(m, diag);
+  if (!c) return 1;
+  int status = 0;
+  PlanLayout L = plan_layout_of(m);
+  if (o->search && !o->mb_fixed) L.micro_batch = -1;
+  PlanResult plan;
+  PlanResult *top = NULL;
+  int ntop = 0;
+  PlanSearchStats stats;
+  memset(&stats, 0, sizeof stats);
+  if (o->search) {
+    int k = o->top > 0 ? o->top : 5;
+    top = calloc((size_t)k, sizeof(PlanResult));
+    if (!top) abort();
+    ntop = plan_search(c, &L, k, top, &stats);
+    /* the plan shown in full is the winner */
+    if (ntop > 0) plan_evaluate(c, &top[0].layout, 0, &plan);
+    else {
+      memset(&plan, 0, sizeof plan);
+      snprintf(plan.why, sizeof plan.why, "no layout fits %" PRId64 " GPUs", plan_gpus(c));
+      snprintf(plan.limit, sizeof plan.limit, "%s", plan.why);
+      plan.layout = L;
+      plan.gpus = plan_gpus(c);
+    }
+  } else {
+    plan_resolve(c, &L, &plan);
+  }
+  if (!plan.valid) status = 1;
+  PlanScaling sc;
+  memset(&sc, 0, sizeof sc);
+  if (ncounts > 0 && plan.valid) plan_scaling(c, &plan.layout, counts, ncounts, &sc);
+  /* plan_scaling evaluates other layouts: price the plan again for its stages */
+  if (ncounts > 0 && plan.valid) {
+    PlanLayout again = plan.layout;
+    plan_evaluate(c, &again, 0, &plan);
+  }
+  FILE *out = stdout;
+  if (o->output && strcmp(o->output, "-")) {
+    out = fopen(o->output, "w");
+    if (!out) {
+      fprintf(stderr, "hpdlc: plan: cannot write %s: %s\n", o->output, strerror(errno));
+      free(top);
+      plan_scaling_free(&sc);
+      plan_free(c);
+      return 1;
+    }
+  }
+  PlanReport rep = {path, &plan, o->search ? top : NULL, ntop, o->search ? &stats : NULL, ncounts > 0 && plan.valid ? &sc : NULL};
+  if (!strcmp(format, "json")) plan_report_json(out, c, &rep);
+  else if (!strcmp(format, "html")) plan_report_html(out, c, &rep);
+  else plan_report_text(out, c, &rep);
+  if (out != stdout) fclose(out);
+  if (o->trace && plan.valid) {
+    FILE *tf = fopen(o->trace, "w");
+    if (!tf) {
+      fprintf(stderr, "hpdlc: plan: cannot write %s: %s\n", o->trace, strerror(errno));
+      status = 1;
+    } else {
+      if (plan_trace(tf, c, &plan.layout) != 0) {
+        fprintf(stderr, "hpdlc: plan: no trace: the schedule of the layout does not run\n");
+        status = 1;
+      }
+      fclose(tf);
+    }
+  }
+  free(top);
+  plan_scaling_free(&sc);
+  plan_free(c);
+  return status;
+}

@@ -1,0 +1,132 @@
+/* plan_internal.h - what the planner's files share (plan.c, plan_search.c,
+ * plan_report.c) and the unit tests look at; not part of the plan.h API. */
+#ifndef HPDL_PLAN_INTERNAL_H
+#define HPDL_PLAN_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "arena.h"
+#include "catalog.h"
+#include "diag.h"
+#include "ir.h"
+#include "plan.h"
+#include "schedule.h"
+#include "sema.h"
+
+/* Work and time of a piece of a program, per execution (additive). */
+typedef struct PlanCost {
+  double t;       /* seconds on the rank's critical path: kernels and blocking collectives */
+  double t_gemm;  /* of t: GEMM kernels */
+  double t_other; /* of t: memory-bound kernels */
+  double t_rc;    /* of t: recomputation */
+  double t_comm[IRG_COUNT];
+  double sent[IRG_COUNT]; /* bytes this rank sends */
+  double flops, gemm_flops, rc_flops, rc_gemm_flops;
+  double kernels;
+  double zparams, zparam_bytes; /* weight tensors read (ZeRO-3 gathers them) */
+  double zgrads, zgrad_bytes;   /* gradient tensors written (ZeRO-3 reduce-scatters them) */
+} PlanCost;
+
+void plan_cost_add(PlanCost *a, const PlanCost *b, double times);
+
+/* A program: what lowering, partitioning and autodiff depend on. */
+typedef struct PlanKey {
+  int64_t mb, tp, cp;
+  int sp, rc;
+} PlanKey;
+
+/* Chunk kinds of a pipeline split. */
+enum { PLAN_SINGLE = 0, PLAN_FIRST = 1, PLAN_MIDDLE = 2, PLAN_LAST = 3, PLAN_NKINDS = 4 };
+
+/* The price of one pipeline chunk for one micro-batch. */
+typedef struct PlanChunk {
+  int64_t layers;
+  PlanCost f, b;        /* forward; backward (with recomputation) */
+  double saved;         /* bytes kept from its forward to its backward */
+  double peak;          /* peak live bytes of one forward + backward */
+  double params;        /* local parameters (elements) */
+  double shared_params; /* of which also held by another pipeline rank (tied weights) */
+  double p2p_bytes;     /* the activation message to the next chunk */
+  double memplan_peak;  /* exact chunks: memplan's fused peak (IR dtypes) */
+} PlanChunk;
+
+/* The cached prices of a key, by part of the one-chunk program. */
+typedef struct PlanParts {
+  PlanKey key;
+  int valid;
+  char why[200];
+  int64_t layers;        /* of the main repeat */
+  PlanCost f[2], b[2];   /* prologue [0] and epilogue [1], forward and backward */
+  PlanCost lf, lb;       /* one layer: B.fwd, B.grad */
+  double lf_peak, lb_peak;
+  double saved_reg[2], layer_saved;
+  double params_reg[2], layer_params, shared_params;
+  double boundary_bytes;
+  double peak_out[PLAN_NKINDS], peak_in[PLAN_NKINDS];
+} PlanParts;
+
+/* The real chunks of a K-way split of a key. */
+typedef struct PlanExact {
+  PlanKey key;
+  int64_t K;
+  int valid;
+  char why[200];
+  PlanChunk ch[3]; /* chunk 0, a middle chunk, chunk K-1 */
+  struct PlanExact *next;
+} PlanExact;
+
+struct PlanCtx {
+  const SemModel *model;
+  CatDevice dev;      /* the device (a rank's share of it on a shared CPU machine) */
+  SemCluster cluster;
+  int64_t gpus;
+  int64_t batch_override; /* > 0: the global batch to plan (scaling), else the train block's */
+  Precision prec;
+  int act_bytes, weight_bytes;
+  double params;
+  Diag *quiet;
+  FILE *sink;
+  Arena *arena;
+  PlanParts **table;
+  size_t cap, count;
+  int64_t programs;
+  PlanExact *exact;
+  struct {
+    int64_t mb;
+    double gemm, all;
+  } *mf;
+  int nmf, capmf;
+  PlanStage *stages;
+  int nstages;
+};
+
+PlanParts *plan_parts(PlanCtx *c, const PlanKey *k);
+PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K);
+/* A chunk of kind PLAN_SINGLE..PLAN_LAST with n layers, from the parts. */
+void plan_chunk_from_parts(const PlanParts *pp, int kind, int64_t n, PlanChunk *ch);
+
+/* The pipeline time T of m micro-batches on pp ranks with v chunks each
+ * (per-chunk times tf, tb), from the schedule simulator; the share of T a
+ * rank idles, averaged over ranks; the peak (chunk, micro-batch) sets each
+ * rank holds. full = 0 extrapolates the steady state beyond 2 pp
+ * micro-batches. Returns 0, or -1 with err. */
+int plan_pipeline(Schedule kind, int pp, int64_t m, int v, const double *tf, const double *tb, double t_p2p, int full,
+                  double *T, double *bubble_fraction, int *inflight, char *err, size_t errlen);
+
+/* One predicted step of a layout, every micro-batch simulated (traces). */
+typedef struct PlanTimeline {
+  int pp;
+  SchedProgram prog;
+  SchedSim sim;
+  double dp_exposed, optimizer;
+} PlanTimeline;
+
+int plan_timeline(PlanCtx *c, const PlanLayout *L, PlanTimeline *out);
+void plan_timeline_free(PlanTimeline *t);
+
+/* Fills r->limit: the limiting resource in one sentence (plan_search.c). */
+void plan_explain(PlanCtx *c, PlanResult *r);
+
+#endif

@@ -1,0 +1,60 @@
+# plan.cmake - tests of `hpdlc plan` (docs/planner.md).
+#
+#   plan.fidelity     predicted TFLOP/s per GPU against Narayanan et al. 2021
+#                     Tables 1 and 2 and the ZeRO paper's model states
+#                     (tests/plan/published_figures.json, copied from the
+#                     reference collection with its sources)
+#   plan.golden.NAME  the text report of a sample, compared with
+#                     tests/plan/NAME.txt by diff -u (tests/plan/run_golden.sh)
+#   plan.json_schema  the keys of the stable JSON schema (product.md), also
+#                     checked in tests/unit/test_plan.c
+#
+# The unit tests of the engine are tests/unit/test_plan.c.
+# To regenerate a golden after a deliberate change of the report:
+#   cmake --build build --target plan-update
+# then read every changed .txt (git diff) before committing it.
+
+add_executable(test_plan_fidelity ${HPDL_TEST_DIR}/plan/fidelity.c)
+target_compile_options(test_plan_fidelity PRIVATE ${HPDL_WARNINGS})
+target_link_libraries(test_plan_fidelity PRIVATE PkgConfig::JANSSON m)
+add_test(NAME plan.fidelity
+         COMMAND test_plan_fidelity $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR} ${HPDL_TEST_DIR}/plan/published_figures.json)
+set_tests_properties(plan.fidelity PROPERTIES TIMEOUT 300 LABELS plan)
+
+# hpdl_plan_golden(NAME SAMPLE [hpdlc plan arguments...])
+set(HPDL_PLAN_UPDATE_COMMANDS)
+function(hpdl_plan_golden name sample)
+  add_test(NAME plan.golden.${name}
+           COMMAND bash ${HPDL_TEST_DIR}/plan/run_golden.sh $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR}
+                   ${HPDL_TEST_DIR}/plan/${name}.txt ${sample} ${ARGN})
+  set_tests_properties(plan.golden.${name} PROPERTIES TIMEOUT 120 LABELS plan)
+  set(HPDL_PLAN_UPDATE_COMMANDS ${HPDL_PLAN_UPDATE_COMMANDS}
+      COMMAND bash ${HPDL_TEST_DIR}/plan/run_golden.sh --update $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR}
+              ${HPDL_TEST_DIR}/plan/${name}.txt ${sample} ${ARGN}
+      PARENT_SCOPE)
+endfunction()
+
+# GPT-2 124M on one DGX A100 as the sample's parallel block says
+hpdl_plan_golden(gpt2 samples/gpt2.hpd)
+# Narayanan et al. 2021 Table 1's 39.1B row: tensor x pipeline, two stages
+hpdl_plan_golden(gpt_39b samples/gpt.hpd -D layers=48 -D hidden=8192 -D heads=64 --tp 8 --pp 2 --nodes 64
+                 --micro-batch 4 --global-batch 1536)
+# a small search: GPT-2 tiny on one DGX A100
+hpdl_plan_golden(gpt2_tiny_search samples/gpt2-tiny.hpd --cluster dgx-a100-80gb --gpus 8 --search --top 3)
+
+add_test(NAME plan.json_schema
+         COMMAND test_plan_fidelity --schema $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
+set_tests_properties(plan.json_schema PROPERTIES TIMEOUT 60 LABELS plan)
+
+if(TARGET hpdlc)
+  add_custom_target(plan-update ${HPDL_PLAN_UPDATE_COMMANDS}
+                    DEPENDS hpdlc
+                    COMMENT "Rewriting tests/plan/*.txt from the current planner"
+                    VERBATIM)
+endif()
+
+# The planner's benchmark (bench/plan_bench.c, run by bench/plan_bench.sh):
+# built on request only, not a test.
+add_executable(plan_bench EXCLUDE_FROM_ALL ${CMAKE_SOURCE_DIR}/bench/plan_bench.c)
+target_compile_options(plan_bench PRIVATE ${HPDL_WARNINGS})
+target_link_libraries(plan_bench PRIVATE hpdlcomp)

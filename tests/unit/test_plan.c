@@ -1,0 +1,404 @@
+/* test_plan.c - the planner's engine (compiler/plan*.c).
+ *
+ *   - the cached parts of a program price every pipeline chunk as the real
+ *     split does (pipe_split + autodiff per chunk): the search screens with
+ *     the first, reports with the second;
+ *   - the pipeline bubble of the schedule simulator with uniform stages is
+ *     exactly Narayanan et al. 2021's (p-1)/(m+p-1), resp. (p-1)/(vm+p-1),
+ *     also when the steady state is extrapolated;
+ *   - activations saved per layer under full recomputation are the layer's
+ *     input, 2 s b h bytes in 16-bit (Korthikanti et al. 2022, Sec. 5);
+ *   - tensor-parallel bytes per layer are the four all-reduces of
+ *     Narayanan et al. 2021 Sec. 3.2 (2 forward, 2 backward);
+ *   - the search ranks by step time and keeps only layouts that fit, and
+ *     plan_resolve picks its winner for auto fields;
+ *   - the memory of a rank's step is the compiled program's memory plan
+ *     (memplan.h) for an fp32 model, model states included;
+ *   - the JSON report has every key of the stable schema. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arena.h"
+#include "cost.h"
+#include "diag.h"
+#include "fuse.h"
+#include "loader.h"
+#include "memplan.h"
+#include "plan.h"
+#include "plan_internal.h"
+#include "sema.h"
+#include "test_util.h"
+
+typedef struct {
+  Arena *arena;
+  Diag *diag;
+  SemModel *m;
+  PlanCtx *c;
+  FILE *sink;
+} Fixture;
+
+/* Loads a sample with -D defines and layout overrides ("key=value" pairs). */
+static int fixture(Fixture *f, const char *sample, const char *const *defs, int ndefs, const char *const *lay, int nlay) {
+  memset(f, 0, sizeof *f);
+  f->arena = arena_new();
+  f->sink = fopen("/dev/null", "w");
+  f->diag = diag_new(f->sink ? f->sink : stderr);
+  char path[512];
+  snprintf(path, sizeof path, "%s/samples/%s", HPDL_SOURCE_DIR, sample);
+  LoadedProgram p = load_program(f->arena, f->diag, path);
+  SemDefine d[16], l[16];
+  for (int i = 0; i < ndefs; i++) {
+    const char *eq = strchr(defs[i], '=');
+    d[i].name = arena_strndup(f->arena, defs[i], (size_t)(eq - defs[i]));
+    d[i].value = eq + 1;
+    d[i].flag = NULL;
+  }
+  for (int i = 0; i < nlay; i++) {
+    const char *eq = strchr(lay[i], '=');
+    l[i].name = arena_strndup(f->arena, lay[i], (size_t)(eq - lay[i]));
+    l[i].value = eq + 1;
+    l[i].flag = "--test";
+  }
+  int bad = 0;
+  SemOptions o = {d, ndefs, l, nlay, NULL, &bad};
+  f->m = sema_check(f->arena, f->diag, &p, &o);
+  if (!f->m || diag_error_count(f->diag)) {
+    fprintf(stderr, "fixture %s does not check (run hpdlc check with the same settings)\n", sample);
+    return -1;
+  }
+  f->c = plan_new(f->m, f->diag);
+  return f->c ? 0 : -1;
+}
+
+static void fixture_free(Fixture *f) {
+  plan_free(f->c);
+  diag_free(f->diag);
+  if (f->sink) fclose(f->sink);
+  arena_free(f->arena);
+}
+
+/* tol: times (the real chunks add the zero-loss reduction and its
+ * backward, a few kernels); ptol: the peak of live memory, which in the
+ * one-chunk program also holds a tied weight's two partial gradients until
+ * they are summed, where each chunk of a split returns its own. */
+static void expect_chunk(const PlanChunk *a, const PlanChunk *b, double tol, double ptol, const char *what) {
+  int before = test_failures;
+  EXPECT_NEAR(a->f.t, b->f.t, tol);
+  EXPECT_NEAR(a->b.t, b->b.t, tol);
+  EXPECT_NEAR(a->f.flops + a->b.flops, b->f.flops + b->b.flops, tol);
+  EXPECT_NEAR(a->f.gemm_flops + a->b.gemm_flops, b->f.gemm_flops + b->b.gemm_flops, 1e-12);
+  EXPECT_NEAR(a->b.rc_flops, b->b.rc_flops, 1e-12);
+  EXPECT_NEAR(a->saved, b->saved, tol);
+  EXPECT_NEAR(a->peak, b->peak, ptol);
+  EXPECT_NEAR(a->params, b->params, 1e-12);
+  EXPECT_NEAR(a->b.t_comm[IRG_TP] + a->f.t_comm[IRG_TP], b->b.t_comm[IRG_TP] + b->f.t_comm[IRG_TP], 1e-9);
+  EXPECT_NEAR(a->f.sent[IRG_TP] + a->b.sent[IRG_TP], b->f.sent[IRG_TP] + b->b.sent[IRG_TP], 1e-9);
+  EXPECT_NEAR(a->f.sent[IRG_CP] + a->b.sent[IRG_CP], b->f.sent[IRG_CP] + b->b.sent[IRG_CP], 1e-9);
+  if (test_failures != before) fprintf(stderr, "  in %s\n", what);
+}
+
+/* The parts of the one-chunk program against the real chunks of a split. */
+static void test_parts_match_chunks(void) {
+  static const char *const defs[] = {"layers=8", "hidden=512", "heads=8", "seq=256", "vocab=4096"};
+  static const char *const lay[] = {"parallel.cluster=dgx-a100-80gb", "parallel.gpus=64", "parallel.data=auto",
+                                    "train.micro_batch=1"};
+  Fixture f;
+  if (fixture(&f, "gpt.hpd", defs, 5, lay, 4)) {
+    test_failures++;
+    return;
+  }
+  struct {
+    int64_t mb, tp, cp;
+    int sp, rc;
+    int64_t K;
+  } cases[] = {
+      {2, 1, 1, 0, RECOMPUTE_NONE, 1},      {2, 2, 1, 0, RECOMPUTE_FULL, 2},      {1, 4, 1, 1, RECOMPUTE_SELECTIVE, 4},
+      {2, 2, 2, 0, RECOMPUTE_NONE, 8},      {1, 1, 2, 0, RECOMPUTE_SELECTIVE, 4}, {4, 8, 1, 1, RECOMPUTE_FULL, 2},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    PlanKey k = {cases[i].mb, cases[i].tp, cases[i].cp, cases[i].sp, cases[i].rc};
+    PlanParts *pp = plan_parts(f.c, &k);
+    PlanExact *e = plan_exact(f.c, &k, cases[i].K);
+    EXPECT(pp->valid);
+    EXPECT(e->valid);
+    if (!pp->valid || !e->valid) continue;
+    int64_t n = pp->layers / cases[i].K;
+    char what[128];
+    PlanChunk c;
+    if (cases[i].K == 1) {
+      plan_chunk_from_parts(pp, PLAN_SINGLE, n, &c);
+      snprintf(what, sizeof what, "case %zu, the single chunk", i);
+      /* the whole program's chunk is priced by both paths from the same graphs */
+      expect_chunk(&c, &e->ch[0], 1e-9, 0.2, what);
+      continue;
+    }
+    /* A split chunk before the last returns a zero loss made from its output
+     * (autodiff needs a scalar): a reduction over one activation, priced
+     * by the real path only, so allow its share. */
+    plan_chunk_from_parts(pp, PLAN_FIRST, n, &c);
+    snprintf(what, sizeof what, "case %zu, the first chunk", i);
+    expect_chunk(&c, &e->ch[0], 0.05, 0.2, what);
+    plan_chunk_from_parts(pp, PLAN_LAST, n, &c);
+    snprintf(what, sizeof what, "case %zu, the last chunk", i);
+    expect_chunk(&c, &e->ch[2], 0.05, 0.2, what);
+    if (cases[i].K > 2) {
+      plan_chunk_from_parts(pp, PLAN_MIDDLE, n, &c);
+      snprintf(what, sizeof what, "case %zu, a middle chunk", i);
+      expect_chunk(&c, &e->ch[1], 0.05, 0.2, what);
+    }
+    EXPECT_NEAR(e->ch[0].p2p_bytes, pp->boundary_bytes, 1e-12);
+  }
+  /* whole layouts: screening and exact pricing agree closely */
+  PlanLayout L = {16, 2, 2, 1, 1, 1, 2, 0, 0, SCHED_1F1B, RECOMPUTE_FULL, 1};
+  PlanResult a, b;
+  EXPECT(f.m->train.global_batch > 0);
+  EXPECT(plan_evaluate(f.c, &L, PLAN_FAST, &a) == 0);
+  EXPECT(plan_evaluate(f.c, &L, 0, &b) == 0);
+  EXPECT_NEAR(a.step_s, b.step_s, 0.03);
+  EXPECT_NEAR(a.mem.total, b.mem.total, 0.02);
+  EXPECT_NEAR(a.hw_flops, b.hw_flops, 1e-9);
+  fixture_free(&f);
+}
+
+/* Uniform stages: the simulated bubble is exactly the paper's formula. */
+static void test_bubble_exact(void) {
+  struct {
+    Schedule s;
+    int p, v;
+    int64_t m;
+  } cases[] = {{SCHED_GPIPE, 4, 1, 8},       {SCHED_1F1B, 4, 1, 8},         {SCHED_1F1B, 8, 1, 64},
+               {SCHED_1F1B, 8, 1, 1000},     {SCHED_INTERLEAVED, 4, 2, 8},  {SCHED_INTERLEAVED, 8, 2, 64},
+               {SCHED_INTERLEAVED, 4, 3, 400}, {SCHED_1F1B, 64, 1, 512},    {SCHED_GPIPE, 2, 1, 3}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int p = cases[i].p, v = cases[i].v;
+    int64_t m = cases[i].m;
+    double *tf = calloc((size_t)(p * v), sizeof(double)), *tb = calloc((size_t)(p * v), sizeof(double));
+    int *inf = calloc((size_t)p, sizeof(int));
+    for (int c = 0; c < p * v; c++) tf[c] = 1.0 / v, tb[c] = 2.0 / v;
+    for (int full = 0; full <= 1; full++) {
+      double T = 0, bf = 0;
+      char err[256];
+      EXPECT(plan_pipeline(cases[i].s, p, m, v, tf, tb, 0, full, &T, &bf, inf, err, sizeof err) == 0);
+      EXPECT_NEAR(bf, cost_bubble_step_fraction(cases[i].s, p, m, v), 1e-12);
+      /* the time: (m + (p-1)/v) (t_f + t_b) */
+      EXPECT_NEAR(T, ((double)m + (double)(p - 1) / v) * 3.0, 1e-12);
+    }
+    /* peak micro-batches in flight on the first rank: GPipe m, 1F1B min(p, m) */
+    if (cases[i].s == SCHED_GPIPE) EXPECT(inf[0] == (int)m);
+    if (cases[i].s == SCHED_1F1B) EXPECT(inf[0] == (int)(m < p ? m : p));
+    free(tf);
+    free(tb);
+    free(inf);
+  }
+}
+
+/* Full recomputation keeps a layer's input: 2 s b h bytes in fp16. */
+static void test_saved_full_recompute(void) {
+  static const char *const defs[] = {"layers=4", "hidden=1024", "heads=16", "seq=512", "vocab=8192"};
+  static const char *const lay[] = {"parallel.cluster=dgx-a100-80gb", "parallel.gpus=8", "parallel.data=auto",
+                                    "train.micro_batch=1"};
+  Fixture f;
+  if (fixture(&f, "gpt.hpd", defs, 5, lay, 4)) {
+    test_failures++;
+    return;
+  }
+  PlanKey k = {4, 1, 1, 0, RECOMPUTE_FULL};
+  PlanParts *pp = plan_parts(f.c, &k);
+  EXPECT(pp->valid);
+  EXPECT_NEAR(pp->layer_saved, 2.0 * 512 * 4 * 1024, 1e-12);
+  /* with tensor and sequence parallelism the input is split: 2 s b h / t */
+  PlanKey k2 = {4, 4, 1, 1, RECOMPUTE_FULL};
+  PlanParts *p2 = plan_parts(f.c, &k2);
+  EXPECT(p2->valid);
+  EXPECT_NEAR(p2->layer_saved, 2.0 * 512 * 4 * 1024 / 4, 1e-12);
+  /* no recomputation keeps more than selective, which keeps more than full */
+  PlanKey kn = {4, 1, 1, 0, RECOMPUTE_NONE}, ks = {4, 1, 1, 0, RECOMPUTE_SELECTIVE};
+  double none = plan_parts(f.c, &kn)->layer_saved, sel = plan_parts(f.c, &ks)->layer_saved;
+  EXPECT(none > sel);
+  EXPECT(sel > pp->layer_saved);
+  /* selective recomputation drops the attention matrices: what it saves is
+   * the 5 a s / h term of Korthikanti's s b h (34 + 5 a s / h) */
+  double a = 16, s = 512, b = 4;
+  EXPECT(none - sel >= 0.9 * 2 * b * a * s * s);
+  fixture_free(&f);
+}
+
+/* Tensor-parallel bytes of one layer: two all-reduces of b s h forward and
+ * two backward (Narayanan et al. 2021 Sec. 3.2), each sending 2 (t-1)/t of
+ * the buffer per rank. */
+static void test_tp_bytes(void) {
+  static const char *const defs[] = {"layers=4", "hidden=1024", "heads=16", "seq=512", "vocab=8192"};
+  static const char *const lay[] = {"parallel.cluster=dgx-a100-80gb", "parallel.gpus=8", "parallel.data=auto",
+                                    "train.micro_batch=1"};
+  Fixture f;
+  if (fixture(&f, "gpt.hpd", defs, 5, lay, 4)) {
+    test_failures++;
+    return;
+  }
+  int64_t t = 4, b = 2, s = 512, h = 1024;
+  PlanKey k = {b, t, 1, 0, RECOMPUTE_NONE};
+  PlanParts *pp = plan_parts(f.c, &k);
+  EXPECT(pp->valid);
+  double bsh = (double)(b * s * h) * 2; /* fp16 bytes */
+  double want = 4 * 2.0 * (t - 1) / t * bsh;
+  /* the layer's collectives: those four, plus the bias gradients' small
+   * all-reduces (Megatron's f before a replicated bias), well under 1% */
+  EXPECT_NEAR(pp->lf.sent[IRG_TP] + pp->lb.sent[IRG_TP], want, 0.01);
+  EXPECT_NEAR(pp->lf.sent[IRG_TP], want / 2, 1e-9);
+  fixture_free(&f);
+}
+
+static void test_search_and_resolve(void) {
+  static const char *const lay[] = {"parallel.cluster=dgx-a100-80gb", "parallel.gpus=8", "parallel.data=auto",
+                                    "parallel.tensor=auto"};
+  Fixture f;
+  if (fixture(&f, "gpt2-tiny.hpd", NULL, 0, lay, 4)) {
+    test_failures++;
+    return;
+  }
+  PlanLayout fix;
+  memset(&fix, 0xff, sizeof fix); /* every field -1: free */
+  fix.overlap = 1;
+  PlanResult top[4];
+  PlanSearchStats st;
+  int n = plan_search(f.c, &fix, 4, top, &st);
+  EXPECT(n == 4);
+  EXPECT(st.enumerated >= st.valid && st.valid >= st.fit && st.fit >= n);
+  for (int i = 0; i < n; i++) {
+    EXPECT(top[i].valid && top[i].mem.fits);
+    EXPECT(top[i].layout.dp * top[i].layout.tp * top[i].layout.pp * top[i].layout.cp == 8);
+    if (i) EXPECT(top[i].step_s >= top[i - 1].step_s);
+    EXPECT(top[i].saves[0] && top[i].costs[0]);
+  }
+  /* auto fields: the best layout with the others as the file has them */
+  PlanLayout L = plan_layout_of(f.m);
+  EXPECT(L.tp == -1);
+  PlanResult r;
+  EXPECT(plan_resolve(f.c, &L, &r) == 0);
+  EXPECT(r.valid && r.layout.tp >= 1);
+  fixture_free(&f);
+}
+
+static void test_json_keys(void) {
+  Fixture f;
+  if (fixture(&f, "gpt2.hpd", NULL, 0, NULL, 0)) {
+    test_failures++;
+    return;
+  }
+  PlanLayout L = plan_layout_of(f.m);
+  PlanResult r;
+  EXPECT(plan_resolve(f.c, &L, &r) == 0);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *mf = open_memstream(&buf, &len);
+  PlanReport rep = {"gpt2.hpd", &r, NULL, 0, NULL, NULL};
+  EXPECT(plan_report_json(mf, f.c, &rep) == 0);
+  fclose(mf);
+  json_error_t err;
+  json_t *j = json_loads(buf, 0, &err);
+  EXPECT(j != NULL);
+  static const char *const keys[] = {
+      "model.params",          "model.flops_per_step",       "parallel.dp",           "parallel.tp",
+      "parallel.pp",           "parallel.cp",                "parallel.zero",         "parallel.micro_batch",
+      "parallel.num_micro_batches", "parallel.schedule",     "parallel.recompute",    "memory_per_gpu.params",
+      "memory_per_gpu.grads",  "memory_per_gpu.optimizer",   "memory_per_gpu.activations", "memory_per_gpu.total",
+      "memory_per_gpu.capacity", "memory_per_gpu.fits",      "comm_per_step.dp",      "comm_per_step.tp",
+      "comm_per_step.pp",      "comm_per_step.cp",           "time.step_s",           "time.compute_s",
+      "time.comm_exposed_s",   "time.bubble_fraction",       "throughput.tokens_per_s", "throughput.tflops_per_gpu",
+      "throughput.mfu"};
+  for (size_t i = 0; j && i < sizeof keys / sizeof keys[0]; i++) {
+    char a[64];
+    snprintf(a, sizeof a, "%s", keys[i]);
+    char *dot = strchr(a, '.');
+    *dot = 0;
+    json_t *o = json_object_get(j, a);
+    json_t *v = o ? json_object_get(o, dot + 1) : NULL;
+    if (!v) fprintf(stderr, "missing %s\n", keys[i]);
+    EXPECT(v != NULL);
+  }
+  /* SI units: the step in seconds, memory in bytes */
+  EXPECT_NEAR(json_number_value(json_object_get(json_object_get(j, "time"), "step_s")), r.step_s, 1e-9);
+  EXPECT_NEAR(json_number_value(json_object_get(json_object_get(j, "memory_per_gpu"), "total")), r.mem.total, 1e-9);
+  json_decref(j);
+  free(buf);
+  fixture_free(&f);
+}
+
+/* The step is the sum of its parts on the busiest rank. */
+static void test_step_accounting(void) {
+  static const char *const defs[] = {"layers=8", "hidden=1024", "heads=16", "seq=512", "vocab=8192"};
+  static const char *const lay[] = {"parallel.cluster=dgx-a100-80gb", "parallel.gpus=32", "parallel.data=auto",
+                                    "parallel.tensor=2",          "parallel.pipeline=4", "train.batch=64",
+                                    "train.micro_batch=2"};
+  Fixture f;
+  if (fixture(&f, "gpt.hpd", defs, 5, lay, 7)) {
+    test_failures++;
+    return;
+  }
+  PlanLayout L = plan_layout_of(f.m);
+  PlanResult r;
+  EXPECT(plan_evaluate(f.c, &L, 0, &r) == 0);
+  double sum = r.compute_s + r.comm_exposed[IRG_TP] + r.comm_exposed[IRG_CP] + r.bubble_s + r.comm_exposed[IRG_DP] +
+               r.comm_exposed[IRG_PP] + r.optimizer_s;
+  EXPECT_NEAR(sum, r.step_s, 1e-9);
+  EXPECT(r.mfu > 0 && r.mfu <= r.hfu && r.hfu < 1);
+  EXPECT(r.nstages == 4);
+  /* the first stage holds the most micro-batches in flight (1F1B: pp) */
+  EXPECT(r.stages[0].mem.inflight == 4 && r.stages[3].mem.inflight == 1);
+  fixture_free(&f);
+}
+
+/* The planned memory of a rank equals the compiled memory plan of its
+ * program (fp32: memplan sizes values by IR dtype, as the run keeps them). */
+static void test_memory_is_memplan(void) {
+  static const char *const lay[] = {"parallel.cluster=dgx-a100-80gb", "parallel.gpus=8", "parallel.data=auto",
+                                    "parallel.tensor=2", "parallel.pipeline=2", "parallel.zero=1",
+                                    "parallel.recompute=selective"};
+  Fixture f;
+  if (fixture(&f, "gpt2-tiny.hpd", NULL, 0, lay, 7)) {
+    test_failures++;
+    return;
+  }
+  EXPECT(f.m->train.precision == PREC_FP32);
+  PlanLayout L = plan_layout_of(f.m);
+  PlanResult r;
+  EXPECT(plan_evaluate(f.c, &L, 0, &r) == 0);
+  for (int chunk = 0; chunk < 2 && r.valid; chunk++) {
+    SimLayout sl = {L.dp, L.tp, L.pp, L.cp, 1, L.sp == 1, (Recompute)L.recompute, L.micro_batch, 1};
+    const char *why = NULL;
+    Arena *a = arena_new();
+    MemRankProgram *rp = mem_rank_program(a, f.diag, f.m, &sl, chunk, &why);
+    EXPECT(rp != NULL);
+    if (rp) {
+      MemOptions mo;
+      mem_options_from_model(f.m, &mo);
+      mo.entry = rp->ad->step;
+      mo.fusion = fuse_module(a, rp->module);
+      MemPlan *mp = mem_plan_module(a, rp->module, &mo);
+      EXPECT(mp != NULL);
+      const PlanMemory *pm = &r.stages[chunk].mem;
+      /* the last stage holds one micro-batch: its step is the whole story */
+      if (mp && chunk == 1) EXPECT_NEAR(pm->activations + pm->transient, (double)mp->fused_peak, 1e-12);
+      /* the first holds pp of them: (in flight - 1) stashes more */
+      if (mp && chunk == 0) EXPECT(pm->activations + pm->transient >= (double)mp->fused_peak);
+      if (mp) EXPECT_NEAR(pm->params + pm->grads + pm->optimizer, (double)(mp->params + mp->grads + mp->optimizer), 1e-12);
+    }
+    arena_free(a);
+  }
+  fixture_free(&f);
+}
+
+int main(void) {
+  test_memory_is_memplan();
+  test_parts_match_chunks();
+  test_bubble_exact();
+  test_saved_full_recompute();
+  test_tp_bytes();
+  test_search_and_resolve();
+  test_json_keys();
+  test_step_accounting();
+  TEST_DONE();
+}
