@@ -533,7 +533,9 @@ int ckpt_save(const char *dir, int64_t step, const CkptTensor *tensors, int n, c
   free(text);
   if (rc < 0) return -1;
   if (manifest_out) snprintf(manifest_out, 4096, "%s", mpath);
-  return keep > 0 ? ckpt_prune(dir, keep, e) : 0;
+  /* Always prune: with keep 0 nothing complete goes, but what killed
+   * writers left does. */
+  return ckpt_prune(dir, keep, e);
 }
 
 typedef struct {

@@ -130,8 +130,11 @@ int comm_allreduce_compressed(Comm *c, CommGroup g, CommCompressor *z, float *bu
 
 #ifdef HPDL_HAVE_MPI
 /* MPI: initialises MPI when needed (and finalises it in destroy), checks the
- * world size against the layout, and splits the groups. */
+ * world size against the layout, and splits the groups. On failure MPI is
+ * left running, so that the caller can report the error before every rank
+ * leaves: then call comm_mpi_finalize. */
 Comm *comm_mpi_new(const CommLayout *l, RtErr *e);
+void comm_mpi_finalize(void);
 #endif
 /* 1 when this process runs under a launcher (mpirun, srun, PMI). */
 int comm_under_launcher(void);

@@ -212,7 +212,7 @@ void data_loader_locate(const DataLoader *L, int64_t pos, int *shard, int64_t *o
 int data_loader_fill(const DataLoader *L, int64_t index, int32_t *inputs, int32_t *targets, RtErr *e) {
   int64_t B = L->cfg.batch, T = L->cfg.seq_len, n = L->cfg.nranks;
   for (int64_t b = 0; b < B; b++) {
-    int64_t pos = (index * B + b) * n + L->cfg.rank;
+    int64_t pos = L->cfg.start + (index * B + b) * n + L->cfg.rank;
     int s;
     int64_t off;
     data_loader_locate(L, pos, &s, &off);
@@ -234,7 +234,7 @@ static void fill_slot(DataLoader *L, Slot *s, int64_t index) {
   RtErr e;
   s->err[0] = 0;
   s->b.index = index;
-  s->b.epoch = (index * L->cfg.batch * L->cfg.nranks + L->cfg.rank) / L->windows;
+  s->b.epoch = (L->cfg.start + index * L->cfg.batch * L->cfg.nranks + L->cfg.rank) / L->windows;
   if (data_loader_fill(L, index, s->b.inputs, s->b.targets, &e) < 0) memcpy(s->err, e.msg, sizeof s->err);
 }
 
@@ -262,7 +262,7 @@ DataLoader *data_loader_open(const DataConfig *cfg, RtErr *e) {
     rt_fail(e, "no token data given (--data or the train block's data)");
     return NULL;
   }
-  if (cfg->batch < 1 || cfg->seq_len < 1 || cfg->nranks < 1 || cfg->rank < 0 || cfg->rank >= cfg->nranks) {
+  if (cfg->batch < 1 || cfg->seq_len < 1 || cfg->nranks < 1 || cfg->rank < 0 || cfg->rank >= cfg->nranks || cfg->start < 0) {
     rt_fail(e, "data loader: bad configuration (batch %" PRId64 ", seq_len %" PRId64 ", rank %d of %d)", cfg->batch, cfg->seq_len,
             cfg->rank, cfg->nranks);
     return NULL;

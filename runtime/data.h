@@ -15,7 +15,7 @@
  * (seed, e) (or in order without shuffling). Position p of the endless
  * stream is window perm_e(p mod W) with e = p / W. Data-parallel rank r of n
  * takes positions r, r + n, r + 2n, ...; its micro-batch j is positions
- * (j*B + b)*n + r, b = 0..B-1. So step s of a run with dp*B*accum sequences
+ * start + (j*B + b)*n + r, b = 0..B-1. So step s of a run with dp*B*accum sequences
  * per step reads stream positions [s*dp*B*accum, (s+1)*dp*B*accum) whatever
  * the layout, and a micro-batch is found from its index alone: resuming is
  * seeking, and a run saved at dp=2 resumes at dp=1 reading the same data. */
@@ -72,6 +72,8 @@ typedef struct {
   int shuffle;          /* 0: windows in file order */
   int prefetch;         /* 1: a thread prepares the next micro-batch */
   int64_t vocab;        /* > 0: a token >= vocab is an error */
+  int64_t start;        /* stream position of micro-batch 0 (sequences already
+                           consumed, when resuming) */
 } DataConfig;
 
 typedef struct {

@@ -34,13 +34,19 @@ int rt_fail_errno(RtErr *e, int errnum, const char *fmt, ...) {
 
 int rt_err_prefix(RtErr *e, const char *fmt, ...) {
   if (!e) return -1;
-  char prefix[RT_ERR_LEN], old[RT_ERR_LEN];
+  char buf[RT_ERR_LEN];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(prefix, sizeof prefix, fmt, ap);
+  int n = vsnprintf(buf, sizeof buf - 2, fmt, ap);
   va_end(ap);
-  memcpy(old, e->msg, sizeof old);
-  snprintf(e->msg, sizeof e->msg, "%s: %s", prefix, old);
+  if (n < 0) return -1;
+  size_t pl = (size_t)n < sizeof buf - 3 ? (size_t)n : sizeof buf - 3;
+  memcpy(buf + pl, ": ", 2);
+  size_t rest = sizeof buf - pl - 3, ol = strlen(e->msg);
+  if (ol > rest) ol = rest;
+  memcpy(buf + pl + 2, e->msg, ol);
+  buf[pl + 2 + ol] = 0;
+  memcpy(e->msg, buf, sizeof buf);
   return -1;
 }
 
@@ -57,8 +63,9 @@ void *rt_alloc(size_t size) {
 
 void *rt_calloc(size_t n, size_t size) {
   if (size && n > SIZE_MAX / size) return NULL;
-  void *p = rt_alloc(n * size);
-  if (p) memset(p, 0, n * size ? n * size : 1);
+  size_t bytes = n * size;
+  void *p = rt_alloc(bytes);
+  if (p) memset(p, 0, bytes > 0 ? bytes : 1);
   return p;
 }
 

@@ -1,0 +1,432 @@
+/* artifact.c - reading and checking DIR/manifest.json. */
+#include "artifact.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct {
+  const char *path;
+  RtErr *e;
+  int bad;
+} Rd;
+
+/* Each getter leaves the default when the key is absent and fails (once,
+ * keeping the first message) when it is present with the wrong type. */
+static int bad(Rd *r, const char *where, const char *key, const char *want) {
+  if (!r->bad) rt_fail(r->e, "%s: %s%s%s: %s", r->path, where, *where && *key ? "." : "", key, want);
+  r->bad = 1;
+  return -1;
+}
+
+static void get_i64(Rd *r, const json_t *o, const char *where, const char *key, int64_t min, int64_t *out) {
+  json_t *v = json_object_get(o, key);
+  if (!v) return;
+  if (!json_is_integer(v) || json_integer_value(v) < min) {
+    char want[64];
+    snprintf(want, sizeof want, "must be an integer >= %" PRId64, min);
+    bad(r, where, key, want);
+    return;
+  }
+  *out = json_integer_value(v);
+}
+
+static void get_int(Rd *r, const json_t *o, const char *where, const char *key, int min, int *out) {
+  int64_t v = *out;
+  get_i64(r, o, where, key, min, &v);
+  if (v > 1 << 30) bad(r, where, key, "is too large");
+  else *out = (int)v;
+}
+
+static void get_f64(Rd *r, const json_t *o, const char *where, const char *key, double *out) {
+  json_t *v = json_object_get(o, key);
+  if (!v) return;
+  if (!json_is_number(v)) {
+    bad(r, where, key, "must be a number");
+    return;
+  }
+  *out = json_number_value(v);
+}
+
+static void get_bool(Rd *r, const json_t *o, const char *where, const char *key, int *out) {
+  json_t *v = json_object_get(o, key);
+  if (!v) return;
+  if (!json_is_boolean(v)) {
+    bad(r, where, key, "must be true or false");
+    return;
+  }
+  *out = json_is_true(v);
+}
+
+static void get_str(Rd *r, const json_t *o, const char *where, const char *key, char **out) {
+  json_t *v = json_object_get(o, key);
+  if (!v || json_is_null(v)) return;
+  if (!json_is_string(v)) {
+    bad(r, where, key, "must be a string");
+    return;
+  }
+  char *s = rt_strdup(json_string_value(v));
+  if (!s) {
+    bad(r, where, key, "out of memory");
+    return;
+  }
+  rt_free(*out);
+  *out = s;
+}
+
+int64_t artifact_param_numel(const ArtParam *p) {
+  int64_t n = 1;
+  for (int i = 0; i < p->rank; i++) n *= p->shape[i];
+  return n;
+}
+
+int artifact_param_name(const ArtParam *p, int64_t layer, char *out, size_t n) {
+  const char *at = strstr(p->name, "{i}");
+  int w = at ? snprintf(out, n, "%.*s%" PRId64 "%s", (int)(at - p->name), p->name, layer, at + 3) : snprintf(out, n, "%s", p->name);
+  return (w < 0 || (size_t)w >= n) ? -1 : 0;
+}
+
+static void read_param(Rd *r, const json_t *j, int idx, ArtParam *p, const Artifact *a) {
+  char where[64];
+  snprintf(where, sizeof where, "params[%d]", idx);
+  if (!json_is_object(j)) {
+    bad(r, where, "", "must be an object");
+    return;
+  }
+  get_str(r, j, where, "name", &p->name);
+  if (!p->name || !*p->name) {
+    bad(r, where, "name", "is required");
+    return;
+  }
+  char *dt = rt_strdup("f32");
+  get_str(r, j, where, "dtype", &dt);
+  if (dt && strcmp(dt, "f32") && strcmp(dt, "F32")) bad(r, where, "dtype", "must be f32 (mixed precision keeps fp32 master weights)");
+  p->dtype = CKPT_F32;
+  rt_free(dt);
+  json_t *shape = json_object_get(j, "shape");
+  if (!json_is_array(shape) || json_array_size(shape) > ART_MAX_RANK) {
+    bad(r, where, "shape", "must be an array of at most 8 positive integers");
+    return;
+  }
+  p->rank = (int)json_array_size(shape);
+  for (int d = 0; d < p->rank; d++) {
+    json_t *x = json_array_get(shape, (size_t)d);
+    if (!json_is_integer(x) || json_integer_value(x) < 1) {
+      bad(r, where, "shape", "must be an array of at most 8 positive integers");
+      return;
+    }
+    p->shape[d] = json_integer_value(x);
+  }
+  p->count = 1;
+  get_i64(r, j, where, "count", 1, &p->count);
+  if (p->count > 1 && !strstr(p->name, "{i}")) bad(r, where, "name", "of a parameter with count > 1 must contain {i}");
+  p->weight_decay = p->rank >= 2;
+  get_bool(r, j, where, "weight_decay", &p->weight_decay);
+  /* init */
+  p->init.kind = INIT_K_ZEROS;
+  json_t *ji = json_object_get(j, "init");
+  if (ji) {
+    char sub[96];
+    snprintf(sub, sizeof sub, "%s.init", where);
+    char *kind = NULL;
+    get_str(r, ji, sub, "kind", &kind);
+    int k = kind ? init_kind_parse(kind) : -1;
+    rt_free(kind);
+    if (k < 0) bad(r, sub, "kind", "must be zeros, ones, constant, normal or uniform");
+    else p->init.kind = (InitKindRt)k;
+    get_f64(r, ji, sub, "a", &p->init.a);
+    get_f64(r, ji, sub, "b", &p->init.b);
+  }
+  /* split */
+  p->split_axis = -1;
+  p->split_group = COMM_TP;
+  json_t *js = json_object_get(j, "split");
+  if (js && !json_is_null(js)) {
+    char sub[96];
+    snprintf(sub, sizeof sub, "%s.split", where);
+    int axis = -1;
+    get_int(r, js, sub, "axis", 0, &axis);
+    char *g = NULL;
+    get_str(r, js, sub, "group", &g);
+    if (g && !strcmp(g, "tp")) p->split_group = COMM_TP;
+    else if (g && !strcmp(g, "cp")) p->split_group = COMM_CP;
+    else bad(r, sub, "group", "must be \"tp\" or \"cp\"");
+    rt_free(g);
+    if (axis < 0 || axis >= p->rank) bad(r, sub, "axis", "must name a dimension of the shape");
+    p->split_axis = axis;
+    int parts = p->split_group == COMM_TP ? a->layout.tp : a->layout.cp;
+    if (!r->bad && p->shape[axis] % parts) {
+      char msg[160];
+      snprintf(msg, sizeof msg, "dimension %" PRId64 " does not divide over %s = %d", p->shape[axis],
+               p->split_group == COMM_TP ? "tp" : "cp", parts);
+      bad(r, sub, "axis", msg);
+    }
+  }
+  /* stage: one number for every copy, or an array with one per copy */
+  if (p->count > (1 << 24)) {
+    bad(r, where, "count", "is implausibly large");
+    return;
+  }
+  p->stages = rt_calloc((size_t)p->count, sizeof *p->stages);
+  if (!p->stages) {
+    bad(r, where, "stage", "out of memory");
+    return;
+  }
+  json_t *st = json_object_get(j, "stage");
+  if (json_is_array(st)) {
+    if ((int64_t)json_array_size(st) != p->count) bad(r, where, "stage", "must have one entry per copy (count)");
+    for (int64_t l = 0; l < p->count && !r->bad; l++) {
+      json_t *x = json_array_get(st, (size_t)l);
+      if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= a->layout.pp)
+        bad(r, where, "stage", "entries must be pipeline stages 0 .. pp-1");
+      else p->stages[l] = (int)json_integer_value(x);
+    }
+  } else if (st) {
+    if (!json_is_integer(st) || json_integer_value(st) < 0 || json_integer_value(st) >= a->layout.pp)
+      bad(r, where, "stage", "must be a pipeline stage 0 .. pp-1");
+    else
+      for (int64_t l = 0; l < p->count; l++) p->stages[l] = (int)json_integer_value(st);
+  }
+}
+
+static int file_exists(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+Artifact *artifact_load(const char *dir, RtErr *e) {
+  Artifact *a = rt_calloc(1, sizeof *a);
+  if (!a) {
+    rt_fail(e, "out of memory");
+    return NULL;
+  }
+  char path[4096];
+  if (rt_path_join(path, sizeof path, dir, "manifest.json") < 0) {
+    rt_fail(e, "%s: path too long", dir);
+    rt_free(a);
+    return NULL;
+  }
+  a->dir = rt_strdup(dir);
+  a->manifest_path = rt_strdup(path);
+  Rd r = {path, e, 0};
+  struct stat st;
+  int src = stat(dir, &st), err = src < 0 ? errno : ENOTDIR;
+  if (src < 0 || !S_ISDIR(st.st_mode)) {
+    rt_fail_errno(e, err, "%s: not an artifact folder (hpdlc compile FILE -o DIR makes one)", dir);
+    artifact_free(a);
+    return NULL;
+  }
+  json_error_t je;
+  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+  if (!root) {
+    if (access(path, R_OK) < 0)
+      rt_fail_errno(e, errno, "%s: missing artifact file (hpdlc compile writes it)", path);
+    else
+      rt_fail(e, "%s:%d:%d: not valid JSON: %s", path, je.line, je.column, je.text);
+    artifact_free(a);
+    return NULL;
+  }
+  const char *fmt = json_string_value(json_object_get(root, "format"));
+  json_t *ver = json_object_get(root, "version");
+  if (!fmt || strcmp(fmt, "hpdl-artifact")) bad(&r, "", "format", "must be \"hpdl-artifact\"");
+  else if (!json_is_integer(ver) || json_integer_value(ver) != 1)
+    bad(&r, "", "version", "must be 1 (this hpdlrun reads version 1 artifacts; recompile with the matching hpdlc)");
+  get_str(&r, root, "", "model", &a->model);
+  a->target = rt_strdup("cpu");
+  get_str(&r, root, "", "target", &a->target);
+  if (!r.bad && a->target && strcmp(a->target, "cpu")) bad(&r, "", "target", "must be \"cpu\" for this runtime");
+  a->world_size = 1;
+  get_int(&r, root, "", "world_size", 1, &a->world_size);
+
+  json_t *lay = json_object_get(root, "layout");
+  a->layout = (CommLayout){1, 1, 1, 1};
+  a->micro_batch = 1;
+  a->num_micro_batches = 1;
+  a->topk_ratio = 0.01;
+  a->error_feedback = 1;
+  a->schedule = rt_strdup("1f1b");
+  if (lay) {
+    get_int(&r, lay, "layout", "dp", 1, &a->layout.dp);
+    get_int(&r, lay, "layout", "tp", 1, &a->layout.tp);
+    get_int(&r, lay, "layout", "pp", 1, &a->layout.pp);
+    get_int(&r, lay, "layout", "cp", 1, &a->layout.cp);
+    get_int(&r, lay, "layout", "zero", 0, &a->zero);
+    get_i64(&r, lay, "layout", "micro_batch", 1, &a->micro_batch);
+    get_i64(&r, lay, "layout", "num_micro_batches", 1, &a->num_micro_batches);
+    get_str(&r, lay, "layout", "schedule", &a->schedule);
+    char *comp = NULL;
+    get_str(&r, lay, "layout", "compression", &comp);
+    if (comp) {
+      int k = comm_compress_parse(comp);
+      if (k < 0) bad(&r, "layout", "compression", "must be none, fp16, int8 or topk");
+      else a->compression = (CommCompressKind)k;
+      rt_free(comp);
+    }
+    get_f64(&r, lay, "layout", "topk_ratio", &a->topk_ratio);
+    if (!(a->topk_ratio > 0 && a->topk_ratio <= 1)) bad(&r, "layout", "topk_ratio", "must be in (0, 1]");
+    get_bool(&r, lay, "layout", "error_feedback", &a->error_feedback);
+  }
+  if (!r.bad && comm_layout_size(&a->layout) != a->world_size) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "is %d, but dp x tp x pp x cp = %d", a->world_size, comm_layout_size(&a->layout));
+    bad(&r, "", "world_size", msg);
+  }
+
+  json_t *in = json_object_get(root, "inputs");
+  a->seq_len = 0;
+  if (in) {
+    get_i64(&r, in, "inputs", "seq_len", 1, &a->seq_len);
+    get_i64(&r, in, "inputs", "vocab", 1, &a->vocab);
+  }
+  if (!r.bad && a->seq_len < 1) bad(&r, "inputs", "seq_len", "is required (the sequence length of the token windows)");
+
+  json_t *tr = json_object_get(root, "train");
+  optim_defaults(&a->optim);
+  a->steps = 1000;
+  a->seed = 1234;
+  a->log_every = 10;
+  a->shuffle = 1;
+  a->ckpt_keep = 3;
+  if (tr) {
+    get_i64(&r, tr, "train", "steps", 1, &a->steps);
+    get_i64(&r, tr, "train", "seed", 0, &a->seed);
+    get_i64(&r, tr, "train", "log_every", 1, &a->log_every);
+    get_str(&r, tr, "train", "data", &a->data);
+    get_bool(&r, tr, "train", "shuffle", &a->shuffle);
+    get_f64(&r, tr, "train", "clip", &a->optim.clip);
+    json_t *op = json_object_get(tr, "optimizer");
+    if (op) {
+      char *kind = NULL, *decay = NULL;
+      get_str(&r, op, "train.optimizer", "kind", &kind);
+      if (kind) {
+        int k = optim_kind_parse(kind);
+        if (k < 0) bad(&r, "train.optimizer", "kind", "must be sgd or adamw");
+        else a->optim.kind = (OptimKind)k;
+      }
+      get_f64(&r, op, "train.optimizer", "lr", &a->optim.lr);
+      get_f64(&r, op, "train.optimizer", "min_lr", &a->optim.min_lr);
+      get_f64(&r, op, "train.optimizer", "momentum", &a->optim.momentum);
+      get_f64(&r, op, "train.optimizer", "eps", &a->optim.eps);
+      get_f64(&r, op, "train.optimizer", "weight_decay", &a->optim.weight_decay);
+      get_i64(&r, op, "train.optimizer", "warmup", 0, &a->optim.warmup);
+      json_t *betas = json_object_get(op, "betas");
+      if (betas) {
+        if (!json_is_array(betas) || json_array_size(betas) != 2 || !json_is_number(json_array_get(betas, 0)) ||
+            !json_is_number(json_array_get(betas, 1)))
+          bad(&r, "train.optimizer", "betas", "must be a pair of numbers in [0, 1)");
+        else {
+          a->optim.beta1 = json_number_value(json_array_get(betas, 0));
+          a->optim.beta2 = json_number_value(json_array_get(betas, 1));
+        }
+      }
+      get_str(&r, op, "train.optimizer", "decay", &decay);
+      if (decay) {
+        int d = optim_decay_parse(decay);
+        if (d < 0) bad(&r, "train.optimizer", "decay", "must be none, cosine or linear");
+        else a->optim.decay = (OptimDecay)d;
+      }
+      rt_free(kind);
+      rt_free(decay);
+    }
+    json_t *ck = json_object_get(tr, "checkpoint");
+    if (ck) {
+      get_i64(&r, ck, "train.checkpoint", "every", 0, &a->ckpt_every);
+      get_i64(&r, ck, "train.checkpoint", "keep", 0, &a->ckpt_keep);
+      get_str(&r, ck, "train.checkpoint", "dir", &a->ckpt_dir);
+      get_bool(&r, ck, "train.checkpoint", "async", &a->ckpt_async);
+    }
+  }
+  a->optim.total_steps = a->steps;
+
+  json_t *prog = json_object_get(root, "program");
+  a->program_kind = rt_strdup("native");
+  if (prog) {
+    get_str(&r, prog, "program", "kind", &a->program_kind);
+    get_str(&r, prog, "program", "name", &a->program_name);
+  }
+  int builtin = a->program_kind && !strcmp(a->program_kind, "builtin");
+  if (!r.bad && !builtin && strcmp(a->program_kind, "native")) bad(&r, "program", "kind", "must be \"native\" or \"builtin\"");
+  if (!r.bad && builtin && !a->program_name) bad(&r, "program", "name", "is required for a builtin program");
+
+  json_t *ranks = json_object_get(root, "ranks");
+  if (!r.bad) {
+    if (!json_is_array(ranks) || (int)json_array_size(ranks) != a->world_size) {
+      bad(&r, "", "ranks", "must be an array with one entry per rank (world_size)");
+    } else {
+      a->nranks = a->world_size;
+      a->ranks = rt_calloc((size_t)a->nranks, sizeof *a->ranks);
+      for (int i = 0; a->ranks && i < a->nranks && !r.bad; i++) {
+        char where[32];
+        snprintf(where, sizeof where, "ranks[%d]", i);
+        json_t *jr = json_array_get(ranks, (size_t)i);
+        get_i64(&r, jr, where, "arena_bytes", 0, &a->ranks[i].arena_bytes);
+        char *prog_path = NULL;
+        get_str(&r, jr, where, "program", &prog_path);
+        if (prog_path) {
+          char full[4096];
+          if (prog_path[0] == '/') snprintf(full, sizeof full, "%s", prog_path);
+          else rt_path_join(full, sizeof full, dir, prog_path);
+          rt_free(prog_path);
+          a->ranks[i].program = rt_strdup(full);
+          if (!builtin && !file_exists(full) && !r.bad) {
+            rt_fail(e, "%s: missing artifact file %s (named by %s.program)", path, full, where);
+            r.bad = 1;
+          }
+        } else if (!builtin) {
+          bad(&r, where, "program", "is required for a native program");
+        }
+      }
+      if (!a->ranks) bad(&r, "", "ranks", "out of memory");
+    }
+  }
+
+  json_t *params = json_object_get(root, "params");
+  if (!r.bad) {
+    if (!json_is_array(params)) bad(&r, "", "params", "must be an array (the parameter table)");
+    else {
+      a->nparams = (int)json_array_size(params);
+      a->params = rt_calloc((size_t)(a->nparams ? a->nparams : 1), sizeof *a->params);
+      if (!a->params) bad(&r, "", "params", "out of memory");
+      for (int i = 0; a->params && i < a->nparams && !r.bad; i++) read_param(&r, json_array_get(params, (size_t)i), i, &a->params[i], a);
+      for (int i = 0; !r.bad && i < a->nparams; i++)
+        for (int k = 0; k < i; k++)
+          if (!strcmp(a->params[i].name, a->params[k].name)) {
+            char msg[64];
+            snprintf(msg, sizeof msg, "repeats params[%d].name", k);
+            char where[32];
+            snprintf(where, sizeof where, "params[%d]", i);
+            bad(&r, where, "name", msg);
+          }
+    }
+  }
+  json_decref(root);
+  if (r.bad) {
+    artifact_free(a);
+    return NULL;
+  }
+  return a;
+}
+
+void artifact_free(Artifact *a) {
+  if (!a) return;
+  for (int i = 0; i < a->nparams; i++) {
+    rt_free(a->params[i].name);
+    rt_free(a->params[i].stages);
+  }
+  rt_free(a->params);
+  for (int i = 0; i < a->nranks; i++) rt_free(a->ranks[i].program);
+  rt_free(a->ranks);
+  rt_free(a->dir);
+  rt_free(a->manifest_path);
+  rt_free(a->model);
+  rt_free(a->target);
+  rt_free(a->schedule);
+  rt_free(a->data);
+  rt_free(a->ckpt_dir);
+  rt_free(a->program_kind);
+  rt_free(a->program_name);
+  rt_free(a);
+}

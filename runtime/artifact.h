@@ -1,0 +1,75 @@
+/* artifact.h - the compiled job's manifest, DIR/manifest.json.
+ *
+ * `hpdlc compile` writes it beside the per-rank programs; hpdlrun reads it.
+ * The schema (version 1) is documented in docs/runtime.md, "The artifact";
+ * this reader checks every field it uses and names the bad one. */
+#ifndef HPDL_ARTIFACT_H
+#define HPDL_ARTIFACT_H
+
+#include <stdint.h>
+
+#include "ckpt.h"
+#include "comm.h"
+#include "init.h"
+#include "optim.h"
+#include "rt.h"
+
+enum { ART_MAX_RANK = CKPT_MAX_RANK };
+
+typedef struct {
+  char *name;             /* template: "blocks.{i}.attn.q_proj.weight" */
+  CkptDtype dtype;        /* the stored precision (F32 in this version) */
+  int rank;
+  int64_t shape[ART_MAX_RANK]; /* logical (unsharded) */
+  int64_t count;          /* copies, one per layer of a repeat; 1 otherwise */
+  InitSpec init;
+  int split_axis;         /* -1: every rank of the group holds all of it */
+  CommGroup split_group;  /* COMM_TP or COMM_CP */
+  int *stages;            /* count entries: the pipeline stage of each copy */
+  int weight_decay;       /* 1: decayed (default: rank >= 2, as llm.c) */
+} ArtParam;
+
+typedef struct {
+  char *program;          /* path of the rank's program (native), or NULL */
+  int64_t arena_bytes;    /* the memory planner's arena for this rank */
+} ArtRank;
+
+typedef struct {
+  char *dir, *manifest_path;
+  char *model, *target;
+  int world_size;
+  CommLayout layout;
+  int zero;
+  int64_t micro_batch, num_micro_batches;
+  char *schedule;
+  CommCompressKind compression;
+  double topk_ratio;
+  int error_feedback;
+  int64_t seq_len, vocab;
+  /* train */
+  int64_t steps, seed, log_every;
+  char *data;
+  int shuffle;
+  OptimConfig optim;
+  int64_t ckpt_every, ckpt_keep;
+  char *ckpt_dir;
+  int ckpt_async;
+  /* program */
+  char *program_kind;     /* "builtin" or "native" */
+  char *program_name;     /* the builtin's name */
+  ArtRank *ranks;
+  int nranks;
+  ArtParam *params;
+  int nparams;
+} Artifact;
+
+/* Reads DIR/manifest.json; checks that the files it names exist. */
+Artifact *artifact_load(const char *dir, RtErr *e);
+void artifact_free(Artifact *a);
+
+/* The name of copy `layer` of p: "{i}" replaced by the layer number
+ * ("blocks.3.attn.q_proj.weight"); -1 when it does not fit in n bytes. */
+int artifact_param_name(const ArtParam *p, int64_t layer, char *out, size_t n);
+int64_t artifact_param_numel(const ArtParam *p);
+
+#endif

@@ -1,0 +1,175 @@
+/* hpdl-data.c - text to byte-level token shards, without downloads.
+ *
+ *   hpdl-data [-o PREFIX] [--val-fraction F] [--shard-tokens N] FILE...
+ *   hpdl-data --synthetic BYTES [--seed N] -o PREFIX
+ *   hpdl-data --info SHARD...
+ *
+ * Every byte of the text is a token (a vocabulary of 256), so any file
+ * becomes training data: PREFIX_train_000000.bin ... and PREFIX_val_...,
+ * in llm.c's .bin layout (data.h). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "rt.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: hpdl-data [-o PREFIX] [--val-fraction F] [--shard-tokens N] FILE...\n"
+          "       hpdl-data --synthetic BYTES [--seed N] -o PREFIX\n"
+          "       hpdl-data --info SHARD...\n"
+          "Turns text into byte-level token shards (one token per byte, vocabulary 256) in llm.c's .bin\n"
+          "layout: PREFIX_train_NNNNNN.bin and PREFIX_val_NNNNNN.bin. FILE - reads standard input.\n"
+          "\n"
+          "  -o PREFIX            output prefix (default: the first FILE without its extension)\n"
+          "  --val-fraction F     the last F of the text is validation data (default 0.1)\n"
+          "  --shard-tokens N     at most N tokens per shard (default 100000000)\n"
+          "  --synthetic BYTES    generate BYTES of simple English-like text instead (also written to PREFIX.txt)\n"
+          "  --seed N             the synthetic text's seed (default 1)\n"
+          "  --info               print the header of each shard and check its size\n");
+}
+
+static int die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int die_usage(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "hpdl-data: error: ");
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\n(hpdl-data --help lists the options)\n");
+  return 2;
+}
+
+/* Appends a whole stream to buf. */
+static int slurp(FILE *f, unsigned char **buf, int64_t *len, int64_t *cap) {
+  for (;;) {
+    if (*len == *cap) {
+      int64_t nc = *cap ? 2 * *cap : 1 << 20;
+      unsigned char *nb = rt_realloc(*buf, (size_t)nc);
+      if (!nb) return -1;
+      *buf = nb;
+      *cap = nc;
+    }
+    size_t got = fread(*buf + *len, 1, (size_t)(*cap - *len), f);
+    *len += (int64_t)got;
+    if (got == 0) return ferror(f) ? -1 : 0;
+  }
+}
+
+int main(int argc, char **argv) {
+  const char *prefix = NULL;
+  DataConvertOptions opt = {0.1, 0};
+  int64_t synthetic = -1, seed = 1;
+  int info = 0;
+  /* The file names are collected into argv's own front (never past i). */
+  char **files = argv + 1;
+  int nfiles = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    char *end;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      return 0;
+    } else if (!strcmp(a, "-o") || !strcmp(a, "--val-fraction") || !strcmp(a, "--shard-tokens") || !strcmp(a, "--synthetic") ||
+               !strcmp(a, "--seed")) {
+      if (i + 1 >= argc) return die_usage("%s needs a value", a);
+      const char *v = argv[++i];
+      errno = 0;
+      if (!strcmp(a, "-o")) prefix = v;
+      else if (!strcmp(a, "--val-fraction")) {
+        opt.val_fraction = strtod(v, &end);
+        if (*end || !(opt.val_fraction >= 0 && opt.val_fraction < 1)) return die_usage("--val-fraction is in [0, 1), not %s", v);
+      } else {
+        long long x = strtoll(v, &end, 10);
+        if (errno || *end || x < 0) return die_usage("%s wants a number >= 0", a);
+        if (!strcmp(a, "--shard-tokens")) opt.shard_tokens = x;
+        else if (!strcmp(a, "--synthetic")) synthetic = x;
+        else seed = x;
+      }
+    } else if (!strcmp(a, "--info")) {
+      info = 1;
+    } else if (a[0] == '-' && a[1]) {
+      return die_usage("unknown option %s", a);
+    } else {
+      files[nfiles++] = argv[i];
+    }
+  }
+  RtErr e;
+  if (info) {
+    int bad = 0;
+    for (int i = 0; i < nfiles; i++) {
+      DataShard s;
+      if (data_shard_open(&s, files[i], &e) < 0) {
+        fprintf(stderr, "hpdl-data: error: %s\n", e.msg);
+        bad = 1;
+        continue;
+      }
+      printf("%s: version %d (uint%d tokens), %" PRId64 " tokens\n", files[i], s.version, 8 * s.token_bytes, s.ntokens);
+      data_shard_close(&s);
+    }
+    return bad;
+  }
+  unsigned char *text = NULL;
+  int64_t len = 0, cap = 0;
+  char derived[4096];
+  if (synthetic >= 0) {
+    if (nfiles) return die_usage("--synthetic makes its own text; no FILE (%s)", files[0]);
+    if (!prefix) return die_usage("%s needs -o PREFIX", "--synthetic");
+    text = rt_alloc((size_t)(synthetic ? synthetic : 1));
+    if (!text) {
+      fprintf(stderr, "hpdl-data: error: out of memory\n");
+      return 1;
+    }
+    data_synthetic_text((char *)text, synthetic, (uint64_t)seed);
+    len = synthetic;
+    char txt[4200];
+    snprintf(txt, sizeof txt, "%s.txt", prefix);
+    if (rt_write_file_atomic(txt, text, (size_t)len, &e) < 0) {
+      fprintf(stderr, "hpdl-data: error: %s\n", e.msg);
+      rt_free(text);
+      return 1;
+    }
+    printf("wrote %s (%" PRId64 " bytes of synthetic text)\n", txt, len);
+  } else {
+    if (!nfiles) {
+      usage(stderr);
+      return 2;
+    }
+    for (int i = 0; i < nfiles; i++) {
+      FILE *f = strcmp(files[i], "-") ? fopen(files[i], "rb") : stdin;
+      if (!f) {
+        fprintf(stderr, "hpdl-data: error: %s: cannot open: %s\n", files[i], strerror(errno));
+        rt_free(text);
+        return 1;
+      }
+      int rc = slurp(f, &text, &len, &cap);
+      if (f != stdin) fclose(f);
+      if (rc < 0) {
+        fprintf(stderr, "hpdl-data: error: %s: read failed or out of memory\n", files[i]);
+        rt_free(text);
+        return 1;
+      }
+    }
+    if (!prefix) {
+      snprintf(derived, sizeof derived, "%s", strcmp(files[0], "-") ? files[0] : "stdin");
+      char *dot = strrchr(derived, '.'), *slash = strrchr(derived, '/');
+      if (dot && (!slash || dot > slash)) *dot = 0;
+      prefix = derived;
+    }
+  }
+  DataConvertReport rep;
+  int rc = data_convert_bytes(text, len, prefix, &opt, &rep, stdout, &e);
+  rt_free(text);
+  if (rc < 0) {
+    fprintf(stderr, "hpdl-data: error: %s\n", e.msg);
+    return 1;
+  }
+  printf("%" PRId64 " train tokens in %d shard%s, %" PRId64 " validation tokens in %d shard%s (vocabulary 256)\n",
+         rep.train_tokens, rep.train_shards, rep.train_shards == 1 ? "" : "s", rep.val_tokens, rep.val_shards,
+         rep.val_shards == 1 ? "" : "s");
+  return 0;
+}

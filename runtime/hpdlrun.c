@@ -1,0 +1,368 @@
+/* hpdlrun.c - runs a compiled job: `hpdlrun [-np N] DIR [options]`.
+ *
+ * Not under a launcher (no OMPI_COMM_WORLD_SIZE, PMI_RANK, PMIX_RANK, or
+ * srun's SLURM_PROCID + SLURM_STEP_ID), a job of N > 1 ranks re-executes
+ * itself under `mpirun -np N`; a job of one rank runs in this process
+ * without MPI. Under mpirun or srun it uses the ranks it is given, which
+ * must match the artifact's world size. See docs/runtime.md. */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "artifact.h"
+#include "comm.h"
+#include "rt.h"
+#include "train.h"
+
+#ifndef HPDL_VERSION
+#define HPDL_VERSION "0"
+#endif
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: hpdlrun [-np N] DIR [options]\n"
+          "Runs the job that `hpdlc compile` wrote into DIR, on N ranks (default: the artifact's).\n"
+          "\n"
+          "  -np N, -n N              ranks to start (must equal the artifact's world size)\n"
+          "  --steps N                optimizer steps in all (default: the train block's)\n"
+          "  --stop-at N              stop after step N, saving a checkpoint (the schedule still spans --steps)\n"
+          "  --data GLOB              token shards (llm.c .bin layout); default: the train block's\n"
+          "  --seed N                 initialisation and data-order seed\n"
+          "  --log-every N            steps between log lines\n"
+          "  --checkpoint-dir DIR     where checkpoints go (the final state is always saved there)\n"
+          "  --checkpoint-every N     also every N steps\n"
+          "  --checkpoint-keep K      keep the newest K checkpoints (0: all)\n"
+          "  --checkpoint-async       write checkpoints in the background\n"
+          "  --resume                 continue from the newest checkpoint in the checkpoint folder\n"
+          "                           (starts from step 0 when there is none yet)\n"
+          "  --resume-from PATH       continue from this checkpoint (its .json manifest, or a folder)\n"
+          "  --metrics FILE           JSON lines, one per step: step, loss, lr, grad_norm, tokens_per_s, ...\n"
+          "  --progress MODE          auto (a live line on a terminal), tty, plain, quiet\n"
+          "  -h, --help               this help;  --version  the version\n"
+          "\n"
+          "Environment: HPDL_MPIRUN (the mpirun to use), HPDL_MPIRUN_ARGS (extra mpirun arguments).\n");
+}
+
+typedef struct {
+  const char *dir;
+  int np;
+  TrainOptions t;
+} Args;
+
+static int bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int bad_usage(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "hpdlrun: error: ");
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\n(hpdlrun --help lists the options)\n");
+  return 2;
+}
+
+static int parse_i64(const char *s, int64_t min, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || !*s || *end || v < min) return -1;
+  *out = v;
+  return 0;
+}
+
+/* Returns 0, or the exit status (2: bad command line; -1: help shown). */
+static int parse_args(int argc, char **argv, Args *A) {
+  memset(A, 0, sizeof *A);
+  train_options_defaults(&A->t);
+  for (int i = 1; i < argc; i++) {
+    char *arg = argv[i], *val = NULL;
+    char name[64];
+    snprintf(name, sizeof name, "%s", arg);
+    char *eq = strchr(name, '=');
+    if (!strncmp(arg, "--", 2) && eq) {
+      *eq = 0;
+      val = strchr(arg, '=') + 1;
+    }
+    const char *n = name;
+#define VALUE()                                                              \
+  do {                                                                       \
+    if (!val) {                                                              \
+      if (i + 1 >= argc) return bad_usage("%s needs a value", n);           \
+      val = argv[++i];                                                       \
+    }                                                                        \
+  } while (0)
+    int64_t v;
+    if (!strcmp(n, "-h") || !strcmp(n, "--help")) {
+      usage(stdout);
+      return -1;
+    } else if (!strcmp(n, "--version")) {
+#ifdef HPDL_HAVE_MPI
+      printf("hpdlrun %s (collectives: mpi)\n", HPDL_VERSION);
+#else
+      printf("hpdlrun %s (collectives: none; built without MPI, one-rank jobs only)\n", HPDL_VERSION);
+#endif
+      return -1;
+    } else if (!strcmp(n, "-np") || !strcmp(n, "-n") || !strcmp(n, "--np")) {
+      VALUE();
+      if (parse_i64(val, 1, &v) < 0 || v > 1 << 20) return bad_usage("-np wants a positive number of ranks, not %s", val);
+      A->np = (int)v;
+    } else if (!strcmp(n, "--steps")) {
+      VALUE();
+      if (parse_i64(val, 0, &A->t.steps) < 0) return bad_usage("--steps wants a number >= 0, not %s", val);
+    } else if (!strcmp(n, "--stop-at")) {
+      VALUE();
+      if (parse_i64(val, 1, &A->t.stop_at) < 0) return bad_usage("--stop-at wants a step >= 1, not %s", val);
+    } else if (!strcmp(n, "--data")) {
+      VALUE();
+      A->t.data = val;
+    } else if (!strcmp(n, "--seed")) {
+      VALUE();
+      if (parse_i64(val, 0, &A->t.seed) < 0) return bad_usage("--seed wants a number >= 0, not %s", val);
+    } else if (!strcmp(n, "--log-every")) {
+      VALUE();
+      if (parse_i64(val, 1, &A->t.log_every) < 0) return bad_usage("--log-every wants a number >= 1, not %s", val);
+    } else if (!strcmp(n, "--checkpoint-dir")) {
+      VALUE();
+      A->t.ckpt_dir = val;
+    } else if (!strcmp(n, "--checkpoint-every")) {
+      VALUE();
+      if (parse_i64(val, 0, &A->t.ckpt_every) < 0) return bad_usage("--checkpoint-every wants a number >= 0, not %s", val);
+    } else if (!strcmp(n, "--checkpoint-keep")) {
+      VALUE();
+      if (parse_i64(val, 0, &A->t.ckpt_keep) < 0) return bad_usage("--checkpoint-keep wants a number >= 0, not %s", val);
+    } else if (!strcmp(n, "--checkpoint-async")) {
+      A->t.ckpt_async = 1;
+    } else if (!strcmp(n, "--resume")) {
+      A->t.resume = 1;
+    } else if (!strcmp(n, "--resume-from")) {
+      VALUE();
+      A->t.resume_from = val;
+    } else if (!strcmp(n, "--metrics")) {
+      VALUE();
+      A->t.metrics = val;
+    } else if (!strcmp(n, "--progress")) {
+      VALUE();
+      if (!strcmp(val, "auto")) A->t.progress = TRAIN_PROGRESS_AUTO;
+      else if (!strcmp(val, "tty")) A->t.progress = TRAIN_PROGRESS_TTY;
+      else if (!strcmp(val, "plain")) A->t.progress = TRAIN_PROGRESS_PLAIN;
+      else if (!strcmp(val, "quiet")) A->t.progress = TRAIN_PROGRESS_QUIET;
+      else return bad_usage("--progress is auto, tty, plain or quiet, not %s", val);
+    } else if (arg[0] == '-' && arg[1]) {
+      return bad_usage("unknown option %s", arg);
+    } else {
+      if (A->dir) return bad_usage("one artifact folder, please (also got %s)", arg);
+      A->dir = arg;
+    }
+#undef VALUE
+  }
+  if (!A->dir) {
+    usage(stderr);
+    return 2;
+  }
+  return 0;
+}
+
+/* The rank this process will be, from the launcher's environment (before
+ * MPI starts), so that only one rank prints an error all of them meet. */
+static int env_rank(void) {
+  const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+  for (int i = 0; i < 4; i++) {
+    const char *v = getenv(vars[i]);
+    if (v) return atoi(v);
+  }
+  return 0;
+}
+
+/* One BLAS thread per core, shared among the ranks of a node, unless the
+ * user chose: ranks x threads > cores makes them fight over the cores. */
+static void share_cores(int ranks_here) {
+  if (getenv("OPENBLAS_NUM_THREADS") || getenv("OMP_NUM_THREADS")) return;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  long t = cores > 0 && ranks_here > 0 ? cores / ranks_here : 1;
+  char buf[32];
+  snprintf(buf, sizeof buf, "%ld", t < 1 ? 1 : t);
+  setenv("OPENBLAS_NUM_THREADS", buf, 0);
+  setenv("OMP_NUM_THREADS", buf, 0);
+}
+
+#ifdef HPDL_HAVE_MPI
+static volatile sig_atomic_t child; /* the mpirun to forward signals to */
+
+static void forward_signal(int sig) {
+  if (child > 0) kill((pid_t)child, sig);
+}
+
+static int launch(int argc, char **argv, int np) {
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) snprintf(self, sizeof self, "%s", argv[0]);
+  else self[n] = 0;
+  const char *mpirun = getenv("HPDL_MPIRUN");
+  if (!mpirun || !*mpirun) mpirun = "mpirun";
+  setenv("HPDL_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1);
+  share_cores(np);
+  char *extra = getenv("HPDL_MPIRUN_ARGS") ? strdup(getenv("HPDL_MPIRUN_ARGS")) : NULL;
+  int cap = argc + 32;
+  for (char *p = extra; p && *p; p++) cap += *p == ' ';
+  char **av = calloc((size_t)cap, sizeof *av);
+  if (!av) return 1;
+  int k = 0;
+  char npbuf[16];
+  snprintf(npbuf, sizeof npbuf, "%d", np);
+  av[k++] = (char *)mpirun;
+  av[k++] = "-np";
+  av[k++] = npbuf;
+  /* A laptop has fewer cores than the ranks of a dp x tp x pp job. */
+  av[k++] = "--oversubscribe";
+  av[k++] = "--quiet";
+  /* Open MPI refuses root unless told; containers often run as root. */
+  if (geteuid() == 0) av[k++] = "--allow-run-as-root";
+  for (char *tok = extra ? strtok(extra, " \t") : NULL; tok; tok = strtok(NULL, " \t")) av[k++] = tok;
+  const char *exports[] = {"HPDL_TTY", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "HPDL_FAULT"};
+  for (int i = 0; i < 4; i++)
+    if (getenv(exports[i])) {
+      av[k++] = "-x";
+      av[k++] = (char *)exports[i];
+    }
+  av[k++] = self;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "-np") || !strcmp(argv[i], "-n") || !strcmp(argv[i], "--np")) {
+      i++;
+      continue;
+    }
+    if (!strncmp(argv[i], "--np=", 5)) continue;
+    av[k++] = argv[i];
+  }
+  av[k] = NULL;
+  fflush(stdout);
+  fflush(stderr);
+  /* mpirun runs as our child, with --quiet: an error every rank agrees on
+   * is reported once by hpdlrun itself, without Open MPI's banner; a rank
+   * that dies (a crash, a kill) is reported here from the exit status. */
+  pid_t pid = fork();
+  if (pid < 0) {
+    fprintf(stderr, "hpdlrun: error: cannot fork: %s\n", strerror(errno));
+    free(av);
+    free(extra);
+    return 1;
+  }
+  if (pid == 0) {
+    execvp(mpirun, av);
+    fprintf(stderr, "hpdlrun: error: cannot start %s: %s\n(install Open MPI: scripts/setup.sh; or set HPDL_MPIRUN)\n", mpirun,
+            strerror(errno));
+    _exit(127);
+  }
+  free(av);
+  free(extra);
+  child = pid;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = forward_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) {
+      fprintf(stderr, "hpdlrun: error: waiting for mpirun: %s\n", strerror(errno));
+      return 1;
+    }
+  if (WIFSIGNALED(status)) {
+    fprintf(stderr, "hpdlrun: error: mpirun was stopped by signal %d (%s)\n", WTERMSIG(status), strsignal(WTERMSIG(status)));
+    return 128 + WTERMSIG(status);
+  }
+  int rc = WEXITSTATUS(status);
+  /* Open MPI exits with 128 + n when a rank dies of signal n. */
+  if (rc > 128 && rc < 128 + 65)
+    fprintf(stderr, "hpdlrun: error: a rank died of signal %d (%s); the job stopped\n", rc - 128, strsignal(rc - 128));
+  return rc;
+}
+
+#endif
+
+int main(int argc, char **argv) {
+  Args A;
+  int rc = parse_args(argc, argv, &A);
+  if (rc) return rc < 0 ? 0 : rc;
+  int launched = comm_under_launcher();
+  int rank = launched ? env_rank() : 0;
+  RtErr e;
+  Artifact *a = artifact_load(A.dir, &e);
+  if (!a) {
+    if (rank == 0) fprintf(stderr, "hpdlrun: error: %s\n", e.msg);
+    return 1;
+  }
+  if (!launched) {
+    int np = A.np ? A.np : a->world_size;
+    if (np != a->world_size) {
+      fprintf(stderr,
+              "hpdlrun: error: -np %d, but %s was compiled for %d rank%s (dp=%d tp=%d pp=%d cp=%d)\n"
+              "hint: run with -np %d, or recompile with the layout you want (hpdlc compile --dp/--tp/--pp)\n",
+              np, A.dir, a->world_size, a->world_size == 1 ? "" : "s", a->layout.dp, a->layout.tp, a->layout.pp, a->layout.cp,
+              a->world_size);
+      artifact_free(a);
+      return 2;
+    }
+    if (np > 1) {
+#ifndef HPDL_HAVE_MPI
+      fprintf(stderr, "hpdlrun: error: this hpdlrun was built without MPI: only one-rank jobs run\n");
+      artifact_free(a);
+      return 1;
+#else
+      artifact_free(a);
+      return launch(argc, argv, np);
+#endif
+    }
+  }
+  Comm *comm = NULL;
+  if (launched) {
+#ifdef HPDL_HAVE_MPI
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    share_cores(local ? atoi(local) : a->world_size);
+    comm = comm_mpi_new(&a->layout, &e);
+#else
+    rt_fail(&e, "this hpdlrun was built without MPI, but runs under a launcher");
+#endif
+  } else {
+    share_cores(1);
+    comm = comm_local_new(&e);
+  }
+  if (!comm) {
+    if (rank == 0) fprintf(stderr, "hpdlrun: error: %s\n", e.msg);
+    fflush(stderr);
+#ifdef HPDL_HAVE_MPI
+    /* Finalising waits for every rank, so rank 0's message is out before
+     * mpirun sees a rank fail and stops the others. */
+    if (launched) comm_mpi_finalize();
+#endif
+    artifact_free(a);
+    return 1;
+  }
+  const char *tty = getenv("HPDL_TTY");
+  A.t.tty = tty ? !strcmp(tty, "1") : isatty(STDOUT_FILENO);
+  TrainSummary sum;
+  int reporter = 0;
+  rc = train_run(a, comm, &A.t, &sum, &reporter, &e);
+  if (rc < 0) {
+    if (reporter) fprintf(stderr, "hpdlrun: error: %s\n", e.msg);
+  } else if (comm->world_rank == 0 && A.t.progress != TRAIN_PROGRESS_QUIET) {
+    if (sum.last_step == sum.first_step) {
+      printf("hpdlrun: nothing to do: the run is at step %" PRId64 " of %" PRId64 "\n", sum.first_step, sum.total_steps);
+    } else {
+      printf("hpdlrun: done: steps %" PRId64 "..%" PRId64 " in %.2f s, loss %.4f -> %.4f, %.0f tokens/s", sum.first_step + 1,
+             sum.last_step, sum.seconds, sum.first_loss, sum.last_loss, sum.tokens_per_s);
+      if (sum.last_checkpoint[0]) printf(", checkpoint %s", sum.last_checkpoint);
+      printf("\n");
+    }
+  }
+  fflush(stdout);
+  comm_destroy(comm);
+  artifact_free(a);
+  return rc < 0 ? 1 : 0;
+}

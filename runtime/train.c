@@ -1,0 +1,731 @@
+/* train.c - the training loop (see train.h). */
+#include "train.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "builtin.h"
+#include "ckpt.h"
+#include "init.h"
+#include "optim.h"
+
+void train_options_defaults(TrainOptions *o) {
+  memset(o, 0, sizeof *o);
+  o->steps = o->seed = o->log_every = o->ckpt_every = o->ckpt_keep = o->stop_at = -1;
+  o->ckpt_async = -1;
+  o->progress = TRAIN_PROGRESS_AUTO;
+  o->out = stdout;
+}
+
+/* A checkpoint written by a background thread (train.checkpoint.async):
+ * the thread owns the gathered tensors and frees them. */
+typedef struct {
+  char *dir;
+  int64_t step;
+  CkptTensor *t;
+  int n;
+  json_t *info;
+  int keep;
+  int rc;
+  double seconds;
+  RtErr err;
+  char manifest[4096];
+} SaveJob;
+
+typedef struct {
+  const Artifact *a;
+  Comm *c;
+  const TrainOptions *o;
+  TrainCtx ctx;
+  float *pool[4]; /* data, grad, m, v */
+  int64_t pool_len;
+  const TrainProgram *prog;
+  void *self, *dl;
+  DataLoader *loader;
+  DataBatch *mbuf;   /* the step's micro-batches, copied out of the loader */
+  const DataBatch **mptr;
+  OptimConfig opt;
+  int64_t steps, seed, log_every, ckpt_every, keep, start_step, data_start;
+  const char *ckpt_dir;
+  int async, me, nmicro;
+  CommCompressor z;
+  FILE *metrics, *out;
+  int tty;
+  /* async checkpoint */
+  pthread_t thr;
+  int thr_live;
+  SaveJob *job;
+  char last_ckpt[4096];
+} Run;
+
+/* ---- agreement and fatal errors ---- */
+
+/* A collective failure leaves the ranks out of step: stop them all. */
+static void fatal(Run *R, const char *what, const RtErr *e) {
+  fprintf(stderr, "hpdlrun: rank %d: error: %s%s%s\n", R->me, what, e ? ": " : "", e ? e->msg : "");
+  fflush(stderr);
+  R->c->ops->abort(R->c, 1);
+  exit(1);
+}
+
+/* Every rank says whether it failed; returns the lowest failing rank, or
+ * -1 when all succeeded. */
+static int agree(Run *R, int failed) {
+  double v = failed ? (double)(R->c->world_size - R->me) : 0.0;
+  RtErr e;
+  if (comm_all_reduce(R->c, COMM_WORLD, COMM_F64, COMM_MAX, &v, 1, &e) < 0) fatal(R, "agreeing on the status", &e);
+  return v > 0 ? R->c->world_size - (int)v : -1;
+}
+
+/* ---- tensors and pools ---- */
+
+static int64_t round16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
+static int make_tensors(Run *R, RtErr *e) {
+  const Artifact *a = R->a;
+  Comm *c = R->c;
+  int n = 0;
+  for (int i = 0; i < a->nparams; i++)
+    for (int64_t l = 0; l < a->params[i].count; l++)
+      if (a->params[i].stages[l] == c->coords.pp) n++;
+  TrainTensor *t = rt_calloc((size_t)(n ? n : 1), sizeof *t);
+  if (!t) return rt_fail(e, "out of memory");
+  R->ctx.tensors = t;
+  R->ctx.ntensors = n;
+  int64_t len = 0;
+  int k = 0;
+  for (int i = 0; i < a->nparams; i++) {
+    const ArtParam *p = &a->params[i];
+    for (int64_t l = 0; l < p->count; l++) {
+      if (p->stages[l] != c->coords.pp) continue;
+      TrainTensor *x = &t[k++];
+      x->param = p;
+      x->layer = l;
+      if (artifact_param_name(p, l, x->name, sizeof x->name) < 0) return rt_fail(e, "parameter name too long: %s", p->name);
+      x->rank = p->rank;
+      int split = p->split_axis >= 0 && c->size[p->split_group] > 1;
+      x->split = (CkptSplit){split ? p->split_axis : -1, split ? c->size[p->split_group] : 1, split ? c->rank[p->split_group] : 0};
+      if (ckpt_shard_dims(p->rank, p->shape, x->split, x->shape, e) < 0) return rt_err_prefix(e, "parameter %s", x->name);
+      x->numel = 1;
+      for (int d = 0; d < p->rank; d++) x->numel *= x->shape[d];
+      /* Each logical value is counted once in the norm: by data-parallel
+       * replica 0, and by member 0 of any group it is replicated over. */
+      int tp_ok = (split && p->split_group == COMM_TP) || c->coords.tp == 0;
+      int cp_ok = (split && p->split_group == COMM_CP) || c->coords.cp == 0;
+      x->in_norm = c->coords.dp == 0 && tp_ok && cp_ok;
+      len += round16(x->numel);
+    }
+  }
+  R->pool_len = len;
+  int want_m = R->opt.kind == OPTIM_ADAMW || R->opt.momentum != 0, want_v = R->opt.kind == OPTIM_ADAMW;
+  for (int p = 0; p < 4; p++) {
+    if ((p == 2 && !want_m) || (p == 3 && !want_v)) continue;
+    R->pool[p] = rt_alloc_aligned((size_t)(len ? len : 16) * sizeof(float));
+    if (!R->pool[p])
+      return rt_fail(e, "out of memory for the parameters (%" PRId64 " values per pool)", len);
+  }
+  int64_t off = 0;
+  for (int i = 0; i < n; i++) {
+    t[i].data = R->pool[0] + off;
+    t[i].grad = R->pool[1] + off;
+    t[i].m = R->pool[2] ? R->pool[2] + off : NULL;
+    t[i].v = R->pool[3] ? R->pool[3] + off : NULL;
+    off += round16(t[i].numel);
+  }
+  return 0;
+}
+
+static void init_tensors(Run *R) {
+  for (int i = 0; i < R->ctx.ntensors; i++) {
+    TrainTensor *x = &R->ctx.tensors[i];
+    const ArtParam *p = x->param;
+    init_fill_f32_shard(x->data, p->rank, p->shape, x->split.axis, x->split.parts, x->split.index, &p->init, (uint64_t)R->seed,
+                        p->name, x->layer);
+  }
+}
+
+/* ---- the program ---- */
+
+static int load_program(Run *R, RtErr *e) {
+  const Artifact *a = R->a;
+  if (!strcmp(a->program_kind, "builtin")) {
+    R->prog = builtin_program(a->program_name);
+    if (!R->prog) return rt_fail(e, "%s: program.name: no builtin program %s (there is: bigram)", a->manifest_path, a->program_name);
+    return 0;
+  }
+  const char *path = a->ranks[R->me].program;
+  R->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!R->dl) return rt_fail(e, "%s: cannot load the rank's program: %s", path, dlerror());
+  void *sym = dlsym(R->dl, TRAIN_PROGRAM_SYMBOL);
+  if (!sym) return rt_fail(e, "%s: not an hpdl program (no symbol %s)", path, TRAIN_PROGRAM_SYMBOL);
+  const TrainProgram *(*entry)(void);
+  memcpy(&entry, &sym, sizeof entry); /* object pointer to function pointer, as POSIX allows */
+  R->prog = entry();
+  if (!R->prog || R->prog->abi != TRAIN_PROGRAM_ABI)
+    return rt_fail(e, "%s: program interface version %d, this hpdlrun speaks %d (recompile with the matching hpdlc)", path,
+                   R->prog ? R->prog->abi : -1, TRAIN_PROGRAM_ABI);
+  return 0;
+}
+
+/* ---- checkpoints ---- */
+
+static json_t *ckpt_info_json(Run *R, int64_t step) {
+  const Artifact *a = R->a;
+  int64_t per_step = (int64_t)a->layout.dp * a->micro_batch * a->num_micro_batches;
+  return json_pack("{s:I, s:s?, s:s, s:s, s:I, s:{s:I, s:b}, s:i, s:{s:i, s:i, s:i, s:i, s:I, s:I}}", "step", (json_int_t)step,
+                   "model", a->model, "program", a->program_kind, "optimizer", optim_kind_name(R->opt.kind), "seed",
+                   (json_int_t)R->seed, "data", "sequences", (json_int_t)(R->data_start + (step - R->start_step) * per_step),
+                   "shuffle", a->shuffle, "world_size", R->c->world_size, "layout", "dp", a->layout.dp, "tp", a->layout.tp, "pp",
+                   a->layout.pp, "cp", a->layout.cp, "micro_batch", (json_int_t)a->micro_batch, "num_micro_batches",
+                   (json_int_t)a->num_micro_batches);
+}
+
+/* The world rank holding piece `piece` of copy `layer` of p: data-parallel
+ * replica 0 of the copy's pipeline stage. */
+static int owner_of(const Run *R, const ArtParam *p, int64_t layer, int piece) {
+  CommCoords k = {0, 0, p->stages[layer], 0};
+  if (p->split_axis >= 0 && R->c->size[p->split_group] > 1) {
+    if (p->split_group == COMM_TP) k.tp = piece;
+    else k.cp = piece;
+  }
+  return comm_rank_of(&R->c->layout, k);
+}
+
+static TrainTensor *local_tensor(Run *R, const ArtParam *p, int64_t layer) {
+  for (int i = 0; i < R->ctx.ntensors; i++)
+    if (R->ctx.tensors[i].param == p && R->ctx.tensors[i].layer == layer) return &R->ctx.tensors[i];
+  return NULL;
+}
+
+static void *save_main(void *arg) {
+  SaveJob *j = arg;
+  double t0 = rt_now();
+  j->rc = ckpt_save(j->dir, j->step, j->t, j->n, j->info, j->keep, j->manifest, &j->err);
+  j->seconds = rt_now() - t0;
+  return NULL;
+}
+
+static void free_job(SaveJob *j) {
+  if (!j) return;
+  for (int i = 0; i < j->n; i++) {
+    rt_free((void *)(uintptr_t)j->t[i].name);
+    rt_free((void *)(uintptr_t)j->t[i].data);
+  }
+  rt_free(j->t);
+  rt_free(j->dir);
+  json_decref(j->info);
+  rt_free(j);
+}
+
+/* Waits for a background save; 0, or -1 with its message. */
+static int join_save(Run *R, RtErr *e) {
+  if (!R->thr_live) return 0;
+  pthread_join(R->thr, NULL);
+  R->thr_live = 0;
+  SaveJob *j = R->job;
+  R->job = NULL;
+  int rc = j->rc;
+  if (rc < 0) rt_fail(e, "%s", j->err.msg);
+  else {
+    snprintf(R->last_ckpt, sizeof R->last_ckpt, "%s", j->manifest);
+    if (R->out) fprintf(R->out, "%scheckpoint %s (%.2f s, in the background)\n", R->tty ? "\r\033[K" : "", j->manifest, j->seconds);
+  }
+  free_job(j);
+  return rc;
+}
+
+/* Gathers every logical tensor on rank 0 and writes the checkpoint there. */
+static int save_checkpoint(Run *R, int64_t step, RtErr *e) {
+  const Artifact *a = R->a;
+  Comm *c = R->c;
+  int me = R->me, failed = 0;
+  /* A previous background save must finish first (and its error counts). */
+  if (me == 0 && join_save(R, e) < 0) failed = 1;
+  if (agree(R, failed) >= 0) return -1;
+  int nstate = R->opt.kind == OPTIM_ADAMW ? 2 : R->opt.momentum != 0 ? 1 : 0;
+  int nlogical = 0;
+  for (int i = 0; i < a->nparams; i++) nlogical += (int)a->params[i].count;
+  SaveJob *job = NULL;
+  if (me == 0) {
+    job = rt_calloc(1, sizeof *job);
+    if (job) job->t = rt_calloc((size_t)(nlogical * (1 + nstate) + 1), sizeof *job->t);
+    if (!job || !job->t) fatal(R, "out of memory gathering a checkpoint", NULL);
+  }
+  float *piece = NULL;
+  int64_t piece_cap = 0;
+  int k = 0;
+  for (int i = 0; i < a->nparams; i++) {
+    const ArtParam *p = &a->params[i];
+    int64_t numel = artifact_param_numel(p);
+    for (int64_t l = 0; l < p->count; l++) {
+      int parts = (p->split_axis >= 0 && c->size[p->split_group] > 1) ? c->size[p->split_group] : 1;
+      float *logical[3] = {NULL, NULL, NULL};
+      if (me == 0)
+        for (int s = 0; s <= nstate; s++)
+          if (!(logical[s] = rt_alloc((size_t)numel * sizeof(float)))) fatal(R, "out of memory gathering a checkpoint", NULL);
+      TrainTensor *mine = local_tensor(R, p, l);
+      for (int q = 0; q < parts; q++) {
+        int owner = owner_of(R, p, l, q);
+        if (owner != me && me != 0) continue;
+        CkptSplit sp = {parts > 1 ? p->split_axis : -1, parts, q};
+        int64_t local_dims[ART_MAX_RANK], ln = 1;
+        ckpt_shard_dims(p->rank, p->shape, sp, local_dims, NULL);
+        for (int d = 0; d < p->rank; d++) ln *= local_dims[d];
+        for (int s = 0; s <= nstate; s++) {
+          if (owner == me) {
+            const float *src = s == 0 ? mine->data : s == 1 ? mine->m : mine->v;
+            if (me == 0) ckpt_shard_insert(logical[s], 4, p->rank, p->shape, sp, src);
+            else if (comm_send(c, COMM_WORLD, COMM_F32, src, ln, 0, 100 + s, e) < 0) fatal(R, "sending a checkpoint shard", e);
+          } else { /* rank 0 receives */
+            if (ln > piece_cap) {
+              rt_free(piece);
+              piece_cap = ln;
+              if (!(piece = rt_alloc((size_t)ln * sizeof(float)))) fatal(R, "out of memory gathering a checkpoint", NULL);
+            }
+            if (comm_recv(c, COMM_WORLD, COMM_F32, piece, ln, owner, 100 + s, e) < 0) fatal(R, "receiving a checkpoint shard", e);
+            ckpt_shard_insert(logical[s], 4, p->rank, p->shape, sp, piece);
+          }
+        }
+      }
+      if (me == 0) {
+        char name[256];
+        artifact_param_name(p, l, name, sizeof name);
+        static const char *const prefix[3] = {"", "opt.m.", "opt.v."};
+        for (int s = 0; s <= nstate; s++) {
+          char full[300];
+          snprintf(full, sizeof full, "%s%s", (s == 1 && R->opt.kind == OPTIM_SGD) ? "opt.momentum." : prefix[s], name);
+          CkptTensor *t = &job->t[k++];
+          t->name = rt_strdup(full);
+          t->dtype = CKPT_F32;
+          t->rank = p->rank;
+          memcpy(t->shape, p->shape, sizeof t->shape);
+          t->data = logical[s];
+          if (!t->name) fatal(R, "out of memory", NULL);
+        }
+      }
+    }
+  }
+  rt_free(piece);
+  failed = 0;
+  if (me == 0) {
+    job->n = k;
+    job->dir = rt_strdup(R->ckpt_dir);
+    job->step = step;
+    job->keep = (int)R->keep;
+    job->info = ckpt_info_json(R, step);
+    if (R->async) {
+      R->job = job;
+      if (pthread_create(&R->thr, NULL, save_main, job) == 0) {
+        R->thr_live = 1;
+        job = NULL;
+      } else {
+        R->job = NULL;
+        save_main(job); /* no thread: write now */
+      }
+    } else {
+      save_main(job);
+    }
+    if (job) {
+      if (job->rc < 0) {
+        rt_fail(e, "%s", job->err.msg);
+        failed = 1;
+      } else {
+        snprintf(R->last_ckpt, sizeof R->last_ckpt, "%s", job->manifest);
+        if (R->out) fprintf(R->out, "%scheckpoint %s (%.2f s)\n", R->tty ? "\r\033[K" : "", job->manifest, job->seconds);
+      }
+      free_job(job);
+    }
+  }
+  /* A failed write stops the run on every rank: training on without the
+   * checkpoints asked for would lose work silently. */
+  return agree(R, failed) >= 0 ? -1 : 0;
+}
+
+/* Rank 0 opens and checks the checkpoint; then every logical tensor is
+ * broadcast and each rank keeps its shard. */
+static int resume(Run *R, RtErr *e, int *resumed) {
+  const Artifact *a = R->a;
+  Comm *c = R->c;
+  int me = R->me, failed = 0;
+  Ckpt *ck = NULL;
+  /* header: have, step, sequences, seed, has_m, has_v (doubles: exact below 2^53) */
+  double hdr[6] = {0, 0, 0, 0, 0, 0};
+  *resumed = 0;
+  if (me == 0) {
+    const char *from = R->o->resume_from ? R->o->resume_from : R->ckpt_dir;
+    int have = 1;
+    if (!R->o->resume_from) {
+      int64_t s;
+      char mp[4096];
+      int r = from ? ckpt_latest(from, &s, mp, e) : 0;
+      if (r < 0) failed = 1;
+      have = r > 0;
+      if (!from) failed = rt_fail(e, "--resume needs a checkpoint folder (--checkpoint-dir, or the train block's checkpoint.dir)") < 0;
+      if (!failed && !have && R->out) fprintf(R->out, "hpdlrun: no checkpoint in %s yet: starting from step 0\n", from);
+    }
+    if (!failed && have) {
+      ck = ckpt_load(from, e);
+      if (!ck) failed = 1;
+    }
+    /* Check every parameter before anyone waits on a broadcast. */
+    int has_m = 1, has_v = 1;
+    for (int i = 0; ck && !failed && i < a->nparams; i++) {
+      const ArtParam *p = &a->params[i];
+      for (int64_t l = 0; l < p->count && !failed; l++) {
+        char name[256], full[300];
+        artifact_param_name(p, l, name, sizeof name);
+        const CkptTensor *t = ckpt_st_find(ckpt_file(ck), name);
+        if (!t) {
+          failed = rt_fail(e, "%s: no tensor %s, a parameter of this artifact (a checkpoint of another model?)", ckpt_path(ck), name) < 0;
+          break;
+        }
+        int same = t->rank == p->rank;
+        for (int d = 0; same && d < p->rank; d++) same = t->shape[d] == p->shape[d];
+        if (!same || (t->dtype != CKPT_F32 && t->dtype != CKPT_F64 && t->dtype != CKPT_F16 && t->dtype != CKPT_BF16)) {
+          char got[160] = "", want[160] = "";
+          for (int d = 0; d < t->rank; d++) snprintf(got + strlen(got), sizeof got - strlen(got), "%s%" PRId64, d ? ", " : "", t->shape[d]);
+          for (int d = 0; d < p->rank; d++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%" PRId64, d ? ", " : "", p->shape[d]);
+          failed = rt_fail(e, "%s: tensor %s is %s[%s], the artifact's parameter is f32[%s]", ckpt_path(ck), name, ckpt_dtype_name(t->dtype),
+                           got, want) < 0;
+          break;
+        }
+        snprintf(full, sizeof full, "%s%s", R->opt.kind == OPTIM_SGD ? "opt.momentum." : "opt.m.", name);
+        if (!ckpt_st_find(ckpt_file(ck), full)) has_m = 0;
+        snprintf(full, sizeof full, "opt.v.%s", name);
+        if (!ckpt_st_find(ckpt_file(ck), full)) has_v = 0;
+      }
+    }
+    if (ck && !failed) {
+      const json_t *info = ckpt_info(ck);
+      json_t *jd = json_object_get(json_object_get(info, "data"), "sequences"), *js = json_object_get(info, "seed");
+      hdr[0] = 1;
+      hdr[1] = (double)ckpt_step(ck);
+      hdr[2] = json_is_integer(jd) ? (double)json_integer_value(jd) : 0;
+      hdr[3] = json_is_integer(js) ? (double)json_integer_value(js) : (double)R->seed;
+      hdr[4] = has_m;
+      hdr[5] = has_v;
+      if (R->out) {
+        fprintf(R->out, "hpdlrun: resuming from %s (step %" PRId64 ")\n", ckpt_path(ck), ckpt_step(ck));
+        if ((R->pool[2] && !has_m) || (R->pool[3] && !has_v))
+          fprintf(R->out, "hpdlrun: note: the checkpoint has no %s state for this optimizer: it starts from zero\n",
+                  optim_kind_name(R->opt.kind));
+      }
+    }
+  }
+  if (agree(R, failed) >= 0) {
+    ckpt_close(ck);
+    return -1;
+  }
+  if (comm_broadcast(c, COMM_WORLD, COMM_F64, hdr, 6, 0, e) < 0) fatal(R, "broadcasting the checkpoint header", e);
+  if (hdr[0] == 0) return 0;
+  float *buf = NULL;
+  int64_t cap = 0;
+  for (int i = 0; i < a->nparams; i++) {
+    const ArtParam *p = &a->params[i];
+    int64_t numel = artifact_param_numel(p);
+    if (numel > cap) {
+      rt_free(buf);
+      cap = numel;
+      if (!(buf = rt_alloc((size_t)numel * sizeof(float)))) fatal(R, "out of memory loading a checkpoint", NULL);
+    }
+    for (int64_t l = 0; l < p->count; l++) {
+      TrainTensor *mine = local_tensor(R, p, l);
+      for (int s = 0; s < 3; s++) {
+        float *dst = !mine ? NULL : s == 0 ? mine->data : s == 1 ? mine->m : mine->v;
+        if (s == 1 && !hdr[4]) continue;
+        if (s == 2 && !hdr[5]) continue;
+        if (s > 0 && !(s == 1 ? R->pool[2] : R->pool[3])) continue;
+        if (me == 0) {
+          char name[256], full[300];
+          artifact_param_name(p, l, name, sizeof name);
+          snprintf(full, sizeof full, "%s%s", s == 0 ? "" : s == 2 ? "opt.v." : R->opt.kind == OPTIM_SGD ? "opt.momentum." : "opt.m.", name);
+          const CkptTensor *t = ckpt_st_find(ckpt_file(ck), full);
+          RtErr le;
+          if (!t || ckpt_numel(t) != numel || ckpt_st_read_f32(t, buf, &le) < 0)
+            fatal(R, "reading a checkpoint tensor that was checked a moment ago", NULL);
+        }
+        if (comm_broadcast(c, COMM_WORLD, COMM_F32, buf, numel, 0, e) < 0) fatal(R, "broadcasting a checkpoint tensor", e);
+        if (dst) ckpt_shard_extract(buf, 4, p->rank, p->shape, mine->split, dst);
+      }
+    }
+  }
+  rt_free(buf);
+  ckpt_close(ck);
+  R->start_step = (int64_t)hdr[1];
+  R->data_start = (int64_t)hdr[2];
+  if ((int64_t)hdr[3] != R->seed) {
+    if (me == 0 && R->out)
+      fprintf(R->out, "hpdlrun: note: the data order keeps the checkpoint's seed %" PRId64 " (not %" PRId64 ")\n", (int64_t)hdr[3],
+              R->seed);
+    R->seed = (int64_t)hdr[3];
+  }
+  *resumed = 1;
+  return 0;
+}
+
+/* ---- output ---- */
+
+static void human(char *buf, size_t n, double v) {
+  if (v >= 1e9) snprintf(buf, n, "%.2fG", v / 1e9);
+  else if (v >= 1e6) snprintf(buf, n, "%.2fM", v / 1e6);
+  else if (v >= 1e3) snprintf(buf, n, "%.1fk", v / 1e3);
+  else snprintf(buf, n, "%.0f", v);
+}
+
+static void clock_str(char *buf, size_t n, double s) {
+  if (!(s >= 0) || s > 1e8) {
+    snprintf(buf, n, "?");
+    return;
+  }
+  long t = (long)(s + 0.5);
+  if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+static void json_num(FILE *f, const char *key, double v, int last) {
+  if (isfinite(v)) fprintf(f, "\"%s\": %.9g%s", key, v, last ? "" : ", ");
+  else fprintf(f, "\"%s\": null%s", key, last ? "" : ", "); /* JSON has no NaN */
+}
+
+/* ---- the run ---- */
+
+static int setup(Run *R, RtErr *e) {
+  const Artifact *a = R->a;
+  if (a->nranks != R->c->world_size)
+    return rt_fail(e, "%s: the artifact is for %d ranks, this job has %d", a->manifest_path, a->world_size, R->c->world_size);
+  if (load_program(R, e) < 0) return -1;
+  if (make_tensors(R, e) < 0) return -1;
+  init_tensors(R);
+  R->ctx.arena_bytes = a->ranks[R->me].arena_bytes;
+  R->ctx.arena = rt_alloc_aligned((size_t)(R->ctx.arena_bytes ? R->ctx.arena_bytes : 64));
+  if (!R->ctx.arena) return rt_fail(e, "out of memory for the arena (%" PRId64 " bytes)", R->ctx.arena_bytes);
+  R->ctx.art = a;
+  R->ctx.comm = R->c;
+  R->ctx.grad_scale = 1.0 / ((double)a->layout.dp * (double)a->num_micro_batches);
+  R->self = R->prog->create(&R->ctx, e);
+  if (!R->self) return -1;
+  if (R->me == 0 && R->metrics == NULL && R->o->metrics) {
+    R->metrics = fopen(R->o->metrics, (R->o->resume || R->o->resume_from) ? "a" : "w");
+    if (!R->metrics) return rt_fail_errno(e, errno, "%s: cannot open the metrics file", R->o->metrics);
+  }
+  return 0;
+}
+
+static int open_data(Run *R, RtErr *e) {
+  const Artifact *a = R->a;
+  DataConfig dc;
+  memset(&dc, 0, sizeof dc);
+  dc.pattern = R->o->data ? R->o->data : a->data;
+  dc.batch = a->micro_batch;
+  dc.seq_len = a->seq_len;
+  dc.rank = R->c->coords.dp;
+  dc.nranks = a->layout.dp;
+  dc.seed = (uint64_t)R->seed;
+  dc.shuffle = a->shuffle;
+  dc.prefetch = 1;
+  dc.vocab = a->vocab;
+  dc.start = R->data_start;
+  R->loader = data_loader_open(&dc, e);
+  if (!R->loader) return -1;
+  R->nmicro = (int)a->num_micro_batches;
+  R->mbuf = rt_calloc((size_t)R->nmicro, sizeof *R->mbuf);
+  R->mptr = rt_calloc((size_t)R->nmicro, sizeof *R->mptr);
+  if (!R->mbuf || !R->mptr) return rt_fail(e, "out of memory");
+  int64_t bt = a->micro_batch * a->seq_len;
+  for (int k = 0; k < R->nmicro; k++) {
+    R->mbuf[k].inputs = rt_calloc((size_t)bt, sizeof(int32_t));
+    R->mbuf[k].targets = rt_calloc((size_t)bt, sizeof(int32_t));
+    if (!R->mbuf[k].inputs || !R->mbuf[k].targets) return rt_fail(e, "out of memory");
+    R->mptr[k] = &R->mbuf[k];
+  }
+  return 0;
+}
+
+static void teardown(Run *R) {
+  RtErr e;
+  if (R->me == 0 && join_save(R, &e) < 0) fprintf(stderr, "hpdlrun: error: %s\n", e.msg);
+  if (R->self && R->prog) R->prog->destroy(R->self);
+  if (R->dl) dlclose(R->dl);
+  data_loader_close(R->loader);
+  for (int k = 0; R->mbuf && k < R->nmicro; k++) {
+    rt_free(R->mbuf[k].inputs);
+    rt_free(R->mbuf[k].targets);
+  }
+  rt_free(R->mbuf);
+  rt_free(R->mptr);
+  for (int p = 0; p < 4; p++) rt_free_aligned(R->pool[p]);
+  rt_free_aligned(R->ctx.arena);
+  rt_free(R->ctx.tensors);
+  comm_compressor_free(&R->z);
+  if (R->metrics) fclose(R->metrics);
+}
+
+int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary *sum, int *reporter, RtErr *e) {
+  Run R;
+  memset(&R, 0, sizeof R);
+  memset(sum, 0, sizeof *sum);
+  R.a = a;
+  R.c = comm;
+  R.o = o;
+  R.me = comm->world_rank;
+  R.out = R.me == 0 && o->progress != TRAIN_PROGRESS_QUIET ? o->out : NULL;
+  R.tty = o->progress == TRAIN_PROGRESS_TTY || (o->progress == TRAIN_PROGRESS_AUTO && o->tty);
+  R.opt = a->optim;
+  R.steps = o->steps >= 0 ? o->steps : a->steps;
+  R.opt.total_steps = R.steps;
+  R.seed = o->seed >= 0 ? o->seed : a->seed;
+  R.log_every = o->log_every > 0 ? o->log_every : a->log_every;
+  R.ckpt_dir = o->ckpt_dir ? o->ckpt_dir : a->ckpt_dir;
+  R.ckpt_every = o->ckpt_every >= 0 ? o->ckpt_every : a->ckpt_every;
+  R.keep = o->ckpt_keep >= 0 ? o->ckpt_keep : a->ckpt_keep;
+  R.async = o->ckpt_async >= 0 ? o->ckpt_async : a->ckpt_async;
+  /* The artifact's folder alone (every = 0) means never; a folder given on
+   * the command line means at least the final state. */
+  int save_final = R.ckpt_dir && (o->ckpt_dir || R.ckpt_every > 0);
+  comm_compressor_init(&R.z, a->compression, a->topk_ratio, a->error_feedback);
+  *reporter = 0;
+
+  int failed = setup(&R, e) < 0;
+  int who = agree(&R, failed);
+  if (who < 0 && (o->resume || o->resume_from)) {
+    int resumed;
+    if (resume(&R, e, &resumed) < 0) who = 0; /* rank 0 did the checking */
+  }
+  if (who < 0) {
+    failed = open_data(&R, e) < 0;
+    who = agree(&R, failed);
+  }
+  if (who >= 0) {
+    *reporter = who == R.me;
+    teardown(&R);
+    return -1;
+  }
+
+  const int64_t tokens_per_step = (int64_t)a->layout.dp * a->micro_batch * a->num_micro_batches * a->seq_len;
+  if (R.out) {
+    char tok[32];
+    human(tok, sizeof tok, (double)tokens_per_step);
+    fprintf(R.out,
+            "hpdlrun: %s, %d rank%s (dp=%d tp=%d pp=%d cp=%d), steps %" PRId64 "..%" PRId64 ", %s tokens/step, %s %s, data %s (%" PRId64
+            " windows of %" PRId64 ")\n",
+            a->model ? a->model : a->program_name ? a->program_name : "model", comm->world_size, comm->world_size == 1 ? "" : "s",
+            a->layout.dp, a->layout.tp, a->layout.pp, a->layout.cp, R.start_step + 1, R.steps, tok, optim_kind_name(R.opt.kind),
+            R.prog->name, o->data ? o->data : a->data, data_loader_windows(R.loader), a->seq_len);
+    fflush(R.out);
+  }
+  if (a->zero > 0 && R.out)
+    fprintf(R.out, "hpdlrun: note: zero = %d: this runtime keeps the whole optimizer state on every data-parallel rank\n", a->zero);
+
+  int rc = 0;
+  double t_start = rt_now(), run_time = 0;
+  int64_t log_steps = 0;
+  double log_time = 0;
+  sum->first_step = R.start_step;
+  sum->last_step = R.start_step;
+  sum->total_steps = R.steps;
+  int64_t end = o->stop_at > 0 && o->stop_at < R.steps ? o->stop_at : R.steps;
+  for (int64_t s = R.start_step; s < end; s++) {
+    double t0 = rt_now();
+    R.ctx.step = s;
+    for (int k = 0; k < R.nmicro; k++) {
+      const DataBatch *b = data_loader_next(R.loader, e);
+      if (!b) fatal(&R, "reading the data", e);
+      int64_t bt = b->batch * b->seq_len;
+      memcpy(R.mbuf[k].inputs, b->inputs, (size_t)bt * sizeof(int32_t));
+      memcpy(R.mbuf[k].targets, b->targets, (size_t)bt * sizeof(int32_t));
+      R.mbuf[k].batch = b->batch;
+      R.mbuf[k].seq_len = b->seq_len;
+      R.mbuf[k].index = b->index;
+      R.mbuf[k].epoch = b->epoch;
+    }
+    memset(R.pool[1], 0, (size_t)(R.pool_len ? R.pool_len : 16) * sizeof(float));
+    double loss = 0;
+    int has_loss = 0;
+    if (R.prog->step(R.self, &R.ctx, R.mptr, R.nmicro, &loss, &has_loss, e) < 0) fatal(&R, "the program's step failed", e);
+    if (a->layout.dp > 1 && !R.prog->reduces_dp &&
+        comm_allreduce_compressed(comm, COMM_DP, &R.z, R.pool[1], R.pool_len, e) < 0)
+      fatal(&R, "the data-parallel gradient all-reduce", e);
+    /* One reduction for the gradient norm and the loss: [sum of squares,
+     * loss x has, has]. */
+    double red[3] = {0, has_loss ? loss : 0, has_loss ? 1 : 0};
+    for (int i = 0; i < R.ctx.ntensors; i++)
+      if (R.ctx.tensors[i].in_norm) red[0] += optim_sumsq(R.ctx.tensors[i].grad, R.ctx.tensors[i].numel);
+    if (comm_all_reduce(comm, COMM_WORLD, COMM_F64, COMM_SUM, red, 3, e) < 0) fatal(&R, "reducing the loss", e);
+    double gnorm = sqrt(red[0]), mean_loss = red[2] > 0 ? red[1] / red[2] : NAN;
+    double lr = optim_lr_at(&R.opt, s);
+    if (!isfinite(mean_loss) || !isfinite(gnorm)) {
+      /* Every rank sees the same reduced values, so all stop here together. */
+      rt_fail(e, "step %" PRId64 ": the loss is %g and the gradient norm %g (lr %.3g): the run diverged", s + 1, mean_loss, gnorm, lr);
+      *reporter = R.me == 0;
+      rc = -1;
+      break;
+    }
+    double scale = optim_clip_scale(gnorm, R.opt.clip);
+    if (scale != 1.0) optim_scale(R.pool[1], R.pool_len, scale);
+    for (int i = 0; i < R.ctx.ntensors; i++) {
+      TrainTensor *x = &R.ctx.tensors[i];
+      double wd = x->param->weight_decay ? R.opt.weight_decay : 0.0;
+      if (R.opt.kind == OPTIM_ADAMW) optim_adamw(x->data, x->grad, x->m, x->v, x->numel, s + 1, lr, wd, &R.opt);
+      else optim_sgd(x->data, x->grad, x->m, x->numel, s + 1, lr, wd, &R.opt);
+    }
+    double dt = rt_now() - t0;
+    run_time += dt;
+    log_time += dt;
+    log_steps++;
+    if (s == R.start_step) sum->first_loss = mean_loss;
+    sum->last_loss = mean_loss;
+    sum->last_step = s + 1;
+    if (R.metrics) {
+      fprintf(R.metrics, "{\"step\": %" PRId64 ", ", s + 1);
+      json_num(R.metrics, "loss", mean_loss, 0);
+      json_num(R.metrics, "lr", lr, 0);
+      json_num(R.metrics, "grad_norm", gnorm, 0);
+      json_num(R.metrics, "tokens_per_s", (double)tokens_per_step / dt, 0);
+      json_num(R.metrics, "step_s", dt, 0);
+      json_num(R.metrics, "elapsed_s", rt_now() - t_start, 1);
+      fprintf(R.metrics, "}\n");
+      fflush(R.metrics);
+    }
+    int last = s + 1 == end, at_log = (s + 1) % R.log_every == 0 || last || s == R.start_step;
+    if (R.out && (R.tty || at_log)) {
+      char tps[32], eta[32];
+      human(tps, sizeof tps, (double)tokens_per_step * (double)log_steps / log_time);
+      clock_str(eta, sizeof eta, run_time / (double)(s + 1 - R.start_step) * (double)(end - s - 1));
+      int w = 1;
+      for (int64_t v = R.steps; v >= 10; v /= 10) w++;
+      fprintf(R.out, "%sstep %*" PRId64 "/%" PRId64 " | loss %.4f | lr %.3e | norm %.4f | %s tok/s | %.1f ms/step | ETA %s%s",
+              R.tty ? "\r\033[K" : "", w, s + 1, R.steps, mean_loss, lr, gnorm, tps, 1e3 * log_time / (double)log_steps, eta,
+              (!R.tty || at_log) ? "\n" : "");
+      fflush(R.out);
+      if (at_log) {
+        log_steps = 0;
+        log_time = 0;
+      }
+    }
+    if (R.ckpt_dir && ((R.ckpt_every > 0 && (s + 1) % R.ckpt_every == 0) || (last && save_final))) {
+      if (save_checkpoint(&R, s + 1, e) < 0) {
+        rc = -1;
+        *reporter = R.me == 0;
+        break;
+      }
+    }
+  }
+  /* Wait for a background checkpoint; its failure fails the run. */
+  if (rc == 0) {
+    int f = R.me == 0 && join_save(&R, e) < 0;
+    if (agree(&R, f) >= 0) {
+      *reporter = R.me == 0;
+      rc = -1;
+    }
+  }
+  sum->seconds = run_time;
+  sum->tokens_per_s = run_time > 0 ? (double)tokens_per_step * (double)(sum->last_step - sum->first_step) / run_time : 0;
+  snprintf(sum->last_checkpoint, sizeof sum->last_checkpoint, "%s", R.last_ckpt);
+  teardown(&R);
+  return rc;
+}

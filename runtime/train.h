@@ -1,0 +1,103 @@
+/* train.h - the training loop and the interface of the program it runs.
+ *
+ * The loop is the runtime's; the program computes gradients. Per step:
+ *   fetch the step's micro-batches (data.h) -> zero the gradients ->
+ *   program->step (forward and backward of every micro-batch, with its own
+ *   tensor / pipeline / context collectives) -> data-parallel all-reduce of
+ *   the gradients (compressed when the layout asks) unless the program does
+ *   it itself -> global gradient norm and clipping -> optimizer update ->
+ *   loss agreed over the ranks -> metrics, log line -> checkpoint.
+ *
+ * Programs: `hpdlc compile` emits one per rank as a shared object exporting
+ * TRAIN_PROGRAM_SYMBOL (docs/runtime.md, "The program interface"); tests
+ * and demos without a compiler use the builtin ones (builtin.h). */
+#ifndef HPDL_TRAIN_H
+#define HPDL_TRAIN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "artifact.h"
+#include "comm.h"
+#include "data.h"
+#include "rt.h"
+
+/* One local tensor: copy `layer` of a logical parameter, this rank's shard.
+ * All data live in four pools (parameters, gradients, and the optimizer's
+ * two moments), one allocation each, in the artifact's parameter order. */
+typedef struct {
+  const ArtParam *param;
+  int64_t layer;
+  char name[256];          /* "blocks.3.attn.q_proj.weight" */
+  int rank;
+  int64_t shape[ART_MAX_RANK]; /* local */
+  int64_t numel;
+  CkptSplit split;         /* where the shard lies in the logical tensor */
+  float *data, *grad;
+  float *m, *v;            /* AdamW moments; m is SGD's momentum; NULL when unused */
+  int in_norm;             /* counted once in the global gradient norm */
+} TrainTensor;
+
+typedef struct {
+  const Artifact *art;
+  Comm *comm;
+  TrainTensor *tensors;    /* this rank's: parameters in manifest order, layers ascending */
+  int ntensors;
+  void *arena;             /* the memory planner's arena (64-byte aligned), arena_bytes long */
+  int64_t arena_bytes;
+  int64_t step;            /* the optimizer step being computed, from 0 */
+  /* The program adds grad_scale x d(mean loss of a micro-batch)/d(param) to
+   * the gradients: grad_scale = 1 / (dp x num_micro_batches), so that after
+   * the data-parallel sum they are the gradient of the global mean loss. */
+  double grad_scale;
+} TrainCtx;
+
+enum { TRAIN_PROGRAM_ABI = 1 };
+#define TRAIN_PROGRAM_SYMBOL "hpdl_program_v1" /* const TrainProgram *hpdl_program_v1(void) */
+
+typedef struct TrainProgram {
+  int abi;                 /* TRAIN_PROGRAM_ABI */
+  const char *name;
+  int reduces_dp;          /* 1: the program all-reduces gradients over dp itself (overlap) */
+  void *(*create)(TrainCtx *ctx, RtErr *e);
+  /* The micro-batches of one step. *has_loss: this rank computed the loss
+   * (the last pipeline stage); *loss: the mean over the micro-batches. */
+  int (*step)(void *self, TrainCtx *ctx, const DataBatch *const *micro, int nmicro, double *loss, int *has_loss, RtErr *e);
+  void (*destroy)(void *self);
+} TrainProgram;
+
+typedef enum { TRAIN_PROGRESS_AUTO, TRAIN_PROGRESS_TTY, TRAIN_PROGRESS_PLAIN, TRAIN_PROGRESS_QUIET } TrainProgress;
+
+typedef struct {
+  int64_t steps;           /* -1: the artifact's */
+  int64_t stop_at;         /* > 0: stop after this step; the schedule still spans `steps` */
+  const char *data;        /* NULL: the artifact's */
+  int64_t seed;            /* -1: the artifact's */
+  int64_t log_every;       /* -1: the artifact's */
+  const char *ckpt_dir;    /* NULL: the artifact's (a checkpoint needs a folder) */
+  int64_t ckpt_every;      /* -1: the artifact's */
+  int64_t ckpt_keep;       /* -1: the artifact's */
+  int ckpt_async;          /* -1: the artifact's */
+  int resume;              /* resume from the latest checkpoint in ckpt_dir */
+  const char *resume_from; /* or from this manifest / folder */
+  const char *metrics;     /* JSON lines, one per step */
+  TrainProgress progress;
+  int tty;                 /* for AUTO: whether the user's terminal is one */
+  FILE *out;               /* rank 0's log (stdout) */
+} TrainOptions;
+
+typedef struct {
+  int64_t first_step, last_step; /* steps run: first_step .. last_step-1 */
+  int64_t total_steps;
+  double first_loss, last_loss, seconds, tokens_per_s;
+  char last_checkpoint[4096];
+} TrainSummary;
+
+void train_options_defaults(TrainOptions *o);
+
+/* Runs the job on this rank. Every rank returns the same status: an error
+ * any rank meets while setting up is agreed on (and reported by the rank
+ * that met it, into *e; *reporter says whether this rank should print it). */
+int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary *sum, int *reporter, RtErr *e);
+
+#endif

@@ -1,0 +1,74 @@
+# runtime.cmake - the runtime (runtime/, libhpdlrt): its unit tests
+# (tests/unit/test_rt_*.c, linked here with hpdlrt), collectives under
+# mpirun (tests/runtime/mpi_collectives.c), and end-to-end runs of hpdlrun
+# and hpdl-data driven by tests/runtime/e2e.py (one CTest test per case,
+# named runtime.CASE). Tests that need mpirun skip (exit 77) without it.
+
+file(GLOB HPDL_RT_UNIT_TESTS CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_rt_*.c)
+foreach(src ${HPDL_RT_UNIT_TESTS})
+  get_filename_component(name ${src} NAME_WE)
+  target_link_libraries(${name} PRIVATE hpdlrt)
+  set_tests_properties(unit.${name} PROPERTIES LABELS runtime TIMEOUT 120)
+endforeach()
+
+# The MPI collectives, on layouts that exercise every group. (find_package
+# again: runtime/'s result is not visible in this folder.)
+find_package(MPI COMPONENTS C QUIET)
+if(TARGET hpdlrt AND MPI_C_FOUND)
+  add_executable(hpdl_mpi_collectives runtime/mpi_collectives.c)
+  target_compile_options(hpdl_mpi_collectives PRIVATE ${HPDL_WARNINGS})
+  target_link_libraries(hpdl_mpi_collectives PRIVATE hpdlrt)
+endif()
+find_program(HPDL_MPIRUN mpirun)
+# Under the sanitizer build, Open MPI's own allocations would be reported
+# as leaks; tests/runtime/lsan.supp suppresses them by library, which needs
+# whole stacks (Open MPI has no frame pointers: fast_unwind_on_malloc=0)
+# and its components kept loaded (disable_dlclose) to name them. Leaks in
+# our code are still found. (The sanitizer options are CI's, scripts/test.sh,
+# plus the unwinding.)
+set(HPDL_RT_TEST_ENV
+    "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0"
+    "LSAN_OPTIONS=suppressions=${HPDL_TEST_DIR}/runtime/lsan.supp:print_suppressions=0"
+    "OMPI_MCA_mca_base_component_disable_dlclose=1")
+foreach(layout "2 2 2 1" "1 2 2 2" "3 1 2 1" "4 1 1 1")
+  string(REPLACE " " ";" dims "${layout}")
+  string(REPLACE " " "x" tag "${layout}")
+  set(np 1)
+  foreach(d ${dims})
+    math(EXPR np "${np} * ${d}")
+  endforeach()
+  set(name runtime.mpi_collectives.${tag})
+  if(TARGET hpdl_mpi_collectives AND HPDL_MPIRUN)
+    add_test(NAME ${name}
+             COMMAND bash -c "if [ \"$(id -u)\" = 0 ]; then root=--allow-run-as-root; fi; exec \"$0\" --oversubscribe $root -np ${np} \"$1\" ${layout}"
+                     ${HPDL_MPIRUN} $<TARGET_FILE:hpdl_mpi_collectives>)
+  else()
+    add_test(NAME ${name} COMMAND bash -c "echo 'skipped: no MPI (scripts/setup.sh installs Open MPI)'; exit 77")
+  endif()
+  set_tests_properties(${name} PROPERTIES LABELS runtime TIMEOUT 120 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${HPDL_RT_TEST_ENV}")
+endforeach()
+
+# A program loaded with dlopen, as compiled ones are.
+add_library(hpdl_test_unigram MODULE runtime/plugin_unigram.c)
+target_compile_options(hpdl_test_unigram PRIVATE ${HPDL_WARNINGS})
+target_include_directories(hpdl_test_unigram PRIVATE ${CMAKE_SOURCE_DIR}/runtime)
+target_link_libraries(hpdl_test_unigram PRIVATE PkgConfig::JANSSON m)
+set_target_properties(hpdl_test_unigram PROPERTIES PREFIX "" OUTPUT_NAME unigram)
+
+# End to end: hpdlrun and hpdl-data (tests/runtime/e2e.py; each case says
+# what it checks).
+find_package(Python3 COMPONENTS Interpreter)
+foreach(case data_tool one_rank progress bad_artifact dp2 under_mpirun tp2 dp2_tp2 resume_same_layout
+             resume_other_layout compression checkpoint_options native_program bad_data bad_checkpoint
+             killed_writer failed_write)
+  if(Python3_Interpreter_FOUND)
+    add_test(NAME runtime.${case}
+             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/runtime/e2e.py --bin ${CMAKE_BINARY_DIR}/bin
+                     --plugin $<TARGET_FILE:hpdl_test_unigram> --work ${CMAKE_CURRENT_BINARY_DIR}/runtime-e2e/${case} ${case})
+  else()
+    add_test(NAME runtime.${case} COMMAND bash -c "echo 'skipped: no python3'; exit 77")
+  endif()
+  set_tests_properties(runtime.${case} PROPERTIES LABELS runtime TIMEOUT 300 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${HPDL_RT_TEST_ENV}")
+endforeach()

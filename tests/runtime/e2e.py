@@ -1,0 +1,612 @@
+#!/usr/bin/env python3
+"""e2e.py - end-to-end tests of hpdlrun and hpdl-data (CTest: runtime.CASE).
+
+    e2e.py --bin BUILD/bin --plugin unigram.so --work DIR CASE
+
+Each case builds its artifacts (DIR/manifest.json with the builtin bigram
+program, or the unigram plugin), its data (with hpdl-data), runs hpdlrun,
+and checks what came out with code written here independently of the
+runtime: a safetensors reader following the format's description, a
+CRC-32C, the learning-rate schedule's formulas, and the tensors' values.
+Exit 0 pass, 1 fail, 77 skip (no mpirun for a case that needs it).
+"""
+import argparse
+import array
+import json
+import math
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+SKIP = 77
+ARGS = None
+
+
+class Fail(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Fail(what)
+
+
+# ---- independent readers ----------------------------------------------------
+
+def _crc_table():
+    t = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        t.append(c)
+    return t
+
+
+_CRC = _crc_table()
+
+
+def crc32c(data):
+    c = 0xFFFFFFFF
+    for b in data:
+        c = (c >> 8) ^ _CRC[(c ^ b) & 0xFF]
+    return c ^ 0xFFFFFFFF
+
+
+DTYPE_SIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
+              "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1}
+
+
+def read_safetensors(path):
+    """name -> (dtype, shape, raw bytes), checking the format's rules."""
+    raw = open(path, "rb").read()
+    check(len(raw) >= 8, f"{path}: shorter than 8 bytes")
+    (n,) = struct.unpack("<Q", raw[:8])
+    check(8 + n <= len(raw), f"{path}: header runs past the end")
+    check((8 + n) % 8 == 0, f"{path}: the byte buffer does not start 8-aligned")
+    header = json.loads(raw[8:8 + n])
+    buf = raw[8 + n:]
+    spans, out = [], {}
+    for name, v in header.items():
+        if name == "__metadata__":
+            check(all(isinstance(x, str) for x in v.values()), "metadata values are strings")
+            continue
+        b, e = v["data_offsets"]
+        numel = 1
+        for d in v["shape"]:
+            numel *= d
+        check(e - b == numel * DTYPE_SIZE[v["dtype"]], f"{name}: offsets do not match the shape")
+        spans.append((b, e))
+        out[name] = (v["dtype"], v["shape"], buf[b:e])
+    spans.sort()
+    at = 0
+    for b, e in spans:
+        check(b == at, f"{path}: hole or overlap at {b}")
+        at = e
+    check(at == len(buf), f"{path}: the buffer is not covered exactly")
+    return out
+
+
+def floats(raw):
+    a = array.array("f")
+    a.frombytes(raw)
+    return a
+
+
+def verify_checkpoint(manifest_path):
+    """Checks a checkpoint as an outside tool would: the manifest's size and
+    CRC-32C of the header and of every tensor. Returns name -> floats."""
+    man = json.load(open(manifest_path))
+    check(man["format"] == "hpdl-checkpoint" and man["checksum"] == "crc32c", "manifest format")
+    path = os.path.join(os.path.dirname(manifest_path), man["tensors_file"])
+    raw = open(path, "rb").read()
+    check(len(raw) == man["file_bytes"], "file size matches the manifest")
+    (n,) = struct.unpack("<Q", raw[:8])
+    check("%08x" % crc32c(raw[:8 + n]) == man["header_crc32c"], "header CRC-32C")
+    tensors = read_safetensors(path)
+    check(set(tensors) == set(man["tensors"]), "the manifest lists every tensor")
+    out = {}
+    for name, (dt, shape, data) in tensors.items():
+        m = man["tensors"][name]
+        check(m["dtype"] == dt and m["shape"] == shape, f"{name}: dtype and shape")
+        check("%08x" % crc32c(data) == m["crc32c"], f"{name}: CRC-32C")
+        out[name] = floats(data)
+    return out
+
+
+def max_diff(a, b, names=None):
+    worst = 0.0
+    for k in (names or a):
+        check(k in b, f"tensor {k} missing")
+        check(len(a[k]) == len(b[k]), f"tensor {k}: sizes differ")
+        for x, y in zip(a[k], b[k]):
+            worst = max(worst, abs(x - y))
+    return worst
+
+
+# ---- running things ---------------------------------------------------------
+
+def need_mpi():
+    if shutil.which("mpirun") is None:
+        print("skipped: mpirun not found (scripts/setup.sh installs Open MPI)")
+        sys.exit(SKIP)
+    if "collectives: mpi" not in run([os.path.join(ARGS.bin, "hpdlrun"), "--version"]).stdout:
+        print("skipped: this hpdlrun was built without MPI")
+        sys.exit(SKIP)
+
+
+def run(args, expect=0, env=None, quiet_ok=False):
+    e = dict(os.environ)
+    if env:
+        e.update(env)
+    p = subprocess.run(args, capture_output=True, text=True, env=e, timeout=300)
+    if expect is not None and p.returncode != expect:
+        sys.stderr.write(f"$ {' '.join(args)}\n--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}\n")
+        raise Fail(f"exit status {p.returncode}, expected {expect}")
+    return p
+
+
+def hpdlrun(*args, **kw):
+    return run([os.path.join(ARGS.bin, "hpdlrun"), *args], **kw)
+
+
+def hpdl_data(*args, **kw):
+    return run([os.path.join(ARGS.bin, "hpdl-data"), *args], **kw)
+
+
+def work(name):
+    d = os.path.join(ARGS.work, name)
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def make_data(nbytes=120000):
+    d = work("data")
+    prefix = os.path.join(d, "tiny")
+    if not os.path.exists(prefix + "_train_000000.bin"):
+        hpdl_data("--synthetic", str(nbytes), "--seed", "5", "-o", prefix)
+    return prefix + "_train_*.bin"
+
+
+def make_artifact(name, dp=1, tp=1, mb=4, nmicro=2, seq=32, steps=30, data=None, program=None, params=None,
+                  optimizer=None, layout_extra=None, arena=1 << 20, clip=1.0):
+    d = work(name)
+    world = dp * tp
+    layout = {"dp": dp, "tp": tp, "pp": 1, "cp": 1, "micro_batch": mb, "num_micro_batches": nmicro}
+    layout.update(layout_extra or {})
+    man = {
+        "format": "hpdl-artifact", "version": 1, "model": "Bigram", "target": "cpu", "world_size": world,
+        "layout": layout,
+        "inputs": {"seq_len": seq, "vocab": 256},
+        "train": {"steps": steps, "seed": 11, "log_every": 10, "data": data or make_data(),
+                  "optimizer": optimizer or {"kind": "adamw", "lr": 0.05, "betas": [0.9, 0.95], "eps": 1e-8,
+                                             "weight_decay": 0.01, "warmup": 5, "decay": "cosine", "min_lr": 0.005},
+                  "clip": clip},
+        "program": program or {"kind": "builtin", "name": "bigram"},
+        "ranks": [{"arena_bytes": arena} for _ in range(world)],
+        "params": params or [
+            {"name": "bigram.weight", "shape": [256, 256], "init": {"kind": "normal", "a": 0, "b": 0.02},
+             "split": {"axis": 1, "group": "tp"}},
+            {"name": "bigram.bias", "shape": [256], "init": {"kind": "zeros"}, "split": {"axis": 0, "group": "tp"}},
+        ],
+    }
+    with open(os.path.join(d, "manifest.json"), "w") as f:
+        json.dump(man, f, indent=1)
+    return d
+
+
+def metrics(path):
+    return [json.loads(line) for line in open(path)]
+
+
+def latest(ckdir):
+    steps = sorted(int(f[5:-5]) for f in os.listdir(ckdir) if f.startswith("step-") and f.endswith(".json"))
+    return steps[-1] if steps else None
+
+
+def ckpt(ckdir, step):
+    return verify_checkpoint(os.path.join(ckdir, "step-%08d.json" % step))
+
+
+def lr_at(step, lr=0.05, min_lr=0.005, warmup=5, total=30):
+    """The schedule's definition (docs/runtime.md), step from 0."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    q = min(1.0, (step - warmup) / max(1, total - warmup))
+    return min_lr + (lr - min_lr) * 0.5 * (1 + math.cos(math.pi * q))
+
+
+# ---- cases --------------------------------------------------------------------
+
+def case_data_tool():
+    d = work("tool")
+    text = os.path.join(d, "story.txt")
+    with open(text, "wb") as f:
+        f.write(b"Once upon a time there was a tiny model. " * 100)  # 4100 bytes
+    p = hpdl_data("--val-fraction", "0.2", "--shard-tokens", "1000", "-o", os.path.join(d, "story"), text)
+    check("3280 train tokens in 4 shards, 820 validation tokens in 1 shard" in p.stdout, p.stdout)
+    raw = open(os.path.join(d, "story_train_000003.bin"), "rb").read()
+    magic, version, count = struct.unpack("<3i", raw[:12])
+    check((magic, version, count) == (20240520, 1, 280), "header of the last train shard")
+    check(len(raw) == 1024 + 2 * 280, "size of the last train shard")
+    toks = array.array("H")
+    toks.frombytes(raw[1024:])
+    source = open(text, "rb").read()
+    check(list(toks) == list(source[3000:3280]), "tokens are the text's bytes")
+    p = hpdl_data("--info", os.path.join(d, "story_val_000000.bin"))
+    check("version 1 (uint16 tokens), 820 tokens" in p.stdout, p.stdout)
+    # the default prefix is the file without its extension
+    hpdl_data(text)
+    check(os.path.exists(os.path.join(d, "story_train_000000.bin")), "default prefix")
+    p = hpdl_data(os.path.join(d, "absent.txt"), expect=1)
+    check("absent.txt: cannot open" in p.stderr, p.stderr)
+    p = hpdl_data("--bogus", expect=2)
+    check("unknown option --bogus" in p.stderr, p.stderr)
+    # synthetic text: deterministic
+    hpdl_data("--synthetic", "5000", "--seed", "3", "-o", os.path.join(d, "a"))
+    hpdl_data("--synthetic", "5000", "--seed", "3", "-o", os.path.join(d, "b"))
+    check(open(os.path.join(d, "a.txt"), "rb").read() == open(os.path.join(d, "b.txt"), "rb").read(), "same text")
+
+
+def case_one_rank():
+    art = make_artifact("one", dp=1, mb=8)
+    m = os.path.join(work("one"), "m.jsonl")
+    p = hpdlrun(art, "--metrics", m, "--progress", "plain")
+    rows = metrics(m)
+    check(len(rows) == 30, "30 metric lines")
+    check(abs(rows[0]["loss"] - math.log(256)) < 0.01, "the first loss is about ln 256")
+    check(rows[-1]["loss"] < rows[0]["loss"] - 1.5, "the loss falls")
+    check("hpdlrun: done: steps 1..30" in p.stdout, p.stdout)
+
+
+def case_dp2():
+    need_mpi()
+    art = make_artifact("dp2", dp=2, mb=4)
+    d = work("dp2")
+    m, ck = os.path.join(d, "m.jsonl"), os.path.join(d, "ck")
+    p = hpdlrun("-np", "2", art, "--metrics", m, "--checkpoint-dir", ck, "--checkpoint-every", "10",
+                "--progress", "plain")
+    rows = metrics(m)
+    check([r["step"] for r in rows] == list(range(1, 31)), "a line per step")
+    for r in rows:
+        for k in ("step", "loss", "lr", "tokens_per_s", "grad_norm"):
+            check(k in r, f"metrics key {k}")
+        check(r["tokens_per_s"] > 0, "tokens/s")
+        check(abs(r["lr"] - lr_at(r["step"] - 1)) < 1e-8 * lr_at(r["step"] - 1), f"lr at step {r['step']}")
+    check(rows[-1]["loss"] < rows[0]["loss"] - 1.5, "the loss falls")
+    check(p.stdout.count("step ") >= 4 and "\r" not in p.stdout, "plain lines when not a terminal")
+    check(sorted(os.listdir(ck)) == ["step-%08d.%s" % (s, x) for s in (10, 20, 30) for x in ("json", "safetensors")],
+          "checkpoints at 10, 20, 30")
+    t = ckpt(ck, 30)
+    check(set(t) == {"bigram.weight", "bigram.bias", "opt.m.bigram.weight", "opt.v.bigram.weight",
+                     "opt.m.bigram.bias", "opt.v.bigram.bias"}, "tensor names")
+    # the same global batch on one rank (dp=1, micro-batch 8) gives the same weights
+    one = make_artifact("dp2_ref", dp=1, mb=8)
+    ck1 = os.path.join(work("dp2_ref"), "ck")
+    hpdlrun(one, "--checkpoint-dir", ck1, "--progress", "quiet")
+    diff = max_diff(t, ckpt(ck1, 30))
+    check(diff < 1e-5, f"dp=2 and one rank agree (max diff {diff})")
+
+
+def case_under_mpirun():
+    need_mpi()
+    art = make_artifact("ext", dp=2, mb=4, steps=5)
+    base = ["mpirun", "--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+    p = run(base + ["-np", "2", os.path.join(ARGS.bin, "hpdlrun"), art, "--progress", "plain"])
+    check("2 ranks (dp=2" in p.stdout and "done: steps 1..5" in p.stdout, p.stdout)
+    check(p.stdout.count("hpdlrun: done") == 1, "one rank reports")
+    p = run(base + ["-np", "3", os.path.join(ARGS.bin, "hpdlrun"), art], expect=None)
+    check(p.returncode != 0, "wrong world size fails")
+    check(p.stderr.count("needs 2 ranks, but there are 3") == 1, p.stderr)
+
+
+def compare_layout(name, dp, tp, mb):
+    need_mpi()
+    ref = make_artifact(name + "_ref", dp=1, mb=8)
+    art = make_artifact(name, dp=dp, tp=tp, mb=mb)
+    ck_ref, ck = os.path.join(work(name + "_ref"), "ck"), os.path.join(work(name), "ck")
+    hpdlrun(ref, "--checkpoint-dir", ck_ref, "--progress", "quiet", "--steps", "20")
+    hpdlrun(art, "--checkpoint-dir", ck, "--progress", "quiet", "--steps", "20")
+    diff = max_diff(ckpt(ck_ref, 20), ckpt(ck, 20))
+    check(diff < 1e-5, f"{name}: max diff {diff} against one rank")
+
+
+def case_tp2():
+    compare_layout("tp2", 1, 2, 8)
+
+
+def case_dp2_tp2():
+    compare_layout("dp2tp2", 2, 2, 4)
+
+
+def case_resume_same_layout():
+    need_mpi()
+    art = make_artifact("res", dp=2, mb=4, steps=20)
+    d = work("res")
+    a, b = os.path.join(d, "straight"), os.path.join(d, "split")
+    shutil.rmtree(a, ignore_errors=True)
+    shutil.rmtree(b, ignore_errors=True)
+    ma, mb = os.path.join(d, "a.jsonl"), os.path.join(d, "b.jsonl")
+    hpdlrun(art, "--checkpoint-dir", a, "--progress", "quiet", "--metrics", ma)
+    hpdlrun(art, "--checkpoint-dir", b, "--progress", "quiet", "--stop-at", "10", "--metrics", mb)
+    check(latest(b) == 10, "stopped at 10 with a checkpoint")
+    p = hpdlrun(art, "--checkpoint-dir", b, "--resume", "--progress", "plain", "--metrics", mb)
+    check("resuming from" in p.stdout and "steps 11..20" in p.stdout, p.stdout)
+    check(open(os.path.join(a, "step-00000020.safetensors"), "rb").read() ==
+          open(os.path.join(b, "step-00000020.safetensors"), "rb").read(), "10 + 10 equals 20, bit for bit")
+    # the metrics file is appended to on resume: the same steps, losses and rates
+    check([(r["step"], r["loss"], r["lr"]) for r in metrics(ma)] == [(r["step"], r["loss"], r["lr"]) for r in metrics(mb)],
+          "the same losses, step by step")
+    # --resume with no checkpoint yet starts from step 0
+    c = os.path.join(d, "fresh")
+    shutil.rmtree(c, ignore_errors=True)
+    p = hpdlrun(art, "--checkpoint-dir", c, "--resume", "--steps", "2", "--progress", "plain")
+    check("no checkpoint in" in p.stdout and "steps 1..2" in p.stdout, p.stdout)
+
+
+def case_resume_other_layout():
+    need_mpi()
+    art2 = make_artifact("rol_dp2", dp=2, mb=4, steps=20)
+    d = work("rol_dp2")
+    a, b = os.path.join(d, "straight"), os.path.join(d, "split")
+    for x in (a, b):
+        shutil.rmtree(x, ignore_errors=True)
+    hpdlrun(art2, "--checkpoint-dir", a, "--progress", "quiet")
+    hpdlrun(art2, "--checkpoint-dir", b, "--progress", "quiet", "--stop-at", "10")
+    # resume the dp=2 checkpoint at tp=2 (2 ranks), and another copy on one rank
+    art_tp = make_artifact("rol_tp2", dp=1, tp=2, mb=8, steps=20)
+    art_one = make_artifact("rol_one", dp=1, mb=8, steps=20)
+    c = os.path.join(d, "one")
+    shutil.rmtree(c, ignore_errors=True)
+    shutil.copytree(b, c)
+    hpdlrun(art_tp, "--checkpoint-dir", b, "--resume", "--progress", "quiet")
+    hpdlrun(art_one, "--checkpoint-dir", c, "--resume", "--progress", "quiet")
+    ref = ckpt(a, 20)
+    for x in (b, c):
+        diff = max_diff(ref, ckpt(x, 20))
+        check(diff < 1e-5, f"resumed at another layout: max diff {diff}")
+
+
+def case_compression():
+    need_mpi()
+    ref = ckpt_of_run("cmp_none", {})
+    ref_loss = metrics(os.path.join(work("cmp_none"), "m.jsonl"))[-1]["loss"]
+    for kind, tol, ltol in (("fp16", 2e-3, 0.01), ("int8", None, 0.1), ("topk", None, None)):
+        extra = {"compression": kind, "topk_ratio": 0.05, "error_feedback": True}
+        t = ckpt_of_run("cmp_" + kind, extra)
+        rows = metrics(os.path.join(work("cmp_" + kind), "m.jsonl"))
+        check(rows[-1]["loss"] < rows[0]["loss"] - 1.0, f"{kind}: the loss falls ({rows[0]['loss']} -> {rows[-1]['loss']})")
+        if ltol:
+            check(abs(rows[-1]["loss"] - ref_loss) < ltol, f"{kind}: final loss {rows[-1]['loss']} near {ref_loss}")
+        if tol:  # AdamW magnifies tiny gradient errors in rarely seen rows: weights only for fp16
+            diff = max_diff(ref, t, ["bigram.weight", "bigram.bias"])
+            check(diff < tol, f"{kind}: weights near the uncompressed run's (max diff {diff})")
+
+
+def ckpt_of_run(name, extra):
+    art = make_artifact(name, dp=2, mb=4, layout_extra=extra)
+    d = work(name)
+    ck = os.path.join(d, "ck")
+    shutil.rmtree(ck, ignore_errors=True)
+    hpdlrun(art, "--checkpoint-dir", ck, "--progress", "quiet", "--metrics", os.path.join(d, "m.jsonl"))
+    return ckpt(ck, 30)
+
+
+def case_progress():
+    art = make_artifact("prog", dp=1, mb=8, steps=12)
+    # bytes: text mode would turn the carriage returns into newlines
+    raw = subprocess.run([os.path.join(ARGS.bin, "hpdlrun"), art, "--progress", "tty", "--log-every", "5"],
+                         capture_output=True, timeout=300).stdout
+    check(raw.count(b"\r\x1b[K") >= 12 and b"ETA" in raw and b"tok/s" in raw, "a live line on a terminal")
+    check(raw.count(b"\n") == 6, "header, the lines of steps 1, 5, 10, 12, and the summary stay")
+    p = hpdlrun(art, "--progress", "plain", "--log-every", "5")
+    check("\r" not in p.stdout, "plain lines otherwise")
+    lines = [l for l in p.stdout.splitlines() if l.startswith("step ")]
+    check([l.split("/")[0] for l in lines] == ["step  1", "step  5", "step 10", "step 12"], p.stdout)
+    p = hpdlrun(art, "--progress", "quiet")
+    check(p.stdout == "", "quiet")
+
+
+def case_checkpoint_options():
+    need_mpi()
+    art = make_artifact("ckopt", dp=2, mb=4, steps=30)
+    d = work("ckopt")
+    sync, asyn = os.path.join(d, "sync"), os.path.join(d, "async")
+    for x in (sync, asyn):
+        shutil.rmtree(x, ignore_errors=True)
+    hpdlrun(art, "--checkpoint-dir", sync, "--checkpoint-every", "5", "--checkpoint-keep", "2", "--progress", "quiet")
+    check(sorted(os.listdir(sync)) == ["step-00000025.json", "step-00000025.safetensors",
+                                       "step-00000030.json", "step-00000030.safetensors"], "keep 2")
+    p = hpdlrun(art, "--checkpoint-dir", asyn, "--checkpoint-every", "5", "--checkpoint-async", "--progress", "plain")
+    check("in the background" in p.stdout, p.stdout)
+    for s in (25, 30):
+        check(max_diff(ckpt(sync, s), ckpt(asyn, s)) == 0, f"async checkpoint {s} equals the synchronous one")
+
+
+def case_native_program():
+    need_mpi()
+    data = make_data()
+    art = make_artifact("native", dp=2, mb=4, program={"kind": "native"},
+                        params=[{"name": "unigram.logits", "shape": [256], "init": {"kind": "zeros"}}],
+                        optimizer={"kind": "adamw", "lr": 0.3})
+    man = json.load(open(os.path.join(art, "manifest.json")))
+    man["ranks"] = [{"program": "unigram.so", "arena_bytes": 0} for _ in range(2)]
+    json.dump(man, open(os.path.join(art, "manifest.json"), "w"))
+    shutil.copy(ARGS.plugin, os.path.join(art, "unigram.so"))
+    m = os.path.join(art, "m.jsonl")
+    p = hpdlrun(art, "--metrics", m, "--progress", "plain", "--data", data)
+    rows = metrics(m)
+    check(abs(rows[0]["loss"] - math.log(256)) < 1e-6, "uniform logits: ln 256")
+    check(rows[-1]["loss"] < 3.3, f"near the unigram entropy of the text ({rows[-1]['loss']})")
+    check("unigram" in p.stdout, p.stdout)
+
+
+# ---- bad input ----------------------------------------------------------------
+
+def one_error(p, *needles):
+    errs = [l for l in p.stderr.splitlines() if "error:" in l]
+    check(len(errs) == 1, f"one error line, not {len(errs)}:\n{p.stderr}")
+    for n in needles:
+        check(n in p.stderr, f"'{n}' in: {p.stderr}")
+
+
+def case_bad_data():
+    need_mpi()
+    d = work("baddata")
+    bad = os.path.join(d, "bad_magic.bin")
+    with open(bad, "wb") as f:
+        f.write(struct.pack("<3i", 123, 1, 100) + bytes(1012) + bytes(200))
+    art = make_artifact("baddata_art", dp=2, mb=4)
+    p = hpdlrun(art, "--data", bad, expect=1)
+    one_error(p, "bad_magic.bin", "magic 123 at byte 0")
+    short = os.path.join(d, "short.bin")
+    with open(short, "wb") as f:
+        f.write(struct.pack("<3i", 20240520, 1, 1000) + bytes(1012) + bytes(300))
+    p = hpdlrun(art, "--data", short, expect=1)
+    one_error(p, "short.bin: truncated", "announces 1000 tokens")
+    few = os.path.join(d, "few.bin")
+    with open(few, "wb") as f:
+        f.write(struct.pack("<3i", 20240520, 1, 20) + bytes(1012) + bytes(40))
+    p = hpdlrun(art, "--data", few, expect=1)
+    one_error(p, "few.bin: 20 tokens", "fewer than the 33")
+    p = hpdlrun(art, "--data", os.path.join(d, "nothing_*.bin"), expect=1)
+    one_error(p, "no token file matches")
+    # a token past the vocabulary, met mid-run on one rank: a clear error and a non-zero exit
+    big = os.path.join(d, "big.bin")
+    toks = [i % 250 for i in range(5000)]
+    toks[3000] = 300
+    with open(big, "wb") as f:
+        f.write(struct.pack("<3i", 20240520, 1, len(toks)) + bytes(1012) + struct.pack("<%dH" % len(toks), *toks))
+    art_ns = make_artifact("baddata_ns", dp=2, mb=4)
+    man = json.load(open(os.path.join(art_ns, "manifest.json")))
+    man["train"]["shuffle"] = False
+    json.dump(man, open(os.path.join(art_ns, "manifest.json"), "w"))
+    p = hpdlrun(art_ns, "--data", big, expect=None)
+    check(p.returncode != 0, "a bad token fails the run")
+    check("token 300 at byte %d is outside the model's vocabulary of 256" % (1024 + 2 * 3000) in p.stderr, p.stderr)
+
+
+def case_bad_artifact():
+    d = work("badart")
+    p = hpdlrun(d, expect=1)
+    one_error(p, "manifest.json: missing artifact file")
+    p = hpdlrun(os.path.join(d, "nope"), expect=1)
+    one_error(p, "not an artifact folder")
+    art = make_artifact("badart_native", dp=2, program={"kind": "native"})
+    man = json.load(open(os.path.join(art, "manifest.json")))
+    man["ranks"] = [{"program": "rank%d.so" % r, "arena_bytes": 0} for r in range(2)]
+    open(os.path.join(art, "rank0.so"), "w").close()
+    json.dump(man, open(os.path.join(art, "manifest.json"), "w"))
+    p = hpdlrun(art, expect=1)
+    one_error(p, "missing artifact file", "rank1.so", "ranks[1].program")
+    man["world_size"] = 3
+    json.dump(man, open(os.path.join(art, "manifest.json"), "w"))
+    p = hpdlrun(art, expect=1)
+    one_error(p, "world_size: is 3, but dp x tp x pp x cp = 2")
+    with open(os.path.join(art, "manifest.json"), "w") as f:
+        f.write('{"format": "hpdl-artifact", "version": 1,\n "world_size": }')
+    p = hpdlrun(art, expect=1)
+    one_error(p, "manifest.json:2:", "not valid JSON")
+    art = make_artifact("badart_arena", dp=1, arena=1000)
+    p = hpdlrun(art, expect=1)
+    one_error(p, "the arena has 1000 bytes", "ranks[0].arena_bytes")
+    art = make_artifact("badart_np", dp=2)
+    p = hpdlrun("-np", "3", art, expect=2)
+    check("compiled for 2 ranks" in p.stderr and "hint: run with -np 2" in p.stderr, p.stderr)
+    p = hpdlrun(art, "--frobnicate", expect=2)
+    check("unknown option --frobnicate" in p.stderr, p.stderr)
+    p = hpdlrun(art, "--steps", "x", expect=2)
+    check("--steps wants a number" in p.stderr, p.stderr)
+
+
+def prepare_checkpoint(name):
+    art = make_artifact(name, dp=2, mb=4, steps=20)
+    ck = os.path.join(work(name), "ck")
+    shutil.rmtree(ck, ignore_errors=True)
+    hpdlrun(art, "--checkpoint-dir", ck, "--stop-at", "10", "--progress", "quiet")
+    return art, ck
+
+
+def case_bad_checkpoint():
+    need_mpi()
+    art, ck = prepare_checkpoint("badck")
+    t = os.path.join(ck, "step-00000010.safetensors")
+    good = open(t, "rb").read()
+    raw = bytearray(good)
+    raw[-100] ^= 0x10
+    open(t, "wb").write(raw)
+    p = hpdlrun(art, "--checkpoint-dir", ck, "--resume", expect=1)
+    one_error(p, "step-00000010.safetensors: corrupted: tensor", "CRC-32C")
+    open(t, "wb").write(good[:len(good) // 2])
+    p = hpdlrun(art, "--checkpoint-dir", ck, "--resume", expect=1)
+    one_error(p, "truncated: the file has %d bytes" % (len(good) // 2))
+    open(t, "wb").write(good)
+    p = hpdlrun(art, "--resume-from", os.path.join(ck, "step-00000099.json"), expect=1)
+    one_error(p, "step-00000099.json: cannot read the checkpoint manifest")
+    # a checkpoint of another model
+    other = make_artifact("badck_other", dp=2, mb=4, steps=20, params=[
+        {"name": "bigram.weight", "shape": [256, 256], "init": {"kind": "zeros"}},
+        {"name": "bigram.bias", "shape": [256], "init": {"kind": "zeros"}},
+        {"name": "bigram.extra", "shape": [4], "init": {"kind": "zeros"}}])
+    p = hpdlrun(other, "--checkpoint-dir", ck, "--resume", expect=1)
+    one_error(p, "no tensor bigram.extra")
+
+
+def case_killed_writer():
+    need_mpi()
+    art, ck = prepare_checkpoint("killed")
+    # the next run is killed half-way through writing step 20's tensor file
+    p = hpdlrun(art, "--checkpoint-dir", ck, "--resume", "--progress", "quiet",
+                expect=None, env={"HPDL_FAULT": "ckpt-kill-after=300000"})
+    check(p.returncode != 0, "the killed run fails")
+    check(latest(ck) == 10, "the latest checkpoint is still step 10")
+    check(any(".tmp." in f for f in os.listdir(ck)), "the killed writer left only a temporary")
+    ckpt(ck, 10)  # and it is intact
+    # killed between the tensor file and the manifest
+    p = hpdlrun(art, "--checkpoint-dir", ck, "--resume", "--progress", "quiet",
+                expect=None, env={"HPDL_FAULT": "ckpt-kill-before-manifest"})
+    check(p.returncode != 0 and latest(ck) == 10, "a tensor file without manifest is not a checkpoint")
+    # resuming now gives what an uninterrupted run gives
+    hpdlrun(art, "--checkpoint-dir", ck, "--resume", "--progress", "quiet")
+    straight = os.path.join(work("killed"), "straight")
+    shutil.rmtree(straight, ignore_errors=True)
+    hpdlrun(art, "--checkpoint-dir", straight, "--progress", "quiet")
+    check(max_diff(ckpt(ck, 20), ckpt(straight, 20)) == 0, "resumed after the crash = straight")
+    check(not any(".tmp." in f for f in os.listdir(ck)), "leftovers cleaned")
+
+
+def case_failed_write():
+    need_mpi()
+    art, ck = prepare_checkpoint("failwrite")
+    p = hpdlrun(art, "--checkpoint-dir", ck, "--resume", "--progress", "quiet", expect=1,
+                env={"HPDL_FAULT": "ckpt-fail-after=1000"})
+    one_error(p, "step-00000020.safetensors", "No space left on device")
+    check(latest(ck) == 10 and not any(".tmp." in f for f in os.listdir(ck)), "nothing partial left")
+
+
+CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--plugin", default="")
+    ap.add_argument("--work", required=True)
+    ap.add_argument("case", choices=sorted(CASES))
+    ARGS = ap.parse_args()
+    ARGS.work = os.path.abspath(ARGS.work)
+    os.makedirs(ARGS.work, exist_ok=True)
+    try:
+        CASES[ARGS.case]()
+    except Fail as e:
+        print(f"FAIL {ARGS.case}: {e}")
+        return 1
+    print(f"ok {ARGS.case}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
