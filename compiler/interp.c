@@ -13,6 +13,8 @@
  * and autodiff's RECV / SEND of gradients can be checked without ranks. */
 #include "interp.h"
 
+#include "../runtime/init.h"
+
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -114,36 +116,11 @@ static const char *fail(Interp *in, const char *fmt, ...) {
 
 /* ---- deterministic generators ---- */
 
-static uint64_t splitmix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-/* FNV-1a of the name folded into the seed, then the layer, each followed by
- * a splitmix64 step so that nearby seeds or layers give unrelated streams. */
-uint64_t interp_hash_name(uint64_t seed, const char *name, int64_t layer) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
-    h ^= *p;
-    h *= 0x100000001b3ull;
-  }
-  uint64_t s = seed ^ h;
-  uint64_t a = splitmix64(&s);
-  s = a ^ ((uint64_t)layer * 0xD1B54A32D192ED03ull);
-  return splitmix64(&s);
-}
-
-double interp_uniform01(uint64_t *state) { return (double)(splitmix64(state) >> 11) * 0x1.0p-53; }
-
-/* Box-Muller, one value per call (the sine half is dropped so that a value
- * depends only on the state, not on a cached partner). */
-double interp_normal(uint64_t *state) {
-  double u1 = 1.0 - interp_uniform01(state); /* (0, 1]: log is finite */
-  double u2 = interp_uniform01(state);
-  return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
-}
+/* The generator is the runtime's (runtime/init.c), so the reference and a
+ * real run start from the same weights by construction. */
+uint64_t interp_hash_name(uint64_t seed, const char *name, int64_t layer) { return init_hash_name(seed, name, layer); }
+double interp_uniform01(uint64_t *state) { return init_uniform01(state); }
+double interp_normal(uint64_t *state) { return init_normal(state); }
 
 /* ---- life cycle ---- */
 
@@ -194,19 +171,9 @@ void interp_init_params(Interp *in, uint64_t seed) {
   for (int i = 0; i < in->m->nparams; i++) {
     const IrParam *p = &in->m->params[i];
     int64_t n = param_numel(p), copies = p->count > 1 ? p->count : 1;
-    for (int64_t l = 0; l < copies; l++) {
-      uint64_t st = interp_hash_name(seed, p->name, l);
-      double *d = in->params[i] + l * n;
-      for (int64_t k = 0; k < n; k++) {
-        switch (p->init.kind) {
-        case INIT_ZEROS: d[k] = 0; break;
-        case INIT_ONES: d[k] = 1; break;
-        case INIT_CONSTANT: d[k] = p->init.a; break;
-        case INIT_NORMAL: d[k] = p->init.a + p->init.b * interp_normal(&st); break;
-        case INIT_UNIFORM: d[k] = p->init.a + (p->init.b - p->init.a) * interp_uniform01(&st); break;
-        }
-      }
-    }
+    /* sema.h's InitKind and init.h's kinds share their order */
+    InitSpec spec = {(InitKindRt)p->init.kind, p->init.a, p->init.b};
+    for (int64_t l = 0; l < copies; l++) init_fill_f64(in->params[i] + l * n, n, &spec, seed, p->name, l);
   }
 }
 

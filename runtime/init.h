@@ -5,10 +5,9 @@
  * values from its own generator, seeded by (seed, template name, layer
  * index), in row-major order of the logical tensor. A rank holding a shard
  * walks the same stream and keeps its part, so dp=1 and tp=8 start from the
- * same weights, and those are the reference executor's (compiler/interp.c,
- * interp_init_params): the generator is copied here bit for bit rather than
- * linked, so that libhpdlrt does not carry the compiler;
- * tests/unit/test_rt_init.c checks the two agree to the last bit. */
+ * same weights, and those are the reference executor's: compiler/interp.c
+ * calls these functions (the compiler library compiles this file), so the
+ * two cannot drift apart; libhpdlrt does not carry the compiler. */
 #ifndef HPDL_INIT_H
 #define HPDL_INIT_H
 
