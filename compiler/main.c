@@ -124,7 +124,9 @@ static void help_verb(const char *verb) {
          "  --trace FILE             a Chrome trace of one predicted step (Perfetto)\n"
          "  --search                 rank every layout for the GPU count that fits\n"
          "  --top K                  how many layouts --search shows (5)\n"
-         "  --scaling LIST           strong and weak scaling at these GPU counts (8,16,32)\n");
+         "  --scaling LIST           strong and weak scaling at these GPU counts (8,16,32)\n"
+         "  --measure-cpu            time this machine (OpenBLAS sgemm, memory triad) and\n"
+         "                           plan the `cpu` device with what it reaches\n");
     help_common_options();
     return;
   }
@@ -256,10 +258,15 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
       continue;
     }
     if (!strcmp(verb, "plan")) {
-      static const char *const pflags[] = {"--format", "--trace", "--scaling", "--top", "--search", "--output"};
+      static const char *const pflags[] = {"--format", "--trace", "--scaling", "--top", "--search", "--output", "--measure-cpu"};
       int which = -1;
-      for (int k = 0; k < 6; k++)
+      for (int k = 0; k < 7; k++)
         if (strlen(pflags[k]) == flen && !strncmp(pflags[k], a, flen)) which = k;
+      if (which == 6) {
+        if (value) return cli_error("--measure-cpu takes no value%s", "", NULL);
+        cli->plan.measure_cpu = 1;
+        continue;
+      }
       if (which == 4) {
         if (value) return cli_error("--search takes no value%s", "", NULL);
         cli->plan.search = 1;

@@ -205,6 +205,7 @@ typedef struct PlanCliOptions {
   int search;          /* --search */
   int top;             /* --top K (search), default 5 */
   int mb_fixed;        /* --micro-batch was given: the search keeps it */
+  int measure_cpu;     /* --measure-cpu: time this machine for the `cpu` device first */
 } PlanCliOptions;
 
 /* Plans the checked model m of file `path`; returns the exit status (0, 1

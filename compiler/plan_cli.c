@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "catalog.h"
+#include "cpubench.h"
 #include "plan.h"
 
 static int parse_list(const char *s, int64_t *out, int max) {
@@ -37,6 +39,18 @@ int plan_command(Diag *diag, const char *path, const SemModel *m, const PlanCliO
       fprintf(stderr, "hpdlc: plan: --scaling takes a list of GPU counts such as 8,16,32, not '%s'\n", o->scaling);
       return 2;
     }
+  }
+  if (o->measure_cpu) {
+    CpuFigures f;
+    char why[128];
+    if (cpubench_measure(&f, why, sizeof why) != 0) {
+      fprintf(stderr, "hpdlc: plan: --measure-cpu: %s\n", why);
+      return 1;
+    }
+    cat_set_cpu(f.sgemm_flops, f.triad_bytes_per_s, f.mem_bytes);
+    fprintf(stderr, "measured cpu: sgemm %.1f GFLOP/s (%s, %d thread%s), triad %.1f GB/s, %.1f GiB\n", f.sgemm_flops / 1e9,
+            f.used_blas ? "OpenBLAS" : "plain C, OpenBLAS not found", f.threads, f.threads == 1 ? "" : "s",
+            f.triad_bytes_per_s / 1e9, f.mem_bytes / 1073741824.0);
   }
   PlanCtx *c = plan_new(m, diag);
   if (!c) return 1;

@@ -1,0 +1,90 @@
+/* cpubench.c - sgemm and triad microbenchmarks (see cpubench.h). */
+#include "cpubench.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* cblas_sgemm's signature; OpenBLAS is opened at run time so that hpdlc
+ * does not link it (the back end's artifacts do). */
+typedef void (*SgemmFn)(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                        const float *b, int ldb, float beta, float *c, int ldc);
+enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111 };
+
+static void plain_sgemm(int n, const float *a, const float *b, float *c) {
+  /* i-k-j order: the inner loop streams rows, which the compiler vectorises */
+  memset(c, 0, sizeof(float) * (size_t)n * (size_t)n);
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < n; k++) {
+      float av = a[(size_t)i * (size_t)n + (size_t)k];
+      const float *br = b + (size_t)k * (size_t)n;
+      float *cr = c + (size_t)i * (size_t)n;
+      for (int j = 0; j < n; j++) cr[j] += av * br[j];
+    }
+}
+
+int cpubench_measure(CpuFigures *out, char *why, size_t whylen) {
+  memset(out, 0, sizeof *out);
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  out->mem_bytes = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  out->threads = cores > 0 ? (int)cores : 1;
+  const int n = 1024;
+  size_t nn = (size_t)n * (size_t)n;
+  float *a = malloc(sizeof(float) * nn), *b = malloc(sizeof(float) * nn), *c = malloc(sizeof(float) * nn);
+  if (!a || !b || !c) {
+    free(a), free(b), free(c);
+    snprintf(why, whylen, "out of memory for the sgemm benchmark");
+    return -1;
+  }
+  for (size_t i = 0; i < nn; i++) {
+    a[i] = (float)(i % 7) * 0.25f;
+    b[i] = (float)(i % 5) * 0.5f;
+  }
+  void *blas = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+  if (!blas) blas = dlopen("libopenblas.so", RTLD_NOW | RTLD_LOCAL);
+  SgemmFn sgemm = NULL;
+  if (blas) *(void **)&sgemm = dlsym(blas, "cblas_sgemm");
+  out->used_blas = sgemm != NULL;
+  double best = 1e30;
+  for (int rep = 0; rep < (sgemm ? 5 : 2); rep++) {
+    double t0 = now_s();
+    if (sgemm) sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    else plain_sgemm(n, a, b, c);
+    double t = now_s() - t0;
+    if (t < best) best = t;
+  }
+  out->sgemm_flops = 2.0 * (double)n * (double)n * (double)n / best;
+  if (blas) dlclose(blas);
+  free(a), free(b), free(c);
+  /* STREAM triad, a[i] = b[i] + s * c[i], over arrays far larger than cache */
+  size_t len = (size_t)16 << 20;
+  double *x = malloc(sizeof(double) * len), *y = malloc(sizeof(double) * len), *z = malloc(sizeof(double) * len);
+  if (!x || !y || !z) {
+    free(x), free(y), free(z);
+    snprintf(why, whylen, "out of memory for the bandwidth benchmark");
+    return -1;
+  }
+  for (size_t i = 0; i < len; i++) y[i] = 1.0, z[i] = 2.0, x[i] = 0;
+  best = 1e30;
+  for (int rep = 0; rep < 3; rep++) {
+    double t0 = now_s();
+    for (size_t i = 0; i < len; i++) x[i] = y[i] + 3.0 * z[i];
+    double t = now_s() - t0;
+    if (t < best) best = t;
+  }
+  volatile double sink = x[len / 2];
+  (void)sink;
+  out->triad_bytes_per_s = 3.0 * sizeof(double) * (double)len / best;
+  free(x), free(y), free(z);
+  return 0;
+}
