@@ -24,12 +24,12 @@
 /* Per call of an entry point: what the generated code needs besides
  * tensors. The layout is fixed (the generated code reads it by offset). */
 typedef struct hpd_ctx {
-  void *workspace;  /* the graph's hpd_graph_desc.workspace_bytes, 64-byte aligned */
-  uint64_t seed;    /* the run's init seed: dropout masks (interp.c's streams) */
-  int64_t layer;    /* the layer a repeated block's graph runs as, when called directly */
-  int32_t rank[4];  /* this rank's index in each group (IrGroup order: dp, tp, pp, cp) */
-  int32_t size[4];  /* the size of each group; 0 or 1: this rank alone */
-  void *comm;       /* the runtime's communicator, passed back to the callbacks below */
+  void *workspace; /* the graph's hpd_graph_desc.workspace_bytes, 64-byte aligned */
+  uint64_t seed;   /* the run's init seed: dropout masks (interp.c's streams) */
+  int64_t layer;   /* the layer a repeated block's graph runs as, when called directly */
+  int32_t rank[4]; /* this rank's index in each group (IrGroup order: dp, tp, pp, cp) */
+  int32_t size[4]; /* the size of each group; 0 or 1: this rank alone */
+  void *comm;      /* the runtime's communicator, passed back to the callbacks below */
   /* Collectives on fp32 data; 0 on success. op: 0 sum, 1 max. all_gather
    * writes size x n values, rank by rank. send / recv: to / from the rank
    * `offset` places along the group (+1 next pipeline stage, -1 previous). */
@@ -67,10 +67,10 @@ typedef struct {
 } hpd_graph_desc;
 
 typedef struct {
-  int32_t abi_version;     /* HPD_ABI_VERSION */
+  int32_t abi_version; /* HPD_ABI_VERSION */
   int32_t ngraphs, ninputs, nparams;
   const hpd_graph_desc *graphs; /* in IrModule order */
-  const char *target;      /* "x86_64-pc-linux-gnu icelake-client" */
+  const char *target;           /* "x86_64-pc-linux-gnu icelake-client" */
 } hpd_module_desc;
 
 /* The one data symbol every artifact library exports. */
@@ -84,28 +84,22 @@ typedef struct {
 
 #include "fuse.h"
 #include "ir.h"
-
-/* A memory plan for one graph: the byte offset of each node's buffer in the
- * graph's workspace (-1: the node needs none: a leaf bound to a slot, a
- * view, a graph output written to its slot, a scalar constant), and the
- * workspace's size for the graph itself (its CALLs' own workspaces are
- * placed after it by the back end). compiler/memplan.h will produce these;
- * without one the back end makes a simple liveness-based plan. */
-typedef struct {
-  const int64_t *offset; /* per node */
-  int64_t bytes;
-} CgGraphPlan;
+#include "memplan.h"
 
 typedef struct {
   int opt_level;          /* 0-3; default (0 in the struct means "default") is 3 */
   int no_opt;             /* run no passes at all (tests of the unoptimised IR) */
   int acc_f64;            /* accumulate row reductions in fp64 (default fp32; docs/backend.md) */
   int export_kernels;     /* also export hpd_kernel_<graph>_<k>(void **io) per kernel (tests) */
+  int unroll;             /* let LLVM unroll loops (off: twice the compile time, no faster kernels measured) */
   const char *cpu;        /* NULL: the host's (LLVMGetHostCPUName) */
   const char *features;   /* NULL: the host's */
   const char *cc;         /* the C compiler that links the library; NULL: $HPDL_CC, else "cc" */
   const char *link_flags; /* appended to the link; NULL: "-lopenblas -lm" */
-  const CgGraphPlan *plans; /* per graph, or NULL for the back end's own plan */
+  /* The static memory plan (memplan.h) made with this fusion: every value,
+   * stash and call workspace at the plan's offsets, loop kernels in place
+   * where it says. NULL: the back end's own first-fit plan. */
+  const MemPlan *memplan;
 } CgOptions;
 
 /* Seconds spent in each phase of the last emit. */

@@ -1,0 +1,1930 @@
+/* codegen_cpu_kernel.c - one LLVM function per fused kernel.
+ *
+ * Every kernel function has the signature
+ *     i32 kernel(hpd_ctx *ctx, i8 *scratch, i64 layer, i8 *noalias io...)
+ * with one pointer per kernel input, then one per output (fuse.h's lists,
+ * ascending node ids); it returns 0, or 1 with ctx->error set (an embedding
+ * id or a cross-entropy target out of range, a failed collective).
+ *
+ * Loop, row, copy and fill kernels are all built by one engine, the nest:
+ * an iteration space D, the axes swept for reductions (a row kernel's
+ * reduced group; for a loop kernel all of D), a small expression DAG and
+ * the stores of the kernel's outputs. Each read of memory is an affine
+ * function of D's indices, composed through the index maps fusion folded
+ * in (transpose, slice, expand, reshape, repeat_kv's head division) and
+ * numpy broadcasting; axes that every access walks contiguously are
+ * collapsed, so an elementwise chain over a [B, T, C] tensor is one loop
+ * over B*T*C with unit strides, which the loop vectoriser turns into <8 x
+ * float> code. A row kernel runs one outer iteration per row and sweeps the
+ * row once per level of reduction (a layernorm: mean; variance; output), the
+ * schedule of Apex's / llm.c's fused layernorm. Reductions accumulate in
+ * fp32 by default (CgOptions.acc_f64 for fp64): the vectoriser keeps 8-32
+ * partial sums, which is more accurate than one sequential sum; the loop is
+ * marked llvm.loop.vectorize.enable, which is what lets it reorder the sum.
+ *
+ * GEMM kernels call cblas_sgemm (once for a batch that folds into the rows,
+ * else once per batch matrix, with transposes), with the scale as alpha,
+ * and run their epilogue (bias, relu / gelu) as a nest over the output.
+ * Special kernels (embedding, rope, cross-entropy, pick and their
+ * backwards, repeat_kv_bwd, multi-group sum_to) are written out by hand;
+ * comm kernels call the runtime's collectives through hpd_ctx. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen_cpu_int.h"
+
+static void *xcalloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (!p) {
+    fprintf(stderr, "hpdlc: out of memory\n");
+    abort();
+  }
+  return p;
+}
+
+static void *xrealloc(void *p, size_t size) {
+  p = realloc(p, size ? size : 1);
+  if (!p) {
+    fprintf(stderr, "hpdlc: out of memory\n");
+    abort();
+  }
+  return p;
+}
+
+static const IrNode *nd(const CgKern *k, int id) { return &k->g->nodes[id]; }
+static int in_kernel(const CgKern *k, int id) { return k->fg->kernel_of[id] == k->kp; }
+static int64_t numel(const IrNode *n) { return ir_numel(n); }
+
+static int is_index_map(IrOp op) {
+  return op == IR_RESHAPE || op == IR_TRANSPOSE || op == IR_SLICE || op == IR_EXPAND || op == IR_REPEAT_KV;
+}
+
+static void row_strides(int rank, const int64_t *dims, int64_t *s) {
+  int64_t acc = 1;
+  for (int i = rank - 1; i >= 0; i--) {
+    s[i] = acc;
+    acc *= dims[i];
+  }
+}
+
+/* The io index of a value the kernel reads or writes, or -1. */
+static int io_index(const CgKern *k, int v) {
+  for (int i = 0; i < k->K->ninputs; i++)
+    if (k->K->inputs[i] == v) return i;
+  for (int i = 0; i < k->K->noutputs; i++)
+    if (k->K->outputs[i] == v) return k->K->ninputs + i;
+  return -1;
+}
+
+/* An element-typed pointer to value v's buffer (an output the plan puts in
+ * place of an input: the input's pointer, so loads and stores of the one
+ * buffer go through one pointer and the noalias promise holds). */
+static LLVMValueRef val_ptr(CgKern *k, int v) {
+  CgCpu *cg = k->cg;
+  int i = io_index(k, v);
+  if (i >= k->K->ninputs && k->inplace_of && k->inplace_of[v] >= 0) {
+    int j = io_index(k, k->inplace_of[v]);
+    if (j >= 0 && j < k->K->ninputs) i = j;
+  }
+  if (i < 0) {
+    cg_fail(cg, "graph %s kernel k%d: %%%d is neither an input nor an output of the kernel", k->g->name, k->kp, v);
+    return LLVMConstNull(cg->tpf32);
+  }
+  return LLVMBuildBitCast(cg->b, k->io[i], LLVMPointerType(cg_elem_type(cg, nd(k, v)->dtype), 0), "");
+}
+
+/* Skips the reshapes folded into this kernel: they are views of memory. */
+static int mem_of(const CgKern *k, int v) {
+  while (in_kernel(k, v) && nd(k, v)->op == IR_RESHAPE) v = nd(k, v)->in[0];
+  return v;
+}
+
+/* The block that sets ctx->error and returns 1, made on first use. */
+static LLVMBasicBlockRef fail_block(CgKern *k, const char *what) {
+  CgCpu *cg = k->cg;
+  LLVMBasicBlockRef here = LLVMGetInsertBlock(cg->b);
+  LLVMBasicBlockRef bb = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "fail");
+  LLVMPositionBuilderAtEnd(cg->b, bb);
+  char msg[256];
+  snprintf(msg, sizeof msg, "graph %s, kernel k%d: %s", k->g->name, k->kp, what);
+  LLVMValueRef s = cg_global_string(cg, msg, "errmsg");
+  LLVMValueRef p = LLVMBuildStructGEP2(cg->b, cg->tctx, k->ctxp, CG_CTX_ERROR, "");
+  LLVMBuildStore(cg->b, s, p);
+  LLVMBuildRet(cg->b, cg_i32(cg, 1));
+  LLVMPositionBuilderAtEnd(cg->b, here);
+  return bb;
+}
+
+/* Branches to `fail` when bad is true; continues in a new block. */
+static void fail_if(CgKern *k, LLVMValueRef bad, LLVMBasicBlockRef fail) {
+  CgCpu *cg = k->cg;
+  LLVMBasicBlockRef ok = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "ok");
+  LLVMBuildCondBr(cg->b, bad, fail, ok);
+  LLVMPositionBuilderAtEnd(cg->b, ok);
+}
+
+/* if (cond) { ... } */
+static LLVMBasicBlockRef if_begin(CgKern *k, LLVMValueRef cond) {
+  CgCpu *cg = k->cg;
+  LLVMBasicBlockRef then = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "then");
+  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "endif");
+  LLVMBuildCondBr(cg->b, cond, then, done);
+  LLVMPositionBuilderAtEnd(cg->b, then);
+  return done;
+}
+
+static void if_end(CgKern *k, LLVMBasicBlockRef done) {
+  LLVMBuildBr(k->cg->b, done);
+  LLVMPositionBuilderAtEnd(k->cg->b, done);
+}
+
+/* Loads an index tensor's element as i64 (integers sign-extended, floats truncated). */
+static LLVMValueRef load_index(CgKern *k, LLVMValueRef ptr, DType dt, LLVMValueRef i) {
+  CgCpu *cg = k->cg;
+  LLVMTypeRef et = cg_elem_type(cg, dt);
+  LLVMValueRef v = LLVMBuildLoad2(cg->b, et, cg_gep(cg, et, ptr, i, ""), "id");
+  if (sem_dtype_is_float(dt))
+    return LLVMBuildFPToSI(cg->b, dt == DT_F64 ? v : LLVMBuildFPExt(cg->b, v, cg->tf64, ""), cg->ti64, "");
+  return dt == DT_I64 ? v : LLVMBuildSExt(cg->b, v, cg->ti64, "");
+}
+
+static LLVMValueRef load_f32(CgKern *k, LLVMValueRef ptr, DType dt, LLVMValueRef i) {
+  CgCpu *cg = k->cg;
+  LLVMTypeRef et = cg_elem_type(cg, dt);
+  return cg_to_f32(cg, LLVMBuildLoad2(cg->b, et, cg_gep(cg, et, ptr, i, ""), ""), dt);
+}
+
+static void store_f32(CgKern *k, LLVMValueRef ptr, DType dt, LLVMValueRef i, LLVMValueRef v) {
+  CgCpu *cg = k->cg;
+  LLVMTypeRef et = cg_elem_type(cg, dt);
+  LLVMBuildStore(cg->b, cg_from_f32(cg, v, dt), cg_gep(cg, et, ptr, i, ""));
+}
+
+static LLVMValueRef mul64(CgCpu *cg, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildNSWMul(cg->b, a, b, ""); }
+static LLVMValueRef add64(CgCpu *cg, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildNSWAdd(cg->b, a, b, ""); }
+
+/* The group's rank and size from ctx (size 0 reads as 1). */
+static void group_of(CgKern *k, int64_t g, LLVMValueRef *rank, LLVMValueRef *size) {
+  CgCpu *cg = k->cg;
+  LLVMValueRef s = cg_ctx_group(cg, k->ctxp, CG_CTX_SIZE, (int)g);
+  LLVMValueRef one = cg_i64(cg, 1);
+  *size = LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntSLT, s, one, ""), one, s, "gsize");
+  *rank = cg_ctx_group(cg, k->ctxp, CG_CTX_RANK, (int)g);
+}
+
+/* interp_global_pos(1, r, size, local, i) (zigzag; contiguous when size 1). */
+static LLVMValueRef zigzag_pos(CgKern *k, LLVMValueRef r, LLVMValueRef size, int64_t local, LLVMValueRef i) {
+  CgCpu *cg = k->cg;
+  LLVMValueRef h = cg_i64(cg, local / 2);
+  LLVMValueRef first = add64(cg, mul64(cg, r, h), i);
+  LLVMValueRef other =
+      LLVMBuildSub(cg->b, LLVMBuildSub(cg->b, mul64(cg, size, cg_i64(cg, 2)), cg_i64(cg, 1), ""), r, "");
+  LLVMValueRef second = add64(cg, mul64(cg, other, h), LLVMBuildSub(cg->b, i, h, ""));
+  LLVMValueRef zz = LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntSLT, i, h, ""), first, second, "");
+  LLVMValueRef contiguous = add64(cg, mul64(cg, r, cg_i64(cg, local)), i);
+  return LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntSLE, size, cg_i64(cg, 1), ""), contiguous, zz, "pos");
+}
+
+/* A max reduction over floats as a max over ints: the key below orders
+ * like the floats (negative ones have their magnitude bits flipped), and the
+ * loop vectoriser turns an integer max into vector code without the
+ * no-NaNs / no-signed-zeros promises a float max would need (which LLVM
+ * 14's C API cannot put on an instruction). -0 sorts below +0; a NaN with
+ * the sign bit clear wins, as it would in a sum. */
+static LLVMValueRef float_key(CgCpu *cg, LLVMValueRef x) {
+  LLVMValueRef b = LLVMBuildBitCast(cg->b, x, cg->ti32, "");
+  LLVMValueRef m = LLVMBuildAnd(cg->b, LLVMBuildAShr(cg->b, b, cg_i32(cg, 31), ""), cg_i32(cg, 0x7fffffff), "");
+  return LLVMBuildXor(cg->b, b, m, "key");
+}
+
+static LLVMValueRef key_float(CgCpu *cg, LLVMValueRef k) {
+  LLVMValueRef m = LLVMBuildAnd(cg->b, LLVMBuildAShr(cg->b, k, cg_i32(cg, 31), ""), cg_i32(cg, 0x7fffffff), "");
+  return LLVMBuildBitCast(cg->b, LLVMBuildXor(cg->b, k, m, ""), cg->tf32, "max");
+}
+
+static LLVMValueRef key_max(CgCpu *cg, LLVMValueRef acc, LLVMValueRef key) {
+  return LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntSGT, key, acc, ""), key, acc, "");
+}
+
+/* key(-inf) */
+static LLVMValueRef key_ninf(CgCpu *cg) { return cg_i32(cg, (int32_t)(0xff800000u ^ 0x7fffffffu)); }
+
+/* ==== affine index forms ==== */
+
+/* c + sum_j coef[j] * i_j + dcoef * (i_dax / dq) over a space's axes. */
+typedef struct {
+  int64_t c;
+  int64_t coef[IR_MAX_RANK];
+  int dax;
+  int64_t dq, dcoef;
+} Aff;
+
+static Aff aff_const(int64_t c) {
+  Aff a;
+  memset(&a, 0, sizeof a);
+  a.c = c;
+  a.dax = -1;
+  return a;
+}
+
+static Aff aff_axis(int j) {
+  Aff a = aff_const(0);
+  a.coef[j] = 1;
+  return a;
+}
+
+/* a + s * b; 0 when both have a division term on different axes. */
+static int aff_addmul(Aff *a, const Aff *b, int64_t s) {
+  a->c += s * b->c;
+  for (int j = 0; j < IR_MAX_RANK; j++) a->coef[j] += s * b->coef[j];
+  if (b->dax >= 0 && b->dcoef) {
+    if (a->dax >= 0 && a->dcoef && (a->dax != b->dax || a->dq != b->dq)) return 0;
+    a->dax = b->dax;
+    a->dq = b->dq;
+    a->dcoef += s * b->dcoef;
+  }
+  return 1;
+}
+
+/* ==== the nest ==== */
+
+typedef enum { X_LOAD, X_CONST, X_UN, X_BIN, X_ACTGRAD, X_MASK, X_DROP, X_INDEX, X_CASTI, X_RED } XKind;
+
+typedef struct {
+  XKind kind;
+  IrOp op;
+  double p;
+  int a, b;
+  int full, level;
+  int mem;             /* X_LOAD: the value read */
+  DType dt;            /* X_LOAD: its dtype */
+  Aff off;             /* X_LOAD: element offset; X_DROP: linear index; X_INDEX: the index */
+  int redmax;          /* X_RED: max (else sum) */
+  int64_t div;         /* X_RED: divide by (a mean), 0 none */
+  int64_t attr;        /* X_MASK: 1 + zigzag group; X_DROP: stream */
+  LLVMValueRef v, pre; /* value; X_DROP: base hash / X_MASK: rank, size */
+  LLVMValueRef pre2;
+  int recip;       /* a row-level divisor of full values: 1 / v is made with v */
+  LLVMValueRef rv; /* that reciprocal */
+  int vsweep;
+} X;
+
+typedef struct {
+  int x;
+  int val;
+  DType dt;
+  Aff off;
+  int add; /* accumulate into memory (scatter-add) instead of storing */
+  int full, sweep;
+} Store;
+
+typedef struct {
+  CgKern *k;
+  int R;
+  int64_t D[IR_MAX_RANK];
+  int rlo, rhi; /* the fuser's reduced group, for shapes (rlo == rhi: none) */
+  int glo, ghi; /* the axes a sweep walks */
+  int pinned[IR_MAX_RANK];
+  X *x;
+  int nx, capx;
+  Store *st;
+  int nst, capst;
+  int *node_x; /* per graph node: its expression, -1 */
+  /* after collapsing: new axes */
+  int na;
+  int64_t adim[IR_MAX_RANK];
+  int afirst[IR_MAX_RANK], alast[IR_MAX_RANK], aset[IR_MAX_RANK];
+  int axis_of[IR_MAX_RANK]; /* original axis -> new axis, -1 dropped (size 1) */
+  LLVMValueRef iv[IR_MAX_RANK];
+  int sweep_id;
+  int columns;           /* column schedule: every expression is evaluated per point */
+  int64_t scratch_bytes; /* the kernel's scratch (column accumulators) */
+} Nest;
+
+static void nest_init(Nest *N, CgKern *k, int rank, const int64_t *dims, int rlo, int rhi, int glo, int ghi) {
+  memset(N, 0, sizeof *N);
+  N->k = k;
+  N->R = rank;
+  memcpy(N->D, dims, sizeof(int64_t) * (size_t)rank);
+  N->rlo = rlo;
+  N->rhi = rhi;
+  N->glo = glo;
+  N->ghi = ghi;
+  N->node_x = xcalloc((size_t)k->g->nnodes, sizeof(int));
+  for (int i = 0; i < k->g->nnodes; i++) N->node_x[i] = -1;
+}
+
+static void nest_free(Nest *N) {
+  free(N->x);
+  free(N->st);
+  free(N->node_x);
+}
+
+static int in_group(const Nest *N, int j) { return j >= N->glo && j < N->ghi && N->D[j] > 1; }
+
+static int aff_full(const Nest *N, const Aff *a) {
+  for (int j = 0; j < N->R; j++)
+    if (a->coef[j] && in_group(N, j)) return 1;
+  return a->dax >= 0 && a->dcoef && in_group(N, a->dax);
+}
+
+static int new_x(Nest *N, XKind kind) {
+  if (N->nx == N->capx) {
+    N->capx = N->capx ? N->capx * 2 : 32;
+    N->x = xrealloc(N->x, sizeof(X) * (size_t)N->capx);
+  }
+  X *x = &N->x[N->nx];
+  memset(x, 0, sizeof *x);
+  x->kind = kind;
+  x->a = x->b = -1;
+  x->off = aff_const(0);
+  x->vsweep = -1;
+  return N->nx++;
+}
+
+static int x_const(Nest *N, double v) {
+  int i = new_x(N, X_CONST);
+  N->x[i].p = v;
+  return i;
+}
+
+static int x_op(Nest *N, XKind kind, IrOp op, double p, int a, int b) {
+  int i = new_x(N, kind);
+  X *x = &N->x[i];
+  x->op = op;
+  x->p = p;
+  x->a = a;
+  x->b = b;
+  x->full = (a >= 0 && N->x[a].full) || (b >= 0 && N->x[b].full);
+  int la = a >= 0 ? N->x[a].level : 0, lb = b >= 0 ? N->x[b].level : 0;
+  x->level = la > lb ? la : lb;
+  return i;
+}
+
+static int x_red(Nest *N, int child, int redmax, int64_t div) {
+  int i = new_x(N, X_RED);
+  X *x = &N->x[i];
+  x->a = child;
+  x->redmax = redmax;
+  x->div = div;
+  x->full = 0;
+  x->level = N->x[child].level + 1;
+  return i;
+}
+
+static int x_load(Nest *N, int mem, DType dt, const Aff *off) {
+  int i = new_x(N, X_LOAD);
+  X *x = &N->x[i];
+  x->mem = mem;
+  x->dt = dt;
+  x->off = *off;
+  x->full = aff_full(N, off);
+  return i;
+}
+
+static void add_store(Nest *N, int xi, int val, DType dt, const Aff *off, int add) {
+  if (N->nst == N->capst) {
+    N->capst = N->capst ? N->capst * 2 : 8;
+    N->st = xrealloc(N->st, sizeof(Store) * (size_t)N->capst);
+  }
+  Store *s = &N->st[N->nst++];
+  memset(s, 0, sizeof *s);
+  s->x = xi;
+  s->val = val;
+  s->dt = dt;
+  s->off = *off;
+  s->add = add;
+  s->full = aff_full(N, off);
+}
+
+/* The offset of reading value v at index e (affine over D, one per axis of
+ * v), composed through the index maps folded into this kernel, down to the
+ * memory value it reads (*mem). 0 when the composition is not affine. */
+static int compose(Nest *N, int v, const Aff *e, Aff *off, int *mem) {
+  CgKern *k = N->k;
+  const IrNode *vn = nd(k, v);
+  if (!in_kernel(k, v) || !is_index_map(vn->op)) {
+    int64_t rs[IR_MAX_RANK];
+    row_strides(vn->rank, vn->dims, rs);
+    *off = aff_const(0);
+    for (int j = 0; j < vn->rank; j++)
+      if (!aff_addmul(off, &e[j], rs[j])) return 0;
+    *mem = v;
+    return 1;
+  }
+  int x = vn->in[0];
+  const IrNode *xn = nd(k, x);
+  Aff ex[IR_MAX_RANK];
+  switch (vn->op) {
+  case IR_RESHAPE: {
+    /* a reshape keeps the linear order: the linear index is x's too */
+    if (in_kernel(k, x) && is_index_map(xn->op)) return 0;
+    int64_t rs[IR_MAX_RANK];
+    row_strides(vn->rank, vn->dims, rs);
+    *off = aff_const(0);
+    for (int j = 0; j < vn->rank; j++)
+      if (!aff_addmul(off, &e[j], rs[j])) return 0;
+    *mem = x;
+    return 1;
+  }
+  case IR_TRANSPOSE:
+    for (int i = 0; i < vn->rank; i++) ex[vn->attr[i]] = e[i];
+    break;
+  case IR_SLICE:
+    for (int a = 0, j = 0; a < xn->rank; a++) {
+      ex[a] = aff_const(vn->attr[a]);
+      if (!vn->attr[8 + a] && !aff_addmul(&ex[a], &e[j++], 1)) return 0;
+    }
+    break;
+  case IR_EXPAND: {
+    int pad = vn->rank - xn->rank;
+    for (int j = 0; j < xn->rank; j++) ex[j] = xn->dims[j] == 1 ? aff_const(0) : e[j + pad];
+    break;
+  }
+  case IR_REPEAT_KV: {
+    int64_t rep = vn->attr[0];
+    for (int j = 0; j < xn->rank; j++) ex[j] = e[j];
+    /* head h reads head h / rep: a division of one axis index */
+    const Aff *h = &e[1];
+    int axis = -1, pure = h->c == 0 && h->dax < 0;
+    for (int j = 0; j < IR_MAX_RANK && pure; j++)
+      if (h->coef[j]) {
+        if (h->coef[j] != 1 || axis >= 0) pure = 0;
+        else axis = j;
+      }
+    if (axis < 0 && pure) {
+      ex[1] = aff_const(h->c / rep);
+    } else if (pure) {
+      ex[1] = aff_const(0);
+      ex[1].dax = axis;
+      ex[1].dq = rep;
+      ex[1].dcoef = 1;
+    } else {
+      return 0;
+    }
+    break;
+  }
+  default: return 0;
+  }
+  return compose(N, x, ex, off, mem);
+}
+
+/* Index of node n (one form per axis of n) over D: a D-shaped node walks D;
+ * a row-shaped one (the group set to 1, or removed) walks the other axes. */
+static int node_index(const Nest *N, const IrNode *n, Aff *e) {
+  if (n->rank == N->R) {
+    for (int j = 0; j < n->rank; j++) {
+      if (n->dims[j] != N->D[j] && n->dims[j] != 1) return 0;
+      e[j] = n->dims[j] == 1 ? aff_const(0) : aff_axis(j);
+    }
+    return 1;
+  }
+  if (N->rhi > N->rlo && n->rank == N->R - (N->rhi - N->rlo)) {
+    for (int j = 0, i = 0; j < N->R; j++) {
+      if (j >= N->rlo && j < N->rhi) continue;
+      if (n->dims[i] != N->D[j]) return 0;
+      e[i++] = N->D[j] == 1 ? aff_const(0) : aff_axis(j);
+    }
+    return 1;
+  }
+  return 0;
+}
+
+/* The expression of input v as read by a reader whose index over D is
+ * er[0..rr) (numpy broadcasting aligns v's shape on the right). */
+static int x_read(Nest *N, const Aff *er, int rr, int v) {
+  CgKern *k = N->k;
+  const IrNode *vn = nd(k, v);
+  if (vn->op == IR_CONST || vn->op == IR_FILL) return x_const(N, vn->fattr);
+  if (in_kernel(k, v) && !is_index_map(vn->op)) {
+    if (N->node_x[v] < 0)
+      cg_fail(k->cg, "graph %s kernel k%d: %%%d is read before it is computed", k->g->name, k->kp, v);
+    return N->node_x[v] < 0 ? x_const(N, 0) : N->node_x[v];
+  }
+  int pad = rr - vn->rank;
+  if (pad < 0) {
+    cg_fail(k->cg, "graph %s kernel k%d: %%%d has more axes than its reader", k->g->name, k->kp, v);
+    return x_const(N, 0);
+  }
+  Aff ev[IR_MAX_RANK], off;
+  for (int j = 0; j < vn->rank; j++) ev[j] = vn->dims[j] == 1 ? aff_const(0) : er[j + pad];
+  int mem;
+  if (!compose(N, v, ev, &off, &mem)) {
+    cg_fail(k->cg, "graph %s kernel k%d: the index maps read by %%%d are not affine", k->g->name, k->kp, v);
+    return x_const(N, 0);
+  }
+  if (!cg_dtype_ok(nd(k, mem)->dtype)) {
+    cg_fail(k->cg, "graph %s kernel k%d: dtype %s is not supported by the CPU back end", k->g->name, k->kp,
+            sem_dtype_name(nd(k, mem)->dtype));
+    return x_const(N, 0);
+  }
+  return x_load(N, mem, nd(k, mem)->dtype, &off);
+}
+
+/* Builds the expression of a loop / row kernel's node n. */
+static int x_node(Nest *N, int id) {
+  CgKern *k = N->k;
+  const IrNode *n = nd(k, id);
+  Aff en[IR_MAX_RANK], eD[IR_MAX_RANK];
+  for (int j = 0; j < N->R; j++) eD[j] = N->D[j] == 1 ? aff_const(0) : aff_axis(j);
+  int fl = ir_op_flags(n->op);
+  if (fl & IRF_ELEMENTWISE) {
+    if (!node_index(N, n, en)) {
+      cg_fail(k->cg, "graph %s kernel k%d: %%%d is outside the kernel's iteration space", k->g->name, k->kp, id);
+      return x_const(N, 0);
+    }
+    int a = x_read(N, en, n->rank, n->in[0]);
+    int b = n->nin > 1 ? x_read(N, en, n->rank, n->in[1]) : -1;
+    switch (n->op) {
+    case IR_ACT_GRAD: return x_op(N, X_ACTGRAD, (IrOp)n->attr[0], n->fattr, a, b);
+    case IR_ADD:
+    case IR_SUB:
+    case IR_MUL:
+    case IR_DIV:
+    case IR_MAXIMUM:
+    case IR_MINIMUM: return x_op(N, X_BIN, n->op, 0, a, b);
+    case IR_CAUSAL_MASK: {
+      if (n->rank < 2 || n->rank != N->R) {
+        cg_fail(k->cg, "graph %s kernel k%d: causal_mask needs the kernel's matrix space", k->g->name, k->kp);
+        return a;
+      }
+      int i = x_op(N, X_MASK, n->op, n->fattr, a, -1);
+      N->x[i].attr = n->attr[0];
+      N->x[i].full |= in_group(N, N->R - 1) || in_group(N, N->R - 2);
+      N->pinned[N->R - 1] = N->pinned[N->R - 2] = 1;
+      return i;
+    }
+    case IR_DROPOUT: {
+      if (n->fattr <= 0) return a;
+      int i = x_op(N, X_DROP, n->op, n->fattr, a, -1);
+      int64_t rs[IR_MAX_RANK];
+      row_strides(n->rank, n->dims, rs);
+      N->x[i].off = aff_const(0);
+      for (int j = 0; j < n->rank; j++) aff_addmul(&N->x[i].off, &en[j], rs[j]);
+      N->x[i].attr = n->attr[0];
+      N->x[i].full |= aff_full(N, &N->x[i].off);
+      return i;
+    }
+    case IR_CAST:
+      if (!sem_dtype_is_float(n->dtype) && sem_dtype_is_float(nd(k, n->in[0])->dtype))
+        return x_op(N, X_CASTI, n->op, 0, a, -1);
+      return a;
+    default: return x_op(N, X_UN, n->op, n->fattr, a, -1);
+    }
+  }
+  /* reductions over the kernel's group */
+  int x = x_read(N, eD, N->R, n->in[0]);
+  int64_t len = 1;
+  for (int j = N->rlo; j < N->rhi; j++) len *= N->D[j];
+  switch (n->op) {
+  case IR_REDUCE_SUM:
+  case IR_SUM_TO: return x_red(N, x, 0, 0);
+  case IR_REDUCE_MEAN: return x_red(N, x, 0, len);
+  case IR_REDUCE_MAX: return x_red(N, x, 1, 0);
+  case IR_SOFTMAX:
+  case IR_LOG_SOFTMAX: {
+    int m = x_red(N, x, 1, 0);
+    int d = x_op(N, X_BIN, IR_SUB, 0, x, m);
+    int e = x_op(N, X_UN, IR_EXP, 0, d, -1);
+    int s = x_red(N, e, 0, 0);
+    if (n->op == IR_SOFTMAX) return x_op(N, X_BIN, IR_DIV, 0, e, s);
+    return x_op(N, X_BIN, IR_SUB, 0, d, x_op(N, X_UN, IR_LOG, 0, s, -1));
+  }
+  case IR_SOFTMAX_BWD:
+  case IR_LOG_SOFTMAX_BWD: {
+    int dy = x_read(N, eD, N->R, n->in[1]);
+    if (n->op == IR_SOFTMAX_BWD) {
+      int s = x_red(N, x_op(N, X_BIN, IR_MUL, 0, x, dy), 0, 0);
+      return x_op(N, X_BIN, IR_MUL, 0, x, x_op(N, X_BIN, IR_SUB, 0, dy, s));
+    }
+    int s = x_red(N, dy, 0, 0);
+    return x_op(N, X_BIN, IR_SUB, 0, dy, x_op(N, X_BIN, IR_MUL, 0, x_op(N, X_UN, IR_EXP, 0, x, -1), s));
+  }
+  default:
+    cg_fail(k->cg, "graph %s kernel k%d: %s does not fuse into a row kernel", k->g->name, k->kp, ir_op_name(n->op));
+    return x;
+  }
+}
+
+/* The store of node v's value (its own shape, contiguous) as seen from D. */
+static void store_node(Nest *N, int v, int xi) {
+  CgKern *k = N->k;
+  const IrNode *n = nd(k, v);
+  Aff en[IR_MAX_RANK];
+  if (!node_index(N, n, en)) {
+    cg_fail(k->cg, "graph %s kernel k%d: output %%%d is outside the kernel's space", k->g->name, k->kp, v);
+    return;
+  }
+  int64_t rs[IR_MAX_RANK];
+  row_strides(n->rank, n->dims, rs);
+  Aff off = aff_const(0);
+  for (int j = 0; j < n->rank; j++) aff_addmul(&off, &en[j], rs[j]);
+  add_store(N, xi, v, n->dtype, &off, 0);
+}
+
+/* ---- collapsing ---- */
+
+static int aff_allows(const Aff *a, int j, int j2, const int64_t *D) {
+  if (a->dax == j || a->dax == j2) return 0;
+  return a->coef[j] == a->coef[j2] * D[j2];
+}
+
+static void collapse(Nest *N) {
+  int set[IR_MAX_RANK];
+  for (int j = 0; j < N->R; j++) set[j] = j < N->glo ? 0 : j < N->ghi ? 1 : 2;
+  N->na = 0;
+  int prev = -1; /* the last kept original axis */
+  for (int j = 0; j < N->R; j++) {
+    N->axis_of[j] = -1;
+    if (N->D[j] == 1) continue;
+    int merge = prev >= 0 && set[prev] == set[j] && !N->pinned[prev] && !N->pinned[j] && N->alast[N->na - 1] == prev;
+    for (int i = 0; i < N->nx && merge; i++)
+      if (N->x[i].kind == X_LOAD || N->x[i].kind == X_DROP || N->x[i].kind == X_INDEX)
+        merge = aff_allows(&N->x[i].off, prev, j, N->D);
+    for (int i = 0; i < N->nst && merge; i++) merge = aff_allows(&N->st[i].off, prev, j, N->D);
+    if (merge) {
+      N->adim[N->na - 1] *= N->D[j];
+      N->alast[N->na - 1] = j;
+    } else {
+      N->afirst[N->na] = N->alast[N->na] = j;
+      N->adim[N->na] = N->D[j];
+      N->aset[N->na] = set[j];
+      N->na++;
+    }
+    N->axis_of[j] = N->na - 1;
+    prev = j;
+  }
+}
+
+/* An affine form's value at the current loop indices (axes not in scope are 0). */
+static LLVMValueRef aff_eval(Nest *N, const Aff *a) {
+  CgCpu *cg = N->k->cg;
+  LLVMValueRef v = cg_i64(cg, a->c);
+  for (int t = 0; t < N->na; t++) {
+    int64_t c = a->coef[N->alast[t]];
+    if (!c || !N->iv[t]) continue;
+    v = add64(cg, v, c == 1 ? N->iv[t] : mul64(cg, N->iv[t], cg_i64(cg, c)));
+  }
+  if (a->dax >= 0 && a->dcoef) {
+    int t = N->axis_of[a->dax];
+    if (t >= 0 && N->iv[t]) {
+      LLVMValueRef q = LLVMBuildUDiv(cg->b, N->iv[t], cg_i64(cg, a->dq), "");
+      v = add64(cg, v, mul64(cg, q, cg_i64(cg, a->dcoef)));
+    }
+  }
+  return v;
+}
+
+/* ---- evaluation ---- */
+
+static LLVMValueRef splitmix_step(CgCpu *cg, LLVMValueRef s, LLVMValueRef *state_out) {
+  LLVMValueRef z = LLVMBuildAdd(cg->b, s, LLVMConstInt(cg->ti64, 0x9E3779B97F4A7C15ull, 0), "");
+  if (state_out) *state_out = z;
+  z = LLVMBuildMul(cg->b, LLVMBuildXor(cg->b, z, LLVMBuildLShr(cg->b, z, cg_i64(cg, 30), ""), ""),
+                   LLVMConstInt(cg->ti64, 0xBF58476D1CE4E5B9ull, 0), "");
+  z = LLVMBuildMul(cg->b, LLVMBuildXor(cg->b, z, LLVMBuildLShr(cg->b, z, cg_i64(cg, 27), ""), ""),
+                   LLVMConstInt(cg->ti64, 0x94D049BB133111EBull, 0), "");
+  return LLVMBuildXor(cg->b, z, LLVMBuildLShr(cg->b, z, cg_i64(cg, 31), ""), "");
+}
+
+/* interp_hash_name(seed ^ stream * phi, "dropout", layer), computed once per kernel call. */
+static LLVMValueRef dropout_base(CgKern *k, int64_t stream) {
+  CgCpu *cg = k->cg;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const char *p = "dropout"; *p; p++) {
+    h ^= (unsigned char)*p;
+    h *= 0x100000001b3ull;
+  }
+  LLVMValueRef seed = cg_ctx_field(cg, k->ctxp, CG_CTX_SEED, "seed");
+  LLVMValueRef s = LLVMBuildXor(cg->b, seed, LLVMConstInt(cg->ti64, (uint64_t)stream * 0x9E3779B97F4A7C15ull, 0), "");
+  s = LLVMBuildXor(cg->b, s, LLVMConstInt(cg->ti64, h, 0), "");
+  LLVMValueRef a = splitmix_step(cg, s, NULL);
+  s = LLVMBuildXor(cg->b, a, LLVMBuildMul(cg->b, k->layer, LLVMConstInt(cg->ti64, 0xD1B54A32D192ED03ull, 0), ""), "");
+  return splitmix_step(cg, s, NULL);
+}
+
+static LLVMValueRef x_eval(Nest *N, int xi) {
+  CgKern *k = N->k;
+  CgCpu *cg = k->cg;
+  X *x = &N->x[xi];
+  if ((x->full || (N->columns && x->kind != X_RED)) ? x->vsweep == N->sweep_id : x->v != NULL) return x->v;
+  if (!x->full && x->kind == X_RED) {
+    cg_fail(cg, "graph %s kernel k%d: a reduction is read before its sweep", k->g->name, k->kp);
+    return cg_f32(cg, 0);
+  }
+  LLVMValueRef v = NULL;
+  switch (x->kind) {
+  case X_CONST: v = cg_f32(cg, x->p); break;
+  case X_LOAD: v = load_f32(k, val_ptr(k, x->mem), x->dt, aff_eval(N, &x->off)); break;
+  case X_UN: v = cg_unary(cg, x->op, x->p, x_eval(N, x->a)); break;
+  case X_BIN:
+    if (x->op == IR_DIV && N->x[x->b].recip) {
+      /* a row-level divisor (softmax's sum): one division per row, then products */
+      v = LLVMBuildFMul(cg->b, x_eval(N, x->a), N->x[x->b].rv, "");
+      break;
+    }
+    v = cg_binary(cg, x->op, x_eval(N, x->a), x_eval(N, x->b));
+    break;
+  case X_ACTGRAD:
+    v = LLVMBuildFMul(cg->b, cg_unary_deriv(cg, x->op, x->p, x_eval(N, x->a)), x_eval(N, x->b), "");
+    break;
+  case X_CASTI: v = cg_trunc(cg, x_eval(N, x->a)); break;
+  case X_INDEX: v = LLVMBuildSIToFP(cg->b, aff_eval(N, &x->off), cg->tf32, ""); break;
+  case X_MASK: {
+    LLVMValueRef in = x_eval(N, x->a);
+    int tr = N->axis_of[N->R - 2], tc = N->axis_of[N->R - 1];
+    LLVMValueRef row = tr >= 0 && N->iv[tr] ? N->iv[tr] : cg_i64(cg, 0);
+    LLVMValueRef col = tc >= 0 && N->iv[tc] ? N->iv[tc] : cg_i64(cg, 0);
+    if (x->attr) row = zigzag_pos(k, x->pre, x->pre2, N->D[N->R - 2], row);
+    LLVMValueRef above = LLVMBuildICmp(cg->b, LLVMIntSGT, col, row, "");
+    v = LLVMBuildSelect(cg->b, above, cg_f32(cg, x->p), in, "");
+    break;
+  }
+  case X_DROP: {
+    LLVMValueRef in = x_eval(N, x->a);
+    if (x->p >= 1) {
+      v = cg_f32(cg, 0);
+      break;
+    }
+    LLVMValueRef i = aff_eval(N, &x->off);
+    LLVMValueRef st =
+        LLVMBuildXor(cg->b, x->pre, LLVMBuildMul(cg->b, i, LLVMConstInt(cg->ti64, 0xD1B54A32D192ED03ull, 0), ""), "");
+    LLVMValueRef z = splitmix_step(cg, st, NULL);
+    LLVMValueRef u =
+        LLVMBuildFMul(cg->b, LLVMBuildUIToFP(cg->b, LLVMBuildLShr(cg->b, z, cg_i64(cg, 11), ""), cg->tf64, ""),
+                      cg_f64(cg, 0x1.0p-53), "");
+    LLVMValueRef keep = LLVMBuildFCmp(cg->b, LLVMRealOGE, u, cg_f64(cg, x->p), "");
+    v = LLVMBuildSelect(cg->b, keep, LLVMBuildFDiv(cg->b, in, cg_f32(cg, 1.0 - x->p), ""), cg_f32(cg, 0), "");
+    break;
+  }
+  case X_RED: break; /* set at the end of its sweep */
+  }
+  x->v = v;
+  x->vsweep = N->sweep_id;
+  return v;
+}
+
+/* The stores selected by want(): every value is computed before the first
+ * store, so an output written in place of an input (memplan.h) never
+ * clobbers an element another output still reads. */
+static void do_stores(Nest *N, int full, int sweep, int level) {
+  CgKern *k = N->k;
+  CgCpu *cg = k->cg;
+  LLVMValueRef *v = calloc((size_t)N->nst + 1, sizeof(LLVMValueRef));
+  if (!v) abort();
+  for (int i = 0; i < N->nst; i++) {
+    Store *s = &N->st[i];
+    if (s->full != full || (full ? s->sweep != sweep : N->x[s->x].level != level)) continue;
+    v[i] = x_eval(N, s->x);
+  }
+  for (int i = 0; i < N->nst; i++) {
+    Store *s = &N->st[i];
+    if (!v[i]) continue;
+    LLVMValueRef p = val_ptr(k, s->val);
+    LLVMValueRef at = aff_eval(N, &s->off);
+    LLVMValueRef x = v[i];
+    if (s->add) x = LLVMBuildFAdd(cg->b, load_f32(k, p, s->dt, at), x, "");
+    store_f32(k, p, s->dt, at, x);
+  }
+  free(v);
+}
+
+/* Evaluates the row-level expressions of level `level` (and the
+ * reciprocals of those that divide) and does their stores. */
+static void outer_eval(Nest *N, int level) {
+  CgCpu *cg = N->k->cg;
+  for (int i = 0; i < N->nx; i++) {
+    X *x = &N->x[i];
+    if (x->full || x->level != level) continue;
+    if (x->kind != X_RED) x_eval(N, i);
+    if (x->recip && x->v) x->rv = LLVMBuildFDiv(cg->b, cg_f32(cg, 1.0), x->v, "recip");
+  }
+  do_stores(N, 0, 0, level);
+}
+
+/* The column schedule of a row kernel whose reduced axes are not the
+ * innermost (a bias gradient: sum_to over [B, T] of [B, T, C]; a weight
+ * gradient summed over the batch): walking a column per output element
+ * would stride through memory, so the group loops run outside and the
+ * trailing axes inside, and each reduction keeps one accumulator per
+ * trailing position: the output element itself when the reduction is an
+ * fp32 sum or mean the kernel writes out, else a slot of the kernel's
+ * scratch (cg_kernel_scratch reserves them); a last loop over the trailing
+ * positions finishes the reductions and what follows them. Used when one
+ * sweep does (no reduction reads another) and the reduced group is long
+ * (>= 16) or the accumulators fit in L2 (1 MiB): a batch of 4 summed over
+ * a 38M-element weight gradient streams better row by row. */
+enum { COLUMN_MIN_GROUP = 16, COLUMN_L2_BYTES = 1 << 20 };
+
+/* The store that accumulates reduction xi in place, or NULL. */
+static Store *direct_store(Nest *N, int xi) {
+  const X *x = &N->x[xi];
+  if (x->redmax || N->k->cg->opt.acc_f64) return NULL;
+  for (int i = 0; i < N->nst; i++) {
+    Store *s = &N->st[i];
+    if (s->x == xi && !s->full && !s->add && s->dt == DT_F32) return s;
+  }
+  return NULL;
+}
+
+static int columns_ok(Nest *N, int nsw, int64_t *inner) {
+  *inner = 1;
+  int64_t group = 1;
+  int has_group = 0, has_trailing = 0, nred = 0, nslots = 0;
+  for (int t = 0; t < N->na; t++) {
+    if (N->aset[t] == 1) {
+      has_group = 1;
+      group *= N->adim[t];
+    }
+    if (N->aset[t] == 2) {
+      has_trailing = 1;
+      *inner *= N->adim[t];
+    }
+  }
+  for (int i = 0; i < N->nx; i++)
+    if (N->x[i].kind == X_RED) {
+      nred++;
+      nslots += direct_store(N, i) == NULL;
+    }
+  if (!has_group || !has_trailing || nsw != 1 || nred == 0 || nred > CG_MAX_CARRY) return 0;
+  if (group < COLUMN_MIN_GROUP && nred * *inner * 8 > COLUMN_L2_BYTES) return 0;
+  return nslots * *inner * 8 <= N->scratch_bytes;
+}
+
+/* Opens loops over the new axes of one set (ascending), recording their
+ * indices; returns how many. */
+static int open_set(Nest *N, CgLoop *l, int set, const char *name) {
+  int n = 0;
+  for (int t = 0; t < N->na; t++)
+    if (N->aset[t] == set) {
+      cg_loop_open(N->k->cg, &l[n], cg_i64(N->k->cg, N->adim[t]), 0, NULL, name);
+      N->iv[t] = l[n++].iv;
+    }
+  return n;
+}
+
+static void close_set(Nest *N, CgLoop *l, int n, int set) {
+  for (int q = n - 1; q >= 0; q--) cg_loop_close(N->k->cg, &l[q], NULL, 0, NULL);
+  for (int t = 0; t < N->na; t++)
+    if (N->aset[t] == set) N->iv[t] = NULL;
+}
+
+/* The linear index of the current trailing position. */
+static LLVMValueRef trailing_index(Nest *N) {
+  CgCpu *cg = N->k->cg;
+  LLVMValueRef v = cg_i64(cg, 0);
+  int64_t stride = 1;
+  for (int t = N->na - 1; t >= 0; t--)
+    if (N->aset[t] == 2) {
+      v = add64(cg, v, mul64(cg, N->iv[t], cg_i64(cg, stride)));
+      stride *= N->adim[t];
+    }
+  return v;
+}
+
+/* Where reduction r's accumulator for the current trailing position is. */
+static LLVMValueRef column_slot(Nest *N, Store *direct, LLVMValueRef arr, LLVMTypeRef et, int64_t inner,
+                                LLVMValueRef ti) {
+  CgCpu *cg = N->k->cg;
+  if (direct) return cg_gep(cg, cg->tf32, val_ptr(N->k, direct->val), aff_eval(N, &direct->off), "");
+  LLVMValueRef idx[2] = {cg_i64(cg, 0), ti};
+  return LLVMBuildInBoundsGEP2(cg->b, LLVMArrayType(et, (unsigned)inner), arr, idx, 2, "");
+}
+
+static void nest_emit_columns(Nest *N, int64_t inner) {
+  CgKern *k = N->k;
+  CgCpu *cg = k->cg;
+  N->columns = 1;
+  for (int i = 0; i < N->nx; i++) N->x[i].recip = 0;
+  int reds[CG_MAX_CARRY], nred = 0, nslots = 0;
+  for (int i = 0; i < N->nx && nred < CG_MAX_CARRY; i++)
+    if (N->x[i].kind == X_RED) reds[nred++] = i;
+  LLVMTypeRef at = cg->opt.acc_f64 ? cg->tf64 : cg->tf32;
+  /* the accumulators: the output elements, or inner x 8 bytes each in the scratch */
+  LLVMValueRef arr[CG_MAX_CARRY];
+  Store *direct[CG_MAX_CARRY];
+  LLVMTypeRef et[CG_MAX_CARRY];
+  for (int r = 0; r < nred; r++) {
+    direct[r] = direct_store(N, reds[r]);
+    et[r] = N->x[reds[r]].redmax ? cg->ti32 : direct[r] ? cg->tf32 : at;
+    arr[r] = NULL;
+    if (direct[r]) continue;
+    LLVMValueRef p = cg_byte_ptr(cg, k->scratch, cg_i64(cg, (int64_t)nslots++ * inner * 8), "");
+    arr[r] = LLVMBuildBitCast(cg->b, p, LLVMPointerType(LLVMArrayType(et[r], (unsigned)inner), 0), "acc");
+  }
+  CgLoop lo[IR_MAX_RANK], lg[IR_MAX_RANK], lt[IR_MAX_RANK];
+  int no = open_set(N, lo, 0, "outer");
+  /* initial values */
+  int nt = open_set(N, lt, 2, "init");
+  LLVMValueRef ti = trailing_index(N);
+  for (int r = 0; r < nred; r++) {
+    LLVMValueRef p = column_slot(N, direct[r], arr[r], et[r], inner, ti);
+    LLVMBuildStore(cg->b, N->x[reds[r]].redmax ? key_ninf(cg) : LLVMConstReal(et[r], 0.0), p);
+  }
+  close_set(N, lt, nt, 2);
+  /* the sweep: group outside, trailing inside */
+  int ng = open_set(N, lg, 1, "sweep");
+  nt = open_set(N, lt, 2, "column");
+  N->sweep_id++;
+  ti = trailing_index(N);
+  for (int r = 0; r < nred; r++) {
+    X *x = &N->x[reds[r]];
+    LLVMValueRef p = column_slot(N, direct[r], arr[r], et[r], inner, ti);
+    LLVMValueRef old = LLVMBuildLoad2(cg->b, et[r], p, "");
+    LLVMValueRef c = x_eval(N, x->a);
+    LLVMValueRef nv;
+    if (x->redmax) {
+      nv = key_max(cg, old, float_key(cg, c));
+    } else {
+      if (et[r] == cg->tf64) c = LLVMBuildFPExt(cg->b, c, cg->tf64, "");
+      nv = LLVMBuildFAdd(cg->b, old, c, "sum");
+    }
+    LLVMBuildStore(cg->b, nv, p);
+  }
+  do_stores(N, 1, 1, 0);
+  close_set(N, lt, nt, 2);
+  close_set(N, lg, ng, 1);
+  /* finish: the reductions' values, then what reads them */
+  nt = open_set(N, lt, 2, "finish");
+  N->sweep_id++;
+  ti = trailing_index(N);
+  for (int r = 0; r < nred; r++) {
+    X *x = &N->x[reds[r]];
+    LLVMValueRef v = LLVMBuildLoad2(cg->b, et[r], column_slot(N, direct[r], arr[r], et[r], inner, ti), "");
+    if (x->redmax) {
+      v = key_float(cg, v);
+    } else {
+      if (x->div) v = LLVMBuildFDiv(cg->b, v, LLVMConstReal(et[r], (double)x->div), "mean");
+      if (et[r] == cg->tf64) v = LLVMBuildFPTrunc(cg->b, v, cg->tf32, "");
+    }
+    x->v = v;
+  }
+  do_stores(N, 0, 0, 0);
+  do_stores(N, 0, 0, 1);
+  close_set(N, lt, nt, 2);
+  close_set(N, lo, no, 0);
+}
+
+/* A nest without reductions whose innermost axis z is read with a stride
+ * while another axis a is read contiguously (a transpose): tiles of
+ * TILE x TILE over (a, z), so both the reads and the writes stay within a
+ * few cache lines per tile. Returns 0 when it does not apply. */
+enum { TILE = 32 };
+
+static int tile_axes(const Nest *N, int nsw, int *pa, int *pz) {
+  if (N->na < 2 || nsw != 1) return 0;
+  for (int t = 0; t < N->na; t++)
+    if (N->aset[t] != 1) return 0;
+  for (int i = 0; i < N->nx; i++)
+    if (N->x[i].kind == X_RED) return 0;
+  int z = N->na - 1, lz = N->alast[z];
+  if (N->adim[z] < TILE) return 0;
+  for (int i = 0; i < N->nx; i++) {
+    const X *x = &N->x[i];
+    if (x->kind != X_LOAD || x->off.dax >= 0) continue;
+    int64_t cz = x->off.coef[lz];
+    if (cz == 0 || cz == 1) continue;
+    for (int a = 0; a < z; a++)
+      if (x->off.coef[N->alast[a]] == 1 && N->adim[a] >= TILE) {
+        *pa = a;
+        *pz = z;
+        return 1;
+      }
+  }
+  return 0;
+}
+
+static void nest_emit_tiled(Nest *N, int a, int z) {
+  CgCpu *cg = N->k->cg;
+  CgLoop l[IR_MAX_RANK + 4];
+  int n = 0;
+  for (int t = 0; t < N->na; t++)
+    if (t != a && t != z) {
+      cg_loop_open(cg, &l[n], cg_i64(cg, N->adim[t]), 0, NULL, "outer");
+      N->iv[t] = l[n++].iv;
+    }
+  int64_t A = N->adim[a], Z = N->adim[z];
+  cg_loop_open(cg, &l[n++], cg_i64(cg, (A + TILE - 1) / TILE), 0, NULL, "tile.a");
+  LLVMValueRef a0 = mul64(cg, l[n - 1].iv, cg_i64(cg, TILE));
+  cg_loop_open(cg, &l[n++], cg_i64(cg, (Z + TILE - 1) / TILE), 0, NULL, "tile.z");
+  LLVMValueRef z0 = mul64(cg, l[n - 1].iv, cg_i64(cg, TILE));
+  LLVMValueRef ra = LLVMBuildSub(cg->b, cg_i64(cg, A), a0, ""), rz = LLVMBuildSub(cg->b, cg_i64(cg, Z), z0, "");
+  LLVMValueRef ta =
+      LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntSLT, ra, cg_i64(cg, TILE), ""), ra, cg_i64(cg, TILE), "");
+  LLVMValueRef tz =
+      LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntSLT, rz, cg_i64(cg, TILE), ""), rz, cg_i64(cg, TILE), "");
+  cg_loop_open(cg, &l[n++], ta, 0, NULL, "in.a");
+  N->iv[a] = add64(cg, a0, l[n - 1].iv);
+  cg_loop_open(cg, &l[n++], tz, 0, NULL, "in.z");
+  N->iv[z] = add64(cg, z0, l[n - 1].iv);
+  N->sweep_id++;
+  do_stores(N, 1, 1, 0);
+  for (int q = n - 1; q >= 0; q--) cg_loop_close(cg, &l[q], NULL, 0, NULL);
+  for (int t = 0; t < N->na; t++) N->iv[t] = NULL;
+}
+
+/* Emits the nest at the builder's position. */
+static void nest_emit(Nest *N) {
+  CgKern *k = N->k;
+  CgCpu *cg = k->cg;
+  if (cg->failed) return;
+  for (int j = 0; j < N->R; j++)
+    if (N->D[j] == 0) return; /* an empty space: nothing to do */
+  collapse(N);
+  /* the sweep of each full store; the number of sweeps */
+  int nsw = 0;
+  for (int i = 0; i < N->nx; i++)
+    if (N->x[i].kind == X_RED && N->x[i].level > nsw) nsw = N->x[i].level;
+  for (int i = 0; i < N->nst; i++) {
+    Store *s = &N->st[i];
+    s->sweep = N->x[s->x].level + 1;
+    if (s->full && s->sweep > nsw) nsw = s->sweep;
+  }
+  for (int i = 0; i < N->nx; i++) {
+    X *x = &N->x[i];
+    if (x->kind == X_BIN && x->op == IR_DIV && x->full && !N->x[x->b].full) N->x[x->b].recip = 1;
+  }
+  /* values computed once per kernel call */
+  for (int i = 0; i < N->nx; i++) {
+    X *x = &N->x[i];
+    if (x->kind == X_DROP && x->p > 0 && x->p < 1) x->pre = dropout_base(k, x->attr);
+    if (x->kind == X_MASK && x->attr) group_of(k, x->attr - 1, &x->pre, &x->pre2);
+  }
+  int64_t inner;
+  int ta, tz;
+  if (tile_axes(N, nsw, &ta, &tz)) {
+    N->sweep_id++;
+    outer_eval(N, 0);
+    nest_emit_tiled(N, ta, tz);
+    return;
+  }
+  if (columns_ok(N, nsw, &inner)) {
+    nest_emit_columns(N, inner);
+    for (int t = 0; t < N->na; t++) N->iv[t] = NULL;
+    return;
+  }
+  /* outer loops: the leading, then the trailing axes outside the group */
+  CgLoop outer[IR_MAX_RANK];
+  int nouter = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int t = 0; t < N->na; t++)
+      if (N->aset[t] == (pass ? 2 : 0)) {
+        cg_loop_open(cg, &outer[nouter++], cg_i64(cg, N->adim[t]), 0, NULL, "outer");
+        N->iv[t] = outer[nouter - 1].iv;
+      }
+  N->sweep_id++;
+  outer_eval(N, 0);
+  int gaxes[IR_MAX_RANK], ng = 0;
+  for (int t = 0; t < N->na; t++)
+    if (N->aset[t] == 1) gaxes[ng++] = t;
+  for (int s = 1; s <= nsw; s++) {
+    int reds[CG_MAX_CARRY], nred = 0;
+    LLVMValueRef init[CG_MAX_CARRY];
+    LLVMTypeRef at = cg->opt.acc_f64 ? cg->tf64 : cg->tf32;
+    for (int i = 0; i < N->nx; i++)
+      if (N->x[i].kind == X_RED && N->x[i].level == s) {
+        if (nred == CG_MAX_CARRY) {
+          cg_fail(cg, "graph %s kernel k%d: more than %d reductions in one sweep", k->g->name, k->kp, CG_MAX_CARRY);
+          return;
+        }
+        init[nred] = N->x[i].redmax ? key_ninf(cg) : LLVMConstReal(at, 0.0);
+        reds[nred++] = i;
+      }
+    CgLoop gl[IR_MAX_RANK];
+    LLVMValueRef carry[CG_MAX_CARRY];
+    memcpy(carry, init, sizeof(LLVMValueRef) * (size_t)nred);
+    for (int q = 0; q < ng; q++) {
+      cg_loop_open(cg, &gl[q], cg_i64(cg, N->adim[gaxes[q]]), nred, carry, "sweep");
+      N->iv[gaxes[q]] = gl[q].iv;
+      memcpy(carry, gl[q].phi, sizeof(LLVMValueRef) * (size_t)nred);
+    }
+    N->sweep_id++;
+    LLVMValueRef next[CG_MAX_CARRY];
+    for (int r = 0; r < nred; r++) {
+      X *x = &N->x[reds[r]];
+      LLVMValueRef c = x_eval(N, x->a);
+      if (x->redmax) {
+        next[r] = key_max(cg, carry[r], float_key(cg, c));
+        continue;
+      }
+      if (cg->opt.acc_f64) c = LLVMBuildFPExt(cg->b, c, cg->tf64, "");
+      next[r] = LLVMBuildFAdd(cg->b, carry[r], c, "sum");
+    }
+    do_stores(N, 1, s, 0);
+    for (int q = ng - 1; q >= 0; q--) {
+      LLVMValueRef out[CG_MAX_CARRY];
+      cg_loop_close(cg, &gl[q], next, q == ng - 1 && nred > 0 && N->adim[gaxes[q]] >= 8, out);
+      N->iv[gaxes[q]] = NULL;
+      memcpy(next, out, sizeof(LLVMValueRef) * (size_t)nred);
+    }
+    N->sweep_id++;
+    for (int r = 0; r < nred; r++) {
+      X *x = &N->x[reds[r]];
+      LLVMValueRef v = next[r];
+      if (x->redmax) {
+        x->v = key_float(cg, v);
+        continue;
+      }
+      if (x->div) v = LLVMBuildFDiv(cg->b, v, LLVMConstReal(at, (double)x->div), "mean");
+      if (cg->opt.acc_f64) v = LLVMBuildFPTrunc(cg->b, v, cg->tf32, "");
+      x->v = v;
+    }
+    outer_eval(N, s);
+  }
+  for (int q = nouter - 1; q >= 0; q--) cg_loop_close(cg, &outer[q], NULL, 0, NULL);
+  for (int t = 0; t < N->na; t++) N->iv[t] = NULL;
+}
+
+/* ==== kernels by kind ==== */
+
+static void kernel_loop_row(CgKern *k) {
+  const FuseKernel *K = k->K;
+  Nest N;
+  int row = K->kind == FUSE_ROW;
+  nest_init(&N, k, K->rank, K->dims, row ? K->red_lo : 0, row ? K->red_hi : 0, row ? K->red_lo : 0,
+            row ? K->red_hi : K->rank);
+  N.scratch_bytes = cg_kernel_scratch(k->cg, k->gi, k->kp);
+  for (int j = 0; j < K->nnodes; j++) {
+    int id = K->nodes[j];
+    if (is_index_map(nd(k, id)->op)) continue;
+    N.node_x[id] = x_node(&N, id);
+  }
+  for (int j = 0; j < K->noutputs; j++) store_node(&N, K->outputs[j], N.node_x[K->outputs[j]]);
+  nest_emit(&N);
+  nest_free(&N);
+}
+
+/* A copy of `n` elements from value src's index space into dst: the output
+ * of a copy kernel, one piece of a concat, or a pad's interior. */
+static void copy_piece(CgKern *k, int src, int rank, const int64_t *dims, int dst, const Aff *store_off) {
+  Nest N;
+  nest_init(&N, k, rank, dims, 0, 0, 0, rank);
+  Aff e[IR_MAX_RANK];
+  for (int j = 0; j < rank; j++) e[j] = dims[j] == 1 ? aff_const(0) : aff_axis(j);
+  int x = x_read(&N, e, rank, src);
+  add_store(&N, x, dst, nd(k, dst)->dtype, store_off, 0);
+  N.st[0].full = aff_full(&N, store_off);
+  nest_emit(&N);
+  nest_free(&N);
+}
+
+static Aff contiguous_off(int rank, const int64_t *dims, const int64_t *strides_or_null, int64_t base) {
+  int64_t rs[IR_MAX_RANK];
+  if (strides_or_null) memcpy(rs, strides_or_null, sizeof(int64_t) * (size_t)rank);
+  else row_strides(rank, dims, rs);
+  Aff a = aff_const(base);
+  for (int j = 0; j < rank; j++)
+    if (dims[j] != 1) a.coef[j] = rs[j];
+  return a;
+}
+
+static void kernel_copy(CgKern *k) {
+  CgCpu *cg = k->cg;
+  const FuseKernel *K = k->K;
+  for (int o = 0; o < K->noutputs; o++) {
+    int m = K->outputs[o];
+    const IrNode *n = nd(k, m);
+    if (n->op == IR_PAD) {
+      LLVMValueRef p = val_ptr(k, m);
+      cg_memset0(cg, p, cg_i64(cg, numel(n) * cg_elem_bytes(n->dtype)));
+      const IrNode *x = nd(k, n->in[0]);
+      int64_t os[IR_MAX_RANK], base = 0;
+      row_strides(n->rank, n->dims, os);
+      for (int a = 0; a < n->rank; a++) base += n->attr[a] * os[a];
+      Aff off = contiguous_off(x->rank, x->dims, os, base);
+      copy_piece(k, n->in[0], x->rank, x->dims, m, &off);
+    } else if (n->op == IR_CONCAT) {
+      int axis = (int)n->attr[0];
+      int64_t os[IR_MAX_RANK], at = 0;
+      row_strides(n->rank, n->dims, os);
+      for (int i = 0; i < n->nin; i++) {
+        const IrNode *x = nd(k, n->in[i]);
+        Aff off = contiguous_off(x->rank, x->dims, os, at * os[axis]);
+        copy_piece(k, n->in[i], x->rank, x->dims, m, &off);
+        at += x->dims[axis];
+      }
+    } else if (is_index_map(n->op)) {
+      /* transpose / slice / expand / repeat_kv (and what folded into it) */
+      Aff off = contiguous_off(n->rank, n->dims, NULL, 0);
+      Nest N;
+      nest_init(&N, k, n->rank, n->dims, 0, 0, 0, n->rank);
+      Aff e[IR_MAX_RANK], moff;
+      for (int j = 0; j < n->rank; j++) e[j] = n->dims[j] == 1 ? aff_const(0) : aff_axis(j);
+      int mem;
+      if (!compose(&N, m, e, &moff, &mem)) {
+        cg_fail(cg, "graph %s kernel k%d: the copy's index maps are not affine", k->g->name, k->kp);
+        nest_free(&N);
+        return;
+      }
+      int x = x_load(&N, mem, nd(k, mem)->dtype, &moff);
+      add_store(&N, x, m, n->dtype, &off, 0);
+      nest_emit(&N);
+      nest_free(&N);
+    } else {
+      cg_fail(cg, "graph %s kernel k%d: %s is not a copy", k->g->name, k->kp, ir_op_name(n->op));
+    }
+  }
+}
+
+/* FILL, IOTA and CONST leaves that a kernel reads from memory. */
+static void kernel_fill(CgKern *k) {
+  const FuseKernel *K = k->K;
+  int v = K->nodes[0];
+  const IrNode *n = nd(k, v);
+  Nest N;
+  nest_init(&N, k, n->rank, n->dims, 0, 0, 0, n->rank);
+  int x;
+  if (n->op == IR_IOTA) {
+    x = new_x(&N, X_INDEX);
+    N.x[x].off = n->rank ? aff_axis(0) : aff_const(0);
+    N.x[x].full = n->rank && n->dims[0] > 1;
+  } else {
+    x = x_const(&N, n->fattr);
+  }
+  Aff off = contiguous_off(n->rank, n->dims, NULL, 0);
+  add_store(&N, x, v, n->dtype, &off, 0);
+  nest_emit(&N);
+  nest_free(&N);
+}
+
+/* ---- GEMM ---- */
+
+typedef struct {
+  int mem;   /* the buffer */
+  int trans; /* BLAS's transpose flag */
+  int rank;  /* the stored matrix batch's shape */
+  int64_t dims[IR_MAX_RANK];
+} Operand;
+
+/* Resolves a matmul operand through the transposes (of the last two axes)
+ * and reshapes fusion folded into the GEMM. */
+static int gemm_operand(CgKern *k, int v, int trans, Operand *o) {
+  int shape = v, seen_reshape = 0;
+  while (in_kernel(k, v)) {
+    const IrNode *n = nd(k, v);
+    if (n->op == IR_TRANSPOSE) {
+      if (seen_reshape) return 0; /* a reshape of a transposed view is not a strided matrix */
+      trans ^= 1;
+      v = n->in[0];
+      shape = v;
+    } else if (n->op == IR_RESHAPE) {
+      seen_reshape = 1;
+      v = n->in[0];
+    } else {
+      return 0;
+    }
+  }
+  const IrNode *s = nd(k, shape);
+  o->mem = v;
+  o->trans = trans;
+  o->rank = s->rank;
+  memcpy(o->dims, s->dims, sizeof o->dims);
+  return s->rank >= 2;
+}
+
+static LLVMValueRef sgemm_fn(CgCpu *cg) {
+  if (!cg->fn_sgemm) {
+    LLVMTypeRef p[14] = {cg->ti32,  cg->ti32, cg->ti32,  cg->ti32, cg->ti32, cg->ti32,  cg->tf32,
+                         cg->tpf32, cg->ti32, cg->tpf32, cg->ti32, cg->tf32, cg->tpf32, cg->ti32};
+    cg->fn_sgemm = cg_add_function(cg, "cblas_sgemm", cg->tvoid, p, 14, 0);
+  }
+  return cg->fn_sgemm;
+}
+
+/* Batch offset (in matrices) of operand dims (its batch part right-aligned
+ * to the output's batch) at flat output batch index bi. */
+static LLVMValueRef batch_offset(CgCpu *cg, LLVMValueRef bi, int nb_axes, const int64_t *out_batch, int orank,
+                                 const int64_t *odims) {
+  int64_t s[IR_MAX_RANK];
+  int64_t acc = 1;
+  int obr = orank - 2; /* operand batch rank */
+  for (int i = nb_axes - 1; i >= 0; i--) {
+    int j = obr - nb_axes + i;
+    s[i] = (j < 0 || odims[j] == 1) ? 0 : acc;
+    if (j >= 0) acc *= odims[j];
+  }
+  LLVMValueRef off = cg_i64(cg, 0);
+  int64_t inner = 1;
+  for (int i = nb_axes - 1; i >= 0; i--) {
+    if (s[i]) {
+      LLVMValueRef idx =
+          LLVMBuildURem(cg->b, LLVMBuildUDiv(cg->b, bi, cg_i64(cg, inner), ""), cg_i64(cg, out_batch[i]), "");
+      off = add64(cg, off, mul64(cg, idx, cg_i64(cg, s[i])));
+    }
+    inner *= out_batch[i];
+  }
+  return off;
+}
+
+static void kernel_gemm(CgKern *k) {
+  CgCpu *cg = k->cg;
+  const FuseKernel *K = k->K;
+  int mm = -1, scale = -1;
+  for (int j = 0; j < K->nnodes; j++)
+    if (nd(k, K->nodes[j])->op == IR_MATMUL) mm = K->nodes[j];
+  if (mm < 0) {
+    cg_fail(cg, "graph %s kernel k%d: a gemm without a matmul", k->g->name, k->kp);
+    return;
+  }
+  const IrNode *n = nd(k, mm);
+  Operand A, B;
+  if (!gemm_operand(k, n->in[0], (int)n->attr[0], &A) || !gemm_operand(k, n->in[1], (int)n->attr[1], &B)) {
+    cg_fail(cg, "graph %s kernel k%d: a matmul operand is not a strided matrix batch", k->g->name, k->kp);
+    return;
+  }
+  if (nd(k, A.mem)->dtype != DT_F32 || nd(k, B.mem)->dtype != DT_F32 || n->dtype != DT_F32) {
+    cg_fail(cg, "graph %s kernel k%d: the CPU back end multiplies f32 matrices only", k->g->name, k->kp);
+    return;
+  }
+  /* The chain after the matmul: scale (alpha), bias, activation. */
+  double alpha = 1.0;
+  int vs = mm; /* the node whose value sgemm produces */
+  for (int j = 0; j < K->nnodes; j++) {
+    const IrNode *x = nd(k, K->nodes[j]);
+    if (x->op == IR_MUL && (x->in[0] == mm || x->in[1] == mm)) {
+      const IrNode *c = nd(k, x->in[0] == mm ? x->in[1] : x->in[0]);
+      if (c->op == IR_CONST) {
+        alpha = c->fattr;
+        scale = K->nodes[j];
+        vs = scale;
+      }
+    }
+  }
+  int cfirst = -1; /* the buffer sgemm writes: the first output at or after vs */
+  for (int j = 0; j < K->nnodes && cfirst < 0; j++) {
+    int id = K->nodes[j];
+    if (id < vs) continue;
+    if (io_index(k, id) >= K->ninputs) cfirst = id;
+  }
+  if (cfirst < 0) {
+    cg_fail(cg, "graph %s kernel k%d: the gemm has no output", k->g->name, k->kp);
+    return;
+  }
+  int orank = n->rank, batch = orank - 2;
+  int64_t M = n->dims[orank - 2], Nn = n->dims[orank - 1];
+  int64_t arows = A.dims[A.rank - 2], acols = A.dims[A.rank - 1];
+  int64_t brows = B.dims[B.rank - 2], bcols = B.dims[B.rank - 1];
+  int64_t Kd = A.trans ? arows : acols;
+  int64_t nb = 1;
+  for (int i = 0; i < batch; i++) nb *= n->dims[i];
+  if (M > INT32_MAX || Nn > INT32_MAX || Kd > INT32_MAX || acols > INT32_MAX || bcols > INT32_MAX) {
+    cg_fail(cg, "graph %s kernel k%d: a matrix dimension exceeds BLAS's int", k->g->name, k->kp);
+    return;
+  }
+  LLVMValueRef pa = val_ptr(k, A.mem), pb = val_ptr(k, B.mem), pc = val_ptr(k, cfirst);
+  /* B shared by every batch and A's batches contiguous: one sgemm with nb*M rows */
+  int b_shared = 1, a_full = !A.trans && A.rank - 2 == batch;
+  for (int i = 0; i < B.rank - 2; i++) b_shared &= B.dims[i] == 1;
+  for (int i = 0; i < batch && a_full; i++) a_full = A.dims[i] == n->dims[i];
+  LLVMValueRef fn = sgemm_fn(cg);
+  LLVMValueRef ta = cg_i32(cg, A.trans ? 112 : 111), tb = cg_i32(cg, B.trans ? 112 : 111);
+  if (b_shared && a_full && nb * M <= INT32_MAX) {
+    LLVMValueRef args[14] = {cg_i32(cg, 101),
+                             ta,
+                             tb,
+                             cg_i32(cg, nb * M),
+                             cg_i32(cg, Nn),
+                             cg_i32(cg, Kd),
+                             cg_f32(cg, alpha),
+                             pa,
+                             cg_i32(cg, acols),
+                             pb,
+                             cg_i32(cg, bcols),
+                             cg_f32(cg, 0.0),
+                             pc,
+                             cg_i32(cg, Nn)};
+    cg_call(cg, fn, args, 14, "");
+  } else {
+    CgLoop l;
+    cg_loop_open(cg, &l, cg_i64(cg, nb), 0, NULL, "batch");
+    const int64_t *ob = n->dims;
+    LLVMValueRef ao = mul64(cg, batch_offset(cg, l.iv, batch, ob, A.rank, A.dims), cg_i64(cg, arows * acols));
+    LLVMValueRef bo = mul64(cg, batch_offset(cg, l.iv, batch, ob, B.rank, B.dims), cg_i64(cg, brows * bcols));
+    LLVMValueRef co = mul64(cg, l.iv, cg_i64(cg, M * Nn));
+    LLVMValueRef args[14] = {cg_i32(cg, 101),
+                             ta,
+                             tb,
+                             cg_i32(cg, M),
+                             cg_i32(cg, Nn),
+                             cg_i32(cg, Kd),
+                             cg_f32(cg, alpha),
+                             cg_gep(cg, cg->tf32, pa, ao, ""),
+                             cg_i32(cg, acols),
+                             cg_gep(cg, cg->tf32, pb, bo, ""),
+                             cg_i32(cg, bcols),
+                             cg_f32(cg, 0.0),
+                             cg_gep(cg, cg->tf32, pc, co, ""),
+                             cg_i32(cg, Nn)};
+    cg_call(cg, fn, args, 14, "");
+    cg_loop_close(cg, &l, NULL, 0, NULL);
+  }
+  /* The epilogue after sgemm: bias and activation as a loop over the output. */
+  int after = 0;
+  for (int j = 0; j < K->nnodes; j++) after += K->nodes[j] > vs;
+  if (!after) return;
+  Nest N;
+  nest_init(&N, k, n->rank, n->dims, 0, 0, 0, n->rank);
+  Aff off = contiguous_off(n->rank, n->dims, NULL, 0);
+  N.node_x[vs] = x_load(&N, cfirst, DT_F32, &off);
+  for (int j = 0; j < K->nnodes; j++) {
+    int id = K->nodes[j];
+    if (id <= vs || is_index_map(nd(k, id)->op)) continue;
+    N.node_x[id] = x_node(&N, id);
+    if (io_index(k, id) >= K->ninputs) store_node(&N, id, N.node_x[id]);
+  }
+  nest_emit(&N);
+  nest_free(&N);
+}
+
+/* ---- special kernels ---- */
+
+static int special_node(const CgKern *k) {
+  const FuseKernel *K = k->K;
+  for (int j = K->nnodes - 1; j >= 0; j--)
+    if (nd(k, K->nodes[j])->op != IR_RESHAPE) return K->nodes[j];
+  return K->nodes[K->nnodes - 1];
+}
+
+/* Row max and log-sum-exp of x[0..V) (f32; the max loop vectorises). */
+static LLVMValueRef row_lse(CgKern *k, LLVMValueRef x, DType dt, LLVMValueRef base, int64_t V) {
+  CgCpu *cg = k->cg;
+  CgLoop l;
+  LLVMValueRef init = key_ninf(cg), mx, s;
+  cg_loop_open(cg, &l, cg_i64(cg, V), 1, &init, "max");
+  LLVMValueRef v = load_f32(k, x, dt, add64(cg, base, l.iv));
+  LLVMValueRef nx = key_max(cg, l.phi[0], float_key(cg, v));
+  cg_loop_close(cg, &l, &nx, 1, &mx);
+  mx = key_float(cg, mx);
+  LLVMTypeRef at = cg->opt.acc_f64 ? cg->tf64 : cg->tf32;
+  init = LLVMConstReal(at, 0.0);
+  cg_loop_open(cg, &l, cg_i64(cg, V), 1, &init, "sumexp");
+  v = cg_exp(cg, LLVMBuildFSub(cg->b, load_f32(k, x, dt, add64(cg, base, l.iv)), mx, ""));
+  if (cg->opt.acc_f64) v = LLVMBuildFPExt(cg->b, v, cg->tf64, "");
+  nx = LLVMBuildFAdd(cg->b, l.phi[0], v, "");
+  cg_loop_close(cg, &l, &nx, 1, &s);
+  /* lse in f64: mx + log(s); -inf when the row is all -inf */
+  LLVMValueRef s64 = cg->opt.acc_f64 ? s : LLVMBuildFPExt(cg->b, s, cg->tf64, "");
+  LLVMValueRef ls = LLVMBuildFPExt(cg->b, cg_log(cg, LLVMBuildFPTrunc(cg->b, s64, cg->tf32, "")), cg->tf64, "");
+  LLVMValueRef lse = LLVMBuildFAdd(cg->b, LLVMBuildFPExt(cg->b, mx, cg->tf64, ""), ls, "lse");
+  LLVMValueRef ninf = LLVMBuildFCmp(cg->b, LLVMRealOEQ, mx, cg_f32(cg, -INFINITY), "");
+  return LLVMBuildSelect(cg->b, ninf, cg_f64(cg, -INFINITY), lse, "");
+}
+
+static void special_embedding(CgKern *k, const IrNode *n, int id) {
+  CgCpu *cg = k->cg;
+  int bwd = n->op == IR_EMBEDDING_BWD;
+  int tab = mem_of(k, n->in[0]), ids = mem_of(k, n->in[1]);
+  const IrNode *in = nd(k, ids);
+  int64_t V = bwd ? n->dims[0] : nd(k, tab)->dims[0], C = bwd ? n->dims[1] : nd(k, tab)->dims[1], ni = numel(in);
+  LLVMValueRef src = val_ptr(k, tab), ip = val_ptr(k, ids), out = val_ptr(k, id);
+  DType sdt = nd(k, tab)->dtype;
+  LLVMValueRef off = cg_i64(cg, 0), total = cg_i64(cg, V);
+  if (n->attr[0]) {
+    LLVMValueRef r, s;
+    group_of(k, n->attr[0] - 1, &r, &s);
+    off = mul64(cg, r, cg_i64(cg, V));
+    total = mul64(cg, s, cg_i64(cg, V));
+  }
+  char what[128];
+  snprintf(what, sizeof what, "%s id outside the vocabulary", ir_op_name(n->op));
+  LLVMBasicBlockRef fail = fail_block(k, what);
+  if (bwd) cg_memset0(cg, out, cg_i64(cg, numel(n) * cg_elem_bytes(n->dtype)));
+  CgLoop li, lc;
+  cg_loop_open(cg, &li, cg_i64(cg, ni), 0, NULL, "id");
+  LLVMValueRef tok = load_index(k, ip, in->dtype, li.iv);
+  LLVMValueRef bad = LLVMBuildOr(cg->b, LLVMBuildICmp(cg->b, LLVMIntSLT, tok, cg_i64(cg, 0), ""),
+                                 LLVMBuildICmp(cg->b, LLVMIntSGE, tok, total, ""), "");
+  fail_if(k, bad, fail);
+  LLVMValueRef row = LLVMBuildSub(cg->b, tok, off, "row");
+  LLVMValueRef inside = LLVMBuildAnd(cg->b, LLVMBuildICmp(cg->b, LLVMIntSGE, row, cg_i64(cg, 0), ""),
+                                     LLVMBuildICmp(cg->b, LLVMIntSLT, row, cg_i64(cg, V), ""), "inside");
+  if (!bwd) {
+    /* rows of other ranks' shards read as zeros; the clamp keeps the load in bounds */
+    LLVMValueRef rowc = LLVMBuildSelect(cg->b, inside, row, cg_i64(cg, 0), "");
+    LLVMValueRef sb = mul64(cg, rowc, cg_i64(cg, C)), ob = mul64(cg, li.iv, cg_i64(cg, C));
+    cg_loop_open(cg, &lc, cg_i64(cg, C), 0, NULL, "c");
+    LLVMValueRef v = load_f32(k, src, sdt, add64(cg, sb, lc.iv));
+    v = LLVMBuildSelect(cg->b, inside, v, cg_f32(cg, 0), "");
+    store_f32(k, out, n->dtype, add64(cg, ob, lc.iv), v);
+    cg_loop_close(cg, &lc, NULL, 0, NULL);
+  } else {
+    LLVMBasicBlockRef done = if_begin(k, inside);
+    LLVMValueRef ob = mul64(cg, row, cg_i64(cg, C)), sb = mul64(cg, li.iv, cg_i64(cg, C));
+    cg_loop_open(cg, &lc, cg_i64(cg, C), 0, NULL, "c");
+    LLVMValueRef o = add64(cg, ob, lc.iv);
+    LLVMValueRef v =
+        LLVMBuildFAdd(cg->b, load_f32(k, out, n->dtype, o), load_f32(k, src, sdt, add64(cg, sb, lc.iv)), "");
+    store_f32(k, out, n->dtype, o, v);
+    cg_loop_close(cg, &lc, NULL, 0, NULL);
+    if_end(k, done);
+  }
+  cg_loop_close(cg, &li, NULL, 0, NULL);
+}
+
+static void special_rope(CgKern *k, const IrNode *n, int id) {
+  CgCpu *cg = k->cg;
+  if (n->rank != 4 || n->dims[3] % 2) {
+    cg_fail(cg, "graph %s kernel k%d: rope needs [B, H, T, D] with D even", k->g->name, k->kp);
+    return;
+  }
+  int xs = mem_of(k, n->in[0]);
+  LLVMValueRef xp = val_ptr(k, xs), out = val_ptr(k, id);
+  DType xdt = nd(k, xs)->dtype;
+  int64_t BH = n->dims[0] * n->dims[1], T = n->dims[2], D = n->dims[3], H2 = D / 2;
+  LLVMValueRef ctab = LLVMBuildBitCast(cg->b, k->scratch, cg->tpf32, "cos");
+  LLVMValueRef stab = cg_gep(cg, cg->tf32, ctab, cg_i64(cg, T * H2), "sin");
+  LLVMValueRef r = NULL, s = NULL;
+  if (n->attr[1]) group_of(k, n->attr[1] - 1, &r, &s);
+  double sign = n->attr[0] ? -1.0 : 1.0;
+  /* the angle table, in double as interp: theta = sign * pos * base^(-2i/D) */
+  CgLoop lt, li;
+  cg_loop_open(cg, &lt, cg_i64(cg, T), 0, NULL, "t");
+  LLVMValueRef pos = n->attr[1] ? zigzag_pos(k, r, s, T, lt.iv) : lt.iv;
+  LLVMValueRef posf = LLVMBuildFMul(cg->b, cg_f64(cg, sign), LLVMBuildSIToFP(cg->b, pos, cg->tf64, ""), "");
+  cg_loop_open(cg, &li, cg_i64(cg, H2), 0, NULL, "i");
+  LLVMValueRef ex =
+      LLVMBuildFDiv(cg->b, LLVMBuildFMul(cg->b, cg_f64(cg, -2.0), LLVMBuildSIToFP(cg->b, li.iv, cg->tf64, ""), ""),
+                    cg_f64(cg, (double)D), "");
+  LLVMValueRef theta = LLVMBuildFMul(cg->b, posf, cg_pow64(cg, cg_f64(cg, n->fattr), ex), "theta");
+  LLVMValueRef at = add64(cg, mul64(cg, lt.iv, cg_i64(cg, H2)), li.iv);
+  LLVMBuildStore(cg->b, LLVMBuildFPTrunc(cg->b, cg_cos64(cg, theta), cg->tf32, ""), cg_gep(cg, cg->tf32, ctab, at, ""));
+  LLVMBuildStore(cg->b, LLVMBuildFPTrunc(cg->b, cg_sin64(cg, theta), cg->tf32, ""), cg_gep(cg, cg->tf32, stab, at, ""));
+  cg_loop_close(cg, &li, NULL, 0, NULL);
+  cg_loop_close(cg, &lt, NULL, 0, NULL);
+  /* the rotation of each pair */
+  CgLoop lb;
+  cg_loop_open(cg, &lb, cg_i64(cg, BH * T), 0, NULL, "bht");
+  LLVMValueRef t = LLVMBuildURem(cg->b, lb.iv, cg_i64(cg, T), "");
+  LLVMValueRef rowb = mul64(cg, lb.iv, cg_i64(cg, D)), tb = mul64(cg, t, cg_i64(cg, H2));
+  cg_loop_open(cg, &li, cg_i64(cg, H2), 0, NULL, "i");
+  LLVMValueRef i0 = add64(cg, rowb, mul64(cg, li.iv, cg_i64(cg, 2))), i1 = add64(cg, i0, cg_i64(cg, 1));
+  LLVMValueRef x0 = load_f32(k, xp, xdt, i0), x1 = load_f32(k, xp, xdt, i1);
+  LLVMValueRef ti = add64(cg, tb, li.iv);
+  LLVMValueRef c = LLVMBuildLoad2(cg->b, cg->tf32, cg_gep(cg, cg->tf32, ctab, ti, ""), "");
+  LLVMValueRef sn = LLVMBuildLoad2(cg->b, cg->tf32, cg_gep(cg, cg->tf32, stab, ti, ""), "");
+  LLVMValueRef o0 = LLVMBuildFSub(cg->b, LLVMBuildFMul(cg->b, x0, c, ""), LLVMBuildFMul(cg->b, x1, sn, ""), "");
+  LLVMValueRef o1 = LLVMBuildFAdd(cg->b, LLVMBuildFMul(cg->b, x0, sn, ""), LLVMBuildFMul(cg->b, x1, c, ""), "");
+  store_f32(k, out, n->dtype, i0, o0);
+  store_f32(k, out, n->dtype, i1, o1);
+  cg_loop_close(cg, &li, NULL, 0, NULL);
+  cg_loop_close(cg, &lb, NULL, 0, NULL);
+}
+
+static void special_cross_entropy(CgKern *k, const IrNode *n, int id) {
+  CgCpu *cg = k->cg;
+  int bwd = n->op == IR_CROSS_ENTROPY_BWD;
+  int xs = mem_of(k, n->in[0]), ts = mem_of(k, n->in[1]);
+  const IrNode *xn = nd(k, xs), *tn = nd(k, ts);
+  int64_t V = nd(k, n->in[0])->dims[nd(k, n->in[0])->rank - 1], P = numel(tn);
+  LLVMValueRef xp = val_ptr(k, xs), tp = val_ptr(k, ts), out = val_ptr(k, id);
+  char what[128];
+  snprintf(what, sizeof what, "%s target outside [0, %" PRId64 ")", ir_op_name(n->op), V);
+  LLVMBasicBlockRef fail = fail_block(k, what);
+  LLVMValueRef scale = NULL;
+  if (bwd) {
+    int ds = mem_of(k, n->in[2]);
+    LLVMValueRef dl = load_f32(k, val_ptr(k, ds), nd(k, ds)->dtype, cg_i64(cg, 0));
+    scale = LLVMBuildFDiv(cg->b, dl, cg_f32(cg, (double)P), "scale");
+  }
+  CgLoop lp;
+  LLVMValueRef init = cg_f64(cg, 0), total;
+  cg_loop_open(cg, &lp, cg_i64(cg, P), bwd ? 0 : 1, &init, "row");
+  LLVMValueRef base = mul64(cg, lp.iv, cg_i64(cg, V));
+  LLVMValueRef tgt = load_index(k, tp, tn->dtype, lp.iv);
+  LLVMValueRef bad = LLVMBuildOr(cg->b, LLVMBuildICmp(cg->b, LLVMIntSLT, tgt, cg_i64(cg, 0), ""),
+                                 LLVMBuildICmp(cg->b, LLVMIntSGE, tgt, cg_i64(cg, V), ""), "");
+  fail_if(k, bad, fail);
+  LLVMValueRef lse = row_lse(k, xp, xn->dtype, base, V);
+  LLVMValueRef tat = add64(cg, base, tgt);
+  if (!bwd) {
+    LLVMValueRef xt = LLVMBuildFPExt(cg->b, load_f32(k, xp, xn->dtype, tat), cg->tf64, "");
+    LLVMValueRef nt = LLVMBuildFAdd(cg->b, lp.phi[0], LLVMBuildFSub(cg->b, lse, xt, ""), "");
+    cg_loop_close(cg, &lp, &nt, 0, &total);
+    LLVMValueRef mean = LLVMBuildFDiv(cg->b, total, cg_f64(cg, (double)P), "");
+    store_f32(k, out, n->dtype, cg_i64(cg, 0), LLVMBuildFPTrunc(cg->b, mean, cg->tf32, ""));
+    return;
+  }
+  LLVMValueRef lse32 = LLVMBuildFPTrunc(cg->b, lse, cg->tf32, "");
+  CgLoop lv;
+  cg_loop_open(cg, &lv, cg_i64(cg, V), 0, NULL, "v");
+  LLVMValueRef at = add64(cg, base, lv.iv);
+  LLVMValueRef e = cg_exp(cg, LLVMBuildFSub(cg->b, load_f32(k, xp, xn->dtype, at), lse32, ""));
+  store_f32(k, out, n->dtype, at, LLVMBuildFMul(cg->b, scale, e, ""));
+  cg_loop_close(cg, &lv, NULL, 0, NULL);
+  LLVMValueRef et = cg_exp(cg, LLVMBuildFSub(cg->b, load_f32(k, xp, xn->dtype, tat), lse32, ""));
+  store_f32(k, out, n->dtype, tat, LLVMBuildFMul(cg->b, scale, LLVMBuildFSub(cg->b, et, cg_f32(cg, 1.0), ""), ""));
+  cg_loop_close(cg, &lp, NULL, 0, NULL);
+}
+
+static void special_pick(CgKern *k, const IrNode *n, int id) {
+  CgCpu *cg = k->cg;
+  int bwd = n->op == IR_PICK_BWD;
+  int zs = mem_of(k, n->in[0]), ts = mem_of(k, n->in[1]);
+  const IrNode *tn = nd(k, ts);
+  int64_t V = bwd ? n->dims[n->rank - 1] : nd(k, n->in[0])->dims[nd(k, n->in[0])->rank - 1], P = numel(tn);
+  LLVMValueRef zp = val_ptr(k, zs), tp = val_ptr(k, ts), out = val_ptr(k, id);
+  LLVMValueRef off = cg_i64(cg, 0);
+  if (n->attr[0]) {
+    LLVMValueRef r, s;
+    group_of(k, n->attr[0] - 1, &r, &s);
+    off = mul64(cg, r, cg_i64(cg, V));
+  }
+  if (bwd) cg_memset0(cg, out, cg_i64(cg, numel(n) * cg_elem_bytes(n->dtype)));
+  CgLoop lp;
+  cg_loop_open(cg, &lp, cg_i64(cg, P), 0, NULL, "p");
+  LLVMValueRef kk = LLVMBuildSub(cg->b, load_index(k, tp, tn->dtype, lp.iv), off, "");
+  LLVMValueRef inside = LLVMBuildAnd(cg->b, LLVMBuildICmp(cg->b, LLVMIntSGE, kk, cg_i64(cg, 0), ""),
+                                     LLVMBuildICmp(cg->b, LLVMIntSLT, kk, cg_i64(cg, V), ""), "");
+  LLVMValueRef kc = LLVMBuildSelect(cg->b, inside, kk, cg_i64(cg, 0), "");
+  LLVMValueRef at = add64(cg, mul64(cg, lp.iv, cg_i64(cg, V)), kc);
+  if (!bwd) {
+    LLVMValueRef v = load_f32(k, zp, nd(k, zs)->dtype, at);
+    store_f32(k, out, n->dtype, lp.iv, LLVMBuildSelect(cg->b, inside, v, cg_f32(cg, 0), ""));
+  } else {
+    LLVMBasicBlockRef done = if_begin(k, inside);
+    store_f32(k, out, n->dtype, at, load_f32(k, zp, nd(k, zs)->dtype, lp.iv));
+    if_end(k, done);
+  }
+  cg_loop_close(cg, &lp, NULL, 0, NULL);
+}
+
+/* repeat_kv_bwd and sum_to over several axis groups: zero the output, then
+ * add each input element into the output element it broadcast from. */
+static void special_scatter_add(CgKern *k, const IrNode *n, int id) {
+  CgCpu *cg = k->cg;
+  int xs = n->in[0];
+  const IrNode *x = nd(k, xs);
+  cg_memset0(cg, val_ptr(k, id), cg_i64(cg, numel(n) * cg_elem_bytes(n->dtype)));
+  Nest N;
+  nest_init(&N, k, x->rank, x->dims, 0, 0, 0, x->rank);
+  Aff e[IR_MAX_RANK];
+  for (int j = 0; j < x->rank; j++) e[j] = x->dims[j] == 1 ? aff_const(0) : aff_axis(j);
+  int xi = x_read(&N, e, x->rank, xs);
+  Aff off = aff_const(0);
+  if (n->op == IR_REPEAT_KV_BWD) {
+    /* output head h / rep of input head h */
+    int64_t rep = n->attr[0], os[IR_MAX_RANK];
+    row_strides(n->rank, n->dims, os);
+    for (int j = 0; j < x->rank; j++)
+      if (j != 1 && x->dims[j] != 1) off.coef[j] = os[j];
+    off.dax = 1;
+    off.dq = rep;
+    off.dcoef = os[1];
+  } else {
+    int64_t s = 1;
+    for (int i = x->rank - 1; i >= 0; i--) {
+      int kk = n->rank - x->rank + i;
+      off.coef[i] = (kk < 0 || n->dims[kk] == 1 || x->dims[i] == 1) ? 0 : s;
+      if (kk >= 0) s *= n->dims[kk];
+    }
+  }
+  add_store(&N, xi, id, n->dtype, &off, 1);
+  N.pinned[1] = n->op == IR_REPEAT_KV_BWD;
+  nest_emit(&N);
+  nest_free(&N);
+}
+
+static void kernel_special(CgKern *k) {
+  int id = special_node(k);
+  const IrNode *n = nd(k, id);
+  switch (n->op) {
+  case IR_EMBEDDING:
+  case IR_EMBEDDING_BWD: special_embedding(k, n, id); break;
+  case IR_ROPE: special_rope(k, n, id); break;
+  case IR_CROSS_ENTROPY:
+  case IR_CROSS_ENTROPY_BWD: special_cross_entropy(k, n, id); break;
+  case IR_PICK:
+  case IR_PICK_BWD: special_pick(k, n, id); break;
+  case IR_REPEAT_KV_BWD:
+  case IR_SUM_TO:
+  case IR_REDUCE_SUM: special_scatter_add(k, n, id); break;
+  default: cg_fail(k->cg, "graph %s kernel k%d: no CPU kernel for %s", k->g->name, k->kp, ir_op_name(n->op)); break;
+  }
+}
+
+/* ---- collectives: through the runtime's callbacks in hpd_ctx ---- */
+
+/* Copies between this rank's chunk (local) of a split axis and its place in
+ * the whole (global), for chunk `r` of `size` (interp.c's chunk_copy). */
+static void chunk_copy(CgKern *k, const IrNode *local, int64_t axis, int layout, LLVMValueRef r, LLVMValueRef size,
+                       LLVMValueRef global, LLVMValueRef loc, int to_global) {
+  CgCpu *cg = k->cg;
+  int64_t outer = 1, inner = 1, len = local->dims[axis];
+  for (int64_t i = 0; i < axis; i++) outer *= local->dims[i];
+  for (int i = (int)axis + 1; i < local->rank; i++) inner *= local->dims[i];
+  LLVMValueRef glen = mul64(cg, size, cg_i64(cg, len));
+  CgLoop lo, li, lc;
+  cg_loop_open(cg, &lo, cg_i64(cg, outer), 0, NULL, "o");
+  cg_loop_open(cg, &li, cg_i64(cg, len), 0, NULL, "i");
+  LLVMValueRef gp = layout ? zigzag_pos(k, r, size, len, li.iv) : add64(cg, mul64(cg, r, cg_i64(cg, len)), li.iv);
+  LLVMValueRef gb = mul64(cg, add64(cg, mul64(cg, lo.iv, glen), gp), cg_i64(cg, inner));
+  LLVMValueRef lb = mul64(cg, add64(cg, mul64(cg, lo.iv, cg_i64(cg, len)), li.iv), cg_i64(cg, inner));
+  cg_loop_open(cg, &lc, cg_i64(cg, inner), 0, NULL, "c");
+  LLVMValueRef ga = add64(cg, gb, lc.iv), la = add64(cg, lb, lc.iv);
+  LLVMValueRef src = to_global ? cg_gep(cg, cg->tf32, loc, la, "") : cg_gep(cg, cg->tf32, global, ga, "");
+  LLVMValueRef dst = to_global ? cg_gep(cg, cg->tf32, global, ga, "") : cg_gep(cg, cg->tf32, loc, la, "");
+  LLVMBuildStore(cg->b, LLVMBuildLoad2(cg->b, cg->tf32, src, ""), dst);
+  cg_loop_close(cg, &lc, NULL, 0, NULL);
+  cg_loop_close(cg, &li, NULL, 0, NULL);
+  cg_loop_close(cg, &lo, NULL, 0, NULL);
+}
+
+static LLVMValueRef call_coll(CgKern *k, int field, LLVMValueRef *args, int nargs) {
+  CgCpu *cg = k->cg;
+  LLVMValueRef fp = cg_ctx_field(cg, k->ctxp, field, "coll");
+  LLVMTypeRef ft = cg->tcoll[field - CG_CTX_ALL_REDUCE];
+  return LLVMBuildCall2(cg->b, ft, fp, args, (unsigned)nargs, "rc");
+}
+
+static void kernel_comm(CgKern *k) {
+  CgCpu *cg = k->cg;
+  int id = special_node(k);
+  const IrNode *n = nd(k, id);
+  int xs = n->nin ? mem_of(k, n->in[0]) : -1;
+  const IrNode *x = xs >= 0 ? nd(k, xs) : NULL;
+  if (n->dtype != DT_F32 || (x && x->dtype != DT_F32)) {
+    cg_fail(cg, "graph %s kernel k%d: collectives move f32 only", k->g->name, k->kp);
+    return;
+  }
+  int64_t N = numel(n), NX = x ? numel(x) : 0, grp = n->attr[0];
+  LLVMValueRef out = val_ptr(k, id), xp = x ? val_ptr(k, xs) : NULL;
+  LLVMValueRef r, s;
+  group_of(k, grp, &r, &s);
+  char what[128];
+  snprintf(what, sizeof what, "%s over %s failed", ir_op_name(n->op), ir_group_name((IrGroup)grp));
+  LLVMBasicBlockRef fail = fail_block(k, what);
+  LLVMValueRef comm = cg_ctx_field(cg, k->ctxp, CG_CTX_COMM, "comm");
+  LLVMValueRef multi = LLVMBuildICmp(cg->b, LLVMIntSGT, s, cg_i64(cg, 1), "multi");
+  switch (n->op) {
+  case IR_COPY_TO_GROUP: cg_memcpy(cg, out, xp, cg_i64(cg, N * 4)); break;
+  case IR_ALL_REDUCE: {
+    cg_memcpy(cg, out, xp, cg_i64(cg, N * 4));
+    LLVMBasicBlockRef done = if_begin(k, multi);
+    LLVMValueRef a[5] = {comm, cg_i32(cg, grp), cg_i32(cg, n->attr[2]), out, cg_i64(cg, N)};
+    fail_if(k, LLVMBuildICmp(cg->b, LLVMIntNE, call_coll(k, CG_CTX_ALL_REDUCE, a, 5), cg_i32(cg, 0), ""), fail);
+    if_end(k, done);
+    break;
+  }
+  case IR_SHARD_SLICE:
+    fail_if(k, LLVMBuildICmp(cg->b, LLVMIntNE, mul64(cg, s, cg_i64(cg, N)), cg_i64(cg, NX), ""), fail);
+    chunk_copy(k, n, n->attr[1], (int)n->attr[2], r, s, xp, out, 0);
+    break;
+  case IR_ALL_GATHER: {
+    /* size 1: a copy; otherwise gather rank by rank into scratch, then place the chunks */
+    fail_if(k, LLVMBuildICmp(cg->b, LLVMIntNE, mul64(cg, s, cg_i64(cg, NX)), cg_i64(cg, N), ""), fail);
+    LLVMBasicBlockRef one = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "single");
+    LLVMBasicBlockRef many = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "many");
+    LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "gathered");
+    LLVMBuildCondBr(cg->b, multi, many, one);
+    LLVMPositionBuilderAtEnd(cg->b, one);
+    cg_memcpy(cg, out, xp, cg_i64(cg, N * 4));
+    LLVMBuildBr(cg->b, done);
+    LLVMPositionBuilderAtEnd(cg->b, many);
+    LLVMValueRef all = LLVMBuildBitCast(cg->b, k->scratch, cg->tpf32, "all");
+    LLVMValueRef a[5] = {comm, cg_i32(cg, grp), xp, cg_i64(cg, NX), all};
+    fail_if(k, LLVMBuildICmp(cg->b, LLVMIntNE, call_coll(k, CG_CTX_ALL_GATHER, a, 5), cg_i32(cg, 0), ""), fail);
+    CgLoop lr;
+    cg_loop_open(cg, &lr, s, 0, NULL, "rank");
+    chunk_copy(k, x, n->attr[1], (int)n->attr[2], lr.iv, s, out,
+               cg_gep(cg, cg->tf32, all, mul64(cg, lr.iv, cg_i64(cg, NX)), ""), 1);
+    cg_loop_close(cg, &lr, NULL, 0, NULL);
+    LLVMBuildBr(cg->b, done);
+    LLVMPositionBuilderAtEnd(cg->b, done);
+    break;
+  }
+  case IR_REDUCE_SCATTER: {
+    fail_if(k, LLVMBuildICmp(cg->b, LLVMIntNE, mul64(cg, s, cg_i64(cg, N)), cg_i64(cg, NX), ""), fail);
+    LLVMValueRef sum = LLVMBuildBitCast(cg->b, k->scratch, cg->tpf32, "sum");
+    cg_memcpy(cg, sum, xp, cg_i64(cg, NX * 4));
+    LLVMBasicBlockRef done = if_begin(k, multi);
+    LLVMValueRef a[5] = {comm, cg_i32(cg, grp), cg_i32(cg, 0), sum, cg_i64(cg, NX)};
+    fail_if(k, LLVMBuildICmp(cg->b, LLVMIntNE, call_coll(k, CG_CTX_ALL_REDUCE, a, 5), cg_i32(cg, 0), ""), fail);
+    if_end(k, done);
+    chunk_copy(k, n, n->attr[1], (int)n->attr[2], r, s, sum, out, 0);
+    break;
+  }
+  case IR_SEND:
+  case IR_RECV: {
+    /* a transfer between pipeline stages; alone in the group, there is no peer */
+    fail_if(k, LLVMBuildNot(cg->b, multi, ""), fail);
+    LLVMValueRef buf = n->op == IR_SEND ? xp : out;
+    LLVMValueRef a[5] = {comm, cg_i32(cg, grp), cg_i32(cg, n->attr[1]), buf, cg_i64(cg, n->op == IR_SEND ? NX : N)};
+    fail_if(k,
+            LLVMBuildICmp(cg->b, LLVMIntNE, call_coll(k, n->op == IR_SEND ? CG_CTX_SEND : CG_CTX_RECV, a, 5),
+                          cg_i32(cg, 0), ""),
+            fail);
+    if (n->op == IR_SEND) cg_memcpy(cg, out, xp, cg_i64(cg, N * 4));
+    break;
+  }
+  default: cg_fail(cg, "graph %s kernel k%d: %s is not a collective", k->g->name, k->kp, ir_op_name(n->op)); break;
+  }
+}
+
+/* ==== the driver's view ==== */
+
+int cg_kernel_has_code(const FuseGraph *fg, int kp) {
+  const FuseKernel *K = &fg->kernels[kp];
+  switch (K->kind) {
+  case FUSE_LEAF: {
+    IrOp op = fg->graph->nodes[K->nodes[0]].op;
+    return op == IR_FILL || op == IR_IOTA || op == IR_CONST;
+  }
+  case FUSE_VIEW:
+  case FUSE_CALL: return 0;
+  default: return 1;
+  }
+}
+
+int64_t cg_kernel_scratch(CgCpu *cg, int gi, int kp) {
+  const FuseGraph *fg = &cg->fr->graphs[gi];
+  const FuseKernel *K = &fg->kernels[kp];
+  const IrGraph *g = fg->graph;
+  if (K->kind == FUSE_ROW && K->red_hi < K->rank) {
+    /* the column schedule's accumulators: 8 bytes per trailing position for
+     * each reduction that cannot accumulate in its own output (a max, a
+     * softmax's two, one nobody reads outside); at most 16 MiB */
+    int64_t inner = 1, nslots = 0;
+    for (int i = K->red_hi; i < K->rank; i++) inner *= K->dims[i];
+    for (int j = 0; j < K->nnodes; j++) {
+      int id = K->nodes[j];
+      const IrNode *n = &g->nodes[id];
+      if (!(ir_op_flags(n->op) & IRF_REDUCE)) continue;
+      int out = 0;
+      for (int o = 0; o < K->noutputs; o++) out |= K->outputs[o] == id;
+      int direct = (n->op == IR_REDUCE_SUM || n->op == IR_REDUCE_MEAN || n->op == IR_SUM_TO) && out &&
+                   n->dtype == DT_F32 && !cg->opt.acc_f64;
+      nslots += n->op == IR_SOFTMAX || n->op == IR_LOG_SOFTMAX ? 2 : !direct;
+    }
+    int64_t b = nslots * inner * 8;
+    return b <= (16 << 20) ? b : 0;
+  }
+  if (K->kind != FUSE_SPECIAL && K->kind != FUSE_COMM) return 0;
+  int id = K->nodes[K->nnodes - 1];
+  for (int j = K->nnodes - 1; j >= 0; j--)
+    if (g->nodes[K->nodes[j]].op != IR_RESHAPE) {
+      id = K->nodes[j];
+      break;
+    }
+  const IrNode *n = &g->nodes[id];
+  if (n->op == IR_ROPE && n->rank == 4) return 2 * n->dims[2] * (n->dims[3] / 2) * 4;
+  if (n->op == IR_ALL_GATHER) return ir_numel(n) * 4;
+  if (n->op == IR_REDUCE_SCATTER && n->nin) return ir_numel(&g->nodes[n->in[0]]) * 4;
+  return 0;
+}
+
+LLVMValueRef cg_kernel_build(CgCpu *cg, int gi, int kp) {
+  const FuseGraph *fg = &cg->fr->graphs[gi];
+  const FuseKernel *K = &fg->kernels[kp];
+  CgKern k;
+  memset(&k, 0, sizeof k);
+  k.cg = cg;
+  k.gi = gi;
+  k.kp = kp;
+  k.g = fg->graph;
+  k.fg = fg;
+  k.K = K;
+  int nio = K->ninputs + K->noutputs;
+  for (int i = 0; i < nio; i++) {
+    int v = i < K->ninputs ? K->inputs[i] : K->outputs[i - K->ninputs];
+    DType dt = k.g->nodes[v].dtype;
+    if (!cg_dtype_ok(dt)) {
+      cg_fail(cg, "graph %s kernel k%d: %%%d has dtype %s, which the CPU back end does not support yet", k.g->name, kp,
+              v, sem_dtype_name(dt));
+      return NULL;
+    }
+  }
+  LLVMTypeRef *pt = xcalloc((size_t)nio + 3, sizeof(LLVMTypeRef));
+  pt[0] = cg->tpctx;
+  pt[1] = cg->tp8;
+  pt[2] = cg->ti64;
+  for (int i = 0; i < nio; i++) pt[3 + i] = cg->tp8;
+  char name[192];
+  snprintf(name, sizeof name, "%s.k%d.%s", k.g->name, kp, fuse_kind_name(K->kind));
+  k.fn = cg_add_function(cg, name, cg->ti32, pt, nio + 3, 1);
+  free(pt);
+  cg_fn_attr(cg, k.fn, "noinline");
+  for (int i = 0; i < nio; i++) cg_param_attr(cg, k.fn, (unsigned)(3 + i), "noalias");
+  k.ctxp = LLVMGetParam(k.fn, 0);
+  k.scratch = LLVMGetParam(k.fn, 1);
+  k.layer = LLVMGetParam(k.fn, 2);
+  k.io = xcalloc((size_t)nio + 1, sizeof(LLVMValueRef));
+  k.inplace_of = cg->graphs[gi].inplace_of;
+  for (int i = 0; i < nio; i++) k.io[i] = LLVMGetParam(k.fn, (unsigned)(3 + i));
+  LLVMPositionBuilderAtEnd(cg->b, LLVMAppendBasicBlockInContext(cg->ctx, k.fn, "entry"));
+  switch (K->kind) {
+  case FUSE_LOOP:
+  case FUSE_ROW: kernel_loop_row(&k); break;
+  case FUSE_COPY: kernel_copy(&k); break;
+  case FUSE_GEMM: kernel_gemm(&k); break;
+  case FUSE_SPECIAL: kernel_special(&k); break;
+  case FUSE_COMM: kernel_comm(&k); break;
+  case FUSE_LEAF: kernel_fill(&k); break;
+  default: cg_fail(cg, "graph %s kernel k%d: a %s unit has no code", k.g->name, kp, fuse_kind_name(K->kind)); break;
+  }
+  LLVMBuildRet(cg->b, cg_i32(cg, 0));
+  free(k.io);
+  return k.fn;
+}
