@@ -477,7 +477,7 @@ static void adgrad_EMBEDDING_BWD(AdCtx *c, int f, int dy) {
 
 /* masked entries are constants: their gradient is 0 */
 static void adgrad_CAUSAL_MASK(AdCtx *c, int f, int dy) {
-  acc(c, fin(c, f, 0), emit(c, IR_CAUSAL_MASK, &dy, 1, fnode(c, f)->attr, 1, 0.0, fnode(c, f)->dtype, -1, NULL));
+  acc(c, fin(c, f, 0), emit(c, IR_CAUSAL_MASK, &dy, 1, fnode(c, f)->attr, 2, 0.0, fnode(c, f)->dtype, -1, NULL));
 }
 
 /* a rotation's adjoint is its inverse */

@@ -188,6 +188,24 @@ static LLVMValueRef zigzag_pos(CgKern *k, LLVMValueRef r, LLVMValueRef size, int
   return LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntSLE, size, cg_i64(cg, 1), ""), contiguous, zz, "pos");
 }
 
+/* The global position of column `col` of keys gathered around a ring of
+ * `size` ranks (ring attention): block b = col / len came from rank r - b,
+ * and holds that rank's zigzag chunks; len = cols / size. */
+static LLVMValueRef ring_col_pos(CgKern *k, LLVMValueRef r, LLVMValueRef size, int64_t cols, LLVMValueRef col) {
+  CgCpu *cg = k->cg;
+  LLVMValueRef len = LLVMBuildSDiv(cg->b, cg_i64(cg, cols), size, "len");
+  LLVMValueRef blk = LLVMBuildSDiv(cg->b, col, len, "blk");
+  LLVMValueRef owner = LLVMBuildSRem(cg->b, add64(cg, LLVMBuildSub(cg->b, r, blk, ""), size), size, "owner");
+  LLVMValueRef i = LLVMBuildSRem(cg->b, col, len, "");
+  LLVMValueRef h = LLVMBuildSDiv(cg->b, len, cg_i64(cg, 2), "h");
+  LLVMValueRef first = add64(cg, mul64(cg, owner, h), i);
+  LLVMValueRef other =
+      LLVMBuildSub(cg->b, LLVMBuildSub(cg->b, mul64(cg, size, cg_i64(cg, 2)), cg_i64(cg, 1), ""), owner, "");
+  LLVMValueRef second = add64(cg, mul64(cg, other, h), LLVMBuildSub(cg->b, i, h, ""));
+  LLVMValueRef zz = LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntSLT, i, h, ""), first, second, "");
+  return LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntSLE, size, cg_i64(cg, 1), ""), col, zz, "colpos");
+}
+
 /* A max reduction over floats as a max over ints: the key below orders
  * like the floats (negative ones have their magnitude bits flipped), and the
  * loop vectoriser turns an integer max into vector code without the
@@ -265,6 +283,7 @@ typedef struct {
   int redmax;          /* X_RED: max (else sum) */
   int64_t div;         /* X_RED: divide by (a mean), 0 none */
   int64_t attr;        /* X_MASK: 1 + zigzag group; X_DROP: stream */
+  int64_t attr_cols;   /* X_MASK: 1 + group whose key blocks are in ring order */
   LLVMValueRef v, pre; /* value; X_DROP: base hash / X_MASK: rank, size */
   LLVMValueRef pre2;
   int recip;       /* a row-level divisor of full values: 1 / v is made with v */
@@ -553,6 +572,7 @@ static int x_node(Nest *N, int id) {
       }
       int i = x_op(N, X_MASK, n->op, n->fattr, a, -1);
       N->x[i].attr = n->attr[0];
+      N->x[i].attr_cols = n->attr[1];
       N->x[i].full |= in_group(N, N->R - 1) || in_group(N, N->R - 2);
       N->pinned[N->R - 1] = N->pinned[N->R - 2] = 1;
       return i;
@@ -739,6 +759,7 @@ static LLVMValueRef x_eval(Nest *N, int xi) {
     LLVMValueRef row = tr >= 0 && N->iv[tr] ? N->iv[tr] : cg_i64(cg, 0);
     LLVMValueRef col = tc >= 0 && N->iv[tc] ? N->iv[tc] : cg_i64(cg, 0);
     if (x->attr) row = zigzag_pos(k, x->pre, x->pre2, N->D[N->R - 2], row);
+    if (x->attr_cols) col = ring_col_pos(k, x->pre, x->pre2, N->D[N->R - 1], col);
     LLVMValueRef above = LLVMBuildICmp(cg->b, LLVMIntSGT, col, row, "");
     v = LLVMBuildSelect(cg->b, above, cg_f32(cg, x->p), in, "");
     break;
@@ -1051,7 +1072,7 @@ static void nest_emit(Nest *N) {
   for (int i = 0; i < N->nx; i++) {
     X *x = &N->x[i];
     if (x->kind == X_DROP && x->p > 0 && x->p < 1) x->pre = dropout_base(k, x->attr);
-    if (x->kind == X_MASK && x->attr) group_of(k, x->attr - 1, &x->pre, &x->pre2);
+    if (x->kind == X_MASK && (x->attr || x->attr_cols)) group_of(k, (x->attr ? x->attr : x->attr_cols) - 1, &x->pre, &x->pre2);
   }
   int64_t inner;
   int ta, tz;

@@ -840,11 +840,16 @@ static const char *exec_node(Run *r, int id, double *out) {
   case IR_CAUSAL_MASK: {
     if (n->rank < 2) return fail(in, "causal_mask needs a matrix");
     /* rows may be this rank's zigzag chunks of the sequence (context parallelism) */
-    int64_t cg = n->attr[0] - 1, rows = n->dims[n->rank - 2];
+    int64_t cg = n->attr[0] - 1, kg = n->attr[1] - 1, rows = n->dims[n->rank - 2], cols = n->dims[n->rank - 1];
     for (int64_t i = 0; i < N; i++) {
-      int64_t row = idx[n->rank - 2];
+      int64_t row = idx[n->rank - 2], col = idx[n->rank - 1];
       if (cg >= 0) row = interp_global_pos(1, group_rank(in, cg), group_size(in, cg), rows, row);
-      out[i] = idx[n->rank - 1] > row ? n->fattr : X[i];
+      if (kg >= 0) { /* key blocks in ring order: block b came from rank r - b */
+        int c = group_size(in, kg), me = group_rank(in, kg);
+        int64_t len = cols / c, b = col / len;
+        col = interp_global_pos(1, (int)((me - b + c) % c), c, len, col % len);
+      }
+      out[i] = col > row ? n->fattr : X[i];
       idx_next(n->rank, n->dims, idx);
     }
     return NULL;

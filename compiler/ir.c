@@ -544,6 +544,7 @@ static void print_attrs(const IrModule *m, const IrGraph *g, const IrNode *n, FI
   case IR_CAUSAL_MASK:
     fprintf(out, " %.9g", n->fattr);
     if (n->attr[0]) fprintf(out, " rows=%s-zigzag", ir_group_name((IrGroup)(n->attr[0] - 1)));
+    if (n->attr[1]) fprintf(out, " cols=%s-ring", ir_group_name((IrGroup)(n->attr[1] - 1)));
     break;
   case IR_ACT_GRAD: fprintf(out, " %s", op_names[n->attr[0]]); break;
   case IR_MATMUL:

@@ -44,7 +44,9 @@
  *   PICK_BWD(dy [...], t [...]): the scatter of dy into zeros of the given [..., V]; attr as PICK
  *   EMBEDDING, EMBEDDING_BWD: attr[0] = 1 + group for a vocabulary-parallel table (rows outside
  *     this rank's range read as zeros / are not written)
- *   CAUSAL_MASK: attr[0] = 1 + group when the rows are this rank's zigzag chunks of the sequence
+ *   CAUSAL_MASK: attr[0] = 1 + group when the rows are this rank's zigzag chunks of the sequence;
+ *     attr[1] = 1 + group when the columns are the group's key blocks in ring order (block b
+ *     from rank r - b, each in the zigzag layout)
  *   ROPE: attr[1] = 1 + group when the positions are this rank's zigzag chunks
  *   CALL: attr[3] = the first layer this call runs (pipeline chunks run a range of layers)
  */

@@ -146,11 +146,26 @@ static const char *sim_all_gather(void *ctx, IrGroup gr, const double *in, int64
 
 static Mailbox *box(Sim *S, int from, int to) { return &S->boxes[from * S->nranks + to]; }
 
+/* The peer `offset` places along a group: pipeline chunks in a line, the
+ * context group a ring (ring attention). -1 when there is none. */
+static int peer_of(Sim *S, const Rank *R, IrGroup gr, int offset) {
+  if (gr == IRG_PP) {
+    int c = R->c + offset;
+    return c < 0 || c >= S->K ? -1 : rank_index(S, R->d, c, R->t, R->x);
+  }
+  if (gr == IRG_CP) {
+    int c = (int)S->L->cp;
+    return rank_index(S, R->d, R->c, R->t, ((R->x + offset) % c + c) % c);
+  }
+  return -1;
+}
+
 static const char *sim_send(void *ctx, IrGroup gr, int offset, const double *data, int64_t n) {
   Rank *R = ctx;
   Sim *S = R->S;
-  if (gr != IRG_PP || R->c + offset < 0 || R->c + offset >= S->K) return "send to a chunk that does not exist";
-  Mailbox *b = box(S, R->index, rank_index(S, R->d, R->c + offset, R->t, R->x));
+  int to = peer_of(S, R, gr, offset);
+  if (to < 0) return "send to a rank that does not exist";
+  Mailbox *b = box(S, R->index, to);
   Letter *l = calloc(1, sizeof *l);
   l->data = malloc(sizeof(double) * (size_t)(n ? n : 1));
   memcpy(l->data, data, sizeof(double) * (size_t)n);
@@ -167,8 +182,9 @@ static const char *sim_send(void *ctx, IrGroup gr, int offset, const double *dat
 static const char *sim_recv(void *ctx, IrGroup gr, int offset, double *data, int64_t n) {
   Rank *R = ctx;
   Sim *S = R->S;
-  if (gr != IRG_PP || R->c + offset < 0 || R->c + offset >= S->K) return "recv from a chunk that does not exist";
-  Mailbox *b = box(S, rank_index(S, R->d, R->c + offset, R->t, R->x), R->index);
+  int from = peer_of(S, R, gr, offset);
+  if (from < 0) return "recv from a rank that does not exist";
+  Mailbox *b = box(S, from, R->index);
   const char *err = NULL;
   struct timespec ts;
   deadline(&ts);

@@ -59,6 +59,7 @@ typedef struct {
   int nmarkers, capmarkers;
   Conv *convs;
   int nconvs, capconvs;
+  int ring; /* the matmul being converted gathers keys / values: pass them around the ring */
 } GPart;
 
 static Shd shd_r(void) {
@@ -166,6 +167,37 @@ static int shard_slice(GPart *G, int x, IrGroup g, int axis, Span at) {
   return conv_keep(G, IR_SHARD_SLICE, x, attr, emit(G, IR_SHARD_SLICE, &x, 1, attr, 3, 0, n->dtype, n->rank, dims, at));
 }
 
+/* Ring attention's exchange: the blocks of x travel around the group, each
+ * rank sending what it last received to the next and receiving from the
+ * previous, c - 1 times; the result is the blocks in ring order (this rank's
+ * first, then those of ranks r-1, r-2, ...). Keys and values are gathered the
+ * same way, so they stay aligned, and the causal mask reads the column
+ * positions of that order. The gradients travel the ring backwards (the
+ * rules of send and receive). */
+static int ring_gather(GPart *G, int x, IrGroup g, int axis, Span at) {
+  int64_t key[4] = {g, axis, 2, 0};
+  int done = conv_find(G, IR_CONCAT, x, key);
+  if (done >= 0) return done;
+  int c = (int)G->P->size[g];
+  int *blocks = arena_alloc(G->P->arena, sizeof(int) * (size_t)c);
+  blocks[0] = x;
+  int cur = x;
+  for (int s = 1; s < c && cur >= 0; s++) {
+    const IrNode *n = dn(G, cur);
+    DType dt = n->dtype;
+    int rank = n->rank;
+    int64_t dims[IR_MAX_RANK];
+    memcpy(dims, n->dims, sizeof dims);
+    int64_t to_next[2] = {g, 1}, from_prev[2] = {g, -1};
+    if (emit(G, IR_SEND, &cur, 1, to_next, 2, 0, dt, rank, dims, at) < 0) return -1;
+    cur = emit(G, IR_RECV, NULL, 0, from_prev, 2, 0, dt, rank, dims, at);
+    blocks[s] = cur;
+  }
+  if (cur < 0) return -1;
+  int64_t cattr[1] = {axis};
+  return conv_keep(G, IR_CONCAT, x, key, emit(G, IR_CONCAT, blocks, c, cattr, 1, 0, dn(G, x)->dtype, -1, NULL, at));
+}
+
 /* Megatron's f: one marker per value and group, shared by every consumer so
  * the backward all-reduces the summed gradient once. */
 static int copy_marker(GPart *G, int x, IrGroup g, Span at) {
@@ -211,7 +243,8 @@ static Val convert(GPart *G, Val v, const Shd *want, unsigned out_split, Span at
       continue;
     }
     if (from_axis >= 0) {
-      v.id = gather(G, v.id, g, from_axis, to_axis < 0 && split_out, at);
+      if (g == IRG_CP && G->ring && to_axis < 0) v.id = ring_gather(G, v.id, g, from_axis, at);
+      else v.id = gather(G, v.id, g, from_axis, to_axis < 0 && split_out, at);
       if (v.id < 0) break;
     }
     /* R -> S needs no marker: the slice's gradient is gathered whole */
@@ -358,7 +391,10 @@ static Val rule_matmul(GPart *G, const IrNode *n, Val a, Val b) {
   }
   unsigned mask = split_mask(&out);
   a = convert(G, a, &wa, mask, n->span);
+  /* the right operand gathered over the context group is a key or value block */
+  G->ring = 1;
   b = convert(G, b, &wb, mask, n->span);
+  G->ring = 0;
   int in[2] = {a.id, b.id};
   Val r = {-1, out, 0};
   if (a.id < 0 || b.id < 0) return r;
@@ -651,14 +687,15 @@ static Val part_node(GPart *G, int i) {
   case IR_CAUSAL_MASK: {
     Val x = settle(G, ins[0], n->span);
     x = whole_along(G, x, n->rank - 1, n->span);
-    int64_t attr[1] = {0};
+    int64_t attr[2] = {0, 0};
     for (int g = 0; g < IRG_COUNT; g++)
       if (x.shd.axis[g] == n->rank - 2) {
         if (g != IRG_CP) x = whole_along(G, x, n->rank - 2, n->span);
-        else attr[0] = 1 + IRG_CP; /* local query rows in the zigzag layout */
+        /* local query rows in the zigzag layout; keys came around the ring */
+        else attr[0] = attr[1] = 1 + IRG_CP;
       }
     r.shd = x.shd;
-    r.id = emit(G, IR_CAUSAL_MASK, &x.id, 1, attr, 1, n->fattr, n->dtype, -1, NULL, n->span);
+    r.id = emit(G, IR_CAUSAL_MASK, &x.id, 1, attr, 2, n->fattr, n->dtype, -1, NULL, n->span);
     return r;
   }
   case IR_ROPE: {
