@@ -287,8 +287,20 @@ static void price_comm(Pricer *P, const GInfo *gi, const FuseKernel *K, PlanCost
       bytes = value_bytes(P->pc, &g->nodes[n->in[0]]);
       break;
     case IR_SEND:
-      /* the schedule prices the transfer (SchedCosts.t_p2p); count its bytes */
-      acc->sent[IRG_PP] += value_bytes(P->pc, &g->nodes[n->in[0]]);
+      if (n->attr[0] == IRG_PP) {
+        /* the schedule prices the transfer (SchedCosts.t_p2p); count its bytes */
+        acc->sent[IRG_PP] += value_bytes(P->pc, &g->nodes[n->in[0]]);
+        continue;
+      }
+      /* ring attention: a key / value block to the next context rank, on the
+       * critical path of the attention that waits for it */
+      if (size > 1) {
+        double b = value_bytes(P->pc, &g->nodes[n->in[0]]);
+        double t = cost_sendrecv_s(b, &P->link[grp]);
+        acc->t += t;
+        acc->t_comm[grp] += t;
+        acc->sent[grp] += b;
+      }
       continue;
     case IR_SHARD_SLICE: {
       double t = mem_kernel_time(P->pc, 0, 2 * value_bytes(P->pc, n));
@@ -852,7 +864,7 @@ static int price_chunk_module(PlanCtx *c, IrModule *cm, Recompute rc, const Cost
     }
     if (K->kind == FUSE_COMM)
       for (int j = 0; j < K->nnodes; j++)
-        if (g->nodes[K->nodes[j]].op == IR_SEND && !gi.kbwd[k])
+        if (g->nodes[K->nodes[j]].op == IR_SEND && g->nodes[K->nodes[j]].attr[0] == IRG_PP && !gi.kbwd[k])
           ch->p2p_bytes = value_bytes(c, &g->nodes[g->nodes[K->nodes[j]].in[0]]);
     if (!gi.kbwd[k]) continue;
     for (int j = 0; j < K->ninputs; j++) {
