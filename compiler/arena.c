@@ -1,5 +1,6 @@
 /* arena.c - chunked bump allocator. */
 #include "arena.h"
+#include "xalloc.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -20,17 +21,8 @@ struct Arena {
   size_t total;
 };
 
-static void *xmalloc(size_t n) {
-  void *p = malloc(n);
-  if (!p) {
-    fprintf(stderr, "hpdl: out of memory (%zu bytes)\n", n);
-    exit(3);
-  }
-  return p;
-}
-
 Arena *arena_new(void) {
-  Arena *arena = xmalloc(sizeof *arena);
+  Arena *arena = xalloc_malloc(sizeof *arena);
   arena->head = NULL;
   arena->total = 0;
   return arena;
@@ -53,7 +45,7 @@ void *arena_alloc(Arena *arena, size_t size) {
   Chunk *c = arena->head;
   if (!c || c->size - c->used < size) {
     size_t cap = size > ARENA_CHUNK / 4 ? size : ARENA_CHUNK;
-    c = xmalloc(sizeof(Chunk) + cap);
+    c = xalloc_malloc(sizeof(Chunk) + cap);
     c->size = cap;
     c->used = 0;
     /* A big block gets its own chunk behind the head so the head keeps its space. */

@@ -20,6 +20,7 @@
  * compiler links it with OpenBLAS into PATH (cc -shared), so the runtime
  * only dlopens a library and no compiler is needed when it runs. */
 #include "codegen_cpu.h"
+#include "xalloc.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -37,15 +38,6 @@
 #include "codegen_cpu_int.h"
 
 extern char **environ;
-
-static void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size ? size : 1);
-  if (!p) {
-    fprintf(stderr, "hpdlc: out of memory\n");
-    abort();
-  }
-  return p;
-}
 
 static double now(void) {
   struct timespec ts;
@@ -215,7 +207,7 @@ static int plan_first_fit(CgCpu *cg, int gi) {
   const IrGraph *g = fg->graph;
   CgGraph *G = &cg->graphs[gi];
   int n = g->nnodes, nk = fg->nkernels;
-  int *last = xcalloc((size_t)n, sizeof(int));
+  int *last = xalloc_calloc((size_t)n, sizeof(int));
   for (int v = 0; v < n; v++) last[v] = fg->kernel_of[v];
   for (int u = 0; u < n; u++) {
     const IrNode *x = &g->nodes[u];
@@ -274,13 +266,13 @@ static int plan_graph(CgCpu *cg, int gi) {
   const IrGraph *g = fg->graph;
   CgGraph *G = &cg->graphs[gi];
   int n = g->nnodes, nk = fg->nkernels;
-  G->offset = xcalloc((size_t)n, sizeof(int64_t));
-  G->stash = xcalloc((size_t)n, sizeof(int64_t));
-  G->callws = xcalloc((size_t)n, sizeof(int64_t));
-  G->inplace_of = xcalloc((size_t)n, sizeof(int));
-  G->out_slot = xcalloc((size_t)n, sizeof(int));
-  G->scratch = xcalloc((size_t)nk, sizeof(int64_t));
-  G->scratch_bytes = xcalloc((size_t)nk, sizeof(int64_t));
+  G->offset = xalloc_calloc((size_t)n, sizeof(int64_t));
+  G->stash = xalloc_calloc((size_t)n, sizeof(int64_t));
+  G->callws = xalloc_calloc((size_t)n, sizeof(int64_t));
+  G->inplace_of = xalloc_calloc((size_t)n, sizeof(int));
+  G->out_slot = xalloc_calloc((size_t)n, sizeof(int));
+  G->scratch = xalloc_calloc((size_t)nk, sizeof(int64_t));
+  G->scratch_bytes = xalloc_calloc((size_t)nk, sizeof(int64_t));
   G->nplain = plain_outputs(g);
   for (int i = 0; i < n; i++) {
     G->offset[i] = G->stash[i] = G->callws[i] = -1;
@@ -379,7 +371,7 @@ static void emit_kernel(Host *h, int p) {
   CgCpu *cg = h->cg;
   const FuseKernel *K = &h->fg->kernels[p];
   int nio = K->ninputs + K->noutputs;
-  LLVMValueRef *a = xcalloc((size_t)nio + 3, sizeof(LLVMValueRef));
+  LLVMValueRef *a = xalloc_calloc((size_t)nio + 3, sizeof(LLVMValueRef));
   for (int j = 0; j < K->noutputs; j++) h->ptr[K->outputs[j]] = value_ptr(h, K->outputs[j]);
   a[0] = h->ctxp;
   a[1] = h->scratch;
@@ -568,7 +560,7 @@ static void build_graph(CgCpu *cg, int gi) {
   h.args = LLVMGetParam(h.fn, 4);
   h.outs = LLVMGetParam(h.fn, 5);
   h.scratch = LLVMGetParam(h.fn, 6);
-  h.ptr = xcalloc((size_t)g->nnodes, sizeof(LLVMValueRef));
+  h.ptr = xalloc_calloc((size_t)g->nnodes, sizeof(LLVMValueRef));
   LLVMPositionBuilderAtEnd(cg->b, LLVMAppendBasicBlockInContext(cg->ctx, h.fn, "entry"));
   int maxa = 1, maxo = 1;
   for (int p = 0; p < fg->nkernels; p++)
@@ -654,7 +646,7 @@ static void build_kernel_entry(CgCpu *cg, int gi, int p) {
   LLVMPositionBuilderAtEnd(cg->b, LLVMAppendBasicBlockInContext(cg->ctx, fn, "entry"));
   LLVMValueRef io = LLVMGetParam(fn, 0);
   int nio = K->ninputs + K->noutputs;
-  LLVMValueRef *a = xcalloc((size_t)nio + 3, sizeof(LLVMValueRef));
+  LLVMValueRef *a = xalloc_calloc((size_t)nio + 3, sizeof(LLVMValueRef));
   LLVMValueRef ctxp = LLVMBuildBitCast(cg->b, LLVMBuildLoad2(cg->b, cg->tp8, io, ""), cg->tpctx, "ctx");
   a[0] = ctxp;
   a[1] = cg_ctx_field(cg, ctxp, CG_CTX_WORKSPACE, "ws");
@@ -682,7 +674,7 @@ static void build_descriptor(CgCpu *cg) {
                             cg->ti64};
   LLVMTypeRef dt = LLVMStructCreateNamed(cg->ctx, "hpd_graph_desc");
   LLVMStructSetBody(dt, dfields, 7, 0);
-  LLVMValueRef *descs = xcalloc((size_t)m->ngraphs, sizeof(LLVMValueRef));
+  LLVMValueRef *descs = xalloc_calloc((size_t)m->ngraphs, sizeof(LLVMValueRef));
   for (int gi = 0; gi < m->ngraphs; gi++) {
     const IrGraph *g = m->graphs[gi];
     CgGraph *G = &cg->graphs[gi];
@@ -787,11 +779,11 @@ static int cpu_setup(CgCpu *cg) {
 }
 
 static CgTarget *cpu_create(const IrModule *m, const FuseResult *fr, const CgOptions *opt, char *err, size_t errlen) {
-  CgCpu *cg = xcalloc(1, sizeof *cg);
+  CgCpu *cg = xalloc_calloc(1, sizeof *cg);
   cg->m = m;
   cg->fr = fr;
   if (opt) cg->opt = *opt;
-  cg->graphs = xcalloc((size_t)(m->ngraphs > 0 ? m->ngraphs : 1), sizeof(CgGraph));
+  cg->graphs = xalloc_calloc((size_t)(m->ngraphs > 0 ? m->ngraphs : 1), sizeof(CgGraph));
   if (cpu_setup(cg)) {
     snprintf(err, errlen, "%s", cg->err);
     cpu_destroy((CgTarget *)cg);
@@ -838,7 +830,7 @@ static int cpu_generate(CgTarget *t) {
   for (int gi = 0; gi < m->ngraphs && !cg->failed; gi++) {
     const FuseGraph *fg = &cg->fr->graphs[gi];
     CgGraph *G = &cg->graphs[gi];
-    G->kfn = xcalloc((size_t)fg->nkernels + 1, sizeof(LLVMValueRef));
+    G->kfn = xalloc_calloc((size_t)fg->nkernels + 1, sizeof(LLVMValueRef));
     for (int p = 0; p < fg->nkernels && !cg->failed; p++)
       if (cg_kernel_has_code(fg, p)) {
         G->kfn[p] = cg_kernel_build(cg, gi, p);
@@ -908,7 +900,7 @@ static int cpu_emit(CgTarget *t, const char *path) {
   if (!cg->generated && cpu_generate(t)) return -1;
   if (cg->failed) return -1;
   size_t plen = strlen(path) + 16;
-  char *obj = xcalloc(plen, 1);
+  char *obj = xalloc_calloc(plen, 1);
   snprintf(obj, plen, "%s.o", path);
   double t0 = now();
   if (emit_object(cg, obj)) {

@@ -35,24 +35,7 @@
 #include <string.h>
 
 #include "codegen_cpu_int.h"
-
-static void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size ? size : 1);
-  if (!p) {
-    fprintf(stderr, "hpdlc: out of memory\n");
-    abort();
-  }
-  return p;
-}
-
-static void *xrealloc(void *p, size_t size) {
-  p = realloc(p, size ? size : 1);
-  if (!p) {
-    fprintf(stderr, "hpdlc: out of memory\n");
-    abort();
-  }
-  return p;
-}
+#include "xalloc.h"
 
 static const IrNode *nd(const CgKern *k, int id) { return &k->g->nodes[id]; }
 static int in_kernel(const CgKern *k, int id) { return k->fg->kernel_of[id] == k->kp; }
@@ -332,7 +315,7 @@ static void nest_init(Nest *N, CgKern *k, int rank, const int64_t *dims, int rlo
   N->rhi = rhi;
   N->glo = glo;
   N->ghi = ghi;
-  N->node_x = xcalloc((size_t)k->g->nnodes, sizeof(int));
+  N->node_x = xalloc_calloc((size_t)k->g->nnodes, sizeof(int));
   for (int i = 0; i < k->g->nnodes; i++) N->node_x[i] = -1;
 }
 
@@ -353,7 +336,7 @@ static int aff_full(const Nest *N, const Aff *a) {
 static int new_x(Nest *N, XKind kind) {
   if (N->nx == N->capx) {
     N->capx = N->capx ? N->capx * 2 : 32;
-    N->x = xrealloc(N->x, sizeof(X) * (size_t)N->capx);
+    N->x = xalloc_realloc(N->x, sizeof(X) * (size_t)N->capx);
   }
   X *x = &N->x[N->nx];
   memset(x, 0, sizeof *x);
@@ -407,7 +390,7 @@ static int x_load(Nest *N, int mem, DType dt, const Aff *off) {
 static void add_store(Nest *N, int xi, int val, DType dt, const Aff *off, int add) {
   if (N->nst == N->capst) {
     N->capst = N->capst ? N->capst * 2 : 8;
-    N->st = xrealloc(N->st, sizeof(Store) * (size_t)N->capst);
+    N->st = xalloc_realloc(N->st, sizeof(Store) * (size_t)N->capst);
   }
   Store *s = &N->st[N->nst++];
   memset(s, 0, sizeof *s);
@@ -1917,7 +1900,7 @@ LLVMValueRef cg_kernel_build(CgCpu *cg, int gi, int kp) {
       return NULL;
     }
   }
-  LLVMTypeRef *pt = xcalloc((size_t)nio + 3, sizeof(LLVMTypeRef));
+  LLVMTypeRef *pt = xalloc_calloc((size_t)nio + 3, sizeof(LLVMTypeRef));
   pt[0] = cg->tpctx;
   pt[1] = cg->tp8;
   pt[2] = cg->ti64;
@@ -1931,7 +1914,7 @@ LLVMValueRef cg_kernel_build(CgCpu *cg, int gi, int kp) {
   k.ctxp = LLVMGetParam(k.fn, 0);
   k.scratch = LLVMGetParam(k.fn, 1);
   k.layer = LLVMGetParam(k.fn, 2);
-  k.io = xcalloc((size_t)nio + 1, sizeof(LLVMValueRef));
+  k.io = xalloc_calloc((size_t)nio + 1, sizeof(LLVMValueRef));
   k.inplace_of = cg->graphs[gi].inplace_of;
   for (int i = 0; i < nio; i++) k.io[i] = LLVMGetParam(k.fn, (unsigned)(3 + i));
   LLVMPositionBuilderAtEnd(cg->b, LLVMAppendBasicBlockInContext(cg->ctx, k.fn, "entry"));

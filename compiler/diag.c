@@ -1,5 +1,6 @@
 /* diag.c - diagnostics with source excerpts. */
 #include "diag.h"
+#include "xalloc.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -26,15 +27,6 @@ struct Diag {
   int color;
 };
 
-static void *xrealloc(void *p, size_t n) {
-  void *q = realloc(p, n);
-  if (!q) {
-    fprintf(stderr, "hpdl: out of memory\n");
-    exit(3);
-  }
-  return q;
-}
-
 Diag *diag_new(FILE *out) {
   Diag *d = calloc(1, sizeof *d);
   if (!d) exit(3);
@@ -58,12 +50,12 @@ void diag_set_color(Diag *d, int on) { d->color = on; }
 int diag_add_file(Diag *d, const char *path, const char *text, size_t len) {
   if (d->nfiles == d->capfiles) {
     d->capfiles = d->capfiles ? d->capfiles * 2 : 8;
-    d->files = xrealloc(d->files, sizeof(SrcFile) * (size_t)d->capfiles);
+    d->files = xalloc_realloc(d->files, sizeof(SrcFile) * (size_t)d->capfiles);
   }
   SrcFile *f = &d->files[d->nfiles];
   memset(f, 0, sizeof *f);
   f->path = strdup(path);
-  f->text = xrealloc(NULL, len + 1);
+  f->text = xalloc_realloc(NULL, len + 1);
   memcpy(f->text, text, len);
   f->text[len] = '\0';
   f->len = len;
@@ -85,7 +77,7 @@ static void index_lines(SrcFile *f) {
   int n = 1;
   for (size_t i = 0; i < f->len; i++)
     if (f->text[i] == '\n') n++;
-  f->line_starts = xrealloc(NULL, sizeof(size_t) * (size_t)(n + 1));
+  f->line_starts = xalloc_realloc(NULL, sizeof(size_t) * (size_t)(n + 1));
   int k = 0;
   f->line_starts[k++] = 0;
   for (size_t i = 0; i < f->len; i++)

@@ -61,6 +61,7 @@
  *    the order follows the source where it can.
  */
 #include "fuse.h"
+#include "xalloc.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -101,24 +102,6 @@ typedef struct {
   int markstamp, seenstamp;
   int *stack;
 } Fuser;
-
-static void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size);
-  if (!p) {
-    fprintf(stderr, "hpdlc: out of memory\n");
-    abort();
-  }
-  return p;
-}
-
-static void *xrealloc(void *p, size_t size) {
-  p = realloc(p, size ? size : 1);
-  if (!p) {
-    fprintf(stderr, "hpdlc: out of memory\n");
-    abort();
-  }
-  return p;
-}
 
 const char *fuse_kind_name(FuseKind k) {
   static const char *const names[] = {"leaf", "view", "loop", "row", "gemm", "copy", "special", "comm", "call"};
@@ -275,10 +258,10 @@ static int kof(Fuser *F, int node) { return find(F, F->kof[node]); }
 static int new_kernel(Fuser *F, FuseKind kind) {
   if (F->nk == F->capk) {
     F->capk = F->capk ? F->capk * 2 : 64;
-    F->k = xrealloc(F->k, sizeof(BK) * (size_t)F->capk);
-    F->mark = xrealloc(F->mark, sizeof(int) * (size_t)F->capk);
-    F->seen = xrealloc(F->seen, sizeof(int) * (size_t)F->capk);
-    F->stack = xrealloc(F->stack, sizeof(int) * (size_t)F->capk);
+    F->k = xalloc_realloc(F->k, sizeof(BK) * (size_t)F->capk);
+    F->mark = xalloc_realloc(F->mark, sizeof(int) * (size_t)F->capk);
+    F->seen = xalloc_realloc(F->seen, sizeof(int) * (size_t)F->capk);
+    F->stack = xalloc_realloc(F->stack, sizeof(int) * (size_t)F->capk);
   }
   BK *k = &F->k[F->nk];
   memset(k, 0, sizeof *k);
@@ -298,7 +281,7 @@ static void add_pred(Fuser *F, int k, int p) {
     if (b->preds[i] == p) return;
   if (b->npreds == b->cappreds) {
     b->cappreds = b->cappreds ? b->cappreds * 2 : 4;
-    b->preds = xrealloc(b->preds, sizeof(int) * (size_t)b->cappreds);
+    b->preds = xalloc_realloc(b->preds, sizeof(int) * (size_t)b->cappreds);
   }
   b->preds[b->npreds++] = p;
 }
@@ -675,10 +658,10 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, Fuse
   F.g = g;
   F.n = g->nnodes;
   int n = F.n;
-  F.kof = xcalloc((size_t)n, sizeof(int));
-  F.ucount = xcalloc((size_t)n, sizeof(int));
-  F.ustart = xcalloc((size_t)n + 1, sizeof(int));
-  F.is_out = xcalloc((size_t)n, 1);
+  F.kof = xalloc_calloc((size_t)n, sizeof(int));
+  F.ucount = xalloc_calloc((size_t)n, sizeof(int));
+  F.ustart = xalloc_calloc((size_t)n + 1, sizeof(int));
+  F.is_out = xalloc_calloc((size_t)n, 1);
   for (int i = 0; i < g->noutputs; i++)
     if (g->outputs[i] >= 0 && g->outputs[i] < n) F.is_out[g->outputs[i]] = 1;
   /* Distinct consumers of each node (CSR). */
@@ -691,8 +674,8 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, Fuse
     }
   }
   for (int i = 0; i < n; i++) F.ustart[i + 1] = F.ustart[i] + F.ucount[i];
-  F.users = xcalloc((size_t)F.ustart[n] + 1, sizeof(int));
-  int *fill = xcalloc((size_t)n + 1, sizeof(int));
+  F.users = xalloc_calloc((size_t)F.ustart[n] + 1, sizeof(int));
+  int *fill = xalloc_calloc((size_t)n + 1, sizeof(int));
   for (int i = 0; i < n; i++) {
     const IrNode *x = nd(g, i);
     for (int k = 0; k < x->nin; k++) {
@@ -729,11 +712,11 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, Fuse
   fold_shape_ops(&F);
 
   /* Final kernels: the roots, ordered topologically (rule 7). */
-  int *index = xcalloc((size_t)F.nk + 1, sizeof(int)); /* root -> dense index */
+  int *index = xalloc_calloc((size_t)F.nk + 1, sizeof(int)); /* root -> dense index */
   int nk = 0;
   for (int k = 0; k < F.nk; k++) index[k] = -1;
-  int *minnode = xcalloc((size_t)F.nk + 1, sizeof(int));
-  int *rootof = xcalloc((size_t)F.nk + 1, sizeof(int));
+  int *minnode = xalloc_calloc((size_t)F.nk + 1, sizeof(int));
+  int *rootof = xalloc_calloc((size_t)F.nk + 1, sizeof(int));
   for (int id = 0; id < n; id++) {
     int r = kof(&F, id);
     if (index[r] < 0) {
@@ -743,22 +726,22 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, Fuse
       nk++;
     }
   }
-  int *dense = xcalloc((size_t)n + 1, sizeof(int));
-  int *size = xcalloc((size_t)nk + 1, sizeof(int));
+  int *dense = xalloc_calloc((size_t)n + 1, sizeof(int));
+  int *size = xalloc_calloc((size_t)nk + 1, sizeof(int));
   for (int id = 0; id < n; id++) {
     dense[id] = index[kof(&F, id)];
     size[dense[id]]++;
   }
   /* Kernel edges (deduplicated per consumer kernel with a stamp). */
-  int *indeg = xcalloc((size_t)nk + 1, sizeof(int));
-  int *stamp = xcalloc((size_t)nk + 1, sizeof(int));
-  int **succ = xcalloc((size_t)nk + 1, sizeof(int *));
-  int *nsucc = xcalloc((size_t)nk + 1, sizeof(int)), *capsucc = xcalloc((size_t)nk + 1, sizeof(int));
+  int *indeg = xalloc_calloc((size_t)nk + 1, sizeof(int));
+  int *stamp = xalloc_calloc((size_t)nk + 1, sizeof(int));
+  int **succ = xalloc_calloc((size_t)nk + 1, sizeof(int *));
+  int *nsucc = xalloc_calloc((size_t)nk + 1, sizeof(int)), *capsucc = xalloc_calloc((size_t)nk + 1, sizeof(int));
   for (int k = 0; k < nk; k++) stamp[k] = -1;
   /* For each consumer kernel, its distinct producer kernels. */
-  int **members = xcalloc((size_t)nk + 1, sizeof(int *));
-  int *nmem = xcalloc((size_t)nk + 1, sizeof(int));
-  for (int k = 0; k < nk; k++) members[k] = xcalloc((size_t)size[k], sizeof(int));
+  int **members = xalloc_calloc((size_t)nk + 1, sizeof(int *));
+  int *nmem = xalloc_calloc((size_t)nk + 1, sizeof(int));
+  for (int k = 0; k < nk; k++) members[k] = xalloc_calloc((size_t)size[k], sizeof(int));
   for (int id = 0; id < n; id++) members[dense[id]][nmem[dense[id]]++] = id;
   for (int k = 0; k < nk; k++) {
     for (int j = 0; j < nmem[k]; j++) {
@@ -769,15 +752,15 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, Fuse
         stamp[p] = k;
         if (nsucc[p] == capsucc[p]) {
           capsucc[p] = capsucc[p] ? capsucc[p] * 2 : 4;
-          succ[p] = xrealloc(succ[p], sizeof(int) * (size_t)capsucc[p]);
+          succ[p] = xalloc_realloc(succ[p], sizeof(int) * (size_t)capsucc[p]);
         }
         succ[p][nsucc[p]++] = k;
         indeg[k]++;
       }
     }
   }
-  int *heap = xcalloc((size_t)nk + 1, sizeof(int)), nh = 0;
-  int *order = xcalloc((size_t)nk + 1, sizeof(int)), norder = 0;
+  int *heap = xalloc_calloc((size_t)nk + 1, sizeof(int)), nh = 0;
+  int *order = xalloc_calloc((size_t)nk + 1, sizeof(int)), norder = 0;
   for (int k = 0; k < nk; k++)
     if (!indeg[k]) heap_push(heap, &nh, k, minnode);
   while (nh) {
@@ -789,13 +772,13 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, Fuse
   /* A cycle would leave kernels unordered; the rules exclude it, and
    * fuse_check reports it if it happened: list the rest in node order. */
   if (norder < nk) {
-    char *done = xcalloc((size_t)nk + 1, 1);
+    char *done = xalloc_calloc((size_t)nk + 1, 1);
     for (int i = 0; i < norder; i++) done[order[i]] = 1;
     for (int k = 0; k < nk; k++)
       if (!done[k]) order[norder++] = k;
     free(done);
   }
-  int *pos = xcalloc((size_t)nk + 1, sizeof(int));
+  int *pos = xalloc_calloc((size_t)nk + 1, sizeof(int));
   for (int i = 0; i < nk; i++) pos[order[i]] = i;
 
   out->graph = g;
@@ -803,7 +786,7 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, Fuse
   out->kernels = arena_alloc(arena, sizeof(FuseKernel) * (size_t)(nk > 0 ? nk : 1));
   out->kernel_of = arena_ints(arena, n);
   for (int id = 0; id < n; id++) out->kernel_of[id] = pos[dense[id]];
-  int *vstamp = xcalloc((size_t)n + 1, sizeof(int));
+  int *vstamp = xalloc_calloc((size_t)n + 1, sizeof(int));
   for (int i = 0; i < n; i++) vstamp[i] = -1;
   for (int p = 0; p < nk; p++) {
     int k = order[p];
@@ -1015,9 +998,9 @@ int fuse_check(const FuseResult *r, FILE *out) {
     const FuseGraph *fg = &r->graphs[gi];
     const IrGraph *g = fg->graph;
     int n = g->nnodes;
-    int *count = xcalloc((size_t)n + 1, sizeof(int));
-    int *stampv = xcalloc((size_t)n + 1, sizeof(int));
-    char *is_out = xcalloc((size_t)n + 1, 1);
+    int *count = xalloc_calloc((size_t)n + 1, sizeof(int));
+    int *stampv = xalloc_calloc((size_t)n + 1, sizeof(int));
+    char *is_out = xalloc_calloc((size_t)n + 1, 1);
     for (int i = 0; i < g->noutputs; i++)
       if (g->outputs[i] >= 0 && g->outputs[i] < n) is_out[g->outputs[i]] = 1;
     if (n > 0 && !fg->kernel_of) {

@@ -12,6 +12,7 @@
  * message of its group, so a SEND / RECV pair in one process is an identity
  * and autodiff's RECV / SEND of gradients can be checked without ranks. */
 #include "interp.h"
+#include "xalloc.h"
 
 #include "../runtime/init.h"
 
@@ -88,15 +89,6 @@ int64_t interp_global_pos(int layout, int r, int size, int64_t local, int64_t i)
   return i < h ? (int64_t)r * h + i : (int64_t)(2 * size - 1 - r) * h + (i - h);
 }
 
-static void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size ? size : 1);
-  if (!p) {
-    fprintf(stderr, "hpdl interp: out of memory\n");
-    abort();
-  }
-  return p;
-}
-
 static int64_t dims_numel(int rank, const int64_t *dims) {
   int64_t k = 1;
   for (int i = 0; i < rank; i++) k *= dims[i];
@@ -125,14 +117,14 @@ double interp_normal(uint64_t *state) { return init_normal(state); }
 /* ---- life cycle ---- */
 
 Interp *interp_new(const IrModule *m) {
-  Interp *in = xcalloc(1, sizeof *in);
+  Interp *in = xalloc_calloc(1, sizeof *in);
   in->m = m;
-  in->params = xcalloc((size_t)m->nparams, sizeof(double *));
-  in->grads = xcalloc((size_t)m->nparams, sizeof(double *));
-  in->inputs = xcalloc((size_t)m->ninputs, sizeof(double *));
+  in->params = xalloc_calloc((size_t)m->nparams, sizeof(double *));
+  in->grads = xalloc_calloc((size_t)m->nparams, sizeof(double *));
+  in->inputs = xalloc_calloc((size_t)m->ninputs, sizeof(double *));
   for (int i = 0; i < m->nparams; i++) {
     const IrParam *p = &m->params[i];
-    in->params[i] = xcalloc((size_t)(param_numel(p) * (p->count > 1 ? p->count : 1)), sizeof(double));
+    in->params[i] = xalloc_calloc((size_t)(param_numel(p) * (p->count > 1 ? p->count : 1)), sizeof(double));
   }
   for (int g = 0; g < IRG_COUNT; g++) in->comm.size[g] = 1;
   return in;
@@ -194,7 +186,7 @@ void interp_set_input(Interp *in, int input, const double *data) {
   if (input < 0 || input >= in->m->ninputs) return;
   const IrInput *x = &in->m->inputs[input];
   int64_t n = dims_numel(x->rank, x->dims);
-  if (!in->inputs[input]) in->inputs[input] = xcalloc((size_t)n, sizeof(double));
+  if (!in->inputs[input]) in->inputs[input] = xalloc_calloc((size_t)n, sizeof(double));
   memcpy(in->inputs[input], data, sizeof(double) * (size_t)n);
 }
 
@@ -218,7 +210,7 @@ double *interp_grad(Interp *in, int param, int64_t layer, int64_t *numel) {
 static void add_grad(Interp *in, int param, int64_t layer, const double *g) {
   const IrParam *p = &in->m->params[param];
   int64_t n = param_numel(p);
-  if (!in->grads[param]) in->grads[param] = xcalloc((size_t)(n * (p->count > 1 ? p->count : 1)), sizeof(double));
+  if (!in->grads[param]) in->grads[param] = xalloc_calloc((size_t)(n * (p->count > 1 ? p->count : 1)), sizeof(double));
   double *d = in->grads[param] + param_copy(p, layer) * n;
   for (int64_t k = 0; k < n; k++) d[k] += g[k];
 }
@@ -367,7 +359,7 @@ static InterpTensor tensor_of(const IrNode *n, double *data) {
 }
 
 static double *dup_values(const double *src, int64_t n) {
-  double *d = xcalloc((size_t)n, sizeof(double));
+  double *d = xalloc_calloc((size_t)n, sizeof(double));
   memcpy(d, src, sizeof(double) * (size_t)n);
   return d;
 }
@@ -398,12 +390,12 @@ static const char *exec_call(Run *r, const IrNode *n, double *out) {
   if (callee < 0 || callee >= m->ngraphs) return fail(in, "call of an unknown graph");
   const IrGraph *cg = m->graphs[callee];
   if (cg->noutputs < 1) return fail(in, "call of graph %s, which has no outputs", cg->name);
-  InterpTensor *outs = xcalloc((size_t)cg->noutputs, sizeof(InterpTensor));
+  InterpTensor *outs = xalloc_calloc((size_t)cg->noutputs, sizeof(InterpTensor));
   const char *err = NULL;
 
   if (mode == IR_CALL_PLAIN || mode == IR_CALL_SAVE) {
     int nargs = n->nin;
-    InterpTensor *args = xcalloc((size_t)nargs + 1, sizeof(InterpTensor));
+    InterpTensor *args = xalloc_calloc((size_t)nargs + 1, sizeof(InterpTensor));
     for (int k = 0; k < nargs; k++) args[k] = tensor_of(&r->g->nodes[n->in[k]], r->val[n->in[k]]);
     Stash *st = NULL;
     if (mode == IR_CALL_SAVE) {
@@ -412,7 +404,7 @@ static const char *exec_call(Run *r, const IrNode *n, double *out) {
       stash_clear(st);
       st->count = count;
       st->per_layer = nargs + cg->noutputs - 1;
-      st->t = xcalloc((size_t)(count * st->per_layer), sizeof(InterpTensor));
+      st->t = xalloc_calloc((size_t)(count * st->per_layer), sizeof(InterpTensor));
       /* the whole stash, in the IR's dtypes: the arguments and outputs 1.. per layer */
       int64_t per = 0;
       for (int k = 0; k < nargs; k++) per += ir_bytes(&r->g->nodes[n->in[k]]);
@@ -446,7 +438,7 @@ static const char *exec_call(Run *r, const IrNode *n, double *out) {
     if (!st || st->count != count)
       err = fail(in, "backward call of %s: nothing saved by its forward call (run the SAVE call first)", cg->name);
     int nargs = 1 + (st ? st->per_layer : 0);
-    InterpTensor *args = xcalloc((size_t)nargs, sizeof(InterpTensor));
+    InterpTensor *args = xalloc_calloc((size_t)nargs, sizeof(InterpTensor));
     double *carry = NULL;
     if (!err) args[0] = tensor_of(&r->g->nodes[n->in[0]], r->val[n->in[0]]);
     for (int64_t l = count - 1; l >= 0 && !err; l--) {
@@ -574,7 +566,7 @@ static const char *exec_collective(Run *r, const IrNode *n, const IrNode *x, con
       memcpy(out, X, sizeof(double) * (size_t)N);
       return NULL;
     }
-    double *all = xcalloc((size_t)N, sizeof(double));
+    double *all = xalloc_calloc((size_t)N, sizeof(double));
     err = in->comm.all_gather(in->comm.ctx, (IrGroup)g, X, NX, all);
     for (int k = 0; k < size && !err; k++) chunk_copy(x, n->attr[1], (int)n->attr[2], k, size, out, all + k * NX, 1);
     free(all);
@@ -915,7 +907,7 @@ static const char *exec_node(Run *r, int id, double *out) {
       memcpy(out, X, sizeof(double) * (size_t)N);
       return err ? fail(in, "send over %s: %s", ir_group_name((IrGroup)n->attr[0]), err) : NULL;
     }
-    Msg *msg = xcalloc(1, sizeof *msg);
+    Msg *msg = xalloc_calloc(1, sizeof *msg);
     msg->group = (int)n->attr[0];
     msg->t = tensor_of(x, dup_values(X, ir_numel(x)));
     if (in->mail_tail) in->mail_tail->next = msg;
@@ -986,10 +978,10 @@ static int run_graph(Interp *in, int gi, int64_t layer, const InterpTensor *args
   r.layer = layer;
   r.args = args;
   r.nargs = nargs;
-  r.val = xcalloc((size_t)g->nnodes, sizeof(double *));
-  r.owned = xcalloc((size_t)g->nnodes, 1);
+  r.val = xalloc_calloc((size_t)g->nnodes, sizeof(double *));
+  r.owned = xalloc_calloc((size_t)g->nnodes, 1);
   /* last use of each value, so it can be freed early; outputs live on */
-  int *last = xcalloc((size_t)g->nnodes, sizeof(int));
+  int *last = xalloc_calloc((size_t)g->nnodes, sizeof(int));
   for (int i = 0; i < g->nnodes; i++) {
     last[i] = i;
     for (int k = 0; k < g->nodes[i].nin; k++) last[g->nodes[i].in[k]] = i;
@@ -1003,7 +995,7 @@ static int run_graph(Interp *in, int gi, int64_t layer, const InterpTensor *args
     if (n->op == IR_PARAM || n->op == IR_INPUT || n->op == IR_ARG) {
       e = bind_leaf(&r, i);
     } else {
-      r.val[i] = xcalloc((size_t)ir_numel(n), sizeof(double));
+      r.val[i] = xalloc_calloc((size_t)ir_numel(n), sizeof(double));
       r.owned[i] = 1;
       e = exec_node(&r, i, r.val[i]);
       if (last[i] == i) { /* nothing reads it (a CALL kept for its effects) */
@@ -1063,7 +1055,7 @@ int interp_run(Interp *in, int graph, int64_t layer, const InterpTensor *args, i
 
 double interp_loss(Interp *in) {
   const IrGraph *g = in->m->graphs[0];
-  InterpTensor *outs = xcalloc((size_t)g->noutputs, sizeof(InterpTensor));
+  InterpTensor *outs = xalloc_calloc((size_t)g->noutputs, sizeof(InterpTensor));
   const char *err = NULL;
   double loss = NAN;
   if (interp_run(in, 0, 0, NULL, 0, outs, &err) == 0) loss = outs[0].data[0];

@@ -20,6 +20,7 @@
  *      rank is reported.
  * docs/planner.md sections 9-14 give every formula with its source. */
 #include "plan.h"
+#include "xalloc.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -41,15 +42,6 @@
 
 /* ------------------------------------------------------------------ */
 /* small helpers                                                       */
-
-static void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size);
-  if (!p) {
-    fprintf(stderr, "hpdlc: out of memory\n");
-    abort();
-  }
-  return p;
-}
 
 void plan_cost_add(PlanCost *a, const PlanCost *b, double times) {
   a->t += b->t * times;
@@ -139,17 +131,17 @@ static void ginfo_init(GInfo *gi, const IrGraph *g, const FuseGraph *fg) {
   int n = g->nnodes, nk = fg->nkernels;
   gi->g = g;
   gi->fg = fg;
-  gi->dep = xcalloc((size_t)n, 1);
-  gi->wgrad = xcalloc((size_t)n, sizeof(int));
-  gi->absorbed = xcalloc((size_t)n, 1);
-  gi->nuse = xcalloc((size_t)n, sizeof(int));
-  gi->last = xcalloc((size_t)n, sizeof(int));
-  gi->alias = xcalloc((size_t)n, sizeof(int));
-  gi->is_out = xcalloc((size_t)n, 1);
-  gi->is_grad_out = xcalloc((size_t)n, 1);
-  gi->kbwd = xcalloc((size_t)nk, 1);
-  gi->kparam_bwd = xcalloc((size_t)nk, 1);
-  gi->kparam_fwd = xcalloc((size_t)nk, 1);
+  gi->dep = xalloc_calloc((size_t)n, 1);
+  gi->wgrad = xalloc_calloc((size_t)n, sizeof(int));
+  gi->absorbed = xalloc_calloc((size_t)n, 1);
+  gi->nuse = xalloc_calloc((size_t)n, sizeof(int));
+  gi->last = xalloc_calloc((size_t)n, sizeof(int));
+  gi->alias = xalloc_calloc((size_t)n, sizeof(int));
+  gi->is_out = xalloc_calloc((size_t)n, 1);
+  gi->is_grad_out = xalloc_calloc((size_t)n, 1);
+  gi->kbwd = xalloc_calloc((size_t)nk, 1);
+  gi->kparam_bwd = xalloc_calloc((size_t)nk, 1);
+  gi->kparam_fwd = xalloc_calloc((size_t)nk, 1);
   for (int i = 0; i < n; i++) {
     const IrNode *x = &g->nodes[i];
     /* the backward starts at argument 0 (the loss seed of a step, dy of a
@@ -402,7 +394,7 @@ static void walk_live(Pricer *P, const GInfo *gi, const char *mask, double *peak
   const IrGraph *g = gi->g;
   double live = 0, po = 0, pi = 0;
   int holding = 0;
-  double *vb = xcalloc((size_t)g->nnodes, sizeof(double));
+  double *vb = xalloc_calloc((size_t)g->nnodes, sizeof(double));
   for (int k = 0; k < fg->nkernels; k++) {
     const FuseKernel *K = &fg->kernels[k];
     double inner = 0;
@@ -506,8 +498,8 @@ static void pricer_init(Pricer *P, PlanCtx *pc, const IrModule *m, FuseResult *f
   P->pc = pc;
   P->m = m;
   P->fr = fr;
-  P->memo = xcalloc((size_t)m->ngraphs, sizeof(GMemo));
-  P->bwd_block = xcalloc((size_t)m->ngraphs, 1);
+  P->memo = xalloc_calloc((size_t)m->ngraphs, sizeof(GMemo));
+  P->bwd_block = xalloc_calloc((size_t)m->ngraphs, 1);
   for (int i = 1; ad && i < ad->nforward; i++)
     if (ad->grad[i] >= 0 && ad->grad[i] < m->ngraphs) P->bwd_block[ad->grad[i]] = 1;
   P->link = link;
@@ -604,7 +596,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
         if (x->in[j] == save) back = i;
   }
   int n = g->nnodes;
-  char *anc = xcalloc((size_t)n, 1), *desc = xcalloc((size_t)n, 1);
+  char *anc = xalloc_calloc((size_t)n, 1), *desc = xalloc_calloc((size_t)n, 1);
   if (save >= 0) {
     anc[save] = 1;
     for (int i = save; i >= 0; i--)
@@ -620,7 +612,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
   }
   const FuseGraph *fg = gi.fg;
   int nk = fg->nkernels;
-  char *reg = xcalloc((size_t)nk, 1);
+  char *reg = xalloc_calloc((size_t)nk, 1);
   for (int kk = 0; kk < nk; kk++) {
     const FuseKernel *K = &fg->kernels[kk];
     int lastn = K->nodes[K->nnodes - 1];
@@ -685,7 +677,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
   }
   /* saved activations of the prologue and epilogue: values forward kernels
    * write and backward kernels read */
-  char *counted = xcalloc((size_t)n, 1);
+  char *counted = xalloc_calloc((size_t)n, 1);
   for (int kk = 0; kk < nk; kk++) {
     if (!gi.kbwd[kk]) continue;
     const FuseKernel *K = &fg->kernels[kk];
@@ -727,7 +719,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
     pp->lb_peak = lb->peak;
   }
   /* peaks per chunk kind, without the held layers */
-  char *mask = xcalloc((size_t)nk, 1);
+  char *mask = xalloc_calloc((size_t)nk, 1);
   for (int kind = 0; kind < PLAN_NKINDS; kind++) {
     for (int kk = 0; kk < nk; kk++) {
       int r = reg[kk];
@@ -759,7 +751,7 @@ PlanParts *plan_parts(PlanCtx *c, const PlanKey *k) {
   }
   if ((c->count + 1) * 2 > cap) {
     size_t ncap = cap ? cap * 2 : 256;
-    PlanParts **nt = xcalloc(ncap, sizeof(PlanParts *));
+    PlanParts **nt = xalloc_calloc(ncap, sizeof(PlanParts *));
     for (size_t i = 0; i < cap; i++) {
       PlanParts *p = c->table[i];
       if (!p) continue;
@@ -771,7 +763,7 @@ PlanParts *plan_parts(PlanCtx *c, const PlanKey *k) {
     c->table = nt;
     c->cap = cap = ncap;
   }
-  PlanParts *p = xcalloc(1, sizeof *p);
+  PlanParts *p = xalloc_calloc(1, sizeof *p);
   p->key = *k;
   build_parts(c, p);
   c->programs++;
@@ -835,7 +827,7 @@ static int price_chunk_module(PlanCtx *c, IrModule *cm, Recompute rc, const Cost
   const FuseGraph *fg = gi.fg;
   int64_t held_layers = 0;
   double layer_saved = 0;
-  char *counted = xcalloc((size_t)g->nnodes, 1);
+  char *counted = xalloc_calloc((size_t)g->nnodes, 1);
   for (int k = 0; k < fg->nkernels; k++) {
     const FuseKernel *K = &fg->kernels[k];
     price_kernel(&P, &gi, k, 0, gi.kbwd[k] ? &ch->b : &ch->f);
@@ -914,7 +906,7 @@ static int price_chunk_module(PlanCtx *c, IrModule *cm, Recompute rc, const Cost
 PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
   for (PlanExact *e = c->exact; e; e = e->next)
     if (key_eq(&e->key, k) && e->K == K) return e;
-  PlanExact *e = xcalloc(1, sizeof *e);
+  PlanExact *e = xalloc_calloc(1, sizeof *e);
   e->key = *k;
   e->K = K;
   e->next = c->exact;
@@ -945,7 +937,7 @@ PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
     /* a weight read by the first and the last chunk (tied embeddings) */
     if (ok) {
       IrModule *m0 = pipe_chunk_module(a, pr, 0), *m1 = pipe_chunk_module(a, pr, (int)K - 1);
-      char *used = xcalloc((size_t)pr->m->nparams + 1, 1);
+      char *used = xalloc_calloc((size_t)pr->m->nparams + 1, 1);
       for (int i = 0; i < m0->graphs[0]->nnodes; i++)
         if (m0->graphs[0]->nodes[i].op == IR_PARAM) used[m0->graphs[0]->nodes[i].attr[0]] |= 1;
       for (int i = 0; i < m1->graphs[0]->nnodes; i++)
@@ -1007,7 +999,7 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
                model->layout.cluster_name ? model->layout.cluster_name : "?");
     return NULL;
   }
-  PlanCtx *c = xcalloc(1, sizeof *c);
+  PlanCtx *c = xalloc_calloc(1, sizeof *c);
   c->model = model;
   c->dev = *d;
   if (model->has_cluster) c->cluster = model->cluster;
@@ -1228,7 +1220,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   int pp_n = (int)L.pp, v = (int)L.vpp;
   int64_t mmb = L.num_micro;
   /* per-chunk times */
-  double *tf = xcalloc((size_t)K, sizeof(double)), *tb = xcalloc((size_t)K, sizeof(double));
+  double *tf = xalloc_calloc((size_t)K, sizeof(double)), *tb = xalloc_calloc((size_t)K, sizeof(double));
   for (int64_t ci = 0; ci < K; ci++) {
     const PlanChunk *ch = &kinds[kind_of(ci, K)];
     tf[ci] = ch->f.t;
@@ -1240,12 +1232,12 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   /* per pipeline rank */
   c->nstages = pp_n;
   free(c->stages);
-  c->stages = xcalloc((size_t)pp_n, sizeof(PlanStage));
+  c->stages = xalloc_calloc((size_t)pp_n, sizeof(PlanStage));
   PlanStage *st = c->stages;
   /* Ranks priced: all of them, or in the search's screening the first, one
    * middle rank (standing for pp - 2 identical ones) and the last. */
-  int nrep = 0, *rep = xcalloc((size_t)pp_n, sizeof(int));
-  double *wrep = xcalloc((size_t)pp_n, sizeof(double));
+  int nrep = 0, *rep = xalloc_calloc((size_t)pp_n, sizeof(int));
+  double *wrep = xalloc_calloc((size_t)pp_n, sizeof(double));
   if ((flags & PLAN_FAST) && pp_n > 3) {
     rep[0] = 0, wrep[0] = 1;
     rep[1] = 1, wrep[1] = pp_n - 2;
@@ -1271,7 +1263,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   }
   /* the pipeline */
   double T_pipe = 0, bubble_fraction = 0;
-  int *inflight = xcalloc((size_t)pp_n, sizeof(int));
+  int *inflight = xalloc_calloc((size_t)pp_n, sizeof(int));
   if (pp_n == 1) {
     T_pipe = (double)mmb * Rmax;
     inflight[0] = L.schedule == SCHED_GPIPE ? (int)mmb : 1;
@@ -1513,7 +1505,7 @@ int plan_timeline(PlanCtx *c, const PlanLayout *L, PlanTimeline *out) {
   PlanKey key = {l->micro_batch, l->tp, l->cp, l->tp > 1 ? l->sp : 0, l->recompute};
   PlanExact *e = plan_exact(c, &key, K);
   if (!e->valid) return -1;
-  double *tf = xcalloc((size_t)K, sizeof(double)), *tb = xcalloc((size_t)K, sizeof(double));
+  double *tf = xalloc_calloc((size_t)K, sizeof(double)), *tb = xalloc_calloc((size_t)K, sizeof(double));
   for (int64_t ci = 0; ci < K; ci++) {
     int k = kind_of(ci, K);
     const PlanChunk *ch = &e->ch[k == PLAN_SINGLE || k == PLAN_FIRST ? 0 : k == PLAN_MIDDLE ? 1 : 2];
