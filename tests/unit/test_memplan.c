@@ -36,6 +36,7 @@
 #include "interp.h"
 #include "loader.h"
 #include "sema.h"
+#include "test_model.h"
 #include "test_util.h"
 
 /* ---- the meter: the executor's peak in the plan's model ---- */
@@ -198,42 +199,6 @@ static const char *fake_recv(void *ctx, IrGroup g, int offset, double *data, int
 
 /* ---- loading a sample at a size ---- */
 
-typedef struct {
-  Arena *arena;
-  Diag *diag;
-  SemModel *model;
-} Loaded;
-
-static SemModel *load(Loaded *L, const char *file, const char *const *defs, int ndefs) {
-  memset(L, 0, sizeof *L);
-  L->arena = arena_new();
-  L->diag = diag_new(stderr);
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s", HPDL_SOURCE_DIR, file);
-  LoadedProgram prog = load_program(L->arena, L->diag, path);
-  SemDefine defines[16], layout[] = {{"parallel.cluster", "cpu", NULL},     {"parallel.data", "1", NULL},
-                                     {"parallel.tensor", "1", NULL},        {"parallel.pipeline", "1", NULL},
-                                     {"parallel.context", "1", NULL},       {"parallel.virtual", "1", NULL},
-                                     {"parallel.nodes", "1", NULL},         {"parallel.gpus_per_node", "1", NULL},
-                                     {"train.micro_batch", "2", NULL},      {"train.batch", "2", NULL}};
-  int nd = 0;
-  for (int i = 0; i < ndefs && i < 16; i++) {
-    const char *eq = strchr(defs[i], '=');
-    defines[nd].name = arena_strndup(L->arena, defs[i], (size_t)(eq - defs[i]));
-    defines[nd].value = eq + 1;
-    defines[nd++].flag = NULL;
-  }
-  int bad = 0;
-  SemOptions opts = {defines, nd, layout, (int)(sizeof layout / sizeof layout[0]), NULL, &bad};
-  L->model = diag_error_count(L->diag) ? NULL : sema_check(L->arena, L->diag, &prog, &opts);
-  EXPECT(L->model != NULL);
-  return L->model;
-}
-
-static void unload(Loaded *L) {
-  diag_free(L->diag);
-  arena_free(L->arena);
-}
 
 /* ---- the comparison ---- */
 
