@@ -38,7 +38,6 @@ typedef struct {
   /* per source graph: partitioned already, with the entry sharding of arg 0 */
   int *done;
   Shd *entry;
-  Shd *exit;
 } Part;
 
 /* A conversion already made: the same value converted the same way is
@@ -794,7 +793,6 @@ static int partition_graph(Part *P, int gi, Shd entry) {
     v = convert(&G, v, &want, 0, g->nodes[g->outputs[k]].span);
     out->outputs[k] = v.id;
   }
-  P->exit[gi] = entry;
   return P->failed ? -1 : oi;
 }
 
@@ -814,7 +812,6 @@ IrModule *spmd_partition(Arena *arena, Diag *diag, const IrModule *global, const
   P.dst->ninputs = global->ninputs;
   P.done = arena_alloc(arena, sizeof(int) * (size_t)global->ngraphs);
   P.entry = arena_alloc(arena, sizeof(Shd) * (size_t)global->ngraphs);
-  P.exit = arena_alloc(arena, sizeof(Shd) * (size_t)global->ngraphs);
   for (int i = 0; i < global->ngraphs; i++) P.done[i] = -1;
   partition_graph(&P, 0, shd_r());
   return P.failed ? NULL : P.dst;
