@@ -8,6 +8,7 @@
 #include "arena.h"
 #include "ast.h"
 #include "autodiff.h"
+#include "compile.h"
 #include "diag.h"
 #include "fuse.h"
 #include "ir.h"
@@ -59,9 +60,10 @@ typedef struct {
   int quiet;
   int color; /* -1 auto */
   PlanCliOptions plan; /* plan: --format, -o, --trace, --scaling, --search, --top */
+  CompileOptions compile; /* compile: -o, --target, --executor */
 } Cli;
 
-static const char *const verbs[] = {"check", "emit", "plan"};
+static const char *const verbs[] = {"check", "emit", "plan", "compile"};
 static const char *const stages[] = {"ast", "source", "ir", "grad", "fused", "spmd", "memory", "schedule"};
 
 static void help_common_options(void) {
@@ -101,6 +103,9 @@ static void help_main(void) {
        "                         step time, MFU and the limit, before launch; --search\n"
        "                         ranks every layout, --scaling tabulates speed-ups\n"
        "\n"
+       "  compile FILE -o DIR    compile the training job for the CPU runtime: the\n"
+       "                         artifact hpdlrun runs (--target cpu)\n"
+       "\n"
        "  hpdlc <command> --help shows the options of a command.\n"
        "  hpdlc --version        shows the version.\n"
        "\n"
@@ -130,7 +135,26 @@ static void help_verb(const char *verb) {
     help_common_options();
     return;
   }
-  if (!strcmp(verb, "check")) {
+  if (!strcmp(verb, "compile")) {
+    puts("usage: hpdlc compile [options] FILE --target cpu -o DIR\n"
+         "\n"
+         "Compiles the training job of FILE under its layout into the artifact folder\n"
+         "DIR, which `hpdlrun DIR` runs: the model lowered at the train block's micro\n"
+         "batch, partitioned over tensor, sequence and context parallelism, split into\n"
+         "one chunk per pipeline stage, differentiated (the recompute policy applies),\n"
+         "memory-planned, and with the CPU back end, compiled to native kernels.\n"
+         "DIR holds manifest.json, program.so and per stage its chunk (stageS.hir)\n"
+         "and kernels (stageS.so); nothing else is needed at run time. docs/runtime.md\n"
+         "describes the files.\n"
+         "\n"
+         "compile options:\n"
+         "  -o DIR                   the artifact folder (made when missing)\n"
+         "  --target cpu             what to compile for (cpu, the default)\n"
+         "  --executor auto|native|interp\n"
+         "                           native: generated kernels (fp32); interp: the\n"
+         "                           reference executor (fp64, slow, exact); auto (default):\n"
+         "                           native when the CPU back end is built and compiles it\n");
+  } else if (!strcmp(verb, "check")) {
     puts("usage: hpdlc check [options] FILE...\n"
          "\n"
          "Parses each file and its imports, checks names, types and shapes of the\n"
@@ -219,6 +243,19 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
       cli->files[cli->nfiles++] = a;
       continue;
     }
+    if (!strcmp(verb, "compile")) { /* -o DIR, --target T, --executor E (also --flag=VALUE) */
+      size_t fl = strchr(a, '=') ? (size_t)(strchr(a, '=') - a) : strlen(a);
+      int which = !strcmp(a, "-o") ? 0 : (fl == 8 && !strncmp(a, "--target", 8)) ? 1 : (fl == 10 && !strncmp(a, "--executor", 10)) ? 2 : -1;
+      if (which >= 0) {
+        const char *v = a[fl] == '=' ? a + fl + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!v || !*v) return cli_error("%s needs a value", which == 0 ? "-o" : which == 1 ? "--target" : "--executor", NULL);
+        if (which == 0) cli->compile.out_dir = v;
+        else if (which == 1) cli->compile.target = v;
+        else if (compile_executor_parse(v) < 0) return cli_error("--executor takes auto, native or interp, not '%s'", v, NULL);
+        else cli->compile.executor = (CompileExecutor)compile_executor_parse(v);
+        continue;
+      }
+    }
     if (!strcmp(verb, "plan") && !strcmp(a, "-o")) {
       if (i + 1 >= argc) return cli_error("-o needs a file name%s", "", NULL);
       cli->plan.output = argv[++i];
@@ -305,6 +342,10 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
         names[n++] = "--search";
         names[n++] = "--top";
       }
+      if (!strcmp(verb, "compile")) {
+        names[n++] = "--target";
+        names[n++] = "--executor";
+      }
       names[n++] = "--model";
       names[n++] = "--quiet";
       names[n++] = "--color";
@@ -327,6 +368,10 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
     if (cli->nfiles != 1) return cli_error("emit %s takes exactly one file", cli->stage, NULL);
   }
   if (cli->nfiles == 0) return cli_error("%s: no input file", verb, NULL);
+  if (!strcmp(verb, "compile") && cli->nfiles != 1) return cli_error("compile takes exactly one file%s", "", NULL);
+  if (!strcmp(verb, "compile") && !cli->compile.out_dir) return cli_error("compile: missing the artifact folder (-o DIR)%s", "", NULL);
+  if (!strcmp(verb, "compile") && cli->compile.target && strcmp(cli->compile.target, "cpu"))
+    return cli_error("compile: unknown target '%s' (there is: cpu)", cli->compile.target, NULL);
   return 0;
 }
 
@@ -475,6 +520,20 @@ int main(int argc, char **argv) {
             ir_print(ir, stdout);
           }
         } else if (m == NULL && diag_error_count(diag) == before) {
+          fprintf(stderr, "hpdlc: %s declares no model\n", cli.files[i]);
+          status = 1;
+        }
+      } else if (!strcmp(cli.verb, "compile")) {
+        int bad_cli = 0;
+        SemOptions opts = {cli.defines, cli.ndefines, cli.layout, cli.nlayout, cli.model, &bad_cli};
+        SemModel *m = sema_check(arena, diag, &prog, &opts);
+        if (bad_cli) status = 2;
+        if (m && diag_error_count(diag) == before) {
+          cli.compile.source = cli.files[i];
+          cli.compile.quiet = cli.quiet;
+          int s = compile_artifact(arena, diag, m, &cli.compile, stdout, stderr);
+          if (s > status) status = s;
+        } else if (!m && diag_error_count(diag) == before) {
           fprintf(stderr, "hpdlc: %s declares no model\n", cli.files[i]);
           status = 1;
         }

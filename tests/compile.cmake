@@ -1,0 +1,48 @@
+# compile.cmake - `hpdlc compile` and the CPU program it puts into artifacts
+# (compiler/compile.c, runtime/program_*.c), CTest names compile.*:
+#
+#   compile.artifact, compile.chunk_file   the manifest, the chunks' parameter
+#       uses, the chunk file's round trip and damaged files
+#       (compile/test_program_ir.c says what each checks)
+#   compile.CASE   end to end through hpdlc compile and hpdlrun
+#       (compile/compile_e2e.py says what each case checks), against
+#       hpdl_compile_ref, the unpartitioned model trained by the reference
+#       executor (compile/ref_train.c)
+# Cases that need mpirun skip (exit 77) without it; compile.native skips
+# without the CPU back end (no LLVM at configure time).
+
+add_executable(test_compile_artifact compile/test_program_ir.c)
+target_compile_options(test_compile_artifact PRIVATE ${HPDL_WARNINGS})
+target_include_directories(test_compile_artifact PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit ${CMAKE_SOURCE_DIR}/runtime)
+target_link_libraries(test_compile_artifact PRIVATE hpdlcomp)
+target_compile_definitions(test_compile_artifact PRIVATE HPDL_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+                           HPDL_PROGRAM_LIB="$<TARGET_FILE:hpdl_program>")
+add_dependencies(test_compile_artifact hpdl_program)
+foreach(part artifact chunk_file)
+  add_test(NAME compile.${part} COMMAND test_compile_artifact ${part})
+  set_tests_properties(compile.${part} PROPERTIES LABELS compile TIMEOUT 120)
+endforeach()
+
+add_executable(hpdl_compile_ref compile/ref_train.c)
+target_compile_options(hpdl_compile_ref PRIVATE ${HPDL_WARNINGS})
+target_link_libraries(hpdl_compile_ref PRIVATE hpdlcomp hpdlrt)
+
+# Open MPI's own allocations suppressed under the sanitizers, as runtime.cmake
+# does for its tests (that file is read after this one).
+set(HPDL_COMPILE_TEST_ENV
+    "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0"
+    "LSAN_OPTIONS=suppressions=${HPDL_TEST_DIR}/runtime/lsan.supp:print_suppressions=0"
+    "OMPI_MCA_mca_base_component_disable_dlclose=1")
+find_package(Python3 COMPONENTS Interpreter)
+foreach(case cli one_rank dp2 tp2 pp2 dp2_tp2_pp2 tp2_cp2 resume_same_layout resume_other_layout missing_file self_contained native)
+  if(Python3_Interpreter_FOUND)
+    add_test(NAME compile.${case}
+             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/compile/compile_e2e.py --bin ${CMAKE_BINARY_DIR}/bin
+                     --ref $<TARGET_FILE:hpdl_compile_ref> --source ${CMAKE_SOURCE_DIR}
+                     --work ${CMAKE_CURRENT_BINARY_DIR}/compile-e2e/${case} ${case})
+  else()
+    add_test(NAME compile.${case} COMMAND bash -c "echo 'skipped: no python3'; exit 77")
+  endif()
+  set_tests_properties(compile.${case} PROPERTIES LABELS compile TIMEOUT 300 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${HPDL_COMPILE_TEST_ENV}")
+endforeach()

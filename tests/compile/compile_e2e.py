@@ -1,0 +1,364 @@
+#!/usr/bin/env python3
+"""compile_e2e.py - end to end through `hpdlc compile` and `hpdlrun` (CTest: compile.CASE).
+
+    compile_e2e.py --bin BUILD/bin --ref hpdl_compile_ref --source REPO --work DIR CASE
+
+Each case compiles samples/gpt2-tiny.hpd at a small size (-D C=32 -D T=16 -D L=2 -D H=4:
+34K parameters, a global batch of 32 windows of 16 bytes), trains it with hpdlrun on
+generated text (hpdl-data --synthetic) and checks the numbers against hpdl_compile_ref
+(tests/compile/ref_train.c: the unpartitioned model trained by the reference executor in
+one process) or against each other:
+
+  one_rank, dp2, tp2, pp2, dp2_tp2_pp2, tp2_cp2
+      the artifact of that layout (the reference executor's program, fp64): the step-1
+      loss and gradient norm within 1e-6 relative of the reference, the loss after 20
+      steps within 1e-4.
+  resume_same_layout   pp=2: 20 steps straight and 10 + resume + 10 give the same
+      checkpoint, bit for bit (tied embedding mirrored across the stages included).
+  resume_other_layout  a checkpoint of step 10 at pp=2 resumed at dp=2 and at tp=2:
+      the parameters after step 20 within 1e-5 of the straight run.
+  missing_file   a missing chunk file, program, kernels or manifest, and a damaged
+      chunk file: one clear message naming the file, exit status 1.
+  self_contained the artifact copied elsewhere runs from another folder; it names no
+      file outside itself and its program needs no library of the build tree.
+  cli            hpdlc compile's command-line and layout errors.
+  native         (with the CPU back end) the generated kernels (stages the back end
+      cannot compile run the reference executor: "mixed"): within 1e-5 of the reference
+      at step 1 and 1e-4 at step 20, on one rank and with tp and pp; HPDL_EXECUTOR=
+      interp on the same artifact gives the reference executor's numbers.
+Exit 0 pass, 1 fail, 77 skip (no mpirun, or no back end for `native`).
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "runtime"))
+import e2e as rt  # noqa: E402  (the runtime tests' checkpoint reader: safetensors, CRC-32C)
+
+SKIP = 77
+ARGS = None
+DEFS = ["-D", "C=32", "-D", "T=16", "-D", "L=2", "-D", "H=4"]
+STEPS = 20
+
+
+class Fail(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Fail(what)
+
+
+def run(args, expect=0, env=None, cwd=None):
+    e = dict(os.environ)
+    e.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    e.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    if env:
+        e.update(env)
+    p = subprocess.run(args, capture_output=True, text=True, env=e, timeout=280, cwd=cwd)
+    if expect is not None and p.returncode != expect:
+        sys.stderr.write(f"$ {' '.join(args)}\n--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}\n")
+        raise Fail(f"exit status {p.returncode}, expected {expect}")
+    return p
+
+
+def tool(name):
+    return os.path.join(ARGS.bin, name)
+
+
+def work(name):
+    d = os.path.join(ARGS.work, name)
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def sample():
+    return os.path.join(ARGS.source, "samples", "gpt2-tiny.hpd")
+
+
+def need_mpi(world):
+    if world == 1:
+        return
+    if shutil.which("mpirun") is None:
+        print("skipped: mpirun not found (scripts/setup.sh installs Open MPI)")
+        sys.exit(SKIP)
+    if "collectives: mpi" not in run([tool("hpdlrun"), "--version"]).stdout:
+        print("skipped: this hpdlrun was built without MPI")
+        sys.exit(SKIP)
+
+
+def make_data():
+    d = work("data")
+    prefix = os.path.join(d, "tiny")
+    if not os.path.exists(prefix + "_train_000000.bin"):
+        run([tool("hpdl-data"), "--synthetic", "300000", "--seed", "3", "-o", prefix])
+    return prefix + "_train_*.bin"
+
+
+def compile_art(name, flags, executor="interp", expect=0):
+    d = os.path.join(ARGS.work, name)
+    shutil.rmtree(d, ignore_errors=True)
+    p = run([tool("hpdlc"), "compile", sample(), *DEFS, *flags, "--executor", executor, "-o", d], expect=expect)
+    return d, p
+
+
+def world_of(art):
+    try:
+        return json.load(open(os.path.join(art, "manifest.json")))["world_size"]
+    except FileNotFoundError:
+        return 1
+
+
+def train(art, tag, steps=STEPS, extra=(), env=None, expect=0):
+    need_mpi(world_of(art))
+    m = os.path.join(ARGS.work, tag + ".jsonl")
+    if os.path.exists(m) and "--resume" not in extra:
+        os.remove(m)
+    p = run([tool("hpdlrun"), art, "--data", make_data(), "--steps", str(steps), "--metrics", m, "--progress", "plain",
+             *extra], env=env, expect=expect)
+    return (rt.metrics(m) if os.path.exists(m) else []), p
+
+
+_REF = {}
+
+
+def reference(art):
+    """The reference executor's run for this artifact's training settings (one per global batch)."""
+    if art not in _REF:
+        p = run([ARGS.ref, sample(), art, make_data(), str(STEPS), *DEFS])
+        _REF[art] = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
+    return _REF[art]
+
+
+def rel(a, b):
+    return abs(a - b) / abs(b)
+
+
+def compare(name, got, ref, tol1=1e-6, tol20=1e-4):
+    check(len(got) == STEPS and len(ref) == STEPS, f"{name}: {len(got)} steps run, {len(ref)} in the reference")
+    l1, n1 = rel(got[0]["loss"], ref[0]["loss"]), rel(got[0]["grad_norm"], ref[0]["grad_norm"])
+    l20 = rel(got[-1]["loss"], ref[-1]["loss"])
+    print(f"{name}: step 1 loss {got[0]['loss']:.9f} (reference {ref[0]['loss']:.9f}, rel {l1:.1e}), "
+          f"norm {got[0]['grad_norm']:.9f} (reference {ref[0]['grad_norm']:.9f}, rel {n1:.1e}); "
+          f"step {STEPS} loss {got[-1]['loss']:.9f} (reference {ref[-1]['loss']:.9f}, rel {l20:.1e})")
+    check(l1 <= tol1, f"{name}: step-1 loss off by {l1:.2e} relative")
+    check(n1 <= tol1, f"{name}: step-1 gradient norm off by {n1:.2e} relative")
+    check(l20 <= tol20, f"{name}: step-{STEPS} loss off by {l20:.2e} relative")
+    check(got[-1]["loss"] < got[0]["loss"], f"{name}: the loss did not fall")
+
+
+def layout_case(name, flags):
+    art, _ = compile_art("art-" + name, flags)
+    got, _ = train(art, name)
+    compare(name, got, reference(art))
+
+
+# ---- cases --------------------------------------------------------------------
+
+def case_one_rank():
+    layout_case("one_rank", [])
+
+
+def case_dp2():
+    layout_case("dp2", ["--dp", "2"])
+
+
+def case_tp2():
+    layout_case("tp2", ["--tp", "2"])
+
+
+def case_pp2():
+    layout_case("pp2", ["--pp", "2", "--schedule", "1f1b"])
+
+
+def case_dp2_tp2_pp2():
+    layout_case("dp2_tp2_pp2", ["--dp", "2", "--tp", "2", "--pp", "2", "--schedule", "1f1b"])
+
+
+def case_tp2_cp2():
+    # context parallelism is ring attention: sends and receives around the context group
+    layout_case("tp2_cp2", ["--tp", "2", "--cp", "2"])
+
+
+def case_resume_same_layout():
+    art, _ = compile_art("art", ["--pp", "2"])
+    a, b = os.path.join(ARGS.work, "straight"), os.path.join(ARGS.work, "split")
+    for x in (a, b):
+        shutil.rmtree(x, ignore_errors=True)
+    ma, _ = train(art, "a", extra=["--checkpoint-dir", a])
+    train(art, "b", extra=["--checkpoint-dir", b, "--stop-at", "10"])
+    check(rt.latest(b) == 10, "stopped at step 10 with a checkpoint")
+    mb, p = train(art, "b", extra=["--checkpoint-dir", b, "--resume"])
+    check("steps 11..20" in p.stdout, p.stdout)
+    fa = open(os.path.join(a, "step-00000020.safetensors"), "rb").read()
+    fb = open(os.path.join(b, "step-00000020.safetensors"), "rb").read()
+    check(fa == fb, "20 steps and 10 + resume + 10 differ")
+    check([(r["step"], r["loss"]) for r in ma] == [(r["step"], r["loss"]) for r in mb], "the same losses, step by step")
+    print(f"resume_same_layout: {len(rt.ckpt(a, 20))} tensors identical after 10 + 10 steps at pp=2, "
+          f"loss {ma[-1]['loss']:.9f}")
+
+
+def case_resume_other_layout():
+    pp2, _ = compile_art("art-pp2", ["--pp", "2"])
+    a, b = os.path.join(ARGS.work, "straight"), os.path.join(ARGS.work, "split")
+    for x in (a, b):
+        shutil.rmtree(x, ignore_errors=True)
+    train(pp2, "straight", extra=["--checkpoint-dir", a])
+    train(pp2, "split", extra=["--checkpoint-dir", b, "--stop-at", "10"])
+    ref = rt.ckpt(a, 20)
+    for name, flags in (("dp2", ["--dp", "2"]), ("tp2", ["--tp", "2"])):
+        art, _ = compile_art("art-" + name, flags)
+        c = os.path.join(ARGS.work, "resumed-" + name)
+        shutil.rmtree(c, ignore_errors=True)
+        shutil.copytree(b, c)
+        _, p = train(art, "resumed-" + name, extra=["--checkpoint-dir", c, "--resume"])
+        check("steps 11..20" in p.stdout, p.stdout)
+        diff = rt.max_diff(ref, rt.ckpt(c, 20))
+        print(f"resume_other_layout: saved at pp=2 after 10 steps, resumed at {name}: max difference {diff:.2e} "
+              f"after step 20 over {len(ref)} tensors")
+        check(diff < 1e-5, f"resumed at {name}: max difference {diff}")
+
+
+def one_error(p, *needles):
+    err = p.stderr + p.stdout
+    for n in needles:
+        check(n in err, f"the message lacks {n!r}: {err!r}")
+    check("Traceback" not in err and "Segmentation" not in err, err)
+
+
+def case_missing_file():
+    art, _ = compile_art("art", [])
+    d = os.path.join(ARGS.work, "broken")
+    for f, needles in (("stage0.hir", ["missing artifact file", "stage0.hir", "ranks[0].module"]),
+                       ("program.so", ["missing artifact file", "program.so", "ranks[0].program"]),
+                       ("manifest.json", ["missing artifact file", "manifest.json"])):
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(art, d)
+        os.remove(os.path.join(d, f))
+        _, p = train(d, "broken", expect=1)
+        one_error(p, *needles)
+        print(f"missing {f}: {(p.stderr.strip() or p.stdout.strip()).splitlines()[-1]}")
+    # a damaged chunk file: the checksum
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(art, d)
+    path = os.path.join(d, "stage0.hir")
+    raw = bytearray(open(path, "rb").read())
+    raw[len(raw) // 2] ^= 0x40
+    open(path, "wb").write(raw)
+    _, p = train(d, "broken", expect=1)
+    one_error(p, "stage0.hir", "corrupted")
+    open(path, "wb").write(raw[:100])
+    _, p = train(d, "broken", expect=1)
+    one_error(p, "stage0.hir", "truncated")
+    print(f"damaged stage0.hir: {p.stderr.strip().splitlines()[-1]}")
+    # kernels named by the manifest but missing (native artifacts)
+    man = json.load(open(os.path.join(d, "manifest.json")))
+    man["program"]["executor"] = "native"
+    man["ranks"][0]["kernels"] = "stage0.so"
+    shutil.copy(os.path.join(art, "stage0.hir"), path)
+    json.dump(man, open(os.path.join(d, "manifest.json"), "w"))
+    _, p = train(d, "broken", expect=1)
+    one_error(p, "missing artifact file", "stage0.so", "ranks[0].kernels")
+
+
+def case_self_contained():
+    art, _ = compile_art("art", ["--pp", "2"])
+    man = json.load(open(os.path.join(art, "manifest.json")))
+    for r in man["ranks"]:
+        for k in ("program", "module", "kernels"):
+            if k in r:
+                check(not os.path.isabs(r[k]) and os.path.exists(os.path.join(art, r[k])), f"ranks: {r[k]}")
+    ldd = run(["ldd", os.path.join(art, "program.so")]).stdout
+    for tree in (ARGS.source, os.path.dirname(ARGS.bin)):
+        check(tree not in ldd, f"program.so needs a library of {tree}:\n{ldd}")
+    moved = os.path.join(ARGS.work, "elsewhere", "job")
+    shutil.rmtree(os.path.dirname(moved), ignore_errors=True)
+    os.makedirs(os.path.dirname(moved))
+    shutil.move(art, moved)
+    got, _ = train(moved, "moved", env={"HPDL_PROGRAM_LIB": "/nonexistent"})
+    check(len(got) == STEPS, "trained from the moved artifact")
+    print(f"self_contained: moved artifact trained, loss {got[0]['loss']:.6f} -> {got[-1]['loss']:.6f}; "
+          f"program.so needs only: {', '.join(sorted(l.split()[0] for l in ldd.splitlines() if '=>' in l))}")
+
+
+def case_cli():
+    hpdlc = tool("hpdlc")
+    out = os.path.join(ARGS.work, "x")
+    shutil.rmtree(out, ignore_errors=True)
+    p = run([hpdlc, "--help"])
+    check("compile FILE -o DIR" in p.stdout, "the main help lists compile")
+    p = run([hpdlc, "compile", "--help"])
+    check("--executor" in p.stdout and "-o DIR" in p.stdout, p.stdout)
+    p = run([hpdlc, "compile", sample()], expect=2)
+    one_error(p, "missing the artifact folder (-o DIR)")
+    p = run([hpdlc, "compile", sample(), "--target", "cuda", "-o", out], expect=2)
+    one_error(p, "unknown target 'cuda'")
+    p = run([hpdlc, "compile", sample(), "--executor", "fast", "-o", out], expect=2)
+    one_error(p, "--executor takes auto, native or interp")
+    p = run([hpdlc, "compile", sample(), sample(), "-o", out], expect=2)
+    one_error(p, "exactly one file")
+    p = run([hpdlc, "compile", sample(), "--tp", "auto", "-o", out], expect=1)
+    one_error(p, "concrete layout", "parallel.tensor is auto", "--tp N")
+    p = run([hpdlc, "compile", sample(), *DEFS, "--pp", "2", "--virtual-stages", "2", "-D", "L=4", "-o", out], expect=1)
+    one_error(p, "virtual pipeline stages")
+    p = run([hpdlc, "compile", sample(), *DEFS, "--tp", "3", "-o", out], expect=1)
+    check("error" in p.stderr and not os.path.exists(os.path.join(out, "manifest.json")), p.stderr)
+    p = run([hpdlc, "compile", sample(), *DEFS, "-o", "/proc/forbidden/x"], expect=1)
+    one_error(p, "cannot make the output folder /proc/forbidden/x")
+    p = run([hpdlc, "compile", sample(), *DEFS, "-o", out], env={"HPDL_PROGRAM_LIB": "/nonexistent/p.so"}, expect=1)
+    one_error(p, "the CPU program /nonexistent/p.so is missing")
+    p = run([hpdlc, "compile", "-q", sample(), *DEFS, "--executor", "interp", "-o", out])
+    check(p.stdout == "" and os.path.exists(os.path.join(out, "manifest.json")), "-q prints nothing")
+    print("cli: every error above exits 2 (command line) or 1 (the model or layout), with its message")
+
+
+def case_native():
+    first = True
+    for name, flags in (("one_rank", []), ("tp2", ["--tp", "2"]), ("pp2", ["--pp", "2"])):
+        # auto: a stage the back end cannot compile runs the reference executor ("mixed")
+        art, p = compile_art("art-native-" + name, flags, executor="auto")
+        ex = json.load(open(os.path.join(art, "manifest.json")))["program"]["executor"]
+        if first and ex == "interp":
+            print("skipped: the CPU back end is not built into this hpdlc (or cannot compile the model): " + p.stderr.strip())
+            sys.exit(SKIP)
+        first = False
+        check(ex in ("native", "mixed"), f"{name}: executor {ex}")
+        got, _ = train(art, "native-" + name)
+        compare(f"{ex} {name}", got, reference(art), tol1=1e-5, tol20=1e-4)
+    # the same artifact through the reference executor: the oracle at run time
+    got, _ = train(art, "native-as-interp", env={"HPDL_EXECUTOR": "interp"})
+    compare("pp2 kernels' artifact with HPDL_EXECUTOR=interp", got, reference(art))
+
+
+CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--ref", required=True)
+    ap.add_argument("--source", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("case", choices=sorted(CASES))
+    ARGS = ap.parse_args()
+    ARGS.work = os.path.abspath(ARGS.work)
+    ARGS.bin = os.path.abspath(ARGS.bin)
+    ARGS.source = os.path.abspath(ARGS.source)
+    os.makedirs(ARGS.work, exist_ok=True)
+    rt.ARGS = argparse.Namespace(bin=ARGS.bin, work=ARGS.work, plugin="")
+    try:
+        CASES[ARGS.case]()
+    except (Fail, rt.Fail) as e:
+        print(f"FAIL {ARGS.case}: {e}")
+        return 1
+    print(f"ok {ARGS.case}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
