@@ -18,25 +18,6 @@
 /* ------------------------------------------------------------------ */
 /* tables                                                              */
 
-static const char *const dtype_names[] = {
-#define X(id, name, bytes, is_float) name,
-    SEM_DTYPES(X)
-#undef X
-};
-static const int dtype_bytes[] = {
-#define X(id, name, bytes, is_float) bytes,
-    SEM_DTYPES(X)
-#undef X
-};
-static const int dtype_float[] = {
-#define X(id, name, bytes, is_float) is_float,
-    SEM_DTYPES(X)
-#undef X
-};
-
-const char *sem_dtype_name(DType t) { return dtype_names[t]; }
-int sem_dtype_bytes(DType t) { return dtype_bytes[t]; }
-int sem_dtype_is_float(DType t) { return dtype_float[t]; }
 
 typedef struct {
   const char *name;
@@ -65,10 +46,6 @@ static int find_builtin(const char *name) {
 
 static int is_unary_elementwise(SemOp op) { return op <= SOP_NEG; }
 
-const char *sem_shard_name(ShardKind k) {
-  static const char *const n[] = {"replicated", "column", "row", "vocab"};
-  return n[k];
-}
 const char *sem_schedule_name(Schedule s) {
   static const char *const n[] = {"gpipe", "1f1b", "interleaved"};
   return n[s];
@@ -83,7 +60,7 @@ const char *sem_precision_name(Precision p) {
 }
 
 const char *sem_type_str(Arena *a, const TensorType *t) {
-  char *s = arena_printf(a, "%s[", dtype_names[t->dtype]);
+  char *s = arena_printf(a, "%s[", sem_dtype_name(t->dtype));
   for (int i = 0; i < t->rank; i++)
     s = arena_printf(a, "%s%s%s", s, i ? ", " : "", sym_str(a, t->dims[i]));
   return arena_printf(a, "%s]", s);
@@ -772,12 +749,14 @@ static int parse_dtype(Sema *S, const AstType *t, DType *out) {
     return 1;
   }
   for (int i = 0; i < DT_COUNT; i++)
-    if (!strcmp(dtype_names[i], t->dtype)) {
+    if (!strcmp(sem_dtype_name((DType)i), t->dtype)) {
       *out = (DType)i;
       return 1;
     }
   sema_error(S, t->dtype_span, "unknown element type '%s'", t->dtype);
-  const char *close = diag_closest(t->dtype, dtype_names, DT_COUNT);
+  const char *names[DT_COUNT];
+  for (int i = 0; i < DT_COUNT; i++) names[i] = sem_dtype_name((DType)i);
+  const char *close = diag_closest(t->dtype, names, DT_COUNT);
   if (close) diag_hint(S->diag, "did you mean '%s'?", close);
   else diag_hint(S->diag, "element types are f32, f16, bf16, f64, i32, i64 and bool");
   return 0;
