@@ -1754,7 +1754,10 @@ static void kernel_comm(CgKern *k) {
     return;
   }
   int64_t N = numel(n), NX = x ? numel(x) : 0, grp = n->attr[0];
-  LLVMValueRef out = val_ptr(k, id), xp = x ? val_ptr(k, xs) : NULL;
+  /* a send whose result nothing reads (a gradient going back to the
+   * previous stage) has no buffer: the transfer is all it does */
+  int unread = n->op == IR_SEND && io_index(k, id) < 0;
+  LLVMValueRef out = unread ? NULL : val_ptr(k, id), xp = x ? val_ptr(k, xs) : NULL;
   LLVMValueRef r, s;
   group_of(k, grp, &r, &s);
   char what[128];
@@ -1820,7 +1823,7 @@ static void kernel_comm(CgKern *k) {
             LLVMBuildICmp(cg->b, LLVMIntNE, call_coll(k, n->op == IR_SEND ? CG_CTX_SEND : CG_CTX_RECV, a, 5),
                           cg_i32(cg, 0), ""),
             fail);
-    if (n->op == IR_SEND) cg_memcpy(cg, out, xp, cg_i64(cg, N * 4));
+    if (n->op == IR_SEND && out) cg_memcpy(cg, out, xp, cg_i64(cg, N * 4));
     break;
   }
   default: cg_fail(cg, "graph %s kernel k%d: %s is not a collective", k->g->name, k->kp, ir_op_name(n->op)); break;
