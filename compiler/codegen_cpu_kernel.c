@@ -1716,6 +1716,7 @@ static void kernel_special(CgKern *k) {
 static void chunk_copy(CgKern *k, const IrNode *local, int64_t axis, int layout, LLVMValueRef r, LLVMValueRef size,
                        LLVMValueRef global, LLVMValueRef loc, int to_global) {
   CgCpu *cg = k->cg;
+  LLVMTypeRef elt = cg_elem_type(cg, local->dtype); /* f32, or i32 token chunks */
   int64_t outer = 1, inner = 1, len = local->dims[axis];
   for (int64_t i = 0; i < axis; i++) outer *= local->dims[i];
   for (int i = (int)axis + 1; i < local->rank; i++) inner *= local->dims[i];
@@ -1728,9 +1729,9 @@ static void chunk_copy(CgKern *k, const IrNode *local, int64_t axis, int layout,
   LLVMValueRef lb = mul64(cg, add64(cg, mul64(cg, lo.iv, cg_i64(cg, len)), li.iv), cg_i64(cg, inner));
   cg_loop_open(cg, &lc, cg_i64(cg, inner), 0, NULL, "c");
   LLVMValueRef ga = add64(cg, gb, lc.iv), la = add64(cg, lb, lc.iv);
-  LLVMValueRef src = to_global ? cg_gep(cg, cg->tf32, loc, la, "") : cg_gep(cg, cg->tf32, global, ga, "");
-  LLVMValueRef dst = to_global ? cg_gep(cg, cg->tf32, global, ga, "") : cg_gep(cg, cg->tf32, loc, la, "");
-  LLVMBuildStore(cg->b, LLVMBuildLoad2(cg->b, cg->tf32, src, ""), dst);
+  LLVMValueRef src = to_global ? cg_gep(cg, elt, loc, la, "") : cg_gep(cg, elt, global, ga, "");
+  LLVMValueRef dst = to_global ? cg_gep(cg, elt, global, ga, "") : cg_gep(cg, elt, loc, la, "");
+  LLVMBuildStore(cg->b, LLVMBuildLoad2(cg->b, elt, src, ""), dst);
   cg_loop_close(cg, &lc, NULL, 0, NULL);
   cg_loop_close(cg, &li, NULL, 0, NULL);
   cg_loop_close(cg, &lo, NULL, 0, NULL);
@@ -1749,7 +1750,9 @@ static void kernel_comm(CgKern *k) {
   const IrNode *n = nd(k, id);
   int xs = n->nin ? mem_of(k, n->in[0]) : -1;
   const IrNode *x = xs >= 0 ? nd(k, xs) : NULL;
-  if (n->dtype != DT_F32 || (x && x->dtype != DT_F32)) {
+  /* a chunk of the integer tokens is taken locally; what travels is f32 */
+  int local_int = n->op == IR_SHARD_SLICE && n->dtype == DT_I32 && x && x->dtype == DT_I32;
+  if (!local_int && (n->dtype != DT_F32 || (x && x->dtype != DT_F32))) {
     cg_fail(cg, "graph %s kernel k%d: collectives move f32 only", k->g->name, k->kp);
     return;
   }
