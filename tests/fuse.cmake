@@ -13,12 +13,12 @@ set(HPDL_FUSE_SAMPLES mlp gpt2-tiny)
 set(HPDL_FUSE_UPDATE_COMMANDS)
 foreach(name ${HPDL_FUSE_SAMPLES})
   add_test(NAME fuse.${name}
-           COMMAND bash ${HPDL_TEST_DIR}/fuse/run_fused.sh $<TARGET_FILE:hpdlc>
+           COMMAND bash ${HPDL_TEST_DIR}/run_emit_golden.sh $<TARGET_FILE:hpdlc> fused
                    ${CMAKE_SOURCE_DIR}/samples/${name}.hpd ${HPDL_TEST_DIR}/fuse/${name}.fused
                    ${HPDL_STDLIB_DIR})
   set_tests_properties(fuse.${name} PROPERTIES TIMEOUT 60 LABELS fuse)
   list(APPEND HPDL_FUSE_UPDATE_COMMANDS
-       COMMAND bash ${HPDL_TEST_DIR}/fuse/run_fused.sh --update $<TARGET_FILE:hpdlc>
+       COMMAND bash ${HPDL_TEST_DIR}/run_emit_golden.sh --update $<TARGET_FILE:hpdlc> fused
                ${CMAKE_SOURCE_DIR}/samples/${name}.hpd ${HPDL_TEST_DIR}/fuse/${name}.fused
                ${HPDL_STDLIB_DIR})
 endforeach()

@@ -12,12 +12,12 @@
 set(HPDL_MEMPLAN_UPDATE_COMMANDS)
 function(hpdl_memplan_golden name sample)
   add_test(NAME memplan.${name}
-           COMMAND bash ${HPDL_TEST_DIR}/memplan/run_memory.sh $<TARGET_FILE:hpdlc>
+           COMMAND bash ${HPDL_TEST_DIR}/run_emit_golden.sh $<TARGET_FILE:hpdlc> memory
                    ${CMAKE_SOURCE_DIR}/samples/${sample}.hpd ${HPDL_TEST_DIR}/memplan/${name}.memory
                    ${HPDL_STDLIB_DIR} ${ARGN})
   set_tests_properties(memplan.${name} PROPERTIES TIMEOUT 60 LABELS memplan)
   set(HPDL_MEMPLAN_UPDATE_COMMANDS ${HPDL_MEMPLAN_UPDATE_COMMANDS}
-      COMMAND bash ${HPDL_TEST_DIR}/memplan/run_memory.sh --update $<TARGET_FILE:hpdlc>
+      COMMAND bash ${HPDL_TEST_DIR}/run_emit_golden.sh --update $<TARGET_FILE:hpdlc> memory
               ${CMAKE_SOURCE_DIR}/samples/${sample}.hpd ${HPDL_TEST_DIR}/memplan/${name}.memory
               ${HPDL_STDLIB_DIR} ${ARGN}
       PARENT_SCOPE)
