@@ -29,6 +29,20 @@ static int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
 static int is_external_leaf(IrOp op) { return op == IR_PARAM || op == IR_INPUT || op == IR_ARG; }
 
+/* v shares the buffer of value `of` (a reshape): that buffer lives as long
+ * as the view does. */
+static void make_view(MemGraph *mg, MemValue *v, int of) {
+  const MemValue *x = &mg->values[of];
+  v->of = of;
+  v->buf = x->buf;
+  v->kind = x->buf < 0 ? MEM_EXTERNAL : MEM_VIEW;
+  if (x->buf >= 0) {
+    MemBuf *b = &mg->bufs[x->buf];
+    if (v->last > b->last) b->last = v->last;
+    mg->nviews++;
+  }
+}
+
 int mem_inplace_ok(const IrGraph *g, int node, int k) {
   if (node < 0 || node >= g->nnodes) return 0;
   const IrNode *n = &g->nodes[node];
@@ -260,15 +274,7 @@ static void plan_unfused(Planner *P, int gi) {
       continue;
     }
     if (nd->op == IR_RESHAPE) {
-      const MemValue *x = &mg->values[nd->in[0]];
-      v->of = nd->in[0];
-      v->buf = x->buf;
-      v->kind = x->buf < 0 ? MEM_EXTERNAL : MEM_VIEW;
-      if (x->buf >= 0) {
-        MemBuf *b = &mg->bufs[x->buf];
-        if (v->last > b->last) b->last = v->last;
-        mg->nviews++;
-      }
+      make_view(mg, v, nd->in[0]);
       continue;
     }
     int reuse = -1;
@@ -364,15 +370,7 @@ static void plan_fused(Planner *P, int gi) {
       } else if (immediate[i]) {
         v->kind = MEM_INTERNAL;
       } else if (K->kind == FUSE_VIEW && nd->op == IR_RESHAPE && mg->values[nd->in[0]].kind != MEM_INTERNAL) {
-        const MemValue *x = &mg->values[nd->in[0]];
-        v->of = nd->in[0];
-        v->buf = x->buf;
-        v->kind = x->buf < 0 ? MEM_EXTERNAL : MEM_VIEW;
-        if (x->buf >= 0) {
-          MemBuf *b = &mg->bufs[x->buf];
-          if (v->last > b->last) b->last = v->last;
-          mg->nviews++;
-        }
+        make_view(mg, v, nd->in[0]);
       } else if (into[i] >= 0) {
         v->kind = MEM_INPLACE;
         v->of = into[i];

@@ -112,12 +112,16 @@ static int emit(GPart *G, IrOp op, const int *in, int nin, const int64_t *attr, 
 
 /* ---- conversions between shardings, one group at a time ---- */
 
+/* A collective of x, made once per value and attributes (conv_find). */
+static int conv_emit(GPart *G, IrOp op, int x, const int64_t *attr, int nattr, int rank, const int64_t *dims, Span at) {
+  int done = conv_find(G, op, x, attr);
+  if (done >= 0) return done;
+  return conv_keep(G, op, x, attr, emit(G, op, &x, 1, attr, nattr, 0, dn(G, x)->dtype, rank, dims, at));
+}
+
 static int all_reduce(GPart *G, int x, IrGroup g, int max, Span at) {
   int64_t attr[4] = {g, 0, max, max}; /* a max all-reduce carries no gradient (its use is a constant shift) */
-  int done = conv_find(G, IR_ALL_REDUCE, x, attr);
-  if (done >= 0) return done;
-  const IrNode *n = dn(G, x);
-  return conv_keep(G, IR_ALL_REDUCE, x, attr, emit(G, IR_ALL_REDUCE, &x, 1, attr, 4, 0, n->dtype, -1, NULL, at));
+  return conv_emit(G, IR_ALL_REDUCE, x, attr, 4, -1, NULL, at);
 }
 
 static int gather(GPart *G, int x, IrGroup g, int axis, int grad_partial, Span at) {
@@ -126,9 +130,7 @@ static int gather(GPart *G, int x, IrGroup g, int axis, int grad_partial, Span a
   memcpy(dims, n->dims, sizeof dims);
   dims[axis] *= G->P->size[g];
   int64_t attr[4] = {g, axis, layout_of(g), grad_partial};
-  int done = conv_find(G, IR_ALL_GATHER, x, attr);
-  if (done >= 0) return done;
-  return conv_keep(G, IR_ALL_GATHER, x, attr, emit(G, IR_ALL_GATHER, &x, 1, attr, 4, 0, n->dtype, n->rank, dims, at));
+  return conv_emit(G, IR_ALL_GATHER, x, attr, 4, n->rank, dims, at);
 }
 
 static int scatter(GPart *G, int x, IrGroup g, int axis, Span at) {
@@ -143,9 +145,7 @@ static int scatter(GPart *G, int x, IrGroup g, int axis, Span at) {
   }
   dims[axis] /= G->P->size[g];
   int64_t attr[4] = {g, axis, layout_of(g), 0};
-  int done = conv_find(G, IR_REDUCE_SCATTER, x, attr);
-  if (done >= 0) return done;
-  return conv_keep(G, IR_REDUCE_SCATTER, x, attr, emit(G, IR_REDUCE_SCATTER, &x, 1, attr, 3, 0, n->dtype, n->rank, dims, at));
+  return conv_emit(G, IR_REDUCE_SCATTER, x, attr, 3, n->rank, dims, at);
 }
 
 static int shard_slice(GPart *G, int x, IrGroup g, int axis, Span at) {
@@ -161,9 +161,7 @@ static int shard_slice(GPart *G, int x, IrGroup g, int axis, Span at) {
   }
   dims[axis] /= G->P->size[g];
   int64_t attr[4] = {g, axis, layout_of(g), 0};
-  int done = conv_find(G, IR_SHARD_SLICE, x, attr);
-  if (done >= 0) return done;
-  return conv_keep(G, IR_SHARD_SLICE, x, attr, emit(G, IR_SHARD_SLICE, &x, 1, attr, 3, 0, n->dtype, n->rank, dims, at));
+  return conv_emit(G, IR_SHARD_SLICE, x, attr, 3, n->rank, dims, at);
 }
 
 /* Ring attention's exchange: the blocks of x travel around the group, each
