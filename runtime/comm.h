@@ -54,7 +54,7 @@ typedef struct Comm Comm;
 typedef struct {
   const char *name; /* "mpi", "local", later "nccl" */
   int (*all_reduce)(Comm *c, CommGroup g, CommType t, CommOp op, void *buf, int64_t n, RtErr *e);
-  /* out: size x n values, member by member */
+  /* out: size x n values, member by member; in may be this member's place in out */
   int (*all_gather)(Comm *c, CommGroup g, CommType t, const void *in, int64_t n, void *out, RtErr *e);
   /* in: size x n values; out: this member's n-value piece of the reduction */
   int (*reduce_scatter)(Comm *c, CommGroup g, CommType t, CommOp op, const void *in, int64_t n, void *out, RtErr *e);

@@ -64,7 +64,9 @@ static int m_all_gather(Comm *c, CommGroup g, CommType t, const void *in, int64_
     return 0;
   }
   if (n > INT_MAX) return rt_fail(e, "all_gather of %lld values: at most INT_MAX per member", (long long)n);
-  MPI_CHECK(MPI_Allgather(in, (int)n, mpi_type(t), out, (int)n, mpi_type(t), grp(c, g)), e);
+  /* in already at this member's place in out: MPI's in-place form (MPI forbids overlapping buffers otherwise) */
+  const void *send = (const char *)in == (const char *)out + (size_t)c->rank[g] * (size_t)n * (size_t)comm_type_size(t) ? MPI_IN_PLACE : in;
+  MPI_CHECK(MPI_Allgather(send, (int)n, mpi_type(t), out, (int)n, mpi_type(t), grp(c, g)), e);
   return 0;
 }
 

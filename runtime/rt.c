@@ -1,4 +1,5 @@
 /* rt.c - errors, the allocation hook, the clock, file helpers. */
+#define _DEFAULT_SOURCE /* madvise (Linux, the BSDs) */
 #include "rt.h"
 
 #include <errno.h>
@@ -7,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -106,6 +108,14 @@ void rt_free_aligned(void *p) {
   size_t off;
   memcpy(&off, (unsigned char *)p - sizeof(size_t), sizeof off);
   rt_free((unsigned char *)p - off);
+}
+
+void rt_release_pages(void *p, size_t size) {
+  long page = sysconf(_SC_PAGESIZE);
+  if (!p || page <= 0) return;
+  uintptr_t lo = ((uintptr_t)p + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1), hi = ((uintptr_t)p + size) & ~(uintptr_t)(page - 1);
+  /* Advice only: where it fails the pages simply stay. */
+  if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
 double rt_now(void) {

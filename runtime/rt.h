@@ -46,6 +46,10 @@ char *rt_strdup(const char *s);            /* NULL when out of memory */
 /* 64-byte aligned (cache lines, SIMD), zeroed; free with rt_free_aligned. */
 void *rt_alloc_aligned(size_t size);
 void rt_free_aligned(void *p);
+/* Gives the whole pages inside [p, p + size) back to the system (madvise
+ * MADV_DONTNEED) while the block stays allocated: for a buffer that is idle
+ * between uses. Those pages read as zeros afterwards. */
+void rt_release_pages(void *p, size_t size);
 
 /* Seconds on a monotonic clock. */
 double rt_now(void);

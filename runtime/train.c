@@ -42,8 +42,17 @@ typedef struct {
   Comm *c;
   const TrainOptions *o;
   TrainCtx ctx;
-  float *pool[4]; /* data, grad, m, v */
+  float *pool[4]; /* data, grad (pool_cap values); m, v (the owned own_len values) */
   int64_t pool_len;
+  /* ZeRO (docs/runtime.md, "ZeRO"): the pools padded to pool_cap, a multiple
+   * of 16 x dp; data-parallel member r owns values [own_lo, own_lo + own_len),
+   * own_len = pool_cap / dp. At zero 0 it owns them all (own_len = pool_len). */
+  int zero;
+  int64_t pool_cap, own_lo, own_len;
+  int64_t *offset;         /* each tensor's first value in the pools */
+  unsigned char *norm_rep; /* this rank's copy of the tensor is the one its tp / cp group counts in the norm */
+  float *grad_own;         /* zero >= 2: the dp-reduced gradient of the owned values */
+  float *master;           /* zero 3: the owned parameters, the only copy between steps */
   const TrainProgram *prog;
   void *self, *dl;
   DataLoader *loader;
@@ -122,22 +131,102 @@ static int make_tensors(Run *R, RtErr *e) {
     }
   }
   R->pool_len = len;
+  int dp = c->size[COMM_DP];
+  if (R->zero > 0) {
+    /* Padding to 16 x dp keeps every member's slice 64-byte aligned. */
+    int64_t unit = 16 * (int64_t)dp;
+    R->pool_cap = (len + unit - 1) / unit * unit;
+    if (R->pool_cap == 0) R->pool_cap = unit;
+    R->own_len = R->pool_cap / dp;
+    R->own_lo = (int64_t)c->rank[COMM_DP] * R->own_len;
+  } else {
+    R->pool_cap = R->own_len = len;
+    R->own_lo = 0;
+  }
   int want_m = R->opt.kind == OPTIM_ADAMW || R->opt.momentum != 0, want_v = R->opt.kind == OPTIM_ADAMW;
   for (int p = 0; p < 4; p++) {
     if ((p == 2 && !want_m) || (p == 3 && !want_v)) continue;
-    R->pool[p] = rt_alloc_aligned((size_t)(len ? len : 16) * sizeof(float));
-    if (!R->pool[p])
-      return rt_fail(e, "out of memory for the parameters (%" PRId64 " values per pool)", len);
+    int64_t values = p < 2 ? R->pool_cap : R->own_len;
+    R->pool[p] = rt_alloc_aligned((size_t)(values ? values : 16) * sizeof(float));
+    if (!R->pool[p]) return rt_fail(e, "out of memory for the parameters (%" PRId64 " values per pool)", values);
   }
+  if (R->zero >= 2 && !(R->grad_own = rt_alloc_aligned((size_t)R->own_len * sizeof(float))))
+    return rt_fail(e, "out of memory for the reduced gradients (%" PRId64 " values)", R->own_len);
+  if (R->zero >= 3 && !(R->master = rt_alloc_aligned((size_t)R->own_len * sizeof(float))))
+    return rt_fail(e, "out of memory for the parameters' slice (%" PRId64 " values)", R->own_len);
+  R->offset = rt_calloc((size_t)(n ? n : 1), sizeof *R->offset);
+  R->norm_rep = rt_calloc((size_t)(n ? n : 1), 1);
+  if (!R->offset || !R->norm_rep) return rt_fail(e, "out of memory");
   int64_t off = 0;
   for (int i = 0; i < n; i++) {
+    R->offset[i] = off;
+    int split = t[i].split.axis >= 0;
+    const ArtParam *p = t[i].param;
+    R->norm_rep[i] = ((split && p->split_group == COMM_TP) || c->coords.tp == 0) && ((split && p->split_group == COMM_CP) || c->coords.cp == 0);
     t[i].data = R->pool[0] + off;
     t[i].grad = R->pool[1] + off;
-    t[i].m = R->pool[2] ? R->pool[2] + off : NULL;
-    t[i].v = R->pool[3] ? R->pool[3] + off : NULL;
+    /* Sharded moments are not per tensor: the update walks the owned range. */
+    t[i].m = R->pool[2] && R->zero == 0 ? R->pool[2] + off : NULL;
+    t[i].v = R->pool[3] && R->zero == 0 ? R->pool[3] + off : NULL;
     off += round16(t[i].numel);
   }
   return 0;
+}
+
+/* ---- ZeRO: the owned range ---- */
+
+/* The pool values of tensor i this rank owns: [*lo, *hi); 0 when none. */
+static int owned_part(const Run *R, int i, int64_t *lo, int64_t *hi) {
+  int64_t a = R->offset[i], b = a + R->ctx.tensors[i].numel;
+  if (a < R->own_lo) a = R->own_lo;
+  if (b > R->own_lo + R->own_len) b = R->own_lo + R->own_len;
+  *lo = a;
+  *hi = b;
+  return b > a;
+}
+
+/* Where the step's reduced gradient of pool value j lies. */
+static float *grad_at(Run *R, int64_t j) { return R->grad_own ? R->grad_own + (j - R->own_lo) : R->pool[1] + j; }
+/* Where the master weight of pool value j (an owned one) lies. */
+static float *param_at(Run *R, int64_t j) { return R->master ? R->master + (j - R->own_lo) : R->pool[0] + j; }
+
+/* zero 3, between steps: the owned slice is the parameters' only copy; the
+ * whole-parameter pool is handed back to the system until the next gather. */
+static void params_to_rest(Run *R) {
+  if (!R->master) return;
+  memcpy(R->master, R->pool[0] + R->own_lo, (size_t)R->own_len * sizeof(float));
+  rt_release_pages(R->pool[0], (size_t)R->pool_cap * sizeof(float));
+}
+
+/* zero 3: every member's slice into the whole-parameter pool (once per step:
+ * the program reads whole parameters). */
+static int gather_params(Run *R, RtErr *e) {
+  return comm_all_gather(R->c, COMM_DP, COMM_F32, R->master, R->own_len, R->pool[0], e);
+}
+
+/* The whole pool of state s (0 parameters, 1 m, 2 v) as this rank's tensors
+ * lay it out, on data-parallel member 0 (the checkpoint's owner): the pool
+ * itself when it is not sharded, else the members' slices sent to member 0
+ * into *tmp (every member of the dp group calls this). NULL elsewhere. */
+static const float *whole_state(Run *R, int s, float **tmp, RtErr *e) {
+  *tmp = NULL;
+  int sharded = s == 0 ? R->master != NULL : R->zero > 0;
+  const float *own = s == 0 ? R->master : R->pool[1 + s];
+  if (!sharded) return s == 0 ? R->pool[0] : R->pool[1 + s];
+  Comm *c = R->c;
+  int dp = c->size[COMM_DP], r = c->rank[COMM_DP];
+  if (r != 0) {
+    if (comm_send(c, COMM_DP, COMM_F32, own, R->own_len, 0, 200 + s, e) < 0) fatal(R, "sending a slice of the optimizer state", e);
+    return NULL;
+  }
+  float *all = rt_alloc((size_t)R->pool_cap * sizeof(float));
+  if (!all) fatal(R, "out of memory gathering a checkpoint", NULL);
+  memcpy(all, own, (size_t)R->own_len * sizeof(float));
+  for (int q = 1; q < dp; q++)
+    if (comm_recv(c, COMM_DP, COMM_F32, all + (int64_t)q * R->own_len, R->own_len, q, 200 + s, e) < 0)
+      fatal(R, "receiving a slice of the optimizer state", e);
+  *tmp = all;
+  return all;
 }
 
 static void init_tensors(Run *R) {
@@ -256,6 +345,10 @@ static int save_checkpoint(Run *R, int64_t step, RtErr *e) {
     if (job) job->t = rt_calloc((size_t)(nlogical * (1 + nstate) + 1), sizeof *job->t);
     if (!job || !job->t) fatal(R, "out of memory gathering a checkpoint", NULL);
   }
+  /* Sharded state (ZeRO) is gathered whole on each dp group's member 0. */
+  const float *whole[3] = {NULL, NULL, NULL};
+  float *whole_tmp[3] = {NULL, NULL, NULL};
+  for (int s = 0; s <= nstate; s++) whole[s] = whole_state(R, s, &whole_tmp[s], e);
   float *piece = NULL;
   int64_t piece_cap = 0;
   int k = 0;
@@ -278,7 +371,7 @@ static int save_checkpoint(Run *R, int64_t step, RtErr *e) {
         for (int d = 0; d < p->rank; d++) ln *= local_dims[d];
         for (int s = 0; s <= nstate; s++) {
           if (owner == me) {
-            const float *src = s == 0 ? mine->data : s == 1 ? mine->m : mine->v;
+            const float *src = whole[s] + R->offset[mine - R->ctx.tensors];
             if (me == 0) ckpt_shard_insert(logical[s], 4, p->rank, p->shape, sp, src);
             else if (comm_send(c, COMM_WORLD, COMM_F32, src, ln, 0, 100 + s, e) < 0) fatal(R, "sending a checkpoint shard", e);
           } else { /* rank 0 receives */
@@ -311,6 +404,7 @@ static int save_checkpoint(Run *R, int64_t step, RtErr *e) {
     }
   }
   rt_free(piece);
+  for (int s = 0; s < 3; s++) rt_free(whole_tmp[s]);
   failed = 0;
   if (me == 0) {
     job->n = k;
@@ -423,20 +517,25 @@ static int resume(Run *R, RtErr *e, int *resumed) {
   }
   if (comm_broadcast(c, COMM_WORLD, COMM_F64, hdr, 6, 0, e) < 0) fatal(R, "broadcasting the checkpoint header", e);
   if (hdr[0] == 0) return 0;
-  float *buf = NULL;
+  float *buf = NULL, *shard = NULL;
   int64_t cap = 0;
   for (int i = 0; i < a->nparams; i++) {
     const ArtParam *p = &a->params[i];
     int64_t numel = artifact_param_numel(p);
     if (numel > cap) {
       rt_free(buf);
+      rt_free(shard);
       cap = numel;
-      if (!(buf = rt_alloc((size_t)numel * sizeof(float)))) fatal(R, "out of memory loading a checkpoint", NULL);
+      buf = rt_alloc((size_t)numel * sizeof(float));
+      shard = rt_alloc((size_t)numel * sizeof(float));
+      if (!buf || !shard) fatal(R, "out of memory loading a checkpoint", NULL);
     }
     for (int64_t l = 0; l < p->count; l++) {
       TrainTensor *mine = local_tensor(R, p, l);
       for (int s = 0; s < 3; s++) {
-        float *dst = !mine ? NULL : s == 0 ? mine->data : s == 1 ? mine->m : mine->v;
+        /* parameters into the whole pool (zero 3 keeps its slice below);
+         * sharded moments: the owned part of this rank's shard */
+        float *dst = !mine ? NULL : s == 0 ? mine->data : R->zero == 0 ? (s == 1 ? mine->m : mine->v) : shard;
         if (s == 1 && !hdr[4]) continue;
         if (s == 2 && !hdr[5]) continue;
         if (s > 0 && !(s == 1 ? R->pool[2] : R->pool[3])) continue;
@@ -451,10 +550,14 @@ static int resume(Run *R, RtErr *e, int *resumed) {
         }
         if (comm_broadcast(c, COMM_WORLD, COMM_F32, buf, numel, 0, e) < 0) fatal(R, "broadcasting a checkpoint tensor", e);
         if (dst) ckpt_shard_extract(buf, 4, p->rank, p->shape, mine->split, dst);
+        int64_t lo, hi, ti = mine ? mine - R->ctx.tensors : 0;
+        if (dst == shard && owned_part(R, (int)ti, &lo, &hi))
+          memcpy(R->pool[1 + s] + (lo - R->own_lo), shard + (lo - R->offset[ti]), (size_t)(hi - lo) * sizeof(float));
       }
     }
   }
   rt_free(buf);
+  rt_free(shard);
   ckpt_close(ck);
   R->start_step = (int64_t)hdr[1];
   R->data_start = (int64_t)hdr[2];
@@ -477,6 +580,13 @@ static void human(char *buf, size_t n, double v) {
   else snprintf(buf, n, "%.0f", v);
 }
 
+static void bytes_str(char *buf, size_t n, double v) {
+  if (v >= 1e9) snprintf(buf, n, "%.3f GB", v / 1e9);
+  else if (v >= 1e6) snprintf(buf, n, "%.3f MB", v / 1e6);
+  else if (v >= 1e3) snprintf(buf, n, "%.3f kB", v / 1e3);
+  else snprintf(buf, n, "%.0f B", v);
+}
+
 static void clock_str(char *buf, size_t n, double s) {
   if (!(s >= 0) || s > 1e8) {
     snprintf(buf, n, "?");
@@ -492,12 +602,40 @@ static void json_num(FILE *f, const char *key, double v, int last) {
   else fprintf(f, "\"%s\": null%s", key, last ? "" : ", "); /* JSON has no NaN */
 }
 
+/* The start-up line on the optimizer state each rank holds: the largest
+ * rank's (pipeline stages and tensor shards differ), and at zero > 0 the
+ * whole state it is a slice of. */
+static void report_state(Run *R) {
+  int nstate = (R->pool[2] != NULL) + (R->pool[3] != NULL);
+  double b[2] = {4.0 * nstate * (double)R->own_len, 4.0 * nstate * (double)R->pool_len};
+  RtErr e;
+  if (comm_all_reduce(R->c, COMM_WORLD, COMM_F64, COMM_MAX, b, 2, &e) < 0) fatal(R, "reducing the state sizes", &e);
+  if (!R->out) return;
+  char own[32], all[32];
+  bytes_str(own, sizeof own, b[0]);
+  bytes_str(all, sizeof all, b[1]);
+  int dp = R->a->layout.dp;
+  if (R->zero == 0)
+    fprintf(R->out, "hpdlrun: optimizer state %s per rank (zero 0: whole on each of %d data-parallel rank%s)\n", own, dp, dp == 1 ? "" : "s");
+  else
+    fprintf(R->out, "hpdlrun: optimizer state %s per rank (zero %d, 1/%d of %s)%s\n", own, R->zero, dp, all,
+            R->zero == 1   ? ""
+            : R->zero == 2 ? "; reduced gradients sharded too"
+                           : "; reduced gradients and parameters sharded too, parameters gathered once per step");
+  fflush(R->out);
+}
+
 /* ---- the run ---- */
 
 static int setup(Run *R, RtErr *e) {
   const Artifact *a = R->a;
   if (a->nranks != R->c->world_size)
     return rt_fail(e, "%s: the artifact is for %d ranks, this job has %d", a->manifest_path, a->world_size, R->c->world_size);
+  if (R->zero >= 2 && a->layout.dp > 1 && a->compression != COMM_COMPRESS_NONE)
+    return rt_fail(e,
+                   "%s: layout.compression = %s with layout.zero = %d: compression is defined on the gradient all-reduce, and ZeRO %d "
+                   "reduce-scatters instead (use zero 0 or 1 with compression, or compression none)",
+                   a->manifest_path, comm_compress_name(a->compression), R->zero, R->zero);
   if (load_program(R, e) < 0) return -1;
   if (make_tensors(R, e) < 0) return -1;
   init_tensors(R);
@@ -559,6 +697,10 @@ static void teardown(Run *R) {
   rt_free(R->mbuf);
   rt_free(R->mptr);
   for (int p = 0; p < 4; p++) rt_free_aligned(R->pool[p]);
+  rt_free_aligned(R->grad_own);
+  rt_free_aligned(R->master);
+  rt_free(R->offset);
+  rt_free(R->norm_rep);
   rt_free_aligned(R->ctx.arena);
   rt_free(R->ctx.tensors);
   comm_compressor_free(&R->z);
@@ -576,6 +718,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
   R.out = R.me == 0 && o->progress != TRAIN_PROGRESS_QUIET ? o->out : NULL;
   R.tty = o->progress == TRAIN_PROGRESS_TTY || (o->progress == TRAIN_PROGRESS_AUTO && o->tty);
   R.opt = a->optim;
+  R.zero = a->zero > 0 ? a->zero : 0;
   R.steps = o->steps >= 0 ? o->steps : a->steps;
   R.opt.total_steps = R.steps;
   R.seed = o->seed >= 0 ? o->seed : a->seed;
@@ -596,6 +739,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     int resumed;
     if (resume(&R, e, &resumed) < 0) who = 0; /* rank 0 did the checking */
   }
+  if (who < 0) params_to_rest(&R);
   if (who < 0) {
     failed = open_data(&R, e) < 0;
     who = agree(&R, failed);
@@ -618,8 +762,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
             R.prog->name, o->data ? o->data : a->data, data_loader_windows(R.loader), a->seq_len);
     fflush(R.out);
   }
-  if (a->zero > 0 && R.out)
-    fprintf(R.out, "hpdlrun: note: zero = %d: this runtime keeps the whole optimizer state on every data-parallel rank\n", a->zero);
+  report_state(&R);
 
   int rc = 0;
   double t_start = rt_now(), run_time = 0;
@@ -643,18 +786,31 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       R.mbuf[k].index = b->index;
       R.mbuf[k].epoch = b->epoch;
     }
-    memset(R.pool[1], 0, (size_t)(R.pool_len ? R.pool_len : 16) * sizeof(float));
+    if (R.master && gather_params(&R, e) < 0) fatal(&R, "gathering the parameters over dp (zero 3)", e);
+    memset(R.pool[1], 0, (size_t)(R.pool_cap ? R.pool_cap : 16) * sizeof(float));
     double loss = 0;
     int has_loss = 0;
     if (R.prog->step(R.self, &R.ctx, R.mptr, R.nmicro, &loss, &has_loss, e) < 0) fatal(&R, "the program's step failed", e);
-    if (a->layout.dp > 1 && !R.prog->reduces_dp &&
-        comm_allreduce_compressed(comm, COMM_DP, &R.z, R.pool[1], R.pool_len, e) < 0)
+    if (R.grad_own) {
+      /* zero >= 2: each member gets the sum of its slice only; the whole
+       * gradient pool is idle until the next step. */
+      if (R.prog->reduces_dp) memcpy(R.grad_own, R.pool[1] + R.own_lo, (size_t)R.own_len * sizeof(float));
+      else if (comm_reduce_scatter(comm, COMM_DP, COMM_F32, COMM_SUM, R.pool[1], R.own_len, R.grad_own, e) < 0)
+        fatal(&R, "the data-parallel gradient reduce-scatter", e);
+      rt_release_pages(R.pool[1], (size_t)R.pool_cap * sizeof(float));
+    } else if (a->layout.dp > 1 && !R.prog->reduces_dp &&
+               comm_allreduce_compressed(comm, COMM_DP, &R.z, R.pool[1], R.pool_len, e) < 0)
       fatal(&R, "the data-parallel gradient all-reduce", e);
     /* One reduction for the gradient norm and the loss: [sum of squares,
-     * loss x has, has]. */
+     * loss x has, has]. Each logical value counts once: its tp / cp group's
+     * representative counts it, over the owned range; at zero 0 every dp
+     * member owns everything, so only member 0 counts. */
     double red[3] = {0, has_loss ? loss : 0, has_loss ? 1 : 0};
-    for (int i = 0; i < R.ctx.ntensors; i++)
-      if (R.ctx.tensors[i].in_norm) red[0] += optim_sumsq(R.ctx.tensors[i].grad, R.ctx.tensors[i].numel);
+    for (int i = 0; i < R.ctx.ntensors; i++) {
+      int64_t lo, hi;
+      if (R.norm_rep[i] && (R.zero > 0 || comm->coords.dp == 0) && owned_part(&R, i, &lo, &hi))
+        red[0] += optim_sumsq(grad_at(&R, lo), hi - lo);
+    }
     if (comm_all_reduce(comm, COMM_WORLD, COMM_F64, COMM_SUM, red, 3, e) < 0) fatal(&R, "reducing the loss", e);
     double gnorm = sqrt(red[0]), mean_loss = red[2] > 0 ? red[1] / red[2] : NAN;
     double lr = optim_lr_at(&R.opt, s);
@@ -666,13 +822,21 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       break;
     }
     double scale = optim_clip_scale(gnorm, R.opt.clip);
-    if (scale != 1.0) optim_scale(R.pool[1], R.pool_len, scale);
+    if (scale != 1.0) optim_scale(grad_at(&R, R.own_lo), R.own_len, scale);
+    /* The update of the owned values, tensor by tensor (weight decay is per
+     * tensor); at zero 0 that is every value. */
     for (int i = 0; i < R.ctx.ntensors; i++) {
-      TrainTensor *x = &R.ctx.tensors[i];
+      int64_t lo, hi;
+      if (!owned_part(&R, i, &lo, &hi)) continue;
+      const TrainTensor *x = &R.ctx.tensors[i];
       double wd = x->param->weight_decay ? R.opt.weight_decay : 0.0;
-      if (R.opt.kind == OPTIM_ADAMW) optim_adamw(x->data, x->grad, x->m, x->v, x->numel, s + 1, lr, wd, &R.opt);
-      else optim_sgd(x->data, x->grad, x->m, x->numel, s + 1, lr, wd, &R.opt);
+      float *m = R.pool[2] ? R.pool[2] + (lo - R.own_lo) : NULL, *v = R.pool[3] ? R.pool[3] + (lo - R.own_lo) : NULL;
+      if (R.opt.kind == OPTIM_ADAMW) optim_adamw(param_at(&R, lo), grad_at(&R, lo), m, v, hi - lo, s + 1, lr, wd, &R.opt);
+      else optim_sgd(param_at(&R, lo), grad_at(&R, lo), m, hi - lo, s + 1, lr, wd, &R.opt);
     }
+    if (R.master) rt_release_pages(R.pool[0], (size_t)R.pool_cap * sizeof(float));
+    else if (R.zero > 0 && comm_all_gather(comm, COMM_DP, COMM_F32, R.pool[0] + R.own_lo, R.own_len, R.pool[0], e) < 0)
+      fatal(&R, "gathering the updated parameters over dp", e);
     double dt = rt_now() - t0;
     run_time += dt;
     log_time += dt;
