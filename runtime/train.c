@@ -616,7 +616,7 @@ static void report_state(Run *R) {
   bytes_str(all, sizeof all, b[1]);
   int dp = R->a->layout.dp;
   if (R->zero == 0)
-    fprintf(R->out, "hpdlrun: optimizer state %s per rank (zero 0: whole on each of %d data-parallel rank%s)\n", own, dp, dp == 1 ? "" : "s");
+    fprintf(R->out, "hpdlrun: optimizer state %s per rank (zero 0%s)\n", own, dp > 1 ? ": not sharded over the data-parallel ranks" : "");
   else
     fprintf(R->out, "hpdlrun: optimizer state %s per rank (zero %d, 1/%d of %s)%s\n", own, R->zero, dp, all,
             R->zero == 1   ? ""

@@ -13,6 +13,15 @@ one process) or against each other:
       the artifact of that layout (the reference executor's program, fp64): the step-1
       loss and gradient norm within 1e-6 relative of the reference, the loss after 20
       steps within 1e-4.
+  zero1, zero2, zero3, zero2_dp2_tp2_pp2
+      ZeRO stages at dp=2 (and 2 x 2 x 2): the reference's numbers, tighter (step 1
+      within 1e-7, step 20 within 1e-6: ZeRO changes no arithmetic), and the
+      start-up line's optimizer state per rank exactly 1/dp of zero 0's (both computed
+      from the manifest's parameters, the slices padded to 16 x dp values).
+  resume_zero    a checkpoint of step 10 at zero=2 dp=2 resumed on one rank (zero 0) and
+      at zero=3 dp=2: the parameters and moments after step 20 within 1e-5 of 20 straight
+      steps at zero 0 dp=2, the step-20 loss within 1e-6; and gradient compression with
+      zero 2 refused at start-up with one message naming both settings.
   resume_same_layout   pp=2: 20 steps straight and 10 + resume + 10 give the same
       checkpoint, bit for bit (tied embedding mirrored across the stages included).
   resume_other_layout  a checkpoint of step 10 at pp=2 resumed at dp=2 and at tp=2:
@@ -151,10 +160,102 @@ def compare(name, got, ref, tol1=1e-6, tol20=1e-4):
     check(got[-1]["loss"] < got[0]["loss"], f"{name}: the loss did not fall")
 
 
-def layout_case(name, flags):
+def layout_case(name, flags, tol1=1e-6, tol20=1e-4):
     art, _ = compile_art("art-" + name, flags)
-    got, _ = train(art, name)
-    compare(name, got, reference(art))
+    got, p = train(art, name)
+    compare(name, got, reference(art), tol1, tol20)
+    return art, p
+
+
+def state_line(out):
+    """hpdlrun's start-up line on the optimizer state: (bytes per rank, zero, dp, whole bytes or None)."""
+    units = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}
+    for line in out.splitlines():
+        w = line.split()
+        if line.startswith("hpdlrun: optimizer state "):
+            per = float(w[3]) * units[w[4]]
+            if "(zero 0" in line:
+                return per, 0, 1, None
+            # "... per rank (zero 2, 1/2 of 273.408 kB)..."
+            i = w.index("(zero")
+            return per, int(w[i + 1].rstrip(",")), int(w[i + 2].split("/")[1]), float(w[i + 4]) * units[w[i + 5].rstrip(");")]
+    raise Fail(f"no optimizer-state line in:\n{out}")
+
+
+def zero_case(name, zero, flags):
+    art, p = layout_case(name, ["--zero", str(zero), *flags], tol1=1e-7, tol20=1e-6)
+    man = json.load(open(os.path.join(art, "manifest.json")))
+    lay = man["layout"]
+    check(lay["zero"] == zero, f"the manifest's layout.zero is {lay['zero']}")
+    # The largest rank's pool (the runtime prints the largest): its parameter copies,
+    # each rounded up to 16 values, each split tensor's shard 1/tp.
+    pools = {}
+    for q in man["params"]:
+        n = 1
+        for d in q["shape"]:
+            n *= d
+        if (q.get("split") or {}).get("group") == "tp" and lay["tp"] > 1:
+            n //= lay["tp"]
+        for st in q["stage"] if isinstance(q["stage"], list) else [q["stage"]] * q["count"]:
+            pools[st] = pools.get(st, 0) + (n + 15) // 16 * 16
+    values = max(pools.values())
+    dp, unit = lay["dp"], 16 * lay["dp"]
+    whole, own = 8 * values, 8 * ((values + unit - 1) // unit * unit // dp)  # AdamW: m and v, fp32
+    per, z, d, of = state_line(p.stdout)
+    print(f"{name}: optimizer state {per:.0f} bytes per rank, 1/{d} of {of:.0f} (zero 0 would hold {whole} per rank)")
+    check((z, d) == (zero, dp), f"the line says zero {z}, 1/{d}")
+    check(abs(of - whole) < 0.5 and abs(per - own) < 0.5, f"expected {own} of {whole} bytes per rank")
+    check(0 <= per * dp - whole < 8 * unit, "a rank's slice is 1/dp of the whole, up to padding")
+
+
+def case_zero1():
+    zero_case("zero1", 1, ["--dp", "2"])
+
+
+def case_zero2():
+    zero_case("zero2", 2, ["--dp", "2"])
+
+
+def case_zero3():
+    zero_case("zero3", 3, ["--dp", "2"])
+
+
+def case_zero2_dp2_tp2_pp2():
+    zero_case("zero2_dp2_tp2_pp2", 2, ["--dp", "2", "--tp", "2", "--pp", "2", "--schedule", "1f1b"])
+
+
+def case_resume_zero():
+    straight, _ = compile_art("art-zero0", ["--dp", "2"])
+    z2, _ = compile_art("art-zero2", ["--dp", "2", "--zero", "2"])
+    a, b = os.path.join(ARGS.work, "straight"), os.path.join(ARGS.work, "split")
+    for x in (a, b):
+        shutil.rmtree(x, ignore_errors=True)
+    ma, _ = train(straight, "straight", extra=["--checkpoint-dir", a])
+    train(z2, "split", extra=["--checkpoint-dir", b, "--stop-at", "10"])
+    check(rt.latest(b) == 10, "stopped at step 10 with a checkpoint")
+    ref = rt.ckpt(a, 20)
+    check(sum(k.startswith("opt.") for k in ref) == 2 * sum(not k.startswith("opt.") for k in ref), "m and v saved whole")
+    for name, flags in (("one rank, zero 0", []), ("dp=2, zero 3", ["--dp", "2", "--zero", "3"])):
+        art, _ = compile_art("art-resumed", flags)
+        c = os.path.join(ARGS.work, "resumed")
+        shutil.rmtree(c, ignore_errors=True)
+        shutil.copytree(b, c)
+        mc, p = train(art, "resumed", extra=["--checkpoint-dir", c, "--resume"])
+        check("steps 11..20" in p.stdout, p.stdout)
+        diff, dl = rt.max_diff(ref, rt.ckpt(c, 20)), rel(mc[-1]["loss"], ma[-1]["loss"])
+        print(f"resume_zero: saved at zero 2 dp=2 after 10 steps, resumed at {name}: max difference {diff:.2e} over "
+              f"{len(ref)} tensors (parameters, m, v) and step-20 loss {mc[-1]['loss']:.9f} (rel {dl:.1e}) against 20 "
+              f"steps at zero 0 dp=2")
+        check(diff < 1e-5, f"resumed at {name}: max difference {diff}")
+        check(dl < 1e-6, f"resumed at {name}: step-20 loss off by {dl:.2e}")
+    # compression is defined on the all-reduce; zero 2 reduce-scatters: refused up front
+    man = json.load(open(os.path.join(z2, "manifest.json")))
+    man["layout"]["compression"] = "int8"
+    json.dump(man, open(os.path.join(z2, "manifest.json"), "w"))
+    _, p = train(z2, "refused", expect=1)
+    one_error(p, "layout.compression = int8 with layout.zero = 2", "reduce-scatters")
+    check("step 1" not in p.stdout, "refused before the first step")
+    print(f"resume_zero: {p.stderr.strip().splitlines()[-1]}")
 
 
 # ---- cases --------------------------------------------------------------------
