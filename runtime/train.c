@@ -162,7 +162,9 @@ static int make_tensors(Run *R, RtErr *e) {
     R->offset[i] = off;
     int split = t[i].split.axis >= 0;
     const ArtParam *p = t[i].param;
-    R->norm_rep[i] = ((split && p->split_group == COMM_TP) || c->coords.tp == 0) && ((split && p->split_group == COMM_CP) || c->coords.cp == 0);
+    int tp_ok = (split && p->split_group == COMM_TP) || c->coords.tp == 0;
+    int cp_ok = (split && p->split_group == COMM_CP) || c->coords.cp == 0;
+    R->norm_rep[i] = tp_ok && cp_ok; /* in_norm without its dp condition: under ZeRO each dp member counts its slice */
     t[i].data = R->pool[0] + off;
     t[i].grad = R->pool[1] + off;
     /* Sharded moments are not per tensor: the update walks the owned range. */
@@ -216,7 +218,8 @@ static const float *whole_state(Run *R, int s, float **tmp, RtErr *e) {
   Comm *c = R->c;
   int dp = c->size[COMM_DP], r = c->rank[COMM_DP];
   if (r != 0) {
-    if (comm_send(c, COMM_DP, COMM_F32, own, R->own_len, 0, 200 + s, e) < 0) fatal(R, "sending a slice of the optimizer state", e);
+    if (comm_send(c, COMM_DP, COMM_F32, own, R->own_len, 0, 200 + s, e) < 0)
+      fatal(R, "sending a ZeRO slice to the checkpoint writer", e);
     return NULL;
   }
   float *all = rt_alloc((size_t)R->pool_cap * sizeof(float));
@@ -224,7 +227,7 @@ static const float *whole_state(Run *R, int s, float **tmp, RtErr *e) {
   memcpy(all, own, (size_t)R->own_len * sizeof(float));
   for (int q = 1; q < dp; q++)
     if (comm_recv(c, COMM_DP, COMM_F32, all + (int64_t)q * R->own_len, R->own_len, q, 200 + s, e) < 0)
-      fatal(R, "receiving a slice of the optimizer state", e);
+      fatal(R, "receiving a ZeRO slice for the checkpoint", e);
   *tmp = all;
   return all;
 }
