@@ -605,21 +605,21 @@ static void json_num(FILE *f, const char *key, double v, int last) {
   else fprintf(f, "\"%s\": null%s", key, last ? "" : ", "); /* JSON has no NaN */
 }
 
-/* The start-up line on the optimizer state each rank holds: the largest
- * rank's (pipeline stages and tensor shards differ), and at zero > 0 the
- * whole state it is a slice of. */
+/* The start-up line on the optimizer state each rank holds (when dp > 1 or
+ * zero > 0): the largest rank's (pipeline stages and tensor shards differ),
+ * and at zero > 0 the whole state it is a slice of. */
 static void report_state(Run *R) {
   int nstate = (R->pool[2] != NULL) + (R->pool[3] != NULL);
   double b[2] = {4.0 * nstate * (double)R->own_len, 4.0 * nstate * (double)R->pool_len};
   RtErr e;
   if (comm_all_reduce(R->c, COMM_WORLD, COMM_F64, COMM_MAX, b, 2, &e) < 0) fatal(R, "reducing the state sizes", &e);
-  if (!R->out) return;
+  int dp = R->a->layout.dp;
+  if (!R->out || (dp == 1 && R->zero == 0)) return; /* one replica, nothing sharded: nothing to say */
   char own[32], all[32];
   bytes_str(own, sizeof own, b[0]);
   bytes_str(all, sizeof all, b[1]);
-  int dp = R->a->layout.dp;
   if (R->zero == 0)
-    fprintf(R->out, "hpdlrun: optimizer state %s per rank (zero 0%s)\n", own, dp > 1 ? ": not sharded over the data-parallel ranks" : "");
+    fprintf(R->out, "hpdlrun: optimizer state %s per rank (zero 0: whole on each of the %d data-parallel ranks)\n", own, dp);
   else
     fprintf(R->out, "hpdlrun: optimizer state %s per rank (zero %d, 1/%d of %s)%s\n", own, R->zero, dp, all,
             R->zero == 1   ? ""
