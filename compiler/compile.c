@@ -19,6 +19,7 @@
 #include "lower.h"
 #include "memplan.h"
 #include "pipeline.h"
+#include "plan.h"
 #include "spmd.h"
 
 #ifndef HPDL_VERSION
@@ -321,7 +322,10 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
   }
   SpmdSpec spec = {L.tp, L.cp, L.sp, m->seq_len};
   IrModule *part = spmd_partition(arena, diag, global, &spec);
-  PipeResult *pr = part ? pipe_split(arena, diag, part, L.pp) : NULL;
+  const char *split_why = NULL;
+  int64_t *split = part ? plan_chunk_layers(arena, m, L.mb, L.tp, L.cp, L.sp, L.recompute, L.pp, &split_why) : NULL;
+  if (part && !split) return cfail(&C, "the pipeline stages cannot be split: %s", split_why);
+  PipeResult *pr = part ? pipe_split(arena, diag, part, L.pp, split) : NULL;
   if (!pr) return 1;
   if (ir_verify(pr->m, err)) {
     fprintf(err, "hpdlc: internal error: the partitioned IR does not verify\n");
