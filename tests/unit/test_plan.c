@@ -502,6 +502,24 @@ static void test_balance_gpt2(void) {
          layers_c[0], layers_c[1], layers_c[2], layers_c[3], re.step_s);
   EXPECT(rc.step_s < re.step_s);
   EXPECT(layers_c[3] < 3 && layers_c[0] + layers_c[1] + layers_c[2] + layers_c[3] == 12);
+  /* the JSON report carries the split: parallel.stage_layers and stages[].layers */
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *mf = open_memstream(&buf, &len);
+  PlanReport rep = {"gpt2.hpd", &rc, NULL, 0, NULL, NULL};
+  EXPECT(plan_report_json(mf, fc.c, &rep) == 0);
+  fclose(mf);
+  json_t *j = json_loads(buf, 0, NULL);
+  json_t *par = json_object_get(j, "parallel"), *sl = json_object_get(par, "stage_layers");
+  json_t *st = json_object_get(j, "stages");
+  EXPECT(json_is_array(sl) && json_array_size(sl) == 4 && json_array_size(st) == 4);
+  for (size_t s = 0; s < json_array_size(sl) && s < 4; s++) {
+    EXPECT(json_integer_value(json_array_get(sl, s)) == layers_c[s]);
+    EXPECT(json_integer_value(json_object_get(json_array_get(st, s), "layers")) == layers_c[s]);
+  }
+  EXPECT_STR(json_string_value(json_object_get(par, "balance")), "cost");
+  json_decref(j);
+  free(buf);
   for (int s = 0; s < re.nstages; s++) EXPECT(re.stages[s].layers == 3);
   fixture_free(&fc);
   fixture_free(&fe);
