@@ -51,7 +51,10 @@ static void mark_after(const IrGraph *g, int call, char *after) {
 
 int pipe_balance(int64_t repeat, int64_t chunks, double t_first, double t_layer, double t_last, int64_t *out) {
   if (chunks < 1 || repeat < chunks) return -1;
-  if (!(t_layer > 0)) t_layer = 1; /* no price: every layer the same, the extras in units of it don't matter */
+  if (!(t_layer > 0) || !(t_first >= 0) || !(t_last >= 0)) { /* no usable price: split by count */
+    t_layer = 1;
+    t_first = t_last = 0;
+  }
   for (int64_t c = 0; c < chunks; c++) out[c] = 1;
   for (int64_t left = repeat - chunks; left > 0; left--) {
     int64_t best = -1;
