@@ -19,6 +19,7 @@
 #include "lower.h"
 #include "memplan.h"
 #include "pipeline.h"
+#include "plan.h"
 #include "spmd.h"
 
 #ifndef HPDL_VERSION
@@ -321,7 +322,10 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
   }
   SpmdSpec spec = {L.tp, L.cp, L.sp, m->seq_len};
   IrModule *part = spmd_partition(arena, diag, global, &spec);
-  PipeResult *pr = part ? pipe_split(arena, diag, part, L.pp) : NULL;
+  const char *split_why = NULL;
+  int64_t *split = part ? plan_chunk_layers(arena, m, L.mb, L.tp, L.cp, L.sp, L.recompute, L.pp, &split_why) : NULL;
+  if (part && !split) return cfail(&C, "the pipeline stages cannot be split: %s", split_why);
+  PipeResult *pr = part ? pipe_split(arena, diag, part, L.pp, split) : NULL;
   if (!pr) return 1;
   if (ir_verify(pr->m, err)) {
     fprintf(err, "hpdlc: internal error: the partitioned IR does not verify\n");
@@ -451,6 +455,12 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
                                 "micro_batch", (json_int_t)L.mb, "num_micro_batches", (json_int_t)L.nmicro, "schedule",
                                 sem_schedule_name(L.schedule), "compression", comp[m->layout.compression], "topk_ratio",
                                 m->layout.topk_ratio > 0 ? m->layout.topk_ratio : 0.01, "error_feedback", 1));
+  /* the layers each stage runs (informative: the chunk files carry them) */
+  json_t *stage_layers = json_array();
+  for (int c = 0; c < K; c++) json_array_append_new(stage_layers, json_integer(pr->layers[c]));
+  json_t *jlay = json_object_get(root, "layout");
+  json_object_set_new(jlay, "stage_layers", stage_layers);
+  json_object_set_new(jlay, "balance", json_string(m->layout.balance == BALANCE_LAYERS ? "layers" : "cost"));
   json_t *inputs = json_pack("{s:I}", "seq_len", (json_int_t)m->seq_len);
   if (vocab > 0) json_object_set_new(inputs, "vocab", json_integer(vocab));
   json_object_set_new(root, "inputs", inputs);
@@ -526,7 +536,8 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
             : nnative    ? "mixed (generated kernels where the back end compiles the stage, else the reference executor)"
                          : "interp (the reference executor, fp64)");
     for (int c = 0; c < K; c++)
-      fprintf(out, "  stage %d: %d graphs, %d nodes, arena %" PRId64 " bytes: stage%d.hir%s\n", c, ch[c].m->ngraphs, ch[c].nnodes,
+      fprintf(out, "  stage %d: layers %" PRId64 "-%" PRId64 ", %d graphs, %d nodes, arena %" PRId64 " bytes: stage%d.hir%s\n", c,
+              pr->first[c], pr->first[c] + pr->layers[c] - 1, ch[c].m->ngraphs, ch[c].nnodes,
               ch[c].native && ch[c].plan->fused_arena > 0 ? ch[c].plan->fused_arena : ch[c].plan->arena, c,
               ch[c].native ? arena_printf(arena, ", stage%d.so (%s)", c, "native") : " (interp)");
   }

@@ -40,6 +40,7 @@ static const LayoutFlag layout_flags[] = {
     {"--recompute", "parallel.recompute", "none|selective|full|auto"},
     {"--schedule", "parallel.schedule", "gpipe|1f1b|interleaved|auto"},
     {"--virtual-stages", "parallel.virtual", "N|auto"},
+    {"--balance", "parallel.balance", "cost|layers"},
     {"--gpus", "parallel.gpus", "N"},
     {"--gpus-per-node", "parallel.gpus_per_node", "N"},
     {"--nodes", "parallel.nodes", "N|auto"},
@@ -489,6 +490,17 @@ int main(int argc, char **argv) {
             } else {
               printf("# %s schedule: %d pipeline rank%s, %d micro-batch%s, %d virtual stage%s\n", sem_schedule_name(kind), pp,
                      pp == 1 ? "" : "s", mb, mb == 1 ? "" : "es", v, v == 1 ? "" : "s");
+              /* chunk c (forward F c / backward B c) runs these layers */
+              const char *split_why = NULL;
+              int64_t *split = pp * v > 1 ? plan_chunk_layers(arena, m, m->train.micro_batch, L->tp, L->cp, L->sp == 1,
+                                                               L->recompute < 0 ? RECOMPUTE_NONE : L->recompute, (int64_t)pp * v,
+                                                               &split_why)
+                                          : NULL;
+              if (split) {
+                printf("# chunks: ");
+                for (int c = 0; c < pp * v; c++) printf("%s%" PRId64, c ? "+" : "", split[c]);
+                printf(" layers (balance = %s)\n", m->layout.balance == BALANCE_LAYERS ? "layers" : "cost");
+              }
               sched_print(stdout, &prog_s, 0);
               sched_free(&prog_s);
             }
@@ -497,14 +509,29 @@ int main(int argc, char **argv) {
             SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, m->seq_len};
             IrModule *part = spmd_partition(arena, diag, ir, &spec);
             int64_t chunks = (L->pp > 0 ? L->pp : 1) * (L->virtual_stages > 0 ? L->virtual_stages : 1);
-            PipeResult *pr = part ? pipe_split(arena, diag, part, chunks) : NULL;
+            const char *split_why = NULL;
+            Recompute rcp = L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute;
+            int64_t *split = part ? plan_chunk_layers(arena, m, m->train.micro_batch, spec.tp, spec.cp, spec.sp, rcp, chunks,
+                                                      &split_why)
+                                  : NULL;
+            if (part && !split) {
+              fprintf(stderr, "hpdlc: %s: the pipeline stages cannot be split: %s\n", cli.files[i], split_why);
+              status = 1;
+            }
+            PipeResult *pr = split ? pipe_split(arena, diag, part, chunks, split) : NULL;
             if (pr && ir_verify(pr->m, stderr)) {
               fprintf(stderr, "hpdlc: internal error: the partitioned IR does not verify\n");
               status = 3;
             }
             if (pr) {
-              printf("# per-rank program: tp=%" PRId64 " cp=%" PRId64 " sp=%s, %d pipeline chunk%s\n", spec.tp, spec.cp,
+              printf("# per-rank program: tp=%" PRId64 " cp=%" PRId64 " sp=%s, %d pipeline chunk%s", spec.tp, spec.cp,
                      spec.sp ? "on" : "off", pr->nchunks, pr->nchunks == 1 ? "" : "s");
+              if (pr->nchunks > 1) {
+                printf(" of ");
+                for (int c = 0; c < pr->nchunks; c++) printf("%s%" PRId64, c ? "+" : "", pr->layers[c]);
+                printf(" layers (balance = %s)", m->layout.balance == BALANCE_LAYERS ? "layers" : "cost");
+              }
+              printf("\n");
               ir_print(pr->m, stdout);
             }
           } else if (!strcmp(cli.stage, "memory")) {

@@ -15,6 +15,7 @@
 #include "cost.h"
 #include "lower.h"
 #include "pipeline.h"
+#include "plan.h"
 #include "spmd.h"
 
 typedef struct {
@@ -686,8 +687,13 @@ MemRankProgram *mem_rank_program(Arena *arena, Diag *diag, const SemModel *model
   SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, model->seq_len};
   IrModule *part = r->global ? spmd_partition(arena, diag, r->global, &spec) : NULL;
   int64_t chunks = (L->pp > 0 ? L->pp : 1) * (L->vpp > 0 ? L->vpp : 1);
-  PipeResult *pr = part ? pipe_split(arena, diag, part, chunks) : NULL;
+  const char *split_why = NULL;
+  int64_t *split = part ? plan_chunk_layers(arena, model, L->micro_batch, L->tp, L->cp, L->sp == 1, L->recompute, chunks,
+                                            &split_why)
+                        : NULL;
+  PipeResult *pr = split ? pipe_split(arena, diag, part, chunks, split) : NULL;
   if (!r->global) e = "the model does not lower";
+  else if (part && !split) e = split_why;
   else if (!pr) e = "the layout does not partition this model";
   else if (chunk < 0 || chunk >= pr->nchunks) e = "no such pipeline chunk";
   if (!e) {

@@ -49,25 +49,77 @@ static void mark_after(const IrGraph *g, int call, char *after) {
       if (after[g->nodes[i].in[k]]) after[i] = 1;
 }
 
-PipeResult *pipe_split(Arena *arena, Diag *diag, const IrModule *m, int64_t chunks) {
+int pipe_balance(int64_t repeat, int64_t chunks, double t_first, double t_layer, double t_last, int64_t *out) {
+  if (chunks < 1 || repeat < chunks) return -1;
+  if (!(t_layer > 0) || !(t_first >= 0) || !(t_last >= 0)) { /* no usable price: split by count */
+    t_layer = 1;
+    t_first = t_last = 0;
+  }
+  for (int64_t c = 0; c < chunks; c++) out[c] = 1;
+  for (int64_t left = repeat - chunks; left > 0; left--) {
+    int64_t best = -1;
+    double best_t = 0;
+    for (int64_t c = chunks - 1; c >= 0; c--) {
+      double t = (double)(out[c] + 1) * t_layer + (c == 0 ? t_first : 0) + (c == chunks - 1 ? t_last : 0);
+      if (best < 0 || t < best_t) best = c, best_t = t;
+    }
+    out[best]++;
+  }
+  return 0;
+}
+
+static int single_call(const IrGraph *g0, int *ncalls) {
+  int call = -1;
+  *ncalls = 0;
+  for (int i = 0; i < g0->nnodes; i++)
+    if (g0->nodes[i].op == IR_CALL) call = i, ++*ncalls;
+  return call;
+}
+
+int64_t pipe_repeat_count(const IrModule *m) {
+  int ncalls = 0;
+  int call = m && m->ngraphs > 0 ? single_call(m->graphs[0], &ncalls) : -1;
+  return call >= 0 && ncalls == 1 ? m->graphs[0]->nodes[call].attr[1] : 0;
+}
+
+PipeResult *pipe_split(Arena *arena, Diag *diag, const IrModule *m, int64_t chunks, const int64_t *split) {
   PipeResult *r = arena_alloc(arena, sizeof *r);
   if (chunks <= 1) {
     r->m = (IrModule *)m;
     r->nchunks = 1;
+    r->layers = arena_alloc(arena, sizeof(int64_t));
+    r->first = arena_alloc(arena, sizeof(int64_t));
+    r->layers[0] = pipe_repeat_count(m);
+    r->first[0] = 0;
     return r;
   }
   const IrGraph *g0 = m->graphs[0];
-  int call = -1, ncalls = 0;
-  for (int i = 0; i < g0->nnodes; i++)
-    if (g0->nodes[i].op == IR_CALL) call = i, ncalls++;
+  int ncalls = 0;
+  int call = single_call(g0, &ncalls);
   if (ncalls != 1) {
     diag_error(diag, span_none, "pipeline parallelism needs exactly one repeated block in the model's forward; it has %d", ncalls);
     return NULL;
   }
   const IrNode *cn = &g0->nodes[call];
   int64_t layers = cn->attr[1];
-  if (layers % chunks) {
-    diag_error(diag, cn->span, "%" PRId64 " layers do not divide into %" PRId64 " pipeline chunks", layers, chunks);
+  int64_t *nl = arena_alloc(arena, sizeof(int64_t) * (size_t)chunks);
+  int64_t *first = arena_alloc(arena, sizeof(int64_t) * (size_t)chunks);
+  if (!split && layers % chunks) {
+    diag_error(diag, cn->span, "%" PRId64 " layers do not divide into %" PRId64 " equal pipeline chunks", layers, chunks);
+    return NULL;
+  }
+  int64_t sum = 0;
+  for (int64_t c = 0; c < chunks; c++) {
+    nl[c] = split ? split[c] : layers / chunks;
+    first[c] = sum;
+    sum += nl[c];
+    if (nl[c] < 1) {
+      diag_error(diag, cn->span, "pipeline chunk %" PRId64 " would run %" PRId64 " layers; every chunk needs at least one", c, nl[c]);
+      return NULL;
+    }
+  }
+  if (sum != layers) {
+    diag_error(diag, cn->span, "the pipeline chunks run %" PRId64 " layers, but the model has %" PRId64, sum, layers);
     return NULL;
   }
   Pipe P = {arena, diag, m, ir_module_new(arena), 0};
@@ -78,7 +130,6 @@ PipeResult *pipe_split(Arena *arena, Diag *diag, const IrModule *m, int64_t chun
   char *after = arena_alloc(arena, (size_t)g0->nnodes + 1);
   mark_after(g0, call, after);
   int offset = (int)chunks - 1; /* graph index shift of the block graphs */
-  int64_t per = layers / chunks;
   const IrNode *arg = &g0->nodes[cn->in[0]];
   for (int64_t c = 0; c < chunks && !P.failed; c++) {
     IrGraph *out = ir_graph_new(P.dst, c == 0 ? "chunk0" : arena_printf(arena, "chunk%" PRId64, c));
@@ -94,7 +145,7 @@ PipeResult *pipe_split(Arena *arena, Diag *diag, const IrModule *m, int64_t chun
       x = ir_add(out, IR_RECV, NULL, 0, attr, 2, 0, arg->dtype, arg->rank, arg->dims, NULL);
     }
     if (P.failed || x < 0) break;
-    /* the chunk's layers: the block graph from layer c*per on */
+    /* the chunk's layers: the block graph from layer first[c] on */
     int in[16];
     in[0] = x;
     int nin = cn->nin < 16 ? cn->nin : 16;
@@ -102,7 +153,7 @@ PipeResult *pipe_split(Arena *arena, Diag *diag, const IrModule *m, int64_t chun
       const IrNode *other = &g0->nodes[cn->in[k]];
       in[k] = map[cn->in[k]] >= 0 ? map[cn->in[k]] : copy_node(&P, out, other, map, offset);
     }
-    int64_t attr[4] = {cn->attr[0] + offset, per, cn->attr[2], c * per};
+    int64_t attr[4] = {cn->attr[0] + offset, nl[c], cn->attr[2], first[c]};
     int y = ir_add(out, IR_CALL, in, nin, attr, 4, 0, cn->dtype, cn->rank, cn->dims, NULL);
     if (y < 0) {
       P.failed = 1;
@@ -154,7 +205,8 @@ PipeResult *pipe_split(Arena *arena, Diag *diag, const IrModule *m, int64_t chun
   }
   r->m = P.dst;
   r->nchunks = (int)chunks;
-  r->layers_per_chunk = per;
+  r->layers = nl;
+  r->first = first;
   return r;
 }
 

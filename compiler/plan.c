@@ -901,8 +901,70 @@ static int price_chunk_module(PlanCtx *c, IrModule *cm, Recompute rc, const Cost
   return 0;
 }
 
-/* The distinct chunks of a K-chunk split: [0] chunk 0 (the only one when
- * K = 1), [1] a middle chunk (K > 2), [2] chunk K-1. */
+int plan_split_layers(const PlanCtx *c, const PlanParts *pp, int64_t K, int64_t *out, char *why, size_t whylen) {
+  int64_t L = pp->layers;
+  if (K <= 1) {
+    out[0] = L;
+    return 0;
+  }
+  if (L < K) {
+    snprintf(why, whylen, "%" PRId64 " layers do not split into pp x virtual = %" PRId64 " chunks of at least one layer", L, K);
+    return -1;
+  }
+  if (c->model->layout.balance == BALANCE_LAYERS) {
+    if (L % K) {
+      snprintf(why, whylen, "%" PRId64 " layers do not split equally into pp x virtual = %" PRId64 " chunks", L, K);
+      return -1;
+    }
+    for (int64_t i = 0; i < K; i++) out[i] = L / K;
+    return 0;
+  }
+  /* one micro-batch's forward + backward (recomputation included) of the
+   * prologue, one layer and the epilogue: what a chunk's stage time adds */
+  double t_pro = pp->f[REG_PRO].t + pp->b[REG_PRO].t, t_epi = pp->f[REG_EPI].t + pp->b[REG_EPI].t;
+  double t_layer = pp->lf.t + pp->lb.t;
+  return pipe_balance(L, K, t_pro, t_layer, t_epi, out);
+}
+
+int64_t *plan_chunk_layers(Arena *arena, const SemModel *model, int64_t micro_batch, int64_t tp, int64_t cp, int sp,
+                           int recompute, int64_t K, const char **why) {
+  if (K < 1) K = 1;
+  int64_t *out = arena_alloc(arena, sizeof(int64_t) * (size_t)K);
+  int64_t L = model->layers;
+  if (K == 1 || model->layout.balance == BALANCE_LAYERS) {
+    if (K > 1 && (L < K || L % K)) {
+      *why = arena_printf(arena, "%" PRId64 " layers do not split equally into %" PRId64 " pipeline chunks", L, K);
+      return NULL;
+    }
+    for (int64_t i = 0; i < K; i++) out[i] = L / K;
+    return out;
+  }
+  FILE *sink = fopen("/dev/null", "w");
+  Diag *quiet = diag_new(sink ? sink : stderr);
+  PlanCtx *c = plan_new(model, quiet);
+  char err[400] = "";
+  int rc = -1;
+  if (c) {
+    PlanKey key = {micro_batch > 0 ? micro_batch : 1, tp > 0 ? tp : 1, cp > 0 ? cp : 1, tp > 1 ? sp : 0,
+                   recompute < 0 ? RECOMPUTE_NONE : recompute};
+    PlanParts *pp = plan_parts(c, &key);
+    if (!pp->valid) snprintf(err, sizeof err, "the planner cannot price the program to balance its stages: %s", pp->why);
+    else rc = plan_split_layers(c, pp, K, out, err, sizeof err);
+  } else {
+    snprintf(err, sizeof err, "the planner cannot price the program to balance its stages");
+  }
+  plan_free(c);
+  diag_free(quiet);
+  if (sink) fclose(sink);
+  if (rc != 0) {
+    *why = arena_strdup(arena, err);
+    return NULL;
+  }
+  return out;
+}
+
+/* Every chunk of a K-chunk split, as hpdlc compile builds them; a chunk
+ * whose (kind, layers) an earlier one has is not priced again. */
 PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
   for (PlanExact *e = c->exact; e; e = e->next)
     if (key_eq(&e->key, k) && e->K == K) return e;
@@ -911,11 +973,19 @@ PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
   e->K = K;
   e->next = c->exact;
   c->exact = e;
+  e->layers = xalloc_calloc((size_t)K, sizeof(int64_t));
+  e->ch = xalloc_calloc((size_t)K, sizeof(PlanChunk));
+  PlanParts *parts = plan_parts(c, k);
+  if (!parts->valid) {
+    snprintf(e->why, sizeof e->why, "%s", parts->why);
+    return e;
+  }
+  if (plan_split_layers(c, parts, K, e->layers, e->why, sizeof e->why) != 0) return e;
   Arena *a = arena_new();
   IrModule *global = lower_model(a, quiet_diag(c), c->model, k->mb);
   SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len};
   IrModule *part = global ? spmd_partition(a, quiet_diag(c), global, &spec) : NULL;
-  PipeResult *pr = part ? pipe_split(a, quiet_diag(c), part, K) : NULL;
+  PipeResult *pr = part ? pipe_split(a, quiet_diag(c), part, K, e->layers) : NULL;
   if (!pr) {
     snprintf(e->why, sizeof e->why, "the program does not split into %" PRId64 " pipeline chunks", K);
     arena_free(a);
@@ -928,10 +998,16 @@ PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
   if (K == 1) {
     ok = price_chunk_module(c, pr->m, (Recompute)k->rc, link, gsize, a, &e->ch[0], e->why, sizeof e->why) == 0;
   } else {
-    int which[3] = {0, K > 2 ? 1 : -1, (int)K - 1};
-    for (int i = 0; i < 3 && ok; i++) {
-      if (which[i] < 0) continue;
-      IrModule *cm = pipe_chunk_module(a, pr, which[i]);
+    for (int64_t i = 0; i < K && ok; i++) {
+      int64_t same = -1;
+      int kind = i == 0 ? PLAN_FIRST : i == K - 1 ? PLAN_LAST : PLAN_MIDDLE;
+      for (int64_t j = 1; j < i && same < 0 && kind == PLAN_MIDDLE; j++)
+        if (e->layers[j] == e->layers[i]) same = j;
+      if (same >= 0) {
+        e->ch[i] = e->ch[same];
+        continue;
+      }
+      IrModule *cm = pipe_chunk_module(a, pr, (int)i);
       ok = price_chunk_module(c, cm, (Recompute)k->rc, link, gsize, a, &e->ch[i], e->why, sizeof e->why) == 0;
     }
     /* a weight read by the first and the last chunk (tied embeddings) */
@@ -950,7 +1026,7 @@ PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
           shared += el;
         }
       free(used);
-      e->ch[0].shared_params = e->ch[2].shared_params = shared;
+      e->ch[0].shared_params = e->ch[K - 1].shared_params = shared;
     }
   }
   e->valid = ok;
@@ -1056,6 +1132,8 @@ void plan_free(PlanCtx *c) {
   free(c->table);
   for (PlanExact *e = c->exact; e;) {
     PlanExact *n = e->next;
+    free(e->layers);
+    free(e->ch);
     free(e);
     e = n;
   }
@@ -1194,22 +1272,30 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   PlanKey key = {L.micro_batch, L.tp, L.cp, L.tp > 1 ? L.sp : 0, L.recompute};
   PlanParts *pp = plan_parts(c, &key);
   if (!pp->valid) return fail(out, "%s", pp->why);
-  if (K > 1 && (pp->layers < 1 || pp->layers % K != 0))
-    return fail(out, "%" PRId64 " layers do not split into pp x virtual = %" PRId64 " chunks", pp->layers, K);
-  int64_t nl = K > 1 ? pp->layers / K : pp->layers;
-  PlanChunk kinds[PLAN_NKINDS];
+  int64_t *split = xalloc_calloc((size_t)K, sizeof(int64_t));
+  char swhy[200];
+  if (plan_split_layers(c, pp, K, split, swhy, sizeof swhy) != 0) {
+    free(split);
+    return fail(out, "%s", swhy);
+  }
+  /* the chunks: chunk ci is kinds[ci] (its own layer count) */
+  PlanChunk *kinds = xalloc_calloc((size_t)K, sizeof(PlanChunk));
   if (flags & PLAN_FAST) {
-    for (int k = 0; k < PLAN_NKINDS; k++) plan_chunk_from_parts(pp, k, nl, &kinds[k]);
+    for (int64_t ci = 0; ci < K; ci++) plan_chunk_from_parts(pp, kind_of(ci, K), split[ci], &kinds[ci]);
   } else {
     PlanExact *e = plan_exact(c, &key, K);
-    if (!e->valid) return fail(out, "%s", e->why);
-    if (K == 1) kinds[PLAN_SINGLE] = e->ch[0];
-    else {
-      kinds[PLAN_FIRST] = e->ch[0];
-      kinds[PLAN_MIDDLE] = e->ch[1];
-      kinds[PLAN_LAST] = e->ch[2];
+    if (!e->valid) {
+      free(split);
+      free(kinds);
+      return fail(out, "%s", e->why);
     }
+    memcpy(kinds, e->ch, sizeof(PlanChunk) * (size_t)K);
   }
+  int uniform = 1; /* the middle ranks alike (the screening prices one of them) */
+  for (int64_t ci = 0; ci < K; ci++)
+    if (split[ci] != split[K > 2 ? 1 : 0] && ci > 0 && ci < K - 1) uniform = 0;
+  if (K > 1 && L.vpp > 1) uniform = 0;
+  free(split);
   /* groups and links (rank order tp, cp, dp, pp) */
   int64_t gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1;
   int64_t inner = L.tp * L.cp;
@@ -1222,11 +1308,11 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   /* per-chunk times */
   double *tf = xalloc_calloc((size_t)K, sizeof(double)), *tb = xalloc_calloc((size_t)K, sizeof(double));
   for (int64_t ci = 0; ci < K; ci++) {
-    const PlanChunk *ch = &kinds[kind_of(ci, K)];
+    const PlanChunk *ch = &kinds[ci];
     tf[ci] = ch->f.t;
     tb[ci] = ch->b.t;
   }
-  double p2p_bytes = K > 1 ? kinds[PLAN_FIRST].p2p_bytes : 0;
+  double p2p_bytes = K > 1 ? kinds[0].p2p_bytes : 0;
   double t_p2p = K > 1 ? cost_sendrecv_s(p2p_bytes, &pplink) : 0;
   out->p2p_s = t_p2p;
   /* per pipeline rank */
@@ -1238,7 +1324,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
    * middle rank (standing for pp - 2 identical ones) and the last. */
   int nrep = 0, *rep = xalloc_calloc((size_t)pp_n, sizeof(int));
   double *wrep = xalloc_calloc((size_t)pp_n, sizeof(double));
-  if ((flags & PLAN_FAST) && pp_n > 3) {
+  if ((flags & PLAN_FAST) && pp_n > 3 && uniform) {
     rep[0] = 0, wrep[0] = 1;
     rep[1] = 1, wrep[1] = pp_n - 2;
     rep[2] = pp_n - 1, wrep[2] = 1;
@@ -1254,7 +1340,8 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     for (int64_t ci = r; ci < K; ci += pp_n) {
       st[r].fwd_s += tf[ci];
       st[r].bwd_s += tb[ci];
-      st[r].params += kinds[kind_of(ci, K)].params;
+      st[r].params += kinds[ci].params;
+      st[r].layers += kinds[ci].layers;
     }
     double R = st[r].fwd_s + st[r].bwd_s;
     st[r].busy_s = R * (double)mmb;
@@ -1285,7 +1372,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     char err[256];
     if (plan_pipeline((Schedule)L.schedule, pp_n, mmb, v, tf, tb, t_p2p, (flags & PLAN_FULL_SIM) != 0, &T_pipe,
                       &bubble_fraction, inflight, err, sizeof err) != 0) {
-      free(tf), free(tb), free(inflight), free(rep), free(wrep);
+      free(tf), free(tb), free(inflight), free(rep), free(wrep), free(kinds);
       return fail(out, "%s", err);
     }
     out->simulated = 1;
@@ -1348,7 +1435,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
         PlanCost sum;
         memset(&sum, 0, sizeof sum);
         for (int64_t ci = r; ci < K; ci += pp_n) {
-          const PlanChunk *ch = &kinds[kind_of(ci, K)];
+          const PlanChunk *ch = &kinds[ci];
           plan_cost_add(&sum, &ch->f, 1);
           plan_cost_add(&sum, &ch->b, 1);
         }
@@ -1384,7 +1471,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     CostModelStates ms = cost_model_states((int64_t)params_r, (int)L.zero, (int)L.dp, c->prec, ok, sgd_m);
     double saved_max = 0, peak_max = 0;
     for (int64_t ci = r; ci < K; ci += pp_n) {
-      const PlanChunk *ch = &kinds[kind_of(ci, K)];
+      const PlanChunk *ch = &kinds[ci];
       if (ch->saved > saved_max) saved_max = ch->saved;
       if (ch->peak > peak_max) peak_max = ch->peak;
     }
@@ -1426,7 +1513,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   free(wrep);
   /* tied weights on two pipeline ranks: their gradients are summed between
    * the first and last stage every step (Megatron-LM's embedding group) */
-  double shared = K > 1 ? kinds[PLAN_FIRST].shared_params : 0;
+  double shared = K > 1 ? kinds[0].shared_params : 0;
   if (shared > 0 && pp_n > 1) {
     emb_s = cost_allreduce_s(shared * grad_b, 2, &pplink, COST_ALGO_AUTO);
     emb_sent = cost_collective_bytes_sent(COST_ALLREDUCE, shared * grad_b, 2, COST_ALGO_RING);
@@ -1436,7 +1523,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   PlanCost rank_cost;
   memset(&rank_cost, 0, sizeof rank_cost);
   for (int64_t ci = rmax; ci < K; ci += pp_n) {
-    const PlanChunk *ch = &kinds[kind_of(ci, K)];
+    const PlanChunk *ch = &kinds[ci];
     plan_cost_add(&rank_cost, &ch->f, (double)mmb);
     plan_cost_add(&rank_cost, &ch->b, (double)mmb);
   }
@@ -1471,7 +1558,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   out->model_flops_all = mf_all * replicas;
   double hw = 0, hw_all = 0, rcf = 0;
   for (int64_t ci = 0; ci < K; ci++) {
-    const PlanChunk *ch = &kinds[kind_of(ci, K)];
+    const PlanChunk *ch = &kinds[ci];
     hw += ch->f.gemm_flops + ch->b.gemm_flops;
     hw_all += ch->f.flops + ch->b.flops;
     rcf += ch->b.rc_flops + ch->f.rc_flops;
@@ -1488,6 +1575,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   out->hfu = peak > 0 ? out->hw_flops / (out->step_s * G * peak) : 0;
   out->nstages = pp_n;
   out->stages = c->stages;
+  free(kinds);
   out->valid = 1;
   if (!(flags & PLAN_FAST)) plan_explain(c, out);
   return 0;
@@ -1507,10 +1595,8 @@ int plan_timeline(PlanCtx *c, const PlanLayout *L, PlanTimeline *out) {
   if (!e->valid) return -1;
   double *tf = xalloc_calloc((size_t)K, sizeof(double)), *tb = xalloc_calloc((size_t)K, sizeof(double));
   for (int64_t ci = 0; ci < K; ci++) {
-    int k = kind_of(ci, K);
-    const PlanChunk *ch = &e->ch[k == PLAN_SINGLE || k == PLAN_FIRST ? 0 : k == PLAN_MIDDLE ? 1 : 2];
-    tf[ci] = ch->f.t;
-    tb[ci] = ch->b.t;
+    tf[ci] = e->ch[ci].f.t;
+    tb[ci] = e->ch[ci].b.t;
   }
   char err[256];
   int rc = -1;

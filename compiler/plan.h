@@ -76,6 +76,7 @@ typedef struct PlanStage {
   double fwd_s, bwd_s; /* one micro-batch, all chunks of the rank, communication on the critical path included */
   double busy_s;       /* per step: computing (forward, backward, recompute) */
   double params;       /* local parameters (elements) */
+  int64_t layers;      /* layers of the repeated block it runs (all its chunks) */
   PlanMemory mem;
 } PlanStage;
 
@@ -130,6 +131,18 @@ int64_t plan_gpus(const PlanCtx *c);
 
 /* The layout of the model's parallel block and train block. */
 PlanLayout plan_layout_of(const SemModel *m);
+
+/* The layers each of the K = pp x virtual pipeline chunks runs, for the
+ * program of (micro batch, tp, cp, sp, recompute): with the model's
+ * `parallel { balance = cost }` (the default) the split that minimises the
+ * slowest chunk's forward + backward time, priced as the planner prices
+ * them (the prologue, one layer, the epilogue on the cluster's device,
+ * pipe_balance); with balance = layers the equal split. Every consumer of a
+ * split (compile, the simulator, the memory plan, emit spmd, the planner)
+ * asks here, so all see the same one. An array of K in arena, or NULL with
+ * *why. */
+int64_t *plan_chunk_layers(Arena *arena, const SemModel *model, int64_t micro_batch, int64_t tp, int64_t cp, int sp,
+                           int recompute, int64_t K, const char **why);
 
 /* Flags of plan_evaluate. */
 enum {

@@ -73,7 +73,8 @@ typedef struct PlanExact {
   int64_t K;
   int valid;
   char why[200];
-  PlanChunk ch[3]; /* chunk 0, a middle chunk, chunk K-1 */
+  int64_t *layers; /* [K] the split (plan_split_layers) */
+  PlanChunk *ch;   /* [K] every chunk, each distinct (kind, layers) priced once */
   struct PlanExact *next;
 } PlanExact;
 
@@ -104,6 +105,10 @@ struct PlanCtx {
 
 PlanParts *plan_parts(PlanCtx *c, const PlanKey *k);
 PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K);
+/* The layers of each of K chunks under the model's balance setting, from
+ * the parts' forward + backward times (pipe_balance); -1 with why when the
+ * layers cannot be split so. */
+int plan_split_layers(const PlanCtx *c, const PlanParts *pp, int64_t K, int64_t *out, char *why, size_t whylen);
 /* A chunk of kind PLAN_SINGLE..PLAN_LAST with n layers, from the parts. */
 void plan_chunk_from_parts(const PlanParts *pp, int kind, int64_t n, PlanChunk *ch);
 

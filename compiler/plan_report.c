@@ -82,7 +82,13 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
     fprintf(f, "; schedule %s", sem_schedule_name((Schedule)L->schedule));
     if (L->vpp > 1) fprintf(f, " (%" PRId64 " virtual stages)", L->vpp);
   }
-  fprintf(f, "; recompute %s; overlap %s\n\n", sem_recompute_name((Recompute)L->recompute), L->overlap ? "on" : "off");
+  fprintf(f, "; recompute %s; overlap %s\n", sem_recompute_name((Recompute)L->recompute), L->overlap ? "on" : "off");
+  if (L->pp > 1 && r->stages) {
+    fprintf(f, "stages: ");
+    for (int s = 0; s < r->nstages; s++) fprintf(f, "%s%" PRId64, s ? "+" : "", r->stages[s].layers);
+    fprintf(f, " layers (balance = %s)\n", m->layout.balance == BALANCE_LAYERS ? "layers" : "cost");
+  }
+  fputc('\n', f);
 
   const PlanMemory *mm = &r->mem;
   fprintf(f, "memory per GPU (the fullest: pipeline rank %d)\n", mm->rank);
@@ -149,14 +155,14 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
   fprintf(f, "  %-18s %11.1f%%\n", "HFU", r->hfu * 100);
   if (r->stages && r->nstages > 1) {
     fprintf(f, "\npipeline ranks (one micro-batch)\n");
-    fprintf(f, "  %4s %12s %12s %12s %12s %9s\n", "rank", "forward", "backward", "params", "memory", "in flight");
+    fprintf(f, "  %4s %6s %12s %12s %12s %12s %9s\n", "rank", "layers", "forward", "backward", "params", "memory", "in flight");
     for (int s = 0; s < r->nstages; s++) {
       const PlanStage *st = &r->stages[s];
       if (r->nstages > 8 && s > 2 && s < r->nstages - 3) {
         if (s == 3) fprintf(f, "  %4s\n", "...");
         continue;
       }
-      fprintf(f, "  %4d %12s %12s %12s %12s %9d\n", s, plan_fmt_time(a, sizeof a, st->fwd_s),
+      fprintf(f, "  %4d %6" PRId64 " %12s %12s %12s %12s %9d\n", s, st->layers, plan_fmt_time(a, sizeof a, st->fwd_s),
               plan_fmt_time(b, sizeof b, st->bwd_s), plan_fmt_count(d, sizeof d, st->params),
               plan_fmt_bytes((char[32]){0}, 32, st->mem.total), st->mem.inflight);
     }
@@ -297,7 +303,14 @@ static json_t *json_result(PlanCtx *c, const PlanResult *r, int brief) {
   json_t *o = json_object();
   json_object_set_new(o, "valid", json_boolean(r->valid));
   if (!r->valid) json_object_set_new(o, "why", json_string(r->why));
-  json_object_set_new(o, "parallel", json_layout(&r->layout));
+  json_t *par = json_layout(&r->layout);
+  json_object_set_new(par, "balance", json_string(plan_model(c)->layout.balance == BALANCE_LAYERS ? "layers" : "cost"));
+  if (r->stages) { /* the layers each pipeline rank runs (its chunks together) */
+    json_t *sl = json_array();
+    for (int s = 0; s < r->nstages; s++) json_array_append_new(sl, json_integer(r->stages[s].layers));
+    json_object_set_new(par, "stage_layers", sl);
+  }
+  json_object_set_new(o, "parallel", par);
   json_object_set_new(o, "memory_per_gpu", json_memory(&r->mem));
   json_object_set_new(o, "comm_per_step", json_groups(r->comm_bytes));
   json_t *ct = json_object();
@@ -312,6 +325,7 @@ static json_t *json_result(PlanCtx *c, const PlanResult *r, int brief) {
     for (int s = 0; s < r->nstages; s++) {
       json_t *e = json_object();
       json_object_set_new(e, "rank", json_integer(s));
+      json_object_set_new(e, "layers", json_integer(r->stages[s].layers));
       json_object_set_new(e, "fwd_s", jnum(r->stages[s].fwd_s));
       json_object_set_new(e, "bwd_s", jnum(r->stages[s].bwd_s));
       json_object_set_new(e, "busy_s", jnum(r->stages[s].busy_s));

@@ -241,6 +241,8 @@ int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, Pla
   int64_t G = c->gpus, gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1;
   int64_t seq = m->seq_len > 0 ? m->seq_len : 1;
   int64_t layers = m->layers > 0 ? m->layers : 1;
+  /* chunks of at least one layer; equal ones when the layers must balance by count */
+  int equal = m->layout.balance == BALANCE_LAYERS;
   int64_t B = m->train.global_batch > 0 ? m->train.global_batch : 0;
   double cap = plan_device(c)->mem_bytes;
   PlanResult r;
@@ -252,7 +254,7 @@ int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, Pla
       if (cp > 1 && seq % (2 * cp)) continue;
       for (int64_t pp = 1; pp <= G / (tp * cp); pp++) {
         if ((G / (tp * cp)) % pp || !fixed_ok(fix->pp, pp)) continue;
-        if (pp > 1 && (m->layers < 1 || layers % pp)) continue;
+        if (pp > 1 && (m->layers < pp || (equal && layers % pp))) continue;
         int64_t dp = G / (tp * cp * pp);
         if (!fixed_ok(fix->dp, dp)) continue;
         int64_t Bs = B > 0 ? B : dp;
@@ -278,7 +280,7 @@ int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, Pla
                 if (pp == 1 && sk != SCHED_1F1B) continue;
                 if (fix->schedule >= 0 && pp > 1 && fix->schedule != sk) continue;
                 for (int64_t v = sk == SCHED_INTERLEAVED ? 2 : 1; v <= vmax; v++) {
-                  if (v > 1 && (layers % (pp * v))) continue;
+                  if (v > 1 && (layers < pp * v || (equal && layers % (pp * v)))) continue;
                   if (fix->vpp > 0 && pp > 1 && fix->vpp != v) continue;
                   for (int64_t mb = 1; mb <= Bs / dp && mb <= PLAN_SEARCH_MAX_MB; mb++) {
                     if ((Bs / dp) % mb || !fixed_ok(fix->micro_batch, mb)) continue;

@@ -2402,6 +2402,7 @@ static const char *const optimizers[] = {"sgd", "adamw", NULL};
 static const char *const schedules[] = {"gpipe", "1f1b", "interleaved", NULL};
 static const char *const recomputes[] = {"none", "selective", "full", NULL};
 static const char *const compressions[] = {"none", "fp16", "int8", "topk", NULL};
+static const char *const balances[] = {"cost", "layers", NULL};
 static const char *const loss_scales[] = {"dynamic", NULL};
 
 static const KeySpec train_keys[] = {
@@ -2419,7 +2420,7 @@ static const KeySpec parallel_keys[] = {
     {"pipeline", K_INT, NULL, 1},       {"schedule", K_WORD, schedules, 1}, {"virtual", K_INT, NULL, 1},
     {"sequence", K_ONOFF, NULL, 1},     {"context", K_INT, NULL, 1},   {"zero", K_INT, NULL, 1},
     {"recompute", K_WORD, recomputes, 1}, {"overlap", K_ONOFF, NULL, 1},
-    {"compression", K_SPEC, compressions, 0},
+    {"compression", K_SPEC, compressions, 0}, {"balance", K_WORD, balances, 0},
 };
 static const KeySpec cluster_keys[] = {
     {"device", K_STRING, NULL, 0},          {"gpus_per_node", K_INT, NULL, 0},   {"nodes", K_INT, NULL, 0},
@@ -2915,6 +2916,7 @@ static void read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts)
   L->overlap = get_onoff(&s, "overlap", 1);
   L->schedule = get_word(&s, "schedule", schedules, L->virtual_stages > 1 ? SCHED_INTERLEAVED : SCHED_1F1B);
   L->recompute = get_word(&s, "recompute", recomputes, RECOMPUTE_NONE);
+  L->balance = (PipeBalance)get_word(&s, "balance", balances, BALANCE_COST);
   Setting *comp = setting_get(&s, "compression");
   L->compression = (Compression)get_word(&s, "compression", compressions, COMPRESS_NONE);
   L->topk_ratio = 0.01;
@@ -3027,9 +3029,16 @@ static void read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts)
       sema_error(S, m->model->decl->name.span, "pipeline parallelism splits repeated blocks, and %s has no `repeat`",
                  m->model->decl->name.name);
       setting_note(S, &s, "pipeline", "--pp");
-    } else if (layers % stages != 0) {
-      sema_error(S, rep->span, "%" PRId64 " layers cannot be split into pipeline x virtual = %" PRId64 " x %" PRId64 " stages",
+    } else if (layers < stages) {
+      sema_error(S, rep->span, "%" PRId64 " layers cannot be split into pipeline x virtual = %" PRId64 " x %" PRId64
+                 " stages of at least one layer each", layers, L->pp > 0 ? L->pp : 1, L->virtual_stages > 0 ? L->virtual_stages : 1);
+      setting_note(S, &s, "pipeline", "--pp");
+      if (L->virtual_stages > 1) setting_note(S, &s, "virtual", "--virtual-stages");
+    } else if (L->balance == BALANCE_LAYERS && layers % stages != 0) {
+      sema_error(S, rep->span, "%" PRId64 " layers cannot be split equally into pipeline x virtual = %" PRId64 " x %" PRId64 " stages",
                  layers, L->pp > 0 ? L->pp : 1, L->virtual_stages > 0 ? L->virtual_stages : 1);
+      diag_hint(S->diag, "balance = cost (the default) gives the stages unequal layer counts");
+      setting_note(S, &s, "balance", "--balance");
       setting_note(S, &s, "pipeline", "--pp");
       if (L->virtual_stages > 1) setting_note(S, &s, "virtual", "--virtual-stages");
     }

@@ -223,6 +223,10 @@ typedef struct {
   int ckpt_async;
 } SemTrain;
 
+/* How pipeline chunks share the layers: equal counts, or balanced by the
+ * planner's forward + backward time (plan_chunk_layers, plan.h). */
+typedef enum { BALANCE_COST, BALANCE_LAYERS } PipeBalance; /* the words of `balance` */
+
 /* -1 in an int field means `auto` (the planner chooses). */
 typedef struct {
   const char *cluster_name;
@@ -232,6 +236,7 @@ typedef struct {
   int overlap;  /* -1 auto, 0 off, 1 on */
   int schedule; /* Schedule or -1 */
   int recompute; /* Recompute or -1 */
+  PipeBalance balance;
   Compression compression;
   double topk_ratio;
   int64_t num_micro_batches; /* global_batch / (dp * micro_batch) when known */

@@ -14,6 +14,7 @@
 #include "interp.h"
 #include "lower.h"
 #include "pipeline.h"
+#include "plan.h"
 #include "spmd.h"
 
 enum { SIM_TIMEOUT_S = 120 };
@@ -286,7 +287,13 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
   SpmdSpec spec = {L->tp, L->cp, L->sp, model->seq_len};
   IrModule *part = spmd_partition(arena, diag, global, &spec);
   S.K = L->pp * (L->vpp > 0 ? L->vpp : 1);
-  PipeResult *pr = part ? pipe_split(arena, diag, part, S.K) : NULL;
+  const char *split_why = "?";
+  int64_t *split = part ? plan_chunk_layers(arena, model, L->micro_batch, L->tp, L->cp, L->sp, L->recompute, S.K, &split_why) : NULL;
+  if (part && !split) {
+    fail(err, errlen, "the pipeline stages cannot be split: %s", split_why);
+    goto done;
+  }
+  PipeResult *pr = part ? pipe_split(arena, diag, part, S.K, split) : NULL;
   if (!pr) {
     fail(err, errlen, "the layout does not partition this model");
     goto done;

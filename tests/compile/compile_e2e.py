@@ -22,6 +22,9 @@ one process) or against each other:
       at zero=3 dp=2: the parameters and moments after step 20 within 1e-5 of 20 straight
       steps at zero 0 dp=2, the step-20 loss within 1e-6; and gradient compression with
       zero 2 refused at start-up with one message naming both settings.
+  pp2_uneven     pp=2 on 3 layers (-D L=3): the cost-balanced stages run 2 and 1 layers
+      (the manifest's layout.stage_layers, the parameters' stages); the same tolerances
+      against the reference of the 3-layer model.
   resume_same_layout   pp=2: 20 steps straight and 10 + resume + 10 give the same
       checkpoint, bit for bit (tied embedding mirrored across the stages included).
   resume_other_layout  a checkpoint of step 10 at pp=2 resumed at dp=2 and at tp=2:
@@ -108,10 +111,10 @@ def make_data():
     return prefix + "_train_*.bin"
 
 
-def compile_art(name, flags, executor="interp", expect=0):
+def compile_art(name, flags, executor="interp", expect=0, defs=None):
     d = os.path.join(ARGS.work, name)
     shutil.rmtree(d, ignore_errors=True)
-    p = run([tool("hpdlc"), "compile", sample(), *DEFS, *flags, "--executor", executor, "-o", d], expect=expect)
+    p = run([tool("hpdlc"), "compile", sample(), *(defs or DEFS), *flags, "--executor", executor, "-o", d], expect=expect)
     return d, p
 
 
@@ -135,10 +138,10 @@ def train(art, tag, steps=STEPS, extra=(), env=None, expect=0):
 _REF = {}
 
 
-def reference(art):
+def reference(art, defs=None):
     """The reference executor's run for this artifact's training settings (one per global batch)."""
     if art not in _REF:
-        p = run([ARGS.ref, sample(), art, make_data(), str(STEPS), *DEFS])
+        p = run([ARGS.ref, sample(), art, make_data(), str(STEPS), *(defs or DEFS)])
         _REF[art] = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
     return _REF[art]
 
@@ -274,6 +277,21 @@ def case_tp2():
 
 def case_pp2():
     layout_case("pp2", ["--pp", "2", "--schedule", "1f1b"])
+
+
+def case_pp2_uneven():
+    defs = [d if d != "L=2" else "L=3" for d in DEFS]
+    art, p = compile_art("art-pp2-uneven", ["--pp", "2", "--schedule", "1f1b"], defs=defs)
+    man = json.load(open(os.path.join(art, "manifest.json")))
+    layers = man["layout"].get("stage_layers")
+    print(f"pp2_uneven: stages of {layers} layers (balance = {man['layout'].get('balance')})")
+    check(layers == [2, 1], f"3 layers on 2 stages split as {layers}, not [2, 1]")
+    for q in man["params"]:
+        if q["count"] == 3:
+            check(q["stage"] == [0, 0, 1], f"{q['name']}: copies on stages {q['stage']}, not [0, 0, 1]")
+    check("stage 1: layers 2-2" in p.stdout, p.stdout)
+    got, _ = train(art, "pp2_uneven")
+    compare("pp2_uneven", got, reference(art, defs))
 
 
 def case_dp2_tp2_pp2():

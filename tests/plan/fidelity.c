@@ -140,7 +140,7 @@ int main(int argc, char **argv) {
     snprintf(cmd, sizeof cmd,
              "'%s' plan '%s/samples/gpt.hpd' -D layers=%ld -D hidden=%ld -D heads=%ld -D seq=%ld -D vocab=%ld"
              " --tp %ld --pp %ld --dp %ld --gpus %ld --micro-batch %ld --global-batch %ld --zero %ld"
-             " --cluster dgx-a100-80gb --recompute full %s --format json",
+             " --cluster dgx-a100-80gb --recompute full --balance layers %s --format json",
              hpdlc, src, jint(m, "layers"), jint(m, "hidden"), jint(m, "heads"), jint(m, "seq"), jint(m, "vocab"),
              jint(l, "tp"), jint(l, "pp"), jint(l, "dp"), jint(l, "gpus"), jint(l, "micro_batch"),
              jint(l, "global_batch"), jint(l, "zero"), sched);

@@ -2,7 +2,9 @@
  * simulated ranks in fp64, gives the loss and every parameter gradient of
  * the unpartitioned model within 1e-9 relative, for the combinations of
  * data, tensor, pipeline (with virtual stages), sequence and context
- * parallelism (ring attention over 2 and 4 ranks) and each recompute policy. */
+ * parallelism (ring attention over 2 and 4 ranks) and each recompute policy.
+ * A model of 5 layers runs every pipeline layout on unequal stages (the
+ * cost-balanced split, plan_chunk_layers: 5 layers cannot split equally). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,7 +78,7 @@ typedef struct {
 } Combo;
 
 static int run_matrix(const char *file, const char *const *defs, int ndefs, int64_t vocab, int64_t layers, int64_t tp_max,
-                      int64_t seq) {
+                      int64_t seq, int pipelines_only) {
   Loaded L;
   SemModel *m = load(&L, file, defs, ndefs);
   if (!m) return 1;
@@ -106,7 +108,8 @@ static int run_matrix(const char *file, const char *const *defs, int ndefs, int6
                 if (k.tp > tp_max || (k.sp && k.tp == 1) || (k.vpp > 1 && k.pp == 1)) continue;
                 /* a ring of four (ring attention passes three blocks): a few layouts suffice */
                 if (k.cp == 4 && (k.tp > 2 || k.pp > 2 || k.dp > 1 || k.sp || seq % 8)) continue;
-                if (layers % (k.pp * k.vpp)) continue;
+                if (layers < k.pp * k.vpp) continue; /* a chunk runs at least one layer */
+                if (pipelines_only && (k.pp == 1 || k.cp > 2)) continue;
                 /* keep the suite short: each recompute policy covers a third of the layouts */
                 if ((a + b + c + v + d + sp) % 3 != pol) continue;
                 SimLayout lay = {k.dp, k.tp, k.pp, k.cp, k.vpp, k.sp, policies[pol], micro, num_micro * 2 / k.dp};
@@ -134,8 +137,10 @@ static int run_matrix(const char *file, const char *const *defs, int ndefs, int6
 
 int main(void) {
   static const char *const gpt2[] = {"V=64", "T=8", "C=16", "L=8", "H=4"};
-  EXPECT(run_matrix("samples/gpt2-tiny.hpd", gpt2, 5, 64, 8, 4, 8) == 0);
+  EXPECT(run_matrix("samples/gpt2-tiny.hpd", gpt2, 5, 64, 8, 4, 8, 0) == 0);
+  static const char *const gpt2_uneven[] = {"V=64", "T=8", "C=16", "L=5", "H=4"};
+  EXPECT(run_matrix("samples/gpt2-tiny.hpd", gpt2_uneven, 5, 64, 5, 2, 8, 1) == 0);
   static const char *const llama[] = {"layers=4", "hidden=16", "heads=4", "kv_heads=2", "ffn=32", "seq=8", "vocab=64"};
-  EXPECT(run_matrix("samples/llama.hpd", llama, 7, 64, 4, 2, 8) == 0);
+  EXPECT(run_matrix("samples/llama.hpd", llama, 7, 64, 4, 2, 8, 0) == 0);
   TEST_DONE();
 }

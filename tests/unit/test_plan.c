@@ -14,7 +14,12 @@
  *     plan_resolve picks its winner for auto fields;
  *   - the memory of a rank's step is the compiled program's memory plan
  *     (memplan.h) for an fp32 model, model states included;
- *   - the JSON report has every key of the stable schema. */
+ *   - the JSON report has every key of the stable schema;
+ *   - pipeline balancing: pipe_balance is the exact min-max split (checked
+ *     against every composition), equal costs give the equal split, and
+ *     GPT-2's LM head (worth several layers at hidden 768) moves layers
+ *     off the last stage, which makes the step faster than the equal one. */
+#include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -27,6 +32,7 @@
 #include "fuse.h"
 #include "loader.h"
 #include "memplan.h"
+#include "pipeline.h"
 #include "plan.h"
 #include "plan_internal.h"
 #include "sema.h"
@@ -125,7 +131,7 @@ static void test_parts_match_chunks(void) {
     EXPECT(pp->valid);
     EXPECT(e->valid);
     if (!pp->valid || !e->valid) continue;
-    int64_t n = pp->layers / cases[i].K;
+    int64_t K = cases[i].K, n = e->layers[0];
     char what[128];
     PlanChunk c;
     if (cases[i].K == 1) {
@@ -141,13 +147,13 @@ static void test_parts_match_chunks(void) {
     plan_chunk_from_parts(pp, PLAN_FIRST, n, &c);
     snprintf(what, sizeof what, "case %zu, the first chunk", i);
     expect_chunk(&c, &e->ch[0], 0.05, 0.2, what);
-    plan_chunk_from_parts(pp, PLAN_LAST, n, &c);
+    plan_chunk_from_parts(pp, PLAN_LAST, e->layers[K - 1], &c);
     snprintf(what, sizeof what, "case %zu, the last chunk", i);
-    expect_chunk(&c, &e->ch[2], 0.05, 0.2, what);
-    if (cases[i].K > 2) {
-      plan_chunk_from_parts(pp, PLAN_MIDDLE, n, &c);
-      snprintf(what, sizeof what, "case %zu, a middle chunk", i);
-      expect_chunk(&c, &e->ch[1], 0.05, 0.2, what);
+    expect_chunk(&c, &e->ch[K - 1], 0.05, 0.2, what);
+    for (int64_t j = 1; j < K - 1; j++) {
+      plan_chunk_from_parts(pp, PLAN_MIDDLE, e->layers[j], &c);
+      snprintf(what, sizeof what, "case %zu, middle chunk %" PRId64, i, j);
+      expect_chunk(&c, &e->ch[j], 0.05, 0.2, what);
     }
     EXPECT_NEAR(e->ch[0].p2p_bytes, pp->boundary_bytes, 1e-12);
   }
@@ -391,7 +397,137 @@ static void test_memory_is_memplan(void) {
   fixture_free(&f);
 }
 
+/* The slowest chunk of a split under (first, layer, last) costs. */
+static double split_max(const int64_t *n, int64_t K, double tf, double tl, double tz) {
+  double worst = 0;
+  for (int64_t c = 0; c < K; c++) {
+    double t = (double)n[c] * tl + (c == 0 ? tf : 0) + (c == K - 1 ? tz : 0);
+    if (t > worst) worst = t;
+  }
+  return worst;
+}
+
+/* The best max over every composition of L into K parts >= 1 (brute force). */
+static double brute_best(int64_t L, int64_t K, int64_t c, int64_t *n, double tf, double tl, double tz) {
+  if (c == K - 1) {
+    n[c] = L;
+    return L >= 1 ? split_max(n, K, tf, tl, tz) : INFINITY;
+  }
+  double best = INFINITY;
+  for (int64_t x = 1; x <= L - (K - 1 - c); x++) {
+    n[c] = x;
+    double b = brute_best(L - x, K, c + 1, n, tf, tl, tz);
+    if (b < best) best = b;
+  }
+  return best;
+}
+
+static void test_pipe_balance(void) {
+  int64_t n[16], m[16];
+  /* equal costs: the equal split when the layers divide */
+  EXPECT(pipe_balance(12, 4, 0, 1, 0, n) == 0);
+  for (int c = 0; c < 4; c++) EXPECT(n[c] == 3);
+  EXPECT(pipe_balance(8, 2, 0, 2.5, 0, n) == 0);
+  EXPECT(n[0] == 4 && n[1] == 4);
+  /* ... and when they don't, the extra layers on the later chunks */
+  EXPECT(pipe_balance(10, 4, 0, 1, 0, n) == 0);
+  EXPECT(n[0] == 2 && n[1] == 2 && n[2] == 3 && n[3] == 3);
+  /* fewer layers than chunks */
+  EXPECT(pipe_balance(3, 4, 0, 1, 0, n) == -1);
+  /* a heavy epilogue (2.5 layers) and a light prologue */
+  EXPECT(pipe_balance(12, 4, 0.1, 1, 2.5, n) == 0);
+  printf("pipe_balance(12 layers, 4 chunks, prologue 0.1, epilogue 2.5): %" PRId64 "+%" PRId64 "+%" PRId64 "+%" PRId64 "\n",
+         n[0], n[1], n[2], n[3]);
+  EXPECT(n[0] + n[1] + n[2] + n[3] == 12);
+  EXPECT(n[3] < n[1] && n[3] < n[2]);
+  /* exact: the min-max of every composition, over a grid of costs */
+  const double extras[] = {0, 0.3, 1, 2.5, 7};
+  for (int64_t L = 2; L <= 13; L += 1)
+    for (int64_t K = 2; K <= 5 && K <= L; K++)
+      for (int a = 0; a < 5; a++)
+        for (int b = 0; b < 5; b++) {
+          EXPECT(pipe_balance(L, K, extras[a], 1, extras[b], n) == 0);
+          int64_t sum = 0;
+          for (int64_t c = 0; c < K; c++) {
+            sum += n[c];
+            EXPECT(n[c] >= 1);
+          }
+          EXPECT(sum == L);
+          double got = split_max(n, K, extras[a], 1, extras[b]), best = brute_best(L, K, 0, m, extras[a], 1, extras[b]);
+          if (fabs(got - best) > 1e-12) {
+            fprintf(stderr, "L=%" PRId64 " K=%" PRId64 " extras %g %g: max %g, best %g\n", L, K, extras[a], extras[b], got, best);
+            test_failures++;
+          }
+        }
+}
+
+/* GPT-2 124M: the LM head (768 x 50257) costs about 2.5 layers' forward +
+ * backward, so the cost-balanced split gives the last stage fewer layers,
+ * and its step beats the equal split's; balance = layers keeps 3+3+3+3. */
+static void test_balance_gpt2(void) {
+  static const char *const lay_cost[] = {"parallel.pipeline=4", "parallel.data=2"};
+  static const char *const lay_eq[] = {"parallel.pipeline=4", "parallel.data=2", "parallel.balance=layers"};
+  Fixture fc, fe;
+  if (fixture(&fc, "gpt2.hpd", NULL, 0, lay_cost, 2) || fixture(&fe, "gpt2.hpd", NULL, 0, lay_eq, 3)) {
+    test_failures++;
+    return;
+  }
+  Arena *a = arena_new();
+  for (int64_t K = 2; K <= 4; K += 2) {
+    const char *why = NULL;
+    int64_t *n = plan_chunk_layers(a, fc.m, 8, 1, 1, 0, RECOMPUTE_NONE, K, &why);
+    EXPECT(n != NULL);
+    if (!n) continue;
+    printf("gpt2 (124M, a100-80gb) at pp=%" PRId64 ": stages", K);
+    int64_t sum = 0;
+    for (int64_t c = 0; c < K; c++) printf("%s%" PRId64, c ? "+" : " ", n[c]), sum += n[c];
+    printf(" layers\n");
+    EXPECT(sum == 12);
+    EXPECT(n[K - 1] < 12 / K);         /* the head's stage gives layers away */
+    for (int64_t c = 0; c < K - 1; c++) EXPECT(n[c] >= 12 / K);
+    int64_t *e = plan_chunk_layers(a, fe.m, 8, 1, 1, 0, RECOMPUTE_NONE, K, &why);
+    EXPECT(e != NULL);
+    for (int64_t c = 0; e && c < K; c++) EXPECT(e[c] == 12 / K);
+  }
+  arena_free(a);
+  /* the whole step: balanced beats equal, every rank's layers reported */
+  PlanLayout L = plan_layout_of(fc.m);
+  PlanResult rc, re;
+  EXPECT(plan_evaluate(fc.c, &L, 0, &rc) == 0);
+  int64_t layers_c[4] = {0};
+  for (int s = 0; s < rc.nstages && s < 4; s++) layers_c[s] = rc.stages[s].layers;
+  L = plan_layout_of(fe.m);
+  EXPECT(plan_evaluate(fe.c, &L, 0, &re) == 0);
+  printf("gpt2 at pp=4: step %.4f s balanced (%" PRId64 "+%" PRId64 "+%" PRId64 "+%" PRId64 "), %.4f s equal\n", rc.step_s,
+         layers_c[0], layers_c[1], layers_c[2], layers_c[3], re.step_s);
+  EXPECT(rc.step_s < re.step_s);
+  EXPECT(layers_c[3] < 3 && layers_c[0] + layers_c[1] + layers_c[2] + layers_c[3] == 12);
+  /* the JSON report carries the split: parallel.stage_layers and stages[].layers */
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *mf = open_memstream(&buf, &len);
+  PlanReport rep = {"gpt2.hpd", &rc, NULL, 0, NULL, NULL};
+  EXPECT(plan_report_json(mf, fc.c, &rep) == 0);
+  fclose(mf);
+  json_t *j = json_loads(buf, 0, NULL);
+  json_t *par = json_object_get(j, "parallel"), *sl = json_object_get(par, "stage_layers");
+  json_t *st = json_object_get(j, "stages");
+  EXPECT(json_is_array(sl) && json_array_size(sl) == 4 && json_array_size(st) == 4);
+  for (size_t s = 0; s < json_array_size(sl) && s < 4; s++) {
+    EXPECT(json_integer_value(json_array_get(sl, s)) == layers_c[s]);
+    EXPECT(json_integer_value(json_object_get(json_array_get(st, s), "layers")) == layers_c[s]);
+  }
+  EXPECT_STR(json_string_value(json_object_get(par, "balance")), "cost");
+  json_decref(j);
+  free(buf);
+  for (int s = 0; s < re.nstages; s++) EXPECT(re.stages[s].layers == 3);
+  fixture_free(&fc);
+  fixture_free(&fe);
+}
+
 int main(void) {
+  test_pipe_balance();
+  test_balance_gpt2();
   test_memory_is_memplan();
   test_parts_match_chunks();
   test_bubble_exact();
