@@ -2,7 +2,11 @@
  * simulated ranks in fp64, gives the loss and every parameter gradient of
  * the unpartitioned model within 1e-9 relative, for the combinations of
  * data, tensor, pipeline (with virtual stages), sequence and context
- * parallelism (ring attention over 2 and 4 ranks) and each recompute policy. */
+ * parallelism (ring attention over 2 and 4 ranks), each recompute policy
+ * and each ZeRO stage: the data-parallel gradient all-reduce or
+ * reduce-scatter, and ZeRO-3's gathered parameter pieces, are IR collectives
+ * the simulator runs (dpsync.h), and the pieces each data-parallel rank keeps
+ * are what is compared. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,11 +87,12 @@ static int run_matrix(const char *file, const char *const *defs, int ndefs, int6
   const int64_t micro = 2, num_micro = 2;
   int64_t rows = 2 * num_micro * micro; /* dp = 2 at most */
   double **inputs = make_inputs(m, rows, vocab, 42);
-  int failures = 0, runs = 0;
+  int failures = 0, runs = 0, per_zero[2][4] = {{0}};
   static const Recompute policies[] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL};
+  int runs_of_dp[2] = {0, 0};
   for (int pol = 0; pol < 3; pol++) {
     /* the reference: one rank, every micro-batch of the global batch in turn */
-    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, policies[pol], micro, rows / micro};
+    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, policies[pol], micro, rows / micro, 0};
     SimResult ref;
     char err[512];
     if (sim_step(m, &ref_layout, 1234, inputs, &ref, err, sizeof err)) {
@@ -109,11 +114,15 @@ static int run_matrix(const char *file, const char *const *defs, int ndefs, int6
                 if (layers % (k.pp * k.vpp)) continue;
                 /* keep the suite short: each recompute policy covers a third of the layouts */
                 if ((a + b + c + v + d + sp) % 3 != pol) continue;
-                SimLayout lay = {k.dp, k.tp, k.pp, k.cp, k.vpp, k.sp, policies[pol], micro, num_micro * 2 / k.dp};
+                /* ZeRO stages in turn, separately for dp = 1 and 2, so each
+                 * meets tensor, pipeline, context and sequence parallelism */
+                int zero = runs_of_dp[a]++ % 4;
+                per_zero[a][zero]++;
+                SimLayout lay = {k.dp, k.tp, k.pp, k.cp, k.vpp, k.sp, policies[pol], micro, num_micro * 2 / k.dp, zero};
                 SimResult got;
-                char what[160];
-                snprintf(what, sizeof what, "%s dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " v=%" PRId64 " cp=%" PRId64 " sp=%d recompute=%s",
-                         file, k.dp, k.tp, k.pp, k.vpp, k.cp, k.sp, sem_recompute_name(policies[pol]));
+                char what[200];
+                snprintf(what, sizeof what, "%s dp=%" PRId64 " zero=%d tp=%" PRId64 " pp=%" PRId64 " v=%" PRId64 " cp=%" PRId64 " sp=%d recompute=%s",
+                         file, k.dp, zero, k.tp, k.pp, k.vpp, k.cp, k.sp, sem_recompute_name(policies[pol]));
                 runs++;
                 if (sim_step(m, &lay, 1234, inputs, &got, err, sizeof err)) {
                   fprintf(stderr, "%s: %s\n", what, err);
@@ -125,7 +134,8 @@ static int run_matrix(const char *file, const char *const *defs, int ndefs, int6
               }
     sim_result_free(&ref);
   }
-  fprintf(stderr, "%s: %d layouts compared, %d failed\n", file, runs, failures);
+  fprintf(stderr, "%s: %d layouts compared, %d failed; dp=2 with zero 0/1/2/3: %d/%d/%d/%d\n", file, runs, failures,
+          per_zero[1][0], per_zero[1][1], per_zero[1][2], per_zero[1][3]);
   for (int i = 0; i < m->model->ninputs; i++) free(inputs[i]);
   free(inputs);
   unload(&L);
