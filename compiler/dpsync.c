@@ -192,7 +192,7 @@ DpSync *dpsync_build(const AdResult *ad, int64_t dp, int zero, const char **err)
       /* [copies, numel] flat, padded to [copies, s*dp], scattered along the flat axis */
       int64_t flat[2] = {s->copies[k], s->numel[k]}, padded[2] = {s->copies[k], s->piece[k] * dp};
       int64_t mine[2] = {s->copies[k], s->piece[k]};
-      x = ir_add(g, IR_RESHAPE, &x, 1, NULL, 0, 0, P->dtype, 1 + rep, flat + !rep, &why);
+      if (P->rank != 1) x = ir_add(g, IR_RESHAPE, &x, 1, NULL, 0, 0, P->dtype, 1 + rep, flat + !rep, &why);
       if (x >= 0 && padded[1] != flat[1]) {
         int64_t at[8] = {0};
         x = ir_add(g, IR_PAD, &x, 1, at, 8, 0, P->dtype, 1 + rep, padded + !rep, &why);
