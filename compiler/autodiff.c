@@ -801,7 +801,7 @@ static void zero3_regather(const IrGraph *g, char *recomp) {
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = &g->nodes[i];
     const IrNode *x = n->nin == 1 ? &g->nodes[n->in[0]] : NULL;
-    if (n->op == IR_ALL_GATHER && n->attr[0] == IRG_DP && x->op == IR_PARAM) recomp[i] = 1;
+    if (n->op == IR_ALL_GATHER && n->attr[0] == IRG_DP && x && x->op == IR_PARAM) recomp[i] = 1;
     else if ((n->op == IR_SLICE || n->op == IR_RESHAPE) && x && x->op == IR_ALL_GATHER && recomp[n->in[0]]) recomp[i] = 1;
     else if (n->op == IR_RESHAPE && x && x->op == IR_SLICE && recomp[n->in[0]]) recomp[i] = 1;
   }
