@@ -724,6 +724,7 @@ static void prune(IrGraph *b) {
  * elementwise ops of the same shape (scale, mask, bias) and whose output
  * reaches a matmul's left operand (directly or through dropout). */
 static void attention_core(const IrGraph *g, char *core) {
+  if (g->nnodes <= 0) return;
   int *users = calloc((size_t)g->nnodes, sizeof(int)), *user = calloc((size_t)g->nnodes, sizeof(int));
   if (!users || !user) abort();
   for (int i = 0; i < g->nnodes; i++)
@@ -793,6 +794,19 @@ static void ctx_init(AdCtx *c, IrModule *m, AdResult *res, const IrGraph *f, IrG
   for (size_t i = 0; i < n; i++) c->map[i] = c->grad[i] = -1;
 }
 
+/* ZeRO-3 (dpsync.h): a parameter read through an all-gather over dp is
+ * gathered again in the backward instead of kept per layer (the point of
+ * holding pieces); marks the gather and the slice / reshape after it. */
+static void zero3_regather(const IrGraph *g, char *recomp) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = &g->nodes[i];
+    const IrNode *x = n->nin == 1 ? &g->nodes[n->in[0]] : NULL;
+    if (n->op == IR_ALL_GATHER && n->attr[0] == IRG_DP && x && x->op == IR_PARAM) recomp[i] = 1;
+    else if ((n->op == IR_SLICE || n->op == IR_RESHAPE) && x && x->op == IR_ALL_GATHER && recomp[n->in[0]]) recomp[i] = 1;
+    else if (n->op == IR_RESHAPE && x && x->op == IR_SLICE && recomp[n->in[0]]) recomp[i] = 1;
+  }
+}
+
 /* B.grad (and B.fwd, which saves what B.grad reads) for block graph fi */
 static const char *build_block(IrModule *m, AdResult *res, int fi) {
   const IrGraph *f = m->graphs[fi];
@@ -809,6 +823,7 @@ static const char *build_block(IrModule *m, AdResult *res, int fi) {
     if (f->nodes[i].op == IR_CALL) return "a repeat inside a repeated block cannot be differentiated";
   }
   if (res->recompute == RECOMPUTE_SELECTIVE) attention_core(f, c.recomp);
+  zero3_regather(f, c.recomp);
   const IrNode *out = fnode(&c, f->outputs[0]);
   int dy = arg_node(&c, 0, out, "dy");
   if (c.rg[f->outputs[0]]) c.grad[f->outputs[0]] = dy;

@@ -633,10 +633,16 @@ void ir_print(const IrModule *m, FILE *out) {
     fprintf(out, "param %s : %s[", p->name, sem_dtype_name(p->dtype));
     for (int k = 0; k < p->rank; k++) fprintf(out, "%s%" PRId64, k ? ", " : "", p->dims[k]);
     fprintf(out, "] shard=%s", sem_shard_name(p->shard));
+    int rank = p->dp_shards ? p->dp_rank : p->rank; /* of the tensor before ZeRO-3 cut it */
     if (p->split_axis >= 0) {
       fprintf(out, " (of [");
-      for (int k = 0; k < p->rank; k++) fprintf(out, "%s%" PRId64, k ? ", " : "", p->full_dims[k]);
+      for (int k = 0; k < rank; k++) fprintf(out, "%s%" PRId64, k ? ", " : "", p->full_dims[k]);
       fprintf(out, "], axis %d over %s)", p->split_axis, ir_group_name(p->split_group));
+    }
+    if (p->dp_shards) {
+      fprintf(out, " zero3 (1/%d of [", p->dp_shards);
+      for (int k = 0; k < rank; k++) fprintf(out, "%s%" PRId64, k ? ", " : "", p->dp_dims[k]);
+      fprintf(out, "] flat over %s)", ir_group_name(IRG_DP));
     }
     if (p->count > 1) fprintf(out, " x%" PRId64, p->count);
     fputc('\n', out);

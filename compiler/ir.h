@@ -91,6 +91,12 @@ typedef struct {
   int64_t full_dims[IR_MAX_RANK];
   int split_axis;
   IrGroup split_group;
+  /* ZeRO-3 (dpsync.h): the rank holds one of dp_shards pieces of the
+   * flattened, zero-padded tensor of shape dp_dims (rank dp_rank) it would
+   * hold otherwise, and dims is [piece]; dp_shards is 0 when it holds all. */
+  int dp_shards;
+  int dp_rank;
+  int64_t dp_dims[IR_MAX_RANK];
 } IrParam;
 
 typedef struct {

@@ -19,6 +19,7 @@
 #include "plan.h"
 #include "schedule.h"
 #include "spmd.h"
+#include "dpsync.h"
 #include "sema.h"
 
 /* Flags that override the parallel / train blocks: flag, block.key, what it takes. */
@@ -65,7 +66,7 @@ typedef struct {
 } Cli;
 
 static const char *const verbs[] = {"check", "emit", "plan", "compile"};
-static const char *const stages[] = {"ast", "source", "ir", "grad", "fused", "spmd", "memory", "schedule"};
+static const char *const stages[] = {"ast", "source", "ir", "grad", "fused", "spmd", "dp", "memory", "schedule"};
 
 static void help_common_options(void) {
   puts("options:\n"
@@ -98,6 +99,7 @@ static void help_main(void) {
        "  emit fused FILE        print the IR grouped into kernels (fusion)\n"
        "  emit memory FILE       print the static memory plan of a rank's training step\n"
        "  emit spmd FILE         print the program one rank runs under the layout\n"
+       "  emit dp FILE           print the data-parallel gradient synchronisation (ZeRO)\n"
        "  emit schedule FILE     print the pipeline schedule: each rank's instructions\n"
        "\n"
        "  plan FILE              plan the training job: memory per GPU, communication,\n"
@@ -163,7 +165,7 @@ static void help_verb(const char *verb) {
          "cluster. Prints every error of a phase, then stops. On success prints a\n"
          "one-line summary per file.\n");
   } else {
-    puts("usage: hpdlc emit ast|source|ir|grad|fused|spmd|memory|schedule [options] FILE\n"
+    puts("usage: hpdlc emit ast|source|ir|grad|fused|spmd|dp|memory|schedule [options] FILE\n"
          "\n"
          "  ast      the syntax tree with source spans\n"
          "  source   the file in canonical form (parse -> print -> parse is stable)\n"
@@ -178,6 +180,10 @@ static void help_verb(const char *verb) {
          "           optimizer state and the peak (recompute: as for grad)\n"
          "  spmd     the program a rank runs under the layout (--tp --cp --sp --pp\n"
          "           --virtual-stages): local shapes, sharded parameters, collectives\n"
+         "  dp       per pipeline chunk, the gradient synchronisation over the data-parallel\n"
+         "           group (--dp --zero, and the layout of spmd): all-reduce (zero 0/1) or\n"
+         "           reduce-scatter (2) once per step, and with zero 3 the chunk's program with\n"
+         "           its parameters in dp pieces, all-gathered where they are used\n"
          "  schedule each pipeline rank's instructions for one step (--schedule --pp\n"
          "           --virtual-stages; micro-batches = global batch / (dp x micro batch))\n");
   }
@@ -237,7 +243,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
       if (!strcmp(verb, "emit") && !cli->stage) {
         int ok = 0;
         for (size_t k = 0; k < sizeof stages / sizeof stages[0]; k++) ok |= !strcmp(stages[k], a);
-        if (!ok) return cli_error("emit: unknown stage '%s'; stages are ast, source, ir, grad, fused, spmd, memory and schedule", a, NULL);
+        if (!ok) return cli_error("emit: unknown stage '%s'; stages are ast, source, ir, grad, fused, spmd, dp, memory and schedule", a, NULL);
         cli->stage = a;
         continue;
       }
@@ -395,13 +401,57 @@ static void print_summary(const char *path, const SemModel *m) {
          L->cluster_name, L->gpus, L->gpus == 1 ? "" : "s");
 }
 
+/* `emit dp`: per pipeline chunk, the data-parallel side of its step under
+ * the layout (dpsync.h): the dp.sync graph, and with ZeRO-3 the chunk's
+ * module with its parameters in pieces and the step graphs autodiff makes of
+ * it (zero 0-2 leave those as `emit spmd` and `emit grad` show them). */
+static int emit_dp(Arena *arena, Diag *diag, const char *path, const SemModel *m, const IrModule *ir, int status) {
+  const SemLayout *L = &m->layout;
+  int64_t dp = L->dp > 0 ? L->dp : 1;
+  int zero = L->zero > 0 ? (int)L->zero : 0;
+  SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, m->seq_len};
+  IrModule *part = spmd_partition(arena, diag, ir, &spec);
+  int64_t chunks = (L->pp > 0 ? L->pp : 1) * (L->virtual_stages > 0 ? L->virtual_stages : 1);
+  PipeResult *pr = part ? pipe_split(arena, diag, part, chunks) : NULL;
+  if (!pr) return 1;
+  Recompute policy = L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute;
+  printf("# data-parallel step: dp=%" PRId64 " zero=%d; tp=%" PRId64 " cp=%" PRId64 " sp=%s, %d pipeline chunk%s, recompute %s\n", dp,
+         zero, spec.tp, spec.cp, spec.sp ? "on" : "off", pr->nchunks, pr->nchunks == 1 ? "" : "s", sem_recompute_name(policy));
+  for (int c = 0; c < pr->nchunks; c++) {
+    IrModule *cm = pipe_chunk_module(arena, pr, c);
+    if (zero == 3 && !(cm = dpsync_shard_params(arena, diag, cm, dp))) return 3;
+    printf("# chunk %d\n", c);
+    if (zero == 3) ir_print(cm, stdout);
+    const char *why = NULL;
+    AdResult *ad = ad_build(cm, policy, &why);
+    DpSync *sync = ad ? dpsync_build(ad, dp, zero, &why) : NULL;
+    if (!sync) {
+      fprintf(stderr, "hpdlc: %s: chunk %d: %s\n", path, c, why ? why : "?");
+      return 1;
+    }
+    if (ir_verify(cm, stderr)) {
+      fprintf(stderr, "hpdlc: internal error: chunk %d's data-parallel step does not verify\n", c);
+      status = 3;
+    }
+    if (zero == 3) {
+      /* the step graphs, without dp.sync (printed below) */
+      int keep = cm->ngraphs;
+      cm->ngraphs = sync->graph;
+      ad_print(ad, stdout);
+      cm->ngraphs = keep;
+    }
+    dpsync_print(sync, stdout);
+  }
+  return status;
+}
+
 /* `emit memory`: the plan of the program pipeline chunk 0's ranks run, built
  * as the simulator builds it (memplan.h); returns the exit status. */
 static int emit_memory(Arena *arena, Diag *diag, const char *path, const SemModel *m, int status) {
   const SemLayout *L = &m->layout;
   SimLayout sl = {L->dp > 0 ? L->dp : 1, L->tp > 0 ? L->tp : 1, L->pp > 0 ? L->pp : 1, L->cp > 0 ? L->cp : 1,
                   L->virtual_stages > 0 ? L->virtual_stages : 1, L->sp == 1,
-                  L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute, m->train.micro_batch, 1};
+                  L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute, m->train.micro_batch, 1, 0};
   const char *why = NULL;
   MemRankProgram *rp = mem_rank_program(arena, diag, m, &sl, 0, &why);
   if (!rp) {
@@ -534,6 +584,8 @@ int main(int argc, char **argv) {
               printf("\n");
               ir_print(pr->m, stdout);
             }
+          } else if (!strcmp(cli.stage, "dp")) {
+            status = emit_dp(arena, diag, cli.files[i], m, ir, status);
           } else if (!strcmp(cli.stage, "memory")) {
             status = emit_memory(arena, diag, cli.files[i], m, status);
           } else if (!strcmp(cli.stage, "fused")) {

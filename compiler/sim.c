@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "autodiff.h"
+#include "dpsync.h"
 #include "interp.h"
 #include "lower.h"
 #include "pipeline.h"
@@ -90,6 +91,8 @@ typedef struct {
   int index;
   Interp *in;
   const AdResult *ad;
+  const DpSync *sync;
+  InterpTensor *synced; /* dp.sync's outputs: this rank's synchronised gradients */
   double loss_sum;
   const char *err;
   char errbuf[256];
@@ -100,7 +103,7 @@ struct Sim {
   int64_t K; /* chunks */
   int nranks;
   Rank *ranks;
-  Group *tp_groups, *cp_groups;
+  Group *tp_groups, *cp_groups, *dp_groups;
   Mailbox *boxes; /* nranks x nranks */
   double *const *inputs;
   const IrModule *global;
@@ -111,12 +114,25 @@ static int rank_index(const Sim *S, int d, int c, int t, int x) {
   return ((d * (int)S->K + c) * (int)S->L->tp + t) * (int)S->L->cp + x;
 }
 
+/* The rendezvous of rank R's group gr, and R's place in it. */
+static Group *group_of(Sim *S, const Rank *R, IrGroup gr, int *me) {
+  if (gr == IRG_DP) {
+    *me = R->d;
+    return &S->dp_groups[rank_index(S, 0, R->c, R->t, R->x)];
+  }
+  if (gr == IRG_TP) {
+    *me = R->t;
+    return &S->tp_groups[rank_index(S, R->d, R->c, 0, R->x)];
+  }
+  *me = R->x;
+  return &S->cp_groups[rank_index(S, R->d, R->c, R->t, 0)];
+}
+
 static const char *sim_all_reduce(void *ctx, IrGroup gr, int op, double *data, int64_t n) {
   Rank *R = ctx;
   Sim *S = R->S;
-  Group *g = gr == IRG_TP ? &S->tp_groups[rank_index(S, R->d, R->c, 0, R->x)]
-                          : &S->cp_groups[rank_index(S, R->d, R->c, R->t, 0)];
-  int me = gr == IRG_TP ? R->t : R->x;
+  int me;
+  Group *g = group_of(S, R, gr, &me);
   double *mine = malloc(sizeof(double) * (size_t)(n ? n : 1));
   memcpy(mine, data, sizeof(double) * (size_t)n);
   g->deposit[me] = mine;
@@ -135,9 +151,8 @@ static const char *sim_all_reduce(void *ctx, IrGroup gr, int op, double *data, i
 static const char *sim_all_gather(void *ctx, IrGroup gr, const double *in, int64_t n, double *out) {
   Rank *R = ctx;
   Sim *S = R->S;
-  Group *g = gr == IRG_TP ? &S->tp_groups[rank_index(S, R->d, R->c, 0, R->x)]
-                          : &S->cp_groups[rank_index(S, R->d, R->c, R->t, 0)];
-  int me = gr == IRG_TP ? R->t : R->x;
+  int me;
+  Group *g = group_of(S, R, gr, &me);
   g->deposit[me] = (double *)in;
   const char *err = barrier(g);
   for (int k = 0; k < g->size && !err; k++) memcpy(out + k * n, g->deposit[k], sizeof(double) * (size_t)n);
@@ -207,6 +222,29 @@ static const char *sim_recv(void *ctx, IrGroup gr, int offset, double *data, int
   return err;
 }
 
+/* Runs the chunk's dp.sync on the accumulated gradients (dpsync.h): argument
+ * k is parameter param[k]'s store from copy first[k] on, copies side by side. */
+static const char *rank_sync(Rank *R) {
+  const DpSync *s = R->sync;
+  const IrGraph *g = s->m->graphs[s->graph];
+  InterpTensor *args = calloc((size_t)s->nargs + 1, sizeof(InterpTensor));
+  double **zeros = calloc((size_t)s->nargs + 1, sizeof(double *));
+  R->synced = calloc((size_t)s->nargs + 1, sizeof(InterpTensor));
+  for (int k = 0; k < s->nargs; k++) {
+    const IrNode *a = &g->nodes[k];
+    args[k].rank = a->rank;
+    memcpy(args[k].dims, a->dims, sizeof args[k].dims);
+    args[k].data = interp_grad(R->in, s->param[k], s->first[k], NULL);
+    if (!args[k].data) args[k].data = zeros[k] = calloc((size_t)ir_numel(a), sizeof(double));
+  }
+  const char *err = NULL;
+  interp_run(R->in, s->graph, 0, args, s->nargs, R->synced, &err);
+  for (int k = 0; k < s->nargs; k++) free(zeros[k]);
+  free(zeros);
+  free(args);
+  return err;
+}
+
 static void *rank_main(void *arg) {
   Rank *R = arg;
   Sim *S = R->S;
@@ -226,6 +264,13 @@ static void *rank_main(void *arg) {
       R->err = R->errbuf;
     }
     R->loss_sum += loss;
+  }
+  if (!R->err) {
+    const char *err = rank_sync(R);
+    if (err) {
+      snprintf(R->errbuf, sizeof R->errbuf, "rank (dp %d, chunk %d, tp %d, cp %d): dp.sync: %s", R->d, R->c, R->t, R->x, err);
+      R->err = R->errbuf;
+    }
   }
   free(buf);
   return NULL;
@@ -264,6 +309,97 @@ static void shard_copy(const IrParam *lp, int t, double *logical, double *local,
     if (to_logical) memcpy(gl, lo, sizeof(double) * (size_t)(len * inner));
     else memcpy(lo, gl, sizeof(double) * (size_t)(len * inner));
   }
+}
+
+/* A parameter as the rank would hold it without ZeRO-3's pieces: its
+ * tensor-parallel shard of the logical tensor. */
+static IrParam tp_view(const IrParam *lp) {
+  IrParam v = *lp;
+  if (v.dp_shards) {
+    v.rank = v.dp_rank;
+    memcpy(v.dims, v.dp_dims, sizeof v.dims);
+  }
+  return v;
+}
+
+/* Copies between a flattened tensor of numel values and data-parallel rank
+ * d's piece of it: values [d*s, (d+1)*s), zero beyond the end (dpsync.h). */
+static void piece_copy(double *whole, int64_t numel, int64_t s, int d, double *piece, int to_whole) {
+  int64_t at = (int64_t)d * s, n = at >= numel ? 0 : (numel - at < s ? numel - at : s);
+  if (to_whole) {
+    memcpy(whole + at, piece, sizeof(double) * (size_t)n);
+  } else {
+    memcpy(piece, whole + at, sizeof(double) * (size_t)n);
+    memset(piece + n, 0, sizeof(double) * (size_t)(s - n));
+  }
+}
+
+/* Every rank starts from its shard of the logical weights (with ZeRO-3, its
+ * data-parallel piece of that shard). */
+static void load_weights(Rank *R, Interp *gi, const IrModule *global, const IrModule *cm) {
+  double *whole = NULL;
+  for (int p = 0; p < cm->nparams; p++) {
+    const IrParam *lp = &cm->params[p];
+    int gp = find_param(global, lp->name);
+    IrParam v = tp_view(lp);
+    int64_t numel = 1;
+    for (int k = 0; k < v.rank; k++) numel *= v.dims[k];
+    for (int64_t l = 0; gp >= 0 && l < (lp->count > 1 ? lp->count : 1); l++) {
+      int64_t n;
+      double *logical = interp_param(gi, gp, l, &n);
+      double *local = interp_param(R->in, p, l, &n);
+      if (!lp->dp_shards) {
+        shard_copy(lp, R->t, logical, local, 0);
+        continue;
+      }
+      whole = realloc(whole, sizeof(double) * (size_t)numel);
+      shard_copy(&v, R->t, logical, whole, 0);
+      piece_copy(whole, numel, n, R->d, local, 0);
+    }
+  }
+  free(whole);
+}
+
+/* The logical gradients from dp.sync's outputs: tensor shards side by side;
+ * whole tensors from tensor and context rank 0; chunks add (a tied weight is
+ * used by two). Zero 0/1: every replica holds the same mean (checked, bit for
+ * bit); zero 2/3: data-parallel rank d holds piece d, put in place here. */
+static const char *assemble_grads(Sim *S, const IrModule *global, SimResult *out) {
+  const SimLayout *L = S->L;
+  const char *err = NULL;
+  double *tmp = NULL, *local = NULL;
+  for (int i = 0; i < S->nranks && !err; i++) {
+    Rank *R = &S->ranks[i];
+    if (R->x != 0 || R->d != 0) continue;
+    const DpSync *s = R->sync;
+    for (int k = 0; k < s->nargs && !err; k++) {
+      const IrParam *lp = &s->m->params[s->param[k]];
+      if (lp->split_axis < 0 && R->t != 0) continue;
+      int gpi = find_param(global, lp->name);
+      const IrParam *gp = &global->params[gpi];
+      IrParam v = tp_view(lp);
+      int64_t n = 1, ln = s->numel[k], piece = s->piece[k];
+      for (int j = 0; j < gp->rank; j++) n *= gp->dims[j];
+      tmp = realloc(tmp, sizeof(double) * (size_t)n);
+      local = realloc(local, sizeof(double) * (size_t)ln);
+      for (int64_t l = 0; l < s->copies[k] && !err; l++) {
+        for (int d = 0; d < L->dp; d++) {
+          const double *got = S->ranks[rank_index(S, d, R->c, R->t, 0)].synced[k].data + l * piece;
+          if (s->zero >= 2) piece_copy(local, ln, piece, d, (double *)got, 1);
+          else if (d == 0) memcpy(local, got, sizeof(double) * (size_t)ln);
+          else if (memcmp(local, got, sizeof(double) * (size_t)ln))
+            err = "data-parallel replicas hold different gradients after dp.sync";
+        }
+        memset(tmp, 0, sizeof(double) * (size_t)n);
+        shard_copy(&v, R->t, tmp, local, 1);
+        double *dst = out->grads[gpi] + (s->first[k] + l) * n;
+        for (int64_t j = 0; j < n; j++) dst[j] += tmp[j];
+      }
+    }
+  }
+  free(tmp);
+  free(local);
+  return err;
 }
 
 int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *const *inputs, SimResult *out, char *err,
@@ -309,12 +445,21 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
   /* chunk programs */
   IrModule **cms = arena_alloc(arena, sizeof(IrModule *) * (size_t)S.K);
   AdResult **ads = arena_alloc(arena, sizeof(AdResult *) * (size_t)S.K);
+  DpSync **syncs = arena_alloc(arena, sizeof(DpSync *) * (size_t)S.K);
   for (int c = 0; c < S.K; c++) {
     cms[c] = pipe_chunk_module(arena, pr, c);
+    if (L->zero == 3 && !(cms[c] = dpsync_shard_params(arena, diag, cms[c], L->dp))) {
+      fail(err, errlen, "chunk %d: its parameters do not shard over dp", c);
+      goto done;
+    }
     const char *why = NULL;
     ads[c] = ad_build(cms[c], L->recompute, &why);
     if (!ads[c]) {
       fail(err, errlen, "chunk %d does not differentiate: %s", c, why ? why : "?");
+      goto done;
+    }
+    if (!(syncs[c] = dpsync_build(ads[c], L->dp, L->zero, &why))) {
+      fail(err, errlen, "chunk %d: no gradient synchronisation: %s", c, why ? why : "?");
       goto done;
     }
     if (ir_verify(cms[c], NULL)) {
@@ -327,10 +472,12 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
   S.ranks = calloc((size_t)S.nranks, sizeof(Rank));
   S.tp_groups = calloc((size_t)S.nranks, sizeof(Group));
   S.cp_groups = calloc((size_t)S.nranks, sizeof(Group));
+  S.dp_groups = calloc((size_t)S.nranks, sizeof(Group));
   S.boxes = calloc((size_t)S.nranks * (size_t)S.nranks, sizeof(Mailbox));
   for (int i = 0; i < S.nranks; i++) {
     group_init(&S.tp_groups[i], (int)L->tp);
     group_init(&S.cp_groups[i], (int)L->cp);
+    group_init(&S.dp_groups[i], (int)L->dp);
   }
   for (int i = 0; i < S.nranks * S.nranks; i++) {
     pthread_mutex_init(&S.boxes[i].mu, NULL);
@@ -346,6 +493,7 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
           R->d = d, R->c = c, R->t = t, R->x = x;
           R->index = ri;
           R->ad = ads[c];
+          R->sync = syncs[c];
           R->in = interp_new(cms[c]);
           InterpComm comm;
           memset(&comm, 0, sizeof comm);
@@ -361,17 +509,7 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
           comm.recv = sim_recv;
           interp_set_comm(R->in, &comm);
           interp_init_params(R->in, seed);
-          /* every rank starts from its shard of the logical weights */
-          for (int p = 0; p < cms[c]->nparams; p++) {
-            const IrParam *lp = &cms[c]->params[p];
-            int gp = find_param(global, lp->name);
-            for (int64_t l = 0; gp >= 0 && l < (lp->count > 1 ? lp->count : 1); l++) {
-              int64_t n;
-              double *logical = interp_param(gi, gp, l, &n);
-              double *local = interp_param(R->in, p, l, &n);
-              shard_copy(lp, t, logical, local, 0);
-            }
-          }
+          load_weights(R, gi, global, cms[c]);
         }
   pthread_t *th = calloc((size_t)S.nranks, sizeof(pthread_t));
   for (int i = 0; i < S.nranks; i++) pthread_create(&th[i], NULL, rank_main, &S.ranks[i]);
@@ -382,8 +520,6 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
       fail(err, errlen, "%s", S.ranks[i].err);
       goto done;
     }
-  /* assemble: tensor shards side by side; whole tensors from tensor and
-   * context rank 0; chunks add (a tied weight is used by two); replicas average */
   out->nparams = global->nparams;
   out->names = calloc((size_t)global->nparams + 1, sizeof(char *));
   out->numel = calloc((size_t)global->nparams + 1, sizeof(int64_t));
@@ -397,45 +533,28 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
     out->numel[p] = n * copies;
     out->grads[p] = calloc((size_t)(n * copies), sizeof(double));
   }
-  double *tmp = NULL;
-  size_t tmpcap = 0;
-  for (int i = 0; i < S.nranks; i++) {
-    Rank *R = &S.ranks[i];
-    if (R->x != 0) continue;
-    const IrModule *cm = cms[R->c];
-    for (int p = 0; p < cm->nparams; p++) {
-      const IrParam *lp = &cm->params[p];
-      if (lp->split_axis < 0 && R->t != 0) continue;
-      int gpi = find_param(global, lp->name);
-      const IrParam *gp = &global->params[gpi];
-      int64_t n = 1;
-      for (int k = 0; k < gp->rank; k++) n *= gp->dims[k];
-      if ((size_t)n > tmpcap) {
-        free(tmp);
-        tmpcap = (size_t)n;
-        tmp = malloc(sizeof(double) * tmpcap);
-      }
-      for (int64_t l = 0; l < (lp->count > 1 ? lp->count : 1); l++) {
-        int64_t ln;
-        double *g = interp_grad(R->in, p, l, &ln);
-        if (!g) continue;
-        memset(tmp, 0, sizeof(double) * (size_t)n);
-        shard_copy(lp, R->t, tmp, g, 1);
-        double *dst = out->grads[gpi] + l * n;
-        for (int64_t k = 0; k < n; k++) dst[k] += tmp[k] / (double)L->dp;
-      }
-    }
-    if (R->c == S.K - 1 && R->t == 0) out->loss += R->loss_sum / (double)L->num_micro / (double)L->dp;
+  const char *why = assemble_grads(&S, global, out);
+  if (why) {
+    fail(err, errlen, "%s", why);
+    goto done;
   }
-  free(tmp);
+  for (int i = 0; i < S.nranks; i++) {
+    const Rank *R = &S.ranks[i];
+    if (R->c == S.K - 1 && R->t == 0 && R->x == 0) out->loss += R->loss_sum / (double)L->num_micro / (double)L->dp;
+  }
   rc = 0;
 done:
   if (S.ranks)
-    for (int i = 0; i < S.nranks; i++) interp_free(S.ranks[i].in);
+    for (int i = 0; i < S.nranks; i++) {
+      interp_free(S.ranks[i].in);
+      for (int k = 0; S.ranks[i].synced && k < S.ranks[i].sync->nargs; k++) free(S.ranks[i].synced[k].data);
+      free(S.ranks[i].synced);
+    }
   if (S.tp_groups)
     for (int i = 0; i < S.nranks; i++) {
       group_destroy(&S.tp_groups[i]);
       group_destroy(&S.cp_groups[i]);
+      group_destroy(&S.dp_groups[i]);
     }
   if (S.boxes)
     for (int i = 0; i < S.nranks * S.nranks; i++) {
@@ -451,6 +570,7 @@ done:
   free(S.ranks);
   free(S.tp_groups);
   free(S.cp_groups);
+  free(S.dp_groups);
   free(S.boxes);
   free(S.input_row);
   interp_free(gi);

@@ -6,13 +6,18 @@
  * chunk differentiated (autodiff.h). Every rank runs its chunk's step over
  * its micro-batches with the reference executor (interp.h); collectives
  * rendezvous between threads, pipeline transfers go through mailboxes.
- * Gradients are averaged over data-parallel replicas and assembled into the
- * logical (unsharded) parameters, so any two layouts can be compared number
- * by number. Pipeline chunks run each micro-batch's forward and backward
- * back to back (a transfer blocks until its peer is there); the order of
- * micro-batches a schedule picks does not change the numbers, and the
- * schedules themselves are checked by schedule.c's simulator. ZeRO changes
- * where optimizer state lives, not the gradients, and is not simulated. */
+ * Data parallelism is in the IR too (dpsync.h): after its micro-batches
+ * each rank runs the chunk's dp.sync graph, whose all-reduce or
+ * reduce-scatter over the data-parallel group rendezvous like the others
+ * (with ZeRO-3 the parameters are pieces gathered at their use, and the
+ * backward reduce-scatters). The synchronised gradients - whole, or the
+ * pieces each data-parallel rank keeps under ZeRO-2/3, put side by side
+ * here - are assembled into the logical (unsharded) parameters, so any two
+ * layouts can be compared number by number. Pipeline chunks run each
+ * micro-batch's forward and backward back to back (a transfer blocks until
+ * its peer is there); the order of micro-batches a schedule picks does not
+ * change the numbers, and the schedules themselves are checked by
+ * schedule.c's simulator. */
 #ifndef HPDL_SIM_H
 #define HPDL_SIM_H
 
@@ -28,6 +33,7 @@ typedef struct {
   Recompute recompute;
   int64_t micro_batch; /* per data-parallel rank */
   int64_t num_micro;   /* micro-batches per replica per step */
+  int zero;            /* ZeRO stage 0..3 (dpsync.h) */
 } SimLayout;
 
 typedef struct {

@@ -45,6 +45,16 @@ hpdl_ir_stage(spmd llama-tp2-cp2 samples/llama.hpd --micro-batch 1 --global-batc
               -D layers=2 -D hidden=16 -D heads=4 -D kv_heads=2 -D ffn=32 -D seq=8 -D vocab=32
               --cluster laptop --gpus 4 --dp 1 --tp 2 --cp 2 --sp off)
 
+# the data-parallel synchronisation (dpsync.h): all-reduce, reduce-scatter of
+# flat pieces, and ZeRO-3's parameter pieces gathered at their use
+set(HPDL_IR_TINY_GPT2_DP2 --micro-batch 2 --global-batch 4 -D T=8 -D C=16 -D V=32 --dp 2)
+hpdl_ir_stage(dp gpt2-tiny-dp2-zero0 samples/gpt2-tiny.hpd ${HPDL_IR_TINY_GPT2_DP2} --zero 0)
+hpdl_ir_stage(dp gpt2-tiny-dp2-zero2 samples/gpt2-tiny.hpd ${HPDL_IR_TINY_GPT2_DP2} --zero 2)
+hpdl_ir_stage(dp gpt2-tiny-dp2-zero3 samples/gpt2-tiny.hpd ${HPDL_IR_TINY_GPT2_DP2} --zero 3)
+# three ranks: the pieces are padded
+hpdl_ir_stage(dp mlp-dp3-tp2-zero2 samples/mlp.hpd --micro-batch 4 --global-batch 12 --dp 3 --tp 2 --zero 2 --gpus 6)
+hpdl_ir_stage(dp mlp-dp3-zero3 samples/mlp.hpd --micro-batch 4 --global-batch 12 --dp 3 --zero 3 --gpus 3)
+
 hpdl_ir_stage(schedule gpt2-tiny-interleaved samples/gpt2-tiny.hpd -D L=4 --pp 2 --virtual-stages 2 --schedule interleaved
               --micro-batch 1 --global-batch 4 --gpus 2)
 

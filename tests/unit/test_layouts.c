@@ -2,9 +2,13 @@
  * simulated ranks in fp64, gives the loss and every parameter gradient of
  * the unpartitioned model within 1e-9 relative, for the combinations of
  * data, tensor, pipeline (with virtual stages), sequence and context
- * parallelism (ring attention over 2 and 4 ranks) and each recompute policy.
- * A model of 5 layers runs every pipeline layout on unequal stages (the
- * cost-balanced split, plan_chunk_layers: 5 layers cannot split equally). */
+ * parallelism (ring attention over 2 and 4 ranks), each recompute policy
+ * and each ZeRO stage: the data-parallel gradient all-reduce or
+ * reduce-scatter, and ZeRO-3's gathered parameter pieces, are IR collectives
+ * the simulator runs (dpsync.h), and the pieces each data-parallel rank keeps
+ * are what is compared. A model of 5 layers runs every pipeline layout on
+ * unequal stages (the cost-balanced split, plan_chunk_layers: 5 layers cannot
+ * split equally). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,11 +89,12 @@ static int run_matrix(const char *file, const char *const *defs, int ndefs, int6
   const int64_t micro = 2, num_micro = 2;
   int64_t rows = 2 * num_micro * micro; /* dp = 2 at most */
   double **inputs = make_inputs(m, rows, vocab, 42);
-  int failures = 0, runs = 0;
+  int failures = 0, runs = 0, per_zero[2][4] = {{0}};
   static const Recompute policies[] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL};
+  int runs_of_dp[2] = {0, 0};
   for (int pol = 0; pol < 3; pol++) {
     /* the reference: one rank, every micro-batch of the global batch in turn */
-    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, policies[pol], micro, rows / micro};
+    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, policies[pol], micro, rows / micro, 0};
     SimResult ref;
     char err[512];
     if (sim_step(m, &ref_layout, 1234, inputs, &ref, err, sizeof err)) {
@@ -112,11 +117,15 @@ static int run_matrix(const char *file, const char *const *defs, int ndefs, int6
                 if (pipelines_only && (k.pp == 1 || k.cp > 2)) continue;
                 /* keep the suite short: each recompute policy covers a third of the layouts */
                 if ((a + b + c + v + d + sp) % 3 != pol) continue;
-                SimLayout lay = {k.dp, k.tp, k.pp, k.cp, k.vpp, k.sp, policies[pol], micro, num_micro * 2 / k.dp};
+                /* ZeRO stages in turn, separately for dp = 1 and 2, so each
+                 * meets tensor, pipeline, context and sequence parallelism */
+                int zero = runs_of_dp[a]++ % 4;
+                per_zero[a][zero]++;
+                SimLayout lay = {k.dp, k.tp, k.pp, k.cp, k.vpp, k.sp, policies[pol], micro, num_micro * 2 / k.dp, zero};
                 SimResult got;
-                char what[160];
-                snprintf(what, sizeof what, "%s dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " v=%" PRId64 " cp=%" PRId64 " sp=%d recompute=%s",
-                         file, k.dp, k.tp, k.pp, k.vpp, k.cp, k.sp, sem_recompute_name(policies[pol]));
+                char what[200];
+                snprintf(what, sizeof what, "%s dp=%" PRId64 " zero=%d tp=%" PRId64 " pp=%" PRId64 " v=%" PRId64 " cp=%" PRId64 " sp=%d recompute=%s",
+                         file, k.dp, zero, k.tp, k.pp, k.vpp, k.cp, k.sp, sem_recompute_name(policies[pol]));
                 runs++;
                 if (sim_step(m, &lay, 1234, inputs, &got, err, sizeof err)) {
                   fprintf(stderr, "%s: %s\n", what, err);
@@ -128,7 +137,57 @@ static int run_matrix(const char *file, const char *const *defs, int ndefs, int6
               }
     sim_result_free(&ref);
   }
-  fprintf(stderr, "%s: %d layouts compared, %d failed\n", file, runs, failures);
+  fprintf(stderr, "%s: %d layouts compared, %d failed; dp=2 with zero 0/1/2/3: %d/%d/%d/%d\n", file, runs, failures,
+          per_zero[1][0], per_zero[1][1], per_zero[1][2], per_zero[1][3]);
+  for (int i = 0; i < m->model->ninputs; i++) free(inputs[i]);
+  free(inputs);
+  unload(&L);
+  return failures;
+}
+
+/* Three data-parallel ranks: no tensor of these models divides by 3, so
+ * ZeRO-2/3's flat pieces are zero-padded (dpsync.h) - the padding and the
+ * last, shorter piece are checked here. */
+static int run_dp3(const char *file, const char *const *defs, int ndefs, int64_t vocab) {
+  Loaded L;
+  SemModel *m = load(&L, file, defs, ndefs);
+  if (!m) return 1;
+  const int64_t micro = 2, num_micro = 2, rows = 3 * num_micro * micro;
+  double **inputs = make_inputs(m, rows, vocab, 7);
+  SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro, rows / micro, 0};
+  SimResult ref;
+  char err[512];
+  int failures = 0;
+  if (sim_step(m, &ref_layout, 99, inputs, &ref, err, sizeof err)) {
+    fprintf(stderr, "%s reference: %s\n", file, err);
+    failures++;
+  } else {
+    static const struct {
+      int64_t tp, pp, cp;
+      int sp;
+      Recompute rc;
+      int zero;
+    } lays[] = {
+        {1, 1, 1, 0, RECOMPUTE_NONE, 2},      {2, 1, 1, 1, RECOMPUTE_SELECTIVE, 2}, {1, 1, 1, 0, RECOMPUTE_NONE, 3},
+        {2, 2, 1, 0, RECOMPUTE_FULL, 3},      {1, 1, 2, 0, RECOMPUTE_SELECTIVE, 3}, {1, 2, 1, 0, RECOMPUTE_NONE, 0},
+    };
+    for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
+      SimLayout lay = {3, lays[i].tp, lays[i].pp, lays[i].cp, 1, lays[i].sp, lays[i].rc, micro, num_micro, lays[i].zero};
+      char what[200];
+      snprintf(what, sizeof what, "%s dp=3 zero=%d tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 " sp=%d recompute=%s", file,
+               lays[i].zero, lays[i].tp, lays[i].pp, lays[i].cp, lays[i].sp, sem_recompute_name(lays[i].rc));
+      SimResult got;
+      if (sim_step(m, &lay, 99, inputs, &got, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", what, err);
+        failures++;
+        continue;
+      }
+      failures += compare(&ref, &got, what);
+      sim_result_free(&got);
+    }
+    sim_result_free(&ref);
+    fprintf(stderr, "%s: %zu layouts with dp=3 compared, %d failed\n", file, sizeof lays / sizeof lays[0], failures);
+  }
   for (int i = 0; i < m->model->ninputs; i++) free(inputs[i]);
   free(inputs);
   unload(&L);
@@ -142,5 +201,7 @@ int main(void) {
   EXPECT(run_matrix("samples/gpt2-tiny.hpd", gpt2_uneven, 5, 64, 5, 2, 8, 1) == 0);
   static const char *const llama[] = {"layers=4", "hidden=16", "heads=4", "kv_heads=2", "ffn=32", "seq=8", "vocab=64"};
   EXPECT(run_matrix("samples/llama.hpd", llama, 7, 64, 4, 2, 8, 0) == 0);
+  EXPECT(run_dp3("samples/gpt2-tiny.hpd", gpt2, 5, 64) == 0);
+  EXPECT(run_dp3("samples/llama.hpd", llama, 7, 64) == 0);
   TEST_DONE();
 }
