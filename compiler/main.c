@@ -412,9 +412,15 @@ static int emit_dp(Arena *arena, Diag *diag, const char *path, const SemModel *m
   SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, m->seq_len};
   IrModule *part = spmd_partition(arena, diag, ir, &spec);
   int64_t chunks = (L->pp > 0 ? L->pp : 1) * (L->virtual_stages > 0 ? L->virtual_stages : 1);
-  PipeResult *pr = part ? pipe_split(arena, diag, part, chunks) : NULL;
-  if (!pr) return 1;
   Recompute policy = L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute;
+  const char *split_why = NULL;
+  int64_t *split = part ? plan_chunk_layers(arena, m, m->train.micro_batch, spec.tp, spec.cp, spec.sp, policy, chunks, &split_why) : NULL;
+  if (part && !split) {
+    fprintf(stderr, "hpdlc: %s: the pipeline stages cannot be split: %s\n", path, split_why);
+    return 1;
+  }
+  PipeResult *pr = split ? pipe_split(arena, diag, part, chunks, split) : NULL;
+  if (!pr) return 1;
   printf("# data-parallel step: dp=%" PRId64 " zero=%d; tp=%" PRId64 " cp=%" PRId64 " sp=%s, %d pipeline chunk%s, recompute %s\n", dp,
          zero, spec.tp, spec.cp, spec.sp ? "on" : "off", pr->nchunks, pr->nchunks == 1 ? "" : "s", sem_recompute_name(policy));
   for (int c = 0; c < pr->nchunks; c++) {
