@@ -284,6 +284,7 @@ static const char *extern_path(Lower *L, const AstDecl *d, const char *library) 
   const char *file = diag_file_path(L->diag, d->span.file);
   const char *slash = file ? strrchr(file, '/') : NULL;
   if (!slash) return library;
+  while (library[0] == '.' && library[1] == '/') library += 2;
   return arena_printf(L->arena, "%.*s/%s", (int)(slash - file), file, library);
 }
 
