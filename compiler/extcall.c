@@ -51,11 +51,7 @@ static int prep(Fn *f, int nptr, int ndims) {
 static int find(Entry *x, Fn *f, const char *symbol, char *err, size_t errlen) {
   dlerror();
   f->fn = dlsym(x->lib, symbol);
-  if (!f->fn) {
-    const char *why = dlerror();
-    return errf(err, errlen, "extern %s (declared at %s): library %s has no function %s%s%s", x->e->name, x->e->where, x->e->path,
-                symbol, why ? ": " : "", why ? why : "");
-  }
+  if (!f->fn) return errf(err, errlen, "extern %s (declared at %s): library %s has no function %s", x->e->name, x->e->where, x->e->path, symbol);
   return 0;
 }
 
@@ -74,6 +70,8 @@ ExtCalls *extcall_open(const IrExtern *ext, int n, char *err, size_t errlen) {
     en->lib = dlopen(e->path, RTLD_NOW | RTLD_LOCAL);
     if (!en->lib) {
       const char *why = dlerror();
+      size_t k = strlen(e->path); /* dlerror names the path first: say it once */
+      if (why && !strncmp(why, e->path, k) && !strncmp(why + k, ": ", 2)) why += k + 2;
       errf(err, errlen, "extern %s (declared at %s): cannot load library %s: %s", e->name, e->where, e->path, why ? why : "?");
       extcall_close(x);
       return NULL;

@@ -298,7 +298,7 @@ static int lower_extern(Lower *L, Inv *v, const SemExpr *e, const int64_t *dims)
   for (int i = 0; i <= e->nargs; i++) {
     DType dt = i < e->nargs ? v->g->nodes[in[i]].dtype : e->type.dtype;
     if (dt != DT_F32) {
-      if (i < e->nargs) diag_error(L->diag, e->args[i]->span, "extern %s: argument %d is %s; native calls take f32 tensors only", d->name.name, i + 1, sem_dtype_name(dt));
+      if (i < e->nargs) diag_error(L->diag, e->span, "extern %s: argument %d is %s; native calls take f32 tensors only", d->name.name, i + 1, sem_dtype_name(dt));
       else diag_error(L->diag, e->span, "extern %s: the result is %s; native calls return f32 tensors only", d->name.name, sem_dtype_name(dt));
       diag_note(L->diag, d->span, "declared here");
       L->failed = 1;

@@ -23,3 +23,24 @@ target_compile_definitions(test_extern PRIVATE HPDL_EXTERN_DIR="${HPDL_EXTERN_DI
 add_dependencies(test_extern hpdl_testops)
 add_test(NAME extern.interp COMMAND test_extern)
 set_tests_properties(extern.interp PROPERTIES LABELS extern TIMEOUT 120)
+
+set(HPDL_EXTERN_E2E ${HPDL_TEST_DIR}/extern/extern_e2e.py --bin ${CMAKE_BINARY_DIR}/bin --dir ${HPDL_EXTERN_DIR}
+    --source ${CMAKE_SOURCE_DIR})
+find_package(Python3 COMPONENTS Interpreter)
+foreach(case one_rank tp2 moved errors)
+  if(Python3_Interpreter_FOUND)
+    add_test(NAME extern.${case} COMMAND ${Python3_EXECUTABLE} ${HPDL_EXTERN_E2E}
+             --work ${CMAKE_CURRENT_BINARY_DIR}/extern-e2e/${case} ${case})
+  else()
+    add_test(NAME extern.${case} COMMAND bash -c "echo 'skipped: no python3'; exit 77")
+  endif()
+  # Open MPI's own allocations are suppressed under the sanitizers, as runtime.cmake does
+  set_tests_properties(extern.${case} PROPERTIES LABELS extern TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT
+                       "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${HPDL_TEST_DIR}/runtime/lsan.supp:print_suppressions=0;OMPI_MCA_mca_base_component_disable_dlclose=1")
+endforeach()
+# Rewrites tests/extern/errors/*.err from the current hpdlc (read the diff before committing).
+if(Python3_Interpreter_FOUND)
+  add_custom_target(extern-golden-update
+                    COMMAND ${Python3_EXECUTABLE} ${HPDL_EXTERN_E2E} --work ${CMAKE_CURRENT_BINARY_DIR}/extern-e2e/update --update errors
+                    DEPENDS hpdlc hpdl_testops VERBATIM)
+endif()

@@ -209,7 +209,7 @@ static void test_errors(void) {
   unload(&M);
   if (load_mode(&M, 0)) return;
   M.m->externs[0].symbol = "no_such_function";
-  expect_error(&M, "has no function no_such_function", "libhpdl_testops.so");
+  expect_error(&M, "library " HPDL_EXTERN_DIR "/libhpdl_testops.so has no function no_such_function", "");
   unload(&M);
 }
 
