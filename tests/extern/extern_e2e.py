@@ -12,9 +12,12 @@ two artifacts train on the same generated data from the same initial weights.
             end is built) and trained 20 steps on one rank: every step's loss within
             1e-5 relative; the artifact carries its copy of the library (extern/) and
             the manifest lists it.
+            HPDL_EXECUTOR=interp on the same artifact (the reference executor's libffi
+            call) agrees too.
   tp2       the same at tensor parallelism 2 (2 ranks; the extern's arguments are
             gathered whole and every rank calls it), against the builtin model at tp=2
-            and against one rank.
+            and against one rank; and at pipeline parallelism 2 (the block graph with
+            the extern split over two stages).
   moved     the artifact compiled in a scratch folder, which is then deleted (the
             source and its library gone), moved elsewhere: it still trains, with the
             same losses; with its copy of the library removed, hpdlrun fails with one
@@ -140,6 +143,8 @@ def case_one_rank():
     ga, _ = train(a, "one_rank-extern")
     gb, _ = train(b, "one_rank-builtin")
     same_losses(f"one_rank ({executor(a)})", ga, gb)
+    gi, _ = train(a, "one_rank-interp", env={"HPDL_EXECUTOR": "interp"})
+    same_losses("one_rank (HPDL_EXECUTOR=interp)", gi, gb)
 
 
 def case_tp2():
@@ -153,6 +158,9 @@ def case_tp2():
     g1, _ = train(one, "tp2-one")
     same_losses(f"tp2 ({executor(a)}) against the builtin model at tp2", ga, gb)
     same_losses("tp2 against one rank", ga, g1)
+    p = compile_art(d, work("tp2", "art-pp2"), 0, ["--pp", "2", "--gpus-per-node", "2"])
+    gp, _ = train(p, "pp2-extern")
+    same_losses(f"pp2 ({executor(p)}) against one rank", gp, g1)
 
 
 def case_moved():

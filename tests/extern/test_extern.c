@@ -10,8 +10,11 @@
  *   2. mode 0's loss equals mode 1's within 1e-6 relative, and so does
  *      every parameter's gradient (1e-5 of its norm; the native function
  *      computes in fp32, the builtins in fp64);
- *   3. mode 2: the same loss; no gradient flows through the call
- *      (mlp.b and mlp.fc.weight get exact zeros), the rest still get theirs;
+ *   3. mode 2: the same loss; no gradient flows through the call (its
+ *      arguments' parameters, and the norm before it, get exact zeros), the
+ *      rest still get theirs;
+ *   recompute full (the block's extern called again in the backward) gives
+ *   the same gradients bit for bit;
  *   4. errors of the executor: a library that does not load and a missing
  *      symbol, each naming the extern, its library and where it is declared. */
 #include <inttypes.h>
@@ -36,7 +39,7 @@ typedef struct {
 static double *tokens, *targets;
 enum { MB = 2, T = 16, V = 256 };
 
-static int load_mode(Model *M, int mode) {
+static int load_mode_policy(Model *M, int mode, Recompute policy) {
   memset(M, 0, sizeof *M);
   M->arena = arena_new();
   M->diag = diag_new(stderr);
@@ -58,7 +61,7 @@ static int load_mode(Model *M, int mode) {
   if (!M->m) return -1;
   EXPECT(M->m->nexterns == (mode == 1 ? 0 : 1));
   const char *err = NULL;
-  M->ad = ad_build(M->m, RECOMPUTE_NONE, &err);
+  M->ad = ad_build(M->m, policy, &err);
   if (!M->ad) fprintf(stderr, "ad_build: %s\n", err);
   EXPECT(M->ad != NULL);
   EXPECT(ir_verify(M->m, stderr) == 0);
@@ -68,6 +71,8 @@ static int load_mode(Model *M, int mode) {
   interp_set_input(M->in, 1, targets);
   return M->ad ? 0 : -1;
 }
+
+static int load_mode(Model *M, int mode) { return load_mode_policy(M, mode, RECOMPUTE_NONE); }
 
 static void unload(Model *M) {
   interp_free(M->in);
@@ -112,27 +117,30 @@ static void test_finite_differences(void) {
   Model M;
   if (load_mode(&M, 0)) return;
   step(&M);
-  const char *names[2] = {"mlp.b", "mlp.fc.weight"};
+  const char *names[2] = {"blocks.{i}.mlp.b", "blocks.{i}.mlp.fc.weight"};
   double worst = 0;
   int checked = 0;
   for (int i = 0; i < 2; i++) {
     int p = param_of(&M, names[i]);
-    int64_t n = 0;
-    double *v = interp_param(M.in, p, 0, &n), *g = interp_grad(M.in, p, 0, NULL);
-    EXPECT(g != NULL);
-    if (!g) continue;
-    double gmax = 0;
-    for (int64_t k = 0; k < n; k++) gmax = fmax(gmax, fabs(g[k]));
-    EXPECT(gmax > 1e-4); /* the gradient is not trivially zero */
-    int64_t stride = i == 0 ? 1 : n / 64;
-    for (int64_t k = 0; k < n; k += stride) {
-      double want = fd(M.in, &v[k], 1e-2), err = fabs(g[k] - want);
-      checked++;
-      if (err > 1e-3 * fabs(want) + 2e-5 * gmax) {
-        fprintf(stderr, "d loss / d %s[%" PRId64 "]: gradient function %.9g, finite differences %.9g\n", names[i], k, g[k], want);
-        test_failures++;
+    for (int64_t l = 0; l < M.m->params[p].count; l++) {
+      int64_t n = 0;
+      double *v = interp_param(M.in, p, l, &n), *g = interp_grad(M.in, p, l, NULL);
+      EXPECT(g != NULL);
+      if (!g) continue;
+      double gmax = 0;
+      for (int64_t k = 0; k < n; k++) gmax = fmax(gmax, fabs(g[k]));
+      EXPECT(gmax > 1e-4); /* the gradient is not trivially zero */
+      int64_t stride = i == 0 ? 2 : n / 16;
+      for (int64_t k = 0; k < n; k += stride) {
+        double want = fd(M.in, &v[k], 1e-2), err = fabs(g[k] - want);
+        checked++;
+        if (err > 1e-3 * fabs(want) + 2e-5 * gmax) {
+          fprintf(stderr, "d loss / d %s[%" PRId64 "] layer %" PRId64 ": gradient function %.9g, finite differences %.9g\n", names[i], k,
+                  l, g[k], want);
+          test_failures++;
+        }
+        worst = fmax(worst, err / gmax);
       }
-      worst = fmax(worst, err / gmax);
     }
   }
   printf("extern: %d gradient entries against finite differences, worst error %.2e of the largest gradient\n", checked, worst);
@@ -151,38 +159,59 @@ static void test_against_builtins(void) {
   EXPECT_NEAR(sb, lb, 1e-12);
   EXPECT_NEAR(sc, lc, 1e-12);
   double worst = 0;
-  for (int p = 0; p < a.m->nparams; p++) {
-    const char *name = a.m->params[p].name;
-    int q = param_of(&b, name), r = param_of(&c, name);
-    int64_t n = 0, nb = 0, nc = 0;
-    const double *ga = interp_grad(a.in, p, 0, &n), *gb = interp_grad(b.in, q, 0, &nb), *gc = interp_grad(c.in, r, 0, &nc);
-    EXPECT(ga && gb && gc && n == nb && n == nc);
-    if (!ga || !gb || !gc || n != nb || n != nc) continue;
-    double norm = 0, diff = 0, cnorm = 0;
-    for (int64_t k = 0; k < n; k++) {
-      norm += gb[k] * gb[k];
-      diff += (ga[k] - gb[k]) * (ga[k] - gb[k]);
-      cnorm += gc[k] * gc[k];
+  for (int p = 0; p < a.m->nparams; p++)
+    for (int64_t l = 0; l < a.m->params[p].count; l++) {
+      const char *name = a.m->params[p].name;
+      int q = param_of(&b, name), r = param_of(&c, name);
+      int64_t n = 0, nb = 0, nc = 0;
+      const double *ga = interp_grad(a.in, p, l, &n), *gb = interp_grad(b.in, q, l, &nb), *gc = interp_grad(c.in, r, l, &nc);
+      EXPECT(ga && gb && gc && n == nb && n == nc);
+      if (!ga || !gb || !gc || n != nb || n != nc) continue;
+      double norm = 0, diff = 0, cnorm = 0;
+      for (int64_t k = 0; k < n; k++) {
+        norm += gb[k] * gb[k];
+        diff += (ga[k] - gb[k]) * (ga[k] - gb[k]);
+        cnorm += gc[k] * gc[k];
+      }
+      norm = sqrt(norm), diff = sqrt(diff), cnorm = sqrt(cnorm);
+      EXPECT(norm > 0);
+      if (diff > 1e-5 * norm) {
+        fprintf(stderr, "gradient of %s layer %" PRId64 ": native and builtin differ by %.3g of its norm %.3g\n", name, l, diff / norm, norm);
+        test_failures++;
+      }
+      worst = fmax(worst, diff / norm);
+      /* what reaches the loss only through the call: its arguments, and the block's norm before it */
+      int through = !strcmp(name, "blocks.{i}.mlp.b") || !strcmp(name, "blocks.{i}.mlp.fc.weight") || !strncmp(name, "blocks.{i}.ln.", 14);
+      if (through && cnorm != 0) {
+        fprintf(stderr, "without a gradient function, %s still gets a gradient (norm %.3g)\n", name, cnorm);
+        test_failures++;
+      }
+      if (!through) EXPECT(cnorm > 0);
     }
-    norm = sqrt(norm), diff = sqrt(diff), cnorm = sqrt(cnorm);
-    EXPECT(norm > 0);
-    if (diff > 1e-5 * norm) {
-      fprintf(stderr, "gradient of %s: native and builtin differ by %.3g of its norm %.3g\n", name, diff / norm, norm);
-      test_failures++;
-    }
-    worst = fmax(worst, diff / norm);
-    int through = !strcmp(name, "mlp.b") || !strcmp(name, "mlp.fc.weight");
-    if (through && cnorm != 0) {
-      fprintf(stderr, "without a gradient function, %s still gets a gradient (norm %.3g)\n", name, cnorm);
-      test_failures++;
-    }
-    if (!through) EXPECT(cnorm > 0);
-  }
   printf("extern: loss %.12f native, %.12f builtin (rel %.1e); gradients within %.1e of their norms\n", la, lb,
          fabs(la - lb) / fabs(lb), worst);
   unload(&a);
   unload(&b);
   unload(&c);
+}
+
+/* The block recomputed in the backward (its extern called again) gives the
+ * same gradients, bit for bit. */
+static void test_recompute(void) {
+  Model a, b;
+  if (load_mode(&a, 0) || load_mode_policy(&b, 0, RECOMPUTE_FULL)) return;
+  EXPECT(step(&a) == step(&b));
+  int same = 1;
+  for (int p = 0; p < a.m->nparams; p++)
+    for (int64_t l = 0; l < a.m->params[p].count; l++) {
+      int64_t n = 0;
+      const double *ga = interp_grad(a.in, p, l, &n), *gb = interp_grad(b.in, p, l, NULL);
+      same &= ga && gb && !memcmp(ga, gb, sizeof(double) * (size_t)n);
+    }
+  EXPECT(same);
+  printf("extern: recompute full gives the same gradients: %s\n", same ? "yes" : "NO");
+  unload(&a);
+  unload(&b);
 }
 
 /* 4: what the executor says when the library or a symbol is missing. */
@@ -223,6 +252,7 @@ int main(void) {
   }
   test_finite_differences();
   test_against_builtins();
+  test_recompute();
   test_errors();
   free(tokens);
   free(targets);
