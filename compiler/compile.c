@@ -158,13 +158,28 @@ static const char *program_lib(Cx *C, char *buf, size_t n) {
 
 static json_t *dims_json(int rank, const int64_t *dims);
 
+/* Every extern's library and functions, each failure a diagnostic at its
+ * declaration (one per declaration). */
 static int externs_check(Cx *C, const IrModule *m) {
-  if (!m->nexterns) return 0;
-  char why[2048];
-  ExtCalls *x = extcall_open(m->externs, m->nexterns, why, sizeof why);
-  if (!x) return cfail(C, "%s", why);
-  extcall_close(x);
-  return 0;
+  int bad = 0;
+  for (int i = 0; i < m->nexterns; i++) {
+    const IrExtern *e = &m->externs[i];
+    int seen = 0;
+    for (int j = 0; j < i && !seen; j++) seen = !strcmp(m->externs[j].where, e->where);
+    char why[2048];
+    int rc = seen ? 0 : extcall_check(e, why, sizeof why);
+    if (rc == 0) continue;
+    diag_error(C->diag, e->span, "extern %s: %s", e->name, why);
+    if (rc == -2)
+      diag_hint(C->diag, "`nm -D --defined-only %s` lists the functions it has", e->path);
+    else if (strchr(e->library, '/'))
+      diag_hint(C->diag, "a library named with a slash is found relative to the folder of the file that declares it");
+    else
+      diag_hint(C->diag, "a bare library name is found through the dlopen search path (LD_LIBRARY_PATH); write \"./%s\" for one "
+                         "beside the file", e->library);
+    bad = 1;
+  }
+  return bad;
 }
 
 static const char *base_name(const char *path) {

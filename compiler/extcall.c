@@ -48,11 +48,50 @@ static int prep(Fn *f, int nptr, int ndims) {
   return ffi_prep_cif(&f->cif, FFI_DEFAULT_ABI, (unsigned)(nptr + ndims), &ffi_type_void, f->types) == FFI_OK ? 0 : -1;
 }
 
-static int find(Entry *x, Fn *f, const char *symbol, char *err, size_t errlen) {
+/* why: the reason alone (callers put the extern's name in front). */
+static int find(Entry *x, Fn *f, const char *symbol, char *why, size_t n) {
   dlerror();
   f->fn = dlsym(x->lib, symbol);
-  if (!f->fn) return errf(err, errlen, "extern %s (declared at %s): library %s has no function %s", x->e->name, x->e->where, x->e->path, symbol);
+  if (!f->fn) return errf(why, n, "library %s has no function %s", x->e->path, symbol);
   return 0;
+}
+
+static void entry_close(Entry *en) {
+  free(en->fwd.types);
+  free(en->grad.types);
+  free(en->arg_at);
+  if (en->lib) dlclose(en->lib);
+  memset(en, 0, sizeof *en);
+}
+
+/* Loads one entry's library and functions and prepares the calls. */
+static int entry_open(Entry *en, const IrExtern *e, char *why, size_t n) {
+  memset(en, 0, sizeof *en);
+  en->e = e;
+  en->lib = dlopen(e->path, RTLD_NOW | RTLD_LOCAL);
+  if (!en->lib) {
+    const char *msg = dlerror();
+    size_t k = strlen(e->path); /* dlerror names the path first: say it once */
+    if (msg && !strncmp(msg, e->path, k) && !strncmp(msg + k, ": ", 2)) msg += k + 2;
+    return errf(why, n, "cannot load library %s: %s", e->path, msg ? msg : "?");
+  }
+  if (find(en, &en->fwd, e->symbol, why, n) < 0 || (e->grad && find(en, &en->grad, e->grad, why, n) < 0)) return -1;
+  en->arg_at = calloc((size_t)e->nargs + 1, sizeof(int64_t));
+  if (!en->arg_at || prep(&en->fwd, e->nargs + 1, e->ndims) < 0 || (e->grad && prep(&en->grad, 2 * e->nargs + 1, e->ndims) < 0))
+    return errf(why, n, "cannot prepare the call (libffi)");
+  for (int k = 0; k < e->nargs; k++) {
+    en->arg_at[k] = en->grad_numel;
+    en->grad_numel += ir_extern_numel(&e->args[k]);
+  }
+  return 0;
+}
+
+int extcall_check(const IrExtern *e, char *why, size_t n) {
+  Entry en;
+  int rc = entry_open(&en, e, why, n);
+  if (rc < 0 && en.lib) rc = -2;
+  entry_close(&en);
+  return rc;
 }
 
 ExtCalls *extcall_open(const IrExtern *ext, int n, char *err, size_t errlen) {
@@ -64,31 +103,11 @@ ExtCalls *extcall_open(const IrExtern *ext, int n, char *err, size_t errlen) {
   }
   x->n = n;
   for (int i = 0; i < n; i++) {
-    Entry *en = &x->entries[i];
-    const IrExtern *e = &ext[i];
-    en->e = e;
-    en->lib = dlopen(e->path, RTLD_NOW | RTLD_LOCAL);
-    if (!en->lib) {
-      const char *why = dlerror();
-      size_t k = strlen(e->path); /* dlerror names the path first: say it once */
-      if (why && !strncmp(why, e->path, k) && !strncmp(why + k, ": ", 2)) why += k + 2;
-      errf(err, errlen, "extern %s (declared at %s): cannot load library %s: %s", e->name, e->where, e->path, why ? why : "?");
+    char why[1024];
+    if (entry_open(&x->entries[i], &ext[i], why, sizeof why) < 0) {
+      errf(err, errlen, "extern %s (declared at %s): %s", ext[i].name, ext[i].where, why);
       extcall_close(x);
       return NULL;
-    }
-    if (find(en, &en->fwd, e->symbol, err, errlen) < 0 || (e->grad && find(en, &en->grad, e->grad, err, errlen) < 0)) {
-      extcall_close(x);
-      return NULL;
-    }
-    en->arg_at = calloc((size_t)e->nargs + 1, sizeof(int64_t));
-    if (!en->arg_at || prep(&en->fwd, e->nargs + 1, e->ndims) < 0 || (e->grad && prep(&en->grad, 2 * e->nargs + 1, e->ndims) < 0)) {
-      errf(err, errlen, "extern %s (declared at %s): cannot prepare the call (libffi)", e->name, e->where);
-      extcall_close(x);
-      return NULL;
-    }
-    for (int k = 0; k < e->nargs; k++) {
-      en->arg_at[k] = en->grad_numel;
-      en->grad_numel += ir_extern_numel(&e->args[k]);
     }
   }
   return x;
@@ -96,13 +115,7 @@ ExtCalls *extcall_open(const IrExtern *ext, int n, char *err, size_t errlen) {
 
 void extcall_close(ExtCalls *x) {
   if (!x) return;
-  for (int i = 0; i < x->n; i++) {
-    Entry *en = &x->entries[i];
-    free(en->fwd.types);
-    free(en->grad.types);
-    free(en->arg_at);
-    if (en->lib) dlclose(en->lib);
-  }
+  for (int i = 0; i < x->n; i++) entry_close(&x->entries[i]);
   free(x->entries);
   free(x);
 }

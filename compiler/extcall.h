@@ -26,6 +26,11 @@ typedef struct ExtCalls ExtCalls;
 ExtCalls *extcall_open(const IrExtern *ext, int n, char *err, size_t errlen);
 void extcall_close(ExtCalls *x);
 
+/* Loads one entry's library and looks up its functions, then lets go:
+ * hpdlc compile's check. 0; -1 when the library does not load, -2 when
+ * it has no such function, with the reason alone in why. */
+int extcall_check(const IrExtern *e, char *why, size_t n);
+
 /* Entry `index`'s forward; bufs: the arguments, then the result. 0, or -1
  * with the reason in err. */
 int extcall_forward(ExtCalls *x, int index, void *const *bufs, char *err, size_t errlen);

@@ -484,7 +484,7 @@ static int same_shape(const IrExternShape *a, const IrExternShape *b) {
 int ir_add_extern(IrModule *m, const IrExtern *e) {
   for (int i = 0; i < m->nexterns; i++) {
     const IrExtern *x = &m->externs[i];
-    int same = !strcmp(x->name, e->name) && x->nargs == e->nargs && x->ndims == e->ndims && same_shape(&x->out, &e->out);
+    int same = !strcmp(x->name, e->name) && !strcmp(x->where, e->where) && x->nargs == e->nargs && x->ndims == e->ndims && same_shape(&x->out, &e->out);
     for (int k = 0; same && k < e->nargs; k++) same = same_shape(&x->args[k], &e->args[k]);
     for (int k = 0; same && k < e->ndims; k++) same = x->dims[k] == e->dims[k];
     if (same) return i;

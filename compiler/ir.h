@@ -125,6 +125,7 @@ typedef struct {
   IrExternShape out;
   int ndims;           /* the dimension names' values, in order of first appearance */
   int64_t *dims;
+  Span span;           /* the declaration (span_none when read from a chunk file) */
 } IrExtern;
 
 typedef struct {

@@ -298,8 +298,12 @@ static int lower_extern(Lower *L, Inv *v, const SemExpr *e, const int64_t *dims)
   for (int i = 0; i <= e->nargs; i++) {
     DType dt = i < e->nargs ? v->g->nodes[in[i]].dtype : e->type.dtype;
     if (dt != DT_F32) {
-      if (i < e->nargs) diag_error(L->diag, e->span, "extern %s: argument %d is %s; native calls take f32 tensors only", d->name.name, i + 1, sem_dtype_name(dt));
-      else diag_error(L->diag, e->span, "extern %s: the result is %s; native calls return f32 tensors only", d->name.name, sem_dtype_name(dt));
+      if (i < e->nargs)
+        diag_error(L->diag, e->span, "extern %s: argument %d is %s; native calls take f32 tensors only", d->name.name, i + 1,
+                   sem_dtype_name(dt));
+      else
+        diag_error(L->diag, e->span, "extern %s: the result is %s; native calls return f32 tensors only", d->name.name,
+                   sem_dtype_name(dt));
       diag_note(L->diag, d->span, "declared here");
       L->failed = 1;
       return -1;
@@ -310,6 +314,7 @@ static int lower_extern(Lower *L, Inv *v, const SemExpr *e, const int64_t *dims)
   x.name = d->name.name;
   const char *file = diag_file_path(L->diag, d->span.file);
   x.where = arena_printf(L->arena, "%s:%d", file ? file : "?", d->span.line);
+  x.span = d->span;
   x.library = extern_setting(d, "library");
   x.symbol = extern_setting(d, "symbol");
   x.grad = extern_setting(d, "grad");

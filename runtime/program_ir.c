@@ -339,6 +339,7 @@ static void get_extern(Rd *r, IrModule *m) {
   e.grad = get_str(r);
   if (!r->bad && (!e.name || !e.library || !e.path || !e.symbol)) rd_fail(r, "an extern without a name, library or symbol");
   if (!e.where) e.where = "?";
+  e.span = span_none;
   e.nargs = get_count(r, 1, "extern argument");
   e.args = arena_alloc(m->arena, sizeof(IrExternShape) * (size_t)(e.nargs + 1));
   for (int k = 0; k < e.nargs && !r->bad; k++) get_shape(r, &e.args[k]);
