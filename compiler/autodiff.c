@@ -534,6 +534,46 @@ static void adgrad_CAST(AdCtx *c, int f, int dy) {
   acc(c, fin(c, f, 0), emit(c, IR_CAST, &dy, 1, NULL, 0, 0, x->dtype, -1, NULL));
 }
 
+/* An extern: its gradient function, called once, yields every argument's
+ * gradient in one buffer (EXTERN_GRAD); each argument takes its piece.
+ * Without a gradient function nothing flows back: the arguments' gradients
+ * stay zero (docs/language.md, "Extern"). */
+static void adgrad_EXTERN(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  const IrExtern *e = &c->m->externs[n->attr[0]];
+  int any = 0;
+  for (int k = 0; k < n->nin; k++) any |= c->rg[n->in[k]];
+  if (!e->grad || !any) return;
+  int *in = malloc(sizeof(int) * (size_t)(n->nin + 1));
+  if (!in) abort();
+  for (int k = 0; k < n->nin; k++) in[k] = fv(c, n->in[k]);
+  in[n->nin] = dy;
+  int flat = emit(c, IR_EXTERN_GRAD, in, n->nin + 1, n->attr, 1, 0, DT_F32, -1, NULL);
+  free(in);
+  int64_t at = 0;
+  for (int k = 0; k < n->nin; k++) {
+    const IrNode *x = fnode(c, n->in[k]);
+    int64_t len = ir_numel(x);
+    if (c->rg[n->in[k]]) {
+      int piece = flat;
+      if (n->nin > 1) {
+        int64_t attr[IR_NATTR];
+        memset(attr, 0, sizeof attr);
+        attr[0] = at;
+        piece = emit(c, IR_SLICE, &flat, 1, attr, 16, 0, DT_F32, 1, &len);
+      }
+      acc(c, n->in[k], reshape_to(c, piece, x->rank, x->dims));
+    }
+    at += len;
+  }
+}
+
+/* The gradient function has no derivative of its own. */
+static void adgrad_EXTERN_GRAD(AdCtx *c, int f, int dy) {
+  (void)f, (void)dy;
+  set_err(c, "the gradient of an extern's gradient function is not defined");
+}
+
 /* A repeat: the BACKWARD call of B.grad undoes the SAVE call of B.fwd that
  * replaced this node in the step graph (see autodiff.h). It also yields the
  * block's parameter gradients, so it runs even when argument 0 needs none. */

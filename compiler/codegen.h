@@ -19,7 +19,7 @@
 
 /* ==== the artifact ABI ==== */
 
-#define HPD_ABI_VERSION 1
+#define HPD_ABI_VERSION 2 /* 2: the extern hook */
 
 /* Per call of an entry point: what the generated code needs besides
  * tensors. The layout is fixed (the generated code reads it by offset). */
@@ -38,6 +38,14 @@ typedef struct hpd_ctx {
   int (*send)(void *comm, int group, int offset, const float *data, int64_t n);
   int (*recv)(void *comm, int group, int offset, float *data, int64_t n);
   const char *error; /* set by the generated code when an entry point returns non-zero */
+  /* Calls of `extern` native functions (IrModule.externs; docs/backend.md):
+   * `externs` is the runtime's table of loaded functions, passed back to the
+   * hook. grad 0: the forward, bufs = the arguments, then the result; grad 1:
+   * the gradient function, bufs = the arguments, the result's gradient, then
+   * the arguments' gradients concatenated (EXTERN_GRAD's layout; the hook
+   * zeroes it). 0 on success, else non-zero with ctx->error set. */
+  void *externs;
+  int (*call_extern)(struct hpd_ctx *ctx, int32_t index, int32_t grad, void **bufs);
 } hpd_ctx;
 
 /* Every entry point takes one table of buffers:

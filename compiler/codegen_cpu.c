@@ -735,6 +735,9 @@ static void init_types(CgCpu *cg) {
   cg->tcoll[2] = LLVMFunctionType(cg->ti32, ar, 5, 0);
   cg->tcoll[3] = LLVMFunctionType(cg->ti32, ar, 5, 0);
   for (int i = 0; i < 4; i++) cg->tpcoll[i] = LLVMPointerType(cg->tcoll[i], 0);
+  /* the struct is named first: the extern hook's type points back at it */
+  cg->tctx = LLVMStructCreateNamed(c, "hpd_ctx");
+  cg->tpctx = LLVMPointerType(cg->tctx, 0);
   LLVMTypeRef f[CG_CTX_NFIELDS] = {cg->tp8,
                                    cg->ti64,
                                    cg->ti64,
@@ -745,10 +748,10 @@ static void init_types(CgCpu *cg) {
                                    cg->tpcoll[1],
                                    cg->tpcoll[2],
                                    cg->tpcoll[3],
-                                   cg->tp8};
-  cg->tctx = LLVMStructCreateNamed(c, "hpd_ctx");
+                                   cg->tp8,
+                                   cg->tp8,
+                                   LLVMPointerType(cg_extern_hook_type(cg), 0)};
   LLVMStructSetBody(cg->tctx, f, CG_CTX_NFIELDS, 0);
-  cg->tpctx = LLVMPointerType(cg->tctx, 0);
   cg->tkern_entry = LLVMFunctionType(cg->ti32, &cg->tpp8, 1, 0);
   cg->md_loop = LLVMGetMDKindIDInContext(c, "llvm.loop", 9);
 }

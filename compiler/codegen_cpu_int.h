@@ -145,8 +145,12 @@ enum {
   CG_CTX_SEND,
   CG_CTX_RECV,
   CG_CTX_ERROR,
+  CG_CTX_EXTERNS,
+  CG_CTX_CALL_EXTERN,
   CG_CTX_NFIELDS
 };
+/* i32 (hpd_ctx *, i32 index, i32 grad, i8 **bufs): hpd_ctx.call_extern */
+LLVMTypeRef cg_extern_hook_type(CgCpu *cg);
 
 /* Counted loops. cg_loop_open branches from the current block into the
  * loop's header and leaves the builder in the body; cg_loop_close ends the

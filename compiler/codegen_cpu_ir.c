@@ -73,6 +73,11 @@ LLVMValueRef cg_byte_ptr(CgCpu *cg, LLVMValueRef base, LLVMValueRef offset_bytes
   return cg_gep(cg, cg->ti8, base, offset_bytes, name);
 }
 
+LLVMTypeRef cg_extern_hook_type(CgCpu *cg) {
+  LLVMTypeRef p[4] = {cg->tpctx, cg->ti32, cg->ti32, cg->tpp8};
+  return LLVMFunctionType(cg->ti32, p, 4, 0);
+}
+
 static LLVMTypeRef ctx_field_type(CgCpu *cg, int field) { return LLVMStructGetTypeAtIndex(cg->tctx, (unsigned)field); }
 
 LLVMValueRef cg_ctx_field(CgCpu *cg, LLVMValueRef ctxp, int field, const char *name) {

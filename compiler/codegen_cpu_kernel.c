@@ -1691,6 +1691,31 @@ static void special_scatter_add(CgKern *k, const IrNode *n, int id) {
   nest_free(&N);
 }
 
+/* An extern: the runtime's hook (hpd_ctx.call_extern) makes the libffi call
+ * on the kernel's buffers, which hold whole f32 tensors (fusion folds only
+ * reshapes into a special kernel: mem_of sees through them). */
+static void special_extern(CgKern *k, const IrNode *n, int id) {
+  CgCpu *cg = k->cg;
+  int nb = n->nin + 1;
+  LLVMValueRef bufs = LLVMBuildArrayAlloca(cg->b, cg->tp8, cg_i32(cg, nb), "bufs");
+  for (int i = 0; i < nb; i++) {
+    LLVMValueRef p = i < n->nin ? val_ptr(k, mem_of(k, n->in[i])) : val_ptr(k, id);
+    LLVMBuildStore(cg->b, LLVMBuildBitCast(cg->b, p, cg->tp8, ""), cg_gep(cg, cg->tp8, bufs, cg_i64(cg, i), ""));
+  }
+  LLVMValueRef hook = cg_ctx_field(cg, k->ctxp, CG_CTX_CALL_EXTERN, "call_extern");
+  LLVMBasicBlockRef none = fail_block(k, "no extern hook in hpd_ctx (a runtime without extern support)");
+  fail_if(k, LLVMBuildIsNull(cg->b, hook, ""), none);
+  LLVMValueRef a[4] = {k->ctxp, cg_i32(cg, n->attr[0]), cg_i32(cg, n->op == IR_EXTERN_GRAD), bufs};
+  LLVMValueRef rc = LLVMBuildCall2(cg->b, cg_extern_hook_type(cg), hook, a, 4, "rc");
+  /* the hook has set ctx->error with the reason */
+  LLVMBasicBlockRef failed = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "extern_failed");
+  LLVMBasicBlockRef ok = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "extern_ok");
+  LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntNE, rc, cg_i32(cg, 0), ""), failed, ok);
+  LLVMPositionBuilderAtEnd(cg->b, failed);
+  LLVMBuildRet(cg->b, cg_i32(cg, 1));
+  LLVMPositionBuilderAtEnd(cg->b, ok);
+}
+
 static void kernel_special(CgKern *k) {
   int id = special_node(k);
   const IrNode *n = nd(k, id);
@@ -1705,6 +1730,8 @@ static void kernel_special(CgKern *k) {
   case IR_REPEAT_KV_BWD:
   case IR_SUM_TO:
   case IR_REDUCE_SUM: special_scatter_add(k, n, id); break;
+  case IR_EXTERN:
+  case IR_EXTERN_GRAD: special_extern(k, n, id); break;
   default: cg_fail(k->cg, "graph %s kernel k%d: no CPU kernel for %s", k->g->name, k->kp, ir_op_name(n->op)); break;
   }
 }

@@ -14,6 +14,7 @@
 #include "../runtime/program_ir.h"
 #include "autodiff.h"
 #include "codegen.h"
+#include "extcall.h"
 #include "fuse.h"
 #include "ir.h"
 #include "lower.h"
@@ -145,6 +146,85 @@ static const char *program_lib(Cx *C, char *buf, size_t n) {
   *slash = 0;
   if ((size_t)snprintf(buf, n, "%s/../lib/hpdl-program.so", exe) >= n) return NULL;
   return buf;
+}
+
+/* ---- extern libraries ----
+ *
+ * Every extern's library must load and have its functions at compile time
+ * (a mistake surfaces here, not on the ranks). A library named with a slash
+ * (lower.c resolved it against the declaring file's folder) is copied into
+ * DIR/extern/, so the artifact needs nothing from the source tree; a bare
+ * name stays a name for the dlopen search path of the machine that runs it.
+ * The chunk files then name the copy relative to the artifact. */
+
+static json_t *dims_json(int rank, const int64_t *dims);
+
+/* Every extern's library and functions, each failure a diagnostic at its
+ * declaration (one per declaration). */
+static int externs_check(Cx *C, const IrModule *m) {
+  int bad = 0;
+  for (int i = 0; i < m->nexterns; i++) {
+    const IrExtern *e = &m->externs[i];
+    int seen = 0;
+    for (int j = 0; j < i && !seen; j++) seen = !strcmp(m->externs[j].where, e->where);
+    char why[2048];
+    int rc = seen ? 0 : extcall_check(e, why, sizeof why);
+    if (rc == 0) continue;
+    diag_error(C->diag, e->span, "extern %s: %s", e->name, why);
+    if (rc == -2)
+      diag_hint(C->diag, "`nm -D --defined-only %s` lists the functions it has", e->path);
+    else if (strchr(e->library, '/'))
+      diag_hint(C->diag, "a library named with a slash is found relative to the folder of the file that declares it");
+    else
+      diag_hint(C->diag, "a bare library name is found through the dlopen search path (LD_LIBRARY_PATH); write \"./%s\" for one "
+                         "beside the file", e->library);
+    bad = 1;
+  }
+  return bad;
+}
+
+static const char *base_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+/* Copies the libraries and points the table at the copies. */
+static int externs_copy(Cx *C, IrModule *m) {
+  char dir[4200], dst[4400], why[1024];
+  snprintf(dir, sizeof dir, "%s/extern", C->o->out_dir);
+  const char **src = arena_alloc(C->arena, sizeof(char *) * (size_t)(m->nexterns + 1));
+  for (int i = 0; i < m->nexterns; i++) {
+    IrExtern *e = &m->externs[i];
+    src[i] = e->path;
+    if (!strchr(e->library, '/')) continue;
+    const char *file = NULL;
+    for (int j = 0; j < i && !file; j++) /* one copy per library */
+      if (!strcmp(src[j], src[i]) && strchr(m->externs[j].library, '/')) file = m->externs[j].path;
+    if (!file) {
+      file = arena_printf(C->arena, "extern/%s", base_name(src[i]));
+      for (int j = 0; j < i; j++) /* another library of the same name gets its index in front */
+        if (!strcmp(m->externs[j].path, file)) file = arena_printf(C->arena, "extern/%d-%s", i, base_name(src[i]));
+      if (mkdirs(dir) != 0) return cfail(C, "cannot make %s: %s", dir, strerror(errno));
+      snprintf(dst, sizeof dst, "%s/%s", C->o->out_dir, file);
+      if (copy_file(src[i], dst, why, sizeof why)) return cfail(C, "copying the library of extern %s: %s", e->name, why);
+    }
+    e->path = file;
+  }
+  return 0;
+}
+
+/* The manifest's "externs": what the artifact calls, and the copies it carries. */
+static json_t *externs_json(const IrModule *m) {
+  json_t *list = json_array();
+  for (int i = 0; i < m->nexterns; i++) {
+    const IrExtern *e = &m->externs[i];
+    json_t *je = json_pack("{s:s, s:s, s:s, s:s}", "name", e->name, "declared", e->where, "library", e->library, "symbol", e->symbol);
+    json_object_set_new(je, "grad", e->grad ? json_string(e->grad) : json_null());
+    json_object_set_new(je, "file", strchr(e->library, '/') ? json_string(e->path) : json_null());
+    json_object_set_new(je, "dims", dims_json(e->ndims, e->dims));
+    json_array_append_new(list, je);
+  }
+  return list;
 }
 
 /* ---- the layout ---- */
@@ -299,6 +379,7 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
     fprintf(err, "hpdlc: internal error: the IR does not verify\n");
     return 3;
   }
+  if (externs_check(&C, global)) return 1;
   if (global->ninputs != 2)
     return cfail(&C, "the CPU runtime feeds token windows: the model must take two inputs, the tokens and the targets (i32[B, T]); it "
                      "takes %d", global->ninputs);
@@ -415,6 +496,8 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
   if (!lib || access(lib, R_OK) != 0)
     return cfail(&C, "the CPU program %s is missing (build the hpdl_program target, or set HPDL_PROGRAM_LIB)", lib ? lib : "hpdl-program.so");
   if (copy_file(lib, path, why, sizeof why)) return cfail(&C, "writing the program: %s", why);
+  /* the chunk modules share the global module's extern table */
+  if (externs_copy(&C, global)) return 1;
   for (int c = 0; c < K; c++) {
     snprintf(path, sizeof path, "%s/stage%d.hir", o->out_dir, c);
     if (program_ir_write(&ch[c].pc, path, why, sizeof why)) return cfail(&C, "writing chunk %d: %s", c, why);
@@ -479,6 +562,7 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
     json_array_append_new(ranks, jr);
   }
   json_object_set_new(root, "ranks", ranks);
+  json_object_set_new(root, "externs", externs_json(global));
   json_t *params = json_array();
   int64_t nlogical = 0;
   for (int gp = 0; gp < global->nparams; gp++) {

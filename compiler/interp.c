@@ -12,6 +12,7 @@
  * message of its group, so a SEND / RECV pair in one process is an identity
  * and autodiff's RECV / SEND of gradients can be checked without ranks. */
 #include "interp.h"
+#include "extcall.h"
 #include "xalloc.h"
 
 #include "../runtime/init.h"
@@ -51,7 +52,8 @@ struct Interp {
   int has_comm;
   InterpAccount acc; /* allocation accounting (memplan's tests) */
   int has_acc;
-  char err[256];
+  ExtCalls *ext; /* the module's extern functions, loaded on their first call */
+  char err[1024];
 };
 
 void interp_set_account(Interp *in, const InterpAccount *acc) {
@@ -151,6 +153,7 @@ void interp_free(Interp *in) {
     free(in->mail_head);
     in->mail_head = next;
   }
+  extcall_close(in->ext);
   free(in->stash);
   free(in->params);
   free(in->grads);
@@ -584,6 +587,37 @@ static const char *exec_collective(Run *r, const IrNode *n, const IrNode *x, con
   }
 }
 
+/* EXTERN and EXTERN_GRAD: the native function on fp32 copies of the values
+ * (its convention is fp32), the result widened back. */
+static const char *exec_extern(Run *r, const IrNode *n, double *out) {
+  Interp *in = r->in;
+  const IrModule *m = in->m;
+  if (n->attr[0] < 0 || n->attr[0] >= m->nexterns) return fail(in, "extern call of an unknown function");
+  if (!in->ext) {
+    char why[1024];
+    in->ext = extcall_open(m->externs, m->nexterns, why, sizeof why);
+    if (!in->ext) return fail(in, "%s", why);
+  }
+  int nb = n->nin + 1;
+  void **bufs = xalloc_calloc((size_t)nb, sizeof(void *));
+  for (int k = 0; k < nb; k++) {
+    const IrNode *x = k < n->nin ? &r->g->nodes[n->in[k]] : n;
+    int64_t N = ir_numel(x);
+    float *f = xalloc_calloc((size_t)(N ? N : 1), sizeof(float));
+    if (k < n->nin)
+      for (int64_t i = 0; i < N; i++) f[i] = (float)r->val[n->in[k]][i];
+    bufs[k] = f;
+  }
+  char why[1024];
+  int rc = n->op == IR_EXTERN ? extcall_forward(in->ext, (int)n->attr[0], bufs, why, sizeof why)
+                              : extcall_grad(in->ext, (int)n->attr[0], bufs, why, sizeof why);
+  const float *res = bufs[n->nin];
+  for (int64_t i = 0, N = ir_numel(n); rc == 0 && i < N; i++) out[i] = res[i];
+  for (int k = 0; k < nb; k++) free(bufs[k]);
+  free(bufs);
+  return rc ? fail(in, "%s", why) : NULL;
+}
+
 /* The first global index of this rank's vocabulary shard (attr 1 + group), or 0. */
 static int64_t vocab_offset(const Interp *in, int64_t attr, int64_t local_rows) {
   return attr ? (int64_t)group_rank(in, attr - 1) * local_rows : 0;
@@ -901,6 +935,8 @@ static const char *exec_node(Run *r, int id, double *out) {
     return NULL;
   }
   case IR_CALL: return exec_call(r, n, out);
+  case IR_EXTERN:
+  case IR_EXTERN_GRAD: return exec_extern(r, n, out);
   case IR_SEND: {
     if (group_size(in, n->attr[0]) > 1 && in->comm.send) {
       const char *err = in->comm.send(in->comm.ctx, (IrGroup)n->attr[0], (int)n->attr[1], X, ir_numel(x));

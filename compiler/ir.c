@@ -402,6 +402,34 @@ static const char *irshape_ALL_GATHER(IrGraph *g, IrNode *n) { return comm_same(
 static const char *irshape_REDUCE_SCATTER(IrGraph *g, IrNode *n) { return comm_same(g, n); }
 static const char *irshape_SEND(IrGraph *g, IrNode *n) { return comm_same(g, n); }
 
+/* The result type travels in the attributes (ir_ops.h); arguments are f32. */
+static const char *irshape_EXTERN(IrGraph *g, IrNode *n) {
+  for (int k = 0; k < n->nin; k++)
+    if (in_node(g, n, k)->dtype != DT_F32) return "extern arguments are f32";
+  if (n->attr[0] < 0 || n->attr[1] < 0 || n->attr[1] > IR_MAX_RANK) return "extern needs its table index and result rank";
+  n->rank = (int)n->attr[1];
+  for (int i = 0; i < n->rank; i++) {
+    n->dims[i] = n->attr[2 + i];
+    if (n->dims[i] < 1) return "extern result dimension below 1";
+  }
+  n->dtype = DT_F32;
+  return NULL;
+}
+
+static const char *irshape_EXTERN_GRAD(IrGraph *g, IrNode *n) {
+  if (n->nin < 2) return "extern_grad needs the arguments and the result's gradient";
+  int64_t total = 0;
+  for (int k = 0; k < n->nin; k++) {
+    const IrNode *x = in_node(g, n, k);
+    if (x->dtype != DT_F32) return "extern arguments are f32";
+    if (k < n->nin - 1) total += ir_numel(x);
+  }
+  n->rank = 1;
+  n->dims[0] = total;
+  n->dtype = DT_F32;
+  return NULL;
+}
+
 static const ShapeRule shape_rules[] = {
 #define X(id, name, nin, flags) irshape_##id,
     IR_OPS(X)
@@ -442,6 +470,52 @@ int ir_add_param(IrModule *m, const IrParam *p) {
   }
   m->params[m->nparams] = *p;
   return m->nparams++;
+}
+
+int64_t ir_extern_numel(const IrExternShape *s) { return numel_of(s->rank, s->dims); }
+
+static int same_shape(const IrExternShape *a, const IrExternShape *b) {
+  if (a->rank != b->rank) return 0;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return 0;
+  return 1;
+}
+
+int ir_add_extern(IrModule *m, const IrExtern *e) {
+  for (int i = 0; i < m->nexterns; i++) {
+    const IrExtern *x = &m->externs[i];
+    int same = !strcmp(x->name, e->name) && !strcmp(x->where, e->where) && x->nargs == e->nargs && x->ndims == e->ndims && same_shape(&x->out, &e->out);
+    for (int k = 0; same && k < e->nargs; k++) same = same_shape(&x->args[k], &e->args[k]);
+    for (int k = 0; same && k < e->ndims; k++) same = x->dims[k] == e->dims[k];
+    if (same) return i;
+  }
+  IrExtern *t = arena_alloc(m->arena, sizeof(IrExtern) * (size_t)(m->nexterns + 1));
+  if (m->nexterns) memcpy(t, m->externs, sizeof(IrExtern) * (size_t)m->nexterns);
+  t[m->nexterns] = *e;
+  m->externs = t;
+  return m->nexterns++;
+}
+
+/* An EXTERN / EXTERN_GRAD node against its table entry. */
+static const char *verify_extern(const IrModule *m, const IrGraph *g, const IrNode *n) {
+  if (n->attr[0] < 0 || n->attr[0] >= m->nexterns) return "unknown extern";
+  const IrExtern *e = &m->externs[n->attr[0]];
+  int grad = n->op == IR_EXTERN_GRAD;
+  if (n->nin != e->nargs + grad) return "extern called with the wrong number of arguments";
+  for (int k = 0; k < n->nin; k++) {
+    const IrNode *x = &g->nodes[n->in[k]];
+    const IrExternShape *want = k < e->nargs ? &e->args[k] : &e->out;
+    int ok = x->rank == want->rank;
+    for (int i = 0; ok && i < x->rank; i++) ok = x->dims[i] == want->dims[i];
+    if (!ok) return "extern argument shape differs from its table entry";
+  }
+  if (grad && !e->grad) return "extern_grad of an extern without a gradient function";
+  if (!grad) {
+    int ok = n->rank == e->out.rank;
+    for (int i = 0; ok && i < n->rank; i++) ok = n->dims[i] == e->out.dims[i];
+    if (!ok) return "extern result shape differs from its table entry";
+  }
+  return NULL;
 }
 
 int ir_add(IrGraph *g, IrOp op, const int *in, int nin, const int64_t *attr, int nattr, double fattr,
@@ -498,6 +572,7 @@ int ir_verify(const IrModule *m, FILE *out) {
       if (!err && n->op == IR_PARAM && (n->attr[0] < 0 || n->attr[0] >= m->nparams)) err = "unknown parameter";
       if (!err && n->op == IR_ARG && (n->attr[0] < 0 || n->attr[0] >= g->nargs)) err = "unknown argument";
       if (!err && n->op == IR_CALL && (n->attr[0] <= gi || n->attr[0] >= m->ngraphs)) err = "call of an unknown graph";
+      if (!err && (n->op == IR_EXTERN || n->op == IR_EXTERN_GRAD)) err = verify_extern(m, g, n);
       if (!err) {
         IrNode copy = *n;
         int keep_shape = copy.op == IR_FILL || copy.op == IR_RESHAPE || copy.op == IR_EXPAND || copy.op == IR_SUM_TO ||
@@ -599,6 +674,10 @@ static void print_attrs(const IrModule *m, const IrGraph *g, const IrNode *n, FI
   case IR_EMBEDDING_BWD:
     if (n->attr[0]) fprintf(out, " vocab-parallel=%s", ir_group_name((IrGroup)(n->attr[0] - 1)));
     break;
+  case IR_EXTERN:
+  case IR_EXTERN_GRAD:
+    if (n->attr[0] >= 0 && n->attr[0] < m->nexterns) fprintf(out, " @%s#%" PRId64, m->externs[n->attr[0]].name, n->attr[0]);
+    break;
   default: break;
   }
 }
@@ -646,6 +725,15 @@ void ir_print(const IrModule *m, FILE *out) {
     }
     if (p->count > 1) fprintf(out, " x%" PRId64, p->count);
     fputc('\n', out);
+  }
+  for (int i = 0; i < m->nexterns; i++) {
+    const IrExtern *e = &m->externs[i];
+    fprintf(out, "extern #%d %s : %s %s", i, e->name, e->library, e->symbol);
+    if (e->grad) fprintf(out, " grad=%s", e->grad);
+    else fputs(" (no gradient)", out);
+    fputs(" dims=(", out);
+    for (int k = 0; k < e->ndims; k++) fprintf(out, "%s%" PRId64, k ? ", " : "", e->dims[k]);
+    fputs(")\n", out);
   }
   for (int i = 0; i < m->ngraphs; i++) ir_print_graph(m, m->graphs[i], out);
 }

@@ -106,6 +106,34 @@ typedef struct {
   int64_t dims[IR_MAX_RANK];
 } IrInput;
 
+/* A tensor shape of an extern's argument or result. */
+typedef struct {
+  int rank;
+  int64_t dims[IR_MAX_RANK];
+} IrExternShape;
+
+/* One native function an EXTERN node calls: an `extern` declaration at one
+ * binding of its dimension names (lowering makes one entry per declaration
+ * and dimensions; call sites with equal dimensions share it). Every type is
+ * f32. The calling convention is docs/language.md's ("Extern"). */
+typedef struct {
+  const char *name;    /* the declaration's name */
+  const char *where;   /* "file.hpd:12", where it is declared (messages) */
+  const char *library; /* as declared */
+  /* What dlopen is given: a library with a slash resolved against the
+   * declaring file's folder (compile time), or the artifact's copy (run
+   * time); a bare name as declared (the dlopen search path). */
+  const char *path;
+  const char *symbol;
+  const char *grad;    /* the gradient function, or NULL: no gradient flows */
+  int nargs;
+  IrExternShape *args; /* nargs */
+  IrExternShape out;
+  int ndims;           /* the dimension names' values, in order of first appearance */
+  int64_t *dims;
+  Span span;           /* the declaration (span_none when read from a chunk file) */
+} IrExtern;
+
 typedef struct {
   Arena *arena;
   IrGraph **graphs;
@@ -115,11 +143,17 @@ typedef struct {
   IrInput *inputs;
   int ninputs;
   int64_t micro_batch;
+  IrExtern *externs; /* EXTERN's attr[0] indexes it; shared by the modules derived from this one */
+  int nexterns;
 } IrModule;
 
 IrModule *ir_module_new(Arena *arena);
 IrGraph *ir_graph_new(IrModule *m, const char *name);
 int ir_add_param(IrModule *m, const IrParam *p);
+/* The index of an extern entry equal to e (name and dimensions), added when new. */
+int ir_add_extern(IrModule *m, const IrExtern *e);
+/* numel of an extern argument or result shape */
+int64_t ir_extern_numel(const IrExternShape *s);
 
 /* Appends a node; computes its type with the op's shape rule. `dims`/`rank`
  * give the output shape for ops whose shape is not implied by the inputs

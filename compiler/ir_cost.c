@@ -46,6 +46,7 @@
  *                   per row (subtract the one-hot at the target)
  *   embedding_bwd   1 per dy element (the scatter-add)
  * GEMM: matmul 2 M N K per batch element (see above).
+ * extern, extern_grad: 0 (a native function's arithmetic is unknown; its bytes count).
  * Data movement (transpose, slice, pad, concat, expand, repeat_kv, embedding)
  * and collectives: 0 FLOPs here; a collective's reduction arithmetic depends
  * on the group size, which cost.c knows.
@@ -250,6 +251,13 @@ static void ircost_PICK_BWD(const CostCtx *c, IrCost *k) {
   k->bytes_read = bytes_of(cin(c, 0)) + bytes_of(cin(c, 1));
   k->bytes_written = bytes_of(c->n);
 }
+
+/* A native function: its arithmetic is unknown, so 0 FLOPs; the default
+ * bytes (every argument read once, the result written once) stand, and the
+ * planner prices it by those bytes alone (docs/planner.md: extern time is
+ * not modelled beyond its memory traffic). */
+static void ircost_EXTERN(const CostCtx *c, IrCost *k) { (void)c, (void)k; }
+static void ircost_EXTERN_GRAD(const CostCtx *c, IrCost *k) { (void)c, (void)k; }
 
 static const CostRule cost_rules[] = {
 #define X(id, name, nin, flags) ircost_##id,

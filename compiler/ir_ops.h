@@ -49,6 +49,12 @@
  *     from rank r - b, each in the zigzag layout)
  *   ROPE: attr[1] = 1 + group when the positions are this rank's zigzag chunks
  *   CALL: attr[3] = the first layer this call runs (pipeline chunks run a range of layers)
+ *   EXTERN(args...): a native function (docs/language.md, "Extern"); attr[0] = index into
+ *     IrModule.externs, attr[1] = the result's rank, attr[2..2+rank) its dimensions (the result
+ *     type travels in the attributes, so every pass that copies nodes keeps it)
+ *   EXTERN_GRAD(args..., dy): the extern's gradient function, called once: the gradients of all
+ *     arguments, flattened and concatenated in argument order (f32[sum of the numels]);
+ *     attr[0] = the extern
  */
 #ifndef HPDL_IR_OPS_H
 #define HPDL_IR_OPS_H
@@ -121,6 +127,8 @@
   X(SHARD_SLICE, "shard_slice", 1, IRF_COMM)                       \
   X(COPY_TO_GROUP, "copy_to_group", 1, IRF_COMM)                   \
   X(PICK, "pick", 2, IRF_REDUCE)                                   \
-  X(PICK_BWD, "pick_bwd", 2, 0)
+  X(PICK_BWD, "pick_bwd", 2, 0)                                     \
+  X(EXTERN, "extern", -1, 0)                                       \
+  X(EXTERN_GRAD, "extern_grad", -1, 0)
 
 #endif

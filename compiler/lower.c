@@ -269,6 +269,89 @@ static int lower_op(Lower *L, Inv *v, const SemExpr *e, const int64_t *dims) {
   }
 }
 
+/* The string value of an extern's setting `key`, or NULL. */
+static const char *extern_setting(const AstDecl *d, const char *key) {
+  for (int i = 0; i < d->settings.n; i++) {
+    const AstSetting *s = d->settings.items[i];
+    if (!s->is_block && s->value && s->value->kind == EX_STRING && !strcmp(s->key.name, key)) return s->value->u.sval;
+  }
+  return NULL;
+}
+
+/* A library named with a slash is found beside the declaring file. */
+static const char *extern_path(Lower *L, const AstDecl *d, const char *library) {
+  if (!strchr(library, '/') || library[0] == '/') return library;
+  const char *file = diag_file_path(L->diag, d->span.file);
+  const char *slash = file ? strrchr(file, '/') : NULL;
+  if (!slash) return library;
+  while (library[0] == '.' && library[1] == '/') library += 2;
+  return arena_printf(L->arena, "%.*s/%s", (int)(slash - file), file, library);
+}
+
+/* An extern call: the table entry of its declaration at these dimensions,
+ * and an EXTERN node whose attributes carry the result type. */
+static int lower_extern(Lower *L, Inv *v, const SemExpr *e, const int64_t *dims) {
+  const AstDecl *d = e->ext;
+  int *in = arena_alloc(L->arena, sizeof(int) * (size_t)(e->nargs + 1));
+  for (int i = 0; i < e->nargs; i++)
+    if ((in[i] = lower_expr(L, v, e->args[i])) < 0) return -1;
+  for (int i = 0; i <= e->nargs; i++) {
+    DType dt = i < e->nargs ? v->g->nodes[in[i]].dtype : e->type.dtype;
+    if (dt != DT_F32) {
+      if (i < e->nargs)
+        diag_error(L->diag, e->span, "extern %s: argument %d is %s; native calls take f32 tensors only", d->name.name, i + 1,
+                   sem_dtype_name(dt));
+      else
+        diag_error(L->diag, e->span, "extern %s: the result is %s; native calls return f32 tensors only", d->name.name,
+                   sem_dtype_name(dt));
+      diag_note(L->diag, d->span, "declared here");
+      L->failed = 1;
+      return -1;
+    }
+  }
+  IrExtern x;
+  memset(&x, 0, sizeof x);
+  x.name = d->name.name;
+  const char *file = diag_file_path(L->diag, d->span.file);
+  x.where = arena_printf(L->arena, "%s:%d", file ? file : "?", d->span.line);
+  x.span = d->span;
+  x.library = extern_setting(d, "library");
+  x.symbol = extern_setting(d, "symbol");
+  x.grad = extern_setting(d, "grad");
+  if (!x.library || !x.symbol) {
+    diag_error(L->diag, d->span, "internal error: extern %s has no library or symbol", d->name.name);
+    L->failed = 1;
+    return -1;
+  }
+  x.path = extern_path(L, d, x.library);
+  x.nargs = e->nargs;
+  x.args = arena_alloc(L->arena, sizeof(IrExternShape) * (size_t)(e->nargs + 1));
+  x.dims = arena_alloc(L->arena, sizeof(int64_t) * (size_t)(e->nargs * IR_MAX_RANK + 1));
+  const char **names = arena_alloc(L->arena, sizeof(char *) * (size_t)(e->nargs * IR_MAX_RANK + 1));
+  for (int i = 0; i < e->nargs; i++) {
+    const IrNode *a = &v->g->nodes[in[i]];
+    x.args[i].rank = a->rank;
+    memcpy(x.args[i].dims, a->dims, sizeof a->dims);
+    const AstType *t = d->params[i].tensor_type;
+    for (int k = 0; k < t->ndims && k < a->rank; k++) {
+      if (t->dims[k]->kind != EX_NAME) continue;
+      int seen = 0;
+      for (int j = 0; j < x.ndims && !seen; j++) seen = !strcmp(names[j], t->dims[k]->u.sval);
+      if (seen) continue;
+      names[x.ndims] = t->dims[k]->u.sval;
+      x.dims[x.ndims++] = a->dims[k];
+    }
+  }
+  x.out.rank = e->type.rank;
+  memcpy(x.out.dims, dims, sizeof(int64_t) * (size_t)e->type.rank);
+  int64_t attr[IR_NATTR];
+  memset(attr, 0, sizeof attr);
+  attr[0] = ir_add_extern(L->m, &x);
+  attr[1] = e->type.rank;
+  for (int k = 0; k < e->type.rank; k++) attr[2 + k] = dims[k];
+  return add_node(L, v, IR_EXTERN, in, e->nargs, attr, 2 + e->type.rank, 0, DT_F32, -1, NULL, e->span, NULL);
+}
+
 static int lower_expr(Lower *L, Inv *v, const SemExpr *e) {
   int memo = memo_get(v, e);
   if (memo >= 0) return memo;
@@ -310,10 +393,7 @@ static int lower_expr(Lower *L, Inv *v, const SemExpr *e) {
     id = add_node(L, v, IR_SLICE, &x, 1, attr, 16, 0, e->type.dtype, e->type.rank, dims, e->span, NULL);
     break;
   }
-  case SE_EXTERN:
-    diag_error(L->diag, e->span, "extern %s: calls of native code are not supported by the compiler yet", e->ext->name.name);
-    L->failed = 1;
-    return -1;
+  case SE_EXTERN: id = lower_extern(L, v, e, dims); break;
   }
   if (id >= 0) memo_put(L, v, e, id);
   return id;

@@ -126,6 +126,8 @@ PipeResult *pipe_split(Arena *arena, Diag *diag, const IrModule *m, int64_t chun
   P.dst->micro_batch = m->micro_batch;
   P.dst->inputs = m->inputs;
   P.dst->ninputs = m->ninputs;
+  P.dst->externs = m->externs;
+  P.dst->nexterns = m->nexterns;
   for (int i = 0; i < m->nparams; i++) ir_add_param(P.dst, &m->params[i]);
   char *after = arena_alloc(arena, (size_t)g0->nnodes + 1);
   mark_after(g0, call, after);
@@ -218,6 +220,8 @@ IrModule *pipe_chunk_module(Arena *arena, const PipeResult *pr, int c) {
   cm->micro_batch = src->micro_batch;
   cm->inputs = src->inputs;
   cm->ninputs = src->ninputs;
+  cm->externs = src->externs;
+  cm->nexterns = src->nexterns;
   for (int i = 0; i < src->nparams; i++) ir_add_param(cm, &src->params[i]);
   int shift = pr->nchunks - 1; /* block graphs move from K.. to 1.. */
   const IrGraph *cg = src->graphs[c];

@@ -732,6 +732,16 @@ static Val part_node(GPart *G, int i) {
     r.shd = P->entry[callee];
     return r;
   }
+  case IR_EXTERN: {
+    /* A native function sees whole tensors: split or partial arguments are
+     * made replicated, and every rank computes the whole result (correct
+     * for any function; docs/compiler.md). */
+    Shd whole = shd_r();
+    int *in = arena_alloc(P->arena, sizeof(int) * (size_t)(n->nin + 1));
+    for (int k = 0; k < n->nin; k++) in[k] = convert(G, settle(G, G->vals[n->in[k]], n->span), &whole, 0, n->span).id;
+    r.id = emit(G, IR_EXTERN, in, n->nin, n->attr, IR_NATTR, 0, n->dtype, -1, NULL, n->span);
+    return r;
+  }
   default:
     break;
   }
@@ -808,6 +818,8 @@ IrModule *spmd_partition(Arena *arena, Diag *diag, const IrModule *global, const
   P.dst->micro_batch = global->micro_batch;
   P.dst->inputs = global->inputs;
   P.dst->ninputs = global->ninputs;
+  P.dst->externs = global->externs;
+  P.dst->nexterns = global->nexterns;
   P.done = arena_alloc(arena, sizeof(int) * (size_t)global->ngraphs);
   P.entry = arena_alloc(arena, sizeof(Shd) * (size_t)global->ngraphs);
   for (int i = 0; i < global->ngraphs; i++) P.done[i] = -1;

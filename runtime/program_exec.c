@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "extcall.h"
 #include "interp.h"
 #include "program_ir.h"
 #include "train.h"
@@ -102,6 +103,7 @@ typedef struct {
   float **pslot, **gslot; /* per parameter: all copies */
   float *fscratch;
   void *workspace_own;
+  ExtCalls *ext;     /* the chunk's extern functions (generated code calls them through hctx) */
 } Exec;
 
 static int fail(RtErr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -353,6 +355,36 @@ static int nx_recv(void *comm, int group, int offset, float *data, int64_t n) {
   return 0;
 }
 
+/* ---- extern native functions for generated code ---- */
+
+static int nx_call_extern(hpd_ctx *ctx, int32_t index, int32_t grad, void **bufs) {
+  Exec *x = ctx->comm;
+  int rc = grad ? extcall_grad(ctx->externs, index, bufs, x->cerr.msg, sizeof x->cerr.msg)
+                : extcall_forward(ctx->externs, index, bufs, x->cerr.msg, sizeof x->cerr.msg);
+  if (rc < 0) {
+    ctx->error = x->cerr.msg;
+    return -1;
+  }
+  return 0;
+}
+
+/* The extern libraries, loaded once at set-up so that a missing one is an
+ * error before the first step: a path with a slash names the artifact's
+ * copy (relative to its folder, program_ir.h); a bare name is found on the
+ * dlopen search path. The reference executor loads its own handles of the
+ * same libraries on their first call (dlopen counts references). */
+static int externs_open(Exec *x, RtErr *e) {
+  IrModule *m = x->pc->m;
+  for (int i = 0; i < m->nexterns; i++) {
+    IrExtern *ex = &m->externs[i];
+    if (strchr(ex->path, '/') && ex->path[0] != '/') ex->path = arena_printf(x->arena, "%s/%s", x->ctx->art->dir, ex->path);
+  }
+  if (!m->nexterns) return 0;
+  char why[2048];
+  x->ext = extcall_open(m->externs, m->nexterns, why, sizeof why);
+  return x->ext ? 0 : fail(e, "%s", why);
+}
+
 /* ---- set-up ---- */
 
 /* The rank's entry of the manifest's `ranks` (fields the runtime's reader
@@ -462,6 +494,8 @@ static int native_open(Exec *x, const char *path, RtErr *e) {
   x->hctx.all_gather = nx_all_gather;
   x->hctx.send = nx_send;
   x->hctx.recv = nx_recv;
+  x->hctx.externs = x->ext;
+  x->hctx.call_extern = nx_call_extern;
   static const CommGroup groups[4] = {COMM_DP, COMM_TP, COMM_PP, COMM_CP};
   for (int k = 0; k < 4; k++) {
     x->hctx.rank[k] = x->comm->rank[groups[k]];
@@ -526,6 +560,7 @@ static void exec_free(Exec *x) {
   ring_clear(x);
   free(x->workspace_own);
   if (x->dl) dlclose(x->dl);
+  extcall_close(x->ext);
   free(x->uses);
   if (x->arena) arena_free(x->arena);
   free(x);
@@ -579,7 +614,7 @@ static void *exec_create(TrainCtx *ctx, RtErr *e) {
       goto bad;
     }
   }
-  if (map_uses(x, e) < 0) goto bad;
+  if (map_uses(x, e) < 0 || externs_open(x, e) < 0) goto bad;
   if (native) {
     if (native_open(x, kernels, e) < 0) goto bad;
   } else if (interp_open(x, e) < 0) {

@@ -88,6 +88,25 @@ static void put_graph(Buf *b, const IrGraph *g) {
   for (int k = 0; k < g->ngrad_params; k++) put_i32(b, g->grad_params[k]);
 }
 
+static void put_shape(Buf *b, const IrExternShape *s) {
+  put_u8(b, (unsigned)s->rank);
+  put_dims(b, s->rank, s->dims);
+}
+
+static void put_extern(Buf *b, const IrExtern *e) {
+  put_str(b, e->name);
+  put_str(b, e->where);
+  put_str(b, e->library);
+  put_str(b, e->path);
+  put_str(b, e->symbol);
+  put_str(b, e->grad);
+  put_u32(b, (uint32_t)e->nargs);
+  for (int k = 0; k < e->nargs; k++) put_shape(b, &e->args[k]);
+  put_shape(b, &e->out);
+  put_u32(b, (uint32_t)e->ndims);
+  for (int k = 0; k < e->ndims; k++) put_i64(b, e->dims[k]);
+}
+
 unsigned char *program_ir_encode(const ProgramChunk *c, size_t *len) {
   const IrModule *m = c->m;
   Buf b = {0};
@@ -126,6 +145,8 @@ unsigned char *program_ir_encode(const ProgramChunk *c, size_t *len) {
     put_i32(&b, p->split_axis);
     put_u8(&b, (unsigned)p->split_group);
   }
+  put_u32(&b, (uint32_t)m->nexterns);
+  for (int i = 0; i < m->nexterns; i++) put_extern(&b, &m->externs[i]);
   put_u32(&b, (uint32_t)m->ngraphs);
   for (int gi = 0; gi < m->ngraphs; gi++) put_graph(&b, m->graphs[gi]);
   put_u32(&b, (uint32_t)c->nuses);
@@ -302,6 +323,38 @@ static void get_dims(Rd *r, int rank, int64_t *dims, int allow_zero) {
   }
 }
 
+static void get_shape(Rd *r, IrExternShape *s) {
+  s->rank = get_rank(r);
+  get_dims(r, s->rank, s->dims, 0);
+}
+
+static void get_extern(Rd *r, IrModule *m) {
+  IrExtern e;
+  memset(&e, 0, sizeof e);
+  e.name = get_str(r);
+  e.where = get_str(r);
+  e.library = get_str(r);
+  e.path = get_str(r);
+  e.symbol = get_str(r);
+  e.grad = get_str(r);
+  if (!r->bad && (!e.name || !e.library || !e.path || !e.symbol)) rd_fail(r, "an extern without a name, library or symbol");
+  if (!e.where) e.where = "?";
+  e.span = span_none;
+  e.nargs = get_count(r, 1, "extern argument");
+  e.args = arena_alloc(m->arena, sizeof(IrExternShape) * (size_t)(e.nargs + 1));
+  for (int k = 0; k < e.nargs && !r->bad; k++) get_shape(r, &e.args[k]);
+  get_shape(r, &e.out);
+  e.ndims = get_count(r, 8, "extern dimension");
+  e.dims = arena_alloc(m->arena, sizeof(int64_t) * (size_t)(e.ndims + 1));
+  for (int k = 0; k < e.ndims; k++) e.dims[k] = get_i64(r);
+  if (r->bad) return;
+  /* appended as is: equal entries stay apart, so EXTERN's indices hold */
+  IrExtern *t = arena_alloc(m->arena, sizeof(IrExtern) * (size_t)(m->nexterns + 1));
+  if (m->nexterns) memcpy(t, m->externs, sizeof(IrExtern) * (size_t)m->nexterns);
+  t[m->nexterns++] = e;
+  m->externs = t;
+}
+
 static void get_graph(Rd *r, IrModule *m) {
   const char *name = get_str(r);
   IrGraph *g = ir_graph_new(m, name ? name : "?");
@@ -429,6 +482,9 @@ ProgramChunk *program_ir_decode(Arena *arena, const unsigned char *buf, size_t l
     p.span = span_none;
     ir_add_param(m, &p);
   }
+  /* an extern is at least 6 strings, two counts and a rank */
+  int nx = get_count(&r, 33, "extern");
+  for (int i = 0; i < nx && !r.bad; i++) get_extern(&r, m);
   int ng = get_count(&r, 20, "graph");
   for (int i = 0; i < ng && !r.bad; i++) get_graph(&r, m);
   /* Indices that only the whole module can check. */

@@ -9,7 +9,7 @@
  * holds it (a tied embedding is read by the first and the last stage; the
  * runtime keeps it on one, and the program mirrors it to the other).
  *
- * Format, version 1, all integers little-endian (docs/runtime.md, "The
+ * Format, version 2, all integers little-endian (docs/runtime.md, "The
  * chunk file"):
  *
  *   header   "HPDL-IR\n" (8 bytes), u32 version, u32 flags (0),
@@ -20,6 +20,12 @@
  *            u32 nparams  { str name, u8 dtype, u8 rank, i64 dims[rank], u8 init kind,
  *                           f64 a, f64 b, u8 shard, i32 graph, i64 count,
  *                           i64 full_dims[rank], i32 split_axis, u8 split_group }
+ *            u32 nexterns { str name, str where, str library, str path, str symbol, str grad,
+ *                           u32 nargs { u8 rank, i64 dims[rank] }, u8 rank, i64 dims[rank],
+ *                           u32 ndims, i64 dims[ndims] }
+ *              (IrModule.externs; path: "extern/NAME" for a library hpdlc compile copied
+ *              into the artifact, relative to its folder; a bare name for the dlopen
+ *              search path; an empty grad is none)
  *            u32 ngraphs  { str name, i32 nargs, i64 count,
  *                           u32 nnodes { u8 op, u8 dtype, u8 rank, i64 dims[rank],
  *                                        u32 nin, i32 in[nin], u8 nattr, i64 attr[nattr],
@@ -44,7 +50,7 @@
 #include "ir.h"
 #include "sema.h"
 
-enum { PROGRAM_IR_VERSION = 1 };
+enum { PROGRAM_IR_VERSION = 2 }; /* 2: the extern table */
 #define PROGRAM_IR_MAGIC "HPDL-IR\n"
 
 /* What the runtime's data loader puts into a model input. */
