@@ -19,6 +19,7 @@
 #include "lower.h"
 #include "memplan.h"
 #include "pipeline.h"
+#include "schedule.h"
 #include "spmd.h"
 
 #ifndef HPDL_VERSION
@@ -246,6 +247,25 @@ static json_t *train_json(const SemModel *m) {
 
 /* ---- the chunks ---- */
 
+/* The instruction list of the pipeline rank that holds pc's chunk
+ * (schedule.h), recorded in the chunk file for the runtime: the schedule
+ * asked for, or, where schedule.c rejects the shape, one micro-batch in
+ * flight (sched_build_sequential). */
+static int chunk_schedule(Arena *arena, ProgramChunk *pc, Schedule kind, int pp, int m, int v) {
+  SchedProgram prog;
+  char why[256];
+  if (sched_build(&prog, kind, pp, m, v, why, sizeof why) && sched_build_sequential(&prog, pp, m, v)) return -1;
+  int r = sched_chunk_rank(pp, pc->chunk);
+  pc->schedule = prog.kind;
+  pc->sched_m = m;
+  pc->sched_v = v;
+  pc->nins = prog.len[r];
+  pc->ins = arena_alloc(arena, sizeof(SchedInstr) * (size_t)(pc->nins + 1));
+  memcpy(pc->ins, prog.ins[r], sizeof(SchedInstr) * (size_t)pc->nins);
+  sched_free(&prog);
+  return 0;
+}
+
 typedef struct {
   IrModule *m;
   AdResult *ad;
@@ -384,6 +404,8 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
     pc->nforward = k->nforward;
     pc->recompute = L.recompute;
     pc->feed = feed;
+    if (chunk_schedule(arena, pc, L.schedule, (int)L.pp, (int)L.nmicro, (int)L.vpp) < 0)
+      return cfail(&C, "no instruction list for pipeline rank %d", c);
     int n = 0;
     for (int p = 0; p < np; p++)
       for (int64_t l = 0; l < (k->m->params[p].count > 1 ? k->m->params[p].count : 1); l++) n += k->used[p][l];

@@ -485,6 +485,31 @@ int ir_add(IrGraph *g, IrOp op, const int *in, int nin, const int64_t *attr, int
 
 /* ---- verification ---- */
 
+/* A step cut into forward and backward (IrGraph.fb_split): pipeline
+ * transfers toward the next chunk (the activation) belong to F, those
+ * toward the previous one (its gradient) to B, or a schedule that runs F
+ * and B apart would pair the wrong messages. */
+static int verify_fb_split(const IrGraph *g, FILE *out) {
+  if (!g->fb_split) return 0;
+  if (g->fb_split < 0 || g->fb_split > g->nnodes) {
+    if (out) fprintf(out, "ir verify: graph %s: forward/backward cut at %%%d is outside the graph\n", g->name, g->fb_split);
+    return 1;
+  }
+  int problems = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = &g->nodes[i];
+    if ((n->op != IR_SEND && n->op != IR_RECV) || n->attr[0] != IRG_PP) continue;
+    int forward = (n->op == IR_SEND) == (n->attr[1] > 0);
+    if (forward != (i < g->fb_split)) {
+      if (out)
+        fprintf(out, "ir verify: graph %s, %%%d (%s): a transfer toward the %s chunk in the %s part of the step\n", g->name, i,
+                op_names[n->op], forward ? "next" : "previous", i < g->fb_split ? "forward" : "backward");
+      problems++;
+    }
+  }
+  return problems;
+}
+
 int ir_verify(const IrModule *m, FILE *out) {
   int problems = 0;
   for (int gi = 0; gi < m->ngraphs; gi++) {
@@ -520,6 +545,7 @@ int ir_verify(const IrModule *m, FILE *out) {
         if (out) fprintf(out, "ir verify: graph %s: output %d is not a node\n", g->name, k);
         problems++;
       }
+    problems += verify_fb_split(g, out);
   }
   return problems;
 }

@@ -61,6 +61,14 @@ typedef struct {
    * executor adds to its gradient store whenever the graph runs. */
   int *grad_params;
   int ngrad_params;
+  /* Set by autodiff on the training step (forward.grad): nodes before
+   * fb_split are its forward part F (one micro-batch's forward, ending with
+   * the activation SEND of a pipeline chunk), the rest its backward part B
+   * (the gradient RECV, the backward, the parameter gradients and the input
+   * gradient's SEND). A pipeline schedule runs F and B of a micro-batch
+   * apart; the values F makes and B reads are its stash (fbsplit.h). 0: the
+   * graph is not cut. */
+  int fb_split;
 } IrGraph;
 
 /* CALL's attr[2], the mode (autodiff's convention; see autodiff.h):

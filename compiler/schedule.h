@@ -92,6 +92,13 @@ int sched_validate_args(Schedule kind, int pp, int m, int v, char *err, size_t e
  * empty and needs no sched_free). */
 int sched_build(SchedProgram *out, Schedule kind, int pp, int m, int v, char *err, size_t errlen);
 
+/* The order of one micro-batch in flight: micro-batch by micro-batch, its
+ * forward through every chunk, then its backward back (FWD / BWD only, no
+ * messages or reduce). Valid for every pp, m, v >= 1 (even where
+ * sched_build rejects the shape: interleaving with m % pp != 0); what the
+ * executors ran before they ran schedules. 0, or -1 when out of memory. */
+int sched_build_sequential(SchedProgram *out, int pp, int m, int v);
+
 /* An empty program of that shape (no argument checks beyond pp, m, v >= 1),
  * to which sched_push appends: for hand-written and mutated programs in
  * tests. Both return 0, or -1 when out of memory or out of range. */

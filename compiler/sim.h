@@ -8,10 +8,11 @@
  * rendezvous between threads, pipeline transfers go through mailboxes.
  * Gradients are averaged over data-parallel replicas and assembled into the
  * logical (unsharded) parameters, so any two layouts can be compared number
- * by number. Pipeline chunks run each micro-batch's forward and backward
- * back to back (a transfer blocks until its peer is there); the order of
- * micro-batches a schedule picks does not change the numbers, and the
- * schedules themselves are checked by schedule.c's simulator. ZeRO changes
+ * by number. Each pipeline rank (holding one chunk, or several with
+ * virtual stages) executes its instruction list of the schedule
+ * (schedule.h): the forward part of a chunk's step for a micro-batch, the
+ * backward part later, with a stash per micro-batch in flight (interp.h:
+ * InterpFrame); transfers are named by (kind, chunk, micro-batch). ZeRO changes
  * where optimizer state lives, not the gradients, and is not simulated. */
 #ifndef HPDL_SIM_H
 #define HPDL_SIM_H
@@ -28,6 +29,11 @@ typedef struct {
   Recompute recompute;
   int64_t micro_batch; /* per data-parallel rank */
   int64_t num_micro;   /* micro-batches per replica per step */
+  /* The pipeline schedule each pipeline rank executes (schedule.h): GPipe
+   * or 1F1B; with vpp > 1 always interleaved 1F1B. Where schedule.c rejects
+   * the shape (interleaving needs num_micro % pp == 0), every micro-batch
+   * runs through all chunks before the next starts. */
+  Schedule schedule;
 } SimLayout;
 
 typedef struct {

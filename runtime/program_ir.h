@@ -9,7 +9,7 @@
  * holds it (a tied embedding is read by the first and the last stage; the
  * runtime keeps it on one, and the program mirrors it to the other).
  *
- * Format, version 1, all integers little-endian (docs/runtime.md, "The
+ * Format, version 2, all integers little-endian (docs/runtime.md, "The
  * chunk file"):
  *
  *   header   "HPDL-IR\n" (8 bytes), u32 version, u32 flags (0),
@@ -20,12 +20,16 @@
  *            u32 nparams  { str name, u8 dtype, u8 rank, i64 dims[rank], u8 init kind,
  *                           f64 a, f64 b, u8 shard, i32 graph, i64 count,
  *                           i64 full_dims[rank], i32 split_axis, u8 split_group }
- *            u32 ngraphs  { str name, i32 nargs, i64 count,
+ *            u32 ngraphs  { str name, i32 nargs, i64 count, i32 fb_split,
  *                           u32 nnodes { u8 op, u8 dtype, u8 rank, i64 dims[rank],
  *                                        u32 nin, i32 in[nin], u8 nattr, i64 attr[nattr],
  *                                        f64 fattr, str name },
  *                           u32 noutputs, i32 outputs[], u32 ngrad, i32 grad_params[] }
  *            u32 nuses    { i32 param, i64 layer, i32 owner, u32 nmirrors, i32 mirrors[] }
+ *            i32 schedule, m, v   (the pipeline schedule: sema.h's Schedule,
+ *                                  micro-batches, chunks per pipeline rank)
+ *            u32 ninstr   { u8 op, i32 chunk, i32 mb, i32 peer }  this rank's
+ *                                  instruction list (schedule.h's SchedInstr)
  *   str: u32 length, then the bytes (no NUL); an empty node name is none.
  *   f64: IEEE 754 binary64, so constants round-trip exactly.
  *
@@ -42,9 +46,10 @@
 
 #include "arena.h"
 #include "ir.h"
+#include "schedule.h"
 #include "sema.h"
 
-enum { PROGRAM_IR_VERSION = 1 };
+enum { PROGRAM_IR_VERSION = 2 };
 #define PROGRAM_IR_MAGIC "HPDL-IR\n"
 
 /* What the runtime's data loader puts into a model input. */
@@ -68,6 +73,14 @@ typedef struct {
   ProgramFeed *feed; /* per model input */
   ProgramUse *uses;  /* ascending (param, layer) */
   int nuses;
+  /* The pipeline schedule the rank holding this chunk runs (schedule.h),
+   * for sched_m micro-batches per step and sched_v chunks per rank, and
+   * that rank's instruction list (the same in each of its chunks' files).
+   * nins 0: none recorded; the runtime builds it. */
+  Schedule schedule;
+  int sched_m, sched_v;
+  SchedInstr *ins;
+  int nins;
 } ProgramChunk;
 
 /* The file's bytes; *len its length. NULL when memory runs out. Free with free(). */

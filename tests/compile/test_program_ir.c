@@ -270,8 +270,8 @@ static void test_chunk_file(void) {
   d[len / 2] ^= 0x10;
   EXPECT(program_ir_decode(arena, d, len, err, sizeof err) == NULL && strstr(err, "corrupted") && strstr(err, "CRC-32C"));
   memcpy(d, bytes, len);
-  d[8] = 2;
-  EXPECT(program_ir_decode(arena, d, len, err, sizeof err) == NULL && strstr(err, "version 2"));
+  d[8] = 9;
+  EXPECT(program_ir_decode(arena, d, len, err, sizeof err) == NULL && strstr(err, "version 9"));
   memcpy(d, bytes, len);
   d[0] = 'X';
   EXPECT(program_ir_decode(arena, d, len, err, sizeof err) == NULL && strstr(err, "not an hpdl chunk file"));

@@ -87,7 +87,7 @@ static int run_matrix(const char *file, const char *const *defs, int ndefs, int6
   static const Recompute policies[] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL};
   for (int pol = 0; pol < 3; pol++) {
     /* the reference: one rank, every micro-batch of the global batch in turn */
-    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, policies[pol], micro, rows / micro};
+    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, policies[pol], micro, rows / micro, SCHED_1F1B};
     SimResult ref;
     char err[512];
     if (sim_step(m, &ref_layout, 1234, inputs, &ref, err, sizeof err)) {
@@ -109,11 +109,14 @@ static int run_matrix(const char *file, const char *const *defs, int ndefs, int6
                 if (layers % (k.pp * k.vpp)) continue;
                 /* keep the suite short: each recompute policy covers a third of the layouts */
                 if ((a + b + c + v + d + sp) % 3 != pol) continue;
-                SimLayout lay = {k.dp, k.tp, k.pp, k.cp, k.vpp, k.sp, policies[pol], micro, num_micro * 2 / k.dp};
+                /* the pipeline ranks run a schedule's instruction lists (GPipe or
+                 * 1F1B, interleaved with v = 2) over 4 micro-batches (2 with dp = 2) */
+                Schedule sched = k.vpp > 1 ? SCHED_INTERLEAVED : (a + b + d + sp) % 2 ? SCHED_GPIPE : SCHED_1F1B;
+                SimLayout lay = {k.dp, k.tp, k.pp, k.cp, k.vpp, k.sp, policies[pol], micro, num_micro * 2 / k.dp, sched};
                 SimResult got;
-                char what[160];
-                snprintf(what, sizeof what, "%s dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " v=%" PRId64 " cp=%" PRId64 " sp=%d recompute=%s",
-                         file, k.dp, k.tp, k.pp, k.vpp, k.cp, k.sp, sem_recompute_name(policies[pol]));
+                char what[200];
+                snprintf(what, sizeof what, "%s dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " v=%" PRId64 " cp=%" PRId64 " sp=%d recompute=%s schedule=%s",
+                         file, k.dp, k.tp, k.pp, k.vpp, k.cp, k.sp, sem_recompute_name(policies[pol]), sem_schedule_name(sched));
                 runs++;
                 if (sim_step(m, &lay, 1234, inputs, &got, err, sizeof err)) {
                   fprintf(stderr, "%s: %s\n", what, err);
