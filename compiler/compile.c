@@ -362,7 +362,7 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
     const char *why = NULL;
     k->ad = ad_build(k->m, L.recompute, &why);
     if (!k->ad) return cfail(&C, "pipeline chunk %d cannot be differentiated: %s", c, why ? why : "?");
-    if (ir_verify(k->m, err)) {
+    if (ir_verify(k->m, err) || ir_verify_pipeline_cut(k->m->graphs[k->ad->step], err)) {
       fprintf(err, "hpdlc: internal error: chunk %d's training step does not verify\n", c);
       return 3;
     }

@@ -485,14 +485,28 @@ int ir_add(IrGraph *g, IrOp op, const int *in, int nin, const int64_t *attr, int
 
 /* ---- verification ---- */
 
-/* A step cut into forward and backward (IrGraph.fb_split): pipeline
- * transfers toward the next chunk (the activation) belong to F, those
- * toward the previous one (its gradient) to B, or a schedule that runs F
- * and B apart would pair the wrong messages. */
+/* A step cut into forward and backward (IrGraph.fb_split): the cut lies
+ * inside the graph, and the backward part has the gradient outputs. */
 static int verify_fb_split(const IrGraph *g, FILE *out) {
   if (!g->fb_split) return 0;
   if (g->fb_split < 0 || g->fb_split > g->nnodes) {
     if (out) fprintf(out, "ir verify: graph %s: forward/backward cut at %%%d is outside the graph\n", g->name, g->fb_split);
+    return 1;
+  }
+  int problems = 0;
+  for (int k = g->noutputs - g->ngrad_params; k < g->noutputs; k++) {
+    const IrNode *o = &g->nodes[g->outputs[k]];
+    if (g->outputs[k] < g->fb_split && !(op_flags[o->op] & IRF_LEAF)) {
+      if (out) fprintf(out, "ir verify: graph %s: gradient output %d (%%%d) is computed before the backward part\n", g->name, k, g->outputs[k]);
+      problems++;
+    }
+  }
+  return problems;
+}
+
+int ir_verify_pipeline_cut(const IrGraph *g, FILE *out) {
+  if (g->fb_split <= 0) {
+    if (out) fprintf(out, "ir verify: graph %s is not cut into forward and backward\n", g->name);
     return 1;
   }
   int problems = 0;

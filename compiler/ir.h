@@ -140,6 +140,14 @@ int64_t ir_bytes(const IrNode *n); /* numel x element size */
  * shape rule computes. Returns the number of problems, printed to `out`. */
 int ir_verify(const IrModule *m, FILE *out);
 
+/* For a step a pipeline schedule runs in halves (IrGraph.fb_split): every
+ * pipeline transfer toward the next chunk (the activation) lies in the
+ * forward part and every one toward the previous chunk (its gradient) in
+ * the backward part, or the halves would wait for the wrong messages.
+ * ir_verify checks only that the cut is inside the graph (a single-process
+ * graph may loop a transfer back). Returns the number of problems. */
+int ir_verify_pipeline_cut(const IrGraph *g, FILE *out);
+
 /* Stable text form (golden tests compare it):
  *   graph forward (count 1) {
  *     %0 = input tokens : i32[4, 64]

@@ -380,7 +380,7 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
       fail(err, errlen, "chunk %d does not differentiate: %s", c, why ? why : "?");
       goto done;
     }
-    if (ir_verify(cms[c], NULL)) {
+    if (ir_verify(cms[c], NULL) || ir_verify_pipeline_cut(cms[c]->graphs[ads[c]->step], NULL)) {
       fail(err, errlen, "chunk %d does not verify", c);
       goto done;
     }

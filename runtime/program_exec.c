@@ -42,14 +42,18 @@
 
 #include "interp.h"
 #include "program_ir.h"
+#include "schedule.h"
 #include "train.h"
 
 #define HPD_ABI_ONLY
 #include "codegen.h"
 
 /* Tags keep the kinds of point-to-point messages apart (MPI matches by
- * source, tag and communicator; within one tag, messages keep their order). */
-enum { TAG_ACT = 31, TAG_TIE_PARAM = 32, TAG_TIE_GRAD = 33, TAG_RING = 34 };
+ * source, tag and communicator; within one tag, messages keep their order).
+ * A pipeline transfer's tag names the message: TAG_PIPE + 2 (chunk x m + mb)
+ * + (0 activation, 1 gradient), the chunk the one that produced it, so a
+ * stage with several micro-batches in flight takes the one it means. */
+enum { TAG_TIE_PARAM = 32, TAG_TIE_GRAD = 33, TAG_RING = 34, TAG_PIPE = 64, TAG_MAX = 32767 /* MPI's least upper bound */ };
 
 /* A send around the context-parallel ring (ring attention), held until the
  * matching receive: see ring_recv. */
@@ -102,6 +106,13 @@ typedef struct {
   float **pslot, **gslot; /* per parameter: all copies */
   float *fscratch;
   void *workspace_own;
+  /* the schedule: this rank's instruction list for the step running */
+  SchedInstr *ins;
+  int nins, ins_m;  /* ins_m: the micro-batch count it was built for */
+  int cur_chunk, cur_mb, nmicro; /* what runs now: names the messages */
+  void **outbox;    /* buffers of sends not yet completed (comm_wait_sends) */
+  int noutbox, capoutbox;
+  InterpFrame **frames; /* interp: per micro-batch, its forward's stash */
 } Exec;
 
 static int fail(RtErr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -290,19 +301,59 @@ static int pp_peer(Exec *x, int offset, RtErr *e) {
   return peer;
 }
 
+/* The tag of a pipeline transfer by the running (chunk, micro-batch): a
+ * send carries this chunk's activation (offset +1) or input gradient (-1);
+ * a receive takes the neighbour's. */
+static int pipe_tag(Exec *x, int offset, int sending, RtErr *e) {
+  int grad = (offset > 0) != (sending != 0);
+  int chunk = sending ? x->cur_chunk : x->cur_chunk + offset;
+  int64_t tag = TAG_PIPE + 2 * ((int64_t)chunk * x->nmicro + x->cur_mb) + grad;
+  if (tag > TAG_MAX) return fail(e, "%d micro-batches over %d chunks need more message tags than MPI promises", x->nmicro, x->pc->nchunks);
+  return (int)tag;
+}
+
+/* A pipeline send does not wait for its receive (comm.h: isend): the data
+ * go out of a buffer of their own, in the wire type, freed at the end of
+ * the step once every send completed (pipe_flush). */
+static int pipe_send(Exec *x, CommType have, const void *data, int64_t n, int peer, int tag, RtErr *e) {
+  if (x->noutbox == x->capoutbox) {
+    int cap = x->capoutbox ? 2 * x->capoutbox : 16;
+    void **o = realloc(x->outbox, sizeof(void *) * (size_t)cap);
+    if (!o) return fail(e, "out of memory for a pipeline message");
+    x->outbox = o;
+    x->capoutbox = cap;
+  }
+  void *buf = malloc((size_t)(n ? n : 1) * (size_t)comm_type_size_of(x->wire));
+  if (!buf) return fail(e, "out of memory for a pipeline message of %" PRId64 " values", n);
+  x->outbox[x->noutbox++] = buf;
+  if (have == x->wire) memcpy(buf, data, (size_t)n * (size_t)comm_type_size_of(have));
+  else if (have == COMM_F64)
+    for (int64_t i = 0; i < n; i++) ((float *)buf)[i] = (float)((const double *)data)[i];
+  else
+    for (int64_t i = 0; i < n; i++) ((double *)buf)[i] = ((const float *)data)[i];
+  return x->comm->ops->isend(x->comm, COMM_PP, x->wire, buf, n, peer, tag, e);
+}
+
+static int pipe_flush(Exec *x, RtErr *e) {
+  int rc = x->noutbox ? x->comm->ops->wait_sends(x->comm, e) : 0;
+  for (int i = 0; i < x->noutbox; i++) free(x->outbox[i]);
+  x->noutbox = 0;
+  return rc;
+}
+
 /* Point-to-point for both executors: `have` is the type of data. */
 static int p2p_send(Exec *x, int g, CommType have, const void *data, int64_t n, int offset, RtErr *e) {
   if (g == IRG_CP) return ring_send(x, have, data, n, offset, e);
   if (g != IRG_PP) return fail(e, "a transfer over the %s group, which has no neighbours", comm_group_name_of(group_of(g)));
-  int peer = pp_peer(x, offset, e);
-  return peer < 0 ? -1 : wire_send(x, COMM_PP, have, data, n, peer, TAG_ACT, e);
+  int peer = pp_peer(x, offset, e), tag = peer < 0 ? -1 : pipe_tag(x, offset, 1, e);
+  return tag < 0 ? -1 : pipe_send(x, have, data, n, peer, tag, e);
 }
 
 static int p2p_recv(Exec *x, int g, CommType have, void *data, int64_t n, int offset, RtErr *e) {
   if (g == IRG_CP) return ring_recv(x, have, data, n, offset, e);
   if (g != IRG_PP) return fail(e, "a transfer over the %s group, which has no neighbours", comm_group_name_of(group_of(g)));
-  int peer = pp_peer(x, offset, e);
-  return peer < 0 ? -1 : wire_recv(x, COMM_PP, have, data, n, peer, TAG_ACT, e);
+  int peer = pp_peer(x, offset, e), tag = peer < 0 ? -1 : pipe_tag(x, offset, 0, e);
+  return tag < 0 ? -1 : wire_recv(x, COMM_PP, have, data, n, peer, tag, e);
 }
 
 static const char *ix_send(void *ctx, IrGroup g, int offset, const double *data, int64_t n) {
@@ -524,6 +575,9 @@ static void exec_free(Exec *x) {
   free(x->fscratch);
   free(x->wbuf);
   ring_clear(x);
+  free(x->ins);
+  for (int i = 0; i < x->noutbox; i++) free(x->outbox[i]);
+  free(x->outbox);
   free(x->workspace_own);
   if (x->dl) dlclose(x->dl);
   free(x->uses);
@@ -646,6 +700,68 @@ static int tie_grads(Exec *x, int native, RtErr *e) {
   return 0;
 }
 
+/* ---- the schedule ----
+ *
+ * A rank executes its instruction list (schedule.h) in order: FWD(c, mb)
+ * runs the forward part of the chunk's step (IrGraph.fb_split) on
+ * micro-batch mb and keeps its stash; BWD(c, mb) runs the backward part on
+ * that stash. The transfers are the graphs' own SEND / RECV, tagged by
+ * (chunk, micro-batch, kind); sends do not wait, so the list's SEND / RECV
+ * instructions need no action, and receives wait only for what the list
+ * says comes first (schedule.c's simulator checks the lists never
+ * deadlock). HPDL_PIPELINE_ORDER=sequential runs one micro-batch in flight
+ * instead (forward and backward back to back), the order before schedules
+ * ran: a comparison for benchmarks, with the same numbers. */
+
+static int rank_schedule(Exec *x, int nmicro, RtErr *e) {
+  const ProgramChunk *pc = x->pc;
+  const char *order = getenv("HPDL_PIPELINE_ORDER");
+  int sequential = order && !strcmp(order, "sequential");
+  if (x->ins && x->ins_m == nmicro) return 0;
+  free(x->ins);
+  x->ins = NULL;
+  int pp = x->comm->size[COMM_PP], v = pc->sched_v > 0 ? pc->sched_v : 1;
+  int r = x->comm->rank[COMM_PP];
+  const SchedInstr *src = NULL;
+  int n = 0;
+  SchedProgram prog;
+  memset(&prog, 0, sizeof prog);
+  if (!sequential && pc->nins > 0 && pc->sched_m == nmicro) {
+    src = pc->ins, n = pc->nins; /* what hpdlc compile recorded */
+  } else {
+    char why[256];
+    if ((sequential || sched_build(&prog, pc->schedule, pp, nmicro, v, why, sizeof why)) &&
+        sched_build_sequential(&prog, pp, nmicro, v))
+      return fail(e, "out of memory for the pipeline's instruction list");
+    src = prog.ins[r], n = prog.len[r];
+  }
+  x->ins = malloc(sizeof(SchedInstr) * (size_t)(n ? n : 1));
+  if (!x->ins) {
+    sched_free(&prog);
+    return fail(e, "out of memory");
+  }
+  memcpy(x->ins, src, sizeof(SchedInstr) * (size_t)n);
+  x->nins = n;
+  x->ins_m = nmicro;
+  sched_free(&prog);
+  for (int i = 0; i < n; i++)
+    if ((x->ins[i].op == SCHED_OP_FWD || x->ins[i].op == SCHED_OP_BWD) && x->ins[i].chunk != pc->chunk)
+      return fail(e, "stage %d: the instruction list runs chunk %d, which this rank does not hold (recompile the artifact)", x->stage,
+                  x->ins[i].chunk);
+  x->nmicro = nmicro;
+  return 0;
+}
+
+static void interp_feed(Exec *x, const DataBatch *b) {
+  const ProgramChunk *pc = x->pc;
+  for (int i = 0; i < pc->m->ninputs; i++) {
+    const int32_t *src = pc->feed[i] == PROGRAM_FEED_TARGETS ? b->targets : b->inputs;
+    int64_t n = b->batch * b->seq_len;
+    for (int64_t j = 0; j < n; j++) x->inputs[i][j] = (double)src[j];
+    interp_set_input(x->in, i, x->inputs[i]);
+  }
+}
+
 static int step_interp(Exec *x, const DataBatch *const *micro, int nmicro, double *loss, RtErr *e) {
   const ProgramChunk *pc = x->pc;
   const IrModule *m = pc->m;
@@ -655,10 +771,15 @@ static int step_interp(Exec *x, const DataBatch *const *micro, int nmicro, doubl
       for (int64_t j = 0; j < u->numel; j++) u->ival[j] = (double)u->t->data[j];
   }
   if (tie_params(x, 0, e) < 0) return -1;
+  if (rank_schedule(x, nmicro, e) < 0) return -1;
   interp_zero_grads(x->in);
   const IrGraph *sg = m->graphs[pc->step];
   InterpTensor *outs = calloc((size_t)sg->noutputs + 1, sizeof(InterpTensor));
-  if (!outs) return fail(e, "out of memory");
+  x->frames = calloc((size_t)nmicro, sizeof(InterpFrame *));
+  if (!outs || !x->frames) {
+    free(outs);
+    return fail(e, "out of memory");
+  }
   double total = 0;
   /* seed grad_scale: the store then holds grad_scale x the sum over the
    * micro-batches of d(mean loss)/d(param), what the runtime adds */
@@ -666,26 +787,40 @@ static int step_interp(Exec *x, const DataBatch *const *micro, int nmicro, doubl
   InterpTensor s;
   memset(&s, 0, sizeof s);
   s.data = &seed;
-  for (int k = 0; k < nmicro; k++) {
-    const DataBatch *b = micro[k];
-    for (int i = 0; i < m->ninputs; i++) {
-      const int32_t *src = pc->feed[i] == PROGRAM_FEED_TARGETS ? b->targets : b->inputs;
-      int64_t n = b->batch * b->seq_len;
-      for (int64_t j = 0; j < n; j++) x->inputs[i][j] = (double)src[j];
-      interp_set_input(x->in, i, x->inputs[i]);
-    }
+  int rc = 0;
+  for (int i = 0; i < x->nins && rc == 0; i++) {
+    const SchedInstr *in = &x->ins[i];
+    if (in->op != SCHED_OP_FWD && in->op != SCHED_OP_BWD) continue;
+    int k = in->mb;
+    x->cur_chunk = in->chunk;
+    x->cur_mb = k;
     const char *err = NULL;
-    if (interp_run(x->in, pc->step, 0, &s, 1, outs, &err) != 0) {
-      free(outs);
-      return fail(e, "stage %d, micro-batch %d: %s", x->stage, k, err ? err : "the step failed");
+    if (in->op == SCHED_OP_FWD) {
+      interp_feed(x, micro[k]);
+      if (!(x->frames[k] = interp_forward(x->in, pc->step, &s, 1, &err)))
+        rc = fail(e, "stage %d, forward of micro-batch %d: %s", x->stage, k, err ? err : "the step failed");
+      continue;
     }
-    total += outs[0].data[0];
-    for (int j = 0; j < sg->noutputs; j++) {
-      free(outs[j].data);
-      outs[j].data = NULL;
+    InterpFrame *f = x->frames[k];
+    x->frames[k] = NULL;
+    if (!f) {
+      rc = fail(e, "stage %d: the backward of micro-batch %d before its forward (a bad instruction list)", x->stage, k);
+    } else if (interp_backward(f, outs, &err) != 0) {
+      rc = fail(e, "stage %d, backward of micro-batch %d: %s", x->stage, k, err ? err : "the step failed");
+    } else {
+      total += outs[0].data[0];
+      for (int j = 0; j < sg->noutputs; j++) {
+        free(outs[j].data);
+        outs[j].data = NULL;
+      }
     }
   }
+  for (int k = 0; k < nmicro; k++) interp_frame_free(x->frames[k]);
+  free(x->frames);
+  x->frames = NULL;
   free(outs);
+  /* after a failure the job stops: pending sends are left to exec_free */
+  if (rc || pipe_flush(x, e) < 0) return -1;
   if (tie_grads(x, 0, e) < 0) return -1;
   for (int i = 0; i < x->nuses; i++) {
     Use *u = &x->uses[i];
@@ -715,8 +850,11 @@ static int step_native(Exec *x, const DataBatch *const *micro, int nmicro, doubl
   for (int j = 0; j < x->entry->noutputs && rc == 0; j++)
     if (!(outs[j] = calloc((size_t)ir_numel(&sg->nodes[sg->outputs[j]]), sizeof(float)))) rc = fail(e, "out of memory");
   double total = 0;
+  x->nmicro = nmicro;
+  x->cur_chunk = pc->chunk;
   for (int k = 0; k < nmicro && rc == 0; k++) {
     const DataBatch *b = micro[k];
+    x->cur_mb = k;
     int n = 0;
     x->table[n++] = &x->hctx;
     for (int i = 0; i < m->ninputs; i++) x->table[n++] = pc->feed[i] == PROGRAM_FEED_TARGETS ? b->targets : b->inputs;
@@ -732,7 +870,7 @@ static int step_native(Exec *x, const DataBatch *const *micro, int nmicro, doubl
   }
   for (int j = 0; outs && j < x->entry->noutputs; j++) free(outs[j]);
   free(outs);
-  if (rc) return rc;
+  if (rc || pipe_flush(x, e) < 0) return -1;
   if (tie_grads(x, 1, e) < 0) return -1;
   for (int i = 0; i < x->nuses; i++) {
     Use *u = &x->uses[i];
