@@ -113,6 +113,12 @@ typedef struct {
   void **outbox;    /* buffers of sends not yet completed (comm_wait_sends) */
   int noutbox, capoutbox;
   InterpFrame **frames; /* interp: per micro-batch, its forward's stash */
+  /* native: the step's parts (codegen: hpd_graph_<step>_F / _B; NULL when
+   * the back end did not cut it: the whole step per micro-batch, one in
+   * flight); a workspace per micro-batch in flight, which holds its stash */
+  hpd_entry_fn part[2];
+  void **slots;
+  int nslots;
 } Exec;
 
 static int fail(RtErr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -507,6 +513,17 @@ static int native_open(Exec *x, const char *path, RtErr *e) {
   }
   x->fscratch = calloc((size_t)(x->scratch_len ? x->scratch_len : 1), sizeof(float));
   if (!x->fscratch) return fail(e, "out of memory");
+  {
+    char sym[256];
+    int n = snprintf(sym, sizeof sym, "hpd_graph_");
+    for (const char *c = g->name; *c && n < (int)sizeof sym - 3; c++)
+      sym[n++] = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_' ? *c : '_';
+    for (int k = 0; k < 2; k++) {
+      sym[n] = '_', sym[n + 1] = k ? 'B' : 'F', sym[n + 2] = 0;
+      *(void **)&x->part[k] = dlsym(x->dl, sym);
+    }
+    if (!x->part[0] || !x->part[1]) x->part[0] = x->part[1] = NULL;
+  }
   x->hctx.seed = (uint64_t)x->ctx->art->seed;
   x->hctx.comm = x;
   x->hctx.all_reduce = nx_all_reduce;
@@ -579,6 +596,8 @@ static void exec_free(Exec *x) {
   for (int i = 0; i < x->noutbox; i++) free(x->outbox[i]);
   free(x->outbox);
   free(x->workspace_own);
+  for (int i = 1; i < x->nslots; i++) free(x->slots[i]); /* slot 0 is the step's own workspace */
+  free(x->slots);
   if (x->dl) dlclose(x->dl);
   free(x->uses);
   if (x->arena) arena_free(x->arena);
@@ -833,6 +852,28 @@ static int step_interp(Exec *x, const DataBatch *const *micro, int nmicro, doubl
   return 0;
 }
 
+/* The workspace of in-flight slot i: slot 0 the one the step used before
+ * (the runtime's arena or our own), the others allocated on first use. */
+static void *native_slot(Exec *x, int i, RtErr *e) {
+  if (i >= x->nslots) {
+    void **s = realloc(x->slots, sizeof(void *) * (size_t)(i + 1));
+    if (!s) {
+      fail(e, "out of memory");
+      return NULL;
+    }
+    x->slots = s;
+    for (int k = x->nslots; k <= i; k++) x->slots[k] = NULL;
+    if (x->nslots == 0) x->slots[0] = x->hctx.workspace; /* called before the step sets another */
+    x->nslots = i + 1;
+  }
+  if (!x->slots[i]) {
+    int64_t need = x->entry->workspace_bytes;
+    x->slots[i] = aligned_alloc(64, (size_t)((need + 63) / 64 * 64 + 64));
+    if (!x->slots[i]) fail(e, "out of memory for the workspace of a micro-batch in flight (%" PRId64 " bytes)", need);
+  }
+  return x->slots[i];
+}
+
 static int step_native(Exec *x, const DataBatch *const *micro, int nmicro, double *loss, RtErr *e) {
   const ProgramChunk *pc = x->pc;
   const IrModule *m = pc->m;
@@ -841,35 +882,64 @@ static int step_native(Exec *x, const DataBatch *const *micro, int nmicro, doubl
     if (u->t) memcpy(u->fval, u->t->data, sizeof(float) * (size_t)u->numel);
   }
   if (tie_params(x, 1, e) < 0) return -1;
+  if (rank_schedule(x, nmicro, e) < 0) return -1;
   for (int p = 0; p < m->nparams; p++)
     memset(x->gslot[p], 0, sizeof(float) * (size_t)(local_numel(&m->params[p]) * copies_of(&m->params[p])));
   float seed = (float)x->ctx->grad_scale;
   const IrGraph *sg = m->graphs[pc->step];
-  float **outs = calloc((size_t)x->entry->noutputs, sizeof(float *));
-  int rc = outs ? 0 : fail(e, "out of memory");
-  for (int j = 0; j < x->entry->noutputs && rc == 0; j++)
-    if (!(outs[j] = calloc((size_t)ir_numel(&sg->nodes[sg->outputs[j]]), sizeof(float)))) rc = fail(e, "out of memory");
+  int nout = x->entry->noutputs, cut = x->part[0] != NULL;
+  /* per micro-batch: its output buffers and its in-flight slot */
+  float **outs = calloc((size_t)(nout * nmicro) + 1, sizeof(float *));
+  int *slot_of = calloc((size_t)nmicro + 1, sizeof(int)), *busy = calloc((size_t)nmicro + 1, sizeof(int));
+  int rc = outs && slot_of && busy ? 0 : fail(e, "out of memory");
+  for (int j = 0; j < nout * nmicro && rc == 0; j++)
+    if (!(outs[j] = calloc((size_t)ir_numel(&sg->nodes[sg->outputs[j % nout]]), sizeof(float)))) rc = fail(e, "out of memory");
   double total = 0;
-  x->nmicro = nmicro;
-  x->cur_chunk = pc->chunk;
-  for (int k = 0; k < nmicro && rc == 0; k++) {
-    const DataBatch *b = micro[k];
+  void *ws0 = x->hctx.workspace;
+  if (cut && !native_slot(x, 0, e)) rc = -1;
+  for (int i = 0; i < x->nins && rc == 0; i++) {
+    const SchedInstr *in = &x->ins[i];
+    if (in->op != SCHED_OP_FWD && in->op != SCHED_OP_BWD) continue;
+    int k = in->mb, fwd = in->op == SCHED_OP_FWD;
+    if (!cut && fwd) continue; /* the whole step runs at the backward */
+    x->cur_chunk = in->chunk;
     x->cur_mb = k;
+    if (cut && fwd) { /* a free slot: its workspace holds the stash until the backward */
+      int s = 0;
+      while (s < nmicro && busy[s]) s++;
+      busy[s] = 1;
+      slot_of[k] = s;
+    }
+    void *ws = cut ? native_slot(x, slot_of[k], e) : ws0;
+    if (!ws) {
+      rc = -1;
+      break;
+    }
+    x->hctx.workspace = ws;
+    const DataBatch *b = micro[k];
     int n = 0;
     x->table[n++] = &x->hctx;
-    for (int i = 0; i < m->ninputs; i++) x->table[n++] = pc->feed[i] == PROGRAM_FEED_TARGETS ? b->targets : b->inputs;
+    for (int j = 0; j < m->ninputs; j++) x->table[n++] = pc->feed[j] == PROGRAM_FEED_TARGETS ? b->targets : b->inputs;
     for (int p = 0; p < m->nparams; p++) x->table[n++] = x->pslot[p];
     for (int p = 0; p < m->nparams; p++) x->table[n++] = x->gslot[p];
     x->table[n++] = &seed;
     /* the step's outputs, the gradients excluded: output 0 is the loss */
-    for (int j = 0; j < x->entry->noutputs; j++) x->table[n++] = outs[j];
+    for (int j = 0; j < nout; j++) x->table[n++] = outs[k * nout + j];
+    hpd_entry_fn fn = cut ? x->part[fwd ? 0 : 1] : x->entry->fn;
     if (n != x->entry->nbuffers) rc = fail(e, "the kernels' step takes %d buffers, the program passes %d", x->entry->nbuffers, n);
-    else if (x->entry->fn(x->table) != 0)
-      rc = fail(e, "stage %d, micro-batch %d: %s", x->stage, k, x->hctx.error ? x->hctx.error : "the step failed");
-    total += outs[0][0];
+    else if (fn(x->table) != 0)
+      rc = fail(e, "stage %d, %s of micro-batch %d: %s", x->stage, !cut ? "step" : fwd ? "forward" : "backward", k,
+                x->hctx.error ? x->hctx.error : "the step failed");
+    if (!fwd) {
+      total += outs[k * nout][0];
+      if (cut) busy[slot_of[k]] = 0;
+    }
   }
-  for (int j = 0; outs && j < x->entry->noutputs; j++) free(outs[j]);
+  x->hctx.workspace = ws0;
+  for (int j = 0; outs && j < nout * nmicro; j++) free(outs[j]);
   free(outs);
+  free(slot_of);
+  free(busy);
   if (rc || pipe_flush(x, e) < 0) return -1;
   if (tie_grads(x, 1, e) < 0) return -1;
   for (int i = 0; i < x->nuses; i++) {
