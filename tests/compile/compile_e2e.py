@@ -9,10 +9,12 @@ generated text (hpdl-data --synthetic) and checks the numbers against hpdl_compi
 (tests/compile/ref_train.c: the unpartitioned model trained by the reference executor in
 one process) or against each other:
 
-  one_rank, dp2, tp2, pp2, dp2_tp2_pp2, tp2_cp2
+  one_rank, dp2, tp2, pp2, pp2_gpipe, dp2_tp2_pp2, tp2_cp2
       the artifact of that layout (the reference executor's program, fp64): the step-1
       loss and gradient norm within 1e-6 relative of the reference, the loss after 20
-      steps within 1e-4.
+      steps within 1e-4. The pipeline cases run 4 micro-batches per step through the
+      schedule's instruction lists (pp2: 1F1B, two micro-batches in flight on stage 0;
+      pp2_gpipe: GPipe, four), each micro-batch's forward and backward apart.
   resume_same_layout   pp=2: 20 steps straight and 10 + resume + 10 give the same
       checkpoint, bit for bit (tied embedding mirrored across the stages included).
   resume_other_layout  a checkpoint of step 10 at pp=2 resumed at dp=2 and at tp=2:
@@ -25,7 +27,10 @@ one process) or against each other:
   native         (with the CPU back end) the generated kernels (stages the back end
       cannot compile run the reference executor: "mixed"): within 1e-5 of the reference
       at step 1 and 1e-4 at step 20, on one rank and with tp and pp; HPDL_EXECUTOR=
-      interp on the same artifact gives the reference executor's numbers.
+      interp on the same artifact gives the reference executor's numbers. The pp2
+      artifact's kernels carry the step's forward and backward parts (hpd_graph_*_F /
+      _B), which the 1F1B schedule runs apart, and HPDL_PIPELINE_ORDER=sequential (one
+      micro-batch in flight) gives the same numbers.
 Exit 0 pass, 1 fail, 77 skip (no mpirun, or no back end for `native`).
 """
 import argparse
@@ -173,6 +178,10 @@ def case_tp2():
 
 def case_pp2():
     layout_case("pp2", ["--pp", "2", "--schedule", "1f1b"])
+
+
+def case_pp2_gpipe():
+    layout_case("pp2_gpipe", ["--pp", "2", "--schedule", "gpipe"])
 
 
 def case_dp2_tp2_pp2():
@@ -329,6 +338,14 @@ def case_native():
         check(ex in ("native", "mixed"), f"{name}: executor {ex}")
         got, _ = train(art, "native-" + name)
         compare(f"{ex} {name}", got, reference(art), tol1=1e-5, tol20=1e-4)
+    # the pp2 stages' steps come in two parts, so the schedule runs them apart
+    import ctypes
+    for st in (0, 1):
+        lib = ctypes.CDLL(os.path.join(art, f"stage{st}.so"))
+        for part in ("F", "B"):
+            check(hasattr(lib, f"hpd_graph_chunk{st}_grad_{part}"), f"stage {st}: no {part} part in the kernels")
+    seq, _ = train(art, "native-sequential", env={"HPDL_PIPELINE_ORDER": "sequential"})
+    check([r["loss"] for r in seq] == [r["loss"] for r in got], "1F1B and one micro-batch in flight give other losses")
     # the same artifact through the reference executor: the oracle at run time
     got, _ = train(art, "native-as-interp", env={"HPDL_EXECUTOR": "interp"})
     compare("pp2 kernels' artifact with HPDL_EXECUTOR=interp", got, reference(art))
