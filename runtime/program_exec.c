@@ -79,7 +79,9 @@ typedef struct {
   Comm *comm;
   Arena *arena;
   ProgramChunk *pc;
-  int stage, last;
+  int stage, last;   /* this rank's pipeline stage; last: the chunk is the model's last */
+  int chunk, pp;     /* the chunk this executor runs; pipeline stages */
+  int local;         /* its index among the rank's chunks (0: it may use the runtime's arena) */
   Use *uses;
   int nuses;
   RtErr cerr;        /* the last collective's message */
@@ -106,9 +108,6 @@ typedef struct {
   float **pslot, **gslot; /* per parameter: all copies */
   float *fscratch;
   void *workspace_own;
-  /* the schedule: this rank's instruction list for the step running */
-  SchedInstr *ins;
-  int nins, ins_m;  /* ins_m: the micro-batch count it was built for */
   int cur_chunk, cur_mb, nmicro; /* what runs now: names the messages */
   void **outbox;    /* buffers of sends not yet completed (comm_wait_sends) */
   int noutbox, capoutbox;
@@ -119,6 +118,14 @@ typedef struct {
   hpd_entry_fn part[2];
   void **slots;
   int nslots;
+  /* the step running */
+  double total;      /* the loss summed over its micro-batches */
+  double seed_d;     /* interp: the seed argument */
+  InterpTensor *iouts;
+  float seed_f;      /* native: the seed argument */
+  float **nouts;     /* per micro-batch, the step's outputs */
+  int *slot_of, *busy; /* micro-batch -> workspace slot; slots in use */
+  void *ws0;         /* the workspace before the step */
 } Exec;
 
 static int fail(RtErr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -299,12 +306,12 @@ static void ring_clear(Exec *x) {
   x->ring_tail = NULL;
 }
 
-/* Pipeline stages form a line: the peer `offset` stages away must exist. */
+/* Chunks form a line: the chunk `offset` places away must exist; it runs
+ * on pipeline stage chunk % pp. */
 static int pp_peer(Exec *x, int offset, RtErr *e) {
-  int peer = x->comm->rank[COMM_PP] + offset;
-  if (peer < 0 || peer >= x->comm->size[COMM_PP])
-    return fail(e, "stage %d: a transfer to stage %d, which does not exist", x->comm->rank[COMM_PP], peer);
-  return peer;
+  int c = x->cur_chunk + offset;
+  if (c < 0 || c >= x->pc->nchunks) return fail(e, "chunk %d: a transfer to chunk %d, which does not exist", x->cur_chunk, c);
+  return c % x->pp;
 }
 
 /* The tag of a pipeline transfer by the running (chunk, micro-batch): a
@@ -412,9 +419,24 @@ static int nx_recv(void *comm, int group, int offset, float *data, int64_t n) {
 
 /* ---- set-up ---- */
 
+/* One chunk file of a rank, and its kernels ("" when none). */
+typedef struct {
+  char module[4096], kernels[4096];
+  const char *field; /* where the manifest names it, for messages */
+} ChunkFiles;
+
+enum { MAX_LOCAL_CHUNKS = 64 };
+
+static int join_path(const Artifact *a, const char *name, char *out, size_t n, RtErr *e) {
+  if ((size_t)snprintf(out, n, "%s/%s", a->dir, name) >= n) return fail(e, "%s: path too long", name);
+  return 0;
+}
+
 /* The rank's entry of the manifest's `ranks` (fields the runtime's reader
- * ignores): module, kernels; and program.pipeline_dtype. */
-static int read_rank_entry(const Artifact *a, int rank, char *module, char *kernels, size_t n, CommType *wire, RtErr *e) {
+ * ignores): module and kernels, or with virtual stages `chunks` (one
+ * {chunk, module, kernels} per chunk the stage holds); and
+ * program.pipeline_dtype. */
+static int read_rank_entry(const Artifact *a, int rank, ChunkFiles *cf, int *ncf, CommType *wire, RtErr *e) {
   json_error_t je;
   json_t *root = json_load_file(a->manifest_path, 0, &je);
   if (!root) return fail(e, "%s: %s", a->manifest_path, je.text);
@@ -422,15 +444,28 @@ static int read_rank_entry(const Artifact *a, int rank, char *module, char *kern
   const char *mod = json_string_value(json_object_get(jr, "module"));
   const char *ker = json_string_value(json_object_get(jr, "kernels"));
   const char *wt = json_string_value(json_object_get(json_object_get(root, "program"), "pipeline_dtype"));
+  json_t *chunks = json_object_get(jr, "chunks");
   int rc = 0;
+  *ncf = 0;
   if (!mod) rc = fail(e, "%s: ranks[%d].module: the rank's chunk file is required (an artifact of hpdlc compile)", a->manifest_path, rank);
   else if (wt && strcmp(wt, "f32") && strcmp(wt, "f64"))
     rc = fail(e, "%s: program.pipeline_dtype: must be \"f32\" or \"f64\"", a->manifest_path);
+  else if (chunks && (!json_is_array(chunks) || json_array_size(chunks) < 1 || json_array_size(chunks) > MAX_LOCAL_CHUNKS))
+    rc = fail(e, "%s: ranks[%d].chunks: a list of 1 to %d chunk files", a->manifest_path, rank, MAX_LOCAL_CHUNKS);
   else {
-    if ((size_t)snprintf(module, n, "%s/%s", a->dir, mod) >= n) rc = fail(e, "%s: path too long", mod);
     *wire = wt && !strcmp(wt, "f64") ? COMM_F64 : COMM_F32;
-    kernels[0] = 0;
-    if (ker && (size_t)snprintf(kernels, n, "%s/%s", a->dir, ker) >= n) rc = fail(e, "%s: path too long", ker);
+    int n = chunks ? (int)json_array_size(chunks) : 1;
+    for (int i = 0; i < n && rc == 0; i++) {
+      json_t *jc = chunks ? json_array_get(chunks, (size_t)i) : NULL;
+      const char *cm = jc ? json_string_value(json_object_get(jc, "module")) : mod;
+      const char *ck = jc ? json_string_value(json_object_get(jc, "kernels")) : ker;
+      cf[i].field = chunks ? "chunks[].module" : "module";
+      cf[i].kernels[0] = 0;
+      if (!cm) rc = fail(e, "%s: ranks[%d].chunks[%d].module: the chunk file is required", a->manifest_path, rank, i);
+      else if (join_path(a, cm, cf[i].module, sizeof cf[i].module, e) < 0) rc = -1;
+      else if (ck && join_path(a, ck, cf[i].kernels, sizeof cf[i].kernels, e) < 0) rc = -1;
+    }
+    if (rc == 0) *ncf = n;
   }
   json_decref(root);
   return rc;
@@ -454,7 +489,7 @@ static int map_uses(Exec *x, RtErr *e) {
     u->p = &pc->m->params[u->u->param];
     u->numel = local_numel(u->p);
     if (u->numel > x->scratch_len) x->scratch_len = u->numel;
-    if (u->u->owner != x->stage) continue;
+    if (u->u->owner != x->chunk) continue;
     u->t = find_tensor(ctx, u->p->name, u->u->layer);
     if (!u->t)
       return fail(e, "the chunk reads %s (copy %" PRId64 ") on stage %d, but the manifest's parameter table does not put it there "
@@ -502,10 +537,12 @@ static int native_open(Exec *x, const char *path, RtErr *e) {
     x->uses[i].fval = x->pslot[u->u->param] + u->u->layer * u->numel;
     x->uses[i].fgrad = x->gslot[u->u->param] + u->u->layer * u->numel;
   }
-  /* The memory planner's arena serves as the workspace when it is large
-   * enough (the runtime allocated it, 64-byte aligned); else one of our own. */
+  /* The memory planner's arena serves as the workspace of the rank's first
+   * chunk when it is large enough (the runtime allocated it, 64-byte
+   * aligned); else, and for the other chunks of a stage with virtual
+   * stages, one of our own. */
   int64_t need = x->entry->workspace_bytes;
-  if (need <= x->ctx->arena_bytes) x->hctx.workspace = x->ctx->arena;
+  if (x->local == 0 && need <= x->ctx->arena_bytes) x->hctx.workspace = x->ctx->arena;
   else {
     x->workspace_own = aligned_alloc(64, (size_t)((need + 63) / 64 * 64));
     if (!x->workspace_own) return fail(e, "out of memory for the kernels' workspace (%" PRId64 " bytes)", need);
@@ -592,7 +629,6 @@ static void exec_free(Exec *x) {
   free(x->fscratch);
   free(x->wbuf);
   ring_clear(x);
-  free(x->ins);
   for (int i = 0; i < x->noutbox; i++) free(x->outbox[i]);
   free(x->outbox);
   free(x->workspace_own);
@@ -604,7 +640,8 @@ static void exec_free(Exec *x) {
   free(x);
 }
 
-static void *exec_create(TrainCtx *ctx, RtErr *e) {
+/* The executor of one chunk the rank holds. */
+static Exec *chunk_create(TrainCtx *ctx, const ChunkFiles *cf, int local, CommType wire, RtErr *e) {
   const Artifact *a = ctx->art;
   Exec *x = calloc(1, sizeof *x);
   if (!x) {
@@ -613,10 +650,12 @@ static void *exec_create(TrainCtx *ctx, RtErr *e) {
   }
   x->ctx = ctx;
   x->comm = ctx->comm;
+  x->wire = wire;
+  x->local = local;
   x->stage = ctx->comm->coords.pp;
-  x->last = x->stage == a->layout.pp - 1;
-  char module[4096], kernels[4096], why[768];
-  if (read_rank_entry(a, ctx->comm->world_rank, module, kernels, sizeof module, &x->wire, e) < 0) goto bad;
+  x->pp = (int)a->layout.pp;
+  const char *module = cf->module, *kernels = cf->kernels;
+  char why[768];
   /* a stage with kernels runs them, unless the reference is asked for */
   int native = kernels[0] != 0;
   const char *force = getenv("HPDL_EXECUTOR");
@@ -628,7 +667,7 @@ static void *exec_create(TrainCtx *ctx, RtErr *e) {
   x->arena = arena_new();
   FILE *probe = fopen(module, "rb");
   if (!probe) {
-    fail(e, "missing artifact file %s (named by %s's ranks[%d].module)", module, a->manifest_path, ctx->comm->world_rank);
+    fail(e, "missing artifact file %s (named by %s's ranks[%d].%s)", module, a->manifest_path, ctx->comm->world_rank, cf->field);
     goto bad;
   }
   fclose(probe);
@@ -639,9 +678,11 @@ static void *exec_create(TrainCtx *ctx, RtErr *e) {
   }
   const ProgramChunk *pc = x->pc;
   const IrModule *m = pc->m;
-  if (pc->nchunks != a->layout.pp || pc->chunk != x->stage) {
+  x->chunk = pc->chunk;
+  x->last = pc->chunk == pc->nchunks - 1;
+  if (x->pp < 1 || pc->nchunks % x->pp || pc->chunk % x->pp != x->stage) {
     fail(e, "%s: chunk %d of %d, but this rank is pipeline stage %d of %d (recompile the artifact)", module, pc->chunk, pc->nchunks,
-         x->stage, a->layout.pp);
+         x->stage, x->pp);
     goto bad;
   }
   for (int i = 0; i < m->ninputs; i++) {
@@ -664,110 +705,149 @@ bad:
   return NULL;
 }
 
-/* ---- the step ---- */
+/* ---- the step ----
+ *
+ * A rank holds one chunk per pipeline stage, or several with virtual
+ * stages (chunks stage, stage + pp, ...; an executor each, which may differ:
+ * generated kernels or the reference). It executes its instruction list
+ * (schedule.h) in order: FWD(c, mb) runs the forward part of chunk c's step
+ * (IrGraph.fb_split) on micro-batch mb and keeps its stash (interp: a frame;
+ * native: a workspace per micro-batch in flight); BWD(c, mb) runs the
+ * backward part on that stash. The transfers are the graphs' own SEND /
+ * RECV, tagged by (chunk, micro-batch, kind); sends do not wait, so the
+ * list's SEND / RECV instructions need no action, and receives wait only for
+ * what the list says comes first (schedule.c's simulator checks that the
+ * lists never deadlock). HPDL_PIPELINE_ORDER=sequential runs one
+ * micro-batch in flight instead (forward and backward back to back), the
+ * order before schedules ran: a comparison for benchmarks, with the same
+ * numbers. */
 
-/* Mirrors: the owner sends each copy (values before the step, gradients
- * after it) to the stages that read it too. Every rank walks the uses in
- * the same (parameter, layer) order, so sends and receives pair up without
- * a cycle of waits. */
-static int tie_params(Exec *x, int native, RtErr *e) {
-  CommType have = native ? COMM_F32 : COMM_F64;
-  for (int i = 0; i < x->nuses; i++) {
-    Use *u = &x->uses[i];
-    void *buf = native ? (void *)u->fval : (void *)u->ival;
-    if (u->u->owner == x->stage) {
-      for (int k = 0; k < u->u->nmirrors; k++)
-        if (wire_send(x, COMM_PP, have, buf, u->numel, u->u->mirrors[k], TAG_TIE_PARAM, e) < 0)
-          return prefix(e, "sending %s to stage %d", u->p->name, u->u->mirrors[k]);
-    } else if (wire_recv(x, COMM_PP, have, buf, u->numel, u->u->owner, TAG_TIE_PARAM, e) < 0) {
-      return prefix(e, "receiving %s from stage %d", u->p->name, u->u->owner);
-    }
-  }
+typedef struct {
+  Exec **x;        /* the chunks this rank holds, ascending */
+  int n;
+  SchedInstr *ins; /* this rank's instruction list for ins_m micro-batches */
+  int nins, ins_m;
+} Prog;
+
+static Exec *held(Prog *P, int chunk) {
+  for (int i = 0; i < P->n; i++)
+    if (P->x[i]->chunk == chunk) return P->x[i];
+  return NULL;
+}
+
+static int has_mirror(const Use *u, int d) {
+  for (int k = 0; k < u->u->nmirrors; k++)
+    if (u->u->mirrors[k] == d) return 1;
   return 0;
 }
 
-static int tie_grads(Exec *x, int native, RtErr *e) {
-  CommType have = native ? COMM_F32 : COMM_F64;
-  for (int i = 0; i < x->nuses; i++) {
-    Use *u = &x->uses[i];
-    if (u->u->owner == x->stage) {
-      double *own = native ? NULL : interp_grad(x->in, u->u->param, u->u->layer, NULL);
-      for (int k = 0; k < u->u->nmirrors; k++) {
-        void *in = native ? (void *)x->fscratch : (void *)x->scratch;
-        if (wire_recv(x, COMM_PP, have, in, u->numel, u->u->mirrors[k], TAG_TIE_GRAD, e) < 0)
-          return prefix(e, "receiving the gradient of %s from stage %d", u->p->name, u->u->mirrors[k]);
+/* Mirrors: the owner chunk sends each copy (values before the step,
+ * gradients back after it) to the chunks that read it too. Every rank walks
+ * the same global order - owner chunk, mirror chunk, then the uses in
+ * (parameter, layer) order - and each step of it involves two ranks, so
+ * sends and receives pair up without a cycle of waits. */
+static int tie_params(Prog *P, RtErr *e) {
+  int K = P->x[0]->pc->nchunks;
+  for (int o = 0; o < K; o++)
+    for (int d = o + 1; d < K; d++) {
+      Exec *xo = held(P, o), *xd = held(P, d);
+      for (int i = 0; xo && i < xo->nuses; i++) {
+        Use *u = &xo->uses[i];
+        if (u->u->owner != o || !has_mirror(u, d)) continue;
+        if (xd) return fail(e, "chunks %d and %d share %s and both run on stage %d (recompile the artifact)", o, d, u->p->name, xo->stage);
+        int native = xo->in == NULL;
+        void *buf = native ? (void *)u->fval : (void *)u->ival;
+        if (wire_send(xo, COMM_PP, native ? COMM_F32 : COMM_F64, buf, u->numel, d % xo->pp, TAG_TIE_PARAM, e) < 0)
+          return prefix(e, "sending %s to stage %d", u->p->name, d % xo->pp);
+      }
+      for (int i = 0; xd && i < xd->nuses; i++) {
+        Use *u = &xd->uses[i];
+        if (u->u->owner != o) continue;
+        int native = xd->in == NULL;
+        void *buf = native ? (void *)u->fval : (void *)u->ival;
+        if (wire_recv(xd, COMM_PP, native ? COMM_F32 : COMM_F64, buf, u->numel, o % xd->pp, TAG_TIE_PARAM, e) < 0)
+          return prefix(e, "receiving %s from stage %d", u->p->name, o % xd->pp);
+      }
+    }
+  return 0;
+}
+
+static int tie_grads(Prog *P, RtErr *e) {
+  int K = P->x[0]->pc->nchunks;
+  for (int o = 0; o < K; o++)
+    for (int d = o + 1; d < K; d++) {
+      Exec *xo = held(P, o), *xd = held(P, d);
+      for (int i = 0; xd && i < xd->nuses; i++) {
+        Use *u = &xd->uses[i];
+        if (u->u->owner != o) continue;
+        int native = xd->in == NULL;
+        const void *buf;
+        if (native) buf = u->fgrad;
+        else {
+          double *g = interp_grad(xd->in, u->u->param, u->u->layer, NULL);
+          if (!g) memset(xd->scratch, 0, sizeof(double) * (size_t)u->numel);
+          buf = g ? g : xd->scratch;
+        }
+        if (wire_send(xd, COMM_PP, native ? COMM_F32 : COMM_F64, buf, u->numel, o % xd->pp, TAG_TIE_GRAD, e) < 0)
+          return prefix(e, "sending the gradient of %s to stage %d", u->p->name, o % xd->pp);
+      }
+      for (int i = 0; xo && i < xo->nuses; i++) {
+        Use *u = &xo->uses[i];
+        if (u->u->owner != o || !has_mirror(u, d)) continue;
+        int native = xo->in == NULL;
+        double *own = native ? NULL : interp_grad(xo->in, u->u->param, u->u->layer, NULL);
+        void *in = native ? (void *)xo->fscratch : (void *)xo->scratch;
+        if (wire_recv(xo, COMM_PP, native ? COMM_F32 : COMM_F64, in, u->numel, d % xo->pp, TAG_TIE_GRAD, e) < 0)
+          return prefix(e, "receiving the gradient of %s from stage %d", u->p->name, d % xo->pp);
         if (native) {
-          for (int64_t j = 0; j < u->numel; j++) u->fgrad[j] += x->fscratch[j];
+          for (int64_t j = 0; j < u->numel; j++) u->fgrad[j] += xo->fscratch[j];
         } else if (own) {
-          for (int64_t j = 0; j < u->numel; j++) own[j] += x->scratch[j];
+          for (int64_t j = 0; j < u->numel; j++) own[j] += xo->scratch[j];
         } else { /* the owner's store holds none (only the mirror differentiates this copy) */
-          for (int64_t j = 0; j < u->numel; j++) u->t->grad[j] += (float)x->scratch[j];
+          for (int64_t j = 0; j < u->numel; j++) u->t->grad[j] += (float)xo->scratch[j];
         }
       }
-    } else {
-      const void *buf;
-      if (native) buf = u->fgrad;
-      else {
-        double *g = interp_grad(x->in, u->u->param, u->u->layer, NULL);
-        if (!g) memset(x->scratch, 0, sizeof(double) * (size_t)u->numel);
-        buf = g ? g : x->scratch;
-      }
-      if (wire_send(x, COMM_PP, have, buf, u->numel, u->u->owner, TAG_TIE_GRAD, e) < 0)
-        return prefix(e, "sending the gradient of %s to stage %d", u->p->name, u->u->owner);
     }
-  }
   return 0;
 }
 
-/* ---- the schedule ----
- *
- * A rank executes its instruction list (schedule.h) in order: FWD(c, mb)
- * runs the forward part of the chunk's step (IrGraph.fb_split) on
- * micro-batch mb and keeps its stash; BWD(c, mb) runs the backward part on
- * that stash. The transfers are the graphs' own SEND / RECV, tagged by
- * (chunk, micro-batch, kind); sends do not wait, so the list's SEND / RECV
- * instructions need no action, and receives wait only for what the list
- * says comes first (schedule.c's simulator checks the lists never
- * deadlock). HPDL_PIPELINE_ORDER=sequential runs one micro-batch in flight
- * instead (forward and backward back to back), the order before schedules
- * ran: a comparison for benchmarks, with the same numbers. */
-
-static int rank_schedule(Exec *x, int nmicro, RtErr *e) {
-  const ProgramChunk *pc = x->pc;
+/* This rank's instruction list for nmicro micro-batches: what hpdlc compile
+ * recorded in the chunk file, rebuilt (sched_build) for another count. */
+static int rank_schedule(Prog *P, int nmicro, RtErr *e) {
+  const ProgramChunk *pc = P->x[0]->pc;
   const char *order = getenv("HPDL_PIPELINE_ORDER");
   int sequential = order && !strcmp(order, "sequential");
-  if (x->ins && x->ins_m == nmicro) return 0;
-  free(x->ins);
-  x->ins = NULL;
-  int pp = x->comm->size[COMM_PP], v = pc->sched_v > 0 ? pc->sched_v : 1;
-  int r = x->comm->rank[COMM_PP];
+  if (P->ins && P->ins_m == nmicro) return 0;
+  free(P->ins);
+  P->ins = NULL;
+  int pp = P->x[0]->pp, v = pc->sched_v > 0 ? pc->sched_v : 1, r = P->x[0]->stage;
+  if (pp * v != pc->nchunks) return fail(e, "the chunk file's schedule has %d chunks per stage, the model %d (recompile the artifact)", v, pc->nchunks / pp);
   const SchedInstr *src = NULL;
   int n = 0;
   SchedProgram prog;
   memset(&prog, 0, sizeof prog);
   if (!sequential && pc->nins > 0 && pc->sched_m == nmicro) {
-    src = pc->ins, n = pc->nins; /* what hpdlc compile recorded */
+    src = pc->ins, n = pc->nins;
   } else {
     char why[256];
-    if ((sequential || sched_build(&prog, pc->schedule, pp, nmicro, v, why, sizeof why)) &&
-        sched_build_sequential(&prog, pp, nmicro, v))
+    if ((sequential || sched_build(&prog, pc->schedule, pp, nmicro, v, why, sizeof why)) && sched_build_sequential(&prog, pp, nmicro, v))
       return fail(e, "out of memory for the pipeline's instruction list");
     src = prog.ins[r], n = prog.len[r];
   }
-  x->ins = malloc(sizeof(SchedInstr) * (size_t)(n ? n : 1));
-  if (!x->ins) {
+  P->ins = malloc(sizeof(SchedInstr) * (size_t)(n ? n : 1));
+  if (!P->ins) {
     sched_free(&prog);
     return fail(e, "out of memory");
   }
-  memcpy(x->ins, src, sizeof(SchedInstr) * (size_t)n);
-  x->nins = n;
-  x->ins_m = nmicro;
+  memcpy(P->ins, src, sizeof(SchedInstr) * (size_t)n);
+  P->nins = n;
+  P->ins_m = nmicro;
   sched_free(&prog);
   for (int i = 0; i < n; i++)
-    if ((x->ins[i].op == SCHED_OP_FWD || x->ins[i].op == SCHED_OP_BWD) && x->ins[i].chunk != pc->chunk)
-      return fail(e, "stage %d: the instruction list runs chunk %d, which this rank does not hold (recompile the artifact)", x->stage,
-                  x->ins[i].chunk);
-  x->nmicro = nmicro;
+    if ((P->ins[i].op == SCHED_OP_FWD || P->ins[i].op == SCHED_OP_BWD) &&
+        (!held(P, P->ins[i].chunk) || P->ins[i].mb < 0 || P->ins[i].mb >= nmicro))
+      return fail(e, "stage %d: the instruction list runs chunk %d, micro-batch %d, which this rank does not hold (recompile the artifact)",
+                  r, P->ins[i].chunk, P->ins[i].mb);
   return 0;
 }
 
@@ -781,77 +861,6 @@ static void interp_feed(Exec *x, const DataBatch *b) {
   }
 }
 
-static int step_interp(Exec *x, const DataBatch *const *micro, int nmicro, double *loss, RtErr *e) {
-  const ProgramChunk *pc = x->pc;
-  const IrModule *m = pc->m;
-  for (int i = 0; i < x->nuses; i++) {
-    Use *u = &x->uses[i];
-    if (u->t)
-      for (int64_t j = 0; j < u->numel; j++) u->ival[j] = (double)u->t->data[j];
-  }
-  if (tie_params(x, 0, e) < 0) return -1;
-  if (rank_schedule(x, nmicro, e) < 0) return -1;
-  interp_zero_grads(x->in);
-  const IrGraph *sg = m->graphs[pc->step];
-  InterpTensor *outs = calloc((size_t)sg->noutputs + 1, sizeof(InterpTensor));
-  x->frames = calloc((size_t)nmicro, sizeof(InterpFrame *));
-  if (!outs || !x->frames) {
-    free(outs);
-    return fail(e, "out of memory");
-  }
-  double total = 0;
-  /* seed grad_scale: the store then holds grad_scale x the sum over the
-   * micro-batches of d(mean loss)/d(param), what the runtime adds */
-  double seed = x->ctx->grad_scale;
-  InterpTensor s;
-  memset(&s, 0, sizeof s);
-  s.data = &seed;
-  int rc = 0;
-  for (int i = 0; i < x->nins && rc == 0; i++) {
-    const SchedInstr *in = &x->ins[i];
-    if (in->op != SCHED_OP_FWD && in->op != SCHED_OP_BWD) continue;
-    int k = in->mb;
-    x->cur_chunk = in->chunk;
-    x->cur_mb = k;
-    const char *err = NULL;
-    if (in->op == SCHED_OP_FWD) {
-      interp_feed(x, micro[k]);
-      if (!(x->frames[k] = interp_forward(x->in, pc->step, &s, 1, &err)))
-        rc = fail(e, "stage %d, forward of micro-batch %d: %s", x->stage, k, err ? err : "the step failed");
-      continue;
-    }
-    InterpFrame *f = x->frames[k];
-    x->frames[k] = NULL;
-    if (!f) {
-      rc = fail(e, "stage %d: the backward of micro-batch %d before its forward (a bad instruction list)", x->stage, k);
-    } else if (interp_backward(f, outs, &err) != 0) {
-      rc = fail(e, "stage %d, backward of micro-batch %d: %s", x->stage, k, err ? err : "the step failed");
-    } else {
-      total += outs[0].data[0];
-      for (int j = 0; j < sg->noutputs; j++) {
-        free(outs[j].data);
-        outs[j].data = NULL;
-      }
-    }
-  }
-  for (int k = 0; k < nmicro; k++) interp_frame_free(x->frames[k]);
-  free(x->frames);
-  x->frames = NULL;
-  free(outs);
-  /* after a failure the job stops: pending sends are left to exec_free */
-  if (rc || pipe_flush(x, e) < 0) return -1;
-  if (tie_grads(x, 0, e) < 0) return -1;
-  for (int i = 0; i < x->nuses; i++) {
-    Use *u = &x->uses[i];
-    if (!u->t) continue;
-    const double *g = interp_grad(x->in, u->u->param, u->u->layer, NULL);
-    if (g)
-      for (int64_t j = 0; j < u->numel; j++) u->t->grad[j] += (float)g[j];
-  }
-  *loss = total / (double)nmicro;
-  return 0;
-}
-
 /* The workspace of in-flight slot i: slot 0 the one the step used before
  * (the runtime's arena or our own), the others allocated on first use. */
 static void *native_slot(Exec *x, int i, RtErr *e) {
@@ -863,7 +872,7 @@ static void *native_slot(Exec *x, int i, RtErr *e) {
     }
     x->slots = s;
     for (int k = x->nslots; k <= i; k++) x->slots[k] = NULL;
-    if (x->nslots == 0) x->slots[0] = x->hctx.workspace; /* called before the step sets another */
+    if (x->nslots == 0) x->slots[0] = x->hctx.workspace;
     x->nslots = i + 1;
   }
   if (!x->slots[i]) {
@@ -874,94 +883,220 @@ static void *native_slot(Exec *x, int i, RtErr *e) {
   return x->slots[i];
 }
 
-static int step_native(Exec *x, const DataBatch *const *micro, int nmicro, double *loss, RtErr *e) {
-  const ProgramChunk *pc = x->pc;
-  const IrModule *m = pc->m;
+/* Before the micro-batches: the parameters in, the gradients zeroed, the
+ * step's buffers. */
+static int chunk_begin(Exec *x, int nmicro, RtErr *e) {
+  const IrModule *m = x->pc->m;
+  const IrGraph *sg = m->graphs[x->pc->step];
+  x->nmicro = nmicro;
+  x->total = 0;
+  if (x->in) {
+    for (int i = 0; i < x->nuses; i++) {
+      Use *u = &x->uses[i];
+      if (u->t)
+        for (int64_t j = 0; j < u->numel; j++) u->ival[j] = (double)u->t->data[j];
+    }
+    interp_zero_grads(x->in);
+    /* seed grad_scale: the store then holds grad_scale x the sum over the
+     * micro-batches of d(mean loss)/d(param), what the runtime adds */
+    x->seed_d = x->ctx->grad_scale;
+    x->iouts = calloc((size_t)sg->noutputs + 1, sizeof(InterpTensor));
+    x->frames = calloc((size_t)nmicro, sizeof(InterpFrame *));
+    if (!x->iouts || !x->frames) return fail(e, "out of memory");
+    return 0;
+  }
   for (int i = 0; i < x->nuses; i++) {
     Use *u = &x->uses[i];
     if (u->t) memcpy(u->fval, u->t->data, sizeof(float) * (size_t)u->numel);
   }
-  if (tie_params(x, 1, e) < 0) return -1;
-  if (rank_schedule(x, nmicro, e) < 0) return -1;
   for (int p = 0; p < m->nparams; p++)
     memset(x->gslot[p], 0, sizeof(float) * (size_t)(local_numel(&m->params[p]) * copies_of(&m->params[p])));
-  float seed = (float)x->ctx->grad_scale;
-  const IrGraph *sg = m->graphs[pc->step];
-  int nout = x->entry->noutputs, cut = x->part[0] != NULL;
-  /* per micro-batch: its output buffers and its in-flight slot */
-  float **outs = calloc((size_t)(nout * nmicro) + 1, sizeof(float *));
-  int *slot_of = calloc((size_t)nmicro + 1, sizeof(int)), *busy = calloc((size_t)nmicro + 1, sizeof(int));
-  int rc = outs && slot_of && busy ? 0 : fail(e, "out of memory");
-  for (int j = 0; j < nout * nmicro && rc == 0; j++)
-    if (!(outs[j] = calloc((size_t)ir_numel(&sg->nodes[sg->outputs[j % nout]]), sizeof(float)))) rc = fail(e, "out of memory");
-  double total = 0;
-  void *ws0 = x->hctx.workspace;
-  if (cut && !native_slot(x, 0, e)) rc = -1;
-  for (int i = 0; i < x->nins && rc == 0; i++) {
-    const SchedInstr *in = &x->ins[i];
-    if (in->op != SCHED_OP_FWD && in->op != SCHED_OP_BWD) continue;
-    int k = in->mb, fwd = in->op == SCHED_OP_FWD;
-    if (!cut && fwd) continue; /* the whole step runs at the backward */
-    x->cur_chunk = in->chunk;
-    x->cur_mb = k;
-    if (cut && fwd) { /* a free slot: its workspace holds the stash until the backward */
-      int s = 0;
-      while (s < nmicro && busy[s]) s++;
-      busy[s] = 1;
-      slot_of[k] = s;
-    }
-    void *ws = cut ? native_slot(x, slot_of[k], e) : ws0;
-    if (!ws) {
-      rc = -1;
-      break;
-    }
-    x->hctx.workspace = ws;
-    const DataBatch *b = micro[k];
-    int n = 0;
-    x->table[n++] = &x->hctx;
-    for (int j = 0; j < m->ninputs; j++) x->table[n++] = pc->feed[j] == PROGRAM_FEED_TARGETS ? b->targets : b->inputs;
-    for (int p = 0; p < m->nparams; p++) x->table[n++] = x->pslot[p];
-    for (int p = 0; p < m->nparams; p++) x->table[n++] = x->gslot[p];
-    x->table[n++] = &seed;
-    /* the step's outputs, the gradients excluded: output 0 is the loss */
-    for (int j = 0; j < nout; j++) x->table[n++] = outs[k * nout + j];
-    hpd_entry_fn fn = cut ? x->part[fwd ? 0 : 1] : x->entry->fn;
-    if (n != x->entry->nbuffers) rc = fail(e, "the kernels' step takes %d buffers, the program passes %d", x->entry->nbuffers, n);
-    else if (fn(x->table) != 0)
-      rc = fail(e, "stage %d, %s of micro-batch %d: %s", x->stage, !cut ? "step" : fwd ? "forward" : "backward", k,
-                x->hctx.error ? x->hctx.error : "the step failed");
-    if (!fwd) {
-      total += outs[k * nout][0];
-      if (cut) busy[slot_of[k]] = 0;
-    }
-  }
-  x->hctx.workspace = ws0;
-  for (int j = 0; outs && j < nout * nmicro; j++) free(outs[j]);
-  free(outs);
-  free(slot_of);
-  free(busy);
-  if (rc || pipe_flush(x, e) < 0) return -1;
-  if (tie_grads(x, 1, e) < 0) return -1;
-  for (int i = 0; i < x->nuses; i++) {
-    Use *u = &x->uses[i];
-    if (!u->t) continue;
-    for (int64_t j = 0; j < u->numel; j++) u->t->grad[j] += u->fgrad[j];
-  }
-  *loss = total / (double)nmicro;
+  x->seed_f = (float)x->ctx->grad_scale;
+  int nout = x->entry->noutputs;
+  x->nouts = calloc((size_t)(nout * nmicro) + 1, sizeof(float *));
+  x->slot_of = calloc((size_t)nmicro + 1, sizeof(int));
+  x->busy = calloc((size_t)nmicro + 1, sizeof(int));
+  if (!x->nouts || !x->slot_of || !x->busy) return fail(e, "out of memory");
+  for (int j = 0; j < nout * nmicro; j++)
+    if (!(x->nouts[j] = calloc((size_t)ir_numel(&sg->nodes[sg->outputs[j % nout]]), sizeof(float)))) return fail(e, "out of memory");
+  x->ws0 = x->hctx.workspace;
+  if (x->part[0] && !native_slot(x, 0, e)) return -1;
   return 0;
 }
 
+static void chunk_end(Exec *x) {
+  if (x->frames)
+    for (int k = 0; k < x->nmicro; k++) interp_frame_free(x->frames[k]);
+  free(x->frames);
+  x->frames = NULL;
+  if (x->iouts) {
+    const IrGraph *sg = x->pc->m->graphs[x->pc->step];
+    for (int j = 0; j < sg->noutputs; j++) free(x->iouts[j].data);
+  }
+  free(x->iouts);
+  x->iouts = NULL;
+  if (x->nouts && x->entry)
+    for (int j = 0; j < x->entry->noutputs * x->nmicro; j++) free(x->nouts[j]);
+  free(x->nouts);
+  x->nouts = NULL;
+  free(x->slot_of);
+  free(x->busy);
+  x->slot_of = x->busy = NULL;
+  if (x->ws0) x->hctx.workspace = x->ws0;
+}
+
+/* FWD (fwd = 1) or BWD of micro-batch k. */
+static int chunk_run(Exec *x, const DataBatch *b, int k, int fwd, RtErr *e) {
+  const ProgramChunk *pc = x->pc;
+  const IrModule *m = pc->m;
+  const IrGraph *sg = m->graphs[pc->step];
+  x->cur_chunk = x->chunk;
+  x->cur_mb = k;
+  if (x->in) {
+    const char *err = NULL;
+    InterpTensor s;
+    memset(&s, 0, sizeof s);
+    s.data = &x->seed_d;
+    if (fwd) {
+      interp_feed(x, b);
+      if (!(x->frames[k] = interp_forward(x->in, pc->step, &s, 1, &err)))
+        return fail(e, "chunk %d, forward of micro-batch %d: %s", x->chunk, k, err ? err : "the step failed");
+      return 0;
+    }
+    InterpFrame *f = x->frames[k];
+    x->frames[k] = NULL;
+    if (!f) return fail(e, "chunk %d: the backward of micro-batch %d before its forward (a bad instruction list)", x->chunk, k);
+    if (interp_backward(f, x->iouts, &err) != 0)
+      return fail(e, "chunk %d, backward of micro-batch %d: %s", x->chunk, k, err ? err : "the step failed");
+    x->total += x->iouts[0].data[0];
+    for (int j = 0; j < sg->noutputs; j++) {
+      free(x->iouts[j].data);
+      x->iouts[j].data = NULL;
+    }
+    return 0;
+  }
+  int nout = x->entry->noutputs, cut = x->part[0] != NULL;
+  if (!cut && fwd) return 0; /* not cut: the whole step runs at the backward */
+  if (cut && fwd) {          /* a free slot: its workspace holds the stash until the backward */
+    int s = 0;
+    while (s < x->nmicro && x->busy[s]) s++;
+    x->busy[s] = 1;
+    x->slot_of[k] = s;
+  }
+  void *ws = cut ? native_slot(x, x->slot_of[k], e) : x->ws0;
+  if (!ws) return -1;
+  x->hctx.workspace = ws;
+  int n = 0;
+  x->table[n++] = &x->hctx;
+  for (int j = 0; j < m->ninputs; j++) x->table[n++] = pc->feed[j] == PROGRAM_FEED_TARGETS ? b->targets : b->inputs;
+  for (int p = 0; p < m->nparams; p++) x->table[n++] = x->pslot[p];
+  for (int p = 0; p < m->nparams; p++) x->table[n++] = x->gslot[p];
+  x->table[n++] = &x->seed_f;
+  /* the step's outputs, the gradients excluded: output 0 is the loss */
+  for (int j = 0; j < nout; j++) x->table[n++] = x->nouts[k * nout + j];
+  hpd_entry_fn fn = cut ? x->part[fwd ? 0 : 1] : x->entry->fn;
+  if (n != x->entry->nbuffers) return fail(e, "the kernels' step takes %d buffers, the program passes %d", x->entry->nbuffers, n);
+  if (fn(x->table) != 0)
+    return fail(e, "chunk %d, %s of micro-batch %d: %s", x->chunk, !cut ? "step" : fwd ? "forward" : "backward", k,
+                x->hctx.error ? x->hctx.error : "the step failed");
+  if (!fwd) {
+    x->total += x->nouts[k * nout][0];
+    if (cut) x->busy[x->slot_of[k]] = 0;
+  }
+  return 0;
+}
+
+/* After the mirrors' gradients arrived: this chunk's gradients into the
+ * TrainTensors it owns. */
+static void chunk_add_grads(Exec *x) {
+  for (int i = 0; i < x->nuses; i++) {
+    Use *u = &x->uses[i];
+    if (!u->t) continue;
+    if (x->in) {
+      const double *g = interp_grad(x->in, u->u->param, u->u->layer, NULL);
+      if (g)
+        for (int64_t j = 0; j < u->numel; j++) u->t->grad[j] += (float)g[j];
+    } else {
+      for (int64_t j = 0; j < u->numel; j++) u->t->grad[j] += u->fgrad[j];
+    }
+  }
+}
+
+static void prog_free(Prog *P) {
+  if (!P) return;
+  for (int i = 0; i < P->n; i++) {
+    chunk_end(P->x[i]);
+    exec_free(P->x[i]);
+  }
+  free(P->x);
+  free(P->ins);
+  free(P);
+}
+
+static void *exec_create(TrainCtx *ctx, RtErr *e) {
+  ChunkFiles *cf = calloc(MAX_LOCAL_CHUNKS, sizeof *cf);
+  Prog *P = calloc(1, sizeof *P);
+  int n = 0;
+  CommType wire = COMM_F32;
+  if (!cf || !P || !(P->x = calloc(MAX_LOCAL_CHUNKS, sizeof(Exec *)))) {
+    fail(e, "out of memory");
+    goto bad;
+  }
+  if (read_rank_entry(ctx->art, ctx->comm->world_rank, cf, &n, &wire, e) < 0) goto bad;
+  for (int i = 0; i < n; i++) {
+    if (!(P->x[i] = chunk_create(ctx, &cf[i], i, wire, e))) goto bad;
+    P->n = i + 1;
+    if (i && P->x[i]->chunk <= P->x[i - 1]->chunk) {
+      fail(e, "%s: ranks[%d].chunks: not in ascending chunk order", ctx->art->manifest_path, ctx->comm->world_rank);
+      goto bad;
+    }
+    if (P->x[i]->pc->nchunks != P->x[0]->pc->nchunks || P->x[i]->pc->nchunks != (int)ctx->art->layout.pp * n) {
+      fail(e, "%s: the chunk files of ranks[%d] are %d per stage of %d chunks, the layout has pp %" PRId64 " (recompile the artifact)",
+           ctx->art->manifest_path, ctx->comm->world_rank, n, P->x[i]->pc->nchunks, (int64_t)ctx->art->layout.pp);
+      goto bad;
+    }
+  }
+  free(cf);
+  return P;
+bad:
+  free(cf);
+  prog_free(P);
+  return NULL;
+}
+
 static int exec_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, int nmicro, double *loss, int *has_loss, RtErr *e) {
-  Exec *x = self;
-  x->ctx = ctx;
-  int rc = x->in ? step_interp(x, micro, nmicro, loss, e) : step_native(x, micro, nmicro, loss, e);
-  if (rc == 0 && x->ring_head) rc = fail(e, "a context-parallel send that no receive paired with (the ring's transfers do not pair)");
-  ring_clear(x);
-  *has_loss = x->last;
+  Prog *P = self;
+  int rc = 0;
+  for (int i = 0; i < P->n && rc == 0; i++) {
+    P->x[i]->ctx = ctx;
+    rc = chunk_begin(P->x[i], nmicro, e);
+  }
+  if (rc == 0) rc = tie_params(P, e);
+  if (rc == 0) rc = rank_schedule(P, nmicro, e);
+  for (int i = 0; i < P->nins && rc == 0; i++) {
+    const SchedInstr *in = &P->ins[i];
+    if (in->op != SCHED_OP_FWD && in->op != SCHED_OP_BWD) continue;
+    rc = chunk_run(held(P, in->chunk), micro[in->mb], in->mb, in->op == SCHED_OP_FWD, e);
+  }
+  /* after a failure the job stops: pending sends are left to exec_free */
+  for (int i = 0; i < P->n && rc == 0; i++) rc = pipe_flush(P->x[i], e);
+  for (int i = 0; i < P->n; i++) chunk_end(P->x[i]);
+  if (rc == 0) rc = tie_grads(P, e);
+  *has_loss = 0;
+  for (int i = 0; i < P->n; i++) {
+    Exec *x = P->x[i];
+    if (rc == 0) chunk_add_grads(x);
+    if (rc == 0 && x->ring_head) rc = fail(e, "a context-parallel send that no receive paired with (the ring's transfers do not pair)");
+    ring_clear(x);
+    if (x->last) {
+      *has_loss = 1;
+      *loss = x->total / (double)nmicro;
+    }
+  }
   return rc;
 }
 
-static void exec_destroy(void *self) { exec_free(self); }
+static void exec_destroy(void *self) { prog_free(self); }
 
 static const TrainProgram program = {TRAIN_PROGRAM_ABI, "hpdl-chunk", 0, exec_create, exec_step, exec_destroy};
 

@@ -59,8 +59,8 @@ typedef enum { PROGRAM_FEED_TOKENS, PROGRAM_FEED_TARGETS } ProgramFeed;
 typedef struct {
   int param;      /* index into the module's params */
   int64_t layer;  /* the copy (0 for a parameter outside a repeat) */
-  int owner;      /* the pipeline stage whose TrainTensor holds it */
-  int nmirrors;   /* on the owner's chunk: the other stages that read it too */
+  int owner;      /* the chunk that holds it: the TrainTensor is on its pipeline stage (owner % pp) */
+  int nmirrors;   /* on the owner's chunk: the other chunks that read it too */
   int *mirrors;
 } ProgramUse;
 
