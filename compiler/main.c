@@ -10,6 +10,7 @@
 #include "autodiff.h"
 #include "compile.h"
 #include "diag.h"
+#include "fbsplit.h"
 #include "fuse.h"
 #include "ir.h"
 #include "loader.h"
@@ -64,7 +65,7 @@ typedef struct {
 } Cli;
 
 static const char *const verbs[] = {"check", "emit", "plan", "compile"};
-static const char *const stages[] = {"ast", "source", "ir", "grad", "fused", "spmd", "memory", "schedule"};
+static const char *const stages[] = {"ast", "source", "ir", "grad", "fused", "spmd", "memory", "schedule", "stash"};
 
 static void help_common_options(void) {
   puts("options:\n"
@@ -178,7 +179,9 @@ static void help_verb(const char *verb) {
          "  spmd     the program a rank runs under the layout (--tp --cp --sp --pp\n"
          "           --virtual-stages): local shapes, sharded parameters, collectives\n"
          "  schedule each pipeline rank's instructions for one step (--schedule --pp\n"
-         "           --virtual-stages; micro-batches = global batch / (dp x micro batch))\n");
+         "           --virtual-stages; micro-batches = global batch / (dp x micro batch))\n"
+         "  stash    each pipeline chunk's training step cut into its forward and backward\n"
+         "           parts, and what a micro-batch keeps from one to the other (its stash)\n");
   }
   help_common_options();
 }
@@ -236,7 +239,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
       if (!strcmp(verb, "emit") && !cli->stage) {
         int ok = 0;
         for (size_t k = 0; k < sizeof stages / sizeof stages[0]; k++) ok |= !strcmp(stages[k], a);
-        if (!ok) return cli_error("emit: unknown stage '%s'; stages are ast, source, ir, grad, fused, spmd, memory and schedule", a, NULL);
+        if (!ok) return cli_error("emit: unknown stage '%s'; stages are ast, source, ir, grad, fused, spmd, memory, schedule and stash", a, NULL);
         cli->stage = a;
         continue;
       }
@@ -492,6 +495,10 @@ int main(int argc, char **argv) {
               sched_print(stdout, &prog_s, 0);
               sched_free(&prog_s);
             }
+          } else if (!strcmp(cli.stage, "stash")) {
+            /* each pipeline chunk's step cut into forward and backward, and what a micro-batch keeps between */
+            int st = fb_emit(arena, diag, m, ir, stdout);
+            if (st) status = st;
           } else if (!strcmp(cli.stage, "spmd")) {
             const SemLayout *L = &m->layout;
             SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, m->seq_len};

@@ -1,24 +1,24 @@
 /* program_exec.c - the CPU program of a compiled artifact: one shared
  * object (DIR/program.so, built once as hpdl-program.so and copied there
  * by `hpdlc compile`) that every rank loads. It exports hpdl_program_v1
- * (train.h) and runs this rank's pipeline chunk for each micro-batch.
+ * (train.h) and runs this rank's pipeline chunks through its schedule.
  *
  * create: reads DIR/manifest.json's `ranks[r]` for the rank's chunk file
- * (`module`, program_ir.h) and, when the back end compiled it, the chunk's
- * kernels (`kernels`, a library of compiler/codegen.h's ABI); maps every
- * parameter copy the chunk reads to this rank's TrainTensor (by name and
- * layer) or, for a copy another stage holds (the tied embedding on the last
- * stage), to a mirror of its own.
+ * (`module`, program_ir.h; with virtual stages one per chunk, `chunks`)
+ * and, when the back end compiled it, the chunk's kernels (`kernels`, a
+ * library of compiler/codegen.h's ABI); maps every parameter copy a chunk
+ * reads to this rank's TrainTensor (by name and layer) or, for a copy
+ * another chunk holds (the tied embedding on the last stage), to a mirror
+ * of its own.
  *
- * step: copies the parameters in, receives the mirrors from their stages,
- * runs the chunk's training step (autodiff.h's forward.grad) once per
- * micro-batch with seed grad_scale, so that its gradient store holds
- * exactly what the runtime wants added; sends the mirrors' gradients to
- * their owners, who add them; adds the gradients to the TrainTensors.
- * Forward and backward of a micro-batch run back to back and pipeline
- * transfers block until the peer arrives, so the stages run in lockstep
- * (one micro-batch in flight; the numbers are the same under any schedule,
- * sim.h); the data-parallel reduction is the runtime's.
+ * step: copies the parameters in, receives the mirrors from their owners,
+ * then executes the rank's instruction list (schedule.h, recorded in the
+ * chunk file): the forward part of a chunk's step for one micro-batch, the
+ * backward part later with that micro-batch's stash, seed grad_scale, so
+ * that the gradient store holds exactly what the runtime wants added
+ * (see "the step" below); sends the mirrors' gradients to their owners,
+ * who add them; adds the gradients to the TrainTensors. The data-parallel
+ * reduction is the runtime's.
  *
  * Two executors run a stage's step:
  *   native  the back end's generated code (codegen.h: hpd_graph_<step>),

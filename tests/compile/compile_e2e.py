@@ -336,7 +336,7 @@ def case_cli():
     one_error(p, "concrete layout", "parallel.tensor is auto", "--tp N")
     p = run([hpdlc, "compile", sample(), *DEFS, "--pp", "2", "--virtual-stages", "2", "--schedule", "1f1b", "-D", "L=4", "-o", out],
             expect=1)
-    one_error(p, "virtual pipeline stages run the interleaved schedule")
+    one_error(p, "virtual stages need schedule = interleaved")
     p = run([hpdlc, "compile", sample(), *DEFS, "--tp", "3", "-o", out], expect=1)
     check("error" in p.stderr and not os.path.exists(os.path.join(out, "manifest.json")), p.stderr)
     p = run([hpdlc, "compile", sample(), *DEFS, "-o", "/proc/forbidden/x"], expect=1)
