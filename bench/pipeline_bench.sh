@@ -6,7 +6,7 @@
 #
 # Compiles samples/gpt2-tiny.hpd at a mid size (C=128, T=64, L=4, H=4; the
 # train block's 4 micro-batches of 8) for pp=2 with SCHEDULE (default 1f1b)
-# and native kernels, then trains it STEPS steps (default 30) with hpdlrun,
+# and native kernels, then trains it STEPS steps (default 20) with hpdlrun,
 # alternately as compiled and with HPDL_PIPELINE_ORDER=sequential (forward and
 # backward of each micro-batch back to back: the order before schedules ran),
 # three times each, and prints the median tokens/s over steps 6.. of each
@@ -17,7 +17,7 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build=${1:-build-rel}
-steps=${2:-30}
+steps=${2:-20}
 sched=${3:-1f1b}
 export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1} OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
 work=$(mktemp -d)
@@ -33,7 +33,8 @@ def run(order, k):
     if order == "sequential":
         env["HPDL_PIPELINE_ORDER"] = "sequential"
     subprocess.run([os.path.join(build, "bin", "hpdlrun"), os.path.join(work, "art"), "--data",
-                    os.path.join(work, "tiny_train_*.bin"), "--steps", str(steps), "--metrics", m, "--progress", "quiet"],
+                    os.path.join(work, "tiny_train_*.bin"), "--steps", str(steps), "--metrics", m, "--progress", "quiet",
+                    "--checkpoint-dir", os.path.join(work, f"ckpt-{order}{k}")],
                    check=True, env=env, capture_output=True)
     rows = [json.loads(l) for l in open(m)]
     return statistics.median(r["tokens_per_s"] for r in rows[5:]), [r["loss"] for r in rows]
