@@ -25,9 +25,13 @@
  *     pp; the bubble shrinks to (pp-1)(t_f + t_b)/v for v times as many
  *     point-to-point messages. Needs m % pp == 0, as Megatron does.
  *
- * The instruction lists are what a rank executes, in order; the
- * partitioner's send/recv ops and `hpdlc emit schedule` come from them, the
- * planner prices them with the simulator (bubble, micro-batches in flight). */
+ * The instruction lists are what a rank executes, in order: the simulated
+ * ranks (sim.c) and the CPU program (runtime/program_exec.c, from the list
+ * hpdlc compile records in each chunk file) run FWD / BWD as the forward
+ * and backward parts of the chunk's step (IrGraph.fb_split), the transfers
+ * being the step's own send / receive nodes; `hpdlc emit schedule` prints
+ * them, the planner prices them with the simulator (bubble, micro-batches
+ * in flight). */
 #ifndef HPDL_SCHEDULE_H
 #define HPDL_SCHEDULE_H
 
