@@ -257,7 +257,7 @@ static int chunk_schedule(Arena *arena, ProgramChunk *pc, Schedule kind, int pp,
   char why[256];
   if (sched_build(&prog, kind, pp, m, v, why, sizeof why) && sched_build_sequential(&prog, pp, m, v)) return -1;
   int r = sched_chunk_rank(pp, pc->chunk);
-  pc->schedule = prog.kind;
+  pc->schedule = kind; /* asked for: the runtime rebuilds with it for another micro-batch count */
   pc->sched_m = m;
   pc->sched_v = v;
   pc->nins = prog.len[r];
