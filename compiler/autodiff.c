@@ -745,14 +745,16 @@ static void prune(IrGraph *b) {
     if (live[i])
       for (int k = 0; k < n->nin; k++) live[n->in[k]] = 1;
   }
-  int j = 0;
+  int j = 0, split = b->fb_split;
   for (int i = 0; i < b->nnodes; i++) {
+    if (i == split) b->fb_split = j; /* the forward/backward cut moves with the nodes */
     if (!live[i]) continue;
     renum[i] = j;
     b->nodes[j] = b->nodes[i];
     for (int k = 0; k < b->nodes[j].nin; k++) b->nodes[j].in[k] = renum[b->nodes[j].in[k]];
     j++;
   }
+  if (split >= b->nnodes) b->fb_split = j;
   b->nnodes = j;
   for (int k = 0; k < b->noutputs; k++) b->outputs[k] = renum[b->outputs[k]];
   free(live);
@@ -935,6 +937,7 @@ static const char *build_step(IrModule *m, AdResult *res) {
     if (in != stack_in) free(in);
   }
   b->nargs = 1 + f->nargs;
+  b->fb_split = b->nnodes; /* everything after is the backward (ir.h) */
   if (c.rg[f->outputs[0]]) c.grad[f->outputs[0]] = seed;
   backward_pass(&c);
   if (c.err) return c.err;

@@ -541,7 +541,62 @@ static void emit_accumulate(Host *h, LLVMValueRef dst8, LLVMValueRef src8, int64
   cg_loop_close(cg, &l, NULL, 0, NULL);
 }
 
-static void build_graph(CgCpu *cg, int gi) {
+/* The part of the step a kernel belongs to: 1 (backward) when any of its
+ * nodes is at or after the cut, else 0 (forward). */
+static int kernel_part(const FuseGraph *fg, int p) {
+  const FuseKernel *K = &fg->kernels[p];
+  for (int j = 0; j < K->nnodes; j++)
+    if (K->nodes[j] >= fg->graph->fb_split) return 1;
+  return 0;
+}
+
+/* Whether the step's kernels run as two parts: every forward kernel before
+ * every backward one in fusion order (so each part runs its kernels in the
+ * order the memory plan assumed), and the activation's transfers (toward
+ * the next chunk) in the forward part. */
+static int can_cut(const FuseGraph *fg) {
+  const IrGraph *g = fg->graph;
+  if (g->fb_split <= 0) return 0;
+  int seen_b = 0;
+  for (int p = 0; p < fg->nkernels; p++) {
+    int part = kernel_part(fg, p);
+    if (!part && seen_b) return 0;
+    seen_b |= part;
+    const FuseKernel *K = &fg->kernels[p];
+    for (int j = 0; j < K->nnodes; j++) {
+      const IrNode *n = &g->nodes[K->nodes[j]];
+      if ((n->op == IR_SEND || n->op == IR_RECV) && n->attr[0] == IRG_PP && ((n->op == IR_SEND) == (n->attr[1] > 0)) && part)
+        return 0;
+    }
+  }
+  return 1;
+}
+
+/* The pointers of a forward kernel's values, without running it: the
+ * backward part finds in the workspace what the forward part left there. */
+static void point_kernel(Host *h, int p) {
+  const FuseKernel *K = &h->fg->kernels[p];
+  int v = K->nodes[0];
+  const IrNode *n = &h->g->nodes[v];
+  switch (K->kind) {
+  case FUSE_LEAF:
+    if (n->op == IR_INPUT || n->op == IR_PARAM || n->op == IR_ARG) emit_leaf(h, p);
+    else h->ptr[v] = value_ptr(h, v);
+    break;
+  case FUSE_VIEW:
+    for (int j = 0; j < K->nnodes; j++) h->ptr[K->nodes[j]] = h->ptr[h->g->nodes[K->nodes[j]].in[0]];
+    break;
+  case FUSE_CALL: h->ptr[v] = value_ptr(h, v); break;
+  default:
+    for (int j = 0; j < K->noutputs; j++) h->ptr[K->outputs[j]] = value_ptr(h, K->outputs[j]);
+    break;
+  }
+}
+
+/* The host code of graph gi into fn: part -1 the whole graph; 0 the
+ * forward part of a cut step (its kernels only); 1 the backward part (the
+ * forward kernels' pointers, its kernels, the outputs and gradients). */
+static void build_host(CgCpu *cg, int gi, LLVMValueRef fn, int part) {
   const FuseGraph *fg = &cg->fr->graphs[gi];
   const IrGraph *g = fg->graph;
   CgGraph *G = &cg->graphs[gi];
@@ -552,7 +607,7 @@ static void build_graph(CgCpu *cg, int gi) {
   h.fg = fg;
   h.g = g;
   h.G = G;
-  h.fn = G->fn;
+  h.fn = fn;
   h.ctxp = LLVMGetParam(h.fn, 0);
   h.table = LLVMGetParam(h.fn, 1);
   h.ws = LLVMGetParam(h.fn, 2);
@@ -573,6 +628,10 @@ static void build_graph(CgCpu *cg, int gi) {
   h.out_arr = LLVMBuildAlloca(cg->b, LLVMArrayType(cg->tp8, (unsigned)maxo), "call.outs");
   for (int p = 0; p < fg->nkernels && !cg->failed; p++) {
     const FuseKernel *K = &fg->kernels[p];
+    if (part >= 0 && kernel_part(fg, p) != part) {
+      if (part == 1) point_kernel(&h, p);
+      continue;
+    }
     switch (K->kind) {
     case FUSE_LEAF: emit_leaf(&h, p); break;
     case FUSE_VIEW:
@@ -581,6 +640,11 @@ static void build_graph(CgCpu *cg, int gi) {
     case FUSE_CALL: emit_call(&h, p); break;
     default: emit_kernel(&h, p); break;
     }
+  }
+  if (part == 0) { /* the outputs and gradients come with the backward part */
+    LLVMBuildRet(cg->b, cg_i32(cg, 0));
+    free(h.ptr);
+    return;
   }
   /* outputs not computed in their slots (leaves, views, repeats) */
   for (int k = 0; k < G->nplain && !cg->failed; k++) {
@@ -612,14 +676,41 @@ static void build_graph(CgCpu *cg, int gi) {
   free(h.ptr);
 }
 
-/* hpd_graph_<name>(void **buffers): unpacks the table (codegen.h). */
+static void build_graph(CgCpu *cg, int gi) {
+  CgGraph *G = &cg->graphs[gi];
+  build_host(cg, gi, G->fn, -1);
+  if (!can_cut(&cg->fr->graphs[gi])) return;
+  LLVMTypeRef gp[7] = {cg->tpctx, cg->tpp8, cg->tp8, cg->ti64, cg->tpp8, cg->tpp8, cg->tp8};
+  for (int part = 0; part < 2 && !cg->failed; part++) {
+    char name[200];
+    snprintf(name, sizeof name, "graph.%s.%s", cg->m->graphs[gi]->name, part ? "backward" : "forward");
+    G->part_fn[part] = cg_add_function(cg, name, cg->ti32, gp, 7, 1);
+    build_host(cg, gi, G->part_fn[part], part);
+  }
+}
+
+/* hpd_graph_<name>(void **buffers): unpacks the table (codegen.h); the
+ * parts of a cut step: hpd_graph_<name>_F and _B, the same table. */
+static LLVMValueRef build_entry_of(CgCpu *cg, int gi, LLVMValueRef fn, const char *sym);
+
 static void build_entry(CgCpu *cg, int gi) {
+  CgGraph *G = &cg->graphs[gi];
+  G->entry = build_entry_of(cg, gi, G->fn, G->sym);
+  for (int part = 0; part < 2; part++)
+    if (G->part_fn[part]) {
+      char sym[200];
+      snprintf(sym, sizeof sym, "%s_%s", G->sym, part ? "B" : "F");
+      G->part_entry[part] = build_entry_of(cg, gi, G->part_fn[part], sym);
+    }
+}
+
+static LLVMValueRef build_entry_of(CgCpu *cg, int gi, LLVMValueRef fn, const char *sym) {
   const IrGraph *g = cg->m->graphs[gi];
   CgGraph *G = &cg->graphs[gi];
   LLVMTypeRef pt = cg->tpp8;
-  G->entry = cg_add_function(cg, G->sym, cg->ti32, &pt, 1, 0);
-  LLVMPositionBuilderAtEnd(cg->b, LLVMAppendBasicBlockInContext(cg->ctx, G->entry, "entry"));
-  LLVMValueRef buf = LLVMGetParam(G->entry, 0);
+  LLVMValueRef entry = cg_add_function(cg, sym, cg->ti32, &pt, 1, 0);
+  LLVMPositionBuilderAtEnd(cg->b, LLVMAppendBasicBlockInContext(cg->ctx, entry, "entry"));
+  LLVMValueRef buf = LLVMGetParam(entry, 0);
   LLVMValueRef ctx8 = LLVMBuildLoad2(cg->b, cg->tp8, buf, "ctx8");
   LLVMValueRef ctxp = LLVMBuildBitCast(cg->b, ctx8, cg->tpctx, "ctx");
   int64_t nin = cg->m->ninputs, np = cg->m->nparams;
@@ -631,7 +722,8 @@ static void build_entry(CgCpu *cg, int gi) {
   a[4] = cg_gep(cg, cg->tp8, buf, cg_i64(cg, HPD_BUF_INPUTS + nin + 2 * np), "args");
   a[5] = cg_gep(cg, cg->tp8, buf, cg_i64(cg, HPD_BUF_INPUTS + nin + 2 * np + g->nargs), "outs");
   a[6] = cg_byte_ptr(cg, a[2], cg_i64(cg, G->total_bytes), "scratch"); /* the kernels' scratch after the workspace */
-  LLVMBuildRet(cg->b, cg_call(cg, G->fn, a, 7, "rc"));
+  LLVMBuildRet(cg->b, cg_call(cg, fn, a, 7, "rc"));
+  return entry;
 }
 
 /* hpd_kernel_<graph>_<k>(void **io): io[0] the ctx, then the kernel's

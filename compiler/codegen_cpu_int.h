@@ -66,6 +66,10 @@ typedef struct {
   LLVMValueRef entry;  /* hpd_graph_<name>(void **) */
   LLVMValueRef *kfn;   /* per kernel, NULL for units without code */
   char sym[160];
+  /* A step cut into forward and backward (IrGraph.fb_split): the host code
+   * of each part (same signature as fn) and its entry <sym>_F / <sym>_B;
+   * NULL when the graph is not cut or fusion mixed the parts. */
+  LLVMValueRef part_fn[2], part_entry[2];
 } CgGraph;
 
 typedef struct CgCpu {

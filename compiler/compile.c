@@ -21,6 +21,7 @@
 #include "memplan.h"
 #include "pipeline.h"
 #include "plan.h"
+#include "schedule.h"
 #include "spmd.h"
 
 #ifndef HPDL_VERSION
@@ -248,13 +249,14 @@ static int resolve_layout(Cx *C, Layout *L) {
                       "suggest one)", deg[i].key, deg[i].flag);
   L->dp = s->dp, L->tp = s->tp, L->pp = s->pp, L->cp = s->cp;
   L->vpp = s->virtual_stages > 0 ? s->virtual_stages : 1;
-  if (L->vpp > 1)
-    return cfail(C, "virtual pipeline stages (%" PRId64 ", the interleaved schedule) are not supported by the CPU program yet: a rank runs "
-                    "one chunk; use --virtual-stages 1", L->vpp);
   L->sp = s->sp == 1;
   L->zero = s->zero > 0 ? s->zero : 0;
   L->recompute = s->recompute < 0 ? RECOMPUTE_NONE : (Recompute)s->recompute;
-  L->schedule = s->schedule < 0 ? SCHED_1F1B : (Schedule)s->schedule;
+  L->schedule = s->schedule < 0 ? (L->vpp > 1 ? SCHED_INTERLEAVED : SCHED_1F1B) : (Schedule)s->schedule;
+  if (L->vpp > 1 && L->schedule != SCHED_INTERLEAVED)
+    return cfail(C, "%" PRId64 " virtual pipeline stages run the interleaved schedule, not %s (--schedule interleaved)", L->vpp,
+                 sem_schedule_name(L->schedule));
+  if (L->vpp > 1 && L->pp < 2) return cfail(C, "virtual pipeline stages need at least two pipeline stages (--pp)");
   L->mb = C->m->train.micro_batch;
   if (L->mb < 1) return cfail(C, "train.micro_batch must be set");
   L->nmicro = s->num_micro_batches;
@@ -326,6 +328,25 @@ static json_t *train_json(const SemModel *m) {
 }
 
 /* ---- the chunks ---- */
+
+/* The instruction list of the pipeline rank that holds pc's chunk
+ * (schedule.h), recorded in the chunk file for the runtime: the schedule
+ * asked for, or, where schedule.c rejects the shape, one micro-batch in
+ * flight (sched_build_sequential). */
+static int chunk_schedule(Arena *arena, ProgramChunk *pc, Schedule kind, int pp, int m, int v) {
+  SchedProgram prog;
+  char why[256];
+  if (sched_build(&prog, kind, pp, m, v, why, sizeof why) && sched_build_sequential(&prog, pp, m, v)) return -1;
+  int r = sched_chunk_rank(pp, pc->chunk);
+  pc->schedule = kind; /* asked for: the runtime rebuilds with it for another micro-batch count */
+  pc->sched_m = m;
+  pc->sched_v = v;
+  pc->nins = prog.len[r];
+  pc->ins = arena_alloc(arena, sizeof(SchedInstr) * (size_t)(pc->nins + 1));
+  memcpy(pc->ins, prog.ins[r], sizeof(SchedInstr) * (size_t)pc->nins);
+  sched_free(&prog);
+  return 0;
+}
 
 typedef struct {
   IrModule *m;
@@ -404,9 +425,9 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
   SpmdSpec spec = {L.tp, L.cp, L.sp, m->seq_len};
   IrModule *part = spmd_partition(arena, diag, global, &spec);
   const char *split_why = NULL;
-  int64_t *split = part ? plan_chunk_layers(arena, m, L.mb, L.tp, L.cp, L.sp, L.recompute, L.pp, &split_why) : NULL;
+  int64_t *split = part ? plan_chunk_layers(arena, m, L.mb, L.tp, L.cp, L.sp, L.recompute, L.pp * L.vpp, &split_why) : NULL;
   if (part && !split) return cfail(&C, "the pipeline stages cannot be split: %s", split_why);
-  PipeResult *pr = part ? pipe_split(arena, diag, part, L.pp, split) : NULL;
+  PipeResult *pr = part ? pipe_split(arena, diag, part, L.pp * L.vpp, split) : NULL;
   if (!pr) return 1;
   if (ir_verify(pr->m, err)) {
     fprintf(err, "hpdlc: internal error: the partitioned IR does not verify\n");
@@ -427,7 +448,7 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
     const char *why = NULL;
     k->ad = ad_build(k->m, L.recompute, &why);
     if (!k->ad) return cfail(&C, "pipeline chunk %d cannot be differentiated: %s", c, why ? why : "?");
-    if (ir_verify(k->m, err)) {
+    if (ir_verify(k->m, err) || ir_verify_pipeline_cut(k->m->graphs[k->ad->step], err)) {
       fprintf(err, "hpdlc: internal error: chunk %d's training step does not verify\n", c);
       return 3;
     }
@@ -469,6 +490,8 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
     pc->nforward = k->nforward;
     pc->recompute = L.recompute;
     pc->feed = feed;
+    if (chunk_schedule(arena, pc, L.schedule, (int)L.pp, (int)L.nmicro, (int)L.vpp) < 0)
+      return cfail(&C, "no instruction list for pipeline rank %d", c);
     int n = 0;
     for (int p = 0; p < np; p++)
       for (int64_t l = 0; l < (k->m->params[p].count > 1 ? k->m->params[p].count : 1); l++) n += k->used[p][l];
@@ -483,7 +506,12 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
         if (u->owner == c) {
           u->mirrors = arena_alloc(arena, sizeof(int) * (size_t)K);
           for (int d = c + 1; d < K; d++)
-            if (ch[d].used[p][l]) u->mirrors[u->nmirrors++] = d;
+            if (ch[d].used[p][l]) {
+              if (d % L.pp == c % L.pp)
+                return cfail(&C, "parameter %s is read by chunks %d and %d, which pipeline stage %d both holds (virtual stages): not "
+                                 "supported yet", k->m->params[p].name, c, d, (int)(c % L.pp));
+              u->mirrors[u->nmirrors++] = d;
+            }
         }
       }
   }
@@ -498,15 +526,17 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
   if (copy_file(lib, path, why, sizeof why)) return cfail(&C, "writing the program: %s", why);
   /* the chunk modules share the global module's extern table */
   if (externs_copy(&C, global)) return 1;
+  /* files per chunk: stageS.* (one chunk per stage), chunkC.* with virtual stages */
+  const char *fname = L.vpp > 1 ? "chunk" : "stage";
   for (int c = 0; c < K; c++) {
-    snprintf(path, sizeof path, "%s/stage%d.hir", o->out_dir, c);
+    snprintf(path, sizeof path, "%s/%s%d.hir", o->out_dir, fname, c);
     if (program_ir_write(&ch[c].pc, path, why, sizeof why)) return cfail(&C, "writing chunk %d: %s", c, why);
   }
   /* Kernels per stage: a stage the back end cannot compile runs the
    * reference executor (auto), or the compilation fails (native). */
   int nnative = 0;
   for (int c = 0; c < K && o->executor != COMPILE_EXEC_INTERP; c++) {
-    snprintf(path, sizeof path, "%s/stage%d.so", o->out_dir, c);
+    snprintf(path, sizeof path, "%s/%s%d.so", o->out_dir, fname, c);
     unlink(path); /* never a stale library of another compilation */
     if (!ch[c].fr) {
       snprintf(why, sizeof why, "chunk %d's fusion does not check", c);
@@ -554,11 +584,25 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
   for (int r = 0; r < world; r++) {
     /* rank = tp_i + tp (cp_i + cp (dp_i + dp pp_i)): the stage is outermost */
     int stage = (int)(r / (L.tp * L.cp * L.dp));
-    const MemPlan *pl = ch[stage].plan;
-    int64_t arena_bytes = ch[stage].native && pl->fused_arena > 0 ? pl->fused_arena : pl->arena;
+    /* the stage's chunks: stage, stage + pp, ... (module / kernels name the first) */
+    int64_t arena_bytes = 0;
+    for (int c = stage; c < K; c += (int)L.pp) {
+      const MemPlan *pl = ch[c].plan;
+      int64_t b = ch[c].native && pl->fused_arena > 0 ? pl->fused_arena : pl->arena;
+      if (b > arena_bytes) arena_bytes = b;
+    }
     json_t *jr = json_pack("{s:s, s:I, s:s}", "program", "program.so", "arena_bytes", (json_int_t)arena_bytes, "module",
-                           arena_printf(arena, "stage%d.hir", stage));
-    if (ch[stage].native) json_object_set_new(jr, "kernels", json_string(arena_printf(arena, "stage%d.so", stage)));
+                           arena_printf(arena, "%s%d.hir", fname, stage));
+    if (ch[stage].native) json_object_set_new(jr, "kernels", json_string(arena_printf(arena, "%s%d.so", fname, stage)));
+    if (L.vpp > 1) {
+      json_t *jc = json_array();
+      for (int c = stage; c < K; c += (int)L.pp) {
+        json_t *one = json_pack("{s:i, s:s}", "chunk", c, "module", arena_printf(arena, "%s%d.hir", fname, c));
+        if (ch[c].native) json_object_set_new(one, "kernels", json_string(arena_printf(arena, "%s%d.so", fname, c)));
+        json_array_append_new(jc, one);
+      }
+      json_object_set_new(jr, "chunks", jc);
+    }
     json_array_append_new(ranks, jr);
   }
   json_object_set_new(root, "ranks", ranks);
@@ -586,8 +630,9 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
     json_t *stage = json_array();
     int same = 1;
     for (int64_t l = 0; l < copies; l++) {
-      int s = cp >= 0 && owner[cp][l] >= 0 ? owner[cp][l] : 0;
-      same &= s == (cp >= 0 && owner[cp][0] >= 0 ? owner[cp][0] : 0);
+      /* the pipeline stage that holds the owning chunk */
+      int s = cp >= 0 && owner[cp][l] >= 0 ? owner[cp][l] % (int)L.pp : 0;
+      same &= s == (cp >= 0 && owner[cp][0] >= 0 ? owner[cp][0] % (int)L.pp : 0);
       json_array_append_new(stage, json_integer(s));
     }
     if (same) {
@@ -620,10 +665,10 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
             : nnative    ? "mixed (generated kernels where the back end compiles the stage, else the reference executor)"
                          : "interp (the reference executor, fp64)");
     for (int c = 0; c < K; c++)
-      fprintf(out, "  stage %d: layers %" PRId64 "-%" PRId64 ", %d graphs, %d nodes, arena %" PRId64 " bytes: stage%d.hir%s\n", c,
-              pr->first[c], pr->first[c] + pr->layers[c] - 1, ch[c].m->ngraphs, ch[c].nnodes,
-              ch[c].native && ch[c].plan->fused_arena > 0 ? ch[c].plan->fused_arena : ch[c].plan->arena, c,
-              ch[c].native ? arena_printf(arena, ", stage%d.so (%s)", c, "native") : " (interp)");
+      fprintf(out, "  %s %d: layers %" PRId64 "-%" PRId64 ", %d graphs, %d nodes, arena %" PRId64 " bytes: %s%d.hir%s\n",
+              L.vpp > 1 ? "chunk" : "stage", c, pr->first[c], pr->first[c] + pr->layers[c] - 1, ch[c].m->ngraphs, ch[c].nnodes,
+              ch[c].native && ch[c].plan->fused_arena > 0 ? ch[c].plan->fused_arena : ch[c].plan->arena, fname, c,
+              ch[c].native ? arena_printf(arena, ", %s%d.so (%s)", fname, c, "native") : " (interp)");
   }
   return 0;
 }

@@ -45,8 +45,6 @@ struct Interp {
   double **grads;  /* same layout, allocated on the first gradient */
   double **inputs;
   uint64_t seed;
-  Stash *stash;
-  int nstash, capstash;
   Msg *mail_head, *mail_tail;
   InterpComm comm;
   int has_comm;
@@ -146,7 +144,6 @@ void interp_free(Interp *in) {
     free(in->grads[i]);
   }
   for (int i = 0; i < in->m->ninputs; i++) free(in->inputs[i]);
-  for (int i = 0; i < in->nstash; i++) stash_clear(&in->stash[i]);
   while (in->mail_head) {
     Msg *next = in->mail_head->next;
     free(in->mail_head->t.data);
@@ -154,7 +151,6 @@ void interp_free(Interp *in) {
     in->mail_head = next;
   }
   extcall_close(in->ext);
-  free(in->stash);
   free(in->params);
   free(in->grads);
   free(in->inputs);
@@ -347,6 +343,16 @@ typedef struct {
   int nargs;
   double **val;  /* per node: its values, or NULL */
   char *owned;   /* per node: val is ours to free */
+  int *last;     /* per node: the last node that reads it (nnodes for an output) */
+  int next;      /* the next node to run */
+  /* The SAVE calls' per-layer activations, kept for their BACKWARD calls
+   * of the same run (so two runs in flight keep apart). */
+  Stash *stash;
+  int nstash, capstash;
+  /* A frame (interp_forward): leaves that could change before the rest
+   * runs (model inputs, arguments) are copied, and the run outlives the call. */
+  int frame;
+  InterpTensor *argcopy;
 } Run;
 
 static int run_graph(Interp *in, int gi, int64_t layer, const InterpTensor *args, int nargs, InterpTensor *outs,
@@ -367,17 +373,17 @@ static double *dup_values(const double *src, int64_t n) {
   return d;
 }
 
-static Stash *stash_find(Interp *in, int graph, int node, int create) {
-  for (int i = 0; i < in->nstash; i++)
-    if (in->stash[i].graph == graph && in->stash[i].node == node) return &in->stash[i];
+static Stash *stash_find(Run *r, int graph, int node, int create) {
+  for (int i = 0; i < r->nstash; i++)
+    if (r->stash[i].graph == graph && r->stash[i].node == node) return &r->stash[i];
   if (!create) return NULL;
-  if (in->nstash == in->capstash) {
-    in->capstash = in->capstash ? in->capstash * 2 : 4;
-    Stash *s = realloc(in->stash, sizeof(Stash) * (size_t)in->capstash);
+  if (r->nstash == r->capstash) {
+    r->capstash = r->capstash ? r->capstash * 2 : 4;
+    Stash *s = realloc(r->stash, sizeof(Stash) * (size_t)r->capstash);
     if (!s) abort();
-    in->stash = s;
+    r->stash = s;
   }
-  Stash *s = &in->stash[in->nstash++];
+  Stash *s = &r->stash[r->nstash++];
   memset(s, 0, sizeof *s);
   s->graph = graph;
   s->node = node;
@@ -402,7 +408,7 @@ static const char *exec_call(Run *r, const IrNode *n, double *out) {
     for (int k = 0; k < nargs; k++) args[k] = tensor_of(&r->g->nodes[n->in[k]], r->val[n->in[k]]);
     Stash *st = NULL;
     if (mode == IR_CALL_SAVE) {
-      st = stash_find(in, r->gi, (int)(n - r->g->nodes), 1);
+      st = stash_find(r, r->gi, (int)(n - r->g->nodes), 1);
       if (st->count) acc_stash(in, st->graph, st->node, st->bytes, 0);
       stash_clear(st);
       st->count = count;
@@ -437,7 +443,7 @@ static const char *exec_call(Run *r, const IrNode *n, double *out) {
     free(carry);
     free(args);
   } else if (mode == IR_CALL_BACKWARD) {
-    Stash *st = n->nin == 2 ? stash_find(in, r->gi, n->in[1], 0) : NULL;
+    Stash *st = n->nin == 2 ? stash_find(r, r->gi, n->in[1], 0) : NULL;
     if (!st || st->count != count)
       err = fail(in, "backward call of %s: nothing saved by its forward call (run the SAVE call first)", cg->name);
     int nargs = 1 + (st ? st->per_layer : 0);
@@ -1003,58 +1009,89 @@ static const char *bind_leaf(Run *r, int id) {
   return NULL;
 }
 
-static int run_graph(Interp *in, int gi, int64_t layer, const InterpTensor *args, int nargs, InterpTensor *outs,
-                     const char **err) {
+/* A run of a graph, in three steps so that a step graph cut by autodiff
+ * (IrGraph.fb_split) can stop between its forward and its backward. */
+static Run *run_begin(Interp *in, int gi, int64_t layer, const InterpTensor *args, int nargs, int frame) {
   const IrGraph *g = in->m->graphs[gi];
-  Run r;
-  memset(&r, 0, sizeof r);
-  r.in = in;
-  r.gi = gi;
-  r.g = g;
-  r.layer = layer;
-  r.args = args;
-  r.nargs = nargs;
-  r.val = xalloc_calloc((size_t)g->nnodes, sizeof(double *));
-  r.owned = xalloc_calloc((size_t)g->nnodes, 1);
-  /* last use of each value, so it can be freed early; outputs live on */
-  int *last = xalloc_calloc((size_t)g->nnodes, sizeof(int));
-  for (int i = 0; i < g->nnodes; i++) {
-    last[i] = i;
-    for (int k = 0; k < g->nodes[i].nin; k++) last[g->nodes[i].in[k]] = i;
+  Run *r = xalloc_calloc(1, sizeof *r);
+  r->in = in;
+  r->gi = gi;
+  r->g = g;
+  r->layer = layer;
+  r->frame = frame;
+  r->nargs = nargs;
+  if (frame && nargs > 0) {
+    r->argcopy = xalloc_calloc((size_t)nargs, sizeof(InterpTensor));
+    for (int k = 0; k < nargs; k++) {
+      r->argcopy[k] = args[k];
+      if (args[k].data) r->argcopy[k].data = dup_values(args[k].data, dims_numel(args[k].rank, args[k].dims));
+    }
+    r->args = r->argcopy;
+  } else {
+    r->args = args;
   }
-  for (int k = 0; k < g->noutputs; k++) last[g->outputs[k]] = g->nnodes;
-  const char *e = NULL;
+  r->val = xalloc_calloc((size_t)g->nnodes + 1, sizeof(double *));
+  r->owned = xalloc_calloc((size_t)g->nnodes + 1, 1);
+  /* last use of each value, so it can be freed early; outputs live on */
+  r->last = xalloc_calloc((size_t)g->nnodes + 1, sizeof(int));
+  for (int i = 0; i < g->nnodes; i++) {
+    r->last[i] = i;
+    for (int k = 0; k < g->nodes[i].nin; k++) r->last[g->nodes[i].in[k]] = i;
+  }
+  for (int k = 0; k < g->noutputs; k++) r->last[g->outputs[k]] = g->nnodes;
   acc_run(in, gi, layer, 1);
-  for (int i = 0; i < g->nnodes && !e; i++) {
+  return r;
+}
+
+/* Runs nodes r->next .. to-1. */
+static const char *run_range(Run *r, int to) {
+  Interp *in = r->in;
+  const IrGraph *g = r->g;
+  int gi = r->gi, *last = r->last;
+  const char *e = NULL;
+  for (int i = r->next; i < to && !e; i++) {
     const IrNode *n = &g->nodes[i];
     acc_value(in, gi, i, 1);
     if (n->op == IR_PARAM || n->op == IR_INPUT || n->op == IR_ARG) {
-      e = bind_leaf(&r, i);
+      e = bind_leaf(r, i);
+      if (!e && r->frame && n->op != IR_PARAM) { /* the next micro-batch may overwrite it */
+        r->val[i] = dup_values(r->val[i], ir_numel(n));
+        r->owned[i] = 1;
+      }
     } else {
-      r.val[i] = xalloc_calloc((size_t)ir_numel(n), sizeof(double));
-      r.owned[i] = 1;
-      e = exec_node(&r, i, r.val[i]);
+      r->val[i] = xalloc_calloc((size_t)ir_numel(n), sizeof(double));
+      r->owned[i] = 1;
+      e = exec_node(r, i, r->val[i]);
       if (last[i] == i) { /* nothing reads it (a CALL kept for its effects) */
         acc_value(in, gi, i, 0);
-        free(r.val[i]);
-        r.val[i] = NULL;
-        r.owned[i] = 0;
+        free(r->val[i]);
+        r->val[i] = NULL;
+        r->owned[i] = 0;
       }
     }
     for (int k = 0; k < n->nin; k++) {
       int src = n->in[k];
-      if (last[src] == i && r.val[src]) acc_value(in, gi, src, 0);
-      if (last[src] == i && r.owned[src]) {
-        free(r.val[src]);
-        r.owned[src] = 0;
+      if (last[src] == i && r->val[src]) acc_value(in, gi, src, 0);
+      if (last[src] == i && r->owned[src]) {
+        free(r->val[src]);
+        r->owned[src] = 0;
       }
-      if (last[src] == i) r.val[src] = NULL;
+      if (last[src] == i) r->val[src] = NULL;
     }
+    r->next = i + 1;
   }
-  if (!e) {
+  return e;
+}
+
+/* The outputs (when e is NULL and outs is not), the gradients added to the
+ * store, then everything the run holds freed. */
+static int run_end(Run *r, const char *e, InterpTensor *outs, const char **err) {
+  Interp *in = r->in;
+  const IrGraph *g = r->g;
+  if (!e && outs) {
     for (int k = 0; k < g->noutputs; k++) {
       const IrNode *o = &g->nodes[g->outputs[k]];
-      outs[k] = tensor_of(o, dup_values(r.val[g->outputs[k]], ir_numel(o)));
+      outs[k] = tensor_of(o, dup_values(r->val[g->outputs[k]], ir_numel(o)));
     }
     for (int k = 0; k < g->ngrad_params; k++) {
       int at = g->noutputs - g->ngrad_params + k, p = g->grad_params[k];
@@ -1062,7 +1099,7 @@ static int run_graph(Interp *in, int gi, int64_t layer, const InterpTensor *args
         e = fail(in, "graph %s: gradient output %d does not match parameter %s", g->name, at, in->m->params[p].name);
         break;
       }
-      add_grad(in, p, layer, outs[at].data);
+      add_grad(in, p, r->layer, outs[at].data);
     }
     if (e)
       for (int k = 0; k < g->noutputs; k++) {
@@ -1071,13 +1108,77 @@ static int run_graph(Interp *in, int gi, int64_t layer, const InterpTensor *args
       }
   }
   for (int i = 0; i < g->nnodes; i++)
-    if (r.owned[i]) free(r.val[i]);
-  acc_run(in, gi, layer, 0);
-  free(r.val);
-  free(r.owned);
-  free(last);
+    if (r->owned[i]) free(r->val[i]);
+  for (int i = 0; i < r->nstash; i++) {
+    if (r->stash[i].count) acc_stash(in, r->stash[i].graph, r->stash[i].node, r->stash[i].bytes, 0);
+    stash_clear(&r->stash[i]);
+  }
+  free(r->stash);
+  for (int k = 0; r->argcopy && k < r->nargs; k++) free(r->argcopy[k].data);
+  free(r->argcopy);
+  acc_run(in, r->gi, r->layer, 0);
+  free(r->val);
+  free(r->owned);
+  free(r->last);
+  free(r);
   if (e && err) *err = e;
   return e ? -1 : 0;
+}
+
+static int run_graph(Interp *in, int gi, int64_t layer, const InterpTensor *args, int nargs, InterpTensor *outs,
+                     const char **err) {
+  Run *r = run_begin(in, gi, layer, args, nargs, 0);
+  const char *e = run_range(r, r->g->nnodes);
+  return run_end(r, e, outs, err);
+}
+
+struct InterpFrame {
+  Run *r;
+};
+
+InterpFrame *interp_forward(Interp *in, int graph, const InterpTensor *args, int nargs, const char **err) {
+  if (graph < 0 || graph >= in->m->ngraphs) {
+    if (err) *err = fail(in, "no graph %d", graph);
+    return NULL;
+  }
+  const IrGraph *g = in->m->graphs[graph];
+  if (g->fb_split <= 0) {
+    if (err) *err = fail(in, "graph %s is not a training step cut into forward and backward", g->name);
+    return NULL;
+  }
+  Run *r = run_begin(in, graph, 0, args, nargs, 1);
+  const char *e = run_range(r, g->fb_split);
+  if (e) {
+    run_end(r, e, NULL, err);
+    return NULL;
+  }
+  InterpFrame *f = xalloc_calloc(1, sizeof *f);
+  f->r = r;
+  return f;
+}
+
+int interp_backward(InterpFrame *f, InterpTensor *outs, const char **err) {
+  Run *r = f->r;
+  free(f);
+  const char *e = run_range(r, r->g->nnodes);
+  return run_end(r, e, outs, err);
+}
+
+void interp_frame_free(InterpFrame *f) {
+  if (!f) return;
+  run_end(f->r, NULL, NULL, NULL);
+  free(f);
+}
+
+int64_t interp_frame_bytes(const InterpFrame *f) {
+  const Run *r = f->r;
+  int64_t bytes = 0;
+  for (int i = 0; i < r->g->nnodes; i++)
+    if (r->owned[i] && r->val[i]) bytes += ir_numel(&r->g->nodes[i]) * (int64_t)sizeof(double);
+  for (int i = 0; i < r->nstash; i++)
+    for (int64_t k = 0; k < r->stash[i].count * r->stash[i].per_layer; k++)
+      bytes += dims_numel(r->stash[i].t[k].rank, r->stash[i].t[k].dims) * (int64_t)sizeof(double);
+  return bytes;
 }
 
 int interp_run(Interp *in, int graph, int64_t layer, const InterpTensor *args, int nargs, InterpTensor *outs,

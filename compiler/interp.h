@@ -66,6 +66,24 @@ void interp_set_input(Interp *in, int input, const double *data);
 int interp_run(Interp *in, int graph, int64_t layer, const InterpTensor *args, int nargs, InterpTensor *outs,
                const char **err);
 
+/* A training step in two halves, for pipeline schedules: a graph cut by
+ * autodiff (IrGraph.fb_split > 0: forward.grad) runs its forward part F
+ * (nodes before the cut: the micro-batch's forward, with its activation
+ * SEND) now, and its backward part B (the gradient RECV, the backward, the
+ * input gradient's SEND) later, with other micro-batches' halves in
+ * between. The frame is the micro-batch's stash: every value F made that B
+ * reads, the SAVE calls' per-layer activations, and copies of the model
+ * inputs and arguments (the next micro-batch overwrites the Interp's).
+ * interp_forward returns NULL with *err on failure; interp_backward runs B,
+ * writes the outputs as interp_run does, adds the gradients to the store
+ * and frees the frame (also on failure); interp_frame_free drops a frame
+ * whose backward will not run. interp_frame_bytes: what the stash holds. */
+typedef struct InterpFrame InterpFrame;
+InterpFrame *interp_forward(Interp *in, int graph, const InterpTensor *args, int nargs, const char **err);
+int interp_backward(InterpFrame *f, InterpTensor *outs, const char **err);
+void interp_frame_free(InterpFrame *f);
+int64_t interp_frame_bytes(const InterpFrame *f);
+
 /* Gradients. Whenever a graph that autodiff made runs (IrGraph.grad_params;
  * at top level or inside a CALL), its gradient outputs are added to a store
  * kept here per parameter copy, so runs (micro-batches) accumulate until the

@@ -559,6 +559,45 @@ int ir_add(IrGraph *g, IrOp op, const int *in, int nin, const int64_t *attr, int
 
 /* ---- verification ---- */
 
+/* A step cut into forward and backward (IrGraph.fb_split): the cut lies
+ * inside the graph, and the backward part has the gradient outputs. */
+static int verify_fb_split(const IrGraph *g, FILE *out) {
+  if (!g->fb_split) return 0;
+  if (g->fb_split < 0 || g->fb_split > g->nnodes) {
+    if (out) fprintf(out, "ir verify: graph %s: forward/backward cut at %%%d is outside the graph\n", g->name, g->fb_split);
+    return 1;
+  }
+  int problems = 0;
+  for (int k = g->noutputs - g->ngrad_params; k < g->noutputs; k++) {
+    const IrNode *o = &g->nodes[g->outputs[k]];
+    if (g->outputs[k] < g->fb_split && !(op_flags[o->op] & IRF_LEAF)) {
+      if (out) fprintf(out, "ir verify: graph %s: gradient output %d (%%%d) is computed before the backward part\n", g->name, k, g->outputs[k]);
+      problems++;
+    }
+  }
+  return problems;
+}
+
+int ir_verify_pipeline_cut(const IrGraph *g, FILE *out) {
+  if (g->fb_split <= 0) {
+    if (out) fprintf(out, "ir verify: graph %s is not cut into forward and backward\n", g->name);
+    return 1;
+  }
+  int problems = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = &g->nodes[i];
+    if ((n->op != IR_SEND && n->op != IR_RECV) || n->attr[0] != IRG_PP) continue;
+    int forward = (n->op == IR_SEND) == (n->attr[1] > 0);
+    if (forward != (i < g->fb_split)) {
+      if (out)
+        fprintf(out, "ir verify: graph %s, %%%d (%s): a transfer toward the %s chunk in the %s part of the step\n", g->name, i,
+                op_names[n->op], forward ? "next" : "previous", i < g->fb_split ? "forward" : "backward");
+      problems++;
+    }
+  }
+  return problems;
+}
+
 int ir_verify(const IrModule *m, FILE *out) {
   int problems = 0;
   for (int gi = 0; gi < m->ngraphs; gi++) {
@@ -595,6 +634,7 @@ int ir_verify(const IrModule *m, FILE *out) {
         if (out) fprintf(out, "ir verify: graph %s: output %d is not a node\n", g->name, k);
         problems++;
       }
+    problems += verify_fb_split(g, out);
   }
   return problems;
 }

@@ -61,6 +61,14 @@ typedef struct {
    * executor adds to its gradient store whenever the graph runs. */
   int *grad_params;
   int ngrad_params;
+  /* Set by autodiff on the training step (forward.grad): nodes before
+   * fb_split are its forward part F (one micro-batch's forward, ending with
+   * the activation SEND of a pipeline chunk), the rest its backward part B
+   * (the gradient RECV, the backward, the parameter gradients and the input
+   * gradient's SEND). A pipeline schedule runs F and B of a micro-batch
+   * apart; the values F makes and B reads are its stash (fbsplit.h). 0: the
+   * graph is not cut. */
+  int fb_split;
 } IrGraph;
 
 /* CALL's attr[2], the mode (autodiff's convention; see autodiff.h):
@@ -171,6 +179,14 @@ int64_t ir_bytes(const IrNode *n); /* numel x element size */
 /* Checks SSA order, arity, and that every node's stored type equals what its
  * shape rule computes. Returns the number of problems, printed to `out`. */
 int ir_verify(const IrModule *m, FILE *out);
+
+/* For a step a pipeline schedule runs in halves (IrGraph.fb_split): every
+ * pipeline transfer toward the next chunk (the activation) lies in the
+ * forward part and every one toward the previous chunk (its gradient) in
+ * the backward part, or the halves would wait for the wrong messages.
+ * ir_verify checks only that the cut is inside the graph (a single-process
+ * graph may loop a transfer back). Returns the number of problems. */
+int ir_verify_pipeline_cut(const IrGraph *g, FILE *out);
 
 /* Stable text form (golden tests compare it):
  *   graph forward (count 1) {

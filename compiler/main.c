@@ -10,6 +10,7 @@
 #include "autodiff.h"
 #include "compile.h"
 #include "diag.h"
+#include "fbsplit.h"
 #include "fuse.h"
 #include "ir.h"
 #include "loader.h"
@@ -66,7 +67,7 @@ typedef struct {
 } Cli;
 
 static const char *const verbs[] = {"check", "emit", "plan", "compile"};
-static const char *const stages[] = {"ast", "source", "ir", "grad", "fused", "spmd", "dp", "memory", "schedule"};
+static const char *const stages[] = {"ast", "source", "ir", "grad", "fused", "spmd", "dp", "memory", "schedule", "stash"};
 
 static void help_common_options(void) {
   puts("options:\n"
@@ -185,7 +186,9 @@ static void help_verb(const char *verb) {
          "           reduce-scatter (2) once per step, and with zero 3 the chunk's program with\n"
          "           its parameters in dp pieces, all-gathered where they are used\n"
          "  schedule each pipeline rank's instructions for one step (--schedule --pp\n"
-         "           --virtual-stages; micro-batches = global batch / (dp x micro batch))\n");
+         "           --virtual-stages; micro-batches = global batch / (dp x micro batch))\n"
+         "  stash    each pipeline chunk's training step cut into its forward and backward\n"
+         "           parts, and what a micro-batch keeps from one to the other (its stash)\n");
   }
   help_common_options();
 }
@@ -243,7 +246,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
       if (!strcmp(verb, "emit") && !cli->stage) {
         int ok = 0;
         for (size_t k = 0; k < sizeof stages / sizeof stages[0]; k++) ok |= !strcmp(stages[k], a);
-        if (!ok) return cli_error("emit: unknown stage '%s'; stages are ast, source, ir, grad, fused, spmd, dp, memory and schedule", a, NULL);
+        if (!ok) return cli_error("emit: unknown stage '%s'; stages are ast, source, ir, grad, fused, spmd, dp, memory, schedule and stash", a, NULL);
         cli->stage = a;
         continue;
       }
@@ -457,7 +460,7 @@ static int emit_memory(Arena *arena, Diag *diag, const char *path, const SemMode
   const SemLayout *L = &m->layout;
   SimLayout sl = {L->dp > 0 ? L->dp : 1, L->tp > 0 ? L->tp : 1, L->pp > 0 ? L->pp : 1, L->cp > 0 ? L->cp : 1,
                   L->virtual_stages > 0 ? L->virtual_stages : 1, L->sp == 1,
-                  L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute, m->train.micro_batch, 1, 0};
+                  L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute, m->train.micro_batch, 1, 0, SCHED_1F1B};
   const char *why = NULL;
   MemRankProgram *rp = mem_rank_program(arena, diag, m, &sl, 0, &why);
   if (!rp) {
@@ -560,6 +563,10 @@ int main(int argc, char **argv) {
               sched_print(stdout, &prog_s, 0);
               sched_free(&prog_s);
             }
+          } else if (!strcmp(cli.stage, "stash")) {
+            /* each pipeline chunk's step cut into forward and backward, and what a micro-batch keeps between */
+            int st = fb_emit(arena, diag, m, ir, stdout);
+            if (st) status = st;
           } else if (!strcmp(cli.stage, "spmd")) {
             const SemLayout *L = &m->layout;
             SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, m->seq_len};

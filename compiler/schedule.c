@@ -646,3 +646,14 @@ void sched_print_sim(FILE *f, const SchedSim *s) {
   for (int r = 0; r < s->pp; r++)
     fprintf(f, "rank %d: busy %.6g idle %.6g peak in flight %d\n", r, s->busy[r], s->idle[r], s->peak_inflight[r]);
 }
+
+int sched_build_sequential(SchedProgram *p, int pp, int m, int v) {
+  if (sched_init(p, SCHED_GPIPE, pp, m, v)) return -1;
+  int K = pp * v, rc = 0;
+  for (int mb = 0; mb < m; mb++) {
+    for (int c = 0; c < K; c++) rc |= sched_push(p, sched_chunk_rank(pp, c), SCHED_OP_FWD, c, mb, -1);
+    for (int c = K - 1; c >= 0; c--) rc |= sched_push(p, sched_chunk_rank(pp, c), SCHED_OP_BWD, c, mb, -1);
+  }
+  if (rc) sched_free(p);
+  return rc ? -1 : 0;
+}

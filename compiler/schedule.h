@@ -25,9 +25,13 @@
  *     pp; the bubble shrinks to (pp-1)(t_f + t_b)/v for v times as many
  *     point-to-point messages. Needs m % pp == 0, as Megatron does.
  *
- * The instruction lists are what a rank executes, in order; the
- * partitioner's send/recv ops and `hpdlc emit schedule` come from them, the
- * planner prices them with the simulator (bubble, micro-batches in flight). */
+ * The instruction lists are what a rank executes, in order: the simulated
+ * ranks (sim.c) and the CPU program (runtime/program_exec.c, from the list
+ * hpdlc compile records in each chunk file) run FWD / BWD as the forward
+ * and backward parts of the chunk's step (IrGraph.fb_split), the transfers
+ * being the step's own send / receive nodes; `hpdlc emit schedule` prints
+ * them, the planner prices them with the simulator (bubble, micro-batches
+ * in flight). */
 #ifndef HPDL_SCHEDULE_H
 #define HPDL_SCHEDULE_H
 
@@ -91,6 +95,13 @@ int sched_validate_args(Schedule kind, int pp, int m, int v, char *err, size_t e
  * OPTIMIZER_STEP. Returns 0, or -1 with a message in err (out is then
  * empty and needs no sched_free). */
 int sched_build(SchedProgram *out, Schedule kind, int pp, int m, int v, char *err, size_t errlen);
+
+/* The order of one micro-batch in flight: micro-batch by micro-batch, its
+ * forward through every chunk, then its backward back (FWD / BWD only, no
+ * messages or reduce). Valid for every pp, m, v >= 1 (even where
+ * sched_build rejects the shape: interleaving with m % pp != 0); what the
+ * executors ran before they ran schedules. 0, or -1 when out of memory. */
+int sched_build_sequential(SchedProgram *out, int pp, int m, int v);
 
 /* An empty program of that shape (no argument checks beyond pp, m, v >= 1),
  * to which sched_push appends: for hand-written and mutated programs in

@@ -46,10 +46,6 @@ static int find_builtin(const char *name) {
 
 static int is_unary_elementwise(SemOp op) { return op <= SOP_NEG; }
 
-const char *sem_schedule_name(Schedule s) {
-  static const char *const n[] = {"gpipe", "1f1b", "interleaved"};
-  return n[s];
-}
 const char *sem_recompute_name(Recompute r) {
   static const char *const n[] = {"none", "selective", "full"};
   return n[r];

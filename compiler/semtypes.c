@@ -29,3 +29,10 @@ const char *sem_shard_name(ShardKind k) {
   static const char *const n[] = {"replicated", "column", "row", "vocab"};
   return n[k];
 }
+
+/* Here rather than in sema.c: schedule.c uses it, and the CPU program
+ * (runtime/program_exec.c) carries schedule.c without the front end. */
+const char *sem_schedule_name(Schedule s) {
+  static const char *const n[] = {"gpipe", "1f1b", "interleaved"};
+  return n[s];
+}

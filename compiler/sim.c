@@ -16,6 +16,7 @@
 #include "lower.h"
 #include "pipeline.h"
 #include "plan.h"
+#include "schedule.h"
 #include "spmd.h"
 
 enum { SIM_TIMEOUT_S = 120 };
@@ -69,7 +70,14 @@ static const char *barrier(Group *g) {
 
 /* ---- mailboxes for pipeline transfers ---- */
 
+/* A message is named by its kind, the chunk that produced it and its
+ * micro-batch, so that a schedule with several micro-batches in flight (and
+ * a rank holding several chunks) takes the one it means: a receive waits
+ * for its own tag, whatever else arrived first. */
+enum { TAG_ACT, TAG_GRAD, TAG_RING };
+
 typedef struct Letter {
+  int kind, chunk, mb;
   double *data;
   int64_t n;
   struct Letter *next;
@@ -87,12 +95,14 @@ typedef struct Sim Sim;
 
 typedef struct {
   Sim *S;
-  int d, c, t, x; /* replica, chunk, tensor rank, context rank */
+  int d, p, t, x; /* replica, pipeline rank, tensor rank, context rank */
   int index;
-  Interp *in;
-  const AdResult *ad;
-  const DpSync *sync;
-  InterpTensor *synced; /* dp.sync's outputs: this rank's synchronised gradients */
+  int nlocal;     /* chunks this pipeline rank holds: p, p + pp, ... */
+  Interp **in;    /* per local chunk */
+  const AdResult **ad;
+  const DpSync **sync;   /* per local chunk: its dp.sync (dpsync.h) */
+  InterpTensor **synced; /* per local chunk: dp.sync's outputs, this rank's synchronised gradients */
+  int cur_chunk, cur_mb; /* what runs now: names the messages */
   double loss_sum;
   const char *err;
   char errbuf[256];
@@ -101,6 +111,8 @@ typedef struct {
 struct Sim {
   const SimLayout *L;
   int64_t K; /* chunks */
+  int64_t PP; /* pipeline ranks */
+  SchedProgram prog;
   int nranks;
   Rank *ranks;
   Group *tp_groups, *cp_groups, *dp_groups;
@@ -110,22 +122,22 @@ struct Sim {
   int64_t *input_row; /* values per micro-batch row of each input */
 };
 
-static int rank_index(const Sim *S, int d, int c, int t, int x) {
-  return ((d * (int)S->K + c) * (int)S->L->tp + t) * (int)S->L->cp + x;
+static int rank_index(const Sim *S, int d, int p, int t, int x) {
+  return ((d * (int)S->PP + p) * (int)S->L->tp + t) * (int)S->L->cp + x;
 }
 
 /* The rendezvous of rank R's group gr, and R's place in it. */
 static Group *group_of(Sim *S, const Rank *R, IrGroup gr, int *me) {
   if (gr == IRG_DP) {
     *me = R->d;
-    return &S->dp_groups[rank_index(S, 0, R->c, R->t, R->x)];
+    return &S->dp_groups[rank_index(S, 0, R->p, R->t, R->x)];
   }
   if (gr == IRG_TP) {
     *me = R->t;
-    return &S->tp_groups[rank_index(S, R->d, R->c, 0, R->x)];
+    return &S->tp_groups[rank_index(S, R->d, R->p, 0, R->x)];
   }
   *me = R->x;
-  return &S->cp_groups[rank_index(S, R->d, R->c, R->t, 0)];
+  return &S->cp_groups[rank_index(S, R->d, R->p, R->t, 0)];
 }
 
 static const char *sim_all_reduce(void *ctx, IrGroup gr, int op, double *data, int64_t n) {
@@ -166,14 +178,27 @@ static Mailbox *box(Sim *S, int from, int to) { return &S->boxes[from * S->nrank
  * context group a ring (ring attention). -1 when there is none. */
 static int peer_of(Sim *S, const Rank *R, IrGroup gr, int offset) {
   if (gr == IRG_PP) {
-    int c = R->c + offset;
-    return c < 0 || c >= S->K ? -1 : rank_index(S, R->d, c, R->t, R->x);
+    int c = R->cur_chunk + offset;
+    return c < 0 || c >= S->K ? -1 : rank_index(S, R->d, sched_chunk_rank((int)S->PP, c), R->t, R->x);
   }
   if (gr == IRG_CP) {
     int c = (int)S->L->cp;
-    return rank_index(S, R->d, R->c, R->t, ((R->x + offset) % c + c) % c);
+    return rank_index(S, R->d, R->p, R->t, ((R->x + offset) % c + c) % c);
   }
   return -1;
+}
+
+/* The tag of a transfer by the running chunk: a pipeline send carries this
+ * chunk's activation (forward) or input gradient (backward); a receive
+ * takes the neighbour's. */
+static void tag_of(const Rank *R, IrGroup gr, int offset, int sending, int *kind, int *chunk) {
+  if (gr != IRG_PP) {
+    *kind = TAG_RING;
+    *chunk = R->cur_chunk;
+    return;
+  }
+  *kind = (offset > 0) == (sending != 0) ? TAG_ACT : TAG_GRAD;
+  *chunk = sending ? R->cur_chunk : R->cur_chunk + offset;
 }
 
 static const char *sim_send(void *ctx, IrGroup gr, int offset, const double *data, int64_t n) {
@@ -183,6 +208,8 @@ static const char *sim_send(void *ctx, IrGroup gr, int offset, const double *dat
   if (to < 0) return "send to a rank that does not exist";
   Mailbox *b = box(S, R->index, to);
   Letter *l = calloc(1, sizeof *l);
+  tag_of(R, gr, offset, 1, &l->kind, &l->chunk);
+  l->mb = R->cur_mb;
   l->data = malloc(sizeof(double) * (size_t)(n ? n : 1));
   memcpy(l->data, data, sizeof(double) * (size_t)n);
   l->n = n;
@@ -201,16 +228,22 @@ static const char *sim_recv(void *ctx, IrGroup gr, int offset, double *data, int
   int from = peer_of(S, R, gr, offset);
   if (from < 0) return "recv from a rank that does not exist";
   Mailbox *b = box(S, from, R->index);
+  int kind, chunk;
+  tag_of(R, gr, offset, 0, &kind, &chunk);
   const char *err = NULL;
   struct timespec ts;
   deadline(&ts);
   pthread_mutex_lock(&b->mu);
-  while (!b->head && !err)
-    if (pthread_cond_timedwait(&b->cv, &b->mu, &ts) == ETIMEDOUT) err = "the peer never sent";
-  Letter *l = err ? NULL : b->head;
+  Letter *l = NULL, *prev = NULL;
+  while (!l && !err) {
+    prev = NULL;
+    for (l = b->head; l && !(l->kind == kind && l->chunk == chunk && l->mb == R->cur_mb); l = l->next) prev = l;
+    if (!l && pthread_cond_timedwait(&b->cv, &b->mu, &ts) == ETIMEDOUT) err = "the peer never sent";
+  }
   if (l) {
-    b->head = l->next;
-    if (!b->head) b->tail = NULL;
+    if (prev) prev->next = l->next;
+    else b->head = l->next;
+    if (b->tail == l) b->tail = prev;
   }
   pthread_mutex_unlock(&b->mu);
   if (l) {
@@ -222,57 +255,93 @@ static const char *sim_recv(void *ctx, IrGroup gr, int offset, double *data, int
   return err;
 }
 
-/* Runs the chunk's dp.sync on the accumulated gradients (dpsync.h): argument
- * k is parameter param[k]'s store from copy first[k] on, copies side by side. */
-static const char *rank_sync(Rank *R) {
-  const DpSync *s = R->sync;
+/* Runs local chunk j's dp.sync on the accumulated gradients (dpsync.h):
+ * argument k is parameter param[k]'s store from copy first[k] on, copies
+ * side by side. */
+static const char *rank_sync(Rank *R, int j) {
+  const DpSync *s = R->sync[j];
   const IrGraph *g = s->m->graphs[s->graph];
   InterpTensor *args = calloc((size_t)s->nargs + 1, sizeof(InterpTensor));
   double **zeros = calloc((size_t)s->nargs + 1, sizeof(double *));
-  R->synced = calloc((size_t)s->nargs + 1, sizeof(InterpTensor));
+  R->synced[j] = calloc((size_t)s->nargs + 1, sizeof(InterpTensor));
   for (int k = 0; k < s->nargs; k++) {
     const IrNode *a = &g->nodes[k];
     args[k].rank = a->rank;
     memcpy(args[k].dims, a->dims, sizeof args[k].dims);
-    args[k].data = interp_grad(R->in, s->param[k], s->first[k], NULL);
+    args[k].data = interp_grad(R->in[j], s->param[k], s->first[k], NULL);
     if (!args[k].data) args[k].data = zeros[k] = calloc((size_t)ir_numel(a), sizeof(double));
   }
   const char *err = NULL;
-  interp_run(R->in, s->graph, 0, args, s->nargs, R->synced, &err);
+  interp_run(R->in[j], s->graph, 0, args, s->nargs, R->synced[j], &err);
   for (int k = 0; k < s->nargs; k++) free(zeros[k]);
   free(zeros);
   free(args);
   return err;
 }
 
+static void rank_fail(Rank *R, const char *what, int chunk, int mb, const char *err) {
+  snprintf(R->errbuf, sizeof R->errbuf, "rank (dp %d, pipeline %d, tp %d, cp %d), %s of chunk %d, micro-batch %d: %s", R->d, R->p, R->t,
+           R->x, what, chunk, mb, err ? err : "failed");
+  R->err = R->errbuf;
+}
+
+/* A pipeline rank runs its instruction list (schedule.h): FWD runs the
+ * chunk's forward part with the micro-batch's inputs and keeps its stash;
+ * BWD runs the backward part on that stash. The transfers are the graphs'
+ * own SEND / RECV nodes, named by (kind, chunk, micro-batch); a send never
+ * waits, so the list's SEND / RECV instructions need no action here. */
 static void *rank_main(void *arg) {
   Rank *R = arg;
   Sim *S = R->S;
   const SimLayout *L = S->L;
   const IrModule *m = S->global;
-  double *buf = NULL;
-  for (int64_t k = 0; k < L->num_micro && !R->err; k++) {
-    int64_t j = k * L->dp + R->d; /* the global micro-batch */
-    for (int i = 0; i < m->ninputs; i++) {
-      int64_t per = S->input_row[i] * L->micro_batch;
-      interp_set_input(R->in, i, S->inputs[i] + j * per);
-    }
+  int M = (int)L->num_micro;
+  InterpFrame **frames = calloc((size_t)(R->nlocal * M), sizeof(InterpFrame *));
+  double seed = 1.0 / (double)L->num_micro;
+  InterpTensor s;
+  memset(&s, 0, sizeof s);
+  s.data = &seed;
+  const SchedProgram *P = &S->prog;
+  for (int i = 0; i < P->len[R->p] && !R->err; i++) {
+    const SchedInstr *ins = &P->ins[R->p][i];
+    if (ins->op != SCHED_OP_FWD && ins->op != SCHED_OP_BWD) continue;
+    int j = ins->chunk / (int)S->PP, mb = ins->mb; /* the local chunk */
+    R->cur_chunk = ins->chunk;
+    R->cur_mb = mb;
+    Interp *in = R->in[j];
+    const AdResult *ad = R->ad[j];
     const char *err = NULL;
-    double loss = ad_step(R->in, R->ad, 1.0 / (double)L->num_micro, &err);
-    if (err) {
-      snprintf(R->errbuf, sizeof R->errbuf, "rank (dp %d, chunk %d, tp %d, cp %d): %s", R->d, R->c, R->t, R->x, err);
-      R->err = R->errbuf;
+    if (ins->op == SCHED_OP_FWD) {
+      int64_t g = (int64_t)mb * L->dp + R->d; /* the global micro-batch */
+      for (int k = 0; k < m->ninputs; k++) interp_set_input(in, k, S->inputs[k] + g * S->input_row[k] * L->micro_batch);
+      frames[j * M + mb] = interp_forward(in, ad->step, &s, 1, &err);
+      if (!frames[j * M + mb]) rank_fail(R, "forward", ins->chunk, mb, err);
+    } else {
+      InterpFrame *f = frames[j * M + mb];
+      frames[j * M + mb] = NULL;
+      if (!f) {
+        rank_fail(R, "backward", ins->chunk, mb, "its forward has not run");
+        break;
+      }
+      const IrGraph *sg = ad->m->graphs[ad->step];
+      InterpTensor *outs = calloc((size_t)sg->noutputs, sizeof(InterpTensor));
+      if (interp_backward(f, outs, &err) == 0) {
+        if (ins->chunk == S->K - 1) R->loss_sum += outs[0].data[0];
+      } else {
+        rank_fail(R, "backward", ins->chunk, mb, err);
+      }
+      for (int k = 0; k < sg->noutputs; k++) free(outs[k].data);
+      free(outs);
     }
-    R->loss_sum += loss;
   }
-  if (!R->err) {
-    const char *err = rank_sync(R);
-    if (err) {
-      snprintf(R->errbuf, sizeof R->errbuf, "rank (dp %d, chunk %d, tp %d, cp %d): dp.sync: %s", R->d, R->c, R->t, R->x, err);
-      R->err = R->errbuf;
-    }
+  for (int k = 0; k < R->nlocal * M; k++) interp_frame_free(frames[k]);
+  free(frames);
+  /* the data-parallel synchronisation, once per step, chunk by chunk in the
+   * same order on every member of the group */
+  for (int j = 0; j < R->nlocal && !R->err; j++) {
+    const char *err = rank_sync(R, j);
+    if (err) rank_fail(R, "dp.sync", R->p + j * (int)S->PP, -1, err);
   }
-  free(buf);
   return NULL;
 }
 
@@ -336,7 +405,7 @@ static void piece_copy(double *whole, int64_t numel, int64_t s, int d, double *p
 
 /* Every rank starts from its shard of the logical weights (with ZeRO-3, its
  * data-parallel piece of that shard). */
-static void load_weights(Rank *R, Interp *gi, const IrModule *global, const IrModule *cm) {
+static void load_weights(Rank *R, Interp *in, Interp *gi, const IrModule *global, const IrModule *cm) {
   double *whole = NULL;
   for (int p = 0; p < cm->nparams; p++) {
     const IrParam *lp = &cm->params[p];
@@ -347,7 +416,7 @@ static void load_weights(Rank *R, Interp *gi, const IrModule *global, const IrMo
     for (int64_t l = 0; gp >= 0 && l < (lp->count > 1 ? lp->count : 1); l++) {
       int64_t n;
       double *logical = interp_param(gi, gp, l, &n);
-      double *local = interp_param(R->in, p, l, &n);
+      double *local = interp_param(in, p, l, &n);
       if (!lp->dp_shards) {
         shard_copy(lp, R->t, logical, local, 0);
         continue;
@@ -371,29 +440,31 @@ static const char *assemble_grads(Sim *S, const IrModule *global, SimResult *out
   for (int i = 0; i < S->nranks && !err; i++) {
     Rank *R = &S->ranks[i];
     if (R->x != 0 || R->d != 0) continue;
-    const DpSync *s = R->sync;
-    for (int k = 0; k < s->nargs && !err; k++) {
-      const IrParam *lp = &s->m->params[s->param[k]];
-      if (lp->split_axis < 0 && R->t != 0) continue;
-      int gpi = find_param(global, lp->name);
-      const IrParam *gp = &global->params[gpi];
-      IrParam v = tp_view(lp);
-      int64_t n = 1, ln = s->numel[k], piece = s->piece[k];
-      for (int j = 0; j < gp->rank; j++) n *= gp->dims[j];
-      tmp = realloc(tmp, sizeof(double) * (size_t)n);
-      local = realloc(local, sizeof(double) * (size_t)ln);
-      for (int64_t l = 0; l < s->copies[k] && !err; l++) {
-        for (int d = 0; d < L->dp; d++) {
-          const double *got = S->ranks[rank_index(S, d, R->c, R->t, 0)].synced[k].data + l * piece;
-          if (s->zero >= 2) piece_copy(local, ln, piece, d, (double *)got, 1);
-          else if (d == 0) memcpy(local, got, sizeof(double) * (size_t)ln);
-          else if (memcmp(local, got, sizeof(double) * (size_t)ln))
-            err = "data-parallel replicas hold different gradients after dp.sync";
+    for (int j = 0; j < R->nlocal && !err; j++) {
+      const DpSync *s = R->sync[j];
+      for (int k = 0; k < s->nargs && !err; k++) {
+        const IrParam *lp = &s->m->params[s->param[k]];
+        if (lp->split_axis < 0 && R->t != 0) continue;
+        int gpi = find_param(global, lp->name);
+        const IrParam *gp = &global->params[gpi];
+        IrParam v = tp_view(lp);
+        int64_t n = 1, ln = s->numel[k], piece = s->piece[k];
+        for (int q = 0; q < gp->rank; q++) n *= gp->dims[q];
+        tmp = realloc(tmp, sizeof(double) * (size_t)n);
+        local = realloc(local, sizeof(double) * (size_t)ln);
+        for (int64_t l = 0; l < s->copies[k] && !err; l++) {
+          for (int d = 0; d < L->dp; d++) {
+            const double *got = S->ranks[rank_index(S, d, R->p, R->t, 0)].synced[j][k].data + l * piece;
+            if (s->zero >= 2) piece_copy(local, ln, piece, d, (double *)got, 1);
+            else if (d == 0) memcpy(local, got, sizeof(double) * (size_t)ln);
+            else if (memcmp(local, got, sizeof(double) * (size_t)ln))
+              err = "data-parallel replicas hold different gradients after dp.sync";
+          }
+          memset(tmp, 0, sizeof(double) * (size_t)n);
+          shard_copy(&v, R->t, tmp, local, 1);
+          double *dst = out->grads[gpi] + (s->first[k] + l) * n;
+          for (int64_t q = 0; q < n; q++) dst[q] += tmp[q];
         }
-        memset(tmp, 0, sizeof(double) * (size_t)n);
-        shard_copy(&v, R->t, tmp, local, 1);
-        double *dst = out->grads[gpi] + (s->first[k] + l) * n;
-        for (int64_t j = 0; j < n; j++) dst[j] += tmp[j];
       }
     }
   }
@@ -422,6 +493,7 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
   S.global = global;
   SpmdSpec spec = {L->tp, L->cp, L->sp, model->seq_len};
   IrModule *part = spmd_partition(arena, diag, global, &spec);
+  S.PP = L->pp;
   S.K = L->pp * (L->vpp > 0 ? L->vpp : 1);
   const char *split_why = "?";
   int64_t *split = part ? plan_chunk_layers(arena, model, L->micro_batch, L->tp, L->cp, L->sp, L->recompute, S.K, &split_why) : NULL;
@@ -462,13 +534,23 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
       fail(err, errlen, "chunk %d: no gradient synchronisation: %s", c, why ? why : "?");
       goto done;
     }
-    if (ir_verify(cms[c], NULL)) {
+    if (ir_verify(cms[c], NULL) || ir_verify_pipeline_cut(cms[c]->graphs[ads[c]->step], NULL)) {
       fail(err, errlen, "chunk %d does not verify", c);
       goto done;
     }
   }
+  /* the pipeline's instruction lists */
+  {
+    int pp = (int)S.PP, v = (int)(S.K / S.PP), mm = (int)L->num_micro;
+    Schedule kind = v > 1 ? SCHED_INTERLEAVED : L->schedule;
+    char why[256];
+    if (sched_build(&S.prog, kind, pp, mm, v, why, sizeof why) && sched_build_sequential(&S.prog, pp, mm, v)) {
+      fail(err, errlen, "no instruction lists for the pipeline: %s", why);
+      goto done;
+    }
+  }
   /* ranks, groups, mailboxes */
-  S.nranks = (int)(L->dp * S.K * L->tp * L->cp);
+  S.nranks = (int)(L->dp * S.PP * L->tp * L->cp);
   S.ranks = calloc((size_t)S.nranks, sizeof(Rank));
   S.tp_groups = calloc((size_t)S.nranks, sizeof(Group));
   S.cp_groups = calloc((size_t)S.nranks, sizeof(Group));
@@ -484,32 +566,40 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
     pthread_cond_init(&S.boxes[i].cv, NULL);
   }
   for (int d = 0; d < L->dp; d++)
-    for (int c = 0; c < S.K; c++)
+    for (int pr_ = 0; pr_ < S.PP; pr_++)
       for (int t = 0; t < L->tp; t++)
         for (int x = 0; x < L->cp; x++) {
-          int ri = rank_index(&S, d, c, t, x);
+          int ri = rank_index(&S, d, pr_, t, x);
           Rank *R = &S.ranks[ri];
           R->S = &S;
-          R->d = d, R->c = c, R->t = t, R->x = x;
+          R->d = d, R->p = pr_, R->t = t, R->x = x;
           R->index = ri;
-          R->ad = ads[c];
-          R->sync = syncs[c];
-          R->in = interp_new(cms[c]);
-          InterpComm comm;
-          memset(&comm, 0, sizeof comm);
-          for (int g = 0; g < IRG_COUNT; g++) comm.size[g] = 1;
-          comm.rank[IRG_TP] = t, comm.size[IRG_TP] = (int)L->tp;
-          comm.rank[IRG_CP] = x, comm.size[IRG_CP] = (int)L->cp;
-          comm.rank[IRG_PP] = c, comm.size[IRG_PP] = (int)S.K;
-          comm.rank[IRG_DP] = d, comm.size[IRG_DP] = (int)L->dp;
-          comm.ctx = R;
-          comm.all_reduce = sim_all_reduce;
-          comm.all_gather = sim_all_gather;
-          comm.send = sim_send;
-          comm.recv = sim_recv;
-          interp_set_comm(R->in, &comm);
-          interp_init_params(R->in, seed);
-          load_weights(R, gi, global, cms[c]);
+          R->nlocal = (int)(S.K / S.PP);
+          R->in = calloc((size_t)R->nlocal, sizeof(Interp *));
+          R->ad = calloc((size_t)R->nlocal, sizeof(AdResult *));
+          R->sync = calloc((size_t)R->nlocal, sizeof(DpSync *));
+          R->synced = calloc((size_t)R->nlocal, sizeof(InterpTensor *));
+          for (int j = 0; j < R->nlocal; j++) {
+            int c = pr_ + j * (int)S.PP;
+            R->ad[j] = ads[c];
+            R->sync[j] = syncs[c];
+            Interp *in = R->in[j] = interp_new(cms[c]);
+            InterpComm comm;
+            memset(&comm, 0, sizeof comm);
+            for (int g = 0; g < IRG_COUNT; g++) comm.size[g] = 1;
+            comm.rank[IRG_TP] = t, comm.size[IRG_TP] = (int)L->tp;
+            comm.rank[IRG_CP] = x, comm.size[IRG_CP] = (int)L->cp;
+            comm.rank[IRG_PP] = c, comm.size[IRG_PP] = (int)S.K;
+            comm.rank[IRG_DP] = d, comm.size[IRG_DP] = (int)L->dp;
+            comm.ctx = R;
+            comm.all_reduce = sim_all_reduce;
+            comm.all_gather = sim_all_gather;
+            comm.send = sim_send;
+            comm.recv = sim_recv;
+            interp_set_comm(in, &comm);
+            interp_init_params(in, seed);
+            load_weights(R, in, gi, global, cms[c]);
+          }
         }
   pthread_t *th = calloc((size_t)S.nranks, sizeof(pthread_t));
   for (int i = 0; i < S.nranks; i++) pthread_create(&th[i], NULL, rank_main, &S.ranks[i]);
@@ -540,16 +630,24 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
   }
   for (int i = 0; i < S.nranks; i++) {
     const Rank *R = &S.ranks[i];
-    if (R->c == S.K - 1 && R->t == 0 && R->x == 0) out->loss += R->loss_sum / (double)L->num_micro / (double)L->dp;
+    if (R->p == sched_chunk_rank((int)S.PP, (int)S.K - 1) && R->t == 0 && R->x == 0) out->loss += R->loss_sum / (double)L->num_micro / (double)L->dp;
   }
   rc = 0;
 done:
   if (S.ranks)
     for (int i = 0; i < S.nranks; i++) {
-      interp_free(S.ranks[i].in);
-      for (int k = 0; S.ranks[i].synced && k < S.ranks[i].sync->nargs; k++) free(S.ranks[i].synced[k].data);
-      free(S.ranks[i].synced);
+      Rank *R = &S.ranks[i];
+      for (int j = 0; R->in && j < R->nlocal; j++) {
+        interp_free(R->in[j]);
+        for (int k = 0; R->synced && R->synced[j] && k < R->sync[j]->nargs; k++) free(R->synced[j][k].data);
+        if (R->synced) free(R->synced[j]);
+      }
+      free(R->in);
+      free(R->ad);
+      free(R->sync);
+      free(R->synced);
     }
+  if (S.prog.len) sched_free(&S.prog);
   if (S.tp_groups)
     for (int i = 0; i < S.nranks; i++) {
       group_destroy(&S.tp_groups[i]);

@@ -13,11 +13,12 @@
  * backward reduce-scatters). The synchronised gradients - whole, or the
  * pieces each data-parallel rank keeps under ZeRO-2/3, put side by side
  * here - are assembled into the logical (unsharded) parameters, so any two
- * layouts can be compared number by number. Pipeline chunks run each
- * micro-batch's forward and backward back to back (a transfer blocks until
- * its peer is there); the order of micro-batches a schedule picks does not
- * change the numbers, and the schedules themselves are checked by
- * schedule.c's simulator. */
+ * layouts can be compared number by number. Each pipeline rank (holding one
+ * chunk, or several with virtual stages) executes its instruction list of
+ * the schedule (schedule.h): the forward part of a chunk's step for a
+ * micro-batch, the backward part later, with a stash per micro-batch in
+ * flight (interp.h: InterpFrame); transfers are named by (kind, chunk,
+ * micro-batch). */
 #ifndef HPDL_SIM_H
 #define HPDL_SIM_H
 
@@ -34,6 +35,11 @@ typedef struct {
   int64_t micro_batch; /* per data-parallel rank */
   int64_t num_micro;   /* micro-batches per replica per step */
   int zero;            /* ZeRO stage 0..3 (dpsync.h) */
+  /* The pipeline schedule each pipeline rank executes (schedule.h): GPipe
+   * or 1F1B; with vpp > 1 always interleaved 1F1B. Where schedule.c rejects
+   * the shape (interleaving needs num_micro % pp == 0), every micro-batch
+   * runs through all chunks before the next starts. */
+  Schedule schedule;
 } SimLayout;
 
 typedef struct {

@@ -92,8 +92,11 @@ static void local_abort(Comm *c, int code) { exit(code); }
 
 static void local_destroy(Comm *c) { rt_free(c); }
 
+static int local_wait_sends(Comm *c, RtErr *e) { return 0; }
+
 static const CommOps local_ops = {"local",    local_all_reduce, local_all_gather, local_reduce_scatter, local_broadcast,
-                                  local_send, local_recv,       local_barrier,    local_abort,          local_destroy};
+                                  local_send, local_recv,       local_barrier,    local_abort,          local_destroy,
+                                  local_send, local_wait_sends};
 
 Comm *comm_local_new(RtErr *e) {
   Comm *c = rt_calloc(1, sizeof *c);
@@ -129,6 +132,10 @@ int comm_send(Comm *c, CommGroup g, CommType t, const void *buf, int64_t n, int 
 int comm_recv(Comm *c, CommGroup g, CommType t, void *buf, int64_t n, int peer, int tag, RtErr *e) {
   return c->ops->recv(c, g, t, buf, n, peer, tag, e);
 }
+int comm_isend(Comm *c, CommGroup g, CommType t, const void *buf, int64_t n, int peer, int tag, RtErr *e) {
+  return c->ops->isend(c, g, t, buf, n, peer, tag, e);
+}
+int comm_wait_sends(Comm *c, RtErr *e) { return c->ops->wait_sends(c, e); }
 int comm_barrier(Comm *c, CommGroup g, RtErr *e) { return c->ops->barrier(c, g, e); }
 
 int comm_under_launcher(void) {

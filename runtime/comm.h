@@ -67,6 +67,14 @@ typedef struct {
    * sees, so the others do not wait in a collective forever. */
   void (*abort)(Comm *c, int code);
   void (*destroy)(Comm *c);
+  /* A send that does not wait for its receive (MPI_Isend): buf must stay
+   * as it is until wait_sends, which completes every one still pending.
+   * Pipeline schedules need it: in 1F1B's steady state a stage sends an
+   * activation forward while its neighbour sends a gradient back, and two
+   * blocking sends would wait for each other once messages outgrow MPI's
+   * eager buffers. */
+  int (*isend)(Comm *c, CommGroup g, CommType t, const void *buf, int64_t n, int peer, int tag, RtErr *e);
+  int (*wait_sends)(Comm *c, RtErr *e);
 } CommOps;
 
 struct Comm {
@@ -90,6 +98,8 @@ int comm_all_gather(Comm *c, CommGroup g, CommType t, const void *in, int64_t n,
 int comm_reduce_scatter(Comm *c, CommGroup g, CommType t, CommOp op, const void *in, int64_t n, void *out, RtErr *e);
 int comm_broadcast(Comm *c, CommGroup g, CommType t, void *buf, int64_t n, int root, RtErr *e);
 int comm_send(Comm *c, CommGroup g, CommType t, const void *buf, int64_t n, int peer, int tag, RtErr *e);
+int comm_isend(Comm *c, CommGroup g, CommType t, const void *buf, int64_t n, int peer, int tag, RtErr *e);
+int comm_wait_sends(Comm *c, RtErr *e);
 int comm_recv(Comm *c, CommGroup g, CommType t, void *buf, int64_t n, int peer, int tag, RtErr *e);
 int comm_barrier(Comm *c, CommGroup g, RtErr *e);
 

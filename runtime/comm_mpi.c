@@ -14,6 +14,8 @@
 
 typedef struct {
   MPI_Comm group[COMM_NGROUPS];
+  MPI_Request *pending; /* isend's requests, until wait_sends */
+  int npending, cappending;
 } Mpi;
 
 /* MPI_CHECK: on failure, the library's own message, with file and line. */
@@ -114,6 +116,33 @@ static int m_recv(Comm *c, CommGroup g, CommType t, void *buf, int64_t n, int pe
   return 0;
 }
 
+static int m_isend(Comm *c, CommGroup g, CommType t, const void *buf, int64_t n, int peer, int tag, RtErr *e) {
+  if (peer < 0 || peer >= c->size[g]) return rt_fail(e, "send to member %d of a %s group of %d", peer, comm_group_name(g), c->size[g]);
+  Mpi *m = c->impl;
+  for (int64_t at = 0; at < n || (n == 0 && at == 0); at += PIECE) {
+    if (m->npending == m->cappending) {
+      int cap = m->cappending ? 2 * m->cappending : 16;
+      MPI_Request *p = realloc(m->pending, sizeof(MPI_Request) * (size_t)cap);
+      if (!p) return rt_fail(e, "out of memory for a pending send");
+      m->pending = p;
+      m->cappending = cap;
+    }
+    int k = (int)(n - at < PIECE ? n - at : PIECE);
+    MPI_CHECK(MPI_Isend((const char *)buf + at * comm_type_size(t), k, mpi_type(t), peer, tag, grp(c, g), &m->pending[m->npending]), e);
+    m->npending++;
+    if (n == 0) break;
+  }
+  return 0;
+}
+
+static int m_wait_sends(Comm *c, RtErr *e) {
+  Mpi *m = c->impl;
+  int n = m->npending;
+  m->npending = 0;
+  if (n) MPI_CHECK(MPI_Waitall(n, m->pending, MPI_STATUSES_IGNORE), e);
+  return 0;
+}
+
 static int m_barrier(Comm *c, CommGroup g, RtErr *e) {
   MPI_CHECK(MPI_Barrier(grp(c, g)), e);
   return 0;
@@ -137,6 +166,7 @@ static void free_comm(Comm *c, int keep_mpi) {
   if (m) {
     for (int g = 1; g < COMM_NGROUPS; g++)
       if (m->group[g] != MPI_COMM_NULL) MPI_Comm_free(&m->group[g]);
+    free(m->pending);
     rt_free(m);
   }
   rt_free(c);
@@ -146,7 +176,8 @@ static void free_comm(Comm *c, int keep_mpi) {
 static void m_destroy(Comm *c) { free_comm(c, 0); }
 
 static const CommOps mpi_ops = {"mpi",  m_all_reduce, m_all_gather, m_reduce_scatter, m_broadcast,
-                                m_send, m_recv,       m_barrier,    m_abort,          m_destroy};
+                                m_send, m_recv,       m_barrier,    m_abort,          m_destroy,
+                                m_isend, m_wait_sends};
 
 static int split(Comm *c, CommGroup g, int color, int key, RtErr *e) {
   Mpi *m = c->impl;

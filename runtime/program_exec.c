@@ -1,24 +1,24 @@
 /* program_exec.c - the CPU program of a compiled artifact: one shared
  * object (DIR/program.so, built once as hpdl-program.so and copied there
  * by `hpdlc compile`) that every rank loads. It exports hpdl_program_v1
- * (train.h) and runs this rank's pipeline chunk for each micro-batch.
+ * (train.h) and runs this rank's pipeline chunks through its schedule.
  *
  * create: reads DIR/manifest.json's `ranks[r]` for the rank's chunk file
- * (`module`, program_ir.h) and, when the back end compiled it, the chunk's
- * kernels (`kernels`, a library of compiler/codegen.h's ABI); maps every
- * parameter copy the chunk reads to this rank's TrainTensor (by name and
- * layer) or, for a copy another stage holds (the tied embedding on the last
- * stage), to a mirror of its own.
+ * (`module`, program_ir.h; with virtual stages one per chunk, `chunks`)
+ * and, when the back end compiled it, the chunk's kernels (`kernels`, a
+ * library of compiler/codegen.h's ABI); maps every parameter copy a chunk
+ * reads to this rank's TrainTensor (by name and layer) or, for a copy
+ * another chunk holds (the tied embedding on the last stage), to a mirror
+ * of its own.
  *
- * step: copies the parameters in, receives the mirrors from their stages,
- * runs the chunk's training step (autodiff.h's forward.grad) once per
- * micro-batch with seed grad_scale, so that its gradient store holds
- * exactly what the runtime wants added; sends the mirrors' gradients to
- * their owners, who add them; adds the gradients to the TrainTensors.
- * Forward and backward of a micro-batch run back to back and pipeline
- * transfers block until the peer arrives, so the stages run in lockstep
- * (one micro-batch in flight; the numbers are the same under any schedule,
- * sim.h); the data-parallel reduction is the runtime's.
+ * step: copies the parameters in, receives the mirrors from their owners,
+ * then executes the rank's instruction list (schedule.h, recorded in the
+ * chunk file): the forward part of a chunk's step for one micro-batch, the
+ * backward part later with that micro-batch's stash, seed grad_scale, so
+ * that the gradient store holds exactly what the runtime wants added
+ * (see "the step" below); sends the mirrors' gradients to their owners,
+ * who add them; adds the gradients to the TrainTensors. The data-parallel
+ * reduction is the runtime's.
  *
  * Two executors run a stage's step:
  *   native  the back end's generated code (codegen.h: hpd_graph_<step>),
@@ -43,14 +43,18 @@
 #include "extcall.h"
 #include "interp.h"
 #include "program_ir.h"
+#include "schedule.h"
 #include "train.h"
 
 #define HPD_ABI_ONLY
 #include "codegen.h"
 
 /* Tags keep the kinds of point-to-point messages apart (MPI matches by
- * source, tag and communicator; within one tag, messages keep their order). */
-enum { TAG_ACT = 31, TAG_TIE_PARAM = 32, TAG_TIE_GRAD = 33, TAG_RING = 34 };
+ * source, tag and communicator; within one tag, messages keep their order).
+ * A pipeline transfer's tag names the message: TAG_PIPE + 2 (chunk x m + mb)
+ * + (0 activation, 1 gradient), the chunk the one that produced it, so a
+ * stage with several micro-batches in flight takes the one it means. */
+enum { TAG_TIE_PARAM = 32, TAG_TIE_GRAD = 33, TAG_RING = 34, TAG_PIPE = 64, TAG_MAX = 32767 /* MPI's least upper bound */ };
 
 /* A send around the context-parallel ring (ring attention), held until the
  * matching receive: see ring_recv. */
@@ -76,7 +80,9 @@ typedef struct {
   Comm *comm;
   Arena *arena;
   ProgramChunk *pc;
-  int stage, last;
+  int stage, last;   /* this rank's pipeline stage; last: the chunk is the model's last */
+  int chunk, pp;     /* the chunk this executor runs; pipeline stages */
+  int local;         /* its index among the rank's chunks (0: it may use the runtime's arena) */
   Use *uses;
   int nuses;
   RtErr cerr;        /* the last collective's message */
@@ -104,6 +110,24 @@ typedef struct {
   float *fscratch;
   void *workspace_own;
   ExtCalls *ext;     /* the chunk's extern functions (generated code calls them through hctx) */
+  int cur_chunk, cur_mb, nmicro; /* what runs now: names the messages */
+  void **outbox;    /* buffers of sends not yet completed (comm_wait_sends) */
+  int noutbox, capoutbox;
+  InterpFrame **frames; /* interp: per micro-batch, its forward's stash */
+  /* native: the step's parts (codegen: hpd_graph_<step>_F / _B; NULL when
+   * the back end did not cut it: the whole step per micro-batch, one in
+   * flight); a workspace per micro-batch in flight, which holds its stash */
+  hpd_entry_fn part[2];
+  void **slots;
+  int nslots;
+  /* the step running */
+  double total;      /* the loss summed over its micro-batches */
+  double seed_d;     /* interp: the seed argument */
+  InterpTensor *iouts;
+  float seed_f;      /* native: the seed argument */
+  float **nouts;     /* per micro-batch, the step's outputs */
+  int *slot_of, *busy; /* micro-batch -> workspace slot; slots in use */
+  void *ws0;         /* the workspace before the step */
 } Exec;
 
 static int fail(RtErr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -284,27 +308,67 @@ static void ring_clear(Exec *x) {
   x->ring_tail = NULL;
 }
 
-/* Pipeline stages form a line: the peer `offset` stages away must exist. */
+/* Chunks form a line: the chunk `offset` places away must exist; it runs
+ * on pipeline stage chunk % pp. */
 static int pp_peer(Exec *x, int offset, RtErr *e) {
-  int peer = x->comm->rank[COMM_PP] + offset;
-  if (peer < 0 || peer >= x->comm->size[COMM_PP])
-    return fail(e, "stage %d: a transfer to stage %d, which does not exist", x->comm->rank[COMM_PP], peer);
-  return peer;
+  int c = x->cur_chunk + offset;
+  if (c < 0 || c >= x->pc->nchunks) return fail(e, "chunk %d: a transfer to chunk %d, which does not exist", x->cur_chunk, c);
+  return c % x->pp;
+}
+
+/* The tag of a pipeline transfer by the running (chunk, micro-batch): a
+ * send carries this chunk's activation (offset +1) or input gradient (-1);
+ * a receive takes the neighbour's. */
+static int pipe_tag(Exec *x, int offset, int sending, RtErr *e) {
+  int grad = (offset > 0) != (sending != 0);
+  int chunk = sending ? x->cur_chunk : x->cur_chunk + offset;
+  int64_t tag = TAG_PIPE + 2 * ((int64_t)chunk * x->nmicro + x->cur_mb) + grad;
+  if (tag > TAG_MAX) return fail(e, "%d micro-batches over %d chunks need more message tags than MPI promises", x->nmicro, x->pc->nchunks);
+  return (int)tag;
+}
+
+/* A pipeline send does not wait for its receive (comm.h: isend): the data
+ * go out of a buffer of their own, in the wire type, freed at the end of
+ * the step once every send completed (pipe_flush). */
+static int pipe_send(Exec *x, CommType have, const void *data, int64_t n, int peer, int tag, RtErr *e) {
+  if (x->noutbox == x->capoutbox) {
+    int cap = x->capoutbox ? 2 * x->capoutbox : 16;
+    void **o = realloc(x->outbox, sizeof(void *) * (size_t)cap);
+    if (!o) return fail(e, "out of memory for a pipeline message");
+    x->outbox = o;
+    x->capoutbox = cap;
+  }
+  void *buf = malloc((size_t)(n ? n : 1) * (size_t)comm_type_size_of(x->wire));
+  if (!buf) return fail(e, "out of memory for a pipeline message of %" PRId64 " values", n);
+  x->outbox[x->noutbox++] = buf;
+  if (have == x->wire) memcpy(buf, data, (size_t)n * (size_t)comm_type_size_of(have));
+  else if (have == COMM_F64)
+    for (int64_t i = 0; i < n; i++) ((float *)buf)[i] = (float)((const double *)data)[i];
+  else
+    for (int64_t i = 0; i < n; i++) ((double *)buf)[i] = ((const float *)data)[i];
+  return x->comm->ops->isend(x->comm, COMM_PP, x->wire, buf, n, peer, tag, e);
+}
+
+static int pipe_flush(Exec *x, RtErr *e) {
+  int rc = x->noutbox ? x->comm->ops->wait_sends(x->comm, e) : 0;
+  for (int i = 0; i < x->noutbox; i++) free(x->outbox[i]);
+  x->noutbox = 0;
+  return rc;
 }
 
 /* Point-to-point for both executors: `have` is the type of data. */
 static int p2p_send(Exec *x, int g, CommType have, const void *data, int64_t n, int offset, RtErr *e) {
   if (g == IRG_CP) return ring_send(x, have, data, n, offset, e);
   if (g != IRG_PP) return fail(e, "a transfer over the %s group, which has no neighbours", comm_group_name_of(group_of(g)));
-  int peer = pp_peer(x, offset, e);
-  return peer < 0 ? -1 : wire_send(x, COMM_PP, have, data, n, peer, TAG_ACT, e);
+  int peer = pp_peer(x, offset, e), tag = peer < 0 ? -1 : pipe_tag(x, offset, 1, e);
+  return tag < 0 ? -1 : pipe_send(x, have, data, n, peer, tag, e);
 }
 
 static int p2p_recv(Exec *x, int g, CommType have, void *data, int64_t n, int offset, RtErr *e) {
   if (g == IRG_CP) return ring_recv(x, have, data, n, offset, e);
   if (g != IRG_PP) return fail(e, "a transfer over the %s group, which has no neighbours", comm_group_name_of(group_of(g)));
-  int peer = pp_peer(x, offset, e);
-  return peer < 0 ? -1 : wire_recv(x, COMM_PP, have, data, n, peer, TAG_ACT, e);
+  int peer = pp_peer(x, offset, e), tag = peer < 0 ? -1 : pipe_tag(x, offset, 0, e);
+  return tag < 0 ? -1 : wire_recv(x, COMM_PP, have, data, n, peer, tag, e);
 }
 
 static const char *ix_send(void *ctx, IrGroup g, int offset, const double *data, int64_t n) {
@@ -387,9 +451,24 @@ static int externs_open(Exec *x, RtErr *e) {
 
 /* ---- set-up ---- */
 
+/* One chunk file of a rank, and its kernels ("" when none). */
+typedef struct {
+  char module[4096], kernels[4096];
+  const char *field; /* where the manifest names it, for messages */
+} ChunkFiles;
+
+enum { MAX_LOCAL_CHUNKS = 64 };
+
+static int join_path(const Artifact *a, const char *name, char *out, size_t n, RtErr *e) {
+  if ((size_t)snprintf(out, n, "%s/%s", a->dir, name) >= n) return fail(e, "%s: path too long", name);
+  return 0;
+}
+
 /* The rank's entry of the manifest's `ranks` (fields the runtime's reader
- * ignores): module, kernels; and program.pipeline_dtype. */
-static int read_rank_entry(const Artifact *a, int rank, char *module, char *kernels, size_t n, CommType *wire, RtErr *e) {
+ * ignores): module and kernels, or with virtual stages `chunks` (one
+ * {chunk, module, kernels} per chunk the stage holds); and
+ * program.pipeline_dtype. */
+static int read_rank_entry(const Artifact *a, int rank, ChunkFiles *cf, int *ncf, CommType *wire, RtErr *e) {
   json_error_t je;
   json_t *root = json_load_file(a->manifest_path, 0, &je);
   if (!root) return fail(e, "%s: %s", a->manifest_path, je.text);
@@ -397,15 +476,28 @@ static int read_rank_entry(const Artifact *a, int rank, char *module, char *kern
   const char *mod = json_string_value(json_object_get(jr, "module"));
   const char *ker = json_string_value(json_object_get(jr, "kernels"));
   const char *wt = json_string_value(json_object_get(json_object_get(root, "program"), "pipeline_dtype"));
+  json_t *chunks = json_object_get(jr, "chunks");
   int rc = 0;
+  *ncf = 0;
   if (!mod) rc = fail(e, "%s: ranks[%d].module: the rank's chunk file is required (an artifact of hpdlc compile)", a->manifest_path, rank);
   else if (wt && strcmp(wt, "f32") && strcmp(wt, "f64"))
     rc = fail(e, "%s: program.pipeline_dtype: must be \"f32\" or \"f64\"", a->manifest_path);
+  else if (chunks && (!json_is_array(chunks) || json_array_size(chunks) < 1 || json_array_size(chunks) > MAX_LOCAL_CHUNKS))
+    rc = fail(e, "%s: ranks[%d].chunks: a list of 1 to %d chunk files", a->manifest_path, rank, MAX_LOCAL_CHUNKS);
   else {
-    if ((size_t)snprintf(module, n, "%s/%s", a->dir, mod) >= n) rc = fail(e, "%s: path too long", mod);
     *wire = wt && !strcmp(wt, "f64") ? COMM_F64 : COMM_F32;
-    kernels[0] = 0;
-    if (ker && (size_t)snprintf(kernels, n, "%s/%s", a->dir, ker) >= n) rc = fail(e, "%s: path too long", ker);
+    int n = chunks ? (int)json_array_size(chunks) : 1;
+    for (int i = 0; i < n && rc == 0; i++) {
+      json_t *jc = chunks ? json_array_get(chunks, (size_t)i) : NULL;
+      const char *cm = jc ? json_string_value(json_object_get(jc, "module")) : mod;
+      const char *ck = jc ? json_string_value(json_object_get(jc, "kernels")) : ker;
+      cf[i].field = chunks ? "chunks[].module" : "module";
+      cf[i].kernels[0] = 0;
+      if (!cm) rc = fail(e, "%s: ranks[%d].chunks[%d].module: the chunk file is required", a->manifest_path, rank, i);
+      else if (join_path(a, cm, cf[i].module, sizeof cf[i].module, e) < 0) rc = -1;
+      else if (ck && join_path(a, ck, cf[i].kernels, sizeof cf[i].kernels, e) < 0) rc = -1;
+    }
+    if (rc == 0) *ncf = n;
   }
   json_decref(root);
   return rc;
@@ -429,7 +521,7 @@ static int map_uses(Exec *x, RtErr *e) {
     u->p = &pc->m->params[u->u->param];
     u->numel = local_numel(u->p);
     if (u->numel > x->scratch_len) x->scratch_len = u->numel;
-    if (u->u->owner != x->stage) continue;
+    if (u->u->owner != x->chunk) continue;
     u->t = find_tensor(ctx, u->p->name, u->u->layer);
     if (!u->t)
       return fail(e, "the chunk reads %s (copy %" PRId64 ") on stage %d, but the manifest's parameter table does not put it there "
@@ -477,10 +569,12 @@ static int native_open(Exec *x, const char *path, RtErr *e) {
     x->uses[i].fval = x->pslot[u->u->param] + u->u->layer * u->numel;
     x->uses[i].fgrad = x->gslot[u->u->param] + u->u->layer * u->numel;
   }
-  /* The memory planner's arena serves as the workspace when it is large
-   * enough (the runtime allocated it, 64-byte aligned); else one of our own. */
+  /* The memory planner's arena serves as the workspace of the rank's first
+   * chunk when it is large enough (the runtime allocated it, 64-byte
+   * aligned); else, and for the other chunks of a stage with virtual
+   * stages, one of our own. */
   int64_t need = x->entry->workspace_bytes;
-  if (need <= x->ctx->arena_bytes) x->hctx.workspace = x->ctx->arena;
+  if (x->local == 0 && need <= x->ctx->arena_bytes) x->hctx.workspace = x->ctx->arena;
   else {
     x->workspace_own = aligned_alloc(64, (size_t)((need + 63) / 64 * 64));
     if (!x->workspace_own) return fail(e, "out of memory for the kernels' workspace (%" PRId64 " bytes)", need);
@@ -488,6 +582,17 @@ static int native_open(Exec *x, const char *path, RtErr *e) {
   }
   x->fscratch = calloc((size_t)(x->scratch_len ? x->scratch_len : 1), sizeof(float));
   if (!x->fscratch) return fail(e, "out of memory");
+  {
+    char sym[256];
+    int n = snprintf(sym, sizeof sym, "hpd_graph_");
+    for (const char *c = g->name; *c && n < (int)sizeof sym - 3; c++)
+      sym[n++] = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_' ? *c : '_';
+    for (int k = 0; k < 2; k++) {
+      sym[n] = '_', sym[n + 1] = k ? 'B' : 'F', sym[n + 2] = 0;
+      *(void **)&x->part[k] = dlsym(x->dl, sym);
+    }
+    if (!x->part[0] || !x->part[1]) x->part[0] = x->part[1] = NULL;
+  }
   x->hctx.seed = (uint64_t)x->ctx->art->seed;
   x->hctx.comm = x;
   x->hctx.all_reduce = nx_all_reduce;
@@ -558,7 +663,11 @@ static void exec_free(Exec *x) {
   free(x->fscratch);
   free(x->wbuf);
   ring_clear(x);
+  for (int i = 0; i < x->noutbox; i++) free(x->outbox[i]);
+  free(x->outbox);
   free(x->workspace_own);
+  for (int i = 1; i < x->nslots; i++) free(x->slots[i]); /* slot 0 is the step's own workspace */
+  free(x->slots);
   if (x->dl) dlclose(x->dl);
   extcall_close(x->ext);
   free(x->uses);
@@ -566,7 +675,8 @@ static void exec_free(Exec *x) {
   free(x);
 }
 
-static void *exec_create(TrainCtx *ctx, RtErr *e) {
+/* The executor of one chunk the rank holds. */
+static Exec *chunk_create(TrainCtx *ctx, const ChunkFiles *cf, int local, CommType wire, RtErr *e) {
   const Artifact *a = ctx->art;
   Exec *x = calloc(1, sizeof *x);
   if (!x) {
@@ -575,10 +685,12 @@ static void *exec_create(TrainCtx *ctx, RtErr *e) {
   }
   x->ctx = ctx;
   x->comm = ctx->comm;
+  x->wire = wire;
+  x->local = local;
   x->stage = ctx->comm->coords.pp;
-  x->last = x->stage == a->layout.pp - 1;
-  char module[4096], kernels[4096], why[768];
-  if (read_rank_entry(a, ctx->comm->world_rank, module, kernels, sizeof module, &x->wire, e) < 0) goto bad;
+  x->pp = (int)a->layout.pp;
+  const char *module = cf->module, *kernels = cf->kernels;
+  char why[768];
   /* a stage with kernels runs them, unless the reference is asked for */
   int native = kernels[0] != 0;
   const char *force = getenv("HPDL_EXECUTOR");
@@ -590,7 +702,7 @@ static void *exec_create(TrainCtx *ctx, RtErr *e) {
   x->arena = arena_new();
   FILE *probe = fopen(module, "rb");
   if (!probe) {
-    fail(e, "missing artifact file %s (named by %s's ranks[%d].module)", module, a->manifest_path, ctx->comm->world_rank);
+    fail(e, "missing artifact file %s (named by %s's ranks[%d].%s)", module, a->manifest_path, ctx->comm->world_rank, cf->field);
     goto bad;
   }
   fclose(probe);
@@ -601,9 +713,11 @@ static void *exec_create(TrainCtx *ctx, RtErr *e) {
   }
   const ProgramChunk *pc = x->pc;
   const IrModule *m = pc->m;
-  if (pc->nchunks != a->layout.pp || pc->chunk != x->stage) {
+  x->chunk = pc->chunk;
+  x->last = pc->chunk == pc->nchunks - 1;
+  if (x->pp < 1 || pc->nchunks % x->pp || pc->chunk % x->pp != x->stage) {
     fail(e, "%s: chunk %d of %d, but this rank is pipeline stage %d of %d (recompile the artifact)", module, pc->chunk, pc->nchunks,
-         x->stage, a->layout.pp);
+         x->stage, x->pp);
     goto bad;
   }
   for (int i = 0; i < m->ninputs; i++) {
@@ -626,169 +740,398 @@ bad:
   return NULL;
 }
 
-/* ---- the step ---- */
+/* ---- the step ----
+ *
+ * A rank holds one chunk per pipeline stage, or several with virtual
+ * stages (chunks stage, stage + pp, ...; an executor each, which may differ:
+ * generated kernels or the reference). It executes its instruction list
+ * (schedule.h) in order: FWD(c, mb) runs the forward part of chunk c's step
+ * (IrGraph.fb_split) on micro-batch mb and keeps its stash (interp: a frame;
+ * native: a workspace per micro-batch in flight); BWD(c, mb) runs the
+ * backward part on that stash. The transfers are the graphs' own SEND /
+ * RECV, tagged by (chunk, micro-batch, kind); sends do not wait, so the
+ * list's SEND / RECV instructions need no action, and receives wait only for
+ * what the list says comes first (schedule.c's simulator checks that the
+ * lists never deadlock). HPDL_PIPELINE_ORDER=sequential runs one
+ * micro-batch in flight instead (forward and backward back to back), the
+ * order before schedules ran: a comparison for benchmarks, with the same
+ * numbers. */
 
-/* Mirrors: the owner sends each copy (values before the step, gradients
- * after it) to the stages that read it too. Every rank walks the uses in
- * the same (parameter, layer) order, so sends and receives pair up without
- * a cycle of waits. */
-static int tie_params(Exec *x, int native, RtErr *e) {
-  CommType have = native ? COMM_F32 : COMM_F64;
-  for (int i = 0; i < x->nuses; i++) {
-    Use *u = &x->uses[i];
-    void *buf = native ? (void *)u->fval : (void *)u->ival;
-    if (u->u->owner == x->stage) {
-      for (int k = 0; k < u->u->nmirrors; k++)
-        if (wire_send(x, COMM_PP, have, buf, u->numel, u->u->mirrors[k], TAG_TIE_PARAM, e) < 0)
-          return prefix(e, "sending %s to stage %d", u->p->name, u->u->mirrors[k]);
-    } else if (wire_recv(x, COMM_PP, have, buf, u->numel, u->u->owner, TAG_TIE_PARAM, e) < 0) {
-      return prefix(e, "receiving %s from stage %d", u->p->name, u->u->owner);
-    }
-  }
+typedef struct {
+  Exec **x;        /* the chunks this rank holds, ascending */
+  int n;
+  SchedInstr *ins; /* this rank's instruction list for ins_m micro-batches */
+  int nins, ins_m;
+} Prog;
+
+static Exec *held(Prog *P, int chunk) {
+  for (int i = 0; i < P->n; i++)
+    if (P->x[i]->chunk == chunk) return P->x[i];
+  return NULL;
+}
+
+static int has_mirror(const Use *u, int d) {
+  for (int k = 0; k < u->u->nmirrors; k++)
+    if (u->u->mirrors[k] == d) return 1;
   return 0;
 }
 
-static int tie_grads(Exec *x, int native, RtErr *e) {
-  CommType have = native ? COMM_F32 : COMM_F64;
-  for (int i = 0; i < x->nuses; i++) {
-    Use *u = &x->uses[i];
-    if (u->u->owner == x->stage) {
-      double *own = native ? NULL : interp_grad(x->in, u->u->param, u->u->layer, NULL);
-      for (int k = 0; k < u->u->nmirrors; k++) {
-        void *in = native ? (void *)x->fscratch : (void *)x->scratch;
-        if (wire_recv(x, COMM_PP, have, in, u->numel, u->u->mirrors[k], TAG_TIE_GRAD, e) < 0)
-          return prefix(e, "receiving the gradient of %s from stage %d", u->p->name, u->u->mirrors[k]);
+/* Mirrors: the owner chunk sends each copy (values before the step,
+ * gradients back after it) to the chunks that read it too. Every rank walks
+ * the same global order - owner chunk, mirror chunk, then the uses in
+ * (parameter, layer) order - and each step of it involves two ranks, so
+ * sends and receives pair up without a cycle of waits. */
+static int tie_params(Prog *P, RtErr *e) {
+  int K = P->x[0]->pc->nchunks;
+  for (int o = 0; o < K; o++)
+    for (int d = o + 1; d < K; d++) {
+      Exec *xo = held(P, o), *xd = held(P, d);
+      for (int i = 0; xo && i < xo->nuses; i++) {
+        Use *u = &xo->uses[i];
+        if (u->u->owner != o || !has_mirror(u, d)) continue;
+        if (xd) return fail(e, "chunks %d and %d share %s and both run on stage %d (recompile the artifact)", o, d, u->p->name, xo->stage);
+        int native = xo->in == NULL;
+        void *buf = native ? (void *)u->fval : (void *)u->ival;
+        if (wire_send(xo, COMM_PP, native ? COMM_F32 : COMM_F64, buf, u->numel, d % xo->pp, TAG_TIE_PARAM, e) < 0)
+          return prefix(e, "sending %s to stage %d", u->p->name, d % xo->pp);
+      }
+      for (int i = 0; xd && i < xd->nuses; i++) {
+        Use *u = &xd->uses[i];
+        if (u->u->owner != o) continue;
+        int native = xd->in == NULL;
+        void *buf = native ? (void *)u->fval : (void *)u->ival;
+        if (wire_recv(xd, COMM_PP, native ? COMM_F32 : COMM_F64, buf, u->numel, o % xd->pp, TAG_TIE_PARAM, e) < 0)
+          return prefix(e, "receiving %s from stage %d", u->p->name, o % xd->pp);
+      }
+    }
+  return 0;
+}
+
+static int tie_grads(Prog *P, RtErr *e) {
+  int K = P->x[0]->pc->nchunks;
+  for (int o = 0; o < K; o++)
+    for (int d = o + 1; d < K; d++) {
+      Exec *xo = held(P, o), *xd = held(P, d);
+      for (int i = 0; xd && i < xd->nuses; i++) {
+        Use *u = &xd->uses[i];
+        if (u->u->owner != o) continue;
+        int native = xd->in == NULL;
+        const void *buf;
+        if (native) buf = u->fgrad;
+        else {
+          double *g = interp_grad(xd->in, u->u->param, u->u->layer, NULL);
+          if (!g) memset(xd->scratch, 0, sizeof(double) * (size_t)u->numel);
+          buf = g ? g : xd->scratch;
+        }
+        if (wire_send(xd, COMM_PP, native ? COMM_F32 : COMM_F64, buf, u->numel, o % xd->pp, TAG_TIE_GRAD, e) < 0)
+          return prefix(e, "sending the gradient of %s to stage %d", u->p->name, o % xd->pp);
+      }
+      for (int i = 0; xo && i < xo->nuses; i++) {
+        Use *u = &xo->uses[i];
+        if (u->u->owner != o || !has_mirror(u, d)) continue;
+        int native = xo->in == NULL;
+        double *own = native ? NULL : interp_grad(xo->in, u->u->param, u->u->layer, NULL);
+        void *in = native ? (void *)xo->fscratch : (void *)xo->scratch;
+        if (wire_recv(xo, COMM_PP, native ? COMM_F32 : COMM_F64, in, u->numel, d % xo->pp, TAG_TIE_GRAD, e) < 0)
+          return prefix(e, "receiving the gradient of %s from stage %d", u->p->name, d % xo->pp);
         if (native) {
-          for (int64_t j = 0; j < u->numel; j++) u->fgrad[j] += x->fscratch[j];
+          for (int64_t j = 0; j < u->numel; j++) u->fgrad[j] += xo->fscratch[j];
         } else if (own) {
-          for (int64_t j = 0; j < u->numel; j++) own[j] += x->scratch[j];
+          for (int64_t j = 0; j < u->numel; j++) own[j] += xo->scratch[j];
         } else { /* the owner's store holds none (only the mirror differentiates this copy) */
-          for (int64_t j = 0; j < u->numel; j++) u->t->grad[j] += (float)x->scratch[j];
+          for (int64_t j = 0; j < u->numel; j++) u->t->grad[j] += (float)xo->scratch[j];
         }
       }
-    } else {
-      const void *buf;
-      if (native) buf = u->fgrad;
-      else {
-        double *g = interp_grad(x->in, u->u->param, u->u->layer, NULL);
-        if (!g) memset(x->scratch, 0, sizeof(double) * (size_t)u->numel);
-        buf = g ? g : x->scratch;
-      }
-      if (wire_send(x, COMM_PP, have, buf, u->numel, u->u->owner, TAG_TIE_GRAD, e) < 0)
-        return prefix(e, "sending the gradient of %s to stage %d", u->p->name, u->u->owner);
     }
-  }
   return 0;
 }
 
-static int step_interp(Exec *x, const DataBatch *const *micro, int nmicro, double *loss, RtErr *e) {
-  const ProgramChunk *pc = x->pc;
-  const IrModule *m = pc->m;
-  for (int i = 0; i < x->nuses; i++) {
-    Use *u = &x->uses[i];
-    if (u->t)
-      for (int64_t j = 0; j < u->numel; j++) u->ival[j] = (double)u->t->data[j];
+/* This rank's instruction list for nmicro micro-batches: what hpdlc compile
+ * recorded in the chunk file, rebuilt (sched_build) for another count. */
+static int rank_schedule(Prog *P, int nmicro, RtErr *e) {
+  const ProgramChunk *pc = P->x[0]->pc;
+  const char *order = getenv("HPDL_PIPELINE_ORDER");
+  int sequential = order && !strcmp(order, "sequential");
+  if (P->ins && P->ins_m == nmicro) return 0;
+  free(P->ins);
+  P->ins = NULL;
+  int pp = P->x[0]->pp, v = pc->sched_v > 0 ? pc->sched_v : 1, r = P->x[0]->stage;
+  if (pp * v != pc->nchunks) return fail(e, "the chunk file's schedule has %d chunks per stage, the model %d (recompile the artifact)", v, pc->nchunks / pp);
+  const SchedInstr *src = NULL;
+  int n = 0;
+  SchedProgram prog;
+  memset(&prog, 0, sizeof prog);
+  if (!sequential && pc->nins > 0 && pc->sched_m == nmicro) {
+    src = pc->ins, n = pc->nins;
+  } else {
+    char why[256];
+    if ((sequential || sched_build(&prog, pc->schedule, pp, nmicro, v, why, sizeof why)) && sched_build_sequential(&prog, pp, nmicro, v))
+      return fail(e, "out of memory for the pipeline's instruction list");
+    src = prog.ins[r], n = prog.len[r];
   }
-  if (tie_params(x, 0, e) < 0) return -1;
-  interp_zero_grads(x->in);
-  const IrGraph *sg = m->graphs[pc->step];
-  InterpTensor *outs = calloc((size_t)sg->noutputs + 1, sizeof(InterpTensor));
-  if (!outs) return fail(e, "out of memory");
-  double total = 0;
-  /* seed grad_scale: the store then holds grad_scale x the sum over the
-   * micro-batches of d(mean loss)/d(param), what the runtime adds */
-  double seed = x->ctx->grad_scale;
-  InterpTensor s;
-  memset(&s, 0, sizeof s);
-  s.data = &seed;
-  for (int k = 0; k < nmicro; k++) {
-    const DataBatch *b = micro[k];
-    for (int i = 0; i < m->ninputs; i++) {
-      const int32_t *src = pc->feed[i] == PROGRAM_FEED_TARGETS ? b->targets : b->inputs;
-      int64_t n = b->batch * b->seq_len;
-      for (int64_t j = 0; j < n; j++) x->inputs[i][j] = (double)src[j];
-      interp_set_input(x->in, i, x->inputs[i]);
-    }
-    const char *err = NULL;
-    if (interp_run(x->in, pc->step, 0, &s, 1, outs, &err) != 0) {
-      free(outs);
-      return fail(e, "stage %d, micro-batch %d: %s", x->stage, k, err ? err : "the step failed");
-    }
-    total += outs[0].data[0];
-    for (int j = 0; j < sg->noutputs; j++) {
-      free(outs[j].data);
-      outs[j].data = NULL;
-    }
+  P->ins = malloc(sizeof(SchedInstr) * (size_t)(n ? n : 1));
+  if (!P->ins) {
+    sched_free(&prog);
+    return fail(e, "out of memory");
   }
-  free(outs);
-  if (tie_grads(x, 0, e) < 0) return -1;
-  for (int i = 0; i < x->nuses; i++) {
-    Use *u = &x->uses[i];
-    if (!u->t) continue;
-    const double *g = interp_grad(x->in, u->u->param, u->u->layer, NULL);
-    if (g)
-      for (int64_t j = 0; j < u->numel; j++) u->t->grad[j] += (float)g[j];
-  }
-  *loss = total / (double)nmicro;
+  memcpy(P->ins, src, sizeof(SchedInstr) * (size_t)n);
+  P->nins = n;
+  P->ins_m = nmicro;
+  sched_free(&prog);
+  for (int i = 0; i < n; i++)
+    if ((P->ins[i].op == SCHED_OP_FWD || P->ins[i].op == SCHED_OP_BWD) &&
+        (!held(P, P->ins[i].chunk) || P->ins[i].mb < 0 || P->ins[i].mb >= nmicro))
+      return fail(e, "stage %d: the instruction list runs chunk %d, micro-batch %d, which this rank does not hold (recompile the artifact)",
+                  r, P->ins[i].chunk, P->ins[i].mb);
   return 0;
 }
 
-static int step_native(Exec *x, const DataBatch *const *micro, int nmicro, double *loss, RtErr *e) {
+static void interp_feed(Exec *x, const DataBatch *b) {
   const ProgramChunk *pc = x->pc;
-  const IrModule *m = pc->m;
+  for (int i = 0; i < pc->m->ninputs; i++) {
+    const int32_t *src = pc->feed[i] == PROGRAM_FEED_TARGETS ? b->targets : b->inputs;
+    int64_t n = b->batch * b->seq_len;
+    for (int64_t j = 0; j < n; j++) x->inputs[i][j] = (double)src[j];
+    interp_set_input(x->in, i, x->inputs[i]);
+  }
+}
+
+/* The workspace of in-flight slot i: slot 0 the one the step used before
+ * (the runtime's arena or our own), the others allocated on first use. */
+static void *native_slot(Exec *x, int i, RtErr *e) {
+  if (i >= x->nslots) {
+    void **s = realloc(x->slots, sizeof(void *) * (size_t)(i + 1));
+    if (!s) {
+      fail(e, "out of memory");
+      return NULL;
+    }
+    x->slots = s;
+    for (int k = x->nslots; k <= i; k++) x->slots[k] = NULL;
+    if (x->nslots == 0) x->slots[0] = x->hctx.workspace;
+    x->nslots = i + 1;
+  }
+  if (!x->slots[i]) {
+    int64_t need = x->entry->workspace_bytes;
+    x->slots[i] = aligned_alloc(64, (size_t)((need + 63) / 64 * 64 + 64));
+    if (!x->slots[i]) fail(e, "out of memory for the workspace of a micro-batch in flight (%" PRId64 " bytes)", need);
+  }
+  return x->slots[i];
+}
+
+/* Before the micro-batches: the parameters in, the gradients zeroed, the
+ * step's buffers. */
+static int chunk_begin(Exec *x, int nmicro, RtErr *e) {
+  const IrModule *m = x->pc->m;
+  const IrGraph *sg = m->graphs[x->pc->step];
+  x->nmicro = nmicro;
+  x->total = 0;
+  if (x->in) {
+    for (int i = 0; i < x->nuses; i++) {
+      Use *u = &x->uses[i];
+      if (u->t)
+        for (int64_t j = 0; j < u->numel; j++) u->ival[j] = (double)u->t->data[j];
+    }
+    interp_zero_grads(x->in);
+    /* seed grad_scale: the store then holds grad_scale x the sum over the
+     * micro-batches of d(mean loss)/d(param), what the runtime adds */
+    x->seed_d = x->ctx->grad_scale;
+    x->iouts = calloc((size_t)sg->noutputs + 1, sizeof(InterpTensor));
+    x->frames = calloc((size_t)nmicro, sizeof(InterpFrame *));
+    if (!x->iouts || !x->frames) return fail(e, "out of memory");
+    return 0;
+  }
   for (int i = 0; i < x->nuses; i++) {
     Use *u = &x->uses[i];
     if (u->t) memcpy(u->fval, u->t->data, sizeof(float) * (size_t)u->numel);
   }
-  if (tie_params(x, 1, e) < 0) return -1;
   for (int p = 0; p < m->nparams; p++)
     memset(x->gslot[p], 0, sizeof(float) * (size_t)(local_numel(&m->params[p]) * copies_of(&m->params[p])));
-  float seed = (float)x->ctx->grad_scale;
-  const IrGraph *sg = m->graphs[pc->step];
-  float **outs = calloc((size_t)x->entry->noutputs, sizeof(float *));
-  int rc = outs ? 0 : fail(e, "out of memory");
-  for (int j = 0; j < x->entry->noutputs && rc == 0; j++)
-    if (!(outs[j] = calloc((size_t)ir_numel(&sg->nodes[sg->outputs[j]]), sizeof(float)))) rc = fail(e, "out of memory");
-  double total = 0;
-  for (int k = 0; k < nmicro && rc == 0; k++) {
-    const DataBatch *b = micro[k];
-    int n = 0;
-    x->table[n++] = &x->hctx;
-    for (int i = 0; i < m->ninputs; i++) x->table[n++] = pc->feed[i] == PROGRAM_FEED_TARGETS ? b->targets : b->inputs;
-    for (int p = 0; p < m->nparams; p++) x->table[n++] = x->pslot[p];
-    for (int p = 0; p < m->nparams; p++) x->table[n++] = x->gslot[p];
-    x->table[n++] = &seed;
-    /* the step's outputs, the gradients excluded: output 0 is the loss */
-    for (int j = 0; j < x->entry->noutputs; j++) x->table[n++] = outs[j];
-    if (n != x->entry->nbuffers) rc = fail(e, "the kernels' step takes %d buffers, the program passes %d", x->entry->nbuffers, n);
-    else if (x->entry->fn(x->table) != 0)
-      rc = fail(e, "stage %d, micro-batch %d: %s", x->stage, k, x->hctx.error ? x->hctx.error : "the step failed");
-    total += outs[0][0];
-  }
-  for (int j = 0; outs && j < x->entry->noutputs; j++) free(outs[j]);
-  free(outs);
-  if (rc) return rc;
-  if (tie_grads(x, 1, e) < 0) return -1;
-  for (int i = 0; i < x->nuses; i++) {
-    Use *u = &x->uses[i];
-    if (!u->t) continue;
-    for (int64_t j = 0; j < u->numel; j++) u->t->grad[j] += u->fgrad[j];
-  }
-  *loss = total / (double)nmicro;
+  x->seed_f = (float)x->ctx->grad_scale;
+  int nout = x->entry->noutputs;
+  x->nouts = calloc((size_t)(nout * nmicro) + 1, sizeof(float *));
+  x->slot_of = calloc((size_t)nmicro + 1, sizeof(int));
+  x->busy = calloc((size_t)nmicro + 1, sizeof(int));
+  if (!x->nouts || !x->slot_of || !x->busy) return fail(e, "out of memory");
+  for (int j = 0; j < nout * nmicro; j++)
+    if (!(x->nouts[j] = calloc((size_t)ir_numel(&sg->nodes[sg->outputs[j % nout]]), sizeof(float)))) return fail(e, "out of memory");
+  x->ws0 = x->hctx.workspace;
+  if (x->part[0] && !native_slot(x, 0, e)) return -1;
   return 0;
 }
 
+static void chunk_end(Exec *x) {
+  if (x->frames)
+    for (int k = 0; k < x->nmicro; k++) interp_frame_free(x->frames[k]);
+  free(x->frames);
+  x->frames = NULL;
+  if (x->iouts) {
+    const IrGraph *sg = x->pc->m->graphs[x->pc->step];
+    for (int j = 0; j < sg->noutputs; j++) free(x->iouts[j].data);
+  }
+  free(x->iouts);
+  x->iouts = NULL;
+  if (x->nouts && x->entry)
+    for (int j = 0; j < x->entry->noutputs * x->nmicro; j++) free(x->nouts[j]);
+  free(x->nouts);
+  x->nouts = NULL;
+  free(x->slot_of);
+  free(x->busy);
+  x->slot_of = x->busy = NULL;
+  if (x->ws0) x->hctx.workspace = x->ws0;
+}
+
+/* FWD (fwd = 1) or BWD of micro-batch k. */
+static int chunk_run(Exec *x, const DataBatch *b, int k, int fwd, RtErr *e) {
+  const ProgramChunk *pc = x->pc;
+  const IrModule *m = pc->m;
+  const IrGraph *sg = m->graphs[pc->step];
+  x->cur_chunk = x->chunk;
+  x->cur_mb = k;
+  if (x->in) {
+    const char *err = NULL;
+    InterpTensor s;
+    memset(&s, 0, sizeof s);
+    s.data = &x->seed_d;
+    if (fwd) {
+      interp_feed(x, b);
+      if (!(x->frames[k] = interp_forward(x->in, pc->step, &s, 1, &err)))
+        return fail(e, "chunk %d, forward of micro-batch %d: %s", x->chunk, k, err ? err : "the step failed");
+      return 0;
+    }
+    InterpFrame *f = x->frames[k];
+    x->frames[k] = NULL;
+    if (!f) return fail(e, "chunk %d: the backward of micro-batch %d before its forward (a bad instruction list)", x->chunk, k);
+    if (interp_backward(f, x->iouts, &err) != 0)
+      return fail(e, "chunk %d, backward of micro-batch %d: %s", x->chunk, k, err ? err : "the step failed");
+    x->total += x->iouts[0].data[0];
+    for (int j = 0; j < sg->noutputs; j++) {
+      free(x->iouts[j].data);
+      x->iouts[j].data = NULL;
+    }
+    return 0;
+  }
+  int nout = x->entry->noutputs, cut = x->part[0] != NULL;
+  if (!cut && fwd) return 0; /* not cut: the whole step runs at the backward */
+  if (cut && fwd) {          /* a free slot: its workspace holds the stash until the backward */
+    int s = 0;
+    while (s < x->nmicro && x->busy[s]) s++;
+    x->busy[s] = 1;
+    x->slot_of[k] = s;
+  }
+  void *ws = cut ? native_slot(x, x->slot_of[k], e) : x->ws0;
+  if (!ws) return -1;
+  x->hctx.workspace = ws;
+  int n = 0;
+  x->table[n++] = &x->hctx;
+  for (int j = 0; j < m->ninputs; j++) x->table[n++] = pc->feed[j] == PROGRAM_FEED_TARGETS ? b->targets : b->inputs;
+  for (int p = 0; p < m->nparams; p++) x->table[n++] = x->pslot[p];
+  for (int p = 0; p < m->nparams; p++) x->table[n++] = x->gslot[p];
+  x->table[n++] = &x->seed_f;
+  /* the step's outputs, the gradients excluded: output 0 is the loss */
+  for (int j = 0; j < nout; j++) x->table[n++] = x->nouts[k * nout + j];
+  hpd_entry_fn fn = cut ? x->part[fwd ? 0 : 1] : x->entry->fn;
+  if (n != x->entry->nbuffers) return fail(e, "the kernels' step takes %d buffers, the program passes %d", x->entry->nbuffers, n);
+  if (fn(x->table) != 0)
+    return fail(e, "chunk %d, %s of micro-batch %d: %s", x->chunk, !cut ? "step" : fwd ? "forward" : "backward", k,
+                x->hctx.error ? x->hctx.error : "the step failed");
+  if (!fwd) {
+    x->total += x->nouts[k * nout][0];
+    if (cut) x->busy[x->slot_of[k]] = 0;
+  }
+  return 0;
+}
+
+/* After the mirrors' gradients arrived: this chunk's gradients into the
+ * TrainTensors it owns. */
+static void chunk_add_grads(Exec *x) {
+  for (int i = 0; i < x->nuses; i++) {
+    Use *u = &x->uses[i];
+    if (!u->t) continue;
+    if (x->in) {
+      const double *g = interp_grad(x->in, u->u->param, u->u->layer, NULL);
+      if (g)
+        for (int64_t j = 0; j < u->numel; j++) u->t->grad[j] += (float)g[j];
+    } else {
+      for (int64_t j = 0; j < u->numel; j++) u->t->grad[j] += u->fgrad[j];
+    }
+  }
+}
+
+static void prog_free(Prog *P) {
+  if (!P) return;
+  for (int i = 0; i < P->n; i++) {
+    chunk_end(P->x[i]);
+    exec_free(P->x[i]);
+  }
+  free(P->x);
+  free(P->ins);
+  free(P);
+}
+
+static void *exec_create(TrainCtx *ctx, RtErr *e) {
+  ChunkFiles *cf = calloc(MAX_LOCAL_CHUNKS, sizeof *cf);
+  Prog *P = calloc(1, sizeof *P);
+  int n = 0;
+  CommType wire = COMM_F32;
+  if (!cf || !P || !(P->x = calloc(MAX_LOCAL_CHUNKS, sizeof(Exec *)))) {
+    fail(e, "out of memory");
+    goto bad;
+  }
+  if (read_rank_entry(ctx->art, ctx->comm->world_rank, cf, &n, &wire, e) < 0) goto bad;
+  for (int i = 0; i < n; i++) {
+    if (!(P->x[i] = chunk_create(ctx, &cf[i], i, wire, e))) goto bad;
+    P->n = i + 1;
+    if (i && P->x[i]->chunk <= P->x[i - 1]->chunk) {
+      fail(e, "%s: ranks[%d].chunks: not in ascending chunk order", ctx->art->manifest_path, ctx->comm->world_rank);
+      goto bad;
+    }
+    if (P->x[i]->pc->nchunks != P->x[0]->pc->nchunks || P->x[i]->pc->nchunks != (int)ctx->art->layout.pp * n) {
+      fail(e, "%s: the chunk files of ranks[%d] are %d per stage of %d chunks, the layout has pp %" PRId64 " (recompile the artifact)",
+           ctx->art->manifest_path, ctx->comm->world_rank, n, P->x[i]->pc->nchunks, (int64_t)ctx->art->layout.pp);
+      goto bad;
+    }
+  }
+  free(cf);
+  return P;
+bad:
+  free(cf);
+  prog_free(P);
+  return NULL;
+}
+
 static int exec_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, int nmicro, double *loss, int *has_loss, RtErr *e) {
-  Exec *x = self;
-  x->ctx = ctx;
-  int rc = x->in ? step_interp(x, micro, nmicro, loss, e) : step_native(x, micro, nmicro, loss, e);
-  if (rc == 0 && x->ring_head) rc = fail(e, "a context-parallel send that no receive paired with (the ring's transfers do not pair)");
-  ring_clear(x);
-  *has_loss = x->last;
+  Prog *P = self;
+  int rc = 0;
+  for (int i = 0; i < P->n && rc == 0; i++) {
+    P->x[i]->ctx = ctx;
+    rc = chunk_begin(P->x[i], nmicro, e);
+  }
+  if (rc == 0) rc = tie_params(P, e);
+  if (rc == 0) rc = rank_schedule(P, nmicro, e);
+  for (int i = 0; i < P->nins && rc == 0; i++) {
+    const SchedInstr *in = &P->ins[i];
+    if (in->op != SCHED_OP_FWD && in->op != SCHED_OP_BWD) continue;
+    rc = chunk_run(held(P, in->chunk), micro[in->mb], in->mb, in->op == SCHED_OP_FWD, e);
+  }
+  /* after a failure the job stops: pending sends are left to exec_free */
+  for (int i = 0; i < P->n && rc == 0; i++) rc = pipe_flush(P->x[i], e);
+  for (int i = 0; i < P->n; i++) chunk_end(P->x[i]);
+  if (rc == 0) rc = tie_grads(P, e);
+  *has_loss = 0;
+  for (int i = 0; i < P->n; i++) {
+    Exec *x = P->x[i];
+    if (rc == 0) chunk_add_grads(x);
+    if (rc == 0 && x->ring_head) rc = fail(e, "a context-parallel send that no receive paired with (the ring's transfers do not pair)");
+    ring_clear(x);
+    if (x->last) {
+      *has_loss = 1;
+      *loss = x->total / (double)nmicro;
+    }
+  }
   return rc;
 }
 
-static void exec_destroy(void *self) { exec_free(self); }
+static void exec_destroy(void *self) { prog_free(self); }
 
 static const TrainProgram program = {TRAIN_PROGRAM_ABI, "hpdl-chunk", 0, exec_create, exec_step, exec_destroy};
 

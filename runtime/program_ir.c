@@ -65,6 +65,7 @@ static void put_graph(Buf *b, const IrGraph *g) {
   put_str(b, g->name);
   put_i32(b, g->nargs);
   put_i64(b, g->count);
+  put_i32(b, g->fb_split);
   put_u32(b, (uint32_t)g->nnodes);
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = &g->nodes[i];
@@ -157,6 +158,16 @@ unsigned char *program_ir_encode(const ProgramChunk *c, size_t *len) {
     put_i32(&b, u->owner);
     put_u32(&b, (uint32_t)u->nmirrors);
     for (int k = 0; k < u->nmirrors; k++) put_i32(&b, u->mirrors[k]);
+  }
+  put_i32(&b, (int32_t)c->schedule);
+  put_i32(&b, c->sched_m);
+  put_i32(&b, c->sched_v);
+  put_u32(&b, (uint32_t)c->nins);
+  for (int i = 0; i < c->nins; i++) {
+    put_u8(&b, (unsigned)c->ins[i].op);
+    put_i32(&b, c->ins[i].chunk);
+    put_i32(&b, c->ins[i].mb);
+    put_i32(&b, c->ins[i].peer);
   }
   if (b.oom) {
     free(b.p);
@@ -360,7 +371,9 @@ static void get_graph(Rd *r, IrModule *m) {
   IrGraph *g = ir_graph_new(m, name ? name : "?");
   g->nargs = get_i32(r);
   g->count = get_i64(r);
+  g->fb_split = get_i32(r);
   if (!r->bad && (g->nargs < 0 || g->nargs > MAX_ITEMS || g->count < 1)) rd_fail(r, "a graph's argument or repeat count is out of range");
+  if (!r->bad && g->fb_split < 0) rd_fail(r, "a graph's forward/backward cut is out of range");
   /* a node is at least 27 bytes: op, dtype, rank, nin, nattr, fattr, name */
   int nn = get_count(r, 27, "node");
   g->nodes = arena_alloc(m->arena, sizeof(IrNode) * (size_t)(nn ? nn : 1));
@@ -509,6 +522,26 @@ ProgramChunk *program_ir_decode(Arena *arena, const unsigned char *buf, size_t l
       u->mirrors[k] = get_i32(&r);
       if (!r.bad && (u->mirrors[k] < 0 || u->mirrors[k] >= c->nchunks)) rd_fail(&r, "a mirror stage is out of range");
     }
+  }
+  c->schedule = (Schedule)get_i32(&r);
+  c->sched_m = get_i32(&r);
+  c->sched_v = get_i32(&r);
+  if (!r.bad && ((int)c->schedule < SCHED_GPIPE || c->schedule > SCHED_INTERLEAVED || c->sched_m < 1 || c->sched_v < 1 ||
+                 c->nchunks % c->sched_v))
+    rd_fail(&r, "the pipeline schedule is out of range");
+  c->nins = get_count(&r, 13, "schedule instruction");
+  c->ins = arena_alloc(arena, sizeof(SchedInstr) * (size_t)(c->nins ? c->nins : 1));
+  for (int i = 0; i < c->nins && !r.bad; i++) {
+    SchedInstr *in = &c->ins[i];
+    unsigned op = get_u8(&r);
+    in->chunk = get_i32(&r);
+    in->mb = get_i32(&r);
+    in->peer = get_i32(&r);
+    in->op = (SchedOp)op;
+    if (!r.bad && (op > SCHED_OP_OPTIMIZER_STEP || in->chunk < -1 || in->chunk >= c->nchunks || in->mb < -1 || in->mb >= c->sched_m ||
+                   in->peer < -1 || in->peer >= c->nchunks / c->sched_v ||
+                   ((op == SCHED_OP_FWD || op == SCHED_OP_BWD) && (in->chunk < 0 || in->mb < 0))))
+      rd_fail(&r, "a schedule instruction is out of range");
   }
   if (!r.bad && r.at != len) rd_fail(&r, "extra bytes after the last record");
   if (!r.bad) {

@@ -26,12 +26,16 @@
  *              (IrModule.externs; path: "extern/NAME" for a library hpdlc compile copied
  *              into the artifact, relative to its folder; a bare name for the dlopen
  *              search path; an empty grad is none)
- *            u32 ngraphs  { str name, i32 nargs, i64 count,
+ *            u32 ngraphs  { str name, i32 nargs, i64 count, i32 fb_split,
  *                           u32 nnodes { u8 op, u8 dtype, u8 rank, i64 dims[rank],
  *                                        u32 nin, i32 in[nin], u8 nattr, i64 attr[nattr],
  *                                        f64 fattr, str name },
  *                           u32 noutputs, i32 outputs[], u32 ngrad, i32 grad_params[] }
  *            u32 nuses    { i32 param, i64 layer, i32 owner, u32 nmirrors, i32 mirrors[] }
+ *            i32 schedule, m, v   (the pipeline schedule: sema.h's Schedule,
+ *                                  micro-batches, chunks per pipeline rank)
+ *            u32 ninstr   { u8 op, i32 chunk, i32 mb, i32 peer }  this rank's
+ *                                  instruction list (schedule.h's SchedInstr)
  *   str: u32 length, then the bytes (no NUL); an empty node name is none.
  *   f64: IEEE 754 binary64, so constants round-trip exactly.
  *
@@ -48,9 +52,10 @@
 
 #include "arena.h"
 #include "ir.h"
+#include "schedule.h"
 #include "sema.h"
 
-enum { PROGRAM_IR_VERSION = 2 }; /* 2: the extern table */
+enum { PROGRAM_IR_VERSION = 3 }; /* 2: the extern table; 3: the forward/backward cut and the instruction list */
 #define PROGRAM_IR_MAGIC "HPDL-IR\n"
 
 /* What the runtime's data loader puts into a model input. */
@@ -60,8 +65,8 @@ typedef enum { PROGRAM_FEED_TOKENS, PROGRAM_FEED_TARGETS } ProgramFeed;
 typedef struct {
   int param;      /* index into the module's params */
   int64_t layer;  /* the copy (0 for a parameter outside a repeat) */
-  int owner;      /* the pipeline stage whose TrainTensor holds it */
-  int nmirrors;   /* on the owner's chunk: the other stages that read it too */
+  int owner;      /* the chunk that holds it: the TrainTensor is on its pipeline stage (owner % pp) */
+  int nmirrors;   /* on the owner's chunk: the other chunks that read it too */
   int *mirrors;
 } ProgramUse;
 
@@ -74,6 +79,14 @@ typedef struct {
   ProgramFeed *feed; /* per model input */
   ProgramUse *uses;  /* ascending (param, layer) */
   int nuses;
+  /* The pipeline schedule the rank holding this chunk runs (schedule.h),
+   * for sched_m micro-batches per step and sched_v chunks per rank, and
+   * that rank's instruction list (the same in each of its chunks' files).
+   * nins 0: none recorded; the runtime builds it. */
+  Schedule schedule;
+  int sched_m, sched_v;
+  SchedInstr *ins;
+  int nins;
 } ProgramChunk;
 
 /* The file's bytes; *len its length. NULL when memory runs out. Free with free(). */

@@ -34,8 +34,8 @@ set(HPDL_COMPILE_TEST_ENV
     "LSAN_OPTIONS=suppressions=${HPDL_TEST_DIR}/runtime/lsan.supp:print_suppressions=0"
     "OMPI_MCA_mca_base_component_disable_dlclose=1")
 find_package(Python3 COMPONENTS Interpreter)
-foreach(case cli one_rank dp2 tp2 pp2 pp2_uneven dp2_tp2_pp2 tp2_cp2 zero1 zero2 zero3 zero2_dp2_tp2_pp2 resume_zero
-             resume_same_layout resume_other_layout missing_file self_contained native)
+foreach(case cli one_rank dp2 tp2 pp2 pp2_uneven pp2_gpipe pp2_virtual2 pp2_virtual2_native dp2_tp2_pp2 tp2_cp2 zero1 zero2 zero3
+             zero2_dp2_tp2_pp2 resume_zero resume_same_layout resume_other_layout missing_file self_contained native)
   if(Python3_Interpreter_FOUND)
     add_test(NAME compile.${case}
              COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/compile/compile_e2e.py --bin ${CMAKE_BINARY_DIR}/bin
@@ -47,3 +47,5 @@ foreach(case cli one_rank dp2 tp2 pp2 pp2_uneven dp2_tp2_pp2 tp2_cp2 zero1 zero2
   set_tests_properties(compile.${case} PROPERTIES LABELS compile TIMEOUT 300 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${HPDL_COMPILE_TEST_ENV}")
 endforeach()
+# four layers over two virtual stages: the slowest cases under the sanitizers
+set_tests_properties(compile.pp2_virtual2 compile.pp2_virtual2_native PROPERTIES TIMEOUT 600)

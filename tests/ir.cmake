@@ -63,6 +63,9 @@ hpdl_ir_stage(dp mlp-dp3-zero3 samples/mlp.hpd --micro-batch 4 --global-batch 12
 hpdl_ir_stage(schedule gpt2-tiny-interleaved samples/gpt2-tiny.hpd -D L=4 --pp 2 --virtual-stages 2 --schedule interleaved
               --micro-batch 1 --global-batch 4 --gpus 2)
 
+# each pipeline chunk's step cut into forward and backward, and the stash between
+hpdl_ir_stage(stash gpt2-tiny-pp2-selective samples/gpt2-tiny.hpd ${HPDL_IR_TINY_GPT2} --pp 2 --recompute selective)
+
 add_custom_target(ir-golden-update ${HPDL_IR_UPDATE_COMMANDS}
                   DEPENDS hpdlc
                   COMMENT "Rewriting tests/ir/*.grad from the current hpdlc"

@@ -94,7 +94,7 @@ static int run_matrix(const char *file, const char *const *defs, int ndefs, int6
   int runs_of_dp[2] = {0, 0};
   for (int pol = 0; pol < 3; pol++) {
     /* the reference: one rank, every micro-batch of the global batch in turn */
-    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, policies[pol], micro, rows / micro, 0};
+    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, policies[pol], micro, rows / micro, 0, SCHED_1F1B};
     SimResult ref;
     char err[512];
     if (sim_step(m, &ref_layout, 1234, inputs, &ref, err, sizeof err)) {
@@ -121,11 +121,14 @@ static int run_matrix(const char *file, const char *const *defs, int ndefs, int6
                  * meets tensor, pipeline, context and sequence parallelism */
                 int zero = runs_of_dp[a]++ % 4;
                 per_zero[a][zero]++;
-                SimLayout lay = {k.dp, k.tp, k.pp, k.cp, k.vpp, k.sp, policies[pol], micro, num_micro * 2 / k.dp, zero};
+                /* the pipeline ranks run a schedule's instruction lists (GPipe or
+                 * 1F1B, interleaved with v = 2) over 4 micro-batches (2 with dp = 2) */
+                Schedule sched = k.vpp > 1 ? SCHED_INTERLEAVED : (a + b + d + sp) % 2 ? SCHED_GPIPE : SCHED_1F1B;
+                SimLayout lay = {k.dp, k.tp, k.pp, k.cp, k.vpp, k.sp, policies[pol], micro, num_micro * 2 / k.dp, zero, sched};
                 SimResult got;
-                char what[200];
-                snprintf(what, sizeof what, "%s dp=%" PRId64 " zero=%d tp=%" PRId64 " pp=%" PRId64 " v=%" PRId64 " cp=%" PRId64 " sp=%d recompute=%s",
-                         file, k.dp, zero, k.tp, k.pp, k.vpp, k.cp, k.sp, sem_recompute_name(policies[pol]));
+                char what[220];
+                snprintf(what, sizeof what, "%s dp=%" PRId64 " zero=%d tp=%" PRId64 " pp=%" PRId64 " v=%" PRId64 " cp=%" PRId64 " sp=%d recompute=%s schedule=%s",
+                         file, k.dp, zero, k.tp, k.pp, k.vpp, k.cp, k.sp, sem_recompute_name(policies[pol]), sem_schedule_name(sched));
                 runs++;
                 if (sim_step(m, &lay, 1234, inputs, &got, err, sizeof err)) {
                   fprintf(stderr, "%s: %s\n", what, err);
@@ -154,7 +157,7 @@ static int run_dp3(const char *file, const char *const *defs, int ndefs, int64_t
   if (!m) return 1;
   const int64_t micro = 2, num_micro = 2, rows = 3 * num_micro * micro;
   double **inputs = make_inputs(m, rows, vocab, 7);
-  SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro, rows / micro, 0};
+  SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro, rows / micro, 0, SCHED_1F1B};
   SimResult ref;
   char err[512];
   int failures = 0;
@@ -172,7 +175,7 @@ static int run_dp3(const char *file, const char *const *defs, int ndefs, int64_t
         {2, 2, 1, 0, RECOMPUTE_FULL, 3},      {1, 1, 2, 0, RECOMPUTE_SELECTIVE, 3}, {1, 2, 1, 0, RECOMPUTE_NONE, 0},
     };
     for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
-      SimLayout lay = {3, lays[i].tp, lays[i].pp, lays[i].cp, 1, lays[i].sp, lays[i].rc, micro, num_micro, lays[i].zero};
+      SimLayout lay = {3, lays[i].tp, lays[i].pp, lays[i].cp, 1, lays[i].sp, lays[i].rc, micro, num_micro, lays[i].zero, SCHED_1F1B};
       char what[200];
       snprintf(what, sizeof what, "%s dp=3 zero=%d tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 " sp=%d recompute=%s", file,
                lays[i].zero, lays[i].tp, lays[i].pp, lays[i].cp, lays[i].sp, sem_recompute_name(lays[i].rc));
