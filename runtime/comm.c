@@ -57,6 +57,7 @@ int comm_init_groups(Comm *c, const CommLayout *l, int world_rank, int world_siz
   c->size[COMM_PP] = l->pp;
   c->rank[COMM_CP] = c->coords.cp;
   c->size[COMM_CP] = l->cp;
+  c->node_ranks = 1;
   return 0;
 }
 

@@ -83,6 +83,7 @@ struct Comm {
   int world_rank, world_size;
   CommCoords coords;
   int rank[COMM_NGROUPS], size[COMM_NGROUPS]; /* this rank's index in, and the size of, each group */
+  int node_ranks; /* ranks of the job on this node (they share its cores) */
   void *impl;
 };
 

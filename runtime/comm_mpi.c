@@ -240,5 +240,11 @@ Comm *comm_mpi_new(const CommLayout *l, RtErr *e) {
     }
     MPI_Comm_set_errhandler(m->group[g], MPI_ERRORS_RETURN);
   }
+  /* the ranks that share this node's memory share its cores too */
+  MPI_Comm node;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, wr, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+    MPI_Comm_size(node, &c->node_ranks);
+    MPI_Comm_free(&node);
+  }
   return c;
 }

@@ -18,6 +18,7 @@
 
 #include "artifact.h"
 #include "comm.h"
+#include "cores.h"
 #include "rt.h"
 #include "train.h"
 
@@ -45,6 +46,8 @@ static void usage(FILE *f) {
           "  --resume-from PATH       continue from this checkpoint (its .json manifest, or a folder)\n"
           "  --metrics FILE           JSON lines, one per step: step, loss, lr, grad_norm, tokens_per_s, ...\n"
           "  --progress MODE          auto (a live line on a terminal), tty, plain, quiet\n"
+          "  --threads N              BLAS threads per rank (default: OPENBLAS_NUM_THREADS or\n"
+          "                           OMP_NUM_THREADS when set, else cores / ranks on the node)\n"
           "  -h, --help               this help;  --version  the version\n"
           "\n"
           "Environment: HPDL_MPIRUN (the mpirun to use), HPDL_MPIRUN_ARGS (extra mpirun arguments).\n");
@@ -53,6 +56,7 @@ static void usage(FILE *f) {
 typedef struct {
   const char *dir;
   int np;
+  int threads; /* --threads; 0: choose */
   TrainOptions t;
 } Args;
 
@@ -153,6 +157,10 @@ static int parse_args(int argc, char **argv, Args *A) {
       else if (!strcmp(val, "plain")) A->t.progress = TRAIN_PROGRESS_PLAIN;
       else if (!strcmp(val, "quiet")) A->t.progress = TRAIN_PROGRESS_QUIET;
       else return bad_usage("--progress is auto, tty, plain or quiet, not %s", val);
+    } else if (!strcmp(n, "--threads")) {
+      VALUE();
+      if (parse_i64(val, 1, &v) < 0 || v > 1 << 16) return bad_usage("--threads wants a number of threads >= 1, not %s", val);
+      A->threads = (int)v;
     } else if (arg[0] == '-' && arg[1]) {
       return bad_usage("unknown option %s", arg);
     } else {
@@ -179,18 +187,6 @@ static int env_rank(void) {
   return 0;
 }
 
-/* One BLAS thread per core, shared among the ranks of a node, unless the
- * user chose: ranks x threads > cores makes them fight over the cores. */
-static void share_cores(int ranks_here) {
-  if (getenv("OPENBLAS_NUM_THREADS") || getenv("OMP_NUM_THREADS")) return;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  long t = cores > 0 && ranks_here > 0 ? cores / ranks_here : 1;
-  char buf[32];
-  snprintf(buf, sizeof buf, "%ld", t < 1 ? 1 : t);
-  setenv("OPENBLAS_NUM_THREADS", buf, 0);
-  setenv("OMP_NUM_THREADS", buf, 0);
-}
-
 #ifdef HPDL_HAVE_MPI
 static volatile sig_atomic_t child; /* the mpirun to forward signals to */
 
@@ -206,7 +202,6 @@ static int launch(int argc, char **argv, int np) {
   const char *mpirun = getenv("HPDL_MPIRUN");
   if (!mpirun || !*mpirun) mpirun = "mpirun";
   setenv("HPDL_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1);
-  share_cores(np);
   char *extra = getenv("HPDL_MPIRUN_ARGS") ? strdup(getenv("HPDL_MPIRUN_ARGS")) : NULL;
   int cap = argc + 32;
   for (char *p = extra; p && *p; p++) cap += *p == ' ';
@@ -323,14 +318,11 @@ int main(int argc, char **argv) {
   Comm *comm = NULL;
   if (launched) {
 #ifdef HPDL_HAVE_MPI
-    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    share_cores(local ? atoi(local) : a->world_size);
     comm = comm_mpi_new(&a->layout, &e);
 #else
     rt_fail(&e, "this hpdlrun was built without MPI, but runs under a launcher");
 #endif
   } else {
-    share_cores(1);
     comm = comm_local_new(&e);
   }
   if (!comm) {
@@ -344,6 +336,12 @@ int main(int argc, char **argv) {
     artifact_free(a);
     return 1;
   }
+  /* before the program (and its BLAS) is loaded, which reads the choice */
+  CoresChoice cores = cores_choose(A.threads, comm->node_ranks);
+  cores_apply(&cores);
+  char threads[64];
+  cores_describe(&cores, threads, sizeof threads);
+  A.t.threads = threads;
   const char *tty = getenv("HPDL_TTY");
   A.t.tty = tty ? !strcmp(tty, "1") : isatty(STDOUT_FILENO);
   TrainSummary sum;

@@ -107,6 +107,7 @@ typedef struct {
   hpd_ctx hctx;
   void **table;
   float **pslot, **gslot; /* per parameter: all copies */
+  char *inplace;     /* per parameter: its slots are the runtime's tensors (map_inplace) */
   float *fscratch;
   void *workspace_own;
   ExtCalls *ext;     /* the chunk's extern functions (generated code calls them through hctx) */
@@ -533,6 +534,46 @@ static int map_uses(Exec *x, RtErr *e) {
   return 0;
 }
 
+/* A parameter whose copies are all this rank's tensors, lying back to back in
+ * the runtime's pools as they do in a slot (a repeated block's layers in
+ * order), is used in place: the kernels read the weights and add the
+ * gradients (which the runtime zeroed) where the runtime keeps them, saving
+ * a copy of every weight in, a zeroing, and a gradient sum out per step. */
+static int map_inplace(Exec *x, RtErr *e) {
+  const IrModule *m = x->pc->m;
+  x->inplace = calloc((size_t)m->nparams + 1, 1);
+  if (!x->inplace) return fail(e, "out of memory");
+  for (int p = 0; p < m->nparams; p++) {
+    const IrParam *P = &m->params[p];
+    int64_t copies = copies_of(P), n = local_numel(P), found = 0;
+    TrainTensor *first = NULL;
+    int ok = 1;
+    for (int i = 0; i < x->nuses && ok; i++) {
+      const Use *u = &x->uses[i];
+      if (u->u->param != p) continue;
+      if (!u->t || u->u->layer < 0 || u->u->layer >= copies) {
+        ok = 0; /* a mirror, or a copy we cannot place */
+        break;
+      }
+      found++;
+      if (u->u->layer == 0) first = u->t;
+    }
+    if (!ok || found != copies || !first) continue;
+    for (int i = 0; i < x->nuses && ok; i++) {
+      const Use *u = &x->uses[i];
+      if (u->u->param != p) continue;
+      ok = u->t->data == first->data + u->u->layer * n && u->t->grad == first->grad + u->u->layer * n;
+    }
+    if (!ok) continue;
+    free(x->pslot[p]);
+    free(x->gslot[p]);
+    x->pslot[p] = first->data;
+    x->gslot[p] = first->grad;
+    x->inplace[p] = 1;
+  }
+  return 0;
+}
+
 static int native_open(Exec *x, const char *path, RtErr *e) {
   FILE *probe = fopen(path, "rb");
   if (!probe)
@@ -564,6 +605,7 @@ static int native_open(Exec *x, const char *path, RtErr *e) {
     x->gslot[p] = calloc(n ? n : 1, sizeof(float));
     if (!x->pslot[p] || !x->gslot[p]) return fail(e, "out of memory for parameter %s", P->name);
   }
+  if (map_inplace(x, e) < 0) return -1;
   for (int i = 0; i < x->nuses; i++) {
     Use *u = &x->uses[i];
     x->uses[i].fval = x->pslot[u->u->param] + u->u->layer * u->numel;
@@ -654,12 +696,14 @@ static void exec_free(Exec *x) {
   free(x->scratch);
   if (x->pslot && x->pc)
     for (int p = 0; p < x->pc->m->nparams; p++) {
+      if (x->inplace && x->inplace[p]) continue;
       free(x->pslot[p]);
       free(x->gslot[p]);
     }
   free(x->pslot);
   free(x->gslot);
   free(x->table);
+  free(x->inplace);
   free(x->fscratch);
   free(x->wbuf);
   ring_clear(x);
@@ -942,10 +986,10 @@ static int chunk_begin(Exec *x, int nmicro, RtErr *e) {
   }
   for (int i = 0; i < x->nuses; i++) {
     Use *u = &x->uses[i];
-    if (u->t) memcpy(u->fval, u->t->data, sizeof(float) * (size_t)u->numel);
+    if (u->t && !x->inplace[u->u->param]) memcpy(u->fval, u->t->data, sizeof(float) * (size_t)u->numel);
   }
   for (int p = 0; p < m->nparams; p++)
-    memset(x->gslot[p], 0, sizeof(float) * (size_t)(local_numel(&m->params[p]) * copies_of(&m->params[p])));
+    if (!x->inplace[p]) memset(x->gslot[p], 0, sizeof(float) * (size_t)(local_numel(&m->params[p]) * copies_of(&m->params[p])));
   x->seed_f = (float)x->ctx->grad_scale;
   int nout = x->entry->noutputs;
   x->nouts = calloc((size_t)(nout * nmicro) + 1, sizeof(float *));
@@ -1051,7 +1095,7 @@ static void chunk_add_grads(Exec *x) {
       const double *g = interp_grad(x->in, u->u->param, u->u->layer, NULL);
       if (g)
         for (int64_t j = 0; j < u->numel; j++) u->t->grad[j] += (float)g[j];
-    } else {
+    } else if (!x->inplace[u->u->param]) { /* in place: the kernels added them there */
       for (int64_t j = 0; j < u->numel; j++) u->t->grad[j] += u->fgrad[j];
     }
   }

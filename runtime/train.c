@@ -758,10 +758,10 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     char tok[32];
     human(tok, sizeof tok, (double)tokens_per_step);
     fprintf(R.out,
-            "hpdlrun: %s, %d rank%s (dp=%d tp=%d pp=%d cp=%d), steps %" PRId64 "..%" PRId64 ", %s tokens/step, %s %s, data %s (%" PRId64
+            "hpdlrun: %s, %d rank%s (dp=%d tp=%d pp=%d cp=%d)%s%s, steps %" PRId64 "..%" PRId64 ", %s tokens/step, %s %s, data %s (%" PRId64
             " windows of %" PRId64 ")\n",
             a->model ? a->model : a->program_name ? a->program_name : "model", comm->world_size, comm->world_size == 1 ? "" : "s",
-            a->layout.dp, a->layout.tp, a->layout.pp, a->layout.cp, R.start_step + 1, R.steps, tok, optim_kind_name(R.opt.kind),
+            a->layout.dp, a->layout.tp, a->layout.pp, a->layout.cp, o->threads ? ", " : "", o->threads ? o->threads : "", R.start_step + 1, R.steps, tok, optim_kind_name(R.opt.kind),
             R.prog->name, o->data ? o->data : a->data, data_loader_windows(R.loader), a->seq_len);
     fflush(R.out);
   }

@@ -84,6 +84,7 @@ typedef struct {
   TrainProgress progress;
   int tty;                 /* for AUTO: whether the user's terminal is one */
   FILE *out;               /* rank 0's log (stdout) */
+  const char *threads;     /* for the header: "2 threads per rank"; NULL: not shown */
 } TrainOptions;
 
 typedef struct {

@@ -15,6 +15,7 @@ import array
 import json
 import math
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -300,6 +301,50 @@ def case_under_mpirun():
     p = run(base + ["-np", "3", os.path.join(ARGS.bin, "hpdlrun"), art], expect=None)
     check(p.returncode != 0, "wrong world size fails")
     check(p.stderr.count("needs 2 ranks, but there are 3") == 1, p.stderr)
+
+
+def threads_of(stdout):
+    """The BLAS threads per rank of hpdlrun's start-up line, and what chose them."""
+    m = re.search(r"^hpdlrun: .*?, (\d+) threads? per rank( \(([^)]*)\))?, steps", stdout, re.M)
+    check(m is not None, "a start-up line with the threads per rank: " + stdout)
+    return int(m.group(1)), m.group(3)
+
+
+def case_threads():
+    """BLAS threads per rank: cores / ranks on the node, unless --threads or
+    OPENBLAS_NUM_THREADS / OMP_NUM_THREADS says otherwise."""
+    cores = os.cpu_count() or 1
+    clean = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+
+    def start(art, *args, env=None, np_=None):
+        e = dict(clean)
+        e.update(env or {})
+        cmd = [os.path.join(ARGS.bin, "hpdlrun")] + (["-np", str(np_)] if np_ else []) + [art, "--steps", "1",
+                                                                                           "--progress", "plain", *args]
+        p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=300)
+        if p.returncode != 0:
+            sys.stderr.write(f"$ {' '.join(cmd)}\n--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}\n")
+            raise Fail(f"exit status {p.returncode}")
+        return threads_of(p.stdout)
+
+    one = make_artifact("threads1", dp=1, mb=4, steps=1)
+    check(start(one) == (cores, None), f"one rank gets all {cores} cores")
+    check(start(one, "--threads", "3") == (3, "--threads"), "--threads sets it")
+    check(start(one, env={"OPENBLAS_NUM_THREADS": "5"}) == (5, "OPENBLAS_NUM_THREADS"), "OPENBLAS_NUM_THREADS")
+    check(start(one, env={"OMP_NUM_THREADS": "4"}) == (4, "OMP_NUM_THREADS"), "OMP_NUM_THREADS")
+    check(start(one, env={"OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "7"}) == (2, "OPENBLAS_NUM_THREADS"),
+          "OPENBLAS_NUM_THREADS before OMP_NUM_THREADS, as OpenBLAS reads them")
+    check(start(one, "--threads", "2", env={"OPENBLAS_NUM_THREADS": "5"}) == (2, "--threads"),
+          "--threads over the environment")
+    check(start(one, env={"OPENBLAS_NUM_THREADS": "many"}) == (cores, None), "a value that is no number is ignored")
+    p = hpdlrun(one, "--threads", "0", expect=2)
+    check("--threads wants a number of threads >= 1, not 0" in p.stderr, p.stderr)
+    need_mpi()
+    two = make_artifact("threads2", dp=2, mb=2, steps=1)
+    check(start(two, np_=2) == (max(1, cores // 2), None), f"two ranks on {cores} cores get {max(1, cores // 2)} each")
+    check(start(two, "--threads", "2", np_=2) == (2, "--threads"), "--threads on two ranks")
+    check(start(two, np_=2, env={"OPENBLAS_NUM_THREADS": "3"}) == (3, "OPENBLAS_NUM_THREADS"),
+          "the environment reaches the ranks")
 
 
 def compare_layout(name, dp, tp, mb):
