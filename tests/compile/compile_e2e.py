@@ -52,38 +52,22 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "runtime"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "runtime"))
 import e2e as rt  # noqa: E402  (the runtime tests' checkpoint reader: safetensors, CRC-32C)
+import e2e_common  # noqa: E402
+from e2e_common import SKIP, Fail, check, metrics  # noqa: E402
 
-SKIP = 77
 ARGS = None
 DEFS = ["-D", "C=32", "-D", "T=16", "-D", "L=2", "-D", "H=4"]
 STEPS = 20
 
 
-class Fail(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Fail(what)
-
-
 def run(args, expect=0, env=None, cwd=None):
-    e = dict(os.environ)
-    e.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    e.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    if env:
-        e.update(env)
-    p = subprocess.run(args, capture_output=True, text=True, env=e, timeout=280, cwd=cwd)
-    if expect is not None and p.returncode != expect:
-        sys.stderr.write(f"$ {' '.join(args)}\n--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}\n")
-        raise Fail(f"exit status {p.returncode}, expected {expect}")
-    return p
+    return e2e_common.run(args, expect, env, cwd, timeout=280)
 
 
 def tool(name):
@@ -101,14 +85,8 @@ def sample():
 
 
 def need_mpi(world):
-    if world == 1:
-        return
-    if shutil.which("mpirun") is None:
-        print("skipped: mpirun not found (scripts/setup.sh installs Open MPI)")
-        sys.exit(SKIP)
-    if "collectives: mpi" not in run([tool("hpdlrun"), "--version"]).stdout:
-        print("skipped: this hpdlrun was built without MPI")
-        sys.exit(SKIP)
+    if world > 1:
+        e2e_common.need_mpi(ARGS.bin)
 
 
 def make_data():
@@ -140,7 +118,7 @@ def train(art, tag, steps=STEPS, extra=(), env=None, expect=0):
         os.remove(m)
     p = run([tool("hpdlrun"), art, "--data", make_data(), "--steps", str(steps), "--metrics", m, "--progress", "plain",
              *extra], env=env, expect=expect)
-    return (rt.metrics(m) if os.path.exists(m) else []), p
+    return (metrics(m) if os.path.exists(m) else []), p
 
 
 _REF = {}
@@ -518,7 +496,7 @@ def main():
     rt.ARGS = argparse.Namespace(bin=ARGS.bin, work=ARGS.work, plugin="")
     try:
         CASES[ARGS.case]()
-    except (Fail, rt.Fail) as e:
+    except Fail as e:
         print(f"FAIL {ARGS.case}: {e}")
         return 1
     print(f"ok {ARGS.case}")

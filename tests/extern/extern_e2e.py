@@ -34,34 +34,18 @@ import glob
 import json
 import os
 import shutil
-import subprocess
 import sys
 
-SKIP = 77
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import e2e_common  # noqa: E402
+from e2e_common import Fail, check, metrics  # noqa: E402
+
 STEPS = 20
 ARGS = None
 
 
-class Fail(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Fail(what)
-
-
 def run(args, expect=0, env=None, cwd=None):
-    e = dict(os.environ)
-    e.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    e.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    if env:
-        e.update(env)
-    p = subprocess.run(args, capture_output=True, text=True, env=e, timeout=250, cwd=cwd)
-    if expect is not None and p.returncode != expect:
-        sys.stderr.write(f"$ {' '.join(args)}\n--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}\n")
-        raise Fail(f"exit status {p.returncode}, expected {expect}")
-    return p
+    return e2e_common.run(args, expect, env, cwd, timeout=250)
 
 
 def tool(name):
@@ -96,22 +80,13 @@ def compile_art(src_dir, out, mode, flags=()):
     return out
 
 
-def need_mpi():
-    if shutil.which("mpirun") is None:
-        print("skipped: mpirun not found (scripts/setup.sh installs Open MPI)")
-        sys.exit(SKIP)
-    if "collectives: mpi" not in run([tool("hpdlrun"), "--version"]).stdout:
-        print("skipped: this hpdlrun was built without MPI")
-        sys.exit(SKIP)
-
-
 def train(art, tag, expect=0, env=None):
     m = work(tag + ".jsonl")
     if os.path.exists(m):
         os.remove(m)
     p = run([tool("hpdlrun"), art, "--data", data(), "--steps", str(STEPS), "--metrics", m, "--progress", "plain"],
             expect=expect, env=env)
-    losses = [json.loads(line)["loss"] for line in open(m) if line.strip()] if os.path.exists(m) else []
+    losses = [r["loss"] for r in metrics(m)] if os.path.exists(m) else []
     return losses, p
 
 
@@ -148,7 +123,7 @@ def case_one_rank():
 
 
 def case_tp2():
-    need_mpi()
+    e2e_common.need_mpi(ARGS.bin)
     d = scratch("tp2")
     a = compile_art(d, work("tp2", "art-extern"), 0, ["--tp", "2", "--gpus-per-node", "2"])
     b = compile_art(d, work("tp2", "art-builtin"), 1, ["--tp", "2", "--gpus-per-node", "2"])

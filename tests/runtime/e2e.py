@@ -21,17 +21,11 @@ import struct
 import subprocess
 import sys
 
-SKIP = 77
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from e2e_common import Fail, check, metrics, run  # noqa: E402
+import e2e_common  # noqa: E402
+
 ARGS = None
-
-
-class Fail(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Fail(what)
 
 
 # ---- independent readers ----------------------------------------------------
@@ -130,23 +124,7 @@ def max_diff(a, b, names=None):
 # ---- running things ---------------------------------------------------------
 
 def need_mpi():
-    if shutil.which("mpirun") is None:
-        print("skipped: mpirun not found (scripts/setup.sh installs Open MPI)")
-        sys.exit(SKIP)
-    if "collectives: mpi" not in run([os.path.join(ARGS.bin, "hpdlrun"), "--version"]).stdout:
-        print("skipped: this hpdlrun was built without MPI")
-        sys.exit(SKIP)
-
-
-def run(args, expect=0, env=None, quiet_ok=False):
-    e = dict(os.environ)
-    if env:
-        e.update(env)
-    p = subprocess.run(args, capture_output=True, text=True, env=e, timeout=300)
-    if expect is not None and p.returncode != expect:
-        sys.stderr.write(f"$ {' '.join(args)}\n--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}\n")
-        raise Fail(f"exit status {p.returncode}, expected {expect}")
-    return p
+    e2e_common.need_mpi(ARGS.bin)
 
 
 def hpdlrun(*args, **kw):
@@ -196,10 +174,6 @@ def make_artifact(name, dp=1, tp=1, mb=4, nmicro=2, seq=32, steps=30, data=None,
     with open(os.path.join(d, "manifest.json"), "w") as f:
         json.dump(man, f, indent=1)
     return d
-
-
-def metrics(path):
-    return [json.loads(line) for line in open(path)]
 
 
 def latest(ckdir):

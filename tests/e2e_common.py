@@ -1,0 +1,54 @@
+"""e2e_common.py - helpers shared by the end-to-end test scripts (runtime/e2e.py,
+compile/compile_e2e.py, extern/extern_e2e.py): the failure type, running a tool and
+checking its exit status, the MPI skip test and the metrics reader.
+
+A script imports it with its own folder's parent on sys.path:
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+SKIP = 77  # CTest's SKIP_RETURN_CODE for these tests
+
+
+class Fail(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Fail(what)
+
+
+def run(args, expect=0, env=None, cwd=None, timeout=300):
+    """Run a command; with expect not None, its exit status must be expect (else its output goes to stderr)."""
+    e = dict(os.environ)
+    # mpirun refuses root without these; CTest sets them, a hand run may not
+    e.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    e.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    if env:
+        e.update(env)
+    p = subprocess.run(args, capture_output=True, text=True, env=e, timeout=timeout, cwd=cwd)
+    if expect is not None and p.returncode != expect:
+        sys.stderr.write(f"$ {' '.join(args)}\n--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}\n")
+        raise Fail(f"exit status {p.returncode}, expected {expect}")
+    return p
+
+
+def need_mpi(bin_dir):
+    """Exit with SKIP unless mpirun is installed and BIN_DIR's hpdlrun was built with MPI."""
+    if shutil.which("mpirun") is None:
+        print("skipped: mpirun not found (scripts/setup.sh installs Open MPI)")
+        sys.exit(SKIP)
+    if "collectives: mpi" not in run([os.path.join(bin_dir, "hpdlrun"), "--version"]).stdout:
+        print("skipped: this hpdlrun was built without MPI")
+        sys.exit(SKIP)
+
+
+def metrics(path):
+    """hpdlrun --metrics's records, one JSON object a line."""
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
