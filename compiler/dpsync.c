@@ -14,23 +14,6 @@ static int64_t numel_of(int rank, const int64_t *dims) {
   return n;
 }
 
-/* Appends a copy of a node whose inputs are already renumbered; its type is
- * unchanged, so it is stored as is (ir_verify checks it afterwards). */
-static int push_copy(IrGraph *g, const IrNode *n, const int *map) {
-  if (g->nnodes == g->cap) {
-    int cap = g->cap ? g->cap * 2 : 64;
-    IrNode *nodes = arena_alloc(g->arena, sizeof(IrNode) * (size_t)cap);
-    if (g->nnodes) memcpy(nodes, g->nodes, sizeof(IrNode) * (size_t)g->nnodes);
-    g->nodes = nodes;
-    g->cap = cap;
-  }
-  IrNode *c = &g->nodes[g->nnodes];
-  *c = *n;
-  c->in = arena_alloc(g->arena, sizeof(int) * (size_t)(n->nin + 1));
-  for (int k = 0; k < n->nin; k++) c->in[k] = map[n->in[k]];
-  return g->nnodes++;
-}
-
 /* ZeRO-3's read of parameter node n: this rank's piece, gathered over dp,
  * unpadded and reshaped to the tensor the graph used before. */
 static int gathered_param(IrGraph *g, const IrModule *d, const IrNode *n, int64_t dp, const char **why) {
@@ -87,7 +70,7 @@ IrModule *dpsync_shard_params(Arena *arena, Diag *diag, const IrModule *m, int64
     for (int i = 0; i < s->nnodes; i++) {
       const IrNode *n = &s->nodes[i];
       const char *why = NULL;
-      map[i] = n->op == IR_PARAM ? gathered_param(g, d, n, dp, &why) : push_copy(g, n, map);
+      map[i] = n->op == IR_PARAM ? gathered_param(g, d, n, dp, &why) : ir_add_copy(g, n, map);
       if (map[i] < 0) {
         diag_error(diag, n->span, "internal error sharding parameters over dp (ZeRO-3): %s", why ? why : "?");
         return NULL;

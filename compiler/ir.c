@@ -518,6 +518,27 @@ static const char *verify_extern(const IrModule *m, const IrGraph *g, const IrNo
   return NULL;
 }
 
+/* The slot past the last node, the array grown (doubled) when full; the
+ * caller fills it and counts it in g->nnodes. */
+static IrNode *next_slot(IrGraph *g) {
+  if (g->nnodes == g->cap) {
+    int cap = g->cap ? g->cap * 2 : 64;
+    IrNode *nodes = arena_alloc(g->arena, sizeof(IrNode) * (size_t)cap);
+    if (g->nnodes) memcpy(nodes, g->nodes, sizeof(IrNode) * (size_t)g->nnodes);
+    g->nodes = nodes;
+    g->cap = cap;
+  }
+  return &g->nodes[g->nnodes];
+}
+
+int ir_add_copy(IrGraph *g, const IrNode *n, const int *map) {
+  IrNode *c = next_slot(g);
+  *c = *n;
+  c->in = arena_alloc(g->arena, sizeof(int) * (size_t)(n->nin + 1));
+  for (int k = 0; k < n->nin; k++) c->in[k] = map[n->in[k]];
+  return g->nnodes++;
+}
+
 int ir_add(IrGraph *g, IrOp op, const int *in, int nin, const int64_t *attr, int nattr, double fattr,
            DType dtype, int rank, const int64_t *dims, const char **why) {
   const char *err = NULL;
@@ -529,14 +550,7 @@ int ir_add(IrGraph *g, IrOp op, const int *in, int nin, const int64_t *attr, int
     if (why) *why = err;
     return -1;
   }
-  if (g->nnodes == g->cap) {
-    int cap = g->cap ? g->cap * 2 : 64;
-    IrNode *nodes = arena_alloc(g->arena, sizeof(IrNode) * (size_t)cap);
-    if (g->nnodes) memcpy(nodes, g->nodes, sizeof(IrNode) * (size_t)g->nnodes);
-    g->nodes = nodes;
-    g->cap = cap;
-  }
-  IrNode *n = &g->nodes[g->nnodes];
+  IrNode *n = next_slot(g);
   memset(n, 0, sizeof *n);
   n->op = op;
   n->nin = nin;

@@ -171,6 +171,11 @@ int64_t ir_extern_numel(const IrExternShape *s);
 int ir_add(IrGraph *g, IrOp op, const int *in, int nin, const int64_t *attr, int nattr, double fattr,
            DType dtype, int rank, const int64_t *dims, const char **why);
 
+/* Appends a copy of node n (of this graph or another) with its inputs
+ * renumbered through map (old id -> id in g). The type is stored as is, not
+ * recomputed: ir_verify checks it afterwards. Returns the new node's id. */
+int ir_add_copy(IrGraph *g, const IrNode *n, const int *map);
+
 static inline IrNode *ir_node(IrGraph *g, int id) { return &g->nodes[id]; }
 
 int64_t ir_numel(const IrNode *n);
