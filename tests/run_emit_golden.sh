@@ -10,6 +10,7 @@
 # --update rewrites EXPECTED from the current output instead of comparing
 # (read the diff of every changed file before committing it).
 set -u
+source "$(dirname "${BASH_SOURCE[0]}")/golden_lib.sh" || exit 2
 
 update=0
 if [ "${1:-}" = "--update" ]; then
@@ -51,11 +52,6 @@ if [ -s "$errors" ]; then
   cat "$errors"
   fail=1
 fi
-if [ ! -f "$expected" ]; then
-  echo "FAIL: $expected is missing (create it with: $0 --update ...)"
-  fail=1
-elif ! diff -u --label "$expected (expected)" --label "emit $stage $* $sample (actual)" "$expected" "$actual"; then
-  echo "FAIL: the output of emit $stage differs from $expected"
-  fail=1
-fi
+golden_compare "$expected" "$actual" "emit $stage $* $sample (actual)" \
+  "the output of emit $stage differs from $expected" || fail=1
 exit $fail

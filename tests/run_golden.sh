@@ -14,6 +14,7 @@
 # STDLIB_DIR is passed to hpdlc as HPDL_STDLIB, relative to the file's folder,
 # so paths in notes do not depend on where the checkout lives.
 set -u
+source "$(dirname "${BASH_SOURCE[0]}")/golden_lib.sh" || exit 2
 
 update=0
 if [ "${1:-}" = "--update" ]; then
@@ -83,14 +84,6 @@ elif [ "$status" != "$want_status" ]; then
   echo "FAIL: hpdlc check $name exited with $status, expected $want_status"
   fail=1
 fi
-if [ ! -f "$expected_err" ]; then
-  echo "FAIL: $dir/$expected_err is missing; the output was:"
-  cat "$actual"
-  echo "(create it with: $0 --update $1 $file ${stdlib})"
-  fail=1
-elif ! diff -u --label "$expected_err (expected)" --label "$name (actual stderr)" \
-    "$expected_err" "$actual"; then
-  echo "FAIL: the diagnostics differ from $dir/$expected_err"
-  fail=1
-fi
+golden_compare "$expected_err" "$actual" "$name (actual stderr)" \
+  "the diagnostics differ from $dir/$expected_err" "create it with: $0 --update $1 $file ${stdlib}" || fail=1
 exit $fail

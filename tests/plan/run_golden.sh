@@ -7,6 +7,7 @@
 #
 # --update rewrites EXPECTED.txt instead (read every change before committing).
 set -u
+source "$(dirname "${BASH_SOURCE[0]}")/../golden_lib.sh" || exit 2
 update=0
 if [ "${1:-}" = "--update" ]; then
   update=1
@@ -35,4 +36,4 @@ if [ $update -eq 1 ]; then
   cp "$actual" "$expected"
   exit 0
 fi
-diff -u "$expected" "$actual"
+golden_compare "$expected" "$actual" "plan $sample $* (actual)" "the plan report differs from $expected"

@@ -10,6 +10,7 @@
 # --update rewrites EXPECTED.txt from the current output instead (read the
 # change before committing it).
 set -u
+source "$(dirname "${BASH_SOURCE[0]}")/../golden_lib.sh" || exit 2
 
 update=0
 if [ "${1:-}" = "--update" ]; then
@@ -38,13 +39,4 @@ if [ "$update" = 1 ]; then
   echo "updated $expected"
   exit 0
 fi
-if [ ! -f "$expected" ]; then
-  echo "FAIL: $expected is missing; the output was:"
-  cat "$actual"
-  exit 1
-fi
-if ! diff -u --label "$(basename "$expected") (expected)" --label "schedule $* (actual)" "$expected" "$actual"; then
-  echo "FAIL: the schedule differs from $expected"
-  exit 1
-fi
-exit 0
+golden_compare "$expected" "$actual" "schedule $* (actual)" "the schedule differs from $expected"
