@@ -52,3 +52,14 @@ def metrics(path):
     """hpdlrun --metrics's records, one JSON object a line."""
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def run_case(cases, name):
+    """Runs cases[name]; prints "ok NAME" or "FAIL NAME: why" and returns the exit status (0 or 1)."""
+    try:
+        cases[name]()
+    except Fail as e:
+        print(f"FAIL {name}: {e}")
+        return 1
+    print(f"ok {name}")
+    return 0

@@ -494,13 +494,7 @@ def main():
     ARGS.source = os.path.abspath(ARGS.source)
     os.makedirs(ARGS.work, exist_ok=True)
     rt.ARGS = argparse.Namespace(bin=ARGS.bin, work=ARGS.work, plugin="")
-    try:
-        CASES[ARGS.case]()
-    except Fail as e:
-        print(f"FAIL {ARGS.case}: {e}")
-        return 1
-    print(f"ok {ARGS.case}")
-    return 0
+    return e2e_common.run_case(CASES, ARGS.case)
 
 
 if __name__ == "__main__":

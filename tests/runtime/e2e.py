@@ -22,8 +22,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from e2e_common import Fail, check, metrics, run  # noqa: E402
 import e2e_common  # noqa: E402
+from e2e_common import Fail, check, metrics, run  # noqa: E402
 
 ARGS = None
 
@@ -618,13 +618,7 @@ def main():
     ARGS = ap.parse_args()
     ARGS.work = os.path.abspath(ARGS.work)
     os.makedirs(ARGS.work, exist_ok=True)
-    try:
-        CASES[ARGS.case]()
-    except Fail as e:
-        print(f"FAIL {ARGS.case}: {e}")
-        return 1
-    print(f"ok {ARGS.case}")
-    return 0
+    return e2e_common.run_case(CASES, ARGS.case)
 
 
 if __name__ == "__main__":
