@@ -25,7 +25,8 @@ static void usage(FILE *f) {
           "Turns text into byte-level token shards (one token per byte, vocabulary 256) in llm.c's .bin\n"
           "layout: PREFIX_train_NNNNNN.bin and PREFIX_val_NNNNNN.bin. FILE - reads standard input.\n"
           "\n"
-          "  -o PREFIX            output prefix (default: the first FILE without its extension)\n"
+          "  -o PREFIX            output prefix; its folder is made if missing (default: the first FILE\n"
+          "                       without its extension)\n"
           "  --val-fraction F     the last F of the text is validation data (default 0.1)\n"
           "  --shard-tokens N     at most N tokens per shard (default 100000000)\n"
           "  --synthetic BYTES    generate BYTES of simple English-like text instead (also written to PREFIX.txt)\n"
@@ -58,6 +59,22 @@ static int slurp(FILE *f, unsigned char **buf, int64_t *len, int64_t *cap) {
     *len += (int64_t)got;
     if (got == 0) return ferror(f) ? -1 : 0;
   }
+}
+
+/* The folder of an output prefix is created when missing, as a user naming
+ * `-o data/tiny` expects. */
+static int make_prefix_folder(const char *prefix) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", prefix);
+  char *slash = strrchr(dir, '/');
+  if (!slash || slash == dir) return 0;
+  *slash = 0;
+  RtErr e;
+  if (rt_mkdirs(dir, &e) < 0) {
+    fprintf(stderr, "hpdl-data: error: %s\n", e.msg);
+    return -1;
+  }
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -119,6 +136,7 @@ int main(int argc, char **argv) {
   if (synthetic >= 0) {
     if (nfiles) return die_usage("--synthetic makes its own text; no FILE (%s)", files[0]);
     if (!prefix) return die_usage("%s needs -o PREFIX", "--synthetic");
+    if (make_prefix_folder(prefix) < 0) return 1;
     text = rt_alloc((size_t)(synthetic ? synthetic : 1));
     if (!text) {
       fprintf(stderr, "hpdl-data: error: out of memory\n");
@@ -160,6 +178,10 @@ int main(int argc, char **argv) {
       if (dot && (!slash || dot > slash)) *dot = 0;
       prefix = derived;
     }
+  }
+  if (make_prefix_folder(prefix) < 0) {
+    rt_free(text);
+    return 1;
   }
   DataConvertReport rep;
   int rc = data_convert_bytes(text, len, prefix, &opt, &rep, stdout, &e);

@@ -223,6 +223,13 @@ def case_data_tool():
     hpdl_data("--synthetic", "5000", "--seed", "3", "-o", os.path.join(d, "a"))
     hpdl_data("--synthetic", "5000", "--seed", "3", "-o", os.path.join(d, "b"))
     check(open(os.path.join(d, "a.txt"), "rb").read() == open(os.path.join(d, "b.txt"), "rb").read(), "same text")
+    # a prefix in folders that do not exist yet: they are made; one that cannot be is an error
+    p = hpdl_data("--synthetic", "5000", "-o", os.path.join(d, "new", "sub", "c"))
+    check(os.path.exists(os.path.join(d, "new", "sub", "c_train_000000.bin")), "prefix folder made")
+    blocker = os.path.join(d, "file")
+    open(blocker, "w").close()
+    p = hpdl_data("--synthetic", "5000", "-o", os.path.join(blocker, "c"), expect=1)
+    check("file: exists and is not a folder" in p.stderr, p.stderr)
 
 
 def case_one_rank():
