@@ -342,6 +342,7 @@ int main(int argc, char **argv) {
   char threads[64];
   cores_describe(&cores, threads, sizeof threads);
   A.t.threads = threads;
+  A.t.nthreads = cores.threads;
   const char *tty = getenv("HPDL_TTY");
   A.t.tty = tty ? !strcmp(tty, "1") : isatty(STDOUT_FILENO);
   TrainSummary sum;

@@ -2,7 +2,10 @@
 #include "optim.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "par.h"
 
 void optim_defaults(OptimConfig *c) {
   memset(c, 0, sizeof *c);
@@ -83,4 +86,76 @@ void optim_scale(float *g, int64_t n, double s) {
   if (s == 1.0) return;
   const float f = (float)s;
   for (int64_t i = 0; i < n; i++) g[i] *= f;
+}
+
+/* ---- the same passes on the rank's threads ---- */
+
+typedef struct {
+  float *p, *m, *v, *buf, *g;
+  const float *cg;
+  int64_t t, n;
+  double lr, wd, s;
+  const OptimConfig *c;
+  double *slots; /* sumsq: one per block */
+} OptimPass;
+
+static void adamw_range(void *ctx, int64_t lo, int64_t hi) {
+  OptimPass *a = ctx;
+  optim_adamw(a->p + lo, a->cg + lo, a->m + lo, a->v + lo, hi - lo, a->t, a->lr, a->wd, a->c);
+}
+
+void optim_adamw_mt(int nthreads, float *p, const float *g, float *m, float *v, int64_t n, int64_t t, double lr,
+                    double wd, const OptimConfig *c) {
+  OptimPass a = {.p = p, .cg = g, .m = m, .v = v, .t = t, .lr = lr, .wd = wd, .c = c};
+  par_for(par_threads_for(nthreads, n), n, adamw_range, &a);
+}
+
+static void sgd_range(void *ctx, int64_t lo, int64_t hi) {
+  OptimPass *a = ctx;
+  optim_sgd(a->p + lo, a->cg + lo, a->buf ? a->buf + lo : NULL, hi - lo, a->t, a->lr, a->wd, a->c);
+}
+
+void optim_sgd_mt(int nthreads, float *p, const float *g, float *buf, int64_t n, int64_t t, double lr, double wd,
+                  const OptimConfig *c) {
+  OptimPass a = {.p = p, .cg = g, .buf = buf, .t = t, .lr = lr, .wd = wd, .c = c};
+  par_for(par_threads_for(nthreads, n), n, sgd_range, &a);
+}
+
+static void scale_range(void *ctx, int64_t lo, int64_t hi) {
+  OptimPass *a = ctx;
+  optim_scale(a->g + lo, hi - lo, a->s);
+}
+
+void optim_scale_mt(int nthreads, float *g, int64_t n, double s) {
+  if (s == 1.0) return;
+  OptimPass a = {.g = g, .s = s};
+  par_for(par_threads_for(nthreads, n), n, scale_range, &a);
+}
+
+/* Block b of the n values g[0 .. n). */
+static double block_sumsq(const float *g, int64_t n, int64_t b) {
+  int64_t first = b * OPTIM_SUMSQ_BLOCK, len = n - first < OPTIM_SUMSQ_BLOCK ? n - first : OPTIM_SUMSQ_BLOCK;
+  return optim_sumsq(g + first, len);
+}
+
+/* Blocks [lo, hi): each thread writes only its own blocks' slots. */
+static void sumsq_blocks(void *ctx, int64_t lo, int64_t hi) {
+  OptimPass *a = ctx;
+  for (int64_t b = lo; b < hi; b++) a->slots[b] = block_sumsq(a->cg, a->n, b);
+}
+
+double optim_sumsq_mt(int nthreads, const float *g, int64_t n) {
+  if (n <= OPTIM_SUMSQ_BLOCK) return optim_sumsq(g, n);
+  int64_t nblocks = (n + OPTIM_SUMSQ_BLOCK - 1) / OPTIM_SUMSQ_BLOCK;
+  double s = 0, *slots = malloc((size_t)nblocks * sizeof *slots);
+  if (!slots) {
+    /* No memory for the slots: the same block sums in the same order, here. */
+    for (int64_t b = 0; b < nblocks; b++) s += block_sumsq(g, n, b);
+    return s;
+  }
+  OptimPass a = {.cg = g, .n = n, .slots = slots};
+  par_for(par_threads_for(nthreads, n), nblocks, sumsq_blocks, &a);
+  for (int64_t b = 0; b < nblocks; b++) s += slots[b];
+  free(slots);
+  return s;
 }

@@ -59,4 +59,17 @@ double optim_sumsq(const float *g, int64_t n);
 double optim_clip_scale(double norm, double clip);
 void optim_scale(float *g, int64_t n, double s);
 
+/* The same passes on up to nthreads threads (par.h; one below its
+ * PAR_MIN_ELEMS), with results bit for bit independent of nthreads: the
+ * updates are elementwise, and the sum of squares is taken in blocks of
+ * OPTIM_SUMSQ_BLOCK values, each summed in order in double, the block sums
+ * then added in block order. Up to one block it equals optim_sumsq. */
+#define OPTIM_SUMSQ_BLOCK ((int64_t)1 << 16)
+void optim_adamw_mt(int nthreads, float *p, const float *g, float *m, float *v, int64_t n, int64_t t, double lr,
+                    double wd, const OptimConfig *c);
+void optim_sgd_mt(int nthreads, float *p, const float *g, float *buf, int64_t n, int64_t t, double lr, double wd,
+                  const OptimConfig *c);
+void optim_scale_mt(int nthreads, float *g, int64_t n, double s);
+double optim_sumsq_mt(int nthreads, const float *g, int64_t n);
+
 #endif

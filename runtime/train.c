@@ -812,7 +812,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     for (int i = 0; i < R.ctx.ntensors; i++) {
       int64_t lo, hi;
       if (R.norm_rep[i] && (R.zero > 0 || comm->coords.dp == 0) && owned_part(&R, i, &lo, &hi))
-        red[0] += optim_sumsq(grad_at(&R, lo), hi - lo);
+        red[0] += optim_sumsq_mt(o->nthreads, grad_at(&R, lo), hi - lo);
     }
     if (comm_all_reduce(comm, COMM_WORLD, COMM_F64, COMM_SUM, red, 3, e) < 0) fatal(&R, "reducing the loss", e);
     double gnorm = sqrt(red[0]), mean_loss = red[2] > 0 ? red[1] / red[2] : NAN;
@@ -825,7 +825,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       break;
     }
     double scale = optim_clip_scale(gnorm, R.opt.clip);
-    if (scale != 1.0) optim_scale(grad_at(&R, R.own_lo), R.own_len, scale);
+    if (scale != 1.0) optim_scale_mt(o->nthreads, grad_at(&R, R.own_lo), R.own_len, scale);
     /* The update of the owned values, tensor by tensor (weight decay is per
      * tensor); at zero 0 that is every value. */
     for (int i = 0; i < R.ctx.ntensors; i++) {
@@ -834,8 +834,9 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       const TrainTensor *x = &R.ctx.tensors[i];
       double wd = x->param->weight_decay ? R.opt.weight_decay : 0.0;
       float *m = R.pool[2] ? R.pool[2] + (lo - R.own_lo) : NULL, *v = R.pool[3] ? R.pool[3] + (lo - R.own_lo) : NULL;
-      if (R.opt.kind == OPTIM_ADAMW) optim_adamw(param_at(&R, lo), grad_at(&R, lo), m, v, hi - lo, s + 1, lr, wd, &R.opt);
-      else optim_sgd(param_at(&R, lo), grad_at(&R, lo), m, hi - lo, s + 1, lr, wd, &R.opt);
+      if (R.opt.kind == OPTIM_ADAMW)
+        optim_adamw_mt(o->nthreads, param_at(&R, lo), grad_at(&R, lo), m, v, hi - lo, s + 1, lr, wd, &R.opt);
+      else optim_sgd_mt(o->nthreads, param_at(&R, lo), grad_at(&R, lo), m, hi - lo, s + 1, lr, wd, &R.opt);
     }
     if (R.master) rt_release_pages(R.pool[0], (size_t)R.pool_cap * sizeof(float));
     else if (R.zero > 0 && comm_all_gather(comm, COMM_DP, COMM_F32, R.pool[0] + R.own_lo, R.own_len, R.pool[0], e) < 0)

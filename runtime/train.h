@@ -85,6 +85,7 @@ typedef struct {
   int tty;                 /* for AUTO: whether the user's terminal is one */
   FILE *out;               /* rank 0's log (stdout) */
   const char *threads;     /* for the header: "2 threads per rank"; NULL: not shown */
+  int nthreads;            /* the rank's threads for the norm, clipping and update passes; 0: 1 */
 } TrainOptions;
 
 typedef struct {

@@ -72,3 +72,9 @@ foreach(case data_tool one_rank progress bad_artifact dp2 under_mpirun tp2 dp2_t
   set_tests_properties(runtime.${case} PROPERTIES LABELS runtime TIMEOUT 300 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${HPDL_RT_TEST_ENV}")
 endforeach()
+
+# The per-step optimizer passes on 1 .. N threads (bench/optim_bench.c): a
+# benchmark, built only on request.
+add_executable(optim_bench EXCLUDE_FROM_ALL ${CMAKE_SOURCE_DIR}/bench/optim_bench.c)
+target_compile_options(optim_bench PRIVATE ${HPDL_WARNINGS})
+target_link_libraries(optim_bench PRIVATE hpdlrt)
