@@ -49,6 +49,7 @@
 #include "lower.h"
 #include "memplan.h"
 #include "sema.h"
+#include "test_sample.h"
 
 static const double TOL = 1e-5;
 
@@ -908,21 +909,6 @@ static void test_vectorize(void) {
 
 /* ==== samples ==== */
 
-static IrModule *lower_sample(Arena *arena, Diag *diag, const char *name, int64_t micro) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/samples/%s", HPDL_SOURCE_DIR, name);
-  int before = diag_error_count(diag);
-  LoadedProgram prog = load_program(arena, diag, path);
-  if (diag_error_count(diag) != before || prog.nfiles == 0) return NULL;
-  int bad_cli = 0;
-  SemOptions opts;
-  memset(&opts, 0, sizeof opts);
-  opts.cli_error = &bad_cli;
-  SemModel *m = sema_check(arena, diag, &prog, &opts);
-  if (!m) return NULL;
-  return lower_model(arena, diag, m, micro > 0 ? micro : m->train.micro_batch);
-}
-
 /* Random model inputs: ints below the vocabulary / class count, floats normal. */
 static double **make_inputs(const IrModule *m, int64_t vocab) {
   double **in = xmalloc(sizeof(double *) * (size_t)(m->ninputs + 1));
@@ -1011,7 +997,7 @@ static void round_params(Interp *in, const IrModule *m) {
 static void e2e_model(const char *sample, int64_t micro, int64_t vocab, int use_memplan) {
   Arena *arena = arena_new();
   Diag *diag = diag_new(stderr);
-  IrModule *m = lower_sample(arena, diag, sample, micro);
+  IrModule *m = lower_sample(arena, diag, sample, NULL, 0, micro, NULL);
   EXPECT(m != NULL);
   if (!m) {
     diag_free(diag);
@@ -1283,7 +1269,7 @@ static void check_kernels(const Lib *L, const FuseResult *fr, int gi, const Inte
 static void test_kernels(void) {
   Arena *arena = arena_new();
   Diag *diag = diag_new(stderr);
-  IrModule *m = lower_sample(arena, diag, "gpt2-tiny.hpd", 2);
+  IrModule *m = lower_sample(arena, diag, "gpt2-tiny.hpd", NULL, 0, 2, NULL);
   EXPECT(m != NULL);
   const char *why = NULL;
   AdResult *ad = m ? ad_build(m, RECOMPUTE_NONE, &why) : NULL;
@@ -1368,7 +1354,7 @@ static void test_compile(void) {
   double t0 = now();
   Arena *arena = arena_new();
   Diag *diag = diag_new(stderr);
-  IrModule *m = lower_sample(arena, diag, "gpt2.hpd", 4);
+  IrModule *m = lower_sample(arena, diag, "gpt2.hpd", NULL, 0, 4, NULL);
   EXPECT(m != NULL);
   if (!m) {
     diag_free(diag);

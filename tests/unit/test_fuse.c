@@ -13,6 +13,7 @@
 #include "loader.h"
 #include "lower.h"
 #include "sema.h"
+#include "test_sample.h"
 #include "test_util.h"
 
 /* ---- building graphs by hand ---- */
@@ -364,21 +365,6 @@ static void test_check_catches(void) {
 
 /* ---- whole models ---- */
 
-static IrModule *lower_sample(Arena *arena, Diag *diag, const char *name, int64_t micro) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/samples/%s", HPDL_SOURCE_DIR, name);
-  int before = diag_error_count(diag);
-  LoadedProgram prog = load_program(arena, diag, path);
-  if (diag_error_count(diag) != before || prog.nfiles == 0) return NULL;
-  int bad_cli = 0;
-  SemOptions opts;
-  memset(&opts, 0, sizeof opts);
-  opts.cli_error = &bad_cli;
-  SemModel *m = sema_check(arena, diag, &prog, &opts);
-  if (!m) return NULL;
-  return lower_model(arena, diag, m, micro > 0 ? micro : m->train.micro_batch);
-}
-
 /* Fusion keeps every FLOP and never adds traffic. */
 static void check_totals(const FuseResult *r) {
   for (int gi = 0; gi < r->ngraphs; gi++) {
@@ -395,7 +381,7 @@ static void test_models(void) {
     for (int policy = -1; policy <= RECOMPUTE_FULL; policy++) {
       Arena *arena = arena_new();
       Diag *diag = diag_new(stderr);
-      IrModule *m = lower_sample(arena, diag, samples[s], 2);
+      IrModule *m = lower_sample(arena, diag, samples[s], NULL, 0, 2, NULL);
       EXPECT(m != NULL);
       if (m && policy >= 0) {
         /* a training step: forward + backward graphs, then fused */
@@ -429,7 +415,7 @@ static void test_models(void) {
 static void test_print(void) {
   Arena *arena = arena_new();
   Diag *diag = diag_new(stderr);
-  IrModule *m = lower_sample(arena, diag, "mlp.hpd", 0);
+  IrModule *m = lower_sample(arena, diag, "mlp.hpd", NULL, 0, 0, NULL);
   EXPECT(m != NULL);
   if (m) {
     FuseResult *r = fuse_module(arena, m);

@@ -12,31 +12,11 @@
 #include "loader.h"
 #include "lower.h"
 #include "sema.h"
+#include "test_sample.h"
 #include "test_util.h"
 
 /* Lowers samples/<name> as `hpdlc emit ir` does (compiler/main.c), with -D
  * defines and the given micro batch (<= 0: the train block's). */
-static IrModule *lower_sample(Arena *arena, Diag *diag, const char *name, SemDefine *defs, int ndefs, int64_t micro,
-                              SemModel **model) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/samples/%s", HPDL_SOURCE_DIR, name);
-  int before = diag_error_count(diag);
-  LoadedProgram prog = load_program(arena, diag, path);
-  if (diag_error_count(diag) != before || prog.nfiles == 0) return NULL;
-  int bad_cli = 0;
-  SemOptions opts;
-  memset(&opts, 0, sizeof opts);
-  opts.defines = defs;
-  opts.ndefines = ndefs;
-  opts.cli_error = &bad_cli;
-  SemModel *m = sema_check(arena, diag, &prog, &opts);
-  if (!m) return NULL;
-  if (model) *model = m;
-  IrModule *ir = lower_model(arena, diag, m, micro > 0 ? micro : m->train.micro_batch);
-  if (ir && ir_verify(ir, stderr)) return NULL;
-  return ir;
-}
-
 /* ---- whole models ---- */
 
 /* Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training on
