@@ -7,7 +7,7 @@
 #      Goal: faster than PyTorch (ratio >= 1), on the way to 2.5x.
 #   2. That step's model FLOP/s (the planner's flops_per_step / step time)
 #      as a fraction of an OpenBLAS sgemm measured in the same run (the
-#      `hpdlc plan --measure-cpu` benchmark, compiler/cpubench.c). Goal >= 60%.
+#      `hpdlc plan --measure-cpu` benchmark, compiler/plan/cpubench.c). Goal >= 60%.
 #   3. Weak scaling with one thread per rank: tokens/s of dp=2 on 2 ranks
 #      against one rank (a mid-size GPT-2, 3.2M parameters, where compute
 #      dominates). Goal >= 1.8x.

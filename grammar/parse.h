@@ -2,9 +2,9 @@
 #ifndef HPDL_PARSE_H
 #define HPDL_PARSE_H
 
-#include "../compiler/arena.h"
-#include "../compiler/ast.h"
-#include "../compiler/diag.h"
+#include "arena.h"
+#include "ast.h"
+#include "diag.h"
 
 /* Parses the text of a file registered in `diag` as `file`. Syntax errors go
  * to `diag`; the returned tree holds whatever parsed (never NULL). */

@@ -2,9 +2,9 @@
 #ifndef HPDL_PARSE_CTX_H
 #define HPDL_PARSE_CTX_H
 
-#include "../compiler/arena.h"
-#include "../compiler/ast.h"
-#include "../compiler/diag.h"
+#include "arena.h"
+#include "ast.h"
+#include "diag.h"
 
 enum { PARSE_MAX_NESTING = 200 };
 

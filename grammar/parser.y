@@ -1,7 +1,7 @@
 /* parser.y - the grammar of .hpd files.
  *
  * A pure LALR(1) parser with locations. Actions are one-line calls into the
- * AST builders of compiler/ast.c. On a syntax error the parse of the current
+ * AST builders of grammar/ast.c. On a syntax error the parse of the current
  * declaration stops; parse_file() resumes at the next line that starts a
  * declaration, so one run reports an error per broken declaration. */
 %define api.pure full

@@ -11,7 +11,7 @@
 #ifndef HPDL_BUILTIN_H
 #define HPDL_BUILTIN_H
 
-#include "train.h"
+#include "program.h"
 
 /* NULL when there is no builtin of that name. */
 const TrainProgram *builtin_program(const char *name);

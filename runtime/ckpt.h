@@ -125,7 +125,7 @@ const char *ckpt_path(const Ckpt *c);       /* the tensor file */
 
 /* A piece of a logical tensor: split along `axis` into `parts` equal
  * contiguous pieces, piece `index` (axis -1: the whole tensor). This is the
- * partitioner's convention (compiler/spmd.c: local_param, sim.c: shard_copy). */
+ * partitioner's convention (compiler/parallel/spmd.c: local_param, sim.c: shard_copy). */
 typedef struct {
   int axis, parts, index;
 } CkptSplit;

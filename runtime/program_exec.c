@@ -6,7 +6,7 @@
  * create: reads DIR/manifest.json's `ranks[r]` for the rank's chunk file
  * (`module`, program_ir.h; with virtual stages one per chunk, `chunks`)
  * and, when the back end compiled it, the chunk's kernels (`kernels`, a
- * library of compiler/codegen.h's ABI); maps every parameter copy a chunk
+ * library of compiler/codegen/codegen.h's ABI); maps every parameter copy a chunk
  * reads to this rank's TrainTensor (by name and layer) or, for a copy
  * another chunk holds (the tied embedding on the last stage), to a mirror
  * of its own.
@@ -41,13 +41,11 @@
 #include <string.h>
 
 #include "extcall.h"
+#include "hpd_abi.h"
 #include "interp.h"
 #include "program_ir.h"
 #include "schedule.h"
-#include "train.h"
-
-#define HPD_ABI_ONLY
-#include "codegen.h"
+#include "program.h"
 
 /* Tags keep the kinds of point-to-point messages apart (MPI matches by
  * source, tag and communicator; within one tag, messages keep their order).

@@ -9,8 +9,9 @@
  *   loss agreed over the ranks -> metrics, log line -> checkpoint.
  *
  * Programs: `hpdlc compile` emits one per rank as a shared object exporting
- * TRAIN_PROGRAM_SYMBOL (docs/runtime.md, "The program interface"); tests
- * and demos without a compiler use the builtin ones (builtin.h). */
+ * TRAIN_PROGRAM_SYMBOL (docs/runtime.md, "The program interface"; its
+ * types are program.h); tests and demos without a compiler use the builtin
+ * ones (builtin.h). */
 #ifndef HPDL_TRAIN_H
 #define HPDL_TRAIN_H
 
@@ -20,51 +21,8 @@
 #include "artifact.h"
 #include "comm.h"
 #include "data.h"
+#include "program.h"
 #include "rt.h"
-
-/* One local tensor: copy `layer` of a logical parameter, this rank's shard.
- * All data live in four pools (parameters, gradients, and the optimizer's
- * two moments), one allocation each, in the artifact's parameter order. */
-typedef struct {
-  const ArtParam *param;
-  int64_t layer;
-  char name[256];          /* "blocks.3.attn.q_proj.weight" */
-  int rank;
-  int64_t shape[ART_MAX_RANK]; /* local */
-  int64_t numel;
-  CkptSplit split;         /* where the shard lies in the logical tensor */
-  float *data, *grad;
-  float *m, *v;            /* AdamW moments; m is SGD's momentum; NULL when unused */
-  int in_norm;             /* counted once in the global gradient norm */
-} TrainTensor;
-
-typedef struct {
-  const Artifact *art;
-  Comm *comm;
-  TrainTensor *tensors;    /* this rank's: parameters in manifest order, layers ascending */
-  int ntensors;
-  void *arena;             /* the memory planner's arena (64-byte aligned), arena_bytes long */
-  int64_t arena_bytes;
-  int64_t step;            /* the optimizer step being computed, from 0 */
-  /* The program adds grad_scale x d(mean loss of a micro-batch)/d(param) to
-   * the gradients: grad_scale = 1 / (dp x num_micro_batches), so that after
-   * the data-parallel sum they are the gradient of the global mean loss. */
-  double grad_scale;
-} TrainCtx;
-
-enum { TRAIN_PROGRAM_ABI = 1 };
-#define TRAIN_PROGRAM_SYMBOL "hpdl_program_v1" /* const TrainProgram *hpdl_program_v1(void) */
-
-typedef struct TrainProgram {
-  int abi;                 /* TRAIN_PROGRAM_ABI */
-  const char *name;
-  int reduces_dp;          /* 1: the program all-reduces gradients over dp itself (overlap) */
-  void *(*create)(TrainCtx *ctx, RtErr *e);
-  /* The micro-batches of one step. *has_loss: this rank computed the loss
-   * (the last pipeline stage); *loss: the mean over the micro-batches. */
-  int (*step)(void *self, TrainCtx *ctx, const DataBatch *const *micro, int nmicro, double *loss, int *has_loss, RtErr *e);
-  void (*destroy)(void *self);
-} TrainProgram;
 
 typedef enum { TRAIN_PROGRESS_AUTO, TRAIN_PROGRESS_TTY, TRAIN_PROGRESS_PLAIN, TRAIN_PROGRESS_QUIET } TrainProgress;
 

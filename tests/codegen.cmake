@@ -1,4 +1,4 @@
-# codegen.cmake - the CPU back end (compiler/codegen_cpu*.c) against the
+# codegen.cmake - the CPU back end (compiler/codegen/codegen_cpu*.c) against the
 # reference executor: one CTest test per part of unit/test_codegen_cpu.c,
 # named codegen.<part> (what each part checks is written at the top of that
 # file). Without LLVM the back end is not built and every part exits 77,

@@ -1,5 +1,5 @@
 # compile.cmake - `hpdlc compile` and the CPU program it puts into artifacts
-# (compiler/compile.c, runtime/program_*.c), CTest names compile.*:
+# (compiler/driver/compile.c, runtime/program_exec.c), CTest names compile.*:
 #
 #   compile.artifact, compile.chunk_file   the manifest, the chunks' parameter
 #       uses, the chunk file's round trip and damaged files

@@ -1,10 +1,10 @@
 # fuse.cmake - golden kernel groupings: `hpdlc emit fused` of each sample
 # below is compared with tests/fuse/<sample>.fused by `diff -u` (one CTest
 # test per sample, named fuse.<sample>). The fusion rules are in
-# compiler/fuse.c; the unit tests of single patterns are unit/test_fuse.c.
+# compiler/ir/fuse.c; the unit tests of single patterns are unit/test_fuse.c.
 #
 # To (re)generate the expected output after a deliberate change of the rules
-# or of the cost constants (compiler/ir_cost.c):
+# or of the cost constants (compiler/ir/ir_cost.c):
 #   cmake --build build --target fuse-update
 # then read every changed .fused (git diff) before committing it.
 

@@ -1,6 +1,6 @@
 # memplan.cmake - golden memory plans: `hpdlc emit memory [flags] SAMPLE`
 # compared with tests/memplan/NAME.memory by `diff -u` (one CTest test per
-# case, named memplan.NAME). The plan's rules are in compiler/memplan.h;
+# case, named memplan.NAME). The plan's rules are in compiler/plan/memplan.h;
 # unit/test_memplan.c checks the plan's peak against the reference
 # executor's measured one.
 #

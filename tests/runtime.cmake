@@ -52,7 +52,7 @@ endforeach()
 # A program loaded with dlopen, as compiled ones are.
 add_library(hpdl_test_unigram MODULE runtime/plugin_unigram.c)
 target_compile_options(hpdl_test_unigram PRIVATE ${HPDL_WARNINGS})
-target_include_directories(hpdl_test_unigram PRIVATE ${CMAKE_SOURCE_DIR}/runtime)
+target_include_directories(hpdl_test_unigram PRIVATE ${CMAKE_SOURCE_DIR}/runtime ${CMAKE_SOURCE_DIR}/core)
 target_link_libraries(hpdl_test_unigram PRIVATE PkgConfig::JANSSON m)
 set_target_properties(hpdl_test_unigram PROPERTIES PREFIX "" OUTPUT_NAME unigram)
 

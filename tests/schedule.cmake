@@ -1,5 +1,5 @@
 # schedule.cmake - golden pipeline schedules: the per-rank instruction lists
-# of compiler/schedule.c for small cases, printed by test_schedule's print
+# of core/schedule.c for small cases, printed by test_schedule's print
 # mode (the text of sched_print) and compared with tests/schedule/NAME.txt
 # using diff -u (tests/schedule/run_golden.sh). One CTest test per file,
 # named schedule.NAME.

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../runtime/program_ir.h"
+#include "program_ir.h"
 #include "autodiff.h"
 #include "compile.h"
 #include "crc32c.h"

@@ -15,7 +15,7 @@
 #include "test_sample.h"
 #include "test_util.h"
 
-/* Lowers samples/<name> as `hpdlc emit ir` does (compiler/main.c), with -D
+/* Lowers samples/<name> as `hpdlc emit ir` does (compiler/driver/main.c), with -D
  * defines and the given micro batch (<= 0: the train block's). */
 /* ---- whole models ---- */
 

@@ -36,6 +36,7 @@
 #include "interp.h"
 #include "loader.h"
 #include "sema.h"
+#include "sim.h"
 #include "test_model.h"
 #include "test_util.h"
 
@@ -214,7 +215,7 @@ static int compare(const SemModel *model, const SimLayout *L, int chunk, int64_t
   Diag *diag = diag_new(stderr);
   int fails = test_failures;
   const char *why = NULL;
-  MemRankProgram *rp = mem_rank_program(arena, diag, model, L, chunk, &why);
+  SimRankProgram *rp = sim_rank_program(arena, diag, model, L, chunk, &why);
   if (!rp) {
     fprintf(stderr, "%s: %s\n", what, why);
     EXPECT(rp != NULL);

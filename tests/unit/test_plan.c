@@ -1,4 +1,4 @@
-/* test_plan.c - the planner's engine (compiler/plan*.c).
+/* test_plan.c - the planner's engine (compiler/plan/plan*.c).
  *
  *   - the cached parts of a program price every pipeline chunk as the real
  *     split does (pipe_split + autodiff per chunk): the search screens with
@@ -36,6 +36,7 @@
 #include "plan.h"
 #include "plan_internal.h"
 #include "sema.h"
+#include "sim.h"
 #include "test_util.h"
 
 typedef struct {
@@ -376,7 +377,7 @@ static void test_memory_is_memplan(void) {
     SimLayout sl = {L.dp, L.tp, L.pp, L.cp, 1, L.sp == 1, (Recompute)L.recompute, L.micro_batch, 1, 0, SCHED_1F1B};
     const char *why = NULL;
     Arena *a = arena_new();
-    MemRankProgram *rp = mem_rank_program(a, f.diag, f.m, &sl, chunk, &why);
+    SimRankProgram *rp = sim_rank_program(a, f.diag, f.m, &sl, chunk, &why);
     EXPECT(rp != NULL);
     if (rp) {
       MemOptions mo;

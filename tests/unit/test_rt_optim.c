@@ -1,7 +1,7 @@
 /* test_rt_optim.c - the runtime's optimizers against plain double-precision
  * loops of PyTorch's formulas, hand-computed first steps, the schedules at
  * known steps, clipping over shards, and parameter initialisation bit for
- * bit equal to the reference executor's (compiler/interp.c). */
+ * bit equal to the reference executor's (core/interp.c). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

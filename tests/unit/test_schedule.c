@@ -1,4 +1,4 @@
-/* test_schedule.c - pipeline schedules (compiler/schedule.h): completeness,
+/* test_schedule.c - pipeline schedules (core/schedule.h): completeness,
  * message pairing, Megatron's orders, the simulator against the bubble
  * closed forms of Narayanan et al. 2021 Sec. 2.2 (and cost.h's formulas),
  * micro-batches in flight, deadlock detection.

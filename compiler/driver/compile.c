@@ -1,0 +1,674 @@
+/* compile.c - the artifact of a checked model (see compile.h). */
+#include "compile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "program_ir.h"
+#include "autodiff.h"
+#include "codegen.h"
+#include "extcall.h"
+#include "fuse.h"
+#include "ir.h"
+#include "lower.h"
+#include "memplan.h"
+#include "pipeline.h"
+#include "plan.h"
+#include "schedule.h"
+#include "spmd.h"
+
+#ifndef HPDL_VERSION
+#define HPDL_VERSION "0"
+#endif
+
+int compile_executor_parse(const char *s) {
+  if (!strcmp(s, "auto")) return COMPILE_EXEC_AUTO;
+  if (!strcmp(s, "native")) return COMPILE_EXEC_NATIVE;
+  if (!strcmp(s, "interp")) return COMPILE_EXEC_INTERP;
+  return -1;
+}
+
+typedef struct {
+  const SemModel *m;
+  const CompileOptions *o;
+  Arena *arena;
+  Diag *diag;
+  FILE *err;
+  const char *file;
+} Cx;
+
+static int cfail(Cx *C, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int cfail(Cx *C, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(C->err, "hpdlc: %s: ", C->file);
+  vfprintf(C->err, fmt, ap);
+  fputc('\n', C->err);
+  va_end(ap);
+  return 1;
+}
+
+/* ---- files ---- */
+
+static int mkdirs(const char *path) {
+  char buf[4096];
+  size_t n = strlen(path);
+  if (n >= sizeof buf) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  memcpy(buf, path, n + 1);
+  for (size_t i = 1; i <= n; i++)
+    if (buf[i] == '/' || buf[i] == 0) {
+      char c = buf[i];
+      buf[i] = 0;
+      if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
+      buf[i] = c;
+    }
+  struct stat st;
+  if (stat(path, &st) != 0) return -1;
+  if (!S_ISDIR(st.st_mode)) {
+    errno = ENOTDIR;
+    return -1;
+  }
+  return 0;
+}
+
+/* cp SRC DST (mode 0755): the program travels with the artifact. */
+static int copy_file(const char *src, const char *dst, char *why, size_t n) {
+  int in = open(src, O_RDONLY);
+  if (in < 0) {
+    snprintf(why, n, "%.900s: %s", src, strerror(errno));
+    return -1;
+  }
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dst, (long)getpid());
+  int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0755);
+  if (out < 0) {
+    snprintf(why, n, "%.900s: %s", tmp, strerror(errno));
+    close(in);
+    return -1;
+  }
+  char buf[1 << 16];
+  int rc = 0;
+  for (;;) {
+    ssize_t k = read(in, buf, sizeof buf);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) {
+      snprintf(why, n, "%.900s: %s", src, strerror(errno));
+      rc = -1;
+      break;
+    }
+    if (k == 0) break;
+    for (ssize_t at = 0; at < k;) {
+      ssize_t w = write(out, buf + at, (size_t)(k - at));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) {
+        snprintf(why, n, "%.900s: %s", tmp, strerror(errno));
+        rc = -1;
+        break;
+      }
+      at += w;
+    }
+    if (rc) break;
+  }
+  close(in);
+  if (close(out) != 0 && rc == 0) {
+    snprintf(why, n, "%.900s: %s", tmp, strerror(errno));
+    rc = -1;
+  }
+  if (rc == 0 && rename(tmp, dst) != 0) {
+    snprintf(why, n, "%.900s: %s", dst, strerror(errno));
+    rc = -1;
+  }
+  if (rc) unlink(tmp);
+  return rc;
+}
+
+/* The CPU program: $HPDL_PROGRAM_LIB, else bin/../lib/hpdl-program.so
+ * beside this executable (the build tree's layout and an install's). */
+static const char *program_lib(Cx *C, char *buf, size_t n) {
+  if (C->o->program_lib) return C->o->program_lib;
+  const char *env = getenv("HPDL_PROGRAM_LIB");
+  if (env && *env) return env;
+  char exe[4096];
+  ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (k <= 0) return NULL;
+  exe[k] = 0;
+  char *slash = strrchr(exe, '/');
+  if (!slash) return NULL;
+  *slash = 0;
+  if ((size_t)snprintf(buf, n, "%s/../lib/hpdl-program.so", exe) >= n) return NULL;
+  return buf;
+}
+
+/* ---- extern libraries ----
+ *
+ * Every extern's library must load and have its functions at compile time
+ * (a mistake surfaces here, not on the ranks). A library named with a slash
+ * (lower.c resolved it against the declaring file's folder) is copied into
+ * DIR/extern/, so the artifact needs nothing from the source tree; a bare
+ * name stays a name for the dlopen search path of the machine that runs it.
+ * The chunk files then name the copy relative to the artifact. */
+
+static json_t *dims_json(int rank, const int64_t *dims);
+
+/* Every extern's library and functions, each failure a diagnostic at its
+ * declaration (one per declaration). */
+static int externs_check(Cx *C, const IrModule *m) {
+  int bad = 0;
+  for (int i = 0; i < m->nexterns; i++) {
+    const IrExtern *e = &m->externs[i];
+    int seen = 0;
+    for (int j = 0; j < i && !seen; j++) seen = !strcmp(m->externs[j].where, e->where);
+    char why[2048];
+    int rc = seen ? 0 : extcall_check(e, why, sizeof why);
+    if (rc == 0) continue;
+    diag_error(C->diag, e->span, "extern %s: %s", e->name, why);
+    if (rc == -2)
+      diag_hint(C->diag, "`nm -D --defined-only %s` lists the functions it has", e->path);
+    else if (strchr(e->library, '/'))
+      diag_hint(C->diag, "a library named with a slash is found relative to the folder of the file that declares it");
+    else
+      diag_hint(C->diag, "a bare library name is found through the dlopen search path (LD_LIBRARY_PATH); write \"./%s\" for one "
+                         "beside the file", e->library);
+    bad = 1;
+  }
+  return bad;
+}
+
+static const char *base_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+/* Copies the libraries and points the table at the copies. */
+static int externs_copy(Cx *C, IrModule *m) {
+  char dir[4200], dst[4400], why[1024];
+  snprintf(dir, sizeof dir, "%s/extern", C->o->out_dir);
+  const char **src = arena_alloc(C->arena, sizeof(char *) * (size_t)(m->nexterns + 1));
+  for (int i = 0; i < m->nexterns; i++) {
+    IrExtern *e = &m->externs[i];
+    src[i] = e->path;
+    if (!strchr(e->library, '/')) continue;
+    const char *file = NULL;
+    for (int j = 0; j < i && !file; j++) /* one copy per library */
+      if (!strcmp(src[j], src[i]) && strchr(m->externs[j].library, '/')) file = m->externs[j].path;
+    if (!file) {
+      file = arena_printf(C->arena, "extern/%s", base_name(src[i]));
+      for (int j = 0; j < i; j++) /* another library of the same name gets its index in front */
+        if (!strcmp(m->externs[j].path, file)) file = arena_printf(C->arena, "extern/%d-%s", i, base_name(src[i]));
+      if (mkdirs(dir) != 0) return cfail(C, "cannot make %s: %s", dir, strerror(errno));
+      snprintf(dst, sizeof dst, "%s/%s", C->o->out_dir, file);
+      if (copy_file(src[i], dst, why, sizeof why)) return cfail(C, "copying the library of extern %s: %s", e->name, why);
+    }
+    e->path = file;
+  }
+  return 0;
+}
+
+/* The manifest's "externs": what the artifact calls, and the copies it carries. */
+static json_t *externs_json(const IrModule *m) {
+  json_t *list = json_array();
+  for (int i = 0; i < m->nexterns; i++) {
+    const IrExtern *e = &m->externs[i];
+    json_t *je = json_pack("{s:s, s:s, s:s, s:s}", "name", e->name, "declared", e->where, "library", e->library, "symbol", e->symbol);
+    json_object_set_new(je, "grad", e->grad ? json_string(e->grad) : json_null());
+    json_object_set_new(je, "file", strchr(e->library, '/') ? json_string(e->path) : json_null());
+    json_object_set_new(je, "dims", dims_json(e->ndims, e->dims));
+    json_array_append_new(list, je);
+  }
+  return list;
+}
+
+/* ---- the layout ---- */
+
+typedef struct {
+  int64_t dp, tp, pp, cp, vpp, mb, nmicro, zero;
+  int sp;
+  Recompute recompute;
+  Schedule schedule;
+} Layout;
+
+static int resolve_layout(Cx *C, Layout *L) {
+  const SemLayout *s = &C->m->layout;
+  struct {
+    const char *key, *flag;
+    int64_t v;
+  } deg[] = {{"data", "--dp", s->dp}, {"tensor", "--tp", s->tp}, {"pipeline", "--pp", s->pp}, {"context", "--cp", s->cp}};
+  for (size_t i = 0; i < sizeof deg / sizeof deg[0]; i++)
+    if (deg[i].v < 1)
+      return cfail(C, "compile needs a concrete layout, but parallel.%s is auto (choose it with %s N, or let `hpdlc plan --search` "
+                      "suggest one)", deg[i].key, deg[i].flag);
+  L->dp = s->dp, L->tp = s->tp, L->pp = s->pp, L->cp = s->cp;
+  L->vpp = s->virtual_stages > 0 ? s->virtual_stages : 1;
+  L->sp = s->sp == 1;
+  L->zero = s->zero > 0 ? s->zero : 0;
+  L->recompute = s->recompute < 0 ? RECOMPUTE_NONE : (Recompute)s->recompute;
+  L->schedule = s->schedule < 0 ? (L->vpp > 1 ? SCHED_INTERLEAVED : SCHED_1F1B) : (Schedule)s->schedule;
+  if (L->vpp > 1 && L->schedule != SCHED_INTERLEAVED)
+    return cfail(C, "%" PRId64 " virtual pipeline stages run the interleaved schedule, not %s (--schedule interleaved)", L->vpp,
+                 sem_schedule_name(L->schedule));
+  if (L->vpp > 1 && L->pp < 2) return cfail(C, "virtual pipeline stages need at least two pipeline stages (--pp)");
+  L->mb = C->m->train.micro_batch;
+  if (L->mb < 1) return cfail(C, "train.micro_batch must be set");
+  L->nmicro = s->num_micro_batches;
+  if (L->nmicro < 1) {
+    int64_t per = L->dp * L->mb;
+    if (C->m->train.global_batch < 1 || C->m->train.global_batch % per)
+      return cfail(C, "the global batch (%" PRId64 ") is not a multiple of dp x micro_batch (%" PRId64 ")", C->m->train.global_batch, per);
+    L->nmicro = C->m->train.global_batch / per;
+  }
+  return 0;
+}
+
+/* ---- which chunk reads which parameter copy ---- */
+
+/* used[p][l]: chunk reads copy l of parameter p. Graphs a CALL runs read
+ * the copies of its layers (first .. first + count - 1), as interp.c does. */
+static void mark_uses(const IrModule *m, int gi, int64_t first, int64_t count, char **used, int depth) {
+  if (depth > 16) return;
+  const IrGraph *g = m->graphs[gi];
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = &g->nodes[i];
+    if (n->op == IR_PARAM) {
+      const IrParam *p = &m->params[n->attr[0]];
+      if (p->count > 1) {
+        for (int64_t l = first; l < first + count && l < p->count; l++) used[n->attr[0]][l] = 1;
+      } else {
+        used[n->attr[0]][0] = 1;
+      }
+    } else if (n->op == IR_CALL && n->attr[0] > gi && n->attr[0] < m->ngraphs) {
+      mark_uses(m, (int)n->attr[0], n->attr[3], n->attr[1], used, depth + 1);
+    }
+  }
+}
+
+static int find_param(const IrModule *m, const char *name) {
+  for (int i = 0; i < m->nparams; i++)
+    if (!strcmp(m->params[i].name, name)) return i;
+  return -1;
+}
+
+/* ---- the manifest ---- */
+
+static json_t *dims_json(int rank, const int64_t *dims) {
+  json_t *a = json_array();
+  for (int i = 0; i < rank; i++) json_array_append_new(a, json_integer(dims[i]));
+  return a;
+}
+
+static const char *init_name(InitKind k) {
+  static const char *const n[] = {"zeros", "ones", "constant", "normal", "uniform"};
+  return n[k];
+}
+
+static json_t *train_json(const SemModel *m) {
+  const SemTrain *t = &m->train;
+  static const char *const decay[] = {"none", "cosine", "linear"};
+  json_t *opt = json_pack("{s:s, s:f, s:[f, f], s:f, s:f, s:f, s:I, s:s, s:f}", "kind", t->optimizer == OPT_SGD ? "sgd" : "adamw",
+                          "lr", t->lr, "betas", t->beta1, t->beta2, "eps", t->eps, "weight_decay", t->weight_decay, "momentum",
+                          t->momentum, "warmup", (json_int_t)t->warmup, "decay", decay[t->decay], "min_lr", t->min_lr);
+  json_t *tr = json_pack("{s:I, s:I, s:I, s:b, s:f, s:o}", "steps", (json_int_t)(t->steps > 0 ? t->steps : 1000), "seed",
+                         (json_int_t)(t->seed >= 0 ? t->seed : 0), "log_every", (json_int_t)(t->log_every > 0 ? t->log_every : 10),
+                         "shuffle", 1, "clip", t->clip > 0 ? t->clip : 0.0, "optimizer", opt);
+  if (t->data) json_object_set_new(tr, "data", json_string(t->data));
+  json_t *ck = json_pack("{s:I, s:I, s:b}", "every", (json_int_t)(t->ckpt_every > 0 ? t->ckpt_every : 0), "keep",
+                         (json_int_t)(t->ckpt_keep >= 0 ? t->ckpt_keep : 3), "async", t->ckpt_async ? 1 : 0);
+  if (t->ckpt_dir) json_object_set_new(ck, "dir", json_string(t->ckpt_dir));
+  json_object_set_new(tr, "checkpoint", ck);
+  return tr;
+}
+
+/* ---- the chunks ---- */
+
+/* The instruction list of the pipeline rank that holds pc's chunk
+ * (schedule.h), recorded in the chunk file for the runtime: the schedule
+ * asked for, or, where schedule.c rejects the shape, one micro-batch in
+ * flight (sched_build_sequential). */
+static int chunk_schedule(Arena *arena, ProgramChunk *pc, Schedule kind, int pp, int m, int v) {
+  SchedProgram prog;
+  char why[256];
+  if (sched_build(&prog, kind, pp, m, v, why, sizeof why) && sched_build_sequential(&prog, pp, m, v)) return -1;
+  int r = sched_chunk_rank(pp, pc->chunk);
+  pc->schedule = kind; /* asked for: the runtime rebuilds with it for another micro-batch count */
+  pc->sched_m = m;
+  pc->sched_v = v;
+  pc->nins = prog.len[r];
+  pc->ins = arena_alloc(arena, sizeof(SchedInstr) * (size_t)(pc->nins + 1));
+  memcpy(pc->ins, prog.ins[r], sizeof(SchedInstr) * (size_t)pc->nins);
+  sched_free(&prog);
+  return 0;
+}
+
+typedef struct {
+  IrModule *m;
+  AdResult *ad;
+  int nforward;
+  FuseResult *fr;
+  MemPlan *plan;
+  char **used; /* per parameter, per copy */
+  ProgramChunk pc;
+  int native; /* kernels written */
+  int nnodes;
+} Chunk;
+
+static int kernels_build(Cx *C, Chunk *k, const char *path, char *why, size_t n) {
+  const CgBackend *be = cg_backend("cpu");
+  if (!be) {
+    snprintf(why, n, "the CPU back end is not built into this hpdlc (no LLVM at configure time)");
+    return -1;
+  }
+  CgOptions opt;
+  memset(&opt, 0, sizeof opt);
+  opt.memplan = k->plan;
+  char err[1024] = "";
+  CgTarget *t = be->create(k->m, k->fr, &opt, err, sizeof err);
+  if (!t) {
+    snprintf(why, n, "%s", err);
+    return -1;
+  }
+  int rc = be->generate(t);
+  if (rc == 0) rc = be->emit(t, path);
+  if (rc) snprintf(why, n, "%s", be->error(t) ? be->error(t) : "the back end failed");
+  be->destroy(t);
+  (void)C;
+  return rc;
+}
+
+int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileOptions *o, FILE *out, FILE *err) {
+  Cx C = {m, o, arena, diag, err, o->source ? o->source : "input"};
+  if (o->target && strcmp(o->target, "cpu"))
+    return cfail(&C, "target %s is not built into this hpdlc (there is: cpu)", o->target);
+  if (!o->out_dir || !*o->out_dir) return cfail(&C, "compile needs an output folder (-o DIR)");
+  Layout L;
+  memset(&L, 0, sizeof L);
+  if (resolve_layout(&C, &L)) return 1;
+  if (m->seq_len < 1) return cfail(&C, "the sequence length (the second dimension of the first input) must be a constant");
+
+  /* lower, partition, split */
+  IrModule *global = lower_model(arena, diag, m, L.mb);
+  if (!global) return 1;
+  if (ir_verify(global, err)) {
+    fprintf(err, "hpdlc: internal error: the IR does not verify\n");
+    return 3;
+  }
+  if (externs_check(&C, global)) return 1;
+  if (global->ninputs != 2)
+    return cfail(&C, "the CPU runtime feeds token windows: the model must take two inputs, the tokens and the targets (i32[B, T]); it "
+                     "takes %d", global->ninputs);
+  ProgramFeed feed[2] = {PROGRAM_FEED_TOKENS, PROGRAM_FEED_TARGETS};
+  for (int i = 0; i < 2; i++) {
+    const IrInput *x = &global->inputs[i];
+    if (sem_dtype_is_float(x->dtype) || x->rank != 2 || x->dims[0] != L.mb || x->dims[1] != m->seq_len)
+      return cfail(&C, "the CPU runtime feeds token windows: input %s must be an integer [B, T] tensor (T = %" PRId64 ")",
+                   x->name ? x->name : "?", m->seq_len);
+    if (x->name && !strcmp(x->name, "targets")) feed[i] = PROGRAM_FEED_TARGETS, feed[1 - i] = PROGRAM_FEED_TOKENS;
+  }
+  /* the vocabulary: rows of the table the tokens index */
+  int64_t vocab = 0;
+  int tok = feed[0] == PROGRAM_FEED_TOKENS ? 0 : 1;
+  const IrGraph *g0 = global->graphs[0];
+  for (int i = 0; i < g0->nnodes && !vocab; i++) {
+    const IrNode *n = &g0->nodes[i];
+    if (n->op == IR_EMBEDDING && n->nin == 2 && g0->nodes[n->in[1]].op == IR_INPUT && g0->nodes[n->in[1]].attr[0] == tok &&
+        g0->nodes[n->in[0]].op == IR_PARAM)
+      vocab = global->params[g0->nodes[n->in[0]].attr[0]].dims[0];
+  }
+  SpmdSpec spec = {L.tp, L.cp, L.sp, m->seq_len};
+  IrModule *part = spmd_partition(arena, diag, global, &spec);
+  const char *split_why = NULL;
+  int64_t *split = part ? plan_chunk_layers(arena, m, L.mb, L.tp, L.cp, L.sp, L.recompute, L.pp * L.vpp, &split_why) : NULL;
+  if (part && !split) return cfail(&C, "the pipeline stages cannot be split: %s", split_why);
+  PipeResult *pr = part ? pipe_split(arena, diag, part, L.pp * L.vpp, split) : NULL;
+  if (!pr) return 1;
+  if (ir_verify(pr->m, err)) {
+    fprintf(err, "hpdlc: internal error: the partitioned IR does not verify\n");
+    return 3;
+  }
+  int K = pr->nchunks;
+  Chunk *ch = arena_alloc(arena, sizeof(Chunk) * (size_t)K);
+  for (int c = 0; c < K; c++) {
+    Chunk *k = &ch[c];
+    k->m = pipe_chunk_module(arena, pr, c);
+    k->nforward = k->m->ngraphs;
+    k->used = arena_alloc(arena, sizeof(char *) * (size_t)(k->m->nparams + 1));
+    for (int p = 0; p < k->m->nparams; p++) {
+      int64_t copies = k->m->params[p].count > 1 ? k->m->params[p].count : 1;
+      k->used[p] = arena_alloc(arena, (size_t)copies);
+    }
+    mark_uses(k->m, 0, 0, 1, k->used, 0);
+    const char *why = NULL;
+    k->ad = ad_build(k->m, L.recompute, &why);
+    if (!k->ad) return cfail(&C, "pipeline chunk %d cannot be differentiated: %s", c, why ? why : "?");
+    if (ir_verify(k->m, err) || ir_verify_pipeline_cut(k->m->graphs[k->ad->step], err)) {
+      fprintf(err, "hpdlc: internal error: chunk %d's training step does not verify\n", c);
+      return 3;
+    }
+    for (int gi = 0; gi < k->m->ngraphs; gi++) k->nnodes += k->m->graphs[gi]->nnodes;
+    /* the memory plan: the fused plan's arena when fusion checks (what the
+     * kernels run in), else the unfused one */
+    MemOptions mo;
+    mem_options_from_model(m, &mo);
+    mo.entry = k->ad->step;
+    k->fr = fuse_module(arena, k->m);
+    if (fuse_check(k->fr, NULL)) k->fr = NULL;
+    mo.fusion = k->fr;
+    k->plan = mem_plan_module(arena, k->m, &mo);
+    if (!k->plan || mem_check(k->plan, NULL)) {
+      fprintf(err, "hpdlc: internal error: chunk %d's memory plan does not check\n", c);
+      return 3;
+    }
+  }
+  /* owners: the first chunk that reads a copy holds it; later ones mirror it */
+  int np = ch[0].m->nparams;
+  int **owner = arena_alloc(arena, sizeof(int *) * (size_t)(np + 1));
+  for (int p = 0; p < np; p++) {
+    const IrParam *P = &ch[0].m->params[p];
+    int64_t copies = P->count > 1 ? P->count : 1;
+    owner[p] = arena_alloc(arena, sizeof(int) * (size_t)copies);
+    for (int64_t l = 0; l < copies; l++) {
+      owner[p][l] = -1;
+      for (int c = K - 1; c >= 0; c--)
+        if (ch[c].used[p][l]) owner[p][l] = c;
+    }
+  }
+  for (int c = 0; c < K; c++) {
+    Chunk *k = &ch[c];
+    ProgramChunk *pc = &k->pc;
+    pc->m = k->m;
+    pc->chunk = c;
+    pc->nchunks = K;
+    pc->step = k->ad->step;
+    pc->nforward = k->nforward;
+    pc->recompute = L.recompute;
+    pc->feed = feed;
+    if (chunk_schedule(arena, pc, L.schedule, (int)L.pp, (int)L.nmicro, (int)L.vpp) < 0)
+      return cfail(&C, "no instruction list for pipeline rank %d", c);
+    int n = 0;
+    for (int p = 0; p < np; p++)
+      for (int64_t l = 0; l < (k->m->params[p].count > 1 ? k->m->params[p].count : 1); l++) n += k->used[p][l];
+    pc->uses = arena_alloc(arena, sizeof(ProgramUse) * (size_t)(n + 1));
+    for (int p = 0; p < np; p++)
+      for (int64_t l = 0; l < (k->m->params[p].count > 1 ? k->m->params[p].count : 1); l++) {
+        if (!k->used[p][l]) continue;
+        ProgramUse *u = &pc->uses[pc->nuses++];
+        u->param = p;
+        u->layer = l;
+        u->owner = owner[p][l];
+        if (u->owner == c) {
+          u->mirrors = arena_alloc(arena, sizeof(int) * (size_t)K);
+          for (int d = c + 1; d < K; d++)
+            if (ch[d].used[p][l]) {
+              if (d % L.pp == c % L.pp)
+                return cfail(&C, "parameter %s is read by chunks %d and %d, which pipeline stage %d both holds (virtual stages): not "
+                                 "supported yet", k->m->params[p].name, c, d, (int)(c % L.pp));
+              u->mirrors[u->nmirrors++] = d;
+            }
+        }
+      }
+  }
+
+  /* the files */
+  if (mkdirs(o->out_dir) != 0) return cfail(&C, "cannot make the output folder %s: %s", o->out_dir, strerror(errno));
+  char path[4096], why[1024], libbuf[4096];
+  const char *lib = program_lib(&C, libbuf, sizeof libbuf);
+  snprintf(path, sizeof path, "%s/program.so", o->out_dir);
+  if (!lib || access(lib, R_OK) != 0)
+    return cfail(&C, "the CPU program %s is missing (build the hpdl_program target, or set HPDL_PROGRAM_LIB)", lib ? lib : "hpdl-program.so");
+  if (copy_file(lib, path, why, sizeof why)) return cfail(&C, "writing the program: %s", why);
+  /* the chunk modules share the global module's extern table */
+  if (externs_copy(&C, global)) return 1;
+  /* files per chunk: stageS.* (one chunk per stage), chunkC.* with virtual stages */
+  const char *fname = L.vpp > 1 ? "chunk" : "stage";
+  for (int c = 0; c < K; c++) {
+    snprintf(path, sizeof path, "%s/%s%d.hir", o->out_dir, fname, c);
+    if (program_ir_write(&ch[c].pc, path, why, sizeof why)) return cfail(&C, "writing chunk %d: %s", c, why);
+  }
+  /* Kernels per stage: a stage the back end cannot compile runs the
+   * reference executor (auto), or the compilation fails (native). */
+  int nnative = 0;
+  for (int c = 0; c < K && o->executor != COMPILE_EXEC_INTERP; c++) {
+    snprintf(path, sizeof path, "%s/%s%d.so", o->out_dir, fname, c);
+    unlink(path); /* never a stale library of another compilation */
+    if (!ch[c].fr) {
+      snprintf(why, sizeof why, "chunk %d's fusion does not check", c);
+    } else if (kernels_build(&C, &ch[c], path, why, sizeof why) == 0) {
+      ch[c].native = 1;
+      nnative++;
+      continue;
+    }
+    unlink(path);
+    if (o->executor == COMPILE_EXEC_NATIVE) return cfail(&C, "generating the kernels of pipeline stage %d: %s", c, why);
+    if (!o->quiet)
+      fprintf(err, "hpdlc: %s: note: the CPU back end cannot compile pipeline stage %d (%s); that stage runs the reference executor\n",
+              C.file, c, why);
+  }
+  const char *executor = nnative == K ? "native" : nnative ? "mixed" : "interp";
+
+  /* the manifest */
+  int world = (int)(L.dp * L.tp * L.pp * L.cp);
+  static const char *const comp[] = {"none", "fp16", "int8", "topk"};
+  json_t *root = json_object();
+  json_object_set_new(root, "format", json_string("hpdl-artifact"));
+  json_object_set_new(root, "version", json_integer(1));
+  json_object_set_new(root, "model", json_string(m->model->decl->name.name));
+  json_object_set_new(root, "target", json_string("cpu"));
+  json_object_set_new(root, "world_size", json_integer(world));
+  json_object_set_new(root, "layout",
+                      json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:f, s:b}", "dp", (json_int_t)L.dp, "tp",
+                                (json_int_t)L.tp, "pp", (json_int_t)L.pp, "cp", (json_int_t)L.cp, "zero", (json_int_t)L.zero,
+                                "micro_batch", (json_int_t)L.mb, "num_micro_batches", (json_int_t)L.nmicro, "schedule",
+                                sem_schedule_name(L.schedule), "compression", comp[m->layout.compression], "topk_ratio",
+                                m->layout.topk_ratio > 0 ? m->layout.topk_ratio : 0.01, "error_feedback", 1));
+  /* the layers each stage runs (informative: the chunk files carry them) */
+  json_t *stage_layers = json_array();
+  for (int c = 0; c < K; c++) json_array_append_new(stage_layers, json_integer(pr->layers[c]));
+  json_t *jlay = json_object_get(root, "layout");
+  json_object_set_new(jlay, "stage_layers", stage_layers);
+  json_object_set_new(jlay, "balance", json_string(m->layout.balance == BALANCE_LAYERS ? "layers" : "cost"));
+  json_t *inputs = json_pack("{s:I}", "seq_len", (json_int_t)m->seq_len);
+  if (vocab > 0) json_object_set_new(inputs, "vocab", json_integer(vocab));
+  json_object_set_new(root, "inputs", inputs);
+  json_object_set_new(root, "train", train_json(m));
+  json_object_set_new(root, "program", json_pack("{s:s, s:s, s:s}", "kind", "native", "executor", executor, "pipeline_dtype",
+                                                   nnative ? "f32" : "f64"));
+  json_t *ranks = json_array();
+  for (int r = 0; r < world; r++) {
+    /* rank = tp_i + tp (cp_i + cp (dp_i + dp pp_i)): the stage is outermost */
+    int stage = (int)(r / (L.tp * L.cp * L.dp));
+    /* the stage's chunks: stage, stage + pp, ... (module / kernels name the first) */
+    int64_t arena_bytes = 0;
+    for (int c = stage; c < K; c += (int)L.pp) {
+      const MemPlan *pl = ch[c].plan;
+      int64_t b = ch[c].native && pl->fused_arena > 0 ? pl->fused_arena : pl->arena;
+      if (b > arena_bytes) arena_bytes = b;
+    }
+    json_t *jr = json_pack("{s:s, s:I, s:s}", "program", "program.so", "arena_bytes", (json_int_t)arena_bytes, "module",
+                           arena_printf(arena, "%s%d.hir", fname, stage));
+    if (ch[stage].native) json_object_set_new(jr, "kernels", json_string(arena_printf(arena, "%s%d.so", fname, stage)));
+    if (L.vpp > 1) {
+      json_t *jc = json_array();
+      for (int c = stage; c < K; c += (int)L.pp) {
+        json_t *one = json_pack("{s:i, s:s}", "chunk", c, "module", arena_printf(arena, "%s%d.hir", fname, c));
+        if (ch[c].native) json_object_set_new(one, "kernels", json_string(arena_printf(arena, "%s%d.so", fname, c)));
+        json_array_append_new(jc, one);
+      }
+      json_object_set_new(jr, "chunks", jc);
+    }
+    json_array_append_new(ranks, jr);
+  }
+  json_object_set_new(root, "ranks", ranks);
+  json_object_set_new(root, "externs", externs_json(global));
+  json_t *params = json_array();
+  int64_t nlogical = 0;
+  for (int gp = 0; gp < global->nparams; gp++) {
+    const IrParam *P = &global->params[gp];
+    int64_t copies = P->count > 1 ? P->count : 1;
+    nlogical += copies;
+    int cp = find_param(ch[0].m, P->name), pp = find_param(pr->m, P->name);
+    json_t *jp = json_pack("{s:s, s:s, s:o, s:I}", "name", P->name, "dtype", "f32", "shape", dims_json(P->rank, P->dims), "count",
+                           (json_int_t)copies);
+    json_t *init = json_pack("{s:s}", "kind", init_name(P->init.kind));
+    if (P->init.kind != INIT_ZEROS && P->init.kind != INIT_ONES) {
+      json_object_set_new(init, "a", json_real(P->init.a));
+      json_object_set_new(init, "b", json_real(P->init.b));
+    }
+    json_object_set_new(jp, "init", init);
+    const IrParam *S = pp >= 0 ? &pr->m->params[pp] : NULL;
+    if (S && S->split_axis >= 0 && (S->split_group == IRG_TP || S->split_group == IRG_CP))
+      json_object_set_new(jp, "split", json_pack("{s:i, s:s}", "axis", S->split_axis, "group", S->split_group == IRG_TP ? "tp" : "cp"));
+    else
+      json_object_set_new(jp, "split", json_null());
+    json_t *stage = json_array();
+    int same = 1;
+    for (int64_t l = 0; l < copies; l++) {
+      /* the pipeline stage that holds the owning chunk */
+      int s = cp >= 0 && owner[cp][l] >= 0 ? owner[cp][l] % (int)L.pp : 0;
+      same &= s == (cp >= 0 && owner[cp][0] >= 0 ? owner[cp][0] % (int)L.pp : 0);
+      json_array_append_new(stage, json_integer(s));
+    }
+    if (same) {
+      json_t *first = json_incref(json_array_get(stage, 0));
+      json_decref(stage);
+      stage = first;
+    }
+    json_object_set_new(jp, "stage", stage);
+    json_object_set_new(jp, "weight_decay", json_boolean(P->rank >= 2));
+    json_array_append_new(params, jp);
+  }
+  json_object_set_new(root, "params", params);
+  json_object_set_new(root, "compiler",
+                      json_pack("{s:s, s:s, s:s, s:b, s:s}", "hpdlc", HPDL_VERSION, "source", C.file, "recompute",
+                                sem_recompute_name(L.recompute), "sp", L.sp, "precision", sem_precision_name(m->train.precision)));
+  snprintf(path, sizeof path, "%s/manifest.json", o->out_dir);
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  int wrc = json_dump_file(root, tmp, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  json_decref(root);
+  if (wrc != 0 || rename(tmp, path) != 0) {
+    unlink(tmp);
+    return cfail(&C, "cannot write %s", path);
+  }
+  if (!o->quiet && out) {
+    fprintf(out, "%s: compiled %s for cpu into %s/: %d rank%s (dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64
+                 "), %" PRId64 " logical parameter tensors, executor %s\n",
+            C.file, m->model->decl->name.name, o->out_dir, world, world == 1 ? "" : "s", L.dp, L.tp, L.pp, L.cp, nlogical,
+            nnative == K ? "native (generated kernels, fp32)"
+            : nnative    ? "mixed (generated kernels where the back end compiles the stage, else the reference executor)"
+                         : "interp (the reference executor, fp64)");
+    for (int c = 0; c < K; c++)
+      fprintf(out, "  %s %d: layers %" PRId64 "-%" PRId64 ", %d graphs, %d nodes, arena %" PRId64 " bytes: %s%d.hir%s\n",
+              L.vpp > 1 ? "chunk" : "stage", c, pr->first[c], pr->first[c] + pr->layers[c] - 1, ch[c].m->ngraphs, ch[c].nnodes,
+              ch[c].native && ch[c].plan->fused_arena > 0 ? ch[c].plan->fused_arena : ch[c].plan->arena, fname, c,
+              ch[c].native ? arena_printf(arena, ", %s%d.so (%s)", fname, c, "native") : " (interp)");
+  }
+  return 0;
+}

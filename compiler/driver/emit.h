@@ -1,0 +1,18 @@
+/* emit.h - the `hpdlc emit` views that build the whole per-rank program
+ * (and so need the planner's split of the pipeline stages). */
+#ifndef HPDL_EMIT_H
+#define HPDL_EMIT_H
+
+#include <stdio.h>
+
+#include "arena.h"
+#include "diag.h"
+#include "ir.h"
+#include "sema.h"
+
+/* `hpdlc emit stash`: the model partitioned by its layout, every pipeline
+ * chunk differentiated, and each chunk's cut and stash printed. Returns an
+ * exit status (0, 1 when the layout does not partition the model). */
+int emit_stash(Arena *arena, Diag *diag, const SemModel *model, const IrModule *global, FILE *out);
+
+#endif

@@ -1,0 +1,677 @@
+/* main.c - the hpdlc driver: reads the command line and runs the phases. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "arena.h"
+#include "ast.h"
+#include "autodiff.h"
+#include "compile.h"
+#include "diag.h"
+#include "emit.h"
+#include "fbsplit.h"
+#include "fuse.h"
+#include "ir.h"
+#include "loader.h"
+#include "lower.h"
+#include "memplan.h"
+#include "pipeline.h"
+#include "plan.h"
+#include "schedule.h"
+#include "spmd.h"
+#include "dpsync.h"
+#include "sema.h"
+#include "sim.h"
+
+/* Flags that override the parallel / train blocks: flag, block.key, what it takes. */
+typedef struct {
+  const char *flag;
+  const char *key;
+  const char *arg;
+} LayoutFlag;
+
+static const LayoutFlag layout_flags[] = {
+    {"--dp", "parallel.data", "N|auto"},
+    {"--tp", "parallel.tensor", "N|auto"},
+    {"--pp", "parallel.pipeline", "N|auto"},
+    {"--cp", "parallel.context", "N|auto"},
+    {"--sp", "parallel.sequence", "on|off|auto"},
+    {"--zero", "parallel.zero", "0-3|auto"},
+    {"--micro-batch", "train.micro_batch", "N"},
+    {"--global-batch", "train.batch", "N"},
+    {"--recompute", "parallel.recompute", "none|selective|full|auto"},
+    {"--schedule", "parallel.schedule", "gpipe|1f1b|interleaved|auto"},
+    {"--virtual-stages", "parallel.virtual", "N|auto"},
+    {"--balance", "parallel.balance", "cost|layers"},
+    {"--gpus", "parallel.gpus", "N"},
+    {"--gpus-per-node", "parallel.gpus_per_node", "N"},
+    {"--nodes", "parallel.nodes", "N|auto"},
+    {"--cluster", "parallel.cluster", "NAME"},
+};
+enum { NLAYOUT_FLAGS = sizeof layout_flags / sizeof layout_flags[0] };
+
+typedef struct {
+  const char *verb;
+  const char *stage; /* emit */
+  const char **files;
+  int nfiles;
+  SemDefine defines[64];
+  int ndefines;
+  SemDefine layout[NLAYOUT_FLAGS * 2];
+  int nlayout;
+  const char *model;
+  int quiet;
+  int color; /* -1 auto */
+  PlanCliOptions plan; /* plan: --format, -o, --trace, --scaling, --search, --top */
+  CompileOptions compile; /* compile: -o, --target, --executor */
+} Cli;
+
+static const char *const verbs[] = {"check", "emit", "plan", "compile"};
+static const char *const stages[] = {"ast", "source", "ir", "grad", "fused", "spmd", "dp", "memory", "schedule", "stash"};
+
+static void help_common_options(void) {
+  puts("options:\n"
+       "  -D NAME=VALUE          override a model parameter (repeatable)\n"
+       "  --model NAME           the model to use when the file declares several\n"
+       "  -q, --quiet            print nothing on success\n"
+       "  --color WHEN           color diagnostics: auto, always or never\n"
+       "  --help                 show this help\n"
+       "\n"
+       "layout overrides (each replaces the parallel or train block's setting):");
+  for (int i = 0; i < NLAYOUT_FLAGS; i++) {
+    char left[48];
+    snprintf(left, sizeof left, "%s %s", layout_flags[i].flag, layout_flags[i].arg);
+    printf("  %-32s %s\n", left, layout_flags[i].key);
+  }
+}
+
+static void help_main(void) {
+  puts("usage: hpdlc <command> [options] FILE...\n"
+       "\n"
+       "hpdlc checks, plans and compiles .hpd programs: a neural network, its\n"
+       "training and its parallel layout in one file.\n"
+       "\n"
+       "commands:\n"
+       "  check FILE...          check files and report every error\n"
+       "  emit ast FILE          print the syntax tree\n"
+       "  emit source FILE       print the file in canonical form\n"
+       "  emit ir FILE           print the tensor IR of the model\n"
+       "  emit grad FILE         print its backward graphs (autodiff)\n"
+       "  emit fused FILE        print the IR grouped into kernels (fusion)\n"
+       "  emit memory FILE       print the static memory plan of a rank's training step\n"
+       "  emit spmd FILE         print the program one rank runs under the layout\n"
+       "  emit dp FILE           print the data-parallel gradient synchronisation (ZeRO)\n"
+       "  emit schedule FILE     print the pipeline schedule: each rank's instructions\n"
+       "\n"
+       "  plan FILE              plan the training job: memory per GPU, communication,\n"
+       "                         step time, MFU and the limit, before launch; --search\n"
+       "                         ranks every layout, --scaling tabulates speed-ups\n"
+       "\n"
+       "  compile FILE -o DIR    compile the training job for the CPU runtime: the\n"
+       "                         artifact hpdlrun runs (--target cpu)\n"
+       "\n"
+       "  hpdlc <command> --help shows the options of a command.\n"
+       "  hpdlc --version        shows the version.\n"
+       "\n"
+       "exit status: 0 success, 1 errors in the input, 2 a bad command line.");
+}
+
+static void help_verb(const char *verb) {
+  if (!strcmp(verb, "plan")) {
+    puts("usage: hpdlc plan [options] FILE\n"
+         "\n"
+         "Prices the partitioned training program of FILE on its cluster without\n"
+         "running it: memory per GPU (weights, gradients, optimizer state by ZeRO\n"
+         "stage, activations for the micro-batches in flight, temporaries, buffers),\n"
+         "communication per GPU per step, the pipeline bubble from the schedule, the\n"
+         "step time, tokens/s, TFLOP/s per GPU, MFU, and the limiting resource. Settings\n"
+         "left `auto` are chosen by the planner. Formulas: docs/planner.md.\n"
+         "\n"
+         "plan options:\n"
+         "  --format text|json|html  the report (json: the stable schema of docs/planner.md)\n"
+         "  -o FILE                  write the report to FILE\n"
+         "  --trace FILE             a Chrome trace of one predicted step (Perfetto)\n"
+         "  --search                 rank every layout for the GPU count that fits\n"
+         "  --top K                  how many layouts --search shows (5)\n"
+         "  --scaling LIST           strong and weak scaling at these GPU counts (8,16,32)\n"
+         "  --measure-cpu            time this machine (OpenBLAS sgemm, memory triad) and\n"
+         "                           plan the `cpu` device with what it reaches\n");
+    help_common_options();
+    return;
+  }
+  if (!strcmp(verb, "compile")) {
+    puts("usage: hpdlc compile [options] FILE --target cpu -o DIR\n"
+         "\n"
+         "Compiles the training job of FILE under its layout into the artifact folder\n"
+         "DIR, which `hpdlrun DIR` runs: the model lowered at the train block's micro\n"
+         "batch, partitioned over tensor, sequence and context parallelism, split into\n"
+         "one chunk per pipeline stage, differentiated (the recompute policy applies),\n"
+         "memory-planned, and with the CPU back end, compiled to native kernels.\n"
+         "DIR holds manifest.json, program.so and per stage its chunk (stageS.hir)\n"
+         "and kernels (stageS.so); nothing else is needed at run time. docs/runtime.md\n"
+         "describes the files.\n"
+         "\n"
+         "compile options:\n"
+         "  -o DIR                   the artifact folder (made when missing)\n"
+         "  --target cpu             what to compile for (cpu, the default)\n"
+         "  --executor auto|native|interp\n"
+         "                           native: generated kernels (fp32); interp: the\n"
+         "                           reference executor (fp64, slow, exact); auto (default):\n"
+         "                           native when the CPU back end is built and compiles it\n");
+  } else if (!strcmp(verb, "check")) {
+    puts("usage: hpdlc check [options] FILE...\n"
+         "\n"
+         "Parses each file and its imports, checks names, types and shapes of the\n"
+         "model, and checks that the parallel layout divides the model and the\n"
+         "cluster. Prints every error of a phase, then stops. On success prints a\n"
+         "one-line summary per file.\n");
+  } else {
+    puts("usage: hpdlc emit ast|source|ir|grad|fused|spmd|dp|memory|schedule [options] FILE\n"
+         "\n"
+         "  ast      the syntax tree with source spans\n"
+         "  source   the file in canonical form (parse -> print -> parse is stable)\n"
+         "  ir       the tensor IR of the model at the train block's micro batch\n"
+         "  grad     the graphs of a training step: forward + backward, and per repeated\n"
+         "           block its forward (saving activations) and backward; the recompute\n"
+         "           policy is the parallel block's or --recompute (auto: none)\n"
+         "  fused    the forward IR grouped into kernels, with each kernel's FLOPs and bytes\n"
+         "  memory   the memory plan of pipeline chunk 0's rank under the layout: per graph of\n"
+         "           its training step, every buffer's bytes, arena offset and live steps, views,\n"
+         "           in-place reuse, call workspaces and stashes; then parameters, gradients,\n"
+         "           optimizer state and the peak (recompute: as for grad)\n"
+         "  spmd     the program a rank runs under the layout (--tp --cp --sp --pp\n"
+         "           --virtual-stages): local shapes, sharded parameters, collectives\n"
+         "  dp       per pipeline chunk, the gradient synchronisation over the data-parallel\n"
+         "           group (--dp --zero, and the layout of spmd): all-reduce (zero 0/1) or\n"
+         "           reduce-scatter (2) once per step, and with zero 3 the chunk's program with\n"
+         "           its parameters in dp pieces, all-gathered where they are used\n"
+         "  schedule each pipeline rank's instructions for one step (--schedule --pp\n"
+         "           --virtual-stages; micro-batches = global batch / (dp x micro batch))\n"
+         "  stash    each pipeline chunk's training step cut into its forward and backward\n"
+         "           parts, and what a micro-batch keeps from one to the other (its stash)\n");
+  }
+  help_common_options();
+}
+
+static int cli_error(const char *fmt, const char *a, const char *b) __attribute__((format(printf, 1, 0)));
+static int cli_error(const char *fmt, const char *a, const char *b) {
+  fprintf(stderr, "hpdlc: ");
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+  if (b) fprintf(stderr, fmt, a, b);
+  else fprintf(stderr, fmt, a);
+#pragma GCC diagnostic pop
+  fprintf(stderr, "\nTry 'hpdlc --help'.\n");
+  return 2;
+}
+
+/* Parses argv; returns 0 to go on, or an exit status. */
+static int parse_cli(int argc, char **argv, Cli *cli) {
+  memset(cli, 0, sizeof *cli);
+  cli->color = -1;
+  if (argc < 2) {
+    help_main();
+    return 2;
+  }
+  const char *verb = argv[1];
+  if (!strcmp(verb, "--help") || !strcmp(verb, "-h") || !strcmp(verb, "help")) {
+    help_main();
+    return -1;
+  }
+  if (!strcmp(verb, "--version")) {
+    printf("hpdlc %s\n", HPDL_VERSION);
+    return -1;
+  }
+  int known = 0;
+  for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) known |= !strcmp(verbs[i], verb);
+  if (!known) {
+    const char *close = diag_closest(verb, verbs, 3);
+    if (close) return cli_error("unknown command '%s'; did you mean '%s'?", verb, close);
+    return cli_error("unknown command '%s'", verb, NULL);
+  }
+  cli->verb = verb;
+  cli->files = calloc((size_t)argc, sizeof(char *));
+  int i = 2;
+  for (; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      help_verb(verb);
+      return -1;
+    }
+    if (!strcmp(a, "--")) {
+      for (i++; i < argc; i++) cli->files[cli->nfiles++] = argv[i];
+      break;
+    }
+    if (a[0] != '-' || a[1] == '\0') {
+      if (!strcmp(verb, "emit") && !cli->stage) {
+        int ok = 0;
+        for (size_t k = 0; k < sizeof stages / sizeof stages[0]; k++) ok |= !strcmp(stages[k], a);
+        if (!ok) return cli_error("emit: unknown stage '%s'; stages are ast, source, ir, grad, fused, spmd, dp, memory, schedule and stash", a, NULL);
+        cli->stage = a;
+        continue;
+      }
+      cli->files[cli->nfiles++] = a;
+      continue;
+    }
+    if (!strcmp(verb, "compile")) { /* -o DIR, --target T, --executor E (also --flag=VALUE) */
+      size_t fl = strchr(a, '=') ? (size_t)(strchr(a, '=') - a) : strlen(a);
+      int which = !strcmp(a, "-o") ? 0 : (fl == 8 && !strncmp(a, "--target", 8)) ? 1 : (fl == 10 && !strncmp(a, "--executor", 10)) ? 2 : -1;
+      if (which >= 0) {
+        const char *v = a[fl] == '=' ? a + fl + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!v || !*v) return cli_error("%s needs a value", which == 0 ? "-o" : which == 1 ? "--target" : "--executor", NULL);
+        if (which == 0) cli->compile.out_dir = v;
+        else if (which == 1) cli->compile.target = v;
+        else if (compile_executor_parse(v) < 0) return cli_error("--executor takes auto, native or interp, not '%s'", v, NULL);
+        else cli->compile.executor = (CompileExecutor)compile_executor_parse(v);
+        continue;
+      }
+    }
+    if (!strcmp(verb, "plan") && !strcmp(a, "-o")) {
+      if (i + 1 >= argc) return cli_error("-o needs a file name%s", "", NULL);
+      cli->plan.output = argv[++i];
+      continue;
+    }
+    /* -D NAME=VALUE or -DNAME=VALUE */
+    if (!strncmp(a, "-D", 2)) {
+      const char *def = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
+      if (!def) return cli_error("-D needs NAME=VALUE", "", NULL);
+      const char *eq = strchr(def, '=');
+      if (!eq || eq == def || !eq[1]) return cli_error("-D %s: expected NAME=VALUE", def, NULL);
+      if (cli->ndefines == 64) return cli_error("too many -D options%s", "", NULL);
+      cli->defines[cli->ndefines].name = strndup(def, (size_t)(eq - def));
+      cli->defines[cli->ndefines].value = eq + 1;
+      cli->ndefines++;
+      continue;
+    }
+    if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+      cli->quiet = 1;
+      continue;
+    }
+    /* --flag VALUE or --flag=VALUE */
+    const char *eq = strchr(a, '=');
+    size_t flen = eq ? (size_t)(eq - a) : strlen(a);
+    const char *value = eq ? eq + 1 : NULL;
+    if (!strncmp(a, "--model", flen) && flen == 7) {
+      value = value ? value : (i + 1 < argc ? argv[++i] : NULL);
+      if (!value) return cli_error("--model needs a name%s", "", NULL);
+      cli->model = value;
+      continue;
+    }
+    if (!strncmp(a, "--color", flen) && flen == 7) {
+      value = value ? value : (i + 1 < argc ? argv[++i] : NULL);
+      if (!value || (strcmp(value, "auto") && strcmp(value, "always") && strcmp(value, "never")))
+        return cli_error("--color takes auto, always or never%s", "", NULL);
+      cli->color = !strcmp(value, "auto") ? -1 : !strcmp(value, "always");
+      continue;
+    }
+    if (!strcmp(verb, "plan")) {
+      static const char *const pflags[] = {"--format", "--trace", "--scaling", "--top", "--search", "--output", "--measure-cpu"};
+      int which = -1;
+      for (int k = 0; k < 7; k++)
+        if (strlen(pflags[k]) == flen && !strncmp(pflags[k], a, flen)) which = k;
+      if (which == 6) {
+        if (value) return cli_error("--measure-cpu takes no value%s", "", NULL);
+        cli->plan.measure_cpu = 1;
+        continue;
+      }
+      if (which == 4) {
+        if (value) return cli_error("--search takes no value%s", "", NULL);
+        cli->plan.search = 1;
+        continue;
+      }
+      if (which >= 0) {
+        value = value ? value : (i + 1 < argc ? argv[++i] : NULL);
+        if (!value || !*value) return cli_error("%s needs a value", pflags[which], NULL);
+        if (which == 0) {
+          if (strcmp(value, "text") && strcmp(value, "json") && strcmp(value, "html"))
+            return cli_error("--format takes text, json or html, not '%s'", value, NULL);
+          cli->plan.format = value;
+        } else if (which == 1) cli->plan.trace = value;
+        else if (which == 2) cli->plan.scaling = value;
+        else if (which == 5) cli->plan.output = value;
+        else {
+          char *end;
+          long k = strtol(value, &end, 10);
+          if (*end || k < 1 || k > 1000) return cli_error("--top takes a count from 1 to 1000, not '%s'", value, NULL);
+          cli->plan.top = (int)k;
+        }
+        continue;
+      }
+    }
+    const LayoutFlag *lf = NULL;
+    for (int k = 0; k < NLAYOUT_FLAGS; k++)
+      if (strlen(layout_flags[k].flag) == flen && !strncmp(layout_flags[k].flag, a, flen)) lf = &layout_flags[k];
+    if (!lf) {
+      const char *names[NLAYOUT_FLAGS + 12];
+      int n = 0;
+      for (int k = 0; k < NLAYOUT_FLAGS; k++) names[n++] = layout_flags[k].flag;
+      if (!strcmp(verb, "plan")) {
+        names[n++] = "--format";
+        names[n++] = "--trace";
+        names[n++] = "--scaling";
+        names[n++] = "--search";
+        names[n++] = "--top";
+      }
+      if (!strcmp(verb, "compile")) {
+        names[n++] = "--target";
+        names[n++] = "--executor";
+      }
+      names[n++] = "--model";
+      names[n++] = "--quiet";
+      names[n++] = "--color";
+      names[n++] = "--help";
+      char *flag = strndup(a, flen);
+      const char *close = diag_closest(flag, names, n);
+      if (close) return cli_error("unknown option '%s'; did you mean '%s'?", flag, close);
+      return cli_error("unknown option '%s'", flag, NULL);
+    }
+    value = value ? value : (i + 1 < argc ? argv[++i] : NULL);
+    if (!value || !*value) return cli_error("%s needs a value (%s)", lf->flag, lf->arg);
+    if (!strcmp(lf->flag, "--micro-batch")) cli->plan.mb_fixed = 1;
+    cli->layout[cli->nlayout].name = lf->key;
+    cli->layout[cli->nlayout].value = value;
+    cli->layout[cli->nlayout].flag = lf->flag;
+    cli->nlayout++;
+  }
+  if (!strcmp(verb, "emit")) {
+    if (!cli->stage) return cli_error("emit: missing stage (ast or source)%s", "", NULL);
+    if (cli->nfiles != 1) return cli_error("emit %s takes exactly one file", cli->stage, NULL);
+  }
+  if (cli->nfiles == 0) return cli_error("%s: no input file", verb, NULL);
+  if (!strcmp(verb, "compile") && cli->nfiles != 1) return cli_error("compile takes exactly one file%s", "", NULL);
+  if (!strcmp(verb, "compile") && !cli->compile.out_dir) return cli_error("compile: missing the artifact folder (-o DIR)%s", "", NULL);
+  if (!strcmp(verb, "compile") && cli->compile.target && strcmp(cli->compile.target, "cpu"))
+    return cli_error("compile: unknown target '%s' (there is: cpu)", cli->compile.target, NULL);
+  return 0;
+}
+
+static const char *human_count(char *buf, size_t n, int64_t v) {
+  if (v >= 1000000000) snprintf(buf, n, "%.2fB", (double)v / 1e9);
+  else if (v >= 1000000) snprintf(buf, n, "%.1fM", (double)v / 1e6);
+  else if (v >= 1000) snprintf(buf, n, "%.1fK", (double)v / 1e3);
+  else snprintf(buf, n, "%" PRId64, v);
+  return buf;
+}
+
+static void print_summary(const char *path, const SemModel *m) {
+  char count[32];
+  const SemLayout *L = &m->layout;
+  printf("%s: ok: model %s, %s parameters (%" PRId64 "); ", path, m->model->decl->name.name,
+         human_count(count, sizeof count, sem_param_count(m)), sem_param_count(m));
+  if (L->dp < 0) printf("dp=auto");
+  else printf("dp=%" PRId64, L->dp);
+  printf(" tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 " on %s (%" PRId64 " device%s)\n", L->tp, L->pp, L->cp,
+         L->cluster_name, L->gpus, L->gpus == 1 ? "" : "s");
+}
+
+/* `emit dp`: per pipeline chunk, the data-parallel side of its step under
+ * the layout (dpsync.h): the dp.sync graph, and with ZeRO-3 the chunk's
+ * module with its parameters in pieces and the step graphs autodiff makes of
+ * it (zero 0-2 leave those as `emit spmd` and `emit grad` show them). */
+static int emit_dp(Arena *arena, Diag *diag, const char *path, const SemModel *m, const IrModule *ir, int status) {
+  const SemLayout *L = &m->layout;
+  int64_t dp = L->dp > 0 ? L->dp : 1;
+  int zero = L->zero > 0 ? (int)L->zero : 0;
+  SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, m->seq_len};
+  IrModule *part = spmd_partition(arena, diag, ir, &spec);
+  int64_t chunks = (L->pp > 0 ? L->pp : 1) * (L->virtual_stages > 0 ? L->virtual_stages : 1);
+  Recompute policy = L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute;
+  const char *split_why = NULL;
+  int64_t *split = part ? plan_chunk_layers(arena, m, m->train.micro_batch, spec.tp, spec.cp, spec.sp, policy, chunks, &split_why) : NULL;
+  if (part && !split) {
+    fprintf(stderr, "hpdlc: %s: the pipeline stages cannot be split: %s\n", path, split_why);
+    return 1;
+  }
+  PipeResult *pr = split ? pipe_split(arena, diag, part, chunks, split) : NULL;
+  if (!pr) return 1;
+  printf("# data-parallel step: dp=%" PRId64 " zero=%d; tp=%" PRId64 " cp=%" PRId64 " sp=%s, %d pipeline chunk%s, recompute %s\n", dp,
+         zero, spec.tp, spec.cp, spec.sp ? "on" : "off", pr->nchunks, pr->nchunks == 1 ? "" : "s", sem_recompute_name(policy));
+  for (int c = 0; c < pr->nchunks; c++) {
+    IrModule *cm = pipe_chunk_module(arena, pr, c);
+    if (zero == 3 && !(cm = dpsync_shard_params(arena, diag, cm, dp))) return 3;
+    printf("# chunk %d\n", c);
+    if (zero == 3) ir_print(cm, stdout);
+    const char *why = NULL;
+    AdResult *ad = ad_build(cm, policy, &why);
+    DpSync *sync = ad ? dpsync_build(ad, dp, zero, &why) : NULL;
+    if (!sync) {
+      fprintf(stderr, "hpdlc: %s: chunk %d: %s\n", path, c, why ? why : "?");
+      return 1;
+    }
+    if (ir_verify(cm, stderr)) {
+      fprintf(stderr, "hpdlc: internal error: chunk %d's data-parallel step does not verify\n", c);
+      status = 3;
+    }
+    if (zero == 3) {
+      /* the step graphs, without dp.sync (printed below) */
+      int keep = cm->ngraphs;
+      cm->ngraphs = sync->graph;
+      ad_print(ad, stdout);
+      cm->ngraphs = keep;
+    }
+    dpsync_print(sync, stdout);
+  }
+  return status;
+}
+
+/* `emit memory`: the plan of the program pipeline chunk 0's ranks run, built
+ * as the simulator builds it (memplan.h); returns the exit status. */
+static int emit_memory(Arena *arena, Diag *diag, const char *path, const SemModel *m, int status) {
+  const SemLayout *L = &m->layout;
+  SimLayout sl = {L->dp > 0 ? L->dp : 1, L->tp > 0 ? L->tp : 1, L->pp > 0 ? L->pp : 1, L->cp > 0 ? L->cp : 1,
+                  L->virtual_stages > 0 ? L->virtual_stages : 1, L->sp == 1,
+                  L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute, m->train.micro_batch, 1, 0, SCHED_1F1B};
+  const char *why = NULL;
+  SimRankProgram *rp = sim_rank_program(arena, diag, m, &sl, 0, &why);
+  if (!rp) {
+    fprintf(stderr, "hpdlc: %s: no memory plan: %s\n", path, why);
+    return 1;
+  }
+  MemOptions mo;
+  mem_options_from_model(m, &mo);
+  mo.entry = rp->ad->step;
+  mo.fusion = fuse_module(arena, rp->module);
+  if (fuse_check(mo.fusion, stderr)) { /* still print the plan of the IR values */
+    fprintf(stderr, "hpdlc: internal error: the fusion does not check; the plan is printed without it\n");
+    mo.fusion = NULL;
+    status = 3;
+  }
+  MemPlan *plan = mem_plan_module(arena, rp->module, &mo);
+  if (!plan) {
+    fprintf(stderr, "hpdlc: internal error: %s: the program cannot be planned (a call cycle or a missing graph)\n",
+            path);
+    return 3;
+  }
+  if (mem_check(plan, stderr)) {
+    fprintf(stderr, "hpdlc: internal error: the memory plan does not check\n");
+    status = 3;
+  }
+  printf("# memory plan: chunk 0 of %d, tp=%" PRId64 " cp=%" PRId64 " sp=%s, micro batch %" PRId64
+         ", recompute %s\n",
+         rp->nchunks, sl.tp, sl.cp, sl.sp ? "on" : "off", sl.micro_batch, sem_recompute_name(sl.recompute));
+  mem_print(stdout, plan);
+  return status;
+}
+
+int main(int argc, char **argv) {
+  Cli cli;
+  int rc = parse_cli(argc, argv, &cli);
+  if (rc) {
+    free(cli.files);
+    return rc < 0 ? 0 : rc;
+  }
+  Diag *diag = diag_new(stderr);
+  diag_set_color(diag, cli.color < 0 ? isatty(2) : cli.color);
+  int status = 0;
+  for (int i = 0; i < cli.nfiles; i++) {
+    Arena *arena = arena_new();
+    int before = diag_error_count(diag);
+    LoadedProgram prog = load_program(arena, diag, cli.files[i]);
+    if (diag_error_count(diag) == before && prog.nfiles > 0) {
+      if (cli.stage && !strcmp(cli.stage, "ast")) ast_dump_file(stdout, prog.files[0]);
+      else if (cli.stage && !strcmp(cli.stage, "source")) ast_print_file(stdout, prog.files[0]);
+      else if (cli.stage) {
+        int bad_cli = 0;
+        SemOptions opts = {cli.defines, cli.ndefines, cli.layout, cli.nlayout, cli.model, &bad_cli};
+        SemModel *m = sema_check(arena, diag, &prog, &opts);
+        if (bad_cli) status = 2;
+        IrModule *ir = m ? lower_model(arena, diag, m, m->train.micro_batch) : NULL;
+        if (ir) {
+          if (ir_verify(ir, stderr)) {
+            fprintf(stderr, "hpdlc: internal error: the IR does not verify\n");
+            status = 3;
+          }
+          if (!strcmp(cli.stage, "grad")) {
+            Recompute policy = m->layout.recompute < 0 ? RECOMPUTE_NONE : (Recompute)m->layout.recompute;
+            const char *why = NULL;
+            AdResult *ad = ad_build(ir, policy, &why);
+            if (!ad) {
+              fprintf(stderr, "hpdlc: %s: cannot differentiate the model: %s\n", cli.files[i], why);
+              status = 1;
+            } else {
+              if (ir_verify(ir, stderr)) {
+                fprintf(stderr, "hpdlc: internal error: the backward graphs do not verify\n");
+                status = 3;
+              }
+              ad_print(ad, stdout);
+            }
+          } else if (!strcmp(cli.stage, "schedule")) {
+            /* the per-rank instruction lists of one step under the layout */
+            const SemLayout *L = &m->layout;
+            SchedProgram prog_s;
+            char why[256];
+            int pp = L->pp > 0 ? (int)L->pp : 1, v = L->virtual_stages > 0 ? (int)L->virtual_stages : 1;
+            Schedule kind = L->schedule < 0 ? (v > 1 ? SCHED_INTERLEAVED : SCHED_1F1B) : (Schedule)L->schedule;
+            int mb = L->num_micro_batches > 0 ? (int)L->num_micro_batches : 1;
+            if (sched_build(&prog_s, kind, pp, mb, v, why, sizeof why) != 0) {
+              fprintf(stderr, "hpdlc: %s: %s\n", cli.files[i], why);
+              status = 1;
+            } else {
+              printf("# %s schedule: %d pipeline rank%s, %d micro-batch%s, %d virtual stage%s\n", sem_schedule_name(kind), pp,
+                     pp == 1 ? "" : "s", mb, mb == 1 ? "" : "es", v, v == 1 ? "" : "s");
+              /* chunk c (forward F c / backward B c) runs these layers */
+              const char *split_why = NULL;
+              int64_t *split = pp * v > 1 ? plan_chunk_layers(arena, m, m->train.micro_batch, L->tp, L->cp, L->sp == 1,
+                                                               L->recompute < 0 ? RECOMPUTE_NONE : L->recompute, (int64_t)pp * v,
+                                                               &split_why)
+                                          : NULL;
+              if (split) {
+                printf("# chunks: ");
+                for (int c = 0; c < pp * v; c++) printf("%s%" PRId64, c ? "+" : "", split[c]);
+                printf(" layers (balance = %s)\n", m->layout.balance == BALANCE_LAYERS ? "layers" : "cost");
+              }
+              sched_print(stdout, &prog_s, 0);
+              sched_free(&prog_s);
+            }
+          } else if (!strcmp(cli.stage, "stash")) {
+            /* each pipeline chunk's step cut into forward and backward, and what a micro-batch keeps between */
+            int st = emit_stash(arena, diag, m, ir, stdout);
+            if (st) status = st;
+          } else if (!strcmp(cli.stage, "spmd")) {
+            const SemLayout *L = &m->layout;
+            SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, m->seq_len};
+            IrModule *part = spmd_partition(arena, diag, ir, &spec);
+            int64_t chunks = (L->pp > 0 ? L->pp : 1) * (L->virtual_stages > 0 ? L->virtual_stages : 1);
+            const char *split_why = NULL;
+            Recompute rcp = L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute;
+            int64_t *split = part ? plan_chunk_layers(arena, m, m->train.micro_batch, spec.tp, spec.cp, spec.sp, rcp, chunks,
+                                                      &split_why)
+                                  : NULL;
+            if (part && !split) {
+              fprintf(stderr, "hpdlc: %s: the pipeline stages cannot be split: %s\n", cli.files[i], split_why);
+              status = 1;
+            }
+            PipeResult *pr = split ? pipe_split(arena, diag, part, chunks, split) : NULL;
+            if (pr && ir_verify(pr->m, stderr)) {
+              fprintf(stderr, "hpdlc: internal error: the partitioned IR does not verify\n");
+              status = 3;
+            }
+            if (pr) {
+              printf("# per-rank program: tp=%" PRId64 " cp=%" PRId64 " sp=%s, %d pipeline chunk%s", spec.tp, spec.cp,
+                     spec.sp ? "on" : "off", pr->nchunks, pr->nchunks == 1 ? "" : "s");
+              if (pr->nchunks > 1) {
+                printf(" of ");
+                for (int c = 0; c < pr->nchunks; c++) printf("%s%" PRId64, c ? "+" : "", pr->layers[c]);
+                printf(" layers (balance = %s)", m->layout.balance == BALANCE_LAYERS ? "layers" : "cost");
+              }
+              printf("\n");
+              ir_print(pr->m, stdout);
+            }
+          } else if (!strcmp(cli.stage, "dp")) {
+            status = emit_dp(arena, diag, cli.files[i], m, ir, status);
+          } else if (!strcmp(cli.stage, "memory")) {
+            status = emit_memory(arena, diag, cli.files[i], m, status);
+          } else if (!strcmp(cli.stage, "fused")) {
+            FuseResult *fr = fuse_module(arena, ir);
+            if (fuse_check(fr, stderr)) {
+              fprintf(stderr, "hpdlc: internal error: the fusion does not check\n");
+              status = 3;
+            }
+            fuse_print(fr, stdout);
+          } else {
+            ir_print(ir, stdout);
+          }
+        } else if (m == NULL && diag_error_count(diag) == before) {
+          fprintf(stderr, "hpdlc: %s declares no model\n", cli.files[i]);
+          status = 1;
+        }
+      } else if (!strcmp(cli.verb, "compile")) {
+        int bad_cli = 0;
+        SemOptions opts = {cli.defines, cli.ndefines, cli.layout, cli.nlayout, cli.model, &bad_cli};
+        SemModel *m = sema_check(arena, diag, &prog, &opts);
+        if (bad_cli) status = 2;
+        if (m && diag_error_count(diag) == before) {
+          cli.compile.source = cli.files[i];
+          cli.compile.quiet = cli.quiet;
+          int s = compile_artifact(arena, diag, m, &cli.compile, stdout, stderr);
+          if (s > status) status = s;
+        } else if (!m && diag_error_count(diag) == before) {
+          fprintf(stderr, "hpdlc: %s declares no model\n", cli.files[i]);
+          status = 1;
+        }
+      } else if (!strcmp(cli.verb, "plan")) {
+        /* --search frees every degree the command line does not fix */
+        SemDefine layout[NLAYOUT_FLAGS * 2 + 16];
+        int nlayout = 0;
+        if (cli.plan.search) {
+          static const char *const keys[] = {"parallel.data",     "parallel.tensor",   "parallel.pipeline",
+                                             "parallel.context",  "parallel.sequence", "parallel.zero",
+                                             "parallel.schedule", "parallel.virtual",  "parallel.recompute"};
+          for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+            int given = 0;
+            for (int j = 0; j < cli.nlayout; j++) given |= !strcmp(cli.layout[j].name, keys[k]);
+            if (!given) layout[nlayout++] = (SemDefine){keys[k], "auto", "--search"};
+          }
+        }
+        for (int j = 0; j < cli.nlayout; j++) layout[nlayout++] = cli.layout[j];
+        int bad_cli = 0;
+        SemOptions opts = {cli.defines, cli.ndefines, layout, nlayout, cli.model, &bad_cli};
+        SemModel *m = sema_check(arena, diag, &prog, &opts);
+        if (bad_cli) status = 2;
+        if (m && diag_error_count(diag) == before) {
+          int s = plan_command(diag, cli.files[i], m, &cli.plan);
+          if (s > status) status = s;
+        } else if (!m && diag_error_count(diag) == before) {
+          fprintf(stderr, "hpdlc: %s declares no model\n", cli.files[i]);
+          status = 1;
+        }
+      } else {
+        int bad_cli = 0;
+        SemOptions opts = {cli.defines, cli.ndefines, cli.layout, cli.nlayout, cli.model, &bad_cli};
+        SemModel *m = sema_check(arena, diag, &prog, &opts);
+        if (bad_cli) status = 2;
+        if (m && !cli.quiet) print_summary(cli.files[i], m);
+        else if (!m && diag_error_count(diag) == before && !cli.quiet)
+          printf("%s: ok: declarations only, no model\n", cli.files[i]);
+      }
+    }
+    if (diag_error_count(diag) != before && status == 0) status = 1;
+    arena_free(arena);
+  }
+  diag_free(diag);
+  for (int i = 0; i < cli.ndefines; i++) free((char *)cli.defines[i].name);
+  free(cli.files);
+  return status;
+}

@@ -1,0 +1,253 @@
+/* sema.h - semantic analysis: names, types, shapes, the parallel layout.
+ *
+ * sema_check() elaborates the root model: every layer is instantiated with
+ * concrete parameter values (defaults and -D overrides), every forward is
+ * checked with the shapes that reach it, and the result is the checked
+ * model (SemModel) that lowering to the tensor IR reads. Instances with equal
+ * arguments are shared, so `repeat 96 Block(...)` is checked once. */
+#ifndef HPDL_SEMA_H
+#define HPDL_SEMA_H
+
+#include <stdint.h>
+
+#include "arena.h"
+#include "ast.h"
+#include "diag.h"
+#include "loader.h"
+#include "semtypes.h"
+#include "symdim.h"
+#include "value.h"
+
+
+typedef struct {
+  DType dtype;
+  int rank;
+  SymDim *dims[SEM_MAX_RANK];
+} TensorType;
+
+/* "f32[B, T, 768]" */
+const char *sem_type_str(Arena *a, const TensorType *t);
+
+/* ---- builtin tensor operations (the surface of the language) ----
+ * X(id, name, min_args, max_args) */
+#define SEM_BUILTINS(X)          \
+  X(RELU, "relu", 1, 1)          \
+  X(GELU, "gelu", 1, 1)          \
+  X(SILU, "silu", 1, 1)          \
+  X(SIGMOID, "sigmoid", 1, 1)    \
+  X(TANH, "tanh", 1, 1)          \
+  X(EXP, "exp", 1, 1)            \
+  X(LOG, "log", 1, 1)            \
+  X(SQRT, "sqrt", 1, 1)          \
+  X(RSQRT, "rsqrt", 1, 1)        \
+  X(ABS, "abs", 1, 1)            \
+  X(SQUARE, "square", 1, 1)      \
+  X(NEG, "neg", 1, 1)            \
+  X(ADD, "add", 2, 2)            \
+  X(SUB, "sub", 2, 2)            \
+  X(MUL, "mul", 2, 2)            \
+  X(DIV, "div", 2, 2)            \
+  X(POW, "pow", 2, 2)            \
+  X(MAXIMUM, "maximum", 2, 2)    \
+  X(MINIMUM, "minimum", 2, 2)    \
+  X(MATMUL, "matmul", 2, 2)      \
+  X(SUM, "sum", 1, 3)            \
+  X(MEAN, "mean", 1, 3)          \
+  X(MAX, "max", 1, 3)            \
+  X(SOFTMAX, "softmax", 1, 2)    \
+  X(LOG_SOFTMAX, "log_softmax", 1, 2) \
+  X(RESHAPE, "reshape", 2, 2)    \
+  X(TRANSPOSE, "transpose", 1, 3) \
+  X(SPLIT_HEADS, "split_heads", 2, 2) \
+  X(MERGE_HEADS, "merge_heads", 1, 1) \
+  X(SPLIT, "split", 2, 3)        \
+  X(CONCAT, "concat", 1, 2)      \
+  X(SLICE, "slice", 1, 1)        \
+  X(EMBEDDING, "embedding", 2, 2) \
+  X(ARANGE, "arange", 1, 1)      \
+  X(CAUSAL_MASK, "causal_mask", 1, 1) \
+  X(ROPE, "rope", 1, 2)          \
+  X(REPEAT_KV, "repeat_kv", 2, 2) \
+  X(CROSS_ENTROPY, "cross_entropy", 2, 2) \
+  X(DROPOUT, "dropout", 1, 2)
+
+typedef enum {
+#define X(id, name, lo, hi) SOP_##id,
+  SEM_BUILTINS(X)
+#undef X
+  SOP_COUNT
+} SemOp;
+
+const char *sem_op_name(SemOp op);
+
+typedef struct SemLayer SemLayer;
+typedef struct SemExpr SemExpr;
+
+/* ---- parameters (weights) ---- */
+/* ShardKind, InitKind, SemInit: semtypes.h */
+
+typedef struct {
+  const char *name;
+  TensorType type; /* all dims constant */
+  int64_t numel;
+  SemInit init;
+  ShardKind shard;
+  Span span;
+} SemParam;
+
+/* A sub-layer: `name = Layer(...)` or `name = repeat N Layer(...)`. */
+typedef struct {
+  const char *name;
+  SemLayer *layer;
+  int64_t repeat; /* 1 for a plain sub-layer */
+  Span span;
+} SemChild;
+
+typedef struct {
+  const char *name;
+  TensorType type; /* may hold symbolic dims (B) */
+  Span span;
+} SemInput;
+
+/* ---- the checked forward: a DAG of typed expressions ---- */
+typedef enum {
+  SE_INPUT,  /* model input `index` */
+  SE_ARG,    /* forward argument `index` */
+  SE_PARAM,  /* this layer's parameter `index` */
+  SE_CHILD_PARAM, /* a child's parameter: child `index`, param `index2` */
+  SE_SCALAR, /* a compile-time scalar (value.f), broadcast */
+  SE_OP,     /* builtin op with args and attributes */
+  SE_CALL,   /* call of child `index` (a SemFunc) */
+  SE_EXTERN, /* call of an extern declaration */
+  SE_TUPLE_GET, /* element `index` of a tuple-valued arg[0] (split) */
+} SemExprKind;
+
+typedef struct SemFunc SemFunc;
+
+struct SemExpr {
+  SemExprKind kind;
+  SemOp op;
+  TensorType type;
+  int is_tuple; /* split: a tuple of `ntuple` tensors, each of `type` */
+  int ntuple;
+  int index, index2;
+  double scalar;
+  /* per op: axis, keepdim, n ...; slice: lo[0..7], hi[8..15], dropped axis[16..23] */
+  int64_t attr[SEM_MAX_RANK * 3];
+  int nattr;
+  SemExpr **args;
+  int nargs;
+  SemFunc *callee;          /* SE_CALL */
+  const AstDecl *ext;       /* SE_EXTERN */
+  Span span;
+};
+
+/* One checked forward of a layer instance, for one list of argument types. */
+struct SemFunc {
+  SemLayer *layer;
+  TensorType *arg_types;
+  int nargs;
+  SemExpr *result;
+  SemFunc *next; /* other argument types of the same instance */
+};
+
+struct SemLayer {
+  const AstDecl *decl;
+  const char *display; /* "Linear(768, 2304)" */
+  Value *args;         /* one per declared parameter, after defaults */
+  int nargs;
+  SemParam *params;
+  int nparams;
+  SemChild *children;
+  int nchildren;
+  SemInput *inputs; /* models only */
+  int ninputs;
+  const AstStmt *forward;
+  SemFunc *funcs;
+  int64_t param_count; /* including children x repeat */
+  SemLayer *next_instance;
+};
+
+/* ---- training and layout ---- */
+/* Precision, OptimizerKind, DecayKind, Schedule, Recompute, Compression: semtypes.h */
+
+typedef struct {
+  int64_t global_batch, micro_batch, steps, seed, log_every;
+  Precision precision;
+  double loss_scale; /* 0 = dynamic */
+  OptimizerKind optimizer;
+  double lr, momentum, beta1, beta2, eps, weight_decay, min_lr, clip;
+  int64_t warmup;
+  DecayKind decay;
+  const char *data;
+  int64_t ckpt_every, ckpt_keep;
+  const char *ckpt_dir;
+  int ckpt_async;
+} SemTrain;
+
+/* How pipeline chunks share the layers: equal counts, or balanced by the
+ * planner's forward + backward time (plan_chunk_layers, plan.h). */
+typedef enum { BALANCE_COST, BALANCE_LAYERS } PipeBalance; /* the words of `balance` */
+
+/* -1 in an int field means `auto` (the planner chooses). */
+typedef struct {
+  const char *cluster_name;
+  int64_t nodes, gpus_per_node, gpus;
+  int64_t dp, tp, pp, cp, virtual_stages, zero;
+  int sp;       /* -1 auto, 0 off, 1 on */
+  int overlap;  /* -1 auto, 0 off, 1 on */
+  int schedule; /* Schedule or -1 */
+  int recompute; /* Recompute or -1 */
+  PipeBalance balance;
+  Compression compression;
+  double topk_ratio;
+  int64_t num_micro_batches; /* global_batch / (dp * micro_batch) when known */
+} SemLayout;
+
+/* A cluster: from the catalog or a `cluster` declaration. */
+typedef struct {
+  const char *name;
+  const char *device;
+  int64_t gpus_per_node, nodes, nics_per_node;
+  double intra_bytes_per_s, intra_latency_s, inter_bytes_per_s, inter_latency_s;
+  int shared_device; /* CPU ranks sharing one machine: the layout sets the rank count */
+} SemCluster;
+
+typedef struct {
+  SemLayer *model;
+  SemFunc *forward; /* the model's forward; result is the loss */
+  SemTrain train;
+  SemLayout layout;
+  SemCluster cluster;
+  int has_cluster;
+  int64_t seq_len;  /* the sequence dimension of the first input, when constant */
+  int64_t layers;   /* blocks of the largest repeat (pipeline stages split these) */
+  const AstDecl *train_decl, *parallel_decl;
+} SemModel;
+
+/* ---- options from the command line ---- */
+typedef struct {
+  const char *name;
+  const char *value;
+  const char *flag; /* the command-line flag it came from ("--tp"), for messages */
+} SemDefine;
+
+typedef struct {
+  SemDefine *defines;
+  int ndefines;
+  /* `--dp 4` etc.: the parallel key (`data`, `tensor`, ...) and its text */
+  SemDefine *layout;
+  int nlayout;
+  const char *model_name; /* --model */
+  int *cli_error; /* set to 1 when a command-line value is invalid (exit 2) */
+} SemOptions;
+
+/* Checks a loaded program. Returns the checked model, or NULL when the root
+ * file declares no model (then only declarations are checked) or on errors
+ * (reported to diag). */
+SemModel *sema_check(Arena *arena, Diag *diag, const LoadedProgram *prog, const SemOptions *opts);
+
+/* Total parameters of the model (tied weights counted once). */
+int64_t sem_param_count(const SemModel *m);
+
+#endif

@@ -1,0 +1,134 @@
+/* plan_explain.c - the one-sentence explanation of what limits a plan
+ * (PlanResult.limit): the memory that does not fit and the ZeRO stage or
+ * recomputation that would fix it, or the largest share of the step (the
+ * bubble, a collective, memory-bound kernels) and what would shrink it. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "cost.h"
+#include "plan.h"
+#include "plan_internal.h"
+
+static const char *fmt_bytes(char *b, size_t n, double v) { return plan_fmt_bytes(b, n, v); }
+
+void plan_explain(PlanCtx *c, PlanResult *r) {
+  char a[32], b[32];
+  const PlanLayout *L = &r->layout;
+  if (!r->valid) {
+    snprintf(r->limit, sizeof r->limit, "%s", r->why);
+    return;
+  }
+  if (!r->mem.fits) {
+    const PlanMemory *m = &r->mem;
+    double states = m->params + m->grads + m->optimizer;
+    double dyn = m->activations + m->transient;
+    if (states > dyn && L->zero < 3 && L->dp > 1) {
+      /* which ZeRO stage would bring the states down enough */
+      const PlanStage *s = &r->stages[m->rank < r->nstages ? m->rank : 0];
+      for (int z = (int)L->zero + 1; z <= 3; z++) {
+        OptimizerKind ok = c->model->train.optimizer;
+        CostModelStates ms = cost_model_states((int64_t)s->params, z, (int)L->dp, c->prec, ok, c->model->train.momentum > 0);
+        double tot = m->total - states + ms.total;
+        if (tot <= m->capacity || z == 3) {
+          snprintf(r->limit, sizeof r->limit,
+                   "memory: %s needed of %s on pipeline rank %d, %s of it model states; ZeRO stage %d would need %s",
+                   fmt_bytes(a, sizeof a, m->total), fmt_bytes(b, sizeof b, m->capacity), m->rank,
+                   plan_fmt_bytes((char[32]){0}, 32, states), z, plan_fmt_bytes((char[32]){0}, 32, tot));
+          return;
+        }
+      }
+    }
+    const char *fix = L->recompute != RECOMPUTE_FULL ? "full recomputation, a smaller micro batch or more pipeline stages"
+                                                      : "a smaller micro batch, more tensor or pipeline parallelism";
+    snprintf(r->limit, sizeof r->limit,
+             "memory: %s needed of %s on pipeline rank %d (activations %s for %d micro-batches in flight); try %s",
+             fmt_bytes(a, sizeof a, m->total), fmt_bytes(b, sizeof b, m->capacity), m->rank,
+             plan_fmt_bytes((char[32]){0}, 32, m->activations), m->inflight, fix);
+    return;
+  }
+  double T = r->step_s > 0 ? r->step_s : 1;
+  struct {
+    double s;
+    int what;
+  } item[7] = {{r->bubble_s, 0},
+               {r->comm_exposed[IRG_TP], 1},
+               {r->comm_exposed[IRG_DP], 2},
+               {r->other_s, 3},
+               {r->recompute_s, 4},
+               {r->comm_exposed[IRG_CP], 5},
+               {r->optimizer_s, 6}};
+  int best = 0;
+  for (int i = 1; i < 7; i++)
+    if (item[i].s > item[best].s) best = i;
+  double share = item[best].s / T * 100;
+  double gemm_share = r->gemm_s / T * 100;
+  if (gemm_share > 70 || share < 5) {
+    double rate = r->hfu / (gemm_share / 100 > 0 ? gemm_share / 100 : 1) * 100;
+    if (rate >= 10)
+      snprintf(r->limit, sizeof r->limit, "compute: GEMMs take %.0f%% of the step at %.0f%% of peak (%.0f TFLOP/s per GPU)",
+               gemm_share, rate, r->tflops_per_gpu);
+    else
+      snprintf(r->limit, sizeof r->limit,
+               "compute: GEMMs take %.0f%% of the step but reach only %.2g%% of peak: they are too small to fill the "
+               "device (a larger micro batch or model would use it)",
+               gemm_share, rate);
+    return;
+  }
+  switch (item[best].what) {
+  case 0: {
+    int p = (int)L->pp, v = (int)(L->vpp > 0 ? L->vpp : 1);
+    int64_t m = L->num_micro;
+    /* micro-batches for a 5% bubble: (p-1)/(v m + p-1) <= 0.05 */
+    int64_t want = (int64_t)ceil(19.0 * (p - 1) / v);
+    if (want < m) want = m;
+    double now = r->bubble_fraction * 100;
+    if (L->micro_batch > 1 && m * L->micro_batch >= want) {
+      int64_t mb = L->micro_batch;
+      while (mb > 1 && m * (L->micro_batch / mb) < want) mb /= 2;
+      int64_t m2 = m * (L->micro_batch / (mb > 0 ? mb : 1));
+      double f = cost_bubble_step_fraction((Schedule)L->schedule, p, m2, v) * 100;
+      snprintf(r->limit, sizeof r->limit,
+               "bubble %.0f%%: %" PRId64 " micro-batches (micro batch %" PRId64 ") would cut it to %.0f%%", now, m2,
+               mb > 0 ? mb : 1, f);
+    } else if (L->schedule != SCHED_INTERLEAVED && m % p == 0) {
+      double f = cost_bubble_step_fraction(SCHED_INTERLEAVED, p, m, 2) * 100;
+      snprintf(r->limit, sizeof r->limit, "bubble %.0f%%: interleaving 2 virtual stages per rank would cut it to %.0f%%",
+               now, f);
+    } else {
+      double f = cost_bubble_step_fraction((Schedule)L->schedule, p, want, v) * 100;
+      snprintf(r->limit, sizeof r->limit, "bubble %.0f%%: %" PRId64 " micro-batches per step would cut it to %.0f%%", now,
+               want, f);
+    }
+    return;
+  }
+  case 1:
+    snprintf(r->limit, sizeof r->limit,
+             "tensor-parallel collectives take %.0f%% of the step (tp=%" PRId64 ", %s per GPU per step)%s", share, L->tp,
+             fmt_bytes(a, sizeof a, r->comm_bytes[IRG_TP]),
+             L->sp ? "" : "; sequence parallelism would split the work between them");
+    return;
+  case 2:
+    snprintf(r->limit, sizeof r->limit,
+             "data-parallel gradient synchronisation is exposed for %.0f%% of the step (%s per GPU)%s", share,
+             fmt_bytes(a, sizeof a, r->comm_bytes[IRG_DP]),
+             L->overlap ? "; more micro-batches per step would amortise it" : "; overlap = on would hide most of it");
+    return;
+  case 3:
+    snprintf(r->limit, sizeof r->limit,
+             "memory-bound kernels (normalisation, softmax, elementwise) take %.0f%% of the step; GEMMs %.0f%%", share,
+             gemm_share);
+    return;
+  case 4:
+    snprintf(r->limit, sizeof r->limit, "recomputation takes %.0f%% of the step (recompute = %s)%s", share,
+             sem_recompute_name((Recompute)L->recompute),
+             L->recompute == RECOMPUTE_FULL ? "; selective recomputation would keep most of it if memory allows" : "");
+    return;
+  case 5:
+    snprintf(r->limit, sizeof r->limit, "context-parallel exchanges take %.0f%% of the step (cp=%" PRId64 ")", share, L->cp);
+    return;
+  default:
+    snprintf(r->limit, sizeof r->limit, "the optimizer step takes %.0f%% of the step", share);
+    return;
+  }
+}

@@ -1,0 +1,652 @@
+/* plan_report.c - the planner's reports: text, JSON (the stable schema of
+ * docs/planner.md sec. 15), a self-contained HTML page with inline SVG,
+ * and a Chrome trace of one predicted step. */
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cost.h"
+#include "plan.h"
+#include "plan_internal.h"
+#include "schedule.h"
+
+static const char *prec_label(Precision p) { return p == PREC_FP32 ? "fp32" : p == PREC_BF16 ? "bf16" : "fp16"; }
+
+static const char *layout_str(char *buf, size_t n, const PlanLayout *L) {
+  char sched[48] = "";
+  if (L->pp > 1 && L->vpp > 1) snprintf(sched, sizeof sched, " %s/v%" PRId64, sem_schedule_name((Schedule)L->schedule), L->vpp);
+  else if (L->pp > 1) snprintf(sched, sizeof sched, " %s", sem_schedule_name((Schedule)L->schedule));
+  snprintf(buf, n, "dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 " sp=%s zero=%" PRId64 " mb=%" PRId64 "%s rc=%s",
+           L->dp, L->tp, L->pp, L->cp, L->sp ? "on" : "off", L->zero, L->micro_batch, sched,
+           sem_recompute_name((Recompute)L->recompute));
+  return buf;
+}
+
+/* ------------------------------------------------------------------ */
+/* text                                                                 */
+
+static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r) {
+  char a[32], b[32], d[32];
+  const SemModel *m = plan_model(c);
+  const SemCluster *cl = plan_cluster(c);
+  const PlanLayout *L = &r->layout;
+  fprintf(f, "plan: %s: model %s, %s parameters\n", file, m->model->decl->name.name, plan_fmt_count(a, sizeof a, r->params));
+  int64_t gpn = cl->gpus_per_node > 0 ? cl->gpus_per_node : 1;
+  fprintf(f, "cluster: %s, %" PRId64 " x %s (%" PRId64 " node%s of %" PRId64 "), %s\n", cl->name ? cl->name : "?",
+          r->gpus, plan_device(c)->name, (r->gpus + gpn - 1) / gpn, (r->gpus + gpn - 1) / gpn == 1 ? "" : "s", gpn,
+          prec_label(m->train.precision));
+  if (!r->valid) {
+    fprintf(f, "layout: not valid: %s\n", r->why);
+    return;
+  }
+  fprintf(f,
+          "layout: dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 " sp=%s zero=%" PRId64
+          "; micro batch %" PRId64 " x %" PRId64 " per step (global batch %" PRId64 ")",
+          L->dp, L->tp, L->pp, L->cp, L->sp ? "on" : "off", L->zero, L->micro_batch, L->num_micro, r->global_batch);
+  if (L->pp > 1) {
+    fprintf(f, "; schedule %s", sem_schedule_name((Schedule)L->schedule));
+    if (L->vpp > 1) fprintf(f, " (%" PRId64 " virtual stages)", L->vpp);
+  }
+  fprintf(f, "; recompute %s; overlap %s\n", sem_recompute_name((Recompute)L->recompute), L->overlap ? "on" : "off");
+  if (L->pp > 1 && r->stages) {
+    fprintf(f, "stages: ");
+    for (int s = 0; s < r->nstages; s++) fprintf(f, "%s%" PRId64, s ? "+" : "", r->stages[s].layers);
+    fprintf(f, " layers (balance = %s)\n", m->layout.balance == BALANCE_LAYERS ? "layers" : "cost");
+  }
+  fputc('\n', f);
+
+  const PlanMemory *mm = &r->mem;
+  fprintf(f, "memory per GPU (the fullest: pipeline rank %d)\n", mm->rank);
+  struct {
+    const char *name;
+    double v;
+    const char *note;
+  } rows[] = {
+      {"weights", mm->params, ""},
+      {"gradients", mm->grads, ""},
+      {"optimizer state", mm->optimizer, ""},
+      {"activations", mm->activations, ""},
+      {"temporaries", mm->transient, "largest forward/backward working set"},
+      {"comm buffers", mm->comm_buffers, ""},
+      {"workspace", mm->workspace, "allowance: context, libraries, fragmentation"},
+  };
+  char note[96];
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    const char *n = rows[i].note;
+    if (i == 3) {
+      snprintf(note, sizeof note, "%d micro-batch%s in flight", mm->inflight, mm->inflight == 1 ? "" : "es");
+      n = note;
+    }
+    if (*n) fprintf(f, "  %-18s %12s  %s\n", rows[i].name, plan_fmt_bytes(a, sizeof a, rows[i].v), n);
+    else fprintf(f, "  %-18s %12s\n", rows[i].name, plan_fmt_bytes(a, sizeof a, rows[i].v));
+  }
+  fprintf(f, "  %-18s %12s  of %s: %s\n\n", "total", plan_fmt_bytes(a, sizeof a, mm->total),
+          plan_fmt_bytes(b, sizeof b, mm->capacity), mm->fits ? "fits" : "DOES NOT FIT");
+
+  double T = r->step_s > 0 ? r->step_s : 1;
+  fprintf(f, "time per step%s\n", r->simulated ? "" : " (closed-form bubble)");
+  fprintf(f, "  %-18s %12s  %5.1f%%  GEMM %s, memory-bound %s, of which recompute %s\n", "compute",
+          plan_fmt_time(a, sizeof a, r->compute_s), r->compute_s / T * 100, plan_fmt_time(b, sizeof b, r->gemm_s),
+          plan_fmt_time(d, sizeof d, r->other_s), plan_fmt_time((char[32]){0}, 32, r->recompute_s));
+  const char *gname[IRG_COUNT] = {"data-parallel", "tensor-parallel", "pipeline", "context-parallel"};
+  int order[IRG_COUNT] = {IRG_TP, IRG_CP, IRG_DP, IRG_PP};
+  for (int k = 0; k < IRG_COUNT; k++) {
+    int g = order[k];
+    if (r->comm_s[g] <= 0) continue;
+    char lab[40];
+    snprintf(lab, sizeof lab, "%s comm", gname[g]);
+    fprintf(f, "  %-18s %12s  %5.1f%%  exposed, of %s\n", lab, plan_fmt_time(a, sizeof a, r->comm_exposed[g]),
+            r->comm_exposed[g] / T * 100, plan_fmt_time(b, sizeof b, r->comm_s[g]));
+  }
+  if (L->pp > 1)
+    fprintf(f, "  %-18s %12s  %5.1f%%  %.1f%% of the pipeline idle; one transfer %s\n", "pipeline bubble",
+            plan_fmt_time(a, sizeof a, r->bubble_s), r->bubble_s / T * 100, r->bubble_fraction * 100,
+            plan_fmt_time(b, sizeof b, r->p2p_s));
+  fprintf(f, "  %-18s %12s  %5.1f%%\n", "optimizer step", plan_fmt_time(a, sizeof a, r->optimizer_s), r->optimizer_s / T * 100);
+  fprintf(f, "  %-18s %12s\n\n", "step", plan_fmt_time(a, sizeof a, r->step_s));
+
+  fprintf(f, "communication per GPU per step\n");
+  fprintf(f, "  %-18s %12s %12s %12s\n", "group", "bytes sent", "time", "exposed");
+  for (int k = 0; k < IRG_COUNT; k++) {
+    int g = order[k];
+    fprintf(f, "  %-18s %12s %12s %12s\n", gname[g], plan_fmt_bytes(a, sizeof a, r->comm_bytes[g]),
+            plan_fmt_time(b, sizeof b, r->comm_s[g]), plan_fmt_time(d, sizeof d, r->comm_exposed[g]));
+  }
+  fprintf(f, "\nthroughput\n");
+  fprintf(f, "  %-18s %12s\n", "tokens/s", plan_fmt_count(a, sizeof a, r->tokens_per_s));
+  fprintf(f, "  %-18s %12.1f  hardware GEMM FLOPs with recomputation (Narayanan Eq. 3)\n", "TFLOP/s per GPU",
+          r->tflops_per_gpu);
+  fprintf(f, "  %-18s %11.1f%%  model FLOPs %s per step\n", "MFU", r->mfu * 100, plan_fmt_count(a, sizeof a, r->model_flops));
+  fprintf(f, "  %-18s %11.1f%%\n", "HFU", r->hfu * 100);
+  if (r->stages && r->nstages > 1) {
+    fprintf(f, "\npipeline ranks (one micro-batch)\n");
+    fprintf(f, "  %4s %6s %12s %12s %12s %12s %9s\n", "rank", "layers", "forward", "backward", "params", "memory", "in flight");
+    for (int s = 0; s < r->nstages; s++) {
+      const PlanStage *st = &r->stages[s];
+      if (r->nstages > 8 && s > 2 && s < r->nstages - 3) {
+        if (s == 3) fprintf(f, "  %4s\n", "...");
+        continue;
+      }
+      fprintf(f, "  %4d %6" PRId64 " %12s %12s %12s %12s %9d\n", s, st->layers, plan_fmt_time(a, sizeof a, st->fwd_s),
+              plan_fmt_time(b, sizeof b, st->bwd_s), plan_fmt_count(d, sizeof d, st->params),
+              plan_fmt_bytes((char[32]){0}, 32, st->mem.total), st->mem.inflight);
+    }
+  }
+  fprintf(f, "\nlimit: %s\n", r->limit);
+}
+
+static void text_search(FILE *f, const PlanReport *rep) {
+  char a[32], b[32], ls[160];
+  const PlanSearchStats *st = rep->stats;
+  fprintf(f, "\nsearch: %" PRId64 " layouts enumerated, %" PRId64 " valid, %" PRId64 " fit; %" PRId64
+             " programs priced, %" PRId64 " re-priced exactly\n",
+          st ? st->enumerated : 0, st ? st->valid : 0, st ? st->fit : 0, st ? st->programs : 0, st ? st->exact : 0);
+  if (rep->nsearch == 0) {
+    fprintf(f, "  no layout fits\n");
+    return;
+  }
+  fprintf(f, "  %2s  %-52s %10s %8s %6s %10s\n", "#", "layout", "step", "TFLOP/s", "MFU", "memory");
+  for (int i = 0; i < rep->nsearch; i++) {
+    const PlanResult *r = &rep->search[i];
+    fprintf(f, "  %2d  %-52s %10s %8.1f %5.1f%% %10s\n", i + 1, layout_str(ls, sizeof ls, &r->layout),
+            plan_fmt_time(a, sizeof a, r->step_s), r->tflops_per_gpu, r->mfu * 100, plan_fmt_bytes(b, sizeof b, r->mem.total));
+    fprintf(f, "      saves: %s; costs: %s\n", r->saves, r->costs);
+  }
+}
+
+static void text_scaling(FILE *f, const PlanScaling *s) {
+  char a[32];
+  fprintf(f, "\nstrong scaling (global batch fixed)\n");
+  fprintf(f, "  %6s %6s %10s %9s %8s %11s\n", "GPUs", "dp", "step", "speed-up", "eff.", "Karp-Flatt");
+  for (int i = 0; i < s->n; i++) {
+    const PlanScalePoint *p = &s->pts[i];
+    if (!p->ok || !p->strong.valid || !p->strong.mem.fits) {
+      fprintf(f, "  %6" PRId64 "  %s\n", p->gpus, p->strong.valid ? "does not fit" : "no layout (degrees do not divide)");
+      continue;
+    }
+    fprintf(f, "  %6" PRId64 " %6" PRId64 " %10s %9.2f %7.1f%% %11.4f\n", p->gpus, p->strong.layout.dp,
+            plan_fmt_time(a, sizeof a, p->strong.step_s), p->strong_speedup, p->strong_eff * 100, p->karp_flatt);
+  }
+  fprintf(f, "  Amdahl serial fraction (least squares): %.4f\n", s->amdahl_f);
+  fprintf(f, "\nweak scaling (global batch grows with the GPUs)\n");
+  fprintf(f, "  %6s %8s %10s %12s %8s %10s\n", "GPUs", "batch", "step", "scaled S", "eff.", "Gustafson");
+  for (int i = 0; i < s->n; i++) {
+    const PlanScalePoint *p = &s->pts[i];
+    if (!p->ok || !p->weak.valid || !p->weak.mem.fits) {
+      fprintf(f, "  %6" PRId64 "  %s\n", p->gpus, p->weak.valid ? "does not fit" : "no layout (degrees do not divide)");
+      continue;
+    }
+    double N = (double)p->gpus / (double)s->pts[0].gpus;
+    fprintf(f, "  %6" PRId64 " %8" PRId64 " %10s %12.2f %7.1f%% %10.2f\n", p->gpus, p->weak.global_batch,
+            plan_fmt_time(a, sizeof a, p->weak.step_s), p->weak_speedup, p->weak_eff * 100,
+            cost_gustafson_speedup(s->gustafson_f, N));
+  }
+  fprintf(f, "  Gustafson serial fraction (least squares): %.4f\n", s->gustafson_f);
+}
+
+void plan_report_text(FILE *f, PlanCtx *c, const PlanReport *rep) {
+  if (rep->plan) text_plan(f, c, rep->file, rep->plan);
+  if (rep->search) text_search(f, rep);
+  if (rep->scaling) text_scaling(f, rep->scaling);
+}
+
+/* ------------------------------------------------------------------ */
+/* JSON                                                                 */
+
+static json_t *jnum(double v) { return json_real(isfinite(v) ? v : 0.0); }
+
+static json_t *json_layout(const PlanLayout *L) {
+  json_t *o = json_object();
+  json_object_set_new(o, "dp", json_integer(L->dp));
+  json_object_set_new(o, "tp", json_integer(L->tp));
+  json_object_set_new(o, "pp", json_integer(L->pp));
+  json_object_set_new(o, "cp", json_integer(L->cp));
+  json_object_set_new(o, "sp", json_boolean(L->sp == 1));
+  json_object_set_new(o, "zero", json_integer(L->zero));
+  json_object_set_new(o, "micro_batch", json_integer(L->micro_batch));
+  json_object_set_new(o, "num_micro_batches", json_integer(L->num_micro));
+  json_object_set_new(o, "schedule", json_string(L->schedule >= 0 ? sem_schedule_name((Schedule)L->schedule) : "auto"));
+  json_object_set_new(o, "virtual_stages", json_integer(L->vpp > 0 ? L->vpp : 1));
+  json_object_set_new(o, "recompute",
+                      json_string(L->recompute >= 0 ? sem_recompute_name((Recompute)L->recompute) : "auto"));
+  json_object_set_new(o, "overlap", json_boolean(L->overlap != 0));
+  return o;
+}
+
+static json_t *json_memory(const PlanMemory *m) {
+  json_t *o = json_object();
+  json_object_set_new(o, "params", jnum(m->params));
+  json_object_set_new(o, "grads", jnum(m->grads));
+  json_object_set_new(o, "optimizer", jnum(m->optimizer));
+  json_object_set_new(o, "activations", jnum(m->activations));
+  json_object_set_new(o, "temporaries", jnum(m->transient));
+  json_object_set_new(o, "comm_buffers", jnum(m->comm_buffers));
+  json_object_set_new(o, "workspace", jnum(m->workspace));
+  json_object_set_new(o, "total", jnum(m->total));
+  json_object_set_new(o, "capacity", jnum(m->capacity));
+  json_object_set_new(o, "fits", json_boolean(m->fits));
+  json_object_set_new(o, "pipeline_rank", json_integer(m->rank));
+  json_object_set_new(o, "micro_batches_in_flight", json_integer(m->inflight));
+  return o;
+}
+
+static json_t *json_groups(const double *v) {
+  json_t *o = json_object();
+  json_object_set_new(o, "dp", jnum(v[IRG_DP]));
+  json_object_set_new(o, "tp", jnum(v[IRG_TP]));
+  json_object_set_new(o, "pp", jnum(v[IRG_PP]));
+  json_object_set_new(o, "cp", jnum(v[IRG_CP]));
+  return o;
+}
+
+static json_t *json_time(const PlanResult *r) {
+  json_t *o = json_object();
+  json_object_set_new(o, "step_s", jnum(r->step_s));
+  json_object_set_new(o, "compute_s", jnum(r->compute_s));
+  json_object_set_new(o, "gemm_s", jnum(r->gemm_s));
+  json_object_set_new(o, "memory_bound_s", jnum(r->other_s));
+  json_object_set_new(o, "recompute_s", jnum(r->recompute_s));
+  json_object_set_new(o, "comm_exposed_s", jnum(r->comm_exposed_s));
+  json_object_set_new(o, "bubble_s", jnum(r->bubble_s));
+  json_object_set_new(o, "bubble_fraction", jnum(r->bubble_fraction));
+  json_object_set_new(o, "optimizer_s", jnum(r->optimizer_s));
+  json_object_set_new(o, "p2p_transfer_s", jnum(r->p2p_s));
+  json_object_set_new(o, "bubble_simulated", json_boolean(r->simulated));
+  return o;
+}
+
+static json_t *json_throughput(const PlanResult *r) {
+  json_t *o = json_object();
+  json_object_set_new(o, "tokens_per_s", jnum(r->tokens_per_s));
+  json_object_set_new(o, "tflops_per_gpu", jnum(r->tflops_per_gpu));
+  json_object_set_new(o, "mfu", jnum(r->mfu));
+  json_object_set_new(o, "hfu", jnum(r->hfu));
+  return o;
+}
+
+static json_t *json_result(PlanCtx *c, const PlanResult *r, int brief) {
+  json_t *o = json_object();
+  json_object_set_new(o, "valid", json_boolean(r->valid));
+  if (!r->valid) json_object_set_new(o, "why", json_string(r->why));
+  json_t *par = json_layout(&r->layout);
+  json_object_set_new(par, "balance", json_string(plan_model(c)->layout.balance == BALANCE_LAYERS ? "layers" : "cost"));
+  if (r->stages) { /* the layers each pipeline rank runs (its chunks together) */
+    json_t *sl = json_array();
+    for (int s = 0; s < r->nstages; s++) json_array_append_new(sl, json_integer(r->stages[s].layers));
+    json_object_set_new(par, "stage_layers", sl);
+  }
+  json_object_set_new(o, "parallel", par);
+  json_object_set_new(o, "memory_per_gpu", json_memory(&r->mem));
+  json_object_set_new(o, "comm_per_step", json_groups(r->comm_bytes));
+  json_t *ct = json_object();
+  json_object_set_new(ct, "total_s", json_groups(r->comm_s));
+  json_object_set_new(ct, "exposed_s", json_groups(r->comm_exposed));
+  json_object_set_new(o, "comm_time_per_step", ct);
+  json_object_set_new(o, "time", json_time(r));
+  json_object_set_new(o, "throughput", json_throughput(r));
+  json_object_set_new(o, "limit", json_string(r->limit));
+  if (!brief && r->stages) {
+    json_t *st = json_array();
+    for (int s = 0; s < r->nstages; s++) {
+      json_t *e = json_object();
+      json_object_set_new(e, "rank", json_integer(s));
+      json_object_set_new(e, "layers", json_integer(r->stages[s].layers));
+      json_object_set_new(e, "fwd_s", jnum(r->stages[s].fwd_s));
+      json_object_set_new(e, "bwd_s", jnum(r->stages[s].bwd_s));
+      json_object_set_new(e, "busy_s", jnum(r->stages[s].busy_s));
+      json_object_set_new(e, "params", jnum(r->stages[s].params));
+      json_object_set_new(e, "memory", json_memory(&r->stages[s].mem));
+      json_array_append_new(st, e);
+    }
+    json_object_set_new(o, "stages", st);
+  }
+  (void)c;
+  return o;
+}
+
+static json_t *json_report(PlanCtx *c, const PlanReport *rep) {
+  const SemModel *m = plan_model(c);
+  const SemCluster *cl = plan_cluster(c);
+  const PlanResult *r = rep->plan;
+  json_t *root = r ? json_result(c, r, 0) : json_object();
+  json_object_set_new(root, "schema", json_string("hpdl.plan/1"));
+  json_object_set_new(root, "file", json_string(rep->file ? rep->file : ""));
+  json_t *mo = json_object();
+  json_object_set_new(mo, "name", json_string(m->model->decl->name.name));
+  json_object_set_new(mo, "params", jnum(r ? r->params : 0));
+  json_object_set_new(mo, "flops_per_step", jnum(r ? r->model_flops : 0));
+  json_object_set_new(mo, "flops_per_step_all_ops", jnum(r ? r->model_flops_all : 0));
+  json_object_set_new(mo, "hardware_flops_per_step", jnum(r ? r->hw_flops : 0));
+  json_object_set_new(mo, "recompute_flops_per_step", jnum(r ? r->recompute_flops : 0));
+  json_object_set_new(mo, "seq_len", json_integer(r ? r->seq_len : m->seq_len));
+  json_object_set_new(mo, "global_batch", json_integer(r ? r->global_batch : m->train.global_batch));
+  json_object_set_new(mo, "tokens_per_step", jnum(r ? (double)r->global_batch * (double)r->seq_len : 0));
+  json_object_set_new(mo, "precision", json_string(prec_label(m->train.precision)));
+  json_object_set_new(root, "model", mo);
+  json_t *co = json_object();
+  json_object_set_new(co, "name", json_string(cl->name ? cl->name : ""));
+  json_object_set_new(co, "device", json_string(plan_device(c)->name));
+  json_object_set_new(co, "gpus", json_integer(plan_gpus(c)));
+  json_object_set_new(co, "gpus_per_node", json_integer(cl->gpus_per_node));
+  json_object_set_new(co, "peak_flops", jnum(cat_peak_flops(plan_device(c), prec_label(m->train.precision))));
+  json_object_set_new(co, "hbm_bytes_per_s", jnum(plan_device(c)->hbm_bytes_per_s));
+  json_object_set_new(co, "memory_bytes", jnum(plan_device(c)->mem_bytes));
+  json_object_set_new(root, "cluster", co);
+  if (rep->search) {
+    json_t *arr = json_array();
+    for (int i = 0; i < rep->nsearch; i++) {
+      json_t *e = json_result(c, &rep->search[i], 1);
+      json_object_set_new(e, "rank", json_integer(i + 1));
+      json_object_set_new(e, "saves", json_string(rep->search[i].saves));
+      json_object_set_new(e, "costs", json_string(rep->search[i].costs));
+      json_array_append_new(arr, e);
+    }
+    json_t *so = json_object();
+    json_object_set_new(so, "top", arr);
+    if (rep->stats) {
+      json_object_set_new(so, "enumerated", json_integer(rep->stats->enumerated));
+      json_object_set_new(so, "valid", json_integer(rep->stats->valid));
+      json_object_set_new(so, "fit", json_integer(rep->stats->fit));
+      json_object_set_new(so, "programs", json_integer(rep->stats->programs));
+      json_object_set_new(so, "seconds", jnum(rep->stats->seconds));
+    }
+    json_object_set_new(root, "search", so);
+  }
+  if (rep->scaling) {
+    const PlanScaling *s = rep->scaling;
+    json_t *so = json_object(), *strong = json_array(), *weak = json_array();
+    for (int i = 0; i < s->n; i++) {
+      const PlanScalePoint *p = &s->pts[i];
+      json_t *a = json_object(), *b = json_object();
+      json_object_set_new(a, "gpus", json_integer(p->gpus));
+      json_object_set_new(b, "gpus", json_integer(p->gpus));
+      int sok = p->ok && p->strong.valid && p->strong.mem.fits, wok = p->ok && p->weak.valid && p->weak.mem.fits;
+      json_object_set_new(a, "ok", json_boolean(sok));
+      json_object_set_new(b, "ok", json_boolean(wok));
+      if (sok) {
+        json_object_set_new(a, "dp", json_integer(p->strong.layout.dp));
+        json_object_set_new(a, "step_s", jnum(p->strong.step_s));
+        json_object_set_new(a, "speedup", jnum(p->strong_speedup));
+        json_object_set_new(a, "efficiency", jnum(p->strong_eff));
+        json_object_set_new(a, "karp_flatt", jnum(p->karp_flatt));
+      }
+      if (wok) {
+        json_object_set_new(b, "global_batch", json_integer(p->weak.global_batch));
+        json_object_set_new(b, "step_s", jnum(p->weak.step_s));
+        json_object_set_new(b, "scaled_speedup", jnum(p->weak_speedup));
+        json_object_set_new(b, "efficiency", jnum(p->weak_eff));
+      }
+      json_array_append_new(strong, a);
+      json_array_append_new(weak, b);
+    }
+    json_object_set_new(so, "strong", strong);
+    json_object_set_new(so, "weak", weak);
+    json_object_set_new(so, "amdahl_serial_fraction", jnum(s->amdahl_f));
+    json_object_set_new(so, "gustafson_serial_fraction", jnum(s->gustafson_f));
+    json_object_set_new(root, "scaling", so);
+  }
+  return root;
+}
+
+int plan_report_json(FILE *f, PlanCtx *c, const PlanReport *rep) {
+  json_t *root = json_report(c, rep);
+  int rc = json_dumpf(root, f, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(10));
+  fputc('\n', f);
+  json_decref(root);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* HTML with inline SVG                                                 */
+
+static void html_escape(FILE *f, const char *s) {
+  for (; s && *s; s++) {
+    if (*s == '<') fputs("&lt;", f);
+    else if (*s == '>') fputs("&gt;", f);
+    else if (*s == '&') fputs("&amp;", f);
+    else if (*s == '"') fputs("&quot;", f);
+    else fputc(*s, f);
+  }
+}
+
+static const char *const mem_colors[7] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1"};
+static const char *const mem_names[7] = {"weights", "gradients", "optimizer", "activations", "temporaries", "comm buffers",
+                                         "workspace"};
+
+static void svg_memory(FILE *f, const PlanResult *r) {
+  int n = r->stages && r->nstages > 0 ? r->nstages : 1;
+  int shown = n > 64 ? 64 : n;
+  double cap = r->mem.capacity, top = cap;
+  for (int s = 0; s < n && r->stages; s++)
+    if (r->stages[s].mem.total > top) top = r->stages[s].mem.total;
+  if (top <= 0) top = 1;
+  int W = 720, H = 260, x0 = 60, y0 = 20, ph = 200;
+  double bw = (double)(W - x0 - 140) / shown;
+  fprintf(f, "<svg width=\"%d\" height=\"%d\" xmlns=\"http://www.w3.org/2000/svg\" font-size=\"11\">\n", W, H);
+  for (int s = 0; s < shown; s++) {
+    const PlanMemory *m = r->stages ? &r->stages[s * n / shown].mem : &r->mem;
+    double v[7] = {m->params, m->grads, m->optimizer, m->activations, m->transient, m->comm_buffers, m->workspace};
+    double y = y0 + ph;
+    for (int k = 0; k < 7; k++) {
+      double h = v[k] / top * ph;
+      y -= h;
+      fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>rank %d %s %.2f GiB</title></rect>\n",
+              x0 + s * bw + 1, y, bw > 3 ? bw - 2 : bw, h, mem_colors[k], s * n / shown, mem_names[k], v[k] / 1073741824.0);
+    }
+  }
+  double yc = y0 + ph - cap / top * ph;
+  fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"black\" stroke-dasharray=\"4\"/>\n", x0,
+          W - 140, yc, yc);
+  fprintf(f, "<text x=\"%d\" y=\"%.1f\">capacity %.1f GiB</text>\n", W - 136, yc + 4, cap / 1073741824.0);
+  fprintf(f, "<text x=\"4\" y=\"%d\">GiB</text><text x=\"4\" y=\"%d\">%.0f</text><text x=\"4\" y=\"%d\">0</text>\n", y0,
+          y0 + 12, top / 1073741824.0, y0 + ph);
+  fprintf(f, "<text x=\"%d\" y=\"%d\">pipeline rank</text>\n", x0, y0 + ph + 16);
+  for (int k = 0; k < 7; k++)
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/><text x=\"%d\" y=\"%d\">%s</text>\n",
+            W - 120, y0 + 30 + 16 * k, mem_colors[k], W - 106, y0 + 39 + 16 * k, mem_names[k]);
+  fputs("</svg>\n", f);
+}
+
+static void svg_time(FILE *f, const PlanResult *r) {
+  double v[6] = {r->gemm_s, r->other_s, r->comm_exposed[IRG_TP] + r->comm_exposed[IRG_CP], r->bubble_s,
+                 r->comm_exposed[IRG_DP] + r->comm_exposed[IRG_PP], r->optimizer_s};
+  const char *names[6] = {"GEMM", "memory-bound", "tp/cp comm", "bubble", "dp/pp comm exposed", "optimizer"};
+  double T = 0;
+  for (int k = 0; k < 6; k++) T += v[k];
+  if (T <= 0) T = 1;
+  int W = 720, x = 10;
+  fprintf(f, "<svg width=\"%d\" height=\"70\" xmlns=\"http://www.w3.org/2000/svg\" font-size=\"11\">\n", W);
+  for (int k = 0; k < 6; k++) {
+    double w = v[k] / T * (W - 20);
+    fprintf(f, "<rect x=\"%d\" y=\"5\" width=\"%.1f\" height=\"28\" fill=\"%s\"><title>%s %.3f s (%.1f%%)</title></rect>\n", x,
+            w, mem_colors[k], names[k], v[k], v[k] / T * 100);
+    x += (int)w;
+  }
+  for (int k = 0; k < 6; k++)
+    fprintf(f, "<rect x=\"%d\" y=\"45\" width=\"10\" height=\"10\" fill=\"%s\"/><text x=\"%d\" y=\"54\">%s</text>\n",
+            10 + 118 * k, mem_colors[k], 24 + 118 * k, names[k]);
+  fputs("</svg>\n", f);
+}
+
+static void svg_scaling(FILE *f, const PlanScaling *s) {
+  int W = 720, H = 260, x0 = 50, y0 = 20, pw = 520, ph = 200;
+  double nmax = 1, smax = 1;
+  for (int i = 0; i < s->n; i++) {
+    double N = (double)s->pts[i].gpus / (double)s->pts[0].gpus;
+    if (N > nmax) nmax = N;
+    if (s->pts[i].strong_speedup > smax) smax = s->pts[i].strong_speedup;
+    if (s->pts[i].weak_speedup > smax) smax = s->pts[i].weak_speedup;
+  }
+  if (nmax > smax) smax = nmax;
+  fprintf(f, "<svg width=\"%d\" height=\"%d\" xmlns=\"http://www.w3.org/2000/svg\" font-size=\"11\">\n", W, H);
+  fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#bbb\" stroke-dasharray=\"3\"/>\n", x0, y0 + ph,
+          x0 + pw * (nmax - 1) / (nmax > 1 ? nmax - 1 : 1), y0 + ph - ph * (nmax - 1) / (smax > 1 ? smax - 1 : 1));
+  const char *col[2] = {"#4e79a7", "#e15759"};
+  for (int which = 0; which < 2; which++) {
+    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", col[which]);
+    for (int i = 0; i < s->n; i++) {
+      double N = (double)s->pts[i].gpus / (double)s->pts[0].gpus;
+      double S = which ? s->pts[i].weak_speedup : s->pts[i].strong_speedup;
+      if (S <= 0) continue;
+      fprintf(f, "%.1f,%.1f ", x0 + pw * (N - 1) / (nmax > 1 ? nmax - 1 : 1), y0 + ph - ph * (S - 1) / (smax > 1 ? smax - 1 : 1));
+    }
+    fputs("\"/>\n", f);
+  }
+  fprintf(f, "<text x=\"%d\" y=\"%d\">speed-up vs GPUs / %" PRId64 " (dashed: ideal)</text>\n", x0, y0 + ph + 20,
+          s->n ? s->pts[0].gpus : 1);
+  fprintf(f, "<rect x=\"600\" y=\"30\" width=\"10\" height=\"10\" fill=\"%s\"/><text x=\"614\" y=\"39\">strong</text>\n", col[0]);
+  fprintf(f, "<rect x=\"600\" y=\"46\" width=\"10\" height=\"10\" fill=\"%s\"/><text x=\"614\" y=\"55\">weak</text>\n", col[1]);
+  fprintf(f, "<text x=\"4\" y=\"%d\">%.0f</text><text x=\"4\" y=\"%d\">1</text>\n", y0 + 10, smax, y0 + ph);
+  fputs("</svg>\n", f);
+}
+
+int plan_report_html(FILE *f, PlanCtx *c, const PlanReport *rep) {
+  const PlanResult *r = rep->plan;
+  fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>hpdlc plan</title>\n"
+        "<style>body{font-family:sans-serif;margin:24px;max-width:900px}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#eee}"
+        "pre{background:#f6f6f6;padding:8px;overflow:auto}</style></head><body>\n",
+        f);
+  fputs("<h1>hpdlc plan: ", f);
+  html_escape(f, rep->file);
+  fputs("</h1>\n", f);
+  if (r) {
+    fputs("<p><b>limit:</b> ", f);
+    html_escape(f, r->limit);
+    fputs("</p>\n<h2>memory per GPU, by pipeline rank</h2>\n", f);
+    svg_memory(f, r);
+    fputs("<h2>time of one step</h2>\n", f);
+    svg_time(f, r);
+  }
+  if (rep->scaling) {
+    fputs("<h2>scaling</h2>\n", f);
+    svg_scaling(f, rep->scaling);
+  }
+  if (rep->search && rep->nsearch > 0) {
+    char a[32], b[32], ls[160];
+    fputs("<h2>layout search</h2>\n<table><tr><th>#</th><th>layout</th><th>step</th><th>TFLOP/s</th><th>MFU</th>"
+          "<th>memory</th><th>saves</th><th>costs</th></tr>\n",
+          f);
+    for (int i = 0; i < rep->nsearch; i++) {
+      const PlanResult *s = &rep->search[i];
+      fprintf(f, "<tr><td>%d</td><td style=\"text-align:left\">", i + 1);
+      html_escape(f, layout_str(ls, sizeof ls, &s->layout));
+      fprintf(f, "</td><td>%s</td><td>%.1f</td><td>%.1f%%</td><td>%s</td><td style=\"text-align:left\">",
+              plan_fmt_time(a, sizeof a, s->step_s), s->tflops_per_gpu, s->mfu * 100,
+              plan_fmt_bytes(b, sizeof b, s->mem.total));
+      html_escape(f, s->saves);
+      fputs("</td><td style=\"text-align:left\">", f);
+      html_escape(f, s->costs);
+      fputs("</td></tr>\n", f);
+    }
+    fputs("</table>\n", f);
+  }
+  /* the full text report, for the figures the pictures leave out */
+  fputs("<h2>report</h2>\n<pre>", f);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *mf = open_memstream(&buf, &len);
+  if (mf) {
+    plan_report_text(mf, c, rep);
+    fclose(mf);
+    html_escape(f, buf);
+    free(buf);
+  }
+  fputs("</pre>\n</body></html>\n", f);
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Chrome trace                                                         */
+
+static void trace_event(json_t *ev, const char *name, const char *cat, int tid, double start, double end) {
+  json_t *e = json_object();
+  json_object_set_new(e, "name", json_string(name));
+  json_object_set_new(e, "cat", json_string(cat));
+  json_object_set_new(e, "ph", json_string("X"));
+  json_object_set_new(e, "pid", json_integer(0));
+  json_object_set_new(e, "tid", json_integer(tid));
+  json_object_set_new(e, "ts", json_real(start * 1e6));
+  json_object_set_new(e, "dur", json_real((end - start) * 1e6));
+  json_array_append_new(ev, e);
+}
+
+static void trace_thread(json_t *ev, int tid, const char *name) {
+  json_t *e = json_object();
+  json_object_set_new(e, "name", json_string("thread_name"));
+  json_object_set_new(e, "ph", json_string("M"));
+  json_object_set_new(e, "pid", json_integer(0));
+  json_object_set_new(e, "tid", json_integer(tid));
+  json_t *a = json_object();
+  json_object_set_new(a, "name", json_string(name));
+  json_object_set_new(e, "args", a);
+  json_array_append_new(ev, e);
+  e = json_object();
+  json_object_set_new(e, "name", json_string("thread_sort_index"));
+  json_object_set_new(e, "ph", json_string("M"));
+  json_object_set_new(e, "pid", json_integer(0));
+  json_object_set_new(e, "tid", json_integer(tid));
+  a = json_object();
+  json_object_set_new(a, "sort_index", json_integer(tid));
+  json_object_set_new(e, "args", a);
+  json_array_append_new(ev, e);
+}
+
+int plan_trace(FILE *f, PlanCtx *c, const PlanLayout *L) {
+  PlanTimeline tl;
+  if (plan_timeline(c, L, &tl) != 0) return -1;
+  json_t *root = json_object(), *ev = json_array();
+  char name[64];
+  for (int r = 0; r < tl.pp; r++) {
+    snprintf(name, sizeof name, "stage %d compute", r);
+    trace_thread(ev, 2 * r, name);
+    snprintf(name, sizeof name, "stage %d communication", r);
+    trace_thread(ev, 2 * r + 1, name);
+  }
+  const SchedSim *s = &tl.sim;
+  for (int i = 0; i < s->n_events; i++) {
+    const SchedEvent *e = &s->events[i];
+    switch (e->op) {
+    case SCHED_OP_FWD:
+      snprintf(name, sizeof name, "F chunk %d mb %d", e->chunk, e->mb);
+      trace_event(ev, name, "forward", 2 * e->rank, e->start, e->end);
+      break;
+    case SCHED_OP_BWD:
+      snprintf(name, sizeof name, "B chunk %d mb %d", e->chunk, e->mb);
+      trace_event(ev, name, "backward", 2 * e->rank, e->start, e->end);
+      break;
+    case SCHED_OP_SEND_ACT:
+    case SCHED_OP_SEND_GRAD:
+      snprintf(name, sizeof name, "%s %d.%d -> %d", e->op == SCHED_OP_SEND_ACT ? "send act" : "send grad", e->chunk, e->mb,
+               e->peer);
+      trace_event(ev, name, "p2p", 2 * e->rank + 1, e->start, e->end);
+      break;
+    case SCHED_OP_RECV_ACT:
+    case SCHED_OP_RECV_GRAD:
+      if (e->end > e->start) {
+        snprintf(name, sizeof name, "bubble (wait %d.%d)", e->chunk, e->mb);
+        trace_event(ev, name, "bubble", 2 * e->rank, e->start, e->end);
+      }
+      break;
+    default:
+      break;
+    }
+  }
+  /* after the pipeline: the exposed gradient synchronisation, the optimizer */
+  for (int r = 0; r < tl.pp; r++) {
+    double t = tl.sim.makespan;
+    if (tl.dp_exposed > 0) trace_event(ev, "data-parallel gradient sync (exposed)", "dp", 2 * r + 1, t, t + tl.dp_exposed);
+    t += tl.dp_exposed;
+    trace_event(ev, "optimizer step", "optimizer", 2 * r, t, t + tl.optimizer);
+  }
+  json_object_set_new(root, "traceEvents", ev);
+  json_object_set_new(root, "displayTimeUnit", json_string("ms"));
+  int rc = json_dumpf(root, f, JSON_COMPACT);
+  fputc('\n', f);
+  json_decref(root);
+  plan_timeline_free(&tl);
+  return rc;
+}

@@ -1,0 +1,283 @@
+/* plan_search.c - the layout search, auto fields and scaling tables (see
+ * plan.h); the explanation of a plan's limit is plan_explain.c. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cost.h"
+#include "plan.h"
+#include "plan_internal.h"
+#include "schedule.h"
+
+/* Bounds of the enumeration (docs/planner.md sec. 13). */
+enum {
+  PLAN_SEARCH_MAX_MB = 64, /* micro batches beyond this never fit a transformer's activations */
+  PLAN_SEARCH_MAX_CP = 32,
+  PLAN_SEARCH_MAX_V = 8,   /* virtual stages per rank */
+  PLAN_SEARCH_EXACT = 16   /* screened layouts re-priced exactly (at least; 4 x top) */
+};
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static const char *fmt_bytes(char *b, size_t n, double v) { return plan_fmt_bytes(b, n, v); }
+
+/* ------------------------------------------------------------------ */
+/* search                                                              */
+
+typedef struct {
+  PlanResult *best;
+  int n, cap;
+} TopList;
+
+static int better(const PlanResult *a, const PlanResult *b) {
+  if (a->step_s != b->step_s) return a->step_s < b->step_s;
+  return a->mem.total < b->mem.total;
+}
+
+static void top_insert(TopList *t, const PlanResult *r) {
+  if (t->n == t->cap && !better(r, &t->best[t->n - 1])) return;
+  int i = t->n < t->cap ? t->n++ : t->cap - 1;
+  while (i > 0 && better(r, &t->best[i - 1])) {
+    t->best[i] = t->best[i - 1];
+    i--;
+  }
+  t->best[i] = *r;
+  t->best[i].stages = NULL;
+  t->best[i].nstages = 0;
+}
+
+static int fixed_ok(int64_t fix, int64_t v) { return fix < 0 || fix == v; }
+
+/* "what it saves, what it costs" against the winner. */
+static void why_wins(PlanResult *r, const PlanResult *w, const PlanResult *next, int rank) {
+  char a[32], b[32];
+  if (rank == 0) {
+    /* the winner: what it saves against the runner-up */
+    if (next) {
+      struct {
+        double dv;
+        const char *what;
+      } gain[5] = {{next->bubble_s - r->bubble_s, "bubble"},
+                   {next->comm_exposed_s - r->comm_exposed_s, "exposed communication"},
+                   {next->recompute_s - r->recompute_s, "recomputation"},
+                   {next->other_s - r->other_s, "memory-bound kernels"},
+                   {next->gemm_s - r->gemm_s, "GEMM time of the busiest stage"}};
+      int best = 0;
+      for (int i = 1; i < 5; i++)
+        if (gain[i].dv > gain[best].dv) best = i;
+      double d = (next->step_s / r->step_s - 1) * 100;
+      if (d >= 0.05 && gain[best].dv > 0)
+        snprintf(r->saves, sizeof r->saves, "fastest, %.1f%% ahead of #2, mostly %s (-%s); %.0f%% MFU", d,
+                 gain[best].what, plan_fmt_time(b, sizeof b, gain[best].dv), r->mfu * 100);
+      else snprintf(r->saves, sizeof r->saves, "fastest (#2 is within 0.05%%); %.0f%% MFU", r->mfu * 100);
+    } else {
+      snprintf(r->saves, sizeof r->saves, "the only layout that fits; %.0f%% MFU", r->mfu * 100);
+    }
+    snprintf(r->costs, sizeof r->costs, "%s of %s per GPU", fmt_bytes(a, sizeof a, r->mem.total),
+             fmt_bytes(b, sizeof b, r->mem.capacity));
+    return;
+  }
+  double d = (r->step_s / w->step_s - 1) * 100;
+  double dm = w->mem.total - r->mem.total;
+  if (dm > 0) snprintf(r->saves, sizeof r->saves, "%s less memory per GPU than #1", fmt_bytes(a, sizeof a, dm));
+  else snprintf(r->saves, sizeof r->saves, "no memory (it needs %s more than #1)", fmt_bytes(a, sizeof a, -dm));
+  struct {
+    double dv;
+    const char *what;
+  } diff[5] = {{r->bubble_s - w->bubble_s, "bubble"},
+               {r->comm_exposed_s - w->comm_exposed_s, "exposed communication"},
+               {r->recompute_s - w->recompute_s, "recomputation"},
+               {r->other_s - w->other_s, "memory-bound kernels"},
+               {r->gemm_s - w->gemm_s, "GEMM time of the busiest stage"}};
+  int worst = 0;
+  for (int i = 1; i < 5; i++)
+    if (diff[i].dv > diff[worst].dv) worst = i;
+  if (d < 0.05) snprintf(r->costs, sizeof r->costs, "the same step time as #1 (within 0.05%%)");
+  else
+    snprintf(r->costs, sizeof r->costs, "+%.1f%% step time, mostly %s (+%s)", d, diff[worst].what,
+             plan_fmt_time(b, sizeof b, diff[worst].dv > 0 ? diff[worst].dv : 0));
+}
+
+int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, PlanSearchStats *stats) {
+  double t0 = now_s();
+  PlanSearchStats st;
+  memset(&st, 0, sizeof st);
+  int64_t programs0 = c->programs;
+  if (top < 1) top = 1;
+  int keep = 4 * top > PLAN_SEARCH_EXACT ? 4 * top : PLAN_SEARCH_EXACT;
+  TopList tl = {calloc((size_t)keep, sizeof(PlanResult)), 0, keep};
+  if (!tl.best) return 0;
+  const SemModel *m = c->model;
+  int64_t G = c->gpus, gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1;
+  int64_t seq = m->seq_len > 0 ? m->seq_len : 1;
+  int64_t layers = m->layers > 0 ? m->layers : 1;
+  /* chunks of at least one layer; equal ones when the layers must balance by count */
+  int equal = m->layout.balance == BALANCE_LAYERS;
+  int64_t B = m->train.global_batch > 0 ? m->train.global_batch : 0;
+  double cap = plan_device(c)->mem_bytes;
+  PlanResult r;
+  for (int64_t tp = 1; tp <= G; tp++) {
+    if (G % tp || !fixed_ok(fix->tp, tp)) continue;
+    if (tp > gpn && !c->cluster.shared_device) continue; /* tensor parallelism inside a node */
+    for (int64_t cp = 1; cp <= G / tp && cp <= PLAN_SEARCH_MAX_CP; cp++) {
+      if ((G / tp) % cp || !fixed_ok(fix->cp, cp)) continue;
+      if (cp > 1 && seq % (2 * cp)) continue;
+      for (int64_t pp = 1; pp <= G / (tp * cp); pp++) {
+        if ((G / (tp * cp)) % pp || !fixed_ok(fix->pp, pp)) continue;
+        if (pp > 1 && (m->layers < pp || (equal && layers % pp))) continue;
+        int64_t dp = G / (tp * cp * pp);
+        if (!fixed_ok(fix->dp, dp)) continue;
+        int64_t Bs = B > 0 ? B : dp;
+        if (Bs % dp) continue;
+        /* a lower bound of the model states of the fullest rank */
+        double lb_params = c->params / (double)(tp * pp) * 0.9;
+        for (int sp = 0; sp <= (tp > 1 ? 1 : 0); sp++) {
+          if (fix->sp >= 0 && tp > 1 && fix->sp != sp) continue;
+          if (sp && seq % tp) continue;
+          for (int rc = 0; rc < 3; rc++) {
+            if (!fixed_ok(fix->recompute, rc)) continue;
+            for (int64_t zero = 0; zero <= (dp > 1 ? 3 : 0); zero++) {
+              if (!fixed_ok(fix->zero, zero)) continue;
+              CostModelStates ms = cost_model_states((int64_t)lb_params, (int)zero, (int)dp, c->prec,
+                                                     m->train.optimizer, m->train.momentum > 0);
+              if (ms.total > cap) {
+                st.enumerated++;
+                continue;
+              }
+              /* schedules: (kind, v) */
+              for (int sk = 0; sk < 3; sk++) {
+                int64_t vmax = sk == SCHED_INTERLEAVED ? PLAN_SEARCH_MAX_V : 1;
+                if (pp == 1 && sk != SCHED_1F1B) continue;
+                if (fix->schedule >= 0 && pp > 1 && fix->schedule != sk) continue;
+                for (int64_t v = sk == SCHED_INTERLEAVED ? 2 : 1; v <= vmax; v++) {
+                  if (v > 1 && (layers < pp * v || (equal && layers % (pp * v)))) continue;
+                  if (fix->vpp > 0 && pp > 1 && fix->vpp != v) continue;
+                  for (int64_t mb = 1; mb <= Bs / dp && mb <= PLAN_SEARCH_MAX_MB; mb++) {
+                    if ((Bs / dp) % mb || !fixed_ok(fix->micro_batch, mb)) continue;
+                    int64_t nm = Bs / (dp * mb);
+                    if (sk == SCHED_INTERLEAVED && nm % pp) continue;
+                    PlanLayout L = {dp, tp, pp, cp, v, zero, mb, nm, sp, sk, rc, fix->overlap >= 0 ? fix->overlap : 1};
+                    st.enumerated++;
+                    if (plan_evaluate(c, &L, PLAN_FAST, &r) != 0) continue;
+                    st.valid++;
+                    if (!r.mem.fits) break; /* a larger micro batch holds more */
+                    st.fit++;
+                    top_insert(&tl, &r);
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  /* re-price the best exactly: the real chunks and the schedule simulator */
+  TopList ex = {calloc((size_t)keep, sizeof(PlanResult)), 0, keep};
+  for (int i = 0; i < tl.n && ex.best; i++) {
+    if (plan_evaluate(c, &tl.best[i].layout, 0, &r) != 0) continue;
+    st.exact++;
+    if (r.mem.fits) top_insert(&ex, &r);
+  }
+  int n = ex.n < top ? ex.n : top;
+  for (int i = 0; i < n; i++) {
+    out[i] = ex.best[i];
+    plan_explain(c, &out[i]);
+    why_wins(&out[i], &out[0], i == 0 && n > 1 ? &ex.best[1] : NULL, i);
+  }
+  free(tl.best);
+  free(ex.best);
+  st.programs = c->programs - programs0;
+  st.seconds = now_s() - t0;
+  if (stats) *stats = st;
+  return n;
+}
+
+int plan_resolve(PlanCtx *c, const PlanLayout *L, PlanResult *out) {
+  int autos = L->dp < 0 || L->tp < 0 || L->pp < 0 || L->cp < 0 || L->vpp < 0 || L->zero < 0 || L->micro_batch < 0 ||
+              L->sp < 0 || L->schedule < 0 || L->recompute < 0;
+  if (!autos) return plan_evaluate(c, L, 0, out);
+  PlanResult best;
+  int n = plan_search(c, L, 1, &best, NULL);
+  if (n < 1) {
+    memset(out, 0, sizeof *out);
+    out->layout = *L;
+    snprintf(out->why, sizeof out->why, "no layout with the fixed settings fits %" PRId64 " GPUs of %s", c->gpus,
+             c->cluster.name ? c->cluster.name : "the cluster");
+    snprintf(out->limit, sizeof out->limit, "%s", out->why);
+    return -1;
+  }
+  /* evaluate again so that the stages belong to this result */
+  return plan_evaluate(c, &best.layout, 0, out);
+}
+
+/* ------------------------------------------------------------------ */
+/* scaling                                                              */
+
+int plan_scaling(PlanCtx *c, const PlanLayout *L, const int64_t *gpus, int n, PlanScaling *out) {
+  memset(out, 0, sizeof *out);
+  out->pts = calloc((size_t)(n > 0 ? n : 1), sizeof(PlanScalePoint));
+  if (!out->pts) return -1;
+  out->n = n;
+  int64_t saved_gpus = c->gpus, saved_batch = c->batch_override;
+  int64_t B0 = c->model->train.global_batch > 0 ? c->model->train.global_batch : 1;
+  int64_t n0 = n > 0 ? gpus[0] : 1;
+  double T0s = 0, T0w = 0;
+  double xs[64] = {0}, ys[64] = {0}, xw[64] = {0}, yw[64] = {0};
+  int ns = 0, nw = 0;
+  for (int i = 0; i < n; i++) {
+    PlanScalePoint *p = &out->pts[i];
+    p->gpus = gpus[i];
+    c->gpus = gpus[i];
+    int64_t model_par = L->tp * L->pp * L->cp;
+    PlanLayout l = *L;
+    l.dp = gpus[i] / model_par;
+    if (gpus[i] % model_par || l.dp < 1) continue;
+    c->batch_override = B0;
+    int sok = plan_evaluate(c, &l, 0, &p->strong) == 0 && p->strong.mem.fits;
+    p->strong.stages = NULL;
+    c->batch_override = B0 * gpus[i] / n0 > 0 ? B0 * gpus[i] / n0 : 1;
+    int wok = plan_evaluate(c, &l, 0, &p->weak) == 0 && p->weak.mem.fits;
+    p->weak.stages = NULL;
+    p->ok = sok || wok;
+    double N = (double)gpus[i] / (double)n0;
+    if (sok) {
+      if (T0s == 0) T0s = p->strong.step_s * N; /* as if at n0 with the same efficiency */
+      p->strong_speedup = T0s / p->strong.step_s;
+      p->strong_eff = p->strong_speedup / N;
+      p->karp_flatt = cost_karp_flatt(p->strong_speedup, N);
+      if (ns < 64) xs[ns] = N, ys[ns] = p->strong_speedup, ns++;
+    }
+    if (wok) {
+      if (T0w == 0) T0w = p->weak.step_s;
+      p->weak_eff = T0w / p->weak.step_s;
+      p->weak_speedup = N * p->weak_eff;
+      if (nw < 64) xw[nw] = N, yw[nw] = p->weak_speedup, nw++;
+    }
+  }
+  c->gpus = saved_gpus;
+  c->batch_override = saved_batch;
+  out->amdahl_f = cost_amdahl_fit(xs, ys, ns);
+  /* Gustafson: S = N - f (N - 1), least squares through N = 1 */
+  double sxy = 0, sxx = 0;
+  for (int i = 0; i < nw; i++) {
+    double x = xw[i] - 1, y = xw[i] - yw[i];
+    sxy += x * y;
+    sxx += x * x;
+  }
+  out->gustafson_f = sxx > 0 ? sxy / sxx : 0;
+  if (out->gustafson_f < 0) out->gustafson_f = 0;
+  if (out->gustafson_f > 1) out->gustafson_f = 1;
+  return 0;
+}
+
+void plan_scaling_free(PlanScaling *s) {
+  free(s->pts);
+  memset(s, 0, sizeof *s);
+}

@@ -1,0 +1,77 @@
+/* hpd_abi.h - the ABI of a compiled artifact: what the code a back end
+ * emits (codegen.h) and the runtime that calls it agree on. Plain C, no
+ * compiler types. docs/backend.md explains it with an example. */
+#ifndef HPDL_HPD_ABI_H
+#define HPDL_HPD_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ==== the artifact ABI ==== */
+
+#define HPD_ABI_VERSION 2 /* 2: the extern hook */
+
+/* Per call of an entry point: what the generated code needs besides
+ * tensors. The layout is fixed (the generated code reads it by offset). */
+typedef struct hpd_ctx {
+  void *workspace; /* the graph's hpd_graph_desc.workspace_bytes, 64-byte aligned */
+  uint64_t seed;   /* the run's init seed: dropout masks (interp.c's streams) */
+  int64_t layer;   /* the layer a repeated block's graph runs as, when called directly */
+  int32_t rank[4]; /* this rank's index in each group (IrGroup order: dp, tp, pp, cp) */
+  int32_t size[4]; /* the size of each group; 0 or 1: this rank alone */
+  void *comm;      /* the runtime's communicator, passed back to the callbacks below */
+  /* Collectives on fp32 data; 0 on success. op: 0 sum, 1 max. all_gather
+   * writes size x n values, rank by rank. send / recv: to / from the rank
+   * `offset` places along the group (+1 next pipeline stage, -1 previous). */
+  int (*all_reduce)(void *comm, int group, int op, float *data, int64_t n);
+  int (*all_gather)(void *comm, int group, const float *in, int64_t n, float *out);
+  int (*send)(void *comm, int group, int offset, const float *data, int64_t n);
+  int (*recv)(void *comm, int group, int offset, float *data, int64_t n);
+  const char *error; /* set by the generated code when an entry point returns non-zero */
+  /* Calls of `extern` native functions (IrModule.externs; docs/backend.md):
+   * `externs` is the runtime's table of loaded functions, passed back to the
+   * hook. grad 0: the forward, bufs = the arguments, then the result; grad 1:
+   * the gradient function, bufs = the arguments, the result's gradient, then
+   * the arguments' gradients concatenated (EXTERN_GRAD's layout; the hook
+   * zeroes it). 0 on success, else non-zero with ctx->error set. */
+  void *externs;
+  int (*call_extern)(struct hpd_ctx *ctx, int32_t index, int32_t grad, void **bufs);
+} hpd_ctx;
+
+/* Every entry point takes one table of buffers:
+ *   buffers[0]                                  hpd_ctx *
+ *   buffers[HPD_BUF_INPUTS + i]                 model input i (IrModule.inputs), row-major,
+ *                                               of its dtype (f32 float, i32 / i64 ints)
+ *   buffers[HPD_BUF_INPUTS + ninputs + p]       parameter p, all `count` copies (layer-major)
+ *   buffers[HPD_BUF_INPUTS + ninputs + np + p]  gradient of parameter p, same shape: a graph
+ *                                               that autodiff made ADDS its gradient outputs
+ *                                               here (copy `layer`), as interp's store does;
+ *                                               NULL for parameters it does not touch
+ *   then the graph's nargs arguments, then its noutputs outputs (the gradient
+ *   outputs excluded), caller-allocated, each row-major of its node's shape.
+ * An entry point returns 0, or non-zero with ctx->error set. */
+enum { HPD_BUF_CTX = 0, HPD_BUF_INPUTS = 1 };
+
+typedef int (*hpd_entry_fn)(void **buffers);
+
+typedef struct {
+  const char *name;        /* the IR graph's name: "forward", "blocks.grad" */
+  hpd_entry_fn fn;         /* hpd_graph_<name, '.' as '_'> */
+  int32_t nargs;           /* argument slots */
+  int32_t noutputs;        /* output slots (gradients excluded) */
+  int32_t ngrads;          /* gradient outputs accumulated into the grad slots */
+  int32_t nbuffers;        /* the table's length */
+  int64_t workspace_bytes; /* what ctx->workspace must hold for this graph (its calls included) */
+} hpd_graph_desc;
+
+typedef struct {
+  int32_t abi_version; /* HPD_ABI_VERSION */
+  int32_t ngraphs, ninputs, nparams;
+  const hpd_graph_desc *graphs; /* in IrModule order */
+  const char *target;           /* "x86_64-pc-linux-gnu icelake-client" */
+} hpd_module_desc;
+
+/* The one data symbol every artifact library exports. */
+#define HPD_MODULE_SYMBOL "hpd_module"
+
+#endif

@@ -1,0 +1,43 @@
+/* init.h - deterministic parameter initialisation, identical for every
+ * layout.
+ *
+ * Each logical tensor (and each layer's copy of a repeated one) draws its
+ * values from its own generator, seeded by (seed, template name, layer
+ * index), in row-major order of the logical tensor. A rank holding a shard
+ * walks the same stream and keeps its part, so dp=1 and tp=8 start from the
+ * same weights, and those are the reference executor's: core/interp.c
+ * calls these functions (the compiler library compiles this file), so the
+ * two cannot drift apart; libhpdlrt does not carry the compiler. */
+#ifndef HPDL_INIT_H
+#define HPDL_INIT_H
+
+#include <stdint.h>
+
+/* The kinds of semtypes.h's InitKind, in its order. */
+typedef enum { INIT_K_ZEROS, INIT_K_ONES, INIT_K_CONSTANT, INIT_K_NORMAL, INIT_K_UNIFORM } InitKindRt;
+
+typedef struct {
+  InitKindRt kind;
+  double a, b; /* constant: a; normal: mean a, std b; uniform: [a, b) */
+} InitSpec;
+
+/* "zeros", "ones", "constant", "normal", "uniform"; -1 when unknown. */
+int init_kind_parse(const char *name);
+const char *init_kind_name(InitKindRt k);
+
+/* The generator (splitmix64, FNV-1a of the name; as interp_hash_name). */
+uint64_t init_hash_name(uint64_t seed, const char *name, int64_t layer);
+double init_uniform01(uint64_t *state);
+double init_normal(uint64_t *state);
+
+/* The values of a whole logical tensor (numel values) as doubles. */
+void init_fill_f64(double *out, int64_t numel, const InitSpec *s, uint64_t seed, const char *name, int64_t layer);
+
+/* A shard of a logical tensor, in fp32 (each value rounded from the double
+ * the reference computes): the logical shape `dims` (rank `rank`) split
+ * along `axis` into `parts` equal pieces, piece `index`; axis -1 is the
+ * whole tensor. */
+void init_fill_f32_shard(float *out, int rank, const int64_t *dims, int axis, int parts, int index, const InitSpec *s,
+                         uint64_t seed, const char *name, int64_t layer);
+
+#endif

@@ -1,0 +1,205 @@
+/* ir.h - the tensor IR: SSA graphs of typed, shaped tensor ops.
+ *
+ * A module holds graphs: graphs[0] is the model's forward (its output 0 is
+ * the loss); a `repeat N Block(...)` becomes its own graph, called by a CALL
+ * node with count N, so a 96-layer model is priced and printed as one block.
+ * Nodes are stored in topological order: every input has a smaller id.
+ * Every dimension is concrete: the symbolic batch B is bound to the micro
+ * batch when the checked model is lowered. */
+#ifndef HPDL_IR_H
+#define HPDL_IR_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "arena.h"
+#include "ir_ops.h"
+#include "semtypes.h"
+#include "span.h"
+
+typedef enum {
+#define X(id, name, nin, flags) IR_##id,
+  IR_OPS(X)
+#undef X
+  IR_OP_COUNT
+} IrOp;
+
+const char *ir_op_name(IrOp op);
+int ir_op_flags(IrOp op);
+int ir_op_arity(IrOp op); /* -1 variadic */
+
+/* Process groups a collective runs over. */
+typedef enum { IRG_DP, IRG_TP, IRG_PP, IRG_CP, IRG_COUNT } IrGroup;
+const char *ir_group_name(IrGroup g);
+
+enum { IR_MAX_RANK = SEM_MAX_RANK, IR_NATTR = 24 };
+
+typedef struct {
+  IrOp op;
+  DType dtype;
+  int rank;
+  int64_t dims[IR_MAX_RANK];
+  int *in;      /* input node ids */
+  int nin;
+  int64_t attr[IR_NATTR];
+  double fattr;
+  const char *name; /* the source name it was assigned to, or NULL */
+  Span span;        /* where it comes from in the .hpd source */
+} IrNode;
+
+typedef struct {
+  Arena *arena;
+  const char *name;  /* "forward", "blocks" */
+  IrNode *nodes;
+  int nnodes, cap;
+  int *outputs;
+  int noutputs;
+  int nargs;         /* ARG nodes 0..nargs-1 */
+  int64_t count;     /* how many times it runs per call (repeat), 1 for graph 0 */
+  /* Set by autodiff on the graphs it makes: the last ngrad_params outputs are
+   * d loss / d parameter grad_params[k] (copy `layer` of the run), which the
+   * executor adds to its gradient store whenever the graph runs. */
+  int *grad_params;
+  int ngrad_params;
+  /* Set by autodiff on the training step (forward.grad): nodes before
+   * fb_split are its forward part F (one micro-batch's forward, ending with
+   * the activation SEND of a pipeline chunk), the rest its backward part B
+   * (the gradient RECV, the backward, the parameter gradients and the input
+   * gradient's SEND). A pipeline schedule runs F and B of a micro-batch
+   * apart; the values F makes and B reads are its stash (fbsplit.h). 0: the
+   * graph is not cut. */
+  int fb_split;
+} IrGraph;
+
+/* CALL's attr[2], the mode (autodiff's convention; see autodiff.h):
+ *   PLAIN     the forward: the inputs are the arguments; layers 0..count-1;
+ *             output 0 of one iteration becomes argument 0 of the next.
+ *   SAVE      as PLAIN, and the executor also keeps, per layer, the
+ *             iteration's arguments and its outputs 1.. (saved activations).
+ *   BACKWARD  inputs (dy, the SAVE call it undoes); runs the called backward
+ *             graph for layers count-1 down to 0 with the arguments (dy, the
+ *             layer's saved arguments, its saved outputs 1..); output 0 (dx)
+ *             becomes argument 0 of the next; the result is dx of layer 0. */
+enum { IR_CALL_PLAIN = 0, IR_CALL_SAVE = 1, IR_CALL_BACKWARD = 2 };
+
+/* A logical (unsharded) parameter. Parameters of a repeated block exist
+ * `count` times: their names contain "{i}" where the layer index goes. */
+typedef struct {
+  const char *name;  /* "wte.weight", "blocks.{i}.attn.q_proj.weight" */
+  DType dtype;
+  int rank;
+  int64_t dims[IR_MAX_RANK];
+  SemInit init;
+  ShardKind shard;
+  int graph;         /* the graph whose PARAM nodes use it */
+  int64_t count;     /* copies (layers of the repeat), 1 otherwise */
+  Span span;
+  /* After partitioning: the logical shape, and the axis split over
+   * split_group (-1 when every rank holds all of it). */
+  int64_t full_dims[IR_MAX_RANK];
+  int split_axis;
+  IrGroup split_group;
+  /* ZeRO-3 (dpsync.h): the rank holds one of dp_shards pieces of the
+   * flattened, zero-padded tensor of shape dp_dims (rank dp_rank) it would
+   * hold otherwise, and dims is [piece]; dp_shards is 0 when it holds all. */
+  int dp_shards;
+  int dp_rank;
+  int64_t dp_dims[IR_MAX_RANK];
+} IrParam;
+
+typedef struct {
+  const char *name;
+  DType dtype;
+  int rank;
+  int64_t dims[IR_MAX_RANK];
+} IrInput;
+
+/* A tensor shape of an extern's argument or result. */
+typedef struct {
+  int rank;
+  int64_t dims[IR_MAX_RANK];
+} IrExternShape;
+
+/* One native function an EXTERN node calls: an `extern` declaration at one
+ * binding of its dimension names (lowering makes one entry per declaration
+ * and dimensions; call sites with equal dimensions share it). Every type is
+ * f32. The calling convention is docs/language.md's ("Extern"). */
+typedef struct {
+  const char *name;    /* the declaration's name */
+  const char *where;   /* "file.hpd:12", where it is declared (messages) */
+  const char *library; /* as declared */
+  /* What dlopen is given: a library with a slash resolved against the
+   * declaring file's folder (compile time), or the artifact's copy (run
+   * time); a bare name as declared (the dlopen search path). */
+  const char *path;
+  const char *symbol;
+  const char *grad;    /* the gradient function, or NULL: no gradient flows */
+  int nargs;
+  IrExternShape *args; /* nargs */
+  IrExternShape out;
+  int ndims;           /* the dimension names' values, in order of first appearance */
+  int64_t *dims;
+  Span span;           /* the declaration (span_none when read from a chunk file) */
+} IrExtern;
+
+typedef struct {
+  Arena *arena;
+  IrGraph **graphs;
+  int ngraphs, capgraphs;
+  IrParam *params;
+  int nparams, capparams;
+  IrInput *inputs;
+  int ninputs;
+  int64_t micro_batch;
+  IrExtern *externs; /* EXTERN's attr[0] indexes it; shared by the modules derived from this one */
+  int nexterns;
+} IrModule;
+
+IrModule *ir_module_new(Arena *arena);
+IrGraph *ir_graph_new(IrModule *m, const char *name);
+int ir_add_param(IrModule *m, const IrParam *p);
+/* The index of an extern entry equal to e (name and dimensions), added when new. */
+int ir_add_extern(IrModule *m, const IrExtern *e);
+/* numel of an extern argument or result shape */
+int64_t ir_extern_numel(const IrExternShape *s);
+
+/* Appends a node; computes its type with the op's shape rule. `dims`/`rank`
+ * give the output shape for ops whose shape is not implied by the inputs
+ * (FILL, RESHAPE, EXPAND, SUM_TO, PAD, EMBEDDING_BWD, SLICE, INPUT, PARAM,
+ * ARG, RECV); pass rank -1 otherwise. Returns the node id, or -1 when the
+ * shape rule rejects the inputs (with the reason in *why when not NULL). */
+int ir_add(IrGraph *g, IrOp op, const int *in, int nin, const int64_t *attr, int nattr, double fattr,
+           DType dtype, int rank, const int64_t *dims, const char **why);
+
+/* Appends a copy of node n (of this graph or another) with its inputs
+ * renumbered through map (old id -> id in g). The type is stored as is, not
+ * recomputed: ir_verify checks it afterwards. Returns the new node's id. */
+int ir_add_copy(IrGraph *g, const IrNode *n, const int *map);
+
+static inline IrNode *ir_node(IrGraph *g, int id) { return &g->nodes[id]; }
+
+int64_t ir_numel(const IrNode *n);
+int64_t ir_bytes(const IrNode *n); /* numel x element size */
+
+/* Checks SSA order, arity, and that every node's stored type equals what its
+ * shape rule computes. Returns the number of problems, printed to `out`. */
+int ir_verify(const IrModule *m, FILE *out);
+
+/* For a step a pipeline schedule runs in halves (IrGraph.fb_split): every
+ * pipeline transfer toward the next chunk (the activation) lies in the
+ * forward part and every one toward the previous chunk (its gradient) in
+ * the backward part, or the halves would wait for the wrong messages.
+ * ir_verify checks only that the cut is inside the graph (a single-process
+ * graph may loop a transfer back). Returns the number of problems. */
+int ir_verify_pipeline_cut(const IrGraph *g, FILE *out);
+
+/* Stable text form (golden tests compare it):
+ *   graph forward (count 1) {
+ *     %0 = input tokens : i32[4, 64]
+ *     %5 = matmul %3, %4 : f32[4, 64, 256]      # gpt2.hpd:14
+ *   } -> %42
+ */
+void ir_print(const IrModule *m, FILE *out);
+void ir_print_graph(const IrModule *m, const IrGraph *g, FILE *out);
+
+#endif

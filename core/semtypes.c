@@ -1,0 +1,42 @@
+/* semtypes.c - the names and sizes of semtypes.h's types. */
+#include "semtypes.h"
+
+static const char *const dtype_names[] = {
+#define X(id, name, bytes, is_float) name,
+    SEM_DTYPES(X)
+#undef X
+};
+static const int dtype_bytes[] = {
+#define X(id, name, bytes, is_float) bytes,
+    SEM_DTYPES(X)
+#undef X
+};
+static const int dtype_float[] = {
+#define X(id, name, bytes, is_float) is_float,
+    SEM_DTYPES(X)
+#undef X
+};
+
+const char *sem_dtype_name(DType t) { return dtype_names[t]; }
+int sem_dtype_bytes(DType t) { return dtype_bytes[t]; }
+int sem_dtype_is_float(DType t) { return dtype_float[t]; }
+
+const char *sem_shard_name(ShardKind k) {
+  static const char *const n[] = {"replicated", "column", "row", "vocab"};
+  return n[k];
+}
+
+const char *sem_schedule_name(Schedule s) {
+  static const char *const n[] = {"gpipe", "1f1b", "interleaved"};
+  return n[s];
+}
+
+const char *sem_recompute_name(Recompute r) {
+  static const char *const n[] = {"none", "selective", "full"};
+  return n[r];
+}
+
+const char *sem_precision_name(Precision p) {
+  static const char *const n[] = {"fp32", "bf16", "fp16"};
+  return n[p];
+}

@@ -1,0 +1,58 @@
+/* semtypes.h - the value types the checked model, the IR and the artifact
+ * share: element types, parameter sharding and initialisers, and the
+ * training settings a compiled program carries (precision, optimizer,
+ * pipeline schedule, recomputation).
+ *
+ * In the core (not the front end's sema.h, which includes this) because the
+ * runtime reads them from artifacts without the compiler. Named sem_ as the
+ * checker defines their words. */
+#ifndef HPDL_SEMTYPES_H
+#define HPDL_SEMTYPES_H
+
+/* ---- element types ---- */
+#define SEM_DTYPES(X) \
+  X(F32, "f32", 4, 1) \
+  X(F16, "f16", 2, 1) \
+  X(BF16, "bf16", 2, 1) \
+  X(F64, "f64", 8, 1) \
+  X(I32, "i32", 4, 0) \
+  X(I64, "i64", 8, 0) \
+  X(BOOL, "bool", 1, 0)
+
+typedef enum {
+#define X(id, name, bytes, is_float) DT_##id,
+  SEM_DTYPES(X)
+#undef X
+  DT_COUNT
+} DType;
+
+const char *sem_dtype_name(DType t);
+int sem_dtype_bytes(DType t);
+int sem_dtype_is_float(DType t);
+
+enum { SEM_MAX_RANK = 8 };
+
+/* ---- parameters ---- */
+typedef enum { SHARD_REPLICATED, SHARD_COLUMN, SHARD_ROW, SHARD_VOCAB } ShardKind;
+const char *sem_shard_name(ShardKind k);
+
+typedef enum { INIT_ZEROS, INIT_ONES, INIT_CONSTANT, INIT_NORMAL, INIT_UNIFORM } InitKind;
+
+typedef struct {
+  InitKind kind;
+  double a, b; /* constant: a; normal: mean a, std b; uniform: lo a, hi b */
+} SemInit;
+
+/* ---- training and layout ---- */
+typedef enum { PREC_FP32, PREC_BF16, PREC_FP16 } Precision;
+typedef enum { OPT_SGD, OPT_ADAMW } OptimizerKind;
+typedef enum { DECAY_NONE, DECAY_COSINE, DECAY_LINEAR } DecayKind;
+typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED } Schedule;
+typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } Recompute;
+typedef enum { COMPRESS_NONE, COMPRESS_FP16, COMPRESS_INT8, COMPRESS_TOPK } Compression;
+
+const char *sem_schedule_name(Schedule s);
+const char *sem_recompute_name(Recompute r);
+const char *sem_precision_name(Precision p);
+
+#endif
