@@ -1,0 +1,1274 @@
+/* sema_expr.c - forward checking: each forward is checked with the argument
+ * shapes that reach it; expressions, builtins, calls of sub-layers and externs
+ * become SemExprs whose tensor types are inferred with symbolic dimensions, so
+ * a shape mismatch is reported with the operands it came from. */
+#include "sema_internal.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ */
+/* forward checking                                                    */
+
+typedef struct {
+  LayerBox *box;
+  Binding *env;
+} Fwd;
+
+static SemExpr *new_expr(Sema *S, SemExprKind kind, Span at) {
+  SemExpr *e = arena_alloc(S->arena, sizeof *e);
+  e->kind = kind;
+  e->span = at;
+  return e;
+}
+
+static SemExpr *new_op(Sema *S, SemOp op, Span at, SemExpr **args, int nargs) {
+  SemExpr *e = new_expr(S, SE_OP, at);
+  e->op = op;
+  e->nargs = nargs;
+  e->args = arena_alloc(S->arena, sizeof(SemExpr *) * (size_t)(nargs + 1));
+  for (int i = 0; i < nargs; i++) e->args[i] = args[i];
+  return e;
+}
+
+static const char *tstr(Sema *S, const TensorType *t) { return sem_type_str(S->arena, t); }
+
+static const char *ast_type_text(Sema *S, const AstType *t) {
+  char *s = arena_printf(S->arena, "%s[", t->dtype ? t->dtype : "f32");
+  for (int i = 0; i < t->ndims; i++) s = arena_printf(S->arena, "%s%s%s", s, i ? ", " : "", sema_expr_text(S, t->dims[i]));
+  return arena_printf(S->arena, "%s]", s);
+}
+
+static int type_equal(const TensorType *a, const TensorType *b) {
+  if (a->dtype != b->dtype || a->rank != b->rank) return 0;
+  for (int i = 0; i < a->rank; i++)
+    if (!sym_equal(a->dims[i], b->dims[i])) return 0;
+  return 1;
+}
+
+static int dim_is(const SymDim *d, int64_t v) {
+  int64_t c;
+  return sym_is_const(d, &c) && c == v;
+}
+
+/* Where a tensor came from, for the second half of a mismatch message. */
+static void origin_note(Sema *S, Fwd *F, const SemExpr *x, const char *role) {
+  if (x->kind == SE_PARAM) {
+    const SemParam *p = F->box->params.items[x->index];
+    diag_note(S->diag, p->span, "%s is %s, declared here", role, tstr(S, &x->type));
+  } else if (x->kind == SE_INPUT) {
+    const SemInput *in = F->box->inputs.items[x->index];
+    diag_note(S->diag, in->span, "%s is %s, declared here", role, tstr(S, &x->type));
+  } else {
+    diag_note(S->diag, x->span, "%s is %s", role, tstr(S, &x->type));
+  }
+}
+
+static SemExpr *check_expr(Sema *S, Fwd *F, const AstExpr *e);
+
+static int require_float(Sema *S, Fwd *F, const SemExpr *x, const char *what, Span at) {
+  if (sem_dtype_is_float(x->type.dtype)) return 1;
+  sema_error(S, at, "%s needs a floating-point tensor; this is %s", what, tstr(S, &x->type));
+  origin_note(S, F, x, "the operand");
+  return 0;
+}
+
+static SemExpr *scalar_expr(Sema *S, double v, Span at) {
+  SemExpr *e = new_expr(S, SE_SCALAR, at);
+  e->scalar = v;
+  e->type.dtype = DT_F32;
+  e->type.rank = 0;
+  return e;
+}
+
+/* numpy broadcasting: align from the right; equal dims or a 1 stretch. */
+static SemExpr *broadcast_op(Sema *S, Fwd *F, SemOp op, SemExpr *a, SemExpr *b, Span at, const char *sym) {
+  if (a->kind != SE_SCALAR && b->kind != SE_SCALAR && a->type.dtype != b->type.dtype) {
+    int fa = sem_dtype_is_float(a->type.dtype), fb = sem_dtype_is_float(b->type.dtype);
+    if (fa != fb) {
+      sema_error(S, at, "'%s' mixes %s and %s tensors", sym, sem_dtype_name(a->type.dtype), sem_dtype_name(b->type.dtype));
+      origin_note(S, F, a, "the left operand");
+      origin_note(S, F, b, "the right operand");
+      return NULL;
+    }
+  }
+  SemExpr *args[2] = {a, b};
+  SemExpr *r = new_op(S, op, at, args, 2);
+  const TensorType *ta = &a->type, *tb = &b->type;
+  int rank = ta->rank > tb->rank ? ta->rank : tb->rank;
+  r->type.rank = rank;
+  r->type.dtype = a->kind == SE_SCALAR ? tb->dtype : ta->dtype;
+  for (int i = 0; i < rank; i++) {
+    int ia = ta->rank - rank + i, ib = tb->rank - rank + i;
+    SymDim *da = ia >= 0 ? ta->dims[ia] : NULL, *db = ib >= 0 ? tb->dims[ib] : NULL;
+    if (!da) r->type.dims[i] = db;
+    else if (!db) r->type.dims[i] = da;
+    else if (sym_equal(da, db)) r->type.dims[i] = da;
+    else if (dim_is(da, 1)) r->type.dims[i] = db;
+    else if (dim_is(db, 1)) r->type.dims[i] = da;
+    else {
+      sema_error(S, at, "shapes do not match for '%s': %s and %s (dimension %d: %s vs %s)", sym, tstr(S, ta), tstr(S, tb),
+                 i - rank, sym_str(S->arena, da), sym_str(S->arena, db));
+      origin_note(S, F, a, "the left operand");
+      origin_note(S, F, b, "the right operand");
+      return NULL;
+    }
+  }
+  return r;
+}
+
+static SemExpr *matmul_op(Sema *S, Fwd *F, SemExpr *a, SemExpr *b, Span at) {
+  const TensorType *ta = &a->type, *tb = &b->type;
+  if (ta->rank < 2 || tb->rank < 2) {
+    const SemExpr *bad = ta->rank < 2 ? a : b;
+    sema_error(S, at, "'@' needs matrices (2 or more dimensions); the %s operand is %s", bad == a ? "left" : "right",
+               tstr(S, &bad->type));
+    origin_note(S, F, bad, bad == a ? "the left operand" : "the right operand");
+    return NULL;
+  }
+  if (!require_float(S, F, a, "'@'", at) || !require_float(S, F, b, "'@'", at)) return NULL;
+  SymDim *k1 = ta->dims[ta->rank - 1], *k2 = tb->dims[tb->rank - 2];
+  if (!sym_equal(k1, k2)) {
+    sema_error(S, at, "'@' inner dimensions differ: %s is %s, %s is %s (%s vs %s)", "the left operand", tstr(S, ta),
+               "the right operand", tstr(S, tb), sym_str(S->arena, k1), sym_str(S->arena, k2));
+    origin_note(S, F, a, "the left operand");
+    origin_note(S, F, b, "the right operand");
+    return NULL;
+  }
+  SemExpr *args[2] = {a, b};
+  SemExpr *r = new_op(S, SOP_MATMUL, at, args, 2);
+  r->type.dtype = ta->dtype;
+  /* batch dims: [..., M, K] @ [K, N], or equal / broadcast batch dims */
+  int ba = ta->rank - 2, bb = tb->rank - 2;
+  int batch = ba > bb ? ba : bb;
+  r->type.rank = batch + 2;
+  for (int i = 0; i < batch; i++) {
+    int ia = ba - batch + i, ib = bb - batch + i;
+    SymDim *da = ia >= 0 ? ta->dims[ia] : NULL, *db = ib >= 0 ? tb->dims[ib] : NULL;
+    if (!da) r->type.dims[i] = db;
+    else if (!db) r->type.dims[i] = da;
+    else if (sym_equal(da, db) || dim_is(db, 1)) r->type.dims[i] = da;
+    else if (dim_is(da, 1)) r->type.dims[i] = db;
+    else {
+      sema_error(S, at, "'@' batch dimensions differ: %s and %s", tstr(S, ta), tstr(S, tb));
+      origin_note(S, F, a, "the left operand");
+      origin_note(S, F, b, "the right operand");
+      return NULL;
+    }
+  }
+  r->type.dims[batch] = ta->dims[ta->rank - 2];
+  r->type.dims[batch + 1] = tb->dims[tb->rank - 1];
+  return r;
+}
+
+/* Arguments of a builtin: tensors by position, attributes by position or keyword. */
+typedef struct {
+  const AstExpr *call;
+  const char *fn;
+} CallArgs;
+
+static const AstExpr *arg_at(const CallArgs *c, int pos, const char *key) {
+  int p = 0;
+  for (int i = 0; i < c->call->u.call.nargs; i++) {
+    const AstArg *a = &c->call->u.call.args[i];
+    if (a->name) {
+      if (key && !strcmp(a->name, key)) return a->value;
+    } else if (p++ == pos) {
+      return a->value;
+    }
+  }
+  return NULL;
+}
+
+static int check_keywords(Sema *S, const CallArgs *c, const char *const *keys, int nkeys) {
+  for (int i = 0; i < c->call->u.call.nargs; i++) {
+    const AstArg *a = &c->call->u.call.args[i];
+    if (!a->name) continue;
+    int ok = 0;
+    for (int k = 0; k < nkeys; k++) ok |= !strcmp(keys[k], a->name);
+    if (!ok) {
+      sema_error(S, a->name_span, "%s() has no argument '%s'", c->fn, a->name);
+      const char *close = diag_closest(a->name, keys, nkeys);
+      if (close) diag_hint(S->diag, "did you mean '%s'?", close);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+static int attr_int(Sema *S, Fwd *F, const CallArgs *c, int pos, const char *key, int64_t dflt, int64_t *out) {
+  const AstExpr *e = arg_at(c, pos, key);
+  if (!e) {
+    *out = dflt;
+    return 1;
+  }
+  char what[64];
+  snprintf(what, sizeof what, "%s's '%s'", c->fn, key);
+  return sema_eval_int(S, F->env, e, what, out);
+}
+
+static int attr_float(Sema *S, Fwd *F, const CallArgs *c, int pos, const char *key, double dflt, double *out) {
+  const AstExpr *e = arg_at(c, pos, key);
+  if (!e) {
+    *out = dflt;
+    return 1;
+  }
+  Value v = sema_eval_const(S, F->env, e);
+  if (v.kind == VAL_NONE) return 0;
+  if (!val_as_float(&v, out)) {
+    sema_error(S, e->span, "%s's '%s' must be a number, not %s", c->fn, key, val_str(S->arena, &v));
+    return 0;
+  }
+  return 1;
+}
+
+static int attr_bool(Sema *S, Fwd *F, const CallArgs *c, int pos, const char *key, int dflt, int *out) {
+  const AstExpr *e = arg_at(c, pos, key);
+  if (!e) {
+    *out = dflt;
+    return 1;
+  }
+  Value v = sema_eval_const(S, F->env, e);
+  if (v.kind == VAL_NONE) return 0;
+  if (v.kind != VAL_BOOL) {
+    sema_error(S, e->span, "%s's '%s' must be true or false, not %s", c->fn, key, val_str(S->arena, &v));
+    return 0;
+  }
+  *out = v.b;
+  return 1;
+}
+
+static int norm_axis(Sema *S, const CallArgs *c, int64_t axis, int rank, const TensorType *t) {
+  int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= rank) {
+    const AstExpr *e = arg_at(c, 1, "axis");
+    sema_error(S, e ? e->span : c->call->span, "axis %" PRId64 " is out of range for %s (rank %d)", axis,
+               sem_type_str(S->arena, t), rank);
+    return -1;
+  }
+  return (int)a;
+}
+
+static SymDim *dim_div(Sema *S, SymDim *a, SymDim *b, Span at, const char *what) {
+  SymStatus st = SYM_OK;
+  SymDim *r = sym_div(S->arena, a, b, &st);
+  if (!r || st != SYM_OK) {
+    sema_error(S, at, "%s: %s is not divisible by %s", what, sym_str(S->arena, a), sym_str(S->arena, b));
+    return NULL;
+  }
+  return r;
+}
+
+static SymDim *dim_mul(Sema *S, SymDim *a, SymDim *b, Span at) {
+  SymDim *r = sym_mul(S->arena, a, b);
+  if (!r) sema_error(S, at, "dimension overflow in %s * %s", sym_str(S->arena, a), sym_str(S->arena, b));
+  return r;
+}
+
+/* A dimension in reshape(x, [..]): an int, -1, or a symbolic name like B. */
+static SymDim *eval_dim(Sema *S, Fwd *F, const AstExpr *e, int *infer) {
+  *infer = 0;
+  if (e->kind == EX_NAME && !sema_lookup(F->env, e->u.sval)) return sym_var(S->arena, e->u.sval);
+  int64_t d;
+  if (!sema_eval_int(S, F->env, e, "a dimension", &d)) return NULL;
+  if (d == -1) {
+    *infer = 1;
+    return NULL;
+  }
+  if (d < 1) {
+    sema_error(S, e->span, "dimension %" PRId64 " is not positive", d);
+    return NULL;
+  }
+  return sym_const(S->arena, d);
+}
+
+static SymDim *numel_of(Sema *S, const TensorType *t, Span at) {
+  SymDim *n = sym_const(S->arena, 1);
+  for (int i = 0; i < t->rank && n; i++) n = dim_mul(S, n, t->dims[i], at);
+  return n;
+}
+
+static int count_positional(const AstExpr *call) {
+  int n = 0;
+  for (int i = 0; i < call->u.call.nargs; i++) n += call->u.call.args[i].name == NULL;
+  return n;
+}
+
+static SemExpr *tensor_arg(Sema *S, Fwd *F, const CallArgs *c, int pos) {
+  const AstExpr *e = arg_at(c, pos, NULL);
+  if (!e) {
+    sema_error(S, c->call->span, "%s() needs a tensor as argument %d", c->fn, pos + 1);
+    return NULL;
+  }
+  return check_expr(S, F, e);
+}
+
+static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, const char *fn) {
+  CallArgs c = {call, fn};
+  Span at = call->span;
+  int npos = count_positional(call);
+  const BuiltinInfo *info = &sema_builtins[op];
+  if (npos + (call->u.call.nargs - npos) < info->min_args || call->u.call.nargs > info->max_args) {
+    if (info->min_args == info->max_args)
+      sema_error(S, at, "%s() takes %d argument%s, not %d", fn, info->min_args, info->min_args == 1 ? "" : "s",
+                 call->u.call.nargs);
+    else
+      sema_error(S, at, "%s() takes %d to %d arguments, not %d", fn, info->min_args, info->max_args, call->u.call.nargs);
+    return NULL;
+  }
+  if (sema_is_unary_elementwise(op)) {
+    if (!check_keywords(S, &c, NULL, 0)) return NULL;
+    SemExpr *x = tensor_arg(S, F, &c, 0);
+    if (!x || !require_float(S, F, x, fn, at)) return NULL;
+    if (x->kind == SE_SCALAR) {
+      sema_error(S, at, "%s() of a number: use it on tensors; for constants, sqrt/exp/log work at compile time", fn);
+      return NULL;
+    }
+    SemExpr *r = new_op(S, op, at, &x, 1);
+    r->type = x->type;
+    return r;
+  }
+  switch (op) {
+  case SOP_MAXIMUM:
+  case SOP_MINIMUM: {
+    if (!check_keywords(S, &c, NULL, 0)) return NULL;
+    SemExpr *a = tensor_arg(S, F, &c, 0), *b = a ? tensor_arg(S, F, &c, 1) : NULL;
+    if (!a || !b) return NULL;
+    return broadcast_op(S, F, op, a, b, at, fn);
+  }
+  case SOP_SUM:
+  case SOP_MEAN:
+  case SOP_MAX:
+  case SOP_SOFTMAX:
+  case SOP_LOG_SOFTMAX: {
+    static const char *const keys[] = {"axis", "keepdim"};
+    int is_reduce = op == SOP_SUM || op == SOP_MEAN || op == SOP_MAX;
+    if (!check_keywords(S, &c, keys, is_reduce ? 2 : 1)) return NULL;
+    SemExpr *x = tensor_arg(S, F, &c, 0);
+    if (!x || !require_float(S, F, x, fn, at)) return NULL;
+    int64_t axis;
+    int keepdim = 0;
+    if (!attr_int(S, F, &c, 1, "axis", -1, &axis)) return NULL;
+    if (is_reduce && !attr_bool(S, F, &c, 2, "keepdim", 0, &keepdim)) return NULL;
+    if (x->type.rank == 0) {
+      sema_error(S, at, "%s() of a scalar", fn);
+      return NULL;
+    }
+    int a = norm_axis(S, &c, axis, x->type.rank, &x->type);
+    if (a < 0) return NULL;
+    SemExpr *r = new_op(S, op, at, &x, 1);
+    r->attr[0] = a;
+    r->attr[1] = keepdim;
+    r->nattr = 2;
+    r->type = x->type;
+    if (is_reduce) {
+      if (keepdim) r->type.dims[a] = sym_const(S->arena, 1);
+      else {
+        for (int i = a; i + 1 < x->type.rank; i++) r->type.dims[i] = x->type.dims[i + 1];
+        r->type.rank--;
+      }
+    }
+    return r;
+  }
+  case SOP_RESHAPE: {
+    if (!check_keywords(S, &c, NULL, 0)) return NULL;
+    SemExpr *x = tensor_arg(S, F, &c, 0);
+    if (!x) return NULL;
+    const AstExpr *shape = arg_at(&c, 1, NULL);
+    if (!shape || shape->kind != EX_LIST) {
+      sema_error(S, shape ? shape->span : at, "reshape's shape is a list: reshape(x, [B, T, 12, 64])");
+      return NULL;
+    }
+    if (shape->u.list.nitems > SEM_MAX_RANK || shape->u.list.nitems == 0) {
+      sema_error(S, shape->span, "a shape has 1 to %d dimensions", SEM_MAX_RANK);
+      return NULL;
+    }
+    SemExpr *r = new_op(S, op, at, &x, 1);
+    r->type.dtype = x->type.dtype;
+    r->type.rank = shape->u.list.nitems;
+    int infer_at = -1;
+    SymDim *known = sym_const(S->arena, 1);
+    for (int i = 0; i < r->type.rank; i++) {
+      int infer;
+      SymDim *d = eval_dim(S, F, shape->u.list.items[i], &infer);
+      if (infer) {
+        if (infer_at >= 0) {
+          sema_error(S, shape->u.list.items[i]->span, "only one dimension of a reshape can be -1");
+          return NULL;
+        }
+        infer_at = i;
+        continue;
+      }
+      if (!d) return NULL;
+      r->type.dims[i] = d;
+      known = dim_mul(S, known, d, at);
+      if (!known) return NULL;
+    }
+    SymDim *total = numel_of(S, &x->type, at);
+    if (!total) return NULL;
+    if (infer_at >= 0) {
+      SymStatus st = SYM_OK;
+      SymDim *d = sym_div(S->arena, total, known, &st);
+      if (!d || st != SYM_OK) {
+        sema_error(S, shape->span, "cannot reshape %s (%s elements) with %s: the -1 dimension is not whole",
+                   tstr(S, &x->type), sym_str(S->arena, total), sym_str(S->arena, known));
+        return NULL;
+      }
+      r->type.dims[infer_at] = d;
+    } else if (!sym_equal(total, known)) {
+      sema_error(S, shape->span, "cannot reshape %s (%s elements) into %s elements", tstr(S, &x->type),
+                 sym_str(S->arena, total), sym_str(S->arena, known));
+      origin_note(S, F, x, "the tensor");
+      return NULL;
+    }
+    return r;
+  }
+  case SOP_TRANSPOSE: {
+    if (!check_keywords(S, &c, NULL, 0)) return NULL;
+    SemExpr *x = tensor_arg(S, F, &c, 0);
+    if (!x) return NULL;
+    int rank = x->type.rank;
+    if (rank < 2) {
+      sema_error(S, at, "transpose needs 2 or more dimensions; this is %s", tstr(S, &x->type));
+      return NULL;
+    }
+    int64_t a = rank - 2, b = rank - 1;
+    if (npos == 2 || npos > 3) {
+      sema_error(S, at, "transpose(x) swaps the last two dimensions; transpose(x, a, b) swaps a and b");
+      return NULL;
+    }
+    if (npos == 3 && (!attr_int(S, F, &c, 1, "a", 0, &a) || !attr_int(S, F, &c, 2, "b", 0, &b))) return NULL;
+    int na = norm_axis(S, &c, a, rank, &x->type), nb = na < 0 ? -1 : norm_axis(S, &c, b, rank, &x->type);
+    if (na < 0 || nb < 0) return NULL;
+    SemExpr *r = new_op(S, op, at, &x, 1);
+    r->type = x->type;
+    r->type.dims[na] = x->type.dims[nb];
+    r->type.dims[nb] = x->type.dims[na];
+    r->attr[0] = na;
+    r->attr[1] = nb;
+    r->nattr = 2;
+    return r;
+  }
+  case SOP_SPLIT_HEADS: {
+    if (!check_keywords(S, &c, NULL, 0)) return NULL;
+    SemExpr *x = tensor_arg(S, F, &c, 0);
+    int64_t h;
+    if (!x || !attr_int(S, F, &c, 1, "heads", 0, &h)) return NULL;
+    if (x->type.rank != 3) {
+      sema_error(S, at, "split_heads needs [B, T, H*D]; this is %s", tstr(S, &x->type));
+      origin_note(S, F, x, "the tensor");
+      return NULL;
+    }
+    if (h < 1) {
+      sema_error(S, arg_at(&c, 1, NULL)->span, "the number of heads must be positive, not %" PRId64, h);
+      return NULL;
+    }
+    SymDim *d = dim_div(S, x->type.dims[2], sym_const(S->arena, h), at, "split_heads");
+    if (!d) return NULL;
+    HeadSplit *hs = arena_alloc(S->arena, sizeof *hs);
+    hs->heads = h;
+    hs->span = arg_at(&c, 1, NULL)->span;
+    hs->what = sema_expr_text(S, arg_at(&c, 1, NULL));
+    for (Frame *f = S->frame; f && hs->nframes < 6; f = f->up)
+      if (f->call_site.file >= 0) hs->frames[hs->nframes++] = *f;
+    ptrvec_push(S->arena, &S->head_splits, hs);
+    SemExpr *r = new_op(S, op, at, &x, 1);
+    r->type.dtype = x->type.dtype;
+    r->type.rank = 4;
+    r->type.dims[0] = x->type.dims[0];
+    r->type.dims[1] = sym_const(S->arena, h);
+    r->type.dims[2] = x->type.dims[1];
+    r->type.dims[3] = d;
+    r->attr[0] = h;
+    r->nattr = 1;
+    return r;
+  }
+  case SOP_MERGE_HEADS: {
+    if (!check_keywords(S, &c, NULL, 0)) return NULL;
+    SemExpr *x = tensor_arg(S, F, &c, 0);
+    if (!x) return NULL;
+    if (x->type.rank != 4) {
+      sema_error(S, at, "merge_heads needs [B, H, T, D]; this is %s", tstr(S, &x->type));
+      origin_note(S, F, x, "the tensor");
+      return NULL;
+    }
+    SemExpr *r = new_op(S, op, at, &x, 1);
+    r->type.dtype = x->type.dtype;
+    r->type.rank = 3;
+    r->type.dims[0] = x->type.dims[0];
+    r->type.dims[1] = x->type.dims[2];
+    r->type.dims[2] = dim_mul(S, x->type.dims[1], x->type.dims[3], at);
+    return r->type.dims[2] ? r : NULL;
+  }
+  case SOP_SPLIT: {
+    static const char *const keys[] = {"axis"};
+    if (!check_keywords(S, &c, keys, 1)) return NULL;
+    SemExpr *x = tensor_arg(S, F, &c, 0);
+    int64_t n, axis;
+    if (!x || !attr_int(S, F, &c, 1, "parts", 0, &n) || !attr_int(S, F, &c, 2, "axis", -1, &axis)) return NULL;
+    if (n < 1 || n > 64) {
+      sema_error(S, arg_at(&c, 1, NULL)->span, "split into %" PRId64 " parts: the count must be 1 to 64", n);
+      return NULL;
+    }
+    if (x->type.rank == 0) {
+      sema_error(S, at, "split of a scalar");
+      return NULL;
+    }
+    int a = norm_axis(S, &c, axis, x->type.rank, &x->type);
+    if (a < 0) return NULL;
+    SymDim *d = dim_div(S, x->type.dims[a], sym_const(S->arena, n), at, "split");
+    if (!d) return NULL;
+    SemExpr *r = new_op(S, op, at, &x, 1);
+    r->type = x->type;
+    r->type.dims[a] = d;
+    r->is_tuple = 1;
+    r->ntuple = (int)n;
+    r->attr[0] = a;
+    r->attr[1] = n;
+    r->nattr = 2;
+    return r;
+  }
+  case SOP_CONCAT: {
+    static const char *const keys[] = {"axis"};
+    if (!check_keywords(S, &c, keys, 1)) return NULL;
+    const AstExpr *list = arg_at(&c, 0, NULL);
+    if (!list || list->kind != EX_LIST || list->u.list.nitems < 1) {
+      sema_error(S, list ? list->span : at, "concat takes a list of tensors: concat([a, b], axis = -1)");
+      return NULL;
+    }
+    int64_t axis;
+    if (!attr_int(S, F, &c, 1, "axis", -1, &axis)) return NULL;
+    int n = list->u.list.nitems;
+    SemExpr **parts = arena_alloc(S->arena, sizeof(SemExpr *) * (size_t)n);
+    for (int i = 0; i < n; i++)
+      if (!(parts[i] = check_expr(S, F, list->u.list.items[i]))) return NULL;
+    int rank = parts[0]->type.rank;
+    if (rank == 0) {
+      sema_error(S, at, "concat of scalars");
+      return NULL;
+    }
+    int a = norm_axis(S, &c, axis, rank, &parts[0]->type);
+    if (a < 0) return NULL;
+    SemExpr *r = new_op(S, op, at, parts, n);
+    r->type = parts[0]->type;
+    for (int i = 1; i < n; i++) {
+      const TensorType *t = &parts[i]->type;
+      int ok = t->rank == rank && t->dtype == r->type.dtype;
+      for (int k = 0; ok && k < rank; k++)
+        if (k != a && !sym_equal(t->dims[k], parts[0]->type.dims[k])) ok = 0;
+      if (!ok) {
+        sema_error(S, list->u.list.items[i]->span, "concat along axis %d: %s does not fit %s", a, tstr(S, t),
+                   tstr(S, &parts[0]->type));
+        return NULL;
+      }
+      r->type.dims[a] = sym_add(S->arena, r->type.dims[a], t->dims[a]);
+      if (!r->type.dims[a]) return NULL;
+    }
+    r->attr[0] = a;
+    r->nattr = 1;
+    return r;
+  }
+  case SOP_EMBEDDING: {
+    if (!check_keywords(S, &c, NULL, 0)) return NULL;
+    SemExpr *table = tensor_arg(S, F, &c, 0), *ids = table ? tensor_arg(S, F, &c, 1) : NULL;
+    if (!table || !ids) return NULL;
+    if (table->type.rank != 2 || !sem_dtype_is_float(table->type.dtype)) {
+      sema_error(S, at, "embedding's table is a float [V, C] tensor; this is %s", tstr(S, &table->type));
+      origin_note(S, F, table, "the table");
+      return NULL;
+    }
+    if (sem_dtype_is_float(ids->type.dtype) || ids->kind == SE_SCALAR) {
+      sema_error(S, at, "embedding's indices must be an integer tensor; this is %s", tstr(S, &ids->type));
+      origin_note(S, F, ids, "the indices");
+      return NULL;
+    }
+    if (ids->type.rank + 1 > SEM_MAX_RANK) {
+      sema_error(S, at, "too many dimensions");
+      return NULL;
+    }
+    SemExpr *args[2] = {table, ids};
+    SemExpr *r = new_op(S, op, at, args, 2);
+    r->type = ids->type;
+    r->type.dtype = table->type.dtype;
+    r->type.dims[r->type.rank++] = table->type.dims[1];
+    return r;
+  }
+  case SOP_ARANGE: {
+    if (!check_keywords(S, &c, NULL, 0)) return NULL;
+    const AstExpr *ne = arg_at(&c, 0, NULL);
+    int infer;
+    SymDim *n = ne ? eval_dim(S, F, ne, &infer) : NULL;
+    if (!n) {
+      if (ne && infer) sema_error(S, ne->span, "arange needs a positive length");
+      return NULL;
+    }
+    SemExpr *r = new_op(S, op, at, NULL, 0);
+    r->type.dtype = DT_I32;
+    r->type.rank = 1;
+    r->type.dims[0] = n;
+    return r;
+  }
+  case SOP_CAUSAL_MASK: {
+    if (!check_keywords(S, &c, NULL, 0)) return NULL;
+    SemExpr *x = tensor_arg(S, F, &c, 0);
+    if (!x || !require_float(S, F, x, fn, at)) return NULL;
+    int r0 = x->type.rank;
+    if (r0 < 2 || !sym_equal(x->type.dims[r0 - 1], x->type.dims[r0 - 2])) {
+      sema_error(S, at, "causal_mask needs square scores [..., T, T]; this is %s", tstr(S, &x->type));
+      origin_note(S, F, x, "the scores");
+      return NULL;
+    }
+    SemExpr *r = new_op(S, op, at, &x, 1);
+    r->type = x->type;
+    return r;
+  }
+  case SOP_ROPE: {
+    static const char *const keys[] = {"base"};
+    if (!check_keywords(S, &c, keys, 1)) return NULL;
+    SemExpr *x = tensor_arg(S, F, &c, 0);
+    double base;
+    if (!x || !require_float(S, F, x, fn, at) || !attr_float(S, F, &c, 1, "base", 10000.0, &base)) return NULL;
+    int64_t d;
+    if (x->type.rank != 4 || (sym_is_const(x->type.dims[3], &d) && d % 2 != 0)) {
+      sema_error(S, at, "rope needs [B, H, T, D] with an even D; this is %s", tstr(S, &x->type));
+      origin_note(S, F, x, "the tensor");
+      return NULL;
+    }
+    if (!(base > 1)) {
+      sema_error(S, arg_at(&c, 1, "base")->span, "rope's base must be greater than 1");
+      return NULL;
+    }
+    SemExpr *r = new_op(S, op, at, &x, 1);
+    r->type = x->type;
+    r->scalar = base;
+    return r;
+  }
+  case SOP_REPEAT_KV: {
+    if (!check_keywords(S, &c, NULL, 0)) return NULL;
+    SemExpr *x = tensor_arg(S, F, &c, 0);
+    int64_t n;
+    if (!x || !attr_int(S, F, &c, 1, "n", 0, &n)) return NULL;
+    if (x->type.rank != 4 || n < 1) {
+      sema_error(S, at, "repeat_kv needs [B, Hkv, T, D] and a positive count; this is %s and %" PRId64, tstr(S, &x->type), n);
+      return NULL;
+    }
+    SemExpr *r = new_op(S, op, at, &x, 1);
+    r->type = x->type;
+    r->type.dims[1] = dim_mul(S, x->type.dims[1], sym_const(S->arena, n), at);
+    r->attr[0] = n;
+    r->nattr = 1;
+    return r->type.dims[1] ? r : NULL;
+  }
+  case SOP_CROSS_ENTROPY: {
+    if (!check_keywords(S, &c, NULL, 0)) return NULL;
+    SemExpr *logits = tensor_arg(S, F, &c, 0), *targets = logits ? tensor_arg(S, F, &c, 1) : NULL;
+    if (!logits || !targets || !require_float(S, F, logits, "cross_entropy's logits", at)) return NULL;
+    if (sem_dtype_is_float(targets->type.dtype) || targets->kind == SE_SCALAR) {
+      sema_error(S, at, "cross_entropy's targets are integer class ids; this is %s", tstr(S, &targets->type));
+      origin_note(S, F, targets, "the targets");
+      return NULL;
+    }
+    int ok = logits->type.rank == targets->type.rank + 1;
+    for (int i = 0; ok && i < targets->type.rank; i++) ok = sym_equal(logits->type.dims[i], targets->type.dims[i]);
+    if (!ok) {
+      sema_error(S, at, "cross_entropy: logits %s do not fit targets %s (logits are [..., V] over targets [...])",
+                 tstr(S, &logits->type), tstr(S, &targets->type));
+      origin_note(S, F, logits, "the logits");
+      origin_note(S, F, targets, "the targets");
+      return NULL;
+    }
+    SemExpr *args[2] = {logits, targets};
+    SemExpr *r = new_op(S, op, at, args, 2);
+    r->type.dtype = DT_F32;
+    r->type.rank = 0;
+    return r;
+  }
+  case SOP_DROPOUT: {
+    static const char *const keys[] = {"p"};
+    if (!check_keywords(S, &c, keys, 1)) return NULL;
+    SemExpr *x = tensor_arg(S, F, &c, 0);
+    double p;
+    if (!x || !require_float(S, F, x, fn, at) || !attr_float(S, F, &c, 1, "p", 0.0, &p)) return NULL;
+    if (p < 0 || p >= 1) {
+      sema_error(S, at, "dropout probability %g is outside [0, 1)", p);
+      return NULL;
+    }
+    SemExpr *r = new_op(S, op, at, &x, 1);
+    r->type = x->type;
+    r->scalar = p;
+    return r;
+  }
+  default:
+    sema_error(S, at, "%s() cannot be called", fn);
+    return NULL;
+  }
+}
+
+
+static SemExpr *check_child_call(Sema *S, Fwd *F, const SemChild *child, int index, const AstExpr *call) {
+  int n = call->u.call.nargs;
+  SemExpr **args = arena_alloc(S->arena, sizeof(SemExpr *) * (size_t)(n + 1));
+  for (int i = 0; i < n; i++) {
+    if (call->u.call.args[i].name) {
+      sema_error(S, call->u.call.args[i].name_span, "sub-layer calls take tensors by position; '%s =' belongs where the layer is instantiated",
+                 call->u.call.args[i].name);
+      return NULL;
+    }
+    if (!(args[i] = check_expr(S, F, call->u.call.args[i].value))) return NULL;
+    if (args[i]->is_tuple) {
+      sema_error(S, call->u.call.args[i].value->span, "this is a tuple of %d tensors; unpack it first: a, b = ...", args[i]->ntuple);
+      return NULL;
+    }
+  }
+  if (child->repeat > 1 && n != 1) {
+    sema_error(S, call->span, "'%s' repeats %s %" PRId64 " times, so it takes exactly one tensor", child->name,
+               child->layer->decl->name.name, child->repeat);
+    return NULL;
+  }
+  SemFunc *fn = sema_check_forward(S, child->layer, args, n, call->span);
+  if (!fn) return NULL;
+  if (fn->result->is_tuple) {
+    sema_error(S, call->span, "a layer returns one tensor");
+    return NULL;
+  }
+  if (child->repeat > 1 && !type_equal(&fn->result->type, &args[0]->type)) {
+    sema_error(S, call->span, "'%s' repeats %s, but one block maps %s to %s; repeated blocks must keep the shape",
+               child->name, child->layer->display, tstr(S, &args[0]->type), tstr(S, &fn->result->type));
+    diag_note(S->diag, child->span, "repeated here");
+    return NULL;
+  }
+  SemExpr *r = new_expr(S, SE_CALL, call->span);
+  r->index = index;
+  r->callee = fn;
+  r->args = args;
+  r->nargs = n;
+  r->type = fn->result->type;
+  return r;
+}
+
+/* Extern calls: the declared tensor types bind the dimension names. */
+static SemExpr *check_extern_call(Sema *S, Fwd *F, const AstDecl *ext, const AstExpr *call) {
+  if (!sema_check_param_types(S, ext)) return NULL;
+  int n = call->u.call.nargs;
+  if (n != ext->nparams) {
+    sema_error(S, call->span, "%s takes %d tensor%s, not %d", ext->name.name, ext->nparams, ext->nparams == 1 ? "" : "s", n);
+    diag_note(S->diag, ext->span, "declared here");
+    return NULL;
+  }
+  SemExpr **args = arena_alloc(S->arena, sizeof(SemExpr *) * (size_t)(n + 1));
+  Binding *dims = NULL;
+  PtrVec dimvals = {0, 0, 0};
+  for (int i = 0; i < n; i++) {
+    if (!(args[i] = check_expr(S, F, call->u.call.args[i].value))) return NULL;
+    const AstType *t = ext->params[i].tensor_type;
+    DType dt;
+    if (!sema_parse_dtype(S, t, &dt)) return NULL;
+    int ok = dt == args[i]->type.dtype && t->ndims == args[i]->type.rank;
+    for (int k = 0; ok && k < t->ndims; k++) {
+      const AstExpr *de = t->dims[k];
+      SymDim *actual = args[i]->type.dims[k];
+      if (de->kind == EX_NAME) {
+        Binding *b = sema_lookup(dims, de->u.sval);
+        if (!b) {
+          b = sema_bind(S, &dims, de->u.sval, B_TENSOR, de->span);
+          b->index = dimvals.len;
+          ptrvec_push(S->arena, &dimvals, actual);
+        } else if (!sym_equal(dimvals.items[b->index], actual)) {
+          ok = 0;
+        }
+      } else {
+        int64_t d;
+        if (!sema_eval_int(S, NULL, de, "an extern dimension", &d)) return NULL;
+        ok = dim_is(actual, d);
+      }
+    }
+    if (!ok) {
+      sema_error(S, call->u.call.args[i].value->span, "argument %d of %s is %s, which does not fit '%s: %s'", i + 1,
+                 ext->name.name, tstr(S, &args[i]->type), ext->params[i].name.name, ast_type_text(S, t));
+      if (i > 0) diag_hint(S->diag, "a dimension name stands for the same size in every argument and the result");
+      diag_note(S->diag, t->span, "declared here");
+      return NULL;
+    }
+  }
+  SemExpr *r = new_expr(S, SE_EXTERN, call->span);
+  r->ext = ext;
+  r->args = args;
+  r->nargs = n;
+  if (!sema_parse_dtype(S, ext->result, &r->type.dtype)) return NULL;
+  r->type.rank = ext->result->ndims;
+  for (int k = 0; k < ext->result->ndims; k++) {
+    const AstExpr *de = ext->result->dims[k];
+    if (de->kind == EX_NAME) {
+      Binding *b = sema_lookup(dims, de->u.sval);
+      if (!b) {
+        sema_error(S, de->span, "result dimension '%s' is not a dimension of any argument", de->u.sval);
+        return NULL;
+      }
+      r->type.dims[k] = dimvals.items[b->index];
+    } else {
+      int64_t d;
+      if (!sema_eval_int(S, NULL, de, "an extern dimension", &d)) return NULL;
+      r->type.dims[k] = sym_const(S->arena, d);
+    }
+  }
+  return r;
+}
+
+static SemExpr *check_call(Sema *S, Fwd *F, const AstExpr *e) {
+  const AstExpr *callee = e->u.call.callee;
+  if (callee->kind == EX_CALL && callee->u.call.callee->kind == EX_NAME &&
+      sema_find_decl(S, callee->u.call.callee->u.sval, (1 << DECL_LAYER) | (1 << DECL_MODEL))) {
+    const char *lname = callee->u.call.callee->u.sval;
+    sema_error(S, callee->span, "layers are instantiated in the body, next to the params, not in forward");
+    diag_hint(S->diag, "write `name = %s(...)` in the body, then call name(x) here", lname);
+    return NULL;
+  }
+  if (callee->kind != EX_NAME) {
+    sema_error(S, callee->span, "only sub-layers, builtins and externs can be called");
+    return NULL;
+  }
+  const char *name = callee->u.sval;
+  Binding *b = sema_lookup(F->env, name);
+  if (b && b->kind == B_CHILD)
+    return check_child_call(S, F, &F->box->l.children[b->index], b->index, e);
+  if (b && b->kind == B_VALUE) {
+    if (b->value.kind == VAL_NONE) return NULL; /* reported where it failed */
+    const char *w = val_as_word(&b->value);
+    int op = w ? sema_find_builtin(w) : -1;
+    if (op >= 0) return check_builtin(S, F, (SemOp)op, e, w);
+    sema_error(S, callee->span, "'%s' is %s, which cannot be called", name, val_str(S->arena, &b->value));
+    if (w) diag_hint(S->diag, "an activation parameter holds a builtin name such as gelu, relu or silu");
+    return NULL;
+  }
+  if (b) {
+    sema_error(S, callee->span, "'%s' is a tensor, not a function", name);
+    return NULL;
+  }
+  int op = sema_find_builtin(name);
+  if (op >= 0) return check_builtin(S, F, (SemOp)op, e, name);
+  const AstDecl *d = sema_find_decl(S, name, DECL_CALLABLE);
+  if (d && d->kind == DECL_EXTERN) return check_extern_call(S, F, d, e);
+  if (d) {
+    sema_error(S, callee->span, "%s '%s' must be instantiated in the body before forward calls it", ast_decl_kind_name(d->kind), name);
+    diag_hint(S->diag, "write `name = %s(...)` next to the params, then call name(x)", name);
+    return NULL;
+  }
+  sema_error(S, callee->span, "unknown function '%s'", name);
+  const char *close = sema_suggest(S, F->env, name, 1);
+  if (close) diag_hint(S->diag, "did you mean '%s'?", close);
+  return NULL;
+}
+
+static SemExpr *check_index(Sema *S, Fwd *F, const AstExpr *e) {
+  SemExpr *x = check_expr(S, F, e->u.index.obj);
+  if (!x) return NULL;
+  int n = e->u.index.nitems;
+  if (n > x->type.rank) {
+    sema_error(S, e->span, "%d indices for %s", n, tstr(S, &x->type));
+    return NULL;
+  }
+  SemExpr *r = new_op(S, SOP_SLICE, e->span, &x, 1);
+  r->type.dtype = x->type.dtype;
+  int out = 0;
+  for (int i = 0; i < x->type.rank; i++) {
+    SymDim *dim = x->type.dims[i];
+    const AstExpr *it = i < n ? e->u.index.items[i] : NULL;
+    int64_t size = -1;
+    sym_is_const(dim, &size);
+    int64_t lo = 0, hi = size;
+    int drop = 0;
+    if (it && it->kind == EX_SLICE) {
+      if (it->u.slice.lo && !sema_eval_int(S, F->env, it->u.slice.lo, "a slice bound", &lo)) return NULL;
+      if (it->u.slice.hi && !sema_eval_int(S, F->env, it->u.slice.hi, "a slice bound", &hi)) return NULL;
+      if ((it->u.slice.lo || it->u.slice.hi) && size < 0) {
+        sema_error(S, it->span, "slicing dimension %d needs its size known at compile time; it is %s", i,
+                   sym_str(S->arena, dim));
+        return NULL;
+      }
+    } else if (it) {
+      if (!sema_eval_int(S, F->env, it, "an index", &lo)) return NULL;
+      if (size < 0) {
+        sema_error(S, it->span, "indexing dimension %d needs its size known at compile time; it is %s", i, sym_str(S->arena, dim));
+        return NULL;
+      }
+      if (lo < 0) lo += size;
+      hi = lo + 1;
+      drop = 1;
+    }
+    if (size >= 0) {
+      if (lo < 0) lo += size;
+      if (hi < 0) hi += size;
+      if (lo < 0 || hi > size || lo >= hi) {
+        sema_error(S, it ? it->span : e->span, "slice %" PRId64 ":%" PRId64 " is out of range for dimension %d of size %" PRId64, lo, hi, i, size);
+        return NULL;
+      }
+    }
+    r->attr[i] = lo;
+    r->attr[SEM_MAX_RANK + i] = size >= 0 ? hi : -1;
+    r->attr[2 * SEM_MAX_RANK + i] = drop;
+    if (!drop) r->type.dims[out++] = size >= 0 ? sym_const(S->arena, hi - lo) : dim;
+  }
+  r->type.rank = out;
+  r->nattr = 3 * SEM_MAX_RANK;
+  return r;
+}
+
+static SemExpr *check_expr(Sema *S, Fwd *F, const AstExpr *e) {
+  switch (e->kind) {
+  case EX_INT: return scalar_expr(S, (double)e->u.ival, e->span);
+  case EX_FLOAT: return scalar_expr(S, e->u.fval.value, e->span);
+  case EX_NAME: {
+    Binding *b = sema_lookup(F->env, e->u.sval);
+    if (!b) {
+      if (sema_find_builtin(e->u.sval) >= 0) {
+        sema_error(S, e->span, "'%s' is a function; call it: %s(x)", e->u.sval, e->u.sval);
+        return NULL;
+      }
+      sema_error(S, e->span, "unknown name '%s'", e->u.sval);
+      const char *close = sema_suggest(S, F->env, e->u.sval, 0);
+      if (close) diag_hint(S->diag, "did you mean '%s'?", close);
+      return NULL;
+    }
+    switch (b->kind) {
+    case B_TENSOR: return b->expr;
+    case B_PARAM: {
+      SemExpr *x = new_expr(S, SE_PARAM, e->span);
+      x->index = b->index;
+      x->type = ((SemParam *)F->box->params.items[b->index])->type;
+      return x;
+    }
+    case B_CHILD:
+      sema_error(S, e->span, "'%s' is a sub-layer; call it: %s(x)", e->u.sval, e->u.sval);
+      return NULL;
+    case B_VALUE: {
+      double v;
+      if (b->value.kind == VAL_NONE) return NULL; /* its error was reported */
+      if (b->value.kind == VAL_BOOL || !val_as_float(&b->value, &v)) {
+        sema_error(S, e->span, "'%s' is %s, not a tensor or a number", e->u.sval, val_str(S->arena, &b->value));
+        return NULL;
+      }
+      return scalar_expr(S, v, e->span);
+    }
+    }
+    return NULL;
+  }
+  case EX_UNARY: {
+    if (e->u.op.op == OP_NOT) {
+      sema_error(S, e->span, "'not' works on compile-time bools, not tensors");
+      return NULL;
+    }
+    SemExpr *x = check_expr(S, F, e->u.op.a);
+    if (!x) return NULL;
+    if (x->kind == SE_SCALAR) return scalar_expr(S, -x->scalar, e->span);
+    SemExpr *r = new_op(S, SOP_NEG, e->span, &x, 1);
+    r->type = x->type;
+    return r;
+  }
+  case EX_BINARY: {
+    AstOp op = e->u.op.op;
+    if (op == OP_POW) {
+      SemExpr *x = check_expr(S, F, e->u.op.a);
+      if (!x) return NULL;
+      Value p = sema_eval_const(S, F->env, e->u.op.b);
+      double pv;
+      if (p.kind == VAL_NONE) return NULL;
+      if (!val_as_float(&p, &pv)) {
+        sema_error(S, e->u.op.b->span, "the exponent must be a number known at compile time");
+        return NULL;
+      }
+      if (x->kind == SE_SCALAR) return scalar_expr(S, pow(x->scalar, pv), e->span);
+      if (!require_float(S, F, x, "'**'", e->u.op.op_span)) return NULL;
+      SemExpr *r = new_op(S, SOP_POW, e->span, &x, 1);
+      r->type = x->type;
+      r->scalar = pv;
+      return r;
+    }
+    if (op != OP_ADD && op != OP_SUB && op != OP_MUL && op != OP_DIV && op != OP_MATMUL) {
+      sema_error(S, e->u.op.op_span, "'%s' is not a tensor operation; comparisons and logic are compile-time only",
+                 ast_op_text(op));
+      return NULL;
+    }
+    SemExpr *a = check_expr(S, F, e->u.op.a);
+    SemExpr *b = a ? check_expr(S, F, e->u.op.b) : NULL;
+    if (!a || !b) return NULL;
+    if (a->is_tuple || b->is_tuple) {
+      sema_error(S, (a->is_tuple ? a : b)->span, "this is a tuple of tensors; unpack it first: a, b = ...");
+      return NULL;
+    }
+    if (op == OP_MATMUL) return matmul_op(S, F, a, b, e->u.op.op_span);
+    if (a->kind == SE_SCALAR && b->kind == SE_SCALAR) {
+      double x = a->scalar, y = b->scalar;
+      if (op == OP_DIV && y == 0) {
+        sema_error(S, e->u.op.b->span, "division by zero");
+        return NULL;
+      }
+      return scalar_expr(S, op == OP_ADD ? x + y : op == OP_SUB ? x - y : op == OP_MUL ? x * y : x / y, e->span);
+    }
+    SemOp sop = op == OP_ADD ? SOP_ADD : op == OP_SUB ? SOP_SUB : op == OP_MUL ? SOP_MUL : SOP_DIV;
+    SemExpr *r = broadcast_op(S, F, sop, a, b, e->u.op.op_span, ast_op_text(op));
+    if (r) r->span = e->span;
+    return r;
+  }
+  case EX_CALL: return check_call(S, F, e);
+  case EX_MEMBER: {
+    const AstExpr *obj = e->u.member.obj;
+    Binding *b = obj->kind == EX_NAME ? sema_lookup(F->env, obj->u.sval) : NULL;
+    if (!b || b->kind != B_CHILD) {
+      sema_error(S, obj->span, "'.%s' reads a parameter of a sub-layer, and this is not a sub-layer", e->u.member.name);
+      return NULL;
+    }
+    const SemChild *child = &F->box->l.children[b->index];
+    if (child->repeat > 1) {
+      sema_error(S, e->span, "'%s' is repeated %" PRId64 " times, so '%s.%s' has no single value", child->name,
+                 child->repeat, child->name, e->u.member.name);
+      return NULL;
+    }
+    const SemLayer *cl = child->layer;
+    for (int i = 0; i < cl->nparams; i++)
+      if (!strcmp(cl->params[i].name, e->u.member.name)) {
+        SemExpr *x = new_expr(S, SE_CHILD_PARAM, e->span);
+        x->index = b->index;
+        x->index2 = i;
+        x->type = cl->params[i].type;
+        return x;
+      }
+    sema_error(S, e->u.member.name_span, "%s has no parameter '%s'", cl->display, e->u.member.name);
+    const char **names = arena_alloc(S->arena, sizeof(char *) * (size_t)(cl->nparams + 1));
+    for (int i = 0; i < cl->nparams; i++) names[i] = cl->params[i].name;
+    const char *close = diag_closest(e->u.member.name, names, cl->nparams);
+    if (close) diag_hint(S->diag, "did you mean '%s'?", close);
+    return NULL;
+  }
+  case EX_INDEX: return check_index(S, F, e);
+  case EX_BOOL:
+  case EX_STRING:
+    sema_error(S, e->span, "a %s is not a tensor", e->kind == EX_BOOL ? "bool" : "string");
+    return NULL;
+  case EX_TUPLE:
+  case EX_LIST:
+    sema_error(S, e->span, "lists and tuples are not tensors (concat([a, b]) joins tensors)");
+    return NULL;
+  case EX_SLICE:
+  case EX_REPEAT:
+    sema_error(S, e->span, "this belongs in the body of a layer, not in forward");
+    return NULL;
+  }
+  return NULL;
+}
+
+/* True when `e` needs no tensor: a constant such as 1.0 / sqrt(D). */
+static int is_const_expr(Binding *env, const AstExpr *e) {
+  switch (e->kind) {
+  case EX_INT: case EX_FLOAT: case EX_BOOL: case EX_STRING: return 1;
+  case EX_NAME: {
+    Binding *b = sema_lookup(env, e->u.sval);
+    return b ? b->kind == B_VALUE : sema_find_builtin(e->u.sval) < 0;
+  }
+  case EX_UNARY: return is_const_expr(env, e->u.op.a);
+  case EX_BINARY: return e->u.op.op != OP_MATMUL && is_const_expr(env, e->u.op.a) && is_const_expr(env, e->u.op.b);
+  case EX_TUPLE: case EX_LIST:
+    for (int i = 0; i < e->u.list.nitems; i++)
+      if (!is_const_expr(env, e->u.list.items[i])) return 0;
+    return 1;
+  case EX_CALL: {
+    static const char *const scalar_fns[] = {"sqrt", "exp", "log", "abs", "int", "float", "min", "max"};
+    if (e->u.call.callee->kind != EX_NAME || sema_lookup(env, e->u.call.callee->u.sval)) return 0;
+    int known = 0;
+    for (int k = 0; k < 8; k++) known |= !strcmp(scalar_fns[k], e->u.call.callee->u.sval);
+    if (!known) return 0;
+    for (int i = 0; i < e->u.call.nargs; i++)
+      if (!is_const_expr(env, e->u.call.args[i].value)) return 0;
+    return 1;
+  }
+  default: return 0;
+  }
+}
+
+static int check_stmts(Sema *S, Fwd *F, const AstBlock *body, SemExpr **result, int is_model, int top);
+
+static int check_assign(Sema *S, Fwd *F, const AstStmt *st) {
+  const AstExpr *v = st->u.assign.value;
+  int n = st->u.assign.nnames;
+  for (int i = 0; i < n; i++) {
+    Binding *prev = sema_lookup(F->env, st->u.assign.names[i].name);
+    if (prev && (prev->kind == B_PARAM || prev->kind == B_CHILD)) {
+      sema_error(S, st->u.assign.names[i].span, "'%s' is a %s of %s; choose another name",
+                 prev->name, prev->kind == B_PARAM ? "parameter" : "sub-layer", F->box->l.decl->name.name);
+      diag_note(S->diag, prev->span, "declared here");
+      return 0;
+    }
+  }
+  if (v->kind == EX_REPEAT || sema_is_layer_instantiation(S, v)) {
+    if (v->kind == EX_REPEAT || sema_find_decl(S, v->u.call.callee->u.sval, (1 << DECL_LAYER) | (1 << DECL_MODEL))) {
+      sema_error(S, v->span, "layers are instantiated in the body, next to the params, not in forward");
+      return 0;
+    }
+  }
+  if (n == 1 && is_const_expr(F->env, v)) {
+    Value c = sema_eval_const(S, F->env, v);
+    if (c.kind == VAL_NONE) return 0;
+    Binding *b = sema_bind(S, &F->env, st->u.assign.names[0].name, B_VALUE, st->u.assign.names[0].span);
+    b->value = c;
+    return 1;
+  }
+  SemExpr *x = check_expr(S, F, v);
+  if (!x) {
+    /* Bind the names to "nothing" so their uses stay quiet: one error, not a cascade. */
+    for (int i = 0; i < n; i++) {
+      Binding *b = sema_bind(S, &F->env, st->u.assign.names[i].name, B_VALUE, st->u.assign.names[i].span);
+      b->value = sema_none_value(st->u.assign.names[i].span);
+    }
+    return 0;
+  }
+  if (n == 1) {
+    if (x->is_tuple) {
+      sema_error(S, st->u.assign.names[0].span, "this gives %d tensors; name each: a, b = ...", x->ntuple);
+      return 0;
+    }
+    Binding *b = sema_bind(S, &F->env, st->u.assign.names[0].name, B_TENSOR, st->u.assign.names[0].span);
+    b->expr = x;
+    return 1;
+  }
+  if (!x->is_tuple || x->ntuple != n) {
+    sema_error(S, st->span, "%d names, but the value is %s", n,
+               x->is_tuple ? arena_printf(S->arena, "%d tensors", x->ntuple) : "one tensor");
+    return 0;
+  }
+  for (int i = 0; i < n; i++) {
+    SemExpr *g = new_expr(S, SE_TUPLE_GET, st->u.assign.names[i].span);
+    g->index = i;
+    g->type = x->type;
+    g->args = arena_alloc(S->arena, sizeof(SemExpr *));
+    g->args[0] = x;
+    g->nargs = 1;
+    Binding *b = sema_bind(S, &F->env, st->u.assign.names[i].name, B_TENSOR, st->u.assign.names[i].span);
+    b->expr = g;
+  }
+  return 1;
+}
+
+static int check_stmts(Sema *S, Fwd *F, const AstBlock *body, SemExpr **result, int is_model, int top) {
+  int ok = 1;
+  for (int i = 0; i < body->n && !diag_saturated(S->diag); i++) {
+    const AstStmt *st = body->items[i];
+    switch (st->kind) {
+    case ST_ASSIGN:
+      ok &= check_assign(S, F, st);
+      break;
+    case ST_RETURN: {
+      if (is_model) {
+        sema_error(S, st->span, "a model's forward does not return; it assigns 'loss'");
+        ok = 0;
+        break;
+      }
+      if (*result) {
+        sema_error(S, st->span, "forward returns twice");
+        ok = 0;
+        break;
+      }
+      if (!top || i != body->n - 1) {
+        sema_error(S, st->span, "'return' must be the last statement of forward");
+        ok = 0;
+        break;
+      }
+      SemExpr *x = check_expr(S, F, st->u.ret.value);
+      if (!x) {
+        ok = 0;
+        break;
+      }
+      if (x->is_tuple || x->kind == SE_SCALAR) {
+        sema_error(S, st->u.ret.value->span, "forward returns one tensor");
+        ok = 0;
+        break;
+      }
+      *result = x;
+      break;
+    }
+    case ST_IF: {
+      Value c = sema_eval_const(S, F->env, st->u.if_.cond);
+      if (c.kind == VAL_NONE) {
+        ok = 0;
+        break;
+      }
+      if (c.kind != VAL_BOOL) {
+        sema_error(S, st->u.if_.cond->span, "the condition must be a bool known at compile time, not %s", val_str(S->arena, &c));
+        ok = 0;
+        break;
+      }
+      ok &= check_stmts(S, F, c.b ? &st->u.if_.then : &st->u.if_.otherwise, result, is_model, 0);
+      break;
+    }
+    default:
+      sema_error(S, st->span, "this declaration belongs in the body, not in forward");
+      ok = 0;
+      break;
+    }
+  }
+  return ok;
+}
+
+SemFunc *sema_check_forward(Sema *S, SemLayer *layer, SemExpr **args, int nargs, Span site) {
+  LayerBox *box = (LayerBox *)layer;
+  for (SemFunc *f = layer->funcs; f; f = f->next) {
+    if (f->nargs != nargs) continue;
+    int same = 1;
+    for (int i = 0; i < nargs && same; i++) same = type_equal(&f->arg_types[i], &args[i]->type);
+    if (same) return f->result ? f : NULL; /* a failed check is reported once */
+  }
+  const AstStmt *fw = layer->forward;
+  int is_model = layer->decl->kind == DECL_MODEL;
+  if (!is_model && fw->u.forward.nargs != nargs) {
+    sema_error(S, site, "%s's forward takes %d tensor%s, not %d", layer->decl->name.name, fw->u.forward.nargs,
+               fw->u.forward.nargs == 1 ? "" : "s", nargs);
+    diag_note(S->diag, fw->span, "forward declared here");
+    return NULL;
+  }
+  if (S->depth >= SEMA_MAX_DEPTH) {
+    sema_error(S, site, "layers nested deeper than %d levels", SEMA_MAX_DEPTH);
+    return NULL;
+  }
+  SemFunc *fn = arena_alloc(S->arena, sizeof *fn);
+  fn->layer = layer;
+  fn->nargs = nargs;
+  fn->arg_types = arena_alloc(S->arena, sizeof(TensorType) * (size_t)(nargs + 1));
+  Fwd F = {box, box->env};
+  for (int i = 0; i < nargs; i++) {
+    fn->arg_types[i] = args[i]->type;
+    SemExpr *a = new_expr(S, SE_ARG, fw->u.forward.args[i].span);
+    a->index = i;
+    a->type = args[i]->type;
+    Binding *b = sema_bind(S, &F.env, fw->u.forward.args[i].name, B_TENSOR, fw->u.forward.args[i].span);
+    b->expr = a;
+  }
+  Frame fr = {layer->display, site, layer->decl, S->frame, 1};
+  S->frame = &fr;
+  S->depth++;
+  SemExpr *result = NULL;
+  int ok = check_stmts(S, &F, &fw->u.forward.body, &result, is_model, 1);
+  S->frame = fr.up;
+  S->depth--;
+  /* Remember the argument types even when the check failed (result NULL). */
+  fn->next = layer->funcs;
+  layer->funcs = fn;
+  if (!ok) return NULL;
+  if (is_model) {
+    Binding *loss = sema_lookup(F.env, "loss");
+    if (!loss || loss->kind != B_TENSOR) {
+      sema_error(S, fw->span, "model %s's forward never assigns 'loss'", layer->decl->name.name);
+      diag_hint(S->diag, "end forward with loss = cross_entropy(logits, targets)");
+      return NULL;
+    }
+    if (loss->expr->type.rank != 0) {
+      sema_error(S, loss->span, "'loss' must be a scalar; it is %s", tstr(S, &loss->expr->type));
+      diag_hint(S->diag, "reduce it, e.g. mean(x) or cross_entropy(logits, targets)");
+      return NULL;
+    }
+    result = loss->expr;
+  } else if (!result) {
+    sema_error(S, fw->span, "%s's forward does not return a tensor", layer->decl->name.name);
+    return NULL;
+  }
+  fn->result = result;
+  return fn;
+}
