@@ -5,16 +5,17 @@
 #include <string.h>
 
 #include "codegen.h"
+#include "codegen_cuda.h"
 
 #ifdef HPDL_HAVE_LLVM
 #include "codegen_cpu.h"
 #endif
 
 const CgBackend *cg_backend(const char *name) {
+  if (!name) return NULL;
 #ifdef HPDL_HAVE_LLVM
-  if (name && !strcmp(name, "cpu")) return cg_cpu_backend();
-#else
-  (void)name;
+  if (!strcmp(name, "cpu")) return cg_cpu_backend();
 #endif
+  if (!strcmp(name, "cuda")) return cg_cuda_backend();
   return NULL;
 }

@@ -35,6 +35,12 @@ typedef struct {
    * stash and call workspace at the plan's offsets, loop kernels in place
    * where it says. NULL: the back end's own first-fit plan. */
   const MemPlan *memplan;
+  /* The CUDA back end: the GPU architecture ("sm_80"; NULL: sm_80), where
+   * kernels/hpdl_cuda.cuh is (NULL: $HPDL_KERNELS_DIR, else the source
+   * tree's), and whether to use the NVRTC cache. */
+  const char *arch;
+  const char *kernels_dir;
+  int no_cache;
 } CgOptions;
 
 /* Seconds spent in each phase of the last emit. */

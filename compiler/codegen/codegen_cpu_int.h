@@ -12,6 +12,7 @@
 #include <stdarg.h>
 
 #include "codegen.h"
+#include "nest.h"
 #include "fuse.h"
 #include "ir.h"
 
@@ -111,6 +112,7 @@ typedef struct {
   const int *inplace_of;    /* per node (codegen_cpu.c's CgGraph) */
   LLVMValueRef status_fail; /* block-less: set via cg_kernel_fail */
   LLVMBasicBlockRef fail_bb;
+  NestKernel nk;            /* the kernel as the nest builder (nest.h) sees it */
 } CgKern;
 
 /* ---- errors ---- */

@@ -35,23 +35,20 @@
 #include <string.h>
 
 #include "codegen_cpu_int.h"
+#include "gemm.h"
+#include "nest.h"
 #include "xalloc.h"
 
 static const IrNode *nd(const CgKern *k, int id) { return &k->g->nodes[id]; }
 static int in_kernel(const CgKern *k, int id) { return k->fg->kernel_of[id] == k->kp; }
 static int64_t numel(const IrNode *n) { return ir_numel(n); }
 
-static int is_index_map(IrOp op) {
-  return op == IR_RESHAPE || op == IR_TRANSPOSE || op == IR_SLICE || op == IR_EXPAND || op == IR_REPEAT_KV;
-}
+/* The nest (nest.h) under the short names this file uses. */
+typedef NestAff Aff;
+typedef NestX X;
+typedef NestStore Store;
 
-static void row_strides(int rank, const int64_t *dims, int64_t *s) {
-  int64_t acc = 1;
-  for (int i = rank - 1; i >= 0; i--) {
-    s[i] = acc;
-    acc *= dims[i];
-  }
-}
+static void nest_fail_cb(void *be, const char *msg) { cg_fail(((CgKern *)be)->cg, "%s", msg); }
 
 /* The io index of a value the kernel reads or writes, or -1. */
 static int io_index(const CgKern *k, int v) {
@@ -213,458 +210,9 @@ static LLVMValueRef key_max(CgCpu *cg, LLVMValueRef acc, LLVMValueRef key) {
 /* key(-inf) */
 static LLVMValueRef key_ninf(CgCpu *cg) { return cg_i32(cg, (int32_t)(0xff800000u ^ 0x7fffffffu)); }
 
-/* ==== affine index forms ==== */
-
-/* c + sum_j coef[j] * i_j + dcoef * (i_dax / dq) over a space's axes. */
-typedef struct {
-  int64_t c;
-  int64_t coef[IR_MAX_RANK];
-  int dax;
-  int64_t dq, dcoef;
-} Aff;
-
-static Aff aff_const(int64_t c) {
-  Aff a;
-  memset(&a, 0, sizeof a);
-  a.c = c;
-  a.dax = -1;
-  return a;
-}
-
-static Aff aff_axis(int j) {
-  Aff a = aff_const(0);
-  a.coef[j] = 1;
-  return a;
-}
-
-/* a + s * b; 0 when both have a division term on different axes. */
-static int aff_addmul(Aff *a, const Aff *b, int64_t s) {
-  a->c += s * b->c;
-  for (int j = 0; j < IR_MAX_RANK; j++) a->coef[j] += s * b->coef[j];
-  if (b->dax >= 0 && b->dcoef) {
-    if (a->dax >= 0 && a->dcoef && (a->dax != b->dax || a->dq != b->dq)) return 0;
-    a->dax = b->dax;
-    a->dq = b->dq;
-    a->dcoef += s * b->dcoef;
-  }
-  return 1;
-}
-
-/* ==== the nest ==== */
-
-typedef enum { X_LOAD, X_CONST, X_UN, X_BIN, X_ACTGRAD, X_MASK, X_DROP, X_INDEX, X_CASTI, X_RED } XKind;
-
-typedef struct {
-  XKind kind;
-  IrOp op;
-  double p;
-  int a, b;
-  int full, level;
-  int mem;             /* X_LOAD: the value read */
-  DType dt;            /* X_LOAD: its dtype */
-  Aff off;             /* X_LOAD: element offset; X_DROP: linear index; X_INDEX: the index */
-  int redmax;          /* X_RED: max (else sum) */
-  int64_t div;         /* X_RED: divide by (a mean), 0 none */
-  int64_t attr;        /* X_MASK: 1 + zigzag group; X_DROP: stream */
-  int64_t attr_cols;   /* X_MASK: 1 + group whose key blocks are in ring order */
-  LLVMValueRef v, pre; /* value; X_DROP: base hash / X_MASK: rank, size */
-  LLVMValueRef pre2;
-  int recip;       /* a row-level divisor of full values: 1 / v is made with v */
-  LLVMValueRef rv; /* that reciprocal */
-  int vsweep;
-} X;
-
-typedef struct {
-  int x;
-  int val;
-  DType dt;
-  Aff off;
-  int add; /* accumulate into memory (scatter-add) instead of storing */
-  int full, sweep;
-} Store;
-
-typedef struct {
-  CgKern *k;
-  int R;
-  int64_t D[IR_MAX_RANK];
-  int rlo, rhi; /* the fuser's reduced group, for shapes (rlo == rhi: none) */
-  int glo, ghi; /* the axes a sweep walks */
-  int pinned[IR_MAX_RANK];
-  X *x;
-  int nx, capx;
-  Store *st;
-  int nst, capst;
-  int *node_x; /* per graph node: its expression, -1 */
-  /* after collapsing: new axes */
-  int na;
-  int64_t adim[IR_MAX_RANK];
-  int afirst[IR_MAX_RANK], alast[IR_MAX_RANK], aset[IR_MAX_RANK];
-  int axis_of[IR_MAX_RANK]; /* original axis -> new axis, -1 dropped (size 1) */
-  LLVMValueRef iv[IR_MAX_RANK];
-  int sweep_id;
-  int columns;           /* column schedule: every expression is evaluated per point */
-  int64_t scratch_bytes; /* the kernel's scratch (column accumulators) */
-} Nest;
-
-static void nest_init(Nest *N, CgKern *k, int rank, const int64_t *dims, int rlo, int rhi, int glo, int ghi) {
-  memset(N, 0, sizeof *N);
-  N->k = k;
-  N->R = rank;
-  memcpy(N->D, dims, sizeof(int64_t) * (size_t)rank);
-  N->rlo = rlo;
-  N->rhi = rhi;
-  N->glo = glo;
-  N->ghi = ghi;
-  N->node_x = xalloc_calloc((size_t)k->g->nnodes, sizeof(int));
-  for (int i = 0; i < k->g->nnodes; i++) N->node_x[i] = -1;
-}
-
-static void nest_free(Nest *N) {
-  free(N->x);
-  free(N->st);
-  free(N->node_x);
-}
-
-static int in_group(const Nest *N, int j) { return j >= N->glo && j < N->ghi && N->D[j] > 1; }
-
-static int aff_full(const Nest *N, const Aff *a) {
-  for (int j = 0; j < N->R; j++)
-    if (a->coef[j] && in_group(N, j)) return 1;
-  return a->dax >= 0 && a->dcoef && in_group(N, a->dax);
-}
-
-static int new_x(Nest *N, XKind kind) {
-  if (N->nx == N->capx) {
-    N->capx = N->capx ? N->capx * 2 : 32;
-    N->x = xalloc_realloc(N->x, sizeof(X) * (size_t)N->capx);
-  }
-  X *x = &N->x[N->nx];
-  memset(x, 0, sizeof *x);
-  x->kind = kind;
-  x->a = x->b = -1;
-  x->off = aff_const(0);
-  x->vsweep = -1;
-  return N->nx++;
-}
-
-static int x_const(Nest *N, double v) {
-  int i = new_x(N, X_CONST);
-  N->x[i].p = v;
-  return i;
-}
-
-static int x_op(Nest *N, XKind kind, IrOp op, double p, int a, int b) {
-  int i = new_x(N, kind);
-  X *x = &N->x[i];
-  x->op = op;
-  x->p = p;
-  x->a = a;
-  x->b = b;
-  x->full = (a >= 0 && N->x[a].full) || (b >= 0 && N->x[b].full);
-  int la = a >= 0 ? N->x[a].level : 0, lb = b >= 0 ? N->x[b].level : 0;
-  x->level = la > lb ? la : lb;
-  return i;
-}
-
-static int x_red(Nest *N, int child, int redmax, int64_t div) {
-  int i = new_x(N, X_RED);
-  X *x = &N->x[i];
-  x->a = child;
-  x->redmax = redmax;
-  x->div = div;
-  x->full = 0;
-  x->level = N->x[child].level + 1;
-  return i;
-}
-
-static int x_load(Nest *N, int mem, DType dt, const Aff *off) {
-  int i = new_x(N, X_LOAD);
-  X *x = &N->x[i];
-  x->mem = mem;
-  x->dt = dt;
-  x->off = *off;
-  x->full = aff_full(N, off);
-  return i;
-}
-
-static void add_store(Nest *N, int xi, int val, DType dt, const Aff *off, int add) {
-  if (N->nst == N->capst) {
-    N->capst = N->capst ? N->capst * 2 : 8;
-    N->st = xalloc_realloc(N->st, sizeof(Store) * (size_t)N->capst);
-  }
-  Store *s = &N->st[N->nst++];
-  memset(s, 0, sizeof *s);
-  s->x = xi;
-  s->val = val;
-  s->dt = dt;
-  s->off = *off;
-  s->add = add;
-  s->full = aff_full(N, off);
-}
-
-/* The offset of reading value v at index e (affine over D, one per axis of
- * v), composed through the index maps folded into this kernel, down to the
- * memory value it reads (*mem). 0 when the composition is not affine. */
-static int compose(Nest *N, int v, const Aff *e, Aff *off, int *mem) {
-  CgKern *k = N->k;
-  const IrNode *vn = nd(k, v);
-  if (!in_kernel(k, v) || !is_index_map(vn->op)) {
-    int64_t rs[IR_MAX_RANK];
-    row_strides(vn->rank, vn->dims, rs);
-    *off = aff_const(0);
-    for (int j = 0; j < vn->rank; j++)
-      if (!aff_addmul(off, &e[j], rs[j])) return 0;
-    *mem = v;
-    return 1;
-  }
-  int x = vn->in[0];
-  const IrNode *xn = nd(k, x);
-  Aff ex[IR_MAX_RANK];
-  switch (vn->op) {
-  case IR_RESHAPE: {
-    /* a reshape keeps the linear order: the linear index is x's too */
-    if (in_kernel(k, x) && is_index_map(xn->op)) return 0;
-    int64_t rs[IR_MAX_RANK];
-    row_strides(vn->rank, vn->dims, rs);
-    *off = aff_const(0);
-    for (int j = 0; j < vn->rank; j++)
-      if (!aff_addmul(off, &e[j], rs[j])) return 0;
-    *mem = x;
-    return 1;
-  }
-  case IR_TRANSPOSE:
-    for (int i = 0; i < vn->rank; i++) ex[vn->attr[i]] = e[i];
-    break;
-  case IR_SLICE:
-    for (int a = 0, j = 0; a < xn->rank; a++) {
-      ex[a] = aff_const(vn->attr[a]);
-      if (!vn->attr[8 + a] && !aff_addmul(&ex[a], &e[j++], 1)) return 0;
-    }
-    break;
-  case IR_EXPAND: {
-    int pad = vn->rank - xn->rank;
-    for (int j = 0; j < xn->rank; j++) ex[j] = xn->dims[j] == 1 ? aff_const(0) : e[j + pad];
-    break;
-  }
-  case IR_REPEAT_KV: {
-    int64_t rep = vn->attr[0];
-    for (int j = 0; j < xn->rank; j++) ex[j] = e[j];
-    /* head h reads head h / rep: a division of one axis index */
-    const Aff *h = &e[1];
-    int axis = -1, pure = h->c == 0 && h->dax < 0;
-    for (int j = 0; j < IR_MAX_RANK && pure; j++)
-      if (h->coef[j]) {
-        if (h->coef[j] != 1 || axis >= 0) pure = 0;
-        else axis = j;
-      }
-    if (axis < 0 && pure) {
-      ex[1] = aff_const(h->c / rep);
-    } else if (pure) {
-      ex[1] = aff_const(0);
-      ex[1].dax = axis;
-      ex[1].dq = rep;
-      ex[1].dcoef = 1;
-    } else {
-      return 0;
-    }
-    break;
-  }
-  default: return 0;
-  }
-  return compose(N, x, ex, off, mem);
-}
-
-/* Index of node n (one form per axis of n) over D: a D-shaped node walks D;
- * a row-shaped one (the group set to 1, or removed) walks the other axes. */
-static int node_index(const Nest *N, const IrNode *n, Aff *e) {
-  if (n->rank == N->R) {
-    for (int j = 0; j < n->rank; j++) {
-      if (n->dims[j] != N->D[j] && n->dims[j] != 1) return 0;
-      e[j] = n->dims[j] == 1 ? aff_const(0) : aff_axis(j);
-    }
-    return 1;
-  }
-  if (N->rhi > N->rlo && n->rank == N->R - (N->rhi - N->rlo)) {
-    for (int j = 0, i = 0; j < N->R; j++) {
-      if (j >= N->rlo && j < N->rhi) continue;
-      if (n->dims[i] != N->D[j]) return 0;
-      e[i++] = N->D[j] == 1 ? aff_const(0) : aff_axis(j);
-    }
-    return 1;
-  }
-  return 0;
-}
-
-/* The expression of input v as read by a reader whose index over D is
- * er[0..rr) (numpy broadcasting aligns v's shape on the right). */
-static int x_read(Nest *N, const Aff *er, int rr, int v) {
-  CgKern *k = N->k;
-  const IrNode *vn = nd(k, v);
-  if (vn->op == IR_CONST || vn->op == IR_FILL) return x_const(N, vn->fattr);
-  if (in_kernel(k, v) && !is_index_map(vn->op)) {
-    if (N->node_x[v] < 0)
-      cg_fail(k->cg, "graph %s kernel k%d: %%%d is read before it is computed", k->g->name, k->kp, v);
-    return N->node_x[v] < 0 ? x_const(N, 0) : N->node_x[v];
-  }
-  int pad = rr - vn->rank;
-  if (pad < 0) {
-    cg_fail(k->cg, "graph %s kernel k%d: %%%d has more axes than its reader", k->g->name, k->kp, v);
-    return x_const(N, 0);
-  }
-  Aff ev[IR_MAX_RANK], off;
-  for (int j = 0; j < vn->rank; j++) ev[j] = vn->dims[j] == 1 ? aff_const(0) : er[j + pad];
-  int mem;
-  if (!compose(N, v, ev, &off, &mem)) {
-    cg_fail(k->cg, "graph %s kernel k%d: the index maps read by %%%d are not affine", k->g->name, k->kp, v);
-    return x_const(N, 0);
-  }
-  if (!cg_dtype_ok(nd(k, mem)->dtype)) {
-    cg_fail(k->cg, "graph %s kernel k%d: dtype %s is not supported by the CPU back end", k->g->name, k->kp,
-            sem_dtype_name(nd(k, mem)->dtype));
-    return x_const(N, 0);
-  }
-  return x_load(N, mem, nd(k, mem)->dtype, &off);
-}
-
-/* Builds the expression of a loop / row kernel's node n. */
-static int x_node(Nest *N, int id) {
-  CgKern *k = N->k;
-  const IrNode *n = nd(k, id);
-  Aff en[IR_MAX_RANK], eD[IR_MAX_RANK];
-  for (int j = 0; j < N->R; j++) eD[j] = N->D[j] == 1 ? aff_const(0) : aff_axis(j);
-  int fl = ir_op_flags(n->op);
-  if (fl & IRF_ELEMENTWISE) {
-    if (!node_index(N, n, en)) {
-      cg_fail(k->cg, "graph %s kernel k%d: %%%d is outside the kernel's iteration space", k->g->name, k->kp, id);
-      return x_const(N, 0);
-    }
-    int a = x_read(N, en, n->rank, n->in[0]);
-    int b = n->nin > 1 ? x_read(N, en, n->rank, n->in[1]) : -1;
-    switch (n->op) {
-    case IR_ACT_GRAD: return x_op(N, X_ACTGRAD, (IrOp)n->attr[0], n->fattr, a, b);
-    case IR_ADD:
-    case IR_SUB:
-    case IR_MUL:
-    case IR_DIV:
-    case IR_MAXIMUM:
-    case IR_MINIMUM: return x_op(N, X_BIN, n->op, 0, a, b);
-    case IR_CAUSAL_MASK: {
-      if (n->rank < 2 || n->rank != N->R) {
-        cg_fail(k->cg, "graph %s kernel k%d: causal_mask needs the kernel's matrix space", k->g->name, k->kp);
-        return a;
-      }
-      int i = x_op(N, X_MASK, n->op, n->fattr, a, -1);
-      N->x[i].attr = n->attr[0];
-      N->x[i].attr_cols = n->attr[1];
-      N->x[i].full |= in_group(N, N->R - 1) || in_group(N, N->R - 2);
-      N->pinned[N->R - 1] = N->pinned[N->R - 2] = 1;
-      return i;
-    }
-    case IR_DROPOUT: {
-      if (n->fattr <= 0) return a;
-      int i = x_op(N, X_DROP, n->op, n->fattr, a, -1);
-      int64_t rs[IR_MAX_RANK];
-      row_strides(n->rank, n->dims, rs);
-      N->x[i].off = aff_const(0);
-      for (int j = 0; j < n->rank; j++) aff_addmul(&N->x[i].off, &en[j], rs[j]);
-      N->x[i].attr = n->attr[0];
-      N->x[i].full |= aff_full(N, &N->x[i].off);
-      return i;
-    }
-    case IR_CAST:
-      if (!sem_dtype_is_float(n->dtype) && sem_dtype_is_float(nd(k, n->in[0])->dtype))
-        return x_op(N, X_CASTI, n->op, 0, a, -1);
-      return a;
-    default: return x_op(N, X_UN, n->op, n->fattr, a, -1);
-    }
-  }
-  /* reductions over the kernel's group */
-  int x = x_read(N, eD, N->R, n->in[0]);
-  int64_t len = 1;
-  for (int j = N->rlo; j < N->rhi; j++) len *= N->D[j];
-  switch (n->op) {
-  case IR_REDUCE_SUM:
-  case IR_SUM_TO: return x_red(N, x, 0, 0);
-  case IR_REDUCE_MEAN: return x_red(N, x, 0, len);
-  case IR_REDUCE_MAX: return x_red(N, x, 1, 0);
-  case IR_SOFTMAX:
-  case IR_LOG_SOFTMAX: {
-    int m = x_red(N, x, 1, 0);
-    int d = x_op(N, X_BIN, IR_SUB, 0, x, m);
-    int e = x_op(N, X_UN, IR_EXP, 0, d, -1);
-    int s = x_red(N, e, 0, 0);
-    if (n->op == IR_SOFTMAX) return x_op(N, X_BIN, IR_DIV, 0, e, s);
-    return x_op(N, X_BIN, IR_SUB, 0, d, x_op(N, X_UN, IR_LOG, 0, s, -1));
-  }
-  case IR_SOFTMAX_BWD:
-  case IR_LOG_SOFTMAX_BWD: {
-    int dy = x_read(N, eD, N->R, n->in[1]);
-    if (n->op == IR_SOFTMAX_BWD) {
-      int s = x_red(N, x_op(N, X_BIN, IR_MUL, 0, x, dy), 0, 0);
-      return x_op(N, X_BIN, IR_MUL, 0, x, x_op(N, X_BIN, IR_SUB, 0, dy, s));
-    }
-    int s = x_red(N, dy, 0, 0);
-    return x_op(N, X_BIN, IR_SUB, 0, dy, x_op(N, X_BIN, IR_MUL, 0, x_op(N, X_UN, IR_EXP, 0, x, -1), s));
-  }
-  default:
-    cg_fail(k->cg, "graph %s kernel k%d: %s does not fuse into a row kernel", k->g->name, k->kp, ir_op_name(n->op));
-    return x;
-  }
-}
-
-/* The store of node v's value (its own shape, contiguous) as seen from D. */
-static void store_node(Nest *N, int v, int xi) {
-  CgKern *k = N->k;
-  const IrNode *n = nd(k, v);
-  Aff en[IR_MAX_RANK];
-  if (!node_index(N, n, en)) {
-    cg_fail(k->cg, "graph %s kernel k%d: output %%%d is outside the kernel's space", k->g->name, k->kp, v);
-    return;
-  }
-  int64_t rs[IR_MAX_RANK];
-  row_strides(n->rank, n->dims, rs);
-  Aff off = aff_const(0);
-  for (int j = 0; j < n->rank; j++) aff_addmul(&off, &en[j], rs[j]);
-  add_store(N, xi, v, n->dtype, &off, 0);
-}
-
-/* ---- collapsing ---- */
-
-static int aff_allows(const Aff *a, int j, int j2, const int64_t *D) {
-  if (a->dax == j || a->dax == j2) return 0;
-  return a->coef[j] == a->coef[j2] * D[j2];
-}
-
-static void collapse(Nest *N) {
-  int set[IR_MAX_RANK];
-  for (int j = 0; j < N->R; j++) set[j] = j < N->glo ? 0 : j < N->ghi ? 1 : 2;
-  N->na = 0;
-  int prev = -1; /* the last kept original axis */
-  for (int j = 0; j < N->R; j++) {
-    N->axis_of[j] = -1;
-    if (N->D[j] == 1) continue;
-    int merge = prev >= 0 && set[prev] == set[j] && !N->pinned[prev] && !N->pinned[j] && N->alast[N->na - 1] == prev;
-    for (int i = 0; i < N->nx && merge; i++)
-      if (N->x[i].kind == X_LOAD || N->x[i].kind == X_DROP || N->x[i].kind == X_INDEX)
-        merge = aff_allows(&N->x[i].off, prev, j, N->D);
-    for (int i = 0; i < N->nst && merge; i++) merge = aff_allows(&N->st[i].off, prev, j, N->D);
-    if (merge) {
-      N->adim[N->na - 1] *= N->D[j];
-      N->alast[N->na - 1] = j;
-    } else {
-      N->afirst[N->na] = N->alast[N->na] = j;
-      N->adim[N->na] = N->D[j];
-      N->aset[N->na] = set[j];
-      N->na++;
-    }
-    N->axis_of[j] = N->na - 1;
-    prev = j;
-  }
-}
-
 /* An affine form's value at the current loop indices (axes not in scope are 0). */
 static LLVMValueRef aff_eval(Nest *N, const Aff *a) {
-  CgCpu *cg = N->k->cg;
+  CgCpu *cg = ((CgKern *)N->src->be)->cg;
   LLVMValueRef v = cg_i64(cg, a->c);
   for (int t = 0; t < N->na; t++) {
     int64_t c = a->coef[N->alast[t]];
@@ -710,7 +258,7 @@ static LLVMValueRef dropout_base(CgKern *k, int64_t stream) {
 }
 
 static LLVMValueRef x_eval(Nest *N, int xi) {
-  CgKern *k = N->k;
+  CgKern *k = N->src->be;
   CgCpu *cg = k->cg;
   X *x = &N->x[xi];
   if ((x->full || (N->columns && x->kind != X_RED)) ? x->vsweep == N->sweep_id : x->v != NULL) return x->v;
@@ -775,7 +323,7 @@ static LLVMValueRef x_eval(Nest *N, int xi) {
  * store, so an output written in place of an input (memplan.h) never
  * clobbers an element another output still reads. */
 static void do_stores(Nest *N, int full, int sweep, int level) {
-  CgKern *k = N->k;
+  CgKern *k = N->src->be;
   CgCpu *cg = k->cg;
   LLVMValueRef *v = calloc((size_t)N->nst + 1, sizeof(LLVMValueRef));
   if (!v) abort();
@@ -799,7 +347,7 @@ static void do_stores(Nest *N, int full, int sweep, int level) {
 /* Evaluates the row-level expressions of level `level` (and the
  * reciprocals of those that divide) and does their stores. */
 static void outer_eval(Nest *N, int level) {
-  CgCpu *cg = N->k->cg;
+  CgCpu *cg = ((CgKern *)N->src->be)->cg;
   for (int i = 0; i < N->nx; i++) {
     X *x = &N->x[i];
     if (x->full || x->level != level) continue;
@@ -826,7 +374,7 @@ enum { COLUMN_MIN_GROUP = 16, COLUMN_L2_BYTES = 1 << 20 };
 /* The store that accumulates reduction xi in place, or NULL. */
 static Store *direct_store(Nest *N, int xi) {
   const X *x = &N->x[xi];
-  if (x->redmax || N->k->cg->opt.acc_f64) return NULL;
+  if (x->redmax || ((CgKern *)N->src->be)->cg->opt.acc_f64) return NULL;
   for (int i = 0; i < N->nst; i++) {
     Store *s = &N->st[i];
     if (s->x == xi && !s->full && !s->add && s->dt == DT_F32) return s;
@@ -864,21 +412,21 @@ static int open_set(Nest *N, CgLoop *l, int set, const char *name) {
   int n = 0;
   for (int t = 0; t < N->na; t++)
     if (N->aset[t] == set) {
-      cg_loop_open(N->k->cg, &l[n], cg_i64(N->k->cg, N->adim[t]), 0, NULL, name);
+      cg_loop_open(((CgKern *)N->src->be)->cg, &l[n], cg_i64(((CgKern *)N->src->be)->cg, N->adim[t]), 0, NULL, name);
       N->iv[t] = l[n++].iv;
     }
   return n;
 }
 
 static void close_set(Nest *N, CgLoop *l, int n, int set) {
-  for (int q = n - 1; q >= 0; q--) cg_loop_close(N->k->cg, &l[q], NULL, 0, NULL);
+  for (int q = n - 1; q >= 0; q--) cg_loop_close(((CgKern *)N->src->be)->cg, &l[q], NULL, 0, NULL);
   for (int t = 0; t < N->na; t++)
     if (N->aset[t] == set) N->iv[t] = NULL;
 }
 
 /* The linear index of the current trailing position. */
 static LLVMValueRef trailing_index(Nest *N) {
-  CgCpu *cg = N->k->cg;
+  CgCpu *cg = ((CgKern *)N->src->be)->cg;
   LLVMValueRef v = cg_i64(cg, 0);
   int64_t stride = 1;
   for (int t = N->na - 1; t >= 0; t--)
@@ -892,14 +440,14 @@ static LLVMValueRef trailing_index(Nest *N) {
 /* Where reduction r's accumulator for the current trailing position is. */
 static LLVMValueRef column_slot(Nest *N, Store *direct, LLVMValueRef arr, LLVMTypeRef et, int64_t inner,
                                 LLVMValueRef ti) {
-  CgCpu *cg = N->k->cg;
-  if (direct) return cg_gep(cg, cg->tf32, val_ptr(N->k, direct->val), aff_eval(N, &direct->off), "");
+  CgCpu *cg = ((CgKern *)N->src->be)->cg;
+  if (direct) return cg_gep(cg, cg->tf32, val_ptr(N->src->be, direct->val), aff_eval(N, &direct->off), "");
   LLVMValueRef idx[2] = {cg_i64(cg, 0), ti};
   return LLVMBuildInBoundsGEP2(cg->b, LLVMArrayType(et, (unsigned)inner), arr, idx, 2, "");
 }
 
 static void nest_emit_columns(Nest *N, int64_t inner) {
-  CgKern *k = N->k;
+  CgKern *k = N->src->be;
   CgCpu *cg = k->cg;
   N->columns = 1;
   for (int i = 0; i < N->nx; i++) N->x[i].recip = 0;
@@ -1002,7 +550,7 @@ static int tile_axes(const Nest *N, int nsw, int *pa, int *pz) {
 }
 
 static void nest_emit_tiled(Nest *N, int a, int z) {
-  CgCpu *cg = N->k->cg;
+  CgCpu *cg = ((CgKern *)N->src->be)->cg;
   CgLoop l[IR_MAX_RANK + 4];
   int n = 0;
   for (int t = 0; t < N->na; t++)
@@ -1032,12 +580,12 @@ static void nest_emit_tiled(Nest *N, int a, int z) {
 
 /* Emits the nest at the builder's position. */
 static void nest_emit(Nest *N) {
-  CgKern *k = N->k;
+  CgKern *k = N->src->be;
   CgCpu *cg = k->cg;
   if (cg->failed) return;
   for (int j = 0; j < N->R; j++)
     if (N->D[j] == 0) return; /* an empty space: nothing to do */
-  collapse(N);
+  nest_collapse(N);
   /* the sweep of each full store; the number of sweeps */
   int nsw = 0;
   for (int i = 0; i < N->nx; i++)
@@ -1055,7 +603,12 @@ static void nest_emit(Nest *N) {
   for (int i = 0; i < N->nx; i++) {
     X *x = &N->x[i];
     if (x->kind == X_DROP && x->p > 0 && x->p < 1) x->pre = dropout_base(k, x->attr);
-    if (x->kind == X_MASK && (x->attr || x->attr_cols)) group_of(k, (x->attr ? x->attr : x->attr_cols) - 1, &x->pre, &x->pre2);
+    if (x->kind == X_MASK && (x->attr || x->attr_cols)) {
+      LLVMValueRef rank, size;
+      group_of(k, (x->attr ? x->attr : x->attr_cols) - 1, &rank, &size);
+      x->pre = rank;
+      x->pre2 = size;
+    }
   }
   int64_t inner;
   int ta, tz;
@@ -1144,150 +697,24 @@ static void nest_emit(Nest *N) {
 
 /* ==== kernels by kind ==== */
 
-static void kernel_loop_row(CgKern *k) {
-  const FuseKernel *K = k->K;
-  Nest N;
-  int row = K->kind == FUSE_ROW;
-  nest_init(&N, k, K->rank, K->dims, row ? K->red_lo : 0, row ? K->red_hi : 0, row ? K->red_lo : 0,
-            row ? K->red_hi : K->rank);
-  N.scratch_bytes = cg_kernel_scratch(k->cg, k->gi, k->kp);
-  for (int j = 0; j < K->nnodes; j++) {
-    int id = K->nodes[j];
-    if (is_index_map(nd(k, id)->op)) continue;
-    N.node_x[id] = x_node(&N, id);
-  }
-  for (int j = 0; j < K->noutputs; j++) store_node(&N, K->outputs[j], N.node_x[K->outputs[j]]);
-  nest_emit(&N);
-  nest_free(&N);
-}
-
-/* A copy of `n` elements from value src's index space into dst: the output
- * of a copy kernel, one piece of a concat, or a pad's interior. */
-static void copy_piece(CgKern *k, int src, int rank, const int64_t *dims, int dst, const Aff *store_off) {
-  Nest N;
-  nest_init(&N, k, rank, dims, 0, 0, 0, rank);
-  Aff e[IR_MAX_RANK];
-  for (int j = 0; j < rank; j++) e[j] = dims[j] == 1 ? aff_const(0) : aff_axis(j);
-  int x = x_read(&N, e, rank, src);
-  add_store(&N, x, dst, nd(k, dst)->dtype, store_off, 0);
-  N.st[0].full = aff_full(&N, store_off);
-  nest_emit(&N);
-  nest_free(&N);
-}
-
-static Aff contiguous_off(int rank, const int64_t *dims, const int64_t *strides_or_null, int64_t base) {
-  int64_t rs[IR_MAX_RANK];
-  if (strides_or_null) memcpy(rs, strides_or_null, sizeof(int64_t) * (size_t)rank);
-  else row_strides(rank, dims, rs);
-  Aff a = aff_const(base);
-  for (int j = 0; j < rank; j++)
-    if (dims[j] != 1) a.coef[j] = rs[j];
-  return a;
-}
-
-static void kernel_copy(CgKern *k) {
-  CgCpu *cg = k->cg;
-  const FuseKernel *K = k->K;
-  for (int o = 0; o < K->noutputs; o++) {
-    int m = K->outputs[o];
-    const IrNode *n = nd(k, m);
-    if (n->op == IR_PAD) {
-      LLVMValueRef p = val_ptr(k, m);
-      cg_memset0(cg, p, cg_i64(cg, numel(n) * cg_elem_bytes(n->dtype)));
-      const IrNode *x = nd(k, n->in[0]);
-      int64_t os[IR_MAX_RANK], base = 0;
-      row_strides(n->rank, n->dims, os);
-      for (int a = 0; a < n->rank; a++) base += n->attr[a] * os[a];
-      Aff off = contiguous_off(x->rank, x->dims, os, base);
-      copy_piece(k, n->in[0], x->rank, x->dims, m, &off);
-    } else if (n->op == IR_CONCAT) {
-      int axis = (int)n->attr[0];
-      int64_t os[IR_MAX_RANK], at = 0;
-      row_strides(n->rank, n->dims, os);
-      for (int i = 0; i < n->nin; i++) {
-        const IrNode *x = nd(k, n->in[i]);
-        Aff off = contiguous_off(x->rank, x->dims, os, at * os[axis]);
-        copy_piece(k, n->in[i], x->rank, x->dims, m, &off);
-        at += x->dims[axis];
-      }
-    } else if (is_index_map(n->op)) {
-      /* transpose / slice / expand / repeat_kv (and what folded into it) */
-      Aff off = contiguous_off(n->rank, n->dims, NULL, 0);
-      Nest N;
-      nest_init(&N, k, n->rank, n->dims, 0, 0, 0, n->rank);
-      Aff e[IR_MAX_RANK], moff;
-      for (int j = 0; j < n->rank; j++) e[j] = n->dims[j] == 1 ? aff_const(0) : aff_axis(j);
-      int mem;
-      if (!compose(&N, m, e, &moff, &mem)) {
-        cg_fail(cg, "graph %s kernel k%d: the copy's index maps are not affine", k->g->name, k->kp);
-        nest_free(&N);
-        return;
-      }
-      int x = x_load(&N, mem, nd(k, mem)->dtype, &moff);
-      add_store(&N, x, m, n->dtype, &off, 0);
-      nest_emit(&N);
-      nest_free(&N);
-    } else {
-      cg_fail(cg, "graph %s kernel k%d: %s is not a copy", k->g->name, k->kp, ir_op_name(n->op));
+/* Loop, row, copy and fill kernels: the steps nest.c builds, in order. */
+static void kernel_nest(CgKern *k) {
+  NestSteps S;
+  nest_build_steps(&S, &k->nk);
+  for (int i = 0; i < S.n; i++) {
+    NestStep *st = &S.step[i];
+    if (st->zero_value >= 0) {
+      const IrNode *n = nd(k, st->zero_value);
+      cg_memset0(k->cg, val_ptr(k, st->zero_value), cg_i64(k->cg, numel(n) * cg_elem_bytes(n->dtype)));
+      continue;
     }
+    if (st->loop_row) st->nest.scratch_bytes = cg_kernel_scratch(k->cg, k->gi, k->kp);
+    nest_emit(&st->nest);
   }
-}
-
-/* FILL, IOTA and CONST leaves that a kernel reads from memory. */
-static void kernel_fill(CgKern *k) {
-  const FuseKernel *K = k->K;
-  int v = K->nodes[0];
-  const IrNode *n = nd(k, v);
-  Nest N;
-  nest_init(&N, k, n->rank, n->dims, 0, 0, 0, n->rank);
-  int x;
-  if (n->op == IR_IOTA) {
-    x = new_x(&N, X_INDEX);
-    N.x[x].off = n->rank ? aff_axis(0) : aff_const(0);
-    N.x[x].full = n->rank && n->dims[0] > 1;
-  } else {
-    x = x_const(&N, n->fattr);
-  }
-  Aff off = contiguous_off(n->rank, n->dims, NULL, 0);
-  add_store(&N, x, v, n->dtype, &off, 0);
-  nest_emit(&N);
-  nest_free(&N);
+  nest_free_steps(&S);
 }
 
 /* ---- GEMM ---- */
-
-typedef struct {
-  int mem;   /* the buffer */
-  int trans; /* BLAS's transpose flag */
-  int rank;  /* the stored matrix batch's shape */
-  int64_t dims[IR_MAX_RANK];
-} Operand;
-
-/* Resolves a matmul operand through the transposes (of the last two axes)
- * and reshapes fusion folded into the GEMM. */
-static int gemm_operand(CgKern *k, int v, int trans, Operand *o) {
-  int shape = v, seen_reshape = 0;
-  while (in_kernel(k, v)) {
-    const IrNode *n = nd(k, v);
-    if (n->op == IR_TRANSPOSE) {
-      if (seen_reshape) return 0; /* a reshape of a transposed view is not a strided matrix */
-      trans ^= 1;
-      v = n->in[0];
-      shape = v;
-    } else if (n->op == IR_RESHAPE) {
-      seen_reshape = 1;
-      v = n->in[0];
-    } else {
-      return 0;
-    }
-  }
-  const IrNode *s = nd(k, shape);
-  o->mem = v;
-  o->trans = trans;
-  o->rank = s->rank;
-  memcpy(o->dims, s->dims, sizeof o->dims);
-  return s->rank >= 2;
-}
 
 static LLVMValueRef sgemm_fn(CgCpu *cg) {
   if (!cg->fn_sgemm) {
@@ -1298,18 +725,9 @@ static LLVMValueRef sgemm_fn(CgCpu *cg) {
   return cg->fn_sgemm;
 }
 
-/* Batch offset (in matrices) of operand dims (its batch part right-aligned
- * to the output's batch) at flat output batch index bi. */
-static LLVMValueRef batch_offset(CgCpu *cg, LLVMValueRef bi, int nb_axes, const int64_t *out_batch, int orank,
-                                 const int64_t *odims) {
-  int64_t s[IR_MAX_RANK];
-  int64_t acc = 1;
-  int obr = orank - 2; /* operand batch rank */
-  for (int i = nb_axes - 1; i >= 0; i--) {
-    int j = obr - nb_axes + i;
-    s[i] = (j < 0 || odims[j] == 1) ? 0 : acc;
-    if (j >= 0) acc *= odims[j];
-  }
+/* Batch offset (in matrices) of an operand at flat output batch index bi,
+ * from its strides per output batch axis (gemm_batch_strides). */
+static LLVMValueRef batch_offset(CgCpu *cg, LLVMValueRef bi, int nb_axes, const int64_t *out_batch, const int64_t *s) {
   LLVMValueRef off = cg_i64(cg, 0);
   int64_t inner = 1;
   for (int i = nb_axes - 1; i >= 0; i--) {
@@ -1325,120 +743,59 @@ static LLVMValueRef batch_offset(CgCpu *cg, LLVMValueRef bi, int nb_axes, const 
 
 static void kernel_gemm(CgKern *k) {
   CgCpu *cg = k->cg;
-  const FuseKernel *K = k->K;
-  int mm = -1, scale = -1;
-  for (int j = 0; j < K->nnodes; j++)
-    if (nd(k, K->nodes[j])->op == IR_MATMUL) mm = K->nodes[j];
-  if (mm < 0) {
-    cg_fail(cg, "graph %s kernel k%d: a gemm without a matmul", k->g->name, k->kp);
-    return;
-  }
-  const IrNode *n = nd(k, mm);
-  Operand A, B;
-  if (!gemm_operand(k, n->in[0], (int)n->attr[0], &A) || !gemm_operand(k, n->in[1], (int)n->attr[1], &B)) {
-    cg_fail(cg, "graph %s kernel k%d: a matmul operand is not a strided matrix batch", k->g->name, k->kp);
-    return;
-  }
-  if (nd(k, A.mem)->dtype != DT_F32 || nd(k, B.mem)->dtype != DT_F32 || n->dtype != DT_F32) {
-    cg_fail(cg, "graph %s kernel k%d: the CPU back end multiplies f32 matrices only", k->g->name, k->kp);
-    return;
-  }
-  /* The chain after the matmul: scale (alpha), bias, activation. */
-  double alpha = 1.0;
-  int vs = mm; /* the node whose value sgemm produces */
-  for (int j = 0; j < K->nnodes; j++) {
-    const IrNode *x = nd(k, K->nodes[j]);
-    if (x->op == IR_MUL && (x->in[0] == mm || x->in[1] == mm)) {
-      const IrNode *c = nd(k, x->in[0] == mm ? x->in[1] : x->in[0]);
-      if (c->op == IR_CONST) {
-        alpha = c->fattr;
-        scale = K->nodes[j];
-        vs = scale;
-      }
-    }
-  }
-  int cfirst = -1; /* the buffer sgemm writes: the first output at or after vs */
-  for (int j = 0; j < K->nnodes && cfirst < 0; j++) {
-    int id = K->nodes[j];
-    if (id < vs) continue;
-    if (io_index(k, id) >= K->ninputs) cfirst = id;
-  }
-  if (cfirst < 0) {
-    cg_fail(cg, "graph %s kernel k%d: the gemm has no output", k->g->name, k->kp);
-    return;
-  }
-  int orank = n->rank, batch = orank - 2;
-  int64_t M = n->dims[orank - 2], Nn = n->dims[orank - 1];
-  int64_t arows = A.dims[A.rank - 2], acols = A.dims[A.rank - 1];
-  int64_t brows = B.dims[B.rank - 2], bcols = B.dims[B.rank - 1];
-  int64_t Kd = A.trans ? arows : acols;
-  int64_t nb = 1;
-  for (int i = 0; i < batch; i++) nb *= n->dims[i];
-  if (M > INT32_MAX || Nn > INT32_MAX || Kd > INT32_MAX || acols > INT32_MAX || bcols > INT32_MAX) {
-    cg_fail(cg, "graph %s kernel k%d: a matrix dimension exceeds BLAS's int", k->g->name, k->kp);
-    return;
-  }
-  LLVMValueRef pa = val_ptr(k, A.mem), pb = val_ptr(k, B.mem), pc = val_ptr(k, cfirst);
-  /* B shared by every batch and A's batches contiguous: one sgemm with nb*M rows */
-  int b_shared = 1, a_full = !A.trans && A.rank - 2 == batch;
-  for (int i = 0; i < B.rank - 2; i++) b_shared &= B.dims[i] == 1;
-  for (int i = 0; i < batch && a_full; i++) a_full = A.dims[i] == n->dims[i];
+  GemmPlan P;
+  if (gemm_plan(&k->nk, &P)) return;
+  const IrNode *n = nd(k, P.matmul);
+  const GemmOperand *A = &P.a, *B = &P.b;
+  LLVMValueRef pa = val_ptr(k, A->mem), pb = val_ptr(k, B->mem), pc = val_ptr(k, P.out);
   LLVMValueRef fn = sgemm_fn(cg);
-  LLVMValueRef ta = cg_i32(cg, A.trans ? 112 : 111), tb = cg_i32(cg, B.trans ? 112 : 111);
-  if (b_shared && a_full && nb * M <= INT32_MAX) {
+  LLVMValueRef ta = cg_i32(cg, A->trans ? 112 : 111), tb = cg_i32(cg, B->trans ? 112 : 111);
+  if (P.flat) {
     LLVMValueRef args[14] = {cg_i32(cg, 101),
                              ta,
                              tb,
-                             cg_i32(cg, nb * M),
-                             cg_i32(cg, Nn),
-                             cg_i32(cg, Kd),
-                             cg_f32(cg, alpha),
+                             cg_i32(cg, P.nbatch * P.M),
+                             cg_i32(cg, P.N),
+                             cg_i32(cg, P.K),
+                             cg_f32(cg, P.alpha),
                              pa,
-                             cg_i32(cg, acols),
+                             cg_i32(cg, A->cols),
                              pb,
-                             cg_i32(cg, bcols),
+                             cg_i32(cg, B->cols),
                              cg_f32(cg, 0.0),
                              pc,
-                             cg_i32(cg, Nn)};
+                             cg_i32(cg, P.N)};
     cg_call(cg, fn, args, 14, "");
   } else {
     CgLoop l;
-    cg_loop_open(cg, &l, cg_i64(cg, nb), 0, NULL, "batch");
-    const int64_t *ob = n->dims;
-    LLVMValueRef ao = mul64(cg, batch_offset(cg, l.iv, batch, ob, A.rank, A.dims), cg_i64(cg, arows * acols));
-    LLVMValueRef bo = mul64(cg, batch_offset(cg, l.iv, batch, ob, B.rank, B.dims), cg_i64(cg, brows * bcols));
-    LLVMValueRef co = mul64(cg, l.iv, cg_i64(cg, M * Nn));
+    cg_loop_open(cg, &l, cg_i64(cg, P.nbatch), 0, NULL, "batch");
+    int64_t sa[IR_MAX_RANK], sb[IR_MAX_RANK];
+    gemm_batch_strides(&P, A, sa);
+    gemm_batch_strides(&P, B, sb);
+    LLVMValueRef ao = mul64(cg, batch_offset(cg, l.iv, P.batch_axes, n->dims, sa), cg_i64(cg, A->rows * A->cols));
+    LLVMValueRef bo = mul64(cg, batch_offset(cg, l.iv, P.batch_axes, n->dims, sb), cg_i64(cg, B->rows * B->cols));
+    LLVMValueRef co = mul64(cg, l.iv, cg_i64(cg, P.M * P.N));
     LLVMValueRef args[14] = {cg_i32(cg, 101),
                              ta,
                              tb,
-                             cg_i32(cg, M),
-                             cg_i32(cg, Nn),
-                             cg_i32(cg, Kd),
-                             cg_f32(cg, alpha),
+                             cg_i32(cg, P.M),
+                             cg_i32(cg, P.N),
+                             cg_i32(cg, P.K),
+                             cg_f32(cg, P.alpha),
                              cg_gep(cg, cg->tf32, pa, ao, ""),
-                             cg_i32(cg, acols),
+                             cg_i32(cg, A->cols),
                              cg_gep(cg, cg->tf32, pb, bo, ""),
-                             cg_i32(cg, bcols),
+                             cg_i32(cg, B->cols),
                              cg_f32(cg, 0.0),
                              cg_gep(cg, cg->tf32, pc, co, ""),
-                             cg_i32(cg, Nn)};
+                             cg_i32(cg, P.N)};
     cg_call(cg, fn, args, 14, "");
     cg_loop_close(cg, &l, NULL, 0, NULL);
   }
   /* The epilogue after sgemm: bias and activation as a loop over the output. */
-  int after = 0;
-  for (int j = 0; j < K->nnodes; j++) after += K->nodes[j] > vs;
-  if (!after) return;
+  if (!P.epilogue) return;
   Nest N;
-  nest_init(&N, k, n->rank, n->dims, 0, 0, 0, n->rank);
-  Aff off = contiguous_off(n->rank, n->dims, NULL, 0);
-  N.node_x[vs] = x_load(&N, cfirst, DT_F32, &off);
-  for (int j = 0; j < K->nnodes; j++) {
-    int id = K->nodes[j];
-    if (id <= vs || is_index_map(nd(k, id)->op)) continue;
-    N.node_x[id] = x_node(&N, id);
-    if (io_index(k, id) >= K->ninputs) store_node(&N, id, N.node_x[id]);
-  }
+  gemm_epilogue(&k->nk, &P, &N);
   nest_emit(&N);
   nest_free(&N);
 }
@@ -1663,15 +1020,15 @@ static void special_scatter_add(CgKern *k, const IrNode *n, int id) {
   const IrNode *x = nd(k, xs);
   cg_memset0(cg, val_ptr(k, id), cg_i64(cg, numel(n) * cg_elem_bytes(n->dtype)));
   Nest N;
-  nest_init(&N, k, x->rank, x->dims, 0, 0, 0, x->rank);
+  nest_init(&N, &k->nk, x->rank, x->dims, 0, 0, 0, x->rank);
   Aff e[IR_MAX_RANK];
-  for (int j = 0; j < x->rank; j++) e[j] = x->dims[j] == 1 ? aff_const(0) : aff_axis(j);
-  int xi = x_read(&N, e, x->rank, xs);
-  Aff off = aff_const(0);
+  for (int j = 0; j < x->rank; j++) e[j] = x->dims[j] == 1 ? nest_aff_const(0) : nest_aff_axis(j);
+  int xi = nest_x_read(&N, e, x->rank, xs);
+  Aff off = nest_aff_const(0);
   if (n->op == IR_REPEAT_KV_BWD) {
     /* output head h / rep of input head h */
     int64_t rep = n->attr[0], os[IR_MAX_RANK];
-    row_strides(n->rank, n->dims, os);
+    nest_row_strides(n->rank, n->dims, os);
     for (int j = 0; j < x->rank; j++)
       if (j != 1 && x->dims[j] != 1) off.coef[j] = os[j];
     off.dax = 1;
@@ -1685,7 +1042,7 @@ static void special_scatter_add(CgKern *k, const IrNode *n, int id) {
       if (kk >= 0) s *= n->dims[kk];
     }
   }
-  add_store(&N, xi, id, n->dtype, &off, 1);
+  nest_add_store(&N, xi, id, n->dtype, &off, 1);
   N.pinned[1] = n->op == IR_REPEAT_KV_BWD;
   nest_emit(&N);
   nest_free(&N);
@@ -1923,6 +1280,7 @@ LLVMValueRef cg_kernel_build(CgCpu *cg, int gi, int kp) {
   k.g = fg->graph;
   k.fg = fg;
   k.K = K;
+  k.nk = (NestKernel){.g = k.g, .fg = fg, .K = K, .kp = kp, .backend = "CPU", .dtype_ok = cg_dtype_ok, .fail = nest_fail_cb, .be = &k};
   int nio = K->ninputs + K->noutputs;
   for (int i = 0; i < nio; i++) {
     int v = i < K->ninputs ? K->inputs[i] : K->outputs[i - K->ninputs];
@@ -1953,12 +1311,12 @@ LLVMValueRef cg_kernel_build(CgCpu *cg, int gi, int kp) {
   LLVMPositionBuilderAtEnd(cg->b, LLVMAppendBasicBlockInContext(cg->ctx, k.fn, "entry"));
   switch (K->kind) {
   case FUSE_LOOP:
-  case FUSE_ROW: kernel_loop_row(&k); break;
-  case FUSE_COPY: kernel_copy(&k); break;
+  case FUSE_ROW:
+  case FUSE_COPY: kernel_nest(&k); break;
   case FUSE_GEMM: kernel_gemm(&k); break;
   case FUSE_SPECIAL: kernel_special(&k); break;
   case FUSE_COMM: kernel_comm(&k); break;
-  case FUSE_LEAF: kernel_fill(&k); break;
+  case FUSE_LEAF: kernel_nest(&k); break;
   default: cg_fail(cg, "graph %s kernel k%d: a %s unit has no code", k.g->name, kp, fuse_kind_name(K->kind)); break;
   }
   LLVMBuildRet(cg->b, cg_i32(cg, 0));

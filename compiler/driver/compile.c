@@ -14,6 +14,7 @@
 #include "program_ir.h"
 #include "autodiff.h"
 #include "codegen.h"
+#include "codegen_cuda.h"
 #include "extcall.h"
 #include "fuse.h"
 #include "ir.h"
@@ -360,8 +361,11 @@ typedef struct {
   int nnodes;
 } Chunk;
 
+static int is_cuda(const CompileOptions *o) { return o->target && !strcmp(o->target, "cuda"); }
+
 static int kernels_build(Cx *C, Chunk *k, const char *path, char *why, size_t n) {
-  const CgBackend *be = cg_backend("cpu");
+  int cuda = is_cuda(C->o);
+  const CgBackend *be = cg_backend(cuda ? "cuda" : "cpu");
   if (!be) {
     snprintf(why, n, "the CPU back end is not built into this hpdlc (no LLVM at configure time)");
     return -1;
@@ -369,6 +373,7 @@ static int kernels_build(Cx *C, Chunk *k, const char *path, char *why, size_t n)
   CgOptions opt;
   memset(&opt, 0, sizeof opt);
   opt.memplan = k->plan;
+  opt.arch = C->o->arch;
   char err[1024] = "";
   CgTarget *t = be->create(k->m, k->fr, &opt, err, sizeof err);
   if (!t) {
@@ -378,15 +383,20 @@ static int kernels_build(Cx *C, Chunk *k, const char *path, char *why, size_t n)
   int rc = be->generate(t);
   if (rc == 0) rc = be->emit(t, path);
   if (rc) snprintf(why, n, "%s", be->error(t) ? be->error(t) : "the back end failed");
+  if (rc == 0 && cuda && C->o->verbose) {
+    fprintf(C->err, "hpdlc: %s:\n", path);
+    cg_cuda_report(t, C->err);
+  }
   be->destroy(t);
-  (void)C;
   return rc;
 }
 
 int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileOptions *o, FILE *out, FILE *err) {
   Cx C = {m, o, arena, diag, err, o->source ? o->source : "input"};
-  if (o->target && strcmp(o->target, "cpu"))
-    return cfail(&C, "target %s is not built into this hpdlc (there is: cpu)", o->target);
+  if (o->target && strcmp(o->target, "cpu") && strcmp(o->target, "cuda"))
+    return cfail(&C, "target %s is not built into this hpdlc (there are: cpu, cuda)", o->target);
+  if (is_cuda(o) && o->executor == COMPILE_EXEC_INTERP)
+    return cfail(&C, "--executor interp runs the reference executor on the CPU; it has no CUDA form (use --target cpu)");
   if (!o->out_dir || !*o->out_dir) return cfail(&C, "compile needs an output folder (-o DIR)");
   Layout L;
   memset(&L, 0, sizeof L);
@@ -536,6 +546,17 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
    * reference executor (auto), or the compilation fails (native). */
   int nnative = 0;
   for (int c = 0; c < K && o->executor != COMPILE_EXEC_INTERP; c++) {
+    if (is_cuda(o)) {
+      /* DIR/stageS.cu, .cubin, .ptx, .kernels.json; no fallback: the
+       * reference executor is not a GPU program */
+      snprintf(path, sizeof path, "%s/%s%d", o->out_dir, fname, c);
+      if (!ch[c].fr) return cfail(&C, "generating the CUDA kernels of pipeline stage %d: chunk %d's fusion does not check", c, c);
+      if (kernels_build(&C, &ch[c], path, why, sizeof why))
+        return cfail(&C, "generating the CUDA kernels of pipeline stage %d: %s", c, why);
+      ch[c].native = 1;
+      nnative++;
+      continue;
+    }
     snprintf(path, sizeof path, "%s/%s%d.so", o->out_dir, fname, c);
     unlink(path); /* never a stale library of another compilation */
     if (!ch[c].fr) {
@@ -560,7 +581,8 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
   json_object_set_new(root, "format", json_string("hpdl-artifact"));
   json_object_set_new(root, "version", json_integer(1));
   json_object_set_new(root, "model", json_string(m->model->decl->name.name));
-  json_object_set_new(root, "target", json_string("cpu"));
+  json_object_set_new(root, "target", json_string(is_cuda(o) ? "cuda" : "cpu"));
+  if (is_cuda(o)) json_object_set_new(root, "cuda", json_pack("{s:s}", "arch", o->arch ? o->arch : "sm_80"));
   json_object_set_new(root, "world_size", json_integer(world));
   json_object_set_new(root, "layout",
                       json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:f, s:b}", "dp", (json_int_t)L.dp, "tp",
@@ -593,12 +615,14 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
     }
     json_t *jr = json_pack("{s:s, s:I, s:s}", "program", "program.so", "arena_bytes", (json_int_t)arena_bytes, "module",
                            arena_printf(arena, "%s%d.hir", fname, stage));
-    if (ch[stage].native) json_object_set_new(jr, "kernels", json_string(arena_printf(arena, "%s%d.so", fname, stage)));
+    if (ch[stage].native)
+      json_object_set_new(jr, "kernels", json_string(arena_printf(arena, is_cuda(o) ? "%s%d.kernels.json" : "%s%d.so", fname, stage)));
     if (L.vpp > 1) {
       json_t *jc = json_array();
       for (int c = stage; c < K; c += (int)L.pp) {
         json_t *one = json_pack("{s:i, s:s}", "chunk", c, "module", arena_printf(arena, "%s%d.hir", fname, c));
-        if (ch[c].native) json_object_set_new(one, "kernels", json_string(arena_printf(arena, "%s%d.so", fname, c)));
+        if (ch[c].native)
+          json_object_set_new(one, "kernels", json_string(arena_printf(arena, is_cuda(o) ? "%s%d.kernels.json" : "%s%d.so", fname, c)));
         json_array_append_new(jc, one);
       }
       json_object_set_new(jr, "chunks", jc);
@@ -658,9 +682,9 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
     return cfail(&C, "cannot write %s", path);
   }
   if (!o->quiet && out) {
-    fprintf(out, "%s: compiled %s for cpu into %s/: %d rank%s (dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64
+    fprintf(out, "%s: compiled %s for %s into %s/: %d rank%s (dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64
                  "), %" PRId64 " logical parameter tensors, executor %s\n",
-            C.file, m->model->decl->name.name, o->out_dir, world, world == 1 ? "" : "s", L.dp, L.tp, L.pp, L.cp, nlogical,
+            C.file, m->model->decl->name.name, is_cuda(o) ? "cuda" : "cpu", o->out_dir, world, world == 1 ? "" : "s", L.dp, L.tp, L.pp, L.cp, nlogical,
             nnative == K ? "native (generated kernels, fp32)"
             : nnative    ? "mixed (generated kernels where the back end compiles the stage, else the reference executor)"
                          : "interp (the reference executor, fp64)");
@@ -668,7 +692,9 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
       fprintf(out, "  %s %d: layers %" PRId64 "-%" PRId64 ", %d graphs, %d nodes, arena %" PRId64 " bytes: %s%d.hir%s\n",
               L.vpp > 1 ? "chunk" : "stage", c, pr->first[c], pr->first[c] + pr->layers[c] - 1, ch[c].m->ngraphs, ch[c].nnodes,
               ch[c].native && ch[c].plan->fused_arena > 0 ? ch[c].plan->fused_arena : ch[c].plan->arena, fname, c,
-              ch[c].native ? arena_printf(arena, ", %s%d.so (%s)", fname, c, "native") : " (interp)");
+              !ch[c].native ? " (interp)"
+              : is_cuda(o)  ? arena_printf(arena, ", %s%d.cubin + .ptx (CUDA %s)", fname, c, o->arch ? o->arch : "sm_80")
+                            : arena_printf(arena, ", %s%d.so (%s)", fname, c, "native"));
   }
   return 0;
 }

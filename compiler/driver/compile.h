@@ -37,12 +37,14 @@ typedef enum {
 
 typedef struct {
   const char *out_dir;      /* DIR (created when missing) */
-  const char *target;       /* "cpu" (NULL: cpu) */
+  const char *target;       /* "cpu" or "cuda" (NULL: cpu) */
   CompileExecutor executor;
   const char *program_lib;  /* the CPU program to copy; NULL: $HPDL_PROGRAM_LIB, else
                                ../lib/hpdl-program.so beside the hpdlc executable */
   const char *source;       /* the .hpd path, recorded in the manifest */
   int quiet;                /* no summary on `out` */
+  const char *arch;         /* cuda: "sm_80" (NULL), "sm_90", "sm_100", ... */
+  int verbose;              /* -v: per kernel resources and launch shapes */
 } CompileOptions;
 
 /* "auto", "native", "interp"; -1 when unknown. */

@@ -2,11 +2,17 @@
 #include "emit.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "autodiff.h"
+#include "codegen.h"
+#include "codegen_cuda.h"
 #include "fbsplit.h"
+#include "fuse.h"
 #include "pipeline.h"
 #include "plan.h"
+#include "sim.h"
 #include "spmd.h"
 
 int emit_stash(Arena *arena, Diag *diag, const SemModel *model, const IrModule *global, FILE *out) {
@@ -46,5 +52,54 @@ int emit_stash(Arena *arena, Diag *diag, const SemModel *model, const IrModule *
       fb_print(cm, g, &s, out);
     }
   }
+  return status;
+}
+
+int emit_cuda(Arena *arena, Diag *diag, const char *path, const SemModel *m, int stage, FILE *out) {
+  const SemLayout *L = &m->layout;
+  SimLayout sl = {L->dp > 0 ? L->dp : 1, L->tp > 0 ? L->tp : 1, L->pp > 0 ? L->pp : 1, L->cp > 0 ? L->cp : 1,
+                  L->virtual_stages > 0 ? L->virtual_stages : 1, L->sp == 1,
+                  L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute, m->train.micro_batch, 1, 0, SCHED_1F1B};
+  int64_t chunks = sl.pp * sl.vpp;
+  if (stage >= chunks) {
+    fprintf(stderr, "hpdlc: %s: --stage %d: the layout has %" PRId64 " pipeline stage%s (0..%" PRId64 ")\n", path, stage, chunks,
+            chunks == 1 ? "" : "s", chunks - 1);
+    return 1;
+  }
+  const char *why = NULL;
+  SimRankProgram *rp = sim_rank_program(arena, diag, m, &sl, stage, &why);
+  if (!rp) {
+    fprintf(stderr, "hpdlc: %s: stage %d does not build: %s\n", path, stage, why ? why : "?");
+    return 1;
+  }
+  FuseResult *fr = fuse_module(arena, rp->module);
+  if (fuse_check(fr, stderr)) {
+    fprintf(stderr, "hpdlc: internal error: the fusion does not check\n");
+    return 3;
+  }
+  const CgBackend *be = cg_backend("cuda");
+  char err[256] = "";
+  CgOptions opt;
+  memset(&opt, 0, sizeof opt);
+  CgTarget *t = be->create(rp->module, fr, &opt, err, sizeof err);
+  if (!t) {
+    fprintf(stderr, "hpdlc: %s: the CUDA back end cannot start: %s\n", path, err);
+    return 3;
+  }
+  int rc = be->generate(t);
+  char *src = be->dump(t);
+  fputs(src, out);
+  free(src);
+  int gemms = 0, specials = 0;
+  int pending = cg_cuda_pending(t, &gemms, &specials);
+  int status = 0;
+  if (rc && pending < 0) {
+    fprintf(stderr, "hpdlc: %s: the CUDA back end failed: %s\n", path, be->error(t));
+    status = 3;
+  } else {
+    fprintf(out, "/* stage %d: %d CUDA kernels generated; %d GEMMs for cuBLASLt; %d special kernels not generated yet */\n",
+            stage, be->stats(t)->kernels, gemms, specials);
+  }
+  be->destroy(t);
   return status;
 }

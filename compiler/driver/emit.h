@@ -15,4 +15,11 @@
  * exit status (0, 1 when the layout does not partition the model). */
 int emit_stash(Arena *arena, Diag *diag, const SemModel *model, const IrModule *global, FILE *out);
 
+/* `hpdlc emit cuda`: pipeline stage `stage`'s training step under the
+ * layout (built as the simulator builds a rank's program), fused, and the
+ * CUDA back end's source for it printed. Returns an exit status (1 when the
+ * layout does not build, 3 when the back end fails: its message names the
+ * kernel). */
+int emit_cuda(Arena *arena, Diag *diag, const char *path, const SemModel *model, int stage, FILE *out);
+
 #endif

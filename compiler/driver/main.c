@@ -55,6 +55,7 @@ enum { NLAYOUT_FLAGS = sizeof layout_flags / sizeof layout_flags[0] };
 typedef struct {
   const char *verb;
   const char *stage; /* emit */
+  int pipe_stage;    /* emit cuda: --stage N, the pipeline chunk */
   const char **files;
   int nfiles;
   SemDefine defines[64];
@@ -69,7 +70,7 @@ typedef struct {
 } Cli;
 
 static const char *const verbs[] = {"check", "emit", "plan", "compile"};
-static const char *const stages[] = {"ast", "source", "ir", "grad", "fused", "spmd", "dp", "memory", "schedule", "stash"};
+static const char *const stages[] = {"ast", "source", "ir", "grad", "fused", "spmd", "dp", "memory", "schedule", "stash", "cuda"};
 
 static void help_common_options(void) {
   puts("options:\n"
@@ -142,7 +143,7 @@ static void help_verb(const char *verb) {
     return;
   }
   if (!strcmp(verb, "compile")) {
-    puts("usage: hpdlc compile [options] FILE --target cpu -o DIR\n"
+    puts("usage: hpdlc compile [options] FILE [--target cpu|cuda] -o DIR\n"
          "\n"
          "Compiles the training job of FILE under its layout into the artifact folder\n"
          "DIR, which `hpdlrun DIR` runs: the model lowered at the train block's micro\n"
@@ -155,7 +156,12 @@ static void help_verb(const char *verb) {
          "\n"
          "compile options:\n"
          "  -o DIR                   the artifact folder (made when missing)\n"
-         "  --target cpu             what to compile for (cpu, the default)\n"
+         "  --target cpu|cuda        what to compile for (cpu, the default; cuda: CUDA C\n"
+         "                           compiled by NVRTC into stageS.cubin / .ptx, with\n"
+         "                           stageS.kernels.json; hpdlrun does not run it yet)\n"
+         "  --arch sm_80|sm_90|...   the GPU architecture of --target cuda (sm_80)\n"
+         "  -v, --verbose            cuda: each kernel's registers, shared memory,\n"
+         "                           spills and launch shape\n"
          "  --executor auto|native|interp\n"
          "                           native: generated kernels (fp32); interp: the\n"
          "                           reference executor (fp64, slow, exact); auto (default):\n"
@@ -168,7 +174,7 @@ static void help_verb(const char *verb) {
          "cluster. Prints every error of a phase, then stops. On success prints a\n"
          "one-line summary per file.\n");
   } else {
-    puts("usage: hpdlc emit ast|source|ir|grad|fused|spmd|dp|memory|schedule [options] FILE\n"
+    puts("usage: hpdlc emit ast|source|ir|grad|fused|spmd|dp|memory|schedule|stash|cuda [options] FILE\n"
          "\n"
          "  ast      the syntax tree with source spans\n"
          "  source   the file in canonical form (parse -> print -> parse is stable)\n"
@@ -190,7 +196,10 @@ static void help_verb(const char *verb) {
          "  schedule each pipeline rank's instructions for one step (--schedule --pp\n"
          "           --virtual-stages; micro-batches = global batch / (dp x micro batch))\n"
          "  stash    each pipeline chunk's training step cut into its forward and backward\n"
-         "           parts, and what a micro-batch keeps from one to the other (its stash)\n");
+         "           parts, and what a micro-batch keeps from one to the other (its stash)\n"
+         "  cuda     the CUDA C of pipeline stage --stage N's training step (default 0)\n"
+         "           under the layout: a kernel per fused loop, row, copy and fill kernel;\n"
+         "           GEMMs (cuBLASLt) and special kernels are listed as comments\n");
   }
   help_common_options();
 }
@@ -248,7 +257,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
       if (!strcmp(verb, "emit") && !cli->stage) {
         int ok = 0;
         for (size_t k = 0; k < sizeof stages / sizeof stages[0]; k++) ok |= !strcmp(stages[k], a);
-        if (!ok) return cli_error("emit: unknown stage '%s'; stages are ast, source, ir, grad, fused, spmd, dp, memory, schedule and stash", a, NULL);
+        if (!ok) return cli_error("emit: unknown stage '%s'; stages are ast, source, ir, grad, fused, spmd, dp, memory, schedule, stash and cuda", a, NULL);
         cli->stage = a;
         continue;
       }
@@ -257,16 +266,34 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
     }
     if (!strcmp(verb, "compile")) { /* -o DIR, --target T, --executor E (also --flag=VALUE) */
       size_t fl = strchr(a, '=') ? (size_t)(strchr(a, '=') - a) : strlen(a);
-      int which = !strcmp(a, "-o") ? 0 : (fl == 8 && !strncmp(a, "--target", 8)) ? 1 : (fl == 10 && !strncmp(a, "--executor", 10)) ? 2 : -1;
+      int which = !strcmp(a, "-o") ? 0 : (fl == 8 && !strncmp(a, "--target", 8)) ? 1 : (fl == 10 && !strncmp(a, "--executor", 10)) ? 2
+                  : (fl == 6 && !strncmp(a, "--arch", 6)) ? 3 : -1;
+      if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+        cli->compile.verbose = 1;
+        continue;
+      }
       if (which >= 0) {
+        static const char *const flag[] = {"-o", "--target", "--executor", "--arch"};
         const char *v = a[fl] == '=' ? a + fl + 1 : (i + 1 < argc ? argv[++i] : NULL);
-        if (!v || !*v) return cli_error("%s needs a value", which == 0 ? "-o" : which == 1 ? "--target" : "--executor", NULL);
+        if (!v || !*v) return cli_error("%s needs a value", flag[which], NULL);
         if (which == 0) cli->compile.out_dir = v;
         else if (which == 1) cli->compile.target = v;
+        else if (which == 3) {
+          if (strncmp(v, "sm_", 3) || v[3] < '1' || v[3] > '9') return cli_error("--arch takes a GPU architecture such as sm_80, sm_90 or sm_100, not '%s'", v, NULL);
+          cli->compile.arch = v;
+        }
         else if (compile_executor_parse(v) < 0) return cli_error("--executor takes auto, native or interp, not '%s'", v, NULL);
         else cli->compile.executor = (CompileExecutor)compile_executor_parse(v);
         continue;
       }
+    }
+    if (!strcmp(verb, "emit") && (!strcmp(a, "--stage") || !strncmp(a, "--stage=", 8))) {
+      const char *v = a[7] == '=' ? a + 8 : (i + 1 < argc ? argv[++i] : NULL);
+      char *end = NULL;
+      long n = v ? strtol(v, &end, 10) : -1;
+      if (!v || !*v || *end || n < 0 || n > 100000) return cli_error("--stage takes a pipeline stage number (0, 1, ...), not '%s'", v ? v : "", NULL);
+      cli->pipe_stage = (int)n;
+      continue;
     }
     if (!strcmp(verb, "plan") && !strcmp(a, "-o")) {
       if (i + 1 >= argc) return cli_error("-o needs a file name%s", "", NULL);
@@ -382,8 +409,10 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
   if (cli->nfiles == 0) return cli_error("%s: no input file", verb, NULL);
   if (!strcmp(verb, "compile") && cli->nfiles != 1) return cli_error("compile takes exactly one file%s", "", NULL);
   if (!strcmp(verb, "compile") && !cli->compile.out_dir) return cli_error("compile: missing the artifact folder (-o DIR)%s", "", NULL);
-  if (!strcmp(verb, "compile") && cli->compile.target && strcmp(cli->compile.target, "cpu"))
-    return cli_error("compile: unknown target '%s' (there is: cpu)", cli->compile.target, NULL);
+  if (!strcmp(verb, "compile") && cli->compile.target && strcmp(cli->compile.target, "cpu") && strcmp(cli->compile.target, "cuda"))
+    return cli_error("compile: unknown target '%s' (there are: cpu, cuda)", cli->compile.target, NULL);
+  if (!strcmp(verb, "compile") && cli->compile.arch && !(cli->compile.target && !strcmp(cli->compile.target, "cuda")))
+    return cli_error("compile: --arch %s applies to --target cuda only", cli->compile.arch, NULL);
   return 0;
 }
 
@@ -603,6 +632,8 @@ int main(int argc, char **argv) {
             status = emit_dp(arena, diag, cli.files[i], m, ir, status);
           } else if (!strcmp(cli.stage, "memory")) {
             status = emit_memory(arena, diag, cli.files[i], m, status);
+          } else if (!strcmp(cli.stage, "cuda")) {
+            status = emit_cuda(arena, diag, cli.files[i], m, cli.pipe_stage, stdout);
           } else if (!strcmp(cli.stage, "fused")) {
             FuseResult *fr = fuse_module(arena, ir);
             if (fuse_check(fr, stderr)) {

@@ -1,0 +1,873 @@
+/* codegen_cuda.c - the CUDA back end: CUDA C for the fused kernels of a
+ * module, behind the back-end interface (codegen.h).
+ *
+ * Loop, row, copy and fill kernels are generated from the same loop nests
+ * the CPU back end lowers (nest.h), so both back ends read memory through
+ * one composition of index maps:
+ *   loop  one __global__ over the collapsed iteration space, a grid-stride
+ *         loop with one point per thread;
+ *   row   one block per row (the axes outside the reduced group), the
+ *         block's threads striding over the group; one sweep per level of
+ *         reduction (a layernorm: mean, variance, output), each closed by a
+ *         warp-shuffle + shared-memory block reduction (hpdl_cuda.cuh);
+ *   copy, fill  one launch per step of nest_build_steps (a pad's zero fill
+ *         before its interior), in order.
+ * Every kernel takes (seed, layer) and then one pointer per kernel input and
+ * output (fuse.h's lists), typed by the IR's dtype; values are computed in
+ * fp32 and stored in their dtype, as the CPU back end does. GEMMs are left
+ * to cuBLASLt and special kernels (embedding, rope, cross-entropy, ...) are
+ * not generated yet: generate() lists them and fails, naming each, so a
+ * `--target cuda` compile never writes a partial artifact. `hpdlc emit
+ * cuda` prints what is generated. */
+#include "codegen_cuda.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "codegen_cuda_int.h"
+#include "cudacc.h"
+#include "xalloc.h"
+
+/* ---- text, errors, launches ---- */
+
+static void tx_vadd(CuText *t, const char *fmt, va_list ap) {
+  va_list aq;
+  va_copy(aq, ap);
+  int n = vsnprintf(NULL, 0, fmt, aq);
+  va_end(aq);
+  if (n < 0) return;
+  if (t->len + (size_t)n + 1 > t->cap) {
+    size_t cap = t->cap ? t->cap : 4096;
+    while (t->len + (size_t)n + 1 > cap) cap *= 2;
+    t->s = xalloc_realloc(t->s, cap);
+    t->cap = cap;
+  }
+  vsnprintf(t->s + t->len, (size_t)n + 1, fmt, ap);
+  t->len += (size_t)n;
+}
+
+void cu_tx(CuText *t, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  tx_vadd(t, fmt, ap);
+  va_end(ap);
+}
+
+void cu_fail(CgTarget *t, const char *fmt, ...) {
+  if (t->failed) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(t->err, sizeof t->err, fmt, ap);
+  va_end(ap);
+  t->failed = 1;
+}
+
+void cu_add_launch(CuKern *k, const char *name, int step, const char *kind, int64_t grid, int64_t block) {
+  CgTarget *t = k->t;
+  if (t->nlaunch == t->caplaunch) {
+    t->caplaunch = t->caplaunch ? 2 * t->caplaunch : 64;
+    t->launch = xalloc_realloc(t->launch, sizeof(CuLaunch) * (size_t)t->caplaunch);
+  }
+  CuLaunch *l = &t->launch[t->nlaunch++];
+  memset(l, 0, sizeof *l);
+  snprintf(l->name, sizeof l->name, "%s", name);
+  l->graph = k->gi;
+  l->kernel = k->kp;
+  l->step = step;
+  l->kind = kind;
+  l->grid = grid < 1 ? 1 : grid > CU_MAX_GRID ? CU_MAX_GRID : grid;
+  l->block = block;
+  t->stats.kernels++;
+}
+
+static void nest_fail_cb(void *be, const char *msg) { cu_fail(((CuKern *)be)->t, "%s", msg); }
+
+/* Element types the generated code loads and stores (as the CPU back end;
+ * bf16 and fp16 storage come with mixed precision). */
+static int cu_dtype_ok(DType t) { return t == DT_F32 || t == DT_F64 || t == DT_I32 || t == DT_I64 || t == DT_BOOL; }
+
+const char *cu_c_type(DType t) {
+  switch (t) {
+  case DT_F64: return "double";
+  case DT_I32: return "int";
+  case DT_I64: return "long long";
+  case DT_BOOL: return "unsigned char";
+  default: return "float";
+  }
+}
+
+static const IrNode *nd(const CuKern *k, int id) { return &k->fg->graph->nodes[id]; }
+
+int cu_io_index(const CuKern *k, int v) {
+  for (int i = 0; i < k->K->ninputs; i++)
+    if (k->K->inputs[i] == v) return i;
+  for (int i = 0; i < k->K->noutputs; i++)
+    if (k->K->outputs[i] == v) return k->K->ninputs + i;
+  return -1;
+}
+
+/* ---- expressions of a nest ---- */
+
+typedef struct {
+  CuKern *k;
+  Nest *N;
+  CuText *o;
+  int *scope_of; /* per expression: the scope its variable was defined in, -1 none */
+  int scope;     /* the scope being emitted */
+  int row_scope; /* the row's own scope (its values outlive the sweeps) */
+  int in_sweep;  /* the group axes' indices are defined */
+  int row;       /* a row kernel: outside a sweep, the group's axes count 0 */
+  const char *ind;
+} Emit;
+
+/* An affine form over the collapsed axes in scope (others count 0). */
+static void aff_text(Emit *E, const NestAff *a, CuText *o) {
+  Nest *N = E->N;
+  cu_tx(o, "(%" PRId64 "LL", a->c);
+  for (int t = 0; t < N->na; t++) {
+    int64_t c = a->coef[N->alast[t]];
+    if (!c || (E->row && N->aset[t] == 1 && !E->in_sweep)) continue;
+    if (c == 1) cu_tx(o, " + i%d", t);
+    else cu_tx(o, " + i%d * %" PRId64 "LL", t, c);
+  }
+  if (a->dax >= 0 && a->dcoef) {
+    int t = N->axis_of[a->dax];
+    if (t >= 0 && !(E->row && N->aset[t] == 1 && !E->in_sweep))
+      cu_tx(o, " + (i%d / %" PRId64 "LL) * %" PRId64 "LL", t, a->dq, a->dcoef);
+  }
+  cu_tx(o, ")");
+}
+
+static const char *unary_fmt(IrOp op) {
+  switch (op) {
+  case IR_NEG: return "-(%s)";
+  case IR_RELU: return "(%1$s > 0.0f ? %1$s : 0.0f)";
+  case IR_GELU: return "hpdl_gelu(%s)";
+  case IR_SILU: return "(%1$s * hpdl_sigmoid(%1$s))";
+  case IR_SIGMOID: return "hpdl_sigmoid(%s)";
+  case IR_TANH: return "tanhf(%s)";
+  case IR_EXP: return "expf(%s)";
+  case IR_LOG: return "logf(%s)";
+  case IR_SQRT: return "sqrtf(%s)";
+  case IR_RSQRT: return "(1.0f / sqrtf(%s))";
+  case IR_ABS: return "fabsf(%s)";
+  case IR_SQUARE: return "(%1$s * %1$s)";
+  case IR_CAST: return "%s";
+  default: return NULL;
+  }
+}
+
+/* The derivative of an activation at x (the CPU back end's cg_unary_deriv). */
+static const char *deriv_fmt(IrOp op) {
+  switch (op) {
+  case IR_NEG: return "-1.0f";
+  case IR_CAST: return "1.0f";
+  case IR_RELU: return "(%1$s > 0.0f ? 1.0f : 0.0f)";
+  case IR_GELU: return "hpdl_gelu_grad(%s)";
+  case IR_SIGMOID: return "(hpdl_sigmoid(%1$s) * (1.0f - hpdl_sigmoid(%1$s)))";
+  case IR_SILU: return "(hpdl_sigmoid(%1$s) + (%1$s * hpdl_sigmoid(%1$s)) * (1.0f - hpdl_sigmoid(%1$s)))";
+  case IR_TANH: return "(1.0f - tanhf(%1$s) * tanhf(%1$s))";
+  case IR_EXP: return "expf(%s)";
+  case IR_LOG: return "(1.0f / %s)";
+  case IR_SQRT: return "(0.5f / sqrtf(%s))";
+  case IR_RSQRT: return "(-0.5f / (%1$s * sqrtf(%1$s)))";
+  case IR_ABS: return "hpdl_abs_grad(%s)";
+  case IR_SQUARE: return "(2.0f * %s)";
+  default: return NULL;
+  }
+}
+
+static void fmt1(CuText *o, const char *fmt, const char *a) {
+  /* formats use %s or %1$s only: substitute by hand (no positional printf needed) */
+  for (const char *p = fmt; *p; p++) {
+    if (p[0] == '%' && p[1] == 's') {
+      cu_tx(o, "%s", a);
+      p++;
+    } else if (!strncmp(p, "%1$s", 4)) {
+      cu_tx(o, "%s", a);
+      p += 3;
+    } else {
+      cu_tx(o, "%c", *p);
+    }
+  }
+}
+
+void cu_float(CuText *o, double v) {
+  if (v != v) cu_tx(o, "(0.0f / 0.0f)");
+  else if (v > 3.4e38) cu_tx(o, "(-HPDL_NEG_INF)");
+  else if (v < -3.4e38) cu_tx(o, "HPDL_NEG_INF");
+  else {
+    char b[40];
+    snprintf(b, sizeof b, "%.9g", v);
+    cu_tx(o, "%s%sf", b, strpbrk(b, ".e") ? "" : ".0");
+  }
+}
+
+/* Defines v<xi> in the current scope (after its operands) and returns 0, or
+ * -1 after cu_fail. X_RED values are defined by their sweep. */
+static int ex(Emit *E, int xi) {
+  Nest *N = E->N;
+  NestX *x = &N->x[xi];
+  if (E->scope_of[xi] == E->scope || (E->scope_of[xi] == E->row_scope && E->scope_of[xi] >= 0)) return 0;
+  if (x->kind == X_RED) {
+    cu_fail(E->k->t, "graph %s kernel k%d: a reduction is read before its sweep", E->k->fg->graph->name, E->k->kp);
+    return -1;
+  }
+  if (x->a >= 0 && ex(E, x->a)) return -1;
+  if (x->b >= 0 && ex(E, x->b)) return -1;
+  CuText *o = E->o;
+  char a[24], b[24];
+  snprintf(a, sizeof a, "v%d", x->a);
+  snprintf(b, sizeof b, "v%d", x->b);
+  cu_tx(o, "%sconst float v%d = ", E->ind, xi);
+  switch (x->kind) {
+  case X_CONST: cu_float(o, x->p); break;
+  case X_LOAD: {
+    int io = cu_io_index(E->k, x->mem);
+    if (io < 0) {
+      cu_fail(E->k->t, "graph %s kernel k%d: %%%d is neither an input nor an output of the kernel", E->k->fg->graph->name,
+              E->k->kp, x->mem);
+      return -1;
+    }
+    cu_tx(o, "(float)p%d[", io);
+    aff_text(E, &x->off, o);
+    cu_tx(o, "]");
+    break;
+  }
+  case X_UN: {
+    if (x->op == IR_POWS) {
+      cu_tx(o, "hpdl_pows(%s, ", a);
+      cu_float(o, x->p);
+      cu_tx(o, ")");
+      break;
+    }
+    const char *f = unary_fmt(x->op);
+    if (!f) {
+      cu_fail(E->k->t, "no CUDA rule for unary op %s", ir_op_name(x->op));
+      return -1;
+    }
+    fmt1(o, f, a);
+    break;
+  }
+  case X_BIN:
+    switch (x->op) {
+    case IR_ADD: cu_tx(o, "%s + %s", a, b); break;
+    case IR_SUB: cu_tx(o, "%s - %s", a, b); break;
+    case IR_MUL: cu_tx(o, "%s * %s", a, b); break;
+    case IR_DIV: cu_tx(o, "%s / %s", a, b); break;
+    case IR_MAXIMUM: cu_tx(o, "(%1$s > %2$s ? %1$s : %2$s)", a, b); break;
+    case IR_MINIMUM: cu_tx(o, "(%1$s < %2$s ? %1$s : %2$s)", a, b); break;
+    default: cu_fail(E->k->t, "no CUDA rule for binary op %s", ir_op_name(x->op)); return -1;
+    }
+    break;
+  case X_ACTGRAD: {
+    if (x->op == IR_POWS) {
+      cu_tx(o, "(");
+      cu_float(o, x->p);
+      cu_tx(o, " * hpdl_pows(%s, ", a);
+      cu_float(o, x->p - 1.0);
+      cu_tx(o, ")) * %s", b);
+      break;
+    }
+    const char *f = deriv_fmt(x->op);
+    if (!f) {
+      cu_fail(E->k->t, "act_grad of %s has no CUDA derivative rule", ir_op_name(x->op));
+      return -1;
+    }
+    cu_tx(o, "(");
+    fmt1(o, f, a);
+    cu_tx(o, ") * %s", b);
+    break;
+  }
+  case X_CASTI: cu_tx(o, "truncf(%s)", a); break;
+  case X_INDEX:
+    cu_tx(o, "(float)");
+    aff_text(E, &x->off, o);
+    break;
+  case X_MASK: {
+    int tr = N->axis_of[N->R - 2], tc = N->axis_of[N->R - 1];
+    char row[96] = "0LL", col[96] = "0LL";
+    if (tr >= 0) snprintf(row, sizeof row, "i%d", tr);
+    if (tc >= 0) snprintf(col, sizeof col, "i%d", tc);
+    if (x->attr || x->attr_cols) {
+      /* context parallelism: global positions of the rank's zigzag rows and
+       * of the ring's key blocks (the CPU back end's zigzag_pos, ring_col_pos) */
+      int grp = (int)((x->attr ? x->attr : x->attr_cols) - 1);
+      char t[96];
+      if (x->attr) {
+        snprintf(t, sizeof t, "hpdl_zigzag_pos(hpd.rank[%d], hpd.size[%d], %" PRId64 "LL, %s)", grp, grp, N->D[N->R - 2], row);
+        snprintf(row, sizeof row, "%s", t);
+      }
+      if (x->attr_cols) {
+        snprintf(t, sizeof t, "hpdl_ring_col_pos(hpd.rank[%d], hpd.size[%d], %" PRId64 "LL, %s)", grp, grp, N->D[N->R - 1], col);
+        snprintf(col, sizeof col, "%s", t);
+      }
+    }
+    cu_tx(o, "(%s > %s ? ", col, row);
+    cu_float(o, x->p);
+    cu_tx(o, " : %s)", a);
+    break;
+  }
+  case X_DROP:
+    if (x->p >= 1) {
+      cu_tx(o, "0.0f");
+    } else {
+      cu_tx(o, "(hpdl_keep(drop_base%d, ", xi);
+      aff_text(E, &x->off, o);
+      cu_tx(o, ", %.17g) ? %s / ", x->p, a);
+      cu_float(o, 1.0 - x->p);
+      cu_tx(o, " : 0.0f)");
+    }
+    break;
+  case X_RED: break;
+  }
+  cu_tx(o, ";\n");
+  E->scope_of[xi] = E->scope;
+  return 0;
+}
+
+/* Index variables i<t> of the collapsed axes whose set is `set` (-1: all),
+ * from the linear index `lin`, row-major. */
+static int in_set(const Nest *N, int t, int set) { return set < 0 || (set == 1 ? N->aset[t] == 1 : N->aset[t] != 1); }
+
+/* Index variables i<t> of the collapsed axes of `set` (-1 all, 1 the
+ * reduced group, 0 the others) from the linear index `lin`, row-major. */
+static void decompose(CuText *o, const Nest *N, int set, const char *lin, const char *ind) {
+  int first = -1, any = 0;
+  for (int t = 0; t < N->na; t++)
+    if (in_set(N, t, set)) {
+      if (first < 0) first = t;
+      any = 1;
+    }
+  if (!any) return;
+  const char *r = set == 1 ? "rg_" : "r_";
+  cu_tx(o, "%slong long %s = %s;\n", ind, r, lin);
+  for (int t = N->na - 1; t >= 0; t--) {
+    if (!in_set(N, t, set)) continue;
+    if (t == first) cu_tx(o, "%sconst long long i%d = %s;\n", ind, t, r);
+    else cu_tx(o, "%sconst long long i%d = %s %% %" PRId64 "LL; %s /= %" PRId64 "LL;\n", ind, t, r, N->adim[t], r, N->adim[t]);
+  }
+}
+
+static int64_t space(const Nest *N, int set) {
+  int64_t n = 1;
+  for (int t = 0; t < N->na; t++)
+    if (in_set(N, t, set)) n *= N->adim[t];
+  return n;
+}
+
+/* The stores selected (full or not): every value first, then every store,
+ * so an output written in place of an input never clobbers an element
+ * another output still reads (the CPU back end's order). */
+static int stores(Emit *E, int full) {
+  Nest *N = E->N;
+  for (int i = 0; i < N->nst; i++)
+    if (N->st[i].full == full && N->x[N->st[i].x].kind != X_RED && ex(E, N->st[i].x)) return -1;
+  for (int i = 0; i < N->nst; i++) {
+    NestStore *s = &N->st[i];
+    if (s->full != full) continue;
+    int io = cu_io_index(E->k, s->val);
+    if (io < 0) {
+      cu_fail(E->k->t, "graph %s kernel k%d: output %%%d is not an output of the kernel", E->k->fg->graph->name, E->k->kp,
+              s->val);
+      return -1;
+    }
+    const char *ct = cu_c_type(s->dt);
+    cu_tx(E->o, "%sp%d[", E->ind, io);
+    aff_text(E, &s->off, E->o);
+    if (s->dt == DT_F32) cu_tx(E->o, "] %s v%d;\n", s->add ? "+=" : "=", s->x);
+    else if (s->dt == DT_F64) cu_tx(E->o, "] %s (double)v%d;\n", s->add ? "+=" : "=", s->x);
+    else cu_tx(E->o, "] %s (%s)truncf(v%d);\n", s->add ? "+=" : "=", ct, s->x);
+  }
+  return 0;
+}
+
+void cu_signature(CuKern *k, CuText *o, const char *name) {
+  const FuseKernel *K = k->K;
+  cu_tx(o, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const hpdl_kctx hpd", CU_BLOCK, name);
+  for (int i = 0; i < K->ninputs + K->noutputs; i++) {
+    int v = i < K->ninputs ? K->inputs[i] : K->outputs[i - K->ninputs];
+    cu_tx(o, ", %s%s *__restrict__ p%d", i < K->ninputs ? "const " : "", cu_c_type(nd(k, v)->dtype), i);
+  }
+  cu_tx(o, ") {\n");
+}
+
+/* Dropout's per-call base hash (interp_hash_name(seed ^ stream * phi,
+ * "dropout", layer)), as the CPU back end computes it. */
+static void drop_bases(Emit *E) {
+  Nest *N = E->N;
+  for (int i = 0; i < N->nx; i++) {
+    NestX *x = &N->x[i];
+    if (x->kind != X_DROP || x->p <= 0 || x->p >= 1) continue;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *p = "dropout"; *p; p++) {
+      h ^= (unsigned char)*p;
+      h *= 0x100000001b3ull;
+    }
+    cu_tx(E->o, "  const unsigned long long drop_base%d = hpdl_splitmix(hpdl_splitmix(hpd.seed ^ %" PRIu64 "ULL ^ %" PRIu64
+             "ULL) ^ (unsigned long long)hpd.layer * 0xD1B54A32D192ED03ULL);\n",
+       i, (uint64_t)((uint64_t)x->attr * 0x9E3779B97F4A7C15ull), (uint64_t)h);
+  }
+}
+
+static int has_red(const Nest *N) {
+  for (int i = 0; i < N->nx; i++)
+    if (N->x[i].kind == X_RED) return 1;
+  return 0;
+}
+
+/* A nest as one kernel: returns 0, or -1 after cu_fail. */
+static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
+  CgTarget *t = k->t;
+  nest_collapse(N);
+  CuText *o = &t->src;
+  int row = has_red(N);
+  Emit E = {k, N, o, xalloc_calloc((size_t)N->nx + 1, sizeof(int)), 0, -1, 0, row, "    "};
+  for (int i = 0; i < N->nx; i++) E.scope_of[i] = -1;
+  int rc = 0;
+  cu_signature(k, o, name);
+  drop_bases(&E);
+  if (!row) {
+    /* a loop: one point per thread, grid-stride */
+    int64_t n = space(N, -1);
+    cu_tx(o, "  for (long long lin = (long long)blockIdx.x * blockDim.x + threadIdx.x; lin < %" PRId64
+          "LL; lin += (long long)gridDim.x * blockDim.x) {\n",
+       n);
+    decompose(o, N, -1, "lin", "    ");
+    E.scope = 1;
+    E.in_sweep = 1;
+    rc = stores(&E, 1);
+    if (!rc) rc = stores(&E, 0);
+    cu_tx(o, "  }\n}\n\n");
+    free(E.scope_of);
+    cu_add_launch(k, name, step, "loop", (n + CU_BLOCK - 1) / CU_BLOCK, CU_BLOCK);
+    return rc;
+  }
+  /* a row kernel: a block per row, threads over the group, one sweep per level */
+  int64_t nrow = space(N, 0), ngrp = space(N, 1);
+  int maxl = 0;
+  for (int i = 0; i < N->nx; i++)
+    if (N->x[i].kind == X_RED && N->x[i].level > maxl) maxl = N->x[i].level;
+  cu_tx(o, "  __shared__ float red_[32];\n");
+  cu_tx(o, "  for (long long row = blockIdx.x; row < %" PRId64 "LL; row += gridDim.x) {\n", nrow);
+  decompose(o, N, 0, "row", "    ");
+  int sweep = 1;
+  E.row_scope = 0;
+  E.scope = 0;
+  for (int L = 1; L <= maxl && !rc; L++) {
+    for (int i = 0; i < N->nx; i++)
+      if (N->x[i].kind == X_RED && N->x[i].level == L)
+        cu_tx(o, "    float acc%d = %s;\n", i, N->x[i].redmax ? "HPDL_NEG_INF" : "0.0f");
+    cu_tx(o, "    for (long long grp = threadIdx.x; grp < %" PRId64 "LL; grp += blockDim.x) {\n", ngrp);
+    E.ind = "      ";
+    decompose(o, N, 1, "grp", E.ind);
+    E.scope = ++sweep;
+    E.in_sweep = 1;
+    for (int i = 0; i < N->nx && !rc; i++) {
+      NestX *x = &N->x[i];
+      if (x->kind != X_RED || x->level != L) continue;
+      rc = ex(&E, x->a);
+      if (!rc) {
+        if (x->redmax) cu_tx(o, "      acc%d = fmaxf(acc%d, v%d);\n", i, i, x->a);
+        else cu_tx(o, "      acc%d += v%d;\n", i, x->a);
+      }
+    }
+    cu_tx(o, "    }\n");
+    E.ind = "    ";
+    E.in_sweep = 0;
+    E.scope = 0;
+    for (int i = 0; i < N->nx; i++) {
+      NestX *x = &N->x[i];
+      if (x->kind != X_RED || x->level != L) continue;
+      cu_tx(o, "    const float v%d = hpdl_block_%s(acc%d, red_)", i, x->redmax ? "max" : "sum", i);
+      if (x->div) cu_tx(o, " / %" PRId64 ".0f", x->div);
+      cu_tx(o, ";\n");
+      E.scope_of[i] = 0;
+    }
+  }
+  if (!rc) {
+    /* the last sweep: the full outputs */
+    cu_tx(o, "    for (long long grp = threadIdx.x; grp < %" PRId64 "LL; grp += blockDim.x) {\n", ngrp);
+    E.ind = "      ";
+    decompose(o, N, 1, "grp", E.ind);
+    E.scope = ++sweep;
+    E.in_sweep = 1;
+    rc = stores(&E, 1);
+    cu_tx(o, "    }\n");
+    /* row-level outputs (a mean, a norm's statistics): once per row */
+    E.ind = "      ";
+    E.scope = ++sweep;
+    E.in_sweep = 0;
+    cu_tx(o, "    if (threadIdx.x == 0) {\n");
+    if (!rc) rc = stores(&E, 0);
+    cu_tx(o, "    }\n");
+  }
+  cu_tx(o, "  }\n}\n\n");
+  free(E.scope_of);
+  /* a warp per 32 elements of the row, at most CU_BLOCK threads */
+  int64_t block = ngrp >= CU_BLOCK ? CU_BLOCK : (ngrp + 31) / 32 * 32;
+  cu_add_launch(k, name, step, "row", nrow, block);
+  return rc;
+}
+
+static int emit_zero(CuKern *k, int v, const char *name, int step) {
+  CuText *o = &k->t->src;
+  cu_signature(k, o, name);
+  int io = cu_io_index(k, v);
+  if (io < 0) {
+    cu_fail(k->t, "graph %s kernel k%d: %%%d is not an output of the kernel", k->fg->graph->name, k->kp, v);
+    return -1;
+  }
+  cu_tx(o, "  for (long long lin = (long long)blockIdx.x * blockDim.x + threadIdx.x; lin < %" PRId64
+        "LL; lin += (long long)gridDim.x * blockDim.x) p%d[lin] = 0;\n}\n\n",
+     ir_numel(nd(k, v)), io);
+  cu_add_launch(k, name, step, "zero", (ir_numel(nd(k, v)) + CU_BLOCK - 1) / CU_BLOCK, CU_BLOCK);
+  return 0;
+}
+
+/* A GEMM kernel: recorded for cuBLASLt (the runtime's host program makes
+ * the call; nothing is generated for the product), and its epilogue (bias,
+ * activation, ...) generated as a loop over the output. */
+static void gemm(CuKern *k) {
+  CgTarget *t = k->t;
+  GemmPlan P;
+  if (gemm_plan(&k->nk, &P)) return;
+  int64_t sa[IR_MAX_RANK], sb[IR_MAX_RANK];
+  gemm_batch_strides(&P, &P.a, sa);
+  gemm_batch_strides(&P, &P.b, sb);
+  /* One stride per operand over the flattened batch when its batch axes
+   * walk memory evenly (cuBLASLt's strided batch); else -1, and the host
+   * loops over the matrices with the per-axis strides (as the CPU does). */
+  const IrNode *mmn = &k->fg->graph->nodes[P.matmul];
+  int64_t nb = P.flat ? 1 : P.nbatch, ma = 0, mb = 0;
+  for (int w = 0; w < 2; w++) {
+    const int64_t *st = w ? sb : sa;
+    int64_t stride = 0, inner = 1;
+    int even = 1, set = 0;
+    for (int i = P.batch_axes - 1; i >= 0; i--) {
+      int64_t d = mmn->dims[i];
+      if (d > 1) {
+        if (!set) {
+          stride = st[i] / inner;
+          set = 1;
+        }
+        if (st[i] != stride * inner) even = 0;
+      }
+      inner *= d;
+    }
+    if (w) mb = even ? stride : -1;
+    else ma = even ? stride : -1;
+  }
+  char name[200];
+  snprintf(name, sizeof name, "%s_gemm", k->base);
+  cu_tx(&t->src, "/* %s: cuBLASLt C[%" PRId64 ", %" PRId64 "] = %g op(A) op(B), K %" PRId64 ", transa %d transb %d, %" PRId64
+                 " matri%s */\n\n",
+        name, P.flat ? P.nbatch * P.M : P.M, P.N, P.alpha, P.K, P.a.trans, P.b.trans, nb, nb == 1 ? "x" : "ces");
+  cu_add_launch(k, name, 0, "gemm", 0, 0);
+  CuLaunch *l = &t->launch[t->nlaunch - 1];
+  t->stats.kernels--; /* not a kernel of ours */
+  l->grid = l->block = 0;
+  l->gemm_a = cu_io_index(k, P.a.mem);
+  l->gemm_b = cu_io_index(k, P.b.mem);
+  l->gemm_c = cu_io_index(k, P.out);
+  l->trans_a = P.a.trans;
+  l->trans_b = P.b.trans;
+  l->m = P.flat ? P.nbatch * P.M : P.M;
+  l->n = P.N;
+  l->k = P.K;
+  l->lda = P.a.cols;
+  l->ldb = P.b.cols;
+  l->ldc = P.N;
+  l->alpha = P.alpha;
+  l->batch = nb;
+  l->stride_a = nb > 1 ? (ma < 0 ? -1 : ma * P.a.rows * P.a.cols) : 0;
+  l->stride_b = nb > 1 ? (mb < 0 ? -1 : mb * P.b.rows * P.b.cols) : 0;
+  l->stride_c = nb > 1 ? P.M * P.N : 0;
+  t->ngemm++;
+  if (P.epilogue) {
+    Nest N;
+    gemm_epilogue(&k->nk, &P, &N);
+    snprintf(name, sizeof name, "%s_epi", k->base);
+    emit_nest(k, &N, name, 1);
+    nest_free(&N);
+  }
+}
+
+static void kernel(CgTarget *t, int gi, int kp) {
+  const FuseGraph *fg = &t->fr->graphs[gi];
+  const FuseKernel *K = &fg->kernels[kp];
+  CuKern k;
+  memset(&k, 0, sizeof k);
+  k.t = t;
+  k.gi = gi;
+  k.kp = kp;
+  k.fg = fg;
+  k.K = K;
+  k.nk = (NestKernel){.g = fg->graph, .fg = fg, .K = K, .kp = kp, .backend = "CUDA", .dtype_ok = cu_dtype_ok,
+                      .fail = nest_fail_cb, .be = &k};
+  char sym[128];
+  cg_graph_symbol(fg->graph->name, sym, sizeof sym);
+  snprintf(k.base, sizeof k.base, "hpd_%s_k%d", sym + strlen("hpd_graph_"), kp);
+  switch (K->kind) {
+  case FUSE_LEAF: {
+    /* only leaves the kernel materialises (fill, iota) have code */
+    const IrNode *n = nd(&k, K->nodes[0]);
+    if (n->op != IR_FILL && n->op != IR_IOTA) return;
+    if (K->noutputs == 0) return;
+  } /* fall through */
+  case FUSE_LOOP:
+  case FUSE_ROW:
+  case FUSE_COPY: {
+    NestSteps S;
+    nest_build_steps(&S, &k.nk);
+    for (int i = 0; i < S.n && !t->failed; i++) {
+      char name[200];
+      if (S.n == 1) snprintf(name, sizeof name, "%s", k.base);
+      else snprintf(name, sizeof name, "%s_s%d", k.base, i);
+      if (S.step[i].zero_value >= 0) emit_zero(&k, S.step[i].zero_value, name, i);
+      else emit_nest(&k, &S.step[i].nest, name, i);
+    }
+    nest_free_steps(&S);
+    break;
+  }
+  case FUSE_GEMM: gemm(&k); break;
+  case FUSE_SPECIAL: cu_special(&k); break;
+  default: break; /* views, collectives and calls are the host program's */
+  }
+}
+
+/* ---- the interface ---- */
+
+static CgTarget *cu_create(const IrModule *m, const FuseResult *fr, const CgOptions *opt, char *err, size_t errlen) {
+  (void)err;
+  (void)errlen;
+  CgTarget *t = xalloc_calloc(1, sizeof *t);
+  t->m = m;
+  t->fr = fr;
+  if (opt) t->opt = *opt;
+  return t;
+}
+
+static int cu_generate(CgTarget *t) {
+  cu_tx(&t->src,
+     "/* generated by hpdlc: the CUDA kernels of one module (compiler/codegen/codegen_cuda.c).\n"
+     " * Each kernel: (hpdl_kctx, then a pointer per input and output); launch with\n"
+     " * %d threads a block; a loop kernel is grid-stride, a row kernel takes a block per row. */\n"
+     "#include \"hpdl_cuda.cuh\"\n\n",
+     CU_BLOCK);
+  for (int gi = 0; gi < t->fr->ngraphs && !t->failed; gi++) {
+    const FuseGraph *fg = &t->fr->graphs[gi];
+    cu_tx(&t->src, "/* ==== graph %s: %d fused kernels ==== */\n\n", fg->graph->name, fg->nkernels);
+    for (int kp = 0; kp < fg->nkernels && !t->failed; kp++) kernel(t, gi, kp);
+  }
+  if (t->failed) return -1;
+  if (t->nspecial) {
+    snprintf(t->err, sizeof t->err, "%d special kernel%s (embedding, rope, cross-entropy, ...) %s not generated for CUDA yet", t->nspecial,
+            t->nspecial == 1 ? "" : "s", t->nspecial == 1 ? "is" : "are");
+    return -1;
+  }
+  return 0;
+}
+
+#ifndef HPDL_KERNELS_DIR
+#define HPDL_KERNELS_DIR "kernels"
+#endif
+
+static const char *kernels_dir(const CgTarget *t) {
+  if (t->opt.kernels_dir) return t->opt.kernels_dir;
+  const char *e = getenv("HPDL_KERNELS_DIR");
+  return e && *e ? e : HPDL_KERNELS_DIR;
+}
+
+static int write_file(CgTarget *t, const char *path, const void *data, size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (!f || (n && fwrite(data, 1, n, f) != n) || fclose(f)) {
+    if (f) fclose(f);
+    cu_fail(t, "cannot write %s", path);
+    return -1;
+  }
+  return 0;
+}
+
+static int copy_text(CgTarget *t, const char *from, const char *to) {
+  FILE *f = fopen(from, "rb");
+  if (!f) {
+    cu_fail(t, "cannot read %s (set HPDL_KERNELS_DIR to the folder of hpdl_cuda.cuh)", from);
+    return -1;
+  }
+  CuText b = {0};
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) cu_tx(&b, "%.*s", (int)n, buf);
+  fclose(f);
+  int rc = write_file(t, to, b.s ? b.s : "", b.len);
+  free(b.s);
+  return rc;
+}
+
+/* The generated source's line `line` and the kernel it belongs to, for a
+ * compile error: the NVRTC log names lines of generated code. */
+static void error_context(CgTarget *t, const char *log, const char *prog, char *out, size_t n) {
+  char key[300];
+  snprintf(key, sizeof key, "%s(", prog);
+  const char *p = log ? strstr(log, key) : NULL;
+  long line = p ? strtol(p + strlen(key), NULL, 10) : 0;
+  out[0] = '\0';
+  if (line <= 0 || !t->src.s) return;
+  const char *s = t->src.s, *kern = NULL;
+  long at = 1;
+  const char *l = s;
+  for (; *l && at < line; l++) {
+    if (!strncmp(l, "extern \"C\" __global__", 22)) kern = l;
+    if (*l == '\n') at++;
+  }
+  const char *e = strchr(l, '\n');
+  char name[200] = "?";
+  if (kern) { /* extern "C" __global__ void __launch_bounds__(N) NAME( */
+    const char *b = strstr(kern, "__launch_bounds__(");
+    b = b ? strchr(b, ')') : NULL;
+    const char *q = b ? strchr(b + 1, '(') : NULL;
+    if (b && q && q - b > 2) snprintf(name, sizeof name, "%.*s", (int)(q - b - 2), b + 2);
+  }
+  snprintf(out, n, "; generated line %ld of kernel %s: %.*s", line, name, e ? (int)(e - l) : (int)strlen(l), l);
+}
+
+/* Writes PATH.cu (with hpdl_cuda.cuh beside it), PATH.cubin and PATH.ptx
+ * for the arch through NVRTC, and PATH.kernels.json: the arch, NVRTC's
+ * version and options, the source hash, and per launch its kernel, graph,
+ * launch shape and resources. */
+static int cu_emit(CgTarget *t, const char *path) {
+  if (t->failed) return -1;
+  char fn[4096], dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash) *slash = '\0';
+  else snprintf(dir, sizeof dir, ".");
+  snprintf(fn, sizeof fn, "%s.cu", path);
+  if (write_file(t, fn, t->src.s, t->src.len)) return -1;
+  char from[4200], to[4200];
+  snprintf(from, sizeof from, "%s/hpdl_cuda.cuh", kernels_dir(t));
+  snprintf(to, sizeof to, "%s/hpdl_cuda.cuh", dir);
+  if (copy_text(t, from, to)) return -1;
+  const char *arch = t->opt.arch ? t->opt.arch : "sm_80";
+  const char *incs[1] = {dir};
+  const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+  char name[256];
+  snprintf(name, sizeof name, "%s.cu", base);
+  CudaccRequest rq = {t->src.s, name, arch, NULL, 0, incs, 1, !t->opt.no_cache};
+  CudaccResult r;
+  char err[1024] = "";
+  if (cudacc_compile(&rq, &r, err, sizeof err)) {
+    char ctx[600];
+    error_context(t, r.log, name, ctx, sizeof ctx);
+    cu_fail(t, "NVRTC: %s%s", err, ctx);
+    cudacc_result_free(&r);
+    return -1;
+  }
+  snprintf(fn, sizeof fn, "%s.cubin", path);
+  int rc = write_file(t, fn, r.cubin, r.cubin_size);
+  snprintf(fn, sizeof fn, "%s.ptx", path);
+  if (!rc) rc = write_file(t, fn, r.ptx, r.ptx_size);
+  if (!rc) {
+    json_t *root = json_object(), *opts = json_array(), *ls = json_array();
+    for (size_t i = 0; i < r.n_options; i++) json_array_append_new(opts, json_string(r.options[i]));
+    for (int i = 0; i < t->nlaunch; i++) {
+      const CuLaunch *l = &t->launch[i];
+      json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:i, s:I, s:I}", "name", l->name, "kind", l->kind, "graph",
+                            t->fr->graphs[l->graph].graph->name, "kernel", l->kernel, "step", l->step, "grid",
+                            (json_int_t)l->grid, "block", (json_int_t)l->block);
+      if (!strcmp(l->kind, "gemm")) {
+        json_object_set_new(j, "gemm",
+                            json_pack("{s:i, s:i, s:i, s:b, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:I, s:I}", "a",
+                                      l->gemm_a, "b", l->gemm_b, "c", l->gemm_c, "trans_a", l->trans_a, "trans_b", l->trans_b,
+                                      "m", (json_int_t)l->m, "n", (json_int_t)l->n, "k", (json_int_t)l->k, "lda",
+                                      (json_int_t)l->lda, "ldb", (json_int_t)l->ldb, "ldc", (json_int_t)l->ldc, "alpha",
+                                      l->alpha, "batch", (json_int_t)l->batch, "stride_a", (json_int_t)l->stride_a,
+                                      "stride_b", (json_int_t)l->stride_b, "stride_c", (json_int_t)l->stride_c));
+      }
+      for (size_t q = 0; q < r.n_kernels; q++)
+        if (!strcmp(r.kernels[q].name, l->name)) {
+          json_object_set_new(j, "registers", json_integer(r.kernels[q].registers));
+          json_object_set_new(j, "shared_bytes", json_integer(r.kernels[q].smem_bytes));
+          json_object_set_new(j, "spill_bytes", json_integer(r.kernels[q].spill_store + r.kernels[q].spill_load));
+        }
+      json_array_append_new(ls, j);
+    }
+    json_object_set_new(root, "arch", json_string(arch));
+    char ver[32];
+    snprintf(ver, sizeof ver, "%d.%d", r.nvrtc_major, r.nvrtc_minor);
+    json_object_set_new(root, "nvrtc", json_string(ver));
+    json_object_set_new(root, "options", opts);
+    json_object_set_new(root, "source_sha256", json_string(r.hash));
+    json_object_set_new(root, "cache_hit", json_boolean(r.cache_hit));
+    json_object_set_new(root, "launches", ls);
+    snprintf(fn, sizeof fn, "%s.kernels.json", path);
+    if (json_dump_file(root, fn, JSON_INDENT(1) | JSON_PRESERVE_ORDER)) {
+      cu_fail(t, "cannot write %s", fn);
+      rc = -1;
+    }
+    json_decref(root);
+  }
+  if (r.warning && !t->opt.no_cache) snprintf(t->warning, sizeof t->warning, "%s", r.warning);
+  if (t->have_result) cudacc_result_free(&t->result);
+  t->result = r; /* kept for cg_cuda_report */
+  t->have_result = 1;
+  return rc;
+}
+
+static char *cu_dump(CgTarget *t) {
+  char *s = xalloc_malloc(t->src.len + 1);
+  memcpy(s, t->src.s ? t->src.s : "", t->src.len);
+  s[t->src.len] = '\0';
+  return s;
+}
+
+static const char *cu_error(const CgTarget *t) { return t->err; }
+static const CgStats *cu_stats(const CgTarget *t) { return &t->stats; }
+
+static void cu_destroy(CgTarget *t) {
+  if (!t) return;
+  if (t->have_result) cudacc_result_free(&t->result);
+  free(t->launch);
+  free(t->src.s);
+  free(t);
+}
+
+static const CgBackend cuda_backend = {"cuda", cu_create, cu_generate, cu_emit, cu_dump, cu_error, cu_stats, cu_destroy};
+
+const CgBackend *cg_cuda_backend(void) { return &cuda_backend; }
+
+int cg_cuda_pending(const CgTarget *t, int *gemms, int *specials) {
+  if (gemms) *gemms = t->ngemm;
+  if (specials) *specials = t->nspecial;
+  return t->failed ? -1 : t->ngemm + t->nspecial;
+}
+
+void cg_cuda_report(const CgTarget *t, FILE *out) {
+  const CudaccResult *r = t->have_result ? &t->result : NULL;
+  if (r)
+    fprintf(out, "  %s, NVRTC %d.%d%s, %.2f s; per kernel: registers, shared memory, spills, launch\n", t->opt.arch ? t->opt.arch : "sm_80",
+            r->nvrtc_major, r->nvrtc_minor, r->cache_hit ? " (cached)" : "", r->seconds);
+  for (int i = 0; i < t->nlaunch; i++) {
+    const CuLaunch *l = &t->launch[i];
+    const CudaccKernelInfo *ki = NULL;
+    for (size_t q = 0; r && q < r->n_kernels; q++)
+      if (!strcmp(r->kernels[q].name, l->name)) ki = &r->kernels[q];
+    fprintf(out, "  %-36s %-7s", l->name, l->kind);
+    if (!strcmp(l->kind, "gemm")) {
+      fprintf(out, " cuBLASLt %" PRId64 " x %" PRId64 " x %" PRId64 "%s%s, %" PRId64 " matri%s\n", l->m, l->n, l->k,
+              l->trans_a ? ", A^T" : "", l->trans_b ? ", B^T" : "", l->batch, l->batch == 1 ? "x" : "ces");
+      continue;
+    }
+    if (ki)
+      fprintf(out, " %3d regs %6ld B smem %s", ki->registers, ki->smem_bytes,
+              ki->spill_store + ki->spill_load ? "SPILLS" : "no spills");
+    fprintf(out, "  grid %" PRId64 " x block %" PRId64 "\n", l->grid, l->block);
+  }
+  if (t->warning[0]) fprintf(out, "  note: %s\n", t->warning);
+}

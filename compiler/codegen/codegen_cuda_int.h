@@ -1,0 +1,81 @@
+/* codegen_cuda_int.h - what the files of the CUDA back end share
+ * (codegen_cuda.c: loop nests and the interface; codegen_cuda_special.c:
+ * the special kernels). */
+#ifndef HPDL_CODEGEN_CUDA_INT_H
+#define HPDL_CODEGEN_CUDA_INT_H
+
+#include <stdint.h>
+
+#include "codegen.h"
+#include "cudacc.h"
+#include "gemm.h"
+#include "fuse.h"
+#include "ir.h"
+#include "nest.h"
+
+enum { CU_BLOCK = 256, CU_MAX_GRID = 65535 };
+
+/* Growable text: the generated source. */
+typedef struct {
+  char *s;
+  size_t len, cap;
+} CuText;
+
+void cu_tx(CuText *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* One launch of a generated kernel: what the host program needs to run it. */
+typedef struct {
+  char name[200];
+  int graph, kernel, step; /* the fused kernel (fuse.h) and its step */
+  const char *kind;        /* "loop", "row", "zero", "special" */
+  int64_t grid, block;     /* blocks (grid-stride beyond) and threads a block */
+  /* kind "gemm": a cuBLASLt matmul, row-major C[M, N] = alpha op(A) op(B)
+   * over the kernel's io pointers (a, b, c: their io indices) */
+  int gemm_a, gemm_b, gemm_c, trans_a, trans_b;
+  int64_t m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c;
+  double alpha;
+} CuLaunch;
+
+struct CgTarget {
+  const IrModule *m;
+  const FuseResult *fr;
+  CgOptions opt;
+  CuText src;
+  CgStats stats;
+  char err[2048];
+  int failed;
+  CuLaunch *launch;
+  int nlaunch, caplaunch;
+  /* kernels left to a library or not generated yet */
+  int ngemm, nspecial;
+  CudaccResult result; /* of the last emit: images, resources */
+  int have_result;
+  char warning[512];   /* a cache problem (only speed is lost) */
+};
+
+/* A fused kernel being generated. */
+typedef struct {
+  CgTarget *t;
+  int gi, kp;
+  const FuseGraph *fg;
+  const FuseKernel *K;
+  NestKernel nk;
+  char base[160]; /* hpd_<graph>_k<kp> */
+} CuKern;
+
+/* Records the first problem (the one to fix); later ones are dropped. */
+void cu_fail(CgTarget *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const char *cu_c_type(DType t);
+/* The parameter index of value v among the kernel's io, or -1. */
+int cu_io_index(const CuKern *k, int v);
+/* `extern "C" __global__ void NAME(seed, layer, p0, p1, ...) {` */
+void cu_signature(CuKern *k, CuText *o, const char *name);
+void cu_add_launch(CuKern *k, const char *name, int step, const char *kind, int64_t grid, int64_t block);
+/* A float literal of C++ (inf and nan spelled out). */
+void cu_float(CuText *o, double v);
+
+/* Special kernels (codegen_cuda_special.c): 0, or -1 after cu_fail; a kind
+ * not generated yet counts in t->nspecial with a comment in the source. */
+int cu_special(CuKern *k);
+
+#endif

@@ -1,0 +1,177 @@
+/* hpdl_cuda.cuh - device functions the generated CUDA C includes
+ * (compiler/codegen/codegen_cuda.c).
+ *
+ * The same text compiles under NVRTC for the GPU and, through the emulation
+ * harness (kernels/cuda_emu.h, given with -include), as C++ for the CPU, so
+ * it uses only what the harness defines. The math follows the CPU back end
+ * and the reference executor (core/interp.c) rule for rule: the tanh form of
+ * GELU with the same constants, powers by squaring for small integer
+ * exponents, integers truncated toward zero. Accumulation is in fp32. */
+#ifndef HPDL_CUDA_CUH
+#define HPDL_CUDA_CUH
+
+#define HPDL_GELU_K 0.79788456080286535588f /* sqrt(2 / pi) */
+#define HPDL_GELU_C 0.044715f
+#ifdef __CUDACC__
+#define HPDL_NEG_INF __int_as_float(0xff800000) /* NVRTC has no math.h: -inf by its bits */
+#else
+#define HPDL_NEG_INF (-__builtin_huge_valf())
+#endif
+
+/* What every generated kernel takes first, by value: the run's seed (dropout
+ * masks), the layer a repeated block's graph runs as, and this rank's index
+ * and size in each process group (IrGroup order: dp, tp, pp, cp). */
+typedef struct {
+  unsigned long long seed;
+  long long layer;
+  int rank[4];
+  int size[4];
+} hpdl_kctx;
+
+/* Context parallelism's zigzag layout: the global position of local row i
+ * of rank r of `size`, each rank holding chunks r and 2 size - 1 - r of
+ * length local / 2 (core/interp.c's rule). */
+static __device__ __forceinline__ long long hpdl_zigzag_pos(long long r, long long size, long long local, long long i) {
+  if (size <= 1) return r * local + i;
+  long long h = local / 2;
+  return i < h ? r * h + i : (2 * size - 1 - r) * h + (i - h);
+}
+
+/* The global position of column `col` of keys gathered around a ring of
+ * `size` ranks (ring attention): block b = col / len came from rank r - b
+ * and holds that rank's zigzag chunks; len = cols / size. */
+static __device__ __forceinline__ long long hpdl_ring_col_pos(long long r, long long size, long long cols, long long col) {
+  if (size <= 1) return col;
+  long long len = cols / size, blk = col / len, owner = (r - blk + size) % size, i = col % len, h = len / 2;
+  return i < h ? owner * h + i : (2 * size - 1 - owner) * h + (i - h);
+}
+
+static __device__ __forceinline__ float hpdl_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+static __device__ __forceinline__ float hpdl_gelu(float x) {
+  float u = HPDL_GELU_K * (x + HPDL_GELU_C * (x * (x * x)));
+  return (0.5f * x) * (1.0f + tanhf(u));
+}
+
+static __device__ __forceinline__ float hpdl_gelu_grad(float x) {
+  float x2 = x * x;
+  float u = HPDL_GELU_K * (x + HPDL_GELU_C * (x * x2));
+  float t = tanhf(u);
+  float a = 0.5f * (1.0f + t);
+  float b = (0.5f * x) * (1.0f - t * t);
+  float c = HPDL_GELU_K * (1.0f + (3.0f * HPDL_GELU_C) * x2);
+  return a + b * c;
+}
+
+/* x^p for a compile-time p: the CPU back end's rule (powf_const). */
+static __device__ __forceinline__ float hpdl_pows(float x, float p) {
+  if (p == 0.0f) return 1.0f;
+  if (p == 0.5f) return sqrtf(x);
+  if (p == -0.5f) return 1.0f / sqrtf(x);
+  if (p == floorf(p) && fabsf(p) <= 16.0f) {
+    int k = (int)fabsf(p);
+    float r = 1.0f, base = x;
+    int first = 1;
+    while (k) {
+      if (k & 1) {
+        r = first ? base : r * base;
+        first = 0;
+      }
+      k >>= 1;
+      if (k) base = base * base;
+    }
+    return p < 0.0f ? 1.0f / r : r;
+  }
+  return expf(p * logf(x));
+}
+
+static __device__ __forceinline__ float hpdl_abs_grad(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
+
+/* Dropout's keep decision for element i: splitmix64 of the kernel call's
+ * base hash and i, a uniform double in [0, 1) from its top 53 bits
+ * (interp.c's stream, bit for bit). */
+static __device__ __forceinline__ unsigned long long hpdl_splitmix(unsigned long long s) {
+  unsigned long long z = s + 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+static __device__ __forceinline__ int hpdl_keep(unsigned long long base, long long i, double p) {
+  unsigned long long z = hpdl_splitmix(base ^ ((unsigned long long)i * 0xD1B54A32D192ED03ULL));
+  double u = (double)(z >> 11) * 1.1102230246251565404e-16; /* 2^-53 */
+  return u >= p;
+}
+
+/* Reductions of one value per thread over the block: warp shuffles, then
+ * one partial per warp through shared memory. Every thread of the block
+ * calls them (they contain barriers) and gets the result. blockDim.x is a
+ * multiple of 32, at most 1024. */
+static __device__ __forceinline__ float hpdl_warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+static __device__ __forceinline__ float hpdl_warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+static __device__ float hpdl_block_sum(float v, float *partial /* shared, 32 floats */) {
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+  v = hpdl_warp_sum(v);
+  __syncthreads(); /* the previous use of partial is over */
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? partial[lane] : 0.0f;
+  return hpdl_warp_sum(v);
+}
+
+static __device__ float hpdl_block_max(float v, float *partial /* shared, 32 floats */) {
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+  v = hpdl_warp_max(v);
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? partial[lane] : HPDL_NEG_INF;
+  return hpdl_warp_max(v);
+}
+
+/* The same over doubles (a reduction whose order must not cost precision:
+ * the cross-entropy's mean over rows). */
+static __device__ double hpdl_block_sum_d(double v, double *partial /* shared, 32 doubles */) {
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? partial[lane] : 0.0;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/* Exclusive prefix sum of one int per thread in thread order over the block,
+ * and the block's total in *total (integers: exact in any order). Every
+ * thread calls it; blockDim.x is a multiple of 32. */
+static __device__ int hpdl_block_exscan_int(int v, int *partial /* shared, 32 ints */, int *total) {
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+  int x = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    int y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  __syncthreads(); /* the previous use of partial is over */
+  if (lane == 31) partial[warp] = x;
+  __syncthreads();
+  int w = lane < nwarps ? partial[lane] : 0;
+  for (int o = 1; o < 32; o <<= 1) {
+    int y = __shfl_up_sync(0xffffffffu, w, o);
+    if (lane >= o) w += y;
+  }
+  /* w: the warps' totals, inclusive, lane by lane */
+  int before = __shfl_sync(0xffffffffu, w, warp) - partial[warp];
+  *total = __shfl_sync(0xffffffffu, w, 31);
+  return before + x - v;
+}
+
+#endif
