@@ -41,6 +41,10 @@ typedef struct {
   const char *arch;
   const char *kernels_dir;
   int no_cache;
+  /* Also write, after the kernels and hidden from NVRTC, one host entry per
+   * fused kernel for the emulation harness (kernels/cuda_emu.h):
+   * extern "C" int hpd_emu_<graph>_k<k>(const hpdl_kctx *, void **io). */
+  int emulate;
 } CgOptions;
 
 /* Seconds spent in each phase of the last emit. */

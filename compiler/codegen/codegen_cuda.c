@@ -83,6 +83,15 @@ void cu_add_launch(CuKern *k, const char *name, int step, const char *kind, int6
   l->grid = grid < 1 ? 1 : grid > CU_MAX_GRID ? CU_MAX_GRID : grid;
   l->block = block;
   t->stats.kernels++;
+  if (t->opt.emulate && strcmp(kind, "gemm")) {
+    const FuseKernel *K = k->K;
+    cu_tx(&k->stub, "  if (HPDL_EMU_LAUNCH(%s, dim3(%" PRId64 "), dim3(%" PRId64 "), 0, *ctx", name, l->grid, l->block);
+    for (int i = 0; i < K->ninputs + K->noutputs; i++) {
+      int v = i < K->ninputs ? K->inputs[i] : K->outputs[i - K->ninputs];
+      cu_tx(&k->stub, ", (%s%s *)io[%d]", i < K->ninputs ? "const " : "", cu_c_type(k->fg->graph->nodes[v].dtype), i);
+    }
+    cu_tx(&k->stub, ")) return 1;\n");
+  }
 }
 
 static void nest_fail_cb(void *be, const char *msg) { cu_fail(((CuKern *)be)->t, "%s", msg); }
@@ -589,6 +598,21 @@ static void gemm(CuKern *k) {
   l->stride_b = nb > 1 ? (mb < 0 ? -1 : mb * P.b.rows * P.b.cols) : 0;
   l->stride_c = nb > 1 ? P.M * P.N : 0;
   t->ngemm++;
+  if (t->opt.emulate) {
+    const IrNode *mn = &k->fg->graph->nodes[P.matmul];
+    CuText *o = &k->stub;
+    cu_tx(o, "  {\n    static const long long bd[] = {");
+    for (int i = 0; i < P.batch_axes; i++) cu_tx(o, "%" PRId64 ", ", mn->dims[i]);
+    cu_tx(o, "1}, sa[] = {");
+    for (int i = 0; i < P.batch_axes; i++) cu_tx(o, "%" PRId64 ", ", sa[i]);
+    cu_tx(o, "0}, sb[] = {");
+    for (int i = 0; i < P.batch_axes; i++) cu_tx(o, "%" PRId64 ", ", sb[i]);
+    cu_tx(o, "0};\n    hpdl_emu_gemm((const float *)io[%d], (const float *)io[%d], (float *)io[%d], %d, %d, %" PRId64 ", %" PRId64
+             ", %" PRId64 ", %" PRId64 ", %" PRId64 ", ",
+          l->gemm_a, l->gemm_b, l->gemm_c, P.a.trans, P.b.trans, P.M, P.N, P.K, P.a.cols, P.b.cols);
+    cu_float(o, P.alpha);
+    cu_tx(o, ", %d, bd, sa, sb, %" PRId64 ", %" PRId64 ");\n  }\n", P.batch_axes, P.a.rows * P.a.cols, P.b.rows * P.b.cols);
+  }
   if (P.epilogue) {
     Nest N;
     gemm_epilogue(&k->nk, &P, &N);
@@ -615,10 +639,10 @@ static void kernel(CgTarget *t, int gi, int kp) {
   snprintf(k.base, sizeof k.base, "hpd_%s_k%d", sym + strlen("hpd_graph_"), kp);
   switch (K->kind) {
   case FUSE_LEAF: {
-    /* only leaves the kernel materialises (fill, iota) have code */
+    /* the leaves that have code (the CPU back end's cg_kernel_has_code):
+     * fills, iotas and constants that a kernel reads from memory */
     const IrNode *n = nd(&k, K->nodes[0]);
-    if (n->op != IR_FILL && n->op != IR_IOTA) return;
-    if (K->noutputs == 0) return;
+    if (n->op != IR_FILL && n->op != IR_IOTA && n->op != IR_CONST) return;
   } /* fall through */
   case FUSE_LOOP:
   case FUSE_ROW:
@@ -639,6 +663,10 @@ static void kernel(CgTarget *t, int gi, int kp) {
   case FUSE_SPECIAL: cu_special(&k); break;
   default: break; /* views, collectives and calls are the host program's */
   }
+  if (t->opt.emulate && k.stub.len) {
+    cu_tx(&t->emu, "extern \"C\" int hpd_emu%s(const hpdl_kctx *ctx, void **io) {\n%s  return 0;\n}\n\n", k.base + 3, k.stub.s);
+  }
+  free(k.stub.s);
 }
 
 /* ---- the interface ---- */
@@ -665,6 +693,8 @@ static int cu_generate(CgTarget *t) {
     cu_tx(&t->src, "/* ==== graph %s: %d fused kernels ==== */\n\n", fg->graph->name, fg->nkernels);
     for (int kp = 0; kp < fg->nkernels && !t->failed; kp++) kernel(t, gi, kp);
   }
+  if (t->opt.emulate && t->emu.len)
+    cu_tx(&t->src, "#ifndef __CUDACC__\n/* ==== host entries for the emulation harness (kernels/cuda_emu.h) ==== */\n#include \"hpdl_emu_host.h\"\n\n%s#endif\n", t->emu.s);
   if (t->failed) return -1;
   if (t->nspecial) {
     snprintf(t->err, sizeof t->err, "%d special kernel%s (embedding, rope, cross-entropy, ...) %s not generated for CUDA yet", t->nspecial,
@@ -832,6 +862,7 @@ static const CgStats *cu_stats(const CgTarget *t) { return &t->stats; }
 
 static void cu_destroy(CgTarget *t) {
   if (!t) return;
+  free(t->emu.s);
   if (t->have_result) cudacc_result_free(&t->result);
   free(t->launch);
   free(t->src.s);

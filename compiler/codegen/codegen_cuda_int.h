@@ -51,6 +51,7 @@ struct CgTarget {
   CudaccResult result; /* of the last emit: images, resources */
   int have_result;
   char warning[512];   /* a cache problem (only speed is lost) */
+  CuText emu;          /* CgOptions.emulate: the host entries */
 };
 
 /* A fused kernel being generated. */
@@ -61,6 +62,7 @@ typedef struct {
   const FuseKernel *K;
   NestKernel nk;
   char base[160]; /* hpd_<graph>_k<kp> */
+  CuText stub;    /* CgOptions.emulate: the body of its host entry */
 } CuKern;
 
 /* Records the first problem (the one to fix); later ones are dropped. */

@@ -1,18 +1,491 @@
 /* codegen_cuda_special.c - the CUDA back end's special kernels: the ops
  * that fusion gives a kernel of their own (fuse.h: embedding and its
  * backward, rope, cross-entropy and its backward, pick, repeat_kv_bwd, a
- * multi-group sum_to, extern calls). */
+ * multi-group sum_to, extern calls).
+ *
+ * The semantics are the reference executor's (core/interp.c) and the
+ * arithmetic the CPU back end's (codegen_cpu_kernel.c, special_*): values in
+ * fp32, loads and stores in each value's dtype, the same formulas. Shapes:
+ *   embedding        a grid-stride gather, one element a thread;
+ *   embedding_bwd    a deterministic scatter-add, no float atomics: the
+ *                    positions are bucketed by id (a counting sort, whose
+ *                    integer atomics give the same buckets every run), each
+ *                    bucket put in ascending position order, then a block a
+ *                    vocabulary row sums its bucket's rows in that order, the
+ *                    CPU's sequential order (six launches, _s0.._s5);
+ *   rope             a thread per (position, pair, chunk of heads): the angle
+ *                    in fp64 as the CPU's table, then the chunk's rotations;
+ *   cross_entropy    a block per row (max and sum of exponentials by block
+ *                    reductions) writing the row's loss, then one block
+ *                    summing the rows in fp64 (two launches);
+ *   cross_entropy_bwd  a block per row: softmax - onehot, scaled;
+ *   pick, pick_bwd   grid-stride loops (pick_bwd writes its zeros itself);
+ *   repeat_kv_bwd, sum_to  a thread per output element summing its inputs
+ *                    in ascending order (a gather: no atomics).
+ * Kernels that need scratch between their launches (bucket tables, the
+ * rows' losses) keep it in `static __device__` arrays of the module, named
+ * after the kernel: a module's launches run in order on one stream, so one
+ * copy a kernel suffices.
+ *
+ * Range checks are the runtime's job: the CPU back end stops with an error
+ * on an embedding id or a cross-entropy target out of range, but a kernel
+ * has no error channel (hpdl_kctx has none), so here such an id reads as
+ * zeros (embedding), adds nothing (embedding_bwd), and such a target gives
+ * the row a loss of 0 and a gradient of zeros (cross-entropy). Extern calls
+ * run a host function and stay the host program's. */
 #include <inttypes.h>
 #include <string.h>
 
 #include "codegen_cuda_int.h"
 
+/* Heads (rows of [B, H]) one rope thread rotates with the angle it computed. */
+enum { ROPE_CHUNK = 8 };
+
+static const IrNode *nd(const CuKern *k, int id) { return &k->fg->graph->nodes[id]; }
+
+/* Skips the reshapes folded into this kernel: they are views of memory. */
+static int mem_of(const CuKern *k, int v) {
+  while (k->fg->kernel_of[v] == k->kp && nd(k, v)->op == IR_RESHAPE) v = nd(k, v)->in[0];
+  return v;
+}
+
+/* The kernel's main node: the last one that is not a folded reshape. */
+static int special_node(const CuKern *k) {
+  const FuseKernel *K = k->K;
+  for (int j = K->nnodes - 1; j >= 0; j--)
+    if (nd(k, K->nodes[j])->op != IR_RESHAPE) return K->nodes[j];
+  return K->nodes[K->nnodes - 1];
+}
+
+/* The parameter index of value v (through folded reshapes), or -1 after cu_fail. */
+static int io_of(CuKern *k, int v) {
+  int i = cu_io_index(k, mem_of(k, v));
+  if (i < 0)
+    cu_fail(k->t, "graph %s kernel k%d: %%%d is neither an input nor an output of the kernel", k->fg->graph->name, k->kp,
+            v);
+  return i;
+}
+
+static void step_name(const CuKern *k, int step, int nsteps, char *name, size_t len) {
+  if (nsteps == 1) snprintf(name, len, "%s", k->base);
+  else snprintf(name, len, "%s_s%d", k->base, step);
+}
+
+/* `pN[at] = v;` with v (a float expression) converted to the value's dtype,
+ * as codegen_cuda.c's stores. */
+static void store(CuText *o, const char *ind, int io, DType dt, const char *at, const char *v) {
+  if (dt == DT_F32) cu_tx(o, "%sp%d[%s] = %s;\n", ind, io, at, v);
+  else if (dt == DT_F64) cu_tx(o, "%sp%d[%s] = (double)(%s);\n", ind, io, at, v);
+  else cu_tx(o, "%sp%d[%s] = (%s)truncf(%s);\n", ind, io, at, cu_c_type(dt), v);
+}
+
+/* Threads a block for a row of `n`: a warp per 32 elements, at most CU_BLOCK. */
+static int64_t row_block(int64_t n) { return n >= CU_BLOCK ? CU_BLOCK : n < 1 ? 32 : (n + 31) / 32 * 32; }
+static int64_t blocks_for(int64_t n) { return (n + CU_BLOCK - 1) / CU_BLOCK; }
+
+/* `for (long long VAR = <global thread>; VAR < N; VAR += <grid threads>) {` */
+static void grid_loop(CuText *o, const char *var, int64_t n) {
+  cu_tx(o,
+        "  for (long long %1$s = (long long)blockIdx.x * blockDim.x + threadIdx.x; %1$s < %2$" PRId64
+        "LL; %1$s += (long long)gridDim.x * blockDim.x) {\n",
+        var, n);
+}
+
+/* This rank's first row of a vocabulary-parallel tensor (attr = 1 + group), as a C expression. */
+static void vocab_off(CuText *o, int64_t attr, int64_t V) {
+  if (attr) cu_tx(o, "  const long long off = (long long)hpd.rank[%" PRId64 "] * %" PRId64 "LL;\n", attr - 1, V);
+  else cu_tx(o, "  const long long off = 0LL;\n");
+}
+
+/* ---- embedding: a gather ---- */
+
+static int embedding_fwd(CuKern *k, const IrNode *n, int id) {
+  CuText *o = &k->t->src;
+  int tab = io_of(k, n->in[0]), ids = io_of(k, n->in[1]), out = io_of(k, id);
+  if (tab < 0 || ids < 0 || out < 0) return -1;
+  const IrNode *tn = nd(k, mem_of(k, n->in[0]));
+  int64_t V = tn->dims[0], C = tn->dims[1], ni = ir_numel(nd(k, mem_of(k, n->in[1])));
+  cu_tx(o, "/* %s: embedding: out[i, c] = table[ids[i] - off, c]; an id outside this rank's %" PRId64
+        " rows reads as zeros\n * (another shard's row, or out of range: range checks are the runtime's) */\n",
+        k->base, V);
+  cu_signature(k, o, k->base);
+  vocab_off(o, n->attr[0], V);
+  grid_loop(o, "lin", ni * C);
+  cu_tx(o, "    const long long i = lin / %1$" PRId64 "LL, c = lin - i * %1$" PRId64 "LL;\n", C);
+  cu_tx(o, "    const long long row = (long long)p%d[i] - off;\n", ids);
+  cu_tx(o, "    const float v = row >= 0 && row < %1$" PRId64 "LL ? (float)p%2$d[row * %3$" PRId64 "LL + c] : 0.0f;\n", V,
+        tab, C);
+  store(o, "    ", out, n->dtype, "lin", "v");
+  cu_tx(o, "  }\n}\n\n");
+  cu_add_launch(k, k->base, 0, "special", blocks_for(ni * C), CU_BLOCK);
+  return 0;
+}
+
+/* ---- embedding_bwd: a deterministic scatter-add ----
+ * s0 zero the bucket counts; s1 count the positions of each row (integer
+ * atomics: the counts do not depend on the order); s2 one block scans the
+ * counts into bucket offsets and resets the counts as cursors; s3 each
+ * position takes a slot of its bucket (in any order); s4 each position
+ * finds its rank among its bucket's positions and moves to that place, so
+ * every bucket lists its positions ascending; s5 a block per vocabulary
+ * row, a thread per column, sums the bucket's rows in that order and
+ * stores the row (zeros for a row no position names): the result is the
+ * CPU's sequential sum, bit for bit in f32, and the same every run. */
+static int embedding_bwd(CuKern *k, const IrNode *n, int id) {
+  CuText *o = &k->t->src;
+  int dy = io_of(k, n->in[0]), ids = io_of(k, n->in[1]), out = io_of(k, id);
+  if (dy < 0 || ids < 0 || out < 0) return -1;
+  int64_t V = n->dims[0], C = n->dims[1], ni = ir_numel(nd(k, mem_of(k, n->in[1])));
+  if (ni > INT32_MAX || V > INT32_MAX) {
+    cu_fail(k->t, "graph %s kernel k%d: embedding_bwd over %" PRId64 " positions and %" PRId64
+            " rows: the CUDA kernel counts them in 32 bits",
+            k->fg->graph->name, k->kp, ni, V);
+    return -1;
+  }
+  const char *b = k->base;
+  cu_tx(o, "/* %s: embedding_bwd: out[v, c] = sum over positions i with ids[i] - off == v, ascending, of dy[i, c];\n"
+        " * ids outside this rank's %" PRId64 " rows add nothing. Deterministic: a counting sort of the positions\n"
+        " * by row (integer atomics), each bucket ordered by position, then a block per row sums in order. */\n",
+        b, V);
+  cu_tx(o, "static __device__ int %s_cnt[%" PRId64 "];\n", b, V > 0 ? V : 1);
+  cu_tx(o, "static __device__ int %s_off[%" PRId64 "];\n", b, V + 1);
+  cu_tx(o, "static __device__ int %s_slot[%" PRId64 "];\n", b, ni > 0 ? ni : 1);
+  cu_tx(o, "static __device__ int %s_pos[%" PRId64 "];\n\n", b, ni > 0 ? ni : 1);
+  char name[200];
+  /* s0: zero the counts */
+  step_name(k, 0, 6, name, sizeof name);
+  cu_signature(k, o, name);
+  grid_loop(o, "v", V);
+  cu_tx(o, "    %s_cnt[v] = 0;\n  }\n}\n\n", b);
+  cu_add_launch(k, name, 0, "special", blocks_for(V), CU_BLOCK);
+  /* s1: count */
+  step_name(k, 1, 6, name, sizeof name);
+  cu_signature(k, o, name);
+  vocab_off(o, n->attr[0], V);
+  grid_loop(o, "i", ni);
+  cu_tx(o, "    const long long row = (long long)p%d[i] - off;\n", ids);
+  cu_tx(o, "    if (row >= 0 && row < %" PRId64 "LL) atomicAdd(&%s_cnt[row], 1);\n  }\n}\n\n", V, b);
+  cu_add_launch(k, name, 1, "special", blocks_for(ni), CU_BLOCK);
+  /* s2: offsets (one block, a contiguous run of rows a thread) */
+  step_name(k, 2, 6, name, sizeof name);
+  cu_signature(k, o, name);
+  cu_tx(o, "  __shared__ int part_[32];\n");
+  cu_tx(o, "  const long long per = (%" PRId64 "LL + blockDim.x - 1) / blockDim.x;\n", V);
+  cu_tx(o, "  const long long lo = (long long)threadIdx.x * per;\n");
+  cu_tx(o, "  const long long hi = lo + per < %1$" PRId64 "LL ? lo + per : %1$" PRId64 "LL;\n", V);
+  cu_tx(o, "  int s = 0;\n");
+  cu_tx(o, "  for (long long v = lo; v < hi; v++) s += %s_cnt[v];\n", b);
+  cu_tx(o, "  int total;\n  int at = hpdl_block_exscan_int(s, part_, &total);\n");
+  cu_tx(o, "  for (long long v = lo; v < hi; v++) {\n");
+  cu_tx(o, "    const int c = %1$s_cnt[v];\n    %1$s_off[v] = at;\n    at += c;\n", b);
+  cu_tx(o, "    %s_cnt[v] = 0; /* the cursor of s3 */\n  }\n", b);
+  cu_tx(o, "  if (threadIdx.x == 0) %s_off[%" PRId64 "] = total;\n}\n\n", b, V);
+  cu_add_launch(k, name, 2, "special", 1, CU_BLOCK);
+  /* s3: a slot of its bucket for each position */
+  step_name(k, 3, 6, name, sizeof name);
+  cu_signature(k, o, name);
+  vocab_off(o, n->attr[0], V);
+  grid_loop(o, "i", ni);
+  cu_tx(o, "    const long long row = (long long)p%d[i] - off;\n", ids);
+  cu_tx(o, "    if (row >= 0 && row < %1$" PRId64 "LL) %2$s_slot[%2$s_off[row] + atomicAdd(&%2$s_cnt[row], 1)] = (int)i;\n",
+        V, b);
+  cu_tx(o, "  }\n}\n\n");
+  cu_add_launch(k, name, 3, "special", blocks_for(ni), CU_BLOCK);
+  /* s4: each position to its place in ascending order (its rank in its bucket) */
+  step_name(k, 4, 6, name, sizeof name);
+  cu_signature(k, o, name);
+  vocab_off(o, n->attr[0], V);
+  grid_loop(o, "i", ni);
+  cu_tx(o, "    const long long row = (long long)p%d[i] - off;\n", ids);
+  cu_tx(o, "    if (row < 0 || row >= %" PRId64 "LL) continue;\n", V);
+  cu_tx(o, "    const int lo = %1$s_off[row], hi = %1$s_off[row + 1];\n    int r = 0;\n", b);
+  cu_tx(o, "    for (int j = lo; j < hi; j++) r += %s_slot[j] < (int)i;\n", b);
+  cu_tx(o, "    %s_pos[lo + r] = (int)i;\n  }\n}\n\n", b);
+  cu_add_launch(k, name, 4, "special", blocks_for(ni), CU_BLOCK);
+  /* s5: a block per row sums its bucket in order */
+  step_name(k, 5, 6, name, sizeof name);
+  cu_signature(k, o, name);
+  cu_tx(o, "  for (long long v = blockIdx.x; v < %" PRId64 "LL; v += gridDim.x) {\n", V);
+  cu_tx(o, "    const int lo = %1$s_off[v], hi = %1$s_off[v + 1];\n", b);
+  cu_tx(o, "    for (long long c = threadIdx.x; c < %" PRId64 "LL; c += blockDim.x) {\n", C);
+  cu_tx(o, "      float acc = 0.0f;\n");
+  cu_tx(o, "      for (int j = lo; j < hi; j++) acc += (float)p%d[(long long)%s_pos[j] * %" PRId64 "LL + c];\n", dy, b, C);
+  char at[64];
+  snprintf(at, sizeof at, "v * %" PRId64 "LL + c", C);
+  store(o, "      ", out, n->dtype, at, "acc");
+  cu_tx(o, "    }\n  }\n}\n\n");
+  cu_add_launch(k, name, 5, "special", V, row_block(C));
+  return 0;
+}
+
+/* ---- rope ---- */
+
+static int rope(CuKern *k, const IrNode *n, int id) {
+  CuText *o = &k->t->src;
+  if (n->rank != 4 || n->dims[3] % 2) {
+    cu_fail(k->t, "graph %s kernel k%d: rope needs [B, H, T, D] with D even", k->fg->graph->name, k->kp);
+    return -1;
+  }
+  int xs = io_of(k, n->in[0]), out = io_of(k, id);
+  if (xs < 0 || out < 0) return -1;
+  int64_t BH = n->dims[0] * n->dims[1], T = n->dims[2], D = n->dims[3], H2 = D / 2;
+  int64_t chunk = BH < ROPE_CHUNK ? BH : ROPE_CHUNK, nch = BH > 0 ? (BH + chunk - 1) / chunk : 0;
+  char base[40];
+  snprintf(base, sizeof base, "%.17g", n->fattr);
+  if (!strpbrk(base, ".eEn")) strcat(base, ".0"); /* a double literal, not an int */
+  cu_tx(o, "/* %s: rope%s: pairs (2i, 2i+1) of position p rotated by theta = %sp * base^(-2i/D), base %s;\n"
+        " * the angle in fp64 (the CPU's table), one thread a (chunk of heads, position, pair)%s */\n",
+        k->base, n->attr[0] ? " (inverse)" : "", n->attr[0] ? "-" : "", base,
+        n->attr[1] ? "; positions of this rank's zigzag chunks" : "");
+  cu_signature(k, o, k->base);
+  grid_loop(o, "lin", nch * T * H2);
+  cu_tx(o, "    const long long i = lin %% %1$" PRId64 "LL, t = lin / %1$" PRId64 "LL %% %2$" PRId64 "LL, ch = lin / %3$" PRId64
+        "LL;\n",
+        H2, T, T * H2);
+  if (n->attr[1])
+    cu_tx(o, "    const long long pos = hpdl_zigzag_pos(hpd.rank[%1$" PRId64 "], hpd.size[%1$" PRId64 "], %2$" PRId64 "LL, t);\n",
+          n->attr[1] - 1, T);
+  else cu_tx(o, "    const long long pos = t;\n");
+  cu_tx(o, "    const double theta = (%s * (double)pos) * pow(%s, (-2.0 * (double)i) / %" PRId64 ".0);\n",
+        n->attr[0] ? "-1.0" : "1.0", base, D);
+  cu_tx(o, "    const float c = (float)cos(theta), s = (float)sin(theta);\n");
+  cu_tx(o, "    const long long end = ch * %1$" PRId64 "LL + %1$" PRId64 "LL < %2$" PRId64 "LL ? ch * %1$" PRId64
+        "LL + %1$" PRId64 "LL : %2$" PRId64 "LL;\n",
+        chunk, BH);
+  cu_tx(o, "    for (long long bh = ch * %" PRId64 "LL; bh < end; bh++) {\n", chunk);
+  cu_tx(o, "      const long long at = (bh * %" PRId64 "LL + t) * %" PRId64 "LL + 2 * i;\n", T, D);
+  cu_tx(o, "      const float x0 = (float)p%1$d[at], x1 = (float)p%1$d[at + 1];\n", xs);
+  /* products rounded apart, as the CPU's (no fused multiply-add) */
+  store(o, "      ", out, n->dtype, "at", "__fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s))");
+  store(o, "      ", out, n->dtype, "at + 1", "__fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c))");
+  cu_tx(o, "    }\n  }\n}\n\n");
+  cu_add_launch(k, k->base, 0, "special", blocks_for(nch * T * H2), CU_BLOCK);
+  return 0;
+}
+
+/* ---- cross-entropy with its softmax ---- */
+
+/* The row's max `m` and log-sum-exp `lse` (double; -inf for an all -inf
+ * row) by block reductions: the CPU's row_lse (max, then the sum of
+ * exp(x - max) in fp32, lse = max + log(sum) in fp64). Every thread of the
+ * block runs it. */
+static void row_lse(CuText *o, int x, int64_t V) {
+  cu_tx(o, "    const long long base = row * %" PRId64 "LL;\n", V);
+  cu_tx(o, "    float m = HPDL_NEG_INF;\n");
+  cu_tx(o, "    for (long long v = threadIdx.x; v < %" PRId64 "LL; v += blockDim.x) m = fmaxf(m, (float)p%d[base + v]);\n", V,
+        x);
+  cu_tx(o, "    m = hpdl_block_max(m, red_);\n");
+  cu_tx(o, "    float s = 0.0f;\n");
+  cu_tx(o, "    for (long long v = threadIdx.x; v < %" PRId64 "LL; v += blockDim.x) s += expf((float)p%d[base + v] - m);\n", V,
+        x);
+  cu_tx(o, "    s = hpdl_block_sum(s, red_);\n");
+  cu_tx(o, "    const double lse = m == HPDL_NEG_INF ? (double)HPDL_NEG_INF : (double)m + (double)logf(s);\n");
+}
+
+static int cross_entropy(CuKern *k, const IrNode *n, int id) {
+  CuText *o = &k->t->src;
+  int bwd = n->op == IR_CROSS_ENTROPY_BWD;
+  int x = io_of(k, n->in[0]), t = io_of(k, n->in[1]), out = io_of(k, id), dl = bwd ? io_of(k, n->in[2]) : 0;
+  if (x < 0 || t < 0 || out < 0 || dl < 0) return -1;
+  const IrNode *xn = nd(k, n->in[0]);
+  int64_t V = xn->dims[xn->rank - 1], P = ir_numel(nd(k, mem_of(k, n->in[1])));
+  if (V < 1 || ir_numel(nd(k, mem_of(k, n->in[0]))) != P * V) {
+    cu_fail(k->t, "graph %s kernel k%d: %s over %" PRId64 " targets and %" PRId64 " logits", k->fg->graph->name, k->kp,
+            ir_op_name(n->op), P, ir_numel(xn));
+    return -1;
+  }
+  const char *b = k->base;
+  if (bwd) {
+    cu_tx(o, "/* %s: cross_entropy_bwd: dx[p, v] = dloss / %" PRId64 " * (softmax(x[p])[v] - (v == target[p]));\n"
+          " * a block per row; a target outside [0, %" PRId64 ") gives the row zeros (range checks are the runtime's) */\n",
+          b, P, V);
+    cu_signature(k, o, b);
+    cu_tx(o, "  __shared__ float red_[32];\n");
+    cu_tx(o, "  const float scale = (float)p%d[0] / %" PRId64 ".0f;\n", dl, P);
+    cu_tx(o, "  for (long long row = blockIdx.x; row < %" PRId64 "LL; row += gridDim.x) {\n", P);
+    row_lse(o, x, V);
+    cu_tx(o, "    const float lse32 = (float)lse;\n");
+    cu_tx(o, "    const long long tgt = (long long)p%d[row];\n", t);
+    cu_tx(o, "    const int ok = tgt >= 0 && tgt < %" PRId64 "LL;\n", V);
+    cu_tx(o, "    for (long long v = threadIdx.x; v < %" PRId64 "LL; v += blockDim.x) {\n", V);
+    cu_tx(o, "      const float e = expf((float)p%d[base + v] - lse32);\n", x);
+    cu_tx(o, "      const float g = ok ? scale * (v == tgt ? e - 1.0f : e) : 0.0f;\n");
+    store(o, "      ", out, n->dtype, "base + v", "g");
+    cu_tx(o, "    }\n  }\n}\n\n");
+    cu_add_launch(k, b, 0, "special", P, row_block(V));
+    return 0;
+  }
+  cu_tx(o, "/* %s: cross_entropy: the mean over %" PRId64 " rows of logsumexp(x[p]) - x[p, target[p]]: s0 a block per\n"
+        " * row writes the row's loss (fp64), s1 one block sums them (fp64, a fixed order); a target outside\n"
+        " * [0, %" PRId64 ") adds 0 (range checks are the runtime's) */\n",
+        b, P, V);
+  cu_tx(o, "static __device__ double %s_loss[%" PRId64 "];\n\n", b, P > 0 ? P : 1);
+  char name[200];
+  step_name(k, 0, 2, name, sizeof name);
+  cu_signature(k, o, name);
+  cu_tx(o, "  __shared__ float red_[32];\n");
+  cu_tx(o, "  for (long long row = blockIdx.x; row < %" PRId64 "LL; row += gridDim.x) {\n", P);
+  row_lse(o, x, V);
+  cu_tx(o, "    if (threadIdx.x == 0) {\n");
+  cu_tx(o, "      const long long tgt = (long long)p%d[row];\n", t);
+  cu_tx(o, "      %s_loss[row] = tgt >= 0 && tgt < %" PRId64 "LL ? lse - (double)(float)p%d[base + tgt] : 0.0;\n", b, V, x);
+  cu_tx(o, "    }\n  }\n}\n\n");
+  cu_add_launch(k, name, 0, "special", P, row_block(V));
+  step_name(k, 1, 2, name, sizeof name);
+  cu_signature(k, o, name);
+  cu_tx(o, "  __shared__ double red_[32];\n");
+  cu_tx(o, "  double s = 0.0;\n");
+  cu_tx(o, "  for (long long p = threadIdx.x; p < %" PRId64 "LL; p += blockDim.x) s += %s_loss[p];\n", P, b);
+  cu_tx(o, "  s = hpdl_block_sum_d(s, red_);\n");
+  cu_tx(o, "  if (threadIdx.x == 0) {\n");
+  cu_tx(o, "    const float mean = (float)(s / %" PRId64 ".0);\n", P);
+  store(o, "    ", out, n->dtype, "0", "mean");
+  cu_tx(o, "  }\n}\n\n");
+  cu_add_launch(k, name, 1, "special", 1, row_block(P));
+  return 0;
+}
+
+/* ---- pick: z[p, t[p] - off] and its scatter ---- */
+
+static int pick(CuKern *k, const IrNode *n, int id) {
+  CuText *o = &k->t->src;
+  int bwd = n->op == IR_PICK_BWD;
+  int z = io_of(k, n->in[0]), t = io_of(k, n->in[1]), out = io_of(k, id);
+  if (z < 0 || t < 0 || out < 0) return -1;
+  int64_t V = bwd ? n->dims[n->rank - 1] : nd(k, n->in[0])->dims[nd(k, n->in[0])->rank - 1];
+  int64_t P = ir_numel(nd(k, mem_of(k, n->in[1])));
+  if (!bwd) {
+    cu_tx(o, "/* %s: pick: out[p] = z[p, t[p] - off], 0 outside this rank's %" PRId64 " columns */\n", k->base, V);
+    cu_signature(k, o, k->base);
+    vocab_off(o, n->attr[0], V);
+    grid_loop(o, "p", P);
+    cu_tx(o, "    const long long c = (long long)p%d[p] - off;\n", t);
+    cu_tx(o, "    const float v = c >= 0 && c < %1$" PRId64 "LL ? (float)p%2$d[p * %1$" PRId64 "LL + c] : 0.0f;\n", V, z);
+    store(o, "    ", out, n->dtype, "p", "v");
+    cu_tx(o, "  }\n}\n\n");
+    cu_add_launch(k, k->base, 0, "special", blocks_for(P), CU_BLOCK);
+    return 0;
+  }
+  /* every element written once: the scattered value or zero (no separate fill) */
+  cu_tx(o, "/* %s: pick_bwd: out[p, c] = dy[p] where c == t[p] - off, else 0 */\n", k->base);
+  cu_signature(k, o, k->base);
+  vocab_off(o, n->attr[0], V);
+  grid_loop(o, "lin", P * V);
+  cu_tx(o, "    const long long p = lin / %1$" PRId64 "LL, c = lin - p * %1$" PRId64 "LL;\n", V);
+  cu_tx(o, "    const float v = c == (long long)p%d[p] - off ? (float)p%d[p] : 0.0f;\n", t, z);
+  store(o, "    ", out, n->dtype, "lin", "v");
+  cu_tx(o, "  }\n}\n\n");
+  cu_add_launch(k, k->base, 0, "special", blocks_for(P * V), CU_BLOCK);
+  return 0;
+}
+
+/* ---- repeat_kv_bwd and sum_to: gathers, an output element a thread ---- */
+
+static int repeat_kv_bwd(CuKern *k, const IrNode *n, int id) {
+  CuText *o = &k->t->src;
+  int xs = io_of(k, n->in[0]), out = io_of(k, id);
+  if (xs < 0 || out < 0) return -1;
+  const IrNode *x = nd(k, mem_of(k, n->in[0]));
+  int64_t rep = n->attr[0];
+  if (x->rank != 4 || n->rank != 4 || rep < 1 || x->dims[1] != n->dims[1] * rep || x->dims[0] != n->dims[0] ||
+      x->dims[2] * x->dims[3] != n->dims[2] * n->dims[3]) {
+    cu_fail(k->t, "graph %s kernel k%d: repeat_kv_bwd needs [B, H x %" PRId64 ", T, D] -> [B, H, T, D]", k->fg->graph->name,
+            k->kp, rep);
+    return -1;
+  }
+  int64_t Ho = n->dims[1], TD = n->dims[2] * n->dims[3], N = ir_numel(n);
+  cu_tx(o, "/* %s: repeat_kv_bwd: out[b, h] = sum over r < %" PRId64 " of dy[b, h * %" PRId64
+        " + r], ascending (the CPU's order) */\n",
+        k->base, rep, rep);
+  cu_signature(k, o, k->base);
+  grid_loop(o, "lin", N);
+  cu_tx(o, "    const long long bh = lin / %1$" PRId64 "LL, e = lin - bh * %1$" PRId64 "LL;\n", TD);
+  cu_tx(o, "    const long long src = bh * %" PRId64 "LL + e; /* (b * Hx + h * rep) * TD + e */\n", rep * TD);
+  cu_tx(o, "    float acc = 0.0f;\n");
+  cu_tx(o, "    for (long long r = 0; r < %" PRId64 "LL; r++) acc += (float)p%d[src + r * %" PRId64 "LL];\n", rep, xs, TD);
+  store(o, "    ", out, n->dtype, "lin", "acc");
+  cu_tx(o, "  }\n}\n\n");
+  (void)Ho;
+  cu_add_launch(k, k->base, 0, "special", blocks_for(N), CU_BLOCK);
+  return 0;
+}
+
+/* sum_to over several axis groups (and a reduce_sum fusion could not give a
+ * row, mapped as the CPU back end maps it: the output right-aligned to the
+ * input, its axes of 1 reduced): each output element sums the input
+ * elements that broadcast from it in ascending order, the CPU's order. */
+static int sum_to(CuKern *k, const IrNode *n, int id) {
+  CuText *o = &k->t->src;
+  int xs = io_of(k, n->in[0]), out = io_of(k, id);
+  if (xs < 0 || out < 0) return -1;
+  const IrNode *x = nd(k, n->in[0]);
+  int64_t xst[IR_MAX_RANK], ost[IR_MAX_RANK], R = 1, N = ir_numel(n), s = 1;
+  int red[IR_MAX_RANK];
+  for (int i = x->rank - 1; i >= 0; i--) {
+    xst[i] = s;
+    s *= x->dims[i];
+  }
+  s = 1;
+  for (int i = n->rank - 1; i >= 0; i--) {
+    ost[i] = s;
+    s *= n->dims[i];
+  }
+  for (int i = 0; i < x->rank; i++) {
+    int kk = n->rank - x->rank + i;
+    red[i] = kk < 0 || (n->dims[kk] == 1 && x->dims[i] != 1);
+    if (red[i]) R *= x->dims[i];
+  }
+  cu_tx(o, "/* %s: %s over several axis groups: each output element sums its %" PRId64
+        " inputs in ascending order */\n",
+        k->base, ir_op_name(n->op), R);
+  cu_signature(k, o, k->base);
+  grid_loop(o, "lin", N);
+  cu_tx(o, "    const long long base = 0LL");
+  for (int i = 0; i < x->rank; i++) {
+    int kk = n->rank - x->rank + i;
+    if (red[i] || x->dims[i] == 1) continue;
+    cu_tx(o, " + (lin / %" PRId64 "LL %% %" PRId64 "LL) * %" PRId64 "LL", ost[kk], n->dims[kk], xst[i]);
+  }
+  cu_tx(o, ";\n    float acc = 0.0f;\n");
+  cu_tx(o, "    for (long long r = 0; r < %" PRId64 "LL; r++) {\n", R);
+  /* the reduced axes' indices from r, the last axis fastest (ascending x) */
+  cu_tx(o, "      long long q = r, at = base;\n");
+  for (int i = x->rank - 1; i >= 0; i--) {
+    if (!red[i]) continue;
+    cu_tx(o, "      at += (q %% %" PRId64 "LL) * %" PRId64 "LL; q /= %" PRId64 "LL;\n", x->dims[i], xst[i], x->dims[i]);
+  }
+  cu_tx(o, "      acc += (float)p%d[at];\n    }\n", xs);
+  store(o, "    ", out, n->dtype, "lin", "acc");
+  cu_tx(o, "  }\n}\n\n");
+  cu_add_launch(k, k->base, 0, "special", blocks_for(N), CU_BLOCK);
+  return 0;
+}
+
 int cu_special(CuKern *k) {
   CuText *o = &k->t->src;
-  const IrGraph *g = k->fg->graph;
-  cu_tx(o, "/* %s: special", k->base);
-  for (int j = 0; j < k->K->nnodes; j++) cu_tx(o, " %s", ir_op_name(g->nodes[k->K->nodes[j]].op));
-  cu_tx(o, ": not generated yet */\n\n");
-  k->t->nspecial++;
-  return 0;
+  int id = special_node(k);
+  const IrNode *n = nd(k, id);
+  switch (n->op) {
+  case IR_EMBEDDING: return embedding_fwd(k, n, id);
+  case IR_EMBEDDING_BWD: return embedding_bwd(k, n, id);
+  case IR_ROPE: return rope(k, n, id);
+  case IR_CROSS_ENTROPY:
+  case IR_CROSS_ENTROPY_BWD: return cross_entropy(k, n, id);
+  case IR_PICK:
+  case IR_PICK_BWD: return pick(k, n, id);
+  case IR_REPEAT_KV_BWD: return repeat_kv_bwd(k, n, id);
+  case IR_SUM_TO:
+  case IR_REDUCE_SUM: return sum_to(k, n, id);
+  case IR_EXTERN:
+  case IR_EXTERN_GRAD:
+    /* a native function of the host (libffi, core/extcall.h): the host
+     * program calls it between launches; no device code */
+    cu_tx(o, "/* %s: special %s: a host function, called by the host program: not generated yet */\n\n", k->base,
+          ir_op_name(n->op));
+    k->t->nspecial++;
+    return 0;
+  default:
+    cu_fail(k->t, "graph %s kernel k%d: no CUDA kernel for %s", k->fg->graph->name, k->kp, ir_op_name(n->op));
+    return -1;
+  }
 }

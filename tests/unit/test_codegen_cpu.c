@@ -49,20 +49,15 @@
 #include "lower.h"
 #include "memplan.h"
 #include "sema.h"
+#include "test_kernels.h"
 #include "test_sample.h"
 
-static const double TOL = 1e-5;
+static const double TOL = HPDL_KERNEL_TOL;
 
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void *xmalloc(size_t n) {
-  void *p = calloc(n ? n : 1, 1);
-  if (!p) abort();
-  return p;
 }
 
 /* ---- a compiled library ---- */
@@ -131,70 +126,6 @@ static const hpd_graph_desc *lib_graph(const Lib *L, const char *name) {
     if (!strcmp(L->desc->graphs[i].name, name)) return &L->desc->graphs[i];
   return NULL;
 }
-
-/* ---- tensors ---- */
-
-static void *to_buffer(DType dt, const double *v, int64_t n) {
-  if (dt == DT_I32) {
-    int32_t *b = xmalloc(sizeof(int32_t) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) b[i] = (int32_t)v[i];
-    return b;
-  }
-  if (dt == DT_I64) {
-    int64_t *b = xmalloc(sizeof(int64_t) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) b[i] = (int64_t)v[i];
-    return b;
-  }
-  float *b = xmalloc(sizeof(float) * (size_t)n);
-  for (int64_t i = 0; i < n; i++) b[i] = (float)v[i];
-  return b;
-}
-
-static double elem(DType dt, const void *b, int64_t i) {
-  if (dt == DT_I32) return ((const int32_t *)b)[i];
-  if (dt == DT_I64) return (double)((const int64_t *)b)[i];
-  return ((const float *)b)[i];
-}
-
-/* The largest error of got against want, in units of the tolerance's scale
- * (floor: an absolute scale below which values count as zero). */
-static double compare(DType dt, const void *got, const double *want, int64_t n, double floor, int64_t *at) {
-  double mean = 0;
-  int64_t finite = 0;
-  for (int64_t i = 0; i < n; i++)
-    if (isfinite(want[i])) {
-      mean += fabs(want[i]);
-      finite++;
-    }
-  mean = finite ? mean / (double)finite : 0;
-  double worst = 0;
-  *at = -1;
-  for (int64_t i = 0; i < n; i++) {
-    double g = elem(dt, got, i), w = want[i], e;
-    if (isnan(w) || isnan(g)) e = isnan(w) && isnan(g) ? 0 : INFINITY;
-    else if (isinf(w) || isinf(g)) e = g == w ? 0 : INFINITY;
-    else e = fabs(g - w) / (fabs(w) + mean + floor + 1e-30);
-    if (e > worst || (*at < 0 && e > 0)) {
-      worst = e;
-      *at = i;
-    }
-  }
-  return worst;
-}
-
-static int check_tensor(const char *what, DType dt, const void *got, const double *want, int64_t n, double floor) {
-  int64_t at;
-  double e = compare(dt, got, want, n, floor, &at);
-  if (e <= TOL) return 1;
-  fprintf(stderr, "%s: error %.3g (tolerance %g) at element %" PRId64 " of %" PRId64 ": got %.9g, want %.9g\n", what, e,
-          TOL, at, n, at >= 0 ? elem(dt, got, at) : 0.0, at >= 0 ? want[at] : 0.0);
-  test_failures++;
-  return 0;
-}
-
-static uint64_t rng_state = 0x12345678;
-static double uniform(void) { return interp_uniform01(&rng_state); }
-static double normal(void) { return interp_normal(&rng_state); }
 
 /* ==== ops ==== */
 
@@ -910,19 +841,6 @@ static void test_vectorize(void) {
 /* ==== samples ==== */
 
 /* Random model inputs: ints below the vocabulary / class count, floats normal. */
-static double **make_inputs(const IrModule *m, int64_t vocab) {
-  double **in = xmalloc(sizeof(double *) * (size_t)(m->ninputs + 1));
-  for (int i = 0; i < m->ninputs; i++) {
-    const IrInput *x = &m->inputs[i];
-    int64_t n = 1;
-    for (int k = 0; k < x->rank; k++) n *= x->dims[k];
-    in[i] = xmalloc(sizeof(double) * (size_t)n);
-    for (int64_t k = 0; k < n; k++)
-      in[i][k] = sem_dtype_is_float(x->dtype) ? (double)(float)normal() : (double)(int64_t)(uniform() * (double)vocab);
-  }
-  return in;
-}
-
 static int64_t param_numel(const IrParam *p) {
   int64_t n = 1;
   for (int i = 0; i < p->rank; i++) n *= p->dims[i];
@@ -978,18 +896,6 @@ static void table_free(Table *T, const IrModule *m) {
   free(T->grads);
   free(T->inputs);
   free(T->table);
-}
-
-/* The parameters the library sees are fp32: give interp the same values. */
-static void round_params(Interp *in, const IrModule *m) {
-  for (int p = 0; p < m->nparams; p++) {
-    const IrParam *P = &m->params[p];
-    for (int64_t l = 0; l < (P->count > 1 ? P->count : 1); l++) {
-      int64_t n;
-      double *v = interp_param(in, p, l, &n);
-      for (int64_t k = 0; k < n; k++) v[k] = (double)(float)v[k];
-    }
-  }
 }
 
 /* ---- e2e: whole graphs ---- */
@@ -1145,207 +1051,43 @@ static void test_e2e(void) {
 
 /* ---- kernels of gpt2-tiny, one by one ---- */
 
-/* A copy of m whose graph gi returns every node (no gradient outputs), so
- * interp hands back the value of each. */
-static IrModule *instrumented(Arena *a, const IrModule *m, int gi) {
-  IrModule *c = arena_alloc(a, sizeof *c);
-  *c = *m;
-  c->graphs = arena_alloc(a, sizeof(IrGraph *) * (size_t)m->ngraphs);
-  memcpy(c->graphs, m->graphs, sizeof(IrGraph *) * (size_t)m->ngraphs);
-  IrGraph *g = arena_alloc(a, sizeof *g);
-  *g = *m->graphs[gi];
-  g->outputs = arena_alloc(a, sizeof(int) * (size_t)g->nnodes);
-  for (int i = 0; i < g->nnodes; i++) g->outputs[i] = i;
-  g->noutputs = g->nnodes;
-  g->grad_params = NULL;
-  g->ngrad_params = 0;
-  c->graphs[gi] = g;
-  return c;
+/* Calls hpd_kernel_<graph>_<p> of the library (test_kernels.h's KernelCall). */
+static int cpu_kernel_call(void *env, const FuseGraph *fg, int p, void **io, const char **err) {
+  const Lib *L = env;
+  char sym[200], name[256];
+  cg_graph_symbol(fg->graph->name, sym, sizeof sym);
+  snprintf(name, sizeof name, "hpd_kernel_%s_%d", sym + strlen("hpd_graph_"), p);
+  hpd_entry_fn fn = (hpd_entry_fn)(uintptr_t)dlsym(L->so, name);
+  const FuseKernel *K = &fg->kernels[p];
+  if (!fn) return K->kind == FUSE_LEAF ? 0 : (*err = "no entry point", -1);
+  static void *ws;
+  if (!ws) ws = aligned_alloc(64, 1 << 22);
+  hpd_ctx ctx;
+  memset(&ctx, 0, sizeof ctx);
+  ctx.workspace = ws;
+  ctx.seed = 1337;
+  void **t = xmalloc(sizeof(void *) * (size_t)(1 + K->ninputs + K->noutputs));
+  t[0] = &ctx;
+  memcpy(t + 1, io, sizeof(void *) * (size_t)(K->ninputs + K->noutputs));
+  int rc = fn(t);
+  free(t);
+  if (rc) *err = ctx.error ? ctx.error : "?";
+  return rc ? -1 : 1;
 }
 
-/* Every node's value of graph gi run with args (interp). NULL on failure. */
-static InterpTensor *all_values(Arena *a, const IrModule *m, int gi, double **inputs, const InterpTensor *args,
-                                int nargs) {
-  IrModule *c = instrumented(a, m, gi);
-  Interp *in = interp_new(c);
-  interp_init_params(in, 1337);
-  round_params(in, c);
-  for (int i = 0; i < c->ninputs; i++) interp_set_input(in, i, inputs[i]);
-  InterpTensor *v = xmalloc(sizeof(InterpTensor) * (size_t)c->graphs[gi]->nnodes);
-  const char *err = NULL;
-  if (interp_run(in, gi, 0, args, nargs, v, &err)) {
-    fprintf(stderr, "interp of %s: %s\n", m->graphs[gi]->name, err);
-    test_failures++;
-    free(v);
-    v = NULL;
-  }
-  interp_free(in);
-  return v;
-}
-
-static void free_values(InterpTensor *v, int n) {
-  if (!v) return;
-  for (int i = 0; i < n; i++) free(v[i].data);
-  free(v);
-}
-
-static int arg_node(const IrGraph *g, int a) {
-  for (int i = 0; i < g->nnodes; i++)
-    if (g->nodes[i].op == IR_ARG && g->nodes[i].attr[0] == a) return i;
-  return -1;
-}
-
-static InterpTensor tensor_copy(const InterpTensor *t) {
-  InterpTensor c = *t;
-  int64_t n = 1;
-  for (int k = 0; k < t->rank; k++) n *= t->dims[k];
-  c.data = xmalloc(sizeof(double) * (size_t)n);
-  memcpy(c.data, t->data, sizeof(double) * (size_t)n);
-  return c;
-}
-
-/* Calls each kernel of graph gi alone on vals; compares its outputs. */
-static void check_kernels(const Lib *L, const FuseResult *fr, int gi, const InterpTensor *vals, int *tested,
-                          int *failed) {
-  const FuseGraph *fg = &fr->graphs[gi];
-  const IrGraph *g = fg->graph;
-  char sym[200];
-  cg_graph_symbol(g->name, sym, sizeof sym);
-  void *ws = aligned_alloc(64, 1 << 22);
-  for (int p = 0; p < fg->nkernels; p++) {
-    const FuseKernel *K = &fg->kernels[p];
-    char name[256];
-    snprintf(name, sizeof name, "hpd_kernel_%s_%d", sym + strlen("hpd_graph_"), p);
-    hpd_entry_fn fn = (hpd_entry_fn)(uintptr_t)dlsym(L->so, name);
-    if (K->kind == FUSE_VIEW || K->kind == FUSE_CALL || (K->kind == FUSE_LEAF && !fn)) continue;
-    if (!fn) {
-      fprintf(stderr, "%s: no %s\n", g->name, name);
-      test_failures++;
-      continue;
-    }
-    hpd_ctx ctx;
-    memset(&ctx, 0, sizeof ctx);
-    ctx.workspace = ws;
-    ctx.seed = 1337;
-    void **io = xmalloc(sizeof(void *) * (size_t)(1 + K->ninputs + K->noutputs));
-    io[0] = &ctx;
-    for (int j = 0; j < K->ninputs; j++) {
-      const IrNode *n = &g->nodes[K->inputs[j]];
-      io[1 + j] = to_buffer(n->dtype, vals[K->inputs[j]].data, ir_numel(n));
-    }
-    for (int j = 0; j < K->noutputs; j++)
-      io[1 + K->ninputs + j] = xmalloc((size_t)(ir_numel(&g->nodes[K->outputs[j]]) * 8 + 8));
-    int rc = fn(io);
-    (*tested)++;
-    int ok = rc == 0;
-    if (rc) {
-      fprintf(stderr, "%s k%d: returned %d: %s\n", g->name, p, rc, ctx.error ? ctx.error : "?");
-      test_failures++;
-    }
-    /* the scale of the kernel's data: its float inputs' mean magnitude */
-    double scale = 0;
-    int64_t cnt = 0;
-    for (int j = 0; j < K->ninputs; j++) {
-      const IrNode *n = &g->nodes[K->inputs[j]];
-      if (!sem_dtype_is_float(n->dtype)) continue;
-      for (int64_t i = 0; i < ir_numel(n); i++)
-        if (isfinite(vals[K->inputs[j]].data[i])) scale += fabs(vals[K->inputs[j]].data[i]), cnt++;
-    }
-    scale = cnt ? scale / (double)cnt : 0;
-    for (int j = 0; j < K->noutputs && rc == 0; j++) {
-      const IrNode *n = &g->nodes[K->outputs[j]];
-      char what[160];
-      snprintf(what, sizeof what, "%s k%d %s: %%%d %s", g->name, p, fuse_kind_name(K->kind), K->outputs[j],
-               ir_op_name(n->op));
-      ok &= check_tensor(what, n->dtype, io[1 + K->ninputs + j], vals[K->outputs[j]].data, ir_numel(n), scale);
-    }
-    *failed += !ok;
-    for (int j = 0; j < K->ninputs + K->noutputs; j++) free(io[1 + j]);
-    free(io);
-  }
-  free(ws);
-}
-
-static void test_kernels(void) {
-  Arena *arena = arena_new();
-  Diag *diag = diag_new(stderr);
-  IrModule *m = lower_sample(arena, diag, "gpt2-tiny.hpd", NULL, 0, 2, NULL);
-  EXPECT(m != NULL);
-  const char *why = NULL;
-  AdResult *ad = m ? ad_build(m, RECOMPUTE_NONE, &why) : NULL;
-  EXPECT(ad != NULL);
-  if (!ad) {
-    diag_free(diag);
-    arena_free(arena);
-    return;
-  }
-  FuseResult *fr = fuse_module(arena, m);
+static int cpu_kernel_build(void *env, const IrModule *m, const FuseResult *fr) {
   CgOptions opt;
   memset(&opt, 0, sizeof opt);
   opt.export_kernels = 1;
+  return lib_build(env, m, fr, &opt, 0);
+}
+
+static void test_kernels(void) {
   Lib L;
-  if (lib_build(&L, m, fr, &opt, 0)) {
-    test_failures++;
-    lib_free(&L);
-    diag_free(diag);
-    arena_free(arena);
-    return;
-  }
-  double **inputs = make_inputs(m, 256);
-  int tested = 0, failed = 0;
-  /* the forward, then the block on the forward's input to the call */
-  const IrGraph *g0 = m->graphs[0];
-  InterpTensor *v0 = all_values(arena, m, 0, inputs, NULL, 0);
-  int call = -1;
-  for (int i = 0; i < g0->nnodes; i++)
-    if (g0->nodes[i].op == IR_CALL) call = i;
-  if (v0) check_kernels(&L, fr, 0, v0, &tested, &failed);
-  InterpTensor x = {0, {0}, NULL};
-  if (v0 && call >= 0) x = tensor_copy(&v0[g0->nodes[call].in[0]]);
-  free_values(v0, g0->nnodes);
-  int block = call >= 0 ? (int)g0->nodes[call].attr[0] : -1;
-  if (block > 0 && x.data) {
-    InterpTensor *vb = all_values(arena, m, block, inputs, &x, 1);
-    if (vb) check_kernels(&L, fr, block, vb, &tested, &failed);
-    free_values(vb, m->graphs[block]->nnodes);
-  }
-  /* the step: forward.grad with seed 1 */
-  double one = 1.0;
-  InterpTensor seed = {0, {0}, &one};
-  InterpTensor *vs = all_values(arena, m, ad->step, inputs, &seed, 1);
-  if (vs) check_kernels(&L, fr, ad->step, vs, &tested, &failed);
-  free_values(vs, m->graphs[ad->step]->nnodes);
-  /* B.fwd on the block's input; B.grad on a random dy and what B.fwd saved */
-  if (block > 0 && x.data) {
-    int bf = ad->fwd[block], bg = ad->grad[block];
-    InterpTensor *vf = all_values(arena, m, bf, inputs, &x, 1);
-    if (vf) check_kernels(&L, fr, bf, vf, &tested, &failed);
-    const IrGraph *gf = m->graphs[bf], *gg = m->graphs[bg];
-    if (vf) {
-      InterpTensor *args = xmalloc(sizeof(InterpTensor) * (size_t)gg->nargs);
-      const IrNode *dn = &gg->nodes[arg_node(gg, 0)];
-      args[0].rank = dn->rank;
-      memcpy(args[0].dims, dn->dims, sizeof args[0].dims);
-      args[0].data = xmalloc(sizeof(double) * (size_t)ir_numel(dn));
-      for (int64_t i = 0; i < ir_numel(dn); i++) args[0].data[i] = (double)(float)(0.1 * normal());
-      args[1] = tensor_copy(&x);
-      for (int k = 1; k < gf->noutputs && 1 + k < gg->nargs + 1; k++) args[1 + k] = tensor_copy(&vf[gf->outputs[k]]);
-      InterpTensor *vg = all_values(arena, m, bg, inputs, args, gg->nargs);
-      if (vg) check_kernels(&L, fr, bg, vg, &tested, &failed);
-      free_values(vg, gg->nnodes);
-      for (int a = 0; a < gg->nargs; a++) free(args[a].data);
-      free(args);
-    }
-    free_values(vf, gf->nnodes);
-  }
-  printf("kernels of gpt2-tiny: %d kernels called alone, %d off\n", tested, failed);
+  memset(&L, 0, sizeof L);
+  int tested = kernels_suite("gpt2-tiny.hpd", NULL, 0, NULL, 0, cpu_kernel_build, cpu_kernel_call, &L, "CPU back end");
   EXPECT(tested > 100);
-  free(x.data);
-  for (int i = 0; i < m->ninputs; i++) free(inputs[i]);
-  free(inputs);
   lib_free(&L);
-  diag_free(diag);
-  arena_free(arena);
 }
 
 /* ---- compile time of samples/gpt2.hpd ---- */

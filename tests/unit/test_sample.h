@@ -15,9 +15,11 @@
 
 /* NULL when the sample does not load, check, lower or verify (the reason is
  * in diag or on stderr). micro <= 0 takes the train block's micro batch;
- * model, when not NULL, receives the checked model. */
-static inline IrModule *lower_sample(Arena *arena, Diag *diag, const char *name, SemDefine *defs, int ndefs, int64_t micro,
-                                     SemModel **model) {
+ * model, when not NULL, receives the checked model; layout overrides the
+ * parallel block (names as "parallel.tensor", values as on the command
+ * line). */
+static inline IrModule *lower_sample_layout(Arena *arena, Diag *diag, const char *name, SemDefine *defs, int ndefs,
+                                            SemDefine *layout, int nlayout, int64_t micro, SemModel **model) {
   char path[4096];
   snprintf(path, sizeof path, "%s/samples/%s", HPDL_SOURCE_DIR, name);
   int before = diag_error_count(diag);
@@ -28,6 +30,8 @@ static inline IrModule *lower_sample(Arena *arena, Diag *diag, const char *name,
   memset(&opts, 0, sizeof opts);
   opts.defines = defs;
   opts.ndefines = ndefs;
+  opts.layout = layout;
+  opts.nlayout = nlayout;
   opts.cli_error = &bad_cli;
   SemModel *m = sema_check(arena, diag, &prog, &opts);
   if (!m) return NULL;
@@ -35,6 +39,12 @@ static inline IrModule *lower_sample(Arena *arena, Diag *diag, const char *name,
   IrModule *ir = lower_model(arena, diag, m, micro > 0 ? micro : m->train.micro_batch);
   if (ir && ir_verify(ir, stderr)) return NULL;
   return ir;
+}
+
+/* The sample under its own layout (no layout overrides). */
+static inline IrModule *lower_sample(Arena *arena, Diag *diag, const char *name, SemDefine *defs, int ndefs, int64_t micro,
+                                     SemModel **model) {
+  return lower_sample_layout(arena, diag, name, defs, ndefs, NULL, 0, micro, model);
 }
 
 #endif

@@ -1,0 +1,43 @@
+/* hpdl_emu_host.h - the host side of generated CUDA code run through the
+ * emulation harness (cuda_emu.h): what cuBLASLt does on a GPU.
+ *
+ * The CUDA back end's emulation entry points (CgOptions.emulate: one
+ * `extern "C" int hpd_emu_<kernel>(const hpdl_kctx *, void **io)` per fused
+ * kernel) launch its kernels in order and call hpdl_emu_gemm for a GEMM.
+ * Included after the generated kernels, never under NVRTC. */
+#ifndef HPDL_EMU_HOST_H
+#define HPDL_EMU_HOST_H
+
+/* Row-major C[m, n] = alpha op(A)[m, k] op(B)[k, n] (op: transpose when
+ * ta / tb), per matrix of a batch: matrix bi of the output (batch axes
+ * bdims[0..nb)) reads A at sum_i idx_i * sa[i] matrices of A (B alike).
+ * Sums in fp32 in order of k, as a reference (the CPU's BLAS blocks it). */
+static inline void hpdl_emu_gemm(const float *A, const float *B, float *C, int ta, int tb, long long m, long long n,
+                                 long long k, long long lda, long long ldb, float alpha, int nb, const long long *bdims,
+                                 const long long *sa, const long long *sb, long long amat, long long bmat) {
+  long long nbatch = 1;
+  for (int i = 0; i < nb; i++) nbatch *= bdims[i];
+  for (long long bi = 0; bi < nbatch; bi++) {
+    long long oa = 0, ob = 0, inner = 1;
+    for (int i = nb - 1; i >= 0; i--) {
+      long long idx = (bi / inner) % bdims[i];
+      oa += idx * sa[i];
+      ob += idx * sb[i];
+      inner *= bdims[i];
+    }
+    const float *a = A + oa * amat, *b = B + ob * bmat;
+    float *c = C + bi * m * n;
+    for (long long i = 0; i < m; i++)
+      for (long long j = 0; j < n; j++) {
+        float s = 0.0f;
+        for (long long q = 0; q < k; q++) {
+          float x = ta ? a[q * lda + i] : a[i * lda + q];
+          float y = tb ? b[j * ldb + q] : b[q * ldb + j];
+          s += x * y;
+        }
+        c[i * n + j] = alpha * s;
+      }
+  }
+}
+
+#endif

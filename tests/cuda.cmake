@@ -1,0 +1,52 @@
+# cuda.cmake - the CUDA back end (compiler/codegen/codegen_cuda*.c), CTest
+# names cuda.*:
+#   cuda.emu.<sample>  every fused kernel of the sample, generated as CUDA C,
+#                      compiled as C++ with the emulation harness and run on
+#                      the CPU, against the reference executor (1e-5); skips
+#                      (77) without a C++ compiler
+add_executable(test_codegen_cuda ${HPDL_TEST_DIR}/cuda/test_codegen_cuda.c)
+target_include_directories(test_codegen_cuda PRIVATE ${HPDL_TEST_DIR}/unit)
+target_compile_options(test_codegen_cuda PRIVATE ${HPDL_WARNINGS})
+target_link_libraries(test_codegen_cuda PRIVATE hpdlcomp)
+target_compile_definitions(test_codegen_cuda PRIVATE HPDL_SOURCE_DIR="${CMAKE_SOURCE_DIR}" HPDL_TEST_DIR="${HPDL_TEST_DIR}")
+
+add_test(NAME cuda.emu.gpt2-tiny COMMAND test_codegen_cuda gpt2-tiny.hpd)
+set_tests_properties(cuda.emu.gpt2-tiny PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
+
+# The tiny Llama (GQA, RoPE, RMSNorm, SwiGLU) under one CPU rank, and
+# gpt2-tiny again with the fibers of a block run in reverse order.
+add_test(NAME cuda.emu.llama
+         COMMAND test_codegen_cuda llama.hpd -D layers=2 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=64 -D seq=16 -D vocab=64
+                 -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.sequence=off)
+add_test(NAME cuda.emu.gpt2-tiny_reverse COMMAND test_codegen_cuda gpt2-tiny.hpd)
+set_tests_properties(cuda.emu.llama cuda.emu.gpt2-tiny_reverse PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
+set_tests_properties(cuda.emu.gpt2-tiny_reverse PROPERTIES ENVIRONMENT "HPDL_EMU_ORDER=reverse")
+
+#   cuda.nvrtc.<sample>.<layout>.<arch>  hpdlc compile --target cuda: every
+#                      stage's cubin an ELF for the arch, its PTX, every
+#                      kernel's ptxas resources without spills
+#                      (cuda/nvrtc_samples.py); skips (77) without NVRTC
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND)
+  # sample:name:flags (flags comma-separated)
+  set(HPDL_NVRTC_CASES
+      "gpt2-tiny:one:" "gpt2-tiny:tp2:--tp,2" "gpt2-tiny:tp2_cp2:--tp,2,--cp,2" "gpt2-tiny:pp2:--pp,2"
+      "gpt2:one:" "llama:one:" "gpt:one:")
+  foreach(case IN LISTS HPDL_NVRTC_CASES)
+    string(REPLACE ":" ";" parts "${case}")
+    list(GET parts 0 sample)
+    list(GET parts 1 name)
+    list(LENGTH parts n)
+    set(flags "")
+    if(n GREATER 2)
+      list(GET parts 2 flags)
+      string(REPLACE "," ";" flags "${flags}")
+    endif()
+    foreach(arch sm_80 sm_90)
+      add_test(NAME cuda.nvrtc.${sample}.${name}.${arch}
+               COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/nvrtc_samples.py --hpdlc $<TARGET_FILE:hpdlc>
+                       --sample ${CMAKE_SOURCE_DIR}/samples/${sample}.hpd --arch ${arch} -- ${flags})
+      set_tests_properties(cuda.nvrtc.${sample}.${name}.${arch} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS cuda)
+    endforeach()
+  endforeach()
+endif()

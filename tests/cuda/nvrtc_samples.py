@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""nvrtc_samples.py - every kernel of every sample, compiled by NVRTC
+(CTest: cuda.nvrtc.<case>).
+
+Runs `hpdlc compile FILE --target cuda --arch ARCH` for one sample and
+layout and checks what it wrote: the manifest names the cuda target and the
+arch; per stage the cubin is a CUDA ELF (e_machine 190) for that SM (e_flags
+bits 8-15 in CUDA 13's ABI version 8, bits 0-7 before), the PTX targets it,
+and every launch of stageS.kernels.json has its ptxas resources, no
+spills, and a launch shape. A fresh NVRTC cache each run, so the compile is
+real. Exits 77 (CTest's skip) when NVRTC cannot be loaded.
+
+usage: nvrtc_samples.py --hpdlc BIN --sample FILE --arch sm_80 [-- FLAGS...]
+"""
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def elf_sm(path):
+    with open(path, "rb") as f:
+        head = f.read(64)
+    if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2:
+        fail(f"{path}: not a 64-bit ELF")
+    machine = struct.unpack_from("<H", head, 18)[0]
+    if machine != 190:
+        fail(f"{path}: e_machine {machine}, not EM_CUDA (190)")
+    flags = struct.unpack_from("<I", head, 48)[0]
+    abi = head[8]
+    return (flags >> 8) & 0xFF if abi >= 8 else flags & 0xFF
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hpdlc", required=True)
+    ap.add_argument("--sample", required=True)
+    ap.add_argument("--arch", required=True)
+    ap.add_argument("flags", nargs="*")
+    a = ap.parse_args()
+    sm = int(a.arch[3:].rstrip("af"))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "art")
+        env = dict(os.environ, HPDL_CACHE=os.path.join(tmp, "cache"))
+        cmd = [a.hpdlc, "compile", a.sample, "--target", "cuda", "--arch", a.arch, "-o", out, "-q", *a.flags]
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if p.returncode != 0:
+            if "NVRTC not found" in p.stderr:
+                print("skipped: " + p.stderr.strip().splitlines()[-1])
+                sys.exit(77)
+            fail(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr}")
+        man = json.load(open(os.path.join(out, "manifest.json")))
+        if man.get("target") != "cuda" or man.get("cuda", {}).get("arch") != a.arch:
+            fail(f"manifest: target {man.get('target')}, cuda {man.get('cuda')}")
+        stages = sorted(f[:-len(".kernels.json")] for f in os.listdir(out) if f.endswith(".kernels.json"))
+        if not stages:
+            fail("no stageS.kernels.json written")
+        kernels = gemms = 0
+        worst_regs = (0, "")
+        for st in stages:
+            got = elf_sm(os.path.join(out, st + ".cubin"))
+            if got != sm:
+                fail(f"{st}.cubin is for sm_{got}, not sm_{sm}")
+            ptx = open(os.path.join(out, st + ".ptx")).read()
+            if f".target sm_{sm}" not in ptx:
+                fail(f"{st}.ptx does not target sm_{sm}")
+            k = json.load(open(os.path.join(out, st + ".kernels.json")))
+            if k["arch"] != a.arch or not k["nvrtc"] or not k["source_sha256"]:
+                fail(f"{st}.kernels.json: arch {k['arch']}, nvrtc {k['nvrtc']}")
+            for l in k["launches"]:
+                if l["kind"] == "gemm":
+                    g = l["gemm"]
+                    if min(g["m"], g["n"], g["k"]) < 1:
+                        fail(f"{l['name']}: gemm shape {g}")
+                    gemms += 1
+                    continue
+                kernels += 1
+                if "registers" not in l:
+                    fail(f"{l['name']}: no ptxas resources (is it in the cubin?)")
+                if l["spill_bytes"]:
+                    fail(f"{l['name']} ({l['kind']}) spills {l['spill_bytes']} bytes")
+                if l["grid"] < 1 or not (1 <= l["block"] <= 1024) or l["block"] % 32:
+                    fail(f"{l['name']}: launch {l['grid']} x {l['block']}")
+                worst_regs = max(worst_regs, (l["registers"], l["name"]))
+        print(f"ok: {os.path.basename(a.sample)} {' '.join(a.flags)} {a.arch}: {len(stages)} stage(s), {kernels} kernels "
+              f"(sm_{sm} ELF, PTX, no spills; most registers {worst_regs[0]} in {worst_regs[1]}), {gemms} GEMMs for cuBLASLt")
+
+
+if __name__ == "__main__":
+    main()
