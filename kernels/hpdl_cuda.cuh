@@ -120,7 +120,9 @@ static __device__ __forceinline__ float hpdl_warp_max(float v) {
 static __device__ float hpdl_block_sum(float v, float *partial /* shared, 32 floats */) {
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
   v = hpdl_warp_sum(v);
+#ifndef HPDL_MUTATE_DROP_BARRIER /* the deliberate race of the test cuda.emu.mutation */
   __syncthreads(); /* the previous use of partial is over */
+#endif
   if (lane == 0) partial[warp] = v;
   __syncthreads();
   v = lane < nwarps ? partial[lane] : 0.0f;
@@ -130,7 +132,9 @@ static __device__ float hpdl_block_sum(float v, float *partial /* shared, 32 flo
 static __device__ float hpdl_block_max(float v, float *partial /* shared, 32 floats */) {
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
   v = hpdl_warp_max(v);
+#ifndef HPDL_MUTATE_DROP_BARRIER
   __syncthreads();
+#endif
   if (lane == 0) partial[warp] = v;
   __syncthreads();
   v = lane < nwarps ? partial[lane] : HPDL_NEG_INF;

@@ -21,11 +21,17 @@ add_test(NAME cuda.emu.llama
 add_test(NAME cuda.emu.gpt2-tiny_reverse COMMAND test_codegen_cuda gpt2-tiny.hpd)
 set_tests_properties(cuda.emu.llama cuda.emu.gpt2-tiny_reverse PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
 set_tests_properties(cuda.emu.gpt2-tiny_reverse PROPERTIES ENVIRONMENT "HPDL_EMU_ORDER=reverse")
+# A block reduction without its first barrier: the harness must catch the race.
+add_test(NAME cuda.emu.mutation COMMAND test_codegen_cuda --mutate gpt2-tiny.hpd)
+set_tests_properties(cuda.emu.mutation PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
 
 #   cuda.nvrtc.<sample>.<layout>.<arch>  hpdlc compile --target cuda: every
 #                      stage's cubin an ELF for the arch, its PTX, every
 #                      kernel's ptxas resources without spills
 #                      (cuda/nvrtc_samples.py); skips (77) without NVRTC
+#   cuda.nvrtc.error   a compile error in generated code names the generated
+#                      line, its kernel, IR ops and .hpd lines, and leaves the
+#                      NVRTC log
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
   # sample:name:flags (flags comma-separated)
@@ -49,4 +55,8 @@ if(Python3_Interpreter_FOUND)
       set_tests_properties(cuda.nvrtc.${sample}.${name}.${arch} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS cuda)
     endforeach()
   endforeach()
+  add_test(NAME cuda.nvrtc.error
+           COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/nvrtc_samples.py --hpdlc $<TARGET_FILE:hpdlc>
+                   --sample ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --arch sm_80 --broken-header)
+  set_tests_properties(cuda.nvrtc.error PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS cuda)
 endif()

@@ -45,6 +45,10 @@ typedef struct {
    * fused kernel for the emulation harness (kernels/cuda_emu.h):
    * extern "C" int hpd_emu_<graph>_k<k>(const hpdl_kctx *, void **io). */
   int emulate;
+  /* The path of source file `file` (Span.file), for the comments that say
+   * where a kernel's ops come from; NULL: "line N" only. */
+  const char *(*source_path)(void *ctx, int file);
+  void *source_ctx;
 } CgOptions;
 
 /* Seconds spent in each phase of the last emit. */

@@ -12,13 +12,15 @@
  *         warp-shuffle + shared-memory block reduction (hpdl_cuda.cuh);
  *   copy, fill  one launch per step of nest_build_steps (a pad's zero fill
  *         before its interior), in order.
- * Every kernel takes (seed, layer) and then one pointer per kernel input and
- * output (fuse.h's lists), typed by the IR's dtype; values are computed in
- * fp32 and stored in their dtype, as the CPU back end does. GEMMs are left
- * to cuBLASLt and special kernels (embedding, rope, cross-entropy, ...) are
- * not generated yet: generate() lists them and fails, naming each, so a
+ * Every kernel takes the kernel context (hpdl_kctx: seed, layer, group
+ * ranks) and then one pointer per kernel input and output (fuse.h's
+ * lists), typed by the IR's dtype; values are computed in fp32 and stored
+ * in their dtype, as the CPU back end does. GEMMs are recorded for cuBLASLt
+ * (stageS.kernels.json) with their epilogue generated; special kernels are
+ * codegen_cuda_special.c's. An extern call runs on the host, so a module
+ * with one has no complete CUDA form yet: generate() fails naming it, and a
  * `--target cuda` compile never writes a partial artifact. `hpdlc emit
- * cuda` prints what is generated. */
+ * cuda` prints the source; docs/backend.md describes it. */
 #include "codegen_cuda.h"
 
 #include <inttypes.h>
@@ -622,6 +624,40 @@ static void gemm(CuKern *k) {
   }
 }
 
+/* A comment before a fused kernel's code: its kind, its IR ops and the
+ * .hpd lines they come from, so that a compile error in generated code (a
+ * bug of ours) leads back to the model (error_context reads it). */
+static void provenance(CuKern *k) {
+  CgTarget *t = k->t;
+  const FuseKernel *K = k->K;
+  const IrGraph *g = k->fg->graph;
+  cu_tx(&t->src, "/* %s: %s kernel %d of graph %s:", k->base, fuse_kind_name(K->kind), k->kp, g->name);
+  int shown = 0;
+  for (int j = 0; j < K->nnodes && shown < 12; j++) {
+    const IrNode *n = &g->nodes[K->nodes[j]];
+    if (n->op == IR_RESHAPE || n->op == IR_CONST) continue;
+    cu_tx(&t->src, "%s %%%d %s", shown ? "," : "", K->nodes[j], ir_op_name(n->op));
+    shown++;
+  }
+  if (shown == 12) cu_tx(&t->src, ", ...");
+  /* distinct source lines, at most 3 */
+  Span seen[3];
+  int nseen = 0;
+  for (int j = 0; j < K->nnodes && nseen < 3; j++) {
+    Span sp = g->nodes[K->nodes[j]].span;
+    if (sp.file < 0 || sp.line <= 0) continue;
+    int dup = 0;
+    for (int q = 0; q < nseen; q++) dup |= seen[q].file == sp.file && seen[q].line == sp.line;
+    if (dup) continue;
+    seen[nseen++] = sp;
+    const char *path = t->opt.source_path ? t->opt.source_path(t->opt.source_ctx, sp.file) : NULL;
+    const char *base = path && strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (base) cu_tx(&t->src, "%s %s:%d", nseen == 1 ? "; from" : ",", base, sp.line);
+    else cu_tx(&t->src, "%s line %d", nseen == 1 ? "; from" : ",", sp.line);
+  }
+  cu_tx(&t->src, " */\n");
+}
+
 static void kernel(CgTarget *t, int gi, int kp) {
   const FuseGraph *fg = &t->fr->graphs[gi];
   const FuseKernel *K = &fg->kernels[kp];
@@ -637,6 +673,7 @@ static void kernel(CgTarget *t, int gi, int kp) {
   char sym[128];
   cg_graph_symbol(fg->graph->name, sym, sizeof sym);
   snprintf(k.base, sizeof k.base, "hpd_%s_k%d", sym + strlen("hpd_graph_"), kp);
+  if (K->kind != FUSE_VIEW && K->kind != FUSE_CALL && K->kind != FUSE_COMM && K->kind != FUSE_LEAF) provenance(&k);
   switch (K->kind) {
   case FUSE_LEAF: {
     /* the leaves that have code (the CPU back end's cg_kernel_has_code):
@@ -697,8 +734,10 @@ static int cu_generate(CgTarget *t) {
     cu_tx(&t->src, "#ifndef __CUDACC__\n/* ==== host entries for the emulation harness (kernels/cuda_emu.h) ==== */\n#include \"hpdl_emu_host.h\"\n\n%s#endif\n", t->emu.s);
   if (t->failed) return -1;
   if (t->nspecial) {
-    snprintf(t->err, sizeof t->err, "%d special kernel%s (embedding, rope, cross-entropy, ...) %s not generated for CUDA yet", t->nspecial,
-            t->nspecial == 1 ? "" : "s", t->nspecial == 1 ? "is" : "are");
+    snprintf(t->err, sizeof t->err,
+             "%d kernel%s not generated for CUDA: extern calls run on the host, which the CUDA target does not "
+             "have yet (use --target cpu)",
+             t->nspecial, t->nspecial == 1 ? " is" : "s are");
     return -1;
   }
   return 0;
@@ -749,11 +788,13 @@ static void error_context(CgTarget *t, const char *log, const char *prog, char *
   long line = p ? strtol(p + strlen(key), NULL, 10) : 0;
   out[0] = '\0';
   if (line <= 0 || !t->src.s) return;
-  const char *s = t->src.s, *kern = NULL;
+  const char *s = t->src.s, *kern = NULL, *prov = NULL;
   long at = 1;
   const char *l = s;
   for (; *l && at < line; l++) {
-    if (!strncmp(l, "extern \"C\" __global__", 22)) kern = l;
+    if (!strncmp(l, "extern \"C\" __global__", strlen("extern \"C\" __global__"))) kern = l;
+    if (!strncmp(l, "/* hpd_", 7) && strstr(l, " kernel ") && (!strchr(l, '\n') || strstr(l, " kernel ") < strchr(l, '\n')))
+      prov = l;
     if (*l == '\n') at++;
   }
   const char *e = strchr(l, '\n');
@@ -764,7 +805,9 @@ static void error_context(CgTarget *t, const char *log, const char *prog, char *
     const char *q = b ? strchr(b + 1, '(') : NULL;
     if (b && q && q - b > 2) snprintf(name, sizeof name, "%.*s", (int)(q - b - 2), b + 2);
   }
-  snprintf(out, n, "; generated line %ld of kernel %s: %.*s", line, name, e ? (int)(e - l) : (int)strlen(l), l);
+  const char *pe = prov ? strchr(prov, '\n') : NULL;
+  snprintf(out, n, "; generated line %ld of kernel %s: %.*s%s%.*s", line, name, e ? (int)(e - l) : (int)strlen(l), l,
+           prov ? "; it computes " : "", prov ? (int)(pe ? pe - prov : (long)strlen(prov)) : 0, prov ? prov : "");
 }
 
 /* Writes PATH.cu (with hpdl_cuda.cuh beside it), PATH.cubin and PATH.ptx
@@ -793,9 +836,14 @@ static int cu_emit(CgTarget *t, const char *path) {
   CudaccResult r;
   char err[1024] = "";
   if (cudacc_compile(&rq, &r, err, sizeof err)) {
-    char ctx[600];
+    char ctx[600], logp[4200] = "";
     error_context(t, r.log, name, ctx, sizeof ctx);
-    cu_fail(t, "NVRTC: %s%s", err, ctx);
+    if (r.log && *r.log) {
+      snprintf(logp, sizeof logp, "%s.nvrtc.log", path);
+      if (write_file(t, logp, r.log, strlen(r.log))) logp[0] = '\0';
+      t->failed = 0; /* a log we could not write is not the error to report */
+    }
+    cu_fail(t, "NVRTC: %s%s%s%s", err, ctx, logp[0] ? "; the whole log is in " : "", logp);
     cudacc_result_free(&r);
     return -1;
   }
@@ -835,6 +883,7 @@ static int cu_emit(CgTarget *t, const char *path) {
     json_object_set_new(root, "options", opts);
     json_object_set_new(root, "source_sha256", json_string(r.hash));
     json_object_set_new(root, "cache_hit", json_boolean(r.cache_hit));
+    json_object_set_new(root, "nvrtc_seconds", json_real(r.seconds));
     json_object_set_new(root, "launches", ls);
     snprintf(fn, sizeof fn, "%s.kernels.json", path);
     if (json_dump_file(root, fn, JSON_INDENT(1) | JSON_PRESERVE_ORDER)) {

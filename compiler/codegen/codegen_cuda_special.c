@@ -22,7 +22,9 @@
  *   pick, pick_bwd   grid-stride loops (pick_bwd writes its zeros itself);
  *   repeat_kv_bwd, sum_to  a thread per output element summing its inputs
  *                    in ascending order (a gather: no atomics).
- * Kernels that need scratch between their launches (bucket tables, the
+ * Every output is stored, never accumulated into: each kernel writes every
+ * element (the scatters' untouched ones as 0), as the CPU's zero fill then
+ * sum gives. Kernels that need scratch between their launches (bucket tables, the
  * rows' losses) keep it in `static __device__` arrays of the module, named
  * after the kernel: a module's launches run in order on one stream, so one
  * copy a kernel suffices.
@@ -393,7 +395,7 @@ static int repeat_kv_bwd(CuKern *k, const IrNode *n, int id) {
             k->kp, rep);
     return -1;
   }
-  int64_t Ho = n->dims[1], TD = n->dims[2] * n->dims[3], N = ir_numel(n);
+  int64_t TD = n->dims[2] * n->dims[3], N = ir_numel(n);
   cu_tx(o, "/* %s: repeat_kv_bwd: out[b, h] = sum over r < %" PRId64 " of dy[b, h * %" PRId64
         " + r], ascending (the CPU's order) */\n",
         k->base, rep, rep);
@@ -405,7 +407,6 @@ static int repeat_kv_bwd(CuKern *k, const IrNode *n, int id) {
   cu_tx(o, "    for (long long r = 0; r < %" PRId64 "LL; r++) acc += (float)p%d[src + r * %" PRId64 "LL];\n", rep, xs, TD);
   store(o, "    ", out, n->dtype, "lin", "acc");
   cu_tx(o, "  }\n}\n\n");
-  (void)Ho;
   cu_add_launch(k, k->base, 0, "special", blocks_for(N), CU_BLOCK);
   return 0;
 }

@@ -361,6 +361,8 @@ typedef struct {
   int nnodes;
 } Chunk;
 
+static const char *source_path(void *diag, int file) { return diag_file_path(diag, file); }
+
 static int is_cuda(const CompileOptions *o) { return o->target && !strcmp(o->target, "cuda"); }
 
 static int kernels_build(Cx *C, Chunk *k, const char *path, char *why, size_t n) {
@@ -374,6 +376,8 @@ static int kernels_build(Cx *C, Chunk *k, const char *path, char *why, size_t n)
   memset(&opt, 0, sizeof opt);
   opt.memplan = k->plan;
   opt.arch = C->o->arch;
+  opt.source_path = source_path;
+  opt.source_ctx = C->diag;
   char err[1024] = "";
   CgTarget *t = be->create(k->m, k->fr, &opt, err, sizeof err);
   if (!t) {

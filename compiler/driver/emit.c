@@ -55,6 +55,8 @@ int emit_stash(Arena *arena, Diag *diag, const SemModel *model, const IrModule *
   return status;
 }
 
+static const char *source_path(void *diag, int file) { return diag_file_path(diag, file); }
+
 int emit_cuda(Arena *arena, Diag *diag, const char *path, const SemModel *m, int stage, FILE *out) {
   const SemLayout *L = &m->layout;
   SimLayout sl = {L->dp > 0 ? L->dp : 1, L->tp > 0 ? L->tp : 1, L->pp > 0 ? L->pp : 1, L->cp > 0 ? L->cp : 1,
@@ -81,6 +83,8 @@ int emit_cuda(Arena *arena, Diag *diag, const char *path, const SemModel *m, int
   char err[256] = "";
   CgOptions opt;
   memset(&opt, 0, sizeof opt);
+  opt.source_path = source_path;
+  opt.source_ctx = diag;
   CgTarget *t = be->create(rp->module, fr, &opt, err, sizeof err);
   if (!t) {
     fprintf(stderr, "hpdlc: %s: the CUDA back end cannot start: %s\n", path, err);
@@ -97,7 +101,7 @@ int emit_cuda(Arena *arena, Diag *diag, const char *path, const SemModel *m, int
     fprintf(stderr, "hpdlc: %s: the CUDA back end failed: %s\n", path, be->error(t));
     status = 3;
   } else {
-    fprintf(out, "/* stage %d: %d CUDA kernels generated; %d GEMMs for cuBLASLt; %d special kernels not generated yet */\n",
+    fprintf(out, "/* stage %d: %d CUDA kernels generated; %d GEMMs for cuBLASLt; %d kernels not generated (extern calls) */\n",
             stage, be->stats(t)->kernels, gemms, specials);
   }
   be->destroy(t);

@@ -198,8 +198,8 @@ static void help_verb(const char *verb) {
          "  stash    each pipeline chunk's training step cut into its forward and backward\n"
          "           parts, and what a micro-batch keeps from one to the other (its stash)\n"
          "  cuda     the CUDA C of pipeline stage --stage N's training step (default 0)\n"
-         "           under the layout: a kernel per fused loop, row, copy and fill kernel;\n"
-         "           GEMMs (cuBLASLt) and special kernels are listed as comments\n");
+         "           under the layout: a kernel per fused loop, row, copy, fill and\n"
+         "           special kernel; GEMMs (for cuBLASLt) as comments\n");
   }
   help_common_options();
 }

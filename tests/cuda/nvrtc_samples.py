@@ -10,7 +10,12 @@ and every launch of stageS.kernels.json has its ptxas resources, no
 spills, and a launch shape. A fresh NVRTC cache each run, so the compile is
 real. Exits 77 (CTest's skip) when NVRTC cannot be loaded.
 
-usage: nvrtc_samples.py --hpdlc BIN --sample FILE --arch sm_80 [-- FLAGS...]
+With --broken-header the device functions' header is given with hpdl_gelu
+renamed, so the generated code does not compile: the error must name the
+generated line, its kernel, the IR ops and the .hpd lines it comes from,
+and the whole NVRTC log must be written beside the artifact.
+
+usage: nvrtc_samples.py --hpdlc BIN --sample FILE --arch sm_80 [--broken-header] [-- FLAGS...]
 """
 import argparse
 import json
@@ -44,8 +49,12 @@ def main():
     ap.add_argument("--hpdlc", required=True)
     ap.add_argument("--sample", required=True)
     ap.add_argument("--arch", required=True)
+    ap.add_argument("--broken-header", action="store_true")
     ap.add_argument("flags", nargs="*")
     a = ap.parse_args()
+    if a.broken_header:
+        broken_header(a)
+        return
     sm = int(a.arch[3:].rstrip("af"))
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "art")
@@ -92,6 +101,34 @@ def main():
                 worst_regs = max(worst_regs, (l["registers"], l["name"]))
         print(f"ok: {os.path.basename(a.sample)} {' '.join(a.flags)} {a.arch}: {len(stages)} stage(s), {kernels} kernels "
               f"(sm_{sm} ELF, PTX, no spills; most registers {worst_regs[0]} in {worst_regs[1]}), {gemms} GEMMs for cuBLASLt")
+
+
+def broken_header(a):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with tempfile.TemporaryDirectory() as tmp:
+        kdir = os.path.join(tmp, "kernels")
+        os.mkdir(kdir)
+        text = open(os.path.join(root, "kernels", "hpdl_cuda.cuh")).read()
+        if "hpdl_gelu(float x)" not in text:
+            fail("kernels/hpdl_cuda.cuh has no hpdl_gelu(float x) to break")
+        open(os.path.join(kdir, "hpdl_cuda.cuh"), "w").write(text.replace("hpdl_gelu(float x)", "hpdl_gelu_gone(float x)"))
+        out = os.path.join(tmp, "art")
+        env = dict(os.environ, HPDL_CACHE=os.path.join(tmp, "cache"), HPDL_KERNELS_DIR=kdir)
+        cmd = [a.hpdlc, "compile", a.sample, "--target", "cuda", "--arch", a.arch, "-o", out, "-q", *a.flags]
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if "NVRTC not found" in p.stderr:
+            print("skipped: " + p.stderr.strip().splitlines()[-1])
+            sys.exit(77)
+        err = p.stderr.strip()
+        if p.returncode != 1 or len(err.splitlines()) != 1:
+            fail(f"expected one error line and exit 1, got {p.returncode}:\n{err}")
+        for want in ['identifier "hpdl_gelu" is undefined', "generated line", "of kernel hpd_", "gelu;", ".hpd:", "nvrtc.log"]:
+            if want not in err:
+                fail(f"the error lacks {want!r}: {err}")
+        logs = [f for f in os.listdir(out) if f.endswith(".nvrtc.log")]
+        if not logs or "error" not in open(os.path.join(out, logs[0])).read():
+            fail(f"no NVRTC log with the error in {out}: {os.listdir(out)}")
+        print("ok: " + err)
 
 
 if __name__ == "__main__":

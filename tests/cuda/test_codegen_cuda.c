@@ -11,7 +11,12 @@
  * relative, fp32 against fp64) - the same check the CPU back end passes.
  * GEMMs run through the harness's reference product (hpdl_emu_host.h).
  *
- * Usage: test_codegen_cuda [SAMPLE [-D NAME=VALUE | -L parallel.KEY=VALUE]...];
+ * With --mutate the block reductions lose the barrier that keeps one
+ * reduction's shared partials from the next (HPDL_MUTATE_DROP_BARRIER in
+ * hpdl_cuda.cuh): the harness must catch the race, so the run passes only
+ * when kernels were called and some of them came out wrong.
+ *
+ * Usage: test_codegen_cuda [--mutate] [SAMPLE [-D NAME=VALUE | -L parallel.KEY=VALUE]...];
  * exits 77 (CTest's skip) when no C++ compiler works. HPDL_EMU_ORDER picks
  * the fibers' order. */
 #include <dlfcn.h>
@@ -27,6 +32,7 @@
 typedef struct {
   char dir[64];
   void *so;
+  int mutate; /* compile with HPDL_MUTATE_DROP_BARRIER: a race that must be caught */
 } EmuLib;
 
 typedef struct {
@@ -73,8 +79,8 @@ static int emu_build(void *env, const IrModule *m, const FuseResult *fr) {
   fclose(f);
   free(src);
   snprintf(cmd, sizeof cmd,
-           "%s -std=c++17 -O1 -fPIC -shared -fno-strict-aliasing -w -include %s/kernels/cuda_emu.h -I%s/kernels -x c++ %s -o %s",
-           cxx(), HPDL_SOURCE_DIR, HPDL_SOURCE_DIR, path, so);
+           "%s -std=c++17 -O1 -fPIC -shared -fno-strict-aliasing -w %s -include %s/kernels/cuda_emu.h -I%s/kernels -x c++ %s -o %s",
+           cxx(), L->mutate ? "-DHPDL_MUTATE_DROP_BARRIER" : "", HPDL_SOURCE_DIR, HPDL_SOURCE_DIR, path, so);
   if (system(cmd)) {
     fprintf(stderr, "the generated source does not compile as C++: %s\n", cmd);
     return -1;
@@ -120,6 +126,8 @@ int main(int argc, char **argv) {
     printf("skipped: no C++ compiler (%s) to build the emulated kernels; set HPDL_CXX\n", cxx());
     return 77;
   }
+  int mutate = argc > 1 && !strcmp(argv[1], "--mutate");
+  if (mutate) argc--, argv++;
   const char *sample = argc > 1 ? argv[1] : "gpt2-tiny.hpd";
   SemDefine defs[16], layout[16];
   int ndefs = 0, nlayout = 0;
@@ -138,8 +146,16 @@ int main(int argc, char **argv) {
   }
   EmuLib L;
   memset(&L, 0, sizeof L);
+  L.mutate = mutate;
   int tested = kernels_suite(sample, defs, ndefs, layout, nlayout, emu_build, emu_call, &L, "CUDA back end, emulated");
-  EXPECT(tested > 50);
+  if (mutate) {
+    int caught = test_failures;
+    printf("mutation (no barrier before a block reduction writes its partials): %s (%d kernels called, %d wrong)\n",
+           tested > 50 && caught ? "caught" : "NOT caught", tested, caught);
+    test_failures = !(tested > 50 && caught);
+  } else {
+    EXPECT(tested > 50);
+  }
   if (L.so) dlclose(L.so);
   if (L.dir[0]) {
     char cmd[128];
