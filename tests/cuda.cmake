@@ -21,6 +21,9 @@ add_test(NAME cuda.emu.llama
 add_test(NAME cuda.emu.gpt2-tiny_reverse COMMAND test_codegen_cuda gpt2-tiny.hpd)
 set_tests_properties(cuda.emu.llama cuda.emu.gpt2-tiny_reverse PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
 set_tests_properties(cuda.emu.gpt2-tiny_reverse PROPERTIES ENVIRONMENT "HPDL_EMU_ORDER=reverse")
+# Buffers off 16-byte alignment: the loop kernels' scalar path (float4 otherwise).
+add_test(NAME cuda.emu.gpt2-tiny_misaligned COMMAND test_codegen_cuda --misalign gpt2-tiny.hpd)
+set_tests_properties(cuda.emu.gpt2-tiny_misaligned PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
 # A block reduction without its first barrier: the harness must catch the race.
 add_test(NAME cuda.emu.mutation COMMAND test_codegen_cuda --mutate gpt2-tiny.hpd)
 set_tests_properties(cuda.emu.mutation PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)

@@ -134,6 +134,10 @@ typedef struct {
   int in_sweep;  /* the group axes' indices are defined */
   int row;       /* a row kernel: outside a sweep, the group's axes count 0 */
   const char *ind;
+  /* 128-bit vectors: four consecutive points of the innermost axis a thread,
+   * lane 0..3 each with its own variables v<x>_<lane> */
+  int vec, lane;
+  int *qdone;    /* per expression: its float4 load is emitted (scope) */
 } Emit;
 
 /* An affine form over the collapsed axes in scope (others count 0). */
@@ -221,10 +225,32 @@ void cu_float(CuText *o, double v) {
 
 /* Defines v<xi> in the current scope (after its operands) and returns 0, or
  * -1 after cu_fail. X_RED values are defined by their sweep. */
+static int *scope_slot(Emit *E, int xi) { return &E->scope_of[xi * 4 + E->lane]; }
+
+static const char *vname(const Emit *E, int xi, char *buf, size_t n) {
+  if (E->vec) snprintf(buf, n, "v%d_%d", xi, E->lane);
+  else snprintf(buf, n, "v%d", xi);
+  return buf;
+}
+
+/* A load the vector path reads as a float4: f32, unit stride along the
+ * innermost collapsed axis, and 16-byte aligned for every group of four
+ * (the other terms multiples of 4; the base pointer is checked at run time). */
+static int vec_access(const Nest *N, const NestAff *a) {
+  int inner = N->alast[N->na - 1];
+  if (a->coef[inner] != 1 || a->c % 4) return 0;
+  for (int t = 0; t + 1 < N->na; t++)
+    if (a->coef[N->alast[t]] % 4) return 0;
+  for (int j = 0; j < N->R; j++)
+    if (N->axis_of[j] == N->na - 1 && j != inner && a->coef[j] % 4) return 0;
+  return !(a->dax >= 0 && a->dcoef && (N->axis_of[a->dax] == N->na - 1 || a->dcoef % 4));
+}
+
 static int ex(Emit *E, int xi) {
   Nest *N = E->N;
   NestX *x = &N->x[xi];
-  if (E->scope_of[xi] == E->scope || (E->scope_of[xi] == E->row_scope && E->scope_of[xi] >= 0)) return 0;
+  int *so = scope_slot(E, xi);
+  if (*so == E->scope || (*so == E->row_scope && *so >= 0)) return 0;
   if (x->kind == X_RED) {
     cu_fail(E->k->t, "graph %s kernel k%d: a reduction is read before its sweep", E->k->fg->graph->name, E->k->kp);
     return -1;
@@ -232,10 +258,22 @@ static int ex(Emit *E, int xi) {
   if (x->a >= 0 && ex(E, x->a)) return -1;
   if (x->b >= 0 && ex(E, x->b)) return -1;
   CuText *o = E->o;
-  char a[24], b[24];
-  snprintf(a, sizeof a, "v%d", x->a);
-  snprintf(b, sizeof b, "v%d", x->b);
-  cu_tx(o, "%sconst float v%d = ", E->ind, xi);
+  char a[24], b[24], me[24];
+  vname(E, x->a, a, sizeof a);
+  vname(E, x->b, b, sizeof b);
+  vname(E, xi, me, sizeof me);
+  if (E->vec && x->kind == X_LOAD && x->dt == DT_F32 && vec_access(N, &x->off)) {
+    if (E->qdone[xi] != E->scope) {
+      cu_tx(o, "%sconst float4 q%d = *(const float4 *)(p%d + ", E->ind, xi, cu_io_index(E->k, x->mem));
+      aff_text(E, &x->off, o);
+      cu_tx(o, ");\n");
+      E->qdone[xi] = E->scope;
+    }
+    cu_tx(o, "%sconst float %s = q%d.%c;\n", E->ind, me, xi, "xyzw"[E->lane]);
+    *so = E->scope;
+    return 0;
+  }
+  cu_tx(o, "%sconst float %s = ", E->ind, me);
   switch (x->kind) {
   case X_CONST: cu_float(o, x->p); break;
   case X_LOAD: {
@@ -338,7 +376,7 @@ static int ex(Emit *E, int xi) {
   case X_RED: break;
   }
   cu_tx(o, ";\n");
-  E->scope_of[xi] = E->scope;
+  *so = E->scope;
   return 0;
 }
 
@@ -426,6 +464,28 @@ static void drop_bases(Emit *E) {
   }
 }
 
+/* A loop nest the vector path can run: f32 values only, the innermost
+ * collapsed axis a multiple of 4 long, every store and every load that
+ * walks it at unit stride (vec_access), loads that do not walk it
+ * broadcast, and no expression that needs the point's own index (an iota,
+ * a mask, dropout's stream). */
+static int vectorizable(const Nest *N) {
+  if (N->na < 1 || N->adim[N->na - 1] % 4 || N->nst == 0) return 0;
+  int inner = N->alast[N->na - 1];
+  for (int i = 0; i < N->nst; i++)
+    if (N->st[i].dt != DT_F32 || N->st[i].add || !vec_access(N, &N->st[i].off)) return 0;
+  for (int i = 0; i < N->nx; i++) {
+    const NestX *x = &N->x[i];
+    if (x->kind == X_INDEX || x->kind == X_MASK || (x->kind == X_DROP && x->p > 0 && x->p < 1) || x->kind == X_RED) return 0;
+    if (x->kind != X_LOAD) continue;
+    int walks = x->off.coef[inner] != 0;
+    for (int j = 0; j < N->R; j++) walks |= N->axis_of[j] == N->na - 1 && x->off.coef[j] != 0;
+    if (x->off.dax >= 0 && x->off.dcoef && N->axis_of[x->off.dax] == N->na - 1) walks = 1;
+    if (walks && (x->dt != DT_F32 || !vec_access(N, &x->off))) return 0;
+  }
+  return 1;
+}
+
 static int has_red(const Nest *N) {
   for (int i = 0; i < N->nx; i++)
     if (N->x[i].kind == X_RED) return 1;
@@ -438,25 +498,58 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   nest_collapse(N);
   CuText *o = &t->src;
   int row = has_red(N);
-  Emit E = {k, N, o, xalloc_calloc((size_t)N->nx + 1, sizeof(int)), 0, -1, 0, row, "    "};
-  for (int i = 0; i < N->nx; i++) E.scope_of[i] = -1;
+  Emit E = {k, N, o, xalloc_calloc((size_t)N->nx * 4 + 4, sizeof(int)), 0, -1, 0, row, "    ", 0, 0,
+            xalloc_calloc((size_t)N->nx + 1, sizeof(int))};
+  for (int i = 0; i < N->nx * 4; i++) E.scope_of[i] = -1;
+  for (int i = 0; i < N->nx; i++) E.qdone[i] = -1;
   int rc = 0;
   cu_signature(k, o, name);
   drop_bases(&E);
   if (!row) {
-    /* a loop: one point per thread, grid-stride */
     int64_t n = space(N, -1);
+    int vec = vectorizable(N);
+    int64_t threads = vec ? n / 4 : n;
+    if (vec) {
+      /* four points a thread through float4 loads and stores when every
+       * vector access is 16-byte aligned; else the scalar loop below */
+      cu_tx(o, "  if (((0ULL");
+      for (int i = 0; i < k->K->ninputs + k->K->noutputs; i++) cu_tx(o, " | (unsigned long long)p%d", i);
+      cu_tx(o, ") & 15ULL) == 0) {\n");
+      cu_tx(o, "    for (long long lin = (long long)blockIdx.x * blockDim.x + threadIdx.x; lin < %" PRId64
+               "LL; lin += (long long)gridDim.x * blockDim.x) {\n",
+            n / 4);
+      decompose(o, N, -1, "lin * 4LL", "      ");
+      E.scope = 1;
+      E.in_sweep = 1;
+      E.vec = 1;
+      E.ind = "      ";
+      for (E.lane = 0; E.lane < 4 && !rc; E.lane++)
+        for (int i = 0; i < N->nst && !rc; i++) rc = ex(&E, N->st[i].x);
+      for (int i = 0; i < N->nst && !rc; i++) {
+        NestStore *st = &N->st[i];
+        cu_tx(o, "      *(float4 *)(p%d + ", cu_io_index(k, st->val));
+        aff_text(&E, &st->off, o);
+        cu_tx(o, ") = make_float4(v%d_0, v%d_1, v%d_2, v%d_3);\n", st->x, st->x, st->x, st->x);
+      }
+      cu_tx(o, "    }\n    return;\n  }\n");
+      E.vec = 0;
+      E.lane = 0;
+      E.ind = "    ";
+    }
+    /* a loop: one point per thread, grid-stride */
     cu_tx(o, "  for (long long lin = (long long)blockIdx.x * blockDim.x + threadIdx.x; lin < %" PRId64
           "LL; lin += (long long)gridDim.x * blockDim.x) {\n",
        n);
     decompose(o, N, -1, "lin", "    ");
-    E.scope = 1;
+    E.scope = 2;
     E.in_sweep = 1;
-    rc = stores(&E, 1);
+    if (!rc) rc = stores(&E, 1);
     if (!rc) rc = stores(&E, 0);
     cu_tx(o, "  }\n}\n\n");
     free(E.scope_of);
-    cu_add_launch(k, name, step, "loop", (n + CU_BLOCK - 1) / CU_BLOCK, CU_BLOCK);
+    free(E.qdone);
+    /* the launch suits the vector path; the scalar one strides over the rest */
+    cu_add_launch(k, name, step, vec ? "loop4" : "loop", (threads + CU_BLOCK - 1) / CU_BLOCK, CU_BLOCK);
     return rc;
   }
   /* a row kernel: a block per row, threads over the group, one sweep per level */
@@ -498,7 +591,7 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
       cu_tx(o, "    const float v%d = hpdl_block_%s(acc%d, red_)", i, x->redmax ? "max" : "sum", i);
       if (x->div) cu_tx(o, " / %" PRId64 ".0f", x->div);
       cu_tx(o, ";\n");
-      E.scope_of[i] = 0;
+      E.scope_of[i * 4] = 0;
     }
   }
   if (!rc) {
@@ -520,6 +613,7 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   }
   cu_tx(o, "  }\n}\n\n");
   free(E.scope_of);
+  free(E.qdone);
   /* a warp per 32 elements of the row, at most CU_BLOCK threads */
   int64_t block = ngrp >= CU_BLOCK ? CU_BLOCK : (ngrp + 31) / 32 * 32;
   cu_add_launch(k, name, step, "row", nrow, block);

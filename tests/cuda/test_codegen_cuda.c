@@ -16,7 +16,10 @@
  * hpdl_cuda.cuh): the harness must catch the race, so the run passes only
  * when kernels were called and some of them came out wrong.
  *
- * Usage: test_codegen_cuda [--mutate] [SAMPLE [-D NAME=VALUE | -L parallel.KEY=VALUE]...];
+ * With --misalign every buffer sits 4 bytes past a 16-byte boundary, so
+ * the loop kernels take their scalar path instead of float4 loads.
+ *
+ * Usage: test_codegen_cuda [--mutate] [--misalign] [SAMPLE [-D NAME=VALUE | -L parallel.KEY=VALUE]...];
  * exits 77 (CTest's skip) when no C++ compiler works. HPDL_EMU_ORDER picks
  * the fibers' order. */
 #include <dlfcn.h>
@@ -32,7 +35,8 @@
 typedef struct {
   char dir[64];
   void *so;
-  int mutate; /* compile with HPDL_MUTATE_DROP_BARRIER: a race that must be caught */
+  int mutate;   /* compile with HPDL_MUTATE_DROP_BARRIER: a race that must be caught */
+  int misalign; /* hand the kernels buffers 4 bytes off 16-byte alignment: the scalar paths */
 } EmuLib;
 
 typedef struct {
@@ -108,7 +112,29 @@ static int emu_call(void *env, const FuseGraph *fg, int p, void **io, const char
   KCtx ctx;
   memset(&ctx, 0, sizeof ctx);
   ctx.seed = 1337;
-  if (fn(&ctx, io)) {
+  int nio = K->ninputs + K->noutputs, rc;
+  if (L->misalign) {
+    /* copies at 4 bytes past a 16-byte boundary (values are at most 8 bytes) */
+    void **shifted = xmalloc(sizeof(void *) * (size_t)nio), **raw = xmalloc(sizeof(void *) * (size_t)nio);
+    for (int i = 0; i < nio; i++) {
+      int v = i < K->ninputs ? K->inputs[i] : K->outputs[i - K->ninputs];
+      size_t bytes = (size_t)ir_numel(&fg->graph->nodes[v]) * 8;
+      raw[i] = aligned_alloc(16, (bytes + 16 + 15) / 16 * 16);
+      shifted[i] = (char *)raw[i] + 4;
+      memcpy(shifted[i], io[i], bytes);
+    }
+    rc = fn(&ctx, shifted);
+    for (int i = 0; i < nio; i++) {
+      int v = i < K->ninputs ? K->inputs[i] : K->outputs[i - K->ninputs];
+      if (i >= K->ninputs) memcpy(io[i], shifted[i], (size_t)ir_numel(&fg->graph->nodes[v]) * 8);
+      free(raw[i]);
+    }
+    free(shifted);
+    free(raw);
+  } else {
+    rc = fn(&ctx, io);
+  }
+  if (rc) {
     *err = "the emulated launch failed (see above)";
     return -1;
   }
@@ -126,8 +152,12 @@ int main(int argc, char **argv) {
     printf("skipped: no C++ compiler (%s) to build the emulated kernels; set HPDL_CXX\n", cxx());
     return 77;
   }
-  int mutate = argc > 1 && !strcmp(argv[1], "--mutate");
-  if (mutate) argc--, argv++;
+  int mutate = 0, misalign = 0;
+  for (; argc > 1 && argv[1][0] == '-' && argv[1][1] == '-'; argc--, argv++) {
+    if (!strcmp(argv[1], "--mutate")) mutate = 1;
+    else if (!strcmp(argv[1], "--misalign")) misalign = 1;
+    else break;
+  }
   const char *sample = argc > 1 ? argv[1] : "gpt2-tiny.hpd";
   SemDefine defs[16], layout[16];
   int ndefs = 0, nlayout = 0;
@@ -147,6 +177,7 @@ int main(int argc, char **argv) {
   EmuLib L;
   memset(&L, 0, sizeof L);
   L.mutate = mutate;
+  L.misalign = misalign;
   int tested = kernels_suite(sample, defs, ndefs, layout, nlayout, emu_build, emu_call, &L, "CUDA back end, emulated");
   if (mutate) {
     int caught = test_failures;
