@@ -63,3 +63,13 @@ if(Python3_Interpreter_FOUND)
                    --sample ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --arch sm_80 --broken-header)
   set_tests_properties(cuda.nvrtc.error PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS cuda)
 endif()
+
+#   cuda.emu.step.<sample>  the whole training step (forward, loss, backward
+#                      through the saved layers, every parameter gradient) run
+#                      through the emulated kernels by a small host program,
+#                      against the reference executor's loss and gradients
+add_test(NAME cuda.emu.step.gpt2-tiny COMMAND test_codegen_cuda --step gpt2-tiny.hpd)
+add_test(NAME cuda.emu.step.llama
+         COMMAND test_codegen_cuda --step llama.hpd -D layers=2 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=64 -D seq=16 -D vocab=64
+                 -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.sequence=off)
+set_tests_properties(cuda.emu.step.gpt2-tiny cuda.emu.step.llama PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)

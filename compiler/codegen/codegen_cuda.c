@@ -340,24 +340,21 @@ static int ex(Emit *E, int xi) {
     break;
   case X_MASK: {
     int tr = N->axis_of[N->R - 2], tc = N->axis_of[N->R - 1];
-    char row[96] = "0LL", col[96] = "0LL";
+    char row[24] = "0LL", col[24] = "0LL", rowx[160], colx[160];
     if (tr >= 0) snprintf(row, sizeof row, "i%d", tr);
     if (tc >= 0) snprintf(col, sizeof col, "i%d", tc);
+    snprintf(rowx, sizeof rowx, "%s", row);
+    snprintf(colx, sizeof colx, "%s", col);
     if (x->attr || x->attr_cols) {
       /* context parallelism: global positions of the rank's zigzag rows and
        * of the ring's key blocks (the CPU back end's zigzag_pos, ring_col_pos) */
       int grp = (int)((x->attr ? x->attr : x->attr_cols) - 1);
-      char t[96];
-      if (x->attr) {
-        snprintf(t, sizeof t, "hpdl_zigzag_pos(hpd.rank[%d], hpd.size[%d], %" PRId64 "LL, %s)", grp, grp, N->D[N->R - 2], row);
-        snprintf(row, sizeof row, "%s", t);
-      }
-      if (x->attr_cols) {
-        snprintf(t, sizeof t, "hpdl_ring_col_pos(hpd.rank[%d], hpd.size[%d], %" PRId64 "LL, %s)", grp, grp, N->D[N->R - 1], col);
-        snprintf(col, sizeof col, "%s", t);
-      }
+      if (x->attr)
+        snprintf(rowx, sizeof rowx, "hpdl_zigzag_pos(hpd.rank[%d], hpd.size[%d], %" PRId64 "LL, %s)", grp, grp, N->D[N->R - 2], row);
+      if (x->attr_cols)
+        snprintf(colx, sizeof colx, "hpdl_ring_col_pos(hpd.rank[%d], hpd.size[%d], %" PRId64 "LL, %s)", grp, grp, N->D[N->R - 1], col);
     }
-    cu_tx(o, "(%s > %s ? ", col, row);
+    cu_tx(o, "(%s > %s ? ", colx, rowx);
     cu_float(o, x->p);
     cu_tx(o, " : %s)", a);
     break;
