@@ -40,4 +40,16 @@ static inline void hpdl_emu_gemm(const float *A, const float *B, float *C, int t
   }
 }
 
+/* cuBLASLt's epilogue after the product in d (rows x n): d += bias[n]
+ * per row; aux (when not null) keeps that pre-activation; then act: 0 none,
+ * 1 relu, 2 gelu (the tanh form of hpdl_cuda.cuh, as CUBLASLT_EPILOGUE_GELU). */
+static inline void hpdl_emu_epilogue(float *d, const float *bias, float *aux, long long rows, long long n, int act) {
+  for (long long i = 0; i < rows; i++)
+    for (long long j = 0; j < n; j++) {
+      float v = d[i * n + j] + bias[j];
+      if (aux) aux[i * n + j] = v;
+      d[i * n + j] = act == 1 ? (v > 0.0f ? v : 0.0f) : act == 2 ? hpdl_gelu(v) : v;
+    }
+}
+
 #endif

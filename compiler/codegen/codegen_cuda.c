@@ -635,10 +635,49 @@ static int emit_zero(CuKern *k, int v, const char *name, int step) {
 /* A GEMM kernel: recorded for cuBLASLt (the runtime's host program makes
  * the call; nothing is generated for the product), and its epilogue (bias,
  * activation, ...) generated as a loop over the output. */
+/* The epilogue cuBLASLt runs itself: the product (scaled) plus a bias
+ * broadcast over the rows, then optionally relu or gelu (the tanh form, as
+ * the IR's and CUBLASLT_EPILOGUE_GELU), with nothing else after the
+ * product. *d: the value the call writes (D), *aux: the pre-activation when
+ * a later kernel reads it too (the AUX epilogues), else -1. 0 when the
+ * epilogue is not one of these and must be generated. */
+static int lt_epilogue(const CuKern *k, const GemmPlan *P, const char **kind, int *bias, int *d, int *aux) {
+  const FuseKernel *K = k->K;
+  const IrGraph *g = k->fg->graph;
+  int add = -1, act = -1;
+  for (int j = 0; j < K->nnodes; j++) {
+    int id = K->nodes[j];
+    const IrNode *n = &g->nodes[id];
+    if (id <= P->product || n->op == IR_RESHAPE) continue;
+    if (add < 0 && n->op == IR_ADD && (n->in[0] == P->product || n->in[1] == P->product)) add = id;
+    else if (add >= 0 && act < 0 && (n->op == IR_RELU || n->op == IR_GELU) && n->in[0] == add) act = id;
+    else return 0;
+  }
+  if (add < 0 || cu_io_index(k, P->product) >= 0) return 0; /* the bare product is read elsewhere */
+  const IrNode *an = &g->nodes[add];
+  int b = an->in[0] == P->product ? an->in[1] : an->in[0];
+  const IrNode *bn = &g->nodes[b];
+  if (bn->dtype != DT_F32 || cu_io_index(k, b) < 0 || cu_io_index(k, b) >= K->ninputs || bn->rank < 1 ||
+      bn->dims[bn->rank - 1] != P->N)
+    return 0;
+  for (int i = 0; i + 1 < bn->rank; i++)
+    if (bn->dims[i] != 1) return 0;
+  if (an->rank != g->nodes[P->matmul].rank) return 0;
+  *bias = b;
+  *d = act >= 0 ? act : add;
+  *aux = act >= 0 && cu_io_index(k, add) >= 0 ? add : -1;
+  *kind = act < 0 ? "bias" : g->nodes[act].op == IR_RELU ? "bias_relu" : "bias_gelu";
+  return cu_io_index(k, *d) >= K->ninputs;
+}
+
 static void gemm(CuKern *k) {
   CgTarget *t = k->t;
   GemmPlan P;
   if (gemm_plan(&k->nk, &P)) return;
+  const char *epi = NULL;
+  int ebias = -1, ed = -1, eaux = -1;
+  if (P.epilogue && lt_epilogue(k, &P, &epi, &ebias, &ed, &eaux)) P.out = ed;
+  else epi = NULL;
   int64_t sa[IR_MAX_RANK], sb[IR_MAX_RANK];
   gemm_batch_strides(&P, &P.a, sa);
   gemm_batch_strides(&P, &P.b, sb);
@@ -668,8 +707,9 @@ static void gemm(CuKern *k) {
   char name[200];
   snprintf(name, sizeof name, "%s_gemm", k->base);
   cu_tx(&t->src, "/* %s: cuBLASLt C[%" PRId64 ", %" PRId64 "] = %g op(A) op(B), K %" PRId64 ", transa %d transb %d, %" PRId64
-                 " matri%s */\n\n",
-        name, P.flat ? P.nbatch * P.M : P.M, P.N, P.alpha, P.K, P.a.trans, P.b.trans, nb, nb == 1 ? "x" : "ces");
+                 " matri%s%s%s */\n\n",
+        name, P.flat ? P.nbatch * P.M : P.M, P.N, P.alpha, P.K, P.a.trans, P.b.trans, nb, nb == 1 ? "x" : "ces",
+        epi ? ", epilogue " : "", epi ? epi : "");
   cu_add_launch(k, name, 0, "gemm", 0, 0);
   CuLaunch *l = &t->launch[t->nlaunch - 1];
   t->stats.kernels--; /* not a kernel of ours */
@@ -690,6 +730,9 @@ static void gemm(CuKern *k) {
   l->stride_a = nb > 1 ? (ma < 0 ? -1 : ma * P.a.rows * P.a.cols) : 0;
   l->stride_b = nb > 1 ? (mb < 0 ? -1 : mb * P.b.rows * P.b.cols) : 0;
   l->stride_c = nb > 1 ? P.M * P.N : 0;
+  l->epilogue = epi;
+  l->bias = epi ? cu_io_index(k, ebias) : -1;
+  l->aux = epi && eaux >= 0 ? cu_io_index(k, eaux) : -1;
   t->ngemm++;
   if (t->opt.emulate) {
     const IrNode *mn = &k->fg->graph->nodes[P.matmul];
@@ -704,8 +747,16 @@ static void gemm(CuKern *k) {
              ", %" PRId64 ", %" PRId64 ", %" PRId64 ", ",
           l->gemm_a, l->gemm_b, l->gemm_c, P.a.trans, P.b.trans, P.M, P.N, P.K, P.a.cols, P.b.cols);
     cu_float(o, P.alpha);
-    cu_tx(o, ", %d, bd, sa, sb, %" PRId64 ", %" PRId64 ");\n  }\n", P.batch_axes, P.a.rows * P.a.cols, P.b.rows * P.b.cols);
+    cu_tx(o, ", %d, bd, sa, sb, %" PRId64 ", %" PRId64 ");\n", P.batch_axes, P.a.rows * P.a.cols, P.b.rows * P.b.cols);
+    char aux_arg[32] = "nullptr";
+    if (l->aux >= 0) snprintf(aux_arg, sizeof aux_arg, "(float *)io[%d]", l->aux);
+    if (epi) /* what cuBLASLt's epilogue does after the product */
+      cu_tx(o, "    hpdl_emu_epilogue((float *)io[%d], (const float *)io[%d], %s, %" PRId64 ", %" PRId64 ", %d);\n",
+            l->gemm_c, l->bias, aux_arg, P.nbatch * P.M, P.N,
+            !strcmp(epi, "bias") ? 0 : !strcmp(epi, "bias_relu") ? 1 : 2);
+    cu_tx(o, "  }\n");
   }
+  if (epi) return; /* cuBLASLt's */
   if (P.epilogue) {
     Nest N;
     gemm_epilogue(&k->nk, &P, &N);
@@ -958,6 +1009,9 @@ static int cu_emit(CgTarget *t, const char *path) {
                                       (json_int_t)l->lda, "ldb", (json_int_t)l->ldb, "ldc", (json_int_t)l->ldc, "alpha",
                                       l->alpha, "batch", (json_int_t)l->batch, "stride_a", (json_int_t)l->stride_a,
                                       "stride_b", (json_int_t)l->stride_b, "stride_c", (json_int_t)l->stride_c));
+        if (l->epilogue)
+          json_object_set_new(json_object_get(j, "gemm"), "epilogue",
+                              json_pack("{s:s, s:i, s:i}", "kind", l->epilogue, "bias", l->bias, "aux", l->aux));
       }
       for (size_t q = 0; q < r.n_kernels; q++)
         if (!strcmp(r.kernels[q].name, l->name)) {

@@ -34,6 +34,11 @@ typedef struct {
   int gemm_a, gemm_b, gemm_c, trans_a, trans_b;
   int64_t m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c;
   double alpha;
+  /* cuBLASLt's epilogue: NULL (none), "bias", "bias_relu", "bias_gelu":
+   * D = act(alpha op(A) op(B) + bias[n]); the bias's io index, and aux's
+   * (the pre-activation, GELU_AUX / RELU_AUX) or -1 */
+  const char *epilogue;
+  int bias, aux;
 } CuLaunch;
 
 struct CgTarget {

@@ -10,8 +10,8 @@ and every launch of stageS.kernels.json has its ptxas resources, no
 spills, and a launch shape. A fresh NVRTC cache each run, so the compile is
 real. Exits 77 (CTest's skip) when NVRTC cannot be loaded.
 
-With --broken-header the device functions' header is given with hpdl_gelu
-renamed, so the generated code does not compile: the error must name the
+With --broken-header the device functions' header is given with
+hpdl_block_sum renamed, so the generated code does not compile: the error must name the
 generated line, its kernel, the IR ops and the .hpd lines it comes from,
 and the whole NVRTC log must be written beside the artifact.
 
@@ -109,9 +109,9 @@ def broken_header(a):
         kdir = os.path.join(tmp, "kernels")
         os.mkdir(kdir)
         text = open(os.path.join(root, "kernels", "hpdl_cuda.cuh")).read()
-        if "hpdl_gelu(float x)" not in text:
-            fail("kernels/hpdl_cuda.cuh has no hpdl_gelu(float x) to break")
-        open(os.path.join(kdir, "hpdl_cuda.cuh"), "w").write(text.replace("hpdl_gelu(float x)", "hpdl_gelu_gone(float x)"))
+        if "hpdl_block_sum(float v" not in text:
+            fail("kernels/hpdl_cuda.cuh has no hpdl_block_sum(float v...) to break")
+        open(os.path.join(kdir, "hpdl_cuda.cuh"), "w").write(text.replace("hpdl_block_sum(float v", "hpdl_block_sum_gone(float v"))
         out = os.path.join(tmp, "art")
         env = dict(os.environ, HPDL_CACHE=os.path.join(tmp, "cache"), HPDL_KERNELS_DIR=kdir)
         cmd = [a.hpdlc, "compile", a.sample, "--target", "cuda", "--arch", a.arch, "-o", out, "-q", *a.flags]
@@ -122,7 +122,8 @@ def broken_header(a):
         err = p.stderr.strip()
         if p.returncode != 1 or len(err.splitlines()) != 1:
             fail(f"expected one error line and exit 1, got {p.returncode}:\n{err}")
-        for want in ['identifier "hpdl_gelu" is undefined', "generated line", "of kernel hpd_", "gelu;", ".hpd:", "nvrtc.log"]:
+        for want in ['identifier "hpdl_block_sum" is undefined', "generated line", "of kernel hpd_", "it computes /* hpd_",
+                     "reduce", ".hpd:", "nvrtc.log"]:
             if want not in err:
                 fail(f"the error lacks {want!r}: {err}")
         logs = [f for f in os.listdir(out) if f.endswith(".nvrtc.log")]
