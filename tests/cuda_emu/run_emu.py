@@ -104,20 +104,29 @@ class Emu:
 
     def build(self, name, cu, host):
         exe = os.path.join(self.args.work, name)
-        cmd = [*self.cxx, *self.flags, "-include", self.header, "-I", HERE, "-x", "c++", cu, "-x", "c++", host,
-               "-o", exe]
-        rc, out = sh(cmd, 300)
-        if rc != 0:
-            raise Fail("compile failed: %s\n%s" % (" ".join(cmd), out))
-        if out.strip():
-            raise Fail("compiler warnings: %s\n%s" % (" ".join(cmd), out))
+        compile_checked([*self.cxx, *self.flags, "-include", self.header, "-I", HERE, "-x", "c++", cu, "-x", "c++", host,
+                         "-o", exe])
         return exe
 
     def run(self, exe, order, seed, timeout=RUN_TIMEOUT):
-        env = dict(os.environ, HPDL_EMU_ORDER=order)
-        if seed:
-            env["HPDL_EMU_SEED"] = seed
-        return sh([exe], timeout, env=env)
+        return run_ordered([exe], order, seed, timeout)
+
+
+def compile_checked(cmd, timeout=300):
+    """Runs a compile; a failure or any warning is a test failure."""
+    rc, out = sh(cmd, timeout)
+    if rc != 0:
+        raise Fail("compile failed: %s\n%s" % (" ".join(cmd), out))
+    if out.strip():
+        raise Fail("compiler warnings: %s\n%s" % (" ".join(cmd), out))
+
+
+def run_ordered(cmd, order, seed, timeout=RUN_TIMEOUT):
+    """Runs an emulated program with its fibers in `order` (seeded when random)."""
+    env = dict(os.environ, HPDL_EMU_ORDER=order)
+    if seed:
+        env["HPDL_EMU_SEED"] = seed
+    return sh(cmd, timeout, env=env)
 
 
 def label(order, seed):
