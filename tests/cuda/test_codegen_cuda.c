@@ -125,15 +125,16 @@ static int emu_call(void *env, const FuseGraph *fg, int p, void **io, const char
     void **shifted = xmalloc(sizeof(void *) * (size_t)nio), **raw = xmalloc(sizeof(void *) * (size_t)nio);
     for (int i = 0; i < nio; i++) {
       int v = i < K->ninputs ? K->inputs[i] : K->outputs[i - K->ninputs];
-      size_t bytes = (size_t)ir_numel(&fg->graph->nodes[v]) * 8;
+      const IrNode *n = &fg->graph->nodes[v];
+      /* the buffers of test_kernels.h: inputs as to_buffer makes them, outputs numel x 8 + 8 */
+      size_t bytes = (size_t)ir_numel(n) * (i < K->ninputs ? (n->dtype == DT_I64 ? 8 : 4) : 8);
       raw[i] = aligned_alloc(16, (bytes + 16 + 15) / 16 * 16);
       shifted[i] = (char *)raw[i] + 4;
       memcpy(shifted[i], io[i], bytes);
     }
     rc = fn(&ctx, shifted);
     for (int i = 0; i < nio; i++) {
-      int v = i < K->ninputs ? K->inputs[i] : K->outputs[i - K->ninputs];
-      if (i >= K->ninputs) memcpy(io[i], shifted[i], (size_t)ir_numel(&fg->graph->nodes[v]) * 8);
+      if (i >= K->ninputs) memcpy(io[i], shifted[i], (size_t)ir_numel(&fg->graph->nodes[K->outputs[i - K->ninputs]]) * 8);
       free(raw[i]);
     }
     free(shifted);
