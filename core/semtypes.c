@@ -37,6 +37,6 @@ const char *sem_recompute_name(Recompute r) {
 }
 
 const char *sem_precision_name(Precision p) {
-  static const char *const n[] = {"fp32", "bf16", "fp16"};
+  static const char *const n[] = {"fp32", "bf16", "fp16", "fp8"};
   return n[p];
 }

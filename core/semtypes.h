@@ -44,7 +44,10 @@ typedef struct {
 } SemInit;
 
 /* ---- training and layout ---- */
-typedef enum { PREC_FP32, PREC_BF16, PREC_FP16 } Precision;
+/* PREC_FP8: Transformer-Engine-style FP8 training (GEMM inputs in FP8 with
+ * per-tensor scales, the rest in bf16, fp32 master weights); the planner
+ * prices it, no back end runs it yet. */
+typedef enum { PREC_FP32, PREC_BF16, PREC_FP16, PREC_FP8 } Precision;
 typedef enum { OPT_SGD, OPT_ADAMW } OptimizerKind;
 typedef enum { DECAY_NONE, DECAY_COSINE, DECAY_LINEAR } DecayKind;
 typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED } Schedule;

@@ -103,6 +103,21 @@ hpdl_shape_test(llama.toy
   "samples/llama.hpd: ok: model Llama, 19.2M parameters (19155200); dp=1 tp=1 pp=1 cp=1 on cpu (1 device)"
   -D layers=4 -D hidden=256 -D heads=8 -D kv_heads=2 -D ffn=688 -D seq=256
   --cluster laptop --nodes 1 --dp 1 --tp 1 --sp off samples/llama.hpd)
+
+# ---- Nemotron (samples/nemotron.hpd): NeMo's Nemotron-3 8B and Nemotron-4 340B ----
+hpdl_shape_test(nemotron.8b
+  "samples/nemotron.hpd: ok: model Nemotron, 8.54B parameters (8540135424); dp=32 tp=2 pp=1 cp=1 on dgx-h100 (64 devices)"
+  samples/nemotron.hpd)
+hpdl_shape_test(nemotron.340b
+  "samples/nemotron.hpd: ok: model Nemotron, 341.03B parameters (341029195776); dp=2 tp=8 pp=8 cp=1 on dgx-h100 (128 devices)"
+  -D layers=96 -D hidden=18432 -D heads=96 -D kv_heads=8 -D ffn=73728 --tp 8 --pp 8 --nodes 16
+  --micro-batch 1 --global-batch 32 samples/nemotron.hpd)
+# GPT-3 175B with GPT-2's vocabulary (50257) at tensor 8, in FP8: the checker
+# accepts it (vocab_pad = 128 pads the table for the planner)
+hpdl_shape_test(gpt.175b_vocab50257_tp8_fp8
+  "samples/gpt.hpd: ok: model GPT, 174.60B parameters (174604259328); dp=8 tp=8 pp=8 cp=1 on dgx-a100-80gb (512 devices)"
+  -D layers=96 -D hidden=12288 -D heads=96 -D vocab=50257 --tp 8 --pp 8 --dp 8 --nodes 64 --micro-batch 1
+  --global-batch 512 --precision fp8 samples/gpt.hpd)
 # Layout overrides appear in the summary.
 hpdl_shape_test(llama.tp8_pp2
   "samples/llama.hpd: ok: model Llama, 6.74B parameters (6738415616); dp=2 tp=8 pp=2 cp=1 on dgx-h100 (32 devices)"

@@ -402,6 +402,7 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
   if (is_cuda(o) && o->executor == COMPILE_EXEC_INTERP)
     return cfail(&C, "--executor interp runs the reference executor on the CPU; it has no CUDA form (use --target cpu)");
   if (!o->out_dir || !*o->out_dir) return cfail(&C, "compile needs an output folder (-o DIR)");
+  if (m->train.precision == PREC_FP8) return cfail(&C, "precision = fp8 is priced by hpdlc plan, but no back end runs it yet: compile with bf16 or fp16");
   Layout L;
   memset(&L, 0, sizeof L);
   if (resolve_layout(&C, &L)) return 1;

@@ -41,10 +41,13 @@ static const LayoutFlag layout_flags[] = {
     {"--zero", "parallel.zero", "0-3|auto"},
     {"--micro-batch", "train.micro_batch", "N"},
     {"--global-batch", "train.batch", "N"},
+    {"--precision", "train.precision", "fp32|bf16|fp16|fp8"},
     {"--recompute", "parallel.recompute", "none|selective|full|auto"},
     {"--schedule", "parallel.schedule", "gpipe|1f1b|interleaved|auto"},
     {"--virtual-stages", "parallel.virtual", "N|auto"},
     {"--balance", "parallel.balance", "cost|layers"},
+    {"--tp-overlap", "parallel.tp_overlap", "on|off"},
+    {"--vocab-pad", "parallel.vocab_pad", "N"},
     {"--gpus", "parallel.gpus", "N"},
     {"--gpus-per-node", "parallel.gpus_per_node", "N"},
     {"--nodes", "parallel.nodes", "N|auto"},
@@ -137,6 +140,10 @@ static void help_verb(const char *verb) {
          "  --search                 rank every layout for the GPU count that fits\n"
          "  --top K                  how many layouts --search shows (5)\n"
          "  --scaling LIST           strong and weak scaling at these GPU counts (8,16,32)\n"
+         "  --attention flash|materialized  how attention is priced: a tiled flash\n"
+         "                           attention (default), or scores stored in memory\n"
+         "                           (Megatron-LM 2021), to compare with such runs\n"
+         "  --explain                the five largest terms of the step time, with sources\n"
          "  --measure-cpu            time this machine (OpenBLAS sgemm, memory triad) and\n"
          "                           plan the `cpu` device with what it reaches\n");
     help_common_options();
@@ -334,10 +341,16 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
       continue;
     }
     if (!strcmp(verb, "plan")) {
-      static const char *const pflags[] = {"--format", "--trace", "--scaling", "--top", "--search", "--output", "--measure-cpu"};
+      static const char *const pflags[] = {"--format", "--trace",       "--scaling",   "--top",    "--search",
+                                           "--output", "--measure-cpu", "--attention", "--explain"};
       int which = -1;
-      for (int k = 0; k < 7; k++)
+      for (int k = 0; k < 9; k++)
         if (strlen(pflags[k]) == flen && !strncmp(pflags[k], a, flen)) which = k;
+      if (which == 8) {
+        if (value) return cli_error("--explain takes no value%s", "", NULL);
+        cli->plan.explain = 1;
+        continue;
+      }
       if (which == 6) {
         if (value) return cli_error("--measure-cpu takes no value%s", "", NULL);
         cli->plan.measure_cpu = 1;
@@ -355,6 +368,10 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
           if (strcmp(value, "text") && strcmp(value, "json") && strcmp(value, "html"))
             return cli_error("--format takes text, json or html, not '%s'", value, NULL);
           cli->plan.format = value;
+        } else if (which == 7) {
+          if (strcmp(value, "flash") && strcmp(value, "materialized"))
+            return cli_error("--attention takes flash or materialized, not '%s'", value, NULL);
+          cli->plan.materialized = !strcmp(value, "materialized");
         } else if (which == 1) cli->plan.trace = value;
         else if (which == 2) cli->plan.scaling = value;
         else if (which == 5) cli->plan.output = value;
@@ -371,7 +388,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
     for (int k = 0; k < NLAYOUT_FLAGS; k++)
       if (strlen(layout_flags[k].flag) == flen && !strncmp(layout_flags[k].flag, a, flen)) lf = &layout_flags[k];
     if (!lf) {
-      const char *names[NLAYOUT_FLAGS + 12];
+      const char *names[NLAYOUT_FLAGS + 16];
       int n = 0;
       for (int k = 0; k < NLAYOUT_FLAGS; k++) names[n++] = layout_flags[k].flag;
       if (!strcmp(verb, "plan")) {
@@ -380,6 +397,8 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
         names[n++] = "--scaling";
         names[n++] = "--search";
         names[n++] = "--top";
+        names[n++] = "--attention";
+        names[n++] = "--explain";
       }
       if (!strcmp(verb, "compile")) {
         names[n++] = "--target";

@@ -202,6 +202,8 @@ typedef struct {
   Compression compression;
   double topk_ratio;
   int64_t num_micro_batches; /* global_batch / (dp * micro_batch) when known */
+  int tp_overlap;   /* 0, 1: tensor-parallel collectives overlapped with the GEMMs next to them */
+  int64_t vocab_pad; /* > 0: vocabulary-sized split dimensions padded to a multiple of vocab_pad x tensor; 0: none */
 } SemLayout;
 
 /* A cluster: from the catalog or a `cluster` declaration. */

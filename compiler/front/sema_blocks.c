@@ -13,7 +13,7 @@
 /* ------------------------------------------------------------------ */
 /* train, parallel and cluster blocks                                  */
 
-static const char *const precisions[] = {"fp32", "bf16", "fp16", NULL};
+static const char *const precisions[] = {"fp32", "bf16", "fp16", "fp8", NULL};
 static const char *const optimizers[] = {"sgd", "adamw", NULL};
 static const char *const schedules[] = {"gpipe", "1f1b", "interleaved", NULL};
 static const char *const recomputes[] = {"none", "selective", "full", NULL};
@@ -37,6 +37,7 @@ static const KeySpec parallel_keys[] = {
     {"sequence", K_ONOFF, NULL, 1},     {"context", K_INT, NULL, 1},   {"zero", K_INT, NULL, 1},
     {"recompute", K_WORD, recomputes, 1}, {"overlap", K_ONOFF, NULL, 1},
     {"compression", K_SPEC, compressions, 0}, {"balance", K_WORD, balances, 0},
+    {"tp_overlap", K_ONOFF, NULL, 0},   {"vocab_pad", K_INT, NULL, 0},
 };
 static const KeySpec cluster_keys[] = {
     {"device", K_STRING, NULL, 0},          {"gpus_per_node", K_INT, NULL, 0},   {"nodes", K_INT, NULL, 0},
@@ -512,6 +513,8 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
   L->zero = get_int(&s, "zero", 0);
   L->sp = get_onoff(&s, "sequence", 0);
   L->overlap = get_onoff(&s, "overlap", 1);
+  L->tp_overlap = get_onoff(&s, "tp_overlap", 0);
+  L->vocab_pad = get_int(&s, "vocab_pad", 128);
   L->schedule = get_word(&s, "schedule", schedules, L->virtual_stages > 1 ? SCHED_INTERLEAVED : SCHED_1F1B);
   L->recompute = get_word(&s, "recompute", recomputes, RECOMPUTE_NONE);
   L->balance = (PipeBalance)get_word(&s, "balance", balances, BALANCE_COST);
@@ -525,7 +528,8 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
   }
   for (int i = 0; i < s.n; i++) {
     Setting *x = &s.items[i];
-    if (x->value.kind == VAL_INT && x->value.i == 0 && x->spec->kind == K_INT && strcmp(x->spec->key, "zero") != 0) {
+    if (x->value.kind == VAL_INT && x->value.i == 0 && x->spec->kind == K_INT && strcmp(x->spec->key, "zero") != 0 &&
+        strcmp(x->spec->key, "vocab_pad") != 0) {
       sema_error(S, x->span, "'%s' must be at least 1", x->spec->key);
       if (x->from_cli && S->opts->cli_error) *S->opts->cli_error = 1;
       return;
@@ -598,6 +602,9 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
         int64_t d = 0;
         sym_is_const(p->type.dims[axis], &d);
         if (d % L->tp == 0) continue;
+        /* a vocab-split table is padded to a multiple of vocab_pad x tensor
+         * (Megatron-LM's make-vocab-size-divisible-by) when vocab_pad > 0 */
+        if (p->shard == SHARD_VOCAB && L->vocab_pad > 0) continue;
         LayerBox *box = (LayerBox *)l;
         sema_error(S, box->site.file >= 0 ? box->site : p->span,
                    "%s is split by %s over tensor parallelism %" PRId64 ", but its '%s' has %" PRId64 " %s, not a multiple of %" PRId64,
@@ -605,7 +612,9 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
                    p->shard == SHARD_VOCAB ? "rows (the vocabulary)" : p->shard == SHARD_ROW ? "rows" : "columns", L->tp);
         if (p->shard == SHARD_VOCAB) {
           int64_t pad = ((d + 128 * L->tp - 1) / (128 * L->tp)) * 128 * L->tp;
-          diag_hint(S->diag, "pad the vocabulary to a multiple of 128 x tensor, e.g. %" PRId64 " (as Megatron-LM does)", pad);
+          diag_hint(S->diag, "pad the vocabulary to a multiple of 128 x tensor, e.g. %" PRId64 " (as Megatron-LM does); "
+                    "hpdlc plan prices that padding itself with `vocab_pad = 128`",
+                    pad);
         }
         diag_note(S->diag, p->span, "'%s' declared here", p->name);
         setting_note(S, &s, "tensor", "--tp");

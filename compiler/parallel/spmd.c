@@ -35,6 +35,7 @@ typedef struct {
   const SpmdSpec *spec;
   int64_t size[IRG_COUNT];
   int failed;
+  int64_t vocab_pad; /* > 0: pad vocabulary-sized split dimensions (spmd_partition_padded) */
   /* per source graph: partitioned already, with the entry sharding of arg 0 */
   int *done;
   Shd *entry;
@@ -175,6 +176,27 @@ static int ring_gather(GPart *G, int x, IrGroup g, int axis, Span at) {
   int64_t key[4] = {g, axis, 2, 0};
   int done = conv_find(G, IR_CONCAT, x, key);
   if (done >= 0) return done;
+  /* Grouped-query attention: keys and values travel before their heads are
+   * repeated (repeat_kv copies heads, the ring splits the sequence: they
+   * commute), so the ring carries kv_heads, not heads (as Megatron-LM does). */
+  const IrNode *xn = dn(G, x);
+  if (xn->op == IR_REPEAT_KV && xn->nin == 1 && xn->rank >= 3 && axis != 1) {
+    int64_t rattr[1] = {xn->attr[0]};
+    DType dt = xn->dtype;
+    int whole = ring_gather(G, xn->in[0], g, axis, at);
+    if (whole < 0) return -1;
+    return conv_keep(G, IR_CONCAT, x, key, emit(G, IR_REPEAT_KV, &whole, 1, rattr, 1, 0, dt, -1, NULL, at));
+  }
+  /* ... and so do keys transposed for q k^T */
+  if (xn->op == IR_TRANSPOSE && xn->nin == 1 && dn(G, xn->in[0])->op == IR_REPEAT_KV && xn->attr[axis] != 1) {
+    int64_t perm[IR_NATTR];
+    memcpy(perm, xn->attr, sizeof perm);
+    int rank = xn->rank;
+    DType dt = xn->dtype;
+    int whole = ring_gather(G, xn->in[0], g, (int)perm[axis], at);
+    if (whole < 0) return -1;
+    return conv_keep(G, IR_CONCAT, x, key, emit(G, IR_TRANSPOSE, &whole, 1, perm, rank, 0, dt, -1, NULL, at));
+  }
   int c = (int)G->P->size[g];
   int *blocks = arena_alloc(G->P->arena, sizeof(int) * (size_t)c);
   blocks[0] = x;
@@ -589,12 +611,29 @@ static int local_param(Part *P, int pi) {
   lp.split_axis = -1;
   if (P->size[IRG_TP] > 1 && s.axis[IRG_TP] >= 0) {
     int a = s.axis[IRG_TP];
-    if (sp->dims[a] % P->size[IRG_TP]) {
-      diag_error(P->diag, sp->span, "parameter %s: dimension %d (%" PRId64 ") does not divide over tensor = %" PRId64, sp->name, a,
-                 sp->dims[a], P->size[IRG_TP]);
+    int64_t tp = P->size[IRG_TP];
+    int vocab = sp->shard == SHARD_VOCAB && a == 0;
+    if (sp->dims[a] % tp && P->vocab_pad > 0 && vocab) {
+      /* Megatron-LM's make-vocab-size-divisible-by, for pricing: the padded
+       * rows' logits are not masked here (spmd.h) */
+      int64_t q = P->vocab_pad * tp;
+      lp.dims[a] = (sp->dims[a] + q - 1) / q * q;
+      memcpy(lp.full_dims, lp.dims, sizeof lp.full_dims);
+    }
+    if (lp.dims[a] % tp) {
+      if (vocab) {
+        diag_error(P->diag, sp->span,
+                   "parameter %s: the vocabulary (%" PRId64 ") does not divide over tensor = %" PRId64
+                   "; the planner prices it padded (parallel.vocab_pad), but the compiler does not pad it yet: use a "
+                   "vocabulary that divides, e.g. -D vocab=%" PRId64,
+                   sp->name, sp->dims[a], tp, (sp->dims[a] + 128 * tp - 1) / (128 * tp) * 128 * tp);
+      } else {
+        diag_error(P->diag, sp->span, "parameter %s: dimension %d (%" PRId64 ") does not divide over tensor = %" PRId64,
+                   sp->name, a, sp->dims[a], tp);
+      }
       P->failed = 1;
     }
-    lp.dims[a] /= P->size[IRG_TP];
+    lp.dims[a] /= tp;
     lp.split_axis = (int8_t)a;
     lp.split_group = IRG_TP;
   }
@@ -805,8 +844,13 @@ static int partition_graph(Part *P, int gi, Shd entry) {
 }
 
 IrModule *spmd_partition(Arena *arena, Diag *diag, const IrModule *global, const SpmdSpec *spec) {
+  return spmd_partition_padded(arena, diag, global, spec, 0);
+}
+
+IrModule *spmd_partition_padded(Arena *arena, Diag *diag, const IrModule *global, const SpmdSpec *spec, int64_t vocab_pad) {
   Part P;
   memset(&P, 0, sizeof P);
+  P.vocab_pad = vocab_pad;
   P.arena = arena;
   P.diag = diag;
   P.src = global;

@@ -40,4 +40,12 @@ typedef struct {
  * in diag when a shape does not divide. */
 IrModule *spmd_partition(Arena *arena, Diag *diag, const IrModule *global, const SpmdSpec *spec);
 
+/* The same, with the rows of a vocab-split table (and so the logits a tied
+ * output layer makes from it) that tensor does not divide padded to a
+ * multiple of vocab_pad x tensor, as Megatron-LM's
+ * make-vocab-size-divisible-by does.
+ * The planner prices that program; the padded rows are not masked, so the
+ * compiler does not use it (vocab_pad = 0 is spmd_partition). */
+IrModule *spmd_partition_padded(Arena *arena, Diag *diag, const IrModule *global, const SpmdSpec *spec, int64_t vocab_pad);
+
 #endif

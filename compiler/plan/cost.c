@@ -224,26 +224,27 @@ typedef struct {
   int units;
   int tile;
   double ceiling;
+  int fp32_lanes; /* FP32 lanes per SM (CU) next to its 16 special-function units; 0: no SFU model */
 } GemmSpec;
 
 static const GemmSpec gemm_specs[] = {
-    {"a100-40gb", 108, 0, 0.886},
-    {"a100-80gb", 108, 0, 0.886},
-    {"h100-sxm", 132, 0, 0.820},
-    {"h100-pcie", 114, 0, 0.820},
-    {"h200", 132, 0, 0.820},
-    {"b200", 148, 0, COST_GEMM_CEILING_DEFAULT},
-    {"mi250x", 220, 0, 0.770},
-    {"mi250x-gcd", 110, 0, 0.770},
-    {"mi300x", 304, 0, 0.648},
-    {"t4", 40, 0, COST_GEMM_CEILING_DEFAULT},
+    {"a100-40gb", 108, 0, 0.886, 64},
+    {"a100-80gb", 108, 0, 0.886, 64},
+    {"h100-sxm", 132, 0, 0.820, 128},
+    {"h100-pcie", 114, 0, 0.820, 128},
+    {"h200", 132, 0, 0.820, 128},
+    {"b200", 148, 0, COST_GEMM_CEILING_DEFAULT, 128},
+    {"mi250x", 220, 0, 0.770, 0},
+    {"mi250x-gcd", 110, 0, 0.770, 0},
+    {"mi300x", 304, 0, 0.648, 0},
+    {"t4", 40, 0, COST_GEMM_CEILING_DEFAULT, 64},
     /* MXUs are 128x128 systolic arrays, so operands pad to 128. */
-    {"tpu-v5p", 0, 128, COST_GEMM_CEILING_DEFAULT},
+    {"tpu-v5p", 0, 128, COST_GEMM_CEILING_DEFAULT, 0},
     /* BLAS micro-kernels are a few rows wide: no tile or wave penalty. */
-    {"cpu", 0, 1, COST_GEMM_CEILING_DEFAULT},
+    {"cpu", 0, 1, COST_GEMM_CEILING_DEFAULT, 0},
 };
 
-static const GemmSpec gemm_default = {"", 0, 0, COST_GEMM_CEILING_DEFAULT};
+static const GemmSpec gemm_default = {"", 0, 0, COST_GEMM_CEILING_DEFAULT, 0};
 
 static const GemmSpec *gemm_spec(const CatDevice *dev) {
   if (!dev || !dev->name) return &gemm_default;
@@ -253,6 +254,21 @@ static const GemmSpec *gemm_spec(const CatDevice *dev) {
 }
 
 double cost_gemm_ceiling(const CatDevice *dev) { return gemm_spec(dev)->ceiling; }
+
+/* An NVIDIA SM has 16 special-function units (exp2, rsqrt, ...: one result
+ * per unit per clock) beside its FP32 lanes, which do one FMA (2 FLOP) per
+ * clock: the SFU rate is the FP32 peak x 16 / (2 lanes) (Ampere GA100 and
+ * Hopper GH100 whitepapers: 64 and 128 FP32 lanes per SM). H100 SXM:
+ * 66.9 TFLOP/s x 16 / 256 = 4.2e12 exponentials/s, the 3.9 TFLOPS "special
+ * functions" of the FlashAttention-3 paper (Shah et al. 2024, sec. 3). A
+ * device without the figure uses its vector rate / 16. */
+double cost_sfu_rate(const CatDevice *dev) {
+  if (!dev) return 0;
+  const GemmSpec *g = gemm_spec(dev);
+  double fp32 = dev->peak_flops_fp32;
+  if (!(fp32 > 0)) return 0;
+  return g->fp32_lanes > 0 ? fp32 * 16.0 / (2.0 * g->fp32_lanes) : fp32 / 16.0;
+}
 int cost_device_units(const CatDevice *dev) { return gemm_spec(dev)->units; }
 
 /* Efficiency = ceiling * tile quantization * wave quantization * depth:
@@ -314,7 +330,7 @@ CostModelStates cost_model_states(int64_t params, int zero_stage, int dp, Precis
   double psi = params > 0 ? (double)params : 0;
   double nd = dp > 1 ? dp : 1;
   int stage = zero_stage < 0 ? 0 : zero_stage > 3 ? 3 : zero_stage;
-  int mixed = p == PREC_BF16 || p == PREC_FP16;
+  int mixed = p == PREC_BF16 || p == PREC_FP16 || p == PREC_FP8;
   /* Mixed precision: 16-bit weights and gradients; the optimizer keeps an
    * fp32 master copy (4) plus its fp32 moments. fp32: no master copy. */
   double w = mixed ? 2 : 4, g = mixed ? 2 : 4;

@@ -39,6 +39,7 @@
 #include "plan_internal.h"
 #include "schedule.h"
 #include "spmd.h"
+#include "symdim.h"
 
 /* ------------------------------------------------------------------ */
 /* small helpers                                                       */
@@ -48,8 +49,11 @@ void plan_cost_add(PlanCost *a, const PlanCost *b, double times) {
   a->t_gemm += b->t_gemm * times;
   a->t_other += b->t_other * times;
   a->t_rc += b->t_rc * times;
+  a->t_attn += b->t_attn * times;
+  a->t_attn_gemm += b->t_attn_gemm * times;
   for (int g = 0; g < IRG_COUNT; g++) {
     a->t_comm[g] += b->t_comm[g] * times;
+    a->t_hidden[g] += b->t_hidden[g] * times;
     a->sent[g] += b->sent[g] * times;
   }
   a->flops += b->flops * times;
@@ -65,8 +69,10 @@ void plan_cost_add(PlanCost *a, const PlanCost *b, double times) {
 
 static int prec_bytes(Precision p) { return p == PREC_FP32 ? 4 : 2; }
 
+/* The precision of everything but the FP8 GEMMs: an FP8 run keeps
+ * activations, attention and the other GEMMs in bf16 (Transformer Engine). */
 static const char *prec_name(Precision p) {
-  return p == PREC_FP32 ? "fp32" : p == PREC_BF16 ? "bf16" : "fp16";
+  return p == PREC_FP32 ? "fp32" : p == PREC_FP16 ? "fp16" : "bf16";
 }
 
 /* Bytes of a value as the training precision stores it: floating-point
@@ -95,6 +101,8 @@ typedef struct {
   char *bwd_block; /* per graph: 1 for a B.grad, whose nodes that do not depend on dy recompute */
   const CostLink *link; /* per IrGroup */
   const int64_t *gsize; /* per IrGroup */
+  int in_block;  /* pricing a graph a CALL runs (a repeated block), not the step itself */
+  int causal;    /* the module masks its attention causally */
 } Pricer;
 
 /* Per-graph analysis shared by pricing and the liveness walk. */
@@ -111,6 +119,10 @@ typedef struct {
   char *kbwd;      /* per kernel: some node depends on argument 0 */
   char *kparam_bwd;/* per kernel (a PARAM leaf): read by a kernel in kbwd */
   char *kparam_fwd;/* per kernel (a PARAM leaf): read by a kernel not in kbwd */
+  char *gradsink;  /* per node: a weight gradient or a partial sum of one (flows only into gradient outputs) */
+  char *score;     /* per node: an attention score or probability ([.., s_q, s_k]) */
+  char *kattn;     /* per kernel: part of the attention (writes a score, or a GEMM reading one) */
+  int has_sbwd;    /* the graph differentiates a softmax of scores (an attention backward) */
 } GInfo;
 
 static void ginfo_free(GInfo *gi) {
@@ -125,6 +137,37 @@ static void ginfo_free(GInfo *gi) {
   free(gi->kbwd);
   free(gi->kparam_bwd);
   free(gi->kparam_fwd);
+  free(gi->score);
+  free(gi->kattn);
+  free(gi->gradsink);
+}
+
+/* Attention scores of a graph: values of the shape of a batched
+ * activation x activation MATMUL (both operands of rank >= 3) that a SOFTMAX
+ * or SOFTMAX_BWD of the same shape also has: q k^T, the probabilities, their
+ * gradients (docs/planner.md sec. 9.1). Returns a calloc'd mask (n nodes) or
+ * NULL when the graph has none; *sbwd is set when a SOFTMAX_BWD is among them. */
+static char *score_mask(const IrGraph *g, int *sbwd) {
+  char *mask = NULL;
+  if (sbwd) *sbwd = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *sm = &g->nodes[i];
+    if ((sm->op != IR_SOFTMAX && sm->op != IR_SOFTMAX_BWD) || sm->rank < 3) continue;
+    int batched = 0;
+    for (int j = 0; j < g->nnodes && !batched; j++) {
+      const IrNode *x = &g->nodes[j];
+      if (x->op != IR_MATMUL || x->rank != sm->rank || g->nodes[x->in[0]].rank < 3 || g->nodes[x->in[1]].rank < 3) continue;
+      batched = !memcmp(x->dims, sm->dims, sizeof(int64_t) * (size_t)sm->rank);
+    }
+    if (!batched) continue;
+    if (!mask) mask = xalloc_calloc((size_t)g->nnodes, 1);
+    if (sm->op == IR_SOFTMAX_BWD && sbwd) *sbwd = 1;
+    for (int j = 0; j < g->nnodes; j++) {
+      const IrNode *x = &g->nodes[j];
+      if (x->rank == sm->rank && !memcmp(x->dims, sm->dims, sizeof(int64_t) * (size_t)sm->rank)) mask[j] = 1;
+    }
+  }
+  return mask;
 }
 
 static void ginfo_init(GInfo *gi, const IrGraph *g, const FuseGraph *fg) {
@@ -192,6 +235,32 @@ static void ginfo_init(GInfo *gi, const IrGraph *g, const FuseGraph *fg) {
   }
   for (int i = 0; i < n; i++)
     if (gi->is_out[i]) gi->last[gi->alias[i]] = nk;
+  /* weight gradients and their partial sums (a tied weight's two
+   * contributions added, each maybe all-reduced first): a node is one when
+   * it is a gradient output, or every consumer is an ADD or ALL_REDUCE that
+   * is one. Consumers come after a node, so one pass from the end decides. */
+  gi->gradsink = xalloc_calloc((size_t)(n > 0 ? n : 1), 1);
+  {
+    char *bad = xalloc_calloc((size_t)(n > 0 ? n : 1), 1);
+    for (int j = n - 1; j >= 0; j--) {
+      const IrNode *y = &g->nodes[j];
+      gi->gradsink[j] = gi->is_grad_out[j] || (gi->nuse[j] > 0 && !bad[j] && !gi->is_out[j]);
+      int passes = (y->op == IR_ADD || y->op == IR_ALL_REDUCE) && gi->gradsink[j];
+      for (int q = 0; q < y->nin; q++)
+        if (!passes) bad[y->in[q]] = 1;
+    }
+    free(bad);
+  }
+  gi->score = score_mask(g, &gi->has_sbwd);
+  gi->kattn = xalloc_calloc((size_t)(nk > 0 ? nk : 1), 1);
+  for (int k = 0; gi->score && k < nk; k++) {
+    const FuseKernel *K = &fg->kernels[k];
+    for (int j = 0; j < K->nnodes; j++) {
+      const IrNode *x = &g->nodes[K->nodes[j]];
+      if (gi->score[K->nodes[j]]) gi->kattn[k] = 1;
+      if (x->op == IR_MATMUL && (gi->score[x->in[0]] || gi->score[x->in[1]])) gi->kattn[k] = 1;
+    }
+  }
 }
 
 static double callee_saved_layer(Pricer *P, int graph);
@@ -202,51 +271,18 @@ static double kernel_out_bytes(Pricer *P, const GInfo *gi, const FuseKernel *K, 
   const IrNode *x = &gi->g->nodes[v];
   if (K->kind == FUSE_VIEW || gi->is_grad_out[v]) return 0;
   if (K->kind == FUSE_LEAF && x->op != IR_FILL && x->op != IR_IOTA) return 0;
+  if (P->pc->flash && gi->score && gi->score[v]) return 0; /* flash attention keeps scores on chip */
   double b = value_bytes(P->pc, x);
   if (x->op == IR_CALL && x->attr[2] == IR_CALL_SAVE) b += (double)x->attr[1] * callee_saved_layer(P, (int)x->attr[0]);
   return b;
 }
 
-/* The time of one GEMM kernel: shape from its MATMUL (batch folded into M
- * when the right operand is a shared weight, into K for a weight gradient),
- * bytes of its operands and result at the training precision. */
-static void price_gemm(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, PlanCost *acc) {
-  const IrGraph *g = gi->g;
-  int mmid = -1;
-  for (int j = 0; j < K->nnodes; j++)
-    if (g->nodes[K->nodes[j]].op == IR_MATMUL) mmid = K->nodes[j];
-  if (mmid < 0) return;
-  const IrNode *n = &g->nodes[mmid], *a = &g->nodes[n->in[0]], *b = &g->nodes[n->in[1]];
-  int r = n->rank;
-  double M = (double)n->dims[r - 2], N = (double)n->dims[r - 1];
-  double Kd = (double)(n->attr[0] ? a->dims[a->rank - 2] : a->dims[a->rank - 1]);
-  double batch = 1;
-  for (int i = 0; i < r - 2; i++) batch *= (double)n->dims[i];
-  double flops = 2 * batch * M * N * Kd;
-  double out = batch * M * N;
-  if (gi->wgrad[mmid] > 1) {
-    Kd *= batch;
-    out = M * N;
-    batch = 1;
-  } else if (batch > 1 && b->rank == 2 && !n->attr[0]) {
-    M *= batch; /* x [.., m, k] @ W [k, n]: one GEMM over every row */
-    batch = 1;
-  }
-  double eb = P->pc->act_bytes;
-  double in_bytes = ((double)ir_numel(a) + (double)ir_numel(b)) * eb;
-  double out_bytes = out * (double)K->noutputs * eb;
-  const CatDevice *dev = &P->pc->dev;
-  double eff = cost_gemm_efficiency_batched((int64_t)batch, (int64_t)M, (int64_t)N, (int64_t)Kd, dev);
-  /* the mainloop (operands streamed under the arithmetic), then the
-   * epilogue stores the result: on A100-class GPUs a thread block writes its
-   * tile after its mainloop, so the store does not hide under the math */
-  double t = cost_op_time_s(flops, in_bytes, dev, prec_name(P->pc->prec), eff * PLAN_GEMM_SUSTAINED);
-  t += cost_op_time_s(0, out_bytes, dev, prec_name(P->pc->prec), 1.0);
-  t += PLAN_KERNEL_OVERHEAD_S;
-  acc->t += t;
-  acc->t_gemm += t;
-  acc->kernels += 1;
-  if (rc) acc->t_rc += t;
+/* The share of a causal attention's score blocks a tiled kernel computes:
+ * the blocks below the diagonal and the diagonal ones, whole
+ * ((n + 1) / 2n of n x n blocks of COST_GEMM_TILE rows). */
+static double causal_fraction(double sk) {
+  double nb = ceil(sk / COST_GEMM_TILE);
+  return nb > 1 ? (nb + 1) / (2 * nb) : 1;
 }
 
 /* A memory-bound kernel: the roofline with the vector rate for its
@@ -255,6 +291,125 @@ static double mem_kernel_time(const PlanCtx *c, double flops, double bytes) {
   const char *pn = cat_peak_flops(&c->dev, "fp32") > 0 ? "fp32" : prec_name(c->prec);
   return cost_op_time_s(flops, bytes, &c->dev, pn, 1.0) + PLAN_KERNEL_OVERHEAD_S;
 }
+
+/* One GEMM of a flash attention (docs/planner.md sec. 9.1): a kernel that
+ * writes scores (q k^T, dO v^T) or reads them (P v, its gradients). The
+ * scores stay on chip, so only its arithmetic counts: the causal share of
+ * its FLOPs at the GEMM efficiency of an output tile of [s_q-block x d]
+ * whose mainloop runs over the keys; a backward that differentiates the
+ * softmax recomputes q k^T once more (FlashAttention-2's backward). */
+static void price_flash_gemm(Pricer *P, const GInfo *gi, const IrNode *n, int rc, PlanCost *acc) {
+  const IrGraph *g = gi->g;
+  int r = n->rank;
+  const IrNode *a = &g->nodes[n->in[0]];
+  double M = (double)n->dims[r - 2], N = (double)n->dims[r - 1];
+  double Kd = (double)(n->attr[0] ? a->dims[a->rank - 2] : a->dims[a->rank - 1]);
+  double batch = 1;
+  for (int i = 0; i < r - 2; i++) batch *= (double)n->dims[i];
+  int writes_score = gi->score[(int)(n - g->nodes)];
+  /* score shape [.., s_q, s_k]: written (M = s_q, N = s_k, K = d) or read
+   * (P v: K = s_k, N = d; P^T dO and dS^T q: M = s_k, K = s_q) */
+  double d = writes_score ? Kd : N;
+  double sk = writes_score ? N : Kd;
+  double frac = P->causal ? causal_fraction(sk) : 1;
+  double flops = 2 * batch * M * N * Kd * frac;
+  /* dO v^T (it depends on the output gradient) stands also for the q k^T
+   * that the flash backward recomputes */
+  double reps = writes_score && gi->has_sbwd && gi->dep[(int)(n - g->nodes)] ? 2 : 1;
+  const CatDevice *dev = &P->pc->dev;
+  double eff = cost_gemm_efficiency_batched((int64_t)batch, (int64_t)M, (int64_t)d, (int64_t)(sk * frac), dev);
+  double t = reps * cost_op_time_s(flops, 0, dev, prec_name(P->pc->prec), eff * PLAN_GEMM_SUSTAINED);
+  acc->t += t;
+  acc->t_gemm += t;
+  if (rc) acc->t_rc += t;
+}
+
+/* The softmax of a flash attention: one exponential per computed score on
+ * the special-function units (forward; the backward recomputes P), which
+ * FlashAttention-2 does not overlap with the tensor cores; the rest of the
+ * softmax and the mask and scale run in registers. */
+static void price_flash_softmax(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, PlanCost *acc) {
+  const IrGraph *g = gi->g;
+  for (int j = 0; j < K->nnodes; j++) {
+    const IrNode *x = &g->nodes[K->nodes[j]];
+    if (x->op != IR_SOFTMAX && x->op != IR_SOFTMAX_BWD) continue;
+    double frac = P->causal ? causal_fraction((double)x->dims[x->rank - 1]) : 1;
+    double rate = cost_sfu_rate(&P->pc->dev);
+    double t = rate > 0 ? (double)ir_numel(x) * frac / rate : 0;
+    acc->t += t;
+    acc->t_other += t;
+    if (rc) acc->t_rc += t;
+  }
+}
+
+/* The time of one GEMM kernel: shape from its MATMUL (batch folded into M
+ * when the right operand is a shared weight, into K for a weight gradient),
+ * bytes of its operands and result at the training precision. Under FP8
+ * the GEMMs of a repeated block with a weight operand (and their weight
+ * gradients) run on FP8 inputs at the FP8 peak, after a cast of the
+ * activation operand to FP8 with its transpose (Transformer Engine's
+ * cast-transpose: read 2 bytes, write 2); the rest stays in bf16. */
+static void price_gemm(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, PlanCost *acc) {
+  const IrGraph *g = gi->g;
+  int mmid = -1;
+  for (int j = 0; j < K->nnodes; j++)
+    if (g->nodes[K->nodes[j]].op == IR_MATMUL) mmid = K->nodes[j];
+  if (mmid < 0) return;
+  const IrNode *n = &g->nodes[mmid], *a = &g->nodes[n->in[0]], *b = &g->nodes[n->in[1]];
+  if (P->pc->flash && gi->score && (gi->score[mmid] || gi->score[n->in[0]] || gi->score[n->in[1]])) {
+    price_flash_gemm(P, gi, n, rc, acc);
+    acc->t += PLAN_KERNEL_OVERHEAD_S;
+    acc->t_gemm += PLAN_KERNEL_OVERHEAD_S;
+    acc->kernels += 1;
+    return;
+  }
+  int r = n->rank;
+  double M = (double)n->dims[r - 2], N = (double)n->dims[r - 1];
+  double Kd = (double)(n->attr[0] ? a->dims[a->rank - 2] : a->dims[a->rank - 1]);
+  double batch = 1;
+  for (int i = 0; i < r - 2; i++) batch *= (double)n->dims[i];
+  double flops = 2 * batch * M * N * Kd;
+  double out = batch * M * N;
+  int wgrad = gi->wgrad[mmid] > 1;
+  /* a weight operand, or a weight's gradient (wgrad[] is its batch, 1 for a micro batch of 1) */
+  int linear = gi->wgrad[mmid] >= 1 || b->rank == 2 || a->rank == 2;
+  if (wgrad) {
+    Kd *= batch;
+    out = M * N;
+    batch = 1;
+  } else if (batch > 1 && b->rank == 2 && !n->attr[0]) {
+    M *= batch; /* x [.., m, k] @ W [k, n]: one GEMM over every row */
+    batch = 1;
+  }
+  const CatDevice *dev = &P->pc->dev;
+  int fp8 = P->pc->prec == PREC_FP8 && P->in_block && linear && cat_peak_flops(dev, "fp8") > 0;
+  double eb = P->pc->act_bytes, ib = fp8 ? 1 : eb;
+  double in_bytes = ((double)ir_numel(a) + (double)ir_numel(b)) * ib;
+  double out_bytes = out * (double)K->noutputs * eb;
+  double eff = cost_gemm_efficiency_batched((int64_t)batch, (int64_t)M, (int64_t)N, (int64_t)Kd, dev);
+  const char *pn = fp8 ? "fp8" : prec_name(P->pc->prec);
+  /* the mainloop (operands streamed under the arithmetic), then the
+   * epilogue stores the result: on A100-class GPUs a thread block writes its
+   * tile after its mainloop, so the store does not hide under the math */
+  double t = cost_op_time_s(flops, in_bytes, dev, pn, eff * PLAN_GEMM_SUSTAINED);
+  t += cost_op_time_s(0, out_bytes, dev, pn, 1.0);
+  t += PLAN_KERNEL_OVERHEAD_S;
+  acc->t += t;
+  acc->t_gemm += t;
+  acc->kernels += 1;
+  if (rc) acc->t_rc += t;
+  if (fp8 && gi->wgrad[mmid] < 1) {
+    /* the activation operand (x forward, dy backward) cast to FP8 with its
+     * transpose, kept for the weight gradient */
+    double act = b->rank == 2 ? (double)ir_numel(a) : (double)ir_numel(b);
+    double tc = mem_kernel_time(P->pc, act, act * (eb + 2));
+    acc->t += tc;
+    acc->t_other += tc;
+    acc->kernels += 1;
+    if (rc) acc->t_rc += tc;
+  }
+}
+
 
 static void price_comm(Pricer *P, const GInfo *gi, const FuseKernel *K, PlanCost *acc) {
   const IrGraph *g = gi->g;
@@ -269,6 +424,10 @@ static void price_comm(Pricer *P, const GInfo *gi, const FuseKernel *K, PlanCost
     case IR_ALL_REDUCE:
       kind = COST_ALLREDUCE;
       bytes = value_bytes(P->pc, &g->nodes[n->in[0]]);
+      /* a weight's gradient summed over the context group: Megatron-LM
+       * reduces it once per step with the data-parallel group (dp x cp
+       * ranks, sec. 11.3), not per micro-batch */
+      if (grp == IRG_CP && gi->gradsink[K->nodes[j]]) continue;
       break;
     case IR_ALL_GATHER:
       kind = COST_ALLGATHER;
@@ -314,8 +473,19 @@ static void price_comm(Pricer *P, const GInfo *gi, const FuseKernel *K, PlanCost
   }
 }
 
+static void price_kernel_body(Pricer *P, const GInfo *gi, int k, int rc, PlanCost *acc);
+
 /* Adds the cost of kernel k of graph gi to acc. rc: the kernel recomputes. */
 static void price_kernel(Pricer *P, const GInfo *gi, int k, int rc, PlanCost *acc) {
+  double t0 = acc->t, g0 = acc->t_gemm;
+  price_kernel_body(P, gi, k, rc, acc);
+  if (gi->kattn[k] && gi->fg->kernels[k].kind != FUSE_CALL) {
+    acc->t_attn += acc->t - t0;
+    acc->t_attn_gemm += acc->t_gemm - g0;
+  }
+}
+
+static void price_kernel_body(Pricer *P, const GInfo *gi, int k, int rc, PlanCost *acc) {
   const FuseKernel *K = &gi->fg->kernels[k];
   const IrGraph *g = gi->g;
   for (int j = 0; j < K->nnodes; j++) {
@@ -359,6 +529,24 @@ static void price_kernel(Pricer *P, const GInfo *gi, int k, int rc, PlanCost *ac
   }
   default:
     break;
+  }
+  /* attention under flash: the softmax's exponentials; the rest stays on chip */
+  if (P->pc->flash && gi->kattn[k]) {
+    price_flash_softmax(P, gi, K, rc, acc);
+    return;
+  }
+  /* a flash-attention kernel reads q, k, v and writes its output in the
+   * projections' [b, s, heads, d] layout (strided), so the copies that
+   * split the heads out and merge them back are not made */
+  if (P->pc->flash && gi->score && K->kind == FUSE_COPY && K->noutputs == 1) {
+    int layout = 1, srank = 0;
+    for (int i = 0; i < g->nnodes && !srank; i++)
+      if (gi->score[i]) srank = g->nodes[i].rank;
+    for (int j = 0; j < K->nnodes; j++) {
+      IrOp op = g->nodes[K->nodes[j]].op;
+      layout &= op == IR_RESHAPE || op == IR_TRANSPOSE;
+    }
+    if (layout && g->nodes[K->outputs[0]].rank == srank) return;
   }
   /* loop, row, copy, special: memory bound */
   int all_absorbed = 1;
@@ -449,9 +637,17 @@ static double callee_saved_layer(Pricer *P, int graph) {
   if (mm->layer_saved > 0) return mm->layer_saved;
   const IrGraph *g = P->m->graphs[graph];
   double b = 0;
+  /* flash attention saves no probabilities: it recomputes them from q, k, v
+   * and the log-sum-exp of each row (4 bytes per query and head) */
+  char *score = P->pc->flash ? score_mask(g, NULL) : NULL;
   for (int i = 0; i < g->nnodes; i++)
-    if (g->nodes[i].op == IR_ARG) b += value_bytes(P->pc, &g->nodes[i]);
-  for (int k = 1; k < g->noutputs; k++) b += value_bytes(P->pc, &g->nodes[g->outputs[k]]);
+    if (g->nodes[i].op == IR_ARG && !(score && score[i])) b += value_bytes(P->pc, &g->nodes[i]);
+  for (int k = 1; k < g->noutputs; k++) {
+    const IrNode *x = &g->nodes[g->outputs[k]];
+    if (score && score[g->outputs[k]]) b += (double)ir_numel(x) / (double)x->dims[x->rank - 1] * 4;
+    else b += value_bytes(P->pc, x);
+  }
+  free(score);
   mm->layer_saved = b > 0 ? b : 1e-300;
   return mm->layer_saved;
 }
@@ -466,9 +662,35 @@ static const GMemo *price_graph(Pricer *P, int graph) {
   int bwd = P->bwd_block[graph];
   PlanCost c;
   memset(&c, 0, sizeof c);
+  int outer = P->in_block;
+  P->in_block = 1;
+  double t_attn = 0;
   for (int k = 0; k < gi.fg->nkernels; k++) {
     int rc = bwd && !gi.kbwd[k];
+    double before = c.t;
     price_kernel(P, &gi, k, rc, &c);
+    if (gi.kattn[k]) t_attn += c.t - before;
+  }
+  P->in_block = outer;
+  /* Overlap inside a block (docs/planner.md sec. 9.2). Ring attention: each
+   * of the cp - 1 key / value blocks travels while the attention computes on
+   * the one before it. tp_overlap: each GEMM next to a tensor-parallel
+   * collective is cut into tp chunks and chunk i + 1 is exchanged while
+   * chunk i computes (Megatron-LM / Transformer Engine userbuffers); only
+   * the first chunk's exchange waits. */
+  int64_t cpn = P->gsize[IRG_CP], tpn = P->gsize[IRG_TP];
+  if (cpn > 1 && c.t_comm[IRG_CP] > 0) {
+    double h = t_attn * (double)(cpn - 1) / (double)cpn;
+    if (h > c.t_comm[IRG_CP]) h = c.t_comm[IRG_CP];
+    c.t -= h;
+    c.t_hidden[IRG_CP] += h;
+  }
+  if (P->pc->tp_overlap && tpn > 1 && c.t_comm[IRG_TP] > 0) {
+    double h = c.t_comm[IRG_TP] * (double)(tpn - 1) / (double)tpn;
+    double under = c.t_gemm - t_attn;
+    if (h > under) h = under > 0 ? under : 0;
+    c.t -= h;
+    c.t_hidden[IRG_TP] += h;
   }
   /* ZeRO-3 frees a layer's weights after each use: a recomputing backward
    * gathers a weight the recomputed forward and the backward both read twice */
@@ -504,6 +726,8 @@ static void pricer_init(Pricer *P, PlanCtx *pc, const IrModule *m, FuseResult *f
     if (ad->grad[i] >= 0 && ad->grad[i] < m->ngraphs) P->bwd_block[ad->grad[i]] = 1;
   P->link = link;
   P->gsize = gsize;
+  for (int i = 0; i < m->ngraphs && !P->causal; i++)
+    for (int j = 0; j < m->graphs[i]->nnodes && !P->causal; j++) P->causal = m->graphs[i]->nodes[j].op == IR_CAUSAL_MASK;
 }
 
 static void pricer_free(Pricer *P) {
@@ -561,7 +785,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
     goto done;
   }
   SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len};
-  part = spmd_partition(a, quiet_diag(c), global, &spec);
+  part = spmd_partition_padded(a, quiet_diag(c), global, &spec, c->vocab_pad);
   if (!part) {
     snprintf(pp->why, sizeof pp->why, "the model does not partition over tp=%" PRId64 " cp=%" PRId64 "%s", k->tp, k->cp,
              k->sp ? " with sequence parallelism" : "");
@@ -892,7 +1116,7 @@ static int price_chunk_module(PlanCtx *c, IrModule *cm, Recompute rc, const Cost
   mo.entry = ad->step;
   mo.fusion = fr;
   MemPlan *mp = mem_plan_module(a, cm, &mo);
-  if (mp && mp->fused_peak > 0) {
+  if (mp && mp->fused_peak > 0 && !c->flash) {
     ch->memplan_peak = (double)mp->fused_peak;
     ch->peak = (double)mp->fused_peak * c->act_bytes / 4.0;
   }
@@ -984,7 +1208,7 @@ PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
   Arena *a = arena_new();
   IrModule *global = lower_model(a, quiet_diag(c), c->model, k->mb);
   SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len};
-  IrModule *part = global ? spmd_partition(a, quiet_diag(c), global, &spec) : NULL;
+  IrModule *part = global ? spmd_partition_padded(a, quiet_diag(c), global, &spec, c->vocab_pad) : NULL;
   PipeResult *pr = part ? pipe_split(a, quiet_diag(c), part, K, e->layers) : NULL;
   if (!pr) {
     snprintf(e->why, sizeof e->why, "the program does not split into %" PRId64 " pipeline chunks", K);
@@ -1109,6 +1333,9 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
   c->prec = model->train.precision;
   c->act_bytes = prec_bytes(c->prec);
   c->weight_bytes = prec_bytes(c->prec);
+  c->flash = 1;
+  c->tp_overlap = L->tp_overlap != 0;
+  c->vocab_pad = L->vocab_pad > 0 ? L->vocab_pad : 0;
   FILE *sink = fopen("/dev/null", "w");
   c->sink = sink;
   c->quiet = diag_new(sink ? sink : stderr);
@@ -1126,10 +1353,13 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
   return c;
 }
 
-void plan_free(PlanCtx *c) {
-  if (!c) return;
-  for (size_t i = 0; i < c->cap; i++) free(c->table[i]);
-  free(c->table);
+/* Drops every cached price: the parts by key and the exact chunk prices. */
+static void drop_prices(PlanCtx *c) {
+  for (size_t i = 0; i < c->cap; i++) {
+    free(c->table[i]);
+    c->table[i] = NULL;
+  }
+  c->count = 0;
   for (PlanExact *e = c->exact; e;) {
     PlanExact *n = e->next;
     free(e->layers);
@@ -1137,6 +1367,13 @@ void plan_free(PlanCtx *c) {
     free(e);
     e = n;
   }
+  c->exact = NULL;
+}
+
+void plan_free(PlanCtx *c) {
+  if (!c) return;
+  drop_prices(c);
+  free(c->table);
   free(c->mf);
   free(c->stages);
   if (c->quiet) diag_free(c->quiet);
@@ -1146,6 +1383,38 @@ void plan_free(PlanCtx *c) {
 }
 
 const SemModel *plan_model(const PlanCtx *c) { return c->model; }
+
+void plan_set_attention(PlanCtx *c, int flash) {
+  if (c->flash == (flash != 0)) return;
+  drop_prices(c); /* they were made with the other kernel */
+  c->flash = flash != 0;
+}
+
+int plan_attention_flash(const PlanCtx *c) { return c->flash; }
+
+void plan_set_explain(PlanCtx *c, int on) { c->explain = on != 0; }
+int plan_explain_enabled(const PlanCtx *c) { return c->explain; }
+
+int64_t plan_vocab(const PlanCtx *c, int64_t tp, int64_t *priced) {
+  *priced = 0;
+  /* the first vocab-split table, depth first */
+  const SemLayer *stack[64];
+  int n = 0;
+  stack[n++] = c->model->model;
+  while (n > 0) {
+    const SemLayer *l = stack[--n];
+    for (int i = 0; i < l->nparams; i++) {
+      int64_t d = 0;
+      if (l->params[i].shard == SHARD_VOCAB && l->params[i].type.rank > 0 && sym_is_const(l->params[i].type.dims[0], &d)) {
+        int64_t q = c->vocab_pad * (tp > 0 ? tp : 1);
+        *priced = tp > 1 && d % tp && q > 0 ? (d + q - 1) / q * q : d;
+        return d;
+      }
+    }
+    for (int i = l->nchildren - 1; i >= 0 && n < 64; i--) stack[n++] = l->children[i].layer;
+  }
+  return 0;
+}
 const CatDevice *plan_device(const PlanCtx *c) { return &c->dev; }
 const SemCluster *plan_cluster(const PlanCtx *c) { return &c->cluster; }
 int64_t plan_gpus(const PlanCtx *c) { return c->gpus; }
@@ -1299,9 +1568,12 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   /* groups and links (rank order tp, cp, dp, pp) */
   int64_t gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1;
   int64_t inner = L.tp * L.cp;
-  int64_t rdp = inner >= gpn ? 1 : (L.dp < gpn / inner ? L.dp : gpn / inner);
+  /* the gradients and the ZeRO shards span data x context ranks (Megatron-LM
+   * folds the context group into the data-parallel one for them) */
+  int64_t ndp = L.dp * L.cp;
+  int64_t rdp = L.tp >= gpn ? 1 : (ndp < gpn / L.tp ? ndp : gpn / L.tp);
   if (rdp < 1) rdp = 1;
-  CostLink dplink = cost_group_link(&c->cluster, (int)L.dp, (int)rdp);
+  CostLink dplink = cost_group_link(&c->cluster, (int)ndp, (int)rdp);
   CostLink pplink = cost_group_link(&c->cluster, 2, inner * L.dp < gpn ? 2 : 1);
   int pp_n = (int)L.pp, v = (int)L.vpp;
   int64_t mmb = L.num_micro;
@@ -1397,23 +1669,23 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     double grad_bytes = params_r * grad_b;
     double fwd1 = s->fwd_s, bwd1 = s->bwd_s;
     double dp_s = 0, dp_exposed = 0, dp_sent = 0, ag_exposed = 0, z3_s = 0, z3_exposed = 0;
-    if (L.dp > 1) {
+    if (ndp > 1) {
       if (L.zero <= 2) {
         double coll, t_last_bucket, bk = grad_bytes < PLAN_DP_BUCKET_BYTES ? grad_bytes : PLAN_DP_BUCKET_BYTES;
         if (L.zero == 0) {
-          coll = cost_allreduce_s(grad_bytes, (int)L.dp, &dplink, COST_ALGO_AUTO);
-          dp_sent = cost_collective_bytes_sent(COST_ALLREDUCE, grad_bytes, (int)L.dp,
-                                               cost_pick_algo(COST_ALLREDUCE, grad_bytes, (int)L.dp, &dplink));
-          t_last_bucket = cost_allreduce_s(bk, (int)L.dp, &dplink, COST_ALGO_AUTO);
+          coll = cost_allreduce_s(grad_bytes, (int)ndp, &dplink, COST_ALGO_AUTO);
+          dp_sent = cost_collective_bytes_sent(COST_ALLREDUCE, grad_bytes, (int)ndp,
+                                               cost_pick_algo(COST_ALLREDUCE, grad_bytes, (int)ndp, &dplink));
+          t_last_bucket = cost_allreduce_s(bk, (int)ndp, &dplink, COST_ALGO_AUTO);
         } else {
           /* ZeRO 1/2: reduce-scatter the gradients, all-gather the updated
            * weights (the same volume as an all-reduce, ZeRO paper Sec. 7) */
-          coll = cost_reduce_scatter_s(grad_bytes, (int)L.dp, &dplink, COST_ALGO_RING);
+          coll = cost_reduce_scatter_s(grad_bytes, (int)ndp, &dplink, COST_ALGO_RING);
           double wb = params_r * c->weight_bytes;
-          double ag = cost_allgather_s(wb, (int)L.dp, &dplink, COST_ALGO_RING);
-          dp_sent = cost_collective_bytes_sent(COST_REDUCE_SCATTER, grad_bytes, (int)L.dp, COST_ALGO_RING) +
-                    cost_collective_bytes_sent(COST_ALLGATHER, wb, (int)L.dp, COST_ALGO_RING);
-          t_last_bucket = cost_reduce_scatter_s(bk, (int)L.dp, &dplink, COST_ALGO_RING);
+          double ag = cost_allgather_s(wb, (int)ndp, &dplink, COST_ALGO_RING);
+          dp_sent = cost_collective_bytes_sent(COST_REDUCE_SCATTER, grad_bytes, (int)ndp, COST_ALGO_RING) +
+                    cost_collective_bytes_sent(COST_ALLGATHER, wb, (int)ndp, COST_ALGO_RING);
+          t_last_bucket = cost_reduce_scatter_s(bk, (int)ndp, &dplink, COST_ALGO_RING);
           /* the gather of the weights can run under the next step's first forward */
           ag_exposed = L.overlap ? (ag > fwd1 ? ag - fwd1 : 0) : ag;
           dp_s += ag;
@@ -1429,46 +1701,49 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
         dp_s += coll;
         dp_exposed = ex;
       } else {
-        /* ZeRO-3: every weight tensor gathered before each use (forward,
-         * backward) and every gradient reduce-scattered, per micro-batch,
-         * one collective per tensor (DeepSpeed's per-module fetch) */
-        PlanCost sum;
-        memset(&sum, 0, sizeof sum);
-        for (int64_t ci = r; ci < K; ci += pp_n) {
-          const PlanChunk *ch = &kinds[ci];
-          plan_cost_add(&sum, &ch->f, 1);
-          plan_cost_add(&sum, &ch->b, 1);
+        /* ZeRO-3 as PyTorch FSDP (FULL_SHARD, one unit per block) and
+         * DeepSpeed run it (docs/planner.md sec. 11.4): per micro-batch each
+         * layer's weights are all-gathered for its forward and again for its
+         * backward (a recomputing backward keeps them through its recomputed
+         * forward), and its gradients reduce-scattered; the embeddings and
+         * head are one more unit. The gather of the next layer runs while
+         * this one computes (prefetch), the reduce-scatter of a layer's
+         * gradients while the layer before it runs backward, so each layer
+         * exposes only what its compute does not cover; the first gather
+         * and the last reduce-scatter wait. Overlap off: all exposed. */
+        int n = (int)ndp;
+        double nl = (double)s->layers;
+        double lbytes = pp->layer_params * c->weight_bytes;
+        double obytes = (params_r - nl * pp->layer_params) * c->weight_bytes;
+        if (obytes < 0) obytes = 0;
+        double ag_l = cost_allgather_s(lbytes, n, &dplink, COST_ALGO_RING);
+        double rs_l = cost_reduce_scatter_s(lbytes, n, &dplink, COST_ALGO_RING);
+        double ag_o = cost_allgather_s(obytes, n, &dplink, COST_ALGO_RING);
+        double rs_o = cost_reduce_scatter_s(obytes, n, &dplink, COST_ALGO_RING);
+        double per_mb = nl * (2 * ag_l + rs_l) + 2 * ag_o + rs_o;
+        double ex_mb = per_mb;
+        if (L.overlap) {
+          double xf = ag_l - pp->lf.t, xb = ag_l + rs_l - pp->lb.t;
+          ex_mb = ag_o + rs_o + nl * ((xf > 0 ? xf : 0) + (xb > 0 ? xb : 0));
         }
-        double nag = sum.zparams, bag = sum.zparam_bytes, nrs = sum.zgrads, brs = sum.zgrad_bytes;
-        double per_mb = 0, sent = 0;
-        if (nag > 0) {
-          per_mb += nag * cost_allgather_s(bag / nag, (int)L.dp, &dplink, COST_ALGO_RING);
-          sent += cost_collective_bytes_sent(COST_ALLGATHER, bag, (int)L.dp, COST_ALGO_RING);
-        }
-        if (nrs > 0) {
-          per_mb += nrs * cost_reduce_scatter_s(brs / nrs, (int)L.dp, &dplink, COST_ALGO_RING);
-          sent += cost_collective_bytes_sent(COST_REDUCE_SCATTER, brs, (int)L.dp, COST_ALGO_RING);
-        }
+        double bytes_mb = nl * lbytes + obytes;
+        dp_sent = (2 * cost_collective_bytes_sent(COST_ALLGATHER, bytes_mb, n, COST_ALGO_RING) +
+                   cost_collective_bytes_sent(COST_REDUCE_SCATTER, bytes_mb, n, COST_ALGO_RING)) *
+                  (double)mmb;
         z3_s = per_mb * (double)mmb;
-        dp_sent = sent * (double)mmb;
-        /* On the critical path: a layer's weights are gathered when it
-         * starts. Narayanan et al. 2021 Table 2 shows it: ZeRO-3 throughput
-         * per GPU halves each time the GPUs double at a fixed batch, the
-         * signature of per-tensor ring latency (n - 1) alpha that compute
-         * does not hide (docs/planner.md sec. 11.4). */
-        z3_exposed = z3_s;
+        z3_exposed = ex_mb * (double)mmb;
         dp_s = z3_s;
         dp_exposed = z3_exposed;
-        /* one layer's weights gathered at a time */
-        z3_bucket = pp->layer_params * c->weight_bytes;
+        /* the layer being used and the one prefetched */
+        z3_bucket = 2 * lbytes;
       }
     }
     /* optimizer step over the local (ZeRO-partitioned) parameters */
-    double opt_params = L.zero >= 1 ? params_r / (double)L.dp : params_r;
+    double opt_params = L.zero >= 1 ? params_r / (double)ndp : params_r;
     double opt_s = hbm > 0 ? opt_params * opt_bpp / hbm : 0;
     /* memory */
     int sgd_m = tr->momentum > 0;
-    CostModelStates ms = cost_model_states((int64_t)params_r, (int)L.zero, (int)L.dp, c->prec, ok, sgd_m);
+    CostModelStates ms = cost_model_states((int64_t)params_r, (int)L.zero, (int)ndp, c->prec, ok, sgd_m);
     double saved_max = 0, peak_max = 0;
     for (int64_t ci = r; ci < K; ci += pp_n) {
       const PlanChunk *ch = &kinds[ci];
@@ -1483,8 +1758,8 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     mem->activations = (double)inf * saved_max;
     mem->transient = peak_max - saved_max > 0 ? peak_max - saved_max : 0;
     double buckets = 0;
-    if (L.dp > 1 && L.zero < 3) buckets = grad_bytes < 2 * PLAN_DP_BUCKET_BYTES ? grad_bytes : 2 * PLAN_DP_BUCKET_BYTES;
-    if (L.dp > 1 && L.zero == 3) buckets = z3_bucket;
+    if (ndp > 1 && L.zero < 3) buckets = grad_bytes < 2 * PLAN_DP_BUCKET_BYTES ? grad_bytes : 2 * PLAN_DP_BUCKET_BYTES;
+    if (ndp > 1 && L.zero == 3) buckets = z3_bucket;
     if (pp_n > 1) buckets += 2 * p2p_bytes;
     mem->comm_buffers = buckets;
     mem->workspace = (c->cluster.shared_device ? 0 : PLAN_WORKSPACE_BYTES) +
@@ -1528,7 +1803,8 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     plan_cost_add(&rank_cost, &ch->b, (double)mmb);
   }
   double tp_s = rank_cost.t_comm[IRG_TP], cp_s = rank_cost.t_comm[IRG_CP];
-  out->compute_s = sb->busy_s - tp_s - cp_s;
+  double tp_x = tp_s - rank_cost.t_hidden[IRG_TP], cp_x = cp_s - rank_cost.t_hidden[IRG_CP];
+  out->compute_s = sb->busy_s - tp_x - cp_x;
   out->gemm_s = rank_cost.t_gemm;
   out->other_s = out->compute_s - out->gemm_s;
   out->recompute_s = rank_cost.t_rc;
@@ -1536,10 +1812,12 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   if (out->bubble_s < 0) out->bubble_s = 0;
   out->bubble_fraction = bubble_fraction;
   out->optimizer_s = worst_opt;
+  out->attn_s = rank_cost.t_attn;
+  out->attn_gemm_s = rank_cost.t_attn_gemm;
   out->comm_s[IRG_TP] = tp_s;
   out->comm_s[IRG_CP] = cp_s;
-  out->comm_exposed[IRG_TP] = tp_s;
-  out->comm_exposed[IRG_CP] = cp_s;
+  out->comm_exposed[IRG_TP] = tp_x;
+  out->comm_exposed[IRG_CP] = cp_x;
   out->comm_s[IRG_DP] = worst_dp_s;
   out->comm_exposed[IRG_DP] = worst_dp_exposed;
   out->comm_s[IRG_PP] = (double)mmb * 2 * t_p2p * (K > 1 ? 1 : 0) * v + emb_s;
@@ -1548,7 +1826,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   out->comm_bytes[IRG_CP] = rank_cost.sent[IRG_CP];
   out->comm_bytes[IRG_PP] = rank_cost.sent[IRG_PP] + emb_sent;
   out->comm_bytes[IRG_DP] = worst_dp_sent;
-  out->comm_exposed_s = tp_s + cp_s + worst_dp_exposed + emb_s;
+  out->comm_exposed_s = tp_x + cp_x + worst_dp_exposed + emb_s;
   out->step_s = T_pipe + worst_dp_exposed + emb_s + worst_opt;
   /* FLOPs and throughput */
   double mf_all = 0;
@@ -1567,7 +1845,8 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   out->hw_flops = hw * ranks;
   out->hw_flops_all = hw_all * ranks;
   out->recompute_flops = rcf * ranks;
-  double peak = cat_peak_flops(&c->dev, prec_name(c->prec)) * (c->cluster.shared_device ? 1 : 1);
+  /* the dense peak of the training precision (FP8: the FP8 rate) */
+  double peak = cat_peak_flops(&c->dev, c->prec == PREC_FP8 && cat_peak_flops(&c->dev, "fp8") > 0 ? "fp8" : prec_name(c->prec));
   double G = (double)c->gpus;
   out->tokens_per_s = (double)B * (double)out->seq_len / out->step_s;
   out->tflops_per_gpu = out->hw_flops / out->step_s / G / 1e12;

@@ -33,9 +33,10 @@
 /* Sustained fraction of a GEMM's benchmark rate during training: the clock
  * of a GPU running back-to-back GEMMs with communication and memory-bound
  * kernels in between is below the clock of a short GEMM benchmark (power
- * and thermal limits). Calibrated once on Narayanan et al. 2021 Table 1
- * (docs/planner.md sec. 14). */
-#define PLAN_GEMM_SUSTAINED 0.78
+ * and thermal limits). One value for every device and precision, fitted
+ * once jointly on Narayanan et al. 2021 Table 1 (A100) and NeMo 24.07's FP8
+ * pre-training table (H100) (docs/planner.md sec. 14). */
+#define PLAN_GEMM_SUSTAINED 0.73
 /* Gap between two dependent kernels on a GPU: launch latency not hidden by
  * asynchronous launches, tail of the previous kernel. An assumption. */
 #define PLAN_KERNEL_OVERHEAD_S 3e-6
@@ -107,6 +108,8 @@ typedef struct PlanResult {
   double bubble_s;        /* the busiest rank idles in the pipeline (bubble, transfers) */
   double bubble_fraction; /* share of the pipeline time a rank idles (schedule simulator) */
   double optimizer_s;
+  double attn_s;          /* of compute_s: attention kernels (flash or materialised) */
+  double attn_gemm_s;     /* of attn_s (and gemm_s): its GEMMs */
   double p2p_s;           /* one pipeline message */
   int simulated;          /* 1: bubble from sched_simulate; 0: closed form (search screening) */
   /* throughput */
@@ -125,6 +128,17 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag);
 void plan_free(PlanCtx *c);
 
 const SemModel *plan_model(const PlanCtx *c);
+
+/* How attention is priced (docs/planner.md sec. 9.1): flash = 1 (the
+ * default) as a tiled flash attention, scores never stored; flash = 0 with
+ * the scores materialised in memory, as Megatron-LM ran it in 2021 (for
+ * comparisons with such runs: hpdlc plan --attention materialized). */
+void plan_set_attention(PlanCtx *c, int flash);
+int plan_attention_flash(const PlanCtx *c);
+/* Reports list the five largest terms of the step time with their sources
+ * (hpdlc plan --explain). */
+void plan_set_explain(PlanCtx *c, int on);
+int plan_explain_enabled(const PlanCtx *c);
 const CatDevice *plan_device(const PlanCtx *c);
 const SemCluster *plan_cluster(const PlanCtx *c);
 int64_t plan_gpus(const PlanCtx *c);
@@ -219,6 +233,8 @@ typedef struct PlanCliOptions {
   int top;             /* --top K (search), default 5 */
   int mb_fixed;        /* --micro-batch was given: the search keeps it */
   int measure_cpu;     /* --measure-cpu: time this machine for the `cpu` device first */
+  int materialized;    /* --attention materialized: price the scores stored in memory (plan_set_attention) */
+  int explain;         /* --explain: the five largest terms of the step time with their sources */
 } PlanCliOptions;
 
 /* Plans the checked model m of file `path`; returns the exit status (0, 1

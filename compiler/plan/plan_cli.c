@@ -54,6 +54,8 @@ int plan_command(Diag *diag, const char *path, const SemModel *m, const PlanCliO
   }
   PlanCtx *c = plan_new(m, diag);
   if (!c) return 1;
+  if (o->materialized) plan_set_attention(c, 0);
+  if (o->explain) plan_set_explain(c, 1);
   int status = 0;
   PlanLayout L = plan_layout_of(m);
   if (o->search && !o->mb_fixed) L.micro_batch = -1;

@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cost.h"
 #include "plan.h"
@@ -131,4 +132,45 @@ void plan_explain(PlanCtx *c, PlanResult *r) {
     snprintf(r->limit, sizeof r->limit, "the optimizer step takes %.0f%% of the step", share);
     return;
   }
+}
+
+/* ------------------------------------------------------------------ */
+/* --explain: the terms of the step time and their sources              */
+
+static int term_cmp(const void *a, const void *b) {
+  double x = ((const PlanTerm *)a)->s, y = ((const PlanTerm *)b)->s;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The step is the pipeline time plus what is exposed after it (sec. 11.6):
+ * compute (GEMMs, attention, memory-bound kernels) + exposed tensor and
+ * context communication + bubble + exposed data-parallel and pipeline
+ * communication + the optimizer step; the terms add up to step_s. */
+int plan_explain_terms(const PlanResult *r, PlanTerm *out, int max) {
+  double attn_other = r->attn_s - r->attn_gemm_s;
+  PlanTerm t[] = {
+      {"GEMMs (projections, MLP, head)", r->gemm_s - r->attn_gemm_s,
+       "docs/planner.md 3.2: tile x wave x depth x the device's ceiling (mamf-finder), x PLAN_GEMM_SUSTAINED (sec. 14); "
+       "FP8 GEMMs at the FP8 peak"},
+      {"attention", r->attn_s,
+       "docs/planner.md 9.1: flash attention (causal blocks skipped, one exp per score on the SFUs: FlashAttention-2, "
+       "Dao 2023; FlashAttention-3 paper) or scores in memory (--attention materialized)"},
+      {"memory-bound kernels", r->other_s - attn_other,
+       "docs/planner.md 3.1, 9: roofline, fused kernels' bytes at 0.90 x the datasheet HBM bandwidth"},
+      {"tensor-parallel communication (exposed)", r->comm_exposed[IRG_TP],
+       "docs/planner.md 1-2: nccl-tests bus-bandwidth model; 9.2: tp_overlap"},
+      {"context-parallel communication (exposed)", r->comm_exposed[IRG_CP],
+       "docs/planner.md 9.2: ring attention's exchange under the attention"},
+      {"data-parallel / ZeRO communication (exposed)", r->comm_exposed[IRG_DP],
+       "docs/planner.md 11.3-11.4: buckets under the backward; ZeRO-3 / FSDP per-layer gathers under compute"},
+      {"pipeline bubble", r->bubble_s, "docs/planner.md 4, 11.1: Narayanan et al. 2021 sec. 2.2, schedule simulator"},
+      {"pipeline communication (exposed)", r->comm_exposed[IRG_PP], "docs/planner.md 11.3: tied weights' all-reduce"},
+      {"optimizer step", r->optimizer_s, "docs/planner.md 11.5: memory bound over the local parameters"},
+  };
+  int n = (int)(sizeof t / sizeof t[0]);
+  qsort(t, (size_t)n, sizeof t[0], term_cmp);
+  int k = 0;
+  for (int i = 0; i < n && k < max; i++)
+    if (t[i].s > 0) out[k++] = t[i];
+  return k;
 }

@@ -21,7 +21,10 @@ typedef struct PlanCost {
   double t_gemm;  /* of t: GEMM kernels */
   double t_other; /* of t: memory-bound kernels */
   double t_rc;    /* of t: recomputation */
+  double t_attn;  /* of t: attention kernels (scores and what reads them) */
+  double t_attn_gemm; /* of t_attn: its GEMMs (the rest is its softmax, in t_other) */
   double t_comm[IRG_COUNT];
+  double t_hidden[IRG_COUNT]; /* of t_comm: overlapped with compute, so not in t (tp_overlap, ring attention) */
   double sent[IRG_COUNT]; /* bytes this rank sends */
   double flops, gemm_flops, rc_flops, rc_gemm_flops;
   double kernels;
@@ -86,6 +89,10 @@ struct PlanCtx {
   int64_t batch_override; /* > 0: the global batch to plan (scaling), else the train block's */
   Precision prec;
   int act_bytes, weight_bytes;
+  int flash;          /* attention priced as a tiled flash attention (the default); 0: scores materialised */
+  int tp_overlap;     /* the layout's tp_overlap */
+  int64_t vocab_pad;  /* the layout's vocab_pad: vocabulary padded to a multiple of it x tp */
+  int explain;        /* reports list the five largest terms of the step (plan_set_explain) */
   double params;
   Diag *quiet;
   FILE *sink;
@@ -133,5 +140,20 @@ void plan_timeline_free(PlanTimeline *t);
 
 /* Fills r->limit: the limiting resource in one sentence (plan_search.c). */
 void plan_explain(PlanCtx *c, PlanResult *r);
+
+/* One term of the step time and where its formula comes from (--explain). */
+typedef struct PlanTerm {
+  const char *name;
+  double s;
+  const char *source;
+} PlanTerm;
+
+/* The terms of r's step time, largest first; returns how many (<= max). */
+int plan_explain_terms(const PlanResult *r, PlanTerm *out, int max);
+
+/* The rows of the first vocab-split table of the model, and the rows the
+ * planner prices at tensor degree tp (padded to a multiple of vocab_pad x
+ * tp when tp does not divide them); 0 when the model has none. */
+int64_t plan_vocab(const PlanCtx *c, int64_t tp, int64_t *priced);
 
 #endif

@@ -13,7 +13,7 @@
 #include "plan_internal.h"
 #include "schedule.h"
 
-static const char *prec_label(Precision p) { return p == PREC_FP32 ? "fp32" : p == PREC_BF16 ? "bf16" : "fp16"; }
+static const char *prec_label(Precision p) { return sem_precision_name(p); }
 
 static const char *layout_str(char *buf, size_t n, const PlanLayout *L) {
   char sched[48] = "";
@@ -50,7 +50,15 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
     fprintf(f, "; schedule %s", sem_schedule_name((Schedule)L->schedule));
     if (L->vpp > 1) fprintf(f, " (%" PRId64 " virtual stages)", L->vpp);
   }
-  fprintf(f, "; recompute %s; overlap %s\n", sem_recompute_name((Recompute)L->recompute), L->overlap ? "on" : "off");
+  fprintf(f, "; recompute %s; overlap %s", sem_recompute_name((Recompute)L->recompute), L->overlap ? "on" : "off");
+  if (m->layout.tp_overlap && L->tp > 1) fprintf(f, "; tp_overlap on");
+  if (!plan_attention_flash(c)) fprintf(f, "; attention materialized");
+  fputc('\n', f);
+  int64_t vp = 0, v = plan_vocab(c, L->tp, &vp);
+  if (v > 0 && vp != v)
+    fprintf(f, "vocabulary: %" PRId64 " rows priced padded to %" PRId64 " (a multiple of vocab_pad %" PRId64 " x tp %" PRId64
+               ", as Megatron-LM pads it)\n",
+            v, vp, m->layout.vocab_pad, L->tp);
   if (L->pp > 1 && r->stages) {
     fprintf(f, "stages: ");
     for (int s = 0; s < r->nstages; s++) fprintf(f, "%s%" PRId64, s ? "+" : "", r->stages[s].layers);
@@ -107,6 +115,14 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
             plan_fmt_time(b, sizeof b, r->p2p_s));
   fprintf(f, "  %-18s %12s  %5.1f%%\n", "optimizer step", plan_fmt_time(a, sizeof a, r->optimizer_s), r->optimizer_s / T * 100);
   fprintf(f, "  %-18s %12s\n\n", "step", plan_fmt_time(a, sizeof a, r->step_s));
+  if (plan_explain_enabled(c)) {
+    PlanTerm t[5];
+    int n = plan_explain_terms(r, t, 5);
+    fprintf(f, "the five largest terms of the step, and where their formulas come from\n");
+    for (int i = 0; i < n; i++)
+      fprintf(f, "  %-42s %10s %5.1f%%  %s\n", t[i].name, plan_fmt_time(a, sizeof a, t[i].s), t[i].s / T * 100, t[i].source);
+    fputc('\n', f);
+  }
 
   fprintf(f, "communication per GPU per step\n");
   fprintf(f, "  %-18s %12s %12s %12s\n", "group", "bytes sent", "time", "exposed");
@@ -254,6 +270,7 @@ static json_t *json_time(const PlanResult *r) {
   json_object_set_new(o, "bubble_fraction", jnum(r->bubble_fraction));
   json_object_set_new(o, "optimizer_s", jnum(r->optimizer_s));
   json_object_set_new(o, "p2p_transfer_s", jnum(r->p2p_s));
+  json_object_set_new(o, "attention_s", jnum(r->attn_s));
   json_object_set_new(o, "bubble_simulated", json_boolean(r->simulated));
   return o;
 }
@@ -288,6 +305,20 @@ static json_t *json_result(PlanCtx *c, const PlanResult *r, int brief) {
   json_object_set_new(o, "time", json_time(r));
   json_object_set_new(o, "throughput", json_throughput(r));
   json_object_set_new(o, "limit", json_string(r->limit));
+  if (!brief && plan_explain_enabled(c)) {
+    PlanTerm t[5];
+    int n = plan_explain_terms(r, t, 5);
+    json_t *ex = json_array();
+    for (int i = 0; i < n; i++) {
+      json_t *e = json_object();
+      json_object_set_new(e, "term", json_string(t[i].name));
+      json_object_set_new(e, "seconds", jnum(t[i].s));
+      json_object_set_new(e, "share", jnum(r->step_s > 0 ? t[i].s / r->step_s : 0));
+      json_object_set_new(e, "source", json_string(t[i].source));
+      json_array_append_new(ex, e);
+    }
+    json_object_set_new(o, "explain", ex);
+  }
   if (!brief && r->stages) {
     json_t *st = json_array();
     for (int s = 0; s < r->nstages; s++) {
@@ -325,6 +356,12 @@ static json_t *json_report(PlanCtx *c, const PlanReport *rep) {
   json_object_set_new(mo, "global_batch", json_integer(r ? r->global_batch : m->train.global_batch));
   json_object_set_new(mo, "tokens_per_step", jnum(r ? (double)r->global_batch * (double)r->seq_len : 0));
   json_object_set_new(mo, "precision", json_string(prec_label(m->train.precision)));
+  int64_t vpad = 0, voc = plan_vocab(c, r && r->valid ? r->layout.tp : 1, &vpad);
+  if (voc > 0) {
+    json_object_set_new(mo, "vocab", json_integer(voc));
+    json_object_set_new(mo, "vocab_priced", json_integer(vpad));
+  }
+  json_object_set_new(mo, "attention", json_string(plan_attention_flash(c) ? "flash" : "materialized"));
   json_object_set_new(root, "model", mo);
   json_t *co = json_object();
   json_object_set_new(co, "name", json_string(cl->name ? cl->name : ""));
@@ -332,6 +369,7 @@ static json_t *json_report(PlanCtx *c, const PlanReport *rep) {
   json_object_set_new(co, "gpus", json_integer(plan_gpus(c)));
   json_object_set_new(co, "gpus_per_node", json_integer(cl->gpus_per_node));
   json_object_set_new(co, "peak_flops", jnum(cat_peak_flops(plan_device(c), prec_label(m->train.precision))));
+  /* the peak of the precision that MFU is measured against (FP8: the FP8 rate) */
   json_object_set_new(co, "hbm_bytes_per_s", jnum(plan_device(c)->hbm_bytes_per_s));
   json_object_set_new(co, "memory_bytes", jnum(plan_device(c)->mem_bytes));
   json_object_set_new(root, "cluster", co);
