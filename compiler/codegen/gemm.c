@@ -1,23 +1,10 @@
 /* gemm.c - a fused GEMM kernel as a BLAS call (gemm.h). */
 #include "gemm.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 static const IrNode *nd(const NestKernel *k, int id) { return &k->g->nodes[id]; }
-static int in_kernel(const NestKernel *k, int id) { return k->fg->kernel_of[id] == k->kp; }
-
-static int fail(const NestKernel *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(const NestKernel *k, const char *fmt, ...) {
-  char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  k->fail(k->be, msg);
-  return -1;
-}
 
 static int out_index(const NestKernel *k, int v) {
   for (int i = 0; i < k->K->noutputs; i++)
@@ -29,7 +16,7 @@ static int out_index(const NestKernel *k, int v) {
  * and reshapes fusion folded into the GEMM. */
 static int operand(const NestKernel *k, int v, int trans, GemmOperand *o) {
   int shape = v, seen_reshape = 0;
-  while (in_kernel(k, v)) {
+  while (nest_in_kernel(k, v)) {
     const IrNode *n = nd(k, v);
     if (n->op == IR_TRANSPOSE) {
       if (seen_reshape) return 0; /* a reshape of a transposed view is not a strided matrix */
@@ -60,12 +47,12 @@ int gemm_plan(const NestKernel *k, GemmPlan *p) {
   int mm = -1;
   for (int j = 0; j < K->nnodes; j++)
     if (nd(k, K->nodes[j])->op == IR_MATMUL) mm = K->nodes[j];
-  if (mm < 0) return fail(k, "graph %s kernel k%d: a gemm without a matmul", k->g->name, k->kp);
+  if (mm < 0) return nest_fail(k, "graph %s kernel k%d: a gemm without a matmul", k->g->name, k->kp);
   const IrNode *n = nd(k, mm);
   if (!operand(k, n->in[0], (int)n->attr[0], &p->a) || !operand(k, n->in[1], (int)n->attr[1], &p->b))
-    return fail(k, "graph %s kernel k%d: a matmul operand is not a strided matrix batch", k->g->name, k->kp);
+    return nest_fail(k, "graph %s kernel k%d: a matmul operand is not a strided matrix batch", k->g->name, k->kp);
   if (nd(k, p->a.mem)->dtype != DT_F32 || nd(k, p->b.mem)->dtype != DT_F32 || n->dtype != DT_F32)
-    return fail(k, "graph %s kernel k%d: the %s back end multiplies f32 matrices only", k->g->name, k->kp, k->backend);
+    return nest_fail(k, "graph %s kernel k%d: the %s back end multiplies f32 matrices only", k->g->name, k->kp, k->backend);
   p->matmul = mm;
   /* The chain after the matmul: scale (alpha), bias, activation. */
   p->alpha = 1.0;
@@ -86,7 +73,7 @@ int gemm_plan(const NestKernel *k, GemmPlan *p) {
     if (id < p->product) continue;
     if (out_index(k, id) >= 0) p->out = id;
   }
-  if (p->out < 0) return fail(k, "graph %s kernel k%d: the gemm has no output", k->g->name, k->kp);
+  if (p->out < 0) return nest_fail(k, "graph %s kernel k%d: the gemm has no output", k->g->name, k->kp);
   int orank = n->rank;
   p->batch_axes = orank - 2;
   p->M = n->dims[orank - 2];
@@ -95,7 +82,7 @@ int gemm_plan(const NestKernel *k, GemmPlan *p) {
   p->nbatch = 1;
   for (int i = 0; i < p->batch_axes; i++) p->nbatch *= n->dims[i];
   if (p->M > INT32_MAX || p->N > INT32_MAX || p->K > INT32_MAX || p->a.cols > INT32_MAX || p->b.cols > INT32_MAX)
-    return fail(k, "graph %s kernel k%d: a matrix dimension exceeds BLAS's int", k->g->name, k->kp);
+    return nest_fail(k, "graph %s kernel k%d: a matrix dimension exceeds BLAS's int", k->g->name, k->kp);
   /* B shared by every batch and A's batches contiguous: one call with nbatch x M rows */
   int b_shared = 1, a_full = !p->a.trans && p->a.rank - 2 == p->batch_axes;
   for (int i = 0; i < p->b.rank - 2; i++) b_shared &= p->b.dims[i] == 1;

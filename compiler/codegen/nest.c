@@ -16,15 +16,17 @@ typedef NestXKind XKind;
 static const IrNode *nd(const NestKernel *k, int id) { return &k->g->nodes[id]; }
 static int in_kernel(const NestKernel *k, int id) { return k->fg->kernel_of[id] == k->kp; }
 
-static void nest_fail(const NestKernel *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void nest_fail(const NestKernel *k, const char *fmt, ...) {
+int nest_fail(const NestKernel *k, const char *fmt, ...) {
   char msg[512];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   k->fail(k->be, msg);
+  return -1;
 }
+
+int nest_in_kernel(const NestKernel *k, int id) { return in_kernel(k, id); }
 
 int nest_is_index_map(IrOp op) {
   return op == IR_RESHAPE || op == IR_TRANSPOSE || op == IR_SLICE || op == IR_EXPAND || op == IR_REPEAT_KV;

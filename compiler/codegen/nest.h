@@ -96,6 +96,10 @@ typedef struct {
   int64_t scratch_bytes; /* the kernel's scratch (column accumulators) */
 } Nest;
 
+/* Reports a problem through k->fail, formatted; returns -1. */
+int nest_fail(const NestKernel *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Whether node id belongs to k's kernel (not an input from another). */
+int nest_in_kernel(const NestKernel *k, int id);
 int nest_is_index_map(IrOp op);
 void nest_row_strides(int rank, const int64_t *dims, int64_t *strides);
 

@@ -104,6 +104,15 @@ static int emu_build(void *env, const IrModule *m, const FuseResult *fr) {
   return 0;
 }
 
+static void emu_free(EmuLib *L) {
+  if (L->so) dlclose(L->so);
+  if (L->dir[0]) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", L->dir);
+    if (system(cmd)) fprintf(stderr, "could not remove %s\n", L->dir);
+  }
+}
+
 static int emu_call(void *env, const FuseGraph *fg, int p, void **io, const char **err) {
   EmuLib *L = env;
   char sym[200], name[300];
@@ -355,11 +364,9 @@ static int exec_graph(Exec *X, int gi, int64_t layer, void **args, void **outs) 
 static void test_step(const char *sample, SemDefine *defs, int ndefs, SemDefine *layout, int nlayout, EmuLib *L) {
   Arena *arena = arena_new();
   Diag *diag = diag_new(stderr);
-  IrModule *m = lower_sample_layout(arena, diag, sample, defs, ndefs, layout, nlayout, 2, NULL);
-  EXPECT(m != NULL);
+  IrModule *m = NULL;
+  AdResult *ad = sample_step(arena, diag, sample, defs, ndefs, layout, nlayout, &m);
   const char *why = NULL;
-  AdResult *ad = m ? ad_build(m, RECOMPUTE_NONE, &why) : NULL;
-  EXPECT(ad != NULL);
   FuseResult *fr = ad ? fuse_module(arena, m) : NULL;
   if (!fr || emu_build(L, m, fr)) {
     test_failures++;
@@ -367,15 +374,10 @@ static void test_step(const char *sample, SemDefine *defs, int ndefs, SemDefine 
     arena_free(arena);
     return;
   }
-  int64_t vocab = 256;
-  for (int i = 0; i < m->graphs[0]->nnodes; i++) {
-    const IrNode *n = &m->graphs[0]->nodes[i];
-    if (n->op == IR_EMBEDDING && m->graphs[0]->nodes[n->in[0]].dims[0] < vocab) vocab = m->graphs[0]->nodes[n->in[0]].dims[0];
-  }
   Interp *in = interp_new(m);
   interp_init_params(in, 1337);
   round_params(in, m);
-  double **inputs = make_inputs(m, vocab);
+  double **inputs = make_inputs(m, sample_vocab(m));
   for (int i = 0; i < m->ninputs; i++) interp_set_input(in, i, inputs[i]);
   Exec X = {m, fr, L, xmalloc(sizeof(float *) * (size_t)m->nparams), xmalloc(sizeof(float *) * (size_t)m->nparams),
             xmalloc(sizeof(void *) * (size_t)(m->ninputs + 1)), 0};
@@ -495,12 +497,7 @@ int main(int argc, char **argv) {
   L.misalign = misalign;
   if (step) {
     test_step(sample, defs, ndefs, layout, nlayout, &L);
-    if (L.so) dlclose(L.so);
-    if (L.dir[0]) {
-      char cmd[128];
-      snprintf(cmd, sizeof cmd, "rm -rf %s", L.dir);
-      if (system(cmd)) fprintf(stderr, "could not remove %s\n", L.dir);
-    }
+    emu_free(&L);
     TEST_DONE();
   }
   int tested = kernels_suite(sample, defs, ndefs, layout, nlayout, emu_build, emu_call, &L, "CUDA back end, emulated");
@@ -512,11 +509,6 @@ int main(int argc, char **argv) {
   } else {
     EXPECT(tested > 50);
   }
-  if (L.so) dlclose(L.so);
-  if (L.dir[0]) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", L.dir);
-    if (system(cmd)) fprintf(stderr, "could not remove %s\n", L.dir);
-  }
+  emu_free(&L);
   TEST_DONE();
 }

@@ -234,6 +234,32 @@ static inline void check_kernels(const FuseResult *fr, int gi, const InterpTenso
   }
 }
 
+/* The sample lowered at micro batch 2 (under the layout overrides) and
+ * its training step (no recomputation); NULL after a failed expectation. */
+static inline AdResult *sample_step(Arena *arena, Diag *diag, const char *sample, SemDefine *defs, int ndefs,
+                                    SemDefine *layout, int nlayout, IrModule **m) {
+  *m = lower_sample_layout(arena, diag, sample, defs, ndefs, layout, nlayout, 2, NULL);
+  EXPECT(*m != NULL);
+  const char *why = NULL;
+  AdResult *ad = *m ? ad_build(*m, RECOMPUTE_NONE, &why) : NULL;
+  EXPECT(ad != NULL);
+  return ad;
+}
+
+/* Token ids for make_inputs: below the smallest embedding table's rows. */
+static inline int64_t sample_vocab(const IrModule *m) {
+  int64_t vocab = 256;
+  for (int gi = 0; gi < m->ngraphs; gi++)
+    for (int i = 0; i < m->graphs[gi]->nnodes; i++) {
+      const IrNode *n = &m->graphs[gi]->nodes[i];
+      if (n->op == IR_EMBEDDING && n->nin > 0) {
+        const IrNode *tbl = &m->graphs[gi]->nodes[n->in[0]];
+        if (tbl->rank > 0 && tbl->dims[0] < vocab) vocab = tbl->dims[0];
+      }
+    }
+  return vocab;
+}
+
 /* The sample's forward, its block, and after ad_build the step, B.fwd and
  * B.grad: every kernel called alone through call. Returns the number of
  * kernels called (their failures are counted in test_failures). */
@@ -241,11 +267,8 @@ static inline int kernels_suite(const char *sample, SemDefine *defs, int ndefs, 
                                 KernelBuild build, KernelCall call, void *env, const char *label) {
   Arena *arena = arena_new();
   Diag *diag = diag_new(stderr);
-  IrModule *m = lower_sample_layout(arena, diag, sample, defs, ndefs, layout, nlayout, 2, NULL);
-  EXPECT(m != NULL);
-  const char *why = NULL;
-  AdResult *ad = m ? ad_build(m, RECOMPUTE_NONE, &why) : NULL;
-  EXPECT(ad != NULL);
+  IrModule *m = NULL;
+  AdResult *ad = sample_step(arena, diag, sample, defs, ndefs, layout, nlayout, &m);
   if (!ad) {
     diag_free(diag);
     arena_free(arena);
@@ -258,17 +281,7 @@ static inline int kernels_suite(const char *sample, SemDefine *defs, int ndefs, 
     arena_free(arena);
     return 0;
   }
-  /* token ids below the smallest embedding table's rows */
-  int64_t vocab = 256;
-  for (int gi = 0; gi < m->ngraphs; gi++)
-    for (int i = 0; i < m->graphs[gi]->nnodes; i++) {
-      const IrNode *n = &m->graphs[gi]->nodes[i];
-      if (n->op == IR_EMBEDDING && n->nin > 0) {
-        const IrNode *tbl = &m->graphs[gi]->nodes[n->in[0]];
-        if (tbl->rank > 0 && tbl->dims[0] < vocab) vocab = tbl->dims[0];
-      }
-    }
-  double **inputs = make_inputs(m, vocab);
+  double **inputs = make_inputs(m, sample_vocab(m));
   int tested = 0, failed = 0;
   /* the forward, then the block on the forward's input to the call */
   const IrGraph *g0 = m->graphs[0];
