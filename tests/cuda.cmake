@@ -73,3 +73,11 @@ add_test(NAME cuda.emu.step.llama
          COMMAND test_codegen_cuda --step llama.hpd -D layers=2 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=64 -D seq=16 -D vocab=64
                  -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.sequence=off)
 set_tests_properties(cuda.emu.step.gpt2-tiny cuda.emu.step.llama PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
+
+# The Megatron-style GPT family at a tiny size (untied LM head, learned
+# positions): every kernel alone, and the whole step.
+set(HPDL_CUDA_GPT_ARGS gpt.hpd -D layers=2 -D hidden=64 -D heads=4 -D seq=32 -D vocab=128
+    -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.pipeline=1)
+add_test(NAME cuda.emu.gpt COMMAND test_codegen_cuda ${HPDL_CUDA_GPT_ARGS})
+add_test(NAME cuda.emu.step.gpt COMMAND test_codegen_cuda --step ${HPDL_CUDA_GPT_ARGS})
+set_tests_properties(cuda.emu.gpt cuda.emu.step.gpt PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
