@@ -40,7 +40,8 @@ if(Python3_Interpreter_FOUND)
   # sample:name:flags (flags comma-separated)
   set(HPDL_NVRTC_CASES
       "gpt2-tiny:one:" "gpt2-tiny:tp2:--tp,2" "gpt2-tiny:tp2_cp2:--tp,2,--cp,2" "gpt2-tiny:pp2:--pp,2"
-      "gpt2:one:" "llama:one:" "gpt:one:")
+      "gpt2:one:" "llama:one:" "gpt:one:"
+      "llama:cp2:--cp,2,--dp,auto" "gpt:tp2:--tp,2,--dp,auto" "gpt:cp2:--cp,2,--dp,auto")
   foreach(case IN LISTS HPDL_NVRTC_CASES)
     string(REPLACE ":" ";" parts "${case}")
     list(GET parts 0 sample)
