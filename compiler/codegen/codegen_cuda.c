@@ -228,7 +228,8 @@ void cu_float(CuText *o, double v) {
 static int *scope_slot(Emit *E, int xi) { return &E->scope_of[xi * 4 + E->lane]; }
 
 static const char *vname(const Emit *E, int xi, char *buf, size_t n) {
-  if (E->vec) snprintf(buf, n, "v%d_%d", xi, E->lane);
+  /* a reduction is the row's one value, whatever the lane */
+  if (E->vec && !(xi >= 0 && E->N->x[xi].kind == X_RED)) snprintf(buf, n, "v%d_%d", xi, E->lane);
   else snprintf(buf, n, "v%d", xi);
   return buf;
 }
@@ -461,19 +462,24 @@ static void drop_bases(Emit *E) {
   }
 }
 
-/* A loop nest the vector path can run: f32 values only, the innermost
- * collapsed axis a multiple of 4 long, every store and every load that
- * walks it at unit stride (vec_access), loads that do not walk it
- * broadcast, and no expression that needs the point's own index (an iota,
- * a mask, dropout's stream). */
-static int vectorizable(const Nest *N) {
+/* A nest the vector path can run (row: a row kernel's sweeps): f32 values
+ * only, the innermost collapsed axis a multiple of 4 long (and, in a row
+ * kernel, part of the reduced group), every store (a row kernel's full
+ * ones) and every load that walks that axis at unit stride (vec_access),
+ * loads that do not walk it broadcast, and no expression that needs the
+ * point's own index (an iota, a mask, dropout's stream). */
+static int vectorizable(const Nest *N, int row) {
   if (N->na < 1 || N->adim[N->na - 1] % 4 || N->nst == 0) return 0;
+  if (row && N->aset[N->na - 1] != 1) return 0;
   int inner = N->alast[N->na - 1];
-  for (int i = 0; i < N->nst; i++)
+  for (int i = 0; i < N->nst; i++) {
+    if (row && !N->st[i].full) continue;
     if (N->st[i].dt != DT_F32 || N->st[i].add || !vec_access(N, &N->st[i].off)) return 0;
+  }
   for (int i = 0; i < N->nx; i++) {
     const NestX *x = &N->x[i];
-    if (x->kind == X_INDEX || x->kind == X_MASK || (x->kind == X_DROP && x->p > 0 && x->p < 1) || x->kind == X_RED) return 0;
+    if (x->kind == X_INDEX || x->kind == X_MASK || (x->kind == X_DROP && x->p > 0 && x->p < 1) || (!row && x->kind == X_RED))
+      return 0;
     if (x->kind != X_LOAD) continue;
     int walks = x->off.coef[inner] != 0;
     for (int j = 0; j < N->R; j++) walks |= N->axis_of[j] == N->na - 1 && x->off.coef[j] != 0;
@@ -481,6 +487,13 @@ static int vectorizable(const Nest *N) {
     if (walks && (x->dt != DT_F32 || !vec_access(N, &x->off))) return 0;
   }
   return 1;
+}
+
+/* `if (every io pointer is 16-byte aligned) {` */
+static void if_aligned(CuKern *k, CuText *o, const char *ind) {
+  cu_tx(o, "%sif (((0ULL", ind);
+  for (int i = 0; i < k->K->ninputs + k->K->noutputs; i++) cu_tx(o, " | (unsigned long long)p%d", i);
+  cu_tx(o, ") & 15ULL) == 0) {\n");
 }
 
 static int has_red(const Nest *N) {
@@ -504,14 +517,12 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   drop_bases(&E);
   if (!row) {
     int64_t n = space(N, -1);
-    int vec = vectorizable(N);
+    int vec = vectorizable(N, 0);
     int64_t threads = vec ? n / 4 : n;
     if (vec) {
       /* four points a thread through float4 loads and stores when every
        * vector access is 16-byte aligned; else the scalar loop below */
-      cu_tx(o, "  if (((0ULL");
-      for (int i = 0; i < k->K->ninputs + k->K->noutputs; i++) cu_tx(o, " | (unsigned long long)p%d", i);
-      cu_tx(o, ") & 15ULL) == 0) {\n");
+      if_aligned(k, o, "  ");
       cu_tx(o, "    for (long long lin = (long long)blockIdx.x * blockDim.x + threadIdx.x; lin < %" PRId64
                "LL; lin += (long long)gridDim.x * blockDim.x) {\n",
             n / 4);
@@ -554,7 +565,13 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   int maxl = 0;
   for (int i = 0; i < N->nx; i++)
     if (N->x[i].kind == X_RED && N->x[i].level > maxl) maxl = N->x[i].level;
+  int vec = vectorizable(N, 1);
   cu_tx(o, "  __shared__ float red_[32];\n");
+  if (vec) { /* four points of the group a thread through float4, when aligned */
+    cu_tx(o, "  bool vec_ = false;\n");
+    if_aligned(k, o, "  ");
+    cu_tx(o, "    vec_ = true;\n  }\n");
+  }
   cu_tx(o, "  for (long long row = blockIdx.x; row < %" PRId64 "LL; row += gridDim.x) {\n", nrow);
   decompose(o, N, 0, "row", "    ");
   int sweep = 1;
@@ -564,21 +581,32 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
     for (int i = 0; i < N->nx; i++)
       if (N->x[i].kind == X_RED && N->x[i].level == L)
         cu_tx(o, "    float acc%d = %s;\n", i, N->x[i].redmax ? "HPDL_NEG_INF" : "0.0f");
-    cu_tx(o, "    for (long long grp = threadIdx.x; grp < %" PRId64 "LL; grp += blockDim.x) {\n", ngrp);
-    E.ind = "      ";
-    decompose(o, N, 1, "grp", E.ind);
-    E.scope = ++sweep;
-    E.in_sweep = 1;
-    for (int i = 0; i < N->nx && !rc; i++) {
-      NestX *x = &N->x[i];
-      if (x->kind != X_RED || x->level != L) continue;
-      rc = ex(&E, x->a);
-      if (!rc) {
-        if (x->redmax) cu_tx(o, "      acc%d = fmaxf(acc%d, v%d);\n", i, i, x->a);
-        else cu_tx(o, "      acc%d += v%d;\n", i, x->a);
-      }
+    for (int pass = vec ? 0 : 1; pass < 2 && !rc; pass++) {
+      int v4 = pass == 0;
+      if (vec) cu_tx(o, v4 ? "    if (vec_) {\n" : "    } else {\n");
+      if (v4) cu_tx(o, "    for (long long grp = threadIdx.x * 4LL; grp < %" PRId64 "LL; grp += blockDim.x * 4LL) {\n", ngrp);
+      else cu_tx(o, "    for (long long grp = threadIdx.x; grp < %" PRId64 "LL; grp += blockDim.x) {\n", ngrp);
+      E.ind = "      ";
+      decompose(o, N, 1, "grp", E.ind);
+      E.scope = ++sweep;
+      E.in_sweep = 1;
+      E.vec = v4;
+      for (E.lane = 0; E.lane < (v4 ? 4 : 1) && !rc; E.lane++)
+        for (int i = 0; i < N->nx && !rc; i++) {
+          NestX *x = &N->x[i];
+          if (x->kind != X_RED || x->level != L) continue;
+          rc = ex(&E, x->a);
+          if (rc) break;
+          char c[24];
+          vname(&E, x->a, c, sizeof c);
+          if (x->redmax) cu_tx(o, "      acc%d = fmaxf(acc%d, %s);\n", i, i, c);
+          else cu_tx(o, "      acc%d += %s;\n", i, c);
+        }
+      E.vec = 0;
+      E.lane = 0;
+      cu_tx(o, "    }\n");
     }
-    cu_tx(o, "    }\n");
+    if (vec) cu_tx(o, "    }\n");
     E.ind = "    ";
     E.in_sweep = 0;
     E.scope = 0;
@@ -588,18 +616,42 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
       cu_tx(o, "    const float v%d = hpdl_block_%s(acc%d, red_)", i, x->redmax ? "max" : "sum", i);
       if (x->div) cu_tx(o, " / %" PRId64 ".0f", x->div);
       cu_tx(o, ";\n");
-      E.scope_of[i * 4] = 0;
+      for (int l = 0; l < 4; l++) E.scope_of[i * 4 + l] = 0; /* every lane reads the row's value */
     }
   }
   if (!rc) {
     /* the last sweep: the full outputs */
-    cu_tx(o, "    for (long long grp = threadIdx.x; grp < %" PRId64 "LL; grp += blockDim.x) {\n", ngrp);
-    E.ind = "      ";
-    decompose(o, N, 1, "grp", E.ind);
-    E.scope = ++sweep;
-    E.in_sweep = 1;
-    rc = stores(&E, 1);
-    cu_tx(o, "    }\n");
+    for (int pass = vec ? 0 : 1; pass < 2 && !rc; pass++) {
+      int v4 = pass == 0;
+      if (vec) cu_tx(o, v4 ? "    if (vec_) {\n" : "    } else {\n");
+      if (v4) cu_tx(o, "    for (long long grp = threadIdx.x * 4LL; grp < %" PRId64 "LL; grp += blockDim.x * 4LL) {\n", ngrp);
+      else cu_tx(o, "    for (long long grp = threadIdx.x; grp < %" PRId64 "LL; grp += blockDim.x) {\n", ngrp);
+      E.ind = "      ";
+      decompose(o, N, 1, "grp", E.ind);
+      E.scope = ++sweep;
+      E.in_sweep = 1;
+      if (v4) {
+        E.vec = 1;
+        for (E.lane = 0; E.lane < 4 && !rc; E.lane++)
+          for (int i = 0; i < N->nst && !rc; i++)
+            if (N->st[i].full && N->x[N->st[i].x].kind != X_RED) rc = ex(&E, N->st[i].x);
+        for (int i = 0; i < N->nst && !rc; i++) {
+          NestStore *st = &N->st[i];
+          if (!st->full) continue;
+          char c[4][24];
+          for (E.lane = 0; E.lane < 4; E.lane++) vname(&E, st->x, c[E.lane], sizeof c[0]);
+          cu_tx(o, "      *(float4 *)(p%d + ", cu_io_index(k, st->val));
+          aff_text(&E, &st->off, o);
+          cu_tx(o, ") = make_float4(%s, %s, %s, %s);\n", c[0], c[1], c[2], c[3]);
+        }
+        E.vec = 0;
+        E.lane = 0;
+      } else {
+        rc = stores(&E, 1);
+      }
+      cu_tx(o, "    }\n");
+    }
+    if (vec) cu_tx(o, "    }\n");
     /* row-level outputs (a mean, a norm's statistics): once per row */
     E.ind = "      ";
     E.scope = ++sweep;
@@ -611,9 +663,10 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   cu_tx(o, "  }\n}\n\n");
   free(E.scope_of);
   free(E.qdone);
-  /* a warp per 32 elements of the row, at most CU_BLOCK threads */
-  int64_t block = ngrp >= CU_BLOCK ? CU_BLOCK : (ngrp + 31) / 32 * 32;
-  cu_add_launch(k, name, step, "row", nrow, block);
+  /* a warp per 32 elements of the row (128 with float4), at most CU_BLOCK threads */
+  int64_t per = vec ? ngrp / 4 : ngrp;
+  int64_t block = per >= CU_BLOCK ? CU_BLOCK : (per + 31) / 32 * 32;
+  cu_add_launch(k, name, step, vec ? "row4" : "row", nrow, block);
   return rc;
 }
 
