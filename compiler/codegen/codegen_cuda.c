@@ -502,6 +502,43 @@ static int has_red(const Nest *N) {
   return 0;
 }
 
+/* The vector path's stores: every lane's values first, then one float4
+ * store per store (only the full ones with full_only: a row kernel's). */
+static int vec_stores(Emit *E, int full_only) {
+  Nest *N = E->N;
+  int rc = 0;
+  E->vec = 1;
+  for (E->lane = 0; E->lane < 4 && !rc; E->lane++)
+    for (int i = 0; i < N->nst && !rc; i++)
+      if ((!full_only || N->st[i].full) && N->x[N->st[i].x].kind != X_RED) rc = ex(E, N->st[i].x);
+  for (int i = 0; i < N->nst && !rc; i++) {
+    NestStore *st = &N->st[i];
+    if (full_only && !st->full) continue;
+    char c[4][24];
+    for (E->lane = 0; E->lane < 4; E->lane++) vname(E, st->x, c[E->lane], sizeof c[0]);
+    cu_tx(E->o, "%s*(float4 *)(p%d + ", E->ind, cu_io_index(E->k, st->val));
+    aff_text(E, &st->off, E->o);
+    cu_tx(E->o, ") = make_float4(%s, %s, %s, %s);\n", c[0], c[1], c[2], c[3]);
+  }
+  E->vec = 0;
+  E->lane = 0;
+  return rc;
+}
+
+/* Opens a sweep over the row's group in a new scope: the float4 loop (v4,
+ * four points a thread) or the scalar one, under `if (vec_)` / `} else {`
+ * when the kernel has both. */
+static void sweep_open(Emit *E, int vec, int v4, int64_t ngrp, int *sweep) {
+  CuText *o = E->o;
+  if (vec) cu_tx(o, v4 ? "    if (vec_) {\n" : "    } else {\n");
+  if (v4) cu_tx(o, "    for (long long grp = threadIdx.x * 4LL; grp < %" PRId64 "LL; grp += blockDim.x * 4LL) {\n", ngrp);
+  else cu_tx(o, "    for (long long grp = threadIdx.x; grp < %" PRId64 "LL; grp += blockDim.x) {\n", ngrp);
+  E->ind = "      ";
+  decompose(o, E->N, 1, "grp", E->ind);
+  E->scope = ++*sweep;
+  E->in_sweep = 1;
+}
+
 /* A nest as one kernel: returns 0, or -1 after cu_fail. */
 static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   CgTarget *t = k->t;
@@ -529,19 +566,9 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
       decompose(o, N, -1, "lin * 4LL", "      ");
       E.scope = 1;
       E.in_sweep = 1;
-      E.vec = 1;
       E.ind = "      ";
-      for (E.lane = 0; E.lane < 4 && !rc; E.lane++)
-        for (int i = 0; i < N->nst && !rc; i++) rc = ex(&E, N->st[i].x);
-      for (int i = 0; i < N->nst && !rc; i++) {
-        NestStore *st = &N->st[i];
-        cu_tx(o, "      *(float4 *)(p%d + ", cu_io_index(k, st->val));
-        aff_text(&E, &st->off, o);
-        cu_tx(o, ") = make_float4(v%d_0, v%d_1, v%d_2, v%d_3);\n", st->x, st->x, st->x, st->x);
-      }
+      rc = vec_stores(&E, 0);
       cu_tx(o, "    }\n    return;\n  }\n");
-      E.vec = 0;
-      E.lane = 0;
       E.ind = "    ";
     }
     /* a loop: one point per thread, grid-stride */
@@ -583,13 +610,7 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
         cu_tx(o, "    float acc%d = %s;\n", i, N->x[i].redmax ? "HPDL_NEG_INF" : "0.0f");
     for (int pass = vec ? 0 : 1; pass < 2 && !rc; pass++) {
       int v4 = pass == 0;
-      if (vec) cu_tx(o, v4 ? "    if (vec_) {\n" : "    } else {\n");
-      if (v4) cu_tx(o, "    for (long long grp = threadIdx.x * 4LL; grp < %" PRId64 "LL; grp += blockDim.x * 4LL) {\n", ngrp);
-      else cu_tx(o, "    for (long long grp = threadIdx.x; grp < %" PRId64 "LL; grp += blockDim.x) {\n", ngrp);
-      E.ind = "      ";
-      decompose(o, N, 1, "grp", E.ind);
-      E.scope = ++sweep;
-      E.in_sweep = 1;
+      sweep_open(&E, vec, v4, ngrp, &sweep);
       E.vec = v4;
       for (E.lane = 0; E.lane < (v4 ? 4 : 1) && !rc; E.lane++)
         for (int i = 0; i < N->nx && !rc; i++) {
@@ -623,32 +644,8 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
     /* the last sweep: the full outputs */
     for (int pass = vec ? 0 : 1; pass < 2 && !rc; pass++) {
       int v4 = pass == 0;
-      if (vec) cu_tx(o, v4 ? "    if (vec_) {\n" : "    } else {\n");
-      if (v4) cu_tx(o, "    for (long long grp = threadIdx.x * 4LL; grp < %" PRId64 "LL; grp += blockDim.x * 4LL) {\n", ngrp);
-      else cu_tx(o, "    for (long long grp = threadIdx.x; grp < %" PRId64 "LL; grp += blockDim.x) {\n", ngrp);
-      E.ind = "      ";
-      decompose(o, N, 1, "grp", E.ind);
-      E.scope = ++sweep;
-      E.in_sweep = 1;
-      if (v4) {
-        E.vec = 1;
-        for (E.lane = 0; E.lane < 4 && !rc; E.lane++)
-          for (int i = 0; i < N->nst && !rc; i++)
-            if (N->st[i].full && N->x[N->st[i].x].kind != X_RED) rc = ex(&E, N->st[i].x);
-        for (int i = 0; i < N->nst && !rc; i++) {
-          NestStore *st = &N->st[i];
-          if (!st->full) continue;
-          char c[4][24];
-          for (E.lane = 0; E.lane < 4; E.lane++) vname(&E, st->x, c[E.lane], sizeof c[0]);
-          cu_tx(o, "      *(float4 *)(p%d + ", cu_io_index(k, st->val));
-          aff_text(&E, &st->off, o);
-          cu_tx(o, ") = make_float4(%s, %s, %s, %s);\n", c[0], c[1], c[2], c[3]);
-        }
-        E.vec = 0;
-        E.lane = 0;
-      } else {
-        rc = stores(&E, 1);
-      }
+      sweep_open(&E, vec, v4, ngrp, &sweep);
+      rc = v4 ? vec_stores(&E, 1) : stores(&E, 1);
       cu_tx(o, "    }\n");
     }
     if (vec) cu_tx(o, "    }\n");
