@@ -82,3 +82,29 @@ set(HPDL_CUDA_GPT_ARGS gpt.hpd -D layers=2 -D hidden=64 -D heads=4 -D seq=32 -D 
 add_test(NAME cuda.emu.gpt COMMAND test_codegen_cuda ${HPDL_CUDA_GPT_ARGS})
 add_test(NAME cuda.emu.step.gpt COMMAND test_codegen_cuda --step ${HPDL_CUDA_GPT_ARGS})
 set_tests_properties(cuda.emu.gpt cuda.emu.step.gpt PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
+
+#   cuda.dev.<device>.<what>.<sample>  the device layer (runtime/device*.c)
+#                      and its host program (runtime/devexec.c) running the
+#                      generated kernels: every kernel alone (kernels) and the
+#                      whole step (step) against the reference executor; on
+#                      the emulated device here, on a GPU where one is present
+#                      (cuda.gpu.*: skip, saying why, without a driver or GPU)
+add_executable(test_device ${HPDL_TEST_DIR}/cuda/test_device.c)
+target_include_directories(test_device PRIVATE ${HPDL_TEST_DIR}/unit)
+target_compile_options(test_device PRIVATE ${HPDL_WARNINGS})
+target_link_libraries(test_device PRIVATE hpdlcomp hpdlrt)
+target_compile_definitions(test_device PRIVATE HPDL_BUILT_SOURCE_DIR="${CMAKE_SOURCE_DIR}" HPDL_TEST_DIR="${HPDL_TEST_DIR}")
+add_test(NAME cuda.dev.emulate.step.gpt2-tiny COMMAND test_device --device emulate --step gpt2-tiny.hpd)
+add_test(NAME cuda.dev.emulate.step.llama
+         COMMAND test_device --device emulate --step llama.hpd -D layers=2 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=64 -D seq=16 -D vocab=64
+                 -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.sequence=off)
+add_test(NAME cuda.dev.emulate.kernels.gpt2-tiny COMMAND test_device --device emulate --kernels gpt2-tiny.hpd)
+add_test(NAME cuda.gpu.kernels.gpt2-tiny COMMAND test_device --device cuda --kernels gpt2-tiny.hpd)
+add_test(NAME cuda.gpu.step.gpt2-tiny COMMAND test_device --device cuda --step gpt2-tiny.hpd)
+add_test(NAME cuda.gpu.step.llama
+         COMMAND test_device --device cuda --step llama.hpd -D layers=2 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=64 -D seq=16 -D vocab=64
+                 -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.sequence=off)
+add_test(NAME cuda.gpu.step.gpt COMMAND test_device --device cuda --step ${HPDL_CUDA_GPT_ARGS})
+set_tests_properties(cuda.dev.emulate.step.gpt2-tiny cuda.dev.emulate.step.llama cuda.dev.emulate.kernels.gpt2-tiny
+                     cuda.gpu.kernels.gpt2-tiny cuda.gpu.step.gpt2-tiny cuda.gpu.step.llama cuda.gpu.step.gpt
+                     PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)

@@ -93,6 +93,14 @@ void cu_add_launch(CuKern *k, const char *name, int step, const char *kind, int6
       cu_tx(&k->stub, ", (%s%s *)io[%d]", i < K->ninputs ? "const " : "", cu_c_type(k->fg->graph->nodes[v].dtype), i);
     }
     cu_tx(&k->stub, ")) return 1;\n");
+    /* the launch alone, with the host's grid and block (runtime/device_emu.c) */
+    cu_tx(&t->emu, "extern \"C\" int hpd_emul_%s(const hpdl_kctx *ctx, unsigned grid, unsigned block, void **io) {\n"
+                   "  return HPDL_EMU_LAUNCH(%s, dim3(grid), dim3(block), 0, *ctx", name, name);
+    for (int i = 0; i < K->ninputs + K->noutputs; i++) {
+      int v = i < K->ninputs ? K->inputs[i] : K->outputs[i - K->ninputs];
+      cu_tx(&t->emu, ", (%s%s *)io[%d]", i < K->ninputs ? "const " : "", cu_c_type(k->fg->graph->nodes[v].dtype), i);
+    }
+    cu_tx(&t->emu, ");\n}\n\n");
   }
 }
 
@@ -780,6 +788,14 @@ static void gemm(CuKern *k) {
   l->stride_a = nb > 1 ? (ma < 0 ? -1 : ma * P.a.rows * P.a.cols) : 0;
   l->stride_b = nb > 1 ? (mb < 0 ? -1 : mb * P.b.rows * P.b.cols) : 0;
   l->stride_c = nb > 1 ? P.M * P.N : 0;
+  l->batch_axes = P.flat ? 0 : P.batch_axes;
+  for (int i = 0; i < l->batch_axes; i++) {
+    l->bdims[i] = mmn->dims[i];
+    l->sa[i] = sa[i];
+    l->sb[i] = sb[i];
+  }
+  l->amat = P.a.rows * P.a.cols;
+  l->bmat = P.b.rows * P.b.cols;
   l->epilogue = epi;
   l->bias = epi ? cu_io_index(k, ebias) : -1;
   l->aux = epi && eaux >= 0 ? cu_io_index(k, eaux) : -1;
@@ -1059,6 +1075,17 @@ static int cu_emit(CgTarget *t, const char *path) {
                                       (json_int_t)l->lda, "ldb", (json_int_t)l->ldb, "ldc", (json_int_t)l->ldc, "alpha",
                                       l->alpha, "batch", (json_int_t)l->batch, "stride_a", (json_int_t)l->stride_a,
                                       "stride_b", (json_int_t)l->stride_b, "stride_c", (json_int_t)l->stride_c));
+        if (l->batch_axes) {
+          json_t *bd = json_array(), *jsa = json_array(), *jsb = json_array();
+          for (int q = 0; q < l->batch_axes; q++) {
+            json_array_append_new(bd, json_integer(l->bdims[q]));
+            json_array_append_new(jsa, json_integer(l->sa[q]));
+            json_array_append_new(jsb, json_integer(l->sb[q]));
+          }
+          json_object_set_new(json_object_get(j, "gemm"), "batch_axes",
+                              json_pack("{s:o, s:o, s:o, s:I, s:I}", "dims", bd, "stride_a", jsa, "stride_b", jsb,
+                                        "matrix_a", (json_int_t)l->amat, "matrix_b", (json_int_t)l->bmat));
+        }
         if (l->epilogue)
           json_object_set_new(json_object_get(j, "gemm"), "epilogue",
                               json_pack("{s:s, s:i, s:i}", "kind", l->epilogue, "bias", l->bias, "aux", l->aux));
@@ -1116,6 +1143,11 @@ static void cu_destroy(CgTarget *t) {
 static const CgBackend cuda_backend = {"cuda", cu_create, cu_generate, cu_emit, cu_dump, cu_error, cu_stats, cu_destroy};
 
 const CgBackend *cg_cuda_backend(void) { return &cuda_backend; }
+
+const CgCudaLaunch *cg_cuda_launches(const CgTarget *t, int *n) {
+  *n = t->nlaunch;
+  return t->launch;
+}
 
 int cg_cuda_pending(const CgTarget *t, int *gemms, int *specials) {
   if (gemms) *gemms = t->ngemm;

@@ -4,11 +4,41 @@
 #ifndef HPDL_CODEGEN_CUDA_H
 #define HPDL_CODEGEN_CUDA_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "codegen.h"
+#include "ir.h"
 
 const CgBackend *cg_cuda_backend(void);
+
+/* One launch of a generated kernel: what the host program needs to run it. */
+typedef struct {
+  char name[200];
+  int graph, kernel, step; /* the fused kernel (fuse.h) and its step */
+  const char *kind;        /* "loop", "row", "zero", "special" */
+  int64_t grid, block;     /* blocks (grid-stride beyond) and threads a block */
+  /* kind "gemm": a cuBLASLt matmul, row-major C[M, N] = alpha op(A) op(B)
+   * over the kernel's io pointers (a, b, c: their io indices) */
+  int gemm_a, gemm_b, gemm_c, trans_a, trans_b;
+  int64_t m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c;
+  double alpha;
+  /* cuBLASLt's epilogue: NULL (none), "bias", "bias_relu", "bias_gelu":
+   * D = act(alpha op(A) op(B) + bias[n]); the bias's io index, and aux's
+   * (the pre-activation, GELU_AUX / RELU_AUX) or -1 */
+  const char *epilogue;
+  int bias, aux;
+  /* the batch per axis (hpdl_emu_gemm's and devexec's form): the output's
+   * batch axes bdims[0..batch_axes), matrix strides sa / sb per axis, and
+   * the elements of one matrix of A and of B */
+  int batch_axes;
+  int64_t bdims[IR_MAX_RANK], sa[IR_MAX_RANK], sb[IR_MAX_RANK];
+  int64_t amat, bmat;
+} CgCudaLaunch;
+
+/* The launches of a generated module in execution order (per graph, per
+ * fused kernel, its steps); what the host program runs. */
+const CgCudaLaunch *cg_cuda_launches(const CgTarget *t, int *n);
 
 /* Kernels of a generated module that are not CUDA C of ours: GEMMs (left
  * to cuBLASLt) and special kernels not generated yet. Returns their sum,

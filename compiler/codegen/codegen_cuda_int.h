@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "codegen.h"
+#include "codegen_cuda.h"
 #include "cudacc.h"
 #include "gemm.h"
 #include "fuse.h"
@@ -23,23 +24,7 @@ typedef struct {
 
 void cu_tx(CuText *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* One launch of a generated kernel: what the host program needs to run it. */
-typedef struct {
-  char name[200];
-  int graph, kernel, step; /* the fused kernel (fuse.h) and its step */
-  const char *kind;        /* "loop", "row", "zero", "special" */
-  int64_t grid, block;     /* blocks (grid-stride beyond) and threads a block */
-  /* kind "gemm": a cuBLASLt matmul, row-major C[M, N] = alpha op(A) op(B)
-   * over the kernel's io pointers (a, b, c: their io indices) */
-  int gemm_a, gemm_b, gemm_c, trans_a, trans_b;
-  int64_t m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c;
-  double alpha;
-  /* cuBLASLt's epilogue: NULL (none), "bias", "bias_relu", "bias_gelu":
-   * D = act(alpha op(A) op(B) + bias[n]); the bias's io index, and aux's
-   * (the pre-activation, GELU_AUX / RELU_AUX) or -1 */
-  const char *epilogue;
-  int bias, aux;
-} CuLaunch;
+typedef CgCudaLaunch CuLaunch;
 
 struct CgTarget {
   const IrModule *m;

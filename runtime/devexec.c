@@ -1,0 +1,529 @@
+/* devexec.c - a stage's fused graphs on a device (devexec.h). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "devexec.h"
+#include "semtypes.h"
+
+typedef struct {
+  size_t bytes;
+  void *p;
+} PoolBuf;
+
+typedef struct {
+  int node; /* the SAVE call */
+  int64_t count;
+  int per;  /* buffers per layer: the arguments, then outputs 1.. */
+  void **t; /* count x per, pool buffers */
+  size_t *bytes;
+} Stash;
+
+typedef struct {
+  DevKernel **k;       /* per launch; NULL for a GEMM */
+  DevGemmPlan **plans; /* per launch; NULL for a kernel */
+  double *secs;        /* per launch, profiling */
+  long *calls;
+} KernelRes;
+
+struct DevExec {
+  Device *dev;
+  const DevxProgram *p;
+  KernelRes **res; /* [graph][kernel] */
+  DevKernel *accumulate;
+  void **params, **grads;
+  void **inputs;
+  PoolBuf *free_bufs;
+  int nfree, capfree;
+  size_t live, peak;
+  unsigned long long seed;
+  int profile;
+  char err[1200];
+};
+
+static int fail(DevExec *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(DevExec *x, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(x->err, sizeof x->err, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+const char *devx_error(const DevExec *x) { return x->err; }
+
+static size_t round_bytes(size_t n) { return (n + 255) / 256 * 256; }
+
+static size_t value_bytes(const IrNode *n) { return (size_t)(ir_numel(n) * sem_dtype_bytes(n->dtype)); }
+
+static void *pool_get(DevExec *x, size_t bytes) {
+  size_t n = round_bytes(bytes ? bytes : 1);
+  for (int i = x->nfree - 1; i >= 0; i--)
+    if (x->free_bufs[i].bytes == n) {
+      void *p = x->free_bufs[i].p;
+      x->free_bufs[i] = x->free_bufs[--x->nfree];
+      return p;
+    }
+  void *p = x->dev->ops->alloc(x->dev, n);
+  if (!p) {
+    fail(x, "%s", dev_error(x->dev));
+    return NULL;
+  }
+  x->live += n;
+  if (x->live > x->peak) x->peak = x->live;
+  return p;
+}
+
+static void pool_put(DevExec *x, void *p, size_t bytes) {
+  if (!p) return;
+  if (x->nfree == x->capfree) {
+    x->capfree = x->capfree ? 2 * x->capfree : 256;
+    x->free_bufs = realloc(x->free_bufs, sizeof(PoolBuf) * (size_t)x->capfree);
+  }
+  x->free_bufs[x->nfree++] = (PoolBuf){round_bytes(bytes ? bytes : 1), p};
+}
+
+void devx_memory(const DevExec *x, size_t *now, size_t *peak) {
+  if (now) *now = x->live;
+  if (peak) *peak = x->peak;
+}
+
+void devx_program_free(DevxProgram *p) {
+  if (!p) return;
+  for (int g = 0; g < p->ngraphs; g++) {
+    for (int k = 0; k < p->graphs[g].nkernels; k++) {
+      DevxKernel *K = &p->graphs[g].kernels[k];
+      for (int l = 0; l < K->nlaunches; l++) free((char *)K->launches[l].name);
+      free(K->launches);
+      free(K->inputs);
+      free(K->outputs);
+      free(K->nodes);
+    }
+    free(p->graphs[g].kernels);
+  }
+  free(p->graphs);
+  memset(p, 0, sizeof *p);
+}
+
+static int64_t param_numel(const IrParam *P) {
+  int64_t n = 1;
+  for (int i = 0; i < P->rank; i++) n *= P->dims[i];
+  return n;
+}
+
+static int64_t param_copies(const IrParam *P) { return P->count > 1 ? P->count : 1; }
+
+DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, char *err, size_t errlen) {
+  DevExec *x = calloc(1, sizeof *x);
+  x->dev = dev;
+  x->p = p;
+  x->seed = seed;
+  const IrModule *m = p->m;
+  x->res = calloc((size_t)p->ngraphs, sizeof *x->res);
+  int rc = 0;
+  for (int g = 0; g < p->ngraphs && !rc; g++) {
+    x->res[g] = calloc((size_t)p->graphs[g].nkernels + 1, sizeof(KernelRes));
+    for (int k = 0; k < p->graphs[g].nkernels && !rc; k++) {
+      const DevxKernel *K = &p->graphs[g].kernels[k];
+      KernelRes *R = &x->res[g][k];
+      R->k = calloc((size_t)K->nlaunches + 1, sizeof *R->k);
+      R->plans = calloc((size_t)K->nlaunches + 1, sizeof *R->plans);
+      R->secs = calloc((size_t)K->nlaunches + 1, sizeof *R->secs);
+      R->calls = calloc((size_t)K->nlaunches + 1, sizeof *R->calls);
+      for (int l = 0; l < K->nlaunches && !rc; l++) {
+        const DevxLaunch *L = &K->launches[l];
+        if (L->is_gemm) {
+          R->plans[l] = dev->ops->gemm_plan(dev, &L->gemm);
+          if (!R->plans[l]) rc = fail(x, "graph %s kernel %d (%s): %s", m->graphs[g]->name, k, L->name, dev_error(dev));
+        } else {
+          R->k[l] = dev->ops->kernel(dev, L->name);
+          if (!R->k[l]) rc = fail(x, "graph %s kernel %d: %s", m->graphs[g]->name, k, dev_error(dev));
+        }
+      }
+    }
+  }
+  if (!rc) {
+    x->accumulate = dev->ops->kernel(dev, "hpdl_accumulate_f32");
+    if (!x->accumulate) rc = fail(x, "%s (kernels/hpdl_cuda.cuh defines it)", dev_error(dev));
+  }
+  x->params = calloc((size_t)m->nparams + 1, sizeof(void *));
+  x->grads = calloc((size_t)m->nparams + 1, sizeof(void *));
+  x->inputs = calloc((size_t)m->ninputs + 1, sizeof(void *));
+  for (int i = 0; i < m->nparams && !rc; i++) {
+    size_t bytes = sizeof(float) * (size_t)(param_numel(&m->params[i]) * param_copies(&m->params[i]));
+    x->params[i] = dev->ops->alloc(dev, bytes);
+    x->grads[i] = x->params[i] ? dev->ops->alloc(dev, bytes) : NULL;
+    if (!x->grads[i]) rc = fail(x, "parameter %s: %s", m->params[i].name, dev_error(dev));
+    x->live += 2 * bytes;
+  }
+  for (int i = 0; i < m->ninputs && !rc; i++) {
+    const IrInput *in = &m->inputs[i];
+    int64_t n = 1;
+    for (int k = 0; k < in->rank; k++) n *= in->dims[k];
+    x->inputs[i] = dev->ops->alloc(dev, (size_t)n * (size_t)sem_dtype_bytes(in->dtype));
+    if (!x->inputs[i]) rc = fail(x, "input %d: %s", i, dev_error(dev));
+  }
+  x->peak = x->live;
+  if (rc) {
+    snprintf(err, errlen, "%s", x->err);
+    devx_free(x);
+    return NULL;
+  }
+  return x;
+}
+
+void devx_free(DevExec *x) {
+  if (!x) return;
+  const IrModule *m = x->p->m;
+  for (int g = 0; g < x->p->ngraphs && x->res; g++) {
+    for (int k = 0; x->res[g] && k < x->p->graphs[g].nkernels; k++) {
+      free(x->res[g][k].k);
+      free(x->res[g][k].plans);
+      free(x->res[g][k].secs);
+      free(x->res[g][k].calls);
+    }
+    free(x->res[g]);
+  }
+  free(x->res);
+  for (int i = 0; i < m->nparams; i++) {
+    if (x->params) x->dev->ops->release(x->dev, x->params[i]);
+    if (x->grads) x->dev->ops->release(x->dev, x->grads[i]);
+  }
+  for (int i = 0; i < m->ninputs && x->inputs; i++) x->dev->ops->release(x->dev, x->inputs[i]);
+  for (int i = 0; i < x->nfree; i++) x->dev->ops->release(x->dev, x->free_bufs[i].p);
+  free(x->free_bufs);
+  free(x->params);
+  free(x->grads);
+  free(x->inputs);
+  free(x);
+}
+
+int devx_set_param(DevExec *x, int p, const float *host) {
+  const IrParam *P = &x->p->m->params[p];
+  size_t bytes = sizeof(float) * (size_t)(param_numel(P) * param_copies(P));
+  if (x->dev->ops->to_device(x->dev, x->params[p], host, bytes)) return fail(x, "parameter %s: %s", P->name, dev_error(x->dev));
+  return 0;
+}
+
+int devx_set_input(DevExec *x, int i, const void *host, size_t bytes) {
+  if (x->dev->ops->to_device(x->dev, x->inputs[i], host, bytes)) return fail(x, "input %d: %s", i, dev_error(x->dev));
+  return 0;
+}
+
+int devx_get_grad(DevExec *x, int p, float *host) {
+  const IrParam *P = &x->p->m->params[p];
+  size_t bytes = sizeof(float) * (size_t)(param_numel(P) * param_copies(P));
+  if (x->dev->ops->to_host(x->dev, host, x->grads[p], bytes)) return fail(x, "gradient of %s: %s", P->name, dev_error(x->dev));
+  return 0;
+}
+
+int devx_zero_grads(DevExec *x) {
+  const IrModule *m = x->p->m;
+  for (int i = 0; i < m->nparams; i++) {
+    size_t bytes = sizeof(float) * (size_t)(param_numel(&m->params[i]) * param_copies(&m->params[i]));
+    if (x->dev->ops->zero(x->dev, x->grads[i], bytes)) return fail(x, "%s", dev_error(x->dev));
+  }
+  return 0;
+}
+
+static DevKctx kctx(const DevExec *x, int64_t layer) {
+  DevKctx c;
+  memset(&c, 0, sizeof c);
+  c.seed = x->seed;
+  c.layer = layer;
+  for (int i = 0; i < 4; i++) c.size[i] = 1;
+  return c;
+}
+
+static int run_launches(DevExec *x, int gi, int kp, int64_t layer, void **io) {
+  const DevxKernel *K = &x->p->graphs[gi].kernels[kp];
+  const KernelRes *R = &x->res[gi][kp];
+  DevKctx c = kctx(x, layer);
+  int nio = K->ninputs + K->noutputs;
+  for (int l = 0; l < K->nlaunches; l++) {
+    const DevxLaunch *L = &K->launches[l];
+    double t0 = x->profile ? x->dev->ops->seconds(x->dev) : 0;
+    int rc = L->is_gemm ? x->dev->ops->gemm(x->dev, R->plans[l], io)
+                        : x->dev->ops->launch(x->dev, R->k[l], L->grid, L->block, &c, io, nio);
+    if (rc) return fail(x, "graph %s kernel %d (%s): %s", x->p->m->graphs[gi]->name, kp, L->name, dev_error(x->dev));
+    if (x->profile) {
+      R->secs[l] += x->dev->ops->seconds(x->dev) - t0;
+      R->calls[l]++;
+    }
+  }
+  return 0;
+}
+
+void devx_profile(DevExec *x, int on) { x->profile = on; }
+
+typedef struct {
+  const DevxLaunch *L;
+  double secs;
+  long calls;
+} ProfRow;
+
+static int by_time(const void *a, const void *b) {
+  double d = ((const ProfRow *)b)->secs - ((const ProfRow *)a)->secs;
+  return d > 0 ? 1 : d < 0 ? -1 : 0;
+}
+
+static double gemm_flops(const DevGemm *g) {
+  double nb = 1;
+  for (int i = 0; i < g->batch_axes; i++) nb *= (double)g->bdims[i];
+  return 2.0 * (double)g->m * (double)g->n * (double)g->k * nb;
+}
+
+void devx_profile_report(const DevExec *x, FILE *out, int top, int steps) {
+  int n = 0;
+  for (int g = 0; g < x->p->ngraphs; g++)
+    for (int k = 0; k < x->p->graphs[g].nkernels; k++) n += x->p->graphs[g].kernels[k].nlaunches;
+  ProfRow *rows = calloc((size_t)n + 1, sizeof *rows);
+  int nr = 0;
+  double total = 0;
+  for (int g = 0; g < x->p->ngraphs; g++)
+    for (int k = 0; k < x->p->graphs[g].nkernels; k++) {
+      const DevxKernel *K = &x->p->graphs[g].kernels[k];
+      for (int l = 0; l < K->nlaunches; l++) {
+        rows[nr++] = (ProfRow){&K->launches[l], x->res[g][k].secs[l], x->res[g][k].calls[l]};
+        total += x->res[g][k].secs[l];
+      }
+    }
+  qsort(rows, (size_t)nr, sizeof *rows, by_time);
+  double per = steps > 0 ? 1.0 / steps : 1.0;
+  /* per family */
+  const char *fam[32];
+  double fsec[32];
+  long fcalls[32];
+  int nf = 0;
+  for (int i = 0; i < nr; i++) {
+    int f = 0;
+    while (f < nf && strcmp(fam[f], rows[i].L->kind)) f++;
+    if (f == nf && nf < 32) {
+      fam[nf] = rows[i].L->kind;
+      fsec[nf] = 0;
+      fcalls[nf++] = 0;
+    }
+    if (f < nf) {
+      fsec[f] += rows[i].secs;
+      fcalls[f] += rows[i].calls;
+    }
+  }
+  fprintf(out, "profile: %.2f ms a step in %d launches (each timed alone)\n", 1e3 * total * per, nr);
+  for (int f = 0; f < nf; f++)
+    fprintf(out, "  %-10s %8.2f ms %5.1f%%  %6ld launches a step\n", fam[f], 1e3 * fsec[f] * per,
+            total > 0 ? 100 * fsec[f] / total : 0, (long)(fcalls[f] * per));
+  fprintf(out, "  top launches: ms a step, share, calls a step, achieved\n");
+  for (int i = 0; i < nr && i < top; i++) {
+    const DevxLaunch *L = rows[i].L;
+    fprintf(out, "  %-34s %-8s %8.3f ms %5.1f%% %5ld", L->name, L->kind, 1e3 * rows[i].secs * per,
+            total > 0 ? 100 * rows[i].secs / total : 0, (long)(rows[i].calls * per));
+    if (L->is_gemm && rows[i].secs > 0)
+      fprintf(out, "  %lldx%lldx%lld%s%s x%lld %.1f TFLOP/s", (long long)L->gemm.m, (long long)L->gemm.n,
+              (long long)L->gemm.k, L->gemm.trans_a ? " A^T" : "", L->gemm.trans_b ? " B^T" : "",
+              (long long)(gemm_flops(&L->gemm) / (2.0 * (double)L->gemm.m * (double)L->gemm.n * (double)L->gemm.k)),
+              gemm_flops(&L->gemm) * (double)rows[i].calls / rows[i].secs * 1e-12);
+    else fprintf(out, "  grid %u x %u", L->grid, L->block);
+    fputc('\n', out);
+  }
+  free(rows);
+}
+
+int devx_run_kernel(DevExec *x, int graph, int kernel, int64_t layer, void **io) {
+  return run_launches(x, graph, kernel, layer, io);
+}
+
+static int accumulate(DevExec *x, float *dst, const void *src, int64_t n) {
+  DevKctx c = kctx(x, 0);
+  void *args[3] = {(void *)src, dst, (void *)(intptr_t)n};
+  int64_t blocks = (n + 1023) / 1024;
+  if (blocks > 65535) blocks = 65535;
+  if (x->dev->ops->launch(x->dev, x->accumulate, (unsigned)(blocks < 1 ? 1 : blocks), 256, &c, args, 3))
+    return fail(x, "gradient accumulation: %s", dev_error(x->dev));
+  return 0;
+}
+
+static int run_graph(DevExec *x, int gi, int64_t layer, void **args, void **outs);
+
+/* A CALL node: its callee `count` times over the layers, carrying output 0
+ * into argument 0; the result (the last carry) is copied into out. */
+static int run_call(DevExec *x, const IrGraph *g, const IrNode *n, void **val, Stash *stash, int *nstash, void *out) {
+  const IrModule *m = x->p->m;
+  int callee = (int)n->attr[0];
+  int64_t count = n->attr[1], mode = n->attr[2], first = n->attr[3];
+  const IrGraph *cg = m->graphs[callee];
+  void **outs = calloc((size_t)cg->noutputs + 1, sizeof(void *));
+  void *carry = NULL;
+  size_t carry_bytes = value_bytes(&cg->nodes[cg->outputs[0]]);
+  int rc = 0;
+  if (mode == IR_CALL_PLAIN || mode == IR_CALL_SAVE) {
+    int nargs = n->nin;
+    void **args = calloc((size_t)nargs + 1, sizeof(void *));
+    for (int k = 0; k < nargs; k++) args[k] = val[n->in[k]];
+    Stash *st = NULL;
+    if (mode == IR_CALL_SAVE) {
+      st = &stash[(*nstash)++];
+      st->node = (int)(n - g->nodes);
+      st->count = count;
+      st->per = nargs + cg->noutputs - 1;
+      st->t = calloc((size_t)(count * st->per) + 1, sizeof(void *));
+      st->bytes = calloc((size_t)st->per + 1, sizeof(size_t));
+      for (int k = 0; k < nargs; k++) st->bytes[k] = value_bytes(&g->nodes[n->in[k]]);
+      for (int k = 1; k < cg->noutputs; k++) st->bytes[nargs + k - 1] = value_bytes(&cg->nodes[cg->outputs[k]]);
+    }
+    for (int64_t l = 0; l < count && !rc; l++) {
+      if (st)
+        for (int k = 0; k < nargs && !rc; k++) {
+          void *c = pool_get(x, st->bytes[k]);
+          if (!c || x->dev->ops->copy(x->dev, c, args[k], st->bytes[k])) rc = c ? fail(x, "%s", dev_error(x->dev)) : -1;
+          st->t[l * st->per + k] = c;
+        }
+      if (rc || (rc = run_graph(x, callee, first + l, args, outs))) break;
+      pool_put(x, carry, carry_bytes);
+      carry = outs[0];
+      args[0] = carry;
+      for (int k = 1; k < cg->noutputs; k++) {
+        if (st) st->t[l * st->per + nargs + k - 1] = outs[k];
+        else pool_put(x, outs[k], value_bytes(&cg->nodes[cg->outputs[k]]));
+      }
+    }
+    free(args);
+  } else {
+    Stash *st = NULL;
+    for (int i = 0; i < *nstash; i++)
+      if (stash[i].node == n->in[1]) st = &stash[i];
+    if (!st || st->count != count) {
+      free(outs);
+      return fail(x, "backward call of %s: nothing saved", cg->name);
+    }
+    void **args = calloc((size_t)st->per + 2, sizeof(void *));
+    args[0] = val[n->in[0]];
+    for (int64_t l = count - 1; l >= 0 && !rc; l--) {
+      for (int k = 0; k < st->per; k++) args[1 + k] = st->t[l * st->per + k];
+      if ((rc = run_graph(x, callee, first + l, args, outs))) break;
+      pool_put(x, carry, carry_bytes);
+      carry = outs[0];
+      args[0] = carry;
+      for (int k = 1; k < cg->noutputs; k++) pool_put(x, outs[k], value_bytes(&cg->nodes[cg->outputs[k]]));
+      for (int k = 0; k < st->per; k++) {
+        pool_put(x, st->t[l * st->per + k], st->bytes[k]);
+        st->t[l * st->per + k] = NULL;
+      }
+    }
+    free(args);
+  }
+  if (!rc && carry && x->dev->ops->copy(x->dev, out, carry, value_bytes(n))) rc = fail(x, "%s", dev_error(x->dev));
+  pool_put(x, carry, carry_bytes);
+  free(outs);
+  return rc;
+}
+
+/* Runs graph gi at `layer` on args (device pointers); outs[k] receive pool
+ * buffers with its plain outputs (the caller returns them to the pool);
+ * gradient outputs are added into the gradient buffers. */
+static int run_graph(DevExec *x, int gi, int64_t layer, void **args, void **outs) {
+  const IrModule *m = x->p->m;
+  const DevxGraph *G = &x->p->graphs[gi];
+  const IrGraph *g = m->graphs[gi];
+  void **val = calloc((size_t)g->nnodes + 1, sizeof(void *));
+  char *own = calloc((size_t)g->nnodes + 1, 1);
+  Stash *stash = calloc((size_t)g->nnodes + 1, sizeof(Stash));
+  int nstash = 0, rc = 0;
+  for (int p = 0; p < G->nkernels && !rc; p++) {
+    const DevxKernel *K = &G->kernels[p];
+    switch (K->kind) {
+    case DEVX_VIEW:
+      for (int j = 0; j < K->nnodes; j++) val[K->nodes[j]] = val[g->nodes[K->nodes[j]].in[0]];
+      break;
+    case DEVX_LEAF: {
+      int id = K->nodes[0];
+      const IrNode *n = &g->nodes[id];
+      int64_t k = n->attr[0];
+      if (n->op == IR_INPUT) val[id] = x->inputs[k];
+      else if (n->op == IR_ARG) val[id] = args[k];
+      else if (n->op == IR_PARAM) {
+        const IrParam *P = &m->params[k];
+        int64_t copy = P->count > 1 ? layer : 0;
+        val[id] = (char *)x->params[k] + (size_t)(copy * ir_numel(n)) * sizeof(float);
+      } else {
+        /* a fill, iota or constant: its kernel when it has one (a kernel
+         * that reads it inline never looks at the buffer) */
+        val[id] = pool_get(x, value_bytes(n));
+        own[id] = 1;
+        if (!val[id]) rc = -1;
+        else if (K->nlaunches) rc = run_launches(x, gi, p, layer, &val[id]);
+      }
+      break;
+    }
+    case DEVX_CALL: {
+      int id = K->nodes[0];
+      val[id] = pool_get(x, value_bytes(&g->nodes[id]));
+      own[id] = 1;
+      rc = val[id] ? run_call(x, g, &g->nodes[id], val, stash, &nstash, val[id]) : -1;
+      break;
+    }
+    case DEVX_COMM:
+      rc = fail(x, "graph %s kernel %d: a collective (%s); the device layer runs one rank without them so far", g->name, p,
+                ir_op_name(g->nodes[K->nodes[0]].op));
+      break;
+    case DEVX_RUN: {
+      int nio = K->ninputs + K->noutputs;
+      void **io = calloc((size_t)nio + 1, sizeof(void *));
+      for (int j = 0; j < K->ninputs; j++) io[j] = val[K->inputs[j]];
+      for (int j = 0; j < K->noutputs && !rc; j++) {
+        int v = K->outputs[j];
+        val[v] = pool_get(x, value_bytes(&g->nodes[v]));
+        own[v] = 1;
+        io[K->ninputs + j] = val[v];
+        if (!val[v]) rc = -1;
+      }
+      if (!rc) rc = run_launches(x, gi, p, layer, io);
+      free(io);
+      break;
+    }
+    }
+  }
+  if (!rc) {
+    int nplain = g->noutputs - g->ngrad_params;
+    for (int k = 0; k < g->noutputs && !rc; k++) {
+      const IrNode *o = &g->nodes[g->outputs[k]];
+      if (k < nplain) {
+        outs[k] = pool_get(x, value_bytes(o));
+        if (!outs[k] || x->dev->ops->copy(x->dev, outs[k], val[g->outputs[k]], value_bytes(o)))
+          rc = outs[k] ? fail(x, "%s", dev_error(x->dev)) : -1;
+        continue;
+      }
+      int pi = g->grad_params[k - nplain];
+      const IrParam *P = &m->params[pi];
+      int64_t copy = P->count > 1 ? layer : 0, numel = ir_numel(o);
+      rc = accumulate(x, (float *)x->grads[pi] + copy * numel, val[g->outputs[k]], numel);
+    }
+  }
+  for (int i = 0; i < g->nnodes; i++)
+    if (own[i]) pool_put(x, val[i], value_bytes(&g->nodes[i]));
+  for (int i = 0; i < nstash; i++) {
+    for (int64_t k = 0; stash[i].t && k < stash[i].count * stash[i].per; k++)
+      pool_put(x, stash[i].t[k], stash[i].bytes[k % stash[i].per]);
+    free(stash[i].t);
+    free(stash[i].bytes);
+  }
+  free(stash);
+  free(own);
+  free(val);
+  return rc;
+}
+
+int devx_step(DevExec *x, int graph, float seed, float *loss) {
+  const IrGraph *g = x->p->m->graphs[graph];
+  void *dseed = pool_get(x, sizeof(float));
+  if (!dseed) return -1;
+  if (x->dev->ops->to_device(x->dev, dseed, &seed, sizeof seed)) return fail(x, "%s", dev_error(x->dev));
+  void *args[2] = {dseed, NULL};
+  void **outs = calloc((size_t)g->noutputs + 1, sizeof(void *));
+  int rc = run_graph(x, graph, 0, args, outs);
+  if (!rc && loss && x->dev->ops->to_host(x->dev, loss, outs[0], sizeof(float))) rc = fail(x, "%s", dev_error(x->dev));
+  for (int k = 0; k < g->noutputs - g->ngrad_params; k++) pool_put(x, outs[k], value_bytes(&g->nodes[g->outputs[k]]));
+  pool_put(x, dseed, sizeof(float));
+  free(outs);
+  return rc;
+}

@@ -1,0 +1,94 @@
+/* devexec.h - a stage's fused graphs run on a device (device.h): the host
+ * program of the CUDA target, shared by the GPU and the emulated device.
+ *
+ * A DevxProgram is the stage's IR module plus, per graph, its fused kernels
+ * in execution order: what each reads and writes (IR value ids) and the
+ * launches that compute it (generated kernels by name with their grid and
+ * block, cuBLASLt GEMMs by descriptor). The compiler's back end knows all
+ * of it (the test builds it from the fusion result; an artifact will carry
+ * it in stageS.kernels.json).
+ *
+ * The walk: every graph's kernels in order, one device buffer per value
+ * (from a pool that keeps freed buffers by size, so a step after the first
+ * allocates nothing), views aliasing their input, CALLs in their three
+ * modes (core/ir.h: plain, saving each layer's arguments and outputs, and
+ * the backward over the saved layers, last layer first), and the gradient
+ * outputs of autodiff's graphs added into one gradient buffer per parameter
+ * (kernels/hpdl_cuda.cuh's hpdl_accumulate_f32). Collectives are not run
+ * yet: a graph with one stops with a message. */
+#ifndef HPDL_DEVEXEC_H
+#define HPDL_DEVEXEC_H
+
+#include <stdio.h>
+
+#include "device.h"
+#include "ir.h"
+
+typedef enum { DEVX_RUN, DEVX_VIEW, DEVX_LEAF, DEVX_CALL, DEVX_COMM } DevxKind;
+
+typedef struct {
+  const char *name; /* the generated kernel; for a GEMM a label */
+  char kind[16];    /* the back end's family: loop, row, special, gemm ... */
+  unsigned grid, block;
+  int is_gemm;
+  DevGemm gemm; /* is_gemm: over the fused kernel's io (inputs, then outputs) */
+} DevxLaunch;
+
+typedef struct {
+  DevxKind kind;
+  int *inputs, ninputs;   /* value ids read (DEVX_RUN) */
+  int *outputs, noutputs; /* value ids written */
+  int *nodes, nnodes;     /* views: each aliases its input 0; leaf, call, comm: nodes[0] */
+  DevxLaunch *launches;
+  int nlaunches;
+} DevxKernel;
+
+typedef struct {
+  DevxKernel *kernels;
+  int nkernels;
+} DevxGraph;
+
+typedef struct {
+  const IrModule *m;
+  DevxGraph *graphs; /* one per module graph */
+  int ngraphs;
+} DevxProgram;
+
+/* Frees what the builder malloc()ed: every array above and the names. */
+void devx_program_free(DevxProgram *p);
+
+typedef struct DevExec DevExec;
+
+/* Resolves every launch's kernel and prepares every GEMM on `dev` (the
+ * module already loaded), and allocates each parameter and its gradient
+ * (every copy of a repeated one). NULL with the reason in err. */
+DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, char *err, size_t errlen);
+void devx_free(DevExec *x);
+const char *devx_error(const DevExec *x);
+
+/* Host <-> device: parameter p (all copies, fp32), input i (its bytes as
+ * the IR's dtype), gradient p. */
+int devx_set_param(DevExec *x, int p, const float *host);
+int devx_set_input(DevExec *x, int i, const void *host, size_t bytes);
+int devx_get_grad(DevExec *x, int p, float *host);
+int devx_zero_grads(DevExec *x);
+
+/* Runs graph `graph` (autodiff's step: argument 0 is the loss's gradient
+ * seed) and returns its output 0 as a float in *loss; gradients accumulate. */
+int devx_step(DevExec *x, int graph, float seed, float *loss);
+
+/* One fused kernel alone (the kernel-by-kernel check): io holds device
+ * pointers, its inputs then its outputs. */
+int devx_run_kernel(DevExec *x, int graph, int kernel, int64_t layer, void **io);
+
+/* Profiling: with it on, every launch is timed alone (the device
+ * synchronised before and after it, so the step runs slower) and
+ * devx_profile_report prints per launch family and the `top` launches by
+ * time, per step over `steps` steps, with each GEMM's achieved FLOP/s. */
+void devx_profile(DevExec *x, int on);
+void devx_profile_report(const DevExec *x, FILE *out, int top, int steps);
+
+/* Device memory the pool holds now and at most (bytes). */
+void devx_memory(const DevExec *x, size_t *now, size_t *peak);
+
+#endif

@@ -1,0 +1,60 @@
+/* device.c - opening a device by name, and the reference GEMM the emulated
+ * device runs (device.h). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "device.h"
+
+Device *dev_open(const char *kind, int ordinal, char *err, size_t errlen) {
+  if (!strcmp(kind, "cuda")) return dev_cuda_open(ordinal, err, errlen);
+  if (!strcmp(kind, "emulate")) return dev_emu_open(err, errlen);
+  snprintf(err, errlen, "unknown device '%s' (cuda or emulate)", kind);
+  return NULL;
+}
+
+const char *dev_error(const Device *d) { return d->err; }
+
+/* The tanh form of GELU (kernels/hpdl_cuda.cuh, cuBLASLt's GELU epilogue). */
+static float gelu(float x) {
+  const float k = 0.79788456080286535588f, c = 0.044715f;
+  return 0.5f * x * (1.0f + tanhf(k * (x + c * x * x * x)));
+}
+
+void dev_gemm_reference(const DevGemm *g, void *const *io) {
+  int64_t nbatch = 1;
+  for (int i = 0; i < g->batch_axes; i++) nbatch *= g->bdims[i];
+  const float *A = io[g->a], *B = io[g->b];
+  float *C = io[g->c];
+  for (int64_t bi = 0; bi < nbatch; bi++) {
+    int64_t oa = 0, ob = 0, inner = 1;
+    for (int i = g->batch_axes - 1; i >= 0; i--) {
+      int64_t idx = (bi / inner) % g->bdims[i];
+      oa += idx * g->sa[i];
+      ob += idx * g->sb[i];
+      inner *= g->bdims[i];
+    }
+    const float *a = A + oa * g->amat, *b = B + ob * g->bmat;
+    float *c = C + bi * g->m * g->n;
+    for (int64_t i = 0; i < g->m; i++)
+      for (int64_t j = 0; j < g->n; j++) {
+        float s = 0.0f;
+        for (int64_t q = 0; q < g->k; q++) {
+          float x = g->trans_a ? a[q * g->lda + i] : a[i * g->lda + q];
+          float y = g->trans_b ? b[j * g->ldb + q] : b[q * g->ldb + j];
+          s += x * y;
+        }
+        c[i * g->n + j] = (float)g->alpha * s;
+      }
+  }
+  if (g->epilogue == DEV_EPI_NONE) return;
+  const float *bias = io[g->bias];
+  float *aux = g->aux >= 0 ? io[g->aux] : NULL;
+  int64_t rows = nbatch * g->m;
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < g->n; j++) {
+      float v = C[i * g->n + j] + bias[j];
+      if (aux) aux[i * g->n + j] = v;
+      C[i * g->n + j] = g->epilogue == DEV_EPI_BIAS_RELU ? (v > 0.0f ? v : 0.0f) : g->epilogue == DEV_EPI_BIAS_GELU ? gelu(v) : v;
+    }
+}

@@ -1,0 +1,103 @@
+/* device.h - the device layer: the operations the runtime needs from a GPU,
+ * behind one table with two implementations (docs/gpu.md).
+ *
+ *   cuda     the CUDA driver API (libcuda.so.1) and cuBLASLt, both opened
+ *            with dlopen, so that nothing is needed at build time and a
+ *            machine without them gets a sentence naming what is missing;
+ *   emulate  host memory, the generated kernels compiled as C++ through the
+ *            emulation harness (kernels/cuda_emu.h) into a shared object,
+ *            and a reference GEMM.
+ *
+ * Everything above the table (devexec.c: the walk over a stage's fused
+ * graphs) is shared, so what the tests run on a machine without a GPU is
+ * what a GPU runs. Errors: every function returns 0 or -1 and leaves one
+ * line in dev_error(). */
+#ifndef HPDL_DEVICE_H
+#define HPDL_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* kernels/hpdl_cuda.cuh's hpdl_kctx: what every generated kernel takes first. */
+typedef struct {
+  unsigned long long seed;
+  long long layer;
+  int rank[4];
+  int size[4];
+} DevKctx;
+
+enum { DEV_MAX_BATCH_AXES = 8 };
+
+typedef enum { DEV_EPI_NONE, DEV_EPI_BIAS, DEV_EPI_BIAS_RELU, DEV_EPI_BIAS_GELU } DevEpilogue;
+
+/* A GEMM of a fused kernel, over its io pointers (indices a, b, c, bias,
+ * aux): row-major C[m, n] = alpha op(A)[m, k] op(B)[k, n], op transposing
+ * when trans_*; then the epilogue D = act(C + bias[n]) with aux (when >= 0)
+ * receiving the pre-activation. A batch of matrices: the output's batch
+ * axes bdims[0..batch_axes), matrix i of A at sum idx * sa[axis] matrices
+ * of amat elements (B alike), C dense. `batch` and stride_a/b (elements)
+ * say the same as one strided batch when the axes walk memory evenly;
+ * stride -1 when they do not (then one product per matrix). */
+typedef struct {
+  int a, b, c, bias, aux;
+  int trans_a, trans_b;
+  int64_t m, n, k, lda, ldb, ldc;
+  double alpha;
+  int64_t batch, stride_a, stride_b, stride_c;
+  int batch_axes;
+  int64_t bdims[DEV_MAX_BATCH_AXES], sa[DEV_MAX_BATCH_AXES], sb[DEV_MAX_BATCH_AXES];
+  int64_t amat, bmat;
+  DevEpilogue epilogue;
+} DevGemm;
+
+typedef struct Device Device;
+typedef struct DevKernel DevKernel; /* a loaded kernel (opaque) */
+typedef struct DevGemmPlan DevGemmPlan; /* a GEMM prepared once (opaque) */
+
+typedef struct {
+  const char *name; /* "cuda", "emulate" */
+  /* memory: device addresses are opaque pointers; alloc zero-fills */
+  void *(*alloc)(Device *d, size_t bytes);
+  void (*release)(Device *d, void *p);
+  int (*to_device)(Device *d, void *dst, const void *src, size_t bytes);
+  int (*to_host)(Device *d, void *dst, const void *src, size_t bytes);
+  int (*copy)(Device *d, void *dst, const void *src, size_t bytes);
+  int (*zero)(Device *d, void *p, size_t bytes);
+  /* a stage's module: a cubin (cuda) or the path of the emulation's shared
+   * object (emulate); kernels looked up by name */
+  int (*load)(Device *d, const void *image, size_t bytes, const char *path);
+  DevKernel *(*kernel)(Device *d, const char *name);
+  /* a kernel's launch: grid blocks of block threads, each argument a device
+   * pointer after the context (the generated signature) */
+  int (*launch)(Device *d, DevKernel *k, unsigned grid, unsigned block, const DevKctx *ctx, void *const *args, int nargs);
+  DevGemmPlan *(*gemm_plan)(Device *d, const DevGemm *g);
+  int (*gemm)(Device *d, DevGemmPlan *p, void *const *io);
+  int (*sync)(Device *d);
+  /* seconds since an arbitrary start, after everything queued has run */
+  double (*seconds)(Device *d);
+  void (*close)(Device *d);
+} DevOps;
+
+struct Device {
+  const DevOps *ops;
+  char err[1024];
+  char what[256]; /* one line: the device, for the start-up line */
+  int sm;         /* the GPU's compute capability as NVRTC names it (90: sm_90); 0 emulated */
+};
+
+/* Opens a device: "cuda" (ordinal `ordinal`; the libraries searched as
+ * device_cuda.c says) or "emulate". NULL with the reason in err. */
+Device *dev_open(const char *kind, int ordinal, char *err, size_t errlen);
+const char *dev_error(const Device *d);
+
+/* Options of the cuda device (environment): HPDL_GEMM_TF32=1 lets cuBLASLt
+ * use TF32 tensor cores for fp32 GEMMs (as PyTorch's
+ * allow_tf32 / set_float32_matmul_precision("high")); off by default. */
+
+Device *dev_cuda_open(int ordinal, char *err, size_t errlen);
+Device *dev_emu_open(char *err, size_t errlen);
+
+/* The reference GEMM of the emulated device (also the host's check). */
+void dev_gemm_reference(const DevGemm *g, void *const *io);
+
+#endif
