@@ -237,11 +237,8 @@ Artifact *artifact_load(const char *dir, RtErr *e) {
   get_str(&r, root, "", "model", &a->model);
   a->target = rt_strdup("cpu");
   get_str(&r, root, "", "target", &a->target);
-  if (!r.bad && a->target && !strcmp(a->target, "cuda"))
-    bad(&r, "", "target",
-        "is \"cuda\": the artifact holds GPU kernels, and this hpdlrun runs CPU artifacts only (the GPU device layer is "
-        "not built yet); recompile with --target cpu");
-  else if (!r.bad && a->target && strcmp(a->target, "cpu")) bad(&r, "", "target", "must be \"cpu\" for this runtime");
+  if (!r.bad && a->target && strcmp(a->target, "cpu") && strcmp(a->target, "cuda"))
+    bad(&r, "", "target", "must be \"cpu\" or \"cuda\" for this runtime");
   a->world_size = 1;
   get_int(&r, root, "", "world_size", 1, &a->world_size);
 

@@ -71,6 +71,9 @@ const char *devx_error(const DevExec *x);
 int devx_set_param(DevExec *x, int p, const float *host);
 int devx_set_input(DevExec *x, int i, const void *host, size_t bytes);
 int devx_get_grad(DevExec *x, int p, float *host);
+/* One copy (`layer`) of parameter p, or of its gradient. */
+int devx_set_param_copy(DevExec *x, int p, int64_t layer, const float *host);
+int devx_get_grad_copy(DevExec *x, int p, int64_t layer, float *host);
 int devx_zero_grads(DevExec *x);
 
 /* Runs graph `graph` (autodiff's step: argument 0 is the loss's gradient

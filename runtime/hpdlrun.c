@@ -48,6 +48,8 @@ static void usage(FILE *f) {
           "  --progress MODE          auto (a live line on a terminal), tty, plain, quiet\n"
           "  --threads N              BLAS threads per rank (default: OPENBLAS_NUM_THREADS or\n"
           "                           OMP_NUM_THREADS when set, else cores / ranks on the node)\n"
+          "  --device cuda|emulate    --target cuda artifacts: the GPU (default), or its kernels\n"
+          "                           emulated on the CPU (an artifact compiled with --emulate)\n"
           "  -h, --help               this help;  --version  the version\n"
           "\n"
           "Environment: HPDL_MPIRUN (the mpirun to use), HPDL_MPIRUN_ARGS (extra mpirun arguments).\n");
@@ -157,6 +159,10 @@ static int parse_args(int argc, char **argv, Args *A) {
       else if (!strcmp(val, "plain")) A->t.progress = TRAIN_PROGRESS_PLAIN;
       else if (!strcmp(val, "quiet")) A->t.progress = TRAIN_PROGRESS_QUIET;
       else return bad_usage("--progress is auto, tty, plain or quiet, not %s", val);
+    } else if (!strcmp(n, "--device")) {
+      VALUE();
+      if (strcmp(val, "cuda") && strcmp(val, "emulate")) return bad_usage("--device is cuda or emulate, not %s", val);
+      A->t.device = val;
     } else if (!strcmp(n, "--threads")) {
       VALUE();
       if (parse_i64(val, 1, &v) < 0 || v > 1 << 16) return bad_usage("--threads wants a number of threads >= 1, not %s", val);

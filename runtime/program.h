@@ -42,6 +42,9 @@ typedef struct {
    * the gradients: grad_scale = 1 / (dp x num_micro_batches), so that after
    * the data-parallel sum they are the gradient of the global mean loss. */
   double grad_scale;
+  /* --target cuda: the device hpdlrun --device asked for ("cuda",
+   * "emulate"); NULL: the GPU */
+  const char *device;
 } TrainCtx;
 
 enum { TRAIN_PROGRAM_ABI = 1 };

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "builtin.h"
+#include "program_cuda.h"
 #include "ckpt.h"
 #include "init.h"
 #include "optim.h"
@@ -245,6 +246,11 @@ static void init_tensors(Run *R) {
 
 static int load_program(Run *R, RtErr *e) {
   const Artifact *a = R->a;
+  if (a->target && !strcmp(a->target, "cuda")) {
+    R->prog = cuda_program();
+    return 0;
+  }
+  if (R->o->device) return rt_fail(e, "--device %s: the artifact's target is %s; --device applies to --target cuda artifacts", R->o->device, a->target ? a->target : "cpu");
   if (!strcmp(a->program_kind, "builtin")) {
     R->prog = builtin_program(a->program_name);
     if (!R->prog) return rt_fail(e, "%s: program.name: no builtin program %s (there is: bigram)", a->manifest_path, a->program_name);
@@ -647,6 +653,7 @@ static int setup(Run *R, RtErr *e) {
   if (!R->ctx.arena) return rt_fail(e, "out of memory for the arena (%" PRId64 " bytes)", R->ctx.arena_bytes);
   R->ctx.art = a;
   R->ctx.comm = R->c;
+  R->ctx.device = R->o->device;
   R->ctx.grad_scale = 1.0 / ((double)a->layout.dp * (double)a->num_micro_batches);
   R->self = R->prog->create(&R->ctx, e);
   if (!R->self) return -1;

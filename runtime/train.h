@@ -44,6 +44,7 @@ typedef struct {
   FILE *out;               /* rank 0's log (stdout) */
   const char *threads;     /* for the header: "2 threads per rank"; NULL: not shown */
   int nthreads;            /* the rank's threads for the norm, clipping and update passes; 0: 1 */
+  const char *device;      /* --target cuda artifacts: "cuda" (NULL) or "emulate" */
 } TrainOptions;
 
 typedef struct {

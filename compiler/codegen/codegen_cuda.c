@@ -1018,6 +1018,59 @@ static void error_context(CgTarget *t, const char *log, const char *prog, char *
            prov ? "; it computes " : "", prov ? (int)(pe ? pe - prov : (long)strlen(prov)) : 0, prov ? prov : "");
 }
 
+static json_t *int_array(const int *v, int n) {
+  json_t *a = json_array();
+  for (int i = 0; i < n; i++) json_array_append_new(a, json_integer(v[i]));
+  return a;
+}
+
+/* The fused graphs as the host program walks them (runtime/devexec.h): per
+ * graph its kernels in order, each with its kind (run: launches of it are
+ * in "launches"; view, leaf, call, comm: the host's), the values it reads
+ * and writes, and for the host's kinds its nodes. */
+static json_t *fused_json(const CgTarget *t) {
+  json_t *gs = json_array();
+  for (int gi = 0; gi < t->fr->ngraphs; gi++) {
+    const FuseGraph *fg = &t->fr->graphs[gi];
+    json_t *ks = json_array();
+    for (int kp = 0; kp < fg->nkernels; kp++) {
+      const FuseKernel *K = &fg->kernels[kp];
+      const char *kind = K->kind == FUSE_VIEW   ? "view"
+                         : K->kind == FUSE_LEAF ? "leaf"
+                         : K->kind == FUSE_CALL ? "call"
+                         : K->kind == FUSE_COMM ? "comm"
+                                                : "run";
+      json_t *k = json_pack("{s:s, s:o, s:o}", "kind", kind, "inputs", int_array(K->inputs, K->ninputs), "outputs",
+                            int_array(K->outputs, K->noutputs));
+      if (K->kind == FUSE_VIEW || K->kind == FUSE_LEAF || K->kind == FUSE_CALL || K->kind == FUSE_COMM)
+        json_object_set_new(k, "nodes", int_array(K->nodes, K->kind == FUSE_VIEW ? K->nnodes : 1));
+      json_array_append_new(ks, k);
+    }
+    json_array_append_new(gs, json_pack("{s:s, s:o}", "name", fg->graph->name, "kernels", ks));
+  }
+  return gs;
+}
+
+/* CgOptions.emulate: PATH.emu.so, the source (with its host entries) as
+ * C++ through the emulation harness, for hpdlrun --device emulate. */
+static int build_emulation(CgTarget *t, const char *path) {
+  const char *cxx = getenv("HPDL_CXX");
+  if (!cxx || !*cxx) cxx = "c++";
+  char cmd[16384];
+  snprintf(cmd, sizeof cmd,
+           "%s -std=c++17 -O2 -fPIC -shared -fno-strict-aliasing -w -include '%s/cuda_emu.h' -I'%s' -x c++ '%s.cu' -o '%s.emu.so' "
+           "2> '%s.emu.log'",
+           cxx, kernels_dir(t), kernels_dir(t), path, path, path);
+  if (system(cmd)) {
+    cu_fail(t, "the emulation's kernels did not compile as C++ with %s (--emulate; set HPDL_CXX): see %s.emu.log", cxx, path);
+    return -1;
+  }
+  char log[4200];
+  snprintf(log, sizeof log, "%s.emu.log", path);
+  remove(log);
+  return 0;
+}
+
 /* Writes PATH.cu (with hpdl_cuda.cuh beside it), PATH.cubin and PATH.ptx
  * for the arch through NVRTC, and PATH.kernels.json: the arch, NVRTC's
  * version and options, the source hash, and per launch its kernel, graph,
@@ -1064,9 +1117,9 @@ static int cu_emit(CgTarget *t, const char *path) {
     for (size_t i = 0; i < r.n_options; i++) json_array_append_new(opts, json_string(r.options[i]));
     for (int i = 0; i < t->nlaunch; i++) {
       const CuLaunch *l = &t->launch[i];
-      json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:i, s:I, s:I}", "name", l->name, "kind", l->kind, "graph",
-                            t->fr->graphs[l->graph].graph->name, "kernel", l->kernel, "step", l->step, "grid",
-                            (json_int_t)l->grid, "block", (json_int_t)l->block);
+      json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:I, s:I}", "name", l->name, "kind", l->kind, "graph",
+                            t->fr->graphs[l->graph].graph->name, "graph_index", l->graph, "kernel", l->kernel, "step", l->step,
+                            "grid", (json_int_t)l->grid, "block", (json_int_t)l->block);
       if (!strcmp(l->kind, "gemm")) {
         json_object_set_new(j, "gemm",
                             json_pack("{s:i, s:i, s:i, s:b, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:I, s:I}", "a",
@@ -1107,6 +1160,7 @@ static int cu_emit(CgTarget *t, const char *path) {
     json_object_set_new(root, "cache_hit", json_boolean(r.cache_hit));
     json_object_set_new(root, "nvrtc_seconds", json_real(r.seconds));
     json_object_set_new(root, "launches", ls);
+    json_object_set_new(root, "graphs", fused_json(t));
     snprintf(fn, sizeof fn, "%s.kernels.json", path);
     if (json_dump_file(root, fn, JSON_INDENT(1) | JSON_PRESERVE_ORDER)) {
       cu_fail(t, "cannot write %s", fn);
@@ -1114,6 +1168,7 @@ static int cu_emit(CgTarget *t, const char *path) {
     }
     json_decref(root);
   }
+  if (!rc && t->opt.emulate) rc = build_emulation(t, path);
   if (r.warning && !t->opt.no_cache) snprintf(t->warning, sizeof t->warning, "%s", r.warning);
   if (t->have_result) cudacc_result_free(&t->result);
   t->result = r; /* kept for cg_cuda_report */

@@ -376,6 +376,7 @@ static int kernels_build(Cx *C, Chunk *k, const char *path, char *why, size_t n)
   memset(&opt, 0, sizeof opt);
   opt.memplan = k->plan;
   opt.arch = C->o->arch;
+  opt.emulate = cuda && C->o->emulate;
   opt.source_path = source_path;
   opt.source_ctx = C->diag;
   char err[1024] = "";

@@ -45,6 +45,7 @@ typedef struct {
   int quiet;                /* no summary on `out` */
   const char *arch;         /* cuda: "sm_80" (NULL), "sm_90", "sm_100", ... */
   int verbose;              /* -v: per kernel resources and launch shapes */
+  int emulate;              /* cuda: also stageS.emu.so, the kernels for hpdlrun --device emulate */
 } CompileOptions;
 
 /* "auto", "native", "interp"; -1 when unknown. */

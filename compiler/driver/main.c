@@ -165,8 +165,12 @@ static void help_verb(const char *verb) {
          "  -o DIR                   the artifact folder (made when missing)\n"
          "  --target cpu|cuda        what to compile for (cpu, the default; cuda: CUDA C\n"
          "                           compiled by NVRTC into stageS.cubin / .ptx, with\n"
-         "                           stageS.kernels.json; hpdlrun does not run it yet)\n"
+         "                           stageS.kernels.json; hpdlrun runs it on a GPU, one\n"
+         "                           rank so far)\n"
          "  --arch sm_80|sm_90|...   the GPU architecture of --target cuda (sm_80)\n"
+         "  --emulate                cuda: also build stageS.emu.so (the kernels as C++\n"
+         "                           through kernels/cuda_emu.h, with $HPDL_CXX or c++)\n"
+         "                           for hpdlrun --device emulate on a machine without GPU\n"
          "  -v, --verbose            cuda: each kernel's registers, shared memory,\n"
          "                           spills and launch shape\n"
          "  --executor auto|native|interp\n"
@@ -277,6 +281,10 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
                   : (fl == 6 && !strncmp(a, "--arch", 6)) ? 3 : -1;
       if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
         cli->compile.verbose = 1;
+        continue;
+      }
+      if (!strcmp(a, "--emulate")) {
+        cli->compile.emulate = 1;
         continue;
       }
       if (which >= 0) {
@@ -432,6 +440,8 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
     return cli_error("compile: unknown target '%s' (there are: cpu, cuda)", cli->compile.target, NULL);
   if (!strcmp(verb, "compile") && cli->compile.arch && !(cli->compile.target && !strcmp(cli->compile.target, "cuda")))
     return cli_error("compile: --arch %s applies to --target cuda only", cli->compile.arch, NULL);
+  if (cli->compile.emulate && !(cli->compile.target && !strcmp(cli->compile.target, "cuda")))
+    return cli_error("compile: --emulate applies to --target cuda only%s", "", NULL);
   return 0;
 }
 

@@ -1,0 +1,367 @@
+/* program_cuda.c - the program of a --target cuda artifact (program.h):
+ * the stage's chunk (stageS.hir) walked by devexec on a device, the GPU
+ * (device_cuda.c) or the emulated one (device_emu.c), with the launches and
+ * fused graphs of stageS.kernels.json and the kernels of stageS.cubin
+ * (stageS.ptx when the GPU is newer than the cubin's architecture) or
+ * stageS.emu.so.
+ *
+ * So far: one rank (dp = tp = pp = cp = 1). Each step copies the
+ * parameters to the device, runs the micro-batches (the step graph with
+ * seed grad_scale, gradients accumulating on the device), and adds the
+ * gradients into the training loop's, which clips and updates on the host
+ * as for the CPU program. Keeping the parameters and the optimizer on the
+ * device and the collectives over NCCL are the next steps (docs/gpu.md). */
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arena.h"
+#include "devexec.h"
+#include "program.h"
+#include "program_cuda.h"
+#include "program_ir.h"
+
+typedef struct {
+  TrainTensor *t;
+  int param;
+  int64_t layer, numel;
+} CudaUse;
+
+typedef struct {
+  Device *dev;
+  Arena *arena;
+  ProgramChunk *pc;
+  DevxProgram prog;
+  DevExec *x;
+  CudaUse *uses;
+  int nuses;
+  float *host; /* one copy's worth, the largest */
+  int32_t **feeds;
+} CudaProg;
+
+static int fail(RtErr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(RtErr *e, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+static unsigned char *read_all(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  unsigned char *buf = NULL;
+  size_t cap = 0, len = 0, got;
+  do {
+    if (len == cap) {
+      cap = cap ? 2 * cap : 1 << 20;
+      unsigned char *b = realloc(buf, cap + 1);
+      if (!b) {
+        free(buf);
+        fclose(f);
+        return NULL;
+      }
+      buf = b;
+    }
+    got = fread(buf + len, 1, cap - len, f);
+    len += got;
+  } while (got > 0);
+  fclose(f);
+  buf[len] = 0;
+  *n = len;
+  return buf;
+}
+
+static int *ints(json_t *a, int *n) {
+  *n = (int)json_array_size(a);
+  int *v = calloc((size_t)*n + 1, sizeof(int));
+  for (int i = 0; v && i < *n; i++) v[i] = (int)json_integer_value(json_array_get(a, (size_t)i));
+  return v;
+}
+
+static int64_t jint(json_t *o, const char *k) { return json_integer_value(json_object_get(o, k)); }
+
+/* stageS.kernels.json -> the host program; checked against the module. */
+static int load_kernels(CudaProg *P, const char *path, RtErr *e) {
+  json_error_t je;
+  json_t *root = json_load_file(path, 0, &je);
+  if (!root) return fail(e, "%s:%d: %s", path, je.line, je.text);
+  const IrModule *m = P->pc->m;
+  json_t *gs = json_object_get(root, "graphs"), *ls = json_object_get(root, "launches");
+  int rc = 0;
+  if (!json_is_array(gs) || !json_is_array(ls))
+    rc = fail(e, "%s: no \"graphs\" or \"launches\" (an artifact of an older hpdlc: recompile it)", path);
+  else if ((int)json_array_size(gs) != m->ngraphs)
+    rc = fail(e, "%s: %zu graphs, the module has %d (recompile the artifact)", path, json_array_size(gs), m->ngraphs);
+  DevxProgram *p = &P->prog;
+  p->m = m;
+  p->ngraphs = rc ? 0 : m->ngraphs;
+  p->graphs = calloc((size_t)m->ngraphs + 1, sizeof(DevxGraph));
+  for (int g = 0; g < p->ngraphs && !rc; g++) {
+    json_t *ks = json_object_get(json_array_get(gs, (size_t)g), "kernels");
+    DevxGraph *G = &p->graphs[g];
+    G->nkernels = (int)json_array_size(ks);
+    G->kernels = calloc((size_t)G->nkernels + 1, sizeof(DevxKernel));
+    for (int k = 0; k < G->nkernels && !rc; k++) {
+      json_t *jk = json_array_get(ks, (size_t)k);
+      DevxKernel *K = &G->kernels[k];
+      const char *kind = json_string_value(json_object_get(jk, "kind"));
+      K->kind = !kind ? DEVX_RUN : !strcmp(kind, "view") ? DEVX_VIEW : !strcmp(kind, "leaf") ? DEVX_LEAF
+              : !strcmp(kind, "call") ? DEVX_CALL : !strcmp(kind, "comm") ? DEVX_COMM : DEVX_RUN;
+      K->inputs = ints(json_object_get(jk, "inputs"), &K->ninputs);
+      K->outputs = ints(json_object_get(jk, "outputs"), &K->noutputs);
+      K->nodes = ints(json_object_get(jk, "nodes"), &K->nnodes);
+      K->launches = calloc(8, sizeof(DevxLaunch));
+      const IrGraph *ig = m->graphs[g];
+      for (int i = 0; i < K->ninputs + K->noutputs; i++) {
+        int v = i < K->ninputs ? K->inputs[i] : K->outputs[i - K->ninputs];
+        if (v < 0 || v >= ig->nnodes) rc = fail(e, "%s: graph %d kernel %d: value %d out of range", path, g, k, v);
+      }
+      for (int i = 0; i < K->nnodes && !rc; i++)
+        if (K->nodes[i] < 0 || K->nodes[i] >= ig->nnodes) rc = fail(e, "%s: graph %d kernel %d: node out of range", path, g, k);
+      if (K->kind != DEVX_RUN && K->nnodes < 1) rc = fail(e, "%s: graph %d kernel %d: no nodes", path, g, k);
+    }
+  }
+  for (size_t i = 0; i < json_array_size(ls) && !rc; i++) {
+    json_t *jl = json_array_get(ls, i);
+    int g = (int)jint(jl, "graph_index"), k = (int)jint(jl, "kernel");
+    if (g < 0 || g >= p->ngraphs || k < 0 || k >= p->graphs[g].nkernels) {
+      rc = fail(e, "%s: launch %zu: graph %d kernel %d is not in the module", path, i, g, k);
+      break;
+    }
+    DevxKernel *K = &p->graphs[g].kernels[k];
+    if (K->nlaunches && K->nlaunches % 8 == 0) K->launches = realloc(K->launches, sizeof(DevxLaunch) * (size_t)(K->nlaunches + 8));
+    DevxLaunch *L = &K->launches[K->nlaunches++];
+    memset(L, 0, sizeof *L);
+    const char *name = json_string_value(json_object_get(jl, "name")), *kind = json_string_value(json_object_get(jl, "kind"));
+    L->name = strdup(name ? name : "?");
+    snprintf(L->kind, sizeof L->kind, "%s", kind ? kind : "?");
+    L->grid = (unsigned)jint(jl, "grid");
+    L->block = (unsigned)jint(jl, "block");
+    json_t *gm = json_object_get(jl, "gemm");
+    if (!gm) continue;
+    L->is_gemm = 1;
+    DevGemm *d = &L->gemm;
+    d->a = (int)jint(gm, "a");
+    d->b = (int)jint(gm, "b");
+    d->c = (int)jint(gm, "c");
+    d->trans_a = json_is_true(json_object_get(gm, "trans_a"));
+    d->trans_b = json_is_true(json_object_get(gm, "trans_b"));
+    d->m = jint(gm, "m");
+    d->n = jint(gm, "n");
+    d->k = jint(gm, "k");
+    d->lda = jint(gm, "lda");
+    d->ldb = jint(gm, "ldb");
+    d->ldc = jint(gm, "ldc");
+    d->alpha = json_number_value(json_object_get(gm, "alpha"));
+    d->batch = jint(gm, "batch");
+    d->stride_a = jint(gm, "stride_a");
+    d->stride_b = jint(gm, "stride_b");
+    d->stride_c = jint(gm, "stride_c");
+    d->bias = d->aux = -1;
+    json_t *ba = json_object_get(gm, "batch_axes");
+    if (ba) {
+      json_t *dims = json_object_get(ba, "dims");
+      d->batch_axes = (int)json_array_size(dims);
+      if (d->batch_axes > DEV_MAX_BATCH_AXES) rc = fail(e, "%s: launch %zu: too many batch axes", path, i);
+      for (int q = 0; q < d->batch_axes && !rc; q++) {
+        d->bdims[q] = json_integer_value(json_array_get(dims, (size_t)q));
+        d->sa[q] = json_integer_value(json_array_get(json_object_get(ba, "stride_a"), (size_t)q));
+        d->sb[q] = json_integer_value(json_array_get(json_object_get(ba, "stride_b"), (size_t)q));
+      }
+      d->amat = jint(ba, "matrix_a");
+      d->bmat = jint(ba, "matrix_b");
+    }
+    json_t *ep = json_object_get(gm, "epilogue");
+    if (ep) {
+      const char *ek = json_string_value(json_object_get(ep, "kind"));
+      d->epilogue = !ek ? DEV_EPI_NONE : !strcmp(ek, "bias") ? DEV_EPI_BIAS : !strcmp(ek, "bias_relu") ? DEV_EPI_BIAS_RELU
+                                                                                : DEV_EPI_BIAS_GELU;
+      d->bias = (int)jint(ep, "bias");
+      d->aux = (int)jint(ep, "aux");
+    }
+    int nio = K->ninputs + K->noutputs;
+    if (d->a < 0 || d->a >= nio || d->b < 0 || d->b >= nio || d->c < 0 || d->c >= nio || d->bias >= nio || d->aux >= nio)
+      rc = fail(e, "%s: launch %zu (%s): an operand index outside the kernel's %d values", path, i, L->name, nio);
+  }
+  json_decref(root);
+  return rc;
+}
+
+static TrainTensor *find_tensor(TrainCtx *ctx, const char *name, int64_t layer) {
+  for (int i = 0; i < ctx->ntensors; i++)
+    if (ctx->tensors[i].layer == layer && !strcmp(ctx->tensors[i].param->name, name)) return &ctx->tensors[i];
+  return NULL;
+}
+
+static void cuda_destroy(void *self) {
+  CudaProg *P = self;
+  if (!P) return;
+  devx_free(P->x);
+  devx_program_free(&P->prog);
+  if (P->dev) P->dev->ops->close(P->dev);
+  for (int i = 0; P->feeds && P->pc && i < P->pc->m->ninputs; i++) free(P->feeds[i]);
+  free(P->feeds);
+  free(P->uses);
+  free(P->host);
+  if (P->arena) arena_free(P->arena);
+  free(P);
+}
+
+static void *cuda_create(TrainCtx *ctx, RtErr *e) {
+  const Artifact *a = ctx->art;
+  if (a->world_size != 1 || ctx->comm->world_size != 1) {
+    fail(e, "%s: %d ranks: the GPU runtime runs one rank so far (collectives over NCCL are the next step); compile with "
+            "--dp 1 --tp 1 --pp 1 --cp 1, or --target cpu",
+         a->manifest_path, (int)a->world_size);
+    return NULL;
+  }
+  CudaProg *P = calloc(1, sizeof *P);
+  P->arena = arena_new();
+  char mpath[4096], kpath[4096], err[1024] = "";
+  /* ranks[0]: the module and the kernels */
+  json_error_t je;
+  json_t *root = json_load_file(a->manifest_path, 0, &je);
+  json_t *r0 = root ? json_array_get(json_object_get(root, "ranks"), 0) : NULL;
+  const char *mod = r0 ? json_string_value(json_object_get(r0, "module")) : NULL;
+  const char *ker = r0 ? json_string_value(json_object_get(r0, "kernels")) : NULL;
+  if (!mod || !ker) {
+    fail(e, "%s: ranks[0] names no \"module\" and \"kernels\" (recompile the artifact with --target cuda)", a->manifest_path);
+    json_decref(root);
+    cuda_destroy(P);
+    return NULL;
+  }
+  snprintf(mpath, sizeof mpath, "%s/%s", a->dir, mod);
+  snprintf(kpath, sizeof kpath, "%s/%s", a->dir, ker);
+  json_decref(root);
+  P->pc = program_ir_read(P->arena, mpath, err, sizeof err);
+  if (!P->pc) {
+    fail(e, "%s", err);
+    cuda_destroy(P);
+    return NULL;
+  }
+  if (load_kernels(P, kpath, e)) {
+    cuda_destroy(P);
+    return NULL;
+  }
+  /* the device, then its module */
+  const char *kind = ctx->device && *ctx->device ? ctx->device : "cuda";
+  P->dev = dev_open(kind, 0, err, sizeof err);
+  if (!P->dev) {
+    fail(e, "%s%s", err,
+         strcmp(kind, "cuda") ? "" : "; without a GPU, `hpdlrun --device emulate` runs the artifact's kernels on the CPU (compile it with --emulate)");
+    cuda_destroy(P);
+    return NULL;
+  }
+  char base[4096];
+  snprintf(base, sizeof base, "%s", kpath);
+  char *dot = strstr(base, ".kernels.json");
+  if (dot) *dot = '\0';
+  char img[4200];
+  if (!strcmp(kind, "emulate")) {
+    snprintf(img, sizeof img, "%s.emu.so", base);
+    if (P->dev->ops->load(P->dev, NULL, 0, img)) {
+      fail(e, "%s (compile the artifact with --emulate for --device emulate)", dev_error(P->dev));
+      cuda_destroy(P);
+      return NULL;
+    }
+  } else {
+    size_t n = 0;
+    snprintf(img, sizeof img, "%s.cubin", base);
+    unsigned char *cubin = read_all(img, &n);
+    int rc = cubin ? P->dev->ops->load(P->dev, cubin, n, img) : -1;
+    free(cubin);
+    if (rc) { /* a newer GPU than the cubin's: the driver compiles the PTX */
+      char why[1024];
+      snprintf(why, sizeof why, "%s", cubin ? dev_error(P->dev) : "cannot read it");
+      snprintf(img, sizeof img, "%s.ptx", base);
+      unsigned char *ptx = read_all(img, &n);
+      if (!ptx || P->dev->ops->load(P->dev, ptx, n + 1, img)) {
+        fail(e, "%s.cubin: %s; and %s: %s", base, why, img, ptx ? dev_error(P->dev) : "cannot read it");
+        free(ptx);
+        cuda_destroy(P);
+        return NULL;
+      }
+      free(ptx);
+    }
+  }
+  P->x = devx_new(P->dev, &P->prog, (unsigned long long)a->seed, err, sizeof err);
+  if (!P->x) {
+    fail(e, "%s", err);
+    cuda_destroy(P);
+    return NULL;
+  }
+  /* the parameters the chunk reads and the loop's tensors */
+  const IrModule *m = P->pc->m;
+  P->uses = calloc((size_t)P->pc->nuses + 1, sizeof(CudaUse));
+  int64_t largest = 1;
+  for (int i = 0; i < P->pc->nuses; i++) {
+    const ProgramUse *u = &P->pc->uses[i];
+    const IrParam *ip = &m->params[u->param];
+    CudaUse *c = &P->uses[P->nuses++];
+    c->param = u->param;
+    c->layer = u->layer;
+    c->numel = 1;
+    for (int k = 0; k < ip->rank; k++) c->numel *= ip->dims[k];
+    c->t = find_tensor(ctx, ip->name, u->layer);
+    if (!c->t || c->t->numel != c->numel) {
+      fail(e, "parameter %s (layer %" PRId64 "): %s", ip->name, u->layer,
+           c->t ? "its size differs from the training loop's (recompile the artifact)" : "the training loop holds no such tensor");
+      cuda_destroy(P);
+      return NULL;
+    }
+    if (c->numel > largest) largest = c->numel;
+  }
+  P->host = malloc(sizeof(float) * (size_t)largest);
+  P->feeds = calloc((size_t)m->ninputs + 1, sizeof(int32_t *));
+  if (!P->host || !P->feeds) {
+    fail(e, "out of memory");
+    cuda_destroy(P);
+    return NULL;
+  }
+  fprintf(stderr, "hpdlrun: device %s\n", P->dev->what);
+  return P;
+}
+
+static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, int nmicro, double *loss, int *has_loss, RtErr *e) {
+  CudaProg *P = self;
+  const IrModule *m = P->pc->m;
+  for (int i = 0; i < P->nuses; i++) {
+    const CudaUse *c = &P->uses[i];
+    if (devx_set_param_copy(P->x, c->param, c->layer, c->t->data)) return fail(e, "%s", devx_error(P->x));
+  }
+  if (devx_zero_grads(P->x)) return fail(e, "%s", devx_error(P->x));
+  double total = 0;
+  for (int j = 0; j < nmicro; j++) {
+    const DataBatch *b = micro[j];
+    for (int i = 0; i < m->ninputs; i++) {
+      const IrInput *in = &m->inputs[i];
+      int64_t n = 1;
+      for (int k = 0; k < in->rank; k++) n *= in->dims[k];
+      if (n != b->batch * b->seq_len)
+        return fail(e, "input %d: the data loader gives %" PRId64 " x %" PRId64 " tokens, the module takes %" PRId64, i, b->batch,
+                    b->seq_len, n);
+      const int32_t *src = P->pc->feed[i] == PROGRAM_FEED_TARGETS ? b->targets : b->inputs;
+      if (devx_set_input(P->x, i, src, sizeof(int32_t) * (size_t)n)) return fail(e, "%s", devx_error(P->x));
+    }
+    float l = 0;
+    if (devx_step(P->x, P->pc->step, (float)ctx->grad_scale, &l)) return fail(e, "%s", devx_error(P->x));
+    total += l;
+  }
+  for (int i = 0; i < P->nuses; i++) {
+    const CudaUse *c = &P->uses[i];
+    if (devx_get_grad_copy(P->x, c->param, c->layer, P->host)) return fail(e, "%s", devx_error(P->x));
+    for (int64_t k = 0; k < c->numel; k++) c->t->grad[k] += P->host[k];
+  }
+  *has_loss = 1;
+  *loss = total / (double)nmicro;
+  return 0;
+}
+
+static const TrainProgram cuda_program_table = {TRAIN_PROGRAM_ABI, "hpdl-cuda", 0, cuda_create, cuda_step, cuda_destroy};
+
+const TrainProgram *cuda_program(void) { return &cuda_program_table; }
