@@ -108,3 +108,17 @@ add_test(NAME cuda.gpu.step.gpt COMMAND test_device --device cuda --step ${HPDL_
 set_tests_properties(cuda.dev.emulate.step.gpt2-tiny cuda.dev.emulate.step.llama cuda.dev.emulate.kernels.gpt2-tiny
                      cuda.gpu.kernels.gpt2-tiny cuda.gpu.step.gpt2-tiny cuda.gpu.step.llama cuda.gpu.step.gpt
                      PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
+
+#   cuda.run.<device>.gpt2-tiny  hpdlrun on a --target cuda artifact (one
+#                      rank) against the CPU artifact of the same job: each
+#                      step's loss and gradient norm within 1e-4
+#                      (cuda/run_device.py); emulate in CI, cuda on a GPU
+if(Python3_Interpreter_FOUND)
+  foreach(dev emulate cuda)
+    add_test(NAME cuda.run.${dev}.gpt2-tiny
+             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc>
+                     --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
+                     --sample ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --device ${dev} --steps $<IF:$<STREQUAL:${dev},cuda>,3,1>)
+    set_tests_properties(cuda.run.${dev}.gpt2-tiny PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
+  endforeach()
+endif()
