@@ -52,7 +52,7 @@ static inline void hpdl_emu_epilogue(float *d, const float *bias, float *aux, lo
     }
 }
 
-/* The launch entry of hpdl_accumulate_f32 (runtime/device_emu.c). */
+/* The launch entry of hpdl_accumulate_f32 (runtime/device/device_emu.c). */
 extern "C" int hpd_emul_hpdl_accumulate_f32(const hpdl_kctx *ctx, unsigned grid, unsigned block, void **args) {
   return HPDL_EMU_LAUNCH(hpdl_accumulate_f32, dim3(grid), dim3(block), 0, *ctx, (const float *)args[0], (float *)args[1],
                          (long long)(unsigned long long)args[2]);

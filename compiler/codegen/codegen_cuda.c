@@ -93,7 +93,7 @@ void cu_add_launch(CuKern *k, const char *name, int step, const char *kind, int6
       cu_tx(&k->stub, ", (%s%s *)io[%d]", i < K->ninputs ? "const " : "", cu_c_type(k->fg->graph->nodes[v].dtype), i);
     }
     cu_tx(&k->stub, ")) return 1;\n");
-    /* the launch alone, with the host's grid and block (runtime/device_emu.c) */
+    /* the launch alone, with the host's grid and block (runtime/device/device_emu.c) */
     cu_tx(&t->emu, "extern \"C\" int hpd_emul_%s(const hpdl_kctx *ctx, unsigned grid, unsigned block, void **io) {\n"
                    "  return HPDL_EMU_LAUNCH(%s, dim3(grid), dim3(block), 0, *ctx", name, name);
     for (int i = 0; i < K->ninputs + K->noutputs; i++) {
@@ -1024,7 +1024,7 @@ static json_t *int_array(const int *v, int n) {
   return a;
 }
 
-/* The fused graphs as the host program walks them (runtime/devexec.h): per
+/* The fused graphs as the host program walks them (runtime/device/devexec.h): per
  * graph its kernels in order, each with its kind (run: launches of it are
  * in "launches"; view, leaf, call, comm: the host's), the values it reads
  * and writes, and for the host's kinds its nodes. */

@@ -1,5 +1,5 @@
 /* test_device.c - the CUDA back end's kernels and the device layer's host
- * program (runtime/devexec.c) on a device: the GPU (--device cuda) or the
+ * program (runtime/device/devexec.c) on a device: the GPU (--device cuda) or the
  * emulated device (--device emulate), against the reference executor.
  *
  *   --kernels  every fused kernel of the forward, the block, the step, B.fwd

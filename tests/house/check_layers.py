@@ -31,7 +31,11 @@ LAYERS = [
     "compiler/codegen",
     "compiler/driver",
 ]
-RUNTIME = {"runtime": ["core"]}
+RUNTIME = {
+    "runtime/device": ["core"],
+    "runtime": ["core", "runtime/device"],
+    "runtime/tools": ["core", "runtime/device", "runtime"],
+}
 MAX_SOURCES = 15
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
