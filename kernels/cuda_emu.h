@@ -302,6 +302,7 @@ struct Emu {
   Fiber* cur = nullptr;
   unsigned n = 0, nwarps = 0, n_done = 0, n_bar = 0;
   std::vector<uint32_t> live;      // per warp: lanes that exist and have not exited
+  std::vector<uint32_t> at_warp;   // per warp: lanes waiting at a warp operation (F_WARP)
   std::vector<uint64_t> runnable;  // bit per rank
   std::vector<unsigned> by_rank;   // rank -> linear thread id
   bool aborted = false;
@@ -483,8 +484,7 @@ inline void warp_try_complete(unsigned w, unsigned l) {
   Fiber* F = &g.fibers[w * 32];
   uint32_t live = g.live[w];
   uint32_t S = F[l].mask & live;
-  for (uint32_t m = S; m; m &= m - 1)
-    if (F[__builtin_ctz(m)].state != F_WARP) return;
+  if (S & ~g.at_warp[w]) return;  // a lane it names is still running: the common case, O(1)
   for (uint32_t m = S; m; m &= m - 1) {
     Fiber& o = F[__builtin_ctz(m)];
     if (o.kind != F[l].kind || o.width != F[l].width || (o.mask & live) != S) {
@@ -494,6 +494,7 @@ inline void warp_try_complete(unsigned w, unsigned l) {
     }
   }
   warp_execute(w, S);
+  g.at_warp[w] &= ~S;
   for (uint32_t m = S; m; m &= m - 1) {
     Fiber& o = F[__builtin_ctz(m)];
     o.state = F_RUN;
@@ -518,6 +519,7 @@ inline uint64_t warp_op(uint8_t kind, unsigned mask, uint64_t value, unsigned b,
     stop();
   }
   f.state = F_WARP;
+  g.at_warp[w] |= 1u << lane;
   f.mask = mask;
   f.value = value;
   f.b = b;
@@ -551,8 +553,10 @@ inline void fiber_main() {
   unsigned w = f.linear >> 5;
   g.live[w] &= ~(1u << (f.linear & 31));
   /* lanes waiting at a warp operation that named this one may now be complete */
-  for (unsigned l = 0; l < 32 && w * 32 + l < g.n; l++)
+  for (uint32_t m = g.at_warp[w]; m; m &= m - 1) {
+    unsigned l = unsigned(__builtin_ctz(m));
     if (g.fibers[w * 32 + l].state == F_WARP) warp_try_complete(w, l);
+  }
   ctx_switch(f.ctx, g.sched, true);
   std::abort();  // a finished fiber is not resumed
 }
@@ -631,6 +635,7 @@ inline bool run_block() {
   for (unsigned w = 0; w < g.nwarps; w++) {
     unsigned lanes = std::min(32u, g.n - w * 32);
     g.live[w] = lanes == 32 ? ~0u : (1u << lanes) - 1;
+    g.at_warp[w] = 0;
   }
   g.n_done = g.n_bar = 0;
   assign_ranks();
@@ -709,6 +714,7 @@ inline bool configure(size_t threads, size_t dyn_smem) {
   g.nwarps = (g.n + 31) / 32;
   g.fibers.assign(threads, Fiber{});
   g.live.assign(g.nwarps, 0);
+  g.at_warp.assign(g.nwarps, 0);
   g.runnable.assign((threads + 63) / 64, 0);
   g.by_rank.assign(threads, 0);
   return true;
