@@ -534,21 +534,25 @@ static double row_lse(const double *x, int64_t V) {
   return mx + log(s);
 }
 
-/* Moves rows of a split axis between this rank's chunk (local) and the
- * whole (global): to_global copies local into its places in global. */
-static void chunk_copy(const IrNode *local_node, int64_t axis, int layout, int rank, int size, double *global,
-                       double *local, int to_global) {
+void interp_chunk_copy(const IrNode *local_node, int64_t axis, int layout, int rank, int size, void *global, void *local,
+                       size_t elem, int to_global) {
   int64_t outer = 1, inner = 1, len = local_node->dims[axis];
   for (int64_t i = 0; i < axis; i++) outer *= local_node->dims[i];
   for (int i = (int)axis + 1; i < local_node->rank; i++) inner *= local_node->dims[i];
   int64_t glen = len * size;
+  size_t row = elem * (size_t)inner;
   for (int64_t o = 0; o < outer; o++)
     for (int64_t i = 0; i < len; i++) {
       int64_t gp = interp_global_pos(layout, rank, size, len, i);
-      double *gl = global + (o * glen + gp) * inner, *lo = local + (o * len + i) * inner;
-      if (to_global) memcpy(gl, lo, sizeof(double) * (size_t)inner);
-      else memcpy(lo, gl, sizeof(double) * (size_t)inner);
+      char *gl = (char *)global + (size_t)(o * glen + gp) * row, *lo = (char *)local + (size_t)(o * len + i) * row;
+      if (to_global) memcpy(gl, lo, row);
+      else memcpy(lo, gl, row);
     }
+}
+
+static void chunk_copy(const IrNode *local_node, int64_t axis, int layout, int rank, int size, double *global,
+                       double *local, int to_global) {
+  interp_chunk_copy(local_node, axis, layout, rank, size, global, local, sizeof(double), to_global);
 }
 
 static const char *exec_collective(Run *r, const IrNode *n, const IrNode *x, const double *X, double *out) {

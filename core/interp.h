@@ -43,6 +43,13 @@ void interp_set_comm(Interp *in, const InterpComm *comm);
 /* The global position of local index i of a split axis (layout 0 contiguous,
  * 1 zigzag; see ir_ops.h) on rank r of a group of `size`, `local` long here. */
 int64_t interp_global_pos(int layout, int r, int size, int64_t local, int64_t i);
+/* Moves the rows of a split axis between this rank's chunk (`local`, shaped
+ * as local_node) and the whole (`global`, `size` times as long on `axis`):
+ * to_global copies local into its places in global, else global's rows into
+ * local. Values of `elem` bytes (the reference executor's fp64, a device's
+ * fp32). */
+void interp_chunk_copy(const IrNode *local_node, int64_t axis, int layout, int rank, int size, void *global, void *local,
+                       size_t elem, int to_global);
 void interp_free(Interp *in);
 
 /* Fills every parameter from its initialiser with a generator seeded by

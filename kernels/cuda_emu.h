@@ -402,7 +402,20 @@ inline Fiber& current(const char* what) {
  * keeps running when it is still the one of lowest rank (no switch). */
 inline void wait_here() {
   Fiber* f = g.cur;
-  if (f->state == F_RUN && pick() == f) return;
+  Fiber* next = pick();
+  if (f->state == F_RUN && next == f) return;
+#ifndef HPDL_EMU_USE_UCONTEXT
+  /* straight to the next runnable fiber, not through the scheduler: half the
+   * switches of a warp operation (the scheduler still releases barriers and
+   * explains a stuck block). Not with ucontext: AddressSanitizer's fiber
+   * annotations take every new fiber's first switch to come from the scheduler. */
+  if (next && !g.aborted) {
+    g.cur = next;
+    threadIdx = next->tid;
+    ctx_switch(f->ctx, next->ctx);
+    return;  // whoever resumed this fiber set g.cur and threadIdx to it
+  }
+#endif
   ctx_switch(f->ctx, g.sched);
 }
 

@@ -5,12 +5,15 @@
  * (stageS.ptx when the GPU is newer than the cubin's architecture) or
  * stageS.emu.so.
  *
- * So far: one rank (dp = tp = pp = cp = 1). Each step copies the
- * parameters to the device, runs the micro-batches (the step graph with
- * seed grad_scale, gradients accumulating on the device), and adds the
- * gradients into the training loop's, which clips and updates on the host
- * as for the CPU program. Keeping the parameters and the optimizer on the
- * device and the collectives over NCCL are the next steps (docs/gpu.md). */
+ * Each step copies the parameters to the device, runs the micro-batches
+ * (the step graph with seed grad_scale, gradients accumulating on the
+ * device), and adds the gradients into the training loop's, which reduces
+ * them over the data-parallel ranks (ZeRO 0-3 as for the CPU program),
+ * clips and updates on the host. The chunk's own collectives (tensor,
+ * sequence and context parallelism) go through the loop's Comm (MPI) in host
+ * memory. One GPU per local rank; ranks beyond the GPUs share them. Pipeline
+ * stages, keeping the parameters and the optimizer on the device, and NCCL
+ * are the next steps (docs/gpu.md). */
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -40,7 +43,49 @@ typedef struct {
   int nuses;
   float *host; /* one copy's worth, the largest */
   int32_t **feeds;
+  Comm *comm;
+  RtErr cerr;
 } CudaProg;
+
+/* ---- the chunk's collectives through the loop's Comm, in host memory ---- */
+
+static CommGroup comm_group(int g) {
+  switch (g) {
+  case IRG_DP: return COMM_DP;
+  case IRG_TP: return COMM_TP;
+  case IRG_PP: return COMM_PP;
+  default: return COMM_CP;
+  }
+}
+
+static int hc_all_reduce(void *ctx, int group, int op, float *buf, int64_t n, char *err, size_t errlen) {
+  CudaProg *P = ctx;
+  Comm *c = P->comm;
+  if (c->ops->all_reduce(c, comm_group(group), COMM_F32, op ? COMM_MAX : COMM_SUM, buf, n, &P->cerr) == 0) return 0;
+  snprintf(err, errlen, "%s", P->cerr.msg);
+  return -1;
+}
+
+static int hc_all_gather(void *ctx, int group, const float *in, int64_t n, float *out, char *err, size_t errlen) {
+  CudaProg *P = ctx;
+  Comm *c = P->comm;
+  if (c->ops->all_gather(c, comm_group(group), COMM_F32, in, n, out, &P->cerr) == 0) return 0;
+  snprintf(err, errlen, "%s", P->cerr.msg);
+  return -1;
+}
+
+/* This process's index among the job's ranks on its node: the launcher's
+ * word for it (Open MPI, SLURM, MPICH / Intel MPI, PMIx), else the world
+ * rank modulo the node's ranks (mpirun fills a node's slots in order). */
+static int local_rank_of(const Comm *c) {
+  const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "PMIX_LOCAL_RANK",
+                        "PMI_LOCAL_RANK"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && *v) return atoi(v);
+  }
+  return c->node_ranks > 0 ? c->world_rank % c->node_ranks : 0;
+}
 
 static int fail(RtErr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(RtErr *e, const char *fmt, ...) {
@@ -214,23 +259,26 @@ static void cuda_destroy(void *self) {
 
 static void *cuda_create(TrainCtx *ctx, RtErr *e) {
   const Artifact *a = ctx->art;
-  if (a->world_size != 1 || ctx->comm->world_size != 1) {
-    fail(e, "%s: %d ranks: the GPU runtime runs one rank so far (collectives over NCCL are the next step); compile with "
-            "--dp 1 --tp 1 --pp 1 --cp 1, or --target cpu",
-         a->manifest_path, (int)a->world_size);
+  if (a->layout.pp > 1) {
+    fail(e, "%s: pipeline parallelism (pp = %d): the GPU runtime does not run pipeline stages yet; compile with --pp 1 "
+            "(data, tensor, sequence and context parallelism run), or --target cpu",
+         a->manifest_path, (int)a->layout.pp);
     return NULL;
   }
   CudaProg *P = calloc(1, sizeof *P);
   P->arena = arena_new();
+  P->comm = ctx->comm;
+  int me = ctx->comm->world_rank;
   char mpath[4096], kpath[4096], err[1024] = "";
-  /* ranks[0]: the module and the kernels */
+  /* this rank's entry: the module and the kernels */
   json_error_t je;
   json_t *root = json_load_file(a->manifest_path, 0, &je);
-  json_t *r0 = root ? json_array_get(json_object_get(root, "ranks"), 0) : NULL;
+  json_t *r0 = root ? json_array_get(json_object_get(root, "ranks"), (size_t)me) : NULL;
   const char *mod = r0 ? json_string_value(json_object_get(r0, "module")) : NULL;
   const char *ker = r0 ? json_string_value(json_object_get(r0, "kernels")) : NULL;
   if (!mod || !ker) {
-    fail(e, "%s: ranks[0] names no \"module\" and \"kernels\" (recompile the artifact with --target cuda)", a->manifest_path);
+    fail(e, "%s: ranks[%d] names no \"module\" and \"kernels\" (recompile the artifact with --target cuda)", a->manifest_path,
+         me);
     json_decref(root);
     cuda_destroy(P);
     return NULL;
@@ -250,7 +298,8 @@ static void *cuda_create(TrainCtx *ctx, RtErr *e) {
   }
   /* the device, then its module */
   const char *kind = ctx->device && *ctx->device ? ctx->device : "cuda";
-  P->dev = dev_open(kind, 0, err, sizeof err);
+  int local = local_rank_of(ctx->comm);
+  P->dev = dev_open(kind, DEV_ORDINAL_OF_LOCAL_RANK(local), err, sizeof err);
   if (!P->dev) {
     fail(e, "%s%s", err,
          strcmp(kind, "cuda") ? "" : "; without a GPU, `hpdlrun --device emulate` runs the artifact's kernels on the CPU (compile it with --emulate)");
@@ -295,6 +344,17 @@ static void *cuda_create(TrainCtx *ctx, RtErr *e) {
     cuda_destroy(P);
     return NULL;
   }
+  DevxComm dc;
+  memset(&dc, 0, sizeof dc);
+  const CommGroup order[IRG_COUNT] = {COMM_DP, COMM_TP, COMM_PP, COMM_CP};
+  for (int g = 0; g < IRG_COUNT; g++) {
+    dc.rank[g] = ctx->comm->rank[order[g]];
+    dc.size[g] = ctx->comm->size[order[g]];
+  }
+  dc.ctx = P;
+  dc.all_reduce = hc_all_reduce;
+  dc.all_gather = hc_all_gather;
+  devx_set_comm(P->x, &dc);
   /* the parameters the chunk reads and the loop's tensors */
   const IrModule *m = P->pc->m;
   P->uses = calloc((size_t)P->pc->nuses + 1, sizeof(CudaUse));
@@ -323,7 +383,15 @@ static void *cuda_create(TrainCtx *ctx, RtErr *e) {
     cuda_destroy(P);
     return NULL;
   }
-  fprintf(stderr, "hpdlrun: device %s\n", P->dev->what);
+  if (me == 0 || P->dev->ngpus > 0) {
+    char share[160] = "";
+    if (P->dev->ngpus > 0 && ctx->comm->node_ranks > P->dev->ngpus)
+      snprintf(share, sizeof share, " (%d ranks on this node share %d GPU%s)", ctx->comm->node_ranks, P->dev->ngpus,
+               P->dev->ngpus > 1 ? "s" : "");
+    if (me == 0 || share[0] || ctx->comm->world_size <= 8)
+      fprintf(stderr, "hpdlrun: rank %d: device %s%s%s\n", me, P->dev->what, share,
+              ctx->comm->world_size > 1 ? "; collectives: MPI through host memory" : "");
+  }
   return P;
 }
 

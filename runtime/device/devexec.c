@@ -1,10 +1,12 @@
 /* devexec.c - a stage's fused graphs on a device (devexec.h). */
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "devexec.h"
+#include "interp.h"
 #include "semtypes.h"
 
 typedef struct {
@@ -38,6 +40,9 @@ struct DevExec {
   int nfree, capfree;
   size_t live, peak;
   unsigned long long seed;
+  DevxComm comm;
+  float *host[2]; /* the collectives' staging, grown as needed */
+  size_t host_cap[2];
   int profile;
   char err[1200];
 };
@@ -186,6 +191,8 @@ void devx_free(DevExec *x) {
     free(x->res[g]);
   }
   free(x->res);
+  free(x->host[0]);
+  free(x->host[1]);
   for (int i = 0; i < m->nparams; i++) {
     if (x->params) x->dev->ops->release(x->dev, x->params[i]);
     if (x->grads) x->dev->ops->release(x->dev, x->grads[i]);
@@ -250,8 +257,96 @@ static DevKctx kctx(const DevExec *x, int64_t layer) {
   memset(&c, 0, sizeof c);
   c.seed = x->seed;
   c.layer = layer;
-  for (int i = 0; i < 4; i++) c.size[i] = 1;
+  for (int i = 0; i < 4; i++) {
+    c.rank[i] = x->comm.rank[i];
+    c.size[i] = x->comm.size[i] > 0 ? x->comm.size[i] : 1;
+  }
   return c;
+}
+
+void devx_set_comm(DevExec *x, const DevxComm *c) {
+  if (c) x->comm = *c;
+  else {
+    memset(&x->comm, 0, sizeof x->comm);
+    for (int i = 0; i < IRG_COUNT; i++) x->comm.size[i] = 1;
+  }
+}
+
+/* Host staging buffer `which` of at least n floats. */
+static float *staging(DevExec *x, int which, int64_t n) {
+  size_t want = (size_t)(n > 0 ? n : 1);
+  if (x->host_cap[which] < want) {
+    float *p = realloc(x->host[which], sizeof(float) * want);
+    if (!p) {
+      fail(x, "out of host memory for a collective's %zu values", want);
+      return NULL;
+    }
+    x->host[which] = p;
+    x->host_cap[which] = want;
+  }
+  return x->host[which];
+}
+
+/* A collective of the chunk (core/interp.c's semantics, in fp32): the value
+ * comes to host memory, goes through the DevxComm and back. NCCL on the
+ * device's own buffers replaces the round trip where it can run. */
+static int run_comm(DevExec *x, const IrGraph *g, const IrNode *n, void *const *val, void *out) {
+  int grp = (int)n->attr[0];
+  const IrNode *in = &g->nodes[n->in[0]];
+  const void *X = val[n->in[0]];
+  int64_t N = ir_numel(n), NX = ir_numel(in);
+  const char *op = ir_op_name(n->op);
+  if (grp < 0 || grp >= IRG_COUNT) return fail(x, "%s: no such group %d", op, grp);
+  int size = x->comm.size[grp] > 0 ? x->comm.size[grp] : 1, rank = x->comm.rank[grp];
+  const char *gname = ir_group_name((IrGroup)grp);
+  if (n->op == IR_SEND || n->op == IR_RECV)
+    return fail(x, "a pipeline %s over %s: pipeline stages do not run on a device yet (compile with --pp 1)", op, gname);
+  if (n->dtype != in->dtype || sem_dtype_bytes(n->dtype) != 4)
+    return fail(x, "%s over %s: a value of %d-byte elements; the device's collectives move fp32", op, gname,
+                sem_dtype_bytes(n->dtype));
+  Device *d = x->dev;
+  size_t bytes = sizeof(float) * (size_t)N;
+  int same = n->op == IR_COPY_TO_GROUP || (size == 1 && (n->op == IR_ALL_REDUCE || n->op == IR_ALL_GATHER));
+  if (same) return d->ops->copy(d, out, X, bytes) ? fail(x, "%s: %s", op, dev_error(d)) : 0;
+  char why[512] = "";
+  float *hx = staging(x, 0, NX);
+  if (!hx) return -1;
+  if (d->ops->to_host(d, hx, X, sizeof(float) * (size_t)NX)) return fail(x, "%s: %s", op, dev_error(d));
+  float *ho = hx;
+  int rc = 0;
+  switch (n->op) {
+  case IR_ALL_REDUCE:
+    if (!x->comm.all_reduce) return fail(x, "all_reduce over %s of %d ranks: no collectives were set", gname, size);
+    rc = x->comm.all_reduce(x->comm.ctx, grp, (int)n->attr[2], hx, N, why, sizeof why);
+    break;
+  case IR_SHARD_SLICE:
+    if (NX != N * size) return fail(x, "shard_slice over %s: %" PRId64 " values do not split %d ways", gname, NX, size);
+    if (!(ho = staging(x, 1, N))) return -1;
+    interp_chunk_copy(n, n->attr[1], (int)n->attr[2], rank, size, hx, ho, sizeof(float), 0);
+    break;
+  case IR_ALL_GATHER: {
+    if (N != NX * size) return fail(x, "all_gather over %s: the result is not %d times the input", gname, size);
+    if (!x->comm.all_gather) return fail(x, "all_gather over %s of %d ranks: no collectives were set", gname, size);
+    float *all = staging(x, 1, N);
+    if (!all || !(ho = malloc(bytes))) return all ? fail(x, "out of host memory") : -1;
+    rc = x->comm.all_gather(x->comm.ctx, grp, hx, NX, all, why, sizeof why);
+    for (int k = 0; k < size && !rc; k++)
+      interp_chunk_copy(in, n->attr[1], (int)n->attr[2], k, size, ho, all + k * NX, sizeof(float), 1);
+    break;
+  }
+  case IR_REDUCE_SCATTER:
+    if (NX != N * size) return fail(x, "reduce_scatter over %s: the input is not %d times the result", gname, size);
+    if (!x->comm.all_reduce) return fail(x, "reduce_scatter over %s of %d ranks: no collectives were set", gname, size);
+    rc = x->comm.all_reduce(x->comm.ctx, grp, 0, hx, NX, why, sizeof why);
+    if (!rc && !(ho = staging(x, 1, N))) return -1;
+    if (!rc) interp_chunk_copy(n, n->attr[1], (int)n->attr[2], rank, size, hx, ho, sizeof(float), 0);
+    break;
+  default: return fail(x, "%s is not a collective", op);
+  }
+  if (!rc && d->ops->to_device(d, out, ho, bytes)) rc = fail(x, "%s: %s", op, dev_error(d));
+  else if (rc) rc = fail(x, "%s over %s: %s", op, gname, why);
+  if (n->op == IR_ALL_GATHER) free(ho);
+  return rc;
 }
 
 static int run_launches(DevExec *x, int gi, int kp, int64_t layer, void **io) {
@@ -480,10 +575,17 @@ static int run_graph(DevExec *x, int gi, int64_t layer, void **args, void **outs
       rc = val[id] ? run_call(x, g, &g->nodes[id], val, stash, &nstash, val[id]) : -1;
       break;
     }
-    case DEVX_COMM:
-      rc = fail(x, "graph %s kernel %d: a collective (%s); the device layer runs one rank without them so far", g->name, p,
-                ir_op_name(g->nodes[K->nodes[0]].op));
+    case DEVX_COMM: {
+      int id = K->nodes[0];
+      if (g->nodes[id].op == IR_RECV || g->nodes[id].op == IR_SEND) {
+        rc = run_comm(x, g, &g->nodes[id], val, NULL);
+        break;
+      }
+      val[id] = pool_get(x, value_bytes(&g->nodes[id]));
+      own[id] = 1;
+      rc = val[id] ? run_comm(x, g, &g->nodes[id], val, val[id]) : -1;
       break;
+    }
     case DEVX_RUN: {
       int nio = K->ninputs + K->noutputs;
       void **io = calloc((size_t)nio + 1, sizeof(void *));

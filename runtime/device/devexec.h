@@ -14,8 +14,10 @@
  * modes (core/ir.h: plain, saving each layer's arguments and outputs, and
  * the backward over the saved layers, last layer first), and the gradient
  * outputs of autodiff's graphs added into one gradient buffer per parameter
- * (kernels/hpdl_cuda.cuh's hpdl_accumulate_f32). Collectives are not run
- * yet: a graph with one stops with a message. */
+ * (kernels/hpdl_cuda.cuh's hpdl_accumulate_f32). The chunk's collectives
+ * (tensor, sequence and context parallelism) go through the DevxComm the
+ * program sets, through host memory for now; pipeline transfers are not run
+ * on a device yet (a graph with one stops with a message). */
 #ifndef HPDL_DEVEXEC_H
 #define HPDL_DEVEXEC_H
 
@@ -65,6 +67,21 @@ typedef struct DevExec DevExec;
 DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, char *err, size_t errlen);
 void devx_free(DevExec *x);
 const char *devx_error(const DevExec *x);
+
+/* How this rank joins its peers: its index in and the size of each group
+ * (IrGroup order, as the kernels' hpdl_kctx), and the collectives over fp32
+ * buffers in host memory (0, or -1 with a line in err). Every member of a
+ * group calls them with its own buffer, as comm.h's. */
+typedef struct {
+  int rank[IRG_COUNT], size[IRG_COUNT];
+  void *ctx;
+  int (*all_reduce)(void *ctx, int group, int op /* 0 sum, 1 max */, float *buf, int64_t n, char *err, size_t errlen);
+  /* out: size x n values, member by member */
+  int (*all_gather)(void *ctx, int group, const float *in, int64_t n, float *out, char *err, size_t errlen);
+} DevxComm;
+
+/* Without it every group has one member. */
+void devx_set_comm(DevExec *x, const DevxComm *c);
 
 /* Host <-> device: parameter p (all copies, fp32), input i (its bytes as
  * the IR's dtype), gradient p. */

@@ -83,9 +83,14 @@ struct Device {
   char err[1024];
   char what[256]; /* one line: the device, for the start-up line */
   int sm;         /* the GPU's compute capability as NVRTC names it (90: sm_90); 0 emulated */
+  int ngpus;      /* GPUs the driver sees (after CUDA_VISIBLE_DEVICES); 0 emulated */
 };
 
-/* Opens a device: "cuda" (ordinal `ordinal`; the libraries searched as
+/* An ordinal that names no GPU but a local rank: that rank's GPU is the
+ * rank modulo the GPUs visible, so ranks beyond them share. */
+#define DEV_ORDINAL_OF_LOCAL_RANK(local) (-1 - (local))
+
+/* Opens a device: "cuda" (GPU `ordinal`, or DEV_ORDINAL_OF_LOCAL_RANK; the libraries searched as
  * device_cuda.c says) or "emulate". NULL with the reason in err. */
 Device *dev_open(const char *kind, int ordinal, char *err, size_t errlen);
 const char *dev_error(const Device *d);

@@ -492,7 +492,9 @@ Device *dev_cuda_open(int ordinal, char *err, size_t errlen) {
     cu_close(&d->base);
     return NULL;
   }
-  if (ordinal < 0 || ordinal >= n) {
+  if (ordinal < 0) ordinal = (-1 - ordinal) % n; /* DEV_ORDINAL_OF_LOCAL_RANK */
+  d->base.ngpus = n;
+  if (ordinal >= n) {
     snprintf(err, errlen, "GPU %d asked for, the driver sees %d (CUDA_VISIBLE_DEVICES?)", ordinal, n);
     cu_close(&d->base);
     return NULL;
