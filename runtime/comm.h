@@ -145,6 +145,8 @@ int comm_allreduce_compressed(Comm *c, CommGroup g, CommCompressor *z, float *bu
  * left running, so that the caller can report the error before every rank
  * leaves: then call comm_mpi_finalize. */
 Comm *comm_mpi_new(const CommLayout *l, RtErr *e);
+/* The MPI library's name and version, one line ("Open MPI v4.1.4 (MPI 3.1)"). */
+void comm_mpi_library(char *buf, int n);
 void comm_mpi_finalize(void);
 #endif
 /* 1 when this process runs under a launcher (mpirun, srun, PMI). */

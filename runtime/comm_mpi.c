@@ -152,6 +152,18 @@ static void m_abort(Comm *c, int code) { MPI_Abort(MPI_COMM_WORLD, code); }
 
 static int we_initialised; /* MPI_Init was ours, so MPI_Finalize is too */
 
+void comm_mpi_library(char *buf, int n) {
+  char v[MPI_MAX_LIBRARY_VERSION_STRING] = "";
+  int len = 0, major = 0, minor = 0;
+  MPI_Get_library_version(v, &len); /* callable before MPI_Init */
+  MPI_Get_version(&major, &minor);
+  char *nl = strchr(v, '\n');
+  if (nl) *nl = '\0';
+  char *comma = strstr(v, ", package");
+  if (comma) *comma = '\0';
+  snprintf(buf, (size_t)n, "%s (MPI %d.%d)", v, major, minor);
+}
+
 void comm_mpi_finalize(void) {
   int init = 0, fin = 0;
   MPI_Initialized(&init);

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "arena.h"
+#include "comm_ring.h"
 #include "devexec.h"
 #include "program.h"
 #include "program_cuda.h"
@@ -44,6 +45,7 @@ typedef struct {
   float *host; /* one copy's worth, the largest */
   int32_t **feeds;
   Comm *comm;
+  CommRing ring; /* context parallelism's sends not yet exchanged */
   RtErr cerr;
 } CudaProg;
 
@@ -70,6 +72,32 @@ static int hc_all_gather(void *ctx, int group, const float *in, int64_t n, float
   CudaProg *P = ctx;
   Comm *c = P->comm;
   if (c->ops->all_gather(c, comm_group(group), COMM_F32, in, n, out, &P->cerr) == 0) return 0;
+  snprintf(err, errlen, "%s", P->cerr.msg);
+  return -1;
+}
+
+enum { TAG_RING = 34 }; /* program_exec.c's: the ring's messages apart from the loop's */
+
+static int hc_send(void *ctx, int group, int offset, const float *buf, int64_t n, char *err, size_t errlen) {
+  CudaProg *P = ctx;
+  if (group != IRG_CP) {
+    snprintf(err, errlen, "a transfer over the %s group: only the context-parallel ring runs on a device so far",
+             ir_group_name((IrGroup)group));
+    return -1;
+  }
+  if (comm_ring_send(&P->ring, COMM_F32, buf, n, offset, &P->cerr) == 0) return 0;
+  snprintf(err, errlen, "%s", P->cerr.msg);
+  return -1;
+}
+
+static int hc_recv(void *ctx, int group, int offset, float *buf, int64_t n, char *err, size_t errlen) {
+  CudaProg *P = ctx;
+  if (group != IRG_CP) {
+    snprintf(err, errlen, "a transfer over the %s group: only the context-parallel ring runs on a device so far",
+             ir_group_name((IrGroup)group));
+    return -1;
+  }
+  if (comm_ring_recv(&P->ring, P->comm, COMM_F32, buf, n, offset, TAG_RING, &P->cerr) == 0) return 0;
   snprintf(err, errlen, "%s", P->cerr.msg);
   return -1;
 }
@@ -248,6 +276,7 @@ static void cuda_destroy(void *self) {
   if (!P) return;
   devx_free(P->x);
   devx_program_free(&P->prog);
+  comm_ring_clear(&P->ring);
   if (P->dev) P->dev->ops->close(P->dev);
   for (int i = 0; P->feeds && P->pc && i < P->pc->m->ninputs; i++) free(P->feeds[i]);
   free(P->feeds);
@@ -354,6 +383,8 @@ static void *cuda_create(TrainCtx *ctx, RtErr *e) {
   dc.ctx = P;
   dc.all_reduce = hc_all_reduce;
   dc.all_gather = hc_all_gather;
+  dc.send = hc_send;
+  dc.recv = hc_recv;
   devx_set_comm(P->x, &dc);
   /* the parameters the chunk reads and the loop's tensors */
   const IrModule *m = P->pc->m;
@@ -418,6 +449,10 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
     }
     float l = 0;
     if (devx_step(P->x, P->pc->step, (float)ctx->grad_scale, &l)) return fail(e, "%s", devx_error(P->x));
+    if (comm_ring_pending(&P->ring)) {
+      comm_ring_clear(&P->ring);
+      return fail(e, "a context-parallel send that no receive paired with (the ring's transfers do not pair)");
+    }
     total += l;
   }
   for (int i = 0; i < P->nuses; i++) {

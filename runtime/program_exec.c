@@ -46,6 +46,7 @@
 #include "program_ir.h"
 #include "schedule.h"
 #include "program.h"
+#include "comm_ring.h"
 
 /* Tags keep the kinds of point-to-point messages apart (MPI matches by
  * source, tag and communicator; within one tag, messages keep their order).
@@ -53,15 +54,6 @@
  * + (0 activation, 1 gradient), the chunk the one that produced it, so a
  * stage with several micro-batches in flight takes the one it means. */
 enum { TAG_TIE_PARAM = 32, TAG_TIE_GRAD = 33, TAG_RING = 34, TAG_PIPE = 64, TAG_MAX = 32767 /* MPI's least upper bound */ };
-
-/* A send around the context-parallel ring (ring attention), held until the
- * matching receive: see ring_recv. */
-typedef struct Pending {
-  void *data;
-  int64_t n;
-  int offset;
-  struct Pending *next;
-} Pending;
 
 typedef struct {
   const ProgramUse *u;
@@ -92,7 +84,7 @@ typedef struct {
   CommType wire;
   void *wbuf;        /* conversion to and from the wire type */
   int64_t wcap;
-  Pending *ring_head, *ring_tail; /* context-parallel sends not yet exchanged */
+  CommRing ring; /* context-parallel sends not yet exchanged (comm_ring.h) */
   double *scratch;   /* a mirror's incoming gradient */
   int64_t scratch_len;
   /* interp */
@@ -245,68 +237,6 @@ static int wire_recv(Exec *x, CommGroup g, CommType have, void *buf, int64_t n, 
   return 0;
 }
 
-/* ---- the context-parallel ring ----
- *
- * Ring attention sends a block to the next member of the context group and
- * receives one from the previous, on every member at once. With blocking
- * transfers, every member sending first would wait for ever once messages
- * outgrow MPI's eager buffers; so a send on the ring is only queued, and the
- * receive that pairs with it (the members run the same program, so the
- * k-th receive pairs with the k-th send) does the exchange: even members
- * send then receive, odd ones receive then send, which breaks the cycle on
- * rings of any size. The ring wraps around: a member's neighbour at offset
- * o is (rank + o) mod size. Messages stay in the executor's own type (all
- * members of a context group run the same stage). */
-
-static int ring_send(Exec *x, CommType t, const void *data, int64_t n, int offset, RtErr *e) {
-  Pending *q = calloc(1, sizeof *q);
-  size_t bytes = (size_t)n * (size_t)comm_type_size_of(t);
-  if (!q || !(q->data = malloc(bytes ? bytes : 1))) {
-    free(q);
-    return fail(e, "out of memory for a context-parallel message of %" PRId64 " values", n);
-  }
-  memcpy(q->data, data, bytes);
-  q->n = n;
-  q->offset = offset;
-  if (x->ring_tail) x->ring_tail->next = q;
-  else x->ring_head = q;
-  x->ring_tail = q;
-  return 0;
-}
-
-static int ring_recv(Exec *x, CommType t, void *data, int64_t n, int offset, RtErr *e) {
-  Pending *q = x->ring_head;
-  if (!q) return fail(e, "a context-parallel receive with no send before it (the ring's transfers do not pair)");
-  if (q->offset != -offset || q->n != n)
-    return fail(e, "a context-parallel receive (offset %d, %" PRId64 " values) does not pair with the send before it (offset %d, %" PRId64
-                   " values)", offset, n, q->offset, q->n);
-  x->ring_head = q->next;
-  if (!x->ring_head) x->ring_tail = NULL;
-  int me = x->comm->rank[COMM_CP], size = x->comm->size[COMM_CP];
-  int to = ((me + q->offset) % size + size) % size, from = ((me + offset) % size + size) % size;
-  int rc;
-  if (me % 2 == 0) {
-    rc = c_send(x->comm, COMM_CP, t, q->data, n, to, TAG_RING, e);
-    if (rc == 0) rc = c_recv(x->comm, COMM_CP, t, data, n, from, TAG_RING, e);
-  } else {
-    rc = c_recv(x->comm, COMM_CP, t, data, n, from, TAG_RING, e);
-    if (rc == 0) rc = c_send(x->comm, COMM_CP, t, q->data, n, to, TAG_RING, e);
-  }
-  free(q->data);
-  free(q);
-  return rc;
-}
-
-static void ring_clear(Exec *x) {
-  while (x->ring_head) {
-    Pending *q = x->ring_head;
-    x->ring_head = q->next;
-    free(q->data);
-    free(q);
-  }
-  x->ring_tail = NULL;
-}
-
 /* Chunks form a line: the chunk `offset` places away must exist; it runs
  * on pipeline stage chunk % pp. */
 static int pp_peer(Exec *x, int offset, RtErr *e) {
@@ -357,14 +287,14 @@ static int pipe_flush(Exec *x, RtErr *e) {
 
 /* Point-to-point for both executors: `have` is the type of data. */
 static int p2p_send(Exec *x, int g, CommType have, const void *data, int64_t n, int offset, RtErr *e) {
-  if (g == IRG_CP) return ring_send(x, have, data, n, offset, e);
+  if (g == IRG_CP) return comm_ring_send(&x->ring, have, data, n, offset, e);
   if (g != IRG_PP) return fail(e, "a transfer over the %s group, which has no neighbours", comm_group_name_of(group_of(g)));
   int peer = pp_peer(x, offset, e), tag = peer < 0 ? -1 : pipe_tag(x, offset, 1, e);
   return tag < 0 ? -1 : pipe_send(x, have, data, n, peer, tag, e);
 }
 
 static int p2p_recv(Exec *x, int g, CommType have, void *data, int64_t n, int offset, RtErr *e) {
-  if (g == IRG_CP) return ring_recv(x, have, data, n, offset, e);
+  if (g == IRG_CP) return comm_ring_recv(&x->ring, x->comm, have, data, n, offset, TAG_RING, e);
   if (g != IRG_PP) return fail(e, "a transfer over the %s group, which has no neighbours", comm_group_name_of(group_of(g)));
   int peer = pp_peer(x, offset, e), tag = peer < 0 ? -1 : pipe_tag(x, offset, 0, e);
   return tag < 0 ? -1 : wire_recv(x, COMM_PP, have, data, n, peer, tag, e);
@@ -704,7 +634,7 @@ static void exec_free(Exec *x) {
   free(x->inplace);
   free(x->fscratch);
   free(x->wbuf);
-  ring_clear(x);
+  comm_ring_clear(&x->ring);
   for (int i = 0; i < x->noutbox; i++) free(x->outbox[i]);
   free(x->outbox);
   free(x->workspace_own);
@@ -1163,8 +1093,9 @@ static int exec_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
   for (int i = 0; i < P->n; i++) {
     Exec *x = P->x[i];
     if (rc == 0) chunk_add_grads(x);
-    if (rc == 0 && x->ring_head) rc = fail(e, "a context-parallel send that no receive paired with (the ring's transfers do not pair)");
-    ring_clear(x);
+    if (rc == 0 && comm_ring_pending(&x->ring))
+      rc = fail(e, "a context-parallel send that no receive paired with (the ring's transfers do not pair)");
+    comm_ring_clear(&x->ring);
     if (x->last) {
       *has_loss = 1;
       *loss = x->total / (double)nmicro;

@@ -6,7 +6,9 @@
 #   3. AddressSanitizer + UndefinedBehaviorSanitizer build in ./build-asan,
 #      then ctest with leak detection on, less the tests of the CUDA emulation
 #      harness and of the optimizer kernel (cuda_emu.*, cuda.optim.*): they
-#      compile and run their own C++ programs, the same under either build
+#      compile and run their own C++ programs, the same under either build;
+#      and of the device layouts but one (label cuda_layouts: the emulated
+#      kernels are the same C++ under either build, and they are slow)
 #   4. the libFuzzer target, built with clang in ./build-fuzz, run for about
 #      a minute over the samples, the standard library and the test inputs;
 #      any crash, sanitizer report, leak or hang fails
@@ -83,7 +85,7 @@ if timed "build (ASan+UBSan)" build_dir "$asan_build" -DCMAKE_BUILD_TYPE=RelWith
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     timed "ctest (ASan+UBSan)" ctest --test-dir "$asan_build" --output-on-failure \
-    -j "$ctest_jobs" -LE cuda_emu -E '^cuda[.]optim[.]'
+    -j "$ctest_jobs" -LE 'cuda_emu|cuda_layouts' -E '^cuda[.]optim[.]'
 else
   skipped "ctest (ASan+UBSan)"
 fi

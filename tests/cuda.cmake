@@ -121,4 +121,61 @@ if(Python3_Interpreter_FOUND)
                      --sample ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --device ${dev} --steps $<IF:$<STREQUAL:${dev},cuda>,3,1>)
     set_tests_properties(cuda.run.${dev}.gpt2-tiny PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
   endforeach()
+
+  #   cuda.missing.{libcuda,cublaslt}, runtime.info  a library the GPU path
+  #                      needs made absent by its variable: one line of error
+  #                      naming it, exit 1, no crash (cublaslt is reached on a
+  #                      GPU machine only); `hpdlrun --info` names each part
+  #                      (cuda/missing_libs.py)
+  foreach(what libcuda cublaslt info)
+    set(name cuda.missing.${what})
+    if(what STREQUAL "info")
+      set(name runtime.info)
+    endif()
+    add_test(NAME ${name}
+             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/missing_libs.py --hpdlc $<TARGET_FILE:hpdlc>
+                     --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
+                     --sample ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --what ${what})
+    set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS cuda)
+  endforeach()
+
+  #   cuda.layout.<device>.<layout>  the CPU target's end-to-end layouts on
+  #                      the device: a small gpt2-tiny (T 16, C 32, 4
+  #                      sequences a step) compiled at each layout for both
+  #                      targets; 20 steps whose step-1 loss agrees within
+  #                      1e-6 and every loss and gradient norm within 1e-5;
+  #                      `resume` stops the device run at step 10 at dp 2 and
+  #                      resumes it at tp 2. Emulated in CI (label
+  #                      cuda_layouts: about 3 min in all; the sanitizer step
+  #                      runs tp2_cp2 alone), on the GPU where there is one
+  #                      (ranks beyond the GPUs share them).
+  set(small "-D T=16 -D C=32 --global-batch 4 --micro-batch 2")
+  set(HPDL_DEVICE_LAYOUTS
+      "1rank|" "dp2|--dp 2" "tp2|--tp 2" "cp2|--cp 2" "dp2_tp2|--dp 2 --tp 2" "tp2_cp2|--tp 2 --cp 2"
+      "zero1|--dp 2 --zero 1" "zero2|--dp 2 --zero 2" "zero3|--dp 2 --zero 3" "resume|--dp 2")
+  foreach(dev emulate cuda)
+    foreach(entry ${HPDL_DEVICE_LAYOUTS})
+      string(REPLACE "|" ";" parts "${entry}")
+      list(GET parts 0 name)
+      list(LENGTH parts np)
+      set(layout "")
+      if(np GREATER 1)
+        list(GET parts 1 layout)
+      endif()
+      set(resume)
+      if(name STREQUAL "resume")
+        set(resume --resume-args "${small} --tp 2")
+      endif()
+      add_test(NAME cuda.layout.${dev}.${name}
+               COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc>
+                       --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
+                       --sample ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --device ${dev} --steps 20
+                       --first-tol 1e-6 --tol 1e-5 --args "${small} ${layout}" ${resume})
+      set(labels cuda)
+      if(dev STREQUAL "emulate" AND NOT name STREQUAL "tp2_cp2")
+        list(APPEND labels cuda_layouts)
+      endif()
+      set_tests_properties(cuda.layout.${dev}.${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "${labels}")
+    endforeach()
+  endforeach()
 endif()

@@ -292,15 +292,31 @@ static float *staging(DevExec *x, int which, int64_t n) {
  * device's own buffers replaces the round trip where it can run. */
 static int run_comm(DevExec *x, const IrGraph *g, const IrNode *n, void *const *val, void *out) {
   int grp = (int)n->attr[0];
-  const IrNode *in = &g->nodes[n->in[0]];
-  const void *X = val[n->in[0]];
+  const IrNode *in = n->nin > 0 ? &g->nodes[n->in[0]] : n;
+  const void *X = n->nin > 0 ? val[n->in[0]] : NULL;
   int64_t N = ir_numel(n), NX = ir_numel(in);
   const char *op = ir_op_name(n->op);
   if (grp < 0 || grp >= IRG_COUNT) return fail(x, "%s: no such group %d", op, grp);
   int size = x->comm.size[grp] > 0 ? x->comm.size[grp] : 1, rank = x->comm.rank[grp];
   const char *gname = ir_group_name((IrGroup)grp);
-  if (n->op == IR_SEND || n->op == IR_RECV)
-    return fail(x, "a pipeline %s over %s: pipeline stages do not run on a device yet (compile with --pp 1)", op, gname);
+  if (n->op == IR_SEND || n->op == IR_RECV) {
+    /* SEND reads its input and makes no value; RECV is a leaf that fills out */
+    int send = n->op == IR_SEND;
+    const IrNode *v = send ? in : n;
+    int64_t nv = ir_numel(v);
+    if (sem_dtype_bytes(v->dtype) != 4) return fail(x, "%s over %s: the device's transfers move fp32", op, gname);
+    if (send ? !x->comm.send : !x->comm.recv) return fail(x, "%s over %s: no transfers were set", op, gname);
+    float *h = staging(x, 0, nv);
+    if (!h) return -1;
+    char why[512] = "";
+    if (send && x->dev->ops->to_host(x->dev, h, X, sizeof(float) * (size_t)nv)) return fail(x, "%s: %s", op, dev_error(x->dev));
+    int offset = (int)n->attr[1];
+    if ((send ? x->comm.send(x->comm.ctx, grp, offset, h, nv, why, sizeof why)
+              : x->comm.recv(x->comm.ctx, grp, offset, h, nv, why, sizeof why)))
+      return fail(x, "%s over %s: %s", op, gname, why);
+    if (!send && x->dev->ops->to_device(x->dev, out, h, sizeof(float) * (size_t)nv)) return fail(x, "%s: %s", op, dev_error(x->dev));
+    return 0;
+  }
   if (n->dtype != in->dtype || sem_dtype_bytes(n->dtype) != 4)
     return fail(x, "%s over %s: a value of %d-byte elements; the device's collectives move fp32", op, gname,
                 sem_dtype_bytes(n->dtype));
@@ -577,7 +593,7 @@ static int run_graph(DevExec *x, int gi, int64_t layer, void **args, void **outs
     }
     case DEVX_COMM: {
       int id = K->nodes[0];
-      if (g->nodes[id].op == IR_RECV || g->nodes[id].op == IR_SEND) {
+      if (g->nodes[id].op == IR_SEND) {
         rc = run_comm(x, g, &g->nodes[id], val, NULL);
         break;
       }

@@ -16,8 +16,7 @@
  * outputs of autodiff's graphs added into one gradient buffer per parameter
  * (kernels/hpdl_cuda.cuh's hpdl_accumulate_f32). The chunk's collectives
  * (tensor, sequence and context parallelism) go through the DevxComm the
- * program sets, through host memory for now; pipeline transfers are not run
- * on a device yet (a graph with one stops with a message). */
+ * program sets, through host memory for now. */
 #ifndef HPDL_DEVEXEC_H
 #define HPDL_DEVEXEC_H
 
@@ -78,6 +77,10 @@ typedef struct {
   int (*all_reduce)(void *ctx, int group, int op /* 0 sum, 1 max */, float *buf, int64_t n, char *err, size_t errlen);
   /* out: size x n values, member by member */
   int (*all_gather)(void *ctx, int group, const float *in, int64_t n, float *out, char *err, size_t errlen);
+  /* to / from the member `offset` places along the group (context
+   * parallelism's ring); a send may be held until its receive */
+  int (*send)(void *ctx, int group, int offset, const float *buf, int64_t n, char *err, size_t errlen);
+  int (*recv)(void *ctx, int group, int offset, float *buf, int64_t n, char *err, size_t errlen);
 } DevxComm;
 
 /* Without it every group has one member. */

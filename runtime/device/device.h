@@ -16,6 +16,7 @@
 #define HPDL_DEVICE_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 /* kernels/hpdl_cuda.cuh's hpdl_kctx: what every generated kernel takes first. */
@@ -101,6 +102,15 @@ const char *dev_error(const Device *d);
 
 Device *dev_cuda_open(int ordinal, char *err, size_t errlen);
 Device *dev_emu_open(char *err, size_t errlen);
+
+/* `hpdlrun --info`: the CUDA driver and its GPUs, NVRTC, cuBLASLt and NCCL,
+ * one line each with the version or why it is absent (device_info.c). */
+void dev_info(FILE *out);
+/* dlopen of the first of names that opens (NULL entries skipped); tried
+ * collects the ones that did not. names[0] is the user's variable
+ * (HPDL_LIBCUDA, ...): when set, only it is tried, so that a user (or a
+ * test) can name a library or make one absent. */
+void *dev_dlopen_first(const char *const *names, int n, char *tried, size_t len);
 
 /* The reference GEMM of the emulated device (also the host's check). */
 void dev_gemm_reference(const DevGemm *g, void *const *io);

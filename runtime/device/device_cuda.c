@@ -183,17 +183,6 @@ static const char *cu_str(CudaDev *d, CUresult r) {
     if (r_) return fail(d, "%s: CUDA error %d (%s)", what, r_, cu_str(d, r_));                                \
   } while (0)
 
-static void *open_first(const char *const *names, int n, char *tried, size_t len) {
-  for (int i = 0; i < n; i++) {
-    if (!names[i] || !*names[i]) continue;
-    void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (h) return h;
-    size_t at = strlen(tried);
-    snprintf(tried + at, len - at, "%s%s", at ? ", " : "", names[i]);
-  }
-  return NULL;
-}
-
 static int resolve(void *lib, const char *name, void **slot, char *missing, size_t len) {
   *slot = dlsym(lib, name);
   if (!*slot && !missing[0]) snprintf(missing, len, "%s", name);
@@ -470,7 +459,7 @@ Device *dev_cuda_open(int ordinal, char *err, size_t errlen) {
   d->base.ops = &cuda_ops;
   char tried[1024] = "", missing[128] = "";
   const char *cu_names[] = {getenv("HPDL_LIBCUDA"), "libcuda.so.1"};
-  d->libcuda = open_first(cu_names, 2, tried, sizeof tried);
+  d->libcuda = dev_dlopen_first(cu_names, 2, tried, sizeof tried);
   if (!d->libcuda) {
     snprintf(err, errlen, "no CUDA driver: could not open %s (a GPU machine has it from the NVIDIA driver)", tried);
     cu_close(&d->base);
@@ -519,7 +508,7 @@ Device *dev_cuda_open(int ordinal, char *err, size_t errlen) {
   const char *lt_names[] = {getenv("HPDL_CUBLASLT"), lt1, "/usr/local/cuda/lib64/libcublasLt.so", "libcublasLt.so.13",
                             "libcublasLt.so.12", "libcublasLt.so"};
   tried[0] = '\0';
-  d->liblt = open_first(lt_names, 6, tried, sizeof tried);
+  d->liblt = dev_dlopen_first(lt_names, 6, tried, sizeof tried);
   if (!d->liblt) {
     snprintf(err, errlen, "no cuBLASLt for the GEMMs: could not open %s (set HPDL_CUBLASLT to libcublasLt.so)", tried);
     cu_close(&d->base);

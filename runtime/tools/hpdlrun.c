@@ -5,6 +5,7 @@
  * itself under `mpirun -np N`; a job of one rank runs in this process
  * without MPI. Under mpirun or srun it uses the ranks it is given, which
  * must match the artifact's world size. See docs/runtime.md. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -19,6 +20,7 @@
 #include "artifact.h"
 #include "comm.h"
 #include "cores.h"
+#include "device.h"
 #include "rt.h"
 #include "train.h"
 
@@ -50,6 +52,8 @@ static void usage(FILE *f) {
           "                           OMP_NUM_THREADS when set, else cores / ranks on the node)\n"
           "  --device cuda|emulate    --target cuda artifacts: the GPU (default), or its kernels\n"
           "                           emulated on the CPU (an artifact compiled with --emulate)\n"
+          "  --info                   what this machine offers: MPI, BLAS, cores, the CUDA driver and\n"
+          "                           GPUs, NVRTC, cuBLASLt, NCCL (each version, or why it is absent)\n"
           "  -h, --help               this help;  --version  the version\n"
           "\n"
           "Environment: HPDL_MPIRUN (the mpirun to use), HPDL_MPIRUN_ARGS (extra mpirun arguments).\n");
@@ -80,6 +84,43 @@ static int parse_i64(const char *s, int64_t min, int64_t *out) {
   if (errno || !*s || *end || v < min) return -1;
   *out = v;
   return 0;
+}
+
+/* The BLAS the CPU program will load: OpenBLAS's own word for its build
+ * and the core it picked, else which library opened. */
+static void blas_info(char *buf, size_t n) {
+  const char *names[] = {"libopenblas.so.0", "libblis.so.4", "libcblas.so.3", "libblas.so.3"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    void *h = dlopen(names[i], RTLD_LAZY | RTLD_LOCAL);
+    if (!h) continue;
+    char *(*config)(void) = NULL, *(*core)(void) = NULL;
+    *(void **)&config = dlsym(h, "openblas_get_config");
+    *(void **)&core = dlsym(h, "openblas_get_corename");
+    if (config) snprintf(buf, n, "%s (core %s)", config(), core ? core() : "?");
+    else snprintf(buf, n, "%s", names[i]);
+    dlclose(h);
+    return;
+  }
+  snprintf(buf, n, "none found (%s, ...): the CPU program's GEMMs need one", names[0]);
+}
+
+/* hpdlrun --info: one line per part of what a job would run on. */
+static void print_info(void) {
+  char buf[512];
+  printf("hpdlrun %s\n", HPDL_VERSION);
+#ifdef HPDL_HAVE_MPI
+  comm_mpi_library(buf, sizeof buf);
+  printf("  MPI          %s%s\n", buf, comm_under_launcher() ? ", under a launcher now" : "");
+#else
+  printf("  MPI          none: built without MPI, one-rank jobs only\n");
+#endif
+  blas_info(buf, sizeof buf);
+  printf("  BLAS         %s\n", buf);
+  CoresChoice c = cores_choose(0, 1);
+  cores_describe(&c, buf, sizeof buf);
+  printf("  cores        %d online; a one-rank job runs %s\n", c.cores, buf);
+  fflush(stdout);
+  dev_info(stdout);
 }
 
 /* Returns 0, or the exit status (2: bad command line; -1: help shown). */
@@ -113,6 +154,9 @@ static int parse_args(int argc, char **argv, Args *A) {
 #else
       printf("hpdlrun %s (collectives: none; built without MPI, one-rank jobs only)\n", HPDL_VERSION);
 #endif
+      return -1;
+    } else if (!strcmp(n, "--info")) {
+      print_info();
       return -1;
     } else if (!strcmp(n, "-np") || !strcmp(n, "-n") || !strcmp(n, "--np")) {
       VALUE();

@@ -4,7 +4,15 @@ compiled for the CPU: the same sample, data, seed and steps; every step's
 loss and gradient norm (--metrics) must agree within --tol (relative).
 
   run_device.py --hpdlc H --hpdlrun R --hpdl-data D --sample S --device cuda|emulate
-                [--steps N] [--tol T] [--keep DIR]
+                [--steps N] [--tol T] [--first-tol T] [--args "COMPILE ARGS"]
+                [--resume-args "COMPILE ARGS"] [--keep DIR]
+
+--args are given to both compiles (a layout, -D sizes, batch sizes); the
+ranks are the artifact's. --first-tol: the first step's loss must agree
+within it (the later steps within --tol). --resume-args: the device run
+stops halfway with a checkpoint and a second artifact, compiled with these
+arguments instead (another layout), resumes it to the end; its steps must
+agree with the CPU run's all the same.
 
 Exits 77 (CTest's skip) when the device cannot run: no GPU or driver for
 --device cuda (hpdlrun's message is printed), or no C++ compiler for
@@ -12,6 +20,7 @@ Exits 77 (CTest's skip) when the device cannot run: no GPU or driver for
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -34,6 +43,9 @@ def main():
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--arch", default=None)
+    ap.add_argument("--first-tol", type=float, default=None)
+    ap.add_argument("--args", default="")
+    ap.add_argument("--resume-args", default=None)
     ap.add_argument("--keep", default=None)
     a = ap.parse_args()
     tmp = a.keep or tempfile.mkdtemp(prefix="hpdl-rundev-")
@@ -44,12 +56,20 @@ def main():
             print(r.stdout)
             return 1
         data = f"{tmp}/data/syn_train_*.bin"
-        cuda = [a.hpdlc, "compile", a.sample, "--target", "cuda", "-o", f"{tmp}/cuda"]
-        if a.device == "emulate":
-            cuda.append("--emulate")
-        if a.arch:
-            cuda += ["--arch", a.arch]
-        for name, cmd in (("cpu", [a.hpdlc, "compile", a.sample, "-o", f"{tmp}/cpu"]), ("cuda", cuda)):
+        extra = shlex.split(a.args)
+
+        def cuda_compile(out, args):
+            cmd = [a.hpdlc, "compile", a.sample, "--target", "cuda", "-o", out] + args
+            if a.device == "emulate":
+                cmd.append("--emulate")
+            if a.arch:
+                cmd += ["--arch", a.arch]
+            return cmd
+
+        compiles = [("cpu", [a.hpdlc, "compile", a.sample, "-o", f"{tmp}/cpu"] + extra), ("cuda", cuda_compile(f"{tmp}/cuda", extra))]
+        if a.resume_args is not None:
+            compiles.append(("cuda", cuda_compile(f"{tmp}/cuda2", shlex.split(a.resume_args))))
+        for name, cmd in compiles:
             r = run(cmd)
             if r.returncode:
                 print(r.stdout)
@@ -61,9 +81,15 @@ def main():
                     return 77
                 return 1
         runs = {}
-        for name, extra in (("cpu", []), ("cuda", ["--device", a.device])):
-            cmd = [a.hpdlrun, f"{tmp}/{name}", "--steps", str(a.steps), "--log-every", "1", "--data", data,
-                   "--checkpoint-dir", f"{tmp}/ckpt-{name}", "--metrics", f"{tmp}/{name}.jsonl", "--progress", "plain"] + extra
+        half = max(1, a.steps // 2)
+        plan = [("cpu", "cpu", [], "cpu.jsonl"), ("cuda", "cuda", ["--device", a.device], "cuda.jsonl")]
+        if a.resume_args is not None:  # the first half, then the rest at the other layout from its checkpoint
+            plan[1] = ("cuda", "cuda", ["--device", a.device, "--stop-at", str(half), "--checkpoint-every", str(half)], "cuda.jsonl")
+            plan.append(("cuda2", "cuda2", ["--device", a.device, "--resume"], "cuda2.jsonl"))
+        for name, art, flags, out in plan:
+            ckpt = f"{tmp}/ckpt-{'cpu' if name == 'cpu' else 'cuda'}"
+            cmd = [a.hpdlrun, f"{tmp}/{art}", "--steps", str(a.steps), "--log-every", "1", "--data", data,
+                   "--checkpoint-dir", ckpt, "--metrics", f"{tmp}/{out}", "--progress", "plain"] + flags
             r = run(cmd)
             print(r.stdout.rstrip())
             if r.returncode:
@@ -72,13 +98,20 @@ def main():
                     print("skipped: no GPU to run on")
                     return 77
                 return 1
-            runs[name] = metrics(f"{tmp}/{name}.jsonl")
+            runs[name] = metrics(f"{tmp}/{out}")
+        if "cuda2" in runs:
+            runs["cuda"] = runs["cuda"] + runs.pop("cuda2")
         bad = 0
         for c, g in zip(runs["cpu"], runs["cuda"]):
+            if c["step"] != g["step"]:
+                print(f"step {c['step']} of the CPU run against step {g['step']} of the device's")
+                bad += 1
+                continue
             for key in ("loss", "grad_norm"):
                 x, y = c[key], g[key]
                 err = abs(x - y) / max(abs(x), 1e-30)
-                ok = err <= a.tol
+                tol = a.first_tol if a.first_tol is not None and key == "loss" and c["step"] == runs["cpu"][0]["step"] else a.tol
+                ok = err <= tol
                 bad += not ok
                 print(f"step {c['step']}: {key} cpu {x:.9g} {a.device} {y:.9g} (relative {err:.2e}){'' if ok else '  FAIL'}")
         if len(runs["cpu"]) != a.steps or len(runs["cuda"]) != a.steps:

@@ -1,0 +1,77 @@
+/* comm_ring.c - the context-parallel ring (comm_ring.h). Only the Comm's
+ * table is called: the CPU program links nothing of libhpdlrt. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_ring.h"
+
+struct CommRingSend {
+  void *data;
+  int64_t n;
+  int offset;
+  CommRingSend *next;
+};
+
+static int ring_fail(RtErr *e, const char *msg) {
+  snprintf(e->msg, sizeof e->msg, "%s", msg);
+  return -1;
+}
+
+static int type_bytes(CommType t) { return t == COMM_F64 ? 8 : t == COMM_U8 ? 1 : 4; }
+
+int comm_ring_send(CommRing *r, CommType t, const void *data, int64_t n, int offset, RtErr *e) {
+  CommRingSend *q = calloc(1, sizeof *q);
+  size_t bytes = (size_t)n * (size_t)type_bytes(t);
+  if (!q || !(q->data = malloc(bytes ? bytes : 1))) {
+    free(q);
+    return ring_fail(e, "out of memory for a context-parallel message");
+  }
+  memcpy(q->data, data, bytes);
+  q->n = n;
+  q->offset = offset;
+  if (r->tail) r->tail->next = q;
+  else r->head = q;
+  r->tail = q;
+  return 0;
+}
+
+int comm_ring_recv(CommRing *r, Comm *c, CommType t, void *data, int64_t n, int offset, int tag, RtErr *e) {
+  CommRingSend *q = r->head;
+  if (!q) return ring_fail(e, "a context-parallel receive with no send before it (the ring's transfers do not pair)");
+  if (q->offset != -offset || q->n != n) {
+    snprintf(e->msg, sizeof e->msg,
+             "a context-parallel receive (offset %d, %" PRId64 " values) does not pair with the send before it (offset %d, %" PRId64
+             " values)",
+             offset, n, q->offset, q->n);
+    return -1;
+  }
+  r->head = q->next;
+  if (!r->head) r->tail = NULL;
+  int me = c->rank[COMM_CP], size = c->size[COMM_CP];
+  int to = ((me + q->offset) % size + size) % size, from = ((me + offset) % size + size) % size;
+  int rc;
+  if (me % 2 == 0) {
+    rc = c->ops->send(c, COMM_CP, t, q->data, n, to, tag, e);
+    if (rc == 0) rc = c->ops->recv(c, COMM_CP, t, data, n, from, tag, e);
+  } else {
+    rc = c->ops->recv(c, COMM_CP, t, data, n, from, tag, e);
+    if (rc == 0) rc = c->ops->send(c, COMM_CP, t, q->data, n, to, tag, e);
+  }
+  free(q->data);
+  free(q);
+  return rc;
+}
+
+int comm_ring_pending(const CommRing *r) { return r->head != NULL; }
+
+void comm_ring_clear(CommRing *r) {
+  while (r->head) {
+    CommRingSend *q = r->head;
+    r->head = q->next;
+    free(q->data);
+    free(q);
+  }
+  r->tail = NULL;
+}

@@ -1,0 +1,37 @@
+/* comm_ring.h - the context-parallel ring of ring attention over a Comm's
+ * table, shared by the CPU program (program_exec.c, a module that links
+ * nothing of libhpdlrt: this file is compiled into it) and the GPU's
+ * (program_cuda.c).
+ *
+ * Ring attention sends a block to the next member of the context group and
+ * receives one from the previous, on every member at once. With blocking
+ * transfers, every member sending first would wait for ever once messages
+ * outgrow MPI's eager buffers; so a send on the ring is only queued, and the
+ * receive that pairs with it (the members run the same program, so the
+ * k-th receive pairs with the k-th send) does the exchange: even members
+ * send then receive, odd ones receive then send, which breaks the cycle on
+ * rings of any size. The ring wraps around: a member's neighbour at offset
+ * o is (rank + o) mod size. */
+#ifndef HPDL_COMM_RING_H
+#define HPDL_COMM_RING_H
+
+#include <stdint.h>
+
+#include "comm.h"
+
+typedef struct CommRingSend CommRingSend;
+
+typedef struct {
+  CommRingSend *head, *tail; /* sends not yet exchanged */
+} CommRing;
+
+/* Queues n values of type t (copied) for the member `offset` places on. */
+int comm_ring_send(CommRing *r, CommType t, const void *data, int64_t n, int offset, RtErr *e);
+/* Exchanges the oldest queued send with the receive of n values from the
+ * member `offset` places on (-offset of the send's), over tag `tag`. */
+int comm_ring_recv(CommRing *r, Comm *c, CommType t, void *data, int64_t n, int offset, int tag, RtErr *e);
+/* 1 when a send is still queued (a step's transfers that did not pair). */
+int comm_ring_pending(const CommRing *r);
+void comm_ring_clear(CommRing *r);
+
+#endif
