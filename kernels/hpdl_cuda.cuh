@@ -141,6 +141,33 @@ static __device__ float hpdl_block_max(float v, float *partial /* shared, 32 flo
   return hpdl_warp_max(v);
 }
 
+/* A reduction over a block of 32 columns (lane = column) whose warps each
+ * hold a partial value: every thread gets its column's total, the warps'
+ * partials added in warp order (so the same on every run). */
+static __device__ float hpdl_col_sum(float v, float *partial /* shared, 32 x 33 floats */) {
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+#ifndef HPDL_MUTATE_DROP_BARRIER
+  __syncthreads(); /* the previous use of partial is over */
+#endif
+  partial[warp * 33 + lane] = v;
+  __syncthreads();
+  float s = 0.0f;
+  for (int w = 0; w < nwarps; w++) s += partial[w * 33 + lane];
+  return s;
+}
+
+static __device__ float hpdl_col_max(float v, float *partial /* shared, 32 x 33 floats */) {
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+#ifndef HPDL_MUTATE_DROP_BARRIER
+  __syncthreads();
+#endif
+  partial[warp * 33 + lane] = v;
+  __syncthreads();
+  float m = HPDL_NEG_INF;
+  for (int w = 0; w < nwarps; w++) m = fmaxf(m, partial[w * 33 + lane]);
+  return m;
+}
+
 /* The same over doubles (a reduction whose order must not cost precision:
  * the cross-entropy's mean over rows). */
 static __device__ double hpdl_block_sum_d(double v, double *partial /* shared, 32 doubles */) {

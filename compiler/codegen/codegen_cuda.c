@@ -146,6 +146,7 @@ typedef struct {
    * lane 0..3 each with its own variables v<x>_<lane> */
   int vec, lane;
   int *qdone;    /* per expression: its float4 load is emitted (scope) */
+  int col;       /* a row kernel in columns: 32 rows a block, the group over warps */
 } Emit;
 
 /* An affine form over the collapsed axes in scope (others count 0). */
@@ -539,7 +540,8 @@ static int vec_stores(Emit *E, int full_only) {
 static void sweep_open(Emit *E, int vec, int v4, int64_t ngrp, int *sweep) {
   CuText *o = E->o;
   if (vec) cu_tx(o, v4 ? "    if (vec_) {\n" : "    } else {\n");
-  if (v4) cu_tx(o, "    for (long long grp = threadIdx.x * 4LL; grp < %" PRId64 "LL; grp += blockDim.x * 4LL) {\n", ngrp);
+  if (E->col) cu_tx(o, "    for (long long grp = cy_; live_ && grp < %" PRId64 "LL; grp += cny_) {\n", ngrp);
+  else if (v4) cu_tx(o, "    for (long long grp = threadIdx.x * 4LL; grp < %" PRId64 "LL; grp += blockDim.x * 4LL) {\n", ngrp);
   else cu_tx(o, "    for (long long grp = threadIdx.x; grp < %" PRId64 "LL; grp += blockDim.x) {\n", ngrp);
   E->ind = "      ";
   decompose(o, E->N, 1, "grp", E->ind);
@@ -554,7 +556,7 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   CuText *o = &t->src;
   int row = has_red(N);
   Emit E = {k, N, o, xalloc_calloc((size_t)N->nx * 4 + 4, sizeof(int)), 0, -1, 0, row, "    ", 0, 0,
-            xalloc_calloc((size_t)N->nx + 1, sizeof(int))};
+            xalloc_calloc((size_t)N->nx + 1, sizeof(int)), 0};
   for (int i = 0; i < N->nx * 4; i++) E.scope_of[i] = -1;
   for (int i = 0; i < N->nx; i++) E.qdone[i] = -1;
   int rc = 0;
@@ -595,19 +597,32 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
     cu_add_launch(k, name, step, vec ? "loop4" : "loop", (threads + CU_BLOCK - 1) / CU_BLOCK, CU_BLOCK);
     return rc;
   }
-  /* a row kernel: a block per row, threads over the group, one sweep per level */
+  /* a row kernel: a block per row, threads over the group, one sweep per
+   * level. When the innermost axis is not the group's (a sum over leading
+   * axes: a bias's gradient, a weight's over the batch) in columns instead:
+   * a block holds 32 rows, one per lane, so a warp reads 32 neighbours at
+   * once, and its warps split the group; the warps' partial values meet in
+   * shared memory, added in warp order (hpdl_col_sum), no shuffles. */
   int64_t nrow = space(N, 0), ngrp = space(N, 1);
   int maxl = 0;
   for (int i = 0; i < N->nx; i++)
     if (N->x[i].kind == X_RED && N->x[i].level > maxl) maxl = N->x[i].level;
-  int vec = vectorizable(N, 1);
-  cu_tx(o, "  __shared__ float red_[32];\n");
+  int col = N->na > 0 && N->aset[N->na - 1] != 1 && nrow > 1;
+  E.col = col;
+  int vec = col ? 0 : vectorizable(N, 1);
+  cu_tx(o, col ? "  __shared__ float red_[32 * 33];\n" : "  __shared__ float red_[32];\n");
   if (vec) { /* four points of the group a thread through float4, when aligned */
     cu_tx(o, "  bool vec_ = false;\n");
     if_aligned(k, o, "  ");
     cu_tx(o, "    vec_ = true;\n  }\n");
   }
-  cu_tx(o, "  for (long long row = blockIdx.x; row < %" PRId64 "LL; row += gridDim.x) {\n", nrow);
+  if (col) {
+    cu_tx(o, "  const int cy_ = (int)(threadIdx.x >> 5), cny_ = (int)(blockDim.x >> 5);\n");
+    cu_tx(o, "  for (long long row0 = (long long)blockIdx.x * 32LL; row0 < %" PRId64 "LL; row0 += (long long)gridDim.x * 32LL) {\n",
+          nrow);
+    cu_tx(o, "    const long long row = row0 + (threadIdx.x & 31);\n    const bool live_ = row < %" PRId64 "LL;\n", nrow);
+  } else
+    cu_tx(o, "  for (long long row = blockIdx.x; row < %" PRId64 "LL; row += gridDim.x) {\n", nrow);
   decompose(o, N, 0, "row", "    ");
   int sweep = 1;
   E.row_scope = 0;
@@ -642,7 +657,7 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
     for (int i = 0; i < N->nx; i++) {
       NestX *x = &N->x[i];
       if (x->kind != X_RED || x->level != L) continue;
-      cu_tx(o, "    const float v%d = hpdl_block_%s(acc%d, red_)", i, x->redmax ? "max" : "sum", i);
+      cu_tx(o, "    const float v%d = hpdl_%s_%s(acc%d, red_)", i, col ? "col" : "block", x->redmax ? "max" : "sum", i);
       if (x->div) cu_tx(o, " / %" PRId64 ".0f", x->div);
       cu_tx(o, ";\n");
       for (int l = 0; l < 4; l++) E.scope_of[i * 4 + l] = 0; /* every lane reads the row's value */
@@ -661,13 +676,18 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
     E.ind = "      ";
     E.scope = ++sweep;
     E.in_sweep = 0;
-    cu_tx(o, "    if (threadIdx.x == 0) {\n");
+    cu_tx(o, col ? "    if (cy_ == 0 && live_) {\n" : "    if (threadIdx.x == 0) {\n");
     if (!rc) rc = stores(&E, 0);
     cu_tx(o, "    }\n");
   }
   cu_tx(o, "  }\n}\n\n");
   free(E.scope_of);
   free(E.qdone);
+  if (col) { /* 32 rows a block; up to CU_BLOCK / 32 warps over the group */
+    int64_t warps = ngrp < CU_BLOCK / 32 ? ngrp : CU_BLOCK / 32;
+    cu_add_launch(k, name, step, "col", (nrow + 31) / 32, 32 * (warps > 0 ? warps : 1));
+    return rc;
+  }
   /* a warp per 32 elements of the row (128 with float4), at most CU_BLOCK threads */
   int64_t per = vec ? ngrp / 4 : ngrp;
   int64_t block = per >= CU_BLOCK ? CU_BLOCK : (per + 31) / 32 * 32;
