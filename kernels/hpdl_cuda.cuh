@@ -141,30 +141,33 @@ static __device__ float hpdl_block_max(float v, float *partial /* shared, 32 flo
   return hpdl_warp_max(v);
 }
 
-/* A reduction over a block of 32 columns (lane = column) whose warps each
- * hold a partial value: every thread gets its column's total, the warps'
- * partials added in warp order (so the same on every run). */
-static __device__ float hpdl_col_sum(float v, float *partial /* shared, 32 x 33 floats */) {
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+/* A column kernel's reduction (codegen_cuda.c): the block holds
+ * HPDL_COL_ROWS rows (thread % rows) and slices of the group (thread /
+ * rows), each thread a partial value of its row; every thread gets its
+ * row's total, the slices' partials added in slice order (the same every
+ * run). partial: blockDim.x floats of shared memory. */
+#define HPDL_COL_ROWS 8
+static __device__ float hpdl_col_sum(float v, float *partial) {
+  int r = threadIdx.x % HPDL_COL_ROWS, nslices = blockDim.x / HPDL_COL_ROWS;
 #ifndef HPDL_MUTATE_DROP_BARRIER
   __syncthreads(); /* the previous use of partial is over */
 #endif
-  partial[warp * 33 + lane] = v;
+  partial[threadIdx.x] = v;
   __syncthreads();
   float s = 0.0f;
-  for (int w = 0; w < nwarps; w++) s += partial[w * 33 + lane];
+  for (int w = 0; w < nslices; w++) s += partial[w * HPDL_COL_ROWS + r];
   return s;
 }
 
-static __device__ float hpdl_col_max(float v, float *partial /* shared, 32 x 33 floats */) {
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+static __device__ float hpdl_col_max(float v, float *partial) {
+  int r = threadIdx.x % HPDL_COL_ROWS, nslices = blockDim.x / HPDL_COL_ROWS;
 #ifndef HPDL_MUTATE_DROP_BARRIER
   __syncthreads();
 #endif
-  partial[warp * 33 + lane] = v;
+  partial[threadIdx.x] = v;
   __syncthreads();
   float m = HPDL_NEG_INF;
-  for (int w = 0; w < nwarps; w++) m = fmaxf(m, partial[w * 33 + lane]);
+  for (int w = 0; w < nslices; w++) m = fmaxf(m, partial[w * HPDL_COL_ROWS + r]);
   return m;
 }
 

@@ -600,9 +600,10 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   /* a row kernel: a block per row, threads over the group, one sweep per
    * level. When the innermost axis is not the group's (a sum over leading
    * axes: a bias's gradient, a weight's over the batch) in columns instead:
-   * a block holds 32 rows, one per lane, so a warp reads 32 neighbours at
-   * once, and its warps split the group; the warps' partial values meet in
-   * shared memory, added in warp order (hpdl_col_sum), no shuffles. */
+   * a block holds CU_COL_ROWS neighbouring rows (thread % rows) and its
+   * threads' slices (thread / rows) split the group, so a warp reads whole
+   * sectors; the slices' partial values meet in shared memory, added in
+   * slice order (hpdl_col_sum), no shuffles. */
   int64_t nrow = space(N, 0), ngrp = space(N, 1);
   int maxl = 0;
   for (int i = 0; i < N->nx; i++)
@@ -610,17 +611,18 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   int col = N->na > 0 && N->aset[N->na - 1] != 1 && nrow > 1;
   E.col = col;
   int vec = col ? 0 : vectorizable(N, 1);
-  cu_tx(o, col ? "  __shared__ float red_[32 * 33];\n" : "  __shared__ float red_[32];\n");
+  cu_tx(o, col ? "  __shared__ float red_[%d];\n" : "  __shared__ float red_[32];\n", CU_BLOCK);
   if (vec) { /* four points of the group a thread through float4, when aligned */
     cu_tx(o, "  bool vec_ = false;\n");
     if_aligned(k, o, "  ");
     cu_tx(o, "    vec_ = true;\n  }\n");
   }
   if (col) {
-    cu_tx(o, "  const int cy_ = (int)(threadIdx.x >> 5), cny_ = (int)(blockDim.x >> 5);\n");
-    cu_tx(o, "  for (long long row0 = (long long)blockIdx.x * 32LL; row0 < %" PRId64 "LL; row0 += (long long)gridDim.x * 32LL) {\n",
+    cu_tx(o, "  const int cy_ = (int)(threadIdx.x / %d), cny_ = (int)(blockDim.x / %d);\n", CU_COL_ROWS, CU_COL_ROWS);
+    cu_tx(o, "  for (long long row0 = (long long)blockIdx.x * %dLL; row0 < %" PRId64 "LL; row0 += (long long)gridDim.x * %dLL) {\n",
+          CU_COL_ROWS, nrow, CU_COL_ROWS);
+    cu_tx(o, "    const long long row = row0 + (threadIdx.x %% %d);\n    const bool live_ = row < %" PRId64 "LL;\n", CU_COL_ROWS,
           nrow);
-    cu_tx(o, "    const long long row = row0 + (threadIdx.x & 31);\n    const bool live_ = row < %" PRId64 "LL;\n", nrow);
   } else
     cu_tx(o, "  for (long long row = blockIdx.x; row < %" PRId64 "LL; row += gridDim.x) {\n", nrow);
   decompose(o, N, 0, "row", "    ");
@@ -683,9 +685,11 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   cu_tx(o, "  }\n}\n\n");
   free(E.scope_of);
   free(E.qdone);
-  if (col) { /* 32 rows a block; up to CU_BLOCK / 32 warps over the group */
-    int64_t warps = ngrp < CU_BLOCK / 32 ? ngrp : CU_BLOCK / 32;
-    cu_add_launch(k, name, step, "col", (nrow + 31) / 32, 32 * (warps > 0 ? warps : 1));
+  if (col) { /* CU_COL_ROWS rows a block; up to CU_BLOCK / CU_COL_ROWS slices of the group, whole warps */
+    int64_t threads = ngrp * CU_COL_ROWS < CU_BLOCK ? ngrp * CU_COL_ROWS : CU_BLOCK;
+    threads = (threads + 31) / 32 * 32;
+    int64_t blocks = (nrow + CU_COL_ROWS - 1) / CU_COL_ROWS;
+    cu_add_launch(k, name, step, "col", blocks < CU_MAX_GRID ? blocks : CU_MAX_GRID, threads);
     return rc;
   }
   /* a warp per 32 elements of the row (128 with float4), at most CU_BLOCK threads */
