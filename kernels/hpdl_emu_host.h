@@ -58,4 +58,23 @@ extern "C" int hpd_emul_hpdl_accumulate_f32(const hpdl_kctx *ctx, unsigned grid,
                          (long long)(unsigned long long)args[2]);
 }
 
+/* The optimizer's kernels (hpdl_optim.cuh) take a table and arguments by
+ * value: their entries take cuLaunchKernel's parameter array, a pointer to
+ * each argument (device.h's launch_raw; ctx is not used). */
+extern "C" int hpd_emul_hpdl_adamw_f32(const hpdl_kctx *ctx, unsigned grid, unsigned block, void **params) {
+  (void)ctx;
+  return HPDL_EMU_LAUNCH(hpdl_adamw_f32, dim3(grid), dim3(block), 0, *(const hpdl_optim_chunk *const *)params[0],
+                         *(const long long *)params[1], *(const hpdl_adamw_args *)params[2]);
+}
+extern "C" int hpd_emul_hpdl_sgd_f32(const hpdl_kctx *ctx, unsigned grid, unsigned block, void **params) {
+  (void)ctx;
+  return HPDL_EMU_LAUNCH(hpdl_sgd_f32, dim3(grid), dim3(block), 0, *(const hpdl_optim_chunk *const *)params[0],
+                         *(const long long *)params[1], *(const hpdl_sgd_args *)params[2]);
+}
+extern "C" int hpd_emul_hpdl_sumsq_f32(const hpdl_kctx *ctx, unsigned grid, unsigned block, void **params) {
+  (void)ctx;
+  return HPDL_EMU_LAUNCH(hpdl_sumsq_f32, dim3(grid), dim3(block), 0, *(const hpdl_optim_chunk *const *)params[0],
+                         *(const long long *)params[1], *(double *const *)params[2]);
+}
+
 #endif

@@ -327,5 +327,31 @@ hpdl_sgd_f32(const hpdl_optim_chunk *__restrict__ table, long long nchunks, cons
   }
 }
 
+/* The sum of squares of each chunk's gradient, in double: out[c] for row c
+ * (a block a chunk, its threads' partial sums added in thread order through
+ * shared memory, so the same every run). The runtime adds the rows of the
+ * tensors it counts, in order, for the gradient norm. */
+extern "C" __global__ void __launch_bounds__(HPDL_OPTIM_THREADS)
+hpdl_sumsq_f32(const hpdl_optim_chunk *__restrict__ table, long long nchunks, double *__restrict__ out) {
+  __shared__ double part[HPDL_OPTIM_THREADS];
+  for (long long c = blockIdx.x; c < nchunks; c += gridDim.x) {
+    const hpdl_optim_chunk k = table[c];
+    const float *__restrict__ g = k.g + k.offset;
+    double s = 0.0;
+    for (int i = threadIdx.x; i < k.count; i += blockDim.x) {
+      const double x = (double)__ldg(g + i);
+      s += x * x;
+    }
+    __syncthreads(); /* the previous chunk's part is read */
+    part[threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      double t = 0.0;
+      for (unsigned i = 0; i < blockDim.x; i++) t += part[i];
+      out[c] = t;
+    }
+  }
+}
+
 #endif /* __CUDACC__ || HPDL_EMU */
 #endif /* HPDL_OPTIM_CUH */

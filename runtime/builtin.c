@@ -128,7 +128,7 @@ static int bigram_step(void *self, TrainCtx *ctx, const DataBatch *const *micro,
 
 static void bigram_destroy(void *self) { rt_free(self); }
 
-static const TrainProgram bigram = {TRAIN_PROGRAM_ABI, "bigram", 0, bigram_create, bigram_step, bigram_destroy};
+static const TrainProgram bigram = {TRAIN_PROGRAM_ABI, "bigram", 0, bigram_create, bigram_step, bigram_destroy, NULL, NULL, NULL, NULL};
 
 const TrainProgram *builtin_program(const char *name) {
   if (!strcmp(name, "bigram")) return &bigram;

@@ -12,6 +12,7 @@
 #include "artifact.h"
 #include "comm.h"
 #include "data.h"
+#include "optim.h"
 #include "rt.h"
 
 /* One local tensor: copy `layer` of a logical parameter, this rank's shard.
@@ -47,7 +48,7 @@ typedef struct {
   const char *device;
 } TrainCtx;
 
-enum { TRAIN_PROGRAM_ABI = 1 };
+enum { TRAIN_PROGRAM_ABI = 2 };
 #define TRAIN_PROGRAM_SYMBOL "hpdl_program_v1" /* const TrainProgram *hpdl_program_v1(void) */
 
 typedef struct TrainProgram {
@@ -59,6 +60,22 @@ typedef struct TrainProgram {
    * (the last pipeline stage); *loss: the mean over the micro-batches. */
   int (*step)(void *self, TrainCtx *ctx, const DataBatch *const *micro, int nmicro, double *loss, int *has_loss, RtErr *e);
   void (*destroy)(void *self);
+  /* Optional (NULL: the loop keeps the parameters, the gradients and the
+   * optimizer's state in its pools and updates them). A program that keeps
+   * them itself, on a GPU, says so by resident() returning 1 (asked once,
+   * after create, when every tensor is this rank's alone: dp = 1, no ZeRO).
+   * Then the loop leaves its gradient pool alone; each step it asks for the
+   * sums of squares of the gradients of the tensors it counts in the norm
+   * (count[i] for ctx->tensors[i]) and has the program update (the AdamW /
+   * SGD of opt at the 1-based step t, lr after the schedule, the gradients
+   * scaled by clip_scale first). state(to_host = 1) brings the parameters
+   * and the moments (TrainTensor.data, .m, .v) to the loop's pools before
+   * it reads them (a checkpoint); state(to_host = 0) takes them from the
+   * pools after it wrote them (initialisation, resuming). */
+  int (*resident)(void *self, TrainCtx *ctx);
+  int (*grad_sumsq)(void *self, TrainCtx *ctx, const unsigned char *count, double *sumsq, RtErr *e);
+  int (*update)(void *self, TrainCtx *ctx, const OptimConfig *opt, int64_t t, double lr, double clip_scale, RtErr *e);
+  int (*state)(void *self, TrainCtx *ctx, int to_host, RtErr *e);
 } TrainProgram;
 
 #endif

@@ -24,6 +24,7 @@
 #include "arena.h"
 #include "comm_ring.h"
 #include "devexec.h"
+#include "devoptim.h"
 #include "program.h"
 #include "program_cuda.h"
 #include "program_ir.h"
@@ -47,6 +48,16 @@ typedef struct {
   Comm *comm;
   CommRing ring; /* context parallelism's sends not yet exchanged */
   RtErr cerr;
+  /* resident: the parameters, gradients and the optimizer stay on the device */
+  int resident;
+  int *use_of; /* per loop tensor: its use */
+  DevOptim *opt;
+  double *sums;
+  /* HPDL_PROFILE: seconds of the steps' phases (the device synchronised
+   * between them), reported when the run ends */
+  int timing;
+  long steps;
+  double t_params, t_inputs, t_micro, t_grads;
 } CudaProg;
 
 /* ---- the chunk's collectives through the loop's Comm, in host memory ---- */
@@ -274,9 +285,18 @@ static TrainTensor *find_tensor(TrainCtx *ctx, const char *name, int64_t layer) 
 static void cuda_destroy(void *self) {
   CudaProg *P = self;
   if (!P) return;
+  if (P->timing && P->steps > 0 && P->comm && P->comm->world_rank == 0)
+    fprintf(stderr,
+            "hpdlrun: device step phases (HPDL_PROFILE, mean of %ld steps): parameters in %.1f ms, inputs %.1f ms, "
+            "micro-batches %.1f ms, gradients out %.1f ms\n",
+            P->steps, 1e3 * P->t_params / (double)P->steps, 1e3 * P->t_inputs / (double)P->steps, 1e3 * P->t_micro / (double)P->steps,
+            1e3 * P->t_grads / (double)P->steps);
+  devopt_free(P->opt); /* its buffers are the device's: before the device closes */
   devx_free(P->x);
   devx_program_free(&P->prog);
   comm_ring_clear(&P->ring);
+  free(P->use_of);
+  free(P->sums);
   if (P->dev) P->dev->ops->close(P->dev);
   for (int i = 0; P->feeds && P->pc && i < P->pc->m->ninputs; i++) free(P->feeds[i]);
   free(P->feeds);
@@ -423,17 +443,25 @@ static void *cuda_create(TrainCtx *ctx, RtErr *e) {
       fprintf(stderr, "hpdlrun: rank %d: device %s%s%s\n", me, P->dev->what, share,
               ctx->comm->world_size > 1 ? "; collectives: MPI through host memory" : "");
   }
+  P->timing = getenv("HPDL_PROFILE") != NULL;
   return P;
 }
 
 static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, int nmicro, double *loss, int *has_loss, RtErr *e) {
   CudaProg *P = self;
   const IrModule *m = P->pc->m;
-  for (int i = 0; i < P->nuses; i++) {
+  Device *d = P->dev;
+  double t0 = P->timing ? d->ops->seconds(d) : 0, t1;
+  for (int i = 0; i < P->nuses && !P->resident; i++) {
     const CudaUse *c = &P->uses[i];
     if (devx_set_param_copy(P->x, c->param, c->layer, c->t->data)) return fail(e, "%s", devx_error(P->x));
   }
   if (devx_zero_grads(P->x)) return fail(e, "%s", devx_error(P->x));
+  if (P->timing) {
+    t1 = d->ops->seconds(d);
+    P->t_params += t1 - t0;
+    t0 = t1;
+  }
   double total = 0;
   for (int j = 0; j < nmicro; j++) {
     const DataBatch *b = micro[j];
@@ -448,23 +476,122 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
       if (devx_set_input(P->x, i, src, sizeof(int32_t) * (size_t)n)) return fail(e, "%s", devx_error(P->x));
     }
     float l = 0;
+    if (P->timing) {
+      t1 = d->ops->seconds(d);
+      P->t_inputs += t1 - t0;
+      t0 = t1;
+    }
     if (devx_step(P->x, P->pc->step, (float)ctx->grad_scale, &l)) return fail(e, "%s", devx_error(P->x));
+    if (P->timing) {
+      t1 = d->ops->seconds(d);
+      P->t_micro += t1 - t0;
+      t0 = t1;
+    }
     if (comm_ring_pending(&P->ring)) {
       comm_ring_clear(&P->ring);
       return fail(e, "a context-parallel send that no receive paired with (the ring's transfers do not pair)");
     }
     total += l;
   }
-  for (int i = 0; i < P->nuses; i++) {
+  for (int i = 0; i < P->nuses && !P->resident; i++) {
     const CudaUse *c = &P->uses[i];
     if (devx_get_grad_copy(P->x, c->param, c->layer, P->host)) return fail(e, "%s", devx_error(P->x));
     for (int64_t k = 0; k < c->numel; k++) c->t->grad[k] += P->host[k];
+  }
+  if (P->timing) {
+    P->t_grads += d->ops->seconds(d) - t0;
+    P->steps++;
   }
   *has_loss = 1;
   *loss = total / (double)nmicro;
   return 0;
 }
 
-static const TrainProgram cuda_program_table = {TRAIN_PROGRAM_ABI, "hpdl-cuda", 0, cuda_create, cuda_step, cuda_destroy};
+/* ---- resident: parameters, gradients and the optimizer on the device ---- */
+
+/* Every loop tensor must be read by exactly one use of the chunk (a tensor
+ * no use reads would never be updated), and HPDL_HOST_OPTIMIZER=1 keeps
+ * the update on the host (for comparison). */
+static int cuda_resident(void *self, TrainCtx *ctx) {
+  CudaProg *P = self;
+  const char *host = getenv("HPDL_HOST_OPTIMIZER");
+  if (host && !strcmp(host, "1")) return 0;
+  P->use_of = calloc((size_t)ctx->ntensors + 1, sizeof(int));
+  P->sums = calloc((size_t)ctx->ntensors + 1, sizeof(double));
+  DevOptTensor *t = calloc((size_t)ctx->ntensors + 1, sizeof *t);
+  if (!P->use_of || !P->sums || !t) {
+    free(t);
+    return 0;
+  }
+  for (int i = 0; i < ctx->ntensors; i++) P->use_of[i] = -1;
+  int ok = 1;
+  for (int u = 0; u < P->nuses && ok; u++) {
+    int i = (int)(P->uses[u].t - ctx->tensors);
+    if (P->use_of[i] >= 0) ok = 0; /* two uses of one tensor */
+    P->use_of[i] = u;
+  }
+  for (int i = 0; i < ctx->ntensors && ok; i++) {
+    int u = P->use_of[i];
+    if (u < 0) {
+      ok = 0;
+      break;
+    }
+    const CudaUse *c = &P->uses[u];
+    t[i] = (DevOptTensor){devx_param_ptr(P->x, c->param, c->layer), devx_grad_ptr(P->x, c->param, c->layer), c->numel,
+                          ctx->tensors[i].param->weight_decay};
+  }
+  const OptimConfig *oc = &ctx->art->optim;
+  char err[1200] = "";
+  if (ok) P->opt = devopt_new(P->dev, oc->kind == OPTIM_ADAMW ? DEVOPT_ADAMW : DEVOPT_SGD, oc->momentum != 0.0, t,
+                              ctx->ntensors, err, sizeof err);
+  free(t);
+  if (ok && !P->opt) fprintf(stderr, "hpdlrun: the optimizer stays on the host: %s\n", err);
+  P->resident = P->opt != NULL;
+  if (P->resident && ctx->comm->world_rank == 0) {
+    int64_t n = 0;
+    for (int i = 0; i < ctx->ntensors; i++) n += ctx->tensors[i].numel;
+    fprintf(stderr, "hpdlrun: parameters, gradients and the %s state stay on the device (%.1f MB a rank)\n",
+            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", (double)n * 4.0 * (oc->kind == OPTIM_ADAMW ? 4 : oc->momentum != 0 ? 3 : 2) / 1e6);
+  }
+  return P->resident;
+}
+
+static int cuda_grad_sumsq(void *self, TrainCtx *ctx, const unsigned char *count, double *sumsq, RtErr *e) {
+  CudaProg *P = self;
+  if (devopt_sumsq(P->opt, P->sums)) return fail(e, "%s", devopt_error(P->opt));
+  double s = 0;
+  for (int i = 0; i < ctx->ntensors; i++)
+    if (count[i]) s += P->sums[i];
+  *sumsq = s;
+  return 0;
+}
+
+static int cuda_update(void *self, TrainCtx *ctx, const OptimConfig *o, int64_t t, double lr, double clip_scale, RtErr *e) {
+  (void)ctx;
+  CudaProg *P = self;
+  int rc = o->kind == OPTIM_ADAMW ? devopt_adamw(P->opt, lr, o->beta1, o->beta2, o->eps, o->weight_decay, t, clip_scale)
+                                  : devopt_sgd(P->opt, lr, o->momentum, o->weight_decay, t, clip_scale);
+  return rc ? fail(e, "%s", devopt_error(P->opt)) : 0;
+}
+
+/* The parameters and the moments between the loop's pools and the device. */
+static int cuda_state(void *self, TrainCtx *ctx, int to_host, RtErr *e) {
+  CudaProg *P = self;
+  for (int i = 0; i < ctx->ntensors; i++) {
+    TrainTensor *x = &ctx->tensors[i];
+    const CudaUse *c = &P->uses[P->use_of[i]];
+    int rc = to_host ? devx_get_param_copy(P->x, c->param, c->layer, x->data)
+                     : devx_set_param_copy(P->x, c->param, c->layer, x->data);
+    if (rc) return fail(e, "%s", devx_error(P->x));
+    for (int which = 0; which < 2; which++) {
+      float *h = which ? x->v : x->m;
+      if (h && devopt_moment(P->opt, i, which, h, !to_host)) return fail(e, "%s", devopt_error(P->opt));
+    }
+  }
+  return 0;
+}
+
+static const TrainProgram cuda_program_table = {TRAIN_PROGRAM_ABI, "hpdl-cuda", 0, cuda_create, cuda_step, cuda_destroy,
+                                                cuda_resident, cuda_grad_sumsq, cuda_update, cuda_state};
 
 const TrainProgram *cuda_program(void) { return &cuda_program_table; }

@@ -1106,7 +1106,7 @@ static int exec_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
 
 static void exec_destroy(void *self) { prog_free(self); }
 
-static const TrainProgram program = {TRAIN_PROGRAM_ABI, "hpdl-chunk", 0, exec_create, exec_step, exec_destroy};
+static const TrainProgram program = {TRAIN_PROGRAM_ABI, "hpdl-chunk", 0, exec_create, exec_step, exec_destroy, NULL, NULL, NULL, NULL};
 
 __attribute__((visibility("default"))) const TrainProgram *hpdl_program_v1(void);
 __attribute__((visibility("default"))) const TrainProgram *hpdl_program_v1(void) { return &program; }

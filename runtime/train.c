@@ -56,6 +56,7 @@ typedef struct {
   float *master;           /* zero 3: the owned parameters, the only copy between steps */
   const TrainProgram *prog;
   void *self, *dl;
+  int resident; /* the program keeps the parameters, gradients and optimizer state (TrainProgram.resident) */
   DataLoader *loader;
   DataBatch *mbuf;   /* the step's micro-batches, copied out of the loader */
   const DataBatch **mptr;
@@ -657,6 +658,8 @@ static int setup(Run *R, RtErr *e) {
   R->ctx.grad_scale = 1.0 / ((double)a->layout.dp * (double)a->num_micro_batches);
   R->self = R->prog->create(&R->ctx, e);
   if (!R->self) return -1;
+  R->resident = a->layout.dp == 1 && R->prog->resident && R->prog->grad_sumsq && R->prog->update &&
+                R->prog->state && R->prog->resident(R->self, &R->ctx);
   if (R->me == 0 && R->metrics == NULL && R->o->metrics) {
     R->metrics = fopen(R->o->metrics, (R->o->resume || R->o->resume_from) ? "a" : "w");
     if (!R->metrics) return rt_fail_errno(e, errno, "%s: cannot open the metrics file", R->o->metrics);
@@ -728,7 +731,9 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
   R.out = R.me == 0 && o->progress != TRAIN_PROGRESS_QUIET ? o->out : NULL;
   R.tty = o->progress == TRAIN_PROGRESS_TTY || (o->progress == TRAIN_PROGRESS_AUTO && o->tty);
   R.opt = a->optim;
-  R.zero = a->zero > 0 ? a->zero : 0;
+  /* ZeRO shards over the data-parallel ranks: over one there is nothing to
+   * shard, and stage 0 is the same run without the stage's bookkeeping */
+  R.zero = a->zero > 0 && a->layout.dp > 1 ? a->zero : 0;
   R.steps = o->steps >= 0 ? o->steps : a->steps;
   R.opt.total_steps = R.steps;
   R.seed = o->seed >= 0 ? o->seed : a->seed;
@@ -750,6 +755,10 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     if (resume(&R, e, &resumed) < 0) who = 0; /* rank 0 did the checking */
   }
   if (who < 0) params_to_rest(&R);
+  if (who < 0 && R.resident) {
+    failed = R.prog->state(R.self, &R.ctx, 0, e) < 0;
+    who = agree(&R, failed);
+  }
   if (who < 0) {
     failed = open_data(&R, e) < 0;
     who = agree(&R, failed);
@@ -782,8 +791,11 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
   sum->last_step = R.start_step;
   sum->total_steps = R.steps;
   int64_t end = o->stop_at > 0 && o->stop_at < R.steps ? o->stop_at : R.steps;
+  /* HPDL_PROFILE: where each step's time goes, reported at the end */
+  int phases = getenv("HPDL_PROFILE") != NULL;
+  double t_data = 0, t_prog = 0, t_update = 0;
   for (int64_t s = R.start_step; s < end; s++) {
-    double t0 = rt_now();
+    double t0 = rt_now(), tp = t0;
     R.ctx.step = s;
     for (int k = 0; k < R.nmicro; k++) {
       const DataBatch *b = data_loader_next(R.loader, e);
@@ -797,10 +809,18 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       R.mbuf[k].epoch = b->epoch;
     }
     if (R.master && gather_params(&R, e) < 0) fatal(&R, "gathering the parameters over dp (zero 3)", e);
-    memset(R.pool[1], 0, (size_t)(R.pool_cap ? R.pool_cap : 16) * sizeof(float));
+    if (!R.resident) memset(R.pool[1], 0, (size_t)(R.pool_cap ? R.pool_cap : 16) * sizeof(float));
     double loss = 0;
     int has_loss = 0;
+    if (phases) {
+      t_data += rt_now() - tp;
+      tp = rt_now();
+    }
     if (R.prog->step(R.self, &R.ctx, R.mptr, R.nmicro, &loss, &has_loss, e) < 0) fatal(&R, "the program's step failed", e);
+    if (phases) {
+      t_prog += rt_now() - tp;
+      tp = rt_now();
+    }
     if (R.grad_own) {
       /* zero >= 2: each member gets the sum of its slice only; the whole
        * gradient pool is idle until the next step. */
@@ -816,11 +836,14 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
      * representative counts it, over the owned range; at zero 0 every dp
      * member owns everything, so only member 0 counts. */
     double red[3] = {0, has_loss ? loss : 0, has_loss ? 1 : 0};
-    for (int i = 0; i < R.ctx.ntensors; i++) {
-      int64_t lo, hi;
-      if (R.norm_rep[i] && (R.zero > 0 || comm->coords.dp == 0) && owned_part(&R, i, &lo, &hi))
-        red[0] += optim_sumsq_mt(o->nthreads, grad_at(&R, lo), hi - lo);
-    }
+    if (R.resident) {
+      if (R.prog->grad_sumsq(R.self, &R.ctx, R.norm_rep, &red[0], e) < 0) fatal(&R, "the gradient norm on the device", e);
+    } else
+      for (int i = 0; i < R.ctx.ntensors; i++) {
+        int64_t lo, hi;
+        if (R.norm_rep[i] && (R.zero > 0 || comm->coords.dp == 0) && owned_part(&R, i, &lo, &hi))
+          red[0] += optim_sumsq_mt(o->nthreads, grad_at(&R, lo), hi - lo);
+      }
     if (comm_all_reduce(comm, COMM_WORLD, COMM_F64, COMM_SUM, red, 3, e) < 0) fatal(&R, "reducing the loss", e);
     double gnorm = sqrt(red[0]), mean_loss = red[2] > 0 ? red[1] / red[2] : NAN;
     double lr = optim_lr_at(&R.opt, s);
@@ -832,10 +855,11 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       break;
     }
     double scale = optim_clip_scale(gnorm, R.opt.clip);
-    if (scale != 1.0) optim_scale_mt(o->nthreads, grad_at(&R, R.own_lo), R.own_len, scale);
+    if (R.resident && R.prog->update(R.self, &R.ctx, &R.opt, s + 1, lr, scale, e) < 0) fatal(&R, "the update on the device", e);
+    if (scale != 1.0 && !R.resident) optim_scale_mt(o->nthreads, grad_at(&R, R.own_lo), R.own_len, scale);
     /* The update of the owned values, tensor by tensor (weight decay is per
      * tensor); at zero 0 that is every value. */
-    for (int i = 0; i < R.ctx.ntensors; i++) {
+    for (int i = 0; i < R.ctx.ntensors && !R.resident; i++) {
       int64_t lo, hi;
       if (!owned_part(&R, i, &lo, &hi)) continue;
       const TrainTensor *x = &R.ctx.tensors[i];
@@ -849,6 +873,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     else if (R.zero > 0 && comm_all_gather(comm, COMM_DP, COMM_F32, R.pool[0] + R.own_lo, R.own_len, R.pool[0], e) < 0)
       fatal(&R, "gathering the updated parameters over dp", e);
     double dt = rt_now() - t0;
+    if (phases) t_update += rt_now() - tp;
     run_time += dt;
     log_time += dt;
     log_steps++;
@@ -883,12 +908,18 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       }
     }
     if (R.ckpt_dir && ((R.ckpt_every > 0 && (s + 1) % R.ckpt_every == 0) || (last && save_final))) {
+      if (R.resident && R.prog->state(R.self, &R.ctx, 1, e) < 0) fatal(&R, "bringing the state from the device", e);
       if (save_checkpoint(&R, s + 1, e) < 0) {
         rc = -1;
         *reporter = R.me == 0;
         break;
       }
     }
+  }
+  if (phases && R.out && sum->last_step > sum->first_step) {
+    double n = (double)(sum->last_step - sum->first_step);
+    fprintf(R.out, "hpdlrun: step phases (HPDL_PROFILE, mean of %.0f steps): data %.1f ms, the program's step %.1f ms, reduction, norm and update %.1f ms\n",
+            n, 1e3 * t_data / n, 1e3 * t_prog / n, 1e3 * t_update / n);
   }
   /* Wait for a background checkpoint; its failure fails the run. */
   if (rc == 0) {

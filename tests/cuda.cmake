@@ -177,5 +177,24 @@ if(Python3_Interpreter_FOUND)
       endif()
       set_tests_properties(cuda.layout.${dev}.${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "${labels}")
     endforeach()
+    # the optimizer on the device: SGD with momentum (sgd), and a run whose
+    # device-resident state is saved at step 10 and resumed on 2 ranks,
+    # whose update runs on the host (resume_host)
+    add_test(NAME cuda.layout.${dev}.sgd
+             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc>
+                     --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
+                     --sample ${HPDL_TEST_DIR}/cuda/gpt2-tiny-sgd.hpd --device ${dev} --steps 20
+                     --first-tol 1e-6 --tol 1e-5 --args "${small}")
+    add_test(NAME cuda.layout.${dev}.resume_host
+             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc>
+                     --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
+                     --sample ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --device ${dev} --steps 20
+                     --first-tol 1e-6 --tol 1e-5 --args "${small}" --resume-args "${small} --dp 2")
+    set(labels cuda)
+    if(dev STREQUAL "emulate")
+      list(APPEND labels cuda_layouts)
+    endif()
+    set_tests_properties(cuda.layout.${dev}.sgd cuda.layout.${dev}.resume_host PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900
+                         LABELS "${labels}")
   endforeach()
 endif()

@@ -243,6 +243,23 @@ int devx_get_grad_copy(DevExec *x, int p, int64_t layer, float *host) {
   return 0;
 }
 
+void *devx_param_ptr(DevExec *x, int p, int64_t layer) {
+  return (float *)x->params[p] + layer * param_numel(&x->p->m->params[p]);
+}
+
+void *devx_grad_ptr(DevExec *x, int p, int64_t layer) {
+  return (float *)x->grads[p] + layer * param_numel(&x->p->m->params[p]);
+}
+
+int devx_get_param_copy(DevExec *x, int p, int64_t layer, float *host) {
+  const IrParam *P = &x->p->m->params[p];
+  int64_t n = param_numel(P);
+  if (layer < 0 || layer >= param_copies(P)) return fail(x, "parameter %s has no layer %lld", P->name, (long long)layer);
+  if (x->dev->ops->to_host(x->dev, host, (float *)x->params[p] + layer * n, sizeof(float) * (size_t)n))
+    return fail(x, "parameter %s: %s", P->name, dev_error(x->dev));
+  return 0;
+}
+
 int devx_zero_grads(DevExec *x) {
   const IrModule *m = x->p->m;
   for (int i = 0; i < m->nparams; i++) {

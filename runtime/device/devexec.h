@@ -95,6 +95,11 @@ int devx_get_grad(DevExec *x, int p, float *host);
 int devx_set_param_copy(DevExec *x, int p, int64_t layer, const float *host);
 int devx_get_grad_copy(DevExec *x, int p, int64_t layer, float *host);
 int devx_zero_grads(DevExec *x);
+/* Device addresses of copy `layer` of parameter p and of its gradient. */
+void *devx_param_ptr(DevExec *x, int p, int64_t layer);
+void *devx_grad_ptr(DevExec *x, int p, int64_t layer);
+/* Copy `layer` of parameter p to host memory. */
+int devx_get_param_copy(DevExec *x, int p, int64_t layer, float *host);
 
 /* Runs graph `graph` (autodiff's step: argument 0 is the loss's gradient
  * seed) and returns its output 0 as a float in *loss; gradients accumulate. */

@@ -77,6 +77,10 @@ typedef struct {
   /* seconds since an arbitrary start, after everything queued has run */
   double (*seconds)(Device *d);
   void (*close)(Device *d);
+  /* a kernel whose arguments are not the generated signature (the
+   * optimizer's: a table and a struct by value): params as cuLaunchKernel's,
+   * a pointer to each argument */
+  int (*launch_raw)(Device *d, DevKernel *k, unsigned grid, unsigned block, void **params);
 } DevOps;
 
 struct Device {

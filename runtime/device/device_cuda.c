@@ -285,6 +285,13 @@ static int cu_launch(Device *dd, DevKernel *k, unsigned grid, unsigned block, co
   return 0;
 }
 
+static int cu_launch_raw(Device *dd, DevKernel *k, unsigned grid, unsigned block, void **params) {
+  CudaDev *d = cuda_of(dd);
+  CUresult r = d->cu.cuLaunchKernel(k->fn, grid, 1, 1, block, 1, 1, 0, NULL, params, NULL);
+  if (r) return fail(d, "launch of %s (grid %u, block %u): CUDA error %d (%s)", k->name, grid, block, r, cu_str(d, r));
+  return 0;
+}
+
 static int lt_check(CudaDev *d, cublasStatus_t s, const char *what) {
   return s ? fail(d, "cuBLASLt %s: status %d", what, s) : 0;
 }
@@ -448,7 +455,7 @@ static void cu_close(Device *dd) {
 
 static const DevOps cuda_ops = {"cuda",    cu_alloc,  cu_release, cu_to_device, cu_to_host, cu_copy, cu_zero,
                                 cu_load,   cu_kernel, cu_launch,  cu_gemm_plan, cu_gemm,    cu_sync, cu_seconds,
-                                cu_close};
+                                cu_close, cu_launch_raw};
 
 Device *dev_cuda_open(int ordinal, char *err, size_t errlen) {
   CudaDev *d = calloc(1, sizeof *d);

@@ -117,6 +117,11 @@ static int emu_launch(Device *d, DevKernel *k, unsigned grid, unsigned block, co
   return 0;
 }
 
+static int emu_launch_raw(Device *d, DevKernel *k, unsigned grid, unsigned block, void **params) {
+  if (k->fn(NULL, grid, block, params)) return fail(d, "the emulated launch of %s failed (see above)", k->name);
+  return 0;
+}
+
 static DevGemmPlan *emu_gemm_plan(Device *dd, const DevGemm *g) {
   EmuDev *d = emu_of(dd);
   DevGemmPlan *p = calloc(1, sizeof *p);
@@ -163,7 +168,7 @@ static void emu_close(Device *dd) {
 
 static const DevOps emu_ops = {"emulate", emu_alloc,  emu_release,   emu_copy, emu_copy, emu_copy,    emu_zero,
                                emu_load,  emu_kernel, emu_launch,    emu_gemm_plan, emu_gemm, emu_sync, emu_seconds,
-                               emu_close};
+                               emu_close, emu_launch_raw};
 
 Device *dev_emu_open(char *err, size_t errlen) {
   EmuDev *d = calloc(1, sizeof *d);

@@ -202,8 +202,8 @@ def case_cuda(args, arch):
         m = re.search(r"Used (\d+) registers", line)
         if m and cur is not None:
             cur["regs"] = int(m.group(1))
-    if sorted(kernels) != ["hpdl_adamw_f32", "hpdl_sgd_f32"]:
-        raise Fail("nvcc: expected the kernels hpdl_adamw_f32 and hpdl_sgd_f32, ptxas reported %s:\n%s" %
+    if sorted(kernels) != ["hpdl_adamw_f32", "hpdl_sgd_f32", "hpdl_sumsq_f32"]:
+        raise Fail("nvcc: expected the kernels hpdl_adamw_f32, hpdl_sgd_f32 and hpdl_sumsq_f32, ptxas reported %s:\n%s" %
                    (sorted(kernels), out))
     for name, r in sorted(kernels.items()):
         print("nvcc -arch=%s: %-16s %3d registers, %d bytes stack, %d / %d bytes spill stores / loads" %

@@ -32,7 +32,8 @@ LAYERS = [
     "compiler/driver",
 ]
 RUNTIME = {
-    "runtime/device": ["core"],
+    "kernels": [],
+    "runtime/device": ["core", "kernels"],
     "runtime": ["core", "runtime/device"],
     "runtime/tools": ["core", "runtime/device", "runtime"],
 }
@@ -68,9 +69,9 @@ def check(root, quiet=False):
             problems.append(f"{d}/: missing folder")
             continue
         names = sorted(os.listdir(path))
-        files[d] = [n for n in names if os.path.splitext(n)[1] in (".c", ".h", ".l", ".y")]
+        files[d] = [n for n in names if os.path.splitext(n)[1] in (".c", ".h", ".cuh", ".l", ".y")]
         for n in files[d]:
-            if n.endswith(".h"):
+            if n.endswith(".h") or n.endswith(".cuh"):
                 if n in owner and owner[n] != d:
                     problems.append(f"{d}/{n}: a header of this name is also in {owner[n]}/")
                 owner[n] = d

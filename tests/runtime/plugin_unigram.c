@@ -58,7 +58,7 @@ static int uni_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, in
 
 static void uni_destroy(void *self) { (void)self; }
 
-static const TrainProgram program = {TRAIN_PROGRAM_ABI, "unigram", 0, uni_create, uni_step, uni_destroy};
+static const TrainProgram program = {TRAIN_PROGRAM_ABI, "unigram", 0, uni_create, uni_step, uni_destroy, NULL, NULL, NULL, NULL};
 
 const TrainProgram *hpdl_program_v1(void);
 const TrainProgram *hpdl_program_v1(void) { return &program; }
