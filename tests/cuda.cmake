@@ -190,11 +190,23 @@ if(Python3_Interpreter_FOUND)
                      --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
                      --sample ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --device ${dev} --steps 20
                      --first-tol 1e-6 --tol 1e-5 --args "${small}" --resume-args "${small} --dp 2")
+    # checkpoints cross targets: the device's first half resumed by the CPU
+    # artifact at tp 2 (to_cpu), the CPU's by the device at tp 2 (from_cpu)
+    foreach(pair "to_cpu|device,cpu" "from_cpu|cpu,device")
+      string(REPLACE "|" ";" parts "${pair}")
+      list(GET parts 0 name)
+      list(GET parts 1 halves)
+      add_test(NAME cuda.layout.${dev}.${name}
+               COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc>
+                       --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
+                       --sample ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --device ${dev} --steps 20
+                       --first-tol 1e-6 --tol 1e-5 --args "${small}" --resume-args "${small} --tp 2" --halves ${halves})
+    endforeach()
     set(labels cuda)
     if(dev STREQUAL "emulate")
       list(APPEND labels cuda_layouts)
     endif()
-    set_tests_properties(cuda.layout.${dev}.sgd cuda.layout.${dev}.resume_host PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900
-                         LABELS "${labels}")
+    set_tests_properties(cuda.layout.${dev}.sgd cuda.layout.${dev}.resume_host cuda.layout.${dev}.to_cpu
+                         cuda.layout.${dev}.from_cpu PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "${labels}")
   endforeach()
 endif()

@@ -12,7 +12,9 @@ ranks are the artifact's. --first-tol: the first step's loss must agree
 within it (the later steps within --tol). --resume-args: the device run
 stops halfway with a checkpoint and a second artifact, compiled with these
 arguments instead (another layout), resumes it to the end; its steps must
-agree with the CPU run's all the same.
+agree with the CPU run's all the same. --halves FIRST,SECOND (device or
+cpu, default device,device) says which target runs each half, so a
+checkpoint written by one target is resumed by the other.
 
 Exits 77 (CTest's skip) when the device cannot run: no GPU or driver for
 --device cuda (hpdlrun's message is printed), or no C++ compiler for
@@ -46,6 +48,7 @@ def main():
     ap.add_argument("--first-tol", type=float, default=None)
     ap.add_argument("--args", default="")
     ap.add_argument("--resume-args", default=None)
+    ap.add_argument("--halves", default="device,device")
     ap.add_argument("--keep", default=None)
     a = ap.parse_args()
     tmp = a.keep or tempfile.mkdtemp(prefix="hpdl-rundev-")
@@ -67,8 +70,14 @@ def main():
             return cmd
 
         compiles = [("cpu", [a.hpdlc, "compile", a.sample, "-o", f"{tmp}/cpu"] + extra), ("cuda", cuda_compile(f"{tmp}/cuda", extra))]
+        halves = a.halves.split(",")
+        if len(halves) != 2 or any(h not in ("device", "cpu") for h in halves):
+            print(f"--halves {a.halves}: expected two of device, cpu")
+            return 2
         if a.resume_args is not None:
-            compiles.append(("cuda", cuda_compile(f"{tmp}/cuda2", shlex.split(a.resume_args))))
+            second = shlex.split(a.resume_args)
+            compiles.append(("cuda", cuda_compile(f"{tmp}/cuda2", second)))
+            compiles.append(("cpu", [a.hpdlc, "compile", a.sample, "-o", f"{tmp}/cpu2"] + second))
         for name, cmd in compiles:
             r = run(cmd)
             if r.returncode:
@@ -84,8 +93,11 @@ def main():
         half = max(1, a.steps // 2)
         plan = [("cpu", "cpu", [], "cpu.jsonl"), ("cuda", "cuda", ["--device", a.device], "cuda.jsonl")]
         if a.resume_args is not None:  # the first half, then the rest at the other layout from its checkpoint
-            plan[1] = ("cuda", "cuda", ["--device", a.device, "--stop-at", str(half), "--checkpoint-every", str(half)], "cuda.jsonl")
-            plan.append(("cuda2", "cuda2", ["--device", a.device, "--resume"], "cuda2.jsonl"))
+            on = lambda h, art: (art, ["--device", a.device]) if h == "device" else (art.replace("cuda", "cpu"), [])
+            art1, dev1 = on(halves[0], "cuda")
+            art2, dev2 = on(halves[1], "cuda2")
+            plan[1] = ("cuda", art1, dev1 + ["--stop-at", str(half), "--checkpoint-every", str(half)], "cuda.jsonl")
+            plan.append(("cuda2", art2, dev2 + ["--resume"], "cuda2.jsonl"))
         for name, art, flags, out in plan:
             ckpt = f"{tmp}/ckpt-{'cpu' if name == 'cpu' else 'cuda'}"
             cmd = [a.hpdlrun, f"{tmp}/{art}", "--steps", str(a.steps), "--log-every", "1", "--data", data,
