@@ -51,6 +51,12 @@ def main():
     ap.add_argument("--halves", default="device,device")
     ap.add_argument("--keep", default=None)
     a = ap.parse_args()
+    if a.device == "cuda":  # say so before compiling anything: hpdlrun --info lists the GPUs the driver sees
+        r = run([a.hpdlrun, "--info"])
+        if not any(l.startswith("    GPU ") for l in r.stdout.splitlines()):
+            print("\n".join(l for l in r.stdout.splitlines() if "CUDA driver" in l))
+            print("skipped: no GPU to run on")
+            return 77
     tmp = a.keep or tempfile.mkdtemp(prefix="hpdl-rundev-")
     os.makedirs(tmp, exist_ok=True)
     try:
