@@ -63,8 +63,10 @@ typedef struct TrainProgram {
   /* Optional (NULL: the loop keeps the parameters, the gradients and the
    * optimizer's state in its pools and updates them). A program that keeps
    * them itself, on a GPU, says so by resident() returning 1 (asked once,
-   * after create, when every tensor is this rank's alone: dp = 1, no ZeRO).
-   * Then the loop leaves its gradient pool alone; each step it asks for the
+   * after create, when dp = 1, or dp > 1 at ZeRO 0 without compression:
+   * then the program all-reduces the gradients over dp itself, as the
+   * loop's sum, before the norm). The loop leaves its gradient pool alone
+   * (the program may use it as staging); each step it asks for the
    * sums of squares of the gradients of the tensors it counts in the norm
    * (count[i] for ctx->tensors[i]) and has the program update (the AdamW /
    * SGD of opt at the 1-based step t, lr after the schedule, the gradients

@@ -498,6 +498,20 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
     if (devx_get_grad_copy(P->x, c->param, c->layer, P->host)) return fail(e, "%s", devx_error(P->x));
     for (int64_t k = 0; k < c->numel; k++) c->t->grad[k] += P->host[k];
   }
+  /* resident on dp > 1 members: the gradients' sum over dp through the
+   * loop's gradient pool (the tensors' grad, idle in this mode) in host
+   * memory, until NCCL reduces the device's buffers */
+  if (P->resident && ctx->comm->size[COMM_DP] > 1) {
+    for (int i = 0; i < P->nuses; i++) {
+      const CudaUse *c = &P->uses[i];
+      if (devx_get_grad_copy(P->x, c->param, c->layer, c->t->grad)) return fail(e, "%s", devx_error(P->x));
+    }
+    for (int i = 0; i < P->nuses; i++) {
+      const CudaUse *c = &P->uses[i];
+      if (ctx->comm->ops->all_reduce(ctx->comm, COMM_DP, COMM_F32, COMM_SUM, c->t->grad, c->numel, e) < 0) return -1;
+      if (devx_set_grad_copy(P->x, c->param, c->layer, c->t->grad)) return fail(e, "%s", devx_error(P->x));
+    }
+  }
   if (P->timing) {
     P->t_grads += d->ops->seconds(d) - t0;
     P->steps++;
@@ -550,8 +564,9 @@ static int cuda_resident(void *self, TrainCtx *ctx) {
   if (P->resident && ctx->comm->world_rank == 0) {
     int64_t n = 0;
     for (int i = 0; i < ctx->ntensors; i++) n += ctx->tensors[i].numel;
-    fprintf(stderr, "hpdlrun: parameters, gradients and the %s state stay on the device (%.1f MB a rank)\n",
-            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", (double)n * 4.0 * (oc->kind == OPTIM_ADAMW ? 4 : oc->momentum != 0 ? 3 : 2) / 1e6);
+    fprintf(stderr, "hpdlrun: parameters, gradients and the %s state stay on the device (%.1f MB a rank)%s\n",
+            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", (double)n * 4.0 * (oc->kind == OPTIM_ADAMW ? 4 : oc->momentum != 0 ? 3 : 2) / 1e6,
+            ctx->comm->size[COMM_DP] > 1 ? "; the gradients' sum over dp goes through host memory" : "");
   }
   return P->resident;
 }

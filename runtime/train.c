@@ -52,6 +52,7 @@ typedef struct {
   int64_t pool_cap, own_lo, own_len;
   int64_t *offset;         /* each tensor's first value in the pools */
   unsigned char *norm_rep; /* this rank's copy of the tensor is the one its tp / cp group counts in the norm */
+  unsigned char *count;    /* resident: the tensors this rank counts in the norm */
   float *grad_own;         /* zero >= 2: the dp-reduced gradient of the owned values */
   float *master;           /* zero 3: the owned parameters, the only copy between steps */
   const TrainProgram *prog;
@@ -658,7 +659,11 @@ static int setup(Run *R, RtErr *e) {
   R->ctx.grad_scale = 1.0 / ((double)a->layout.dp * (double)a->num_micro_batches);
   R->self = R->prog->create(&R->ctx, e);
   if (!R->self) return -1;
-  R->resident = a->layout.dp == 1 && R->prog->resident && R->prog->grad_sumsq && R->prog->update &&
+  /* dp > 1 at zero 0 without compression too: the program then all-reduces
+   * the gradients over dp itself */
+  R->count = rt_calloc((size_t)R->ctx.ntensors + 1, 1);
+  if (!R->count) return rt_fail(e, "out of memory");
+  R->resident = (a->layout.dp == 1 || (R->zero == 0 && a->compression == COMM_COMPRESS_NONE)) && R->prog->resident && R->prog->grad_sumsq && R->prog->update &&
                 R->prog->state && R->prog->resident(R->self, &R->ctx);
   if (R->me == 0 && R->metrics == NULL && R->o->metrics) {
     R->metrics = fopen(R->o->metrics, (R->o->resume || R->o->resume_from) ? "a" : "w");
@@ -714,6 +719,7 @@ static void teardown(Run *R) {
   rt_free_aligned(R->master);
   rt_free(R->offset);
   rt_free(R->norm_rep);
+  rt_free(R->count);
   rt_free_aligned(R->ctx.arena);
   rt_free(R->ctx.tensors);
   comm_compressor_free(&R->z);
@@ -828,7 +834,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       else if (comm_reduce_scatter(comm, COMM_DP, COMM_F32, COMM_SUM, R.pool[1], R.own_len, R.grad_own, e) < 0)
         fatal(&R, "the data-parallel gradient reduce-scatter", e);
       rt_release_pages(R.pool[1], (size_t)R.pool_cap * sizeof(float));
-    } else if (a->layout.dp > 1 && !R.prog->reduces_dp &&
+    } else if (a->layout.dp > 1 && !R.prog->reduces_dp && !R.resident &&
                comm_allreduce_compressed(comm, COMM_DP, &R.z, R.pool[1], R.pool_len, e) < 0)
       fatal(&R, "the data-parallel gradient all-reduce", e);
     /* One reduction for the gradient norm and the loss: [sum of squares,
@@ -837,7 +843,9 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
      * member owns everything, so only member 0 counts. */
     double red[3] = {0, has_loss ? loss : 0, has_loss ? 1 : 0};
     if (R.resident) {
-      if (R.prog->grad_sumsq(R.self, &R.ctx, R.norm_rep, &red[0], e) < 0) fatal(&R, "the gradient norm on the device", e);
+      /* at zero 0 every dp member holds every value: member 0 counts them */
+      for (int i = 0; i < R.ctx.ntensors; i++) R.count[i] = R.norm_rep[i] && comm->coords.dp == 0;
+      if (R.prog->grad_sumsq(R.self, &R.ctx, R.count, &red[0], e) < 0) fatal(&R, "the gradient norm on the device", e);
     } else
       for (int i = 0; i < R.ctx.ntensors; i++) {
         int64_t lo, hi;

@@ -260,6 +260,15 @@ int devx_get_param_copy(DevExec *x, int p, int64_t layer, float *host) {
   return 0;
 }
 
+int devx_set_grad_copy(DevExec *x, int p, int64_t layer, const float *host) {
+  const IrParam *P = &x->p->m->params[p];
+  int64_t n = param_numel(P);
+  if (layer < 0 || layer >= param_copies(P)) return fail(x, "parameter %s has no layer %lld", P->name, (long long)layer);
+  if (x->dev->ops->to_device(x->dev, (float *)x->grads[p] + layer * n, host, sizeof(float) * (size_t)n))
+    return fail(x, "gradient of %s: %s", P->name, dev_error(x->dev));
+  return 0;
+}
+
 int devx_zero_grads(DevExec *x) {
   const IrModule *m = x->p->m;
   for (int i = 0; i < m->nparams; i++) {

@@ -94,6 +94,7 @@ int devx_get_grad(DevExec *x, int p, float *host);
 /* One copy (`layer`) of parameter p, or of its gradient. */
 int devx_set_param_copy(DevExec *x, int p, int64_t layer, const float *host);
 int devx_get_grad_copy(DevExec *x, int p, int64_t layer, float *host);
+int devx_set_grad_copy(DevExec *x, int p, int64_t layer, const float *host);
 int devx_zero_grads(DevExec *x);
 /* Device addresses of copy `layer` of parameter p and of its gradient. */
 void *devx_param_ptr(DevExec *x, int p, int64_t layer);
