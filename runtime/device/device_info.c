@@ -30,17 +30,22 @@ static const char *in_home(char *buf, size_t n, const char *sub, const char *lib
   return buf;
 }
 
+/* The library of `label` from names, or NULL after the line saying it is
+ * absent and why it matters (hint). */
+static void *open_or_say(FILE *out, const char *label, const char *const *names, int n, const char *hint) {
+  char tried[2048] = "";
+  void *h = dev_dlopen_first(names, n, tried, sizeof tried);
+  if (!h) fprintf(out, "  %-12s absent: could not open %s (%s)\n", label, tried, hint);
+  return h;
+}
+
 typedef int (*IntFn)(int *);
 typedef int (*IntIntFn)(int *, int *);
 
 static void driver_info(FILE *out) {
-  char tried[1024] = "";
   const char *names[] = {getenv("HPDL_LIBCUDA"), "libcuda.so.1"};
-  void *h = dev_dlopen_first(names, 2, tried, sizeof tried);
-  if (!h) {
-    fprintf(out, "  CUDA driver  absent: could not open %s (a GPU machine has it from the NVIDIA driver)\n", tried);
-    return;
-  }
+  void *h = open_or_say(out, "CUDA driver", names, 2, "a GPU machine has it from the NVIDIA driver");
+  if (!h) return;
   int (*init)(unsigned) = (int (*)(unsigned))dlsym(h, "cuInit");
   IntFn version = (IntFn)dlsym(h, "cuDriverGetVersion"), count = (IntFn)dlsym(h, "cuDeviceGetCount");
   int (*get)(int *, int) = (int (*)(int *, int))dlsym(h, "cuDeviceGet");
@@ -77,14 +82,11 @@ static void driver_info(FILE *out) {
 }
 
 static void nvrtc_info(FILE *out) {
-  char tried[2048] = "", home[1024];
+  char home[1024];
   const char *names[] = {getenv("HPDL_NVRTC"), in_home(home, sizeof home, "lib64", "libnvrtc.so"),
                          "/usr/local/cuda/lib64/libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
-  void *h = dev_dlopen_first(names, 6, tried, sizeof tried);
-  if (!h) {
-    fprintf(out, "  NVRTC        absent: could not open %s (hpdlc compile --target cuda needs it; set HPDL_NVRTC)\n", tried);
-    return;
-  }
+  void *h = open_or_say(out, "NVRTC", names, 6, "hpdlc compile --target cuda needs it; set HPDL_NVRTC");
+  if (!h) return;
   IntIntFn version = (IntIntFn)dlsym(h, "nvrtcVersion");
   int major = 0, minor = 0;
   if (version && !version(&major, &minor)) fprintf(out, "  NVRTC        %d.%d\n", major, minor);
@@ -93,14 +95,11 @@ static void nvrtc_info(FILE *out) {
 }
 
 static void cublaslt_info(FILE *out) {
-  char tried[2048] = "", home[1024];
+  char home[1024];
   const char *names[] = {getenv("HPDL_CUBLASLT"), in_home(home, sizeof home, "lib64", "libcublasLt.so"),
                          "/usr/local/cuda/lib64/libcublasLt.so", "libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"};
-  void *h = dev_dlopen_first(names, 6, tried, sizeof tried);
-  if (!h) {
-    fprintf(out, "  cuBLASLt     absent: could not open %s (the GEMMs on a GPU need it; set HPDL_CUBLASLT)\n", tried);
-    return;
-  }
+  void *h = open_or_say(out, "cuBLASLt", names, 6, "the GEMMs on a GPU need it; set HPDL_CUBLASLT");
+  if (!h) return;
   size_t (*version)(void) = (size_t (*)(void))dlsym(h, "cublasLtGetVersion");
   if (version) {
     size_t v = version();
@@ -111,16 +110,12 @@ static void cublaslt_info(FILE *out) {
 }
 
 static void nccl_info(FILE *out) {
-  char tried[2048] = "", home1[1024], home2[1024];
+  char home1[1024], home2[1024];
   const char *names[] = {getenv("HPDL_NCCL"), in_home(home1, sizeof home1, "lib64", "libnccl.so.2"),
                          in_home(home2, sizeof home2, "lib", "libnccl.so.2"), "/usr/local/cuda/lib64/libnccl.so.2",
                          "libnccl.so.2"};
-  void *h = dev_dlopen_first(names, 5, tried, sizeof tried);
-  if (!h) {
-    fprintf(out, "  NCCL         absent: could not open %s (collectives go through MPI in host memory; set HPDL_NCCL)\n",
-            tried);
-    return;
-  }
+  void *h = open_or_say(out, "NCCL", names, 5, "collectives go through MPI in host memory; set HPDL_NCCL");
+  if (!h) return;
   IntFn version = (IntFn)dlsym(h, "ncclGetVersion");
   int v = 0;
   if (version && !version(&v)) {
