@@ -189,6 +189,9 @@ static int load_kernels(CudaProg *P, const char *path, RtErr *e) {
     json_t *ks = json_object_get(json_array_get(gs, (size_t)g), "kernels");
     DevxGraph *G = &p->graphs[g];
     G->nkernels = (int)json_array_size(ks);
+    json_t *cut = json_object_get(json_array_get(gs, (size_t)g), "cut");
+    G->cut = json_is_integer(cut) ? (int)json_integer_value(cut) : -1;
+    if (G->cut >= G->nkernels) rc = fail(e, "%s: graph %d: cut %d beyond its %d kernels", path, g, G->cut, G->nkernels);
     G->kernels = calloc((size_t)G->nkernels + 1, sizeof(DevxKernel));
     for (int k = 0; k < G->nkernels && !rc; k++) {
       json_t *jk = json_array_get(ks, (size_t)k);

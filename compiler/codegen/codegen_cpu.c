@@ -541,37 +541,6 @@ static void emit_accumulate(Host *h, LLVMValueRef dst8, LLVMValueRef src8, int64
   cg_loop_close(cg, &l, NULL, 0, NULL);
 }
 
-/* The part of the step a kernel belongs to: 1 (backward) when any of its
- * nodes is at or after the cut, else 0 (forward). */
-static int kernel_part(const FuseGraph *fg, int p) {
-  const FuseKernel *K = &fg->kernels[p];
-  for (int j = 0; j < K->nnodes; j++)
-    if (K->nodes[j] >= fg->graph->fb_split) return 1;
-  return 0;
-}
-
-/* Whether the step's kernels run as two parts: every forward kernel before
- * every backward one in fusion order (so each part runs its kernels in the
- * order the memory plan assumed), and the activation's transfers (toward
- * the next chunk) in the forward part. */
-static int can_cut(const FuseGraph *fg) {
-  const IrGraph *g = fg->graph;
-  if (g->fb_split <= 0) return 0;
-  int seen_b = 0;
-  for (int p = 0; p < fg->nkernels; p++) {
-    int part = kernel_part(fg, p);
-    if (!part && seen_b) return 0;
-    seen_b |= part;
-    const FuseKernel *K = &fg->kernels[p];
-    for (int j = 0; j < K->nnodes; j++) {
-      const IrNode *n = &g->nodes[K->nodes[j]];
-      if ((n->op == IR_SEND || n->op == IR_RECV) && n->attr[0] == IRG_PP && ((n->op == IR_SEND) == (n->attr[1] > 0)) && part)
-        return 0;
-    }
-  }
-  return 1;
-}
-
 /* The pointers of a forward kernel's values, without running it: the
  * backward part finds in the workspace what the forward part left there. */
 static void point_kernel(Host *h, int p) {
@@ -628,7 +597,7 @@ static void build_host(CgCpu *cg, int gi, LLVMValueRef fn, int part) {
   h.out_arr = LLVMBuildAlloca(cg->b, LLVMArrayType(cg->tp8, (unsigned)maxo), "call.outs");
   for (int p = 0; p < fg->nkernels && !cg->failed; p++) {
     const FuseKernel *K = &fg->kernels[p];
-    if (part >= 0 && kernel_part(fg, p) != part) {
+    if (part >= 0 && fuse_kernel_part(fg, p) != part) {
       if (part == 1) point_kernel(&h, p);
       continue;
     }
@@ -679,7 +648,7 @@ static void build_host(CgCpu *cg, int gi, LLVMValueRef fn, int part) {
 static void build_graph(CgCpu *cg, int gi) {
   CgGraph *G = &cg->graphs[gi];
   build_host(cg, gi, G->fn, -1);
-  if (!can_cut(&cg->fr->graphs[gi])) return;
+  if (!fuse_can_cut(&cg->fr->graphs[gi])) return;
   LLVMTypeRef gp[7] = {cg->tpctx, cg->tpp8, cg->tp8, cg->ti64, cg->tpp8, cg->tpp8, cg->tp8};
   for (int part = 0; part < 2 && !cg->failed; part++) {
     char name[200];

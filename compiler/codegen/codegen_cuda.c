@@ -1071,7 +1071,12 @@ static json_t *fused_json(const CgTarget *t) {
         json_object_set_new(k, "nodes", int_array(K->nodes, K->kind == FUSE_VIEW ? K->nnodes : 1));
       json_array_append_new(ks, k);
     }
-    json_array_append_new(gs, json_pack("{s:s, s:o}", "name", fg->graph->name, "kernels", ks));
+    /* a pipeline step's halves: its first backward kernel (-1: not cut) */
+    int cut = -1;
+    if (fuse_can_cut(fg))
+      for (int kp = 0; kp < fg->nkernels && cut < 0; kp++)
+        if (fuse_kernel_part(fg, kp)) cut = kp;
+    json_array_append_new(gs, json_pack("{s:s, s:o, s:i}", "name", fg->graph->name, "kernels", ks, "cut", cut));
   }
   return gs;
 }

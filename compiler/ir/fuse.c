@@ -1162,3 +1162,34 @@ void fuse_print(const FuseResult *r, FILE *out) {
   fprintf(out, "fused module (micro_batch %" PRId64 ")\n", r->module->micro_batch);
   for (int i = 0; i < r->ngraphs; i++) fuse_print_graph(r, i, out);
 }
+
+/* The part of the step a kernel belongs to: 1 (backward) when any of its
+ * nodes is at or after the cut, else 0 (forward). */
+int fuse_kernel_part(const FuseGraph *fg, int p) {
+  const FuseKernel *K = &fg->kernels[p];
+  for (int j = 0; j < K->nnodes; j++)
+    if (K->nodes[j] >= fg->graph->fb_split) return 1;
+  return 0;
+}
+
+/* Whether the step's kernels run as two parts: every forward kernel before
+ * every backward one in fusion order (so each part runs its kernels in the
+ * order the memory plan assumed), and the activation's transfers (toward
+ * the next chunk) in the forward part. */
+int fuse_can_cut(const FuseGraph *fg) {
+  const IrGraph *g = fg->graph;
+  if (g->fb_split <= 0) return 0;
+  int seen_b = 0;
+  for (int p = 0; p < fg->nkernels; p++) {
+    int part = fuse_kernel_part(fg, p);
+    if (!part && seen_b) return 0;
+    seen_b |= part;
+    const FuseKernel *K = &fg->kernels[p];
+    for (int j = 0; j < K->nnodes; j++) {
+      const IrNode *n = &g->nodes[K->nodes[j]];
+      if ((n->op == IR_SEND || n->op == IR_RECV) && n->attr[0] == IRG_PP && ((n->op == IR_SEND) == (n->attr[1] > 0)) && part)
+        return 0;
+    }
+  }
+  return 1;
+}

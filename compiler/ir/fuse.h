@@ -116,4 +116,13 @@ void fuse_print_graph(const FuseResult *r, int graph, FILE *out);
 /* Kernels of a kind in graph `graph` (a test and summary helper). */
 int fuse_count(const FuseResult *r, int graph, FuseKind kind);
 
+/* A pipeline step's halves (IrGraph.fb_split): the part of kernel p, 1
+ * (backward) when any of its nodes is at or after the cut, else 0; and
+ * whether the step's kernels run as two parts - every forward kernel
+ * before every backward one in fusion order, and the activation's
+ * transfers (toward the next chunk) in the forward part. Both back ends
+ * cut there (the CPU's _F / _B entries, the CUDA host program's halves). */
+int fuse_kernel_part(const FuseGraph *fg, int p);
+int fuse_can_cut(const FuseGraph *fg);
+
 #endif

@@ -62,6 +62,12 @@ static size_t round_bytes(size_t n) { return (n + 255) / 256 * 256; }
 
 static size_t value_bytes(const IrNode *n) { return (size_t)(ir_numel(n) * sem_dtype_bytes(n->dtype)); }
 
+static size_t input_bytes(const IrInput *in) {
+  int64_t n = 1;
+  for (int k = 0; k < in->rank; k++) n *= in->dims[k];
+  return (size_t)n * (size_t)sem_dtype_bytes(in->dtype);
+}
+
 static void *pool_get(DevExec *x, size_t bytes) {
   size_t n = round_bytes(bytes ? bytes : 1);
   for (int i = x->nfree - 1; i >= 0; i--)
@@ -576,15 +582,52 @@ static int run_call(DevExec *x, const IrGraph *g, const IrNode *n, void **val, S
 /* Runs graph gi at `layer` on args (device pointers); outs[k] receive pool
  * buffers with its plain outputs (the caller returns them to the pool);
  * gradient outputs are added into the gradient buffers. */
-static int run_graph(DevExec *x, int gi, int64_t layer, void **args, void **outs) {
+/* One run of a graph: its values, those it owns, the layers a SAVE call
+ * stashed, and the next kernel to run, so that a pipeline step can run its
+ * forward half and, later, its backward half. */
+struct DevxFrame {
+  int gi;
+  int64_t layer;
+  void **args;
+  void **val;
+  char *own;
+  Stash *stash;
+  int nstash;
+  int next;
+  void **inputs; /* the frame's own copies of the model inputs, or NULL: the DevExec's */
+  void *seed;    /* a step's: its argument 0 (the loss's gradient seed) */
+};
+
+static DevxFrame *frame_open(DevExec *x, int gi, int64_t layer, void **args) {
+  const IrGraph *g = x->p->m->graphs[gi];
+  DevxFrame *F = calloc(1, sizeof *F);
+  if (!F) return NULL;
+  F->gi = gi;
+  F->layer = layer;
+  F->args = args;
+  F->val = calloc((size_t)g->nnodes + 1, sizeof(void *));
+  F->own = calloc((size_t)g->nnodes + 1, 1);
+  F->stash = calloc((size_t)g->nnodes + 1, sizeof(Stash));
+  if (!F->val || !F->own || !F->stash) {
+    free(F->val);
+    free(F->own);
+    free(F->stash);
+    free(F);
+    return NULL;
+  }
+  return F;
+}
+
+/* Runs kernels [F->next, to) of the frame's graph. */
+static int frame_run(DevExec *x, DevxFrame *F, int to) {
   const IrModule *m = x->p->m;
-  const DevxGraph *G = &x->p->graphs[gi];
-  const IrGraph *g = m->graphs[gi];
-  void **val = calloc((size_t)g->nnodes + 1, sizeof(void *));
-  char *own = calloc((size_t)g->nnodes + 1, 1);
-  Stash *stash = calloc((size_t)g->nnodes + 1, sizeof(Stash));
-  int nstash = 0, rc = 0;
-  for (int p = 0; p < G->nkernels && !rc; p++) {
+  const DevxGraph *G = &x->p->graphs[F->gi];
+  const IrGraph *g = m->graphs[F->gi];
+  int gi = F->gi, rc = 0;
+  int64_t layer = F->layer;
+  void **val = F->val, **args = F->args;
+  char *own = F->own;
+  for (int p = F->next; p < to && !rc; p++) {
     const DevxKernel *K = &G->kernels[p];
     switch (K->kind) {
     case DEVX_VIEW:
@@ -594,7 +637,7 @@ static int run_graph(DevExec *x, int gi, int64_t layer, void **args, void **outs
       int id = K->nodes[0];
       const IrNode *n = &g->nodes[id];
       int64_t k = n->attr[0];
-      if (n->op == IR_INPUT) val[id] = x->inputs[k];
+      if (n->op == IR_INPUT) val[id] = F->inputs ? F->inputs[k] : x->inputs[k];
       else if (n->op == IR_ARG) val[id] = args[k];
       else if (n->op == IR_PARAM) {
         const IrParam *P = &m->params[k];
@@ -614,7 +657,7 @@ static int run_graph(DevExec *x, int gi, int64_t layer, void **args, void **outs
       int id = K->nodes[0];
       val[id] = pool_get(x, value_bytes(&g->nodes[id]));
       own[id] = 1;
-      rc = val[id] ? run_call(x, g, &g->nodes[id], val, stash, &nstash, val[id]) : -1;
+      rc = val[id] ? run_call(x, g, &g->nodes[id], val, F->stash, &F->nstash, val[id]) : -1;
       break;
     }
     case DEVX_COMM: {
@@ -644,48 +687,148 @@ static int run_graph(DevExec *x, int gi, int64_t layer, void **args, void **outs
       break;
     }
     }
+    F->next = p + 1;
   }
-  if (!rc) {
-    int nplain = g->noutputs - g->ngrad_params;
-    for (int k = 0; k < g->noutputs && !rc; k++) {
-      const IrNode *o = &g->nodes[g->outputs[k]];
-      if (k < nplain) {
-        outs[k] = pool_get(x, value_bytes(o));
-        if (!outs[k] || x->dev->ops->copy(x->dev, outs[k], val[g->outputs[k]], value_bytes(o)))
-          rc = outs[k] ? fail(x, "%s", dev_error(x->dev)) : -1;
-        continue;
-      }
-      int pi = g->grad_params[k - nplain];
-      const IrParam *P = &m->params[pi];
-      int64_t copy = P->count > 1 ? layer : 0, numel = ir_numel(o);
-      rc = accumulate(x, (float *)x->grads[pi] + copy * numel, val[g->outputs[k]], numel);
-    }
-  }
+  return rc;
+}
+
+/* Returns the frame's buffers to the pool and frees it. */
+static void frame_free(DevExec *x, DevxFrame *F) {
+  if (!F) return;
+  const IrModule *m = x->p->m;
+  const IrGraph *g = m->graphs[F->gi];
   for (int i = 0; i < g->nnodes; i++)
-    if (own[i]) pool_put(x, val[i], value_bytes(&g->nodes[i]));
-  for (int i = 0; i < nstash; i++) {
-    for (int64_t k = 0; stash[i].t && k < stash[i].count * stash[i].per; k++)
-      pool_put(x, stash[i].t[k], stash[i].bytes[k % stash[i].per]);
-    free(stash[i].t);
-    free(stash[i].bytes);
+    if (F->own[i]) pool_put(x, F->val[i], value_bytes(&g->nodes[i]));
+  for (int i = 0; i < F->nstash; i++) {
+    for (int64_t k = 0; F->stash[i].t && k < F->stash[i].count * F->stash[i].per; k++)
+      pool_put(x, F->stash[i].t[k], F->stash[i].bytes[k % F->stash[i].per]);
+    free(F->stash[i].t);
+    free(F->stash[i].bytes);
   }
-  free(stash);
-  free(own);
-  free(val);
+  for (int i = 0; F->inputs && i < m->ninputs; i++) pool_put(x, F->inputs[i], input_bytes(&m->inputs[i]));
+  if (F->seed) pool_put(x, F->seed, sizeof(float));
+  free(F->inputs);
+  free(F->stash);
+  free(F->own);
+  free(F->val);
+  free(F);
+}
+
+/* The graph's outputs: the plain ones copied into fresh pool buffers
+ * (outs; the caller returns them), the gradient outputs added into the
+ * gradient buffers. */
+static int frame_outputs(DevExec *x, DevxFrame *F, void **outs) {
+  const IrModule *m = x->p->m;
+  const IrGraph *g = m->graphs[F->gi];
+  int nplain = g->noutputs - g->ngrad_params, rc = 0;
+  for (int k = 0; k < g->noutputs && !rc; k++) {
+    const IrNode *o = &g->nodes[g->outputs[k]];
+    if (k < nplain) {
+      outs[k] = pool_get(x, value_bytes(o));
+      if (!outs[k] || x->dev->ops->copy(x->dev, outs[k], F->val[g->outputs[k]], value_bytes(o)))
+        rc = outs[k] ? fail(x, "%s", dev_error(x->dev)) : -1;
+      continue;
+    }
+    int pi = g->grad_params[k - nplain];
+    const IrParam *P = &m->params[pi];
+    int64_t copy = P->count > 1 ? F->layer : 0, numel = ir_numel(o);
+    rc = accumulate(x, (float *)x->grads[pi] + copy * numel, F->val[g->outputs[k]], numel);
+  }
+  return rc;
+}
+
+/* Runs graph gi (copy `layer`) on args; outs receives pool buffers with
+ * its plain outputs (the caller returns them to the pool); gradient
+ * outputs are added into the gradient buffers. */
+static int run_graph(DevExec *x, int gi, int64_t layer, void **args, void **outs) {
+  DevxFrame *F = frame_open(x, gi, layer, args);
+  if (!F) return fail(x, "out of host memory");
+  int rc = frame_run(x, F, x->p->graphs[gi].nkernels);
+  if (!rc) rc = frame_outputs(x, F, outs);
+  frame_free(x, F);
+  return rc;
+}
+
+/* The step's seed argument in device memory. */
+static void *seed_buffer(DevExec *x, float seed) {
+  void *d = pool_get(x, sizeof(float));
+  if (d && x->dev->ops->to_device(x->dev, d, &seed, sizeof seed)) {
+    fail(x, "%s", dev_error(x->dev));
+    pool_put(x, d, sizeof(float));
+    return NULL;
+  }
+  return d;
+}
+
+/* The loss (output 0) to the host, the plain outputs back to the pool. */
+static int step_loss(DevExec *x, int graph, void **outs, int rc, float *loss) {
+  const IrGraph *g = x->p->m->graphs[graph];
+  if (!rc && loss && x->dev->ops->to_host(x->dev, loss, outs[0], sizeof(float))) rc = fail(x, "%s", dev_error(x->dev));
+  for (int k = 0; k < g->noutputs - g->ngrad_params; k++) pool_put(x, outs[k], value_bytes(&g->nodes[g->outputs[k]]));
+  free(outs);
   return rc;
 }
 
 int devx_step(DevExec *x, int graph, float seed, float *loss) {
   const IrGraph *g = x->p->m->graphs[graph];
-  void *dseed = pool_get(x, sizeof(float));
+  void *dseed = seed_buffer(x, seed);
   if (!dseed) return -1;
-  if (x->dev->ops->to_device(x->dev, dseed, &seed, sizeof seed)) return fail(x, "%s", dev_error(x->dev));
   void *args[2] = {dseed, NULL};
   void **outs = calloc((size_t)g->noutputs + 1, sizeof(void *));
   int rc = run_graph(x, graph, 0, args, outs);
-  if (!rc && loss && x->dev->ops->to_host(x->dev, loss, outs[0], sizeof(float))) rc = fail(x, "%s", dev_error(x->dev));
-  for (int k = 0; k < g->noutputs - g->ngrad_params; k++) pool_put(x, outs[k], value_bytes(&g->nodes[g->outputs[k]]));
   pool_put(x, dseed, sizeof(float));
-  free(outs);
-  return rc;
+  return step_loss(x, graph, outs, rc, loss);
+}
+
+DevxFrame *devx_step_forward(DevExec *x, int graph, float seed) {
+  const IrModule *m = x->p->m;
+  int cut = x->p->graphs[graph].cut;
+  if (cut < 0) {
+    fail(x, "graph %s is not cut into a forward and a backward half (recompile the artifact)", m->graphs[graph]->name);
+    return NULL;
+  }
+  DevxFrame *F = frame_open(x, graph, 0, NULL);
+  if (!F) {
+    fail(x, "out of host memory");
+    return NULL;
+  }
+  F->args = calloc(2, sizeof(void *));
+  F->inputs = calloc((size_t)m->ninputs + 1, sizeof(void *));
+  int rc = !F->args || !F->inputs ? fail(x, "out of host memory") : 0;
+  if (!rc && !(F->seed = seed_buffer(x, seed))) rc = -1;
+  if (!rc) F->args[0] = F->seed;
+  /* the micro-batch's inputs are the frame's: the next forward overwrites the DevExec's */
+  for (int i = 0; i < m->ninputs && !rc; i++) {
+    size_t bytes = input_bytes(&m->inputs[i]);
+    F->inputs[i] = pool_get(x, bytes);
+    if (!F->inputs[i] || x->dev->ops->copy(x->dev, F->inputs[i], x->inputs[i], bytes))
+      rc = F->inputs[i] ? fail(x, "%s", dev_error(x->dev)) : -1;
+  }
+  if (!rc) rc = frame_run(x, F, cut);
+  if (rc) {
+    void **a = F->args;
+    frame_free(x, F);
+    free(a);
+    return NULL;
+  }
+  return F;
+}
+
+int devx_step_backward(DevExec *x, DevxFrame *F, float *loss) {
+  const IrGraph *g = x->p->m->graphs[F->gi];
+  int graph = F->gi;
+  int rc = frame_run(x, F, x->p->graphs[F->gi].nkernels);
+  void **outs = calloc((size_t)g->noutputs + 1, sizeof(void *));
+  if (!rc) rc = frame_outputs(x, F, outs);
+  void **a = F->args;
+  frame_free(x, F);
+  free(a);
+  return step_loss(x, graph, outs, rc, loss);
+}
+
+void devx_frame_drop(DevExec *x, DevxFrame *F) {
+  if (!F) return;
+  void **a = F->args;
+  frame_free(x, F);
+  free(a);
 }

@@ -47,6 +47,7 @@ typedef struct {
 typedef struct {
   DevxKernel *kernels;
   int nkernels;
+  int cut; /* a pipeline step's first backward kernel (fuse_can_cut); -1: not cut */
 } DevxGraph;
 
 typedef struct {
@@ -105,6 +106,17 @@ int devx_get_param_copy(DevExec *x, int p, int64_t layer, float *host);
 /* Runs graph `graph` (autodiff's step: argument 0 is the loss's gradient
  * seed) and returns its output 0 as a float in *loss; gradients accumulate. */
 int devx_step(DevExec *x, int graph, float seed, float *loss);
+
+/* A pipeline schedule runs a micro-batch's step in halves (DevxGraph.cut):
+ * the forward half returns a frame holding what the backward half reads
+ * (the micro-batch's own copy of the inputs set last, its activations and
+ * stashed layers), the backward half finishes it as devx_step does. Frames
+ * of several micro-batches may be in flight. */
+typedef struct DevxFrame DevxFrame;
+DevxFrame *devx_step_forward(DevExec *x, int graph, float seed);
+int devx_step_backward(DevExec *x, DevxFrame *f, float *loss);
+/* A frame whose backward will not run (a failed step). */
+void devx_frame_drop(DevExec *x, DevxFrame *f);
 
 /* One fused kernel alone (the kernel-by-kernel check): io holds device
  * pointers, its inputs then its outputs. */

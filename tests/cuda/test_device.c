@@ -115,6 +115,7 @@ static void build_program(const IrModule *m, const FuseResult *fr, const CgCudaL
     const FuseGraph *fg = &fr->graphs[gi];
     DevxGraph *G = &p->graphs[gi];
     G->nkernels = fg->nkernels;
+    G->cut = -1;
     G->kernels = xmalloc(sizeof(DevxKernel) * (size_t)(fg->nkernels + 1));
     for (int kp = 0; kp < fg->nkernels; kp++) {
       const FuseKernel *K = &fg->kernels[kp];
