@@ -66,6 +66,13 @@ int comm_ring_recv(CommRing *r, Comm *c, CommType t, void *data, int64_t n, int 
 
 int comm_ring_pending(const CommRing *r) { return r->head != NULL; }
 
+int comm_pipe_tag(int chunk, int nmicro, int mb, int offset, int sending) {
+  int grad = (offset > 0) != (sending != 0);
+  int from = sending ? chunk : chunk + offset;
+  int64_t tag = COMM_TAG_PIPE + 2 * ((int64_t)from * nmicro + mb) + grad;
+  return tag > COMM_TAG_MAX ? -1 : (int)tag;
+}
+
 void comm_ring_clear(CommRing *r) {
   while (r->head) {
     CommRingSend *q = r->head;

@@ -1,5 +1,6 @@
-/* comm_ring.h - the context-parallel ring of ring attention over a Comm's
- * table, shared by the CPU program (program_exec.c, a module that links
+/* comm_ring.h - the programs' point-to-point messages over a Comm's table:
+ * their tags, the pipeline's tag rule, and the context-parallel ring of ring
+ * attention, shared by the CPU program (program_exec.c, a module that links
  * nothing of libhpdlrt: this file is compiled into it) and the GPU's
  * (program_cuda.c).
  *
@@ -18,6 +19,25 @@
 #include <stdint.h>
 
 #include "comm.h"
+
+/* Tags keep the kinds of point-to-point messages of the programs apart (MPI
+ * matches by source, tag and communicator; within one tag, messages keep
+ * their order). A pipeline transfer's tag names the message (comm_pipe_tag),
+ * so a stage with several micro-batches in flight takes the one it means. */
+enum {
+  COMM_TAG_TIE_PARAM = 32, /* a tied parameter's values, owner to mirror */
+  COMM_TAG_TIE_GRAD = 33,  /* its gradient back */
+  COMM_TAG_RING = 34,      /* context parallelism's ring */
+  COMM_TAG_PIPE = 64,      /* pipeline transfers from here on */
+  COMM_TAG_MAX = 32767     /* MPI's least upper bound */
+};
+
+/* The tag of a pipeline transfer of micro-batch mb (of nmicro) by the
+ * chunk `chunk` running it: a send carries this chunk's activation (offset
+ * +1) or input gradient (-1); a receive takes the neighbour's:
+ * COMM_TAG_PIPE + 2 (chunk x nmicro + mb) + (0 activation, 1 gradient), the
+ * chunk the one that produced it. -1 when it passes COMM_TAG_MAX. */
+int comm_pipe_tag(int chunk, int nmicro, int mb, int offset, int sending);
 
 typedef struct CommRingSend CommRingSend;
 

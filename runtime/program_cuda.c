@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "arena.h"
+#include "schedule.h"
 #include "comm_ring.h"
 #include "devexec.h"
 #include "devoptim.h"
@@ -30,9 +31,11 @@
 #include "program_ir.h"
 
 typedef struct {
-  TrainTensor *t;
+  TrainTensor *t;  /* the loop's tensor; NULL for a mirror */
   int param;
   int64_t layer, numel;
+  const ProgramUse *u;
+  float *mirror;   /* a tied copy another stage owns: its values, received each step */
 } CudaUse;
 
 typedef struct {
@@ -57,6 +60,15 @@ typedef struct {
    * between them), reported when the run ends */
   int timing;
   long steps;
+  /* pipeline stages (pp > 1): this rank's chunk and instruction list, the
+   * micro-batch running (the transfers' tags), the frames in flight, and
+   * the sends not yet completed */
+  int pp, stage, nmicro, cur_mb;
+  SchedInstr *ins;
+  int nins, ins_m;
+  DevxFrame **frames;
+  void **outbox;
+  int noutbox, capoutbox;
   double t_params, t_inputs, t_micro, t_grads;
 } CudaProg;
 
@@ -87,28 +99,71 @@ static int hc_all_gather(void *ctx, int group, const float *in, int64_t n, float
   return -1;
 }
 
-enum { TAG_RING = 34 }; /* program_exec.c's: the ring's messages apart from the loop's */
+/* A pipeline transfer's peer stage and tag (one chunk a stage), or -1
+ * with the reason in err. */
+static int pipe_peer(CudaProg *P, int offset, int sending, int *tag, char *err, size_t errlen) {
+  int c = P->stage + offset;
+  if (c < 0 || c >= P->pp) {
+    snprintf(err, errlen, "stage %d: a transfer to stage %d, which does not exist", P->stage, c);
+    return -1;
+  }
+  *tag = comm_pipe_tag(P->stage, P->nmicro, P->cur_mb, offset, sending);
+  if (*tag < 0) {
+    snprintf(err, errlen, "%d micro-batches over %d stages need more message tags than MPI promises", P->nmicro, P->pp);
+    return -1;
+  }
+  return c;
+}
 
 static int hc_send(void *ctx, int group, int offset, const float *buf, int64_t n, char *err, size_t errlen) {
   CudaProg *P = ctx;
-  if (group != IRG_CP) {
-    snprintf(err, errlen, "a transfer over the %s group: only the context-parallel ring runs on a device so far",
-             ir_group_name((IrGroup)group));
+  if (group == IRG_PP) {
+    /* out of a buffer of its own, not waiting for the receive (a 1F1B
+     * stage sends an activation while its neighbour sends a gradient
+     * back); every send completes at the end of the step */
+    int tag, peer = pipe_peer(P, offset, 1, &tag, err, errlen);
+    if (peer < 0) return -1;
+    if (P->noutbox == P->capoutbox) {
+      int cap = P->capoutbox ? 2 * P->capoutbox : 16;
+      void **o = realloc(P->outbox, sizeof(void *) * (size_t)cap);
+      if (!o) return snprintf(err, errlen, "out of memory"), -1;
+      P->outbox = o;
+      P->capoutbox = cap;
+    }
+    float *copy = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    if (!copy) return snprintf(err, errlen, "out of memory for a pipeline message of %" PRId64 " values", n), -1;
+    memcpy(copy, buf, sizeof(float) * (size_t)n);
+    P->outbox[P->noutbox++] = copy;
+    if (P->comm->ops->isend(P->comm, COMM_PP, COMM_F32, copy, n, peer, tag, &P->cerr) == 0) return 0;
+  } else if (group == IRG_CP) {
+    if (comm_ring_send(&P->ring, COMM_F32, buf, n, offset, &P->cerr) == 0) return 0;
+  } else {
+    snprintf(err, errlen, "a transfer over the %s group, which has no neighbours", ir_group_name((IrGroup)group));
     return -1;
   }
-  if (comm_ring_send(&P->ring, COMM_F32, buf, n, offset, &P->cerr) == 0) return 0;
   snprintf(err, errlen, "%s", P->cerr.msg);
   return -1;
 }
 
+/* Completes the step's pipeline sends and frees their buffers. */
+static int pipe_flush(CudaProg *P, RtErr *e) {
+  int rc = P->noutbox ? P->comm->ops->wait_sends(P->comm, e) : 0;
+  for (int i = 0; i < P->noutbox; i++) free(P->outbox[i]);
+  P->noutbox = 0;
+  return rc;
+}
+
 static int hc_recv(void *ctx, int group, int offset, float *buf, int64_t n, char *err, size_t errlen) {
   CudaProg *P = ctx;
-  if (group != IRG_CP) {
-    snprintf(err, errlen, "a transfer over the %s group: only the context-parallel ring runs on a device so far",
-             ir_group_name((IrGroup)group));
+  if (group == IRG_PP) {
+    int tag, peer = pipe_peer(P, offset, 0, &tag, err, errlen);
+    if (peer < 0) return -1;
+    if (P->comm->ops->recv(P->comm, COMM_PP, COMM_F32, buf, n, peer, tag, &P->cerr) == 0) return 0;
+  } else if (group != IRG_CP) {
+    snprintf(err, errlen, "a transfer over the %s group, which has no neighbours", ir_group_name((IrGroup)group));
     return -1;
-  }
-  if (comm_ring_recv(&P->ring, P->comm, COMM_F32, buf, n, offset, TAG_RING, &P->cerr) == 0) return 0;
+  } else if (comm_ring_recv(&P->ring, P->comm, COMM_F32, buf, n, offset, COMM_TAG_RING, &P->cerr) == 0)
+    return 0;
   snprintf(err, errlen, "%s", P->cerr.msg);
   return -1;
 }
@@ -158,6 +213,20 @@ static unsigned char *read_all(const char *path, size_t *n) {
   buf[len] = 0;
   *n = len;
   return buf;
+}
+
+/* Puts "what: " before the message already in e. */
+static int prefix(RtErr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int prefix(RtErr *e, const char *fmt, ...) {
+  char tail[RT_ERR_LEN], head[512];
+  memcpy(tail, e->msg, sizeof tail);
+  tail[sizeof tail - 1] = 0;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(head, sizeof head, fmt, ap);
+  va_end(ap);
+  snprintf(e->msg, sizeof e->msg, "%s: %s", head, tail);
+  return -1;
 }
 
 static int *ints(json_t *a, int *n) {
@@ -295,11 +364,17 @@ static void cuda_destroy(void *self) {
             P->steps, 1e3 * P->t_params / (double)P->steps, 1e3 * P->t_inputs / (double)P->steps, 1e3 * P->t_micro / (double)P->steps,
             1e3 * P->t_grads / (double)P->steps);
   devopt_free(P->opt); /* its buffers are the device's: before the device closes */
+  for (int i = 0; P->frames && i < P->nmicro; i++) devx_frame_drop(P->x, P->frames[i]); /* their buffers are the pool's */
   devx_free(P->x);
   devx_program_free(&P->prog);
   comm_ring_clear(&P->ring);
   free(P->use_of);
   free(P->sums);
+  free(P->frames);
+  for (int i = 0; i < P->noutbox; i++) free(P->outbox[i]);
+  free(P->outbox);
+  free(P->ins);
+  for (int i = 0; P->uses && i < P->nuses; i++) free(P->uses[i].mirror);
   if (P->dev) P->dev->ops->close(P->dev);
   for (int i = 0; P->feeds && P->pc && i < P->pc->m->ninputs; i++) free(P->feeds[i]);
   free(P->feeds);
@@ -311,12 +386,6 @@ static void cuda_destroy(void *self) {
 
 static void *cuda_create(TrainCtx *ctx, RtErr *e) {
   const Artifact *a = ctx->art;
-  if (a->layout.pp > 1) {
-    fail(e, "%s: pipeline parallelism (pp = %d): the GPU runtime does not run pipeline stages yet; compile with --pp 1 "
-            "(data, tensor, sequence and context parallelism run), or --target cpu",
-         a->manifest_path, (int)a->layout.pp);
-    return NULL;
-  }
   CudaProg *P = calloc(1, sizeof *P);
   P->arena = arena_new();
   P->comm = ctx->comm;
@@ -345,6 +414,15 @@ static void *cuda_create(TrainCtx *ctx, RtErr *e) {
     return NULL;
   }
   if (load_kernels(P, kpath, e)) {
+    cuda_destroy(P);
+    return NULL;
+  }
+  P->pp = (int)a->layout.pp;
+  P->stage = ctx->comm->coords.pp;
+  if (P->pp > 1 && (P->pc->nchunks != P->pp || P->pc->chunk != P->stage)) {
+    fail(e, "%s: %d pipeline chunks over %d stages: the GPU runtime runs one chunk a stage so far (compile without "
+            "virtual stages, or with --target cpu)",
+         a->manifest_path, P->pc->nchunks, P->pp);
     cuda_destroy(P);
     return NULL;
   }
@@ -419,8 +497,19 @@ static void *cuda_create(TrainCtx *ctx, RtErr *e) {
     CudaUse *c = &P->uses[P->nuses++];
     c->param = u->param;
     c->layer = u->layer;
+    c->u = u;
     c->numel = 1;
     for (int k = 0; k < ip->rank; k++) c->numel *= ip->dims[k];
+    if (u->owner != P->pc->chunk) { /* a tied copy the owner's stage holds: received each step */
+      c->mirror = calloc((size_t)c->numel + 1, sizeof(float));
+      if (!c->mirror) {
+        fail(e, "out of memory");
+        cuda_destroy(P);
+        return NULL;
+      }
+      if (c->numel > largest) largest = c->numel;
+      continue;
+    }
     c->t = find_tensor(ctx, ip->name, u->layer);
     if (!c->t || c->t->numel != c->numel) {
       fail(e, "parameter %s (layer %" PRId64 "): %s", ip->name, u->layer,
@@ -450,14 +539,131 @@ static void *cuda_create(TrainCtx *ctx, RtErr *e) {
   return P;
 }
 
+/* Micro-batch b's model inputs to the device. */
+static int set_inputs(CudaProg *P, const DataBatch *b, RtErr *e) {
+  const IrModule *m = P->pc->m;
+  for (int i = 0; i < m->ninputs; i++) {
+    const IrInput *in = &m->inputs[i];
+    int64_t n = 1;
+    for (int k = 0; k < in->rank; k++) n *= in->dims[k];
+    if (n != b->batch * b->seq_len)
+      return fail(e, "input %d: the data loader gives %" PRId64 " x %" PRId64 " tokens, the module takes %" PRId64, i, b->batch,
+                  b->seq_len, n);
+    const int32_t *src = P->pc->feed[i] == PROGRAM_FEED_TARGETS ? b->targets : b->inputs;
+    if (devx_set_input(P->x, i, src, sizeof(int32_t) * (size_t)n)) return fail(e, "%s", devx_error(P->x));
+  }
+  return 0;
+}
+
+static int has_mirror(const ProgramUse *u, int stage) {
+  for (int k = 0; k < u->nmirrors; k++)
+    if (u->mirrors[k] == stage) return 1;
+  return 0;
+}
+
+/* Tied parameters across stages (one chunk a stage): the owner's stage
+ * sends each copy's values to the stages that read it too before the step
+ * (grads = 0), and they send its gradient back after it (grads = 1), in
+ * the CPU program's order - owner stage, mirror stage, then the uses in
+ * order - so that sends and receives pair without a cycle of waits. */
+static int tie(CudaProg *P, int grads, RtErr *e) {
+  Comm *c = P->comm;
+  int tag = grads ? COMM_TAG_TIE_GRAD : COMM_TAG_TIE_PARAM;
+  for (int o = 0; o < P->pp; o++)
+    for (int d = o + 1; d < P->pp; d++) {
+      for (int i = 0; i < P->nuses && (P->stage == o || P->stage == d); i++) {
+        CudaUse *u = &P->uses[i];
+        int rc = 0;
+        if (P->stage == o && u->t && has_mirror(u->u, d)) { /* the owner */
+          if (!grads) rc = c->ops->send(c, COMM_PP, COMM_F32, u->t->data, u->numel, d, tag, e);
+          else if (!(rc = c->ops->recv(c, COMM_PP, COMM_F32, P->host, u->numel, d, tag, e)))
+            for (int64_t k = 0; k < u->numel; k++) u->t->grad[k] += P->host[k];
+        } else if (P->stage == d && u->mirror && u->u->owner == o) { /* a mirror */
+          if (!grads) rc = c->ops->recv(c, COMM_PP, COMM_F32, u->mirror, u->numel, o, tag, e);
+          else if (devx_get_grad_copy(P->x, u->param, u->layer, P->host)) rc = fail(e, "%s", devx_error(P->x));
+          else rc = c->ops->send(c, COMM_PP, COMM_F32, P->host, u->numel, o, tag, e);
+        }
+        if (rc) return -1;
+      }
+    }
+  return 0;
+}
+
+/* This stage's instruction list for nmicro micro-batches: what hpdlc
+ * compile recorded, rebuilt for another count. */
+static int stage_schedule(CudaProg *P, int nmicro, RtErr *e) {
+  if (P->ins && P->ins_m == nmicro) return 0;
+  free(P->ins);
+  P->ins = NULL;
+  const ProgramChunk *pc = P->pc;
+  SchedProgram prog;
+  memset(&prog, 0, sizeof prog);
+  const SchedInstr *src = pc->ins;
+  int n = pc->nins;
+  if (!(pc->nins > 0 && pc->sched_m == nmicro)) {
+    char why[256];
+    if (sched_build(&prog, pc->schedule, P->pp, nmicro, 1, why, sizeof why) && sched_build_sequential(&prog, P->pp, nmicro, 1))
+      return fail(e, "out of memory for the pipeline's instruction list");
+    src = prog.ins[P->stage];
+    n = prog.len[P->stage];
+  }
+  P->ins = malloc(sizeof(SchedInstr) * (size_t)(n ? n : 1));
+  if (P->ins) memcpy(P->ins, src, sizeof(SchedInstr) * (size_t)n);
+  sched_free(&prog);
+  if (!P->ins) return fail(e, "out of memory");
+  P->nins = n;
+  P->ins_m = nmicro;
+  for (int i = 0; i < n; i++)
+    if ((P->ins[i].op == SCHED_OP_FWD || P->ins[i].op == SCHED_OP_BWD) &&
+        (P->ins[i].chunk != pc->chunk || P->ins[i].mb < 0 || P->ins[i].mb >= nmicro))
+      return fail(e, "stage %d: the instruction list runs chunk %d, micro-batch %d, which this rank does not hold (recompile the artifact)",
+                  P->stage, P->ins[i].chunk, P->ins[i].mb);
+  return 0;
+}
+
+static int ring_paired(CudaProg *P, RtErr *e) {
+  if (!comm_ring_pending(&P->ring)) return 0;
+  comm_ring_clear(&P->ring);
+  return fail(e, "a context-parallel send that no receive paired with (the ring's transfers do not pair)");
+}
+
+/* The micro-batches of a pipeline stage, in its schedule's order: each
+ * forward half leaves a frame its backward half takes up. */
+static int run_pipeline(CudaProg *P, TrainCtx *ctx, const DataBatch *const *micro, int nmicro, double *total, RtErr *e) {
+  if (stage_schedule(P, nmicro, e)) return -1;
+  if (!P->frames && !(P->frames = calloc((size_t)nmicro + 1, sizeof(DevxFrame *)))) return fail(e, "out of memory");
+  int rc = 0;
+  for (int i = 0; i < P->nins && !rc; i++) {
+    const SchedInstr *in = &P->ins[i];
+    int k = in->mb;
+    P->cur_mb = k;
+    if (in->op == SCHED_OP_FWD) {
+      if (P->frames[k]) rc = fail(e, "stage %d: micro-batch %d's forward twice (a bad instruction list)", P->stage, k);
+      else if (!(rc = set_inputs(P, micro[k], e)) && !(P->frames[k] = devx_step_forward(P->x, P->pc->step, (float)ctx->grad_scale)))
+        rc = fail(e, "stage %d, forward of micro-batch %d: %s", P->stage, k, devx_error(P->x));
+    } else if (in->op == SCHED_OP_BWD) {
+      float l = 0;
+      DevxFrame *f = P->frames[k];
+      P->frames[k] = NULL;
+      if (!f) rc = fail(e, "stage %d: micro-batch %d's backward before its forward (a bad instruction list)", P->stage, k);
+      else if (devx_step_backward(P->x, f, &l)) rc = fail(e, "stage %d, backward of micro-batch %d: %s", P->stage, k, devx_error(P->x));
+      *total += l;
+    }
+    if (!rc) rc = ring_paired(P, e);
+  }
+  if (!rc) rc = pipe_flush(P, e);
+  return rc;
+}
+
 static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, int nmicro, double *loss, int *has_loss, RtErr *e) {
   CudaProg *P = self;
-  const IrModule *m = P->pc->m;
   Device *d = P->dev;
   double t0 = P->timing ? d->ops->seconds(d) : 0, t1;
+  P->nmicro = nmicro;
+  if (P->pp > 1 && tie(P, 0, e)) return prefix(e, "the tied parameters' values");
   for (int i = 0; i < P->nuses && !P->resident; i++) {
     const CudaUse *c = &P->uses[i];
-    if (devx_set_param_copy(P->x, c->param, c->layer, c->t->data)) return fail(e, "%s", devx_error(P->x));
+    if (devx_set_param_copy(P->x, c->param, c->layer, c->t ? c->t->data : c->mirror)) return fail(e, "%s", devx_error(P->x));
   }
   if (devx_zero_grads(P->x)) return fail(e, "%s", devx_error(P->x));
   if (P->timing) {
@@ -466,18 +672,16 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
     t0 = t1;
   }
   double total = 0;
-  for (int j = 0; j < nmicro; j++) {
-    const DataBatch *b = micro[j];
-    for (int i = 0; i < m->ninputs; i++) {
-      const IrInput *in = &m->inputs[i];
-      int64_t n = 1;
-      for (int k = 0; k < in->rank; k++) n *= in->dims[k];
-      if (n != b->batch * b->seq_len)
-        return fail(e, "input %d: the data loader gives %" PRId64 " x %" PRId64 " tokens, the module takes %" PRId64, i, b->batch,
-                    b->seq_len, n);
-      const int32_t *src = P->pc->feed[i] == PROGRAM_FEED_TARGETS ? b->targets : b->inputs;
-      if (devx_set_input(P->x, i, src, sizeof(int32_t) * (size_t)n)) return fail(e, "%s", devx_error(P->x));
+  if (P->pp > 1) {
+    if (run_pipeline(P, ctx, micro, nmicro, &total, e)) return -1;
+    if (P->timing) {
+      t1 = d->ops->seconds(d);
+      P->t_micro += t1 - t0;
+      t0 = t1;
     }
+  }
+  for (int j = 0; j < nmicro && P->pp == 1; j++) {
+    if (set_inputs(P, micro[j], e)) return -1;
     float l = 0;
     if (P->timing) {
       t1 = d->ops->seconds(d);
@@ -490,17 +694,16 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
       P->t_micro += t1 - t0;
       t0 = t1;
     }
-    if (comm_ring_pending(&P->ring)) {
-      comm_ring_clear(&P->ring);
-      return fail(e, "a context-parallel send that no receive paired with (the ring's transfers do not pair)");
-    }
+    if (ring_paired(P, e)) return -1;
     total += l;
   }
   for (int i = 0; i < P->nuses && !P->resident; i++) {
     const CudaUse *c = &P->uses[i];
+    if (!c->t) continue; /* a mirror's gradient goes to its owner (tie) */
     if (devx_get_grad_copy(P->x, c->param, c->layer, P->host)) return fail(e, "%s", devx_error(P->x));
     for (int64_t k = 0; k < c->numel; k++) c->t->grad[k] += P->host[k];
   }
+  if (P->pp > 1 && tie(P, 1, e)) return prefix(e, "the tied parameters' gradients");
   /* resident on dp > 1 members: the gradients' sum over dp through the
    * loop's gradient pool (the tensors' grad, idle in this mode) in host
    * memory, until NCCL reduces the device's buffers */
@@ -519,7 +722,7 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
     P->t_grads += d->ops->seconds(d) - t0;
     P->steps++;
   }
-  *has_loss = 1;
+  *has_loss = P->pp == 1 || P->stage == P->pp - 1;
   *loss = total / (double)nmicro;
   return 0;
 }
@@ -542,6 +745,9 @@ static int cuda_resident(void *self, TrainCtx *ctx) {
   }
   for (int i = 0; i < ctx->ntensors; i++) P->use_of[i] = -1;
   int ok = 1;
+  /* tied copies across stages go through the host each step: no resident state there */
+  for (int u = 0; u < P->nuses; u++)
+    if (P->uses[u].mirror || P->uses[u].u->nmirrors > 0) ok = 0;
   for (int u = 0; u < P->nuses && ok; u++) {
     int i = (int)(P->uses[u].t - ctx->tensors);
     if (P->use_of[i] >= 0) ok = 0; /* two uses of one tensor */

@@ -48,12 +48,6 @@
 #include "program.h"
 #include "comm_ring.h"
 
-/* Tags keep the kinds of point-to-point messages apart (MPI matches by
- * source, tag and communicator; within one tag, messages keep their order).
- * A pipeline transfer's tag names the message: TAG_PIPE + 2 (chunk x m + mb)
- * + (0 activation, 1 gradient), the chunk the one that produced it, so a
- * stage with several micro-batches in flight takes the one it means. */
-enum { TAG_TIE_PARAM = 32, TAG_TIE_GRAD = 33, TAG_RING = 34, TAG_PIPE = 64, TAG_MAX = 32767 /* MPI's least upper bound */ };
 
 typedef struct {
   const ProgramUse *u;
@@ -249,11 +243,9 @@ static int pp_peer(Exec *x, int offset, RtErr *e) {
  * send carries this chunk's activation (offset +1) or input gradient (-1);
  * a receive takes the neighbour's. */
 static int pipe_tag(Exec *x, int offset, int sending, RtErr *e) {
-  int grad = (offset > 0) != (sending != 0);
-  int chunk = sending ? x->cur_chunk : x->cur_chunk + offset;
-  int64_t tag = TAG_PIPE + 2 * ((int64_t)chunk * x->nmicro + x->cur_mb) + grad;
-  if (tag > TAG_MAX) return fail(e, "%d micro-batches over %d chunks need more message tags than MPI promises", x->nmicro, x->pc->nchunks);
-  return (int)tag;
+  int tag = comm_pipe_tag(x->cur_chunk, x->nmicro, x->cur_mb, offset, sending);
+  if (tag < 0) return fail(e, "%d micro-batches over %d chunks need more message tags than MPI promises", x->nmicro, x->pc->nchunks);
+  return tag;
 }
 
 /* A pipeline send does not wait for its receive (comm.h: isend): the data
@@ -294,7 +286,7 @@ static int p2p_send(Exec *x, int g, CommType have, const void *data, int64_t n, 
 }
 
 static int p2p_recv(Exec *x, int g, CommType have, void *data, int64_t n, int offset, RtErr *e) {
-  if (g == IRG_CP) return comm_ring_recv(&x->ring, x->comm, have, data, n, offset, TAG_RING, e);
+  if (g == IRG_CP) return comm_ring_recv(&x->ring, x->comm, have, data, n, offset, COMM_TAG_RING, e);
   if (g != IRG_PP) return fail(e, "a transfer over the %s group, which has no neighbours", comm_group_name_of(group_of(g)));
   int peer = pp_peer(x, offset, e), tag = peer < 0 ? -1 : pipe_tag(x, offset, 0, e);
   return tag < 0 ? -1 : wire_recv(x, COMM_PP, have, data, n, peer, tag, e);
@@ -764,7 +756,7 @@ static int tie_params(Prog *P, RtErr *e) {
         if (xd) return fail(e, "chunks %d and %d share %s and both run on stage %d (recompile the artifact)", o, d, u->p->name, xo->stage);
         int native = xo->in == NULL;
         void *buf = native ? (void *)u->fval : (void *)u->ival;
-        if (wire_send(xo, COMM_PP, native ? COMM_F32 : COMM_F64, buf, u->numel, d % xo->pp, TAG_TIE_PARAM, e) < 0)
+        if (wire_send(xo, COMM_PP, native ? COMM_F32 : COMM_F64, buf, u->numel, d % xo->pp, COMM_TAG_TIE_PARAM, e) < 0)
           return prefix(e, "sending %s to stage %d", u->p->name, d % xo->pp);
       }
       for (int i = 0; xd && i < xd->nuses; i++) {
@@ -772,7 +764,7 @@ static int tie_params(Prog *P, RtErr *e) {
         if (u->u->owner != o) continue;
         int native = xd->in == NULL;
         void *buf = native ? (void *)u->fval : (void *)u->ival;
-        if (wire_recv(xd, COMM_PP, native ? COMM_F32 : COMM_F64, buf, u->numel, o % xd->pp, TAG_TIE_PARAM, e) < 0)
+        if (wire_recv(xd, COMM_PP, native ? COMM_F32 : COMM_F64, buf, u->numel, o % xd->pp, COMM_TAG_TIE_PARAM, e) < 0)
           return prefix(e, "receiving %s from stage %d", u->p->name, o % xd->pp);
       }
     }
@@ -795,7 +787,7 @@ static int tie_grads(Prog *P, RtErr *e) {
           if (!g) memset(xd->scratch, 0, sizeof(double) * (size_t)u->numel);
           buf = g ? g : xd->scratch;
         }
-        if (wire_send(xd, COMM_PP, native ? COMM_F32 : COMM_F64, buf, u->numel, o % xd->pp, TAG_TIE_GRAD, e) < 0)
+        if (wire_send(xd, COMM_PP, native ? COMM_F32 : COMM_F64, buf, u->numel, o % xd->pp, COMM_TAG_TIE_GRAD, e) < 0)
           return prefix(e, "sending the gradient of %s to stage %d", u->p->name, o % xd->pp);
       }
       for (int i = 0; xo && i < xo->nuses; i++) {
@@ -804,7 +796,7 @@ static int tie_grads(Prog *P, RtErr *e) {
         int native = xo->in == NULL;
         double *own = native ? NULL : interp_grad(xo->in, u->u->param, u->u->layer, NULL);
         void *in = native ? (void *)xo->fscratch : (void *)xo->scratch;
-        if (wire_recv(xo, COMM_PP, native ? COMM_F32 : COMM_F64, in, u->numel, d % xo->pp, TAG_TIE_GRAD, e) < 0)
+        if (wire_recv(xo, COMM_PP, native ? COMM_F32 : COMM_F64, in, u->numel, d % xo->pp, COMM_TAG_TIE_GRAD, e) < 0)
           return prefix(e, "receiving the gradient of %s from stage %d", u->p->name, d % xo->pp);
         if (native) {
           for (int64_t j = 0; j < u->numel; j++) u->fgrad[j] += xo->fscratch[j];

@@ -662,8 +662,9 @@ static int frame_run(DevExec *x, DevxFrame *F, int to) {
     }
     case DEVX_COMM: {
       int id = K->nodes[0];
-      if (g->nodes[id].op == IR_SEND) {
+      if (g->nodes[id].op == IR_SEND) { /* its value is its input's (core/interp.c) */
         rc = run_comm(x, g, &g->nodes[id], val, NULL);
+        val[id] = val[g->nodes[id].in[0]];
         break;
       }
       val[id] = pool_get(x, value_bytes(&g->nodes[id]));
