@@ -113,13 +113,20 @@ set_tests_properties(cuda.dev.emulate.step.gpt2-tiny cuda.dev.emulate.step.llama
 #                      rank) against the CPU artifact of the same job: each
 #                      step's loss and gradient norm within 1e-4
 #                      (cuda/run_device.py); emulate in CI, cuda on a GPU
+# hpdlrun's tests on many ranks: Open MPI's own allocations suppressed
+# under the sanitizers, as runtime.cmake does (tests/runtime/lsan.supp)
+set(HPDL_CUDA_RUN_ENV
+    "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0"
+    "LSAN_OPTIONS=suppressions=${HPDL_TEST_DIR}/runtime/lsan.supp:print_suppressions=0"
+    "OMPI_MCA_mca_base_component_disable_dlclose=1")
 if(Python3_Interpreter_FOUND)
   foreach(dev emulate cuda)
     add_test(NAME cuda.run.${dev}.gpt2-tiny
              COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc>
                      --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
                      --sample ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --device ${dev} --steps $<IF:$<STREQUAL:${dev},cuda>,3,1>)
-    set_tests_properties(cuda.run.${dev}.gpt2-tiny PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
+    set_tests_properties(cuda.run.${dev}.gpt2-tiny PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda
+                         ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
   endforeach()
 
   #   cuda.missing.{libcuda,cublaslt}, runtime.info  a library the GPU path
@@ -136,7 +143,7 @@ if(Python3_Interpreter_FOUND)
              COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/missing_libs.py --hpdlc $<TARGET_FILE:hpdlc>
                      --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
                      --sample ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --what ${what})
-    set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS cuda)
+    set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS cuda ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
   endforeach()
 
   #   cuda.layout.<device>.<layout>  the CPU target's end-to-end layouts on
@@ -178,7 +185,8 @@ if(Python3_Interpreter_FOUND)
       if(dev STREQUAL "emulate" AND NOT name STREQUAL "tp2_cp2")
         list(APPEND labels cuda_layouts)
       endif()
-      set_tests_properties(cuda.layout.${dev}.${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "${labels}")
+      set_tests_properties(cuda.layout.${dev}.${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "${labels}"
+                           ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
     endforeach()
     # the optimizer on the device: SGD with momentum (sgd), and a run whose
     # device-resident state is saved at step 10 and resumed on 2 ranks,
@@ -210,6 +218,7 @@ if(Python3_Interpreter_FOUND)
       list(APPEND labels cuda_layouts)
     endif()
     set_tests_properties(cuda.layout.${dev}.sgd cuda.layout.${dev}.resume_host cuda.layout.${dev}.to_cpu
-                         cuda.layout.${dev}.from_cpu PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "${labels}")
+                         cuda.layout.${dev}.from_cpu PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "${labels}"
+                         ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
   endforeach()
 endif()

@@ -41,6 +41,7 @@ struct DevExec {
   size_t live, peak;
   unsigned long long seed;
   DevxComm comm;
+  int nparams, ninputs; /* the module's, for devx_free: the module may be gone by then */
   float *host[2]; /* the collectives' staging, grown as needed */
   size_t host_cap[2];
   int profile;
@@ -158,6 +159,8 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, ch
     x->accumulate = dev->ops->kernel(dev, "hpdl_accumulate_f32");
     if (!x->accumulate) rc = fail(x, "%s (kernels/hpdl_cuda.cuh defines it)", dev_error(dev));
   }
+  x->nparams = m->nparams;
+  x->ninputs = m->ninputs;
   x->params = calloc((size_t)m->nparams + 1, sizeof(void *));
   x->grads = calloc((size_t)m->nparams + 1, sizeof(void *));
   x->inputs = calloc((size_t)m->ninputs + 1, sizeof(void *));
@@ -186,7 +189,6 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, ch
 
 void devx_free(DevExec *x) {
   if (!x) return;
-  const IrModule *m = x->p->m;
   for (int g = 0; g < x->p->ngraphs && x->res; g++) {
     for (int k = 0; x->res[g] && k < x->p->graphs[g].nkernels; k++) {
       free(x->res[g][k].k);
@@ -199,11 +201,11 @@ void devx_free(DevExec *x) {
   free(x->res);
   free(x->host[0]);
   free(x->host[1]);
-  for (int i = 0; i < m->nparams; i++) {
+  for (int i = 0; i < x->nparams; i++) {
     if (x->params) x->dev->ops->release(x->dev, x->params[i]);
     if (x->grads) x->dev->ops->release(x->dev, x->grads[i]);
   }
-  for (int i = 0; i < m->ninputs && x->inputs; i++) x->dev->ops->release(x->dev, x->inputs[i]);
+  for (int i = 0; i < x->ninputs && x->inputs; i++) x->dev->ops->release(x->dev, x->inputs[i]);
   for (int i = 0; i < x->nfree; i++) x->dev->ops->release(x->dev, x->free_bufs[i].p);
   free(x->free_bufs);
   free(x->params);

@@ -2,7 +2,8 @@
  * the CUDA driver and its GPUs, NVRTC, cuBLASLt and NCCL, each opened with
  * dlopen as the runtime opens them, with its version or why it is absent.
  * Only the few functions that report versions are looked up, so this runs
- * on any machine. */
+ * on any machine. The libraries stay loaded (the process ends right after):
+ * what their initialisers allocate stays theirs, not a leak to report. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,7 +79,6 @@ static void driver_info(FILE *out) {
       fprintf(out, "    GPU %d      %s, sm_%d%d, %d SMs, %.1f GiB\n", i, gpu, major, minor, sms, (double)bytes / (1 << 30));
     }
   }
-  dlclose(h);
 }
 
 static void nvrtc_info(FILE *out) {
@@ -91,7 +91,6 @@ static void nvrtc_info(FILE *out) {
   int major = 0, minor = 0;
   if (version && !version(&major, &minor)) fprintf(out, "  NVRTC        %d.%d\n", major, minor);
   else fprintf(out, "  NVRTC        present, but nvrtcVersion failed\n");
-  dlclose(h);
 }
 
 static void cublaslt_info(FILE *out) {
@@ -106,7 +105,6 @@ static void cublaslt_info(FILE *out) {
     fprintf(out, "  cuBLASLt     %zu.%zu.%zu\n", v / 10000, v / 100 % 100, v % 100);
   } else
     fprintf(out, "  cuBLASLt     present, without cublasLtGetVersion\n");
-  dlclose(h);
 }
 
 static void nccl_info(FILE *out) {
@@ -124,7 +122,6 @@ static void nccl_info(FILE *out) {
     fprintf(out, "  NCCL         %d.%d.%d (the runtime's collectives use MPI in host memory so far)\n", major, minor, v % 100);
   } else
     fprintf(out, "  NCCL         present, but ncclGetVersion failed\n");
-  dlclose(h);
 }
 
 void dev_info(FILE *out) {

@@ -98,8 +98,7 @@ static void blas_info(char *buf, size_t n) {
     *(void **)&core = dlsym(h, "openblas_get_corename");
     if (config) snprintf(buf, n, "%s (core %s)", config(), core ? core() : "?");
     else snprintf(buf, n, "%s", names[i]);
-    dlclose(h);
-    return;
+    return; /* left loaded: what its initialiser allocated stays its own */
   }
   snprintf(buf, n, "none found (%s, ...): the CPU program's GEMMs need one", names[0]);
 }
@@ -121,6 +120,7 @@ static void print_info(void) {
   printf("  cores        %d online; a one-rank job runs %s\n", c.cores, buf);
   fflush(stdout);
   dev_info(stdout);
+  fflush(stdout);
 }
 
 /* Returns 0, or the exit status (2: bad command line; -1: help shown). */
