@@ -575,12 +575,22 @@ static int tie(CudaProg *P, int grads, RtErr *e) {
         CudaUse *u = &P->uses[i];
         int rc = 0;
         if (P->stage == o && u->t && has_mirror(u->u, d)) { /* the owner */
-          if (!grads) rc = c->ops->send(c, COMM_PP, COMM_F32, u->t->data, u->numel, d, tag, e);
-          else if (!(rc = c->ops->recv(c, COMM_PP, COMM_F32, P->host, u->numel, d, tag, e)))
+          if (!grads) {
+            /* resident: the values are the device's */
+            const float *v = u->t->data;
+            if (P->resident && devx_get_param_copy(P->x, u->param, u->layer, (float *)(v = P->host))) return fail(e, "%s", devx_error(P->x));
+            rc = c->ops->send(c, COMM_PP, COMM_F32, v, u->numel, d, tag, e);
+          } else if (!(rc = c->ops->recv(c, COMM_PP, COMM_F32, P->host, u->numel, d, tag, e))) {
+            /* resident: added into the device's gradient, the loop's (idle) as the staging */
+            if (P->resident && devx_get_grad_copy(P->x, u->param, u->layer, u->t->grad)) return fail(e, "%s", devx_error(P->x));
             for (int64_t k = 0; k < u->numel; k++) u->t->grad[k] += P->host[k];
+            if (P->resident && devx_set_grad_copy(P->x, u->param, u->layer, u->t->grad)) return fail(e, "%s", devx_error(P->x));
+          }
         } else if (P->stage == d && u->mirror && u->u->owner == o) { /* a mirror */
-          if (!grads) rc = c->ops->recv(c, COMM_PP, COMM_F32, u->mirror, u->numel, o, tag, e);
-          else if (devx_get_grad_copy(P->x, u->param, u->layer, P->host)) rc = fail(e, "%s", devx_error(P->x));
+          if (!grads) {
+            rc = c->ops->recv(c, COMM_PP, COMM_F32, u->mirror, u->numel, o, tag, e);
+            if (!rc && P->resident && devx_set_param_copy(P->x, u->param, u->layer, u->mirror)) return fail(e, "%s", devx_error(P->x));
+          } else if (devx_get_grad_copy(P->x, u->param, u->layer, P->host)) rc = fail(e, "%s", devx_error(P->x));
           else rc = c->ops->send(c, COMM_PP, COMM_F32, P->host, u->numel, o, tag, e);
         }
         if (rc) return -1;
@@ -710,10 +720,11 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
   if (P->resident && ctx->comm->size[COMM_DP] > 1) {
     for (int i = 0; i < P->nuses; i++) {
       const CudaUse *c = &P->uses[i];
-      if (devx_get_grad_copy(P->x, c->param, c->layer, c->t->grad)) return fail(e, "%s", devx_error(P->x));
+      if (c->t && devx_get_grad_copy(P->x, c->param, c->layer, c->t->grad)) return fail(e, "%s", devx_error(P->x));
     }
     for (int i = 0; i < P->nuses; i++) {
       const CudaUse *c = &P->uses[i];
+      if (!c->t) continue; /* a mirror's gradient went to its owner */
       if (ctx->comm->ops->all_reduce(ctx->comm, COMM_DP, COMM_F32, COMM_SUM, c->t->grad, c->numel, e) < 0) return -1;
       if (devx_set_grad_copy(P->x, c->param, c->layer, c->t->grad)) return fail(e, "%s", devx_error(P->x));
     }
@@ -745,10 +756,8 @@ static int cuda_resident(void *self, TrainCtx *ctx) {
   }
   for (int i = 0; i < ctx->ntensors; i++) P->use_of[i] = -1;
   int ok = 1;
-  /* tied copies across stages go through the host each step: no resident state there */
-  for (int u = 0; u < P->nuses; u++)
-    if (P->uses[u].mirror || P->uses[u].u->nmirrors > 0) ok = 0;
   for (int u = 0; u < P->nuses && ok; u++) {
+    if (!P->uses[u].t) continue; /* a mirror: its values come from the owner's stage each step (tie) */
     int i = (int)(P->uses[u].t - ctx->tensors);
     if (P->use_of[i] >= 0) ok = 0; /* two uses of one tensor */
     P->use_of[i] = u;

@@ -213,11 +213,18 @@ if(Python3_Interpreter_FOUND)
                        --sample ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --device ${dev} --steps 20
                        --first-tol 1e-6 --tol 1e-5 --args "${small}" --resume-args "${small} --tp 2" --halves ${halves})
     endforeach()
+    # a pipeline's state on the devices (the tied embedding's owner and
+    # mirror) saved at step 10 and resumed on one rank
+    add_test(NAME cuda.layout.${dev}.resume_pp2
+             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc>
+                     --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
+                     --sample ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --device ${dev} --steps 20
+                     --first-tol 1e-6 --tol 1e-5 --args "${small} --pp 2" --resume-args "${small}")
     set(labels cuda)
     if(dev STREQUAL "emulate")
       list(APPEND labels cuda_layouts)
     endif()
-    set_tests_properties(cuda.layout.${dev}.sgd cuda.layout.${dev}.resume_host cuda.layout.${dev}.to_cpu
+    set_tests_properties(cuda.layout.${dev}.sgd cuda.layout.${dev}.resume_host cuda.layout.${dev}.resume_pp2 cuda.layout.${dev}.to_cpu
                          cuda.layout.${dev}.from_cpu PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "${labels}"
                          ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
   endforeach()
