@@ -598,6 +598,7 @@ struct DevxFrame {
   int next;
   void **inputs; /* the frame's own copies of the model inputs, or NULL: the DevExec's */
   void *seed;    /* a step's: its argument 0 (the loss's gradient seed) */
+  void *step_args[2]; /* a step's arguments (args points here): the seed */
 };
 
 static DevxFrame *frame_open(DevExec *x, int gi, int64_t layer, void **args) {
@@ -795,11 +796,11 @@ DevxFrame *devx_step_forward(DevExec *x, int graph, float seed) {
     fail(x, "out of host memory");
     return NULL;
   }
-  F->args = calloc(2, sizeof(void *));
+  F->args = F->step_args;
   F->inputs = calloc((size_t)m->ninputs + 1, sizeof(void *));
-  int rc = !F->args || !F->inputs ? fail(x, "out of host memory") : 0;
+  int rc = !F->inputs ? fail(x, "out of host memory") : 0;
   if (!rc && !(F->seed = seed_buffer(x, seed))) rc = -1;
-  if (!rc) F->args[0] = F->seed;
+  F->step_args[0] = F->seed;
   /* the micro-batch's inputs are the frame's: the next forward overwrites the DevExec's */
   for (int i = 0; i < m->ninputs && !rc; i++) {
     size_t bytes = input_bytes(&m->inputs[i]);
@@ -809,9 +810,7 @@ DevxFrame *devx_step_forward(DevExec *x, int graph, float seed) {
   }
   if (!rc) rc = frame_run(x, F, cut);
   if (rc) {
-    void **a = F->args;
     frame_free(x, F);
-    free(a);
     return NULL;
   }
   return F;
@@ -823,15 +822,8 @@ int devx_step_backward(DevExec *x, DevxFrame *F, float *loss) {
   int rc = frame_run(x, F, x->p->graphs[F->gi].nkernels);
   void **outs = calloc((size_t)g->noutputs + 1, sizeof(void *));
   if (!rc) rc = frame_outputs(x, F, outs);
-  void **a = F->args;
   frame_free(x, F);
-  free(a);
   return step_loss(x, graph, outs, rc, loss);
 }
 
-void devx_frame_drop(DevExec *x, DevxFrame *F) {
-  if (!F) return;
-  void **a = F->args;
-  frame_free(x, F);
-  free(a);
-}
+void devx_frame_drop(DevExec *x, DevxFrame *F) { frame_free(x, F); }
