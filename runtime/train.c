@@ -663,6 +663,8 @@ static int setup(Run *R, RtErr *e) {
    * the gradients over dp itself */
   R->count = rt_calloc((size_t)R->ctx.ntensors + 1, 1);
   if (!R->count) return rt_fail(e, "out of memory");
+  /* at zero 0 every dp member holds every value: member 0 counts them */
+  for (int i = 0; i < R->ctx.ntensors; i++) R->count[i] = R->norm_rep[i] && R->c->coords.dp == 0;
   R->resident = (a->layout.dp == 1 || (R->zero == 0 && a->compression == COMM_COMPRESS_NONE)) && R->prog->resident && R->prog->grad_sumsq && R->prog->update &&
                 R->prog->state && R->prog->resident(R->self, &R->ctx);
   if (R->me == 0 && R->metrics == NULL && R->o->metrics) {
@@ -843,8 +845,6 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
      * member owns everything, so only member 0 counts. */
     double red[3] = {0, has_loss ? loss : 0, has_loss ? 1 : 0};
     if (R.resident) {
-      /* at zero 0 every dp member holds every value: member 0 counts them */
-      for (int i = 0; i < R.ctx.ntensors; i++) R.count[i] = R.norm_rep[i] && comm->coords.dp == 0;
       if (R.prog->grad_sumsq(R.self, &R.ctx, R.count, &red[0], e) < 0) fatal(&R, "the gradient norm on the device", e);
     } else
       for (int i = 0; i < R.ctx.ntensors; i++) {
