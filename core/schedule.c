@@ -138,6 +138,26 @@ void sched_free(SchedProgram *p) {
   memset(p, 0, sizeof *p);
 }
 
+SchedInstr *sched_stage_list(Schedule kind, int pp, int m, int v, int r, const SchedInstr *recorded, int nrecorded,
+                             int recorded_m, int sequential_only, int *n) {
+  SchedProgram prog;
+  memset(&prog, 0, sizeof prog);
+  const SchedInstr *src = recorded;
+  int len = nrecorded;
+  if (sequential_only || nrecorded <= 0 || recorded_m != m) {
+    char why[256];
+    if ((sequential_only || sched_build(&prog, kind, pp, m, v, why, sizeof why)) && sched_build_sequential(&prog, pp, m, v))
+      return NULL;
+    src = prog.ins[r];
+    len = prog.len[r];
+  }
+  SchedInstr *out = malloc(sizeof(SchedInstr) * (size_t)(len > 0 ? len : 1));
+  if (out && len > 0) memcpy(out, src, sizeof(SchedInstr) * (size_t)len);
+  sched_free(&prog);
+  *n = len;
+  return out;
+}
+
 int sched_push(SchedProgram *p, int rank, SchedOp op, int chunk, int mb, int peer) {
   if (!p || !p->ins || rank < 0 || rank >= p->pp) return -1;
   if (p->len[rank] == p->cap[rank]) {

@@ -103,6 +103,15 @@ int sched_build(SchedProgram *out, Schedule kind, int pp, int m, int v, char *er
  * executors ran before they ran schedules. 0, or -1 when out of memory. */
 int sched_build_sequential(SchedProgram *out, int pp, int m, int v);
 
+/* Stage r's instruction list for m micro-batches, as the executors run it:
+ * `recorded` (nrecorded instructions for recorded_m micro-batches, what
+ * hpdlc compile wrote) when it is for m, else sched_build's for `kind`,
+ * and the sequential order where that shape cannot be built or
+ * sequential_only asks for it. malloc'd, *n its length; NULL when memory
+ * runs out. */
+SchedInstr *sched_stage_list(Schedule kind, int pp, int m, int v, int r, const SchedInstr *recorded, int nrecorded,
+                             int recorded_m, int sequential_only, int *n);
+
 /* An empty program of that shape (no argument checks beyond pp, m, v >= 1),
  * to which sched_push appends: for hand-written and mutated programs in
  * tests. Both return 0, or -1 when out of memory or out of range. */

@@ -1,4 +1,4 @@
-/* comm_ring.c - the context-parallel ring (comm_ring.h). Only the Comm's
+/* comm_ring.c - the programs' point-to-point helpers (comm_ring.h). Only the Comm's
  * table is called: the CPU program links nothing of libhpdlrt. */
 #include <inttypes.h>
 #include <stdio.h>
@@ -64,7 +64,43 @@ int comm_ring_recv(CommRing *r, Comm *c, CommType t, void *data, int64_t n, int 
   return rc;
 }
 
-int comm_ring_pending(const CommRing *r) { return r->head != NULL; }
+int comm_ring_finish(CommRing *r, RtErr *e) {
+  int pending = r->head != NULL;
+  comm_ring_clear(r);
+  return pending ? ring_fail(e, "a context-parallel send that no receive paired with (the ring's transfers do not pair)") : 0;
+}
+
+CommGroup comm_group_of_ir(int ir_group) {
+  static const CommGroup groups[4] = {COMM_DP, COMM_TP, COMM_PP, COMM_CP};
+  return ir_group >= 0 && ir_group < 4 ? groups[ir_group] : COMM_CP;
+}
+
+void *comm_outbox_buffer(CommOutbox *o, size_t bytes) {
+  if (o->n == o->cap) {
+    int cap = o->cap ? 2 * o->cap : 16;
+    void **b = realloc(o->buf, sizeof(void *) * (size_t)cap);
+    if (!b) return NULL;
+    o->buf = b;
+    o->cap = cap;
+  }
+  void *p = malloc(bytes ? bytes : 1);
+  if (p) o->buf[o->n++] = p;
+  return p;
+}
+
+int comm_outbox_flush(CommOutbox *o, Comm *c, RtErr *e) {
+  int rc = o->n ? c->ops->wait_sends(c, e) : 0;
+  for (int i = 0; i < o->n; i++) free(o->buf[i]);
+  o->n = 0;
+  return rc;
+}
+
+void comm_outbox_free(CommOutbox *o) {
+  for (int i = 0; i < o->n; i++) free(o->buf[i]);
+  free(o->buf);
+  o->buf = NULL;
+  o->n = o->cap = 0;
+}
 
 int comm_pipe_tag(int chunk, int nmicro, int mb, int offset, int sending) {
   int grad = (offset > 0) != (sending != 0);

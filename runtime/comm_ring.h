@@ -39,6 +39,24 @@ enum {
  * chunk the one that produced it. -1 when it passes COMM_TAG_MAX. */
 int comm_pipe_tag(int chunk, int nmicro, int mb, int offset, int sending);
 
+/* The Comm group of an IR group (ir.h's IrGroup order: dp, tp, pp, cp). */
+CommGroup comm_group_of_ir(int ir_group);
+
+/* Sends that do not wait for their receive (Comm.isend: a 1F1B stage sends
+ * an activation while its neighbour sends a gradient back), each out of a
+ * buffer of its own, kept until comm_outbox_flush completes them all. */
+typedef struct {
+  void **buf;
+  int n, cap;
+} CommOutbox;
+
+/* A new buffer of `bytes` for one send (NULL: out of memory). */
+void *comm_outbox_buffer(CommOutbox *o, size_t bytes);
+/* Waits for every send (Comm.wait_sends) and frees their buffers. */
+int comm_outbox_flush(CommOutbox *o, Comm *c, RtErr *e);
+/* Frees the buffers without waiting (a failed step) and the list. */
+void comm_outbox_free(CommOutbox *o);
+
 typedef struct CommRingSend CommRingSend;
 
 typedef struct {
@@ -50,8 +68,9 @@ int comm_ring_send(CommRing *r, CommType t, const void *data, int64_t n, int off
 /* Exchanges the oldest queued send with the receive of n values from the
  * member `offset` places on (-offset of the send's), over tag `tag`. */
 int comm_ring_recv(CommRing *r, Comm *c, CommType t, void *data, int64_t n, int offset, int tag, RtErr *e);
-/* 1 when a send is still queued (a step's transfers that did not pair). */
-int comm_ring_pending(const CommRing *r);
+/* The end of a step's transfers: the queue emptied, and -1 with the
+ * message when a send was still in it (the ring's transfers did not pair). */
+int comm_ring_finish(CommRing *r, RtErr *e);
 void comm_ring_clear(CommRing *r);
 
 #endif

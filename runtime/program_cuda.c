@@ -5,15 +5,17 @@
  * (stageS.ptx when the GPU is newer than the cubin's architecture) or
  * stageS.emu.so.
  *
- * Each step copies the parameters to the device, runs the micro-batches
- * (the step graph with seed grad_scale, gradients accumulating on the
- * device), and adds the gradients into the training loop's, which reduces
- * them over the data-parallel ranks (ZeRO 0-3 as for the CPU program),
- * clips and updates on the host. The chunk's own collectives (tensor,
- * sequence and context parallelism) go through the loop's Comm (MPI) in host
- * memory. One GPU per local rank; ranks beyond the GPUs share them. Pipeline
- * stages, keeping the parameters and the optimizer on the device, and NCCL
- * are the next steps (docs/gpu.md). */
+ * Each step runs the micro-batches on the device (the step graph with seed
+ * grad_scale, gradients accumulating there; under a pipeline the stage's
+ * instruction list, each micro-batch in a forward and a backward half).
+ * Where ZeRO does not shard them (resident) the parameters, gradients and
+ * the optimizer's moments stay on the device and the loop asks this
+ * program for the gradient norm and the update; otherwise each step copies
+ * the parameters in and the gradients out and the loop reduces, clips and
+ * updates on the host. The chunk's collectives, the pipeline's transfers
+ * and the tied parameters go through the loop's Comm (MPI) in host memory.
+ * One GPU per local rank; ranks beyond the GPUs share them. NCCL is the
+ * next step (docs/gpu.md). */
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -67,26 +69,16 @@ typedef struct {
   SchedInstr *ins;
   int nins, ins_m;
   DevxFrame **frames;
-  void **outbox;
-  int noutbox, capoutbox;
+  CommOutbox outbox;
   double t_params, t_inputs, t_micro, t_grads;
 } CudaProg;
 
 /* ---- the chunk's collectives through the loop's Comm, in host memory ---- */
 
-static CommGroup comm_group(int g) {
-  switch (g) {
-  case IRG_DP: return COMM_DP;
-  case IRG_TP: return COMM_TP;
-  case IRG_PP: return COMM_PP;
-  default: return COMM_CP;
-  }
-}
-
 static int hc_all_reduce(void *ctx, int group, int op, float *buf, int64_t n, char *err, size_t errlen) {
   CudaProg *P = ctx;
   Comm *c = P->comm;
-  if (c->ops->all_reduce(c, comm_group(group), COMM_F32, op ? COMM_MAX : COMM_SUM, buf, n, &P->cerr) == 0) return 0;
+  if (c->ops->all_reduce(c, comm_group_of_ir(group), COMM_F32, op ? COMM_MAX : COMM_SUM, buf, n, &P->cerr) == 0) return 0;
   snprintf(err, errlen, "%s", P->cerr.msg);
   return -1;
 }
@@ -94,7 +86,7 @@ static int hc_all_reduce(void *ctx, int group, int op, float *buf, int64_t n, ch
 static int hc_all_gather(void *ctx, int group, const float *in, int64_t n, float *out, char *err, size_t errlen) {
   CudaProg *P = ctx;
   Comm *c = P->comm;
-  if (c->ops->all_gather(c, comm_group(group), COMM_F32, in, n, out, &P->cerr) == 0) return 0;
+  if (c->ops->all_gather(c, comm_group_of_ir(group), COMM_F32, in, n, out, &P->cerr) == 0) return 0;
   snprintf(err, errlen, "%s", P->cerr.msg);
   return -1;
 }
@@ -123,17 +115,9 @@ static int hc_send(void *ctx, int group, int offset, const float *buf, int64_t n
      * back); every send completes at the end of the step */
     int tag, peer = pipe_peer(P, offset, 1, &tag, err, errlen);
     if (peer < 0) return -1;
-    if (P->noutbox == P->capoutbox) {
-      int cap = P->capoutbox ? 2 * P->capoutbox : 16;
-      void **o = realloc(P->outbox, sizeof(void *) * (size_t)cap);
-      if (!o) return snprintf(err, errlen, "out of memory"), -1;
-      P->outbox = o;
-      P->capoutbox = cap;
-    }
-    float *copy = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    float *copy = comm_outbox_buffer(&P->outbox, sizeof(float) * (size_t)n);
     if (!copy) return snprintf(err, errlen, "out of memory for a pipeline message of %" PRId64 " values", n), -1;
     memcpy(copy, buf, sizeof(float) * (size_t)n);
-    P->outbox[P->noutbox++] = copy;
     if (P->comm->ops->isend(P->comm, COMM_PP, COMM_F32, copy, n, peer, tag, &P->cerr) == 0) return 0;
   } else if (group == IRG_CP) {
     if (comm_ring_send(&P->ring, COMM_F32, buf, n, offset, &P->cerr) == 0) return 0;
@@ -143,14 +127,6 @@ static int hc_send(void *ctx, int group, int offset, const float *buf, int64_t n
   }
   snprintf(err, errlen, "%s", P->cerr.msg);
   return -1;
-}
-
-/* Completes the step's pipeline sends and frees their buffers. */
-static int pipe_flush(CudaProg *P, RtErr *e) {
-  int rc = P->noutbox ? P->comm->ops->wait_sends(P->comm, e) : 0;
-  for (int i = 0; i < P->noutbox; i++) free(P->outbox[i]);
-  P->noutbox = 0;
-  return rc;
 }
 
 static int hc_recv(void *ctx, int group, int offset, float *buf, int64_t n, char *err, size_t errlen) {
@@ -371,8 +347,7 @@ static void cuda_destroy(void *self) {
   free(P->use_of);
   free(P->sums);
   free(P->frames);
-  for (int i = 0; i < P->noutbox; i++) free(P->outbox[i]);
-  free(P->outbox);
+  comm_outbox_free(&P->outbox);
   free(P->ins);
   for (int i = 0; P->uses && i < P->nuses; i++) free(P->uses[i].mirror);
   if (P->dev) P->dev->ops->close(P->dev);
@@ -476,10 +451,9 @@ static void *cuda_create(TrainCtx *ctx, RtErr *e) {
   }
   DevxComm dc;
   memset(&dc, 0, sizeof dc);
-  const CommGroup order[IRG_COUNT] = {COMM_DP, COMM_TP, COMM_PP, COMM_CP};
   for (int g = 0; g < IRG_COUNT; g++) {
-    dc.rank[g] = ctx->comm->rank[order[g]];
-    dc.size[g] = ctx->comm->size[order[g]];
+    dc.rank[g] = ctx->comm->rank[comm_group_of_ir(g)];
+    dc.size[g] = ctx->comm->size[comm_group_of_ir(g)];
   }
   dc.ctx = P;
   dc.all_reduce = hc_all_reduce;
@@ -606,21 +580,9 @@ static int stage_schedule(CudaProg *P, int nmicro, RtErr *e) {
   free(P->ins);
   P->ins = NULL;
   const ProgramChunk *pc = P->pc;
-  SchedProgram prog;
-  memset(&prog, 0, sizeof prog);
-  const SchedInstr *src = pc->ins;
-  int n = pc->nins;
-  if (!(pc->nins > 0 && pc->sched_m == nmicro)) {
-    char why[256];
-    if (sched_build(&prog, pc->schedule, P->pp, nmicro, 1, why, sizeof why) && sched_build_sequential(&prog, P->pp, nmicro, 1))
-      return fail(e, "out of memory for the pipeline's instruction list");
-    src = prog.ins[P->stage];
-    n = prog.len[P->stage];
-  }
-  P->ins = malloc(sizeof(SchedInstr) * (size_t)(n ? n : 1));
-  if (P->ins) memcpy(P->ins, src, sizeof(SchedInstr) * (size_t)n);
-  sched_free(&prog);
-  if (!P->ins) return fail(e, "out of memory");
+  int n = 0;
+  P->ins = sched_stage_list(pc->schedule, P->pp, nmicro, 1, P->stage, pc->ins, pc->nins, pc->sched_m, 0, &n);
+  if (!P->ins) return fail(e, "out of memory for the pipeline's instruction list");
   P->nins = n;
   P->ins_m = nmicro;
   for (int i = 0; i < n; i++)
@@ -629,12 +591,6 @@ static int stage_schedule(CudaProg *P, int nmicro, RtErr *e) {
       return fail(e, "stage %d: the instruction list runs chunk %d, micro-batch %d, which this rank does not hold (recompile the artifact)",
                   P->stage, P->ins[i].chunk, P->ins[i].mb);
   return 0;
-}
-
-static int ring_paired(CudaProg *P, RtErr *e) {
-  if (!comm_ring_pending(&P->ring)) return 0;
-  comm_ring_clear(&P->ring);
-  return fail(e, "a context-parallel send that no receive paired with (the ring's transfers do not pair)");
 }
 
 /* The micro-batches of a pipeline stage, in its schedule's order: each
@@ -659,9 +615,9 @@ static int run_pipeline(CudaProg *P, TrainCtx *ctx, const DataBatch *const *micr
       else if (devx_step_backward(P->x, f, &l)) rc = fail(e, "stage %d, backward of micro-batch %d: %s", P->stage, k, devx_error(P->x));
       *total += l;
     }
-    if (!rc) rc = ring_paired(P, e);
+    if (!rc) rc = comm_ring_finish(&P->ring, e);
   }
-  if (!rc) rc = pipe_flush(P, e);
+  if (!rc) rc = comm_outbox_flush(&P->outbox, P->comm, e);
   return rc;
 }
 
@@ -704,7 +660,7 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
       P->t_micro += t1 - t0;
       t0 = t1;
     }
-    if (ring_paired(P, e)) return -1;
+    if (comm_ring_finish(&P->ring, e)) return -1;
     total += l;
   }
   for (int i = 0; i < P->nuses && !P->resident; i++) {
@@ -720,11 +676,8 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
   if (P->resident && ctx->comm->size[COMM_DP] > 1) {
     for (int i = 0; i < P->nuses; i++) {
       const CudaUse *c = &P->uses[i];
-      if (c->t && devx_get_grad_copy(P->x, c->param, c->layer, c->t->grad)) return fail(e, "%s", devx_error(P->x));
-    }
-    for (int i = 0; i < P->nuses; i++) {
-      const CudaUse *c = &P->uses[i];
       if (!c->t) continue; /* a mirror's gradient went to its owner */
+      if (devx_get_grad_copy(P->x, c->param, c->layer, c->t->grad)) return fail(e, "%s", devx_error(P->x));
       if (ctx->comm->ops->all_reduce(ctx->comm, COMM_DP, COMM_F32, COMM_SUM, c->t->grad, c->numel, e) < 0) return -1;
       if (devx_set_grad_copy(P->x, c->param, c->layer, c->t->grad)) return fail(e, "%s", devx_error(P->x));
     }

@@ -96,8 +96,7 @@ typedef struct {
   void *workspace_own;
   ExtCalls *ext;     /* the chunk's extern functions (generated code calls them through hctx) */
   int cur_chunk, cur_mb, nmicro; /* what runs now: names the messages */
-  void **outbox;    /* buffers of sends not yet completed (comm_wait_sends) */
-  int noutbox, capoutbox;
+  CommOutbox outbox; /* pipeline sends not yet completed (comm_ring.h) */
   InterpFrame **frames; /* interp: per micro-batch, its forward's stash */
   /* native: the step's parts (codegen: hpd_graph_<step>_F / _B; NULL when
    * the back end did not cut it: the whole step per micro-batch, one in
@@ -169,15 +168,6 @@ static const char *comm_group_name_of(CommGroup g) {
   return n[g];
 }
 
-static CommGroup group_of(int g) {
-  switch (g) {
-  case IRG_DP: return COMM_DP;
-  case IRG_TP: return COMM_TP;
-  case IRG_PP: return COMM_PP;
-  default: return COMM_CP;
-  }
-}
-
 static int64_t local_numel(const IrParam *p) {
   int64_t n = 1;
   for (int i = 0; i < p->rank; i++) n *= p->dims[i];
@@ -190,12 +180,12 @@ static int64_t copies_of(const IrParam *p) { return p->count > 1 ? p->count : 1;
 
 static const char *ix_all_reduce(void *ctx, IrGroup g, int op, double *data, int64_t n) {
   Exec *x = ctx;
-  return c_all_reduce(x->comm, group_of(g), COMM_F64, op ? COMM_MAX : COMM_SUM, data, n, &x->cerr) < 0 ? x->cerr.msg : NULL;
+  return c_all_reduce(x->comm, comm_group_of_ir(g), COMM_F64, op ? COMM_MAX : COMM_SUM, data, n, &x->cerr) < 0 ? x->cerr.msg : NULL;
 }
 
 static const char *ix_all_gather(void *ctx, IrGroup g, const double *in, int64_t n, double *out) {
   Exec *x = ctx;
-  return c_all_gather(x->comm, group_of(g), COMM_F64, in, n, out, &x->cerr) < 0 ? x->cerr.msg : NULL;
+  return c_all_gather(x->comm, comm_group_of_ir(g), COMM_F64, in, n, out, &x->cerr) < 0 ? x->cerr.msg : NULL;
 }
 
 /* ---- point-to-point in the wire type ---- */
@@ -250,18 +240,10 @@ static int pipe_tag(Exec *x, int offset, int sending, RtErr *e) {
 
 /* A pipeline send does not wait for its receive (comm.h: isend): the data
  * go out of a buffer of their own, in the wire type, freed at the end of
- * the step once every send completed (pipe_flush). */
+ * the step once every send completed (comm_outbox_flush). */
 static int pipe_send(Exec *x, CommType have, const void *data, int64_t n, int peer, int tag, RtErr *e) {
-  if (x->noutbox == x->capoutbox) {
-    int cap = x->capoutbox ? 2 * x->capoutbox : 16;
-    void **o = realloc(x->outbox, sizeof(void *) * (size_t)cap);
-    if (!o) return fail(e, "out of memory for a pipeline message");
-    x->outbox = o;
-    x->capoutbox = cap;
-  }
-  void *buf = malloc((size_t)(n ? n : 1) * (size_t)comm_type_size_of(x->wire));
+  void *buf = comm_outbox_buffer(&x->outbox, (size_t)n * (size_t)comm_type_size_of(x->wire));
   if (!buf) return fail(e, "out of memory for a pipeline message of %" PRId64 " values", n);
-  x->outbox[x->noutbox++] = buf;
   if (have == x->wire) memcpy(buf, data, (size_t)n * (size_t)comm_type_size_of(have));
   else if (have == COMM_F64)
     for (int64_t i = 0; i < n; i++) ((float *)buf)[i] = (float)((const double *)data)[i];
@@ -270,24 +252,17 @@ static int pipe_send(Exec *x, CommType have, const void *data, int64_t n, int pe
   return x->comm->ops->isend(x->comm, COMM_PP, x->wire, buf, n, peer, tag, e);
 }
 
-static int pipe_flush(Exec *x, RtErr *e) {
-  int rc = x->noutbox ? x->comm->ops->wait_sends(x->comm, e) : 0;
-  for (int i = 0; i < x->noutbox; i++) free(x->outbox[i]);
-  x->noutbox = 0;
-  return rc;
-}
-
 /* Point-to-point for both executors: `have` is the type of data. */
 static int p2p_send(Exec *x, int g, CommType have, const void *data, int64_t n, int offset, RtErr *e) {
   if (g == IRG_CP) return comm_ring_send(&x->ring, have, data, n, offset, e);
-  if (g != IRG_PP) return fail(e, "a transfer over the %s group, which has no neighbours", comm_group_name_of(group_of(g)));
+  if (g != IRG_PP) return fail(e, "a transfer over the %s group, which has no neighbours", comm_group_name_of(comm_group_of_ir(g)));
   int peer = pp_peer(x, offset, e), tag = peer < 0 ? -1 : pipe_tag(x, offset, 1, e);
   return tag < 0 ? -1 : pipe_send(x, have, data, n, peer, tag, e);
 }
 
 static int p2p_recv(Exec *x, int g, CommType have, void *data, int64_t n, int offset, RtErr *e) {
   if (g == IRG_CP) return comm_ring_recv(&x->ring, x->comm, have, data, n, offset, COMM_TAG_RING, e);
-  if (g != IRG_PP) return fail(e, "a transfer over the %s group, which has no neighbours", comm_group_name_of(group_of(g)));
+  if (g != IRG_PP) return fail(e, "a transfer over the %s group, which has no neighbours", comm_group_name_of(comm_group_of_ir(g)));
   int peer = pp_peer(x, offset, e), tag = peer < 0 ? -1 : pipe_tag(x, offset, 0, e);
   return tag < 0 ? -1 : wire_recv(x, COMM_PP, have, data, n, peer, tag, e);
 }
@@ -306,7 +281,7 @@ static const char *ix_recv(void *ctx, IrGroup g, int offset, double *data, int64
 
 static int nx_all_reduce(void *comm, int group, int op, float *data, int64_t n) {
   Exec *x = comm;
-  if (c_all_reduce(x->comm, group_of(group), COMM_F32, op ? COMM_MAX : COMM_SUM, data, n, &x->cerr) < 0) {
+  if (c_all_reduce(x->comm, comm_group_of_ir(group), COMM_F32, op ? COMM_MAX : COMM_SUM, data, n, &x->cerr) < 0) {
     x->hctx.error = x->cerr.msg;
     return -1;
   }
@@ -315,7 +290,7 @@ static int nx_all_reduce(void *comm, int group, int op, float *data, int64_t n) 
 
 static int nx_all_gather(void *comm, int group, const float *in, int64_t n, float *out) {
   Exec *x = comm;
-  if (c_all_gather(x->comm, group_of(group), COMM_F32, in, n, out, &x->cerr) < 0) {
+  if (c_all_gather(x->comm, comm_group_of_ir(group), COMM_F32, in, n, out, &x->cerr) < 0) {
     x->hctx.error = x->cerr.msg;
     return -1;
   }
@@ -563,10 +538,9 @@ static int native_open(Exec *x, const char *path, RtErr *e) {
   x->hctx.recv = nx_recv;
   x->hctx.externs = x->ext;
   x->hctx.call_extern = nx_call_extern;
-  static const CommGroup groups[4] = {COMM_DP, COMM_TP, COMM_PP, COMM_CP};
-  for (int k = 0; k < 4; k++) {
-    x->hctx.rank[k] = x->comm->rank[groups[k]];
-    x->hctx.size[k] = x->comm->size[groups[k]];
+  for (int k = 0; k < IRG_COUNT; k++) {
+    x->hctx.rank[k] = x->comm->rank[comm_group_of_ir(k)];
+    x->hctx.size[k] = x->comm->size[comm_group_of_ir(k)];
   }
   return 0;
 }
@@ -579,10 +553,9 @@ static int interp_open(Exec *x, RtErr *e) {
   interp_init_params(x->in, (uint64_t)x->ctx->art->seed);
   InterpComm ic;
   memset(&ic, 0, sizeof ic);
-  static const CommGroup groups[IRG_COUNT] = {COMM_DP, COMM_TP, COMM_PP, COMM_CP};
   for (int g = 0; g < IRG_COUNT; g++) {
-    ic.rank[g] = x->comm->rank[groups[g]];
-    ic.size[g] = x->comm->size[groups[g]];
+    ic.rank[g] = x->comm->rank[comm_group_of_ir(g)];
+    ic.size[g] = x->comm->size[comm_group_of_ir(g)];
   }
   ic.ctx = x;
   ic.all_reduce = ix_all_reduce;
@@ -627,8 +600,7 @@ static void exec_free(Exec *x) {
   free(x->fscratch);
   free(x->wbuf);
   comm_ring_clear(&x->ring);
-  for (int i = 0; i < x->noutbox; i++) free(x->outbox[i]);
-  free(x->outbox);
+  comm_outbox_free(&x->outbox);
   free(x->workspace_own);
   for (int i = 1; i < x->nslots; i++) free(x->slots[i]); /* slot 0 is the step's own workspace */
   free(x->slots);
@@ -821,27 +793,11 @@ static int rank_schedule(Prog *P, int nmicro, RtErr *e) {
   P->ins = NULL;
   int pp = P->x[0]->pp, v = pc->sched_v > 0 ? pc->sched_v : 1, r = P->x[0]->stage;
   if (pp * v != pc->nchunks) return fail(e, "the chunk file's schedule has %d chunks per stage, the model %d (recompile the artifact)", v, pc->nchunks / pp);
-  const SchedInstr *src = NULL;
   int n = 0;
-  SchedProgram prog;
-  memset(&prog, 0, sizeof prog);
-  if (!sequential && pc->nins > 0 && pc->sched_m == nmicro) {
-    src = pc->ins, n = pc->nins;
-  } else {
-    char why[256];
-    if ((sequential || sched_build(&prog, pc->schedule, pp, nmicro, v, why, sizeof why)) && sched_build_sequential(&prog, pp, nmicro, v))
-      return fail(e, "out of memory for the pipeline's instruction list");
-    src = prog.ins[r], n = prog.len[r];
-  }
-  P->ins = malloc(sizeof(SchedInstr) * (size_t)(n ? n : 1));
-  if (!P->ins) {
-    sched_free(&prog);
-    return fail(e, "out of memory");
-  }
-  memcpy(P->ins, src, sizeof(SchedInstr) * (size_t)n);
+  P->ins = sched_stage_list(pc->schedule, pp, nmicro, v, r, pc->ins, pc->nins, pc->sched_m, sequential, &n);
+  if (!P->ins) return fail(e, "out of memory for the pipeline's instruction list");
   P->nins = n;
   P->ins_m = nmicro;
-  sched_free(&prog);
   for (int i = 0; i < n; i++)
     if ((P->ins[i].op == SCHED_OP_FWD || P->ins[i].op == SCHED_OP_BWD) &&
         (!held(P, P->ins[i].chunk) || P->ins[i].mb < 0 || P->ins[i].mb >= nmicro))
@@ -1078,16 +1034,15 @@ static int exec_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
     rc = chunk_run(held(P, in->chunk), micro[in->mb], in->mb, in->op == SCHED_OP_FWD, e);
   }
   /* after a failure the job stops: pending sends are left to exec_free */
-  for (int i = 0; i < P->n && rc == 0; i++) rc = pipe_flush(P->x[i], e);
+  for (int i = 0; i < P->n && rc == 0; i++) rc = comm_outbox_flush(&P->x[i]->outbox, P->x[i]->comm, e);
   for (int i = 0; i < P->n; i++) chunk_end(P->x[i]);
   if (rc == 0) rc = tie_grads(P, e);
   *has_loss = 0;
   for (int i = 0; i < P->n; i++) {
     Exec *x = P->x[i];
     if (rc == 0) chunk_add_grads(x);
-    if (rc == 0 && comm_ring_pending(&x->ring))
-      rc = fail(e, "a context-parallel send that no receive paired with (the ring's transfers do not pair)");
-    comm_ring_clear(&x->ring);
+    if (rc == 0) rc = comm_ring_finish(&x->ring, e);
+    else comm_ring_clear(&x->ring);
     if (x->last) {
       *has_loss = 1;
       *loss = x->total / (double)nmicro;
