@@ -27,12 +27,8 @@ add_executable(hpdl_compile_ref compile/ref_train.c)
 target_compile_options(hpdl_compile_ref PRIVATE ${HPDL_WARNINGS})
 target_link_libraries(hpdl_compile_ref PRIVATE hpdlcomp hpdlrt)
 
-# Open MPI's own allocations suppressed under the sanitizers, as runtime.cmake
-# does for its tests (that file is read after this one).
-set(HPDL_COMPILE_TEST_ENV
-    "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0"
-    "LSAN_OPTIONS=suppressions=${HPDL_TEST_DIR}/runtime/lsan.supp:print_suppressions=0"
-    "OMPI_MCA_mca_base_component_disable_dlclose=1")
+# Open MPI's own allocations suppressed under the sanitizers (tests/CMakeLists.txt)
+set(HPDL_COMPILE_TEST_ENV ${HPDL_SANITIZED_MPI_ENV})
 find_package(Python3 COMPONENTS Interpreter)
 foreach(case cli one_rank dp2 tp2 pp2 pp2_uneven pp2_gpipe pp2_virtual2 pp2_virtual2_native dp2_tp2_pp2 tp2_cp2 zero1 zero2 zero3
              zero2_dp2_tp2_pp2 resume_zero resume_same_layout resume_other_layout missing_file self_contained native)

@@ -114,11 +114,8 @@ set_tests_properties(cuda.dev.emulate.step.gpt2-tiny cuda.dev.emulate.step.llama
 #                      step's loss and gradient norm within 1e-4
 #                      (cuda/run_device.py); emulate in CI, cuda on a GPU
 # hpdlrun's tests on many ranks: Open MPI's own allocations suppressed
-# under the sanitizers, as runtime.cmake does (tests/runtime/lsan.supp)
-set(HPDL_CUDA_RUN_ENV
-    "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0"
-    "LSAN_OPTIONS=suppressions=${HPDL_TEST_DIR}/runtime/lsan.supp:print_suppressions=0"
-    "OMPI_MCA_mca_base_component_disable_dlclose=1")
+# under the sanitizers (tests/CMakeLists.txt)
+set(HPDL_CUDA_RUN_ENV ${HPDL_SANITIZED_MPI_ENV})
 if(Python3_Interpreter_FOUND)
   foreach(dev emulate cuda)
     add_test(NAME cuda.run.${dev}.gpt2-tiny

@@ -34,9 +34,9 @@ foreach(case one_rank tp2 moved errors)
   else()
     add_test(NAME extern.${case} COMMAND bash -c "echo 'skipped: no python3'; exit 77")
   endif()
-  # Open MPI's own allocations are suppressed under the sanitizers, as runtime.cmake does
+  # Open MPI's own allocations are suppressed under the sanitizers (tests/CMakeLists.txt)
   set_tests_properties(extern.${case} PROPERTIES LABELS extern TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT
-                       "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${HPDL_TEST_DIR}/runtime/lsan.supp:print_suppressions=0;OMPI_MCA_mca_base_component_disable_dlclose=1")
+                       "${HPDL_SANITIZED_MPI_ENV}")
 endforeach()
 # Rewrites tests/extern/errors/*.err from the current hpdlc (read the diff before committing).
 if(Python3_Interpreter_FOUND)

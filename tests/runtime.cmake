@@ -20,16 +20,8 @@ if(TARGET hpdlrt AND MPI_C_FOUND)
   target_link_libraries(hpdl_mpi_collectives PRIVATE hpdlrt)
 endif()
 find_program(HPDL_MPIRUN mpirun)
-# Under the sanitizer build, Open MPI's own allocations would be reported
-# as leaks; tests/runtime/lsan.supp suppresses them by library, which needs
-# whole stacks (Open MPI has no frame pointers: fast_unwind_on_malloc=0)
-# and its components kept loaded (disable_dlclose) to name them. Leaks in
-# our code are still found. (The sanitizer options are CI's, scripts/test.sh,
-# plus the unwinding.)
-set(HPDL_RT_TEST_ENV
-    "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0"
-    "LSAN_OPTIONS=suppressions=${HPDL_TEST_DIR}/runtime/lsan.supp:print_suppressions=0"
-    "OMPI_MCA_mca_base_component_disable_dlclose=1")
+# Open MPI's own allocations suppressed under the sanitizers (tests/CMakeLists.txt)
+set(HPDL_RT_TEST_ENV ${HPDL_SANITIZED_MPI_ENV})
 foreach(layout "2 2 2 1" "1 2 2 2" "3 1 2 1" "4 1 1 1")
   string(REPLACE " " ";" dims "${layout}")
   string(REPLACE " " "x" tag "${layout}")
