@@ -305,6 +305,32 @@ static int matmul(AdCtx *c, int a, int b, int ta, int tb) {
   return emit(c, IR_MATMUL, in, 2, attr, 2, 0, a >= 0 ? bdtype(c, a) : DT_F32, -1, NULL);
 }
 
+/* X^T Y summed over every batch axis down to `like`, a matrix (a weight):
+ * for X [batch..., T, P] and Y [batch..., T, Q] of the same batch shape, the
+ * sum over the batch of the per-matrix products is one product with the
+ * batch folded into the contracted rows, X as [batch*T, P] and Y as
+ * [batch*T, Q] (row-major, so the reshapes move nothing). One GEMM with a
+ * long k instead of a batch of products and a column sum of their results
+ * (issue 10; the CPU back end gains the same). -1 where the shapes differ,
+ * the batch is empty or `like` keeps a batch axis. */
+static int matmul_tn_batch_folded(AdCtx *c, int x, int y, int like) {
+  if (x < 0 || y < 0 || c->err) return -1;
+  const IrNode *xn = &c->b->nodes[x], *yn = &c->b->nodes[y], *t = fnode(c, like);
+  int r = xn->rank;
+  if (r < 3 || yn->rank != r || xn->dims[r - 2] != yn->dims[r - 2] || t->rank < 2) return -1;
+  for (int i = 0; i < r - 2; i++)
+    if (xn->dims[i] != yn->dims[i]) return -1;
+  for (int i = 0; i < t->rank - 2; i++)
+    if (t->dims[i] != 1) return -1;
+  if (t->dims[t->rank - 2] != xn->dims[r - 1] || t->dims[t->rank - 1] != yn->dims[r - 1]) return -1;
+  int64_t rows = 1;
+  for (int i = 0; i < r - 1; i++) rows *= xn->dims[i];
+  int64_t xd[2] = {rows, xn->dims[r - 1]}, yd[2] = {rows, yn->dims[r - 1]};
+  int xf = reshape_to(c, x, 2, xd), yf = reshape_to(c, y, 2, yd);
+  int g = matmul(c, xf, yf, 1, 0);
+  return reshape_to(c, g, t->rank, t->dims);
+}
+
 /* C = op(A) op(B). With op = transpose where the flag says so:
  *   nn: dA = dC B^T      dB = A^T dC
  *   nt: dA = dC B        dB = dC^T A
@@ -321,7 +347,12 @@ static void adgrad_MATMUL(AdCtx *c, int f, int dy) {
     acc(c, a, sum_to(c, g, a));
   }
   if (c->rg[b]) {
-    int A = fv(c, a), g;
+    int A = fv(c, a), g = -1;
+    if (!ta) g = !tb ? matmul_tn_batch_folded(c, A, dy, b) : matmul_tn_batch_folded(c, dy, A, b);
+    if (g >= 0) {
+      acc(c, b, g);
+      return;
+    }
     if (!tb) g = matmul(c, A, dy, !ta, 0);
     else g = matmul(c, dy, A, 1, ta);
     acc(c, b, sum_to(c, g, b));

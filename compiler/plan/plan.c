@@ -202,9 +202,18 @@ static void ginfo_init(GInfo *gi, const IrGraph *g, const FuseGraph *fg) {
   for (int k = 0; k < g->ngrad_params; k++) gi->is_grad_out[g->outputs[g->noutputs - g->ngrad_params + k]] = 1;
   /* A weight gradient: x^T dy per batch element, then summed over the batch.
    * cuBLAS computes it as one GEMM of depth batch x k writing [m, n], so the
-   * batched [b, m, n] partial products never exist. */
+   * batched [b, m, n] partial products never exist. Autodiff writes most of
+   * them so already (x and dy reshaped to [batch x T, .], autodiff.c's
+   * matmul_tn_batch_folded): those are marked 1, a weight's GEMM with
+   * nothing left to fold; the SUM_TO form is what remains where it cannot. */
   for (int i = 0; i < n; i++) {
     const IrNode *x = &g->nodes[i];
+    if (x->op == IR_MATMUL && x->rank == 2 && x->attr[0] && !x->attr[1]) {
+      const IrNode *a = &g->nodes[x->in[0]], *b = &g->nodes[x->in[1]];
+      if (a->op == IR_RESHAPE && b->op == IR_RESHAPE && g->nodes[a->in[0]].rank >= 3 && g->nodes[b->in[0]].rank >= 3)
+        gi->wgrad[i] = 1;
+      continue;
+    }
     if (x->op != IR_SUM_TO || x->nin != 1) continue;
     const IrNode *mm = &g->nodes[x->in[0]];
     if (mm->op != IR_MATMUL || gi->nuse[x->in[0]] != 1 || mm->rank <= 2 || x->rank != 2) continue;
