@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -269,4 +270,50 @@ int64_t rt_fault(const char *name) {
     if (*p == ',') p++;
   }
   return -1;
+}
+
+/* ---- stop requests by signal ---- */
+
+static volatile sig_atomic_t g_signal; /* the first stop signal, 0 before it */
+static struct sigaction g_old[4];
+static const int g_caught[4] = {SIGTERM, SIGINT, SIGUSR1, SIGUSR2};
+static int g_installed;
+
+static void on_signal(int sig) {
+  if (g_signal && (sig == SIGTERM || sig == SIGINT)) _exit(128 + sig); /* asked twice: at once */
+  if (!g_signal) g_signal = sig;
+}
+
+void rt_stop_catch(void) {
+  if (g_installed) return;
+  g_signal = 0;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART; /* the step's reads, writes and MPI calls go on */
+  for (int i = 0; i < 4; i++) sigaction(g_caught[i], &sa, &g_old[i]);
+  g_installed = 1;
+}
+
+void rt_stop_release(void) {
+  if (!g_installed) return;
+  for (int i = 0; i < 4; i++) sigaction(g_caught[i], &g_old[i], NULL);
+  g_installed = 0;
+}
+
+RtStopKind rt_stop_requested(int *from_launcher) {
+  int sig = g_signal;
+  if (from_launcher) *from_launcher = sig == SIGUSR1 || sig == SIGUSR2;
+  if (sig == SIGTERM || sig == SIGUSR1) return RT_STOP_TERM;
+  if (sig == SIGINT || sig == SIGUSR2) return RT_STOP_INT;
+  return RT_STOP_NONE;
+}
+
+int rt_stop_exit_status(RtStopKind k) {
+  return k == RT_STOP_TERM ? 128 + SIGTERM : k == RT_STOP_INT ? 128 + SIGINT : 0;
+}
+
+const char *rt_stop_signal_name(RtStopKind k) {
+  return k == RT_STOP_TERM ? "SIGTERM" : k == RT_STOP_INT ? "SIGINT" : "no signal";
 }

@@ -75,4 +75,38 @@ int rt_path_join(char *out, size_t n, const char *dir, const char *name);
  * looks valid (see docs/runtime.md, "Fault injection"). */
 int64_t rt_fault(const char *name);
 
+/* A stop request by signal: finish the step, checkpoint, exit.
+ *
+ * SLURM and Kubernetes end a job with SIGTERM and a grace period (SLURM's
+ * KillWait, Kubernetes' terminationGracePeriodSeconds) before SIGKILL; a
+ * person at a terminal presses Ctrl-C (SIGINT). A rank that gets either
+ * finishes the step it is in; the ranks agree on the request in the step's
+ * one reduction (train.c), write a checkpoint and return, and the process
+ * exits with 128 + the signal (143, 130). A second SIGTERM or SIGINT ends the
+ * process at once.
+ *
+ * Under hpdlrun's own launcher the signal reaches hpdlrun, not the ranks:
+ * mpirun would answer SIGTERM by killing the job after a few seconds, so
+ * hpdlrun sends mpirun SIGUSR1 (for SIGTERM) or SIGUSR2 (for SIGINT), which
+ * mpirun passes to every rank; a rank stopped so exits 0 and hpdlrun exits
+ * 143 / 130 itself (docs/runtime.md, "Stopping a run"). */
+typedef enum {
+  RT_STOP_NONE,
+  RT_STOP_TERM, /* SIGTERM, or the launcher's SIGUSR1 */
+  RT_STOP_INT   /* SIGINT, or the launcher's SIGUSR2 */
+} RtStopKind;
+
+/* Catches SIGTERM, SIGINT, SIGUSR1 and SIGUSR2 until rt_stop_release. */
+void rt_stop_catch(void);
+void rt_stop_release(void);
+
+/* The request so far, and whether it came through the launcher (SIGUSR1/2). */
+RtStopKind rt_stop_requested(int *from_launcher);
+
+/* The exit status of a process stopped by `k`: 128 + SIGTERM or SIGINT. */
+int rt_stop_exit_status(RtStopKind k);
+
+/* "SIGTERM" / "SIGINT" */
+const char *rt_stop_signal_name(RtStopKind k);
+
 #endif

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "builtin.h"
 #include "program_cuda.h"
@@ -802,7 +803,13 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
   /* HPDL_PROFILE: where each step's time goes, reported at the end */
   int phases = getenv("HPDL_PROFILE") != NULL;
   double t_data = 0, t_prog = 0, t_update = 0;
+  /* from here a SIGTERM or SIGINT stops the run at a step's end, saved
+   * (before, it ends the process: there is nothing to save yet) */
+  rt_stop_catch();
+  int64_t sleep_ms = rt_fault("step-sleep-ms"); /* tests: a slow step to signal in */
   for (int64_t s = R.start_step; s < end; s++) {
+    for (struct timespec ts = {sleep_ms / 1000, (long)(sleep_ms % 1000) * 1000000L}; sleep_ms > 0 && nanosleep(&ts, &ts) < 0 && errno == EINTR;) {
+    }
     double t0 = rt_now(), tp = t0;
     R.ctx.step = s;
     for (int k = 0; k < R.nmicro; k++) {
@@ -843,7 +850,10 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
      * loss x has, has]. Each logical value counts once: its tp / cp group's
      * representative counts it, over the owned range; at zero 0 every dp
      * member owns everything, so only member 0 counts. */
-    double red[3] = {0, has_loss ? loss : 0, has_loss ? 1 : 0};
+    /* and the stop requests (rt.h): [SIGTERM, SIGINT, through the launcher] */
+    int via_launcher = 0;
+    RtStopKind asked = rt_stop_requested(&via_launcher);
+    double red[6] = {0, has_loss ? loss : 0, has_loss ? 1 : 0, asked == RT_STOP_TERM, asked == RT_STOP_INT, via_launcher};
     if (R.resident) {
       if (R.prog->grad_sumsq(R.self, &R.ctx, R.count, &red[0], e) < 0) fatal(&R, "the gradient norm on the device", e);
     } else
@@ -852,7 +862,8 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
         if (R.norm_rep[i] && (R.zero > 0 || comm->coords.dp == 0) && owned_part(&R, i, &lo, &hi))
           red[0] += optim_sumsq_mt(o->nthreads, grad_at(&R, lo), hi - lo);
       }
-    if (comm_all_reduce(comm, COMM_WORLD, COMM_F64, COMM_SUM, red, 3, e) < 0) fatal(&R, "reducing the loss", e);
+    if (comm_all_reduce(comm, COMM_WORLD, COMM_F64, COMM_SUM, red, 6, e) < 0) fatal(&R, "reducing the loss", e);
+    RtStopKind stop = red[3] > 0 ? RT_STOP_TERM : red[4] > 0 ? RT_STOP_INT : RT_STOP_NONE;
     double gnorm = sqrt(red[0]), mean_loss = red[2] > 0 ? red[1] / red[2] : NAN;
     double lr = optim_lr_at(&R.opt, s);
     if (!isfinite(mean_loss) || !isfinite(gnorm)) {
@@ -899,7 +910,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       fprintf(R.metrics, "}\n");
       fflush(R.metrics);
     }
-    int last = s + 1 == end, at_log = (s + 1) % R.log_every == 0 || last || s == R.start_step;
+    int last = s + 1 == end || stop, at_log = (s + 1) % R.log_every == 0 || last || s == R.start_step;
     if (R.out && (R.tty || at_log)) {
       char tps[32], eta[32];
       human(tps, sizeof tps, (double)tokens_per_step * (double)log_steps / log_time);
@@ -915,7 +926,9 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
         log_time = 0;
       }
     }
-    if (R.ckpt_dir && ((R.ckpt_every > 0 && (s + 1) % R.ckpt_every == 0) || (last && save_final))) {
+    /* a stop request saves to any folder it has, the artifact's too */
+    int due = R.ckpt_every > 0 && (s + 1) % R.ckpt_every == 0;
+    if (R.ckpt_dir && (due || (last && save_final) || stop)) {
       if (R.resident && R.prog->state(R.self, &R.ctx, 1, e) < 0) fatal(&R, "bringing the state from the device", e);
       if (save_checkpoint(&R, s + 1, e) < 0) {
         rc = -1;
@@ -923,7 +936,16 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
         break;
       }
     }
+    if (stop) {
+      sum->stop_status = rt_stop_exit_status(stop);
+      sum->stop_via_launcher = red[5] > 0;
+      if (R.out)
+        fprintf(R.out, "hpdlrun: %s: stopped after step %" PRId64 " of %" PRId64 "%s\n", rt_stop_signal_name(stop), s + 1, R.steps,
+                R.ckpt_dir ? "; --resume goes on from its checkpoint" : "; no checkpoint folder (--checkpoint-dir), so nothing was saved");
+      break;
+    }
   }
+  rt_stop_release();
   if (phases && R.out && sum->last_step > sum->first_step) {
     double n = (double)(sum->last_step - sum->first_step);
     fprintf(R.out, "hpdlrun: step phases (HPDL_PROFILE, mean of %.0f steps): data %.1f ms, the program's step %.1f ms, reduction, norm and update %.1f ms\n",

@@ -52,6 +52,8 @@ typedef struct {
   int64_t total_steps;
   double first_loss, last_loss, seconds, tokens_per_s;
   char last_checkpoint[4096];
+  int stop_status;       /* stopped early by a signal (rt.h): 143 or 130; 0 when not */
+  int stop_via_launcher; /* the signal came through hpdlrun's launcher, which reports it */
 } TrainSummary;
 
 void train_options_defaults(TrainOptions *o);

@@ -7,6 +7,7 @@
  * must match the artifact's world size. See docs/runtime.md. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
@@ -238,10 +239,24 @@ static int env_rank(void) {
 }
 
 #ifdef HPDL_HAVE_MPI
-static volatile sig_atomic_t child; /* the mpirun to forward signals to */
+static volatile sig_atomic_t child;    /* the mpirun to forward signals to */
+static volatile sig_atomic_t stopping; /* the SIGTERM or SIGINT passed on as a stop request */
 
+/* A first SIGTERM or SIGINT asks the ranks to checkpoint and stop: mpirun
+ * passes SIGUSR1 / SIGUSR2 to every rank (it would answer SIGTERM itself by
+ * killing the job within seconds). A second one, or SIGHUP, goes to mpirun
+ * as it is. */
 static void forward_signal(int sig) {
-  if (child > 0) kill((pid_t)child, sig);
+  if (child <= 0) return;
+  if ((sig == SIGTERM || sig == SIGINT) && !stopping) {
+    stopping = sig;
+    static const char msg[] = "\nhpdlrun: stopping: the ranks finish this step and write a checkpoint (again to stop at once)\n";
+    if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) { /* nothing to do about it in a handler */
+    }
+    kill((pid_t)child, sig == SIGTERM ? SIGUSR1 : SIGUSR2);
+    return;
+  }
+  kill((pid_t)child, sig);
 }
 
 static int launch(int argc, char **argv, int np) {
@@ -298,6 +313,15 @@ static int launch(int argc, char **argv, int np) {
     return 1;
   }
   if (pid == 0) {
+    /* A process group of its own, so that a terminal's Ctrl-C reaches
+     * hpdlrun alone (which asks the ranks to stop after a checkpoint), and
+     * no stdin: mpirun would read the terminal for rank 0 from the background */
+    setpgid(0, 0);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) {
+      dup2(devnull, STDIN_FILENO);
+      if (devnull != STDIN_FILENO) close(devnull);
+    }
     execvp(mpirun, av);
     fprintf(stderr, "hpdlrun: error: cannot start %s: %s\n(install Open MPI: scripts/setup.sh; or set HPDL_MPIRUN)\n", mpirun,
             strerror(errno));
@@ -323,6 +347,7 @@ static int launch(int argc, char **argv, int np) {
     return 128 + WTERMSIG(status);
   }
   int rc = WEXITSTATUS(status);
+  if (stopping && rc == 0) return 128 + stopping; /* the ranks stopped as asked, saved */
   /* Open MPI exits with 128 + n when a rank dies of signal n. */
   if (rc > 128 && rc < 128 + 65)
     fprintf(stderr, "hpdlrun: error: a rank died of signal %d (%s); the job stopped\n", rc - 128, strsignal(rc - 128));
@@ -413,5 +438,8 @@ int main(int argc, char **argv) {
   fflush(stdout);
   comm_destroy(comm);
   artifact_free(a);
-  return rc < 0 ? 1 : 0;
+  if (rc < 0) return 1;
+  /* stopped by a signal: 128 + it, as a killed process would exit, unless
+   * hpdlrun's launcher passed it on and says so itself */
+  return sum.stop_status && !sum.stop_via_launcher ? sum.stop_status : 0;
 }

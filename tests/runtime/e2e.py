@@ -612,6 +612,102 @@ def case_failed_write():
     check(latest(ck) == 10 and not any(".tmp." in f for f in os.listdir(ck)), "nothing partial left")
 
 
+def stop_mid_run(art, ck, mt, sig, after=4, extra=()):
+    """Starts hpdlrun (each step slowed to 100 ms), sends `sig` once `after`
+    steps are in the metrics file; returns the finished process and its output."""
+    e = dict(os.environ)
+    e.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    e.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    e["HPDL_FAULT"] = "step-sleep-ms=100"
+    for f in (mt,):
+        if os.path.exists(f):
+            os.remove(f)
+    p = subprocess.Popen([os.path.join(ARGS.bin, "hpdlrun"), art, "--checkpoint-dir", ck, "--metrics", mt,
+                          "--progress", "plain", *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e)
+    import time
+    t0 = time.time()
+    while time.time() - t0 < 120 and p.poll() is None:
+        if os.path.exists(mt) and len(metrics(mt)) >= after:
+            break
+        time.sleep(0.02)
+    check(p.poll() is None, "the run was still going when the signal was due")
+    p.send_signal(sig)
+    try:
+        out, _ = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise Fail(f"no exit within 60 s of {sig.name}")
+    return p.returncode, out
+
+
+def preempt_layout(name, dp, tp):
+    """SIGTERM mid-run: exit 143 after the step in flight, with its checkpoint;
+    --resume then ends where a run never stopped ends, bit for bit."""
+    import signal
+    art = make_artifact(name, dp=dp, tp=tp, mb=4, steps=30)
+    ck, mt = os.path.join(work(name), "ck"), os.path.join(work(name), "m.jsonl")
+    shutil.rmtree(ck, ignore_errors=True)
+    rc, out = stop_mid_run(art, ck, mt, signal.SIGTERM)
+    done = metrics(mt)[-1]["step"]
+    if rc != 143:
+        sys.stderr.write(out)
+    check(rc == 143, f"exit status {rc} after SIGTERM, expected 143")
+    check(4 <= done < 30, f"stopped at step {done}")
+    check(f"SIGTERM: stopped after step {done} of 30" in out, "the stop is reported with its step")
+    check(latest(ck) == done, f"the checkpoint is of step {latest(ck)}, the last step run {done}")
+    check(not any(".tmp." in f for f in os.listdir(ck)), "nothing partial left")
+    hpdlrun(art, "--checkpoint-dir", ck, "--resume", "--progress", "quiet")
+    straight = os.path.join(work(name), "straight")
+    shutil.rmtree(straight, ignore_errors=True)
+    hpdlrun(art, "--checkpoint-dir", straight, "--progress", "quiet")
+    check(max_diff(ckpt(ck, 30), ckpt(straight, 30)) == 0, "stopped and resumed = never stopped, bit for bit")
+
+
+def case_preempt_dp2():
+    need_mpi()
+    preempt_layout("preempt_dp2", 2, 1)
+
+
+def case_preempt_dp2_tp2():
+    need_mpi()
+    preempt_layout("preempt_dp2_tp2", 2, 2)
+
+
+def case_preempt_one_rank():
+    """Ctrl-C (SIGINT) of a one-rank run: 130, saved; a second SIGTERM while
+    stopping ends the process at once (143) with no partial checkpoint."""
+    import signal
+    art = make_artifact("preempt_one", steps=30)
+    ck, mt = os.path.join(work("preempt_one"), "ck"), os.path.join(work("preempt_one"), "m.jsonl")
+    shutil.rmtree(ck, ignore_errors=True)
+    rc, out = stop_mid_run(art, ck, mt, signal.SIGINT)
+    done = metrics(mt)[-1]["step"]
+    check(rc == 130, f"exit status {rc} after SIGINT, expected 130")
+    check("SIGINT: stopped after step" in out and latest(ck) == done, "saved at the step it stopped after")
+    # without a checkpoint folder the stop says nothing was saved
+    plain = make_artifact("preempt_nofolder", steps=30)
+    e = {"HPDL_FAULT": "step-sleep-ms=100"}
+    p = subprocess.Popen([os.path.join(ARGS.bin, "hpdlrun"), plain, "--progress", "plain"], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, env={**os.environ, **e})
+    import time
+    time.sleep(1.0)
+    p.send_signal(signal.SIGTERM)
+    out, _ = p.communicate(timeout=60)
+    check(p.returncode == 143 and "nothing was saved" in out, f"no folder: exit {p.returncode}, output {out[-300:]!r}")
+    # twice: at once
+    p = subprocess.Popen([os.path.join(ARGS.bin, "hpdlrun"), art, "--checkpoint-dir", ck, "--resume", "--steps", "60",
+                          "--progress", "quiet"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env={**os.environ, "HPDL_FAULT": "step-sleep-ms=2000"})
+    time.sleep(1.0)
+    p.send_signal(signal.SIGTERM)
+    time.sleep(0.1)
+    p.send_signal(signal.SIGTERM)
+    t0 = time.time()
+    p.communicate(timeout=60)
+    check(p.returncode == 143 and time.time() - t0 < 1.5, f"twice: exit {p.returncode} after {time.time() - t0:.1f} s")
+    check(latest(ck) == done and not any(".tmp." in f for f in os.listdir(ck)), "the checkpoint before stays the latest")
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
