@@ -8,7 +8,9 @@
 #      harness and of the optimizer kernel (cuda_emu.*, cuda.optim.*): they
 #      compile and run their own C++ programs, the same under either build;
 #      and of the device layouts but one (label cuda_layouts: the emulated
-#      kernels are the same C++ under either build, and they are slow)
+#      kernels are the same C++ under either build, and they are slow), and
+#      the cases whose code paths others cover (label sanitize_redundant:
+#      NVRTC's sm_80 beside sm_90, a few layouts), for the 15 minutes
 #   4. the libFuzzer target, built with clang in ./build-fuzz, run for about
 #      a minute over the samples, the standard library and the test inputs;
 #      any crash, sanitizer report, leak or hang fails
@@ -86,7 +88,7 @@ if timed "build (ASan+UBSan)" build_dir "$asan_build" -DCMAKE_BUILD_TYPE=RelWith
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:intercept_tls_get_addr=0 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     timed "ctest (ASan+UBSan)" ctest --test-dir "$asan_build" --output-on-failure \
-    -j "$ctest_jobs" -LE 'cuda_emu|cuda_layouts' -E '^cuda[.]optim[.]'
+    -j "$ctest_jobs" -LE 'cuda_emu|cuda_layouts|sanitize_redundant' -E '^cuda[.]optim[.]'
 else
   skipped "ctest (ASan+UBSan)"
 fi

@@ -51,6 +51,12 @@ def main():
     a = ap.parse_args()
     if a.what == "info":
         return check_info(a)
+    if a.what == "cublaslt":  # reached only where the driver sees a GPU: say so before compiling
+        r = run([a.hpdlrun, "--info"])
+        if not any(l.startswith("    GPU ") for l in r.stdout.splitlines()):
+            print("\n".join(l for l in r.stdout.splitlines() if "CUDA driver" in l))
+            print("skipped: no GPU here, so cuBLASLt is never reached")
+            return 77
     tmp = tempfile.mkdtemp(prefix="hpdl-missing-")
     try:
         r = run([a.hpdlc, "compile", a.sample, "--target", "cuda", "-o", f"{tmp}/art"])

@@ -20,6 +20,7 @@ Exits 77 (CTest's skip) when the device cannot run: no GPU or driver for
 --device cuda (hpdlrun's message is printed), or no C++ compiler for
 --emulate's kernels."""
 import argparse
+import hashlib
 import json
 import os
 import shlex
@@ -38,6 +39,44 @@ def metrics(path):
         return [json.loads(l) for l in f if l.strip()]
 
 
+def compile_cached(a, cmd):
+    """Runs an `hpdlc compile ... -o OUT`; with --cache, OUT becomes a link to
+    an artifact compiled once for this hpdlc, sample and command (several
+    layout tests compile the same artifacts), made under a temporary name and
+    renamed into place, so tests running side by side never see half of one."""
+    if not a.cache:
+        return run(cmd)
+    i = cmd.index("-o")
+    out, rest = cmd[i + 1], cmd[:i] + cmd[i + 2:]
+    h = hashlib.sha256()
+    h.update(f"{' '.join(rest)}\n".encode())
+    # what the artifact is made of: the built tools and libraries, the kernel
+    # headers and standard library of the source tree, the sample
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    bin_dir = os.path.dirname(os.path.realpath(a.hpdlc))
+    for d in (bin_dir, os.path.join(bin_dir, "..", "lib"), os.path.join(src, "kernels"), os.path.join(src, "stdlib")):
+        for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+            st = os.stat(os.path.join(d, name))
+            h.update(f"{d}/{name} {st.st_size} {st.st_mtime_ns}\n".encode())
+    with open(a.sample, "rb") as f:
+        h.update(f.read())
+    os.makedirs(a.cache, exist_ok=True)
+    done = os.path.join(a.cache, h.hexdigest()[:24])
+    if not os.path.isdir(done):
+        part = tempfile.mkdtemp(prefix=".part-", dir=a.cache)
+        r = run(cmd[:i + 1] + [os.path.join(part, "art")] + cmd[i + 2:])
+        if r.returncode:
+            shutil.rmtree(part, ignore_errors=True)
+            return r
+        try:
+            os.rename(os.path.join(part, "art"), done)
+        except OSError:  # another test made it first: the same artifact
+            pass
+        shutil.rmtree(part, ignore_errors=True)
+    os.symlink(done, out)
+    return subprocess.CompletedProcess(cmd, 0, stdout=f"(compiled artifact from the cache: {done})\n", stderr="")
+
+
 def main():
     ap = argparse.ArgumentParser()
     for a in ("--hpdlc", "--hpdlrun", "--hpdl-data", "--sample", "--device"):
@@ -50,6 +89,7 @@ def main():
     ap.add_argument("--resume-args", default=None)
     ap.add_argument("--halves", default="device,device")
     ap.add_argument("--keep", default=None)
+    ap.add_argument("--cache", default=None, help="a folder of compiled artifacts shared by the tests (keyed by hpdlc, the sample and the command)")
     a = ap.parse_args()
     if a.device == "cuda":  # say so before compiling anything: hpdlrun --info lists the GPUs the driver sees
         r = run([a.hpdlrun, "--info"])
@@ -85,7 +125,7 @@ def main():
             compiles.append(("cuda", cuda_compile(f"{tmp}/cuda2", second)))
             compiles.append(("cpu", [a.hpdlc, "compile", a.sample, "-o", f"{tmp}/cpu2"] + second))
         for name, cmd in compiles:
-            r = run(cmd)
+            r = compile_cached(a, cmd)
             if r.returncode:
                 print(r.stdout)
                 if name == "cuda" and "NVRTC not found" in r.stdout:
