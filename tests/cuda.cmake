@@ -85,6 +85,12 @@ set_tests_properties(cuda.emu.step.gpt2-tiny cuda.emu.step.llama PROPERTIES SKIP
 set(HPDL_CUDA_GPT_ARGS gpt.hpd -D layers=2 -D hidden=64 -D heads=4 -D seq=32 -D vocab=128
     -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.pipeline=1)
 add_test(NAME cuda.emu.gpt COMMAND test_codegen_cuda ${HPDL_CUDA_GPT_ARGS})
+# The step at 64 sequences of 32 (2048 rows): the sums over the rows (bias
+# gradients) cut in chunks, a block each, the last adding the chunks' parts
+add_test(NAME cuda.emu.step.gpt_col_split
+         COMMAND test_codegen_cuda --col-split --micro 64 --step gpt.hpd -D layers=2 -D hidden=32 -D heads=2 -D seq=32 -D vocab=64
+                 -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.pipeline=1)
+set_tests_properties(cuda.emu.step.gpt_col_split PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
 add_test(NAME cuda.emu.step.gpt COMMAND test_codegen_cuda --step ${HPDL_CUDA_GPT_ARGS})
 set_tests_properties(cuda.emu.gpt cuda.emu.step.gpt PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
 

@@ -147,6 +147,7 @@ typedef struct {
   int vec, lane;
   int *qdone;    /* per expression: its float4 load is emitted (scope) */
   int col;       /* a row kernel in columns: 32 rows a block, the group over warps */
+  int64_t split; /* a column kernel's group in this many chunks, a block each (col_split) */
 } Emit;
 
 /* An affine form over the collapsed axes in scope (others count 0). */
@@ -540,13 +541,38 @@ static int vec_stores(Emit *E, int full_only) {
 static void sweep_open(Emit *E, int vec, int v4, int64_t ngrp, int *sweep) {
   CuText *o = E->o;
   if (vec) cu_tx(o, v4 ? "    if (vec_) {\n" : "    } else {\n");
-  if (E->col) cu_tx(o, "    for (long long grp = cy_; live_ && grp < %" PRId64 "LL; grp += cny_) {\n", ngrp);
+  if (E->split > 1) cu_tx(o, "    for (long long grp = glo_ + cy_; live_ && grp < ghi_; grp += cny_) {\n");
+  else if (E->col) cu_tx(o, "    for (long long grp = cy_; live_ && grp < %" PRId64 "LL; grp += cny_) {\n", ngrp);
   else if (v4) cu_tx(o, "    for (long long grp = threadIdx.x * 4LL; grp < %" PRId64 "LL; grp += blockDim.x * 4LL) {\n", ngrp);
   else cu_tx(o, "    for (long long grp = threadIdx.x; grp < %" PRId64 "LL; grp += blockDim.x) {\n", ngrp);
   E->ind = "      ";
   decompose(o, E->N, 1, "grp", E->ind);
   E->scope = ++*sweep;
   E->in_sweep = 1;
+}
+
+/* A column kernel (one level of sums or maxima over leading axes: a bias's
+ * gradient) has a block per CU_COL_ROWS outputs; over 768 outputs that is
+ * 96 blocks, too few to fill a GPU (an H100 has 132 SMs), and each walks
+ * all of the group (4096 rows of a GPT-2 step): about 700 GB/s. So the group
+ * is cut in chunks, a block per chunk of each column block (about
+ * CU_COL_TARGET_BLOCKS in all); each block writes its chunk's partial value
+ * to the module's scratch, and the last block of a column block to finish
+ * (an atomic count) adds the partials in chunk order and stores the
+ * outputs: the same sums every run. Only where no full output reads a
+ * reduced value (those would need the total in every chunk). Returns the
+ * chunks, 1 for none. */
+enum { CU_COL_TARGET_BLOCKS = 512, CU_COL_MIN_CHUNK = 1024 };
+static int64_t col_split(const Nest *N, int64_t nrow, int64_t ngrp, int maxl) {
+  if (maxl != 1) return 1;
+  for (int i = 0; i < N->nst; i++)
+    if (N->st[i].full && N->x[N->st[i].x].level > 0) return 1;
+  int64_t blocks = (nrow + CU_COL_ROWS - 1) / CU_COL_ROWS;
+  if (blocks >= CU_COL_TARGET_BLOCKS / 2) return 1;
+  int64_t s = (CU_COL_TARGET_BLOCKS + blocks - 1) / blocks, most = ngrp / CU_COL_MIN_CHUNK;
+  if (s > most) s = most;
+  if (s * blocks > CU_MAX_GRID) s = CU_MAX_GRID / blocks;
+  return s >= 2 ? s : 1;
 }
 
 /* A nest as one kernel: returns 0, or -1 after cu_fail. */
@@ -556,10 +582,26 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   CuText *o = &t->src;
   int row = has_red(N);
   Emit E = {k, N, o, xalloc_calloc((size_t)N->nx * 4 + 4, sizeof(int)), 0, -1, 0, row, "    ", 0, 0,
-            xalloc_calloc((size_t)N->nx + 1, sizeof(int)), 0};
+            xalloc_calloc((size_t)N->nx + 1, sizeof(int)), 0, 1};
   for (int i = 0; i < N->nx * 4; i++) E.scope_of[i] = -1;
   for (int i = 0; i < N->nx; i++) E.qdone[i] = -1;
   int rc = 0;
+  int64_t nrow = row ? space(N, 0) : 0, ngrp = row ? space(N, 1) : 0;
+  int maxl = 0, nred = 0;
+  for (int i = 0; i < N->nx; i++)
+    if (N->x[i].kind == X_RED) {
+      nred++;
+      if (N->x[i].level > maxl) maxl = N->x[i].level;
+    }
+  int col = row && N->na > 0 && N->aset[N->na - 1] != 1 && nrow > 1;
+  int64_t nblk = (nrow + CU_COL_ROWS - 1) / CU_COL_ROWS, chunk = 0;
+  E.split = col ? col_split(N, nrow, ngrp, maxl) : 1;
+  if (E.split > 1) {
+    chunk = (ngrp + E.split - 1) / E.split;
+    E.split = (ngrp + chunk - 1) / chunk; /* no empty chunk */
+    cu_tx(o, "static __device__ float %s_part[%" PRId64 "];\nstatic __device__ unsigned %s_count[%" PRId64 "];\n", name,
+          E.split * nred * nrow, name, nblk);
+  }
   cu_signature(k, o, name);
   drop_bases(&E);
   if (!row) {
@@ -604,11 +646,6 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
    * threads' slices (thread / rows) split the group, so a warp reads whole
    * sectors; the slices' partial values meet in shared memory, added in
    * slice order (hpdl_col_sum), no shuffles. */
-  int64_t nrow = space(N, 0), ngrp = space(N, 1);
-  int maxl = 0;
-  for (int i = 0; i < N->nx; i++)
-    if (N->x[i].kind == X_RED && N->x[i].level > maxl) maxl = N->x[i].level;
-  int col = N->na > 0 && N->aset[N->na - 1] != 1 && nrow > 1;
   E.col = col;
   int vec = col ? 0 : vectorizable(N, 1);
   cu_tx(o, col ? "  __shared__ float red_[%d];\n" : "  __shared__ float red_[32];\n", CU_BLOCK);
@@ -617,7 +654,18 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
     if_aligned(k, o, "  ");
     cu_tx(o, "    vec_ = true;\n  }\n");
   }
-  if (col) {
+  if (E.split > 1) { /* a block per (column block, chunk of the group) */
+    cu_tx(o, "  __shared__ bool last_;\n");
+    cu_tx(o, "  const int cy_ = (int)(threadIdx.x / %d), cny_ = (int)(blockDim.x / %d);\n", CU_COL_ROWS, CU_COL_ROWS);
+    cu_tx(o, "  const long long cb_ = (long long)blockIdx.x %% %" PRId64 "LL, sp_ = (long long)blockIdx.x / %" PRId64 "LL;\n", nblk,
+          nblk);
+    cu_tx(o, "  const long long glo_ = sp_ * %" PRId64 "LL, ghi_ = glo_ + %" PRId64 "LL < %" PRId64 "LL ? glo_ + %" PRId64 "LL : %" PRId64
+             "LL;\n",
+          chunk, chunk, ngrp, chunk, ngrp);
+    cu_tx(o, "  {\n    const long long row0 = cb_ * %dLL;\n", CU_COL_ROWS);
+    cu_tx(o, "    const long long row = row0 + (threadIdx.x %% %d);\n    const bool live_ = row < %" PRId64 "LL;\n", CU_COL_ROWS,
+          nrow);
+  } else if (col) {
     cu_tx(o, "  const int cy_ = (int)(threadIdx.x / %d), cny_ = (int)(blockDim.x / %d);\n", CU_COL_ROWS, CU_COL_ROWS);
     cu_tx(o, "  for (long long row0 = (long long)blockIdx.x * %dLL; row0 < %" PRId64 "LL; row0 += (long long)gridDim.x * %dLL) {\n",
           CU_COL_ROWS, nrow, CU_COL_ROWS);
@@ -659,6 +707,10 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
     for (int i = 0; i < N->nx; i++) {
       NestX *x = &N->x[i];
       if (x->kind != X_RED || x->level != L) continue;
+      if (E.split > 1) { /* this chunk's part; the total is the last block's */
+        cu_tx(o, "    const float s%d_ = hpdl_col_%s(acc%d, red_);\n", i, x->redmax ? "max" : "sum", i);
+        continue;
+      }
       cu_tx(o, "    const float v%d = hpdl_%s_%s(acc%d, red_)", i, col ? "col" : "block", x->redmax ? "max" : "sum", i);
       if (x->div) cu_tx(o, " / %" PRId64 ".0f", x->div);
       cu_tx(o, ";\n");
@@ -678,9 +730,35 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
     E.ind = "      ";
     E.scope = ++sweep;
     E.in_sweep = 0;
-    cu_tx(o, col ? "    if (cy_ == 0 && live_) {\n" : "    if (threadIdx.x == 0) {\n");
-    if (!rc) rc = stores(&E, 0);
-    cu_tx(o, "    }\n");
+    if (E.split > 1 && !rc) {
+      /* the partials out; the last block of the column block adds them in chunk order */
+      cu_tx(o, "    if (cy_ == 0 && live_) {\n");
+      for (int i = 0, j = 0; i < N->nx; i++)
+        if (N->x[i].kind == X_RED)
+          cu_tx(o, "      %s_part[(sp_ * %dLL + %dLL) * %" PRId64 "LL + row] = s%d_;\n", name, nred, j++, nrow, i);
+      cu_tx(o, "    }\n    __threadfence();\n    __syncthreads();\n");
+      cu_tx(o, "    if (threadIdx.x == 0) last_ = atomicAdd(&%s_count[cb_], 1u) == %" PRId64 "u;\n", name, E.split - 1);
+      cu_tx(o, "    __syncthreads();\n    if (!last_) return;\n    __threadfence();\n");
+      cu_tx(o, "    if (cy_ == 0 && live_) {\n");
+      for (int i = 0, j = 0; i < N->nx; i++) {
+        NestX *x = &N->x[i];
+        if (x->kind != X_RED) continue;
+        cu_tx(o, "      float v%d = %s;\n", i, x->redmax ? "HPDL_NEG_INF" : "0.0f");
+        cu_tx(o, "      for (long long c_ = 0; c_ < %" PRId64 "LL; c_++) {\n", E.split);
+        cu_tx(o, "        const float q_ = ((volatile float *)%s_part)[(c_ * %dLL + %dLL) * %" PRId64 "LL + row];\n", name, nred,
+              j++, nrow);
+        cu_tx(o, x->redmax ? "        v%d = fmaxf(v%d, q_);\n" : "        v%d += q_;\n", i, i);
+        cu_tx(o, "      }\n");
+        if (x->div) cu_tx(o, "      v%d = v%d / %" PRId64 ".0f;\n", i, i, x->div);
+        for (int l = 0; l < 4; l++) E.scope_of[i * 4 + l] = E.scope;
+      }
+      rc = stores(&E, 0);
+      cu_tx(o, "    }\n    if (threadIdx.x == 0) %s_count[cb_] = 0u; /* for the next launch */\n", name);
+    } else {
+      cu_tx(o, col ? "    if (cy_ == 0 && live_) {\n" : "    if (threadIdx.x == 0) {\n");
+      if (!rc) rc = stores(&E, 0);
+      cu_tx(o, "    }\n");
+    }
   }
   cu_tx(o, "  }\n}\n\n");
   free(E.scope_of);
@@ -688,7 +766,7 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   if (col) { /* CU_COL_ROWS rows a block; up to CU_BLOCK / CU_COL_ROWS slices of the group, whole warps */
     int64_t threads = ngrp * CU_COL_ROWS < CU_BLOCK ? ngrp * CU_COL_ROWS : CU_BLOCK;
     threads = (threads + 31) / 32 * 32;
-    int64_t blocks = (nrow + CU_COL_ROWS - 1) / CU_COL_ROWS;
+    int64_t blocks = nblk * E.split;
     cu_add_launch(k, name, step, "col", blocks < CU_MAX_GRID ? blocks : CU_MAX_GRID, threads);
     return rc;
   }

@@ -44,6 +44,7 @@ typedef struct {
   void *so;
   int mutate;   /* compile with HPDL_MUTATE_DROP_BARRIER: a race that must be caught */
   int misalign; /* hand the kernels buffers 4 bytes off 16-byte alignment: the scalar paths */
+  int col_split; /* column kernels with the group in chunks (codegen_cuda.c's col_split), counted */
 } EmuLib;
 
 typedef struct {
@@ -79,6 +80,7 @@ static int emu_build(void *env, const IrModule *m, const FuseResult *fr) {
   char *src = t ? be->dump(t) : NULL;
   if (t) be->destroy(t);
   if (!src) return -1;
+  for (const char *p = src; (p = strstr(p, "_count[cb_], 1u)")); p++) L->col_split++;
   snprintf(L->dir, sizeof L->dir, "/tmp/hpdl-cuda-XXXXXX");
   if (!mkdtemp(L->dir)) return -1;
   char path[256], so[256], cmd[2048];
@@ -468,9 +470,14 @@ int main(int argc, char **argv) {
     printf("skipped: no C++ compiler (%s) to build the emulated kernels; set HPDL_CXX\n", cxx());
     return 77;
   }
-  int mutate = 0, misalign = 0, step = 0;
+  int mutate = 0, misalign = 0, step = 0, want_split = 0;
   for (; argc > 1 && argv[1][0] == '-' && argv[1][1] == '-'; argc--, argv++) {
-    if (!strcmp(argv[1], "--mutate")) mutate = 1;
+    if (!strcmp(argv[1], "--col-split")) want_split = 1; /* fail unless some column kernel is split */
+    else if (!strcmp(argv[1], "--micro") && argc > 2) { /* the step's micro batch (2) */
+      sample_step_micro = atoll(argv[2]);
+      argc--, argv++;
+    }
+    else if (!strcmp(argv[1], "--mutate")) mutate = 1;
     else if (!strcmp(argv[1], "--misalign")) misalign = 1;
     else if (!strcmp(argv[1], "--step")) step = 1;
     else break;
@@ -497,6 +504,8 @@ int main(int argc, char **argv) {
   L.misalign = misalign;
   if (step) {
     test_step(sample, defs, ndefs, layout, nlayout, &L);
+    printf("%d column kernel%s with the group in chunks\n", L.col_split, L.col_split == 1 ? "" : "s");
+    if (want_split) EXPECT(L.col_split > 0);
     emu_free(&L);
     TEST_DONE();
   }

@@ -234,11 +234,13 @@ static inline void check_kernels(const FuseResult *fr, int gi, const InterpTenso
   }
 }
 
-/* The sample lowered at micro batch 2 (under the layout overrides) and
- * its training step (no recomputation); NULL after a failed expectation. */
+/* The sample lowered at micro batch sample_step_micro (2 unless a test
+ * says otherwise; under the layout overrides) and its training step (no
+ * recomputation); NULL after a failed expectation. */
+static int64_t sample_step_micro = 2;
 static inline AdResult *sample_step(Arena *arena, Diag *diag, const char *sample, SemDefine *defs, int ndefs,
                                     SemDefine *layout, int nlayout, IrModule **m) {
-  *m = lower_sample_layout(arena, diag, sample, defs, ndefs, layout, nlayout, 2, NULL);
+  *m = lower_sample_layout(arena, diag, sample, defs, ndefs, layout, nlayout, sample_step_micro, NULL);
   EXPECT(*m != NULL);
   const char *why = NULL;
   AdResult *ad = *m ? ad_build(*m, RECOMPUTE_NONE, &why) : NULL;
