@@ -2,11 +2,14 @@
 #include "artifact.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "crc32c.h"
 
 typedef struct {
   const char *path;
@@ -430,4 +433,80 @@ void artifact_free(Artifact *a) {
   rt_free(a->program_kind);
   rt_free(a->program_name);
   rt_free(a);
+}
+
+/* ---- the files, checked before anything is loaded ---- */
+
+static int file_crc(const char *path, int64_t *bytes, uint32_t *crc) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  unsigned char buf[1 << 16];
+  size_t n;
+  *bytes = 0;
+  *crc = 0;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+    *crc = crc32c_update(*crc, buf, n);
+    *bytes += (int64_t)n;
+  }
+  int bad = ferror(f);
+  fclose(f);
+  return bad ? -1 : 0;
+}
+
+int artifact_check_files(const Artifact *a, int allow_native, RtErr *e) {
+  json_error_t je;
+  json_t *root = json_load_file(a->manifest_path, JSON_REJECT_DUPLICATES, &je);
+  if (!root) return rt_fail(e, "%s:%d:%d: not valid JSON: %s", a->manifest_path, je.line, je.column, je.text);
+  int rc = 0;
+  json_t *ext = json_object_get(root, "externs");
+  if (!allow_native && json_is_array(ext) && json_array_size(ext) > 0) {
+    json_t *x = json_array_get(ext, 0);
+    const char *name = json_string_value(json_object_get(x, "name"));
+    const char *file = json_string_value(json_object_get(x, "file"));
+    const char *lib = json_string_value(json_object_get(x, "library"));
+    rc = rt_fail(e,
+                 "%s: the artifact calls native code of its own (extern %s in %s%s): hpdlrun loads an extern's library, "
+                 "running its code with your rights, only with --allow-native",
+                 a->dir, name ? name : "?", file ? file : lib ? lib : "?", json_array_size(ext) > 1 ? ", and others" : "");
+  }
+  json_t *files = json_object_get(root, "files");
+  size_t i;
+  json_t *f;
+  if (!rc && files && !json_is_array(files)) rc = rt_fail(e, "%s: \"files\" must be an array", a->manifest_path);
+  if (!rc && json_is_array(files)) json_array_foreach(files, i, f) {
+      const char *rel = json_string_value(json_object_get(f, "path"));
+      json_t *jb = json_object_get(f, "bytes");
+      const char *want = json_string_value(json_object_get(f, "crc32c"));
+      if (!rel || !*rel || rel[0] == '/' || strstr(rel, "..") || !json_is_integer(jb) || !want) {
+        rc = rt_fail(e, "%s: files[%zu] needs a relative \"path\" inside the folder, \"bytes\" and \"crc32c\"", a->manifest_path, i);
+        break;
+      }
+      char path[4096];
+      if (rt_path_join(path, sizeof path, a->dir, rel) < 0) {
+        rc = rt_fail(e, "%s/%s: path too long", a->dir, rel);
+        break;
+      }
+      int64_t bytes;
+      uint32_t crc;
+      if (file_crc(path, &bytes, &crc) < 0) {
+        rc = rt_fail_errno(e, errno, "%s: missing artifact file: the manifest lists it (copy the whole folder, or compile again)", path);
+        break;
+      }
+      char got[16];
+      snprintf(got, sizeof got, "%08x", crc);
+      if (bytes != json_integer_value(jb)) {
+        rc = rt_fail(e, "%s: %s: %" PRId64 " bytes, the manifest recorded %" PRId64 " (the file changed after hpdlc compile wrote it: "
+                        "compile again)",
+                     path, bytes < json_integer_value(jb) ? "truncated" : "grown", bytes, (int64_t)json_integer_value(jb));
+        break;
+      }
+      if (strcmp(got, want)) {
+        rc = rt_fail(e, "%s: corrupted: CRC-32C %s, the manifest recorded %s (the file changed after hpdlc compile wrote it, or came "
+                        "from another compile: compile again)",
+                     path, got, want);
+        break;
+      }
+    }
+  json_decref(root);
+  return rc;
 }

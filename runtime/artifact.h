@@ -65,6 +65,12 @@ typedef struct {
 
 /* Reads DIR/manifest.json; checks that the files it names exist. */
 Artifact *artifact_load(const char *dir, RtErr *e);
+
+/* Checks every file the manifest's "files" lists (hpdlc compile writes it)
+ * against its size and CRC-32C, and refuses an artifact whose manifest
+ * lists extern libraries unless allow_native: 0, or -1 naming the file. A
+ * manifest without "files" (written by hand) is not checked. */
+int artifact_check_files(const Artifact *a, int allow_native, RtErr *e);
 void artifact_free(Artifact *a);
 
 /* The name of copy `layer` of p: "{i}" replaced by the layer number

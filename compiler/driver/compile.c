@@ -5,15 +5,19 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <dirent.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "program_ir.h"
 #include "autodiff.h"
 #include "codegen.h"
+#include "crc32c.h"
 #include "codegen_cuda.h"
 #include "extcall.h"
 #include "fuse.h"
@@ -43,6 +47,7 @@ typedef struct {
   Diag *diag;
   FILE *err;
   const char *file;
+  time_t started; /* files older than this in DIR are not this compile's */
 } Cx;
 
 static int cfail(Cx *C, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -169,6 +174,14 @@ static int externs_check(Cx *C, const IrModule *m) {
     const IrExtern *e = &m->externs[i];
     int seen = 0;
     for (int j = 0; j < i && !seen; j++) seen = !strcmp(m->externs[j].where, e->where);
+    if (!C->o->allow_native) { /* loading a library runs its code (its constructors first): only by consent */
+      if (seen) continue;
+      diag_error(C->diag, e->span, "extern %s: its library %s is native code, loaded only with --allow-native", e->name, e->library);
+      diag_hint(C->diag, "hpdlc compile and hpdlrun load an extern's library, running its code with your rights, only when "
+                         "given --allow-native; check, plan and emit never load it");
+      bad = 1;
+      continue;
+    }
     char why[2048];
     int rc = seen ? 0 : extcall_check(e, why, sizeof why);
     if (rc == 0) continue;
@@ -227,6 +240,81 @@ static json_t *externs_json(const IrModule *m) {
     json_array_append_new(list, je);
   }
   return list;
+}
+
+/* ---- the artifact's files ----
+ *
+ * The manifest lists every file of the artifact (but itself) with its size
+ * and CRC-32C; hpdlrun checks them all before it loads any library
+ * (artifact_check_files), so a folder copied in part, a file damaged, or one
+ * swapped in from another compile is refused by name instead of loaded. A
+ * checksum beside the files guards against accidents, not against someone
+ * who can also rewrite the manifest (docs/runtime.md). Listed: the files of
+ * DIR and DIR/extern/ this compile wrote (modified since it started), not
+ * what else a user keeps there (an older compile's leftovers, a checkpoint
+ * folder), whose later removal must not break the artifact. */
+
+static int name_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static int file_crc(const char *path, int64_t *bytes, uint32_t *crc) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  static unsigned char buf[1 << 16];
+  size_t n;
+  *bytes = 0;
+  *crc = 0;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+    *crc = crc32c_update(*crc, buf, n);
+    *bytes += (int64_t)n;
+  }
+  int bad = ferror(f);
+  fclose(f);
+  return bad ? -1 : 0;
+}
+
+/* Appends dir/rel's files to list, in name order, folders walked. */
+static int files_walk(Cx *C, const char *root, const char *rel, json_t *list) {
+  char path[4400];
+  snprintf(path, sizeof path, "%s%s%s", root, *rel ? "/" : "", rel);
+  DIR *d = opendir(path);
+  if (!d) return cfail(C, "cannot list %s: %s", path, strerror(errno));
+  char **names = NULL;
+  size_t n = 0, cap = 0;
+  for (struct dirent *de; (de = readdir(d));) {
+    const char *s = de->d_name;
+    if (s[0] == '.' || strstr(s, ".tmp.") || (!*rel && !strcmp(s, "manifest.json"))) continue; /* temporaries, itself */
+    if (n == cap) {
+      cap = cap ? 2 * cap : 32;
+      char **grown = realloc(names, cap * sizeof *names);
+      if (!grown) break;
+      names = grown;
+    }
+    names[n++] = arena_printf(C->arena, "%s%s%s", rel, *rel ? "/" : "", s);
+  }
+  closedir(d);
+  if (n) qsort(names, n, sizeof *names, name_cmp);
+  int rc = 0;
+  for (size_t i = 0; i < n && !rc; i++) {
+    char full[4400];
+    snprintf(full, sizeof full, "%s/%s", root, names[i]);
+    struct stat st;
+    if (lstat(full, &st) != 0) continue;
+    if (S_ISDIR(st.st_mode)) {
+      if (!*rel && !strcmp(names[i], "extern")) rc = files_walk(C, root, names[i], list);
+    } else if (S_ISREG(st.st_mode) && st.st_mtime >= C->started - 1) {
+      int64_t bytes;
+      uint32_t crc;
+      if (file_crc(full, &bytes, &crc) != 0) {
+        rc = cfail(C, "cannot read %s: %s", full, strerror(errno));
+        break;
+      }
+      char hex[16];
+      snprintf(hex, sizeof hex, "%08x", crc);
+      json_array_append_new(list, json_pack("{s:s, s:I, s:s}", "path", names[i], "bytes", (json_int_t)bytes, "crc32c", hex));
+    }
+  }
+  free(names);
+  return rc;
 }
 
 /* ---- the layout ---- */
@@ -397,7 +485,7 @@ static int kernels_build(Cx *C, Chunk *k, const char *path, char *why, size_t n)
 }
 
 int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileOptions *o, FILE *out, FILE *err) {
-  Cx C = {m, o, arena, diag, err, o->source ? o->source : "input"};
+  Cx C = {m, o, arena, diag, err, o->source ? o->source : "input", time(NULL)};
   if (o->target && strcmp(o->target, "cpu") && strcmp(o->target, "cuda"))
     return cfail(&C, "target %s is not built into this hpdlc (there are: cpu, cuda)", o->target);
   if (is_cuda(o) && o->executor == COMPILE_EXEC_INTERP)
@@ -678,6 +766,13 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
   json_object_set_new(root, "compiler",
                       json_pack("{s:s, s:s, s:s, s:b, s:s}", "hpdlc", HPDL_VERSION, "source", C.file, "recompute",
                                 sem_recompute_name(L.recompute), "sp", L.sp, "precision", sem_precision_name(m->train.precision)));
+  json_t *files = json_array();
+  if (files_walk(&C, o->out_dir, "", files)) {
+    json_decref(files);
+    json_decref(root);
+    return 1;
+  }
+  json_object_set_new(root, "files", files);
   snprintf(path, sizeof path, "%s/manifest.json", o->out_dir);
   char tmp[4200];
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());

@@ -46,6 +46,7 @@ typedef struct {
   const char *arch;         /* cuda: "sm_80" (NULL), "sm_90", "sm_100", ... */
   int verbose;              /* -v: per kernel resources and launch shapes */
   int emulate;              /* cuda: also stageS.emu.so, the kernels for hpdlrun --device emulate */
+  int allow_native;         /* --allow-native: an extern's library may be loaded (it runs native code) */
 } CompileOptions;
 
 /* "auto", "native", "interp"; -1 when unknown. */

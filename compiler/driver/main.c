@@ -80,6 +80,8 @@ static void help_common_options(void) {
        "  -D NAME=VALUE          override a model parameter (repeatable)\n"
        "  --model NAME           the model to use when the file declares several\n"
        "  -q, --quiet            print nothing on success\n"
+       "  --allow-native         let compile load the libraries of `extern` functions\n"
+       "                         (native code; check, plan and emit never load them)\n"
        "  --color WHEN           color diagnostics: auto, always or never\n"
        "  --help                 show this help\n"
        "\n"
@@ -331,6 +333,10 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
       cli->quiet = 1;
       continue;
     }
+    if (!strcmp(a, "--allow-native")) { /* every verb takes it; only compile loads a library */
+      cli->compile.allow_native = 1;
+      continue;
+    }
     /* --flag VALUE or --flag=VALUE */
     const char *eq = strchr(a, '=');
     size_t flen = eq ? (size_t)(eq - a) : strlen(a);
@@ -413,6 +419,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
         names[n++] = "--executor";
       }
       names[n++] = "--model";
+      names[n++] = "--allow-native";
       names[n++] = "--quiet";
       names[n++] = "--color";
       names[n++] = "--help";

@@ -53,6 +53,8 @@ static void usage(FILE *f) {
           "                           OMP_NUM_THREADS when set, else cores / ranks on the node)\n"
           "  --device cuda|emulate    --target cuda artifacts: the GPU (default), or its kernels\n"
           "                           emulated on the CPU (an artifact compiled with --emulate)\n"
+          "  --allow-native           load the artifact's extern libraries (native code the .hpd file\n"
+          "                           named; without it an artifact that has them is refused)\n"
           "  --info                   what this machine offers: MPI, BLAS, cores, the CUDA driver and\n"
           "                           GPUs, NVRTC, cuBLASLt, NCCL (each version, or why it is absent)\n"
           "  -h, --help               this help;  --version  the version\n"
@@ -64,6 +66,7 @@ typedef struct {
   const char *dir;
   int np;
   int threads; /* --threads; 0: choose */
+  int allow_native; /* --allow-native: the artifact's extern libraries may be loaded */
   TrainOptions t;
 } Args;
 
@@ -159,6 +162,8 @@ static int parse_args(int argc, char **argv, Args *A) {
     } else if (!strcmp(n, "--info")) {
       print_info();
       return -1;
+    } else if (!strcmp(n, "--allow-native")) {
+      A->allow_native = 1;
     } else if (!strcmp(n, "-np") || !strcmp(n, "-n") || !strcmp(n, "--np")) {
       VALUE();
       if (parse_i64(val, 1, &v) < 0 || v > 1 << 20) return bad_usage("-np wants a positive number of ranks, not %s", val);
@@ -364,6 +369,12 @@ int main(int argc, char **argv) {
   int rank = launched ? env_rank() : 0;
   RtErr e;
   Artifact *a = artifact_load(A.dir, &e);
+  /* before any library of the artifact is loaded: every file as compiled,
+   * and native code of the .hpd file's own only by consent */
+  if (a && artifact_check_files(a, A.allow_native, &e) < 0) {
+    artifact_free(a);
+    a = NULL;
+  }
   if (!a) {
     if (rank == 0) fprintf(stderr, "hpdlrun: error: %s\n", e.msg);
     return 1;

@@ -367,7 +367,8 @@ def one_error(p, *needles):
 def case_missing_file():
     art, _ = compile_art("art", [])
     d = os.path.join(ARGS.work, "broken")
-    for f, needles in (("stage0.hir", ["missing artifact file", "stage0.hir", "ranks[0].module"]),
+    # the manifest's file list is checked first (artifact_check_files)
+    for f, needles in (("stage0.hir", ["missing artifact file", "stage0.hir", "the manifest lists it"]),
                        ("program.so", ["missing artifact file", "program.so", "ranks[0].program"]),
                        ("manifest.json", ["missing artifact file", "manifest.json"])):
         shutil.rmtree(d, ignore_errors=True)

@@ -20,13 +20,15 @@ two artifacts train on the same generated data from the same initial weights.
             the extern split over two stages).
   moved     the artifact compiled in a scratch folder, which is then deleted (the
             source and its library gone), moved elsewhere: it still trains, with the
-            same losses; with its copy of the library removed, hpdlrun fails with one
-            message naming the extern and the library (exit 1). A library named
+            same losses; with its copy of the library changed (one bit) or removed,
+            hpdlrun fails with one message naming the file (exit 1) before loading it. A library named
             without a slash is not copied: found on LD_LIBRARY_PATH at run time.
   errors    hpdlc compile of tests/extern/errors/*.hpd (a library that does not load,
             a missing function or gradient function, a call whose shapes do not fit,
-            a non-f32 argument): stderr equals NAME.err, exit status 1. --update
-            rewrites the .err files (read the diff before committing).
+            a non-f32 argument; consent_*.hpd compiled without --allow-native): stderr
+            equals NAME.err, exit status 1. --update rewrites the .err files (read the
+            diff before committing). And hpdlrun refuses an artifact with an extern
+            library unless given --allow-native.
 Exit 0 pass, 1 fail, 77 skip (no mpirun for tp2).
 """
 import argparse
@@ -76,16 +78,16 @@ def data():
 
 def compile_art(src_dir, out, mode, flags=()):
     shutil.rmtree(out, ignore_errors=True)
-    run([tool("hpdlc"), "compile", "ext_lm.hpd", "-D", f"mode={mode}", *flags, "-o", out], cwd=src_dir)
+    run([tool("hpdlc"), "compile", "ext_lm.hpd", "-D", f"mode={mode}", "--allow-native", *flags, "-o", out], cwd=src_dir)
     return out
 
 
-def train(art, tag, expect=0, env=None):
+def train(art, tag, expect=0, env=None, native=True):
     m = work(tag + ".jsonl")
     if os.path.exists(m):
         os.remove(m)
-    p = run([tool("hpdlrun"), art, "--data", data(), "--steps", str(STEPS), "--metrics", m, "--progress", "plain"],
-            expect=expect, env=env)
+    p = run([tool("hpdlrun"), art, "--data", data(), "--steps", str(STEPS), "--metrics", m, "--progress", "plain"]
+            + (["--allow-native"] if native else []), expect=expect, env=env)
     losses = [r["loss"] for r in metrics(m)] if os.path.exists(m) else []
     return losses, p
 
@@ -148,24 +150,35 @@ def case_moved():
     shutil.rmtree(d)  # the source, its library and the old folder are gone
     got, _ = train(dst, "moved-after")
     same_losses("moved", got, want, tol=0)
-    os.remove(os.path.join(dst, "extern", "libhpdl_testops.so"))
+    # the artifact's files are checked before anything is loaded: the library changed, then gone
+    lib = os.path.join(dst, "extern", "libhpdl_testops.so")
+    with open(lib, "r+b") as f:
+        f.seek(100)
+        b = f.read(1)
+        f.seek(100)
+        f.write(bytes([b[0] ^ 1]))
+    _, p = train(dst, "moved-changed", expect=1)
+    check(len(p.stderr.strip().splitlines()) == 1 and "extern/libhpdl_testops.so: corrupted: CRC-32C" in p.stderr and "the manifest recorded" in p.stderr,
+          f"moved: unclear message with the library changed: {p.stderr}")
+    print("moved: the library changed: " + p.stderr.strip())
+    os.remove(lib)
     _, p = train(dst, "moved-nolib", expect=1)
     msg = p.stderr.strip().splitlines()
-    check(any("extern bias_gelu (declared at ext_lm.hpd:" in l and "extern/libhpdl_testops.so" in l and "cannot load library" in l
-              for l in msg), f"moved: unclear message without the library: {p.stderr}")
-    print("moved: without the library: " + next(l for l in msg if "cannot load library" in l))
+    check(len(msg) == 1 and "extern/libhpdl_testops.so: missing artifact file" in msg[0],
+          f"moved: unclear message without the library: {p.stderr}")
+    print("moved: without the library: " + msg[0])
     # a bare library name: the dlopen search path at run time, nothing copied
     d = scratch("bare")
     text = open(os.path.join(d, "ext_lm.hpd")).read().replace('"./libhpdl_testops.so"', '"libhpdl_testops.so"')
     open(os.path.join(d, "ext_lm.hpd"), "w").write(text)
     env = {"LD_LIBRARY_PATH": d + os.pathsep + os.environ.get("LD_LIBRARY_PATH", "")}
     art = work("bare", "art")
-    run([tool("hpdlc"), "compile", "ext_lm.hpd", "-o", art], cwd=d, env=env)
+    run([tool("hpdlc"), "compile", "ext_lm.hpd", "--allow-native", "-o", art], cwd=d, env=env)
     check(not os.path.exists(os.path.join(art, "extern")), "a bare library name was copied")
     check(json.load(open(os.path.join(art, "manifest.json")))["externs"][0]["file"] is None, "a bare name has a file")
     got, _ = train(art, "bare", env=env)
     same_losses("bare name on LD_LIBRARY_PATH", got, want)
-    run([tool("hpdlc"), "compile", "ext_lm.hpd", "-o", art], cwd=d, expect=1)  # not on the search path: an error
+    run([tool("hpdlc"), "compile", "ext_lm.hpd", "--allow-native", "-o", art], cwd=d, expect=1)  # not on the search path: an error
 
 
 def case_errors():
@@ -179,7 +192,9 @@ def case_errors():
     for f in files:
         name = os.path.basename(f)
         shutil.copy(f, d)
-        p = run([tool("hpdlc"), "compile", name, "-o", "art"], expect=None, cwd=d)
+        # consent_*.hpd: compiled without --allow-native
+        consent = [] if name.startswith("consent_") else ["--allow-native"]
+        p = run([tool("hpdlc"), "compile", name, *consent, "-o", "art"], expect=None, cwd=d)
         golden = f[:-4] + ".err"
         if ARGS.update:
             open(golden, "w").write(p.stderr)
@@ -191,6 +206,14 @@ def case_errors():
             sys.stderr.write(f"{name}: exit {p.returncode} (want 1)\n--- got\n{p.stderr}--- want\n{want}\n")
         check(not os.path.exists(os.path.join(d, "art", "manifest.json")), f"{name}: an artifact was written")
     check(bad == 0, f"{bad} of {len(files)} error cases differ from their golden text")
+    if not ARGS.update:  # hpdlrun refuses an artifact with extern libraries without --allow-native
+        src = scratch("consent")
+        art = compile_art(src, work("consent", "art"), 0)
+        _, p = train(art, "consent", expect=1, native=False)
+        check(len(p.stderr.strip().splitlines()) == 1 and "the artifact calls native code of its own (extern bias_gelu in "
+              "extern/libhpdl_testops.so)" in p.stderr and "only with --allow-native" in p.stderr,
+              f"hpdlrun without --allow-native: {p.stderr}")
+        print("errors: hpdlrun without --allow-native: " + p.stderr.strip())
     if not ARGS.update:
         print(f"errors: {len(files)} cases match their golden text")
 
