@@ -340,6 +340,42 @@ static int join_save(Run *R, RtErr *e) {
   return rc;
 }
 
+/* After a step went non-finite: the first gradient, in the manifest's order
+ * (parameter, then layer), holding a value that is not finite, agreed over
+ * the ranks (each counts its owned part of the tensors it represents, as
+ * the norm does), with how many such values it has in all. Writes the
+ * tensor's name into name; 0 when every gradient is finite. */
+static int64_t first_bad_gradient(Run *R, char *name, size_t n) {
+  double key = -INFINITY; /* the smallest key found, negated (the reduction is a max) */
+  for (int i = 0; i < R->ctx.ntensors; i++) {
+    int64_t lo, hi;
+    if (!R->norm_rep[i] || !(R->zero > 0 || R->c->coords.dp == 0) || !owned_part(R, i, &lo, &hi)) continue;
+    const float *g = grad_at(R, lo);
+    int64_t j = 0;
+    while (j < hi - lo && isfinite(g[j])) j++;
+    if (j == hi - lo) continue;
+    const TrainTensor *x = &R->ctx.tensors[i];
+    double k = (double)(x->param - R->a->params) * 1048576.0 + (double)x->layer;
+    if (-k > key) key = -k;
+  }
+  RtErr e;
+  if (comm_all_reduce(R->c, COMM_WORLD, COMM_F64, COMM_MAX, &key, 1, &e) < 0) fatal(R, "agreeing on the first bad gradient", &e);
+  if (key == -INFINITY) return 0;
+  int64_t want = (int64_t)-key, pidx = want / 1048576, layer = want % 1048576;
+  double count = 0;
+  for (int i = 0; i < R->ctx.ntensors; i++) {
+    int64_t lo, hi;
+    const TrainTensor *x = &R->ctx.tensors[i];
+    if (x->param - R->a->params != pidx || x->layer != layer) continue;
+    if (!R->norm_rep[i] || !(R->zero > 0 || R->c->coords.dp == 0) || !owned_part(R, i, &lo, &hi)) continue;
+    const float *g = grad_at(R, lo);
+    for (int64_t j = 0; j < hi - lo; j++) count += !isfinite(g[j]);
+  }
+  if (comm_all_reduce(R->c, COMM_WORLD, COMM_F64, COMM_SUM, &count, 1, &e) < 0) fatal(R, "counting the bad gradient's values", &e);
+  if (artifact_param_name(&R->a->params[pidx], layer, name, n) < 0) snprintf(name, n, "?");
+  return (int64_t)count;
+}
+
 /* Gathers every logical tensor on rank 0 and writes the checkpoint there. */
 static int save_checkpoint(Run *R, int64_t step, RtErr *e) {
   const Artifact *a = R->a;
@@ -807,6 +843,8 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
    * (before, it ends the process: there is nothing to save yet) */
   rt_stop_catch();
   int64_t sleep_ms = rt_fault("step-sleep-ms"); /* tests: a slow step to signal in */
+  /* tests: a NaN in the first value of each owned shard of parameter nan_param's gradient at step nan_step */
+  int64_t nan_step = rt_fault("grad-nan-step"), nan_param = rt_fault("grad-nan-param");
   for (int64_t s = R.start_step; s < end; s++) {
     for (struct timespec ts = {sleep_ms / 1000, (long)(sleep_ms % 1000) * 1000000L}; sleep_ms > 0 && nanosleep(&ts, &ts) < 0 && errno == EINTR;) {
     }
@@ -850,6 +888,10 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
      * loss x has, has]. Each logical value counts once: its tp / cp group's
      * representative counts it, over the owned range; at zero 0 every dp
      * member owns everything, so only member 0 counts. */
+    for (int i = 0; i < R.ctx.ntensors && s + 1 == nan_step && !R.resident; i++) {
+      int64_t lo, hi;
+      if (R.ctx.tensors[i].param - a->params == (nan_param > 0 ? nan_param : 0) && owned_part(&R, i, &lo, &hi)) *grad_at(&R, lo) = NAN;
+    }
     /* and the stop requests (rt.h): [SIGTERM, SIGINT, through the launcher] */
     int via_launcher = 0;
     RtStopKind asked = rt_stop_requested(&via_launcher);
@@ -867,8 +909,17 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     double gnorm = sqrt(red[0]), mean_loss = red[2] > 0 ? red[1] / red[2] : NAN;
     double lr = optim_lr_at(&R.opt, s);
     if (!isfinite(mean_loss) || !isfinite(gnorm)) {
-      /* Every rank sees the same reduced values, so all stop here together. */
-      rt_fail(e, "step %" PRId64 ": the loss is %g and the gradient norm %g (lr %.3g): the run diverged", s + 1, mean_loss, gnorm, lr);
+      /* Every rank sees the same reduced values, so all stop here together,
+       * saying which gradient went bad first (the device's are not examined) */
+      char bad[300], what[600] = "";
+      int64_t nbad = R.resident ? 0 : first_bad_gradient(&R, bad, sizeof bad);
+      if (nbad > 0)
+        snprintf(what, sizeof what, "; the first gradient in the model's order with values that are not finite: %s (%" PRId64 " of them)",
+                 bad, nbad);
+      else if (!R.resident && !isfinite(mean_loss))
+        snprintf(what, sizeof what, "; every gradient is finite, the loss is not");
+      rt_fail(e, "step %" PRId64 ": the loss is %g and the gradient norm %g (lr %.3g): the run diverged%s", s + 1, mean_loss, gnorm, lr,
+              what);
       *reporter = R.me == 0;
       rc = -1;
       break;

@@ -663,6 +663,29 @@ def preempt_layout(name, dp, tp):
     check(max_diff(ckpt(ck, 30), ckpt(straight, 30)) == 0, "stopped and resumed = never stopped, bit for bit")
 
 
+def case_diverged():
+    """A gradient gone NaN at step 3 (HPDL_FAULT grad-nan-step / grad-nan-param:
+    the first value of each shard of bigram.bias, the second parameter): the run
+    stops there on every rank at once (dp 2 x tp 2), with one message that names
+    the step and the first gradient in the model's order holding values that
+    are not finite, with their count over the shards (one a tp shard); the
+    metrics stop before it."""
+    need_mpi()
+    art = make_artifact("diverged", dp=2, tp=2, steps=10)
+    mt = os.path.join(work("diverged"), "m.jsonl")
+    p = hpdlrun(art, "--metrics", mt, "--progress", "plain", expect=1,
+                env={"HPDL_FAULT": "grad-nan-step=3,grad-nan-param=1"})
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    check(len(lines) == 1, f"one error line, got {lines}")
+    m = re.match(r"hpdlrun: error: step (\d+): the loss is (\S+) and the gradient norm (\S+) .*: the run diverged; "
+                 r"the first gradient in the model's order with values that are not finite: (\S+) \((\d+) of them\)$", lines[0])
+    check(m is not None, f"the message: {lines[0]}")
+    step, norm, name, count = int(m.group(1)), m.group(3), m.group(4), int(m.group(5))
+    check(step == 3 and norm == "nan" and name == "bigram.bias" and count == 2, f"step {step}, norm {norm}, {name}, {count}")
+    check(len(metrics(mt)) == 2, f"{len(metrics(mt))} metrics lines before step 3")
+    print(lines[0])
+
+
 def case_preempt_dp2():
     need_mpi()
     preempt_layout("preempt_dp2", 2, 1)
