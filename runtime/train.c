@@ -37,6 +37,7 @@ typedef struct {
   double seconds;
   RtErr err;
   char manifest[4096];
+  int done; /* set (atomically) when the thread has finished */
 } SaveJob;
 
 typedef struct {
@@ -308,6 +309,7 @@ static void *save_main(void *arg) {
   double t0 = rt_now();
   j->rc = ckpt_save(j->dir, j->step, j->t, j->n, j->info, j->keep, j->manifest, &j->err);
   j->seconds = rt_now() - t0;
+  __atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
   return NULL;
 }
 
@@ -331,7 +333,7 @@ static int join_save(Run *R, RtErr *e) {
   SaveJob *j = R->job;
   R->job = NULL;
   int rc = j->rc;
-  if (rc < 0) rt_fail(e, "%s", j->err.msg);
+  if (rc < 0) rt_fail(e, "the checkpoint of step %" PRId64 ", written in the background: %s", j->step, j->err.msg);
   else {
     snprintf(R->last_ckpt, sizeof R->last_ckpt, "%s", j->manifest);
     if (R->out) fprintf(R->out, "%scheckpoint %s (%.2f s, in the background)\n", R->tty ? "\r\033[K" : "", j->manifest, j->seconds);
@@ -895,7 +897,10 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     /* and the stop requests (rt.h): [SIGTERM, SIGINT, through the launcher] */
     int via_launcher = 0;
     RtStopKind asked = rt_stop_requested(&via_launcher);
-    double red[6] = {0, has_loss ? loss : 0, has_loss ? 1 : 0, asked == RT_STOP_TERM, asked == RT_STOP_INT, via_launcher};
+    /* and whether a background checkpoint that has finished failed (rank 0
+     * writes them): reported at the step it is seen, not at the next save */
+    int save_failed = R.me == 0 && R.thr_live && __atomic_load_n(&R.job->done, __ATOMIC_ACQUIRE) && join_save(&R, e) < 0;
+    double red[7] = {0, has_loss ? loss : 0, has_loss ? 1 : 0, asked == RT_STOP_TERM, asked == RT_STOP_INT, via_launcher, save_failed};
     if (R.resident) {
       if (R.prog->grad_sumsq(R.self, &R.ctx, R.count, &red[0], e) < 0) fatal(&R, "the gradient norm on the device", e);
     } else
@@ -904,7 +909,12 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
         if (R.norm_rep[i] && (R.zero > 0 || comm->coords.dp == 0) && owned_part(&R, i, &lo, &hi))
           red[0] += optim_sumsq_mt(o->nthreads, grad_at(&R, lo), hi - lo);
       }
-    if (comm_all_reduce(comm, COMM_WORLD, COMM_F64, COMM_SUM, red, 6, e) < 0) fatal(&R, "reducing the loss", e);
+    if (comm_all_reduce(comm, COMM_WORLD, COMM_F64, COMM_SUM, red, 7, e) < 0) fatal(&R, "reducing the loss", e);
+    if (red[6] > 0) { /* rank 0's e holds the message */
+      *reporter = R.me == 0;
+      rc = -1;
+      break;
+    }
     RtStopKind stop = red[3] > 0 ? RT_STOP_TERM : red[4] > 0 ? RT_STOP_INT : RT_STOP_NONE;
     double gnorm = sqrt(red[0]), mean_loss = red[2] > 0 ? red[1] / red[2] : NAN;
     double lr = optim_lr_at(&R.opt, s);

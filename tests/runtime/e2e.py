@@ -612,6 +612,23 @@ def case_failed_write():
     check(latest(ck) == 10 and not any(".tmp." in f for f in os.listdir(ck)), "nothing partial left")
 
 
+def case_failed_write_async():
+    """A checkpoint written in the background fails (disk full at step 12's): the
+    run stops at the step it learns of it, long before the next save, with one
+    message naming the file; step 10's checkpoint stays the latest, nothing partial."""
+    need_mpi()
+    art, ck = prepare_checkpoint("failwrite_async")
+    mt = os.path.join(work("failwrite_async"), "m.jsonl")
+    if os.path.exists(mt):
+        os.remove(mt)
+    p = hpdlrun(art, "--checkpoint-dir", ck, "--resume", "--checkpoint-async", "--checkpoint-every", "2", "--metrics", mt,
+                "--progress", "quiet", expect=1, env={"HPDL_FAULT": "ckpt-fail-after=1000,step-sleep-ms=50"})
+    one_error(p, "the checkpoint of step 12, written in the background", "step-00000012.safetensors", "No space left on device")
+    last = metrics(mt)[-1]["step"]
+    check(12 <= last < 14, f"the run went on to step {last} after the failed save of step 12")
+    check(latest(ck) == 10 and not any(".tmp." in f for f in os.listdir(ck)), "nothing partial left")
+
+
 def stop_mid_run(art, ck, mt, sig, after=4, extra=()):
     """Starts hpdlrun (each step slowed to 100 ms), sends `sig` once `after`
     steps are in the metrics file; returns the finished process and its output."""
