@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "builtin.h"
 #include "program_cuda.h"
@@ -796,6 +797,12 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
   *reporter = 0;
 
   int failed = setup(&R, e) < 0;
+  /* a checkpoint folder that cannot be made or written fails now, not at the
+   * first save hours later (rank 0 writes the checkpoints) */
+  if (!failed && R.me == 0 && R.ckpt_dir && (save_final || R.ckpt_every > 0)) {
+    if (rt_mkdirs(R.ckpt_dir, e) < 0) failed = 1;
+    else if (access(R.ckpt_dir, W_OK | X_OK) < 0) failed = rt_fail_errno(e, errno, "%s: the checkpoint folder cannot be written", R.ckpt_dir) < 0;
+  }
   int who = agree(&R, failed);
   if (who < 0 && (o->resume || o->resume_from)) {
     int resumed;

@@ -612,6 +612,22 @@ def case_failed_write():
     check(latest(ck) == 10 and not any(".tmp." in f for f in os.listdir(ck)), "nothing partial left")
 
 
+def case_unwritable_checkpoint():
+    """A checkpoint folder that cannot be made (a file is in the way) fails before
+    the first step, naming the path, on 2 ranks: no step is run to be lost."""
+    need_mpi()
+    art = make_artifact("unwritable", dp=2, steps=5)
+    blocker = os.path.join(work("unwritable"), "not-a-folder")
+    open(blocker, "w").write("x")
+    mt = os.path.join(work("unwritable"), "m.jsonl")
+    if os.path.exists(mt):
+        os.remove(mt)
+    p = hpdlrun(art, "--checkpoint-dir", os.path.join(blocker, "ck"), "--metrics", mt, "--progress", "plain", expect=1)
+    one_error(p, blocker, "exists and is not a folder")
+    check(not os.path.exists(mt) or not metrics(mt), "steps ran before the folder was checked")
+    check("step " not in p.stdout, "steps ran before the folder was checked")
+
+
 def case_failed_write_async():
     """A checkpoint written in the background fails (disk full at step 12's): the
     run stops at the step it learns of it, long before the next save, with one
