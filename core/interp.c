@@ -51,8 +51,11 @@ struct Interp {
   InterpAccount acc; /* allocation accounting (memplan's tests) */
   int has_acc;
   ExtCalls *ext; /* the module's extern functions, loaded on their first call */
+  int detect_anomaly; /* check every op's values (interp_set_detect_anomaly) */
   char err[1024];
 };
+
+void interp_set_detect_anomaly(Interp *in, int on) { in->detect_anomaly = on; }
 
 void interp_set_account(Interp *in, const InterpAccount *acc) {
   if (acc) in->acc = *acc;
@@ -1048,6 +1051,31 @@ static Run *run_begin(Interp *in, int gi, int64_t layer, const InterpTensor *arg
 }
 
 /* Runs nodes r->next .. to-1. */
+/* --detect-anomaly: a NaN or +inf in node i's values is an error naming the
+ * op, its graph (and layer) and, where the module knows its sources, the
+ * .hpd line it comes from. -inf passes: a causal mask writes it on purpose,
+ * and the softmax after it turns it into 0. */
+static const char *anomaly(Run *r, int i) {
+  const IrNode *n = &r->g->nodes[i];
+  if (!sem_dtype_is_float(n->dtype)) return NULL;
+  int64_t numel = ir_numel(n), bad = 0, first = -1;
+  const double *v = r->val[i];
+  for (int64_t j = 0; j < numel; j++)
+    if (isnan(v[j]) || v[j] == INFINITY) {
+      if (first < 0) first = j;
+      bad++;
+    }
+  if (!bad) return NULL;
+  const IrModule *m = r->in->m;
+  char where[600] = "", layer[48] = "";
+  if (n->span.file >= 0 && n->span.file < m->nsources && m->sources && m->sources[n->span.file])
+    snprintf(where, sizeof where, ", from %s:%d:%d", m->sources[n->span.file], n->span.line, n->span.col);
+  if (r->g->count > 1) snprintf(layer, sizeof layer, " layer %" PRId64, r->layer);
+  return fail(r->in, "anomaly: %s %%%d%s%s (graph %s%s%s) made %s at element %" PRId64 " (%" PRId64 " of %" PRId64 " values not finite)",
+              ir_op_name(n->op), i, n->name ? " " : "", n->name ? n->name : "", r->g->name, layer, where,
+              isnan(v[first]) ? "NaN" : "+inf", first, bad, numel);
+}
+
 static const char *run_range(Run *r, int to) {
   Interp *in = r->in;
   const IrGraph *g = r->g;
@@ -1066,6 +1094,7 @@ static const char *run_range(Run *r, int to) {
       r->val[i] = xalloc_calloc((size_t)ir_numel(n), sizeof(double));
       r->owned[i] = 1;
       e = exec_node(r, i, r->val[i]);
+      if (!e && in->detect_anomaly) e = anomaly(r, i);
       if (last[i] == i) { /* nothing reads it (a CALL kept for its effects) */
         acc_value(in, gi, i, 0);
         free(r->val[i]);

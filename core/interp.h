@@ -52,6 +52,11 @@ void interp_chunk_copy(const IrNode *local_node, int64_t axis, int layout, int r
                        size_t elem, int to_global);
 void interp_free(Interp *in);
 
+/* Checks every op's values as it runs: a NaN or +inf fails the run with the
+ * op, its graph and layer, and the .hpd line (when the module has its
+ * sources: a chunk file's) named. hpdlrun --detect-anomaly. */
+void interp_set_detect_anomaly(Interp *in, int on);
+
 /* Fills every parameter from its initialiser with a generator seeded by
  * (seed, parameter name, layer index). */
 void interp_init_params(Interp *in, uint64_t seed);

@@ -153,6 +153,10 @@ typedef struct {
   int64_t micro_batch;
   IrExtern *externs; /* EXTERN's attr[0] indexes it; shared by the modules derived from this one */
   int nexterns;
+  /* the source files a span's `file` indexes, where the module keeps them
+   * (one read from a chunk file; the compiler's Diag holds its own) */
+  const char **sources;
+  int nsources;
 } IrModule;
 
 IrModule *ir_module_new(Arena *arena);

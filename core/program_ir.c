@@ -82,6 +82,9 @@ static void put_graph(Buf *b, const IrGraph *g) {
     for (int k = 0; k < na; k++) put_i64(b, n->attr[k]);
     put_f64(b, n->fattr);
     put_str(b, n->name);
+    put_i32(b, n->span.file); /* where it comes from: file (the module's sources), line, column */
+    put_i32(b, n->span.line);
+    put_i32(b, n->span.col);
   }
   put_u32(b, (uint32_t)g->noutputs);
   for (int k = 0; k < g->noutputs; k++) put_i32(b, g->outputs[k]);
@@ -148,6 +151,8 @@ unsigned char *program_ir_encode(const ProgramChunk *c, size_t *len) {
   }
   put_u32(&b, (uint32_t)m->nexterns);
   for (int i = 0; i < m->nexterns; i++) put_extern(&b, &m->externs[i]);
+  put_u32(&b, (uint32_t)m->nsources);
+  for (int i = 0; i < m->nsources; i++) put_str(&b, m->sources[i]);
   put_u32(&b, (uint32_t)m->ngraphs);
   for (int gi = 0; gi < m->ngraphs; gi++) put_graph(&b, m->graphs[gi]);
   put_u32(&b, (uint32_t)c->nuses);
@@ -401,6 +406,10 @@ static void get_graph(Rd *r, IrModule *m) {
     n->fattr = get_f64(r);
     n->name = get_str(r);
     n->span = span_none;
+    n->span.file = get_i32(r);
+    n->span.line = n->span.end_line = get_i32(r);
+    n->span.col = n->span.end_col = get_i32(r);
+    if (!r->bad && (n->span.file < -1 || n->span.file >= m->nsources)) rd_fail(r, "a node's source file is out of range");
     g->nnodes = i + 1;
   }
   g->noutputs = get_count(r, 4, "graph output");
@@ -498,6 +507,9 @@ ProgramChunk *program_ir_decode(Arena *arena, const unsigned char *buf, size_t l
   /* an extern is at least 6 strings, two counts and a rank */
   int nx = get_count(&r, 33, "extern");
   for (int i = 0; i < nx && !r.bad; i++) get_extern(&r, m);
+  m->nsources = get_count(&r, 4, "source file");
+  m->sources = arena_alloc(arena, sizeof(char *) * (size_t)(m->nsources ? m->nsources : 1));
+  for (int i = 0; i < m->nsources && !r.bad; i++) m->sources[i] = get_str(&r);
   int ng = get_count(&r, 20, "graph");
   for (int i = 0; i < ng && !r.bad; i++) get_graph(&r, m);
   /* Indices that only the whole module can check. */

@@ -55,7 +55,8 @@
 #include "schedule.h"
 #include "semtypes.h"
 
-enum { PROGRAM_IR_VERSION = 3 }; /* 2: the extern table; 3: the forward/backward cut and the instruction list */
+enum { PROGRAM_IR_VERSION = 4 }; /* 2: the extern table; 3: the forward/backward cut and the instruction list;
+                                     4: the source files and each node's line */
 #define PROGRAM_IR_MAGIC "HPDL-IR\n"
 
 /* What the runtime's data loader puts into a model input. */

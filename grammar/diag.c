@@ -64,6 +64,8 @@ const char *diag_file_path(const Diag *d, int file) {
   return file >= 0 && file < d->nfiles ? d->files[file].path : "<command line>";
 }
 
+int diag_file_count(const Diag *d) { return d->nfiles; }
+
 const char *diag_file_text(const Diag *d, int file, size_t *len) {
   if (file < 0 || file >= d->nfiles) return NULL;
   if (len) *len = d->files[file].len;

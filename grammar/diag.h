@@ -19,6 +19,7 @@ void diag_free(Diag *d);
 /* Registers a file's text (copied) and returns its id. */
 int diag_add_file(Diag *d, const char *path, const char *text, size_t len);
 const char *diag_file_path(const Diag *d, int file);
+int diag_file_count(const Diag *d);
 const char *diag_file_text(const Diag *d, int file, size_t *len);
 
 /* Emits `error: fmt` at span. A note or hint attaches to the last error. */

@@ -548,6 +548,7 @@ static int native_open(Exec *x, const char *path, RtErr *e) {
 static int interp_open(Exec *x, RtErr *e) {
   const IrModule *m = x->pc->m;
   x->in = interp_new(m);
+  if (getenv("HPDL_DETECT_ANOMALY") && *getenv("HPDL_DETECT_ANOMALY") == '1') interp_set_detect_anomaly(x->in, 1);
   /* The initial values are overwritten every step; the seed stays for
    * dropout's masks (interp.c draws them from it). */
   interp_init_params(x->in, (uint64_t)x->ctx->art->seed);

@@ -588,6 +588,10 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
     Chunk *k = &ch[c];
     ProgramChunk *pc = &k->pc;
     pc->m = k->m;
+    /* the files the nodes' spans name, so the runtime can say where an op comes from */
+    k->m->nsources = diag_file_count(diag);
+    k->m->sources = arena_alloc(arena, sizeof(char *) * (size_t)(k->m->nsources ? k->m->nsources : 1));
+    for (int f = 0; f < k->m->nsources; f++) k->m->sources[f] = diag_file_path(diag, f);
     pc->chunk = c;
     pc->nchunks = K;
     pc->step = k->ad->step;

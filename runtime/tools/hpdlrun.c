@@ -53,6 +53,8 @@ static void usage(FILE *f) {
           "                           OMP_NUM_THREADS when set, else cores / ranks on the node)\n"
           "  --device cuda|emulate    --target cuda artifacts: the GPU (default), or its kernels\n"
           "                           emulated on the CPU (an artifact compiled with --emulate)\n"
+          "  --detect-anomaly         run the reference executor (fp64, slow) and stop at the first op\n"
+          "                           that makes a NaN or +inf, naming it and its .hpd line\n"
           "  --allow-native           load the artifact's extern libraries (native code the .hpd file\n"
           "                           named; without it an artifact that has them is refused)\n"
           "  --info                   what this machine offers: MPI, BLAS, cores, the CUDA driver and\n"
@@ -67,6 +69,7 @@ typedef struct {
   int np;
   int threads; /* --threads; 0: choose */
   int allow_native; /* --allow-native: the artifact's extern libraries may be loaded */
+  int detect_anomaly; /* --detect-anomaly: the reference executor, every op's values checked */
   TrainOptions t;
 } Args;
 
@@ -164,6 +167,8 @@ static int parse_args(int argc, char **argv, Args *A) {
       return -1;
     } else if (!strcmp(n, "--allow-native")) {
       A->allow_native = 1;
+    } else if (!strcmp(n, "--detect-anomaly")) {
+      A->detect_anomaly = 1;
     } else if (!strcmp(n, "-np") || !strcmp(n, "-n") || !strcmp(n, "--np")) {
       VALUE();
       if (parse_i64(val, 1, &v) < 0 || v > 1 << 20) return bad_usage("-np wants a positive number of ranks, not %s", val);
@@ -374,6 +379,17 @@ int main(int argc, char **argv) {
   if (a && artifact_check_files(a, A.allow_native, &e) < 0) {
     artifact_free(a);
     a = NULL;
+  }
+  if (a && A.detect_anomaly) {
+    if (a->target && !strcmp(a->target, "cuda")) {
+      rt_fail(&e, "--detect-anomaly runs the reference executor on the CPU, which a --target cuda artifact has not: run the CPU "
+                  "artifact of the same job (hpdlc compile without --target cuda)");
+      artifact_free(a);
+      a = NULL;
+    } else { /* read by the program when it loads (program_exec.c), in every rank */
+      setenv("HPDL_EXECUTOR", "interp", 1);
+      setenv("HPDL_DETECT_ANOMALY", "1", 1);
+    }
   }
   if (!a) {
     if (rank == 0) fprintf(stderr, "hpdlrun: error: %s\n", e.msg);

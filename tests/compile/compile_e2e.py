@@ -420,6 +420,36 @@ def case_self_contained():
           f"program.so needs only: {', '.join(sorted(l.split()[0] for l in ldd.splitlines() if '=>' in l))}")
 
 
+def case_anomaly():
+    """tests/compile/anomaly.hpd takes sqrt of values that can be negative: its
+    first step's loss is NaN. hpdlrun stops with "the run diverged", naming the
+    first bad gradient; with --detect-anomaly (the reference executor, every
+    op's values checked) it names the sqrt, its graph and the .hpd line, on one
+    rank and on two (dp 2); a --target cuda artifact is refused."""
+    src = os.path.join(ARGS.source, "tests", "compile", "anomaly.hpd")
+    for name, flags in (("one", []), ("dp2", ["--dp", "2", "--gpus-per-node", "2", "--global-batch", "4"])):
+        art = os.path.join(ARGS.work, "anomaly-" + name)
+        shutil.rmtree(art, ignore_errors=True)
+        run([tool("hpdlc"), "compile", src, *flags, "-o", art, "-q"])
+        _, p = train(art, "anomaly-" + name, steps=3, expect=1)
+        one_error(p, "step 1: the loss is", "the run diverged", "the first gradient in the model's order with values that are "
+                  "not finite: wte.weight")
+        _, p = train(art, "anomaly-" + name, steps=3, extra=["--detect-anomaly"], expect=1)
+        one_error(p, "anomaly: sqrt %", "(graph forward.grad, from " + src + ":14:9) made NaN at element")
+        check("diverged" not in p.stderr, "--detect-anomaly stopped at the op, before the step's end")
+        print(f"anomaly ({name}): {p.stderr.strip().splitlines()[0]}")
+    cuda = os.path.join(ARGS.work, "anomaly-cuda")
+    os.makedirs(cuda, exist_ok=True)
+    man = json.load(open(os.path.join(ARGS.work, "anomaly-one", "manifest.json")))
+    man["target"] = "cuda"
+    man.pop("files", None)
+    json.dump(man, open(os.path.join(cuda, "manifest.json"), "w"))
+    for f in ("program.so", "stage0.hir"):
+        shutil.copy(os.path.join(ARGS.work, "anomaly-one", f), cuda)
+    p = run([tool("hpdlrun"), cuda, "--detect-anomaly"], expect=1)
+    one_error(p, "--detect-anomaly runs the reference executor on the CPU")
+
+
 def case_cli():
     hpdlc = tool("hpdlc")
     out = os.path.join(ARGS.work, "x")
