@@ -150,6 +150,23 @@ static int make_tensors(Run *R, RtErr *e) {
     R->own_lo = 0;
   }
   int want_m = R->opt.kind == OPTIM_ADAMW || R->opt.momentum != 0, want_v = R->opt.kind == OPTIM_ADAMW;
+  /* More than the machine has is refused before anything is allocated: an
+   * allocation of terabytes could otherwise succeed (overcommit) and end in
+   * the kernel's OOM killer mid-step, not in a message. */
+  double state = 4.0 * ((double)R->pool_cap * 2 + (double)R->own_len * (want_m + want_v) +
+                        (double)(R->zero >= 2 ? R->own_len : 0) + (double)(R->zero >= 3 ? R->own_len : 0));
+  int on_gpu = R->a->target && !strcmp(R->a->target, "cuda"); /* its arena is the device's */
+  double arena = on_gpu || R->me >= R->a->nranks ? 0 : (double)R->a->ranks[R->me].arena_bytes;
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  int on_node = c->node_ranks > 0 ? c->node_ranks : 1;
+  double have = pages > 0 && page > 0 ? (double)pages * (double)page / on_node : 0;
+  if (have > 0 && state + arena > have)
+    return rt_fail(e,
+                   "this rank needs %.1f GiB (parameters, gradients and optimizer state %.1f GiB, the program's arena %.1f GiB), "
+                   "more than the %.1f GiB of memory that each of the node's %d rank%s has: spread the model over more ranks "
+                   "(--tp, --pp, --dp with --zero) or make it smaller (hpdlc plan shows the memory per rank)",
+                   (state + arena) / 1073741824.0, state / 1073741824.0, arena / 1073741824.0, have / 1073741824.0, on_node,
+                   on_node == 1 ? "" : "s");
   for (int p = 0; p < 4; p++) {
     if ((p == 2 && !want_m) || (p == 3 && !want_v)) continue;
     int64_t values = p < 2 ? R->pool_cap : R->own_len;

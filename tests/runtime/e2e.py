@@ -628,6 +628,15 @@ def case_unwritable_checkpoint():
     check("step " not in p.stdout, "steps ran before the folder was checked")
 
 
+def case_too_big():
+    """An artifact whose rank needs more memory than the machine has (an arena of
+    2^50 bytes) is refused before anything is allocated, with the sizes and
+    what to do; nothing is left running."""
+    art = make_artifact("too_big", arena=1 << 50)
+    p = hpdlrun(art, "--progress", "plain", expect=1)
+    one_error(p, "this rank needs", "the program's arena 1048576.0 GiB", "more than the", "spread the model over more ranks")
+
+
 def case_failed_write_async():
     """A checkpoint written in the background fails (disk full at step 12's): the
     run stops at the step it learns of it, long before the next save, with one
