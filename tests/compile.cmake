@@ -50,3 +50,5 @@ set_tests_properties(compile.pp2_virtual2 compile.pp2_virtual2_native PROPERTIES
 # the native program of virtual stages (compile.native and pp2_virtual2 cover
 # its parts), zero 1 (zero 2 and 3 shard more), an uneven pipeline split.
 set_tests_properties(compile.pp2_virtual2_native compile.zero1 compile.pp2_uneven PROPERTIES LABELS "compile;sanitize_redundant")
+# faults (docs/reliability.md): also label reliability
+set_tests_properties(compile.missing_file compile.anomaly PROPERTIES LABELS "compile;reliability")

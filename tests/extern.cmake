@@ -44,3 +44,7 @@ if(Python3_Interpreter_FOUND)
                     COMMAND ${Python3_EXECUTABLE} ${HPDL_EXTERN_E2E} --work ${CMAKE_CURRENT_BINARY_DIR}/extern-e2e/update --update errors
                     DEPENDS hpdlc hpdl_testops VERBATIM)
 endif()
+# native code by consent and the artifact's files checked (docs/reliability.md): also label reliability
+if(Python3_Interpreter_FOUND)
+  set_tests_properties(extern.errors extern.moved PROPERTIES LABELS "extern;reliability")
+endif()

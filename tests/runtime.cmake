@@ -65,6 +65,13 @@ foreach(case data_tool one_rank progress bad_artifact dp2 under_mpirun tp2 dp2_t
                        ENVIRONMENT "${HPDL_RT_TEST_ENV}")
 endforeach()
 
+# The faults of issue 15 end to end (docs/reliability.md): also label reliability
+set(HPDL_RT_FAULT_CASES bad_artifact bad_data bad_checkpoint killed_writer failed_write failed_write_async
+    unwritable_checkpoint too_big diverged preempt_one_rank preempt_dp2 preempt_dp2_tp2)
+foreach(case ${HPDL_RT_FAULT_CASES})
+  set_tests_properties(runtime.${case} PROPERTIES LABELS "runtime;reliability")
+endforeach()
+
 # The per-step optimizer passes on 1 .. N threads (bench/optim_bench.c): a
 # benchmark, built only on request.
 add_executable(optim_bench EXCLUDE_FROM_ALL ${CMAKE_SOURCE_DIR}/bench/optim_bench.c)
