@@ -677,6 +677,12 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   int sweep = 1;
   E.row_scope = 0;
   E.scope = 0;
+  /* A column kernel whose full outputs read no reduced value (GELU's
+   * backward beside its bias sum) stores them in the sweep that sums: one
+   * pass over memory instead of a second that reads it all again. */
+  int early_full = col && maxl == 1;
+  for (int i = 0; i < N->nst && early_full; i++)
+    if (N->st[i].full && N->x[N->st[i].x].level > 0) early_full = 0;
   for (int L = 1; L <= maxl && !rc; L++) {
     for (int i = 0; i < N->nx; i++)
       if (N->x[i].kind == X_RED && N->x[i].level == L)
@@ -696,6 +702,8 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
           if (x->redmax) cu_tx(o, "      acc%d = fmaxf(acc%d, %s);\n", i, i, c);
           else cu_tx(o, "      acc%d += %s;\n", i, c);
         }
+      E.lane = 0; /* (the loop left it past the last lane) */
+      if (early_full && !rc) rc = stores(&E, 1);
       E.vec = 0;
       E.lane = 0;
       cu_tx(o, "    }\n");
@@ -718,8 +726,8 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
     }
   }
   if (!rc) {
-    /* the last sweep: the full outputs */
-    for (int pass = vec ? 0 : 1; pass < 2 && !rc; pass++) {
+    /* the last sweep: the full outputs (stored above when early_full) */
+    for (int pass = vec ? 0 : 1; pass < 2 && !rc && !early_full; pass++) {
       int v4 = pass == 0;
       sweep_open(&E, vec, v4, ngrp, &sweep);
       rc = v4 ? vec_stores(&E, 1) : stores(&E, 1);
