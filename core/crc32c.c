@@ -3,6 +3,7 @@
 #include "crc32c.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 static uint32_t table[8][256];
@@ -37,4 +38,20 @@ uint32_t crc32c_update(uint32_t crc, const void *data, size_t len) {
   }
   while (len--) c = (c >> 8) ^ table[0][(c ^ *p++) & 0xff];
   return ~c;
+}
+
+int crc32c_file(const char *path, int64_t *bytes, uint32_t *crc) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  unsigned char buf[1 << 16];
+  size_t n;
+  *bytes = 0;
+  *crc = 0;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+    *crc = crc32c_update(*crc, buf, n);
+    *bytes += (int64_t)n;
+  }
+  int bad = ferror(f);
+  fclose(f);
+  return bad ? -1 : 0;
 }

@@ -14,4 +14,8 @@
 /* Extends crc (0 to start) over len bytes; chunks may be fed in pieces. */
 uint32_t crc32c_update(uint32_t crc, const void *data, size_t len);
 
+/* A whole file's CRC and size (the artifact's file list: hpdlc compile
+ * writes them, hpdlrun checks them). 0, or -1 with errno set. */
+int crc32c_file(const char *path, int64_t *bytes, uint32_t *crc);
+
 #endif

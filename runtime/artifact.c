@@ -437,22 +437,6 @@ void artifact_free(Artifact *a) {
 
 /* ---- the files, checked before anything is loaded ---- */
 
-static int file_crc(const char *path, int64_t *bytes, uint32_t *crc) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return -1;
-  unsigned char buf[1 << 16];
-  size_t n;
-  *bytes = 0;
-  *crc = 0;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
-    *crc = crc32c_update(*crc, buf, n);
-    *bytes += (int64_t)n;
-  }
-  int bad = ferror(f);
-  fclose(f);
-  return bad ? -1 : 0;
-}
-
 int artifact_check_files(const Artifact *a, int allow_native, RtErr *e) {
   json_error_t je;
   json_t *root = json_load_file(a->manifest_path, JSON_REJECT_DUPLICATES, &je);
@@ -488,7 +472,7 @@ int artifact_check_files(const Artifact *a, int allow_native, RtErr *e) {
       }
       int64_t bytes;
       uint32_t crc;
-      if (file_crc(path, &bytes, &crc) < 0) {
+      if (crc32c_file(path, &bytes, &crc) < 0) {
         rc = rt_fail_errno(e, errno, "%s: missing artifact file: the manifest lists it (copy the whole folder, or compile again)", path);
         break;
       }

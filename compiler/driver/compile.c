@@ -256,22 +256,6 @@ static json_t *externs_json(const IrModule *m) {
 
 static int name_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-static int file_crc(const char *path, int64_t *bytes, uint32_t *crc) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return -1;
-  static unsigned char buf[1 << 16];
-  size_t n;
-  *bytes = 0;
-  *crc = 0;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
-    *crc = crc32c_update(*crc, buf, n);
-    *bytes += (int64_t)n;
-  }
-  int bad = ferror(f);
-  fclose(f);
-  return bad ? -1 : 0;
-}
-
 /* Appends dir/rel's files to list, in name order, folders walked. */
 static int files_walk(Cx *C, const char *root, const char *rel, json_t *list) {
   char path[4400];
@@ -304,7 +288,7 @@ static int files_walk(Cx *C, const char *root, const char *rel, json_t *list) {
     } else if (S_ISREG(st.st_mode) && st.st_mtime >= C->started - 1) {
       int64_t bytes;
       uint32_t crc;
-      if (file_crc(full, &bytes, &crc) != 0) {
+      if (crc32c_file(full, &bytes, &crc) != 0) {
         rc = cfail(C, "cannot read %s: %s", full, strerror(errno));
         break;
       }
