@@ -272,39 +272,17 @@ static int cmp_span(const void *a, const void *b) {
   return x->end < y->end ? -1 : x->end > y->end;
 }
 
-CkptFile *ckpt_st_open(const char *path, RtErr *e) {
-  CkptFile *f = rt_calloc(1, sizeof *f);
+/* Validates the safetensors bytes [base, base + size) into f (its tensors
+ * point into them); messages name f->path. */
+static int st_parse(CkptFile *f, const unsigned char *base, int64_t size, RtErr *e) {
+  const char *path = f->path;
   Span *spans = NULL;
   json_t *root = NULL;
-  int fd = -1;
-  if (!f || !(f->path = rt_strdup(path))) {
-    rt_fail(e, "%s: out of memory", path);
-    goto fail;
-  }
-  fd = open(path, O_RDONLY);
-  if (fd < 0) {
-    rt_fail_errno(e, errno, "%s: cannot open the checkpoint", path);
-    goto fail;
-  }
-  struct stat st;
-  if (fstat(fd, &st) < 0) {
-    rt_fail_errno(e, errno, "%s: cannot stat", path);
-    goto fail;
-  }
-  int64_t size = (int64_t)st.st_size;
   f->file_bytes = size;
   if (size < 8) {
     rt_fail(e, "%s: truncated: %" PRId64 " bytes, shorter than the 8-byte header length of a safetensors file", path, size);
     goto fail;
   }
-  f->map_len = (size_t)size;
-  f->map = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (f->map == MAP_FAILED) {
-    f->map = NULL;
-    rt_fail_errno(e, errno, "%s: cannot map the file", path);
-    goto fail;
-  }
-  const unsigned char *base = f->map;
   uint64_t hlen;
   memcpy(&hlen, base, 8);
   if (hlen > 100000000u) { /* the reference implementation's limit */
@@ -419,15 +397,67 @@ CkptFile *ckpt_st_open(const char *path, RtErr *e) {
   }
   rt_free(spans);
   json_decref(root);
-  close(fd);
-  return f;
+  return 0;
 fail:
   rt_free(spans);
   json_decref(root);
+  return -1;
+}
+
+CkptFile *ckpt_st_open(const char *path, RtErr *e) {
+  CkptFile *f = rt_calloc(1, sizeof *f);
+  int fd = -1;
+  if (!f || !(f->path = rt_strdup(path))) {
+    rt_fail(e, "%s: out of memory", path);
+    goto fail;
+  }
+  fd = open(path, O_RDONLY);
+  if (fd < 0) {
+    rt_fail_errno(e, errno, "%s: cannot open the checkpoint", path);
+    goto fail;
+  }
+  struct stat st;
+  if (fstat(fd, &st) < 0) {
+    rt_fail_errno(e, errno, "%s: cannot stat", path);
+    goto fail;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    rt_fail(e, "%s: not a regular file", path);
+    goto fail;
+  }
+  int64_t size = (int64_t)st.st_size;
+  if (size >= 8) { /* shorter: st_parse says truncated (mmap refuses 0 bytes) */
+    f->map_len = (size_t)size;
+    f->map = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (f->map == MAP_FAILED) {
+      f->map = NULL;
+      rt_fail_errno(e, errno, "%s: cannot map the file", path);
+      goto fail;
+    }
+  }
+  if (st_parse(f, f->map, size, e) < 0) goto fail;
+  close(fd);
+  return f;
+fail:
   if (fd >= 0) close(fd);
   ckpt_st_close(f);
   return NULL;
 }
+
+CkptFile *ckpt_st_open_mem(const char *name, const void *buf, size_t len, RtErr *e) {
+  CkptFile *f = rt_calloc(1, sizeof *f);
+  if (!f || !(f->path = rt_strdup(name))) {
+    rt_fail(e, "%s: out of memory", name);
+    ckpt_st_close(f);
+    return NULL;
+  }
+  if (st_parse(f, buf, (int64_t)len, e) < 0) {
+    ckpt_st_close(f);
+    return NULL;
+  }
+  return f;
+}
+
 
 int ckpt_st_read_f32(const CkptTensor *t, float *out, RtErr *e) {
   int64_t n = ckpt_numel(t);
