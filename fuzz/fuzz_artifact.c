@@ -23,11 +23,20 @@
 
 enum { HEADER_BYTES = 28 }; /* magic, version, flags, payload length, CRC (program_ir.h) */
 
+/* What the runtime computes from a manifest (train.c, data.c) must stay
+ * within the bounds artifact.h promises: products in double, so that the
+ * check itself cannot overflow (exact below 2^53). */
 static void use_artifact(const Artifact *a) {
   char name[256];
+  double ranks = (double)a->layout.dp * a->layout.tp * a->layout.pp * a->layout.cp;
+  double tokens = (double)a->layout.dp * (double)a->micro_batch * (double)a->num_micro_batches * (double)a->seq_len;
+  if (ranks != a->world_size || tokens > (double)ART_MAX_TOKENS) abort();
   for (int i = 0; i < a->nparams; i++) {
     const ArtParam *p = &a->params[i];
-    (void)artifact_param_numel(p);
+    double numel = 1;
+    for (int d = 0; d < p->rank; d++) numel *= (double)p->shape[d];
+    if (numel * (double)p->count > (double)ART_MAX_ELEMENTS) abort();
+    if (artifact_param_numel(p) != (int64_t)numel) abort();
     for (int64_t l = 0; l < p->count && l < 4; l++) (void)artifact_param_name(p, l, name, sizeof name);
     for (int64_t l = 0; l < p->count; l++)
       if (p->stages[l] < 0 || p->stages[l] >= a->layout.pp) abort(); /* the reader promised stages 0 .. pp-1 */

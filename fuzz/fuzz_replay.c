@@ -4,9 +4,11 @@
  *
  *   replay_<target> [--expect TEXT]... FILE|DIR...
  *
- * Prints the readers' messages for each input. With --expect, every TEXT
- * must appear in the messages of every input (the diagnostic the fix gave);
- * exit 1 otherwise. A crash is a signal, a sanitizer report an abort. */
+ * A folder stands for its files but the *.expect ones (see
+ * tests/reliability.cmake). Prints the readers' messages for each input.
+ * With --expect, every TEXT must appear in the messages of every input (the
+ * diagnostic the fix gave); exit 1 otherwise. A crash is a signal, a
+ * sanitizer report an abort. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,7 +67,8 @@ static void replay_dir(const char *dir) {
   size_t n = 0;
   struct dirent *de;
   while ((de = readdir(d))) {
-    if (de->d_name[0] == '.') continue;
+    size_t nl = strlen(de->d_name);
+    if (de->d_name[0] == '.' || (nl > 7 && !strcmp(de->d_name + nl - 7, ".expect"))) continue; /* not inputs */
     names = realloc(names, (n + 1) * sizeof *names);
     if (!names) abort();
     size_t l = strlen(dir) + strlen(de->d_name) + 2;

@@ -15,7 +15,7 @@
 #   cluster    the cluster files of samples/clusters/ and the tests
 # Every input of fuzz/regressions/<target>/ is a seed too. A tool that
 # fails costs its seeds only (with a warning); the script still exits 0 so
-# that the fuzzers run on what there is.
+# that the fuzzers run on what there is. OUT_DIR is emptied first.
 set -uo pipefail
 
 if [ $# -ne 2 ]; then
@@ -24,8 +24,8 @@ if [ $# -ne 2 ]; then
 fi
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=$(cd "$1" 2>/dev/null && pwd) || {
-  echo "seeds: no folder $1" >&2
-  exit 2
+  echo "seeds: no folder $1: only the seeds of files in the repository" >&2
+  bin=/nonexistent
 }
 out=$2
 sep=$'\n<<<hpdl-fuzz-next-file>>>\n' # FUZZ_SEP of fuzz/fuzz_util.h
@@ -49,6 +49,8 @@ join() { # join OUT FILE...
   cat_sep "$@" >"$o"
 }
 
+case $out in "" | / | "$root") echo "seeds: refusing to empty $out" >&2; exit 2 ;; esac
+rm -rf -- "$out"
 for t in frontend ckpt data artifact cluster; do
   mkdir -p "$out/$t"
   [ -d "$root/fuzz/regressions/$t" ] && cp -- "$root/fuzz/regressions/$t"/* "$out/$t/" 2>/dev/null
