@@ -347,11 +347,12 @@ static int st_parse(CkptFile *f, const unsigned char *base, int64_t size, RtErr 
         goto fail;
       }
       t->shape[d] = json_integer_value(x);
-      numel *= t->shape[d];
-      if (numel > ((int64_t)1 << 50)) {
-        rt_fail(e, "%s: tensor %s: implausibly large", path, key);
+      /* checked before multiplying: 2^50 x 2^40 would overflow */
+      if (t->shape[d] && numel > ((int64_t)1 << 50) / t->shape[d]) {
+        rt_fail(e, "%s: tensor %s: implausibly large: the shape passes 2^50 elements at dimension %d", path, key, d);
         goto fail;
       }
+      numel *= t->shape[d];
     }
     int64_t b = json_integer_value(json_array_get(jo, 0)), en = json_integer_value(json_array_get(jo, 1));
     if (b < 0 || en < b) {
@@ -738,8 +739,8 @@ Ckpt *ckpt_load(const char *path, RtErr *e) {
   json_t *jbytes = json_object_get(m, "file_bytes"), *jtens = json_object_get(m, "tensors"), *jstep = json_object_get(m, "step");
   uint32_t want_hcrc;
   if (!fmt || strcmp(fmt, "hpdl-checkpoint") || !tf || strchr(tf, '/') || !json_is_integer(jbytes) || !json_is_object(jtens) ||
-      !json_is_integer(jstep) || parse_hex32(json_object_get(m, "header_crc32c"), &want_hcrc) < 0) {
-    rt_fail(e, "%s: not an hpdl checkpoint manifest (format, step, tensors_file, file_bytes, header_crc32c, tensors)", mpath);
+      !json_is_integer(jstep) || json_integer_value(jstep) < 0 || parse_hex32(json_object_get(m, "header_crc32c"), &want_hcrc) < 0) {
+    rt_fail(e, "%s: not an hpdl checkpoint manifest (format, step >= 0, tensors_file, file_bytes, header_crc32c, tensors)", mpath);
     goto fail;
   }
   c->step = json_integer_value(jstep);
