@@ -5,7 +5,7 @@
  * The input is a cluster file such as samples/clusters/dgx-h100.hpd. It is
  * written to a scratch folder as cluster.hpd beside a fixed model that
  * imports it, as a user's model imports a cluster file; the model is loaded
- * and checked with `--cluster NAME --nodes 2` (NAME: the first cluster the
+ * and checked with `--cluster NAME --gpus 16` (NAME: the first cluster the
  * input declares), and planned as `hpdlc plan` plans it: the text and JSON
  * reports, a scaling study and a trace, all into /dev/null. Diagnostics are
  * fine; a crash, a sanitizer report, a leak or a hang is a bug. */
@@ -74,7 +74,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   LoadedProgram prog = load_program(arena, diag, model_path);
   const char *name = first_cluster(&prog, cluster_path);
   if (diag_error_count(diag) == 0 && name) {
-    SemDefine layout[] = {{"parallel.cluster", name, "--cluster"}, {"parallel.nodes", "2", "--nodes"}};
+    /* 16 devices whatever the cluster's node size: enough to plan with tp = 2, pp = 2,
+     * and across nodes when a node holds fewer */
+    SemDefine layout[] = {{"parallel.cluster", name, "--cluster"}, {"parallel.gpus", "16", "--gpus"}};
     int bad_cli = 0;
     SemOptions opts = {NULL, 0, layout, 2, NULL, &bad_cli};
     SemModel *m = sema_check(arena, diag, &prog, &opts);

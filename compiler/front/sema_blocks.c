@@ -511,25 +511,29 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
   L->gpus_per_node = get_int(&s, "gpus_per_node", m->has_cluster ? m->cluster.gpus_per_node : 1);
   L->nodes = get_int(&s, "nodes", m->has_cluster ? m->cluster.nodes : 1);
   /* bounded before they multiply (a cluster's own figures are, when read) */
-  if (L->nodes > SEM_MAX_NODES || L->gpus_per_node > SEM_MAX_GPUS_PER_NODE) {
-    const char *key = L->nodes > SEM_MAX_NODES ? "nodes" : "gpus_per_node";
-    Setting *x = sema_setting_get(&s, key);
-    sema_error(S, x && !x->from_cli ? x->setting->value->span : span_none, "'%s' = %" PRId64 " is implausible: %s", key,
-               L->nodes > SEM_MAX_NODES ? L->nodes : L->gpus_per_node,
-               L->nodes > SEM_MAX_NODES ? "a layout spans at most 2^20 nodes" : "a node holds at most 4096 devices");
-    if (x && x->from_cli && S->opts->cli_error) *S->opts->cli_error = 1;
-    return;
-  }
+  const int64_t limits[] = {SEM_MAX_NODES, SEM_MAX_GPUS_PER_NODE, (int64_t)SEM_MAX_NODES * SEM_MAX_GPUS_PER_NODE};
+  const int64_t values[] = {L->nodes, L->gpus_per_node, get_int(&s, "gpus", 0)};
+  static const char *const counted[] = {"nodes", "gpus_per_node", "gpus"};
+  static const char *const limit_text[] = {"a layout spans at most 2^20 nodes", "a node holds at most 4096 devices",
+                                           "a layout has at most 2^32 devices"};
+  for (int k = 0; k < 3; k++)
+    if (values[k] > limits[k]) {
+      Setting *x = sema_setting_get(&s, counted[k]);
+      sema_error(S, x && !x->from_cli ? x->setting->value->span : span_none, "'%s' = %" PRId64 " is implausible: %s", counted[k],
+                 values[k], limit_text[k]);
+      if (x && x->from_cli && S->opts->cli_error) *S->opts->cli_error = 1;
+      return;
+    }
+  L->gpus = get_int(&s, "gpus", L->nodes > 0 ? L->nodes * L->gpus_per_node : -1);
+  if (sema_setting_get(&s, "gpus") && !sema_setting_get(&s, "nodes") && L->gpus > 0 && L->gpus_per_node > 0)
+    L->nodes = (L->gpus + L->gpus_per_node - 1) / L->gpus_per_node;
   if (m->has_cluster && m->cluster.nics_per_node == 0 && L->nodes > 1) {
-    Setting *x = sema_setting_get(&s, "nodes");
+    Setting *x = sema_setting_get(&s, sema_setting_get(&s, "nodes") ? "nodes" : "gpus");
     sema_error(S, x && !x->from_cli ? x->setting->value->span : span_none,
                "cluster %s has no network adapters (nics_per_node = 0): it cannot span %" PRId64 " nodes", L->cluster_name, L->nodes);
     if (x && x->from_cli && S->opts->cli_error) *S->opts->cli_error = 1;
     return;
   }
-  L->gpus = get_int(&s, "gpus", L->nodes > 0 ? L->nodes * L->gpus_per_node : -1);
-  if (sema_setting_get(&s, "gpus") && !sema_setting_get(&s, "nodes") && L->gpus > 0 && L->gpus_per_node > 0)
-    L->nodes = (L->gpus + L->gpus_per_node - 1) / L->gpus_per_node;
   /* On a shared machine (CPU ranks) the layout decides the rank count. */
   if (m->has_cluster && m->cluster.shared_device && !sema_setting_get(&s, "gpus") && !sema_setting_get(&s, "nodes") &&
       !sema_setting_get(&s, "gpus_per_node")) {
