@@ -304,7 +304,8 @@ Artifact *artifact_load(const char *dir, RtErr *e) {
   /* tokens per step: the runtime multiplies these (sequences per step, batch buffers) */
   int64_t tokens = a->seq_len;
   const int64_t factors[] = {a->layout.dp, a->micro_batch, a->num_micro_batches};
-  for (int i = 0; i < 3 && tokens <= ART_MAX_TOKENS; i++) tokens = factors[i] > ART_MAX_TOKENS / tokens ? ART_MAX_TOKENS + 1 : tokens * factors[i];
+  for (int i = 0; i < 3 && tokens >= 1 && tokens <= ART_MAX_TOKENS; i++)
+    tokens = factors[i] > ART_MAX_TOKENS / tokens ? ART_MAX_TOKENS + 1 : tokens * factors[i];
   if (!r.bad && tokens > ART_MAX_TOKENS)
     bad(&r, "layout", "micro_batch", "is implausibly large: dp x micro_batch x num_micro_batches x inputs.seq_len passes 2^40 tokens a step");
 
