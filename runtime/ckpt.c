@@ -755,6 +755,10 @@ Ckpt *ckpt_load(const char *path, RtErr *e) {
     rt_fail_errno(e, errno, "%s: the checkpoint's tensor file (named by %s) cannot be read", tpath, mpath);
     goto fail;
   }
+  if (!S_ISREG(st.st_mode)) {
+    rt_fail(e, "%s: the checkpoint's tensor file (named by %s) is not a regular file", tpath, mpath);
+    goto fail;
+  }
   int64_t want_bytes = json_integer_value(jbytes);
   if ((int64_t)st.st_size != want_bytes) {
     rt_fail(e, "%s: %s: the file has %" PRId64 " bytes, the manifest %s recorded %" PRId64, tpath,
