@@ -5,11 +5,12 @@
  * chunk file (stageS.hir). The manifest is written to a scratch folder
  * holding an empty program.so (what compiled manifests name) and read with
  * artifact_load; every parameter's size and per-layer names are then taken
- * as the runtime takes them. Each chunk is decoded from memory, and when its
- * header's payload length or CRC-32C does not match, decoded a second time
- * with them set right, so that the fuzzer gets past the checksum to the
- * records behind it. Any message is fine; a crash, a sanitizer report, a
- * leak or a hang is a bug. */
+ * as the runtime takes them, and the files the manifest lists are checked
+ * (artifact_check_files, with and without --allow-native). Each chunk is
+ * decoded from memory, and when its header's payload length or CRC-32C
+ * does not match, decoded a second time with them set right, so that the
+ * fuzzer gets past the checksum to the records behind it. Any message is
+ * fine; a crash, a sanitizer report, a leak or a hang is a bug. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +84,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (a) {
     fuzz_note("artifact_load: world size %d, %d params", a->world_size, a->nparams);
     use_artifact(a);
+    for (int allow_native = 0; allow_native < 2; allow_native++)
+      if (artifact_check_files(a, allow_native, &e) < 0) fuzz_note("artifact_check_files(%d): %s", allow_native, e.msg);
     artifact_free(a);
   } else {
     fuzz_note("artifact_load: %s", e.msg);
