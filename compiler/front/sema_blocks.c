@@ -527,7 +527,8 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
   L->gpus = get_int(&s, "gpus", L->nodes > 0 ? L->nodes * L->gpus_per_node : -1);
   if (sema_setting_get(&s, "gpus") && !sema_setting_get(&s, "nodes") && L->gpus > 0 && L->gpus_per_node > 0)
     L->nodes = (L->gpus + L->gpus_per_node - 1) / L->gpus_per_node;
-  if (m->has_cluster && m->cluster.nics_per_node == 0 && L->nodes > 1) {
+  /* (CPU ranks time-share one machine: their "nodes" are a rank count) */
+  if (m->has_cluster && !m->cluster.shared_device && m->cluster.nics_per_node == 0 && L->nodes > 1) {
     Setting *x = sema_setting_get(&s, sema_setting_get(&s, "nodes") ? "nodes" : "gpus");
     sema_error(S, x && !x->from_cli ? x->setting->value->span : span_none,
                "cluster %s has no network adapters (nics_per_node = 0): it cannot span %" PRId64 " nodes", L->cluster_name, L->nodes);
