@@ -115,6 +115,7 @@ static void read_param(Rd *r, const json_t *j, int idx, ArtParam *p, const Artif
     return;
   }
   p->rank = (int)json_array_size(shape);
+  int64_t numel = 1;
   for (int d = 0; d < p->rank; d++) {
     json_t *x = json_array_get(shape, (size_t)d);
     if (!json_is_integer(x) || json_integer_value(x) < 1) {
@@ -122,9 +123,18 @@ static void read_param(Rd *r, const json_t *j, int idx, ArtParam *p, const Artif
       return;
     }
     p->shape[d] = json_integer_value(x);
+    if (p->shape[d] > ART_MAX_ELEMENTS / numel) {
+      bad(r, where, "shape", "is implausibly large (more than 2^48 elements)");
+      return;
+    }
+    numel *= p->shape[d];
   }
   p->count = 1;
   get_i64(r, j, where, "count", 1, &p->count);
+  if (!r->bad && p->count > ART_MAX_ELEMENTS / numel) {
+    bad(r, where, "count", "is implausibly large (its copies hold more than 2^48 elements)");
+    return;
+  }
   if (p->count > 1 && !strstr(p->name, "{i}")) bad(r, where, "name", "of a parameter with count > 1 must contain {i}");
   p->weight_decay = p->rank >= 2;
   get_bool(r, j, where, "weight_decay", &p->weight_decay);
@@ -273,9 +283,14 @@ Artifact *artifact_load(const char *dir, RtErr *e) {
     if (!(a->topk_ratio > 0 && a->topk_ratio <= 1)) bad(&r, "layout", "topk_ratio", "must be in (0, 1]");
     get_bool(&r, lay, "layout", "error_feedback", &a->error_feedback);
   }
-  if (!r.bad && comm_layout_size(&a->layout) != a->world_size) {
+  /* in 64 bits, one factor at a time: four degrees of up to 2^30 overflow an int */
+  int64_t layout_ranks = 1;
+  const int degrees[] = {a->layout.dp, a->layout.tp, a->layout.pp, a->layout.cp};
+  for (int i = 0; i < 4 && layout_ranks <= INT32_MAX; i++) layout_ranks *= degrees[i];
+  if (!r.bad && layout_ranks != a->world_size) {
     char msg[160];
-    snprintf(msg, sizeof msg, "is %d, but dp x tp x pp x cp = %d", a->world_size, comm_layout_size(&a->layout));
+    if (layout_ranks > INT32_MAX) snprintf(msg, sizeof msg, "is %d, but dp x tp x pp x cp is more than 2^31", a->world_size);
+    else snprintf(msg, sizeof msg, "is %d, but dp x tp x pp x cp = %" PRId64, a->world_size, layout_ranks);
     bad(&r, "", "world_size", msg);
   }
 
@@ -286,6 +301,13 @@ Artifact *artifact_load(const char *dir, RtErr *e) {
     get_i64(&r, in, "inputs", "vocab", 1, &a->vocab);
   }
   if (!r.bad && a->seq_len < 1) bad(&r, "inputs", "seq_len", "is required (the sequence length of the token windows)");
+  /* tokens per step: the runtime multiplies these (sequences per step, batch buffers) */
+  int64_t tokens = a->seq_len;
+  const int64_t factors[] = {a->layout.dp, a->micro_batch, a->num_micro_batches};
+  for (int i = 0; i < 3 && tokens >= 1 && tokens <= ART_MAX_TOKENS; i++)
+    tokens = factors[i] > ART_MAX_TOKENS / tokens ? ART_MAX_TOKENS + 1 : tokens * factors[i];
+  if (!r.bad && tokens > ART_MAX_TOKENS)
+    bad(&r, "layout", "micro_batch", "is implausibly large: dp x micro_batch x num_micro_batches x inputs.seq_len passes 2^40 tokens a step");
 
   json_t *tr = json_object_get(root, "train");
   optim_defaults(&a->optim);

@@ -16,6 +16,13 @@
 
 enum { ART_MAX_RANK = CKPT_MAX_RANK };
 
+/* Bounds the reader enforces, so that no count the runtime forms from a
+ * manifest can overflow (a byte count of 16 x 2^48 still fits): a
+ * parameter's elements times its copies, and the tokens of a step
+ * (dp x micro_batch x num_micro_batches x seq_len). */
+#define ART_MAX_ELEMENTS ((int64_t)1 << 48)
+#define ART_MAX_TOKENS ((int64_t)1 << 40)
+
 typedef struct {
   char *name;             /* template: "blocks.{i}.attn.q_proj.weight" */
   CkptDtype dtype;        /* the stored precision (F32 in this version) */

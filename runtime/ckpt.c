@@ -272,39 +272,17 @@ static int cmp_span(const void *a, const void *b) {
   return x->end < y->end ? -1 : x->end > y->end;
 }
 
-CkptFile *ckpt_st_open(const char *path, RtErr *e) {
-  CkptFile *f = rt_calloc(1, sizeof *f);
+/* Validates the safetensors bytes [base, base + size) into f (its tensors
+ * point into them); messages name f->path. */
+static int st_parse(CkptFile *f, const unsigned char *base, int64_t size, RtErr *e) {
+  const char *path = f->path;
   Span *spans = NULL;
   json_t *root = NULL;
-  int fd = -1;
-  if (!f || !(f->path = rt_strdup(path))) {
-    rt_fail(e, "%s: out of memory", path);
-    goto fail;
-  }
-  fd = open(path, O_RDONLY);
-  if (fd < 0) {
-    rt_fail_errno(e, errno, "%s: cannot open the checkpoint", path);
-    goto fail;
-  }
-  struct stat st;
-  if (fstat(fd, &st) < 0) {
-    rt_fail_errno(e, errno, "%s: cannot stat", path);
-    goto fail;
-  }
-  int64_t size = (int64_t)st.st_size;
   f->file_bytes = size;
   if (size < 8) {
     rt_fail(e, "%s: truncated: %" PRId64 " bytes, shorter than the 8-byte header length of a safetensors file", path, size);
     goto fail;
   }
-  f->map_len = (size_t)size;
-  f->map = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (f->map == MAP_FAILED) {
-    f->map = NULL;
-    rt_fail_errno(e, errno, "%s: cannot map the file", path);
-    goto fail;
-  }
-  const unsigned char *base = f->map;
   uint64_t hlen;
   memcpy(&hlen, base, 8);
   if (hlen > 100000000u) { /* the reference implementation's limit */
@@ -369,11 +347,12 @@ CkptFile *ckpt_st_open(const char *path, RtErr *e) {
         goto fail;
       }
       t->shape[d] = json_integer_value(x);
-      numel *= t->shape[d];
-      if (numel > ((int64_t)1 << 50)) {
-        rt_fail(e, "%s: tensor %s: implausibly large", path, key);
+      /* checked before multiplying: 2^50 x 2^40 would overflow */
+      if (t->shape[d] && numel > ((int64_t)1 << 50) / t->shape[d]) {
+        rt_fail(e, "%s: tensor %s: implausibly large: the shape passes 2^50 elements at dimension %d", path, key, d);
         goto fail;
       }
+      numel *= t->shape[d];
     }
     int64_t b = json_integer_value(json_array_get(jo, 0)), en = json_integer_value(json_array_get(jo, 1));
     if (b < 0 || en < b) {
@@ -419,15 +398,67 @@ CkptFile *ckpt_st_open(const char *path, RtErr *e) {
   }
   rt_free(spans);
   json_decref(root);
-  close(fd);
-  return f;
+  return 0;
 fail:
   rt_free(spans);
   json_decref(root);
+  return -1;
+}
+
+CkptFile *ckpt_st_open(const char *path, RtErr *e) {
+  CkptFile *f = rt_calloc(1, sizeof *f);
+  int fd = -1;
+  if (!f || !(f->path = rt_strdup(path))) {
+    rt_fail(e, "%s: out of memory", path);
+    goto fail;
+  }
+  fd = open(path, O_RDONLY);
+  if (fd < 0) {
+    rt_fail_errno(e, errno, "%s: cannot open the checkpoint", path);
+    goto fail;
+  }
+  struct stat st;
+  if (fstat(fd, &st) < 0) {
+    rt_fail_errno(e, errno, "%s: cannot stat", path);
+    goto fail;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    rt_fail(e, "%s: not a regular file", path);
+    goto fail;
+  }
+  int64_t size = (int64_t)st.st_size;
+  if (size >= 8) { /* shorter: st_parse says truncated (mmap refuses 0 bytes) */
+    f->map_len = (size_t)size;
+    f->map = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (f->map == MAP_FAILED) {
+      f->map = NULL;
+      rt_fail_errno(e, errno, "%s: cannot map the file", path);
+      goto fail;
+    }
+  }
+  if (st_parse(f, f->map, size, e) < 0) goto fail;
+  close(fd);
+  return f;
+fail:
   if (fd >= 0) close(fd);
   ckpt_st_close(f);
   return NULL;
 }
+
+CkptFile *ckpt_st_open_mem(const char *name, const void *buf, size_t len, RtErr *e) {
+  CkptFile *f = rt_calloc(1, sizeof *f);
+  if (!f || !(f->path = rt_strdup(name))) {
+    rt_fail(e, "%s: out of memory", name);
+    ckpt_st_close(f);
+    return NULL;
+  }
+  if (st_parse(f, buf, (int64_t)len, e) < 0) {
+    ckpt_st_close(f);
+    return NULL;
+  }
+  return f;
+}
+
 
 int ckpt_st_read_f32(const CkptTensor *t, float *out, RtErr *e) {
   int64_t n = ckpt_numel(t);
@@ -708,8 +739,8 @@ Ckpt *ckpt_load(const char *path, RtErr *e) {
   json_t *jbytes = json_object_get(m, "file_bytes"), *jtens = json_object_get(m, "tensors"), *jstep = json_object_get(m, "step");
   uint32_t want_hcrc;
   if (!fmt || strcmp(fmt, "hpdl-checkpoint") || !tf || strchr(tf, '/') || !json_is_integer(jbytes) || !json_is_object(jtens) ||
-      !json_is_integer(jstep) || parse_hex32(json_object_get(m, "header_crc32c"), &want_hcrc) < 0) {
-    rt_fail(e, "%s: not an hpdl checkpoint manifest (format, step, tensors_file, file_bytes, header_crc32c, tensors)", mpath);
+      !json_is_integer(jstep) || json_integer_value(jstep) < 0 || parse_hex32(json_object_get(m, "header_crc32c"), &want_hcrc) < 0) {
+    rt_fail(e, "%s: not an hpdl checkpoint manifest (format, step >= 0, tensors_file, file_bytes, header_crc32c, tensors)", mpath);
     goto fail;
   }
   c->step = json_integer_value(jstep);
@@ -722,6 +753,10 @@ Ckpt *ckpt_load(const char *path, RtErr *e) {
   }
   if (stat(tpath, &st) < 0) {
     rt_fail_errno(e, errno, "%s: the checkpoint's tensor file (named by %s) cannot be read", tpath, mpath);
+    goto fail;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    rt_fail(e, "%s: the checkpoint's tensor file (named by %s) is not a regular file", tpath, mpath);
     goto fail;
   }
   int64_t want_bytes = json_integer_value(jbytes);

@@ -25,6 +25,7 @@
 #define HPDL_CKPT_H
 
 #include <jansson.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "rt.h"
@@ -81,6 +82,9 @@ typedef struct CkptFile CkptFile;
  * offset, the buffer covered exactly, the file size. Errors say which
  * tensor and which byte. */
 CkptFile *ckpt_st_open(const char *path, RtErr *e);
+/* The same checks on a file's bytes already in memory (`name` for the
+ * messages); the tensors point into buf, which must outlive the CkptFile. */
+CkptFile *ckpt_st_open_mem(const char *name, const void *buf, size_t len, RtErr *e);
 void ckpt_st_close(CkptFile *f);
 int ckpt_st_count(const CkptFile *f);
 const CkptTensor *ckpt_st_tensor(const CkptFile *f, int i);

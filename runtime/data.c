@@ -19,6 +19,48 @@ static int32_t le32(const unsigned char *p) {
   return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
 }
 
+/* Checks a shard's header (its first DATA_HEADER_BYTES bytes) against the
+ * file's size: the token width and count, or -1 with a message. */
+static int check_header(const char *path, const unsigned char *hdr, int64_t size, int *version, int *token_bytes, int32_t *ntokens,
+                        RtErr *e) {
+  int32_t magic = le32(hdr), v = le32(hdr + 4), count = le32(hdr + 8);
+  int tb = 0;
+  if (magic == DATA_MAGIC) {
+    if (v == 1) tb = 2;
+    else if (v == 2) tb = 4;
+    else
+      return rt_fail(e, "%s: unsupported version %d at byte 4 (magic %d shards are version 1, uint16 tokens, or 2, uint32)", path,
+                     v, DATA_MAGIC);
+  } else if (magic == DATA_MAGIC_LLAMA3) {
+    if (v != 7)
+      return rt_fail(e, "%s: unsupported version %d at byte 4 (magic %d shards are version 7, uint32 tokens)", path, v,
+                     DATA_MAGIC_LLAMA3);
+    tb = 4;
+  } else {
+    return rt_fail(e, "%s: not a token shard: magic %d at byte 0, expected %d (llm.c's .bin layout: 256 int32 header, then tokens)",
+                   path, magic, DATA_MAGIC);
+  }
+  if (count < 0) return rt_fail(e, "%s: negative token count %d at byte 8", path, count);
+  int64_t want = DATA_HEADER_BYTES + (int64_t)count * tb;
+  if (size < want)
+    return rt_fail(e,
+                   "%s: truncated: the header (byte 8) announces %d tokens, which end at byte %" PRId64
+                   ", but the file ends at byte %" PRId64 " (token %" PRId64 " is the first missing one)",
+                   path, count, want, size, (size - DATA_HEADER_BYTES) / tb);
+  if (size > want)
+    return rt_fail(e, "%s: %" PRId64 " unexpected bytes after the %d tokens the header (byte 8) announces, from byte %" PRId64, path,
+                   size - want, count, want);
+  *version = v;
+  *token_bytes = tb;
+  *ntokens = count;
+  return 0;
+}
+
+static int too_short(const char *path, int64_t size, RtErr *e) {
+  return rt_fail(e, "%s: truncated: %" PRId64 " bytes, shorter than the %d-byte header of a token shard", path, size,
+                 DATA_HEADER_BYTES);
+}
+
 int data_shard_open(DataShard *s, const char *path, RtErr *e) {
   memset(s, 0, sizeof *s);
   int fd = open(path, O_RDONLY);
@@ -33,8 +75,7 @@ int data_shard_open(DataShard *s, const char *path, RtErr *e) {
   unsigned char hdr[DATA_HEADER_BYTES];
   if (size < DATA_HEADER_BYTES) {
     close(fd);
-    return rt_fail(e, "%s: truncated: %" PRId64 " bytes, shorter than the %d-byte header of a token shard", path, size,
-                   DATA_HEADER_BYTES);
+    return too_short(path, size, e);
   }
   ssize_t got = pread(fd, hdr, sizeof hdr, 0);
   if (got != (ssize_t)sizeof hdr) {
@@ -42,44 +83,11 @@ int data_shard_open(DataShard *s, const char *path, RtErr *e) {
     close(fd);
     return rt_fail_errno(e, got < 0 ? err : EIO, "%s: cannot read the header", path);
   }
-  int32_t magic = le32(hdr), version = le32(hdr + 4), count = le32(hdr + 8);
-  int tb = 0;
-  if (magic == DATA_MAGIC) {
-    if (version == 1) tb = 2;
-    else if (version == 2) tb = 4;
-    else {
-      close(fd);
-      return rt_fail(e, "%s: unsupported version %d at byte 4 (magic %d shards are version 1, uint16 tokens, or 2, uint32)",
-                     path, version, DATA_MAGIC);
-    }
-  } else if (magic == DATA_MAGIC_LLAMA3) {
-    if (version != 7) {
-      close(fd);
-      return rt_fail(e, "%s: unsupported version %d at byte 4 (magic %d shards are version 7, uint32 tokens)", path, version,
-                     DATA_MAGIC_LLAMA3);
-    }
-    tb = 4;
-  } else {
+  int version = 0, tb = 0;
+  int32_t count = 0;
+  if (check_header(path, hdr, size, &version, &tb, &count, e) < 0) {
     close(fd);
-    return rt_fail(e, "%s: not a token shard: magic %d at byte 0, expected %d (llm.c's .bin layout: 256 int32 header, then tokens)",
-                   path, magic, DATA_MAGIC);
-  }
-  if (count < 0) {
-    close(fd);
-    return rt_fail(e, "%s: negative token count %d at byte 8", path, count);
-  }
-  int64_t want = DATA_HEADER_BYTES + (int64_t)count * tb;
-  if (size < want) {
-    close(fd);
-    return rt_fail(e,
-                   "%s: truncated: the header (byte 8) announces %d tokens, which end at byte %" PRId64
-                   ", but the file ends at byte %" PRId64 " (token %" PRId64 " is the first missing one)",
-                   path, count, want, size, (size - DATA_HEADER_BYTES) / tb);
-  }
-  if (size > want) {
-    close(fd);
-    return rt_fail(e, "%s: %" PRId64 " unexpected bytes after the %d tokens the header (byte 8) announces, from byte %" PRId64,
-                   path, size - want, count, want);
+    return -1;
   }
   s->path = rt_strdup(path);
   if (!s->path) {
@@ -100,6 +108,21 @@ int data_shard_open(DataShard *s, const char *path, RtErr *e) {
   s->token_bytes = tb;
   s->ntokens = count;
   s->tokens = (const unsigned char *)s->map + DATA_HEADER_BYTES;
+  return 0;
+}
+
+int data_shard_open_mem(DataShard *s, const char *name, const void *buf, size_t len, RtErr *e) {
+  memset(s, 0, sizeof *s);
+  int version = 0, tb = 0;
+  int32_t count = 0;
+  if (len < DATA_HEADER_BYTES) return too_short(name, (int64_t)len, e);
+  if (check_header(name, buf, (int64_t)len, &version, &tb, &count, e) < 0) return -1;
+  s->path = rt_strdup(name);
+  if (!s->path) return rt_fail(e, "%s: out of memory", name);
+  s->version = version;
+  s->token_bytes = tb;
+  s->ntokens = count;
+  s->tokens = (const unsigned char *)buf + DATA_HEADER_BYTES;
   return 0;
 }
 

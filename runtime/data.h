@@ -22,6 +22,7 @@
 #ifndef HPDL_DATA_H
 #define HPDL_DATA_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -41,13 +42,16 @@ typedef struct {
   int token_bytes; /* 2 or 4 */
   int64_t ntokens;
   const unsigned char *tokens; /* at byte 1024 of the mapping */
-  void *map;
+  void *map;        /* NULL for a shard read from memory (data_shard_open_mem) */
   size_t map_len;
 } DataShard;
 
 /* Opens and validates a shard: magic, version, header token count against
  * the file size. Errors name the file and the byte offset at fault. */
 int data_shard_open(DataShard *s, const char *path, RtErr *e);
+/* The same checks on a shard's bytes already in memory (`name` for the
+ * messages); the tokens point into buf, which must outlive the shard. */
+int data_shard_open_mem(DataShard *s, const char *name, const void *buf, size_t len, RtErr *e);
 void data_shard_close(DataShard *s);
 
 static inline uint32_t data_shard_token(const DataShard *s, int64_t i) {

@@ -11,8 +11,11 @@
 #      kernels are the same C++ under either build, and they are slow), and
 #      the cases whose code paths others cover (label sanitize_redundant:
 #      NVRTC's sm_80 beside sm_90, a few layouts), for the 15 minutes
-#   4. the libFuzzer target, built with clang in ./build-fuzz, run for about
-#      a minute over the samples, the standard library and the test inputs;
+#   4. the libFuzzer targets (fuzz/: the front end and every reader of
+#      outside bytes), built with clang in ./build-fuzz and run one after
+#      the other for HPDL_FUZZ_SECONDS in all: the front end a third, the
+#      readers the rest in equal shares, each over its seeds (fuzz/seeds.sh,
+#      from the release build's tools) and its corpus build-fuzz/corpus-<target>;
 #      any crash, sanitizer report, leak or hang fails
 #
 # A step whose build fails skips its tests; the other steps still run. The
@@ -25,6 +28,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build=${HPDL_BUILD_DIR:-build}
 asan_build=${HPDL_ASAN_BUILD_DIR:-build-asan}
 fuzz_build=${HPDL_FUZZ_BUILD_DIR:-build-fuzz}
+export HPDL_FUZZ_BUILD_DIR=$fuzz_build # fuzz/run.sh
 fuzz_seconds=${HPDL_FUZZ_SECONDS:-60}
 jobs=$(nproc 2>/dev/null || echo 2)
 ctest_jobs=2
@@ -94,58 +98,30 @@ else
 fi
 
 # ---- 4. fuzzing ---------------------------------------------------------------
-find_clang() {
-  if command -v clang >/dev/null 2>&1; then
-    command -v clang
-    return
-  fi
-  compgen -c clang- | grep -E '^clang-[0-9]+$' | sort -t- -k2 -n | tail -n 1
-}
-
-build_fuzzer() {
-  local cc
-  cc=$(find_clang)
-  if [ -z "$cc" ]; then
-    echo "test: no clang found; the fuzzer needs it (scripts/setup.sh installs it)" >&2
-    return 1
-  fi
-  # Every object is instrumented for coverage and checked by ASan and UBSan.
-  # Warnings are not errors here: the gcc builds above are the warning gate.
-  CC=$cc cmake -S . -B "$fuzz_build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHPDL_FUZZ=ON \
-    -DHPDL_WERROR=OFF \
-    "-DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" &&
-    cmake --build "$fuzz_build" -j "$jobs" --target fuzz_frontend
-}
-
-run_fuzzer() {
-  local corpus=$fuzz_build/corpus artifacts=$fuzz_build/artifacts seeds
-  mkdir -p "$corpus" "$artifacts"
-  # Seeds: every .hpd we have. The corpus folder keeps what earlier runs found.
-  seeds=0
-  while IFS= read -r -d '' f; do
-    cp -- "$f" "$corpus/seed-$(printf '%s' "$f" | tr '/' '_')"
-    seeds=$((seeds + 1))
-  done < <(find samples stdlib tests fuzz -name '*.hpd' -size -1024k -print0 2>/dev/null)
-  echo "fuzz: $seeds seed files, $(find "$corpus" -type f | wc -l) inputs in $corpus"
-  rm -f "$artifacts"/crash-* "$artifacts"/leak-* "$artifacts"/timeout-* "$artifacts"/oom-*
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    "$fuzz_build/bin/fuzz_frontend" -max_total_time="$fuzz_seconds" -timeout=10 \
-    -rss_limit_mb=2048 -print_final_stats=1 -dict=fuzz/hpd.dict \
-    -artifact_prefix="$artifacts/" "$corpus" 2>&1 | tail -n 80
-  local status=${PIPESTATUS[0]}
-  if [ "$status" -ne 0 ]; then
-    echo "fuzz: FAILED; the input that broke it is in $artifacts/:"
-    ls -l "$artifacts"
-    echo "fuzz: reproduce with: $fuzz_build/bin/fuzz_frontend $artifacts/<file>"
-  fi
+# fuzz/run.sh builds and runs the targets; the time is split so that the
+# step costs what the front end's minute alone did.
+fuzz_readers=(ckpt data artifact cluster)
+run_fuzzers() {
+  local t0 left front each status=0
+  t0=$(date +%s)
+  # seeds from the release build's tools (step 2); without them, from the
+  # repository's files and the corpora alone. Their few seconds come out of
+  # the fuzzing time.
+  bash fuzz/run.sh seeds "$build/bin"
+  left=$((fuzz_seconds - ($(date +%s) - t0)))
+  front=$((left / 3))
+  [ "$front" -lt 1 ] && front=1
+  each=$(((left - front) / ${#fuzz_readers[@]}))
+  [ "$each" -lt 1 ] && each=1
+  bash fuzz/run.sh run "$front" frontend || status=1
+  bash fuzz/run.sh run "$each" "${fuzz_readers[@]}" || status=1
   return "$status"
 }
 
-step "libFuzzer target in $fuzz_build/"
-if timed "build (fuzzer)" build_fuzzer; then
-  step "Fuzzing the front end for ${fuzz_seconds}s"
-  timed "fuzz (${fuzz_seconds}s)" run_fuzzer
+step "libFuzzer targets in $fuzz_build/"
+if timed "build (fuzzers)" bash fuzz/run.sh build; then
+  step "Fuzzing for ${fuzz_seconds}s: the front end, then ${fuzz_readers[*]}"
+  timed "fuzz (${fuzz_seconds}s)" run_fuzzers
 else
   skipped "fuzz"
 fi

@@ -206,6 +206,10 @@ typedef struct {
   int64_t vocab_pad; /* > 0: vocabulary-sized split dimensions padded to a multiple of vocab_pad x tensor; 0: none */
 } SemLayout;
 
+/* Bounds on a cluster's and a layout's node counts, so that nodes x
+ * devices per node cannot overflow (sema_blocks.c). */
+enum { SEM_MAX_NODES = 1 << 20, SEM_MAX_GPUS_PER_NODE = 1 << 12 };
+
 /* A cluster: from the catalog or a `cluster` declaration. */
 typedef struct {
   const char *name;

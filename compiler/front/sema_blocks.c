@@ -388,6 +388,13 @@ static const char *normalize_name(Sema *S, const char *name) {
   return s;
 }
 
+/* An error at a setting whose value no real machine has. */
+static void implausible(Sema *S, Settings *s, const char *key, const char *unit, const char *why) {
+  Setting *x = sema_setting_get(s, key);
+  sema_error(S, x && x->setting ? x->setting->value->span : span_none, "'%s' = %s%s is implausible: %s", key,
+             x ? val_str(S->arena, &x->value) : "?", unit, why);
+}
+
 int sema_read_cluster_decl(Sema *S, const AstDecl *decl, SemCluster *c) {
   Settings s;
   int before = diag_error_count(S->diag);
@@ -419,6 +426,18 @@ int sema_read_cluster_decl(Sema *S, const AstDecl *decl, SemCluster *c) {
   if (c->gpus_per_node < 1 || c->nodes < 1) {
     sema_error(S, decl->span, "a cluster has at least one node and one device per node");
     return 0;
+  }
+  /* Figures beyond any machine: counts that would overflow when the layout
+   * multiplies them, times the planner would print as inf or 1e300 s. */
+  if (c->gpus_per_node > SEM_MAX_GPUS_PER_NODE)
+    implausible(S, &s, "gpus_per_node", "", "a node holds at most 4096 devices");
+  if (c->nodes > SEM_MAX_NODES) implausible(S, &s, "nodes", "", "a cluster has at most 2^20 nodes");
+  if (c->nics_per_node > SEM_MAX_GPUS_PER_NODE) implausible(S, &s, "nics_per_node", "", "a node holds at most 4096 network adapters");
+  static const char *const bandwidths[] = {"intra_bandwidth", "inter_bandwidth"}, *const latencies[] = {"intra_latency", "inter_latency"};
+  for (int k = 0; k < 2; k++) {
+    double bw = get_float(&s, bandwidths[k], 1), lat = get_float(&s, latencies[k], 0);
+    if (!(bw >= 1 && bw <= 1e18)) implausible(S, &s, bandwidths[k], " B/s", "a bandwidth is between 1 B/s and 1 EB/s (1e18 B/s)");
+    if (!(lat <= 3600)) implausible(S, &s, latencies[k], " s", "a latency is at most an hour");
   }
   return diag_error_count(S->diag) == before;
 }
@@ -491,9 +510,31 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
   L->cluster_name = m->has_cluster ? m->cluster.name : cluster_name;
   L->gpus_per_node = get_int(&s, "gpus_per_node", m->has_cluster ? m->cluster.gpus_per_node : 1);
   L->nodes = get_int(&s, "nodes", m->has_cluster ? m->cluster.nodes : 1);
+  /* bounded before they multiply (a cluster's own figures are, when read) */
+  const int64_t limits[] = {SEM_MAX_NODES, SEM_MAX_GPUS_PER_NODE, (int64_t)SEM_MAX_NODES * SEM_MAX_GPUS_PER_NODE};
+  const int64_t values[] = {L->nodes, L->gpus_per_node, get_int(&s, "gpus", 0)};
+  static const char *const counted[] = {"nodes", "gpus_per_node", "gpus"};
+  static const char *const limit_text[] = {"a layout spans at most 2^20 nodes", "a node holds at most 4096 devices",
+                                           "a layout has at most 2^32 devices"};
+  for (int k = 0; k < 3; k++)
+    if (values[k] > limits[k]) {
+      Setting *x = sema_setting_get(&s, counted[k]);
+      sema_error(S, x && !x->from_cli ? x->setting->value->span : span_none, "'%s' = %" PRId64 " is implausible: %s", counted[k],
+                 values[k], limit_text[k]);
+      if (x && x->from_cli && S->opts->cli_error) *S->opts->cli_error = 1;
+      return;
+    }
   L->gpus = get_int(&s, "gpus", L->nodes > 0 ? L->nodes * L->gpus_per_node : -1);
   if (sema_setting_get(&s, "gpus") && !sema_setting_get(&s, "nodes") && L->gpus > 0 && L->gpus_per_node > 0)
     L->nodes = (L->gpus + L->gpus_per_node - 1) / L->gpus_per_node;
+  /* (CPU ranks time-share one machine: their "nodes" are a rank count) */
+  if (m->has_cluster && !m->cluster.shared_device && m->cluster.nics_per_node == 0 && L->nodes > 1) {
+    Setting *x = sema_setting_get(&s, sema_setting_get(&s, "nodes") ? "nodes" : "gpus");
+    sema_error(S, x && !x->from_cli ? x->setting->value->span : span_none,
+               "cluster %s has no network adapters (nics_per_node = 0): it cannot span %" PRId64 " nodes", L->cluster_name, L->nodes);
+    if (x && x->from_cli && S->opts->cli_error) *S->opts->cli_error = 1;
+    return;
+  }
   /* On a shared machine (CPU ranks) the layout decides the rank count. */
   if (m->has_cluster && m->cluster.shared_device && !sema_setting_get(&s, "gpus") && !sema_setting_get(&s, "nodes") &&
       !sema_setting_get(&s, "gpus_per_node")) {

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# seeds.sh - the seed corpora of the fuzz targets, made from real files:
+#
+#   seeds.sh BIN_DIR OUT_DIR
+#
+# BIN_DIR holds hpdlc, hpdlrun and hpdl-data (a release build's bin/); OUT_DIR
+# gets one folder per target (OUT_DIR/<target>/):
+#   frontend   every .hpd of samples/, stdlib/, tests/ and fuzz/
+#   ckpt       the checkpoint of a one-step run of a small gpt2-tiny
+#              (manifest, separator, tensor file) and its tensor file alone
+#   data       shards written by hpdl-data (8 configuration bytes, then the
+#              shards, separated)
+#   artifact   hpdlc compile of that model at 1 rank, pp=2 and dp=2 x tp=2
+#              (manifest, then each chunk file)
+#   cluster    the cluster files of samples/clusters/ and the tests
+# Every input of fuzz/regressions/<target>/ is a seed too. A tool that
+# fails costs its seeds only (with a warning); the script still exits 0 so
+# that the fuzzers run on what there is. OUT_DIR is emptied first.
+set -uo pipefail
+
+if [ $# -ne 2 ]; then
+  echo "usage: $0 BIN_DIR OUT_DIR" >&2
+  exit 2
+fi
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bin=$(cd "$1" 2>/dev/null && pwd) || {
+  echo "seeds: no folder $1: only the seeds of files in the repository" >&2
+  bin=/nonexistent
+}
+out=$2
+sep=$'\n<<<hpdl-fuzz-next-file>>>\n' # FUZZ_SEP of fuzz/fuzz_util.h
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+warn() { echo "seeds: $*; some seeds are missing" >&2; }
+
+# cat_sep FILE...: the files with the separator between them
+cat_sep() {
+  local first=1 f
+  for f in "$@"; do
+    [ $first = 1 ] || printf '%s' "$sep"
+    cat -- "$f"
+    first=0
+  done
+}
+join() { # join OUT FILE...
+  local o=$1
+  shift
+  cat_sep "$@" >"$o"
+}
+
+case $out in "" | / | "$root") echo "seeds: refusing to empty $out" >&2; exit 2 ;; esac
+rm -rf -- "$out"
+for t in frontend ckpt data artifact cluster; do
+  mkdir -p "$out/$t"
+  [ -d "$root/fuzz/regressions/$t" ] && cp -- "$root/fuzz/regressions/$t"/* "$out/$t/" 2>/dev/null
+done
+rm -f "$out"/*/*.expect
+
+# ---- frontend and cluster: files of the repository ----
+while IFS= read -r -d '' f; do
+  rel=${f#"$root"/}
+  cp -- "$f" "$out/frontend/seed-$(printf '%s' "$rel" | tr '/' '_')"
+done < <(find "$root/samples" "$root/stdlib" "$root/tests" "$root/fuzz" -name '*.hpd' -size -1024k -print0 2>/dev/null)
+for f in "$root"/samples/clusters/*.hpd; do cp -- "$f" "$out/cluster/"; done
+grep -l '^cluster ' "$root"/tests/errors/*.hpd 2>/dev/null | while read -r f; do cp -- "$f" "$out/cluster/"; done
+
+# ---- data: shards from hpdl-data ----
+small=(-D V=256 -D T=16 -D C=8 -D L=2 -D H=2)
+if "$bin/hpdl-data" --synthetic 3000 --shard-tokens 1000 -o "$work/d/tiny" >/dev/null; then
+  # the configuration bytes (fuzz_data.c): T=16, B=3, rank 0 of 2, shuffled, prefetched
+  { printf '\x0f\x02\x21\x03\x00\x05\x01\x00'; cat_sep "$work"/d/tiny_train_*.bin; } >"$out/data/train_shards"
+  { printf '\x07\x00\x00\x00\xff\x00\x00\x00'; cat "$work"/d/tiny_val_000000.bin; } >"$out/data/val_shard_vocab255"
+else
+  warn "hpdl-data failed"
+fi
+
+# ---- artifact and ckpt: hpdlc compile, then one step of hpdlrun ----
+compile() { # compile NAME FLAGS...
+  local name=$1
+  shift
+  "$bin/hpdlc" compile "$root/samples/gpt2-tiny.hpd" "${small[@]}" --target cpu "$@" -o "$work/$name" >/dev/null
+}
+if compile one; then
+  join "$out/artifact/one_rank" "$work/one/manifest.json" "$work/one/stage0.hir"
+else
+  warn "hpdlc compile failed"
+fi
+# the checkpoint of a smaller model still: fewer and shorter tensors, faster runs
+if compile ckmodel -D L=1 -D C=4 -D H=1 -D T=8 &&
+  "$bin/hpdlrun" "$work/ckmodel" --steps 1 --data "$work/d/tiny_train_*.bin" --checkpoint-dir "$work/ck" \
+    --progress quiet >/dev/null 2>&1; then
+  man=$(ls "$work"/ck/step-*.json | head -n 1)
+  join "$out/ckpt/checkpoint" "$man" "${man%.json}.safetensors"
+  cp -- "${man%.json}.safetensors" "$out/ckpt/tensors_only"
+else
+  warn "hpdlc compile or hpdlrun failed"
+fi
+if compile pp2 --pp 2 --gpus 2; then
+  join "$out/artifact/pp2" "$work/pp2/manifest.json" "$work"/pp2/stage*.hir
+else
+  warn "hpdlc compile --pp 2 failed"
+fi
+if compile dp2tp2 --dp 2 --tp 2 --gpus 4; then
+  join "$out/artifact/dp2_tp2" "$work/dp2tp2/manifest.json" "$work/dp2tp2/stage0.hir"
+else
+  warn "hpdlc compile --dp 2 --tp 2 failed"
+fi
+
+for t in frontend ckpt data artifact cluster; do
+  printf 'seeds: %-9s %3d inputs\n' "$t" "$(find "$out/$t" -type f | wc -l)"
+done
+exit 0
