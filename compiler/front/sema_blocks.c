@@ -535,6 +535,27 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
     if (x && x->from_cli && S->opts->cli_error) *S->opts->cli_error = 1;
     return;
   }
+  /* Degrees beyond any machine are refused before they multiply (four
+   * degrees of 2^20 overflow 64 bits): each, and their product, at most 2^32. */
+  {
+    static const char *const keys[] = {"data", "tensor", "pipeline", "context", "virtual"};
+    double prod = 1;
+    for (int k = 0; k < 5; k++) {
+      Setting *x = sema_setting_get(&s, keys[k]);
+      int64_t v = get_int(&s, keys[k], 1);
+      if (v > ((int64_t)1 << 32)) {
+        sema_error(S, x ? x->span : (decl ? decl->span : span_none), "'%s' = %" PRId64 " is more than any machine has (at most 2^32)", keys[k], v);
+        if (x && x->from_cli && S->opts->cli_error) *S->opts->cli_error = 1;
+        return;
+      }
+      if (k < 4) prod *= (double)(v > 0 ? v : 1);
+    }
+    if (prod > 4294967296.0) {
+      sema_error(S, decl ? decl->span : span_none,
+                 "data x tensor x pipeline x context = %.4g devices, more than any machine has (at most 2^32)", prod);
+      return;
+    }
+  }
   /* On a shared machine (CPU ranks) the layout decides the rank count. */
   if (m->has_cluster && m->cluster.shared_device && !sema_setting_get(&s, "gpus") && !sema_setting_get(&s, "nodes") &&
       !sema_setting_get(&s, "gpus_per_node")) {
