@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -871,9 +872,12 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
   int64_t sleep_ms = rt_fault("step-sleep-ms"); /* tests: a slow step to signal in */
   /* tests: a NaN in the first value of each owned shard of parameter nan_param's gradient at step nan_step */
   int64_t nan_step = rt_fault("grad-nan-step"), nan_param = rt_fault("grad-nan-param");
+  /* tests: rank die_rank killed (SIGKILL) at the start of step die_step */
+  int64_t die_step = rt_fault("rank-die-step"), die_rank = rt_fault("rank-die-rank");
   for (int64_t s = R.start_step; s < end; s++) {
     for (struct timespec ts = {sleep_ms / 1000, (long)(sleep_ms % 1000) * 1000000L}; sleep_ms > 0 && nanosleep(&ts, &ts) < 0 && errno == EINTR;) {
     }
+    if (s + 1 == die_step && R.me == (die_rank > 0 ? die_rank : 0)) raise(SIGKILL);
     double t0 = rt_now(), tp = t0;
     R.ctx.step = s;
     for (int k = 0; k < R.nmicro; k++) {

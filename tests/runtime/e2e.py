@@ -612,6 +612,27 @@ def case_failed_write():
     check(latest(ck) == 10 and not any(".tmp." in f for f in os.listdir(ck)), "nothing partial left")
 
 
+def case_rank_dies():
+    """Rank 1 of 4 (dp 2 x tp 2) is killed (SIGKILL) at step 3: every rank is out
+    within seconds, hpdlrun exits non-zero saying a rank died of signal 9, and
+    the checkpoint of step 2 stays the latest, intact."""
+    need_mpi()
+    import time
+    art = make_artifact("rank_dies", dp=2, tp=2, steps=10)
+    ck = os.path.join(work("rank_dies"), "ck")
+    shutil.rmtree(ck, ignore_errors=True)
+    t0 = time.time()
+    p = hpdlrun(art, "--checkpoint-dir", ck, "--checkpoint-every", "2", "--progress", "quiet", expect=None,
+                env={"HPDL_FAULT": "rank-die-step=3,rank-die-rank=1"})
+    took = time.time() - t0
+    check(p.returncode != 0, "the job failed")
+    check("a rank died of signal 9 (Killed)" in p.stderr, f"the message: {p.stderr}")
+    check(took < 30, f"the ranks took {took:.1f} s to stop")
+    check(latest(ck) == 2, f"the latest checkpoint is {latest(ck)}")
+    ckpt(ck, 2)
+    print(f"rank_dies: out in {took:.1f} s: {p.stderr.strip().splitlines()[-1]}")
+
+
 def case_unwritable_checkpoint():
     """A checkpoint folder that cannot be made (a file is in the way) fails before
     the first step, naming the path, on 2 ranks: no step is run to be lost."""
