@@ -32,6 +32,17 @@ int sem_dtype_is_float(DType t);
 
 enum { SEM_MAX_RANK = 8 };
 
+/* Bounds on what a model may ask for, so that no count the compiler, the
+ * planner or the runtime forms overflows 64 bits and no hostile -D makes
+ * them allocate terabytes (docs/reliability.md). A parameter, all its
+ * copies in a repeat together: 2^48 elements (1 PB in fp32; the artifact
+ * reader enforces the same, ART_MAX_ELEMENTS). One value of a micro-batch
+ * before partitioning: 2^50 elements (4.5 PB in fp32). A repeat: 65,536
+ * layers (published models have at most a few hundred). */
+#define SEM_MAX_PARAM_ELEMENTS ((int64_t)1 << 48)
+#define SEM_MAX_VALUE_ELEMENTS ((int64_t)1 << 50)
+#define SEM_MAX_REPEAT ((int64_t)65536)
+
 /* ---- parameters ---- */
 typedef enum { SHARD_REPLICATED, SHARD_COLUMN, SHARD_ROW, SHARD_VOCAB } ShardKind;
 const char *sem_shard_name(ShardKind k);

@@ -36,3 +36,11 @@ foreach(dir ${HPDL_FUZZ_REGRESSION_DIRS})
     set_tests_properties(reliability.${target}.${name} PROPERTIES LABELS reliability TIMEOUT 60)
   endforeach()
 endforeach()
+
+# Sizes no machine holds (a hidden size, vocabulary, sequence or layer count
+# given with -D) and import chains deeper than the loader's limit: refused
+# with the line that asks for them, within 30 s and 2 GiB.
+add_test(NAME reliability.hostile_sizes
+         COMMAND bash ${HPDL_TEST_DIR}/reliability/hostile_sizes.sh $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR}/samples)
+set_tests_properties(reliability.hostile_sizes PROPERTIES LABELS reliability TIMEOUT 300
+                     ENVIRONMENT "HPDL_STDLIB=${HPDL_STDLIB_DIR}")

@@ -150,6 +150,19 @@ static int load_one(Loader *L, const char *path, const char *display, Span from)
   }
   for (int i = 0; i < L->paths.len; i++)
     if (strcmp(L->paths.items[i], canon) == 0) return 1; /* already loaded */
+  /* The loader recurses once a file; a chain of imports deeper than any
+   * program needs is refused before the stack runs out. */
+  if (L->stack.len >= LOAD_MAX_IMPORT_DEPTH) {
+    diag_error(L->diag, from, "imports nested deeper than %d files", LOAD_MAX_IMPORT_DEPTH);
+    diag_note(L->diag, span_none, "%s is imported at the end of a chain that starts at %s", canon,
+              (char *)L->stack.items[0]);
+    diag_hint(L->diag, "import the files a program needs from fewer levels");
+    return 0;
+  }
+  if (L->paths.len >= LOAD_MAX_FILES) {
+    diag_error(L->diag, from, "the program imports more than %d files", LOAD_MAX_FILES);
+    return 0;
+  }
   size_t len = 0;
   char *text = load_read_file(L->arena, path, &len);
   if (!text) {

@@ -12,6 +12,8 @@
 
 /* Files larger than this are refused with an error instead of being read. */
 enum { LOAD_MAX_FILE_BYTES = 64 * 1024 * 1024 };
+/* A program's imports: at most this deep a chain, and this many files. */
+enum { LOAD_MAX_IMPORT_DEPTH = 256, LOAD_MAX_FILES = 4096 };
 
 typedef struct {
   AstFile **files; /* the root first, then imports in load order */

@@ -316,6 +316,12 @@ static SemChild *add_child(Sema *S, LayerBox *box, const AstStmt *st) {
       sema_error(S, v->u.repeat.count->span, "the repeat count must be at least 1, not %" PRId64, repeat);
       return NULL;
     }
+    if (repeat > SEM_MAX_REPEAT) {
+      sema_error(S, v->u.repeat.count->span, "the repeat count %" PRId64 " is more than %" PRId64 " layers", repeat,
+                 SEM_MAX_REPEAT);
+      diag_hint(S->diag, "published models have at most a few hundred layers; is a size given for the layer count?");
+      return NULL;
+    }
     call = v->u.repeat.call;
     if (call->kind != EX_CALL || call->u.call.callee->kind != EX_NAME) {
       sema_error(S, call->span, "repeat needs a layer instantiation: repeat N Layer(args)");
@@ -387,6 +393,12 @@ static void elaborate_item(Sema *S, LayerBox *box, const AstStmt *st) {
         sema_error(S, st->u.param.type->span, "parameter '%s' has more elements than fit in 64 bits", p->name);
         ok = 0;
       }
+    }
+    if (ok && p->numel > SEM_MAX_PARAM_ELEMENTS) {
+      sema_error(S, st->u.param.type->span, "parameter '%s' has %.3g elements, more than a tensor may hold (2^48 = %.3g)",
+                 p->name, (double)p->numel, (double)SEM_MAX_PARAM_ELEMENTS);
+      diag_hint(S->diag, "2^48 fp32 values are 1 PB; is a size or a -D value too large?");
+      ok = 0;
     }
     ok &= eval_init(S, box->env, st->u.param.init, &p->init);
     ok &= eval_shard(S, box->env, st->u.param.shard, &p->shard);

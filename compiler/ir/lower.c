@@ -8,6 +8,7 @@
 typedef struct {
   Arena *arena;
   Diag *diag;
+  int too_large; /* a value beyond SEM_MAX_VALUE_ELEMENTS was reported */
   IrModule *m;
   const SemModel *model;
   int64_t micro_batch;
@@ -77,9 +78,46 @@ static int concrete_dims(Lower *L, const TensorType *t, int64_t *dims, Span at) 
   return 1;
 }
 
+/* The shape as text, for messages: [64, 99999999999, 50257]. */
+static const char *shape_str(Lower *L, int rank, const int64_t *dims) {
+  char buf[SEM_MAX_RANK * 24 + 4];
+  size_t n = 0;
+  buf[n++] = '[';
+  for (int i = 0; i < rank; i++)
+    n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%" PRId64, i ? ", " : "", dims[i]);
+  snprintf(buf + n, sizeof buf - n, "]");
+  return arena_strdup(L->arena, buf);
+}
+
+/* A value larger than SEM_MAX_VALUE_ELEMENTS is refused where the source
+ * makes it (once: the values after it are as large), before any later
+ * phase multiplies its size into a byte count. */
+static int value_too_large(Lower *L, int rank, const int64_t *dims, Span at) {
+  int64_t numel = 1;
+  for (int i = 0; i < rank; i++) {
+    if (dims[i] > 0 && numel > SEM_MAX_VALUE_ELEMENTS / dims[i]) {
+      numel = SEM_MAX_VALUE_ELEMENTS + 1;
+      break;
+    }
+    numel *= dims[i];
+  }
+  if (numel <= SEM_MAX_VALUE_ELEMENTS) return 0;
+  if (!L->too_large) {
+    double exact = 1;
+    for (int i = 0; i < rank; i++) exact *= (double)dims[i];
+    diag_error(L->diag, at, "this value would be %s: %.3g elements a micro-batch, more than any machine holds (2^50 = %.3g)",
+               shape_str(L, rank, dims), exact, (double)SEM_MAX_VALUE_ELEMENTS);
+    diag_hint(L->diag, "2^50 fp32 values are 4.5 PB; is a size, the micro-batch or a -D value too large?");
+  }
+  L->too_large = 1;
+  L->failed = 1;
+  return 1;
+}
+
 static int add_node(Lower *L, Inv *v, IrOp op, const int *in, int nin, const int64_t *attr, int nattr, double fattr,
                     DType dtype, int rank, const int64_t *dims, Span at, const char *name) {
   const char *why = NULL;
+  if (value_too_large(L, rank, dims, at)) return -1;
   int id = ir_add(v->g, op, in, nin, attr, nattr, fattr, dtype, rank, dims, &why);
   if (id < 0) {
     diag_error(L->diag, at, "internal error lowering %s: %s", ir_op_name(op), why ? why : "?");
@@ -113,6 +151,15 @@ static int param_node(Lower *L, Inv *v, const SemParam *p, const char *full) {
     ip.count = v->count;
     ip.span = p->span;
     ip.split_axis = -1; /* whole until partitioned */
+    int64_t numel = 1;
+    for (int k = 0; k < ip.rank; k++) numel *= ip.dims[k]; /* <= 2^48: sema bounds it */
+    if (v->count > 1 && numel > SEM_MAX_PARAM_ELEMENTS / v->count) {
+      diag_error(L->diag, p->span, "parameter %s: %" PRId64 " copies of %" PRId64
+                 " elements are more than the parameters of one repeat may hold (2^48 = %.3g)",
+                 full, v->count, numel, (double)SEM_MAX_PARAM_ELEMENTS);
+      L->failed = 1;
+      return -1;
+    }
     index = ir_add_param(L->m, &ip);
   }
   for (int i = 0; i < v->g->nnodes; i++)
