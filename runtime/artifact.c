@@ -323,6 +323,14 @@ Artifact *artifact_load(const char *dir, RtErr *e) {
     get_str(&r, tr, "train", "data", &a->data);
     get_bool(&r, tr, "train", "shuffle", &a->shuffle);
     get_f64(&r, tr, "train", "clip", &a->optim.clip);
+    get_str(&r, tr, "train", "precision", &a->precision);
+    if (a->precision && strcmp(a->precision, "fp32") && strcmp(a->precision, "bf16") && strcmp(a->precision, "fp16"))
+      bad(&r, "train", "precision", "must be fp32, bf16 or fp16");
+    get_f64(&r, tr, "train", "loss_scale", &a->loss_scale);
+    /* a static scale is a power of two in [1, 2^64] or any finite value
+     * there: beyond it a gradient times the scale overflows fp32 */
+    if (!(a->loss_scale == 0 || (a->loss_scale >= 1 && a->loss_scale <= 18446744073709551616.0)))
+      bad(&r, "train", "loss_scale", "must be 0 (dynamic) or a number in [1, 2^64]");
     json_t *op = json_object_get(tr, "optimizer");
     if (op) {
       char *kind = NULL, *decay = NULL;
@@ -452,6 +460,7 @@ void artifact_free(Artifact *a) {
   rt_free(a->schedule);
   rt_free(a->data);
   rt_free(a->ckpt_dir);
+  rt_free(a->precision);
   rt_free(a->program_kind);
   rt_free(a->program_name);
   rt_free(a);

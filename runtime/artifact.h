@@ -58,6 +58,8 @@ typedef struct {
   char *data;
   int shuffle;
   OptimConfig optim;
+  char *precision;        /* "fp32", "bf16", "fp16" (the train block's) */
+  double loss_scale;      /* fp16: 0 = dynamic, else the static scale */
   int64_t ckpt_every, ckpt_keep;
   char *ckpt_dir;
   int ckpt_async;

@@ -77,7 +77,25 @@ typedef struct {
   int thr_live;
   SaveJob *job;
   char last_ckpt[4096];
+  /* fp16's loss scale (docs/runtime.md, "Loss scaling"): the step's seed is
+   * multiplied by scale and the gradients divided by it before the norm and
+   * the update; a step whose gradients are not finite is skipped. */
+  int scaling, scale_dynamic;
+  double scale;
+  int64_t scale_good;     /* finite steps since the scale last changed */
+  int64_t scale_window;   /* grow after this many */
+  int64_t skipped;        /* steps skipped, since step 0 */
+  int64_t updates;        /* optimizer updates applied (Adam's t) */
 } Run;
+
+/* Dynamic loss scaling as PyTorch's torch.amp.GradScaler does it by default
+ * (init_scale 2^16, growth_factor 2, backoff_factor 0.5, growth_interval
+ * 2000); a scale that would fall below 1 ends the run as diverged, as
+ * Megatron-LM's --min-loss-scale (default 1) bounds it. Micikevicius et al.
+ * 2018, "Mixed Precision Training", section 3.2. */
+#define LOSS_SCALE_INIT 65536.0
+#define LOSS_SCALE_WINDOW 2000
+#define LOSS_SCALE_MIN 1.0
 
 /* ---- agreement and fatal errors ---- */
 
@@ -298,12 +316,16 @@ static int load_program(Run *R, RtErr *e) {
 static json_t *ckpt_info_json(Run *R, int64_t step) {
   const Artifact *a = R->a;
   int64_t per_step = (int64_t)a->layout.dp * a->micro_batch * a->num_micro_batches;
-  return json_pack("{s:I, s:s?, s:s, s:s, s:I, s:{s:I, s:b}, s:i, s:{s:i, s:i, s:i, s:i, s:I, s:I}}", "step", (json_int_t)step,
+  json_t *info = json_pack("{s:I, s:s?, s:s, s:s, s:I, s:{s:I, s:b}, s:i, s:{s:i, s:i, s:i, s:i, s:I, s:I}, s:I}", "step", (json_int_t)step,
                    "model", a->model, "program", a->program_kind, "optimizer", optim_kind_name(R->opt.kind), "seed",
                    (json_int_t)R->seed, "data", "sequences", (json_int_t)(R->data_start + (step - R->start_step) * per_step),
                    "shuffle", a->shuffle, "world_size", R->c->world_size, "layout", "dp", a->layout.dp, "tp", a->layout.tp, "pp",
                    a->layout.pp, "cp", a->layout.cp, "micro_batch", (json_int_t)a->micro_batch, "num_micro_batches",
-                   (json_int_t)a->num_micro_batches);
+                   (json_int_t)a->num_micro_batches, "updates", (json_int_t)R->updates);
+  if (R->scaling)
+    json_object_set_new(info, "loss_scale", json_pack("{s:f, s:I, s:I}", "scale", R->scale, "good_steps", (json_int_t)R->scale_good,
+                                                      "skipped", (json_int_t)R->skipped));
+  return info;
 }
 
 /* The world rank holding piece `piece` of copy `layer` of p: data-parallel
@@ -517,7 +539,7 @@ static int resume(Run *R, RtErr *e, int *resumed) {
   int me = R->me, failed = 0;
   Ckpt *ck = NULL;
   /* header: have, step, sequences, seed, has_m, has_v (doubles: exact below 2^53) */
-  double hdr[6] = {0, 0, 0, 0, 0, 0};
+  double hdr[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   *resumed = 0;
   if (me == 0) {
     const char *from = R->o->resume_from ? R->o->resume_from : R->ckpt_dir;
@@ -572,6 +594,17 @@ static int resume(Run *R, RtErr *e, int *resumed) {
       hdr[3] = json_is_integer(js) ? (double)json_integer_value(js) : (double)R->seed;
       hdr[4] = has_m;
       hdr[5] = has_v;
+      /* updates applied (a checkpoint without it: one a step); fp16's scale */
+      json_t *ju = json_object_get(info, "updates"), *jl = json_object_get(info, "loss_scale");
+      hdr[6] = json_is_integer(ju) && json_integer_value(ju) >= 0 && json_integer_value(ju) <= ckpt_step(ck) ? (double)json_integer_value(ju)
+                                                                                                              : hdr[1];
+      json_t *jsc = json_object_get(jl, "scale"), *jg = json_object_get(jl, "good_steps"), *jk = json_object_get(jl, "skipped");
+      if (json_is_number(jsc) && json_number_value(jsc) >= LOSS_SCALE_MIN && json_number_value(jsc) <= 18446744073709551616.0 &&
+          json_is_integer(jg) && json_integer_value(jg) >= 0 && json_is_integer(jk) && json_integer_value(jk) >= 0) {
+        hdr[7] = json_number_value(jsc);
+        hdr[8] = (double)json_integer_value(jg);
+        hdr[9] = (double)json_integer_value(jk);
+      }
       if (R->out) {
         fprintf(R->out, "hpdlrun: resuming from %s (step %" PRId64 ")\n", ckpt_path(ck), ckpt_step(ck));
         if ((R->pool[2] && !has_m) || (R->pool[3] && !has_v))
@@ -584,7 +617,7 @@ static int resume(Run *R, RtErr *e, int *resumed) {
     ckpt_close(ck);
     return -1;
   }
-  if (comm_broadcast(c, COMM_WORLD, COMM_F64, hdr, 6, 0, e) < 0) fatal(R, "broadcasting the checkpoint header", e);
+  if (comm_broadcast(c, COMM_WORLD, COMM_F64, hdr, 10, 0, e) < 0) fatal(R, "broadcasting the checkpoint header", e);
   if (hdr[0] == 0) return 0;
   float *buf = NULL, *shard = NULL;
   int64_t cap = 0;
@@ -630,6 +663,14 @@ static int resume(Run *R, RtErr *e, int *resumed) {
   ckpt_close(ck);
   R->start_step = (int64_t)hdr[1];
   R->data_start = (int64_t)hdr[2];
+  R->updates = (int64_t)hdr[6];
+  /* a dynamic scale goes on from the checkpoint's (a static one is the
+   * artifact's); a checkpoint of an fp32 or bf16 run starts it afresh */
+  if (R->scaling && R->scale_dynamic && hdr[7] > 0) {
+    R->scale = hdr[7];
+    R->scale_good = (int64_t)hdr[8];
+  }
+  if (hdr[7] > 0) R->skipped = (int64_t)hdr[9];
   if ((int64_t)hdr[3] != R->seed) {
     if (me == 0 && R->out)
       fprintf(R->out, "hpdlrun: note: the data order keeps the checkpoint's seed %" PRId64 " (not %" PRId64 ")\n", (int64_t)hdr[3],
@@ -715,6 +756,13 @@ static int setup(Run *R, RtErr *e) {
   R->ctx.comm = R->c;
   R->ctx.device = R->o->device;
   R->ctx.grad_scale = 1.0 / ((double)a->layout.dp * (double)a->num_micro_batches);
+  R->scaling = a->precision && !strcmp(a->precision, "fp16");
+  R->scale_dynamic = R->scaling && a->loss_scale == 0;
+  R->scale = !R->scaling ? 1.0 : a->loss_scale > 0 ? a->loss_scale : LOSS_SCALE_INIT;
+  /* tests: growth within a short run; a dynamic scale that starts low */
+  int64_t window = rt_fault("loss-scale-window"), init = rt_fault("loss-scale-init");
+  R->scale_window = window > 0 ? window : LOSS_SCALE_WINDOW;
+  if (R->scale_dynamic && init >= 1 && init <= ((int64_t)1 << 62)) R->scale = (double)init;
   R->self = R->prog->create(&R->ctx, e);
   if (!R->self) return -1;
   /* dp > 1 at zero 0 without compression too: the program then all-reduces
@@ -899,6 +947,9 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       t_data += rt_now() - tp;
       tp = rt_now();
     }
+    /* the seed: 1 / (dp x micro-batches), times fp16's loss scale */
+    double used_scale = R.scale;
+    R.ctx.grad_scale = used_scale / ((double)a->layout.dp * (double)a->num_micro_batches);
     if (R.prog->step(R.self, &R.ctx, R.mptr, R.nmicro, &loss, &has_loss, e) < 0) fatal(&R, "the program's step failed", e);
     if (phases) {
       t_prog += rt_now() - tp;
@@ -944,38 +995,62 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       break;
     }
     RtStopKind stop = red[3] > 0 ? RT_STOP_TERM : red[4] > 0 ? RT_STOP_INT : RT_STOP_NONE;
-    double gnorm = sqrt(red[0]), mean_loss = red[2] > 0 ? red[1] / red[2] : NAN;
+    /* the gradients hold used_scale x their values: the norm is unscaled */
+    double gnorm = sqrt(red[0]) / used_scale, mean_loss = red[2] > 0 ? red[1] / red[2] : NAN;
     double lr = optim_lr_at(&R.opt, s);
-    if (!isfinite(mean_loss) || !isfinite(gnorm)) {
+    /* fp16: gradients that are not finite skip the step and halve a dynamic
+     * scale, down to LOSS_SCALE_MIN; below it the run has diverged. Every
+     * rank sees the same reduced values, so all decide the same. */
+    int skip = R.scaling && (!isfinite(mean_loss) || !isfinite(gnorm)) && (!R.scale_dynamic || used_scale * 0.5 >= LOSS_SCALE_MIN);
+    if (skip) {
+      R.skipped++;
+      R.scale_good = 0;
+      if (R.scale_dynamic) R.scale = used_scale * 0.5;
+      if (R.out)
+        fprintf(R.out, "%shpdlrun: step %" PRId64 ": %s at loss scale %.17g: the step is skipped, the scale %s %.17g\n",
+                R.tty ? "\r\033[K" : "", s + 1, isfinite(mean_loss) ? "gradients not finite" : "the loss is not finite", used_scale,
+                R.scale_dynamic ? "is now" : "stays (static)", R.scale);
+    } else if (!isfinite(mean_loss) || !isfinite(gnorm)) {
       /* Every rank sees the same reduced values, so all stop here together,
        * saying which gradient went bad first (the device's are not examined) */
-      char bad[300], what[600] = "";
+      char bad[300], what[800] = "";
       int64_t nbad = R.resident ? 0 : first_bad_gradient(&R, bad, sizeof bad);
       if (nbad > 0)
         snprintf(what, sizeof what, "; the first gradient in the model's order with values that are not finite: %s (%" PRId64 " of them)",
                  bad, nbad);
       else if (!R.resident && !isfinite(mean_loss))
         snprintf(what, sizeof what, "; every gradient is finite, the loss is not");
+      if (R.scaling)
+        snprintf(what + strlen(what), sizeof what - strlen(what), "; the loss scale is %g, the smallest a dynamic scale takes, after %" PRId64
+                 " skipped steps", used_scale, R.skipped);
       rt_fail(e, "step %" PRId64 ": the loss is %g and the gradient norm %g (lr %.3g): the run diverged%s", s + 1, mean_loss, gnorm, lr,
               what);
       *reporter = R.me == 0;
       rc = -1;
       break;
     }
-    double scale = optim_clip_scale(gnorm, R.opt.clip);
-    if (R.resident && R.prog->update(R.self, &R.ctx, &R.opt, s + 1, lr, scale, e) < 0) fatal(&R, "the update on the device", e);
-    if (scale != 1.0 && !R.resident) optim_scale_mt(o->nthreads, grad_at(&R, R.own_lo), R.own_len, scale);
+    /* clipping and unscaling in one pass over the gradients */
+    double scale = optim_clip_scale(gnorm, R.opt.clip) / used_scale;
+    if (!skip) {
+      R.updates++;
+      if (R.scale_dynamic && ++R.scale_good >= R.scale_window) {
+        R.scale = fmin(used_scale * 2, 18446744073709551616.0); /* 2^64: the checkpoint's bound */
+        R.scale_good = 0;
+      }
+    }
+    if (!skip && R.resident && R.prog->update(R.self, &R.ctx, &R.opt, R.updates, lr, scale, e) < 0) fatal(&R, "the update on the device", e);
+    if (!skip && scale != 1.0 && !R.resident) optim_scale_mt(o->nthreads, grad_at(&R, R.own_lo), R.own_len, scale);
     /* The update of the owned values, tensor by tensor (weight decay is per
      * tensor); at zero 0 that is every value. */
-    for (int i = 0; i < R.ctx.ntensors && !R.resident; i++) {
+    for (int i = 0; i < R.ctx.ntensors && !R.resident && !skip; i++) {
       int64_t lo, hi;
       if (!owned_part(&R, i, &lo, &hi)) continue;
       const TrainTensor *x = &R.ctx.tensors[i];
       double wd = x->param->weight_decay ? R.opt.weight_decay : 0.0;
       float *m = R.pool[2] ? R.pool[2] + (lo - R.own_lo) : NULL, *v = R.pool[3] ? R.pool[3] + (lo - R.own_lo) : NULL;
       if (R.opt.kind == OPTIM_ADAMW)
-        optim_adamw_mt(o->nthreads, param_at(&R, lo), grad_at(&R, lo), m, v, hi - lo, s + 1, lr, wd, &R.opt);
-      else optim_sgd_mt(o->nthreads, param_at(&R, lo), grad_at(&R, lo), m, hi - lo, s + 1, lr, wd, &R.opt);
+        optim_adamw_mt(o->nthreads, param_at(&R, lo), grad_at(&R, lo), m, v, hi - lo, R.updates, lr, wd, &R.opt);
+      else optim_sgd_mt(o->nthreads, param_at(&R, lo), grad_at(&R, lo), m, hi - lo, R.updates, lr, wd, &R.opt);
     }
     if (R.master) rt_release_pages(R.pool[0], (size_t)R.pool_cap * sizeof(float));
     else if (R.zero > 0 && comm_all_gather(comm, COMM_DP, COMM_F32, R.pool[0] + R.own_lo, R.own_len, R.pool[0], e) < 0)
@@ -993,6 +1068,10 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       json_num(R.metrics, "loss", mean_loss, 0);
       json_num(R.metrics, "lr", lr, 0);
       json_num(R.metrics, "grad_norm", gnorm, 0);
+      if (R.scaling) {
+        json_num(R.metrics, "loss_scale", used_scale, 0);
+        fprintf(R.metrics, "\"skipped\": %s, ", skip ? "true" : "false");
+      }
       json_num(R.metrics, "tokens_per_s", (double)tokens_per_step / dt, 0);
       json_num(R.metrics, "step_s", dt, 0);
       json_num(R.metrics, "elapsed_s", rt_now() - t_start, 1);

@@ -393,6 +393,9 @@ static json_t *train_json(const SemModel *m) {
                          (json_int_t)(t->seed >= 0 ? t->seed : 0), "log_every", (json_int_t)(t->log_every > 0 ? t->log_every : 10),
                          "shuffle", 1, "clip", t->clip > 0 ? t->clip : 0.0, "optimizer", opt);
   if (t->data) json_object_set_new(tr, "data", json_string(t->data));
+  /* fp16 trains under a loss scale (0: dynamic; runtime/train.c) */
+  json_object_set_new(tr, "precision", json_string(sem_precision_name(t->precision)));
+  if (t->precision == PREC_FP16) json_object_set_new(tr, "loss_scale", json_real(t->loss_scale > 0 ? t->loss_scale : 0.0));
   json_t *ck = json_pack("{s:I, s:I, s:b}", "every", (json_int_t)(t->ckpt_every > 0 ? t->ckpt_every : 0), "keep",
                          (json_int_t)(t->ckpt_keep >= 0 ? t->ckpt_keep : 3), "async", t->ckpt_async ? 1 : 0);
   if (t->ckpt_dir) json_object_set_new(ck, "dir", json_string(t->ckpt_dir));

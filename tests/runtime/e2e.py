@@ -749,6 +749,106 @@ def case_diverged():
     print(lines[0])
 
 
+def fp16_artifact(name, dp=1, tp=1, steps=10, loss_scale=0.0):
+    art = make_artifact(name, dp=dp, tp=tp, steps=steps)
+    path = os.path.join(art, "manifest.json")
+    man = json.load(open(path))
+    man["train"]["precision"] = "fp16"
+    man["train"]["loss_scale"] = loss_scale
+    json.dump(man, open(path, "w"), indent=1)
+    return art
+
+
+def same_state(a, b):
+    """Every tensor of two checkpoints (parameters and optimizer state), bit for bit."""
+    return set(a) == set(b) and all(a[k][2] == b[k][2] for k in a)
+
+
+def loss_scale_case(name, dp, tp):
+    """fp16's dynamic loss scale (docs/runtime.md, "Loss scaling"):
+    1. scaled by 2^16 and unscaled, the gradients are those of fp32 bit for
+       bit (a power of two), so the losses, norms and weights are too;
+    2. a gradient gone NaN at step 3 skips the step instead of stopping the
+       run: the weights and optimizer state after it are those of step 2, the
+       scale halves, and it doubles again after every 2 clean steps
+       (HPDL_FAULT loss-scale-window=2);
+    3. stopped at step 4 and resumed, the scale and the count of updates go
+       on from the checkpoint: the same weights as a run never stopped;
+    4. a dynamic scale that would fall below 1 ends the run as diverged."""
+    steps = 10
+    a32 = make_artifact(name + "_fp32", dp=dp, tp=tp, steps=steps)
+    a16 = fp16_artifact(name, dp=dp, tp=tp, steps=steps)
+    w = work(name)
+    runs = {}
+    for tag, art, env in (("fp32", a32, None), ("fp16", a16, None),
+                          ("skip", a16, "grad-nan-step=3,grad-nan-param=1,loss-scale-window=2")):
+        ck, mt = os.path.join(w, "ck_" + tag), os.path.join(w, tag + ".jsonl")
+        shutil.rmtree(ck, ignore_errors=True)
+        p = hpdlrun(art, "--checkpoint-dir", ck, "--checkpoint-every", "1", "--checkpoint-keep", "20", "--metrics", mt,
+                    "--progress", "plain", env={"HPDL_FAULT": env} if env else None)
+        runs[tag] = (ck, metrics(mt), p.stdout)
+    m32, m16, msk = runs["fp32"][1], runs["fp16"][1], runs["skip"][1]
+    # 1. fp16 = fp32
+    for x, y in zip(m32, m16):
+        check(x["loss"] == y["loss"] and x["grad_norm"] == y["grad_norm"],
+              f"step {x['step']}: fp32 loss {x['loss']} norm {x['grad_norm']}, fp16 {y['loss']} {y['grad_norm']}")
+        check(y["loss_scale"] == 65536 and y["skipped"] is False and "loss_scale" not in x, f"step {y['step']}: {y}")
+    check(same_state(ckpt(runs["fp32"][0], steps), ckpt(runs["fp16"][0], steps)), "fp16's weights = fp32's, bit for bit")
+    # 2. the skipped step
+    scales = [m["loss_scale"] for m in msk]
+    want = [65536, 65536, 131072, 65536, 65536, 131072, 131072, 262144, 262144, 524288]
+    check(scales == want, f"the scales {scales}, expected {want}")
+    check([m["skipped"] for m in msk] == [i == 2 for i in range(steps)], "step 3 alone is skipped")
+    check(msk[2]["grad_norm"] is None and msk[2]["loss"] is not None, f"step 3: {msk[2]}")
+    check("hpdlrun: step 3: gradients not finite at loss scale 131072: the step is skipped, the scale is now 65536"
+          in runs["skip"][2], "the skip is reported")
+    ck = runs["skip"][0]
+    check(same_state(ckpt(ck, 2), ckpt(ck, 3)), "the weights and moments after the skipped step are those before it")
+    info = json.load(open(os.path.join(ck, "step-%08d.json" % 3)))
+    info = info.get("info", info)
+    check(info.get("updates") == 2 and info.get("loss_scale", {}).get("scale") == 65536,
+          f"checkpoint 3 records 2 updates and the halved scale: {info.get('updates')}, {info.get('loss_scale')}")
+    # 3. stopped at 4, resumed
+    rk, rm = os.path.join(w, "ck_resumed"), os.path.join(w, "resumed.jsonl")
+    shutil.rmtree(rk, ignore_errors=True)
+    env = {"HPDL_FAULT": "grad-nan-step=3,grad-nan-param=1,loss-scale-window=2"}
+    hpdlrun(a16, "--checkpoint-dir", rk, "--metrics", rm, "--stop-at", "4", "--progress", "quiet", env=env)
+    hpdlrun(a16, "--checkpoint-dir", rk, "--metrics", rm, "--resume", "--progress", "quiet", env=env)
+    mr = metrics(rm)
+    check([m["loss_scale"] for m in mr] == want and [m["loss"] for m in mr] == [m["loss"] for m in msk],
+          f"resumed: scales {[m['loss_scale'] for m in mr]}")
+    check(same_state(ckpt(rk, steps), ckpt(ck, steps)), "stopped at 4 and resumed = never stopped, bit for bit")
+    # 4. below the smallest scale
+    p = hpdlrun(a16, "--progress", "plain", expect=1,
+                env={"HPDL_FAULT": "grad-nan-step=2,grad-nan-param=1,loss-scale-init=1"})
+    check("the run diverged" in p.stderr and "the loss scale is 1, the smallest a dynamic scale takes, after 0 skipped steps"
+          in p.stderr, f"the message: {p.stderr.strip()}")
+    print(f"{name}: fp16 = fp32 over {steps} steps; scales {scales}; skipped step 3 left the state of step 2; resumed = straight")
+
+
+def case_loss_scale():
+    loss_scale_case("loss_scale", 1, 1)
+
+
+def case_loss_scale_dp2_tp2():
+    need_mpi()
+    loss_scale_case("loss_scale_dp2_tp2", 2, 2)
+
+
+def case_loss_scale_static():
+    """A static scale (train.loss_scale = 1024) stays: a step whose gradients
+    are not finite is skipped, and the next uses 1024 again."""
+    art = fp16_artifact("loss_scale_static", steps=6, loss_scale=1024.0)
+    mt = os.path.join(work("loss_scale_static"), "m.jsonl")
+    if os.path.exists(mt):
+        os.remove(mt)
+    p = hpdlrun(art, "--metrics", mt, "--progress", "plain", env={"HPDL_FAULT": "grad-nan-step=2,grad-nan-param=1"})
+    m = metrics(mt)
+    check([x["loss_scale"] for x in m] == [1024] * 6 and [x["skipped"] for x in m] == [i == 1 for i in range(6)],
+          f"static: {[(x['loss_scale'], x['skipped']) for x in m]}")
+    check("the scale stays (static) 1024" in p.stdout, "the skip is reported")
+
+
 def case_preempt_dp2():
     need_mpi()
     preempt_layout("preempt_dp2", 2, 1)
