@@ -294,6 +294,16 @@ Artifact *artifact_load(const char *dir, RtErr *e) {
     bad(&r, "", "world_size", msg);
   }
 
+  /* the cluster the layout was planned for; only hpdlrun --sbatch / --k8s
+   * read it (ranks per node), so a manifest without it means one node */
+  json_t *cl = json_object_get(root, "cluster");
+  a->gpus_per_node = 0;
+  if (cl) {
+    get_str(&r, cl, "cluster", "name", &a->cluster_name);
+    get_int(&r, cl, "cluster", "gpus_per_node", 1, &a->gpus_per_node);
+    get_bool(&r, cl, "cluster", "shared_device", &a->cluster_shared);
+  }
+
   json_t *in = json_object_get(root, "inputs");
   a->seq_len = 0;
   if (in) {
@@ -457,6 +467,7 @@ void artifact_free(Artifact *a) {
   rt_free(a->manifest_path);
   rt_free(a->model);
   rt_free(a->target);
+  rt_free(a->cluster_name);
   rt_free(a->schedule);
   rt_free(a->data);
   rt_free(a->ckpt_dir);

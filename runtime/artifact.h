@@ -46,6 +46,10 @@ typedef struct {
   char *model, *target;
   int world_size;
   CommLayout layout;
+  /* cluster: where the layout was planned to run (hpdlrun --sbatch, --k8s) */
+  char *cluster_name;     /* NULL when the manifest has no cluster */
+  int gpus_per_node;      /* devices (ranks) a node holds; 0: not recorded */
+  int cluster_shared;     /* 1: CPU ranks sharing one machine (laptop) */
   int zero;
   int64_t micro_batch, num_micro_batches;
   char *schedule;

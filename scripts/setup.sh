@@ -15,7 +15,8 @@ die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
   die "this script needs a Debian or Ubuntu system (dpkg and apt-get); install by hand:
-  flex bison cmake make gcc clang pkg-config LLVM (dev) libffi Open MPI OpenBLAS jansson python3"
+  flex bison cmake make gcc clang pkg-config LLVM (dev) libffi Open MPI OpenBLAS jansson python3
+  (python3-yaml slurm-wlm munge for the launch tests)"
 fi
 
 
@@ -56,6 +57,9 @@ plain=(
   "libopenblas-dev|CPU matrix multiplication"
   "libjansson-dev|JSON (plan reports, safetensors headers)"
   "python3|test-input generators"
+  "python3-yaml|the MPIJob tests read YAML (tests/launch)"
+  "slurm-wlm|SLURM (slurmctld, slurmd, sbatch, srun): the sbatch script run end to end (launch.slurm_e2e)"
+  "munge|SLURM's authentication daemon (launch.slurm_e2e)"
 )
 
 missing=()   # requirement keys still to resolve to package names

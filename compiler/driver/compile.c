@@ -681,6 +681,13 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
   json_t *jlay = json_object_get(root, "layout");
   json_object_set_new(jlay, "stage_layers", stage_layers);
   json_object_set_new(jlay, "balance", json_string(m->layout.balance == BALANCE_LAYERS ? "layers" : "cost"));
+  /* where the layout was planned to run: hpdlrun --sbatch / --k8s place
+   * the ranks on nodes from it (docs/runtime.md, "Clusters") */
+  json_object_set_new(root, "cluster",
+                      json_pack("{s:s, s:I, s:I, s:b}", "name", m->layout.cluster_name ? m->layout.cluster_name : "cpu",
+                                "gpus_per_node", (json_int_t)(m->layout.gpus_per_node > 0 ? m->layout.gpus_per_node : 1), "nodes",
+                                (json_int_t)(m->layout.nodes > 0 ? m->layout.nodes : 1), "shared_device",
+                                m->has_cluster && m->cluster.shared_device));
   json_t *inputs = json_pack("{s:I}", "seq_len", (json_int_t)m->seq_len);
   if (vocab > 0) json_object_set_new(inputs, "vocab", json_integer(vocab));
   json_object_set_new(root, "inputs", inputs);

@@ -5,6 +5,7 @@
  * itself under `mpirun -np N`; a job of one rank runs in this process
  * without MPI. Under mpirun or srun it uses the ranks it is given, which
  * must match the artifact's world size. See docs/runtime.md. */
+#include <ctype.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +23,7 @@
 #include "comm.h"
 #include "cores.h"
 #include "device.h"
+#include "launch.h"
 #include "rt.h"
 #include "train.h"
 
@@ -59,6 +61,17 @@ static void usage(FILE *f) {
           "                           named; without it an artifact that has them is refused)\n"
           "  --info                   what this machine offers: MPI, BLAS, cores, the CUDA driver and\n"
           "                           GPUs, NVRTC, cuBLASLt, NCCL (each version, or why it is absent)\n"
+          "  --mpirun                 start the ranks under mpirun even for one rank (an MPIJob's launcher)\n"
+          "\n"
+          "Clusters (docs/runtime.md, \"Clusters: SLURM and Kubernetes\"): the ranks placed on nodes as the\n"
+          "artifact's cluster holds them; the run options above are passed on to the ranks, with --resume.\n"
+          "  --sbatch DIR [-o FILE] [--submit] [--partition P] [--time T] [--job-name N] [--account A]\n"
+          "           [--output LOG] [--mpi TYPE] [--hpdlrun PATH] [--signal-before S]\n"
+          "                           an sbatch script (stdout, or FILE); --submit runs sbatch on it\n"
+          "  --k8s DIR [-o FILE] [--image IMG] [--name N] [--namespace NS] [--claim PVC] [--mount PATH]\n"
+          "                           a Kubeflow MPIJob (kubeflow.org/v2beta1) manifest\n"
+          "  --ranks-per-node N       ranks a node holds (default: the cluster's GPUs a node)\n"
+          "  --cpus-per-task N, --cpus-per-node N   CPUs of a rank (default 8 on GPUs, 4 on CPUs)\n"
           "  -h, --help               this help;  --version  the version\n"
           "\n"
           "Environment: HPDL_MPIRUN (the mpirun to use), HPDL_MPIRUN_ARGS (extra mpirun arguments).\n");
@@ -70,6 +83,7 @@ typedef struct {
   int threads; /* --threads; 0: choose */
   int allow_native; /* --allow-native: the artifact's extern libraries may be loaded */
   int detect_anomaly; /* --detect-anomaly: the reference executor, every op's values checked */
+  int mpirun;         /* --mpirun: under mpirun even for one rank */
   TrainOptions t;
 } Args;
 
@@ -167,6 +181,8 @@ static int parse_args(int argc, char **argv, Args *A) {
       return -1;
     } else if (!strcmp(n, "--allow-native")) {
       A->allow_native = 1;
+    } else if (!strcmp(n, "--mpirun")) {
+      A->mpirun = 1;
     } else if (!strcmp(n, "--detect-anomaly")) {
       A->detect_anomaly = 1;
     } else if (!strcmp(n, "-np") || !strcmp(n, "-n") || !strcmp(n, "--np")) {
@@ -366,7 +382,305 @@ static int launch(int argc, char **argv, int np) {
 
 #endif
 
+/* ---- hpdlrun --sbatch / --k8s: a cluster's job for the artifact ---- */
+
+/* "hpdl-" and the model's name, with what a job name cannot hold as '-';
+ * lower case for Kubernetes. */
+static void default_name(const char *model, int lower, char *out, size_t n) {
+  size_t k = (size_t)snprintf(out, n, "hpdl-");
+  for (const char *p = model ? model : "job"; *p && k + 1 < n && k < 40; p++) {
+    char c = *p;
+    if (lower) c = (char)tolower((unsigned char)c);
+    int ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (!lower && ((c >= 'A' && c <= 'Z') || c == '_' || c == '.'));
+    if (!ok) c = '-';
+    if (c == '-' && out[k - 1] == '-') continue;
+    out[k++] = c;
+  }
+  while (k > 0 && out[k - 1] == '-') k--;
+  out[k] = 0;
+}
+
+/* Runs sbatch on the script and prints the job id: 0, or the exit status. */
+static int submit(const char *script) {
+  const char *sbatch = getenv("HPDL_SBATCH");
+  if (!sbatch || !*sbatch) sbatch = "sbatch";
+  int fd[2];
+  if (pipe(fd) < 0) {
+    fprintf(stderr, "hpdlrun: error: cannot make a pipe: %s\n", strerror(errno));
+    return 1;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) {
+    fprintf(stderr, "hpdlrun: error: cannot fork: %s\n", strerror(errno));
+    return 1;
+  }
+  if (pid == 0) {
+    close(fd[0]);
+    dup2(fd[1], STDOUT_FILENO);
+    close(fd[1]);
+    execlp(sbatch, sbatch, "--parsable", script, (char *)NULL);
+    /* told to the parent by status 127 and this line */
+    fprintf(stderr, "hpdlrun: error: cannot run %s: %s (not a SLURM login node? the script %s is written: submit it there with "
+                    "sbatch %s)\n", sbatch, strerror(errno), script, script);
+    _exit(127);
+  }
+  close(fd[1]);
+  char out[256] = "";
+  size_t k = 0;
+  ssize_t r;
+  while ((r = read(fd[0], out + k, sizeof out - 1 - k)) > 0 || (r < 0 && errno == EINTR))
+    if (r > 0) k += (size_t)r;
+  out[k] = 0;
+  close(fd[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return 1;
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 127)
+      fprintf(stderr, "hpdlrun: error: %s %s failed (status %d)\n", sbatch, script, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return 1;
+  }
+  /* --parsable: "JOBID" or "JOBID;CLUSTER" */
+  out[strcspn(out, ";\r\n")] = 0;
+  printf("hpdlrun: submitted %s: job %s\n", script, out);
+  return 0;
+}
+
+static int launch_main(int argc, char **argv) {
+  LaunchOptions o;
+  memset(&o, 0, sizeof o);
+  const char *mode = NULL, *dir = NULL, *file = NULL;
+  int want_submit = 0;
+  char **rest = calloc((size_t)argc + 2, sizeof *rest);
+  if (!rest) return 1;
+  int nrest = 0;
+  rest[nrest++] = argv[0];
+  rest[nrest++] = NULL; /* the artifact folder, once known */
+  int rc = 2;
+  o.run_args = rest + 2;
+  for (int i = 1; i < argc; i++) {
+    char *arg = argv[i], *val = NULL;
+    char name[64];
+    snprintf(name, sizeof name, "%s", arg);
+    char *eq = strchr(name, '=');
+    if (!strncmp(arg, "--", 2) && eq) {
+      *eq = 0;
+      val = strchr(arg, '=') + 1;
+    }
+    const char *n = name;
+#define VALUE()                                                              \
+  do {                                                                       \
+    if (!val) {                                                              \
+      if (i + 1 >= argc) {                                                   \
+        rc = bad_usage("%s needs a value", n);                               \
+        goto out;                                                            \
+      }                                                                      \
+      val = argv[++i];                                                       \
+    }                                                                        \
+  } while (0)
+#define COUNT(field)                                                                               \
+  do {                                                                                             \
+    int64_t v_;                                                                                    \
+    VALUE();                                                                                       \
+    if (parse_i64(val, 1, &v_) < 0 || v_ > 1 << 20) {                                              \
+      rc = bad_usage("%s wants a number >= 1, not %s", n, val);                                    \
+      goto out;                                                                                    \
+    }                                                                                              \
+    o.field = (int)v_;                                                                             \
+  } while (0)
+    if (!strcmp(n, "--sbatch") || !strcmp(n, "--k8s")) {
+      if (mode) {
+        rc = bad_usage("one of --sbatch and --k8s, please");
+        goto out;
+      }
+      mode = n[2] == 's' ? "sbatch" : "k8s";
+      VALUE();
+      dir = val;
+    } else if (!strcmp(n, "-o")) {
+      VALUE();
+      file = val;
+    } else if (!strcmp(n, "--submit")) {
+      want_submit = 1;
+    } else if (!strcmp(n, "--partition")) {
+      VALUE();
+      o.partition = val;
+    } else if (!strcmp(n, "--time")) {
+      VALUE();
+      o.time = val;
+    } else if (!strcmp(n, "--job-name")) {
+      VALUE();
+      o.job_name = val;
+    } else if (!strcmp(n, "--account")) {
+      VALUE();
+      o.account = val;
+    } else if (!strcmp(n, "--output")) {
+      VALUE();
+      o.output = val;
+    } else if (!strcmp(n, "--mpi")) {
+      VALUE();
+      o.mpi = val;
+    } else if (!strcmp(n, "--hpdlrun")) {
+      VALUE();
+      o.hpdlrun = val;
+    } else if (!strcmp(n, "--image")) {
+      VALUE();
+      o.image = val;
+    } else if (!strcmp(n, "--name")) {
+      VALUE();
+      o.name = val;
+    } else if (!strcmp(n, "--namespace")) {
+      VALUE();
+      o.namespace_ = val;
+    } else if (!strcmp(n, "--claim")) {
+      VALUE();
+      o.claim = val;
+    } else if (!strcmp(n, "--mount")) {
+      VALUE();
+      o.mount = val;
+    } else if (!strcmp(n, "--signal-before")) {
+      COUNT(signal_s);
+    } else if (!strcmp(n, "--ranks-per-node")) {
+      COUNT(ranks_per_node);
+    } else if (!strcmp(n, "--cpus-per-task")) {
+      COUNT(cpus_per_task);
+    } else if (!strcmp(n, "--cpus-per-node")) {
+      COUNT(cpus_per_node);
+    } else if (!strcmp(n, "--resume")) {
+      /* the job always passes it */
+    } else if (!strcmp(n, "--resume-from")) {
+      rc = bad_usage("--resume-from with --%s: a requeued or restarted job would go back to that checkpoint each time; copy it "
+                     "into the checkpoint folder, which the job resumes from (--resume)",
+                     mode ? mode : "sbatch");
+      goto out;
+    } else if (!strcmp(n, "--info") || !strcmp(n, "-h") || !strcmp(n, "--help") || !strcmp(n, "--version") ||
+               !strcmp(n, "--mpirun")) {
+      rc = bad_usage("%s does not go with --sbatch or --k8s", arg);
+      goto out;
+    } else if (arg[0] != '-' || !arg[1]) {
+      rc = bad_usage("the artifact folder is --sbatch's or --k8s's value (also got %s)", arg);
+      goto out;
+    } else {
+      /* a run option: checked below, passed on to the ranks */
+      rest[nrest++] = arg;
+      if (!val && i + 1 < argc && argv[i + 1][0] != '-' && strcmp(n, "--checkpoint-async") && strcmp(n, "--allow-native") &&
+          strcmp(n, "--detect-anomaly"))
+        rest[nrest++] = argv[++i];
+    }
+#undef COUNT
+#undef VALUE
+  }
+  const int sbatch = !strcmp(mode, "sbatch");
+  if (want_submit && !sbatch) {
+    rc = bad_usage("--submit goes with --sbatch (apply an MPIJob with kubectl apply -f FILE)");
+    goto out;
+  }
+  /* the run options as hpdlrun reads them, so that a mistake shows now, not on the cluster */
+  rest[1] = (char *)dir;
+  rest[nrest] = NULL;
+  Args A;
+  rc = parse_args(nrest, rest, &A);
+  if (rc) {
+    if (rc < 0) rc = 2;
+    goto out;
+  }
+  rc = 1;
+  RtErr e;
+  Artifact *a = artifact_load(dir, &e);
+  if (a && artifact_check_files(a, A.allow_native, &e) < 0) {
+    artifact_free(a);
+    a = NULL;
+  }
+  if (!a) {
+    fprintf(stderr, "hpdlrun: error: %s\n", e.msg);
+    goto out;
+  }
+  if (A.np && A.np != a->world_size) {
+    fprintf(stderr, "hpdlrun: error: -np %d, but %s was compiled for %d ranks\n", A.np, dir, a->world_size);
+    artifact_free(a);
+    rc = 2;
+    goto out;
+  }
+  /* -np is the artifact's: not passed on */
+  int k = 0;
+  for (int i = 2; i < nrest; i++) {
+    if (!strcmp(rest[i], "-np") || !strcmp(rest[i], "-n") || !strcmp(rest[i], "--np")) {
+      i++;
+      continue;
+    }
+    if (!strncmp(rest[i], "--np=", 5)) continue;
+    o.run_args[k++] = rest[i];
+  }
+  o.nrun_args = k;
+  char name[64], self[PATH_MAX], absdir[PATH_MAX], cwd[PATH_MAX];
+  default_name(a->model, !sbatch, name, sizeof name);
+  if (!o.job_name) o.job_name = name;
+  if (!o.name) o.name = name;
+  if (!o.image) o.image = "hpdl:latest";
+  if (!o.claim) o.claim = "hpdl";
+  if (!o.mount) o.mount = "/hpdl";
+  if (sbatch) {
+    /* the job runs elsewhere in time and place: absolute paths */
+    if (!realpath(dir, absdir)) snprintf(absdir, sizeof absdir, "%s", dir);
+    o.dir = absdir;
+    if (!o.hpdlrun) {
+      ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+      if (len <= 0) snprintf(self, sizeof self, "hpdlrun");
+      else self[len] = 0;
+      o.hpdlrun = self;
+    }
+    o.workdir = getcwd(cwd, sizeof cwd) ? cwd : ".";
+  } else {
+    o.dir = dir;
+    o.hpdlrun = "hpdlrun";
+  }
+  char autofile[96];
+  if (want_submit && !file) {
+    snprintf(autofile, sizeof autofile, "%s.sbatch", o.job_name);
+    file = autofile;
+  }
+  FILE *f = stdout;
+  char tmp[PATH_MAX + 32];
+  if (file) {
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", file, (long)getpid());
+    f = fopen(tmp, "w");
+    if (!f) {
+      fprintf(stderr, "hpdlrun: error: cannot write %s: %s\n", file, strerror(errno));
+      artifact_free(a);
+      goto out;
+    }
+  }
+  int w = sbatch ? launch_write_sbatch(f, a, &o, &e) : launch_write_mpijob(f, a, &o, &e);
+  LaunchShape shape;
+  launch_shape(a, &o, &shape, &e);
+  artifact_free(a);
+  if (file) {
+    if (fclose(f) != 0 && w == 0) w = rt_fail_errno(&e, errno, "cannot write %s", file);
+    if (w == 0 && rename(tmp, file) != 0) w = rt_fail_errno(&e, errno, "cannot write %s", file);
+    if (w < 0) unlink(tmp);
+  } else if (fflush(stdout) != 0 && w == 0) {
+    w = rt_fail(&e, "cannot write the standard output");
+  }
+  if (w < 0) {
+    fprintf(stderr, "hpdlrun: error: %s\n", e.msg);
+    goto out;
+  }
+  if (file)
+    fprintf(stderr, "hpdlrun: wrote %s: %d rank%s on %d node%s x %d (%s)\n", file, shape.ranks, shape.ranks == 1 ? "" : "s",
+            shape.nodes, shape.nodes == 1 ? "" : "s", shape.ranks_per_node,
+            sbatch ? "sbatch FILE submits it" : "kubectl apply -f FILE starts it");
+  rc = want_submit ? submit(file) : 0;
+out:
+  free(rest);
+  return rc;
+}
+
 int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--sbatch") || !strcmp(argv[i], "--k8s") || !strncmp(argv[i], "--sbatch=", 9) ||
+        !strncmp(argv[i], "--k8s=", 6))
+      return launch_main(argc, argv);
   Args A;
   int rc = parse_args(argc, argv, &A);
   if (rc) return rc < 0 ? 0 : rc;
@@ -406,7 +720,7 @@ int main(int argc, char **argv) {
       artifact_free(a);
       return 2;
     }
-    if (np > 1) {
+    if (np > 1 || A.mpirun) {
 #ifndef HPDL_HAVE_MPI
       fprintf(stderr, "hpdlrun: error: this hpdlrun was built without MPI: only one-rank jobs run\n");
       artifact_free(a);
