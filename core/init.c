@@ -58,11 +58,29 @@ void init_fill_f64(double *out, int64_t numel, const InitSpec *s, uint64_t seed,
   for (int64_t k = 0; k < numel; k++) out[k] = next_value(s, &st);
 }
 
-void init_fill_f32_shard(float *out, int rank, const int64_t *dims, int axis, int parts, int index, const InitSpec *s,
-                         uint64_t seed, const char *name, int64_t layer) {
-  int64_t outer = 1, inner = 1, len = 1;
+/* splitmix64's state moves by the same constant at every draw, so the
+ * state before value k of a stream is st0 + draws x k x that constant: any
+ * range of a tensor is drawn without the values before it (counter-based),
+ * and a shard or a thread's part costs its own values only. */
+#define SPLITMIX_GAMMA 0x9E3779B97F4A7C15ull
+
+static uint64_t draws_per_value(InitKindRt k) { return k == INIT_K_NORMAL ? 2 : k == INIT_K_UNIFORM ? 1 : 0; }
+
+void init_fill_f32_range(float *out, int64_t first, int64_t n, const InitSpec *s, uint64_t st0) {
+  uint64_t st = st0 + draws_per_value(s->kind) * (uint64_t)first * SPLITMIX_GAMMA;
+  for (int64_t k = 0; k < n; k++) out[k] = (float)next_value(s, &st);
+}
+
+int64_t init_shard_numel(int rank, const int64_t *dims, int axis, int parts) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= dims[i];
+  return axis >= 0 && axis < rank && parts > 1 ? n / dims[axis] * (dims[axis] / parts) : n;
+}
+
+void init_fill_f32_shard_part(float *out, int rank, const int64_t *dims, int axis, int parts, int index, const InitSpec *s,
+                              uint64_t seed, const char *name, int64_t layer, int64_t from, int64_t to) {
+  int64_t inner = 1, len = 1;
   if (axis >= 0 && axis < rank && parts > 1) {
-    for (int i = 0; i < axis; i++) outer *= dims[i];
     for (int i = axis + 1; i < rank; i++) inner *= dims[i];
     len = dims[axis];
   } else {
@@ -70,15 +88,19 @@ void init_fill_f32_shard(float *out, int rank, const int64_t *dims, int axis, in
     parts = 1;
     index = 0;
   }
-  /* Walk the whole logical stream (every value costs the same draws, so
-   * skipping ahead would need the same work) and keep our piece. */
-  int64_t piece = len / parts, lo = piece * index, hi = lo + piece;
-  uint64_t st = init_hash_name(seed, name, layer);
-  float *o = out;
-  for (int64_t a = 0; a < outer; a++)
-    for (int64_t l = 0; l < len; l++)
-      for (int64_t i = 0; i < inner; i++) {
-        double v = next_value(s, &st);
-        if (l >= lo && l < hi) *o++ = (float)v;
-      }
+  /* the shard holds, for each outer index a, the contiguous logical run
+   * [(a len + lo) inner, (a len + hi) inner) */
+  int64_t piece = len / parts, lo = piece * index, run = piece * inner;
+  if (run <= 0) return;
+  uint64_t st0 = init_hash_name(seed, name, layer);
+  for (int64_t j = from; j < to;) {
+    int64_t a = j / run, r = j % run, n = run - r < to - j ? run - r : to - j;
+    init_fill_f32_range(out + j, (a * len + lo) * inner + r, n, s, st0);
+    j += n;
+  }
+}
+
+void init_fill_f32_shard(float *out, int rank, const int64_t *dims, int axis, int parts, int index, const InitSpec *s,
+                         uint64_t seed, const char *name, int64_t layer) {
+  init_fill_f32_shard_part(out, rank, dims, axis, parts, index, s, seed, name, layer, 0, init_shard_numel(rank, dims, axis, parts));
 }

@@ -3,9 +3,10 @@
  *
  * Each logical tensor (and each layer's copy of a repeated one) draws its
  * values from its own generator, seeded by (seed, template name, layer
- * index), in row-major order of the logical tensor. A rank holding a shard
- * walks the same stream and keeps its part, so dp=1 and tp=8 start from the
- * same weights, and those are the reference executor's: core/interp.c
+ * index), in row-major order of the logical tensor. The generator is
+ * counter-based (value k's draws are found without the ones before it), so
+ * a rank holding a shard, or a thread filling part of one, draws just its
+ * values of the same stream: dp=1 and tp=8 start from the same weights, and those are the reference executor's: core/interp.c
  * calls these functions (the compiler library compiles this file), so the
  * two cannot drift apart; libhpdlrt does not carry the compiler. */
 #ifndef HPDL_INIT_H
@@ -39,5 +40,17 @@ void init_fill_f64(double *out, int64_t numel, const InitSpec *s, uint64_t seed,
  * whole tensor. */
 void init_fill_f32_shard(float *out, int rank, const int64_t *dims, int axis, int parts, int index, const InitSpec *s,
                          uint64_t seed, const char *name, int64_t layer);
+
+/* Values [first, first + n) of the logical stream whose generator starts
+ * at st0 (init_hash_name), in fp32: the same bits as walking the stream
+ * from its start. */
+void init_fill_f32_range(float *out, int64_t first, int64_t n, const InitSpec *s, uint64_t st0);
+
+/* The values a shard holds (init_fill_f32_shard's), and the part
+ * [from, to) of them, written to out[from..to): threads fill a shard
+ * together, bit for bit as one. */
+int64_t init_shard_numel(int rank, const int64_t *dims, int axis, int parts);
+void init_fill_f32_shard_part(float *out, int rank, const int64_t *dims, int axis, int parts, int index, const InitSpec *s,
+                              uint64_t seed, const char *name, int64_t layer, int64_t from, int64_t to);
 
 #endif

@@ -17,6 +17,7 @@
 #include "ckpt.h"
 #include "init.h"
 #include "optim.h"
+#include "par.h"
 
 void train_options_defaults(TrainOptions *o) {
   memset(o, 0, sizeof *o);
@@ -274,12 +275,27 @@ static const float *whole_state(Run *R, int s, float **tmp, RtErr *e) {
   return all;
 }
 
+typedef struct {
+  const Run *R;
+  const TrainTensor *x;
+} InitJob;
+
+static void init_part(void *ctx, int64_t lo, int64_t hi) {
+  const InitJob *j = ctx;
+  const ArtParam *p = j->x->param;
+  init_fill_f32_shard_part(j->x->data, p->rank, p->shape, j->x->split.axis, j->x->split.parts, j->x->split.index, &p->init,
+                           (uint64_t)j->R->seed, p->name, j->x->layer, lo, hi);
+}
+
+/* The initial values on the rank's threads: the generator is counter-based
+ * (core/init.h), so the values are the same bits for any thread count. */
 static void init_tensors(Run *R) {
   for (int i = 0; i < R->ctx.ntensors; i++) {
     TrainTensor *x = &R->ctx.tensors[i];
     const ArtParam *p = x->param;
-    init_fill_f32_shard(x->data, p->rank, p->shape, x->split.axis, x->split.parts, x->split.index, &p->init, (uint64_t)R->seed,
-                        p->name, x->layer);
+    int64_t n = init_shard_numel(p->rank, p->shape, x->split.axis, x->split.parts);
+    InitJob job = {R, x};
+    par_for(par_threads_for(R->o->nthreads, n), n, init_part, &job);
   }
 }
 
