@@ -52,3 +52,13 @@ set_tests_properties(compile.pp2_virtual2 compile.pp2_virtual2_native PROPERTIES
 set_tests_properties(compile.pp2_virtual2_native compile.zero1 compile.pp2_uneven PROPERTIES LABELS "compile;sanitize_redundant")
 # faults (docs/reliability.md): also label reliability
 set_tests_properties(compile.missing_file compile.anomaly PROPERTIES LABELS "compile;reliability")
+
+# hpdlc's progress line: phases in order (plain), nothing off a terminal,
+# redrawn and cleared on a pseudo-terminal (tests/compile/progress_test.py)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME compile.progress
+           COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/compile/progress_test.py $<TARGET_FILE:hpdlc>
+                   ${CMAKE_SOURCE_DIR}/samples ${CMAKE_CURRENT_BINARY_DIR}/compile-progress)
+  set_tests_properties(compile.progress PROPERTIES LABELS compile TIMEOUT 300
+                       ENVIRONMENT "HPDL_STDLIB=${HPDL_STDLIB_DIR};HPDL_PROGRAM_LIB=$<TARGET_FILE:hpdl_program>")
+endif()

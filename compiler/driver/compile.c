@@ -19,6 +19,7 @@
 #include "codegen.h"
 #include "crc32c.h"
 #include "codegen_cuda.h"
+#include "progress.h"
 #include "extcall.h"
 #include "fuse.h"
 #include "ir.h"
@@ -48,12 +49,14 @@ typedef struct {
   FILE *err;
   const char *file;
   time_t started; /* files older than this in DIR are not this compile's */
+  Progress *pg;   /* the progress line, cleared before a message */
 } Cx;
 
 static int cfail(Cx *C, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int cfail(Cx *C, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
+  progress_clear(C->pg);
   fprintf(C->err, "hpdlc: %s: ", C->file);
   vfprintf(C->err, fmt, ap);
   fputc('\n', C->err);
@@ -471,8 +474,19 @@ static int kernels_build(Cx *C, Chunk *k, const char *path, char *why, size_t n)
   return rc;
 }
 
+static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const CompileOptions *o, FILE *out, FILE *err, Progress *pg);
+
+/* The compile with its progress line (core/progress.h), cleared before the
+ * summary or an error. */
 int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileOptions *o, FILE *out, FILE *err) {
-  Cx C = {m, o, arena, diag, err, o->source ? o->source : "input", time(NULL)};
+  Progress *pg = progress_start(o->quiet ? PROGRESS_QUIET : o->progress, err, "hpdlc compile");
+  int rc = compile_run(arena, diag, m, o, out, err, pg);
+  progress_end(pg);
+  return rc;
+}
+
+static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const CompileOptions *o, FILE *out, FILE *err, Progress *pg) {
+  Cx C = {m, o, arena, diag, err, o->source ? o->source : "input", time(NULL), pg};
   if (o->target && strcmp(o->target, "cpu") && strcmp(o->target, "cuda"))
     return cfail(&C, "target %s is not built into this hpdlc (there are: cpu, cuda)", o->target);
   if (is_cuda(o) && o->executor == COMPILE_EXEC_INTERP)
@@ -485,6 +499,7 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
   if (m->seq_len < 1) return cfail(&C, "the sequence length (the second dimension of the first input) must be a constant");
 
   /* lower, partition, split */
+  progress_phase(pg, "lowering and partitioning (tp %" PRId64 ", cp %" PRId64 ", pp %" PRId64 ")", L.tp, L.cp, L.pp * L.vpp);
   IrModule *global = lower_model(arena, diag, m, L.mb);
   if (!global) return 1;
   if (ir_verify(global, err)) {
@@ -528,6 +543,7 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
   Chunk *ch = arena_alloc(arena, sizeof(Chunk) * (size_t)K);
   for (int c = 0; c < K; c++) {
     Chunk *k = &ch[c];
+    progress_phase(pg, "chunk %d/%d: differentiating, fusing, planning memory", c + 1, K);
     k->m = pipe_chunk_module(arena, pr, c);
     k->nforward = k->m->ngraphs;
     k->used = arena_alloc(arena, sizeof(char *) * (size_t)(k->m->nparams + 1));
@@ -631,6 +647,7 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
    * reference executor (auto), or the compilation fails (native). */
   int nnative = 0;
   for (int c = 0; c < K && o->executor != COMPILE_EXEC_INTERP; c++) {
+    progress_phase(pg, "stage %d/%d: kernels (%s)", c + 1, K, is_cuda(o) ? "CUDA C, NVRTC" : "LLVM");
     if (is_cuda(o)) {
       /* DIR/stageS.cu, .cubin, .ptx, .kernels.json; no fallback: the
        * reference executor is not a GPU program */
@@ -653,6 +670,7 @@ int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileO
     }
     unlink(path);
     if (o->executor == COMPILE_EXEC_NATIVE) return cfail(&C, "generating the kernels of pipeline stage %d: %s", c, why);
+    progress_clear(pg);
     if (!o->quiet)
       fprintf(err, "hpdlc: %s: note: the CPU back end cannot compile pipeline stage %d (%s); that stage runs the reference executor\n",
               C.file, c, why);

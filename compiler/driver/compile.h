@@ -25,6 +25,7 @@
 
 #include <stdio.h>
 
+#include "progress.h"
 #include "arena.h"
 #include "diag.h"
 #include "sema.h"
@@ -47,6 +48,7 @@ typedef struct {
   int verbose;              /* -v: per kernel resources and launch shapes */
   int emulate;              /* cuda: also stageS.emu.so, the kernels for hpdlrun --device emulate */
   int allow_native;         /* --allow-native: an extern's library may be loaded (it runs native code) */
+  ProgressMode progress;    /* --progress, on stderr (core/progress.h) */
 } CompileOptions;
 
 /* "auto", "native", "interp"; -1 when unknown. */

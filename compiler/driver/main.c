@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "progress.h"
 #include "arena.h"
 #include "ast.h"
 #include "autodiff.h"
@@ -146,6 +147,10 @@ static void help_verb(const char *verb) {
          "                           attention (default), or scores stored in memory\n"
          "                           (Megatron-LM 2021), to compare with such runs\n"
          "  --explain                the five largest terms of the step time, with sources\n"
+         "  --progress auto|tty|plain|quiet\n"
+         "                           --search's progress on stderr: auto (default) a line\n"
+         "                           redrawn on a terminal once it takes 0.5 s, nothing\n"
+         "                           elsewhere; plain: a line a phase\n"
          "  --measure-cpu            time this machine (OpenBLAS sgemm, memory triad) and\n"
          "                           plan the `cpu` device with what it reaches\n");
     help_common_options();
@@ -178,7 +183,11 @@ static void help_verb(const char *verb) {
          "  --executor auto|native|interp\n"
          "                           native: generated kernels (fp32); interp: the\n"
          "                           reference executor (fp64, slow, exact); auto (default):\n"
-         "                           native when the CPU back end is built and compiles it\n");
+         "                           native when the CPU back end is built and compiles it\n"
+         "  --progress auto|tty|plain|quiet\n"
+         "                           progress on stderr: auto (default) a line redrawn on\n"
+         "                           a terminal once the compile takes 0.5 s, nothing\n"
+         "                           elsewhere; tty: always redrawn; plain: a line a phase\n");
   } else if (!strcmp(verb, "check")) {
     puts("usage: hpdlc check [options] FILE...\n"
          "\n"
@@ -347,6 +356,14 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
       cli->model = value;
       continue;
     }
+    if (!strncmp(a, "--progress", flen) && flen == 10 && (!strcmp(verb, "compile") || !strcmp(verb, "plan"))) {
+      value = value ? value : (i + 1 < argc ? argv[++i] : NULL);
+      int mode = value ? progress_mode_parse(value) : -1;
+      if (mode < 0) return cli_error("--progress takes auto, tty, plain or quiet, not '%s'", value ? value : "", NULL);
+      cli->compile.progress = (ProgressMode)mode;
+      cli->plan.progress = mode;
+      continue;
+    }
     if (!strncmp(a, "--color", flen) && flen == 7) {
       value = value ? value : (i + 1 < argc ? argv[++i] : NULL);
       if (!value || (strcmp(value, "auto") && strcmp(value, "always") && strcmp(value, "never")))
@@ -413,10 +430,12 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
         names[n++] = "--top";
         names[n++] = "--attention";
         names[n++] = "--explain";
+        names[n++] = "--progress";
       }
       if (!strcmp(verb, "compile")) {
         names[n++] = "--target";
         names[n++] = "--executor";
+        names[n++] = "--progress";
       }
       names[n++] = "--model";
       names[n++] = "--allow-native";

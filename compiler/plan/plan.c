@@ -1402,6 +1402,7 @@ void plan_set_attention(PlanCtx *c, int flash) {
 int plan_attention_flash(const PlanCtx *c) { return c->flash; }
 
 void plan_set_explain(PlanCtx *c, int on) { c->explain = on != 0; }
+void plan_set_progress(PlanCtx *c, struct Progress *p) { c->progress = p; }
 int plan_explain_enabled(const PlanCtx *c) { return c->explain; }
 
 int64_t plan_vocab(const PlanCtx *c, int64_t tp, int64_t *priced) {

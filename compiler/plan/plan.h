@@ -138,6 +138,9 @@ int plan_attention_flash(const PlanCtx *c);
 /* Reports list the five largest terms of the step time with their sources
  * (hpdlc plan --explain). */
 void plan_set_explain(PlanCtx *c, int on);
+/* --search reports the layouts priced so far to p (core/progress.h) */
+struct Progress;
+void plan_set_progress(PlanCtx *c, struct Progress *p);
 int plan_explain_enabled(const PlanCtx *c);
 const CatDevice *plan_device(const PlanCtx *c);
 const SemCluster *plan_cluster(const PlanCtx *c);
@@ -235,6 +238,7 @@ typedef struct PlanCliOptions {
   int measure_cpu;     /* --measure-cpu: time this machine for the `cpu` device first */
   int materialized;    /* --attention materialized: price the scores stored in memory (plan_set_attention) */
   int explain;         /* --explain: the five largest terms of the step time with their sources */
+  int progress;        /* --progress: a ProgressMode (core/progress.h) for --search */
 } PlanCliOptions;
 
 /* Plans the checked model m of file `path`; returns the exit status (0, 1

@@ -9,6 +9,7 @@
 #include "catalog.h"
 #include "cpubench.h"
 #include "plan.h"
+#include "progress.h"
 
 static int parse_list(const char *s, int64_t *out, int max) {
   int n = 0;
@@ -68,7 +69,12 @@ int plan_command(Diag *diag, const char *path, const SemModel *m, const PlanCliO
     int k = o->top > 0 ? o->top : 5;
     top = calloc((size_t)k, sizeof(PlanResult));
     if (!top) abort();
+    Progress *pg = progress_start((ProgressMode)o->progress, stderr, "hpdlc plan --search");
+    progress_phase(pg, "pricing every layout on %" PRId64 " GPUs", plan_gpus(c));
+    plan_set_progress(c, pg);
     ntop = plan_search(c, &L, k, top, &stats);
+    plan_set_progress(c, NULL);
+    progress_end(pg);
     /* the plan shown in full is the winner */
     if (ntop > 0) plan_evaluate(c, &top[0].layout, 0, &plan);
     else {

@@ -83,6 +83,7 @@ typedef struct PlanExact {
 
 struct PlanCtx {
   const SemModel *model;
+  struct Progress *progress; /* --search on a terminal: the layouts priced so far */
   CatDevice dev;      /* the device (a rank's share of it on a shared CPU machine) */
   SemCluster cluster;
   int64_t gpus;

@@ -9,6 +9,7 @@
 #include "cost.h"
 #include "plan.h"
 #include "plan_internal.h"
+#include "progress.h"
 #include "schedule.h"
 
 /* Bounds of the enumeration (docs/planner.md sec. 13). */
@@ -164,6 +165,7 @@ int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, Pla
                     if (sk == SCHED_INTERLEAVED && nm % pp) continue;
                     PlanLayout L = {dp, tp, pp, cp, v, zero, mb, nm, sp, sk, rc, fix->overlap >= 0 ? fix->overlap : 1};
                     st.enumerated++;
+                    progress_count(c->progress, "%" PRId64 " layouts priced, %" PRId64 " fit", st.enumerated, st.fit);
                     if (plan_evaluate(c, &L, PLAN_FAST, &r) != 0) continue;
                     st.valid++;
                     if (!r.mem.fits) break; /* a larger micro batch holds more */
