@@ -144,6 +144,17 @@ static void print_info(void) {
   fflush(stdout);
 }
 
+/* "--flag=VALUE": name "--flag" and *val VALUE; otherwise name is the
+ * argument (cut at the buffer) and *val stays. */
+static void split_flag(char *arg, char *name, size_t n, char **val) {
+  snprintf(name, n, "%s", arg);
+  char *eq = strchr(name, '=');
+  if (!strncmp(arg, "--", 2) && eq) {
+    *eq = 0;
+    *val = strchr(arg, '=') + 1;
+  }
+}
+
 /* Returns 0, or the exit status (2: bad command line; -1: help shown). */
 static int parse_args(int argc, char **argv, Args *A) {
   memset(A, 0, sizeof *A);
@@ -151,12 +162,7 @@ static int parse_args(int argc, char **argv, Args *A) {
   for (int i = 1; i < argc; i++) {
     char *arg = argv[i], *val = NULL;
     char name[64];
-    snprintf(name, sizeof name, "%s", arg);
-    char *eq = strchr(name, '=');
-    if (!strncmp(arg, "--", 2) && eq) {
-      *eq = 0;
-      val = strchr(arg, '=') + 1;
-    }
+    split_flag(arg, name, sizeof name, &val);
     const char *n = name;
 #define VALUE()                                                              \
   do {                                                                       \
@@ -463,12 +469,7 @@ static int launch_main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     char *arg = argv[i], *val = NULL;
     char name[64];
-    snprintf(name, sizeof name, "%s", arg);
-    char *eq = strchr(name, '=');
-    if (!strncmp(arg, "--", 2) && eq) {
-      *eq = 0;
-      val = strchr(arg, '=') + 1;
-    }
+    split_flag(arg, name, sizeof name, &val);
     const char *n = name;
 #define VALUE()                                                              \
   do {                                                                       \
