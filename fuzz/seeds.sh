@@ -102,7 +102,7 @@ fi
 # ---- metrics: hpdlrun --metrics of that model, and a resumed run ----
 if [ -d "$work/ckmodel" ] &&
   "$bin/hpdlrun" "$work/ckmodel" --steps 30 --data "$work/d/tiny_train_*.bin" \
-    --metrics "$work/m.jsonl" --progress quiet >/dev/null 2>&1; then
+    --checkpoint-dir "$work/ckm" --metrics "$work/m.jsonl" --progress quiet >/dev/null 2>&1; then
   cp -- "$work/m.jsonl" "$out/metrics/run_30_steps.jsonl"
   # a run killed after step 30 and resumed from step 20's checkpoint: 21..30 again
   { cat "$work/m.jsonl"; sed -n '21,30p' "$work/m.jsonl"; } >"$out/metrics/resumed.jsonl"
