@@ -55,19 +55,51 @@ static const char *type_name(const json_t *v) {
   return "?";
 }
 
-/* jansson's message, said the way a person reading the file needs it: a
- * NaN or an infinity is what a careless writer puts there, and JSON has
- * neither. */
-static void json_problem(const json_error_t *je, char *err, size_t errlen) {
-  const char *near = strstr(je->text, "near '");
-  if (near) {
-    const char *t = near + 6;
-    if (*t == '-' || *t == '+') t++;
-    if (!strncmp(t, "NaN", 3) || !strncmp(t, "nan", 3) || !strncmp(t, "Inf", 3) || !strncmp(t, "inf", 3)) {
-      say(err, errlen, "not JSON (column %d): %s: a non-finite number; write it as null", je->column, je->text);
-      return;
+/* A NaN or an infinity is what a careless writer (Python's json.dumps,
+ * printf's %g) puts where a number goes, and JSON has neither: found outside
+ * the strings of the line, it is named with its field and column. Returns 1
+ * when it said so. */
+static int word_char(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }
+
+static int non_finite_token(const char *line, size_t len, char *err, size_t errlen) {
+  static const char *const words[] = {"-Infinity", "+Infinity", "Infinity", "-inf", "+inf", "inf", "NaN", "-NaN", "nan", "-nan"};
+  char key[48] = "";
+  size_t klen = 0;
+  int in_string = 0, in_key = 0;
+  for (size_t i = 0; i < len; i++) {
+    char c = line[i];
+    if (in_string) {
+      if (c == '\\') i++;
+      else if (c == '"') in_string = 0;
+      else if (in_key && klen + 1 < sizeof key) key[klen++] = c;
+      continue;
+    }
+    if (c == '"') { /* a string: the key of what follows, if a ':' comes after it */
+      in_string = in_key = 1;
+      klen = 0;
+      continue;
+    }
+    if (c == ':') {
+      key[klen] = '\0';
+      in_key = 0;
+      continue;
+    }
+    for (size_t w = 0; w < sizeof words / sizeof words[0]; w++) {
+      size_t n = strlen(words[w]);
+      if (i + n <= len && !memcmp(line + i, words[w], n) && !word_char(i ? line[i - 1] : ' ') &&
+          !word_char(i + n < len ? line[i + n] : ' ')) {
+        if (key[0]) say(err, errlen, "'%s' is %s (column %zu): JSON has no such number; write a non-finite value as null", key, words[w], i + 1);
+        else say(err, errlen, "%s (column %zu): JSON has no such number; write a non-finite value as null", words[w], i + 1);
+        return 1;
+      }
     }
   }
+  return 0;
+}
+
+/* jansson's message, with what a person reading the file needs added. */
+static void json_problem(const char *line, size_t len, const json_error_t *je, char *err, size_t errlen) {
+  if (non_finite_token(line, len, err, errlen)) return;
   if (strstr(je->text, "overflow") || strstr(je->text, "too big")) {
     say(err, errlen, "not JSON (column %d): %s: a number out of range", je->column, je->text);
     return;
@@ -97,7 +129,7 @@ int metrics_add_line(MetricsRun *run, const char *line, size_t len, int64_t line
   /* duplicate keys are refused: which of two losses would be the step's? */
   json_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES, &je);
   if (!o) {
-    json_problem(&je, err, errlen);
+    json_problem(line, len, &je, err, errlen);
     return -1;
   }
   MetricsRecord r;
