@@ -254,7 +254,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
   int known = 0;
   for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) known |= !strcmp(verbs[i], verb);
   if (!known) {
-    const char *close = diag_closest(verb, verbs, 3);
+    const char *close = diag_closest(verb, verbs, (int)(sizeof verbs / sizeof verbs[0]));
     if (close) return cli_error("unknown command '%s'; did you mean '%s'?", verb, close);
     return cli_error("unknown command '%s'", verb, NULL);
   }

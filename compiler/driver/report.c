@@ -595,8 +595,8 @@ int report_main(int argc, char **argv) {
       fprintf(stderr, "%s:%" PRId64 ": warning: --max-records %llu reached: the records from this line on are left out\n",
               files[r], runs[r].truncated_line, max_records);
     if (runs[r].restarts)
-      fprintf(stderr, "%s:%" PRId64 ": note: the step goes back (%d time%s): read as a resumed run, whose %zu later record%s "
-                      "replace the earlier ones of the same steps\n",
+      fprintf(stderr, "%s:%" PRId64 ": note: the step goes back (%d time%s in the file): read as a resumed run; %zu earlier "
+                      "record%s replaced by the later ones of the same steps\n",
               files[r], runs[r].first_restart_line, runs[r].restarts, runs[r].restarts == 1 ? "" : "s", runs[r].replaced,
               runs[r].replaced == 1 ? "" : "s");
   }
