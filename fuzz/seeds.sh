@@ -15,7 +15,7 @@
 #   cluster    the cluster files of samples/clusters/ and the tests
 #   metrics    the --metrics file of a 30-step hpdlrun of a small gpt2-tiny,
 #              that file resumed (steps repeated), and a few written here
-#              (nulls, one record, a CRLF file)
+#              (nulls, one record, a CRLF file, a line over 64 KiB)
 # Every input of fuzz/regressions/<target>/ is a seed too. A tool that
 # fails costs its seeds only (with a warning); the script still exits 0 so
 # that the fuzzers run on what there is. OUT_DIR is emptied first.
@@ -113,6 +113,8 @@ rec='{"step": %d, "loss": %s, "lr": 0.0006, "grad_norm": %s, "tokens_per_s": 331
 printf "$rec" 1 5.5 0.9 2 null null 3 5.1 0.8 4 null 0.7 >"$out/metrics/nulls.jsonl"
 printf "$rec" 7 3.25 1.5 >"$out/metrics/one_record.jsonl"
 printf "$rec" 1 5.5 0.9 2 5.4 0.8 | sed 's/$/\r/' >"$out/metrics/crlf.jsonl"
+# a line just over the reader's 64 KiB, so that the fuzzer's inputs may be that long
+{ printf "$rec" 1 5.5 0.9; printf '{"step": 2, "note": "%065536d"}\n' 0; } >"$out/metrics/long_line.jsonl"
 
 if compile pp2 --pp 2 --gpus 2; then
   join "$out/artifact/pp2" "$work/pp2/manifest.json" "$work"/pp2/stage*.hir
