@@ -13,6 +13,9 @@
 #   artifact   hpdlc compile of that model at 1 rank, pp=2 and dp=2 x tp=2
 #              (manifest, then each chunk file)
 #   cluster    the cluster files of samples/clusters/ and the tests
+#   metrics    the --metrics file of a 30-step hpdlrun of a small gpt2-tiny,
+#              that file resumed (steps repeated), and a few written here
+#              (nulls, one record, a CRLF file, a line over 64 KiB)
 # Every input of fuzz/regressions/<target>/ is a seed too. A tool that
 # fails costs its seeds only (with a warning); the script still exits 0 so
 # that the fuzzers run on what there is. OUT_DIR is emptied first.
@@ -51,7 +54,7 @@ join() { # join OUT FILE...
 
 case $out in "" | / | "$root") echo "seeds: refusing to empty $out" >&2; exit 2 ;; esac
 rm -rf -- "$out"
-for t in frontend ckpt data artifact cluster; do
+for t in frontend ckpt data artifact cluster metrics; do
   mkdir -p "$out/$t"
   [ -d "$root/fuzz/regressions/$t" ] && cp -- "$root/fuzz/regressions/$t"/* "$out/$t/" 2>/dev/null
 done
@@ -96,6 +99,23 @@ if compile ckmodel -D L=1 -D C=4 -D H=1 -D T=8 &&
 else
   warn "hpdlc compile or hpdlrun failed"
 fi
+# ---- metrics: hpdlrun --metrics of that model, and a resumed run ----
+if [ -d "$work/ckmodel" ] &&
+  "$bin/hpdlrun" "$work/ckmodel" --steps 30 --data "$work/d/tiny_train_*.bin" \
+    --checkpoint-dir "$work/ckm" --metrics "$work/m.jsonl" --progress quiet >/dev/null 2>&1; then
+  cp -- "$work/m.jsonl" "$out/metrics/run_30_steps.jsonl"
+  # a run killed after step 30 and resumed from step 20's checkpoint: 21..30 again
+  { cat "$work/m.jsonl"; sed -n '21,30p' "$work/m.jsonl"; } >"$out/metrics/resumed.jsonl"
+else
+  warn "hpdlrun --metrics failed"
+fi
+rec='{"step": %d, "loss": %s, "lr": 0.0006, "grad_norm": %s, "tokens_per_s": 331200, "step_s": 0.0015, "elapsed_s": 0.2}\n'
+printf "$rec" 1 5.5 0.9 2 null null 3 5.1 0.8 4 null 0.7 >"$out/metrics/nulls.jsonl"
+printf "$rec" 7 3.25 1.5 >"$out/metrics/one_record.jsonl"
+printf "$rec" 1 5.5 0.9 2 5.4 0.8 | sed 's/$/\r/' >"$out/metrics/crlf.jsonl"
+# a line just over the reader's 64 KiB, so that the fuzzer's inputs may be that long
+{ printf "$rec" 1 5.5 0.9; printf '{"step": 2, "note": "%065536d"}\n' 0; } >"$out/metrics/long_line.jsonl"
+
 if compile pp2 --pp 2 --gpus 2; then
   join "$out/artifact/pp2" "$work/pp2/manifest.json" "$work"/pp2/stage*.hir
 else
@@ -107,7 +127,7 @@ else
   warn "hpdlc compile --dp 2 --tp 2 failed"
 fi
 
-for t in frontend ckpt data artifact cluster; do
+for t in frontend ckpt data artifact cluster metrics; do
   printf 'seeds: %-9s %3d inputs\n' "$t" "$(find "$out/$t" -type f | wc -l)"
 done
 exit 0

@@ -115,6 +115,18 @@ else
   missing+=("@fuzzer")
 fi
 
+# chromium: optional, the headless browser of the test report.screenshot (a
+# picture of hpdlc report's page must not be blank); the test skips without
+# it, and so does this script where apt has no chromium (Ubuntu ships a snap).
+if installed chromium || command -v chromium >/dev/null 2>&1; then
+  say "have chromium"
+elif available chromium; then
+  say "missing chromium (optional: the screenshot test of hpdlc report)"
+  missing+=("@chromium")
+else
+  say "no chromium package here; the screenshot test of hpdlc report will skip"
+fi
+
 if [ ${#missing[@]} -eq 0 ]; then
   say "everything is installed; nothing to do"
   exit 0
@@ -165,6 +177,8 @@ for req in "${missing[@]}"; do
       done
       [ -n "$picked" ] || die "no package with libFuzzer's runtime (libclang-rt-$major-dev) is available"
       to_install+=("$picked") ;;
+    @chromium)
+      to_install+=(chromium) ;;
     *)
       available "$req" || die "package $req is not available from apt on this system"
       to_install+=("$req") ;;

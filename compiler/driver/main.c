@@ -20,6 +20,7 @@
 #include "memplan.h"
 #include "pipeline.h"
 #include "plan.h"
+#include "report.h"
 #include "schedule.h"
 #include "spmd.h"
 #include "dpsync.h"
@@ -73,7 +74,7 @@ typedef struct {
   CompileOptions compile; /* compile: -o, --target, --executor */
 } Cli;
 
-static const char *const verbs[] = {"check", "emit", "plan", "compile"};
+static const char *const verbs[] = {"check", "emit", "plan", "compile", "report"};
 static const char *const stages[] = {"ast", "source", "ir", "grad", "fused", "spmd", "dp", "memory", "schedule", "stash", "cuda"};
 
 static void help_common_options(void) {
@@ -118,6 +119,10 @@ static void help_main(void) {
        "\n"
        "  compile FILE -o DIR    compile the training job for the CPU runtime: the\n"
        "                         artifact hpdlrun runs (--target cpu)\n"
+       "\n"
+       "  report METRICS.jsonl... -o FILE.html|FILE.svg\n"
+       "                         charts of hpdlrun --metrics files: loss, learning\n"
+       "                         rate, gradient norm, tokens/s; several runs overlaid\n"
        "\n"
        "  hpdlc <command> --help shows the options of a command.\n"
        "  hpdlc --version        shows the version.\n"
@@ -258,7 +263,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
   int known = 0;
   for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) known |= !strcmp(verbs[i], verb);
   if (!known) {
-    const char *close = diag_closest(verb, verbs, 3);
+    const char *close = diag_closest(verb, verbs, (int)(sizeof verbs / sizeof verbs[0]));
     if (close) return cli_error("unknown command '%s'; did you mean '%s'?", verb, close);
     return cli_error("unknown command '%s'", verb, NULL);
   }
@@ -580,6 +585,8 @@ static int emit_memory(Arena *arena, Diag *diag, const char *path, const SemMode
 }
 
 int main(int argc, char **argv) {
+  /* report reads metrics files, not .hpd: its own command line */
+  if (argc >= 2 && !strcmp(argv[1], "report")) return report_main(argc - 1, argv + 1);
   Cli cli;
   int rc = parse_cli(argc, argv, &cli);
   if (rc) {
