@@ -317,6 +317,24 @@ static const KeySpec extern_keys[] = {
     {"library", K_STRING, NULL, 0}, {"symbol", K_STRING, NULL, 0}, {"grad", K_STRING, NULL, 0},
 };
 
+/* Native code only from where the file says, relative to itself: an
+ * absolute path would load whatever that machine has there, and a bare name
+ * whatever the dlopen search path (LD_LIBRARY_PATH, the system's folders)
+ * finds first. */
+static void check_library_path(Sema *S, const AstDecl *d, const Setting *lib) {
+  const char *path = lib->value.s;
+  if (path[0] == '/' || path[0] == '~') {
+    sema_error(S, lib->span, "extern %s: library \"%s\" is an absolute path; an extern's library is found only relative to the file "
+                             "that declares it", d->name.name, path);
+    diag_hint(S->diag, "copy the library beside the file (or below its folder) and name it from there, e.g. \"./%s\"",
+              strrchr(path, '/') ? strrchr(path, '/') + 1 : path);
+  } else if (!strchr(path, '/')) {
+    sema_error(S, lib->span, "extern %s: library \"%s\" is a bare name, which the dlopen search path would look for anywhere on "
+                             "the machine; an extern's library is found only relative to the file that declares it", d->name.name, path);
+    diag_hint(S->diag, "put the library beside the file and write library = \"./%s\"", path);
+  }
+}
+
 /* Layers no model reaches still get their declarations checked. */
 static void check_unused_decls(Sema *S) {
   for (int f = 0; f < S->prog->nfiles; f++) {
@@ -333,8 +351,11 @@ static void check_unused_decls(Sema *S) {
       if (d->kind == DECL_EXTERN) {
         Settings s;
         sema_read_settings(S, &d->settings, extern_keys, NKEYS(extern_keys), &s, "extern");
-        if (!sema_setting_get(&s, "library"))
+        Setting *lib = sema_setting_get(&s, "library");
+        if (!lib)
           sema_error(S, d->name.span, "extern %s names no library: add library = \"libname.so\"", d->name.name);
+        else if (lib->value.kind == VAL_STRING)
+          check_library_path(S, d, lib);
         if (!sema_setting_get(&s, "symbol"))
           sema_error(S, d->name.span, "extern %s names no symbol: add symbol = \"function_name\"", d->name.name);
       }
