@@ -1272,6 +1272,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     }
   }
   rt_stop_release();
+  if (R.prof) prof_enable(R.prof, 0); /* the timeline ends with the last step */
   if (phases && R.out && sum->last_step > sum->first_step) {
     double n = (double)(sum->last_step - sum->first_step);
     fprintf(R.out, "hpdlrun: step phases (HPDL_PROFILE, mean of %.0f steps): data %.1f ms, the program's step %.1f ms, reduction, norm and update %.1f ms\n",
