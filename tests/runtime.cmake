@@ -67,9 +67,9 @@ foreach(case data_tool one_rank progress bad_artifact dp2 under_mpirun tp2 dp2_t
 endforeach()
 
 # hpdlrun --profile end to end (tests/runtime/profile_e2e.py says what each
-# case checks): dp=2 x pp=2 under mpirun, one rank with the event cap, and
-# an unwritable trace path refused at start.
-foreach(case dp2_pp2 one_rank unwritable)
+# case checks): dp=2 x pp=2 under mpirun, one rank with the event cap, the
+# device path emulated, and an unwritable trace path refused at start.
+foreach(case dp2_pp2 one_rank device_emulate unwritable)
   if(Python3_Interpreter_FOUND)
     add_test(NAME runtime.profile_${case}
              COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/runtime/profile_e2e.py --bin ${CMAKE_BINARY_DIR}/bin

@@ -22,6 +22,9 @@ Chrome trace with json:
       the reference executor), 2 steps: one process, 2 step spans, the program's
       spans; --profile-events 10 keeps 10 events and says in otherData, the process's
       labels and the table how many were dropped.
+  device_emulate  a --target cuda --emulate artifact run with --device emulate (one
+      rank, 2 steps): each kernel launch and GEMM a span (a GEMM with FLOPs) inside its
+      micro-batch's forward+backward span (skipped without NVRTC or a C++ compiler).
   unwritable  --profile into a folder that does not exist, and --profile naming a
       folder: exit status 1 before step 1, one message naming the path.
 Exit 0 pass, 1 fail, 77 skip (no mpirun for dp2_pp2).
@@ -211,6 +214,33 @@ def case_one_rank():
     check(labels and "dropped" in labels[(0, 0)]["labels"], f"process labels {labels}")
     check("events were dropped" in out, f"the table does not say events were dropped:\n{out}")
     print(f"one_rank ({ex}): {len(prog)} program spans; capped at 10: {other['dropped_events']} dropped")
+
+
+def case_device_emulate():
+    d = os.path.join(ARGS.work, "art-emulate")
+    shutil.rmtree(d, ignore_errors=True)
+    p = run([tool("hpdlc"), "compile", os.path.join(ARGS.source, "samples", "gpt2-tiny.hpd"), *DEFS, "--target", "cuda", "--emulate",
+             "-o", d], expect=None)
+    if p.returncode:
+        if "NVRTC not found" in p.stdout + p.stderr or "did not compile as C++" in p.stdout + p.stderr:
+            print("skipped: no NVRTC or no C++ compiler for the emulated kernels")
+            sys.exit(e2e_common.SKIP)
+        raise Fail(f"hpdlc compile --target cuda --emulate failed:\n{p.stdout}{p.stderr}")
+    trace, out = profile(d, "device_emulate", 2, ["--device", "emulate"])
+    check_common(trace, [0], 2, lambda r: (0, 0))
+    prog = spans(trace, 0, 2)
+    whole = [e for e in prog if e["name"] == "forward+backward"]
+    kern = [e for e in prog if e["cat"] == "kernel"]
+    gemm = [e for e in prog if e["cat"] == "gemm"]
+    check(whole and kern, f"device spans: {sorted({e['name'] for e in prog})[:10]}")
+    check(all(e["args"].get("flops", 0) > 0 for e in gemm), "GEMMs without FLOPs")
+    for e in kern + gemm:
+        s_ = e["args"]["step"]
+        w = [b for b in whole if b["args"]["step"] == s_ and b["args"]["micro_batch"] == e["args"]["micro_batch"]]
+        check(len(w) == 1 and w[0]["ts"] - EPS <= e["ts"] and e["ts"] + e["dur"] <= w[0]["ts"] + w[0]["dur"] + EPS,
+              f"launch {e['name']} outside its micro-batch's step: {e}")
+    table_rows(out)
+    print(f"device_emulate: {len(kern)} kernel and {len(gemm)} GEMM spans in 2 steps")
 
 
 def case_unwritable():
