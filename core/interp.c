@@ -52,10 +52,17 @@ struct Interp {
   int has_acc;
   ExtCalls *ext; /* the module's extern functions, loaded on their first call */
   int detect_anomaly; /* check every op's values (interp_set_detect_anomaly) */
+  InterpTimer timer; /* op timing (interp_set_timer) */
+  int has_timer;
   char err[1024];
 };
 
 void interp_set_detect_anomaly(Interp *in, int on) { in->detect_anomaly = on; }
+
+void interp_set_timer(Interp *in, const InterpTimer *t) {
+  if (t) in->timer = *t;
+  in->has_timer = t != NULL;
+}
 
 void interp_set_account(Interp *in, const InterpAccount *acc) {
   if (acc) in->acc = *acc;
@@ -1093,7 +1100,11 @@ static const char *run_range(Run *r, int to) {
     } else {
       r->val[i] = xalloc_calloc((size_t)ir_numel(n), sizeof(double));
       r->owned[i] = 1;
-      e = exec_node(r, i, r->val[i]);
+      if (in->has_timer && n->op != IR_CALL) {
+        double t0 = in->timer.now(in->timer.user);
+        e = exec_node(r, i, r->val[i]);
+        in->timer.op(in->timer.user, gi, i, r->layer, t0, in->timer.now(in->timer.user));
+      } else e = exec_node(r, i, r->val[i]);
       if (!e && in->detect_anomaly) e = anomaly(r, i);
       if (last[i] == i) { /* nothing reads it (a CALL kept for its effects) */
         acc_value(in, gi, i, 0);

@@ -128,6 +128,17 @@ typedef struct {
 } InterpAccount;
 void interp_set_account(Interp *in, const InterpAccount *acc);
 
+/* Op timing (hpdlrun --profile): op(graph, node, layer, t0, t1) after each
+ * op that computes a value runs (leaves and CALL nodes, whose graphs' ops
+ * are reported themselves, are not), t0 and t1 from now(). NULL stops it;
+ * off, each op costs one test. */
+typedef struct {
+  void *user;
+  double (*now)(void *user);
+  void (*op)(void *user, int graph, int node, int64_t layer, double t0, double t1);
+} InterpTimer;
+void interp_set_timer(Interp *in, const InterpTimer *t);
+
 /* Convenience: runs graph 0 and returns output 0 as a scalar (the loss). */
 double interp_loss(Interp *in);
 

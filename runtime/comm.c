@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "half.h"
+#include "prof.h"
 
 static const char *const group_names[] = {"world", "dp", "tp", "pp", "cp"};
 
@@ -349,4 +350,120 @@ int comm_allreduce_compressed(Comm *c, CommGroup g, CommCompressor *z, float *bu
   memset(buf, 0, (size_t)n * sizeof *buf);
   for (int m = 0; m < size; m++) comm_decompress_add(z, z->gathered + (int64_t)m * pb, n, buf);
   return 0;
+}
+
+/* ---- hpdlrun --profile: the table wrapped ---- */
+
+static const CommOps *prof_inner; /* the table the wrapper calls */
+static Prof *prof_rec;
+
+/* The world rank of member `peer` of group g. */
+static int peer_world(const Comm *c, CommGroup g, int peer) {
+  CommCoords k = c->coords;
+  switch (g) {
+  case COMM_WORLD: return peer;
+  case COMM_DP: k.dp = peer; break;
+  case COMM_TP: k.tp = peer; break;
+  case COMM_PP: k.pp = peer; break;
+  case COMM_CP: k.cp = peer; break;
+  default: return -1;
+  }
+  return comm_rank_of(&c->layout, k);
+}
+
+static void prof_comm(const Comm *c, const char *name, int p2p, CommGroup g, int64_t bytes, int peer, double t0) {
+  double t1 = prof_time(prof_rec);
+  ProfArgs a = PROF_ARGS_NONE;
+  a.cat = p2p ? "p2p" : "collective";
+  a.group = g == COMM_NGROUPS ? NULL : comm_group_name(g);
+  a.bytes = bytes;
+  a.peer = peer >= 0 ? peer_world(c, g, peer) : -1;
+  prof_span(prof_rec, PROF_COMM, name, t0, t1, &a);
+}
+
+#define PROF_T0() double t0 = prof_time(prof_rec)
+
+static int p_all_reduce(Comm *c, CommGroup g, CommType t, CommOp op, void *buf, int64_t n, RtErr *e) {
+  PROF_T0();
+  int rc = prof_inner->all_reduce(c, g, t, op, buf, n, e);
+  prof_comm(c, "all_reduce", 0, g, n * comm_type_size(t), -1, t0);
+  return rc;
+}
+
+static int p_all_gather(Comm *c, CommGroup g, CommType t, const void *in, int64_t n, void *out, RtErr *e) {
+  PROF_T0();
+  int rc = prof_inner->all_gather(c, g, t, in, n, out, e);
+  prof_comm(c, "all_gather", 0, g, n * comm_type_size(t) * c->size[g], -1, t0);
+  return rc;
+}
+
+static int p_reduce_scatter(Comm *c, CommGroup g, CommType t, CommOp op, const void *in, int64_t n, void *out, RtErr *e) {
+  PROF_T0();
+  int rc = prof_inner->reduce_scatter(c, g, t, op, in, n, out, e);
+  prof_comm(c, "reduce_scatter", 0, g, n * comm_type_size(t) * c->size[g], -1, t0);
+  return rc;
+}
+
+static int p_broadcast(Comm *c, CommGroup g, CommType t, void *buf, int64_t n, int root, RtErr *e) {
+  PROF_T0();
+  int rc = prof_inner->broadcast(c, g, t, buf, n, root, e);
+  prof_comm(c, "broadcast", 0, g, n * comm_type_size(t), -1, t0);
+  return rc;
+}
+
+static int p_send(Comm *c, CommGroup g, CommType t, const void *buf, int64_t n, int peer, int tag, RtErr *e) {
+  PROF_T0();
+  int rc = prof_inner->send(c, g, t, buf, n, peer, tag, e);
+  prof_comm(c, "send", 1, g, n * comm_type_size(t), peer, t0);
+  return rc;
+}
+
+static int p_recv(Comm *c, CommGroup g, CommType t, void *buf, int64_t n, int peer, int tag, RtErr *e) {
+  PROF_T0();
+  int rc = prof_inner->recv(c, g, t, buf, n, peer, tag, e);
+  prof_comm(c, "recv", 1, g, n * comm_type_size(t), peer, t0);
+  return rc;
+}
+
+static int p_isend(Comm *c, CommGroup g, CommType t, const void *buf, int64_t n, int peer, int tag, RtErr *e) {
+  PROF_T0();
+  int rc = prof_inner->isend(c, g, t, buf, n, peer, tag, e);
+  prof_comm(c, "isend", 1, g, n * comm_type_size(t), peer, t0);
+  return rc;
+}
+
+static int p_barrier(Comm *c, CommGroup g, RtErr *e) {
+  PROF_T0();
+  int rc = prof_inner->barrier(c, g, e);
+  prof_comm(c, "barrier", 0, g, 0, -1, t0);
+  return rc;
+}
+
+static int p_wait_sends(Comm *c, RtErr *e) {
+  PROF_T0();
+  int rc = prof_inner->wait_sends(c, e);
+  prof_comm(c, "wait_sends", 1, COMM_NGROUPS, 0, -1, t0);
+  return rc;
+}
+
+static void p_abort(Comm *c, int code) { prof_inner->abort(c, code); }
+
+static void p_destroy(Comm *c) {
+  const CommOps *in = prof_inner;
+  c->ops = in;
+  in->destroy(c);
+}
+
+static const CommOps prof_ops = {"profiled", p_all_reduce, p_all_gather, p_reduce_scatter, p_broadcast, p_send, p_recv,
+                                 p_barrier,  p_abort,      p_destroy,    p_isend,          p_wait_sends};
+
+void comm_profile(Comm *c, Prof *p) {
+  if (p && c->ops != &prof_ops) {
+    prof_inner = c->ops;
+    prof_rec = p;
+    c->ops = &prof_ops;
+  } else if (!p && c->ops == &prof_ops) {
+    c->ops = prof_inner;
+    prof_rec = NULL;
+  }
 }

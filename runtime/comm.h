@@ -104,6 +104,15 @@ int comm_wait_sends(Comm *c, RtErr *e);
 int comm_recv(Comm *c, CommGroup g, CommType t, void *buf, int64_t n, int peer, int tag, RtErr *e);
 int comm_barrier(Comm *c, CommGroup g, RtErr *e);
 
+/* hpdlrun --profile: every call through c->ops from here on (the loop's,
+ * the compressed reduction's and the program's, which call the table
+ * directly) is timed into p as a span on its "comm" track, with the bytes
+ * of the buffer it moves (all_gather: the gathered output, reduce_scatter:
+ * the input), the group and, for a message, the peer's world rank. p NULL
+ * puts the table back. One Comm at a time (the process's). */
+struct Prof; /* prof.h */
+void comm_profile(Comm *c, struct Prof *p);
+
 /* ---- compression ---- */
 
 typedef enum { COMM_COMPRESS_NONE, COMM_COMPRESS_FP16, COMM_COMPRESS_INT8, COMM_COMPRESS_TOPK } CommCompressKind;

@@ -31,6 +31,18 @@ typedef struct {
   int in_norm;             /* counted once in the global gradient norm */
 } TrainTensor;
 
+/* hpdlrun --profile: how a program adds its spans to the rank's timeline
+ * (the "program" track; docs/runtime.md, "Profiling"). now() is the
+ * timeline's clock in seconds; span() copies the name and the category.
+ * mb, chunk, layer -1, bytes 0, flops 0: unknown. Calls from the thread
+ * that runs step() only. */
+typedef struct {
+  void *self;
+  double (*now)(void *self);
+  void (*span)(void *self, const char *name, const char *cat, double t0, double t1, int mb, int chunk, int64_t layer, int64_t bytes,
+               double flops);
+} TrainProfiler;
+
 typedef struct {
   const Artifact *art;
   Comm *comm;
@@ -46,6 +58,10 @@ typedef struct {
   /* --target cuda: the device hpdlrun --device asked for ("cuda",
    * "emulate"); NULL: the GPU */
   const char *device;
+  /* hpdlrun --profile: NULL when profiling is off (one test a span, so
+   * off costs nothing). Last, so that a program built before it (which
+   * does not read it) still finds the fields above where they were. */
+  const TrainProfiler *prof;
 } TrainCtx;
 
 enum { TRAIN_PROGRAM_ABI = 2 };

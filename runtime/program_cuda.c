@@ -61,6 +61,7 @@ typedef struct {
   /* HPDL_PROFILE: seconds of the steps' phases (the device synchronised
    * between them), reported when the run ends */
   int timing;
+  const TrainProfiler *pf; /* hpdlrun --profile; NULL off */
   long steps;
   /* pipeline stages (pp > 1): this rank's chunk and instruction list, the
    * micro-batch running (the transfers' tags), the frames in flight, and
@@ -359,6 +360,15 @@ static void cuda_destroy(void *self) {
   free(P);
 }
 
+/* hpdlrun --profile: a launch's span ends now (the device drained after it) */
+static void cuda_launch_span(void *user, int graph, int64_t layer, const DevxLaunch *L, double secs, double flops) {
+  CudaProg *P = user;
+  double t1 = P->pf->now(P->pf->self);
+  (void)graph;
+  P->pf->span(P->pf->self, L->name ? L->name : "?", L->is_gemm ? "gemm" : "kernel", t1 - secs, t1, P->cur_mb, P->pc->chunk,
+              P->prog.m->graphs[graph]->count > 1 ? layer : -1, 0, flops);
+}
+
 static void *cuda_create(TrainCtx *ctx, RtErr *e) {
   const Artifact *a = ctx->art;
   CudaProg *P = calloc(1, sizeof *P);
@@ -461,6 +471,10 @@ static void *cuda_create(TrainCtx *ctx, RtErr *e) {
   dc.send = hc_send;
   dc.recv = hc_recv;
   devx_set_comm(P->x, &dc);
+  if ((P->pf = ctx->prof)) {
+    DevxTracer tr = {P, cuda_launch_span};
+    devx_set_tracer(P->x, &tr);
+  }
   /* the parameters the chunk reads and the loop's tensors */
   const IrModule *m = P->pc->m;
   P->uses = calloc((size_t)P->pc->nuses + 1, sizeof(CudaUse));
@@ -603,6 +617,7 @@ static int run_pipeline(CudaProg *P, TrainCtx *ctx, const DataBatch *const *micr
     const SchedInstr *in = &P->ins[i];
     int k = in->mb;
     P->cur_mb = k;
+    double pt = P->pf ? P->pf->now(P->pf->self) : 0;
     if (in->op == SCHED_OP_FWD) {
       if (P->frames[k]) rc = fail(e, "stage %d: micro-batch %d's forward twice (a bad instruction list)", P->stage, k);
       else if (!(rc = set_inputs(P, micro[k], e)) && !(P->frames[k] = devx_step_forward(P->x, P->pc->step, (float)ctx->grad_scale)))
@@ -615,6 +630,9 @@ static int run_pipeline(CudaProg *P, TrainCtx *ctx, const DataBatch *const *micr
       else if (devx_step_backward(P->x, f, &l)) rc = fail(e, "stage %d, backward of micro-batch %d: %s", P->stage, k, devx_error(P->x));
       *total += l;
     }
+    if (P->pf && (in->op == SCHED_OP_FWD || in->op == SCHED_OP_BWD))
+      P->pf->span(P->pf->self, in->op == SCHED_OP_FWD ? "forward" : "backward", in->op == SCHED_OP_FWD ? "forward" : "backward", pt,
+                  P->pf->now(P->pf->self), k, in->chunk, -1, 0, 0);
     if (!rc) rc = comm_ring_finish(&P->ring, e);
   }
   if (!rc) rc = comm_outbox_flush(&P->outbox, P->comm, e);
@@ -654,7 +672,10 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
       P->t_inputs += t1 - t0;
       t0 = t1;
     }
+    double pt = P->pf ? P->pf->now(P->pf->self) : 0;
+    P->cur_mb = j;
     if (devx_step(P->x, P->pc->step, (float)ctx->grad_scale, &l)) return fail(e, "%s", devx_error(P->x));
+    if (P->pf) P->pf->span(P->pf->self, "forward+backward", "step", pt, P->pf->now(P->pf->self), j, P->pc->chunk, -1, 0, 0);
     if (P->timing) {
       t1 = d->ops->seconds(d);
       P->t_micro += t1 - t0;

@@ -545,6 +545,28 @@ static int native_open(Exec *x, const char *path, RtErr *e) {
   return 0;
 }
 
+/* hpdlrun --profile: each op the reference executor runs, a span on the
+ * program track, named by the op, with its output's bytes (the IR's dtype)
+ * and, for a matmul, its FLOPs (2 x the output's values x the inner
+ * dimension). */
+static double ix_now(void *user) {
+  const TrainProfiler *pf = ((Exec *)user)->ctx->prof;
+  return pf->now(pf->self);
+}
+
+static void ix_op(void *user, int graph, int node, int64_t layer, double t0, double t1) {
+  Exec *x = user;
+  const TrainProfiler *pf = x->ctx->prof;
+  const IrNode *n = &x->pc->m->graphs[graph]->nodes[node];
+  double flops = 0;
+  if (n->op == IR_MATMUL && n->nin >= 1) {
+    const IrNode *a = &x->pc->m->graphs[graph]->nodes[n->in[0]];
+    if (a->rank >= 2) flops = 2.0 * (double)ir_numel(n) * (double)a->dims[a->rank - (n->attr[0] ? 2 : 1)];
+  }
+  pf->span(pf->self, ir_op_name(n->op), "op", t0, t1, x->cur_mb, x->chunk, x->pc->m->graphs[graph]->count > 1 ? layer : -1,
+           ir_numel(n) * sem_dtype_bytes(n->dtype), flops);
+}
+
 static int interp_open(Exec *x, RtErr *e) {
   const IrModule *m = x->pc->m;
   x->in = interp_new(m);
@@ -564,6 +586,10 @@ static int interp_open(Exec *x, RtErr *e) {
   ic.send = ix_send;
   ic.recv = ix_recv;
   interp_set_comm(x->in, &ic);
+  if (x->ctx->prof) {
+    InterpTimer tm = {x, ix_now, ix_op};
+    interp_set_timer(x->in, &tm);
+  }
   for (int i = 0; i < x->nuses; i++) {
     Use *u = &x->uses[i];
     int64_t n = 0;
@@ -1020,20 +1046,35 @@ bad:
   return NULL;
 }
 
+/* hpdlrun --profile: a span of the program track (pf NULL: off) */
+static double pnow(const TrainProfiler *pf) { return pf ? pf->now(pf->self) : 0; }
+
 static int exec_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, int nmicro, double *loss, int *has_loss, RtErr *e) {
   Prog *P = self;
   int rc = 0;
+  const TrainProfiler *pf = ctx->prof;
+  double pt = pnow(pf);
   for (int i = 0; i < P->n && rc == 0; i++) {
     P->x[i]->ctx = ctx;
     rc = chunk_begin(P->x[i], nmicro, e);
   }
   if (rc == 0) rc = tie_params(P, e);
   if (rc == 0) rc = rank_schedule(P, nmicro, e);
+  if (pf) pf->span(pf->self, "parameters in", "program", pt, pnow(pf), -1, -1, -1, 0, 0);
   for (int i = 0; i < P->nins && rc == 0; i++) {
     const SchedInstr *in = &P->ins[i];
     if (in->op != SCHED_OP_FWD && in->op != SCHED_OP_BWD) continue;
-    rc = chunk_run(held(P, in->chunk), micro[in->mb], in->mb, in->op == SCHED_OP_FWD, e);
+    Exec *x = held(P, in->chunk);
+    int fwd = in->op == SCHED_OP_FWD;
+    pt = pnow(pf);
+    rc = chunk_run(x, micro[in->mb], in->mb, fwd, e);
+    /* generated code of a step autodiff did not cut: the whole step runs at the backward */
+    int whole = !x->in && !x->part[0];
+    if (pf && !(whole && fwd))
+      pf->span(pf->self, whole ? "forward+backward" : fwd ? "forward" : "backward", whole ? "step" : fwd ? "forward" : "backward", pt,
+               pnow(pf), in->mb, in->chunk, -1, 0, 0);
   }
+  pt = pnow(pf);
   /* after a failure the job stops: pending sends are left to exec_free */
   for (int i = 0; i < P->n && rc == 0; i++) rc = comm_outbox_flush(&P->x[i]->outbox, P->x[i]->comm, e);
   for (int i = 0; i < P->n; i++) chunk_end(P->x[i]);
@@ -1042,6 +1083,7 @@ static int exec_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
   for (int i = 0; i < P->n; i++) {
     Exec *x = P->x[i];
     if (rc == 0) chunk_add_grads(x);
+    if (pf && i == P->n - 1) pf->span(pf->self, "gradients out", "program", pt, pnow(pf), -1, -1, -1, 0, 0);
     if (rc == 0) rc = comm_ring_finish(&x->ring, e);
     else comm_ring_clear(&x->ring);
     if (x->last) {

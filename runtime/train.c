@@ -3,16 +3,19 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "builtin.h"
+#include "prof.h"
 #include "program_cuda.h"
 #include "ckpt.h"
 #include "init.h"
@@ -87,6 +90,10 @@ typedef struct {
   int64_t scale_window;   /* grow after this many */
   int64_t skipped;        /* steps skipped, since step 0 */
   int64_t updates;        /* optimizer updates applied (Adam's t) */
+  /* hpdlrun --profile (docs/runtime.md, "Profiling"): this rank's timeline;
+   * NULL when off */
+  Prof *prof;
+  TrainProfiler profiler; /* the program's way into it (ctx.prof) */
 } Run;
 
 /* Dynamic loss scaling as PyTorch's torch.amp.GradScaler does it by default
@@ -753,6 +760,21 @@ static void report_state(Run *R) {
 
 /* ---- the run ---- */
 
+/* hpdlrun --profile: the program's spans (TrainProfiler) */
+static double profiler_now(void *self) { return prof_time(self); }
+
+static void profiler_span(void *self, const char *name, const char *cat, double t0, double t1, int mb, int chunk, int64_t layer,
+                          int64_t bytes, double flops) {
+  ProfArgs a = PROF_ARGS_NONE;
+  a.cat = cat;
+  a.mb = mb;
+  a.chunk = chunk;
+  a.layer = layer;
+  a.bytes = bytes;
+  a.flops = flops;
+  prof_span(self, PROF_PROGRAM, name, t0, t1, &a);
+}
+
 static int setup(Run *R, RtErr *e) {
   const Artifact *a = R->a;
   if (a->nranks != R->c->world_size)
@@ -771,6 +793,13 @@ static int setup(Run *R, RtErr *e) {
   R->ctx.art = a;
   R->ctx.comm = R->c;
   R->ctx.device = R->o->device;
+  if (R->o->profile) {
+    if (!(R->prof = prof_new(R->o->profile_cap))) return rt_fail(e, "out of memory for the profile");
+    R->profiler.self = R->prof;
+    R->profiler.now = profiler_now;
+    R->profiler.span = profiler_span;
+    R->ctx.prof = &R->profiler;
+  }
   R->ctx.grad_scale = 1.0 / ((double)a->layout.dp * (double)a->num_micro_batches);
   R->scaling = a->precision && !strcmp(a->precision, "fp16");
   R->scale_dynamic = R->scaling && a->loss_scale == 0;
@@ -826,6 +855,90 @@ static int open_data(Run *R, RtErr *e) {
   return 0;
 }
 
+/* ---- hpdlrun --profile ---- */
+
+/* A phase of the step on the "step" track, from *t to now; *t becomes now. */
+static void phase(Run *R, const char *name, double *t) {
+  double now = prof_time(R->prof);
+  ProfArgs a = PROF_ARGS_NONE;
+  a.cat = "phase";
+  prof_span(R->prof, PROF_STEP, name, *t, now, &a);
+  *t = now;
+}
+
+/* Fails now, not after the run, when rank 0 cannot write FILE: a file made
+ * beside it (where the atomic write puts its temporary) and removed. */
+static int profile_writable(const char *path, RtErr *e) {
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return rt_fail(e, "--profile %s: a folder, not a file", path);
+  char tmp[4200];
+  if (snprintf(tmp, sizeof tmp, "%s.check-%ld", path, (long)getpid()) >= (int)sizeof tmp) return rt_fail(e, "--profile %s: path too long", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+  if (fd < 0) return rt_fail_errno(e, errno, "--profile %s: the profile cannot be written there", path);
+  close(fd);
+  unlink(tmp);
+  return 0;
+}
+
+/* Every rank's timeline to rank 0 over the communicator (sizes gathered,
+ * then one message a rank), which writes the trace atomically and prints
+ * the table. Every rank calls it; the status is rank 0's write. */
+static int profile_finish(Run *R, RtErr *e) {
+  Comm *c = R->c;
+  int n = c->world_size, rc = 0;
+  prof_enable(R->prof, 0);
+  comm_profile(c, NULL);
+  ProfRankInfo who = {c->world_rank, c->coords.dp, c->coords.tp, c->coords.pp, c->coords.cp, prof_peak_rss()};
+  size_t len = 0;
+  void *blk = prof_pack(R->prof, &who, &len);
+  double mine = blk ? (double)len : -1, *lens = rt_calloc((size_t)n, sizeof *lens);
+  ProfRank **ranks = rt_calloc((size_t)n, sizeof *ranks);
+  if (!lens || !ranks) fatal(R, "out of memory for the profile", NULL);
+  if (comm_all_gather(c, COMM_WORLD, COMM_F64, &mine, 1, lens, e) < 0) fatal(R, "gathering the profile's sizes", e);
+  for (int r = 0; r < n; r++)
+    if (lens[r] < 0) {
+      rc = rt_fail(e, "--profile: rank %d ran out of memory packing its events", r);
+      goto out;
+    }
+  if (R->me != 0) {
+    if (comm_send(c, COMM_WORLD, COMM_U8, blk, (int64_t)len, 0, 30001, e) < 0) fatal(R, "sending the profile to rank 0", e);
+    goto out;
+  }
+  char why[256];
+  for (int r = 0; r < n && rc == 0; r++) {
+    void *b = blk;
+    if (r > 0) {
+      b = rt_alloc((size_t)lens[r] + 1);
+      if (!b) fatal(R, "out of memory for the profile", NULL);
+      if (comm_recv(c, COMM_WORLD, COMM_U8, b, (int64_t)lens[r], r, 30001, e) < 0) fatal(R, "receiving the profiles", e);
+    }
+    ranks[r] = prof_unpack(b, r > 0 ? (size_t)lens[r] : len, why, sizeof why);
+    if (b != blk) rt_free(b);
+    if (!ranks[r]) rc = rt_fail(e, "--profile: rank %d's events: %s", r, why);
+  }
+  char *text = NULL;
+  size_t tlen = 0;
+  FILE *m = rc == 0 ? open_memstream(&text, &tlen) : NULL;
+  if (rc == 0 && !m) rc = rt_fail_errno(e, errno, "--profile: no memory for the trace");
+  if (m) {
+    int bad = prof_trace_json(m, ranks, n) < 0;
+    if (fclose(m) != 0 || bad) rc = rt_fail(e, "--profile: no memory for the trace");
+    else if (rt_write_file_atomic(R->o->profile, text, tlen, e) < 0) rc = rt_err_prefix(e, "--profile");
+    free(text);
+  }
+  if (rc == 0 && R->out) {
+    fprintf(R->out, "hpdlrun: profile: %s (Chrome trace events: Perfetto, chrome://tracing)\n", R->o->profile);
+    prof_table(R->out, ranks, n, 15);
+    fflush(R->out);
+  }
+out:
+  for (int r = 0; r < n && ranks; r++) prof_rank_free(ranks[r]);
+  rt_free(ranks);
+  rt_free(lens);
+  free(blk);
+  return rc;
+}
+
 static void teardown(Run *R) {
   RtErr e;
   if (R->me == 0 && join_save(R, &e) < 0) fprintf(stderr, "hpdlrun: error: %s\n", e.msg);
@@ -848,6 +961,8 @@ static void teardown(Run *R) {
   rt_free(R->ctx.tensors);
   comm_compressor_free(&R->z);
   if (R->metrics) fclose(R->metrics);
+  if (R->prof) comm_profile(R->c, NULL);
+  prof_free(R->prof);
 }
 
 int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary *sum, int *reporter, RtErr *e) {
@@ -885,6 +1000,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     if (rt_mkdirs(R.ckpt_dir, e) < 0) failed = 1;
     else if (access(R.ckpt_dir, W_OK | X_OK) < 0) failed = rt_fail_errno(e, errno, "%s: the checkpoint folder cannot be written", R.ckpt_dir) < 0;
   }
+  if (!failed && R.me == 0 && o->profile && profile_writable(o->profile, e) < 0) failed = 1;
   int who = agree(&R, failed);
   if (who < 0 && (o->resume || o->resume_from)) {
     int resumed;
@@ -938,11 +1054,21 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
   int64_t nan_step = rt_fault("grad-nan-step"), nan_param = rt_fault("grad-nan-param");
   /* tests: rank die_rank killed (SIGKILL) at the start of step die_step */
   int64_t die_step = rt_fault("rank-die-step"), die_rank = rt_fault("rank-die-rank");
+  /* --profile: time 0 of every rank's timeline at one barrier; from here
+   * every collective is timed (comm_profile) */
+  if (R.prof) {
+    if (comm_barrier(comm, COMM_WORLD, e) < 0) fatal(&R, "the profile's barrier", e);
+    prof_origin(R.prof);
+    comm_profile(comm, R.prof);
+    prof_enable(R.prof, 1);
+  }
   for (int64_t s = R.start_step; s < end; s++) {
     for (struct timespec ts = {sleep_ms / 1000, (long)(sleep_ms % 1000) * 1000000L}; sleep_ms > 0 && nanosleep(&ts, &ts) < 0 && errno == EINTR;) {
     }
     if (s + 1 == die_step && R.me == (die_rank > 0 ? die_rank : 0)) raise(SIGKILL);
     double t0 = rt_now(), tp = t0;
+    double pt0 = R.prof ? prof_time(R.prof) : 0, pt = pt0; /* --profile: the step's start, the phase's */
+    if (R.prof) prof_set_step(R.prof, s);
     R.ctx.step = s;
     for (int k = 0; k < R.nmicro; k++) {
       const DataBatch *b = data_loader_next(R.loader, e);
@@ -955,7 +1081,9 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       R.mbuf[k].index = b->index;
       R.mbuf[k].epoch = b->epoch;
     }
+    if (R.prof) phase(&R, "data", &pt);
     if (R.master && gather_params(&R, e) < 0) fatal(&R, "gathering the parameters over dp (zero 3)", e);
+    if (R.prof && R.master) phase(&R, "parameter gather", &pt);
     if (!R.resident) memset(R.pool[1], 0, (size_t)(R.pool_cap ? R.pool_cap : 16) * sizeof(float));
     double loss = 0;
     int has_loss = 0;
@@ -966,7 +1094,9 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     /* the seed: 1 / (dp x micro-batches), times fp16's loss scale */
     double used_scale = R.scale;
     R.ctx.grad_scale = used_scale / ((double)a->layout.dp * (double)a->num_micro_batches);
+    if (R.prof) pt = prof_time(R.prof);
     if (R.prog->step(R.self, &R.ctx, R.mptr, R.nmicro, &loss, &has_loss, e) < 0) fatal(&R, "the program's step failed", e);
+    if (R.prof) phase(&R, "program step", &pt);
     if (phases) {
       t_prog += rt_now() - tp;
       tp = rt_now();
@@ -981,6 +1111,8 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     } else if (a->layout.dp > 1 && !R.prog->reduces_dp && !R.resident &&
                comm_allreduce_compressed(comm, COMM_DP, &R.z, R.pool[1], R.pool_len, e) < 0)
       fatal(&R, "the data-parallel gradient all-reduce", e);
+    if (R.prof && (R.grad_own || (a->layout.dp > 1 && !R.prog->reduces_dp && !R.resident))) phase(&R, "gradient reduction", &pt);
+    else if (R.prof) pt = prof_time(R.prof);
     /* One reduction for the gradient norm and the loss: [sum of squares,
      * loss x has, has]. Each logical value counts once: its tp / cp group's
      * representative counts it, over the owned range; at zero 0 every dp
@@ -1010,6 +1142,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       rc = -1;
       break;
     }
+    if (R.prof) phase(&R, "norm", &pt);
     RtStopKind stop = red[3] > 0 ? RT_STOP_TERM : red[4] > 0 ? RT_STOP_INT : RT_STOP_NONE;
     /* the gradients hold used_scale x their values: the norm is unscaled */
     double gnorm = sqrt(red[0]) / used_scale, mean_loss = red[2] > 0 ? red[1] / red[2] : NAN;
@@ -1071,6 +1204,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     if (R.master) rt_release_pages(R.pool[0], (size_t)R.pool_cap * sizeof(float));
     else if (R.zero > 0 && comm_all_gather(comm, COMM_DP, COMM_F32, R.pool[0] + R.own_lo, R.own_len, R.pool[0], e) < 0)
       fatal(&R, "gathering the updated parameters over dp", e);
+    if (R.prof) phase(&R, "optimizer update", &pt);
     double dt = rt_now() - t0;
     if (phases) t_update += rt_now() - tp;
     run_time += dt;
@@ -1114,11 +1248,19 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     int due = R.ckpt_every > 0 && (s + 1) % R.ckpt_every == 0;
     if (R.ckpt_dir && (due || (last && save_final) || stop)) {
       if (R.resident && R.prog->state(R.self, &R.ctx, 1, e) < 0) fatal(&R, "bringing the state from the device", e);
+      if (R.prof) pt = prof_time(R.prof);
       if (save_checkpoint(&R, s + 1, e) < 0) {
         rc = -1;
         *reporter = R.me == 0;
         break;
       }
+      if (R.prof) phase(&R, "checkpoint", &pt);
+    }
+    if (R.prof) { /* the step's span, over its phases */
+      ProfArgs sa = PROF_ARGS_NONE;
+      sa.cat = "step";
+      prof_span(R.prof, PROF_STEP, "step", pt0, prof_time(R.prof), &sa);
+      prof_set_step(R.prof, -1);
     }
     if (stop) {
       sum->stop_status = rt_stop_exit_status(stop);
@@ -1130,6 +1272,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     }
   }
   rt_stop_release();
+  if (R.prof) prof_enable(R.prof, 0); /* the timeline ends with the last step */
   if (phases && R.out && sum->last_step > sum->first_step) {
     double n = (double)(sum->last_step - sum->first_step);
     fprintf(R.out, "hpdlrun: step phases (HPDL_PROFILE, mean of %.0f steps): data %.1f ms, the program's step %.1f ms, reduction, norm and update %.1f ms\n",
@@ -1141,6 +1284,16 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     if (agree(&R, f) >= 0) {
       *reporter = R.me == 0;
       rc = -1;
+    }
+  }
+  if (R.prof) {
+    prof_enable(R.prof, 0);
+    if (rc == 0) {
+      int f = profile_finish(&R, e) < 0;
+      if (agree(&R, f) >= 0) {
+        *reporter = R.me == 0;
+        rc = -1;
+      }
     }
   }
   sum->seconds = run_time;

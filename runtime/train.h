@@ -45,6 +45,8 @@ typedef struct {
   const char *threads;     /* for the header: "2 threads per rank"; NULL: not shown */
   int nthreads;            /* the rank's threads for the norm, clipping and update passes; 0: 1 */
   const char *device;      /* --target cuda artifacts: "cuda" (NULL) or "emulate" */
+  const char *profile;     /* --profile FILE: the Chrome trace of every rank, written by rank 0 at the end */
+  int64_t profile_cap;     /* events kept per rank (<= 0: PROF_DEFAULT_CAP) */
 } TrainOptions;
 
 typedef struct {

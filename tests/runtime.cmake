@@ -66,6 +66,21 @@ foreach(case data_tool one_rank progress bad_artifact dp2 under_mpirun tp2 dp2_t
                        ENVIRONMENT "${HPDL_RT_TEST_ENV}")
 endforeach()
 
+# hpdlrun --profile end to end (tests/runtime/profile_e2e.py says what each
+# case checks): dp=2 x pp=2 under mpirun, one rank with the event cap, the
+# device path emulated, and an unwritable trace path refused at start.
+foreach(case dp2_pp2 one_rank device_emulate unwritable)
+  if(Python3_Interpreter_FOUND)
+    add_test(NAME runtime.profile_${case}
+             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/runtime/profile_e2e.py --bin ${CMAKE_BINARY_DIR}/bin
+                     --source ${CMAKE_SOURCE_DIR} --work ${CMAKE_CURRENT_BINARY_DIR}/profile-e2e/${case} ${case})
+  else()
+    add_test(NAME runtime.profile_${case} COMMAND bash -c "echo 'skipped: no python3'; exit 77")
+  endif()
+  set_tests_properties(runtime.profile_${case} PROPERTIES LABELS runtime TIMEOUT 120 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${HPDL_RT_TEST_ENV}")
+endforeach()
+
 # The faults of issue 15 end to end (docs/reliability.md): also label reliability
 set(HPDL_RT_FAULT_CASES bad_artifact bad_data bad_checkpoint killed_writer failed_write failed_write_async
     unwritable_checkpoint too_big diverged preempt_one_rank preempt_dp2 preempt_dp2_tp2 rank_dies

@@ -45,6 +45,8 @@ struct DevExec {
   float *host[2]; /* the collectives' staging, grown as needed */
   size_t host_cap[2];
   int profile;
+  DevxTracer tracer; /* hpdlrun --profile (devx_set_tracer) */
+  int has_tracer;
   char err[1200];
 };
 
@@ -399,6 +401,13 @@ static int run_comm(DevExec *x, const IrGraph *g, const IrNode *n, void *const *
   return rc;
 }
 
+static double gemm_flops(const DevGemm *g);
+
+void devx_set_tracer(DevExec *x, const DevxTracer *t) {
+  if (t) x->tracer = *t;
+  x->has_tracer = t != NULL;
+}
+
 static int run_launches(DevExec *x, int gi, int kp, int64_t layer, void **io) {
   const DevxKernel *K = &x->p->graphs[gi].kernels[kp];
   const KernelRes *R = &x->res[gi][kp];
@@ -406,13 +415,18 @@ static int run_launches(DevExec *x, int gi, int kp, int64_t layer, void **io) {
   int nio = K->ninputs + K->noutputs;
   for (int l = 0; l < K->nlaunches; l++) {
     const DevxLaunch *L = &K->launches[l];
-    double t0 = x->profile ? x->dev->ops->seconds(x->dev) : 0;
+    int timed = x->profile || x->has_tracer;
+    double t0 = timed ? x->dev->ops->seconds(x->dev) : 0;
     int rc = L->is_gemm ? x->dev->ops->gemm(x->dev, R->plans[l], io)
                         : x->dev->ops->launch(x->dev, R->k[l], L->grid, L->block, &c, io, nio);
     if (rc) return fail(x, "graph %s kernel %d (%s): %s", x->p->m->graphs[gi]->name, kp, L->name, dev_error(x->dev));
-    if (x->profile) {
-      R->secs[l] += x->dev->ops->seconds(x->dev) - t0;
-      R->calls[l]++;
+    if (timed) {
+      double dt = x->dev->ops->seconds(x->dev) - t0;
+      if (x->profile) {
+        R->secs[l] += dt;
+        R->calls[l]++;
+      }
+      if (x->has_tracer) x->tracer.launch(x->tracer.user, gi, layer, L, dt, L->is_gemm ? gemm_flops(&L->gemm) : 0);
     }
   }
   return 0;

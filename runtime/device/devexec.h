@@ -129,6 +129,16 @@ int devx_run_kernel(DevExec *x, int graph, int kernel, int64_t layer, void **io)
 void devx_profile(DevExec *x, int on);
 void devx_profile_report(const DevExec *x, FILE *out, int top, int steps);
 
+/* hpdlrun --profile: each launch (a generated kernel or a GEMM) timed alone
+ * as devx_profile does, and reported after it ran: launch(user, graph,
+ * layer, the launch, its seconds, its FLOPs (a GEMM's 2mnk x batch, else
+ * 0)). NULL stops it. */
+typedef struct {
+  void *user;
+  void (*launch)(void *user, int graph, int64_t layer, const DevxLaunch *L, double secs, double flops);
+} DevxTracer;
+void devx_set_tracer(DevExec *x, const DevxTracer *t);
+
 /* Device memory the pool holds now and at most (bytes). */
 void devx_memory(const DevExec *x, size_t *now, size_t *peak);
 

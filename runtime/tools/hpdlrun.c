@@ -50,6 +50,11 @@ static void usage(FILE *f) {
           "                           (starts from step 0 when there is none yet)\n"
           "  --resume-from PATH       continue from this checkpoint (its .json manifest, or a folder)\n"
           "  --metrics FILE           JSON lines, one per step: step, loss, lr, grad_norm, tokens_per_s, ...\n"
+          "  --profile FILE           a Chrome trace (Perfetto, chrome://tracing) of every rank: the steps and\n"
+          "                           their phases, the program's forward / backward (and ops), every\n"
+          "                           collective and message; rank 0 writes it at the end and prints\n"
+          "                           a table of the top phases and ops, collectives' GB/s, peak memory\n"
+          "  --profile-events N       events kept per rank (default 1000000; past it they are counted as dropped)\n"
           "  --progress MODE          auto (a live line on a terminal), tty, plain, quiet\n"
           "  --threads N              BLAS threads per rank (default: OPENBLAS_NUM_THREADS or\n"
           "                           OMP_NUM_THREADS when set, else cores / ranks on the node)\n"
@@ -229,6 +234,14 @@ static int parse_args(int argc, char **argv, Args *A) {
     } else if (!strcmp(n, "--metrics")) {
       VALUE();
       A->t.metrics = val;
+    } else if (!strcmp(n, "--profile")) {
+      VALUE();
+      if (!*val) return bad_usage("--profile wants a file name");
+      A->t.profile = val;
+    } else if (!strcmp(n, "--profile-events")) {
+      VALUE();
+      if (parse_i64(val, 1, &A->t.profile_cap) < 0 || A->t.profile_cap > ((int64_t)1 << 26))
+        return bad_usage("--profile-events wants a number of events from 1 to 67108864, not %s", val);
     } else if (!strcmp(n, "--progress")) {
       VALUE();
       if (!strcmp(val, "auto")) A->t.progress = TRAIN_PROGRESS_AUTO;

@@ -33,9 +33,10 @@ LAYERS = [
 ]
 RUNTIME = {
     "kernels": [],
+    "runtime/prof": [],
     "runtime/device": ["core", "kernels"],
-    "runtime": ["core", "runtime/device"],
-    "runtime/tools": ["core", "runtime/device", "runtime"],
+    "runtime": ["core", "runtime/device", "runtime/prof"],
+    "runtime/tools": ["core", "runtime/device", "runtime/prof", "runtime"],
 }
 MAX_SOURCES = 15
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

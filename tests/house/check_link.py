@@ -7,7 +7,7 @@ or the core's library, and no object may be a file of compiler/ or grammar/.
 import re
 import sys
 
-ALLOWED = {"libhpdlrt.a", "libhpdldevice.a", "libhpdlcore.a"}
+ALLOWED = {"libhpdlrt.a", "libhpdldevice.a", "libhpdlprof.a", "libhpdlcore.a"}
 MEMBER = re.compile(r"^(\S*?lib[^/\s()]+\.a)\(([^)]+)\)")
 
 
