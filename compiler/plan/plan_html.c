@@ -209,7 +209,7 @@ static void svg_memory(FILE *f, const PlanResult *r) {
               "<title>rank %d %s: %s</title></rect>\n",
               mem_name[k], x, y, w, mem_fill[k], s, mem_name[k], fmt_gib(a, sizeof a, v[k]));
       if (w >= 64)
-        fprintf(f, "<text class=\"seg-label\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"%s\">%s</text>\n", x + w / 2,
+        fprintf(f, "<text class=\"seg-label\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" style=\"fill:%s\">%s</text>\n", x + w / 2,
                 y + 17, mem_ink[k], fmt_gib(a, sizeof a, v[k]));
       x += w;
     }
@@ -294,9 +294,11 @@ static void svg_time(FILE *f, const PlanResult *r) {
             "<rect class=\"time-seg\" data-part=\"%s\" data-seconds=\"%.9g\" x=\"%.2f\" y=\"10\" width=\"%.2f\" height=\"38\" "
             "fill=\"%s\"><title>%s: %s (%.1f%%)</title></rect>\n",
             p[k].name, p[k].s, x, w, p[k].fill, p[k].name, fmt_ms(a, sizeof a, p[k].s), p[k].s / T * 100);
-    if (w >= 120)
-      fprintf(f, "<text class=\"seg-label\" x=\"%.1f\" y=\"33\" text-anchor=\"middle\" fill=\"%s\">%s %.1f%%</text>\n",
-              x + w / 2, p[k].ink, fmt_ms(a, sizeof a, p[k].s), p[k].s / T * 100);
+    char lab[400];
+    snprintf(lab, sizeof lab, "%s %.1f%%", fmt_ms(a, sizeof a, p[k].s), p[k].s / T * 100);
+    if (w >= 6.8 * (double)strlen(lab) + 8)
+      fprintf(f, "<text class=\"seg-label\" x=\"%.1f\" y=\"33\" text-anchor=\"middle\" style=\"fill:%s\">%s</text>\n", x + w / 2,
+              p[k].ink, lab);
     x += w;
   }
   fputs("</svg>\n", f);
@@ -344,10 +346,11 @@ static void svg_timeline(FILE *f, PlanCtx *c, const PlanResult *r) {
       minbox = e->end - e->start;
   }
   if (!(tend > 0)) tend = 1;
-  /* wide enough for a two-digit label on the shortest box, within limits */
-  int PW = 900;
+  /* wide enough for the label of the shortest box, within limits (then the
+   * chart scrolls sideways) */
+  int PW = 940, digits_max = Lo->num_micro >= 100 ? 3 : Lo->num_micro >= 10 ? 2 : 1;
   if (minbox > 0) {
-    double need = tend / minbox * 20;
+    double need = tend / minbox * (7 * digits_max + 3);
     if (need > PW) PW = need > 4800 ? 4800 : (int)need;
   }
   const int L = 70, RH = 30, GAP = 8, T = 10;
@@ -393,7 +396,7 @@ static void svg_timeline(FILE *f, PlanCtx *c, const PlanResult *r) {
             fmt_ms(a, sizeof a, e->start), fmt_ms(b, sizeof b, e->end));
     int digits = e->mb + 1 >= 100 ? 3 : e->mb + 1 >= 10 ? 2 : 1;
     if (w >= 7 * digits + 3)
-      fprintf(f, "<text class=\"tl-label\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"%s\">%d</text>\n", x + w / 2,
+      fprintf(f, "<text class=\"tl-label\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" style=\"fill:%s\">%d</text>\n", x + w / 2,
               y + RH / 2 + 4, fwd ? fink[vc] : bink[vc], e->mb + 1);
   }
   /* after the pipeline: the exposed gradient synchronisation, the optimizer */
@@ -572,7 +575,7 @@ static void svg_scaling(FILE *f, const PlanScaling *s) {
                 "<circle class=\"pt-strong\" data-gpus=\"%" PRId64 "\" data-speedup=\"%.4f\" cx=\"%.1f\" cy=\"%.1f\" r=\"4.5\" "
                 "fill=\"%s\"><title>strong, %" PRId64 " GPUs: speed-up %.2f</title></circle>\n",
                 p->gpus, S, x, y, col, p->gpus, S);
-      fprintf(f, "<text class=\"pt-label\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" fill=\"%s\">%.2fx</text>\n",
+      fprintf(f, "<text class=\"pt-label\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" style=\"fill:%s\">%.2fx</text>\n",
               which ? x - 8 : x + 8, which ? y - 8 : y + 16, which ? "end" : "start", col, S);
     }
   }
@@ -629,7 +632,7 @@ static void svg_scaling(FILE *f, const PlanScaling *s) {
 
 static const char *const css =
     "body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;color:#1d1d1f;background:#fff;"
-    "margin:24px auto;max-width:1060px;padding:0 16px}"
+    "margin:24px auto;max-width:1140px;padding:0 16px}"
     "h1{font-size:26px;margin:0 0 10px}h1 .sub{font-size:14px;font-weight:normal;color:#666;margin-left:8px}"
     "h2{font-size:19px;margin:30px 0 6px;border-bottom:2px solid #e4e4e4;padding-bottom:3px}"
     "table{border-collapse:collapse;margin:8px 0}td,th{padding:4px 9px;border-bottom:1px solid #e4e4e4;vertical-align:top}"
@@ -637,7 +640,7 @@ static const char *const css =
     "table.facts th{text-align:left;width:90px;background:none;color:#555}"
     "tr.total td{font-weight:600;border-top:2px solid #ccc}"
     "tr.winner td{background:#fff4d6;font-weight:600}"
-    ".mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12.5px}.small{font-size:12px;color:#444}"
+    ".mono{white-space:nowrap;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12.5px}.small{font-size:12px;color:#444}"
     ".sw{display:inline-block;width:12px;height:12px;border-radius:2px;vertical-align:middle}"
     ".badge{display:inline-block;padding:1px 8px;border-radius:10px;font-weight:600;margin-right:6px}"
     ".badge.ok{background:#dff3e0;color:#1b6e20}.badge.bad{background:#fde0e0;color:#a11}"
