@@ -42,10 +42,11 @@ static void esc(FILE *f, const char *s) {
   }
 }
 
-/* milliseconds with 3-4 significant digits */
+/* milliseconds with 3-4 significant digits (seconds from 10 s) */
 static const char *fmt_ms(char *buf, size_t n, double s) {
   double ms = s * 1e3;
   if (!isfinite(ms)) snprintf(buf, n, "inf");
+  else if (ms >= 10000) snprintf(buf, n, "%.2f s", s);
   else if (ms >= 100) snprintf(buf, n, "%.1f ms", ms);
   else if (ms >= 1) snprintf(buf, n, "%.2f ms", ms);
   else if (ms >= 0.001) snprintf(buf, n, "%.3f ms", ms);
@@ -63,6 +64,12 @@ static double nice_step(double range, int want) {
   if (!(range > 0)) return 1;
   double raw = range / want, p = pow(10, floor(log10(raw))), m = raw / p;
   return (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10) * p;
+}
+
+/* the unit of a time axis up to tend seconds: ms, or s from 10 s */
+static double time_unit(double tend, const char **name) {
+  *name = tend >= 10 ? "s" : "ms";
+  return tend >= 10 ? 1 : 1e3;
 }
 
 /* a tick value without trailing zeros */
@@ -191,6 +198,12 @@ static void svg_memory(FILE *f, const PlanResult *r) {
   }
   fprintf(f, "<text class=\"axis\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">memory per GPU (GiB)</text>\n", L + PW / 2,
           T + n * RH + 32);
+  /* the capacity line under the labels (they have a white halo) and, after
+   * the bars, again across each bar */
+  double xc = L + cap / xmax * PW;
+  fprintf(f, "<line class=\"cap\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\"></line>\n", xc, xc, T - 14, T + n * RH);
+  fprintf(f, "<text class=\"cap-label\" x=\"%.1f\" y=\"%d\" text-anchor=\"%s\">capacity %s</text>\n", xc, T - 18,
+          xc > L + PW - 60 ? "end" : "middle", fmt_gib(b, sizeof b, cap));
   for (int s = 0; s < n; s++) {
     const PlanMemory *m = r->stages ? &r->stages[s].mem : &r->mem;
     double v[NMEM];
@@ -213,6 +226,7 @@ static void svg_memory(FILE *f, const PlanResult *r) {
                 y + 17, mem_ink[k], fmt_gib(a, sizeof a, v[k]));
       x += w;
     }
+    if (xc < x) fprintf(f, "<line class=\"cap\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\"></line>\n", xc, xc, y, y + 26);
     fprintf(f, "<text class=\"mem-total\" x=\"%.1f\" y=\"%d\">%s%s</text>\n", x + 6, y + 17, fmt_gib(a, sizeof a, m->total),
             s == r->mem.rank && n > 1 ? " (fullest)" : "");
     /* the values under the bar, one per part, in the part's colour */
@@ -224,10 +238,6 @@ static void svg_memory(FILE *f, const PlanResult *r) {
     }
     fputs("</g>\n", f);
   }
-  double xc = L + cap / xmax * PW;
-  fprintf(f, "<line class=\"cap\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\"></line>\n", xc, xc, T - 14, T + n * RH);
-  fprintf(f, "<text class=\"cap-label\" x=\"%.1f\" y=\"%d\" text-anchor=\"%s\">capacity %s</text>\n", xc, T - 18,
-          xc > L + PW - 60 ? "end" : "middle", fmt_gib(b, sizeof b, cap));
   fputs("</svg>\n", f);
 }
 
@@ -280,13 +290,14 @@ static void svg_time(FILE *f, const PlanResult *r) {
           "<svg id=\"time-chart\" class=\"chart\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\" "
           "aria-label=\"time of one step\">\n",
           W, H, W, H);
-  double step = nice_step(tot * 1e3, 10);
-  for (double v = 0; v <= tot * 1e3 * (1 + 1e-9); v += step) {
-    double x = L + v / (tot * 1e3) * PW;
+  const char *unit;
+  double us = time_unit(tot, &unit), step = nice_step(tot * us, 10);
+  for (double v = 0; v <= tot * us * (1 + 1e-9); v += step) {
+    double x = L + v / (tot * us) * PW;
     fprintf(f, "<line class=\"grid\" x1=\"%.1f\" x2=\"%.1f\" y1=\"8\" y2=\"50\"></line>\n", x, x);
     fprintf(f, "<text class=\"tick\" x=\"%.1f\" y=\"64\" text-anchor=\"middle\">%s</text>\n", x, fmt_tick(a, sizeof a, v, step));
   }
-  fprintf(f, "<text class=\"axis\" x=\"%d\" y=\"84\" text-anchor=\"middle\">time in one step (ms)</text>\n", L + PW / 2);
+  fprintf(f, "<text class=\"axis\" x=\"%d\" y=\"84\" text-anchor=\"middle\">time in one step (%s)</text>\n", L + PW / 2, unit);
   double x = L;
   for (int k = 0; k < n; k++) {
     double w = p[k].s / tot * PW;
@@ -366,15 +377,16 @@ static void svg_timeline(FILE *f, PlanCtx *c, const PlanResult *r) {
              "aria-label=\"pipeline schedule\">\n",
           W, H, W, H);
   int axis_y = T + pp * (RH + GAP);
-  double step = nice_step(tend * 1e3, PW / 90);
-  for (double v = 0; v <= tend * 1e3 * (1 + 1e-9); v += step) {
-    double x = L + v / (tend * 1e3) * PW;
+  const char *unit;
+  double us = time_unit(tend, &unit), step = nice_step(tend * us, PW / 90);
+  for (double v = 0; v <= tend * us * (1 + 1e-9); v += step) {
+    double x = L + v / (tend * us) * PW;
     fprintf(f, "<line class=\"grid\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\"></line>\n", x, x, T - 4, axis_y);
     fprintf(f, "<text class=\"tick\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x, axis_y + 14,
             fmt_tick(a, sizeof a, v, step));
   }
-  fprintf(f, "<text class=\"axis\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">time in one step (ms)</text>\n", L + PW / 2,
-          axis_y + 32);
+  fprintf(f, "<text class=\"axis\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">time in one step (%s)</text>\n", L + PW / 2,
+          axis_y + 32, unit);
   for (int rk = 0; rk < pp; rk++) {
     int y = T + rk * (RH + GAP);
     fprintf(f, "<rect class=\"tl-idle\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\"></rect>\n", L, y, PW, RH);
@@ -441,13 +453,13 @@ static void html_search(FILE *f, const PlanReport *rep) {
     return;
   }
   fputs("<table id=\"search\" class=\"num\">\n<thead><tr><th>rank</th><th class=\"l\">layout</th><th>step time</th>"
-        "<th>tokens/s</th><th>TFLOP/s per GPU</th><th>MFU</th><th>memory per GPU</th><th class=\"l\">why</th></tr></thead>\n<tbody>\n",
+        "<th>tokens/s</th><th>TFLOP/s per GPU</th><th>MFU</th><th>memory per GPU</th><th class=\"l why\">why</th></tr></thead>\n<tbody>\n",
         f);
   for (int i = 0; i < rep->nsearch; i++) {
     const PlanResult *s = &rep->search[i];
     fprintf(f, "<tr class=\"%s\"><td>%d%s</td><td class=\"l mono\">", i == 0 ? "winner" : "row", i + 1, i == 0 ? " &#9733;" : "");
     esc(f, plan_layout_str(ls, sizeof ls, &s->layout));
-    fprintf(f, "</td><td>%s</td><td>%s</td><td>%.1f</td><td>%.1f%%</td><td>%s of %s</td><td class=\"l small\">",
+    fprintf(f, "</td><td>%s</td><td>%s</td><td>%.1f</td><td>%.1f%%</td><td>%s of %s</td><td class=\"l small why\">",
             fmt_ms(a, sizeof a, s->step_s), plan_fmt_count(b, sizeof b, s->tokens_per_s), s->tflops_per_gpu, s->mfu * 100,
             fmt_gib(d, sizeof d, s->mem.total), fmt_gib((char[64]){0}, 64, s->mem.capacity));
     esc(f, s->saves);
@@ -575,6 +587,7 @@ static void svg_scaling(FILE *f, const PlanScaling *s) {
                 "<circle class=\"pt-strong\" data-gpus=\"%" PRId64 "\" data-speedup=\"%.4f\" cx=\"%.1f\" cy=\"%.1f\" r=\"4.5\" "
                 "fill=\"%s\"><title>strong, %" PRId64 " GPUs: speed-up %.2f</title></circle>\n",
                 p->gpus, S, x, y, col, p->gpus, S);
+      if (i == 0 && !which) continue; /* 1.00x twice at the first point: the weak label says it */
       fprintf(f, "<text class=\"pt-label\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" style=\"fill:%s\">%.2fx</text>\n",
               which ? x - 8 : x + 8, which ? y - 8 : y + 16, which ? "end" : "start", col, S);
     }
@@ -636,11 +649,11 @@ static const char *const css =
     "h1{font-size:26px;margin:0 0 10px}h1 .sub{font-size:14px;font-weight:normal;color:#666;margin-left:8px}"
     "h2{font-size:19px;margin:30px 0 6px;border-bottom:2px solid #e4e4e4;padding-bottom:3px}"
     "table{border-collapse:collapse;margin:8px 0}td,th{padding:4px 9px;border-bottom:1px solid #e4e4e4;vertical-align:top}"
-    "th{background:#f3f4f6;font-weight:600}table.num td,table.num th{text-align:right}table.num .l,.l{text-align:left}"
+    "th{background:#f3f4f6;font-weight:600}table.num td,table.num th{text-align:right}table.num td:not(.l){white-space:nowrap}table.num .l,.l{text-align:left}"
     "table.facts th{text-align:left;width:90px;background:none;color:#555}"
     "tr.total td{font-weight:600;border-top:2px solid #ccc}"
     "tr.winner td{background:#fff4d6;font-weight:600}"
-    ".mono{white-space:nowrap;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12.5px}.small{font-size:12px;color:#444}"
+    ".mono{white-space:nowrap;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12.5px}.small{font-size:12px;color:#444}.why{min-width:300px}"
     ".sw{display:inline-block;width:12px;height:12px;border-radius:2px;vertical-align:middle}"
     ".badge{display:inline-block;padding:1px 8px;border-radius:10px;font-weight:600;margin-right:6px}"
     ".badge.ok{background:#dff3e0;color:#1b6e20}.badge.bad{background:#fde0e0;color:#a11}"
@@ -650,7 +663,7 @@ static const char *const css =
     ".note,.caption{color:#444}.note{background:#f3f6fa;border-left:4px solid #4e79a7;padding:8px 12px}"
     ".scroll{overflow-x:auto}svg.chart{display:block;margin:6px 0;font-size:12px}"
     "svg text{fill:#222}svg .tick{font-size:11px;fill:#555}svg .axis{font-size:12px;font-weight:600}"
-    "svg .small{font-size:11px;fill:#666}svg .mem-val{font-size:11.5px}svg .mem-total{font-weight:600}"
+    "svg .small{font-size:11px;fill:#666}svg .mem-val,svg .mem-total{paint-order:stroke;stroke:#fff;stroke-width:4px;stroke-linejoin:round}svg .mem-val{font-size:11.5px}svg .mem-total{font-weight:600}"
     "svg .seg-label,svg .tl-label{font-size:11px;font-weight:600}"
     "svg .pt-label{font-size:11px;font-weight:600}"
     "svg .grid{stroke:#e6e6e6;stroke-width:1}svg .frame{stroke:#888;stroke-width:1}"
