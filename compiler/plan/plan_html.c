@@ -453,15 +453,15 @@ static void html_search(FILE *f, const PlanReport *rep) {
     return;
   }
   fputs("<table id=\"search\" class=\"num\">\n<thead><tr><th>rank</th><th class=\"l\">layout</th><th>step time</th>"
-        "<th>tokens/s</th><th>TFLOP/s per GPU</th><th>MFU</th><th>memory per GPU</th><th class=\"l why\">why</th></tr></thead>\n<tbody>\n",
+        "<th>tokens/s</th><th>TFLOP/s per GPU</th><th>MFU</th><th>memory per GPU (of capacity)</th><th class=\"l why\">why</th></tr></thead>\n<tbody>\n",
         f);
   for (int i = 0; i < rep->nsearch; i++) {
     const PlanResult *s = &rep->search[i];
     fprintf(f, "<tr class=\"%s\"><td>%d%s</td><td class=\"l mono\">", i == 0 ? "winner" : "row", i + 1, i == 0 ? " &#9733;" : "");
     esc(f, plan_layout_str(ls, sizeof ls, &s->layout));
-    fprintf(f, "</td><td>%s</td><td>%s</td><td>%.1f</td><td>%.1f%%</td><td>%s of %s</td><td class=\"l small why\">",
+    fprintf(f, "</td><td>%s</td><td>%s</td><td>%.1f</td><td>%.1f%%</td><td>%s (%.0f%%)</td><td class=\"l small why\">",
             fmt_ms(a, sizeof a, s->step_s), plan_fmt_count(b, sizeof b, s->tokens_per_s), s->tflops_per_gpu, s->mfu * 100,
-            fmt_gib(d, sizeof d, s->mem.total), fmt_gib((char[64]){0}, 64, s->mem.capacity));
+            fmt_gib(d, sizeof d, s->mem.total), s->mem.capacity > 0 ? s->mem.total / s->mem.capacity * 100 : 0);
     esc(f, s->saves);
     fputs("; ", f);
     esc(f, s->costs);
@@ -653,7 +653,7 @@ static const char *const css =
     "table.facts th{text-align:left;width:90px;background:none;color:#555}"
     "tr.total td{font-weight:600;border-top:2px solid #ccc}"
     "tr.winner td{background:#fff4d6;font-weight:600}"
-    ".mono{white-space:nowrap;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12.5px}.small{font-size:12px;color:#444}.why{min-width:300px}"
+    ".mono{white-space:nowrap;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}.small{font-size:12px;color:#444}.why{min-width:240px}"
     ".sw{display:inline-block;width:12px;height:12px;border-radius:2px;vertical-align:middle}"
     ".badge{display:inline-block;padding:1px 8px;border-radius:10px;font-weight:600;margin-right:6px}"
     ".badge.ok{background:#dff3e0;color:#1b6e20}.badge.bad{background:#fde0e0;color:#a11}"
