@@ -675,6 +675,15 @@ static const char *const css =
 
 int plan_report_html(FILE *f, PlanCtx *c, const PlanReport *rep) {
   const PlanResult *r = rep->plan;
+  /* the text report first: the timeline prices the layout again, which
+   * replaces the PlanCtx's stages that r->stages points to (plan.h) */
+  char *text = NULL;
+  size_t len = 0;
+  FILE *mf = open_memstream(&text, &len);
+  if (mf) {
+    plan_report_text(mf, c, rep);
+    fclose(mf);
+  }
   fputs("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>hpdlc plan: ", f);
   esc(f, rep->file);
   fprintf(f, "</title>\n<style>%s</style></head>\n<body>\n", css);
@@ -689,7 +698,7 @@ int plan_report_html(FILE *f, PlanCtx *c, const PlanReport *rep) {
       fputs("<section id=\"time\">\n<h2>Time of one step</h2>\n", f);
       svg_time(f, r);
       fputs("</section>\n<section id=\"pipeline\">\n<h2>Pipeline schedule</h2>\n", f);
-      svg_timeline(f, c, r);
+      svg_timeline(f, c, r); /* after it, r->stages is no longer valid */
       fputs("</section>\n", f);
     }
   }
@@ -705,15 +714,8 @@ int plan_report_html(FILE *f, PlanCtx *c, const PlanReport *rep) {
   }
   /* the full text report, for the figures the pictures leave out */
   fputs("<details id=\"text-report\"><summary>the text report</summary>\n<pre>", f);
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *mf = open_memstream(&buf, &len);
-  if (mf) {
-    plan_report_text(mf, c, rep);
-    fclose(mf);
-    esc(f, buf);
-    free(buf);
-  }
+  esc(f, text);
+  free(text);
   fputs("</pre></details>\n<footer>written by hpdlc plan --format html; a dry run, no GPU was used.</footer>\n</body></html>\n", f);
   return 0;
 }

@@ -17,6 +17,7 @@ same command's --format json, and checks:
   - #time-chart: its parts add up to time.step_s; the table's step row is it;
   - #timeline: pp rows, per row a forward and a backward box of every
     micro-batch (2 x num_micro_batches), labels, ticks in ms;
+  - the folded text report equals --format text of the same command;
   - #search: --top rows, the first (only) the winner, step times as the JSON;
   - #scaling-chart: one strong and one weak point per GPU count with the
     JSON's speed-ups, the ideal line, the Amdahl and Gustafson fits, axes;
@@ -241,6 +242,15 @@ def check_timeline(root, js):
     print(f"timeline: {pp} rows x {2 * m * v} boxes, {len(labels)} labels")
 
 
+def check_text(root, hpdlc, src, args, work):
+    """the folded text report is --format text of the same command"""
+    txt = os.path.join(work, "plan.txt")
+    run(hpdlc, src, args + ["--format", "text"], txt)
+    pre = root.find(id="text-report")
+    pre = pre[0].find("pre") if pre else []
+    check(len(pre) == 1 and pre[0].all_text() == open(txt).read(), "the folded text report is --format text")
+
+
 def check_search(root, js, top):
     table = root.find("table", id="search")
     if not check(len(table) == 1, "the search table"):
@@ -305,6 +315,7 @@ def structure(hpdlc, src, work):
     check_memory(root, js)
     check_time(root, js)
     check_timeline(root, js)
+    check_text(root, hpdlc, src, args, work)
     check_search(root, js, top)
     check_scaling(root, js, counts)
 
