@@ -11,6 +11,13 @@
 #   plan.fidelity_h100  step times against MosaicML's and NeMo 24.07's H100
 #                     runs (tests/plan/published_h100.json)
 #   plan.fp8_compile_refused  compile refuses precision = fp8
+#   plan.html         the HTML report (tests/plan/check_html.py): well formed,
+#                     self-contained, each chart's values against the same
+#                     command's JSON (memory bars, step time, the pipeline
+#                     timeline's rows and boxes, the search table, the
+#                     scaling points), pp = 4 with --search --scaling and pp = 1
+#   plan.html_screenshot  chromium headless renders it, not blank (skipped,
+#                     exit 77, without chromium on PATH)
 #
 # The unit tests of the engine are tests/unit/test_plan.c.
 # To regenerate a golden after a deliberate change of the report:
@@ -57,6 +64,21 @@ hpdl_plan_golden(gpt_39b samples/gpt.hpd -D layers=48 -D hidden=8192 -D heads=64
                  --micro-batch 4 --global-batch 1536)
 # a small search: GPT-2 tiny on one DGX A100
 hpdl_plan_golden(gpt2_tiny_search samples/gpt2-tiny.hpd --cluster dgx-a100-80gb --gpus 8 --search --top 3)
+
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME plan.html
+           COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/check_html.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR}
+                   ${CMAKE_CURRENT_BINARY_DIR}/plan_html)
+  add_test(NAME plan.html_screenshot
+           COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/check_html.py --screenshot $<TARGET_FILE:hpdlc>
+                   ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/plan_html_shot)
+else()
+  add_test(NAME plan.html COMMAND bash -c "echo 'skipped: no python3'; exit 77")
+  add_test(NAME plan.html_screenshot COMMAND bash -c "echo 'skipped: no python3'; exit 77")
+endif()
+set_tests_properties(plan.html PROPERTIES TIMEOUT 120 LABELS plan SKIP_RETURN_CODE 77)
+set_tests_properties(plan.html_screenshot PROPERTIES TIMEOUT 180 LABELS plan SKIP_RETURN_CODE 77)
 
 add_test(NAME plan.json_schema
          COMMAND test_plan_fidelity --schema $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})

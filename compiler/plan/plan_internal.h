@@ -1,5 +1,5 @@
 /* plan_internal.h - what the planner's files share (plan.c, plan_search.c,
- * plan_report.c) and the unit tests look at; not part of the plan.h API. */
+ * plan_report.c, plan_html.c) and the unit tests look at; not part of the plan.h API. */
 #ifndef HPDL_PLAN_INTERNAL_H
 #define HPDL_PLAN_INTERNAL_H
 
@@ -156,5 +156,9 @@ int plan_explain_terms(const PlanResult *r, PlanTerm *out, int max);
  * planner prices at tensor degree tp (padded to a multiple of vocab_pad x
  * tp when tp does not divide them); 0 when the model has none. */
 int64_t plan_vocab(const PlanCtx *c, int64_t tp, int64_t *priced);
+
+/* A layout in one line, as the reports print it: "dp=2 tp=1 pp=4 ... rc=none"
+ * (plan_report.c). */
+const char *plan_layout_str(char *buf, size_t n, const PlanLayout *L);
 
 #endif

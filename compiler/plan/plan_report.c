@@ -1,6 +1,6 @@
 /* plan_report.c - the planner's reports: text, JSON (the stable schema of
- * docs/planner.md sec. 15), a self-contained HTML page with inline SVG,
- * and a Chrome trace of one predicted step. */
+ * docs/planner.md sec. 15) and a Chrome trace of one predicted step; the
+ * HTML page is plan_html.c. */
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
@@ -15,7 +15,7 @@
 
 static const char *prec_label(Precision p) { return sem_precision_name(p); }
 
-static const char *layout_str(char *buf, size_t n, const PlanLayout *L) {
+const char *plan_layout_str(char *buf, size_t n, const PlanLayout *L) {
   char sched[48] = "";
   if (L->pp > 1 && L->vpp > 1) snprintf(sched, sizeof sched, " %s/v%" PRId64, sem_schedule_name((Schedule)L->schedule), L->vpp);
   else if (L->pp > 1) snprintf(sched, sizeof sched, " %s", sem_schedule_name((Schedule)L->schedule));
@@ -167,7 +167,7 @@ static void text_search(FILE *f, const PlanReport *rep) {
   fprintf(f, "  %2s  %-52s %10s %8s %6s %10s\n", "#", "layout", "step", "TFLOP/s", "MFU", "memory");
   for (int i = 0; i < rep->nsearch; i++) {
     const PlanResult *r = &rep->search[i];
-    fprintf(f, "  %2d  %-52s %10s %8.1f %5.1f%% %10s\n", i + 1, layout_str(ls, sizeof ls, &r->layout),
+    fprintf(f, "  %2d  %-52s %10s %8.1f %5.1f%% %10s\n", i + 1, plan_layout_str(ls, sizeof ls, &r->layout),
             plan_fmt_time(a, sizeof a, r->step_s), r->tflops_per_gpu, r->mfu * 100, plan_fmt_bytes(b, sizeof b, r->mem.total));
     fprintf(f, "      saves: %s; costs: %s\n", r->saves, r->costs);
   }
@@ -435,166 +435,6 @@ int plan_report_json(FILE *f, PlanCtx *c, const PlanReport *rep) {
   fputc('\n', f);
   json_decref(root);
   return rc;
-}
-
-/* ------------------------------------------------------------------ */
-/* HTML with inline SVG                                                 */
-
-static void html_escape(FILE *f, const char *s) {
-  for (; s && *s; s++) {
-    if (*s == '<') fputs("&lt;", f);
-    else if (*s == '>') fputs("&gt;", f);
-    else if (*s == '&') fputs("&amp;", f);
-    else if (*s == '"') fputs("&quot;", f);
-    else fputc(*s, f);
-  }
-}
-
-static const char *const mem_colors[7] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1"};
-static const char *const mem_names[7] = {"weights", "gradients", "optimizer", "activations", "temporaries", "comm buffers",
-                                         "workspace"};
-
-static void svg_memory(FILE *f, const PlanResult *r) {
-  int n = r->stages && r->nstages > 0 ? r->nstages : 1;
-  int shown = n > 64 ? 64 : n;
-  double cap = r->mem.capacity, top = cap;
-  for (int s = 0; s < n && r->stages; s++)
-    if (r->stages[s].mem.total > top) top = r->stages[s].mem.total;
-  if (top <= 0) top = 1;
-  int W = 720, H = 260, x0 = 60, y0 = 20, ph = 200;
-  double bw = (double)(W - x0 - 140) / shown;
-  fprintf(f, "<svg width=\"%d\" height=\"%d\" xmlns=\"http://www.w3.org/2000/svg\" font-size=\"11\">\n", W, H);
-  for (int s = 0; s < shown; s++) {
-    const PlanMemory *m = r->stages ? &r->stages[s * n / shown].mem : &r->mem;
-    double v[7] = {m->params, m->grads, m->optimizer, m->activations, m->transient, m->comm_buffers, m->workspace};
-    double y = y0 + ph;
-    for (int k = 0; k < 7; k++) {
-      double h = v[k] / top * ph;
-      y -= h;
-      fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>rank %d %s %.2f GiB</title></rect>\n",
-              x0 + s * bw + 1, y, bw > 3 ? bw - 2 : bw, h, mem_colors[k], s * n / shown, mem_names[k], v[k] / 1073741824.0);
-    }
-  }
-  double yc = y0 + ph - cap / top * ph;
-  fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"black\" stroke-dasharray=\"4\"/>\n", x0,
-          W - 140, yc, yc);
-  fprintf(f, "<text x=\"%d\" y=\"%.1f\">capacity %.1f GiB</text>\n", W - 136, yc + 4, cap / 1073741824.0);
-  fprintf(f, "<text x=\"4\" y=\"%d\">GiB</text><text x=\"4\" y=\"%d\">%.0f</text><text x=\"4\" y=\"%d\">0</text>\n", y0,
-          y0 + 12, top / 1073741824.0, y0 + ph);
-  fprintf(f, "<text x=\"%d\" y=\"%d\">pipeline rank</text>\n", x0, y0 + ph + 16);
-  for (int k = 0; k < 7; k++)
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/><text x=\"%d\" y=\"%d\">%s</text>\n",
-            W - 120, y0 + 30 + 16 * k, mem_colors[k], W - 106, y0 + 39 + 16 * k, mem_names[k]);
-  fputs("</svg>\n", f);
-}
-
-static void svg_time(FILE *f, const PlanResult *r) {
-  double v[6] = {r->gemm_s, r->other_s, r->comm_exposed[IRG_TP] + r->comm_exposed[IRG_CP], r->bubble_s,
-                 r->comm_exposed[IRG_DP] + r->comm_exposed[IRG_PP], r->optimizer_s};
-  const char *names[6] = {"GEMM", "memory-bound", "tp/cp comm", "bubble", "dp/pp comm exposed", "optimizer"};
-  double T = 0;
-  for (int k = 0; k < 6; k++) T += v[k];
-  if (T <= 0) T = 1;
-  int W = 720, x = 10;
-  fprintf(f, "<svg width=\"%d\" height=\"70\" xmlns=\"http://www.w3.org/2000/svg\" font-size=\"11\">\n", W);
-  for (int k = 0; k < 6; k++) {
-    double w = v[k] / T * (W - 20);
-    fprintf(f, "<rect x=\"%d\" y=\"5\" width=\"%.1f\" height=\"28\" fill=\"%s\"><title>%s %.3f s (%.1f%%)</title></rect>\n", x,
-            w, mem_colors[k], names[k], v[k], v[k] / T * 100);
-    x += (int)w;
-  }
-  for (int k = 0; k < 6; k++)
-    fprintf(f, "<rect x=\"%d\" y=\"45\" width=\"10\" height=\"10\" fill=\"%s\"/><text x=\"%d\" y=\"54\">%s</text>\n",
-            10 + 118 * k, mem_colors[k], 24 + 118 * k, names[k]);
-  fputs("</svg>\n", f);
-}
-
-static void svg_scaling(FILE *f, const PlanScaling *s) {
-  int W = 720, H = 260, x0 = 50, y0 = 20, pw = 520, ph = 200;
-  double nmax = 1, smax = 1;
-  for (int i = 0; i < s->n; i++) {
-    double N = (double)s->pts[i].gpus / (double)s->pts[0].gpus;
-    if (N > nmax) nmax = N;
-    if (s->pts[i].strong_speedup > smax) smax = s->pts[i].strong_speedup;
-    if (s->pts[i].weak_speedup > smax) smax = s->pts[i].weak_speedup;
-  }
-  if (nmax > smax) smax = nmax;
-  fprintf(f, "<svg width=\"%d\" height=\"%d\" xmlns=\"http://www.w3.org/2000/svg\" font-size=\"11\">\n", W, H);
-  fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#bbb\" stroke-dasharray=\"3\"/>\n", x0, y0 + ph,
-          x0 + pw * (nmax - 1) / (nmax > 1 ? nmax - 1 : 1), y0 + ph - ph * (nmax - 1) / (smax > 1 ? smax - 1 : 1));
-  const char *col[2] = {"#4e79a7", "#e15759"};
-  for (int which = 0; which < 2; which++) {
-    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", col[which]);
-    for (int i = 0; i < s->n; i++) {
-      double N = (double)s->pts[i].gpus / (double)s->pts[0].gpus;
-      double S = which ? s->pts[i].weak_speedup : s->pts[i].strong_speedup;
-      if (S <= 0) continue;
-      fprintf(f, "%.1f,%.1f ", x0 + pw * (N - 1) / (nmax > 1 ? nmax - 1 : 1), y0 + ph - ph * (S - 1) / (smax > 1 ? smax - 1 : 1));
-    }
-    fputs("\"/>\n", f);
-  }
-  fprintf(f, "<text x=\"%d\" y=\"%d\">speed-up vs GPUs / %" PRId64 " (dashed: ideal)</text>\n", x0, y0 + ph + 20,
-          s->n ? s->pts[0].gpus : 1);
-  fprintf(f, "<rect x=\"600\" y=\"30\" width=\"10\" height=\"10\" fill=\"%s\"/><text x=\"614\" y=\"39\">strong</text>\n", col[0]);
-  fprintf(f, "<rect x=\"600\" y=\"46\" width=\"10\" height=\"10\" fill=\"%s\"/><text x=\"614\" y=\"55\">weak</text>\n", col[1]);
-  fprintf(f, "<text x=\"4\" y=\"%d\">%.0f</text><text x=\"4\" y=\"%d\">1</text>\n", y0 + 10, smax, y0 + ph);
-  fputs("</svg>\n", f);
-}
-
-int plan_report_html(FILE *f, PlanCtx *c, const PlanReport *rep) {
-  const PlanResult *r = rep->plan;
-  fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>hpdlc plan</title>\n"
-        "<style>body{font-family:sans-serif;margin:24px;max-width:900px}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#eee}"
-        "pre{background:#f6f6f6;padding:8px;overflow:auto}</style></head><body>\n",
-        f);
-  fputs("<h1>hpdlc plan: ", f);
-  html_escape(f, rep->file);
-  fputs("</h1>\n", f);
-  if (r) {
-    fputs("<p><b>limit:</b> ", f);
-    html_escape(f, r->limit);
-    fputs("</p>\n<h2>memory per GPU, by pipeline rank</h2>\n", f);
-    svg_memory(f, r);
-    fputs("<h2>time of one step</h2>\n", f);
-    svg_time(f, r);
-  }
-  if (rep->scaling) {
-    fputs("<h2>scaling</h2>\n", f);
-    svg_scaling(f, rep->scaling);
-  }
-  if (rep->search && rep->nsearch > 0) {
-    char a[32], b[32], ls[160];
-    fputs("<h2>layout search</h2>\n<table><tr><th>#</th><th>layout</th><th>step</th><th>TFLOP/s</th><th>MFU</th>"
-          "<th>memory</th><th>saves</th><th>costs</th></tr>\n",
-          f);
-    for (int i = 0; i < rep->nsearch; i++) {
-      const PlanResult *s = &rep->search[i];
-      fprintf(f, "<tr><td>%d</td><td style=\"text-align:left\">", i + 1);
-      html_escape(f, layout_str(ls, sizeof ls, &s->layout));
-      fprintf(f, "</td><td>%s</td><td>%.1f</td><td>%.1f%%</td><td>%s</td><td style=\"text-align:left\">",
-              plan_fmt_time(a, sizeof a, s->step_s), s->tflops_per_gpu, s->mfu * 100,
-              plan_fmt_bytes(b, sizeof b, s->mem.total));
-      html_escape(f, s->saves);
-      fputs("</td><td style=\"text-align:left\">", f);
-      html_escape(f, s->costs);
-      fputs("</td></tr>\n", f);
-    }
-    fputs("</table>\n", f);
-  }
-  /* the full text report, for the figures the pictures leave out */
-  fputs("<h2>report</h2>\n<pre>", f);
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *mf = open_memstream(&buf, &len);
-  if (mf) {
-    plan_report_text(mf, c, rep);
-    fclose(mf);
-    html_escape(f, buf);
-    free(buf);
-  }
-  fputs("</pre>\n</body></html>\n", f);
-  return 0;
 }
 
 /* ------------------------------------------------------------------ */
