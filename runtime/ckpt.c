@@ -603,7 +603,8 @@ static int list_steps(const char *dir, const char *ext, StepList *l, RtErr *e) {
     l->steps[l->n++] = s;
   }
   closedir(d);
-  qsort(l->steps, (size_t)l->n, sizeof *l->steps, cmp_i64);
+  /* an empty folder (made before the first step) has no list: qsort may not see NULL */
+  if (l->n > 1) qsort(l->steps, (size_t)l->n, sizeof *l->steps, cmp_i64);
   return 0;
 }
 
