@@ -638,6 +638,61 @@ static const char *exec_extern(Run *r, const IrNode *n, double *out) {
   return rc ? fail(in, "%s", why) : NULL;
 }
 
+/* The router's ops (ir_ops.h): TOPK, TAKE, TAKE_BWD, ONE_HOT, row by row over the last axis. */
+static const char *exec_router(Run *r, const IrNode *n, double *out) {
+  Interp *in = r->in;
+  const IrGraph *g = r->g;
+  const IrNode *x = &g->nodes[n->in[0]];
+  const double *X = r->val[n->in[0]];
+  int64_t N = ir_numel(n);
+  switch (n->op) {
+  case IR_TOPK: {
+    /* k passes of a selection: the largest entry not yet taken, the lower
+     * position first among equals (NaN never wins), deterministic */
+    int64_t V = x->dims[x->rank - 1], K = n->attr[0], rows = V ? ir_numel(x) / V : 0;
+    unsigned char *taken = xalloc_calloc((size_t)(V ? V : 1), 1);
+    for (int64_t row = 0; row < rows; row++) {
+      const double *xr = X + row * V;
+      memset(taken, 0, (size_t)V);
+      for (int64_t j = 0; j < K; j++) {
+        int64_t best = -1;
+        for (int64_t v = 0; v < V; v++)
+          if (!taken[v] && (best < 0 || xr[v] > xr[best] || (isnan(xr[best]) && !isnan(xr[v])))) best = v;
+        taken[best] = 1;
+        out[row * K + j] = (double)best;
+      }
+    }
+    free(taken);
+    return NULL;
+  }
+  case IR_TAKE:
+  case IR_TAKE_BWD: {
+    const IrNode *t = &g->nodes[n->in[1]];
+    const double *I = r->val[n->in[1]];
+    int64_t K = t->dims[t->rank - 1], V = n->op == IR_TAKE ? x->dims[x->rank - 1] : n->dims[n->rank - 1];
+    int64_t P = ir_numel(t);
+    if (n->op == IR_TAKE_BWD) memset(out, 0, sizeof(double) * (size_t)N);
+    for (int64_t p = 0; p < P; p++) {
+      int64_t v = (int64_t)I[p], row = K ? p / K : 0;
+      if (v < 0 || v >= V) return fail(in, "take: index %" PRId64 " is outside [0, %" PRId64 ")", v, V);
+      if (n->op == IR_TAKE) out[p] = X[row * V + v];
+      else out[row * V + v] += X[p];
+    }
+    return NULL;
+  }
+  case IR_ONE_HOT: {
+    int64_t C = n->attr[0], P = ir_numel(x);
+    memset(out, 0, sizeof(double) * (size_t)N);
+    for (int64_t p = 0; p < P; p++) {
+      int64_t v = (int64_t)X[p];
+      if (v >= 0 && v < C) out[p * C + v] = 1.0;
+    }
+    return NULL;
+  }
+  default: return fail(in, "%s is not a router op", ir_op_name(n->op));
+  }
+}
+
 /* The first global index of this rank's vocabulary shard (attr 1 + group), or 0. */
 static int64_t vocab_offset(const Interp *in, int64_t attr, int64_t local_rows) {
   return attr ? (int64_t)group_rank(in, attr - 1) * local_rows : 0;
@@ -992,6 +1047,10 @@ static const char *exec_node(Run *r, int id, double *out) {
     free(msg);
     return NULL;
   }
+  case IR_TOPK:
+  case IR_TAKE:
+  case IR_TAKE_BWD:
+  case IR_ONE_HOT: return exec_router(r, n, out);
   case IR_INPUT:
   case IR_PARAM:
   case IR_ARG:

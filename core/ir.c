@@ -397,6 +397,48 @@ static const char *irshape_PICK_BWD(IrGraph *g, IrNode *n) {
   return NULL;
 }
 
+static const char *irshape_TOPK(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0);
+  if (x->rank < 1 || !sem_dtype_is_float(x->dtype)) return "topk needs a float x [..., V]";
+  if (n->attr[0] < 1 || n->attr[0] > x->dims[x->rank - 1]) return "topk needs 1 <= k <= V";
+  copy_type(n, x);
+  n->dims[n->rank - 1] = n->attr[0];
+  n->dtype = DT_I32;
+  return NULL;
+}
+
+/* x [..., V] and idx [..., K] agree on every axis but the last */
+static int take_fits(const IrNode *x, const IrNode *idx) {
+  if (x->rank < 1 || x->rank != idx->rank || sem_dtype_is_float(idx->dtype)) return 0;
+  for (int i = 0; i + 1 < x->rank; i++)
+    if (x->dims[i] != idx->dims[i]) return 0;
+  return 1;
+}
+
+static const char *irshape_TAKE(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0), *idx = in_node(g, n, 1);
+  if (!take_fits(x, idx)) return "take needs x [..., V] and integer idx [..., K]";
+  copy_type(n, idx);
+  n->dtype = x->dtype;
+  return NULL;
+}
+
+static const char *irshape_TAKE_BWD(IrGraph *g, IrNode *n) {
+  IrNode *dy = in_node(g, n, 0), *idx = in_node(g, n, 1);
+  n->dtype = dy->dtype;
+  if (!same_dims(dy, idx) || !take_fits(n, idx)) return "take_bwd needs dy [..., K], idx [..., K] and a [..., V] result";
+  return NULL;
+}
+
+static const char *irshape_ONE_HOT(IrGraph *g, IrNode *n) {
+  IrNode *idx = in_node(g, n, 0);
+  if (sem_dtype_is_float(idx->dtype) || idx->rank >= IR_MAX_RANK || n->attr[0] < 1 || !sem_dtype_is_float(n->dtype))
+    return "one_hot needs integer idx [...], n >= 1 and a float result";
+  copy_type(n, idx);
+  n->dims[n->rank++] = n->attr[0];
+  return NULL;
+}
+
 /* Gather / scatter / send carry their output shape (it depends on the group size). */
 static const char *irshape_ALL_GATHER(IrGraph *g, IrNode *n) { return comm_same(g, n); }
 static const char *irshape_REDUCE_SCATTER(IrGraph *g, IrNode *n) { return comm_same(g, n); }
@@ -632,7 +674,7 @@ int ir_verify(const IrModule *m, FILE *out) {
                          copy.op == IR_PAD || copy.op == IR_EMBEDDING_BWD || copy.op == IR_SLICE ||
                          (op_flags[copy.op] & IRF_LEAF) || copy.op == IR_CALL || copy.op == IR_ALL_GATHER ||
                          copy.op == IR_REDUCE_SCATTER || copy.op == IR_SEND || copy.op == IR_SHARD_SLICE ||
-                         copy.op == IR_PICK_BWD;
+                         copy.op == IR_PICK_BWD || copy.op == IR_TAKE_BWD;
         if (!keep_shape) copy.rank = -1;
         err = shape_rules[n->op](g, &copy);
         if (!err && !same_dims(&copy, n)) err = "stored shape differs from the shape rule";
@@ -728,6 +770,8 @@ static void print_attrs(const IrModule *m, const IrGraph *g, const IrNode *n, FI
   case IR_EMBEDDING_BWD:
     if (n->attr[0]) fprintf(out, " vocab-parallel=%s", ir_group_name((IrGroup)(n->attr[0] - 1)));
     break;
+  case IR_TOPK: fprintf(out, " k=%" PRId64, n->attr[0]); break;
+  case IR_ONE_HOT: fprintf(out, " n=%" PRId64, n->attr[0]); break;
   case IR_EXTERN:
   case IR_EXTERN_GRAD:
     if (n->attr[0] >= 0 && n->attr[0] < m->nexterns) fprintf(out, " @%s#%" PRId64, m->externs[n->attr[0]].name, n->attr[0]);

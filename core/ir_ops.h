@@ -55,6 +55,14 @@
  *   EXTERN_GRAD(args..., dy): the extern's gradient function, called once: the gradients of all
  *     arguments, flattened and concatenated in argument order (f32[sum of the numels]);
  *     attr[0] = the extern
+ *   TOPK(x [..., V]): i32 [..., k], the positions of the k largest entries of each row in
+ *     descending order of value, ties broken by the lower position; attr[0] = k (1 <= k <= V).
+ *     No gradient (its output is integer); topk values are TAKE(x, TOPK(x))
+ *   TAKE(x [..., V], idx [..., K]): x[..., idx[..., j]] per row (numpy's take_along_axis on
+ *     the last axis); an index outside [0, V) is an error
+ *   TAKE_BWD(dy [..., K], idx [..., K]): the scatter-add of dy into zeros of the given [..., V]
+ *   ONE_HOT(idx [...]): float [..., n], 1 where the last position equals idx, else 0 (a row of
+ *     zeros for an index outside [0, n): a dropped token); attr[0] = n. No gradient
  */
 #ifndef HPDL_IR_OPS_H
 #define HPDL_IR_OPS_H
@@ -129,6 +137,10 @@
   X(PICK, "pick", 2, IRF_REDUCE)                                   \
   X(PICK_BWD, "pick_bwd", 2, 0)                                     \
   X(EXTERN, "extern", -1, 0)                                       \
-  X(EXTERN_GRAD, "extern_grad", -1, 0)
+  X(EXTERN_GRAD, "extern_grad", -1, 0)                             \
+  X(TOPK, "topk", 1, 0)                                            \
+  X(TAKE, "take", 2, 0)                                            \
+  X(TAKE_BWD, "take_bwd", 2, 0)                                    \
+  X(ONE_HOT, "one_hot", 1, 0)
 
 #endif

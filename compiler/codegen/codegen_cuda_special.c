@@ -485,6 +485,16 @@ int cu_special(CuKern *k) {
           ir_op_name(n->op));
     k->t->nspecial++;
     return 0;
+  case IR_TOPK:
+  case IR_TAKE:
+  case IR_TAKE_BWD:
+  case IR_ONE_HOT:
+    /* the router's ops (issue 13) run on the reference executor only so far */
+    cu_fail(k->t,
+            "graph %s kernel k%d: no CUDA kernel for %s yet (the router's ops topk, take and one_hot run on the CPU "
+            "reference executor only: --target cpu)",
+            k->fg->graph->name, k->kp, ir_op_name(n->op));
+    return -1;
   default:
     cu_fail(k->t, "graph %s kernel k%d: no CUDA kernel for %s", k->fg->graph->name, k->kp, ir_op_name(n->op));
     return -1;

@@ -69,7 +69,11 @@ const char *sem_type_str(Arena *a, const TensorType *t);
   X(ROPE, "rope", 1, 2)          \
   X(REPEAT_KV, "repeat_kv", 2, 2) \
   X(CROSS_ENTROPY, "cross_entropy", 2, 2) \
-  X(DROPOUT, "dropout", 1, 2)
+  X(DROPOUT, "dropout", 1, 2)    \
+  X(TOPK_VALUES, "topk_values", 2, 2) \
+  X(TOPK_INDICES, "topk_indices", 2, 2) \
+  X(TAKE, "take", 2, 2)          \
+  X(ONE_HOT, "one_hot", 2, 2)
 
 typedef enum {
 #define X(id, name, lo, hi) SOP_##id,

@@ -699,6 +699,111 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
     r->scalar = p;
     return r;
   }
+  case SOP_TOPK_VALUES:
+  case SOP_TOPK_INDICES: {
+    static const char *const keys[] = {"k"};
+    if (!check_keywords(S, &c, keys, 1)) return NULL;
+    SemExpr *x = tensor_arg(S, F, &c, 0);
+    if (!x || !require_float(S, F, x, fn, at)) return NULL;
+    const AstExpr *ke = arg_at(&c, 1, "k");
+    int64_t k, v;
+    if (!ke) {
+      sema_error(S, at, "%s() needs k, the number of entries to keep", fn);
+      return NULL;
+    }
+    if (!attr_int(S, F, &c, 1, "k", 0, &k)) return NULL;
+    int r0 = x->type.rank;
+    if (x->kind == SE_SCALAR || r0 < 1) {
+      sema_error(S, at, "%s() needs a tensor [..., V]; this is %s", fn, x->kind == SE_SCALAR ? "a number" : tstr(S, &x->type));
+      return NULL;
+    }
+    if (k < 1) {
+      sema_error(S, ke->span, "%s's k must be at least 1, not %" PRId64, fn, k);
+      return NULL;
+    }
+    if (!sym_is_const(x->type.dims[r0 - 1], &v)) {
+      sema_error(S, at, "%s() selects along the last dimension, whose size must be known at compile time; %s has %s", fn,
+                 tstr(S, &x->type), sym_str(S->arena, x->type.dims[r0 - 1]));
+      origin_note(S, F, x, "the tensor");
+      return NULL;
+    }
+    if (k > v) {
+      sema_error(S, ke->span, "%s's k = %" PRId64 " is larger than the last dimension of %s (%" PRId64 ")", fn, k,
+                 tstr(S, &x->type), v);
+      origin_note(S, F, x, "the tensor");
+      return NULL;
+    }
+    SemExpr *r = new_op(S, op, at, &x, 1);
+    r->type = x->type;
+    r->type.dims[r0 - 1] = sym_const(S->arena, k);
+    if (op == SOP_TOPK_INDICES) r->type.dtype = DT_I32;
+    r->attr[0] = k;
+    r->nattr = 1;
+    return r;
+  }
+  case SOP_TAKE: {
+    if (!check_keywords(S, &c, NULL, 0)) return NULL;
+    SemExpr *x = tensor_arg(S, F, &c, 0), *idx = x ? tensor_arg(S, F, &c, 1) : NULL;
+    if (!x || !idx || !require_float(S, F, x, fn, at)) return NULL;
+    if (x->kind == SE_SCALAR || x->type.rank < 1) {
+      sema_error(S, at, "take() needs a tensor [..., V]; this is a number");
+      return NULL;
+    }
+    if (sem_dtype_is_float(idx->type.dtype) || idx->kind == SE_SCALAR) {
+      sema_error(S, at, "take's indices must be an integer tensor; this is %s",
+                 idx->kind == SE_SCALAR ? "a number" : tstr(S, &idx->type));
+      origin_note(S, F, idx, "the indices");
+      return NULL;
+    }
+    int ok = x->type.rank == idx->type.rank;
+    for (int i = 0; ok && i + 1 < x->type.rank; i++) ok = sym_equal(x->type.dims[i], idx->type.dims[i]);
+    if (!ok) {
+      sema_error(S, at, "take: x %s does not fit indices %s (x is [..., V] and the indices [..., K], the same but for the last dimension)",
+                 tstr(S, &x->type), tstr(S, &idx->type));
+      origin_note(S, F, x, "x");
+      origin_note(S, F, idx, "the indices");
+      return NULL;
+    }
+    SemExpr *args[2] = {x, idx};
+    SemExpr *r = new_op(S, op, at, args, 2);
+    r->type = idx->type;
+    r->type.dtype = x->type.dtype;
+    return r;
+  }
+  case SOP_ONE_HOT: {
+    static const char *const keys[] = {"n"};
+    if (!check_keywords(S, &c, keys, 1)) return NULL;
+    SemExpr *idx = tensor_arg(S, F, &c, 0);
+    if (!idx) return NULL;
+    if (sem_dtype_is_float(idx->type.dtype) || idx->kind == SE_SCALAR) {
+      sema_error(S, at, "one_hot's indices must be an integer tensor; this is %s",
+                 idx->kind == SE_SCALAR ? "a number" : tstr(S, &idx->type));
+      origin_note(S, F, idx, "the indices");
+      return NULL;
+    }
+    const AstExpr *ne = arg_at(&c, 1, "n");
+    int64_t n;
+    if (!ne) {
+      sema_error(S, at, "one_hot() needs n, the number of classes");
+      return NULL;
+    }
+    if (!attr_int(S, F, &c, 1, "n", 0, &n)) return NULL;
+    if (n < 1) {
+      sema_error(S, ne->span, "one_hot's n must be at least 1, not %" PRId64, n);
+      return NULL;
+    }
+    if (idx->type.rank + 1 > SEM_MAX_RANK) {
+      sema_error(S, at, "too many dimensions");
+      return NULL;
+    }
+    SemExpr *r = new_op(S, op, at, &idx, 1);
+    r->type = idx->type;
+    r->type.dtype = DT_F32;
+    r->type.dims[r->type.rank++] = sym_const(S->arena, n);
+    r->attr[0] = n;
+    r->nattr = 1;
+    return r;
+  }
   default:
     sema_error(S, at, "%s() cannot be called", fn);
     return NULL;

@@ -686,6 +686,27 @@ static void adgrad_PICK_BWD(AdCtx *c, int f, int dy) {
   acc(c, fin(c, f, 0), emit(c, IR_PICK, in, 2, n->attr, 1, 0, n->dtype, -1, NULL));
 }
 
+/* Integer results carry no gradient: topk's positions, and one_hot of integer indices. */
+static void adgrad_TOPK(AdCtx *c, int f, int dy) { (void)c, (void)f, (void)dy; }
+static void adgrad_ONE_HOT(AdCtx *c, int f, int dy) { (void)c, (void)f, (void)dy; }
+
+/* take gathers: its gradient scatters dy back into the taken positions (adding
+ * where a position was taken twice); topk values are take(x, topk(x)) */
+static void adgrad_TAKE(AdCtx *c, int f, int dy) {
+  const IrNode *x = fnode(c, fin(c, f, 0));
+  if (!c->rg[fin(c, f, 0)]) return;
+  int in[2] = {dy, fv(c, fin(c, f, 1))};
+  acc(c, fin(c, f, 0), emit(c, IR_TAKE_BWD, in, 2, NULL, 0, 0, x->dtype, x->rank, x->dims));
+}
+
+/* linear in dy: the adjoint of the scatter-add is the gather */
+static void adgrad_TAKE_BWD(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  if (!c->rg[fin(c, f, 0)]) return;
+  int in[2] = {dy, fv(c, fin(c, f, 1))};
+  acc(c, fin(c, f, 0), emit(c, IR_TAKE, in, 2, NULL, 0, 0, n->dtype, -1, NULL));
+}
+
 /* SEND's result carries no gradient (dy is ignored): dx comes back from the
  * peer it was sent to. Runs for every float SEND, so that the peer's
  * gradient message is always taken. */

@@ -47,6 +47,13 @@
  *   embedding_bwd   1 per dy element (the scatter-add)
  * GEMM: matmul 2 M N K per batch element (see above).
  * extern, extern_grad: 0 (a native function's arithmetic is unknown; its bytes count).
+ * The router's ops:
+ *   topk          k per input element (k passes of compare/select over each row,
+ *                 as the reference executor does; a GPU heap or sort is no cheaper
+ *                 for the small rows of a router)
+ *   take          0 (a gather, like pick); reads idx and one x element per output
+ *   take_bwd      1 per dy element (the scatter-add); reads dy and idx, writes [..., V]
+ *   one_hot       1 per output element (compare the index, select 1 or 0)
  * Data movement (transpose, slice, pad, concat, expand, repeat_kv, embedding)
  * and collectives: 0 FLOPs here; a collective's reduction arithmetic depends
  * on the group size, which cost.c knows.
@@ -251,6 +258,18 @@ static void ircost_PICK_BWD(const CostCtx *c, IrCost *k) {
   k->bytes_read = bytes_of(cin(c, 0)) + bytes_of(cin(c, 1));
   k->bytes_written = bytes_of(c->n);
 }
+
+static void ircost_TOPK(const CostCtx *c, IrCost *k) { k->flops = (double)ir_numel(cin(c, 0)) * (double)c->n->attr[0]; }
+static void ircost_TAKE(const CostCtx *c, IrCost *k) {
+  k->bytes_read = bytes_of(cin(c, 1)) + bytes_of(c->n);
+  k->bytes_written = bytes_of(c->n);
+}
+static void ircost_TAKE_BWD(const CostCtx *c, IrCost *k) {
+  k->flops = (double)ir_numel(cin(c, 0));
+  k->bytes_read = bytes_of(cin(c, 0)) + bytes_of(cin(c, 1));
+  k->bytes_written = bytes_of(c->n);
+}
+static void ircost_ONE_HOT(const CostCtx *c, IrCost *k) { k->flops = (double)ir_numel(c->n); }
 
 /* A native function: its arithmetic is unknown, so 0 FLOPs; the default
  * bytes (every argument read once, the result written once) stand, and the

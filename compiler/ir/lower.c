@@ -309,6 +309,25 @@ static int lower_op(Lower *L, Inv *v, const SemExpr *e, const int64_t *dims) {
   case SOP_DROPOUT:
     attr[0] = L->dropout_streams++;
     return add_node(L, v, IR_DROPOUT, in, 1, attr, 1, e->scalar, t->dtype, -1, NULL, e->span, NULL);
+  case SOP_TOPK_INDICES:
+  case SOP_TOPK_VALUES: {
+    /* one selection; the values are take(x, topk(x)), whose gradient scatters into the chosen positions */
+    attr[0] = e->attr[0];
+    /* topk_values and topk_indices of the same x and k share one selection */
+    int sel = -1;
+    for (int i = v->g->nnodes - 1; i >= 0 && sel < 0; i--) {
+      const IrNode *o = &v->g->nodes[i];
+      if (o->op == IR_TOPK && o->in[0] == in[0] && o->attr[0] == attr[0]) sel = i;
+    }
+    if (sel < 0) sel = add_node(L, v, IR_TOPK, in, 1, attr, 1, 0, DT_I32, -1, NULL, e->span, NULL);
+    if (sel < 0 || e->op == SOP_TOPK_INDICES) return sel;
+    int tin[2] = {in[0], sel};
+    return add_node(L, v, IR_TAKE, tin, 2, NULL, 0, 0, e->type.dtype, -1, NULL, e->span, NULL);
+  }
+  case SOP_TAKE: return add_node(L, v, IR_TAKE, in, 2, NULL, 0, 0, t->dtype, -1, NULL, e->span, NULL);
+  case SOP_ONE_HOT:
+    attr[0] = e->attr[0];
+    return add_node(L, v, IR_ONE_HOT, in, 1, attr, 1, 0, t->dtype, -1, NULL, e->span, NULL);
   default:
     diag_error(L->diag, e->span, "internal error: %s has no lowering", sem_op_name(e->op));
     L->failed = 1;

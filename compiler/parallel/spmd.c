@@ -771,6 +771,21 @@ static Val part_node(GPart *G, int i) {
     r.shd = P->entry[callee];
     return r;
   }
+  case IR_TOPK:
+  case IR_TAKE:
+  case IR_TAKE_BWD:
+  case IR_ONE_HOT: {
+    /* The router's ops are supported replicated only (so far): a split or
+     * partial input is made whole first and every rank computes the whole
+     * result, as for an extern (correct under any layout; expert
+     * parallelism, issue 13, will place them). */
+    Shd whole = shd_r();
+    int in[2];
+    for (int k = 0; k < n->nin; k++) in[k] = convert(G, settle(G, G->vals[n->in[k]], n->span), &whole, 0, n->span).id;
+    r.id = emit(G, n->op, in, n->nin, n->attr, IR_NATTR, 0, n->dtype, n->op == IR_TAKE_BWD ? n->rank : -1,
+                n->op == IR_TAKE_BWD ? n->dims : NULL, n->span);
+    return r;
+  }
   case IR_EXTERN: {
     /* A native function sees whole tensors: split or partial arguments are
      * made replicated, and every rank computes the whole result (correct

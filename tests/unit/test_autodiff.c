@@ -514,6 +514,47 @@ static void test_comm(void) {
   done(&M, y, "send/recv", IR_RECV);
 }
 
+/* The router's ops (issue 13): take and its scatter-add, topk's values as
+ * take(x, topk(x)), and one_hot (no gradient of its own) inside Switch
+ * Transformer's load-balancing product. */
+static void test_router(void) {
+  {
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 3, (int64_t)2, (int64_t)3, (int64_t)5);
+    int idx = input(&M, DT_I32, 5, 3, (int64_t)2, (int64_t)3, (int64_t)4); /* repeats: the scatter adds */
+    int in[2] = {x, idx};
+    done(&M, add(M.g, IR_TAKE, in, 2, NULL, 0, 0, DT_F32, -1, NULL), "take", IR_TAKE);
+  }
+  {
+    Mod M = mod_new();
+    int dy = PARAM(&M, "dy", 3, (int64_t)2, (int64_t)3, (int64_t)4);
+    int idx = input(&M, DT_I32, 5, 3, (int64_t)2, (int64_t)3, (int64_t)4);
+    int in[2] = {dy, idx};
+    int64_t dims[3] = {2, 3, 5};
+    done(&M, add(M.g, IR_TAKE_BWD, in, 2, NULL, 0, 0, DT_F32, 3, dims), "take_bwd", IR_TAKE_BWD);
+  }
+  for (int64_t k = 1; k <= 6; k += 2) {
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 2, (int64_t)3, (int64_t)6);
+    int t = add(M.g, IR_TOPK, &x, 1, &k, 1, 0, DT_I32, -1, NULL);
+    int in[2] = {x, t};
+    ops_tested[IR_TOPK]++;
+    done(&M, add(M.g, IR_TAKE, in, 2, NULL, 0, 0, DT_F32, -1, NULL), "topk values", IR_TAKE);
+  }
+  {
+    /* aux = sum_e (slots routed to e) * softmax(x)_e per row: the gradient
+     * flows through the probabilities only */
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 2, (int64_t)4, (int64_t)5);
+    int64_t ax[2] = {1, 0}, k = 2, n = 5;
+    int p = add(M.g, IR_SOFTMAX, &x, 1, ax, 1, 0, DT_F32, -1, NULL);
+    int t = add(M.g, IR_TOPK, &p, 1, &k, 1, 0, DT_I32, -1, NULL);
+    int oh = add(M.g, IR_ONE_HOT, &t, 1, &n, 1, 0, DT_F32, -1, NULL);
+    int routed = add(M.g, IR_REDUCE_SUM, &oh, 1, ax, 2, 0, DT_F32, -1, NULL);
+    done(&M, op2(&M, IR_MUL, routed, p), "one_hot load balance", IR_ONE_HOT);
+  }
+}
+
 /* Repeated blocks: y = x + tanh(x @ W_l + b) per layer, with a shared
  * (count 1) scale, under each recompute policy; every copy of W and b has
  * its own gradient. */
@@ -938,6 +979,7 @@ int main(void) {
   test_shape_ops();
   test_model_ops();
   test_comm();
+  test_router();
   test_call();
   test_manual_schedule();
   test_errors();

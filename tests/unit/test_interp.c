@@ -316,6 +316,54 @@ static void test_embedding_loss(void) {
   arena_free(M.arena);
 }
 
+/* The router's ops: topk's positions (descending, ties to the lower
+ * position), take and its scatter-add, one_hot (zeros for an index outside
+ * [0, n)), and take's error on an index outside the row. */
+static void test_router(void) {
+  Mod M = mod_new();
+  int64_t dx[2] = {2, 5}, di[2] = {2, 3};
+  int x = input(&M, 2, dx, DT_F32), bad = input(&M, 2, di, DT_I32);
+  Interp *in = interp_new(M.m);
+  double xv[10] = {0.5, 2.0, -1.0, 2.0, 0.5, /* ties: 2.0 at 1 and 3, 0.5 at 0 and 4 */
+                   -3.0, -2.0, -1.0, 7.0, -1.0};
+  double bv[6] = {0, 1, 5, 0, 0, 0};
+  interp_set_input(in, 0, xv);
+  interp_set_input(in, 1, bv);
+  int64_t k = 4, n = 5;
+  int t = add(M.g, IR_TOPK, &x, 1, &k, 1, 0, DT_I32, -1, NULL);
+  EXPECT(M.g->nodes[t].dtype == DT_I32 && M.g->nodes[t].dims[1] == 4);
+  double pos[8] = {1, 3, 0, 4, 3, 2, 4, 1};
+  expect_values(&M, in, t, pos, 8, 0, "topk");
+  int xt[2] = {x, t};
+  int v = add(M.g, IR_TAKE, xt, 2, NULL, 0, 0, DT_F32, -1, NULL);
+  double vals[8] = {2.0, 2.0, 0.5, 0.5, 7.0, -1.0, -1.0, -2.0};
+  expect_values(&M, in, v, vals, 8, 0, "take (topk values)");
+  int vt[2] = {v, t};
+  double scat[10] = {0.5, 2.0, 0, 2.0, 0.5, 0, -2.0, -1.0, 7.0, -1.0};
+  expect_values(&M, in, add(M.g, IR_TAKE_BWD, vt, 2, NULL, 0, 0, DT_F32, 2, dx), scat, 10, 0, "take_bwd");
+  double oh[30] = {0};
+  for (int i = 0; i < 6; i++)
+    if (bv[i] < 5) oh[i * 5 + (int)bv[i]] = 1.0;
+  expect_values(&M, in, add(M.g, IR_ONE_HOT, &bad, 1, &n, 1, 0, DT_F32, -1, NULL), oh, 30, 0, "one_hot");
+  /* k outside [1, V] and a float index do not type */
+  int64_t k0 = 0, k6 = 6;
+  const char *why = NULL;
+  EXPECT(ir_add(M.g, IR_TOPK, &x, 1, &k0, 1, 0, DT_I32, -1, NULL, &why) < 0);
+  EXPECT(ir_add(M.g, IR_TOPK, &x, 1, &k6, 1, 0, DT_I32, -1, NULL, &why) < 0);
+  int xx[2] = {x, x};
+  EXPECT(ir_add(M.g, IR_TAKE, xx, 2, NULL, 0, 0, DT_F32, -1, NULL, &why) < 0);
+  /* index 5 of a row of 5 */
+  int xb[2] = {x, bad};
+  int tb = add(M.g, IR_TAKE, xb, 2, NULL, 0, 0, DT_F32, -1, NULL);
+  M.g->outputs[0] = tb;
+  InterpTensor out;
+  const char *err = NULL;
+  EXPECT(interp_run(in, 0, 0, NULL, 0, &out, &err) == -1);
+  EXPECT(err && strstr(err, "take"));
+  interp_free(in);
+  arena_free(M.arena);
+}
+
 /* A repeated block y = x * w_l + c (c passed unchanged): CALL runs layers
  * 0..count-1, threading output 0 into argument 0. */
 static void test_call_and_params(void) {
@@ -485,6 +533,7 @@ int main(void) {
   test_shapes();
   test_attention_ops();
   test_embedding_loss();
+  test_router();
   test_call_and_params();
   test_init();
   test_comm();

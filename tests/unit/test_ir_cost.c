@@ -227,6 +227,32 @@ static void test_ops(void) {
   EXPECT(ce >= 0);
   EXPECT_NEAR(ircost_node(m, g, ce).flops, 4 * 24 + 3 * 6 + 1, 0);
 
+  /* the router's ops over x [2, 3, 4] (6 rows of 4): topk k = 2 compares k
+   * per element; take reads idx and the taken elements; take_bwd adds per dy
+   * element and writes the whole [2, 3, 4]; one_hot selects per output */
+  int64_t two = 2, four = 4;
+  int tk = ir_add(g, IR_TOPK, &x, 1, &two, 1, 0, DT_I32, -1, NULL, NULL);
+  k = ircost_node(m, g, tk);
+  EXPECT(k.cls == IRC_DATA);
+  EXPECT_NEAR(k.flops, 24 * 2, 0);
+  EXPECT_NEAR(k.bytes_written, 12 * 4, 0);
+  int in_t[2] = {x, tk};
+  int tkv = ir_add(g, IR_TAKE, in_t, 2, NULL, 0, 0, DT_F32, -1, NULL, NULL);
+  k = ircost_node(m, g, tkv);
+  EXPECT(k.flops == 0);
+  EXPECT_NEAR(k.bytes_read, 12 * 4 + 12 * 4, 0);
+  EXPECT_NEAR(k.bytes_written, 12 * 4, 0);
+  int in_tb[2] = {tkv, tk};
+  int tkb = ir_add(g, IR_TAKE_BWD, in_tb, 2, NULL, 0, 0, DT_F32, 3, d_x, NULL);
+  k = ircost_node(m, g, tkb);
+  EXPECT_NEAR(k.flops, 12, 0);
+  EXPECT_NEAR(k.bytes_read, 12 * 4 + 12 * 4, 0);
+  EXPECT_NEAR(k.bytes_written, 96, 0);
+  int oh = ir_add(g, IR_ONE_HOT, &tk, 1, &four, 1, 0, DT_F32, -1, NULL, NULL);
+  k = ircost_node(m, g, oh);
+  EXPECT_NEAR(k.flops, 12 * 4, 0);
+  EXPECT_NEAR(k.bytes_written, 12 * 4 * 4, 0);
+
   /* a collective's payload */
   int64_t grp[2] = {IRG_TP, 0};
   int ar = ir_add(g, IR_ALL_REDUCE, &x, 1, grp, 2, 0, DT_F32, -1, NULL, NULL);
