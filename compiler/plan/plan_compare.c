@@ -92,6 +92,9 @@ static void build(Cmp *c, PlanCtx *pc, const PlanResult *p, const TraceData *t, 
   if (!t->op_events)
     warn(c, "no per-op events: GEMM and memory-bound time are not told apart (profile with HPDL_EXECUTOR=interp, or the device "
             "path, for them)");
+  if (!isfinite(p->step_s))
+    warn(c, "the plan's step time is not finite (a group crosses nodes the cluster gives no network; with the cpu device, "
+            "--gpus-per-node N puts the N ranks on one machine)");
   if (m->steps == 1) warn(c, "one step only: no warm-up step left out; profile 3 or more steps for a steadier mean");
 
   if (t->op_events) {
