@@ -97,7 +97,7 @@ static int is_gemm(const char *cat, const char *name) {
 }
 
 static int comm_index(TraceData *t, const char *kind, const char *group) {
-  char k[sizeof t->comm[0].kind], g[sizeof t->comm[0].group];
+  char k[sizeof t->comm[0].kind] = {0}, g[sizeof t->comm[0].group] = {0};
   clean_copy(k, sizeof k, kind);
   if (!group) snprintf(g, sizeof g, "-");
   else if (strlen(group) >= sizeof g) snprintf(g, sizeof g, "?");
@@ -151,7 +151,12 @@ static int event(TraceData *t, const json_t *e) {
   if (args && !json_is_object(args)) return 1;
   int64_t step = 0;
   if (args && json_object_get(args, "step") && int_of(args, "step", 1, INT32_MAX, &step)) return 1;
-  TraceEvent ev = {ts, dur, (int32_t)pid, (int32_t)step, 0, 0};
+  TraceEvent ev;
+  memset(&ev, 0, sizeof ev); /* the padding too: events are compared byte for byte (fuzz_trace.c) */
+  ev.ts = ts;
+  ev.dur = dur;
+  ev.rank = (int32_t)pid;
+  ev.step = (int32_t)step;
   if (tid == 1 && !strcmp(cat, "step")) {
     if (step == 0) return 1; /* a step span must say which */
     ev.kind = TK_STEP;
@@ -236,6 +241,10 @@ int trace_read_mem(TraceData *t, const char *data, size_t len, char *err, size_t
     say(err, errlen, "%s: error: %zu bytes, more than the %zu a trace may have", t->name, len, TRACE_MAX_FILE_BYTES);
     return -1;
   }
+  if (len == 0) {
+    say(err, errlen, "%s: error: an empty file: not a Chrome trace of hpdlrun --profile", t->name);
+    return -1;
+  }
   json_error_t je;
   json_t *root = json_loadb(data, len, 0, &je);
   if (!root) {
@@ -318,10 +327,6 @@ int trace_read_file(TraceData *t, char *err, size_t errlen) {
   }
   if (ferror(f)) {
     say(err, errlen, "%s: error: cannot read: %s", t->name, strerror(errno));
-    goto done;
-  }
-  if (len == 0) {
-    say(err, errlen, "%s: error: an empty file: not a Chrome trace of hpdlrun --profile", t->name);
     goto done;
   }
   rc = trace_read_mem(t, buf, len, err, errlen);
