@@ -103,7 +103,7 @@ target_link_libraries(plan_bench PRIVATE hpdlcomp)
 
 # hpdlc plan --compare: an hpdlrun --profile trace beside the plan
 # (tests/plan/compare_e2e.py says what each case checks)
-foreach(case one_rank dp2 errors)
+foreach(case one_rank dp2 pp2 errors)
   if(Python3_Interpreter_FOUND)
     add_test(NAME plan.compare_${case}
              COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/compare_e2e.py --bin ${CMAKE_BINARY_DIR}/bin

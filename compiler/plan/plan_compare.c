@@ -17,7 +17,7 @@ enum { CMP_MAX_ROWS = 16 + TRACE_MAX_COMM + 8, CMP_MAX_WARN = 8 };
 
 typedef struct CmpRow {
   char key[112];  /* for JSON: gemm, memory_bound, comm_dp, comm_dp_all_reduce, ... */
-  char label[48]; /* for text */
+  char label[64]; /* for text */
   int indent;
   double measured, predicted; /* seconds; NAN: not measured / not priced */
   double calls;               /* collectives: calls per rank per step; else -1 */
@@ -114,9 +114,10 @@ static void build(Cmp *c, PlanCtx *pc, const PlanResult *p, const TraceData *t, 
     int any = 0;
     for (int k = 0; k < t->ncomm; k++)
       if (!strcmp(t->comm[k].group, g)) {
+        any = 1;
+        if (trace_comm_is_bubble(t, k)) continue; /* in the bubble's row */
         meas += m->comm_s[k];
         calls += m->comm_calls[k];
-        any = 1;
       }
     double pred = irg >= 0 && p->comm_s[irg] > 0 ? p->comm_s[irg] : (irg >= 0 && any ? 0.0 : NAN);
     if (!any && !(irg >= 0 && p->comm_s[irg] > 0)) continue;
@@ -129,7 +130,9 @@ static void build(Cmp *c, PlanCtx *pc, const PlanResult *p, const TraceData *t, 
       if (!strcmp(t->comm[k].group, g)) {
         char kk[96];
         snprintf(kk, sizeof kk, "%s_%s", key, t->comm[k].kind);
-        CmpRow *q = add(c, kk, t->comm[k].kind, 1, m->comm_s[k], NAN);
+        char lab[64];
+        snprintf(lab, sizeof lab, "%s%s", t->comm[k].kind, trace_comm_is_bubble(t, k) ? " (in the bubble)" : "");
+        CmpRow *q = add(c, kk, lab, 1, m->comm_s[k], NAN);
         if (q) q->calls = m->comm_calls[k];
       }
   }

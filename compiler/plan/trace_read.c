@@ -366,6 +366,10 @@ static double within(const double *starts, const double *pre, size_t n, double a
   return pre[lo] - pre[first];
 }
 
+int trace_comm_is_bubble(const TraceData *t, int c) {
+  return t->pp > 1 && c >= 0 && c < t->ncomm && !strcmp(t->comm[c].kind, "recv") && !strcmp(t->comm[c].group, "pp");
+}
+
 static int by_int(const void *a, const void *b) {
   int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
   return x < y ? -1 : x > y;
@@ -475,11 +479,14 @@ int trace_measure(const TraceData *t, TraceMeasure *m, char *err, size_t errlen)
   if (t->pp > 1) {
     m->bubble_s = bubble * k;
     rest -= m->bubble_s;
+    for (int c = 0; c < t->ncomm; c++)
+      if (trace_comm_is_bubble(t, c)) rest -= comm[c] * k;
   }
   for (int c = 0; c < t->ncomm; c++) {
     m->comm_s[c] = comm[c] * k;
     m->comm_calls[c] = calls[c] / (double)samples;
-    rest -= m->comm_s[c];
+    if (trace_comm_is_bubble(t, c)) m->bubble_s += m->comm_s[c]; /* rest has it through the bubble */
+    else rest -= m->comm_s[c];
   }
   m->other_s = rest;
   rc = 0;

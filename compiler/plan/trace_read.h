@@ -94,11 +94,16 @@ typedef struct TraceMeasure {
   double compute_s;     /* forward / backward spans of rank-steps without op events, their messages taken out */
   double optimizer_s;   /* the "optimizer update" phase, the collectives inside it taken out */
   double data_s;        /* the "data" phase, the same */
-  double bubble_s;      /* pp > 1: the "program step" phase not covered by program spans; -1: not measured */
+  double bubble_s;      /* pp > 1: the "program step" phase not covered by program spans, and the
+                         * pipeline's receives (waiting for the other stage); -1: not measured */
   double comm_s[TRACE_MAX_COMM];
   double comm_calls[TRACE_MAX_COMM]; /* per rank per step */
   double other_s;       /* step - every class above */
 } TraceMeasure;
+
+/* 1 when the collective comm[c] is a pipeline receive of a pp > 1 trace: its
+ * time is the bubble's (the rank waits for the other stage), not its group's. */
+int trace_comm_is_bubble(const TraceData *t, int c);
 
 /* Averages t's events (as above). 0, or -1 with err when no step can be used. */
 int trace_measure(const TraceData *t, TraceMeasure *m, char *err, size_t errlen);

@@ -16,9 +16,12 @@ gpt2-tiny, small (-D C=32 -D T=16 -D L=2 -D H=4), compiled with the reference ex
   dp2       2 ranks under mpirun (dp=2): the same checks, the dp all-reduce's row beside
             the plan's data-parallel time (--dp 2 --gpus 2 --gpus-per-node 2); planned at
             dp=1 instead, the layout mismatch warning (text and JSON) naming --dp 2.
+  pp2       2 ranks under mpirun (pp=2, the default schedule): the pipeline bubble (the program step's time
+            outside the program's spans, plus the pipeline's receives, which leave the pp row) against
+            the same sums and the plan's time.bubble_s, the pp row against comm_time_per_step.total_s.pp.
   errors    golden messages and exit status 1: a missing file, a file that is not JSON,
             JSON with no step spans; --format html refused (exit 2).
-Exit 0 pass, 1 fail, 77 skip (no mpirun for dp2).
+Exit 0 pass, 1 fail, 77 skip (no mpirun for dp2 and pp2).
 """
 import argparse
 import json
@@ -72,7 +75,10 @@ def profile(name, flags):
 
 def measure(path):
     """The classes per rank per step (seconds), computed here from the trace alone."""
-    ev = [e for e in json.load(open(path))["traceEvents"] if e["ph"] == "X"]
+    tr = json.load(open(path))
+    ev = [e for e in tr["traceEvents"] if e["ph"] == "X"]
+    names = [e["args"]["name"] for e in tr["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"]
+    pp = 1 + max(int(re.search(r"pp (\d+)", n).group(1)) for n in names)
     steps = sorted({e["args"]["step"] for e in ev if e["cat"] == "step"})
     used = steps[1:] if len(steps) >= 2 else steps
     ranks = sorted({e["pid"] for e in ev})
@@ -92,6 +98,13 @@ def measure(path):
             comm = [e for e in mine if e["tid"] == 3]
             for e in comm:
                 g = e["args"].get("group", "-")
+                if pp > 1 and g == "pp" and e["name"] == "recv":  # waiting for the other stage: the bubble's
+                    add("bubble", e["dur"])
+                    LABEL["comm_pp"] = "pp communication"
+                    LABEL["comm_pp_recv"] = "pp communication/recv (in the bubble)"
+                    add("comm_pp_recv", e["dur"])
+                    add("comm_pp", 0.0)
+                    continue
                 gk = "nogroup" if g == "-" else g
                 glabel = ("ungrouped" if g == "-" else g) + " communication"
                 LABEL["comm_" + gk] = glabel
@@ -102,11 +115,14 @@ def measure(path):
                 if e["tid"] == 2 and e["cat"] in ("op", "kernel", "gemm") and e["name"] not in COMM_OPS:
                     gemm = e["cat"] == "gemm" or "matmul" in e["name"] or "gemm" in e["name"]
                     add("gemm" if gemm else "memory_bound", e["dur"])
+                if pp > 1 and e["tid"] == 1 and e["cat"] == "phase" and e["name"] == "program step":
+                    spans = [x for x in mine if x["tid"] == 2 and x["cat"] not in ("op", "kernel", "gemm")]
+                    add("bubble", e["dur"] - sum(x["dur"] for x in spans if e["ts"] <= x["ts"] <= e["ts"] + e["dur"]))
                 if e["tid"] == 1 and e["cat"] == "phase" and e["name"] in ("optimizer update", "data"):
                     inside = sum(c["dur"] for c in comm if e["ts"] <= c["ts"] <= e["ts"] + e["dur"])
                     add("optimizer" if e["name"] == "optimizer update" else "data", e["dur"] - inside)
     m = {k: v / n * 1e-6 for k, v in acc.items()}
-    m["other"] = m["step"] - sum(v for k, v in m.items() if k in ("gemm", "memory_bound", "optimizer", "data")
+    m["other"] = m["step"] - sum(v for k, v in m.items() if k in ("gemm", "memory_bound", "optimizer", "data", "bubble")
                                  or (k.startswith("comm_") and k.count("_") == 1))
     return m, len(ranks), len(steps)
 
@@ -136,7 +152,7 @@ def text_rows(out):
 
 
 LABEL = {"gemm": "GEMM (matmul)", "memory_bound": "memory-bound ops", "optimizer": "optimizer update", "data": "data",
-         "other": "other", "step": "step"}
+         "other": "other", "step": "step", "bubble": "pipeline bubble"}
 
 
 def label_of(key):
@@ -147,7 +163,7 @@ def close(a, b, rel, absol):
     return abs(a - b) <= absol + rel * abs(b)
 
 
-def check_compare(trace, flags, plan_dp):
+def check_compare(trace, flags, plan_dp, plan_pp=1):
     want, nranks, nsteps = measure(trace)
     out = plan(trace, flags).stdout
     check(f"compare: {trace}: {nranks} rank{'s' if nranks > 1 else ''}, {nsteps} steps (the first left out as warm-up)" in out,
@@ -171,6 +187,9 @@ def check_compare(trace, flags, plan_dp):
     predicted = {"gemm": t["gemm_s"], "memory_bound": t["memory_bound_s"], "optimizer": t["optimizer_s"], "step": t["step_s"]}
     if plan_dp > 1:
         predicted["comm_dp"] = pj["comm_time_per_step"]["total_s"]["dp"]
+    if plan_pp > 1:
+        predicted["comm_pp"] = pj["comm_time_per_step"]["total_s"]["pp"]
+        predicted["bubble"] = t["bubble_s"]
     for key, p in predicted.items():
         r = jrows[key]
         check(r["measured_s"] is not None and r["measured_s"] > 0 and r["predicted_s"] is not None and p > 0,
@@ -205,6 +224,16 @@ def case_dp2():
     check(want in mis, f"no layout mismatch warning:\n{mis}")
     jw = json.loads(plan(trace, [], "json").stdout)["compare"]["warnings"]
     check(any("the trace ran dp=2" in w and "--dp 2" in w for w in jw), f"JSON warnings {jw}")
+    print(out[out.index("compare:"):])
+
+
+def case_pp2():
+    e2e_common.need_mpi(ARGS.bin)
+    trace = profile("pp2", ["--pp", "2"])
+    out, cj = check_compare(trace, ["--pp", "2", "--gpus", "2", "--gpus-per-node", "2"], 1, 2)
+    check(cj["trace_layout"] == {"dp": 1, "tp": 1, "pp": 2, "cp": 1}, f"trace layout {cj['trace_layout']}")
+    check(not cj["warnings"], f"warnings on a matching layout: {cj['warnings']}")
+    check("recv (in the bubble)" in out, f"the pipeline's receives are not marked as the bubble's:\n{out}")
     print(out[out.index("compare:"):])
 
 
@@ -243,7 +272,7 @@ def main():
     ap.add_argument("case")
     ARGS = ap.parse_args()
     os.makedirs(ARGS.work, exist_ok=True)
-    return e2e_common.run_case({"one_rank": case_one_rank, "dp2": case_dp2, "errors": case_errors}, ARGS.case)
+    return e2e_common.run_case({"one_rank": case_one_rank, "dp2": case_dp2, "pp2": case_pp2, "errors": case_errors}, ARGS.case)
 
 
 if __name__ == "__main__":
