@@ -12,7 +12,8 @@ gpt2-tiny, small (-D C=32 -D T=16 -D L=2 -D H=4), compiled with the reference ex
             within the text's rounding (and 1e-6 relative in the JSON); the predicted
             column equals the plan's own JSON (time.gemm_s, memory_bound_s, optimizer_s,
             step_s); GEMM, memory-bound, optimizer and step have both columns, and the
-            error % is (predicted - measured) / measured; the device line names the cpu.
+            error % is (predicted - measured) / measured; the device line names the cpu; the
+            same trace against a DGX A100 plan warns that the comparison is meaningless.
   dp2       2 ranks under mpirun (dp=2): the same checks, the dp all-reduce's row beside
             the plan's data-parallel time (--dp 2 --gpus 2 --gpus-per-node 2); planned at
             dp=1 instead, the layout mismatch warning (text and JSON) naming --dp 2.
@@ -208,6 +209,10 @@ def case_one_rank():
     trace = profile("one", [])
     out, cj = check_compare(trace, [], 1)
     check(not cj["warnings"], f"warnings on a matching layout: {cj['warnings']}")
+    # the same CPU trace against a GPU plan: said to be meaningless
+    gpu = run([tool("hpdlc"), "plan", sample(), *DEFS, "--cluster", "dgx-a100-80gb", "--gpus", "1", "--compare", trace]).stdout
+    check("warning: the plan prices a100-80gb GPUs: a trace measured on a CPU" in gpu and "is meaningless" in gpu
+          and "--cluster laptop" in gpu, f"no device warning against a GPU plan:\n{gpu}")
     print(out[out.index("compare:"):])
 
 
