@@ -4,7 +4,7 @@
 #   bash bench/fuzz_long.sh [SECONDS_PER_TARGET] [TARGET...]
 #
 # SECONDS_PER_TARGET defaults to 3600 (five targets: about five hours);
-# TARGETs default to all (frontend ckpt data artifact cluster metrics). Builds the
+# TARGETs default to all (frontend ckpt data artifact cluster metrics trace). Builds the
 # fuzzers (fuzz/run.sh build, clang), makes the seeds from the release
 # build's tools (built when missing), then runs each target over its corpus
 # build-fuzz/corpus-<target>, which keeps growing from run to run; CI's
@@ -19,7 +19,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 seconds=${1:-3600}
 shift $(($# > 0 ? 1 : 0))
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(frontend ckpt data artifact cluster metrics)
+[ ${#targets[@]} -eq 0 ] && targets=(frontend ckpt data artifact cluster metrics trace)
 
 if [ ! -x build/bin/hpdlc ] || [ ! -x build/bin/hpdlrun ] || [ ! -x build/bin/hpdl-data ]; then
   echo "fuzz_long: building the tools for the seeds (build/, Release)"

@@ -17,7 +17,7 @@ set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 fuzz_build=${HPDL_FUZZ_BUILD_DIR:-build-fuzz}
-targets=(frontend ckpt data artifact cluster metrics)
+targets=(frontend ckpt data artifact cluster metrics trace)
 
 find_clang() {
   if command -v clang >/dev/null 2>&1; then

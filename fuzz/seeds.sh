@@ -16,6 +16,12 @@
 #   metrics    the --metrics file of a 30-step hpdlrun of a small gpt2-tiny,
 #              that file resumed (steps repeated), and a few written here
 #              (nulls, one record, a CRLF file, a line over 64 KiB)
+#   trace      hpdlrun --profile traces of that model: 1 step through the
+#              reference executor (per-op events), 3 steps of it cut to 60
+#              events a rank (no step span left: an error), 2 steps of the
+#              default executor, and a few written here (a
+#              bare event array, events without args.step, a pp=2 layout,
+#              events of unknown shape)
 # Every input of fuzz/regressions/<target>/ is a seed too. A tool that
 # fails costs its seeds only (with a warning); the script still exits 0 so
 # that the fuzzers run on what there is. OUT_DIR is emptied first.
@@ -54,7 +60,7 @@ join() { # join OUT FILE...
 
 case $out in "" | / | "$root") echo "seeds: refusing to empty $out" >&2; exit 2 ;; esac
 rm -rf -- "$out"
-for t in frontend ckpt data artifact cluster metrics; do
+for t in frontend ckpt data artifact cluster metrics trace; do
   mkdir -p "$out/$t"
   [ -d "$root/fuzz/regressions/$t" ] && cp -- "$root/fuzz/regressions/$t"/* "$out/$t/" 2>/dev/null
 done
@@ -116,6 +122,46 @@ printf "$rec" 1 5.5 0.9 2 5.4 0.8 | sed 's/$/\r/' >"$out/metrics/crlf.jsonl"
 # a line just over the reader's 64 KiB, so that the fuzzer's inputs may be that long
 { printf "$rec" 1 5.5 0.9; printf '{"step": 2, "note": "%065536d"}\n' 0; } >"$out/metrics/long_line.jsonl"
 
+# ---- trace: hpdlrun --profile of that model ----
+if [ -d "$work/ckmodel" ] &&
+  HPDL_EXECUTOR=interp "$bin/hpdlrun" "$work/ckmodel" --steps 3 --data "$work/d/tiny_train_*.bin" \
+    --checkpoint-dir "$work/ckt" --profile "$work/t1.json" --profile-events 60 --progress quiet >/dev/null 2>&1 &&
+  "$bin/hpdlrun" "$work/ckmodel" --steps 2 --data "$work/d/tiny_train_*.bin" \
+    --checkpoint-dir "$work/ckt2" --profile "$work/t2.json" --progress quiet >/dev/null 2>&1 &&
+  HPDL_EXECUTOR=interp "$bin/hpdlrun" "$work/ckmodel" --steps 1 --data "$work/d/tiny_train_*.bin" \
+    --checkpoint-dir "$work/ckt3" --profile "$work/t3.json" --progress quiet >/dev/null 2>&1; then
+  cp -- "$work/t1.json" "$out/trace/interp_3_steps_60_events.json"
+  cp -- "$work/t3.json" "$out/trace/interp_1_step.json"
+  cp -- "$work/t2.json" "$out/trace/default_2_steps.json"
+else
+  warn "hpdlrun --profile failed"
+fi
+ev='{"name": "%s", "cat": "%s", "ph": "X", "pid": %d, "tid": %d, "ts": %s, "dur": %s, "args": {%s}}'
+{
+  printf '['
+  printf "$ev," step step 0 1 0 100 '"step": 1'
+  printf "$ev," matmul op 0 2 10 20 ''
+  printf "$ev," all_reduce collective 0 3 40 5 '"group": "dp", "bytes": 64'
+  printf "$ev" 'optimizer update' phase 0 1 60 30 '"step": 1'
+  printf ']\n'
+} >"$out/trace/bare_array_no_step_args.json"
+{
+  printf '{"traceEvents": [\n'
+  for r in 0 1; do
+    printf '{"name": "process_name", "ph": "M", "pid": %d, "tid": 0, "args": {"name": "rank %d (dp 0, tp 0, pp %d, cp 0)"}},\n' $r $r $r
+    for s in 1 2; do
+      b=$((s * 1000))
+      printf "$ev,\n" step step $r 1 $b 900 "\"step\": $s"
+      printf "$ev,\n" 'program step' phase $r 1 $((b + 10)) 700 "\"step\": $s"
+      printf "$ev,\n" forward forward $r 2 $((b + 20 + 100 * r)) 200 "\"step\": $s"
+      printf "$ev,\n" recv p2p $r 3 $((b + 30)) 50 "\"step\": $s, \"group\": \"pp\", \"peer\": $((1 - r))"
+      printf "$ev,\n" softmax op $r 2 $((b + 40)) 10.5 "\"step\": $s"
+    done
+  done
+  printf '{"name": "x", "ph": "B", "pid": 0, "tid": 2, "ts": 1}, {"ph": "X"}, 7, null\n'
+  printf '], "otherData": {"dropped_events": 0}}\n'
+} >"$out/trace/pp2_unknown_shapes.json"
+
 if compile pp2 --pp 2 --gpus 2; then
   join "$out/artifact/pp2" "$work/pp2/manifest.json" "$work"/pp2/stage*.hir
 else
@@ -127,7 +173,7 @@ else
   warn "hpdlc compile --dp 2 --tp 2 failed"
 fi
 
-for t in frontend ckpt data artifact cluster metrics; do
+for t in frontend ckpt data artifact cluster metrics trace; do
   printf 'seeds: %-9s %3d inputs\n' "$t" "$(find "$out/$t" -type f | wc -l)"
 done
 exit 0

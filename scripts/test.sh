@@ -100,7 +100,7 @@ fi
 # ---- 4. fuzzing ---------------------------------------------------------------
 # fuzz/run.sh builds and runs the targets; the time is split so that the
 # step costs what the front end's minute alone did.
-fuzz_readers=(ckpt data artifact cluster metrics)
+fuzz_readers=(ckpt data artifact cluster metrics trace)
 run_fuzzers() {
   local t0 left front each status=0
   t0=$(date +%s)

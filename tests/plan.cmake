@@ -11,6 +11,10 @@
 #   plan.fidelity_h100  step times against MosaicML's and NeMo 24.07's H100
 #                     runs (tests/plan/published_h100.json)
 #   plan.fp8_compile_refused  compile refuses precision = fp8
+#   plan.compare_CASE  hpdlc plan --compare of hpdlrun --profile traces: the
+#                     measured column against sums of the trace, the predicted
+#                     against the plan, golden errors, the layout warning
+#                     (tests/plan/compare_e2e.py)
 #   plan.html         the HTML report (tests/plan/check_html.py): well formed,
 #                     self-contained, each chart's values against the same
 #                     command's JSON (memory bars, step time, the pipeline
@@ -96,3 +100,16 @@ endif()
 add_executable(plan_bench EXCLUDE_FROM_ALL ${CMAKE_SOURCE_DIR}/bench/plan_bench.c)
 target_compile_options(plan_bench PRIVATE ${HPDL_WARNINGS})
 target_link_libraries(plan_bench PRIVATE hpdlcomp)
+
+# hpdlc plan --compare: an hpdlrun --profile trace beside the plan
+# (tests/plan/compare_e2e.py says what each case checks)
+foreach(case one_rank dp2 pp2 errors)
+  if(Python3_Interpreter_FOUND)
+    add_test(NAME plan.compare_${case}
+             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/compare_e2e.py --bin ${CMAKE_BINARY_DIR}/bin
+                     --source ${CMAKE_SOURCE_DIR} --work ${CMAKE_CURRENT_BINARY_DIR}/compare-e2e/${case} ${case})
+  else()
+    add_test(NAME plan.compare_${case} COMMAND bash -c "echo 'skipped: no python3'; exit 77")
+  endif()
+  set_tests_properties(plan.compare_${case} PROPERTIES LABELS plan TIMEOUT 180 SKIP_RETURN_CODE 77)
+endforeach()

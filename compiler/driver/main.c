@@ -152,6 +152,9 @@ static void help_verb(const char *verb) {
          "                           attention (default), or scores stored in memory\n"
          "                           (Megatron-LM 2021), to compare with such runs\n"
          "  --explain                the five largest terms of the step time, with sources\n"
+         "  --compare TRACE          an hpdlrun --profile trace's measured time per op class\n"
+         "                           (GEMM, memory-bound, each collective, bubble, optimizer,\n"
+         "                           data, other, the step) beside the plan's, with the error\n"
          "  --progress auto|tty|plain|quiet\n"
          "                           --search's progress on stderr: auto (default) a line\n"
          "                           redrawn on a terminal once it takes 0.5 s, nothing\n"
@@ -377,10 +380,10 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
       continue;
     }
     if (!strcmp(verb, "plan")) {
-      static const char *const pflags[] = {"--format", "--trace",       "--scaling",   "--top",    "--search",
-                                           "--output", "--measure-cpu", "--attention", "--explain"};
+      static const char *const pflags[] = {"--format", "--trace",       "--scaling",   "--top",     "--search",
+                                           "--output", "--measure-cpu", "--attention", "--explain", "--compare"};
       int which = -1;
-      for (int k = 0; k < 9; k++)
+      for (int k = 0; k < 10; k++)
         if (strlen(pflags[k]) == flen && !strncmp(pflags[k], a, flen)) which = k;
       if (which == 8) {
         if (value) return cli_error("--explain takes no value%s", "", NULL);
@@ -411,6 +414,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
         } else if (which == 1) cli->plan.trace = value;
         else if (which == 2) cli->plan.scaling = value;
         else if (which == 5) cli->plan.output = value;
+        else if (which == 9) cli->plan.compare = value;
         else {
           char *end;
           long k = strtol(value, &end, 10);
@@ -435,6 +439,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
         names[n++] = "--top";
         names[n++] = "--attention";
         names[n++] = "--explain";
+        names[n++] = "--compare";
         names[n++] = "--progress";
       }
       if (!strcmp(verb, "compile")) {

@@ -217,6 +217,7 @@ typedef struct PlanReport {
   int nsearch;
   const PlanSearchStats *stats;
   const PlanScaling *scaling; /* NULL when none */
+  void *compare;              /* json_t *: the `compare` object of --compare (plan_compare.h), or NULL */
 } PlanReport;
 
 void plan_report_text(FILE *f, PlanCtx *c, const PlanReport *r);
@@ -239,6 +240,7 @@ typedef struct PlanCliOptions {
   int materialized;    /* --attention materialized: price the scores stored in memory (plan_set_attention) */
   int explain;         /* --explain: the five largest terms of the step time with their sources */
   int progress;        /* --progress: a ProgressMode (core/progress.h) for --search */
+  const char *compare; /* --compare TRACE: an hpdlrun --profile trace beside the plan (plan_compare.h) */
 } PlanCliOptions;
 
 /* Plans the checked model m of file `path`; returns the exit status (0, 1

@@ -2,6 +2,7 @@
  * by the planner), an optional search and scaling study, in one of three
  * formats, and an optional trace (see plan.h). */
 #include <errno.h>
+#include <jansson.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "catalog.h"
 #include "cpubench.h"
 #include "plan.h"
+#include "plan_compare.h"
 #include "progress.h"
 
 static int parse_list(const char *s, int64_t *out, int max) {
@@ -26,6 +28,9 @@ static int parse_list(const char *s, int64_t *out, int max) {
   return n;
 }
 
+static int plan_command_run(Diag *diag, const char *path, const SemModel *m, const PlanCliOptions *o, const char *format,
+                            const int64_t *counts, int ncounts, const PlanCompare *cmp);
+
 int plan_command(Diag *diag, const char *path, const SemModel *m, const PlanCliOptions *o) {
   const char *format = o->format ? o->format : "text";
   if (strcmp(format, "text") && strcmp(format, "json") && strcmp(format, "html")) {
@@ -41,6 +46,25 @@ int plan_command(Diag *diag, const char *path, const SemModel *m, const PlanCliO
       return 2;
     }
   }
+  PlanCompare cmp;
+  if (o->compare) {
+    if (!strcmp(format, "html")) {
+      fprintf(stderr, "hpdlc: plan: --compare prints with --format text or json, not html\n");
+      return 2;
+    }
+    char why[1024];
+    if (plan_compare_load(&cmp, o->compare, why, sizeof why) != 0) {
+      fprintf(stderr, "hpdlc: plan --compare: %s\n", why);
+      return 1;
+    }
+  }
+  int status = plan_command_run(diag, path, m, o, format, counts, ncounts, o->compare ? &cmp : NULL);
+  if (o->compare) plan_compare_free(&cmp);
+  return status;
+}
+
+static int plan_command_run(Diag *diag, const char *path, const SemModel *m, const PlanCliOptions *o, const char *format,
+                            const int64_t *counts, int ncounts, const PlanCompare *cmp) {
   if (o->measure_cpu) {
     CpuFigures f;
     char why[128];
@@ -107,10 +131,16 @@ int plan_command(Diag *diag, const char *path, const SemModel *m, const PlanCliO
       return 1;
     }
   }
-  PlanReport rep = {path, &plan, o->search ? top : NULL, ntop, o->search ? &stats : NULL, ncounts > 0 && plan.valid ? &sc : NULL};
+  PlanReport rep = {path, &plan, o->search ? top : NULL, ntop, o->search ? &stats : NULL, ncounts > 0 && plan.valid ? &sc : NULL,
+                    NULL};
+  if (cmp && plan.valid) rep.compare = plan_compare_json(cmp, c, &plan);
   if (!strcmp(format, "json")) plan_report_json(out, c, &rep);
   else if (!strcmp(format, "html")) plan_report_html(out, c, &rep);
-  else plan_report_text(out, c, &rep);
+  else {
+    plan_report_text(out, c, &rep);
+    if (cmp && plan.valid) plan_compare_text(out, cmp, c, &plan);
+  }
+  if (rep.compare) json_decref((json_t *)rep.compare);
   if (out != stdout) fclose(out);
   if (o->trace && plan.valid) {
     FILE *tf = fopen(o->trace, "w");

@@ -431,6 +431,7 @@ static json_t *json_report(PlanCtx *c, const PlanReport *rep) {
 
 int plan_report_json(FILE *f, PlanCtx *c, const PlanReport *rep) {
   json_t *root = json_report(c, rep);
+  if (rep->compare) json_object_set(root, "compare", (json_t *)rep->compare);
   int rc = json_dumpf(root, f, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(10));
   fputc('\n', f);
   json_decref(root);

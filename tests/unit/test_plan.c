@@ -309,7 +309,7 @@ static void test_json_keys(void) {
   char *buf = NULL;
   size_t len = 0;
   FILE *mf = open_memstream(&buf, &len);
-  PlanReport rep = {"gpt2.hpd", &r, NULL, 0, NULL, NULL};
+  PlanReport rep = {"gpt2.hpd", &r, NULL, 0, NULL, NULL, NULL};
   EXPECT(plan_report_json(mf, f.c, &rep) == 0);
   fclose(mf);
   json_error_t err;
@@ -517,7 +517,7 @@ static void test_balance_gpt2(void) {
   char *buf = NULL;
   size_t len = 0;
   FILE *mf = open_memstream(&buf, &len);
-  PlanReport rep = {"gpt2.hpd", &rc, NULL, 0, NULL, NULL};
+  PlanReport rep = {"gpt2.hpd", &rc, NULL, 0, NULL, NULL, NULL};
   EXPECT(plan_report_json(mf, fc.c, &rep) == 0);
   fclose(mf);
   json_t *j = json_loads(buf, 0, NULL);
