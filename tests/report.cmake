@@ -20,3 +20,7 @@ foreach(case charts gaps downsample resume cap errors cli screenshot replay)
 endforeach()
 # a reader of outside bytes (docs/reliability.md): also label reliability
 set_tests_properties(report.errors report.replay PROPERTIES LABELS "report;reliability")
+# not in the sanitizer run (sanitize_redundant): the screenshot is chromium's
+# time, and downsample's 100,000 records go through the reader and renderer
+# the other cases and fuzz_metrics run under the sanitizers
+set_tests_properties(report.screenshot report.downsample PROPERTIES LABELS "report;sanitize_redundant")

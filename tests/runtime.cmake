@@ -94,3 +94,8 @@ endforeach()
 add_executable(optim_bench EXCLUDE_FROM_ALL ${CMAKE_SOURCE_DIR}/bench/optim_bench.c)
 target_compile_options(optim_bench PRIVATE ${HPDL_WARNINGS})
 target_link_libraries(optim_bench PRIVATE hpdlrt)
+# not in the sanitizer run: the emulated kernels are the same C++ under either
+# build (as cuda_layouts), and the profile's code runs in the other profile cases
+if(TEST runtime.profile_device_emulate)
+  set_tests_properties(runtime.profile_device_emulate PROPERTIES LABELS "runtime;sanitize_redundant")
+endif()
