@@ -1,10 +1,12 @@
 """e2e_common.py - helpers shared by the end-to-end test scripts (runtime/e2e.py,
-compile/compile_e2e.py, extern/extern_e2e.py): the failure type, running a tool and
-checking its exit status, the MPI skip test and the metrics reader.
+compile/compile_e2e.py, extern/extern_e2e.py, runtime/profile_e2e.py, plan/compare_e2e.py,
+moe/router_e2e.py): the failure type, running a tool and checking its exit status, the
+MPI skip test, the metrics reader, and the scripts' common command line.
 
 A script imports it with its own folder's parent on sys.path:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 """
+import argparse
 import json
 import os
 import shutil
@@ -63,3 +65,18 @@ def run_case(cases, name):
         return 1
     print(f"ok {name}")
     return 0
+
+
+def case_args(cases, *more):
+    """The command line of a script of cases: --bin, --source, --work (made absolute,
+    --work created), the options named in `more` (each required), and the case."""
+    ap = argparse.ArgumentParser()
+    for name in ("--bin", *more, "--source", "--work"):
+        ap.add_argument(name, required=True)
+    ap.add_argument("case", choices=sorted(cases))
+    args = ap.parse_args()
+    args.work = os.path.abspath(args.work)
+    args.bin = os.path.abspath(args.bin)
+    args.source = os.path.abspath(args.source)
+    os.makedirs(args.work, exist_ok=True)
+    return args

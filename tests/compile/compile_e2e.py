@@ -519,17 +519,7 @@ CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case
 
 def main():
     global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--ref", required=True)
-    ap.add_argument("--source", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("case", choices=sorted(CASES))
-    ARGS = ap.parse_args()
-    ARGS.work = os.path.abspath(ARGS.work)
-    ARGS.bin = os.path.abspath(ARGS.bin)
-    ARGS.source = os.path.abspath(ARGS.source)
-    os.makedirs(ARGS.work, exist_ok=True)
+    ARGS = e2e_common.case_args(CASES, "--ref")
     rt.ARGS = argparse.Namespace(bin=ARGS.bin, work=ARGS.work, plugin="")
     return e2e_common.run_case(CASES, ARGS.case)
 

@@ -19,7 +19,6 @@ dense experts with Switch Transformer's load-balancing loss.
              rank's, the step-5 loss within 1e-7 (needs mpirun).
 Exit 0 pass, 1 fail, 77 skip.
 """
-import argparse
 import json
 import math
 import os
@@ -133,12 +132,7 @@ CASES = {"phases": case_phases, "one_rank": case_one_rank, "tp2": case_tp2}
 
 def main():
     global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--source", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("case", choices=sorted(CASES))
-    ARGS = ap.parse_args()
+    ARGS = e2e_common.case_args(CASES)
     os.environ.setdefault("HPDL_STDLIB", os.path.join(ARGS.source, "stdlib"))
     return e2e_common.run_case(CASES, ARGS.case)
 

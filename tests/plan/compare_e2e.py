@@ -24,7 +24,6 @@ gpt2-tiny, small (-D C=32 -D T=16 -D L=2 -D H=4), compiled with the reference ex
             JSON with no step spans; --format html refused (exit 2).
 Exit 0 pass, 1 fail, 77 skip (no mpirun for dp2 and pp2).
 """
-import argparse
 import json
 import os
 import re
@@ -270,14 +269,9 @@ def case_errors():
 
 def main():
     global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--source", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("case")
-    ARGS = ap.parse_args()
-    os.makedirs(ARGS.work, exist_ok=True)
-    return e2e_common.run_case({"one_rank": case_one_rank, "dp2": case_dp2, "pp2": case_pp2, "errors": case_errors}, ARGS.case)
+    cases = {"one_rank": case_one_rank, "dp2": case_dp2, "pp2": case_pp2, "errors": case_errors}
+    ARGS = e2e_common.case_args(cases)
+    return e2e_common.run_case(cases, ARGS.case)
 
 
 if __name__ == "__main__":

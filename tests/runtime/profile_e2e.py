@@ -29,7 +29,6 @@ Chrome trace with json:
       folder: exit status 1 before step 1, one message naming the path.
 Exit 0 pass, 1 fail, 77 skip (no mpirun for dp2_pp2).
 """
-import argparse
 import json
 import os
 import re
@@ -259,16 +258,7 @@ CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case
 
 def main():
     global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--source", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("case", choices=sorted(CASES))
-    ARGS = ap.parse_args()
-    ARGS.work = os.path.abspath(ARGS.work)
-    ARGS.bin = os.path.abspath(ARGS.bin)
-    ARGS.source = os.path.abspath(ARGS.source)
-    os.makedirs(ARGS.work, exist_ok=True)
+    ARGS = e2e_common.case_args(CASES)
     return e2e_common.run_case(CASES, ARGS.case)
 
 
