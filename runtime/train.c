@@ -1287,7 +1287,6 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     }
   }
   if (R.prof) {
-    prof_enable(R.prof, 0);
     if (rc == 0) {
       int f = profile_finish(&R, e) < 0;
       if (agree(&R, f) >= 0) {
