@@ -74,6 +74,14 @@ static int require_float(Sema *S, Fwd *F, const SemExpr *x, const char *what, Sp
   return 0;
 }
 
+/* The indices of take and one_hot: an integer tensor. */
+static int require_indices(Sema *S, Fwd *F, const SemExpr *idx, const char *fn, Span at) {
+  if (!sem_dtype_is_float(idx->type.dtype) && idx->kind != SE_SCALAR) return 1;
+  sema_error(S, at, "%s's indices must be an integer tensor; this is %s", fn, idx->kind == SE_SCALAR ? "a number" : tstr(S, &idx->type));
+  origin_note(S, F, idx, "the indices");
+  return 0;
+}
+
 static SemExpr *scalar_expr(Sema *S, double v, Span at) {
   SemExpr *e = new_expr(S, SE_SCALAR, at);
   e->scalar = v;
@@ -749,12 +757,7 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
       sema_error(S, at, "take() needs a tensor [..., V]; this is a number");
       return NULL;
     }
-    if (sem_dtype_is_float(idx->type.dtype) || idx->kind == SE_SCALAR) {
-      sema_error(S, at, "take's indices must be an integer tensor; this is %s",
-                 idx->kind == SE_SCALAR ? "a number" : tstr(S, &idx->type));
-      origin_note(S, F, idx, "the indices");
-      return NULL;
-    }
+    if (!require_indices(S, F, idx, "take", at)) return NULL;
     int ok = x->type.rank == idx->type.rank;
     for (int i = 0; ok && i + 1 < x->type.rank; i++) ok = sym_equal(x->type.dims[i], idx->type.dims[i]);
     if (!ok) {
@@ -775,12 +778,7 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
     if (!check_keywords(S, &c, keys, 1)) return NULL;
     SemExpr *idx = tensor_arg(S, F, &c, 0);
     if (!idx) return NULL;
-    if (sem_dtype_is_float(idx->type.dtype) || idx->kind == SE_SCALAR) {
-      sema_error(S, at, "one_hot's indices must be an integer tensor; this is %s",
-                 idx->kind == SE_SCALAR ? "a number" : tstr(S, &idx->type));
-      origin_note(S, F, idx, "the indices");
-      return NULL;
-    }
+    if (!require_indices(S, F, idx, "one_hot", at)) return NULL;
     const AstExpr *ne = arg_at(&c, 1, "n");
     int64_t n;
     if (!ne) {
