@@ -45,6 +45,7 @@ struct Interp {
   double **grads;  /* same layout, allocated on the first gradient */
   double **inputs;
   uint64_t seed;
+  double loss_seed; /* the seed of the training step being run (LOSS_SEED) */
   Msg *mail_head, *mail_tail;
   InterpComm comm;
   int has_comm;
@@ -693,6 +694,69 @@ static const char *exec_router(Run *r, const IrNode *n, double *out) {
   }
 }
 
+/* Mixture of experts: the slot of every choice of sequence b (ir_ops.h), e * cap + c, or -1
+ * when its expert was full. Priority: all first choices in token order, then the second... */
+static const char *moe_slots(Interp *in, const double *idx, int64_t T, int64_t K, int64_t E, int64_t cap, int64_t *slot,
+                             int64_t *count) {
+  for (int64_t e = 0; e < E; e++) count[e] = 0;
+  for (int64_t k = 0; k < K; k++)
+    for (int64_t t = 0; t < T; t++) {
+      double v = idx[t * K + k];
+      if (!(v >= 0 && v < (double)E)) return fail(in, "moe: expert %g is outside [0, %" PRId64 ")", v, E);
+      int64_t e = (int64_t)v;
+      slot[t * K + k] = count[e] < cap ? e * cap + count[e]++ : -1;
+    }
+  return NULL;
+}
+
+/* MOE_DISPATCH, MOE_COMBINE, MOE_GATE_GRAD (ir_ops.h), sequence by sequence. */
+static const char *exec_moe(Run *r, const IrNode *n, double *out) {
+  const IrGraph *g = r->g;
+  const IrNode *idxn = &g->nodes[n->in[n->op == IR_MOE_GATE_GRAD ? 2 : 1]];
+  const IrNode *wide = n->op == IR_MOE_DISPATCH ? n : &g->nodes[n->in[n->op == IR_MOE_COMBINE ? 0 : 1]];
+  int64_t B = idxn->dims[0], T = idxn->dims[1], K = idxn->dims[2];
+  int64_t E = wide->dims[1], cap = wide->dims[2], C = wide->dims[3];
+  const double *A = r->val[n->in[0]], *I = r->val[idxn - g->nodes];
+  const double *W = n->op == IR_MOE_GATE_GRAD ? r->val[n->in[1]] : r->val[n->in[2]];
+  int64_t *slot = xalloc_calloc((size_t)(T * K + E), sizeof(int64_t)), *count = slot + T * K;
+  const char *e = NULL;
+  memset(out, 0, sizeof(double) * (size_t)ir_numel(n));
+  for (int64_t b = 0; b < B && !e; b++) {
+    e = moe_slots(r->in, I + b * T * K, T, K, E, cap, slot, count);
+    for (int64_t p = 0; p < T * K && !e; p++) {
+      if (slot[p] < 0) continue;
+      int64_t t = p / K;
+      double *tok = NULL; /* [C] of the token's side */
+      const double *wide_row = NULL;
+      switch (n->op) {
+      case IR_MOE_DISPATCH: {
+        double w = W[b * T * K + p], *dst = out + (b * E * cap + slot[p]) * C;
+        const double *src = A + (b * T + t) * C;
+        for (int64_t c = 0; c < C; c++) dst[c] = w * src[c];
+        break;
+      }
+      case IR_MOE_COMBINE: {
+        double w = W[b * T * K + p];
+        tok = out + (b * T + t) * C;
+        wide_row = A + (b * E * cap + slot[p]) * C;
+        for (int64_t c = 0; c < C; c++) tok[c] += w * wide_row[c];
+        break;
+      }
+      default: {
+        const double *a = A + (b * T + t) * C;
+        wide_row = W + (b * E * cap + slot[p]) * C;
+        double dot = 0;
+        for (int64_t c = 0; c < C; c++) dot += a[c] * wide_row[c];
+        out[b * T * K + p] = dot;
+        break;
+      }
+      }
+    }
+  }
+  free(slot);
+  return e;
+}
+
 /* The first global index of this rank's vocabulary shard (attr 1 + group), or 0. */
 static int64_t vocab_offset(const Interp *in, int64_t attr, int64_t local_rows) {
   return attr ? (int64_t)group_rank(in, attr - 1) * local_rows : 0;
@@ -1051,6 +1115,11 @@ static const char *exec_node(Run *r, int id, double *out) {
   case IR_TAKE:
   case IR_TAKE_BWD:
   case IR_ONE_HOT: return exec_router(r, n, out);
+  case IR_MOE_DISPATCH:
+  case IR_MOE_COMBINE:
+  case IR_MOE_GATE_GRAD: return exec_moe(r, n, out);
+  case IR_AUX_LOSS: memcpy(out, r->val[n->in[0]], sizeof(double) * (size_t)ir_numel(n)); return NULL;
+  case IR_LOSS_SEED: out[0] = r->in->loss_seed; return NULL;
   case IR_INPUT:
   case IR_PARAM:
   case IR_ARG:
@@ -1093,6 +1162,8 @@ static Run *run_begin(Interp *in, int gi, int64_t layer, const InterpTensor *arg
   r->layer = layer;
   r->frame = frame;
   r->nargs = nargs;
+  /* a training step's argument 0 is its seed, d loss (autodiff.h) */
+  if (g->fb_split > 0 && nargs > 0 && args[0].data) in->loss_seed = args[0].data[0];
   if (frame && nargs > 0) {
     r->argcopy = xalloc_calloc((size_t)nargs, sizeof(InterpTensor));
     for (int k = 0; k < nargs; k++) {

@@ -439,6 +439,61 @@ static const char *irshape_ONE_HOT(IrGraph *g, IrNode *n) {
   return NULL;
 }
 
+/* The routing of mixture-of-experts ops: idx i32[B, T, K] and w [B, T, K], float w. */
+static int moe_routing_fits(const IrNode *idx, const IrNode *w) {
+  return idx->rank == 3 && !sem_dtype_is_float(idx->dtype) && sem_dtype_is_float(w->dtype) && same_dims(idx, w);
+}
+
+static const char *irshape_MOE_DISPATCH(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0), *idx = in_node(g, n, 1), *w = in_node(g, n, 2);
+  if (x->rank != 3 || !moe_routing_fits(idx, w) || x->dims[0] != idx->dims[0] || x->dims[1] != idx->dims[1] ||
+      n->attr[0] < 1 || n->attr[1] < 1)
+    return "moe_dispatch needs x [B, T, C], idx i32[B, T, K], w [B, T, K], experts >= 1 and capacity >= 1";
+  n->dtype = x->dtype;
+  n->rank = 4;
+  n->dims[0] = x->dims[0];
+  n->dims[1] = n->attr[0];
+  n->dims[2] = n->attr[1];
+  n->dims[3] = x->dims[2];
+  return NULL;
+}
+
+static const char *irshape_MOE_COMBINE(IrGraph *g, IrNode *n) {
+  IrNode *y = in_node(g, n, 0), *idx = in_node(g, n, 1), *w = in_node(g, n, 2);
+  if (y->rank != 4 || !moe_routing_fits(idx, w) || y->dims[0] != idx->dims[0])
+    return "moe_combine needs y [B, E, cap, C], idx i32[B, T, K] and w [B, T, K]";
+  n->dtype = y->dtype;
+  n->rank = 3;
+  n->dims[0] = idx->dims[0];
+  n->dims[1] = idx->dims[1];
+  n->dims[2] = y->dims[3];
+  return NULL;
+}
+
+static const char *irshape_MOE_GATE_GRAD(IrGraph *g, IrNode *n) {
+  IrNode *a = in_node(g, n, 0), *y = in_node(g, n, 1), *idx = in_node(g, n, 2);
+  if (a->rank != 3 || y->rank != 4 || idx->rank != 3 || sem_dtype_is_float(idx->dtype) || a->dims[0] != idx->dims[0] ||
+      a->dims[1] != idx->dims[1] || y->dims[0] != idx->dims[0] || y->dims[3] != a->dims[2])
+    return "moe_gate_grad needs a [B, T, C], y [B, E, cap, C] and idx i32[B, T, K]";
+  copy_type(n, idx);
+  n->dtype = a->dtype;
+  return NULL;
+}
+
+static const char *irshape_AUX_LOSS(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0), *v = in_node(g, n, 1);
+  if (v->rank != 0 || !sem_dtype_is_float(v->dtype)) return "aux_loss needs a float scalar loss";
+  copy_type(n, x);
+  return NULL;
+}
+
+static const char *irshape_LOSS_SEED(IrGraph *g, IrNode *n) {
+  (void)g;
+  n->rank = 0;
+  n->dtype = DT_F32;
+  return NULL;
+}
+
 /* Gather / scatter / send carry their output shape (it depends on the group size). */
 static const char *irshape_ALL_GATHER(IrGraph *g, IrNode *n) { return comm_same(g, n); }
 static const char *irshape_REDUCE_SCATTER(IrGraph *g, IrNode *n) { return comm_same(g, n); }
@@ -772,6 +827,8 @@ static void print_attrs(const IrModule *m, const IrGraph *g, const IrNode *n, FI
     break;
   case IR_TOPK: fprintf(out, " k=%" PRId64, n->attr[0]); break;
   case IR_ONE_HOT: fprintf(out, " n=%" PRId64, n->attr[0]); break;
+  case IR_MOE_DISPATCH: fprintf(out, " experts=%" PRId64 " capacity=%" PRId64, n->attr[0], n->attr[1]); break;
+  case IR_AUX_LOSS: fprintf(out, " weight=%g", n->fattr); break;
   case IR_EXTERN:
   case IR_EXTERN_GRAD:
     if (n->attr[0] >= 0 && n->attr[0] < m->nexterns) fprintf(out, " @%s#%" PRId64, m->externs[n->attr[0]].name, n->attr[0]);

@@ -63,6 +63,24 @@
  *   TAKE_BWD(dy [..., K], idx [..., K]): the scatter-add of dy into zeros of the given [..., V]
  *   ONE_HOT(idx [...]): float [..., n], 1 where the last position equals idx, else 0 (a row of
  *     zeros for an index outside [0, n): a dropped token); attr[0] = n. No gradient
+ *   Mixture of experts, capacity-based (GShard): each sequence b routes its T tokens to E
+ *   experts, each of which takes at most cap of them. Slots are given in priority order: all
+ *   first choices (k = 0) in token order, then all second choices, and so on (ties in routing
+ *   were broken by the lower expert already); a choice whose expert is full is dropped.
+ *   MOE_DISPATCH(x [B, T, C], idx i32[B, T, K], w [B, T, K]): [B, E, cap, C], slot (e, c) holds
+ *     w[b, t, k] x[b, t] for the choice (t, k) given that slot, zeros when empty;
+ *     attr[0] = E, attr[1] = cap, attr[2] = the slots an expert is expected to fill (the
+ *     planner's price: cap when tokens are dropped; capacity_factor x T K / E when the buffer
+ *     holds all T tokens so that none is dropped)
+ *   MOE_COMBINE(y [B, E, cap, C], idx, w): [B, T, C], sum over k of w[b, t, k] y[b, slot(t, k)],
+ *     dropped choices add nothing (E and cap are y's)
+ *   MOE_GATE_GRAD(a [B, T, C], y [B, E, cap, C], idx): [B, T, K], a[b, t] . y[b, slot(t, k)],
+ *     0 for a dropped choice. The three are each other's adjoints (autodiff.c)
+ *   AUX_LOSS(x, v): x; its backward passes dy on to x and gives the scalar v the gradient
+ *     fattr x LOSS_SEED, as if fattr v were added to the loss (Megatron-Core's
+ *     MoEAuxLossAutoScaler): a layer adds its load-balancing loss without returning it, also
+ *     from inside a repeat
+ *   LOSS_SEED: f32 [], the seed of the backward being run (d loss, the step's gradient scale)
  */
 #ifndef HPDL_IR_OPS_H
 #define HPDL_IR_OPS_H
@@ -141,6 +159,11 @@
   X(TOPK, "topk", 1, 0)                                            \
   X(TAKE, "take", 2, 0)                                            \
   X(TAKE_BWD, "take_bwd", 2, 0)                                    \
-  X(ONE_HOT, "one_hot", 1, 0)
+  X(ONE_HOT, "one_hot", 1, 0)                                      \
+  X(MOE_DISPATCH, "moe_dispatch", 3, 0)                            \
+  X(MOE_COMBINE, "moe_combine", 3, 0)                              \
+  X(MOE_GATE_GRAD, "moe_gate_grad", 3, 0)                          \
+  X(AUX_LOSS, "aux_loss", 2, 0)                                    \
+  X(LOSS_SEED, "loss_seed", 0, IRF_LEAF)
 
 #endif

@@ -1,6 +1,7 @@
-# moe.cmake - mixture of experts (issue 13). So far the router's builtins
-# (topk_values, topk_indices, take, one_hot) through every phase on
-# tests/moe/router-tiny.hpd (tests/moe/router_e2e.py says what each case checks).
+# moe.cmake - mixture of experts (issue 13): the router's builtins (topk_values,
+# topk_indices, take, one_hot) through every phase on tests/moe/router-tiny.hpd
+# (tests/moe/router_e2e.py), and std/moe's MoE layer on samples/moe-tiny.hpd over
+# layouts (tests/moe/moe_e2e.py); each script says what its cases check.
 find_package(Python3 COMPONENTS Interpreter)
 foreach(case phases one_rank tp2)
   if(Python3_Interpreter_FOUND)
@@ -11,5 +12,17 @@ foreach(case phases one_rank tp2)
     add_test(NAME moe.router_${case} COMMAND bash -c "echo 'skipped: no python3'; exit 77")
   endif()
   set_tests_properties(moe.router_${case} PROPERTIES LABELS "moe;compile" TIMEOUT 300 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${HPDL_SANITIZED_MPI_ENV}")
+endforeach()
+
+foreach(case phases one_rank dp2 tp2 pp2 dp2_tp2_zero3 drop aux)
+  if(Python3_Interpreter_FOUND)
+    add_test(NAME moe.layer_${case}
+             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/moe/moe_e2e.py --bin ${CMAKE_BINARY_DIR}/bin
+                     --source ${CMAKE_SOURCE_DIR} --work ${CMAKE_CURRENT_BINARY_DIR}/moe-layer/${case} ${case})
+  else()
+    add_test(NAME moe.layer_${case} COMMAND bash -c "echo 'skipped: no python3'; exit 77")
+  endif()
+  set_tests_properties(moe.layer_${case} PROPERTIES LABELS "moe;compile" TIMEOUT 300 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${HPDL_SANITIZED_MPI_ENV}")
 endforeach()

@@ -73,7 +73,10 @@ const char *sem_type_str(Arena *a, const TensorType *t);
   X(TOPK_VALUES, "topk_values", 2, 2) \
   X(TOPK_INDICES, "topk_indices", 2, 2) \
   X(TAKE, "take", 2, 2)          \
-  X(ONE_HOT, "one_hot", 2, 2)
+  X(ONE_HOT, "one_hot", 2, 2)    \
+  X(MOE_DISPATCH, "moe_dispatch", 3, 5) \
+  X(MOE_COMBINE, "moe_combine", 3, 3) \
+  X(AUX_LOSS, "with_aux_loss", 3, 3)
 
 typedef enum {
 #define X(id, name, lo, hi) SOP_##id,

@@ -660,7 +660,7 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
       for (int i = 0; i < l->nparams; i++) {
         SemParam *p = &l->params[i];
         if (p->shard == SHARD_REPLICATED || p->type.rank == 0) continue;
-        int axis = p->shard == SHARD_COLUMN ? p->type.rank - 1 : 0;
+        int axis = p->shard == SHARD_COLUMN ? p->type.rank - 1 : p->shard == SHARD_ROW && p->type.rank >= 2 ? p->type.rank - 2 : 0;
         int64_t d = 0;
         sym_is_const(p->type.dims[axis], &d);
         if (d % L->tp == 0) continue;

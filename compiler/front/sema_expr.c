@@ -802,6 +802,127 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
     r->nattr = 1;
     return r;
   }
+  case SOP_MOE_DISPATCH: {
+    static const char *const keys[] = {"experts", "capacity_factor", "drop"};
+    if (!check_keywords(S, &c, keys, 3)) return NULL;
+    SemExpr *x = tensor_arg(S, F, &c, 0), *idx = x ? tensor_arg(S, F, &c, 1) : NULL;
+    if (!x || !idx || !require_float(S, F, x, fn, at) || !require_indices(S, F, idx, fn, at)) return NULL;
+    const AstExpr *ee = arg_at(&c, 2, "experts"), *fe = arg_at(&c, 3, "capacity_factor");
+    int64_t E, T, K;
+    double cf;
+    int drop;
+    if (!ee) {
+      sema_error(S, at, "moe_dispatch() needs experts, the number of experts");
+      return NULL;
+    }
+    if (!attr_int(S, F, &c, 2, "experts", 0, &E) || !attr_float(S, F, &c, 3, "capacity_factor", 1.0, &cf) ||
+        !attr_bool(S, F, &c, 4, "drop", 1, &drop))
+      return NULL;
+    if (x->kind == SE_SCALAR || x->type.rank != 3 || idx->type.rank != 3 || !sym_equal(x->type.dims[0], idx->type.dims[0]) ||
+        !sym_equal(x->type.dims[1], idx->type.dims[1])) {
+      sema_error(S, at, "moe_dispatch: x %s does not fit the chosen experts %s (x is [B, T, C] and the choices [B, T, K])",
+                 x->kind == SE_SCALAR ? "(a number)" : tstr(S, &x->type), tstr(S, &idx->type));
+      origin_note(S, F, x, "x");
+      origin_note(S, F, idx, "the choices");
+      return NULL;
+    }
+    if (!sym_is_const(x->type.dims[1], &T) || !sym_is_const(idx->type.dims[2], &K)) {
+      sema_error(S, at, "moe_dispatch: the tokens per sequence and the choices per token must be known at compile time; x is %s, the choices %s",
+                 tstr(S, &x->type), tstr(S, &idx->type));
+      return NULL;
+    }
+    if (E < 1) {
+      sema_error(S, ee->span, "moe_dispatch's experts must be at least 1, not %" PRId64, E);
+      return NULL;
+    }
+    if (K > E) {
+      sema_error(S, at, "moe_dispatch: each token chooses %" PRId64 " experts of only %" PRId64, K, E);
+      origin_note(S, F, idx, "the choices");
+      return NULL;
+    }
+    if (!(cf > 0) || !isfinite(cf)) {
+      sema_error(S, fe ? fe->span : at, "moe_dispatch's capacity_factor must be a positive number, not %g", cf);
+      return NULL;
+    }
+    if (!drop && cf < 1) {
+      sema_error(S, fe ? fe->span : at,
+                 "capacity_factor = %g is below 1, which only dropping tokens can honour, but drop = false", cf);
+      diag_hint(S->diag, "without dropping, every expert has room for all T tokens and capacity_factor is the expected load of "
+                         "the busiest expert over an even share (>= 1, what the planner prices); allow dropping with drop = true");
+      return NULL;
+    }
+    /* slots per expert and sequence: an even share T K / E times the factor, rounded up;
+     * without dropping, room for every token (an expert is chosen at most once per token) */
+    double even = (double)T * (double)K / (double)E;
+    int64_t cap = drop ? (int64_t)ceil(cf * even - 1e-9) : T;
+    if (cap < 1) cap = 1;
+    if (cap > T) cap = T;
+    SemExpr *args[2] = {x, idx};
+    SemExpr *r = new_op(S, op, at, args, 2);
+    r->type = x->type;
+    r->type.rank = 4;
+    r->type.dims[1] = sym_const(S->arena, E);
+    r->type.dims[2] = sym_const(S->arena, cap);
+    r->type.dims[3] = x->type.dims[2];
+    r->attr[0] = E;
+    r->attr[1] = cap;
+    r->attr[2] = drop ? cap : (int64_t)ceil(cf * even - 1e-9); /* the load the planner prices */
+    if (r->attr[2] > T) r->attr[2] = T;
+    r->nattr = 3;
+    return r;
+  }
+  case SOP_MOE_COMBINE: {
+    if (!check_keywords(S, &c, NULL, 0)) return NULL;
+    SemExpr *y = tensor_arg(S, F, &c, 0), *idx = y ? tensor_arg(S, F, &c, 1) : NULL, *w = idx ? tensor_arg(S, F, &c, 2) : NULL;
+    if (!y || !idx || !w || !require_float(S, F, y, fn, at) || !require_indices(S, F, idx, fn, at) ||
+        !require_float(S, F, w, "moe_combine's gates", at))
+      return NULL;
+    int ok = y->kind != SE_SCALAR && w->kind != SE_SCALAR && y->type.rank == 4 && idx->type.rank == 3 && w->type.rank == 3 &&
+             sym_equal(y->type.dims[0], idx->type.dims[0]);
+    for (int i = 0; ok && i < 3; i++) ok = sym_equal(idx->type.dims[i], w->type.dims[i]);
+    if (!ok) {
+      sema_error(S, at, "moe_combine: the expert outputs %s, choices %s and gates %s do not fit (they are [B, E, cap, C], [B, T, K] and [B, T, K])",
+                 y->kind == SE_SCALAR ? "(a number)" : tstr(S, &y->type), tstr(S, &idx->type),
+                 w->kind == SE_SCALAR ? "(a number)" : tstr(S, &w->type));
+      origin_note(S, F, y, "the expert outputs");
+      origin_note(S, F, idx, "the choices");
+      origin_note(S, F, w, "the gates");
+      return NULL;
+    }
+    SemExpr *args[3] = {y, idx, w};
+    SemExpr *r = new_op(S, op, at, args, 3);
+    r->type = idx->type;
+    r->type.dtype = y->type.dtype;
+    r->type.dims[2] = y->type.dims[3];
+    return r;
+  }
+  case SOP_AUX_LOSS: {
+    static const char *const keys[] = {"weight"};
+    if (!check_keywords(S, &c, keys, 1)) return NULL;
+    SemExpr *x = tensor_arg(S, F, &c, 0), *v = x ? tensor_arg(S, F, &c, 1) : NULL;
+    double weight;
+    if (!x || !v || !require_float(S, F, x, fn, at) || !require_float(S, F, v, "with_aux_loss's loss", at)) return NULL;
+    if (!arg_at(&c, 2, "weight")) {
+      sema_error(S, at, "with_aux_loss() needs weight, the loss's coefficient");
+      return NULL;
+    }
+    if (!attr_float(S, F, &c, 2, "weight", 0.0, &weight)) return NULL;
+    if (v->kind == SE_SCALAR || v->type.rank != 0) {
+      sema_error(S, at, "with_aux_loss's loss must be a scalar tensor (a mean over the tokens); this is %s",
+                 v->kind == SE_SCALAR ? "a number" : tstr(S, &v->type));
+      origin_note(S, F, v, "the loss");
+      return NULL;
+    }
+    if (!(weight >= 0) || !isfinite(weight)) {
+      sema_error(S, at, "with_aux_loss's weight must be a finite number >= 0, not %g", weight);
+      return NULL;
+    }
+    SemExpr *args[2] = {x, v};
+    SemExpr *r = new_op(S, op, at, args, 2);
+    r->type = x->type;
+    r->scalar = weight;
+    return r;
+  }
   default:
     sema_error(S, at, "%s() cannot be called", fn);
     return NULL;

@@ -707,6 +707,53 @@ static void adgrad_TAKE_BWD(AdCtx *c, int f, int dy) {
   acc(c, fin(c, f, 0), emit(c, IR_TAKE, in, 2, NULL, 0, 0, n->dtype, -1, NULL));
 }
 
+/* Mixture of experts (ir_ops.h): dispatch, combine and the gate gradient are
+ * each other's adjoints, so the backward uses the same three ops. */
+static int moe_op(AdCtx *c, IrOp op, int a, int b, int idx, int64_t experts, int64_t cap, DType dt) {
+  int in[3] = {a, b, idx};
+  int64_t attr[2] = {experts, cap};
+  if (op == IR_MOE_DISPATCH || op == IR_MOE_COMBINE) in[1] = idx, in[2] = b;
+  return emit(c, op, in, 3, attr, op == IR_MOE_DISPATCH ? 2 : 0, 0, dt, -1, NULL);
+}
+
+/* y = dispatch(x, idx, w): dx = combine(dy, idx, w), dw = gate_grad(x, dy, idx) */
+static void adgrad_MOE_DISPATCH(AdCtx *c, int f, int dy) {
+  int x = fin(c, f, 0), idx = fv(c, fin(c, f, 1)), w = fin(c, f, 2);
+  const IrNode *n = fnode(c, f);
+  if (c->rg[x]) acc(c, x, moe_op(c, IR_MOE_COMBINE, dy, fv(c, w), idx, 0, 0, n->dtype));
+  if (c->rg[w]) acc(c, w, moe_op(c, IR_MOE_GATE_GRAD, fv(c, x), dy, idx, 0, 0, fnode(c, w)->dtype));
+}
+
+/* out = combine(y, idx, w): dy = dispatch(dout, idx, w), dw = gate_grad(dout, y, idx) */
+static void adgrad_MOE_COMBINE(AdCtx *c, int f, int dy) {
+  int y = fin(c, f, 0), idx = fv(c, fin(c, f, 1)), w = fin(c, f, 2);
+  const IrNode *yn = fnode(c, y);
+  if (c->rg[y]) acc(c, y, moe_op(c, IR_MOE_DISPATCH, dy, fv(c, w), idx, yn->dims[1], yn->dims[2], yn->dtype));
+  if (c->rg[w]) acc(c, w, moe_op(c, IR_MOE_GATE_GRAD, dy, fv(c, y), idx, 0, 0, fnode(c, w)->dtype));
+}
+
+/* g = gate_grad(a, y, idx), bilinear: da = combine(y, idx, dg), dy = dispatch(a, idx, dg) */
+static void adgrad_MOE_GATE_GRAD(AdCtx *c, int f, int dy) {
+  int a = fin(c, f, 0), y = fin(c, f, 1), idx = fv(c, fin(c, f, 2));
+  const IrNode *yn = fnode(c, y);
+  if (c->rg[a]) acc(c, a, moe_op(c, IR_MOE_COMBINE, fv(c, y), dy, idx, 0, 0, fnode(c, a)->dtype));
+  if (c->rg[y]) acc(c, y, moe_op(c, IR_MOE_DISPATCH, fv(c, a), dy, idx, yn->dims[1], yn->dims[2], yn->dtype));
+}
+
+/* x passes through; the auxiliary loss v gets weight x the backward's seed,
+ * the gradient it would have as a term weight v of the loss */
+static void adgrad_AUX_LOSS(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  int x = fin(c, f, 0), v = fin(c, f, 1);
+  if (c->rg[x]) acc(c, x, dy);
+  if (c->rg[v]) {
+    int seed = emit(c, IR_LOSS_SEED, NULL, 0, NULL, 0, 0, DT_F32, 0, NULL);
+    acc(c, v, bin(c, IR_MUL, seed, cst(c, n->fattr, DT_F32)));
+  }
+}
+
+static void adgrad_LOSS_SEED(AdCtx *c, int f, int dy) { (void)c, (void)f, (void)dy; }
+
 /* SEND's result carries no gradient (dy is ignored): dx comes back from the
  * peer it was sent to. Runs for every float SEND, so that the peer's
  * gradient message is always taken. */

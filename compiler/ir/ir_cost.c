@@ -54,6 +54,12 @@
  *   take          0 (a gather, like pick); reads idx and one x element per output
  *   take_bwd      1 per dy element (the scatter-add); reads dy and idx, writes [..., V]
  *   one_hot       1 per output element (compare the index, select 1 or 0)
+ * Mixture of experts (B sequences of T tokens, K choices each, width C, E experts of cap slots):
+ *   moe_dispatch  1 per output element (the weight's multiply; an empty slot is written 0);
+ *                 reads x, idx, w; writes [B, E, cap, C]
+ *   moe_combine   2 per chosen element (B T K C: multiply-add); reads the chosen slots, idx, w
+ *   moe_gate_grad 2 per chosen element (a dot product per choice); reads a, the chosen slots, idx
+ *   aux_loss, loss_seed 0, and no bytes (an identity forward, a scalar)
  * Data movement (transpose, slice, pad, concat, expand, repeat_kv, embedding)
  * and collectives: 0 FLOPs here; a collective's reduction arithmetic depends
  * on the group size, which cost.c knows.
@@ -270,6 +276,21 @@ static void ircost_TAKE_BWD(const CostCtx *c, IrCost *k) {
   k->bytes_written = bytes_of(c->n);
 }
 static void ircost_ONE_HOT(const CostCtx *c, IrCost *k) { k->flops = (double)ir_numel(c->n); }
+
+static double moe_chosen(const IrNode *idx, const IrNode *wide) { return numel(idx) * (double)wide->dims[wide->rank - 1]; }
+static void ircost_MOE_DISPATCH(const CostCtx *c, IrCost *k) { k->flops = out_numel(c); }
+static void ircost_MOE_COMBINE(const CostCtx *c, IrCost *k) {
+  double chosen = moe_chosen(cin(c, 1), c->n);
+  k->flops = 2 * chosen;
+  k->bytes_read = chosen * (double)sem_dtype_bytes(c->n->dtype) + bytes_of(cin(c, 1)) + bytes_of(cin(c, 2));
+}
+static void ircost_MOE_GATE_GRAD(const CostCtx *c, IrCost *k) {
+  double chosen = moe_chosen(cin(c, 2), cin(c, 0));
+  k->flops = 2 * chosen;
+  k->bytes_read = bytes_of(cin(c, 0)) + chosen * (double)sem_dtype_bytes(cin(c, 1)->dtype) + bytes_of(cin(c, 2));
+}
+static void ircost_AUX_LOSS(const CostCtx *c, IrCost *k) { (void)c, no_bytes(k); }
+static void ircost_LOSS_SEED(const CostCtx *c, IrCost *k) { (void)c, no_bytes(k); }
 
 /* A native function: its arithmetic is unknown, so 0 FLOPs; the default
  * bytes (every argument read once, the result written once) stand, and the

@@ -328,6 +328,18 @@ static int lower_op(Lower *L, Inv *v, const SemExpr *e, const int64_t *dims) {
   case SOP_ONE_HOT:
     attr[0] = e->attr[0];
     return add_node(L, v, IR_ONE_HOT, in, 1, attr, 1, 0, t->dtype, -1, NULL, e->span, NULL);
+  case SOP_MOE_DISPATCH: {
+    /* unweighted: the gates are applied by moe_combine */
+    const IrNode *idx = &v->g->nodes[in[1]];
+    int ones = add_node(L, v, IR_FILL, NULL, 0, NULL, 0, 1.0, DT_F32, idx->rank, idx->dims, e->span, NULL);
+    int din[3] = {in[0], in[1], ones};
+    attr[0] = e->attr[0];
+    attr[1] = e->attr[1];
+    attr[2] = e->attr[2];
+    return ones < 0 ? -1 : add_node(L, v, IR_MOE_DISPATCH, din, 3, attr, 3, 0, t->dtype, -1, NULL, e->span, NULL);
+  }
+  case SOP_MOE_COMBINE: return add_node(L, v, IR_MOE_COMBINE, in, 3, NULL, 0, 0, t->dtype, -1, NULL, e->span, NULL);
+  case SOP_AUX_LOSS: return add_node(L, v, IR_AUX_LOSS, in, 2, NULL, 0, e->scalar, t->dtype, -1, NULL, e->span, NULL);
   default:
     diag_error(L->diag, e->span, "internal error: %s has no lowering", sem_op_name(e->op));
     L->failed = 1;

@@ -593,7 +593,7 @@ static Shd param_shd(const IrParam *p) {
   if (p->rank == 0) return s;
   switch (p->shard) {
   case SHARD_COLUMN: s.axis[IRG_TP] = (int8_t)(p->rank - 1); break;
-  case SHARD_ROW:
+  case SHARD_ROW: s.axis[IRG_TP] = (int8_t)(p->rank >= 2 ? p->rank - 2 : 0); break; /* [.., n_in, n_out]: n_in */
   case SHARD_VOCAB: s.axis[IRG_TP] = 0; break;
   default: break;
   }
@@ -774,18 +774,33 @@ static Val part_node(GPart *G, int i) {
   case IR_TOPK:
   case IR_TAKE:
   case IR_TAKE_BWD:
-  case IR_ONE_HOT: {
-    /* The router's ops are supported replicated only (so far): a split or
+  case IR_ONE_HOT:
+  case IR_MOE_DISPATCH:
+  case IR_MOE_COMBINE:
+  case IR_MOE_GATE_GRAD: {
+    /* The router's and the experts' exchange ops are supported replicated only (so far): a split or
      * partial input is made whole first and every rank computes the whole
      * result, as for an extern (correct under any layout; expert
      * parallelism, issue 13, will place them). */
     Shd whole = shd_r();
-    int in[2];
+    int in[3];
     for (int k = 0; k < n->nin; k++) in[k] = convert(G, settle(G, G->vals[n->in[k]], n->span), &whole, 0, n->span).id;
     r.id = emit(G, n->op, in, n->nin, n->attr, IR_NATTR, 0, n->dtype, n->op == IR_TAKE_BWD ? n->rank : -1,
                 n->op == IR_TAKE_BWD ? n->dims : NULL, n->span);
     return r;
   }
+  case IR_AUX_LOSS: {
+    /* x passes through as it is sharded; the loss is made whole (every rank adds the same term) */
+    Shd whole = shd_r();
+    Val x = settle(G, ins[0], n->span);
+    int in[2] = {x.id, convert(G, settle(G, ins[1], n->span), &whole, 0, n->span).id};
+    r.shd = x.shd;
+    r.id = emit(G, n->op, in, 2, n->attr, IR_NATTR, n->fattr, n->dtype, -1, NULL, n->span);
+    return r;
+  }
+  case IR_LOSS_SEED:
+    r.id = emit(G, n->op, NULL, 0, NULL, 0, 0, n->dtype, 0, NULL, n->span);
+    return r;
   case IR_EXTERN: {
     /* A native function sees whole tensors: split or partial arguments are
      * made replicated, and every rank computes the whole result (correct

@@ -555,6 +555,94 @@ static void test_router(void) {
   }
 }
 
+/* Mixture of experts (issue 13): dispatch, combine and the gate gradient,
+ * each with every float input a parameter, over B = 2 sequences of T = 5
+ * tokens choosing K = 2 of E = 3 experts with 2 slots each (so some choices
+ * are dropped, and a token may choose one expert twice: random choices). */
+static void test_moe(void) {
+  int64_t mattr[3] = {3, 2, 2};
+  {
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 3, (int64_t)2, (int64_t)5, (int64_t)3);
+    int idx = input(&M, DT_I32, 3, 3, (int64_t)2, (int64_t)5, (int64_t)2);
+    int w = PARAM(&M, "w", 3, (int64_t)2, (int64_t)5, (int64_t)2);
+    int in[3] = {x, idx, w};
+    done(&M, add(M.g, IR_MOE_DISPATCH, in, 3, mattr, 3, 0, DT_F32, -1, NULL), "moe_dispatch", IR_MOE_DISPATCH);
+  }
+  {
+    Mod M = mod_new();
+    int y = PARAM(&M, "y", 4, (int64_t)2, (int64_t)3, (int64_t)2, (int64_t)3);
+    int idx = input(&M, DT_I32, 3, 3, (int64_t)2, (int64_t)5, (int64_t)2);
+    int w = PARAM(&M, "w", 3, (int64_t)2, (int64_t)5, (int64_t)2);
+    int in[3] = {y, idx, w};
+    done(&M, add(M.g, IR_MOE_COMBINE, in, 3, NULL, 0, 0, DT_F32, -1, NULL), "moe_combine", IR_MOE_COMBINE);
+  }
+  {
+    Mod M = mod_new();
+    int a = PARAM(&M, "a", 3, (int64_t)2, (int64_t)5, (int64_t)3);
+    int y = PARAM(&M, "y", 4, (int64_t)2, (int64_t)3, (int64_t)2, (int64_t)3);
+    int idx = input(&M, DT_I32, 3, 3, (int64_t)2, (int64_t)5, (int64_t)2);
+    int in[3] = {a, y, idx};
+    done(&M, add(M.g, IR_MOE_GATE_GRAD, in, 3, NULL, 0, 0, DT_F32, -1, NULL), "moe_gate_grad", IR_MOE_GATE_GRAD);
+  }
+}
+
+/* loss = sum(tanh(x) r) with, on x, the auxiliary loss v = sum(x^2) / 7:
+ * through with_aux_loss (aux = 1) or added to the loss explicitly (aux = 0) */
+static Mod aux_module(int aux) {
+  Mod M = mod_new();
+  int x = PARAM(&M, "x", 2, (int64_t)3, (int64_t)4);
+  int64_t twelve = 12, all[2] = {0, 0};
+  int flat = add(M.g, IR_RESHAPE, &x, 1, NULL, 0, 0, DT_F32, 1, &twelve);
+  int sq = op1(&M, IR_SQUARE, flat);
+  int v = add(M.g, IR_REDUCE_SUM, &sq, 1, all, 2, 0, DT_F32, -1, NULL);
+  v = op2(&M, IR_DIV, v, add(M.g, IR_CONST, NULL, 0, NULL, 0, 7.0, DT_F32, -1, NULL));
+  int y = x;
+  if (aux) {
+    int in[2] = {x, v};
+    y = add(M.g, IR_AUX_LOSS, in, 2, NULL, 0, 0.25, DT_F32, -1, NULL);
+  }
+  finish_weighted(&M, op1(&M, IR_TANH, y));
+  if (!aux) M.g->outputs[0] = op2(&M, IR_ADD, M.g->outputs[0], op2(&M, IR_MUL, v, add(M.g, IR_CONST, NULL, 0, NULL, 0, 0.25, DT_F32, -1, NULL)));
+  return M;
+}
+
+static void test_aux_loss(void) {
+  const char *err = NULL;
+  Mod A = aux_module(1), X = aux_module(0);
+  AdResult *r = ad_build(A.m, RECOMPUTE_NONE, &err);
+  EXPECT(r != NULL);
+  if (!r) return;
+  Interp *ia = interp_new(A.m), *ix = interp_new(X.m);
+  interp_init_params(ia, 1234);
+  interp_init_params(ix, 1234);
+  set_inputs(&A, ia);
+  set_inputs(&X, ix);
+  interp_zero_grads(ia);
+  double loss = ad_step(ia, r, 3.0, &err), loss_x = interp_loss(ix);
+  EXPECT(!isnan(loss));
+  /* the value is the main loss alone: X's minus 0.25 v */
+  int64_t n = 0;
+  double *xa = interp_param(ia, 0, 0, &n), v = 0;
+  for (int64_t k = 0; k < n; k++) v += xa[k] * xa[k] / 7.0;
+  EXPECT_NEAR(loss, loss_x - 0.25 * v, 1e-12);
+  double *g = interp_grad(ia, 0, 0, NULL), *xx = interp_param(ix, 0, 0, NULL);
+  for (int64_t k = 0; g && k < n; k++) {
+    double fd = 3.0 * fd_grad(ix, &xx[k], 1e-3);
+    gradient_checks++;
+    if (!close_enough(g[k], fd, 1e-6, 1e-10)) {
+      fprintf(stderr, "with_aux_loss: d/d x[%" PRId64 "]: autodiff %.12g, 3 x finite differences of loss + 0.25 v %.12g\n", k, g[k], fd);
+      test_failures++;
+    }
+  }
+  ops_tested[IR_AUX_LOSS]++;
+  ops_tested[IR_LOSS_SEED]++;
+  interp_free(ia);
+  interp_free(ix);
+  mod_free(&A);
+  mod_free(&X);
+}
+
 /* Repeated blocks: y = x + tanh(x @ W_l + b) per layer, with a shared
  * (count 1) scale, under each recompute policy; every copy of W and b has
  * its own gradient. */
@@ -980,6 +1068,8 @@ int main(void) {
   test_model_ops();
   test_comm();
   test_router();
+  test_moe();
+  test_aux_loss();
   test_call();
   test_manual_schedule();
   test_errors();
