@@ -489,10 +489,15 @@ int cu_special(CuKern *k) {
   case IR_TAKE:
   case IR_TAKE_BWD:
   case IR_ONE_HOT:
-    /* the router's ops (issue 13) run on the reference executor only so far */
+  case IR_MOE_DISPATCH:
+  case IR_MOE_COMBINE:
+  case IR_MOE_GATE_GRAD:
+  case IR_AUX_LOSS:
+  case IR_LOSS_SEED:
+    /* the router's and experts' ops (issue 13) run on the reference executor only so far */
     cu_fail(k->t,
-            "graph %s kernel k%d: no CUDA kernel for %s yet (the router's ops topk, take and one_hot run on the CPU "
-            "reference executor only: --target cpu)",
+            "graph %s kernel k%d: no CUDA kernel for %s yet (mixture of experts' ops - topk, take, one_hot, moe_dispatch, "
+            "moe_combine, aux_loss - run on the CPU reference executor only: --target cpu)",
             k->fg->graph->name, k->kp, ir_op_name(n->op));
     return -1;
   default:

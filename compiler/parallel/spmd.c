@@ -219,11 +219,25 @@ static int ring_gather(GPart *G, int x, IrGroup g, int axis, Span at) {
 
 /* Megatron's f: one marker per value and group, shared by every consumer so
  * the backward all-reduces the summed gradient once. */
+static int keep_marker(GPart *G, int x, IrGroup g, int r);
+
 static int copy_marker(GPart *G, int x, IrGroup g, Span at) {
   for (int i = 0; i < G->nmarkers; i++)
     if (G->markers[i].from == x && G->markers[i].group == (int)g) return G->markers[i].result;
+  const IrNode *xn = dn(G, x);
+  if (xn->op == IR_MOE_DISPATCH && xn->in[2] >= 0 && (dn(G, xn->in[2])->op == IR_FILL || dn(G, xn->in[2])->op == IR_CONST)) {
+    /* The experts' slots are the tokens rearranged (the dispatch is linear
+     * in them, with constant weights): the marker goes on the tokens, so the
+     * backward sums [B, T, C] over the group instead of every expert's slots. */
+    int in[3] = {copy_marker(G, xn->in[0], g, at), xn->in[1], xn->in[2]};
+    const IrNode *d = dn(G, x);
+    return keep_marker(G, x, g, emit(G, IR_MOE_DISPATCH, in, 3, d->attr, IR_NATTR, 0, d->dtype, -1, NULL, at));
+  }
   int64_t attr[1] = {g};
-  int r = emit(G, IR_COPY_TO_GROUP, &x, 1, attr, 1, 0, dn(G, x)->dtype, -1, NULL, at);
+  return keep_marker(G, x, g, emit(G, IR_COPY_TO_GROUP, &x, 1, attr, 1, 0, dn(G, x)->dtype, -1, NULL, at));
+}
+
+static int keep_marker(GPart *G, int x, IrGroup g, int r) {
   if (G->nmarkers == G->capmarkers) {
     int cap = G->capmarkers ? G->capmarkers * 2 : 16;
     Marker *m = arena_alloc(G->P->arena, sizeof(Marker) * (size_t)cap);
@@ -774,9 +788,28 @@ static Val part_node(GPart *G, int i) {
   case IR_TOPK:
   case IR_TAKE:
   case IR_TAKE_BWD:
+  case IR_MOE_COMBINE: {
+    /* The combine is linear in the experts' output y: when y is a pending sum
+     * (the experts' down projection row-split over the tensor group), so is
+     * the combine, and the sum is made once over [B, T, C] after it instead of
+     * over every expert's slots. The gates, replicated, then get a marker: their
+     * gradient (a dot product with the partial y) is summed over the group. */
+    Val y = ins[0];
+    int partial = 0, split = 0;
+    for (int g = 0; g < IRG_COUNT; g++) partial |= y.shd.partial[g], split |= y.shd.axis[g] >= 0;
+    if (partial && !split) {
+      Shd whole = shd_r();
+      unsigned mask = split_mask(&y.shd);
+      int in[3] = {y.id, convert(G, settle(G, ins[1], n->span), &whole, mask, n->span).id,
+                   convert(G, settle(G, ins[2], n->span), &whole, mask, n->span).id};
+      r.shd = y.shd;
+      r.id = emit(G, n->op, in, 3, n->attr, IR_NATTR, 0, n->dtype, -1, NULL, n->span);
+      return r;
+    }
+  }
+  /* fall through */
   case IR_ONE_HOT:
   case IR_MOE_DISPATCH:
-  case IR_MOE_COMBINE:
   case IR_MOE_GATE_GRAD: {
     /* The router's and the experts' exchange ops are supported replicated only (so far): a split or
      * partial input is made whole first and every rank computes the whole
