@@ -112,6 +112,18 @@ hpdl_shape_test(nemotron.340b
   "samples/nemotron.hpd: ok: model Nemotron, 341.03B parameters (341029195776); dp=2 tp=8 pp=8 cp=1 on dgx-h100 (128 devices)"
   -D layers=96 -D hidden=18432 -D heads=96 -D kv_heads=8 -D ffn=73728 --tp 8 --pp 8 --nodes 16
   --micro-batch 1 --global-batch 32 samples/nemotron.hpd)
+# ---- Mixture of experts (samples/mixtral.hpd, samples/moe-tiny.hpd) ----
+# Mixtral 8x7B: 2 x 32000*4096 + 4096 + 32 x (attention 2*4096^2 + 2*4096*1024 = 41943040,
+# experts 8*3*4096*14336 = 1409286144, router 4096*8 = 32768, norms 8192) = 46702792704,
+# the parameter count of the published checkpoint (mistralai/Mixtral-8x7B-v0.1)
+hpdl_shape_test(mixtral.8x7b
+  "samples/mixtral.hpd: ok: model Mixtral, 46.70B parameters (46702792704); dp=4 tp=8 pp=4 cp=1 on dgx-h100 (128 devices)"
+  samples/mixtral.hpd)
+# moe-tiny: 256*32 (embedding) + 2 x (attention 2*32*32 + 2*32*16 = 3072, router 128,
+# experts 3*4*32*64 = 24576, norms 64) + 32 (final norm) + 32*256 (head) = 72096
+hpdl_shape_test(moe.tiny
+  "samples/moe-tiny.hpd: ok: model MoETiny, 72.1K parameters (72096); dp=1 tp=1 pp=1 cp=1 on cpu (1 device)"
+  samples/moe-tiny.hpd)
 # GPT-3 175B with GPT-2's vocabulary (50257) at tensor 8, in FP8: the checker
 # accepts it (vocab_pad = 128 pads the table for the planner)
 hpdl_shape_test(gpt.175b_vocab50257_tp8_fp8
