@@ -50,6 +50,23 @@ def need_mpi(bin_dir):
         sys.exit(SKIP)
 
 
+def fresh_dir(work, name):
+    """WORK/NAME, emptied (an artifact folder a case writes again)."""
+    d = os.path.join(work, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(work, exist_ok=True)
+    return d
+
+
+def synthetic_data(bin_dir, work, tokens=100000):
+    """The glob of hpdl-data's synthetic token shards under WORK/data (made once, seed 3)."""
+    prefix = os.path.join(work, "data", "tiny")
+    if not os.path.exists(prefix + "_train_000000.bin"):
+        os.makedirs(os.path.dirname(prefix), exist_ok=True)
+        run([os.path.join(bin_dir, "hpdl-data"), "--synthetic", str(tokens), "--seed", "3", "-o", prefix])
+    return prefix + "_train_*.bin"
+
+
 def metrics(path):
     """hpdlrun --metrics's records, one JSON object a line."""
     with open(path) as f:

@@ -51,18 +51,11 @@ def model():
 
 
 def work(name):
-    d = os.path.join(ARGS.work, name)
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(ARGS.work, exist_ok=True)
-    return d
+    return e2e_common.fresh_dir(ARGS.work, name)
 
 
 def data():
-    prefix = os.path.join(ARGS.work, "data", "tiny")
-    if not os.path.exists(prefix + "_train_000000.bin"):
-        os.makedirs(os.path.dirname(prefix), exist_ok=True)
-        run([tool("hpdl-data"), "--synthetic", "100000", "--seed", "3", "-o", prefix])
-    return prefix + "_train_*.bin"
+    return e2e_common.synthetic_data(ARGS.bin, ARGS.work)
 
 
 def train(tag, steps, *flags):
