@@ -26,7 +26,6 @@ Exit 0 pass, 1 fail, 77 skip.
 import json
 import math
 import os
-import shutil
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
