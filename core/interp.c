@@ -604,6 +604,34 @@ static const char *exec_collective(Run *r, const IrNode *n, const IrNode *x, con
     free(sum);
     return err ? fail(in, "reduce_scatter over %s: %s", ir_group_name((IrGroup)g), err) : NULL;
   }
+  case IR_ALL_TO_ALL: {
+    int64_t split = n->attr[1], concat = n->attr[2];
+    if (N != NX || x->dims[split] % size || split == concat)
+      return fail(in, "all_to_all over %s: %" PRId64 " values along axis %" PRId64 " do not split %d ways", ir_group_name((IrGroup)g),
+                  x->dims[split], split, size);
+    if (size == 1) {
+      memcpy(out, X, sizeof(double) * (size_t)N);
+      return NULL;
+    }
+    IrNode piece = *x; /* one member's chunk */
+    piece.dims[split] /= size;
+    int64_t P = NX / size;
+    double *send = xalloc_calloc((size_t)NX, sizeof(double)), *recv = xalloc_calloc((size_t)NX, sizeof(double));
+    if (in->comm.all_to_all) {
+      for (int k = 0; k < size; k++) chunk_copy(&piece, split, 0, k, size, (double *)X, send + k * P, 0);
+      err = in->comm.all_to_all(in->comm.ctx, (IrGroup)g, send, P, recv);
+    } else {
+      /* every member's whole input, of which this member keeps its chunk of each */
+      double *all = xalloc_calloc((size_t)NX * (size_t)size, sizeof(double));
+      err = in->comm.all_gather(in->comm.ctx, (IrGroup)g, X, NX, all);
+      for (int k = 0; k < size && !err; k++) chunk_copy(&piece, split, 0, rank, size, all + k * NX, recv + k * P, 0);
+      free(all);
+    }
+    for (int k = 0; k < size && !err; k++) chunk_copy(&piece, concat, 0, k, size, out, recv + k * P, 1);
+    free(send);
+    free(recv);
+    return err ? fail(in, "all_to_all over %s: %s", ir_group_name((IrGroup)g), err) : NULL;
+  }
   default: return fail(in, "%s is not a collective", ir_op_name(n->op));
   }
 }
@@ -907,6 +935,7 @@ static const char *exec_node(Run *r, int id, double *out) {
   case IR_ALL_GATHER:
   case IR_REDUCE_SCATTER:
   case IR_SHARD_SLICE:
+  case IR_ALL_TO_ALL:
   case IR_COPY_TO_GROUP: return exec_collective(r, n, x, X, out);
   case IR_PICK:
   case IR_PICK_BWD: {

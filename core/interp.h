@@ -36,6 +36,9 @@ typedef struct {
   /* to / from the rank `offset` places along the group (pipeline: +1 next, -1 previous) */
   const char *(*send)(void *ctx, IrGroup g, int offset, const double *data, int64_t n);
   const char *(*recv)(void *ctx, IrGroup g, int offset, double *data, int64_t n);
+  /* n values to each member, send member by member; recv gets n from each, member by member.
+   * Optional: NULL does ALL_TO_ALL with all_gather (every member's whole input). */
+  const char *(*all_to_all)(void *ctx, IrGroup g, const double *send, int64_t n, double *recv);
 } InterpComm;
 
 Interp *interp_new(const IrModule *m);

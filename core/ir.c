@@ -28,7 +28,7 @@ int ir_op_flags(IrOp op) { return op_flags[op]; }
 int ir_op_arity(IrOp op) { return op_arity[op]; }
 
 const char *ir_group_name(IrGroup g) {
-  static const char *const n[] = {"dp", "tp", "pp", "cp"};
+  static const char *const n[] = {"dp", "tp", "pp", "cp", "ep", "edp"};
   return n[g];
 }
 
@@ -498,6 +498,14 @@ static const char *irshape_LOSS_SEED(IrGraph *g, IrNode *n) {
 static const char *irshape_ALL_GATHER(IrGraph *g, IrNode *n) { return comm_same(g, n); }
 static const char *irshape_REDUCE_SCATTER(IrGraph *g, IrNode *n) { return comm_same(g, n); }
 static const char *irshape_SEND(IrGraph *g, IrNode *n) { return comm_same(g, n); }
+static const char *irshape_ALL_TO_ALL(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0);
+  if (n->rank < 0) return "all_to_all needs its output shape";
+  if (n->attr[1] < 0 || n->attr[1] >= x->rank || n->attr[2] < 0 || n->attr[2] >= x->rank || ir_numel(n) != ir_numel(x) ||
+      n->rank != x->rank)
+    return "all_to_all needs split and concat axes of x and an output of as many elements";
+  return comm_same(g, n);
+}
 
 /* The result type travels in the attributes (ir_ops.h); arguments are f32. */
 static const char *irshape_EXTERN(IrGraph *g, IrNode *n) {
@@ -727,7 +735,7 @@ int ir_verify(const IrModule *m, FILE *out) {
         IrNode copy = *n;
         int keep_shape = copy.op == IR_FILL || copy.op == IR_RESHAPE || copy.op == IR_EXPAND || copy.op == IR_SUM_TO ||
                          copy.op == IR_PAD || copy.op == IR_EMBEDDING_BWD || copy.op == IR_SLICE ||
-                         (op_flags[copy.op] & IRF_LEAF) || copy.op == IR_CALL || copy.op == IR_ALL_GATHER ||
+                         (op_flags[copy.op] & IRF_LEAF) || copy.op == IR_CALL || copy.op == IR_ALL_GATHER || copy.op == IR_ALL_TO_ALL ||
                          copy.op == IR_REDUCE_SCATTER || copy.op == IR_SEND || copy.op == IR_SHARD_SLICE ||
                          copy.op == IR_PICK_BWD || copy.op == IR_TAKE_BWD;
         if (!keep_shape) copy.rank = -1;
@@ -812,7 +820,9 @@ static void print_attrs(const IrModule *m, const IrGraph *g, const IrNode *n, FI
   case IR_RECV:
   case IR_SHARD_SLICE:
   case IR_COPY_TO_GROUP:
+  case IR_ALL_TO_ALL:
     fprintf(out, " group=%s", ir_group_name((IrGroup)n->attr[0]));
+    if (n->op == IR_ALL_TO_ALL) fprintf(out, " split=%" PRId64 " concat=%" PRId64, n->attr[1], n->attr[2]);
     if (n->op == IR_ALL_GATHER || n->op == IR_REDUCE_SCATTER || n->op == IR_SHARD_SLICE)
       fprintf(out, " axis=%" PRId64 "%s", n->attr[1], n->attr[2] ? " zigzag" : "");
     if (n->op == IR_ALL_REDUCE && n->attr[2]) fputs(" max", out);

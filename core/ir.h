@@ -29,7 +29,10 @@ int ir_op_flags(IrOp op);
 int ir_op_arity(IrOp op); /* -1 variadic */
 
 /* Process groups a collective runs over. */
-typedef enum { IRG_DP, IRG_TP, IRG_PP, IRG_CP, IRG_COUNT } IrGroup;
+/* EP: expert parallelism, ep consecutive data-parallel ranks; EDP: the
+ * data-parallel ranks holding the same experts (dp / ep of them), over which
+ * expert parameters' gradients are reduced. */
+typedef enum { IRG_DP, IRG_TP, IRG_PP, IRG_CP, IRG_EP, IRG_EDP, IRG_COUNT } IrGroup;
 const char *ir_group_name(IrGroup g);
 
 enum { IR_MAX_RANK = SEM_MAX_RANK, IR_NATTR = 24 };

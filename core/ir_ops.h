@@ -81,6 +81,11 @@
  *     MoEAuxLossAutoScaler): a layer adds its load-balancing loss without returning it, also
  *     from inside a repeat
  *   LOSS_SEED: f32 [], the seed of the backward being run (d loss, the step's gradient scale)
+ *   ALL_TO_ALL(x): attr[0] = group (of g members), attr[1] = the split axis, attr[2] = the concat
+ *     axis: x is cut into g chunks along the split axis, chunk j goes to member j, and the chunks
+ *     received are concatenated in member order along the concat axis (output dims given). Expert
+ *     parallelism's dispatch: [B, E, cap, C] split 1 concat 0 -> [g B, E / g, cap, C]; its
+ *     gradient is the all-to-all with the two axes swapped
  */
 #ifndef HPDL_IR_OPS_H
 #define HPDL_IR_OPS_H
@@ -164,6 +169,7 @@
   X(MOE_COMBINE, "moe_combine", 3, 0)                              \
   X(MOE_GATE_GRAD, "moe_gate_grad", 3, 0)                          \
   X(AUX_LOSS, "aux_loss", 2, 0)                                    \
-  X(LOSS_SEED, "loss_seed", 0, IRF_LEAF)
+  X(LOSS_SEED, "loss_seed", 0, IRF_LEAF)                           \
+  X(ALL_TO_ALL, "all_to_all", 1, IRF_COMM)
 
 #endif

@@ -166,15 +166,16 @@ static void read_param(Rd *r, const json_t *j, int idx, ArtParam *p, const Artif
     get_str(r, js, sub, "group", &g);
     if (g && !strcmp(g, "tp")) p->split_group = COMM_TP;
     else if (g && !strcmp(g, "cp")) p->split_group = COMM_CP;
-    else bad(r, sub, "group", "must be \"tp\" or \"cp\"");
+    else if (g && !strcmp(g, "ep")) p->split_group = COMM_EP;
+    else bad(r, sub, "group", "must be \"tp\", \"cp\" or \"ep\"");
     rt_free(g);
     if (axis < 0 || axis >= p->rank) bad(r, sub, "axis", "must name a dimension of the shape");
     p->split_axis = axis;
-    int parts = p->split_group == COMM_TP ? a->layout.tp : a->layout.cp;
+    int parts = p->split_group == COMM_TP ? a->layout.tp : p->split_group == COMM_EP ? a->layout.ep : a->layout.cp;
     if (!r->bad && p->shape[axis] % parts) {
       char msg[160];
       snprintf(msg, sizeof msg, "dimension %" PRId64 " does not divide over %s = %d", p->shape[axis],
-               p->split_group == COMM_TP ? "tp" : "cp", parts);
+               comm_group_name(p->split_group), parts);
       bad(r, sub, "axis", msg);
     }
   }
@@ -256,7 +257,7 @@ Artifact *artifact_load(const char *dir, RtErr *e) {
   get_int(&r, root, "", "world_size", 1, &a->world_size);
 
   json_t *lay = json_object_get(root, "layout");
-  a->layout = (CommLayout){1, 1, 1, 1};
+  a->layout = (CommLayout){1, 1, 1, 1, 1};
   a->micro_batch = 1;
   a->num_micro_batches = 1;
   a->topk_ratio = 0.01;
@@ -267,6 +268,7 @@ Artifact *artifact_load(const char *dir, RtErr *e) {
     get_int(&r, lay, "layout", "tp", 1, &a->layout.tp);
     get_int(&r, lay, "layout", "pp", 1, &a->layout.pp);
     get_int(&r, lay, "layout", "cp", 1, &a->layout.cp);
+    get_int(&r, lay, "layout", "ep", 1, &a->layout.ep);
     get_int(&r, lay, "layout", "zero", 0, &a->zero);
     get_i64(&r, lay, "layout", "micro_batch", 1, &a->micro_batch);
     get_i64(&r, lay, "layout", "num_micro_batches", 1, &a->num_micro_batches);

@@ -9,7 +9,7 @@
 #include "half.h"
 #include "prof.h"
 
-static const char *const group_names[] = {"world", "dp", "tp", "pp", "cp"};
+static const char *const group_names[] = {"world", "dp", "tp", "pp", "cp", "ep", "edp"};
 
 const char *comm_group_name(CommGroup g) { return (unsigned)g < COMM_NGROUPS ? group_names[g] : "?"; }
 
@@ -41,6 +41,8 @@ int comm_rank_of(const CommLayout *l, CommCoords c) { return c.tp + l->tp * (c.c
 int comm_init_groups(Comm *c, const CommLayout *l, int world_rank, int world_size, RtErr *e) {
   if (l->dp < 1 || l->tp < 1 || l->pp < 1 || l->cp < 1)
     return rt_fail(e, "bad layout dp=%d tp=%d pp=%d cp=%d", l->dp, l->tp, l->pp, l->cp);
+  if (l->ep > 1 && l->dp % l->ep)
+    return rt_fail(e, "expert parallelism ep=%d does not divide the data-parallel degree dp=%d", l->ep, l->dp);
   if (comm_layout_size(l) != world_size)
     return rt_fail(e, "the layout dp=%d x tp=%d x pp=%d x cp=%d needs %d ranks, but there are %d", l->dp, l->tp, l->pp, l->cp,
                    comm_layout_size(l), world_size);
@@ -58,6 +60,11 @@ int comm_init_groups(Comm *c, const CommLayout *l, int world_rank, int world_siz
   c->size[COMM_PP] = l->pp;
   c->rank[COMM_CP] = c->coords.cp;
   c->size[COMM_CP] = l->cp;
+  int ep = l->ep > 1 ? l->ep : 1;
+  c->rank[COMM_EP] = c->coords.dp % ep;
+  c->size[COMM_EP] = ep;
+  c->rank[COMM_EDP] = c->coords.dp / ep;
+  c->size[COMM_EDP] = l->dp / ep;
   c->node_ranks = 1;
   return 0;
 }
@@ -98,7 +105,7 @@ static int local_wait_sends(Comm *c, RtErr *e) { return 0; }
 
 static const CommOps local_ops = {"local",    local_all_reduce, local_all_gather, local_reduce_scatter, local_broadcast,
                                   local_send, local_recv,       local_barrier,    local_abort,          local_destroy,
-                                  local_send, local_wait_sends};
+                                  local_send, local_wait_sends, local_all_gather};
 
 Comm *comm_local_new(RtErr *e) {
   Comm *c = rt_calloc(1, sizeof *c);
@@ -107,7 +114,7 @@ Comm *comm_local_new(RtErr *e) {
     return NULL;
   }
   c->ops = &local_ops;
-  CommLayout one = {1, 1, 1, 1};
+  CommLayout one = {1, 1, 1, 1, 1};
   comm_init_groups(c, &one, 0, 1, e);
   return c;
 }
@@ -139,6 +146,9 @@ int comm_isend(Comm *c, CommGroup g, CommType t, const void *buf, int64_t n, int
 }
 int comm_wait_sends(Comm *c, RtErr *e) { return c->ops->wait_sends(c, e); }
 int comm_barrier(Comm *c, CommGroup g, RtErr *e) { return c->ops->barrier(c, g, e); }
+int comm_all_to_all(Comm *c, CommGroup g, CommType t, const void *in, int64_t n, void *out, RtErr *e) {
+  return c->ops->all_to_all(c, g, t, in, n, out, e);
+}
 
 int comm_under_launcher(void) {
   /* srun sets SLURM_PROCID for each task, but an sbatch script's own shell
@@ -366,6 +376,8 @@ static int peer_world(const Comm *c, CommGroup g, int peer) {
   case COMM_TP: k.tp = peer; break;
   case COMM_PP: k.pp = peer; break;
   case COMM_CP: k.cp = peer; break;
+  case COMM_EP: k.dp = k.dp - c->rank[COMM_EP] + peer; break;
+  case COMM_EDP: k.dp = c->rank[COMM_EP] + c->size[COMM_EP] * peer; break;
   default: return -1;
   }
   return comm_rank_of(&c->layout, k);
@@ -439,6 +451,13 @@ static int p_barrier(Comm *c, CommGroup g, RtErr *e) {
   return rc;
 }
 
+static int p_all_to_all(Comm *c, CommGroup g, CommType t, const void *in, int64_t n, void *out, RtErr *e) {
+  PROF_T0();
+  int rc = prof_inner->all_to_all(c, g, t, in, n, out, e);
+  prof_comm(c, "all_to_all", 0, g, n * comm_type_size(t) * c->size[g], -1, t0);
+  return rc;
+}
+
 static int p_wait_sends(Comm *c, RtErr *e) {
   PROF_T0();
   int rc = prof_inner->wait_sends(c, e);
@@ -455,7 +474,7 @@ static void p_destroy(Comm *c) {
 }
 
 static const CommOps prof_ops = {"profiled", p_all_reduce, p_all_gather, p_reduce_scatter, p_broadcast, p_send, p_recv,
-                                 p_barrier,  p_abort,      p_destroy,    p_isend,          p_wait_sends};
+                                 p_barrier,  p_abort,      p_destroy,    p_isend,          p_wait_sends, p_all_to_all};
 
 void comm_profile(Comm *c, Prof *p) {
   if (p && c->ops != &prof_ops) {

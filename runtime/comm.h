@@ -29,7 +29,10 @@
 
 #include "rt.h"
 
-typedef enum { COMM_WORLD, COMM_DP, COMM_TP, COMM_PP, COMM_CP, COMM_NGROUPS } CommGroup;
+/* EP: expert parallelism, ep consecutive members of a data-parallel group
+ * (dp_i = ep_i + ep x edp_i); EDP: the data-parallel members with the same
+ * ep_i, which hold the same experts. */
+typedef enum { COMM_WORLD, COMM_DP, COMM_TP, COMM_PP, COMM_CP, COMM_EP, COMM_EDP, COMM_NGROUPS } CommGroup;
 typedef enum { COMM_F32, COMM_F64, COMM_I32, COMM_U8 } CommType; /* sums: F32, F64, I32 */
 typedef enum { COMM_SUM, COMM_MAX } CommOp;
 
@@ -38,6 +41,7 @@ int comm_type_size(CommType t);
 
 typedef struct {
   int dp, tp, pp, cp;
+  int ep; /* expert parallelism inside dp (0 or 1: none) */
 } CommLayout;
 
 typedef struct {
@@ -75,6 +79,8 @@ typedef struct {
    * eager buffers. */
   int (*isend)(Comm *c, CommGroup g, CommType t, const void *buf, int64_t n, int peer, int tag, RtErr *e);
   int (*wait_sends)(Comm *c, RtErr *e);
+  /* n values to each member (in: member by member); out: n from each, member by member */
+  int (*all_to_all)(Comm *c, CommGroup g, CommType t, const void *in, int64_t n, void *out, RtErr *e);
 } CommOps;
 
 struct Comm {
@@ -103,6 +109,7 @@ int comm_isend(Comm *c, CommGroup g, CommType t, const void *buf, int64_t n, int
 int comm_wait_sends(Comm *c, RtErr *e);
 int comm_recv(Comm *c, CommGroup g, CommType t, void *buf, int64_t n, int peer, int tag, RtErr *e);
 int comm_barrier(Comm *c, CommGroup g, RtErr *e);
+int comm_all_to_all(Comm *c, CommGroup g, CommType t, const void *in, int64_t n, void *out, RtErr *e);
 
 /* hpdlrun --profile: every call through c->ops from here on (the loop's,
  * the compressed reduction's and the program's, which call the table

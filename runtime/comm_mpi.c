@@ -4,6 +4,7 @@
  * every coordinate but the group's own land together, ordered by that
  * coordinate, so member i of the tensor group is tp_i. Counts above
  * INT_MAX (MPI-3's int counts) are sent in pieces. */
+#include <inttypes.h>
 #include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -143,6 +144,12 @@ static int m_wait_sends(Comm *c, RtErr *e) {
   return 0;
 }
 
+static int m_all_to_all(Comm *c, CommGroup g, CommType t, const void *in, int64_t n, void *out, RtErr *e) {
+  if (n > INT_MAX) return rt_fail(e, "all_to_all of %" PRId64 " values a member: more than MPI's int counts", n);
+  MPI_CHECK(MPI_Alltoall(in, (int)n, mpi_type(t), out, (int)n, mpi_type(t), grp(c, g)), e);
+  return 0;
+}
+
 static int m_barrier(Comm *c, CommGroup g, RtErr *e) {
   MPI_CHECK(MPI_Barrier(grp(c, g)), e);
   return 0;
@@ -189,7 +196,7 @@ static void m_destroy(Comm *c) { free_comm(c, 0); }
 
 static const CommOps mpi_ops = {"mpi",  m_all_reduce, m_all_gather, m_reduce_scatter, m_broadcast,
                                 m_send, m_recv,       m_barrier,    m_abort,          m_destroy,
-                                m_isend, m_wait_sends};
+                                m_isend, m_wait_sends, m_all_to_all};
 
 static int split(Comm *c, CommGroup g, int color, int key, RtErr *e) {
   Mpi *m = c->impl;
@@ -241,10 +248,14 @@ Comm *comm_mpi_new(const CommLayout *l, RtErr *e) {
   CommCoords k = c->coords;
   /* color: the coordinates outside the group, as one number; key: the
    * coordinate along it */
+  int ep_i = c->rank[COMM_EP];
   int colors[COMM_NGROUPS] = {0, comm_rank_of(l, (CommCoords){0, k.tp, k.pp, k.cp}),
                               comm_rank_of(l, (CommCoords){k.dp, 0, k.pp, k.cp}), comm_rank_of(l, (CommCoords){k.dp, k.tp, 0, k.cp}),
-                              comm_rank_of(l, (CommCoords){k.dp, k.tp, k.pp, 0})};
-  int keys[COMM_NGROUPS] = {0, k.dp, k.tp, k.pp, k.cp};
+                              comm_rank_of(l, (CommCoords){k.dp, k.tp, k.pp, 0}),
+                              /* ep: the same ep-block of dp ranks; edp: the same place in its block */
+                              comm_rank_of(l, (CommCoords){k.dp - ep_i, k.tp, k.pp, k.cp}),
+                              comm_rank_of(l, (CommCoords){ep_i, k.tp, k.pp, k.cp})};
+  int keys[COMM_NGROUPS] = {0, k.dp, k.tp, k.pp, k.cp, ep_i, c->rank[COMM_EDP]};
   for (int g = 1; g < COMM_NGROUPS; g++) {
     if (split(c, (CommGroup)g, colors[g], keys[g], e) < 0) {
       free_comm(c, 1);

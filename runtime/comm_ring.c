@@ -71,8 +71,9 @@ int comm_ring_finish(CommRing *r, RtErr *e) {
 }
 
 CommGroup comm_group_of_ir(int ir_group) {
-  static const CommGroup groups[4] = {COMM_DP, COMM_TP, COMM_PP, COMM_CP};
-  return ir_group >= 0 && ir_group < 4 ? groups[ir_group] : COMM_CP;
+  /* IrGroup's order (core/ir.h): dp, tp, pp, cp, ep, edp */
+  static const CommGroup groups[6] = {COMM_DP, COMM_TP, COMM_PP, COMM_CP, COMM_EP, COMM_EDP};
+  return ir_group >= 0 && ir_group < 6 ? groups[ir_group] : COMM_CP;
 }
 
 void *comm_outbox_buffer(CommOutbox *o, size_t bytes) {

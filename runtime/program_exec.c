@@ -164,7 +164,7 @@ static int prefix(RtErr *e, const char *fmt, ...) {
 static int comm_type_size_of(CommType t) { return t == COMM_F64 ? 8 : t == COMM_U8 ? 1 : 4; }
 
 static const char *comm_group_name_of(CommGroup g) {
-  static const char *const n[COMM_NGROUPS] = {"world", "dp", "tp", "pp", "cp"};
+  static const char *const n[COMM_NGROUPS] = {"world", "dp", "tp", "pp", "cp", "ep", "edp"};
   return n[g];
 }
 
@@ -186,6 +186,11 @@ static const char *ix_all_reduce(void *ctx, IrGroup g, int op, double *data, int
 static const char *ix_all_gather(void *ctx, IrGroup g, const double *in, int64_t n, double *out) {
   Exec *x = ctx;
   return c_all_gather(x->comm, comm_group_of_ir(g), COMM_F64, in, n, out, &x->cerr) < 0 ? x->cerr.msg : NULL;
+}
+
+static const char *ix_all_to_all(void *ctx, IrGroup g, const double *in, int64_t n, double *out) {
+  Exec *x = ctx;
+  return x->comm->ops->all_to_all(x->comm, comm_group_of_ir(g), COMM_F64, in, n, out, &x->cerr) < 0 ? x->cerr.msg : NULL;
 }
 
 /* ---- point-to-point in the wire type ---- */
@@ -538,7 +543,7 @@ static int native_open(Exec *x, const char *path, RtErr *e) {
   x->hctx.recv = nx_recv;
   x->hctx.externs = x->ext;
   x->hctx.call_extern = nx_call_extern;
-  for (int k = 0; k < IRG_COUNT; k++) {
+  for (int k = 0; k < (int)(sizeof x->hctx.rank / sizeof x->hctx.rank[0]); k++) {
     x->hctx.rank[k] = x->comm->rank[comm_group_of_ir(k)];
     x->hctx.size[k] = x->comm->size[comm_group_of_ir(k)];
   }
@@ -583,6 +588,7 @@ static int interp_open(Exec *x, RtErr *e) {
   ic.ctx = x;
   ic.all_reduce = ix_all_reduce;
   ic.all_gather = ix_all_gather;
+  ic.all_to_all = ix_all_to_all;
   ic.send = ix_send;
   ic.recv = ix_recv;
   interp_set_comm(x->in, &ic);

@@ -666,6 +666,13 @@ static void adgrad_SHARD_SLICE(AdCtx *c, int f, int dy) {
   acc(c, fin(c, f, 0), comm4(c, IR_ALL_GATHER, dy, fnode(c, fin(c, f, 0)), attr));
 }
 
+/* the exchange undone: chunks back along the concat axis, to their senders */
+static void adgrad_ALL_TO_ALL(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f), *x = fnode(c, fin(c, f, 0));
+  int64_t attr[3] = {n->attr[0], n->attr[2], n->attr[1]};
+  acc(c, fin(c, f, 0), emit(c, IR_ALL_TO_ALL, &dy, 1, attr, 3, 0, x->dtype, x->rank, x->dims));
+}
+
 static void adgrad_COPY_TO_GROUP(AdCtx *c, int f, int dy) {
   const IrNode *n = fnode(c, f);
   int64_t attr[4] = {n->attr[0], 0, 0, 0};

@@ -245,6 +245,7 @@ static void ircost_CALL(const CostCtx *c, IrCost *k) { (void)c, (void)k; }
 static void ircost_ALL_REDUCE(const CostCtx *c, IrCost *k) { k->comm_bytes = bytes_of(cin(c, 0)); }
 static void ircost_REDUCE_SCATTER(const CostCtx *c, IrCost *k) { k->comm_bytes = bytes_of(cin(c, 0)); }
 static void ircost_ALL_GATHER(const CostCtx *c, IrCost *k) { k->comm_bytes = bytes_of(c->n); }
+static void ircost_ALL_TO_ALL(const CostCtx *c, IrCost *k) { k->comm_bytes = bytes_of(c->n); }
 static void ircost_SEND(const CostCtx *c, IrCost *k) {
   k->comm_bytes = bytes_of(cin(c, 0));
   k->bytes_written = 0; /* the receiver's RECV writes */

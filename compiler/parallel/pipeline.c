@@ -28,7 +28,7 @@ static int copy_node(Pipe *P, IrGraph *out, const IrNode *n, const int *map, int
   if (n->op == IR_CALL) attr[0] += graph_offset;
   const char *why = NULL;
   int keep = (ir_op_flags(n->op) & IRF_LEAF) || n->op == IR_RESHAPE || n->op == IR_SLICE || n->op == IR_CALL ||
-             n->op == IR_PAD || n->op == IR_EXPAND || n->op == IR_SUM_TO || n->op == IR_ALL_GATHER ||
+             n->op == IR_PAD || n->op == IR_EXPAND || n->op == IR_SUM_TO || n->op == IR_ALL_GATHER || n->op == IR_ALL_TO_ALL ||
              n->op == IR_REDUCE_SCATTER || n->op == IR_SHARD_SLICE || n->op == IR_EMBEDDING_BWD || n->op == IR_PICK_BWD ||
              n->op == IR_TAKE_BWD;
   int id = ir_add(out, n->op, in, nin, attr, IR_NATTR, n->fattr, n->dtype, keep ? n->rank : -1, n->dims, &why);

@@ -2,8 +2,10 @@
  * dp x tp x pp x cp layout has the members the rank formula says, in
  * order, and each collective gives the values worked out here from the
  * ranks' inputs; the compressed data-parallel reduction equals the sum of
- * every member's compressed values in rank order, bit for bit.
- *   mpirun -np N mpi_collectives DP TP PP CP */
+ * every member's compressed values in rank order, bit for bit; with
+ * expert parallelism EP (dividing DP) the ep and edp groups too, and
+ * all_to_all in every group.
+ *   mpirun -np N mpi_collectives DP TP PP CP [EP] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +32,8 @@ static int member(const CommLayout *l, CommCoords k, CommGroup g, int m) {
   case COMM_TP: k.tp = m; break;
   case COMM_PP: k.pp = m; break;
   case COMM_CP: k.cp = m; break;
+  case COMM_EP: k.dp = k.dp / l->ep * l->ep + m; break; /* ep consecutive dp members */
+  case COMM_EDP: k.dp = k.dp % l->ep + l->ep * m; break; /* the same place in each block */
   default: return m;
   }
   return comm_rank_of(l, k);
@@ -38,11 +42,11 @@ static int member(const CommLayout *l, CommCoords k, CommGroup g, int m) {
 static float input_of(int rank, int i) { return (float)(sin(0.7 * rank + 0.13 * i) * (1 + i % 5)); }
 
 int main(int argc, char **argv) {
-  if (argc != 5) {
-    fprintf(stderr, "usage: mpi_collectives DP TP PP CP\n");
+  if (argc != 5 && argc != 6) {
+    fprintf(stderr, "usage: mpi_collectives DP TP PP CP [EP]\n");
     return 2;
   }
-  CommLayout l = {atoi(argv[1]), atoi(argv[2]), atoi(argv[3]), atoi(argv[4])};
+  CommLayout l = {atoi(argv[1]), atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argc == 6 ? atoi(argv[5]) : 1};
   RtErr e;
   Comm *c = comm_mpi_new(&l, &e);
   if (!c) {
@@ -77,6 +81,13 @@ int main(int argc, char **argv) {
       for (int m = 0; m < n; m++) want += (float)(member(&l, k, (CommGroup)g, m) * 100 + c->rank[g] * 10 + i);
       CHECK(out[i] == want);
     }
+    /* all_to_all: member m gets from each member q its values [m * 2, m * 2 + 2) */
+    double a2a_in[128], a2a_out[128];
+    for (int m = 0; m < n; m++)
+      for (int i = 0; i < 2; i++) a2a_in[m * 2 + i] = me * 1000 + m * 10 + i;
+    CHECK(comm_all_to_all(c, (CommGroup)g, COMM_F64, a2a_in, 2, a2a_out, &e) == 0);
+    for (int q = 0; q < n; q++)
+      for (int i = 0; i < 2; i++) CHECK(a2a_out[q * 2 + i] == member(&l, k, (CommGroup)g, q) * 1000 + c->rank[g] * 10 + i);
     /* broadcast from the last member */
     double b[2] = {me, -me};
     CHECK(comm_broadcast(c, (CommGroup)g, COMM_F64, b, 2, n - 1, &e) == 0);
@@ -124,7 +135,9 @@ int main(int argc, char **argv) {
   }
   double f = failures;
   comm_all_reduce(c, COMM_WORLD, COMM_F64, COMM_SUM, &f, 1, &e);
-  if (me == 0) printf("%s: %d ranks, dp=%d tp=%d pp=%d cp=%d, %g failure(s)\n", f ? "FAILED" : "ok", c->world_size, l.dp, l.tp, l.pp, l.cp, f);
+  if (me == 0)
+    printf("%s: %d ranks, dp=%d tp=%d pp=%d cp=%d ep=%d, %g failure(s)\n", f ? "FAILED" : "ok", c->world_size, l.dp, l.tp, l.pp, l.cp,
+           l.ep, f);
   comm_destroy(c);
   return f ? 1 : 0;
 }

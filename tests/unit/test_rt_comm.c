@@ -12,14 +12,14 @@
 #include "test_util.h"
 
 static void test_layout(void) {
-  CommLayout l = {2, 2, 2, 1}; /* dp, tp, pp, cp */
+  CommLayout l = {2, 2, 2, 1, 1}; /* dp, tp, pp, cp */
   EXPECT(comm_layout_size(&l) == 8);
   /* rank = tp_i + tp (cp_i + cp (dp_i + dp pp_i)) */
   CommCoords c = comm_coords_of(&l, 5);
   EXPECT(c.tp == 1 && c.cp == 0 && c.dp == 0 && c.pp == 1);
   c = comm_coords_of(&l, 2);
   EXPECT(c.tp == 0 && c.dp == 1 && c.pp == 0);
-  CommLayout l2 = {3, 2, 2, 2};
+  CommLayout l2 = {3, 2, 2, 2, 1};
   for (int r = 0; r < comm_layout_size(&l2); r++) {
     CommCoords k = comm_coords_of(&l2, r);
     EXPECT(comm_rank_of(&l2, k) == r);
