@@ -491,7 +491,7 @@ ProgramChunk *program_ir_decode(Arena *arena, const unsigned char *buf, size_t l
     p.init.a = get_f64(&r);
     p.init.b = get_f64(&r);
     unsigned sk = get_u8(&r);
-    if (sk > SHARD_VOCAB) rd_fail(&r, "an unknown sharding");
+    if (sk > SHARD_EXPERT_ROW) rd_fail(&r, "an unknown sharding");
     p.shard = (ShardKind)sk;
     p.graph = get_i32(&r);
     p.count = get_i64(&r);

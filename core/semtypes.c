@@ -22,7 +22,7 @@ int sem_dtype_bytes(DType t) { return dtype_bytes[t]; }
 int sem_dtype_is_float(DType t) { return dtype_float[t]; }
 
 const char *sem_shard_name(ShardKind k) {
-  static const char *const n[] = {"replicated", "column", "row", "vocab"};
+  static const char *const n[] = {"replicated", "column", "row", "vocab", "expert_column", "expert_row"};
   return n[k];
 }
 

@@ -44,7 +44,10 @@ enum { SEM_MAX_RANK = 8 };
 #define SEM_MAX_REPEAT ((int64_t)65536)
 
 /* ---- parameters ---- */
-typedef enum { SHARD_REPLICATED, SHARD_COLUMN, SHARD_ROW, SHARD_VOCAB } ShardKind;
+/* EXPERT_COLUMN / EXPERT_ROW: an expert's batched weight [E, n_in, n_out]:
+ * axis 0 (the experts) over expert parallelism, and column / row over tensor
+ * parallelism when there is no expert parallelism. */
+typedef enum { SHARD_REPLICATED, SHARD_COLUMN, SHARD_ROW, SHARD_VOCAB, SHARD_EXPERT_COLUMN, SHARD_EXPERT_ROW } ShardKind;
 const char *sem_shard_name(ShardKind k);
 
 typedef enum { INIT_ZEROS, INIT_ONES, INIT_CONSTANT, INIT_NORMAL, INIT_UNIFORM } InitKind;

@@ -58,6 +58,7 @@ typedef struct {
    * own_len = pool_cap / dp. At zero 0 it owns them all (own_len = pool_len). */
   int zero;
   int64_t pool_cap, own_lo, own_len;
+  int64_t expert_lo; /* pool values [expert_lo, pool_len) are expert shards (reduced over edp) */
   int64_t *offset;         /* each tensor's first value in the pools */
   unsigned char *norm_rep; /* this rank's copy of the tensor is the one its tp / cp group counts in the norm */
   unsigned char *count;    /* resident: the tensors this rank counts in the norm */
@@ -159,7 +160,9 @@ static int make_tensors(Run *R, RtErr *e) {
        * replica 0, and by member 0 of any group it is replicated over. */
       int tp_ok = (split && p->split_group == COMM_TP) || c->coords.tp == 0;
       int cp_ok = (split && p->split_group == COMM_CP) || c->coords.cp == 0;
-      x->in_norm = c->coords.dp == 0 && tp_ok && cp_ok;
+      /* an expert shard is counted by the first data-parallel member holding it */
+      int dp_ok = split && p->split_group == COMM_EP ? c->rank[COMM_EDP] == 0 : c->coords.dp == 0;
+      x->in_norm = dp_ok && tp_ok && cp_ok;
       len += round16(x->numel);
     }
   }
@@ -207,9 +210,21 @@ static int make_tensors(Run *R, RtErr *e) {
   R->offset = rt_calloc((size_t)(n ? n : 1), sizeof *R->offset);
   R->norm_rep = rt_calloc((size_t)(n ? n : 1), 1);
   if (!R->offset || !R->norm_rep) return rt_fail(e, "out of memory");
+  /* Expert shards (split over the expert group) after everything else: their
+   * gradients are summed over the expert-data-parallel group, the rest over
+   * the data-parallel group, each range in one call. */
   int64_t off = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1) R->expert_lo = off;
+    for (int i = 0; i < n; i++) {
+      int expert = t[i].split.axis >= 0 && t[i].param->split_group == COMM_EP;
+      if (expert != pass) continue;
+      R->offset[i] = off;
+      off += round16(t[i].numel);
+    }
+  }
   for (int i = 0; i < n; i++) {
-    R->offset[i] = off;
+    off = R->offset[i];
     int split = t[i].split.axis >= 0;
     const ArtParam *p = t[i].param;
     int tp_ok = (split && p->split_group == COMM_TP) || c->coords.tp == 0;
@@ -220,9 +235,17 @@ static int make_tensors(Run *R, RtErr *e) {
     /* Sharded moments are not per tensor: the update walks the owned range. */
     t[i].m = R->pool[2] && R->zero == 0 ? R->pool[2] + off : NULL;
     t[i].v = R->pool[3] && R->zero == 0 ? R->pool[3] + off : NULL;
-    off += round16(t[i].numel);
   }
   return 0;
+}
+
+/* Tensor i's copy on this rank is the first among the data-parallel copies
+ * (counted once in norms): member 0 of the data-parallel group, or for an
+ * expert shard member 0 of the expert-data-parallel group that holds it. */
+static int dp_first(const Run *R, int i) {
+  const TrainTensor *t = &R->ctx.tensors[i];
+  if (t->split.axis >= 0 && t->param->split_group == COMM_EP) return R->c->rank[COMM_EDP] == 0;
+  return R->c->coords.dp == 0;
 }
 
 /* ---- ZeRO: the owned range ---- */
@@ -357,6 +380,7 @@ static int owner_of(const Run *R, const ArtParam *p, int64_t layer, int piece) {
   CommCoords k = {0, 0, p->stages[layer], 0};
   if (p->split_axis >= 0 && R->c->size[p->split_group] > 1) {
     if (p->split_group == COMM_TP) k.tp = piece;
+    else if (p->split_group == COMM_EP) k.dp = piece; /* expert-data-parallel member 0 of the block */
     else k.cp = piece;
   }
   return comm_rank_of(&R->c->layout, k);
@@ -415,7 +439,7 @@ static int64_t first_bad_gradient(Run *R, char *name, size_t n) {
   double key = -INFINITY; /* the smallest key found, negated (the reduction is a max) */
   for (int i = 0; i < R->ctx.ntensors; i++) {
     int64_t lo, hi;
-    if (!R->norm_rep[i] || !(R->zero > 0 || R->c->coords.dp == 0) || !owned_part(R, i, &lo, &hi)) continue;
+    if (!R->norm_rep[i] || !(R->zero > 0 || dp_first(R, i)) || !owned_part(R, i, &lo, &hi)) continue;
     const float *g = grad_at(R, lo);
     int64_t j = 0;
     while (j < hi - lo && isfinite(g[j])) j++;
@@ -433,7 +457,7 @@ static int64_t first_bad_gradient(Run *R, char *name, size_t n) {
     int64_t lo, hi;
     const TrainTensor *x = &R->ctx.tensors[i];
     if (x->param - R->a->params != pidx || x->layer != layer) continue;
-    if (!R->norm_rep[i] || !(R->zero > 0 || R->c->coords.dp == 0) || !owned_part(R, i, &lo, &hi)) continue;
+    if (!R->norm_rep[i] || !(R->zero > 0 || dp_first(R, i)) || !owned_part(R, i, &lo, &hi)) continue;
     const float *g = grad_at(R, lo);
     for (int64_t j = 0; j < hi - lo; j++) count += !isfinite(g[j]);
   }
@@ -815,7 +839,7 @@ static int setup(Run *R, RtErr *e) {
   R->count = rt_calloc((size_t)R->ctx.ntensors + 1, 1);
   if (!R->count) return rt_fail(e, "out of memory");
   /* at zero 0 every dp member holds every value: member 0 counts them */
-  for (int i = 0; i < R->ctx.ntensors; i++) R->count[i] = R->norm_rep[i] && R->c->coords.dp == 0;
+  for (int i = 0; i < R->ctx.ntensors; i++) R->count[i] = R->norm_rep[i] && dp_first(R, i);
   R->resident = (a->layout.dp == 1 || (R->zero == 0 && a->compression == COMM_COMPRESS_NONE)) && R->prog->resident && R->prog->grad_sumsq && R->prog->update &&
                 R->prog->state && R->prog->resident(R->self, &R->ctx);
   if (R->me == 0 && R->metrics == NULL && R->o->metrics) {
@@ -1108,9 +1132,13 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       else if (comm_reduce_scatter(comm, COMM_DP, COMM_F32, COMM_SUM, R.pool[1], R.own_len, R.grad_own, e) < 0)
         fatal(&R, "the data-parallel gradient reduce-scatter", e);
       rt_release_pages(R.pool[1], (size_t)R.pool_cap * sizeof(float));
-    } else if (a->layout.dp > 1 && !R.prog->reduces_dp && !R.resident &&
-               comm_allreduce_compressed(comm, COMM_DP, &R.z, R.pool[1], R.pool_len, e) < 0)
-      fatal(&R, "the data-parallel gradient all-reduce", e);
+    } else if (a->layout.dp > 1 && !R.prog->reduces_dp && !R.resident) {
+      if (comm_allreduce_compressed(comm, COMM_DP, &R.z, R.pool[1], R.expert_lo, e) < 0)
+        fatal(&R, "the data-parallel gradient all-reduce", e);
+      if (R.pool_len > R.expert_lo && comm->size[COMM_EDP] > 1 &&
+          comm_all_reduce(comm, COMM_EDP, COMM_F32, COMM_SUM, R.pool[1] + R.expert_lo, R.pool_len - R.expert_lo, e) < 0)
+        fatal(&R, "the expert-data-parallel gradient all-reduce", e);
+    }
     if (R.prof && (R.grad_own || (a->layout.dp > 1 && !R.prog->reduces_dp && !R.resident))) phase(&R, "gradient reduction", &pt);
     else if (R.prof) pt = prof_time(R.prof);
     /* One reduction for the gradient norm and the loss: [sum of squares,
@@ -1133,7 +1161,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     } else
       for (int i = 0; i < R.ctx.ntensors; i++) {
         int64_t lo, hi;
-        if (R.norm_rep[i] && (R.zero > 0 || comm->coords.dp == 0) && owned_part(&R, i, &lo, &hi))
+        if (R.norm_rep[i] && (R.zero > 0 || dp_first(&R, i)) && owned_part(&R, i, &lo, &hi))
           red[0] += optim_sumsq_mt(o->nthreads, grad_at(&R, lo), hi - lo);
       }
     if (comm_all_reduce(comm, COMM_WORLD, COMM_F64, COMM_SUM, red, 7, e) < 0) fatal(&R, "reducing the loss", e);

@@ -311,6 +311,7 @@ typedef struct {
   int sp;
   Recompute recompute;
   Schedule schedule;
+  int64_t ep; /* expert parallelism inside dp (1: none) */
 } Layout;
 
 static int resolve_layout(Cx *C, Layout *L) {
@@ -324,6 +325,7 @@ static int resolve_layout(Cx *C, Layout *L) {
       return cfail(C, "compile needs a concrete layout, but parallel.%s is auto (choose it with %s N, or let `hpdlc plan --search` "
                       "suggest one)", deg[i].key, deg[i].flag);
   L->dp = s->dp, L->tp = s->tp, L->pp = s->pp, L->cp = s->cp;
+  L->ep = s->ep > 1 ? s->ep : 1;
   L->vpp = s->virtual_stages > 0 ? s->virtual_stages : 1;
   L->sp = s->sp == 1;
   L->zero = s->zero > 0 ? s->zero : 0;
@@ -528,7 +530,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
         g0->nodes[n->in[0]].op == IR_PARAM)
       vocab = global->params[g0->nodes[n->in[0]].attr[0]].dims[0];
   }
-  SpmdSpec spec = {L.tp, L.cp, L.sp, m->seq_len};
+  SpmdSpec spec = {L.tp, L.cp, L.sp, m->seq_len, L.ep};
   IrModule *part = spmd_partition(arena, diag, global, &spec);
   const char *split_why = NULL;
   int64_t *split = part ? plan_chunk_layers(arena, m, L.mb, L.tp, L.cp, L.sp, L.recompute, L.pp * L.vpp, &split_why) : NULL;
@@ -698,6 +700,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
   for (int c = 0; c < K; c++) json_array_append_new(stage_layers, json_integer(pr->layers[c]));
   json_t *jlay = json_object_get(root, "layout");
   json_object_set_new(jlay, "stage_layers", stage_layers);
+  if (L.ep > 1) json_object_set_new(jlay, "ep", json_integer(L.ep));
   json_object_set_new(jlay, "balance", json_string(m->layout.balance == BALANCE_LAYERS ? "layers" : "cost"));
   /* where the layout was planned to run: hpdlrun --sbatch / --k8s place
    * the ranks on nodes from it (docs/runtime.md, "Clusters") */
@@ -757,8 +760,8 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
     }
     json_object_set_new(jp, "init", init);
     const IrParam *S = pp >= 0 ? &pr->m->params[pp] : NULL;
-    if (S && S->split_axis >= 0 && (S->split_group == IRG_TP || S->split_group == IRG_CP))
-      json_object_set_new(jp, "split", json_pack("{s:i, s:s}", "axis", S->split_axis, "group", S->split_group == IRG_TP ? "tp" : "cp"));
+    if (S && S->split_axis >= 0 && (S->split_group == IRG_TP || S->split_group == IRG_CP || S->split_group == IRG_EP))
+      json_object_set_new(jp, "split", json_pack("{s:i, s:s}", "axis", S->split_axis, "group", ir_group_name(S->split_group)));
     else
       json_object_set_new(jp, "split", json_null());
     json_t *stage = json_array();
@@ -799,9 +802,11 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
     return cfail(&C, "cannot write %s", path);
   }
   if (!o->quiet && out) {
+    char epx[32] = "";
+    if (L.ep > 1) snprintf(epx, sizeof epx, " ep=%" PRId64, L.ep);
     fprintf(out, "%s: compiled %s for %s into %s/: %d rank%s (dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64
-                 "), %" PRId64 " logical parameter tensors, executor %s\n",
-            C.file, m->model->decl->name.name, is_cuda(o) ? "cuda" : "cpu", o->out_dir, world, world == 1 ? "" : "s", L.dp, L.tp, L.pp, L.cp, nlogical,
+                 "%s), %" PRId64 " logical parameter tensors, executor %s\n",
+            C.file, m->model->decl->name.name, is_cuda(o) ? "cuda" : "cpu", o->out_dir, world, world == 1 ? "" : "s", L.dp, L.tp, L.pp, L.cp, epx, nlogical,
             nnative == K ? "native (generated kernels, fp32)"
             : nnative    ? "mixed (generated kernels where the back end compiles the stage, else the reference executor)"
                          : "interp (the reference executor, fp64)");

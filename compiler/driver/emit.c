@@ -17,7 +17,7 @@
 
 int emit_stash(Arena *arena, Diag *diag, const SemModel *model, const IrModule *global, FILE *out) {
   const SemLayout *L = &model->layout;
-  SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, model->seq_len};
+  SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, model->seq_len, L->ep > 0 ? L->ep : 1};
   IrModule *part = spmd_partition(arena, diag, global, &spec);
   int64_t pp = L->pp > 0 ? L->pp : 1, v = L->virtual_stages > 0 ? L->virtual_stages : 1;
   Recompute policy = L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute;
@@ -61,7 +61,7 @@ int emit_cuda(Arena *arena, Diag *diag, const char *path, const SemModel *m, int
   const SemLayout *L = &m->layout;
   SimLayout sl = {L->dp > 0 ? L->dp : 1, L->tp > 0 ? L->tp : 1, L->pp > 0 ? L->pp : 1, L->cp > 0 ? L->cp : 1,
                   L->virtual_stages > 0 ? L->virtual_stages : 1, L->sp == 1,
-                  L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute, m->train.micro_batch, 1, 0, SCHED_1F1B};
+                  L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute, m->train.micro_batch, 1, 0, SCHED_1F1B, L->ep > 1 ? L->ep : 1};
   int64_t chunks = sl.pp * sl.vpp;
   if (stage >= chunks) {
     fprintf(stderr, "hpdlc: %s: --stage %d: the layout has %" PRId64 " pipeline stage%s (0..%" PRId64 ")\n", path, stage, chunks,

@@ -39,6 +39,7 @@ static const LayoutFlag layout_flags[] = {
     {"--tp", "parallel.tensor", "N|auto"},
     {"--pp", "parallel.pipeline", "N|auto"},
     {"--cp", "parallel.context", "N|auto"},
+    {"--ep", "parallel.expert", "N"},
     {"--sp", "parallel.sequence", "on|off|auto"},
     {"--zero", "parallel.zero", "0-3|auto"},
     {"--micro-batch", "train.micro_batch", "N"},
@@ -496,8 +497,9 @@ static void print_summary(const char *path, const SemModel *m) {
          human_count(count, sizeof count, sem_param_count(m)), sem_param_count(m));
   if (L->dp < 0) printf("dp=auto");
   else printf("dp=%" PRId64, L->dp);
-  printf(" tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 " on %s (%" PRId64 " device%s)\n", L->tp, L->pp, L->cp,
-         L->cluster_name, L->gpus, L->gpus == 1 ? "" : "s");
+  printf(" tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64, L->tp, L->pp, L->cp);
+  if (L->ep > 1) printf(" ep=%" PRId64, L->ep);
+  printf(" on %s (%" PRId64 " device%s)\n", L->cluster_name, L->gpus, L->gpus == 1 ? "" : "s");
 }
 
 /* `emit dp`: per pipeline chunk, the data-parallel side of its step under
@@ -508,7 +510,7 @@ static int emit_dp(Arena *arena, Diag *diag, const char *path, const SemModel *m
   const SemLayout *L = &m->layout;
   int64_t dp = L->dp > 0 ? L->dp : 1;
   int zero = L->zero > 0 ? (int)L->zero : 0;
-  SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, m->seq_len};
+  SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, m->seq_len, L->ep > 0 ? L->ep : 1};
   IrModule *part = spmd_partition(arena, diag, ir, &spec);
   int64_t chunks = (L->pp > 0 ? L->pp : 1) * (L->virtual_stages > 0 ? L->virtual_stages : 1);
   Recompute policy = L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute;
@@ -556,7 +558,7 @@ static int emit_memory(Arena *arena, Diag *diag, const char *path, const SemMode
   const SemLayout *L = &m->layout;
   SimLayout sl = {L->dp > 0 ? L->dp : 1, L->tp > 0 ? L->tp : 1, L->pp > 0 ? L->pp : 1, L->cp > 0 ? L->cp : 1,
                   L->virtual_stages > 0 ? L->virtual_stages : 1, L->sp == 1,
-                  L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute, m->train.micro_batch, 1, 0, SCHED_1F1B};
+                  L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute, m->train.micro_batch, 1, 0, SCHED_1F1B, L->ep > 1 ? L->ep : 1};
   const char *why = NULL;
   SimRankProgram *rp = sim_rank_program(arena, diag, m, &sl, 0, &why);
   if (!rp) {
@@ -667,7 +669,7 @@ int main(int argc, char **argv) {
             if (st) status = st;
           } else if (!strcmp(cli.stage, "spmd")) {
             const SemLayout *L = &m->layout;
-            SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, m->seq_len};
+            SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, m->seq_len, L->ep > 0 ? L->ep : 1};
             IrModule *part = spmd_partition(arena, diag, ir, &spec);
             int64_t chunks = (L->pp > 0 ? L->pp : 1) * (L->virtual_stages > 0 ? L->virtual_stages : 1);
             const char *split_why = NULL;

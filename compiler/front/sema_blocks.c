@@ -38,6 +38,7 @@ static const KeySpec parallel_keys[] = {
     {"recompute", K_WORD, recomputes, 1}, {"overlap", K_ONOFF, NULL, 1},
     {"compression", K_SPEC, compressions, 0}, {"balance", K_WORD, balances, 0},
     {"tp_overlap", K_ONOFF, NULL, 0},   {"vocab_pad", K_INT, NULL, 0},
+    {"expert", K_INT, NULL, 0},
 };
 static const KeySpec cluster_keys[] = {
     {"device", K_STRING, NULL, 0},          {"gpus_per_node", K_INT, NULL, 0},   {"nodes", K_INT, NULL, 0},
@@ -570,6 +571,7 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
   L->tp = get_int(&s, "tensor", 1);
   L->pp = get_int(&s, "pipeline", 1);
   L->cp = get_int(&s, "context", 1);
+  L->ep = get_int(&s, "expert", 1);
   L->dp = get_int(&s, "data", -2); /* -2: not written, derive it */
   L->virtual_stages = get_int(&s, "virtual", 1);
   L->zero = get_int(&s, "zero", 0);
@@ -660,7 +662,11 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
       for (int i = 0; i < l->nparams; i++) {
         SemParam *p = &l->params[i];
         if (p->shard == SHARD_REPLICATED || p->type.rank == 0) continue;
-        int axis = p->shard == SHARD_COLUMN ? p->type.rank - 1 : p->shard == SHARD_ROW && p->type.rank >= 2 ? p->type.rank - 2 : 0;
+        int expert = p->shard == SHARD_EXPERT_COLUMN || p->shard == SHARD_EXPERT_ROW;
+        if (expert && L->ep > 1) continue; /* split over the experts instead */
+        int axis = p->shard == SHARD_COLUMN || p->shard == SHARD_EXPERT_COLUMN ? p->type.rank - 1
+                   : (p->shard == SHARD_ROW || p->shard == SHARD_EXPERT_ROW) && p->type.rank >= 2 ? p->type.rank - 2
+                                                                                                     : 0;
         int64_t d = 0;
         sym_is_const(p->type.dims[axis], &d);
         if (d % L->tp == 0) continue;
@@ -671,7 +677,10 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
         sema_error(S, box->site.file >= 0 ? box->site : p->span,
                    "%s is split by %s over tensor parallelism %" PRId64 ", but its '%s' has %" PRId64 " %s, not a multiple of %" PRId64,
                    l->display, sem_shard_name(p->shard), L->tp, p->name, d,
-                   p->shard == SHARD_VOCAB ? "rows (the vocabulary)" : p->shard == SHARD_ROW ? "rows" : "columns", L->tp);
+                   p->shard == SHARD_VOCAB                                  ? "rows (the vocabulary)"
+                   : p->shard == SHARD_ROW || p->shard == SHARD_EXPERT_ROW ? "rows"
+                                                                           : "columns",
+                   L->tp);
         if (p->shard == SHARD_VOCAB) {
           int64_t pad = ((d + 128 * L->tp - 1) / (128 * L->tp)) * 128 * L->tp;
           diag_hint(S->diag, "pad the vocabulary to a multiple of 128 x tensor, e.g. %" PRId64 " (as Megatron-LM does); "
@@ -685,6 +694,63 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
                     box->chain[f].is_call ? "called" : "instantiated");
         break;
       }
+    }
+  }
+  /* expert parallelism: ep members of each data-parallel group, each holding
+   * experts / ep of every layer's experts */
+  if (L->ep > 1) {
+    Setting *x = sema_setting_get(&s, "expert");
+    if (L->dp > 0 && L->dp % L->ep) {
+      sema_error(S, x && !x->from_cli ? x->span : (decl ? decl->span : span_none),
+                 "expert = %" PRId64 " does not divide data = %" PRId64 ": the expert-parallel groups are carved from the "
+                 "data-parallel ranks",
+                 L->ep, L->dp);
+      diag_hint(S->diag, "choose an expert degree that divides %" PRId64 ", or more data-parallel ranks", L->dp);
+      setting_note(S, &s, "expert", "--ep");
+      setting_note(S, &s, "data", "--dp");
+      if (x && x->from_cli && S->opts->cli_error) *S->opts->cli_error = 1;
+      return;
+    }
+    if (L->zero >= 1) {
+      Setting *z = sema_setting_get(&s, "zero");
+      sema_error(S, z && !z->from_cli ? z->span : (decl ? decl->span : span_none),
+                 "ZeRO stage %" PRId64 " does not shard expert-parallel parameters or their optimizer state yet; with "
+                 "expert = %" PRId64 " use zero = 0",
+                 L->zero, L->ep);
+      setting_note(S, &s, "zero", "--zero");
+      setting_note(S, &s, "expert", "--ep");
+      if (z && z->from_cli && S->opts->cli_error) *S->opts->cli_error = 1;
+      return;
+    }
+    int any = 0;
+    for (SemLayer *l = S->instances; l; l = l->next_instance)
+      for (int i = 0; i < l->nparams; i++) {
+        SemParam *p = &l->params[i];
+        if (p->shard != SHARD_EXPERT_COLUMN && p->shard != SHARD_EXPERT_ROW) continue;
+        any = 1;
+        int64_t E = 0;
+        sym_is_const(p->type.dims[0], &E);
+        if (E % L->ep == 0) continue;
+        LayerBox *box = (LayerBox *)l;
+        sema_error(S, box->site.file >= 0 ? box->site : p->span,
+                   "%s has %" PRId64 " experts, which expert = %" PRId64 " does not divide (each expert-parallel rank holds "
+                   "experts / expert of them)",
+                   l->display, E, L->ep);
+        diag_note(S->diag, p->span, "'%s' declared here", p->name);
+        setting_note(S, &s, "expert", "--ep");
+        for (int f = 1; f < box->nchain; f++)
+          diag_note(S->diag, box->chain[f].call_site, "in %s, %s here", box->chain[f].display,
+                    box->chain[f].is_call ? "called" : "instantiated");
+        if (x && x->from_cli && S->opts->cli_error) *S->opts->cli_error = 1;
+        return;
+      }
+    if (!any) {
+      sema_error(S, x && !x->from_cli ? x->span : (decl ? decl->span : span_none),
+                 "expert = %" PRId64 " asks for expert parallelism, but %s has no experts (parameters sharded expert_column "
+                 "or expert_row, as std/moe's MoE has)",
+                 L->ep, m->model->decl->name.name);
+      if (x && x->from_cli && S->opts->cli_error) *S->opts->cli_error = 1;
+      return;
     }
   }
   /* layers by pipeline x virtual stages */

@@ -277,19 +277,20 @@ static int eval_init(Sema *S, Binding *env, const AstExpr *e, SemInit *out) {
 }
 
 static int eval_shard(Sema *S, Binding *env, const AstExpr *e, ShardKind *out) {
-  static const char *const kinds[] = {"replicated", "column", "row", "vocab"};
+  static const char *const kinds[] = {"replicated", "column", "row", "vocab", "expert_column", "expert_row"};
   *out = SHARD_REPLICATED;
   if (!e) return 1;
   Value v = sema_eval_const(S, env, e);
   if (v.kind == VAL_NONE) return 0;
   const char *w = val_as_word(&v);
-  for (int k = 0; w && k < 4; k++)
+  for (int k = 0; w && k < 6; k++)
     if (!strcmp(kinds[k], w)) {
       *out = (ShardKind)k;
       return 1;
     }
-  sema_error(S, e->span, "unknown sharding '%s'; it is column, row, vocab or replicated", w ? w : val_str(S->arena, &v));
-  const char *close = w ? diag_closest(w, kinds, 4) : NULL;
+  sema_error(S, e->span, "unknown sharding '%s'; it is column, row, vocab, expert_column, expert_row or replicated",
+               w ? w : val_str(S->arena, &v));
+  const char *close = w ? diag_closest(w, kinds, 6) : NULL;
   if (close) diag_hint(S->diag, "did you mean '%s'?", close);
   return 0;
 }
@@ -404,6 +405,11 @@ static void elaborate_item(Sema *S, LayerBox *box, const AstStmt *st) {
     ok &= eval_shard(S, box->env, st->u.param.shard, &p->shard);
     if (ok && p->shard != SHARD_REPLICATED && p->type.rank == 0) {
       sema_error(S, st->span, "a scalar parameter cannot be sharded");
+      ok = 0;
+    }
+    if (ok && (p->shard == SHARD_EXPERT_COLUMN || p->shard == SHARD_EXPERT_ROW) && p->type.rank != 3) {
+      sema_error(S, st->span, "%s is for the experts' batched weights [experts, n_in, n_out]; '%s' has %d dimension%s",
+                 sem_shard_name(p->shard), p->name, p->type.rank, p->type.rank == 1 ? "" : "s");
       ok = 0;
     }
     if (!ok) return;

@@ -168,8 +168,14 @@ DpSync *dpsync_build(const AdResult *ad, int64_t dp, int zero, const char **err)
   for (int k = 0; k < s->nargs && !why; k++) {
     const IrParam *P = &m->params[s->param[k]];
     int rep = P->count > 1, x = k;
+    int expert = P->split_axis >= 0 && P->split_group == IRG_EP;
+    if (expert && zero >= 1) {
+      why = "ZeRO does not shard expert-parallel parameters yet (use zero = 0 with expert parallelism)";
+      break;
+    }
     if (zero <= 1) {
-      int64_t attr[4] = {IRG_DP, 0, 0, 0};
+      /* an expert's gradient is summed over the ranks holding that expert */
+      int64_t attr[4] = {expert ? IRG_EDP : IRG_DP, 0, 0, 0};
       x = ir_add(g, IR_ALL_REDUCE, &x, 1, attr, 4, 0, P->dtype, -1, NULL, &why);
     } else if (zero == 2) {
       /* [copies, numel] flat, padded to [copies, s*dp], scattered along the flat axis */

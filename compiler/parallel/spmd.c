@@ -12,8 +12,13 @@ typedef struct {
 } Shd;
 
 enum { LAYOUT_CONTIGUOUS = 0, LAYOUT_ZIGZAG = 1 };
-static const IrGroup part_groups[] = {IRG_TP, IRG_CP};
-enum { NPART_GROUPS = 2 };
+/* IRG_EP is unlike the others: a value "split" over it along axis a is the
+ * experts' layout after the dispatch's all-to-all, where this rank holds
+ * E / ep experts (axis a) for the tokens of every member (axis 0, ep times
+ * as long); an unsplit value is this rank's own tokens (data parallelism's
+ * batch), so converting between the two is always an all-to-all. */
+static const IrGroup part_groups[] = {IRG_TP, IRG_CP, IRG_EP};
+enum { NPART_GROUPS = 3 };
 
 typedef struct {
   int id;  /* node in the new graph */
@@ -149,6 +154,23 @@ static int scatter(GPart *G, int x, IrGroup g, int axis, Span at) {
   return conv_emit(G, IR_REDUCE_SCATTER, x, attr, 3, n->rank, dims, at);
 }
 
+/* Expert parallelism's exchange (see part_groups): chunks along `split` to
+ * the members, received ones concatenated along `concat`. */
+static int all_to_all(GPart *G, int x, int split, int concat, Span at) {
+  const IrNode *n = dn(G, x);
+  int64_t ep = G->P->size[IRG_EP], dims[IR_MAX_RANK];
+  memcpy(dims, n->dims, sizeof dims);
+  if (dims[split] % ep) {
+    diag_error(G->P->diag, at, "dimension %d of size %" PRId64 " does not divide over ep = %" PRId64, split, dims[split], ep);
+    G->P->failed = 1;
+    return -1;
+  }
+  dims[split] /= ep;
+  dims[concat] *= ep;
+  int64_t attr[4] = {IRG_EP, split, concat, 0};
+  return conv_emit(G, IR_ALL_TO_ALL, x, attr, 3, n->rank, dims, at);
+}
+
 static int shard_slice(GPart *G, int x, IrGroup g, int axis, Span at) {
   const IrNode *n = dn(G, x);
   int64_t dims[IR_MAX_RANK];
@@ -261,6 +283,18 @@ static Val convert(GPart *G, Val v, const Shd *want, unsigned out_split, Span at
     if (G->P->size[g] <= 1) continue;
     int from_axis = v.shd.axis[g], to_axis = want->axis[g];
     int split_out = (out_split >> g) & 1;
+    if (g == IRG_EP) {
+      /* own tokens <-> the experts' layout (axis 0 the members' tokens) */
+      if (from_axis == to_axis) continue;
+      if (from_axis >= 0 && to_axis >= 0) {
+        diag_error(G->P->diag, at, "internal error: expert parallelism moves an expert axis from %d to %d", from_axis, to_axis);
+        G->P->failed = 1;
+        return v;
+      }
+      v.id = from_axis < 0 ? all_to_all(G, v.id, to_axis, 0, at) : all_to_all(G, v.id, 0, from_axis, at);
+      v.shd.axis[g] = (int8_t)to_axis;
+      continue;
+    }
     if (v.shd.partial[g]) {
       if (to_axis >= 0) v.id = scatter(G, v.id, g, to_axis, at);
       else v.id = all_reduce(G, v.id, g, 0, at);
@@ -602,9 +636,15 @@ static Val rule_cross_entropy(GPart *G, const IrNode *n, Val z, Val t) {
 
 static int partition_graph(Part *P, int gi, Shd entry);
 
-static Shd param_shd(const IrParam *p) {
+static Shd param_shd(const Part *P, const IrParam *p) {
   Shd s = shd_r();
   if (p->rank == 0) return s;
+  if (p->shard == SHARD_EXPERT_COLUMN || p->shard == SHARD_EXPERT_ROW) {
+    /* the experts over expert parallelism; else each expert as a Linear */
+    if (P->size[IRG_EP] > 1) s.axis[IRG_EP] = 0;
+    else s.axis[IRG_TP] = (int8_t)(p->shard == SHARD_EXPERT_COLUMN ? p->rank - 1 : p->rank - 2);
+    return s;
+  }
   switch (p->shard) {
   case SHARD_COLUMN: s.axis[IRG_TP] = (int8_t)(p->rank - 1); break;
   case SHARD_ROW: s.axis[IRG_TP] = (int8_t)(p->rank >= 2 ? p->rank - 2 : 0); break; /* [.., n_in, n_out]: n_in */
@@ -620,7 +660,7 @@ static int local_param(Part *P, int pi) {
   for (int i = 0; i < P->dst->nparams; i++)
     if (!strcmp(P->dst->params[i].name, sp->name)) return i;
   IrParam lp = *sp;
-  Shd s = param_shd(sp);
+  Shd s = param_shd(P, sp);
   memcpy(lp.full_dims, sp->dims, sizeof lp.full_dims);
   lp.split_axis = -1;
   if (P->size[IRG_TP] > 1 && s.axis[IRG_TP] >= 0) {
@@ -651,6 +691,16 @@ static int local_param(Part *P, int pi) {
     lp.split_axis = (int8_t)a;
     lp.split_group = IRG_TP;
   }
+  if (P->size[IRG_EP] > 1 && s.axis[IRG_EP] >= 0) {
+    int64_t ep = P->size[IRG_EP];
+    if (lp.dims[0] % ep) {
+      diag_error(P->diag, sp->span, "parameter %s: its %" PRId64 " experts do not divide over expert = %" PRId64, sp->name, lp.dims[0], ep);
+      P->failed = 1;
+    }
+    lp.dims[0] /= ep;
+    lp.split_axis = 0;
+    lp.split_group = IRG_EP;
+  }
   return ir_add_param(P->dst, &lp);
 }
 
@@ -679,8 +729,9 @@ static Val part_node(GPart *G, int i) {
     const IrParam *p = &P->dst->params[lp];
     int64_t attr = lp;
     r.id = emit(G, IR_PARAM, NULL, 0, &attr, 1, 0, p->dtype, p->rank, p->dims, n->span);
-    r.shd = param_shd(p);
-    if (P->size[IRG_TP] <= 1) r.shd = shd_r();
+    r.shd = param_shd(P, &P->src->params[n->attr[0]]);
+    for (int g = 0; g < IRG_COUNT; g++)
+      if (P->size[g] <= 1) r.shd.axis[g] = -1;
     r.weight = 1;
     return r;
   }
@@ -921,6 +972,7 @@ IrModule *spmd_partition_padded(Arena *arena, Diag *diag, const IrModule *global
   for (int g = 0; g < IRG_COUNT; g++) P.size[g] = 1;
   P.size[IRG_TP] = spec->tp > 0 ? spec->tp : 1;
   P.size[IRG_CP] = spec->cp > 0 ? spec->cp : 1;
+  P.size[IRG_EP] = spec->ep > 0 ? spec->ep : 1;
   P.dst = ir_module_new(arena);
   P.dst->micro_batch = global->micro_batch;
   P.dst->inputs = global->inputs;

@@ -34,6 +34,7 @@ typedef struct {
   int64_t tp, cp;   /* tensor and context group sizes */
   int sp;           /* sequence parallelism over the tensor group */
   int64_t seq_len;  /* the global sequence length (axis 1 of activations) */
+  int64_t ep;       /* expert parallelism (0 or 1: none): experts split over ep data-parallel ranks */
 } SpmdSpec;
 
 /* A new module in `arena` with the rank-local program; NULL with an error

@@ -793,7 +793,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
     snprintf(pp->why, sizeof pp->why, "the model does not lower at micro batch %" PRId64, k->mb);
     goto done;
   }
-  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len};
+  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, 1};
   part = spmd_partition_padded(a, quiet_diag(c), global, &spec, c->vocab_pad);
   if (!part) {
     snprintf(pp->why, sizeof pp->why, "the model does not partition over tp=%" PRId64 " cp=%" PRId64 "%s", k->tp, k->cp,
@@ -1216,7 +1216,7 @@ PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
   if (plan_split_layers(c, parts, K, e->layers, e->why, sizeof e->why) != 0) return e;
   Arena *a = arena_new();
   IrModule *global = lower_model(a, quiet_diag(c), c->model, k->mb);
-  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len};
+  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, 1};
   IrModule *part = global ? spmd_partition_padded(a, quiet_diag(c), global, &spec, c->vocab_pad) : NULL;
   PipeResult *pr = part ? pipe_split(a, quiet_diag(c), part, K, e->layers) : NULL;
   if (!pr) {

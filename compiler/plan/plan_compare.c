@@ -58,7 +58,7 @@ static double err_pct(const CmpRow *r) {
 }
 
 /* the planner's groups as the trace names them */
-static const char *const group_key[IRG_COUNT] = {"dp", "tp", "pp", "cp"};
+static const char *const group_key[IRG_COUNT] = {"dp", "tp", "pp", "cp", "ep", "edp"};
 
 static void build(Cmp *c, PlanCtx *pc, const PlanResult *p, const TraceData *t, const TraceMeasure *m) {
   memset(c, 0, sizeof *c);

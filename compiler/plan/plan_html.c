@@ -251,16 +251,17 @@ typedef struct {
 } TimePart;
 
 static void svg_time(FILE *f, const PlanResult *r) {
-  TimePart p[10];
+  TimePart p[12];
   int n = 0;
   char a[64], b[64];
   memset(p, 0, sizeof p);
   p[n++] = (TimePart){"compute: GEMM", "#4e79a7", "#fff", "matrix multiplications", r->gemm_s, ""};
   p[n++] = (TimePart){"compute: memory-bound", "#a0cbe8", "#111", "element-wise, norms, softmax, launch gaps", r->other_s, ""};
-  static const char *const gname[IRG_COUNT] = {"data-parallel", "tensor-parallel", "pipeline", "context-parallel"};
-  static const char *const gfill[IRG_COUNT] = {"#b07aa1", "#e15759", "#f28e2b", "#ff9da7"};
-  static const char *const gink[IRG_COUNT] = {"#fff", "#fff", "#111", "#111"};
-  int order[IRG_COUNT] = {IRG_TP, IRG_CP, IRG_DP, IRG_PP};
+  static const char *const gname[IRG_COUNT] = {"data-parallel", "tensor-parallel", "pipeline", "context-parallel",
+                                               "expert-parallel", "expert-data-parallel"};
+  static const char *const gfill[IRG_COUNT] = {"#b07aa1", "#e15759", "#f28e2b", "#ff9da7", "#76b7b2", "#9c755f"};
+  static const char *const gink[IRG_COUNT] = {"#fff", "#fff", "#111", "#111", "#111", "#fff"};
+  int order[IRG_COUNT] = {IRG_TP, IRG_CP, IRG_EP, IRG_DP, IRG_EDP, IRG_PP};
   char names[IRG_COUNT][48];
   for (int k = 0; k < IRG_COUNT; k++) {
     int g = order[k];

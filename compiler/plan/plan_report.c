@@ -99,8 +99,9 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
   fprintf(f, "  %-18s %12s  %5.1f%%  GEMM %s, memory-bound %s, of which recompute %s\n", "compute",
           plan_fmt_time(a, sizeof a, r->compute_s), r->compute_s / T * 100, plan_fmt_time(b, sizeof b, r->gemm_s),
           plan_fmt_time(d, sizeof d, r->other_s), plan_fmt_time((char[32]){0}, 32, r->recompute_s));
-  const char *gname[IRG_COUNT] = {"data-parallel", "tensor-parallel", "pipeline", "context-parallel"};
-  int order[IRG_COUNT] = {IRG_TP, IRG_CP, IRG_DP, IRG_PP};
+  const char *gname[IRG_COUNT] = {"data-parallel", "tensor-parallel", "pipeline", "context-parallel", "expert-parallel",
+                                  "expert-data-par."};
+  int order[IRG_COUNT] = {IRG_TP, IRG_CP, IRG_EP, IRG_DP, IRG_EDP, IRG_PP};
   for (int k = 0; k < IRG_COUNT; k++) {
     int g = order[k];
     if (r->comm_s[g] <= 0) continue;
@@ -128,6 +129,7 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
   fprintf(f, "  %-18s %12s %12s %12s\n", "group", "bytes sent", "time", "exposed");
   for (int k = 0; k < IRG_COUNT; k++) {
     int g = order[k];
+    if ((g == IRG_EP || g == IRG_EDP) && r->comm_bytes[g] <= 0) continue; /* rows of expert parallelism when there is some */
     fprintf(f, "  %-18s %12s %12s %12s\n", gname[g], plan_fmt_bytes(a, sizeof a, r->comm_bytes[g]),
             plan_fmt_time(b, sizeof b, r->comm_s[g]), plan_fmt_time(d, sizeof d, r->comm_exposed[g]));
   }

@@ -115,7 +115,8 @@ struct Sim {
   SchedProgram prog;
   int nranks;
   Rank *ranks;
-  Group *tp_groups, *cp_groups, *dp_groups;
+  Group *tp_groups, *cp_groups, *dp_groups, *ep_groups, *edp_groups;
+  int ep; /* expert parallelism (1: none) */
   Mailbox *boxes; /* nranks x nranks */
   double *const *inputs;
   const IrModule *global;
@@ -135,6 +136,14 @@ static Group *group_of(Sim *S, const Rank *R, IrGroup gr, int *me) {
   if (gr == IRG_TP) {
     *me = R->t;
     return &S->tp_groups[rank_index(S, R->d, R->p, 0, R->x)];
+  }
+  if (gr == IRG_EP) { /* ep consecutive replicas */
+    *me = R->d % S->ep;
+    return &S->ep_groups[rank_index(S, R->d - *me, R->p, R->t, R->x)];
+  }
+  if (gr == IRG_EDP) { /* the replicas at the same place of their ep block */
+    *me = R->d / S->ep;
+    return &S->edp_groups[rank_index(S, R->d % S->ep, R->p, R->t, R->x)];
   }
   *me = R->x;
   return &S->cp_groups[rank_index(S, R->d, R->p, R->t, 0)];
@@ -380,6 +389,11 @@ static void shard_copy(const IrParam *lp, int t, double *logical, double *local,
   }
 }
 
+/* Which shard of a split parameter rank R holds: its place in the group. */
+static int shard_index(const Rank *R, const IrParam *lp) {
+  return lp->split_axis >= 0 && lp->split_group == IRG_EP ? R->d % R->S->ep : R->t;
+}
+
 /* A parameter as the rank would hold it without ZeRO-3's pieces: its
  * tensor-parallel shard of the logical tensor. */
 static IrParam tp_view(const IrParam *lp) {
@@ -418,7 +432,7 @@ static void load_weights(Rank *R, Interp *in, Interp *gi, const IrModule *global
       double *logical = interp_param(gi, gp, l, &n);
       double *local = interp_param(in, p, l, &n);
       if (!lp->dp_shards) {
-        shard_copy(lp, R->t, logical, local, 0);
+        shard_copy(lp, shard_index(R, lp), logical, local, 0);
         continue;
       }
       whole = realloc(whole, sizeof(double) * (size_t)numel);
@@ -444,7 +458,8 @@ static const char *assemble_grads(Sim *S, const IrModule *global, SimResult *out
       const DpSync *s = R->sync[j];
       for (int k = 0; k < s->nargs && !err; k++) {
         const IrParam *lp = &s->m->params[s->param[k]];
-        if (lp->split_axis < 0 && R->t != 0) continue;
+        int expert = lp->split_axis >= 0 && lp->split_group == IRG_EP;
+        if ((lp->split_axis < 0 || expert) && R->t != 0) continue;
         int gpi = find_param(global, lp->name);
         const IrParam *gp = &global->params[gpi];
         IrParam v = tp_view(lp);
@@ -453,15 +468,26 @@ static const char *assemble_grads(Sim *S, const IrModule *global, SimResult *out
         tmp = realloc(tmp, sizeof(double) * (size_t)n);
         local = realloc(local, sizeof(double) * (size_t)ln);
         for (int64_t l = 0; l < s->copies[k] && !err; l++) {
-          for (int d = 0; d < L->dp; d++) {
-            const double *got = S->ranks[rank_index(S, d, R->p, R->t, 0)].synced[j][k].data + l * piece;
-            if (s->zero >= 2) piece_copy(local, ln, piece, d, (double *)got, 1);
-            else if (d == 0) memcpy(local, got, sizeof(double) * (size_t)ln);
-            else if (memcmp(local, got, sizeof(double) * (size_t)ln))
-              err = "data-parallel replicas hold different gradients after dp.sync";
-          }
           memset(tmp, 0, sizeof(double) * (size_t)n);
-          shard_copy(&v, R->t, tmp, local, 1);
+          if (expert) {
+            /* replica d holds expert shard d % ep; the replicas of a shard agree */
+            for (int d = 0; d < L->dp && !err; d++) {
+              const double *got = S->ranks[rank_index(S, d, R->p, R->t, 0)].synced[j][k].data + l * piece;
+              const double *first = S->ranks[rank_index(S, d % S->ep, R->p, R->t, 0)].synced[j][k].data + l * piece;
+              if (d < S->ep) shard_copy(&v, d, tmp, (double *)got, 1);
+              else if (memcmp(first, got, sizeof(double) * (size_t)ln))
+                err = "the replicas of an expert shard hold different gradients after dp.sync";
+            }
+          } else {
+            for (int d = 0; d < L->dp; d++) {
+              const double *got = S->ranks[rank_index(S, d, R->p, R->t, 0)].synced[j][k].data + l * piece;
+              if (s->zero >= 2) piece_copy(local, ln, piece, d, (double *)got, 1);
+              else if (d == 0) memcpy(local, got, sizeof(double) * (size_t)ln);
+              else if (memcmp(local, got, sizeof(double) * (size_t)ln))
+                err = "data-parallel replicas hold different gradients after dp.sync";
+            }
+            shard_copy(&v, R->t, tmp, local, 1);
+          }
           double *dst = out->grads[gpi] + (s->first[k] + l) * n;
           for (int64_t q = 0; q < n; q++) dst[q] += tmp[q];
         }
@@ -491,7 +517,7 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
     goto done;
   }
   S.global = global;
-  SpmdSpec spec = {L->tp, L->cp, L->sp, model->seq_len};
+  SpmdSpec spec = {L->tp, L->cp, L->sp, model->seq_len, L->ep};
   IrModule *part = spmd_partition(arena, diag, global, &spec);
   S.PP = L->pp;
   S.K = L->pp * (L->vpp > 0 ? L->vpp : 1);
@@ -551,15 +577,20 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
   }
   /* ranks, groups, mailboxes */
   S.nranks = (int)(L->dp * S.PP * L->tp * L->cp);
+  S.ep = L->ep > 1 ? (int)L->ep : 1;
   S.ranks = calloc((size_t)S.nranks, sizeof(Rank));
   S.tp_groups = calloc((size_t)S.nranks, sizeof(Group));
   S.cp_groups = calloc((size_t)S.nranks, sizeof(Group));
   S.dp_groups = calloc((size_t)S.nranks, sizeof(Group));
+  S.ep_groups = calloc((size_t)S.nranks, sizeof(Group));
+  S.edp_groups = calloc((size_t)S.nranks, sizeof(Group));
   S.boxes = calloc((size_t)S.nranks * (size_t)S.nranks, sizeof(Mailbox));
   for (int i = 0; i < S.nranks; i++) {
     group_init(&S.tp_groups[i], (int)L->tp);
     group_init(&S.cp_groups[i], (int)L->cp);
     group_init(&S.dp_groups[i], (int)L->dp);
+    group_init(&S.ep_groups[i], S.ep);
+    group_init(&S.edp_groups[i], (int)L->dp / S.ep);
   }
   for (int i = 0; i < S.nranks * S.nranks; i++) {
     pthread_mutex_init(&S.boxes[i].mu, NULL);
@@ -591,6 +622,8 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
             comm.rank[IRG_CP] = x, comm.size[IRG_CP] = (int)L->cp;
             comm.rank[IRG_PP] = c, comm.size[IRG_PP] = (int)S.K;
             comm.rank[IRG_DP] = d, comm.size[IRG_DP] = (int)L->dp;
+            comm.rank[IRG_EP] = d % S.ep, comm.size[IRG_EP] = S.ep;
+            comm.rank[IRG_EDP] = d / S.ep, comm.size[IRG_EDP] = (int)L->dp / S.ep;
             comm.ctx = R;
             comm.all_reduce = sim_all_reduce;
             comm.all_gather = sim_all_gather;
@@ -653,6 +686,8 @@ done:
       group_destroy(&S.tp_groups[i]);
       group_destroy(&S.cp_groups[i]);
       group_destroy(&S.dp_groups[i]);
+      group_destroy(&S.ep_groups[i]);
+      group_destroy(&S.edp_groups[i]);
     }
   if (S.boxes)
     for (int i = 0; i < S.nranks * S.nranks; i++) {
@@ -669,6 +704,8 @@ done:
   free(S.tp_groups);
   free(S.cp_groups);
   free(S.dp_groups);
+  free(S.ep_groups);
+  free(S.edp_groups);
   free(S.boxes);
   free(S.input_row);
   interp_free(gi);
@@ -697,7 +734,7 @@ SimRankProgram *sim_rank_program(Arena *arena, Diag *diag, const SemModel *model
   const char *e = NULL;
   SimRankProgram *r = arena_alloc(arena, sizeof *r);
   r->global = lower_model(arena, diag, model, L->micro_batch);
-  SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, model->seq_len};
+  SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, model->seq_len, L->ep > 0 ? L->ep : 1};
   IrModule *part = r->global ? spmd_partition(arena, diag, r->global, &spec) : NULL;
   int64_t chunks = (L->pp > 0 ? L->pp : 1) * (L->vpp > 0 ? L->vpp : 1);
   const char *split_why = NULL;

@@ -43,6 +43,7 @@ typedef struct {
    * the shape (interleaving needs num_micro % pp == 0), every micro-batch
    * runs through all chunks before the next starts. */
   Schedule schedule;
+  int64_t ep; /* expert parallelism inside dp (0 or 1: none) */
 } SimLayout;
 
 typedef struct {

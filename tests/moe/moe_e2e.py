@@ -16,6 +16,11 @@ the Switch load-balancing loss added to the gradient (with_aux_loss).
            the same 20 steps on that layout (needs mpirun): the step-1 loss within 1e-6
            and the step-20 loss within 1e-4 of one rank's (relative); routing is per
            sequence and deterministic, so every layout drops the same tokens.
+  dp2_ep2, dp4_ep2, dp2_tp2_ep2, dp2_pp2_ep2
+           expert parallelism: each expert-parallel rank holds 2 of the 4 experts, the
+           dispatched slots travel by all-to-all (and back), the experts' gradients are
+           summed over the ranks holding the same experts (dp4_ep2: two of them); the same
+           tolerances against one rank.
   drop     capacity_factor = 2 (= E / top_k: room for every token) with drop = true gives
            the step-1 loss and gradient norm of drop = false to 1e-12; capacity_factor =
            0.5 drops tokens and changes the loss.
@@ -140,6 +145,10 @@ CASES = {
     "tp2": lambda: layout("tp2", "--tp", "2"),
     "pp2": lambda: layout("pp2", "--pp", "2"),
     "dp2_tp2_zero3": lambda: layout("dp2_tp2_zero3", "--dp", "2", "--tp", "2", "--zero", "3"),
+    "dp2_ep2": lambda: layout("dp2_ep2", "--dp", "2", "--ep", "2"),
+    "dp4_ep2": lambda: layout("dp4_ep2", "--dp", "4", "--ep", "2", "--micro-batch", "2"),
+    "dp2_tp2_ep2": lambda: layout("dp2_tp2_ep2", "--dp", "2", "--tp", "2", "--ep", "2"),
+    "dp2_pp2_ep2": lambda: layout("dp2_pp2_ep2", "--dp", "2", "--pp", "2", "--ep", "2"),
     "drop": case_drop,
     "aux": case_aux,
 }

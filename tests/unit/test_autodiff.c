@@ -490,6 +490,16 @@ static void test_comm(void) {
     done(&M, add(M.g, IR_COPY_TO_GROUP, &y, 1, attr, 1, 0, DT_F32, -1, NULL), "copy_to_group", IR_COPY_TO_GROUP);
   }
   {
+    /* expert parallelism's exchange, a group of one: an identity whose
+     * gradient is the exchange with the axes swapped (test_layouts runs it
+     * over 2 and 4 ranks) */
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 3, (int64_t)2, (int64_t)4, (int64_t)3);
+    int64_t attr[3] = {IRG_EP, 1, 0}, dims[3] = {2, 4, 3};
+    int y = op1(&M, IR_TANH, x);
+    done(&M, add(M.g, IR_ALL_TO_ALL, &y, 1, attr, 3, 0, DT_F32, 3, dims), "all_to_all", IR_ALL_TO_ALL);
+  }
+  {
     Mod M = mod_new();
     int z = PARAM(&M, "z", 3, (int64_t)2, (int64_t)3, (int64_t)5);
     int t = input(&M, DT_I32, 5, 2, (int64_t)2, (int64_t)3);

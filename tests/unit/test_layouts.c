@@ -8,7 +8,7 @@
  * the simulator runs (dpsync.h), and the pieces each data-parallel rank keeps
  * are what is compared. A model of 5 layers runs every pipeline layout on
  * unequal stages (the cost-balanced split, plan_chunk_layers: 5 layers cannot
- * split equally). */
+ * split equally). A mixture-of-experts model adds expert parallelism. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,7 +94,7 @@ static int run_matrix(const char *file, const char *const *defs, int ndefs, int6
   int runs_of_dp[2] = {0, 0};
   for (int pol = 0; pol < 3; pol++) {
     /* the reference: one rank, every micro-batch of the global batch in turn */
-    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, policies[pol], micro, rows / micro, 0, SCHED_1F1B};
+    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, policies[pol], micro, rows / micro, 0, SCHED_1F1B, 1};
     SimResult ref;
     char err[512];
     if (sim_step(m, &ref_layout, 1234, inputs, &ref, err, sizeof err)) {
@@ -124,7 +124,7 @@ static int run_matrix(const char *file, const char *const *defs, int ndefs, int6
                 /* the pipeline ranks run a schedule's instruction lists (GPipe or
                  * 1F1B, interleaved with v = 2) over 4 micro-batches (2 with dp = 2) */
                 Schedule sched = k.vpp > 1 ? SCHED_INTERLEAVED : (a + b + d + sp) % 2 ? SCHED_GPIPE : SCHED_1F1B;
-                SimLayout lay = {k.dp, k.tp, k.pp, k.cp, k.vpp, k.sp, policies[pol], micro, num_micro * 2 / k.dp, zero, sched};
+                SimLayout lay = {k.dp, k.tp, k.pp, k.cp, k.vpp, k.sp, policies[pol], micro, num_micro * 2 / k.dp, zero, sched, 1};
                 SimResult got;
                 char what[220];
                 snprintf(what, sizeof what, "%s dp=%" PRId64 " zero=%d tp=%" PRId64 " pp=%" PRId64 " v=%" PRId64 " cp=%" PRId64 " sp=%d recompute=%s schedule=%s",
@@ -157,7 +157,7 @@ static int run_dp3(const char *file, const char *const *defs, int ndefs, int64_t
   if (!m) return 1;
   const int64_t micro = 2, num_micro = 2, rows = 3 * num_micro * micro;
   double **inputs = make_inputs(m, rows, vocab, 7);
-  SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro, rows / micro, 0, SCHED_1F1B};
+  SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro, rows / micro, 0, SCHED_1F1B, 1};
   SimResult ref;
   char err[512];
   int failures = 0;
@@ -175,7 +175,7 @@ static int run_dp3(const char *file, const char *const *defs, int ndefs, int64_t
         {2, 2, 1, 0, RECOMPUTE_FULL, 3},      {1, 1, 2, 0, RECOMPUTE_SELECTIVE, 3}, {1, 2, 1, 0, RECOMPUTE_NONE, 0},
     };
     for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
-      SimLayout lay = {3, lays[i].tp, lays[i].pp, lays[i].cp, 1, lays[i].sp, lays[i].rc, micro, num_micro, lays[i].zero, SCHED_1F1B};
+      SimLayout lay = {3, lays[i].tp, lays[i].pp, lays[i].cp, 1, lays[i].sp, lays[i].rc, micro, num_micro, lays[i].zero, SCHED_1F1B, 1};
       char what[200];
       snprintf(what, sizeof what, "%s dp=3 zero=%d tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 " sp=%d recompute=%s", file,
                lays[i].zero, lays[i].tp, lays[i].pp, lays[i].cp, lays[i].sp, sem_recompute_name(lays[i].rc));
@@ -197,6 +197,60 @@ static int run_dp3(const char *file, const char *const *defs, int ndefs, int64_t
   return failures;
 }
 
+/* Mixture of experts (samples/moe-tiny.hpd at capacity factor 1, so that
+ * tokens are dropped, with the load-balancing loss): expert parallelism 1, 2
+ * and 4 combined with data, tensor and pipeline parallelism and recompute;
+ * the experts' slots travel by all-to-all and their gradients are summed over
+ * the ranks holding the same experts. */
+static int run_moe(void) {
+  static const char *const defs[] = {"V=64", "T=8", "C=16", "L=2", "H=4", "KV=2", "E=4", "K=2", "F=16", "capacity_factor=1.0"};
+  Loaded L;
+  SemModel *m = load(&L, "samples/moe-tiny.hpd", defs, 10);
+  if (!m) return 1;
+  const int64_t micro = 2, rows = 8;
+  double **inputs = make_inputs(m, rows, 64, 5);
+  SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro, rows / micro, 0, SCHED_1F1B, 1};
+  SimResult ref;
+  char err[512];
+  int failures = 0;
+  static const struct {
+    int64_t dp, tp, pp, ep;
+    Recompute rc;
+  } lays[] = {
+      {2, 1, 1, 1, RECOMPUTE_NONE}, {1, 2, 1, 1, RECOMPUTE_NONE},      {1, 1, 2, 1, RECOMPUTE_NONE},
+      {2, 1, 1, 2, RECOMPUTE_NONE}, {4, 1, 1, 2, RECOMPUTE_NONE},      {4, 1, 1, 4, RECOMPUTE_NONE},
+      {2, 2, 1, 2, RECOMPUTE_NONE}, {2, 1, 2, 2, RECOMPUTE_SELECTIVE}, {2, 1, 1, 2, RECOMPUTE_FULL},
+      {2, 2, 2, 2, RECOMPUTE_NONE}, {4, 2, 1, 4, RECOMPUTE_FULL},
+  };
+  if (sim_step(m, &ref_layout, 31, inputs, &ref, err, sizeof err)) {
+    fprintf(stderr, "moe-tiny reference: %s\n", err);
+    failures++;
+  } else {
+    for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
+      SimLayout lay = {lays[i].dp, lays[i].tp, lays[i].pp, 1, 1, 0, lays[i].rc, micro, rows / (micro * lays[i].dp), 0, SCHED_1F1B,
+                       lays[i].ep};
+      char what[200];
+      snprintf(what, sizeof what, "moe-tiny dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " ep=%" PRId64 " recompute=%s", lays[i].dp,
+               lays[i].tp, lays[i].pp, lays[i].ep, sem_recompute_name(lays[i].rc));
+      SimResult got;
+      if (sim_step(m, &lay, 31, inputs, &got, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", what, err);
+        failures++;
+        continue;
+      }
+      failures += compare(&ref, &got, what);
+      sim_result_free(&got);
+    }
+    sim_result_free(&ref);
+    fprintf(stderr, "moe-tiny: %zu layouts (expert parallelism 1, 2, 4) compared, %d failed\n", sizeof lays / sizeof lays[0],
+            failures);
+  }
+  for (int i = 0; i < m->model->ninputs; i++) free(inputs[i]);
+  free(inputs);
+  unload(&L);
+  return failures;
+}
+
 int main(void) {
   static const char *const gpt2[] = {"V=64", "T=8", "C=16", "L=8", "H=4"};
   EXPECT(run_matrix("samples/gpt2-tiny.hpd", gpt2, 5, 64, 8, 4, 8, 0) == 0);
@@ -206,5 +260,6 @@ int main(void) {
   EXPECT(run_matrix("samples/llama.hpd", llama, 7, 64, 4, 2, 8, 0) == 0);
   EXPECT(run_dp3("samples/gpt2-tiny.hpd", gpt2, 5, 64) == 0);
   EXPECT(run_dp3("samples/llama.hpd", llama, 7, 64) == 0);
+  EXPECT(run_moe() == 0);
   TEST_DONE();
 }
