@@ -21,6 +21,10 @@ the Switch load-balancing loss added to the gradient (with_aux_loss).
            dispatched slots travel by all-to-all (and back), the experts' gradients are
            summed over the ranks holding the same experts (dp4_ep2: two of them); the same
            tolerances against one rank.
+  resume_ep
+           dp=2 ep=2 stopped at step 3 (a checkpoint of whole experts gathered from
+           their shards), resumed on one rank to step 6: the step-6 loss within 1e-6 of
+           a straight one-rank run.
   drop     capacity_factor = 2 (= E / top_k: room for every token) with drop = true gives
            the step-1 loss and gradient norm of drop = false to 1e-12; capacity_factor =
            0.5 drops tokens and changes the loss.
@@ -31,6 +35,7 @@ Exit 0 pass, 1 fail, 77 skip.
 import json
 import math
 import os
+import shutil
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -112,6 +117,31 @@ def layout(tag, *flags):
         check(abs(a - b) <= tol * abs(b), f"{tag}: step {step + 1} loss {a} differs from one rank's {b} by more than {tol}")
 
 
+def case_resume_ep():
+    """Stopped at step 3 at dp=2 ep=2 (each rank saving its experts), resumed on one rank."""
+    e2e_common.need_mpi(ARGS.bin)
+    steps = 6
+    straight = train("one6", steps)
+    ck = os.path.join(ARGS.work, "ckpt-ep")
+    shutil.rmtree(ck, ignore_errors=True)
+    art = work("art-resume-ep")
+    run([tool("hpdlc"), "compile", model(), "--dp", "2", "--ep", "2", "-o", art])
+    run([tool("hpdlrun"), art, "--data", data(), "--steps", str(steps), "--stop-at", "3", "--checkpoint-dir", ck,
+         "--progress", "quiet"])
+    one = work("art-resume-one")
+    run([tool("hpdlc"), "compile", model(), "-o", one])
+    m = os.path.join(ARGS.work, "resumed.jsonl")
+    if os.path.exists(m):
+        os.remove(m)
+    run([tool("hpdlrun"), one, "--data", data(), "--steps", str(steps), "--resume", "--checkpoint-dir", ck, "--metrics", m,
+         "--progress", "quiet"])
+    got = metrics(m)
+    check(got and got[-1]["step"] == steps, f"the resumed run ended at {got[-1]['step'] if got else None}, not {steps}")
+    a, b = got[-1]["loss"], straight[-1]["loss"]
+    print(f"resume_ep: step {steps} loss {a:.10f} after resuming dp=2 ep=2's checkpoint on one rank, straight {b:.10f}")
+    check(abs(a - b) <= 1e-6 * abs(b), f"resumed loss {a} differs from the straight run's {b}")
+
+
 def variant(tag, **defs):
     flags = []
     for k, v in defs.items():
@@ -149,6 +179,7 @@ CASES = {
     "dp4_ep2": lambda: layout("dp4_ep2", "--dp", "4", "--ep", "2", "--micro-batch", "2"),
     "dp2_tp2_ep2": lambda: layout("dp2_tp2_ep2", "--dp", "2", "--tp", "2", "--ep", "2"),
     "dp2_pp2_ep2": lambda: layout("dp2_pp2_ep2", "--dp", "2", "--pp", "2", "--ep", "2"),
+    "resume_ep": case_resume_ep,
     "drop": case_drop,
     "aux": case_aux,
 }
