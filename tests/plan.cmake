@@ -10,6 +10,9 @@
 #                     checked in tests/unit/test_plan.c
 #   plan.fidelity_h100  step times against MosaicML's and NeMo 24.07's H100
 #                     runs (tests/plan/published_h100.json)
+#   plan.fidelity_moe   step times of mixture-of-experts runs with expert
+#                     parallelism (tests/plan/published_moe.json: Megatron-Core's
+#                     Mixtral 8x7B on 64 H100)
 #   plan.fp8_compile_refused  compile refuses precision = fp8
 #   plan.compare_CASE  hpdlc plan --compare of hpdlrun --profile traces: the
 #                     measured column against sums of the trace, the predicted
@@ -41,6 +44,9 @@ set_tests_properties(plan.fidelity PROPERTIES TIMEOUT 300 LABELS plan)
 add_test(NAME plan.fidelity_h100
          COMMAND test_plan_fidelity --set $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR} ${HPDL_TEST_DIR}/plan/published_h100.json)
 set_tests_properties(plan.fidelity_h100 PROPERTIES TIMEOUT 300 LABELS plan)
+add_test(NAME plan.fidelity_moe
+         COMMAND test_plan_fidelity --set $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR} ${HPDL_TEST_DIR}/plan/published_moe.json)
+set_tests_properties(plan.fidelity_moe PROPERTIES TIMEOUT 300 LABELS "plan;moe")
 
 # precision = fp8 is priced by plan and refused by compile with one clear line
 add_test(NAME plan.fp8_compile_refused

@@ -14,6 +14,7 @@ typedef struct {
   int64_t micro_batch;
   int failed;
   int dropout_streams;
+  int priced; /* lower_model_priced: dropless expert buffers at their expected load */
 } Lower;
 
 /* One lowering of a SemFunc into a graph: its arguments and a memo from
@@ -334,7 +335,7 @@ static int lower_op(Lower *L, Inv *v, const SemExpr *e, const int64_t *dims) {
     int ones = add_node(L, v, IR_FILL, NULL, 0, NULL, 0, 1.0, DT_F32, idx->rank, idx->dims, e->span, NULL);
     int din[3] = {in[0], in[1], ones};
     attr[0] = e->attr[0];
-    attr[1] = e->attr[1];
+    attr[1] = L->priced && e->attr[2] > 0 ? e->attr[2] : e->attr[1]; /* lower_model_priced */
     attr[2] = e->attr[2];
     return ones < 0 ? -1 : add_node(L, v, IR_MOE_DISPATCH, din, 3, attr, 3, 0, t->dtype, -1, NULL, e->span, NULL);
   }
@@ -490,9 +491,20 @@ static int lower_func(Lower *L, IrGraph *g, int graph_index, const SemFunc *fn, 
   return lower_expr(L, &v, fn->result);
 }
 
+static IrModule *lower_program(Arena *arena, Diag *diag, const SemModel *model, int64_t micro_batch, int priced);
+
 IrModule *lower_model(Arena *arena, Diag *diag, const SemModel *model, int64_t micro_batch) {
+  return lower_program(arena, diag, model, micro_batch, 0);
+}
+
+IrModule *lower_model_priced(Arena *arena, Diag *diag, const SemModel *model, int64_t micro_batch) {
+  return lower_program(arena, diag, model, micro_batch, 1);
+}
+
+static IrModule *lower_program(Arena *arena, Diag *diag, const SemModel *model, int64_t micro_batch, int priced) {
   Lower L;
   memset(&L, 0, sizeof L);
+  L.priced = priced;
   L.arena = arena;
   L.diag = diag;
   L.model = model;

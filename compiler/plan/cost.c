@@ -167,7 +167,9 @@ CostLink cost_group_link(const SemCluster *c, int n, int ranks_per_node) {
   double intra = c->shared_device ? c->intra_bytes_per_s / gpn
                                   : c->intra_bytes_per_s * COST_NCCL_INTRA_EFFICIENCY;
   if (intra < 0) intra = 0;
-  if (n <= r) {
+  /* ranks of a shared device are all on its one machine, whatever "nodes" a
+   * layout counts them in (their network would be none: an infinite time) */
+  if (n <= r || c->shared_device) {
     l.bytes_per_s = intra;
     l.latency_s = c->intra_latency_s;
     return l;

@@ -446,6 +446,12 @@ static void price_comm(Pricer *P, const GInfo *gi, const FuseKernel *K, PlanCost
       kind = COST_REDUCE_SCATTER;
       bytes = value_bytes(P->pc, &g->nodes[n->in[0]]);
       break;
+    case IR_ALL_TO_ALL:
+      /* the experts' dispatch and combine: each rank keeps 1 / ep of its
+       * buffer and exchanges the rest (docs/planner.md, expert parallelism) */
+      kind = COST_ALLTOALL;
+      bytes = value_bytes(P->pc, &g->nodes[n->in[0]]);
+      break;
     case IR_SEND:
       if (n->attr[0] == IRG_PP) {
         /* the schedule prices the transfer (SchedCosts.t_p2p); count its bytes */
@@ -749,8 +755,8 @@ static void pricer_free(Pricer *P) {
 
 static uint64_t key_hash(const PlanKey *k) {
   uint64_t h = 1469598103934665603ull;
-  int64_t v[5] = {k->mb, k->tp, k->cp, k->sp, k->rc};
-  for (int i = 0; i < 5; i++) {
+  int64_t v[6] = {k->mb, k->tp, k->cp, k->sp, k->rc, k->ep};
+  for (int i = 0; i < 6; i++) {
     h ^= (uint64_t)v[i] + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
     h *= 1099511628211ull;
   }
@@ -758,12 +764,13 @@ static uint64_t key_hash(const PlanKey *k) {
 }
 
 static int key_eq(const PlanKey *a, const PlanKey *b) {
-  return a->mb == b->mb && a->tp == b->tp && a->cp == b->cp && a->sp == b->sp && a->rc == b->rc;
+  return a->mb == b->mb && a->tp == b->tp && a->cp == b->cp && a->sp == b->sp && a->rc == b->rc && a->ep == b->ep;
 }
 
-/* Links of the groups a key's program uses (tensor and context), under the
- * rank order tp, cp, dp, pp (plan.h). */
-static void key_links(const PlanCtx *c, int64_t tp, int64_t cp, CostLink *link, int64_t *gsize) {
+/* Links of the groups a key's program uses (tensor, context and expert),
+ * under the rank order tp, cp, dp, pp (plan.h); an expert group is ep
+ * consecutive data-parallel ranks, tp x cp apart. */
+static void key_links(const PlanCtx *c, int64_t tp, int64_t cp, int64_t ep, CostLink *link, int64_t *gsize) {
   int64_t gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1;
   for (int g = 0; g < IRG_COUNT; g++) {
     link[g] = (CostLink){0, 0};
@@ -775,6 +782,11 @@ static void key_links(const PlanCtx *c, int64_t tp, int64_t cp, CostLink *link, 
   int64_t rcp = gpn / tp > 1 ? (cp < gpn / tp ? cp : gpn / tp) : 1;
   link[IRG_TP] = cost_group_link(&c->cluster, (int)tp, (int)rtp);
   link[IRG_CP] = cost_group_link(&c->cluster, (int)cp, (int)rcp);
+  gsize[IRG_EP] = ep > 1 ? ep : 1;
+  if (ep > 1) {
+    int64_t inner = tp * cp, rep = inner >= gpn ? 1 : (ep < gpn / inner ? ep : gpn / inner);
+    link[IRG_EP] = cost_group_link(&c->cluster, (int)ep, (int)(rep > 1 ? rep : 1));
+  }
 }
 
 static Diag *quiet_diag(PlanCtx *c) { return c->quiet; }
@@ -787,13 +799,13 @@ enum { REG_PRO = 0, REG_EPI = 1, REG_LAYER = 2 };
 static void build_parts(PlanCtx *c, PlanParts *pp) {
   Arena *a = arena_new();
   const PlanKey *k = &pp->key;
-  IrModule *global = lower_model(a, quiet_diag(c), c->model, k->mb);
+  IrModule *global = lower_model_priced(a, quiet_diag(c), c->model, k->mb);
   IrModule *part = NULL;
   if (!global) {
     snprintf(pp->why, sizeof pp->why, "the model does not lower at micro batch %" PRId64, k->mb);
     goto done;
   }
-  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, 1};
+  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1};
   part = spmd_partition_padded(a, quiet_diag(c), global, &spec, c->vocab_pad);
   if (!part) {
     snprintf(pp->why, sizeof pp->why, "the model does not partition over tp=%" PRId64 " cp=%" PRId64 "%s", k->tp, k->cp,
@@ -809,7 +821,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
   FuseResult *fr = fuse_module(a, part);
   CostLink link[IRG_COUNT];
   int64_t gsize[IRG_COUNT];
-  key_links(c, k->tp, k->cp, link, gsize);
+  key_links(c, k->tp, k->cp, k->ep, link, gsize);
   Pricer P;
   pricer_init(&P, c, part, fr, ad, link, gsize);
   const IrGraph *g = part->graphs[ad->step];
@@ -1179,7 +1191,7 @@ int64_t *plan_chunk_layers(Arena *arena, const SemModel *model, int64_t micro_ba
   int rc = -1;
   if (c) {
     PlanKey key = {micro_batch > 0 ? micro_batch : 1, tp > 0 ? tp : 1, cp > 0 ? cp : 1, tp > 1 ? sp : 0,
-                   recompute < 0 ? RECOMPUTE_NONE : recompute};
+                   recompute < 0 ? RECOMPUTE_NONE : recompute, 1};
     PlanParts *pp = plan_parts(c, &key);
     if (!pp->valid) snprintf(err, sizeof err, "the planner cannot price the program to balance its stages: %s", pp->why);
     else rc = plan_split_layers(c, pp, K, out, err, sizeof err);
@@ -1215,8 +1227,8 @@ PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
   }
   if (plan_split_layers(c, parts, K, e->layers, e->why, sizeof e->why) != 0) return e;
   Arena *a = arena_new();
-  IrModule *global = lower_model(a, quiet_diag(c), c->model, k->mb);
-  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, 1};
+  IrModule *global = lower_model_priced(a, quiet_diag(c), c->model, k->mb);
+  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1};
   IrModule *part = global ? spmd_partition_padded(a, quiet_diag(c), global, &spec, c->vocab_pad) : NULL;
   PipeResult *pr = part ? pipe_split(a, quiet_diag(c), part, K, e->layers) : NULL;
   if (!pr) {
@@ -1226,7 +1238,7 @@ PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
   }
   CostLink link[IRG_COUNT];
   int64_t gsize[IRG_COUNT];
-  key_links(c, k->tp, k->cp, link, gsize);
+  key_links(c, k->tp, k->cp, k->ep, link, gsize);
   int ok = 1;
   if (K == 1) {
     ok = price_chunk_module(c, pr->m, (Recompute)k->rc, link, gsize, a, &e->ch[0], e->why, sizeof e->why) == 0;
@@ -1277,7 +1289,7 @@ static double model_flops_mb(PlanCtx *c, int64_t mb, double *all) {
       return c->mf[i].gemm;
     }
   Arena *a = arena_new();
-  IrModule *g = lower_model(a, quiet_diag(c), c->model, mb);
+  IrModule *g = lower_model_priced(a, quiet_diag(c), c->model, mb);
   double gemm = 0, tot = 0;
   const char *err = NULL;
   AdResult *ad = g ? ad_build(g, RECOMPUTE_NONE, &err) : NULL;
@@ -1358,6 +1370,17 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
     return NULL;
   }
   c->params = (double)ircost_param_count(g);
+  for (int i = 0; i < g->nparams; i++) {
+    const IrParam *p = &g->params[i];
+    if (p->shard != SHARD_EXPERT_COLUMN && p->shard != SHARD_EXPERT_ROW) continue;
+    int64_t x = c->experts, y = p->dims[0];
+    while (y) { /* gcd */
+      int64_t t = x % y;
+      x = y;
+      y = t;
+    }
+    c->experts = x;
+  }
   arena_free(a);
   return c;
 }
@@ -1444,6 +1467,7 @@ PlanLayout plan_layout_of(const SemModel *m) {
   p.schedule = L->schedule;
   p.recompute = L->recompute;
   p.overlap = L->overlap != 0;
+  p.ep = L->ep > 1 ? L->ep : 1;
   return p;
 }
 
@@ -1536,6 +1560,13 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   if (L.vpp < 1) L.vpp = 1;
   if (L.dp * L.tp * L.pp * L.cp != c->gpus)
     return fail(out, "dp x tp x pp x cp = %" PRId64 " is not the %" PRId64 " GPUs", L.dp * L.tp * L.pp * L.cp, c->gpus);
+  if (L.ep < 1) L.ep = 1;
+  if (L.ep > 1) {
+    if (L.dp % L.ep) return fail(out, "expert parallelism %" PRId64 " does not divide dp = %" PRId64, L.ep, L.dp);
+    if (c->experts <= 0) return fail(out, "expert parallelism needs experts (std/moe), and the model has none");
+    if (c->experts % L.ep) return fail(out, "%" PRId64 " experts do not divide over expert parallelism %" PRId64, c->experts, L.ep);
+    if (L.zero > 0) return fail(out, "ZeRO does not shard expert-parallel parameters yet (zero = 0 with ep > 1)");
+  }
   int64_t B = c->batch_override > 0 ? c->batch_override
               : m->train.global_batch > 0 ? m->train.global_batch : L.dp * L.micro_batch;
   if (B % (L.dp * L.micro_batch) != 0)
@@ -1548,7 +1579,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   if (L.pp > 1 && L.schedule == SCHED_INTERLEAVED && L.num_micro % L.pp != 0)
     return fail(out, "interleaving needs the micro-batches (%" PRId64 ") divisible by pp", L.num_micro);
   int64_t K = L.pp * L.vpp;
-  PlanKey key = {L.micro_batch, L.tp, L.cp, L.tp > 1 ? L.sp : 0, L.recompute};
+  PlanKey key = {L.micro_batch, L.tp, L.cp, L.tp > 1 ? L.sp : 0, L.recompute, L.ep > 1 ? L.ep : 1};
   PlanParts *pp = plan_parts(c, &key);
   if (!pp->valid) return fail(out, "%s", pp->why);
   int64_t *split = xalloc_calloc((size_t)K, sizeof(int64_t));
@@ -1814,7 +1845,9 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   }
   double tp_s = rank_cost.t_comm[IRG_TP], cp_s = rank_cost.t_comm[IRG_CP];
   double tp_x = tp_s - rank_cost.t_hidden[IRG_TP], cp_x = cp_s - rank_cost.t_hidden[IRG_CP];
-  out->compute_s = sb->busy_s - tp_x - cp_x;
+  /* the experts' all-to-alls wait for their data and are waited for: all exposed */
+  double ep_s = rank_cost.t_comm[IRG_EP];
+  out->compute_s = sb->busy_s - tp_x - cp_x - ep_s;
   out->gemm_s = rank_cost.t_gemm;
   out->other_s = out->compute_s - out->gemm_s;
   out->recompute_s = rank_cost.t_rc;
@@ -1836,7 +1869,9 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   out->comm_bytes[IRG_CP] = rank_cost.sent[IRG_CP];
   out->comm_bytes[IRG_PP] = rank_cost.sent[IRG_PP] + emb_sent;
   out->comm_bytes[IRG_DP] = worst_dp_sent;
-  out->comm_exposed_s = tp_x + cp_x + worst_dp_exposed + emb_s;
+  out->comm_s[IRG_EP] = out->comm_exposed[IRG_EP] = ep_s;
+  out->comm_bytes[IRG_EP] = rank_cost.sent[IRG_EP];
+  out->comm_exposed_s = tp_x + cp_x + ep_s + worst_dp_exposed + emb_s;
   out->step_s = T_pipe + worst_dp_exposed + emb_s + worst_opt;
   /* FLOPs and throughput */
   double mf_all = 0;
@@ -1879,7 +1914,7 @@ int plan_timeline(PlanCtx *c, const PlanLayout *L, PlanTimeline *out) {
   if (plan_evaluate(c, L, PLAN_FULL_SIM, &r) != 0) return -1;
   const PlanLayout *l = &r.layout;
   int64_t K = l->pp * (l->vpp > 0 ? l->vpp : 1);
-  PlanKey key = {l->micro_batch, l->tp, l->cp, l->tp > 1 ? l->sp : 0, l->recompute};
+  PlanKey key = {l->micro_batch, l->tp, l->cp, l->tp > 1 ? l->sp : 0, l->recompute, l->ep > 1 ? l->ep : 1};
   PlanExact *e = plan_exact(c, &key, K);
   if (!e->valid) return -1;
   double *tf = xalloc_calloc((size_t)K, sizeof(double)), *tb = xalloc_calloc((size_t)K, sizeof(double));

@@ -57,6 +57,7 @@ typedef struct PlanLayout {
   int schedule;      /* Schedule, -1 auto */
   int recompute;     /* Recompute, -1 auto */
   int overlap;       /* data-parallel communication overlapped with the backward: 0, 1 */
+  int64_t ep;        /* expert parallelism inside dp (1: none; 0 or -1 in a search: any) */
 } PlanLayout;
 
 /* Memory of one GPU (bytes). */

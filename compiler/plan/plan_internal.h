@@ -38,6 +38,7 @@ void plan_cost_add(PlanCost *a, const PlanCost *b, double times);
 typedef struct PlanKey {
   int64_t mb, tp, cp;
   int sp, rc;
+  int64_t ep; /* expert parallelism (the experts' all-to-all is in the program) */
 } PlanKey;
 
 /* Chunk kinds of a pipeline split. */
@@ -95,6 +96,7 @@ struct PlanCtx {
   int64_t vocab_pad;  /* the layout's vocab_pad: vocabulary padded to a multiple of it x tp */
   int explain;        /* reports list the five largest terms of the step (plan_set_explain) */
   double params;
+  int64_t experts;    /* experts per MoE layer that every expert layer's count divides (their gcd); 0: none */
   Diag *quiet;
   FILE *sink;
   Arena *arena;

@@ -19,8 +19,10 @@ const char *plan_layout_str(char *buf, size_t n, const PlanLayout *L) {
   char sched[48] = "";
   if (L->pp > 1 && L->vpp > 1) snprintf(sched, sizeof sched, " %s/v%" PRId64, sem_schedule_name((Schedule)L->schedule), L->vpp);
   else if (L->pp > 1) snprintf(sched, sizeof sched, " %s", sem_schedule_name((Schedule)L->schedule));
-  snprintf(buf, n, "dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 " sp=%s zero=%" PRId64 " mb=%" PRId64 "%s rc=%s",
-           L->dp, L->tp, L->pp, L->cp, L->sp ? "on" : "off", L->zero, L->micro_batch, sched,
+  char ep[32] = "";
+  if (L->ep > 1) snprintf(ep, sizeof ep, " ep=%" PRId64, L->ep);
+  snprintf(buf, n, "dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 "%s sp=%s zero=%" PRId64 " mb=%" PRId64 "%s rc=%s",
+           L->dp, L->tp, L->pp, L->cp, ep, L->sp ? "on" : "off", L->zero, L->micro_batch, sched,
            sem_recompute_name((Recompute)L->recompute));
   return buf;
 }
@@ -42,10 +44,13 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
     fprintf(f, "layout: not valid: %s\n", r->why);
     return;
   }
+  char epx[32] = "";
+  if (L->ep > 1) snprintf(epx, sizeof epx, " ep=%" PRId64, L->ep);
   fprintf(f,
-          "layout: dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 " sp=%s zero=%" PRId64
+          "layout: dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 "%s sp=%s zero=%" PRId64
           "; micro batch %" PRId64 " x %" PRId64 " per step (global batch %" PRId64 ")",
-          L->dp, L->tp, L->pp, L->cp, L->sp ? "on" : "off", L->zero, L->micro_batch, L->num_micro, r->global_batch);
+          L->dp, L->tp, L->pp, L->cp, epx, L->sp ? "on" : "off", L->zero, L->micro_batch, L->num_micro,
+          r->global_batch);
   if (L->pp > 1) {
     fprintf(f, "; schedule %s", sem_schedule_name((Schedule)L->schedule));
     if (L->vpp > 1) fprintf(f, " (%" PRId64 " virtual stages)", L->vpp);

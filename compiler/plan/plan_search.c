@@ -136,6 +136,10 @@ int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, Pla
         if (!fixed_ok(fix->dp, dp)) continue;
         int64_t Bs = B > 0 ? B : dp;
         if (Bs % dp) continue;
+        /* expert parallelism: a divisor of dp that divides the experts */
+        for (int64_t ep = 1; ep <= dp; ep++) {
+        if (dp % ep || (fix->ep > 0 && fix->ep != ep)) continue;
+        if (ep > 1 && (c->experts <= 0 || c->experts % ep)) continue;
         /* a lower bound of the model states of the fullest rank */
         double lb_params = c->params / (double)(tp * pp) * 0.9;
         for (int sp = 0; sp <= (tp > 1 ? 1 : 0); sp++) {
@@ -143,7 +147,7 @@ int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, Pla
           if (sp && seq % tp) continue;
           for (int rc = 0; rc < 3; rc++) {
             if (!fixed_ok(fix->recompute, rc)) continue;
-            for (int64_t zero = 0; zero <= (dp > 1 ? 3 : 0); zero++) {
+            for (int64_t zero = 0; zero <= (dp > 1 && ep == 1 ? 3 : 0); zero++) {
               if (!fixed_ok(fix->zero, zero)) continue;
               CostModelStates ms = cost_model_states((int64_t)lb_params, (int)zero, (int)dp, c->prec,
                                                      m->train.optimizer, m->train.momentum > 0);
@@ -163,7 +167,7 @@ int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, Pla
                     if ((Bs / dp) % mb || !fixed_ok(fix->micro_batch, mb)) continue;
                     int64_t nm = Bs / (dp * mb);
                     if (sk == SCHED_INTERLEAVED && nm % pp) continue;
-                    PlanLayout L = {dp, tp, pp, cp, v, zero, mb, nm, sp, sk, rc, fix->overlap >= 0 ? fix->overlap : 1};
+                    PlanLayout L = {dp, tp, pp, cp, v, zero, mb, nm, sp, sk, rc, fix->overlap >= 0 ? fix->overlap : 1, ep};
                     st.enumerated++;
                     progress_count(c->progress, "%" PRId64 " layouts priced, %" PRId64 " fit", st.enumerated, st.fit);
                     if (plan_evaluate(c, &L, PLAN_FAST, &r) != 0) continue;
@@ -176,6 +180,7 @@ int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, Pla
               }
             }
           }
+        }
         }
       }
     }

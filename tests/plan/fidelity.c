@@ -21,7 +21,8 @@
  *
  * checks a set file of published step times instead (check_set below:
  * tests/plan/published_h100.json, MosaicML's MPT runs and NeMo 24.07's FP8
- * runs on H100). */
+ * runs on H100; tests/plan/published_moe.json, Megatron-Core's Mixtral 8x7B
+ * with expert parallelism). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -145,7 +146,8 @@ static void set_command(char *cmd, size_t cap, const char *hpdlc, const char *sr
   json_t *v;
   json_object_foreach(json_object_get(m, "defines"), k, v) {
     size_t n = strlen(cmd);
-    snprintf(cmd + n, cap - n, " -D %s=%lld", k, (long long)json_integer_value(v));
+    if (json_is_real(v)) snprintf(cmd + n, cap - n, " -D %s=%.17g", k, json_real_value(v));
+    else snprintf(cmd + n, cap - n, " -D %s=%lld", k, (long long)json_integer_value(v));
   }
   static const char *const keys[][2] = {{"gpus", "--gpus"},         {"tp", "--tp"},
                                         {"pp", "--pp"},             {"cp", "--cp"},
@@ -153,7 +155,7 @@ static void set_command(char *cmd, size_t cap, const char *hpdlc, const char *sr
                                         {"micro_batch", "--micro-batch"}, {"global_batch", "--global-batch"},
                                         {"recompute", "--recompute"}, {"sp", "--sp"},
                                         {"precision", "--precision"}, {"cluster", "--cluster"},
-                                        {"tp_overlap", "--tp-overlap"}};
+                                        {"tp_overlap", "--tp-overlap"}, {"ep", "--ep"}};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) add_flag(cmd, cap, keys[i][1], json_object_get(l, keys[i][0]));
   long v_ = jint(l, "virtual_stages");
   size_t n = strlen(cmd);
