@@ -46,6 +46,9 @@ struct Interp {
   double **inputs;
   uint64_t seed;
   double loss_seed; /* the seed of the training step being run (LOSS_SEED) */
+  double aux_sum;   /* weight x value of every AUX_LOSS a forward ran (interp_take_aux) */
+  int aux_seen;
+  int bwd_depth;    /* inside a BACKWARD call: recomputed forward nodes are not counted */
   Msg *mail_head, *mail_tail;
   InterpComm comm;
   int has_comm;
@@ -461,6 +464,7 @@ static const char *exec_call(Run *r, const IrNode *n, double *out) {
     InterpTensor *args = xalloc_calloc((size_t)nargs, sizeof(InterpTensor));
     double *carry = NULL;
     if (!err) args[0] = tensor_of(&r->g->nodes[n->in[0]], r->val[n->in[0]]);
+    in->bwd_depth++;
     for (int64_t l = count - 1; l >= 0 && !err; l--) {
       for (int k = 0; k < st->per_layer; k++) args[1 + k] = st->t[l * st->per_layer + k];
       if (run_graph(in, callee, first + l, args, nargs, outs, &err) == 0) {
@@ -470,6 +474,7 @@ static const char *exec_call(Run *r, const IrNode *n, double *out) {
         for (int k = 1; k < cg->noutputs; k++) free(outs[k].data);
       }
     }
+    in->bwd_depth--;
     if (!err) memcpy(out, carry, sizeof(double) * (size_t)ir_numel(n));
     free(carry);
     free(args);
@@ -1147,7 +1152,14 @@ static const char *exec_node(Run *r, int id, double *out) {
   case IR_MOE_DISPATCH:
   case IR_MOE_COMBINE:
   case IR_MOE_GATE_GRAD: return exec_moe(r, n, out);
-  case IR_AUX_LOSS: memcpy(out, r->val[n->in[0]], sizeof(double) * (size_t)ir_numel(n)); return NULL;
+  case IR_AUX_LOSS:
+    /* the value a forward adds (a recomputation in a backward is not counted again) */
+    if (!in->bwd_depth && !(g->fb_split > 0 && id >= g->fb_split)) {
+      in->aux_sum += n->fattr * r->val[n->in[1]][0];
+      in->aux_seen = 1;
+    }
+    memcpy(out, r->val[n->in[0]], sizeof(double) * (size_t)ir_numel(n));
+    return NULL;
   case IR_LOSS_SEED: out[0] = r->in->loss_seed; return NULL;
   case IR_INPUT:
   case IR_PARAM:
@@ -1391,6 +1403,14 @@ int interp_run(Interp *in, int graph, int64_t layer, const InterpTensor *args, i
     return -1;
   }
   return run_graph(in, graph, layer, args, nargs, outs, err);
+}
+
+int interp_take_aux(Interp *in, double *sum) {
+  int seen = in->aux_seen;
+  *sum = in->aux_sum;
+  in->aux_sum = 0;
+  in->aux_seen = 0;
+  return seen;
 }
 
 double interp_loss(Interp *in) {

@@ -144,6 +144,10 @@ void interp_set_timer(Interp *in, const InterpTimer *t);
 
 /* Convenience: runs graph 0 and returns output 0 as a scalar (the loss). */
 double interp_loss(Interp *in);
+/* The auxiliary losses the forwards run since the last call added (the sum
+ * of weight x value of every AUX_LOSS, std/moe's load balance) into *sum,
+ * then zeroes it; returns whether any ran. */
+int interp_take_aux(Interp *in, double *sum);
 
 /* A deterministic generator: splitmix64 of a seed; exposed so tests and the
  * runtime initialise identically. */

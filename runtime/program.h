@@ -62,6 +62,12 @@ typedef struct {
    * off costs nothing). Last, so that a program built before it (which
    * does not read it) still finds the fields above where they were. */
   const TrainProfiler *prof;
+  /* Written by a program whose model has auxiliary losses (std/moe's load
+   * balance, with_aux_loss): this rank's weighted auxiliary losses summed
+   * over its stages, the mean over the step's micro-batches; has_aux 0
+   * otherwise. After prof for the same reason. */
+  double aux_loss;
+  int has_aux;
 } TrainCtx;
 
 enum { TRAIN_PROGRAM_ABI = 2 };

@@ -1086,8 +1086,15 @@ static int exec_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
   for (int i = 0; i < P->n; i++) chunk_end(P->x[i]);
   if (rc == 0) rc = tie_grads(P, e);
   *has_loss = 0;
+  ctx->aux_loss = 0;
+  ctx->has_aux = 0;
   for (int i = 0; i < P->n; i++) {
     Exec *x = P->x[i];
+    double aux = 0;
+    if (x->in && interp_take_aux(x->in, &aux)) {
+      ctx->aux_loss += aux / (double)nmicro;
+      ctx->has_aux = 1;
+    }
     if (rc == 0) chunk_add_grads(x);
     if (pf && i == P->n - 1) pf->span(pf->self, "gradients out", "program", pt, pnow(pf), -1, -1, -1, 0, 0);
     if (rc == 0) rc = comm_ring_finish(&x->ring, e);

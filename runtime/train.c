@@ -1155,7 +1155,11 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     /* and whether a background checkpoint that has finished failed (rank 0
      * writes them): reported at the step it is seen, not at the next save */
     int save_failed = R.me == 0 && R.thr_live && __atomic_load_n(&R.job->done, __ATOMIC_ACQUIRE) && join_save(&R, e) < 0;
-    double red[7] = {0, has_loss ? loss : 0, has_loss ? 1 : 0, asked == RT_STOP_TERM, asked == RT_STOP_INT, via_launcher, save_failed};
+    /* [7]: the auxiliary losses (std/moe's load balance), counted once per
+     * tensor / context group and averaged over data parallelism; [8] any */
+    int aux_rep = R.ctx.has_aux && comm->coords.tp == 0 && comm->coords.cp == 0;
+    double red[9] = {0, has_loss ? loss : 0, has_loss ? 1 : 0, asked == RT_STOP_TERM, asked == RT_STOP_INT, via_launcher, save_failed,
+                     aux_rep ? R.ctx.aux_loss / (double)a->layout.dp : 0, R.ctx.has_aux};
     if (R.resident) {
       if (R.prog->grad_sumsq(R.self, &R.ctx, R.count, &red[0], e) < 0) fatal(&R, "the gradient norm on the device", e);
     } else
@@ -1164,7 +1168,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
         if (R.norm_rep[i] && (R.zero > 0 || dp_first(&R, i)) && owned_part(&R, i, &lo, &hi))
           red[0] += optim_sumsq_mt(o->nthreads, grad_at(&R, lo), hi - lo);
       }
-    if (comm_all_reduce(comm, COMM_WORLD, COMM_F64, COMM_SUM, red, 7, e) < 0) fatal(&R, "reducing the loss", e);
+    if (comm_all_reduce(comm, COMM_WORLD, COMM_F64, COMM_SUM, red, 9, e) < 0) fatal(&R, "reducing the loss", e);
     if (red[6] > 0) { /* rank 0's e holds the message */
       *reporter = R.me == 0;
       rc = -1;
@@ -1246,6 +1250,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       json_num(R.metrics, "loss", mean_loss, 0);
       json_num(R.metrics, "lr", lr, 0);
       json_num(R.metrics, "grad_norm", gnorm, 0);
+      if (red[8] > 0) json_num(R.metrics, "aux_loss", red[7], 0);
       if (R.scaling) {
         json_num(R.metrics, "loss_scale", used_scale, 0);
         fprintf(R.metrics, "\"skipped\": %s, ", skip ? "true" : "false");

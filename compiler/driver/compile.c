@@ -325,6 +325,9 @@ static int resolve_layout(Cx *C, Layout *L) {
       return cfail(C, "compile needs a concrete layout, but parallel.%s is auto (choose it with %s N, or let `hpdlc plan --search` "
                       "suggest one)", deg[i].key, deg[i].flag);
   L->dp = s->dp, L->tp = s->tp, L->pp = s->pp, L->cp = s->cp;
+  if (s->ep < 0)
+    return cfail(C, "compile needs a concrete layout, but parallel.expert is auto (choose it with --ep N, or let `hpdlc plan "
+                    "--search` suggest one)");
   L->ep = s->ep > 1 ? s->ep : 1;
   L->vpp = s->virtual_stages > 0 ? s->virtual_stages : 1;
   L->sp = s->sp == 1;

@@ -39,7 +39,7 @@ static const LayoutFlag layout_flags[] = {
     {"--tp", "parallel.tensor", "N|auto"},
     {"--pp", "parallel.pipeline", "N|auto"},
     {"--cp", "parallel.context", "N|auto"},
-    {"--ep", "parallel.expert", "N"},
+    {"--ep", "parallel.expert", "N|auto"},
     {"--sp", "parallel.sequence", "on|off|auto"},
     {"--zero", "parallel.zero", "0-3|auto"},
     {"--micro-batch", "train.micro_batch", "N"},

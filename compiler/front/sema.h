@@ -201,7 +201,7 @@ typedef struct {
   const char *cluster_name;
   int64_t nodes, gpus_per_node, gpus;
   int64_t dp, tp, pp, cp, virtual_stages, zero;
-  int64_t ep; /* expert parallelism, carved from dp (1: none) */
+  int64_t ep; /* expert parallelism, carved from dp: 0 not written (none; --search chooses), -1 auto */
   int sp;       /* -1 auto, 0 off, 1 on */
   int overlap;  /* -1 auto, 0 off, 1 on */
   int schedule; /* Schedule or -1 */

@@ -38,7 +38,7 @@ static const KeySpec parallel_keys[] = {
     {"recompute", K_WORD, recomputes, 1}, {"overlap", K_ONOFF, NULL, 1},
     {"compression", K_SPEC, compressions, 0}, {"balance", K_WORD, balances, 0},
     {"tp_overlap", K_ONOFF, NULL, 0},   {"vocab_pad", K_INT, NULL, 0},
-    {"expert", K_INT, NULL, 0},
+    {"expert", K_INT, NULL, 1},
 };
 static const KeySpec cluster_keys[] = {
     {"device", K_STRING, NULL, 0},          {"gpus_per_node", K_INT, NULL, 0},   {"nodes", K_INT, NULL, 0},
@@ -571,7 +571,7 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
   L->tp = get_int(&s, "tensor", 1);
   L->pp = get_int(&s, "pipeline", 1);
   L->cp = get_int(&s, "context", 1);
-  L->ep = get_int(&s, "expert", 1);
+  L->ep = get_int(&s, "expert", 0); /* 0: not written (1 to the compiler, the planner's choice in --search) */
   L->dp = get_int(&s, "data", -2); /* -2: not written, derive it */
   L->virtual_stages = get_int(&s, "virtual", 1);
   L->zero = get_int(&s, "zero", 0);

@@ -1467,7 +1467,7 @@ PlanLayout plan_layout_of(const SemModel *m) {
   p.schedule = L->schedule;
   p.recompute = L->recompute;
   p.overlap = L->overlap != 0;
-  p.ep = L->ep > 1 ? L->ep : 1;
+  p.ep = L->ep; /* 0 or -1: --search chooses; plan_evaluate takes 1 */
   return p;
 }
 

@@ -13,8 +13,8 @@ the Switch load-balancing loss added to the gradient (with_aux_loss).
            reference executor, with a note naming the op the CPU back end lacks).
   one_rank 20 steps on one rank: finite, and the loss falls by more than a third.
   dp2, tp2, pp2, dp2_tp2_zero3
-           the same 20 steps on that layout (needs mpirun): the step-1 loss within 1e-6
-           and the step-20 loss within 1e-4 of one rank's (relative); routing is per
+           the same 20 steps on that layout (needs mpirun): the step-1 loss and auxiliary
+           loss within 1e-6 and the step-20 ones within 1e-4 of one rank's; routing is per
            sequence and deterministic, so every layout drops the same tokens.
   dp2_ep2, dp4_ep2, dp2_tp2_ep2, dp2_pp2_ep2
            expert parallelism: each expert-parallel rank holds 2 of the 4 experts, the
@@ -25,6 +25,10 @@ the Switch load-balancing loss added to the gradient (with_aux_loss).
            dp=2 ep=2 stopped at step 3 (a checkpoint of whole experts gathered from
            their shards), resumed on one rank to step 6: the step-6 loss within 1e-6 of
            a straight one-rank run.
+  balance  tests/moe/imbalanced.hpd (every token starts on one expert): the aux_loss hpdlrun
+           --metrics reports (weight x the load-balancing loss, summed over layers) starts
+           above 3 of 4 and falls by half in 30 steps; at weight 0.001 it is 0.001 x the same
+           value.
   drop     capacity_factor = 2 (= E / top_k: room for every token) with drop = true gives
            the step-1 loss and gradient norm of drop = false to 1e-12; capacity_factor =
            0.5 drops tokens and changes the loss.
@@ -112,9 +116,10 @@ def layout(tag, *flags):
     one = train("one", STEPS)
     got = train(tag, STEPS, *flags)
     for step, tol in ((0, 1e-6), (STEPS - 1, 1e-4)):
-        a, b = got[step]["loss"], one[step]["loss"]
-        print(f"{tag}: step {step + 1} loss {a:.10f}, one rank {b:.10f}")
-        check(abs(a - b) <= tol * abs(b), f"{tag}: step {step + 1} loss {a} differs from one rank's {b} by more than {tol}")
+        for key in ("loss", "aux_loss"):
+            a, b = got[step][key], one[step][key]
+            print(f"{tag}: step {step + 1} {key} {a:.10f}, one rank {b:.10f}")
+            check(abs(a - b) <= tol * abs(b), f"{tag}: step {step + 1} {key} {a} differs from one rank's {b} by more than {tol}")
 
 
 def case_resume_ep():
@@ -140,6 +145,29 @@ def case_resume_ep():
     a, b = got[-1]["loss"], straight[-1]["loss"]
     print(f"resume_ep: step {steps} loss {a:.10f} after resuming dp=2 ep=2's checkpoint on one rank, straight {b:.10f}")
     check(abs(a - b) <= 1e-6 * abs(b), f"resumed loss {a} differs from the straight run's {b}")
+
+
+def case_balance():
+    """tests/moe/imbalanced.hpd: every token starts on one expert; --metrics' aux_loss falls."""
+    src = os.path.join(ARGS.source, "tests", "moe", "imbalanced.hpd")
+    got = {}
+    for w in ("1.0", "0.001"):
+        art = work("art-imbalanced-" + w)
+        run([tool("hpdlc"), "compile", src, "-D", "aux_loss=" + w, "-o", art])
+        m = os.path.join(ARGS.work, "imbalanced-" + w + ".jsonl")
+        if os.path.exists(m):
+            os.remove(m)
+        run([tool("hpdlrun"), art, "--data", data(), "--metrics", m, "--progress", "quiet", "--checkpoint-dir",
+             os.path.join(art, "ckpt")])
+        got[w] = [r.get("aux_loss") for r in metrics(m)]
+        check(len(got[w]) == 30 and all(x is not None and math.isfinite(x) for x in got[w]),
+              f"aux_loss {w}: not reported every step: {got[w][:3]}")
+    a = got["1.0"]
+    print("balance: aux_loss " + " ".join(f"{x:.3f}" for x in a[::3]))
+    check(a[0] > 3.0, f"the router did not start imbalanced: aux {a[0]} (4 experts: 1 balanced, up to 4)")
+    check(a[-1] < 0.5 * a[0], f"the load-balancing loss did not fall by half: {a[0]:.3f} -> {a[-1]:.3f}")
+    b = got["0.001"][0] / 0.001
+    check(abs(b - a[0]) <= 1e-6 * a[0], f"aux_loss is not weight x value: {got['0.001'][0]} at weight 0.001, {a[0]} at 1")
 
 
 def variant(tag, **defs):
@@ -180,6 +208,7 @@ CASES = {
     "dp2_tp2_ep2": lambda: layout("dp2_tp2_ep2", "--dp", "2", "--tp", "2", "--ep", "2"),
     "dp2_pp2_ep2": lambda: layout("dp2_pp2_ep2", "--dp", "2", "--pp", "2", "--ep", "2"),
     "resume_ep": case_resume_ep,
+    "balance": case_balance,
     "drop": case_drop,
     "aux": case_aux,
 }
