@@ -124,6 +124,11 @@ hpdl_shape_test(mixtral.8x7b
 hpdl_shape_test(moe.tiny
   "samples/moe-tiny.hpd: ok: model MoETiny, 72.1K parameters (72096); dp=1 tp=1 pp=1 cp=1 on cpu (1 device)"
   samples/moe-tiny.hpd)
+# MoE every second block (TransformerGroup): 2 x 256*32 + 32 + 2 x (dense 4*32*32 + 2*32*64 + 64
+# = 8256, MoE 4096 + 64 + 32*4 + 3*4*32*64 = 28864) = 90656
+hpdl_shape_test(moe.every2
+  "tests/moe/every2.hpd: ok: model Every2, 90.7K parameters (90656); dp=1 tp=1 pp=1 cp=1 on cpu (1 device)"
+  tests/moe/every2.hpd)
 # GPT-3 175B with GPT-2's vocabulary (50257) at tensor 8, in FP8: the checker
 # accepts it (vocab_pad = 128 pads the table for the planner)
 hpdl_shape_test(gpt.175b_vocab50257_tp8_fp8

@@ -29,6 +29,9 @@ the Switch load-balancing loss added to the gradient (with_aux_loss).
            --metrics reports (weight x the load-balancing loss, summed over layers) starts
            above 3 of 4 and falls by half in 30 steps; at weight 0.001 it is 0.001 x the same
            value.
+  every2   tests/moe/every2.hpd (std/blocks' TransformerGroup: a dense block, then an MoE
+           block, repeated) at dp=2 ep=2 and at pp=2: the step-1 loss within 1e-6 and the
+           step-5 loss within 1e-5 of one rank's.
   drop     capacity_factor = 2 (= E / top_k: room for every token) with drop = true gives
            the step-1 loss and gradient norm of drop = false to 1e-12; capacity_factor =
            0.5 drops tokens and changes the loss.
@@ -71,9 +74,9 @@ def data():
     return e2e_common.synthetic_data(ARGS.bin, ARGS.work)
 
 
-def train(tag, steps, *flags):
+def train(tag, steps, *flags, source=None):
     art = work("art-" + tag)
-    run([tool("hpdlc"), "compile", model(), *flags, "-o", art])
+    run([tool("hpdlc"), "compile", source or model(), *flags, "-o", art])
     m = os.path.join(ARGS.work, tag + ".jsonl")
     if os.path.exists(m):
         os.remove(m)
@@ -120,6 +123,19 @@ def layout(tag, *flags):
             a, b = got[step][key], one[step][key]
             print(f"{tag}: step {step + 1} {key} {a:.10f}, one rank {b:.10f}")
             check(abs(a - b) <= tol * abs(b), f"{tag}: step {step + 1} {key} {a} differs from one rank's {b} by more than {tol}")
+
+
+def case_every2():
+    """tests/moe/every2.hpd (TransformerGroup: MoE every second block) at dp=2 ep=2 and pp=2 against one rank."""
+    e2e_common.need_mpi(ARGS.bin)
+    src = os.path.join(ARGS.source, "tests", "moe", "every2.hpd")
+    one = train("every2-one", 5, source=src)
+    for tag, flags in (("every2-dp2-ep2", ("--dp", "2", "--ep", "2")), ("every2-pp2", ("--pp", "2"))):
+        got = train(tag, 5, *flags, source=src)
+        for step, tol in ((0, 1e-6), (4, 1e-5)):
+            a, b = got[step]["loss"], one[step]["loss"]
+            print(f"{tag}: step {step + 1} loss {a:.10f}, one rank {b:.10f}")
+            check(abs(a - b) <= tol * abs(b), f"{tag}: step {step + 1} loss {a} differs from one rank's {b}")
 
 
 def case_resume_ep():
@@ -209,6 +225,7 @@ CASES = {
     "dp2_pp2_ep2": lambda: layout("dp2_pp2_ep2", "--dp", "2", "--pp", "2", "--ep", "2"),
     "resume_ep": case_resume_ep,
     "balance": case_balance,
+    "every2": case_every2,
     "drop": case_drop,
     "aux": case_aux,
 }
