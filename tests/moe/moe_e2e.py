@@ -105,6 +105,23 @@ def case_phases():
     check("runs the reference executor" in p.stderr, p.stderr)
     man = json.load(open(os.path.join(art, "manifest.json")))
     check(man["program"]["executor"] == "interp", f"executor {man['program']['executor']}, not interp")
+    cu = work("art-cuda")
+    p = run([tool("hpdlc"), "compile", model(), "--target", "cuda", "-o", cu], expect=None)
+    check(p.returncode != 0, "compile --target cuda accepted the MoE ops")
+    if "is not built into this hpdlc" not in p.stderr:
+        check("no CUDA kernel for" in p.stderr and "mixture of experts" in p.stderr, p.stderr)
+    # expert parallelism in the partitioned program and the manifest
+    spmd = run([tool("hpdlc"), "emit", "spmd", model(), "--dp", "2", "--ep", "2"]).stdout
+    for want in ("all_to_all", "group=ep split=1 concat=0", "group=ep split=0 concat=1", "axis 0 over ep"):
+        check(want in spmd, f"emit spmd --ep 2: no '{want}'")
+    art2 = work("art-ep")
+    run([tool("hpdlc"), "compile", model(), "--dp", "2", "--ep", "2", "-o", art2])
+    man = json.load(open(os.path.join(art2, "manifest.json")))
+    check(man["layout"].get("ep") == 2, f"manifest layout.ep {man['layout'].get('ep')}, not 2")
+    split = [p["split"] for p in man["params"] if p.get("split")]
+    check(any(sp["group"] == "ep" and sp["axis"] == 0 for sp in split), f"no parameter split over ep: {split}")
+    plan = run([tool("hpdlc"), "plan", model(), "--dp", "2", "--ep", "2"]).stdout
+    check("ep=2" in plan and "expert-parallel" in plan, plan)
 
 
 def case_one_rank():
