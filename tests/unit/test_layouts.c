@@ -148,6 +148,21 @@ static int run_matrix(const char *file, const char *const *defs, int ndefs, int6
   return failures;
 }
 
+/* One layout against the reference: 0, or the failures (a step that does
+ * not run counts one). */
+static int run_layout(const SemModel *m, const SimLayout *lay, uint64_t seed, double **inputs, const SimResult *ref,
+                      const char *what) {
+  char err[512];
+  SimResult got;
+  if (sim_step(m, lay, seed, inputs, &got, err, sizeof err)) {
+    fprintf(stderr, "%s: %s\n", what, err);
+    return 1;
+  }
+  int bad = compare(ref, &got, what);
+  sim_result_free(&got);
+  return bad;
+}
+
 /* Three data-parallel ranks: no tensor of these models divides by 3, so
  * ZeRO-2/3's flat pieces are zero-padded (dpsync.h) - the padding and the
  * last, shorter piece are checked here. */
@@ -179,14 +194,7 @@ static int run_dp3(const char *file, const char *const *defs, int ndefs, int64_t
       char what[200];
       snprintf(what, sizeof what, "%s dp=3 zero=%d tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 " sp=%d recompute=%s", file,
                lays[i].zero, lays[i].tp, lays[i].pp, lays[i].cp, lays[i].sp, sem_recompute_name(lays[i].rc));
-      SimResult got;
-      if (sim_step(m, &lay, 99, inputs, &got, err, sizeof err)) {
-        fprintf(stderr, "%s: %s\n", what, err);
-        failures++;
-        continue;
-      }
-      failures += compare(&ref, &got, what);
-      sim_result_free(&got);
+      failures += run_layout(m, &lay, 99, inputs, &ref, what);
     }
     sim_result_free(&ref);
     fprintf(stderr, "%s: %zu layouts with dp=3 compared, %d failed\n", file, sizeof lays / sizeof lays[0], failures);
@@ -232,14 +240,7 @@ static int run_moe(void) {
       char what[200];
       snprintf(what, sizeof what, "moe-tiny dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " ep=%" PRId64 " recompute=%s", lays[i].dp,
                lays[i].tp, lays[i].pp, lays[i].ep, sem_recompute_name(lays[i].rc));
-      SimResult got;
-      if (sim_step(m, &lay, 31, inputs, &got, err, sizeof err)) {
-        fprintf(stderr, "%s: %s\n", what, err);
-        failures++;
-        continue;
-      }
-      failures += compare(&ref, &got, what);
-      sim_result_free(&got);
+      failures += run_layout(m, &lay, 31, inputs, &ref, what);
     }
     sim_result_free(&ref);
     fprintf(stderr, "moe-tiny: %zu layouts (expert parallelism 1, 2, 4) compared, %d failed\n", sizeof lays / sizeof lays[0],
