@@ -59,6 +59,11 @@ typedef struct {
   int zero;
   int64_t pool_cap, own_lo, own_len;
   int64_t expert_lo; /* pool values [expert_lo, pool_len) are expert shards (reduced over edp) */
+  /* ZeRO with expert parallelism: the expert region [expert_lo, pool_cap) is
+   * sharded over the expert-data-parallel group instead (its members hold the
+   * same experts): this member owns [own2_lo, own2_lo + own2_len) of it, kept
+   * in the state pools after the own_len values of the rest. 0: none. */
+  int64_t own2_lo, own2_len;
   int64_t *offset;         /* each tensor's first value in the pools */
   unsigned char *norm_rep; /* this rank's copy of the tensor is the one its tp / cp group counts in the norm */
   unsigned char *count;    /* resident: the tensors this rank counts in the norm */
@@ -167,10 +172,42 @@ static int make_tensors(Run *R, RtErr *e) {
     }
   }
   R->pool_len = len;
-  int dp = c->size[COMM_DP];
-  if (R->zero > 0) {
-    /* Padding to 16 x dp keeps every member's slice 64-byte aligned. */
-    int64_t unit = 16 * (int64_t)dp;
+  int dp = c->size[COMM_DP], edp = c->size[COMM_EDP];
+  R->offset = rt_calloc((size_t)(n ? n : 1), sizeof *R->offset);
+  R->norm_rep = rt_calloc((size_t)(n ? n : 1), 1);
+  if (!R->offset || !R->norm_rep) return rt_fail(e, "out of memory");
+  /* Expert shards (split over the expert group) after everything else: their
+   * gradients are summed over the expert-data-parallel group, the rest over
+   * the data-parallel group, each range in one call. Under ZeRO each range
+   * is padded to 16 x its group's members, so every slice stays 64-byte
+   * aligned. */
+  int two = R->zero > 0 && c->size[COMM_EP] > 1;
+  if (two && R->zero >= 2)
+    return rt_fail(e, "ZeRO stage %d does not shard expert-parallel gradients yet (the artifact has ep = %d): use zero 0 or 1", R->zero,
+                   c->size[COMM_EP]);
+  int64_t off = 0, unit = 16 * (int64_t)dp, unit2 = 16 * (int64_t)(edp > 0 ? edp : 1);
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1) {
+      if (two) off = (off + unit - 1) / unit * unit;
+      R->expert_lo = off;
+    }
+    for (int i = 0; i < n; i++) {
+      int expert = t[i].split.axis >= 0 && t[i].param->split_group == COMM_EP;
+      if (expert != pass) continue;
+      R->offset[i] = off;
+      off += round16(t[i].numel);
+    }
+  }
+  R->pool_len = len = off;
+  if (two) {
+    int64_t b = off - R->expert_lo;
+    b = (b + unit2 - 1) / unit2 * unit2;
+    R->pool_cap = R->expert_lo + b;
+    R->own_len = R->expert_lo / dp;
+    R->own_lo = (int64_t)c->rank[COMM_DP] * R->own_len;
+    R->own2_len = b / (edp > 0 ? edp : 1);
+    R->own2_lo = R->expert_lo + (int64_t)c->rank[COMM_EDP] * R->own2_len;
+  } else if (R->zero > 0) {
     R->pool_cap = (len + unit - 1) / unit * unit;
     if (R->pool_cap == 0) R->pool_cap = unit;
     R->own_len = R->pool_cap / dp;
@@ -179,12 +216,13 @@ static int make_tensors(Run *R, RtErr *e) {
     R->pool_cap = R->own_len = len;
     R->own_lo = 0;
   }
+  int64_t owned = R->own_len + R->own2_len; /* values of the state pools */
   int want_m = R->opt.kind == OPTIM_ADAMW || R->opt.momentum != 0, want_v = R->opt.kind == OPTIM_ADAMW;
   /* More than the machine has is refused before anything is allocated: an
    * allocation of terabytes could otherwise succeed (overcommit) and end in
    * the kernel's OOM killer mid-step, not in a message. */
-  double state = 4.0 * ((double)R->pool_cap * 2 + (double)R->own_len * (want_m + want_v) +
-                        (double)(R->zero >= 2 ? R->own_len : 0) + (double)(R->zero >= 3 ? R->own_len : 0));
+  double state = 4.0 * ((double)R->pool_cap * 2 + (double)owned * (want_m + want_v) + (double)(R->zero >= 2 ? owned : 0) +
+                        (double)(R->zero >= 3 ? owned : 0));
   int on_gpu = R->a->target && !strcmp(R->a->target, "cuda"); /* its arena is the device's */
   double arena = on_gpu || R->me >= R->a->nranks ? 0 : (double)R->a->ranks[R->me].arena_bytes;
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
@@ -199,7 +237,7 @@ static int make_tensors(Run *R, RtErr *e) {
                    on_node == 1 ? "" : "s");
   for (int p = 0; p < 4; p++) {
     if ((p == 2 && !want_m) || (p == 3 && !want_v)) continue;
-    int64_t values = p < 2 ? R->pool_cap : R->own_len;
+    int64_t values = p < 2 ? R->pool_cap : owned;
     R->pool[p] = rt_alloc_aligned((size_t)(values ? values : 16) * sizeof(float));
     if (!R->pool[p]) return rt_fail(e, "out of memory for the parameters (%" PRId64 " values per pool)", values);
   }
@@ -207,22 +245,6 @@ static int make_tensors(Run *R, RtErr *e) {
     return rt_fail(e, "out of memory for the reduced gradients (%" PRId64 " values)", R->own_len);
   if (R->zero >= 3 && !(R->master = rt_alloc_aligned((size_t)R->own_len * sizeof(float))))
     return rt_fail(e, "out of memory for the parameters' slice (%" PRId64 " values)", R->own_len);
-  R->offset = rt_calloc((size_t)(n ? n : 1), sizeof *R->offset);
-  R->norm_rep = rt_calloc((size_t)(n ? n : 1), 1);
-  if (!R->offset || !R->norm_rep) return rt_fail(e, "out of memory");
-  /* Expert shards (split over the expert group) after everything else: their
-   * gradients are summed over the expert-data-parallel group, the rest over
-   * the data-parallel group, each range in one call. */
-  int64_t off = 0;
-  for (int pass = 0; pass < 2; pass++) {
-    if (pass == 1) R->expert_lo = off;
-    for (int i = 0; i < n; i++) {
-      int expert = t[i].split.axis >= 0 && t[i].param->split_group == COMM_EP;
-      if (expert != pass) continue;
-      R->offset[i] = off;
-      off += round16(t[i].numel);
-    }
-  }
   for (int i = 0; i < n; i++) {
     off = R->offset[i];
     int split = t[i].split.axis >= 0;
@@ -253,11 +275,18 @@ static int dp_first(const Run *R, int i) {
 /* The pool values of tensor i this rank owns: [*lo, *hi); 0 when none. */
 static int owned_part(const Run *R, int i, int64_t *lo, int64_t *hi) {
   int64_t a = R->offset[i], b = a + R->ctx.tensors[i].numel;
-  if (a < R->own_lo) a = R->own_lo;
-  if (b > R->own_lo + R->own_len) b = R->own_lo + R->own_len;
+  int second = R->own2_len > 0 && a >= R->expert_lo; /* an expert shard, owned over edp */
+  int64_t olo = second ? R->own2_lo : R->own_lo, olen = second ? R->own2_len : R->own_len;
+  if (a < olo) a = olo;
+  if (b > olo + olen) b = olo + olen;
   *lo = a;
   *hi = b;
   return b > a;
+}
+
+/* Where the state pools (m, v, grad_own, master) keep owned pool value j. */
+static int64_t state_index(const Run *R, int64_t j) {
+  return R->own2_len > 0 && j >= R->own2_lo ? R->own_len + (j - R->own2_lo) : j - R->own_lo;
 }
 
 /* Where the step's reduced gradient of pool value j lies. */
@@ -290,17 +319,33 @@ static const float *whole_state(Run *R, int s, float **tmp, RtErr *e) {
   if (!sharded) return s == 0 ? R->pool[0] : R->pool[1 + s];
   Comm *c = R->c;
   int dp = c->size[COMM_DP], r = c->rank[COMM_DP];
+  float *all = NULL;
   if (r != 0) {
     if (comm_send(c, COMM_DP, COMM_F32, own, R->own_len, 0, 200 + s, e) < 0)
       fatal(R, "sending a ZeRO slice to the checkpoint writer", e);
-    return NULL;
+  } else {
+    if (!(all = rt_alloc((size_t)R->pool_cap * sizeof(float)))) fatal(R, "out of memory gathering a checkpoint", NULL);
+    memcpy(all, own, (size_t)R->own_len * sizeof(float));
+    for (int q = 1; q < dp; q++)
+      if (comm_recv(c, COMM_DP, COMM_F32, all + (int64_t)q * R->own_len, R->own_len, q, 200 + s, e) < 0)
+        fatal(R, "receiving a ZeRO slice for the checkpoint", e);
   }
-  float *all = rt_alloc((size_t)R->pool_cap * sizeof(float));
-  if (!all) fatal(R, "out of memory gathering a checkpoint", NULL);
-  memcpy(all, own, (size_t)R->own_len * sizeof(float));
-  for (int q = 1; q < dp; q++)
-    if (comm_recv(c, COMM_DP, COMM_F32, all + (int64_t)q * R->own_len, R->own_len, q, 200 + s, e) < 0)
-      fatal(R, "receiving a ZeRO slice for the checkpoint", e);
+  if (R->own2_len) {
+    /* the expert region, gathered on the first member of each expert-data-
+     * parallel group: the owner of its expert shards in a checkpoint */
+    int edp = c->size[COMM_EDP], r2 = c->rank[COMM_EDP];
+    const float *own2 = own + R->own_len;
+    if (r2 != 0) {
+      if (comm_send(c, COMM_EDP, COMM_F32, own2, R->own2_len, 0, 210 + s, e) < 0)
+        fatal(R, "sending an expert ZeRO slice to the checkpoint writer", e);
+    } else {
+      if (!all && !(all = rt_alloc((size_t)R->pool_cap * sizeof(float)))) fatal(R, "out of memory gathering a checkpoint", NULL);
+      memcpy(all + R->expert_lo, own2, (size_t)R->own2_len * sizeof(float));
+      for (int q = 1; q < edp; q++)
+        if (comm_recv(c, COMM_EDP, COMM_F32, all + R->expert_lo + (int64_t)q * R->own2_len, R->own2_len, q, 210 + s, e) < 0)
+          fatal(R, "receiving an expert ZeRO slice for the checkpoint", e);
+    }
+  }
   *tmp = all;
   return all;
 }
@@ -701,7 +746,7 @@ static int resume(Run *R, RtErr *e, int *resumed) {
         if (dst) ckpt_shard_extract(buf, 4, p->rank, p->shape, mine->split, dst);
         int64_t lo, hi, ti = mine ? mine - R->ctx.tensors : 0;
         if (dst == shard && owned_part(R, (int)ti, &lo, &hi))
-          memcpy(R->pool[1 + s] + (lo - R->own_lo), shard + (lo - R->offset[ti]), (size_t)(hi - lo) * sizeof(float));
+          memcpy(R->pool[1 + s] + state_index(R, lo), shard + (lo - R->offset[ti]), (size_t)(hi - lo) * sizeof(float));
       }
     }
   }
@@ -764,7 +809,7 @@ static void json_num(FILE *f, const char *key, double v, int last) {
  * and at zero > 0 the whole state it is a slice of. */
 static void report_state(Run *R) {
   int nstate = (R->pool[2] != NULL) + (R->pool[3] != NULL);
-  double b[2] = {4.0 * nstate * (double)R->own_len, 4.0 * nstate * (double)R->pool_len};
+  double b[2] = {4.0 * nstate * (double)(R->own_len + R->own2_len), 4.0 * nstate * (double)R->pool_len};
   RtErr e;
   if (comm_all_reduce(R->c, COMM_WORLD, COMM_F64, COMM_MAX, b, 2, &e) < 0) fatal(R, "reducing the state sizes", &e);
   int dp = R->a->layout.dp;
@@ -1220,7 +1265,10 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       }
     }
     if (!skip && R.resident && R.prog->update(R.self, &R.ctx, &R.opt, R.updates, lr, scale, e) < 0) fatal(&R, "the update on the device", e);
-    if (!skip && scale != 1.0 && !R.resident) optim_scale_mt(o->nthreads, grad_at(&R, R.own_lo), R.own_len, scale);
+    if (!skip && scale != 1.0 && !R.resident) {
+      optim_scale_mt(o->nthreads, grad_at(&R, R.own_lo), R.own_len, scale);
+      if (R.own2_len) optim_scale_mt(o->nthreads, grad_at(&R, R.own2_lo), R.own2_len, scale);
+    }
     /* The update of the owned values, tensor by tensor (weight decay is per
      * tensor); at zero 0 that is every value. */
     for (int i = 0; i < R.ctx.ntensors && !R.resident && !skip; i++) {
@@ -1228,13 +1276,15 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       if (!owned_part(&R, i, &lo, &hi)) continue;
       const TrainTensor *x = &R.ctx.tensors[i];
       double wd = x->param->weight_decay ? R.opt.weight_decay : 0.0;
-      float *m = R.pool[2] ? R.pool[2] + (lo - R.own_lo) : NULL, *v = R.pool[3] ? R.pool[3] + (lo - R.own_lo) : NULL;
+      float *m = R.pool[2] ? R.pool[2] + state_index(&R, lo) : NULL, *v = R.pool[3] ? R.pool[3] + state_index(&R, lo) : NULL;
       if (R.opt.kind == OPTIM_ADAMW)
         optim_adamw_mt(o->nthreads, param_at(&R, lo), grad_at(&R, lo), m, v, hi - lo, R.updates, lr, wd, &R.opt);
       else optim_sgd_mt(o->nthreads, param_at(&R, lo), grad_at(&R, lo), m, hi - lo, R.updates, lr, wd, &R.opt);
     }
     if (R.master) rt_release_pages(R.pool[0], (size_t)R.pool_cap * sizeof(float));
-    else if (R.zero > 0 && comm_all_gather(comm, COMM_DP, COMM_F32, R.pool[0] + R.own_lo, R.own_len, R.pool[0], e) < 0)
+    else if (R.zero > 0 && (comm_all_gather(comm, COMM_DP, COMM_F32, R.pool[0] + R.own_lo, R.own_len, R.pool[0], e) < 0 ||
+                            (R.own2_len && comm_all_gather(comm, COMM_EDP, COMM_F32, R.pool[0] + R.own2_lo, R.own2_len,
+                                                           R.pool[0] + R.expert_lo, e) < 0)))
       fatal(&R, "gathering the updated parameters over dp", e);
     if (R.prof) phase(&R, "optimizer update", &pt);
     double dt = rt_now() - t0;

@@ -169,8 +169,8 @@ DpSync *dpsync_build(const AdResult *ad, int64_t dp, int zero, const char **err)
     const IrParam *P = &m->params[s->param[k]];
     int rep = P->count > 1, x = k;
     int expert = P->split_axis >= 0 && P->split_group == IRG_EP;
-    if (expert && zero >= 1) {
-      why = "ZeRO does not shard expert-parallel parameters yet (use zero = 0 with expert parallelism)";
+    if (expert && zero >= 2) {
+      why = "ZeRO 2 and 3 do not shard expert-parallel parameters yet (use zero = 0 or 1 with expert parallelism)";
       break;
     }
     if (zero <= 1) {

@@ -207,7 +207,8 @@ static int run_dp3(const char *file, const char *const *defs, int ndefs, int64_t
 
 /* Mixture of experts (samples/moe-tiny.hpd at capacity factor 1, so that
  * tokens are dropped, with the load-balancing loss): expert parallelism 1, 2
- * and 4 combined with data, tensor and pipeline parallelism and recompute;
+ * and 4 combined with data, tensor and pipeline parallelism, recompute and
+ * ZeRO-1 (ZeRO-3 without expert parallelism);
  * the experts' slots travel by all-to-all and their gradients are summed over
  * the ranks holding the same experts. */
 static int run_moe(void) {
@@ -224,22 +225,23 @@ static int run_moe(void) {
   static const struct {
     int64_t dp, tp, pp, ep;
     Recompute rc;
+    int zero;
   } lays[] = {
-      {2, 1, 1, 1, RECOMPUTE_NONE}, {1, 2, 1, 1, RECOMPUTE_NONE},      {1, 1, 2, 1, RECOMPUTE_NONE},
-      {2, 1, 1, 2, RECOMPUTE_NONE}, {4, 1, 1, 2, RECOMPUTE_NONE},      {4, 1, 1, 4, RECOMPUTE_NONE},
-      {2, 2, 1, 2, RECOMPUTE_NONE}, {2, 1, 2, 2, RECOMPUTE_SELECTIVE}, {2, 1, 1, 2, RECOMPUTE_FULL},
-      {2, 2, 2, 2, RECOMPUTE_NONE}, {4, 2, 1, 4, RECOMPUTE_FULL},
+      {2, 1, 1, 1, RECOMPUTE_NONE, 0}, {1, 2, 1, 1, RECOMPUTE_NONE, 0},      {1, 1, 2, 1, RECOMPUTE_NONE, 0},
+      {2, 1, 1, 2, RECOMPUTE_NONE, 0}, {4, 1, 1, 2, RECOMPUTE_NONE, 1},      {4, 1, 1, 4, RECOMPUTE_NONE, 0},
+      {2, 2, 1, 2, RECOMPUTE_NONE, 1}, {2, 1, 2, 2, RECOMPUTE_SELECTIVE, 0}, {2, 1, 1, 2, RECOMPUTE_FULL, 0},
+      {2, 2, 2, 2, RECOMPUTE_NONE, 0}, {4, 2, 1, 4, RECOMPUTE_FULL, 1},      {2, 1, 1, 1, RECOMPUTE_NONE, 3},
   };
   if (sim_step(m, &ref_layout, 31, inputs, &ref, err, sizeof err)) {
     fprintf(stderr, "moe-tiny reference: %s\n", err);
     failures++;
   } else {
     for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
-      SimLayout lay = {lays[i].dp, lays[i].tp, lays[i].pp, 1, 1, 0, lays[i].rc, micro, rows / (micro * lays[i].dp), 0, SCHED_1F1B,
-                       lays[i].ep};
+      SimLayout lay = {lays[i].dp, lays[i].tp, lays[i].pp, 1, 1, 0, lays[i].rc, micro, rows / (micro * lays[i].dp), lays[i].zero,
+                       SCHED_1F1B, lays[i].ep};
       char what[200];
-      snprintf(what, sizeof what, "moe-tiny dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " ep=%" PRId64 " recompute=%s", lays[i].dp,
-               lays[i].tp, lays[i].pp, lays[i].ep, sem_recompute_name(lays[i].rc));
+      snprintf(what, sizeof what, "moe-tiny dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " ep=%" PRId64 " zero=%d recompute=%s",
+               lays[i].dp, lays[i].tp, lays[i].pp, lays[i].ep, lays[i].zero, sem_recompute_name(lays[i].rc));
       failures += run_layout(m, &lay, 31, inputs, &ref, what);
     }
     sim_result_free(&ref);
