@@ -9,7 +9,7 @@
 
 /* ==== the artifact ABI ==== */
 
-#define HPD_ABI_VERSION 2 /* 2: the extern hook */
+#define HPD_ABI_VERSION 3 /* 2: the extern hook; 3: the host-op hook */
 
 /* Per call of an entry point: what the generated code needs besides
  * tensors. The layout is fixed (the generated code reads it by offset). */
@@ -36,6 +36,13 @@ typedef struct hpd_ctx {
    * zeroes it). 0 on success, else non-zero with ctx->error set. */
   void *externs;
   int (*call_extern)(struct hpd_ctx *ctx, int32_t index, int32_t grad, void **bufs);
+  /* Ops the runtime computes on the host for the generated code (the mixture
+   * of experts' routing, dispatch and combine, the auxiliary loss and its
+   * seed, the expert all-to-all: docs/backend.md): node `node` of graph
+   * `graph` of the stage's IR (the .hir beside the library), bufs = its
+   * inputs, then its output, each a whole tensor of the node's shape (f32, or
+   * i32 indices). 0 on success, else non-zero with ctx->error set. */
+  int (*host_op)(struct hpd_ctx *ctx, int32_t graph, int32_t node, void **bufs);
 } hpd_ctx;
 
 /* Every entry point takes one table of buffers:

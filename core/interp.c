@@ -727,19 +727,25 @@ static const char *exec_router(Run *r, const IrNode *n, double *out) {
   }
 }
 
-/* Mixture of experts: the slot of every choice of sequence b (ir_ops.h), e * cap + c, or -1
- * when its expert was full. Priority: all first choices in token order, then the second... */
-static const char *moe_slots(Interp *in, const double *idx, int64_t T, int64_t K, int64_t E, int64_t cap, int64_t *slot,
-                             int64_t *count) {
+int64_t interp_moe_slots(const int64_t *choice, int64_t T, int64_t K, int64_t E, int64_t cap, int64_t *slot, int64_t *count) {
   for (int64_t e = 0; e < E; e++) count[e] = 0;
   for (int64_t k = 0; k < K; k++)
     for (int64_t t = 0; t < T; t++) {
-      double v = idx[t * K + k];
-      if (!(v >= 0 && v < (double)E)) return fail(in, "moe: expert %g is outside [0, %" PRId64 ")", v, E);
-      int64_t e = (int64_t)v;
+      int64_t e = choice[t * K + k];
+      if (e < 0 || e >= E) return t * K + k;
       slot[t * K + k] = count[e] < cap ? e * cap + count[e]++ : -1;
     }
-  return NULL;
+  return -1;
+}
+
+/* The slots of sequence b's choices (idx as doubles, integral). */
+static const char *moe_slots(Interp *in, const double *idx, int64_t T, int64_t K, int64_t E, int64_t cap, int64_t *slot,
+                             int64_t *count) {
+  int64_t *choice = xalloc_calloc((size_t)(T * K + 1), sizeof(int64_t));
+  for (int64_t p = 0; p < T * K; p++) choice[p] = idx[p] >= -1 && idx[p] <= (double)E ? (int64_t)idx[p] : -1;
+  int64_t bad = interp_moe_slots(choice, T, K, E, cap, slot, count);
+  free(choice);
+  return bad >= 0 ? fail(in, "moe: expert %g is outside [0, %" PRId64 ")", idx[bad], E) : NULL;
 }
 
 /* MOE_DISPATCH, MOE_COMBINE, MOE_GATE_GRAD (ir_ops.h), sequence by sequence. */

@@ -144,6 +144,13 @@ void interp_set_timer(Interp *in, const InterpTimer *t);
 
 /* Convenience: runs graph 0 and returns output 0 as a scalar (the loss). */
 double interp_loss(Interp *in);
+/* Mixture of experts (ir_ops.h): the slot of every choice of one sequence
+ * (choice [T, K] of experts), e x cap + position, or -1 when its expert is
+ * full; count [E] is left with each expert's tokens. Priority: every first
+ * choice in token order, then every second... Returns -1, or the index of a
+ * choice outside [0, E). Shared by the reference executor and the runtime's
+ * host ops (the CPU back end's MoE kernels). */
+int64_t interp_moe_slots(const int64_t *choice, int64_t T, int64_t K, int64_t E, int64_t cap, int64_t *slot, int64_t *count);
 /* The auxiliary losses the forwards run since the last call added (the sum
  * of weight x value of every AUX_LOSS, std/moe's load balance) into *sum,
  * then zeroes it; returns whether any ran. */

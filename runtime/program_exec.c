@@ -42,6 +42,7 @@
 
 #include "extcall.h"
 #include "hpd_abi.h"
+#include "hostop.h"
 #include "interp.h"
 #include "program_ir.h"
 #include "schedule.h"
@@ -109,6 +110,7 @@ typedef struct {
   double seed_d;     /* interp: the seed argument */
   InterpTensor *iouts;
   float seed_f;      /* native: the seed argument */
+  HostOpEnv host;    /* native: the ops the generated code hands back (core/hostop.h) */
   float **nouts;     /* per micro-batch, the step's outputs */
   int *slot_of, *busy; /* micro-batch -> workspace slot; slots in use */
   void *ws0;         /* the workspace before the step */
@@ -291,6 +293,28 @@ static int nx_all_reduce(void *comm, int group, int op, float *data, int64_t n) 
     return -1;
   }
   return 0;
+}
+
+static int nx_all_to_all(void *comm, int group, const float *in, int64_t n, float *out) {
+  Exec *x = comm;
+  if (x->comm->ops->all_to_all(x->comm, comm_group_of_ir(group), COMM_F32, in, n, out, &x->cerr) < 0) {
+    x->hctx.error = x->cerr.msg;
+    return -1;
+  }
+  return 0;
+}
+
+/* hpd_ctx.host_op: node `node` of graph `graph` of the chunk's IR. */
+static int nx_host_op(hpd_ctx *ctx, int32_t graph, int32_t node, void **bufs) {
+  Exec *x = ctx->comm;
+  const IrModule *m = x->pc->m;
+  const char *why = NULL;
+  if (graph < 0 || graph >= m->ngraphs || node < 0 || node >= m->graphs[graph]->nnodes)
+    why = "a host op of a node the stage's IR does not have (the library and stage file disagree)";
+  else why = hostop_run(m->graphs[graph], node, bufs, &x->host, x->cerr.msg, sizeof x->cerr.msg);
+  if (why && why != x->cerr.msg) snprintf(x->cerr.msg, sizeof x->cerr.msg, "%s", why);
+  if (why) ctx->error = x->cerr.msg;
+  return why ? -1 : 0;
 }
 
 static int nx_all_gather(void *comm, int group, const float *in, int64_t n, float *out) {
@@ -543,6 +567,10 @@ static int native_open(Exec *x, const char *path, RtErr *e) {
   x->hctx.recv = nx_recv;
   x->hctx.externs = x->ext;
   x->hctx.call_extern = nx_call_extern;
+  x->hctx.host_op = nx_host_op;
+  x->host.comm = x;
+  x->host.all_to_all = nx_all_to_all;
+  for (int k = 0; k < IRG_COUNT; k++) x->host.size[k] = x->comm->size[comm_group_of_ir(k)];
   for (int k = 0; k < (int)(sizeof x->hctx.rank / sizeof x->hctx.rank[0]); k++) {
     x->hctx.rank[k] = x->comm->rank[comm_group_of_ir(k)];
     x->hctx.size[k] = x->comm->size[comm_group_of_ir(k)];
@@ -900,6 +928,7 @@ static int chunk_begin(Exec *x, int nmicro, RtErr *e) {
   for (int p = 0; p < m->nparams; p++)
     if (!x->inplace[p]) memset(x->gslot[p], 0, sizeof(float) * (size_t)(local_numel(&m->params[p]) * copies_of(&m->params[p])));
   x->seed_f = (float)x->ctx->grad_scale;
+  x->host.loss_seed = x->ctx->grad_scale;
   int nout = x->entry->noutputs;
   x->nouts = calloc((size_t)(nout * nmicro) + 1, sizeof(float *));
   x->slot_of = calloc((size_t)nmicro + 1, sizeof(int));
@@ -1094,6 +1123,12 @@ static int exec_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
     if (x->in && interp_take_aux(x->in, &aux)) {
       ctx->aux_loss += aux / (double)nmicro;
       ctx->has_aux = 1;
+    }
+    if (x->host.aux_seen) {
+      ctx->aux_loss += x->host.aux_sum / (double)nmicro;
+      ctx->has_aux = 1;
+      x->host.aux_sum = 0;
+      x->host.aux_seen = 0;
     }
     if (rc == 0) chunk_add_grads(x);
     if (pf && i == P->n - 1) pf->span(pf->self, "gradients out", "program", pt, pnow(pf), -1, -1, -1, 0, 0);

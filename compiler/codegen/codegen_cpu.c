@@ -811,7 +811,8 @@ static void init_types(CgCpu *cg) {
                                    cg->tpcoll[3],
                                    cg->tp8,
                                    cg->tp8,
-                                   LLVMPointerType(cg_extern_hook_type(cg), 0)};
+                                   LLVMPointerType(cg_extern_hook_type(cg), 0),
+                                   LLVMPointerType(cg_extern_hook_type(cg), 0)}; /* host_op: the same signature */
   LLVMStructSetBody(cg->tctx, f, CG_CTX_NFIELDS, 0);
   cg->tkern_entry = LLVMFunctionType(cg->ti32, &cg->tpp8, 1, 0);
   cg->md_loop = LLVMGetMDKindIDInContext(c, "llvm.loop", 9);

@@ -153,6 +153,7 @@ enum {
   CG_CTX_ERROR,
   CG_CTX_EXTERNS,
   CG_CTX_CALL_EXTERN,
+  CG_CTX_HOST_OP,
   CG_CTX_NFIELDS
 };
 /* i32 (hpd_ctx *, i32 index, i32 grad, i8 **bufs): hpd_ctx.call_extern */

@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "codegen_cpu_int.h"
+#include "hostop.h"
 #include "gemm.h"
 #include "nest.h"
 #include "xalloc.h"
@@ -1073,6 +1074,40 @@ static void special_extern(CgKern *k, const IrNode *n, int id) {
   LLVMPositionBuilderAtEnd(cg->b, ok);
 }
 
+/* An op the runtime computes on the host (hpd_ctx.host_op): the mixture of
+ * experts' ops, whose data-dependent slot assignment is a few loops over a
+ * small routing table (no vector code to win), and the expert all-to-all.
+ * The hook reads the node from the stage's IR; the buffers are whole tensors
+ * (core/hostop.h). */
+static void special_host(CgKern *k, const IrNode *n, int id) {
+  CgCpu *cg = k->cg;
+  for (int i = 0; i <= n->nin; i++) {
+    const IrNode *x = i < n->nin ? nd(k, mem_of(k, n->in[i])) : n;
+    if (x->dtype != DT_F32 && x->dtype != DT_I32) {
+      cg_fail(cg, "graph %s kernel k%d: %s on the host takes f32 and i32 tensors, not %s", k->g->name, k->kp, ir_op_name(n->op),
+              sem_dtype_name(x->dtype));
+      return;
+    }
+  }
+  int nb = n->nin + 1;
+  LLVMValueRef bufs = LLVMBuildArrayAlloca(cg->b, cg->tp8, cg_i32(cg, nb), "bufs");
+  for (int i = 0; i < nb; i++) {
+    LLVMValueRef p = i < n->nin ? val_ptr(k, mem_of(k, n->in[i])) : val_ptr(k, id);
+    LLVMBuildStore(cg->b, LLVMBuildBitCast(cg->b, p, cg->tp8, ""), cg_gep(cg, cg->tp8, bufs, cg_i64(cg, i), ""));
+  }
+  LLVMValueRef hook = cg_ctx_field(cg, k->ctxp, CG_CTX_HOST_OP, "host_op");
+  LLVMBasicBlockRef none = fail_block(k, "no host-op hook in hpd_ctx (a runtime older than the artifact)");
+  fail_if(k, LLVMBuildIsNull(cg->b, hook, ""), none);
+  LLVMValueRef a[4] = {k->ctxp, cg_i32(cg, k->gi), cg_i32(cg, id), bufs};
+  LLVMValueRef rc = LLVMBuildCall2(cg->b, cg_extern_hook_type(cg), hook, a, 4, "rc");
+  LLVMBasicBlockRef failed = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "host_failed");
+  LLVMBasicBlockRef ok = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "host_ok");
+  LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntNE, rc, cg_i32(cg, 0), ""), failed, ok);
+  LLVMPositionBuilderAtEnd(cg->b, failed);
+  LLVMBuildRet(cg->b, cg_i32(cg, 1));
+  LLVMPositionBuilderAtEnd(cg->b, ok);
+}
+
 static void kernel_special(CgKern *k) {
   int id = special_node(k);
   const IrNode *n = nd(k, id);
@@ -1089,7 +1124,10 @@ static void kernel_special(CgKern *k) {
   case IR_REDUCE_SUM: special_scatter_add(k, n, id); break;
   case IR_EXTERN:
   case IR_EXTERN_GRAD: special_extern(k, n, id); break;
-  default: cg_fail(k->cg, "graph %s kernel k%d: no CPU kernel for %s", k->g->name, k->kp, ir_op_name(n->op)); break;
+  default:
+    if (hostop_supported(n->op)) special_host(k, n, id);
+    else cg_fail(k->cg, "graph %s kernel k%d: no CPU kernel for %s", k->g->name, k->kp, ir_op_name(n->op));
+    break;
   }
 }
 
@@ -1132,6 +1170,10 @@ static void kernel_comm(CgKern *k) {
   CgCpu *cg = k->cg;
   int id = special_node(k);
   const IrNode *n = nd(k, id);
+  if (n->op == IR_ALL_TO_ALL) {
+    special_host(k, n, id);
+    return;
+  }
   int xs = n->nin ? mem_of(k, n->in[0]) : -1;
   const IrNode *x = xs >= 0 ? nd(k, xs) : NULL;
   /* a chunk of the integer tokens is taken locally; what travels is f32 */
@@ -1224,7 +1266,7 @@ int cg_kernel_has_code(const FuseGraph *fg, int kp) {
   switch (K->kind) {
   case FUSE_LEAF: {
     IrOp op = fg->graph->nodes[K->nodes[0]].op;
-    return op == IR_FILL || op == IR_IOTA || op == IR_CONST;
+    return op == IR_FILL || op == IR_IOTA || op == IR_CONST || op == IR_LOSS_SEED;
   }
   case FUSE_VIEW:
   case FUSE_CALL: return 0;
@@ -1316,7 +1358,10 @@ LLVMValueRef cg_kernel_build(CgCpu *cg, int gi, int kp) {
   case FUSE_GEMM: kernel_gemm(&k); break;
   case FUSE_SPECIAL: kernel_special(&k); break;
   case FUSE_COMM: kernel_comm(&k); break;
-  case FUSE_LEAF: kernel_nest(&k); break;
+  case FUSE_LEAF:
+    if (k.g->nodes[K->nodes[0]].op == IR_LOSS_SEED) special_host(&k, &k.g->nodes[K->nodes[0]], K->nodes[0]);
+    else kernel_nest(&k);
+    break;
   default: cg_fail(cg, "graph %s kernel k%d: a %s unit has no code", k.g->name, kp, fuse_kind_name(K->kind)); break;
   }
   LLVMBuildRet(cg->b, cg_i32(cg, 0));

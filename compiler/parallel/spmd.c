@@ -634,6 +634,33 @@ static Val rule_cross_entropy(GPart *G, const IrNode *n, Val z, Val t) {
 
 /* ---- graphs ---- */
 
+/* copy_marker moves a dispatch's marker onto its tokens by dispatching them
+ * again; the first dispatch, read by nothing now, is removed (a back end
+ * would otherwise compute it for nobody). Ids are renumbered in order. */
+static void drop_unused_dispatches(Part *P, IrGraph *g) {
+  int *uses = arena_alloc(P->arena, sizeof(int) * (size_t)(g->nnodes + 1));
+  memset(uses, 0, sizeof(int) * (size_t)(g->nnodes + 1));
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i].nin; k++) uses[g->nodes[i].in[k]]++;
+  for (int k = 0; k < g->noutputs; k++) uses[g->outputs[k]]++;
+  int dead = 0;
+  for (int i = 0; i < g->nnodes; i++) dead += g->nodes[i].op == IR_MOE_DISPATCH && !uses[i];
+  if (!dead) return;
+  int *to = arena_alloc(P->arena, sizeof(int) * (size_t)(g->nnodes + 1)), n = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    if (g->nodes[i].op == IR_MOE_DISPATCH && !uses[i]) {
+      to[i] = -1;
+      continue;
+    }
+    to[i] = n;
+    IrNode x = g->nodes[i];
+    for (int k = 0; k < x.nin; k++) x.in[k] = to[x.in[k]];
+    g->nodes[n++] = x;
+  }
+  g->nnodes = n;
+  for (int k = 0; k < g->noutputs; k++) g->outputs[k] = to[g->outputs[k]];
+}
+
 static int partition_graph(Part *P, int gi, Shd entry);
 
 static Shd param_shd(const Part *P, const IrParam *p) {
@@ -954,6 +981,7 @@ static int partition_graph(Part *P, int gi, Shd entry) {
     v = convert(&G, v, &want, 0, g->nodes[g->outputs[k]].span);
     out->outputs[k] = v.id;
   }
+  if (!P->failed) drop_unused_dispatches(P, out);
   return P->failed ? -1 : oi;
 }
 

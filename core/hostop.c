@@ -1,0 +1,177 @@
+/* hostop.c - ops computed on the host for generated code (see hostop.h). */
+#include "hostop.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "interp.h"
+#include "xalloc.h"
+
+int hostop_supported(IrOp op) {
+  switch (op) {
+  case IR_TOPK:
+  case IR_TAKE:
+  case IR_TAKE_BWD:
+  case IR_ONE_HOT:
+  case IR_MOE_DISPATCH:
+  case IR_MOE_COMBINE:
+  case IR_MOE_GATE_GRAD:
+  case IR_AUX_LOSS:
+  case IR_LOSS_SEED:
+  case IR_ALL_TO_ALL: return 1;
+  default: return 0;
+  }
+}
+
+static const char *failf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static const char *failf(char *err, size_t n, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, n, fmt, ap);
+  va_end(ap);
+  return err;
+}
+
+/* The k largest entries of each row, the lower position first among equals
+ * (NaN never wins): interp.c's selection in fp32. */
+static void topk(const float *x, int64_t rows, int64_t V, int64_t K, int32_t *out) {
+  unsigned char *taken = xalloc_calloc((size_t)(V ? V : 1), 1);
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * V;
+    memset(taken, 0, (size_t)V);
+    for (int64_t j = 0; j < K; j++) {
+      int64_t best = -1;
+      for (int64_t v = 0; v < V; v++)
+        if (!taken[v] && (best < 0 || xr[v] > xr[best] || (isnan(xr[best]) && !isnan(xr[v])))) best = v;
+      taken[best] = 1;
+      out[r * K + j] = (int32_t)best;
+    }
+  }
+  free(taken);
+}
+
+/* MOE_DISPATCH, MOE_COMBINE, MOE_GATE_GRAD (ir_ops.h), sequence by sequence. */
+static const char *moe(const IrGraph *g, const IrNode *n, void **bufs, char *err, size_t errlen) {
+  int iidx = n->op == IR_MOE_GATE_GRAD ? 2 : 1;
+  const IrNode *idxn = &g->nodes[n->in[iidx]];
+  const IrNode *wide = n->op == IR_MOE_DISPATCH ? n : &g->nodes[n->in[n->op == IR_MOE_COMBINE ? 0 : 1]];
+  int64_t B = idxn->dims[0], T = idxn->dims[1], K = idxn->dims[2];
+  int64_t E = wide->dims[1], cap = wide->dims[2], C = wide->dims[3];
+  const float *A = bufs[0];
+  const int32_t *I = bufs[iidx];
+  const float *W = n->op == IR_MOE_GATE_GRAD ? bufs[1] : bufs[2];
+  float *out = bufs[3];
+  int64_t *choice = xalloc_calloc((size_t)(T * K + 1), sizeof(int64_t)), *slot = xalloc_calloc((size_t)(T * K + E + 1), sizeof(int64_t));
+  int64_t *count = slot + T * K;
+  const char *e = NULL;
+  memset(out, 0, sizeof(float) * (size_t)ir_numel(n));
+  for (int64_t b = 0; b < B && !e; b++) {
+    for (int64_t p = 0; p < T * K; p++) choice[p] = I[b * T * K + p];
+    int64_t bad = interp_moe_slots(choice, T, K, E, cap, slot, count);
+    if (bad >= 0) {
+      e = failf(err, errlen, "%s: expert %" PRId64 " is outside [0, %" PRId64 ")", ir_op_name(n->op), choice[bad], E);
+      break;
+    }
+    for (int64_t p = 0; p < T * K; p++) {
+      if (slot[p] < 0) continue;
+      int64_t t = p / K;
+      float *wr = n->op == IR_MOE_GATE_GRAD ? NULL : (float *)(n->op == IR_MOE_DISPATCH ? out : A) + (b * E * cap + slot[p]) * C;
+      if (n->op == IR_MOE_DISPATCH) {
+        float w = W[b * T * K + p];
+        const float *src = A + (b * T + t) * C;
+        for (int64_t c = 0; c < C; c++) wr[c] = w * src[c];
+      } else if (n->op == IR_MOE_COMBINE) {
+        float w = W[b * T * K + p], *tok = out + (b * T + t) * C;
+        for (int64_t c = 0; c < C; c++) tok[c] += w * wr[c];
+      } else {
+        const float *a = A + (b * T + t) * C, *y = W + (b * E * cap + slot[p]) * C;
+        double dot = 0;
+        for (int64_t c = 0; c < C; c++) dot += (double)a[c] * y[c];
+        out[b * T * K + p] = (float)dot;
+      }
+    }
+  }
+  free(choice);
+  free(slot);
+  return e;
+}
+
+static const char *all_to_all(const IrGraph *g, const IrNode *n, void **bufs, HostOpEnv *env, char *err, size_t errlen) {
+  const IrNode *x = &g->nodes[n->in[0]];
+  int grp = (int)n->attr[0], size = grp >= 0 && grp < IRG_COUNT && env->size[grp] > 0 ? env->size[grp] : 1;
+  int64_t split = n->attr[1], concat = n->attr[2], NX = ir_numel(x);
+  if (size == 1) {
+    memcpy(bufs[1], bufs[0], sizeof(float) * (size_t)NX);
+    return NULL;
+  }
+  if (!env->all_to_all) return failf(err, errlen, "all_to_all over %s: the runtime has no all-to-all", ir_group_name((IrGroup)grp));
+  IrNode piece = *x;
+  piece.dims[split] /= size;
+  int64_t P = NX / size;
+  float *send = xalloc_calloc((size_t)NX, sizeof(float)), *recv = xalloc_calloc((size_t)NX, sizeof(float));
+  for (int k = 0; k < size; k++) interp_chunk_copy(&piece, split, 0, k, size, bufs[0], send + k * P, sizeof(float), 0);
+  int rc = env->all_to_all(env->comm, grp, send, P, recv);
+  for (int k = 0; k < size && rc == 0; k++) interp_chunk_copy(&piece, concat, 0, k, size, bufs[1], recv + k * P, sizeof(float), 1);
+  free(send);
+  free(recv);
+  return rc ? failf(err, errlen, "all_to_all over %s failed", ir_group_name((IrGroup)grp)) : NULL;
+}
+
+const char *hostop_run(const IrGraph *g, int node, void **bufs, HostOpEnv *env, char *err, size_t errlen) {
+  const IrNode *n = &g->nodes[node];
+  const IrNode *x = n->nin > 0 ? &g->nodes[n->in[0]] : NULL;
+  int64_t N = ir_numel(n);
+  switch (n->op) {
+  case IR_TOPK: {
+    int64_t V = x->dims[x->rank - 1];
+    topk(bufs[0], V ? ir_numel(x) / V : 0, V, n->attr[0], bufs[1]);
+    return NULL;
+  }
+  case IR_TAKE:
+  case IR_TAKE_BWD: {
+    const IrNode *t = &g->nodes[n->in[1]];
+    const float *X = bufs[0];
+    const int32_t *I = bufs[1];
+    float *out = bufs[2];
+    int64_t K = t->dims[t->rank - 1], V = n->op == IR_TAKE ? x->dims[x->rank - 1] : n->dims[n->rank - 1], P = ir_numel(t);
+    if (n->op == IR_TAKE_BWD) memset(out, 0, sizeof(float) * (size_t)N);
+    for (int64_t p = 0; p < P; p++) {
+      int64_t v = I[p], row = K ? p / K : 0;
+      if (v < 0 || v >= V) return failf(err, errlen, "take: index %" PRId64 " is outside [0, %" PRId64 ")", v, V);
+      if (n->op == IR_TAKE) out[p] = X[row * V + v];
+      else out[row * V + v] += X[p];
+    }
+    return NULL;
+  }
+  case IR_ONE_HOT: {
+    const int32_t *I = bufs[0];
+    float *out = bufs[1];
+    int64_t C = n->attr[0], P = ir_numel(x);
+    memset(out, 0, sizeof(float) * (size_t)N);
+    for (int64_t p = 0; p < P; p++)
+      if (I[p] >= 0 && I[p] < C) out[p * C + I[p]] = 1.0f;
+    return NULL;
+  }
+  case IR_MOE_DISPATCH:
+  case IR_MOE_COMBINE:
+  case IR_MOE_GATE_GRAD: return moe(g, n, bufs, err, errlen);
+  case IR_AUX_LOSS: {
+    /* counted in a forward: a step graph's forward part, or a graph that is not a backward */
+    size_t ln = g->name ? strlen(g->name) : 0;
+    int backward = g->fb_split > 0 ? node >= g->fb_split : (ln >= 5 && !strcmp(g->name + ln - 5, ".grad"));
+    if (!backward) {
+      env->aux_sum += n->fattr * ((const float *)bufs[1])[0];
+      env->aux_seen = 1;
+    }
+    if (bufs[2] != bufs[0]) memcpy(bufs[2], bufs[0], sizeof(float) * (size_t)N);
+    return NULL;
+  }
+  case IR_LOSS_SEED: ((float *)bufs[0])[0] = (float)env->loss_seed; return NULL;
+  case IR_ALL_TO_ALL: return all_to_all(g, n, bufs, env, err, errlen);
+  default: return failf(err, errlen, "%s is not an op the host computes", ir_op_name(n->op));
+  }
+}

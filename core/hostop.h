@@ -1,0 +1,32 @@
+/* hostop.h - ops the runtime computes on the host for the CPU back end's
+ * generated code (hpd_abi.h, hpd_ctx.host_op): the mixture of experts'
+ * routing, dispatch and combine (whose slot assignment is a few loops over a
+ * small routing table), the auxiliary loss and its seed, and the expert
+ * all-to-all. Buffers are whole tensors of the node's shape, f32, or i32 for
+ * indices; the semantics are ir_ops.h's, the same as the reference
+ * executor's (interp.c) in fp32. */
+#ifndef HPDL_HOSTOP_H
+#define HPDL_HOSTOP_H
+
+#include <stddef.h>
+
+#include "ir.h"
+
+typedef struct {
+  double loss_seed;  /* LOSS_SEED: the seed of the step's backward */
+  double aux_sum;    /* AUX_LOSS adds weight x value here when counted (forward, not recomputation) */
+  int aux_seen;
+  /* ALL_TO_ALL: n f32 values to each member of group g, member by member; 0 on success */
+  void *comm;
+  int (*all_to_all)(void *comm, int group, const float *in, int64_t n, float *out);
+  int size[IRG_COUNT]; /* group sizes */
+} HostOpEnv;
+
+/* Whether op runs on the host. */
+int hostop_supported(IrOp op);
+
+/* Runs node `node` of g with bufs = its inputs, then its output. NULL on
+ * success, else the reason in err. */
+const char *hostop_run(const IrGraph *g, int node, void **bufs, HostOpEnv *env, char *err, size_t errlen);
+
+#endif
