@@ -182,8 +182,8 @@ static int make_tensors(Run *R, RtErr *e) {
    * is padded to 16 x its group's members, so every slice stays 64-byte
    * aligned. */
   int two = R->zero > 0 && c->size[COMM_EP] > 1;
-  if (two && R->zero >= 2)
-    return rt_fail(e, "ZeRO stage %d does not shard expert-parallel gradients yet (the artifact has ep = %d): use zero 0 or 1", R->zero,
+  if (two && R->zero >= 3)
+    return rt_fail(e, "ZeRO stage 3 does not shard expert-parallel weights yet (the artifact has ep = %d): use zero 0 to 2",
                    c->size[COMM_EP]);
   int64_t off = 0, unit = 16 * (int64_t)dp, unit2 = 16 * (int64_t)(edp > 0 ? edp : 1);
   for (int pass = 0; pass < 2; pass++) {
@@ -241,10 +241,10 @@ static int make_tensors(Run *R, RtErr *e) {
     R->pool[p] = rt_alloc_aligned((size_t)(values ? values : 16) * sizeof(float));
     if (!R->pool[p]) return rt_fail(e, "out of memory for the parameters (%" PRId64 " values per pool)", values);
   }
-  if (R->zero >= 2 && !(R->grad_own = rt_alloc_aligned((size_t)R->own_len * sizeof(float))))
-    return rt_fail(e, "out of memory for the reduced gradients (%" PRId64 " values)", R->own_len);
-  if (R->zero >= 3 && !(R->master = rt_alloc_aligned((size_t)R->own_len * sizeof(float))))
-    return rt_fail(e, "out of memory for the parameters' slice (%" PRId64 " values)", R->own_len);
+  if (R->zero >= 2 && !(R->grad_own = rt_alloc_aligned((size_t)owned * sizeof(float))))
+    return rt_fail(e, "out of memory for the reduced gradients (%" PRId64 " values)", owned);
+  if (R->zero >= 3 && !(R->master = rt_alloc_aligned((size_t)owned * sizeof(float))))
+    return rt_fail(e, "out of memory for the parameters' slice (%" PRId64 " values)", owned);
   for (int i = 0; i < n; i++) {
     off = R->offset[i];
     int split = t[i].split.axis >= 0;
@@ -290,9 +290,9 @@ static int64_t state_index(const Run *R, int64_t j) {
 }
 
 /* Where the step's reduced gradient of pool value j lies. */
-static float *grad_at(Run *R, int64_t j) { return R->grad_own ? R->grad_own + (j - R->own_lo) : R->pool[1] + j; }
+static float *grad_at(Run *R, int64_t j) { return R->grad_own ? R->grad_own + state_index(R, j) : R->pool[1] + j; }
 /* Where the master weight of pool value j (an owned one) lies. */
-static float *param_at(Run *R, int64_t j) { return R->master ? R->master + (j - R->own_lo) : R->pool[0] + j; }
+static float *param_at(Run *R, int64_t j) { return R->master ? R->master + state_index(R, j) : R->pool[0] + j; }
 
 /* zero 3, between steps: the owned slice is the parameters' only copy; the
  * whole-parameter pool is handed back to the system until the next gather. */
@@ -1173,9 +1173,15 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     if (R.grad_own) {
       /* zero >= 2: each member gets the sum of its slice only; the whole
        * gradient pool is idle until the next step. */
-      if (R.prog->reduces_dp) memcpy(R.grad_own, R.pool[1] + R.own_lo, (size_t)R.own_len * sizeof(float));
-      else if (comm_reduce_scatter(comm, COMM_DP, COMM_F32, COMM_SUM, R.pool[1], R.own_len, R.grad_own, e) < 0)
+      if (R.prog->reduces_dp) {
+        memcpy(R.grad_own, R.pool[1] + R.own_lo, (size_t)R.own_len * sizeof(float));
+        if (R.own2_len) memcpy(R.grad_own + R.own_len, R.pool[1] + R.own2_lo, (size_t)R.own2_len * sizeof(float));
+      } else if (comm_reduce_scatter(comm, COMM_DP, COMM_F32, COMM_SUM, R.pool[1], R.own_len, R.grad_own, e) < 0) {
         fatal(&R, "the data-parallel gradient reduce-scatter", e);
+      } else if (R.own2_len && comm_reduce_scatter(comm, COMM_EDP, COMM_F32, COMM_SUM, R.pool[1] + R.expert_lo, R.own2_len,
+                                                   R.grad_own + R.own_len, e) < 0) {
+        fatal(&R, "the expert-data-parallel gradient reduce-scatter", e);
+      }
       rt_release_pages(R.pool[1], (size_t)R.pool_cap * sizeof(float));
     } else if (a->layout.dp > 1 && !R.prog->reduces_dp && !R.resident) {
       if (comm_allreduce_compressed(comm, COMM_DP, &R.z, R.pool[1], R.expert_lo, e) < 0)

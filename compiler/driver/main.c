@@ -531,7 +531,7 @@ static int emit_dp(Arena *arena, Diag *diag, const char *path, const SemModel *m
     if (zero == 3) ir_print(cm, stdout);
     const char *why = NULL;
     AdResult *ad = ad_build(cm, policy, &why);
-    DpSync *sync = ad ? dpsync_build(ad, dp, zero, &why) : NULL;
+    DpSync *sync = ad ? dpsync_build(ad, dp, zero, L->ep > 1 ? L->ep : 1, &why) : NULL;
     if (!sync) {
       fprintf(stderr, "hpdlc: %s: chunk %d: %s\n", path, c, why ? why : "?");
       return 1;

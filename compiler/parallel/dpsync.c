@@ -102,7 +102,7 @@ static void layer_ranges(const AdResult *ad, int64_t *lo, int64_t *hi) {
     }
 }
 
-DpSync *dpsync_build(const AdResult *ad, int64_t dp, int zero, const char **err) {
+DpSync *dpsync_build(const AdResult *ad, int64_t dp, int zero, int64_t ep, const char **err) {
   IrModule *m = ad->m;
   Arena *arena = m->arena;
   if (zero < 0 || zero > 3 || dp < 1) {
@@ -138,7 +138,9 @@ DpSync *dpsync_build(const AdResult *ad, int64_t dp, int zero, const char **err)
     s->first[k] = P->count > 1 ? a : 0;
     s->copies[k] = P->count > 1 ? b - a : 1;
     s->numel[k] = P->dp_shards ? numel_of(P->dp_rank, P->dp_dims) : numel_of(P->rank, P->dims);
-    s->piece[k] = zero >= 2 ? dpsync_piece(s->numel[k], dp) : s->numel[k];
+    int expert = P->split_axis >= 0 && P->split_group == IRG_EP;
+    int64_t members = expert && ep > 1 ? dp / ep : dp; /* an expert shard's: edp */
+    s->piece[k] = zero >= 2 ? dpsync_piece(s->numel[k], members) : s->numel[k];
   }
   free(lo);
   free(hi);
@@ -169,24 +171,25 @@ DpSync *dpsync_build(const AdResult *ad, int64_t dp, int zero, const char **err)
     const IrParam *P = &m->params[s->param[k]];
     int rep = P->count > 1, x = k;
     int expert = P->split_axis >= 0 && P->split_group == IRG_EP;
-    if (expert && zero >= 2) {
-      why = "ZeRO 2 and 3 do not shard expert-parallel parameters yet (use zero = 0 or 1 with expert parallelism)";
+    if (expert && zero >= 3) {
+      why = "ZeRO 3 does not shard expert-parallel parameters yet (use zero 0 to 2 with expert parallelism)";
       break;
     }
+    int64_t members = expert && ep > 1 ? dp / ep : dp;
     if (zero <= 1) {
       /* an expert's gradient is summed over the ranks holding that expert */
       int64_t attr[4] = {expert ? IRG_EDP : IRG_DP, 0, 0, 0};
       x = ir_add(g, IR_ALL_REDUCE, &x, 1, attr, 4, 0, P->dtype, -1, NULL, &why);
     } else if (zero == 2) {
       /* [copies, numel] flat, padded to [copies, s*dp], scattered along the flat axis */
-      int64_t flat[2] = {s->copies[k], s->numel[k]}, padded[2] = {s->copies[k], s->piece[k] * dp};
+      int64_t flat[2] = {s->copies[k], s->numel[k]}, padded[2] = {s->copies[k], s->piece[k] * members};
       int64_t mine[2] = {s->copies[k], s->piece[k]};
       if (P->rank != 1) x = ir_add(g, IR_RESHAPE, &x, 1, NULL, 0, 0, P->dtype, 1 + rep, flat + !rep, &why);
       if (x >= 0 && padded[1] != flat[1]) {
         int64_t at[8] = {0};
         x = ir_add(g, IR_PAD, &x, 1, at, 8, 0, P->dtype, 1 + rep, padded + !rep, &why);
       }
-      int64_t attr[4] = {IRG_DP, rep, 0, 0};
+      int64_t attr[4] = {expert ? IRG_EDP : IRG_DP, rep, 0, 0};
       if (x >= 0) x = ir_add(g, IR_REDUCE_SCATTER, &x, 1, attr, 4, 0, P->dtype, 1 + rep, mine + !rep, &why);
     }
     /* zero 3: the backward's reduce-scatters summed the pieces already */

@@ -64,8 +64,11 @@ int64_t dpsync_piece(int64_t n, int64_t dp);
 IrModule *dpsync_shard_params(Arena *arena, Diag *diag, const IrModule *m, int64_t dp);
 
 /* Appends dp.sync to the differentiated module ad->m for `zero` (0..3;
- * zero 3 expects dpsync_shard_params's module). NULL with the reason in *err. */
-DpSync *dpsync_build(const AdResult *ad, int64_t dp, int zero, const char **err);
+ * zero 3 expects dpsync_shard_params's module). Expert shards (split over
+ * the expert group) are summed over the dp / ep ranks holding them (edp),
+ * whose pieces they are at zero 2; ep 0 or 1: none. NULL with the reason in
+ * *err. */
+DpSync *dpsync_build(const AdResult *ad, int64_t dp, int zero, int64_t ep, const char **err);
 
 /* dp.sync in the stable text form, then which gradient each argument is. */
 void dpsync_print(const DpSync *s, FILE *out);

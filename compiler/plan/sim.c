@@ -469,7 +469,15 @@ static const char *assemble_grads(Sim *S, const IrModule *global, SimResult *out
         local = realloc(local, sizeof(double) * (size_t)ln);
         for (int64_t l = 0; l < s->copies[k] && !err; l++) {
           memset(tmp, 0, sizeof(double) * (size_t)n);
-          if (expert) {
+          if (expert && s->zero >= 2) {
+            /* replica d holds piece d / ep of expert shard d % ep */
+            for (int e = 0; e < S->ep; e++) {
+              for (int d = e; d < L->dp; d += S->ep)
+                piece_copy(local, ln, piece, d / S->ep,
+                           S->ranks[rank_index(S, d, R->p, R->t, 0)].synced[j][k].data + l * piece, 1);
+              shard_copy(&v, e, tmp, local, 1);
+            }
+          } else if (expert) {
             /* replica d holds expert shard d % ep; the replicas of a shard agree */
             for (int d = 0; d < L->dp && !err; d++) {
               const double *got = S->ranks[rank_index(S, d, R->p, R->t, 0)].synced[j][k].data + l * piece;
@@ -556,7 +564,7 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
       fail(err, errlen, "chunk %d does not differentiate: %s", c, why ? why : "?");
       goto done;
     }
-    if (!(syncs[c] = dpsync_build(ads[c], L->dp, L->zero, &why))) {
+    if (!(syncs[c] = dpsync_build(ads[c], L->dp, L->zero, L->ep > 1 ? L->ep : 1, &why))) {
       fail(err, errlen, "chunk %d: no gradient synchronisation: %s", c, why ? why : "?");
       goto done;
     }

@@ -24,12 +24,13 @@ the Switch load-balancing loss added to the gradient (with_aux_loss).
            dispatched slots travel by all-to-all (and back), the experts' gradients are
            summed over the ranks holding the same experts (dp4_ep2: two of them); the same
            tolerances against one rank.
-  dp4_ep2_zero1
-           as the layouts above, with ZeRO-1: the optimizer state of the experts sharded
-           over the ranks holding them, the rest over all data-parallel ranks.
+  dp4_ep2_zero1, dp4_ep2_zero2
+           as the layouts above, with ZeRO-1 and 2: the experts' optimizer state (and
+           gradients) sharded over the ranks holding them, the rest over all
+           data-parallel ranks.
   resume_ep
            dp=4 ep=2 zero=1 stopped at step 3 (a checkpoint of whole experts and their
-           moments gathered from shards and slices), resumed at dp=2 ep=2 zero=1 to step
+           moments gathered from shards and slices), resumed at dp=2 ep=2 zero=2 to step
            4, then on one rank to step 6: the step-6 loss within 1e-6 of a straight run.
   balance  tests/moe/imbalanced.hpd (every token starts on one expert): the aux_loss hpdlrun
            --metrics reports (weight x the load-balancing loss, summed over layers) starts
@@ -186,7 +187,7 @@ def case_every2():
 
 def case_resume_ep():
     """Stopped at step 3 at dp=4 ep=2 zero=1 (expert shards and their optimizer-state slices gathered),
-    resumed at dp=2 ep=2 zero=1, then again on one rank."""
+    resumed at dp=2 ep=2 zero=2, then again on one rank."""
     e2e_common.need_mpi(ARGS.bin)
     steps = 6
     straight = train("one6", steps)
@@ -197,7 +198,7 @@ def case_resume_ep():
     run([tool("hpdlrun"), art, "--data", data(), "--steps", str(steps), "--stop-at", "3", "--checkpoint-dir", ck,
          "--progress", "quiet"])
     mid = work("art-resume-mid")
-    run([tool("hpdlc"), "compile", model(), "--dp", "2", "--ep", "2", "--zero", "1", "-o", mid])
+    run([tool("hpdlc"), "compile", model(), "--dp", "2", "--ep", "2", "--zero", "2", "-o", mid])
     run([tool("hpdlrun"), mid, "--data", data(), "--steps", str(steps), "--stop-at", "4", "--resume", "--checkpoint-dir", ck,
          "--progress", "quiet"])
     one = work("art-resume-one")
@@ -210,7 +211,7 @@ def case_resume_ep():
     got = metrics(m)
     check(got and got[-1]["step"] == steps, f"the resumed run ended at {got[-1]['step'] if got else None}, not {steps}")
     a, b = got[-1]["loss"], straight[-1]["loss"]
-    print(f"resume_ep: step {steps} loss {a:.10f} after dp=4 ep=2 zero=1 -> dp=2 ep=2 zero=1 -> one rank, straight {b:.10f}")
+    print(f"resume_ep: step {steps} loss {a:.10f} after dp=4 ep=2 zero=1 -> dp=2 ep=2 zero=2 -> one rank, straight {b:.10f}")
     check(abs(a - b) <= 1e-6 * abs(b), f"resumed loss {a} differs from the straight run's {b}")
 
 
@@ -276,6 +277,7 @@ CASES = {
     "dp2_tp2_ep2": lambda: layout("dp2_tp2_ep2", "--dp", "2", "--tp", "2", "--ep", "2"),
     "dp2_pp2_ep2": lambda: layout("dp2_pp2_ep2", "--dp", "2", "--pp", "2", "--ep", "2"),
     "dp4_ep2_zero1": lambda: layout("dp4_ep2_zero1", "--dp", "4", "--ep", "2", "--zero", "1", "--micro-batch", "2"),
+    "dp4_ep2_zero2": lambda: layout("dp4_ep2_zero2", "--dp", "4", "--ep", "2", "--zero", "2", "--micro-batch", "2"),
     "resume_ep": case_resume_ep,
     "balance": case_balance,
     "every2": case_every2,
