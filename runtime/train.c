@@ -182,9 +182,7 @@ static int make_tensors(Run *R, RtErr *e) {
    * is padded to 16 x its group's members, so every slice stays 64-byte
    * aligned. */
   int two = R->zero > 0 && c->size[COMM_EP] > 1;
-  if (two && R->zero >= 3)
-    return rt_fail(e, "ZeRO stage 3 does not shard expert-parallel weights yet (the artifact has ep = %d): use zero 0 to 2",
-                   c->size[COMM_EP]);
+
   int64_t off = 0, unit = 16 * (int64_t)dp, unit2 = 16 * (int64_t)(edp > 0 ? edp : 1);
   for (int pass = 0; pass < 2; pass++) {
     if (pass == 1) {
@@ -299,13 +297,16 @@ static float *param_at(Run *R, int64_t j) { return R->master ? R->master + state
 static void params_to_rest(Run *R) {
   if (!R->master) return;
   memcpy(R->master, R->pool[0] + R->own_lo, (size_t)R->own_len * sizeof(float));
+  if (R->own2_len) memcpy(R->master + R->own_len, R->pool[0] + R->own2_lo, (size_t)R->own2_len * sizeof(float));
   rt_release_pages(R->pool[0], (size_t)R->pool_cap * sizeof(float));
 }
 
 /* zero 3: every member's slice into the whole-parameter pool (once per step:
  * the program reads whole parameters). */
 static int gather_params(Run *R, RtErr *e) {
-  return comm_all_gather(R->c, COMM_DP, COMM_F32, R->master, R->own_len, R->pool[0], e);
+  if (comm_all_gather(R->c, COMM_DP, COMM_F32, R->master, R->own_len, R->pool[0], e) < 0) return -1;
+  return R->own2_len ? comm_all_gather(R->c, COMM_EDP, COMM_F32, R->master + R->own_len, R->own2_len, R->pool[0] + R->expert_lo, e)
+                     : 0;
 }
 
 /* The whole pool of state s (0 parameters, 1 m, 2 v) as this rank's tensors

@@ -526,7 +526,7 @@ static int emit_dp(Arena *arena, Diag *diag, const char *path, const SemModel *m
          zero, spec.tp, spec.cp, spec.sp ? "on" : "off", pr->nchunks, pr->nchunks == 1 ? "" : "s", sem_recompute_name(policy));
   for (int c = 0; c < pr->nchunks; c++) {
     IrModule *cm = pipe_chunk_module(arena, pr, c);
-    if (zero == 3 && !(cm = dpsync_shard_params(arena, diag, cm, dp))) return 3;
+    if (zero == 3 && !(cm = dpsync_shard_params(arena, diag, cm, dp, L->ep > 1 ? L->ep : 1))) return 3;
     printf("# chunk %d\n", c);
     if (zero == 3) ir_print(cm, stdout);
     const char *why = NULL;

@@ -711,17 +711,6 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
       if (x && x->from_cli && S->opts->cli_error) *S->opts->cli_error = 1;
       return;
     }
-    if (L->zero >= 3) {
-      Setting *z = sema_setting_get(&s, "zero");
-      sema_error(S, z && !z->from_cli ? z->span : (decl ? decl->span : span_none),
-                 "ZeRO stage %" PRId64 " does not shard expert-parallel weights yet; with expert = %" PRId64
-                 " use zero 0 to 2 (optimizer state and gradients sharded)",
-                 L->zero, L->ep);
-      setting_note(S, &s, "zero", "--zero");
-      setting_note(S, &s, "expert", "--ep");
-      if (z && z->from_cli && S->opts->cli_error) *S->opts->cli_error = 1;
-      return;
-    }
     int any = 0;
     for (SemLayer *l = S->instances; l; l = l->next_instance)
       for (int i = 0; i < l->nparams; i++) {

@@ -16,16 +16,18 @@ static int64_t numel_of(int rank, const int64_t *dims) {
 
 /* ZeRO-3's read of parameter node n: this rank's piece, gathered over dp,
  * unpadded and reshaped to the tensor the graph used before. */
-static int gathered_param(IrGraph *g, const IrModule *d, const IrNode *n, int64_t dp, const char **why) {
+static int gathered_param(IrGraph *g, const IrModule *d, const IrNode *n, const char **why) {
   int64_t index = n->attr[0];
   const IrParam *p = &d->params[index];
-  int64_t s = p->dims[0], all = s * dp, numel = numel_of(p->dp_rank, p->dp_dims);
+  /* an expert shard is in pieces over the ranks holding it (edp) */
+  int expert = p->split_axis >= 0 && p->split_group == IRG_EP;
+  int64_t s = p->dims[0], all = s * p->dp_shards, numel = numel_of(p->dp_rank, p->dp_dims);
   int x = ir_add(g, IR_PARAM, NULL, 0, &index, 1, 0, p->dtype, 1, &s, why);
   if (x < 0) return -1;
   g->nodes[x].span = n->span;
   /* partial-grad: each replica's gradient of the gathered tensor is its own
    * share of the sum, so the backward reduce-scatters (autodiff.c) */
-  int64_t ga[4] = {IRG_DP, 0, 0, 1};
+  int64_t ga[4] = {expert ? IRG_EDP : IRG_DP, 0, 0, 1};
   x = ir_add(g, IR_ALL_GATHER, &x, 1, ga, 4, 0, p->dtype, 1, &all, why);
   if (x >= 0 && all != numel) {
     int64_t sa[16] = {0};
@@ -39,7 +41,7 @@ static int gathered_param(IrGraph *g, const IrModule *d, const IrNode *n, int64_
   return x;
 }
 
-IrModule *dpsync_shard_params(Arena *arena, Diag *diag, const IrModule *m, int64_t dp) {
+IrModule *dpsync_shard_params(Arena *arena, Diag *diag, const IrModule *m, int64_t dp, int64_t ep) {
   IrModule *d = ir_module_new(arena);
   d->micro_batch = m->micro_batch;
   d->inputs = m->inputs;
@@ -47,10 +49,11 @@ IrModule *dpsync_shard_params(Arena *arena, Diag *diag, const IrModule *m, int64
   for (int i = 0; i < m->nparams; i++) {
     IrParam p = m->params[i];
     if (!p.dp_shards) {
-      p.dp_shards = (int)dp;
+      int64_t members = p.split_axis >= 0 && p.split_group == IRG_EP && ep > 1 ? dp / ep : dp;
+      p.dp_shards = (int)members;
       p.dp_rank = p.rank;
       memcpy(p.dp_dims, p.dims, sizeof p.dp_dims);
-      int64_t s = dpsync_piece(numel_of(p.rank, p.dims), dp);
+      int64_t s = dpsync_piece(numel_of(p.rank, p.dims), members);
       memset(p.dims, 0, sizeof p.dims);
       p.rank = 1;
       p.dims[0] = s;
@@ -70,7 +73,7 @@ IrModule *dpsync_shard_params(Arena *arena, Diag *diag, const IrModule *m, int64
     for (int i = 0; i < s->nnodes; i++) {
       const IrNode *n = &s->nodes[i];
       const char *why = NULL;
-      map[i] = n->op == IR_PARAM ? gathered_param(g, d, n, dp, &why) : ir_add_copy(g, n, map);
+      map[i] = n->op == IR_PARAM ? gathered_param(g, d, n, &why) : ir_add_copy(g, n, map);
       if (map[i] < 0) {
         diag_error(diag, n->span, "internal error sharding parameters over dp (ZeRO-3): %s", why ? why : "?");
         return NULL;
@@ -171,10 +174,6 @@ DpSync *dpsync_build(const AdResult *ad, int64_t dp, int zero, int64_t ep, const
     const IrParam *P = &m->params[s->param[k]];
     int rep = P->count > 1, x = k;
     int expert = P->split_axis >= 0 && P->split_group == IRG_EP;
-    if (expert && zero >= 3) {
-      why = "ZeRO 3 does not shard expert-parallel parameters yet (use zero 0 to 2 with expert parallelism)";
-      break;
-    }
     int64_t members = expert && ep > 1 ? dp / ep : dp;
     if (zero <= 1) {
       /* an expert's gradient is summed over the ranks holding that expert */

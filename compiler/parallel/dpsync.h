@@ -59,9 +59,10 @@ typedef struct {
 int64_t dpsync_piece(int64_t n, int64_t dp);
 
 /* ZeRO-3: a new module in `arena` whose parameters are flat pieces, read
- * through all_gather over dp where they are used. NULL with an error in diag
- * on an internal inconsistency. */
-IrModule *dpsync_shard_params(Arena *arena, Diag *diag, const IrModule *m, int64_t dp);
+ * through all_gather over dp where they are used (an expert shard: pieces
+ * over the dp / ep ranks holding it, gathered over edp; ep 0 or 1: none).
+ * NULL with an error in diag on an internal inconsistency. */
+IrModule *dpsync_shard_params(Arena *arena, Diag *diag, const IrModule *m, int64_t dp, int64_t ep);
 
 /* Appends dp.sync to the differentiated module ad->m for `zero` (0..3;
  * zero 3 expects dpsync_shard_params's module). Expert shards (split over

@@ -1565,7 +1565,6 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     if (L.dp % L.ep) return fail(out, "expert parallelism %" PRId64 " does not divide dp = %" PRId64, L.ep, L.dp);
     if (c->experts <= 0) return fail(out, "expert parallelism needs experts (std/moe), and the model has none");
     if (c->experts % L.ep) return fail(out, "%" PRId64 " experts do not divide over expert parallelism %" PRId64, c->experts, L.ep);
-    if (L.zero > 2) return fail(out, "ZeRO 3 does not shard expert-parallel weights yet (zero <= 2 with ep > 1)");
   }
   int64_t B = c->batch_override > 0 ? c->batch_override
               : m->train.global_batch > 0 ? m->train.global_batch : L.dp * L.micro_batch;

@@ -147,7 +147,7 @@ int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, Pla
           if (sp && seq % tp) continue;
           for (int rc = 0; rc < 3; rc++) {
             if (!fixed_ok(fix->recompute, rc)) continue;
-            for (int64_t zero = 0; zero <= (dp > 1 ? (ep == 1 ? 3 : 2) : 0); zero++) {
+            for (int64_t zero = 0; zero <= (dp > 1 ? 3 : 0); zero++) {
               if (!fixed_ok(fix->zero, zero)) continue;
               CostModelStates ms = cost_model_states((int64_t)lb_params, (int)zero, (int)dp, c->prec,
                                                      m->train.optimizer, m->train.momentum > 0);

@@ -436,8 +436,9 @@ static void load_weights(Rank *R, Interp *in, Interp *gi, const IrModule *global
         continue;
       }
       whole = realloc(whole, sizeof(double) * (size_t)numel);
-      shard_copy(&v, R->t, logical, whole, 0);
-      piece_copy(whole, numel, n, R->d, local, 0);
+      int expert = lp->split_axis >= 0 && lp->split_group == IRG_EP;
+      shard_copy(&v, shard_index(R, lp), logical, whole, 0);
+      piece_copy(whole, numel, n, expert ? R->d / R->S->ep : R->d, local, 0);
     }
   }
   free(whole);
@@ -554,7 +555,7 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
   DpSync **syncs = arena_alloc(arena, sizeof(DpSync *) * (size_t)S.K);
   for (int c = 0; c < S.K; c++) {
     cms[c] = pipe_chunk_module(arena, pr, c);
-    if (L->zero == 3 && !(cms[c] = dpsync_shard_params(arena, diag, cms[c], L->dp))) {
+    if (L->zero == 3 && !(cms[c] = dpsync_shard_params(arena, diag, cms[c], L->dp, L->ep > 1 ? L->ep : 1))) {
       fail(err, errlen, "chunk %d: its parameters do not shard over dp", c);
       goto done;
     }

@@ -24,12 +24,12 @@ the Switch load-balancing loss added to the gradient (with_aux_loss).
            dispatched slots travel by all-to-all (and back), the experts' gradients are
            summed over the ranks holding the same experts (dp4_ep2: two of them); the same
            tolerances against one rank.
-  dp4_ep2_zero1, dp4_ep2_zero2
-           as the layouts above, with ZeRO-1 and 2: the experts' optimizer state (and
-           gradients) sharded over the ranks holding them, the rest over all
+  dp4_ep2_zero1, dp4_ep2_zero2, dp4_ep2_zero3
+           as the layouts above, with ZeRO 1, 2 and 3: the experts' optimizer state (and
+           gradients, and weights) sharded over the ranks holding them, the rest over all
            data-parallel ranks.
   resume_ep
-           dp=4 ep=2 zero=1 stopped at step 3 (a checkpoint of whole experts and their
+           dp=4 ep=2 zero=3 stopped at step 3 (a checkpoint of whole experts and their
            moments gathered from shards and slices), resumed at dp=2 ep=2 zero=2 to step
            4, then on one rank to step 6: the step-6 loss within 1e-6 of a straight run.
   balance  tests/moe/imbalanced.hpd (every token starts on one expert): the aux_loss hpdlrun
@@ -186,7 +186,7 @@ def case_every2():
 
 
 def case_resume_ep():
-    """Stopped at step 3 at dp=4 ep=2 zero=1 (expert shards and their optimizer-state slices gathered),
+    """Stopped at step 3 at dp=4 ep=2 zero=3 (expert shards, their weights' and moments' slices gathered),
     resumed at dp=2 ep=2 zero=2, then again on one rank."""
     e2e_common.need_mpi(ARGS.bin)
     steps = 6
@@ -194,7 +194,7 @@ def case_resume_ep():
     ck = os.path.join(ARGS.work, "ckpt-ep")
     shutil.rmtree(ck, ignore_errors=True)
     art = work("art-resume-ep")
-    run([tool("hpdlc"), "compile", model(), "--dp", "4", "--ep", "2", "--zero", "1", "--micro-batch", "2", "-o", art])
+    run([tool("hpdlc"), "compile", model(), "--dp", "4", "--ep", "2", "--zero", "3", "--micro-batch", "2", "-o", art])
     run([tool("hpdlrun"), art, "--data", data(), "--steps", str(steps), "--stop-at", "3", "--checkpoint-dir", ck,
          "--progress", "quiet"])
     mid = work("art-resume-mid")
@@ -211,7 +211,7 @@ def case_resume_ep():
     got = metrics(m)
     check(got and got[-1]["step"] == steps, f"the resumed run ended at {got[-1]['step'] if got else None}, not {steps}")
     a, b = got[-1]["loss"], straight[-1]["loss"]
-    print(f"resume_ep: step {steps} loss {a:.10f} after dp=4 ep=2 zero=1 -> dp=2 ep=2 zero=2 -> one rank, straight {b:.10f}")
+    print(f"resume_ep: step {steps} loss {a:.10f} after dp=4 ep=2 zero=3 -> dp=2 ep=2 zero=2 -> one rank, straight {b:.10f}")
     check(abs(a - b) <= 1e-6 * abs(b), f"resumed loss {a} differs from the straight run's {b}")
 
 
@@ -278,6 +278,7 @@ CASES = {
     "dp2_pp2_ep2": lambda: layout("dp2_pp2_ep2", "--dp", "2", "--pp", "2", "--ep", "2"),
     "dp4_ep2_zero1": lambda: layout("dp4_ep2_zero1", "--dp", "4", "--ep", "2", "--zero", "1", "--micro-batch", "2"),
     "dp4_ep2_zero2": lambda: layout("dp4_ep2_zero2", "--dp", "4", "--ep", "2", "--zero", "2", "--micro-batch", "2"),
+    "dp4_ep2_zero3": lambda: layout("dp4_ep2_zero3", "--dp", "4", "--ep", "2", "--zero", "3", "--micro-batch", "2"),
     "resume_ep": case_resume_ep,
     "balance": case_balance,
     "every2": case_every2,

@@ -208,7 +208,7 @@ static int run_dp3(const char *file, const char *const *defs, int ndefs, int64_t
 /* Mixture of experts (samples/moe-tiny.hpd at capacity factor 1, so that
  * tokens are dropped, with the load-balancing loss): expert parallelism 1, 2
  * and 4 combined with data, tensor and pipeline parallelism, recompute and
- * ZeRO-1 and 2 (ZeRO-3 without expert parallelism);
+ * ZeRO 1, 2 and 3;
  * the experts' slots travel by all-to-all and their gradients are summed over
  * the ranks holding the same experts. */
 static int run_moe(void) {
@@ -232,6 +232,7 @@ static int run_moe(void) {
       {2, 2, 1, 2, RECOMPUTE_NONE, 1}, {2, 1, 2, 2, RECOMPUTE_SELECTIVE, 0}, {2, 1, 1, 2, RECOMPUTE_FULL, 0},
       {2, 2, 2, 2, RECOMPUTE_NONE, 2}, {4, 2, 1, 4, RECOMPUTE_FULL, 1},      {2, 1, 1, 1, RECOMPUTE_NONE, 3},
       {4, 1, 1, 2, RECOMPUTE_SELECTIVE, 2}, {4, 1, 2, 4, RECOMPUTE_NONE, 2},
+      {4, 1, 1, 2, RECOMPUTE_NONE, 3},      {2, 2, 1, 2, RECOMPUTE_FULL, 3},      {4, 1, 2, 4, RECOMPUTE_SELECTIVE, 3},
   };
   if (sim_step(m, &ref_layout, 31, inputs, &ref, err, sizeof err)) {
     fprintf(stderr, "moe-tiny reference: %s\n", err);
