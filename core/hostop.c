@@ -36,24 +36,6 @@ static const char *failf(char *err, size_t n, const char *fmt, ...) {
   return err;
 }
 
-/* The k largest entries of each row, the lower position first among equals
- * (NaN never wins): interp.c's selection in fp32. */
-static void topk(const float *x, int64_t rows, int64_t V, int64_t K, int32_t *out) {
-  unsigned char *taken = xalloc_calloc((size_t)(V ? V : 1), 1);
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + r * V;
-    memset(taken, 0, (size_t)V);
-    for (int64_t j = 0; j < K; j++) {
-      int64_t best = -1;
-      for (int64_t v = 0; v < V; v++)
-        if (!taken[v] && (best < 0 || xr[v] > xr[best] || (isnan(xr[best]) && !isnan(xr[v])))) best = v;
-      taken[best] = 1;
-      out[r * K + j] = (int32_t)best;
-    }
-  }
-  free(taken);
-}
-
 /* MOE_DISPATCH, MOE_COMBINE, MOE_GATE_GRAD (ir_ops.h), sequence by sequence. */
 static const char *moe(const IrGraph *g, const IrNode *n, void **bufs, char *err, size_t errlen) {
   int iidx = n->op == IR_MOE_GATE_GRAD ? 2 : 1;
@@ -127,8 +109,11 @@ const char *hostop_run(const IrGraph *g, int node, void **bufs, HostOpEnv *env, 
   int64_t N = ir_numel(n);
   switch (n->op) {
   case IR_TOPK: {
-    int64_t V = x->dims[x->rank - 1];
-    topk(bufs[0], V ? ir_numel(x) / V : 0, V, n->attr[0], bufs[1]);
+    int64_t V = x->dims[x->rank - 1], K = n->attr[0], rows = V ? ir_numel(x) / V : 0;
+    int64_t *pos = xalloc_calloc((size_t)(rows * K + 1), sizeof(int64_t));
+    interp_topk(NULL, bufs[0], rows, V, K, pos);
+    for (int64_t p = 0; p < rows * K; p++) ((int32_t *)bufs[1])[p] = (int32_t)pos[p];
+    free(pos);
     return NULL;
   }
   case IR_TAKE:

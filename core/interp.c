@@ -681,22 +681,11 @@ static const char *exec_router(Run *r, const IrNode *n, double *out) {
   int64_t N = ir_numel(n);
   switch (n->op) {
   case IR_TOPK: {
-    /* k passes of a selection: the largest entry not yet taken, the lower
-     * position first among equals (NaN never wins), deterministic */
     int64_t V = x->dims[x->rank - 1], K = n->attr[0], rows = V ? ir_numel(x) / V : 0;
-    unsigned char *taken = xalloc_calloc((size_t)(V ? V : 1), 1);
-    for (int64_t row = 0; row < rows; row++) {
-      const double *xr = X + row * V;
-      memset(taken, 0, (size_t)V);
-      for (int64_t j = 0; j < K; j++) {
-        int64_t best = -1;
-        for (int64_t v = 0; v < V; v++)
-          if (!taken[v] && (best < 0 || xr[v] > xr[best] || (isnan(xr[best]) && !isnan(xr[v])))) best = v;
-        taken[best] = 1;
-        out[row * K + j] = (double)best;
-      }
-    }
-    free(taken);
+    int64_t *pos = xalloc_calloc((size_t)(rows * K + 1), sizeof(int64_t));
+    interp_topk(X, NULL, rows, V, K, pos);
+    for (int64_t p = 0; p < rows * K; p++) out[p] = (double)pos[p];
+    free(pos);
     return NULL;
   }
   case IR_TAKE:
@@ -725,6 +714,24 @@ static const char *exec_router(Run *r, const IrNode *n, double *out) {
   }
   default: return fail(in, "%s is not a router op", ir_op_name(n->op));
   }
+}
+
+void interp_topk(const double *xd, const float *xf, int64_t rows, int64_t V, int64_t K, int64_t *out) {
+  unsigned char *taken = xalloc_calloc((size_t)(V ? V : 1), 1);
+  for (int64_t row = 0; row < rows; row++) {
+    memset(taken, 0, (size_t)V);
+    for (int64_t j = 0; j < K; j++) {
+      int64_t best = -1;
+      double bv = 0;
+      for (int64_t v = 0; v < V; v++) {
+        double xv = xd ? xd[row * V + v] : (double)xf[row * V + v];
+        if (!taken[v] && (best < 0 || xv > bv || (isnan(bv) && !isnan(xv)))) best = v, bv = xv;
+      }
+      taken[best] = 1;
+      out[row * K + j] = best;
+    }
+  }
+  free(taken);
 }
 
 int64_t interp_moe_slots(const int64_t *choice, int64_t T, int64_t K, int64_t E, int64_t cap, int64_t *slot, int64_t *count) {

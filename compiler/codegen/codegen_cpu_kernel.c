@@ -1049,10 +1049,11 @@ static void special_scatter_add(CgKern *k, const IrNode *n, int id) {
   nest_free(&N);
 }
 
-/* An extern: the runtime's hook (hpd_ctx.call_extern) makes the libffi call
- * on the kernel's buffers, which hold whole f32 tensors (fusion folds only
- * reshapes into a special kernel: mem_of sees through them). */
-static void special_extern(CgKern *k, const IrNode *n, int id) {
+/* One call of a runtime hook of hpd_ctx (call_extern, host_op: the same
+ * signature) with a table of the kernel's whole-tensor buffers, its inputs
+ * then node id's output; a NULL hook or a non-zero return ends the kernel
+ * with the message (the hook's own in ctx->error). */
+static void call_hook(CgKern *k, const IrNode *n, int id, int field, int32_t a1, int32_t a2, const char *missing) {
   CgCpu *cg = k->cg;
   int nb = n->nin + 1;
   LLVMValueRef bufs = LLVMBuildArrayAlloca(cg->b, cg->tp8, cg_i32(cg, nb), "bufs");
@@ -1060,18 +1061,24 @@ static void special_extern(CgKern *k, const IrNode *n, int id) {
     LLVMValueRef p = i < n->nin ? val_ptr(k, mem_of(k, n->in[i])) : val_ptr(k, id);
     LLVMBuildStore(cg->b, LLVMBuildBitCast(cg->b, p, cg->tp8, ""), cg_gep(cg, cg->tp8, bufs, cg_i64(cg, i), ""));
   }
-  LLVMValueRef hook = cg_ctx_field(cg, k->ctxp, CG_CTX_CALL_EXTERN, "call_extern");
-  LLVMBasicBlockRef none = fail_block(k, "no extern hook in hpd_ctx (a runtime without extern support)");
-  fail_if(k, LLVMBuildIsNull(cg->b, hook, ""), none);
-  LLVMValueRef a[4] = {k->ctxp, cg_i32(cg, n->attr[0]), cg_i32(cg, n->op == IR_EXTERN_GRAD), bufs};
+  LLVMValueRef hook = cg_ctx_field(cg, k->ctxp, field, "hook");
+  fail_if(k, LLVMBuildIsNull(cg->b, hook, ""), fail_block(k, missing));
+  LLVMValueRef a[4] = {k->ctxp, cg_i32(cg, a1), cg_i32(cg, a2), bufs};
   LLVMValueRef rc = LLVMBuildCall2(cg->b, cg_extern_hook_type(cg), hook, a, 4, "rc");
-  /* the hook has set ctx->error with the reason */
-  LLVMBasicBlockRef failed = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "extern_failed");
-  LLVMBasicBlockRef ok = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "extern_ok");
+  LLVMBasicBlockRef failed = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "hook_failed");
+  LLVMBasicBlockRef ok = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "hook_ok");
   LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntNE, rc, cg_i32(cg, 0), ""), failed, ok);
   LLVMPositionBuilderAtEnd(cg->b, failed);
   LLVMBuildRet(cg->b, cg_i32(cg, 1));
   LLVMPositionBuilderAtEnd(cg->b, ok);
+}
+
+/* An extern: the runtime's hook (hpd_ctx.call_extern) makes the libffi call
+ * on the kernel's buffers, which hold whole f32 tensors (fusion folds only
+ * reshapes into a special kernel: mem_of sees through them). */
+static void special_extern(CgKern *k, const IrNode *n, int id) {
+  call_hook(k, n, id, CG_CTX_CALL_EXTERN, (int32_t)n->attr[0], n->op == IR_EXTERN_GRAD,
+            "no extern hook in hpd_ctx (a runtime without extern support)");
 }
 
 /* An op the runtime computes on the host (hpd_ctx.host_op): the mixture of
@@ -1080,32 +1087,15 @@ static void special_extern(CgKern *k, const IrNode *n, int id) {
  * The hook reads the node from the stage's IR; the buffers are whole tensors
  * (core/hostop.h). */
 static void special_host(CgKern *k, const IrNode *n, int id) {
-  CgCpu *cg = k->cg;
   for (int i = 0; i <= n->nin; i++) {
     const IrNode *x = i < n->nin ? nd(k, mem_of(k, n->in[i])) : n;
     if (x->dtype != DT_F32 && x->dtype != DT_I32) {
-      cg_fail(cg, "graph %s kernel k%d: %s on the host takes f32 and i32 tensors, not %s", k->g->name, k->kp, ir_op_name(n->op),
-              sem_dtype_name(x->dtype));
+      cg_fail(k->cg, "graph %s kernel k%d: %s on the host takes f32 and i32 tensors, not %s", k->g->name, k->kp,
+              ir_op_name(n->op), sem_dtype_name(x->dtype));
       return;
     }
   }
-  int nb = n->nin + 1;
-  LLVMValueRef bufs = LLVMBuildArrayAlloca(cg->b, cg->tp8, cg_i32(cg, nb), "bufs");
-  for (int i = 0; i < nb; i++) {
-    LLVMValueRef p = i < n->nin ? val_ptr(k, mem_of(k, n->in[i])) : val_ptr(k, id);
-    LLVMBuildStore(cg->b, LLVMBuildBitCast(cg->b, p, cg->tp8, ""), cg_gep(cg, cg->tp8, bufs, cg_i64(cg, i), ""));
-  }
-  LLVMValueRef hook = cg_ctx_field(cg, k->ctxp, CG_CTX_HOST_OP, "host_op");
-  LLVMBasicBlockRef none = fail_block(k, "no host-op hook in hpd_ctx (a runtime older than the artifact)");
-  fail_if(k, LLVMBuildIsNull(cg->b, hook, ""), none);
-  LLVMValueRef a[4] = {k->ctxp, cg_i32(cg, k->gi), cg_i32(cg, id), bufs};
-  LLVMValueRef rc = LLVMBuildCall2(cg->b, cg_extern_hook_type(cg), hook, a, 4, "rc");
-  LLVMBasicBlockRef failed = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "host_failed");
-  LLVMBasicBlockRef ok = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "host_ok");
-  LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntNE, rc, cg_i32(cg, 0), ""), failed, ok);
-  LLVMPositionBuilderAtEnd(cg->b, failed);
-  LLVMBuildRet(cg->b, cg_i32(cg, 1));
-  LLVMPositionBuilderAtEnd(cg->b, ok);
+  call_hook(k, n, id, CG_CTX_HOST_OP, k->gi, id, "no host-op hook in hpd_ctx (a runtime older than the artifact)");
 }
 
 static void kernel_special(CgKern *k) {

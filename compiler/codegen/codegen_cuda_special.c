@@ -38,6 +38,7 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "hostop.h"
 #include "codegen_cuda_int.h"
 
 /* Heads (rows of [B, H]) one rope thread rotates with the angle it computed. */
@@ -485,22 +486,15 @@ int cu_special(CuKern *k) {
           ir_op_name(n->op));
     k->t->nspecial++;
     return 0;
-  case IR_TOPK:
-  case IR_TAKE:
-  case IR_TAKE_BWD:
-  case IR_ONE_HOT:
-  case IR_MOE_DISPATCH:
-  case IR_MOE_COMBINE:
-  case IR_MOE_GATE_GRAD:
-  case IR_AUX_LOSS:
-  case IR_LOSS_SEED:
-    /* the router's and experts' ops (issue 13) run on the reference executor only so far */
-    cu_fail(k->t,
-            "graph %s kernel k%d: no CUDA kernel for %s yet (mixture of experts' ops - topk, take, one_hot, moe_dispatch, "
-            "moe_combine, aux_loss - run on the CPU reference executor only: --target cpu)",
-            k->fg->graph->name, k->kp, ir_op_name(n->op));
-    return -1;
   default:
+    if (hostop_supported(n->op)) {
+      /* the mixture of experts' ops (issue 13) run on the CPU target only so far */
+      cu_fail(k->t,
+              "graph %s kernel k%d: no CUDA kernel for %s yet (mixture of experts' ops - topk, take, one_hot, moe_dispatch, "
+              "moe_combine, aux_loss - run on the CPU target only: --target cpu)",
+              k->fg->graph->name, k->kp, ir_op_name(n->op));
+      return -1;
+    }
     cu_fail(k->t, "graph %s kernel k%d: no CUDA kernel for %s", k->fg->graph->name, k->kp, ir_op_name(n->op));
     return -1;
   }
