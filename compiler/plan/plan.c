@@ -956,6 +956,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
         double e = 1;
         for (int d = 0; d < part->params[q].rank; d++) e *= (double)part->params[q].dims[d];
         pp->layer_params += e;
+        if (part->params[q].split_axis >= 0 && part->params[q].split_group == IRG_EP) pp->layer_expert_params += e;
       }
   }
   if (back >= 0) {
@@ -1614,6 +1615,11 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   int64_t rdp = L.tp >= gpn ? 1 : (ndp < gpn / L.tp ? ndp : gpn / L.tp);
   if (rdp < 1) rdp = 1;
   CostLink dplink = cost_group_link(&c->cluster, (int)ndp, (int)rdp);
+  /* expert shards are reduced (and ZeRO-sharded) over the ranks holding the
+   * same experts: every ep-th data-parallel rank, tp x cp x ep apart */
+  int64_t nedp = L.ep > 1 ? ndp / L.ep : ndp, redp = L.tp * L.cp * L.ep >= gpn ? 1 : gpn / (L.tp * L.cp * L.ep);
+  if (redp > nedp) redp = nedp;
+  CostLink edplink = L.ep > 1 ? cost_group_link(&c->cluster, (int)nedp, (int)redp) : dplink;
   CostLink pplink = cost_group_link(&c->cluster, 2, inner * L.dp < gpn ? 2 : 1);
   int pp_n = (int)L.pp, v = (int)L.vpp;
   int64_t mmb = L.num_micro;
@@ -1706,25 +1712,35 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     int r = rep[ri];
     PlanStage *s = &st[r];
     double params_r = s->params;
-    double grad_bytes = params_r * grad_b;
+    /* its expert shards (sec. 11.3a), summed over nedp ranks; the rest over ndp */
+    double expert_r = L.ep > 1 ? (double)s->layers * pp->layer_expert_params : 0;
+    if (expert_r > params_r) expert_r = params_r;
+    double dense_r = params_r - expert_r;
+    double grad_bytes = params_r * grad_b, dense_gb = dense_r * grad_b, expert_gb = expert_r * grad_b;
     double fwd1 = s->fwd_s, bwd1 = s->bwd_s;
     double dp_s = 0, dp_exposed = 0, dp_sent = 0, ag_exposed = 0, z3_s = 0, z3_exposed = 0;
     if (ndp > 1) {
       if (L.zero <= 2) {
         double coll, t_last_bucket, bk = grad_bytes < PLAN_DP_BUCKET_BYTES ? grad_bytes : PLAN_DP_BUCKET_BYTES;
         if (L.zero == 0) {
-          coll = cost_allreduce_s(grad_bytes, (int)ndp, &dplink, COST_ALGO_AUTO);
-          dp_sent = cost_collective_bytes_sent(COST_ALLREDUCE, grad_bytes, (int)ndp,
-                                               cost_pick_algo(COST_ALLREDUCE, grad_bytes, (int)ndp, &dplink));
+          coll = cost_allreduce_s(dense_gb, (int)ndp, &dplink, COST_ALGO_AUTO) +
+                 cost_allreduce_s(expert_gb, (int)nedp, &edplink, COST_ALGO_AUTO);
+          dp_sent = cost_collective_bytes_sent(COST_ALLREDUCE, dense_gb, (int)ndp,
+                                               cost_pick_algo(COST_ALLREDUCE, dense_gb, (int)ndp, &dplink)) +
+                    cost_collective_bytes_sent(COST_ALLREDUCE, expert_gb, (int)nedp,
+                                               cost_pick_algo(COST_ALLREDUCE, expert_gb, (int)nedp, &edplink));
           t_last_bucket = cost_allreduce_s(bk, (int)ndp, &dplink, COST_ALGO_AUTO);
         } else {
           /* ZeRO 1/2: reduce-scatter the gradients, all-gather the updated
            * weights (the same volume as an all-reduce, ZeRO paper Sec. 7) */
-          coll = cost_reduce_scatter_s(grad_bytes, (int)ndp, &dplink, COST_ALGO_RING);
-          double wb = params_r * c->weight_bytes;
-          double ag = cost_allgather_s(wb, (int)ndp, &dplink, COST_ALGO_RING);
-          dp_sent = cost_collective_bytes_sent(COST_REDUCE_SCATTER, grad_bytes, (int)ndp, COST_ALGO_RING) +
-                    cost_collective_bytes_sent(COST_ALLGATHER, wb, (int)ndp, COST_ALGO_RING);
+          coll = cost_reduce_scatter_s(dense_gb, (int)ndp, &dplink, COST_ALGO_RING) +
+                 cost_reduce_scatter_s(expert_gb, (int)nedp, &edplink, COST_ALGO_RING);
+          double wb = dense_r * c->weight_bytes, wbe = expert_r * c->weight_bytes;
+          double ag = cost_allgather_s(wb, (int)ndp, &dplink, COST_ALGO_RING) + cost_allgather_s(wbe, (int)nedp, &edplink, COST_ALGO_RING);
+          dp_sent = cost_collective_bytes_sent(COST_REDUCE_SCATTER, dense_gb, (int)ndp, COST_ALGO_RING) +
+                    cost_collective_bytes_sent(COST_ALLGATHER, wb, (int)ndp, COST_ALGO_RING) +
+                    cost_collective_bytes_sent(COST_REDUCE_SCATTER, expert_gb, (int)nedp, COST_ALGO_RING) +
+                    cost_collective_bytes_sent(COST_ALLGATHER, wbe, (int)nedp, COST_ALGO_RING);
           t_last_bucket = cost_reduce_scatter_s(bk, (int)ndp, &dplink, COST_ALGO_RING);
           /* the gather of the weights can run under the next step's first forward */
           ag_exposed = L.overlap ? (ag > fwd1 ? ag - fwd1 : 0) : ag;
@@ -1779,11 +1795,15 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
       }
     }
     /* optimizer step over the local (ZeRO-partitioned) parameters */
-    double opt_params = L.zero >= 1 ? params_r / (double)ndp : params_r;
+    double opt_params = L.zero >= 1 ? dense_r / (double)ndp + expert_r / (double)nedp : params_r;
     double opt_s = hbm > 0 ? opt_params * opt_bpp / hbm : 0;
     /* memory */
     int sgd_m = tr->momentum > 0;
-    CostModelStates ms = cost_model_states((int64_t)params_r, (int)L.zero, (int)ndp, c->prec, ok, sgd_m);
+    CostModelStates ms = cost_model_states((int64_t)dense_r, (int)L.zero, (int)ndp, c->prec, ok, sgd_m);
+    if (expert_r > 0) { /* expert shards' states, sharded over their nedp ranks */
+      CostModelStates me = cost_model_states((int64_t)expert_r, (int)L.zero, (int)nedp, c->prec, ok, sgd_m);
+      ms.params += me.params, ms.grads += me.grads, ms.optimizer += me.optimizer, ms.total += me.total;
+    }
     double saved_max = 0, peak_max = 0;
     for (int64_t ci = r; ci < K; ci += pp_n) {
       const PlanChunk *ch = &kinds[ci];

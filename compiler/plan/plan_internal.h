@@ -67,6 +67,7 @@ typedef struct PlanParts {
   double lf_peak, lb_peak;
   double saved_reg[2], layer_saved;
   double params_reg[2], layer_params, shared_params;
+  double layer_expert_params; /* of layer_params: expert shards (split over ep), reduced over edp */
   double boundary_bytes;
   double peak_out[PLAN_NKINDS], peak_in[PLAN_NKINDS];
 } PlanParts;
