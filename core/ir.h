@@ -110,6 +110,10 @@ typedef struct {
   int64_t dp_dims[IR_MAX_RANK];
 } IrParam;
 
+/* An expert shard: a parameter split over the expert group (ZeRO and the
+ * gradient sum go over the ranks holding the same experts, IRG_EDP). */
+static inline int ir_param_is_expert(const IrParam *p) { return p->split_axis >= 0 && p->split_group == IRG_EP; }
+
 typedef struct {
   const char *name;
   DType dtype;

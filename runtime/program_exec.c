@@ -1119,17 +1119,11 @@ static int exec_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
   ctx->has_aux = 0;
   for (int i = 0; i < P->n; i++) {
     Exec *x = P->x[i];
+    /* the auxiliary losses the step's forwards ran: the reference executor's, or the host ops' */
     double aux = 0;
-    if (x->in && interp_take_aux(x->in, &aux)) {
-      ctx->aux_loss += aux / (double)nmicro;
-      ctx->has_aux = 1;
-    }
-    if (x->host.aux_seen) {
-      ctx->aux_loss += x->host.aux_sum / (double)nmicro;
-      ctx->has_aux = 1;
-      x->host.aux_sum = 0;
-      x->host.aux_seen = 0;
-    }
+    int seen = x->in && interp_take_aux(x->in, &aux);
+    if (x->host.aux_seen) aux += x->host.aux_sum, seen = 1, x->host.aux_sum = 0, x->host.aux_seen = 0;
+    if (seen) ctx->aux_loss += aux / (double)nmicro, ctx->has_aux = 1;
     if (rc == 0) chunk_add_grads(x);
     if (pf && i == P->n - 1) pf->span(pf->self, "gradients out", "program", pt, pnow(pf), -1, -1, -1, 0, 0);
     if (rc == 0) rc = comm_ring_finish(&x->ring, e);

@@ -134,6 +134,15 @@ static int agree(Run *R, int failed) {
 
 static int64_t round16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
+/* An expert shard: split over the expert group, so held alike by the
+ * expert-data-parallel members (its gradient sum and ZeRO slices go there). */
+static int is_expert(const TrainTensor *t) { return t->split.axis >= 0 && t->param->split_group == COMM_EP; }
+
+/* This rank's copy of t is the first among the data-parallel copies (counted
+ * once in norms): member 0 of the data-parallel group, or for an expert shard
+ * member 0 of the expert-data-parallel group that holds it. */
+static int dp_first(const Comm *c, const TrainTensor *t) { return is_expert(t) ? c->rank[COMM_EDP] == 0 : c->coords.dp == 0; }
+
 static int make_tensors(Run *R, RtErr *e) {
   const Artifact *a = R->a;
   Comm *c = R->c;
@@ -145,7 +154,6 @@ static int make_tensors(Run *R, RtErr *e) {
   if (!t) return rt_fail(e, "out of memory");
   R->ctx.tensors = t;
   R->ctx.ntensors = n;
-  int64_t len = 0;
   int k = 0;
   for (int i = 0; i < a->nparams; i++) {
     const ArtParam *p = &a->params[i];
@@ -165,13 +173,9 @@ static int make_tensors(Run *R, RtErr *e) {
        * replica 0, and by member 0 of any group it is replicated over. */
       int tp_ok = (split && p->split_group == COMM_TP) || c->coords.tp == 0;
       int cp_ok = (split && p->split_group == COMM_CP) || c->coords.cp == 0;
-      /* an expert shard is counted by the first data-parallel member holding it */
-      int dp_ok = split && p->split_group == COMM_EP ? c->rank[COMM_EDP] == 0 : c->coords.dp == 0;
-      x->in_norm = dp_ok && tp_ok && cp_ok;
-      len += round16(x->numel);
+      x->in_norm = dp_first(c, x) && tp_ok && cp_ok;
     }
   }
-  R->pool_len = len;
   int dp = c->size[COMM_DP], edp = c->size[COMM_EDP];
   R->offset = rt_calloc((size_t)(n ? n : 1), sizeof *R->offset);
   R->norm_rep = rt_calloc((size_t)(n ? n : 1), 1);
@@ -182,7 +186,6 @@ static int make_tensors(Run *R, RtErr *e) {
    * is padded to 16 x its group's members, so every slice stays 64-byte
    * aligned. */
   int two = R->zero > 0 && c->size[COMM_EP] > 1;
-
   int64_t off = 0, unit = 16 * (int64_t)dp, unit2 = 16 * (int64_t)(edp > 0 ? edp : 1);
   for (int pass = 0; pass < 2; pass++) {
     if (pass == 1) {
@@ -190,13 +193,12 @@ static int make_tensors(Run *R, RtErr *e) {
       R->expert_lo = off;
     }
     for (int i = 0; i < n; i++) {
-      int expert = t[i].split.axis >= 0 && t[i].param->split_group == COMM_EP;
-      if (expert != pass) continue;
+      if (is_expert(&t[i]) != pass) continue;
       R->offset[i] = off;
       off += round16(t[i].numel);
     }
   }
-  R->pool_len = len = off;
+  int64_t len = R->pool_len = off;
   if (two) {
     int64_t b = off - R->expert_lo;
     b = (b + unit2 - 1) / unit2 * unit2;
@@ -257,15 +259,6 @@ static int make_tensors(Run *R, RtErr *e) {
     t[i].v = R->pool[3] && R->zero == 0 ? R->pool[3] + off : NULL;
   }
   return 0;
-}
-
-/* Tensor i's copy on this rank is the first among the data-parallel copies
- * (counted once in norms): member 0 of the data-parallel group, or for an
- * expert shard member 0 of the expert-data-parallel group that holds it. */
-static int dp_first(const Run *R, int i) {
-  const TrainTensor *t = &R->ctx.tensors[i];
-  if (t->split.axis >= 0 && t->param->split_group == COMM_EP) return R->c->rank[COMM_EDP] == 0;
-  return R->c->coords.dp == 0;
 }
 
 /* ---- ZeRO: the owned range ---- */
@@ -485,7 +478,7 @@ static int64_t first_bad_gradient(Run *R, char *name, size_t n) {
   double key = -INFINITY; /* the smallest key found, negated (the reduction is a max) */
   for (int i = 0; i < R->ctx.ntensors; i++) {
     int64_t lo, hi;
-    if (!R->norm_rep[i] || !(R->zero > 0 || dp_first(R, i)) || !owned_part(R, i, &lo, &hi)) continue;
+    if (!R->norm_rep[i] || !(R->zero > 0 || dp_first(R->c, &R->ctx.tensors[i])) || !owned_part(R, i, &lo, &hi)) continue;
     const float *g = grad_at(R, lo);
     int64_t j = 0;
     while (j < hi - lo && isfinite(g[j])) j++;
@@ -503,7 +496,7 @@ static int64_t first_bad_gradient(Run *R, char *name, size_t n) {
     int64_t lo, hi;
     const TrainTensor *x = &R->ctx.tensors[i];
     if (x->param - R->a->params != pidx || x->layer != layer) continue;
-    if (!R->norm_rep[i] || !(R->zero > 0 || dp_first(R, i)) || !owned_part(R, i, &lo, &hi)) continue;
+    if (!R->norm_rep[i] || !(R->zero > 0 || dp_first(R->c, &R->ctx.tensors[i])) || !owned_part(R, i, &lo, &hi)) continue;
     const float *g = grad_at(R, lo);
     for (int64_t j = 0; j < hi - lo; j++) count += !isfinite(g[j]);
   }
@@ -885,7 +878,7 @@ static int setup(Run *R, RtErr *e) {
   R->count = rt_calloc((size_t)R->ctx.ntensors + 1, 1);
   if (!R->count) return rt_fail(e, "out of memory");
   /* at zero 0 every dp member holds every value: member 0 counts them */
-  for (int i = 0; i < R->ctx.ntensors; i++) R->count[i] = R->norm_rep[i] && dp_first(R, i);
+  for (int i = 0; i < R->ctx.ntensors; i++) R->count[i] = R->norm_rep[i] && dp_first(R->c, &R->ctx.tensors[i]);
   R->resident = (a->layout.dp == 1 || (R->zero == 0 && a->compression == COMM_COMPRESS_NONE)) && R->prog->resident && R->prog->grad_sumsq && R->prog->update &&
                 R->prog->state && R->prog->resident(R->self, &R->ctx);
   if (R->me == 0 && R->metrics == NULL && R->o->metrics) {
@@ -1217,7 +1210,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     } else
       for (int i = 0; i < R.ctx.ntensors; i++) {
         int64_t lo, hi;
-        if (R.norm_rep[i] && (R.zero > 0 || dp_first(&R, i)) && owned_part(&R, i, &lo, &hi))
+        if (R.norm_rep[i] && (R.zero > 0 || dp_first(R.c, &R.ctx.tensors[i])) && owned_part(&R, i, &lo, &hi))
           red[0] += optim_sumsq_mt(o->nthreads, grad_at(&R, lo), hi - lo);
       }
     if (comm_all_reduce(comm, COMM_WORLD, COMM_F64, COMM_SUM, red, 9, e) < 0) fatal(&R, "reducing the loss", e);

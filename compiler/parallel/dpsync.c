@@ -8,6 +8,11 @@
 
 int64_t dpsync_piece(int64_t n, int64_t dp) { return dp > 1 ? (n + dp - 1) / dp : n; }
 
+/* The data-parallel ranks a parameter's gradient is summed and ZeRO-sharded
+ * over: all dp, or for an expert shard the dp / ep holding the same experts. */
+static int64_t dp_members(const IrParam *p, int64_t dp, int64_t ep) { return ir_param_is_expert(p) && ep > 1 ? dp / ep : dp; }
+static IrGroup dp_group(const IrParam *p) { return ir_param_is_expert(p) ? IRG_EDP : IRG_DP; }
+
 static int64_t numel_of(int rank, const int64_t *dims) {
   int64_t n = 1;
   for (int i = 0; i < rank; i++) n *= dims[i];
@@ -19,15 +24,13 @@ static int64_t numel_of(int rank, const int64_t *dims) {
 static int gathered_param(IrGraph *g, const IrModule *d, const IrNode *n, const char **why) {
   int64_t index = n->attr[0];
   const IrParam *p = &d->params[index];
-  /* an expert shard is in pieces over the ranks holding it (edp) */
-  int expert = p->split_axis >= 0 && p->split_group == IRG_EP;
   int64_t s = p->dims[0], all = s * p->dp_shards, numel = numel_of(p->dp_rank, p->dp_dims);
   int x = ir_add(g, IR_PARAM, NULL, 0, &index, 1, 0, p->dtype, 1, &s, why);
   if (x < 0) return -1;
   g->nodes[x].span = n->span;
   /* partial-grad: each replica's gradient of the gathered tensor is its own
    * share of the sum, so the backward reduce-scatters (autodiff.c) */
-  int64_t ga[4] = {expert ? IRG_EDP : IRG_DP, 0, 0, 1};
+  int64_t ga[4] = {dp_group(p), 0, 0, 1}; /* an expert shard: its pieces are over edp */
   x = ir_add(g, IR_ALL_GATHER, &x, 1, ga, 4, 0, p->dtype, 1, &all, why);
   if (x >= 0 && all != numel) {
     int64_t sa[16] = {0};
@@ -49,7 +52,7 @@ IrModule *dpsync_shard_params(Arena *arena, Diag *diag, const IrModule *m, int64
   for (int i = 0; i < m->nparams; i++) {
     IrParam p = m->params[i];
     if (!p.dp_shards) {
-      int64_t members = p.split_axis >= 0 && p.split_group == IRG_EP && ep > 1 ? dp / ep : dp;
+      int64_t members = dp_members(&p, dp, ep);
       p.dp_shards = (int)members;
       p.dp_rank = p.rank;
       memcpy(p.dp_dims, p.dims, sizeof p.dp_dims);
@@ -141,9 +144,7 @@ DpSync *dpsync_build(const AdResult *ad, int64_t dp, int zero, int64_t ep, const
     s->first[k] = P->count > 1 ? a : 0;
     s->copies[k] = P->count > 1 ? b - a : 1;
     s->numel[k] = P->dp_shards ? numel_of(P->dp_rank, P->dp_dims) : numel_of(P->rank, P->dims);
-    int expert = P->split_axis >= 0 && P->split_group == IRG_EP;
-    int64_t members = expert && ep > 1 ? dp / ep : dp; /* an expert shard's: edp */
-    s->piece[k] = zero >= 2 ? dpsync_piece(s->numel[k], members) : s->numel[k];
+    s->piece[k] = zero >= 2 ? dpsync_piece(s->numel[k], dp_members(P, dp, ep)) : s->numel[k];
   }
   free(lo);
   free(hi);
@@ -173,11 +174,10 @@ DpSync *dpsync_build(const AdResult *ad, int64_t dp, int zero, int64_t ep, const
   for (int k = 0; k < s->nargs && !why; k++) {
     const IrParam *P = &m->params[s->param[k]];
     int rep = P->count > 1, x = k;
-    int expert = P->split_axis >= 0 && P->split_group == IRG_EP;
-    int64_t members = expert && ep > 1 ? dp / ep : dp;
+    int64_t members = dp_members(P, dp, ep);
     if (zero <= 1) {
       /* an expert's gradient is summed over the ranks holding that expert */
-      int64_t attr[4] = {expert ? IRG_EDP : IRG_DP, 0, 0, 0};
+      int64_t attr[4] = {dp_group(P), 0, 0, 0};
       x = ir_add(g, IR_ALL_REDUCE, &x, 1, attr, 4, 0, P->dtype, -1, NULL, &why);
     } else if (zero == 2) {
       /* [copies, numel] flat, padded to [copies, s*dp], scattered along the flat axis */
@@ -188,7 +188,7 @@ DpSync *dpsync_build(const AdResult *ad, int64_t dp, int zero, int64_t ep, const
         int64_t at[8] = {0};
         x = ir_add(g, IR_PAD, &x, 1, at, 8, 0, P->dtype, 1 + rep, padded + !rep, &why);
       }
-      int64_t attr[4] = {expert ? IRG_EDP : IRG_DP, rep, 0, 0};
+      int64_t attr[4] = {dp_group(P), rep, 0, 0};
       if (x >= 0) x = ir_add(g, IR_REDUCE_SCATTER, &x, 1, attr, 4, 0, P->dtype, 1 + rep, mine + !rep, &why);
     }
     /* zero 3: the backward's reduce-scatters summed the pieces already */

@@ -956,7 +956,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
         double e = 1;
         for (int d = 0; d < part->params[q].rank; d++) e *= (double)part->params[q].dims[d];
         pp->layer_params += e;
-        if (part->params[q].split_axis >= 0 && part->params[q].split_group == IRG_EP) pp->layer_expert_params += e;
+        if (ir_param_is_expert(&part->params[q])) pp->layer_expert_params += e;
       }
   }
   if (back >= 0) {

@@ -391,7 +391,7 @@ static void shard_copy(const IrParam *lp, int t, double *logical, double *local,
 
 /* Which shard of a split parameter rank R holds: its place in the group. */
 static int shard_index(const Rank *R, const IrParam *lp) {
-  return lp->split_axis >= 0 && lp->split_group == IRG_EP ? R->d % R->S->ep : R->t;
+  return ir_param_is_expert(lp) ? R->d % R->S->ep : R->t;
 }
 
 /* A parameter as the rank would hold it without ZeRO-3's pieces: its
@@ -436,7 +436,7 @@ static void load_weights(Rank *R, Interp *in, Interp *gi, const IrModule *global
         continue;
       }
       whole = realloc(whole, sizeof(double) * (size_t)numel);
-      int expert = lp->split_axis >= 0 && lp->split_group == IRG_EP;
+      int expert = ir_param_is_expert(lp);
       shard_copy(&v, shard_index(R, lp), logical, whole, 0);
       piece_copy(whole, numel, n, expert ? R->d / R->S->ep : R->d, local, 0);
     }
@@ -459,7 +459,7 @@ static const char *assemble_grads(Sim *S, const IrModule *global, SimResult *out
       const DpSync *s = R->sync[j];
       for (int k = 0; k < s->nargs && !err; k++) {
         const IrParam *lp = &s->m->params[s->param[k]];
-        int expert = lp->split_axis >= 0 && lp->split_group == IRG_EP;
+        int expert = ir_param_is_expert(lp);
         if ((lp->split_axis < 0 || expert) && R->t != 0) continue;
         int gpi = find_param(global, lp->name);
         const IrParam *gp = &global->params[gpi];
