@@ -91,13 +91,10 @@ static const char *all_to_all(const IrGraph *g, const IrNode *n, void **bufs, Ho
     return NULL;
   }
   if (!env->all_to_all) return failf(err, errlen, "all_to_all over %s: the runtime has no all-to-all", ir_group_name((IrGroup)grp));
-  IrNode piece = *x;
-  piece.dims[split] /= size;
-  int64_t P = NX / size;
   float *send = xalloc_calloc((size_t)NX, sizeof(float)), *recv = xalloc_calloc((size_t)NX, sizeof(float));
-  for (int k = 0; k < size; k++) interp_chunk_copy(&piece, split, 0, k, size, bufs[0], send + k * P, sizeof(float), 0);
-  int rc = env->all_to_all(env->comm, grp, send, P, recv);
-  for (int k = 0; k < size && rc == 0; k++) interp_chunk_copy(&piece, concat, 0, k, size, bufs[1], recv + k * P, sizeof(float), 1);
+  interp_a2a_pack(x, split, size, bufs[0], send, sizeof(float));
+  int rc = env->all_to_all(env->comm, grp, send, NX / size, recv);
+  if (rc == 0) interp_a2a_unpack(x, split, concat, size, recv, bufs[1], sizeof(float));
   free(send);
   free(recv);
   return rc ? failf(err, errlen, "all_to_all over %s failed", ir_group_name((IrGroup)grp)) : NULL;

@@ -566,6 +566,25 @@ void interp_chunk_copy(const IrNode *local_node, int64_t axis, int layout, int r
     }
 }
 
+/* ALL_TO_ALL's chunk of each member (ir_ops.h): x's dims with the split axis 1 / size */
+static IrNode a2a_piece(const IrNode *x, int64_t split, int size) {
+  IrNode piece = *x;
+  piece.dims[split] /= size;
+  return piece;
+}
+
+void interp_a2a_pack(const IrNode *x, int64_t split, int size, const void *in, void *send, size_t elem) {
+  IrNode piece = a2a_piece(x, split, size);
+  size_t bytes = (size_t)ir_numel(&piece) * elem;
+  for (int k = 0; k < size; k++) interp_chunk_copy(&piece, split, 0, k, size, (void *)in, (char *)send + (size_t)k * bytes, elem, 0);
+}
+
+void interp_a2a_unpack(const IrNode *x, int64_t split, int64_t concat, int size, const void *recv, void *out, size_t elem) {
+  IrNode piece = a2a_piece(x, split, size);
+  size_t bytes = (size_t)ir_numel(&piece) * elem;
+  for (int k = 0; k < size; k++) interp_chunk_copy(&piece, concat, 0, k, size, out, (char *)recv + (size_t)k * bytes, elem, 1);
+}
+
 static void chunk_copy(const IrNode *local_node, int64_t axis, int layout, int rank, int size, double *global,
                        double *local, int to_global) {
   interp_chunk_copy(local_node, axis, layout, rank, size, global, local, sizeof(double), to_global);
@@ -618,21 +637,20 @@ static const char *exec_collective(Run *r, const IrNode *n, const IrNode *x, con
       memcpy(out, X, sizeof(double) * (size_t)N);
       return NULL;
     }
-    IrNode piece = *x; /* one member's chunk */
-    piece.dims[split] /= size;
     int64_t P = NX / size;
     double *send = xalloc_calloc((size_t)NX, sizeof(double)), *recv = xalloc_calloc((size_t)NX, sizeof(double));
     if (in->comm.all_to_all) {
-      for (int k = 0; k < size; k++) chunk_copy(&piece, split, 0, k, size, (double *)X, send + k * P, 0);
+      interp_a2a_pack(x, split, size, X, send, sizeof(double));
       err = in->comm.all_to_all(in->comm.ctx, (IrGroup)g, send, P, recv);
     } else {
       /* every member's whole input, of which this member keeps its chunk of each */
+      IrNode piece = a2a_piece(x, split, size);
       double *all = xalloc_calloc((size_t)NX * (size_t)size, sizeof(double));
       err = in->comm.all_gather(in->comm.ctx, (IrGroup)g, X, NX, all);
       for (int k = 0; k < size && !err; k++) chunk_copy(&piece, split, 0, rank, size, all + k * NX, recv + k * P, 0);
       free(all);
     }
-    for (int k = 0; k < size && !err; k++) chunk_copy(&piece, concat, 0, k, size, out, recv + k * P, 1);
+    if (!err) interp_a2a_unpack(x, split, concat, size, recv, out, sizeof(double));
     free(send);
     free(recv);
     return err ? fail(in, "all_to_all over %s: %s", ir_group_name((IrGroup)g), err) : NULL;
