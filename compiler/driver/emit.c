@@ -15,12 +15,26 @@
 #include "sim.h"
 #include "spmd.h"
 
+SimLayout emit_declared_layout(const SemModel *m) {
+  const SemLayout *L = &m->layout;
+  SimLayout sl = {L->dp > 0 ? L->dp : 1, L->tp > 0 ? L->tp : 1, L->pp > 0 ? L->pp : 1, L->cp > 0 ? L->cp : 1,
+                  L->virtual_stages > 0 ? L->virtual_stages : 1, L->sp == 1,
+                  L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute, m->train.micro_batch, 1, 0, SCHED_1F1B, L->ep > 1 ? L->ep : 1};
+  return sl;
+}
+
+SpmdSpec emit_declared_spec(const SemModel *m) {
+  SimLayout sl = emit_declared_layout(m);
+  SpmdSpec spec = {sl.tp, sl.cp, sl.sp, m->seq_len, sl.ep};
+  return spec;
+}
+
 int emit_stash(Arena *arena, Diag *diag, const SemModel *model, const IrModule *global, FILE *out) {
-  const SemLayout *L = &model->layout;
-  SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, model->seq_len, L->ep > 0 ? L->ep : 1};
+  SimLayout sl = emit_declared_layout(model);
+  SpmdSpec spec = emit_declared_spec(model);
   IrModule *part = spmd_partition(arena, diag, global, &spec);
-  int64_t pp = L->pp > 0 ? L->pp : 1, v = L->virtual_stages > 0 ? L->virtual_stages : 1;
-  Recompute policy = L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute;
+  int64_t pp = sl.pp, v = sl.vpp;
+  Recompute policy = sl.recompute;
   const char *split_why = NULL;
   int64_t *split = part ? plan_chunk_layers(arena, model, model->train.micro_batch, spec.tp, spec.cp, spec.sp, policy, pp * v, &split_why) : NULL;
   if (part && !split) {
@@ -58,10 +72,7 @@ int emit_stash(Arena *arena, Diag *diag, const SemModel *model, const IrModule *
 static const char *source_path(void *diag, int file) { return diag_file_path(diag, file); }
 
 int emit_cuda(Arena *arena, Diag *diag, const char *path, const SemModel *m, int stage, FILE *out) {
-  const SemLayout *L = &m->layout;
-  SimLayout sl = {L->dp > 0 ? L->dp : 1, L->tp > 0 ? L->tp : 1, L->pp > 0 ? L->pp : 1, L->cp > 0 ? L->cp : 1,
-                  L->virtual_stages > 0 ? L->virtual_stages : 1, L->sp == 1,
-                  L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute, m->train.micro_batch, 1, 0, SCHED_1F1B, L->ep > 1 ? L->ep : 1};
+  SimLayout sl = emit_declared_layout(m);
   int64_t chunks = sl.pp * sl.vpp;
   if (stage >= chunks) {
     fprintf(stderr, "hpdlc: %s: --stage %d: the layout has %" PRId64 " pipeline stage%s (0..%" PRId64 ")\n", path, stage, chunks,

@@ -9,6 +9,16 @@
 #include "diag.h"
 #include "ir.h"
 #include "sema.h"
+#include "sim.h"
+#include "spmd.h"
+
+/* The layout the model declares, as the emit views build a rank's program:
+ * an auto or absent degree as 1, no recomputation when auto, the declared
+ * micro-batch, one micro-batch a step, no ZeRO, 1F1B. */
+SimLayout emit_declared_layout(const SemModel *model);
+
+/* Its partitioning of the global module (spmd.h). */
+SpmdSpec emit_declared_spec(const SemModel *model);
 
 /* `hpdlc emit stash`: the model partitioned by its layout, every pipeline
  * chunk differentiated, and each chunk's cut and stash printed. Returns an

@@ -508,12 +508,13 @@ static void print_summary(const char *path, const SemModel *m) {
  * it (zero 0-2 leave those as `emit spmd` and `emit grad` show them). */
 static int emit_dp(Arena *arena, Diag *diag, const char *path, const SemModel *m, const IrModule *ir, int status) {
   const SemLayout *L = &m->layout;
-  int64_t dp = L->dp > 0 ? L->dp : 1;
+  SimLayout sl = emit_declared_layout(m);
+  int64_t dp = sl.dp;
   int zero = L->zero > 0 ? (int)L->zero : 0;
-  SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, m->seq_len, L->ep > 0 ? L->ep : 1};
+  SpmdSpec spec = emit_declared_spec(m);
   IrModule *part = spmd_partition(arena, diag, ir, &spec);
-  int64_t chunks = (L->pp > 0 ? L->pp : 1) * (L->virtual_stages > 0 ? L->virtual_stages : 1);
-  Recompute policy = L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute;
+  int64_t chunks = sl.pp * sl.vpp;
+  Recompute policy = sl.recompute;
   const char *split_why = NULL;
   int64_t *split = part ? plan_chunk_layers(arena, m, m->train.micro_batch, spec.tp, spec.cp, spec.sp, policy, chunks, &split_why) : NULL;
   if (part && !split) {
@@ -526,12 +527,12 @@ static int emit_dp(Arena *arena, Diag *diag, const char *path, const SemModel *m
          zero, spec.tp, spec.cp, spec.sp ? "on" : "off", pr->nchunks, pr->nchunks == 1 ? "" : "s", sem_recompute_name(policy));
   for (int c = 0; c < pr->nchunks; c++) {
     IrModule *cm = pipe_chunk_module(arena, pr, c);
-    if (zero == 3 && !(cm = dpsync_shard_params(arena, diag, cm, dp, L->ep > 1 ? L->ep : 1))) return 3;
+    if (zero == 3 && !(cm = dpsync_shard_params(arena, diag, cm, dp, sl.ep))) return 3;
     printf("# chunk %d\n", c);
     if (zero == 3) ir_print(cm, stdout);
     const char *why = NULL;
     AdResult *ad = ad_build(cm, policy, &why);
-    DpSync *sync = ad ? dpsync_build(ad, dp, zero, L->ep > 1 ? L->ep : 1, &why) : NULL;
+    DpSync *sync = ad ? dpsync_build(ad, dp, zero, sl.ep, &why) : NULL;
     if (!sync) {
       fprintf(stderr, "hpdlc: %s: chunk %d: %s\n", path, c, why ? why : "?");
       return 1;
@@ -555,10 +556,7 @@ static int emit_dp(Arena *arena, Diag *diag, const char *path, const SemModel *m
 /* `emit memory`: the plan of the program pipeline chunk 0's ranks run, built
  * as the simulator builds it (memplan.h); returns the exit status. */
 static int emit_memory(Arena *arena, Diag *diag, const char *path, const SemModel *m, int status) {
-  const SemLayout *L = &m->layout;
-  SimLayout sl = {L->dp > 0 ? L->dp : 1, L->tp > 0 ? L->tp : 1, L->pp > 0 ? L->pp : 1, L->cp > 0 ? L->cp : 1,
-                  L->virtual_stages > 0 ? L->virtual_stages : 1, L->sp == 1,
-                  L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute, m->train.micro_batch, 1, 0, SCHED_1F1B, L->ep > 1 ? L->ep : 1};
+  SimLayout sl = emit_declared_layout(m);
   const char *why = NULL;
   SimRankProgram *rp = sim_rank_program(arena, diag, m, &sl, 0, &why);
   if (!rp) {
@@ -668,12 +666,12 @@ int main(int argc, char **argv) {
             int st = emit_stash(arena, diag, m, ir, stdout);
             if (st) status = st;
           } else if (!strcmp(cli.stage, "spmd")) {
-            const SemLayout *L = &m->layout;
-            SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, m->seq_len, L->ep > 0 ? L->ep : 1};
+            SimLayout sl = emit_declared_layout(m);
+            SpmdSpec spec = emit_declared_spec(m);
             IrModule *part = spmd_partition(arena, diag, ir, &spec);
-            int64_t chunks = (L->pp > 0 ? L->pp : 1) * (L->virtual_stages > 0 ? L->virtual_stages : 1);
+            int64_t chunks = sl.pp * sl.vpp;
             const char *split_why = NULL;
-            Recompute rcp = L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute;
+            Recompute rcp = sl.recompute;
             int64_t *split = part ? plan_chunk_layers(arena, m, m->train.micro_batch, spec.tp, spec.cp, spec.sp, rcp, chunks,
                                                       &split_why)
                                   : NULL;
