@@ -81,15 +81,19 @@ def data():
     return e2e_common.synthetic_data(ARGS.bin, ARGS.work)
 
 
+def hpdlrun_metrics(art, name, *flags):
+    """hpdlrun on the synthetic tokens with `flags`, its --metrics (WORK/name.jsonl, made afresh) read back."""
+    m = os.path.join(ARGS.work, name + ".jsonl")
+    if os.path.exists(m):
+        os.remove(m)
+    run([tool("hpdlrun"), art, "--data", data(), "--metrics", m, *flags])
+    return metrics(m)
+
+
 def train(tag, steps, *flags, source=None):
     art = work("art-" + tag)
     run([tool("hpdlc"), "compile", source or model(), *flags, "-o", art])
-    m = os.path.join(ARGS.work, tag + ".jsonl")
-    if os.path.exists(m):
-        os.remove(m)
-    run([tool("hpdlrun"), art, "--data", data(), "--steps", str(steps), "--metrics", m, "--progress", "plain",
-         "--checkpoint-dir", os.path.join(art, "ckpt")])
-    got = metrics(m)
+    got = hpdlrun_metrics(art, tag, "--steps", str(steps), "--progress", "plain", "--checkpoint-dir", os.path.join(art, "ckpt"))
     check(len(got) == steps, f"{tag}: {len(got)} steps recorded, not {steps}")
     for r in got:
         check(math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]), f"{tag}: step {r['step']} is not finite")
@@ -141,12 +145,8 @@ def case_native():
             print("skipped: the CPU back end (LLVM) is not built into this hpdlc")
             sys.exit(e2e_common.SKIP)
         check(p.returncode == 0, p.stderr)
-        m = os.path.join(ARGS.work, ex + ".jsonl")
-        if os.path.exists(m):
-            os.remove(m)
-        run([tool("hpdlrun"), art, "--data", data(), "--steps", str(STEPS), "--metrics", m, "--progress", "quiet",
-             "--checkpoint-dir", os.path.join(art, "ckpt")])
-        got[ex] = metrics(m)
+        got[ex] = hpdlrun_metrics(art, ex, "--steps", str(STEPS), "--progress", "quiet", "--checkpoint-dir",
+                                  os.path.join(art, "ckpt"))
     for step, tol in ((0, 1e-6), (STEPS - 1, 1e-5)):
         for key in ("loss", "aux_loss", "grad_norm"):
             a, b = got["native"][step][key], got["interp"][step][key]
@@ -203,12 +203,7 @@ def case_resume_ep():
          "--progress", "quiet"])
     one = work("art-resume-one")
     run([tool("hpdlc"), "compile", model(), "-o", one])
-    m = os.path.join(ARGS.work, "resumed.jsonl")
-    if os.path.exists(m):
-        os.remove(m)
-    run([tool("hpdlrun"), one, "--data", data(), "--steps", str(steps), "--resume", "--checkpoint-dir", ck, "--metrics", m,
-         "--progress", "quiet"])
-    got = metrics(m)
+    got = hpdlrun_metrics(one, "resumed", "--steps", str(steps), "--resume", "--checkpoint-dir", ck, "--progress", "quiet")
     check(got and got[-1]["step"] == steps, f"the resumed run ended at {got[-1]['step'] if got else None}, not {steps}")
     a, b = got[-1]["loss"], straight[-1]["loss"]
     print(f"resume_ep: step {steps} loss {a:.10f} after dp=4 ep=2 zero=3 -> dp=2 ep=2 zero=2 -> one rank, straight {b:.10f}")
@@ -222,12 +217,8 @@ def case_balance():
     for w in ("1.0", "0.001"):
         art = work("art-imbalanced-" + w)
         run([tool("hpdlc"), "compile", src, "-D", "aux_loss=" + w, "-o", art])
-        m = os.path.join(ARGS.work, "imbalanced-" + w + ".jsonl")
-        if os.path.exists(m):
-            os.remove(m)
-        run([tool("hpdlrun"), art, "--data", data(), "--metrics", m, "--progress", "quiet", "--checkpoint-dir",
-             os.path.join(art, "ckpt")])
-        got[w] = [r.get("aux_loss") for r in metrics(m)]
+        got[w] = [r.get("aux_loss") for r in hpdlrun_metrics(art, "imbalanced-" + w, "--progress", "quiet", "--checkpoint-dir",
+                                                             os.path.join(art, "ckpt"))]
         check(len(got[w]) == 30 and all(x is not None and math.isfinite(x) for x in got[w]),
               f"aux_loss {w}: not reported every step: {got[w][:3]}")
     a = got["1.0"]
