@@ -71,36 +71,24 @@ void init_fill_f32_range(float *out, int64_t first, int64_t n, const InitSpec *s
   for (int64_t k = 0; k < n; k++) out[k] = (float)next_value(s, &st);
 }
 
-int64_t init_shard_numel(int rank, const int64_t *dims, int axis, int parts) {
-  int64_t n = 1;
-  for (int i = 0; i < rank; i++) n *= dims[i];
-  return axis >= 0 && axis < rank && parts > 1 ? n / dims[axis] * (dims[axis] / parts) : n;
+typedef struct {
+  float *out;
+  const InitSpec *s;
+  uint64_t st0;
+} FillCtx;
+
+static void fill_run(void *ctx, int64_t local_at, int64_t logical_at, int64_t n) {
+  const FillCtx *f = ctx;
+  init_fill_f32_range(f->out + local_at, logical_at, n, f->s, f->st0);
 }
 
-void init_fill_f32_shard_part(float *out, int rank, const int64_t *dims, int axis, int parts, int index, const InitSpec *s,
+void init_fill_f32_shard_part(float *out, int rank, const int64_t *dims, const ShardSplit *split, const InitSpec *s,
                               uint64_t seed, const char *name, int64_t layer, int64_t from, int64_t to) {
-  int64_t inner = 1, len = 1;
-  if (axis >= 0 && axis < rank && parts > 1) {
-    for (int i = axis + 1; i < rank; i++) inner *= dims[i];
-    len = dims[axis];
-  } else {
-    for (int i = 0; i < rank; i++) inner *= dims[i];
-    parts = 1;
-    index = 0;
-  }
-  /* the shard holds, for each outer index a, the contiguous logical run
-   * [(a len + lo) inner, (a len + hi) inner) */
-  int64_t piece = len / parts, lo = piece * index, run = piece * inner;
-  if (run <= 0) return;
-  uint64_t st0 = init_hash_name(seed, name, layer);
-  for (int64_t j = from; j < to;) {
-    int64_t a = j / run, r = j % run, n = run - r < to - j ? run - r : to - j;
-    init_fill_f32_range(out + j, (a * len + lo) * inner + r, n, s, st0);
-    j += n;
-  }
+  FillCtx f = {out, s, init_hash_name(seed, name, layer)};
+  shard_runs(rank, dims, split, from, to, fill_run, &f);
 }
 
-void init_fill_f32_shard(float *out, int rank, const int64_t *dims, int axis, int parts, int index, const InitSpec *s,
+void init_fill_f32_shard(float *out, int rank, const int64_t *dims, const ShardSplit *split, const InitSpec *s,
                          uint64_t seed, const char *name, int64_t layer) {
-  init_fill_f32_shard_part(out, rank, dims, axis, parts, index, s, seed, name, layer, 0, init_shard_numel(rank, dims, axis, parts));
+  init_fill_f32_shard_part(out, rank, dims, split, s, seed, name, layer, 0, shard_numel(rank, dims, split));
 }

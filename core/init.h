@@ -14,6 +14,8 @@
 
 #include <stdint.h>
 
+#include "shard.h"
+
 /* The kinds of semtypes.h's InitKind, in its order. */
 typedef enum { INIT_K_ZEROS, INIT_K_ONES, INIT_K_CONSTANT, INIT_K_NORMAL, INIT_K_UNIFORM } InitKindRt;
 
@@ -34,11 +36,9 @@ double init_normal(uint64_t *state);
 /* The values of a whole logical tensor (numel values) as doubles. */
 void init_fill_f64(double *out, int64_t numel, const InitSpec *s, uint64_t seed, const char *name, int64_t layer);
 
-/* A shard of a logical tensor, in fp32 (each value rounded from the double
- * the reference computes): the logical shape `dims` (rank `rank`) split
- * along `axis` into `parts` equal pieces, piece `index`; axis -1 is the
- * whole tensor. */
-void init_fill_f32_shard(float *out, int rank, const int64_t *dims, int axis, int parts, int index, const InitSpec *s,
+/* A shard of a logical tensor (shard.h), in fp32, each value rounded from
+ * the double the reference computes. */
+void init_fill_f32_shard(float *out, int rank, const int64_t *dims, const ShardSplit *split, const InitSpec *s,
                          uint64_t seed, const char *name, int64_t layer);
 
 /* Values [first, first + n) of the logical stream whose generator starts
@@ -46,11 +46,9 @@ void init_fill_f32_shard(float *out, int rank, const int64_t *dims, int axis, in
  * from its start. */
 void init_fill_f32_range(float *out, int64_t first, int64_t n, const InitSpec *s, uint64_t st0);
 
-/* The values a shard holds (init_fill_f32_shard's), and the part
- * [from, to) of them, written to out[from..to): threads fill a shard
- * together, bit for bit as one. */
-int64_t init_shard_numel(int rank, const int64_t *dims, int axis, int parts);
-void init_fill_f32_shard_part(float *out, int rank, const int64_t *dims, int axis, int parts, int index, const InitSpec *s,
+/* The part [from, to) of a shard's values (shard_numel of them), written to
+ * out[from..to): threads fill a shard together, bit for bit as one. */
+void init_fill_f32_shard_part(float *out, int rank, const int64_t *dims, const ShardSplit *split, const InitSpec *s,
                               uint64_t seed, const char *name, int64_t layer, int64_t from, int64_t to);
 
 #endif

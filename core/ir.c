@@ -881,7 +881,9 @@ void ir_print(const IrModule *m, FILE *out) {
     if (p->split_axis >= 0) {
       fprintf(out, " (of [");
       for (int k = 0; k < rank; k++) fprintf(out, "%s%" PRId64, k ? ", " : "", p->full_dims[k]);
-      fprintf(out, "], axis %d over %s)", p->split_axis, ir_group_name(p->split_group));
+      fprintf(out, "], axis %d over %s", p->split_axis, ir_group_name(p->split_group));
+      if (p->split2_axis >= 0) fprintf(out, ", axis %d over %s", p->split2_axis, ir_group_name(p->split2_group));
+      fputc(')', out);
     }
     if (p->dp_shards) {
       fprintf(out, " zero3 (1/%d of [", p->dp_shards);

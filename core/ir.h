@@ -102,6 +102,11 @@ typedef struct {
   int64_t full_dims[IR_MAX_RANK];
   int split_axis;
   IrGroup split_group;
+  /* An expert shard under tensor parallelism is split twice: its experts
+   * over the expert group (split_*), and each expert's matrix along
+   * split2_axis over split2_group (the tensor group); -1: once only. */
+  int split2_axis;
+  IrGroup split2_group;
   /* ZeRO-3 (dpsync.h): the rank holds one of dp_shards pieces of the
    * flattened, zero-padded tensor of shape dp_dims (rank dp_rank) it would
    * hold otherwise, and dims is [piece]; dp_shards is 0 when it holds all. */

@@ -148,6 +148,8 @@ unsigned char *program_ir_encode(const ProgramChunk *c, size_t *len) {
     put_dims(&b, p->rank, p->full_dims);
     put_i32(&b, p->split_axis);
     put_u8(&b, (unsigned)p->split_group);
+    put_i32(&b, p->split2_axis);
+    put_u8(&b, (unsigned)p->split2_group);
   }
   put_u32(&b, (uint32_t)m->nexterns);
   for (int i = 0; i < m->nexterns; i++) put_extern(&b, &m->externs[i]);
@@ -501,6 +503,12 @@ ProgramChunk *program_ir_decode(Arena *arena, const unsigned char *buf, size_t l
     unsigned sg = get_u8(&r);
     if (!r.bad && (p.split_axis < -1 || p.split_axis >= (p.rank ? p.rank : 1) || sg >= IRG_COUNT)) rd_fail(&r, "a parameter's split is out of range");
     p.split_group = (IrGroup)sg;
+    p.split2_axis = get_i32(&r);
+    unsigned sg2 = get_u8(&r);
+    if (!r.bad && (p.split2_axis < -1 || p.split2_axis >= (p.rank ? p.rank : 1) || sg2 >= IRG_COUNT ||
+                   (p.split2_axis >= 0 && p.split_axis < 0)))
+      rd_fail(&r, "a parameter's second split is out of range");
+    p.split2_group = (IrGroup)sg2;
     p.span = span_none;
     ir_add_param(m, &p);
   }

@@ -92,6 +92,27 @@ int artifact_param_name(const ArtParam *p, int64_t layer, char *out, size_t n) {
   return (w < 0 || (size_t)w >= n) ? -1 : 0;
 }
 
+/* One split of a parameter: {"axis": a, "group": "tp" | "cp" | "ep"}. */
+static void read_split(Rd *r, const Artifact *a, const ArtParam *p, json_t *js, const char *sub, int *axis_out, CommGroup *group) {
+  int axis = -1;
+  get_int(r, js, sub, "axis", 0, &axis);
+  char *g = NULL;
+  get_str(r, js, sub, "group", &g);
+  if (g && !strcmp(g, "tp")) *group = COMM_TP;
+  else if (g && !strcmp(g, "cp")) *group = COMM_CP;
+  else if (g && !strcmp(g, "ep")) *group = COMM_EP;
+  else bad(r, sub, "group", "must be \"tp\", \"cp\" or \"ep\"");
+  rt_free(g);
+  if (axis < 0 || axis >= p->rank) bad(r, sub, "axis", "must name a dimension of the shape");
+  *axis_out = axis;
+  int parts = *group == COMM_TP ? a->layout.tp : *group == COMM_EP ? a->layout.ep : a->layout.cp;
+  if (!r->bad && parts > 0 && p->shape[axis] % parts) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "dimension %" PRId64 " does not divide over %s = %d", p->shape[axis], comm_group_name(*group), parts);
+    bad(r, sub, "axis", msg);
+  }
+}
+
 static void read_param(Rd *r, const json_t *j, int idx, ArtParam *p, const Artifact *a) {
   char where[64];
   snprintf(where, sizeof where, "params[%d]", idx);
@@ -153,30 +174,20 @@ static void read_param(Rd *r, const json_t *j, int idx, ArtParam *p, const Artif
     get_f64(r, ji, sub, "a", &p->init.a);
     get_f64(r, ji, sub, "b", &p->init.b);
   }
-  /* split */
-  p->split_axis = -1;
-  p->split_group = COMM_TP;
+  /* split, and an expert shard's second split ("then") */
+  p->split_axis = p->split2_axis = -1;
+  p->split_group = p->split2_group = COMM_TP;
   json_t *js = json_object_get(j, "split");
   if (js && !json_is_null(js)) {
     char sub[96];
     snprintf(sub, sizeof sub, "%s.split", where);
-    int axis = -1;
-    get_int(r, js, sub, "axis", 0, &axis);
-    char *g = NULL;
-    get_str(r, js, sub, "group", &g);
-    if (g && !strcmp(g, "tp")) p->split_group = COMM_TP;
-    else if (g && !strcmp(g, "cp")) p->split_group = COMM_CP;
-    else if (g && !strcmp(g, "ep")) p->split_group = COMM_EP;
-    else bad(r, sub, "group", "must be \"tp\", \"cp\" or \"ep\"");
-    rt_free(g);
-    if (axis < 0 || axis >= p->rank) bad(r, sub, "axis", "must name a dimension of the shape");
-    p->split_axis = axis;
-    int parts = p->split_group == COMM_TP ? a->layout.tp : p->split_group == COMM_EP ? a->layout.ep : a->layout.cp;
-    if (!r->bad && p->shape[axis] % parts) {
-      char msg[160];
-      snprintf(msg, sizeof msg, "dimension %" PRId64 " does not divide over %s = %d", p->shape[axis],
-               comm_group_name(p->split_group), parts);
-      bad(r, sub, "axis", msg);
+    read_split(r, a, p, js, sub, &p->split_axis, &p->split_group);
+    json_t *then = json_object_get(js, "then");
+    if (then && !json_is_null(then)) {
+      snprintf(sub, sizeof sub, "%s.split.then", where);
+      read_split(r, a, p, then, sub, &p->split2_axis, &p->split2_group);
+      if (!r->bad && (p->split2_axis == p->split_axis || p->split2_group == p->split_group))
+        bad(r, sub, "axis", "must split another axis over another group than the first split");
     }
   }
   /* stage: one number for every copy, or an array with one per copy */

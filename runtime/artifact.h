@@ -31,7 +31,9 @@ typedef struct {
   int64_t count;          /* copies, one per layer of a repeat; 1 otherwise */
   InitSpec init;
   int split_axis;         /* -1: every rank of the group holds all of it */
-  CommGroup split_group;  /* COMM_TP or COMM_CP */
+  CommGroup split_group;  /* COMM_TP, COMM_CP or COMM_EP */
+  int split2_axis;        /* an expert shard's block over the tensor group, or -1 (core/shard.h) */
+  CommGroup split2_group;
   int *stages;            /* count entries: the pipeline stage of each copy */
   int weight_decay;       /* 1: decayed (default: rank >= 2, as llm.c) */
 } ArtParam;

@@ -125,18 +125,4 @@ const json_t *ckpt_info(const Ckpt *c);     /* the manifest's "info", or NULL */
 const CkptFile *ckpt_file(const Ckpt *c);
 const char *ckpt_path(const Ckpt *c);       /* the tensor file */
 
-/* ---- resharding ---- */
-
-/* A piece of a logical tensor: split along `axis` into `parts` equal
- * contiguous pieces, piece `index` (axis -1: the whole tensor). This is the
- * partitioner's convention (compiler/parallel/spmd.c: local_param, sim.c: shard_copy). */
-typedef struct {
-  int axis, parts, index;
-} CkptSplit;
-
-/* The local shape; -1 with a message when the axis does not divide. */
-int ckpt_shard_dims(int rank, const int64_t *dims, CkptSplit s, int64_t *local, RtErr *e);
-void ckpt_shard_extract(const void *logical, int esize, int rank, const int64_t *dims, CkptSplit s, void *local);
-void ckpt_shard_insert(void *logical, int esize, int rank, const int64_t *dims, CkptSplit s, const void *local);
-
 #endif

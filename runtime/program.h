@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "artifact.h"
+#include "shard.h"
 #include "comm.h"
 #include "data.h"
 #include "optim.h"
@@ -25,7 +26,7 @@ typedef struct {
   int rank;
   int64_t shape[ART_MAX_RANK]; /* local */
   int64_t numel;
-  CkptSplit split;         /* where the shard lies in the logical tensor */
+  ShardSplit split;        /* where the shard lies in the logical tensor */
   float *data, *grad;
   float *m, *v;            /* AdamW moments; m is SGD's momentum; NULL when unused */
   int in_norm;             /* counted once in the global gradient norm */

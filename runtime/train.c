@@ -136,7 +136,35 @@ static int64_t round16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
 /* An expert shard: split over the expert group, so held alike by the
  * expert-data-parallel members (its gradient sum and ZeRO slices go there). */
-static int is_expert(const TrainTensor *t) { return t->split.axis >= 0 && t->param->split_group == COMM_EP; }
+static int is_expert(const TrainTensor *t) { return t->split.parts > 1 && t->param->split_group == COMM_EP; }
+
+/* How many pieces p is cut into on this layout along its first (second)
+ * split; 1 where it is not. */
+static int split_parts(const Comm *c, const ArtParam *p, int second) {
+  int axis = second ? p->split2_axis : p->split_axis;
+  CommGroup g = second ? p->split2_group : p->split_group;
+  return axis >= 0 && c->size[g] > 1 ? c->size[g] : 1;
+}
+
+/* Piece q of p's split_parts(0) x split_parts(1) pieces (row-major). */
+static ShardSplit piece_split(const Comm *c, const ArtParam *p, int q) {
+  int n1 = split_parts(c, p, 0), n2 = split_parts(c, p, 1);
+  ShardSplit s = shard_whole();
+  if (n1 > 1) s.axis = p->split_axis, s.parts = n1, s.index = q / n2;
+  if (n2 > 1) s.axis2 = p->split2_axis, s.parts2 = n2, s.index2 = q % n2;
+  return s;
+}
+
+/* The piece this rank holds. */
+static int my_piece(const Comm *c, const ArtParam *p) {
+  int n2 = split_parts(c, p, 1);
+  return (split_parts(c, p, 0) > 1 ? c->rank[p->split_group] : 0) * n2 + (n2 > 1 ? c->rank[p->split2_group] : 0);
+}
+
+/* Whether p is split over group g on this layout. */
+static int split_over(const Comm *c, const ArtParam *p, CommGroup g) {
+  return (split_parts(c, p, 0) > 1 && p->split_group == g) || (split_parts(c, p, 1) > 1 && p->split2_group == g);
+}
 
 /* This rank's copy of t is the first among the data-parallel copies (counted
  * once in norms): member 0 of the data-parallel group, or for an expert shard
@@ -164,15 +192,16 @@ static int make_tensors(Run *R, RtErr *e) {
       x->layer = l;
       if (artifact_param_name(p, l, x->name, sizeof x->name) < 0) return rt_fail(e, "parameter name too long: %s", p->name);
       x->rank = p->rank;
-      int split = p->split_axis >= 0 && c->size[p->split_group] > 1;
-      x->split = (CkptSplit){split ? p->split_axis : -1, split ? c->size[p->split_group] : 1, split ? c->rank[p->split_group] : 0};
-      if (ckpt_shard_dims(p->rank, p->shape, x->split, x->shape, e) < 0) return rt_err_prefix(e, "parameter %s", x->name);
+      x->split = piece_split(c, p, my_piece(c, p));
+      char why[160];
+      if (shard_dims(p->rank, p->shape, &x->split, x->shape, why, sizeof why) < 0)
+        return rt_fail(e, "parameter %s: %s", x->name, why);
       x->numel = 1;
       for (int d = 0; d < p->rank; d++) x->numel *= x->shape[d];
       /* Each logical value is counted once in the norm: by data-parallel
        * replica 0, and by member 0 of any group it is replicated over. */
-      int tp_ok = (split && p->split_group == COMM_TP) || c->coords.tp == 0;
-      int cp_ok = (split && p->split_group == COMM_CP) || c->coords.cp == 0;
+      int tp_ok = split_over(c, p, COMM_TP) || c->coords.tp == 0;
+      int cp_ok = split_over(c, p, COMM_CP) || c->coords.cp == 0;
       x->in_norm = dp_first(c, x) && tp_ok && cp_ok;
     }
   }
@@ -247,10 +276,9 @@ static int make_tensors(Run *R, RtErr *e) {
     return rt_fail(e, "out of memory for the parameters' slice (%" PRId64 " values)", owned);
   for (int i = 0; i < n; i++) {
     off = R->offset[i];
-    int split = t[i].split.axis >= 0;
     const ArtParam *p = t[i].param;
-    int tp_ok = (split && p->split_group == COMM_TP) || c->coords.tp == 0;
-    int cp_ok = (split && p->split_group == COMM_CP) || c->coords.cp == 0;
+    int tp_ok = split_over(c, p, COMM_TP) || c->coords.tp == 0;
+    int cp_ok = split_over(c, p, COMM_CP) || c->coords.cp == 0;
     R->norm_rep[i] = tp_ok && cp_ok; /* in_norm without its dp condition: under ZeRO each dp member counts its slice */
     t[i].data = R->pool[0] + off;
     t[i].grad = R->pool[1] + off;
@@ -352,8 +380,8 @@ typedef struct {
 static void init_part(void *ctx, int64_t lo, int64_t hi) {
   const InitJob *j = ctx;
   const ArtParam *p = j->x->param;
-  init_fill_f32_shard_part(j->x->data, p->rank, p->shape, j->x->split.axis, j->x->split.parts, j->x->split.index, &p->init,
-                           (uint64_t)j->R->seed, p->name, j->x->layer, lo, hi);
+  init_fill_f32_shard_part(j->x->data, p->rank, p->shape, &j->x->split, &p->init, (uint64_t)j->R->seed, p->name, j->x->layer,
+                           lo, hi);
 }
 
 /* The initial values on the rank's threads: the generator is counter-based
@@ -362,7 +390,7 @@ static void init_tensors(Run *R) {
   for (int i = 0; i < R->ctx.ntensors; i++) {
     TrainTensor *x = &R->ctx.tensors[i];
     const ArtParam *p = x->param;
-    int64_t n = init_shard_numel(p->rank, p->shape, x->split.axis, x->split.parts);
+    int64_t n = shard_numel(p->rank, p->shape, &x->split);
     InitJob job = {R, x};
     par_for(par_threads_for(R->o->nthreads, n), n, init_part, &job);
   }
@@ -417,10 +445,14 @@ static json_t *ckpt_info_json(Run *R, int64_t step) {
  * replica 0 of the copy's pipeline stage. */
 static int owner_of(const Run *R, const ArtParam *p, int64_t layer, int piece) {
   CommCoords k = {0, 0, p->stages[layer], 0};
-  if (p->split_axis >= 0 && R->c->size[p->split_group] > 1) {
-    if (p->split_group == COMM_TP) k.tp = piece;
-    else if (p->split_group == COMM_EP) k.dp = piece; /* expert-data-parallel member 0 of the block */
-    else k.cp = piece;
+  int n2 = split_parts(R->c, p, 1);
+  for (int second = 0; second < 2; second++) {
+    if (split_parts(R->c, p, second) <= 1) continue;
+    int at = second ? piece % n2 : piece / n2;
+    CommGroup g = second ? p->split2_group : p->split_group;
+    if (g == COMM_TP) k.tp = at;
+    else if (g == COMM_EP) k.dp = at; /* expert-data-parallel member 0 of the block */
+    else k.cp = at;
   }
   return comm_rank_of(&R->c->layout, k);
 }
@@ -533,7 +565,7 @@ static int save_checkpoint(Run *R, int64_t step, RtErr *e) {
     const ArtParam *p = &a->params[i];
     int64_t numel = artifact_param_numel(p);
     for (int64_t l = 0; l < p->count; l++) {
-      int parts = (p->split_axis >= 0 && c->size[p->split_group] > 1) ? c->size[p->split_group] : 1;
+      int parts = split_parts(c, p, 0) * split_parts(c, p, 1);
       float *logical[3] = {NULL, NULL, NULL};
       if (me == 0)
         for (int s = 0; s <= nstate; s++)
@@ -542,14 +574,12 @@ static int save_checkpoint(Run *R, int64_t step, RtErr *e) {
       for (int q = 0; q < parts; q++) {
         int owner = owner_of(R, p, l, q);
         if (owner != me && me != 0) continue;
-        CkptSplit sp = {parts > 1 ? p->split_axis : -1, parts, q};
-        int64_t local_dims[ART_MAX_RANK], ln = 1;
-        ckpt_shard_dims(p->rank, p->shape, sp, local_dims, NULL);
-        for (int d = 0; d < p->rank; d++) ln *= local_dims[d];
+        ShardSplit sp = piece_split(c, p, q);
+        int64_t ln = shard_numel(p->rank, p->shape, &sp);
         for (int s = 0; s <= nstate; s++) {
           if (owner == me) {
             const float *src = whole[s] + R->offset[mine - R->ctx.tensors];
-            if (me == 0) ckpt_shard_insert(logical[s], 4, p->rank, p->shape, sp, src);
+            if (me == 0) shard_insert(logical[s], 4, p->rank, p->shape, &sp, src);
             else if (comm_send(c, COMM_WORLD, COMM_F32, src, ln, 0, 100 + s, e) < 0) fatal(R, "sending a checkpoint shard", e);
           } else { /* rank 0 receives */
             if (ln > piece_cap) {
@@ -558,7 +588,7 @@ static int save_checkpoint(Run *R, int64_t step, RtErr *e) {
               if (!(piece = rt_alloc((size_t)ln * sizeof(float)))) fatal(R, "out of memory gathering a checkpoint", NULL);
             }
             if (comm_recv(c, COMM_WORLD, COMM_F32, piece, ln, owner, 100 + s, e) < 0) fatal(R, "receiving a checkpoint shard", e);
-            ckpt_shard_insert(logical[s], 4, p->rank, p->shape, sp, piece);
+            shard_insert(logical[s], 4, p->rank, p->shape, &sp, piece);
           }
         }
       }
@@ -737,7 +767,7 @@ static int resume(Run *R, RtErr *e, int *resumed) {
             fatal(R, "reading a checkpoint tensor that was checked a moment ago", NULL);
         }
         if (comm_broadcast(c, COMM_WORLD, COMM_F32, buf, numel, 0, e) < 0) fatal(R, "broadcasting a checkpoint tensor", e);
-        if (dst) ckpt_shard_extract(buf, 4, p->rank, p->shape, mine->split, dst);
+        if (dst) shard_extract(buf, 4, p->rank, p->shape, &mine->split, dst);
         int64_t lo, hi, ti = mine ? mine - R->ctx.tensors : 0;
         if (dst == shard && owned_part(R, (int)ti, &lo, &hi))
           memcpy(R->pool[1 + s] + state_index(R, lo), shard + (lo - R->offset[ti]), (size_t)(hi - lo) * sizeof(float));

@@ -763,10 +763,14 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
     }
     json_object_set_new(jp, "init", init);
     const IrParam *S = pp >= 0 ? &pr->m->params[pp] : NULL;
-    if (S && S->split_axis >= 0 && (S->split_group == IRG_TP || S->split_group == IRG_CP || S->split_group == IRG_EP))
-      json_object_set_new(jp, "split", json_pack("{s:i, s:s}", "axis", S->split_axis, "group", ir_group_name(S->split_group)));
-    else
+    if (S && S->split_axis >= 0 && (S->split_group == IRG_TP || S->split_group == IRG_CP || S->split_group == IRG_EP)) {
+      json_t *js = json_pack("{s:i, s:s}", "axis", S->split_axis, "group", ir_group_name(S->split_group));
+      if (S->split2_axis >= 0)
+        json_object_set_new(js, "then", json_pack("{s:i, s:s}", "axis", S->split2_axis, "group", ir_group_name(S->split2_group)));
+      json_object_set_new(jp, "split", js);
+    } else {
       json_object_set_new(jp, "split", json_null());
+    }
     json_t *stage = json_array();
     int same = 1;
     for (int64_t l = 0; l < copies; l++) {

@@ -151,7 +151,7 @@ static int param_node(Lower *L, Inv *v, const SemParam *p, const char *full) {
     ip.graph = v->graph_index;
     ip.count = v->count;
     ip.span = p->span;
-    ip.split_axis = -1; /* whole until partitioned */
+    ip.split_axis = ip.split2_axis = -1; /* whole until partitioned */
     int64_t numel = 1;
     for (int k = 0; k < ip.rank; k++) numel *= ip.dims[k]; /* <= 2^48: sema bounds it */
     if (v->count > 1 && numel > SEM_MAX_PARAM_ELEMENTS / v->count) {

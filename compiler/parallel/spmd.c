@@ -667,9 +667,10 @@ static Shd param_shd(const Part *P, const IrParam *p) {
   Shd s = shd_r();
   if (p->rank == 0) return s;
   if (p->shard == SHARD_EXPERT_COLUMN || p->shard == SHARD_EXPERT_ROW) {
-    /* the experts over expert parallelism; else each expert as a Linear */
+    /* the experts over expert parallelism, and each expert as a Linear over
+     * tensor parallelism (Megatron-Core's expert tensor parallelism = tp) */
     if (P->size[IRG_EP] > 1) s.axis[IRG_EP] = 0;
-    else s.axis[IRG_TP] = (int8_t)(p->shard == SHARD_EXPERT_COLUMN ? p->rank - 1 : p->rank - 2);
+    s.axis[IRG_TP] = (int8_t)(p->shard == SHARD_EXPERT_COLUMN ? p->rank - 1 : p->rank - 2);
     return s;
   }
   switch (p->shard) {
@@ -689,7 +690,7 @@ static int local_param(Part *P, int pi) {
   IrParam lp = *sp;
   Shd s = param_shd(P, sp);
   memcpy(lp.full_dims, sp->dims, sizeof lp.full_dims);
-  lp.split_axis = -1;
+  lp.split_axis = lp.split2_axis = -1;
   if (P->size[IRG_TP] > 1 && s.axis[IRG_TP] >= 0) {
     int a = s.axis[IRG_TP];
     int64_t tp = P->size[IRG_TP];
@@ -725,6 +726,10 @@ static int local_param(Part *P, int pi) {
       P->failed = 1;
     }
     lp.dims[0] /= ep;
+    if (lp.split_axis >= 0) { /* the experts first, then each expert's block */
+      lp.split2_axis = lp.split_axis;
+      lp.split2_group = lp.split_group;
+    }
     lp.split_axis = 0;
     lp.split_group = IRG_EP;
   }
@@ -874,7 +879,15 @@ static Val part_node(GPart *G, int i) {
      * gradient (a dot product with the partial y) is summed over the group. */
     Val y = ins[0];
     int partial = 0, split = 0;
-    for (int g = 0; g < IRG_COUNT; g++) partial |= y.shd.partial[g], split |= y.shd.axis[g] >= 0;
+    for (int g = 0; g < IRG_COUNT; g++) partial |= y.shd.partial[g];
+    if (n->op == IR_MOE_COMBINE && partial && P->size[IRG_EP] > 1 && y.shd.axis[IRG_EP] >= 0) {
+      /* Under expert parallelism the experts' slots go home first (the
+       * all-to-all is linear, so the pending sum survives it), and the sum
+       * is made after the combine, as without it. */
+      y.id = all_to_all(G, y.id, 0, y.shd.axis[IRG_EP], n->span);
+      y.shd.axis[IRG_EP] = -1;
+    }
+    for (int g = 0; g < IRG_COUNT; g++) split |= y.shd.axis[g] >= 0;
     if (partial && !split) {
       Shd whole = shd_r();
       unsigned mask = split_mask(&y.shd);

@@ -1770,10 +1770,16 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
         int n = (int)ndp;
         double nl = (double)s->layers;
         double lbytes = pp->layer_params * c->weight_bytes;
+        /* a layer's expert shards are pieces over the nedp ranks holding them */
+        double le = L.ep > 1 ? pp->layer_expert_params : 0;
+        if (le > pp->layer_params) le = pp->layer_params;
+        double lbytes_e = le * c->weight_bytes, lbytes_d = lbytes - lbytes_e;
         double obytes = (params_r - nl * pp->layer_params) * c->weight_bytes;
         if (obytes < 0) obytes = 0;
-        double ag_l = cost_allgather_s(lbytes, n, &dplink, COST_ALGO_RING);
-        double rs_l = cost_reduce_scatter_s(lbytes, n, &dplink, COST_ALGO_RING);
+        double ag_l = cost_allgather_s(lbytes_d, n, &dplink, COST_ALGO_RING) +
+                      cost_allgather_s(lbytes_e, (int)nedp, &edplink, COST_ALGO_RING);
+        double rs_l = cost_reduce_scatter_s(lbytes_d, n, &dplink, COST_ALGO_RING) +
+                      cost_reduce_scatter_s(lbytes_e, (int)nedp, &edplink, COST_ALGO_RING);
         double ag_o = cost_allgather_s(obytes, n, &dplink, COST_ALGO_RING);
         double rs_o = cost_reduce_scatter_s(obytes, n, &dplink, COST_ALGO_RING);
         double per_mb = nl * (2 * ag_l + rs_l) + 2 * ag_o + rs_o;
@@ -1782,9 +1788,11 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
           double xf = ag_l - pp->lf.t, xb = ag_l + rs_l - pp->lb.t;
           ex_mb = ag_o + rs_o + nl * ((xf > 0 ? xf : 0) + (xb > 0 ? xb : 0));
         }
-        double bytes_mb = nl * lbytes + obytes;
+        double bytes_mb = nl * lbytes_d + obytes, bytes_mb_e = nl * lbytes_e;
         dp_sent = (2 * cost_collective_bytes_sent(COST_ALLGATHER, bytes_mb, n, COST_ALGO_RING) +
-                   cost_collective_bytes_sent(COST_REDUCE_SCATTER, bytes_mb, n, COST_ALGO_RING)) *
+                   cost_collective_bytes_sent(COST_REDUCE_SCATTER, bytes_mb, n, COST_ALGO_RING) +
+                   2 * cost_collective_bytes_sent(COST_ALLGATHER, bytes_mb_e, (int)nedp, COST_ALGO_RING) +
+                   cost_collective_bytes_sent(COST_REDUCE_SCATTER, bytes_mb_e, (int)nedp, COST_ALGO_RING)) *
                   (double)mmb;
         z3_s = per_mb * (double)mmb;
         z3_exposed = ex_mb * (double)mmb;

@@ -17,6 +17,7 @@
 #include "pipeline.h"
 #include "plan.h"
 #include "schedule.h"
+#include "shard.h"
 #include "spmd.h"
 
 enum { SIM_TIMEOUT_S = 120 };
@@ -369,27 +370,20 @@ static int find_param(const IrModule *m, const char *name) {
   return -1;
 }
 
-/* Copies between a logical tensor and rank t's shard of it (contiguous split). */
-static void shard_copy(const IrParam *lp, int t, double *logical, double *local, int to_logical) {
-  if (lp->split_axis < 0) {
-    int64_t n = 1;
-    for (int i = 0; i < lp->rank; i++) n *= lp->dims[i];
-    if (to_logical) memcpy(logical, local, sizeof(double) * (size_t)n);
-    else memcpy(local, logical, sizeof(double) * (size_t)n);
-    return;
-  }
-  int a = lp->split_axis;
-  int64_t outer = 1, inner = 1, len = lp->dims[a], full = lp->full_dims[a];
-  for (int i = 0; i < a; i++) outer *= lp->dims[i];
-  for (int i = a + 1; i < lp->rank; i++) inner *= lp->dims[i];
-  for (int64_t o = 0; o < outer; o++) {
-    double *gl = logical + (o * full + (int64_t)t * len) * inner, *lo = local + o * len * inner;
-    if (to_logical) memcpy(gl, lo, sizeof(double) * (size_t)(len * inner));
-    else memcpy(lo, gl, sizeof(double) * (size_t)(len * inner));
-  }
+/* Copies between a logical tensor and the piece of it a rank holds: piece
+ * i1 along the first split, i2 along the second (core/shard.h). */
+static void shard_copy(const IrParam *lp, int i1, int i2, double *logical, double *local, int to_logical) {
+  ShardSplit s = shard_whole();
+  if (lp->split_axis >= 0)
+    s.axis = lp->split_axis, s.parts = (int)(lp->full_dims[lp->split_axis] / lp->dims[lp->split_axis]), s.index = i1;
+  if (lp->split2_axis >= 0)
+    s.axis2 = lp->split2_axis, s.parts2 = (int)(lp->full_dims[lp->split2_axis] / lp->dims[lp->split2_axis]), s.index2 = i2;
+  if (to_logical) shard_insert(logical, (int)sizeof(double), lp->rank, lp->full_dims, &s, local);
+  else shard_extract(logical, (int)sizeof(double), lp->rank, lp->full_dims, &s, local);
 }
 
-/* Which shard of a split parameter rank R holds: its place in the group. */
+/* Which shard of a split parameter rank R holds: its place in the group
+ * (and for an expert shard's second split, its tensor rank). */
 static int shard_index(const Rank *R, const IrParam *lp) {
   return ir_param_is_expert(lp) ? R->d % R->S->ep : R->t;
 }
@@ -432,12 +426,12 @@ static void load_weights(Rank *R, Interp *in, Interp *gi, const IrModule *global
       double *logical = interp_param(gi, gp, l, &n);
       double *local = interp_param(in, p, l, &n);
       if (!lp->dp_shards) {
-        shard_copy(lp, shard_index(R, lp), logical, local, 0);
+        shard_copy(lp, shard_index(R, lp), R->t, logical, local, 0);
         continue;
       }
       whole = realloc(whole, sizeof(double) * (size_t)numel);
       int expert = ir_param_is_expert(lp);
-      shard_copy(&v, shard_index(R, lp), logical, whole, 0);
+      shard_copy(&v, shard_index(R, lp), R->t, logical, whole, 0);
       piece_copy(whole, numel, n, expert ? R->d / R->S->ep : R->d, local, 0);
     }
   }
@@ -460,7 +454,8 @@ static const char *assemble_grads(Sim *S, const IrModule *global, SimResult *out
       for (int k = 0; k < s->nargs && !err; k++) {
         const IrParam *lp = &s->m->params[s->param[k]];
         int expert = ir_param_is_expert(lp);
-        if ((lp->split_axis < 0 || expert) && R->t != 0) continue;
+        /* each tensor rank's own piece, or rank 0's copy of a whole tensor or expert shard */
+        if (R->t != 0 && (lp->split_axis < 0 || (expert && lp->split2_axis < 0))) continue;
         int gpi = find_param(global, lp->name);
         const IrParam *gp = &global->params[gpi];
         IrParam v = tp_view(lp);
@@ -476,14 +471,14 @@ static const char *assemble_grads(Sim *S, const IrModule *global, SimResult *out
               for (int d = e; d < L->dp; d += S->ep)
                 piece_copy(local, ln, piece, d / S->ep,
                            S->ranks[rank_index(S, d, R->p, R->t, 0)].synced[j][k].data + l * piece, 1);
-              shard_copy(&v, e, tmp, local, 1);
+              shard_copy(&v, e, R->t, tmp, local, 1);
             }
           } else if (expert) {
             /* replica d holds expert shard d % ep; the replicas of a shard agree */
             for (int d = 0; d < L->dp && !err; d++) {
               const double *got = S->ranks[rank_index(S, d, R->p, R->t, 0)].synced[j][k].data + l * piece;
               const double *first = S->ranks[rank_index(S, d % S->ep, R->p, R->t, 0)].synced[j][k].data + l * piece;
-              if (d < S->ep) shard_copy(&v, d, tmp, (double *)got, 1);
+              if (d < S->ep) shard_copy(&v, d, R->t, tmp, (double *)got, 1);
               else if (memcmp(first, got, sizeof(double) * (size_t)ln))
                 err = "the replicas of an expert shard hold different gradients after dp.sync";
             }
@@ -495,7 +490,7 @@ static const char *assemble_grads(Sim *S, const IrModule *global, SimResult *out
               else if (memcmp(local, got, sizeof(double) * (size_t)ln))
                 err = "data-parallel replicas hold different gradients after dp.sync";
             }
-            shard_copy(&v, R->t, tmp, local, 1);
+            shard_copy(&v, R->t, R->t, tmp, local, 1);
           }
           double *dst = out->grads[gpi] + (s->first[k] + l) * n;
           for (int64_t q = 0; q < n; q++) dst[q] += tmp[q];

@@ -86,8 +86,9 @@ int main(int argc, char **argv) {
     Mo[p] = calloc(n, sizeof(float));
     Vo[p] = calloc(n, sizeof(float));
     InitSpec spec = {(InitKindRt)P->init.kind, P->init.a, P->init.b};
+    ShardSplit whole = shard_whole();
     for (int64_t l = 0; l < copies[p]; l++)
-      init_fill_f32_shard(W[p] + l * numel[p], P->rank, P->dims, -1, 1, 0, &spec, (uint64_t)a->seed, P->name, l);
+      init_fill_f32_shard(W[p] + l * numel[p], P->rank, P->dims, &whole, &spec, (uint64_t)a->seed, P->name, l);
     decay[p] = P->rank >= 2;
     for (int k = 0; k < a->nparams; k++)
       if (!strcmp(a->params[k].name, P->name)) decay[p] = a->params[k].weight_decay;

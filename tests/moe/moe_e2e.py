@@ -187,7 +187,7 @@ def case_every2():
 
 def case_resume_ep():
     """Stopped at step 3 at dp=4 ep=2 zero=3 (expert shards, their weights' and moments' slices gathered),
-    resumed at dp=2 ep=2 zero=2, then again on one rank."""
+    resumed at dp=2 tp=2 ep=2 zero=2 (each expert shard split again over the tensor group), then again on one rank."""
     e2e_common.need_mpi(ARGS.bin)
     steps = 6
     straight = train("one6", steps)
@@ -198,7 +198,7 @@ def case_resume_ep():
     run([tool("hpdlrun"), art, "--data", data(), "--steps", str(steps), "--stop-at", "3", "--checkpoint-dir", ck,
          "--progress", "quiet"])
     mid = work("art-resume-mid")
-    run([tool("hpdlc"), "compile", model(), "--dp", "2", "--ep", "2", "--zero", "2", "-o", mid])
+    run([tool("hpdlc"), "compile", model(), "--dp", "2", "--tp", "2", "--ep", "2", "--zero", "2", "-o", mid])
     run([tool("hpdlrun"), mid, "--data", data(), "--steps", str(steps), "--stop-at", "4", "--resume", "--checkpoint-dir", ck,
          "--progress", "quiet"])
     one = work("art-resume-one")
@@ -206,7 +206,7 @@ def case_resume_ep():
     got = hpdlrun_metrics(one, "resumed", "--steps", str(steps), "--resume", "--checkpoint-dir", ck, "--progress", "quiet")
     check(got and got[-1]["step"] == steps, f"the resumed run ended at {got[-1]['step'] if got else None}, not {steps}")
     a, b = got[-1]["loss"], straight[-1]["loss"]
-    print(f"resume_ep: step {steps} loss {a:.10f} after dp=4 ep=2 zero=3 -> dp=2 ep=2 zero=2 -> one rank, straight {b:.10f}")
+    print(f"resume_ep: step {steps} loss {a:.10f} after dp=4 ep=2 zero=3 -> dp=2 tp=2 ep=2 zero=2 -> one rank, straight {b:.10f}")
     check(abs(a - b) <= 1e-6 * abs(b), f"resumed loss {a} differs from the straight run's {b}")
 
 

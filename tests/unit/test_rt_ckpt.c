@@ -14,6 +14,7 @@
 #include "ckpt.h"
 #include "crc32c.h"
 #include "half.h"
+#include "shard.h"
 #include "test_util.h"
 
 static char tmpdir[256];
@@ -404,43 +405,64 @@ static void test_failed_and_killed_writers(void) {
 
 /* ---- resharding ---- */
 
+static ShardSplit once(int axis, int parts, int index) {
+  ShardSplit s = {axis, parts, index, -1, 1, 0};
+  return s;
+}
+
 static void test_resharding(void) {
   int64_t dims[2] = {4, 6};
   float logical[24], back[24], piece[24];
   for (int i = 0; i < 24; i++) logical[i] = (float)i;
-  RtErr e;
+  char why[160];
   int64_t local[2];
   /* axis 1 in 3: piece 1 holds columns 2, 3 of every row */
-  CkptSplit s = {1, 3, 1};
-  EXPECT(ckpt_shard_dims(2, dims, s, local, &e) == 0 && local[0] == 4 && local[1] == 2);
-  ckpt_shard_extract(logical, 4, 2, dims, s, piece);
+  ShardSplit s = once(1, 3, 1);
+  EXPECT(shard_dims(2, dims, &s, local, why, sizeof why) == 0 && local[0] == 4 && local[1] == 2);
+  shard_extract(logical, 4, 2, dims, &s, piece);
   float want[8] = {2, 3, 8, 9, 14, 15, 20, 21};
   EXPECT(!memcmp(piece, want, sizeof want));
   /* every axis, every split: the pieces put back give the tensor */
   for (int axis = 0; axis < 2; axis++)
     for (int parts = 1; parts <= 6; parts++) {
       if (dims[axis] % parts) {
-        EXPECT(ckpt_shard_dims(2, dims, (CkptSplit){axis, parts, 0}, local, &e) < 0);
-        EXPECT_ERR(e.msg, "does not divide");
+        ShardSplit q = once(axis, parts, 0);
+        EXPECT(shard_dims(2, dims, &q, local, why, sizeof why) < 0);
+        EXPECT_ERR(why, "does not divide");
         continue;
       }
       memset(back, 0, sizeof back);
       for (int r = 0; r < parts; r++) {
-        CkptSplit q = {axis, parts, r};
-        ckpt_shard_extract(logical, 4, 2, dims, q, piece);
-        ckpt_shard_insert(back, 4, 2, dims, q, piece);
+        ShardSplit q = once(axis, parts, r);
+        shard_extract(logical, 4, 2, dims, &q, piece);
+        shard_insert(back, 4, 2, dims, &q, piece);
       }
       EXPECT(!memcmp(back, logical, sizeof logical));
     }
   /* saved at tp = 2 (axis 0), resumed at tp = 3 (axis 1): through the logical tensor */
   float a0[12], a1[12], full[24], b2[8];
-  ckpt_shard_extract(logical, 4, 2, dims, (CkptSplit){0, 2, 0}, a0);
-  ckpt_shard_extract(logical, 4, 2, dims, (CkptSplit){0, 2, 1}, a1);
-  ckpt_shard_insert(full, 4, 2, dims, (CkptSplit){0, 2, 0}, a0);
-  ckpt_shard_insert(full, 4, 2, dims, (CkptSplit){0, 2, 1}, a1);
-  ckpt_shard_extract(full, 4, 2, dims, (CkptSplit){1, 3, 2}, b2);
+  ShardSplit s0 = once(0, 2, 0), s1 = once(0, 2, 1), s2 = once(1, 3, 2);
+  shard_extract(logical, 4, 2, dims, &s0, a0);
+  shard_extract(logical, 4, 2, dims, &s1, a1);
+  shard_insert(full, 4, 2, dims, &s0, a0);
+  shard_insert(full, 4, 2, dims, &s1, a1);
+  shard_extract(full, 4, 2, dims, &s2, b2);
   float want2[8] = {4, 5, 10, 11, 16, 17, 22, 23};
   EXPECT(!memcmp(b2, want2, sizeof want2));
+  /* twice: rows in 2 (the experts over ep), then columns in 3 (each
+   * expert's block over tp): piece (1, 2) holds rows 2-3, columns 4-5 */
+  ShardSplit t = {0, 2, 1, 1, 3, 2};
+  EXPECT(shard_dims(2, dims, &t, local, why, sizeof why) == 0 && local[0] == 2 && local[1] == 2);
+  shard_extract(logical, 4, 2, dims, &t, piece);
+  float want3[4] = {16, 17, 22, 23};
+  EXPECT(!memcmp(piece, want3, sizeof want3));
+  memset(back, 0, sizeof back);
+  for (int r = 0; r < 6; r++) {
+    ShardSplit q = {0, 2, r / 3, 1, 3, r % 3};
+    shard_extract(logical, 4, 2, dims, &q, piece);
+    shard_insert(back, 4, 2, dims, &q, piece);
+  }
+  EXPECT(!memcmp(back, logical, sizeof logical));
 }
 
 int main(void) {

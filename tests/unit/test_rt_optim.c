@@ -186,7 +186,7 @@ static void test_init_matches_interp_params(void) {
     memcpy(p.full_dims, specs[i].dims, sizeof specs[i].dims);
     p.init = specs[i].init;
     p.count = specs[i].count;
-    p.split_axis = -1;
+    p.split_axis = p.split2_axis = -1;
     ir_add_param(m, &p);
   }
   Interp *in = interp_new(m);
@@ -202,7 +202,8 @@ static void test_init_matches_interp_params(void) {
       float *full = malloc(sizeof(float) * (size_t)n), *piece = malloc(sizeof(float) * (size_t)n);
       init_fill_f64(mine, n, &s, seed, specs[i].name, l);
       EXPECT(memcmp(mine, ref, sizeof(double) * (size_t)n) == 0); /* bit for bit */
-      init_fill_f32_shard(full, specs[i].rank, specs[i].dims, -1, 1, 0, &s, seed, specs[i].name, l);
+      ShardSplit whole = shard_whole();
+      init_fill_f32_shard(full, specs[i].rank, specs[i].dims, &whole, &s, seed, specs[i].name, l);
       for (int64_t k = 0; k < n; k++) EXPECT(full[k] == (float)ref[k]);
       /* Every split of every axis gives the pieces of the same tensor. */
       for (int axis = 0; axis < specs[i].rank; axis++)
@@ -213,7 +214,8 @@ static void test_init_matches_interp_params(void) {
           for (int d = 0; d < axis; d++) outer *= specs[i].dims[d];
           for (int d = axis + 1; d < specs[i].rank; d++) inner *= specs[i].dims[d];
           for (int r = 0; r < parts; r++) {
-            init_fill_f32_shard(piece, specs[i].rank, specs[i].dims, axis, parts, r, &s, seed, specs[i].name, l);
+            ShardSplit one = {axis, parts, r, -1, 1, 0};
+            init_fill_f32_shard(piece, specs[i].rank, specs[i].dims, &one, &s, seed, specs[i].name, l);
             int64_t pl = len / parts, k = 0;
             for (int64_t o = 0; o < outer; o++)
               for (int64_t a = r * pl; a < (r + 1) * pl; a++)
