@@ -100,6 +100,12 @@ static const char *all_to_all(const IrGraph *g, const IrNode *n, void **bufs, Ho
   return rc ? failf(err, errlen, "all_to_all over %s failed", ir_group_name((IrGroup)grp)) : NULL;
 }
 
+int hostop_aux_counted(const IrGraph *g, int node) {
+  size_t ln = g->name ? strlen(g->name) : 0;
+  int backward = g->fb_split > 0 ? node >= g->fb_split : (ln >= 5 && !strcmp(g->name + ln - 5, ".grad"));
+  return !backward;
+}
+
 const char *hostop_run(const IrGraph *g, int node, void **bufs, HostOpEnv *env, char *err, size_t errlen) {
   const IrNode *n = &g->nodes[node];
   const IrNode *x = n->nin > 0 ? &g->nodes[n->in[0]] : NULL;
@@ -142,10 +148,7 @@ const char *hostop_run(const IrGraph *g, int node, void **bufs, HostOpEnv *env, 
   case IR_MOE_COMBINE:
   case IR_MOE_GATE_GRAD: return moe(g, n, bufs, err, errlen);
   case IR_AUX_LOSS: {
-    /* counted in a forward: a step graph's forward part, or a graph that is not a backward */
-    size_t ln = g->name ? strlen(g->name) : 0;
-    int backward = g->fb_split > 0 ? node >= g->fb_split : (ln >= 5 && !strcmp(g->name + ln - 5, ".grad"));
-    if (!backward) {
+    if (hostop_aux_counted(g, node)) {
       env->aux_sum += n->fattr * ((const float *)bufs[1])[0];
       env->aux_seen = 1;
     }

@@ -22,6 +22,11 @@ typedef struct {
   int size[IRG_COUNT]; /* group sizes */
 } HostOpEnv;
 
+/* Whether AUX_LOSS node `node` of g counts its loss: in a forward (a step
+ * graph's forward part, or a graph that is not a backward), not in the
+ * recomputation a backward runs. */
+int hostop_aux_counted(const IrGraph *g, int node);
+
 /* Whether op runs on the host. */
 int hostop_supported(IrOp op);
 

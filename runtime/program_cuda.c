@@ -84,6 +84,14 @@ static int hc_all_reduce(void *ctx, int group, int op, float *buf, int64_t n, ch
   return -1;
 }
 
+static int hc_all_to_all(void *ctx, int group, const float *in, int64_t n, float *out, char *err, size_t errlen) {
+  CudaProg *P = ctx;
+  Comm *c = P->comm;
+  if (c->ops->all_to_all(c, comm_group_of_ir(group), COMM_F32, in, n, out, &P->cerr) == 0) return 0;
+  snprintf(err, errlen, "%s", P->cerr.msg);
+  return -1;
+}
+
 static int hc_all_gather(void *ctx, int group, const float *in, int64_t n, float *out, char *err, size_t errlen) {
   CudaProg *P = ctx;
   Comm *c = P->comm;
@@ -248,6 +256,8 @@ static int load_kernels(CudaProg *P, const char *path, RtErr *e) {
       K->inputs = ints(json_object_get(jk, "inputs"), &K->ninputs);
       K->outputs = ints(json_object_get(jk, "outputs"), &K->noutputs);
       K->nodes = ints(json_object_get(jk, "nodes"), &K->nnodes);
+      json_t *aux = json_object_get(jk, "aux_node");
+      K->aux_node = json_is_integer(aux) ? (int)json_integer_value(aux) : -1;
       K->launches = calloc(8, sizeof(DevxLaunch));
       const IrGraph *ig = m->graphs[g];
       for (int i = 0; i < K->ninputs + K->noutputs; i++) {
@@ -257,6 +267,8 @@ static int load_kernels(CudaProg *P, const char *path, RtErr *e) {
       for (int i = 0; i < K->nnodes && !rc; i++)
         if (K->nodes[i] < 0 || K->nodes[i] >= ig->nnodes) rc = fail(e, "%s: graph %d kernel %d: node out of range", path, g, k);
       if (K->kind != DEVX_RUN && K->nnodes < 1) rc = fail(e, "%s: graph %d kernel %d: no nodes", path, g, k);
+      if (!rc && aux && (K->aux_node < 0 || K->aux_node >= ig->nnodes || ig->nodes[K->aux_node].op != IR_AUX_LOSS))
+        rc = fail(e, "%s: graph %d kernel %d: aux_node is not an aux_loss of the graph", path, g, k);
     }
   }
   for (size_t i = 0; i < json_array_size(ls) && !rc; i++) {
@@ -468,6 +480,7 @@ static void *cuda_create(TrainCtx *ctx, RtErr *e) {
   dc.ctx = P;
   dc.all_reduce = hc_all_reduce;
   dc.all_gather = hc_all_gather;
+  dc.all_to_all = hc_all_to_all;
   dc.send = hc_send;
   dc.recv = hc_recv;
   devx_set_comm(P->x, &dc);
@@ -655,7 +668,8 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
     P->t_params += t1 - t0;
     t0 = t1;
   }
-  double total = 0;
+  double total = 0, aux = 0;
+  devx_take_aux(P->x, &aux); /* nothing from before this step */
   if (P->pp > 1) {
     if (run_pipeline(P, ctx, micro, nmicro, &total, e)) return -1;
     if (P->timing) {
@@ -691,15 +705,19 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
     for (int64_t k = 0; k < c->numel; k++) c->t->grad[k] += P->host[k];
   }
   if (P->pp > 1 && tie(P, 1, e)) return prefix(e, "the tied parameters' gradients");
-  /* resident on dp > 1 members: the gradients' sum over dp through the
-   * loop's gradient pool (the tensors' grad, idle in this mode) in host
-   * memory, until NCCL reduces the device's buffers */
+  /* resident on dp > 1 members: the gradients' sum over dp (an expert
+   * shard's over the ranks holding its experts, edp) through the loop's
+   * gradient pool (the tensors' grad, idle in this mode) in host memory,
+   * until NCCL reduces the device's buffers */
   if (P->resident && ctx->comm->size[COMM_DP] > 1) {
     for (int i = 0; i < P->nuses; i++) {
       const CudaUse *c = &P->uses[i];
       if (!c->t) continue; /* a mirror's gradient went to its owner */
+      const ArtParam *ap = c->t->param;
+      CommGroup over = ap->split_axis >= 0 && ap->split_group == COMM_EP && ctx->comm->size[COMM_EP] > 1 ? COMM_EDP : COMM_DP;
+      if (ctx->comm->size[over] <= 1) continue;
       if (devx_get_grad_copy(P->x, c->param, c->layer, c->t->grad)) return fail(e, "%s", devx_error(P->x));
-      if (ctx->comm->ops->all_reduce(ctx->comm, COMM_DP, COMM_F32, COMM_SUM, c->t->grad, c->numel, e) < 0) return -1;
+      if (ctx->comm->ops->all_reduce(ctx->comm, over, COMM_F32, COMM_SUM, c->t->grad, c->numel, e) < 0) return -1;
       if (devx_set_grad_copy(P->x, c->param, c->layer, c->t->grad)) return fail(e, "%s", devx_error(P->x));
     }
   }
@@ -709,6 +727,9 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
   }
   *has_loss = P->pp == 1 || P->stage == P->pp - 1;
   *loss = total / (double)nmicro;
+  /* the auxiliary losses the step's forwards ran (as the CPU program's) */
+  ctx->has_aux = devx_take_aux(P->x, &aux);
+  ctx->aux_loss = ctx->has_aux ? aux / (double)nmicro : 0;
   return 0;
 }
 

@@ -41,7 +41,8 @@ if(Python3_Interpreter_FOUND)
   set(HPDL_NVRTC_CASES
       "gpt2-tiny:one:" "gpt2-tiny:tp2:--tp,2" "gpt2-tiny:tp2_cp2:--tp,2,--cp,2" "gpt2-tiny:pp2:--pp,2"
       "gpt2:one:" "llama:one:" "gpt:one:"
-      "llama:cp2:--cp,2,--dp,auto" "gpt:tp2:--tp,2,--dp,auto" "gpt:cp2:--cp,2,--dp,auto")
+      "llama:cp2:--cp,2,--dp,auto" "gpt:tp2:--tp,2,--dp,auto" "gpt:cp2:--cp,2,--dp,auto"
+      "moe-tiny:one:" "moe-tiny:dp2_tp2_ep2:--dp,2,--tp,2,--ep,2")
   foreach(case IN LISTS HPDL_NVRTC_CASES)
     string(REPLACE ":" ";" parts "${case}")
     list(GET parts 0 sample)
@@ -79,6 +80,11 @@ add_test(NAME cuda.emu.step.llama
          COMMAND test_codegen_cuda --step llama.hpd -D layers=2 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=64 -D seq=16 -D vocab=64
                  -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.sequence=off)
 set_tests_properties(cuda.emu.step.gpt2-tiny cuda.emu.step.llama PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
+# The mixture of experts (samples/moe-tiny.hpd: top-2 routing, capacity,
+# the load-balancing loss and its seed): every kernel alone, and the step.
+add_test(NAME cuda.emu.moe-tiny COMMAND test_codegen_cuda moe-tiny.hpd)
+add_test(NAME cuda.emu.step.moe-tiny COMMAND test_codegen_cuda --step moe-tiny.hpd)
+set_tests_properties(cuda.emu.moe-tiny cuda.emu.step.moe-tiny PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS "cuda;moe")
 
 # The Megatron-style GPT family at a tiny size (untied LM head, learned
 # positions): every kernel alone, and the whole step.
@@ -116,8 +122,11 @@ add_test(NAME cuda.gpu.step.llama
          COMMAND test_device --device cuda --step llama.hpd -D layers=2 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=64 -D seq=16 -D vocab=64
                  -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.sequence=off)
 add_test(NAME cuda.gpu.step.gpt COMMAND test_device --device cuda --step ${HPDL_CUDA_GPT_ARGS})
+add_test(NAME cuda.dev.emulate.step.moe-tiny COMMAND test_device --device emulate --step moe-tiny.hpd)
+add_test(NAME cuda.gpu.step.moe-tiny COMMAND test_device --device cuda --step moe-tiny.hpd)
 set_tests_properties(cuda.dev.emulate.step.gpt2-tiny cuda.dev.emulate.step.llama cuda.dev.emulate.kernels.gpt2-tiny
                      cuda.gpu.kernels.gpt2-tiny cuda.gpu.step.gpt2-tiny cuda.gpu.step.llama cuda.gpu.step.gpt
+                     cuda.dev.emulate.step.moe-tiny cuda.gpu.step.moe-tiny
                      PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
 
 #   cuda.run.<device>.gpt2-tiny  hpdlrun on a --target cuda artifact (one
@@ -236,5 +245,31 @@ if(Python3_Interpreter_FOUND)
     set_tests_properties(cuda.layout.${dev}.sgd cuda.layout.${dev}.resume_host cuda.layout.${dev}.resume_pp2 cuda.layout.${dev}.to_cpu
                          cuda.layout.${dev}.from_cpu PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "${labels}"
                          ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
+    # The mixture of experts on the device: the routing kernels, the expert
+    # all-to-all (host memory), the experts' gradients summed over edp, the
+    # auxiliary loss reported (--metrics aux_loss, compared too): one rank,
+    # dp 2 x ep 2 (parameters resident), dp 2 x tp 2 x ep 2 (each expert
+    # split again over tp), dp 2 x pp 2 x ep 2 (1F1B), dp 2 x ep 2 at ZeRO 1.
+    foreach(entry "1rank|" "dp2_ep2|--dp 2 --ep 2" "dp2_tp2_ep2|--dp 2 --tp 2 --ep 2"
+                  "dp2_pp2_ep2|--dp 2 --pp 2 --ep 2 --micro-batch 1" "dp2_ep2_zero1|--dp 2 --ep 2 --zero 1")
+      string(REPLACE "|" ";" parts "${entry}")
+      list(GET parts 0 name)
+      list(LENGTH parts np)
+      set(layout "")
+      if(np GREATER 1)
+        list(GET parts 1 layout)
+      endif()
+      add_test(NAME cuda.layout.${dev}.moe_${name}
+               COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
+                       --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
+                       --sample ${CMAKE_SOURCE_DIR}/samples/moe-tiny.hpd --device ${dev} --steps 10
+                       --first-tol 1e-6 --tol 1e-5 --args "--global-batch 4 --micro-batch 2 ${layout}")
+      set(labels "cuda;moe")
+      if(dev STREQUAL "emulate")
+        list(APPEND labels cuda_layouts)
+      endif()
+      set_tests_properties(cuda.layout.${dev}.moe_${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "${labels}"
+                           ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
+    endforeach()
   endforeach()
 endif()

@@ -1155,6 +1155,9 @@ static json_t *fused_json(const CgTarget *t) {
                             int_array(K->outputs, K->noutputs));
       if (K->kind == FUSE_VIEW || K->kind == FUSE_LEAF || K->kind == FUSE_CALL || K->kind == FUSE_COMM)
         json_object_set_new(k, "nodes", int_array(K->nodes, K->kind == FUSE_VIEW ? K->nnodes : 1));
+      /* an auxiliary loss: the host program adds weight x its loss up */
+      for (int j = 0; j < K->nnodes && K->kind == FUSE_SPECIAL; j++)
+        if (fg->graph->nodes[K->nodes[j]].op == IR_AUX_LOSS) json_object_set_new(k, "aux_node", json_integer(K->nodes[j]));
       json_array_append_new(ks, k);
     }
     /* a pipeline step's halves: its first backward kernel (-1: not cut) */

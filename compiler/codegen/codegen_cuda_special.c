@@ -21,7 +21,13 @@
  *   cross_entropy_bwd  a block per row: softmax - onehot, scaled;
  *   pick, pick_bwd   grid-stride loops (pick_bwd writes its zeros itself);
  *   repeat_kv_bwd, sum_to  a thread per output element summing its inputs
- *                    in ascending order (a gather: no atomics).
+ *                    in ascending order (a gather: no atomics);
+ *   topk, take, take_bwd, one_hot  the router's: a thread per row (topk) or
+ *                    per output element (take_bwd a gather over the row's k);
+ *   moe_dispatch, moe_combine, moe_gate_grad  a thread per sequence assigns
+ *                    the slots in GShard's priority, then a thread per output
+ *                    element moves the values (two launches);
+ *   aux_loss         a copy (the host program adds the auxiliary loss).
  * Every output is stored, never accumulated into: each kernel writes every
  * element (the scatters' untouched ones as 0), as the CPU's zero fill then
  * sum gives. Kernels that need scratch between their launches (bucket tables, the
@@ -38,7 +44,6 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "hostop.h"
 #include "codegen_cuda_int.h"
 
 /* Heads (rows of [B, H]) one rope thread rotates with the angle it computed. */
@@ -463,6 +468,204 @@ static int sum_to(CuKern *k, const IrNode *n, int id) {
   return 0;
 }
 
+/* ---- the mixture of experts' routing (ir_ops.h; core/hostop.c's loops) ---- */
+
+/* topk: a thread per row picks the k largest in turn (the first of equals,
+ * a NaN only when nothing else is left: interp_topk's order), an earlier
+ * pick found by looking back over the row's k outputs (k is small). */
+static int topk(CuKern *k, const IrNode *n, int id) {
+  CuText *o = &k->t->src;
+  int x = io_of(k, n->in[0]), out = io_of(k, id);
+  if (x < 0 || out < 0) return -1;
+  const IrNode *xn = nd(k, mem_of(k, n->in[0]));
+  int64_t V = xn->dims[xn->rank - 1], K = n->attr[0], rows = V ? ir_numel(xn) / V : 0;
+  cu_tx(o, "/* %s: topk: out[r, j] = the position of the j-th largest of x[r, :%" PRId64 "] (the first of equals) */\n",
+        k->base, V);
+  cu_signature(k, o, k->base);
+  grid_loop(o, "r", rows);
+  cu_tx(o, "    for (long long j = 0; j < %" PRId64 "LL; j++) {\n", K);
+  cu_tx(o, "      long long best = -1;\n      double bv = 0.0;\n");
+  cu_tx(o, "      for (long long v = 0; v < %" PRId64 "LL; v++) {\n", V);
+  cu_tx(o, "        int taken = 0;\n");
+  cu_tx(o, "        for (long long q = 0; q < j; q++) taken |= (long long)p%d[r * %" PRId64 "LL + q] == v;\n", out, K);
+  cu_tx(o, "        const double xv = (double)p%d[r * %" PRId64 "LL + v];\n", x, V);
+  cu_tx(o, "        if (!taken && (best < 0 || xv > bv || (isnan(bv) && !isnan(xv)))) { best = v; bv = xv; }\n");
+  cu_tx(o, "      }\n");
+  cu_tx(o, "      p%d[r * %" PRId64 "LL + j] = (%s)best;\n    }\n  }\n}\n\n", out, K, cu_c_type(n->dtype));
+  cu_add_launch(k, k->base, 0, "special", blocks_for(rows), CU_BLOCK);
+  return 0;
+}
+
+/* take: out[p] = x[row(p), idx[p]]; take_bwd: out[row, v] = the sum over
+ * j of dy[row, j] with idx[row, j] == v, in ascending j (the CPU's order; a
+ * gather: no atomics). An index out of range reads as 0 and adds nothing. */
+static int take(CuKern *k, const IrNode *n, int id) {
+  CuText *o = &k->t->src;
+  int bwd = n->op == IR_TAKE_BWD;
+  int x = io_of(k, n->in[0]), ix = io_of(k, n->in[1]), out = io_of(k, id);
+  if (x < 0 || ix < 0 || out < 0) return -1;
+  const IrNode *xn = nd(k, mem_of(k, n->in[0])), *tn = nd(k, mem_of(k, n->in[1]));
+  int64_t K = tn->dims[tn->rank - 1], V = bwd ? n->dims[n->rank - 1] : xn->dims[xn->rank - 1], P = ir_numel(tn);
+  if (!bwd) {
+    cu_tx(o, "/* %s: take: out[p] = x[p / %" PRId64 ", idx[p]] */\n", k->base, K);
+    cu_signature(k, o, k->base);
+    grid_loop(o, "p", P);
+    cu_tx(o, "    const long long v = (long long)p%d[p], row = p / %" PRId64 "LL;\n", ix, K);
+    cu_tx(o, "    const float r = v >= 0 && v < %1$" PRId64 "LL ? (float)p%2$d[row * %1$" PRId64 "LL + v] : 0.0f;\n", V, x);
+    store(o, "    ", out, n->dtype, "p", "r");
+    cu_tx(o, "  }\n}\n\n");
+    cu_add_launch(k, k->base, 0, "special", blocks_for(P), CU_BLOCK);
+    return 0;
+  }
+  int64_t N = ir_numel(n);
+  cu_tx(o, "/* %s: take_bwd: out[row, v] = sum over j < %" PRId64 " with idx[row, j] == v of dy[row, j], ascending */\n",
+        k->base, K);
+  cu_signature(k, o, k->base);
+  grid_loop(o, "lin", N);
+  cu_tx(o, "    const long long row = lin / %1$" PRId64 "LL, v = lin - row * %1$" PRId64 "LL;\n", V);
+  cu_tx(o, "    float acc = 0.0f;\n");
+  cu_tx(o, "    for (long long j = 0; j < %1$" PRId64 "LL; j++)\n      if ((long long)p%2$d[row * %1$" PRId64
+        "LL + j] == v) acc += (float)p%3$d[row * %1$" PRId64 "LL + j];\n",
+        K, ix, x);
+  store(o, "    ", out, n->dtype, "lin", "acc");
+  cu_tx(o, "  }\n}\n\n");
+  cu_add_launch(k, k->base, 0, "special", blocks_for(N), CU_BLOCK);
+  return 0;
+}
+
+/* one_hot: out[p, c] = idx[p] == c */
+static int one_hot(CuKern *k, const IrNode *n, int id) {
+  CuText *o = &k->t->src;
+  int ix = io_of(k, n->in[0]), out = io_of(k, id);
+  if (ix < 0 || out < 0) return -1;
+  int64_t C = n->attr[0], N = ir_numel(n);
+  cu_tx(o, "/* %s: one_hot: out[p, c] = 1 where idx[p] == c < %" PRId64 ", else 0 */\n", k->base, C);
+  cu_signature(k, o, k->base);
+  grid_loop(o, "lin", N);
+  cu_tx(o, "    const long long p = lin / %1$" PRId64 "LL, c = lin - p * %1$" PRId64 "LL;\n", C);
+  char v[64];
+  snprintf(v, sizeof v, "(long long)p%d[p] == c ? 1.0f : 0.0f", ix);
+  store(o, "    ", out, n->dtype, "lin", v);
+  cu_tx(o, "  }\n}\n\n");
+  cu_add_launch(k, k->base, 0, "special", blocks_for(N), CU_BLOCK);
+  return 0;
+}
+
+/* moe_dispatch, moe_combine, moe_gate_grad: s0, a thread per sequence,
+ * walks its choices in GShard's priority (every first choice in token
+ * order, then every second...) and gives each the next slot of its expert
+ * while the expert has room (interp_moe_slots), writing the slot of each
+ * choice and, for the dispatch, the choice of each slot (-1: empty); s1
+ * moves the values, an output element a thread: the dispatch copies a
+ * weighted token into each slot (zeros in an empty one), the combine sums a
+ * token's k weighted slots in ascending k, the gate gradient is the dot
+ * product of a token with a slot, in fp64 (hostop.c's arithmetic). An
+ * expert out of range takes no slot. The routing tables are static
+ * __device__ scratch of the module, named after the kernel. */
+static int moe(CuKern *k, const IrNode *n, int id) {
+  CuText *o = &k->t->src;
+  int iidx = n->op == IR_MOE_GATE_GRAD ? 2 : 1;
+  int a = io_of(k, n->in[0]), ix = io_of(k, n->in[iidx]), w = io_of(k, n->in[n->op == IR_MOE_GATE_GRAD ? 1 : 2]),
+      out = io_of(k, id);
+  if (a < 0 || ix < 0 || w < 0 || out < 0) return -1;
+  const IrNode *idxn = nd(k, mem_of(k, n->in[iidx]));
+  const IrNode *wide = n->op == IR_MOE_DISPATCH ? n : nd(k, mem_of(k, n->in[n->op == IR_MOE_COMBINE ? 0 : 1]));
+  int64_t B = idxn->dims[0], T = idxn->dims[1], K = idxn->dims[2];
+  int64_t E = wide->dims[1], cap = wide->dims[2], C = wide->dims[3];
+  if (B * T * K > INT32_MAX || B * E * cap > INT32_MAX) {
+    cu_fail(k->t, "graph %s kernel k%d: %s over %" PRId64 " choices and %" PRId64 " slots: the CUDA kernel counts them in 32 bits",
+            k->fg->graph->name, k->kp, ir_op_name(n->op), B * T * K, B * E * cap);
+    return -1;
+  }
+  const char *b = k->base;
+  int dispatch = n->op == IR_MOE_DISPATCH;
+  cu_tx(o, "/* %s: %s: [B %" PRId64 ", T %" PRId64 ", k %" PRId64 "] choices over %" PRId64 " experts of %" PRId64
+        " slots, width %" PRId64 " */\n",
+        b, ir_op_name(n->op), B, T, K, E, cap, C);
+  cu_tx(o, "static __device__ int %s_slot[%" PRId64 "];\n", b, B * T * K);
+  if (dispatch) cu_tx(o, "static __device__ int %s_src[%" PRId64 "];\n", b, B * E * cap > 0 ? B * E * cap : 1);
+  cu_tx(o, "static __device__ int %s_cnt[%" PRId64 "];\n\n", b, B * E > 0 ? B * E : 1);
+  char name[200];
+  step_name(k, 0, 2, name, sizeof name);
+  cu_signature(k, o, name);
+  grid_loop(o, "bs", B);
+  cu_tx(o, "    int *cnt = %s_cnt + bs * %" PRId64 "LL;\n", b, E);
+  cu_tx(o, "    for (long long e = 0; e < %" PRId64 "LL; e++) cnt[e] = 0;\n", E);
+  if (dispatch) cu_tx(o, "    for (long long s = 0; s < %1$" PRId64 "LL; s++) %2$s_src[bs * %1$" PRId64 "LL + s] = -1;\n", E * cap, b);
+  cu_tx(o, "    for (long long kk = 0; kk < %" PRId64 "LL; kk++)\n", K);
+  cu_tx(o, "      for (long long t = 0; t < %" PRId64 "LL; t++) {\n", T);
+  cu_tx(o, "        const long long p = t * %1$" PRId64 "LL + kk, e = (long long)p%2$d[bs * %3$" PRId64 "LL + p];\n", K, ix,
+        T * K);
+  cu_tx(o, "        int s = -1;\n");
+  cu_tx(o, "        if (e >= 0 && e < %1$" PRId64 "LL && cnt[e] < %2$" PRId64 "LL) s = (int)(e * %2$" PRId64 "LL + cnt[e]++);\n", E,
+        cap);
+  cu_tx(o, "        %s_slot[bs * %" PRId64 "LL + p] = s;\n", b, T * K);
+  if (dispatch) cu_tx(o, "        if (s >= 0) %s_src[bs * %" PRId64 "LL + s] = (int)p;\n", b, E * cap);
+  cu_tx(o, "      }\n  }\n}\n\n");
+  cu_add_launch(k, name, 0, "special", blocks_for(B), CU_BLOCK);
+  step_name(k, 1, 2, name, sizeof name);
+  cu_signature(k, o, name);
+  if (dispatch) {
+    int64_t N = B * E * cap * C;
+    grid_loop(o, "lin", N);
+    cu_tx(o, "    const long long c = lin %% %1$" PRId64 "LL, bslot = lin / %1$" PRId64 "LL, bs = bslot / %2$" PRId64 "LL;\n", C,
+          E * cap);
+    cu_tx(o, "    const int p = %s_src[bslot];\n", b);
+    cu_tx(o, "    float v = 0.0f;\n");
+    cu_tx(o, "    if (p >= 0) v = (float)p%1$d[bs * %2$" PRId64 "LL + p] * (float)p%3$d[(bs * %4$" PRId64 "LL + p / %5$" PRId64
+          "LL) * %6$" PRId64 "LL + c];\n",
+          w, T * K, a, T, K, C);
+    store(o, "    ", out, n->dtype, "lin", "v");
+    cu_tx(o, "  }\n}\n\n");
+    cu_add_launch(k, name, 1, "special", blocks_for(N), CU_BLOCK);
+  } else if (n->op == IR_MOE_COMBINE) {
+    int64_t N = B * T * C;
+    grid_loop(o, "lin", N);
+    cu_tx(o, "    const long long c = lin %% %1$" PRId64 "LL, bt = lin / %1$" PRId64 "LL, bs = bt / %2$" PRId64 "LL;\n", C, T);
+    cu_tx(o, "    float acc = 0.0f;\n");
+    cu_tx(o, "    for (long long kk = 0; kk < %" PRId64 "LL; kk++) {\n", K);
+    cu_tx(o, "      const int s = %s_slot[bt * %" PRId64 "LL + kk];\n", b, K);
+    cu_tx(o, "      if (s >= 0) { const float prod = (float)p%1$d[bt * %2$" PRId64 "LL + kk] * (float)p%3$d[(bs * %4$" PRId64
+          "LL + s) * %5$" PRId64 "LL + c]; acc += prod; }\n",
+          w, K, a, E * cap, C);
+    cu_tx(o, "    }\n");
+    store(o, "    ", out, n->dtype, "lin", "acc");
+    cu_tx(o, "  }\n}\n\n");
+    cu_add_launch(k, name, 1, "special", blocks_for(N), CU_BLOCK);
+  } else {
+    int64_t N = B * T * K;
+    grid_loop(o, "q", N);
+    cu_tx(o, "    const long long bs = q / %1$" PRId64 "LL, t = (q - bs * %1$" PRId64 "LL) / %2$" PRId64 "LL;\n", T * K, K);
+    cu_tx(o, "    const int s = %s_slot[q];\n", b);
+    cu_tx(o, "    double dot = 0.0;\n");
+    cu_tx(o, "    if (s >= 0)\n      for (long long c = 0; c < %1$" PRId64 "LL; c++) dot += (double)p%2$d[(bs * %3$" PRId64
+          "LL + t) * %1$" PRId64 "LL + c] * (double)p%4$d[(bs * %5$" PRId64 "LL + s) * %1$" PRId64 "LL + c];\n",
+          C, a, T, w, E * cap);
+    store(o, "    ", out, n->dtype, "q", "(float)dot");
+    cu_tx(o, "  }\n}\n\n");
+    cu_add_launch(k, name, 1, "special", blocks_for(N), CU_BLOCK);
+  }
+  return 0;
+}
+
+/* aux_loss: its first input passes through (a copy; the host program adds
+ * weight x loss to the step's auxiliary loss, kernels.json's "aux_node"). */
+static int aux_loss(CuKern *k, const IrNode *n, int id) {
+  CuText *o = &k->t->src;
+  int x = io_of(k, n->in[0]), out = io_of(k, id);
+  if (x < 0 || out < 0) return -1;
+  int64_t N = ir_numel(n);
+  cu_tx(o, "/* %s: aux_loss: out = x (the loss %%%d, weight %g, is the host program's) */\n", k->base, n->in[1], n->fattr);
+  cu_signature(k, o, k->base);
+  grid_loop(o, "lin", N);
+  char v[32];
+  snprintf(v, sizeof v, "(float)p%d[lin]", x);
+  store(o, "    ", out, n->dtype, "lin", v);
+  cu_tx(o, "  }\n}\n\n");
+  cu_add_launch(k, k->base, 0, "special", blocks_for(N), CU_BLOCK);
+  return 0;
+}
+
 int cu_special(CuKern *k) {
   CuText *o = &k->t->src;
   int id = special_node(k);
@@ -486,15 +689,15 @@ int cu_special(CuKern *k) {
           ir_op_name(n->op));
     k->t->nspecial++;
     return 0;
+  case IR_TOPK: return topk(k, n, id);
+  case IR_TAKE:
+  case IR_TAKE_BWD: return take(k, n, id);
+  case IR_ONE_HOT: return one_hot(k, n, id);
+  case IR_MOE_DISPATCH:
+  case IR_MOE_COMBINE:
+  case IR_MOE_GATE_GRAD: return moe(k, n, id);
+  case IR_AUX_LOSS: return aux_loss(k, n, id);
   default:
-    if (hostop_supported(n->op)) {
-      /* the mixture of experts' ops (issue 13) run on the CPU target only so far */
-      cu_fail(k->t,
-              "graph %s kernel k%d: no CUDA kernel for %s yet (mixture of experts' ops - topk, take, one_hot, moe_dispatch, "
-              "moe_combine, aux_loss - run on the CPU target only: --target cpu)",
-              k->fg->graph->name, k->kp, ir_op_name(n->op));
-      return -1;
-    }
     cu_fail(k->t, "graph %s kernel k%d: no CUDA kernel for %s", k->fg->graph->name, k->kp, ir_op_name(n->op));
     return -1;
   }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "devexec.h"
+#include "hostop.h"
 #include "interp.h"
 #include "semtypes.h"
 
@@ -45,6 +46,9 @@ struct DevExec {
   float *host[2]; /* the collectives' staging, grown as needed */
   size_t host_cap[2];
   int profile;
+  float loss_seed; /* the running step's seed (LOSS_SEED) */
+  double aux_sum;  /* AUX_LOSS: weight x loss of the forwards, until devx_take_aux */
+  int aux_seen;
   DevxTracer tracer; /* hpdlrun --profile (devx_set_tracer) */
   int has_tracer;
   char err[1200];
@@ -358,7 +362,8 @@ static int run_comm(DevExec *x, const IrGraph *g, const IrNode *n, void *const *
                 sem_dtype_bytes(n->dtype));
   Device *d = x->dev;
   size_t bytes = sizeof(float) * (size_t)N;
-  int same = n->op == IR_COPY_TO_GROUP || (size == 1 && (n->op == IR_ALL_REDUCE || n->op == IR_ALL_GATHER));
+  int same = n->op == IR_COPY_TO_GROUP ||
+             (size == 1 && (n->op == IR_ALL_REDUCE || n->op == IR_ALL_GATHER || n->op == IR_ALL_TO_ALL));
   if (same) return d->ops->copy(d, out, X, bytes) ? fail(x, "%s: %s", op, dev_error(d)) : 0;
   char why[512] = "";
   float *hx = staging(x, 0, NX);
@@ -386,6 +391,18 @@ static int run_comm(DevExec *x, const IrGraph *g, const IrNode *n, void *const *
       interp_chunk_copy(in, n->attr[1], (int)n->attr[2], k, size, ho, all + k * NX, sizeof(float), 1);
     break;
   }
+  case IR_ALL_TO_ALL: {
+    /* chunks along the split axis out, the received ones along the concat axis in */
+    if (N != NX) return fail(x, "all_to_all over %s: the result is not the input's size", gname);
+    if (!x->comm.all_to_all) return fail(x, "all_to_all over %s of %d ranks: no collectives were set", gname, size);
+    float *send = staging(x, 1, NX);
+    if (!send || !(ho = malloc(bytes))) return send ? fail(x, "out of host memory") : -1;
+    interp_a2a_pack(in, n->attr[1], size, hx, send, sizeof(float));
+    float *recv = hx; /* the input is packed: its buffer takes the received chunks */
+    rc = x->comm.all_to_all(x->comm.ctx, grp, send, NX / size, recv, why, sizeof why);
+    if (!rc) interp_a2a_unpack(in, n->attr[1], n->attr[2], size, recv, ho, sizeof(float));
+    break;
+  }
   case IR_REDUCE_SCATTER:
     if (NX != N * size) return fail(x, "reduce_scatter over %s: the input is not %d times the result", gname, size);
     if (!x->comm.all_reduce) return fail(x, "reduce_scatter over %s of %d ranks: no collectives were set", gname, size);
@@ -397,7 +414,7 @@ static int run_comm(DevExec *x, const IrGraph *g, const IrNode *n, void *const *
   }
   if (!rc && d->ops->to_device(d, out, ho, bytes)) rc = fail(x, "%s: %s", op, dev_error(d));
   else if (rc) rc = fail(x, "%s over %s: %s", op, gname, why);
-  if (n->op == IR_ALL_GATHER) free(ho);
+  if (n->op == IR_ALL_GATHER || n->op == IR_ALL_TO_ALL) free(ho);
   return rc;
 }
 
@@ -666,6 +683,8 @@ static int frame_run(DevExec *x, DevxFrame *F, int to) {
         val[id] = pool_get(x, value_bytes(n));
         own[id] = 1;
         if (!val[id]) rc = -1;
+        else if (n->op == IR_LOSS_SEED && x->dev->ops->to_device(x->dev, val[id], &x->loss_seed, sizeof(float)))
+          rc = fail(x, "loss_seed: %s", dev_error(x->dev));
         else if (K->nlaunches) rc = run_launches(x, gi, p, layer, &val[id]);
       }
       break;
@@ -702,6 +721,14 @@ static int frame_run(DevExec *x, DevxFrame *F, int to) {
       }
       if (!rc) rc = run_launches(x, gi, p, layer, io);
       free(io);
+      if (!rc && K->aux_node >= 0 && hostop_aux_counted(g, K->aux_node)) {
+        /* the auxiliary loss of a forward: weight x its scalar, to the host */
+        const IrNode *an = &g->nodes[K->aux_node];
+        float v = 0;
+        if (x->dev->ops->to_host(x->dev, &v, val[an->in[1]], sizeof v)) rc = fail(x, "aux_loss: %s", dev_error(x->dev));
+        x->aux_sum += an->fattr * (double)v;
+        x->aux_seen = 1;
+      }
       break;
     }
     }
@@ -789,6 +816,7 @@ static int step_loss(DevExec *x, int graph, void **outs, int rc, float *loss) {
 
 int devx_step(DevExec *x, int graph, float seed, float *loss) {
   const IrGraph *g = x->p->m->graphs[graph];
+  x->loss_seed = seed;
   void *dseed = seed_buffer(x, seed);
   if (!dseed) return -1;
   void *args[2] = {dseed, NULL};
@@ -796,6 +824,14 @@ int devx_step(DevExec *x, int graph, float seed, float *loss) {
   int rc = run_graph(x, graph, 0, args, outs);
   pool_put(x, dseed, sizeof(float));
   return step_loss(x, graph, outs, rc, loss);
+}
+
+int devx_take_aux(DevExec *x, double *sum) {
+  int seen = x->aux_seen;
+  *sum = x->aux_sum;
+  x->aux_sum = 0;
+  x->aux_seen = 0;
+  return seen;
 }
 
 DevxFrame *devx_step_forward(DevExec *x, int graph, float seed) {
@@ -811,6 +847,7 @@ DevxFrame *devx_step_forward(DevExec *x, int graph, float seed) {
     return NULL;
   }
   F->args = F->step_args;
+  x->loss_seed = seed;
   F->inputs = calloc((size_t)m->ninputs + 1, sizeof(void *));
   int rc = !F->inputs ? fail(x, "out of host memory") : 0;
   if (!rc && !(F->seed = seed_buffer(x, seed))) rc = -1;

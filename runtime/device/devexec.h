@@ -40,6 +40,7 @@ typedef struct {
   int *inputs, ninputs;   /* value ids read (DEVX_RUN) */
   int *outputs, noutputs; /* value ids written */
   int *nodes, nnodes;     /* views: each aliases its input 0; leaf, call, comm: nodes[0] */
+  int aux_node;           /* run: its AUX_LOSS node, whose loss the host adds up; else -1 */
   DevxLaunch *launches;
   int nlaunches;
 } DevxKernel;
@@ -82,6 +83,8 @@ typedef struct {
    * parallelism's ring); a send may be held until its receive */
   int (*send)(void *ctx, int group, int offset, const float *buf, int64_t n, char *err, size_t errlen);
   int (*recv)(void *ctx, int group, int offset, float *buf, int64_t n, char *err, size_t errlen);
+  /* n values to each member, member by member (in and out: size x n) */
+  int (*all_to_all)(void *ctx, int group, const float *in, int64_t n, float *out, char *err, size_t errlen);
 } DevxComm;
 
 /* Without it every group has one member. */
@@ -102,6 +105,10 @@ void *devx_param_ptr(DevExec *x, int p, int64_t layer);
 void *devx_grad_ptr(DevExec *x, int p, int64_t layer);
 /* Copy `layer` of parameter p to host memory. */
 int devx_get_param_copy(DevExec *x, int p, int64_t layer, float *host);
+
+/* The auxiliary losses (AUX_LOSS: weight x loss) the forwards added up since
+ * the last call, into *sum; 0 when the program ran none. */
+int devx_take_aux(DevExec *x, double *sum);
 
 /* Runs graph `graph` (autodiff's step: argument 0 is the loss's gradient
  * seed) and returns its output 0 as a float in *loss; gradients accumulate. */

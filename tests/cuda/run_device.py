@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """run_device.py - hpdlrun on a --target cuda artifact against the same job
 compiled for the CPU: the same sample, data, seed and steps; every step's
-loss and gradient norm (--metrics) must agree within --tol (relative).
+loss and gradient norm (--metrics), and the auxiliary loss where the model
+has one, must agree within --tol (relative).
 
   run_device.py --hpdlc H --hpdlrun R --hpdl-data D --sample S --device cuda|emulate
                 [--steps N] [--tol T] [--first-tol T] [--args "COMPILE ARGS"]
@@ -165,7 +166,12 @@ def main():
                 print(f"step {c['step']} of the CPU run against step {g['step']} of the device's")
                 bad += 1
                 continue
-            for key in ("loss", "grad_norm"):
+            keys = ("loss", "grad_norm") + (("aux_loss",) if "aux_loss" in c else ())
+            for key in keys:
+                if key not in g:
+                    print(f"step {c['step']}: the CPU run reports {key}, the device run does not  FAIL")
+                    bad += 1
+                    continue
                 x, y = c[key], g[key]
                 err = abs(x - y) / max(abs(x), 1e-30)
                 tol = a.first_tol if a.first_tol is not None and key == "loss" and c["step"] == runs["cpu"][0]["step"] else a.tol

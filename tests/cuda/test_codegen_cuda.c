@@ -185,6 +185,7 @@ typedef struct {
   float **params, **grads; /* per parameter, every copy */
   void **inputs;
   int failed;
+  float seed; /* the step's gradient seed (LOSS_SEED reads it) */
 } Exec;
 
 static size_t value_bytes(const IrNode *n) { return (size_t)(ir_numel(n) * sem_dtype_bytes(n->dtype)); }
@@ -297,6 +298,7 @@ static int exec_graph(Exec *X, int gi, int64_t layer, void **args, void **outs) 
         val[id] = xmalloc(value_bytes(n) + 16);
         own[id] = 1;
         for (int64_t i = 0; i < ir_numel(n) && n->dtype == DT_F32; i++) ((float *)val[id])[i] = (float)n->fattr;
+        if (n->op == IR_LOSS_SEED) ((float *)val[id])[0] = X->seed; /* the host program's: the step's seed */
         char name[300];
         snprintf(name, sizeof name, "hpd_emu_%s_k%d", sym + strlen("hpd_graph_"), p);
         EmuEntry fn = (EmuEntry)(uintptr_t)dlsym(X->L->so, name);
@@ -382,7 +384,7 @@ static void test_step(const char *sample, SemDefine *defs, int ndefs, SemDefine 
   double **inputs = make_inputs(m, sample_vocab(m));
   for (int i = 0; i < m->ninputs; i++) interp_set_input(in, i, inputs[i]);
   Exec X = {m, fr, L, xmalloc(sizeof(float *) * (size_t)m->nparams), xmalloc(sizeof(float *) * (size_t)m->nparams),
-            xmalloc(sizeof(void *) * (size_t)(m->ninputs + 1)), 0};
+            xmalloc(sizeof(void *) * (size_t)(m->ninputs + 1)), 0, 1.0f};
   for (int p = 0; p < m->nparams; p++) {
     const IrParam *P = &m->params[p];
     int64_t n = 1, copies = P->count > 1 ? P->count : 1;

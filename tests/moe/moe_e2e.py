@@ -118,9 +118,12 @@ def case_phases():
     check(man["program"]["executor"] == want, f"executor {man['program']['executor']}, not {want}: {p.stderr}")
     cu = work("art-cuda")
     p = run([tool("hpdlc"), "compile", model(), "--target", "cuda", "-o", cu], expect=None)
-    check(p.returncode != 0, "compile --target cuda accepted the MoE ops")
-    if "is not built into this hpdlc" not in p.stderr:
-        check("no CUDA kernel for" in p.stderr and "mixture of experts" in p.stderr, p.stderr)
+    if p.returncode == 0:  # the experts' routing kernels generated (and compiled where NVRTC is)
+        src = open(os.path.join(cu, "stage0.cu")).read()
+        for kind in ("moe_dispatch:", "moe_combine:", "aux_loss:"):
+            check(kind in src, f"stage0.cu has no {kind} kernel")
+    else:  # the CUDA toolkit is optional: only its absence may stop it
+        check("NVRTC" in p.stderr or "nvrtc" in p.stderr, p.stderr)
     # expert parallelism in the partitioned program and the manifest
     spmd = run([tool("hpdlc"), "emit", "spmd", model(), "--dp", "2", "--ep", "2"]).stdout
     for want in ("all_to_all", "group=ep split=1 concat=0", "group=ep split=0 concat=1", "axis 0 over ep"):
