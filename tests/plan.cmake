@@ -121,5 +121,21 @@ foreach(case one_rank dp2 pp2 errors)
   set_tests_properties(plan.compare_${case} PROPERTIES LABELS plan TIMEOUT 180 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${HPDL_SANITIZED_MPI_ENV}")
 endforeach()
+# hpdlc plan --calibrate: the cpu device fitted to a trace, written as a
+# cluster file (tests/plan/calibrate_e2e.py says what each case checks); the
+# gpt2 case trains GPT-2 124M for two short runs (about 40 s), not in the
+# sanitizer run (the errors case covers the same code there)
+foreach(case gpt2 errors)
+  if(Python3_Interpreter_FOUND)
+    add_test(NAME plan.calibrate_${case}
+             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/calibrate_e2e.py --bin ${CMAKE_BINARY_DIR}/bin
+                     --source ${CMAKE_SOURCE_DIR} --work ${CMAKE_CURRENT_BINARY_DIR}/calibrate-e2e/${case} ${case})
+  else()
+    add_test(NAME plan.calibrate_${case} COMMAND bash -c "echo 'skipped: no python3'; exit 77")
+  endif()
+  set_tests_properties(plan.calibrate_${case} PROPERTIES LABELS plan TIMEOUT 300 SKIP_RETURN_CODE 77)
+endforeach()
+# alone on the machine: it times two runs against each other
+set_tests_properties(plan.calibrate_gpt2 PROPERTIES LABELS "plan;sanitize_redundant" RUN_SERIAL TRUE)
 # not in the sanitizer run: chromium's time (plan.html checks the same page)
 set_tests_properties(plan.html_screenshot PROPERTIES LABELS "plan;sanitize_redundant")

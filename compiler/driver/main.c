@@ -54,7 +54,7 @@ static const LayoutFlag layout_flags[] = {
     {"--gpus", "parallel.gpus", "N"},
     {"--gpus-per-node", "parallel.gpus_per_node", "N"},
     {"--nodes", "parallel.nodes", "N|auto"},
-    {"--cluster", "parallel.cluster", "NAME"},
+    {"--cluster", "parallel.cluster", "NAME|FILE.hpd"},
 };
 enum { NLAYOUT_FLAGS = sizeof layout_flags / sizeof layout_flags[0] };
 
@@ -76,6 +76,43 @@ typedef struct {
 } Cli;
 
 static const char *const verbs[] = {"check", "emit", "plan", "compile", "report"};
+
+/* --cluster FILE.hpd: the file (a cluster declaration, as hpdlc plan
+ * --calibrate writes one) joins the program, and --cluster names its
+ * cluster. 0, or -1 after a message. */
+static int add_cluster_file(Arena *arena, Diag *diag, Cli *cli, LoadedProgram *prog) {
+  SemDefine *d = NULL;
+  for (int j = 0; j < cli->nlayout; j++)
+    if (!strcmp(cli->layout[j].flag, "--cluster")) d = &cli->layout[j];
+  /* the flag's own value (argv), kept: each model file rewrites the define */
+  static const char *path;
+  if (!d) return 0;
+  if (!path) {
+    size_t n = strlen(d->value);
+    if (n < 4 || strcmp(d->value + n - 4, ".hpd")) return 0;
+    path = d->value;
+  }
+  int before = diag_error_count(diag);
+  LoadedProgram extra = load_program(arena, diag, path);
+  if (diag_error_count(diag) != before || extra.nfiles == 0) return -1;
+  const AstDecl *found = NULL;
+  int count = 0;
+  for (int i = 0; i < extra.files[0]->ndecls; i++)
+    if (extra.files[0]->decls[i]->kind == DECL_CLUSTER) found = extra.files[0]->decls[i], count++;
+  if (count != 1) {
+    fprintf(stderr, "hpdlc: --cluster %s: the file declares %d clusters; --cluster FILE.hpd takes a file with exactly one "
+                    "(or name one of them: --cluster NAME with the file imported)\n",
+            path, count);
+    return -1;
+  }
+  AstFile **all = arena_alloc(arena, sizeof(AstFile *) * (size_t)(prog->nfiles + extra.nfiles));
+  memcpy(all, prog->files, sizeof(AstFile *) * (size_t)prog->nfiles);
+  memcpy(all + prog->nfiles, extra.files, sizeof(AstFile *) * (size_t)extra.nfiles);
+  prog->files = all;
+  prog->nfiles += extra.nfiles;
+  d->value = found->name.name;
+  return 0;
+}
 static const char *const stages[] = {"ast", "source", "ir", "grad", "fused", "spmd", "dp", "memory", "schedule", "stash", "cuda"};
 
 static void help_common_options(void) {
@@ -156,6 +193,10 @@ static void help_verb(const char *verb) {
          "  --compare TRACE          an hpdlrun --profile trace's measured time per op class\n"
          "                           (GEMM, memory-bound, each collective, bubble, optimizer,\n"
          "                           data, other, the step) beside the plan's, with the error\n"
+         "  --calibrate TRACE -o FILE.hpd\n"
+         "                           fit the cluster's device (FLOP/s, memory bandwidth) and\n"
+         "                           links to what the trace measured, and write them as a\n"
+         "                           cluster file: then plan with --cluster FILE.hpd\n"
          "  --progress auto|tty|plain|quiet\n"
          "                           --search's progress on stderr: auto (default) a line\n"
          "                           redrawn on a terminal once it takes 0.5 s, nothing\n"
@@ -382,9 +423,10 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
     }
     if (!strcmp(verb, "plan")) {
       static const char *const pflags[] = {"--format", "--trace",       "--scaling",   "--top",     "--search",
-                                           "--output", "--measure-cpu", "--attention", "--explain", "--compare"};
+                                           "--output", "--measure-cpu", "--attention", "--explain", "--compare",
+                                           "--calibrate"};
       int which = -1;
-      for (int k = 0; k < 10; k++)
+      for (int k = 0; k < 11; k++)
         if (strlen(pflags[k]) == flen && !strncmp(pflags[k], a, flen)) which = k;
       if (which == 8) {
         if (value) return cli_error("--explain takes no value%s", "", NULL);
@@ -416,6 +458,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
         else if (which == 2) cli->plan.scaling = value;
         else if (which == 5) cli->plan.output = value;
         else if (which == 9) cli->plan.compare = value;
+        else if (which == 10) cli->plan.calibrate = value;
         else {
           char *end;
           long k = strtol(value, &end, 10);
@@ -441,6 +484,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
         names[n++] = "--attention";
         names[n++] = "--explain";
         names[n++] = "--compare";
+        names[n++] = "--calibrate";
         names[n++] = "--progress";
       }
       if (!strcmp(verb, "compile")) {
@@ -605,6 +649,11 @@ int main(int argc, char **argv) {
     Arena *arena = arena_new();
     int before = diag_error_count(diag);
     LoadedProgram prog = load_program(arena, diag, cli.files[i]);
+    if (diag_error_count(diag) == before && prog.nfiles > 0 && add_cluster_file(arena, diag, &cli, &prog) < 0) {
+      status = 1;
+      arena_free(arena);
+      continue;
+    }
     if (diag_error_count(diag) == before && prog.nfiles > 0) {
       if (cli.stage && !strcmp(cli.stage, "ast")) ast_dump_file(stdout, prog.files[0]);
       else if (cli.stage && !strcmp(cli.stage, "source")) ast_print_file(stdout, prog.files[0]);

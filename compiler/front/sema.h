@@ -225,6 +225,9 @@ typedef struct {
   int64_t gpus_per_node, nodes, nics_per_node;
   double intra_bytes_per_s, intra_latency_s, inter_bytes_per_s, inter_latency_s;
   int shared_device; /* CPU ranks sharing one machine: the layout sets the rank count */
+  /* The device's catalog peak FLOP/s (every precision) and memory bandwidth
+   * times these (a calibrated cluster, hpdlc plan --calibrate); 0 counts as 1. */
+  double compute_scale, memory_scale;
 } SemCluster;
 
 typedef struct {

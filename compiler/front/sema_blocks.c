@@ -44,7 +44,8 @@ static const KeySpec cluster_keys[] = {
     {"device", K_STRING, NULL, 0},          {"gpus_per_node", K_INT, NULL, 0},   {"nodes", K_INT, NULL, 0},
     {"nics_per_node", K_INT, NULL, 0},      {"intra_bandwidth", K_BYTES_PER_S, NULL, 0},
     {"intra_latency", K_SECONDS, NULL, 0},  {"inter_bandwidth", K_BYTES_PER_S, NULL, 0},
-    {"inter_latency", K_SECONDS, NULL, 0},
+    {"inter_latency", K_SECONDS, NULL, 0},  {"compute_scale", K_FLOAT, NULL, 0},  {"memory_scale", K_FLOAT, NULL, 0},
+    {"shared", K_BOOL, NULL, 0},
 };
 
 Setting *sema_setting_get(Settings *s, const char *key) {
@@ -424,6 +425,11 @@ int sema_read_cluster_decl(Sema *S, const AstDecl *decl, SemCluster *c) {
   c->intra_latency_s = get_float(&s, "intra_latency", d->link_latency_s);
   c->inter_bytes_per_s = get_float(&s, "inter_bandwidth", 12.5e9);
   c->inter_latency_s = get_float(&s, "inter_latency", 5e-6);
+  /* a calibrated device (hpdlc plan --calibrate): its catalog figures scaled */
+  c->compute_scale = get_float(&s, "compute_scale", 1);
+  c->memory_scale = get_float(&s, "memory_scale", 1);
+  Setting *sh = sema_setting_get(&s, "shared");
+  c->shared_device = sh && sh->value.kind == VAL_BOOL && sh->value.b;
   if (c->gpus_per_node < 1 || c->nodes < 1) {
     sema_error(S, decl->span, "a cluster has at least one node and one device per node");
     return 0;
@@ -439,6 +445,11 @@ int sema_read_cluster_decl(Sema *S, const AstDecl *decl, SemCluster *c) {
     double bw = get_float(&s, bandwidths[k], 1), lat = get_float(&s, latencies[k], 0);
     if (!(bw >= 1 && bw <= 1e18)) implausible(S, &s, bandwidths[k], " B/s", "a bandwidth is between 1 B/s and 1 EB/s (1e18 B/s)");
     if (!(lat <= 3600)) implausible(S, &s, latencies[k], " s", "a latency is at most an hour");
+  }
+  static const char *const scales[] = {"compute_scale", "memory_scale"};
+  for (int k = 0; k < 2; k++) {
+    double v = get_float(&s, scales[k], 1);
+    if (!(v >= 1e-6 && v <= 1e6)) implausible(S, &s, scales[k], "", "a scale of the device's figures is between 1e-6 and 1e6");
   }
   return diag_error_count(S->diag) == before;
 }
@@ -466,6 +477,7 @@ static int resolve_cluster(Sema *S, const char *name, Span at, SemCluster *out) 
   out->inter_bytes_per_s = c->nic_bytes_per_s;
   out->inter_latency_s = c->inter_latency_s;
   out->shared_device = c->shared_device;
+  out->compute_scale = out->memory_scale = 1;
   return 1;
 }
 

@@ -1337,6 +1337,15 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
       c->cluster.intra_latency_s = cc->intra_latency_s;
     }
   }
+  /* a calibrated device: its figures as measured (docs/planner.md sec. 17) */
+  double cs = c->cluster.compute_scale > 0 ? c->cluster.compute_scale : 1, ms = c->cluster.memory_scale > 0 ? c->cluster.memory_scale : 1;
+  c->dev.peak_flops_fp64 *= cs;
+  c->dev.peak_flops_fp32 *= cs;
+  c->dev.peak_flops_tf32 *= cs;
+  c->dev.peak_flops_bf16 *= cs;
+  c->dev.peak_flops_fp16 *= cs;
+  c->dev.peak_flops_fp8 *= cs;
+  c->dev.hbm_bytes_per_s *= ms;
   const SemLayout *L = &model->layout;
   if (L->gpus_per_node > 0) c->cluster.gpus_per_node = L->gpus_per_node;
   c->gpus = L->gpus > 0 ? L->gpus : 1;

@@ -242,10 +242,14 @@ typedef struct PlanCliOptions {
   int explain;         /* --explain: the five largest terms of the step time with their sources */
   int progress;        /* --progress: a ProgressMode (core/progress.h) for --search */
   const char *compare; /* --compare TRACE: an hpdlrun --profile trace beside the plan (plan_compare.h) */
+  const char *calibrate; /* --calibrate TRACE -o FILE.hpd: the cluster's device fitted to the trace (plan_calibrate.c) */
 } PlanCliOptions;
 
 /* Plans the checked model m of file `path`; returns the exit status (0, 1
  * for a plan that cannot be made, 2 for a bad option value). */
+/* --calibrate: fits compute_scale, memory_scale and the link bandwidths of
+ * the plan's cluster to the trace and writes them as a cluster file. */
+int plan_calibrate(Diag *diag, const char *path, const SemModel *m, const PlanCliOptions *o);
 int plan_command(Diag *diag, const char *path, const SemModel *m, const PlanCliOptions *o);
 
 /* Human units: "1.50 GiB", "12.3 ms", "135 TFLOP/s" into buf. */

@@ -32,6 +32,7 @@ static int plan_command_run(Diag *diag, const char *path, const SemModel *m, con
                             const int64_t *counts, int ncounts, const PlanCompare *cmp);
 
 int plan_command(Diag *diag, const char *path, const SemModel *m, const PlanCliOptions *o) {
+  if (o->calibrate) return plan_calibrate(diag, path, m, o);
   const char *format = o->format ? o->format : "text";
   if (strcmp(format, "text") && strcmp(format, "json") && strcmp(format, "html")) {
     fprintf(stderr, "hpdlc: plan: --format takes text, json or html, not '%s'\n", format);

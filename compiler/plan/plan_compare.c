@@ -150,9 +150,11 @@ static void print_ms(FILE *f, double s) {
 }
 
 static void text(FILE *f, const Cmp *c, const char *path, const TraceData *t, const TraceMeasure *m) {
-  fprintf(f, "\ncompare: %s: %d rank%s, %d step%s (%s), %" PRId64 " rank-steps averaged\n", path, t->nranks,
+  char ck[64] = "";
+  if (m->ckpt_skipped) snprintf(ck, sizeof ck, "; %d writing a checkpoint left out", m->ckpt_skipped);
+  fprintf(f, "\ncompare: %s: %d rank%s, %d step%s (%s%s), %" PRId64 " rank-steps averaged\n", path, t->nranks,
           t->nranks == 1 ? "" : "s", m->steps, m->steps == 1 ? "" : "s",
-          m->first_skipped ? "the first left out as warm-up" : "all used", m->samples);
+          m->first_skipped ? "the first left out as warm-up" : "all used", ck, m->samples);
   if (t->dp > 0)
     fprintf(f, "  trace layout: dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 " (from its process names)\n", t->dp,
             t->tp, t->pp, t->cp);
@@ -183,6 +185,7 @@ static json_t *json_of(const Cmp *c, const char *path, const TraceData *t, const
   json_object_set_new(o, "steps", json_integer(m->steps));
   json_object_set_new(o, "steps_used", json_integer(m->steps_used));
   json_object_set_new(o, "first_step_skipped", json_boolean(m->first_skipped));
+  json_object_set_new(o, "checkpoint_steps_skipped", json_integer(m->ckpt_skipped));
   json_object_set_new(o, "rank_steps", json_integer(m->samples));
   json_t *lay = json_object();
   if (t->dp > 0) {

@@ -164,6 +164,8 @@ static int event(TraceData *t, const json_t *e) {
     ev.kind = !strcmp(name, "program step")       ? TK_PHASE_PROGRAM
               : !strcmp(name, "data")             ? TK_PHASE_DATA
               : !strcmp(name, "optimizer update") ? TK_PHASE_OPT
+              : !strcmp(name, "norm")             ? TK_PHASE_OPT /* the gradient norm: the planner prices it with the update */
+              : !strcmp(name, "checkpoint")       ? TK_PHASE_CKPT
                                                   : TK_PHASE_OTHER;
   } else if (tid == 2 && (!strcmp(cat, "op") || !strcmp(cat, "kernel") || !strcmp(cat, "gemm"))) {
     if (is_comm_op(name)) return 0; /* timed on the comm track too: counted there */
@@ -407,6 +409,17 @@ int trace_measure(const TraceData *t, TraceMeasure *m, char *err, size_t errlen)
   int32_t first = nd >= 2 ? steps[0] : INT32_MIN;
   m->first_skipped = nd >= 2;
   m->steps_used = (int)(nd >= 2 ? nd - 1 : nd);
+  /* A step that wrote a checkpoint (hpdlrun saves the final state, and
+   * every --checkpoint-every steps) is not the training step the planner
+   * prices: such steps are left out while others remain. steps[] marks
+   * them by negating (they are >= 1). */
+  int ckpt_steps = 0;
+  for (size_t i = 0; i < t->n; i++)
+    if (t->ev[i].kind == TK_PHASE_CKPT)
+      for (size_t s = 0; s < nd; s++)
+        if (steps[s] == t->ev[i].step && steps[s] != first) steps[s] = -steps[s], ckpt_steps++;
+  int drop_ckpt = ckpt_steps > 0 && ckpt_steps < m->steps_used;
+  if (drop_ckpt) m->ckpt_skipped = ckpt_steps, m->steps_used -= ckpt_steps;
   memcpy(ev, t->ev, t->n * sizeof *ev);
   qsort(ev, t->n, sizeof *ev, by_rank_step_ts);
   double sum[TK_COUNT] = {0}, comm[TRACE_MAX_COMM] = {0}, calls[TRACE_MAX_COMM] = {0}, bubble = 0;
@@ -416,6 +429,7 @@ int trace_measure(const TraceData *t, TraceMeasure *m, char *err, size_t errlen)
     while (j < t->n && ev[j].rank == ev[i].rank && ev[j].step == ev[i].step) j++;
     /* events [i, j): one rank's step */
     int used = ev[i].step != 0 && ev[i].step != first;
+    for (size_t s = 0; s < nd && used && drop_ckpt; s++) used = steps[s] != -ev[i].step;
     double step_d = 0;
     int has_step = 0;
     size_t nc = 0, nsp = 0, nops = 0;

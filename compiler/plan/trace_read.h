@@ -33,12 +33,13 @@ typedef enum TraceKind {
   TK_STEP,          /* cat "step" on the step track: one step of one rank */
   TK_PHASE_PROGRAM, /* phase "program step" */
   TK_PHASE_DATA,    /* phase "data" */
-  TK_PHASE_OPT,     /* phase "optimizer update" */
-  TK_PHASE_OTHER,   /* any other phase (gradient reduction, norm, parameter gather, checkpoint) */
+  TK_PHASE_OPT,     /* phases "optimizer update" and "norm" (the clipping's read, priced with the update) */
+  TK_PHASE_OTHER,   /* any other phase (gradient reduction, norm, parameter gather) */
   TK_SPAN,          /* a program-track span that is not an op: forward, backward, parameters in, ... */
   TK_GEMM,          /* an op, kernel or GEMM that multiplies matrices */
   TK_MEMBOUND,      /* any other op or kernel */
   TK_COMM,          /* a collective or message; sub indexes TraceData.comm */
+  TK_PHASE_CKPT,    /* phase "checkpoint": its step is not a training step the planner prices */
   TK_COUNT
 } TraceKind;
 
@@ -88,6 +89,7 @@ typedef struct TraceMeasure {
   int steps;            /* distinct steps in the trace */
   int steps_used;
   int first_skipped;    /* 1: the first step was left out */
+  int ckpt_skipped;     /* steps left out because they wrote a checkpoint (when others remain) */
   int64_t samples;      /* (rank, step) pairs averaged */
   double step_s;        /* the step spans */
   double gemm_s, membound_s;

@@ -81,6 +81,10 @@ def measure(path):
     pp = 1 + max(int(re.search(r"pp (\d+)", n).group(1)) for n in names)
     steps = sorted({e["args"]["step"] for e in ev if e["cat"] == "step"})
     used = steps[1:] if len(steps) >= 2 else steps
+    # steps that wrote a checkpoint (the final state, at the last step) are left out while others remain
+    ckpt = {e["args"]["step"] for e in ev if e["tid"] == 1 and e["cat"] == "phase" and e["name"] == "checkpoint"}
+    if any(s not in ckpt for s in used):
+        used = [s for s in used if s not in ckpt]
     ranks = sorted({e["pid"] for e in ev})
     acc, n = {}, 0
 
@@ -118,13 +122,19 @@ def measure(path):
                 if pp > 1 and e["tid"] == 1 and e["cat"] == "phase" and e["name"] == "program step":
                     spans = [x for x in mine if x["tid"] == 2 and x["cat"] not in ("op", "kernel", "gemm")]
                     add("bubble", e["dur"] - sum(x["dur"] for x in spans if e["ts"] <= x["ts"] <= e["ts"] + e["dur"]))
-                if e["tid"] == 1 and e["cat"] == "phase" and e["name"] in ("optimizer update", "data"):
+                if e["tid"] == 1 and e["cat"] == "phase" and e["name"] in ("optimizer update", "norm", "data"):
                     inside = sum(c["dur"] for c in comm if e["ts"] <= c["ts"] <= e["ts"] + e["dur"])
-                    add("optimizer" if e["name"] == "optimizer update" else "data", e["dur"] - inside)
+                    add("data" if e["name"] == "data" else "optimizer", e["dur"] - inside)
     m = {k: v / n * 1e-6 for k, v in acc.items()}
+    m["_ckpt_skipped"] = len([s for s in steps[1:] if s not in used]) if len(steps) >= 2 else 0
     m["other"] = m["step"] - sum(v for k, v in m.items() if k in ("gemm", "memory_bound", "optimizer", "data", "bubble")
                                  or (k.startswith("comm_") and k.count("_") == 1))
     return m, len(ranks), len(steps)
+
+
+def header(trace, nranks, nsteps, m):
+    ck = f"; {m['_ckpt_skipped']} writing a checkpoint left out" if m["_ckpt_skipped"] else ""
+    return f"compare: {trace}: {nranks} rank{'s' if nranks > 1 else ''}, {nsteps} steps (the first left out as warm-up{ck})"
 
 
 def plan(trace, flags, fmt="text", expect=0):
@@ -166,15 +176,15 @@ def close(a, b, rel, absol):
 def check_compare(trace, flags, plan_dp, plan_pp=1):
     want, nranks, nsteps = measure(trace)
     out = plan(trace, flags).stdout
-    check(f"compare: {trace}: {nranks} rank{'s' if nranks > 1 else ''}, {nsteps} steps (the first left out as warm-up)" in out,
-          f"the compare header:\n{out}")
+    check(header(trace, nranks, nsteps, want) in out, f"the compare header:\n{out}")
     check("device: the plan prices" in out and "x cpu (cluster" in out, f"no device line naming the cpu:\n{out}")
     rows = text_rows(out)
     pj = json.loads(plan(trace, flags, "json").stdout)
     cj = pj["compare"]
     jrows = {r["class"]: r for r in cj["classes"]}
-    check(cj["ranks"] == nranks and cj["steps"] == nsteps and cj["first_step_skipped"] and cj["steps_used"] == nsteps - 1,
-          f"compare's header fields {cj}")
+    skipped = want.pop("_ckpt_skipped")
+    check(cj["ranks"] == nranks and cj["steps"] == nsteps and cj["first_step_skipped"] and
+          cj["steps_used"] == nsteps - 1 - skipped and cj["checkpoint_steps_skipped"] == skipped, f"compare's header fields {cj}")
     check(cj["device"]["name"] == "cpu" and cj["device"]["cpu"] is True, f"device {cj['device']}")
     for key, v in want.items():
         jkey = key
