@@ -9,7 +9,7 @@
 
 /* ==== the artifact ABI ==== */
 
-#define HPD_ABI_VERSION 3 /* 2: the extern hook; 3: the host-op hook */
+#define HPD_ABI_VERSION 4 /* 2: the extern hook; 3: the host-op hook; 4: the kernel-span hook and kernel table */
 
 /* Per call of an entry point: what the generated code needs besides
  * tensors. The layout is fixed (the generated code reads it by offset). */
@@ -43,7 +43,21 @@ typedef struct hpd_ctx {
    * inputs, then its output, each a whole tensor of the node's shape (f32, or
    * i32 indices). 0 on success, else non-zero with ctx->error set. */
   int (*host_op)(struct hpd_ctx *ctx, int32_t graph, int32_t node, void **bufs);
+  /* hpdlrun --profile: when set, called before (end 0) and after (end 1)
+   * each kernel of a graph: kernel `kernel` of hpd_graph_desc.kernels of
+   * graph `graph`. NULL: no call (one load and branch a kernel). */
+  void (*kernel_span)(struct hpd_ctx *ctx, int32_t graph, int32_t kernel, int32_t end);
 } hpd_ctx;
+
+/* A fused kernel of a graph, for profiles: its symbol, its family (loop,
+ * row, gemm, special, copy, leaf, comm, host), and its arithmetic and the
+ * bytes it reads and writes (the IR's cost, compiler/ir/ir_cost.h). */
+typedef struct {
+  const char *name;
+  const char *kind;
+  double flops;
+  double bytes;
+} hpd_kernel_desc;
 
 /* Every entry point takes one table of buffers:
  *   buffers[0]                                  hpd_ctx *
@@ -69,6 +83,8 @@ typedef struct {
   int32_t ngrads;          /* gradient outputs accumulated into the grad slots */
   int32_t nbuffers;        /* the table's length */
   int64_t workspace_bytes; /* what ctx->workspace must hold for this graph (its calls included) */
+  int32_t nkernels;        /* its fused kernels, indexed as kernel_span's */
+  const hpd_kernel_desc *kernels;
 } hpd_graph_desc;
 
 typedef struct {

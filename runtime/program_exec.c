@@ -90,6 +90,7 @@ typedef struct {
   const hpd_module_desc *mod;
   const hpd_graph_desc *entry;
   hpd_ctx hctx;
+  double span_t0;    /* hpdlrun --profile: the start of the kernel running now */
   void **table;
   float **pslot, **gslot; /* per parameter: all copies */
   char *inplace;     /* per parameter: its slots are the runtime's tensors (map_inplace) */
@@ -302,6 +303,27 @@ static int nx_all_to_all(void *comm, int group, const float *in, int64_t n, floa
     return -1;
   }
   return 0;
+}
+
+/* hpd_ctx.kernel_span (hpdlrun --profile): each kernel of the generated
+ * code a span on the program track, named by its symbol, with its FLOPs and
+ * bytes from the module's kernel table; a GEMM's category is "gemm", the
+ * others' "kernel" (what plan --compare sorts by). Kernels do not nest: a
+ * graph's call is not a kernel, and the callee's kernels time themselves. */
+static void nx_kernel_span(hpd_ctx *ctx, int32_t graph, int32_t kernel, int32_t end) {
+  Exec *x = ctx->comm;
+  const TrainProfiler *pf = x->ctx->prof;
+  if (!pf) return;
+  double now = pf->now(pf->self);
+  if (!end) {
+    x->span_t0 = now;
+    return;
+  }
+  const hpd_graph_desc *g = graph >= 0 && graph < x->mod->ngraphs ? &x->mod->graphs[graph] : NULL;
+  const hpd_kernel_desc *k = g && kernel >= 0 && kernel < g->nkernels ? &g->kernels[kernel] : NULL;
+  if (!k) return;
+  pf->span(pf->self, k->name, strcmp(k->kind, "gemm") ? "kernel" : "gemm", x->span_t0, now, x->cur_mb, x->chunk, -1,
+           (int64_t)k->bytes, k->flops);
 }
 
 /* hpd_ctx.host_op: node `node` of graph `graph` of the chunk's IR. */
@@ -568,6 +590,7 @@ static int native_open(Exec *x, const char *path, RtErr *e) {
   x->hctx.externs = x->ext;
   x->hctx.call_extern = nx_call_extern;
   x->hctx.host_op = nx_host_op;
+  x->hctx.kernel_span = x->ctx->prof ? nx_kernel_span : NULL;
   x->host.comm = x;
   x->host.all_to_all = nx_all_to_all;
   for (int k = 0; k < IRG_COUNT; k++) x->host.size[k] = x->comm->size[comm_group_of_ir(k)];

@@ -20,6 +20,7 @@
  * compiler links it with OpenBLAS into PATH (cc -shared), so the runtime
  * only dlopens a library and no compiler is needed when it runs. */
 #include "codegen_cpu.h"
+#include "ir_cost.h"
 #include "xalloc.h"
 
 #include <errno.h>
@@ -302,6 +303,7 @@ typedef struct {
   const IrGraph *g;
   CgGraph *G;
   LLVMValueRef fn, ctxp, table, ws, layer, args, outs, scratch;
+  LLVMValueRef span;             /* hpd_ctx.kernel_span, loaded at entry */
   LLVMValueRef *ptr;             /* per node: i8* */
   LLVMValueRef arg_arr, out_arr; /* i8*[] for CALLs */
   int max_call_args, max_call_outs;
@@ -347,6 +349,32 @@ static LLVMValueRef param_ptr(Host *h, int p) {
   for (int i = 0; i < P->rank; i++) numel *= P->dims[i];
   LLVMValueRef off = LLVMBuildMul(cg->b, h->layer, cg_i64(cg, numel * sem_dtype_bytes(P->dtype)), "");
   return cg_byte_ptr(cg, base, off, "param.l");
+}
+
+/* Whether kernel p of the graph runs code of its own that a profile times
+ * (not a view, a call, a leaf without a kernel, or a collective: the
+ * runtime's collectives time themselves). */
+static int timed_kernel(const FuseGraph *fg, const CgGraph *G, int p) {
+  const FuseKernel *K = &fg->kernels[p];
+  if (K->kind == FUSE_VIEW || K->kind == FUSE_CALL || K->kind == FUSE_COMM) return 0;
+  if (K->kind == FUSE_LEAF) {
+    const IrNode *n = &fg->graph->nodes[K->nodes[0]];
+    return n->op != IR_INPUT && n->op != IR_PARAM && n->op != IR_ARG && G->kfn && G->kfn[p];
+  }
+  return 1;
+}
+
+/* if (ctx->kernel_span) ctx->kernel_span(ctx, graph, p, end); */
+static void span_hook(Host *h, int p, int end) {
+  CgCpu *cg = h->cg;
+  LLVMBasicBlockRef call = LLVMAppendBasicBlockInContext(cg->ctx, h->fn, "span");
+  LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(cg->ctx, h->fn, "span.next");
+  LLVMBuildCondBr(cg->b, LLVMBuildIsNull(cg->b, h->span, ""), next, call);
+  LLVMPositionBuilderAtEnd(cg->b, call);
+  LLVMValueRef a[4] = {h->ctxp, cg_i32(cg, h->gi), cg_i32(cg, p), cg_i32(cg, end)};
+  LLVMBuildCall2(cg->b, cg->tspan, h->span, a, 4, "");
+  LLVMBuildBr(cg->b, next);
+  LLVMPositionBuilderAtEnd(cg->b, next);
 }
 
 static void emit_leaf(Host *h, int p) {
@@ -586,6 +614,7 @@ static void build_host(CgCpu *cg, int gi, LLVMValueRef fn, int part) {
   h.scratch = LLVMGetParam(h.fn, 6);
   h.ptr = xalloc_calloc((size_t)g->nnodes, sizeof(LLVMValueRef));
   LLVMPositionBuilderAtEnd(cg->b, LLVMAppendBasicBlockInContext(cg->ctx, h.fn, "entry"));
+  h.span = cg_ctx_field(cg, h.ctxp, CG_CTX_KERNEL_SPAN, "span");
   int maxa = 1, maxo = 1;
   for (int p = 0; p < fg->nkernels; p++)
     if (fg->kernels[p].kind == FUSE_CALL) {
@@ -601,6 +630,8 @@ static void build_host(CgCpu *cg, int gi, LLVMValueRef fn, int part) {
       if (part == 1) point_kernel(&h, p);
       continue;
     }
+    int timed = timed_kernel(fg, G, p);
+    if (timed) span_hook(&h, p, 0);
     switch (K->kind) {
     case FUSE_LEAF: emit_leaf(&h, p); break;
     case FUSE_VIEW:
@@ -609,6 +640,7 @@ static void build_host(CgCpu *cg, int gi, LLVMValueRef fn, int part) {
     case FUSE_CALL: emit_call(&h, p); break;
     default: emit_kernel(&h, p); break;
     }
+    if (timed) span_hook(&h, p, 1);
   }
   if (part == 0) { /* the outputs and gradients come with the backward part */
     LLVMBuildRet(cg->b, cg_i32(cg, 0));
@@ -731,22 +763,54 @@ static LLVMValueRef const_string(CgCpu *cg, const char *s, const char *name) {
 /* The exported descriptor: hpd_module (codegen.h's hpd_module_desc). */
 static void build_descriptor(CgCpu *cg) {
   const IrModule *m = cg->m;
-  LLVMTypeRef dfields[7] = {cg->tp8, LLVMPointerType(cg->tkern_entry, 0), cg->ti32, cg->ti32, cg->ti32, cg->ti32,
-                            cg->ti64};
+  /* hpd_kernel_desc: name, kind, flops, bytes */
+  LLVMTypeRef kfields[4] = {cg->tp8, cg->tp8, cg->tf64, cg->tf64};
+  LLVMTypeRef kt = LLVMStructCreateNamed(cg->ctx, "hpd_kernel_desc");
+  LLVMStructSetBody(kt, kfields, 4, 0);
+  LLVMTypeRef dfields[9] = {cg->tp8, LLVMPointerType(cg->tkern_entry, 0), cg->ti32, cg->ti32, cg->ti32, cg->ti32,
+                            cg->ti64, cg->ti32, LLVMPointerType(kt, 0)};
   LLVMTypeRef dt = LLVMStructCreateNamed(cg->ctx, "hpd_graph_desc");
-  LLVMStructSetBody(dt, dfields, 7, 0);
+  LLVMStructSetBody(dt, dfields, 9, 0);
   LLVMValueRef *descs = xalloc_calloc((size_t)m->ngraphs, sizeof(LLVMValueRef));
   for (int gi = 0; gi < m->ngraphs; gi++) {
     const IrGraph *g = m->graphs[gi];
+    const FuseGraph *fg = &cg->fr->graphs[gi];
     CgGraph *G = &cg->graphs[gi];
-    LLVMValueRef f[7] = {const_string(cg, g->name, "graph.name"),
+    /* the kernel table (profiles): every kernel, timed or not, by index */
+    int nk = fg->nkernels;
+    LLVMValueRef *ks = xalloc_calloc((size_t)nk + 1, sizeof(LLVMValueRef));
+    for (int p = 0; p < nk; p++) {
+      const FuseKernel *K = &fg->kernels[p];
+      double flops = 0, bytes = 0;
+      for (int j = 0; j < K->nnodes; j++) flops += ircost_node(m, g, K->nodes[j]).flops;
+      for (int j = 0; j < K->ninputs; j++) bytes += (double)node_bytes(&g->nodes[K->inputs[j]]);
+      for (int j = 0; j < K->noutputs; j++) bytes += (double)node_bytes(&g->nodes[K->outputs[j]]);
+      size_t len = 0;
+      const char *kn = G->kfn && G->kfn[p] ? LLVMGetValueName2(G->kfn[p], &len) : NULL;
+      char name[200];
+      if (kn && len) snprintf(name, sizeof name, "%.*s", (int)len, kn);
+      else snprintf(name, sizeof name, "%s.k%d.%s", g->name, p, fuse_kind_name(K->kind));
+      LLVMValueRef kf[4] = {const_string(cg, name, "kernel.name"), const_string(cg, fuse_kind_name(K->kind), "kernel.kind"),
+                            LLVMConstReal(cg->tf64, flops), LLVMConstReal(cg->tf64, bytes)};
+      ks[p] = LLVMConstNamedStruct(kt, kf, 4);
+    }
+    LLVMValueRef karr = LLVMConstArray(kt, ks, (unsigned)nk);
+    LLVMValueRef gk = LLVMAddGlobal(cg->mod, LLVMTypeOf(karr), "hpd_kernels");
+    LLVMSetInitializer(gk, karr);
+    LLVMSetGlobalConstant(gk, 1);
+    LLVMSetLinkage(gk, LLVMPrivateLinkage);
+    free(ks);
+    LLVMValueRef kz[2] = {cg_i32(cg, 0), cg_i32(cg, 0)};
+    LLVMValueRef f[9] = {const_string(cg, g->name, "graph.name"),
                          G->entry,
                          cg_i32(cg, g->nargs),
                          cg_i32(cg, G->nplain),
                          cg_i32(cg, g->ngrad_params),
                          cg_i32(cg, HPD_BUF_INPUTS + m->ninputs + 2 * m->nparams + g->nargs + G->nplain),
-                         cg_i64(cg, G->total_bytes + cg->kscratch)};
-    descs[gi] = LLVMConstNamedStruct(dt, f, 7);
+                         cg_i64(cg, G->total_bytes + cg->kscratch),
+                         cg_i32(cg, nk),
+                         LLVMConstInBoundsGEP2(LLVMTypeOf(karr), gk, kz, 2)};
+    descs[gi] = LLVMConstNamedStruct(dt, f, 9);
   }
   LLVMValueRef arr = LLVMConstArray(dt, descs, (unsigned)m->ngraphs);
   LLVMValueRef garr = LLVMAddGlobal(cg->mod, LLVMTypeOf(arr), "hpd_graphs");
@@ -812,7 +876,11 @@ static void init_types(CgCpu *cg) {
                                    cg->tp8,
                                    cg->tp8,
                                    LLVMPointerType(cg_extern_hook_type(cg), 0),
-                                   LLVMPointerType(cg_extern_hook_type(cg), 0)}; /* host_op: the same signature */
+                                   LLVMPointerType(cg_extern_hook_type(cg), 0), /* host_op: the same signature */
+                                   NULL};
+  LLVMTypeRef sp[4] = {cg->tpctx, cg->ti32, cg->ti32, cg->ti32};
+  cg->tspan = LLVMFunctionType(LLVMVoidTypeInContext(c), sp, 4, 0);
+  f[CG_CTX_KERNEL_SPAN] = LLVMPointerType(cg->tspan, 0);
   LLVMStructSetBody(cg->tctx, f, CG_CTX_NFIELDS, 0);
   cg->tkern_entry = LLVMFunctionType(cg->ti32, &cg->tpp8, 1, 0);
   cg->md_loop = LLVMGetMDKindIDInContext(c, "llvm.loop", 9);

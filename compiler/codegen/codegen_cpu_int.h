@@ -87,6 +87,7 @@ typedef struct CgCpu {
   LLVMTypeRef tp8, tpp8, tpf32, tpf64, tpi32, tpi64;
   LLVMTypeRef tctx, tpctx, tcoll[4], tpcoll[4];
   LLVMTypeRef tkern_entry; /* i32 (i8**) */
+  LLVMTypeRef tspan;       /* void (hpd_ctx *, i32 graph, i32 kernel, i32 end): hpd_ctx.kernel_span */
   unsigned md_loop;
   /* helpers made on first use */
   LLVMValueRef fn_exp, fn_log, fn_tanh, fn_sgemm, fn_pow64, fn_cos64, fn_sin64;
@@ -154,6 +155,7 @@ enum {
   CG_CTX_EXTERNS,
   CG_CTX_CALL_EXTERN,
   CG_CTX_HOST_OP,
+  CG_CTX_KERNEL_SPAN,
   CG_CTX_NFIELDS
 };
 /* i32 (hpd_ctx *, i32 index, i32 grad, i8 **bufs): hpd_ctx.call_extern */

@@ -90,8 +90,8 @@ static void build(Cmp *c, PlanCtx *pc, const PlanResult *p, const TraceData *t, 
             "classes miss time",
          t->dropped_events > 0 ? t->dropped_events : 0, t->truncated);
   if (!t->op_events)
-    warn(c, "no per-op events: GEMM and memory-bound time are not told apart (profile with HPDL_EXECUTOR=interp, or the device "
-            "path, for them)");
+    warn(c, "no per-op events: GEMM and memory-bound time are not told apart (a trace of an older artifact's native code: "
+            "recompile it, or profile with HPDL_EXECUTOR=interp)");
   if (!isfinite(p->step_s))
     warn(c, "the plan's step time is not finite (a group crosses nodes the cluster gives no network; with the cpu device, "
             "--gpus-per-node N puts the N ranks on one machine)");

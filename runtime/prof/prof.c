@@ -351,7 +351,7 @@ int prof_trace_json(FILE *f, ProfRank *const *ranks, int n) {
 typedef struct {
   const char *track, *name, *group;
   int64_t calls, bytes;
-  double total;
+  double total, flops;
 } Row;
 
 static int row_cmp(const void *a, const void *b) {
@@ -404,6 +404,7 @@ void prof_table(FILE *f, ProfRank *const *ranks, int n, int nrows) {
       w->calls++;
       w->total += d;
       w->bytes += e->bytes;
+      w->flops += e->flops;
     }
   }
   /* the collectives' share of the step time is in the first table too */
@@ -418,10 +419,18 @@ void prof_table(FILE *f, ProfRank *const *ranks, int n, int nrows) {
   if (comm) qsort(comm, (size_t)nc, sizeof *comm, row_cmp);
   fprintf(f, "hpdlrun: profile: %" PRId64 " step spans over %d rank%s, %.1f ms of step time in all%s\n", steps, n, n == 1 ? "" : "s",
           step_total * 1e3, dropped ? " (some events were dropped: the totals below are short)" : "");
-  fprintf(f, "  %-8s %-28s %8s %12s %10s %7s\n", "track", "phase / op", "calls", "total ms", "mean ms", "share");
-  for (int i = 0; i < nr && i < nrows; i++)
-    fprintf(f, "  %-8s %-28.28s %8" PRId64 " %12.3f %10.4f %6.1f%%\n", rows[i].track, rows[i].name, rows[i].calls, rows[i].total * 1e3,
-            rows[i].total * 1e3 / (double)rows[i].calls, step_total > 0 ? 100.0 * rows[i].total / step_total : 0.0);
+  fprintf(f, "  %-8s %-28s %8s %12s %10s %7s  %s\n", "track", "phase / op", "calls", "total ms", "mean ms", "share", "achieved");
+  for (int i = 0; i < nr && i < nrows; i++) {
+    /* what the op reached: FLOP/s where its events carry FLOPs, else the
+     * bytes it moved a second (kernels, collectives); phases and spans
+     * carry neither */
+    char rate[32] = "-";
+    const Row *w = &rows[i];
+    if (w->total > 0 && w->flops > 0) snprintf(rate, sizeof rate, "%.1f GFLOP/s", w->flops / w->total / 1e9);
+    else if (w->total > 0 && w->bytes > 0) snprintf(rate, sizeof rate, "%.2f GB/s", (double)w->bytes / w->total / 1e9);
+    fprintf(f, "  %-8s %-28.28s %8" PRId64 " %12.3f %10.4f %6.1f%%  %s\n", w->track, w->name, w->calls, w->total * 1e3,
+            w->total * 1e3 / (double)w->calls, step_total > 0 ? 100.0 * w->total / step_total : 0.0, rate);
+  }
   if (nr > nrows) fprintf(f, "  (%d more rows in the trace)\n", nr - nrows);
   if (nc) {
     fprintf(f, "hpdlrun: profile: collectives and messages (bytes of the buffer each call moves; GB/s = bytes / time)\n");

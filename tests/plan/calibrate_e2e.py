@@ -8,7 +8,8 @@
           the first trace calibrates the cpu device (--cluster laptop: the catalog's figures),
           the second checks the result: `hpdlc plan --cluster FILE.hpd --compare` of the second
           trace must give the step within 15% (the uncalibrated plan is off by more than 50% on
-          this machine; the fitted classes, compute and optimizer, are printed: two runs of the
+          this machine; the fitted classes, GEMM and memory-bound kernels (the native code's
+          per-kernel spans), are printed: two runs of the
           same program differ by up to about 10% on a shared 2-core machine); the file is a
           cluster block with compute_scale and memory_scale in (0, 1], and planning with it
           prices the device at the catalog's figures times them.
@@ -98,7 +99,8 @@ def case_gpt2():
     check(got and abs(float(got.group(1)) - want_gflops) <= 0.06, f"device {dev}: want {want_gflops:.1f} GFLOP/s")
     check(abs(float(got.group(2)) - 50.0 * scales["memory_scale"]) <= 0.06, f"device {dev}")
     base, _ = compare_json("laptop", check_trace)
-    for cls, tol in (("compute", None), ("optimizer", None), ("step", 0.15)):
+    check("gemm" in rows and "memory_bound" in rows, f"the native trace has no per-kernel classes: {sorted(rows)}")
+    for cls, tol in (("gemm", None), ("memory_bound", None), ("optimizer", None), ("step", 0.15)):
         r, b = rows[cls], base[cls]
         e = r["predicted_s"] / r["measured_s"] - 1
         e0 = b["predicted_s"] / b["measured_s"] - 1

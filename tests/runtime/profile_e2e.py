@@ -16,12 +16,14 @@ Chrome trace with json:
       peer's world rank (stage 0 <-> stage 1: rank r <-> r + 2); every event inside
       its step's span, durations >= 0, each step's phases adding up to at most the
       step; no events dropped; no temporary file left beside the trace; rank 0's table
-      (its header, a row of the program's step with its share, the dp all-reduce's
+      (its header, a row of the program's step with its share, the matmul row's
+      achieved GFLOP/s equal to the trace's FLOPs over its time, the dp all-reduce's
       GB/s, a peak-memory row per rank).
   one_rank    one rank (the generated kernels when the CPU back end is built, else
       the reference executor), 2 steps: one process, 2 step spans, the program's
-      spans; --profile-events 10 keeps 10 events and says in otherData, the process's
-      labels and the table how many were dropped.
+      spans (native: every fused kernel a span named by its symbol inside a forward or
+      backward, with bytes, the GEMMs with FLOPs); --profile-events 10 keeps 10 events
+      and says in otherData, the process's labels and the table how many were dropped.
   device_emulate  a --target cuda --emulate artifact run with --device emulate (one
       rank, 2 steps): each kernel launch and GEMM a span (a GEMM with FLOPs) inside its
       micro-batch's forward+backward span (skipped without NVRTC or a C++ compiler).
@@ -141,13 +143,14 @@ def check_common(trace, pids, steps, coords):
 def table_rows(stdout):
     lines = stdout.splitlines()
     check(any(line.startswith("hpdlrun: profile: ") and "step spans over" in line for line in lines), f"no table:\n{stdout}")
-    i = next(k for k, line in enumerate(lines) if line.split() == ["track", "phase", "/", "op", "calls", "total", "ms", "mean", "ms", "share"])
+    i = next(k for k, line in enumerate(lines)
+             if line.split() == ["track", "phase", "/", "op", "calls", "total", "ms", "mean", "ms", "share", "achieved"])
     rows = []
     for line in lines[i + 1:]:
-        m = re.match(r"^  (step|program|comm)\s+(.+?)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)%$", line)
+        m = re.match(r"^  (step|program|comm)\s+(.+?)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)%  (-|[\d.]+ GFLOP/s|[\d.]+ GB/s)$", line)
         if not m:
             break
-        rows.append((m.group(1), m.group(2), int(m.group(3)), float(m.group(4)), float(m.group(6))))
+        rows.append((m.group(1), m.group(2), int(m.group(3)), float(m.group(4)), float(m.group(6)), m.group(7)))
     check(rows, f"no rows under the table's header:\n{stdout}")
     check([r[3] for r in rows] == sorted((r[3] for r in rows), reverse=True), f"rows not by total time: {rows}")
     return lines, rows
@@ -188,6 +191,13 @@ def case_dp2_pp2():
     named = {r[1]: r for r in rows}
     check("program step" in named and 50 <= named["program step"][4] <= 100.0, f"the program's step row: {named.get('program step')}")
     check(named["program step"][2] == 4 * steps, f"the program's step: {named['program step'][2]} calls, expected {4 * steps}")
+    # achieved: the matmuls' FLOP/s as the trace's own FLOPs over their time (all ranks); a phase has none
+    check(named["program step"][5] == "-", f"a phase with an achieved rate: {named['program step']}")
+    mm = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e["name"] == "matmul"]
+    want = sum(e["args"]["flops"] for e in mm) / (sum(e["dur"] for e in mm) * 1e-6) / 1e9
+    got = named["matmul"][5] if "matmul" in named else "-"
+    check(got.endswith(" GFLOP/s") and abs(float(got.split()[0]) - want) <= 0.05 + 1e-3 * want,
+          f"the matmul row's achieved {got}, the trace says {want:.2f} GFLOP/s")
     coll = [line for line in lines if re.match(r"^  all_reduce\s+dp\s+\d+\s+\d+\s+[\d.]+\s+[\d.]+$", line)]
     check(coll and float(coll[0].split()[-1]) > 0, f"no dp all-reduce with its GB/s in the table:\n{out}")
     mem = [line for line in lines if re.match(r"^  \d\s+dp \d, tp 0, pp \d, cp 0\s+[\d.]+\s+\d+\s+0$", line)]
@@ -204,6 +214,20 @@ def case_one_rank():
     kinds = {e["name"] for e in prog}
     check({"forward", "backward"} <= kinds or "forward+backward" in kinds, f"{ex}: the program's spans {sorted(kinds)[:10]}")
     check(trace["otherData"]["dropped_events"] == 0, "events dropped under the default cap")
+    if ex == "native":
+        # every fused kernel of the generated code a span inside its forward or backward, named by
+        # its symbol, with the kernel table's bytes; the GEMMs as "gemm" with their FLOPs
+        kern = [e for e in prog if e["cat"] in ("kernel", "gemm")]
+        gemm = [e for e in kern if e["cat"] == "gemm"]
+        check(kern and gemm, f"native: no kernel spans in {sorted(kinds)[:12]}")
+        check(all(re.match(r"^[\w.]+\.k\d+\.\w+$", e["name"]) for e in kern), f"kernel names {sorted({e['name'] for e in kern})[:8]}")
+        check(all(e["args"].get("flops", 0) > 0 and e["name"].endswith(".gemm") for e in gemm), "GEMM spans without FLOPs")
+        check(all(e["args"].get("bytes", 0) > 0 for e in kern), "kernel spans without bytes")
+        outer = [e for e in prog if e["name"] in ("forward", "backward", "forward+backward")]
+        for e in kern:
+            check(any(o["args"]["step"] == e["args"]["step"] and o["ts"] - EPS <= e["ts"] and e["ts"] + e["dur"] <= o["ts"] + o["dur"] + EPS
+                      for o in outer), f"kernel {e['name']} outside every forward / backward span")
+        print(f"one_rank native: {len(kern)} kernel spans, {len(gemm)} GEMMs")
     table_rows(out)
     # a cap of 10 events: the rest counted, said in the file and the table
     trace, out = profile(art, "one_rank_cap", 2, ["--profile-events", "10"])
