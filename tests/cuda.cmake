@@ -4,6 +4,19 @@
 #                      compiled as C++ with the emulation harness and run on
 #                      the CPU, against the reference executor (1e-5); skips
 #                      (77) without a C++ compiler
+# "NAME|FLAGS" -> NAME and FLAGS (empty when there are none): the layout tables below
+function(hpdl_name_flags entry name_var flags_var)
+  string(REPLACE "|" ";" parts "${entry}")
+  list(GET parts 0 n)
+  list(LENGTH parts np)
+  set(f "")
+  if(np GREATER 1)
+    list(GET parts 1 f)
+  endif()
+  set(${name_var} "${n}" PARENT_SCOPE)
+  set(${flags_var} "${f}" PARENT_SCOPE)
+endfunction()
+
 add_executable(test_codegen_cuda ${HPDL_TEST_DIR}/cuda/test_codegen_cuda.c)
 target_include_directories(test_codegen_cuda PRIVATE ${HPDL_TEST_DIR}/unit)
 target_compile_options(test_codegen_cuda PRIVATE ${HPDL_WARNINGS})
@@ -183,13 +196,7 @@ if(Python3_Interpreter_FOUND)
       "pp2|--pp 2" "pp2_gpipe|--pp 2 --schedule gpipe" "dp2_tp2_pp2|--dp 2 --tp 2 --pp 2 --micro-batch 1")
   foreach(dev emulate cuda)
     foreach(entry ${HPDL_DEVICE_LAYOUTS})
-      string(REPLACE "|" ";" parts "${entry}")
-      list(GET parts 0 name)
-      list(LENGTH parts np)
-      set(layout "")
-      if(np GREATER 1)
-        list(GET parts 1 layout)
-      endif()
+      hpdl_name_flags("${entry}" name layout)
       set(resume)
       if(name STREQUAL "resume")
         set(resume --resume-args "${small} --tp 2")
@@ -252,13 +259,7 @@ if(Python3_Interpreter_FOUND)
     # split again over tp), dp 2 x pp 2 x ep 2 (1F1B), dp 2 x ep 2 at ZeRO 1.
     foreach(entry "1rank|" "dp2_ep2|--dp 2 --ep 2" "dp2_tp2_ep2|--dp 2 --tp 2 --ep 2"
                   "dp2_pp2_ep2|--dp 2 --pp 2 --ep 2 --micro-batch 1" "dp2_ep2_zero1|--dp 2 --ep 2 --zero 1")
-      string(REPLACE "|" ";" parts "${entry}")
-      list(GET parts 0 name)
-      list(LENGTH parts np)
-      set(layout "")
-      if(np GREATER 1)
-        list(GET parts 1 layout)
-      endif()
+      hpdl_name_flags("${entry}" name layout)
       add_test(NAME cuda.layout.${dev}.moe_${name}
                COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
                        --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>

@@ -1,6 +1,6 @@
 """e2e_common.py - helpers shared by the end-to-end test scripts (runtime/e2e.py,
 compile/compile_e2e.py, extern/extern_e2e.py, runtime/profile_e2e.py, plan/compare_e2e.py,
-moe/router_e2e.py): the failure type, running a tool and checking its exit status, the
+plan/calibrate_e2e.py, moe/router_e2e.py): the failure type, running a tool and checking its exit status, the
 MPI skip test, the metrics reader, and the scripts' common command line.
 
 A script imports it with its own folder's parent on sys.path:
@@ -48,6 +48,18 @@ def need_mpi(bin_dir):
     if "collectives: mpi" not in run([os.path.join(bin_dir, "hpdlrun"), "--version"]).stdout:
         print("skipped: this hpdlrun was built without MPI")
         sys.exit(SKIP)
+
+
+def tool_of(args, name):
+    """A tool of the build under test: ARGS.bin/NAME."""
+    return os.path.join(args.bin, name)
+
+
+def work_of(args, name):
+    """ARGS.work/NAME, made if missing (a case's scratch folder)."""
+    d = os.path.join(args.work, name)
+    os.makedirs(d, exist_ok=True)
+    return d
 
 
 def fresh_dir(work, name):

@@ -21,7 +21,6 @@ Exit 0 pass, 1 fail.
 import json
 import os
 import re
-import shutil
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -37,20 +36,11 @@ def run(args, expect=0):
 
 
 def tool(name):
-    return os.path.join(ARGS.bin, name)
+    return e2e_common.tool_of(ARGS, name)
 
 
 def work(name):
-    d = os.path.join(ARGS.work, name)
-    os.makedirs(d, exist_ok=True)
-    return d
-
-
-def data():
-    prefix = os.path.join(work("data"), "syn")
-    if not os.path.exists(prefix + "_train_000000.bin"):
-        run([tool("hpdl-data"), "--synthetic", "400000", "--seed", "5", "-o", prefix])
-    return prefix + "_train_*.bin"
+    return e2e_common.work_of(ARGS, name)
 
 
 def gpt2():
@@ -61,7 +51,8 @@ def profile(art, name, steps=4):
     out = os.path.join(work(name), "trace.json")
     if os.path.exists(out):
         os.remove(out)
-    run([tool("hpdlrun"), art, "--data", data(), "--steps", str(steps), "--progress", "quiet", "--checkpoint-dir",
+    run([tool("hpdlrun"), art, "--data", e2e_common.synthetic_data(ARGS.bin, ARGS.work, 400000), "--steps", str(steps),
+         "--progress", "quiet", "--checkpoint-dir",
          os.path.join(work(name), "ckpt"), "--profile", out])
     return out
 
@@ -73,8 +64,7 @@ def compare_json(cluster, trace):
 
 
 def case_gpt2():
-    art = os.path.join(ARGS.work, "art-gpt2")
-    shutil.rmtree(art, ignore_errors=True)
+    art = e2e_common.fresh_dir(ARGS.work, "art-gpt2")
     run([tool("hpdlc"), "compile", gpt2(), *SHAPE, "-o", art])
     fit_trace = profile(art, "fit", 6)
     check_trace = profile(art, "check", 6)
@@ -115,8 +105,7 @@ def case_gpt2():
 def case_errors():
     tiny = os.path.join(ARGS.source, "samples", "gpt2-tiny.hpd")
     defs = ["-D", "C=32", "-D", "T=16", "-D", "L=2", "-D", "H=4"]
-    art = os.path.join(ARGS.work, "art-tiny")
-    shutil.rmtree(art, ignore_errors=True)
+    art = e2e_common.fresh_dir(ARGS.work, "art-tiny")
     run([tool("hpdlc"), "compile", tiny, *defs, "-o", art])
     trace = profile(art, "tiny", 3)
     plan = [tool("hpdlc"), "plan", tiny, *defs, "--cluster", "laptop"]
