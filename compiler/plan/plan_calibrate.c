@@ -138,8 +138,8 @@ int plan_calibrate(Diag *diag, const char *path, const SemModel *m, const PlanCl
     classes(&cmp, &p, &fc, &fm, &fn);
     if (rounds == 0) first = p, fc0 = fc, fm0 = fm, fn0 = fn;
     if (!fitted(&fc)) {
-      fprintf(stderr, "hpdlc: plan --calibrate: %s measures no %s time to fit the device's FLOP/s to\n", o->calibrate,
-              t->op_events ? "GEMM" : "forward or backward");
+      fprintf(stderr, "hpdlc: plan --calibrate: %s measures no forward or backward time to fit the device's FLOP/s to\n",
+              o->calibrate);
       break;
     }
     const Fit *fit[3] = {&fc, &fm, &fn};
