@@ -151,15 +151,15 @@ double interp_loss(Interp *in);
  * choice outside [0, E). Shared by the reference executor and the runtime's
  * host ops (the CPU back end's MoE kernels). */
 int64_t interp_moe_slots(const int64_t *choice, int64_t T, int64_t K, int64_t E, int64_t cap, int64_t *slot, int64_t *count);
-/* TOPK's selection (ir_ops.h) of rows of V values, xd (fp64) or xf (fp32):
- * k passes taking the largest entry not yet taken, the lower position first
- * among equals, NaN never winning; out [rows, K] positions. */
 /* ALL_TO_ALL's local halves (ir_ops.h) on values of elem bytes: x's size
  * chunks along `split` laid out member by member in send; the chunks
  * received, member by member, placed along `concat` of out. Shared by the
  * reference executor and the runtime's host ops. */
 void interp_a2a_pack(const IrNode *x, int64_t split, int size, const void *in, void *send, size_t elem);
 void interp_a2a_unpack(const IrNode *x, int64_t split, int64_t concat, int size, const void *recv, void *out, size_t elem);
+/* TOPK's selection (ir_ops.h) of rows of V values, xd (fp64) or xf (fp32):
+ * k passes taking the largest entry not yet taken, the lower position first
+ * among equals, NaN never winning; out [rows, K] positions. */
 void interp_topk(const double *xd, const float *xf, int64_t rows, int64_t V, int64_t K, int64_t *out);
 /* The auxiliary losses the forwards run since the last call added (the sum
  * of weight x value of every AUX_LOSS, std/moe's load balance) into *sum,

@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <string.h>
 
-
 /* The piece as a box: lo[i] .. lo[i] + len[i] along each axis. */
 static int shard_box(int rank, const int64_t *dims, const ShardSplit *s, int64_t *lo, int64_t *len, char *why, int whylen) {
   for (int i = 0; i < rank; i++) lo[i] = 0, len[i] = dims[i];

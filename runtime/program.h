@@ -32,6 +32,11 @@ typedef struct {
   int in_norm;             /* counted once in the global gradient norm */
 } TrainTensor;
 
+/* An expert shard: split over the expert group on this layout, so held
+ * alike by the expert-data-parallel members (its gradient sum and ZeRO
+ * slices go over COMM_EDP, everything else's over COMM_DP). */
+static inline int train_tensor_is_expert(const TrainTensor *t) { return t->split.parts > 1 && t->param->split_group == COMM_EP; }
+
 /* hpdlrun --profile: how a program adds its spans to the rank's timeline
  * (the "program" track; docs/runtime.md, "Profiling"). now() is the
  * timeline's clock in seconds; span() copies the name and the category.

@@ -713,8 +713,7 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
     for (int i = 0; i < P->nuses; i++) {
       const CudaUse *c = &P->uses[i];
       if (!c->t) continue; /* a mirror's gradient went to its owner */
-      const ArtParam *ap = c->t->param;
-      CommGroup over = ap->split_axis >= 0 && ap->split_group == COMM_EP && ctx->comm->size[COMM_EP] > 1 ? COMM_EDP : COMM_DP;
+      CommGroup over = train_tensor_is_expert(c->t) ? COMM_EDP : COMM_DP;
       if (ctx->comm->size[over] <= 1) continue;
       if (devx_get_grad_copy(P->x, c->param, c->layer, c->t->grad)) return fail(e, "%s", devx_error(P->x));
       if (ctx->comm->ops->all_reduce(ctx->comm, over, COMM_F32, COMM_SUM, c->t->grad, c->numel, e) < 0) return -1;

@@ -134,10 +134,6 @@ static int agree(Run *R, int failed) {
 
 static int64_t round16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
-/* An expert shard: split over the expert group, so held alike by the
- * expert-data-parallel members (its gradient sum and ZeRO slices go there). */
-static int is_expert(const TrainTensor *t) { return t->split.parts > 1 && t->param->split_group == COMM_EP; }
-
 /* How many pieces p is cut into on this layout along its first (second)
  * split; 1 where it is not. */
 static int split_parts(const Comm *c, const ArtParam *p, int second) {
@@ -169,7 +165,7 @@ static int split_over(const Comm *c, const ArtParam *p, CommGroup g) {
 /* This rank's copy of t is the first among the data-parallel copies (counted
  * once in norms): member 0 of the data-parallel group, or for an expert shard
  * member 0 of the expert-data-parallel group that holds it. */
-static int dp_first(const Comm *c, const TrainTensor *t) { return is_expert(t) ? c->rank[COMM_EDP] == 0 : c->coords.dp == 0; }
+static int dp_first(const Comm *c, const TrainTensor *t) { return train_tensor_is_expert(t) ? c->rank[COMM_EDP] == 0 : c->coords.dp == 0; }
 
 static int make_tensors(Run *R, RtErr *e) {
   const Artifact *a = R->a;
@@ -222,7 +218,7 @@ static int make_tensors(Run *R, RtErr *e) {
       R->expert_lo = off;
     }
     for (int i = 0; i < n; i++) {
-      if (is_expert(&t[i]) != pass) continue;
+      if (train_tensor_is_expert(&t[i]) != pass) continue;
       R->offset[i] = off;
       off += round16(t[i].numel);
     }

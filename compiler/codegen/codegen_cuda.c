@@ -1129,6 +1129,13 @@ static void error_context(CgTarget *t, const char *log, const char *prog, char *
            prov ? "; it computes " : "", prov ? (int)(pe ? pe - prov : (long)strlen(prov)) : 0, prov ? prov : "");
 }
 
+int cg_cuda_aux_node(const FuseGraph *fg, int kp) {
+  const FuseKernel *K = &fg->kernels[kp];
+  for (int j = 0; j < K->nnodes && K->kind == FUSE_SPECIAL; j++)
+    if (fg->graph->nodes[K->nodes[j]].op == IR_AUX_LOSS) return K->nodes[j];
+  return -1;
+}
+
 static json_t *int_array(const int *v, int n) {
   json_t *a = json_array();
   for (int i = 0; i < n; i++) json_array_append_new(a, json_integer(v[i]));
@@ -1156,8 +1163,8 @@ static json_t *fused_json(const CgTarget *t) {
       if (K->kind == FUSE_VIEW || K->kind == FUSE_LEAF || K->kind == FUSE_CALL || K->kind == FUSE_COMM)
         json_object_set_new(k, "nodes", int_array(K->nodes, K->kind == FUSE_VIEW ? K->nnodes : 1));
       /* an auxiliary loss: the host program adds weight x its loss up */
-      for (int j = 0; j < K->nnodes && K->kind == FUSE_SPECIAL; j++)
-        if (fg->graph->nodes[K->nodes[j]].op == IR_AUX_LOSS) json_object_set_new(k, "aux_node", json_integer(K->nodes[j]));
+      int aux = cg_cuda_aux_node(fg, kp);
+      if (aux >= 0) json_object_set_new(k, "aux_node", json_integer(aux));
       json_array_append_new(ks, k);
     }
     /* a pipeline step's halves: its first backward kernel (-1: not cut) */

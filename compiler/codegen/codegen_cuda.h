@@ -36,6 +36,10 @@ typedef struct {
   int64_t amat, bmat;
 } CgCudaLaunch;
 
+/* The AUX_LOSS node of fused kernel kp (a special kernel whose loss the host
+ * program adds up: kernels.json's "aux_node"), or -1. */
+int cg_cuda_aux_node(const FuseGraph *fg, int kp);
+
 /* The launches of a generated module in execution order (per graph, per
  * fused kernel, its steps); what the host program runs. */
 const CgCudaLaunch *cg_cuda_launches(const CgTarget *t, int *n);

@@ -128,9 +128,7 @@ static void build_program(const IrModule *m, const FuseResult *fr, const CgCudaL
       D->noutputs = K->noutputs;
       D->nodes = dup_ints(K->nodes, K->nnodes);
       D->nnodes = K->nnodes;
-      D->aux_node = -1;
-      for (int j = 0; j < K->nnodes && K->kind == FUSE_SPECIAL; j++)
-        if (fg->graph->nodes[K->nodes[j]].op == IR_AUX_LOSS) D->aux_node = K->nodes[j];
+      D->aux_node = cg_cuda_aux_node(fg, kp); /* as kernels.json says it */
       D->launches = xmalloc(sizeof(DevxLaunch) * (size_t)(nl + 1));
       for (int i = 0; i < nl; i++) {
         if (ls[i].graph != gi || ls[i].kernel != kp) continue;
