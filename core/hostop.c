@@ -22,7 +22,9 @@ int hostop_supported(IrOp op) {
   case IR_MOE_GATE_GRAD:
   case IR_AUX_LOSS:
   case IR_LOSS_SEED:
-  case IR_ALL_TO_ALL: return 1;
+  case IR_ALL_TO_ALL:
+  case IR_ATTENTION:
+  case IR_ATTENTION_BWD: return 1;
   default: return 0;
   }
 }
@@ -106,6 +108,19 @@ int hostop_aux_counted(const IrGraph *g, int node) {
   return !backward;
 }
 
+/* ATTENTION and ATTENTION_BWD through core/attn.c, positions as ir_ops.h gives them. */
+static const char *attention(const IrGraph *g, const IrNode *n, void **bufs, HostOpEnv *env, char *err, size_t errlen) {
+  const IrNode *q = &g->nodes[n->in[0]], *k = &g->nodes[n->in[1]], *v = &g->nodes[n->in[2]];
+  AttnShape s = {q->dims[0], q->dims[1], k->dims[1], q->dims[2], k->dims[2], q->dims[3], v->dims[3], n->fattr, (int)n->attr[0],
+                 0, 1, 0, 1, env->sgemm, env->par_for, env->par};
+  int64_t rg = n->attr[1] - 1, cg = n->attr[2] - 1;
+  if (rg >= 0 && rg < IRG_COUNT) s.row_rank = env->rank[rg], s.row_size = env->size[rg];
+  if (cg >= 0 && cg < IRG_COUNT) s.col_rank = env->rank[cg], s.col_size = env->size[cg];
+  const char *why = n->op == IR_ATTENTION ? attn_forward(&s, bufs[0], bufs[1], bufs[2], bufs[3])
+                                          : attn_backward(&s, bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], bufs[5]);
+  return why ? failf(err, errlen, "%s: %s", ir_op_name(n->op), why) : NULL;
+}
+
 const char *hostop_run(const IrGraph *g, int node, void **bufs, HostOpEnv *env, char *err, size_t errlen) {
   const IrNode *n = &g->nodes[node];
   const IrNode *x = n->nin > 0 ? &g->nodes[n->in[0]] : NULL;
@@ -147,6 +162,8 @@ const char *hostop_run(const IrGraph *g, int node, void **bufs, HostOpEnv *env, 
   case IR_MOE_DISPATCH:
   case IR_MOE_COMBINE:
   case IR_MOE_GATE_GRAD: return moe(g, n, bufs, err, errlen);
+  case IR_ATTENTION:
+  case IR_ATTENTION_BWD: return attention(g, n, bufs, env, err, errlen);
   case IR_AUX_LOSS: {
     if (hostop_aux_counted(g, node)) {
       env->aux_sum += n->fattr * ((const float *)bufs[1])[0];

@@ -1,8 +1,9 @@
 /* hostop.h - ops the runtime computes on the host for the CPU back end's
  * generated code (hpd_abi.h, hpd_ctx.host_op): the mixture of experts'
  * routing, dispatch and combine (whose slot assignment is a few loops over a
- * small routing table), the auxiliary loss and its seed, and the expert
- * all-to-all. Buffers are whole tensors of the node's shape, f32, or i32 for
+ * small routing table), the auxiliary loss and its seed, the expert
+ * all-to-all, and flash attention and its backward (core/attn.h: tiles of
+ * query rows over BLAS, the scores never stored whole). Buffers are whole tensors of the node's shape, f32, or i32 for
  * indices; the semantics are ir_ops.h's, the same as the reference
  * executor's (interp.c) in fp32. */
 #ifndef HPDL_HOSTOP_H
@@ -10,6 +11,7 @@
 
 #include <stddef.h>
 
+#include "attn.h"
 #include "ir.h"
 
 typedef struct {
@@ -20,6 +22,12 @@ typedef struct {
   void *comm;
   int (*all_to_all)(void *comm, int group, const float *in, int64_t n, float *out);
   int size[IRG_COUNT]; /* group sizes */
+  int rank[IRG_COUNT]; /* this rank's index in each group (attention's context-parallel positions) */
+  /* ATTENTION (core/attn.h): the BLAS product and the workers, NULL for
+   * attn.c's own loops and one thread */
+  AttnSgemm sgemm;
+  AttnParFor par_for;
+  void *par;
 } HostOpEnv;
 
 /* Whether AUX_LOSS node `node` of g counts its loss: in a forward (a step

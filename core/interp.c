@@ -774,6 +774,86 @@ static const char *moe_slots(Interp *in, const double *idx, int64_t T, int64_t K
 }
 
 /* MOE_DISPATCH, MOE_COMBINE, MOE_GATE_GRAD (ir_ops.h), sequence by sequence. */
+/* Attention's positions (ir_ops.h): a local query row and a key column in
+ * the sequence, under context parallelism's zigzag rows and ring keys. */
+static int64_t attn_row_pos(const Interp *in, const IrNode *n, int64_t T, int64_t t) {
+  int64_t g = n->attr[1] - 1;
+  return g >= 0 ? interp_global_pos(1, group_rank(in, g), group_size(in, g), T, t) : t;
+}
+
+static int64_t attn_col_pos(const Interp *in, const IrNode *n, int64_t S, int64_t j) {
+  int64_t g = n->attr[2] - 1;
+  if (g < 0) return j;
+  int c = group_size(in, g), me = group_rank(in, g);
+  int64_t len = S / c, b = j / len;
+  return interp_global_pos(1, (int)((me - b + c) % c), c, len, j % len);
+}
+
+/* ATTENTION and ATTENTION_BWD in fp64, the scores a row at a time: the
+ * definition of the op, which every back end's tiled kernels are held to. */
+static const char *exec_attention(Run *r, const IrNode *n, double *out) {
+  const IrGraph *g = r->g;
+  const IrNode *qn = &g->nodes[n->in[0]], *kn = &g->nodes[n->in[1]], *vn = &g->nodes[n->in[2]];
+  int64_t B = qn->dims[0], H = qn->dims[1], T = qn->dims[2], D = qn->dims[3];
+  int64_t Hk = kn->dims[1], S = kn->dims[2], Dv = vn->dims[3], rep = H / Hk;
+  const double *Q = r->val[n->in[0]], *K = r->val[n->in[1]], *V = r->val[n->in[2]];
+  int bwd = n->op == IR_ATTENTION_BWD;
+  const double *O = bwd ? r->val[n->in[3]] : NULL, *dO = bwd ? r->val[n->in[4]] : NULL;
+  double *p = xalloc_malloc(sizeof(double) * (size_t)(S > 0 ? S : 1));
+  double *dq = out, *dk = out + B * H * T * D, *dv = dk + B * Hk * S * D;
+  if (bwd) memset(out, 0, sizeof(double) * (size_t)ir_numel(n));
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++) {
+      int64_t kh = (b * Hk + h / rep) * S;
+      for (int64_t t = 0; t < T; t++) {
+        const double *q = Q + ((b * H + h) * T + t) * D;
+        int64_t rp = attn_row_pos(r->in, n, T, t);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < S; j++) {
+          if (n->attr[0] && attn_col_pos(r->in, n, S, j) > rp) {
+            p[j] = -INFINITY;
+            continue;
+          }
+          double dot = 0;
+          for (int64_t d = 0; d < D; d++) dot += q[d] * K[(kh + j) * D + d];
+          p[j] = n->fattr * dot;
+          if (p[j] > mx) mx = p[j];
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < S; j++) sum += p[j] == -INFINITY ? 0 : exp(p[j] - mx);
+        double lse = mx == -INFINITY ? -INFINITY : mx + log(sum);
+        for (int64_t j = 0; j < S; j++) p[j] = p[j] == -INFINITY ? 0 : exp(p[j] - lse);
+        int64_t row = (b * H + h) * T + t;
+        if (!bwd) {
+          double *o = out + row * (Dv + 1);
+          for (int64_t e = 0; e < Dv; e++) {
+            double acc = 0;
+            for (int64_t j = 0; j < S; j++) acc += p[j] * V[(kh + j) * Dv + e];
+            o[e] = acc;
+          }
+          o[Dv] = lse;
+          continue;
+        }
+        const double *o = O + row * (Dv + 1), *dor = dO + row * (Dv + 1);
+        double Dt = -dor[Dv];
+        for (int64_t e = 0; e < Dv; e++) Dt += dor[e] * o[e];
+        for (int64_t j = 0; j < S; j++) {
+          if (p[j] == 0) continue;
+          double dp = 0;
+          for (int64_t e = 0; e < Dv; e++) dp += dor[e] * V[(kh + j) * Dv + e];
+          double ds = p[j] * (dp - Dt) * n->fattr;
+          for (int64_t d = 0; d < D; d++) {
+            dq[row * D + d] += ds * K[(kh + j) * D + d];
+            dk[(kh + j) * D + d] += ds * q[d];
+          }
+          for (int64_t e = 0; e < Dv; e++) dv[(kh + j) * Dv + e] += p[j] * dor[e];
+        }
+      }
+    }
+  free(p);
+  return NULL;
+}
+
 static const char *exec_moe(Run *r, const IrNode *n, double *out) {
   const IrGraph *g = r->g;
   const IrNode *idxn = &g->nodes[n->in[n->op == IR_MOE_GATE_GRAD ? 2 : 1]];
@@ -1183,6 +1263,8 @@ static const char *exec_node(Run *r, int id, double *out) {
   case IR_MOE_DISPATCH:
   case IR_MOE_COMBINE:
   case IR_MOE_GATE_GRAD: return exec_moe(r, n, out);
+  case IR_ATTENTION:
+  case IR_ATTENTION_BWD: return exec_attention(r, n, out);
   case IR_AUX_LOSS:
     /* the value a forward adds (a recomputation in a backward is not counted again) */
     if (!in->bwd_depth && !(g->fb_split > 0 && id >= g->fb_split)) {

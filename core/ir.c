@@ -507,6 +507,43 @@ static const char *irshape_ALL_TO_ALL(IrGraph *g, IrNode *n) {
   return comm_same(g, n);
 }
 
+/* q [B, H, T, D], k [B, Hk, S, D], v [B, Hk, S, Dv], f32, H a multiple of Hk. */
+static const char *attention_fits(IrGraph *g, IrNode *n) {
+  IrNode *q = in_node(g, n, 0), *k = in_node(g, n, 1), *v = in_node(g, n, 2);
+  if (q->rank != 4 || k->rank != 4 || v->rank != 4 || q->dtype != DT_F32 || k->dtype != DT_F32 || v->dtype != DT_F32)
+    return "attention needs f32 q [B, H, T, D], k [B, Hk, S, D] and v [B, Hk, S, Dv]";
+  if (k->dims[0] != q->dims[0] || v->dims[0] != q->dims[0] || k->dims[3] != q->dims[3] || v->dims[1] != k->dims[1] ||
+      v->dims[2] != k->dims[2])
+    return "attention's q, k and v disagree (q [B, H, T, D], k [B, Hk, S, D], v [B, Hk, S, Dv])";
+  if (k->dims[1] < 1 || q->dims[1] % k->dims[1]) return "attention's query heads must be a multiple of its key heads";
+  for (int a = 1; a <= 2; a++)
+    if (n->attr[a] < 0 || n->attr[a] > IRG_COUNT) return "attention's position layout names no process group";
+  return NULL;
+}
+
+static const char *irshape_ATTENTION(IrGraph *g, IrNode *n) {
+  const char *why = attention_fits(g, n);
+  if (why) return why;
+  IrNode *q = in_node(g, n, 0), *v = in_node(g, n, 2);
+  copy_type(n, q);
+  n->dims[3] = v->dims[3] + 1;
+  return NULL;
+}
+
+static const char *irshape_ATTENTION_BWD(IrGraph *g, IrNode *n) {
+  const char *why = attention_fits(g, n);
+  if (why) return why;
+  IrNode *q = in_node(g, n, 0), *k = in_node(g, n, 1), *v = in_node(g, n, 2), *o = in_node(g, n, 3),
+         *dout = in_node(g, n, 4);
+  if (o->rank != 4 || !same_dims(o, dout) || o->dims[0] != q->dims[0] || o->dims[1] != q->dims[1] ||
+      o->dims[2] != q->dims[2] || o->dims[3] != v->dims[3] + 1 || o->dtype != DT_F32 || dout->dtype != DT_F32)
+    return "attention_bwd needs the packed output [B, H, T, Dv + 1] and its gradient";
+  n->rank = 1;
+  n->dims[0] = ir_numel(q) + ir_numel(k) + ir_numel(v);
+  n->dtype = DT_F32;
+  return NULL;
+}
+
 /* The result type travels in the attributes (ir_ops.h); arguments are f32. */
 static const char *irshape_EXTERN(IrGraph *g, IrNode *n) {
   for (int k = 0; k < n->nin; k++)
@@ -809,6 +846,12 @@ static void print_attrs(const IrModule *m, const IrGraph *g, const IrNode *n, FI
     break;
   case IR_REPEAT_KV:
   case IR_REPEAT_KV_BWD: fprintf(out, " n=%" PRId64, n->attr[0]); break;
+  case IR_ATTENTION:
+  case IR_ATTENTION_BWD:
+    fprintf(out, " scale=%.9g%s", n->fattr, n->attr[0] ? " causal" : "");
+    if (n->attr[1]) fprintf(out, " rows=%s-zigzag", ir_group_name((IrGroup)(n->attr[1] - 1)));
+    if (n->attr[2]) fprintf(out, " cols=%s-ring", ir_group_name((IrGroup)(n->attr[2] - 1)));
+    break;
   case IR_CALL:
     fprintf(out, " @%s x%" PRId64, m->graphs[n->attr[0]]->name, n->attr[1]);
     if (n->attr[3]) fprintf(out, " from=%" PRId64, n->attr[3]);

@@ -86,6 +86,20 @@
  *     received are concatenated in member order along the concat axis (output dims given). Expert
  *     parallelism's dispatch: [B, E, cap, C] split 1 concat 0 -> [g B, E / g, cap, C]; its
  *     gradient is the all-to-all with the two axes swapped
+ *   ATTENTION(q [B, H, T, D], k [B, Hk, S, D], v [B, Hk, S, Dv]): scaled dot-product attention
+ *     with the softmax's statistics, packed [B, H, T, Dv + 1]: [..., :Dv] = sum_j P[t, j] v[j],
+ *     [..., Dv] = lse[t] = log sum_j exp(s[t, j]) over the allowed keys, s = fattr q[t] . k[j],
+ *     P = exp(s - lse); query head h reads key / value head h / (H / Hk) (grouped-query
+ *     attention). attr[0] = 1: causal (key j allowed when its position <= query t's);
+ *     attr[1] = 1 + group when the rows are this rank's zigzag chunks, attr[2] = 1 + group when
+ *     the keys are the group's blocks in ring order (positions as CAUSAL_MASK's). A row with no
+ *     allowed key gives o = 0 and lse = -inf. The scores are never a value of the graph: a
+ *     back end computes them in tiles (flash attention)
+ *   ATTENTION_BWD(q, k, v, out, dout): the gradients of ATTENTION (attributes as its), f32 flat
+ *     [numel q + numel k + numel v]: dq, dk, dv one after another. dout is the packed output's
+ *     gradient, its last column d lse: with D[t] = dout[t, :Dv] . o[t] - dout[t, Dv],
+ *     dS = P (dout[:Dv] v^T - D), dq = fattr dS k, dk = fattr dS^T q, dv = P^T dout[:Dv]
+ *     (summed over the query heads sharing a key head)
  */
 #ifndef HPDL_IR_OPS_H
 #define HPDL_IR_OPS_H
@@ -170,6 +184,8 @@
   X(MOE_GATE_GRAD, "moe_gate_grad", 3, 0)                          \
   X(AUX_LOSS, "aux_loss", 2, 0)                                    \
   X(LOSS_SEED, "loss_seed", 0, IRF_LEAF)                           \
-  X(ALL_TO_ALL, "all_to_all", 1, IRF_COMM)
+  X(ALL_TO_ALL, "all_to_all", 1, IRF_COMM)                        \
+  X(ATTENTION, "attention", 3, 0)                                  \
+  X(ATTENTION_BWD, "attention_bwd", 5, 0)
 
 #endif

@@ -326,6 +326,26 @@ static void nx_kernel_span(hpd_ctx *ctx, int32_t graph, int32_t kernel, int32_t 
            (int64_t)k->bytes, k->flops);
 }
 
+/* cblas_sgemm of the BLAS the artifact links (row-major; CBLAS's enum
+ * values), for the host ops' attention tiles (core/attn.h). One process
+ * links one BLAS, so one pointer serves every program. */
+typedef void (*CblasSgemmFn)(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                             const float *b, int ldb, float beta, float *c, int ldc);
+static CblasSgemmFn cblas_sgemm_fn;
+
+static void nx_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                     const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
+  cblas_sgemm_fn(ROW_MAJOR, trans_a ? TRANS : NO_TRANS, trans_b ? TRANS : NO_TRANS, (int)m, (int)n, (int)k, alpha, a,
+                 (int)lda, b, (int)ldb, beta, c, (int)ldc);
+}
+
+/* The hook when the artifact's BLAS has cblas_sgemm; else attn.c's own loops. */
+static AttnSgemm nx_sgemm_hook(void *dl) {
+  if (!cblas_sgemm_fn && dl) *(void **)&cblas_sgemm_fn = dlsym(dl, "cblas_sgemm");
+  return cblas_sgemm_fn ? nx_sgemm : NULL;
+}
+
 /* hpd_ctx.host_op: node `node` of graph `graph` of the chunk's IR. */
 static int nx_host_op(hpd_ctx *ctx, int32_t graph, int32_t node, void **bufs) {
   Exec *x = ctx->comm;
@@ -593,7 +613,11 @@ static int native_open(Exec *x, const char *path, RtErr *e) {
   x->hctx.kernel_span = x->ctx->prof ? nx_kernel_span : NULL;
   x->host.comm = x;
   x->host.all_to_all = nx_all_to_all;
-  for (int k = 0; k < IRG_COUNT; k++) x->host.size[k] = x->comm->size[comm_group_of_ir(k)];
+  for (int k = 0; k < IRG_COUNT; k++) {
+    x->host.size[k] = x->comm->size[comm_group_of_ir(k)];
+    x->host.rank[k] = x->comm->rank[comm_group_of_ir(k)];
+  }
+  x->host.sgemm = nx_sgemm_hook(x->dl);
   for (int k = 0; k < (int)(sizeof x->hctx.rank / sizeof x->hctx.rank[0]); k++) {
     x->hctx.rank[k] = x->comm->rank[comm_group_of_ir(k)];
     x->hctx.size[k] = x->comm->size[comm_group_of_ir(k)];

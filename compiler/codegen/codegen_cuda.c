@@ -444,9 +444,13 @@ static int stores(Emit *E, int full) {
   return 0;
 }
 
-void cu_signature(CuKern *k, CuText *o, const char *name) {
+void cu_signature(CuKern *k, CuText *o, const char *name) { cu_signature_min(k, o, name, 0); }
+
+void cu_signature_min(CuKern *k, CuText *o, const char *name, int min_blocks) {
   const FuseKernel *K = k->K;
-  cu_tx(o, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const hpdl_kctx hpd", CU_BLOCK, name);
+  if (min_blocks > 0)
+    cu_tx(o, "extern \"C\" __global__ void __launch_bounds__(%d, %d) %s(const hpdl_kctx hpd", CU_BLOCK, min_blocks, name);
+  else cu_tx(o, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const hpdl_kctx hpd", CU_BLOCK, name);
   for (int i = 0; i < K->ninputs + K->noutputs; i++) {
     int v = i < K->ninputs ? K->inputs[i] : K->outputs[i - K->ninputs];
     cu_tx(o, ", %s%s *__restrict__ p%d", i < K->ninputs ? "const " : "", cu_c_type(nd(k, v)->dtype), i);
@@ -1042,6 +1046,7 @@ static int cu_generate(CgTarget *t) {
      " * Each kernel: (hpdl_kctx, then a pointer per input and output); launch with\n"
      " * %d threads a block; a loop kernel is grid-stride, a row kernel takes a block per row. */\n"
      "#include \"hpdl_cuda.cuh\"\n"
+     "#include \"hpdl_attention.cuh\" /* flash attention */\n"
      "#include \"hpdl_optim.cuh\" /* the optimizer and the gradient norm, for the runtime */\n\n",
      CU_BLOCK);
   for (int gi = 0; gi < t->fr->ngraphs && !t->failed; gi++) {
@@ -1197,7 +1202,7 @@ static int build_emulation(CgTarget *t, const char *path) {
   return 0;
 }
 
-/* Writes PATH.cu (with hpdl_cuda.cuh and hpdl_optim.cuh beside it), PATH.cubin and PATH.ptx
+/* Writes PATH.cu (with the kernels/ headers it includes beside it), PATH.cubin and PATH.ptx
  * for the arch through NVRTC, and PATH.kernels.json: the arch, NVRTC's
  * version and options, the source hash, and per launch its kernel, graph,
  * launch shape and resources. */
@@ -1211,8 +1216,9 @@ static int cu_emit(CgTarget *t, const char *path) {
   snprintf(fn, sizeof fn, "%s.cu", path);
   if (write_file(t, fn, t->src.s, t->src.len)) return -1;
   char from[4200], to[4200];
-  for (int h = 0; h < 2; h++) {
-    const char *header = h ? "hpdl_optim.cuh" : "hpdl_cuda.cuh";
+  static const char *const headers[] = {"hpdl_cuda.cuh", "hpdl_optim.cuh", "hpdl_attention.cuh", "hpdl_attention_cfg.h"};
+  for (size_t h = 0; h < sizeof headers / sizeof headers[0]; h++) {
+    const char *header = headers[h];
     snprintf(from, sizeof from, "%s/%s", kernels_dir(t), header);
     snprintf(to, sizeof to, "%s/%s", dir, header);
     if (copy_text(t, from, to)) return -1;

@@ -66,6 +66,10 @@ const char *cu_c_type(DType t);
 int cu_io_index(const CuKern *k, int v);
 /* `extern "C" __global__ void NAME(seed, layer, p0, p1, ...) {` */
 void cu_signature(CuKern *k, CuText *o, const char *name);
+/* The same with __launch_bounds__(256, min_blocks) (0: none given): a
+ * kernel whose shared memory already bounds its occupancy tells ptxas so,
+ * which then need not spill registers to reach a higher one. */
+void cu_signature_min(CuKern *k, CuText *o, const char *name, int min_blocks);
 void cu_add_launch(CuKern *k, const char *name, int step, const char *kind, int64_t grid, int64_t block);
 /* A float literal of C++ (inf and nan spelled out). */
 void cu_float(CuText *o, double v);

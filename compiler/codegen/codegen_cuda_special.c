@@ -27,7 +27,12 @@
  *   moe_dispatch, moe_combine, moe_gate_grad  a thread per sequence assigns
  *                    the slots in GShard's priority, then a thread per output
  *                    element moves the values (two launches);
- *   aux_loss         a copy (the host program adds the auxiliary loss).
+ *   aux_loss         a copy (the host program adds the auxiliary loss);
+ *   attention        kernels/hpdl_attention.cuh's flash attention: one launch
+ *                    forward (a block per tile of query rows), three backward
+ *                    (the rows' dO . o into scratch, then dk and dv a block per
+ *                    tile of keys, then dq a block per tile of rows), in
+ *                    hpdl_attention_cfg.h's blocks.
  * Every output is stored, never accumulated into: each kernel writes every
  * element (the scatters' untouched ones as 0), as the CPU's zero fill then
  * sum gives. Kernels that need scratch between their launches (bucket tables, the
@@ -42,9 +47,11 @@
  * the row a loss of 0 and a gradient of zeros (cross-entropy). Extern calls
  * run a host function and stay the host program's. */
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "codegen_cuda_int.h"
+#include "hpdl_attention_cfg.h"
 
 /* Heads (rows of [B, H]) one rope thread rotates with the angle it computed. */
 enum { ROPE_CHUNK = 8 };
@@ -666,6 +673,100 @@ static int aux_loss(CuKern *k, const IrNode *n, int id) {
   return 0;
 }
 
+/* ---- attention: kernels/hpdl_attention.cuh ---- */
+
+/* The position arguments of a context-parallel layout (ir_ops.h: attr 1 the
+ * rows' group, attr 2 the keys'): this rank's index and the group's size
+ * from the kernel context, or a plain layout. */
+static int attn_positions(CuKern *k, const IrNode *n, char *buf, size_t len) {
+  char part[2][64];
+  for (int a = 0; a < 2; a++) {
+    int64_t g = n->attr[1 + a] - 1;
+    if (g >= 4) {
+      cu_fail(k->t, "graph %s kernel k%d: attention's positions over group %s, which hpdl_kctx does not carry",
+              k->fg->graph->name, k->kp, ir_group_name((IrGroup)g));
+      return -1;
+    }
+    if (g >= 0) snprintf(part[a], sizeof part[a], "hpd.rank[%" PRId64 "], hpd.size[%" PRId64 "]", g, g);
+    else snprintf(part[a], sizeof part[a], "0, 1");
+  }
+  snprintf(buf, len, "%s, %s", part[0], part[1]);
+  return 0;
+}
+
+static int attention(CuKern *k, const IrNode *n, int id) {
+  CuText *o = &k->t->src;
+  int bwd = n->op == IR_ATTENTION_BWD, nin = bwd ? 5 : 3, io[6];
+  for (int i = 0; i < nin; i++)
+    if ((io[i] = io_of(k, n->in[i])) < 0) return -1;
+  if ((io[nin] = io_of(k, id)) < 0) return -1;
+  const IrNode *q = nd(k, n->in[0]), *kk = nd(k, n->in[1]), *v = nd(k, n->in[2]);
+  int64_t B = q->dims[0], H = q->dims[1], T = q->dims[2], D = q->dims[3], Hk = kk->dims[1], S = kk->dims[2], Dv = v->dims[3];
+  for (int i = 0; i <= nin; i++) {
+    const IrNode *x = i < nin ? nd(k, n->in[i]) : n;
+    if (x->dtype != DT_F32) {
+      cu_fail(k->t, "graph %s kernel k%d: attention runs on f32 tensors, not %s", k->fg->graph->name, k->kp,
+              sem_dtype_name(x->dtype));
+      return -1;
+    }
+  }
+  hpdl_attn_launch L;
+  if (D > HPDL_ATTN_MAX_HEAD || Dv > HPDL_ATTN_MAX_HEAD || hpdl_attn_plan((int)D, (int)Dv, B, H, Hk, T, S, &L)) {
+    cu_fail(k->t,
+            "graph %s kernel k%d: no attention kernel for heads of %" PRId64 " / %" PRId64
+            " (kernels/hpdl_attention.cuh takes 1 .. %d) over [%" PRId64 ", %" PRId64 ", %" PRId64 "]",
+            k->fg->graph->name, k->kp, D, Dv, HPDL_ATTN_MAX_HEAD, B, H, T);
+    return -1;
+  }
+  char pos[160], args[400];
+  if (attn_positions(k, n, pos, sizeof pos)) return -1;
+  CuText sc = {0};
+  cu_float(&sc, n->fattr);
+  snprintf(args, sizeof args, "%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %d, %s", B, H, Hk, T, S,
+           sc.s ? sc.s : "1.0f", n->attr[0] ? 1 : 0, pos);
+  free(sc.s);
+  /* a launch's grid is capped (CU_MAX_GRID): each block walks the blocks of
+   * the rule's grid, block-uniformly, so the kernels' barriers hold; one
+   * block a multiprocessor at least (their shared memory allows few more),
+   * so ptxas keeps every value in registers (no spill at any head size) */
+  const char *b = k->base;
+  char name[200];
+  if (!bwd) {
+    cu_tx(o,
+          "/* %s: attention (flash, kernels/hpdl_attention.cuh): [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+          "] over %" PRId64 " keys of %" PRId64 " heads%s, packed [o, lse] */\n",
+          b, B, H, T, D, S, Hk, n->attr[0] ? ", causal" : "");
+    cu_signature_min(k, o, b, 1);
+    cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", L.grid_fwd);
+    cu_tx(o, "    hpdl_attn_fwd<%" PRId64 ", %" PRId64 ">(p%d, p%d, p%d, p%d, %s, blk);\n}\n\n", D, Dv, io[0], io[1], io[2],
+          io[3], args);
+    cu_add_launch(k, b, 0, "special", L.grid_fwd, L.threads);
+    return 0;
+  }
+  cu_tx(o,
+        "/* %s: attention_bwd (flash, kernels/hpdl_attention.cuh): s0 D = dO . o - dlse a row into scratch,\n"
+        " * s1 dk and dv a block per tile of keys, s2 dq a block per tile of query rows; one flat [dq, dk, dv] */\n",
+        b);
+  cu_tx(o, "static __device__ float %s_dt[%lld];\n\n", b, L.scratch_floats > 0 ? L.scratch_floats : 1);
+  step_name(k, 0, 3, name, sizeof name);
+  cu_signature_min(k, o, name, 1);
+  cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", L.grid_dt);
+  cu_tx(o, "    hpdl_attn_bwd_dt<%" PRId64 ", %" PRId64 ">(p%d, p%d, %s_dt, %" PRId64 ", %" PRId64 ", %" PRId64 ", blk);\n}\n\n",
+        D, Dv, io[3], io[4], b, B, H, T);
+  cu_add_launch(k, name, 0, "special", L.grid_dt, L.threads);
+  static const char *const fn[2] = {"hpdl_attn_bwd_dkdv", "hpdl_attn_bwd_dq"};
+  long long grid[2] = {L.grid_dkdv, L.grid_dq};
+  for (int s = 0; s < 2; s++) {
+    step_name(k, 1 + s, 3, name, sizeof name);
+    cu_signature_min(k, o, name, 1);
+    cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", grid[s]);
+    cu_tx(o, "    %s<%" PRId64 ", %" PRId64 ">(p%d, p%d, p%d, p%d, p%d, %s_dt, p%d, %s, blk);\n}\n\n", fn[s], D, Dv, io[0],
+          io[1], io[2], io[3], io[4], b, io[5], args);
+    cu_add_launch(k, name, 1 + s, "special", grid[s], L.threads);
+  }
+  return 0;
+}
+
 int cu_special(CuKern *k) {
   CuText *o = &k->t->src;
   int id = special_node(k);
@@ -697,6 +798,8 @@ int cu_special(CuKern *k) {
   case IR_MOE_COMBINE:
   case IR_MOE_GATE_GRAD: return moe(k, n, id);
   case IR_AUX_LOSS: return aux_loss(k, n, id);
+  case IR_ATTENTION:
+  case IR_ATTENTION_BWD: return attention(k, n, id);
   default:
     cu_fail(k->t, "graph %s kernel k%d: no CUDA kernel for %s", k->fg->graph->name, k->kp, ir_op_name(n->op));
     return -1;

@@ -186,12 +186,20 @@ int nest_compose(Nest *N, int v, const Aff *e, Aff *off, int *mem) {
   switch (vn->op) {
   case IR_RESHAPE: {
     /* a reshape keeps the linear order: the linear index is x's too */
-    if (in_kernel(k, x) && nest_is_index_map(xn->op)) return 0;
     int64_t rs[IR_MAX_RANK];
     nest_row_strides(vn->rank, vn->dims, rs);
-    *off = nest_aff_const(0);
+    Aff lin = nest_aff_const(0);
     for (int j = 0; j < vn->rank; j++)
-      if (!nest_aff_addmul(off, &e[j], rs[j])) return 0;
+      if (!nest_aff_addmul(&lin, &e[j], rs[j])) return 0;
+    if (in_kernel(k, x) && nest_is_index_map(xn->op)) {
+      /* a range of a vector (a piece of a flat value: an extern's or an
+       * attention's gradients) is still contiguous: offset plus the index */
+      if (xn->op != IR_SLICE || xn->rank != 1 || nd(k, xn->in[0])->rank != 1 || xn->attr[8]) return 0;
+      Aff ex1 = nest_aff_const(xn->attr[0]);
+      if (!nest_aff_addmul(&ex1, &lin, 1)) return 0;
+      return nest_compose(N, xn->in[0], &ex1, off, mem);
+    }
+    *off = lin;
     *mem = x;
     return 1;
   }

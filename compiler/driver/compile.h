@@ -49,6 +49,7 @@ typedef struct {
   int emulate;              /* cuda: also stageS.emu.so, the kernels for hpdlrun --device emulate */
   int allow_native;         /* --allow-native: an extern's library may be loaded (it runs native code) */
   ProgressMode progress;    /* --progress, on stderr (core/progress.h) */
+  int materialize_attention; /* --attention materialized (lower.h's LowerOptions) */
 } CompileOptions;
 
 /* "auto", "native", "interp"; -1 when unknown. */

@@ -228,6 +228,10 @@ static void help_verb(const char *verb) {
          "  --emulate                cuda: also build stageS.emu.so (the kernels as C++\n"
          "                           through kernels/cuda_emu.h, with $HPDL_CXX or c++)\n"
          "                           for hpdlrun --device emulate on a machine without GPU\n"
+         "  --attention flash|materialized\n"
+         "                           attention(q, k, v) as one flash-attention kernel that\n"
+         "                           never stores the scores (default), or as q k^T,\n"
+         "                           softmax and times v with the scores in memory\n"
          "  -v, --verbose            cuda: each kernel's registers, shared memory,\n"
          "                           spills and launch shape\n"
          "  --executor auto|native|interp\n"
@@ -339,7 +343,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
     if (!strcmp(verb, "compile")) { /* -o DIR, --target T, --executor E (also --flag=VALUE) */
       size_t fl = strchr(a, '=') ? (size_t)(strchr(a, '=') - a) : strlen(a);
       int which = !strcmp(a, "-o") ? 0 : (fl == 8 && !strncmp(a, "--target", 8)) ? 1 : (fl == 10 && !strncmp(a, "--executor", 10)) ? 2
-                  : (fl == 6 && !strncmp(a, "--arch", 6)) ? 3 : -1;
+                  : (fl == 6 && !strncmp(a, "--arch", 6)) ? 3 : (fl == 11 && !strncmp(a, "--attention", 11)) ? 4 : -1;
       if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
         cli->compile.verbose = 1;
         continue;
@@ -349,7 +353,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
         continue;
       }
       if (which >= 0) {
-        static const char *const flag[] = {"-o", "--target", "--executor", "--arch"};
+        static const char *const flag[] = {"-o", "--target", "--executor", "--arch", "--attention"};
         const char *v = a[fl] == '=' ? a + fl + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!v || !*v) return cli_error("%s needs a value", flag[which], NULL);
         if (which == 0) cli->compile.out_dir = v;
@@ -357,6 +361,10 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
         else if (which == 3) {
           if (strncmp(v, "sm_", 3) || v[3] < '1' || v[3] > '9') return cli_error("--arch takes a GPU architecture such as sm_80, sm_90 or sm_100, not '%s'", v, NULL);
           cli->compile.arch = v;
+        } else if (which == 4) {
+          if (strcmp(v, "flash") && strcmp(v, "materialized"))
+            return cli_error("--attention takes flash or materialized, not '%s'", v, NULL);
+          cli->compile.materialize_attention = !strcmp(v, "materialized");
         }
         else if (compile_executor_parse(v) < 0) return cli_error("--executor takes auto, native or interp, not '%s'", v, NULL);
         else cli->compile.executor = (CompileExecutor)compile_executor_parse(v);

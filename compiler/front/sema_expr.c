@@ -668,6 +668,55 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
     r->nattr = 1;
     return r->type.dims[1] ? r : NULL;
   }
+  case SOP_ATTENTION: {
+    /* attention(q [B, H, T, D], k [B, Hk, S, D], v [B, Hk, S, Dv], causal = true, scale = 1 / sqrt(D)):
+     * softmax(scale q k^T) v over the allowed keys, H a multiple of Hk (grouped-query attention) */
+    static const char *const keys[] = {"causal", "scale"};
+    if (!check_keywords(S, &c, keys, 2)) return NULL;
+    SemExpr *q = tensor_arg(S, F, &c, 0), *k = q ? tensor_arg(S, F, &c, 1) : NULL, *v = k ? tensor_arg(S, F, &c, 2) : NULL;
+    if (!q || !k || !v) return NULL;
+    SemExpr *qkv[3] = {q, k, v};
+    static const char *const what[3] = {"queries", "keys", "values"};
+    for (int i = 0; i < 3; i++) {
+      if (!require_float(S, F, qkv[i], fn, at)) return NULL;
+      if (qkv[i]->type.rank != 4) {
+        sema_error(S, at, "attention's %s are [B, heads, T, head_dim]; this is %s", what[i], tstr(S, &qkv[i]->type));
+        origin_note(S, F, qkv[i], what[i]);
+        return NULL;
+      }
+    }
+    int ok = sym_equal(k->type.dims[0], q->type.dims[0]) && sym_equal(v->type.dims[0], q->type.dims[0]) &&
+             sym_equal(k->type.dims[3], q->type.dims[3]) && sym_equal(v->type.dims[1], k->type.dims[1]) &&
+             sym_equal(v->type.dims[2], k->type.dims[2]);
+    int64_t h, hk, d;
+    if (ok && sym_is_const(q->type.dims[1], &h) && sym_is_const(k->type.dims[1], &hk) && (hk < 1 || h % hk)) ok = 0;
+    if (!ok) {
+      sema_error(S, at,
+                 "attention: queries %s, keys %s and values %s do not fit (q [B, H, T, D], k [B, Hk, S, D], "
+                 "v [B, Hk, S, Dv], H a multiple of Hk)",
+                 tstr(S, &q->type), tstr(S, &k->type), tstr(S, &v->type));
+      return NULL;
+    }
+    int causal;
+    double dflt = sym_is_const(q->type.dims[3], &d) && d > 0 ? 1.0 / sqrt((double)d) : 0, scale;
+    if (!attr_bool(S, F, &c, 3, "causal", 1, &causal) || !attr_float(S, F, &c, 4, "scale", dflt, &scale)) return NULL;
+    if (!(scale > 0) || !isfinite(scale)) {
+      sema_error(S, at, "attention's scale must be a positive number, not %g", scale);
+      return NULL;
+    }
+    if (causal && !sym_equal(q->type.dims[2], k->type.dims[2])) {
+      sema_error(S, at, "causal attention needs as many keys as queries; this is %s against %s (say causal = false)",
+                 tstr(S, &q->type), tstr(S, &k->type));
+      return NULL;
+    }
+    SemExpr *r = new_op(S, op, at, qkv, 3);
+    r->type = q->type;
+    r->type.dims[3] = v->type.dims[3];
+    r->attr[0] = causal;
+    r->nattr = 1;
+    r->scalar = scale;
+    return r;
+  }
   case SOP_CROSS_ENTROPY: {
     if (!check_keywords(S, &c, NULL, 0)) return NULL;
     SemExpr *logits = tensor_arg(S, F, &c, 0), *targets = logits ? tensor_arg(S, F, &c, 1) : NULL;

@@ -599,6 +599,33 @@ static void adgrad_EXTERN(AdCtx *c, int f, int dy) {
   }
 }
 
+/* Flash attention's backward reads the packed output (its log-sum-exp
+ * column) instead of stored scores, and gives dq, dk and dv in one flat
+ * value (ir_ops.h), sliced apart here as an extern's gradients are. */
+static void adgrad_ATTENTION(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  if (!c->rg[n->in[0]] && !c->rg[n->in[1]] && !c->rg[n->in[2]]) return;
+  int in[5] = {fv(c, n->in[0]), fv(c, n->in[1]), fv(c, n->in[2]), fv(c, f), dy};
+  int flat = emit(c, IR_ATTENTION_BWD, in, 5, n->attr, 3, n->fattr, DT_F32, -1, NULL);
+  int64_t at = 0;
+  for (int k = 0; k < 3; k++) {
+    const IrNode *x = fnode(c, n->in[k]);
+    int64_t len = ir_numel(x);
+    if (c->rg[n->in[k]]) {
+      int64_t attr[IR_NATTR];
+      memset(attr, 0, sizeof attr);
+      attr[0] = at;
+      acc(c, n->in[k], reshape_to(c, emit(c, IR_SLICE, &flat, 1, attr, 16, 0, DT_F32, 1, &len), x->rank, x->dims));
+    }
+    at += len;
+  }
+}
+
+static void adgrad_ATTENTION_BWD(AdCtx *c, int f, int dy) {
+  (void)f, (void)dy;
+  set_err(c, "the gradient of attention's backward (a second derivative) is not defined");
+}
+
 /* The gradient function has no derivative of its own. */
 static void adgrad_EXTERN_GRAD(AdCtx *c, int f, int dy) {
   (void)f, (void)dy;

@@ -95,7 +95,7 @@ IrCostClass ircost_op_class(IrOp op) {
   if (op == IR_CALL) return IRC_CALL;
   if (f & IRF_COMM) return IRC_COMM;
   if (f & IRF_LEAF) return IRC_LEAF;
-  if (op == IR_MATMUL) return IRC_GEMM;
+  if (op == IR_MATMUL || op == IR_ATTENTION || op == IR_ATTENTION_BWD) return IRC_GEMM;
   if ((f & IRF_ELEMENTWISE) || op == IR_ROPE) return IRC_ELEMENTWISE;
   if (f & IRF_REDUCE) return IRC_REDUCTION;
   return IRC_DATA; /* IRF_SHAPE, EMBEDDING, EMBEDDING_BWD */
@@ -292,6 +292,38 @@ static void ircost_MOE_GATE_GRAD(const CostCtx *c, IrCost *k) {
 }
 static void ircost_AUX_LOSS(const CostCtx *c, IrCost *k) { (void)c, no_bytes(k); }
 static void ircost_LOSS_SEED(const CostCtx *c, IrCost *k) { (void)c, no_bytes(k); }
+
+/* Query-key pairs an attention computes (ir_ops.h's allowed ones): all
+ * T x S, or under a causal mask the keys at or before each query's
+ * position. A zigzag layout gives every context rank the same count,
+ * h (2 c h + 1) for chunks of h rows over c ranks; without it query t sees
+ * min(t + 1, S) keys. */
+double ircost_attention_pairs(const IrNode *n, const IrNode *q, const IrNode *k) {
+  double T = (double)q->dims[2], S = (double)k->dims[2];
+  if (!n->attr[0]) return T * S;
+  if (n->attr[1] && n->attr[2] && S > T) {
+    double c = S / T, h = T / 2;
+    return h * (2 * c * h + 1);
+  }
+  double m = T < S ? T : S;
+  return m * (m + 1) / 2 + (T - m) * S;
+}
+
+/* Flash attention (ir_ops.h): per computed score of each head, the forward's
+ * q . k (2 D) and P v (2 Dv) and one exponential (with the mask, scale and
+ * running max folded in: 4); the backward's recomputed q . k, dO . v, P^T dO,
+ * dS k and dS^T q (6 D + 4 Dv), the exponential and dS (4). Bytes: q, k, v
+ * read and the packed output written, the scores never. */
+static void ircost_ATTENTION(const CostCtx *c, IrCost *k) {
+  const IrNode *q = cin(c, 0), *kk = cin(c, 1), *v = cin(c, 2);
+  double pairs = ircost_attention_pairs(c->n, q, kk) * (double)q->dims[0] * (double)q->dims[1];
+  k->flops = pairs * (2.0 * (double)q->dims[3] + 2.0 * (double)v->dims[3] + 4);
+}
+static void ircost_ATTENTION_BWD(const CostCtx *c, IrCost *k) {
+  const IrNode *q = cin(c, 0), *kk = cin(c, 1), *v = cin(c, 2);
+  double pairs = ircost_attention_pairs(c->n, q, kk) * (double)q->dims[0] * (double)q->dims[1];
+  k->flops = pairs * (6.0 * (double)q->dims[3] + 4.0 * (double)v->dims[3] + 4);
+}
 
 /* A native function: its arithmetic is unknown, so 0 FLOPs; the default
  * bytes (every argument read once, the result written once) stand, and the

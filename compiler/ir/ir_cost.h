@@ -71,6 +71,10 @@ IrCostClass ircost_op_class(IrOp op);
  * elementwise maps. */
 double ircost_elementwise_flops(IrOp op);
 
+/* Query-key pairs attention node n (ATTENTION or its backward) over q and k
+ * computes, per head: T x S, or the causal share. */
+double ircost_attention_pairs(const IrNode *n, const IrNode *q, const IrNode *k);
+
 /* The cost of one execution of `node` of graph `g`. A CALL costs its graph's
  * cost x its repeat count (attr[1]), recursively. */
 IrCost ircost_node(const IrModule *m, const IrGraph *g, int node);

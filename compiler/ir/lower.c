@@ -15,6 +15,7 @@ typedef struct {
   int failed;
   int dropout_streams;
   int priced; /* lower_model_priced: dropless expert buffers at their expected load */
+  int materialize_attention; /* LowerOptions */
 } Lower;
 
 /* One lowering of a SemFunc into a graph: its arguments and a memo from
@@ -238,6 +239,45 @@ static IrOp unary_op(SemOp op) {
   }
 }
 
+/* attention(q, k, v): one ATTENTION op and the slice of its packed output
+ * that holds o (the last column is the softmax's log-sum-exp, which only
+ * the backward reads); or, under LowerOptions.materialize_attention, the
+ * chain that stores the scores. */
+static int lower_attention(Lower *L, Inv *v, const SemExpr *e, const int *in, const int64_t *dims) {
+  const IrNode *q = &v->g->nodes[in[0]], *k = &v->g->nodes[in[1]];
+  DType dt = e->type.dtype;
+  int64_t attr[IR_NATTR];
+  memset(attr, 0, sizeof attr);
+  if (!L->materialize_attention) {
+    attr[0] = e->attr[0];
+    int packed = add_node(L, v, IR_ATTENTION, in, 3, attr, 3, e->scalar, dt, -1, NULL, e->span, NULL);
+    if (packed < 0) return -1;
+    memset(attr, 0, sizeof attr);
+    return add_node(L, v, IR_SLICE, &packed, 1, attr, 16, 0, dt, 4, dims, e->span, NULL);
+  }
+  int kk = in[1], vv = in[2];
+  if (q->dims[1] != k->dims[1]) {
+    attr[0] = q->dims[1] / k->dims[1];
+    if ((kk = add_node(L, v, IR_REPEAT_KV, &kk, 1, attr, 1, 0, dt, -1, NULL, e->span, NULL)) < 0 ||
+        (vv = add_node(L, v, IR_REPEAT_KV, &vv, 1, attr, 1, 0, dt, -1, NULL, e->span, NULL)) < 0)
+      return -1;
+  }
+  int64_t perm[4] = {0, 1, 3, 2};
+  int kt = add_node(L, v, IR_TRANSPOSE, &kk, 1, perm, 4, 0, dt, -1, NULL, e->span, NULL);
+  int s[2] = {in[0], kt};
+  memset(attr, 0, sizeof attr);
+  int sc = kt < 0 ? -1 : add_node(L, v, IR_MATMUL, s, 2, attr, 2, 0, dt, -1, NULL, e->span, NULL);
+  int c = sc < 0 ? -1 : add_node(L, v, IR_CONST, NULL, 0, NULL, 0, e->scalar, DT_F32, -1, NULL, e->span, NULL);
+  int m[2] = {sc, c};
+  int x = c < 0 ? -1 : add_node(L, v, IR_MUL, m, 2, NULL, 0, 0, dt, -1, NULL, e->span, NULL);
+  if (x >= 0 && e->attr[0]) x = add_node(L, v, IR_CAUSAL_MASK, &x, 1, NULL, 0, -INFINITY, dt, -1, NULL, e->span, NULL);
+  attr[0] = 3;
+  int p = x < 0 ? -1 : add_node(L, v, IR_SOFTMAX, &x, 1, attr, 1, 0, dt, -1, NULL, e->span, NULL);
+  int pv[2] = {p, vv};
+  memset(attr, 0, sizeof attr);
+  return p < 0 ? -1 : add_node(L, v, IR_MATMUL, pv, 2, attr, 2, 0, dt, -1, NULL, e->span, NULL);
+}
+
 static int lower_op(Lower *L, Inv *v, const SemExpr *e, const int64_t *dims) {
   int in[8];
   int nin = e->nargs < 8 ? e->nargs : 8;
@@ -306,6 +346,7 @@ static int lower_op(Lower *L, Inv *v, const SemExpr *e, const int64_t *dims) {
   case SOP_REPEAT_KV:
     attr[0] = e->attr[0];
     return add_node(L, v, IR_REPEAT_KV, in, 1, attr, 1, 0, t->dtype, -1, NULL, e->span, NULL);
+  case SOP_ATTENTION: return lower_attention(L, v, e, in, dims);
   case SOP_CROSS_ENTROPY: return add_node(L, v, IR_CROSS_ENTROPY, in, 2, NULL, 0, 0, t->dtype, -1, NULL, e->span, NULL);
   case SOP_DROPOUT:
     attr[0] = L->dropout_streams++;
@@ -491,20 +532,21 @@ static int lower_func(Lower *L, IrGraph *g, int graph_index, const SemFunc *fn, 
   return lower_expr(L, &v, fn->result);
 }
 
-static IrModule *lower_program(Arena *arena, Diag *diag, const SemModel *model, int64_t micro_batch, int priced);
-
 IrModule *lower_model(Arena *arena, Diag *diag, const SemModel *model, int64_t micro_batch) {
-  return lower_program(arena, diag, model, micro_batch, 0);
+  LowerOptions o = {0, 0};
+  return lower_model_with(arena, diag, model, micro_batch, &o);
 }
 
 IrModule *lower_model_priced(Arena *arena, Diag *diag, const SemModel *model, int64_t micro_batch) {
-  return lower_program(arena, diag, model, micro_batch, 1);
+  LowerOptions o = {1, 0};
+  return lower_model_with(arena, diag, model, micro_batch, &o);
 }
 
-static IrModule *lower_program(Arena *arena, Diag *diag, const SemModel *model, int64_t micro_batch, int priced) {
+IrModule *lower_model_with(Arena *arena, Diag *diag, const SemModel *model, int64_t micro_batch, const LowerOptions *o) {
   Lower L;
   memset(&L, 0, sizeof L);
-  L.priced = priced;
+  L.priced = o->priced;
+  L.materialize_attention = o->materialize_attention;
   L.arena = arena;
   L.diag = diag;
   L.model = model;

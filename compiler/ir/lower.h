@@ -22,4 +22,15 @@ IrModule *lower_model(Arena *arena, Diag *diag, const SemModel *model, int64_t m
  * the worst case the compiled program must hold. */
 IrModule *lower_model_priced(Arena *arena, Diag *diag, const SemModel *model, int64_t micro_batch);
 
+/* How a program is lowered (both 0: lower_model's). */
+typedef struct {
+  int priced;               /* lower_model_priced's expert buffers */
+  /* attention(q, k, v) as its materialised chain (q k^T, scale, causal mask,
+   * softmax, times v, with repeat_kv for grouped queries: the scores are a
+   * value of the graph) instead of one ATTENTION op (flash attention): how
+   * Megatron-LM 2021 ran, which published runs of the time measured */
+  int materialize_attention;
+} LowerOptions;
+IrModule *lower_model_with(Arena *arena, Diag *diag, const SemModel *model, int64_t micro_batch, const LowerOptions *o);
+
 #endif

@@ -831,6 +831,44 @@ static Val part_node(GPart *G, int i) {
     r.id = emit(G, IR_CAUSAL_MASK, &x.id, 1, attr, 2, n->fattr, n->dtype, -1, NULL, n->span);
     return r;
   }
+  case IR_ATTENTION: {
+    /* Heads split over a group stay split (each rank attends with its own
+     * query heads and their key heads: both counts divide by the group);
+     * queries split along the sequence over the context group keep their
+     * zigzag rows and take the keys and values around the ring (ring
+     * attention); any other split of the sequence or the head width is
+     * gathered. */
+    const IrNode *kn = &G->g->nodes[n->in[1]];
+    Val q = whole_along(G, settle(G, ins[0], n->span), 3, n->span);
+    int64_t attr[3] = {n->attr[0], 0, 0};
+    Shd kv = shd_r();
+    int ring = 0;
+    for (int k = 0; k < NPART_GROUPS; k++) {
+      IrGroup g = part_groups[k];
+      if (P->size[g] <= 1 || q.shd.axis[g] < 0) continue;
+      int a = q.shd.axis[g];
+      if (a == 2 && g == IRG_CP) {
+        attr[1] = attr[2] = 1 + IRG_CP;
+        ring = 1;
+      } else if (a == 1 && kn->dims[1] % P->size[g] == 0) {
+        kv.axis[g] = 1;
+      } else if (a == 0) {
+        kv.axis[g] = 0;
+      } else {
+        q = whole_along(G, q, a, n->span);
+      }
+    }
+    unsigned mask = split_mask(&q.shd);
+    G->ring = ring;
+    Val k = convert(G, settle(G, ins[1], n->span), &kv, mask, n->span);
+    Val v = convert(G, settle(G, ins[2], n->span), &kv, mask, n->span);
+    G->ring = 0;
+    if (q.id < 0 || k.id < 0 || v.id < 0) return r;
+    int in[3] = {q.id, k.id, v.id};
+    r.shd = q.shd;
+    r.id = emit(G, IR_ATTENTION, in, 3, attr, 3, n->fattr, n->dtype, -1, NULL, n->span);
+    return r;
+  }
   case IR_ROPE: {
     Val x = settle(G, ins[0], n->span);
     x = whole_along(G, x, 3, n->span);

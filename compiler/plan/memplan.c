@@ -69,7 +69,7 @@ int64_t mem_stash_per_layer(const IrModule *m, int graph, int node) {
  * size, and every node of the kernel that reads x is elementwise over the
  * whole space (so x is read at the index y is written, not through a
  * folded index map such as a transpose). */
-static int fused_inplace_ok(const FuseGraph *fg, const IrGraph *g, int k, int x, int y) {
+int mem_fused_inplace_ok(const FuseGraph *fg, const IrGraph *g, int k, int x, int y) {
   const FuseKernel *K = &fg->kernels[k];
   if (K->kind != FUSE_LOOP) return 0;
   int64_t space = 1;
@@ -347,7 +347,7 @@ static void plan_fused(Planner *P, int gi) {
         int x = K->inputs[j], b = mg->values[x].buf, taken = 0;
         for (int q = 0; q < o; q++) taken |= into[K->outputs[q]] == x;
         if (!taken && b >= 0 && mg->bufs[b].kind == MEMB_VALUE && last[x] == k && mg->bufs[b].last == k &&
-            fused_inplace_ok(fg, g, k, x, y))
+            mem_fused_inplace_ok(fg, g, k, x, y))
           into[y] = x;
       }
     }
@@ -546,7 +546,7 @@ static int check_graph(const MemPlan *p, const MemGraph *mg, FILE *out) {
     if (v->kind == MEM_VIEW && (n->op != IR_RESHAPE || v->of != n->in[0] || v->buf != mg->values[v->of].buf))
       bad += problem(out, mg, m, "%%%d is a view but not a reshape of its buffer's value", i);
     if (v->kind == MEM_INPLACE && mg->fused) {
-      if (!fused_inplace_ok(&p->opts.fusion->graphs[mg->graph], g, v->def, v->of, i) ||
+      if (!mem_fused_inplace_ok(&p->opts.fusion->graphs[mg->graph], g, v->def, v->of, i) ||
           mg->values[v->of].last != v->def || v->buf != mg->values[v->of].buf)
         bad += problem(out, mg, m, "%%%d is in place of %%%d, which the fused rule does not allow", i, v->of);
     } else if (v->kind == MEM_INPLACE) {

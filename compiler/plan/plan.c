@@ -123,6 +123,7 @@ typedef struct {
   char *score;     /* per node: an attention score or probability ([.., s_q, s_k]) */
   char *kattn;     /* per kernel: part of the attention (writes a score, or a GEMM reading one) */
   int has_sbwd;    /* the graph differentiates a softmax of scores (an attention backward) */
+  int attn_op;     /* the graph has ATTENTION ops (flash attention kernels of the back ends) */
 } GInfo;
 
 static void ginfo_free(GInfo *gi) {
@@ -262,6 +263,13 @@ static void ginfo_init(GInfo *gi, const IrGraph *g, const FuseGraph *fg) {
   }
   gi->score = score_mask(g, &gi->has_sbwd);
   gi->kattn = xalloc_calloc((size_t)(nk > 0 ? nk : 1), 1);
+  for (int k = 0; k < nk; k++) {
+    const FuseKernel *K = &fg->kernels[k];
+    for (int j = 0; j < K->nnodes; j++) {
+      IrOp op = g->nodes[K->nodes[j]].op;
+      if (op == IR_ATTENTION || op == IR_ATTENTION_BWD) gi->kattn[k] = gi->attn_op = 1;
+    }
+  }
   for (int k = 0; gi->score && k < nk; k++) {
     const FuseKernel *K = &fg->kernels[k];
     for (int j = 0; j < K->nnodes; j++) {
@@ -307,6 +315,18 @@ static double mem_kernel_time(const PlanCtx *c, double flops, double bytes) {
  * its FLOPs at the GEMM efficiency of an output tile of [s_q-block x d]
  * whose mainloop runs over the keys; a backward that differentiates the
  * softmax recomputes q k^T once more (FlashAttention-2's backward). */
+static double flash_gemm_time(Pricer *P, double batch, double M, double N, double Kd, int writes_score) {
+  /* score shape [.., s_q, s_k]: written (M = s_q, N = s_k, K = d) or read
+   * (P v: K = s_k, N = d; P^T dO and dS^T q: M = s_k, K = s_q) */
+  double d = writes_score ? Kd : N;
+  double sk = writes_score ? N : Kd;
+  double frac = P->causal ? causal_fraction(sk) : 1;
+  double flops = 2 * batch * M * N * Kd * frac;
+  const CatDevice *dev = &P->pc->dev;
+  double eff = cost_gemm_efficiency_batched((int64_t)batch, (int64_t)M, (int64_t)d, (int64_t)(sk * frac), dev);
+  return cost_op_time_s(flops, 0, dev, prec_name(P->pc->prec), eff * PLAN_GEMM_SUSTAINED);
+}
+
 static void price_flash_gemm(Pricer *P, const GInfo *gi, const IrNode *n, int rc, PlanCost *acc) {
   const IrGraph *g = gi->g;
   int r = n->rank;
@@ -316,21 +336,39 @@ static void price_flash_gemm(Pricer *P, const GInfo *gi, const IrNode *n, int rc
   double batch = 1;
   for (int i = 0; i < r - 2; i++) batch *= (double)n->dims[i];
   int writes_score = gi->score[(int)(n - g->nodes)];
-  /* score shape [.., s_q, s_k]: written (M = s_q, N = s_k, K = d) or read
-   * (P v: K = s_k, N = d; P^T dO and dS^T q: M = s_k, K = s_q) */
-  double d = writes_score ? Kd : N;
-  double sk = writes_score ? N : Kd;
-  double frac = P->causal ? causal_fraction(sk) : 1;
-  double flops = 2 * batch * M * N * Kd * frac;
   /* dO v^T (it depends on the output gradient) stands also for the q k^T
    * that the flash backward recomputes */
   double reps = writes_score && gi->has_sbwd && gi->dep[(int)(n - g->nodes)] ? 2 : 1;
-  const CatDevice *dev = &P->pc->dev;
-  double eff = cost_gemm_efficiency_batched((int64_t)batch, (int64_t)M, (int64_t)d, (int64_t)(sk * frac), dev);
-  double t = reps * cost_op_time_s(flops, 0, dev, prec_name(P->pc->prec), eff * PLAN_GEMM_SUSTAINED);
+  double t = reps * flash_gemm_time(P, batch, M, N, Kd, writes_score);
   acc->t += t;
   acc->t_gemm += t;
   if (rc) acc->t_rc += t;
+}
+
+/* An ATTENTION op (the flash kernel the back ends run) or its backward,
+ * priced as the materialised chain's GEMMs and softmax are under flash
+ * (docs/planner.md sec. 9.1), as one kernel: forward q k^T and P v; backward
+ * the recomputed q k^T, dO v^T, P^T dO, dS k and dS^T q; one exponential
+ * per computed score on the special-function units. */
+static void price_attention_op(Pricer *P, const GInfo *gi, const IrNode *n, int rc, PlanCost *acc) {
+  const IrGraph *g = gi->g;
+  const IrNode *q = &g->nodes[n->in[0]], *k = &g->nodes[n->in[1]], *v = &g->nodes[n->in[2]];
+  double batch = (double)q->dims[0] * (double)q->dims[1], T = (double)q->dims[2], D = (double)q->dims[3];
+  double S = (double)k->dims[2], Dv = (double)v->dims[3];
+  double t;
+  if (n->op == IR_ATTENTION) {
+    t = flash_gemm_time(P, batch, T, S, D, 1) + flash_gemm_time(P, batch, T, Dv, S, 0);
+  } else {
+    t = flash_gemm_time(P, batch, T, S, D, 1) + flash_gemm_time(P, batch, T, S, Dv, 1) +
+        flash_gemm_time(P, batch, S, Dv, T, 0) + flash_gemm_time(P, batch, T, D, S, 0) + flash_gemm_time(P, batch, S, D, T, 0);
+  }
+  double rate = cost_sfu_rate(&P->pc->dev), frac = P->causal ? causal_fraction(S) : 1;
+  double te = rate > 0 ? batch * T * S * frac / rate : 0;
+  acc->t += t + te + PLAN_KERNEL_OVERHEAD_S;
+  acc->t_gemm += t + PLAN_KERNEL_OVERHEAD_S;
+  acc->t_other += te;
+  acc->kernels += 1;
+  if (rc) acc->t_rc += t + te + PLAN_KERNEL_OVERHEAD_S;
 }
 
 /* The softmax of a flash attention: one exponential per computed score on
@@ -545,6 +583,15 @@ static void price_kernel_body(Pricer *P, const GInfo *gi, int k, int rc, PlanCos
   default:
     break;
   }
+  if (K->kind == FUSE_SPECIAL && gi->attn_op) {
+    for (int j = 0; j < K->nnodes; j++) {
+      const IrNode *x = &g->nodes[K->nodes[j]];
+      if (x->op == IR_ATTENTION || x->op == IR_ATTENTION_BWD) {
+        price_attention_op(P, gi, x, rc, acc);
+        return;
+      }
+    }
+  }
   /* attention under flash: the softmax's exponentials; the rest stays on chip */
   if (P->pc->flash && gi->kattn[k]) {
     price_flash_softmax(P, gi, K, rc, acc);
@@ -553,13 +600,15 @@ static void price_kernel_body(Pricer *P, const GInfo *gi, int k, int rc, PlanCos
   /* a flash-attention kernel reads q, k, v and writes its output in the
    * projections' [b, s, heads, d] layout (strided), so the copies that
    * split the heads out and merge them back are not made */
-  if (P->pc->flash && gi->score && K->kind == FUSE_COPY && K->noutputs == 1) {
-    int layout = 1, srank = 0;
-    for (int i = 0; i < g->nnodes && !srank; i++)
+  if (P->pc->flash && (gi->score || gi->attn_op) && K->kind == FUSE_COPY && K->noutputs == 1) {
+    int layout = 1, srank = gi->attn_op ? 4 : 0;
+    for (int i = 0; gi->score && i < g->nnodes && !srank; i++)
       if (gi->score[i]) srank = g->nodes[i].rank;
     for (int j = 0; j < K->nnodes; j++) {
       IrOp op = g->nodes[K->nodes[j]].op;
-      layout &= op == IR_RESHAPE || op == IR_TRANSPOSE;
+      /* with the op, also the slice of o out of its packed output, the pad of
+       * its gradient and the slices of dq, dk, dv out of the backward's */
+      layout &= op == IR_RESHAPE || op == IR_TRANSPOSE || (gi->attn_op && (op == IR_SLICE || op == IR_PAD));
     }
     if (layout && g->nodes[K->outputs[0]].rank == srank) return;
   }
@@ -617,6 +666,19 @@ static void walk_live(Pricer *P, const GInfo *gi, const char *mask, double *peak
     for (int j = 0; j < K->noutputs; j++) {
       int v = K->outputs[j];
       if (gi->alias[v] != v) continue;
+      /* the memory plan's in-place rule (memplan.h): an output of a loop
+       * kernel takes the buffer of the first input not yet taken that dies
+       * here */
+      int into = -1;
+      for (int q = 0; K->kind == FUSE_LOOP && q < K->ninputs && into < 0; q++) {
+        int x = K->inputs[q];
+        if (gi->alias[x] == x && vb[x] > 0 && gi->last[x] == k && mem_fused_inplace_ok(fg, g, k, x, v)) into = x;
+      }
+      if (into >= 0) {
+        vb[v] = vb[into];
+        vb[into] = 0;
+        continue;
+      }
       double b = allowed ? kernel_out_bytes(P, gi, K, v) : 0;
       if (save_here) {
         /* the held layers are counted by the caller (n x layer_saved) */
@@ -742,7 +804,10 @@ static void pricer_init(Pricer *P, PlanCtx *pc, const IrModule *m, FuseResult *f
   P->link = link;
   P->gsize = gsize;
   for (int i = 0; i < m->ngraphs && !P->causal; i++)
-    for (int j = 0; j < m->graphs[i]->nnodes && !P->causal; j++) P->causal = m->graphs[i]->nodes[j].op == IR_CAUSAL_MASK;
+    for (int j = 0; j < m->graphs[i]->nnodes && !P->causal; j++) {
+      const IrNode *x = &m->graphs[i]->nodes[j];
+      P->causal = x->op == IR_CAUSAL_MASK || ((x->op == IR_ATTENTION || x->op == IR_ATTENTION_BWD) && x->attr[0]);
+    }
 }
 
 static void pricer_free(Pricer *P) {
@@ -794,12 +859,15 @@ static Diag *quiet_diag(PlanCtx *c) { return c->quiet; }
 /* Regions of the step graph of the whole (one-chunk) program. */
 enum { REG_PRO = 0, REG_EPI = 1, REG_LAYER = 2 };
 
+static Diag *quiet_diag(PlanCtx *c);
+static IrModule *lower_priced(PlanCtx *c, Arena *a, int64_t mb, int materialize);
+
 /* Builds the parts of a key from the whole program: lower, partition,
  * differentiate, fuse, then price the step graph's kernels by region. */
 static void build_parts(PlanCtx *c, PlanParts *pp) {
   Arena *a = arena_new();
   const PlanKey *k = &pp->key;
-  IrModule *global = lower_model_priced(a, quiet_diag(c), c->model, k->mb);
+  IrModule *global = lower_priced(c, a, k->mb, !c->flash);
   IrModule *part = NULL;
   if (!global) {
     snprintf(pp->why, sizeof pp->why, "the model does not lower at micro batch %" PRId64, k->mb);
@@ -984,6 +1052,14 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
 done:
   arena_free(a);
 }
+
+/* The program priced at micro batch mb: attention as the flash op, or
+ * materialised (plan_set_attention). */
+static IrModule *lower_priced(PlanCtx *c, Arena *a, int64_t mb, int materialize) {
+  LowerOptions o = {1, materialize};
+  return lower_model_with(a, quiet_diag(c), c->model, mb, &o);
+}
+
 
 PlanParts *plan_parts(PlanCtx *c, const PlanKey *k) {
   uint64_t h = key_hash(k);
@@ -1228,7 +1304,7 @@ PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
   }
   if (plan_split_layers(c, parts, K, e->layers, e->why, sizeof e->why) != 0) return e;
   Arena *a = arena_new();
-  IrModule *global = lower_model_priced(a, quiet_diag(c), c->model, k->mb);
+  IrModule *global = lower_priced(c, a, k->mb, !c->flash);
   SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1};
   IrModule *part = global ? spmd_partition_padded(a, quiet_diag(c), global, &spec, c->vocab_pad) : NULL;
   PipeResult *pr = part ? pipe_split(a, quiet_diag(c), part, K, e->layers) : NULL;
@@ -1289,8 +1365,10 @@ static double model_flops_mb(PlanCtx *c, int64_t mb, double *all) {
       *all = c->mf[i].all;
       return c->mf[i].gemm;
     }
+  /* the conventional count (Megatron-LM's and PaLM's formulas): every
+   * query-key pair of the scores, causal or not, flash or not */
   Arena *a = arena_new();
-  IrModule *g = lower_model_priced(a, quiet_diag(c), c->model, mb);
+  IrModule *g = lower_priced(c, a, mb, 1);
   double gemm = 0, tot = 0;
   const char *err = NULL;
   AdResult *ad = g ? ad_build(g, RECOMPUTE_NONE, &err) : NULL;

@@ -515,7 +515,8 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
   S.L = L;
   S.inputs = inputs;
   Interp *gi = NULL;
-  IrModule *global = lower_model(arena, diag, model, L->micro_batch);
+  LowerOptions lo = {0, L->materialize_attention};
+  IrModule *global = lower_model_with(arena, diag, model, L->micro_batch, &lo);
   if (!global) {
     fail(err, errlen, "the model does not lower");
     goto done;
@@ -737,7 +738,8 @@ SimRankProgram *sim_rank_program(Arena *arena, Diag *diag, const SemModel *model
                                  const char **err) {
   const char *e = NULL;
   SimRankProgram *r = arena_alloc(arena, sizeof *r);
-  r->global = lower_model(arena, diag, model, L->micro_batch);
+  LowerOptions lo = {0, L->materialize_attention};
+  r->global = lower_model_with(arena, diag, model, L->micro_batch, &lo);
   SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, model->seq_len, L->ep > 0 ? L->ep : 1};
   IrModule *part = r->global ? spmd_partition(arena, diag, r->global, &spec) : NULL;
   int64_t chunks = (L->pp > 0 ? L->pp : 1) * (L->vpp > 0 ? L->vpp : 1);

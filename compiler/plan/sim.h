@@ -44,6 +44,7 @@ typedef struct {
    * runs through all chunks before the next starts. */
   Schedule schedule;
   int64_t ep; /* expert parallelism inside dp (0 or 1: none) */
+  int materialize_attention; /* LowerOptions (lower.h): attention as its materialised chain */
 } SimLayout;
 
 typedef struct {

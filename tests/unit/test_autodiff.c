@@ -597,6 +597,23 @@ static void test_moe(void) {
   }
 }
 
+/* Flash attention's packed output [o, lse] against finite differences of
+ * the reference executor: the weighted loss reaches the log-sum-exp column
+ * too, so the backward's d lse term is checked; grouped queries (4 heads
+ * over 2 key heads), causal over T = S = 3 and not over S = 4 keys. */
+static void test_attention(void) {
+  for (int causal = 0; causal < 2; causal++) {
+    Mod M = mod_new();
+    int64_t S = causal ? 3 : 4;
+    int q = PARAM(&M, "q", 4, (int64_t)1, (int64_t)4, (int64_t)3, (int64_t)2);
+    int k = PARAM(&M, "k", 4, (int64_t)1, (int64_t)2, S, (int64_t)2);
+    int v = PARAM(&M, "v", 4, (int64_t)1, (int64_t)2, S, (int64_t)3);
+    int in[3] = {q, k, v};
+    int64_t attr[3] = {causal, 0, 0};
+    done(&M, add(M.g, IR_ATTENTION, in, 3, attr, 3, 0.7, DT_F32, -1, NULL), "attention", IR_ATTENTION);
+  }
+}
+
 /* loss = sum(tanh(x) r) with, on x, the auxiliary loss v = sum(x^2) / 7:
  * through with_aux_loss (aux = 1) or added to the loss explicitly (aux = 0) */
 static Mod aux_module(int aux) {
@@ -1080,13 +1097,14 @@ int main(void) {
   test_router();
   test_moe();
   test_aux_loss();
+  test_attention();
   test_call();
   test_manual_schedule();
   test_errors();
   /* every op with a gradient has been checked by finite differences */
   /* EXTERN needs a native library: tests/extern/test_extern.c checks its
-   * gradient by finite differences; EXTERN_GRAD has no derivative */
-  static const IrOp nondiff[] = {IR_INPUT, IR_PARAM, IR_ARG, IR_CONST, IR_FILL, IR_IOTA, IR_EXTERN, IR_EXTERN_GRAD};
+   * gradient by finite differences; EXTERN_GRAD and ATTENTION_BWD have no derivative */
+  static const IrOp nondiff[] = {IR_INPUT, IR_PARAM, IR_ARG, IR_CONST, IR_FILL, IR_IOTA, IR_EXTERN, IR_EXTERN_GRAD, IR_ATTENTION_BWD};
   for (int op = 0; op < IR_OP_COUNT; op++) {
     int skip = 0;
     for (size_t k = 0; k < sizeof nondiff / sizeof nondiff[0]; k++) skip |= (int)nondiff[k] == op;

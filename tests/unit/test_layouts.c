@@ -94,7 +94,7 @@ static int run_matrix(const char *file, const char *const *defs, int ndefs, int6
   int runs_of_dp[2] = {0, 0};
   for (int pol = 0; pol < 3; pol++) {
     /* the reference: one rank, every micro-batch of the global batch in turn */
-    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, policies[pol], micro, rows / micro, 0, SCHED_1F1B, 1};
+    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, policies[pol], micro, rows / micro, 0, SCHED_1F1B, 1, 0};
     SimResult ref;
     char err[512];
     if (sim_step(m, &ref_layout, 1234, inputs, &ref, err, sizeof err)) {
@@ -124,7 +124,7 @@ static int run_matrix(const char *file, const char *const *defs, int ndefs, int6
                 /* the pipeline ranks run a schedule's instruction lists (GPipe or
                  * 1F1B, interleaved with v = 2) over 4 micro-batches (2 with dp = 2) */
                 Schedule sched = k.vpp > 1 ? SCHED_INTERLEAVED : (a + b + d + sp) % 2 ? SCHED_GPIPE : SCHED_1F1B;
-                SimLayout lay = {k.dp, k.tp, k.pp, k.cp, k.vpp, k.sp, policies[pol], micro, num_micro * 2 / k.dp, zero, sched, 1};
+                SimLayout lay = {k.dp, k.tp, k.pp, k.cp, k.vpp, k.sp, policies[pol], micro, num_micro * 2 / k.dp, zero, sched, 1, 0};
                 SimResult got;
                 char what[220];
                 snprintf(what, sizeof what, "%s dp=%" PRId64 " zero=%d tp=%" PRId64 " pp=%" PRId64 " v=%" PRId64 " cp=%" PRId64 " sp=%d recompute=%s schedule=%s",
@@ -172,7 +172,7 @@ static int run_dp3(const char *file, const char *const *defs, int ndefs, int64_t
   if (!m) return 1;
   const int64_t micro = 2, num_micro = 2, rows = 3 * num_micro * micro;
   double **inputs = make_inputs(m, rows, vocab, 7);
-  SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro, rows / micro, 0, SCHED_1F1B, 1};
+  SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro, rows / micro, 0, SCHED_1F1B, 1, 0};
   SimResult ref;
   char err[512];
   int failures = 0;
@@ -190,7 +190,7 @@ static int run_dp3(const char *file, const char *const *defs, int ndefs, int64_t
         {2, 2, 1, 0, RECOMPUTE_FULL, 3},      {1, 1, 2, 0, RECOMPUTE_SELECTIVE, 3}, {1, 2, 1, 0, RECOMPUTE_NONE, 0},
     };
     for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
-      SimLayout lay = {3, lays[i].tp, lays[i].pp, lays[i].cp, 1, lays[i].sp, lays[i].rc, micro, num_micro, lays[i].zero, SCHED_1F1B, 1};
+      SimLayout lay = {3, lays[i].tp, lays[i].pp, lays[i].cp, 1, lays[i].sp, lays[i].rc, micro, num_micro, lays[i].zero, SCHED_1F1B, 1, 0};
       char what[200];
       snprintf(what, sizeof what, "%s dp=3 zero=%d tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 " sp=%d recompute=%s", file,
                lays[i].zero, lays[i].tp, lays[i].pp, lays[i].cp, lays[i].sp, sem_recompute_name(lays[i].rc));
@@ -218,7 +218,7 @@ static int run_moe(void) {
   if (!m) return 1;
   const int64_t micro = 2, rows = 8;
   double **inputs = make_inputs(m, rows, 64, 5);
-  SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro, rows / micro, 0, SCHED_1F1B, 1};
+  SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro, rows / micro, 0, SCHED_1F1B, 1, 0};
   SimResult ref;
   char err[512];
   int failures = 0;
@@ -240,7 +240,7 @@ static int run_moe(void) {
   } else {
     for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
       SimLayout lay = {lays[i].dp, lays[i].tp, lays[i].pp, 1, 1, 0, lays[i].rc, micro, rows / (micro * lays[i].dp), lays[i].zero,
-                       SCHED_1F1B, lays[i].ep};
+                       SCHED_1F1B, lays[i].ep, 0};
       char what[200];
       snprintf(what, sizeof what, "moe-tiny dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " ep=%" PRId64 " zero=%d recompute=%s",
                lays[i].dp, lays[i].tp, lays[i].pp, lays[i].ep, lays[i].zero, sem_recompute_name(lays[i].rc));

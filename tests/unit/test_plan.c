@@ -224,7 +224,8 @@ static void test_saved_full_recompute(void) {
   /* no recomputation keeps more than selective, which keeps more than full */
   PlanKey kn = {4, 1, 1, 0, RECOMPUTE_NONE, 1}, ks = {4, 1, 1, 0, RECOMPUTE_SELECTIVE, 1};
   double none = plan_parts(f.c, &kn)->layer_saved, sel = plan_parts(f.c, &ks)->layer_saved;
-  EXPECT(none > sel);
+  /* (with flash attention selective recomputation has nothing to drop) */
+  EXPECT(none >= sel);
   EXPECT(sel > pp->layer_saved);
   /* selective recomputation drops the attention matrices: what it saves is
    * the 5 a s / h term of Korthikanti's s b h (34 + 5 a s / h), when they
@@ -233,10 +234,10 @@ static void test_saved_full_recompute(void) {
   plan_set_attention(f.c, 0);
   double none_m = plan_parts(f.c, &kn)->layer_saved, sel_m = plan_parts(f.c, &ks)->layer_saved;
   EXPECT(none_m - sel_m >= 0.9 * 2 * b * a * s * s);
-  /* flash attention never stores them: no recomputation keeps what
-   * selective keeps plus the log-sum-exp rows (4 bytes per query and head)
-   * and the few activations selective recomputes */
-  EXPECT(none_m - none >= 0.9 * 2 * b * a * s * s);
+  /* flash attention never stores them: it keeps its output and the
+   * log-sum-exp rows (FlashAttention-2's backward reads both: h / a + 1
+   * values per query and head) instead of the probabilities */
+  EXPECT(none_m - none >= 0.99 * (2 * b * a * s * s - 2 * b * a * s * (1024 / a + 1)));
   EXPECT(none - sel < 0.1 * 2 * b * a * s * s);
   fixture_free(&f);
 }
@@ -378,13 +379,16 @@ static void test_memory_is_memplan(void) {
     return;
   }
   EXPECT(f.m->train.precision == PREC_FP32);
-  /* memplan lays out the program as compiled: attention scores in memory */
+  /* memplan lays out the program as compiled, here with the attention
+   * scores in memory (the planner leaves a layer's weight gradients out of
+   * its workspace, as Megatron-LM accumulates them in place; the memory plan
+   * of a flash program peaks where the workspace holds them) */
   plan_set_attention(f.c, 0);
   PlanLayout L = plan_layout_of(f.m);
   PlanResult r;
   EXPECT(plan_evaluate(f.c, &L, 0, &r) == 0);
   for (int chunk = 0; chunk < 2 && r.valid; chunk++) {
-    SimLayout sl = {L.dp, L.tp, L.pp, L.cp, 1, L.sp == 1, (Recompute)L.recompute, L.micro_batch, 1, 0, SCHED_1F1B, 1};
+    SimLayout sl = {L.dp, L.tp, L.pp, L.cp, 1, L.sp == 1, (Recompute)L.recompute, L.micro_batch, 1, 0, SCHED_1F1B, 1, 1};
     const char *why = NULL;
     Arena *a = arena_new();
     SimRankProgram *rp = sim_rank_program(a, f.diag, f.m, &sl, chunk, &why);

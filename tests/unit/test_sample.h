@@ -18,8 +18,9 @@
  * model, when not NULL, receives the checked model; layout overrides the
  * parallel block (names as "parallel.tensor", values as on the command
  * line). */
-static inline IrModule *lower_sample_layout(Arena *arena, Diag *diag, const char *name, SemDefine *defs, int ndefs,
-                                            SemDefine *layout, int nlayout, int64_t micro, SemModel **model) {
+static inline IrModule *lower_sample_with(Arena *arena, Diag *diag, const char *name, SemDefine *defs, int ndefs,
+                                          SemDefine *layout, int nlayout, int64_t micro, SemModel **model,
+                                          const LowerOptions *lo) {
   char path[4096];
   snprintf(path, sizeof path, "%s/samples/%s", HPDL_SOURCE_DIR, name);
   int before = diag_error_count(diag);
@@ -36,9 +37,15 @@ static inline IrModule *lower_sample_layout(Arena *arena, Diag *diag, const char
   SemModel *m = sema_check(arena, diag, &prog, &opts);
   if (!m) return NULL;
   if (model) *model = m;
-  IrModule *ir = lower_model(arena, diag, m, micro > 0 ? micro : m->train.micro_batch);
+  IrModule *ir = lower_model_with(arena, diag, m, micro > 0 ? micro : m->train.micro_batch, lo);
   if (ir && ir_verify(ir, stderr)) return NULL;
   return ir;
+}
+
+static inline IrModule *lower_sample_layout(Arena *arena, Diag *diag, const char *name, SemDefine *defs, int ndefs,
+                                            SemDefine *layout, int nlayout, int64_t micro, SemModel **model) {
+  LowerOptions lo = {0, 0};
+  return lower_sample_with(arena, diag, name, defs, ndefs, layout, nlayout, micro, model, &lo);
 }
 
 /* The sample under its own layout (no layout overrides). */

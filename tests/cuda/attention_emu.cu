@@ -1,0 +1,68 @@
+/* attention_emu.cu - ready-made kernels over kernels/hpdl_attention.cuh, written as the CUDA
+ * back end writes its kernels (extern "C", __launch_bounds__(256), the kernel context first,
+ * a 1-D grid whose blockIdx.x is the work item), for tests/cuda/attention_emu.cpp (through
+ * the emulation harness) and for the NVRTC checks of tests/cuda/attention_emu.py (CTest
+ * cuda.attention.*). The shape and the context-parallel ranks come as arguments here; the
+ * code generator may as well write them in as constants.
+ *
+ * Each ATTN_TEST_KERNELS line instantiates the four kernels of one configuration: head
+ * sizes D, Dv, then the block's threads and the forward's and the backward's tiles. The
+ * "d..." ones take hpdl_attention_cfg.h's rule (the templates' defaults); "t..." ones are
+ * smaller tiles, so that small (fast to emulate) shapes still cross many tiles. */
+#ifndef HPDL_DYNAMIC_SMEM
+#define HPDL_DYNAMIC_SMEM(T, name) extern __shared__ __align__(16) T name[]
+#endif
+#include "hpdl_attention.cuh"
+
+#define ATTN_TEST_KERNELS(NAME, D, DV, NT, FBQ, FBK, KBQ, KBK, QBQ, QBK)                                                       \
+  extern "C" __global__ void __launch_bounds__(256)                                                                  \
+      attn_fwd_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, float *out, int B, int H, \
+                      int Hk, int T, int S, float scale, int causal, int row_rank, int row_size, int col_rank,       \
+                      int col_size) {                                                                                \
+    (void)hpd;                                                                                                       \
+    hpdl_attn_fwd<D, DV, NT, FBQ, FBK>(q, k, v, out, B, H, Hk, T, S, scale, causal, row_rank, row_size, col_rank,   \
+                                       col_size, blockIdx.x);                                                        \
+  }                                                                                                                  \
+  extern "C" __global__ void __launch_bounds__(256)                                                                  \
+      attn_dt_##NAME(const hpdl_kctx hpd, const float *out, const float *dout, float *Dt, int B, int H, int T) {     \
+    (void)hpd;                                                                                                       \
+    hpdl_attn_bwd_dt<D, DV, NT>(out, dout, Dt, B, H, T, blockIdx.x);                                                 \
+  }                                                                                                                  \
+  extern "C" __global__ void __launch_bounds__(256)                                                                  \
+      attn_dkdv_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, const float *out,       \
+                       const float *dout, const float *Dt, float *grads, int B, int H, int Hk, int T, int S,         \
+                       float scale, int causal, int row_rank, int row_size, int col_rank, int col_size) {            \
+    (void)hpd;                                                                                                       \
+    hpdl_attn_bwd_dkdv<D, DV, NT, KBQ, KBK>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal, row_rank, \
+                                            row_size, col_rank, col_size, blockIdx.x);                               \
+  }                                                                                                                  \
+  extern "C" __global__ void __launch_bounds__(256)                                                                  \
+      attn_dq_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, const float *out,         \
+                     const float *dout, const float *Dt, float *grads, int B, int H, int Hk, int T, int S,           \
+                     float scale, int causal, int row_rank, int row_size, int col_rank, int col_size) {              \
+    (void)hpd;                                                                                                       \
+    hpdl_attn_bwd_dq<D, DV, NT, QBQ, QBK>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal, row_rank,   \
+                                          row_size, col_rank, col_size, blockIdx.x);                                 \
+  }
+
+/* The rule's tiles for (D, Dv). */
+#define ATTN_RULE(D, DV)                                                                                         \
+  D, DV, HPDL_ATTN_THREADS(D, DV), HPDL_ATTN_FWD_BQ(D, DV), HPDL_ATTN_FWD_BK(D, DV), HPDL_ATTN_DKDV_BQ(D, DV),   \
+      HPDL_ATTN_DKDV_BK(D, DV), HPDL_ATTN_DQ_BQ(D, DV), HPDL_ATTN_DQ_BK(D, DV)
+
+/* ATTN_RULE expands before ATTN_TEST_KERNELS takes its arguments apart */
+#define ATTN_TEST_KERNELS_(...) ATTN_TEST_KERNELS(__VA_ARGS__)
+
+ATTN_TEST_KERNELS_(d64, ATTN_RULE(64, 64))       /* 256 threads; fwd 32 x 32, dkdv 40 x 32, dq 32 x 48 */
+#ifndef ATTN_EMU_FEW /* the mutation test's builds: only what its multi-tile cases use */
+ATTN_TEST_KERNELS_(d128, ATTN_RULE(128, 128))    /* 256 threads; fwd 16 x 32, dkdv 26 x 16, dq 16 x 28 */
+ATTN_TEST_KERNELS_(d128v64, ATTN_RULE(128, 64))  /* the same tier, Dv != D */
+ATTN_TEST_KERNELS_(d3, ATTN_RULE(3, 3))          /* head sizes no multiple of anything */
+ATTN_TEST_KERNELS_(d200, ATTN_RULE(200, 200))    /* 128 threads; fwd 4 x 16, dkdv 18 x 4, dq 4 x 16 */
+ATTN_TEST_KERNELS_(d1v256, ATTN_RULE(1, 256))    /* the extremes */
+#endif
+#ifdef HPDL_EMU /* emulation only: tiles no code generator asks for (the NVRTC checks take the rule's) */
+ATTN_TEST_KERNELS(t5v7, 5, 7, 64, 16, 8, 8, 8, 8, 8)  /* two warps, many tiles */
+ATTN_TEST_KERNELS(t16, 16, 16, 32, 8, 4, 4, 4, 4, 4)  /* one warp; bwd: half the lanes idle in the P phase */
+ATTN_TEST_KERNELS(t9, 9, 9, 64, 16, 8, 12, 8, 8, 12)  /* dkdv: rows no multiple of the lanes; dq: keys neither */
+#endif
