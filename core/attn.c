@@ -172,9 +172,15 @@ static int64_t tile_keys(const AttnShape *s, int64_t t0, int64_t m) {
  * ring order (colpos). */
 static int64_t mask_row(const AttnShape *s, const int64_t *colpos, int64_t rp, float *row, int64_t n) {
   if (!s->causal) return n;
-  if (!colpos) return rp + 1 < n ? rp + 1 : n;
+  int64_t W = s->window;
+  if (!colpos) {
+    int64_t lim = rp + 1 < n ? rp + 1 : n;
+    /* a sliding window: the keys before it too (the tile computed them) */
+    for (int64_t j = 0; W > 0 && j < lim && j <= rp - W; j++) row[j] = -INFINITY;
+    return lim;
+  }
   for (int64_t j = 0; j < n; j++)
-    if (colpos[j] > rp) row[j] = -INFINITY;
+    if (colpos[j] > rp || (W > 0 && rp - colpos[j] >= W)) row[j] = -INFINITY;
   return n;
 }
 
@@ -287,6 +293,7 @@ static const char *check(const AttnShape *s) {
   if (s->B < 1 || s->H < 1 || s->Hk < 1 || s->D < 1 || s->Dv < 1)
     return "attention: B, H, Hk, D and Dv must be at least 1";
   if (s->H % s->Hk) return "attention: H must be a multiple of Hk";
+  if (s->window < 0 || (s->window > 0 && !s->causal)) return "attention: a window needs the causal mask and W >= 1";
   if (s->row_size > 1 && (s->row_rank < 0 || s->row_rank >= s->row_size))
     return "attention: row_rank outside [0, row_size)";
   if (s->col_size > 1 && (s->col_rank < 0 || s->col_rank >= s->col_size))

@@ -44,6 +44,9 @@ typedef struct {
   AttnSgemm sgemm;    /* NULL: plain loops of the module's own */
   AttnParFor par_for; /* NULL: sequential */
   void *par;
+  /* > 0: a sliding window under the causal mask: key j allowed when
+   * 0 <= rowpos(t) - colpos(j) < window (ir_ops.h); 0: none */
+  int64_t window;
 } AttnShape;
 
 /* Query rows per tile. */

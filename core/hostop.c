@@ -112,7 +112,7 @@ int hostop_aux_counted(const IrGraph *g, int node) {
 static const char *attention(const IrGraph *g, const IrNode *n, void **bufs, HostOpEnv *env, char *err, size_t errlen) {
   const IrNode *q = &g->nodes[n->in[0]], *k = &g->nodes[n->in[1]], *v = &g->nodes[n->in[2]];
   AttnShape s = {q->dims[0], q->dims[1], k->dims[1], q->dims[2], k->dims[2], q->dims[3], v->dims[3], n->fattr, (int)n->attr[0],
-                 0, 1, 0, 1, env->sgemm, env->par_for, env->par};
+                 0, 1, 0, 1, env->sgemm, env->par_for, env->par, n->attr[3]};
   int64_t rg = n->attr[1] - 1, cg = n->attr[2] - 1;
   if (rg >= 0 && rg < IRG_COUNT) s.row_rank = env->rank[rg], s.row_size = env->size[rg];
   if (cg >= 0 && cg < IRG_COUNT) s.col_rank = env->rank[cg], s.col_size = env->size[cg];

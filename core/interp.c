@@ -810,7 +810,8 @@ static const char *exec_attention(Run *r, const IrNode *n, double *out) {
         int64_t rp = attn_row_pos(r->in, n, T, t);
         double mx = -INFINITY;
         for (int64_t j = 0; j < S; j++) {
-          if (n->attr[0] && attn_col_pos(r->in, n, S, j) > rp) {
+          int64_t cp = n->attr[0] ? attn_col_pos(r->in, n, S, j) : 0;
+          if (n->attr[0] && (cp > rp || (n->attr[3] > 0 && rp - cp >= n->attr[3]))) {
             p[j] = -INFINITY;
             continue;
           }

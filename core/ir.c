@@ -518,6 +518,7 @@ static const char *attention_fits(IrGraph *g, IrNode *n) {
   if (k->dims[1] < 1 || q->dims[1] % k->dims[1]) return "attention's query heads must be a multiple of its key heads";
   for (int a = 1; a <= 2; a++)
     if (n->attr[a] < 0 || n->attr[a] > IRG_COUNT) return "attention's position layout names no process group";
+  if (n->attr[3] < 0 || (n->attr[3] > 0 && !n->attr[0])) return "attention's window needs a causal mask and W >= 1";
   return NULL;
 }
 
@@ -849,6 +850,7 @@ static void print_attrs(const IrModule *m, const IrGraph *g, const IrNode *n, FI
   case IR_ATTENTION:
   case IR_ATTENTION_BWD:
     fprintf(out, " scale=%.9g%s", n->fattr, n->attr[0] ? " causal" : "");
+    if (n->attr[3]) fprintf(out, " window=%" PRId64, n->attr[3]);
     if (n->attr[1]) fprintf(out, " rows=%s-zigzag", ir_group_name((IrGroup)(n->attr[1] - 1)));
     if (n->attr[2]) fprintf(out, " cols=%s-ring", ir_group_name((IrGroup)(n->attr[2] - 1)));
     break;

@@ -91,6 +91,8 @@
  *     [..., Dv] = lse[t] = log sum_j exp(s[t, j]) over the allowed keys, s = fattr q[t] . k[j],
  *     P = exp(s - lse); query head h reads key / value head h / (H / Hk) (grouped-query
  *     attention). attr[0] = 1: causal (key j allowed when its position <= query t's);
+ *     attr[3] = W > 0: and within a sliding window (query t's position minus key j's < W, so
+ *     W keys at most, the query's own among them; causal only; 0: no window);
  *     attr[1] = 1 + group when the rows are this rank's zigzag chunks, attr[2] = 1 + group when
  *     the keys are the group's blocks in ring order (positions as CAUSAL_MASK's). A row with no
  *     allowed key gives o = 0 and lse = -inf. The scores are never a value of the graph: a

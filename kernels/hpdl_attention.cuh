@@ -5,7 +5,8 @@
  * What they compute is core/attn.c's ATTENTION and ATTENTION_BWD (attn.h), the reference
  * executor's semantics: q [B, H, T, D], k [B, Hk, S, D], v [B, Hk, S, Dv], contiguous
  * row-major, query head h reading key / value head h / (H / Hk); s = scale q[t] . k[j]
- * (the dot in fp32); with `causal`, key j is allowed for row t when colpos(j) <= rowpos(t),
+ * (the dot in fp32); with `causal`, key j is allowed for row t when colpos(j) <= rowpos(t)
+ * (and, with window > 0, rowpos(t) - colpos(j) < window: a sliding window),
  * the positions being t and j, or under context parallelism (size > 1) the row's place in
  * this rank's zigzag chunks and the key's in the ring order (hpdl_cuda.cuh). The forward
  * writes out PACKED [B, H, T, Dv + 1]: o = sum_j P[t][j] v[j], P = exp(s - lse) over the
@@ -20,7 +21,7 @@
  * `extern "C" __global__ __launch_bounds__(256)` kernel calls with blockIdx.x as `blk`, in
  * 1-D grids of blockDim.x = NT threads (hpdl_attention_cfg.h: the rule, the grids; the
  * templates' defaults are its tiles):
- *   hpdl_attn_fwd<D, Dv>(q, k, v, out, B, H, Hk, T, S, scale, causal, row_rank, row_size,
+ *   hpdl_attn_fwd<D, Dv>(q, k, v, out, B, H, Hk, T, S, scale, causal, window, row_rank, row_size,
  *                        col_rank, col_size, blk)
  *       a block per (b, h, tile of BQ query rows): key tiles of BK keys in shared memory one
  *       after another, the online softmax (running max and sum a row), o and lse written
@@ -28,7 +29,7 @@
  *   hpdl_attn_bwd_dt<D, Dv>(out, dout, Dt, B, H, T, blk)
  *       Dt a row into the caller's scratch [B * H * T] floats (a warp a row);
  *   hpdl_attn_bwd_dkdv<D, Dv>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal,
- *                             row_rank, row_size, col_rank, col_size, blk)
+ *                             window, row_rank, row_size, col_rank, col_size, blk)
  *       a block per (b, hk, tile of BK keys): the group's heads and all their query tiles in
  *       order, P and dS again from q, k and lse, dk and dv accumulated in registers and
  *       stored once;
@@ -118,6 +119,27 @@ static __device__ __forceinline__ int hpdl_attn_colpos_min(int j0, int j1, int S
   return mn;
 }
 
+/* Whether a key at position cp is allowed for a row at position rp under the causal
+ * mask: at or before it, and within the sliding window when window > 0 (ir_ops.h). */
+static __device__ __forceinline__ bool hpdl_attn_allowed(int rp, int cp, int window) {
+  return cp <= rp && (window <= 0 || rp - cp < window);
+}
+
+/* The largest key position over keys [j0, j1) (-1 when empty): each ring block's last key
+ * in the range, positions increasing within a block (as hpdl_attn_colpos_min). */
+static __device__ __forceinline__ int hpdl_attn_colpos_max(int j0, int j1, int S, int rank, int size) {
+  if (size <= 1) return j0 < j1 ? j1 - 1 : -1;
+  const int len = S / size;
+  int mx = -1;
+  for (int j = j0; j < j1;) {
+    const int end = j + len - j % len, last = j1 < end ? j1 - 1 : end - 1;
+    const int p = hpdl_attn_colpos(last, S, rank, size);
+    mx = p > mx ? p : mx;
+    j = end;
+  }
+  return mx;
+}
+
 /* ---------------------------------------------------------------------- forward */
 
 /* out [B, H, T, Dv + 1] for the block `blk` of HPDL_ATTN_FWD_GRID: query rows
@@ -127,7 +149,7 @@ template <int D, int Dv, int NT = HPDL_ATTN_THREADS(D, Dv), int BQ = HPDL_ATTN_F
           int BK = HPDL_ATTN_FWD_BK(D, Dv)>
 static __device__ void hpdl_attn_fwd(const float *__restrict__ q, const float *__restrict__ k,
                                      const float *__restrict__ v, float *__restrict__ out, int B, int H, int Hk,
-                                     int T, int S, float scale, int causal, int row_rank, int row_size,
+                                     int T, int S, float scale, int causal, int window, int row_rank, int row_size,
                                      int col_rank, int col_size, long long blk) {
   constexpr int TPR = NT / BQ, NS = (BK + TPR - 1) / TPR, NO = (Dv + TPR - 1) / TPR, P = HPDL_ATTN_HEAD_CAP(D, Dv);
   constexpr bool EVEN = BK % TPR == 0; /* else the last keys of a row's lanes lie past the tile */
@@ -155,6 +177,8 @@ static __device__ void hpdl_attn_fwd(const float *__restrict__ q, const float *_
   }
   const int rp = causal ? hpdl_attn_rowpos(t0 + r, T, row_rank, row_size) : 0; /* used only for r < nrows */
   const int rmax = causal ? hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) : 0;
+  /* rows' positions increase along a rank's rows: the tile's first is its smallest */
+  const int rmin = causal && nrows > 0 ? hpdl_attn_rowpos(t0, T, row_rank, row_size) : 0;
   float m = HPDL_NEG_INF, l = 0.0f; /* the row's running max; this lane's part of its sum */
   float o[NO];
   for (int i = 0; i < NO; i++) o[i] = 0.0f;
@@ -162,6 +186,8 @@ static __device__ void hpdl_attn_fwd(const float *__restrict__ q, const float *_
   for (int j0 = 0; j0 < S; j0 += BK) {
     const int nk = S - j0 < BK ? S - j0 : BK;
     /* the same decision in every thread: the barriers below stay uniform */
+    if (causal && window > 0 && rmin - hpdl_attn_colpos_max(j0, j0 + nk, S, col_rank, col_size) >= window)
+      continue; /* fwd: the tile is behind the window */
     if (causal && hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) > rmax) continue;
     __syncthreads(); /* fwd: the previous tile's Ks, Vs, Ps are read */
     for (int e = tid; e < BK * D; e += NT) {
@@ -189,7 +215,7 @@ static __device__ void hpdl_attn_fwd(const float *__restrict__ q, const float *_
     float mt = HPDL_NEG_INF;
     for (int i = 0; i < NS; i++) {
       const int j = c + TPR * i;
-      const bool ok = r < nrows && j < nk && (!causal || Cp[j] <= rp);
+      const bool ok = r < nrows && j < nk && (!causal || hpdl_attn_allowed(rp, Cp[j], window));
       s[i] = ok ? scale * s[i] : HPDL_NEG_INF;
       mt = fmaxf(mt, s[i]);
     }
@@ -257,7 +283,7 @@ static __device__ void hpdl_attn_bwd_dkdv(const float *__restrict__ q, const flo
                                           const float *__restrict__ v, const float *__restrict__ out,
                                           const float *__restrict__ dout, const float *__restrict__ Dt,
                                           float *__restrict__ grads, int B, int H, int Hk, int T, int S, float scale,
-                                          int causal, int row_rank, int row_size, int col_rank, int col_size,
+                                          int causal, int window, int row_rank, int row_size, int col_rank, int col_size,
                                           long long blk) {
   constexpr int TPK = NT / BK, NE = (BQ + TPK - 1) / TPK, NDK = (D + TPK - 1) / TPK, NDV = (Dv + TPK - 1) / TPK;
   constexpr int P = HPDL_ATTN_HEAD_CAP(D, Dv);
@@ -290,6 +316,7 @@ static __device__ void hpdl_attn_bwd_dkdv(const float *__restrict__ q, const flo
   }
   const int kp = causal ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0; /* used only for j < nk */
   const int kmin = causal ? hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) : 0;
+  const int kmax = causal && window > 0 ? hpdl_attn_colpos_max(j0, j0 + nk, S, col_rank, col_size) : 0;
   float dka[NDK], dva[NDV];
   for (int i = 0; i < NDK; i++) dka[i] = 0.0f;
   for (int i = 0; i < NDV; i++) dva[i] = 0.0f;
@@ -299,6 +326,7 @@ static __device__ void hpdl_attn_bwd_dkdv(const float *__restrict__ q, const flo
     for (int t0 = 0; t0 < T; t0 += BQ) {
       const int nrows = T - t0 < BQ ? T - t0 : BQ;
       if (causal && hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) < kmin) continue; /* uniform */
+      if (causal && window > 0 && hpdl_attn_rowpos(t0, T, row_rank, row_size) - kmax >= window) continue;
       __syncthreads(); /* dkdv: the previous tile's Qs, Gs, Ls, Ds, Rp are read */
       const long long row0 = (long long)bh * T + t0;
       const float *__restrict__ qt = q + row0 * D;
@@ -325,7 +353,7 @@ static __device__ void hpdl_attn_bwd_dkdv(const float *__restrict__ q, const flo
         const float lse = Ls[t];
         float p = 0.0f, ds = 0.0f;
         /* lse = -inf: the row had no allowed key (exp(s - lse) would be inf) */
-        if (j < nk && lse != HPDL_NEG_INF && (!causal || kp <= Rp[t])) {
+        if (j < nk && lse != HPDL_NEG_INF && (!causal || hpdl_attn_allowed(Rp[t], kp, window))) {
           float sc = 0.0f, dp = 0.0f;
           HPDL_ATTN_UNROLL4
           for (int d = 0; d < D; d++) sc += Qs[t][d] * Ks[j][d];
@@ -382,7 +410,7 @@ static __device__ void hpdl_attn_bwd_dq(const float *__restrict__ q, const float
                                         const float *__restrict__ v, const float *__restrict__ out,
                                         const float *__restrict__ dout, const float *__restrict__ Dt,
                                         float *__restrict__ grads, int B, int H, int Hk, int T, int S, float scale,
-                                        int causal, int row_rank, int row_size, int col_rank, int col_size,
+                                        int causal, int window, int row_rank, int row_size, int col_rank, int col_size,
                                         long long blk) {
   constexpr int TPR = NT / BQ, NS = (BK + TPR - 1) / TPR, NQ = (D + TPR - 1) / TPR, P = HPDL_ATTN_HEAD_CAP(D, Dv);
   static_assert(D >= 1 && D <= HPDL_ATTN_MAX_HEAD && Dv >= 1 && Dv <= HPDL_ATTN_MAX_HEAD, "head sizes 1 .. 256");
@@ -422,11 +450,14 @@ static __device__ void hpdl_attn_bwd_dq(const float *__restrict__ q, const float
   }
   const bool in = r < nrows;
   const int rmax = causal ? hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) : 0;
+  const int rmin = causal && nrows > 0 ? hpdl_attn_rowpos(t0, T, row_rank, row_size) : 0;
   float acc[NQ];
   for (int i = 0; i < NQ; i++) acc[i] = 0.0f;
 
   for (int j0 = 0; j0 < S; j0 += BK) {
     const int nk = S - j0 < BK ? S - j0 : BK;
+    if (causal && window > 0 && rmin - hpdl_attn_colpos_max(j0, j0 + nk, S, col_rank, col_size) >= window)
+      continue; /* dq: the tile is behind the window */
     if (causal && hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) > rmax) continue; /* uniform */
     __syncthreads(); /* dq: the previous tile's Ks, Vs, Cp are read */
     for (int e = tid; e < BK * D; e += NT) {
@@ -447,7 +478,7 @@ static __device__ void hpdl_attn_bwd_dq(const float *__restrict__ q, const float
       if (!in || j >= nk) continue;
       float ds = 0.0f;
       const float lse = Ls[r];
-      if (lse != HPDL_NEG_INF && (!causal || Cp[j] <= Rp[r])) {
+      if (lse != HPDL_NEG_INF && (!causal || hpdl_attn_allowed(Rp[r], Cp[j], window))) {
         float sc = 0.0f, dp = 0.0f;
         HPDL_ATTN_UNROLL4
         for (int d = 0; d < D; d++) sc += Qs[r][d] * Ks[j][d];

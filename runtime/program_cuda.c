@@ -287,6 +287,7 @@ static int load_kernels(CudaProg *P, const char *path, RtErr *e) {
     snprintf(L->kind, sizeof L->kind, "%s", kind ? kind : "?");
     L->grid = (unsigned)jint(jl, "grid");
     L->block = (unsigned)jint(jl, "block");
+    L->flops = json_number_value(json_object_get(jl, "flops"));
     json_t *gm = json_object_get(jl, "gemm");
     if (!gm) continue;
     L->is_gemm = 1;
@@ -377,7 +378,8 @@ static void cuda_launch_span(void *user, int graph, int64_t layer, const DevxLau
   CudaProg *P = user;
   double t1 = P->pf->now(P->pf->self);
   (void)graph;
-  P->pf->span(P->pf->self, L->name ? L->name : "?", L->is_gemm ? "gemm" : "kernel", t1 - secs, t1, P->cur_mb, P->pc->chunk,
+  int compute = L->is_gemm || !strcmp(L->kind, "attention"); /* priced with the GEMMs */
+  P->pf->span(P->pf->self, L->name ? L->name : "?", compute ? "gemm" : "kernel", t1 - secs, t1, P->cur_mb, P->pc->chunk,
               P->prog.m->graphs[graph]->count > 1 ? layer : -1, 0, flops);
 }
 

@@ -93,6 +93,13 @@ add_test(NAME cuda.emu.step.llama
          COMMAND test_codegen_cuda --step llama.hpd -D layers=2 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=64 -D seq=16 -D vocab=64
                  -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.sequence=off)
 set_tests_properties(cuda.emu.step.gpt2-tiny cuda.emu.step.llama PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
+# Qwen3's attention: a head width of 16 over C / H = 8, RMSNorm of queries and keys,
+# grouped queries and a sliding window of 5 keys (whole key tiles skipped outside it)
+add_test(NAME cuda.emu.step.qwen3_window
+         COMMAND test_codegen_cuda --step qwen3.hpd -D layers=2 -D hidden=32 -D heads=4 -D kv_heads=2 -D head_dim=16 -D ffn=64
+                 -D seq=16 -D vocab=64 -D window=5 -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1
+                 -L parallel.tensor=1 -L parallel.sequence=off)
+set_tests_properties(cuda.emu.step.qwen3_window PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
 # The mixture of experts (samples/moe-tiny.hpd: top-2 routing, capacity,
 # the load-balancing loss and its seed): every kernel alone, and the step.
 add_test(NAME cuda.emu.moe-tiny COMMAND test_codegen_cuda moe-tiny.hpd)

@@ -789,8 +789,9 @@ static void build_descriptor(CgCpu *cg) {
       const char *kn = G->kfn && G->kfn[p] ? LLVMGetValueName2(G->kfn[p], &len) : NULL;
       char name[200];
       if (kn && len) snprintf(name, sizeof name, "%.*s", (int)len, kn);
-      else snprintf(name, sizeof name, "%s.k%d.%s", g->name, p, fuse_kind_name(K->kind));
-      LLVMValueRef kf[4] = {const_string(cg, name, "kernel.name"), const_string(cg, fuse_kind_name(K->kind), "kernel.kind"),
+      else snprintf(name, sizeof name, "%s.k%d.%s", g->name, p, cg_kernel_family(g, K));
+      const char *kind = cg_kernel_family(g, K);
+      LLVMValueRef kf[4] = {const_string(cg, name, "kernel.name"), const_string(cg, kind, "kernel.kind"),
                             LLVMConstReal(cg->tf64, flops), LLVMConstReal(cg->tf64, bytes)};
       ks[p] = LLVMConstNamedStruct(kt, kf, 4);
     }

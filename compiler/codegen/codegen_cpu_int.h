@@ -211,4 +211,13 @@ int cg_kernel_has_code(const FuseGraph *fg, int kp);
 /* Builds the kernel's function: i32 (ctx*, i8* scratch, i64 layer, i8* io...). */
 LLVMValueRef cg_kernel_build(CgCpu *cg, int gi, int kp);
 
+/* A fused kernel's family in its symbol and the profile's kernel table:
+ * fusion's kind, or "attention" for the attention ops (compute-bound work,
+ * which the planner prices with the GEMMs). */
+static inline const char *cg_kernel_family(const IrGraph *g, const FuseKernel *K) {
+  for (int j = 0; j < K->nnodes; j++)
+    if (g->nodes[K->nodes[j]].op == IR_ATTENTION || g->nodes[K->nodes[j]].op == IR_ATTENTION_BWD) return "attention";
+  return fuse_kind_name(K->kind);
+}
+
 #endif

@@ -1329,7 +1329,7 @@ LLVMValueRef cg_kernel_build(CgCpu *cg, int gi, int kp) {
   pt[2] = cg->ti64;
   for (int i = 0; i < nio; i++) pt[3 + i] = cg->tp8;
   char name[192];
-  snprintf(name, sizeof name, "%s.k%d.%s", k.g->name, kp, fuse_kind_name(K->kind));
+  snprintf(name, sizeof name, "%s.k%d.%s", k.g->name, kp, cg_kernel_family(k.g, K));
   k.fn = cg_add_function(cg, name, cg->ti32, pt, nio + 3, 1);
   free(pt);
   cg_fn_attr(cg, k.fn, "noinline");

@@ -1255,6 +1255,7 @@ static int cu_emit(CgTarget *t, const char *path) {
       json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:I, s:I}", "name", l->name, "kind", l->kind, "graph",
                             t->fr->graphs[l->graph].graph->name, "graph_index", l->graph, "kernel", l->kernel, "step", l->step,
                             "grid", (json_int_t)l->grid, "block", (json_int_t)l->block);
+      if (l->flops > 0) json_object_set_new(j, "flops", json_real(l->flops));
       if (!strcmp(l->kind, "gemm")) {
         json_object_set_new(j, "gemm",
                             json_pack("{s:i, s:i, s:i, s:b, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:I, s:I}", "a",

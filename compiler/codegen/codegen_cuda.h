@@ -16,8 +16,9 @@ const CgBackend *cg_cuda_backend(void);
 typedef struct {
   char name[200];
   int graph, kernel, step; /* the fused kernel (fuse.h) and its step */
-  const char *kind;        /* "loop", "row", "zero", "special" */
+  const char *kind;        /* "loop", "row", "zero", "special", "attention", "gemm" */
   int64_t grid, block;     /* blocks (grid-stride beyond) and threads a block */
+  double flops;            /* "attention": the arithmetic of this launch (profiles), else 0 */
   /* kind "gemm": a cuBLASLt matmul, row-major C[M, N] = alpha op(A) op(B)
    * over the kernel's io pointers (a, b, c: their io indices) */
   int gemm_a, gemm_b, gemm_c, trans_a, trans_b;

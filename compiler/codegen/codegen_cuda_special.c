@@ -52,6 +52,7 @@
 
 #include "codegen_cuda_int.h"
 #include "hpdl_attention_cfg.h"
+#include "ir_cost.h"
 
 /* Heads (rows of [B, H]) one rope thread rotates with the angle it computed. */
 enum { ROPE_CHUNK = 8 };
@@ -722,8 +723,8 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   if (attn_positions(k, n, pos, sizeof pos)) return -1;
   CuText sc = {0};
   cu_float(&sc, n->fattr);
-  snprintf(args, sizeof args, "%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %d, %s", B, H, Hk, T, S,
-           sc.s ? sc.s : "1.0f", n->attr[0] ? 1 : 0, pos);
+  snprintf(args, sizeof args, "%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %d, %" PRId64 ", %s", B, H,
+           Hk, T, S, sc.s ? sc.s : "1.0f", n->attr[0] ? 1 : 0, n->attr[3], pos);
   free(sc.s);
   /* a launch's grid is capped (CU_MAX_GRID): each block walks the blocks of
    * the rule's grid, block-uniformly, so the kernels' barriers hold; one
@@ -731,6 +732,7 @@ static int attention(CuKern *k, const IrNode *n, int id) {
    * so ptxas keeps every value in registers (no spill at any head size) */
   const char *b = k->base;
   char name[200];
+  double flops = ircost_node(k->t->m, k->fg->graph, id).flops;
   if (!bwd) {
     cu_tx(o,
           "/* %s: attention (flash, kernels/hpdl_attention.cuh): [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
@@ -740,7 +742,8 @@ static int attention(CuKern *k, const IrNode *n, int id) {
     cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", L.grid_fwd);
     cu_tx(o, "    hpdl_attn_fwd<%" PRId64 ", %" PRId64 ">(p%d, p%d, p%d, p%d, %s, blk);\n}\n\n", D, Dv, io[0], io[1], io[2],
           io[3], args);
-    cu_add_launch(k, b, 0, "special", L.grid_fwd, L.threads);
+    cu_add_launch(k, b, 0, "attention", L.grid_fwd, L.threads);
+    k->t->launch[k->t->nlaunch - 1].flops = flops;
     return 0;
   }
   cu_tx(o,
@@ -753,7 +756,7 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", L.grid_dt);
   cu_tx(o, "    hpdl_attn_bwd_dt<%" PRId64 ", %" PRId64 ">(p%d, p%d, %s_dt, %" PRId64 ", %" PRId64 ", %" PRId64 ", blk);\n}\n\n",
         D, Dv, io[3], io[4], b, B, H, T);
-  cu_add_launch(k, name, 0, "special", L.grid_dt, L.threads);
+  cu_add_launch(k, name, 0, "special", L.grid_dt, L.threads); /* a row's dot product: memory-bound */
   static const char *const fn[2] = {"hpdl_attn_bwd_dkdv", "hpdl_attn_bwd_dq"};
   long long grid[2] = {L.grid_dkdv, L.grid_dq};
   for (int s = 0; s < 2; s++) {
@@ -762,7 +765,9 @@ static int attention(CuKern *k, const IrNode *n, int id) {
     cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", grid[s]);
     cu_tx(o, "    %s<%" PRId64 ", %" PRId64 ">(p%d, p%d, p%d, p%d, p%d, %s_dt, p%d, %s, blk);\n}\n\n", fn[s], D, Dv, io[0],
           io[1], io[2], io[3], io[4], b, io[5], args);
-    cu_add_launch(k, name, 1 + s, "special", grid[s], L.threads);
+    cu_add_launch(k, name, 1 + s, "attention", grid[s], L.threads);
+    /* dk, dv recompute P and dS and take three of the five products, dq two */
+    k->t->launch[k->t->nlaunch - 1].flops = flops * (s == 0 ? 0.6 : 0.4);
   }
   return 0;
 }

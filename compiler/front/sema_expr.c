@@ -671,8 +671,8 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
   case SOP_ATTENTION: {
     /* attention(q [B, H, T, D], k [B, Hk, S, D], v [B, Hk, S, Dv], causal = true, scale = 1 / sqrt(D)):
      * softmax(scale q k^T) v over the allowed keys, H a multiple of Hk (grouped-query attention) */
-    static const char *const keys[] = {"causal", "scale"};
-    if (!check_keywords(S, &c, keys, 2)) return NULL;
+    static const char *const keys[] = {"causal", "scale", "window"};
+    if (!check_keywords(S, &c, keys, 3)) return NULL;
     SemExpr *q = tensor_arg(S, F, &c, 0), *k = q ? tensor_arg(S, F, &c, 1) : NULL, *v = k ? tensor_arg(S, F, &c, 2) : NULL;
     if (!q || !k || !v) return NULL;
     SemExpr *qkv[3] = {q, k, v};
@@ -698,8 +698,25 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
       return NULL;
     }
     int causal;
+    int64_t window, t;
     double dflt = sym_is_const(q->type.dims[3], &d) && d > 0 ? 1.0 / sqrt((double)d) : 0, scale;
-    if (!attr_bool(S, F, &c, 3, "causal", 1, &causal) || !attr_float(S, F, &c, 4, "scale", dflt, &scale)) return NULL;
+    if (!attr_bool(S, F, &c, 3, "causal", 1, &causal) || !attr_float(S, F, &c, 4, "scale", dflt, &scale) ||
+        !attr_int(S, F, &c, 5, "window", 0, &window))
+      return NULL;
+    if (window < 0 || (window > 0 && !causal)) {
+      sema_error(S, arg_at(&c, 5, "window")->span,
+                 window < 0 ? "attention's window must be a number of keys >= 1 (0: none), not %" PRId64
+                            : "attention's window (%" PRId64 ") slides over earlier keys: it needs causal = true",
+                 window);
+      return NULL;
+    }
+    if (window > 0 && sym_is_const(q->type.dims[2], &t) && window > t) {
+      sema_error(S, arg_at(&c, 5, "window")->span,
+                 "attention's window of %" PRId64 " keys is larger than the sequence of %" PRId64
+                 " (a window >= the sequence is plain causal attention: leave it out)",
+                 window, t);
+      return NULL;
+    }
     if (!(scale > 0) || !isfinite(scale)) {
       sema_error(S, at, "attention's scale must be a positive number, not %g", scale);
       return NULL;
@@ -713,7 +730,8 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
     r->type = q->type;
     r->type.dims[3] = v->type.dims[3];
     r->attr[0] = causal;
-    r->nattr = 1;
+    r->attr[1] = window;
+    r->nattr = 2;
     r->scalar = scale;
     return r;
   }

@@ -295,12 +295,19 @@ static void ircost_LOSS_SEED(const CostCtx *c, IrCost *k) { (void)c, no_bytes(k)
 
 /* Query-key pairs an attention computes (ir_ops.h's allowed ones): all
  * T x S, or under a causal mask the keys at or before each query's
- * position. A zigzag layout gives every context rank the same count,
+ * position (within a sliding window: at most W of them). A zigzag layout gives every context rank the same count,
  * h (2 c h + 1) for chunks of h rows over c ranks; without it query t sees
  * min(t + 1, S) keys. */
 double ircost_attention_pairs(const IrNode *n, const IrNode *q, const IrNode *k) {
-  double T = (double)q->dims[2], S = (double)k->dims[2];
+  double T = (double)q->dims[2], S = (double)k->dims[2], W = (double)n->attr[3];
   if (!n->attr[0]) return T * S;
+  if (W > 0) {
+    /* the query at position p sees min(p + 1, W) keys; over the whole
+     * sequence of N positions (every rank's share alike under context
+     * parallelism, to within the window's edge) */
+    double c = n->attr[1] && n->attr[2] && S > T ? S / T : 1, N = T * c, m = W < N ? W : N;
+    return (m * (m + 1) / 2 + (N - m) * m) / c;
+  }
   if (n->attr[1] && n->attr[2] && S > T) {
     double c = S / T, h = T / 2;
     return h * (2 * c * h + 1);

@@ -250,10 +250,17 @@ static int lower_attention(Lower *L, Inv *v, const SemExpr *e, const int *in, co
   memset(attr, 0, sizeof attr);
   if (!L->materialize_attention) {
     attr[0] = e->attr[0];
-    int packed = add_node(L, v, IR_ATTENTION, in, 3, attr, 3, e->scalar, dt, -1, NULL, e->span, NULL);
+    attr[3] = e->attr[1];
+    int packed = add_node(L, v, IR_ATTENTION, in, 3, attr, 4, e->scalar, dt, -1, NULL, e->span, NULL);
     if (packed < 0) return -1;
     memset(attr, 0, sizeof attr);
     return add_node(L, v, IR_SLICE, &packed, 1, attr, 16, 0, dt, 4, dims, e->span, NULL);
+  }
+  if (e->attr[1] > 0) {
+    diag_error(L->diag, e->span, "attention with a sliding window (window = %" PRId64 ") has no materialised form: "
+               "compile or plan it without --attention materialized", e->attr[1]);
+    L->failed = 1;
+    return -1;
   }
   int kk = in[1], vv = in[2];
   if (q->dims[1] != k->dims[1]) {

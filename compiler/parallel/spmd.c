@@ -840,7 +840,7 @@ static Val part_node(GPart *G, int i) {
      * gathered. */
     const IrNode *kn = &G->g->nodes[n->in[1]];
     Val q = whole_along(G, settle(G, ins[0], n->span), 3, n->span);
-    int64_t attr[3] = {n->attr[0], 0, 0};
+    int64_t attr[4] = {n->attr[0], 0, 0, n->attr[3]};
     Shd kv = shd_r();
     int ring = 0;
     for (int k = 0; k < NPART_GROUPS; k++) {
@@ -866,7 +866,7 @@ static Val part_node(GPart *G, int i) {
     if (q.id < 0 || k.id < 0 || v.id < 0) return r;
     int in[3] = {q.id, k.id, v.id};
     r.shd = q.shd;
-    r.id = emit(G, IR_ATTENTION, in, 3, attr, 3, n->fattr, n->dtype, -1, NULL, n->span);
+    r.id = emit(G, IR_ATTENTION, in, 3, attr, 4, n->fattr, n->dtype, -1, NULL, n->span);
     return r;
   }
   case IR_ROPE: {

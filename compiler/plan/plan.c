@@ -315,12 +315,18 @@ static double mem_kernel_time(const PlanCtx *c, double flops, double bytes) {
  * its FLOPs at the GEMM efficiency of an output tile of [s_q-block x d]
  * whose mainloop runs over the keys; a backward that differentiates the
  * softmax recomputes q k^T once more (FlashAttention-2's backward). */
-static double flash_gemm_time(Pricer *P, double batch, double M, double N, double Kd, int writes_score) {
+/* window > 0: a sliding window of that many keys (the tiles of its band) */
+static double flash_gemm_time(Pricer *P, double batch, double M, double N, double Kd, int writes_score, double window) {
   /* score shape [.., s_q, s_k]: written (M = s_q, N = s_k, K = d) or read
    * (P v: K = s_k, N = d; P^T dO and dS^T q: M = s_k, K = s_q) */
   double d = writes_score ? Kd : N;
   double sk = writes_score ? N : Kd;
   double frac = P->causal ? causal_fraction(sk) : 1;
+  if (window > 0 && window < sk) {
+    /* a row tile computes the band's tiles and the diagonal one */
+    double band = (ceil(window / COST_GEMM_TILE) + 1) / ceil(sk / COST_GEMM_TILE);
+    if (band < frac) frac = band;
+  }
   double flops = 2 * batch * M * N * Kd * frac;
   const CatDevice *dev = &P->pc->dev;
   double eff = cost_gemm_efficiency_batched((int64_t)batch, (int64_t)M, (int64_t)d, (int64_t)(sk * frac), dev);
@@ -339,7 +345,7 @@ static void price_flash_gemm(Pricer *P, const GInfo *gi, const IrNode *n, int rc
   /* dO v^T (it depends on the output gradient) stands also for the q k^T
    * that the flash backward recomputes */
   double reps = writes_score && gi->has_sbwd && gi->dep[(int)(n - g->nodes)] ? 2 : 1;
-  double t = reps * flash_gemm_time(P, batch, M, N, Kd, writes_score);
+  double t = reps * flash_gemm_time(P, batch, M, N, Kd, writes_score, 0);
   acc->t += t;
   acc->t_gemm += t;
   if (rc) acc->t_rc += t;
@@ -354,15 +360,18 @@ static void price_attention_op(Pricer *P, const GInfo *gi, const IrNode *n, int 
   const IrGraph *g = gi->g;
   const IrNode *q = &g->nodes[n->in[0]], *k = &g->nodes[n->in[1]], *v = &g->nodes[n->in[2]];
   double batch = (double)q->dims[0] * (double)q->dims[1], T = (double)q->dims[2], D = (double)q->dims[3];
-  double S = (double)k->dims[2], Dv = (double)v->dims[3];
+  double S = (double)k->dims[2], Dv = (double)v->dims[3], W = (double)n->attr[3];
   double t;
   if (n->op == IR_ATTENTION) {
-    t = flash_gemm_time(P, batch, T, S, D, 1) + flash_gemm_time(P, batch, T, Dv, S, 0);
+    t = flash_gemm_time(P, batch, T, S, D, 1, W) + flash_gemm_time(P, batch, T, Dv, S, 0, W);
   } else {
-    t = flash_gemm_time(P, batch, T, S, D, 1) + flash_gemm_time(P, batch, T, S, Dv, 1) +
-        flash_gemm_time(P, batch, S, Dv, T, 0) + flash_gemm_time(P, batch, T, D, S, 0) + flash_gemm_time(P, batch, S, D, T, 0);
+    t = flash_gemm_time(P, batch, T, S, D, 1, W) + flash_gemm_time(P, batch, T, S, Dv, 1, W) +
+        flash_gemm_time(P, batch, S, Dv, T, 0, W) + flash_gemm_time(P, batch, T, D, S, 0, W) +
+        flash_gemm_time(P, batch, S, D, T, 0, W);
   }
+  /* one exponential per computed score, of the tiles computed */
   double rate = cost_sfu_rate(&P->pc->dev), frac = P->causal ? causal_fraction(S) : 1;
+  if (W > 0 && W < S) frac = fmin(frac, (ceil(W / COST_GEMM_TILE) + 1) / ceil(S / COST_GEMM_TILE));
   double te = rate > 0 ? batch * T * S * frac / rate : 0;
   acc->t += t + te + PLAN_KERNEL_OVERHEAD_S;
   acc->t_gemm += t + PLAN_KERNEL_OVERHEAD_S;

@@ -443,7 +443,7 @@ static int run_launches(DevExec *x, int gi, int kp, int64_t layer, void **io) {
         R->secs[l] += dt;
         R->calls[l]++;
       }
-      if (x->has_tracer) x->tracer.launch(x->tracer.user, gi, layer, L, dt, L->is_gemm ? gemm_flops(&L->gemm) : 0);
+      if (x->has_tracer) x->tracer.launch(x->tracer.user, gi, layer, L, dt, L->is_gemm ? gemm_flops(&L->gemm) : L->flops);
     }
   }
   return 0;

@@ -33,6 +33,7 @@ typedef struct {
   unsigned grid, block;
   int is_gemm;
   DevGemm gemm; /* is_gemm: over the fused kernel's io (inputs, then outputs) */
+  double flops; /* kernels.json's "flops" of a launch that computes (attention), else 0 */
 } DevxLaunch;
 
 typedef struct {

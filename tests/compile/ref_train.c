@@ -37,7 +37,7 @@ static int die(const char *what) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 5) return die("usage: hpdl_compile_ref FILE.hpd ARTIFACT DATA STEPS [-D NAME=VALUE]...");
+  if (argc < 5) return die("usage: hpdl_compile_ref FILE.hpd ARTIFACT DATA STEPS [-D NAME=VALUE | -L SETTING=VALUE]...");
   const char *file = argv[1], *dir = argv[2], *data = argv[3];
   int64_t steps = strtoll(argv[4], NULL, 10);
   RtErr e;
@@ -45,19 +45,23 @@ int main(int argc, char **argv) {
   if (!a) return die(e.msg);
   Arena *arena = arena_new();
   Diag *diag = diag_new(stderr);
-  SemDefine defs[32];
-  int nd = 0;
-  for (int i = 5; i + 1 < argc && nd < 32; i += 2) {
-    if (strcmp(argv[i], "-D")) return die("expected -D NAME=VALUE");
+  /* -D: model parameters; -L: settings of the parallel block (the layout the
+   * file declares must check, though the reference runs on one rank) */
+  SemDefine defs[32], lays[32];
+  int nd = 0, nl = 0;
+  for (int i = 5; i + 1 < argc && nd < 32 && nl < 32; i += 2) {
+    int layout = !strcmp(argv[i], "-L");
+    if (!layout && strcmp(argv[i], "-D")) return die("expected -D NAME=VALUE or -L SETTING=VALUE");
     const char *eq = strchr(argv[i + 1], '=');
-    if (!eq) return die("expected -D NAME=VALUE");
-    defs[nd].name = arena_strndup(arena, argv[i + 1], (size_t)(eq - argv[i + 1]));
-    defs[nd].value = eq + 1;
-    defs[nd++].flag = NULL;
+    if (!eq) return die("expected -D NAME=VALUE or -L SETTING=VALUE");
+    SemDefine *d = layout ? &lays[nl++] : &defs[nd++];
+    d->name = arena_strndup(arena, argv[i + 1], (size_t)(eq - argv[i + 1]));
+    d->value = eq + 1;
+    d->flag = NULL;
   }
   LoadedProgram prog = load_program(arena, diag, file);
   int bad = 0;
-  SemOptions opts = {defs, nd, NULL, 0, NULL, &bad};
+  SemOptions opts = {defs, nd, lays, nl, NULL, &bad};
   SemModel *m = diag_error_count(diag) ? NULL : sema_check(arena, diag, &prog, &opts);
   if (!m) return die("the model does not check");
   const int64_t mb = a->micro_batch, M = a->layout.dp * a->num_micro_batches;

@@ -45,10 +45,10 @@ static bool check(bool cond, const std::string &what) {
 }
 
 typedef void (*FwdK)(const hpdl_kctx, const float *, const float *, const float *, float *, int, int, int, int, int,
-                     float, int, int, int, int, int);
+                     float, int, int, int, int, int, int);
 typedef void (*DtK)(const hpdl_kctx, const float *, const float *, float *, int, int, int);
 typedef void (*BwdK)(const hpdl_kctx, const float *, const float *, const float *, const float *, const float *,
-                     const float *, float *, int, int, int, int, int, float, int, int, int, int, int);
+                     const float *, float *, int, int, int, int, int, float, int, int, int, int, int, int);
 
 /* One instantiation of the kernels: head sizes, threads, tiles; rule: the defaults of
  * hpdl_attention_cfg.h (launched with hpdl_attn_plan's grids). */
@@ -85,56 +85,66 @@ struct Case {
   const char *cfg;
   int B, H, Hk, T, S, causal, rr, rs, cr, cs; /* rs, cs: context-parallel sizes (0: none) */
   bool many_tiles;                            /* in the mutation set */
+  int window;                                 /* a sliding window of keys (causal; 0: none) */
 };
 
 static const Case CASES[] = {
     /* the rule's tiles for D = 64 (fwd 32 x 32, dkdv 40 x 32, dq 32 x 48): tails of T and S,
      * S != T, odd head counts, GQA, T = 1 */
-    {"d64", 1, 3, 3, 70, 70, 1, 0, 0, 0, 0, true},
-    {"d64", 2, 3, 1, 37, 53, 0, 0, 0, 0, 0, true},
-    {"d64", 1, 6, 2, 1, 45, 0, 0, 0, 0, 0, false},
-    {"d64", 1, 4, 1, 33, 33, 1, 0, 0, 0, 0, false},
-    {"d64", 1, 1, 1, 40, 17, 1, 0, 0, 0, 0, false}, /* S < T: rows past S see every key */
-    {"d64", 2, 4, 2, 150, 150, 1, 0, 0, 0, 0, false},
+    {"d64", 1, 3, 3, 70, 70, 1, 0, 0, 0, 0, true, 0},
+    {"d64", 2, 3, 1, 37, 53, 0, 0, 0, 0, 0, true, 0},
+    {"d64", 1, 6, 2, 1, 45, 0, 0, 0, 0, 0, false, 0},
+    {"d64", 1, 4, 1, 33, 33, 1, 0, 0, 0, 0, false, 0},
+    {"d64", 1, 1, 1, 40, 17, 1, 0, 0, 0, 0, false, 0}, /* S < T: rows past S see every key */
+    {"d64", 2, 4, 2, 150, 150, 1, 0, 0, 0, 0, false, 0},
     /* context parallelism: zigzag rows, ring keys, S = T * size, each rank */
-    {"d64", 1, 2, 1, 36, 72, 1, 0, 2, 0, 2, false},
-    {"d64", 1, 2, 1, 36, 72, 1, 1, 2, 1, 2, false},
-    {"d64", 1, 2, 2, 66, 132, 1, 1, 2, 1, 2, false},
-    {"d64", 1, 1, 1, 10, 40, 1, 0, 4, 0, 4, false},
-    {"d64", 1, 1, 1, 10, 40, 1, 1, 4, 1, 4, false},
-    {"d64", 1, 1, 1, 10, 40, 1, 2, 4, 2, 4, false},
-    {"d64", 1, 1, 1, 10, 40, 1, 3, 4, 3, 4, false},
+    {"d64", 1, 2, 1, 36, 72, 1, 0, 2, 0, 2, false, 0},
+    {"d64", 1, 2, 1, 36, 72, 1, 1, 2, 1, 2, false, 0},
+    {"d64", 1, 2, 2, 66, 132, 1, 1, 2, 1, 2, false, 0},
+    {"d64", 1, 1, 1, 10, 40, 1, 0, 4, 0, 4, false, 0},
+    {"d64", 1, 1, 1, 10, 40, 1, 1, 4, 1, 4, false, 0},
+    {"d64", 1, 1, 1, 10, 40, 1, 2, 4, 2, 4, false, 0},
+    {"d64", 1, 1, 1, 10, 40, 1, 3, 4, 3, 4, false, 0},
     /* D = 128 (fwd 16 x 32, dkdv 26 x 16, dq 16 x 28), Dv = 64 and 128 */
-    {"d128v64", 1, 2, 1, 40, 40, 1, 0, 0, 0, 0, false},
-    {"d128v64", 1, 3, 3, 17, 29, 0, 0, 0, 0, 0, false},
-    {"d128", 1, 2, 2, 20, 20, 1, 0, 0, 0, 0, false},
-    {"d128", 1, 3, 1, 77, 77, 1, 0, 0, 0, 0, false},
-    {"d128", 1, 4, 2, 6, 24, 1, 1, 4, 1, 4, false},
+    {"d128v64", 1, 2, 1, 40, 40, 1, 0, 0, 0, 0, false, 0},
+    {"d128v64", 1, 3, 3, 17, 29, 0, 0, 0, 0, 0, false, 0},
+    {"d128", 1, 2, 2, 20, 20, 1, 0, 0, 0, 0, false, 0},
+    {"d128", 1, 3, 1, 77, 77, 1, 0, 0, 0, 0, false, 0},
+    {"d128", 1, 4, 2, 6, 24, 1, 1, 4, 1, 4, false, 0},
     /* D = 3; D = 200 and D = 1 with Dv = 256 (128 threads, fwd 4 x 16, dkdv 18 x 4, dq 4 x 16) */
-    {"d3", 2, 3, 3, 65, 65, 1, 0, 0, 0, 0, false},
-    {"d3", 1, 1, 1, 5, 100, 0, 0, 0, 0, 0, false},
-    {"d200", 1, 2, 1, 20, 20, 1, 0, 0, 0, 0, false},
-    {"d200", 1, 2, 2, 45, 60, 0, 0, 0, 0, 0, false},
-    {"d200", 1, 1, 1, 9, 13, 0, 0, 0, 0, 0, false},
-    {"d200", 1, 1, 1, 8, 16, 1, 1, 2, 1, 2, false},
-    {"d1v256", 1, 2, 2, 11, 11, 1, 0, 0, 0, 0, false},
+    {"d3", 2, 3, 3, 65, 65, 1, 0, 0, 0, 0, false, 0},
+    {"d3", 1, 1, 1, 5, 100, 0, 0, 0, 0, 0, false, 0},
+    {"d200", 1, 2, 1, 20, 20, 1, 0, 0, 0, 0, false, 0},
+    {"d200", 1, 2, 2, 45, 60, 0, 0, 0, 0, 0, false, 0},
+    {"d200", 1, 1, 1, 9, 13, 0, 0, 0, 0, 0, false, 0},
+    {"d200", 1, 1, 1, 8, 16, 1, 1, 2, 1, 2, false, 0},
+    {"d1v256", 1, 2, 2, 11, 11, 1, 0, 0, 0, 0, false, 0},
     /* small tiles (fwd 16 x 8 and 8 x 4, the backward's 8 x 8, 4 x 4, 12 x 8 and 8 x 12): many
      * tiles, masks crossing tiles, every cp rank */
-    {"t5v7", 1, 5, 5, 37, 29, 1, 0, 0, 0, 0, true},
-    {"t5v7", 2, 6, 2, 23, 23, 1, 0, 0, 0, 0, true},
-    {"t5v7", 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, false},
-    {"t5v7", 1, 3, 1, 1, 19, 0, 0, 0, 0, 0, false},
-    {"t5v7", 1, 2, 1, 18, 36, 1, 0, 2, 0, 2, true},
-    {"t5v7", 1, 2, 1, 18, 36, 1, 1, 2, 1, 2, false},
-    {"t5v7", 1, 1, 1, 10, 40, 1, 0, 4, 0, 4, false},
-    {"t5v7", 1, 1, 1, 10, 40, 1, 1, 4, 1, 4, false},
-    {"t5v7", 1, 1, 1, 10, 40, 1, 2, 4, 2, 4, false},
-    {"t5v7", 1, 1, 1, 10, 40, 1, 3, 4, 3, 4, true},
-    {"t5v7", 1, 2, 2, 9, 0, 0, 0, 0, 0, 0, false}, /* S = 0: no key, o = 0, lse = -inf */
-    {"t16", 1, 4, 1, 21, 26, 1, 0, 0, 0, 0, true},
-    {"t16", 1, 2, 2, 14, 28, 1, 1, 2, 1, 2, false},
-    {"t9", 1, 3, 1, 29, 31, 1, 0, 0, 0, 0, true},
-    {"t9", 1, 2, 1, 12, 48, 1, 2, 4, 2, 4, true},
+    {"t5v7", 1, 5, 5, 37, 29, 1, 0, 0, 0, 0, true, 0},
+    {"t5v7", 2, 6, 2, 23, 23, 1, 0, 0, 0, 0, true, 0},
+    {"t5v7", 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, false, 0},
+    {"t5v7", 1, 3, 1, 1, 19, 0, 0, 0, 0, 0, false, 0},
+    {"t5v7", 1, 2, 1, 18, 36, 1, 0, 2, 0, 2, true, 0},
+    {"t5v7", 1, 2, 1, 18, 36, 1, 1, 2, 1, 2, false, 0},
+    {"t5v7", 1, 1, 1, 10, 40, 1, 0, 4, 0, 4, false, 0},
+    {"t5v7", 1, 1, 1, 10, 40, 1, 1, 4, 1, 4, false, 0},
+    {"t5v7", 1, 1, 1, 10, 40, 1, 2, 4, 2, 4, false, 0},
+    {"t5v7", 1, 1, 1, 10, 40, 1, 3, 4, 3, 4, true, 0},
+    {"t5v7", 1, 2, 2, 9, 0, 0, 0, 0, 0, 0, false, 0}, /* S = 0: no key, o = 0, lse = -inf */
+    /* sliding windows (whole tiles skipped outside the band): 1 key, under a tile, over
+     * several, with grouped heads, under a ring */
+    {"t5v7", 1, 2, 2, 37, 37, 1, 0, 0, 0, 0, true, 1},
+    {"t5v7", 2, 6, 2, 40, 40, 1, 0, 0, 0, 0, true, 6},
+    {"t5v7", 1, 2, 1, 40, 40, 1, 0, 0, 0, 0, true, 10}, /* a tile exactly one key inside the window */
+    {"t5v7", 1, 2, 1, 40, 40, 1, 0, 0, 0, 0, true, 13},
+    {"t5v7", 1, 2, 1, 18, 36, 1, 1, 2, 1, 2, true, 7},
+    {"t5v7", 1, 1, 1, 10, 40, 1, 2, 4, 2, 4, false, 9},
+    {"d64", 1, 3, 1, 150, 150, 1, 0, 0, 0, 0, false, 40},
+    {"t16", 1, 4, 1, 21, 26, 1, 0, 0, 0, 0, true, 0},
+    {"t16", 1, 2, 2, 14, 28, 1, 1, 2, 1, 2, false, 0},
+    {"t9", 1, 3, 1, 29, 31, 1, 0, 0, 0, 0, true, 0},
+    {"t9", 1, 2, 1, 12, 48, 1, 2, 4, 2, 4, true, 0},
 };
 
 /* ------------------------------------------------------------------ the reference */
@@ -152,7 +162,11 @@ static long long colpos(const Case &c, long long j) {
   return zigzag(owner, c.cs, len, j % len);
 }
 
-static bool allowed(const Case &c, long long t, long long j) { return !c.causal || colpos(c, j) <= rowpos(c, t); }
+static bool allowed(const Case &c, long long t, long long j) {
+  if (!c.causal) return true;
+  const long long d = rowpos(c, t) - colpos(c, j);
+  return d >= 0 && (c.window <= 0 || d < c.window);
+}
 
 /* out [B, H, T, Dv + 1] in fp64 */
 static std::vector<double> ref_forward(const Case &c, int D, int Dv, double scale, const std::vector<float> &q,
@@ -351,14 +365,14 @@ static int launch_all(const Config &f, const Case &c, const Grids &g, float scal
   std::memset(&hpd, 0, sizeof hpd);
   dim3 block((unsigned)g.threads);
   int rc = hpdl_emu_launch_named("fwd", f.fwd, dim3((unsigned)g.fwd), block, 0, hpd, q, k, v, out, c.B, c.H, c.Hk,
-                                 c.T, c.S, scale, c.causal, c.rr, c.rs, c.cr, c.cs);
+                                 c.T, c.S, scale, c.causal, c.window, c.rr, c.rs, c.cr, c.cs);
   if (!rc) rc = hpdl_emu_launch_named("dt", f.dt, dim3((unsigned)g.dt), block, 0, hpd, out, dout, Dt, c.B, c.H, c.T);
   if (!rc && g.dkdv > 0) /* S = 0: no key, no launch */
     rc = hpdl_emu_launch_named("dkdv", f.dkdv, dim3((unsigned)g.dkdv), block, 0, hpd, q, k, v, out, dout, Dt, grads,
-                               c.B, c.H, c.Hk, c.T, c.S, scale, c.causal, c.rr, c.rs, c.cr, c.cs);
+                               c.B, c.H, c.Hk, c.T, c.S, scale, c.causal, c.window, c.rr, c.rs, c.cr, c.cs);
   if (!rc)
     rc = hpdl_emu_launch_named("dq", f.dq, dim3((unsigned)g.dq), block, 0, hpd, q, k, v, out, dout, Dt, grads, c.B,
-                               c.H, c.Hk, c.T, c.S, scale, c.causal, c.rr, c.rs, c.cr, c.cs);
+                               c.H, c.Hk, c.T, c.S, scale, c.causal, c.window, c.rr, c.rs, c.cr, c.cs);
   if (rc) why = hpdl_emu_last_error();
   return rc;
 }
@@ -370,7 +384,7 @@ static void run_case(int idx, const Case &c) {
   const int D = f.D, Dv = f.Dv;
   char ctxbuf[200];
   std::snprintf(ctxbuf, sizeof ctxbuf, "%-7s B=%d H=%d Hk=%d T=%-3d S=%-3d %s", f.name, c.B, c.H, c.Hk, c.T, c.S,
-                c.causal ? "causal" : "full");
+                c.causal ? (c.window ? "window" : "causal") : "full");
   std::string ctx = ctxbuf;
   if (c.rs > 1) {
     std::snprintf(ctxbuf, sizeof ctxbuf, " cp rows %d/%d cols %d/%d", c.rr, c.rs, c.cr, c.cs);

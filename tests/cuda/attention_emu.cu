@@ -17,10 +17,10 @@
 #define ATTN_TEST_KERNELS(NAME, D, DV, NT, FBQ, FBK, KBQ, KBK, QBQ, QBK)                                                       \
   extern "C" __global__ void __launch_bounds__(256)                                                                  \
       attn_fwd_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, float *out, int B, int H, \
-                      int Hk, int T, int S, float scale, int causal, int row_rank, int row_size, int col_rank,       \
+                      int Hk, int T, int S, float scale, int causal, int window, int row_rank, int row_size, int col_rank,       \
                       int col_size) {                                                                                \
     (void)hpd;                                                                                                       \
-    hpdl_attn_fwd<D, DV, NT, FBQ, FBK>(q, k, v, out, B, H, Hk, T, S, scale, causal, row_rank, row_size, col_rank,   \
+    hpdl_attn_fwd<D, DV, NT, FBQ, FBK>(q, k, v, out, B, H, Hk, T, S, scale, causal, window, row_rank, row_size, col_rank,   \
                                        col_size, blockIdx.x);                                                        \
   }                                                                                                                  \
   extern "C" __global__ void __launch_bounds__(256)                                                                  \
@@ -31,17 +31,17 @@
   extern "C" __global__ void __launch_bounds__(256)                                                                  \
       attn_dkdv_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, const float *out,       \
                        const float *dout, const float *Dt, float *grads, int B, int H, int Hk, int T, int S,         \
-                       float scale, int causal, int row_rank, int row_size, int col_rank, int col_size) {            \
+                       float scale, int causal, int window, int row_rank, int row_size, int col_rank, int col_size) {            \
     (void)hpd;                                                                                                       \
-    hpdl_attn_bwd_dkdv<D, DV, NT, KBQ, KBK>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal, row_rank, \
+    hpdl_attn_bwd_dkdv<D, DV, NT, KBQ, KBK>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal, window, row_rank, \
                                             row_size, col_rank, col_size, blockIdx.x);                               \
   }                                                                                                                  \
   extern "C" __global__ void __launch_bounds__(256)                                                                  \
       attn_dq_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, const float *out,         \
                      const float *dout, const float *Dt, float *grads, int B, int H, int Hk, int T, int S,           \
-                     float scale, int causal, int row_rank, int row_size, int col_rank, int col_size) {              \
+                     float scale, int causal, int window, int row_rank, int row_size, int col_rank, int col_size) {              \
     (void)hpd;                                                                                                       \
-    hpdl_attn_bwd_dq<D, DV, NT, QBQ, QBK>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal, row_rank,   \
+    hpdl_attn_bwd_dq<D, DV, NT, QBQ, QBK>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal, window, row_rank,   \
                                           row_size, col_rank, col_size, blockIdx.x);                                 \
   }
 

@@ -170,6 +170,11 @@ MUTANTS = [
      "    __syncthreads(); /* fwd"),
     ("tile skip: the ring's blocks taken as one increasing run",
      "for (int j = j0; j < j1; j += len - j % len) {", "for (int j = j0; j < j1; j = j1 + 0 * len) {"),
+    ("fwd: the window's tile skip one key short (a tile with an allowed pair skipped)",
+     ">= window)\n      continue; /* fwd: the tile is behind the window */",
+     ">= window - 1)\n      continue; /* fwd: the tile is behind the window */"),
+    ("the window one key wider than asked",
+     "return cp <= rp && (window <= 0 || rp - cp < window);", "return cp <= rp && (window <= 0 || rp - cp <= window);"),
 ]
 
 

@@ -221,7 +221,9 @@ def case_one_rank():
         gemm = [e for e in kern if e["cat"] == "gemm"]
         check(kern and gemm, f"native: no kernel spans in {sorted(kinds)[:12]}")
         check(all(re.match(r"^[\w.]+\.k\d+\.\w+$", e["name"]) for e in kern), f"kernel names {sorted({e['name'] for e in kern})[:8]}")
-        check(all(e["args"].get("flops", 0) > 0 and e["name"].endswith(".gemm") for e in gemm), "GEMM spans without FLOPs")
+        # (attention kernels are compute-bound work too: "gemm" spans, named .attention)
+        check(all(e["args"].get("flops", 0) > 0 and e["name"].endswith((".gemm", ".attention")) for e in gemm),
+              "GEMM spans without FLOPs")
         check(all(e["args"].get("bytes", 0) > 0 for e in kern), "kernel spans without bytes")
         outer = [e for e in prog if e["name"] in ("forward", "backward", "forward+backward")]
         for e in kern:

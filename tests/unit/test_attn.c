@@ -37,7 +37,11 @@ static int64_t colpos(const AttnShape *s, int64_t j) {
   return zz(owner, s->col_size, len, j % len);
 }
 
-static int allowed(const AttnShape *s, int64_t t, int64_t j) { return !s->causal || colpos(s, j) <= rowpos(s, t); }
+static int allowed(const AttnShape *s, int64_t t, int64_t j) {
+  if (!s->causal) return 1;
+  int64_t d = rowpos(s, t) - colpos(s, j);
+  return d >= 0 && (s->window <= 0 || d < s->window);
+}
 
 /* scores of row t of head (b, h) against every key, into sc[S] */
 static void ref_scores(const AttnShape *s, const double *q, const double *k, int64_t b, int64_t h, int64_t t, double *sc) {
@@ -188,6 +192,7 @@ static const char *case_name;
 typedef struct {
   int64_t B, H, Hk, T, S, D, Dv;
   int causal, row_rank, row_size, col_rank, col_size;
+  int64_t window; /* 0: none */
 } Case;
 
 /* Columns [c0, c1) of rows x cols values: |got - ref| <= TOL max(|ref|, M)
@@ -243,16 +248,16 @@ static void expect_same(const float *a, const float *b, int64_t n, const char *w
 static AttnShape shape_of(const Case *c) {
   AttnShape s = {.B = c->B, .H = c->H, .Hk = c->Hk, .T = c->T, .S = c->S, .D = c->D, .Dv = c->Dv,
                  .scale = 1.3 / sqrt((double)c->D), .causal = c->causal, .row_rank = c->row_rank,
-                 .row_size = c->row_size, .col_rank = c->col_rank, .col_size = c->col_size};
+                 .row_size = c->row_size, .col_rank = c->col_rank, .col_size = c->col_size, .window = c->window};
   return s;
 }
 
 /* One shape: the forward and backward of every hook and split. */
 static void run_case(const Case *c) {
   char name[160];
-  snprintf(name, sizeof name, "[B%lld H%lld/%lld T%lld S%lld D%lld Dv%lld causal%d row%d/%d col%d/%d]", (long long)c->B,
+  snprintf(name, sizeof name, "[B%lld H%lld/%lld T%lld S%lld D%lld Dv%lld causal%d row%d/%d col%d/%d window%lld]", (long long)c->B,
            (long long)c->H, (long long)c->Hk, (long long)c->T, (long long)c->S, (long long)c->D, (long long)c->Dv,
-           c->causal, c->row_rank, c->row_size, c->col_rank, c->col_size);
+           c->causal, c->row_rank, c->row_size, c->col_rank, c->col_size, (long long)c->window);
   case_name = name;
   AttnShape s = shape_of(c);
   int64_t nq = c->B * c->H * c->T * c->D, nk = c->B * c->Hk * c->S * c->D, nv = c->B * c->Hk * c->S * c->Dv;
@@ -361,7 +366,7 @@ static void test_reference_gradient(const Case *c) {
 }
 
 static void test_bad_shapes(void) {
-  Case ok = {1, 4, 2, 8, 16, 4, 4, 1, 1, 2, 1, 2};
+  Case ok = {1, 4, 2, 8, 16, 4, 4, 1, 1, 2, 1, 2, 0};
   AttnShape s = shape_of(&ok);
   float buf[1024] = {0};
   EXPECT(attn_scratch_bytes(&s, 1) > 0);
@@ -422,39 +427,46 @@ int main(void) {
 
   const Case cases[] = {
       /* tiles with a tail, D = 3 */
-      {2, 2, 2, 70, 70, 3, 5, 1, 0, 1, 0, 1},
-      {2, 2, 2, 70, 70, 3, 5, 0, 0, 1, 0, 1},
+      {2, 2, 2, 70, 70, 3, 5, 1, 0, 1, 0, 1, 0},
+      {2, 2, 2, 70, 70, 3, 5, 0, 0, 1, 0, 1, 0},
       /* T = 1 */
-      {1, 1, 1, 1, 1, 3, 3, 1, 0, 1, 0, 1},
-      {1, 2, 1, 1, 37, 16, 8, 0, 0, 1, 0, 1},
-      {1, 2, 1, 1, 37, 16, 8, 1, 0, 1, 0, 1},
+      {1, 1, 1, 1, 1, 3, 3, 1, 0, 1, 0, 1, 0},
+      {1, 2, 1, 1, 37, 16, 8, 0, 0, 1, 0, 1, 0},
+      {1, 2, 1, 1, 37, 16, 8, 1, 0, 1, 0, 1, 0},
       /* S != T non-causal, D = 64 */
-      {1, 2, 2, 65, 130, 64, 32, 0, 0, 1, 0, 1},
+      {1, 2, 2, 65, 130, 64, 32, 0, 0, 1, 0, 1, 0},
       /* grouped-query heads, D = 100, Dv != D */
-      {1, 6, 2, 100, 100, 100, 64, 1, 0, 1, 0, 1},
-      {1, 4, 1, 130, 90, 100, 48, 0, 0, 1, 0, 1},
+      {1, 6, 2, 100, 100, 100, 64, 1, 0, 1, 0, 1, 0},
+      {1, 4, 1, 130, 90, 100, 48, 0, 0, 1, 0, 1, 0},
       /* causal with T > S and T < S */
-      {1, 4, 1, 130, 90, 64, 100, 1, 0, 1, 0, 1},
-      {2, 2, 1, 30, 80, 64, 16, 1, 0, 1, 0, 1},
+      {1, 4, 1, 130, 90, 64, 100, 1, 0, 1, 0, 1, 0},
+      {2, 2, 1, 30, 80, 64, 16, 1, 0, 1, 0, 1, 0},
       /* context parallelism: odd mixes */
-      {1, 2, 1, 2, 4, 3, 2, 1, 1, 2, 1, 2},
-      {1, 2, 2, 8, 16, 3, 5, 1, 1, 2, 0, 2},
-      {1, 2, 2, 10, 20, 4, 4, 0, 1, 2, 1, 2},
-      {1, 2, 2, 70, 140, 8, 8, 1, 1, 2, 0, 1}, /* zigzag rows, keys in order: a prefix per tile */
+      {1, 2, 1, 2, 4, 3, 2, 1, 1, 2, 1, 2, 0},
+      {1, 2, 2, 8, 16, 3, 5, 1, 1, 2, 0, 2, 0},
+      {1, 2, 2, 10, 20, 4, 4, 0, 1, 2, 1, 2, 0},
+      {1, 2, 2, 70, 140, 8, 8, 1, 1, 2, 0, 1, 0}, /* zigzag rows, keys in order: a prefix per tile */
+      /* sliding windows: 1 key, narrower than a tile, wider, with grouped heads, under a ring */
+      {1, 2, 2, 70, 70, 8, 8, 1, 0, 1, 0, 1, 1},
+      {2, 4, 2, 130, 130, 16, 8, 1, 0, 1, 0, 1, 17},
+      {1, 2, 1, 150, 150, 8, 4, 1, 0, 1, 0, 1, 100},
+      {1, 2, 2, 8, 16, 3, 5, 1, 1, 2, 0, 2, 5},
+      {1, 2, 2, 70, 140, 8, 8, 1, 1, 2, 0, 1, 30},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(&cases[i]);
   /* context parallelism on every rank of 2 and 4: local T even, S = T size */
   for (int size = 2; size <= 4; size += 2)
     for (int r = 0; r < size; r++) {
       int64_t T = size == 2 ? 70 : 66;
-      Case c = {2, 4, 2, T, T * size, 16, 8, 1, r, size, r, size};
+      Case c = {2, 4, 2, T, T * size, 16, 8, 1, r, size, r, size, 0};
       run_case(&c);
     }
 
   const Case fd[] = {
-      {1, 4, 2, 4, 8, 3, 2, 1, 1, 2, 1, 2}, /* causal, ring keys, grouped heads */
-      {1, 2, 1, 3, 5, 2, 3, 0, 0, 1, 0, 1},
-      {1, 1, 1, 5, 5, 3, 2, 1, 0, 1, 0, 1},
+      {1, 4, 2, 4, 8, 3, 2, 1, 1, 2, 1, 2, 0}, /* causal, ring keys, grouped heads */
+      {1, 2, 1, 3, 5, 2, 3, 0, 0, 1, 0, 1, 0},
+      {1, 1, 1, 5, 5, 3, 2, 1, 0, 1, 0, 1, 0},
+      {1, 2, 1, 6, 12, 3, 2, 1, 1, 2, 0, 2, 3}, /* a window under a ring */
   };
   for (size_t i = 0; i < sizeof fd / sizeof *fd; i++) test_reference_gradient(&fd[i]);
   test_bad_shapes();

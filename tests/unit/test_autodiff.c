@@ -612,6 +612,16 @@ static void test_attention(void) {
     int64_t attr[3] = {causal, 0, 0};
     done(&M, add(M.g, IR_ATTENTION, in, 3, attr, 3, 0.7, DT_F32, -1, NULL), "attention", IR_ATTENTION);
   }
+  {
+    /* a sliding window of 2 keys over 4 */
+    Mod M = mod_new();
+    int q = PARAM(&M, "q", 4, (int64_t)1, (int64_t)2, (int64_t)4, (int64_t)3);
+    int k = PARAM(&M, "k", 4, (int64_t)1, (int64_t)1, (int64_t)4, (int64_t)3);
+    int v = PARAM(&M, "v", 4, (int64_t)1, (int64_t)1, (int64_t)4, (int64_t)2);
+    int in[3] = {q, k, v};
+    int64_t attr[4] = {1, 0, 0, 2};
+    done(&M, add(M.g, IR_ATTENTION, in, 3, attr, 4, 0.9, DT_F32, -1, NULL), "attention", IR_ATTENTION);
+  }
 }
 
 /* loss = sum(tanh(x) r) with, on x, the auxiliary loss v = sum(x^2) / 7:

@@ -265,6 +265,11 @@ int main(void) {
   EXPECT(run_matrix("samples/llama.hpd", llama, 7, 64, 4, 2, 8, 0) == 0);
   EXPECT(run_dp3("samples/gpt2-tiny.hpd", gpt2, 5, 64) == 0);
   EXPECT(run_dp3("samples/llama.hpd", llama, 7, 64) == 0);
+  /* Qwen3's attention: a head width other than C / H, RMSNorm of queries and keys,
+   * grouped queries, and a sliding window of 3 keys (across the ring under cp) */
+  static const char *const qwen3[] = {"layers=2", "hidden=16", "heads=4", "kv_heads=2", "head_dim=8",
+                                      "ffn=32",   "seq=8",     "vocab=64", "window=3"};
+  EXPECT(run_matrix("samples/qwen3.hpd", qwen3, 9, 64, 2, 2, 8, 0) == 0);
   EXPECT(run_moe() == 0);
   TEST_DONE();
 }
