@@ -140,6 +140,18 @@ static __device__ __forceinline__ int hpdl_attn_colpos_max(int j0, int j1, int S
   return mx;
 }
 
+/* A tile of ROWS rows of W floats into shared memory (rows LD floats apart), from rows SLD
+ * floats apart in global memory (W: contiguous; Dv + 1: the packed output's gradient), zeros
+ * for the rows at and past n; the block's threads share it, consecutive threads consecutive
+ * floats. */
+template <int ROWS, int W, int SLD, int NT, int LD>
+static __device__ __forceinline__ void hpdl_attn_load(float (*dst)[LD], const float *__restrict__ src, int n) {
+  for (int e = threadIdx.x; e < ROWS * W; e += NT) {
+    const int i = e / W, d = e - i * W;
+    dst[i][d] = i < n ? src[SLD == W ? e : i * SLD + d] : 0.0f; /* a tile's offsets fit an int */
+  }
+}
+
 /* ---------------------------------------------------------------------- forward */
 
 /* out [B, H, T, Dv + 1] for the block `blk` of HPDL_ATTN_FWD_GRID: query rows
@@ -171,10 +183,7 @@ static __device__ void hpdl_attn_fwd(const float *__restrict__ q, const float *_
   const float *__restrict__ qt = q + ((long long)bh * T + t0) * D;
   const float *__restrict__ kh = k + (long long)bhk * S * D;
   const float *__restrict__ vh = v + (long long)bhk * S * Dv;
-  for (int e = tid; e < BQ * D; e += NT) {
-    const int i = e / D;
-    Qs[i][e - i * D] = i < nrows ? qt[e] : 0.0f;
-  }
+  hpdl_attn_load<BQ, D, D, NT>(Qs, qt, nrows);
   const int rp = causal ? hpdl_attn_rowpos(t0 + r, T, row_rank, row_size) : 0; /* used only for r < nrows */
   const int rmax = causal ? hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) : 0;
   /* rows' positions increase along a rank's rows: the tile's first is its smallest */
@@ -190,14 +199,8 @@ static __device__ void hpdl_attn_fwd(const float *__restrict__ q, const float *_
       continue; /* fwd: the tile is behind the window */
     if (causal && hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) > rmax) continue;
     __syncthreads(); /* fwd: the previous tile's Ks, Vs, Ps are read */
-    for (int e = tid; e < BK * D; e += NT) {
-      const int j = e / D;
-      Ks[j][e - j * D] = j < nk ? kh[(long long)j0 * D + e] : 0.0f;
-    }
-    for (int e = tid; e < BK * Dv; e += NT) {
-      const int j = e / Dv;
-      Vs[j][e - j * Dv] = j < nk ? vh[(long long)j0 * Dv + e] : 0.0f; /* zeros: 0 * v stays 0 past S */
-    }
+    hpdl_attn_load<BK, D, D, NT>(Ks, kh + (long long)j0 * D, nk);
+    hpdl_attn_load<BK, Dv, Dv, NT>(Vs, vh + (long long)j0 * Dv, nk); /* zeros: 0 * v stays 0 past S */
     if (causal)
       for (int j = tid; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0;
     __syncthreads(); /* fwd: the tile is loaded */
@@ -306,14 +309,8 @@ static __device__ void hpdl_attn_bwd_dkdv(const float *__restrict__ q, const flo
   const int j0 = ((int)blk - bhk * nkt) * BK, nk = S - j0 < BK ? S - j0 : BK;
   const float *__restrict__ kt = k + ((long long)bhk * S + j0) * D;
   const float *__restrict__ vt = v + ((long long)bhk * S + j0) * Dv;
-  for (int e = tid; e < BK * D; e += NT) {
-    const int i = e / D;
-    Ks[i][e - i * D] = i < nk ? kt[e] : 0.0f;
-  }
-  for (int e = tid; e < BK * Dv; e += NT) {
-    const int i = e / Dv;
-    Vs[i][e - i * Dv] = i < nk ? vt[e] : 0.0f;
-  }
+  hpdl_attn_load<BK, D, D, NT>(Ks, kt, nk);
+  hpdl_attn_load<BK, Dv, Dv, NT>(Vs, vt, nk);
   const int kp = causal ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0; /* used only for j < nk */
   const int kmin = causal ? hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) : 0;
   const int kmax = causal && window > 0 ? hpdl_attn_colpos_max(j0, j0 + nk, S, col_rank, col_size) : 0;
@@ -330,14 +327,8 @@ static __device__ void hpdl_attn_bwd_dkdv(const float *__restrict__ q, const flo
       __syncthreads(); /* dkdv: the previous tile's Qs, Gs, Ls, Ds, Rp are read */
       const long long row0 = (long long)bh * T + t0;
       const float *__restrict__ qt = q + row0 * D;
-      for (int e = tid; e < BQ * D; e += NT) {
-        const int i = e / D;
-        Qs[i][e - i * D] = i < nrows ? qt[e] : 0.0f;
-      }
-      for (int e = tid; e < BQ * Dv; e += NT) {
-        const int i = e / Dv, d = e - i * Dv;
-        Gs[i][d] = i < nrows ? dout[(row0 + i) * (Dv + 1) + d] : 0.0f;
-      }
+      hpdl_attn_load<BQ, D, D, NT>(Qs, qt, nrows);
+      hpdl_attn_load<BQ, Dv, Dv + 1, NT>(Gs, dout + row0 * (Dv + 1), nrows);
       for (int i = tid; i < BQ; i += NT) {
         const bool in = i < nrows;
         Ls[i] = in ? out[(row0 + i) * (Dv + 1) + Dv] : HPDL_NEG_INF;
@@ -434,14 +425,8 @@ static __device__ void hpdl_attn_bwd_dq(const float *__restrict__ q, const float
   const float *__restrict__ qt = q + ((long long)bh * T + t0) * D;
   const float *__restrict__ kh = k + (long long)bhk * S * D;
   const float *__restrict__ vh = v + (long long)bhk * S * Dv;
-  for (int e = tid; e < BQ * D; e += NT) {
-    const int i = e / D;
-    Qs[i][e - i * D] = i < nrows ? qt[e] : 0.0f;
-  }
-  for (int e = tid; e < BQ * Dv; e += NT) {
-    const int i = e / Dv, d = e - i * Dv;
-    Gs[i][d] = i < nrows ? dout[((long long)bh * T + t0 + i) * (Dv + 1) + d] : 0.0f;
-  }
+  hpdl_attn_load<BQ, D, D, NT>(Qs, qt, nrows);
+  hpdl_attn_load<BQ, Dv, Dv + 1, NT>(Gs, dout + ((long long)bh * T + t0) * (Dv + 1), nrows);
   for (int i = tid; i < BQ; i += NT) {
     const long long row = (long long)bh * T + t0 + i;
     Ls[i] = i < nrows ? out[row * (Dv + 1) + Dv] : HPDL_NEG_INF;
@@ -460,14 +445,8 @@ static __device__ void hpdl_attn_bwd_dq(const float *__restrict__ q, const float
       continue; /* dq: the tile is behind the window */
     if (causal && hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) > rmax) continue; /* uniform */
     __syncthreads(); /* dq: the previous tile's Ks, Vs, Cp are read */
-    for (int e = tid; e < BK * D; e += NT) {
-      const int j = e / D;
-      Ks[j][e - j * D] = j < nk ? kh[(long long)j0 * D + e] : 0.0f;
-    }
-    for (int e = tid; e < BK * Dv; e += NT) {
-      const int j = e / Dv;
-      Vs[j][e - j * Dv] = j < nk ? vh[(long long)j0 * Dv + e] : 0.0f;
-    }
+    hpdl_attn_load<BK, D, D, NT>(Ks, kh + (long long)j0 * D, nk);
+    hpdl_attn_load<BK, Dv, Dv, NT>(Vs, vh + (long long)j0 * Dv, nk);
     if (causal)
       for (int j = tid; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0;
     __syncthreads(); /* dq: the tile is loaded */
