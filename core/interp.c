@@ -103,6 +103,24 @@ int64_t interp_global_pos(int layout, int r, int size, int64_t local, int64_t i)
   return i < h ? (int64_t)r * h + i : (int64_t)(2 * size - 1 - r) * h + (i - h);
 }
 
+/* Positions in the sequence under context parallelism (ir_ops.h) of ROPE's,
+ * CAUSAL_MASK's and ATTENTION's rows and of the latter two's keys; `group`
+ * is the attribute: 1 + the process group, or 0 when the axis is not split.
+ * Rows: this rank's zigzag chunks. Keys: the group's blocks in ring order,
+ * block b from rank r - b, each in that rank's zigzag layout. */
+static int64_t zigzag_row_pos(const Interp *in, int64_t group, int64_t rows, int64_t row) {
+  int64_t g = group - 1;
+  return g >= 0 ? interp_global_pos(1, group_rank(in, g), group_size(in, g), rows, row) : row;
+}
+
+static int64_t ring_col_pos(const Interp *in, int64_t group, int64_t cols, int64_t col) {
+  int64_t g = group - 1;
+  if (g < 0) return col;
+  int c = group_size(in, g), me = group_rank(in, g);
+  int64_t len = cols / c, b = col / len;
+  return interp_global_pos(1, (int)((me - b + c) % c), c, len, col % len);
+}
+
 static int64_t dims_numel(int rank, const int64_t *dims) {
   int64_t k = 1;
   for (int i = 0; i < rank; i++) k *= dims[i];
@@ -522,14 +540,13 @@ static const char *exec_matmul(Run *r, const IrNode *n, double *out) {
 static const char *exec_rope(const Interp *in, const IrNode *n, const double *x, double *out) {
   int64_t B = n->dims[0], H = n->dims[1], T = n->dims[2], D = n->dims[3];
   double sign = n->attr[0] ? -1.0 : 1.0;
-  int64_t cg = n->attr[1] - 1; /* positions of this rank's zigzag chunks */
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++)
       for (int64_t t = 0; t < T; t++) {
         const double *xr = x + ((b * H + h) * T + t) * D;
         double *o = out + ((b * H + h) * T + t) * D;
         for (int64_t i = 0; i < D / 2; i++) {
-          int64_t pos = cg >= 0 ? interp_global_pos(1, group_rank(in, cg), group_size(in, cg), T, t) : t;
+          int64_t pos = zigzag_row_pos(in, n->attr[1], T, t);
           double theta = sign * (double)pos * pow(n->fattr, -2.0 * (double)i / (double)D);
           double c = cos(theta), s = sin(theta), x0 = xr[2 * i], x1 = xr[2 * i + 1];
           o[2 * i] = x0 * c - x1 * s;
@@ -773,22 +790,6 @@ static const char *moe_slots(Interp *in, const double *idx, int64_t T, int64_t K
   return bad >= 0 ? fail(in, "moe: expert %g is outside [0, %" PRId64 ")", idx[bad], E) : NULL;
 }
 
-/* MOE_DISPATCH, MOE_COMBINE, MOE_GATE_GRAD (ir_ops.h), sequence by sequence. */
-/* Attention's positions (ir_ops.h): a local query row and a key column in
- * the sequence, under context parallelism's zigzag rows and ring keys. */
-static int64_t attn_row_pos(const Interp *in, const IrNode *n, int64_t T, int64_t t) {
-  int64_t g = n->attr[1] - 1;
-  return g >= 0 ? interp_global_pos(1, group_rank(in, g), group_size(in, g), T, t) : t;
-}
-
-static int64_t attn_col_pos(const Interp *in, const IrNode *n, int64_t S, int64_t j) {
-  int64_t g = n->attr[2] - 1;
-  if (g < 0) return j;
-  int c = group_size(in, g), me = group_rank(in, g);
-  int64_t len = S / c, b = j / len;
-  return interp_global_pos(1, (int)((me - b + c) % c), c, len, j % len);
-}
-
 /* ATTENTION and ATTENTION_BWD in fp64, the scores a row at a time: the
  * definition of the op, which every back end's tiled kernels are held to. */
 static const char *exec_attention(Run *r, const IrNode *n, double *out) {
@@ -807,10 +808,10 @@ static const char *exec_attention(Run *r, const IrNode *n, double *out) {
       int64_t kh = (b * Hk + h / rep) * S;
       for (int64_t t = 0; t < T; t++) {
         const double *q = Q + ((b * H + h) * T + t) * D;
-        int64_t rp = attn_row_pos(r->in, n, T, t);
+        int64_t rp = zigzag_row_pos(r->in, n->attr[1], T, t);
         double mx = -INFINITY;
         for (int64_t j = 0; j < S; j++) {
-          int64_t cp = n->attr[0] ? attn_col_pos(r->in, n, S, j) : 0;
+          int64_t cp = n->attr[0] ? ring_col_pos(r->in, n->attr[2], S, j) : 0;
           if (n->attr[0] && (cp > rp || (n->attr[3] > 0 && rp - cp >= n->attr[3]))) {
             p[j] = -INFINITY;
             continue;
@@ -855,6 +856,7 @@ static const char *exec_attention(Run *r, const IrNode *n, double *out) {
   return NULL;
 }
 
+/* MOE_DISPATCH, MOE_COMBINE, MOE_GATE_GRAD (ir_ops.h), sequence by sequence. */
 static const char *exec_moe(Run *r, const IrNode *n, double *out) {
   const IrGraph *g = r->g;
   const IrNode *idxn = &g->nodes[n->in[n->op == IR_MOE_GATE_GRAD ? 2 : 1]];
@@ -1150,16 +1152,11 @@ static const char *exec_node(Run *r, int id, double *out) {
   }
   case IR_CAUSAL_MASK: {
     if (n->rank < 2) return fail(in, "causal_mask needs a matrix");
-    /* rows may be this rank's zigzag chunks of the sequence (context parallelism) */
-    int64_t cg = n->attr[0] - 1, kg = n->attr[1] - 1, rows = n->dims[n->rank - 2], cols = n->dims[n->rank - 1];
+    /* rows may be this rank's zigzag chunks of the sequence, keys the ring's blocks (context parallelism) */
+    int64_t rows = n->dims[n->rank - 2], cols = n->dims[n->rank - 1];
     for (int64_t i = 0; i < N; i++) {
-      int64_t row = idx[n->rank - 2], col = idx[n->rank - 1];
-      if (cg >= 0) row = interp_global_pos(1, group_rank(in, cg), group_size(in, cg), rows, row);
-      if (kg >= 0) { /* key blocks in ring order: block b came from rank r - b */
-        int c = group_size(in, kg), me = group_rank(in, kg);
-        int64_t len = cols / c, b = col / len;
-        col = interp_global_pos(1, (int)((me - b + c) % c), c, len, col % len);
-      }
+      int64_t row = zigzag_row_pos(in, n->attr[0], rows, idx[n->rank - 2]);
+      int64_t col = ring_col_pos(in, n->attr[1], cols, idx[n->rank - 1]);
       out[i] = col > row ? n->fattr : X[i];
       idx_next(n->rank, n->dims, idx);
     }

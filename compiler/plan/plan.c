@@ -102,7 +102,7 @@ typedef struct {
   const CostLink *link; /* per IrGroup */
   const int64_t *gsize; /* per IrGroup */
   int in_block;  /* pricing a graph a CALL runs (a repeated block), not the step itself */
-  int causal;    /* the module masks its attention causally */
+  int causal;    /* a materialised attention (CAUSAL_MASK) is causal; an ATTENTION op carries its own flag */
 } Pricer;
 
 /* Per-graph analysis shared by pricing and the liveness walk. */
@@ -302,6 +302,18 @@ static double causal_fraction(double sk) {
   return nb > 1 ? (nb + 1) / (2 * nb) : 1;
 }
 
+/* The share of the score blocks over sk keys a tiled kernel computes: all,
+ * the causal share, or under a sliding window of `window` keys (> 0) at most
+ * the band's blocks and the diagonal one a row tile. */
+static double score_share(int causal, double sk, double window) {
+  double frac = causal ? causal_fraction(sk) : 1;
+  if (window > 0 && window < sk) {
+    double band = (ceil(window / COST_GEMM_TILE) + 1) / ceil(sk / COST_GEMM_TILE);
+    if (band < frac) frac = band;
+  }
+  return frac;
+}
+
 /* A memory-bound kernel: the roofline with the vector rate for its
  * arithmetic (elementwise math runs on the CUDA cores, not the tensor cores). */
 static double mem_kernel_time(const PlanCtx *c, double flops, double bytes) {
@@ -311,22 +323,16 @@ static double mem_kernel_time(const PlanCtx *c, double flops, double bytes) {
 
 /* One GEMM of a flash attention (docs/planner.md sec. 9.1): a kernel that
  * writes scores (q k^T, dO v^T) or reads them (P v, its gradients). The
- * scores stay on chip, so only its arithmetic counts: the causal share of
- * its FLOPs at the GEMM efficiency of an output tile of [s_q-block x d]
- * whose mainloop runs over the keys; a backward that differentiates the
- * softmax recomputes q k^T once more (FlashAttention-2's backward). */
-/* window > 0: a sliding window of that many keys (the tiles of its band) */
-static double flash_gemm_time(Pricer *P, double batch, double M, double N, double Kd, int writes_score, double window) {
+ * scores stay on chip, so only its arithmetic counts: the computed share of
+ * its FLOPs (score_share) at the GEMM efficiency of an output tile of
+ * [s_q-block x d] whose mainloop runs over the keys. */
+static double flash_gemm_time(Pricer *P, double batch, double M, double N, double Kd, int writes_score, int causal,
+                              double window) {
   /* score shape [.., s_q, s_k]: written (M = s_q, N = s_k, K = d) or read
    * (P v: K = s_k, N = d; P^T dO and dS^T q: M = s_k, K = s_q) */
   double d = writes_score ? Kd : N;
   double sk = writes_score ? N : Kd;
-  double frac = P->causal ? causal_fraction(sk) : 1;
-  if (window > 0 && window < sk) {
-    /* a row tile computes the band's tiles and the diagonal one */
-    double band = (ceil(window / COST_GEMM_TILE) + 1) / ceil(sk / COST_GEMM_TILE);
-    if (band < frac) frac = band;
-  }
+  double frac = score_share(causal, sk, window);
   double flops = 2 * batch * M * N * Kd * frac;
   const CatDevice *dev = &P->pc->dev;
   double eff = cost_gemm_efficiency_batched((int64_t)batch, (int64_t)M, (int64_t)d, (int64_t)(sk * frac), dev);
@@ -342,10 +348,11 @@ static void price_flash_gemm(Pricer *P, const GInfo *gi, const IrNode *n, int rc
   double batch = 1;
   for (int i = 0; i < r - 2; i++) batch *= (double)n->dims[i];
   int writes_score = gi->score[(int)(n - g->nodes)];
-  /* dO v^T (it depends on the output gradient) stands also for the q k^T
-   * that the flash backward recomputes */
+  /* a backward that differentiates the softmax recomputes q k^T once more
+   * (FlashAttention-2's backward): dO v^T (it depends on the output
+   * gradient) stands also for it */
   double reps = writes_score && gi->has_sbwd && gi->dep[(int)(n - g->nodes)] ? 2 : 1;
-  double t = reps * flash_gemm_time(P, batch, M, N, Kd, writes_score, 0);
+  double t = reps * flash_gemm_time(P, batch, M, N, Kd, writes_score, P->causal, 0);
   acc->t += t;
   acc->t_gemm += t;
   if (rc) acc->t_rc += t;
@@ -361,18 +368,18 @@ static void price_attention_op(Pricer *P, const GInfo *gi, const IrNode *n, int 
   const IrNode *q = &g->nodes[n->in[0]], *k = &g->nodes[n->in[1]], *v = &g->nodes[n->in[2]];
   double batch = (double)q->dims[0] * (double)q->dims[1], T = (double)q->dims[2], D = (double)q->dims[3];
   double S = (double)k->dims[2], Dv = (double)v->dims[3], W = (double)n->attr[3];
+  int c = n->attr[0] != 0; /* the op's own mask */
   double t;
   if (n->op == IR_ATTENTION) {
-    t = flash_gemm_time(P, batch, T, S, D, 1, W) + flash_gemm_time(P, batch, T, Dv, S, 0, W);
+    t = flash_gemm_time(P, batch, T, S, D, 1, c, W) + flash_gemm_time(P, batch, T, Dv, S, 0, c, W);
   } else {
-    t = flash_gemm_time(P, batch, T, S, D, 1, W) + flash_gemm_time(P, batch, T, S, Dv, 1, W) +
-        flash_gemm_time(P, batch, S, Dv, T, 0, W) + flash_gemm_time(P, batch, T, D, S, 0, W) +
-        flash_gemm_time(P, batch, S, D, T, 0, W);
+    t = flash_gemm_time(P, batch, T, S, D, 1, c, W) + flash_gemm_time(P, batch, T, S, Dv, 1, c, W) +
+        flash_gemm_time(P, batch, S, Dv, T, 0, c, W) + flash_gemm_time(P, batch, T, D, S, 0, c, W) +
+        flash_gemm_time(P, batch, S, D, T, 0, c, W);
   }
   /* one exponential per computed score, of the tiles computed */
-  double rate = cost_sfu_rate(&P->pc->dev), frac = P->causal ? causal_fraction(S) : 1;
-  if (W > 0 && W < S) frac = fmin(frac, (ceil(W / COST_GEMM_TILE) + 1) / ceil(S / COST_GEMM_TILE));
-  double te = rate > 0 ? batch * T * S * frac / rate : 0;
+  double rate = cost_sfu_rate(&P->pc->dev);
+  double te = rate > 0 ? batch * T * S * score_share(c, S, W) / rate : 0;
   acc->t += t + te + PLAN_KERNEL_OVERHEAD_S;
   acc->t_gemm += t + PLAN_KERNEL_OVERHEAD_S;
   acc->t_other += te;
@@ -813,10 +820,7 @@ static void pricer_init(Pricer *P, PlanCtx *pc, const IrModule *m, FuseResult *f
   P->link = link;
   P->gsize = gsize;
   for (int i = 0; i < m->ngraphs && !P->causal; i++)
-    for (int j = 0; j < m->graphs[i]->nnodes && !P->causal; j++) {
-      const IrNode *x = &m->graphs[i]->nodes[j];
-      P->causal = x->op == IR_CAUSAL_MASK || ((x->op == IR_ATTENTION || x->op == IR_ATTENTION_BWD) && x->attr[0]);
-    }
+    for (int j = 0; j < m->graphs[i]->nnodes && !P->causal; j++) P->causal = m->graphs[i]->nodes[j].op == IR_CAUSAL_MASK;
 }
 
 static void pricer_free(Pricer *P) {
@@ -865,11 +869,15 @@ static void key_links(const PlanCtx *c, int64_t tp, int64_t cp, int64_t ep, Cost
 
 static Diag *quiet_diag(PlanCtx *c) { return c->quiet; }
 
+/* The program priced at micro batch mb: attention as the flash op, or
+ * materialised (plan_set_attention). */
+static IrModule *lower_priced(PlanCtx *c, Arena *a, int64_t mb, int materialize) {
+  LowerOptions o = {1, materialize};
+  return lower_model_with(a, quiet_diag(c), c->model, mb, &o);
+}
+
 /* Regions of the step graph of the whole (one-chunk) program. */
 enum { REG_PRO = 0, REG_EPI = 1, REG_LAYER = 2 };
-
-static Diag *quiet_diag(PlanCtx *c);
-static IrModule *lower_priced(PlanCtx *c, Arena *a, int64_t mb, int materialize);
 
 /* Builds the parts of a key from the whole program: lower, partition,
  * differentiate, fuse, then price the step graph's kernels by region. */
@@ -1061,14 +1069,6 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
 done:
   arena_free(a);
 }
-
-/* The program priced at micro batch mb: attention as the flash op, or
- * materialised (plan_set_attention). */
-static IrModule *lower_priced(PlanCtx *c, Arena *a, int64_t mb, int materialize) {
-  LowerOptions o = {1, materialize};
-  return lower_model_with(a, quiet_diag(c), c->model, mb, &o);
-}
-
 
 PlanParts *plan_parts(PlanCtx *c, const PlanKey *k) {
   uint64_t h = key_hash(k);
