@@ -294,10 +294,10 @@ static void ircost_AUX_LOSS(const CostCtx *c, IrCost *k) { (void)c, no_bytes(k);
 static void ircost_LOSS_SEED(const CostCtx *c, IrCost *k) { (void)c, no_bytes(k); }
 
 /* Query-key pairs an attention computes (ir_ops.h's allowed ones): all
- * T x S, or under a causal mask the keys at or before each query's
- * position (within a sliding window: at most W of them). A zigzag layout gives every context rank the same count,
- * h (2 c h + 1) for chunks of h rows over c ranks; without it query t sees
- * min(t + 1, S) keys. */
+ * T x S, or under a causal mask the keys at or before each query's position
+ * (within a sliding window: at most W of them). A zigzag layout gives every
+ * context rank the same count, h (2 c h + 1) for chunks of h rows over c
+ * ranks; without it query t sees min(t + 1, S) keys. */
 double ircost_attention_pairs(const IrNode *n, const IrNode *q, const IrNode *k) {
   double T = (double)q->dims[2], S = (double)k->dims[2], W = (double)n->attr[3];
   if (!n->attr[0]) return T * S;
