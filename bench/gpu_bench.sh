@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # gpu_bench.sh - on a machine with a GPU: the device-layer tests (every
 # kernel of gpt2-tiny alone, the whole step of gpt2-tiny, llama and gpt on
-# the GPU against the reference executor), then GPT-2 124M's step timed
-# through the device layer (fp32 and TF32 GEMMs) beside PyTorch's on the
-# same GPU (bench/gpu_torch_gpt2.py).
+# the GPU against the reference executor, flash attention's three head-width
+# tiers and a sliding window; with CPU_METRICS, layouts through hpdlrun
+# against the CPU target), then GPT-2 124M's step timed through the device
+# layer (fp32 and TF32 GEMMs, flash and materialised attention) beside
+# PyTorch's on the same GPU (bench/gpu_torch_gpt2.py).
 #
 #   bench/gpu_bench.sh [TEST_DEVICE] [OUT_DIR]
 # TEST_DEVICE: the test_device binary (default build/tests/test_device);
@@ -34,10 +36,44 @@ check kernels.gpt2-tiny --kernels gpt2-tiny.hpd
 check step.gpt2-tiny --step gpt2-tiny.hpd
 check step.llama --step $llama
 check step.gpt --step $gpt
-echo "== bench: GPT-2 124M, micro batch $micro x 1024, fp32"
-timeout 300 "$bin" --device cuda --bench "$steps" --micro "$micro" gpt2.hpd 2>&1 | tee "$out/bench.fp32.log" | grep -E "bench|device|error" 
-echo "== bench: the same with TF32 GEMMs"
-HPDL_GEMM_TF32=1 timeout 300 "$bin" --device cuda --bench "$steps" --micro "$micro" gpt2.hpd 2>&1 | tee "$out/bench.tf32.log" | grep -E "bench|device|error"
+# Flash attention on the GPU (kernels/hpdl_attention.cuh): a tiny Qwen3 with a
+# sliding window across several key tiles (head width 16), and head widths 128
+# and 256 (the launch rule's other two tiers), causal, over many query tiles
+qwen="qwen3.hpd -D layers=2 -D hidden=32 -D ffn=64 -D vocab=64 -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.sequence=off"
+check step.qwen3_window --step $qwen -D heads=4 -D kv_heads=2 -D head_dim=16 -D seq=100 -D window=37
+check step.qwen3_head128 --step $qwen -D heads=2 -D kv_heads=1 -D head_dim=128 -D seq=72
+check step.qwen3_head256 --step $qwen -D heads=2 -D kv_heads=2 -D head_dim=256 -D seq=40
+# Layouts through hpdlrun (ranks share the GPU) against the CPU target's
+# metrics, written beforehand where the CPU back end is (CPU_METRICS, a folder
+# of NAME.jsonl for bench/gpu_layouts.txt: bench/gpu_bundle.sh makes them): context parallelism's ring
+# attention among them
+if [ -n "${CPU_METRICS:-}" ]; then
+  tools=$(dirname "$bin")
+  small="-D T=16 -D C=32 --global-batch 4 --micro-batch 2"
+  grep -vE '^(#|$)' "$here/bench/gpu_layouts.txt" | while IFS= read -r entry; do
+    name=${entry%%|*}
+    echo "== layout.$name"
+    timeout 300 python3 "$here/tests/cuda/run_device.py" --hpdlc "$tools/hpdlc" --hpdlrun "$tools/hpdlrun" \
+      --hpdl-data "$tools/hpdl-data" --sample "$here/samples/gpt2-tiny.hpd" --device cuda --steps 20 --first-tol 1e-6 \
+      --tol 1e-5 --args "$small ${entry#*|}" --cpu-metrics "$CPU_METRICS/$name.jsonl" > "$out/layout.$name.log" 2>&1
+    rc=$?
+    tail -1 "$out/layout.$name.log"
+    echo "   exit $rc"
+    [ $rc -eq 0 ] || echo "$name" >> "$out/layouts.failed"
+  done
+  [ -s "$out/layouts.failed" ] && fails=$((fails + $(wc -l < "$out/layouts.failed")))
+fi
+for attn in flash materialized; do
+  echo "== bench: GPT-2 124M, micro batch $micro x 1024, fp32, $attn attention"
+  timeout 300 "$bin" --device cuda --bench "$steps" --micro "$micro" --attention $attn gpt2.hpd 2>&1 |
+    tee "$out/bench.fp32.$attn.log" | grep -E "bench|device|error"
+  echo "== bench: the same with TF32 GEMMs"
+  HPDL_GEMM_TF32=1 timeout 300 "$bin" --device cuda --bench "$steps" --micro "$micro" --attention $attn gpt2.hpd 2>&1 |
+    tee "$out/bench.tf32.$attn.log" | grep -E "bench|device|error"
+done
+echo "== profile: TF32, flash attention, every launch timed alone (the 30 longest)"
+HPDL_PROFILE=30 HPDL_GEMM_TF32=1 timeout 300 "$bin" --device cuda --bench 3 --micro "$micro" gpt2.hpd > "$out/profile.tf32.log" 2>&1
+grep -vE "^bench" "$out/profile.tf32.log" | head -60
 echo "== PyTorch on the same GPU"
 PYTHONUNBUFFERED=1 timeout 300 python3 "$here/bench/gpu_torch_gpt2.py" --micro "$micro" --steps "$steps" 2>&1 | tee "$out/torch.log" | grep -vE "Warning|warn"
 echo "gpu_bench: $fails check(s) failed"

@@ -10,6 +10,7 @@
 # then, on the GPU machine, from the repository root:
 #   source OUT/env.sh
 #   OUT/bin/hpdlrun --info
+#   CPU_METRICS=OUT/cpu-metrics bash bench/gpu_bench.sh OUT/bin/test_device LOGS
 #   bash bench/gpu_train_bench.sh OUT
 #   HPDL_SOURCE_DIR=$PWD OUT/bin/test_device --device cuda --kernels gpt2-tiny.hpd
 set -euo pipefail
@@ -24,6 +25,23 @@ cmake --build "$build" -j "$(nproc)" --target hpdlc hpdlrun hpdl-data test_devic
 mkdir -p "$out/bin" "$out/lib" "$out/debs"
 cp "$build/bin/hpdlc" "$build/bin/hpdlrun" "$build/bin/hpdl-data" "$build/tests/test_device" "$out/bin/"
 cp "$build/lib/hpdl-program.so" "$out/lib/"
+# The CPU target's metrics of bench/gpu_layouts.txt, which the GPU machine's
+# hpdlc (no LLVM) cannot compile: from the full build, where there is one
+if [ -x "$here/build/bin/hpdlc" ] && "$here/build/bin/hpdlc" compile --help 2>&1 | grep -q -- "--target"; then
+  echo "gpu_bundle: the CPU target's metrics of bench/gpu_layouts.txt (from $here/build)"
+  mkdir -p "$out/cpu-metrics"
+  grep -vE '^(#|$)' "$here/bench/gpu_layouts.txt" | while IFS= read -r entry; do
+    name=${entry%%|*}
+    [ -s "$out/cpu-metrics/$name.jsonl" ] && continue
+    python3 "$here/tests/cuda/run_device.py" --hpdlc "$here/build/bin/hpdlc" --hpdlrun "$here/build/bin/hpdlrun" \
+      --hpdl-data "$here/build/bin/hpdl-data" --sample "$here/samples/gpt2-tiny.hpd" --device emulate --steps 20 \
+      --args "-D T=16 -D C=32 --global-batch 4 --micro-batch 2 ${entry#*|}" --cpu-only \
+      --cpu-metrics "$out/cpu-metrics/$name.jsonl" > "$out/cpu-metrics/$name.log" 2>&1 ||
+      { echo "gpu_bundle: the CPU run of $name failed:"; tail -5 "$out/cpu-metrics/$name.log"; exit 1; }
+  done
+else
+  echo "gpu_bundle: no full build in $here/build: no CPU metrics, so gpu_bench.sh runs no layouts"
+fi
 echo "gpu_bundle: Debian's run-time libraries"
 (cd "$out/debs" && apt-get download -q libjansson4 libffi8 libopenmpi3 openmpi-bin openmpi-common libpmix2 libhwloc15 \
   libevent-core-2.1-7 libevent-pthreads-2.1-7 libevent-2.1-7 > /dev/null)

@@ -13,7 +13,11 @@ ranks are the artifact's. --first-tol: the first step's loss must agree
 within it (the later steps within --tol). --resume-args: the device run
 stops halfway with a checkpoint and a second artifact, compiled with these
 arguments instead (another layout), resumes it to the end; its steps must
-agree with the CPU run's all the same. --halves FIRST,SECOND (device or
+agree with the CPU run's all the same. --cpu-metrics FILE: the CPU run's
+metrics are read from FILE where it exists (a machine whose hpdlc lacks the
+CPU back end, such as a GPU machine given bench/gpu_bundle.sh's tools), and
+written there after the CPU run where it does not; with --cpu-only the CPU
+run alone, to write them. --halves FIRST,SECOND (device or
 cpu, default device,device) says which target runs each half, so a
 checkpoint written by one target is resumed by the other.
 
@@ -90,8 +94,13 @@ def main():
     ap.add_argument("--resume-args", default=None)
     ap.add_argument("--halves", default="device,device")
     ap.add_argument("--keep", default=None)
+    ap.add_argument("--cpu-metrics", default=None, help="the CPU run's metrics: read where the file exists, else written")
+    ap.add_argument("--cpu-only", action="store_true", help="the CPU run alone, writing --cpu-metrics")
     ap.add_argument("--cache", default=None, help="a folder of compiled artifacts shared by the tests (keyed by hpdlc, the sample and the command)")
     a = ap.parse_args()
+    if a.cpu_only and (a.cpu_metrics is None or a.resume_args is not None):
+        print("--cpu-only: needs --cpu-metrics, and no --resume-args")
+        return 2
     if a.device == "cuda":  # say so before compiling anything: hpdlrun --info lists the GPUs the driver sees
         r = run([a.hpdlrun, "--info"])
         if not any(l.startswith("    GPU ") for l in r.stdout.splitlines()):
@@ -117,6 +126,14 @@ def main():
             return cmd
 
         compiles = [("cpu", [a.hpdlc, "compile", a.sample, "-o", f"{tmp}/cpu"] + extra), ("cuda", cuda_compile(f"{tmp}/cuda", extra))]
+        cpu_known = a.cpu_metrics is not None and os.path.exists(a.cpu_metrics)
+        if a.cpu_only:
+            compiles = compiles[:1]
+        elif cpu_known:
+            if a.resume_args is not None:
+                print("--cpu-metrics: not with --resume-args")
+                return 2
+            compiles = compiles[1:]
         halves = a.halves.split(",")
         if len(halves) != 2 or any(h not in ("device", "cpu") for h in halves):
             print(f"--halves {a.halves}: expected two of device, cpu")
@@ -145,6 +162,11 @@ def main():
             art2, dev2 = on(halves[1], "cuda2")
             plan[1] = ("cuda", art1, dev1 + ["--stop-at", str(half), "--checkpoint-every", str(half)], "cuda.jsonl")
             plan.append(("cuda2", art2, dev2 + ["--resume"], "cuda2.jsonl"))
+        if a.cpu_only:
+            plan = plan[:1]
+        elif cpu_known:
+            runs["cpu"] = metrics(a.cpu_metrics)
+            plan = plan[1:]
         for name, art, flags, out in plan:
             ckpt = f"{tmp}/ckpt-{'cpu' if name == 'cpu' else 'cuda'}"
             cmd = [a.hpdlrun, f"{tmp}/{art}", "--steps", str(a.steps), "--log-every", "1", "--data", data,
@@ -158,6 +180,11 @@ def main():
                     return 77
                 return 1
             runs[name] = metrics(f"{tmp}/{out}")
+            if name == "cpu" and a.cpu_metrics is not None:
+                shutil.copyfile(f"{tmp}/{out}", a.cpu_metrics)
+        if a.cpu_only:
+            print(f"cpu metrics of {len(runs['cpu'])} steps written to {a.cpu_metrics}")
+            return 0 if len(runs["cpu"]) == a.steps else 1
         if "cuda2" in runs:
             runs["cuda"] = runs["cuda"] + runs.pop("cuda2")
         bad = 0

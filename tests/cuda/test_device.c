@@ -10,7 +10,9 @@
  *   --bench N  N timed steps after 2 warm-up ones (no reference): ms a
  *              step, tokens/s, achieved FLOP/s, the pool's peak memory;
  *              with HPDL_PROFILE=N, 3 more steps with every launch timed
- *              alone and the N longest launches listed
+ *              alone and the N longest launches listed; --attention
+ *              materialized times the stored-scores chain instead of the
+ *              flash attention op (hpdlc's option of the same name)
  *
  * The GPU path compiles the generated source with NVRTC for the GPU's own
  * architecture and loads the cubin; the emulated path compiles it as C++
@@ -19,7 +21,7 @@
  * host program the GPU runs.
  *
  * Usage: test_device [--device cuda|emulate] (--kernels | --step | --bench N)
- *        [--micro B] SAMPLE [-D NAME=VALUE | -L parallel.KEY=VALUE]...
+ *        [--micro B] [--attention flash|materialized] SAMPLE [-D NAME=VALUE | -L parallel.KEY=VALUE]...
  * Exits 77 (CTest's skip) when the device cannot be opened (no GPU, no
  * driver, no cuBLASLt, no NVRTC; the reason is printed) or, emulated, when
  * no C++ compiler works. HPDL_SOURCE_DIR and HPDL_STDLIB point it at a
@@ -361,11 +363,15 @@ static double bench_uniform(void) {
 }
 
 /* N timed steps (forward, loss, backward, gradients; no optimizer). */
+static int bench_materialized; /* --attention materialized */
+
 static void bench(Ctx *C, int steps, int64_t micro, const char *sample, SemDefine *defs, int ndefs, SemDefine *layout,
                   int nlayout) {
   Arena *arena = arena_new();
   Diag *diag = diag_new(stderr);
-  IrModule *m = lower_sample_layout(arena, diag, sample, defs, ndefs, layout, nlayout, micro, NULL);
+  LowerOptions lo = {0, 0};
+  lo.materialize_attention = bench_materialized;
+  IrModule *m = lower_sample_with(arena, diag, sample, defs, ndefs, layout, nlayout, micro, NULL, &lo);
   const char *why = NULL;
   AdResult *ad = m ? ad_build(m, RECOMPUTE_NONE, &why) : NULL;
   FuseResult *fr = ad ? fuse_module(arena, m) : NULL;
@@ -444,13 +450,17 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[1], "--step")) step = 1;
     else if (!strcmp(argv[1], "--bench") && argc > 2) steps = atoi(argv[2]), argc--, argv++;
     else if (!strcmp(argv[1], "--micro") && argc > 2) micro = atoll(argv[2]), argc--, argv++;
+    else if (!strcmp(argv[1], "--attention") && argc > 2 &&
+             (!strcmp(argv[2], "flash") || !strcmp(argv[2], "materialized")))
+      bench_materialized = !strcmp(argv[2], "materialized"), argc--, argv++;
     else {
       fprintf(stderr, "test_device: unknown option %s\n", argv[1]);
       return 2;
     }
   }
   if (!kernels && !step && !steps) {
-    fprintf(stderr, "usage: test_device [--device cuda|emulate] (--kernels | --step | --bench N) [--micro B] SAMPLE "
+    fprintf(stderr, "usage: test_device [--device cuda|emulate] (--kernels | --step | --bench N) [--micro B] "
+                    "[--attention flash|materialized] SAMPLE "
                     "[-D NAME=VALUE | -L parallel.KEY=VALUE]...\n");
     return 2;
   }
