@@ -43,6 +43,9 @@ qwen="qwen3.hpd -D layers=2 -D hidden=32 -D ffn=64 -D vocab=64 -L parallel.clust
 check step.qwen3_window --step $qwen -D heads=4 -D kv_heads=2 -D head_dim=16 -D seq=100 -D window=37
 check step.qwen3_head128 --step $qwen -D heads=2 -D kv_heads=1 -D head_dim=128 -D seq=72
 check step.qwen3_head256 --step $qwen -D heads=2 -D kv_heads=2 -D head_dim=256 -D seq=40
+# the tensor-core kernels (heads of 16 .. 64) over several blocks of 64 rows and keys
+check step.gpt_head64 --step gpt.hpd -D layers=1 -D hidden=128 -D heads=2 -D seq=192 -D vocab=64 -L parallel.cluster=laptop \
+  -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.pipeline=1
 # Layouts through hpdlrun (ranks share the GPU) against the CPU target's
 # metrics, written beforehand where the CPU back end is (CPU_METRICS, a folder
 # of NAME.jsonl for bench/gpu_layouts.txt: bench/gpu_bundle.sh makes them): context parallelism's ring

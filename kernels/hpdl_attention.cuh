@@ -489,4 +489,411 @@ static __device__ void hpdl_attn_bwd_dq(const float *__restrict__ q, const float
   }
 }
 
+/* ------------------------------------------------------ tensor cores (TF32 mma) */
+
+/* The same three products on the tensor cores, for head sizes D, Dv in 16 .. 64, multiples
+ * of 8 (HPDL_ATTN_TC), on sm_80 and later: mma.sync m16n8k8 with TF32 inputs and fp32
+ * accumulators. With `split` (the default: fp32 GEMMs) each product is three of them,
+ * 3xTF32: x = hi + lo with both parts TF32, and a b = a.lo b.hi + a.hi b.lo + a.hi b.hi
+ * (the lo lo term is below fp32's rounding), which keeps fp32's accuracy; without it
+ * (HPDL_GEMM_TF32=1, hpdl_kctx's HPDL_KCTX_TF32) one, at TF32's 10-bit mantissa.
+ *
+ * A warp owns 16 query rows (the forward, dq) or 16 keys (dkdv): its scores are mma
+ * accumulators in registers, in the C fragment layout below, and the second product of
+ * each kernel (P v, dS k, P^T do, dS^T q) takes them as its A fragment without a trip
+ * through shared memory. That works because a product may run over its k index in any
+ * order: in k step j the A fragment's column t stands for key (row) 8 j + 2 t and column
+ * t + 4 for 8 j + 2 t + 1, exactly the two a lane holds as accumulators, and the B
+ * fragment reads the same rows. A block is 4 warps: 64 query rows (the forward, with key
+ * tiles of 32; dq, with key tiles of 16) or 64 keys (dkdv, with query tiles of 16), all
+ * in shared memory: the fragments are loaded where they are used, so that registers hold
+ * little beyond the accumulators (loop-invariant fragments kept in registers, split in
+ * two, took every register and spilled). Tiles in shared memory have rows of D + 4
+ * floats, so that the fragment loads (eight rows at one column, or two at eight) hit 32
+ * different banks.
+ *
+ * Deterministic like the SIMT kernels: an mma's sum is the same every run, and every
+ * other sum has a fixed order. */
+
+#ifdef __CUDACC__
+/* x rounded to TF32 (10 mantissa bits, to nearest, ties away from zero) */
+static __device__ __forceinline__ unsigned hpdl_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
+/* c += A B for one warp (PTX ISA, mma.m16n8k8 .tf32): A 16 x 8 row-major, B 8 x 8 by
+ * columns, C 16 x 8 fp32. Lane (g, t) = (lane / 4, lane % 4) holds
+ *   a = A[g][t], A[g + 8][t], A[g][t + 4], A[g + 8][t + 4]     b = B[t][g], B[t + 4][g]
+ *   c = C[g][2t], C[g][2t + 1], C[g + 8][2t], C[g + 8][2t + 1] */
+static __device__ __forceinline__ void hpdl_mma_tf32(float *c, const unsigned *a, const unsigned *b) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#else
+/* The emulation (kernels/cuda_emu.h): cvt.rna on the bits, and the mma as a warp
+ * exchange: every lane leaves its fragments in the warp's stage, meets the others at a
+ * __syncwarp, computes its four sums from the whole A and B (TF32 products are exact in
+ * fp32; the sum in k order), and meets them again before the stage is reused. A block
+ * runs on one OS thread, so a thread_local stage per warp is the block's own. */
+static inline unsigned hpdl_tf32(float x) {
+  unsigned u = __float_as_uint(x);
+  if ((u & 0x7f800000u) != 0x7f800000u) u += 0x1000u; /* finite: half an ulp of TF32, on the magnitude */
+  return u & 0xffffe000u;
+}
+
+static inline void hpdl_mma_tf32(float *c, const unsigned *a, const unsigned *b) {
+  struct Lane {
+    unsigned a[4], b[2];
+  };
+  static thread_local Lane stage[32][32];
+  const unsigned lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 31, g = lane >> 2, t = lane & 3;
+  for (int i = 0; i < 4; i++) stage[warp][lane].a[i] = a[i];
+  for (int i = 0; i < 2; i++) stage[warp][lane].b[i] = b[i];
+  __syncwarp(0xffffffffu);
+  float A[16][8], Bm[8][8];
+  for (unsigned l = 0; l < 32; l++) {
+    const unsigned lg = l >> 2, lt = l & 3;
+    const Lane &x = stage[warp][l];
+    A[lg][lt] = __uint_as_float(x.a[0]);
+    A[lg + 8][lt] = __uint_as_float(x.a[1]);
+    A[lg][lt + 4] = __uint_as_float(x.a[2]);
+    A[lg + 8][lt + 4] = __uint_as_float(x.a[3]);
+    Bm[lt][lg] = __uint_as_float(x.b[0]);
+    Bm[lt + 4][lg] = __uint_as_float(x.b[1]);
+  }
+  __syncwarp(0xffffffffu);
+  for (int i = 0; i < 4; i++) {
+    const unsigned row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+    float sum = c[i];
+    for (int kk = 0; kk < 8; kk++) sum += A[row][kk] * Bm[kk][col];
+    c[i] = sum;
+  }
+}
+#endif
+
+/* c += a b, a and b fp32 fragments (a[4], b[2] as hpdl_mma_tf32 lays them out): three
+ * TF32 mmas with `split` (small terms first), else one. Uniform in the warp. */
+static __device__ __forceinline__ void hpdl_attn_mma(float *c, const float *a, const float *b, bool split) {
+  unsigned ah[4], bh[2];
+  for (int i = 0; i < 4; i++) ah[i] = hpdl_tf32(a[i]);
+  for (int i = 0; i < 2; i++) bh[i] = hpdl_tf32(b[i]);
+  if (split) {
+    unsigned al[4], bl[2];
+    for (int i = 0; i < 4; i++) al[i] = hpdl_tf32(a[i] - __uint_as_float(ah[i]));
+    for (int i = 0; i < 2; i++) bl[i] = hpdl_tf32(b[i] - __uint_as_float(bh[i]));
+    hpdl_mma_tf32(c, al, bh);
+    hpdl_mma_tf32(c, ah, bl);
+  }
+  hpdl_mma_tf32(c, ah, bh);
+}
+
+/* acc[n] += A X^T over K columns, for n < N / 8: A the warp's 16 rows of a shared tile,
+ * X's rows 8 n + g of another (both LD* floats a row). The k steps stay rolled: the
+ * fragments are loaded (and split) where they are used, so registers hold accumulators. */
+template <int N, int K, int LDA, int LDX>
+static __device__ __forceinline__ void hpdl_attn_mma_nt(float (*acc)[4], const float (*A)[LDA], const float (*X)[LDX],
+                                                        int g, int t, bool split) {
+  HPDL_ATTN_ROLLED
+  for (int kk = 0; kk < K / 8; kk++) {
+    const float a[4] = {A[g][8 * kk + t], A[g + 8][8 * kk + t], A[g][8 * kk + t + 4], A[g + 8][8 * kk + t + 4]};
+    for (int n = 0; n < N / 8; n++) {
+      const float b[2] = {X[8 * n + g][8 * kk + t], X[8 * n + g][8 * kk + t + 4]};
+      hpdl_attn_mma(acc[n], a, b, split);
+    }
+  }
+}
+
+/* acc[n] += P X over K rows of X, for n < N / 8: P the warp's accumulators p[K / 8] (C
+ * layout, taken as the A fragment in the k order above), X a shared tile's rows 0 .. K - 1. */
+template <int N, int K, int LD>
+static __device__ __forceinline__ void hpdl_attn_mma_pn(float (*acc)[4], const float (*p)[4], const float (*X)[LD],
+                                                        int g, int t, bool split) {
+  for (int js = 0; js < K / 8; js++) {
+    const float a[4] = {p[js][0], p[js][2], p[js][1], p[js][3]};
+    for (int n = 0; n < N / 8; n++) {
+      const float b[2] = {X[8 * js + 2 * t][8 * n + g], X[8 * js + 2 * t + 1][8 * n + g]};
+      hpdl_attn_mma(acc[n], a, b, split);
+    }
+  }
+}
+
+/* The forward on tensor cores: block `blk` of HPDL_ATTN_FWD_GRID for an HPDL_ATTN_TC
+ * shape, 64 query rows of (b, h), a warp 16 of them; key tiles of 32. */
+template <int D, int Dv>
+static __device__ void hpdl_attn_fwd_tc(const float *__restrict__ q, const float *__restrict__ k,
+                                        const float *__restrict__ v, float *__restrict__ out, int B, int H, int Hk,
+                                        int T, int S, float scale, int causal, int window, int row_rank, int row_size,
+                                        int col_rank, int col_size, int split, long long blk) {
+  constexpr int NT = HPDL_ATTN_TC_THREADS, BQ = HPDL_ATTN_TC_ROWS, BK = HPDL_ATTN_TC_FWD_BK;
+  static_assert(HPDL_ATTN_TC(D, Dv), "tensor-core attention takes head sizes 16 .. 64, multiples of 8");
+  static_assert(BQ == 16 * (NT / 32), "16 rows a warp");
+  static_assert(4 * (BQ * (D + 4) + BK * (D + 4) + BK * (Dv + 4) + BK) <= HPDL_ATTN_SMEM_LIMIT, "fwd_tc over 48 KB");
+  __shared__ float Qs[BQ][D + 4];
+  __shared__ float Ks[BK][D + 4];
+  __shared__ float Vs[BK][Dv + 4];
+  __shared__ int Cp[BK]; /* key positions (causal) */
+  (void)B;
+  const int tid = threadIdx.x, warp = tid / 32, g = (tid & 31) / 4, t = tid & 3;
+  const int nq = (T + BQ - 1) / BQ, bh = (int)blk / nq;
+  const int t0 = ((int)blk - bh * nq) * BQ, nrows = T - t0 < BQ ? T - t0 : BQ;
+  const int bhk = bh / H * Hk + (bh % H) / (H / Hk);
+  const int w0 = t0 + 16 * warp, wn = T - w0 < 0 ? 0 : T - w0 < 16 ? T - w0 : 16; /* the warp's rows */
+  const int r0 = w0 + g, r1 = r0 + 8;                                              /* this lane's */
+  const float *__restrict__ kh = k + (long long)bhk * S * D;
+  const float *__restrict__ vh = v + (long long)bhk * S * Dv;
+  hpdl_attn_load<BQ, D, D, NT>(Qs, q + ((long long)bh * T + t0) * D, nrows); /* read after the loop's first barrier */
+  const int rp0 = causal && r0 < T ? hpdl_attn_rowpos(r0, T, row_rank, row_size) : 0;
+  const int rp1 = causal && r1 < T ? hpdl_attn_rowpos(r1, T, row_rank, row_size) : 0;
+  const int rmax = causal ? hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) : 0;
+  const int rmin = causal && nrows > 0 ? hpdl_attn_rowpos(t0, T, row_rank, row_size) : 0;
+  const int wmax = causal ? hpdl_attn_rowpos_max(w0, w0 + wn, T, row_rank, row_size) : 0;
+  const int wmin = causal && wn > 0 ? hpdl_attn_rowpos(w0, T, row_rank, row_size) : 0;
+  float m[2] = {HPDL_NEG_INF, HPDL_NEG_INF}, l[2] = {0.0f, 0.0f}; /* rows r0, r1: max; this lane's sum */
+  float o[Dv / 8][4];
+  for (int n = 0; n < Dv / 8; n++)
+    for (int i = 0; i < 4; i++) o[n][i] = 0.0f;
+
+  for (int j0 = 0; j0 < S; j0 += BK) {
+    const int nk = S - j0 < BK ? S - j0 : BK;
+    if (causal && window > 0 && rmin - hpdl_attn_colpos_max(j0, j0 + nk, S, col_rank, col_size) >= window)
+      continue; /* fwd_tc: the tile is behind the window */
+    if (causal && hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) > rmax) continue;
+    __syncthreads(); /* fwd_tc: the previous tile's Ks, Vs, Cp are read */
+    hpdl_attn_load<BK, D, D, NT>(Ks, kh + (long long)j0 * D, nk);
+    hpdl_attn_load<BK, Dv, Dv, NT>(Vs, vh + (long long)j0 * Dv, nk);
+    if (causal)
+      for (int j = tid; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0;
+    __syncthreads(); /* fwd_tc: the tile is loaded */
+    /* the warp's rows: none, or (causal) every key of the tile after them or behind
+     * their window; uniform in the warp, and no barrier below */
+    if (wn == 0 || (causal && hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) > wmax)) continue;
+    if (causal && window > 0 && wmin - hpdl_attn_colpos_max(j0, j0 + nk, S, col_rank, col_size) >= window) continue;
+
+    float s[BK / 8][4];
+    for (int n = 0; n < BK / 8; n++)
+      for (int i = 0; i < 4; i++) s[n][i] = 0.0f;
+    hpdl_attn_mma_nt<BK, D>(s, Qs + 16 * warp, Ks, g, t, split);
+    float mt[2] = {HPDL_NEG_INF, HPDL_NEG_INF};
+    for (int n = 0; n < BK / 8; n++)
+      for (int i = 0; i < 4; i++) {
+        const int j = 8 * n + 2 * t + (i & 1), row = i < 2 ? r0 : r1;
+        const bool ok = row < T && j < nk && (!causal || hpdl_attn_allowed(i < 2 ? rp0 : rp1, Cp[j], window));
+        s[n][i] = ok ? scale * s[n][i] : HPDL_NEG_INF;
+        mt[i >> 1] = fmaxf(mt[i >> 1], s[n][i]);
+      }
+    float base[2], alpha[2];
+    for (int h = 0; h < 2; h++) {
+      mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 1)); /* a row's four lanes */
+      mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 2));
+      const float mnew = fmaxf(m[h], mt[h]); /* as the SIMT forward: no NaN while a row has no key */
+      base[h] = mnew == HPDL_NEG_INF ? 0.0f : mnew;
+      alpha[h] = expf(m[h] - base[h]);
+      m[h] = mnew;
+      l[h] *= alpha[h];
+    }
+    for (int n = 0; n < BK / 8; n++)
+      for (int i = 0; i < 4; i++) {
+        s[n][i] = expf(s[n][i] - base[i >> 1]);
+        l[i >> 1] += s[n][i];
+      }
+    for (int n = 0; n < Dv / 8; n++)
+      for (int i = 0; i < 4; i++) o[n][i] *= alpha[i >> 1];
+    hpdl_attn_mma_pn<Dv, BK>(o, s, Vs, g, t, split);
+  }
+
+  for (int h = 0; h < 2; h++) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    const int row = h ? r1 : r0;
+    if (row >= T) continue;
+    float *__restrict__ orow = out + ((long long)bh * T + row) * (Dv + 1);
+    for (int n = 0; n < Dv / 8; n++)
+      for (int e = 0; e < 2; e++) orow[8 * n + 2 * t + e] = l[h] > 0.0f ? o[n][2 * h + e] / l[h] : 0.0f;
+    if (t == 0) orow[Dv] = l[h] > 0.0f ? m[h] + logf(l[h]) : HPDL_NEG_INF;
+  }
+}
+
+/* dk and dv on tensor cores: block `blk` of HPDL_ATTN_DKDV_GRID for an HPDL_ATTN_TC shape,
+ * 64 keys of (b, hk), a warp 16 of them; query tiles of 16 rows of each head of the group
+ * in order. Dt from hpdl_attn_bwd_dt. */
+template <int D, int Dv>
+static __device__ void hpdl_attn_bwd_dkdv_tc(const float *__restrict__ q, const float *__restrict__ k,
+                                             const float *__restrict__ v, const float *__restrict__ out,
+                                             const float *__restrict__ dout, const float *__restrict__ Dt,
+                                             float *__restrict__ grads, int B, int H, int Hk, int T, int S, float scale,
+                                             int causal, int window, int row_rank, int row_size, int col_rank,
+                                             int col_size, int split, long long blk) {
+  constexpr int NT = HPDL_ATTN_TC_THREADS, BK = HPDL_ATTN_TC_KEYS, BQ = HPDL_ATTN_TC_DKDV_BQ;
+  static_assert(HPDL_ATTN_TC(D, Dv), "tensor-core attention takes head sizes 16 .. 64, multiples of 8");
+  static_assert(BK == 16 * (NT / 32), "16 keys a warp");
+  static_assert(4 * (BK * (D + 4) + BK * (Dv + 4) + BQ * (D + 4) + BQ * (Dv + 4) + 3 * BQ) <= HPDL_ATTN_SMEM_LIMIT,
+                "dkdv_tc over 48 KB");
+  __shared__ float Ks[BK][D + 4];
+  __shared__ float Vs[BK][Dv + 4];
+  __shared__ float Qs[BQ][D + 4];
+  __shared__ float Gs[BQ][Dv + 4]; /* do */
+  __shared__ float Ls[BQ];         /* lse */
+  __shared__ float Ds[BQ];         /* Dt */
+  __shared__ int Rp[BQ];           /* row positions (causal) */
+  const int tid = threadIdx.x, warp = tid / 32, g = (tid & 31) / 4, t = tid & 3, G = H / Hk;
+  const int nkt = (S + BK - 1) / BK, bhk = (int)blk / nkt, b = bhk / Hk, hk = bhk - b * Hk;
+  const int j0 = ((int)blk - bhk * nkt) * BK, nk = S - j0 < BK ? S - j0 : BK;
+  const int k0 = j0 + 16 * warp, wn = S - k0 < 0 ? 0 : S - k0 < 16 ? S - k0 : 16; /* the warp's keys */
+  const int kr0 = k0 + g, kr1 = kr0 + 8;                                              /* this lane's */
+  hpdl_attn_load<BK, D, D, NT>(Ks, k + ((long long)bhk * S + j0) * D, nk); /* read after the first barrier */
+  hpdl_attn_load<BK, Dv, Dv, NT>(Vs, v + ((long long)bhk * S + j0) * Dv, nk);
+  const int kp0 = causal && kr0 < S ? hpdl_attn_colpos(kr0, S, col_rank, col_size) : 0;
+  const int kp1 = causal && kr1 < S ? hpdl_attn_colpos(kr1, S, col_rank, col_size) : 0;
+  const int kmin = causal ? hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) : 0;
+  const int kmax = causal && window > 0 ? hpdl_attn_colpos_max(j0, j0 + nk, S, col_rank, col_size) : 0;
+  const int wkmin = causal ? hpdl_attn_colpos_min(k0, k0 + wn, S, col_rank, col_size) : 0;
+  const int wkmax = causal && window > 0 ? hpdl_attn_colpos_max(k0, k0 + wn, S, col_rank, col_size) : 0;
+  float dk[D / 8][4], dv[Dv / 8][4];
+  for (int n = 0; n < D / 8; n++)
+    for (int i = 0; i < 4; i++) dk[n][i] = 0.0f;
+  for (int n = 0; n < Dv / 8; n++)
+    for (int i = 0; i < 4; i++) dv[n][i] = 0.0f;
+
+  for (int gh = 0; gh < G; gh++) {
+    const int bh = b * H + hk * G + gh;
+    for (int t0 = 0; t0 < T; t0 += BQ) {
+      const int nrows = T - t0 < BQ ? T - t0 : BQ;
+      if (causal && hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) < kmin) continue; /* uniform */
+      if (causal && window > 0 && hpdl_attn_rowpos(t0, T, row_rank, row_size) - kmax >= window) continue;
+      __syncthreads(); /* dkdv_tc: the previous tile's Qs, Gs, Ls, Ds, Rp are read */
+      const long long row0 = (long long)bh * T + t0;
+      hpdl_attn_load<BQ, D, D, NT>(Qs, q + row0 * D, nrows);
+      hpdl_attn_load<BQ, Dv, Dv + 1, NT>(Gs, dout + row0 * (Dv + 1), nrows);
+      for (int i = tid; i < BQ; i += NT) {
+        const bool in = i < nrows;
+        Ls[i] = in ? out[(row0 + i) * (Dv + 1) + Dv] : HPDL_NEG_INF;
+        Ds[i] = in ? Dt[row0 + i] : 0.0f;
+        Rp[i] = in && causal ? hpdl_attn_rowpos(t0 + i, T, row_rank, row_size) : 0;
+      }
+      __syncthreads(); /* dkdv_tc: the tile is loaded */
+      if (wn == 0 || (causal && hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) < wkmin)) continue;
+      if (causal && window > 0 && hpdl_attn_rowpos(t0, T, row_rank, row_size) - wkmax >= window) continue;
+
+      float p[BQ / 8][4], ds[BQ / 8][4]; /* P^T and dS^T: keys g, g + 8 by rows 8 n + 2 t, + 1 */
+      for (int n = 0; n < BQ / 8; n++)
+        for (int i = 0; i < 4; i++) p[n][i] = ds[n][i] = 0.0f;
+      hpdl_attn_mma_nt<BQ, D>(p, Ks + 16 * warp, Qs, g, t, split);  /* k q^T */
+      hpdl_attn_mma_nt<BQ, Dv>(ds, Vs + 16 * warp, Gs, g, t, split); /* v do^T */
+      for (int n = 0; n < BQ / 8; n++)
+        for (int i = 0; i < 4; i++) {
+          const int r = 8 * n + 2 * t + (i & 1), key = i < 2 ? kr0 : kr1;
+          const float lse = Ls[r]; /* -inf: no allowed key in the row (and rows past T) */
+          const bool ok =
+              key < S && lse != HPDL_NEG_INF && (!causal || hpdl_attn_allowed(Rp[r], i < 2 ? kp0 : kp1, window));
+          const float pr = ok ? expf(scale * p[n][i] - lse) : 0.0f;
+          ds[n][i] = pr * (ds[n][i] - Ds[r]);
+          p[n][i] = pr;
+        }
+      hpdl_attn_mma_pn<Dv, BQ>(dv, p, Gs, g, t, split); /* P^T do */
+      hpdl_attn_mma_pn<D, BQ>(dk, ds, Qs, g, t, split); /* dS^T q */
+    }
+  }
+
+  const long long nq = (long long)B * H * T * D;
+  for (int h = 0; h < 2; h++) {
+    const int key = h ? kr1 : kr0;
+    if (key >= S) continue;
+    float *__restrict__ dkr = grads + nq + ((long long)bhk * S + key) * D;
+    float *__restrict__ dvr = grads + nq + (long long)B * Hk * S * D + ((long long)bhk * S + key) * Dv;
+    for (int n = 0; n < D / 8; n++)
+      for (int e = 0; e < 2; e++) dkr[8 * n + 2 * t + e] = scale * dk[n][2 * h + e];
+    for (int n = 0; n < Dv / 8; n++)
+      for (int e = 0; e < 2; e++) dvr[8 * n + 2 * t + e] = dv[n][2 * h + e];
+  }
+}
+
+/* dq on tensor cores: block `blk` of HPDL_ATTN_DQ_GRID for an HPDL_ATTN_TC shape, 64
+ * query rows of (b, h), a warp 16 of them; key tiles of 16. */
+template <int D, int Dv>
+static __device__ void hpdl_attn_bwd_dq_tc(const float *__restrict__ q, const float *__restrict__ k,
+                                           const float *__restrict__ v, const float *__restrict__ out,
+                                           const float *__restrict__ dout, const float *__restrict__ Dt,
+                                           float *__restrict__ grads, int B, int H, int Hk, int T, int S, float scale,
+                                           int causal, int window, int row_rank, int row_size, int col_rank,
+                                           int col_size, int split, long long blk) {
+  constexpr int NT = HPDL_ATTN_TC_THREADS, BQ = HPDL_ATTN_TC_ROWS, BK = HPDL_ATTN_TC_DQ_BK;
+  static_assert(HPDL_ATTN_TC(D, Dv), "tensor-core attention takes head sizes 16 .. 64, multiples of 8");
+  static_assert(BQ == 16 * (NT / 32), "16 rows a warp");
+  static_assert(4 * (BQ * (D + 4) + BQ * (Dv + 4) + BK * (D + 4) + BK * (Dv + 4) + BK) <= HPDL_ATTN_SMEM_LIMIT,
+                "dq_tc over 48 KB");
+  __shared__ float Qs[BQ][D + 4];
+  __shared__ float Gs[BQ][Dv + 4]; /* do */
+  __shared__ float Ks[BK][D + 4];
+  __shared__ float Vs[BK][Dv + 4];
+  __shared__ int Cp[BK]; /* key positions (causal) */
+  (void)B;
+  const int tid = threadIdx.x, warp = tid / 32, g = (tid & 31) / 4, t = tid & 3;
+  const int nq = (T + BQ - 1) / BQ, bh = (int)blk / nq;
+  const int t0 = ((int)blk - bh * nq) * BQ, nrows = T - t0 < BQ ? T - t0 : BQ;
+  const int bhk = bh / H * Hk + (bh % H) / (H / Hk);
+  const int w0 = t0 + 16 * warp, wn = T - w0 < 0 ? 0 : T - w0 < 16 ? T - w0 : 16;
+  const int r0 = w0 + g, r1 = r0 + 8;
+  const float *__restrict__ kh = k + (long long)bhk * S * D;
+  const float *__restrict__ vh = v + (long long)bhk * S * Dv;
+  hpdl_attn_load<BQ, D, D, NT>(Qs, q + ((long long)bh * T + t0) * D, nrows); /* read after the first barrier */
+  hpdl_attn_load<BQ, Dv, Dv + 1, NT>(Gs, dout + ((long long)bh * T + t0) * (Dv + 1), nrows);
+  float lse[2], dt[2];
+  int rp[2];
+  for (int h = 0; h < 2; h++) {
+    const int row = h ? r1 : r0;
+    const long long at = (long long)bh * T + row;
+    lse[h] = row < T ? out[at * (Dv + 1) + Dv] : HPDL_NEG_INF;
+    dt[h] = row < T ? Dt[at] : 0.0f;
+    rp[h] = causal && row < T ? hpdl_attn_rowpos(row, T, row_rank, row_size) : 0;
+  }
+  const int rmax = causal ? hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) : 0;
+  const int rmin = causal && nrows > 0 ? hpdl_attn_rowpos(t0, T, row_rank, row_size) : 0;
+  const int wmax = causal ? hpdl_attn_rowpos_max(w0, w0 + wn, T, row_rank, row_size) : 0;
+  const int wmin = causal && wn > 0 ? hpdl_attn_rowpos(w0, T, row_rank, row_size) : 0;
+  float acc[D / 8][4];
+  for (int n = 0; n < D / 8; n++)
+    for (int i = 0; i < 4; i++) acc[n][i] = 0.0f;
+
+  for (int j0 = 0; j0 < S; j0 += BK) {
+    const int nk = S - j0 < BK ? S - j0 : BK;
+    if (causal && window > 0 && rmin - hpdl_attn_colpos_max(j0, j0 + nk, S, col_rank, col_size) >= window)
+      continue; /* dq_tc: the tile is behind the window */
+    if (causal && hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) > rmax) continue; /* uniform */
+    __syncthreads(); /* dq_tc: the previous tile's Ks, Vs, Cp are read */
+    hpdl_attn_load<BK, D, D, NT>(Ks, kh + (long long)j0 * D, nk);
+    hpdl_attn_load<BK, Dv, Dv, NT>(Vs, vh + (long long)j0 * Dv, nk);
+    if (causal)
+      for (int j = tid; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0;
+    __syncthreads(); /* dq_tc: the tile is loaded */
+    if (wn == 0 || (causal && hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) > wmax)) continue;
+    if (causal && window > 0 && wmin - hpdl_attn_colpos_max(j0, j0 + nk, S, col_rank, col_size) >= window) continue;
+
+    float s[BK / 8][4], dp[BK / 8][4];
+    for (int n = 0; n < BK / 8; n++)
+      for (int i = 0; i < 4; i++) s[n][i] = dp[n][i] = 0.0f;
+    hpdl_attn_mma_nt<BK, D>(s, Qs + 16 * warp, Ks, g, t, split);   /* q k^T */
+    hpdl_attn_mma_nt<BK, Dv>(dp, Gs + 16 * warp, Vs, g, t, split); /* do v^T */
+    for (int n = 0; n < BK / 8; n++)
+      for (int i = 0; i < 4; i++) {
+        const int j = 8 * n + 2 * t + (i & 1), h = i >> 1;
+        const bool ok = (h ? r1 : r0) < T && j < nk && lse[h] != HPDL_NEG_INF &&
+                        (!causal || hpdl_attn_allowed(rp[h], Cp[j], window));
+        s[n][i] = ok ? expf(scale * s[n][i] - lse[h]) * (dp[n][i] - dt[h]) : 0.0f; /* dS */
+      }
+    hpdl_attn_mma_pn<D, BK>(acc, s, Ks, g, t, split); /* dS k */
+  }
+
+  for (int h = 0; h < 2; h++) {
+    const int row = h ? r1 : r0;
+    if (row >= T) continue;
+    float *__restrict__ dq = grads + ((long long)bh * T + row) * D;
+    for (int n = 0; n < D / 8; n++)
+      for (int e = 0; e < 2; e++) dq[8 * n + 2 * t + e] = scale * acc[n][2 * h + e];
+  }
+}
+
 #endif /* HPDL_ATTENTION_CUH */

@@ -53,6 +53,19 @@
 #define HPDL_ATTN_DT_ROWS(D, Dv) (HPDL_ATTN_THREADS(D, Dv) / 32) /* rows a block of the dt kernel */
 
 #define HPDL_ATTN_CDIV(a, b) (((a) + (b) - 1) / (b))
+
+/* The tensor-core kernels (hpdl_attention.cuh, sm_80 on): head sizes 16 .. 64, multiples
+ * of 8 (at 8 ptxas keeps the scores on the stack); 128 threads, 4 warps of 16 query rows
+ * (forward, dq) or 16 keys (dkdv) a block; key tiles of 32 (forward) and 16 (dq), query
+ * tiles of 16 (dkdv). Their static shared memory at D = Dv = 64: forward 34,944 bytes,
+ * dkdv 43,712, dq 43,584 (dt: the SIMT kernel, HPDL_ATTN_THREADS). */
+#define HPDL_ATTN_TC(D, Dv) ((D) % 8 == 0 && (Dv) % 8 == 0 && (D) >= 16 && (D) <= 64 && (Dv) >= 16 && (Dv) <= 64)
+#define HPDL_ATTN_TC_THREADS 128
+#define HPDL_ATTN_TC_ROWS 64
+#define HPDL_ATTN_TC_KEYS 64
+#define HPDL_ATTN_TC_FWD_BK 32
+#define HPDL_ATTN_TC_DKDV_BQ 16
+#define HPDL_ATTN_TC_DQ_BK 16
 #define HPDL_ATTN_FWD_GRID(B, H, T, D, Dv) \
   ((long long)(B) * (long long)(H) * HPDL_ATTN_CDIV((long long)(T), HPDL_ATTN_FWD_BQ(D, Dv)))
 #define HPDL_ATTN_DT_GRID(B, H, T, D, Dv) \
@@ -76,7 +89,8 @@
 
 /* One attention's launches. */
 typedef struct hpdl_attn_launch {
-  int threads;                         /* every launch's block */
+  int tc;                              /* the tensor-core kernels (hpdl_attn_plan_tc) */
+  int threads;                         /* every launch's block but dt's (HPDL_ATTN_THREADS) */
   int fwd_bq, fwd_bk, dkdv_bq, dkdv_bk, dq_bq, dq_bk; /* the tiles of the templates' defaults */
   long long grid_fwd, grid_dt, grid_dkdv, grid_dq; /* blocks; 0: no launch */
   long long scratch_floats;            /* the backward's Dt, B * H * T floats */
@@ -91,6 +105,7 @@ HPDL_ATTN_HOST int hpdl_attn_plan(int D, int Dv, long long B, long long H, long 
   /* the products below stay in range: each factor checked against 2^31 first */
   if (B > 0x7fffffffLL || H > 0x7fffffffLL || T > 0x7fffffffLL || S > 0x7fffffffLL) return -1;
   hpdl_attn_launch x;
+  x.tc = 0;
   x.threads = HPDL_ATTN_THREADS(D, Dv);
   x.fwd_bq = HPDL_ATTN_FWD_BQ(D, Dv);
   x.fwd_bk = HPDL_ATTN_FWD_BK(D, Dv);
@@ -107,6 +122,25 @@ HPDL_ATTN_HOST int hpdl_attn_plan(int D, int Dv, long long B, long long H, long 
   if (x.grid_fwd > 0x7fffffffLL || x.grid_dt > 0x7fffffffLL || x.grid_dkdv > 0x7fffffffLL ||
       x.grid_dq > 0x7fffffffLL)
     return -1;
+  *L = x;
+  return 0;
+}
+
+/* The tensor-core kernels' launches: hpdl_attn_plan's checks, then -1 too where the heads
+ * are not HPDL_ATTN_TC's; the same Dt scratch and dt launch. */
+HPDL_ATTN_HOST int hpdl_attn_plan_tc(int D, int Dv, long long B, long long H, long long Hk, long long T, long long S,
+                                     hpdl_attn_launch *L) {
+  hpdl_attn_launch x;
+  if (!HPDL_ATTN_TC(D, Dv) || hpdl_attn_plan(D, Dv, B, H, Hk, T, S, &x)) return -1;
+  x.tc = 1;
+  x.threads = HPDL_ATTN_TC_THREADS; /* the dt launch keeps its HPDL_ATTN_THREADS (x.grid_dt) */
+  x.fwd_bq = x.dq_bq = HPDL_ATTN_TC_ROWS;
+  x.fwd_bk = HPDL_ATTN_TC_FWD_BK;
+  x.dkdv_bq = HPDL_ATTN_TC_DKDV_BQ;
+  x.dkdv_bk = HPDL_ATTN_TC_KEYS;
+  x.dq_bk = HPDL_ATTN_TC_DQ_BK;
+  x.grid_fwd = x.grid_dq = B * H * HPDL_ATTN_CDIV(T, HPDL_ATTN_TC_ROWS);
+  x.grid_dkdv = B * Hk * HPDL_ATTN_CDIV(S, HPDL_ATTN_TC_KEYS);
   *L = x;
   return 0;
 }

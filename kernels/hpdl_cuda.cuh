@@ -19,14 +19,20 @@
 #endif
 
 /* What every generated kernel takes first, by value: the run's seed (dropout
- * masks), the layer a repeated block's graph runs as, and this rank's index
- * and size in each process group (IrGroup order: dp, tp, pp, cp). */
+ * masks), the layer a repeated block's graph runs as, this rank's index and
+ * size in each process group (IrGroup order: dp, tp, pp, cp), and the device's
+ * flags (HPDL_KCTX_*; runtime/device/device.h's DevKctx is the same struct). */
 typedef struct {
   unsigned long long seed;
   long long layer;
   int rank[4];
   int size[4];
+  int flags;
 } hpdl_kctx;
+
+/* flags: TF32 tensor cores allowed where fp32 is asked for (HPDL_GEMM_TF32=1): the
+ * attention kernels then take one TF32 product where they would take three */
+#define HPDL_KCTX_TF32 1
 
 /* Context parallelism's zigzag layout: the global position of local row i
  * of rank r of `size`, each rank holding chunks r and 2 size - 1 - r of

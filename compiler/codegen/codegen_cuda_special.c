@@ -711,8 +711,12 @@ static int attention(CuKern *k, const IrNode *n, int id) {
       return -1;
     }
   }
+  /* the tensor-core kernels where the heads and the GPU (sm_80 on: mma.sync TF32) allow */
+  const char *arch = k->t->opt.arch ? k->t->opt.arch : "sm_80";
   hpdl_attn_launch L;
-  if (D > HPDL_ATTN_MAX_HEAD || Dv > HPDL_ATTN_MAX_HEAD || hpdl_attn_plan((int)D, (int)Dv, B, H, Hk, T, S, &L)) {
+  int tc = atoi(arch + 3) >= 80 && D <= HPDL_ATTN_MAX_HEAD && Dv <= HPDL_ATTN_MAX_HEAD &&
+           !hpdl_attn_plan_tc((int)D, (int)Dv, B, H, Hk, T, S, &L);
+  if (!tc && (D > HPDL_ATTN_MAX_HEAD || Dv > HPDL_ATTN_MAX_HEAD || hpdl_attn_plan((int)D, (int)Dv, B, H, Hk, T, S, &L))) {
     cu_fail(k->t,
             "graph %s kernel k%d: no attention kernel for heads of %" PRId64 " / %" PRId64
             " (kernels/hpdl_attention.cuh takes 1 .. %d) over [%" PRId64 ", %" PRId64 ", %" PRId64 "]",
@@ -723,8 +727,11 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   if (attn_positions(k, n, pos, sizeof pos)) return -1;
   CuText sc = {0};
   cu_float(&sc, n->fattr);
-  snprintf(args, sizeof args, "%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %d, %" PRId64 ", %s", B, H,
-           Hk, T, S, sc.s ? sc.s : "1.0f", n->attr[0] ? 1 : 0, n->attr[3], pos);
+  /* the tensor-core kernels take one more argument: 3xTF32 unless the device allows TF32 */
+  snprintf(args, sizeof args, "%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %d, %" PRId64 ", %s%s", B, H,
+           Hk, T, S, sc.s ? sc.s : "1.0f", n->attr[0] ? 1 : 0, n->attr[3], pos,
+           tc ? ", !(hpd.flags & HPDL_KCTX_TF32)" : "");
+  const char *sfx = tc ? "_tc" : "";
   free(sc.s);
   /* a launch's grid is capped (CU_MAX_GRID): each block walks the blocks of
    * the rule's grid, block-uniformly, so the kernels' barriers hold; one
@@ -735,13 +742,13 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   double flops = ircost_node(k->t->m, k->fg->graph, id).flops;
   if (!bwd) {
     cu_tx(o,
-          "/* %s: attention (flash, kernels/hpdl_attention.cuh): [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+          "/* %s: attention (flash, kernels/hpdl_attention.cuh%s): [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
           "] over %" PRId64 " keys of %" PRId64 " heads%s, packed [o, lse] */\n",
-          b, B, H, T, D, S, Hk, n->attr[0] ? ", causal" : "");
+          b, tc ? ", tensor cores" : "", B, H, T, D, S, Hk, n->attr[0] ? ", causal" : "");
     cu_signature_min(k, o, b, 1);
     cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", L.grid_fwd);
-    cu_tx(o, "    hpdl_attn_fwd<%" PRId64 ", %" PRId64 ">(p%d, p%d, p%d, p%d, %s, blk);\n}\n\n", D, Dv, io[0], io[1], io[2],
-          io[3], args);
+    cu_tx(o, "    hpdl_attn_fwd%s<%" PRId64 ", %" PRId64 ">(p%d, p%d, p%d, p%d, %s, blk);\n}\n\n", sfx, D, Dv, io[0], io[1],
+          io[2], io[3], args);
     cu_add_launch(k, b, 0, "attention", L.grid_fwd, L.threads);
     k->t->launch[k->t->nlaunch - 1].flops = flops;
     return 0;
@@ -756,15 +763,15 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", L.grid_dt);
   cu_tx(o, "    hpdl_attn_bwd_dt<%" PRId64 ", %" PRId64 ">(p%d, p%d, %s_dt, %" PRId64 ", %" PRId64 ", %" PRId64 ", blk);\n}\n\n",
         D, Dv, io[3], io[4], b, B, H, T);
-  cu_add_launch(k, name, 0, "special", L.grid_dt, L.threads); /* a row's dot product: memory-bound */
+  cu_add_launch(k, name, 0, "special", L.grid_dt, HPDL_ATTN_THREADS(D, Dv)); /* a row's dot product: memory-bound */
   static const char *const fn[2] = {"hpdl_attn_bwd_dkdv", "hpdl_attn_bwd_dq"};
   long long grid[2] = {L.grid_dkdv, L.grid_dq};
   for (int s = 0; s < 2; s++) {
     step_name(k, 1 + s, 3, name, sizeof name);
     cu_signature_min(k, o, name, 1);
     cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", grid[s]);
-    cu_tx(o, "    %s<%" PRId64 ", %" PRId64 ">(p%d, p%d, p%d, p%d, p%d, %s_dt, p%d, %s, blk);\n}\n\n", fn[s], D, Dv, io[0],
-          io[1], io[2], io[3], io[4], b, io[5], args);
+    cu_tx(o, "    %s%s<%" PRId64 ", %" PRId64 ">(p%d, p%d, p%d, p%d, p%d, %s_dt, p%d, %s, blk);\n}\n\n", fn[s], sfx, D, Dv,
+          io[0], io[1], io[2], io[3], io[4], b, io[5], args);
     cu_add_launch(k, name, 1 + s, "attention", grid[s], L.threads);
     /* dk, dv recompute P and dS and take three of the five products, dq two */
     k->t->launch[k->t->nlaunch - 1].flops = flops * (s == 0 ? 0.6 : 0.4);

@@ -297,6 +297,7 @@ static DevKctx kctx(const DevExec *x, int64_t layer) {
   memset(&c, 0, sizeof c);
   c.seed = x->seed;
   c.layer = layer;
+  c.flags = x->dev->tf32 ? DEV_KCTX_TF32 : 0;
   for (int i = 0; i < 4; i++) {
     c.rank[i] = x->comm.rank[i];
     c.size[i] = x->comm.size[i] > 0 ? x->comm.size[i] : 1;

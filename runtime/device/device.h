@@ -25,7 +25,10 @@ typedef struct {
   long long layer;
   int rank[4];
   int size[4];
+  int flags; /* HPDL_KCTX_*: DEV_KCTX_TF32 */
 } DevKctx;
+
+#define DEV_KCTX_TF32 1 /* hpdl_cuda.cuh's HPDL_KCTX_TF32 */
 
 enum { DEV_MAX_BATCH_AXES = 8 };
 
@@ -89,6 +92,7 @@ struct Device {
   char what[256]; /* one line: the device, for the start-up line */
   int sm;         /* the GPU's compute capability as NVRTC names it (90: sm_90); 0 emulated */
   int ngpus;      /* GPUs the driver sees (after CUDA_VISIBLE_DEVICES); 0 emulated */
+  int tf32;       /* HPDL_GEMM_TF32=1: TF32 tensor cores for fp32 work (kernels see DEV_KCTX_TF32) */
 };
 
 /* An ordinal that names no GPU but a local rank: that rank's GPU is the
@@ -102,7 +106,10 @@ const char *dev_error(const Device *d);
 
 /* Options of the cuda device (environment): HPDL_GEMM_TF32=1 lets cuBLASLt
  * use TF32 tensor cores for fp32 GEMMs (as PyTorch's
- * allow_tf32 / set_float32_matmul_precision("high")); off by default. */
+ * allow_tf32 / set_float32_matmul_precision("high")), and the attention
+ * kernels one TF32 product instead of three (3xTF32, fp32's accuracy); off by
+ * default. The emulated device reads it too (its kernels' flag; its GEMMs
+ * stay fp32). */
 
 Device *dev_cuda_open(int ordinal, char *err, size_t errlen);
 Device *dev_emu_open(char *err, size_t errlen);

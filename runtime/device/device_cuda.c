@@ -540,6 +540,7 @@ Device *dev_cuda_open(int ordinal, char *err, size_t errlen) {
   d->base.sm = major * 10 + minor;
   const char *tf = getenv("HPDL_GEMM_TF32");
   d->tf32 = tf && !strcmp(tf, "1");
+  d->base.tf32 = d->tf32;
   snprintf(d->base.what, sizeof d->base.what, "GPU %d: %s, sm_%d%d, %d SMs, driver %d.%d, cuBLASLt %zu%s", ordinal, gpu,
            major, minor, sms, version / 1000, version % 1000 / 10, d->lt.cublasLtGetVersion(),
            d->tf32 ? ", TF32 GEMMs" : ", fp32 GEMMs");

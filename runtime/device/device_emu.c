@@ -177,6 +177,9 @@ Device *dev_emu_open(char *err, size_t errlen) {
     return NULL;
   }
   d->base.ops = &emu_ops;
-  snprintf(d->base.what, sizeof d->base.what, "emulated device (host memory, kernels/cuda_emu.h, reference GEMMs)");
+  const char *tf = getenv("HPDL_GEMM_TF32"); /* the kernels' flag (device.h); the GEMMs stay fp32 */
+  d->base.tf32 = tf && !strcmp(tf, "1");
+  snprintf(d->base.what, sizeof d->base.what, "emulated device (host memory, kernels/cuda_emu.h, reference GEMMs%s)",
+           d->base.tf32 ? ", TF32 attention" : "");
   return &d->base;
 }

@@ -50,6 +50,11 @@
   D, DV, HPDL_ATTN_THREADS(D, DV), HPDL_ATTN_FWD_BQ(D, DV), HPDL_ATTN_FWD_BK(D, DV), HPDL_ATTN_DKDV_BQ(D, DV),   \
       HPDL_ATTN_DKDV_BK(D, DV), HPDL_ATTN_DQ_BQ(D, DV), HPDL_ATTN_DQ_BK(D, DV)
 
+/* The tensor-core kernels' tiles (hpdl_attn_plan_tc), in the same order */
+#define ATTN_TC_RULE(D, DV)                                                                                      \
+  D, DV, HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_ROWS, HPDL_ATTN_TC_FWD_BK, HPDL_ATTN_TC_DKDV_BQ, HPDL_ATTN_TC_KEYS, HPDL_ATTN_TC_ROWS, \
+      HPDL_ATTN_TC_DQ_BK
+
 /* ATTN_RULE expands before ATTN_TEST_KERNELS takes its arguments apart */
 #define ATTN_TEST_KERNELS_(...) ATTN_TEST_KERNELS(__VA_ARGS__)
 
@@ -61,6 +66,45 @@ ATTN_TEST_KERNELS_(d3, ATTN_RULE(3, 3))          /* head sizes no multiple of an
 ATTN_TEST_KERNELS_(d200, ATTN_RULE(200, 200))    /* 128 threads; fwd 4 x 16, dkdv 18 x 4, dq 4 x 16 */
 ATTN_TEST_KERNELS_(d1v256, ATTN_RULE(1, 256))    /* the extremes */
 #endif
+/* The tensor-core kernels (sm_80 on) of (D, Dv), as the code generator calls them: 3xTF32
+ * unless the context's flags allow TF32; the dt kernel is the SIMT one (HPDL_ATTN_THREADS). Under
+ * __launch_bounds__(256, 1), as the code generator writes every attention kernel: ptxas,
+ * aiming at the occupancy a small block's shared memory would allow, otherwise caps the
+ * registers at 64 and puts the fragments on the stack. */
+#define ATTN_TC_KERNELS(NAME, D, DV)                                                                                  \
+  extern "C" __global__ void __launch_bounds__(256, 1)                                                                \
+      attn_fwd_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, float *out, int B, int H, \
+                      int Hk, int T, int S, float scale, int causal, int window, int row_rank, int row_size,         \
+                      int col_rank, int col_size) {                                                                  \
+    hpdl_attn_fwd_tc<D, DV>(q, k, v, out, B, H, Hk, T, S, scale, causal, window, row_rank, row_size, col_rank,       \
+                            col_size, !(hpd.flags & HPDL_KCTX_TF32), blockIdx.x);                                    \
+  }                                                                                                                  \
+  extern "C" __global__ void __launch_bounds__(256, 1)                                                                \
+      attn_dt_##NAME(const hpdl_kctx hpd, const float *out, const float *dout, float *Dt, int B, int H, int T) {     \
+    (void)hpd;                                                                                                       \
+    hpdl_attn_bwd_dt<D, DV>(out, dout, Dt, B, H, T, blockIdx.x);                                                     \
+  }                                                                                                                  \
+  extern "C" __global__ void __launch_bounds__(256, 1)                                                                \
+      attn_dkdv_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, const float *out,       \
+                       const float *dout, const float *Dt, float *grads, int B, int H, int Hk, int T, int S,         \
+                       float scale, int causal, int window, int row_rank, int row_size, int col_rank, int col_size) { \
+    hpdl_attn_bwd_dkdv_tc<D, DV>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal, window, row_rank,     \
+                                 row_size, col_rank, col_size, !(hpd.flags & HPDL_KCTX_TF32), blockIdx.x);           \
+  }                                                                                                                  \
+  extern "C" __global__ void __launch_bounds__(256, 1)                                                                \
+      attn_dq_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, const float *out,         \
+                     const float *dout, const float *Dt, float *grads, int B, int H, int Hk, int T, int S,           \
+                     float scale, int causal, int window, int row_rank, int row_size, int col_rank, int col_size) {  \
+    hpdl_attn_bwd_dq_tc<D, DV>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal, window, row_rank,       \
+                               row_size, col_rank, col_size, !(hpd.flags & HPDL_KCTX_TF32), blockIdx.x);             \
+  }
+
+ATTN_TC_KERNELS(tc64, 64, 64) /* GPT-2's heads */
+#ifndef ATTN_EMU_FEW
+ATTN_TC_KERNELS(tc16v40, 16, 40) /* D != Dv, few n tiles */
+ATTN_TC_KERNELS(tc24v16, 24, 16) /* the smallest, odd k steps */
+#endif
+
 #ifdef HPDL_EMU /* emulation only: tiles no code generator asks for (the NVRTC checks take the rule's) */
 ATTN_TEST_KERNELS(t5v7, 5, 7, 64, 16, 8, 8, 8, 8, 8)  /* two warps, many tiles */
 ATTN_TEST_KERNELS(t16, 16, 16, 32, 8, 4, 4, 4, 4, 4)  /* one warp; bwd: half the lanes idle in the P phase */

@@ -45,7 +45,7 @@ from run_emu import ORDERS, Emu, Fail, compile_checked, label, run_ordered, sh  
 
 # The kernels of each rule instantiation in attention_emu.cu (the NVRTC build leaves out the
 # emulation-only small tiles).
-RULE_CONFIGS = ["d64", "d128", "d128v64", "d3", "d200", "d1v256"]
+RULE_CONFIGS = ["d64", "d128", "d128v64", "d3", "d200", "d1v256", "tc64", "tc16v40", "tc24v16"]
 KINDS = ["fwd", "dt", "dkdv", "dq"]
 SMEM_LIMIT = 49152
 
@@ -165,14 +165,28 @@ MUTANTS = [
     barrier("__syncwarp(0xffffffffu); /* dq: the row's dS is written (its lanes are in this warp) */"),
     ("fwd: the tile skip off by one (a tile with one allowed pair skipped)",
      "if (causal && hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) > rmax) continue;\n"
-     "    __syncthreads(); /* fwd",
+     "    __syncthreads(); /* fwd:",
      "if (causal && hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) >= rmax) continue;\n"
-     "    __syncthreads(); /* fwd"),
+     "    __syncthreads(); /* fwd:"),
     ("tile skip: the ring's blocks taken as one increasing run",
      "for (int j = j0; j < j1; j += len - j % len) {", "for (int j = j0; j < j1; j = j1 + 0 * len) {"),
     ("fwd: the window's tile skip one key short (a tile with an allowed pair skipped)",
      ">= window)\n      continue; /* fwd: the tile is behind the window */",
      ">= window - 1)\n      continue; /* fwd: the tile is behind the window */"),
+    barrier("__syncthreads(); /* fwd_tc: the previous tile's Ks, Vs, Cp are read */"),
+    barrier("__syncthreads(); /* fwd_tc: the tile is loaded */"),
+    barrier("__syncthreads(); /* dkdv_tc: the previous tile's Qs, Gs, Ls, Ds, Rp are read */"),
+    barrier("__syncthreads(); /* dkdv_tc: the tile is loaded */"),
+    barrier("__syncthreads(); /* dq_tc: the previous tile's Ks, Vs, Cp are read */"),
+    barrier("__syncthreads(); /* dq_tc: the tile is loaded */"),
+    ("tensor cores: the P fragment's k order not the accumulators' (2t, 2t + 1 as t, t + 4)",
+     "const float a[4] = {p[js][0], p[js][2], p[js][1], p[js][3]};",
+     "const float a[4] = {p[js][0], p[js][1], p[js][2], p[js][3]};"),
+    ("tensor cores: 3xTF32 without its small terms (TF32 where fp32 is asked for)",
+     "    hpdl_mma_tf32(c, al, bh);\n    hpdl_mma_tf32(c, ah, bl);\n", "    (void)al;\n    (void)bl;\n"),
+    ("dkdv_tc: a warp's tile skip off by one (a tile with one allowed pair skipped)",
+     "hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) < wkmin)",
+     "hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) <= wkmin)"),
     ("the window one key wider than asked",
      "return cp <= rp && (window <= 0 || rp - cp < window);", "return cp <= rp && (window <= 0 || rp - cp <= window);"),
 ]
