@@ -288,6 +288,7 @@ static int load_kernels(CudaProg *P, const char *path, RtErr *e) {
     L->grid = (unsigned)jint(jl, "grid");
     L->block = (unsigned)jint(jl, "block");
     L->flops = json_number_value(json_object_get(jl, "flops"));
+    L->bytes = json_number_value(json_object_get(jl, "bytes"));
     json_t *gm = json_object_get(jl, "gemm");
     if (!gm) continue;
     L->is_gemm = 1;

@@ -469,7 +469,14 @@ static double gemm_flops(const DevGemm *g) {
   return 2.0 * (double)g->m * (double)g->n * (double)g->k * nb;
 }
 
-void devx_profile_report(const DevExec *x, FILE *out, int top, int steps) {
+/* "  123 GB/s (45% of copy)" for b bytes in secs, or nothing */
+static void print_bandwidth(FILE *out, double bytes, double secs, double ref_bps) {
+  if (bytes <= 0 || secs <= 0) return;
+  fprintf(out, "  %.0f GB/s", bytes / secs * 1e-9);
+  if (ref_bps > 0) fprintf(out, " (%.0f%% of copy)", 100 * bytes / secs / ref_bps);
+}
+
+void devx_profile_report(const DevExec *x, FILE *out, int top, int steps, double ref_bps) {
   int n = 0;
   for (int g = 0; g < x->p->ngraphs; g++)
     for (int k = 0; k < x->p->graphs[g].nkernels; k++) n += x->p->graphs[g].kernels[k].nlaunches;
@@ -486,9 +493,9 @@ void devx_profile_report(const DevExec *x, FILE *out, int top, int steps) {
     }
   qsort(rows, (size_t)nr, sizeof *rows, by_time);
   double per = steps > 0 ? 1.0 / steps : 1.0;
-  /* per family */
+  /* per family; the bandwidth over its launches that know their bytes */
   const char *fam[32];
-  double fsec[32];
+  double fsec[32], fbytes[32], fbsec[32];
   long fcalls[32];
   int nf = 0;
   for (int i = 0; i < nr; i++) {
@@ -496,18 +503,30 @@ void devx_profile_report(const DevExec *x, FILE *out, int top, int steps) {
     while (f < nf && strcmp(fam[f], rows[i].L->kind)) f++;
     if (f == nf && nf < 32) {
       fam[nf] = rows[i].L->kind;
-      fsec[nf] = 0;
+      fsec[nf] = fbytes[nf] = fbsec[nf] = 0;
       fcalls[nf++] = 0;
     }
     if (f < nf) {
       fsec[f] += rows[i].secs;
       fcalls[f] += rows[i].calls;
+      if (rows[i].L->bytes > 0) {
+        fbytes[f] += rows[i].L->bytes * (double)rows[i].calls;
+        fbsec[f] += rows[i].secs;
+      }
     }
   }
-  fprintf(out, "profile: %.2f ms a step in %d launches (each timed alone)\n", 1e3 * total * per, nr);
-  for (int f = 0; f < nf; f++)
-    fprintf(out, "  %-10s %8.2f ms %5.1f%%  %6ld launches a step\n", fam[f], 1e3 * fsec[f] * per,
+  fprintf(out, "profile: %.2f ms a step in %d launches (each timed alone)", 1e3 * total * per, nr);
+  if (ref_bps > 0) fprintf(out, "; a device copy moves %.0f GB/s (read + write)", ref_bps * 1e-9);
+  fputc('\n', out);
+  for (int f = 0; f < nf; f++) {
+    fprintf(out, "  %-10s %8.2f ms %5.1f%%  %6ld launches a step", fam[f], 1e3 * fsec[f] * per,
             total > 0 ? 100 * fsec[f] / total : 0, (long)(fcalls[f] * per));
+    if (fbsec[f] > 0) {
+      fprintf(out, ";%s", fbsec[f] < fsec[f] * 0.999 ? " one-launch kernels" : "");
+      print_bandwidth(out, fbytes[f], fbsec[f], ref_bps);
+    }
+    fputc('\n', out);
+  }
   fprintf(out, "  top launches: ms a step, share, calls a step, achieved\n");
   for (int i = 0; i < nr && i < top; i++) {
     const DevxLaunch *L = rows[i].L;
@@ -518,7 +537,11 @@ void devx_profile_report(const DevExec *x, FILE *out, int top, int steps) {
               (long long)L->gemm.k, L->gemm.trans_a ? " A^T" : "", L->gemm.trans_b ? " B^T" : "",
               (long long)(gemm_flops(&L->gemm) / (2.0 * (double)L->gemm.m * (double)L->gemm.n * (double)L->gemm.k)),
               gemm_flops(&L->gemm) * (double)rows[i].calls / rows[i].secs * 1e-12);
-    else fprintf(out, "  grid %u x %u", L->grid, L->block);
+    else {
+      fprintf(out, "  grid %u x %u", L->grid, L->block);
+      if (L->flops > 0 && rows[i].secs > 0) fprintf(out, "  %.1f TFLOP/s", L->flops * (double)rows[i].calls / rows[i].secs * 1e-12);
+      print_bandwidth(out, L->bytes * (double)rows[i].calls, rows[i].secs, ref_bps);
+    }
     fputc('\n', out);
   }
   free(rows);

@@ -34,6 +34,7 @@ typedef struct {
   int is_gemm;
   DevGemm gemm; /* is_gemm: over the fused kernel's io (inputs, then outputs) */
   double flops; /* kernels.json's "flops" of a launch that computes (attention), else 0 */
+  double bytes; /* kernels.json's "bytes": the least DRAM traffic of a one-launch kernel, else 0 */
 } DevxLaunch;
 
 typedef struct {
@@ -133,9 +134,12 @@ int devx_run_kernel(DevExec *x, int graph, int kernel, int64_t layer, void **io)
 /* Profiling: with it on, every launch is timed alone (the device
  * synchronised before and after it, so the step runs slower) and
  * devx_profile_report prints per launch family and the `top` launches by
- * time, per step over `steps` steps, with each GEMM's achieved FLOP/s. */
+ * time, per step over `steps` steps, with each GEMM's and attention's achieved
+ * FLOP/s and each one-launch kernel's bytes a second (DevxLaunch.bytes), also
+ * as a share of `ref_bps` (a copy's bytes read and written a second, measured
+ * on the same device; 0: none). */
 void devx_profile(DevExec *x, int on);
-void devx_profile_report(const DevExec *x, FILE *out, int top, int steps);
+void devx_profile_report(const DevExec *x, FILE *out, int top, int steps, double ref_bps);
 
 /* hpdlrun --profile: each launch (a generated kernel or a GEMM) timed alone
  * as devx_profile does, and reported after it ran: launch(user, graph,

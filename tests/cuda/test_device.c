@@ -139,6 +139,8 @@ static void build_program(const IrModule *m, const FuseResult *fr, const CgCudaL
         L->grid = (unsigned)ls[i].grid;
         L->block = (unsigned)ls[i].block;
         snprintf(L->kind, sizeof L->kind, "%s", ls[i].kind);
+        L->flops = ls[i].flops;
+        L->bytes = ls[i].bytes;
         L->is_gemm = !strcmp(ls[i].kind, "gemm");
         if (L->is_gemm) to_dev_gemm(&ls[i], &L->gemm);
       }
@@ -365,6 +367,24 @@ static double bench_uniform(void) {
 /* N timed steps (forward, loss, backward, gradients; no optimizer). */
 static int bench_materialized; /* --attention materialized */
 
+/* A device-to-device copy of 512 MiB, 5 times after one: bytes read and written a
+ * second, the profile's reference for memory-bound kernels (0 if it failed). */
+static double copy_bandwidth(Device *d) {
+  const size_t n = (size_t)512 << 20;
+  void *a = d->ops->alloc(d, n), *b = a ? d->ops->alloc(d, n) : NULL;
+  double bps = 0;
+  if (b && !d->ops->copy(d, b, a, n) && !d->ops->sync(d)) {
+    double t0 = d->ops->seconds(d);
+    int rc = 0;
+    for (int i = 0; i < 5 && !rc; i++) rc = d->ops->copy(d, b, a, n);
+    double t1 = d->ops->seconds(d);
+    if (!rc && t1 > t0) bps = 2.0 * 5.0 * (double)n / (t1 - t0);
+  }
+  if (b) d->ops->release(d, b);
+  if (a) d->ops->release(d, a);
+  return bps;
+}
+
 static void bench(Ctx *C, int steps, int64_t micro, const char *sample, SemDefine *defs, int ndefs, SemDefine *layout,
                   int nlayout) {
   Arena *arena = arena_new();
@@ -432,7 +452,8 @@ static void bench(Ctx *C, int steps, int64_t micro, const char *sample, SemDefin
     if (getenv("HPDL_PROFILE")) { /* the steps again, each launch timed alone */
       devx_profile(C->x, 1);
       for (int s = 0; s < 3 && !rc; s++) rc = devx_zero_grads(C->x) || devx_step(C->x, ad->step, 1.0f, NULL);
-      devx_profile_report(C->x, stdout, atoi(getenv("HPDL_PROFILE")) > 0 ? atoi(getenv("HPDL_PROFILE")) : 25, 3);
+      devx_profile_report(C->x, stdout, atoi(getenv("HPDL_PROFILE")) > 0 ? atoi(getenv("HPDL_PROFILE")) : 25, 3,
+                          copy_bandwidth(C->dev));
     }
   }
   ctx_free(C);
