@@ -61,6 +61,7 @@
  * dkdv 43,712, dq 43,584 (dt: the SIMT kernel, HPDL_ATTN_THREADS). */
 #define HPDL_ATTN_TC(D, Dv) ((D) % 8 == 0 && (Dv) % 8 == 0 && (D) >= 16 && (D) <= 64 && (Dv) >= 16 && (Dv) <= 64)
 #define HPDL_ATTN_TC_THREADS 128
+#define HPDL_ATTN_TC_MIN_BLOCKS 4 /* __launch_bounds__(128, 4): at most 128 registers */
 #define HPDL_ATTN_TC_ROWS 64
 #define HPDL_ATTN_TC_KEYS 64
 #define HPDL_ATTN_TC_FWD_BK 32

@@ -447,10 +447,14 @@ static int stores(Emit *E, int full) {
 void cu_signature(CuKern *k, CuText *o, const char *name) { cu_signature_min(k, o, name, 0); }
 
 void cu_signature_min(CuKern *k, CuText *o, const char *name, int min_blocks) {
+  cu_signature_bounds(k, o, name, CU_BLOCK, min_blocks);
+}
+
+void cu_signature_bounds(CuKern *k, CuText *o, const char *name, int max_threads, int min_blocks) {
   const FuseKernel *K = k->K;
   if (min_blocks > 0)
-    cu_tx(o, "extern \"C\" __global__ void __launch_bounds__(%d, %d) %s(const hpdl_kctx hpd", CU_BLOCK, min_blocks, name);
-  else cu_tx(o, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const hpdl_kctx hpd", CU_BLOCK, name);
+    cu_tx(o, "extern \"C\" __global__ void __launch_bounds__(%d, %d) %s(const hpdl_kctx hpd", max_threads, min_blocks, name);
+  else cu_tx(o, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const hpdl_kctx hpd", max_threads, name);
   for (int i = 0; i < K->ninputs + K->noutputs; i++) {
     int v = i < K->ninputs ? K->inputs[i] : K->outputs[i - K->ninputs];
     cu_tx(o, ", %s%s *__restrict__ p%d", i < K->ninputs ? "const " : "", cu_c_type(nd(k, v)->dtype), i);

@@ -70,6 +70,10 @@ void cu_signature(CuKern *k, CuText *o, const char *name);
  * kernel whose shared memory already bounds its occupancy tells ptxas so,
  * which then need not spill registers to reach a higher one. */
 void cu_signature_min(CuKern *k, CuText *o, const char *name, int min_blocks);
+/* the same with the block's threads at most max_threads (the launch's) and min_blocks
+ * blocks a multiprocessor, which caps ptxas's registers at 65536 / (max_threads x
+ * min_blocks) */
+void cu_signature_bounds(CuKern *k, CuText *o, const char *name, int max_threads, int min_blocks);
 void cu_add_launch(CuKern *k, const char *name, int step, const char *kind, int64_t grid, int64_t block);
 /* A float literal of C++ (inf and nan spelled out). */
 void cu_float(CuText *o, double v);

@@ -695,6 +695,16 @@ static int attn_positions(CuKern *k, const IrNode *n, char *buf, size_t len) {
   return 0;
 }
 
+/* The SIMT kernels: one block a multiprocessor at least, which leaves ptxas free (no
+ * spill at any head size); the tensor-core kernels: their 128 threads and
+ * HPDL_ATTN_TC_MIN_BLOCKS blocks, so that registers do not cap the occupancy below what
+ * their shared memory allows (ncu on an H200: at 149 registers three blocks, 12 warps a
+ * multiprocessor, stalled on shared-memory loads). */
+static void attn_signature(CuKern *k, CuText *o, const char *name, int tc) {
+  if (tc) cu_signature_bounds(k, o, name, HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_MIN_BLOCKS);
+  else cu_signature_min(k, o, name, 1);
+}
+
 static int attention(CuKern *k, const IrNode *n, int id) {
   CuText *o = &k->t->src;
   int bwd = n->op == IR_ATTENTION_BWD, nin = bwd ? 5 : 3, io[6];
@@ -745,7 +755,7 @@ static int attention(CuKern *k, const IrNode *n, int id) {
           "/* %s: attention (flash, kernels/hpdl_attention.cuh%s): [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
           "] over %" PRId64 " keys of %" PRId64 " heads%s, packed [o, lse] */\n",
           b, tc ? ", tensor cores" : "", B, H, T, D, S, Hk, n->attr[0] ? ", causal" : "");
-    cu_signature_min(k, o, b, 1);
+    attn_signature(k, o, b, tc);
     cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", L.grid_fwd);
     cu_tx(o, "    hpdl_attn_fwd%s<%" PRId64 ", %" PRId64 ">(p%d, p%d, p%d, p%d, %s, blk);\n}\n\n", sfx, D, Dv, io[0], io[1],
           io[2], io[3], args);
@@ -768,7 +778,7 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   long long grid[2] = {L.grid_dkdv, L.grid_dq};
   for (int s = 0; s < 2; s++) {
     step_name(k, 1 + s, 3, name, sizeof name);
-    cu_signature_min(k, o, name, 1);
+    attn_signature(k, o, name, tc);
     cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", grid[s]);
     cu_tx(o, "    %s%s<%" PRId64 ", %" PRId64 ">(p%d, p%d, p%d, p%d, p%d, %s_dt, p%d, %s, blk);\n}\n\n", fn[s], sfx, D, Dv,
           io[0], io[1], io[2], io[3], io[4], b, io[5], args);

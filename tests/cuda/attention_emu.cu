@@ -67,36 +67,36 @@ ATTN_TEST_KERNELS_(d200, ATTN_RULE(200, 200))    /* 128 threads; fwd 4 x 16, dkd
 ATTN_TEST_KERNELS_(d1v256, ATTN_RULE(1, 256))    /* the extremes */
 #endif
 /* The tensor-core kernels (sm_80 on) of (D, Dv), as the code generator calls them: 3xTF32
- * unless the context's flags allow TF32; the dt kernel is the SIMT one (HPDL_ATTN_THREADS). Under
- * __launch_bounds__(256, 1), as the code generator writes every attention kernel: ptxas,
- * aiming at the occupancy a small block's shared memory would allow, otherwise caps the
- * registers at 64 and puts the fragments on the stack. */
+ * unless the context's flags allow TF32; the dt kernel is the SIMT one (HPDL_ATTN_THREADS).
+ * Under the code generator's launch bounds for them, 128 threads and 4 blocks (at most
+ * 128 registers: without the minimum, ptxas aims at the occupancy a small block's shared
+ * memory would allow, caps the registers at 64 and puts the fragments on the stack). */
 #define ATTN_TC_KERNELS(NAME, D, DV)                                                                                  \
-  extern "C" __global__ void __launch_bounds__(256, 1)                                                                \
-      attn_fwd_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, float *out, int B, int H, \
-                      int Hk, int T, int S, float scale, int causal, int window, int row_rank, int row_size,         \
-                      int col_rank, int col_size) {                                                                  \
-    hpdl_attn_fwd_tc<D, DV>(q, k, v, out, B, H, Hk, T, S, scale, causal, window, row_rank, row_size, col_rank,       \
-                            col_size, !(hpd.flags & HPDL_KCTX_TF32), blockIdx.x);                                    \
-  }                                                                                                                  \
-  extern "C" __global__ void __launch_bounds__(256, 1)                                                                \
-      attn_dt_##NAME(const hpdl_kctx hpd, const float *out, const float *dout, float *Dt, int B, int H, int T) {     \
-    (void)hpd;                                                                                                       \
-    hpdl_attn_bwd_dt<D, DV>(out, dout, Dt, B, H, T, blockIdx.x);                                                     \
-  }                                                                                                                  \
-  extern "C" __global__ void __launch_bounds__(256, 1)                                                                \
-      attn_dkdv_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, const float *out,       \
-                       const float *dout, const float *Dt, float *grads, int B, int H, int Hk, int T, int S,         \
+  extern "C" __global__ void __launch_bounds__(HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_MIN_BLOCKS)                         \
+      attn_fwd_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, float *out, int B, int H,  \
+                      int Hk, int T, int S, float scale, int causal, int window, int row_rank, int row_size,          \
+                      int col_rank, int col_size) {                                                                   \
+    hpdl_attn_fwd_tc<D, DV>(q, k, v, out, B, H, Hk, T, S, scale, causal, window, row_rank, row_size, col_rank,        \
+                            col_size, !(hpd.flags & HPDL_KCTX_TF32), blockIdx.x);                                     \
+  }                                                                                                                   \
+  extern "C" __global__ void __launch_bounds__(256)                                                                   \
+      attn_dt_##NAME(const hpdl_kctx hpd, const float *out, const float *dout, float *Dt, int B, int H, int T) {      \
+    (void)hpd;                                                                                                        \
+    hpdl_attn_bwd_dt<D, DV>(out, dout, Dt, B, H, T, blockIdx.x);                                                      \
+  }                                                                                                                   \
+  extern "C" __global__ void __launch_bounds__(HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_MIN_BLOCKS)                         \
+      attn_dkdv_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, const float *out,         \
+                       const float *dout, const float *Dt, float *grads, int B, int H, int Hk, int T, int S,          \
                        float scale, int causal, int window, int row_rank, int row_size, int col_rank, int col_size) { \
-    hpdl_attn_bwd_dkdv_tc<D, DV>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal, window, row_rank,     \
-                                 row_size, col_rank, col_size, !(hpd.flags & HPDL_KCTX_TF32), blockIdx.x);           \
-  }                                                                                                                  \
-  extern "C" __global__ void __launch_bounds__(256, 1)                                                                \
-      attn_dq_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, const float *out,         \
-                     const float *dout, const float *Dt, float *grads, int B, int H, int Hk, int T, int S,           \
-                     float scale, int causal, int window, int row_rank, int row_size, int col_rank, int col_size) {  \
-    hpdl_attn_bwd_dq_tc<D, DV>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal, window, row_rank,       \
-                               row_size, col_rank, col_size, !(hpd.flags & HPDL_KCTX_TF32), blockIdx.x);             \
+    hpdl_attn_bwd_dkdv_tc<D, DV>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal, window, row_rank,      \
+                                 row_size, col_rank, col_size, !(hpd.flags & HPDL_KCTX_TF32), blockIdx.x);            \
+  }                                                                                                                   \
+  extern "C" __global__ void __launch_bounds__(HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_MIN_BLOCKS)                         \
+      attn_dq_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, const float *out,           \
+                     const float *dout, const float *Dt, float *grads, int B, int H, int Hk, int T, int S,            \
+                     float scale, int causal, int window, int row_rank, int row_size, int col_rank, int col_size) {   \
+    hpdl_attn_bwd_dq_tc<D, DV>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal, window, row_rank,        \
+                               row_size, col_rank, col_size, !(hpd.flags & HPDL_KCTX_TF32), blockIdx.x);              \
   }
 
 ATTN_TC_KERNELS(tc64, 64, 64) /* GPT-2's heads */
