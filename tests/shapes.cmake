@@ -115,19 +115,23 @@ hpdl_shape_test(nemotron.340b
 # ---- Mixture of experts (samples/mixtral.hpd, samples/moe-tiny.hpd) ----
 # Mixtral 8x7B: 2 x 32000*4096 + 4096 + 32 x (attention 2*4096^2 + 2*4096*1024 = 41943040,
 # experts 8*3*4096*14336 = 1409286144, router 4096*8 = 32768, norms 8192) = 46702792704,
-# the parameter count of the published checkpoint (mistralai/Mixtral-8x7B-v0.1)
+# the parameter count of the published checkpoint (mistralai/Mixtral-8x7B-v0.1). Active per
+# token, 2 of the 8 experts: 46702792704 - 32 x 6/8 x 1409286144 = 12879925248, Mistral AI's
+# "12.9B active parameters" (Mixtral of Experts, Jiang et al. 2024)
 hpdl_shape_test(mixtral.8x7b
-  "samples/mixtral.hpd: ok: model Mixtral, 46.70B parameters (46702792704); dp=4 tp=8 pp=4 cp=1 on dgx-h100 (128 devices)"
+  "samples/mixtral.hpd: ok: model Mixtral, 46.70B parameters (46702792704), 12.88B active per token (12879925248); dp=4 tp=8 pp=4 cp=1 on dgx-h100 (128 devices)"
   samples/mixtral.hpd)
 # moe-tiny: 256*32 (embedding) + 2 x (attention 2*32*32 + 2*32*16 = 3072, router 128,
-# experts 3*4*32*64 = 24576, norms 64) + 32 (final norm) + 32*256 (head) = 72096
+# experts 3*4*32*64 = 24576, norms 64) + 32 (final norm) + 32*256 (head) = 72096; active, 2 of
+# the 4 experts: 72096 - 2 x 24576 / 2 = 47520
 hpdl_shape_test(moe.tiny
-  "samples/moe-tiny.hpd: ok: model MoETiny, 72.1K parameters (72096); dp=1 tp=1 pp=1 cp=1 on cpu (1 device)"
+  "samples/moe-tiny.hpd: ok: model MoETiny, 72.1K parameters (72096), 47.5K active per token (47520); dp=1 tp=1 pp=1 cp=1 on cpu (1 device)"
   samples/moe-tiny.hpd)
 # MoE every second block (TransformerGroup): 2 x 256*32 + 32 + 2 x (dense 4*32*32 + 2*32*64 + 64
-# = 8256, MoE 4096 + 64 + 32*4 + 3*4*32*64 = 28864) = 90656
+# = 8256, MoE 4096 + 64 + 32*4 + 3*4*32*64 = 28864) = 90656; active, 2 of the 4 experts in
+# each MoE block: 90656 - 2 x 24576 / 2 = 66080
 hpdl_shape_test(moe.every2
-  "tests/moe/every2.hpd: ok: model Every2, 90.7K parameters (90656); dp=1 tp=1 pp=1 cp=1 on cpu (1 device)"
+  "tests/moe/every2.hpd: ok: model Every2, 90.7K parameters (90656), 66.1K active per token (66080); dp=1 tp=1 pp=1 cp=1 on cpu (1 device)"
   tests/moe/every2.hpd)
 # GPT-3 175B with GPT-2's vocabulary (50257) at tensor 8, in FP8: the checker
 # accepts it (vocab_pad = 128 pads the table for the planner)

@@ -545,8 +545,12 @@ static const char *human_count(char *buf, size_t n, int64_t v) {
 static void print_summary(const char *path, const SemModel *m) {
   char count[32];
   const SemLayout *L = &m->layout;
-  printf("%s: ok: model %s, %s parameters (%" PRId64 "); ", path, m->model->decl->name.name,
+  printf("%s: ok: model %s, %s parameters (%" PRId64 ")", path, m->model->decl->name.name,
          human_count(count, sizeof count, sem_param_count(m)), sem_param_count(m));
+  int64_t active = sem_active_param_count(m);
+  if (active != sem_param_count(m))
+    printf(", %s active per token (%" PRId64 ")", human_count(count, sizeof count, active), active);
+  printf("; ");
   if (L->dp < 0) printf("dp=auto");
   else printf("dp=%" PRId64, L->dp);
   printf(" tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64, L->tp, L->pp, L->cp);

@@ -11,6 +11,7 @@
  * instantiation), sema_expr.c (forward checking) and sema_blocks.c (the train,
  * parallel and cluster blocks and the parallel layout). */
 #include "sema_internal.h"
+#include "xalloc.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -424,3 +425,50 @@ static SemModel *check_program(Sema *S) {
 }
 
 int64_t sem_param_count(const SemModel *m) { return m->model ? m->model->param_count : 0; }
+
+/* The first moe_dispatch in e's expression DAG (seen: the nodes visited, so shared
+ * subexpressions are walked once): its experts E and choices per token K. */
+typedef struct {
+  const SemExpr **v;
+  int n, cap;
+} Seen;
+
+static int find_dispatch(const SemExpr *e, Seen *seen, int64_t *E, int64_t *K) {
+  if (!e) return 0;
+  for (int i = 0; i < seen->n; i++)
+    if (seen->v[i] == e) return 0;
+  if (seen->n == seen->cap) {
+    seen->cap = seen->cap ? 2 * seen->cap : 64;
+    seen->v = xalloc_realloc(seen->v, sizeof *seen->v * (size_t)seen->cap);
+  }
+  seen->v[seen->n++] = e;
+  if (e->kind == SE_OP && e->op == SOP_MOE_DISPATCH && e->nargs == 2 &&
+      sym_is_const(e->args[1]->type.dims[e->args[1]->type.rank - 1], K)) {
+    *E = e->attr[0];
+    return 1;
+  }
+  for (int i = 0; i < e->nargs; i++)
+    if (find_dispatch(e->args[i], seen, E, K)) return 1;
+  return 0;
+}
+
+/* Parameters a token uses in layer L and below: an expert parameter ([E, ...], shard
+ * expert_column / expert_row) counts K / E of itself under the layer whose forward
+ * dispatches to E experts K a token (the nearest above it), every other in full. */
+static int64_t active_count(const SemLayer *L, int64_t E, int64_t K) {
+  Seen seen = {0};
+  for (const SemFunc *f = L->funcs; f; f = f->next)
+    if (find_dispatch(f->result, &seen, &E, &K)) break;
+  free(seen.v);
+  int64_t n = 0;
+  for (int i = 0; i < L->nparams; i++) {
+    const SemParam *p = &L->params[i];
+    int expert = p->shard == SHARD_EXPERT_COLUMN || p->shard == SHARD_EXPERT_ROW;
+    n += expert && E > 0 ? p->numel / E * K : p->numel;
+  }
+  for (int i = 0; i < L->nchildren; i++)
+    if (L->children[i].layer) n += L->children[i].repeat * active_count(L->children[i].layer, E, K);
+  return n;
+}
+
+int64_t sem_active_param_count(const SemModel *m) { return m->model ? active_count(m->model, 0, 1) : 0; }

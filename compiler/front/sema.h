@@ -268,4 +268,9 @@ SemModel *sema_check(Arena *arena, Diag *diag, const LoadedProgram *prog, const 
 /* Total parameters of the model (tied weights counted once). */
 int64_t sem_param_count(const SemModel *m);
 
+/* The parameters one token uses: sem_param_count but for the experts of a mixture of
+ * experts, of which top_k of E count (the convention of MoE papers' "active
+ * parameters"); the total where the model has no experts. */
+int64_t sem_active_param_count(const SemModel *m);
+
 #endif

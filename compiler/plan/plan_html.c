@@ -102,8 +102,11 @@ static void html_header(FILE *f, PlanCtx *c, const PlanReport *rep, const PlanRe
   fputs("</span></h1>\n<table class=\"facts\">\n", f);
   fprintf(f, "<tr><th>model</th><td>");
   esc(f, m->model->decl->name.name);
-  fprintf(f, ": %s parameters, sequence %" PRId64 ", global batch %" PRId64 " (%s tokens a step), %s</td></tr>\n",
-          plan_fmt_count(a, sizeof a, r->params), r->seq_len, r->global_batch,
+  fprintf(f, ": %s parameters", plan_fmt_count(a, sizeof a, r->params));
+  int64_t skipped = sem_param_count(m) - sem_active_param_count(m); /* experts a token does not use */
+  if (skipped > 0) fprintf(f, " (%s active per token)", plan_fmt_count(a, sizeof a, r->params - (double)skipped));
+  fprintf(f, ", sequence %" PRId64 ", global batch %" PRId64 " (%s tokens a step), %s</td></tr>\n",
+          r->seq_len, r->global_batch,
           plan_fmt_count(b, sizeof b, (double)r->global_batch * (double)r->seq_len), sem_precision_name(m->train.precision));
   int64_t gpn = cl->gpus_per_node > 0 ? cl->gpus_per_node : 1, nodes = (r->gpus + gpn - 1) / gpn;
   fputs("<tr><th>cluster</th><td>", f);

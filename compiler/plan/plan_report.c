@@ -13,6 +13,12 @@
 #include "plan_internal.h"
 #include "schedule.h"
 
+/* The parameters a token uses (sema.h's sem_active_param_count) on the plan's count,
+ * which may pad the vocabulary: the total less the experts a token skips. */
+static double plan_active_params(const SemModel *m, const PlanResult *r) {
+  return r->params - (double)(sem_param_count(m) - sem_active_param_count(m));
+}
+
 static const char *prec_label(Precision p) { return sem_precision_name(p); }
 
 const char *plan_layout_str(char *buf, size_t n, const PlanLayout *L) {
@@ -35,7 +41,10 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
   const SemModel *m = plan_model(c);
   const SemCluster *cl = plan_cluster(c);
   const PlanLayout *L = &r->layout;
-  fprintf(f, "plan: %s: model %s, %s parameters\n", file, m->model->decl->name.name, plan_fmt_count(a, sizeof a, r->params));
+  fprintf(f, "plan: %s: model %s, %s parameters", file, m->model->decl->name.name, plan_fmt_count(a, sizeof a, r->params));
+  if (plan_active_params(m, r) != r->params)
+    fprintf(f, ", %s active per token (top_k of the experts)", plan_fmt_count(b, sizeof b, plan_active_params(m, r)));
+  fputc('\n', f);
   int64_t gpn = cl->gpus_per_node > 0 ? cl->gpus_per_node : 1;
   fprintf(f, "cluster: %s, %" PRId64 " x %s (%" PRId64 " node%s of %" PRId64 "), %s\n", cl->name ? cl->name : "?",
           r->gpus, plan_device(c)->name, (r->gpus + gpn - 1) / gpn, (r->gpus + gpn - 1) / gpn == 1 ? "" : "s", gpn,
@@ -355,6 +364,7 @@ static json_t *json_report(PlanCtx *c, const PlanReport *rep) {
   json_t *mo = json_object();
   json_object_set_new(mo, "name", json_string(m->model->decl->name.name));
   json_object_set_new(mo, "params", jnum(r ? r->params : 0));
+  json_object_set_new(mo, "active_params", jnum(r ? plan_active_params(m, r) : 0));
   json_object_set_new(mo, "flops_per_step", jnum(r ? r->model_flops : 0));
   json_object_set_new(mo, "flops_per_step_all_ops", jnum(r ? r->model_flops_all : 0));
   json_object_set_new(mo, "hardware_flops_per_step", jnum(r ? r->hw_flops : 0));
