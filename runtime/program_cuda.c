@@ -28,6 +28,7 @@
 #include "comm_ring.h"
 #include "devexec.h"
 #include "devoptim.h"
+#include "extcall.h"
 #include "program.h"
 #include "program_cuda.h"
 #include "program_ir.h"
@@ -44,6 +45,7 @@ typedef struct {
   Device *dev;
   Arena *arena;
   ProgramChunk *pc;
+  ExtCalls *ext; /* the module's extern libraries (kind "host" launches); NULL without */
   DevxProgram prog;
   DevExec *x;
   CudaUse *uses;
@@ -289,6 +291,26 @@ static int load_kernels(CudaProg *P, const char *path, RtErr *e) {
     L->block = (unsigned)jint(jl, "block");
     L->flops = json_number_value(json_object_get(jl, "flops"));
     L->bytes = json_number_value(json_object_get(jl, "bytes"));
+    json_t *host = json_object_get(jl, "host");
+    if (host) {
+      json_t *hio = json_object_get(host, "io");
+      L->is_host = 1;
+      L->host_extern = (int)json_integer_value(json_object_get(host, "extern"));
+      L->host_grad = json_is_true(json_object_get(host, "grad"));
+      L->nhost_io = (int)json_array_size(hio);
+      if (L->nhost_io < 2 || L->nhost_io > (int)(sizeof L->host_io / sizeof L->host_io[0])) {
+        rc = fail(e, "%s: launch %s: a host call of %d buffers", path, L->name, L->nhost_io);
+        break;
+      }
+      for (int h = 0; h < L->nhost_io && !rc; h++) {
+        L->host_io[h] = (int)json_integer_value(json_array_get(hio, (size_t)h));
+        if (L->host_io[h] < 0 || L->host_io[h] >= K->ninputs + K->noutputs)
+          rc = fail(e, "%s: launch %s: host buffer %d is not one of the kernel's", path, L->name, L->host_io[h]);
+      }
+      if (!rc && (L->host_extern < 0 || L->host_extern >= P->pc->m->nexterns))
+        rc = fail(e, "%s: launch %s: extern %d is not one of the module's %d", path, L->name, L->host_extern,
+                  P->pc->m->nexterns);
+    }
     json_t *gm = json_object_get(jl, "gemm");
     if (!gm) continue;
     L->is_gemm = 1;
@@ -366,6 +388,7 @@ static void cuda_destroy(void *self) {
   free(P->ins);
   for (int i = 0; P->uses && i < P->nuses; i++) free(P->uses[i].mirror);
   if (P->dev) P->dev->ops->close(P->dev);
+  if (P->ext) extcall_close(P->ext);
   for (int i = 0; P->feeds && P->pc && i < P->pc->m->ninputs; i++) free(P->feeds[i]);
   free(P->feeds);
   free(P->uses);
@@ -382,6 +405,28 @@ static void cuda_launch_span(void *user, int graph, int64_t layer, const DevxLau
   int compute = L->is_gemm || !strcmp(L->kind, "attention"); /* priced with the GEMMs */
   P->pf->span(P->pf->self, L->name ? L->name : "?", compute ? "gemm" : "kernel", t1 - secs, t1, P->cur_mb, P->pc->chunk,
               P->prog.m->graphs[graph]->count > 1 ? layer : -1, 0, flops);
+}
+
+/* extern calls from the device program: on its host copies, through core/extcall.h */
+static int host_extern(void *user, int index, int grad, void *const *bufs, char *err, size_t errlen) {
+  CudaProg *P = user;
+  return grad ? extcall_grad(P->ext, index, bufs, err, errlen) : extcall_forward(P->ext, index, bufs, err, errlen);
+}
+
+/* The extern libraries, loaded at set-up as the CPU program loads them (program_exec.c): a
+ * path with a slash names the artifact's copy, a bare name the dlopen search path. */
+static int externs_open(CudaProg *P, const Artifact *a, RtErr *e) {
+  IrModule *m = P->pc->m;
+  if (!m->nexterns) return 0;
+  for (int i = 0; i < m->nexterns; i++) {
+    IrExtern *ex = &m->externs[i];
+    if (strchr(ex->path, '/') && ex->path[0] != '/') ex->path = arena_printf(P->arena, "%s/%s", a->dir, ex->path);
+  }
+  char why[2048];
+  if (!(P->ext = extcall_open(m->externs, m->nexterns, why, sizeof why))) return fail(e, "%s", why);
+  DevxHost h = {P, host_extern};
+  devx_set_host(P->x, &h);
+  return 0;
 }
 
 static void *cuda_create(TrainCtx *ctx, RtErr *e) {
@@ -469,8 +514,8 @@ static void *cuda_create(TrainCtx *ctx, RtErr *e) {
     }
   }
   P->x = devx_new(P->dev, &P->prog, (unsigned long long)a->seed, err, sizeof err);
-  if (!P->x) {
-    fail(e, "%s", err);
+  if (!P->x || externs_open(P, a, e)) {
+    if (!P->x) fail(e, "%s", err);
     cuda_destroy(P);
     return NULL;
   }

@@ -9,6 +9,11 @@
 #   extern.CASE      extern/extern_e2e.py (it says what each case checks):
 #                    hpdlc compile + hpdlrun against the builtin model, one rank and
 #                    tp=2; compile errors against golden text; a moved artifact
+#   cuda.run.<device>.extern, .extern_tp2  the same model compiled --target cuda: the
+#                    host program calls the native functions between launches on host
+#                    copies of their buffers (kind "host" launches, devexec.c's run_host),
+#                    5 steps against the CPU artifact (tests/cuda/run_device.py); emulated
+#                    in CI, on the GPU where there is one
 set(HPDL_EXTERN_DIR ${CMAKE_CURRENT_BINARY_DIR}/extern)
 add_library(hpdl_testops SHARED extern/testops.c)
 target_link_libraries(hpdl_testops PRIVATE m)
@@ -47,4 +52,19 @@ endif()
 # native code by consent and the artifact's files checked (docs/reliability.md): also label reliability
 if(Python3_Interpreter_FOUND)
   set_tests_properties(extern.errors extern.moved PROPERTIES LABELS "extern;reliability")
+endif()
+
+if(Python3_Interpreter_FOUND)
+  foreach(dev emulate cuda)
+    foreach(entry "extern|" "extern_tp2|--tp 2")
+      hpdl_name_flags("${entry}" name layout)
+      add_test(NAME cuda.run.${dev}.${name}
+               COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc>
+                       --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
+                       --sample ${HPDL_EXTERN_DIR}/ext_lm.hpd --device ${dev} --steps 5 --first-tol 1e-6 --tol 1e-5
+                       "--args=--allow-native ${layout}" "--run-args=--allow-native")
+      set_tests_properties(cuda.run.${dev}.${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS "cuda;extern"
+                           ENVIRONMENT "${HPDL_SANITIZED_MPI_ENV}")
+    endforeach()
+  endforeach()
 endif()

@@ -85,7 +85,7 @@ void cu_add_launch(CuKern *k, const char *name, int step, const char *kind, int6
   l->grid = grid < 1 ? 1 : grid > CU_MAX_GRID ? CU_MAX_GRID : grid;
   l->block = block;
   t->stats.kernels++;
-  if (t->opt.emulate && strcmp(kind, "gemm")) {
+  if (t->opt.emulate && strcmp(kind, "gemm") && strcmp(kind, "host")) {
     const FuseKernel *K = k->K;
     cu_tx(&k->stub, "  if (HPDL_EMU_LAUNCH(%s, dim3(%" PRId64 "), dim3(%" PRId64 "), 0, *ctx", name, l->grid, l->block);
     for (int i = 0; i < K->ninputs + K->noutputs; i++) {
@@ -1049,7 +1049,7 @@ static CgTarget *cu_create(const IrModule *m, const FuseResult *fr, const CgOpti
 static void launch_bytes(CgTarget *t) {
   for (int i = 0; i < t->nlaunch; i++) {
     CuLaunch *l = &t->launch[i];
-    int alone = strcmp(l->kind, "gemm") != 0;
+    int alone = strcmp(l->kind, "gemm") != 0 && strcmp(l->kind, "host") != 0;
     for (int j = 0; j < t->nlaunch && alone; j++)
       alone = j == i || t->launch[j].graph != l->graph || t->launch[j].kernel != l->kernel;
     l->bytes = 0;
@@ -1190,7 +1190,7 @@ static json_t *fused_json(const CgTarget *t) {
       json_t *k = json_pack("{s:s, s:o, s:o}", "kind", kind, "inputs", int_array(K->inputs, K->ninputs), "outputs",
                             int_array(K->outputs, K->noutputs));
       if (K->kind == FUSE_VIEW || K->kind == FUSE_LEAF || K->kind == FUSE_CALL || K->kind == FUSE_COMM)
-        json_object_set_new(k, "nodes", int_array(K->nodes, K->kind == FUSE_VIEW ? K->nnodes : 1));
+        json_object_set_new(k, "nodes", int_array(K->nodes, K->kind == FUSE_VIEW || K->kind == FUSE_COMM ? K->nnodes : 1));
       /* an auxiliary loss: the host program adds weight x its loss up */
       int aux = cg_cuda_aux_node(fg, kp);
       if (aux >= 0) json_object_set_new(k, "aux_node", json_integer(aux));
@@ -1281,6 +1281,11 @@ static int cu_emit(CgTarget *t, const char *path) {
                             "grid", (json_int_t)l->grid, "block", (json_int_t)l->block);
       if (l->flops > 0) json_object_set_new(j, "flops", json_real(l->flops));
       if (l->bytes > 0) json_object_set_new(j, "bytes", json_real(l->bytes));
+      if (!strcmp(l->kind, "host")) {
+        json_t *hio = json_array();
+        for (int h = 0; h < l->nhost_io; h++) json_array_append_new(hio, json_integer(l->host_io[h]));
+        json_object_set_new(j, "host", json_pack("{s:i, s:b, s:o}", "extern", l->host_extern, "grad", l->host_grad, "io", hio));
+      }
       if (!strcmp(l->kind, "gemm")) {
         json_object_set_new(j, "gemm",
                             json_pack("{s:i, s:i, s:i, s:b, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:I, s:I}", "a",

@@ -16,7 +16,7 @@ const CgBackend *cg_cuda_backend(void);
 typedef struct {
   char name[200];
   int graph, kernel, step; /* the fused kernel (fuse.h) and its step */
-  const char *kind;        /* "loop", "row", "zero", "special", "attention", "gemm" */
+  const char *kind;        /* "loop", "row", "zero", "special", "attention", "gemm", "host" */
   int64_t grid, block;     /* blocks (grid-stride beyond) and threads a block */
   double flops;            /* "attention": the arithmetic of this launch (profiles), else 0 */
   double bytes;            /* a kernel of one launch: its inputs read and outputs written once,
@@ -37,6 +37,13 @@ typedef struct {
   int batch_axes;
   int64_t bdims[IR_MAX_RANK], sa[IR_MAX_RANK], sb[IR_MAX_RANK];
   int64_t amat, bmat;
+  /* kind "host": an extern's native function (core/extcall.h) that the host
+   * program calls on host copies of the kernel's buffers: entry host_extern of
+   * the module's externs, its gradient when host_grad; host_io: the io index of
+   * each buffer in extcall's order (the arguments, then the result or, for the
+   * gradient, the result's gradient and the arguments' gradients) */
+  int host_extern, host_grad, nhost_io;
+  int host_io[16];
 } CgCudaLaunch;
 
 /* The AUX_LOSS node of fused kernel kp (a special kernel whose loss the host

@@ -789,8 +789,33 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   return 0;
 }
 
+/* ---- extern: a native function of the host ---- */
+
+/* The host program calls it between launches (libffi, core/extcall.h) on host copies of
+ * the kernel's buffers: a launch of kind "host" with the buffers in the function's order
+ * and no device code. */
+static int host_extern(CuKern *k, const IrNode *n, int id) {
+  int io[16], nio = 0;
+  if (n->nin + 1 > (int)(sizeof io / sizeof io[0])) {
+    cu_fail(k->t, "graph %s kernel k%d: an extern call with %d buffers (the CUDA target takes at most %d)",
+            k->fg->graph->name, k->kp, n->nin + 1, (int)(sizeof io / sizeof io[0]));
+    return -1;
+  }
+  for (int i = 0; i < n->nin; i++)
+    if ((io[nio++] = io_of(k, n->in[i])) < 0) return -1;
+  if ((io[nio++] = io_of(k, id)) < 0) return -1;
+  cu_tx(&k->t->src, "/* %s: %s of extern %" PRId64 ": the host program calls the native function (no device code) */\n\n",
+        k->base, ir_op_name(n->op), n->attr[0]);
+  cu_add_launch(k, k->base, 0, "host", 1, 1);
+  CuLaunch *l = &k->t->launch[k->t->nlaunch - 1];
+  l->host_extern = (int)n->attr[0];
+  l->host_grad = n->op == IR_EXTERN_GRAD;
+  l->nhost_io = nio;
+  memcpy(l->host_io, io, sizeof(int) * (size_t)nio);
+  return 0;
+}
+
 int cu_special(CuKern *k) {
-  CuText *o = &k->t->src;
   int id = special_node(k);
   const IrNode *n = nd(k, id);
   switch (n->op) {
@@ -805,13 +830,7 @@ int cu_special(CuKern *k) {
   case IR_SUM_TO:
   case IR_REDUCE_SUM: return sum_to(k, n, id);
   case IR_EXTERN:
-  case IR_EXTERN_GRAD:
-    /* a native function of the host (libffi, core/extcall.h): the host
-     * program calls it between launches; no device code */
-    cu_tx(o, "/* %s: special %s: a host function, called by the host program: not generated yet */\n\n", k->base,
-          ir_op_name(n->op));
-    k->t->nspecial++;
-    return 0;
+  case IR_EXTERN_GRAD: return host_extern(k, n, id);
   case IR_TOPK: return topk(k, n, id);
   case IR_TAKE:
   case IR_TAKE_BWD: return take(k, n, id);

@@ -49,6 +49,7 @@ struct DevExec {
   float loss_seed; /* the running step's seed (LOSS_SEED) */
   double aux_sum;  /* AUX_LOSS: weight x loss of the forwards, until devx_take_aux */
   int aux_seen;
+  DevxHost host_call; /* extern calls (devx_set_host) */
   DevxTracer tracer; /* hpdlrun --profile (devx_set_tracer) */
   int has_tracer;
   char err[1200];
@@ -151,6 +152,7 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, ch
       R->calls = calloc((size_t)K->nlaunches + 1, sizeof *R->calls);
       for (int l = 0; l < K->nlaunches && !rc; l++) {
         const DevxLaunch *L = &K->launches[l];
+        if (L->is_host) continue; /* no device code: run_host */
         if (L->is_gemm) {
           R->plans[l] = dev->ops->gemm_plan(dev, &L->gemm);
           if (!R->plans[l]) rc = fail(x, "graph %s kernel %d (%s): %s", m->graphs[g]->name, k, L->name, dev_error(dev));
@@ -426,6 +428,42 @@ void devx_set_tracer(DevExec *x, const DevxTracer *t) {
   x->has_tracer = t != NULL;
 }
 
+void devx_set_host(DevExec *x, const DevxHost *h) {
+  if (h) x->host_call = *h;
+  else memset(&x->host_call, 0, sizeof x->host_call);
+}
+
+/* A "host" launch: the extern's buffers copied to the host, the native function called
+ * through the program's hook, its result copied back. */
+static int run_host(DevExec *x, int gi, int kp, const DevxLaunch *L, void **io) {
+  const DevxKernel *K = &x->p->graphs[gi].kernels[kp];
+  const IrGraph *g = x->p->m->graphs[gi];
+  Device *d = x->dev;
+  if (!x->host_call.call)
+    return fail(x, "graph %s kernel %d (%s): an extern call, but the program set no host hook", g->name, kp, L->name);
+  void *bufs[16];
+  size_t bytes[16];
+  int rc = 0, nb = 0;
+  for (; nb < L->nhost_io && !rc; nb++) {
+    int i = L->host_io[nb];
+    int v = i < K->ninputs ? K->inputs[i] : K->outputs[i - K->ninputs];
+    bytes[nb] = value_bytes(&g->nodes[v]);
+    bufs[nb] = malloc(bytes[nb] ? bytes[nb] : 1);
+    if (!bufs[nb]) rc = fail(x, "%s: out of host memory for %zu bytes", L->name, bytes[nb]);
+    /* the last buffer is the one the function writes (extcall zeroes a gradient's) */
+    else if (nb < L->nhost_io - 1 && bytes[nb] && d->ops->to_host(d, bufs[nb], io[i], bytes[nb]))
+      rc = fail(x, "%s: %s", L->name, dev_error(d));
+  }
+  char why[1024] = "";
+  if (!rc && x->host_call.call(x->host_call.user, L->host_extern, L->host_grad, bufs, why, sizeof why))
+    rc = fail(x, "graph %s kernel %d (%s): %s", g->name, kp, L->name, why);
+  int last = L->nhost_io - 1;
+  if (!rc && bytes[last] && d->ops->to_device(d, io[L->host_io[last]], bufs[last], bytes[last]))
+    rc = fail(x, "%s: %s", L->name, dev_error(d));
+  for (int b = 0; b < nb; b++) free(bufs[b]);
+  return rc;
+}
+
 static int run_launches(DevExec *x, int gi, int kp, int64_t layer, void **io) {
   const DevxKernel *K = &x->p->graphs[gi].kernels[kp];
   const KernelRes *R = &x->res[gi][kp];
@@ -435,9 +473,13 @@ static int run_launches(DevExec *x, int gi, int kp, int64_t layer, void **io) {
     const DevxLaunch *L = &K->launches[l];
     int timed = x->profile || x->has_tracer;
     double t0 = timed ? x->dev->ops->seconds(x->dev) : 0;
-    int rc = L->is_gemm ? x->dev->ops->gemm(x->dev, R->plans[l], io)
-                        : x->dev->ops->launch(x->dev, R->k[l], L->grid, L->block, &c, io, nio);
-    if (rc) return fail(x, "graph %s kernel %d (%s): %s", x->p->m->graphs[gi]->name, kp, L->name, dev_error(x->dev));
+    if (L->is_host) {
+      if (run_host(x, gi, kp, L, io)) return -1;
+    } else {
+      int rc = L->is_gemm ? x->dev->ops->gemm(x->dev, R->plans[l], io)
+                          : x->dev->ops->launch(x->dev, R->k[l], L->grid, L->block, &c, io, nio);
+      if (rc) return fail(x, "graph %s kernel %d (%s): %s", x->p->m->graphs[gi]->name, kp, L->name, dev_error(x->dev));
+    }
     if (timed) {
       double dt = x->dev->ops->seconds(x->dev) - t0;
       if (x->profile) {
@@ -721,7 +763,14 @@ static int frame_run(DevExec *x, DevxFrame *F, int to) {
       break;
     }
     case DEVX_COMM: {
+      /* views the fuser folded into the unit (a RESHAPE of its input) alias their input;
+       * the other node is the collective */
       int id = K->nodes[0];
+      for (int j = 0; j < K->nnodes; j++) {
+        const IrNode *v = &g->nodes[K->nodes[j]];
+        if (v->op == IR_RESHAPE && v->nin == 1) val[K->nodes[j]] = val[v->in[0]];
+        else id = K->nodes[j];
+      }
       if (g->nodes[id].op == IR_SEND) { /* its value is its input's (core/interp.c) */
         rc = run_comm(x, g, &g->nodes[id], val, NULL);
         val[id] = val[g->nodes[id].in[0]];

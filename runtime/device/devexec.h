@@ -35,6 +35,12 @@ typedef struct {
   DevGemm gemm; /* is_gemm: over the fused kernel's io (inputs, then outputs) */
   double flops; /* kernels.json's "flops" of a launch that computes (attention), else 0 */
   double bytes; /* kernels.json's "bytes": the least DRAM traffic of a one-launch kernel, else 0 */
+  /* kind "host" (is_host): an extern's native function called on host copies of the
+   * kernel's buffers (devx_set_host), kernels.json's "host": the module's extern
+   * host_extern, its gradient when host_grad, host_io the io index of each buffer in
+   * the function's order (the last the one it writes) */
+  int is_host, host_extern, host_grad, nhost_io;
+  int host_io[16];
 } DevxLaunch;
 
 typedef struct {
@@ -150,6 +156,16 @@ typedef struct {
   void (*launch)(void *user, int graph, int64_t layer, const DevxLaunch *L, double secs, double flops);
 } DevxTracer;
 void devx_set_tracer(DevExec *x, const DevxTracer *t);
+
+/* Where the program's extern calls go (kind "host" launches): call(user, index, grad,
+ * bufs, err, errlen) as core/extcall.h's extcall_forward / extcall_grad take them, on
+ * host buffers; 0, or -1 with the reason in err. Without it such a launch fails, saying
+ * so. */
+typedef struct {
+  void *user;
+  int (*call)(void *user, int index, int grad, void *const *bufs, char *err, size_t errlen);
+} DevxHost;
+void devx_set_host(DevExec *x, const DevxHost *h);
 
 /* Device memory the pool holds now and at most (bytes). */
 void devx_memory(const DevExec *x, size_t *now, size_t *peak);

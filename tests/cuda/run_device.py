@@ -13,7 +13,8 @@ ranks are the artifact's. --first-tol: the first step's loss must agree
 within it (the later steps within --tol). --resume-args: the device run
 stops halfway with a checkpoint and a second artifact, compiled with these
 arguments instead (another layout), resumes it to the end; its steps must
-agree with the CPU run's all the same. --cpu-metrics FILE: the CPU run's
+agree with the CPU run's all the same. --run-args: more arguments of every
+hpdlrun (--allow-native, for a model with extern functions). --cpu-metrics FILE: the CPU run's
 metrics are read from FILE where it exists (a machine whose hpdlc lacks the
 CPU back end, such as a GPU machine given bench/gpu_bundle.sh's tools), and
 written there after the CPU run where it does not; with --cpu-only the CPU
@@ -92,6 +93,7 @@ def main():
     ap.add_argument("--first-tol", type=float, default=None)
     ap.add_argument("--args", default="")
     ap.add_argument("--resume-args", default=None)
+    ap.add_argument("--run-args", default="", help="more arguments of every hpdlrun (--allow-native for externs)")
     ap.add_argument("--halves", default="device,device")
     ap.add_argument("--keep", default=None)
     ap.add_argument("--cpu-metrics", default=None, help="the CPU run's metrics: read where the file exists, else written")
@@ -170,7 +172,7 @@ def main():
         for name, art, flags, out in plan:
             ckpt = f"{tmp}/ckpt-{'cpu' if name == 'cpu' else 'cuda'}"
             cmd = [a.hpdlrun, f"{tmp}/{art}", "--steps", str(a.steps), "--log-every", "1", "--data", data,
-                   "--checkpoint-dir", ckpt, "--metrics", f"{tmp}/{out}", "--progress", "plain"] + flags
+                   "--checkpoint-dir", ckpt, "--metrics", f"{tmp}/{out}", "--progress", "plain"] + flags + shlex.split(a.run_args)
             r = run(cmd)
             print(r.stdout.rstrip())
             if r.returncode:

@@ -141,6 +141,13 @@ static void build_program(const IrModule *m, const FuseResult *fr, const CgCudaL
         snprintf(L->kind, sizeof L->kind, "%s", ls[i].kind);
         L->flops = ls[i].flops;
         L->bytes = ls[i].bytes;
+        if (!strcmp(ls[i].kind, "host")) {
+          L->is_host = 1;
+          L->host_extern = ls[i].host_extern;
+          L->host_grad = ls[i].host_grad;
+          L->nhost_io = ls[i].nhost_io;
+          memcpy(L->host_io, ls[i].host_io, sizeof L->host_io);
+        }
         L->is_gemm = !strcmp(ls[i].kind, "gemm");
         if (L->is_gemm) to_dev_gemm(&ls[i], &L->gemm);
       }
