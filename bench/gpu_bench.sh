@@ -64,6 +64,20 @@ if [ -n "${CPU_METRICS:-}" ]; then
     echo "   exit $rc"
     [ $rc -eq 0 ] || echo "$name" >> "$out/layouts.failed"
   done
+  # an extern model's native calls from the host program (gpu_bundle.sh's extern/)
+  for entry in "extern|" "extern_tp2|--tp 2"; do
+    name=${entry%%|*}
+    [ -s "$CPU_METRICS/$name.jsonl" ] && [ -f "$CPU_METRICS/../extern/ext_lm.hpd" ] || continue
+    echo "== $name"
+    timeout 300 python3 "$here/tests/cuda/run_device.py" --hpdlc "$tools/hpdlc" --hpdlrun "$tools/hpdlrun" \
+      --hpdl-data "$tools/hpdl-data" --sample "$CPU_METRICS/../extern/ext_lm.hpd" --device cuda --steps 5 \
+      --first-tol 1e-6 --tol 1e-5 "--args=--allow-native ${entry#*|}" "--run-args=--allow-native" \
+      --cpu-metrics "$CPU_METRICS/$name.jsonl" > "$out/$name.log" 2>&1
+    rc=$?
+    tail -1 "$out/$name.log"
+    echo "   exit $rc"
+    [ $rc -eq 0 ] || echo "$name" >> "$out/layouts.failed"
+  done
   [ -s "$out/layouts.failed" ] && fails=$((fails + $(wc -l < "$out/layouts.failed")))
 fi
 for attn in flash materialized; do

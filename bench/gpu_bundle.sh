@@ -39,6 +39,21 @@ if [ -x "$here/build/bin/hpdlc" ] && "$here/build/bin/hpdlc" compile --help 2>&1
       --cpu-metrics "$out/cpu-metrics/$name.jsonl" > "$out/cpu-metrics/$name.log" 2>&1 ||
       { echo "gpu_bundle: the CPU run of $name failed:"; tail -5 "$out/cpu-metrics/$name.log"; exit 1; }
   done
+  # an extern model (tests/extern/ext_lm.hpd and its library, from the full build): the
+  # host program's calls of native code, one rank and tp 2
+  if [ -f "$here/build/tests/extern/libhpdl_testops.so" ]; then
+    mkdir -p "$out/extern"
+    cp "$here/build/tests/extern/ext_lm.hpd" "$here/build/tests/extern/libhpdl_testops.so" "$out/extern/"
+    for entry in "extern|" "extern_tp2|--tp 2"; do
+      name=${entry%%|*}
+      [ -s "$out/cpu-metrics/$name.jsonl" ] && continue
+      python3 "$here/tests/cuda/run_device.py" --hpdlc "$here/build/bin/hpdlc" --hpdlrun "$here/build/bin/hpdlrun" \
+        --hpdl-data "$here/build/bin/hpdl-data" --sample "$out/extern/ext_lm.hpd" --device emulate --steps 5 \
+        "--args=--allow-native ${entry#*|}" "--run-args=--allow-native" --cpu-only \
+        --cpu-metrics "$out/cpu-metrics/$name.jsonl" > "$out/cpu-metrics/$name.log" 2>&1 ||
+        { echo "gpu_bundle: the CPU run of $name failed:"; tail -5 "$out/cpu-metrics/$name.log"; exit 1; }
+    done
+  fi
 else
   echo "gpu_bundle: no full build in $here/build: no CPU metrics, so gpu_bench.sh runs no layouts"
 fi
