@@ -152,6 +152,29 @@ static __device__ __forceinline__ void hpdl_attn_load(float (*dst)[LD], const fl
   }
 }
 
+/* Whether no pair of the key tile [j0, j0 + nk) with rows whose positions lie in [rmin, rmax]
+ * is allowed: under the causal mask, every key after the last row, or (with a window) a
+ * window or more behind the first. The same in every thread that passes the same bounds,
+ * so the barriers after it stay uniform. */
+static __device__ __forceinline__ bool hpdl_attn_keys_skipped(int j0, int nk, int S, int causal, int window, int rmin,
+                                                              int rmax, int col_rank, int col_size) {
+  if (!causal) return false;
+  if (window > 0 && rmin - hpdl_attn_colpos_max(j0, j0 + nk, S, col_rank, col_size) >= window) return true;
+  return hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) > rmax;
+}
+
+/* The key tile [j0, j0 + nk) of (b, hk) into shared memory: k's rows, v's (zeros past S:
+ * 0 * v stays 0) and, under the causal mask, the keys' positions. */
+template <int BK, int D, int Dv, int NT, int LDK, int LDV>
+static __device__ __forceinline__ void hpdl_attn_load_keys(float (*Ks)[LDK], float (*Vs)[LDV], int *Cp,
+                                                           const float *__restrict__ kh, const float *__restrict__ vh,
+                                                           int j0, int nk, int S, int causal, int col_rank, int col_size) {
+  hpdl_attn_load<BK, D, D, NT>(Ks, kh + (long long)j0 * D, nk);
+  hpdl_attn_load<BK, Dv, Dv, NT>(Vs, vh + (long long)j0 * Dv, nk);
+  if (causal)
+    for (int j = threadIdx.x; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0;
+}
+
 /* ---------------------------------------------------------------------- forward */
 
 /* out [B, H, T, Dv + 1] for the block `blk` of HPDL_ATTN_FWD_GRID: query rows
@@ -195,14 +218,9 @@ static __device__ void hpdl_attn_fwd(const float *__restrict__ q, const float *_
   for (int j0 = 0; j0 < S; j0 += BK) {
     const int nk = S - j0 < BK ? S - j0 : BK;
     /* the same decision in every thread: the barriers below stay uniform */
-    if (causal && window > 0 && rmin - hpdl_attn_colpos_max(j0, j0 + nk, S, col_rank, col_size) >= window)
-      continue; /* fwd: the tile is behind the window */
-    if (causal && hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) > rmax) continue;
+    if (hpdl_attn_keys_skipped(j0, nk, S, causal, window, rmin, rmax, col_rank, col_size)) continue; /* uniform */
     __syncthreads(); /* fwd: the previous tile's Ks, Vs, Ps are read */
-    hpdl_attn_load<BK, D, D, NT>(Ks, kh + (long long)j0 * D, nk);
-    hpdl_attn_load<BK, Dv, Dv, NT>(Vs, vh + (long long)j0 * Dv, nk); /* zeros: 0 * v stays 0 past S */
-    if (causal)
-      for (int j = tid; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0;
+    hpdl_attn_load_keys<BK, D, Dv, NT>(Ks, Vs, Cp, kh, vh, j0, nk, S, causal, col_rank, col_size);
     __syncthreads(); /* fwd: the tile is loaded */
 
     float s[NS];
@@ -441,14 +459,9 @@ static __device__ void hpdl_attn_bwd_dq(const float *__restrict__ q, const float
 
   for (int j0 = 0; j0 < S; j0 += BK) {
     const int nk = S - j0 < BK ? S - j0 : BK;
-    if (causal && window > 0 && rmin - hpdl_attn_colpos_max(j0, j0 + nk, S, col_rank, col_size) >= window)
-      continue; /* dq: the tile is behind the window */
-    if (causal && hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) > rmax) continue; /* uniform */
+    if (hpdl_attn_keys_skipped(j0, nk, S, causal, window, rmin, rmax, col_rank, col_size)) continue; /* uniform */
     __syncthreads(); /* dq: the previous tile's Ks, Vs, Cp are read */
-    hpdl_attn_load<BK, D, D, NT>(Ks, kh + (long long)j0 * D, nk);
-    hpdl_attn_load<BK, Dv, Dv, NT>(Vs, vh + (long long)j0 * Dv, nk);
-    if (causal)
-      for (int j = tid; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0;
+    hpdl_attn_load_keys<BK, D, Dv, NT>(Ks, Vs, Cp, kh, vh, j0, nk, S, causal, col_rank, col_size);
     __syncthreads(); /* dq: the tile is loaded */
 
     HPDL_ATTN_ROLLED
@@ -659,19 +672,13 @@ static __device__ void hpdl_attn_fwd_tc(const float *__restrict__ q, const float
 
   for (int j0 = 0; j0 < S; j0 += BK) {
     const int nk = S - j0 < BK ? S - j0 : BK;
-    if (causal && window > 0 && rmin - hpdl_attn_colpos_max(j0, j0 + nk, S, col_rank, col_size) >= window)
-      continue; /* fwd_tc: the tile is behind the window */
-    if (causal && hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) > rmax) continue;
+    if (hpdl_attn_keys_skipped(j0, nk, S, causal, window, rmin, rmax, col_rank, col_size)) continue; /* uniform */
     __syncthreads(); /* fwd_tc: the previous tile's Ks, Vs, Cp are read */
-    hpdl_attn_load<BK, D, D, NT>(Ks, kh + (long long)j0 * D, nk);
-    hpdl_attn_load<BK, Dv, Dv, NT>(Vs, vh + (long long)j0 * Dv, nk);
-    if (causal)
-      for (int j = tid; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0;
+    hpdl_attn_load_keys<BK, D, Dv, NT>(Ks, Vs, Cp, kh, vh, j0, nk, S, causal, col_rank, col_size);
     __syncthreads(); /* fwd_tc: the tile is loaded */
-    /* the warp's rows: none, or (causal) every key of the tile after them or behind
-     * their window; uniform in the warp, and no barrier below */
-    if (wn == 0 || (causal && hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) > wmax)) continue;
-    if (causal && window > 0 && wmin - hpdl_attn_colpos_max(j0, j0 + nk, S, col_rank, col_size) >= window) continue;
+    /* the warp's rows: none, or no allowed pair with the tile; uniform in the warp, and no
+     * barrier below */
+    if (wn == 0 || hpdl_attn_keys_skipped(j0, nk, S, causal, window, wmin, wmax, col_rank, col_size)) continue;
 
     float s[BK / 8][4];
     for (int n = 0; n < BK / 8; n++)
@@ -860,17 +867,11 @@ static __device__ void hpdl_attn_bwd_dq_tc(const float *__restrict__ q, const fl
 
   for (int j0 = 0; j0 < S; j0 += BK) {
     const int nk = S - j0 < BK ? S - j0 : BK;
-    if (causal && window > 0 && rmin - hpdl_attn_colpos_max(j0, j0 + nk, S, col_rank, col_size) >= window)
-      continue; /* dq_tc: the tile is behind the window */
-    if (causal && hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) > rmax) continue; /* uniform */
+    if (hpdl_attn_keys_skipped(j0, nk, S, causal, window, rmin, rmax, col_rank, col_size)) continue; /* uniform */
     __syncthreads(); /* dq_tc: the previous tile's Ks, Vs, Cp are read */
-    hpdl_attn_load<BK, D, D, NT>(Ks, kh + (long long)j0 * D, nk);
-    hpdl_attn_load<BK, Dv, Dv, NT>(Vs, vh + (long long)j0 * Dv, nk);
-    if (causal)
-      for (int j = tid; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0;
+    hpdl_attn_load_keys<BK, D, Dv, NT>(Ks, Vs, Cp, kh, vh, j0, nk, S, causal, col_rank, col_size);
     __syncthreads(); /* dq_tc: the tile is loaded */
-    if (wn == 0 || (causal && hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) > wmax)) continue;
-    if (causal && window > 0 && wmin - hpdl_attn_colpos_max(j0, j0 + nk, S, col_rank, col_size) >= window) continue;
+    if (wn == 0 || hpdl_attn_keys_skipped(j0, nk, S, causal, window, wmin, wmax, col_rank, col_size)) continue;
 
     float s[BK / 8][4], dp[BK / 8][4];
     for (int n = 0; n < BK / 8; n++)
