@@ -31,6 +31,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +53,10 @@ typedef struct {
   long long layer;
   int rank[4];
   int size[4];
-} KCtx; /* kernels/hpdl_cuda.cuh's hpdl_kctx */
+  int flags; /* 0: fp32 (no HPDL_KCTX_TF32) */
+} KCtx; /* kernels/hpdl_cuda.cuh's hpdl_kctx, field for field */
+/* a field the kernels read but this copy lacked would be read from past the struct */
+_Static_assert(offsetof(KCtx, flags) == 48 && sizeof(KCtx) == 56, "KCtx is hpdl_kctx as the kernels see it");
 
 typedef int (*EmuEntry)(const KCtx *ctx, void **io);
 
