@@ -170,3 +170,11 @@ int extcall_grad(ExtCalls *x, int index, void *const *bufs, char *err, size_t er
   free(ptrs);
   return 0;
 }
+
+ExtCalls *extcall_open_artifact(IrExtern *ext, int n, const char *dir, Arena *arena, char *err, size_t errlen) {
+  if (errlen) err[0] = '\0';
+  if (n <= 0) return NULL;
+  for (int i = 0; i < n; i++)
+    if (strchr(ext[i].path, '/') && ext[i].path[0] != '/') ext[i].path = arena_printf(arena, "%s/%s", dir, ext[i].path);
+  return extcall_open(ext, n, err, errlen);
+}

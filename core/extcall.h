@@ -16,6 +16,7 @@
 
 #include <stddef.h>
 
+#include "arena.h"
 #include "ir.h"
 
 typedef struct ExtCalls ExtCalls;
@@ -25,6 +26,12 @@ typedef struct ExtCalls ExtCalls;
  * naming the extern and where it is declared. */
 ExtCalls *extcall_open(const IrExtern *ext, int n, char *err, size_t errlen);
 void extcall_close(ExtCalls *x);
+
+/* An artifact's externs: a path with a slash (not absolute) names the artifact's copy
+ * and is made relative to its folder `dir` (rewritten in place, the strings in arena),
+ * a bare name is found on the dlopen search path; then extcall_open. NULL with the
+ * reason in err; NULL and no error (err empty) when there is no extern. */
+ExtCalls *extcall_open_artifact(IrExtern *ext, int n, const char *dir, Arena *arena, char *err, size_t errlen);
 
 /* Loads one entry's library and looks up its functions, then lets go:
  * hpdlc compile's check. 0; -1 when the library does not load, -2 when

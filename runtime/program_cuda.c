@@ -413,17 +413,12 @@ static int host_extern(void *user, int index, int grad, void *const *bufs, char 
   return grad ? extcall_grad(P->ext, index, bufs, err, errlen) : extcall_forward(P->ext, index, bufs, err, errlen);
 }
 
-/* The extern libraries, loaded at set-up as the CPU program loads them (program_exec.c): a
- * path with a slash names the artifact's copy, a bare name the dlopen search path. */
+/* The extern libraries, loaded at set-up as the CPU program loads them (program_exec.c). */
 static int externs_open(CudaProg *P, const Artifact *a, RtErr *e) {
   IrModule *m = P->pc->m;
   if (!m->nexterns) return 0;
-  for (int i = 0; i < m->nexterns; i++) {
-    IrExtern *ex = &m->externs[i];
-    if (strchr(ex->path, '/') && ex->path[0] != '/') ex->path = arena_printf(P->arena, "%s/%s", a->dir, ex->path);
-  }
   char why[2048];
-  if (!(P->ext = extcall_open(m->externs, m->nexterns, why, sizeof why))) return fail(e, "%s", why);
+  if (!(P->ext = extcall_open_artifact(m->externs, m->nexterns, a->dir, P->arena, why, sizeof why))) return fail(e, "%s", why);
   DevxHost h = {P, host_extern};
   devx_set_host(P->x, &h);
   return 0;

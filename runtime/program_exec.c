@@ -408,14 +408,9 @@ static int nx_call_extern(hpd_ctx *ctx, int32_t index, int32_t grad, void **bufs
  * same libraries on their first call (dlopen counts references). */
 static int externs_open(Exec *x, RtErr *e) {
   IrModule *m = x->pc->m;
-  for (int i = 0; i < m->nexterns; i++) {
-    IrExtern *ex = &m->externs[i];
-    if (strchr(ex->path, '/') && ex->path[0] != '/') ex->path = arena_printf(x->arena, "%s/%s", x->ctx->art->dir, ex->path);
-  }
-  if (!m->nexterns) return 0;
   char why[2048];
-  x->ext = extcall_open(m->externs, m->nexterns, why, sizeof why);
-  return x->ext ? 0 : fail(e, "%s", why);
+  x->ext = extcall_open_artifact(m->externs, m->nexterns, x->ctx->art->dir, x->arena, why, sizeof why);
+  return x->ext || !m->nexterns ? 0 : fail(e, "%s", why);
 }
 
 /* ---- set-up ---- */
