@@ -34,7 +34,7 @@ static int64_t row_pos(const AttnShape *s, int64_t t) {
  * are deterministic (not those of a BLAS bit for bit). A B^T takes dot
  * products with eight partial sums (contiguous, and vectorisable without
  * reassociating); A B runs row updates C[i] += a B[p]. */
-static void loop_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+void attn_loop_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                        const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
   for (int64_t i = 0; i < m; i++) {
     float *ci = c + i * ldc;
@@ -312,7 +312,7 @@ static const char *run(const AttnShape *s, int backward, const float *q, const f
   const char *e = check(s);
   if (e) return e;
   AttnJob jb = {.s = s, .q = q, .k = k, .v = v, .out = out, .dout = dout, .dst = dst, .backward = backward,
-                .gemm = s->sgemm ? s->sgemm : loop_sgemm, .bq = s->T < ATTN_BLOCK ? s->T : ATTN_BLOCK};
+                .gemm = s->sgemm ? s->sgemm : attn_loop_sgemm, .bq = s->T < ATTN_BLOCK ? s->T : ATTN_BLOCK};
   atomic_init(&jb.oom, 0);
   int64_t items = s->B * s->Hk;
   if (s->par_for) s->par_for(s->par, items, run_range, &jb);

@@ -34,6 +34,11 @@ typedef void (*AttnSgemm)(int trans_a, int trans_b, int64_t m, int64_t n, int64_
  * and on any threads, and returns when all are done (par.h's par_for). */
 typedef void (*AttnParFor)(void *par, int64_t n, void (*fn)(void *ctx, int64_t lo, int64_t hi), void *ctx);
 
+/* The hook's fallback: plain loops in one fixed order (deterministic; also
+ * conv.c's when it has no BLAS). */
+void attn_loop_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                     const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
 typedef struct {
   int64_t B, H, Hk, T, S, D, Dv;
   double scale;

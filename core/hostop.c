@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conv.h"
 #include "interp.h"
 #include "xalloc.h"
 
@@ -24,7 +25,12 @@ int hostop_supported(IrOp op) {
   case IR_LOSS_SEED:
   case IR_ALL_TO_ALL:
   case IR_ATTENTION:
-  case IR_ATTENTION_BWD: return 1;
+  case IR_ATTENTION_BWD:
+  case IR_CONV2D:
+  case IR_CONV2D_BWD_DATA:
+  case IR_CONV2D_BWD_FILTER:
+  case IR_POOL2D:
+  case IR_POOL2D_BWD: return 1;
   default: return 0;
   }
 }
@@ -121,6 +127,31 @@ static const char *attention(const IrGraph *g, const IrNode *n, void **bufs, Hos
   return why ? failf(err, errlen, "%s: %s", ir_op_name(n->op), why) : NULL;
 }
 
+/* CONV2D, its gradients and POOL2D through core/conv.c (im2col + the BLAS). */
+static const char *conv(const IrGraph *g, const IrNode *n, void **bufs, HostOpEnv *env, char *err, size_t errlen) {
+  const IrNode *a = &g->nodes[n->in[0]];
+  if (n->op == IR_POOL2D || n->op == IR_POOL2D_BWD) {
+    PoolShape s = pool_shape_of(a->dims[0], a->dims[1], a->dims[2], a->dims[3], n->attr);
+    if (n->op == IR_POOL2D) pool_forward_f32(&s, bufs[0], bufs[1]);
+    else pool_backward_f32(&s, bufs[0], bufs[1], bufs[2]);
+    return NULL;
+  }
+  const IrNode *b = &g->nodes[n->in[1]];
+  int64_t G = n->attr[CONV_A_GROUPS];
+  const char *why;
+  if (n->op == IR_CONV2D) {
+    ConvShape s = conv_shape_of(a->dims[0], a->dims[1], b->dims[0], n->attr);
+    why = conv_forward_f32(&s, bufs[0], bufs[1], bufs[2], env->sgemm, env->par_for, env->par);
+  } else if (n->op == IR_CONV2D_BWD_DATA) {
+    ConvShape s = conv_shape_of(a->dims[0], b->dims[1] * G, b->dims[0], n->attr);
+    why = conv_bwd_data_f32(&s, bufs[0], bufs[1], bufs[2], env->sgemm, env->par_for, env->par);
+  } else {
+    ConvShape s = conv_shape_of(a->dims[0], a->dims[1], b->dims[1], n->attr);
+    why = conv_bwd_filter_f32(&s, bufs[0], bufs[1], bufs[2], env->sgemm);
+  }
+  return why ? failf(err, errlen, "%s: %s", ir_op_name(n->op), why) : NULL;
+}
+
 const char *hostop_run(const IrGraph *g, int node, void **bufs, HostOpEnv *env, char *err, size_t errlen) {
   const IrNode *n = &g->nodes[node];
   const IrNode *x = n->nin > 0 ? &g->nodes[n->in[0]] : NULL;
@@ -164,6 +195,11 @@ const char *hostop_run(const IrGraph *g, int node, void **bufs, HostOpEnv *env, 
   case IR_MOE_GATE_GRAD: return moe(g, n, bufs, err, errlen);
   case IR_ATTENTION:
   case IR_ATTENTION_BWD: return attention(g, n, bufs, env, err, errlen);
+  case IR_CONV2D:
+  case IR_CONV2D_BWD_DATA:
+  case IR_CONV2D_BWD_FILTER:
+  case IR_POOL2D:
+  case IR_POOL2D_BWD: return conv(g, n, bufs, env, err, errlen);
   case IR_AUX_LOSS: {
     if (hostop_aux_counted(g, node)) {
       env->aux_sum += n->fattr * ((const float *)bufs[1])[0];

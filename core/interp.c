@@ -12,6 +12,7 @@
  * message of its group, so a SEND / RECV pair in one process is an identity
  * and autodiff's RECV / SEND of gradients can be checked without ranks. */
 #include "interp.h"
+#include "conv.h"
 #include "extcall.h"
 #include "xalloc.h"
 
@@ -856,6 +857,33 @@ static const char *exec_attention(Run *r, const IrNode *n, double *out) {
   return NULL;
 }
 
+/* CONV2D and its gradients, POOL2D and its gradient: conv.c's fp64 loops,
+ * the definition the back ends are held to. */
+static const char *exec_conv(Run *r, const IrNode *n, double *out) {
+  const IrGraph *g = r->g;
+  const IrNode *a = &g->nodes[n->in[0]];
+  const double *A = r->val[n->in[0]], *B = n->nin > 1 ? r->val[n->in[1]] : NULL;
+  if (n->op == IR_POOL2D || n->op == IR_POOL2D_BWD) {
+    PoolShape s = pool_shape_of(a->dims[0], a->dims[1], a->dims[2], a->dims[3], n->attr);
+    if (n->op == IR_POOL2D) pool_forward_f64(&s, A, out);
+    else pool_backward_f64(&s, A, B, out);
+    return NULL;
+  }
+  const IrNode *b = &g->nodes[n->in[1]];
+  int64_t G = n->attr[CONV_A_GROUPS];
+  if (n->op == IR_CONV2D) {
+    ConvShape s = conv_shape_of(a->dims[0], a->dims[1], b->dims[0], n->attr);
+    conv_forward_f64(&s, A, B, out);
+  } else if (n->op == IR_CONV2D_BWD_DATA) {
+    ConvShape s = conv_shape_of(a->dims[0], b->dims[1] * G, b->dims[0], n->attr);
+    conv_bwd_data_f64(&s, A, B, out);
+  } else {
+    ConvShape s = conv_shape_of(a->dims[0], a->dims[1], b->dims[1], n->attr);
+    conv_bwd_filter_f64(&s, A, B, out);
+  }
+  return NULL;
+}
+
 /* MOE_DISPATCH, MOE_COMBINE, MOE_GATE_GRAD (ir_ops.h), sequence by sequence. */
 static const char *exec_moe(Run *r, const IrNode *n, double *out) {
   const IrGraph *g = r->g;
@@ -1263,6 +1291,11 @@ static const char *exec_node(Run *r, int id, double *out) {
   case IR_MOE_GATE_GRAD: return exec_moe(r, n, out);
   case IR_ATTENTION:
   case IR_ATTENTION_BWD: return exec_attention(r, n, out);
+  case IR_CONV2D:
+  case IR_CONV2D_BWD_DATA:
+  case IR_CONV2D_BWD_FILTER:
+  case IR_POOL2D:
+  case IR_POOL2D_BWD: return exec_conv(r, n, out);
   case IR_AUX_LOSS:
     /* the value a forward adds (a recomputation in a backward is not counted again) */
     if (!in->bwd_depth && !(g->fb_split > 0 && id >= g->fb_split)) {

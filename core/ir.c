@@ -1,5 +1,6 @@
 /* ir.c - IR construction, shape rules, verification and printing. */
 #include "ir.h"
+#include "conv.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -522,6 +523,98 @@ static const char *attention_fits(IrGraph *g, IrNode *n) {
   return NULL;
 }
 
+/* ---- convolutional networks (conv.h) ---- */
+
+/* The attributes of a convolution op, checked: positive strides, dilations
+ * and groups, padding >= 0, an output of at least one cell. */
+static const char *conv_attrs_fit(const IrNode *n, int64_t *Ho, int64_t *Wo) {
+  const int64_t *a = n->attr;
+  if (a[CONV_A_GROUPS] < 1 || a[CONV_A_KH] < 1 || a[CONV_A_KW] < 1) return "conv2d needs groups >= 1 and a kernel of at least 1 x 1";
+  *Ho = conv_out_len(a[CONV_A_H], a[CONV_A_KH], a[CONV_A_SH], a[CONV_A_PH], a[CONV_A_DH]);
+  *Wo = conv_out_len(a[CONV_A_W], a[CONV_A_KW], a[CONV_A_SW], a[CONV_A_PW], a[CONV_A_DW]);
+  if (*Ho < 1 || *Wo < 1) return "conv2d's kernel (dilated) is larger than its padded input, or a stride, dilation or padding is out of range";
+  return NULL;
+}
+
+/* x [N, C, H, W] and w [O, C/g, KH, KW] against the attributes */
+static const char *conv_operands_fit(const IrNode *n, const IrNode *x, const IrNode *w) {
+  const int64_t *a = n->attr;
+  int64_t g = a[CONV_A_GROUPS];
+  if (x->rank != 4 || w->rank != 4 || !sem_dtype_is_float(x->dtype) || !sem_dtype_is_float(w->dtype))
+    return "conv2d needs float x [N, C, H, W] and w [O, C/groups, KH, KW]";
+  if (x->dims[2] != a[CONV_A_H] || x->dims[3] != a[CONV_A_W] || w->dims[2] != a[CONV_A_KH] || w->dims[3] != a[CONV_A_KW])
+    return "conv2d's operands disagree with its attributes (H, W, KH, KW)";
+  if (x->dims[1] != w->dims[1] * g || w->dims[0] % g) return "conv2d's channels: x has C = groups x w's second dimension, and w's O divides by groups";
+  return NULL;
+}
+
+static const char *irshape_CONV2D(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0), *w = in_node(g, n, 1);
+  int64_t Ho, Wo;
+  const char *why = conv_attrs_fit(n, &Ho, &Wo);
+  if (!why) why = conv_operands_fit(n, x, w);
+  if (why) return why;
+  copy_type(n, x);
+  n->dims[1] = w->dims[0];
+  n->dims[2] = Ho;
+  n->dims[3] = Wo;
+  return NULL;
+}
+
+static const char *irshape_CONV2D_BWD_DATA(IrGraph *g, IrNode *n) {
+  IrNode *dy = in_node(g, n, 0), *w = in_node(g, n, 1);
+  int64_t Ho, Wo;
+  const char *why = conv_attrs_fit(n, &Ho, &Wo);
+  if (why) return why;
+  if (dy->rank != 4 || w->rank != 4 || dy->dims[1] != w->dims[0] || dy->dims[2] != Ho || dy->dims[3] != Wo ||
+      w->dims[2] != n->attr[CONV_A_KH] || w->dims[3] != n->attr[CONV_A_KW] || w->dims[0] % n->attr[CONV_A_GROUPS])
+    return "conv2d_bwd_data needs dy [N, O, Ho, Wo] and w [O, C/groups, KH, KW] as its attributes give them";
+  copy_type(n, dy);
+  n->dims[1] = w->dims[1] * n->attr[CONV_A_GROUPS];
+  n->dims[2] = n->attr[CONV_A_H];
+  n->dims[3] = n->attr[CONV_A_W];
+  return NULL;
+}
+
+static const char *irshape_CONV2D_BWD_FILTER(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0), *dy = in_node(g, n, 1);
+  int64_t Ho, Wo, G = n->attr[CONV_A_GROUPS];
+  const char *why = conv_attrs_fit(n, &Ho, &Wo);
+  if (why) return why;
+  if (x->rank != 4 || dy->rank != 4 || x->dims[0] != dy->dims[0] || x->dims[2] != n->attr[CONV_A_H] ||
+      x->dims[3] != n->attr[CONV_A_W] || dy->dims[2] != Ho || dy->dims[3] != Wo || x->dims[1] % G || dy->dims[1] % G)
+    return "conv2d_bwd_filter needs x [N, C, H, W] and dy [N, O, Ho, Wo] as its attributes give them";
+  copy_type(n, dy);
+  n->dims[0] = dy->dims[1];
+  n->dims[1] = x->dims[1] / G;
+  n->dims[2] = n->attr[CONV_A_KH];
+  n->dims[3] = n->attr[CONV_A_KW];
+  return NULL;
+}
+
+static const char *irshape_POOL2D(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0);
+  int64_t Ho, Wo;
+  if (x->rank != 4 || !sem_dtype_is_float(x->dtype)) return "pool2d needs a float x [N, C, H, W]";
+  if (pool_out_size(n->attr, x->dims[2], x->dims[3], &Ho, &Wo))
+    return "pool2d's window is larger than its padded input, its padding more than half the window, or its mode unknown";
+  copy_type(n, x);
+  n->dims[2] = Ho;
+  n->dims[3] = Wo;
+  return NULL;
+}
+
+static const char *irshape_POOL2D_BWD(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0), *dy = in_node(g, n, 1);
+  int64_t Ho, Wo;
+  if (x->rank != 4 || dy->rank != 4 || pool_out_size(n->attr, x->dims[2], x->dims[3], &Ho, &Wo) ||
+      dy->dims[0] != x->dims[0] || dy->dims[1] != x->dims[1] || dy->dims[2] != Ho || dy->dims[3] != Wo)
+    return "pool2d_bwd needs x [N, C, H, W] and dy [N, C, Ho, Wo] as the pooling gives them";
+  copy_type(n, x);
+  n->dtype = dy->dtype;
+  return NULL;
+}
+
 static const char *irshape_ATTENTION(IrGraph *g, IrNode *n) {
   const char *why = attention_fits(g, n);
   if (why) return why;
@@ -847,6 +940,26 @@ static void print_attrs(const IrModule *m, const IrGraph *g, const IrNode *n, FI
     break;
   case IR_REPEAT_KV:
   case IR_REPEAT_KV_BWD: fprintf(out, " n=%" PRId64, n->attr[0]); break;
+  case IR_CONV2D:
+  case IR_CONV2D_BWD_DATA:
+  case IR_CONV2D_BWD_FILTER:
+    fprintf(out, " stride=%" PRId64 ",%" PRId64 " pad=%" PRId64 ",%" PRId64, n->attr[CONV_A_SH], n->attr[CONV_A_SW],
+            n->attr[CONV_A_PH], n->attr[CONV_A_PW]);
+    if (n->attr[CONV_A_DH] != 1 || n->attr[CONV_A_DW] != 1)
+      fprintf(out, " dilation=%" PRId64 ",%" PRId64, n->attr[CONV_A_DH], n->attr[CONV_A_DW]);
+    if (n->attr[CONV_A_GROUPS] != 1) fprintf(out, " groups=%" PRId64, n->attr[CONV_A_GROUPS]);
+    break;
+  case IR_POOL2D:
+  case IR_POOL2D_BWD: {
+    static const char *const modes[] = {"max", "avg", "adaptive_avg", "adaptive_max"};
+    int64_t mode = n->attr[POOL_A_MODE];
+    fprintf(out, " %s %s=%" PRId64 "x%" PRId64, mode >= 0 && mode < POOL_NMODES ? modes[mode] : "?",
+            mode >= POOL_ADAPTIVE_AVG ? "out" : "k", n->attr[POOL_A_KH], n->attr[POOL_A_KW]);
+    if (mode < POOL_ADAPTIVE_AVG)
+      fprintf(out, " stride=%" PRId64 ",%" PRId64 " pad=%" PRId64 ",%" PRId64, n->attr[POOL_A_SH], n->attr[POOL_A_SW],
+              n->attr[POOL_A_PH], n->attr[POOL_A_PW]);
+    break;
+  }
   case IR_ATTENTION:
   case IR_ATTENTION_BWD:
     fprintf(out, " scale=%.9g%s", n->fattr, n->attr[0] ? " causal" : "");

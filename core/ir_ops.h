@@ -102,6 +102,20 @@
  *     gradient, its last column d lse: with D[t] = dout[t, :Dv] . o[t] - dout[t, Dv],
  *     dS = P (dout[:Dv] v^T - D), dq = fattr dS k, dk = fattr dS^T q, dv = P^T dout[:Dv]
  *     (summed over the query heads sharing a key head)
+ *   Convolutional networks (core/conv.h has the arithmetic), NCHW:
+ *   CONV2D(x [N, C, H, W], w [O, C/g, KH, KW]): [N, O, Ho, Wo], PyTorch's conv2d without bias:
+ *     y[n, o, i, j] = sum over c, ki, kj of x[n, (o / (O/g)) C/g + c, i sh - ph + ki dh,
+ *     j sw - pw + kj dw] w[o, c, ki, kj] (0 outside the image); Ho = (H + 2 ph - dh (KH - 1) - 1)
+ *     / sh + 1. attr (conv.h CONV_A_*): [0..2) stride h, w; [2..4) padding; [4..6) dilation;
+ *     [6] groups g; [7..9) the input's H, W; [9..11) KH, KW (so that the gradients' shapes
+ *     follow from their inputs: every attribute on all three ops)
+ *   CONV2D_BWD_DATA(dy [N, O, Ho, Wo], w): dx [N, C, H, W], the adjoint of CONV2D in x
+ *   CONV2D_BWD_FILTER(x, dy): dw [O, C/g, KH, KW], the adjoint of CONV2D in w
+ *   POOL2D(x [N, C, H, W]): [N, C, Ho, Wo]; attr (POOL_A_*): [0] mode (PoolMode: 0 max, 1 avg
+ *     with the padding counted, 2 adaptive avg, 3 adaptive max), [1..3) the window KH, KW (the
+ *     output size Ho, Wo when adaptive), [3..5) stride, [5..7) padding (at most half the window)
+ *   POOL2D_BWD(x, dy [N, C, Ho, Wo]): dx, dy to the window's first max, or dy / count to each
+ *     input of the window (attr as POOL2D's)
  */
 #ifndef HPDL_IR_OPS_H
 #define HPDL_IR_OPS_H
@@ -188,6 +202,11 @@
   X(LOSS_SEED, "loss_seed", 0, IRF_LEAF)                           \
   X(ALL_TO_ALL, "all_to_all", 1, IRF_COMM)                        \
   X(ATTENTION, "attention", 3, 0)                                  \
-  X(ATTENTION_BWD, "attention_bwd", 5, 0)
+  X(ATTENTION_BWD, "attention_bwd", 5, 0)                          \
+  X(CONV2D, "conv2d", 2, 0)                                        \
+  X(CONV2D_BWD_DATA, "conv2d_bwd_data", 2, 0)                      \
+  X(CONV2D_BWD_FILTER, "conv2d_bwd_filter", 2, 0)                  \
+  X(POOL2D, "pool2d", 1, 0)                                        \
+  X(POOL2D_BWD, "pool2d_bwd", 2, 0)
 
 #endif

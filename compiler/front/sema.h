@@ -77,7 +77,12 @@ const char *sem_type_str(Arena *a, const TensorType *t);
   X(ONE_HOT, "one_hot", 2, 2)    \
   X(MOE_DISPATCH, "moe_dispatch", 3, 5) \
   X(MOE_COMBINE, "moe_combine", 3, 3) \
-  X(AUX_LOSS, "with_aux_loss", 3, 3)
+  X(AUX_LOSS, "with_aux_loss", 3, 3) \
+  X(CONV2D, "conv2d", 2, 6)      \
+  X(MAX_POOL2D, "max_pool2d", 2, 4) \
+  X(AVG_POOL2D, "avg_pool2d", 2, 4) \
+  X(ADAPTIVE_AVG_POOL2D, "adaptive_avg_pool2d", 2, 2) \
+  X(FLATTEN, "flatten", 1, 2)
 
 typedef enum {
 #define X(id, name, lo, hi) SOP_##id,

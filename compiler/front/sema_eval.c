@@ -286,8 +286,28 @@ Value sema_eval_const(Sema *S, Binding *env, const AstExpr *e) {
     }
     return v;
   }
+  case EX_INDEX: {
+    /* an item of a compile-time list or tuple: layers[0], layers[-1] */
+    Value obj = sema_eval_const(S, env, e->u.index.obj);
+    if (obj.kind == VAL_NONE) return obj;
+    if (obj.kind != VAL_LIST && obj.kind != VAL_TUPLE) {
+      sema_error(S, e->span, "only a list or a tuple can be indexed here; this is %s", val_str(S->arena, &obj));
+      return sema_none_value(e->span);
+    }
+    int64_t i;
+    if (e->u.index.nitems != 1 || e->u.index.items[0]->kind == EX_SLICE) {
+      sema_error(S, e->span, "a list is indexed by one integer: %s[0]", val_str(S->arena, &obj));
+      return sema_none_value(e->span);
+    }
+    if (!sema_eval_int(S, env, e->u.index.items[0], "a list index", &i)) return sema_none_value(e->span);
+    if (i < -obj.n || i >= obj.n) {
+      sema_error(S, e->u.index.items[0]->span, "index %" PRId64 " is out of range for %s (%d items)", i,
+                 val_str(S->arena, &obj), obj.n);
+      return sema_none_value(e->span);
+    }
+    return obj.items[i < 0 ? i + obj.n : i];
+  }
   case EX_MEMBER:
-  case EX_INDEX:
   case EX_SLICE:
   case EX_REPEAT:
     sema_error(S, e->span, "this is not a value known at compile time");

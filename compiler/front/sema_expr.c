@@ -3,6 +3,7 @@
  * become SemExprs whose tensor types are inferred with symbolic dimensions, so
  * a shape mismatch is reported with the operands it came from. */
 #include "sema_internal.h"
+#include "conv.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -310,6 +311,174 @@ static SemExpr *tensor_arg(Sema *S, Fwd *F, const CallArgs *c, int pos) {
     return NULL;
   }
   return check_expr(S, F, e);
+}
+
+/* An attribute given as one int for both spatial axes or a pair [h, w]. */
+static int attr_pair(Sema *S, Fwd *F, const CallArgs *c, int pos, const char *key, const int64_t *dflt, int64_t *out) {
+  const AstExpr *e = arg_at(c, pos, key);
+  if (!e) {
+    out[0] = dflt[0], out[1] = dflt[1];
+    return 1;
+  }
+  Value v = sema_eval_const(S, F->env, e);
+  if (v.kind == VAL_NONE) return 0;
+  if ((v.kind == VAL_LIST || v.kind == VAL_TUPLE) && v.n == 2 && val_as_int(&v.items[0], &out[0]) && val_as_int(&v.items[1], &out[1]))
+    return 1;
+  if (val_as_int(&v, &out[0])) {
+    out[1] = out[0];
+    return 1;
+  }
+  sema_error(S, e->span, "%s's '%s' is an integer or a pair [h, w], not %s", c->fn, key, val_str(S->arena, &v));
+  return 0;
+}
+
+/* x [N, C, H, W] with C, H, W known at compile time (an image batch). */
+static int image_arg(Sema *S, Fwd *F, const CallArgs *c, SemExpr *x, int64_t *chw) {
+  if (!x || !require_float(S, F, x, c->fn, c->call->span)) return 0;
+  if (x->kind == SE_SCALAR || x->type.rank != 4) {
+    sema_error(S, c->call->span, "%s() takes images [N, C, H, W]; this is %s", c->fn, x->kind == SE_SCALAR ? "a number" : tstr(S, &x->type));
+    if (x->kind != SE_SCALAR) origin_note(S, F, x, "the input");
+    return 0;
+  }
+  for (int i = 0; i < 3; i++)
+    if (!sym_is_const(x->type.dims[i + 1], &chw[i])) {
+      sema_error(S, c->call->span, "%s() needs the channels, height and width known at compile time; %s has %s", c->fn,
+                 tstr(S, &x->type), sym_str(S->arena, x->type.dims[i + 1]));
+      origin_note(S, F, x, "the input");
+      return 0;
+    }
+  return 1;
+}
+
+/* conv2d(x [N, C, H, W], w [O, C/groups, KH, KW], stride, padding, dilation, groups) */
+static SemExpr *check_conv2d(Sema *S, Fwd *F, const CallArgs *c) {
+  static const char *const keys[] = {"stride", "padding", "dilation", "groups"};
+  static const int64_t one[2] = {1, 1}, zero[2] = {0, 0};
+  Span at = c->call->span;
+  if (!check_keywords(S, c, keys, 4)) return NULL;
+  SemExpr *x = tensor_arg(S, F, c, 0), *w = x ? tensor_arg(S, F, c, 1) : NULL;
+  int64_t chw[3], k[4], st[2], pad[2], dil[2], groups;
+  if (!w || !image_arg(S, F, c, x, chw) || !require_float(S, F, w, c->fn, at)) return NULL;
+  int wconst = w->kind != SE_SCALAR && w->type.rank == 4;
+  for (int i = 0; wconst && i < 4; i++) wconst = sym_is_const(w->type.dims[i], &k[i]);
+  if (!wconst) {
+    sema_error(S, at, "conv2d's filters are [out_channels, in_channels / groups, KH, KW] of known sizes; this is %s",
+               w->kind == SE_SCALAR ? "a number" : tstr(S, &w->type));
+    if (w->kind != SE_SCALAR) origin_note(S, F, w, "the filters");
+    return NULL;
+  }
+  if (!attr_pair(S, F, c, 2, "stride", one, st) || !attr_pair(S, F, c, 3, "padding", zero, pad) ||
+      !attr_pair(S, F, c, 4, "dilation", one, dil) || !attr_int(S, F, c, 5, "groups", 1, &groups))
+    return NULL;
+  const AstExpr *ge = arg_at(c, 5, "groups");
+  if (st[0] < 1 || st[1] < 1 || dil[0] < 1 || dil[1] < 1 || pad[0] < 0 || pad[1] < 0 || groups < 1) {
+    sema_error(S, at, "conv2d needs stride >= 1, dilation >= 1, padding >= 0 and groups >= 1; this is stride [%" PRId64 ", %" PRId64
+               "], padding [%" PRId64 ", %" PRId64 "], dilation [%" PRId64 ", %" PRId64 "], groups %" PRId64,
+               st[0], st[1], pad[0], pad[1], dil[0], dil[1], groups);
+    return NULL;
+  }
+  if (chw[0] % groups || k[0] % groups) {
+    sema_error(S, ge ? ge->span : at, "conv2d's groups (%" PRId64 ") must divide the input channels (%" PRId64 ") and the output channels (%" PRId64 ")",
+               groups, chw[0], k[0]);
+    return NULL;
+  }
+  if (chw[0] != k[1] * groups) {
+    sema_error(S, at, "conv2d: the input has %" PRId64 " channels but the filters %s expect %" PRId64 " (in_channels / groups = %" PRId64
+               ", groups = %" PRId64 ")",
+               chw[0], tstr(S, &w->type), k[1] * groups, k[1], groups);
+    origin_note(S, F, x, "the input");
+    origin_note(S, F, w, "the filters");
+    return NULL;
+  }
+  int64_t Ho = conv_out_len(chw[1], k[2], st[0], pad[0], dil[0]), Wo = conv_out_len(chw[2], k[3], st[1], pad[1], dil[1]);
+  if (Ho < 1 || Wo < 1) {
+    sema_error(S, at, "conv2d: the %" PRId64 "x%" PRId64 " kernel (dilation %" PRId64 ", %" PRId64 ") is larger than the input %s padded by [%" PRId64
+               ", %" PRId64 "]",
+               k[2], k[3], dil[0], dil[1], tstr(S, &x->type), pad[0], pad[1]);
+    origin_note(S, F, x, "the input");
+    return NULL;
+  }
+  SemExpr *args[2] = {x, w};
+  SemExpr *r = new_op(S, SOP_CONV2D, at, args, 2);
+  r->type = x->type;
+  r->type.dims[1] = sym_const(S->arena, k[0]);
+  r->type.dims[2] = sym_const(S->arena, Ho);
+  r->type.dims[3] = sym_const(S->arena, Wo);
+  int64_t a[CONV_NATTR] = {st[0], st[1], pad[0], pad[1], dil[0], dil[1], groups, chw[1], chw[2], k[2], k[3]};
+  memcpy(r->attr, a, sizeof a);
+  r->nattr = CONV_NATTR;
+  return r;
+}
+
+/* max_pool2d(x, kernel, stride = kernel, padding = 0), avg_pool2d likewise,
+ * adaptive_avg_pool2d(x, size) */
+static SemExpr *check_pool2d(Sema *S, Fwd *F, SemOp op, const CallArgs *c) {
+  static const char *const keys[] = {"kernel", "stride", "padding", "size"};
+  static const int64_t zero[2] = {0, 0};
+  Span at = c->call->span;
+  int adaptive = op == SOP_ADAPTIVE_AVG_POOL2D;
+  if (!check_keywords(S, c, adaptive ? keys + 3 : keys, adaptive ? 1 : 3)) return NULL;
+  SemExpr *x = tensor_arg(S, F, c, 0);
+  int64_t chw[3], kk[2], st[2], pad[2] = {0, 0}, Ho, Wo;
+  if (!image_arg(S, F, c, x, chw)) return NULL;
+  const char *kname = adaptive ? "size" : "kernel";
+  if (!arg_at(c, 1, kname)) {
+    sema_error(S, at, "%s() needs its %s", c->fn, adaptive ? "output size" : "window (kernel = 2 or [kh, kw])");
+    return NULL;
+  }
+  if (!attr_pair(S, F, c, 1, kname, zero, kk)) return NULL;
+  if (!adaptive && (!attr_pair(S, F, c, 2, "stride", kk, st) || !attr_pair(S, F, c, 3, "padding", zero, pad))) return NULL;
+  if (adaptive) st[0] = st[1] = 1;
+  int64_t attr[POOL_NATTR] = {op == SOP_MAX_POOL2D ? POOL_MAX : op == SOP_AVG_POOL2D ? POOL_AVG : POOL_ADAPTIVE_AVG,
+                              kk[0], kk[1], st[0], st[1], pad[0], pad[1]};
+  if (kk[0] < 1 || kk[1] < 1 || st[0] < 1 || st[1] < 1 || pad[0] < 0 || pad[1] < 0) {
+    sema_error(S, at, "%s() needs a %s of at least 1 x 1, stride >= 1 and padding >= 0", c->fn, adaptive ? "size" : "window");
+    return NULL;
+  }
+  if (pool_out_size(attr, chw[1], chw[2], &Ho, &Wo)) {
+    if (2 * pad[0] > kk[0] || 2 * pad[1] > kk[1])
+      sema_error(S, at, "%s: padding [%" PRId64 ", %" PRId64 "] is more than half the %" PRId64 "x%" PRId64 " window", c->fn, pad[0], pad[1], kk[0], kk[1]);
+    else
+      sema_error(S, at, "%s: the %" PRId64 "x%" PRId64 " window is larger than the input %s padded by [%" PRId64 ", %" PRId64 "]", c->fn,
+                 kk[0], kk[1], tstr(S, &x->type), pad[0], pad[1]);
+    origin_note(S, F, x, "the input");
+    return NULL;
+  }
+  SemExpr *r = new_op(S, op, at, &x, 1);
+  r->type = x->type;
+  r->type.dims[2] = sym_const(S->arena, Ho);
+  r->type.dims[3] = sym_const(S->arena, Wo);
+  memcpy(r->attr, attr, sizeof attr);
+  r->nattr = POOL_NATTR;
+  return r;
+}
+
+/* flatten(x, start = 1): the axes from start on merged into one, a reshape. */
+static SemExpr *check_flatten(Sema *S, Fwd *F, const CallArgs *c) {
+  static const char *const keys[] = {"start"};
+  Span at = c->call->span;
+  if (!check_keywords(S, c, keys, 1)) return NULL;
+  SemExpr *x = tensor_arg(S, F, c, 0);
+  int64_t start;
+  if (!x || !attr_int(S, F, c, 1, "start", 1, &start)) return NULL;
+  if (x->kind == SE_SCALAR) {
+    sema_error(S, at, "flatten() takes a tensor; this is a number");
+    return NULL;
+  }
+  int rank = x->type.rank;
+  int64_t s0 = start < 0 ? start + rank : start;
+  if (s0 < 0 || s0 >= rank) {
+    sema_error(S, at, "flatten's start %" PRId64 " is out of range for %s (rank %d)", start, tstr(S, &x->type), rank);
+    return NULL;
+  }
+  SymDim *merged = sym_const(S->arena, 1);
+  for (int i = (int)s0; i < rank && merged; i++) merged = dim_mul(S, merged, x->type.dims[i], at);
+  if (!merged) return NULL;
+  SemExpr *r = new_op(S, SOP_RESHAPE, at, &x, 1);
+  r->type = x->type;
+  r->type.rank = (int)s0 + 1;
+  r->type.dims[s0] = merged;
+  return r;
 }
 
 static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, const char *fn) {
@@ -668,6 +837,11 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
     r->nattr = 1;
     return r->type.dims[1] ? r : NULL;
   }
+  case SOP_CONV2D: return check_conv2d(S, F, &c);
+  case SOP_MAX_POOL2D:
+  case SOP_AVG_POOL2D:
+  case SOP_ADAPTIVE_AVG_POOL2D: return check_pool2d(S, F, op, &c);
+  case SOP_FLATTEN: return check_flatten(S, F, &c);
   case SOP_ATTENTION: {
     /* attention(q [B, H, T, D], k [B, Hk, S, D], v [B, Hk, S, Dv], causal = true, scale = 1 / sqrt(D)):
      * softmax(scale q k^T) v over the allowed keys, H a multiple of Hk (grouped-query attention) */

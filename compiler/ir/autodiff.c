@@ -8,6 +8,7 @@
  * rule table is built from IR_OPS, so an op without a rule does not compile.
  */
 #include "autodiff.h"
+#include "conv.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -624,6 +625,58 @@ static void adgrad_ATTENTION(AdCtx *c, int f, int dy) {
 static void adgrad_ATTENTION_BWD(AdCtx *c, int f, int dy) {
   (void)f, (void)dy;
   set_err(c, "the gradient of attention's backward (a second derivative) is not defined");
+}
+
+/* ---- convolutional networks: each of the three convolution ops is linear
+ * in each operand, and each is another's adjoint (ir_ops.h), so every
+ * gradient is one of the three with the same attributes:
+ *   y = conv(x, w):          dx = bwd_data(dy, w),   dw = bwd_filter(x, dy)
+ *   dx = bwd_data(dy, w):    d dy = conv(g, w),       dw = bwd_filter(g, dy)
+ *   dw = bwd_filter(x, dy):  dx = bwd_data(dy, g),    d dy = conv(x, g) */
+static int conv_op(AdCtx *c, IrOp op, int a, int b, const IrNode *like) {
+  int in[2] = {a, b};
+  return emit(c, op, in, 2, like->attr, CONV_NATTR, 0, like->dtype, -1, NULL);
+}
+
+static void adgrad_CONV2D(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  int x = fin(c, f, 0), w = fin(c, f, 1);
+  if (c->rg[x]) acc(c, x, conv_op(c, IR_CONV2D_BWD_DATA, dy, fv(c, w), n));
+  if (c->rg[w]) acc(c, w, conv_op(c, IR_CONV2D_BWD_FILTER, fv(c, x), dy, n));
+}
+
+static void adgrad_CONV2D_BWD_DATA(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  int d = fin(c, f, 0), w = fin(c, f, 1);
+  if (c->rg[d]) acc(c, d, conv_op(c, IR_CONV2D, dy, fv(c, w), n));
+  if (c->rg[w]) acc(c, w, conv_op(c, IR_CONV2D_BWD_FILTER, dy, fv(c, d), n));
+}
+
+static void adgrad_CONV2D_BWD_FILTER(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  int x = fin(c, f, 0), d = fin(c, f, 1);
+  if (c->rg[x]) acc(c, x, conv_op(c, IR_CONV2D_BWD_DATA, fv(c, d), dy, n));
+  if (c->rg[d]) acc(c, d, conv_op(c, IR_CONV2D, fv(c, x), dy, n));
+}
+
+/* Pooling's gradient is pool2d_bwd(x, dy); an average's backward is linear
+ * in dy with the pooling itself as its adjoint, a max's depends on where
+ * the maxima are (its own derivative is not defined here). */
+static void adgrad_POOL2D(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  int x = fin(c, f, 0), in[2] = {fv(c, x), dy};
+  if (c->rg[x]) acc(c, x, emit(c, IR_POOL2D_BWD, in, 2, n->attr, POOL_NATTR, 0, n->dtype, -1, NULL));
+}
+
+static void adgrad_POOL2D_BWD(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  int d = fin(c, f, 1);
+  if (!c->rg[d]) return;
+  if (n->attr[POOL_A_MODE] != POOL_AVG && n->attr[POOL_A_MODE] != POOL_ADAPTIVE_AVG) {
+    set_err(c, "the gradient of max pooling's backward (a second derivative) is not defined");
+    return;
+  }
+  acc(c, d, emit(c, IR_POOL2D, &dy, 1, n->attr, POOL_NATTR, 0, n->dtype, -1, NULL));
 }
 
 /* The gradient function has no derivative of its own. */

@@ -54,6 +54,17 @@
  *   take          0 (a gather, like pick); reads idx and one x element per output
  *   take_bwd      1 per dy element (the scatter-add); reads dy and idx, writes [..., V]
  *   one_hot       1 per output element (compare the index, select 1 or 0)
+ * Convolutional networks (im2col's GEMMs, Chetlur et al. 2014, "cuDNN: Efficient
+ * Primitives for Deep Learning", sec. 3): per image and group, the forward's
+ * [O/g, C/g KH KW] x [C/g KH KW, Ho Wo], so 2 N O Ho Wo (C/g) KH KW; each
+ * gradient (data, filter) is the same count in another order. Taps that fall
+ * into the padding count too (an implicit GEMM computes them).
+ *   pool2d        max / avg: KH KW per output element (compare or add; the
+ *                 average's 1 / count folded in); adaptive: 1 per input
+ *                 element (the windows tile the input, about once)
+ *   pool2d_bwd    1 per dy element (max: the scatter to the argmax after
+ *                 KH KW compares to find it again, counted with them: KH KW + 1;
+ *                 avg: KH KW adds of dy / count)
  * Mixture of experts (B sequences of T tokens, K choices each, width C, E experts of cap slots):
  *   moe_dispatch  1 per output element (the weight's multiply; an empty slot is written 0);
  *                 reads x, idx, w; writes [B, E, cap, C]
@@ -68,6 +79,8 @@
  * then the rows of dy are added in): read dy and ids plus the touched rows
  * (numel(dy) elements), write the table plus the touched rows. */
 #include "ir_cost.h"
+
+#include "conv.h"
 
 #include <string.h>
 
@@ -95,7 +108,10 @@ IrCostClass ircost_op_class(IrOp op) {
   if (op == IR_CALL) return IRC_CALL;
   if (f & IRF_COMM) return IRC_COMM;
   if (f & IRF_LEAF) return IRC_LEAF;
-  if (op == IR_MATMUL || op == IR_ATTENTION || op == IR_ATTENTION_BWD) return IRC_GEMM;
+  if (op == IR_MATMUL || op == IR_ATTENTION || op == IR_ATTENTION_BWD || op == IR_CONV2D || op == IR_CONV2D_BWD_DATA ||
+      op == IR_CONV2D_BWD_FILTER)
+    return IRC_GEMM;
+  if (op == IR_POOL2D || op == IR_POOL2D_BWD) return IRC_REDUCTION;
   if ((f & IRF_ELEMENTWISE) || op == IR_ROPE) return IRC_ELEMENTWISE;
   if (f & IRF_REDUCE) return IRC_REDUCTION;
   return IRC_DATA; /* IRF_SHAPE, EMBEDDING, EMBEDDING_BWD */
@@ -290,6 +306,46 @@ static void ircost_MOE_GATE_GRAD(const CostCtx *c, IrCost *k) {
   k->flops = 2 * chosen;
   k->bytes_read = bytes_of(cin(c, 0)) + chosen * (double)sem_dtype_bytes(cin(c, 1)->dtype) + bytes_of(cin(c, 2));
 }
+/* ---- convolutional networks ---- */
+
+int ircost_conv_gemm(const IrGraph *g, const IrNode *n, double *batch, double *M, double *N, double *K) {
+  if (n->op != IR_CONV2D && n->op != IR_CONV2D_BWD_DATA && n->op != IR_CONV2D_BWD_FILTER) return 0;
+  /* the image batch and the output channels, from whichever operand has them */
+  const IrNode *a = &g->nodes[n->in[0]], *b = &g->nodes[n->in[1]];
+  const IrNode *y = n->op == IR_CONV2D ? n : n->op == IR_CONV2D_BWD_DATA ? a : b;
+  double G = (double)n->attr[CONV_A_GROUPS], imgs = (double)y->dims[0], O = (double)y->dims[1];
+  double pos = (double)y->dims[2] * (double)y->dims[3];
+  double C = n->op == IR_CONV2D ? (double)a->dims[1] : n->op == IR_CONV2D_BWD_DATA ? (double)n->dims[1] : (double)a->dims[1];
+  double taps = C / G * (double)n->attr[CONV_A_KH] * (double)n->attr[CONV_A_KW];
+  *batch = G;
+  if (n->op == IR_CONV2D) *M = O / G, *N = imgs * pos, *K = taps;
+  else if (n->op == IR_CONV2D_BWD_DATA) *M = taps, *N = imgs * pos, *K = O / G;
+  else *M = O / G, *N = taps, *K = imgs * pos;
+  return 1;
+}
+
+static void conv_cost(const CostCtx *c, IrCost *k) {
+  double batch = 0, M = 0, N = 0, K = 0;
+  ircost_conv_gemm(c->g, c->n, &batch, &M, &N, &K);
+  k->flops = 2 * batch * M * N * K;
+}
+static void ircost_CONV2D(const CostCtx *c, IrCost *k) { conv_cost(c, k); }
+static void ircost_CONV2D_BWD_DATA(const CostCtx *c, IrCost *k) { conv_cost(c, k); }
+static void ircost_CONV2D_BWD_FILTER(const CostCtx *c, IrCost *k) { conv_cost(c, k); }
+
+static double pool_window_size(const CostCtx *c, const IrNode *x, const IrNode *y) {
+  int64_t m = c->n->attr[POOL_A_MODE];
+  if (m == POOL_ADAPTIVE_AVG || m == POOL_ADAPTIVE_MAX) return numel(x) / (numel(y) > 0 ? numel(y) : 1);
+  return (double)c->n->attr[POOL_A_KH] * (double)c->n->attr[POOL_A_KW];
+}
+static void ircost_POOL2D(const CostCtx *c, IrCost *k) { k->flops = out_numel(c) * pool_window_size(c, cin(c, 0), c->n); }
+static void ircost_POOL2D_BWD(const CostCtx *c, IrCost *k) {
+  const IrNode *dy = cin(c, 1);
+  int max = c->n->attr[POOL_A_MODE] == POOL_MAX || c->n->attr[POOL_A_MODE] == POOL_ADAPTIVE_MAX;
+  k->flops = numel(dy) * (pool_window_size(c, c->n, dy) + max);
+  if (!max) k->bytes_read = bytes_of(dy); /* an average needs only dy */
+}
+
 static void ircost_AUX_LOSS(const CostCtx *c, IrCost *k) { (void)c, no_bytes(k); }
 static void ircost_LOSS_SEED(const CostCtx *c, IrCost *k) { (void)c, no_bytes(k); }
 

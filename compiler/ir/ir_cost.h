@@ -75,6 +75,11 @@ double ircost_elementwise_flops(IrOp op);
  * computes, per head: T x S, or the causal share. */
 double ircost_attention_pairs(const IrNode *n, const IrNode *q, const IrNode *k);
 
+/* A convolution op's GEMM (im2col's, ir_cost.c): `batch` independent
+ * products [M, K] x [K, N] (batch = groups; the images are folded into N or,
+ * for the filter gradient, into K). 0 when n is not a convolution. */
+int ircost_conv_gemm(const IrGraph *g, const IrNode *n, double *batch, double *M, double *N, double *K);
+
 /* The cost of one execution of `node` of graph `g`. A CALL costs its graph's
  * cost x its repeat count (attr[1]), recursively. */
 IrCost ircost_node(const IrModule *m, const IrGraph *g, int node);

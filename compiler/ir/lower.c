@@ -373,6 +373,10 @@ static int lower_op(Lower *L, Inv *v, const SemExpr *e, const int64_t *dims) {
     int tin[2] = {in[0], sel};
     return add_node(L, v, IR_TAKE, tin, 2, NULL, 0, 0, e->type.dtype, -1, NULL, e->span, NULL);
   }
+  case SOP_CONV2D: return add_node(L, v, IR_CONV2D, in, 2, e->attr, e->nattr, 0, t->dtype, -1, NULL, e->span, NULL);
+  case SOP_MAX_POOL2D:
+  case SOP_AVG_POOL2D:
+  case SOP_ADAPTIVE_AVG_POOL2D: return add_node(L, v, IR_POOL2D, in, 1, e->attr, e->nattr, 0, t->dtype, -1, NULL, e->span, NULL);
   case SOP_TAKE: return add_node(L, v, IR_TAKE, in, 2, NULL, 0, 0, t->dtype, -1, NULL, e->span, NULL);
   case SOP_ONE_HOT:
     attr[0] = e->attr[0];

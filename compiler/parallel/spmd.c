@@ -939,7 +939,14 @@ static Val part_node(GPart *G, int i) {
   /* fall through */
   case IR_ONE_HOT:
   case IR_MOE_DISPATCH:
-  case IR_MOE_GATE_GRAD: {
+  case IR_MOE_GATE_GRAD:
+  /* Convolutions and pooling, replicated too (data parallelism splits the
+   * images before the graph; channel-split convolutions are not written yet). */
+  case IR_CONV2D:
+  case IR_CONV2D_BWD_DATA:
+  case IR_CONV2D_BWD_FILTER:
+  case IR_POOL2D:
+  case IR_POOL2D_BWD: {
     /* The router's and the experts' exchange ops are supported replicated only (so far): a split or
      * partial input is made whole first and every rank computes the whole
      * result, as for an extern (correct under any layout; expert

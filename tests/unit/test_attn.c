@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "attn.h"
+#include "test_hooks.h"
 #include "test_util.h"
 
 #define TOL 1e-5
@@ -122,53 +123,6 @@ static void naive_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float a
       for (int64_t p = 0; p < k; p++) d += (double)(ta ? a[p * lda + i] : a[i * lda + p]) * (tb ? b[j * ldb + p] : b[p * ldb + j]);
       c[i * ldc + j] = (float)(alpha * d + (beta == 0.0f ? 0.0 : (double)beta * c[i * ldc + j]));
     }
-}
-
-typedef void (*CblasSgemm)(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                           const float *b, int ldb, float beta, float *c, int ldc);
-static CblasSgemm cblas;
-
-static void blas_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
-                       const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-  cblas(101, ta ? 112 : 111, tb ? 112 : 111, (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
-}
-
-/* Ranges of 1, 2, 3, 1, 2, 3, ... items, run last first. */
-static void reverse_par(void *par, int64_t n, void (*fn)(void *, int64_t, int64_t), void *ctx) {
-  int64_t *lo = malloc(sizeof(int64_t) * (size_t)(n + 1)), r = 0;
-  for (int64_t at = 0; at < n; r++) lo[r] = at, at += 1 + r % 3;
-  lo[r] = n;
-  for (int64_t i = r - 1; i >= 0; i--) fn(ctx, lo[i], lo[i + 1]);
-  free(lo);
-}
-
-/* Real threads: one per range of about n / nthreads items (a par_for of
- * the test's own; the runtime's par.h is not linked into core tests). */
-typedef struct {
-  void (*fn)(void *, int64_t, int64_t);
-  void *ctx;
-  int64_t lo, hi;
-} Range;
-
-static void *range_run(void *arg) {
-  Range *r = arg;
-  r->fn(r->ctx, r->lo, r->hi);
-  return NULL;
-}
-
-static void thread_par(void *par, int64_t n, void (*fn)(void *, int64_t, int64_t), void *ctx) {
-  int nt = *(const int *)par;
-  Range r[8];
-  pthread_t tid[8];
-  int started[8] = {0};
-  if (nt > 8) nt = 8;
-  for (int i = 0; i < nt; i++) {
-    r[i] = (Range){fn, ctx, n * i / nt, n * (i + 1) / nt};
-    if (r[i].lo < r[i].hi) started[i] = pthread_create(&tid[i], NULL, range_run, &r[i]) == 0;
-    if (r[i].lo < r[i].hi && !started[i]) range_run(&r[i]);
-  }
-  for (int i = 0; i < nt; i++)
-    if (started[i]) pthread_join(tid[i], NULL);
 }
 
 /* ---- helpers ---- */
@@ -420,9 +374,7 @@ static void test_bad_shapes(void) {
 int main(void) {
   /* one BLAS thread: the bit-identity checks are about the module's split */
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
-  void *blas = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
-  if (!blas) blas = dlopen("libopenblas.so", RTLD_NOW | RTLD_LOCAL);
-  if (blas) *(void **)&cblas = dlsym(blas, "cblas_sgemm");
+  void *blas = open_cblas();
   if (!cblas) fprintf(stderr, "test_attn: no OpenBLAS (cblas_sgemm); the BLAS hook is not tested\n");
 
   const Case cases[] = {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conv.h"
 #include "interp.h"
 #include "ir.h"
 #include "loader.h"
@@ -601,6 +602,77 @@ static void test_moe(void) {
  * the reference executor: the weighted loss reaches the log-sum-exp column
  * too, so the backward's d lse term is checked; grouped queries (4 heads
  * over 2 key heads), causal over T = S = 3 and not over S = 4 keys. */
+/* Convolutional networks (issue 17): conv2d with strides, padding, dilation
+ * and groups at odd sizes; its two gradients as ops of their own (each is
+ * the others' adjoint); every pooling mode, and the average's backward. */
+static int conv_case(Mod *M, IrOp op, int a, int b, const int64_t *attr) {
+  int in[2] = {a, b};
+  return add(M->g, op, in, 2, attr, CONV_NATTR, 0, DT_F32, -1, NULL);
+}
+
+static void test_conv(void) {
+  /* {sh, sw, ph, pw, dh, dw, groups, H, W, KH, KW} */
+  static const int64_t plain[CONV_NATTR] = {1, 2, 1, 0, 1, 1, 1, 5, 6, 3, 2};
+  static const int64_t grouped[CONV_NATTR] = {2, 1, 2, 1, 2, 1, 2, 7, 6, 2, 3};
+  static const int64_t depthwise[CONV_NATTR] = {1, 1, 1, 1, 1, 1, 3, 4, 5, 3, 3};
+  {
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 4, (int64_t)2, (int64_t)3, (int64_t)5, (int64_t)6);
+    int w = PARAM(&M, "w", 4, (int64_t)4, (int64_t)3, (int64_t)3, (int64_t)2);
+    done(&M, conv_case(&M, IR_CONV2D, x, w, plain), "conv2d stride 1x2 pad 1x0", IR_CONV2D);
+  }
+  {
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 4, (int64_t)1, (int64_t)4, (int64_t)7, (int64_t)6);
+    int w = PARAM(&M, "w", 4, (int64_t)6, (int64_t)2, (int64_t)2, (int64_t)3);
+    done(&M, conv_case(&M, IR_CONV2D, x, w, grouped), "conv2d groups 2 dilation 2x1 stride 2x1", IR_CONV2D);
+  }
+  {
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 4, (int64_t)2, (int64_t)3, (int64_t)4, (int64_t)5);
+    int w = PARAM(&M, "w", 4, (int64_t)3, (int64_t)1, (int64_t)3, (int64_t)3);
+    done(&M, conv_case(&M, IR_CONV2D, x, w, depthwise), "conv2d depthwise", IR_CONV2D);
+  }
+  {
+    /* dy [1, 6, Ho, Wo]: Ho = (7 + 4 - 2 - 1) / 2 + 1 = 5, Wo = (6 + 2 - 2 - 1) + 1 = 6 */
+    Mod M = mod_new();
+    int dy = PARAM(&M, "dy", 4, (int64_t)1, (int64_t)6, (int64_t)5, (int64_t)6);
+    int w = PARAM(&M, "w", 4, (int64_t)6, (int64_t)2, (int64_t)2, (int64_t)3);
+    done(&M, conv_case(&M, IR_CONV2D_BWD_DATA, dy, w, grouped), "conv2d_bwd_data", IR_CONV2D_BWD_DATA);
+  }
+  {
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 4, (int64_t)2, (int64_t)3, (int64_t)5, (int64_t)6);
+    int dy = PARAM(&M, "dy", 4, (int64_t)2, (int64_t)4, (int64_t)5, (int64_t)3);
+    done(&M, conv_case(&M, IR_CONV2D_BWD_FILTER, x, dy, plain), "conv2d_bwd_filter", IR_CONV2D_BWD_FILTER);
+  }
+  /* {mode, KH, KW, sh, sw, ph, pw} */
+  static const int64_t pools[][POOL_NATTR] = {
+      {POOL_MAX, 3, 3, 2, 2, 1, 1}, {POOL_MAX, 2, 3, 1, 2, 0, 1},   {POOL_AVG, 3, 2, 2, 1, 1, 1},
+      {POOL_AVG, 2, 2, 2, 2, 0, 0}, {POOL_ADAPTIVE_AVG, 2, 3, 0, 0, 0, 0}, {POOL_ADAPTIVE_MAX, 3, 2, 0, 0, 0, 0},
+  };
+  for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++) {
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 4, (int64_t)2, (int64_t)2, (int64_t)5, (int64_t)7);
+    int y = add(M.g, IR_POOL2D, &x, 1, pools[i], POOL_NATTR, 0, DT_F32, -1, NULL);
+    finish_weighted(&M, y);
+    /* a max moves only when two inputs of a window come within h: none of the
+     * random inputs does at h = 1e-6 */
+    check_module(&M, "pool2d", RECOMPUTE_NONE, pools[i][0] == POOL_MAX || pools[i][0] == POOL_ADAPTIVE_MAX ? 1e-6 : 1e-3);
+    ops_tested[IR_POOL2D]++;
+    mod_free(&M);
+  }
+  for (int adaptive = 0; adaptive < 2; adaptive++) {
+    Mod M = mod_new();
+    const int64_t *a = pools[adaptive ? 4 : 2];
+    int64_t Ho = adaptive ? 2 : 3, Wo = adaptive ? 3 : 8;
+    int x = input(&M, DT_F32, 0, 4, (int64_t)2, (int64_t)2, (int64_t)5, (int64_t)7);
+    int dy = PARAM(&M, "dy", 4, (int64_t)2, (int64_t)2, Ho, Wo);
+    int in[2] = {x, dy};
+    done(&M, add(M.g, IR_POOL2D_BWD, in, 2, a, POOL_NATTR, 0, DT_F32, -1, NULL), "pool2d_bwd avg", IR_POOL2D_BWD);
+  }
+}
+
 static void test_attention(void) {
   for (int causal = 0; causal < 2; causal++) {
     Mod M = mod_new();
@@ -1108,6 +1180,7 @@ int main(void) {
   test_moe();
   test_aux_loss();
   test_attention();
+  test_conv();
   test_call();
   test_manual_schedule();
   test_errors();
