@@ -417,7 +417,8 @@ static SemModel *check_program(Sema *S) {
     return NULL;
   }
   const SemInput *in0 = &m->model->inputs[0];
-  if (in0->type.rank >= 2) sym_is_const(in0->type.dims[1], &m->seq_len);
+  m->images = in0->type.rank == 4 && sem_dtype_is_float(in0->type.dtype);
+  if (in0->type.rank >= 2 && !m->images) sym_is_const(in0->type.dims[1], &m->seq_len);
   Settings train_settings;
   sema_read_train(S, m, train, &train_settings);
   sema_read_layout(S, m, parallel, &train_settings);

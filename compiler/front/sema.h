@@ -82,7 +82,8 @@ const char *sem_type_str(Arena *a, const TensorType *t);
   X(MAX_POOL2D, "max_pool2d", 2, 4) \
   X(AVG_POOL2D, "avg_pool2d", 2, 4) \
   X(ADAPTIVE_AVG_POOL2D, "adaptive_avg_pool2d", 2, 2) \
-  X(FLATTEN, "flatten", 1, 2)
+  X(FLATTEN, "flatten", 1, 2)    \
+  X(BATCH_NORM, "batch_norm", 3, 5)
 
 typedef enum {
 #define X(id, name, lo, hi) SOP_##id,
@@ -243,7 +244,8 @@ typedef struct {
   SemLayout layout;
   SemCluster cluster;
   int has_cluster;
-  int64_t seq_len;  /* the sequence dimension of the first input, when constant */
+  int64_t seq_len;  /* the sequence dimension of the first input, when constant (0 for images) */
+  int images;       /* the first input is a batch of images, float [B, C, H, W] (no sequence) */
   int64_t layers;   /* blocks of the largest repeat (pipeline stages split these) */
   const AstDecl *train_decl, *parallel_decl;
 } SemModel;

@@ -815,6 +815,14 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
                      L->num_micro_batches, L->num_micro_batches == 1 ? "" : "es", L->pp);
     }
   }
+  /* images have no sequence to split */
+  if (m->images && (L->cp > 1 || (L->sp == 1 && L->tp > 1))) {
+    const char *key = L->cp > 1 ? "context" : "sequence";
+    sema_error(S, at_or_none(sema_setting_get(&s, key)),
+               "%s parallelism splits a sequence, but model %s takes images (%s is [B, C, H, W]): use data, tensor or "
+               "pipeline parallelism",
+               key, m->model->decl->name.name, m->model->inputs[0].name);
+  }
   /* sequence by context and sequence parallelism */
   if (m->seq_len > 0) {
     Span at = m->model->ninputs ? m->model->inputs[0].span : span_none;

@@ -481,6 +481,46 @@ static SemExpr *check_flatten(Sema *S, Fwd *F, const CallArgs *c) {
   return r;
 }
 
+/* batch_norm(x [N, C, ...], weight [C], bias [C], eps = 1e-5, sync = false):
+ * each channel normalised by its mean and biased variance over every axis
+ * but 1 (the batch and the image), then scaled and shifted; sync: the
+ * statistics over the whole data-parallel batch (lower.c). */
+static SemExpr *check_batch_norm(Sema *S, Fwd *F, const CallArgs *c) {
+  static const char *const keys[] = {"eps", "sync"};
+  Span at = c->call->span;
+  if (!check_keywords(S, c, keys, 2)) return NULL;
+  SemExpr *x = tensor_arg(S, F, c, 0), *w = x ? tensor_arg(S, F, c, 1) : NULL, *b = w ? tensor_arg(S, F, c, 2) : NULL;
+  if (!b || !require_float(S, F, x, c->fn, at) || !require_float(S, F, w, c->fn, at) || !require_float(S, F, b, c->fn, at))
+    return NULL;
+  if (x->kind == SE_SCALAR || x->type.rank < 2) {
+    sema_error(S, at, "batch_norm() takes x [N, C, ...] (channels on axis 1); this is %s",
+               x->kind == SE_SCALAR ? "a number" : tstr(S, &x->type));
+    return NULL;
+  }
+  SemExpr *wb[2] = {w, b};
+  for (int i = 0; i < 2; i++)
+    if (wb[i]->kind == SE_SCALAR || wb[i]->type.rank != 1 || !sym_equal(wb[i]->type.dims[0], x->type.dims[1])) {
+      sema_error(S, at, "batch_norm's %s must be [C] with C = %s, the channels of x %s; this is %s", i ? "bias" : "weight",
+                 sym_str(S->arena, x->type.dims[1]), tstr(S, &x->type), wb[i]->kind == SE_SCALAR ? "a number" : tstr(S, &wb[i]->type));
+      origin_note(S, F, wb[i], i ? "the bias" : "the weight");
+      return NULL;
+    }
+  double eps;
+  int sync;
+  if (!attr_float(S, F, c, 3, "eps", 1e-5, &eps) || !attr_bool(S, F, c, 4, "sync", 0, &sync)) return NULL;
+  if (!(eps > 0) || !isfinite(eps)) {
+    sema_error(S, at, "batch_norm's eps must be a positive number, not %g", eps);
+    return NULL;
+  }
+  SemExpr *args[3] = {x, w, b};
+  SemExpr *r = new_op(S, SOP_BATCH_NORM, at, args, 3);
+  r->type = x->type;
+  r->attr[0] = sync;
+  r->nattr = 1;
+  r->scalar = eps;
+  return r;
+}
+
 static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, const char *fn) {
   CallArgs c = {call, fn};
   Span at = call->span;
@@ -842,6 +882,7 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
   case SOP_AVG_POOL2D:
   case SOP_ADAPTIVE_AVG_POOL2D: return check_pool2d(S, F, op, &c);
   case SOP_FLATTEN: return check_flatten(S, F, &c);
+  case SOP_BATCH_NORM: return check_batch_norm(S, F, &c);
   case SOP_ATTENTION: {
     /* attention(q [B, H, T, D], k [B, Hk, S, D], v [B, Hk, S, Dv], causal = true, scale = 1 / sqrt(D)):
      * softmax(scale q k^T) v over the allowed keys, H a multiple of Hk (grouped-query attention) */

@@ -285,6 +285,75 @@ static int lower_attention(Lower *L, Inv *v, const SemExpr *e, const int *in, co
   return p < 0 ? -1 : add_node(L, v, IR_MATMUL, pv, 2, attr, 2, 0, dt, -1, NULL, e->span, NULL);
 }
 
+/* batch_norm(x, weight, bias, eps, sync): per channel (axis 1), over every
+ * other axis, mean = sum(x) / n and var = sum((x - mean)^2) / n (biased, as
+ * PyTorch normalises with in training), then (x - mean) rsqrt(var + eps)
+ * weight + bias. With sync the sums and n are all-reduced over the
+ * data-parallel group (SyncBatchNorm): an all-reduce whose gradient is the
+ * all-reduce of the gradient (the ranks' losses add up), COPY_TO_GROUP's
+ * then ALL_REDUCE's; n too (its rank's count times the group's size, which
+ * the lowering does not know). */
+static int lower_batch_norm(Lower *L, Inv *v, const SemExpr *e, const int *in, const int64_t *dims) {
+  const TensorType *t = &e->type;
+  int rank = t->rank, sync = (int)e->attr[0];
+  DType dt = t->dtype;
+  Span at = e->span;
+  int64_t count = 1, cdims[IR_MAX_RANK], attr[IR_NATTR];
+  memset(attr, 0, sizeof attr);
+  for (int i = 0; i < rank; i++) {
+    cdims[i] = i == 1 ? dims[1] : 1;
+    if (i != 1) count *= dims[i];
+  }
+  /* a buffer when it is all-reduced (a CONST is a kernel argument, not a value in memory) */
+  int n = add_node(L, v, sync ? IR_FILL : IR_CONST, NULL, 0, NULL, 0, (double)count, DT_F32, sync ? 0 : -1, NULL, at, NULL);
+  if (n >= 0 && sync) {
+    attr[0] = IRG_DP;
+    attr[3] = 1; /* a count: no gradient */
+    n = add_node(L, v, IR_ALL_REDUCE, &n, 1, attr, 4, 0, DT_F32, -1, NULL, at, NULL);
+  }
+  /* the per-channel sum of y over every axis but 1, made whole over dp under sync */
+  int stat[2] = {in[0], -1};
+  int mean = -1;
+  for (int pass = 0; pass < 2 && n >= 0; pass++) {
+    int s = stat[pass];
+    for (int a = 0; a < rank && s >= 0; a++) {
+      if (a == 1) continue;
+      int64_t ra[2] = {a, 1};
+      s = add_node(L, v, IR_REDUCE_SUM, &s, 1, ra, 2, 0, dt, -1, NULL, at, NULL);
+    }
+    if (s >= 0 && sync) {
+      int64_t ga[4] = {IRG_DP, 0, 0, 0};
+      s = add_node(L, v, IR_COPY_TO_GROUP, &s, 1, ga, 1, 0, dt, -1, NULL, at, NULL);
+      if (s >= 0) s = add_node(L, v, IR_ALL_REDUCE, &s, 1, ga, 4, 0, dt, -1, NULL, at, NULL);
+    }
+    int q[2] = {s, n};
+    s = s < 0 ? -1 : add_node(L, v, IR_DIV, q, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+    if (pass == 0) {
+      mean = s;
+      int d[2] = {in[0], mean};
+      int xc = mean < 0 ? -1 : add_node(L, v, IR_SUB, d, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+      stat[0] = xc;
+      stat[1] = xc < 0 ? -1 : add_node(L, v, IR_SQUARE, &xc, 1, NULL, 0, 0, dt, -1, NULL, at, NULL);
+    } else {
+      mean = s; /* now the variance */
+    }
+    if (s < 0) return -1;
+  }
+  if (n < 0) return -1;
+  int eps = add_node(L, v, IR_CONST, NULL, 0, NULL, 0, e->scalar, DT_F32, -1, NULL, at, NULL);
+  int ve[2] = {mean, eps};
+  int r = eps < 0 ? -1 : add_node(L, v, IR_ADD, ve, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+  r = r < 0 ? -1 : add_node(L, v, IR_RSQRT, &r, 1, NULL, 0, 0, dt, -1, NULL, at, NULL);
+  int xr[2] = {stat[0], r};
+  int y = r < 0 ? -1 : add_node(L, v, IR_MUL, xr, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+  for (int k = 1; k <= 2 && y >= 0; k++) {
+    int p = add_node(L, v, IR_RESHAPE, &in[k], 1, NULL, 0, 0, dt, rank - 1, cdims + 1, at, NULL);
+    int yp[2] = {y, p};
+    y = p < 0 ? -1 : add_node(L, v, k == 1 ? IR_MUL : IR_ADD, yp, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+  }
+  return y;
+}
+
 static int lower_op(Lower *L, Inv *v, const SemExpr *e, const int64_t *dims) {
   int in[8];
   int nin = e->nargs < 8 ? e->nargs : 8;
@@ -354,6 +423,7 @@ static int lower_op(Lower *L, Inv *v, const SemExpr *e, const int64_t *dims) {
     attr[0] = e->attr[0];
     return add_node(L, v, IR_REPEAT_KV, in, 1, attr, 1, 0, t->dtype, -1, NULL, e->span, NULL);
   case SOP_ATTENTION: return lower_attention(L, v, e, in, dims);
+  case SOP_BATCH_NORM: return lower_batch_norm(L, v, e, in, dims);
   case SOP_CROSS_ENTROPY: return add_node(L, v, IR_CROSS_ENTROPY, in, 2, NULL, 0, 0, t->dtype, -1, NULL, e->span, NULL);
   case SOP_DROPOUT:
     attr[0] = L->dropout_streams++;

@@ -958,6 +958,18 @@ static Val part_node(GPart *G, int i) {
                 n->op == IR_TAKE_BWD ? n->dims : NULL, n->span);
     return r;
   }
+  case IR_ALL_REDUCE:
+  case IR_COPY_TO_GROUP: {
+    /* A model's own collective over the data-parallel group (synchronised
+     * batch norm's statistics): the group is outside this partitioning, so
+     * the value is made whole over the groups split here and the collective
+     * kept as it is. */
+    if (n->attr[0] != IRG_DP) break;
+    Shd whole = shd_r();
+    int in0 = convert(G, settle(G, ins[0], n->span), &whole, 0, n->span).id;
+    r.id = emit(G, n->op, &in0, 1, n->attr, IR_NATTR, n->fattr, n->dtype, -1, NULL, n->span);
+    return r;
+  }
   case IR_AUX_LOSS: {
     /* x passes through as it is sharded; the loss is made whole (every rank adds the same term) */
     Shd whole = shd_r();

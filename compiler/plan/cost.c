@@ -298,6 +298,17 @@ double cost_gemm_efficiency_batched(int64_t batch, int64_t m, int64_t n, int64_t
   return g->ceiling * tile_eff * wave_eff * depth_eff;
 }
 
+int64_t cost_gemm_split_k(int64_t batch, int64_t m, int64_t n, int64_t k, const CatDevice *dev) {
+  const GemmSpec *g = gemm_spec(dev);
+  if (batch <= 0 || m <= 0 || n <= 0 || k <= 0 || g->units <= 0) return 1;
+  double t = g->tile > 0 ? g->tile : COST_GEMM_TILE;
+  double tiles = (double)batch * ceil((double)m / t) * ceil((double)n / t);
+  if (tiles >= g->units) return 1;
+  int64_t by_units = (int64_t)((double)g->units / tiles), by_depth = k / COST_GEMM_SPLIT_K_MIN;
+  int64_t s = by_units < by_depth ? by_units : by_depth;
+  return s > 1 ? s : 1;
+}
+
 double cost_gemm_efficiency(int64_t m, int64_t n, int64_t k, const CatDevice *dev) {
   return cost_gemm_efficiency_batched(1, m, n, k, dev);
 }

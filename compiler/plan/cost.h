@@ -134,6 +134,15 @@ double cost_op_time_s(double flops, double bytes, const CatDevice *dev, const ch
  * one launch (attention scores), which fill the waves together. Dimensions
  * <= 0 give the ceiling. dev may be NULL (defaults). */
 double cost_gemm_efficiency(int64_t m, int64_t n, int64_t k, const CatDevice *dev);
+/* Split-K (CUTLASS's "split-K" / cuBLAS's, and cuDNN's weight-gradient
+ * kernels): a GEMM of fewer output tiles than the device has SMs, with a deep
+ * k, is cut into s slices of k computed side by side and summed after. s is
+ * as many as fill one wave, each slice at least COST_GEMM_SPLIT_K_MIN deep;
+ * 1 when the tiles fill the device already. A convolution's filter gradient
+ * (k = images x positions) is such a GEMM. */
+#define COST_GEMM_SPLIT_K_MIN 512
+int64_t cost_gemm_split_k(int64_t batch, int64_t m, int64_t n, int64_t k, const CatDevice *dev);
+
 double cost_gemm_efficiency_batched(int64_t batch, int64_t m, int64_t n, int64_t k,
                                     const CatDevice *dev);
 /* The ceiling and the SM / CU count used for dev (0 SMs: no wave model). */

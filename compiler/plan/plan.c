@@ -387,6 +387,33 @@ static void price_attention_op(Pricer *P, const GInfo *gi, const IrNode *n, int 
   if (rc) acc->t_rc += t + te + PLAN_KERNEL_OVERHEAD_S;
 }
 
+/* A convolution or one of its gradients: the implicit GEMM the back ends run
+ * (im2col's product, the column matrix never stored: cuDNN's implicit
+ * GEMM, Chetlur et al. 2014, sec. 3), priced as price_gemm prices a GEMM of
+ * that shape (ircost_conv_gemm, docs/planner.md): the mainloop over the two
+ * operands at the shape's efficiency, then the store of the result. */
+static void price_conv_op(Pricer *P, const GInfo *gi, const IrNode *n, int rc, PlanCost *acc) {
+  const IrGraph *g = gi->g;
+  double batch = 1, M = 0, N = 0, Kd = 0;
+  ircost_conv_gemm(g, n, &batch, &M, &N, &Kd);
+  const CatDevice *dev = &P->pc->dev;
+  const char *pn = prec_name(P->pc->prec == PREC_FP8 ? PREC_BF16 : P->pc->prec); /* FP8 GEMMs are the linear layers' */
+  double eb = P->pc->act_bytes;
+  double in_bytes = ((double)ir_numel(&g->nodes[n->in[0]]) + (double)ir_numel(&g->nodes[n->in[1]])) * eb;
+  double flops = 2 * batch * M * N * Kd;
+  /* a filter gradient's few output tiles over a deep k: split-K, its slices
+   * summed in fp32 after (written and read once each) */
+  double split = (double)cost_gemm_split_k((int64_t)batch, (int64_t)M, (int64_t)N, (int64_t)Kd, dev);
+  double eff = cost_gemm_efficiency_batched((int64_t)(batch * split), (int64_t)M, (int64_t)N, (int64_t)(Kd / split), dev);
+  double t = cost_op_time_s(flops, in_bytes, dev, pn, eff * PLAN_GEMM_SUSTAINED);
+  if (split > 1) t += mem_kernel_time(P->pc, split * batch * M * N, 2 * split * batch * M * N * 4);
+  t += cost_op_time_s(0, (double)ir_numel(n) * eb, dev, pn, 1.0) + PLAN_KERNEL_OVERHEAD_S;
+  acc->t += t;
+  acc->t_gemm += t;
+  acc->kernels += 1;
+  if (rc) acc->t_rc += t;
+}
+
 /* The softmax of a flash attention: one exponential per computed score on
  * the special-function units (forward; the backward recomputes P), which
  * FlashAttention-2 does not overlap with the tensor cores; the rest of the
@@ -598,6 +625,15 @@ static void price_kernel_body(Pricer *P, const GInfo *gi, int k, int rc, PlanCos
   }
   default:
     break;
+  }
+  if (K->kind == FUSE_SPECIAL) {
+    for (int j = 0; j < K->nnodes; j++) {
+      const IrNode *x = &g->nodes[K->nodes[j]];
+      if (ircost_op_class(x->op) == IRC_GEMM && x->op != IR_MATMUL && x->op != IR_ATTENTION && x->op != IR_ATTENTION_BWD) {
+        price_conv_op(P, gi, x, rc, acc);
+        return;
+      }
+    }
   }
   if (K->kind == FUSE_SPECIAL && gi->attn_op) {
     for (int j = 0; j < K->nnodes; j++) {

@@ -105,9 +105,15 @@ static void html_header(FILE *f, PlanCtx *c, const PlanReport *rep, const PlanRe
   fprintf(f, ": %s parameters", plan_fmt_count(a, sizeof a, r->params));
   int64_t skipped = sem_param_count(m) - sem_active_param_count(m); /* experts a token does not use */
   if (skipped > 0) fprintf(f, " (%s active per token)", plan_fmt_count(a, sizeof a, r->params - (double)skipped));
-  fprintf(f, ", sequence %" PRId64 ", global batch %" PRId64 " (%s tokens a step), %s</td></tr>\n",
-          r->seq_len, r->global_batch,
-          plan_fmt_count(b, sizeof b, (double)r->global_batch * (double)r->seq_len), sem_precision_name(m->train.precision));
+  int64_t chw[3] = {0, 0, 0};
+  for (int i = 0; m->images && i < 3; i++) sym_is_const(m->model->inputs[0].type.dims[i + 1], &chw[i]);
+  if (m->images)
+    fprintf(f, ", images %" PRId64 "x%" PRId64 "x%" PRId64 ", global batch %" PRId64 ", %s</td></tr>\n", chw[0], chw[1],
+            chw[2], r->global_batch, sem_precision_name(m->train.precision));
+  else
+    fprintf(f, ", sequence %" PRId64 ", global batch %" PRId64 " (%s tokens a step), %s</td></tr>\n", r->seq_len,
+            r->global_batch, plan_fmt_count(b, sizeof b, (double)r->global_batch * (double)r->seq_len),
+            sem_precision_name(m->train.precision));
   int64_t gpn = cl->gpus_per_node > 0 ? cl->gpus_per_node : 1, nodes = (r->gpus + gpn - 1) / gpn;
   fputs("<tr><th>cluster</th><td>", f);
   esc(f, cl->name ? cl->name : "?");
@@ -142,7 +148,7 @@ static void html_header(FILE *f, PlanCtx *c, const PlanReport *rep, const PlanRe
     fputs("<div class=\"tiles\">\n", f);
     tile(f, "step time", fmt_ms(a, sizeof a, r->step_s));
     snprintf(b, sizeof b, "%s/s", plan_fmt_count(a, sizeof a, r->tokens_per_s));
-    tile(f, "tokens", b);
+    tile(f, m->images ? "images" : "tokens", b);
     snprintf(a, sizeof a, "%.1f%%", r->mfu * 100);
     tile(f, "MFU", a);
     snprintf(a, sizeof a, "%.1f TFLOP/s", r->tflops_per_gpu);

@@ -148,7 +148,7 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
             plan_fmt_time(b, sizeof b, r->comm_s[g]), plan_fmt_time(d, sizeof d, r->comm_exposed[g]));
   }
   fprintf(f, "\nthroughput\n");
-  fprintf(f, "  %-18s %12s\n", "tokens/s", plan_fmt_count(a, sizeof a, r->tokens_per_s));
+  fprintf(f, "  %-18s %12s\n", plan_model(c)->images ? "images/s" : "tokens/s", plan_fmt_count(a, sizeof a, r->tokens_per_s));
   fprintf(f, "  %-18s %12.1f  hardware GEMM FLOPs with recomputation (Narayanan Eq. 3)\n", "TFLOP/s per GPU",
           r->tflops_per_gpu);
   fprintf(f, "  %-18s %11.1f%%  model FLOPs %s per step\n", "MFU", r->mfu * 100, plan_fmt_count(a, sizeof a, r->model_flops));

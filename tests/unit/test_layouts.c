@@ -8,8 +8,10 @@
  * the simulator runs (dpsync.h), and the pieces each data-parallel rank keeps
  * are what is compared. A model of 5 layers runs every pipeline layout on
  * unequal stages (the cost-balanced split, plan_chunk_layers: 5 layers cannot
- * split equally). A mixture-of-experts model adds expert parallelism. */
+ * split equally). A mixture-of-experts model adds expert parallelism, and a
+ * small ResNet data and pipeline parallelism with batch norm (issue 17). */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,7 +258,98 @@ static int run_moe(void) {
   return failures;
 }
 
-int main(void) {
+/* Images: input 0 uniform in [-1, 1) over [rows, C, H, W], input 1 labels in [0, classes). */
+static double **make_images(const SemModel *m, int64_t rows, int64_t classes, uint64_t seed) {
+  double **in = calloc(2, sizeof(double *));
+  int64_t per = 1, d;
+  for (int k = 1; k < 4; k++) per *= sym_is_const(m->model->inputs[0].type.dims[k], &d) ? d : 1;
+  in[0] = malloc(sizeof(double) * (size_t)(rows * per));
+  in[1] = malloc(sizeof(double) * (size_t)rows);
+  uint64_t s = seed;
+  for (int64_t k = 0; k < rows * per + rows; k++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    if (k < rows * per) in[0][k] = (double)(s >> 11) / 9007199254740992.0 * 2 - 1;
+    else in[1][k - rows * per] = (double)((s >> 33) % (uint64_t)classes);
+  }
+  return in;
+}
+
+/* Convolutional networks (tests/vision/resnet-tiny.hpd, issue 17) under data
+ * and pipeline parallelism, tensor parallelism of its classifier, recompute
+ * and ZeRO. Batch norm synchronised over dp: every layout equals one rank
+ * running the whole data-parallel micro-batch (micro x dp rows at a time);
+ * per rank (sync = false, DDP's): equal to one rank fed the same per-rank
+ * micro-batches in turn (micro rows at a time). */
+static int run_vision(void) {
+  int failures = 0;
+  for (int sync = 1; sync >= 0; sync--) {
+    const char *defs[] = {sync ? "sync=true" : "sync=false"};
+    Loaded L;
+    SemModel *m = load(&L, "tests/vision/resnet-tiny.hpd", defs, 1);
+    if (!m) return 1;
+    const int64_t micro = 2, rows = 16;
+    double **inputs = make_images(m, rows, 5, 11);
+    static const struct {
+      int64_t dp, tp, pp;
+      Recompute rc;
+      int zero;
+    } lays[] = {
+        {2, 1, 1, RECOMPUTE_NONE, 0}, {4, 1, 1, RECOMPUTE_NONE, 1},      {1, 1, 2, RECOMPUTE_NONE, 0},
+        {2, 1, 2, RECOMPUTE_FULL, 0}, {4, 1, 2, RECOMPUTE_SELECTIVE, 2}, {2, 2, 1, RECOMPUTE_NONE, 3},
+        {2, 2, 2, RECOMPUTE_NONE, 1}, {1, 2, 1, RECOMPUTE_FULL, 0},
+    };
+    int runs = 0, before = failures;
+    for (int64_t rdp = 1; rdp <= 4; rdp *= 2) {
+      /* the reference for layouts of rdp data-parallel ranks */
+      int64_t rmicro = sync ? micro * rdp : micro;
+      SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, rmicro, rows / rmicro, 0, SCHED_1F1B, 1, 0};
+      SimResult ref;
+      char err[512];
+      if (sim_step(m, &ref_layout, 77, inputs, &ref, err, sizeof err)) {
+        fprintf(stderr, "resnet-tiny sync=%d reference: %s\n", sync, err);
+        failures++;
+        continue;
+      }
+      for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
+        if (lays[i].dp != rdp) continue;
+        SimLayout lay = {lays[i].dp, lays[i].tp, lays[i].pp, 1, 1, 0, lays[i].rc, micro, rows / (micro * lays[i].dp),
+                         lays[i].zero, SCHED_1F1B, 1, 0};
+        char what[200];
+        snprintf(what, sizeof what, "resnet-tiny sync=%d dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " zero=%d recompute=%s", sync,
+                 lays[i].dp, lays[i].tp, lays[i].pp, lays[i].zero, sem_recompute_name(lays[i].rc));
+        runs++;
+        failures += run_layout(m, &lay, 77, inputs, &ref, what);
+      }
+      sim_result_free(&ref);
+    }
+    fprintf(stderr, "resnet-tiny sync=%d: %d layouts compared, %d failed\n", sync, runs, failures - before);
+    /* the statistics differ: per-rank batch norm at dp = 2 is not one rank with the whole batch */
+    if (sync == 0) {
+      SimLayout whole = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, 2 * micro, rows / (2 * micro), 0, SCHED_1F1B, 1, 0};
+      SimLayout dp2 = {2, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro, rows / (2 * micro), 0, SCHED_1F1B, 1, 0};
+      SimResult a, b;
+      char err[512];
+      if (!sim_step(m, &whole, 77, inputs, &a, err, sizeof err) && !sim_step(m, &dp2, 77, inputs, &b, err, sizeof err)) {
+        EXPECT(fabs(a.loss - b.loss) > 1e-6 * fabs(a.loss));
+        sim_result_free(&a);
+        sim_result_free(&b);
+      } else {
+        failures++;
+      }
+    }
+    for (int i = 0; i < 2; i++) free(inputs[i]);
+    free(inputs);
+    unload(&L);
+  }
+  return failures;
+}
+
+int main(int argc, char **argv) {
+  /* test_layouts vision: only the convolutional network's layouts */
+  if (argc > 1 && !strcmp(argv[1], "vision")) {
+    EXPECT(run_vision() == 0);
+    TEST_DONE();
+  }
   static const char *const gpt2[] = {"V=64", "T=8", "C=16", "L=8", "H=4"};
   EXPECT(run_matrix("samples/gpt2-tiny.hpd", gpt2, 5, 64, 8, 4, 8, 0) == 0);
   static const char *const gpt2_uneven[] = {"V=64", "T=8", "C=16", "L=5", "H=4"};
@@ -271,5 +364,6 @@ int main(void) {
                                       "ffn=32",   "seq=8",     "vocab=64", "window=3"};
   EXPECT(run_matrix("samples/qwen3.hpd", qwen3, 9, 64, 2, 2, 8, 0) == 0);
   EXPECT(run_moe() == 0);
+  EXPECT(run_vision() == 0);
   TEST_DONE();
 }
