@@ -18,6 +18,7 @@
 #                     measured column against sums of the trace, the predicted
 #                     against the plan, golden errors, the layout warning
 #                     (tests/plan/compare_e2e.py)
+#   plan.field_guide_resnet18  the field guide's ResNet-18 profile (tests/vision/)
 #   plan.html         the HTML report (tests/plan/check_html.py): well formed,
 #                     self-contained, each chart's values against the same
 #                     command's JSON (memory bars, step time, the pipeline
@@ -83,10 +84,15 @@ if(Python3_Interpreter_FOUND)
   add_test(NAME plan.html_screenshot
            COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/check_html.py --screenshot $<TARGET_FILE:hpdlc>
                    ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/plan_html_shot)
+  # the field guide's profiled ResNet-18 (docs/planner.md sec. 9.5)
+  add_test(NAME plan.field_guide_resnet18
+           COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/field_guide.py $<TARGET_FILE:hpdlc> ${HPDL_TEST_DIR})
 else()
   add_test(NAME plan.html COMMAND bash -c "echo 'skipped: no python3'; exit 77")
   add_test(NAME plan.html_screenshot COMMAND bash -c "echo 'skipped: no python3'; exit 77")
+  add_test(NAME plan.field_guide_resnet18 COMMAND bash -c "echo 'skipped: no python3'; exit 77")
 endif()
+set_tests_properties(plan.field_guide_resnet18 PROPERTIES TIMEOUT 60 LABELS "plan;vision" SKIP_RETURN_CODE 77)
 set_tests_properties(plan.html PROPERTIES TIMEOUT 120 LABELS plan SKIP_RETURN_CODE 77)
 set_tests_properties(plan.html_screenshot PROPERTIES TIMEOUT 180 LABELS plan SKIP_RETURN_CODE 77)
 

@@ -226,3 +226,17 @@ foreach(src ${HPDL_ROUNDTRIP_FILES})
   set_tests_properties(roundtrip.${name} PROPERTIES TIMEOUT 60 LABELS roundtrip
                        ENVIRONMENT "HPDL_STDLIB=${HPDL_STDLIB_DIR}")
 endforeach()
+
+# ---- convolutional networks (issue 17): torchvision's parameter counts ----------
+hpdl_shape_test(resnet18
+  "samples/resnet18.hpd: ok: model ResNet18, 11.2M parameters (11181642); dp=1 tp=1 pp=1 cp=1 on cpu (1 device)"
+  samples/resnet18.hpd)
+hpdl_shape_test(resnet18.cifar_stem
+  "samples/resnet18.hpd: ok: model ResNet18, 11.2M parameters (11173962); dp=1 tp=1 pp=1 cp=1 on cpu (1 device)"
+  -D stem=cifar samples/resnet18.hpd)
+hpdl_shape_test(resnet50
+  "samples/resnet50.hpd: ok: model ResNet50, 25.6M parameters (25557032); dp=8 tp=1 pp=1 cp=1 on dgx-a100-80gb (8 devices)"
+  samples/resnet50.hpd)
+hpdl_shape_test(resnet18.sync_dp4
+  "samples/resnet18.hpd: ok: model ResNet18, 11.2M parameters (11181642); dp=4 tp=1 pp=1 cp=1 on cpu (4 devices)"
+  -D sync=true --dp 4 --micro-batch 32 samples/resnet18.hpd)

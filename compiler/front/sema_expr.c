@@ -364,7 +364,7 @@ static SemExpr *check_conv2d(Sema *S, Fwd *F, const CallArgs *c) {
   if (!wconst) {
     sema_error(S, at, "conv2d's filters are [out_channels, in_channels / groups, KH, KW] of known sizes; this is %s",
                w->kind == SE_SCALAR ? "a number" : tstr(S, &w->type));
-    if (w->kind != SE_SCALAR) origin_note(S, F, w, "the filters");
+    if (w->kind != SE_SCALAR) origin_note(S, F, w, "the weight");
     return NULL;
   }
   if (!attr_pair(S, F, c, 2, "stride", one, st) || !attr_pair(S, F, c, 3, "padding", zero, pad) ||
@@ -387,7 +387,7 @@ static SemExpr *check_conv2d(Sema *S, Fwd *F, const CallArgs *c) {
                ", groups = %" PRId64 ")",
                chw[0], tstr(S, &w->type), k[1] * groups, k[1], groups);
     origin_note(S, F, x, "the input");
-    origin_note(S, F, w, "the filters");
+    origin_note(S, F, w, "the weight");
     return NULL;
   }
   int64_t Ho = conv_out_len(chw[1], k[2], st[0], pad[0], dil[0]), Wo = conv_out_len(chw[2], k[3], st[1], pad[1], dil[1]);
