@@ -475,7 +475,7 @@ ProgramChunk *program_ir_decode(Arena *arena, const unsigned char *buf, size_t l
     x->rank = get_rank(&r);
     get_dims(&r, x->rank, x->dims, 0);
     unsigned f = get_u8(&r);
-    if (f > PROGRAM_FEED_TARGETS) rd_fail(&r, "an unknown input feed");
+    if (f > PROGRAM_FEED_LABELS) rd_fail(&r, "an unknown input feed (a file of a later hpdlc?)");
     c->feed[i] = (ProgramFeed)f;
   }
   int np = get_count(&r, 40, "parameter");

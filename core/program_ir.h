@@ -59,8 +59,12 @@ enum { PROGRAM_IR_VERSION = 5 }; /* 2: the extern table; 3: the forward/backward
                                      4: the source files and each node's line; 5: a parameter's second split */
 #define PROGRAM_IR_MAGIC "HPDL-IR\n"
 
-/* What the runtime's data loader puts into a model input. */
-typedef enum { PROGRAM_FEED_TOKENS, PROGRAM_FEED_TARGETS } ProgramFeed;
+/* What the runtime's data loader puts into a model input: a token
+ * window's inputs or targets (i32 [B, T]), or an image file's pixels
+ * (f32 [B, ...], pixel / 255 - 0.5) or labels (i32 [B]). Stored as the u8
+ * `feed` of an input; images and labels came after version 5's first files,
+ * whose readers refuse them as unknown feeds. */
+typedef enum { PROGRAM_FEED_TOKENS, PROGRAM_FEED_TARGETS, PROGRAM_FEED_IMAGES, PROGRAM_FEED_LABELS } ProgramFeed;
 
 /* A parameter copy the chunk reads. */
 typedef struct {

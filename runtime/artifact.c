@@ -319,18 +319,44 @@ Artifact *artifact_load(const char *dir, RtErr *e) {
 
   json_t *in = json_object_get(root, "inputs");
   a->seq_len = 0;
-  if (in) {
+  char *in_kind = NULL;
+  if (in) get_str(&r, in, "inputs", "kind", &in_kind);
+  int images = in_kind && !strcmp(in_kind, "images");
+  if (!r.bad && in_kind && !images && strcmp(in_kind, "tokens")) bad(&r, "inputs", "kind", "must be \"tokens\" or \"images\"");
+  rt_free(in_kind);
+  int64_t per_sample = 0; /* tokens of a window, or values of an image */
+  if (in && images) {
+    /* an image model: the image input's dimensions after the batch */
+    json_t *sh = json_object_get(in, "shape");
+    size_t n = json_is_array(sh) ? json_array_size(sh) : 0;
+    if (!r.bad && (n < 1 || n > ART_MAX_RANK - 1))
+      bad(&r, "inputs", "shape", "must be an array of 1 to 7 dimensions (an image input's after the batch)");
+    per_sample = 1;
+    for (size_t i = 0; i < n && !r.bad; i++) {
+      json_t *d = json_array_get(sh, i);
+      if (!json_is_integer(d) || json_integer_value(d) < 1 || json_integer_value(d) > ((int64_t)1 << 40) / per_sample)
+        bad(&r, "inputs", "shape", "must hold integers >= 1 whose product is at most 2^40");
+      else a->image_dims[i] = json_integer_value(d), per_sample *= a->image_dims[i];
+    }
+    a->image_rank = (int)n;
+    get_i64(&r, in, "inputs", "classes", 1, &a->classes);
+    get_str(&r, in, "inputs", "image", &a->image_input);
+    get_str(&r, in, "inputs", "labels", &a->label_input);
+    if (!r.bad && (json_object_get(in, "seq_len") || json_object_get(in, "vocab")))
+      bad(&r, "inputs", "seq_len", "belongs to token windows, not an image model (inputs.kind \"images\")");
+  } else if (in) {
     get_i64(&r, in, "inputs", "seq_len", 1, &a->seq_len);
     get_i64(&r, in, "inputs", "vocab", 1, &a->vocab);
   }
-  if (!r.bad && a->seq_len < 1) bad(&r, "inputs", "seq_len", "is required (the sequence length of the token windows)");
+  if (!r.bad && !images && a->seq_len < 1) bad(&r, "inputs", "seq_len", "is required (the sequence length of the token windows)");
   /* tokens per step: the runtime multiplies these (sequences per step, batch buffers) */
-  int64_t tokens = a->seq_len;
+  int64_t tokens = images ? per_sample : a->seq_len;
   const int64_t factors[] = {a->layout.dp, a->micro_batch, a->num_micro_batches};
   for (int i = 0; i < 3 && tokens >= 1 && tokens <= ART_MAX_TOKENS; i++)
     tokens = factors[i] > ART_MAX_TOKENS / tokens ? ART_MAX_TOKENS + 1 : tokens * factors[i];
   if (!r.bad && tokens > ART_MAX_TOKENS)
-    bad(&r, "layout", "micro_batch", "is implausibly large: dp x micro_batch x num_micro_batches x inputs.seq_len passes 2^40 tokens a step");
+    bad(&r, "layout", "micro_batch", images ? "is implausibly large: dp x micro_batch x num_micro_batches x an image's values passes 2^40 a step"
+                                            : "is implausibly large: dp x micro_batch x num_micro_batches x inputs.seq_len passes 2^40 tokens a step");
 
   json_t *tr = json_object_get(root, "train");
   optim_defaults(&a->optim);
@@ -407,6 +433,7 @@ Artifact *artifact_load(const char *dir, RtErr *e) {
   int builtin = a->program_kind && !strcmp(a->program_kind, "builtin");
   if (!r.bad && !builtin && strcmp(a->program_kind, "native")) bad(&r, "program", "kind", "must be \"native\" or \"builtin\"");
   if (!r.bad && builtin && !a->program_name) bad(&r, "program", "name", "is required for a builtin program");
+  if (!r.bad && builtin && a->image_rank > 0) bad(&r, "program", "kind", "builtin programs take token windows, not images (inputs.kind)");
 
   json_t *ranks = json_object_get(root, "ranks");
   if (!r.bad) {
@@ -487,6 +514,8 @@ void artifact_free(Artifact *a) {
   rt_free(a->precision);
   rt_free(a->program_kind);
   rt_free(a->program_name);
+  rt_free(a->image_input);
+  rt_free(a->label_input);
   rt_free(a);
 }
 

@@ -19,7 +19,8 @@ enum { ART_MAX_RANK = CKPT_MAX_RANK };
 /* Bounds the reader enforces, so that no count the runtime forms from a
  * manifest can overflow (a byte count of 16 x 2^48 still fits): a
  * parameter's elements times its copies, and the tokens of a step
- * (dp x micro_batch x num_micro_batches x seq_len). */
+ * (dp x micro_batch x num_micro_batches x seq_len; an image model's pixels
+ * in place of seq_len). */
 #define ART_MAX_ELEMENTS ((int64_t)1 << 48)
 #define ART_MAX_TOKENS ((int64_t)1 << 40)
 
@@ -76,6 +77,14 @@ typedef struct {
   int nranks;
   ArtParam *params;
   int nparams;
+  /* An image model (inputs.kind "images"; 0 for token windows): the image
+   * input's dimensions after the batch, the classes its logits have (0:
+   * unknown), the inputs' names. seq_len and vocab are 0 then. Last, so
+   * that a program built before them finds the fields above in place. */
+  int image_rank;
+  int64_t image_dims[ART_MAX_RANK];
+  int64_t classes;
+  char *image_input, *label_input;
 } Artifact;
 
 /* Reads DIR/manifest.json; checks that the files it names exist. */

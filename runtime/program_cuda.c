@@ -590,10 +590,16 @@ static int set_inputs(CudaProg *P, const DataBatch *b, RtErr *e) {
     const IrInput *in = &m->inputs[i];
     int64_t n = 1;
     for (int k = 0; k < in->rank; k++) n *= in->dims[k];
-    if (n != b->batch * b->seq_len)
-      return fail(e, "input %d: the data loader gives %" PRId64 " x %" PRId64 " tokens, the module takes %" PRId64, i, b->batch,
-                  b->seq_len, n);
-    const int32_t *src = P->pc->feed[i] == PROGRAM_FEED_TARGETS ? b->targets : b->inputs;
+    ProgramFeed f = P->pc->feed[i];
+    /* images are f32 (pixel / 255 - 0.5), labels, tokens and targets i32: 4 bytes a value either way */
+    const void *src = f == PROGRAM_FEED_IMAGES ? (const void *)b->images
+                      : f == PROGRAM_FEED_LABELS ? (const void *)b->labels
+                      : f == PROGRAM_FEED_TARGETS ? (const void *)b->targets
+                                                  : (const void *)b->inputs;
+    int64_t per = f == PROGRAM_FEED_IMAGES ? b->image_elems : f == PROGRAM_FEED_LABELS ? 1 : b->seq_len;
+    if (!src || n != b->batch * per)
+      return fail(e, "input %d: the data loader gives %" PRId64 " x %" PRId64 " %s, the module takes %" PRId64, i, b->batch, per,
+                  f == PROGRAM_FEED_IMAGES ? "pixels" : f == PROGRAM_FEED_LABELS ? "labels" : "tokens", n);
     if (devx_set_input(P->x, i, src, sizeof(int32_t) * (size_t)n)) return fail(e, "%s", devx_error(P->x));
   }
   return 0;

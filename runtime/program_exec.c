@@ -763,9 +763,29 @@ static Exec *chunk_create(TrainCtx *ctx, const ChunkFiles *cf, int local, CommTy
   }
   for (int i = 0; i < m->ninputs; i++) {
     const IrInput *in = &m->inputs[i];
-    if (in->rank != 2 || in->dims[0] != a->micro_batch || in->dims[1] != a->seq_len) {
-      fail(e, "%s: input %s is not [micro_batch %" PRId64 ", seq_len %" PRId64 "] as the manifest says", module,
-           in->name ? in->name : "?", a->micro_batch, a->seq_len);
+    ProgramFeed f = pc->feed[i];
+    int image = f == PROGRAM_FEED_IMAGES, label = f == PROGRAM_FEED_LABELS;
+    if ((a->image_rank > 0) != (image || label)) {
+      fail(e, "%s: input %s is fed %s, but the manifest's inputs are %s (recompile the artifact)", module, in->name ? in->name : "?",
+           image || label ? "images" : "token windows", a->image_rank > 0 ? "images" : "token windows");
+      goto bad;
+    }
+    int ok = in->dims[0] == a->micro_batch;
+    if (image) {
+      ok = ok && in->rank == a->image_rank + 1 && in->dtype == DT_F32; /* the loader's floats go in as they are */
+      for (int k = 0; ok && k < a->image_rank; k++) ok = in->dims[k + 1] == a->image_dims[k];
+    } else if (label) {
+      ok = ok && in->rank == 1 && in->dtype == DT_I32;
+    } else {
+      ok = ok && in->rank == 2 && in->dims[1] == a->seq_len;
+    }
+    if (!ok) {
+      if (image || label)
+        fail(e, "%s: input %s is not the %s [micro_batch %" PRId64 "%s] the manifest's inputs describe (recompile the artifact)", module,
+             in->name ? in->name : "?", image ? "images" : "labels", a->micro_batch, image ? ", inputs.shape" : "");
+      else
+        fail(e, "%s: input %s is not [micro_batch %" PRId64 ", seq_len %" PRId64 "] as the manifest says", module,
+             in->name ? in->name : "?", a->micro_batch, a->seq_len);
       goto bad;
     }
   }
@@ -911,12 +931,25 @@ static int rank_schedule(Prog *P, int nmicro, RtErr *e) {
   return 0;
 }
 
+/* The tensor of micro-batch b that feeds a model input, and its values. */
+static void *feed_of(const DataBatch *b, ProgramFeed f, int64_t *n) {
+  switch (f) {
+  case PROGRAM_FEED_IMAGES: *n = b->batch * b->image_elems; return b->images;
+  case PROGRAM_FEED_LABELS: *n = b->batch; return b->labels;
+  case PROGRAM_FEED_TARGETS: *n = b->batch * b->seq_len; return b->targets;
+  default: *n = b->batch * b->seq_len; return b->inputs;
+  }
+}
+
 static void interp_feed(Exec *x, const DataBatch *b) {
   const ProgramChunk *pc = x->pc;
   for (int i = 0; i < pc->m->ninputs; i++) {
-    const int32_t *src = pc->feed[i] == PROGRAM_FEED_TARGETS ? b->targets : b->inputs;
-    int64_t n = b->batch * b->seq_len;
-    for (int64_t j = 0; j < n; j++) x->inputs[i][j] = (double)src[j];
+    int64_t n;
+    const void *src = feed_of(b, pc->feed[i], &n);
+    if (pc->feed[i] == PROGRAM_FEED_IMAGES)
+      for (int64_t j = 0; j < n; j++) x->inputs[i][j] = (double)((const float *)src)[j];
+    else
+      for (int64_t j = 0; j < n; j++) x->inputs[i][j] = (double)((const int32_t *)src)[j];
     interp_set_input(x->in, i, x->inputs[i]);
   }
 }
@@ -1049,7 +1082,10 @@ static int chunk_run(Exec *x, const DataBatch *b, int k, int fwd, RtErr *e) {
   x->hctx.workspace = ws;
   int n = 0;
   x->table[n++] = &x->hctx;
-  for (int j = 0; j < m->ninputs; j++) x->table[n++] = pc->feed[j] == PROGRAM_FEED_TARGETS ? b->targets : b->inputs;
+  for (int j = 0; j < m->ninputs; j++) {
+    int64_t len;
+    x->table[n++] = feed_of(b, pc->feed[j], &len);
+  }
   for (int p = 0; p < m->nparams; p++) x->table[n++] = x->pslot[p];
   for (int p = 0; p < m->nparams; p++) x->table[n++] = x->gslot[p];
   x->table[n++] = &x->seed_f;

@@ -928,18 +928,38 @@ static int open_data(Run *R, RtErr *e) {
   dc.prefetch = 1;
   dc.vocab = a->vocab;
   dc.start = R->data_start;
-  R->loader = data_loader_open(&dc, e);
+  if (a->image_rank > 0) {
+    /* an image model: images and labels from image files */
+    DataImageSpec is;
+    memset(&is, 0, sizeof is);
+    is.rank = a->image_rank < DATA_IMAGE_MAX_RANK ? a->image_rank : DATA_IMAGE_MAX_RANK;
+    memcpy(is.dims, a->image_dims, sizeof(int64_t) * (size_t)is.rank);
+    is.classes = a->classes;
+    is.input = a->image_input;
+    R->loader = data_loader_open_images(&dc, &is, e);
+  } else {
+    R->loader = data_loader_open(&dc, e);
+  }
   if (!R->loader) return -1;
   R->nmicro = (int)a->num_micro_batches;
   R->mbuf = rt_calloc((size_t)R->nmicro, sizeof *R->mbuf);
   R->mptr = rt_calloc((size_t)R->nmicro, sizeof *R->mptr);
   if (!R->mbuf || !R->mptr) return rt_fail(e, "out of memory");
-  int64_t bt = a->micro_batch * a->seq_len;
+  int64_t elems = 1;
+  for (int i = 0; i < a->image_rank; i++) elems *= a->image_dims[i]; /* at most 2^40 (artifact.c) */
+  int64_t bt = a->micro_batch * a->seq_len, bi = a->micro_batch * elems;
   for (int k = 0; k < R->nmicro; k++) {
-    R->mbuf[k].inputs = rt_calloc((size_t)bt, sizeof(int32_t));
-    R->mbuf[k].targets = rt_calloc((size_t)bt, sizeof(int32_t));
-    if (!R->mbuf[k].inputs || !R->mbuf[k].targets) return rt_fail(e, "out of memory");
-    R->mptr[k] = &R->mbuf[k];
+    DataBatch *b = &R->mbuf[k];
+    if (a->image_rank > 0) {
+      b->images = rt_calloc((size_t)bi, sizeof(float));
+      b->labels = rt_calloc((size_t)a->micro_batch, sizeof(int32_t));
+      if (!b->images || !b->labels) return rt_fail(e, "out of memory for the image batches");
+    } else {
+      b->inputs = rt_calloc((size_t)bt, sizeof(int32_t));
+      b->targets = rt_calloc((size_t)bt, sizeof(int32_t));
+      if (!b->inputs || !b->targets) return rt_fail(e, "out of memory");
+    }
+    R->mptr[k] = b;
   }
   return 0;
 }
@@ -1037,6 +1057,8 @@ static void teardown(Run *R) {
   for (int k = 0; R->mbuf && k < R->nmicro; k++) {
     rt_free(R->mbuf[k].inputs);
     rt_free(R->mbuf[k].targets);
+    rt_free(R->mbuf[k].images);
+    rt_free(R->mbuf[k].labels);
   }
   rt_free(R->mbuf);
   rt_free(R->mptr);
@@ -1110,16 +1132,24 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     return -1;
   }
 
-  const int64_t tokens_per_step = (int64_t)a->layout.dp * a->micro_batch * a->num_micro_batches * a->seq_len;
+  /* an image model counts images where a token model counts tokens (the
+   * metrics' tokens_per_s then holds images per second too) */
+  const int images = a->image_rank > 0;
+  const int64_t tokens_per_step = (int64_t)a->layout.dp * a->micro_batch * a->num_micro_batches * (images ? 1 : a->seq_len);
   if (R.out) {
-    char tok[32];
+    char tok[32], what[96];
     human(tok, sizeof tok, (double)tokens_per_step);
+    const DataImages *im = images ? data_loader_images(R.loader, 0) : NULL;
+    if (im)
+      snprintf(what, sizeof what, "%" PRId64 " images of %" PRId64 "x%" PRId64 "x%" PRId64 ", %" PRId64 " classes",
+               data_loader_windows(R.loader), im->channels, im->height, im->width, im->classes);
+    else
+      snprintf(what, sizeof what, "%" PRId64 " windows of %" PRId64, data_loader_windows(R.loader), a->seq_len);
     fprintf(R.out,
-            "hpdlrun: %s, %d rank%s (dp=%d tp=%d pp=%d cp=%d)%s%s, steps %" PRId64 "..%" PRId64 ", %s tokens/step, %s %s, data %s (%" PRId64
-            " windows of %" PRId64 ")\n",
+            "hpdlrun: %s, %d rank%s (dp=%d tp=%d pp=%d cp=%d)%s%s, steps %" PRId64 "..%" PRId64 ", %s %s/step, %s %s, data %s (%s)\n",
             a->model ? a->model : a->program_name ? a->program_name : "model", comm->world_size, comm->world_size == 1 ? "" : "s",
-            a->layout.dp, a->layout.tp, a->layout.pp, a->layout.cp, o->threads ? ", " : "", o->threads ? o->threads : "", R.start_step + 1, R.steps, tok, optim_kind_name(R.opt.kind),
-            R.prog->name, o->data ? o->data : a->data, data_loader_windows(R.loader), a->seq_len);
+            a->layout.dp, a->layout.tp, a->layout.pp, a->layout.cp, o->threads ? ", " : "", o->threads ? o->threads : "", R.start_step + 1,
+            R.steps, tok, images ? "images" : "tokens", optim_kind_name(R.opt.kind), R.prog->name, o->data ? o->data : a->data, what);
     fflush(R.out);
   }
   report_state(&R);
@@ -1162,11 +1192,17 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     for (int k = 0; k < R.nmicro; k++) {
       const DataBatch *b = data_loader_next(R.loader, e);
       if (!b) fatal(&R, "reading the data", e);
-      int64_t bt = b->batch * b->seq_len;
-      memcpy(R.mbuf[k].inputs, b->inputs, (size_t)bt * sizeof(int32_t));
-      memcpy(R.mbuf[k].targets, b->targets, (size_t)bt * sizeof(int32_t));
+      if (b->images) {
+        memcpy(R.mbuf[k].images, b->images, (size_t)(b->batch * b->image_elems) * sizeof(float));
+        memcpy(R.mbuf[k].labels, b->labels, (size_t)b->batch * sizeof(int32_t));
+      } else {
+        int64_t bt = b->batch * b->seq_len;
+        memcpy(R.mbuf[k].inputs, b->inputs, (size_t)bt * sizeof(int32_t));
+        memcpy(R.mbuf[k].targets, b->targets, (size_t)bt * sizeof(int32_t));
+      }
       R.mbuf[k].batch = b->batch;
       R.mbuf[k].seq_len = b->seq_len;
+      R.mbuf[k].image_elems = b->image_elems;
       R.mbuf[k].index = b->index;
       R.mbuf[k].epoch = b->epoch;
     }
@@ -1331,6 +1367,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
         json_num(R.metrics, "loss_scale", used_scale, 0);
         fprintf(R.metrics, "\"skipped\": %s, ", skip ? "true" : "false");
       }
+      if (images) json_num(R.metrics, "images_per_s", (double)tokens_per_step / dt, 0);
       json_num(R.metrics, "tokens_per_s", (double)tokens_per_step / dt, 0);
       json_num(R.metrics, "step_s", dt, 0);
       json_num(R.metrics, "elapsed_s", rt_now() - t_start, 1);
@@ -1344,9 +1381,9 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       clock_str(eta, sizeof eta, run_time / (double)(s + 1 - R.start_step) * (double)(end - s - 1));
       int w = 1;
       for (int64_t v = R.steps; v >= 10; v /= 10) w++;
-      fprintf(R.out, "%sstep %*" PRId64 "/%" PRId64 " | loss %.4f | lr %.3e | norm %.4f | %s tok/s | %.1f ms/step | ETA %s%s",
-              R.tty ? "\r\033[K" : "", w, s + 1, R.steps, mean_loss, lr, gnorm, tps, 1e3 * log_time / (double)log_steps, eta,
-              (!R.tty || at_log) ? "\n" : "");
+      fprintf(R.out, "%sstep %*" PRId64 "/%" PRId64 " | loss %.4f | lr %.3e | norm %.4f | %s %s/s | %.1f ms/step | ETA %s%s",
+              R.tty ? "\r\033[K" : "", w, s + 1, R.steps, mean_loss, lr, gnorm, tps, images ? "img" : "tok", 1e3 * log_time / (double)log_steps,
+              eta, (!R.tty || at_log) ? "\n" : "");
       fflush(R.out);
       if (at_log) {
         log_steps = 0;

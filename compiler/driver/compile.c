@@ -481,6 +481,84 @@ static int kernels_build(Cx *C, Chunk *k, const char *path, char *why, size_t n)
 
 static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const CompileOptions *o, FILE *out, FILE *err, Progress *pg);
 
+/* What the runtime's data loader feeds the model's two inputs: token
+ * windows (tokens and targets, integer [B, T]) or labelled images (a float
+ * [B, ...] input and an integer [B] one, the labels), and what the loader
+ * checks the data against (the vocabulary, the classes). */
+typedef struct {
+  ProgramFeed feed[2];
+  int images;             /* 1: images and labels */
+  int image, label;       /* the inputs' indices, for images */
+  int64_t vocab, classes; /* 0: not found */
+} Feeds;
+
+static const char *input_str(Arena *arena, const IrInput *x) {
+  const char *s = arena_printf(arena, "%s: %s[", x->name ? x->name : "?", sem_dtype_name(x->dtype));
+  for (int k = 0; k < x->rank; k++) s = arena_printf(arena, "%s%s%" PRId64, s, k ? ", " : "", x->dims[k]);
+  return arena_printf(arena, "%s]", s);
+}
+
+static int input_feeds(Cx *C, const IrModule *global, const Layout *L, Feeds *f) {
+  const SemModel *m = C->m;
+  memset(f, 0, sizeof *f);
+  static const char forms[] = "the runtime feeds token windows (two integer [B, T] inputs: the tokens and the targets) or labelled "
+                              "images (a float [B, C, H, W] input and an integer [B] input, the labels)";
+  if (global->ninputs != 2)
+    return cfail(C, "%s; the model takes %d input%s", forms, global->ninputs, global->ninputs == 1 ? "" : "s");
+  const IrInput *in = global->inputs;
+  int nfloat = sem_dtype_is_float(in[0].dtype) + sem_dtype_is_float(in[1].dtype);
+  const IrGraph *g0 = global->graphs[0];
+  if (nfloat == 0 && in[0].rank == 2 && in[1].rank == 2) {
+    if (m->seq_len < 1) return cfail(C, "the sequence length (the second dimension of the first input) must be a constant");
+    f->feed[0] = PROGRAM_FEED_TOKENS, f->feed[1] = PROGRAM_FEED_TARGETS;
+    for (int i = 0; i < 2; i++) {
+      const IrInput *x = &in[i];
+      if (x->dims[0] != L->mb || x->dims[1] != m->seq_len)
+        return cfail(C, "the CPU runtime feeds token windows: input %s must be an integer [B, T] tensor (T = %" PRId64 ")",
+                     x->name ? x->name : "?", m->seq_len);
+      if (x->name && !strcmp(x->name, "targets")) f->feed[i] = PROGRAM_FEED_TARGETS, f->feed[1 - i] = PROGRAM_FEED_TOKENS;
+    }
+    /* the vocabulary: rows of the table the tokens index */
+    int tok = f->feed[0] == PROGRAM_FEED_TOKENS ? 0 : 1;
+    for (int i = 0; i < g0->nnodes && !f->vocab; i++) {
+      const IrNode *n = &g0->nodes[i];
+      if (n->op == IR_EMBEDDING && n->nin == 2 && g0->nodes[n->in[1]].op == IR_INPUT && g0->nodes[n->in[1]].attr[0] == tok &&
+          g0->nodes[n->in[0]].op == IR_PARAM)
+        f->vocab = global->params[g0->nodes[n->in[0]].attr[0]].dims[0];
+    }
+    return 0;
+  }
+  if (nfloat != 1)
+    return cfail(C, "%s; the model's inputs are %s and %s", forms, input_str(C->arena, &in[0]), input_str(C->arena, &in[1]));
+  f->images = 1;
+  f->image = sem_dtype_is_float(in[0].dtype) ? 0 : 1;
+  f->label = 1 - f->image;
+  const IrInput *x = &in[f->image], *y = &in[f->label];
+  /* the loader hands over f32 pixels and i32 labels as they are */
+  if (x->dtype != DT_F32 || x->rank < 2 || x->dims[0] != L->mb)
+    return cfail(C, "the runtime feeds labelled images: the float input must be f32[B, ...] (B the micro batch, %" PRId64
+                    ", then an image's dimensions, as f32[B, 3, 32, 32]); it is %s",
+                 L->mb, input_str(C->arena, x));
+  if (y->dtype != DT_I32 || y->rank != 1 || y->dims[0] != L->mb)
+    return cfail(C, "the runtime feeds labelled images: the integer input, the labels, must be i32[B] (B the micro batch, %" PRId64
+                    "); it is %s",
+                 L->mb, input_str(C->arena, y));
+  if (L->cp > 1 || L->sp)
+    return cfail(C, "context and sequence parallelism split a sequence, which an image model (input %s) has not: use cp = 1 and no sp",
+                 x->name ? x->name : "?");
+  f->feed[f->image] = PROGRAM_FEED_IMAGES;
+  f->feed[f->label] = PROGRAM_FEED_LABELS;
+  /* the classes: the last dimension of the logits cross_entropy compares the labels with */
+  for (int i = 0; i < g0->nnodes && !f->classes; i++) {
+    const IrNode *n = &g0->nodes[i];
+    if (n->op == IR_CROSS_ENTROPY && n->nin == 2 && g0->nodes[n->in[1]].op == IR_INPUT && g0->nodes[n->in[1]].attr[0] == f->label) {
+      const IrNode *lg = &g0->nodes[n->in[0]];
+      if (lg->rank >= 1) f->classes = lg->dims[lg->rank - 1];
+    }
+  }
+  return 0;
+}
+
 /* The compile with its progress line (core/progress.h), cleared before the
  * summary or an error. */
 int compile_artifact(Arena *arena, Diag *diag, const SemModel *m, const CompileOptions *o, FILE *out, FILE *err) {
@@ -501,7 +579,6 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
   Layout L;
   memset(&L, 0, sizeof L);
   if (resolve_layout(&C, &L)) return 1;
-  if (m->seq_len < 1) return cfail(&C, "the sequence length (the second dimension of the first input) must be a constant");
 
   /* lower, partition, split */
   progress_phase(pg, "lowering and partitioning (tp %" PRId64 ", cp %" PRId64 ", pp %" PRId64 ")", L.tp, L.cp, L.pp * L.vpp);
@@ -513,28 +590,11 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
     return 3;
   }
   if (externs_check(&C, global)) return 1;
-  if (global->ninputs != 2)
-    return cfail(&C, "the CPU runtime feeds token windows: the model must take two inputs, the tokens and the targets (i32[B, T]); it "
-                     "takes %d", global->ninputs);
-  ProgramFeed feed[2] = {PROGRAM_FEED_TOKENS, PROGRAM_FEED_TARGETS};
-  for (int i = 0; i < 2; i++) {
-    const IrInput *x = &global->inputs[i];
-    if (sem_dtype_is_float(x->dtype) || x->rank != 2 || x->dims[0] != L.mb || x->dims[1] != m->seq_len)
-      return cfail(&C, "the CPU runtime feeds token windows: input %s must be an integer [B, T] tensor (T = %" PRId64 ")",
-                   x->name ? x->name : "?", m->seq_len);
-    if (x->name && !strcmp(x->name, "targets")) feed[i] = PROGRAM_FEED_TARGETS, feed[1 - i] = PROGRAM_FEED_TOKENS;
-  }
-  /* the vocabulary: rows of the table the tokens index */
-  int64_t vocab = 0;
-  int tok = feed[0] == PROGRAM_FEED_TOKENS ? 0 : 1;
-  const IrGraph *g0 = global->graphs[0];
-  for (int i = 0; i < g0->nnodes && !vocab; i++) {
-    const IrNode *n = &g0->nodes[i];
-    if (n->op == IR_EMBEDDING && n->nin == 2 && g0->nodes[n->in[1]].op == IR_INPUT && g0->nodes[n->in[1]].attr[0] == tok &&
-        g0->nodes[n->in[0]].op == IR_PARAM)
-      vocab = global->params[g0->nodes[n->in[0]].attr[0]].dims[0];
-  }
-  SpmdSpec spec = {L.tp, L.cp, L.sp, m->seq_len, L.ep};
+  Feeds F;
+  if (input_feeds(&C, global, &L, &F)) return 1;
+  ProgramFeed *feed = F.feed;
+  /* an image model has no sequence for the partitioner to split */
+  SpmdSpec spec = {L.tp, L.cp, L.sp, F.images ? 0 : m->seq_len, L.ep};
   IrModule *part = spmd_partition(arena, diag, global, &spec);
   const char *split_why = NULL;
   int64_t *split = part ? plan_chunk_layers(arena, m, L.mb, L.tp, L.cp, L.sp, L.recompute, L.pp * L.vpp, &split_why) : NULL;
@@ -713,8 +773,16 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
                                 "gpus_per_node", (json_int_t)(m->layout.gpus_per_node > 0 ? m->layout.gpus_per_node : 1), "nodes",
                                 (json_int_t)(m->layout.nodes > 0 ? m->layout.nodes : 1), "shared_device",
                                 m->has_cluster && m->cluster.shared_device));
-  json_t *inputs = json_pack("{s:I}", "seq_len", (json_int_t)m->seq_len);
-  if (vocab > 0) json_object_set_new(inputs, "vocab", json_integer(vocab));
+  json_t *inputs;
+  if (F.images) {
+    const IrInput *x = &global->inputs[F.image];
+    inputs = json_pack("{s:s, s:s, s:s, s:o}", "kind", "images", "image", x->name ? x->name : "", "labels",
+                       global->inputs[F.label].name ? global->inputs[F.label].name : "", "shape", dims_json(x->rank - 1, x->dims + 1));
+    if (F.classes > 0) json_object_set_new(inputs, "classes", json_integer(F.classes));
+  } else {
+    inputs = json_pack("{s:I}", "seq_len", (json_int_t)m->seq_len);
+    if (F.vocab > 0) json_object_set_new(inputs, "vocab", json_integer(F.vocab));
+  }
   json_object_set_new(root, "inputs", inputs);
   json_object_set_new(root, "train", train_json(m));
   json_object_set_new(root, "program", json_pack("{s:s, s:s, s:s}", "kind", "native", "executor", executor, "pipeline_dtype",

@@ -784,8 +784,8 @@ int main(int argc, char **argv) {
     if (sum.last_step == sum.first_step) {
       printf("hpdlrun: nothing to do: the run is at step %" PRId64 " of %" PRId64 "\n", sum.first_step, sum.total_steps);
     } else {
-      printf("hpdlrun: done: steps %" PRId64 "..%" PRId64 " in %.2f s, loss %.4f -> %.4f, %.0f tokens/s", sum.first_step + 1,
-             sum.last_step, sum.seconds, sum.first_loss, sum.last_loss, sum.tokens_per_s);
+      printf("hpdlrun: done: steps %" PRId64 "..%" PRId64 " in %.2f s, loss %.4f -> %.4f, %.0f %s/s", sum.first_step + 1,
+             sum.last_step, sum.seconds, sum.first_loss, sum.last_loss, sum.tokens_per_s, a->image_rank > 0 ? "images" : "tokens");
       if (sum.last_checkpoint[0]) printf(", checkpoint %s", sum.last_checkpoint);
       printf("\n");
     }
