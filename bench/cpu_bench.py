@@ -24,6 +24,9 @@ STEP_FLAGS = ["-D", f"T={T}", "--dp", "1", "--global-batch", str(B), "--micro-ba
 # row 3: a GPT-2 of 3.2M parameters (byte vocabulary, 4 layers of width 256)
 MID = ["-D", "V=256", "-D", "T=128", "-D", "C=256", "-D", "L=4", "-D", "H=4"]
 MID_B = 8
+# the convolutional row: samples/resnet18.hpd (width 64) at this batch
+RESNET18 = os.path.join(ROOT, "samples", "resnet18.hpd")
+RES_B = 32
 
 
 class BenchError(Exception):
@@ -176,6 +179,25 @@ def main():
             achieved = flops / s / 1e9
             row(f"  step FLOP/s vs sgemm 1024^3 ({how}), {tag}", f"{achieved:.1f} GFLOP/s", f"{gf:.1f} GFLOP/s",
                 f"{achieved / gf:.0%}", ">= 60%", achieved / gf >= 0.6)
+
+        # 5. a convolutional network: samples/resnet18.hpd (torchvision's resnet18,
+        #    width 64) at batch 32 on synthetic images, against PyTorch eager
+        images = os.path.join(work, "img")
+        run([os.path.join(args.bin, "hpdl-data"), "--synthetic-images", "512", "--seed", "1", "-o", images])
+        res_art = os.path.join(work, "resnet18")
+        run([os.path.join(args.bin, "hpdlc"), "compile", RESNET18, "--target", "cpu", "-q", "-o", res_art,
+             "--micro-batch", str(RES_B), "--global-batch", str(RES_B)])
+        env = blas_env(None, cores)
+        rs, _ = hpdl_steps(args, res_art, images + "_train_*.img", steps + 1, env)
+        if py:
+            p = run([py, os.path.join(HERE, "torch_resnet.py"), "--batch", str(RES_B), "--threads", str(cores), "--steps",
+                     str(steps), "--warmup", "1"], env=env)
+            rt = json.loads(p.stdout.strip().splitlines()[-1])["ms_per_step"] / 1e3
+            row(f"resnet18 step B={RES_B} 3x32x32, {cores} threads: hpdl vs PyTorch eager", f"{rs * 1e3:.0f} ms",
+                f"{rt * 1e3:.0f} ms", f"{rt / rs:.2f}x", ">= 1x", rt / rs >= 1.0)
+        else:
+            row(f"resnet18 step B={RES_B} 3x32x32, {cores} threads: hpdl", f"{rs * 1e3:.0f} ms", "no PyTorch", "-",
+                ">= 1x", None)
 
         # 3. weak scaling, one thread per rank
         one, two = os.path.join(work, "mid1"), os.path.join(work, "mid2")

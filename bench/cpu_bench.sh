@@ -11,6 +11,9 @@
 #   3. Weak scaling with one thread per rank: tokens/s of dp=2 on 2 ranks
 #      against one rank (a mid-size GPT-2, 3.2M parameters, where compute
 #      dominates). Goal >= 1.8x.
+#   5. samples/resnet18.hpd (torchvision's resnet18) at B=32 on 3x32x32
+#      synthetic images: ms per step against PyTorch eager (bench/torch_resnet.py),
+#      same threads. Goal: faster than PyTorch (ratio >= 1).
 #   4. Wall time of `hpdlc compile samples/gpt2.hpd --target cpu`. Goal < 2 s.
 #
 #   bash bench/cpu_bench.sh [BUILD_DIR] [--quick] [--no-coretype]

@@ -161,18 +161,33 @@ static int pool_is_max(const PoolShape *s) { return s->mode == POOL_MAX || s->mo
 POOL_DEFINE(f64, double)
 POOL_DEFINE(f32, float)
 
-/* ---- fp32: im2col and a GEMM per image and group ---- */
+/* ---- fp32: im2col over a chunk of images and one GEMM per group ----
+ *
+ * The images of a chunk share one column matrix [Cg KH KW, nb Ho Wo] (image b's
+ * positions at columns b Ho Wo ..), so each group's product is one GEMM of
+ * nb Ho Wo columns, not nb small ones: the late layers of a ResNet have 4 to
+ * 64 positions an image, too few for a GEMM of their own. A chunk holds as
+ * many images as keep the column matrix near CONV_COL_FLOATS (at least one).
+ * The chunks run in order and each GEMM gets the BLAS's threads; the column
+ * copies of a chunk's images run on the workers. */
+enum { CONV_COL_FLOATS = 1 << 22 }; /* 16 MiB */
 
-/* col [Cg KH KW, Ho Wo] of group g of image x (one image, [C, H, W]): row
- * (c, ki, kj) holds the input each output position reads through that tap, 0
- * in the padding. With to_image, the reverse: col's entries added back into x. */
-static void im2col(const ConvShape *s, int64_t g, float *x, float *col, int to_image) {
-  int64_t Cg = s->C / s->groups, P = s->Ho * s->Wo;
+/* Image x ([C, H, W]) of group g into (to_image: added back from) the
+ * column matrix col, row r at col + r ld: row (c, ki, kj) holds the input each
+ * output position reads through that tap, 0 in the padding. */
+static void im2col(const ConvShape *s, int64_t g, float *x, float *col, int64_t ld, int to_image) {
+  int64_t Cg = s->C / s->groups;
   for (int64_t c = 0; c < Cg; c++)
     for (int64_t ki = 0; ki < s->KH; ki++)
       for (int64_t kj = 0; kj < s->KW; kj++) {
-        float *row = col + ((c * s->KH + ki) * s->KW + kj) * P;
+        float *row = col + ((c * s->KH + ki) * s->KW + kj) * ld;
         float *plane = x + (g * Cg + c) * s->H * s->W;
+        /* the output columns j whose input column j sw - pw + kj dw is inside
+         * the image: [j0, j1), so the copy below has no test */
+        int64_t off = kj * s->dw - s->pw, j0 = off >= 0 ? 0 : (-off + s->sw - 1) / s->sw;
+        int64_t j1 = s->W - off <= 0 ? 0 : (s->W - off + s->sw - 1) / s->sw;
+        if (j1 > s->Wo) j1 = s->Wo;
+        if (j0 > j1) j0 = j1;
         for (int64_t i = 0; i < s->Ho; i++) {
           int64_t hi = i * s->sh - s->ph + ki * s->dh;
           float *r = row + i * s->Wo;
@@ -180,85 +195,116 @@ static void im2col(const ConvShape *s, int64_t g, float *x, float *col, int to_i
             if (!to_image) memset(r, 0, sizeof(float) * (size_t)s->Wo);
             continue;
           }
-          for (int64_t j = 0; j < s->Wo; j++) {
-            int64_t wi = j * s->sw - s->pw + kj * s->dw;
-            if (wi < 0 || wi >= s->W) {
-              if (!to_image) r[j] = 0;
-            } else if (to_image) {
-              plane[hi * s->W + wi] += r[j];
-            } else {
-              r[j] = plane[hi * s->W + wi];
-            }
+          float *in = plane + hi * s->W + off;
+          if (to_image) {
+            for (int64_t j = j0; j < j1; j++) in[j * s->sw] += r[j];
+            continue;
           }
+          for (int64_t j = 0; j < j0; j++) r[j] = 0;
+          if (s->sw == 1) memcpy(r + j0, in + j0, sizeof(float) * (size_t)(j1 - j0));
+          else
+            for (int64_t j = j0; j < j1; j++) r[j] = in[j * s->sw];
+          for (int64_t j = j1; j < s->Wo; j++) r[j] = 0;
         }
       }
 }
 
-typedef struct {
-  const ConvShape *s;
-  const float *a, *w; /* x (forward) or dy (data gradient), and the filters */
-  float *out;
-  AttnSgemm gemm;
-  int bwd;
-  int failed;
-} ConvJob;
-
-/* Images [lo, hi): y = W col(x), or dx = col2im(W^T dy). */
-static void conv_images(void *ctx, int64_t lo, int64_t hi) {
-  ConvJob *J = ctx;
-  const ConvShape *s = J->s;
-  int64_t Cg = s->C / s->groups, Og = s->O / s->groups, K = Cg * s->KH * s->KW, P = s->Ho * s->Wo;
-  float *col = malloc(sizeof(float) * (size_t)(K * P + 1));
-  if (!col) {
-    J->failed = 1;
-    return;
-  }
-  for (int64_t n = lo; n < hi; n++)
-    for (int64_t g = 0; g < s->groups; g++) {
-      const float *wg = J->w + g * Og * K;
-      if (!J->bwd) {
-        im2col(s, g, (float *)J->a + n * s->C * s->H * s->W, col, 0);
-        J->gemm(0, 0, Og, P, K, 1.0f, wg, K, col, P, 0.0f, J->out + (n * s->O + g * Og) * P, P);
-      } else {
-        J->gemm(1, 0, K, P, Og, 1.0f, wg, K, J->a + (n * s->O + g * Og) * P, P, 0.0f, col, P);
-        im2col(s, g, J->out + n * s->C * s->H * s->W, col, 1);
-      }
+/* Moves group g's rows of a chunk between [nb, O, P] (images, channels,
+ * positions) and [Og, nb P] (the GEMM's layout). */
+static void gather_rows(const ConvShape *s, int64_t g, int64_t nb, const float *from, float *to, int to_gemm) {
+  int64_t Og = s->O / s->groups, P = s->Ho * s->Wo;
+  for (int64_t b = 0; b < nb; b++)
+    for (int64_t o = 0; o < Og; o++) {
+      float *gemm = to_gemm ? to : (float *)from;
+      const float *img = to_gemm ? from : to;
+      float *gr = gemm + o * nb * P + b * P;
+      float *ir = (float *)img + (b * s->O + g * Og + o) * P;
+      if (to_gemm) memcpy(gr, ir, sizeof(float) * (size_t)P);
+      else memcpy(ir, gr, sizeof(float) * (size_t)P);
     }
-  free(col);
 }
 
-static const char *conv_run(const ConvShape *s, const float *a, const float *w, float *out, AttnSgemm sgemm,
-                            AttnParFor par_for, void *par, int bwd) {
-  ConvJob J = {s, a, w, out, sgemm ? sgemm : attn_loop_sgemm, bwd, 0};
-  if (bwd) memset(out, 0, sizeof(float) * (size_t)(s->N * s->C * s->H * s->W));
-  if (par_for && s->N > 1) par_for(par, s->N, conv_images, &J);
-  else conv_images(&J, 0, s->N);
-  return J.failed ? "out of memory for the convolution's column buffer" : NULL;
+typedef struct {
+  const ConvShape *s;
+  float *images; /* the chunk's first image */
+  float *col;
+  int64_t g, ld;
+  int to_image;
+} ColJob;
+
+static void col_images(void *ctx, int64_t lo, int64_t hi) {
+  ColJob *J = ctx;
+  const ConvShape *s = J->s;
+  for (int64_t b = lo; b < hi; b++)
+    im2col(s, J->g, J->images + b * s->C * s->H * s->W, J->col + b * s->Ho * s->Wo, J->ld, J->to_image);
+}
+
+static void chunk_cols(const ConvShape *s, int64_t g, float *images, int64_t nb, float *col, int to_image, AttnParFor par_for,
+                       void *par) {
+  ColJob J = {s, images, col, g, nb * s->Ho * s->Wo, to_image};
+  /* col2im adds into the images: each image is one worker's */
+  if (par_for && nb > 1) par_for(par, nb, col_images, &J);
+  else col_images(&J, 0, nb);
+}
+
+/* Images a chunk takes, and its buffers: the column matrix and the GEMM-layout rows. */
+static int64_t chunk_images(const ConvShape *s) {
+  int64_t per = (s->C / s->groups) * s->KH * s->KW * s->Ho * s->Wo;
+  int64_t nb = per > 0 ? CONV_COL_FLOATS / per : s->N;
+  return nb < 1 ? 1 : nb > s->N ? s->N : nb;
+}
+
+typedef enum { CONV_FWD, CONV_DATA, CONV_FILTER } ConvPass;
+
+/* One pass over the images in chunks. a: x (forward, filter) or dy (data);
+ * b: w (forward, data) or dy (filter). */
+static const char *conv_pass(const ConvShape *s, ConvPass pass, const float *a, const float *b, float *out, AttnSgemm sgemm,
+                             AttnParFor par_for, void *par) {
+  AttnSgemm gemm = sgemm ? sgemm : attn_loop_sgemm;
+  int64_t Cg = s->C / s->groups, Og = s->O / s->groups, K = Cg * s->KH * s->KW, P = s->Ho * s->Wo;
+  int64_t nb = chunk_images(s), img = s->C * s->H * s->W;
+  float *col = malloc(sizeof(float) * (size_t)(K * nb * P + 1));
+  float *rows = malloc(sizeof(float) * (size_t)(Og * nb * P + 1));
+  if (!col || !rows) {
+    free(col);
+    free(rows);
+    return "out of memory for the convolution's column buffer";
+  }
+  if (pass == CONV_DATA) memset(out, 0, sizeof(float) * (size_t)(s->N * img));
+  if (pass == CONV_FILTER) memset(out, 0, sizeof(float) * (size_t)(s->O * K));
+  for (int64_t n0 = 0; n0 < s->N; n0 += nb) {
+    int64_t m = s->N - n0 < nb ? s->N - n0 : nb, cols = m * P;
+    for (int64_t g = 0; g < s->groups; g++) {
+      if (pass == CONV_FWD) {
+        chunk_cols(s, g, (float *)a + n0 * img, m, col, 0, par_for, par);
+        gemm(0, 0, Og, cols, K, 1.0f, b + g * Og * K, K, col, cols, 0.0f, rows, cols);
+        gather_rows(s, g, m, rows, out + n0 * s->O * P, 0);
+      } else if (pass == CONV_DATA) {
+        gather_rows(s, g, m, a + n0 * s->O * P, rows, 1);
+        gemm(1, 0, K, cols, Og, 1.0f, b + g * Og * K, K, rows, cols, 0.0f, col, cols);
+        chunk_cols(s, g, out + n0 * img, m, col, 1, par_for, par);
+      } else {
+        chunk_cols(s, g, (float *)a + n0 * img, m, col, 0, par_for, par);
+        gather_rows(s, g, m, b + n0 * s->O * P, rows, 1);
+        gemm(0, 1, Og, K, cols, 1.0f, rows, cols, col, cols, 1.0f, out + g * Og * K, K);
+      }
+    }
+  }
+  free(col);
+  free(rows);
+  return NULL;
 }
 
 const char *conv_forward_f32(const ConvShape *s, const float *x, const float *w, float *y, AttnSgemm sgemm,
                              AttnParFor par_for, void *par) {
-  return conv_run(s, x, w, y, sgemm, par_for, par, 0);
+  return conv_pass(s, CONV_FWD, x, w, y, sgemm, par_for, par);
 }
 
 const char *conv_bwd_data_f32(const ConvShape *s, const float *dy, const float *w, float *dx, AttnSgemm sgemm,
                               AttnParFor par_for, void *par) {
-  return conv_run(s, dy, w, dx, sgemm, par_for, par, 1);
+  return conv_pass(s, CONV_DATA, dy, w, dx, sgemm, par_for, par);
 }
 
-/* dW_g += dY_g col^T image by image (the images share dW, so they run in
- * order; the GEMM has the threads). */
 const char *conv_bwd_filter_f32(const ConvShape *s, const float *x, const float *dy, float *dw, AttnSgemm sgemm) {
-  AttnSgemm gemm = sgemm ? sgemm : attn_loop_sgemm;
-  int64_t Cg = s->C / s->groups, Og = s->O / s->groups, K = Cg * s->KH * s->KW, P = s->Ho * s->Wo;
-  float *col = malloc(sizeof(float) * (size_t)(K * P + 1));
-  if (!col) return "out of memory for the convolution's column buffer";
-  memset(dw, 0, sizeof(float) * (size_t)(s->O * K));
-  for (int64_t n = 0; n < s->N; n++)
-    for (int64_t g = 0; g < s->groups; g++) {
-      im2col(s, g, (float *)x + n * s->C * s->H * s->W, col, 0);
-      gemm(0, 1, Og, K, P, 1.0f, dy + (n * s->O + g * Og) * P, P, col, P, 1.0f, dw + g * Og * K, K);
-    }
-  free(col);
-  return NULL;
+  return conv_pass(s, CONV_FILTER, x, dy, dw, sgemm, NULL, NULL);
 }

@@ -1,8 +1,9 @@
 /* conv.h - 2-D convolution and pooling over NCHW tensors, the arithmetic of
  * the IR ops CONV2D, CONV2D_BWD_DATA, CONV2D_BWD_FILTER, POOL2D and
  * POOL2D_BWD (ir_ops.h) shared by the reference executor (fp64, direct
- * loops: the definition) and the CPU back end's host ops (fp32: im2col and
- * one GEMM per image and group, as Caffe and PyTorch's CPU path do).
+ * loops: the definition) and the CPU back end's host ops (fp32: im2col over
+ * a chunk of images and one GEMM per group, as Caffe and PyTorch's CPU path
+ * do, with the chunk's images side by side in the GEMM's columns).
  *
  * Shapes: x [N, C, H, W], w [O, C/groups, KH, KW], y [N, O, Ho, Wo] with
  *   Ho = (H + 2 ph - dh (KH - 1) - 1) / sh + 1 (floor), Wo likewise
@@ -64,8 +65,9 @@ void pool_forward_f64(const PoolShape *s, const double *x, double *y);
 void pool_backward_f64(const PoolShape *s, const double *x, const double *dy, double *dx);
 
 /* fp32 through im2col and sgemm (NULL: attn.c's loops); par_for (NULL:
- * sequential) runs the images of the forward and the data gradient on the
- * workers. Outputs are overwritten. NULL on success, else why (out of memory). */
+ * sequential) runs the column copies of a chunk's images on the workers (the
+ * GEMMs have the BLAS's threads). Outputs are overwritten. NULL on success,
+ * else why (out of memory). */
 const char *conv_forward_f32(const ConvShape *s, const float *x, const float *w, float *y, AttnSgemm sgemm,
                              AttnParFor par_for, void *par);
 const char *conv_bwd_data_f32(const ConvShape *s, const float *dy, const float *w, float *dx, AttnSgemm sgemm,

@@ -307,8 +307,9 @@ static int nx_all_to_all(void *comm, int group, const float *in, int64_t n, floa
 
 /* hpd_ctx.kernel_span (hpdlrun --profile): each kernel of the generated
  * code a span on the program track, named by its symbol, with its FLOPs and
- * bytes from the module's kernel table; a GEMM's or an attention's category
- * is "gemm" (compute-bound: the planner prices them together), the others'
+ * bytes from the module's kernel table; a GEMM's, an attention's or a
+ * convolution's category is "gemm" (compute-bound: the planner prices them
+ * together), the others'
  * "kernel" (what plan --compare sorts by). Kernels do not nest: a
  * graph's call is not a kernel, and the callee's kernels time themselves. */
 static void nx_kernel_span(hpd_ctx *ctx, int32_t graph, int32_t kernel, int32_t end) {
@@ -323,7 +324,7 @@ static void nx_kernel_span(hpd_ctx *ctx, int32_t graph, int32_t kernel, int32_t 
   const hpd_graph_desc *g = graph >= 0 && graph < x->mod->ngraphs ? &x->mod->graphs[graph] : NULL;
   const hpd_kernel_desc *k = g && kernel >= 0 && kernel < g->nkernels ? &g->kernels[kernel] : NULL;
   if (!k) return;
-  int compute = !strcmp(k->kind, "gemm") || !strcmp(k->kind, "attention");
+  int compute = !strcmp(k->kind, "gemm") || !strcmp(k->kind, "attention") || !strcmp(k->kind, "conv");
   pf->span(pf->self, k->name, compute ? "gemm" : "kernel", x->span_t0, now, x->cur_mb, x->chunk, -1,
            (int64_t)k->bytes, k->flops);
 }

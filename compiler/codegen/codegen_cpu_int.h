@@ -212,11 +212,16 @@ int cg_kernel_has_code(const FuseGraph *fg, int kp);
 LLVMValueRef cg_kernel_build(CgCpu *cg, int gi, int kp);
 
 /* A fused kernel's family in its symbol and the profile's kernel table:
- * fusion's kind, or "attention" for the attention ops (compute-bound work,
- * which the planner prices with the GEMMs). */
+ * fusion's kind, or "attention" for the attention ops and "conv" for the
+ * convolutions and their gradients (compute-bound work, which the planner
+ * prices with the GEMMs), "pool" for pooling. */
 static inline const char *cg_kernel_family(const IrGraph *g, const FuseKernel *K) {
-  for (int j = 0; j < K->nnodes; j++)
-    if (g->nodes[K->nodes[j]].op == IR_ATTENTION || g->nodes[K->nodes[j]].op == IR_ATTENTION_BWD) return "attention";
+  for (int j = 0; j < K->nnodes; j++) {
+    IrOp op = g->nodes[K->nodes[j]].op;
+    if (op == IR_ATTENTION || op == IR_ATTENTION_BWD) return "attention";
+    if (op == IR_CONV2D || op == IR_CONV2D_BWD_DATA || op == IR_CONV2D_BWD_FILTER) return "conv";
+    if (op == IR_POOL2D || op == IR_POOL2D_BWD) return "pool";
+  }
   return fuse_kind_name(K->kind);
 }
 

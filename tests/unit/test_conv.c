@@ -3,7 +3,7 @@
  * fp64 loops of the same module (the reference executor's definition, which
  * test_autodiff checks by finite differences): forward, data gradient and
  * filter gradient for strides, padding, dilation, groups (depthwise too), a
- * 1x1 kernel and odd sizes; with the module's own GEMM loops, OpenBLAS
+ * 1x1 kernel and odd sizes, batches cut into chunks (conv.c's column budget); with the module's own GEMM loops, OpenBLAS
  * (skipped without it), images out of order and on threads, which must give
  * the bits of the sequential run. The fp64 loops are checked against a
  * hand-computed case. Values agree within 1e-5 relative to the tensor's
@@ -201,6 +201,8 @@ int main(void) {
       {2, 6, 7, 9, 4, 2, 3, 1, 2, 2, 0, 2, 1, 2},    /* dilation, groups, asymmetric */
       {3, 4, 5, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 4},    /* depthwise */
       {1, 2, 3, 3, 2, 3, 3, 1, 1, 0, 0, 1, 1, 1},    /* a 1x1 output */
+      {3, 64, 64, 64, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1}, /* columns of 2.4M floats an image: chunks of one image */
+      {5, 64, 64, 64, 6, 3, 3, 1, 1, 1, 1, 1, 1, 2}, /* columns of 1.2M floats: chunks of 3 images, then 2, with groups */
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(&cases[i]);
   if (blas) dlclose(blas);
