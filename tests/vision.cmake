@@ -8,7 +8,8 @@
 #       synthetic images
 #   vision.CASE     end to end through hpdl-data, hpdlc compile and hpdlrun
 #       (tests/vision/vision_e2e.py says what each case checks), on
-#       tests/vision/mlp-images.hpd
+#       tests/vision/mlp-images.hpd; vision.profile: hpdlrun --profile of
+#       samples/resnet18.hpd leads with its convolutions
 # Cases that need mpirun skip (exit 77) without it; vision.emulate skips
 # without the CUDA back end's emulation.
 
@@ -20,7 +21,7 @@ add_test(NAME vision.loader COMMAND test_vision_images)
 set_tests_properties(vision.loader PROPERTIES LABELS "vision;runtime" TIMEOUT 120)
 
 find_package(Python3 COMPONENTS Interpreter)
-foreach(case data_tool bad_files compile_errors one_rank dp2 resnet_tiny emulate)
+foreach(case data_tool bad_files compile_errors one_rank dp2 resnet_tiny profile emulate)
   if(Python3_Interpreter_FOUND)
     add_test(NAME vision.${case}
              COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/vision/vision_e2e.py --bin ${CMAKE_BINARY_DIR}/bin
@@ -36,4 +37,5 @@ endforeach()
 # leaves the label out of the sanitizer run)
 if(TEST vision.resnet_tiny)
   set_tests_properties(vision.resnet_tiny PROPERTIES LABELS "vision;runtime;sanitize_redundant")
+  set_tests_properties(vision.profile PROPERTIES LABELS "vision;runtime;sanitize_redundant")
 endif()

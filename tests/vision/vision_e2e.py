@@ -333,6 +333,28 @@ def case_resnet_tiny():
     same_losses(runs["pp2"], one, "resnet pp 2 against one rank")
 
 
+def case_profile():
+    """hpdlrun --profile of samples/resnet18.hpd (width 8): the convolutions lead the op table
+    (the field guide's profile: aten::conv2d first) and hold most of the kernels' time, and the
+    peak memory is reported."""
+    art, _ = compile_model("resnet18", ["-D", "width=8", "--micro-batch", "16", "--global-batch", "16"],
+                           src=os.path.join(ARGS.source, "samples", "resnet18.hpd"))
+    trace = os.path.join(ARGS.work, "resnet18.trace.json")
+    m, p = train(art, "resnet18", ["--steps", "3", "--profile", trace])
+    check(len(m) == 3 and all(math.isfinite(r["loss"]) for r in m), "3 finite losses")
+    ops = [ln.split() for ln in p.stdout.splitlines() if ln.startswith("  program ") and ".k" in ln]
+    check(ops and ops[0][1].endswith(".conv"), f"the first op is not a convolution: {ops[:3]}")
+    peak = [ln.split() for ln in p.stdout.splitlines() if ln.startswith("  0 ") and "dp 0" in ln]
+    check(peak and float(peak[0][-3]) > 1, f"no peak memory row: {p.stdout}")
+    ev = json.load(open(trace))
+    ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+    kern = [e for e in ev if e.get("ph") == "X" and ".k" in e.get("name", "")]
+    conv = sum(e["dur"] for e in kern if e["name"].endswith(".conv"))
+    share = conv / max(1, sum(e["dur"] for e in kern))
+    print(f"convolutions {share:.0%} of the kernels' time; peak {peak[0][-3]} MiB")
+    check(share > 0.5, f"convolutions only {share:.0%} of the kernels' time")
+
+
 def case_emulate():
     art = e2e_common.fresh_dir(ARGS.work, "cuda")
     p = run([tool("hpdlc"), "compile", model(), "--target", "cuda", "--emulate", "-o", art], expect=None)
