@@ -1070,6 +1070,7 @@ static int cu_generate(CgTarget *t) {
      " * %d threads a block; a loop kernel is grid-stride, a row kernel takes a block per row. */\n"
      "#include \"hpdl_cuda.cuh\"\n"
      "#include \"hpdl_attention.cuh\" /* flash attention */\n"
+     "#include \"hpdl_conv.cuh\" /* convolution and pooling */\n"
      "#include \"hpdl_optim.cuh\" /* the optimizer and the gradient norm, for the runtime */\n\n",
      CU_BLOCK);
   for (int gi = 0; gi < t->fr->ngraphs && !t->failed; gi++) {
@@ -1240,7 +1241,8 @@ static int cu_emit(CgTarget *t, const char *path) {
   snprintf(fn, sizeof fn, "%s.cu", path);
   if (write_file(t, fn, t->src.s, t->src.len)) return -1;
   char from[4200], to[4200];
-  static const char *const headers[] = {"hpdl_cuda.cuh", "hpdl_optim.cuh", "hpdl_attention.cuh", "hpdl_attention_cfg.h"};
+  static const char *const headers[] = {"hpdl_cuda.cuh", "hpdl_optim.cuh", "hpdl_attention.cuh", "hpdl_attention_cfg.h",
+                                        "hpdl_conv.cuh"};
   for (size_t h = 0; h < sizeof headers / sizeof headers[0]; h++) {
     const char *header = headers[h];
     snprintf(from, sizeof from, "%s/%s", kernels_dir(t), header);

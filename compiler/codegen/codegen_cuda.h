@@ -16,9 +16,9 @@ const CgBackend *cg_cuda_backend(void);
 typedef struct {
   char name[200];
   int graph, kernel, step; /* the fused kernel (fuse.h) and its step */
-  const char *kind;        /* "loop", "row", "zero", "special", "attention", "gemm", "host" */
+  const char *kind;        /* "loop", "row", "zero", "special", "attention", "conv", "gemm", "host" */
   int64_t grid, block;     /* blocks (grid-stride beyond) and threads a block */
-  double flops;            /* "attention": the arithmetic of this launch (profiles), else 0 */
+  double flops;            /* "attention", "conv": the arithmetic of this launch (profiles), else 0 */
   double bytes;            /* a kernel of one launch: its inputs read and outputs written once,
                             * the least DRAM traffic it can have (profiles: GB/s); else 0 */
   /* kind "gemm": a cuBLASLt matmul, row-major C[M, N] = alpha op(A) op(B)

@@ -32,7 +32,17 @@
  *                    forward (a block per tile of query rows), three backward
  *                    (the rows' dO . o into scratch, then dk and dv a block per
  *                    tile of keys, then dq a block per tile of rows), in
- *                    hpdl_attention_cfg.h's blocks.
+ *                    hpdl_attention_cfg.h's blocks;
+ *   conv2d, conv2d_bwd_data, conv2d_bwd_filter  kernels/hpdl_conv.cuh's implicit
+ *                    GEMMs: a block per tile of (output channels or input
+ *                    channels) x (positions or filter taps) of a group, in
+ *                    hpdl_conv_plan's tiles; the filter gradient's reduction
+ *                    over N Ho Wo cut into the rule's splits when it is long
+ *                    (partials in scratch, then a thread an element adding
+ *                    them in split order: two launches), no atomics;
+ *   pool2d, pool2d_bwd  hpdl_conv.cuh's: a thread per output (forward), a
+ *                    thread per input element gathering from the windows that
+ *                    hold it (backward).
  * Every output is stored, never accumulated into: each kernel writes every
  * element (the scatters' untouched ones as 0), as the CPU's zero fill then
  * sum gives. Kernels that need scratch between their launches (bucket tables, the
@@ -51,7 +61,9 @@
 #include <string.h>
 
 #include "codegen_cuda_int.h"
+#include "conv.h"
 #include "hpdl_attention_cfg.h"
+#include "hpdl_conv.cuh"
 #include "ir_cost.h"
 
 /* Heads (rows of [B, H]) one rope thread rotates with the angle it computed. */
@@ -789,6 +801,125 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   return 0;
 }
 
+/* ---- convolution and pooling: kernels/hpdl_conv.cuh ---- */
+
+/* the kernels' blocks are the back end's (cu_signature_min's launch bounds) */
+_Static_assert(HPDL_CONV_THREADS == CU_BLOCK, "hpdl_conv.cuh's blocks are CU_BLOCK threads");
+
+/* Every io of the op in f32, as the kernels take them; -1 after cu_fail. */
+static int conv_f32(CuKern *k, const IrNode *n) {
+  for (int i = 0; i <= n->nin; i++) {
+    const IrNode *x = i < n->nin ? nd(k, n->in[i]) : n;
+    if (x->dtype != DT_F32) {
+      cu_fail(k->t, "graph %s kernel k%d: %s runs on f32 tensors, not %s", k->fg->graph->name, k->kp, ir_op_name(n->op),
+              sem_dtype_name(x->dtype));
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* `  const hpdl_conv_shape s = {...};` */
+static void conv_shape_text(CuText *o, const hpdl_conv_shape *s) {
+  cu_tx(o, "  const hpdl_conv_shape s = {%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d};\n", s->N, s->C,
+        s->H, s->W, s->O, s->KH, s->KW, s->Ho, s->Wo, s->sh, s->sw, s->ph, s->pw, s->dh, s->dw, s->G);
+}
+
+static int conv(CuKern *k, const IrNode *n, int id) {
+  CuText *o = &k->t->src;
+  int a = io_of(k, n->in[0]), b = io_of(k, n->in[1]), out = io_of(k, id);
+  if (a < 0 || b < 0 || out < 0 || conv_f32(k, n)) return -1;
+  /* the batch, input and output channels from whichever operand has them:
+   * (x, w), (dy, w) or (x, dy) */
+  const IrNode *i0 = nd(k, n->in[0]), *i1 = nd(k, n->in[1]);
+  int64_t N, C, O;
+  int op;
+  if (n->op == IR_CONV2D) op = HPDL_CONV_FWD, N = i0->dims[0], C = i0->dims[1], O = i1->dims[0];
+  else if (n->op == IR_CONV2D_BWD_DATA) op = HPDL_CONV_BWD_DATA, N = n->dims[0], C = n->dims[1], O = i0->dims[1];
+  else op = HPDL_CONV_BWD_FILTER, N = i0->dims[0], C = i0->dims[1], O = i1->dims[1];
+  ConvShape cs = conv_shape_of(N, C, O, n->attr);
+  const int64_t v[16] = {cs.N,  cs.C,  cs.H,  cs.W,  cs.O,  cs.KH, cs.KW, cs.Ho,
+                         cs.Wo, cs.sh, cs.sw, cs.ph, cs.pw, cs.dh, cs.dw, cs.groups};
+  int fits = 1;
+  for (int i = 0; i < 16; i++) fits &= v[i] >= 0 && v[i] <= 0x7fffffff;
+  hpdl_conv_shape s = {(int)cs.N, (int)cs.C, (int)cs.H, (int)cs.W, (int)cs.O, (int)cs.KH, (int)cs.KW, (int)cs.Ho,
+                       (int)cs.Wo, (int)cs.sh, (int)cs.sw, (int)cs.ph, (int)cs.pw, (int)cs.dh, (int)cs.dw, (int)cs.groups};
+  hpdl_conv_launch L;
+  if (!fits || hpdl_conv_plan(op, &s, &L)) {
+    cu_fail(k->t,
+            "graph %s kernel k%d: no CUDA kernel for %s over [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+            "] with %" PRId64 " filters of %" PRId64 "x%" PRId64 " (kernels/hpdl_conv.cuh keeps its sizes in 32 bits)",
+            k->fg->graph->name, k->kp, ir_op_name(n->op), cs.N, cs.C, cs.H, cs.W, cs.O, cs.KH, cs.KW);
+    return -1;
+  }
+  static const char *const fn[3] = {"hpdl_conv_fwd", "hpdl_conv_bwd_data", "hpdl_conv_bwd_filter"};
+  const char *b0 = k->base;
+  cu_tx(o,
+        "/* %s: %s (kernels/hpdl_conv.cuh, implicit GEMM, %dx%d tiles): x [%d, %d, %d, %d], w [%d, %d, %d, %d], y [%d, %d, "
+        "%d, %d]; stride %dx%d, padding %dx%d, dilation %dx%d, groups %d",
+        b0, ir_op_name(n->op), L.bm, L.bn, s.N, s.C, s.H, s.W, s.O, s.C / s.G, s.KH, s.KW, s.N, s.O, s.Ho, s.Wo, s.sh,
+        s.sw, s.ph, s.pw, s.dh, s.dw, s.G);
+  if (L.splits > 1)
+    cu_tx(o, ";\n * s0 the partials of %d splits of the %lld reductions, s1 their sum in split order", L.splits, L.red);
+  cu_tx(o, " */\n");
+  double flops = ircost_node(k->t->m, k->fg->graph, id).flops;
+  char name[200];
+  step_name(k, 0, L.splits > 1 ? 2 : 1, name, sizeof name);
+  if (L.splits > 1) cu_tx(o, "static __device__ float %s_part[%lld];\n\n", b0, L.scratch_floats);
+  /* at most 128 registers: under __launch_bounds__(256) alone the 4 x 4 tiles spill */
+  cu_signature_min(k, o, name, HPDL_CONV_MIN_BLOCKS);
+  conv_shape_text(o, &s);
+  cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", L.grid);
+  cu_tx(o, "    %s<%d, %d, %d, %d>(p%d, p%d, ", fn[op], L.bm, L.bn, L.tm, L.tn, a, b);
+  if (op != HPDL_CONV_BWD_FILTER) cu_tx(o, "p%d, s, blk);\n}\n\n", out);
+  else if (L.splits > 1) cu_tx(o, "%s_part, s, %lldLL, blk);\n}\n\n", b0, L.chunk);
+  else cu_tx(o, "p%d, s, %lldLL, blk);\n}\n\n", out, L.chunk);
+  cu_add_launch(k, name, 0, "conv", L.grid, HPDL_CONV_THREADS);
+  k->t->launch[k->t->nlaunch - 1].flops = flops;
+  if (L.splits > 1) {
+    step_name(k, 1, 2, name, sizeof name);
+    cu_signature_min(k, o, name, HPDL_POOL_MIN_BLOCKS);
+    cu_tx(o, "  hpdl_conv_sum_splits(%s_part, p%d, %lldLL, %d);\n}\n\n", b0, out, L.outputs, L.splits);
+    cu_add_launch(k, name, 1, "special", blocks_for(L.outputs), CU_BLOCK);
+  }
+  return 0;
+}
+
+static int pool(CuKern *k, const IrNode *n, int id) {
+  CuText *o = &k->t->src;
+  int bwd = n->op == IR_POOL2D_BWD, x = io_of(k, n->in[0]), dy = bwd ? io_of(k, n->in[1]) : 0, out = io_of(k, id);
+  if (x < 0 || dy < 0 || out < 0 || conv_f32(k, n)) return -1;
+  const IrNode *xn = nd(k, n->in[0]);
+  PoolShape ps = pool_shape_of(xn->dims[0], xn->dims[1], xn->dims[2], xn->dims[3], n->attr);
+  const int64_t v[12] = {ps.N, ps.C, ps.H, ps.W, ps.Ho, ps.Wo, ps.kh, ps.kw, ps.sh, ps.sw, ps.ph, ps.pw};
+  int fits = ps.Ho > 0 && ps.Wo > 0 && ps.H * ps.W <= 0x7fffffff && ps.Ho * ps.Wo <= 0x7fffffff;
+  for (int i = 0; i < 12; i++) fits &= v[i] >= 0 && v[i] <= 0x7fffffff;
+  if (!fits) {
+    cu_fail(k->t, "graph %s kernel k%d: no CUDA kernel for %s over [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "]",
+            k->fg->graph->name, k->kp, ir_op_name(n->op), ps.N, ps.C, ps.H, ps.W);
+    return -1;
+  }
+  static const char *const modes[POOL_NMODES] = {"max", "avg", "adaptive avg", "adaptive max"};
+  cu_tx(o, "/* %s: %s (kernels/hpdl_conv.cuh, a thread per %s): %s [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+           "] -> %" PRId64 "x%" PRId64,
+        k->base, ir_op_name(n->op), bwd ? "input element, a gather" : "output", modes[ps.mode], ps.N, ps.C, ps.H, ps.W,
+        ps.Ho, ps.Wo);
+  if (ps.mode == POOL_MAX || ps.mode == POOL_AVG)
+    cu_tx(o, ", window %" PRId64 "x%" PRId64 " stride %" PRId64 "x%" PRId64 " padding %" PRId64 "x%" PRId64, ps.kh, ps.kw,
+          ps.sh, ps.sw, ps.ph, ps.pw);
+  cu_tx(o, " */\n");
+  cu_signature_min(k, o, k->base, HPDL_POOL_MIN_BLOCKS);
+  cu_tx(o,
+        "  const hpdl_pool_shape s = {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+        ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %d};\n",
+        ps.N, ps.C, ps.H, ps.W, ps.Ho, ps.Wo, ps.kh, ps.kw, ps.sh, ps.sw, ps.ph, ps.pw, (int)ps.mode);
+  if (bwd) cu_tx(o, "  hpdl_pool_bwd(p%d, p%d, p%d, s);\n}\n\n", x, dy, out);
+  else cu_tx(o, "  hpdl_pool_fwd(p%d, p%d, s);\n}\n\n", x, out);
+  cu_add_launch(k, k->base, 0, "special", blocks_for(bwd ? ps.N * ps.C * ps.H * ps.W : ps.N * ps.C * ps.Ho * ps.Wo),
+                CU_BLOCK);
+  return 0;
+}
+
 /* ---- extern: a native function of the host ---- */
 
 /* The host program calls it between launches (libffi, core/extcall.h) on host copies of
@@ -841,6 +972,11 @@ int cu_special(CuKern *k) {
   case IR_AUX_LOSS: return aux_loss(k, n, id);
   case IR_ATTENTION:
   case IR_ATTENTION_BWD: return attention(k, n, id);
+  case IR_CONV2D:
+  case IR_CONV2D_BWD_DATA:
+  case IR_CONV2D_BWD_FILTER: return conv(k, n, id);
+  case IR_POOL2D:
+  case IR_POOL2D_BWD: return pool(k, n, id);
   default:
     cu_fail(k->t, "graph %s kernel k%d: no CUDA kernel for %s", k->fg->graph->name, k->kp, ir_op_name(n->op));
     return -1;

@@ -113,8 +113,10 @@ def broken_header(a):
         if "hpdl_block_sum(float v" not in text:
             fail("kernels/hpdl_cuda.cuh has no hpdl_block_sum(float v...) to break")
         open(os.path.join(kdir, "hpdl_cuda.cuh"), "w").write(text.replace("hpdl_block_sum(float v", "hpdl_block_sum_gone(float v"))
-        for header in ("hpdl_optim.cuh", "hpdl_attention.cuh", "hpdl_attention_cfg.h"):
-            shutil.copy(os.path.join(root, "kernels", header), kdir)
+        # every other header as it is (the generated source includes them all)
+        for header in sorted(os.listdir(os.path.join(root, "kernels"))):
+            if header != "hpdl_cuda.cuh" and header.endswith((".cuh", ".h")):
+                shutil.copy(os.path.join(root, "kernels", header), kdir)
         out = os.path.join(tmp, "art")
         env = dict(os.environ, HPDL_CACHE=os.path.join(tmp, "cache"), HPDL_KERNELS_DIR=kdir)
         cmd = [a.hpdlc, "compile", a.sample, "--target", "cuda", "--arch", a.arch, "-o", out, "-q", *a.flags]
