@@ -23,6 +23,7 @@ int hostop_supported(IrOp op) {
   case IR_MOE_GATE_GRAD:
   case IR_AUX_LOSS:
   case IR_LOSS_SEED:
+  case IR_TRAINING:
   case IR_ALL_TO_ALL:
   case IR_ATTENTION:
   case IR_ATTENTION_BWD:
@@ -30,7 +31,8 @@ int hostop_supported(IrOp op) {
   case IR_CONV2D_BWD_DATA:
   case IR_CONV2D_BWD_FILTER:
   case IR_POOL2D:
-  case IR_POOL2D_BWD: return 1;
+  case IR_POOL2D_BWD:
+  case IR_STATE_UPDATE: return 1;
   default: return 0;
   }
 }
@@ -209,6 +211,14 @@ const char *hostop_run(const IrGraph *g, int node, void **bufs, HostOpEnv *env, 
     return NULL;
   }
   case IR_LOSS_SEED: ((float *)bufs[0])[0] = (float)env->loss_seed; return NULL;
+  case IR_TRAINING: ((float *)bufs[0])[0] = env->evaluating ? 0.0f : 1.0f; return NULL;
+  case IR_STATE_UPDATE: {
+    /* the state's new contents, in a forward only (hostop_aux_counted's rule) */
+    if (hostop_aux_counted(g, node) && bufs[2] != bufs[1])
+      memcpy(bufs[2], bufs[1], sizeof(float) * (size_t)ir_numel(&g->nodes[n->in[1]]));
+    if (bufs[3] != bufs[0]) memcpy(bufs[3], bufs[0], sizeof(float) * (size_t)N);
+    return NULL;
+  }
   case IR_ALL_TO_ALL: return all_to_all(g, n, bufs, env, err, errlen);
   default: return failf(err, errlen, "%s is not an op the host computes", ir_op_name(n->op));
   }

@@ -2,7 +2,7 @@
  * generated code (hpd_abi.h, hpd_ctx.host_op): the mixture of experts'
  * routing, dispatch and combine (whose slot assignment is a few loops over a
  * small routing table), the auxiliary loss and its seed, the expert
- * all-to-all, and flash attention and its backward (core/attn.h: tiles of
+ * all-to-all, and flash attention and its backward (core/numeric/attn.h: tiles of
  * query rows over BLAS, the scores never stored whole). Buffers are whole tensors of the node's shape, f32, or i32 for
  * indices; the semantics are ir_ops.h's, the same as the reference
  * executor's (interp.c) in fp32. */
@@ -16,6 +16,7 @@
 
 typedef struct {
   double loss_seed;  /* LOSS_SEED: the seed of the step's backward */
+  int evaluating;    /* TRAINING reads 0 when set (an evaluation step), else 1 */
   double aux_sum;    /* AUX_LOSS adds weight x value here when counted (forward, not recomputation) */
   int aux_seen;
   /* ALL_TO_ALL: n f32 values to each member of group g, member by member; 0 on success */
@@ -23,7 +24,7 @@ typedef struct {
   int (*all_to_all)(void *comm, int group, const float *in, int64_t n, float *out);
   int size[IRG_COUNT]; /* group sizes */
   int rank[IRG_COUNT]; /* this rank's index in each group (attention's context-parallel positions) */
-  /* ATTENTION (core/attn.h): the BLAS product and the workers, NULL for
+  /* ATTENTION (core/numeric/attn.h): the BLAS product and the workers, NULL for
    * attn.c's own loops and one thread */
   AttnSgemm sgemm;
   AttnParFor par_for;

@@ -47,6 +47,7 @@ struct Interp {
   double **inputs;
   uint64_t seed;
   double loss_seed; /* the seed of the training step being run (LOSS_SEED) */
+  int evaluating;   /* TRAINING reads 0 (interp_set_evaluating), else 1 */
   double aux_sum;   /* weight x value of every AUX_LOSS a forward ran (interp_take_aux) */
   int aux_seen;
   int bwd_depth;    /* inside a BACKWARD call: recomputed forward nodes are not counted */
@@ -63,6 +64,8 @@ struct Interp {
 };
 
 void interp_set_detect_anomaly(Interp *in, int on) { in->detect_anomaly = on; }
+
+void interp_set_evaluating(Interp *in, int on) { in->evaluating = on; }
 
 void interp_set_timer(Interp *in, const InterpTimer *t) {
   if (t) in->timer = *t;
@@ -1305,6 +1308,16 @@ static const char *exec_node(Run *r, int id, double *out) {
     memcpy(out, r->val[n->in[0]], sizeof(double) * (size_t)ir_numel(n));
     return NULL;
   case IR_LOSS_SEED: out[0] = r->in->loss_seed; return NULL;
+  case IR_TRAINING: out[0] = r->in->evaluating ? 0.0 : 1.0; return NULL;
+  case IR_STATE_UPDATE:
+    /* the state parameter's new contents, in a forward (AUX_LOSS's rule); this run's PARAM node keeps its copy */
+    if (!in->bwd_depth && !(g->fb_split > 0 && id >= g->fb_split)) {
+      double *st = interp_param(in, (int)g->nodes[n->in[2]].attr[0], r->layer, NULL);
+      if (!st) return fail(in, "state_update: parameter %s has no copy %" PRId64, in->m->params[g->nodes[n->in[2]].attr[0]].name, r->layer);
+      memcpy(st, r->val[n->in[1]], sizeof(double) * (size_t)ir_numel(&g->nodes[n->in[1]]));
+    }
+    memcpy(out, r->val[n->in[0]], sizeof(double) * (size_t)ir_numel(n));
+    return NULL;
   case IR_INPUT:
   case IR_PARAM:
   case IR_ARG:
@@ -1408,7 +1421,10 @@ static const char *run_range(Run *r, int to) {
     acc_value(in, gi, i, 1);
     if (n->op == IR_PARAM || n->op == IR_INPUT || n->op == IR_ARG) {
       e = bind_leaf(r, i);
-      if (!e && r->frame && n->op != IR_PARAM) { /* the next micro-batch may overwrite it */
+      /* the next micro-batch may overwrite it; a state parameter (running
+       * statistics) is read as it was when the run began, whatever its
+       * STATE_UPDATE writes */
+      if (!e && ((r->frame && n->op != IR_PARAM) || (n->op == IR_PARAM && in->m->params[n->attr[0]].state))) {
         r->val[i] = dup_values(r->val[i], ir_numel(n));
         r->owned[i] = 1;
       }

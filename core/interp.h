@@ -42,6 +42,10 @@ typedef struct {
 } InterpComm;
 
 Interp *interp_new(const IrModule *m);
+/* Evaluation (on = 1): the TRAINING leaf reads 0 (batch norm normalises with
+ * its running statistics and leaves them alone, dropout keeps every value);
+ * 0, the default: training. */
+void interp_set_evaluating(Interp *in, int on);
 void interp_set_comm(Interp *in, const InterpComm *comm);
 /* The global position of local index i of a split axis (layout 0 contiguous,
  * 1 zigzag; see ir_ops.h) on rank r of a group of `size`, `local` long here. */

@@ -488,6 +488,13 @@ static const char *irshape_AUX_LOSS(IrGraph *g, IrNode *n) {
   return NULL;
 }
 
+static const char *irshape_TRAINING(IrGraph *g, IrNode *n) {
+  (void)g;
+  n->rank = 0;
+  n->dtype = DT_F32;
+  return NULL;
+}
+
 static const char *irshape_LOSS_SEED(IrGraph *g, IrNode *n) {
   (void)g;
   n->rank = 0;
@@ -612,6 +619,14 @@ static const char *irshape_POOL2D_BWD(IrGraph *g, IrNode *n) {
     return "pool2d_bwd needs x [N, C, H, W] and dy [N, C, Ho, Wo] as the pooling gives them";
   copy_type(n, x);
   n->dtype = dy->dtype;
+  return NULL;
+}
+
+static const char *irshape_STATE_UPDATE(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0), *v = in_node(g, n, 1), *p = in_node(g, n, 2);
+  if (p->op != IR_PARAM || !same_dims(v, p) || !sem_dtype_is_float(v->dtype))
+    return "state_update needs x, a float value and the PARAM node it replaces, of the value's shape";
+  copy_type(n, x);
   return NULL;
 }
 
@@ -862,6 +877,11 @@ int ir_verify(const IrModule *m, FILE *out) {
       if (!err && n->op == IR_ARG && (n->attr[0] < 0 || n->attr[0] >= g->nargs)) err = "unknown argument";
       if (!err && n->op == IR_CALL && (n->attr[0] <= gi || n->attr[0] >= m->ngraphs)) err = "call of an unknown graph";
       if (!err && (n->op == IR_EXTERN || n->op == IR_EXTERN_GRAD)) err = verify_extern(m, g, n);
+      if (!err && n->op == IR_STATE_UPDATE) {
+        const IrNode *p = &g->nodes[n->in[2]];
+        if (p->op != IR_PARAM || p->attr[0] < 0 || p->attr[0] >= m->nparams || !m->params[p->attr[0]].state)
+          err = "state_update writes a parameter that is not a state parameter";
+      }
       if (!err) {
         IrNode copy = *n;
         int keep_shape = copy.op == IR_FILL || copy.op == IR_RESHAPE || copy.op == IR_EXPAND || copy.op == IR_SUM_TO ||

@@ -113,6 +113,10 @@ typedef struct {
   int dp_shards;
   int dp_rank;
   int64_t dp_dims[IR_MAX_RANK];
+  /* A running statistic (batch norm's running mean and variance): not
+   * trained (no optimizer; its gradient is zeros) but written by the
+   * forward's STATE_UPDATE; whole on every rank (never ZeRO-sharded). */
+  int state;
 } IrParam;
 
 /* An expert shard: a parameter split over the expert group (ZeRO and the

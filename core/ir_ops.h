@@ -81,6 +81,9 @@
  *     MoEAuxLossAutoScaler): a layer adds its load-balancing loss without returning it, also
  *     from inside a repeat
  *   LOSS_SEED: f32 [], the seed of the backward being run (d loss, the step's gradient scale)
+ *   TRAINING: f32 [], 1 in a training step, 0 in an evaluation (a validation pass): batch
+ *     norm's choice between the batch's statistics and the running ones, dropout's of
+ *     dropping; the executor fills it like LOSS_SEED. No gradient
  *   ALL_TO_ALL(x): attr[0] = group (of g members), attr[1] = the split axis, attr[2] = the concat
  *     axis: x is cut into g chunks along the split axis, chunk j goes to member j, and the chunks
  *     received are concatenated in member order along the concat axis (output dims given). Expert
@@ -102,7 +105,7 @@
  *     gradient, its last column d lse: with D[t] = dout[t, :Dv] . o[t] - dout[t, Dv],
  *     dS = P (dout[:Dv] v^T - D), dq = fattr dS k, dk = fattr dS^T q, dv = P^T dout[:Dv]
  *     (summed over the query heads sharing a key head)
- *   Convolutional networks (core/conv.h has the arithmetic), NCHW:
+ *   Convolutional networks (core/numeric/conv.h has the arithmetic), NCHW:
  *   CONV2D(x [N, C, H, W], w [O, C/g, KH, KW]): [N, O, Ho, Wo], PyTorch's conv2d without bias:
  *     y[n, o, i, j] = sum over c, ki, kj of x[n, (o / (O/g)) C/g + c, i sh - ph + ki dh,
  *     j sw - pw + kj dw] w[o, c, ki, kj] (0 outside the image); Ho = (H + 2 ph - dh (KH - 1) - 1)
@@ -116,6 +119,11 @@
  *     output size Ho, Wo when adaptive), [3..5) stride, [5..7) padding (at most half the window)
  *   POOL2D_BWD(x, dy [N, C, Ho, Wo]): dx, dy to the window's first max, or dy / count to each
  *     input of the window (attr as POOL2D's)
+ *   STATE_UPDATE(x, value, p): x; and p, the PARAM node of a state parameter (IrParam.state:
+ *     batch norm's running statistics), takes value (p's shape) as its new contents, when the
+ *     node runs in a forward (a step graph's forward part, or a graph that is not a backward),
+ *     not in the recomputation a backward runs (AUX_LOSS's rule). Its gradient passes dy to x
+ *     only. The micro-batches of a step update in their order
  */
 #ifndef HPDL_IR_OPS_H
 #define HPDL_IR_OPS_H
@@ -207,6 +215,8 @@
   X(CONV2D_BWD_DATA, "conv2d_bwd_data", 2, 0)                      \
   X(CONV2D_BWD_FILTER, "conv2d_bwd_filter", 2, 0)                  \
   X(POOL2D, "pool2d", 1, 0)                                        \
-  X(POOL2D_BWD, "pool2d_bwd", 2, 0)
+  X(POOL2D_BWD, "pool2d_bwd", 2, 0)                                \
+  X(STATE_UPDATE, "state_update", 3, 0)                            \
+  X(TRAINING, "training", 0, IRF_LEAF)
 
 #endif

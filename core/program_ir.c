@@ -150,6 +150,7 @@ unsigned char *program_ir_encode(const ProgramChunk *c, size_t *len) {
     put_u8(&b, (unsigned)p->split_group);
     put_i32(&b, p->split2_axis);
     put_u8(&b, (unsigned)p->split2_group);
+    put_u8(&b, (unsigned)(p->state != 0));
   }
   put_u32(&b, (uint32_t)m->nexterns);
   for (int i = 0; i < m->nexterns; i++) put_extern(&b, &m->externs[i]);
@@ -509,6 +510,9 @@ ProgramChunk *program_ir_decode(Arena *arena, const unsigned char *buf, size_t l
                    (p.split2_axis >= 0 && p.split_axis < 0)))
       rd_fail(&r, "a parameter's second split is out of range");
     p.split2_group = (IrGroup)sg2;
+    unsigned st = get_u8(&r);
+    if (!r.bad && st > 1) rd_fail(&r, "a parameter's state flag is not 0 or 1");
+    p.state = (int)st;
     p.span = span_none;
     ir_add_param(m, &p);
   }

@@ -55,8 +55,9 @@
 #include "schedule.h"
 #include "semtypes.h"
 
-enum { PROGRAM_IR_VERSION = 5 }; /* 2: the extern table; 3: the forward/backward cut and the instruction list;
-                                     4: the source files and each node's line; 5: a parameter's second split */
+enum { PROGRAM_IR_VERSION = 6 }; /* 2: the extern table; 3: the forward/backward cut and the instruction list;
+                                     4: the source files and each node's line; 5: a parameter's second split;
+                                     6: a parameter's state flag (running statistics) */
 #define PROGRAM_IR_MAGIC "HPDL-IR\n"
 
 /* What the runtime's data loader puts into a model input: a token

@@ -159,6 +159,7 @@ static void read_param(Rd *r, const json_t *j, int idx, ArtParam *p, const Artif
   if (p->count > 1 && !strstr(p->name, "{i}")) bad(r, where, "name", "of a parameter with count > 1 must contain {i}");
   p->weight_decay = p->rank >= 2;
   get_bool(r, j, where, "weight_decay", &p->weight_decay);
+  get_bool(r, j, where, "state", &p->state);
   /* init */
   p->init.kind = INIT_K_ZEROS;
   json_t *ji = json_object_get(j, "init");
@@ -190,6 +191,8 @@ static void read_param(Rd *r, const json_t *j, int idx, ArtParam *p, const Artif
         bad(r, sub, "axis", "must split another axis over another group than the first split");
     }
   }
+  if (!r->bad && p->state && (p->weight_decay || p->split_axis >= 0))
+    bad(r, where, "state", "is set on a parameter that is decayed or split (a running statistic is neither)");
   /* stage: one number for every copy, or an array with one per copy */
   if (p->count > (1 << 24)) {
     bad(r, where, "count", "is implausibly large");

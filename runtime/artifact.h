@@ -37,6 +37,7 @@ typedef struct {
   CommGroup split2_group;
   int *stages;            /* count entries: the pipeline stage of each copy */
   int weight_decay;       /* 1: decayed (default: rank >= 2, as llm.c) */
+  int state;              /* 1: a running statistic the forward updates: no optimizer, whole on every rank */
 } ArtParam;
 
 typedef struct {

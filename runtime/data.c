@@ -62,10 +62,15 @@ static int too_short(const char *path, int64_t size, RtErr *e) {
                  DATA_HEADER_BYTES);
 }
 
-int data_shard_open(DataShard *s, const char *path, RtErr *e) {
-  memset(s, 0, sizeof *s);
+/* Opens path (a `what`), reads its first hdr_len (<= DATA_HEADER_BYTES) bytes,
+ * has check judge them against the file's size (short: too_short's message
+ * when the file cannot hold them), and maps the whole file read-only.
+ * 0 with *map, *len set; -1 with the reason in e. */
+typedef int (*HeaderCheck)(void *ctx, const char *path, const unsigned char *hdr, int64_t size, RtErr *e);
+static int map_checked(const char *path, const char *what, size_t hdr_len, int (*too_short_fn)(const char *, int64_t, RtErr *),
+                       HeaderCheck check, void *ctx, void **map, size_t *len, RtErr *e) {
   int fd = open(path, O_RDONLY);
-  if (fd < 0) return rt_fail_errno(e, errno, "%s: cannot open the token file", path);
+  if (fd < 0) return rt_fail_errno(e, errno, "%s: cannot open the %s", path, what);
   struct stat st;
   if (fstat(fd, &st) < 0) {
     int err = errno;
@@ -74,40 +79,54 @@ int data_shard_open(DataShard *s, const char *path, RtErr *e) {
   }
   int64_t size = (int64_t)st.st_size;
   unsigned char hdr[DATA_HEADER_BYTES];
-  if (size < DATA_HEADER_BYTES) {
+  if (size < (int64_t)hdr_len) {
     close(fd);
-    return too_short(path, size, e);
+    return too_short_fn(path, size, e);
   }
-  ssize_t got = pread(fd, hdr, sizeof hdr, 0);
-  if (got != (ssize_t)sizeof hdr) {
+  ssize_t got = pread(fd, hdr, hdr_len, 0);
+  if (got != (ssize_t)hdr_len) {
     int err = errno;
     close(fd);
     return rt_fail_errno(e, got < 0 ? err : EIO, "%s: cannot read the header", path);
   }
-  int version = 0, tb = 0;
-  int32_t count = 0;
-  if (check_header(path, hdr, size, &version, &tb, &count, e) < 0) {
+  if (check(ctx, path, hdr, size, e) < 0) {
     close(fd);
     return -1;
   }
-  s->path = rt_strdup(path);
-  if (!s->path) {
-    close(fd);
-    return rt_fail(e, "%s: out of memory", path);
-  }
-  s->map_len = (size_t)size;
-  s->map = mmap(NULL, s->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
+  *len = (size_t)size;
+  *map = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0);
   int err = errno;
   close(fd);
-  if (s->map == MAP_FAILED) {
-    s->map = NULL;
-    rt_free(s->path);
-    s->path = NULL;
+  if (*map == MAP_FAILED) {
+    *map = NULL;
     return rt_fail_errno(e, err, "%s: cannot map the file", path);
   }
-  s->version = version;
-  s->token_bytes = tb;
-  s->ntokens = count;
+  return 0;
+}
+
+typedef struct {
+  int version, tb;
+  int32_t count;
+} ShardHeader;
+
+static int shard_header_check(void *ctx, const char *path, const unsigned char *hdr, int64_t size, RtErr *e) {
+  ShardHeader *h = ctx;
+  return check_header(path, hdr, size, &h->version, &h->tb, &h->count, e);
+}
+
+int data_shard_open(DataShard *s, const char *path, RtErr *e) {
+  memset(s, 0, sizeof *s);
+  ShardHeader h = {0, 0, 0};
+  if (map_checked(path, "token file", DATA_HEADER_BYTES, too_short, shard_header_check, &h, &s->map, &s->map_len, e) < 0) return -1;
+  s->path = rt_strdup(path);
+  if (!s->path) {
+    munmap(s->map, s->map_len);
+    s->map = NULL;
+    return rt_fail(e, "%s: out of memory", path);
+  }
+  s->version = h.version;
+  s->token_bytes = h.tb;
+  s->ntokens = h.count;
   s->tokens = (const unsigned char *)s->map + DATA_HEADER_BYTES;
   return 0;
 }
@@ -218,46 +237,19 @@ static int image_too_short(const char *path, int64_t size, RtErr *e) {
                  DATA_IMAGE_HEADER_BYTES);
 }
 
+static int image_header_check(void *ctx, const char *path, const unsigned char *hdr, int64_t size, RtErr *e) {
+  return check_image_header(path, hdr, size, ctx, e);
+}
+
 int data_images_open(DataImages *s, const char *path, RtErr *e) {
   memset(s, 0, sizeof *s);
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) return rt_fail_errno(e, errno, "%s: cannot open the image file", path);
-  struct stat st;
-  if (fstat(fd, &st) < 0) {
-    int err = errno;
-    close(fd);
-    return rt_fail_errno(e, err, "%s: cannot stat", path);
-  }
-  int64_t size = (int64_t)st.st_size;
-  unsigned char hdr[DATA_IMAGE_HEADER_BYTES];
-  if (size < DATA_IMAGE_HEADER_BYTES) {
-    close(fd);
-    return image_too_short(path, size, e);
-  }
-  ssize_t got = pread(fd, hdr, sizeof hdr, 0);
-  if (got != (ssize_t)sizeof hdr) {
-    int err = errno;
-    close(fd);
-    return rt_fail_errno(e, got < 0 ? err : EIO, "%s: cannot read the header", path);
-  }
-  if (check_image_header(path, hdr, size, s, e) < 0) {
-    close(fd);
+  if (map_checked(path, "image file", DATA_IMAGE_HEADER_BYTES, image_too_short, image_header_check, s, &s->map, &s->map_len, e) < 0)
     return -1;
-  }
   s->path = rt_strdup(path);
   if (!s->path) {
-    close(fd);
-    return rt_fail(e, "%s: out of memory", path);
-  }
-  s->map_len = (size_t)size;
-  s->map = mmap(NULL, s->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-  int err = errno;
-  close(fd);
-  if (s->map == MAP_FAILED) {
+    munmap(s->map, s->map_len);
     s->map = NULL;
-    rt_free(s->path);
-    s->path = NULL;
-    return rt_fail_errno(e, err, "%s: cannot map the file", path);
+    return rt_fail(e, "%s: out of memory", path);
   }
   s->records = (const unsigned char *)s->map + DATA_IMAGE_HEADER_BYTES;
   return 0;

@@ -74,6 +74,11 @@ typedef struct {
    * otherwise. After prof for the same reason. */
   double aux_loss;
   int has_aux;
+  /* 1: an evaluation step (hpdlrun --eval-every): the model's TRAINING leaf
+   * reads 0 (batch norm normalises with its running statistics and leaves
+   * them alone, dropout keeps every value), grad_scale is 0 and the loop
+   * discards the gradients. After the fields above for the same reason. */
+  int eval;
 } TrainCtx;
 
 enum { TRAIN_PROGRAM_ABI = 2 };

@@ -402,7 +402,7 @@ static void cuda_launch_span(void *user, int graph, int64_t layer, const DevxLau
   CudaProg *P = user;
   double t1 = P->pf->now(P->pf->self);
   (void)graph;
-  int compute = L->is_gemm || !strcmp(L->kind, "attention"); /* priced with the GEMMs */
+  int compute = L->is_gemm || !strcmp(L->kind, "attention") || !strcmp(L->kind, "conv"); /* priced with the GEMMs */
   P->pf->span(P->pf->self, L->name ? L->name : "?", compute ? "gemm" : "kernel", t1 - secs, t1, P->cur_mb, P->pc->chunk,
               P->prog.m->graphs[graph]->count > 1 ? layer : -1, 0, flops);
 }
@@ -712,6 +712,7 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
     if (devx_set_param_copy(P->x, c->param, c->layer, c->t ? c->t->data : c->mirror)) return fail(e, "%s", devx_error(P->x));
   }
   if (devx_zero_grads(P->x)) return fail(e, "%s", devx_error(P->x));
+  devx_set_evaluating(P->x, ctx->eval);
   if (P->timing) {
     t1 = d->ops->seconds(d);
     P->t_params += t1 - t0;
@@ -752,6 +753,18 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
     if (!c->t) continue; /* a mirror's gradient goes to its owner (tie) */
     if (devx_get_grad_copy(P->x, c->param, c->layer, P->host)) return fail(e, "%s", devx_error(P->x));
     for (int64_t k = 0; k < c->numel; k++) c->t->grad[k] += P->host[k];
+    /* running statistics the forwards updated on the device: back to the loop's tensor */
+    if (P->pc->m->params[c->param].state && devx_get_param_copy(P->x, c->param, c->layer, c->t->data))
+      return fail(e, "%s", devx_error(P->x));
+  }
+  /* resident on dp > 1 members: data-parallel member 0's running statistics
+   * to the others (the loop's sync_state, which does not see the device's) */
+  for (int i = 0; i < P->nuses && P->resident && ctx->comm->size[COMM_DP] > 1; i++) {
+    const CudaUse *c = &P->uses[i];
+    if (!c->t || !P->pc->m->params[c->param].state) continue;
+    if (devx_get_param_copy(P->x, c->param, c->layer, c->t->data)) return fail(e, "%s", devx_error(P->x));
+    if (comm_broadcast(ctx->comm, COMM_DP, COMM_F32, c->t->data, c->numel, 0, e) < 0) return -1;
+    if (devx_set_param_copy(P->x, c->param, c->layer, c->t->data)) return fail(e, "%s", devx_error(P->x));
   }
   if (P->pp > 1 && tie(P, 1, e)) return prefix(e, "the tied parameters' gradients");
   /* resident on dp > 1 members: the gradients' sum over dp (an expert

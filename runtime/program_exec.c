@@ -330,7 +330,7 @@ static void nx_kernel_span(hpd_ctx *ctx, int32_t graph, int32_t kernel, int32_t 
 }
 
 /* cblas_sgemm of the BLAS the artifact links (row-major; CBLAS's enum
- * values), for the host ops' attention tiles (core/attn.h). One process
+ * values), for the host ops' attention tiles (core/numeric/attn.h). One process
  * links one BLAS, so one pointer serves every program. */
 typedef void (*CblasSgemmFn)(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                              const float *b, int ldb, float beta, float *c, int ldc);
@@ -991,6 +991,7 @@ static int chunk_begin(Exec *x, int nmicro, RtErr *e) {
         for (int64_t j = 0; j < u->numel; j++) u->ival[j] = (double)u->t->data[j];
     }
     interp_zero_grads(x->in);
+    interp_set_evaluating(x->in, x->ctx->eval);
     /* seed grad_scale: the store then holds grad_scale x the sum over the
      * micro-batches of d(mean loss)/d(param), what the runtime adds */
     x->seed_d = x->ctx->grad_scale;
@@ -1007,6 +1008,7 @@ static int chunk_begin(Exec *x, int nmicro, RtErr *e) {
     if (!x->inplace[p]) memset(x->gslot[p], 0, sizeof(float) * (size_t)(local_numel(&m->params[p]) * copies_of(&m->params[p])));
   x->seed_f = (float)x->ctx->grad_scale;
   x->host.loss_seed = x->ctx->grad_scale;
+  x->host.evaluating = x->ctx->eval;
   int nout = x->entry->noutputs;
   x->nouts = calloc((size_t)(nout * nmicro) + 1, sizeof(float *));
   x->slot_of = calloc((size_t)nmicro + 1, sizeof(int));
@@ -1105,11 +1107,18 @@ static int chunk_run(Exec *x, const DataBatch *b, int k, int fwd, RtErr *e) {
 }
 
 /* After the mirrors' gradients arrived: this chunk's gradients into the
- * TrainTensors it owns. */
+ * TrainTensors it owns, and the running statistics the forwards updated
+ * (state parameters) back into them where the chunk worked on a copy. */
 static void chunk_add_grads(Exec *x) {
   for (int i = 0; i < x->nuses; i++) {
     Use *u = &x->uses[i];
     if (!u->t) continue;
+    if (x->pc->m->params[u->u->param].state) {
+      if (x->in)
+        for (int64_t j = 0; j < u->numel; j++) u->t->data[j] = (float)u->ival[j];
+      else if (!x->inplace[u->u->param])
+        memcpy(u->t->data, u->fval, sizeof(float) * (size_t)u->numel);
+    }
     if (x->in) {
       const double *g = interp_grad(x->in, u->u->param, u->u->layer, NULL);
       if (g)

@@ -73,6 +73,7 @@ typedef struct {
   void *self, *dl;
   int resident; /* the program keeps the parameters, gradients and optimizer state (TrainProgram.resident) */
   DataLoader *loader;
+  DataLoader *eval_loader; /* --eval-every's validation data */
   DataBatch *mbuf;   /* the step's micro-batches, copied out of the loader */
   const DataBatch **mptr;
   OptimConfig opt;
@@ -316,6 +317,21 @@ static void params_to_rest(Run *R) {
   memcpy(R->master, R->pool[0] + R->own_lo, (size_t)R->own_len * sizeof(float));
   if (R->own2_len) memcpy(R->master + R->own_len, R->pool[0] + R->own2_lo, (size_t)R->own2_len * sizeof(float));
   rt_release_pages(R->pool[0], (size_t)R->pool_cap * sizeof(float));
+}
+
+/* The running statistics (state tensors) the step's forwards updated: data-
+ * parallel member 0's to every member (DDP's broadcast of its buffers), so
+ * the replicas agree (synchronised batch norm's agree already); at zero 3
+ * also into the owned master slice, the only copy between steps. */
+static int sync_state(Run *R, RtErr *e) {
+  for (int i = 0; i < R->ctx.ntensors; i++) {
+    TrainTensor *t = &R->ctx.tensors[i];
+    if (!t->param->state) continue;
+    if (R->c->size[COMM_DP] > 1 && comm_broadcast(R->c, COMM_DP, COMM_F32, t->data, t->numel, 0, e) < 0) return -1;
+    int64_t lo, hi;
+    if (R->master && owned_part(R, i, &lo, &hi)) memcpy(param_at(R, lo), R->pool[0] + lo, (size_t)(hi - lo) * sizeof(float));
+  }
+  return 0;
 }
 
 /* zero 3: every member's slice into the whole-parameter pool (once per step:
@@ -904,7 +920,8 @@ static int setup(Run *R, RtErr *e) {
   R->count = rt_calloc((size_t)R->ctx.ntensors + 1, 1);
   if (!R->count) return rt_fail(e, "out of memory");
   /* at zero 0 every dp member holds every value: member 0 counts them */
-  for (int i = 0; i < R->ctx.ntensors; i++) R->count[i] = R->norm_rep[i] && dp_first(R->c, &R->ctx.tensors[i]);
+  for (int i = 0; i < R->ctx.ntensors; i++)
+    R->count[i] = R->norm_rep[i] && dp_first(R->c, &R->ctx.tensors[i]) && !R->ctx.tensors[i].param->state;
   R->resident = (a->layout.dp == 1 || (R->zero == 0 && a->compression == COMM_COMPRESS_NONE)) && R->prog->resident && R->prog->grad_sumsq && R->prog->update &&
                 R->prog->state && R->prog->resident(R->self, &R->ctx);
   if (R->me == 0 && R->metrics == NULL && R->o->metrics) {
@@ -914,33 +931,119 @@ static int setup(Run *R, RtErr *e) {
   return 0;
 }
 
-static int open_data(Run *R, RtErr *e) {
+/* A loader of the artifact's kind (token windows or images) over pattern,
+ * from stream position start. */
+static DataLoader *open_loader(Run *R, const char *pattern, int shuffle, int64_t start, RtErr *e) {
   const Artifact *a = R->a;
   DataConfig dc;
   memset(&dc, 0, sizeof dc);
-  dc.pattern = R->o->data ? R->o->data : a->data;
+  dc.pattern = pattern;
   dc.batch = a->micro_batch;
   dc.seq_len = a->seq_len;
   dc.rank = R->c->coords.dp;
   dc.nranks = a->layout.dp;
   dc.seed = (uint64_t)R->seed;
-  dc.shuffle = a->shuffle;
+  dc.shuffle = shuffle;
   dc.prefetch = 1;
   dc.vocab = a->vocab;
-  dc.start = R->data_start;
-  if (a->image_rank > 0) {
-    /* an image model: images and labels from image files */
-    DataImageSpec is;
-    memset(&is, 0, sizeof is);
-    is.rank = a->image_rank < DATA_IMAGE_MAX_RANK ? a->image_rank : DATA_IMAGE_MAX_RANK;
-    memcpy(is.dims, a->image_dims, sizeof(int64_t) * (size_t)is.rank);
-    is.classes = a->classes;
-    is.input = a->image_input;
-    R->loader = data_loader_open_images(&dc, &is, e);
-  } else {
-    R->loader = data_loader_open(&dc, e);
+  dc.start = start;
+  if (a->image_rank <= 0) return data_loader_open(&dc, e);
+  /* an image model: images and labels from image files */
+  DataImageSpec is;
+  memset(&is, 0, sizeof is);
+  is.rank = a->image_rank < DATA_IMAGE_MAX_RANK ? a->image_rank : DATA_IMAGE_MAX_RANK;
+  memcpy(is.dims, a->image_dims, sizeof(int64_t) * (size_t)is.rank);
+  is.classes = a->classes;
+  is.input = a->image_input;
+  return data_loader_open_images(&dc, &is, e);
+}
+
+/* The step's micro-batches from loader L into R->mbuf. */
+static int next_micro(Run *R, DataLoader *L, RtErr *e) {
+  for (int k = 0; k < R->nmicro; k++) {
+    const DataBatch *b = data_loader_next(L, e);
+    if (!b) return -1;
+    if (b->images) {
+      memcpy(R->mbuf[k].images, b->images, (size_t)(b->batch * b->image_elems) * sizeof(float));
+      memcpy(R->mbuf[k].labels, b->labels, (size_t)b->batch * sizeof(int32_t));
+    } else {
+      int64_t bt = b->batch * b->seq_len;
+      memcpy(R->mbuf[k].inputs, b->inputs, (size_t)bt * sizeof(int32_t));
+      memcpy(R->mbuf[k].targets, b->targets, (size_t)bt * sizeof(int32_t));
+    }
+    R->mbuf[k].batch = b->batch;
+    R->mbuf[k].seq_len = b->seq_len;
+    R->mbuf[k].image_elems = b->image_elems;
+    R->mbuf[k].index = b->index;
+    R->mbuf[k].epoch = b->epoch;
   }
+  return 0;
+}
+
+/* --eval-every: the validation data (--eval-data, else the training
+ * pattern's _train_ read as _val_, hpdl-data's naming), in file order. */
+static int open_eval(Run *R, RtErr *e) {
+  const char *train = R->o->data ? R->o->data : R->a->data;
+  char derived[4096];
+  const char *pattern = R->o->eval_data;
+  if (!pattern) {
+    const char *at = train ? strstr(train, "_train_") : NULL;
+    if (!at || strlen(train) + 2 >= sizeof derived)
+      return rt_fail(e, "--eval-every needs validation data: the training data %s has no _train_ to read as _val_; give --eval-data GLOB",
+                     train ? train : "(none)");
+    snprintf(derived, sizeof derived, "%.*s_val_%s", (int)(at - train), train, at + 7);
+    pattern = derived;
+  }
+  R->eval_loader = open_loader(R, pattern, 0, 0, e);
+  if (!R->eval_loader) return rt_fail(e, "the validation data (--eval-every): %s", e->msg);
+  return 0;
+}
+
+/* The validation loss: eval_steps steps of the validation data from its
+ * start, the model in evaluation mode (TrainCtx.eval: running statistics,
+ * no dropout, no gradient kept), the mean over the steps of each step's mean
+ * loss over the ranks that have it. Parameters and state are left as they
+ * were; at zero 3 gathered for the pass and handed back after. */
+static int evaluate(Run *R, int64_t s, double *val, RtErr *e) {
+  data_loader_seek(R->eval_loader, 0);
+  int64_t steps = R->o->eval_steps > 0 ? R->o->eval_steps : 10;
+  double sum = 0, gs = R->ctx.grad_scale;
+  if (R->master && gather_params(R, e) < 0) return -1;
+  R->ctx.eval = 1;
+  R->ctx.grad_scale = 0;
+  R->ctx.step = s;
+  int rc = 0;
+  for (int64_t k = 0; k < steps && rc == 0; k++) {
+    double loss = 0, red[2];
+    int has = 0;
+    if (next_micro(R, R->eval_loader, e) < 0) {
+      rt_fail(e, "reading the validation data: %s", e->msg);
+      rc = -1;
+      break;
+    }
+    if (!R->resident) memset(R->pool[1], 0, (size_t)(R->pool_cap ? R->pool_cap : 16) * sizeof(float));
+    if (R->prog->step(R->self, &R->ctx, R->mptr, R->nmicro, &loss, &has, e) < 0) {
+      rc = -1;
+      break;
+    }
+    red[0] = has ? loss : 0;
+    red[1] = has;
+    if (comm_all_reduce(R->c, COMM_WORLD, COMM_F64, COMM_SUM, red, 2, e) < 0) rc = -1;
+    else sum += red[1] > 0 ? red[0] / red[1] : 0;
+  }
+  R->ctx.eval = 0;
+  R->ctx.grad_scale = gs;
+  if (!R->resident) memset(R->pool[1], 0, (size_t)(R->pool_cap ? R->pool_cap : 16) * sizeof(float));
+  if (R->master) rt_release_pages(R->pool[0], (size_t)R->pool_cap * sizeof(float));
+  *val = sum / (double)steps;
+  return rc;
+}
+
+static int open_data(Run *R, RtErr *e) {
+  const Artifact *a = R->a;
+  R->loader = open_loader(R, R->o->data ? R->o->data : a->data, a->shuffle, R->data_start, e);
   if (!R->loader) return -1;
+  if (R->o->eval_every > 0 && open_eval(R, e) < 0) return -1;
   R->nmicro = (int)a->num_micro_batches;
   R->mbuf = rt_calloc((size_t)R->nmicro, sizeof *R->mbuf);
   R->mptr = rt_calloc((size_t)R->nmicro, sizeof *R->mptr);
@@ -1054,6 +1157,7 @@ static void teardown(Run *R) {
   if (R->self && R->prog) R->prog->destroy(R->self);
   if (R->dl) dlclose(R->dl);
   data_loader_close(R->loader);
+  data_loader_close(R->eval_loader);
   for (int k = 0; R->mbuf && k < R->nmicro; k++) {
     rt_free(R->mbuf[k].inputs);
     rt_free(R->mbuf[k].targets);
@@ -1189,23 +1293,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     double pt0 = R.prof ? prof_time(R.prof) : 0, pt = pt0; /* --profile: the step's start, the phase's */
     if (R.prof) prof_set_step(R.prof, s);
     R.ctx.step = s;
-    for (int k = 0; k < R.nmicro; k++) {
-      const DataBatch *b = data_loader_next(R.loader, e);
-      if (!b) fatal(&R, "reading the data", e);
-      if (b->images) {
-        memcpy(R.mbuf[k].images, b->images, (size_t)(b->batch * b->image_elems) * sizeof(float));
-        memcpy(R.mbuf[k].labels, b->labels, (size_t)b->batch * sizeof(int32_t));
-      } else {
-        int64_t bt = b->batch * b->seq_len;
-        memcpy(R.mbuf[k].inputs, b->inputs, (size_t)bt * sizeof(int32_t));
-        memcpy(R.mbuf[k].targets, b->targets, (size_t)bt * sizeof(int32_t));
-      }
-      R.mbuf[k].batch = b->batch;
-      R.mbuf[k].seq_len = b->seq_len;
-      R.mbuf[k].image_elems = b->image_elems;
-      R.mbuf[k].index = b->index;
-      R.mbuf[k].epoch = b->epoch;
-    }
+    if (next_micro(&R, R.loader, e) < 0) fatal(&R, "reading the data", e);
     if (R.prof) phase(&R, "data", &pt);
     if (R.master && gather_params(&R, e) < 0) fatal(&R, "gathering the parameters over dp (zero 3)", e);
     if (R.prof && R.master) phase(&R, "parameter gather", &pt);
@@ -1226,6 +1314,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       t_prog += rt_now() - tp;
       tp = rt_now();
     }
+    if (!R.resident && sync_state(&R, e) < 0) fatal(&R, "sending the running statistics over dp", e);
     if (R.grad_own) {
       /* zero >= 2: each member gets the sum of its slice only; the whole
        * gradient pool is idle until the next step. */
@@ -1337,6 +1426,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       int64_t lo, hi;
       if (!owned_part(&R, i, &lo, &hi)) continue;
       const TrainTensor *x = &R.ctx.tensors[i];
+      if (x->param->state) continue; /* running statistics: the forward's, not the optimizer's */
       double wd = x->param->weight_decay ? R.opt.weight_decay : 0.0;
       float *m = R.pool[2] ? R.pool[2] + state_index(&R, lo) : NULL, *v = R.pool[3] ? R.pool[3] + state_index(&R, lo) : NULL;
       if (R.opt.kind == OPTIM_ADAMW)
@@ -1357,12 +1447,17 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     if (s == R.start_step) sum->first_loss = mean_loss;
     sum->last_loss = mean_loss;
     sum->last_step = s + 1;
+    /* --eval-every: the validation loss after this step (outside the step's time) */
+    double val_loss = NAN;
+    int at_eval = o->eval_every > 0 && ((s + 1) % o->eval_every == 0 || s + 1 == end) && stop == RT_STOP_NONE;
+    if (at_eval && evaluate(&R, s, &val_loss, e) < 0) fatal(&R, "the validation pass (--eval-every)", e);
     if (R.metrics) {
       fprintf(R.metrics, "{\"step\": %" PRId64 ", ", s + 1);
       json_num(R.metrics, "loss", mean_loss, 0);
       json_num(R.metrics, "lr", lr, 0);
       json_num(R.metrics, "grad_norm", gnorm, 0);
       if (red[8] > 0) json_num(R.metrics, "aux_loss", red[7], 0);
+      if (at_eval) json_num(R.metrics, "val_loss", val_loss, 0);
       if (R.scaling) {
         json_num(R.metrics, "loss_scale", used_scale, 0);
         fprintf(R.metrics, "\"skipped\": %s, ", skip ? "true" : "false");
@@ -1384,6 +1479,9 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       fprintf(R.out, "%sstep %*" PRId64 "/%" PRId64 " | loss %.4f | lr %.3e | norm %.4f | %s %s/s | %.1f ms/step | ETA %s%s",
               R.tty ? "\r\033[K" : "", w, s + 1, R.steps, mean_loss, lr, gnorm, tps, images ? "img" : "tok", 1e3 * log_time / (double)log_steps,
               eta, (!R.tty || at_log) ? "\n" : "");
+      if (at_eval)
+        fprintf(R.out, "%sstep %*" PRId64 "/%" PRId64 " | val loss %.4f (%" PRId64 " steps of validation data, evaluation mode)\n",
+                R.tty && !at_log ? "\n" : "", w, s + 1, R.steps, val_loss, o->eval_steps > 0 ? o->eval_steps : 10);
       fflush(R.out);
       if (at_log) {
         log_steps = 0;

@@ -47,6 +47,12 @@ typedef struct {
   const char *device;      /* --target cuda artifacts: "cuda" (NULL) or "emulate" */
   const char *profile;     /* --profile FILE: the Chrome trace of every rank, written by rank 0 at the end */
   int64_t profile_cap;     /* events kept per rank (<= 0: PROF_DEFAULT_CAP) */
+  /* --eval-every N: after every N-th step and the last, the validation loss
+   * over eval_steps steps of eval_data (NULL: the training data's pattern
+   * with _train_ read as _val_), the model in evaluation mode; 0: never */
+  int64_t eval_every;
+  int64_t eval_steps;      /* <= 0: 10 */
+  const char *eval_data;
 } TrainOptions;
 
 typedef struct {

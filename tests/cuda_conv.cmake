@@ -2,7 +2,7 @@
 # (implicit GEMMs, fp32), CTest names cuda.conv.* (driver tests/cuda/conv_emu.py; the
 # project is C only, so the C++ is compiled at test time, as tests/cuda_emu does):
 #   cuda.conv.emu        tests/cuda/conv_emu.cpp through the emulation harness against
-#                        core/conv.c's fp64 loops: strides, padding, dilation, groups,
+#                        core/numeric/conv.c's fp64 loops: strides, padding, dilation, groups,
 #                        depthwise, 1x1, odd sizes, every tile tier, split filter
 #                        gradients, every pooling mode with ties; every scheduling order
 #                        bit for bit the same; the launch rule (hpdl_conv_plan) from C11 too

@@ -1256,7 +1256,7 @@ int cg_kernel_has_code(const FuseGraph *fg, int kp) {
   switch (K->kind) {
   case FUSE_LEAF: {
     IrOp op = fg->graph->nodes[K->nodes[0]].op;
-    return op == IR_FILL || op == IR_IOTA || op == IR_CONST || op == IR_LOSS_SEED;
+    return op == IR_FILL || op == IR_IOTA || op == IR_CONST || op == IR_LOSS_SEED || op == IR_TRAINING;
   }
   case FUSE_VIEW:
   case FUSE_CALL: return 0;
@@ -1349,7 +1349,8 @@ LLVMValueRef cg_kernel_build(CgCpu *cg, int gi, int kp) {
   case FUSE_SPECIAL: kernel_special(&k); break;
   case FUSE_COMM: kernel_comm(&k); break;
   case FUSE_LEAF:
-    if (k.g->nodes[K->nodes[0]].op == IR_LOSS_SEED) special_host(&k, &k.g->nodes[K->nodes[0]], K->nodes[0]);
+    if (k.g->nodes[K->nodes[0]].op == IR_LOSS_SEED || k.g->nodes[K->nodes[0]].op == IR_TRAINING)
+      special_host(&k, &k.g->nodes[K->nodes[0]], K->nodes[0]);
     else kernel_nest(&k);
     break;
   default: cg_fail(cg, "graph %s kernel k%d: a %s unit has no code", k.g->name, kp, fuse_kind_name(K->kind)); break;

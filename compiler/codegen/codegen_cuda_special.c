@@ -62,6 +62,7 @@
 
 #include "codegen_cuda_int.h"
 #include "conv.h"
+#include "hostop.h"
 #include "hpdl_attention_cfg.h"
 #include "hpdl_conv.cuh"
 #include "ir_cost.h"
@@ -686,6 +687,39 @@ static int aux_loss(CuKern *k, const IrNode *n, int id) {
   return 0;
 }
 
+/* state_update: out = x; in a forward (not a backward's recomputation:
+ * hostop_aux_counted, decided here once) also the state parameter's buffer
+ * = value, a grid-stride loop over the longer of the two. */
+static int state_update(CuKern *k, const IrNode *n, int id) {
+  CuText *o = &k->t->src;
+  int x = io_of(k, n->in[0]), v = io_of(k, n->in[1]), p = io_of(k, n->in[2]), out = io_of(k, id);
+  if (x < 0 || v < 0 || p < 0 || out < 0) return -1;
+  int counted = hostop_aux_counted(k->fg->graph, id);
+  int64_t N = ir_numel(n), M = ir_numel(nd(k, n->in[1])), L = N > M ? N : M;
+  if (counted) cu_tx(o, "/* %s: state_update: out = x; the running statistic %%%d = the value %%%d */\n", k->base, n->in[2], n->in[1]);
+  else cu_tx(o, "/* %s: state_update: out = x (a recomputation: the state stays) */\n", k->base);
+  cu_signature(k, o, k->base);
+  grid_loop(o, "lin", L);
+  char val[32];
+  snprintf(val, sizeof val, "(float)p%d[lin]", x);
+  cu_tx(o, "    if (lin < %" PRId64 ") {\n", N);
+  store(o, "      ", out, n->dtype, "lin", val);
+  cu_tx(o, "    }\n");
+  if (counted) {
+    /* the state is an input of the kernel (const in the signature) that this
+     * kernel alone writes and never reads */
+    if (nd(k, n->in[2])->dtype != DT_F32 || nd(k, n->in[1])->dtype != DT_F32) {
+      cu_fail(k->t, "graph %s kernel k%d: a running statistic of %s (the CUDA target keeps them in f32)", k->fg->graph->name, k->kp,
+              sem_dtype_name(nd(k, n->in[2])->dtype));
+      return -1;
+    }
+    cu_tx(o, "    if (lin < %" PRId64 ") ((float *)p%d)[lin] = p%d[lin];\n", M, p, v);
+  }
+  cu_tx(o, "  }\n}\n\n");
+  cu_add_launch(k, k->base, 0, "special", blocks_for(L), CU_BLOCK);
+  return 0;
+}
+
 /* ---- attention: kernels/hpdl_attention.cuh ---- */
 
 /* The position arguments of a context-parallel layout (ir_ops.h: attr 1 the
@@ -970,6 +1004,7 @@ int cu_special(CuKern *k) {
   case IR_MOE_COMBINE:
   case IR_MOE_GATE_GRAD: return moe(k, n, id);
   case IR_AUX_LOSS: return aux_loss(k, n, id);
+  case IR_STATE_UPDATE: return state_update(k, n, id);
   case IR_ATTENTION:
   case IR_ATTENTION_BWD: return attention(k, n, id);
   case IR_CONV2D:

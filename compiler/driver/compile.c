@@ -854,7 +854,8 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
       stage = first;
     }
     json_object_set_new(jp, "stage", stage);
-    json_object_set_new(jp, "weight_decay", json_boolean(P->rank >= 2));
+    json_object_set_new(jp, "weight_decay", json_boolean(P->rank >= 2 && !P->state));
+    if (P->state) json_object_set_new(jp, "state", json_true()); /* running statistics: not trained */
     json_array_append_new(params, jp);
   }
   json_object_set_new(root, "params", params);

@@ -370,6 +370,30 @@ static void check_unused_decls(Sema *S) {
 
 static SemModel *check_program(Sema *S);
 
+/* The forward marks running statistics as state (batch_norm), which are not
+ * parameters in the count (PyTorch's buffers): every instance's count again,
+ * children first (S->instances is newest first, and a child is finished
+ * before its parent). */
+static void recount_params(Sema *S) {
+  int n = 0;
+  for (SemLayer *l = S->instances; l; l = l->next_instance) n++;
+  SemLayer **order = xalloc_calloc((size_t)n + 1, sizeof *order);
+  n = 0;
+  for (SemLayer *l = S->instances; l; l = l->next_instance) order[n++] = l;
+  for (int k = n - 1; k >= 0; k--) {
+    SemLayer *l = order[k];
+    int64_t count = 0, sub = 0;
+    for (int i = 0; i < l->nparams; i++) count += l->params[i].state ? 0 : l->params[i].numel;
+    for (int i = 0; i < l->nchildren && count != INT64_MAX; i++)
+      if (!l->children[i].layer || !sema_checked_mul(l->children[i].layer->param_count, l->children[i].repeat, &sub) ||
+          !sema_checked_add(count, sub, &count))
+        count = INT64_MAX;
+    l->param_count = count;
+  }
+  free(order);
+}
+
+
 SemModel *sema_check(Arena *arena, Diag *diag, const LoadedProgram *prog, const SemOptions *opts) {
   if (!prog->nfiles) return NULL;
   SemOptions none;
@@ -412,6 +436,7 @@ static SemModel *check_program(Sema *S) {
     m->model = NULL;
   }
   if (m->model) m->forward = sema_check_forward(S, m->model, NULL, 0, span_none);
+  if (m->forward) recount_params(S);
   if (!m->model || !m->forward) {
     sema_check_blocks_only(S, m, train, parallel);
     return NULL;
@@ -465,6 +490,7 @@ static int64_t active_count(const SemLayer *L, int64_t E, int64_t K) {
   for (int i = 0; i < L->nparams; i++) {
     const SemParam *p = &L->params[i];
     int expert = p->shard == SHARD_EXPERT_COLUMN || p->shard == SHARD_EXPERT_ROW;
+    if (p->state) continue; /* running statistics are not parameters */
     n += expert && E > 0 ? p->numel / E * K : p->numel;
   }
   for (int i = 0; i < L->nchildren; i++)

@@ -83,7 +83,7 @@ const char *sem_type_str(Arena *a, const TensorType *t);
   X(AVG_POOL2D, "avg_pool2d", 2, 4) \
   X(ADAPTIVE_AVG_POOL2D, "adaptive_avg_pool2d", 2, 2) \
   X(FLATTEN, "flatten", 1, 2)    \
-  X(BATCH_NORM, "batch_norm", 3, 5)
+  X(BATCH_NORM, "batch_norm", 3, 8)
 
 typedef enum {
 #define X(id, name, lo, hi) SOP_##id,
@@ -107,6 +107,9 @@ typedef struct {
   SemInit init;
   ShardKind shard;
   Span span;
+  /* A running statistic (batch_norm's running_mean / running_var): updated
+   * by the forward, not trained, not counted among the parameters */
+  int state;
 } SemParam;
 
 /* A sub-layer: `name = Layer(...)` or `name = repeat N Layer(...)`. */

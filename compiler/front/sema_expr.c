@@ -481,14 +481,18 @@ static SemExpr *check_flatten(Sema *S, Fwd *F, const CallArgs *c) {
   return r;
 }
 
-/* batch_norm(x [N, C, ...], weight [C], bias [C], eps = 1e-5, sync = false):
- * each channel normalised by its mean and biased variance over every axis
- * but 1 (the batch and the image), then scaled and shifted; sync: the
- * statistics over the whole data-parallel batch (lower.c). */
+/* batch_norm(x [N, C, ...], weight [C], bias [C], eps = 1e-5, sync = false,
+ * running_mean = p, running_var = q, momentum = 0.1): each channel normalised
+ * by its mean and biased variance over every axis but 1 (the batch and the
+ * image), then scaled and shifted; sync: the statistics over the whole
+ * data-parallel batch (lower.c). With running_mean and running_var (params
+ * [C] of the layer, which become state parameters), the forward also updates
+ * them: p = (1 - momentum) p + momentum mean, q likewise with the unbiased
+ * variance (PyTorch's). */
 static SemExpr *check_batch_norm(Sema *S, Fwd *F, const CallArgs *c) {
-  static const char *const keys[] = {"eps", "sync"};
+  static const char *const keys[] = {"eps", "sync", "running_mean", "running_var", "momentum"};
   Span at = c->call->span;
-  if (!check_keywords(S, c, keys, 2)) return NULL;
+  if (!check_keywords(S, c, keys, 5)) return NULL;
   SemExpr *x = tensor_arg(S, F, c, 0), *w = x ? tensor_arg(S, F, c, 1) : NULL, *b = w ? tensor_arg(S, F, c, 2) : NULL;
   if (!b || !require_float(S, F, x, c->fn, at) || !require_float(S, F, w, c->fn, at) || !require_float(S, F, b, c->fn, at))
     return NULL;
@@ -505,19 +509,54 @@ static SemExpr *check_batch_norm(Sema *S, Fwd *F, const CallArgs *c) {
       origin_note(S, F, wb[i], i ? "the bias" : "the weight");
       return NULL;
     }
-  double eps;
+  double eps, momentum;
   int sync;
-  if (!attr_float(S, F, c, 3, "eps", 1e-5, &eps) || !attr_bool(S, F, c, 4, "sync", 0, &sync)) return NULL;
+  if (!attr_float(S, F, c, 3, "eps", 1e-5, &eps) || !attr_bool(S, F, c, 4, "sync", 0, &sync) ||
+      !attr_float(S, F, c, 7, "momentum", 0.1, &momentum))
+    return NULL;
   if (!(eps > 0) || !isfinite(eps)) {
     sema_error(S, at, "batch_norm's eps must be a positive number, not %g", eps);
     return NULL;
   }
-  SemExpr *args[3] = {x, w, b};
-  SemExpr *r = new_op(S, SOP_BATCH_NORM, at, args, 3);
+  if (!(momentum > 0 && momentum <= 1)) {
+    sema_error(S, at, "batch_norm's momentum must be in (0, 1], not %g", momentum);
+    return NULL;
+  }
+  /* the running statistics: both or neither, each a [C] param of this layer */
+  const AstExpr *re[2] = {arg_at(c, 5, "running_mean"), arg_at(c, 6, "running_var")};
+  static const char *const rname[2] = {"running_mean", "running_var"};
+  SemExpr *args[5] = {x, w, b, NULL, NULL};
+  if (!re[0] != !re[1]) {
+    sema_error(S, at, "batch_norm takes running_mean and running_var together (or neither)");
+    return NULL;
+  }
+  for (int i = 0; i < 2 && re[0]; i++) {
+    SemExpr *s = check_expr(S, F, re[i]);
+    if (!s) return NULL;
+    if (s->kind != SE_PARAM) {
+      sema_error(S, re[i]->span, "batch_norm's %s must be a param of this layer (the forward updates it), not a computed tensor",
+                 rname[i]);
+      diag_hint(S->diag, "declare it: param %s : [C] init %s", rname[i], i ? "ones" : "zeros");
+      return NULL;
+    }
+    if (s->type.rank != 1 || !sym_equal(s->type.dims[0], x->type.dims[1]) || !sem_dtype_is_float(s->type.dtype)) {
+      sema_error(S, re[i]->span, "batch_norm's %s must be [C] with C = %s, the channels of x %s; this is %s", rname[i],
+                 sym_str(S->arena, x->type.dims[1]), tstr(S, &x->type), tstr(S, &s->type));
+      origin_note(S, F, s, rname[i]);
+      return NULL;
+    }
+    /* a state parameter from now on: updated by the forward, not trained */
+    ((SemParam *)F->box->params.items[s->index])->state = 1;
+    ((SemLayer *)F->box)->params[s->index].state = 1;
+    args[3 + i] = s;
+  }
+  SemExpr *r = new_op(S, SOP_BATCH_NORM, at, args, re[0] ? 5 : 3);
   r->type = x->type;
   r->attr[0] = sync;
   r->nattr = 1;
   r->scalar = eps;
+  r->attr[1] = (int64_t)llround(momentum * 1e9); /* momentum in 1e-9 units (attributes are integers); lower.c divides */
+  r->nattr = 2;
   return r;
 }
 

@@ -679,6 +679,12 @@ static void adgrad_POOL2D_BWD(AdCtx *c, int f, int dy) {
   acc(c, d, emit(c, IR_POOL2D, &dy, 1, n->attr, POOL_NATTR, 0, n->dtype, -1, NULL));
 }
 
+/* A state update passes x through: dy goes to x, nothing to the value (a
+ * statistic, not a function the loss depends on) or the state. */
+static void adgrad_STATE_UPDATE(AdCtx *c, int f, int dy) {
+  if (c->rg[fin(c, f, 0)]) acc(c, fin(c, f, 0), dy);
+}
+
 /* The gradient function has no derivative of its own. */
 static void adgrad_EXTERN_GRAD(AdCtx *c, int f, int dy) {
   (void)f, (void)dy;
@@ -840,6 +846,7 @@ static void adgrad_AUX_LOSS(AdCtx *c, int f, int dy) {
 }
 
 static void adgrad_LOSS_SEED(AdCtx *c, int f, int dy) { (void)c, (void)f, (void)dy; }
+static void adgrad_TRAINING(AdCtx *c, int f, int dy) { (void)c, (void)f, (void)dy; }
 
 /* SEND's result carries no gradient (dy is ignored): dx comes back from the
  * peer it was sent to. Runs for every float SEND, so that the peer's

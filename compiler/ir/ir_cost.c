@@ -70,7 +70,7 @@
  *                 reads x, idx, w; writes [B, E, cap, C]
  *   moe_combine   2 per chosen element (B T K C: multiply-add); reads the chosen slots, idx, w
  *   moe_gate_grad 2 per chosen element (a dot product per choice); reads a, the chosen slots, idx
- *   aux_loss, loss_seed 0, and no bytes (an identity forward, a scalar)
+ *   aux_loss, loss_seed, training 0, and no bytes (an identity forward, a scalar)
  * Data movement (transpose, slice, pad, concat, expand, repeat_kv, embedding)
  * and collectives: 0 FLOPs here; a collective's reduction arithmetic depends
  * on the group size, which cost.c knows.
@@ -347,7 +347,13 @@ static void ircost_POOL2D_BWD(const CostCtx *c, IrCost *k) {
 }
 
 static void ircost_AUX_LOSS(const CostCtx *c, IrCost *k) { (void)c, no_bytes(k); }
+/* x passes through (a view); the value is read and written into the state */
+static void ircost_STATE_UPDATE(const CostCtx *c, IrCost *k) {
+  k->bytes_read = bytes_of(cin(c, 1));
+  k->bytes_written = bytes_of(cin(c, 1));
+}
 static void ircost_LOSS_SEED(const CostCtx *c, IrCost *k) { (void)c, no_bytes(k); }
+static void ircost_TRAINING(const CostCtx *c, IrCost *k) { (void)c, no_bytes(k); }
 
 /* Query-key pairs an attention computes (ir_ops.h's allowed ones): all
  * T x S, or under a causal mask the keys at or before each query's position
@@ -475,6 +481,7 @@ int64_t ircost_param_count(const IrModule *m) {
   int64_t total = 0;
   for (int i = 0; i < m->nparams; i++) {
     const IrParam *p = &m->params[i];
+    if (p->state) continue; /* running statistics are not parameters (their bytes still count) */
     int64_t n = 1;
     for (int d = 0; d < p->rank; d++) n *= p->dims[d];
     total += n * (p->count > 0 ? p->count : 1);

@@ -99,7 +99,8 @@ double ircost_read_bytes(const IrModule *m, const IrGraph *g, int node, int k);
 void ircost_accumulate(IrCost *acc, const IrCost *c, double times);
 
 /* Parameters of the model: each logical parameter's elements x its copies
- * (layers of a repeat); a tied weight is one parameter, counted once. */
+ * (layers of a repeat); a tied weight is one parameter, counted once; state
+ * parameters (running statistics) are not counted. */
 int64_t ircost_param_count(const IrModule *m);
 /* The same in bytes, at each parameter's dtype. */
 int64_t ircost_param_bytes(const IrModule *m);

@@ -149,6 +149,7 @@ static int param_node(Lower *L, Inv *v, const SemParam *p, const char *full) {
     for (int k = 0; k < p->type.rank; k++) sym_is_const(p->type.dims[k], &ip.dims[k]);
     ip.init = p->init;
     ip.shard = p->shard;
+    ip.state = p->state;
     ip.graph = v->graph_index;
     ip.count = v->count;
     ip.span = p->span;
@@ -285,18 +286,62 @@ static int lower_attention(Lower *L, Inv *v, const SemExpr *e, const int *in, co
   return p < 0 ? -1 : add_node(L, v, IR_MATMUL, pv, 2, attr, 2, 0, dt, -1, NULL, e->span, NULL);
 }
 
-/* batch_norm(x, weight, bias, eps, sync): per channel (axis 1), over every
- * other axis, mean = sum(x) / n and var = sum((x - mean)^2) / n (biased, as
- * PyTorch normalises with in training), then (x - mean) rsqrt(var + eps)
- * weight + bias. With sync the sums and n are all-reduced over the
- * data-parallel group (SyncBatchNorm): an all-reduce whose gradient is the
- * all-reduce of the gradient (the ranks' losses add up), COPY_TO_GROUP's
- * then ALL_REDUCE's; n too (its rank's count times the group's size, which
- * the lowering does not know). */
+/* (x - mean) rsqrt(var + eps) weight + bias, xc = x - mean, weight and bias
+ * reshaped to [C, 1, ...]. */
+static int batch_norm_apply(Lower *L, Inv *v, const SemExpr *e, const int *in, int xc, int var, const int64_t *cdims) {
+  int rank = e->type.rank;
+  DType dt = e->type.dtype;
+  Span at = e->span;
+  int eps = add_node(L, v, IR_CONST, NULL, 0, NULL, 0, e->scalar, DT_F32, -1, NULL, at, NULL);
+  int ve[2] = {var, eps};
+  int r = eps < 0 ? -1 : add_node(L, v, IR_ADD, ve, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+  r = r < 0 ? -1 : add_node(L, v, IR_RSQRT, &r, 1, NULL, 0, 0, dt, -1, NULL, at, NULL);
+  int xr[2] = {xc, r};
+  int y = r < 0 ? -1 : add_node(L, v, IR_MUL, xr, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+  for (int k = 1; k <= 2 && y >= 0; k++) {
+    int p = add_node(L, v, IR_RESHAPE, &in[k], 1, NULL, 0, 0, dt, rank - 1, cdims + 1, at, NULL);
+    int yp[2] = {y, p};
+    y = p < 0 ? -1 : add_node(L, v, k == 1 ? IR_MUL : IR_ADD, yp, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+  }
+  return y;
+}
+
+/* y passed through a STATE_UPDATE of state parameter node sp: sp = (1 - m t)
+ * sp + m t stat, stat [1, C, 1, ...] flattened to [C], t the TRAINING leaf
+ * (an evaluation writes sp back unchanged). */
+static int running_update(Lower *L, Inv *v, const SemExpr *e, int y, int sp, int stat, int64_t channels, int t) {
+  DType dt = e->type.dtype;
+  Span at = e->span;
+  double m = (double)e->attr[1] / 1e9;
+  int flat = add_node(L, v, IR_RESHAPE, &stat, 1, NULL, 0, 0, dt, 1, &channels, at, NULL);
+  int mc = add_node(L, v, IR_CONST, NULL, 0, NULL, 0, m, DT_F32, -1, NULL, at, NULL), one = add_node(L, v, IR_CONST, NULL, 0, NULL, 0, 1.0, DT_F32, -1, NULL, at, NULL);
+  int mt[2] = {mc, t};
+  int c2 = mc < 0 ? -1 : add_node(L, v, IR_MUL, mt, 2, NULL, 0, 0, DT_F32, -1, NULL, at, NULL);
+  int oc[2] = {one, c2};
+  int c1 = c2 < 0 || one < 0 ? -1 : add_node(L, v, IR_SUB, oc, 2, NULL, 0, 0, DT_F32, -1, NULL, at, NULL);
+  if (flat < 0 || c1 < 0 || c2 < 0) return -1;
+  int a1[2] = {sp, c1}, a2[2] = {flat, c2};
+  int t1 = add_node(L, v, IR_MUL, a1, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+  int t2 = add_node(L, v, IR_MUL, a2, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+  int a3[2] = {t1, t2};
+  int nv = t1 < 0 || t2 < 0 ? -1 : add_node(L, v, IR_ADD, a3, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+  int su[3] = {y, nv, sp};
+  return nv < 0 ? -1 : add_node(L, v, IR_STATE_UPDATE, su, 3, NULL, 0, 0, dt, -1, NULL, at, NULL);
+}
+
+/* batch_norm(x, weight, bias[, running_mean, running_var], eps, sync,
+ * momentum): per channel (axis 1), over every other axis, mean = sum(x) / n
+ * and var = sum((x - mean)^2) / n (biased, as PyTorch normalises with in
+ * training), then (x - mean) rsqrt(var + eps) weight + bias. With sync the
+ * sums and n are all-reduced over the data-parallel group (SyncBatchNorm):
+ * an all-reduce whose gradient is the all-reduce of the gradient (the ranks'
+ * losses add up), COPY_TO_GROUP's then ALL_REDUCE's; n too (its rank's count
+ * times the group's size, which the lowering does not know). With running
+ * statistics (in[3], in[4]: state parameters) the output passes through
+ * their updates, the variance's unbiased (n / (n - 1), PyTorch's). */
 static int lower_batch_norm(Lower *L, Inv *v, const SemExpr *e, const int *in, const int64_t *dims) {
-  const TensorType *t = &e->type;
-  int rank = t->rank, sync = (int)e->attr[0];
-  DType dt = t->dtype;
+  int rank = e->type.rank, sync = (int)e->attr[0];
+  DType dt = e->type.dtype;
   Span at = e->span;
   int64_t count = 1, cdims[IR_MAX_RANK], attr[IR_NATTR];
   memset(attr, 0, sizeof attr);
@@ -311,11 +356,10 @@ static int lower_batch_norm(Lower *L, Inv *v, const SemExpr *e, const int *in, c
     attr[3] = 1; /* a count: no gradient */
     n = add_node(L, v, IR_ALL_REDUCE, &n, 1, attr, 4, 0, DT_F32, -1, NULL, at, NULL);
   }
-  /* the per-channel sum of y over every axis but 1, made whole over dp under sync */
-  int stat[2] = {in[0], -1};
-  int mean = -1;
+  /* stat[0] = sum(x) / n, the mean; stat[1] = sum((x - mean)^2) / n, the variance */
+  int stat[2] = {-1, -1}, xc = -1, of = in[0];
   for (int pass = 0; pass < 2 && n >= 0; pass++) {
-    int s = stat[pass];
+    int s = of;
     for (int a = 0; a < rank && s >= 0; a++) {
       if (a == 1) continue;
       int64_t ra[2] = {a, 1};
@@ -327,31 +371,55 @@ static int lower_batch_norm(Lower *L, Inv *v, const SemExpr *e, const int *in, c
       if (s >= 0) s = add_node(L, v, IR_ALL_REDUCE, &s, 1, ga, 4, 0, dt, -1, NULL, at, NULL);
     }
     int q[2] = {s, n};
-    s = s < 0 ? -1 : add_node(L, v, IR_DIV, q, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+    stat[pass] = s < 0 ? -1 : add_node(L, v, IR_DIV, q, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+    if (stat[pass] < 0) return -1;
     if (pass == 0) {
-      mean = s;
-      int d[2] = {in[0], mean};
-      int xc = mean < 0 ? -1 : add_node(L, v, IR_SUB, d, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
-      stat[0] = xc;
-      stat[1] = xc < 0 ? -1 : add_node(L, v, IR_SQUARE, &xc, 1, NULL, 0, 0, dt, -1, NULL, at, NULL);
-    } else {
-      mean = s; /* now the variance */
+      int d[2] = {in[0], stat[0]};
+      xc = add_node(L, v, IR_SUB, d, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+      of = xc < 0 ? -1 : add_node(L, v, IR_SQUARE, &xc, 1, NULL, 0, 0, dt, -1, NULL, at, NULL);
     }
-    if (s < 0) return -1;
   }
-  if (n < 0) return -1;
-  int eps = add_node(L, v, IR_CONST, NULL, 0, NULL, 0, e->scalar, DT_F32, -1, NULL, at, NULL);
-  int ve[2] = {mean, eps};
-  int r = eps < 0 ? -1 : add_node(L, v, IR_ADD, ve, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
-  r = r < 0 ? -1 : add_node(L, v, IR_RSQRT, &r, 1, NULL, 0, 0, dt, -1, NULL, at, NULL);
-  int xr[2] = {stat[0], r};
-  int y = r < 0 ? -1 : add_node(L, v, IR_MUL, xr, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
-  for (int k = 1; k <= 2 && y >= 0; k++) {
-    int p = add_node(L, v, IR_RESHAPE, &in[k], 1, NULL, 0, 0, dt, rank - 1, cdims + 1, at, NULL);
-    int yp[2] = {y, p};
-    y = p < 0 ? -1 : add_node(L, v, k == 1 ? IR_MUL : IR_ADD, yp, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+  if (n < 0 || stat[1] < 0) return -1;
+  if (e->nargs < 5) return batch_norm_apply(L, v, e, in, xc, stat[1], cdims);
+  /* with running statistics: a training step normalises with the batch's,
+   * an evaluation with the running ones, t (the TRAINING leaf) choosing:
+   * s = t batch + (1 - t) running, exact in both */
+  int t = add_node(L, v, IR_TRAINING, NULL, 0, NULL, 0, 0, DT_F32, 0, NULL, at, NULL);
+  int one0 = add_node(L, v, IR_CONST, NULL, 0, NULL, 0, 1.0, DT_F32, -1, NULL, at, NULL);
+  int ot[2] = {one0, t};
+  int u = t < 0 || one0 < 0 ? -1 : add_node(L, v, IR_SUB, ot, 2, NULL, 0, 0, DT_F32, -1, NULL, at, NULL);
+  if (u < 0) return -1;
+  int used[2];
+  for (int k = 0; k < 2; k++) {
+    int rs = add_node(L, v, IR_RESHAPE, &in[3 + k], 1, NULL, 0, 0, dt, rank - 1, cdims + 1, at, NULL);
+    int a1[2] = {stat[k], t}, a2[2] = {rs, u};
+    int p1 = rs < 0 ? -1 : add_node(L, v, IR_MUL, a1, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+    int p2 = p1 < 0 ? -1 : add_node(L, v, IR_MUL, a2, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+    int a3[2] = {p1, p2};
+    used[k] = p2 < 0 ? -1 : add_node(L, v, IR_ADD, a3, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+    if (used[k] < 0) return -1;
   }
-  return y;
+  int dm[2] = {in[0], used[0]};
+  int xu = add_node(L, v, IR_SUB, dm, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+  int y = xu < 0 ? -1 : batch_norm_apply(L, v, e, in, xu, used[1], cdims);
+  if (y < 0) return y;
+  if (count == 1 && !sync) {
+    diag_error(L->diag, at, "batch_norm with running statistics sees one value per channel (N x H x W = 1): its unbiased "
+               "variance is undefined (PyTorch refuses it too); use a larger micro-batch");
+    L->failed = 1;
+    return -1;
+  }
+  /* the unbiased variance for running_var: var n / (n - 1) */
+  int one = add_node(L, v, IR_CONST, NULL, 0, NULL, 0, 1.0, DT_F32, -1, NULL, at, NULL);
+  int nn[2] = {n, one};
+  int nm1 = one < 0 ? -1 : add_node(L, v, IR_SUB, nn, 2, NULL, 0, 0, DT_F32, -1, NULL, at, NULL);
+  int q[2] = {n, nm1};
+  int ratio = nm1 < 0 ? -1 : add_node(L, v, IR_DIV, q, 2, NULL, 0, 0, DT_F32, -1, NULL, at, NULL);
+  int vr[2] = {stat[1], ratio};
+  int unbiased = ratio < 0 ? -1 : add_node(L, v, IR_MUL, vr, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+  if (unbiased < 0) return -1;
+  y = running_update(L, v, e, y, in[3], stat[0], dims[1], t);
+  return y < 0 ? -1 : running_update(L, v, e, y, in[4], unbiased, dims[1], t);
 }
 
 static int lower_op(Lower *L, Inv *v, const SemExpr *e, const int64_t *dims) {
@@ -425,9 +493,21 @@ static int lower_op(Lower *L, Inv *v, const SemExpr *e, const int64_t *dims) {
   case SOP_ATTENTION: return lower_attention(L, v, e, in, dims);
   case SOP_BATCH_NORM: return lower_batch_norm(L, v, e, in, dims);
   case SOP_CROSS_ENTROPY: return add_node(L, v, IR_CROSS_ENTROPY, in, 2, NULL, 0, 0, t->dtype, -1, NULL, e->span, NULL);
-  case SOP_DROPOUT:
+  case SOP_DROPOUT: {
     attr[0] = L->dropout_streams++;
-    return add_node(L, v, IR_DROPOUT, in, 1, attr, 1, e->scalar, t->dtype, -1, NULL, e->span, NULL);
+    int d = add_node(L, v, IR_DROPOUT, in, 1, attr, 1, e->scalar, t->dtype, -1, NULL, e->span, NULL);
+    if (d < 0 || !(e->scalar > 0)) return d;
+    /* an evaluation keeps every value: t d + (1 - t) x, t the TRAINING leaf (exact in both) */
+    int tr = add_node(L, v, IR_TRAINING, NULL, 0, NULL, 0, 0, DT_F32, 0, NULL, e->span, NULL);
+    int one = add_node(L, v, IR_CONST, NULL, 0, NULL, 0, 1.0, DT_F32, -1, NULL, e->span, NULL);
+    int ot[2] = {one, tr};
+    int u = tr < 0 || one < 0 ? -1 : add_node(L, v, IR_SUB, ot, 2, NULL, 0, 0, DT_F32, -1, NULL, e->span, NULL);
+    int a1[2] = {d, tr}, a2[2] = {in[0], u};
+    int p1 = u < 0 ? -1 : add_node(L, v, IR_MUL, a1, 2, NULL, 0, 0, t->dtype, -1, NULL, e->span, NULL);
+    int p2 = p1 < 0 ? -1 : add_node(L, v, IR_MUL, a2, 2, NULL, 0, 0, t->dtype, -1, NULL, e->span, NULL);
+    int a3[2] = {p1, p2};
+    return p2 < 0 ? -1 : add_node(L, v, IR_ADD, a3, 2, NULL, 0, 0, t->dtype, -1, NULL, e->span, NULL);
+  }
   case SOP_TOPK_INDICES:
   case SOP_TOPK_VALUES: {
     /* one selection; the values are take(x, topk(x)), whose gradient scatters into the chosen positions */

@@ -51,7 +51,8 @@ IrModule *dpsync_shard_params(Arena *arena, Diag *diag, const IrModule *m, int64
   d->ninputs = m->ninputs;
   for (int i = 0; i < m->nparams; i++) {
     IrParam p = m->params[i];
-    if (!p.dp_shards) {
+    /* a state parameter (running statistics) stays whole: the forward writes it */
+    if (!p.dp_shards && !p.state) {
       int64_t members = dp_members(&p, dp, ep);
       p.dp_shards = (int)members;
       p.dp_rank = p.rank;
@@ -76,7 +77,7 @@ IrModule *dpsync_shard_params(Arena *arena, Diag *diag, const IrModule *m, int64
     for (int i = 0; i < s->nnodes; i++) {
       const IrNode *n = &s->nodes[i];
       const char *why = NULL;
-      map[i] = n->op == IR_PARAM ? gathered_param(g, d, n, &why) : ir_add_copy(g, n, map);
+      map[i] = n->op == IR_PARAM && !d->params[n->attr[0]].state ? gathered_param(g, d, n, &why) : ir_add_copy(g, n, map);
       if (map[i] < 0) {
         diag_error(diag, n->span, "internal error sharding parameters over dp (ZeRO-3): %s", why ? why : "?");
         return NULL;

@@ -958,6 +958,17 @@ static Val part_node(GPart *G, int i) {
                 n->op == IR_TAKE_BWD ? n->dims : NULL, n->span);
     return r;
   }
+  case IR_STATE_UPDATE: {
+    /* x passes through as it is sharded; the state (replicated: a state
+     * parameter is never split) takes the whole value */
+    Shd whole = shd_r();
+    Val x = settle(G, ins[0], n->span);
+    int in[3] = {x.id, convert(G, settle(G, ins[1], n->span), &whole, 0, n->span).id,
+                 convert(G, settle(G, ins[2], n->span), &whole, 0, n->span).id};
+    r.shd = x.shd;
+    r.id = emit(G, n->op, in, 3, n->attr, IR_NATTR, n->fattr, n->dtype, -1, NULL, n->span);
+    return r;
+  }
   case IR_ALL_REDUCE:
   case IR_COPY_TO_GROUP: {
     /* A model's own collective over the data-parallel group (synchronised
@@ -980,6 +991,7 @@ static Val part_node(GPart *G, int i) {
     return r;
   }
   case IR_LOSS_SEED:
+  case IR_TRAINING:
     r.id = emit(G, n->op, NULL, 0, NULL, 0, 0, n->dtype, 0, NULL, n->span);
     return r;
   case IR_EXTERN: {

@@ -47,6 +47,7 @@ struct DevExec {
   size_t host_cap[2];
   int profile;
   float loss_seed; /* the running step's seed (LOSS_SEED) */
+  float training;  /* TRAINING: 1, or 0 in an evaluation step (devx_set_evaluating) */
   double aux_sum;  /* AUX_LOSS: weight x loss of the forwards, until devx_take_aux */
   int aux_seen;
   DevxHost host_call; /* extern calls (devx_set_host) */
@@ -138,6 +139,7 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, ch
   x->dev = dev;
   x->p = p;
   x->seed = seed;
+  x->training = 1.0f;
   const IrModule *m = p->m;
   x->res = calloc((size_t)p->ngraphs, sizeof *x->res);
   int rc = 0;
@@ -751,6 +753,8 @@ static int frame_run(DevExec *x, DevxFrame *F, int to) {
         if (!val[id]) rc = -1;
         else if (n->op == IR_LOSS_SEED && x->dev->ops->to_device(x->dev, val[id], &x->loss_seed, sizeof(float)))
           rc = fail(x, "loss_seed: %s", dev_error(x->dev));
+        else if (n->op == IR_TRAINING && x->dev->ops->to_device(x->dev, val[id], &x->training, sizeof(float)))
+          rc = fail(x, "training: %s", dev_error(x->dev));
         else if (K->nlaunches) rc = run_launches(x, gi, p, layer, &val[id]);
       }
       break;
@@ -886,6 +890,8 @@ static int step_loss(DevExec *x, int graph, void **outs, int rc, float *loss) {
   free(outs);
   return rc;
 }
+
+void devx_set_evaluating(DevExec *x, int on) { x->training = on ? 0.0f : 1.0f; }
 
 int devx_step(DevExec *x, int graph, float seed, float *loss) {
   const IrGraph *g = x->p->m->graphs[graph];

@@ -117,6 +117,8 @@ int devx_get_param_copy(DevExec *x, int p, int64_t layer, float *host);
 /* The auxiliary losses (AUX_LOSS: weight x loss) the forwards added up since
  * the last call, into *sum; 0 when the program ran none. */
 int devx_take_aux(DevExec *x, double *sum);
+/* Evaluation steps (on = 1): the TRAINING leaf reads 0; 0: training (the default). */
+void devx_set_evaluating(DevExec *x, int on);
 
 /* Runs graph `graph` (autodiff's step: argument 0 is the loss's gradient
  * seed) and returns its output 0 as a float in *loss; gradients accumulate. */

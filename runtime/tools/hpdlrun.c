@@ -50,6 +50,11 @@ static void usage(FILE *f) {
           "                           (starts from step 0 when there is none yet)\n"
           "  --resume-from PATH       continue from this checkpoint (its .json manifest, or a folder)\n"
           "  --metrics FILE           JSON lines, one per step: step, loss, lr, grad_norm, tokens_per_s, ...\n"
+          "  --eval-every N           after every N-th step and the last, the validation loss in evaluation\n"
+          "                           mode (batch norm's running statistics, no dropout): val_loss in the\n"
+          "                           metrics and a log line\n"
+          "  --eval-steps K           steps of validation data each time (default 10)\n"
+          "  --eval-data GLOB         the validation data (default: the training data's _train_ read as _val_)\n"
           "  --profile FILE           a Chrome trace (Perfetto, chrome://tracing) of every rank: the steps and\n"
           "                           their phases, the program's forward / backward (and ops), every\n"
           "                           collective and message; rank 0 writes it at the end and prints\n"
@@ -234,6 +239,16 @@ static int parse_args(int argc, char **argv, Args *A) {
     } else if (!strcmp(n, "--metrics")) {
       VALUE();
       A->t.metrics = val;
+    } else if (!strcmp(n, "--eval-every")) {
+      VALUE();
+      if (parse_i64(val, 1, &A->t.eval_every) < 0) return bad_usage("--eval-every wants a number of steps >= 1, not %s", val);
+    } else if (!strcmp(n, "--eval-steps")) {
+      VALUE();
+      if (parse_i64(val, 1, &A->t.eval_steps) < 0) return bad_usage("--eval-steps wants a number of steps >= 1, not %s", val);
+    } else if (!strcmp(n, "--eval-data")) {
+      VALUE();
+      if (!*val) return bad_usage("--eval-data wants a file pattern");
+      A->t.eval_data = val;
     } else if (!strcmp(n, "--profile")) {
       VALUE();
       if (!*val) return bad_usage("--profile wants a file name");

@@ -1,6 +1,6 @@
 /* attention_emu.cpp - kernels/hpdl_attention.cuh's attention forward and backward, run on
  * the CPU through the emulation harness (kernels/cuda_emu.h), against a plain fp64
- * reference written here from the semantics (core/attn.h) (CTest cuda.attention.emu and
+ * reference written here from the semantics (core/numeric/attn.h) (CTest cuda.attention.emu and
  * cuda.attention.mutation; driver tests/cuda/attention_emu.py).
  *
  *     attention_emu all|mutation|cfg

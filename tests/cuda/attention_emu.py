@@ -238,7 +238,12 @@ def find_nvrtc(home):
     return libs[0] if libs else None
 
 
-def case_nvrtc(args, arch):
+def nvrtc_check(args, arch, src_name, want, smem_limit, width=18, cubin=None):
+    """NVRTC compiles tests/cuda/SRC_NAME (the kernels' header folder on the include path) for arch
+    as compiler/codegen/cudacc.c compiles generated code, with ptxas -v: no warning, a cubin, and
+    for each kernel of `want` no spill, no stack frame and at most smem_limit bytes of static
+    shared memory, each printed with its registers. Exits 77 without an NVRTC; cubin: a path to
+    keep the cubin at. Shared by attention_emu.py and conv_emu.py."""
     home = args.cuda_home or os.environ.get("CUDA_HOME") or ""
     if not home:
         nvcc = shutil.which("nvcc")
@@ -250,13 +255,13 @@ def case_nvrtc(args, arch):
         sys.exit(SKIP)
     os.makedirs(args.work, exist_ok=True)
     nvrtc = ctypes.CDLL(lib)
-    src = os.path.join(HERE, "attention_emu.cu")
+    src = os.path.join(HERE, src_name)
     # as compiler/codegen/cudacc.c compiles generated code: the architecture, C++17, ptxas -v;
-    # the header's folder on the include path, as hpdlc copies the headers beside the .cu
+    # the headers' folder on the include path, as hpdlc copies the headers beside the .cu
     opts = [("--gpu-architecture=" + arch).encode(), b"--std=c++17", b"--ptxas-options=-v",
             ("--include-path=" + os.path.join(args.source, "kernels")).encode()]
     prog = ctypes.c_void_p()
-    if nvrtc.nvrtcCreateProgram(ctypes.byref(prog), open(src, "rb").read(), b"attention_emu.cu", 0, None, None):
+    if nvrtc.nvrtcCreateProgram(ctypes.byref(prog), open(src, "rb").read(), src_name.encode(), 0, None, None):
         raise Fail("nvrtcCreateProgram failed")
     arr = (ctypes.c_char_p * len(opts))(*opts)
     rc = nvrtc.nvrtcCompileProgram(prog, len(opts), arr)
@@ -269,11 +274,12 @@ def case_nvrtc(args, arch):
     if rc == 0:
         n = ctypes.c_size_t()
         if nvrtc.nvrtcGetCUBINSize(prog, ctypes.byref(n)) == 0 and n.value:
-            cubin = ctypes.create_string_buffer(n.value)
-            nvrtc.nvrtcGetCUBIN(prog, cubin)
-            elf = cubin.raw[:4]
-            with open(os.path.join(args.work, "attention_emu.%s.cubin" % arch), "wb") as f:
-                f.write(cubin.raw)
+            code = ctypes.create_string_buffer(n.value)
+            nvrtc.nvrtcGetCUBIN(prog, code)
+            elf = code.raw[:4]
+            if cubin:
+                with open(cubin, "wb") as f:
+                    f.write(code.raw)
     nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
     print("NVRTC (%s) %s: %s" % (os.path.basename(lib), " ".join(o.decode() for o in opts),
                                  "ok, cubin" if rc == 0 and elf == b"\x7fELF" else "FAILED"))
@@ -295,22 +301,27 @@ def case_nvrtc(args, arch):
             cur["regs"] = int(m.group(1))
             s = re.search(r"(\d+) bytes smem", line)
             cur["smem"] = int(s.group(1)) if s else 0
-    want = ["attn_%s_%s" % (k, c) for c in RULE_CONFIGS for k in KINDS]
     missing = [k for k in want if k not in kernels]
     if missing:
         raise Fail("ptxas reported no %s:\n%s" % (", ".join(missing), log))
     bad = []
     for name in want:
         r = kernels[name]
-        print("%s %-18s %3d registers, %5d bytes smem, %d bytes stack, %d / %d bytes spill stores / loads" %
-              (arch, name, r.get("regs", -1), r.get("smem", -1), r.get("stack", -1), r.get("spill_st", -1),
+        print("%s %-*s %3d registers, %5d bytes smem, %d bytes stack, %d / %d bytes spill stores / loads" %
+              (arch, width, name, r.get("regs", -1), r.get("smem", -1), r.get("stack", -1), r.get("spill_st", -1),
                r.get("spill_ld", -1)))
         if r.get("spill_st") != 0 or r.get("spill_ld") != 0 or r.get("stack") != 0 or "regs" not in r:
             bad.append(name + " spills or has a stack frame")
-        if r.get("smem", SMEM_LIMIT + 1) > SMEM_LIMIT:
-            bad.append(name + " has over 48 KB of static shared memory")
+        if r.get("smem", smem_limit + 1) > smem_limit:
+            bad.append(name + " has over %d KB of static shared memory" % (smem_limit // 1024))
     if bad:
         raise Fail("%s:\n%s" % ("; ".join(bad), log))
+
+
+def case_nvrtc(args, arch):
+    want = ["attn_%s_%s" % (k, c) for c in RULE_CONFIGS for k in KINDS]
+    nvrtc_check(args, arch, "attention_emu.cu", want, SMEM_LIMIT, 18,
+                os.path.join(args.work, "attention_emu.%s.cubin" % arch))
 
 
 def main():

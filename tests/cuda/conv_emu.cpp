@@ -1,5 +1,5 @@
 /* conv_emu.cpp - kernels/hpdl_conv.cuh's convolutions and poolings, run on the CPU through
- * the emulation harness (kernels/cuda_emu.h), against core/conv.c's fp64 loops (the
+ * the emulation harness (kernels/cuda_emu.h), against core/numeric/conv.c's fp64 loops (the
  * reference executor's definition, compiled as C and linked in by the driver) (CTest
  * cuda.conv.emu and cuda.conv.mutation; driver tests/cuda/conv_emu.py).
  *
@@ -32,7 +32,7 @@
 #include "conv_emu_plan.h"   /* the rule for a few shapes, from C++ here and from C11 */
 
 extern "C" {
-#include "conv.h" /* core/conv.c, the reference */
+#include "conv.h" /* core/numeric/conv.c, the reference */
 }
 
 static const double TOL = 1e-5;

@@ -8,7 +8,7 @@
   emu         tests/cuda/conv_emu.cpp (with the kernels of conv_emu.cu) compiled at test time
               as tests/cuda_emu/run_emu.py compiles kernels (the system C++ compiler, -x c++,
               kernels/cuda_emu.h forced in, UBSan's alignment and bounds checks where they
-              link), linked with core/conv.c and core/attn.c compiled as C (CC, the build's
+              link), linked with core/numeric/conv.c and attn.c compiled as C (CC, the build's
               flags, the project's warnings): the reference is conv.c's fp64 loops. Run
               under HPDL_EMU_ORDER forward, reverse and random (two seeds): every case
               within 1e-5 of the reference, and every order bit for bit the same (the
@@ -30,7 +30,6 @@ Exit 0 pass, 1 fail, 77 skip (no C++ compiler; no NVRTC for sm_XX).
 """
 import argparse
 import concurrent.futures
-import ctypes
 import os
 import re
 import shlex
@@ -47,7 +46,7 @@ SMEM_LIMIT = 49152
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "cuda_emu"))
 sys.path.insert(0, HERE)
 from run_emu import ORDERS, Emu, Fail, compile_checked, label, run_ordered, sh  # noqa: E402
-from attention_emu import find_nvrtc  # noqa: E402
+from attention_emu import nvrtc_check  # noqa: E402
 
 KERNELS = (["conv_%s_t%d" % (op, t) for op in ("fwd", "bwd_data", "bwd_filter") for t in range(5)] +
            ["conv_sum_splits", "pool_fwd", "pool_bwd"])
@@ -55,7 +54,7 @@ KERNELS = (["conv_%s_t%d" % (op, t) for op in ("fwd", "bwd_data", "bwd_filter") 
 
 class Build:
     """Compiles the emulated test program against a header folder (kernels/, or a mutant's),
-    with core/conv.c and core/attn.c compiled once as the project compiles C."""
+    with core/numeric/conv.c and attn.c compiled once as the project compiles C."""
 
     def __init__(self, args, sanitize=True, opt="-O2"):
         self.args = args
@@ -69,7 +68,7 @@ class Build:
         self.ubsan = [f for f in self.flags if f.startswith("-fsanitize") or f.startswith("-fno-sanitize")]
         self.cc = shlex.split(args.cc) if args.cc else [shutil.which("cc") or "cc"]
         self.cflags = ["-std=c11", *shlex.split(args.cflags), "-D_POSIX_C_SOURCE=200809L", "-D_XOPEN_SOURCE=700"]
-        self.core = os.path.join(args.source, "core")
+        self.core = os.path.join(args.source, "core", "numeric")
         os.makedirs(args.work, exist_ok=True)
         self.objs = []
         for src in ("conv.c", "attn.c"):
@@ -237,75 +236,7 @@ def case_mutation(args):
 
 
 def case_nvrtc(args, arch):
-    home = args.cuda_home or os.environ.get("CUDA_HOME") or ""
-    if not home:
-        nvcc = shutil.which("nvcc")
-        home = os.path.dirname(os.path.dirname(nvcc)) if nvcc else ""
-    lib = find_nvrtc(home) if home else None
-    if not lib:
-        print("skipped: no CUDA toolkit with NVRTC (libnvrtc.so) found%s; set CUDA_HOME or HPDL_CUDA_HOME" %
-              (" under " + home if home else ""))
-        sys.exit(SKIP)
-    os.makedirs(args.work, exist_ok=True)
-    nvrtc = ctypes.CDLL(lib)
-    src = os.path.join(HERE, "conv_emu.cu")
-    # as compiler/codegen/cudacc.c compiles generated code: the architecture, C++17, ptxas -v;
-    # the headers' folder on the include path, as hpdlc copies them beside the .cu
-    opts = [("--gpu-architecture=" + arch).encode(), b"--std=c++17", b"--ptxas-options=-v",
-            ("--include-path=" + os.path.join(args.source, "kernels")).encode()]
-    prog = ctypes.c_void_p()
-    if nvrtc.nvrtcCreateProgram(ctypes.byref(prog), open(src, "rb").read(), b"conv_emu.cu", 0, None, None):
-        raise Fail("nvrtcCreateProgram failed")
-    arr = (ctypes.c_char_p * len(opts))(*opts)
-    rc = nvrtc.nvrtcCompileProgram(prog, len(opts), arr)
-    size = ctypes.c_size_t()
-    nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-    buf = ctypes.create_string_buffer(size.value)
-    nvrtc.nvrtcGetProgramLog(prog, buf)
-    log = buf.value.decode(errors="replace")
-    elf = b""
-    if rc == 0:
-        n = ctypes.c_size_t()
-        if nvrtc.nvrtcGetCUBINSize(prog, ctypes.byref(n)) == 0 and n.value:
-            cubin = ctypes.create_string_buffer(n.value)
-            nvrtc.nvrtcGetCUBIN(prog, cubin)
-            elf = cubin.raw[:4]
-    nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
-    print("NVRTC (%s) %s: %s" % (os.path.basename(lib), " ".join(o.decode() for o in opts),
-                                 "ok, cubin" if rc == 0 and elf == b"\x7fELF" else "FAILED"))
-    if rc != 0 or elf != b"\x7fELF":
-        raise Fail("NVRTC failed or gave no cubin:\n%s" % log)
-    other = [l for l in log.split("\n") if l.strip() and not l.startswith("ptxas")]
-    if other:
-        raise Fail("NVRTC warned:\n%s" % log)
-    kernels, cur = {}, None
-    for line in log.split("\n"):
-        m = re.search(r"Function properties for (\w+)", line) or re.search(r"Compiling entry function '(\w+)'", line)
-        if m:
-            cur = kernels.setdefault(m.group(1), {})
-        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
-        if m and cur is not None:
-            cur["stack"], cur["spill_st"], cur["spill_ld"] = (int(x) for x in m.groups())
-        m = re.search(r"Used (\d+) registers", line)
-        if m and cur is not None:
-            cur["regs"] = int(m.group(1))
-            s = re.search(r"(\d+) bytes smem", line)
-            cur["smem"] = int(s.group(1)) if s else 0
-    missing = [k for k in KERNELS if k not in kernels]
-    if missing:
-        raise Fail("ptxas reported no %s:\n%s" % (", ".join(missing), log))
-    bad = []
-    for name in KERNELS:
-        r = kernels[name]
-        print("%s %-20s %3d registers, %5d bytes smem, %d bytes stack, %d / %d bytes spill stores / loads" %
-              (arch, name, r.get("regs", -1), r.get("smem", -1), r.get("stack", -1), r.get("spill_st", -1),
-               r.get("spill_ld", -1)))
-        if r.get("spill_st") != 0 or r.get("spill_ld") != 0 or r.get("stack") != 0 or "regs" not in r:
-            bad.append(name + " spills or has a stack frame")
-        if r.get("smem", SMEM_LIMIT + 1) > SMEM_LIMIT:
-            bad.append(name + " has over 48 KB of static shared memory")
-    if bad:
-        raise Fail("%s:\n%s" % ("; ".join(bad), log))
+    nvrtc_check(args, arch, "conv_emu.cu", KERNELS, SMEM_LIMIT, 20)
 
 
 def main():

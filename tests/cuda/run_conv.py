@@ -2,7 +2,9 @@
 """run_conv.py - hpdlrun on a --target cuda artifact of an image model against the same job
 compiled for the CPU (CTest cuda.run.{emulate,cuda}.conv-tiny, tests/cuda_conv.cmake): the
 convolution and pooling kernels (kernels/hpdl_conv.cuh) end to end, on synthetic labelled
-images; every step's loss and gradient norm within --tol (relative).
+images; every step's loss and gradient norm within --tol (relative), and the validation loss
+of an evaluation pass after the last step (--eval-every: batch norm's running statistics,
+which the device's forwards updated, then read in evaluation mode).
 
     run_conv.py --hpdlc H --hpdlrun R --hpdl-data D --sample S --device cuda|emulate
                 [--steps N] [--tol T] [--size CxHxW] [--classes K] [--args "COMPILE ARGS"]
@@ -74,7 +76,7 @@ def main():
         for name, flags in (("cpu", []), ("cuda", ["--device", a.device])):
             cmd = [a.hpdlrun, f"{tmp}/{name}", "--steps", str(a.steps), "--log-every", "1", "--data",
                    f"{tmp}/img_train_*.img", "--checkpoint-dir", f"{tmp}/ckpt-{name}", "--metrics", f"{tmp}/{name}.jsonl",
-                   "--progress", "plain"] + flags
+                   "--progress", "plain", "--eval-every", str(a.steps), "--eval-steps", "2"] + flags
             r = run(cmd)
             print(r.stdout.rstrip())
             if r.returncode:
@@ -89,8 +91,10 @@ def main():
             print(f"expected {a.steps} steps of metrics, got {len(runs['cpu'])} and {len(runs['cuda'])}")
             bad += 1
         for c, g in zip(runs["cpu"], runs["cuda"]):
-            for key in ("loss", "grad_norm"):
-                x, y = c[key], g.get(key, float("nan"))
+            for key in ("loss", "grad_norm", "val_loss"):
+                if key == "val_loss" and c["step"] != a.steps:
+                    continue
+                x, y = c.get(key, float("nan")), g.get(key, float("nan"))
                 err = abs(x - y) / max(abs(x), 1e-30)
                 ok = c["step"] == g["step"] and err <= a.tol
                 bad += not ok

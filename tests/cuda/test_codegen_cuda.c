@@ -303,6 +303,7 @@ static int exec_graph(Exec *X, int gi, int64_t layer, void **args, void **outs) 
         own[id] = 1;
         for (int64_t i = 0; i < ir_numel(n) && n->dtype == DT_F32; i++) ((float *)val[id])[i] = (float)n->fattr;
         if (n->op == IR_LOSS_SEED) ((float *)val[id])[0] = X->seed; /* the host program's: the step's seed */
+        if (n->op == IR_TRAINING) ((float *)val[id])[0] = 1.0f;    /* a training step */
         char name[300];
         snprintf(name, sizeof name, "hpd_emu_%s_k%d", sym + strlen("hpd_graph_"), p);
         EmuEntry fn = (EmuEntry)(uintptr_t)dlsym(X->L->so, name);

@@ -22,6 +22,7 @@ import sys
 # Bottom up: a folder may include headers of the folders listed before it.
 # The runtime sits on the core only.
 LAYERS = [
+    "core/numeric",
     "core",
     "grammar",
     "compiler/front",

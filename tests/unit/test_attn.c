@@ -1,4 +1,4 @@
-/* test_attn.c - the tiled fp32 attention (core/attn.c) against a naive fp64
+/* test_attn.c - the tiled fp32 attention (core/numeric/attn.c) against a naive fp64
  * reference written here from ir_ops.h's semantics: forward (packed o and
  * lse) and backward (dq, dk, dv), for tiles with a tail, T = 1, S != T,
  * grouped-query heads, causal or not, context-parallel row and key

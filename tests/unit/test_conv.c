@@ -1,4 +1,4 @@
-/* test_conv.c - the fp32 convolution and pooling of core/conv.c (im2col and a
+/* test_conv.c - the fp32 convolution and pooling of core/numeric/conv.c (im2col and a
  * GEMM per image and group: what the CPU back end's host ops run) against the
  * fp64 loops of the same module (the reference executor's definition, which
  * test_autodiff checks by finite differences): forward, data gradient and

@@ -1,4 +1,4 @@
-/* test_hooks.h - the GEMM and worker hooks of core/attn.h (AttnSgemm,
+/* test_hooks.h - the GEMM and worker hooks of core/numeric/attn.h (AttnSgemm,
  * AttnParFor) as the fp32 host kernels' tests drive them: OpenBLAS's
  * cblas_sgemm opened at run time (as the planner's benchmark does), ranges
  * run out of order, and real threads (the runtime's par.h is not linked into

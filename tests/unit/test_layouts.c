@@ -344,10 +344,53 @@ static int run_vision(void) {
   return failures;
 }
 
+/* samples/resnet18.hpd itself at width 4 (torchvision's ResNet-18 layer for
+ * layer: the 7x7 stem and max pooling, four stages, the shortcut
+ * projections), synchronised batch norm, at dp 2 and 4 with ZeRO and at tp 2,
+ * against one rank with the dp-wide micro-batch. (Its stages repeat one block
+ * each, so no pipeline stage boundary falls inside a repeat: pp 2 is
+ * resnet-tiny's.) */
+static int run_resnet18(void) {
+  static const char *const defs[] = {"width=4", "sync=true", "classes=5"};
+  Loaded L;
+  SemModel *m = load(&L, "samples/resnet18.hpd", defs, 3);
+  if (!m) return 1;
+  const int64_t micro = 1, rows = 8;
+  double **inputs = make_images(m, rows, 5, 21);
+  static const struct {
+    int64_t dp, tp;
+    Recompute rc;
+    int zero;
+  } lays[] = {{2, 1, RECOMPUTE_NONE, 0}, {2, 1, RECOMPUTE_FULL, 3}, {4, 1, RECOMPUTE_SELECTIVE, 1}, {4, 2, RECOMPUTE_NONE, 2}};
+  int failures = 0, runs = 0;
+  for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
+    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro * lays[i].dp, rows / (micro * lays[i].dp), 0, SCHED_1F1B, 1, 0};
+    SimLayout lay = {lays[i].dp, lays[i].tp, 1, 1, 1, 0, lays[i].rc, micro, rows / (micro * lays[i].dp), lays[i].zero, SCHED_1F1B, 1, 0};
+    SimResult ref;
+    char err[512], what[200];
+    snprintf(what, sizeof what, "resnet18 (width 4) dp=%" PRId64 " tp=%" PRId64 " zero=%d recompute=%s", lays[i].dp, lays[i].tp,
+             lays[i].zero, sem_recompute_name(lays[i].rc));
+    if (sim_step(m, &ref_layout, 5, inputs, &ref, err, sizeof err)) {
+      fprintf(stderr, "%s reference: %s\n", what, err);
+      failures++;
+      continue;
+    }
+    runs++;
+    failures += run_layout(m, &lay, 5, inputs, &ref, what);
+    sim_result_free(&ref);
+  }
+  fprintf(stderr, "resnet18 (width 4, sync batch norm): %d layouts compared, %d failed\n", runs, failures);
+  for (int i = 0; i < 2; i++) free(inputs[i]);
+  free(inputs);
+  unload(&L);
+  return failures;
+}
+
 int main(int argc, char **argv) {
   /* test_layouts vision: only the convolutional network's layouts */
   if (argc > 1 && !strcmp(argv[1], "vision")) {
     EXPECT(run_vision() == 0);
+    EXPECT(run_resnet18() == 0);
     TEST_DONE();
   }
   static const char *const gpt2[] = {"V=64", "T=8", "C=16", "L=8", "H=4"};
@@ -365,5 +408,6 @@ int main(int argc, char **argv) {
   EXPECT(run_matrix("samples/qwen3.hpd", qwen3, 9, 64, 2, 2, 8, 0) == 0);
   EXPECT(run_moe() == 0);
   EXPECT(run_vision() == 0);
+  EXPECT(run_resnet18() == 0);
   TEST_DONE();
 }

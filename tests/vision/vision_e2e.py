@@ -39,6 +39,7 @@ of the image format following docs/runtime.md ("Image data").
       a C++ compiler).
 Exit 0 pass, 1 fail, 77 skip.
 """
+import glob
 import json
 import math
 import os
@@ -353,6 +354,120 @@ def case_profile():
     share = conv / max(1, sum(e["dur"] for e in kern))
     print(f"convolutions {share:.0%} of the kernels' time; peak {peak[0][-3]} MiB")
     check(share > 0.5, f"convolutions only {share:.0%} of the kernels' time")
+
+
+def read_safetensors(path):
+    """{name: list of floats} of the F32 tensors of a safetensors file."""
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    out = {}
+    for k, v in head.items():
+        if k == "__metadata__" or v["dtype"] != "F32":
+            continue
+        a, b = v["data_offsets"]
+        out[k] = list(struct.unpack(f"<{(b - a) // 4}f", raw[8 + n + a:8 + n + b]))
+    return out
+
+
+def ema_stats(groups, momentum=0.25):
+    """running_mean, running_var after one update per group of images (each a list of
+    [3][pixels] images as floats): PyTorch's rule, the variance unbiased."""
+    rm, rv = [0.0] * 3, [1.0] * 3
+    for g in groups:
+        for c in range(3):
+            v = [p for img in g for p in img[c]]
+            mu = sum(v) / len(v)
+            var = sum((p - mu) ** 2 for p in v) / (len(v) - 1)
+            rm[c] = (1 - momentum) * rm[c] + momentum * mu
+            rv[c] = (1 - momentum) * rv[c] + momentum * var
+    return rm, rv
+
+
+def case_running_stats():
+    """Batch norm's running statistics (tests/vision/bn-stats.hpd: batch norm on the images,
+    so the statistics are the images') in the step-3 checkpoint, against the average
+    computed here from the image file: one rank (two micro-batches a step), dp 2 per rank
+    (member 0's micro-batch, broadcast as DDP does) and dp 2 synchronised (the whole step's
+    images); the statistics are not parameters (the count leaves them out)."""
+    data = images("s8", n=200, seed=3, extra=["--size", "3x8x8"])
+    _, recs = read_images(glob.glob(data)[0])
+    imgs = [[[b / 255 - 0.5 for b in px[c * 64:(c + 1) * 64]] for c in range(3)] for _, px in recs]
+    src = os.path.join(HERE, "bn-stats.hpd")
+    p = run([tool("hpdlc"), "check", src])
+    check("(1936)" in p.stdout, f"the parameters are the linear layer's and batch norm's weight and bias: {p.stdout}")
+    cases = [("one", [], None, [imgs[4 * k:4 * k + 4] for k in range(6)]),
+             ("dp2", ["--dp", "2"], 2, [[imgs[8 * s + 2 * b] for b in range(4)] for s in range(3)]),
+             ("sync", ["--dp", "2", "-D", "sync=true"], 2, [imgs[8 * s:8 * s + 8] for s in range(3)])]
+    for tag, flags, np_, groups in cases:
+        art, _ = compile_model("bn_" + tag, flags, src=src)
+        mf = os.path.join(art, "manifest.json")
+        man = json.load(open(mf))
+        man["train"]["shuffle"] = False  # the images in file order
+        json.dump(man, open(mf, "w"))
+        ck = os.path.join(ARGS.work, "ck_" + tag)
+        shutil.rmtree(ck, ignore_errors=True)
+        train(art, "bn_" + tag, ["--checkpoint-dir", ck, "--checkpoint-every", "3"], np_=np_, data=data)
+        t = read_safetensors(os.path.join(ck, "step-00000003.safetensors"))
+        rm, rv = ema_stats(groups)
+        for name, want in (("bn.running_mean", rm), ("bn.running_var", rv)):
+            got = t[name]
+            check(all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(got, want)), f"{tag}: {name} {got}, expected {want}")
+        print(f"{tag}: running_mean {[round(x, 6) for x in t['bn.running_mean']]}, "
+              f"running_var {[round(x, 6) for x in t['bn.running_var']]}")
+
+
+def bn_linear_loss(t, batch, labels, stats=None, eps=1e-5):
+    """Mean cross-entropy of bn-stats.hpd on a batch of [3][64] images: batch norm with the
+    running statistics of checkpoint t (stats None) or with the batch's own, then the linear layer."""
+    if stats is None:
+        stats = t["bn.running_mean"], t["bn.running_var"]
+    mean, var = stats
+    w, fb = t["fc.weight"], t["fc.b"]
+    total = 0.0
+    for img, y in zip(batch, labels):
+        flat = [(img[c][i] - mean[c]) / math.sqrt(var[c] + eps) * t["bn.weight"][c] + t["bn.bias"][c]
+                for c in range(3) for i in range(64)]
+        logits = [sum(flat[i] * w[i * 10 + j] for i in range(192)) + fb[j] for j in range(10)]
+        m = max(logits)
+        total += m + math.log(sum(math.exp(z - m) for z in logits)) - logits[y]
+    return total / len(batch)
+
+
+def case_evaluation():
+    """hpdlrun --eval-every: the validation loss in evaluation mode. bn-stats.hpd after 3 steps
+    (checkpoint), then one step of validation data (two micro-batches of 4 images, file order):
+    the loss computed here with the checkpoint's weights and batch norm's running statistics,
+    within 1e-4, and not the loss with each micro-batch's own statistics (training mode); the
+    evaluation leaves the statistics and weights as they were (a second run to step 3 without
+    it writes the same checkpoint)."""
+    data = images("s8", n=200, seed=3, extra=["--size", "3x8x8"])
+    val = data.replace("_train_", "_val_")
+    _, recs = read_images(glob.glob(val)[0])
+    imgs = [[[b / 255 - 0.5 for b in px[c * 64:(c + 1) * 64]] for c in range(3)] for _, px in recs]
+    labels = [y for y, _ in recs]
+    art, _ = compile_model("bn_eval", [], src=os.path.join(HERE, "bn-stats.hpd"))
+    ck, ck2 = os.path.join(ARGS.work, "ck_eval"), os.path.join(ARGS.work, "ck_noeval")
+    for d in (ck, ck2):
+        shutil.rmtree(d, ignore_errors=True)
+    m, p = train(art, "bn_eval", ["--checkpoint-dir", ck, "--checkpoint-every", "3", "--eval-every", "3", "--eval-steps", "1"],
+                 data=data)
+    check("val loss" in p.stdout and "evaluation mode" in p.stdout, p.stdout)
+    got = [r for r in m if "val_loss" in r]
+    check([r["step"] for r in got] == [3], f"val_loss at steps {[r['step'] for r in got]}, expected [3]")
+    t = read_safetensors(os.path.join(ck, "step-00000003.safetensors"))
+    want = (bn_linear_loss(t, imgs[0:4], labels[0:4]) + bn_linear_loss(t, imgs[4:8], labels[4:8])) / 2
+    def own(g):
+        flat = [[p for img in g for p in img[c]] for c in range(3)]
+        mu = [sum(v) / len(v) for v in flat]
+        return mu, [sum((p - mu[c]) ** 2 for p in flat[c]) / len(flat[c]) for c in range(3)]
+    training = (bn_linear_loss(t, imgs[0:4], labels[0:4], own(imgs[0:4])) +
+                bn_linear_loss(t, imgs[4:8], labels[4:8], own(imgs[4:8]))) / 2
+    print(f"val_loss {got[0]['val_loss']:.6f}; with the running statistics {want:.6f}; with the batches' own {training:.6f}")
+    check(abs(got[0]["val_loss"] - want) <= 1e-4 * max(1.0, abs(want)), f"val_loss {got[0]['val_loss']}, expected {want}")
+    check(abs(training - want) > 1e-3, "the test cannot tell evaluation from training mode")
+    train(art, "bn_noeval", ["--checkpoint-dir", ck2, "--checkpoint-every", "3"], data=data)
+    check(read_safetensors(os.path.join(ck2, "step-00000003.safetensors")) == t, "the evaluation changed the checkpoint")
 
 
 def case_emulate():
