@@ -356,8 +356,22 @@ static int lower_batch_norm(Lower *L, Inv *v, const SemExpr *e, const int *in, c
     attr[3] = 1; /* a count: no gradient */
     n = add_node(L, v, IR_ALL_REDUCE, &n, 1, attr, 4, 0, DT_F32, -1, NULL, at, NULL);
   }
-  /* stat[0] = sum(x) / n, the mean; stat[1] = sum((x - mean)^2) / n, the variance */
-  int stat[2] = {-1, -1}, xc = -1, of = in[0];
+  /* with running statistics, t (the TRAINING leaf: 1 training, 0 evaluation)
+   * chooses what normalises: used = t batch + (1 - t) running, exact in both
+   * modes, so that one program trains and evaluates */
+  int track = e->nargs == 5, t = -1, u = -1;
+  if (track) {
+    t = add_node(L, v, IR_TRAINING, NULL, 0, NULL, 0, 0, DT_F32, 0, NULL, at, NULL);
+    int one0 = add_node(L, v, IR_CONST, NULL, 0, NULL, 0, 1.0, DT_F32, -1, NULL, at, NULL);
+    int ot[2] = {one0, t};
+    u = t < 0 || one0 < 0 ? -1 : add_node(L, v, IR_SUB, ot, 2, NULL, 0, 0, DT_F32, -1, NULL, at, NULL);
+    if (u < 0) return -1;
+  }
+  /* stat[0] = sum(x) / n, the batch mean; used[0] the mean that normalises;
+   * xc = x - used[0]; stat[1] = sum(xc^2) / n, the batch's variance in a
+   * training step (used[0] is the batch mean there), not needed in an
+   * evaluation (t = 0 drops it); used[1] the variance that normalises */
+  int stat[2] = {-1, -1}, used[2] = {-1, -1}, xc = -1, of = in[0];
   for (int pass = 0; pass < 2 && n >= 0; pass++) {
     int s = of;
     for (int a = 0; a < rank && s >= 0; a++) {
@@ -371,38 +385,25 @@ static int lower_batch_norm(Lower *L, Inv *v, const SemExpr *e, const int *in, c
       if (s >= 0) s = add_node(L, v, IR_ALL_REDUCE, &s, 1, ga, 4, 0, dt, -1, NULL, at, NULL);
     }
     int q[2] = {s, n};
-    stat[pass] = s < 0 ? -1 : add_node(L, v, IR_DIV, q, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
-    if (stat[pass] < 0) return -1;
+    stat[pass] = used[pass] = s < 0 ? -1 : add_node(L, v, IR_DIV, q, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+    if (stat[pass] >= 0 && track) {
+      int rs = add_node(L, v, IR_RESHAPE, &in[3 + pass], 1, NULL, 0, 0, dt, rank - 1, cdims + 1, at, NULL);
+      int a1[2] = {stat[pass], t}, a2[2] = {rs, u};
+      int p1 = rs < 0 ? -1 : add_node(L, v, IR_MUL, a1, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+      int p2 = p1 < 0 ? -1 : add_node(L, v, IR_MUL, a2, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+      int a3[2] = {p1, p2};
+      used[pass] = p2 < 0 ? -1 : add_node(L, v, IR_ADD, a3, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
+    }
+    if (used[pass] < 0) return -1;
     if (pass == 0) {
-      int d[2] = {in[0], stat[0]};
+      int d[2] = {in[0], used[0]};
       xc = add_node(L, v, IR_SUB, d, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
       of = xc < 0 ? -1 : add_node(L, v, IR_SQUARE, &xc, 1, NULL, 0, 0, dt, -1, NULL, at, NULL);
     }
   }
-  if (n < 0 || stat[1] < 0) return -1;
-  if (e->nargs < 5) return batch_norm_apply(L, v, e, in, xc, stat[1], cdims);
-  /* with running statistics: a training step normalises with the batch's,
-   * an evaluation with the running ones, t (the TRAINING leaf) choosing:
-   * s = t batch + (1 - t) running, exact in both */
-  int t = add_node(L, v, IR_TRAINING, NULL, 0, NULL, 0, 0, DT_F32, 0, NULL, at, NULL);
-  int one0 = add_node(L, v, IR_CONST, NULL, 0, NULL, 0, 1.0, DT_F32, -1, NULL, at, NULL);
-  int ot[2] = {one0, t};
-  int u = t < 0 || one0 < 0 ? -1 : add_node(L, v, IR_SUB, ot, 2, NULL, 0, 0, DT_F32, -1, NULL, at, NULL);
-  if (u < 0) return -1;
-  int used[2];
-  for (int k = 0; k < 2; k++) {
-    int rs = add_node(L, v, IR_RESHAPE, &in[3 + k], 1, NULL, 0, 0, dt, rank - 1, cdims + 1, at, NULL);
-    int a1[2] = {stat[k], t}, a2[2] = {rs, u};
-    int p1 = rs < 0 ? -1 : add_node(L, v, IR_MUL, a1, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
-    int p2 = p1 < 0 ? -1 : add_node(L, v, IR_MUL, a2, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
-    int a3[2] = {p1, p2};
-    used[k] = p2 < 0 ? -1 : add_node(L, v, IR_ADD, a3, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
-    if (used[k] < 0) return -1;
-  }
-  int dm[2] = {in[0], used[0]};
-  int xu = add_node(L, v, IR_SUB, dm, 2, NULL, 0, 0, dt, -1, NULL, at, NULL);
-  int y = xu < 0 ? -1 : batch_norm_apply(L, v, e, in, xu, used[1], cdims);
-  if (y < 0) return y;
+  if (n < 0 || used[1] < 0) return -1;
+  int y = batch_norm_apply(L, v, e, in, xc, used[1], cdims);
+  if (!track || y < 0) return y;
   if (count == 1 && !sync) {
     diag_error(L->diag, at, "batch_norm with running statistics sees one value per channel (N x H x W = 1): its unbiased "
                "variance is undefined (PyTorch refuses it too); use a larger micro-batch");
