@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conv.h"
 #include "interp.h"
 #include "xalloc.h"
 
@@ -131,26 +130,16 @@ static const char *attention(const IrGraph *g, const IrNode *n, void **bufs, Hos
 
 /* CONV2D, its gradients and POOL2D through core/conv.c (im2col + the BLAS). */
 static const char *conv(const IrGraph *g, const IrNode *n, void **bufs, HostOpEnv *env, char *err, size_t errlen) {
-  const IrNode *a = &g->nodes[n->in[0]];
   if (n->op == IR_POOL2D || n->op == IR_POOL2D_BWD) {
-    PoolShape s = pool_shape_of(a->dims[0], a->dims[1], a->dims[2], a->dims[3], n->attr);
+    PoolShape s = ir_pool_shape(g, n);
     if (n->op == IR_POOL2D) pool_forward_f32(&s, bufs[0], bufs[1]);
     else pool_backward_f32(&s, bufs[0], bufs[1], bufs[2]);
     return NULL;
   }
-  const IrNode *b = &g->nodes[n->in[1]];
-  int64_t G = n->attr[CONV_A_GROUPS];
-  const char *why;
-  if (n->op == IR_CONV2D) {
-    ConvShape s = conv_shape_of(a->dims[0], a->dims[1], b->dims[0], n->attr);
-    why = conv_forward_f32(&s, bufs[0], bufs[1], bufs[2], env->sgemm, env->par_for, env->par);
-  } else if (n->op == IR_CONV2D_BWD_DATA) {
-    ConvShape s = conv_shape_of(a->dims[0], b->dims[1] * G, b->dims[0], n->attr);
-    why = conv_bwd_data_f32(&s, bufs[0], bufs[1], bufs[2], env->sgemm, env->par_for, env->par);
-  } else {
-    ConvShape s = conv_shape_of(a->dims[0], a->dims[1], b->dims[1], n->attr);
-    why = conv_bwd_filter_f32(&s, bufs[0], bufs[1], bufs[2], env->sgemm);
-  }
+  ConvShape s = ir_conv_shape(g, n);
+  const char *why = n->op == IR_CONV2D          ? conv_forward_f32(&s, bufs[0], bufs[1], bufs[2], env->sgemm, env->par_for, env->par)
+                    : n->op == IR_CONV2D_BWD_DATA ? conv_bwd_data_f32(&s, bufs[0], bufs[1], bufs[2], env->sgemm, env->par_for, env->par)
+                                                  : conv_bwd_filter_f32(&s, bufs[0], bufs[1], bufs[2], env->sgemm);
   return why ? failf(err, errlen, "%s: %s", ir_op_name(n->op), why) : NULL;
 }
 

@@ -12,7 +12,6 @@
  * message of its group, so a SEND / RECV pair in one process is an identity
  * and autodiff's RECV / SEND of gradients can be checked without ranks. */
 #include "interp.h"
-#include "conv.h"
 #include "extcall.h"
 #include "xalloc.h"
 
@@ -863,27 +862,17 @@ static const char *exec_attention(Run *r, const IrNode *n, double *out) {
 /* CONV2D and its gradients, POOL2D and its gradient: conv.c's fp64 loops,
  * the definition the back ends are held to. */
 static const char *exec_conv(Run *r, const IrNode *n, double *out) {
-  const IrGraph *g = r->g;
-  const IrNode *a = &g->nodes[n->in[0]];
   const double *A = r->val[n->in[0]], *B = n->nin > 1 ? r->val[n->in[1]] : NULL;
   if (n->op == IR_POOL2D || n->op == IR_POOL2D_BWD) {
-    PoolShape s = pool_shape_of(a->dims[0], a->dims[1], a->dims[2], a->dims[3], n->attr);
+    PoolShape s = ir_pool_shape(r->g, n);
     if (n->op == IR_POOL2D) pool_forward_f64(&s, A, out);
     else pool_backward_f64(&s, A, B, out);
     return NULL;
   }
-  const IrNode *b = &g->nodes[n->in[1]];
-  int64_t G = n->attr[CONV_A_GROUPS];
-  if (n->op == IR_CONV2D) {
-    ConvShape s = conv_shape_of(a->dims[0], a->dims[1], b->dims[0], n->attr);
-    conv_forward_f64(&s, A, B, out);
-  } else if (n->op == IR_CONV2D_BWD_DATA) {
-    ConvShape s = conv_shape_of(a->dims[0], b->dims[1] * G, b->dims[0], n->attr);
-    conv_bwd_data_f64(&s, A, B, out);
-  } else {
-    ConvShape s = conv_shape_of(a->dims[0], a->dims[1], b->dims[1], n->attr);
-    conv_bwd_filter_f64(&s, A, B, out);
-  }
+  ConvShape s = ir_conv_shape(r->g, n);
+  if (n->op == IR_CONV2D) conv_forward_f64(&s, A, B, out);
+  else if (n->op == IR_CONV2D_BWD_DATA) conv_bwd_data_f64(&s, A, B, out);
+  else conv_bwd_filter_f64(&s, A, B, out);
   return NULL;
 }
 

@@ -1,6 +1,5 @@
 /* ir.c - IR construction, shape rules, verification and printing. */
 #include "ir.h"
-#include "conv.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -553,6 +552,18 @@ static const char *conv_operands_fit(const IrNode *n, const IrNode *x, const IrN
     return "conv2d's operands disagree with its attributes (H, W, KH, KW)";
   if (x->dims[1] != w->dims[1] * g || w->dims[0] % g) return "conv2d's channels: x has C = groups x w's second dimension, and w's O divides by groups";
   return NULL;
+}
+
+ConvShape ir_conv_shape(const IrGraph *g, const IrNode *n) {
+  const IrNode *a = &g->nodes[n->in[0]], *b = &g->nodes[n->in[1]];
+  if (n->op == IR_CONV2D) return conv_shape_of(a->dims[0], a->dims[1], b->dims[0], n->attr);
+  if (n->op == IR_CONV2D_BWD_DATA) return conv_shape_of(a->dims[0], n->dims[1], a->dims[1], n->attr);
+  return conv_shape_of(a->dims[0], a->dims[1], b->dims[1], n->attr);
+}
+
+PoolShape ir_pool_shape(const IrGraph *g, const IrNode *n) {
+  const IrNode *x = &g->nodes[n->in[0]];
+  return pool_shape_of(x->dims[0], x->dims[1], x->dims[2], x->dims[3], n->attr);
 }
 
 static const char *irshape_CONV2D(IrGraph *g, IrNode *n) {

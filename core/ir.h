@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "arena.h"
+#include "conv.h"
 #include "ir_ops.h"
 #include "semtypes.h"
 #include "span.h"
@@ -199,6 +200,12 @@ int ir_add_copy(IrGraph *g, const IrNode *n, const int *map);
 static inline IrNode *ir_node(IrGraph *g, int id) { return &g->nodes[id]; }
 
 int64_t ir_numel(const IrNode *n);
+/* The convolution of a CONV2D, CONV2D_BWD_DATA or CONV2D_BWD_FILTER node
+ * (conv.h): its attributes, the batch and the channels from whichever operands
+ * hold them ((x, w), (dy, w), (x, dy)). */
+ConvShape ir_conv_shape(const IrGraph *g, const IrNode *n);
+/* The pooling of a POOL2D or POOL2D_BWD node (input 0 is x for both). */
+PoolShape ir_pool_shape(const IrGraph *g, const IrNode *n);
 int64_t ir_bytes(const IrNode *n); /* numel x element size */
 
 /* Checks SSA order, arity, and that every node's stored type equals what its

@@ -863,15 +863,8 @@ static int conv(CuKern *k, const IrNode *n, int id) {
   CuText *o = &k->t->src;
   int a = io_of(k, n->in[0]), b = io_of(k, n->in[1]), out = io_of(k, id);
   if (a < 0 || b < 0 || out < 0 || conv_f32(k, n)) return -1;
-  /* the batch, input and output channels from whichever operand has them:
-   * (x, w), (dy, w) or (x, dy) */
-  const IrNode *i0 = nd(k, n->in[0]), *i1 = nd(k, n->in[1]);
-  int64_t N, C, O;
-  int op;
-  if (n->op == IR_CONV2D) op = HPDL_CONV_FWD, N = i0->dims[0], C = i0->dims[1], O = i1->dims[0];
-  else if (n->op == IR_CONV2D_BWD_DATA) op = HPDL_CONV_BWD_DATA, N = n->dims[0], C = n->dims[1], O = i0->dims[1];
-  else op = HPDL_CONV_BWD_FILTER, N = i0->dims[0], C = i0->dims[1], O = i1->dims[1];
-  ConvShape cs = conv_shape_of(N, C, O, n->attr);
+  int op = n->op == IR_CONV2D ? HPDL_CONV_FWD : n->op == IR_CONV2D_BWD_DATA ? HPDL_CONV_BWD_DATA : HPDL_CONV_BWD_FILTER;
+  ConvShape cs = ir_conv_shape(k->fg->graph, n);
   const int64_t v[16] = {cs.N,  cs.C,  cs.H,  cs.W,  cs.O,  cs.KH, cs.KW, cs.Ho,
                          cs.Wo, cs.sh, cs.sw, cs.ph, cs.pw, cs.dh, cs.dw, cs.groups};
   int fits = 1;
@@ -923,8 +916,7 @@ static int pool(CuKern *k, const IrNode *n, int id) {
   CuText *o = &k->t->src;
   int bwd = n->op == IR_POOL2D_BWD, x = io_of(k, n->in[0]), dy = bwd ? io_of(k, n->in[1]) : 0, out = io_of(k, id);
   if (x < 0 || dy < 0 || out < 0 || conv_f32(k, n)) return -1;
-  const IrNode *xn = nd(k, n->in[0]);
-  PoolShape ps = pool_shape_of(xn->dims[0], xn->dims[1], xn->dims[2], xn->dims[3], n->attr);
+  PoolShape ps = ir_pool_shape(k->fg->graph, n);
   const int64_t v[12] = {ps.N, ps.C, ps.H, ps.W, ps.Ho, ps.Wo, ps.kh, ps.kw, ps.sh, ps.sw, ps.ph, ps.pw};
   int fits = ps.Ho > 0 && ps.Wo > 0 && ps.H * ps.W <= 0x7fffffff && ps.Ho * ps.Wo <= 0x7fffffff;
   for (int i = 0; i < 12; i++) fits &= v[i] >= 0 && v[i] <= 0x7fffffff;

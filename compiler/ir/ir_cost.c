@@ -310,17 +310,13 @@ static void ircost_MOE_GATE_GRAD(const CostCtx *c, IrCost *k) {
 
 int ircost_conv_gemm(const IrGraph *g, const IrNode *n, double *batch, double *M, double *N, double *K) {
   if (n->op != IR_CONV2D && n->op != IR_CONV2D_BWD_DATA && n->op != IR_CONV2D_BWD_FILTER) return 0;
-  /* the image batch and the output channels, from whichever operand has them */
-  const IrNode *a = &g->nodes[n->in[0]], *b = &g->nodes[n->in[1]];
-  const IrNode *y = n->op == IR_CONV2D ? n : n->op == IR_CONV2D_BWD_DATA ? a : b;
-  double G = (double)n->attr[CONV_A_GROUPS], imgs = (double)y->dims[0], O = (double)y->dims[1];
-  double pos = (double)y->dims[2] * (double)y->dims[3];
-  double C = n->op == IR_CONV2D ? (double)a->dims[1] : n->op == IR_CONV2D_BWD_DATA ? (double)n->dims[1] : (double)a->dims[1];
-  double taps = C / G * (double)n->attr[CONV_A_KH] * (double)n->attr[CONV_A_KW];
+  ConvShape s = ir_conv_shape(g, n);
+  double G = (double)s.groups, cols = (double)s.N * (double)s.Ho * (double)s.Wo, outs = (double)s.O / G;
+  double taps = (double)s.C / G * (double)s.KH * (double)s.KW;
   *batch = G;
-  if (n->op == IR_CONV2D) *M = O / G, *N = imgs * pos, *K = taps;
-  else if (n->op == IR_CONV2D_BWD_DATA) *M = taps, *N = imgs * pos, *K = O / G;
-  else *M = O / G, *N = taps, *K = imgs * pos;
+  if (n->op == IR_CONV2D) *M = outs, *N = cols, *K = taps;
+  else if (n->op == IR_CONV2D_BWD_DATA) *M = taps, *N = cols, *K = outs;
+  else *M = outs, *N = taps, *K = cols;
   return 1;
 }
 
