@@ -286,6 +286,14 @@ static int lower_attention(Lower *L, Inv *v, const SemExpr *e, const int *in, co
   return p < 0 ? -1 : add_node(L, v, IR_MATMUL, pv, 2, attr, 2, 0, dt, -1, NULL, e->span, NULL);
 }
 
+/* The graph's TRAINING leaf (one a graph: every batch norm and dropout of
+ * it reads the same mode). */
+static int training_node(Lower *L, Inv *v, Span at) {
+  for (int i = 0; i < v->g->nnodes; i++)
+    if (v->g->nodes[i].op == IR_TRAINING) return i;
+  return add_node(L, v, IR_TRAINING, NULL, 0, NULL, 0, 0, DT_F32, 0, NULL, at, NULL);
+}
+
 /* (x - mean) rsqrt(var + eps) weight + bias, xc = x - mean, weight and bias
  * reshaped to [C, 1, ...]. */
 static int batch_norm_apply(Lower *L, Inv *v, const SemExpr *e, const int *in, int xc, int var, const int64_t *cdims) {
@@ -361,7 +369,7 @@ static int lower_batch_norm(Lower *L, Inv *v, const SemExpr *e, const int *in, c
    * modes, so that one program trains and evaluates */
   int track = e->nargs == 5, t = -1, u = -1;
   if (track) {
-    t = add_node(L, v, IR_TRAINING, NULL, 0, NULL, 0, 0, DT_F32, 0, NULL, at, NULL);
+    t = training_node(L, v, at);
     int one0 = add_node(L, v, IR_CONST, NULL, 0, NULL, 0, 1.0, DT_F32, -1, NULL, at, NULL);
     int ot[2] = {one0, t};
     u = t < 0 || one0 < 0 ? -1 : add_node(L, v, IR_SUB, ot, 2, NULL, 0, 0, DT_F32, -1, NULL, at, NULL);
@@ -499,7 +507,7 @@ static int lower_op(Lower *L, Inv *v, const SemExpr *e, const int64_t *dims) {
     int d = add_node(L, v, IR_DROPOUT, in, 1, attr, 1, e->scalar, t->dtype, -1, NULL, e->span, NULL);
     if (d < 0 || !(e->scalar > 0)) return d;
     /* an evaluation keeps every value: t d + (1 - t) x, t the TRAINING leaf (exact in both) */
-    int tr = add_node(L, v, IR_TRAINING, NULL, 0, NULL, 0, 0, DT_F32, 0, NULL, e->span, NULL);
+    int tr = training_node(L, v, e->span);
     int one = add_node(L, v, IR_CONST, NULL, 0, NULL, 0, 1.0, DT_F32, -1, NULL, e->span, NULL);
     int ot[2] = {one, tr};
     int u = tr < 0 || one < 0 ? -1 : add_node(L, v, IR_SUB, ot, 2, NULL, 0, 0, DT_F32, -1, NULL, e->span, NULL);
