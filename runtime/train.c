@@ -1001,8 +1001,9 @@ static int open_eval(Run *R, RtErr *e) {
 
 /* The validation loss: eval_steps steps of the validation data from its
  * start, the model in evaluation mode (TrainCtx.eval: running statistics,
- * no dropout, no gradient kept), the mean over the steps of each step's mean
- * loss over the ranks that have it. Parameters and state are left as they
+ * no dropout, no gradient kept: the seed is 0, and the next training step
+ * zeroes the gradient pool before it runs), the mean over the steps of each
+ * step's mean loss over the ranks that have it. Parameters and state are left as they
  * were; at zero 3 gathered for the pass and handed back after. */
 static int evaluate(Run *R, int64_t s, double *val, RtErr *e) {
   data_loader_seek(R->eval_loader, 0);
@@ -1021,7 +1022,6 @@ static int evaluate(Run *R, int64_t s, double *val, RtErr *e) {
       rc = -1;
       break;
     }
-    if (!R->resident) memset(R->pool[1], 0, (size_t)(R->pool_cap ? R->pool_cap : 16) * sizeof(float));
     if (R->prog->step(R->self, &R->ctx, R->mptr, R->nmicro, &loss, &has, e) < 0) {
       rc = -1;
       break;
@@ -1033,7 +1033,6 @@ static int evaluate(Run *R, int64_t s, double *val, RtErr *e) {
   }
   R->ctx.eval = 0;
   R->ctx.grad_scale = gs;
-  if (!R->resident) memset(R->pool[1], 0, (size_t)(R->pool_cap ? R->pool_cap : 16) * sizeof(float));
   if (R->master) rt_release_pages(R->pool[0], (size_t)R->pool_cap * sizeof(float));
   *val = sum / (double)steps;
   return rc;
