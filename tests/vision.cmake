@@ -21,7 +21,7 @@ add_test(NAME vision.loader COMMAND test_vision_images)
 set_tests_properties(vision.loader PROPERTIES LABELS "vision;runtime" TIMEOUT 120)
 
 find_package(Python3 COMPONENTS Interpreter)
-foreach(case data_tool bad_files compile_errors one_rank dp2 resnet_tiny profile running_stats evaluation emulate)
+foreach(case data_tool bad_files compile_errors one_rank dp2 resnet_tiny resnet18_pp profile running_stats evaluation emulate)
   if(Python3_Interpreter_FOUND)
     add_test(NAME vision.${case}
              COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/vision/vision_e2e.py --bin ${CMAKE_BINARY_DIR}/bin
@@ -37,5 +37,6 @@ endforeach()
 # leaves the label out of the sanitizer run)
 if(TEST vision.resnet_tiny)
   set_tests_properties(vision.resnet_tiny PROPERTIES LABELS "vision;runtime;sanitize_redundant")
+  set_tests_properties(vision.resnet18_pp PROPERTIES LABELS "vision;runtime;sanitize_redundant")
   set_tests_properties(vision.profile PROPERTIES LABELS "vision;runtime;sanitize_redundant")
 endif()

@@ -763,7 +763,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
   json_t *stage_layers = json_array();
   for (int c = 0; c < K; c++) json_array_append_new(stage_layers, json_integer(pr->layers[c]));
   json_t *jlay = json_object_get(root, "layout");
-  json_object_set_new(jlay, "stage_layers", stage_layers);
+  json_object_set_new(jlay, pr->by_cuts ? "stage_pieces" : "stage_layers", stage_layers);
   if (L.ep > 1) json_object_set_new(jlay, "ep", json_integer(L.ep));
   json_object_set_new(jlay, "balance", json_string(m->layout.balance == BALANCE_LAYERS ? "layers" : "cost"));
   /* where the layout was planned to run: hpdlrun --sbatch / --k8s place
@@ -888,8 +888,8 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
             : nnative    ? "mixed (generated kernels where the back end compiles the stage, else the reference executor)"
                          : "interp (the reference executor, fp64)");
     for (int c = 0; c < K; c++)
-      fprintf(out, "  %s %d: layers %" PRId64 "-%" PRId64 ", %d graphs, %d nodes, arena %" PRId64 " bytes: %s%d.hir%s\n",
-              L.vpp > 1 ? "chunk" : "stage", c, pr->first[c], pr->first[c] + pr->layers[c] - 1, ch[c].m->ngraphs, ch[c].nnodes,
+      fprintf(out, "  %s %d: %s %" PRId64 "-%" PRId64 ", %d graphs, %d nodes, arena %" PRId64 " bytes: %s%d.hir%s\n",
+              L.vpp > 1 ? "chunk" : "stage", c, pr->by_cuts ? "pieces" : "layers", pr->first[c], pr->first[c] + pr->layers[c] - 1, ch[c].m->ngraphs, ch[c].nnodes,
               ch[c].native && ch[c].plan->fused_arena > 0 ? ch[c].plan->fused_arena : ch[c].plan->arena, fname, c,
               !ch[c].native ? " (interp)"
               : is_cuda(o)  ? arena_printf(arena, ", %s%d.cubin + .ptx (CUDA %s)", fname, c, o->arch ? o->arch : "sm_80")

@@ -542,6 +542,25 @@ static const char *human_count(char *buf, size_t n, int64_t v) {
   return buf;
 }
 
+/* `check` of a pipeline over a forward without one repeat: the forward must
+ * have a place for every stage boundary, where one activation crosses
+ * (pipeline.h); with one repeat sema counts its layers. */
+static void check_pipeline_cuts(Arena *arena, Diag *diag, const SemModel *m) {
+  const SemLayout *L = &m->layout;
+  int64_t nstages = (L->pp > 0 ? L->pp : 1) * (L->virtual_stages > 0 ? L->virtual_stages : 1);
+  if (nstages <= 1 || m->repeats == 1) return;
+  IrModule *ir = lower_model(arena, diag, m, m->train.micro_batch);
+  SpmdSpec spec = emit_declared_spec(m);
+  IrModule *part = ir ? spmd_partition(arena, diag, ir, &spec) : NULL;
+  const PipeUnits *u = part ? pipe_units(arena, part) : NULL;
+  if (!u || u->nunits >= nstages) return;
+  diag_error(diag, m->model->decl->name.span,
+             "pipeline x virtual = %" PRId64 " stages need as many pieces of the forward, but %s's forward cuts into %" PRId64
+             " (a cut falls where one activation alone crosses: between blocks, not inside a residual one)",
+             nstages, m->model->decl->name.name, u->nunits);
+  diag_hint(diag, "use at most %" PRId64 " pipeline stages, or more data parallelism", u->nunits);
+}
+
 static void print_summary(const char *path, const SemModel *m) {
   char count[32];
   const SemLayout *L = &m->layout;
@@ -751,7 +770,8 @@ int main(int argc, char **argv) {
               if (pr->nchunks > 1) {
                 printf(" of ");
                 for (int c = 0; c < pr->nchunks; c++) printf("%s%" PRId64, c ? "+" : "", pr->layers[c]);
-                printf(" layers (balance = %s)", m->layout.balance == BALANCE_LAYERS ? "layers" : "cost");
+                printf(" %s (balance = %s)", pr->by_cuts ? "pieces of the forward, cut where one activation crosses" : "layers",
+                       m->layout.balance == BALANCE_LAYERS ? "layers" : "cost");
               }
               printf("\n");
               ir_print(pr->m, stdout);
@@ -821,7 +841,12 @@ int main(int argc, char **argv) {
         SemOptions opts = {cli.defines, cli.ndefines, cli.layout, cli.nlayout, cli.model, &bad_cli};
         SemModel *m = sema_check(arena, diag, &prog, &opts);
         if (bad_cli) status = 2;
-        if (m && !cli.quiet) print_summary(cli.files[i], m);
+        int cut_ok = 1;
+        if (m && diag_error_count(diag) == before) {
+          check_pipeline_cuts(arena, diag, m);
+          cut_ok = diag_error_count(diag) == before;
+        }
+        if (m && cut_ok && !cli.quiet) print_summary(cli.files[i], m);
         else if (!m && diag_error_count(diag) == before && !cli.quiet)
           printf("%s: ok: declarations only, no model\n", cli.files[i]);
       }

@@ -250,6 +250,8 @@ typedef struct {
   int64_t seq_len;  /* the sequence dimension of the first input, when constant (0 for images) */
   int images;       /* the first input is a batch of images, float [B, C, H, W] (no sequence) */
   int64_t layers;   /* blocks of the largest repeat (pipeline stages split these) */
+  int64_t repeats;  /* repeats of more than one block, outside repeats: one -> a pipeline splits its
+                     * layers; none or several -> it cuts the forward where one value crosses (pipeline.h) */
   const AstDecl *train_decl, *parallel_decl;
 } SemModel;
 

@@ -501,13 +501,14 @@ static void check_divisible(Sema *S, int64_t value, int64_t by, Span at, const c
   setting_note(S, s, key, flag);
 }
 
-static void find_layers(const SemLayer *l, int64_t *layers, const SemChild **where) {
+static void find_layers(const SemLayer *l, int64_t *layers, const SemChild **where, int64_t *repeats) {
   for (int i = 0; i < l->nchildren; i++) {
     if (l->children[i].repeat > *layers) {
       *layers = l->children[i].repeat;
       *where = &l->children[i];
     }
-    find_layers(l->children[i].layer, layers, where);
+    if (l->children[i].repeat > 1) ++*repeats;
+    else find_layers(l->children[i].layer, layers, where, repeats);
   }
 }
 
@@ -756,16 +757,19 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
   }
   /* layers by pipeline x virtual stages */
   const SemChild *rep = NULL;
-  int64_t layers = 0;
-  find_layers(m->model, &layers, &rep);
+  int64_t layers = 0, repeats = 0;
+  find_layers(m->model, &layers, &rep, &repeats);
   m->layers = layers;
+  m->repeats = repeats;
   int64_t stages = (L->pp > 0 ? L->pp : 1) * (L->virtual_stages > 0 ? L->virtual_stages : 1);
-  if (stages > 1) {
-    if (!rep) {
-      sema_error(S, m->model->decl->name.span, "pipeline parallelism splits repeated blocks, and %s has no `repeat`",
-                 m->model->decl->name.name);
-      setting_note(S, &s, "pipeline", "--pp");
-    } else if (layers < stages) {
+  if (stages > 1 && repeats != 1 && L->balance == BALANCE_LAYERS) {
+    sema_error(S, m->model->decl->name.span,
+               "balance = layers gives the pipeline stages equal shares of one repeated block, and %s has %s",
+               m->model->decl->name.name, repeats ? "several" : "no `repeat`");
+    diag_hint(S->diag, "balance = cost (the default) cuts the forward where one activation crosses");
+    setting_note(S, &s, "balance", "--balance");
+  } else if (stages > 1 && repeats == 1) {
+    if (layers < stages) {
       sema_error(S, rep->span, "%" PRId64 " layers cannot be split into pipeline x virtual = %" PRId64 " x %" PRId64
                  " stages of at least one layer each", layers, L->pp > 0 ? L->pp : 1, L->virtual_stages > 0 ? L->virtual_stages : 1);
       setting_note(S, &s, "pipeline", "--pp");

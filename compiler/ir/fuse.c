@@ -418,6 +418,22 @@ static Space require(Fuser *F, int id, const Space *q, const int *set, int nset)
 
 static Space kernel_space(Fuser *F, int k) { return F->k[k].sp; }
 
+/* Would backward node `id` joining kernel k put forward work after the
+ * backward's start? k holds forward nodes (before the step's cut,
+ * IrGraph.fb_split) and one of them is read by a forward node of another
+ * kernel, which must then wait for the backward (a pipeline chunk's
+ * forward part could not run alone: fuse_can_cut). */
+static int strands_forward(Fuser *F, int id, int k) {
+  int split = F->g->fb_split;
+  if (split <= 0 || id < split || F->k[k].minnode >= split) return 0;
+  for (int v = F->k[k].minnode; v < split && v <= F->k[k].maxnode; v++) {
+    if (kof(F, v) != k) continue;
+    for (int u = F->ustart[v]; u < F->ustart[v + 1]; u++)
+      if (F->users[u] < split && kof(F, F->users[u]) != k) return 1;
+  }
+  return 0;
+}
+
 /* Elementwise node or reduction: join / merge producer kernels, or start one. */
 static void fuse_compute(Fuser *F, int id) {
   const IrNode *n = nd(F->g, id);
@@ -425,6 +441,7 @@ static void fuse_compute(Fuser *F, int id) {
   for (int i = 0; i < n->nin && ncand < 16; i++) {
     int p = kof(F, n->in[i]), dup = 0;
     if (F->k[p].kind != FUSE_LOOP && F->k[p].kind != FUSE_ROW) continue;
+    if (strands_forward(F, id, p)) continue;
     for (int j = 0; j < ncand; j++) dup |= cand[j] == p;
     if (!dup) cand[ncand++] = p;
   }

@@ -2,6 +2,7 @@
 #include "pipeline.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -69,6 +70,52 @@ int pipe_balance(int64_t repeat, int64_t chunks, double t_first, double t_layer,
   return 0;
 }
 
+/* Packs w into `chunks` runs of sum <= T, each at least one unit and
+ * leaving one for each later run; 0 when all fit. */
+static int pack_units(const double *w, int64_t n, int64_t chunks, double T, int64_t *out) {
+  int64_t i = 0;
+  for (int64_t c = 0; c < chunks; c++) {
+    if (i >= n) return -1;
+    double sum = w[i];
+    int64_t take = 1;
+    if (c == chunks - 1) {
+      while (i + take < n) sum += w[i + take++];
+    } else {
+      while (i + take < n && n - (i + take) > chunks - c - 1 && sum + w[i + take] <= T) sum += w[i + take++];
+    }
+    if (sum > T) return -1;
+    if (out) out[c] = take;
+    i += take;
+  }
+  return i == n ? 0 : -1;
+}
+
+int pipe_balance_units(const double *w, int64_t n, int64_t chunks, int64_t *out) {
+  if (chunks < 1 || n < chunks) return -1;
+  double lo = 0, hi = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double x = w[i] > 0 ? w[i] : 0;
+    hi += x;
+    if (x > lo) lo = x;
+  }
+  if (!(hi > 0)) { /* no usable price: split by count */
+    for (int64_t c = 0; c < chunks; c++) out[c] = n / chunks + (c >= chunks - n % chunks ? 1 : 0);
+    return 0;
+  }
+  double *pos = malloc(sizeof(double) * (size_t)n);
+  if (!pos) return -1;
+  for (int64_t i = 0; i < n; i++) pos[i] = w[i] > 0 ? w[i] : 0;
+  if (pack_units(pos, n, chunks, lo, NULL) == 0) hi = lo;
+  for (int it = 0; it < 200 && hi - lo > 1e-12 * hi; it++) {
+    double mid = 0.5 * (lo + hi);
+    if (pack_units(pos, n, chunks, mid, NULL) == 0) hi = mid;
+    else lo = mid;
+  }
+  int rc = pack_units(pos, n, chunks, hi * (1 + 1e-12), out);
+  free(pos);
+  return rc;
+}
+
 static int single_call(const IrGraph *g0, int *ncalls) {
   int call = -1;
   *ncalls = 0;
@@ -83,18 +130,201 @@ int64_t pipe_repeat_count(const IrModule *m) {
   return call >= 0 && ncalls == 1 ? m->graphs[0]->nodes[call].attr[1] : 0;
 }
 
+/* Whether a node may be free: a value that depends only on leaves other
+ * than the model's first input (parameters, constants, the targets and
+ * other inputs), which a chunk that reads it computes itself. The first
+ * input (images, tokens) is what the forward flows from: chunk 0's. */
+static int is_free_op(const IrNode *n) {
+  if (n->op == IR_RECV || n->op == IR_SEND || n->op == IR_CALL || n->op == IR_STATE_UPDATE) return 0;
+  if (n->op == IR_INPUT && n->attr[0] == 0) return 0;
+  return 1;
+}
+
+const PipeUnits *pipe_units(Arena *arena, const IrModule *m) {
+  if (!m || m->ngraphs < 1 || m->graphs[0]->nnodes < 1) return NULL;
+  const IrGraph *g = m->graphs[0];
+  PipeUnits *u = arena_alloc(arena, sizeof *u);
+  int ncalls = 0;
+  int call = single_call(g, &ncalls);
+  if (ncalls == 1) {
+    u->nunits = g->nodes[call].attr[1];
+    return u;
+  }
+  u->by_cuts = 1;
+  int n = g->nnodes;
+  u->free_node = arena_alloc(arena, (size_t)n + 1);
+  int *last_use = arena_alloc(arena, sizeof(int) * ((size_t)n + 1));
+  for (int i = 0; i < n; i++) {
+    const IrNode *x = &g->nodes[i];
+    int f = is_free_op(x);
+    for (int k = 0; k < x->nin && f; k++) f = u->free_node[x->in[k]];
+    u->free_node[i] = (char)f;
+    last_use[i] = i;
+    for (int k = 0; k < x->nin; k++) last_use[x->in[k]] = i;
+  }
+  for (int k = 0; k < g->noutputs; k++) last_use[g->outputs[k]] = n;
+  /* Sweep: the values made before node p and read at or after it. A cut
+   * before p is where exactly one crosses, p itself not free, and some
+   * work (a node that is not free) lies on each side. */
+  int *starts = arena_alloc(arena, sizeof(int) * ((size_t)n + 2));
+  int *cross = arena_alloc(arena, sizeof(int) * ((size_t)n + 2));
+  int nu = 1, live = 0, work_before = 0, lastv = -1;
+  starts[0] = 0;
+  cross[0] = -1;
+  int *next_end = arena_alloc(arena, sizeof(int) * ((size_t)n + 1)), *head = arena_alloc(arena, sizeof(int) * ((size_t)n + 2));
+  for (int p = 0; p <= n; p++) head[p] = -1;
+  for (int p = 0; p < n; p++) {
+    for (int i = head[p]; i >= 0; i = next_end[i]) live--; /* last read at p - 1 */
+    if (p > 0 && work_before && live == 1 && !u->free_node[p]) {
+      /* the one live value: the latest made whose last use is >= p */
+      int v = -1;
+      for (int i = lastv; i >= 0 && v < 0; i--)
+        if (!u->free_node[i] && last_use[i] >= p) v = i;
+      starts[nu] = p;
+      cross[nu] = v;
+      nu++;
+    }
+    if (!u->free_node[p]) {
+      work_before = 1;
+      lastv = p;
+      if (last_use[p] > p) {
+        live++;
+        /* it dies after its last use: before node last_use + 1 */
+        int at = last_use[p] + 1;
+        next_end[p] = head[at];
+        head[at] = p;
+      }
+    }
+  }
+  /* the last unit must hold work after its cut; drop cuts with none */
+  while (nu > 1) {
+    int any = 0;
+    for (int i = starts[nu - 1]; i < n && !any; i++) any = !u->free_node[i];
+    if (any) break;
+    nu--;
+  }
+  starts[nu] = n;
+  u->nunits = nu;
+  u->start = starts;
+  u->cross = cross;
+  return u;
+}
+
+/* Copies node i into a chunk with what it reads that is free (recomputed
+ * here) and not yet there. */
+static int copy_free_deps(Pipe *P, IrGraph *out, const IrGraph *g0, const char *free_node, int *map, int i, int offset) {
+  const IrNode *x = &g0->nodes[i];
+  for (int k = 0; k < x->nin; k++) {
+    int j = x->in[k];
+    if (map[j] >= 0) continue;
+    if (!free_node[j]) {
+      diag_error(P->diag, x->span, "internal error splitting the pipeline: %s reads a value of another chunk", ir_op_name(x->op));
+      P->failed = 1;
+      return -1;
+    }
+    if (copy_free_deps(P, out, g0, free_node, map, j, offset) < 0) return -1;
+  }
+  return map[i] = copy_node(P, out, x, map, offset);
+}
+
+/* The chunks of a graph 0 cut between units (PipeUnits.by_cuts). */
+static PipeResult *split_by_cuts(Arena *arena, Diag *diag, const IrModule *m, const PipeUnits *u, int64_t chunks,
+                                 const int64_t *nl, const int64_t *first) {
+  const IrGraph *g0 = m->graphs[0];
+  Pipe P = {arena, diag, m, ir_module_new(arena), 0};
+  P.dst->micro_batch = m->micro_batch;
+  P.dst->inputs = m->inputs;
+  P.dst->ninputs = m->ninputs;
+  P.dst->externs = m->externs;
+  P.dst->nexterns = m->nexterns;
+  for (int i = 0; i < m->nparams; i++) ir_add_param(P.dst, &m->params[i]);
+  int offset = (int)chunks - 1;
+  for (int64_t c = 0; c < chunks && !P.failed; c++) {
+    IrGraph *out = ir_graph_new(P.dst, arena_printf(arena, "chunk%" PRId64, c));
+    int *map = arena_alloc(arena, sizeof(int) * (size_t)(g0->nnodes + 1));
+    for (int i = 0; i < g0->nnodes; i++) map[i] = -1;
+    int64_t u0 = first[c], u1 = first[c] + nl[c];
+    if (c > 0) {
+      const IrNode *x = &g0->nodes[u->cross[u0]];
+      int64_t attr[2] = {IRG_PP, -1}; /* from the previous chunk */
+      map[u->cross[u0]] = ir_add(out, IR_RECV, NULL, 0, attr, 2, 0, x->dtype, x->rank, x->dims, NULL);
+      if (map[u->cross[u0]] < 0) P.failed = 1;
+    }
+    for (int i = u->start[u0]; i < u->start[u1] && !P.failed; i++)
+      if (!u->free_node[i] && map[i] < 0) copy_free_deps(&P, out, g0, u->free_node, map, i, offset);
+    if (P.failed) break;
+    if (c == chunks - 1) {
+      out->noutputs = g0->noutputs;
+      out->outputs = arena_alloc(arena, sizeof(int) * (size_t)(g0->noutputs + 1));
+      for (int k = 0; k < g0->noutputs && !P.failed; k++) {
+        int o = g0->outputs[k];
+        if (map[o] < 0) copy_free_deps(&P, out, g0, u->free_node, map, o, offset);
+        out->outputs[k] = map[o];
+      }
+    } else {
+      int v = u->cross[u1], y = map[v];
+      if (y < 0) {
+        diag_error(diag, g0->nodes[v].span, "internal error splitting the pipeline: chunk %" PRId64 " does not make what it sends", c);
+        P.failed = 1;
+        break;
+      }
+      int64_t sattr[2] = {IRG_PP, 1}; /* to the next chunk */
+      int s = ir_add(out, IR_SEND, &y, 1, sattr, 2, 0, g0->nodes[v].dtype, g0->nodes[v].rank, g0->nodes[v].dims, NULL);
+      out->noutputs = 1;
+      out->outputs = arena_alloc(arena, sizeof(int));
+      out->outputs[0] = s;
+    }
+  }
+  if (P.failed) return NULL;
+  PipeResult *r = arena_alloc(arena, sizeof *r);
+  r->m = P.dst;
+  r->nchunks = (int)chunks;
+  r->by_cuts = 1;
+  r->layers = (int64_t *)nl;
+  r->first = (int64_t *)first;
+  return r;
+}
+
+static void copy_block_graphs(Arena *arena, const IrModule *m, IrModule *dst, int offset);
+
 PipeResult *pipe_split(Arena *arena, Diag *diag, const IrModule *m, int64_t chunks, const int64_t *split) {
   PipeResult *r = arena_alloc(arena, sizeof *r);
+  const PipeUnits *u = pipe_units(arena, m);
   if (chunks <= 1) {
     r->m = (IrModule *)m;
     r->nchunks = 1;
+    r->by_cuts = u && u->by_cuts;
     r->layers = arena_alloc(arena, sizeof(int64_t));
     r->first = arena_alloc(arena, sizeof(int64_t));
-    r->layers[0] = pipe_repeat_count(m);
+    r->layers[0] = u ? u->nunits : 0;
     r->first[0] = 0;
     return r;
   }
   const IrGraph *g0 = m->graphs[0];
+  if (u && u->by_cuts) {
+    if (!split) {
+      diag_error(diag, span_none, "an equal pipeline split needs one repeated block in the model's forward, to divide its layers");
+      return NULL;
+    }
+    int64_t *nl = arena_alloc(arena, sizeof(int64_t) * (size_t)chunks), *first = arena_alloc(arena, sizeof(int64_t) * (size_t)chunks);
+    int64_t sum = 0;
+    for (int64_t c = 0; c < chunks; c++) {
+      nl[c] = split[c];
+      first[c] = sum;
+      sum += nl[c];
+      if (nl[c] < 1) {
+        diag_error(diag, span_none, "pipeline chunk %" PRId64 " would run %" PRId64 " pieces of the model; every chunk needs one", c, nl[c]);
+        return NULL;
+      }
+    }
+    if (sum != u->nunits) {
+      diag_error(diag, span_none, "the pipeline chunks run %" PRId64 " pieces, but the model's forward cuts into %" PRId64, sum, u->nunits);
+      return NULL;
+    }
+    PipeResult *cr = split_by_cuts(arena, diag, m, u, chunks, nl, first);
+    if (cr) copy_block_graphs(arena, m, cr->m, (int)chunks - 1);
+    return cr;
+  }
   int ncalls = 0;
   int call = single_call(g0, &ncalls);
   if (ncalls != 1) {
@@ -189,8 +419,18 @@ PipeResult *pipe_split(Arena *arena, Diag *diag, const IrModule *m, int64_t chun
     }
   }
   if (P.failed) return NULL;
+  copy_block_graphs(arena, m, P.dst, offset);
+  r->m = P.dst;
+  r->nchunks = (int)chunks;
+  r->layers = nl;
+  r->first = first;
+  return r;
+}
+
+/* The block graphs (1.. of m) after the chunks; calls inside them shift by offset. */
+static void copy_block_graphs(Arena *arena, const IrModule *m, IrModule *dst, int offset) {
   for (int i = 1; i < m->ngraphs; i++) {
-    IrGraph *copy = ir_graph_new(P.dst, m->graphs[i]->name);
+    IrGraph *copy = ir_graph_new(dst, m->graphs[i]->name);
     IrGraph keep = *copy;
     *copy = *m->graphs[i];
     copy->arena = keep.arena;
@@ -206,11 +446,6 @@ PipeResult *pipe_split(Arena *arena, Diag *diag, const IrModule *m, int64_t chun
         break;
       }
   }
-  r->m = P.dst;
-  r->nchunks = (int)chunks;
-  r->layers = nl;
-  r->first = first;
-  return r;
 }
 
 /* A module whose graph 0 is pipeline chunk c; the others report a zero loss

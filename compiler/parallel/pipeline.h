@@ -1,15 +1,25 @@
 /* pipeline.h - splits a module into pipeline model chunks.
  *
- * Graph 0 must have the form `prologue; y = call Block x L; epilogue`:
- * the repeated blocks are what a pipeline divides. With p stages and v
- * virtual stages there are K = p * v chunks of L / K layers each; chunk c
- * runs on pipeline rank c % p (Megatron-LM's interleaved assignment).
- * Chunk 0 also runs the prologue (embeddings), chunk K-1 the epilogue (head
- * and loss). A chunk receives its input activation from chunk c-1 (RECV)
- * and sends its output to chunk c+1 (SEND); autodiff turns those into the
- * gradient transfers. The split is the caller's: plan_chunk_layers (plan.h)
- * balances the chunks' forward + backward time with the planner's prices of
- * the prologue, one layer and the epilogue, or splits the layers equally. */
+ * A pipeline divides a model's forward (graph 0) into units and gives each
+ * of K = p * v chunks a contiguous run of them; chunk c runs on pipeline
+ * rank c % p (Megatron-LM's interleaved assignment). The units are:
+ *
+ *  - by layers, when graph 0 has the form `prologue; y = call Block x L;
+ *    epilogue` (one repeat, a transformer's blocks): the L layers. Chunk 0
+ *    also runs the prologue (embeddings), chunk K-1 the epilogue (head and
+ *    loss).
+ *  - by cuts, when graph 0 has no repeat or several (a ResNet's stages):
+ *    the stretches of graph 0 between its cut points, the places where one
+ *    value alone crosses (a block's output: inside a residual block both
+ *    the branch and the shortcut cross). A repeat is then one unit, whole.
+ *
+ * A chunk receives its input activation from chunk c-1 (RECV) and sends its
+ * output to chunk c+1 (SEND); autodiff turns those into the gradient
+ * transfers. What a chunk reads that depends only on parameters and inputs
+ * (a transposed tied embedding, the labels) it computes itself, so only
+ * that one activation crosses. The split is the caller's: plan_chunk_layers
+ * (plan.h) balances the chunks' forward + backward time with the planner's
+ * prices, or splits the layers equally. */
 #ifndef HPDL_PIPELINE_H
 #define HPDL_PIPELINE_H
 
@@ -19,15 +29,29 @@
 typedef struct {
   IrModule *m;       /* graphs 0..nchunks-1 are the chunks, then the blocks */
   int nchunks;
-  int64_t *layers;   /* per chunk: how many layers it runs */
-  int64_t *first;    /* per chunk: the index of its first layer */
+  int by_cuts;       /* the units are graph 0's stretches between cut points, not layers */
+  int64_t *layers;   /* per chunk: how many units (layers) it runs */
+  int64_t *first;    /* per chunk: the index of its first unit (layer) */
 } PipeResult;
 
-/* Splits m into `chunks` chunks; chunk c runs layers[c] layers (each >= 1,
- * summing to the repeat count). layers NULL: the equal split, which needs
- * the layers to divide into `chunks`. NULL with an error in diag when the
- * model has no single top-level repeat or the split does not fit it.
- * chunks == 1 returns the module unchanged (wrapped). */
+/* The pipeline units of a module's graph 0 (see the top of this file). */
+typedef struct {
+  int by_cuts;      /* 0: the layers of the single repeat; 1: stretches between cut points */
+  int64_t nunits;   /* layers, or stretches */
+  int *start;       /* by cuts: unit u is graph 0's nodes [start[u], start[u + 1]); start[nunits] = nnodes */
+  int *cross;       /* by cuts: cross[u] (u >= 1) the one value crossing into unit u */
+  char *free_node;  /* by cuts: a node that depends only on leaves (recomputed where it is read) */
+} PipeUnits;
+
+/* The units of m: by layers when graph 0 calls exactly one repeat, else by
+ * cuts (nunits 1 when no value crosses alone anywhere). */
+const PipeUnits *pipe_units(Arena *arena, const IrModule *m);
+
+/* Splits m into `chunks` chunks; chunk c runs layers[c] units (each >= 1,
+ * summing to pipe_units' count). layers NULL: the equal split, which needs
+ * the units to be layers that divide into `chunks`. NULL with an error in
+ * diag when the split does not fit the model. chunks == 1 returns the
+ * module unchanged (wrapped). */
 PipeResult *pipe_split(Arena *arena, Diag *diag, const IrModule *m, int64_t chunks, const int64_t *layers);
 
 /* The layers of `repeat` blocks over `chunks` contiguous chunks (each >= 1)
@@ -40,6 +64,11 @@ PipeResult *pipe_split(Arena *arena, Diag *diag, const IrModule *m, int64_t chun
  * under 1F1B. Equal prologue and epilogue costs of zero give the equal
  * split when the layers divide. Returns 0, or -1 when repeat < chunks. */
 int pipe_balance(int64_t repeat, int64_t chunks, double t_first, double t_layer, double t_last, int64_t *out);
+
+/* The units of weights w[0..n) over `chunks` contiguous chunks (each >= 1)
+ * that minimise the heaviest chunk: the least bound a greedy packing meets,
+ * found by bisection, and that packing. Returns 0, or -1 when n < chunks. */
+int pipe_balance_units(const double *w, int64_t n, int64_t chunks, int64_t *out);
 
 /* The repeat count of m's single top-level CALL (the layers a pipeline
  * splits), or 0 when it has none or several. */

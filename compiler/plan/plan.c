@@ -933,6 +933,20 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
              k->sp ? " with sequence parallelism" : "");
     goto done;
   }
+  /* a forward cut into pieces (no single repeat): each piece's roofline
+   * time, forward and (about twice that) backward, to balance the stages */
+  const PipeUnits *pu = pipe_units(a, part);
+  if (pu && pu->by_cuts) {
+    const IrGraph *g0 = part->graphs[0];
+    pp->units = pu->nunits;
+    pp->unit_w = xalloc_calloc((size_t)pu->nunits, sizeof(double));
+    for (int64_t u = 0; u < pu->nunits; u++)
+      for (int i = pu->start[u]; i < pu->start[u + 1]; i++)
+        if (!pu->free_node[i]) {
+          IrCost nc = ircost_node(part, g0, i);
+          pp->unit_w[u] += 3 * cost_op_time_s(nc.flops, nc.bytes_read + nc.bytes_written, &c->dev, prec_name(c->prec), 1.0);
+        }
+  }
   const char *err = NULL;
   AdResult *ad = ad_build(part, (Recompute)k->rc, &err);
   if (!ad) {
@@ -1269,10 +1283,20 @@ static int price_chunk_module(PlanCtx *c, IrModule *cm, Recompute rc, const Cost
 }
 
 int plan_split_layers(const PlanCtx *c, const PlanParts *pp, int64_t K, int64_t *out, char *why, size_t whylen) {
-  int64_t L = pp->layers;
+  int64_t L = pp->unit_w ? pp->units : pp->layers;
   if (K <= 1) {
     out[0] = L;
     return 0;
+  }
+  if (pp->unit_w) {
+    if (L < K) {
+      snprintf(why, whylen,
+               "the forward of %s cuts into %" PRId64 " piece%s (at the places where one activation alone crosses), "
+               "fewer than pp x virtual = %" PRId64 " chunks",
+               c->model->model->decl->name.name, L, L == 1 ? "" : "s", K);
+      return -1;
+    }
+    return pipe_balance_units(pp->unit_w, L, K, out);
   }
   if (L < K) {
     snprintf(why, whylen, "%" PRId64 " layers do not split into pp x virtual = %" PRId64 " chunks of at least one layer", L, K);
@@ -1368,7 +1392,7 @@ PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
     for (int64_t i = 0; i < K && ok; i++) {
       int64_t same = -1;
       int kind = i == 0 ? PLAN_FIRST : i == K - 1 ? PLAN_LAST : PLAN_MIDDLE;
-      for (int64_t j = 1; j < i && same < 0 && kind == PLAN_MIDDLE; j++)
+      for (int64_t j = 1; j < i && same < 0 && kind == PLAN_MIDDLE && !parts->unit_w; j++)
         if (e->layers[j] == e->layers[i]) same = j;
       if (same >= 0) {
         e->ch[i] = e->ch[same];
@@ -1521,6 +1545,7 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
 /* Drops every cached price: the parts by key and the exact chunk prices. */
 static void drop_prices(PlanCtx *c) {
   for (size_t i = 0; i < c->cap; i++) {
+    if (c->table[i]) free(c->table[i]->unit_w);
     free(c->table[i]);
     c->table[i] = NULL;
   }
@@ -1722,7 +1747,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   }
   /* the chunks: chunk ci is kinds[ci] (its own layer count) */
   PlanChunk *kinds = xalloc_calloc((size_t)K, sizeof(PlanChunk));
-  if (flags & PLAN_FAST) {
+  if ((flags & PLAN_FAST) && !(pp->unit_w && K > 1)) { /* pieces of a cut forward differ: priced as compiled */
     for (int64_t ci = 0; ci < K; ci++) plan_chunk_from_parts(pp, kind_of(ci, K), split[ci], &kinds[ci]);
   } else {
     PlanExact *e = plan_exact(c, &key, K);
@@ -1733,10 +1758,14 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     }
     memcpy(kinds, e->ch, sizeof(PlanChunk) * (size_t)K);
   }
+  if (pp->unit_w && K > 1) { /* the stages count the forward's pieces they run */
+    out->by_pieces = 1;
+    for (int64_t ci = 0; ci < K; ci++) kinds[ci].layers = split[ci];
+  }
   int uniform = 1; /* the middle ranks alike (the screening prices one of them) */
   for (int64_t ci = 0; ci < K; ci++)
     if (split[ci] != split[K > 2 ? 1 : 0] && ci > 0 && ci < K - 1) uniform = 0;
-  if (K > 1 && L.vpp > 1) uniform = 0;
+  if ((K > 1 && L.vpp > 1) || pp->unit_w) uniform = 0;
   free(split);
   /* groups and links (rank order tp, cp, dp, pp) */
   int64_t gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1;

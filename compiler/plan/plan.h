@@ -78,7 +78,7 @@ typedef struct PlanStage {
   double fwd_s, bwd_s; /* one micro-batch, all chunks of the rank, communication on the critical path included */
   double busy_s;       /* per step: computing (forward, backward, recompute) */
   double params;       /* local parameters (elements) */
-  int64_t layers;      /* layers of the repeated block it runs (all its chunks) */
+  int64_t layers;      /* layers of the repeated block it runs (all its chunks); by pieces: the pieces */
   PlanMemory mem;
 } PlanStage;
 
@@ -118,6 +118,7 @@ typedef struct PlanResult {
   char limit[320];        /* the limiting resource in one sentence */
   char saves[160], costs[160]; /* search: why it wins (filled by plan_search) */
   int nstages;
+  int by_pieces;      /* the stages run pieces of a forward cut where one activation crosses, not layers (pipeline.h) */
   PlanStage *stages;      /* owned by the PlanCtx (valid until plan_free) */
 } PlanResult;
 

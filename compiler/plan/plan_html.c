@@ -127,7 +127,7 @@ static void html_header(FILE *f, PlanCtx *c, const PlanReport *rep, const PlanRe
     fprintf(f, "; %" PRId64 " micro-batch%s of %" PRId64 " per replica per step", r->layout.num_micro,
             r->layout.num_micro == 1 ? "" : "es", r->layout.micro_batch);
     if (r->layout.pp > 1 && r->stages) {
-      fputs("; layers per pipeline rank ", f);
+      fputs(r->by_pieces ? "; pieces of the forward per pipeline rank " : "; layers per pipeline rank ", f);
       for (int s = 0; s < r->nstages; s++) fprintf(f, "%s%" PRId64, s ? "+" : "", r->stages[s].layers);
     }
   } else {
@@ -221,8 +221,8 @@ static void svg_memory(FILE *f, const PlanResult *r) {
     fprintf(f, "<g class=\"mem-rank\" data-rank=\"%d\">\n", s);
     fprintf(f, "<text class=\"lab\" x=\"%d\" y=\"%d\" text-anchor=\"end\">rank %d</text>\n", L - 8, y + 12, s);
     if (r->stages)
-      fprintf(f, "<text class=\"small\" x=\"%d\" y=\"%d\" text-anchor=\"end\">%" PRId64 " layer%s</text>\n", L - 8, y + 25,
-              r->stages[s].layers, r->stages[s].layers == 1 ? "" : "s");
+      fprintf(f, "<text class=\"small\" x=\"%d\" y=\"%d\" text-anchor=\"end\">%" PRId64 " %s%s</text>\n", L - 8, y + 25,
+              r->stages[s].layers, r->by_pieces ? "piece" : "layer", r->stages[s].layers == 1 ? "" : "s");
     double x = L;
     for (int k = 0; k < NMEM; k++) {
       double w = v[k] / xmax * PW;

@@ -62,6 +62,8 @@ typedef struct PlanParts {
   int valid;
   char why[200];
   int64_t layers;        /* of the main repeat */
+  int64_t units;         /* a forward cut where one value crosses (pipeline.h's by cuts): its pieces, */
+  double *unit_w;        /* and each one's forward + backward time (roofline); NULL by layers */
   PlanCost f[2], b[2];   /* prologue [0] and epilogue [1], forward and backward */
   PlanCost lf, lb;       /* one layer: B.fwd, B.grad */
   double lf_peak, lb_peak;

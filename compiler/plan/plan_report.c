@@ -76,7 +76,8 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
   if (L->pp > 1 && r->stages) {
     fprintf(f, "stages: ");
     for (int s = 0; s < r->nstages; s++) fprintf(f, "%s%" PRId64, s ? "+" : "", r->stages[s].layers);
-    fprintf(f, " layers (balance = %s)\n", m->layout.balance == BALANCE_LAYERS ? "layers" : "cost");
+    fprintf(f, " %s (balance = %s)\n", r->by_pieces ? "pieces of the forward, cut where one activation crosses" : "layers",
+            m->layout.balance == BALANCE_LAYERS ? "layers" : "cost");
   }
   fputc('\n', f);
 
@@ -155,7 +156,7 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
   fprintf(f, "  %-18s %11.1f%%\n", "HFU", r->hfu * 100);
   if (r->stages && r->nstages > 1) {
     fprintf(f, "\npipeline ranks (one micro-batch)\n");
-    fprintf(f, "  %4s %6s %12s %12s %12s %12s %9s\n", "rank", "layers", "forward", "backward", "params", "memory", "in flight");
+    fprintf(f, "  %4s %6s %12s %12s %12s %12s %9s\n", "rank", r->by_pieces ? "pieces" : "layers", "forward", "backward", "params", "memory", "in flight");
     for (int s = 0; s < r->nstages; s++) {
       const PlanStage *st = &r->stages[s];
       if (r->nstages > 8 && s > 2 && s < r->nstages - 3) {
@@ -309,7 +310,7 @@ static json_t *json_result(PlanCtx *c, const PlanResult *r, int brief) {
   if (r->stages) { /* the layers each pipeline rank runs (its chunks together) */
     json_t *sl = json_array();
     for (int s = 0; s < r->nstages; s++) json_array_append_new(sl, json_integer(r->stages[s].layers));
-    json_object_set_new(par, "stage_layers", sl);
+    json_object_set_new(par, r->by_pieces ? "stage_pieces" : "stage_layers", sl);
   }
   json_object_set_new(o, "parallel", par);
   json_object_set_new(o, "memory_per_gpu", json_memory(&r->mem));

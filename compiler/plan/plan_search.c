@@ -131,7 +131,8 @@ int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, Pla
       if (cp > 1 && seq % (2 * cp)) continue;
       for (int64_t pp = 1; pp <= G / (tp * cp); pp++) {
         if ((G / (tp * cp)) % pp || !fixed_ok(fix->pp, pp)) continue;
-        if (pp > 1 && (m->layers < pp || (equal && layers % pp))) continue;
+        /* (a forward cut into pieces, no single repeat: plan_evaluate says whether they are enough) */
+        if (pp > 1 && m->repeats == 1 && (m->layers < pp || (equal && layers % pp))) continue;
         int64_t dp = G / (tp * cp * pp);
         if (!fixed_ok(fix->dp, dp)) continue;
         int64_t Bs = B > 0 ? B : dp;

@@ -346,10 +346,10 @@ static int run_vision(void) {
 
 /* samples/resnet18.hpd itself at width 4 (torchvision's ResNet-18 layer for
  * layer: the 7x7 stem and max pooling, four stages, the shortcut
- * projections), synchronised batch norm, at dp 2 and 4 with ZeRO and at tp 2,
- * against one rank with the dp-wide micro-batch. (Its stages repeat one block
- * each, so no pipeline stage boundary falls inside a repeat: pp 2 is
- * resnet-tiny's.) */
+ * projections), synchronised batch norm, at dp 2 and 4 with ZeRO, at tp 2
+ * and at pp 2 and 4, against one rank with the dp-wide micro-batch. Its
+ * stages repeat one block each, so a pipeline cuts its forward where one
+ * activation crosses (between blocks, pipeline.h), not inside a repeat. */
 static int run_resnet18(void) {
   static const char *const defs[] = {"width=4", "sync=true", "classes=5"};
   Loaded L;
@@ -358,18 +358,21 @@ static int run_resnet18(void) {
   const int64_t micro = 1, rows = 8;
   double **inputs = make_images(m, rows, 5, 21);
   static const struct {
-    int64_t dp, tp;
+    int64_t dp, tp, pp;
     Recompute rc;
     int zero;
-  } lays[] = {{2, 1, RECOMPUTE_NONE, 0}, {2, 1, RECOMPUTE_FULL, 3}, {4, 1, RECOMPUTE_SELECTIVE, 1}, {4, 2, RECOMPUTE_NONE, 2}};
+  } lays[] = {{2, 1, 1, RECOMPUTE_NONE, 0},      {2, 1, 1, RECOMPUTE_FULL, 3}, {4, 1, 1, RECOMPUTE_SELECTIVE, 1},
+              {4, 2, 1, RECOMPUTE_NONE, 2},      {1, 1, 2, RECOMPUTE_NONE, 0}, {2, 1, 2, RECOMPUTE_FULL, 1},
+              {4, 1, 2, RECOMPUTE_SELECTIVE, 2}, {1, 1, 4, RECOMPUTE_NONE, 0}, {2, 2, 2, RECOMPUTE_NONE, 3}};
   int failures = 0, runs = 0;
   for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
     SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro * lays[i].dp, rows / (micro * lays[i].dp), 0, SCHED_1F1B, 1, 0};
-    SimLayout lay = {lays[i].dp, lays[i].tp, 1, 1, 1, 0, lays[i].rc, micro, rows / (micro * lays[i].dp), lays[i].zero, SCHED_1F1B, 1, 0};
+    SimLayout lay = {lays[i].dp, lays[i].tp, lays[i].pp, 1, 1, 0, lays[i].rc, micro, rows / (micro * lays[i].dp), lays[i].zero,
+                     SCHED_1F1B, 1, 0};
     SimResult ref;
     char err[512], what[200];
-    snprintf(what, sizeof what, "resnet18 (width 4) dp=%" PRId64 " tp=%" PRId64 " zero=%d recompute=%s", lays[i].dp, lays[i].tp,
-             lays[i].zero, sem_recompute_name(lays[i].rc));
+    snprintf(what, sizeof what, "resnet18 (width 4) dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " zero=%d recompute=%s", lays[i].dp,
+             lays[i].tp, lays[i].pp, lays[i].zero, sem_recompute_name(lays[i].rc));
     if (sim_step(m, &ref_layout, 5, inputs, &ref, err, sizeof err)) {
       fprintf(stderr, "%s reference: %s\n", what, err);
       failures++;

@@ -476,6 +476,61 @@ static void test_pipe_balance(void) {
         }
 }
 
+/* The heaviest chunk of every contiguous split of w[0..n) into K runs. */
+static double best_units(const double *w, int64_t n, int64_t K) {
+  if (K == 1) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += w[i];
+    return s;
+  }
+  double best = -1, head = 0;
+  for (int64_t take = 1; take <= n - (K - 1); take++) {
+    head += w[take - 1];
+    double rest = best_units(w + take, n - take, K - 1), m = head > rest ? head : rest;
+    if (best < 0 || m < best) best = m;
+  }
+  return best;
+}
+
+/* pipe_balance_units (the pieces of a forward cut where one activation
+ * crosses): the min-max contiguous split, against every split, on
+ * pseudo-random weights (0 included) */
+static void test_pipe_balance_units(void) {
+  double w[12];
+  int64_t n[12];
+  uint64_t s = 12345;
+  int checked = 0;
+  for (int trial = 0; trial < 60; trial++) {
+    int64_t N = 2 + trial % 10, K = 1 + (trial / 10) % (N < 5 ? N : 5);
+    for (int64_t i = 0; i < N; i++) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      w[i] = (s >> 40) % 7 == 0 ? 0 : (double)((s >> 33) % 1000) / 100.0;
+    }
+    EXPECT(pipe_balance_units(w, N, K, n) == 0);
+    int64_t sum = 0, i = 0;
+    double worst = 0;
+    for (int64_t c = 0; c < K; c++) {
+      EXPECT(n[c] >= 1);
+      double t = 0;
+      for (int64_t j = 0; j < n[c]; j++) t += w[i++];
+      if (t > worst) worst = t;
+      sum += n[c];
+    }
+    EXPECT(sum == N);
+    double best = best_units(w, N, K);
+    if (fabs(worst - best) > 1e-9 * (best + 1)) {
+      fprintf(stderr, "pipe_balance_units N=%" PRId64 " K=%" PRId64 ": heaviest %g, best %g\n", N, K, worst, best);
+      test_failures++;
+    }
+    checked++;
+  }
+  EXPECT(pipe_balance_units(w, 3, 4, n) == -1);
+  /* no usable weights: by count */
+  double z[5] = {0, 0, 0, 0, 0};
+  EXPECT(pipe_balance_units(z, 5, 2, n) == 0 && n[0] == 2 && n[1] == 3);
+  printf("pipe_balance_units: %d splits equal the best of every contiguous split\n", checked);
+}
+
 /* GPT-2 124M: the LM head (768 x 50257) costs about 2.5 layers' forward +
  * backward, so the cost-balanced split gives the last stage fewer layers,
  * and its step beats the equal split's; balance = layers keeps 3+3+3+3. */
@@ -599,6 +654,7 @@ static void test_issue12(void) {
 int main(void) {
   test_issue12();
   test_pipe_balance();
+  test_pipe_balance_units();
   test_balance_gpt2();
   test_memory_is_memplan();
   test_parts_match_chunks();

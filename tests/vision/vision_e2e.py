@@ -334,6 +334,41 @@ def case_resnet_tiny():
     same_losses(runs["pp2"], one, "resnet pp 2 against one rank")
 
 
+def case_resnet18_pp():
+    """samples/resnet18.hpd (width 4, the CIFAR stem, synchronised batch norm) over a pipeline:
+    its stages repeat one block each, so the compiler cuts the forward where one activation
+    crosses (pipeline.h). Under the fp64 reference executor pp 2 and dp 2 x pp 2 give the one
+    rank's losses to every printed digit for 6 steps; the generated fp32 programs agree within
+    1e-4 for 5 steps. (Further on, fp32 rounding moves a channel of layer4, whose 4x4 maps at
+    width 4 are nearly constant, across ReLU's kink: any two fp32 programs part there, the one
+    rank's against the fp64 reference too.)"""
+    # the sample with a learning rate of 0.01 instead of 0.1, which parts two fp32 programs sooner
+    text = open(os.path.join(ARGS.source, "samples", "resnet18.hpd")).read()
+    check("lr = 0.1," in text, "samples/resnet18.hpd's optimizer changed: update this test")
+    src = os.path.join(ARGS.work, "resnet18-lr.hpd")
+    open(src, "w").write(text.replace("lr = 0.1,", "lr = 0.01,"))
+    defs = ["-D", "width=4", "-D", "stem=cifar", "-D", "classes=5", "-D", "sync=true", "--global-batch", "8"]
+    data = images("r32", n=400, seed=3, extra=["--size", "3x32x32", "--classes", "5"])
+    # batch norm's statistics are a micro-batch's (over the data-parallel ranks): 8 images everywhere
+    layouts = [("one", ["--micro-batch", "8"], None), ("pp2", ["--pp", "2", "--micro-batch", "8"], 2),
+               ("dp2pp2", ["--dp", "2", "--pp", "2", "--micro-batch", "4"], 4)]
+    for executor, steps, tol in [("interp", 6, 2e-8), ("native", 5, 1e-4)]:
+        runs = {}
+        for tag, flags, np_ in layouts:
+            name = f"resnet18_{executor}_{tag}"
+            art, p = compile_model(name, [*defs, *flags, "--executor", executor], src=src)
+            if tag != "one":
+                check("pieces" in p.stdout, f"no pieces in the compile summary: {p.stdout}")
+                man = json.load(open(os.path.join(art, "manifest.json")))
+                pieces = man["layout"].get("stage_pieces")
+                check(pieces and len(pieces) == 2 and min(pieces) >= 1, f"stage_pieces {pieces}")
+            runs[tag], _ = train(art, name, ["--steps", str(steps)], np_=np_, data=data)
+        one = runs["one"]
+        check(len(one) == steps and all(math.isfinite(r["loss"]) for r in one), f"{steps} finite losses")
+        same_losses(runs["pp2"], one, f"resnet18 pp 2 against one rank ({executor})", tol)
+        same_losses(runs["dp2pp2"], one, f"resnet18 dp 2 x pp 2 against one rank ({executor})", tol)
+
+
 def case_profile():
     """hpdlrun --profile of samples/resnet18.hpd (width 8): the convolutions lead the op table
     (the field guide's profile: aten::conv2d first) and hold most of the kernels' time, and the
