@@ -185,7 +185,7 @@ const PipeUnits *pipe_units(Arena *arena, const IrModule *m) {
       nu++;
     }
     if (!u->free_node[p]) {
-      work_before = 1;
+      if (!(ir_op_flags(g->nodes[p].op) & IRF_LEAF)) work_before = 1; /* the first input alone is no work */
       lastv = p;
       if (last_use[p] > p) {
         live++;
@@ -204,9 +204,40 @@ const PipeUnits *pipe_units(Arena *arena, const IrModule *m) {
     nu--;
   }
   starts[nu] = n;
-  u->nunits = nu;
-  u->start = starts;
-  u->cross = cross;
+  /* a unit whose one piece of work is a CALL that its input alone enters and
+   * its output alone leaves: a unit per layer */
+  int64_t total = 0;
+  char *split_call = arena_alloc(arena, (size_t)nu + 1);
+  for (int v = 0; v < nu; v++) {
+    int c = -1, work = 0;
+    for (int i = starts[v]; i < starts[v + 1]; i++)
+      if (!u->free_node[i]) work++, c = i;
+    const IrNode *x = c >= 0 ? &g->nodes[c] : NULL;
+    int ok = work == 1 && x->op == IR_CALL && x->attr[1] > 1 && (v == 0 ? 0 : cross[v] == x->in[0]) &&
+             (v + 1 < nu ? cross[v + 1] == c : 0);
+    for (int k = 1; ok && k < x->nin; k++) ok = u->free_node[x->in[k]];
+    split_call[v] = (char)ok;
+    total += ok ? x->attr[1] : 1;
+  }
+  u->nunits = total;
+  u->start = arena_alloc(arena, sizeof(int) * ((size_t)total + 1));
+  u->cross = arena_alloc(arena, sizeof(int) * ((size_t)total + 1));
+  u->call = arena_alloc(arena, sizeof(int) * ((size_t)total + 1));
+  u->layer = arena_alloc(arena, sizeof(int64_t) * ((size_t)total + 1));
+  int64_t w = 0;
+  for (int v = 0; v < nu; v++) {
+    int c = -1;
+    for (int i = starts[v]; i < starts[v + 1]; i++)
+      if (!u->free_node[i]) c = i;
+    int64_t layers = split_call[v] ? g->nodes[c].attr[1] : 1;
+    for (int64_t l = 0; l < layers; l++, w++) {
+      u->start[w] = starts[v];
+      u->cross[w] = l == 0 ? cross[v] : -1;
+      u->call[w] = split_call[v] ? c : -1;
+      u->layer[w] = l;
+    }
+  }
+  u->start[total] = n;
   return u;
 }
 
@@ -244,14 +275,50 @@ static PipeResult *split_by_cuts(Arena *arena, Diag *diag, const IrModule *m, co
     int *map = arena_alloc(arena, sizeof(int) * (size_t)(g0->nnodes + 1));
     for (int i = 0; i < g0->nnodes; i++) map[i] = -1;
     int64_t u0 = first[c], u1 = first[c] + nl[c];
+    int inside = -1; /* the activation between two layers of a repeat, in this chunk */
     if (c > 0) {
-      const IrNode *x = &g0->nodes[u->cross[u0]];
+      int from = u->cross[u0] >= 0 ? u->cross[u0] : u->call[u0];
+      const IrNode *x = &g0->nodes[from];
       int64_t attr[2] = {IRG_PP, -1}; /* from the previous chunk */
-      map[u->cross[u0]] = ir_add(out, IR_RECV, NULL, 0, attr, 2, 0, x->dtype, x->rank, x->dims, NULL);
-      if (map[u->cross[u0]] < 0) P.failed = 1;
+      int r = ir_add(out, IR_RECV, NULL, 0, attr, 2, 0, x->dtype, x->rank, x->dims, NULL);
+      if (r < 0) P.failed = 1;
+      if (u->cross[u0] >= 0) map[u->cross[u0]] = r;
+      else inside = r;
     }
-    for (int i = u->start[u0]; i < u->start[u1] && !P.failed; i++)
-      if (!u->free_node[i] && map[i] < 0) copy_free_deps(&P, out, g0, u->free_node, map, i, offset);
+    for (int64_t v = u0; v < u1 && !P.failed;) {
+      if (u->call[v] < 0) {
+        for (int i = u->start[v]; i < u->start[v + 1] && !P.failed; i++)
+          if (!u->free_node[i] && map[i] < 0) copy_free_deps(&P, out, g0, u->free_node, map, i, offset);
+        v++;
+        continue;
+      }
+      /* a run of the repeat's layers: one CALL from its first layer here */
+      int cn = u->call[v];
+      const IrNode *x = &g0->nodes[cn];
+      int64_t run = 0;
+      while (v + run < u1 && u->call[v + run] == cn) run++;
+      int in[16], nin = x->nin < 16 ? x->nin : 16;
+      in[0] = u->layer[v] == 0 ? map[x->in[0]] : inside;
+      for (int k = 1; k < nin && !P.failed; k++) {
+        if (map[x->in[k]] < 0) copy_free_deps(&P, out, g0, u->free_node, map, x->in[k], offset);
+        in[k] = map[x->in[k]];
+      }
+      if (P.failed || in[0] < 0) {
+        if (!P.failed) diag_error(diag, x->span, "internal error splitting the pipeline: a repeat's input is missing");
+        P.failed = 1;
+        break;
+      }
+      int64_t attr[4] = {x->attr[0] + offset, run, x->attr[2], x->attr[3] + u->layer[v]};
+      int y = ir_add(out, IR_CALL, in, nin, attr, 4, 0, x->dtype, x->rank, x->dims, NULL);
+      if (y < 0) {
+        P.failed = 1;
+        break;
+      }
+      out->nodes[y].span = x->span;
+      if (u->layer[v] + run == x->attr[1]) map[cn] = y;
+      else inside = y;
+      v += run;
+    }
     if (P.failed) break;
     if (c == chunks - 1) {
       out->noutputs = g0->noutputs;
@@ -262,7 +329,7 @@ static PipeResult *split_by_cuts(Arena *arena, Diag *diag, const IrModule *m, co
         out->outputs[k] = map[o];
       }
     } else {
-      int v = u->cross[u1], y = map[v];
+      int v = u->cross[u1] >= 0 ? u->cross[u1] : u->call[u1], y = u->cross[u1] >= 0 ? map[v] : inside;
       if (y < 0) {
         diag_error(diag, g0->nodes[v].span, "internal error splitting the pipeline: chunk %" PRId64 " does not make what it sends", c);
         P.failed = 1;

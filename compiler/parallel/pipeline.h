@@ -8,10 +8,13 @@
  *    epilogue` (one repeat, a transformer's blocks): the L layers. Chunk 0
  *    also runs the prologue (embeddings), chunk K-1 the epilogue (head and
  *    loss).
- *  - by cuts, when graph 0 has no repeat or several (a ResNet's stages):
- *    the stretches of graph 0 between its cut points, the places where one
- *    value alone crosses (a block's output: inside a residual block both
- *    the branch and the shortcut cross). A repeat is then one unit, whole.
+ *  - by cuts, when graph 0 has no repeat or several (a ResNet's stages,
+ *    dense layers then MoE ones): the stretches of graph 0 between its cut
+ *    points, the places where one value alone crosses (a block's output:
+ *    inside a residual block both the branch and the shortcut cross). A
+ *    repeat whose input alone crosses before it and whose output alone
+ *    after it gives a unit per layer, so chunks can end inside it; any
+ *    other repeat is one unit, whole.
  *
  * A chunk receives its input activation from chunk c-1 (RECV) and sends its
  * output to chunk c+1 (SEND); autodiff turns those into the gradient
@@ -39,7 +42,10 @@ typedef struct {
   int by_cuts;      /* 0: the layers of the single repeat; 1: stretches between cut points */
   int64_t nunits;   /* layers, or stretches */
   int *start;       /* by cuts: unit u is graph 0's nodes [start[u], start[u + 1]); start[nunits] = nnodes */
-  int *cross;       /* by cuts: cross[u] (u >= 1) the one value crossing into unit u */
+  int *cross;       /* by cuts: cross[u] (u >= 1) the one value crossing into unit u; -1: the
+                     * activation between two layers of call[u] */
+  int *call;        /* by cuts: unit u is layer layer[u] of the repeat CALL node call[u], or -1 */
+  int64_t *layer;
   char *free_node;  /* by cuts: a node that depends only on leaves (recomputed where it is read) */
 } PipeUnits;
 

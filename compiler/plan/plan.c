@@ -940,12 +940,19 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
     const IrGraph *g0 = part->graphs[0];
     pp->units = pu->nunits;
     pp->unit_w = xalloc_calloc((size_t)pu->nunits, sizeof(double));
-    for (int64_t u = 0; u < pu->nunits; u++)
+    for (int64_t u = 0; u < pu->nunits; u++) {
+      if (pu->call[u] >= 0) { /* a layer of a repeat: its share of the CALL */
+        IrCost nc = ircost_node(part, g0, pu->call[u]);
+        double t = 3 * cost_op_time_s(nc.flops, nc.bytes_read + nc.bytes_written, &c->dev, prec_name(c->prec), 1.0);
+        pp->unit_w[u] = t / (double)g0->nodes[pu->call[u]].attr[1];
+        continue;
+      }
       for (int i = pu->start[u]; i < pu->start[u + 1]; i++)
         if (!pu->free_node[i]) {
           IrCost nc = ircost_node(part, g0, i);
           pp->unit_w[u] += 3 * cost_op_time_s(nc.flops, nc.bytes_read + nc.bytes_written, &c->dev, prec_name(c->prec), 1.0);
         }
+    }
   }
   const char *err = NULL;
   AdResult *ad = ad_build(part, (Recompute)k->rc, &err);
@@ -1206,8 +1213,7 @@ static int price_chunk_module(PlanCtx *c, IrModule *cm, Recompute rc, const Cost
   ginfo_init(&gi, g, &fr->graphs[ad->step]);
   memset(ch, 0, sizeof *ch);
   const FuseGraph *fg = gi.fg;
-  int64_t held_layers = 0;
-  double layer_saved = 0;
+  double held_saved = 0; /* the saved activations of the layers the chunk's repeats hold */
   char *counted = xalloc_calloc((size_t)g->nnodes, 1);
   for (int k = 0; k < fg->nkernels; k++) {
     const FuseKernel *K = &fg->kernels[k];
@@ -1220,10 +1226,9 @@ static int price_chunk_module(PlanCtx *c, IrModule *cm, Recompute rc, const Cost
         ch->b.zparam_bytes += (double)ir_numel(x) * c->weight_bytes;
       }
     }
-    if (K->kind == FUSE_CALL && x->attr[2] == IR_CALL_SAVE) {
-      held_layers = x->attr[1];
-      layer_saved = callee_saved_layer(&P, (int)x->attr[0]);
-      ch->layers = x->attr[1];
+    if (K->kind == FUSE_CALL && x->attr[2] == IR_CALL_SAVE) { /* (a forward cut by cuts may call several) */
+      held_saved += (double)x->attr[1] * callee_saved_layer(&P, (int)x->attr[0]);
+      ch->layers += x->attr[1];
       /* the block's weights, one copy per layer the chunk runs */
       int fgraph = (int)x->attr[0], block = -1;
       for (int i = 1; i < ad->nforward; i++)
@@ -1255,10 +1260,10 @@ static int price_chunk_module(PlanCtx *c, IrModule *cm, Recompute rc, const Cost
     ch->b.zgrads += 1;
     ch->b.zgrad_bytes += (double)ir_numel(&g->nodes[g->outputs[g->noutputs - g->ngrad_params + q]]) * c->weight_bytes;
   }
-  ch->saved += (double)held_layers * layer_saved;
+  ch->saved += held_saved;
   double po, pi;
   walk_live(&P, &gi, NULL, &po, &pi);
-  pi += (double)held_layers * layer_saved;
+  pi += held_saved;
   ch->peak = po > pi ? po : pi;
   /* The compiled program's own memory plan (memplan.h: liveness of the
    * fused kernels, stashes of the saved layers, workspaces of calls) is the

@@ -188,6 +188,23 @@ def case_every2():
             check(abs(a - b) <= tol * abs(b), f"{tag}: step {step + 1} loss {a} differs from one rank's {b}")
 
 
+def case_dense2_pp():
+    """samples/moe-tiny.hpd with 2 dense blocks before the 2 MoE ones (-D D=2, DeepSeek-V3's
+    shape): two repeats, so the pipeline cuts the forward into pieces, a piece per layer of
+    either; pp 3 (chunks that end inside a repeat) and dp 2 x pp 2 x ep 2 train as one rank."""
+    e2e_common.need_mpi(ARGS.bin)
+    one = train("dense2-one", 5, "-D", "D=2")
+    for tag, flags in (("dense2-pp3", ("--pp", "3")), ("dense2-dp2-pp2-ep2", ("--dp", "2", "--pp", "2", "--ep", "2"))):
+        art = work("art-" + tag)
+        p = run([tool("hpdlc"), "compile", model(), "-D", "D=2", *flags, "-o", art])
+        check("pieces" in p.stdout, f"{tag}: the compile summary names no pieces: {p.stdout}")
+        got = train(tag, 5, "-D", "D=2", *flags)
+        for step, tol in ((0, 1e-6), (4, 1e-5)):
+            a, b = got[step]["loss"], one[step]["loss"]
+            print(f"{tag}: step {step + 1} loss {a:.10f}, one rank {b:.10f}")
+            check(abs(a - b) <= tol * abs(b), f"{tag}: step {step + 1} loss {a} differs from one rank's {b}")
+
+
 def case_resume_ep():
     """Stopped at step 3 at dp=4 ep=2 zero=3 (expert shards, their weights' and moments' slices gathered),
     resumed at dp=2 tp=2 ep=2 zero=2 (each expert shard split again over the tensor group), then again on one rank."""
@@ -276,6 +293,7 @@ CASES = {
     "resume_ep": case_resume_ep,
     "balance": case_balance,
     "every2": case_every2,
+    "dense2_pp": case_dense2_pp,
     "drop": case_drop,
     "aux": case_aux,
 }

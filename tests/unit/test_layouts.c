@@ -258,6 +258,55 @@ static int run_moe(void) {
   return failures;
 }
 
+/* Non-uniform layers: moe-tiny with 2 dense blocks before 3 MoE ones
+ * (DeepSeek-V3's shape, two repeats), so the pipeline cuts the forward
+ * into pieces (pipeline.h, by cuts), a piece per layer of either repeat,
+ * and a chunk may end inside one; with tensor, expert and data
+ * parallelism, ZeRO and an interleaved schedule. */
+static int run_stacks(void) {
+  static const char *const defs[] = {"V=64", "T=8", "C=16", "L=3", "H=4", "KV=2", "E=4", "K=2", "F=16", "capacity_factor=1.0",
+                                     "D=2"};
+  Loaded L;
+  SemModel *m = load(&L, "samples/moe-tiny.hpd", defs, 11);
+  if (!m) return 1;
+  const int64_t micro = 2, rows = 8;
+  double **inputs = make_inputs(m, rows, 64, 13);
+  SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro, rows / micro, 0, SCHED_1F1B, 1, 0};
+  SimResult ref;
+  char err[512];
+  int failures = 0;
+  static const struct {
+    int64_t dp, tp, pp, vpp, ep;
+    Recompute rc;
+    int zero;
+  } lays[] = {
+      {1, 1, 2, 1, 1, RECOMPUTE_NONE, 0}, {1, 1, 3, 1, 1, RECOMPUTE_NONE, 0},      {1, 1, 4, 1, 1, RECOMPUTE_FULL, 0},
+      {1, 1, 2, 2, 1, RECOMPUTE_NONE, 0}, {2, 1, 2, 1, 2, RECOMPUTE_SELECTIVE, 1}, {2, 2, 2, 1, 1, RECOMPUTE_NONE, 2},
+      {2, 1, 3, 1, 2, RECOMPUTE_NONE, 3},
+  };
+  if (sim_step(m, &ref_layout, 17, inputs, &ref, err, sizeof err)) {
+    fprintf(stderr, "moe-tiny D=2 reference: %s\n", err);
+    failures++;
+  } else {
+    for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
+      SimLayout lay = {lays[i].dp,  lays[i].tp, lays[i].pp,   1, lays[i].vpp, 0,
+                       lays[i].rc,  micro,      rows / (micro * lays[i].dp), lays[i].zero,
+                       lays[i].vpp > 1 ? SCHED_INTERLEAVED : SCHED_1F1B, lays[i].ep, 0};
+      char what[200];
+      snprintf(what, sizeof what, "moe-tiny D=2 dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " v=%" PRId64 " ep=%" PRId64 " zero=%d recompute=%s",
+               lays[i].dp, lays[i].tp, lays[i].pp, lays[i].vpp, lays[i].ep, lays[i].zero, sem_recompute_name(lays[i].rc));
+      failures += run_layout(m, &lay, 17, inputs, &ref, what);
+    }
+    sim_result_free(&ref);
+    fprintf(stderr, "moe-tiny with 2 dense blocks before 3 MoE ones: %zu layouts compared, %d failed\n", sizeof lays / sizeof lays[0],
+            failures);
+  }
+  for (int i = 0; i < m->model->ninputs; i++) free(inputs[i]);
+  free(inputs);
+  unload(&L);
+  return failures;
+}
+
 /* Images: input 0 uniform in [-1, 1) over [rows, C, H, W], input 1 labels in [0, classes). */
 static double **make_images(const SemModel *m, int64_t rows, int64_t classes, uint64_t seed) {
   double **in = calloc(2, sizeof(double *));
@@ -391,6 +440,10 @@ static int run_resnet18(void) {
 
 int main(int argc, char **argv) {
   /* test_layouts vision: only the convolutional network's layouts */
+  if (argc > 1 && !strcmp(argv[1], "stacks")) {
+    EXPECT(run_stacks() == 0);
+    TEST_DONE();
+  }
   if (argc > 1 && !strcmp(argv[1], "vision")) {
     EXPECT(run_vision() == 0);
     EXPECT(run_resnet18() == 0);
@@ -410,6 +463,7 @@ int main(int argc, char **argv) {
                                       "ffn=32",   "seq=8",     "vocab=64", "window=3"};
   EXPECT(run_matrix("samples/qwen3.hpd", qwen3, 9, 64, 2, 2, 8, 0) == 0);
   EXPECT(run_moe() == 0);
+  EXPECT(run_stacks() == 0);
   EXPECT(run_vision() == 0);
   EXPECT(run_resnet18() == 0);
   TEST_DONE();
