@@ -121,6 +121,21 @@ hpdl_shape_test(nemotron.340b
 hpdl_shape_test(mixtral.8x7b
   "samples/mixtral.hpd: ok: model Mixtral, 46.70B parameters (46702792704), 12.88B active per token (12879925248); dp=4 tp=8 pp=4 cp=1 on dgx-h100 (128 devices)"
   samples/mixtral.hpd)
+# Qwen3-30B-A3B (samples/qwen3-moe.hpd; Qwen/Qwen3-30B-A3B's config.json): 2 x 151936*2048
+# (untied embeddings) + 2048 + 48 x (attention 2048*4096 + 2*2048*512 + 4096*2048 + 2*128
+# (QK-norm) = 18874624, router 2048*128 = 262144, experts 128*3*2048*768 = 603979776, norms
+# 4096) = 30532122624, the card's "30.5B in total" (29.9B without the embeddings: 29909792768).
+# Active, 8 of the 128 experts: 30532122624 - 48 x 120/128 x 603979776 = 3353032704 ("3.3B
+# activated")
+hpdl_shape_test(qwen3.30b_a3b
+  "samples/qwen3-moe.hpd: ok: model Qwen3MoE, 30.53B parameters (30532122624), 3.35B active per token (3353032704); dp=64 tp=1 pp=1 cp=1 ep=8 on dgx-h100 (64 devices)"
+  samples/qwen3-moe.hpd)
+# Qwen3-235B-A22B (hidden 4096, 94 layers, 64 query heads, experts of width 1536): 2 x
+# 151936*4096 + 4096 + 94 x (71303424 + 524288 + 128*3*4096*1536 + 8192) = 235093634560, the
+# card's "235B in total"; active 22190763520 ("22B activated")
+hpdl_shape_test(qwen3.235b_a22b
+  "samples/qwen3-moe.hpd: ok: model Qwen3MoE, 235.09B parameters (235093634560), 22.19B active per token (22190763520); dp=256 tp=1 pp=1 cp=1 ep=8 on dgx-h100 (256 devices)"
+  -D layers=94 -D hidden=4096 -D heads=64 -D ffn=1536 --nodes 32 --dp 256 samples/qwen3-moe.hpd)
 # moe-tiny: 256*32 (embedding) + 2 x (attention 2*32*32 + 2*32*16 = 3072, router 128,
 # experts 3*4*32*64 = 24576, norms 64) + 32 (final norm) + 32*256 (head) = 72096; active, 2 of
 # the 4 experts: 72096 - 2 x 24576 / 2 = 47520
