@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -77,6 +78,20 @@ def synthetic_data(bin_dir, work, tokens=100000):
         os.makedirs(os.path.dirname(prefix), exist_ok=True)
         run([os.path.join(bin_dir, "hpdl-data"), "--synthetic", str(tokens), "--seed", "3", "-o", prefix])
     return prefix + "_train_*.bin"
+
+
+def safetensors_f32(path):
+    """{name: list of floats} of the F32 tensors of a safetensors file (checkpoints)."""
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    out = {}
+    for k, v in head.items():
+        if k == "__metadata__" or v["dtype"] != "F32":
+            continue
+        a, b = v["data_offsets"]
+        out[k] = list(struct.unpack(f"<{(b - a) // 4}f", raw[8 + n + a:8 + n + b]))
+    return out
 
 
 def metrics(path):

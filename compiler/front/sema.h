@@ -83,7 +83,8 @@ const char *sem_type_str(Arena *a, const TensorType *t);
   X(AVG_POOL2D, "avg_pool2d", 2, 4) \
   X(ADAPTIVE_AVG_POOL2D, "adaptive_avg_pool2d", 2, 2) \
   X(FLATTEN, "flatten", 1, 2)    \
-  X(BATCH_NORM, "batch_norm", 3, 8)
+  X(BATCH_NORM, "batch_norm", 3, 8) \
+  X(BALANCE_EXPERTS, "balance_experts", 3, 4)
 
 typedef enum {
 #define X(id, name, lo, hi) SOP_##id,
@@ -107,8 +108,9 @@ typedef struct {
   SemInit init;
   ShardKind shard;
   Span span;
-  /* A running statistic (batch_norm's running_mean / running_var): updated
-   * by the forward, not trained, not counted among the parameters */
+  /* A running statistic (batch_norm's running_mean / running_var) or a
+   * routing bias (balance_experts'): updated by the forward, not trained,
+   * not counted among the parameters */
   int state;
 } SemParam;
 

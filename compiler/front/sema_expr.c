@@ -560,6 +560,43 @@ static SemExpr *check_batch_norm(Sema *S, Fwd *F, const CallArgs *c) {
   return r;
 }
 
+/* balance_experts(y, bias, chosen, rate = 0.001): y; and bias (a [E] param
+ * of the layer, which becomes state) moves after each training micro-batch
+ * by rate towards balance, + rate for an expert the micro-batch's tokens
+ * (over the data-parallel ranks) chose less often than the mean, - rate for
+ * one chosen more (DeepSeek-V3's auxiliary-loss-free balancing; lower.c). */
+static SemExpr *check_balance_experts(Sema *S, Fwd *F, const CallArgs *c) {
+  static const char *const keys[] = {"rate"};
+  Span at = c->call->span;
+  if (!check_keywords(S, c, keys, 1)) return NULL;
+  SemExpr *y = tensor_arg(S, F, c, 0), *b = y ? tensor_arg(S, F, c, 1) : NULL, *idx = b ? tensor_arg(S, F, c, 2) : NULL;
+  if (!idx || !require_float(S, F, y, c->fn, at)) return NULL;
+  if (b->kind != SE_PARAM) {
+    sema_error(S, at, "balance_experts' bias must be a param of this layer (the forward updates it), not a computed tensor");
+    diag_hint(S->diag, "declare it: param bias : [experts] init zeros");
+    return NULL;
+  }
+  if (b->type.rank != 1 || !sem_dtype_is_float(b->type.dtype)) {
+    sema_error(S, at, "balance_experts' bias must be [E], a float per expert; this is %s", tstr(S, &b->type));
+    origin_note(S, F, b, "the bias");
+    return NULL;
+  }
+  if (!require_indices(S, F, idx, "balance_experts", at)) return NULL;
+  double rate;
+  if (!attr_float(S, F, c, 3, "rate", 0.001, &rate)) return NULL;
+  if (!(rate > 0) || !isfinite(rate)) {
+    sema_error(S, at, "balance_experts' rate must be a positive number, not %g", rate);
+    return NULL;
+  }
+  ((SemParam *)F->box->params.items[b->index])->state = 1;
+  ((SemLayer *)F->box)->params[b->index].state = 1;
+  SemExpr *args[3] = {y, b, idx};
+  SemExpr *r = new_op(S, SOP_BALANCE_EXPERTS, at, args, 3);
+  r->type = y->type;
+  r->scalar = rate;
+  return r;
+}
+
 static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, const char *fn) {
   CallArgs c = {call, fn};
   Span at = call->span;
@@ -922,6 +959,7 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
   case SOP_ADAPTIVE_AVG_POOL2D: return check_pool2d(S, F, op, &c);
   case SOP_FLATTEN: return check_flatten(S, F, &c);
   case SOP_BATCH_NORM: return check_batch_norm(S, F, &c);
+  case SOP_BALANCE_EXPERTS: return check_balance_experts(S, F, &c);
   case SOP_ATTENTION: {
     /* attention(q [B, H, T, D], k [B, Hk, S, D], v [B, Hk, S, Dv], causal = true, scale = 1 / sqrt(D)):
      * softmax(scale q k^T) v over the allowed keys, H a multiple of Hk (grouped-query attention) */

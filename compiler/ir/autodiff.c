@@ -121,9 +121,17 @@ static int arg_node(AdCtx *c, int64_t index, const IrNode *like, const char *nam
 }
 
 /* A forward node re-created from its inputs rather than kept: leaves are
- * free; SEND / RECV never repeat (they would move another message). */
-static int recomputable(const IrNode *n) {
+ * free; SEND / RECV never repeat (they would move another message). A
+ * node that reads a state parameter (other than through a view) is kept:
+ * the forward's STATE_UPDATE has moved the state by the time a backward
+ * recomputes (a routing bias chose the experts with the old value). */
+static int recomputable(const IrModule *m, const IrGraph *g, const IrNode *n) {
   if (n->op == IR_SEND || n->op == IR_RECV || n->op == IR_CALL || n->op == IR_ARG) return 0;
+  if (n->op != IR_RESHAPE)
+    for (int k = 0; k < n->nin; k++) {
+      const IrNode *x = &g->nodes[n->in[k]];
+      if (x->op == IR_PARAM && x->attr[0] >= 0 && x->attr[0] < m->nparams && m->params[x->attr[0]].state) return 0;
+    }
   return 1;
 }
 
@@ -137,7 +145,7 @@ static int fv(AdCtx *c, int f) {
   int id;
   if (n->op == IR_ARG) {
     id = arg_node(c, n->attr[0] + 1, n, n->name);
-  } else if (recomputable(n) && ((ir_op_flags(n->op) & IRF_LEAF) || c->recomp[f])) {
+  } else if (recomputable(c->m, c->f, n) && ((ir_op_flags(n->op) & IRF_LEAF) || c->recomp[f])) {
     int stack_in[8], *in = n->nin <= 8 ? stack_in : malloc(sizeof(int) * (size_t)n->nin);
     for (int k = 0; k < n->nin; k++) in[k] = fv(c, n->in[k]);
     id = copy_node(c, n, in);

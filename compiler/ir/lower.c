@@ -431,6 +431,56 @@ static int lower_batch_norm(Lower *L, Inv *v, const SemExpr *e, const int *in, c
   return y < 0 ? -1 : running_update(L, v, e, y, in[4], unbiased, dims[1], t);
 }
 
+/* balance_experts(y, bias, chosen, rate): y passed through a STATE_UPDATE of
+ * bias + rate t sign(mean - load), load[e] the choices of expert e in the
+ * micro-batch, all-reduced over the data-parallel ranks (the partitioner
+ * makes the counts whole over the groups it splits: context and sequence
+ * parallelism's pieces of the tokens), mean the average load, t the
+ * TRAINING leaf (an evaluation leaves bias as it is). */
+static int lower_balance_experts(Lower *L, Inv *v, const SemExpr *e, const int *in) {
+  Span at = e->span;
+  const IrNode *idx = &v->g->nodes[in[2]], *b = &v->g->nodes[in[1]];
+  int64_t E = b->dims[0], attr[IR_NATTR];
+  int rank = idx->rank;
+  memset(attr, 0, sizeof attr);
+  attr[0] = E;
+  int s = add_node(L, v, IR_ONE_HOT, &in[2], 1, attr, 1, 0, DT_F32, -1, NULL, at, NULL); /* [..., k, E] */
+  for (int a = 0; a <= rank - 1 && s >= 0; a++) {
+    int64_t ra[2] = {a, 1};
+    s = add_node(L, v, IR_REDUCE_SUM, &s, 1, ra, 2, 0, DT_F32, -1, NULL, at, NULL);
+  }
+  s = s < 0 ? -1 : add_node(L, v, IR_RESHAPE, &s, 1, NULL, 0, 0, DT_F32, 1, &E, at, NULL);
+  int64_t ga[4] = {IRG_DP, 0, 0, 1}; /* counts: no gradient */
+  s = s < 0 ? -1 : add_node(L, v, IR_ALL_REDUCE, &s, 1, ga, 4, 0, DT_F32, -1, NULL, at, NULL);
+  int64_t r0[2] = {0, 1};
+  int tot = s < 0 ? -1 : add_node(L, v, IR_REDUCE_SUM, &s, 1, r0, 2, 0, DT_F32, -1, NULL, at, NULL); /* [1] */
+  int ec = add_node(L, v, IR_CONST, NULL, 0, NULL, 0, (double)E, DT_F32, -1, NULL, at, NULL);
+  int te[2] = {tot, ec};
+  int mean = tot < 0 || ec < 0 ? -1 : add_node(L, v, IR_DIV, te, 2, NULL, 0, 0, DT_F32, -1, NULL, at, NULL);
+  int ms[2] = {mean, s};
+  int err = mean < 0 ? -1 : add_node(L, v, IR_SUB, ms, 2, NULL, 0, 0, DT_F32, -1, NULL, at, NULL);
+  /* sign(err): clamp(err 1e30, -1, 1), exact for the counts' differences (0 or at least 1 / E) */
+  int big = add_node(L, v, IR_CONST, NULL, 0, NULL, 0, 1e30, DT_F32, -1, NULL, at, NULL);
+  int lo = add_node(L, v, IR_CONST, NULL, 0, NULL, 0, -1.0, DT_F32, -1, NULL, at, NULL);
+  int hi = add_node(L, v, IR_CONST, NULL, 0, NULL, 0, 1.0, DT_F32, -1, NULL, at, NULL);
+  int eb[2] = {err, big};
+  int sg = err < 0 ? -1 : add_node(L, v, IR_MUL, eb, 2, NULL, 0, 0, DT_F32, -1, NULL, at, NULL);
+  int sl[2] = {sg, lo};
+  sg = sg < 0 ? -1 : add_node(L, v, IR_MAXIMUM, sl, 2, NULL, 0, 0, DT_F32, -1, NULL, at, NULL);
+  int sh[2] = {sg, hi};
+  sg = sg < 0 ? -1 : add_node(L, v, IR_MINIMUM, sh, 2, NULL, 0, 0, DT_F32, -1, NULL, at, NULL);
+  int t = training_node(L, v, at);
+  int rc = add_node(L, v, IR_CONST, NULL, 0, NULL, 0, e->scalar, DT_F32, -1, NULL, at, NULL);
+  int rt[2] = {rc, t};
+  int step = rc < 0 || t < 0 ? -1 : add_node(L, v, IR_MUL, rt, 2, NULL, 0, 0, DT_F32, -1, NULL, at, NULL);
+  int ss[2] = {sg, step};
+  int delta = sg < 0 || step < 0 ? -1 : add_node(L, v, IR_MUL, ss, 2, NULL, 0, 0, DT_F32, -1, NULL, at, NULL);
+  int bd[2] = {in[1], delta};
+  int nb = delta < 0 ? -1 : add_node(L, v, IR_ADD, bd, 2, NULL, 0, 0, b->dtype, -1, NULL, at, NULL);
+  int su[3] = {in[0], nb, in[1]};
+  return nb < 0 ? -1 : add_node(L, v, IR_STATE_UPDATE, su, 3, NULL, 0, 0, e->type.dtype, -1, NULL, at, NULL);
+}
+
 static int lower_op(Lower *L, Inv *v, const SemExpr *e, const int64_t *dims) {
   int in[8];
   int nin = e->nargs < 8 ? e->nargs : 8;
@@ -501,6 +551,7 @@ static int lower_op(Lower *L, Inv *v, const SemExpr *e, const int64_t *dims) {
     return add_node(L, v, IR_REPEAT_KV, in, 1, attr, 1, 0, t->dtype, -1, NULL, e->span, NULL);
   case SOP_ATTENTION: return lower_attention(L, v, e, in, dims);
   case SOP_BATCH_NORM: return lower_batch_norm(L, v, e, in, dims);
+  case SOP_BALANCE_EXPERTS: return lower_balance_experts(L, v, e, in);
   case SOP_CROSS_ENTROPY: return add_node(L, v, IR_CROSS_ENTROPY, in, 2, NULL, 0, 0, t->dtype, -1, NULL, e->span, NULL);
   case SOP_DROPOUT: {
     attr[0] = L->dropout_streams++;

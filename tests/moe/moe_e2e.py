@@ -46,6 +46,8 @@ the Switch load-balancing loss added to the gradient (with_aux_loss).
            the gradient, not into the value) but different gradient norms.
 Exit 0 pass, 1 fail, 77 skip.
 """
+import array
+import glob
 import json
 import math
 import os
@@ -205,6 +207,52 @@ def case_dense2_pp():
             check(abs(a - b) <= tol * abs(b), f"{tag}: step {step + 1} loss {a} differs from one rank's {b}")
 
 
+def case_bias_balance():
+    """tests/moe/balance.hpd: balance_experts' biases (a state: not among the 4096 parameters)
+    in the step-3 checkpoint equal those computed here from the byte counts of each update's
+    windows (file order): one rank (an update a micro-batch), dp 2 (an update over both
+    replicas' micro-batches) and tp 2 (the tensor ranks route the same tokens)."""
+    e2e_common.need_mpi(ARGS.bin)
+    src = os.path.join(ARGS.source, "tests", "moe", "balance.hpd")
+    p = run([tool("hpdlc"), "check", src])
+    check("(4096)" in p.stdout, f"the bias is a state, not a parameter: {p.stdout}")
+    raw = open(sorted(glob.glob(data()))[0], "rb").read()
+    toks = array.array("H")
+    toks.frombytes(raw[1024:])
+    T, rate = 8, 0.01
+
+    def expected(updates):
+        bias = [0.0] * 256
+        for windows in updates:
+            count = [0] * 256
+            for w in windows:
+                for t in toks[w * T:(w + 1) * T]:
+                    count[t] += 1
+            mean = sum(count) / 256
+            for e in range(256):
+                bias[e] += rate * ((mean > count[e]) - (mean < count[e]))
+        return bias
+
+    per_micro = [[4 * s + 2 * k, 4 * s + 2 * k + 1] for s in range(3) for k in range(2)]
+    per_step = [[4 * s + i for i in range(4)] for s in range(3)]
+    for tag, flags, updates in (("one", (), per_micro), ("dp2", ("--dp", "2"), per_step), ("tp2", ("--tp", "2"), per_micro)):
+        art = work("art-bal-" + tag)
+        run([tool("hpdlc"), "compile", src, *flags, "-o", art])
+        mf = os.path.join(art, "manifest.json")
+        man = json.load(open(mf))
+        man["train"]["shuffle"] = False  # the windows in file order
+        json.dump(man, open(mf, "w"))
+        ck = os.path.join(ARGS.work, "ck-bal-" + tag)
+        shutil.rmtree(ck, ignore_errors=True)
+        run([tool("hpdlrun"), art, "--data", data(), "--checkpoint-dir", ck, "--progress", "plain"])
+        got = e2e_common.safetensors_f32(os.path.join(ck, "step-00000003.safetensors"))["bal.bias"]
+        want = expected(updates)
+        bad = [e for e in range(256) if abs(got[e] - want[e]) > 1e-6]
+        print(f"{tag}: bias of bytes 97..101 {[round(x, 4) for x in got[97:102]]}, expected {[round(x, 4) for x in want[97:102]]}")
+        check(not bad, f"{tag}: the biases of {len(bad)} bytes differ, e.g. byte {bad[:1]}: {[got[e] for e in bad[:3]]} vs {[want[e] for e in bad[:3]]}")
+        check(any(x > 0 for x in got) and any(x < 0 for x in got), f"{tag}: the biases did not move both ways")
+
+
 def case_resume_ep():
     """Stopped at step 3 at dp=4 ep=2 zero=3 (expert shards, their weights' and moments' slices gathered),
     resumed at dp=2 tp=2 ep=2 zero=2 (each expert shard split again over the tensor group), then again on one rank."""
@@ -294,6 +342,7 @@ CASES = {
     "balance": case_balance,
     "every2": case_every2,
     "dense2_pp": case_dense2_pp,
+    "bias_balance": case_bias_balance,
     "drop": case_drop,
     "aux": case_aux,
 }

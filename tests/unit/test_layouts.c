@@ -307,6 +307,53 @@ static int run_stacks(void) {
   return failures;
 }
 
+/* DeepSeek-V3's routing (tests/moe/sigmoid-balance.hpd): sigmoid scores, a
+ * routing bias moved after each micro-batch by the data-parallel
+ * micro-batch's loads (balance_experts), scaled gates, a shared expert, a
+ * dense block before the MoE ones. With dp > 1 a bias update sees all the
+ * replicas' tokens, so the reference is one rank with dp x micro rows a
+ * micro-batch (as for synchronised batch norm); the biases then route
+ * every later micro-batch alike, which the gradients of the step show. */
+static int run_sigmoid_balance(void) {
+  Loaded L;
+  SemModel *m = load(&L, "tests/moe/sigmoid-balance.hpd", NULL, 0);
+  if (!m) return 1;
+  const int64_t micro = 2, rows = 16;
+  double **inputs = make_inputs(m, rows, 64, 23);
+  static const struct {
+    int64_t dp, tp, pp, cp, ep;
+    int sp;
+    Recompute rc;
+    int zero;
+  } lays[] = {
+      {2, 1, 1, 1, 1, 0, RECOMPUTE_NONE, 0}, {1, 2, 1, 1, 1, 1, RECOMPUTE_NONE, 0}, {1, 1, 2, 1, 1, 0, RECOMPUTE_FULL, 0},
+      {2, 1, 1, 1, 2, 0, RECOMPUTE_NONE, 1}, {1, 1, 1, 2, 1, 0, RECOMPUTE_NONE, 0}, {2, 2, 2, 1, 2, 0, RECOMPUTE_SELECTIVE, 2},
+      {4, 1, 1, 1, 4, 0, RECOMPUTE_NONE, 3},
+  };
+  int failures = 0;
+  for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
+    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro * lays[i].dp, rows / (micro * lays[i].dp), 0, SCHED_1F1B, 1, 0};
+    SimLayout lay = {lays[i].dp, lays[i].tp, lays[i].pp, lays[i].cp, 1, lays[i].sp, lays[i].rc, micro, rows / (micro * lays[i].dp),
+                     lays[i].zero, SCHED_1F1B, lays[i].ep, 0};
+    SimResult ref;
+    char err[512], what[220];
+    snprintf(what, sizeof what, "sigmoid-balance dp=%" PRId64 " tp=%" PRId64 " sp=%d pp=%" PRId64 " cp=%" PRId64 " ep=%" PRId64 " zero=%d recompute=%s",
+             lays[i].dp, lays[i].tp, lays[i].sp, lays[i].pp, lays[i].cp, lays[i].ep, lays[i].zero, sem_recompute_name(lays[i].rc));
+    if (sim_step(m, &ref_layout, 41, inputs, &ref, err, sizeof err)) {
+      fprintf(stderr, "%s reference: %s\n", what, err);
+      failures++;
+      continue;
+    }
+    failures += run_layout(m, &lay, 41, inputs, &ref, what);
+    sim_result_free(&ref);
+  }
+  fprintf(stderr, "sigmoid-balance (DeepSeek-V3's routing): %zu layouts compared, %d failed\n", sizeof lays / sizeof lays[0], failures);
+  for (int i = 0; i < m->model->ninputs; i++) free(inputs[i]);
+  free(inputs);
+  unload(&L);
+  return failures;
+}
+
 /* Images: input 0 uniform in [-1, 1) over [rows, C, H, W], input 1 labels in [0, classes). */
 static double **make_images(const SemModel *m, int64_t rows, int64_t classes, uint64_t seed) {
   double **in = calloc(2, sizeof(double *));
@@ -442,6 +489,7 @@ int main(int argc, char **argv) {
   /* test_layouts vision: only the convolutional network's layouts */
   if (argc > 1 && !strcmp(argv[1], "stacks")) {
     EXPECT(run_stacks() == 0);
+    EXPECT(run_sigmoid_balance() == 0);
     TEST_DONE();
   }
   if (argc > 1 && !strcmp(argv[1], "vision")) {
@@ -464,6 +512,7 @@ int main(int argc, char **argv) {
   EXPECT(run_matrix("samples/qwen3.hpd", qwen3, 9, 64, 2, 2, 8, 0) == 0);
   EXPECT(run_moe() == 0);
   EXPECT(run_stacks() == 0);
+  EXPECT(run_sigmoid_balance() == 0);
   EXPECT(run_vision() == 0);
   EXPECT(run_resnet18() == 0);
   TEST_DONE();

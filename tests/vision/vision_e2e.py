@@ -391,20 +391,6 @@ def case_profile():
     check(share > 0.5, f"convolutions only {share:.0%} of the kernels' time")
 
 
-def read_safetensors(path):
-    """{name: list of floats} of the F32 tensors of a safetensors file."""
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    head = json.loads(raw[8:8 + n])
-    out = {}
-    for k, v in head.items():
-        if k == "__metadata__" or v["dtype"] != "F32":
-            continue
-        a, b = v["data_offsets"]
-        out[k] = list(struct.unpack(f"<{(b - a) // 4}f", raw[8 + n + a:8 + n + b]))
-    return out
-
-
 def ema_stats(groups, momentum=0.25):
     """running_mean, running_var after one update per group of images (each a list of
     [3][pixels] images as floats): PyTorch's rule, the variance unbiased."""
@@ -443,7 +429,7 @@ def case_running_stats():
         ck = os.path.join(ARGS.work, "ck_" + tag)
         shutil.rmtree(ck, ignore_errors=True)
         train(art, "bn_" + tag, ["--checkpoint-dir", ck, "--checkpoint-every", "3"], np_=np_, data=data)
-        t = read_safetensors(os.path.join(ck, "step-00000003.safetensors"))
+        t = e2e_common.safetensors_f32(os.path.join(ck, "step-00000003.safetensors"))
         rm, rv = ema_stats(groups)
         for name, want in (("bn.running_mean", rm), ("bn.running_var", rv)):
             got = t[name]
@@ -490,7 +476,7 @@ def case_evaluation():
     check("val loss" in p.stdout and "evaluation mode" in p.stdout, p.stdout)
     got = [r for r in m if "val_loss" in r]
     check([r["step"] for r in got] == [3], f"val_loss at steps {[r['step'] for r in got]}, expected [3]")
-    t = read_safetensors(os.path.join(ck, "step-00000003.safetensors"))
+    t = e2e_common.safetensors_f32(os.path.join(ck, "step-00000003.safetensors"))
     want = (bn_linear_loss(t, imgs[0:4], labels[0:4]) + bn_linear_loss(t, imgs[4:8], labels[4:8])) / 2
     def own(g):
         flat = [[p for img in g for p in img[c]] for c in range(3)]
@@ -502,7 +488,7 @@ def case_evaluation():
     check(abs(got[0]["val_loss"] - want) <= 1e-4 * max(1.0, abs(want)), f"val_loss {got[0]['val_loss']}, expected {want}")
     check(abs(training - want) > 1e-3, "the test cannot tell evaluation from training mode")
     train(art, "bn_noeval", ["--checkpoint-dir", ck2, "--checkpoint-every", "3"], data=data)
-    check(read_safetensors(os.path.join(ck2, "step-00000003.safetensors")) == t, "the evaluation changed the checkpoint")
+    check(e2e_common.safetensors_f32(os.path.join(ck2, "step-00000003.safetensors")) == t, "the evaluation changed the checkpoint")
 
 
 def case_emulate():
