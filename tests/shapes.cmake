@@ -136,6 +136,15 @@ hpdl_shape_test(qwen3.30b_a3b
 hpdl_shape_test(qwen3.235b_a22b
   "samples/qwen3-moe.hpd: ok: model Qwen3MoE, 235.09B parameters (235093634560), 22.19B active per token (22190763520); dp=256 tp=1 pp=1 cp=1 ep=8 on dgx-h100 (256 devices)"
   -D layers=94 -D hidden=4096 -D heads=64 -D ffn=1536 --nodes 32 --dp 256 samples/qwen3-moe.hpd)
+# DeepSeek-V3 (samples/deepseek-v3.hpd; deepseek-ai/DeepSeek-V3's config.json, without the
+# MTP module): 2 x 129280*7168 + 7168 + 61 x (MLA 7168*1536 + 1536 + 1536*24576 + 7168*576 +
+# 512 + 512*32768 + 16384*7168 = 187107328, norms 14336) + 3 x 3*7168*18432 (dense) + 58 x
+# (router 7168*256 + experts 256*3*7168*2048 + shared 3*7168*2048) = 671026404352, the
+# report's "671B total"; active (8 of 256 routed experts): 671026404352 - 58 x 248 x
+# 44040192 = 37552282624 ("37B activated"). The routing bias is a state, not counted.
+hpdl_shape_test(deepseek.v3
+  "samples/deepseek-v3.hpd: ok: model DeepSeekV3, 671.03B parameters (671026404352), 37.55B active per token (37552282624); dp=128 tp=1 pp=16 cp=1 ep=64 on h800 (2048 devices)"
+  samples/deepseek-v3.hpd)
 # moe-tiny: 256*32 (embedding) + 2 x (attention 2*32*32 + 2*32*16 = 3072, router 128,
 # experts 3*4*32*64 = 24576, norms 64) + 32 (final norm) + 32*256 (head) = 72096; active, 2 of
 # the 4 experts: 72096 - 2 x 24576 / 2 = 47520

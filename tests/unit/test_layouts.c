@@ -354,6 +354,56 @@ static int run_sigmoid_balance(void) {
   return failures;
 }
 
+/* samples/deepseek-v3.hpd at a tiny size: multi-head latent attention
+ * (slices, a shared RoPE key, a value width of its own), 2 dense blocks and
+ * 2 DeepSeekMoE blocks (two repeats: a forward cut by pieces), sigmoid
+ * routing with the balancing bias; the reference is one rank with dp x
+ * micro rows a micro-batch (the bias sees the data-parallel micro-batch). */
+static int run_deepseek(void) {
+  static const char *const defs[] = {"layers=4", "dense=2",     "hidden=16",    "heads=4", "q_lora=12",
+                                     "kv_lora=8", "qk_nope=4",  "qk_rope=4",    "v_head_dim=6", "ffn=32",
+                                     "moe_ffn=8", "experts=4",  "top_k=2",      "seq=8",   "vocab=64",
+                                     "capacity_factor=2.0"};
+  Loaded L;
+  SemModel *m = load(&L, "samples/deepseek-v3.hpd", defs, 16);
+  if (!m) return 1;
+  const int64_t micro = 2, rows = 8;
+  double **inputs = make_inputs(m, rows, 64, 29);
+  static const struct {
+    int64_t dp, tp, pp, cp, ep;
+    int sp;
+    Recompute rc;
+    int zero;
+  } lays[] = {
+      {2, 1, 1, 1, 1, 0, RECOMPUTE_NONE, 0}, {1, 2, 1, 1, 1, 0, RECOMPUTE_NONE, 0}, {1, 2, 1, 1, 1, 1, RECOMPUTE_SELECTIVE, 0},
+      {1, 1, 1, 2, 1, 0, RECOMPUTE_NONE, 0}, {1, 1, 2, 1, 1, 0, RECOMPUTE_FULL, 0}, {1, 1, 4, 1, 1, 0, RECOMPUTE_NONE, 0},
+      {2, 1, 2, 1, 2, 0, RECOMPUTE_NONE, 1}, {2, 2, 1, 1, 2, 0, RECOMPUTE_FULL, 3},
+  };
+  int failures = 0;
+  for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
+    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro * lays[i].dp, rows / (micro * lays[i].dp), 0, SCHED_1F1B, 1, 0};
+    SimLayout lay = {lays[i].dp, lays[i].tp, lays[i].pp, lays[i].cp, 1, lays[i].sp, lays[i].rc, micro, rows / (micro * lays[i].dp),
+                     lays[i].zero, SCHED_1F1B, lays[i].ep, 0};
+    SimResult ref;
+    char err[512], what[220];
+    snprintf(what, sizeof what, "deepseek-v3 (tiny) dp=%" PRId64 " tp=%" PRId64 " sp=%d pp=%" PRId64 " cp=%" PRId64 " ep=%" PRId64 " zero=%d recompute=%s",
+             lays[i].dp, lays[i].tp, lays[i].sp, lays[i].pp, lays[i].cp, lays[i].ep, lays[i].zero, sem_recompute_name(lays[i].rc));
+    if (sim_step(m, &ref_layout, 43, inputs, &ref, err, sizeof err)) {
+      fprintf(stderr, "%s reference: %s\n", what, err);
+      failures++;
+      continue;
+    }
+    failures += run_layout(m, &lay, 43, inputs, &ref, what);
+    sim_result_free(&ref);
+  }
+  fprintf(stderr, "deepseek-v3 (tiny: MLA, dense then DeepSeekMoE blocks): %zu layouts compared, %d failed\n", sizeof lays / sizeof lays[0],
+          failures);
+  for (int i = 0; i < m->model->ninputs; i++) free(inputs[i]);
+  free(inputs);
+  unload(&L);
+  return failures;
+}
+
 /* Images: input 0 uniform in [-1, 1) over [rows, C, H, W], input 1 labels in [0, classes). */
 static double **make_images(const SemModel *m, int64_t rows, int64_t classes, uint64_t seed) {
   double **in = calloc(2, sizeof(double *));
@@ -490,6 +540,7 @@ int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "stacks")) {
     EXPECT(run_stacks() == 0);
     EXPECT(run_sigmoid_balance() == 0);
+    EXPECT(run_deepseek() == 0);
     TEST_DONE();
   }
   if (argc > 1 && !strcmp(argv[1], "vision")) {
@@ -513,6 +564,7 @@ int main(int argc, char **argv) {
   EXPECT(run_moe() == 0);
   EXPECT(run_stacks() == 0);
   EXPECT(run_sigmoid_balance() == 0);
+  EXPECT(run_deepseek() == 0);
   EXPECT(run_vision() == 0);
   EXPECT(run_resnet18() == 0);
   TEST_DONE();

@@ -28,7 +28,7 @@ static SemModel *load(Loaded *L, const char *file, const char *const *defs, int 
       {"parallel.cluster", "cpu", NULL}, {"parallel.data", "1", NULL}, {"parallel.tensor", "1", NULL},
       {"parallel.pipeline", "1", NULL}, {"parallel.context", "1", NULL}, {"parallel.virtual", "1", NULL},
       {"parallel.schedule", "1f1b", NULL}, {"parallel.nodes", "1", NULL}, {"parallel.gpus_per_node", "1", NULL},
-      {"train.micro_batch", "2", NULL}, {"train.batch", "2", NULL}};
+      {"parallel.expert", "1", NULL}, {"train.micro_batch", "2", NULL}, {"train.batch", "2", NULL}};
   int nd = 0;
   for (int i = 0; i < ndefs; i++) {
     const char *eq = strchr(defs[i], '=');
