@@ -145,6 +145,19 @@ hpdl_shape_test(qwen3.235b_a22b
 hpdl_shape_test(deepseek.v3
   "samples/deepseek-v3.hpd: ok: model DeepSeekV3, 671.03B parameters (671026404352), 37.55B active per token (37552282624); dp=128 tp=1 pp=16 cp=1 ep=64 on h800 (2048 devices)"
   samples/deepseek-v3.hpd)
+# gpt-oss-120b (samples/gpt-oss.hpd; openai/gpt-oss-120b's config.json): 2 x 201088*2880 + 2880
+# + 36 x (attention 2880*4096 + 4096 + 2 x (2880*512 + 512) + 4096*2880 + 2880 + 64 sinks =
+# 26550144, norms 5760, router 2880*128 + 128, experts 128 x (2 x (2880*2880 + 2880) +
+# 2880*2880) + 128*2880 = 3186524160) = 116829156672 (the card's 116.8B); active, 4 of 128
+# experts, 5724839232 (the card's 5.13B without the 579M embedding table)
+hpdl_shape_test(gptoss.120b
+  "samples/gpt-oss.hpd: ok: model GptOss, 116.83B parameters (116829156672), 5.72B active per token (5724839232); dp=32 tp=1 pp=4 cp=1 ep=8 on dgx-h100 (128 devices)"
+  samples/gpt-oss.hpd)
+# gpt-oss-20b: 24 blocks, 32 experts: 20914757184 (the card's 20.9B), 4189376064 active (3.61B
+# without the table)
+hpdl_shape_test(gptoss.20b
+  "samples/gpt-oss.hpd: ok: model GptOss, 20.91B parameters (20914757184), 4.19B active per token (4189376064); dp=4 tp=1 pp=4 cp=1 ep=4 on dgx-h100 (16 devices)"
+  -D layers=24 -D experts=32 --nodes 2 --dp 4 --ep 4 samples/gpt-oss.hpd)
 # moe-tiny: 256*32 (embedding) + 2 x (attention 2*32*32 + 2*32*16 = 3072, router 128,
 # experts 3*4*32*64 = 24576, norms 64) + 32 (final norm) + 32*256 (head) = 72096; active, 2 of
 # the 4 experts: 72096 - 2 x 24576 / 2 = 47520

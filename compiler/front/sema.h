@@ -68,7 +68,7 @@ const char *sem_type_str(Arena *a, const TensorType *t);
   X(CAUSAL_MASK, "causal_mask", 1, 1) \
   X(ROPE, "rope", 1, 2)          \
   X(REPEAT_KV, "repeat_kv", 2, 2) \
-  X(ATTENTION, "attention", 3, 6) \
+  X(ATTENTION, "attention", 3, 7) \
   X(CROSS_ENTROPY, "cross_entropy", 2, 2) \
   X(DROPOUT, "dropout", 1, 2)    \
   X(TOPK_VALUES, "topk_values", 2, 2) \

@@ -963,8 +963,8 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
   case SOP_ATTENTION: {
     /* attention(q [B, H, T, D], k [B, Hk, S, D], v [B, Hk, S, Dv], causal = true, scale = 1 / sqrt(D)):
      * softmax(scale q k^T) v over the allowed keys, H a multiple of Hk (grouped-query attention) */
-    static const char *const keys[] = {"causal", "scale", "window"};
-    if (!check_keywords(S, &c, keys, 3)) return NULL;
+    static const char *const keys[] = {"causal", "scale", "window", "sinks"};
+    if (!check_keywords(S, &c, keys, 4)) return NULL;
     SemExpr *q = tensor_arg(S, F, &c, 0), *k = q ? tensor_arg(S, F, &c, 1) : NULL, *v = k ? tensor_arg(S, F, &c, 2) : NULL;
     if (!q || !k || !v) return NULL;
     SemExpr *qkv[3] = {q, k, v};
@@ -1018,7 +1018,23 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
                  tstr(S, &q->type), tstr(S, &k->type));
       return NULL;
     }
-    SemExpr *r = new_op(S, op, at, qkv, 3);
+    /* sinks = s [H]: a learned logit per query head in every row's softmax
+     * denominator (GPT-OSS; Xiao et al. 2024's attention sinks) */
+    SemExpr *args4[4] = {q, k, v, NULL};
+    const AstExpr *se = arg_at(&c, 6, "sinks");
+    if (se) {
+      SemExpr *sk = check_expr(S, F, se);
+      if (!sk) return NULL;
+      if (sk->kind == SE_SCALAR || sk->type.rank != 1 || !sem_dtype_is_float(sk->type.dtype) ||
+          !sym_equal(sk->type.dims[0], q->type.dims[1])) {
+        sema_error(S, se->span, "attention's sinks are a logit per query head, [H] with H = %s; this is %s",
+                   sym_str(S->arena, q->type.dims[1]), sk->kind == SE_SCALAR ? "a number" : tstr(S, &sk->type));
+        origin_note(S, F, sk, "the sinks");
+        return NULL;
+      }
+      args4[3] = sk;
+    }
+    SemExpr *r = new_op(S, op, at, args4, se ? 4 : 3);
     r->type = q->type;
     r->type.dims[3] = v->type.dims[3];
     r->attr[0] = causal;

@@ -255,7 +255,25 @@ static int lower_attention(Lower *L, Inv *v, const SemExpr *e, const int *in, co
     int packed = add_node(L, v, IR_ATTENTION, in, 3, attr, 4, e->scalar, dt, -1, NULL, e->span, NULL);
     if (packed < 0) return -1;
     memset(attr, 0, sizeof attr);
-    return add_node(L, v, IR_SLICE, &packed, 1, attr, 16, 0, dt, 4, dims, e->span, NULL);
+    int o = add_node(L, v, IR_SLICE, &packed, 1, attr, 16, 0, dt, 4, dims, e->span, NULL);
+    if (e->nargs < 4 || o < 0) return o;
+    /* sinks: exp(sink_h) joins each row's denominator, so o scales by
+     * Z / (Z + exp(sink)) = sigmoid(lse - sink); lse is the packed last
+     * column, whose gradient attention's backward takes (Dt = do . o - dlse) */
+    int64_t ldims[4] = {dims[0], dims[1], dims[2], 1}, sdims[4] = {1, dims[1], 1, 1};
+    attr[3] = dims[3];
+    int lse = add_node(L, v, IR_SLICE, &packed, 1, attr, 16, 0, dt, 4, ldims, e->span, NULL);
+    int sk = add_node(L, v, IR_RESHAPE, &in[3], 1, NULL, 0, 0, dt, 4, sdims, e->span, NULL);
+    int ls[2] = {lse, sk};
+    int d = lse < 0 || sk < 0 ? -1 : add_node(L, v, IR_SUB, ls, 2, NULL, 0, 0, dt, -1, NULL, e->span, NULL);
+    int f = d < 0 ? -1 : add_node(L, v, IR_SIGMOID, &d, 1, NULL, 0, 0, dt, -1, NULL, e->span, NULL);
+    int of[2] = {o, f};
+    return f < 0 ? -1 : add_node(L, v, IR_MUL, of, 2, NULL, 0, 0, dt, -1, NULL, e->span, NULL);
+  }
+  if (e->nargs >= 4) {
+    diag_error(L->diag, e->span, "attention with sinks has no materialised form: compile or plan it without --attention materialized");
+    L->failed = 1;
+    return -1;
   }
   if (e->attr[1] > 0) {
     diag_error(L->diag, e->span, "attention with a sliding window (window = %" PRId64 ") has no materialised form: "

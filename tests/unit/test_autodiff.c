@@ -745,6 +745,25 @@ static void test_attention(void) {
     int64_t attr[4] = {1, 0, 0, 2};
     done(&M, add(M.g, IR_ATTENTION, in, 3, attr, 4, 0.9, DT_F32, -1, NULL), "attention", IR_ATTENTION);
   }
+  {
+    /* attention sinks as lower.c writes them (GPT-OSS): o sigmoid(lse - sink_h),
+     * lse the packed last column, so its gradient enters attention's backward */
+    Mod M = mod_new();
+    int q = PARAM(&M, "q", 4, (int64_t)1, (int64_t)2, (int64_t)4, (int64_t)3);
+    int k = PARAM(&M, "k", 4, (int64_t)1, (int64_t)1, (int64_t)4, (int64_t)3);
+    int v = PARAM(&M, "v", 4, (int64_t)1, (int64_t)1, (int64_t)4, (int64_t)2);
+    int sink = PARAM(&M, "sink", 1, (int64_t)2);
+    int in[3] = {q, k, v};
+    int64_t attr[IR_NATTR] = {1, 0, 0, 3};
+    int packed = add(M.g, IR_ATTENTION, in, 3, attr, 4, 0.8, DT_F32, -1, NULL);
+    int64_t odims[4] = {1, 2, 4, 2}, ldims[4] = {1, 2, 4, 1}, sdims[4] = {1, 2, 1, 1}, at[IR_NATTR] = {0};
+    int o = add(M.g, IR_SLICE, &packed, 1, at, 16, 0, DT_F32, 4, odims);
+    at[3] = 2;
+    int lse = add(M.g, IR_SLICE, &packed, 1, at, 16, 0, DT_F32, 4, ldims);
+    int sk = add(M.g, IR_RESHAPE, &sink, 1, NULL, 0, 0, DT_F32, 4, sdims);
+    int f = op1(&M, IR_SIGMOID, op2(&M, IR_SUB, lse, sk));
+    done(&M, op2(&M, IR_MUL, o, f), "attention with sinks", IR_ATTENTION);
+  }
 }
 
 /* loss = sum(tanh(x) r) with, on x, the auxiliary loss v = sum(x^2) / 7:

@@ -404,6 +404,55 @@ static int run_deepseek(void) {
   return failures;
 }
 
+/* samples/gpt-oss.hpd at a tiny size: attention sinks (o sigmoid(lse -
+ * sink), lse's gradient through attention's backward), a sliding window
+ * alternating with full attention (a pair of blocks repeated), attention
+ * and expert biases, the clamped SwiGLU, the down biases weighted by the
+ * gates. */
+static int run_gpt_oss(void) {
+  static const char *const defs[] = {"layers=4", "hidden=16", "heads=4", "kv_heads=2", "head_dim=4", "experts=4",
+                                     "top_k=2",  "ffn=8",     "window=3", "seq=8",     "vocab=64"};
+  Loaded L;
+  SemModel *m = load(&L, "samples/gpt-oss.hpd", defs, 11);
+  if (!m) return 1;
+  const int64_t micro = 2, rows = 8;
+  double **inputs = make_inputs(m, rows, 64, 37);
+  static const struct {
+    int64_t dp, tp, pp, cp, ep;
+    int sp;
+    Recompute rc;
+    int zero;
+  } lays[] = {
+      {2, 1, 1, 1, 1, 0, RECOMPUTE_NONE, 0}, {1, 2, 1, 1, 1, 0, RECOMPUTE_NONE, 0}, {1, 2, 1, 1, 1, 1, RECOMPUTE_SELECTIVE, 0},
+      {1, 1, 1, 2, 1, 0, RECOMPUTE_NONE, 0}, {1, 1, 2, 1, 1, 0, RECOMPUTE_FULL, 0}, {2, 1, 1, 1, 2, 0, RECOMPUTE_NONE, 1},
+      {2, 2, 2, 1, 2, 0, RECOMPUTE_NONE, 2},
+  };
+  int failures = 0;
+  SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro, rows / micro, 0, SCHED_1F1B, 1, 0};
+  SimResult ref;
+  char err[512];
+  if (sim_step(m, &ref_layout, 47, inputs, &ref, err, sizeof err)) {
+    fprintf(stderr, "gpt-oss (tiny) reference: %s\n", err);
+    failures++;
+  } else {
+    for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
+      SimLayout lay = {lays[i].dp, lays[i].tp, lays[i].pp, lays[i].cp, 1, lays[i].sp, lays[i].rc, micro, rows / (micro * lays[i].dp),
+                       lays[i].zero, SCHED_1F1B, lays[i].ep, 0};
+      char what[220];
+      snprintf(what, sizeof what, "gpt-oss (tiny) dp=%" PRId64 " tp=%" PRId64 " sp=%d pp=%" PRId64 " cp=%" PRId64 " ep=%" PRId64 " zero=%d recompute=%s",
+               lays[i].dp, lays[i].tp, lays[i].sp, lays[i].pp, lays[i].cp, lays[i].ep, lays[i].zero, sem_recompute_name(lays[i].rc));
+      failures += run_layout(m, &lay, 47, inputs, &ref, what);
+    }
+    sim_result_free(&ref);
+  }
+  fprintf(stderr, "gpt-oss (tiny: sinks, alternating windows, expert biases): %zu layouts compared, %d failed\n",
+          sizeof lays / sizeof lays[0], failures);
+  for (int i = 0; i < m->model->ninputs; i++) free(inputs[i]);
+  free(inputs);
+  unload(&L);
+  return failures;
+}
+
 /* Images: input 0 uniform in [-1, 1) over [rows, C, H, W], input 1 labels in [0, classes). */
 static double **make_images(const SemModel *m, int64_t rows, int64_t classes, uint64_t seed) {
   double **in = calloc(2, sizeof(double *));
@@ -541,6 +590,7 @@ int main(int argc, char **argv) {
     EXPECT(run_stacks() == 0);
     EXPECT(run_sigmoid_balance() == 0);
     EXPECT(run_deepseek() == 0);
+    EXPECT(run_gpt_oss() == 0);
     TEST_DONE();
   }
   if (argc > 1 && !strcmp(argv[1], "vision")) {
@@ -565,6 +615,7 @@ int main(int argc, char **argv) {
   EXPECT(run_stacks() == 0);
   EXPECT(run_sigmoid_balance() == 0);
   EXPECT(run_deepseek() == 0);
+  EXPECT(run_gpt_oss() == 0);
   EXPECT(run_vision() == 0);
   EXPECT(run_resnet18() == 0);
   TEST_DONE();
