@@ -77,6 +77,9 @@ hpdl_plan_golden(gpt_39b samples/gpt.hpd -D layers=48 -D hidden=8192 -D heads=64
 hpdl_plan_golden(gpt2_tiny_search samples/gpt2-tiny.hpd --cluster dgx-a100-80gb --gpus 8 --search --top 3)
 # Qwen3-30B-A3B's 128 fine-grained experts on its 8 DGX H100 nodes, searched (issue 19)
 hpdl_plan_golden(qwen3_moe_search samples/qwen3-moe.hpd --search --top 3)
+# gpt-oss-120b on 16 DGX H100 nodes (issue 19): sliding windows and sinks, whose model FLOPs
+# count every query-key pair (the convention), 18 block pairs over 4 stages
+hpdl_plan_golden(gpt_oss samples/gpt-oss.hpd)
 # ResNet-18 over a 4-stage pipeline: its forward cut into pieces between blocks (issue 17)
 hpdl_plan_golden(resnet18_pp4 samples/resnet18.hpd --cluster dgx-a100-80gb --gpus 4 --pp 4 --micro-batch 32)
 

@@ -582,7 +582,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
 
   /* lower, partition, split */
   progress_phase(pg, "lowering and partitioning (tp %" PRId64 ", cp %" PRId64 ", pp %" PRId64 ")", L.tp, L.cp, L.pp * L.vpp);
-  LowerOptions lo = {0, o->materialize_attention};
+  LowerOptions lo = {0, o->materialize_attention, 0};
   IrModule *global = lower_model_with(arena, diag, m, L.mb, &lo);
   if (!global) return 1;
   if (ir_verify(global, err)) {

@@ -15,6 +15,7 @@ typedef struct {
   int failed;
   int dropout_streams;
   int priced; /* lower_model_priced: dropless expert buffers at their expected load */
+  int conventional_count; /* LowerOptions.conventional_count */
   int materialize_attention; /* LowerOptions */
 } Lower;
 
@@ -270,12 +271,12 @@ static int lower_attention(Lower *L, Inv *v, const SemExpr *e, const int *in, co
     int of[2] = {o, f};
     return f < 0 ? -1 : add_node(L, v, IR_MUL, of, 2, NULL, 0, 0, dt, -1, NULL, e->span, NULL);
   }
-  if (e->nargs >= 4) {
+  if (e->nargs >= 4 && !L->conventional_count) {
     diag_error(L->diag, e->span, "attention with sinks has no materialised form: compile or plan it without --attention materialized");
     L->failed = 1;
     return -1;
   }
-  if (e->attr[1] > 0) {
+  if (e->attr[1] > 0 && !L->conventional_count) {
     diag_error(L->diag, e->span, "attention with a sliding window (window = %" PRId64 ") has no materialised form: "
                "compile or plan it without --attention materialized", e->attr[1]);
     L->failed = 1;
@@ -772,12 +773,12 @@ static int lower_func(Lower *L, IrGraph *g, int graph_index, const SemFunc *fn, 
 }
 
 IrModule *lower_model(Arena *arena, Diag *diag, const SemModel *model, int64_t micro_batch) {
-  LowerOptions o = {0, 0};
+  LowerOptions o = {0, 0, 0};
   return lower_model_with(arena, diag, model, micro_batch, &o);
 }
 
 IrModule *lower_model_priced(Arena *arena, Diag *diag, const SemModel *model, int64_t micro_batch) {
-  LowerOptions o = {1, 0};
+  LowerOptions o = {1, 0, 0};
   return lower_model_with(arena, diag, model, micro_batch, &o);
 }
 
@@ -786,6 +787,7 @@ IrModule *lower_model_with(Arena *arena, Diag *diag, const SemModel *model, int6
   memset(&L, 0, sizeof L);
   L.priced = o->priced;
   L.materialize_attention = o->materialize_attention;
+  L.conventional_count = o->conventional_count;
   L.arena = arena;
   L.diag = diag;
   L.model = model;

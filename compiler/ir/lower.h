@@ -30,6 +30,10 @@ typedef struct {
    * value of the graph) instead of one ATTENTION op (flash attention): how
    * Megatron-LM 2021 ran, which published runs of the time measured */
   int materialize_attention;
+  /* with materialize_attention: every attention as its full scores, windows
+   * and sinks left out (the conventional count of model FLOPs, every
+   * query-key pair: plan.c's model_flops_mb), not refused */
+  int conventional_count;
 } LowerOptions;
 IrModule *lower_model_with(Arena *arena, Diag *diag, const SemModel *model, int64_t micro_batch, const LowerOptions *o);
 

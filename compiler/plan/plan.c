@@ -908,7 +908,7 @@ static Diag *quiet_diag(PlanCtx *c) { return c->quiet; }
 /* The program priced at micro batch mb: attention as the flash op, or
  * materialised (plan_set_attention). */
 static IrModule *lower_priced(PlanCtx *c, Arena *a, int64_t mb, int materialize) {
-  LowerOptions o = {1, materialize};
+  LowerOptions o = {1, materialize, 0};
   return lower_model_with(a, quiet_diag(c), c->model, mb, &o);
 }
 
@@ -1442,7 +1442,8 @@ static double model_flops_mb(PlanCtx *c, int64_t mb, double *all) {
   /* the conventional count (Megatron-LM's and PaLM's formulas): every
    * query-key pair of the scores, causal or not, flash or not */
   Arena *a = arena_new();
-  IrModule *g = lower_priced(c, a, mb, 1);
+  LowerOptions lo = {1, 1, 1};
+  IrModule *g = lower_model_with(a, quiet_diag(c), c->model, mb, &lo);
   double gemm = 0, tot = 0;
   const char *err = NULL;
   AdResult *ad = g ? ad_build(g, RECOMPUTE_NONE, &err) : NULL;

@@ -515,7 +515,7 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
   S.L = L;
   S.inputs = inputs;
   Interp *gi = NULL;
-  LowerOptions lo = {0, L->materialize_attention};
+  LowerOptions lo = {0, L->materialize_attention, 0};
   IrModule *global = lower_model_with(arena, diag, model, L->micro_batch, &lo);
   if (!global) {
     fail(err, errlen, "the model does not lower");
@@ -738,7 +738,7 @@ SimRankProgram *sim_rank_program(Arena *arena, Diag *diag, const SemModel *model
                                  const char **err) {
   const char *e = NULL;
   SimRankProgram *r = arena_alloc(arena, sizeof *r);
-  LowerOptions lo = {0, L->materialize_attention};
+  LowerOptions lo = {0, L->materialize_attention, 0};
   r->global = lower_model_with(arena, diag, model, L->micro_batch, &lo);
   SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, model->seq_len, L->ep > 0 ? L->ep : 1};
   IrModule *part = r->global ? spmd_partition(arena, diag, r->global, &spec) : NULL;

@@ -396,7 +396,7 @@ static void bench(Ctx *C, int steps, int64_t micro, const char *sample, SemDefin
                   int nlayout) {
   Arena *arena = arena_new();
   Diag *diag = diag_new(stderr);
-  LowerOptions lo = {0, 0};
+  LowerOptions lo = {0, 0, 0};
   lo.materialize_attention = bench_materialized;
   IrModule *m = lower_sample_with(arena, diag, sample, defs, ndefs, layout, nlayout, micro, NULL, &lo);
   const char *why = NULL;

@@ -57,7 +57,7 @@ static void test_gpt_forward_flops(void) {
                         {"heads", rows[r].heads, NULL},   {"seq", "2048", NULL},
                         {"vocab", "51200", NULL}};
     /* Megatron-LM 2021 stored the scores: the materialised chain */
-    LowerOptions lo = {0, 1};
+    LowerOptions lo = {0, 1, 0};
     IrModule *m = lower_sample_with(arena, diag, "gpt.hpd", defs, 5, NULL, 0, 1, NULL, &lo);
     EXPECT(m != NULL);
     /* flash attention computes the causal half of the pairs, s (s + 1) / 2

@@ -44,7 +44,7 @@ static inline IrModule *lower_sample_with(Arena *arena, Diag *diag, const char *
 
 static inline IrModule *lower_sample_layout(Arena *arena, Diag *diag, const char *name, SemDefine *defs, int ndefs,
                                             SemDefine *layout, int nlayout, int64_t micro, SemModel **model) {
-  LowerOptions lo = {0, 0};
+  LowerOptions lo = {0, 0, 0};
   return lower_sample_with(arena, diag, name, defs, ndefs, layout, nlayout, micro, model, &lo);
 }
 
