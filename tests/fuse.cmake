@@ -26,3 +26,13 @@ add_custom_target(fuse-update ${HPDL_FUSE_UPDATE_COMMANDS}
                   DEPENDS hpdlc
                   COMMENT "Rewriting tests/fuse/*.fused from the current hpdlc"
                   VERBATIM)
+
+# The fusion of every graph of a training step passes fuse_check (no kernel
+# reads a later kernel's value): a Mixtral and a gpt-oss at tiny sizes, whose
+# block backward once fused the gates' renormalisation with the gate gradient
+# into a cycle through the expert dispatch (the CPU back end then fell back to
+# the reference executor). `hpdlc emit memory` prints "fuse check: ..." lines
+# for any violation.
+add_test(NAME fuse.check_moe_blocks
+         COMMAND bash -c "out=$($<TARGET_FILE:hpdlc> emit memory ${CMAKE_SOURCE_DIR}/samples/mixtral.hpd -D layers=2 -D hidden=16 -D heads=4 -D kv_heads=2 -D ffn=8 -D experts=4 -D seq=8 -D vocab=64 --nodes 1 --gpus-per-node 1 --dp 1 --tp 1 --pp 1 --cluster laptop --global-batch 2 --micro-batch 2 --precision fp32 2>&1; $<TARGET_FILE:hpdlc> emit memory ${CMAKE_SOURCE_DIR}/samples/gpt-oss.hpd -D layers=4 -D hidden=16 -D heads=4 -D kv_heads=2 -D head_dim=4 -D experts=4 -D top_k=2 -D ffn=8 -D window=3 -D seq=8 -D vocab=256 --dp 1 --pp 1 --ep 1 --nodes 1 --gpus-per-node 1 --cluster laptop --global-batch 4 --micro-batch 2 --precision fp32 2>&1) || { echo \"$out\"; exit 1; }; if echo \"$out\" | grep 'fuse check'; then exit 1; fi; echo \"$out\" | grep -c 'graph' ")
+set_tests_properties(fuse.check_moe_blocks PROPERTIES TIMEOUT 60 LABELS fuse ENVIRONMENT "HPDL_STDLIB=${HPDL_STDLIB_DIR}")

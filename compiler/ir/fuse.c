@@ -24,8 +24,10 @@
  *    path leaves the group through another kernel and comes back, e.g. a
  *    residual add of a layernorm's input and an MLP output that depends on
  *    the layernorm's result. Reachability is a search backwards over the
- *    kernels' producers, pruned by node ids (a kernel whose newest node is
- *    older than the group's oldest cannot be on such a path).
+ *    kernels' producers, unpruned: a kernel of old nodes can lie on such a
+ *    path when a producer kernel of it gained newer nodes after it read
+ *    that producer (MoE's gate gradient joined the router's renormalised
+ *    gates, which the dispatch reads: a cycle a prune by node ids missed).
  * 4. GEMMs: each MATMUL is a kernel of its own for BLAS / cuBLAS. Its
  *    epilogue takes, in this order (cuBLASLt computes D = act(alpha A B +
  *    bias), cublasLtEpilogue_t BIAS / RELU_BIAS / GELU_BIAS): a MUL by a
@@ -328,9 +330,10 @@ static int reaches_marked(Fuser *F, int from, int minnode) {
       if (F->mark[p] == F->markstamp) return 1;
       if (F->seen[p] == F->seenstamp) continue;
       F->seen[p] = F->seenstamp;
-      /* p can lie on a path from the set only if it holds a node newer
-       * than the set's oldest. */
-      if (F->k[p].maxnode <= minnode) continue;
+      /* No pruning by node ids: a kernel of old nodes may still depend on
+       * the set through a producer kernel that later nodes joined (its
+       * values read by the old kernel, the set's by the new nodes). */
+      (void)minnode;
       F->stack[top++] = p;
     }
   }
