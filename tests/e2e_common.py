@@ -80,6 +80,14 @@ def synthetic_data(bin_dir, work, tokens=100000):
     return prefix + "_train_*.bin"
 
 
+def in_file_order(art):
+    """Sets the artifact's train.shuffle to false: the data in file order, which a test can count."""
+    mf = os.path.join(art, "manifest.json")
+    man = json.load(open(mf))
+    man["train"]["shuffle"] = False
+    json.dump(man, open(mf, "w"))
+
+
 def safetensors_f32(path):
     """{name: list of floats} of the F32 tensors of a safetensors file (checkpoints)."""
     raw = open(path, "rb").read()

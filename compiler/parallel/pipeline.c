@@ -258,17 +258,23 @@ static int copy_free_deps(Pipe *P, IrGraph *out, const IrGraph *g0, const char *
   return map[i] = copy_node(P, out, x, map, offset);
 }
 
+/* A module of m's inputs, externs and parameters (the chunks go into one). */
+static IrModule *split_module(Arena *arena, const IrModule *m) {
+  IrModule *d = ir_module_new(arena);
+  d->micro_batch = m->micro_batch;
+  d->inputs = m->inputs;
+  d->ninputs = m->ninputs;
+  d->externs = m->externs;
+  d->nexterns = m->nexterns;
+  for (int i = 0; i < m->nparams; i++) ir_add_param(d, &m->params[i]);
+  return d;
+}
+
 /* The chunks of a graph 0 cut between units (PipeUnits.by_cuts). */
 static PipeResult *split_by_cuts(Arena *arena, Diag *diag, const IrModule *m, const PipeUnits *u, int64_t chunks,
                                  const int64_t *nl, const int64_t *first) {
   const IrGraph *g0 = m->graphs[0];
-  Pipe P = {arena, diag, m, ir_module_new(arena), 0};
-  P.dst->micro_batch = m->micro_batch;
-  P.dst->inputs = m->inputs;
-  P.dst->ninputs = m->ninputs;
-  P.dst->externs = m->externs;
-  P.dst->nexterns = m->nexterns;
-  for (int i = 0; i < m->nparams; i++) ir_add_param(P.dst, &m->params[i]);
+  Pipe P = {arena, diag, m, split_module(arena, m), 0};
   int offset = (int)chunks - 1;
   for (int64_t c = 0; c < chunks && !P.failed; c++) {
     IrGraph *out = ir_graph_new(P.dst, arena_printf(arena, "chunk%" PRId64, c));
@@ -420,13 +426,7 @@ PipeResult *pipe_split(Arena *arena, Diag *diag, const IrModule *m, int64_t chun
     diag_error(diag, cn->span, "the pipeline chunks run %" PRId64 " layers, but the model has %" PRId64, sum, layers);
     return NULL;
   }
-  Pipe P = {arena, diag, m, ir_module_new(arena), 0};
-  P.dst->micro_batch = m->micro_batch;
-  P.dst->inputs = m->inputs;
-  P.dst->ninputs = m->ninputs;
-  P.dst->externs = m->externs;
-  P.dst->nexterns = m->nexterns;
-  for (int i = 0; i < m->nparams; i++) ir_add_param(P.dst, &m->params[i]);
+  Pipe P = {arena, diag, m, split_module(arena, m), 0};
   char *after = arena_alloc(arena, (size_t)g0->nnodes + 1);
   mark_after(g0, call, after);
   int offset = (int)chunks - 1; /* graph index shift of the block graphs */
@@ -519,13 +519,7 @@ static void copy_block_graphs(Arena *arena, const IrModule *m, IrModule *dst, in
  * (their output feeds only a SEND, whose gradient arrives by RECV). */
 IrModule *pipe_chunk_module(Arena *arena, const PipeResult *pr, int c) {
   const IrModule *src = pr->m;
-  IrModule *cm = ir_module_new(arena);
-  cm->micro_batch = src->micro_batch;
-  cm->inputs = src->inputs;
-  cm->ninputs = src->ninputs;
-  cm->externs = src->externs;
-  cm->nexterns = src->nexterns;
-  for (int i = 0; i < src->nparams; i++) ir_add_param(cm, &src->params[i]);
+  IrModule *cm = split_module(arena, src);
   int shift = pr->nchunks - 1; /* block graphs move from K.. to 1.. */
   const IrGraph *cg = src->graphs[c];
   IrGraph *g0 = ir_graph_new(cm, cg->name);

@@ -238,10 +238,7 @@ def case_bias_balance():
     for tag, flags, updates in (("one", (), per_micro), ("dp2", ("--dp", "2"), per_step), ("tp2", ("--tp", "2"), per_micro)):
         art = work("art-bal-" + tag)
         run([tool("hpdlc"), "compile", src, *flags, "-o", art])
-        mf = os.path.join(art, "manifest.json")
-        man = json.load(open(mf))
-        man["train"]["shuffle"] = False  # the windows in file order
-        json.dump(man, open(mf, "w"))
+        e2e_common.in_file_order(art)
         ck = os.path.join(ARGS.work, "ck-bal-" + tag)
         shutil.rmtree(ck, ignore_errors=True)
         run([tool("hpdlrun"), art, "--data", data(), "--checkpoint-dir", ck, "--progress", "plain"])

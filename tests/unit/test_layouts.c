@@ -258,6 +258,55 @@ static int run_moe(void) {
   return failures;
 }
 
+
+
+
+
+/* A layout of the lists below. */
+typedef struct {
+  int64_t dp, tp, pp, vpp, cp, ep;
+  int sp;
+  Recompute rc;
+  int zero;
+} Lay;
+
+/* A token model (file with defs) under each of lays against one rank, micro
+ * 2, rows rows: with per_dp the reference runs dp x micro rows a micro-batch
+ * (a model whose state moves by the data-parallel micro-batch: the
+ * balancing bias), else micro rows. */
+static int run_list(const char *label, const char *file, const char *const *defs, int ndefs, int64_t rows, uint64_t seed,
+                    const Lay *lays, size_t n, int per_dp) {
+  Loaded L;
+  SemModel *m = load(&L, file, defs, ndefs);
+  if (!m) return 1;
+  const int64_t micro = 2;
+  double **inputs = make_inputs(m, rows, 64, seed);
+  int failures = 0;
+  for (size_t i = 0; i < n; i++) {
+    const Lay *y = &lays[i];
+    int64_t rmicro = per_dp ? micro * y->dp : micro;
+    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, rmicro, rows / rmicro, 0, SCHED_1F1B, 1, 0};
+    SimLayout lay = {y->dp, y->tp, y->pp, y->cp, y->vpp, y->sp, y->rc, micro, rows / (micro * y->dp), y->zero,
+                     y->vpp > 1 ? SCHED_INTERLEAVED : SCHED_1F1B, y->ep, 0};
+    SimResult ref;
+    char err[512], what[220];
+    snprintf(what, sizeof what, "%s dp=%" PRId64 " tp=%" PRId64 " sp=%d pp=%" PRId64 " v=%" PRId64 " cp=%" PRId64 " ep=%" PRId64
+             " zero=%d recompute=%s", label, y->dp, y->tp, y->sp, y->pp, y->vpp, y->cp, y->ep, y->zero, sem_recompute_name(y->rc));
+    if (sim_step(m, &ref_layout, seed, inputs, &ref, err, sizeof err)) {
+      fprintf(stderr, "%s reference: %s\n", what, err);
+      failures++;
+      continue;
+    }
+    failures += run_layout(m, &lay, seed, inputs, &ref, what);
+    sim_result_free(&ref);
+  }
+  fprintf(stderr, "%s: %zu layouts compared, %d failed\n", label, n, failures);
+  for (int i = 0; i < m->model->ninputs; i++) free(inputs[i]);
+  free(inputs);
+  unload(&L);
+  return failures;
+}
+
 /* Non-uniform layers: moe-tiny with 2 dense blocks before 3 MoE ones
  * (DeepSeek-V3's shape, two repeats), so the pipeline cuts the forward
  * into pieces (pipeline.h, by cuts), a piece per layer of either repeat,
@@ -266,142 +315,45 @@ static int run_moe(void) {
 static int run_stacks(void) {
   static const char *const defs[] = {"V=64", "T=8", "C=16", "L=3", "H=4", "KV=2", "E=4", "K=2", "F=16", "capacity_factor=1.0",
                                      "D=2"};
-  Loaded L;
-  SemModel *m = load(&L, "samples/moe-tiny.hpd", defs, 11);
-  if (!m) return 1;
-  const int64_t micro = 2, rows = 8;
-  double **inputs = make_inputs(m, rows, 64, 13);
-  SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro, rows / micro, 0, SCHED_1F1B, 1, 0};
-  SimResult ref;
-  char err[512];
-  int failures = 0;
-  static const struct {
-    int64_t dp, tp, pp, vpp, ep;
-    Recompute rc;
-    int zero;
-  } lays[] = {
-      {1, 1, 2, 1, 1, RECOMPUTE_NONE, 0}, {1, 1, 3, 1, 1, RECOMPUTE_NONE, 0},      {1, 1, 4, 1, 1, RECOMPUTE_FULL, 0},
-      {1, 1, 2, 2, 1, RECOMPUTE_NONE, 0}, {2, 1, 2, 1, 2, RECOMPUTE_SELECTIVE, 1}, {2, 2, 2, 1, 1, RECOMPUTE_NONE, 2},
-      {2, 1, 3, 1, 2, RECOMPUTE_NONE, 3},
+  static const Lay lays[] = {
+      {1, 1, 2, 1, 1, 1, 0, RECOMPUTE_NONE, 0}, {1, 1, 3, 1, 1, 1, 0, RECOMPUTE_NONE, 0},      {1, 1, 4, 1, 1, 1, 0, RECOMPUTE_FULL, 0},
+      {1, 1, 2, 2, 1, 1, 0, RECOMPUTE_NONE, 0}, {2, 1, 2, 1, 1, 2, 0, RECOMPUTE_SELECTIVE, 1}, {2, 2, 2, 1, 1, 1, 0, RECOMPUTE_NONE, 2},
+      {2, 1, 3, 1, 1, 2, 0, RECOMPUTE_NONE, 3},
   };
-  if (sim_step(m, &ref_layout, 17, inputs, &ref, err, sizeof err)) {
-    fprintf(stderr, "moe-tiny D=2 reference: %s\n", err);
-    failures++;
-  } else {
-    for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
-      SimLayout lay = {lays[i].dp,  lays[i].tp, lays[i].pp,   1, lays[i].vpp, 0,
-                       lays[i].rc,  micro,      rows / (micro * lays[i].dp), lays[i].zero,
-                       lays[i].vpp > 1 ? SCHED_INTERLEAVED : SCHED_1F1B, lays[i].ep, 0};
-      char what[200];
-      snprintf(what, sizeof what, "moe-tiny D=2 dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " v=%" PRId64 " ep=%" PRId64 " zero=%d recompute=%s",
-               lays[i].dp, lays[i].tp, lays[i].pp, lays[i].vpp, lays[i].ep, lays[i].zero, sem_recompute_name(lays[i].rc));
-      failures += run_layout(m, &lay, 17, inputs, &ref, what);
-    }
-    sim_result_free(&ref);
-    fprintf(stderr, "moe-tiny with 2 dense blocks before 3 MoE ones: %zu layouts compared, %d failed\n", sizeof lays / sizeof lays[0],
-            failures);
-  }
-  for (int i = 0; i < m->model->ninputs; i++) free(inputs[i]);
-  free(inputs);
-  unload(&L);
-  return failures;
+  return run_list("moe-tiny with 2 dense blocks before 3 MoE ones", "samples/moe-tiny.hpd", defs, 11, 8, 13, lays,
+                  sizeof lays / sizeof lays[0], 0);
 }
 
 /* DeepSeek-V3's routing (tests/moe/sigmoid-balance.hpd): sigmoid scores, a
  * routing bias moved after each micro-batch by the data-parallel
  * micro-batch's loads (balance_experts), scaled gates, a shared expert, a
- * dense block before the MoE ones. With dp > 1 a bias update sees all the
- * replicas' tokens, so the reference is one rank with dp x micro rows a
- * micro-batch (as for synchronised batch norm); the biases then route
- * every later micro-batch alike, which the gradients of the step show. */
+ * dense block before the MoE ones; the biases route every later
+ * micro-batch alike, which the gradients of the step show. */
 static int run_sigmoid_balance(void) {
-  Loaded L;
-  SemModel *m = load(&L, "tests/moe/sigmoid-balance.hpd", NULL, 0);
-  if (!m) return 1;
-  const int64_t micro = 2, rows = 16;
-  double **inputs = make_inputs(m, rows, 64, 23);
-  static const struct {
-    int64_t dp, tp, pp, cp, ep;
-    int sp;
-    Recompute rc;
-    int zero;
-  } lays[] = {
-      {2, 1, 1, 1, 1, 0, RECOMPUTE_NONE, 0}, {1, 2, 1, 1, 1, 1, RECOMPUTE_NONE, 0}, {1, 1, 2, 1, 1, 0, RECOMPUTE_FULL, 0},
-      {2, 1, 1, 1, 2, 0, RECOMPUTE_NONE, 1}, {1, 1, 1, 2, 1, 0, RECOMPUTE_NONE, 0}, {2, 2, 2, 1, 2, 0, RECOMPUTE_SELECTIVE, 2},
-      {4, 1, 1, 1, 4, 0, RECOMPUTE_NONE, 3},
+  static const Lay lays[] = {
+      {2, 1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, 0}, {1, 2, 1, 1, 1, 1, 1, RECOMPUTE_NONE, 0},      {1, 1, 2, 1, 1, 1, 0, RECOMPUTE_FULL, 0},
+      {2, 1, 1, 1, 1, 2, 0, RECOMPUTE_NONE, 1}, {1, 1, 1, 1, 2, 1, 0, RECOMPUTE_NONE, 0},      {2, 2, 2, 1, 1, 2, 0, RECOMPUTE_SELECTIVE, 2},
+      {4, 1, 1, 1, 1, 4, 0, RECOMPUTE_NONE, 3},
   };
-  int failures = 0;
-  for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
-    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro * lays[i].dp, rows / (micro * lays[i].dp), 0, SCHED_1F1B, 1, 0};
-    SimLayout lay = {lays[i].dp, lays[i].tp, lays[i].pp, lays[i].cp, 1, lays[i].sp, lays[i].rc, micro, rows / (micro * lays[i].dp),
-                     lays[i].zero, SCHED_1F1B, lays[i].ep, 0};
-    SimResult ref;
-    char err[512], what[220];
-    snprintf(what, sizeof what, "sigmoid-balance dp=%" PRId64 " tp=%" PRId64 " sp=%d pp=%" PRId64 " cp=%" PRId64 " ep=%" PRId64 " zero=%d recompute=%s",
-             lays[i].dp, lays[i].tp, lays[i].sp, lays[i].pp, lays[i].cp, lays[i].ep, lays[i].zero, sem_recompute_name(lays[i].rc));
-    if (sim_step(m, &ref_layout, 41, inputs, &ref, err, sizeof err)) {
-      fprintf(stderr, "%s reference: %s\n", what, err);
-      failures++;
-      continue;
-    }
-    failures += run_layout(m, &lay, 41, inputs, &ref, what);
-    sim_result_free(&ref);
-  }
-  fprintf(stderr, "sigmoid-balance (DeepSeek-V3's routing): %zu layouts compared, %d failed\n", sizeof lays / sizeof lays[0], failures);
-  for (int i = 0; i < m->model->ninputs; i++) free(inputs[i]);
-  free(inputs);
-  unload(&L);
-  return failures;
+  return run_list("sigmoid-balance (DeepSeek-V3's routing)", "tests/moe/sigmoid-balance.hpd", NULL, 0, 16, 41, lays,
+                  sizeof lays / sizeof lays[0], 1);
 }
 
 /* samples/deepseek-v3.hpd at a tiny size: multi-head latent attention
  * (slices, a shared RoPE key, a value width of its own), 2 dense blocks and
  * 2 DeepSeekMoE blocks (two repeats: a forward cut by pieces), sigmoid
- * routing with the balancing bias; the reference is one rank with dp x
- * micro rows a micro-batch (the bias sees the data-parallel micro-batch). */
+ * routing with the balancing bias. */
 static int run_deepseek(void) {
-  static const char *const defs[] = {"layers=4", "dense=2",     "hidden=16",    "heads=4", "q_lora=12",
-                                     "kv_lora=8", "qk_nope=4",  "qk_rope=4",    "v_head_dim=6", "ffn=32",
-                                     "moe_ffn=8", "experts=4",  "top_k=2",      "seq=8",   "vocab=64",
-                                     "capacity_factor=2.0"};
-  Loaded L;
-  SemModel *m = load(&L, "samples/deepseek-v3.hpd", defs, 16);
-  if (!m) return 1;
-  const int64_t micro = 2, rows = 8;
-  double **inputs = make_inputs(m, rows, 64, 29);
-  static const struct {
-    int64_t dp, tp, pp, cp, ep;
-    int sp;
-    Recompute rc;
-    int zero;
-  } lays[] = {
-      {2, 1, 1, 1, 1, 0, RECOMPUTE_NONE, 0}, {1, 2, 1, 1, 1, 0, RECOMPUTE_NONE, 0}, {1, 2, 1, 1, 1, 1, RECOMPUTE_SELECTIVE, 0},
-      {1, 1, 1, 2, 1, 0, RECOMPUTE_NONE, 0}, {1, 1, 2, 1, 1, 0, RECOMPUTE_FULL, 0}, {1, 1, 4, 1, 1, 0, RECOMPUTE_NONE, 0},
-      {2, 1, 2, 1, 2, 0, RECOMPUTE_NONE, 1}, {2, 2, 1, 1, 2, 0, RECOMPUTE_FULL, 3},
+  static const char *const defs[] = {"layers=4", "dense=2",    "hidden=16", "heads=4", "q_lora=12",    "kv_lora=8",
+                                     "qk_nope=4", "qk_rope=4", "v_head_dim=6", "ffn=32", "moe_ffn=8", "experts=4",
+                                     "top_k=2",  "seq=8",      "vocab=64",  "capacity_factor=2.0"};
+  static const Lay lays[] = {
+      {2, 1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, 0}, {1, 2, 1, 1, 1, 1, 0, RECOMPUTE_NONE, 0}, {1, 2, 1, 1, 1, 1, 1, RECOMPUTE_SELECTIVE, 0},
+      {1, 1, 1, 1, 2, 1, 0, RECOMPUTE_NONE, 0}, {1, 1, 2, 1, 1, 1, 0, RECOMPUTE_FULL, 0}, {1, 1, 4, 1, 1, 1, 0, RECOMPUTE_NONE, 0},
+      {2, 1, 2, 1, 1, 2, 0, RECOMPUTE_NONE, 1}, {2, 2, 1, 1, 1, 2, 0, RECOMPUTE_FULL, 3},
   };
-  int failures = 0;
-  for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
-    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro * lays[i].dp, rows / (micro * lays[i].dp), 0, SCHED_1F1B, 1, 0};
-    SimLayout lay = {lays[i].dp, lays[i].tp, lays[i].pp, lays[i].cp, 1, lays[i].sp, lays[i].rc, micro, rows / (micro * lays[i].dp),
-                     lays[i].zero, SCHED_1F1B, lays[i].ep, 0};
-    SimResult ref;
-    char err[512], what[220];
-    snprintf(what, sizeof what, "deepseek-v3 (tiny) dp=%" PRId64 " tp=%" PRId64 " sp=%d pp=%" PRId64 " cp=%" PRId64 " ep=%" PRId64 " zero=%d recompute=%s",
-             lays[i].dp, lays[i].tp, lays[i].sp, lays[i].pp, lays[i].cp, lays[i].ep, lays[i].zero, sem_recompute_name(lays[i].rc));
-    if (sim_step(m, &ref_layout, 43, inputs, &ref, err, sizeof err)) {
-      fprintf(stderr, "%s reference: %s\n", what, err);
-      failures++;
-      continue;
-    }
-    failures += run_layout(m, &lay, 43, inputs, &ref, what);
-    sim_result_free(&ref);
-  }
-  fprintf(stderr, "deepseek-v3 (tiny: MLA, dense then DeepSeekMoE blocks): %zu layouts compared, %d failed\n", sizeof lays / sizeof lays[0],
-          failures);
-  for (int i = 0; i < m->model->ninputs; i++) free(inputs[i]);
-  free(inputs);
-  unload(&L);
-  return failures;
+  return run_list("deepseek-v3 (tiny: MLA, dense then DeepSeekMoE blocks)", "samples/deepseek-v3.hpd", defs, 16, 8, 43, lays,
+                  sizeof lays / sizeof lays[0], 1);
 }
 
 /* samples/gpt-oss.hpd at a tiny size: attention sinks (o sigmoid(lse -
@@ -412,45 +364,13 @@ static int run_deepseek(void) {
 static int run_gpt_oss(void) {
   static const char *const defs[] = {"layers=4", "hidden=16", "heads=4", "kv_heads=2", "head_dim=4", "experts=4",
                                      "top_k=2",  "ffn=8",     "window=3", "seq=8",     "vocab=64"};
-  Loaded L;
-  SemModel *m = load(&L, "samples/gpt-oss.hpd", defs, 11);
-  if (!m) return 1;
-  const int64_t micro = 2, rows = 8;
-  double **inputs = make_inputs(m, rows, 64, 37);
-  static const struct {
-    int64_t dp, tp, pp, cp, ep;
-    int sp;
-    Recompute rc;
-    int zero;
-  } lays[] = {
-      {2, 1, 1, 1, 1, 0, RECOMPUTE_NONE, 0}, {1, 2, 1, 1, 1, 0, RECOMPUTE_NONE, 0}, {1, 2, 1, 1, 1, 1, RECOMPUTE_SELECTIVE, 0},
-      {1, 1, 1, 2, 1, 0, RECOMPUTE_NONE, 0}, {1, 1, 2, 1, 1, 0, RECOMPUTE_FULL, 0}, {2, 1, 1, 1, 2, 0, RECOMPUTE_NONE, 1},
-      {2, 2, 2, 1, 2, 0, RECOMPUTE_NONE, 2},
+  static const Lay lays[] = {
+      {2, 1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, 0}, {1, 2, 1, 1, 1, 1, 0, RECOMPUTE_NONE, 0}, {1, 2, 1, 1, 1, 1, 1, RECOMPUTE_SELECTIVE, 0},
+      {1, 1, 1, 1, 2, 1, 0, RECOMPUTE_NONE, 0}, {1, 1, 2, 1, 1, 1, 0, RECOMPUTE_FULL, 0}, {2, 1, 1, 1, 1, 2, 0, RECOMPUTE_NONE, 1},
+      {2, 2, 2, 1, 1, 2, 0, RECOMPUTE_NONE, 2},
   };
-  int failures = 0;
-  SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro, rows / micro, 0, SCHED_1F1B, 1, 0};
-  SimResult ref;
-  char err[512];
-  if (sim_step(m, &ref_layout, 47, inputs, &ref, err, sizeof err)) {
-    fprintf(stderr, "gpt-oss (tiny) reference: %s\n", err);
-    failures++;
-  } else {
-    for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
-      SimLayout lay = {lays[i].dp, lays[i].tp, lays[i].pp, lays[i].cp, 1, lays[i].sp, lays[i].rc, micro, rows / (micro * lays[i].dp),
-                       lays[i].zero, SCHED_1F1B, lays[i].ep, 0};
-      char what[220];
-      snprintf(what, sizeof what, "gpt-oss (tiny) dp=%" PRId64 " tp=%" PRId64 " sp=%d pp=%" PRId64 " cp=%" PRId64 " ep=%" PRId64 " zero=%d recompute=%s",
-               lays[i].dp, lays[i].tp, lays[i].sp, lays[i].pp, lays[i].cp, lays[i].ep, lays[i].zero, sem_recompute_name(lays[i].rc));
-      failures += run_layout(m, &lay, 47, inputs, &ref, what);
-    }
-    sim_result_free(&ref);
-  }
-  fprintf(stderr, "gpt-oss (tiny: sinks, alternating windows, expert biases): %zu layouts compared, %d failed\n",
-          sizeof lays / sizeof lays[0], failures);
-  for (int i = 0; i < m->model->ninputs; i++) free(inputs[i]);
-  free(inputs);
-  unload(&L);
-  return failures;
+  return run_list("gpt-oss (tiny: sinks, alternating windows, expert biases)", "samples/gpt-oss.hpd", defs, 11, 8, 47, lays,
+                  sizeof lays / sizeof lays[0], 0);
 }
 
 /* Images: input 0 uniform in [-1, 1) over [rows, C, H, W], input 1 labels in [0, classes). */

@@ -422,10 +422,7 @@ def case_running_stats():
              ("sync", ["--dp", "2", "-D", "sync=true"], 2, [imgs[8 * s:8 * s + 8] for s in range(3)])]
     for tag, flags, np_, groups in cases:
         art, _ = compile_model("bn_" + tag, flags, src=src)
-        mf = os.path.join(art, "manifest.json")
-        man = json.load(open(mf))
-        man["train"]["shuffle"] = False  # the images in file order
-        json.dump(man, open(mf, "w"))
+        e2e_common.in_file_order(art)
         ck = os.path.join(ARGS.work, "ck_" + tag)
         shutil.rmtree(ck, ignore_errors=True)
         train(art, "bn_" + tag, ["--checkpoint-dir", ck, "--checkpoint-every", "3"], np_=np_, data=data)
