@@ -666,10 +666,18 @@ static int resume(Run *R, RtErr *e, int *resumed) {
   Comm *c = R->c;
   int me = R->me, failed = 0;
   Ckpt *ck = NULL;
+  CkptFile *init = NULL; /* --init-from: a tensor file, weights only */
+  const CkptFile *cf = NULL;
+  const char *cpath = NULL;
   /* header: have, step, sequences, seed, has_m, has_v (doubles: exact below 2^53) */
   double hdr[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   *resumed = 0;
-  if (me == 0) {
+  if (me == 0 && R->o->init_from) {
+    init = ckpt_st_open(R->o->init_from, e);
+    if (!init) failed = 1;
+    cf = init;
+    cpath = R->o->init_from;
+  } else if (me == 0) {
     const char *from = R->o->resume_from ? R->o->resume_from : R->ckpt_dir;
     int have = 1;
     if (!R->o->resume_from) {
@@ -684,17 +692,22 @@ static int resume(Run *R, RtErr *e, int *resumed) {
     if (!failed && have) {
       ck = ckpt_load(from, e);
       if (!ck) failed = 1;
+      else cf = ckpt_file(ck), cpath = ckpt_path(ck);
     }
+  }
+  if (me == 0) {
     /* Check every parameter before anyone waits on a broadcast. */
     int has_m = 1, has_v = 1;
-    for (int i = 0; ck && !failed && i < a->nparams; i++) {
+    for (int i = 0; cf && !failed && i < a->nparams; i++) {
       const ArtParam *p = &a->params[i];
       for (int64_t l = 0; l < p->count && !failed; l++) {
         char name[256], full[300];
         artifact_param_name(p, l, name, sizeof name);
-        const CkptTensor *t = ckpt_st_find(ckpt_file(ck), name);
+        const CkptTensor *t = ckpt_st_find(cf, name);
         if (!t) {
-          failed = rt_fail(e, "%s: no tensor %s, a parameter of this artifact (a checkpoint of another model?)", ckpt_path(ck), name) < 0;
+          failed = rt_fail(e, "%s: no tensor %s, a parameter of this artifact (%s)", cpath, name,
+                           init ? "the file must hold every parameter under the names hpdlc compile gives them: the manifest's params"
+                                : "a checkpoint of another model?") < 0;
           break;
         }
         int same = t->rank == p->rank;
@@ -703,15 +716,20 @@ static int resume(Run *R, RtErr *e, int *resumed) {
           char got[160] = "", want[160] = "";
           for (int d = 0; d < t->rank; d++) snprintf(got + strlen(got), sizeof got - strlen(got), "%s%" PRId64, d ? ", " : "", t->shape[d]);
           for (int d = 0; d < p->rank; d++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%" PRId64, d ? ", " : "", p->shape[d]);
-          failed = rt_fail(e, "%s: tensor %s is %s[%s], the artifact's parameter is f32[%s]", ckpt_path(ck), name, ckpt_dtype_name(t->dtype),
+          failed = rt_fail(e, "%s: tensor %s is %s[%s], the artifact's parameter is f32[%s]", cpath, name, ckpt_dtype_name(t->dtype),
                            got, want) < 0;
           break;
         }
         snprintf(full, sizeof full, "%s%s", R->opt.kind == OPTIM_SGD ? "opt.momentum." : "opt.m.", name);
-        if (!ckpt_st_find(ckpt_file(ck), full)) has_m = 0;
+        if (!ckpt_st_find(cf, full)) has_m = 0;
         snprintf(full, sizeof full, "opt.v.%s", name);
-        if (!ckpt_st_find(ckpt_file(ck), full)) has_v = 0;
+        if (!ckpt_st_find(cf, full)) has_v = 0;
       }
+    }
+    if (init && !failed) { /* weights only: step 0, this run's seed and data, fresh optimizer state */
+      hdr[0] = 1;
+      hdr[3] = (double)R->seed;
+      if (R->out) fprintf(R->out, "hpdlrun: the parameters start from %s\n", cpath);
     }
     if (ck && !failed) {
       const json_t *info = ckpt_info(ck);
@@ -743,6 +761,7 @@ static int resume(Run *R, RtErr *e, int *resumed) {
   }
   if (agree(R, failed) >= 0) {
     ckpt_close(ck);
+    ckpt_st_close(init);
     return -1;
   }
   if (comm_broadcast(c, COMM_WORLD, COMM_F64, hdr, 10, 0, e) < 0) fatal(R, "broadcasting the checkpoint header", e);
@@ -773,7 +792,7 @@ static int resume(Run *R, RtErr *e, int *resumed) {
           char name[256], full[300];
           artifact_param_name(p, l, name, sizeof name);
           snprintf(full, sizeof full, "%s%s", s == 0 ? "" : s == 2 ? "opt.v." : R->opt.kind == OPTIM_SGD ? "opt.momentum." : "opt.m.", name);
-          const CkptTensor *t = ckpt_st_find(ckpt_file(ck), full);
+          const CkptTensor *t = ckpt_st_find(cf, full);
           RtErr le;
           if (!t || ckpt_numel(t) != numel || ckpt_st_read_f32(t, buf, &le) < 0)
             fatal(R, "reading a checkpoint tensor that was checked a moment ago", NULL);
@@ -789,6 +808,7 @@ static int resume(Run *R, RtErr *e, int *resumed) {
   rt_free(buf);
   rt_free(shard);
   ckpt_close(ck);
+  ckpt_st_close(init);
   R->start_step = (int64_t)hdr[1];
   R->data_start = (int64_t)hdr[2];
   R->updates = (int64_t)hdr[6];
@@ -1216,7 +1236,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
   }
   if (!failed && R.me == 0 && o->profile && profile_writable(o->profile, e) < 0) failed = 1;
   int who = agree(&R, failed);
-  if (who < 0 && (o->resume || o->resume_from)) {
+  if (who < 0 && (o->resume || o->resume_from || o->init_from)) {
     int resumed;
     if (resume(&R, e, &resumed) < 0) who = 0; /* rank 0 did the checking */
   }

@@ -38,6 +38,7 @@ typedef struct {
   int ckpt_async;          /* -1: the artifact's */
   int resume;              /* resume from the latest checkpoint in ckpt_dir */
   const char *resume_from; /* or from this manifest / folder */
+  const char *init_from;   /* the parameters' starting values from this safetensors file (step 0, no optimizer state) */
   const char *metrics;     /* JSON lines, one per step */
   TrainProgress progress;
   int tty;                 /* for AUTO: whether the user's terminal is one */

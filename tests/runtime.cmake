@@ -53,7 +53,7 @@ set_target_properties(hpdl_test_unigram PROPERTIES PREFIX "" OUTPUT_NAME unigram
 # what it checks).
 find_package(Python3 COMPONENTS Interpreter)
 foreach(case data_tool one_rank progress bad_artifact dp2 under_mpirun tp2 dp2_tp2 resume_same_layout
-             resume_other_layout compression checkpoint_options native_program bad_data bad_checkpoint
+             resume_other_layout init_from compression checkpoint_options native_program bad_data bad_checkpoint
              killed_writer failed_write threads preempt_one_rank preempt_dp2 preempt_dp2_tp2 diverged failed_write_async unwritable_checkpoint too_big rank_dies
              loss_scale loss_scale_dp2_tp2 loss_scale_static)
   if(Python3_Interpreter_FOUND)

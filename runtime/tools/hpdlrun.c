@@ -49,6 +49,8 @@ static void usage(FILE *f) {
           "  --resume                 continue from the newest checkpoint in the checkpoint folder\n"
           "                           (starts from step 0 when there is none yet)\n"
           "  --resume-from PATH       continue from this checkpoint (its .json manifest, or a folder)\n"
+          "  --init-from FILE         start the parameters from a safetensors file (every parameter under its\n"
+          "                           manifest name; a checkpoint's tensor file works): step 0, fresh optimizer\n"
           "  --metrics FILE           JSON lines, one per step: step, loss, lr, grad_norm, tokens_per_s, ...\n"
           "  --eval-every N           after every N-th step and the last, the validation loss in evaluation\n"
           "                           mode (batch norm's running statistics, no dropout): val_loss in the\n"
@@ -236,6 +238,9 @@ static int parse_args(int argc, char **argv, Args *A) {
     } else if (!strcmp(n, "--resume-from")) {
       VALUE();
       A->t.resume_from = val;
+    } else if (!strcmp(n, "--init-from")) {
+      VALUE();
+      A->t.init_from = val;
     } else if (!strcmp(n, "--metrics")) {
       VALUE();
       A->t.metrics = val;
@@ -284,6 +289,9 @@ static int parse_args(int argc, char **argv, Args *A) {
     usage(stderr);
     return 2;
   }
+  if (A->t.init_from && (A->t.resume || A->t.resume_from))
+    return bad_usage("--init-from starts a run at step 0 from given weights; --resume%s continues one: choose one",
+                     A->t.resume_from ? "-from" : "");
   return 0;
 }
 
@@ -578,6 +586,11 @@ static int launch_main(int argc, char **argv) {
       COUNT(cpus_per_node);
     } else if (!strcmp(n, "--resume")) {
       /* the job always passes it */
+    } else if (!strcmp(n, "--init-from")) {
+      rc = bad_usage("--init-from with --%s: a requeued or restarted job would start again from those weights; run the "
+                     "first start without --%s, or put a checkpoint into the checkpoint folder",
+                     mode ? mode : "sbatch", mode ? mode : "sbatch");
+      goto out;
     } else if (!strcmp(n, "--resume-from")) {
       rc = bad_usage("--resume-from with --%s: a requeued or restarted job would go back to that checkpoint each time; copy it "
                      "into the checkpoint folder, which the job resumes from (--resume)",

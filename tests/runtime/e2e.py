@@ -372,6 +372,55 @@ def case_resume_same_layout():
     check("no checkpoint in" in p.stdout and "steps 1..2" in p.stdout, p.stdout)
 
 
+def case_init_from():
+    """hpdlrun --init-from FILE starts a run at step 0 from given weights. The data repeat every two
+    steps (windows in file order) and SGD without momentum keeps no state at a constant rate, so a
+    run started from a straight run's step-2 weights takes that run's steps 3 and 4: the same losses
+    and, after them, the same weights bit for bit. A file lacking a parameter, a wrong shape and
+    --init-from with --resume are clear errors."""
+    d = work("init")
+    period = 256  # 8 windows of 32: two steps of 4
+    toks = [(j % period * 37 + 11) % 256 for j in range(period * 10 + 1)]
+    data = os.path.join(d, "periodic.bin")
+    with open(data, "wb") as f:
+        f.write(struct.pack("<3i", 20240520, 1, len(toks)) + bytes(1012) + struct.pack("<%dH" % len(toks), *toks))
+    sgd = {"kind": "sgd", "lr": 0.5, "momentum": 0.0, "weight_decay": 0.0, "warmup": 0, "decay": "none"}
+    art = make_artifact("init", mb=4, nmicro=1, steps=4, data=data, optimizer=sgd)
+    e2e_common.in_file_order(art)
+    a, c = os.path.join(d, "straight"), os.path.join(d, "started")
+    for x in (a, c):
+        shutil.rmtree(x, ignore_errors=True)
+    ma, mc = os.path.join(d, "a.jsonl"), os.path.join(d, "c.jsonl")
+    hpdlrun(art, "--checkpoint-dir", a, "--checkpoint-every", "2", "--progress", "quiet", "--metrics", ma)
+    start = os.path.join(a, "step-00000002.safetensors")
+    p = hpdlrun(art, "--init-from", start, "--steps", "2", "--checkpoint-dir", c, "--progress", "plain", "--metrics", mc)
+    check("the parameters start from" in p.stdout and "steps 1..2" in p.stdout, p.stdout)
+    la, lc = [r["loss"] for r in metrics(ma)], [r["loss"] for r in metrics(mc)]
+    print(f"straight run's losses {la}; started from its step 2: {lc}")
+    check(la[0] != la[2] and lc == la[2:], f"the started run's losses {lc} are not the straight run's steps 3-4 {la[2:]}")
+    wa = read_safetensors(os.path.join(a, "step-00000004.safetensors"))
+    wc = read_safetensors(os.path.join(c, "step-00000002.safetensors"))
+    check(all(wa[k] == wc[k] for k in ("bigram.weight", "bigram.bias")), "the weights after the same two steps, bit for bit")
+    # a file without every parameter, a shape that differs, and a conflict with --resume
+    part = os.path.join(d, "partial.safetensors")
+    head = json.dumps({"bigram.bias": {"dtype": "F32", "shape": [256], "data_offsets": [0, 1024]}}).encode()
+    head += b" " * (-(8 + len(head)) % 8)
+    with open(part, "wb") as f:
+        f.write(struct.pack("<Q", len(head)) + head + bytes(1024))
+    p = hpdlrun(art, "--init-from", part, expect=1)
+    one_error(p, "partial.safetensors", "no tensor bigram.weight", "the manifest's params")
+    wrong = os.path.join(d, "wrong.safetensors")
+    head = json.dumps({"bigram.weight": {"dtype": "F32", "shape": [256, 255], "data_offsets": [0, 261120]},
+                       "bigram.bias": {"dtype": "F32", "shape": [256], "data_offsets": [261120, 262144]}}).encode()
+    head += b" " * (-(8 + len(head)) % 8)
+    with open(wrong, "wb") as f:
+        f.write(struct.pack("<Q", len(head)) + head + bytes(262144))
+    p = hpdlrun(art, "--init-from", wrong, expect=1)
+    one_error(p, "wrong.safetensors", "tensor bigram.weight is F32[256, 255]", "f32[256, 256]")
+    p = hpdlrun(art, "--init-from", start, "--resume", expect=2)
+    check("--init-from starts a run at step 0" in p.stderr, p.stderr)
+
+
 def case_resume_other_layout():
     need_mpi()
     art2 = make_artifact("rol_dp2", dp=2, mb=4, steps=20)
