@@ -912,6 +912,34 @@ static IrModule *lower_priced(PlanCtx *c, Arena *a, int64_t mb, int materialize)
   return lower_model_with(a, quiet_diag(c), c->model, mb, &o);
 }
 
+/* One node's time as its own kernel, to balance pieces of a forward: a
+ * GEMM or convolution at the efficiency of its shape (cost.c), anything
+ * else at the roofline of its FLOPs and bytes. */
+static double node_roofline_s(const PlanCtx *c, const IrModule *m, const IrGraph *g, int i) {
+  const IrNode *n = &g->nodes[i];
+  IrCost nc = ircost_node(m, g, i);
+  double bytes = nc.bytes_read + nc.bytes_written, batch = 1, M = 0, N = 0, K = 0;
+  int gemm = ircost_conv_gemm(g, n, &batch, &M, &N, &K);
+  if (!gemm && n->op == IR_MATMUL && n->nin == 2) {
+    const IrNode *x = &g->nodes[n->in[0]];
+    if (x->rank >= 2 && n->rank >= 2) {
+      M = (double)x->dims[x->rank - 2], K = (double)x->dims[x->rank - 1], N = (double)n->dims[n->rank - 1];
+      for (int d = 0; d < n->rank - 2; d++) batch *= (double)n->dims[d];
+      gemm = 1;
+    }
+  }
+  double eff = gemm ? cost_gemm_efficiency_batched((int64_t)batch, (int64_t)M, (int64_t)N, (int64_t)K, &c->dev) * PLAN_GEMM_SUSTAINED : 1.0;
+  return cost_op_time_s(nc.flops, bytes, &c->dev, prec_name(c->prec), eff);
+}
+
+/* A graph's nodes' times (one execution: a layer of a repeat). */
+static double graph_roofline_s(const PlanCtx *c, const IrModule *m, const IrGraph *g) {
+  double t = 0;
+  for (int i = 0; i < g->nnodes; i++)
+    if (!(ir_op_flags(g->nodes[i].op) & IRF_LEAF)) t += g->nodes[i].op == IR_CALL ? 0 : node_roofline_s(c, m, g, i);
+  return t;
+}
+
 /* Regions of the step graph of the whole (one-chunk) program. */
 enum { REG_PRO = 0, REG_EPI = 1, REG_LAYER = 2 };
 
@@ -933,8 +961,8 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
              k->sp ? " with sequence parallelism" : "");
     goto done;
   }
-  /* a forward cut into pieces (no single repeat): each piece's roofline
-   * time, forward and (about twice that) backward, to balance the stages */
+  /* a forward cut into pieces (no single repeat): each piece's time,
+   * forward and (about twice that) backward, to balance the stages */
   const PipeUnits *pu = pipe_units(a, part);
   if (pu && pu->by_cuts) {
     const IrGraph *g0 = part->graphs[0];
@@ -942,16 +970,12 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
     pp->unit_w = xalloc_calloc((size_t)pu->nunits, sizeof(double));
     for (int64_t u = 0; u < pu->nunits; u++) {
       if (pu->call[u] >= 0) { /* a layer of a repeat: its share of the CALL */
-        IrCost nc = ircost_node(part, g0, pu->call[u]);
-        double t = 3 * cost_op_time_s(nc.flops, nc.bytes_read + nc.bytes_written, &c->dev, prec_name(c->prec), 1.0);
-        pp->unit_w[u] = t / (double)g0->nodes[pu->call[u]].attr[1];
+        const IrNode *cn = &g0->nodes[pu->call[u]];
+        pp->unit_w[u] = 3 * graph_roofline_s(c, part, part->graphs[cn->attr[0]]);
         continue;
       }
       for (int i = pu->start[u]; i < pu->start[u + 1]; i++)
-        if (!pu->free_node[i]) {
-          IrCost nc = ircost_node(part, g0, i);
-          pp->unit_w[u] += 3 * cost_op_time_s(nc.flops, nc.bytes_read + nc.bytes_written, &c->dev, prec_name(c->prec), 1.0);
-        }
+        if (!pu->free_node[i]) pp->unit_w[u] += 3 * node_roofline_s(c, part, g0, i);
     }
   }
   const char *err = NULL;
@@ -1345,7 +1369,11 @@ int64_t *plan_chunk_layers(Arena *arena, const SemModel *model, int64_t micro_ba
                    recompute < 0 ? RECOMPUTE_NONE : recompute, 1};
     PlanParts *pp = plan_parts(c, &key);
     if (!pp->valid) snprintf(err, sizeof err, "the planner cannot price the program to balance its stages: %s", pp->why);
-    else rc = plan_split_layers(c, pp, K, out, err, sizeof err);
+    else if (pp->unit_w) { /* a forward cut into pieces: the split plan_exact calibrates on the priced chunks */
+      PlanExact *e = plan_exact(c, &key, K);
+      if (e->valid) memcpy(out, e->layers, sizeof(int64_t) * (size_t)K), rc = 0;
+      else snprintf(err, sizeof err, "%s", e->why);
+    } else rc = plan_split_layers(c, pp, K, out, err, sizeof err);
   } else {
     snprintf(err, sizeof err, "the planner cannot price the program to balance its stages");
   }
@@ -1359,52 +1387,37 @@ int64_t *plan_chunk_layers(Arena *arena, const SemModel *model, int64_t micro_ba
   return out;
 }
 
-/* Every chunk of a K-chunk split, as hpdlc compile builds them; a chunk
- * whose (kind, layers) an earlier one has is not priced again. */
-PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
-  for (PlanExact *e = c->exact; e; e = e->next)
-    if (key_eq(&e->key, k) && e->K == K) return e;
-  PlanExact *e = xalloc_calloc(1, sizeof *e);
-  e->key = *k;
-  e->K = K;
-  e->next = c->exact;
-  c->exact = e;
-  e->layers = xalloc_calloc((size_t)K, sizeof(int64_t));
-  e->ch = xalloc_calloc((size_t)K, sizeof(PlanChunk));
-  PlanParts *parts = plan_parts(c, k);
-  if (!parts->valid) {
-    snprintf(e->why, sizeof e->why, "%s", parts->why);
-    return e;
-  }
-  if (plan_split_layers(c, parts, K, e->layers, e->why, sizeof e->why) != 0) return e;
+/* Prices the K chunks of split `layers` as compiled (ch[K]); 0 or -1 with why. */
+static int price_split(PlanCtx *c, const PlanKey *k, int64_t K, const PlanParts *parts, const int64_t *layers, PlanChunk *ch,
+                       char *why, size_t whylen) {
   Arena *a = arena_new();
   IrModule *global = lower_priced(c, a, k->mb, !c->flash);
   SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1};
   IrModule *part = global ? spmd_partition_padded(a, quiet_diag(c), global, &spec, c->vocab_pad) : NULL;
-  PipeResult *pr = part ? pipe_split(a, quiet_diag(c), part, K, e->layers) : NULL;
+  PipeResult *pr = part ? pipe_split(a, quiet_diag(c), part, K, layers) : NULL;
   if (!pr) {
-    snprintf(e->why, sizeof e->why, "the program does not split into %" PRId64 " pipeline chunks", K);
+    snprintf(why, whylen, "the program does not split into %" PRId64 " pipeline chunks", K);
     arena_free(a);
-    return e;
+    return -1;
   }
   CostLink link[IRG_COUNT];
   int64_t gsize[IRG_COUNT];
   key_links(c, k->tp, k->cp, k->ep, link, gsize);
   int ok = 1;
   if (K == 1) {
-    ok = price_chunk_module(c, pr->m, (Recompute)k->rc, link, gsize, a, &e->ch[0], e->why, sizeof e->why) == 0;
+    ok = price_chunk_module(c, pr->m, (Recompute)k->rc, link, gsize, a, &ch[0], why, whylen) == 0;
   } else {
     for (int64_t i = 0; i < K && ok; i++) {
       int64_t same = -1;
       int kind = i == 0 ? PLAN_FIRST : i == K - 1 ? PLAN_LAST : PLAN_MIDDLE;
       for (int64_t j = 1; j < i && same < 0 && kind == PLAN_MIDDLE && !parts->unit_w; j++)
-        if (e->layers[j] == e->layers[i]) same = j;
+        if (layers[j] == layers[i]) same = j;
       if (same >= 0) {
-        e->ch[i] = e->ch[same];
+        ch[i] = ch[same];
         continue;
       }
       IrModule *cm = pipe_chunk_module(a, pr, (int)i);
-      ok = price_chunk_module(c, cm, (Recompute)k->rc, link, gsize, a, &e->ch[i], e->why, sizeof e->why) == 0;
+      ok = price_chunk_module(c, cm, (Recompute)k->rc, link, gsize, a, &ch[i], why, whylen) == 0;
     }
     /* a weight read by the first and the last chunk (tied embeddings) */
     if (ok) {
@@ -1422,11 +1435,71 @@ PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
           shared += el;
         }
       free(used);
-      e->ch[0].shared_params = e->ch[K - 1].shared_params = shared;
+      ch[0].shared_params = ch[K - 1].shared_params = shared;
     }
   }
-  e->valid = ok;
   arena_free(a);
+  return ok ? 0 : -1;
+}
+
+static double slowest_chunk(const PlanChunk *ch, int64_t K) {
+  double m = 0;
+  for (int64_t i = 0; i < K; i++)
+    if (ch[i].f.t + ch[i].b.t > m) m = ch[i].f.t + ch[i].b.t;
+  return m;
+}
+
+/* Every chunk of a K-chunk split, as hpdlc compile builds them; a chunk
+ * whose (kind, layers) an earlier one has is not priced again. A forward
+ * cut into pieces is split on estimated piece times (plan_split_layers);
+ * priced, each chunk's pieces are scaled by its priced / estimated time
+ * (the estimate's error is the chunk's, not the piece's: GEMM efficiency,
+ * the backward's own shapes) and split again, and the better of the two
+ * splits kept, with the calibrated times in the parts for the next split. */
+PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
+  for (PlanExact *e = c->exact; e; e = e->next)
+    if (key_eq(&e->key, k) && e->K == K) return e;
+  PlanExact *e = xalloc_calloc(1, sizeof *e);
+  e->key = *k;
+  e->K = K;
+  e->next = c->exact;
+  c->exact = e;
+  e->layers = xalloc_calloc((size_t)K, sizeof(int64_t));
+  e->ch = xalloc_calloc((size_t)K, sizeof(PlanChunk));
+  PlanParts *parts = plan_parts(c, k);
+  if (!parts->valid) {
+    snprintf(e->why, sizeof e->why, "%s", parts->why);
+    return e;
+  }
+  if (plan_split_layers(c, parts, K, e->layers, e->why, sizeof e->why) != 0) return e;
+  int ok = price_split(c, k, K, parts, e->layers, e->ch, e->why, sizeof e->why) == 0;
+  if (ok && parts->unit_w && K > 1) {
+    double *w = xalloc_calloc((size_t)parts->units, sizeof(double));
+    memcpy(w, parts->unit_w, sizeof(double) * (size_t)parts->units);
+    for (int64_t i = 0, u = 0; i < K; i++) {
+      double est = 0, act = e->ch[i].f.t + e->ch[i].b.t;
+      for (int64_t j = 0; j < e->layers[i]; j++) est += w[u + j];
+      for (int64_t j = 0; j < e->layers[i]; j++)
+        if (est > 0 && act > 0) w[u + j] *= act / est;
+      u += e->layers[i];
+    }
+    int64_t *l2 = xalloc_calloc((size_t)K, sizeof(int64_t));
+    PlanChunk *ch2 = xalloc_calloc((size_t)K, sizeof(PlanChunk));
+    char why2[200];
+    int differs = 0;
+    if (pipe_balance_units(w, parts->units, K, l2) == 0)
+      for (int64_t i = 0; i < K; i++) differs |= l2[i] != e->layers[i];
+    if (differs && price_split(c, k, K, parts, l2, ch2, why2, sizeof why2) == 0 &&
+        slowest_chunk(ch2, K) < slowest_chunk(e->ch, K)) {
+      memcpy(e->layers, l2, sizeof(int64_t) * (size_t)K);
+      memcpy(e->ch, ch2, sizeof(PlanChunk) * (size_t)K);
+      memcpy(parts->unit_w, w, sizeof(double) * (size_t)parts->units);
+    }
+    free(w);
+    free(l2);
+    free(ch2);
+  }
+  e->valid = ok;
   return e;
 }
 
@@ -1763,6 +1836,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
       return fail(out, "%s", e->why);
     }
     memcpy(kinds, e->ch, sizeof(PlanChunk) * (size_t)K);
+    memcpy(split, e->layers, sizeof(int64_t) * (size_t)K); /* a cut forward's split, calibrated there */
   }
   if (pp->unit_w && K > 1) { /* the stages count the forward's pieces they run */
     out->by_pieces = 1;
