@@ -427,6 +427,7 @@ static void print_expr_prec(FILE *out, const AstExpr *e, int min_prec) {
     break;
   case EX_REPEAT:
     fputs("repeat ", out);
+    if (e->u.repeat.index) fprintf(out, "%s in ", e->u.repeat.index);
     print_expr_prec(out, e->u.repeat.count, PREC_POSTFIX);
     fputc(' ', out);
     print_expr_prec(out, e->u.repeat.call, PREC_POSTFIX);
@@ -652,6 +653,7 @@ static void dump_expr(FILE *out, const AstExpr *e, int level, const char *role) 
     for (int i = 0; i < e->u.list.nitems; i++) dump_expr(out, e->u.list.items[i], level + 1, NULL);
     break;
   case EX_REPEAT:
+    if (e->u.repeat.index) fprintf(out, "%*sindex %s\n", 2 * (level + 1), "", e->u.repeat.index);
     dump_expr(out, e->u.repeat.count, level + 1, "count");
     dump_expr(out, e->u.repeat.call, level + 1, "body");
     break;

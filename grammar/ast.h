@@ -69,7 +69,7 @@ struct AstExpr {
     struct { AstExpr *obj; AstExpr **items; int nitems; } index;
     struct { AstExpr *lo, *hi; } slice;
     struct { AstExpr **items; int nitems; } list; /* EX_TUPLE, EX_LIST */
-    struct { AstExpr *count, *call; } repeat;
+    struct { AstExpr *count, *call; const char *index; Span index_span; } repeat; /* index: `repeat i in N ...`, or NULL */
   } u;
 };
 

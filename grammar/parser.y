@@ -67,7 +67,7 @@ static int too_deep(ParseCtx *ctx, const AstExpr *e, Span at);
 %token <ival> INT "integer"
 %token <fnum> FLOAT "number"
 %token IMPORT "'import'" LAYER "'layer'" MODEL "'model'" PARAM "'param'" INPUT "'input'"
-%token FORWARD "'forward'" RETURN "'return'" IF "'if'" ELSE "'else'" REPEAT "'repeat'"
+%token FORWARD "'forward'" RETURN "'return'" IF "'if'" ELSE "'else'" REPEAT "'repeat'" IN "'in'"
 %token TRAIN "'train'" PARALLEL "'parallel'" CLUSTER "'cluster'" EXTERN "'extern'"
 %token INIT "'init'" SHARD "'shard'" TRUE "'true'" FALSE "'false'"
 %token AND "'and'" OR "'or'" NOT "'not'"
@@ -241,6 +241,8 @@ setting:
 value:
     expr
   | REPEAT primary postfix    { $$ = ast_repeat(A, $2, $3, @1); }
+  | REPEAT ident IN primary postfix
+                              { $$ = ast_repeat(A, $4, $5, @1); $$->u.repeat.index = $2->name; $$->u.repeat.index_span = $2->span; }
   ;
 
 expr: or_expr ;

@@ -385,8 +385,7 @@ static void recount_params(Sema *S) {
     int64_t count = 0, sub = 0;
     for (int i = 0; i < l->nparams; i++) count += l->params[i].state ? 0 : l->params[i].numel;
     for (int i = 0; i < l->nchildren && count != INT64_MAX; i++)
-      if (!l->children[i].layer || !sema_checked_mul(l->children[i].layer->param_count, l->children[i].repeat, &sub) ||
-          !sema_checked_add(count, sub, &count))
+      if ((sub = sema_child_params(&l->children[i])) == INT64_MAX || !sema_checked_add(count, sub, &count))
         count = INT64_MAX;
     l->param_count = count;
   }
@@ -493,8 +492,13 @@ static int64_t active_count(const SemLayer *L, int64_t E, int64_t K) {
     if (p->state) continue; /* running statistics are not parameters */
     n += expert && E > 0 ? p->numel / E * K : p->numel;
   }
-  for (int i = 0; i < L->nchildren; i++)
-    if (L->children[i].layer) n += L->children[i].repeat * active_count(L->children[i].layer, E, K);
+  for (int i = 0; i < L->nchildren; i++) {
+    const SemChild *c = &L->children[i];
+    if (c->copies)
+      for (int64_t k = 0; k < c->repeat; k++) n += active_count(c->copies[k], E, K);
+    else if (c->layer)
+      n += c->repeat * active_count(c->layer, E, K);
+  }
   return n;
 }
 

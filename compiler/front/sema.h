@@ -120,6 +120,10 @@ typedef struct {
   SemLayer *layer;
   int64_t repeat; /* 1 for a plain sub-layer */
   Span span;
+  /* `repeat i in N Layer(...)`: copy k's instance (its arguments evaluated
+   * with i = k), the copies applied in sequence and lowered one by one;
+   * NULL for a plain repeat (layer is every copy) */
+  SemLayer **copies;
 } SemChild;
 
 typedef struct {
@@ -157,6 +161,7 @@ struct SemExpr {
   SemExpr **args;
   int nargs;
   SemFunc *callee;          /* SE_CALL */
+  SemFunc **callees;        /* SE_CALL of an indexed repeat: copy k's forward */
   const AstDecl *ext;       /* SE_EXTERN */
   Span span;
 };

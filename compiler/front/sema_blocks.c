@@ -503,11 +503,13 @@ static void check_divisible(Sema *S, int64_t value, int64_t by, Span at, const c
 
 static void find_layers(const SemLayer *l, int64_t *layers, const SemChild **where, int64_t *repeats) {
   for (int i = 0; i < l->nchildren; i++) {
-    if (l->children[i].repeat > *layers) {
+    if (l->children[i].repeat > *layers && !l->children[i].copies) {
       *layers = l->children[i].repeat;
       *where = &l->children[i];
     }
-    if (l->children[i].repeat > 1) ++*repeats;
+    if (l->children[i].copies) /* an indexed repeat: its copies, one by one */
+      for (int64_t k = 0; k < l->children[i].repeat; k++) find_layers(l->children[i].copies[k], layers, where, repeats);
+    else if (l->children[i].repeat > 1) ++*repeats;
     else find_layers(l->children[i].layer, layers, where, repeats);
   }
 }

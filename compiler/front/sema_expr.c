@@ -1325,21 +1325,27 @@ static SemExpr *check_child_call(Sema *S, Fwd *F, const SemChild *child, int ind
                child->layer->decl->name.name, child->repeat);
     return NULL;
   }
-  SemFunc *fn = sema_check_forward(S, child->layer, args, n, call->span);
-  if (!fn) return NULL;
-  if (fn->result->is_tuple) {
-    sema_error(S, call->span, "a layer returns one tensor");
-    return NULL;
-  }
-  if (child->repeat > 1 && !type_equal(&fn->result->type, &args[0]->type)) {
-    sema_error(S, call->span, "'%s' repeats %s, but one block maps %s to %s; repeated blocks must keep the shape",
-               child->name, child->layer->display, tstr(S, &args[0]->type), tstr(S, &fn->result->type));
-    diag_note(S->diag, child->span, "repeated here");
-    return NULL;
+  int64_t ncopies = child->copies ? child->repeat : 1;
+  SemFunc **fns = arena_alloc(S->arena, sizeof(SemFunc *) * (size_t)ncopies), *fn = NULL;
+  for (int64_t k = 0; k < ncopies; k++) {
+    SemLayer *layer = child->copies ? child->copies[k] : child->layer;
+    fn = fns[k] = sema_check_forward(S, layer, args, n, call->span);
+    if (!fn) return NULL;
+    if (fn->result->is_tuple) {
+      sema_error(S, call->span, "a layer returns one tensor");
+      return NULL;
+    }
+    if (child->repeat > 1 && !type_equal(&fn->result->type, &args[0]->type)) {
+      sema_error(S, call->span, "'%s' repeats %s, but one block maps %s to %s; repeated blocks must keep the shape",
+                 child->name, layer->display, tstr(S, &args[0]->type), tstr(S, &fn->result->type));
+      diag_note(S->diag, child->span, "repeated here");
+      return NULL;
+    }
   }
   SemExpr *r = new_expr(S, SE_CALL, call->span);
   r->index = index;
-  r->callee = fn;
+  r->callee = fns[0];
+  r->callees = child->copies ? fns : NULL;
   r->args = args;
   r->nargs = n;
   r->type = fn->result->type;

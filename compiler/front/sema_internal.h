@@ -101,6 +101,8 @@ Value sema_bool_value(int b, Span at);
 
 int sema_checked_add(int64_t a, int64_t b, int64_t *r);
 int sema_checked_mul(int64_t a, int64_t b, int64_t *r);
+/* The parameters of a child, over its copies (INT64_MAX: overflow). */
+int64_t sema_child_params(const SemChild *c);
 /* An unknown word where a number was wanted is most often a typo of a name. */
 void sema_hint_for_word(Sema *S, Binding *env, const Value *v);
 Value sema_eval_const(Sema *S, Binding *env, const AstExpr *e);

@@ -343,14 +343,40 @@ static SemChild *add_child(Sema *S, LayerBox *box, const AstStmt *st) {
     diag_hint(S->diag, "declare it with 'layer' to reuse it");
     return NULL;
   }
-  SemLayer *child = instantiate(S, decl, box->env, call, call->span);
+  SemLayer **copies = NULL, *child = NULL;
+  if (v->kind == EX_REPEAT && v->u.repeat.index) {
+    /* each copy instantiated with the index bound to its number */
+    copies = arena_alloc(S->arena, sizeof(SemLayer *) * (size_t)repeat);
+    for (int64_t k = 0; k < repeat; k++) {
+      Binding *env = box->env;
+      Binding *b = sema_bind(S, &env, v->u.repeat.index, B_VALUE, v->u.repeat.index_span);
+      memset(&b->value, 0, sizeof b->value);
+      b->value.kind = VAL_INT;
+      b->value.i = k;
+      b->value.span = v->u.repeat.index_span;
+      if (!(copies[k] = instantiate(S, decl, env, call, call->span))) return NULL;
+    }
+    child = copies[0];
+  } else {
+    child = instantiate(S, decl, box->env, call, call->span);
+  }
   if (!child) return NULL;
   SemChild *c = arena_alloc(S->arena, sizeof *c);
   c->name = st->u.assign.names[0].name;
   c->layer = child;
   c->repeat = repeat;
   c->span = st->span;
+  c->copies = copies;
   return c;
+}
+
+int64_t sema_child_params(const SemChild *c) {
+  int64_t count = 0, sub;
+  if (!c->layer) return INT64_MAX;
+  if (!c->copies) return sema_checked_mul(c->layer->param_count, c->repeat, &sub) ? sub : INT64_MAX;
+  for (int64_t k = 0; k < c->repeat; k++)
+    if (!c->copies[k] || !sema_checked_add(count, c->copies[k]->param_count, &count)) return INT64_MAX;
+  return count;
 }
 
 int sema_is_layer_instantiation(Sema *S, const AstExpr *v) {
@@ -572,7 +598,7 @@ SemLayer *sema_instantiate_with(Sema *S, const AstDecl *decl, Value *vals, Bindi
   for (int i = 0; i < l->nparams; i++) count += l->params[i].numel;
   for (int i = 0; i < l->nchildren; i++) {
     int64_t sub = 0;
-    if (!sema_checked_mul(l->children[i].layer->param_count, l->children[i].repeat, &sub) || !sema_checked_add(count, sub, &count)) {
+    if ((sub = sema_child_params(&l->children[i])) == INT64_MAX || !sema_checked_add(count, sub, &count)) {
       count = INT64_MAX;
       break;
     }

@@ -187,6 +187,13 @@ static int lower_call(Lower *L, Inv *v, const SemExpr *e) {
   for (int i = 0; i < e->nargs; i++)
     if ((args[i] = lower_expr(L, v, e->args[i])) < 0) return -1;
   if (child->repeat == 1) return lower_func(L, v->g, v->graph_index, e->callee, args, join(L, v->prefix, child->name), v->count);
+  if (e->callees) { /* an indexed repeat: its copies inline, one after another, named name.k */
+    int x = args[0];
+    for (int64_t k = 0; k < child->repeat && x >= 0; k++)
+      x = lower_func(L, v->g, v->graph_index, e->callees[k], &x,
+                     join(L, v->prefix, arena_printf(L->arena, "%s.%" PRId64, child->name, k)), v->count);
+    return x;
+  }
   /* A repeated block: its own graph, called `repeat` times. */
   if (v->count > 1) {
     diag_error(L->diag, child->span, "a repeat inside a repeated block is not supported yet");

@@ -373,6 +373,17 @@ static int run_gpt_oss(void) {
                   sizeof lays / sizeof lays[0], 0);
 }
 
+/* Blocks that differ by their index (tests/models/per-layer.hpd, `repeat i
+ * in L`): windows on every other block, QK-norm on the later ones; the
+ * copies lowered one by one, so the pipeline cuts between any two. */
+static int run_per_layer(void) {
+  static const Lay lays[] = {
+      {2, 1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, 1}, {1, 2, 1, 1, 1, 1, 1, RECOMPUTE_SELECTIVE, 0}, {1, 1, 2, 1, 1, 1, 0, RECOMPUTE_FULL, 0},
+      {1, 1, 4, 1, 1, 1, 0, RECOMPUTE_NONE, 0}, {1, 1, 1, 1, 2, 1, 0, RECOMPUTE_NONE, 0},      {2, 2, 2, 1, 1, 1, 0, RECOMPUTE_NONE, 3},
+  };
+  return run_list("per-layer (repeat i in L)", "tests/models/per-layer.hpd", NULL, 0, 8, 53, lays, sizeof lays / sizeof lays[0], 0);
+}
+
 /* Images: input 0 uniform in [-1, 1) over [rows, C, H, W], input 1 labels in [0, classes). */
 static double **make_images(const SemModel *m, int64_t rows, int64_t classes, uint64_t seed) {
   double **in = calloc(2, sizeof(double *));
@@ -511,6 +522,7 @@ int main(int argc, char **argv) {
     EXPECT(run_sigmoid_balance() == 0);
     EXPECT(run_deepseek() == 0);
     EXPECT(run_gpt_oss() == 0);
+    EXPECT(run_per_layer() == 0);
     TEST_DONE();
   }
   if (argc > 1 && !strcmp(argv[1], "vision")) {
@@ -536,6 +548,7 @@ int main(int argc, char **argv) {
   EXPECT(run_sigmoid_balance() == 0);
   EXPECT(run_deepseek() == 0);
   EXPECT(run_gpt_oss() == 0);
+  EXPECT(run_per_layer() == 0);
   EXPECT(run_vision() == 0);
   EXPECT(run_resnet18() == 0);
   TEST_DONE();
