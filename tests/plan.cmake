@@ -84,6 +84,7 @@ hpdl_plan_golden(gpt_oss_search samples/gpt-oss.hpd --search --top 3)
 # DeepSeek-V3 on the report's 2048 H800 (PP 16, EP 64): 61 blocks of two repeats cut into
 # 16 stages by cost (issue 19)
 hpdl_plan_golden(deepseek_v3 samples/deepseek-v3.hpd)
+hpdl_plan_golden(deepseek_v3_search samples/deepseek-v3.hpd --search --top 3)
 # ResNet-18 over a 4-stage pipeline: its forward cut into pieces between blocks (issue 17)
 hpdl_plan_golden(resnet18_pp4 samples/resnet18.hpd --cluster dgx-a100-80gb --gpus 4 --pp 4 --micro-batch 32)
 

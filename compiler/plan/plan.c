@@ -1826,8 +1826,30 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   }
   /* the chunks: chunk ci is kinds[ci] (its own layer count) */
   PlanChunk *kinds = xalloc_calloc((size_t)K, sizeof(PlanChunk));
-  if ((flags & PLAN_FAST) && !(pp->unit_w && K > 1)) { /* pieces of a cut forward differ: priced as compiled */
+  if ((flags & PLAN_FAST) && !(pp->unit_w && K > 1)) {
     for (int64_t ci = 0; ci < K; ci++) plan_chunk_from_parts(pp, kind_of(ci, K), split[ci], &kinds[ci]);
+  } else if (flags & PLAN_FAST) {
+    /* the search's screening of a forward cut into pieces: each chunk the
+     * whole program's price times its pieces' share of the estimated time
+     * (the layouts it keeps are priced as compiled) */
+    PlanChunk whole;
+    plan_chunk_from_parts(pp, PLAN_SINGLE, pp->layers, &whole);
+    double total = 0;
+    for (int64_t u = 0; u < pp->units; u++) total += pp->unit_w[u];
+    for (int64_t ci = 0, u = 0; ci < K; ci++) {
+      double w = 0;
+      for (int64_t j = 0; j < split[ci]; j++) w += pp->unit_w[u + j];
+      u += split[ci];
+      double share = total > 0 ? w / total : 1.0 / (double)K;
+      PlanChunk *ch = &kinds[ci];
+      memset(ch, 0, sizeof *ch);
+      plan_cost_add(&ch->f, &whole.f, share);
+      plan_cost_add(&ch->b, &whole.b, share);
+      ch->saved = whole.saved * share;
+      ch->peak = whole.peak * share;
+      ch->params = whole.params * share;
+      ch->p2p_bytes = pp->boundary_bytes;
+    }
   } else {
     PlanExact *e = plan_exact(c, &key, K);
     if (!e->valid) {
