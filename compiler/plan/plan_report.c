@@ -152,7 +152,8 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
   fprintf(f, "  %-18s %12s\n", plan_model(c)->images ? "images/s" : "tokens/s", plan_fmt_count(a, sizeof a, r->tokens_per_s));
   fprintf(f, "  %-18s %12.1f  hardware GEMM FLOPs with recomputation (Narayanan Eq. 3)\n", "TFLOP/s per GPU",
           r->tflops_per_gpu);
-  fprintf(f, "  %-18s %11.1f%%  model FLOPs %s per step\n", "MFU", r->mfu * 100, plan_fmt_count(a, sizeof a, r->model_flops));
+  fprintf(f, "  %-18s %11.1f%%  model FLOPs %s per step%s\n", "MFU", r->mfu * 100, plan_fmt_count(a, sizeof a, r->model_flops),
+          plan_active_params(plan_model(c), r) != r->params ? ", of the active parameters (each token's top_k experts)" : "");
   fprintf(f, "  %-18s %11.1f%%\n", "HFU", r->hfu * 100);
   if (r->stages && r->nstages > 1) {
     fprintf(f, "\npipeline ranks (one micro-batch)\n");
