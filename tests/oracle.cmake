@@ -2,10 +2,10 @@
 # tools/hf_oracle.py wrote with transformers (tests/oracle/FAMILY.safetensors, .bin,
 # .json) and tests/oracle/oracle_e2e.py, which needs neither transformers nor torch: one
 # step from the goldens' weights (hpdlrun --init-from) gives their loss within 1e-5 and
-# their gradients within 1e-4. CTest names oracle.CASE; the tp2 case skips without mpirun.
+# their gradients within 1e-4. CTest names oracle.CASE; the tp2 and ep2 cases skip without mpirun.
 
 find_package(Python3 COMPONENTS Interpreter)
-foreach(case llama llama_tp2)
+foreach(case llama llama_tp2 mixtral mixtral_ep2)
   if(Python3_Interpreter_FOUND)
     add_test(NAME oracle.${case}
              COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/oracle/oracle_e2e.py --bin ${CMAKE_BINARY_DIR}/bin

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """hf_oracle.py - goldens from Hugging Face `transformers` for hpdl's samples (issue 19).
 
-For a family (llama), builds a tiny random configuration with `transformers`, rounds its
+For a family (llama, mixtral), builds a tiny random configuration with `transformers`, rounds its
 weights to fp32, and computes in fp64 the loss (the mean cross-entropy over every position)
 and the gradients of a fixed batch. It writes, under tests/oracle/:
 
@@ -25,6 +25,9 @@ import sys
 
 SHAPES = {
     "llama": {"layers": 2, "hidden": 16, "heads": 4, "kv_heads": 2, "ffn": 32, "seq": 8, "vocab": 64},
+    # the sample's own loss only (transformers' Mixtral adds no router loss unless asked)
+    "mixtral": {"layers": 2, "hidden": 16, "heads": 4, "kv_heads": 2, "ffn": 8, "experts": 4, "seq": 8, "vocab": 64,
+                "aux_loss": 0},
 }
 
 
@@ -39,6 +42,21 @@ def rope_cols(w, D):
     return w[:, idx]
 
 
+def attention_names(shapes, names):
+    """The embedding, attention, norms and head of a Llama-style decoder (Llama, Mixtral)."""
+    D = shapes["hidden"] // shapes["heads"]
+    names["embed.weight"] = lambda get: get("model.embed_tokens.weight")
+    names["norm.weight"] = lambda get: get("model.norm.weight")
+    names["head.weight"] = lambda get: get("lm_head.weight").t()
+    for i in range(shapes["layers"]):
+        p, h = f"blocks.{i}.", f"model.layers.{i}."
+        names[p + "ln1.weight"] = lambda get, h=h: get(h + "input_layernorm.weight")
+        names[p + "ln2.weight"] = lambda get, h=h: get(h + "post_attention_layernorm.weight")
+        for x in ("q", "k", "v", "o"):
+            t = lambda get, h=h, x=x: get(h + f"self_attn.{x}_proj.weight").t()
+            names[p + f"attn.{x}_proj.weight"] = (lambda get, t=t: rope_cols(t(get), D)) if x in "qk" else t
+
+
 def llama(shapes):
     from transformers import LlamaConfig, LlamaForCausalLM
     cfg = LlamaConfig(vocab_size=shapes["vocab"], hidden_size=shapes["hidden"], intermediate_size=shapes["ffn"],
@@ -46,19 +64,35 @@ def llama(shapes):
                       num_key_value_heads=shapes["kv_heads"], max_position_embeddings=shapes["seq"],
                       rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False, attention_bias=False,
                       mlp_bias=False, initializer_range=0.2)
-    model = LlamaForCausalLM(cfg)
-    # hpdl name -> (Hugging Face name, transposed); q and k are also permuted (rope_cols)
-    names = {"embed.weight": ("model.embed_tokens.weight", False), "norm.weight": ("model.norm.weight", False),
-             "head.weight": ("lm_head.weight", True)}
+    names = {}
+    attention_names(shapes, names)
     for i in range(shapes["layers"]):
-        p, h = f"blocks.{i}.", f"model.layers.{i}."
-        names[p + "ln1.weight"] = (h + "input_layernorm.weight", False)
-        names[p + "ln2.weight"] = (h + "post_attention_layernorm.weight", False)
-        for x in ("q", "k", "v", "o"):
-            names[p + f"attn.{x}_proj.weight"] = (h + f"self_attn.{x}_proj.weight", True)
+        p, h = f"blocks.{i}.", f"model.layers.{i}.mlp."
         for ours, theirs in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
-            names[p + f"mlp.{ours}.weight"] = (h + f"mlp.{theirs}.weight", True)
-    return model, names
+            names[p + f"mlp.{ours}.weight"] = lambda get, h=h, t=theirs: get(h + t + ".weight").t()
+    return LlamaForCausalLM(cfg), names
+
+
+def mixtral(shapes):
+    import torch
+    from transformers import MixtralConfig, MixtralForCausalLM
+    E = shapes["experts"]
+    cfg = MixtralConfig(vocab_size=shapes["vocab"], hidden_size=shapes["hidden"], intermediate_size=shapes["ffn"],
+                        num_hidden_layers=shapes["layers"], num_attention_heads=shapes["heads"],
+                        num_key_value_heads=shapes["kv_heads"], max_position_embeddings=shapes["seq"],
+                        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False,
+                        num_local_experts=E, num_experts_per_tok=2, router_aux_loss_coef=0.0,
+                        initializer_range=0.2)
+    names = {}
+    attention_names(shapes, names)
+    for i in range(shapes["layers"]):
+        p, h = f"blocks.{i}.mlp.", f"model.layers.{i}.block_sparse_moe."
+        names[p + "router.weight"] = lambda get, h=h: get(h + "gate.weight").t()
+        # the experts as batched weights [E, in, out]: w1 the gate, w3 the up, w2 the down
+        for ours, w in (("gate", "w1"), ("up", "w3"), ("down", "w2")):
+            names[p + f"expert.{ours}"] = lambda get, h=h, w=w: torch.stack(
+                [get(h + f"experts.{e}.{w}.weight").t() for e in range(E)])
+    return MixtralForCausalLM(cfg), names
 
 
 def main():
@@ -73,7 +107,7 @@ def main():
     from safetensors.torch import save_file
     torch.manual_seed(a.seed)
     shapes = SHAPES[a.family]
-    model, names = {"llama": llama}[a.family](shapes)
+    model, names = {"llama": llama, "mixtral": mixtral}[a.family](shapes)
     model = model.double()
     with torch.no_grad():  # the weights hpdl starts from are fp32: compute with those
         for p in model.parameters():
@@ -86,17 +120,20 @@ def main():
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
     loss.backward()
     params = dict(model.named_parameters())
+    used = set()
+
+    def weight(name):
+        used.add(name)
+        return params[name].detach()
+
+    def grad(name):
+        return params[name].grad.detach()
+
     out = {}
-    D = shapes["hidden"] // shapes["heads"]
-    for ours, (theirs, transposed) in names.items():
-        w, g = params[theirs].detach(), params[theirs].grad.detach()
-        if transposed:
-            w, g = w.t(), g.t()
-        if ours.endswith(("attn.q_proj.weight", "attn.k_proj.weight")):
-            w, g = rope_cols(w, D), rope_cols(g, D)
-        out[ours] = w.float().contiguous()
-        out["grad." + ours] = g.float().contiguous()
-    missing = set(params) - {t for t, _ in names.values()}
+    for ours, conv in names.items():
+        out[ours] = conv(weight).float().contiguous()
+        out["grad." + ours] = conv(grad).float().contiguous()
+    missing = set(params) - used
     if missing:
         sys.exit(f"hf_oracle: no hpdl name for {sorted(missing)}")
     os.makedirs(a.out, exist_ok=True)

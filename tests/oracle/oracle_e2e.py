@@ -8,7 +8,8 @@ SGD at rate 1 without momentum, decay or clipping, and runs one step under hpdlr
 the golden's weights (--init-from) on the golden's batch (windows in file order). The
 step's loss must equal transformers' within 1e-5 (relative), and the weights' change,
 which is then minus the gradient, transformers' gradients within 1e-4 of each tensor's
-largest. Cases: llama (one rank), llama_tp2 (tensor parallelism over two ranks).
+largest. Cases: llama and mixtral (one rank), llama_tp2 (tensor parallelism over two
+ranks), mixtral_ep2 (the experts over two data-parallel ranks).
 """
 import json
 import os
@@ -23,13 +24,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ARGS = None
 
 
-def one_step(family, layout):
+def one_step(family, layout, dp=1):
     meta = json.load(open(os.path.join(HERE, family + ".json")))
     gold = e2e_common.safetensors_f32(os.path.join(HERE, family + ".safetensors"))
     defs = [x for k, v in meta["defines"].items() for x in ("-D", f"{k}={v}")]
     art = e2e_common.fresh_dir(ARGS.work, "art-" + "-".join([family, *layout]).replace("--", ""))
     run([os.path.join(ARGS.bin, "hpdlc"), "compile", os.path.join(ARGS.source, meta["sample"]), *defs, "--precision",
-         "fp32", "--global-batch", str(meta["batch"]), "--micro-batch", str(meta["batch"]), "--nodes", "1",
+         "fp32", "--global-batch", str(meta["batch"]), "--micro-batch", str(meta["batch"] // dp), "--dp", str(dp), "--nodes", "1",
          "--cluster", "laptop", "--pp", "1", *layout, "-o", art])
     mf = os.path.join(art, "manifest.json")
     man = json.load(open(mf))
@@ -60,8 +61,10 @@ def one_step(family, layout):
 
 
 CASES = {
-    "llama": lambda: one_step("llama", ["--dp", "1", "--tp", "1", "--gpus-per-node", "1"]),
-    "llama_tp2": lambda: (e2e_common.need_mpi(ARGS.bin), one_step("llama", ["--dp", "1", "--tp", "2", "--gpus-per-node", "2"])),
+    "llama": lambda: one_step("llama", ["--tp", "1", "--gpus-per-node", "1"]),
+    "llama_tp2": lambda: (e2e_common.need_mpi(ARGS.bin), one_step("llama", ["--tp", "2", "--gpus-per-node", "2"])),
+    "mixtral": lambda: one_step("mixtral", ["--tp", "1", "--gpus-per-node", "1"]),
+    "mixtral_ep2": lambda: (e2e_common.need_mpi(ARGS.bin), one_step("mixtral", ["--tp", "1", "--ep", "2", "--gpus-per-node", "2"], dp=2)),
 }
 
 
