@@ -435,9 +435,13 @@ void prof_table(FILE *f, ProfRank *const *ranks, int n, int nrows) {
   if (nc) {
     fprintf(f, "hpdlrun: profile: collectives and messages (bytes of the buffer each call moves; GB/s = bytes / time)\n");
     fprintf(f, "  %-16s %-6s %8s %14s %12s %10s\n", "kind", "group", "calls", "bytes", "total ms", "GB/s");
-    for (int i = 0; i < nc; i++)
-      fprintf(f, "  %-16s %-6s %8" PRId64 " %14" PRId64 " %12.3f %10.3f\n", comm[i].name, comm[i].group ? comm[i].group : "-", comm[i].calls,
-              comm[i].bytes, comm[i].total * 1e3, comm[i].total > 0 ? (double)comm[i].bytes / comm[i].total / 1e9 : 0.0);
+    for (int i = 0; i < nc; i++) {
+      /* slow links (a sanitized build, ranks sharing two cores) move well under 1 MB/s:
+       * more decimals than 3, so that a rate is not printed as 0 */
+      double gbs = comm[i].total > 0 ? (double)comm[i].bytes / comm[i].total / 1e9 : 0.0;
+      fprintf(f, "  %-16s %-6s %8" PRId64 " %14" PRId64 " %12.3f %10.*f\n", comm[i].name, comm[i].group ? comm[i].group : "-",
+              comm[i].calls, comm[i].bytes, comm[i].total * 1e3, gbs >= 0.01 ? 3 : 6, gbs);
+    }
   }
   fprintf(f, "hpdlrun: profile: peak memory (resident set, getrusage) per rank\n");
   fprintf(f, "  %-6s %-24s %12s %10s %10s\n", "rank", "coords", "peak MiB", "events", "dropped");
