@@ -316,8 +316,11 @@ static int merge(Fuser *F, int a, int b) {
 }
 
 /* Does kernel `from` (a root, not in the marked set) depend, through any
- * chain of producers, on a kernel of the marked set? */
-static int reaches_marked(Fuser *F, int from, int minnode) {
+ * chain of producers, on a kernel of the marked set? Every producer is
+ * searched: a kernel of old nodes may still depend on the set through a
+ * producer kernel that later nodes joined (its values read by the old
+ * kernel, the set's by the new nodes), so node ids prune nothing. */
+static int reaches_marked(Fuser *F, int from) {
   F->seenstamp++;
   int top = 0;
   F->stack[top++] = from;
@@ -330,10 +333,6 @@ static int reaches_marked(Fuser *F, int from, int minnode) {
       if (F->mark[p] == F->markstamp) return 1;
       if (F->seen[p] == F->seenstamp) continue;
       F->seen[p] = F->seenstamp;
-      /* No pruning by node ids: a kernel of old nodes may still depend on
-       * the set through a producer kernel that later nodes joined (its
-       * values read by the old kernel, the set's by the new nodes). */
-      (void)minnode;
       F->stack[top++] = p;
     }
   }
@@ -344,24 +343,20 @@ static int reaches_marked(Fuser *F, int from, int minnode) {
  * without a cycle? */
 static int set_feasible(Fuser *F, const int *set, int nset, int id) {
   F->markstamp++;
-  int minnode = F->n;
-  for (int i = 0; i < nset; i++) {
-    F->mark[set[i]] = F->markstamp;
-    if (F->k[set[i]].minnode < minnode) minnode = F->k[set[i]].minnode;
-  }
+  for (int i = 0; i < nset; i++) F->mark[set[i]] = F->markstamp;
   for (int i = 0; i < nset; i++) {
     BK *b = &F->k[set[i]];
     for (int j = 0; j < b->npreds; j++) {
       int p = find(F, b->preds[j]);
       if (F->mark[p] == F->markstamp) continue;
-      if (reaches_marked(F, p, minnode)) return 0;
+      if (reaches_marked(F, p)) return 0;
     }
   }
   const IrNode *n = nd(F->g, id);
   for (int i = 0; i < n->nin; i++) {
     int p = kof(F, n->in[i]);
     if (F->mark[p] == F->markstamp) continue;
-    if (reaches_marked(F, p, minnode)) return 0;
+    if (reaches_marked(F, p)) return 0;
   }
   return 1;
 }
@@ -522,7 +517,7 @@ static int try_epilogue(Fuser *F, int id) {
         int ko = kof(F, o);
         F->markstamp++;
         F->mark[k] = F->markstamp;
-        if (ko != k && !reaches_marked(F, ko, b->minnode)) step = FUSE_EPI_BIAS;
+        if (ko != k && !reaches_marked(F, ko)) step = FUSE_EPI_BIAS;
       }
     } else if ((n->op == IR_RELU || n->op == IR_GELU) && !(b->epilogue & FUSE_EPI_ACT)) {
       /* GELU_AUX writes the pre-activation when others read it too. */

@@ -124,11 +124,6 @@ static int single_call(const IrGraph *g0, int *ncalls) {
   return call;
 }
 
-int64_t pipe_repeat_count(const IrModule *m) {
-  int ncalls = 0;
-  int call = m && m->ngraphs > 0 ? single_call(m->graphs[0], &ncalls) : -1;
-  return call >= 0 && ncalls == 1 ? m->graphs[0]->nodes[call].attr[1] : 0;
-}
 
 /* Whether a node may be free: a value that depends only on leaves other
  * than the model's first input (parameters, constants, the targets and
@@ -205,9 +200,9 @@ const PipeUnits *pipe_units(Arena *arena, const IrModule *m) {
   }
   starts[nu] = n;
   /* a unit whose one piece of work is a CALL that its input alone enters and
-   * its output alone leaves: a unit per layer */
+   * its output alone leaves: a unit per layer (split_call: that CALL, or -1) */
   int64_t total = 0;
-  char *split_call = arena_alloc(arena, (size_t)nu + 1);
+  int *split_call = arena_alloc(arena, sizeof(int) * ((size_t)nu + 1));
   for (int v = 0; v < nu; v++) {
     int c = -1, work = 0;
     for (int i = starts[v]; i < starts[v + 1]; i++)
@@ -216,7 +211,7 @@ const PipeUnits *pipe_units(Arena *arena, const IrModule *m) {
     int ok = work == 1 && x->op == IR_CALL && x->attr[1] > 1 && (v == 0 ? 0 : cross[v] == x->in[0]) &&
              (v + 1 < nu ? cross[v + 1] == c : 0);
     for (int k = 1; ok && k < x->nin; k++) ok = u->free_node[x->in[k]];
-    split_call[v] = (char)ok;
+    split_call[v] = ok ? c : -1;
     total += ok ? x->attr[1] : 1;
   }
   u->nunits = total;
@@ -226,14 +221,11 @@ const PipeUnits *pipe_units(Arena *arena, const IrModule *m) {
   u->layer = arena_alloc(arena, sizeof(int64_t) * ((size_t)total + 1));
   int64_t w = 0;
   for (int v = 0; v < nu; v++) {
-    int c = -1;
-    for (int i = starts[v]; i < starts[v + 1]; i++)
-      if (!u->free_node[i]) c = i;
-    int64_t layers = split_call[v] ? g->nodes[c].attr[1] : 1;
+    int64_t layers = split_call[v] >= 0 ? g->nodes[split_call[v]].attr[1] : 1;
     for (int64_t l = 0; l < layers; l++, w++) {
       u->start[w] = starts[v];
       u->cross[w] = l == 0 ? cross[v] : -1;
-      u->call[w] = split_call[v] ? c : -1;
+      u->call[w] = split_call[v];
       u->layer[w] = l;
     }
   }
@@ -360,6 +352,32 @@ static PipeResult *split_by_cuts(Arena *arena, Diag *diag, const IrModule *m, co
 
 static void copy_block_graphs(Arena *arena, const IrModule *m, IrModule *dst, int offset);
 
+/* Each chunk's first unit and unit count (nl, first) from `split`, each at
+ * least one and summing to `total`; NULL split: the equal split. 0, or -1
+ * with an error at `at` (units named `what`: layers or pieces). */
+static int chunk_ranges(Diag *diag, Span at, int64_t chunks, const int64_t *split, int64_t total, const char *what,
+                        int64_t *nl, int64_t *first) {
+  if (!split && total % chunks) {
+    diag_error(diag, at, "%" PRId64 " %s do not divide into %" PRId64 " equal pipeline chunks", total, what, chunks);
+    return -1;
+  }
+  int64_t sum = 0;
+  for (int64_t c = 0; c < chunks; c++) {
+    nl[c] = split ? split[c] : total / chunks;
+    first[c] = sum;
+    sum += nl[c];
+    if (nl[c] < 1) {
+      diag_error(diag, at, "pipeline chunk %" PRId64 " would run %" PRId64 " %s; every chunk needs at least one", c, nl[c], what);
+      return -1;
+    }
+  }
+  if (sum != total) {
+    diag_error(diag, at, "the pipeline chunks run %" PRId64 " %s, but the model has %" PRId64, sum, what, total);
+    return -1;
+  }
+  return 0;
+}
+
 PipeResult *pipe_split(Arena *arena, Diag *diag, const IrModule *m, int64_t chunks, const int64_t *split) {
   PipeResult *r = arena_alloc(arena, sizeof *r);
   const PipeUnits *u = pipe_units(arena, m);
@@ -380,20 +398,7 @@ PipeResult *pipe_split(Arena *arena, Diag *diag, const IrModule *m, int64_t chun
       return NULL;
     }
     int64_t *nl = arena_alloc(arena, sizeof(int64_t) * (size_t)chunks), *first = arena_alloc(arena, sizeof(int64_t) * (size_t)chunks);
-    int64_t sum = 0;
-    for (int64_t c = 0; c < chunks; c++) {
-      nl[c] = split[c];
-      first[c] = sum;
-      sum += nl[c];
-      if (nl[c] < 1) {
-        diag_error(diag, span_none, "pipeline chunk %" PRId64 " would run %" PRId64 " pieces of the model; every chunk needs one", c, nl[c]);
-        return NULL;
-      }
-    }
-    if (sum != u->nunits) {
-      diag_error(diag, span_none, "the pipeline chunks run %" PRId64 " pieces, but the model's forward cuts into %" PRId64, sum, u->nunits);
-      return NULL;
-    }
+    if (chunk_ranges(diag, span_none, chunks, split, u->nunits, "pieces", nl, first) < 0) return NULL;
     PipeResult *cr = split_by_cuts(arena, diag, m, u, chunks, nl, first);
     if (cr) copy_block_graphs(arena, m, cr->m, (int)chunks - 1);
     return cr;
@@ -408,24 +413,7 @@ PipeResult *pipe_split(Arena *arena, Diag *diag, const IrModule *m, int64_t chun
   int64_t layers = cn->attr[1];
   int64_t *nl = arena_alloc(arena, sizeof(int64_t) * (size_t)chunks);
   int64_t *first = arena_alloc(arena, sizeof(int64_t) * (size_t)chunks);
-  if (!split && layers % chunks) {
-    diag_error(diag, cn->span, "%" PRId64 " layers do not divide into %" PRId64 " equal pipeline chunks", layers, chunks);
-    return NULL;
-  }
-  int64_t sum = 0;
-  for (int64_t c = 0; c < chunks; c++) {
-    nl[c] = split ? split[c] : layers / chunks;
-    first[c] = sum;
-    sum += nl[c];
-    if (nl[c] < 1) {
-      diag_error(diag, cn->span, "pipeline chunk %" PRId64 " would run %" PRId64 " layers; every chunk needs at least one", c, nl[c]);
-      return NULL;
-    }
-  }
-  if (sum != layers) {
-    diag_error(diag, cn->span, "the pipeline chunks run %" PRId64 " layers, but the model has %" PRId64, sum, layers);
-    return NULL;
-  }
+  if (chunk_ranges(diag, cn->span, chunks, split, layers, "layers", nl, first) < 0) return NULL;
   Pipe P = {arena, diag, m, split_module(arena, m), 0};
   char *after = arena_alloc(arena, (size_t)g0->nnodes + 1);
   mark_after(g0, call, after);

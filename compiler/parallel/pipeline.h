@@ -76,10 +76,6 @@ int pipe_balance(int64_t repeat, int64_t chunks, double t_first, double t_layer,
  * found by bisection, and that packing. Returns 0, or -1 when n < chunks. */
 int pipe_balance_units(const double *w, int64_t n, int64_t chunks, int64_t *out);
 
-/* The repeat count of m's single top-level CALL (the layers a pipeline
- * splits), or 0 when it has none or several. */
-int64_t pipe_repeat_count(const IrModule *m);
-
 /* A module whose graph 0 is chunk c (the block graphs follow), ready for
  * autodiff: chunks before the last report a zero loss, since their output
  * feeds only a SEND, whose gradient arrives by RECV. */
