@@ -1387,17 +1387,13 @@ int64_t *plan_chunk_layers(Arena *arena, const SemModel *model, int64_t micro_ba
   return out;
 }
 
-/* Prices the K chunks of split `layers` as compiled (ch[K]); 0 or -1 with why. */
-static int price_split(PlanCtx *c, const PlanKey *k, int64_t K, const PlanParts *parts, const int64_t *layers, PlanChunk *ch,
-                       char *why, size_t whylen) {
-  Arena *a = arena_new();
-  IrModule *global = lower_priced(c, a, k->mb, !c->flash);
-  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1};
-  IrModule *part = global ? spmd_partition_padded(a, quiet_diag(c), global, &spec, c->vocab_pad) : NULL;
+/* Prices the K chunks of split `layers` of the partitioned program `part`
+ * as compiled (ch[K], in arena a); 0 or -1 with why. */
+static int price_split(PlanCtx *c, const PlanKey *k, int64_t K, const PlanParts *parts, const IrModule *part, Arena *a,
+                       const int64_t *layers, PlanChunk *ch, char *why, size_t whylen) {
   PipeResult *pr = part ? pipe_split(a, quiet_diag(c), part, K, layers) : NULL;
   if (!pr) {
     snprintf(why, whylen, "the program does not split into %" PRId64 " pipeline chunks", K);
-    arena_free(a);
     return -1;
   }
   CostLink link[IRG_COUNT];
@@ -1438,7 +1434,6 @@ static int price_split(PlanCtx *c, const PlanKey *k, int64_t K, const PlanParts 
       ch[0].shared_params = ch[K - 1].shared_params = shared;
     }
   }
-  arena_free(a);
   return ok ? 0 : -1;
 }
 
@@ -1472,7 +1467,12 @@ PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
     return e;
   }
   if (plan_split_layers(c, parts, K, e->layers, e->why, sizeof e->why) != 0) return e;
-  int ok = price_split(c, k, K, parts, e->layers, e->ch, e->why, sizeof e->why) == 0;
+  /* the program, lowered and partitioned once for every split priced below */
+  Arena *a = arena_new();
+  IrModule *global = lower_priced(c, a, k->mb, !c->flash);
+  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1};
+  IrModule *part = global ? spmd_partition_padded(a, quiet_diag(c), global, &spec, c->vocab_pad) : NULL;
+  int ok = price_split(c, k, K, parts, part, a, e->layers, e->ch, e->why, sizeof e->why) == 0;
   if (ok && parts->unit_w && K > 1) {
     double *w = xalloc_calloc((size_t)parts->units, sizeof(double));
     memcpy(w, parts->unit_w, sizeof(double) * (size_t)parts->units);
@@ -1489,7 +1489,7 @@ PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
     int differs = 0;
     if (pipe_balance_units(w, parts->units, K, l2) == 0)
       for (int64_t i = 0; i < K; i++) differs |= l2[i] != e->layers[i];
-    if (differs && price_split(c, k, K, parts, l2, ch2, why2, sizeof why2) == 0 &&
+    if (differs && price_split(c, k, K, parts, part, a, l2, ch2, why2, sizeof why2) == 0 &&
         slowest_chunk(ch2, K) < slowest_chunk(e->ch, K)) {
       memcpy(e->layers, l2, sizeof(int64_t) * (size_t)K);
       memcpy(e->ch, ch2, sizeof(PlanChunk) * (size_t)K);
@@ -1499,6 +1499,7 @@ PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
     free(l2);
     free(ch2);
   }
+  arena_free(a);
   e->valid = ok;
   return e;
 }
