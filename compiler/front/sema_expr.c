@@ -481,6 +481,13 @@ static SemExpr *check_flatten(Sema *S, Fwd *F, const CallArgs *c) {
   return r;
 }
 
+/* Param `index` of the layer being checked becomes a state: updated by the
+ * forward (running statistics, a routing bias), not trained, not counted. */
+static void make_state(Fwd *F, int index) {
+  ((SemParam *)F->box->params.items[index])->state = 1;
+  ((SemLayer *)F->box)->params[index].state = 1;
+}
+
 /* batch_norm(x [N, C, ...], weight [C], bias [C], eps = 1e-5, sync = false,
  * running_mean = p, running_var = q, momentum = 0.1): each channel normalised
  * by its mean and biased variance over every axis but 1 (the batch and the
@@ -546,8 +553,7 @@ static SemExpr *check_batch_norm(Sema *S, Fwd *F, const CallArgs *c) {
       return NULL;
     }
     /* a state parameter from now on: updated by the forward, not trained */
-    ((SemParam *)F->box->params.items[s->index])->state = 1;
-    ((SemLayer *)F->box)->params[s->index].state = 1;
+    make_state(F, s->index);
     args[3 + i] = s;
   }
   SemExpr *r = new_op(S, SOP_BATCH_NORM, at, args, re[0] ? 5 : 3);
@@ -588,8 +594,7 @@ static SemExpr *check_balance_experts(Sema *S, Fwd *F, const CallArgs *c) {
     sema_error(S, at, "balance_experts' rate must be a positive number, not %g", rate);
     return NULL;
   }
-  ((SemParam *)F->box->params.items[b->index])->state = 1;
-  ((SemLayer *)F->box)->params[b->index].state = 1;
+  make_state(F, b->index);
   SemExpr *args[3] = {y, b, idx};
   SemExpr *r = new_op(S, SOP_BALANCE_EXPERTS, at, args, 3);
   r->type = y->type;
