@@ -8,8 +8,10 @@ SGD at rate 1 without momentum, decay or clipping, and runs one step under hpdlr
 the golden's weights (--init-from) on the golden's batch (windows in file order). The
 step's loss must equal transformers' within 1e-5 (relative), and the weights' change,
 which is then minus the gradient, transformers' gradients within 1e-4 of each tensor's
-largest. Cases: llama and mixtral (one rank), llama_tp2 (tensor parallelism over two
-ranks), mixtral_ep2 (the experts over two data-parallel ranks).
+largest; a state the golden gives a value after the step (after.NAME: DeepSeek-V3's routing
+bias) must have it within 1e-6. Cases: FAMILY at one rank, FAMILY_tp2 (tensor parallelism
+over two ranks), FAMILY_ep2 (the experts over two data-parallel ranks): llama, llama_tp2,
+mixtral, mixtral_ep2, qwen3, qwen3_tp2, and qwen3_moe, gpt_oss, deepseek_v3 with both.
 """
 import json
 import os
@@ -47,17 +49,35 @@ def one_step(family, layout, dp=1):
     print(f"{family} {' '.join(layout) or 'one rank'}: loss {loss:.8f}, transformers {meta['loss']:.8f}")
     check(abs(loss - meta["loss"]) <= 1e-5 * abs(meta["loss"]), f"loss {loss} against transformers' {meta['loss']}")
     after = e2e_common.safetensors_f32(os.path.join(ck, "step-00000001.safetensors"))
-    worst = 0.0
+    worst, states = 0.0, 0
     for name, w0 in gold.items():
-        if name.startswith("grad."):
+        if name.startswith("grad.") or name.startswith("after."):
+            continue
+        check(name in after, f"no {name} in the checkpoint")
+        if "after." + name in gold:  # a state (DeepSeek-V3's routing bias): its value after the step
+            d = max(abs(a - b) for a, b in zip(after[name], gold["after." + name]))
+            check(d <= 1e-6, f"{name}: the state after the step differs from the update rule's by {d:.3g}")
+            states += 1
             continue
         g = gold["grad." + name]
-        check(name in after, f"no {name} in the checkpoint")
         big = max(abs(x) for x in g) or 1.0
         d = max(abs((a - b) - c) for a, b, c in zip(w0, after[name], g)) / big
         worst = max(worst, d)
         check(d <= 1e-4, f"{name}: the gradient differs from transformers' by {d:.3g} of its largest entry")
-    print(f"  gradients of {sum(1 for n in gold if not n.startswith('grad.'))} tensors within {worst:.2g} of each one's largest")
+    print(f"  gradients of {sum(1 for n in gold if 'grad.' + n in gold)} tensors within {worst:.2g} of each one's largest"
+          + (f"; {states} states as the update rule moves them" if states else ""))
+
+
+def ep2(family):
+    return one_step(family, ["--tp", "1", "--ep", "2", "--gpus-per-node", "2"], dp=2)
+
+
+def tp2(family):
+    return one_step(family, ["--tp", "2", "--gpus-per-node", "2"])
+
+
+def mpi(case):
+    return lambda: (e2e_common.need_mpi(ARGS.bin), case())
 
 
 CASES = {
@@ -66,6 +86,11 @@ CASES = {
     "mixtral": lambda: one_step("mixtral", ["--tp", "1", "--gpus-per-node", "1"]),
     "mixtral_ep2": lambda: (e2e_common.need_mpi(ARGS.bin), one_step("mixtral", ["--tp", "1", "--ep", "2", "--gpus-per-node", "2"], dp=2)),
 }
+for fam in ("qwen3", "qwen3_moe", "gpt_oss", "deepseek_v3"):
+    CASES[fam] = lambda fam=fam: one_step(fam, ["--tp", "1", "--ep", "1", "--gpus-per-node", "1"])
+    CASES[fam + "_tp2"] = mpi(lambda fam=fam: one_step(fam, ["--tp", "2", "--ep", "1", "--gpus-per-node", "2"]))
+    if fam != "qwen3":
+        CASES[fam + "_ep2"] = mpi(lambda fam=fam: ep2(fam))
 
 
 def main():
