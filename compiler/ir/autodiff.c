@@ -346,9 +346,35 @@ static int matmul_tn_batch_folded(AdCtx *c, int x, int y, int like) {
  *   tn: dA = B dC^T      dB = A dC
  *   tt: dA = B^T dC^T    dB = dC^T A^T
  * then summed over batch dimensions the operand was broadcast along. */
+/* A TRANSPOSE of a matrix's last two axes and nothing else. */
+static int swaps_last_two(const IrNode *n) {
+  if (n->op != IR_TRANSPOSE || n->rank < 2) return 0;
+  for (int i = 0; i < n->rank - 2; i++)
+    if (n->attr[i] != i) return 0;
+  return n->attr[n->rank - 2] == n->rank - 1 && n->attr[n->rank - 1] == n->rank - 2;
+}
+
+/* The product's operand x, seen through such a transpose of a parameter:
+ * the parameter, read with the flag flipped. The backward then neither reads
+ * the transposed value (which the forward's GEMM folds when it is its only
+ * reader) nor transposes the gradient back: the tied LM head of GPT-2 lost a
+ * copy of the 154 MB embedding table and a transposing add of its gradient
+ * a step. Only parameters: an activation read untransposed would be one more
+ * value to keep (or recompute) for the backward beside the transposed one
+ * the forward's product reads. */
+static void see_through(AdCtx *c, int *x, int *t) {
+  const IrNode *n = fnode(c, *x);
+  if (swaps_last_two(n) && fnode(c, n->in[0])->op == IR_PARAM && c->rg[n->in[0]] == c->rg[*x]) {
+    *x = n->in[0];
+    *t = !*t;
+  }
+}
+
 static void adgrad_MATMUL(AdCtx *c, int f, int dy) {
   const IrNode *n = fnode(c, f);
   int a = n->in[0], b = n->in[1], ta = (int)n->attr[0], tb = (int)n->attr[1];
+  see_through(c, &a, &ta);
+  see_through(c, &b, &tb);
   if (c->rg[a]) {
     int B = fv(c, b), g;
     if (!ta) g = matmul(c, dy, B, 0, !tb);
