@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
       if (k) optim_scale_mt(k, g, n, 0.999);
       else optim_scale(g, n, 0.999);
       double t2 = now();
-      if (k) optim_adamw_mt(k, p, g, m, v, n, r + 1, 3e-4, 0.1, &c);
+      if (k) optim_adamw_mt(k, p, g, m, v, n, r + 1, 3e-4, 0.1, &c, 1.0);
       else optim_adamw(p, g, m, v, n, r + 1, 3e-4, 0.1, &c);
       double t3 = now();
       if (t1 - t0 < best_sq) best_sq = t1 - t0;

@@ -52,7 +52,8 @@ void optim_adamw(float *p, const float *g, float *m, float *v, int64_t n, int64_
 /* buf: the momentum buffer (unused when momentum is 0); t as above. */
 void optim_sgd(float *p, const float *g, float *buf, int64_t n, int64_t t, double lr, double wd, const OptimConfig *c);
 
-/* Sum of squares in double precision. */
+/* Sum of squares in double precision: sixteen interleaved sums (value i
+ * in sum i % 16), then those in order. */
 double optim_sumsq(const float *g, int64_t n);
 /* 1 when clip <= 0 or norm <= clip, else clip / (norm + 1e-6) (PyTorch's
  * clip_grad_norm_). */
@@ -62,13 +63,16 @@ void optim_scale(float *g, int64_t n, double s);
 /* The same passes on up to nthreads threads (par.h; one below its
  * PAR_MIN_ELEMS), with results bit for bit independent of nthreads: the
  * updates are elementwise, and the sum of squares is taken in blocks of
- * OPTIM_SUMSQ_BLOCK values, each summed in order in double, the block sums
+ * OPTIM_SUMSQ_BLOCK values, each summed as optim_sumsq does, the block sums
  * then added in block order. Up to one block it equals optim_sumsq. */
 #define OPTIM_SUMSQ_BLOCK ((int64_t)1 << 16)
+/* The updates take the gradients times gscale (float(g x float(gscale)), as
+ * optim_scale stores them; 1: as they are): clipping and unscaling ride on
+ * the update's pass over the gradients instead of a pass of their own. */
 void optim_adamw_mt(int nthreads, float *p, const float *g, float *m, float *v, int64_t n, int64_t t, double lr,
-                    double wd, const OptimConfig *c);
+                    double wd, const OptimConfig *c, double gscale);
 void optim_sgd_mt(int nthreads, float *p, const float *g, float *buf, int64_t n, int64_t t, double lr, double wd,
-                  const OptimConfig *c);
+                  const OptimConfig *c, double gscale);
 void optim_scale_mt(int nthreads, float *g, int64_t n, double s);
 double optim_sumsq_mt(int nthreads, const float *g, int64_t n);
 

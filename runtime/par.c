@@ -2,6 +2,7 @@
 #include "par.h"
 
 #include <pthread.h>
+#include <string.h>
 
 typedef struct {
   ParFn fn;
@@ -44,4 +45,25 @@ void par_for(int nthreads, int64_t n, ParFn fn, void *ctx) {
 
 int par_threads_for(int nthreads, int64_t n) {
   return n < PAR_MIN_ELEMS || nthreads < 1 ? 1 : nthreads;
+}
+
+enum { PAR_PAGE = 4096 };
+
+static void touch_pages(void *ctx, int64_t lo, int64_t hi) {
+  volatile unsigned char *b = ctx;
+  for (int64_t i = lo; i < hi; i++) b[i * PAR_PAGE] = 0;
+}
+
+void par_prefault(int nthreads, void *p, size_t bytes) {
+  if (!p || !bytes) return;
+  int64_t pages = (int64_t)((bytes + PAR_PAGE - 1) / PAR_PAGE);
+  /* the last page's first byte lies inside the block: pages - 1 full pages before it */
+  par_for(pages >= 256 ? nthreads : 1, pages, touch_pages, p);
+}
+
+static void zero_range(void *ctx, int64_t lo, int64_t hi) { memset((float *)ctx + lo, 0, (size_t)(hi - lo) * sizeof(float)); }
+
+void par_zero_f32(int nthreads, float *p, int64_t n) {
+  if (!p || n <= 0) return;
+  par_for(par_threads_for(nthreads, n), n, zero_range, p);
 }

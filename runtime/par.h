@@ -10,6 +10,7 @@
 #ifndef HPDL_PAR_H
 #define HPDL_PAR_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Below this many elements a pass runs on one thread. */
@@ -21,5 +22,13 @@ void par_for(int nthreads, int64_t n, ParFn fn, void *ctx);
 
 /* The threads for a pass over n elements: 1 below PAR_MIN_ELEMS. */
 int par_threads_for(int nthreads, int64_t n);
+
+/* Touches every page of the zeroed block [p, p + bytes) (writes a zero to
+ * it) on up to nthreads threads: a fresh mapping's page faults, paid at
+ * start-up on every thread instead of inside the first step on one. */
+void par_prefault(int nthreads, void *p, size_t bytes);
+
+/* p[0 .. n) = 0 on up to nthreads threads (the per-step gradient reset). */
+void par_zero_f32(int nthreads, float *p, int64_t n);
 
 #endif

@@ -271,6 +271,13 @@ static int make_tensors(Run *R, RtErr *e) {
     return rt_fail(e, "out of memory for the reduced gradients (%" PRId64 " values)", owned);
   if (R->zero >= 3 && !(R->master = rt_alloc_aligned((size_t)owned * sizeof(float))))
     return rt_fail(e, "out of memory for the parameters' slice (%" PRId64 " values)", owned);
+  /* the blocks come zeroed from the system, unwritten: their pages are
+   * faulted in here on the rank's threads (the parameters' by their
+   * initialisation, also on them) */
+  for (int p = 1; p < 4; p++)
+    if (R->pool[p]) par_prefault(R->o->nthreads, R->pool[p], (size_t)(p < 2 ? R->pool_cap : owned) * sizeof(float));
+  par_prefault(R->o->nthreads, R->grad_own, R->grad_own ? (size_t)owned * sizeof(float) : 0);
+  par_prefault(R->o->nthreads, R->master, R->master ? (size_t)owned * sizeof(float) : 0);
   for (int i = 0; i < n; i++) {
     off = R->offset[i];
     const ArtParam *p = t[i].param;
@@ -915,6 +922,7 @@ static int setup(Run *R, RtErr *e) {
   R->ctx.arena_bytes = a->ranks[R->me].arena_bytes;
   R->ctx.arena = rt_alloc_aligned((size_t)(R->ctx.arena_bytes ? R->ctx.arena_bytes : 64));
   if (!R->ctx.arena) return rt_fail(e, "out of memory for the arena (%" PRId64 " bytes)", R->ctx.arena_bytes);
+  par_prefault(R->o->nthreads, R->ctx.arena, (size_t)R->ctx.arena_bytes);
   R->ctx.art = a;
   R->ctx.comm = R->c;
   R->ctx.device = R->o->device;
@@ -1316,7 +1324,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     if (R.prof) phase(&R, "data", &pt);
     if (R.master && gather_params(&R, e) < 0) fatal(&R, "gathering the parameters over dp (zero 3)", e);
     if (R.prof && R.master) phase(&R, "parameter gather", &pt);
-    if (!R.resident) memset(R.pool[1], 0, (size_t)(R.pool_cap ? R.pool_cap : 16) * sizeof(float));
+    if (!R.resident) par_zero_f32(o->nthreads, R.pool[1], R.pool_cap ? R.pool_cap : 16);
     double loss = 0;
     int has_loss = 0;
     if (phases) {
@@ -1425,7 +1433,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       rc = -1;
       break;
     }
-    /* clipping and unscaling in one pass over the gradients */
+    /* clipping and unscaling: the update's factor on the gradients */
     double scale = optim_clip_scale(gnorm, R.opt.clip) / used_scale;
     if (!skip) {
       R.updates++;
@@ -1435,10 +1443,6 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       }
     }
     if (!skip && R.resident && R.prog->update(R.self, &R.ctx, &R.opt, R.updates, lr, scale, e) < 0) fatal(&R, "the update on the device", e);
-    if (!skip && scale != 1.0 && !R.resident) {
-      optim_scale_mt(o->nthreads, grad_at(&R, R.own_lo), R.own_len, scale);
-      if (R.own2_len) optim_scale_mt(o->nthreads, grad_at(&R, R.own2_lo), R.own2_len, scale);
-    }
     /* The update of the owned values, tensor by tensor (weight decay is per
      * tensor); at zero 0 that is every value. */
     for (int i = 0; i < R.ctx.ntensors && !R.resident && !skip; i++) {
@@ -1449,8 +1453,8 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       double wd = x->param->weight_decay ? R.opt.weight_decay : 0.0;
       float *m = R.pool[2] ? R.pool[2] + state_index(&R, lo) : NULL, *v = R.pool[3] ? R.pool[3] + state_index(&R, lo) : NULL;
       if (R.opt.kind == OPTIM_ADAMW)
-        optim_adamw_mt(o->nthreads, param_at(&R, lo), grad_at(&R, lo), m, v, hi - lo, R.updates, lr, wd, &R.opt);
-      else optim_sgd_mt(o->nthreads, param_at(&R, lo), grad_at(&R, lo), m, hi - lo, R.updates, lr, wd, &R.opt);
+        optim_adamw_mt(o->nthreads, param_at(&R, lo), grad_at(&R, lo), m, v, hi - lo, R.updates, lr, wd, &R.opt, scale);
+      else optim_sgd_mt(o->nthreads, param_at(&R, lo), grad_at(&R, lo), m, hi - lo, R.updates, lr, wd, &R.opt, scale);
     }
     if (R.master) rt_release_pages(R.pool[0], (size_t)R.pool_cap * sizeof(float));
     else if (R.zero > 0 && (comm_all_gather(comm, COMM_DP, COMM_F32, R.pool[0] + R.own_lo, R.own_len, R.pool[0], e) < 0 ||

@@ -94,7 +94,7 @@ static void test_updates_same_for_any_threads(void) {
   size_t bytes = (size_t)n * sizeof(float);
   for (int t = 1; t <= 2; t++) {
     optim_adamw(p[0], g, m[0], v[0], n, t, 1e-3, 0.1, &c);
-    for (int k = 1; k < 4; k++) optim_adamw_mt(k, p[k], g, m[k], v[k], n, t, 1e-3, 0.1, &c);
+    for (int k = 1; k < 4; k++) optim_adamw_mt(k, p[k], g, m[k], v[k], n, t, 1e-3, 0.1, &c, 1.0);
   }
   for (int k = 1; k < 4; k++) {
     EXPECT(memcmp(p[0], p[k], bytes) == 0);
@@ -103,7 +103,7 @@ static void test_updates_same_for_any_threads(void) {
   }
   for (int t = 1; t <= 2; t++) {
     optim_sgd(p[0], g, m[0], n, t, 1e-2, 0.01, &c);
-    for (int k = 1; k < 4; k++) optim_sgd_mt(k, p[k], g, m[k], n, t, 1e-2, 0.01, &c);
+    for (int k = 1; k < 4; k++) optim_sgd_mt(k, p[k], g, m[k], n, t, 1e-2, 0.01, &c, 1.0);
   }
   optim_scale(p[0], n, 0.37);
   for (int k = 1; k < 4; k++) optim_scale_mt(k, p[k], n, 0.37);
