@@ -35,11 +35,103 @@ uint64_t init_hash_name(uint64_t seed, const char *name, int64_t layer) {
 
 double init_uniform01(uint64_t *state) { return (double)(splitmix64(state) >> 11) * 0x1.0p-53; }
 
-/* Box-Muller, one value per call, as interp_normal. */
+/* ln u for u in [2^-53, 1]: u = 2^e m with m in [1/sqrt 2, sqrt 2), and
+ * ln m = 2 atanh(s), s = (m - 1) / (m + 1), |s| <= 0.172, by its series to
+ * s^21 (the next term is below 1e-17 of the sum). Branch-free, so a loop of
+ * it vectorises: e comes out of the exponent bits as (2^52 + E) - (2^52 + 1023). */
+static inline double ln_unit(double u) {
+  uint64_t bits, eb;
+  memcpy(&bits, &u, sizeof bits);
+  eb = (bits >> 52) | 0x4330000000000000ull;
+  double e, m;
+  memcpy(&e, &eb, sizeof e);
+  e -= 4503599627371519.0;
+  bits = (bits & 0x000FFFFFFFFFFFFFull) | 0x3FF0000000000000ull;
+  memcpy(&m, &bits, sizeof m);
+  int big = m > 1.4142135623730951;
+  m = big ? m * 0.5 : m;
+  e = big ? e + 1.0 : e;
+  double s = (m - 1.0) / (m + 1.0), z = s * s;
+  double p = 1.0 / 21;
+  p = p * z + 1.0 / 19;
+  p = p * z + 1.0 / 17;
+  p = p * z + 1.0 / 15;
+  p = p * z + 1.0 / 13;
+  p = p * z + 1.0 / 11;
+  p = p * z + 1.0 / 9;
+  p = p * z + 1.0 / 7;
+  p = p * z + 1.0 / 5;
+  p = p * z + 1.0 / 3;
+  p = p * z + 1.0;
+  return 2.0 * s * p + e * 0.69314718055994530942;
+}
+
+/* cos(2 pi u) for u in [0, 1): by symmetry an angle t = 2 pi b with b in
+ * [0, 1/8], then cos t or sin t by their Taylor series to t^18 / t^19
+ * (terms below 1e-17 after). Every reduction step is exact in double. */
+static inline double cos_turns(double u) {
+  double a = u < 1.0 - u ? u : 1.0 - u; /* [0, 1/2]: cos(2 pi u) = cos(2 pi (1 - u)) */
+  double sign = a > 0.25 ? -1.0 : 1.0;  /* cos(2 pi a) = -cos(2 pi (1/2 - a)) */
+  double q = a < 0.5 - a ? a : 0.5 - a; /* [0, 1/4] */
+  int on_sin = q > 0.125;               /* cos(2 pi q) = sin(2 pi (1/4 - q)) */
+  double b = on_sin ? 0.25 - q : q;     /* [0, 1/8] */
+  double t = 6.283185307179586477 * b, z = -(t * t);
+  double c = 1.0 / 6402373705728000.0; /* 1/18! */
+  c = c * z + 1.0 / 20922789888000.0;
+  c = c * z + 1.0 / 87178291200.0;
+  c = c * z + 1.0 / 479001600.0;
+  c = c * z + 1.0 / 3628800.0;
+  c = c * z + 1.0 / 40320.0;
+  c = c * z + 1.0 / 720.0;
+  c = c * z + 1.0 / 24.0;
+  c = c * z + 0.5;
+  c = c * z + 1.0;
+  double n = 1.0 / 121645100408832000.0; /* 1/19! */
+  n = n * z + 1.0 / 355687428096000.0;
+  n = n * z + 1.0 / 1307674368000.0;
+  n = n * z + 1.0 / 6227020800.0;
+  n = n * z + 1.0 / 39916800.0;
+  n = n * z + 1.0 / 362880.0;
+  n = n * z + 1.0 / 5040.0;
+  n = n * z + 1.0 / 120.0;
+  n = n * z + 1.0 / 6.0;
+  n = n * z + 1.0;
+  return sign * (on_sin ? t * n : c);
+}
+
+/* Box-Muller: sqrt(-2 ln u1) cos(2 pi u2), u1 = 1 - the first draw (in
+ * (0, 1]), u2 the second. The logarithm and cosine are this file's own
+ * (additions, multiplications and one division, compiled without
+ * contraction into fused multiply-adds): the same bits on every machine and
+ * compiler, accurate to about 1e-12 relative, and, drawn in batches
+ * (box_muller over arrays, which vectorises), several times faster than the
+ * C library's: the 124M initial values of GPT-2 small were most of hpdlrun's
+ * start-up. */
+static inline double box_muller(double u1, double u2) { return sqrt(-2.0 * ln_unit(u1)) * cos_turns(u2); }
+
 double init_normal(uint64_t *state) {
   double u1 = 1.0 - init_uniform01(state);
   double u2 = init_uniform01(state);
-  return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+  return box_muller(u1, u2);
+}
+
+#define NORMAL_BATCH 64
+
+/* n normal values of the stream at st into out (n <= NORMAL_BATCH), equal
+ * to n calls of init_normal: the draws first, then the transform as a loop
+ * the compiler vectorises. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+/* AVX2's four lanes where the CPU has them (the same bits: every operation
+ * is an IEEE one, none fused) */
+__attribute__((target_clones("avx2", "default")))
+#endif
+static void normal_batch(double *out, int n, uint64_t *st) {
+  double u1[NORMAL_BATCH], u2[NORMAL_BATCH];
+  for (int i = 0; i < n; i++) {
+    u1[i] = 1.0 - init_uniform01(st);
+    u2[i] = init_uniform01(st);
+  }
+  for (int i = 0; i < n; i++) out[i] = box_muller(u1[i], u2[i]);
 }
 
 static double next_value(const InitSpec *s, uint64_t *st) {
@@ -68,7 +160,16 @@ static uint64_t draws_per_value(InitKindRt k) { return k == INIT_K_NORMAL ? 2 : 
 
 void init_fill_f32_range(float *out, int64_t first, int64_t n, const InitSpec *s, uint64_t st0) {
   uint64_t st = st0 + draws_per_value(s->kind) * (uint64_t)first * SPLITMIX_GAMMA;
-  for (int64_t k = 0; k < n; k++) out[k] = (float)next_value(s, &st);
+  if (s->kind != INIT_K_NORMAL) {
+    for (int64_t k = 0; k < n; k++) out[k] = (float)next_value(s, &st);
+    return;
+  }
+  double z[NORMAL_BATCH];
+  for (int64_t k = 0; k < n; k += NORMAL_BATCH) {
+    int m = n - k < NORMAL_BATCH ? (int)(n - k) : NORMAL_BATCH;
+    normal_batch(z, m, &st);
+    for (int i = 0; i < m; i++) out[k + i] = (float)(s->a + s->b * z[i]);
+  }
 }
 
 typedef struct {
