@@ -21,6 +21,10 @@ B, T = 4, 64
 # the step of row 1: GPT-2 small at B x T, one rank, fp32 (the .hpd's bf16
 # is the GPU's; the CPU back end runs fp32)
 STEP_FLAGS = ["-D", f"T={T}", "--dp", "1", "--global-batch", str(B), "--micro-batch", str(B), "--cluster", "cpu"]
+# the attention-heavy row: the same model at T = 1024 (issue 16: >= 60% of sgemm)
+LONG_B, LONG_T = 1, 1024
+LONG_FLAGS = ["-D", f"T={LONG_T}", "--dp", "1", "--global-batch", str(LONG_B), "--micro-batch", str(LONG_B),
+              "--cluster", "cpu"]
 # row 3: a GPT-2 of 3.2M parameters (byte vocabulary, 4 layers of width 256)
 MID = ["-D", "V=256", "-D", "T=128", "-D", "C=256", "-D", "L=4", "-D", "H=4"]
 MID_B = 8
@@ -83,7 +87,11 @@ def sgemm_gflops(args, env):
 
 
 def torch_python():
-    for py in ("python3", "/usr/bin/python3"):
+    """A Python that imports torch: $HPDL_TORCH_PYTHON (e.g. a virtual environment with
+    PyPI's newest torch, the baseline the product names), else python3."""
+    for py in (os.environ.get("HPDL_TORCH_PYTHON"), "python3", "/usr/bin/python3"):
+        if not py:
+            continue
         exe = shutil.which(py) or (py if os.path.exists(py) else None)
         if exe and subprocess.run([exe, "-c", "import torch"], capture_output=True).returncode == 0:
             return exe
@@ -172,13 +180,32 @@ def main():
             gf = max(gf, sgemm_gflops(args, env)[0])
             if py:
                 row(f"gpt2 124M step B={B} T={T}, {cores} threads, {tag}: hpdl vs PyTorch eager", f"{s * 1e3:.0f} ms",
-                    f"{ts * 1e3:.0f} ms", f"{ts / s:.2f}x", ">= 1x (2.5x)", ts / s >= 1.0)
+                    f"{ts * 1e3:.0f} ms", f"{ts / s:.2f}x", ">= 3x", ts / s >= 3.0)
             else:
                 row(f"gpt2 124M step B={B} T={T}, {cores} threads, {tag}: hpdl", f"{s * 1e3:.0f} ms", "no PyTorch", "-",
-                    ">= 1x (2.5x)", None)
+                    ">= 3x", None)
             achieved = flops / s / 1e9
             row(f"  step FLOP/s vs sgemm 1024^3 ({how}), {tag}", f"{achieved:.1f} GFLOP/s", f"{gf:.1f} GFLOP/s",
-                f"{achieved / gf:.0%}", ">= 60%", achieved / gf >= 0.6)
+                f"{achieved / gf:.0%}", ">= 75%", achieved / gf >= 0.75)
+            if coretype is None:
+                # start-up: launch to the first step (the initial values of 124M
+                # parameters, the arena's first touch), as hpdlrun --steps 0 pays it
+                t0 = time.perf_counter()
+                run([os.path.join(args.bin, "hpdlrun"), step_art, "--data", data, "--steps", "0", "--progress", "quiet",
+                     "--checkpoint-every", "0"], env=env)
+                st = time.perf_counter() - t0
+                row(f"start-up of the 124M run (hpdlrun --steps 0), {cores} threads", f"{st:.2f} s", "-", "-", "< 2 s",
+                    st < 2.0)
+                # the attention-heavy step: T = 1024
+                long_art = os.path.join(work, "gpt2-long")
+                compile_job(args, long_art, LONG_FLAGS)
+                lplan = json.loads(run([os.path.join(args.bin, "hpdlc"), "plan", GPT2, "--format", "json"] +
+                                       LONG_FLAGS).stdout)
+                lflops = lplan["model"]["flops_per_step"]
+                ls, _ = hpdl_steps(args, long_art, data, 3 if args.quick else 4, env)
+                la = lflops / ls / 1e9
+                row(f"gpt2 124M step B={LONG_B} T={LONG_T} ({lflops / 1e9:.0f} GFLOP), {tag}: FLOP/s vs sgemm",
+                    f"{la:.1f} GFLOP/s", f"{gf:.1f} GFLOP/s", f"{la / gf:.0%}", ">= 60%", la / gf >= 0.6)
 
         # 5. a convolutional network: samples/resnet18.hpd (torchvision's resnet18,
         #    width 64) at batch 32 on synthetic images, against PyTorch eager
@@ -210,7 +237,7 @@ def main():
         _, tok1 = hpdl_steps(args, one, data, wsteps, env, threads=1)
         _, tok2 = hpdl_steps(args, two, data, wsteps, env, np_=2, threads=1)
         row(f"weak scaling, 3.2M GPT-2 B={MID_B} T=128/rank, 1 thread/rank: dp=2 vs 1 rank",
-            f"{tok2:.0f} tok/s", f"{tok1:.0f} tok/s", f"{tok2 / tok1:.2f}x", ">= 1.8x", tok2 / tok1 >= 1.8)
+            f"{tok2:.0f} tok/s", f"{tok1:.0f} tok/s", f"{tok2 / tok1:.2f}x", ">= 1.9x", tok2 / tok1 >= 1.9)
         rows.append(compile_row)
     except BenchError as e:
         print(f"cpu_bench: error: {e}", file=sys.stderr)
