@@ -35,6 +35,27 @@ uint64_t init_hash_name(uint64_t seed, const char *name, int64_t layer) {
 
 double init_uniform01(uint64_t *state) { return (double)(splitmix64(state) >> 11) * 0x1.0p-53; }
 
+/* sum c[i] z^(n-1-i) by Horner's rule, c[0] the highest power's */
+static inline double horner(const double *c, int n, double z) {
+  double p = c[0];
+  for (int i = 1; i < n; i++) p = p * z + c[i];
+  return p;
+}
+
+/* 1/21, 1/19, ..., 1/3, 1: the series of atanh(s) / s in s^2 */
+static const double atanh_c[] = {1.0 / 21, 1.0 / 19, 1.0 / 17, 1.0 / 15, 1.0 / 13, 1.0 / 11,
+                                 1.0 / 9,  1.0 / 7,  1.0 / 5,  1.0 / 3,  1.0};
+/* 1/18!, 1/16!, ..., 1/2!, 1 and 1/19!, ..., 1/3!, 1: cos t and sin t / t in -t^2 */
+static const double cos_c[] = {1.0 / 6402373705728000.0, 1.0 / 20922789888000.0, 1.0 / 87178291200.0,
+                               1.0 / 479001600.0,        1.0 / 3628800.0,        1.0 / 40320.0,
+                               1.0 / 720.0,              1.0 / 24.0,             0.5,
+                               1.0};
+static const double sin_c[] = {1.0 / 121645100408832000.0, 1.0 / 355687428096000.0, 1.0 / 1307674368000.0,
+                               1.0 / 6227020800.0,         1.0 / 39916800.0,        1.0 / 362880.0,
+                               1.0 / 5040.0,               1.0 / 120.0,             1.0 / 6.0,
+                               1.0};
+#define NCOEF(c) ((int)(sizeof(c) / sizeof(c)[0]))
+
 /* ln u for u in [2^-53, 1]: u = 2^e m with m in [1/sqrt 2, sqrt 2), and
  * ln m = 2 atanh(s), s = (m - 1) / (m + 1), |s| <= 0.172, by its series to
  * s^21 (the next term is below 1e-17 of the sum). Branch-free, so a loop of
@@ -51,19 +72,8 @@ static inline double ln_unit(double u) {
   int big = m > 1.4142135623730951;
   m = big ? m * 0.5 : m;
   e = big ? e + 1.0 : e;
-  double s = (m - 1.0) / (m + 1.0), z = s * s;
-  double p = 1.0 / 21;
-  p = p * z + 1.0 / 19;
-  p = p * z + 1.0 / 17;
-  p = p * z + 1.0 / 15;
-  p = p * z + 1.0 / 13;
-  p = p * z + 1.0 / 11;
-  p = p * z + 1.0 / 9;
-  p = p * z + 1.0 / 7;
-  p = p * z + 1.0 / 5;
-  p = p * z + 1.0 / 3;
-  p = p * z + 1.0;
-  return 2.0 * s * p + e * 0.69314718055994530942;
+  double s = (m - 1.0) / (m + 1.0);
+  return 2.0 * s * horner(atanh_c, NCOEF(atanh_c), s * s) + e * 0.69314718055994530942;
 }
 
 /* cos(2 pi u) for u in [0, 1): by symmetry an angle t = 2 pi b with b in
@@ -76,26 +86,7 @@ static inline double cos_turns(double u) {
   int on_sin = q > 0.125;               /* cos(2 pi q) = sin(2 pi (1/4 - q)) */
   double b = on_sin ? 0.25 - q : q;     /* [0, 1/8] */
   double t = 6.283185307179586477 * b, z = -(t * t);
-  double c = 1.0 / 6402373705728000.0; /* 1/18! */
-  c = c * z + 1.0 / 20922789888000.0;
-  c = c * z + 1.0 / 87178291200.0;
-  c = c * z + 1.0 / 479001600.0;
-  c = c * z + 1.0 / 3628800.0;
-  c = c * z + 1.0 / 40320.0;
-  c = c * z + 1.0 / 720.0;
-  c = c * z + 1.0 / 24.0;
-  c = c * z + 0.5;
-  c = c * z + 1.0;
-  double n = 1.0 / 121645100408832000.0; /* 1/19! */
-  n = n * z + 1.0 / 355687428096000.0;
-  n = n * z + 1.0 / 1307674368000.0;
-  n = n * z + 1.0 / 6227020800.0;
-  n = n * z + 1.0 / 39916800.0;
-  n = n * z + 1.0 / 362880.0;
-  n = n * z + 1.0 / 5040.0;
-  n = n * z + 1.0 / 120.0;
-  n = n * z + 1.0 / 6.0;
-  n = n * z + 1.0;
+  double c = horner(cos_c, NCOEF(cos_c), z), n = horner(sin_c, NCOEF(sin_c), z);
   return sign * (on_sin ? t * n : c);
 }
 

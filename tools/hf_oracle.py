@@ -163,11 +163,18 @@ def mixtral(shapes):
     model = MixtralForCausalLM(cfg)
     names = {}
     attention_names(shapes, names, norms="")
-    for i in range(shapes["layers"]):
-        p, h = f"blocks.{i}.mlp.", f"model.layers.{i}.{'mlp' if has(model, f'model.layers.{i}.mlp.gate.weight') else 'block_sparse_moe'}."
-        names[p + "router.weight"] = linear(h + "gate.weight")
-        stacked_experts(names, p, h, E, shapes["ffn"], has(model, h + "experts.gate_up_proj"))
+    routed_names(model, shapes, names, lambda i: f"model.layers.{i}.mlp." if has(model, f"model.layers.{i}.mlp.gate.weight")
+                 else f"model.layers.{i}.block_sparse_moe.")
     return model, names
+
+
+def routed_names(model, shapes, names, mlp_of):
+    """Every block's router (HF's `gate`) and stacked experts, the block's MoE module at
+    mlp_of(i) (Mixtral's block_sparse_moe before transformers 5, mlp after)."""
+    for i in range(shapes["layers"]):
+        p, h = f"blocks.{i}.mlp.", mlp_of(i)
+        names[p + "router.weight"] = linear(h + "gate.weight")
+        stacked_experts(names, p, h, shapes["experts"], shapes["ffn"], has(model, h + "experts.gate_up_proj"))
 
 
 def qwen3(shapes):
@@ -196,10 +203,7 @@ def qwen3_moe(shapes):
     model = Qwen3MoeForCausalLM(cfg)
     names = {}
     attention_names(shapes, names, norms="q_norm")
-    for i in range(shapes["layers"]):
-        p, h = f"blocks.{i}.mlp.", f"model.layers.{i}.mlp."
-        names[p + "router.weight"] = linear(h + "gate.weight")
-        stacked_experts(names, p, h, E, shapes["ffn"], has(model, h + "experts.gate_up_proj"))
+    routed_names(model, shapes, names, lambda i: f"model.layers.{i}.mlp.")
     return model, names
 
 
