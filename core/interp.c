@@ -550,7 +550,7 @@ static const char *exec_rope(const Interp *in, const IrNode *n, const double *x,
         double *o = out + ((b * H + h) * T + t) * D;
         for (int64_t i = 0; i < D / 2; i++) {
           int64_t pos = zigzag_row_pos(in, n->attr[1], T, t);
-          double theta = sign * (double)pos * pow(n->fattr, -2.0 * (double)i / (double)D);
+          double theta = sign * (double)pos * (pow(n->fattr, -2.0 * (double)i / (double)D) * ir_rope_gain(n, i, D));
           double c = cos(theta), s = sin(theta), x0 = xr[2 * i], x1 = xr[2 * i + 1];
           o[2 * i] = x0 * c - x1 * s;
           o[2 * i + 1] = x0 * s + x1 * c;

@@ -968,6 +968,9 @@ static void print_attrs(const IrModule *m, const IrGraph *g, const IrNode *n, FI
   case IR_ROPE:
     fprintf(out, " base=%.9g%s", n->fattr, n->attr[0] ? " inverse" : "");
     if (n->attr[1]) fprintf(out, " positions=%s-zigzag", ir_group_name((IrGroup)(n->attr[1] - 1)));
+    if (n->attr[2])
+      fprintf(out, " yarn=%.9g,%.9g,%.9g,%" PRId64 "%s", ir_attr_f64(n->attr[3]), ir_attr_f64(n->attr[4]),
+              ir_attr_f64(n->attr[5]), n->attr[6], n->attr[7] ? ",truncate" : "");
     break;
   case IR_REPEAT_KV:
   case IR_REPEAT_KV_BWD: fprintf(out, " n=%" PRId64, n->attr[0]); break;
@@ -1092,4 +1095,53 @@ void ir_print(const IrModule *m, FILE *out) {
     fputs(")\n", out);
   }
   for (int i = 0; i < m->ngraphs; i++) ir_print_graph(m, m->graphs[i], out);
+}
+
+double ir_attr_f64(int64_t bits) {
+  double d;
+  memcpy(&d, &bits, sizeof d);
+  return d;
+}
+
+static int64_t f64_attr(double d) {
+  int64_t bits;
+  memcpy(&bits, &d, sizeof bits);
+  return bits;
+}
+
+void ir_rope_set_yarn(int64_t *attr, double factor, double beta_fast, double beta_slow, int64_t original, int truncate) {
+  attr[2] = 1;
+  attr[3] = f64_attr(factor);
+  attr[4] = f64_attr(beta_fast);
+  attr[5] = f64_attr(beta_slow);
+  attr[6] = original;
+  attr[7] = truncate ? 1 : 0;
+}
+
+/* The pair whose wavelength fits `rotations` times into the original
+ * context: D ln(L / (2 pi rotations)) / (2 ln base). */
+static double yarn_dim(double rotations, int64_t D, double base, double original) {
+  return (double)D * log(original / (rotations * 2.0 * 3.14159265358979323846)) / (2.0 * log(base));
+}
+
+int ir_rope_yarn_range(const IrNode *n, int64_t D, double *factor, double *lo, double *hi) {
+  if (n->op != IR_ROPE || !n->attr[2]) return 0;
+  double base = n->fattr, L = (double)n->attr[6];
+  *factor = ir_attr_f64(n->attr[3]);
+  *lo = yarn_dim(ir_attr_f64(n->attr[4]), D, base, L);
+  *hi = yarn_dim(ir_attr_f64(n->attr[5]), D, base, L);
+  if (n->attr[7]) *lo = floor(*lo), *hi = ceil(*hi);
+  if (*lo < 0) *lo = 0;
+  if (*hi > (double)(D - 1)) *hi = (double)(D - 1);
+  if (*hi == *lo) *hi += 0.001;
+  return 1;
+}
+
+double ir_rope_gain(const IrNode *n, int64_t i, int64_t D) {
+  double factor, lo, hi;
+  if (!ir_rope_yarn_range(n, D, &factor, &lo, &hi)) return 1.0;
+  double ramp = ((double)i - lo) / (hi - lo);
+  ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+  double keep = 1.0 - ramp; /* the share of the original frequency */
+  return (1.0 - keep) / factor + keep;
 }

@@ -189,6 +189,22 @@ int64_t ir_extern_numel(const IrExternShape *s);
  * (FILL, RESHAPE, EXPAND, SUM_TO, PAD, EMBEDDING_BWD, SLICE, INPUT, PARAM,
  * ARG, RECV); pass rank -1 otherwise. Returns the node id, or -1 when the
  * shape rule rejects the inputs (with the reason in *why when not NULL). */
+/* ROPE's frequency of pair i of a head of D values is base^(-2i/D) x this
+ * gain: 1 without YaRN; with it (attr[2], ir_ops.h) YaRN's blend of
+ * interpolated (1 / factor) and kept (1) frequencies over the pairs between
+ * the correction dimensions of beta_fast and beta_slow, as Hugging Face's
+ * _compute_yarn_parameters computes it. The amplitude YaRN puts on cos and
+ * sin (the attention factor) is not the op's: the layer scales the scores. */
+double ir_rope_gain(const IrNode *n, int64_t i, int64_t D);
+/* 0 without YaRN; else 1 and its factor and the ramp's ends lo < hi (pair
+ * indices): gain(i) = (1 - keep) / factor + keep, keep = 1 - clamp((i - lo) /
+ * (hi - lo), 0, 1), in that order of operations (the back ends compute it so) */
+int ir_rope_yarn_range(const IrNode *n, int64_t D, double *factor, double *lo, double *hi);
+/* ROPE's YaRN attributes from the settings (attr[2..8) of attr) */
+void ir_rope_set_yarn(int64_t *attr, double factor, double beta_fast, double beta_slow, int64_t original, int truncate);
+/* the double a ROPE attribute holds */
+double ir_attr_f64(int64_t bits);
+
 int ir_add(IrGraph *g, IrOp op, const int *in, int nin, const int64_t *attr, int nattr, double fattr,
            DType dtype, int rank, const int64_t *dims, const char **why);
 

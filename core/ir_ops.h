@@ -47,7 +47,11 @@
  *   CAUSAL_MASK: attr[0] = 1 + group when the rows are this rank's zigzag chunks of the sequence;
  *     attr[1] = 1 + group when the columns are the group's key blocks in ring order (block b
  *     from rank r - b, each in the zigzag layout)
- *   ROPE: attr[1] = 1 + group when the positions are this rank's zigzag chunks
+ *   ROPE: attr[1] = 1 + group when the positions are this rank's zigzag chunks;
+ *     attr[2] = 1 for YaRN's frequencies (Peng et al. 2023; GPT-OSS, DeepSeek-V3), with
+ *     attr[3..6) the bit patterns of the doubles factor, beta_fast, beta_slow, attr[6] the
+ *     original context length, attr[7] = 1 to truncate the ramp's ends to whole pairs
+ *     (ir_rope_gain: pair i turns at base^(-2i/D) x its gain)
  *   CALL: attr[3] = the first layer this call runs (pipeline chunks run a range of layers)
  *   EXTERN(args...): a native function (docs/language.md, "Extern"); attr[0] = index into
  *     IrModule.externs, attr[1] = the result's rank, attr[2..2+rank) its dimensions (the result

@@ -208,19 +208,21 @@ def qwen3_moe(shapes):
 
 
 def gpt_oss(shapes):
-    """GPT-OSS with plain RoPE (base 150000): the released model's YaRN scaling of the
-    frequencies is not in hpdl's rope (samples/gpt-oss.hpd says so)."""
+    """GPT-OSS with its config's RoPE: YaRN, factor 32 over an original 4096 positions, not
+    truncated, base 150000 (GptOssConfig's defaults, as gpt-oss-120b's config.json)."""
     from transformers import GptOssConfig, GptOssForCausalLM
     E, I = shapes["experts"], shapes["ffn"]
-    rope = {"rope_type": "default", "rope_theta": 150000.0}
     cfg = GptOssConfig(vocab_size=shapes["vocab"], hidden_size=shapes["hidden"], intermediate_size=I,
                        num_hidden_layers=shapes["layers"], num_attention_heads=shapes["heads"],
                        num_key_value_heads=shapes["kv_heads"], head_dim=shapes["head_dim"],
-                       max_position_embeddings=shapes["seq"], rms_norm_eps=1e-5, sliding_window=shapes["window"],
+                       rms_norm_eps=1e-5, sliding_window=shapes["window"],
                        layer_types=["sliding_attention" if i % 2 == 0 else "full_attention"
                                     for i in range(shapes["layers"])],
                        num_local_experts=E, num_experts_per_tok=shapes["top_k"], router_aux_loss_coef=0.0,
-                       tie_word_embeddings=False, rope_parameters=rope, rope_scaling=rope)
+                       tie_word_embeddings=False)
+    rp = cfg.rope_parameters
+    if rp.get("rope_type") != "yarn" or rp.get("factor") != 32.0 or rp.get("truncate") is not False:
+        sys.exit(f"hf_oracle: GptOssConfig's RoPE is not the sample's YaRN: {rp}")
     shapes = dict(shapes, pairs=True)
     names = {}
     attention_names(shapes, names, hf_bias=True, norms="")
@@ -241,9 +243,10 @@ def gpt_oss(shapes):
 
 
 def deepseek_v3(shapes):
-    """DeepSeek-V3: MLA (its RoPE part interleaved, as hpdl's rope: no permutation), one
-    group of experts (n_group = topk_group = 1: node-limited routing is not modelled), a
-    shared expert, the routing bias as the state hpdl's balance_experts updates."""
+    """DeepSeek-V3: MLA (its RoPE part interleaved, as hpdl's rope: no permutation) with the
+    config's YaRN (factor 40 over 4096, mscale = mscale_all_dim = 1), one group of experts
+    (n_group = topk_group = 1: node-limited routing is not modelled), a shared expert, the
+    routing bias as the state hpdl's balance_experts updates."""
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
     E, dense = shapes["experts"], shapes["dense"]
     cfg = DeepseekV3Config(vocab_size=shapes["vocab"], hidden_size=shapes["hidden"], intermediate_size=shapes["ffn"],
@@ -254,8 +257,10 @@ def deepseek_v3(shapes):
                            qk_rope_head_dim=shapes["qk_rope"], v_head_dim=shapes["v_head_dim"],
                            n_routed_experts=E, num_experts_per_tok=shapes["top_k"], n_shared_experts=1, n_group=1,
                            topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5, rope_interleave=True,
-                           max_position_embeddings=shapes["seq"], rms_norm_eps=1e-6, rope_theta=10000.0,
-                           tie_word_embeddings=False)
+                           max_position_embeddings=163840, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                           rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0,
+                                            "original_max_position_embeddings": 4096, "beta_fast": 32.0,
+                                            "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0})
     model = DeepseekV3ForCausalLM(cfg)
     counts = shapes["layers"] - dense
 

@@ -910,7 +910,20 @@ static void special_rope(CgKern *k, const IrNode *n, int id) {
   LLVMValueRef ex =
       LLVMBuildFDiv(cg->b, LLVMBuildFMul(cg->b, cg_f64(cg, -2.0), LLVMBuildSIToFP(cg->b, li.iv, cg->tf64, ""), ""),
                     cg_f64(cg, (double)D), "");
-  LLVMValueRef theta = LLVMBuildFMul(cg->b, posf, cg_pow64(cg, cg_f64(cg, n->fattr), ex), "theta");
+  LLVMValueRef freq = cg_pow64(cg, cg_f64(cg, n->fattr), ex);
+  double yf, ylo, yhi;
+  if (ir_rope_yarn_range(n, D, &yf, &ylo, &yhi)) {
+    /* YaRN's gain, as ir_rope_gain computes it */
+    LLVMValueRef ramp = LLVMBuildFDiv(cg->b, LLVMBuildFSub(cg->b, LLVMBuildSIToFP(cg->b, li.iv, cg->tf64, ""), cg_f64(cg, ylo), ""),
+                                      cg_f64(cg, yhi - ylo), "ramp");
+    ramp = LLVMBuildSelect(cg->b, LLVMBuildFCmp(cg->b, LLVMRealOLT, ramp, cg_f64(cg, 0.0), ""), cg_f64(cg, 0.0), ramp, "");
+    ramp = LLVMBuildSelect(cg->b, LLVMBuildFCmp(cg->b, LLVMRealOGT, ramp, cg_f64(cg, 1.0), ""), cg_f64(cg, 1.0), ramp, "");
+    LLVMValueRef keep = LLVMBuildFSub(cg->b, cg_f64(cg, 1.0), ramp, "keep");
+    LLVMValueRef gain = LLVMBuildFAdd(cg->b, LLVMBuildFDiv(cg->b, LLVMBuildFSub(cg->b, cg_f64(cg, 1.0), keep, ""), cg_f64(cg, yf), ""),
+                                      keep, "gain");
+    freq = LLVMBuildFMul(cg->b, freq, gain, "");
+  }
+  LLVMValueRef theta = LLVMBuildFMul(cg->b, posf, freq, "theta");
   LLVMValueRef at = add64(cg, mul64(cg, lt.iv, cg_i64(cg, H2)), li.iv);
   LLVMBuildStore(cg->b, LLVMBuildFPTrunc(cg->b, cg_cos64(cg, theta), cg->tf32, ""), cg_gep(cg, cg->tf32, ctab, at, ""));
   LLVMBuildStore(cg->b, LLVMBuildFPTrunc(cg->b, cg_sin64(cg, theta), cg->tf32, ""), cg_gep(cg, cg->tf32, stab, at, ""));

@@ -275,7 +275,16 @@ static int rope(CuKern *k, const IrNode *n, int id) {
     cu_tx(o, "    const long long pos = hpdl_zigzag_pos(hpd.rank[%1$" PRId64 "], hpd.size[%1$" PRId64 "], %2$" PRId64 "LL, t);\n",
           n->attr[1] - 1, T);
   else cu_tx(o, "    const long long pos = t;\n");
-  cu_tx(o, "    const double theta = (%s * (double)pos) * pow(%s, (-2.0 * (double)i) / %" PRId64 ".0);\n",
+  double yf, ylo, yhi;
+  if (ir_rope_yarn_range(n, D, &yf, &ylo, &yhi)) {
+    /* YaRN's gain on the frequency, as ir_rope_gain computes it (rounded apart) */
+    cu_tx(o, "    double ramp = __ddiv_rn(__dsub_rn((double)i, %.17g), %.17g);\n", ylo, yhi - ylo);
+    cu_tx(o, "    ramp = ramp < 0.0 ? 0.0 : ramp > 1.0 ? 1.0 : ramp;\n");
+    cu_tx(o, "    const double keep = 1.0 - ramp, gain = __dadd_rn(__ddiv_rn(1.0 - keep, %.17g), keep);\n", yf);
+  } else {
+    cu_tx(o, "    const double gain = 1.0;\n");
+  }
+  cu_tx(o, "    const double theta = (%s * (double)pos) * __dmul_rn(pow(%s, (-2.0 * (double)i) / %" PRId64 ".0), gain);\n",
         n->attr[0] ? "-1.0" : "1.0", base, D);
   cu_tx(o, "    const float c = (float)cos(theta), s = (float)sin(theta);\n");
   cu_tx(o, "    const long long end = ch * %1$" PRId64 "LL + %1$" PRId64 "LL < %2$" PRId64 "LL ? ch * %1$" PRId64

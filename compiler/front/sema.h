@@ -66,7 +66,7 @@ const char *sem_type_str(Arena *a, const TensorType *t);
   X(EMBEDDING, "embedding", 2, 2) \
   X(ARANGE, "arange", 1, 1)      \
   X(CAUSAL_MASK, "causal_mask", 1, 1) \
-  X(ROPE, "rope", 1, 2)          \
+  X(ROPE, "rope", 1, 7)          \
   X(REPEAT_KV, "repeat_kv", 2, 2) \
   X(ATTENTION, "attention", 3, 7) \
   X(CROSS_ENTROPY, "cross_entropy", 2, 2) \

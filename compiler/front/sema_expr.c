@@ -4,6 +4,7 @@
  * a shape mismatch is reported with the operands it came from. */
 #include "sema_internal.h"
 #include "conv.h"
+#include "ir.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -922,11 +923,17 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
     return r;
   }
   case SOP_ROPE: {
-    static const char *const keys[] = {"base"};
-    if (!check_keywords(S, &c, keys, 1)) return NULL;
+    static const char *const keys[] = {"base", "factor", "original", "beta_fast", "beta_slow", "truncate"};
+    if (!check_keywords(S, &c, keys, 6)) return NULL;
     SemExpr *x = tensor_arg(S, F, &c, 0);
-    double base;
-    if (!x || !require_float(S, F, x, fn, at) || !attr_float(S, F, &c, 1, "base", 10000.0, &base)) return NULL;
+    double base, factor, beta_fast, beta_slow;
+    int64_t original;
+    int truncate;
+    if (!x || !require_float(S, F, x, fn, at) || !attr_float(S, F, &c, 1, "base", 10000.0, &base) ||
+        !attr_float(S, F, &c, 2, "factor", 1.0, &factor) || !attr_int(S, F, &c, 3, "original", 0, &original) ||
+        !attr_float(S, F, &c, 4, "beta_fast", 32.0, &beta_fast) || !attr_float(S, F, &c, 5, "beta_slow", 1.0, &beta_slow) ||
+        !attr_bool(S, F, &c, 6, "truncate", 1, &truncate))
+      return NULL;
     int64_t d;
     if (x->type.rank != 4 || (sym_is_const(x->type.dims[3], &d) && d % 2 != 0)) {
       sema_error(S, at, "rope needs [B, H, T, D] with an even D; this is %s", tstr(S, &x->type));
@@ -937,9 +944,34 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
       sema_error(S, arg_at(&c, 1, "base")->span, "rope's base must be greater than 1");
       return NULL;
     }
+    /* YaRN (factor > 1): the frequencies of the pairs that turn fewer than
+     * beta_slow times over the original context are divided by factor, those
+     * that turn more than beta_fast times kept, a ramp between */
+    if (!(factor >= 1)) {
+      sema_error(S, arg_at(&c, 2, "factor")->span,
+                 "rope's factor must be at least 1 (1: plain RoPE; above: YaRN's context extension), not %g", factor);
+      return NULL;
+    }
+    if (factor > 1 && original < 1) {
+      sema_error(S, arg_at(&c, 2, "factor")->span,
+                 "rope's factor %g (YaRN) needs original = the context length the model was trained at", factor);
+      return NULL;
+    }
+    if (factor > 1 && !(beta_fast > beta_slow && beta_slow > 0)) {
+      const AstExpr *b = arg_at(&c, 4, "beta_fast");
+      sema_error(S, b ? b->span : at,
+                 "rope's YaRN needs beta_fast > beta_slow > 0 (rotations over the original context; GPT-OSS and "
+                 "DeepSeek-V3: 32 and 1), not %g and %g",
+                 beta_fast, beta_slow);
+      return NULL;
+    }
     SemExpr *r = new_op(S, op, at, &x, 1);
     r->type = x->type;
     r->scalar = base;
+    if (factor > 1) {
+      ir_rope_set_yarn(r->attr, factor, beta_fast, beta_slow, original, truncate);
+      r->nattr = 8;
+    }
     return r;
   }
   case SOP_REPEAT_KV: {

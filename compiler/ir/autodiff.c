@@ -549,8 +549,10 @@ static void adgrad_CAUSAL_MASK(AdCtx *c, int f, int dy) {
 /* a rotation's adjoint is its inverse */
 static void adgrad_ROPE(AdCtx *c, int f, int dy) {
   const IrNode *n = fnode(c, f);
-  int64_t attr[2] = {!n->attr[0], n->attr[1]};
-  acc(c, n->in[0], emit(c, IR_ROPE, &dy, 1, attr, 2, n->fattr, n->dtype, -1, NULL));
+  int64_t attr[8];
+  memcpy(attr, n->attr, sizeof attr); /* the positions and YaRN's settings kept */
+  attr[0] = !n->attr[0];
+  acc(c, n->in[0], emit(c, IR_ROPE, &dy, 1, attr, 8, n->fattr, n->dtype, -1, NULL));
 }
 
 static void adgrad_REPEAT_KV(AdCtx *c, int f, int dy) {

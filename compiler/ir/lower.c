@@ -571,7 +571,10 @@ static int lower_op(Lower *L, Inv *v, const SemExpr *e, const int64_t *dims) {
   case SOP_EMBEDDING: return add_node(L, v, IR_EMBEDDING, in, 2, NULL, 0, 0, t->dtype, -1, NULL, e->span, NULL);
   case SOP_ARANGE: return add_node(L, v, IR_IOTA, NULL, 0, NULL, 0, 0, t->dtype, 1, dims, e->span, NULL);
   case SOP_CAUSAL_MASK: return add_node(L, v, IR_CAUSAL_MASK, in, 1, NULL, 0, -INFINITY, t->dtype, -1, NULL, e->span, NULL);
-  case SOP_ROPE: return add_node(L, v, IR_ROPE, in, 1, attr, 1, e->scalar, t->dtype, -1, NULL, e->span, NULL);
+  case SOP_ROPE:
+    memcpy(attr, e->attr, 8 * sizeof attr[0]); /* YaRN's settings in [2, 8) */
+    attr[0] = attr[1] = 0;
+    return add_node(L, v, IR_ROPE, in, 1, attr, 8, e->scalar, t->dtype, -1, NULL, e->span, NULL);
   case SOP_REPEAT_KV:
     attr[0] = e->attr[0];
     return add_node(L, v, IR_REPEAT_KV, in, 1, attr, 1, 0, t->dtype, -1, NULL, e->span, NULL);

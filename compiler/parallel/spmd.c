@@ -872,14 +872,16 @@ static Val part_node(GPart *G, int i) {
   case IR_ROPE: {
     Val x = settle(G, ins[0], n->span);
     x = whole_along(G, x, 3, n->span);
-    int64_t attr[2] = {n->attr[0], 0};
+    int64_t attr[8];
+    memcpy(attr, n->attr, sizeof attr); /* YaRN's settings kept */
+    attr[1] = 0;
     for (int g = 0; g < IRG_COUNT; g++)
       if (x.shd.axis[g] == 2) {
         if (g != IRG_CP) x = whole_along(G, x, 2, n->span);
         else attr[1] = 1 + IRG_CP; /* positions of the zigzag chunks */
       }
     r.shd = x.shd;
-    r.id = emit(G, IR_ROPE, &x.id, 1, attr, 2, n->fattr, n->dtype, -1, NULL, n->span);
+    r.id = emit(G, IR_ROPE, &x.id, 1, attr, 8, n->fattr, n->dtype, -1, NULL, n->span);
     return r;
   }
   case IR_REPEAT_KV: {

@@ -439,6 +439,16 @@ static void test_model_ops(void) {
     int64_t attr = inverse;
     done(&M, add(M.g, IR_ROPE, &x, 1, &attr, 1, 10.0, DT_F32, -1, NULL), "rope", IR_ROPE);
   }
+  for (int truncate = 0; truncate < 2; truncate++) {
+    /* YaRN's frequencies (D = 8: the ramp falls between pairs 1 and 3 over an
+     * original 16 positions at base 10), the inverse rotation its adjoint too */
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 4, (int64_t)1, (int64_t)2, (int64_t)5, (int64_t)8);
+    int64_t attr[8] = {0};
+    ir_rope_set_yarn(attr, 4.0, 4.0, 0.5, 16, truncate);
+    done(&M, add(M.g, IR_ROPE, &x, 1, attr, 8, 10.0, DT_F32, -1, NULL), truncate ? "rope yarn truncated" : "rope yarn",
+         IR_ROPE);
+  }
   {
     Mod M = mod_new();
     int l = PARAM(&M, "logits", 3, (int64_t)2, (int64_t)3, (int64_t)5);
