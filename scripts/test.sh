@@ -10,7 +10,8 @@
 #      and of the device layouts but one (label cuda_layouts: the emulated
 #      kernels are the same C++ under either build, and they are slow), and
 #      the cases whose code paths others cover (label sanitize_redundant:
-#      NVRTC's sm_80 beside sm_90, a few layouts), for the 15 minutes
+#      NVRTC's sm_80 beside sm_90 and most sm_90 samples, the attention
+#      kernels' mutants, layouts and oracle cases that others contain)
 #   4. the libFuzzer targets (fuzz/: the front end and every reader of
 #      outside bytes), built with clang in ./build-fuzz and run one after
 #      the other for HPDL_FUZZ_SECONDS in all: the front end a third, the

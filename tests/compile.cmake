@@ -50,7 +50,10 @@ set_tests_properties(compile.pp2_virtual2 compile.pp2_virtual2_native PROPERTIES
 # sanitize_redundant, scripts/test.sh) to keep the suite in its 15 minutes:
 # the native program of virtual stages (compile.native and pp2_virtual2 cover
 # its parts), zero 1 (zero 2 and 3 shard more), an uneven pipeline split.
-set_tests_properties(compile.pp2_virtual2_native compile.zero1 compile.pp2_uneven PROPERTIES LABELS "compile;sanitize_redundant")
+# under the sanitizers, the layouts that others contain (dp2 and tp2 in dp2_tp2_pp2, zero2 in
+# zero2_dp2_tp2_pp2, a resume at the same layout in resume_other_layout's paths)
+set_tests_properties(compile.pp2_virtual2_native compile.zero1 compile.pp2_uneven compile.dp2 compile.tp2 compile.zero2
+                     compile.resume_same_layout PROPERTIES LABELS "compile;sanitize_redundant")
 # faults (docs/reliability.md): also label reliability
 set_tests_properties(compile.missing_file compile.anomaly PROPERTIES LABELS "compile;reliability")
 

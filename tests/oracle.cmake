@@ -3,13 +3,15 @@
 # .json) and tests/oracle/oracle_e2e.py, which needs neither transformers nor torch: one
 # step from the goldens' weights (hpdlrun --init-from) gives their loss within 1e-5 and
 # their gradients within 1e-4. CTest names oracle.CASE (FAMILY at one rank, FAMILY_tp2 and
-# FAMILY_ep2 over two ranks, skipped without mpirun); the sanitized build keeps one
-# parallel case of each family (the others label sanitize_redundant).
+# FAMILY_ep2 over two ranks, skipped without mpirun); the sanitized build keeps four that
+# between them run every op and layout kind the others do (the rest label
+# sanitize_redundant: 20 s each under the sanitizers).
 
 find_package(Python3 COMPONENTS Interpreter)
 set(HPDL_ORACLE_CASES llama llama_tp2 mixtral mixtral_ep2 qwen3 qwen3_tp2 qwen3_moe qwen3_moe_tp2 qwen3_moe_ep2
     gpt_oss gpt_oss_tp2 gpt_oss_ep2 deepseek_v3 deepseek_v3_tp2 deepseek_v3_ep2)
-set(HPDL_ORACLE_REDUNDANT qwen3_moe_tp2 gpt_oss_tp2 deepseek_v3_tp2)
+set(HPDL_ORACLE_REDUNDANT llama_tp2 mixtral qwen3 qwen3_tp2 qwen3_moe qwen3_moe_tp2 qwen3_moe_ep2 gpt_oss_tp2 gpt_oss_ep2
+    deepseek_v3 deepseek_v3_tp2)
 foreach(case ${HPDL_ORACLE_CASES})
   if(Python3_Interpreter_FOUND)
     add_test(NAME oracle.${case}
