@@ -184,11 +184,6 @@ int ir_add_extern(IrModule *m, const IrExtern *e);
 /* numel of an extern argument or result shape */
 int64_t ir_extern_numel(const IrExternShape *s);
 
-/* Appends a node; computes its type with the op's shape rule. `dims`/`rank`
- * give the output shape for ops whose shape is not implied by the inputs
- * (FILL, RESHAPE, EXPAND, SUM_TO, PAD, EMBEDDING_BWD, SLICE, INPUT, PARAM,
- * ARG, RECV); pass rank -1 otherwise. Returns the node id, or -1 when the
- * shape rule rejects the inputs (with the reason in *why when not NULL). */
 /* ROPE's frequency of pair i of a head of D values is base^(-2i/D) x this
  * gain: 1 without YaRN; with it (attr[2], ir_ops.h) YaRN's blend of
  * interpolated (1 / factor) and kept (1) frequencies over the pairs between
@@ -205,6 +200,11 @@ void ir_rope_set_yarn(int64_t *attr, double factor, double beta_fast, double bet
 /* the double a ROPE attribute holds */
 double ir_attr_f64(int64_t bits);
 
+/* Appends a node; computes its type with the op's shape rule. `dims`/`rank`
+ * give the output shape for ops whose shape is not implied by the inputs
+ * (FILL, RESHAPE, EXPAND, SUM_TO, PAD, EMBEDDING_BWD, SLICE, INPUT, PARAM,
+ * ARG, RECV); pass rank -1 otherwise. Returns the node id, or -1 when the
+ * shape rule rejects the inputs (with the reason in *why when not NULL). */
 int ir_add(IrGraph *g, IrOp op, const int *in, int nin, const int64_t *attr, int nattr, double fattr,
            DType dtype, int rank, const int64_t *dims, const char **why);
 

@@ -143,17 +143,6 @@ void optim_sgd_mt(int nthreads, float *p, const float *g, float *buf, int64_t n,
   par_for(par_threads_for(nthreads, n), n, sgd_range, &a);
 }
 
-static void scale_range(void *ctx, int64_t lo, int64_t hi) {
-  OptimPass *a = ctx;
-  optim_scale(a->g + lo, hi - lo, a->s);
-}
-
-void optim_scale_mt(int nthreads, float *g, int64_t n, double s) {
-  if (s == 1.0) return;
-  OptimPass a = {.g = g, .s = s};
-  par_for(par_threads_for(nthreads, n), n, scale_range, &a);
-}
-
 /* Block b of the n values g[0 .. n). */
 static double block_sumsq(const float *g, int64_t n, int64_t b) {
   int64_t first = b * OPTIM_SUMSQ_BLOCK, len = n - first < OPTIM_SUMSQ_BLOCK ? n - first : OPTIM_SUMSQ_BLOCK;

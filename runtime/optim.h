@@ -73,7 +73,6 @@ void optim_adamw_mt(int nthreads, float *p, const float *g, float *m, float *v, 
                     double wd, const OptimConfig *c, double gscale);
 void optim_sgd_mt(int nthreads, float *p, const float *g, float *buf, int64_t n, int64_t t, double lr, double wd,
                   const OptimConfig *c, double gscale);
-void optim_scale_mt(int nthreads, float *g, int64_t n, double s);
 double optim_sumsq_mt(int nthreads, const float *g, int64_t n);
 
 #endif

@@ -91,8 +91,8 @@ char *rt_strdup(const char *s) {
 }
 
 /* Aligned blocks keep the offset to the start of the underlying allocation
- * just before the aligned pointer, so they too go through the hook. */
-/* Blocks of at least this many bytes are mapped from the system rather
+ * just before the aligned pointer, so they too go through the hook.
+ * Blocks of at least this many bytes are mapped from the system rather
  * than taken from malloc and zeroed: the kernel's pages are zero already,
  * so nothing is written until the block is used (the pools and the arena of
  * GPT-2 small are 2.5 GB: zeroing them on one thread was a second of

@@ -261,21 +261,21 @@ static int make_tensors(Run *R, RtErr *e) {
                    "(--tp, --pp, --dp with --zero) or make it smaller (hpdlc plan shows the memory per rank)",
                    (state + arena) / 1073741824.0, state / 1073741824.0, arena / 1073741824.0, have / 1073741824.0, on_node,
                    on_node == 1 ? "" : "s");
+  /* the blocks come zeroed from the system, unwritten: their pages are
+   * faulted in here on the rank's threads (the parameters' by their
+   * initialisation, also on them) */
   for (int p = 0; p < 4; p++) {
     if ((p == 2 && !want_m) || (p == 3 && !want_v)) continue;
     int64_t values = p < 2 ? R->pool_cap : owned;
-    R->pool[p] = rt_alloc_aligned((size_t)(values ? values : 16) * sizeof(float));
+    size_t bytes = (size_t)(values ? values : 16) * sizeof(float);
+    R->pool[p] = rt_alloc_aligned(bytes);
     if (!R->pool[p]) return rt_fail(e, "out of memory for the parameters (%" PRId64 " values per pool)", values);
+    if (p > 0) par_prefault(R->o->nthreads, R->pool[p], bytes);
   }
   if (R->zero >= 2 && !(R->grad_own = rt_alloc_aligned((size_t)owned * sizeof(float))))
     return rt_fail(e, "out of memory for the reduced gradients (%" PRId64 " values)", owned);
   if (R->zero >= 3 && !(R->master = rt_alloc_aligned((size_t)owned * sizeof(float))))
     return rt_fail(e, "out of memory for the parameters' slice (%" PRId64 " values)", owned);
-  /* the blocks come zeroed from the system, unwritten: their pages are
-   * faulted in here on the rank's threads (the parameters' by their
-   * initialisation, also on them) */
-  for (int p = 1; p < 4; p++)
-    if (R->pool[p]) par_prefault(R->o->nthreads, R->pool[p], (size_t)(p < 2 ? R->pool_cap : owned) * sizeof(float));
   par_prefault(R->o->nthreads, R->grad_own, R->grad_own ? (size_t)owned * sizeof(float) : 0);
   par_prefault(R->o->nthreads, R->master, R->master ? (size_t)owned * sizeof(float) : 0);
   for (int i = 0; i < n; i++) {

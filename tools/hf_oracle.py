@@ -366,9 +366,11 @@ def main():
         model.set_experts_implementation("eager")
     model = model.double()
     with torch.no_grad():  # the weights hpdl starts from are fp32: compute with those
-        for name, p in list(model.named_parameters()) + list(model.named_buffers()):
-            if name in dict(model.named_parameters()) or name.endswith("e_score_correction_bias"):
-                p.copy_(p.float().double())
+        # the routing bias is a buffer but hpdl's state: rounded too; RoPE's tables are not
+        rounded = list(model.parameters()) + [b for name, b in model.named_buffers()
+                                              if name.endswith("e_score_correction_bias")]
+        for p in rounded:
+            p.copy_(p.float().double())
     T, B, V = shapes["seq"], a.batch, shapes["vocab"]
     stream = torch.randint(0, V, (B * T + 1,), generator=torch.Generator().manual_seed(a.seed + 1))
     tokens = torch.stack([stream[b * T:b * T + T] for b in range(B)])

@@ -340,12 +340,6 @@ static int matmul_tn_batch_folded(AdCtx *c, int x, int y, int like) {
   return reshape_to(c, g, t->rank, t->dims);
 }
 
-/* C = op(A) op(B). With op = transpose where the flag says so:
- *   nn: dA = dC B^T      dB = A^T dC
- *   nt: dA = dC B        dB = dC^T A
- *   tn: dA = B dC^T      dB = A dC
- *   tt: dA = B^T dC^T    dB = dC^T A^T
- * then summed over batch dimensions the operand was broadcast along. */
 /* A TRANSPOSE of a matrix's last two axes and nothing else. */
 static int swaps_last_two(const IrNode *n) {
   if (n->op != IR_TRANSPOSE || n->rank < 2) return 0;
@@ -370,6 +364,12 @@ static void see_through(AdCtx *c, int *x, int *t) {
   }
 }
 
+/* C = op(A) op(B). With op = transpose where the flag says so:
+ *   nn: dA = dC B^T      dB = A^T dC
+ *   nt: dA = dC B        dB = dC^T A
+ *   tn: dA = B dC^T      dB = A dC
+ *   tt: dA = B^T dC^T    dB = dC^T A^T
+ * then summed over batch dimensions the operand was broadcast along. */
 static void adgrad_MATMUL(AdCtx *c, int f, int dy) {
   const IrNode *n = fnode(c, f);
   int a = n->in[0], b = n->in[1], ta = (int)n->attr[0], tb = (int)n->attr[1];

@@ -96,6 +96,13 @@ static void test_updates_same_for_any_threads(void) {
     optim_adamw(p[0], g, m[0], v[0], n, t, 1e-3, 0.1, &c);
     for (int k = 1; k < 4; k++) optim_adamw_mt(k, p[k], g, m[k], v[k], n, t, 1e-3, 0.1, &c, 1.0);
   }
+  /* a third step with the clipping scale inside the update's pass: the same
+   * as scaling the gradients first (gs) */
+  float *gs = malloc(bytes);
+  memcpy(gs, g, bytes);
+  optim_scale(gs, n, 0.37);
+  optim_adamw(p[0], gs, m[0], v[0], n, 3, 1e-3, 0.1, &c);
+  for (int k = 1; k < 4; k++) optim_adamw_mt(k, p[k], g, m[k], v[k], n, 3, 1e-3, 0.1, &c, 0.37);
   for (int k = 1; k < 4; k++) {
     EXPECT(memcmp(p[0], p[k], bytes) == 0);
     EXPECT(memcmp(m[0], m[k], bytes) == 0);
@@ -105,8 +112,8 @@ static void test_updates_same_for_any_threads(void) {
     optim_sgd(p[0], g, m[0], n, t, 1e-2, 0.01, &c);
     for (int k = 1; k < 4; k++) optim_sgd_mt(k, p[k], g, m[k], n, t, 1e-2, 0.01, &c, 1.0);
   }
-  optim_scale(p[0], n, 0.37);
-  for (int k = 1; k < 4; k++) optim_scale_mt(k, p[k], n, 0.37);
+  optim_sgd(p[0], gs, m[0], n, 3, 1e-2, 0.01, &c);
+  for (int k = 1; k < 4; k++) optim_sgd_mt(k, p[k], g, m[k], n, 3, 1e-2, 0.01, &c, 0.37);
   for (int k = 1; k < 4; k++) {
     EXPECT(memcmp(p[0], p[k], bytes) == 0);
     EXPECT(memcmp(m[0], m[k], bytes) == 0);
@@ -121,6 +128,7 @@ static void test_updates_same_for_any_threads(void) {
     free(m[k]);
     free(v[k]);
   }
+  free(gs);
   free(g);
 }
 
