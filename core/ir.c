@@ -112,6 +112,7 @@ UNARY_FLOAT(ABS)
 UNARY_FLOAT(SQUARE)
 UNARY_FLOAT(POWS)
 UNARY_FLOAT(CAUSAL_MASK)
+UNARY_FLOAT(VOCAB_MASK)
 UNARY_FLOAT(DROPOUT)
 
 static const char *irshape_CAST(IrGraph *g, IrNode *n) {
@@ -942,6 +943,10 @@ static void print_attrs(const IrModule *m, const IrGraph *g, const IrNode *n, FI
     if (n->attr[0]) fprintf(out, " rows=%s-zigzag", ir_group_name((IrGroup)(n->attr[0] - 1)));
     if (n->attr[1]) fprintf(out, " cols=%s-ring", ir_group_name((IrGroup)(n->attr[1] - 1)));
     break;
+  case IR_VOCAB_MASK:
+    fprintf(out, " %.9g below=%" PRId64, n->fattr, n->attr[1]);
+    if (n->attr[0]) fprintf(out, " cols=%s-shard", ir_group_name((IrGroup)(n->attr[0] - 1)));
+    break;
   case IR_ACT_GRAD: fprintf(out, " %s", op_names[n->attr[0]]); break;
   case IR_MATMUL:
     if (n->attr[0] || n->attr[1]) fprintf(out, " t%s%s", n->attr[0] ? "a" : "", n->attr[1] ? "b" : "");
@@ -1075,6 +1080,7 @@ void ir_print(const IrModule *m, FILE *out) {
       for (int k = 0; k < rank; k++) fprintf(out, "%s%" PRId64, k ? ", " : "", p->full_dims[k]);
       fprintf(out, "], axis %d over %s", p->split_axis, ir_group_name(p->split_group));
       if (p->split2_axis >= 0) fprintf(out, ", axis %d over %s", p->split2_axis, ir_group_name(p->split2_group));
+      if (p->logical_rows > 0) fprintf(out, ", padded from %" PRId64 " rows", p->logical_rows);
       fputc(')', out);
     }
     if (p->dp_shards) {

@@ -108,6 +108,10 @@ typedef struct {
    * split2_axis over split2_group (the tensor group); -1: once only. */
   int split2_axis;
   IrGroup split2_group;
+  /* Vocabulary padding (parallel.vocab_pad): > 0 when axis 0 of full_dims
+   * is padded and only its first logical_rows rows are the model's (the
+   * rest stay zero; checkpoints and the initial values are logical). */
+  int64_t logical_rows;
   /* ZeRO-3 (dpsync.h): the rank holds one of dp_shards pieces of the
    * flattened, zero-padded tensor of shape dp_dims (rank dp_rank) it would
    * hold otherwise, and dims is [piece]; dp_shards is 0 when it holds all. */

@@ -47,6 +47,9 @@
  *   CAUSAL_MASK: attr[0] = 1 + group when the rows are this rank's zigzag chunks of the sequence;
  *     attr[1] = 1 + group when the columns are the group's key blocks in ring order (block b
  *     from rank r - b, each in the zigzag layout)
+ *   VOCAB_MASK(z [..., V]): z where the column's global index is below attr[1] (the vocabulary
+ *     before padding, parallel.vocab_pad), fattr elsewhere (-inf forward, 0 backward); attr[0]
+ *     = 0, or 1 + group when z is this rank's vocabulary shard (global column = rank x V + col)
  *   ROPE: attr[1] = 1 + group when the positions are this rank's zigzag chunks;
  *     attr[2] = 1 for YaRN's frequencies (Peng et al. 2023; GPT-OSS, DeepSeek-V3), with
  *     attr[3..6) the bit patterns of the doubles factor, beta_fast, beta_slow, attr[6] the
@@ -184,6 +187,7 @@
   X(EMBEDDING, "embedding", 2, 0)                                  \
   X(EMBEDDING_BWD, "embedding_bwd", 2, 0)                          \
   X(CAUSAL_MASK, "causal_mask", 1, IRF_ELEMENTWISE | IRF_UNARY)    \
+  X(VOCAB_MASK, "vocab_mask", 1, IRF_ELEMENTWISE | IRF_UNARY)      \
   X(ROPE, "rope", 1, 0)                                            \
   X(REPEAT_KV, "repeat_kv", 1, IRF_SHAPE)                          \
   X(REPEAT_KV_BWD, "repeat_kv_bwd", 1, IRF_REDUCE)                 \

@@ -151,6 +151,7 @@ unsigned char *program_ir_encode(const ProgramChunk *c, size_t *len) {
     put_i32(&b, p->split2_axis);
     put_u8(&b, (unsigned)p->split2_group);
     put_u8(&b, (unsigned)(p->state != 0));
+    put_i64(&b, p->logical_rows);
   }
   put_u32(&b, (uint32_t)m->nexterns);
   for (int i = 0; i < m->nexterns; i++) put_extern(&b, &m->externs[i]);
@@ -513,6 +514,9 @@ ProgramChunk *program_ir_decode(Arena *arena, const unsigned char *buf, size_t l
     unsigned st = get_u8(&r);
     if (!r.bad && st > 1) rd_fail(&r, "a parameter's state flag is not 0 or 1");
     p.state = (int)st;
+    p.logical_rows = get_i64(&r);
+    if (!r.bad && (p.logical_rows < 0 || (p.logical_rows > 0 && (p.rank < 1 || p.logical_rows > p.full_dims[0]))))
+      rd_fail(&r, "a parameter's logical rows are out of range");
     p.span = span_none;
     ir_add_param(m, &p);
   }

@@ -9,7 +9,7 @@
  * holds it (a tied embedding is read by the first and the last stage; the
  * runtime keeps it on one, and the program mirrors it to the other).
  *
- * Format, version 2, all integers little-endian (docs/runtime.md, "The
+ * Format, version 7, all integers little-endian (docs/runtime.md, "The
  * chunk file"):
  *
  *   header   "HPDL-IR\n" (8 bytes), u32 version, u32 flags (0),
@@ -19,7 +19,8 @@
  *            u32 ninputs  { str name, u8 dtype, u8 rank, i64 dims[rank], u8 feed }
  *            u32 nparams  { str name, u8 dtype, u8 rank, i64 dims[rank], u8 init kind,
  *                           f64 a, f64 b, u8 shard, i32 graph, i64 count,
- *                           i64 full_dims[rank], i32 split_axis, u8 split_group }
+ *                           i64 full_dims[rank], i32 split_axis, u8 split_group,
+ *                           i32 split2_axis, u8 split2_group, u8 state, i64 logical_rows }
  *            u32 nexterns { str name, str where, str library, str path, str symbol, str grad,
  *                           u32 nargs { u8 rank, i64 dims[rank] }, u8 rank, i64 dims[rank],
  *                           u32 ndims, i64 dims[ndims] }
@@ -55,9 +56,11 @@
 #include "schedule.h"
 #include "semtypes.h"
 
-enum { PROGRAM_IR_VERSION = 6 }; /* 2: the extern table; 3: the forward/backward cut and the instruction list;
+enum { PROGRAM_IR_VERSION = 7 }; /* 2: the extern table; 3: the forward/backward cut and the instruction list;
                                      4: the source files and each node's line; 5: a parameter's second split;
-                                     6: a parameter's state flag (running statistics) */
+                                     6: a parameter's state flag (running statistics);
+                                     7: VOCAB_MASK in the op table, a parameter's logical rows
+                                        (vocabulary padding) */
 #define PROGRAM_IR_MAGIC "HPDL-IR\n"
 
 /* What the runtime's data loader puts into a model input: a token

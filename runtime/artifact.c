@@ -175,6 +175,17 @@ static void read_param(Rd *r, const json_t *j, int idx, ArtParam *p, const Artif
     get_f64(r, ji, sub, "a", &p->init.a);
     get_f64(r, ji, sub, "b", &p->init.b);
   }
+  /* a padded vocabulary: the ranks hold shards of padded_rows rows */
+  json_t *jpad = json_object_get(j, "padded_rows");
+  if (jpad && !r->bad) {
+    if (!json_is_integer(jpad) || p->rank < 1 || json_integer_value(jpad) < p->shape[0] ||
+        json_integer_value(jpad) > ART_MAX_ELEMENTS / (numel / p->shape[0]) / (p->count > 0 ? p->count : 1))
+      bad(r, where, "padded_rows", "must be an integer at least the shape's rows");
+    else if (json_integer_value(jpad) > p->shape[0]) {
+      p->logical_rows = p->shape[0];
+      p->shape[0] = json_integer_value(jpad);
+    }
+  }
   /* split, and an expert shard's second split ("then") */
   p->split_axis = p->split2_axis = -1;
   p->split_group = p->split2_group = COMM_TP;
@@ -191,6 +202,8 @@ static void read_param(Rd *r, const json_t *j, int idx, ArtParam *p, const Artif
         bad(r, sub, "axis", "must split another axis over another group than the first split");
     }
   }
+  if (!r->bad && p->logical_rows > 0 && p->split_axis != 0)
+    bad(r, where, "padded_rows", "is set on a parameter not split along its rows (axis 0)");
   if (!r->bad && p->state && (p->weight_decay || p->split_axis >= 0))
     bad(r, where, "state", "is set on a parameter that is decayed or split (a running statistic is neither)");
   /* stage: one number for every copy, or an array with one per copy */

@@ -28,7 +28,10 @@ typedef struct {
   char *name;             /* template: "blocks.{i}.attn.q_proj.weight" */
   CkptDtype dtype;        /* the stored precision (F32 in this version) */
   int rank;
-  int64_t shape[ART_MAX_RANK]; /* logical (unsharded) */
+  int64_t shape[ART_MAX_RANK]; /* unsharded (a padded vocabulary's padded rows included) */
+  int64_t logical_rows;   /* > 0: a vocabulary padded for tensor parallelism ("padded_rows"): the
+                             model's tensor is the first logical_rows rows of shape, the rest zeros;
+                             checkpoints and initial values are of the model's tensor */
   int64_t count;          /* copies, one per layer of a repeat; 1 otherwise */
   InitSpec init;
   int split_axis;         /* -1: every rank of the group holds all of it */

@@ -403,8 +403,27 @@ static void init_part(void *ctx, int64_t lo, int64_t hi) {
                            lo, hi);
 }
 
+/* The rows of a padded vocabulary (ArtParam.logical_rows): the model's
+ * tensor is the first rows, so checkpoints hold those, and a shard's rows
+ * past them stay zero (no logit, no gradient: spmd.h). */
+static int64_t logical_numel(const ArtParam *p) {
+  int64_t n = artifact_param_numel(p);
+  return p->logical_rows > 0 ? n / p->shape[0] * p->logical_rows : n;
+}
+
+static void zero_padded_rows(const ArtParam *p, const ShardSplit *sp, float *data) {
+  if (p->logical_rows <= 0) return;
+  int64_t parts = sp->axis == 0 ? sp->parts : 1, rows = p->shape[0] / parts;
+  int64_t row = artifact_param_numel(p) / p->shape[0], first = (sp->axis == 0 ? sp->index : 0) * rows;
+  int64_t keep = p->logical_rows - first;
+  if (keep < 0) keep = 0;
+  if (keep < rows) memset(data + keep * row, 0, sizeof(float) * (size_t)((rows - keep) * row));
+}
+
 /* The initial values on the rank's threads: the generator is counter-based
- * (core/init.h), so the values are the same bits for any thread count. */
+ * (core/init.h), so the values are the same bits for any thread count (and
+ * a padded vocabulary's rows are the unpadded tensor's: a value's counter
+ * is its index, and padding only appends rows). */
 static void init_tensors(Run *R) {
   for (int i = 0; i < R->ctx.ntensors; i++) {
     TrainTensor *x = &R->ctx.tensors[i];
@@ -412,6 +431,7 @@ static void init_tensors(Run *R) {
     int64_t n = shard_numel(p->rank, p->shape, &x->split);
     InitJob job = {R, x};
     par_for(par_threads_for(R->o->nthreads, n), n, init_part, &job);
+    zero_padded_rows(p, &x->split, x->data);
   }
 }
 
@@ -623,6 +643,7 @@ static int save_checkpoint(Run *R, int64_t step, RtErr *e) {
           t->dtype = CKPT_F32;
           t->rank = p->rank;
           memcpy(t->shape, p->shape, sizeof t->shape);
+          if (p->logical_rows > 0) t->shape[0] = p->logical_rows; /* the model's rows come first */
           t->data = logical[s];
           if (!t->name) fatal(R, "out of memory", NULL);
         }
@@ -718,11 +739,13 @@ static int resume(Run *R, RtErr *e, int *resumed) {
           break;
         }
         int same = t->rank == p->rank;
-        for (int d = 0; same && d < p->rank; d++) same = t->shape[d] == p->shape[d];
+        for (int d = 0; same && d < p->rank; d++) same = t->shape[d] == (d == 0 && p->logical_rows > 0 ? p->logical_rows : p->shape[d]);
         if (!same || (t->dtype != CKPT_F32 && t->dtype != CKPT_F64 && t->dtype != CKPT_F16 && t->dtype != CKPT_BF16)) {
           char got[160] = "", want[160] = "";
           for (int d = 0; d < t->rank; d++) snprintf(got + strlen(got), sizeof got - strlen(got), "%s%" PRId64, d ? ", " : "", t->shape[d]);
-          for (int d = 0; d < p->rank; d++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%" PRId64, d ? ", " : "", p->shape[d]);
+          for (int d = 0; d < p->rank; d++)
+            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%" PRId64, d ? ", " : "",
+                     d == 0 && p->logical_rows > 0 ? p->logical_rows : p->shape[d]);
           failed = rt_fail(e, "%s: tensor %s is %s[%s], the artifact's parameter is f32[%s]", cpath, name, ckpt_dtype_name(t->dtype),
                            got, want) < 0;
           break;
@@ -801,8 +824,9 @@ static int resume(Run *R, RtErr *e, int *resumed) {
           snprintf(full, sizeof full, "%s%s", s == 0 ? "" : s == 2 ? "opt.v." : R->opt.kind == OPTIM_SGD ? "opt.momentum." : "opt.m.", name);
           const CkptTensor *t = ckpt_st_find(cf, full);
           RtErr le;
-          if (!t || ckpt_numel(t) != numel || ckpt_st_read_f32(t, buf, &le) < 0)
+          if (!t || ckpt_numel(t) != logical_numel(p) || ckpt_st_read_f32(t, buf, &le) < 0)
             fatal(R, "reading a checkpoint tensor that was checked a moment ago", NULL);
+          memset(buf + logical_numel(p), 0, sizeof(float) * (size_t)(numel - logical_numel(p))); /* padded rows */
         }
         if (comm_broadcast(c, COMM_WORLD, COMM_F32, buf, numel, 0, e) < 0) fatal(R, "broadcasting a checkpoint tensor", e);
         if (dst) shard_extract(buf, 4, p->rank, p->shape, &mine->split, dst);

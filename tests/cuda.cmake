@@ -192,7 +192,8 @@ if(Python3_Interpreter_FOUND)
   #                      targets; 20 steps whose step-1 loss agrees within
   #                      1e-6 and every loss and gradient norm within 1e-5
   #                      (pp2: 1F1B, pp2_gpipe, dp2_tp2_pp2 on 8 ranks, each
-  #                      with the tied embedding across the stages);
+  #                      with the tied embedding across the stages;
+  #                      tp2_vocab_pad: 201 tokens padded to 256 rows);
   #                      `resume` stops the device run at step 10 at dp 2 and
   #                      resumes it at tp 2. Emulated in CI (label
   #                      cuda_layouts: about 3 min in all; the sanitizer step
@@ -202,7 +203,8 @@ if(Python3_Interpreter_FOUND)
   set(HPDL_DEVICE_LAYOUTS
       "1rank|" "dp2|--dp 2" "tp2|--tp 2" "cp2|--cp 2" "dp2_tp2|--dp 2 --tp 2" "tp2_cp2|--tp 2 --cp 2"
       "zero1|--dp 2 --zero 1" "zero2|--dp 2 --zero 2" "zero3|--dp 2 --zero 3" "resume|--dp 2"
-      "pp2|--pp 2" "pp2_gpipe|--pp 2 --schedule gpipe" "dp2_tp2_pp2|--dp 2 --tp 2 --pp 2 --micro-batch 1")
+      "pp2|--pp 2" "pp2_gpipe|--pp 2 --schedule gpipe" "dp2_tp2_pp2|--dp 2 --tp 2 --pp 2 --micro-batch 1"
+      "tp2_vocab_pad|--tp 2 -D V=201")
   foreach(dev emulate cuda)
     foreach(entry ${HPDL_DEVICE_LAYOUTS})
       hpdl_name_flags("${entry}" name layout)

@@ -296,6 +296,14 @@ static LLVMValueRef x_eval(Nest *N, int xi) {
     v = LLVMBuildSelect(cg->b, above, cg_f32(cg, x->p), in, "");
     break;
   }
+  case X_VMASK: {
+    /* the vocabulary's padding: global column >= below reads as the fill */
+    LLVMValueRef in = x_eval(N, x->a), col = aff_eval(N, &x->off);
+    if (x->attr) col = add64(cg, mul64(cg, (LLVMValueRef)x->pre, cg_i64(cg, x->cols)), col);
+    LLVMValueRef pad = LLVMBuildICmp(cg->b, LLVMIntSGE, col, cg_i64(cg, x->below), "");
+    v = LLVMBuildSelect(cg->b, pad, cg_f32(cg, x->p), in, "");
+    break;
+  }
   case X_DROP: {
     LLVMValueRef in = x_eval(N, x->a);
     if (x->p >= 1) {
@@ -604,6 +612,10 @@ static void nest_emit(Nest *N) {
   for (int i = 0; i < N->nx; i++) {
     X *x = &N->x[i];
     if (x->kind == X_DROP && x->p > 0 && x->p < 1) x->pre = dropout_base(k, x->attr);
+    if (x->kind == X_VMASK && x->attr) {
+      LLVMValueRef size;
+      group_of(k, x->attr - 1, (LLVMValueRef *)&x->pre, &size);
+    }
     if (x->kind == X_MASK && (x->attr || x->attr_cols)) {
       LLVMValueRef rank, size;
       group_of(k, (x->attr ? x->attr : x->attr_cols) - 1, &rank, &size);

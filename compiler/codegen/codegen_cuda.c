@@ -370,6 +370,15 @@ static int ex(Emit *E, int xi) {
     cu_tx(o, " : %s)", a);
     break;
   }
+  case X_VMASK:
+    /* the vocabulary's padding: global column >= below reads as the fill */
+    cu_tx(o, "((");
+    if (x->attr) cu_tx(o, "(long long)hpd.rank[%d] * %" PRId64 "LL + ", (int)(x->attr - 1), x->cols);
+    aff_text(E, &x->off, o);
+    cu_tx(o, ") >= %" PRId64 "LL ? ", x->below);
+    cu_float(o, x->p);
+    cu_tx(o, " : %s)", a);
+    break;
   case X_DROP:
     if (x->p >= 1) {
       cu_tx(o, "0.0f");
@@ -496,7 +505,7 @@ static int vectorizable(const Nest *N, int row) {
   }
   for (int i = 0; i < N->nx; i++) {
     const NestX *x = &N->x[i];
-    if (x->kind == X_INDEX || x->kind == X_MASK || (x->kind == X_DROP && x->p > 0 && x->p < 1) || (!row && x->kind == X_RED))
+    if (x->kind == X_INDEX || x->kind == X_MASK || x->kind == X_VMASK || (x->kind == X_DROP && x->p > 0 && x->p < 1) || (!row && x->kind == X_RED))
       return 0;
     if (x->kind != X_LOAD) continue;
     int walks = x->off.coef[inner] != 0;

@@ -331,6 +331,15 @@ int nest_x_node(Nest *N, int id) {
       N->pinned[N->R - 1] = N->pinned[N->R - 2] = 1;
       return i;
     }
+    case IR_VOCAB_MASK: {
+      int i = nest_x_op(N, X_VMASK, n->op, n->fattr, a, -1);
+      N->x[i].off = en[n->rank - 1];
+      N->x[i].attr = n->attr[0];
+      N->x[i].below = n->attr[1];
+      N->x[i].cols = n->dims[n->rank - 1];
+      N->x[i].full |= nest_aff_full(N, &N->x[i].off);
+      return i;
+    }
     case IR_DROPOUT: {
       if (n->fattr <= 0) return a;
       int i = nest_x_op(N, X_DROP, n->op, n->fattr, a, -1);
@@ -416,7 +425,7 @@ void nest_collapse(Nest *N) {
     if (N->D[j] == 1) continue;
     int merge = prev >= 0 && set[prev] == set[j] && !N->pinned[prev] && !N->pinned[j] && N->alast[N->na - 1] == prev;
     for (int i = 0; i < N->nx && merge; i++)
-      if (N->x[i].kind == X_LOAD || N->x[i].kind == X_DROP || N->x[i].kind == X_INDEX)
+      if (N->x[i].kind == X_LOAD || N->x[i].kind == X_DROP || N->x[i].kind == X_INDEX || N->x[i].kind == X_VMASK)
         merge = nest_aff_allows(&N->x[i].off, prev, j, N->D);
     for (int i = 0; i < N->nst && merge; i++) merge = nest_aff_allows(&N->st[i].off, prev, j, N->D);
     if (merge) {

@@ -41,7 +41,7 @@ typedef struct {
   int64_t dq, dcoef;
 } NestAff;
 
-typedef enum { X_LOAD, X_CONST, X_UN, X_BIN, X_ACTGRAD, X_MASK, X_DROP, X_INDEX, X_CASTI, X_RED } NestXKind;
+typedef enum { X_LOAD, X_CONST, X_UN, X_BIN, X_ACTGRAD, X_MASK, X_VMASK, X_DROP, X_INDEX, X_CASTI, X_RED } NestXKind;
 
 typedef struct {
   NestXKind kind;
@@ -51,11 +51,14 @@ typedef struct {
   int full, level;
   int mem;             /* X_LOAD: the value read */
   DType dt;            /* X_LOAD: its dtype */
-  NestAff off;             /* X_LOAD: element offset; X_DROP: linear index; X_INDEX: the index */
+  NestAff off;             /* X_LOAD: element offset; X_DROP: linear index; X_INDEX: the index;
+                              X_VMASK: the column */
   int redmax;          /* X_RED: max (else sum) */
   int64_t div;         /* X_RED: divide by (a mean), 0 none */
   int64_t attr;        /* X_MASK: 1 + zigzag group; X_DROP: stream */
   int64_t attr_cols;   /* X_MASK: 1 + group whose key blocks are in ring order */
+  int64_t below, cols; /* X_VMASK: the vocabulary before padding; the local columns (attr:
+                          1 + group whose rank picks the column block) */
   /* the back end's values (the CPU back end's LLVMValueRef) */
   void *v, *pre; /* value; X_DROP: base hash / X_MASK: rank, size */
   void *pre2;

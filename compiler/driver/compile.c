@@ -312,6 +312,7 @@ typedef struct {
   Recompute recompute;
   Schedule schedule;
   int64_t ep; /* expert parallelism inside dp (1: none) */
+  int64_t vocab_pad; /* parallel.vocab_pad (spmd.h) */
 } Layout;
 
 static int resolve_layout(Cx *C, Layout *L) {
@@ -329,6 +330,7 @@ static int resolve_layout(Cx *C, Layout *L) {
     return cfail(C, "compile needs a concrete layout, but parallel.expert is auto (choose it with --ep N, or let `hpdlc plan "
                     "--search` suggest one)");
   L->ep = s->ep > 1 ? s->ep : 1;
+  L->vocab_pad = s->vocab_pad > 0 ? s->vocab_pad : 0;
   L->vpp = s->virtual_stages > 0 ? s->virtual_stages : 1;
   L->sp = s->sp == 1;
   L->zero = s->zero > 0 ? s->zero : 0;
@@ -594,7 +596,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
   if (input_feeds(&C, global, &L, &F)) return 1;
   ProgramFeed *feed = F.feed;
   /* an image model has no sequence for the partitioner to split */
-  SpmdSpec spec = {L.tp, L.cp, L.sp, F.images ? 0 : m->seq_len, L.ep};
+  SpmdSpec spec = {L.tp, L.cp, L.sp, F.images ? 0 : m->seq_len, L.ep, L.vocab_pad};
   IrModule *part = spmd_partition(arena, diag, global, &spec);
   const char *split_why = NULL;
   int64_t *split = part ? plan_chunk_layers(arena, m, L.mb, L.tp, L.cp, L.sp, L.recompute, L.pp * L.vpp, &split_why) : NULL;
@@ -837,6 +839,8 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
       if (S->split2_axis >= 0)
         json_object_set_new(js, "then", json_pack("{s:i, s:s}", "axis", S->split2_axis, "group", ir_group_name(S->split2_group)));
       json_object_set_new(jp, "split", js);
+      /* a padded vocabulary (spmd.h): the ranks hold shards of the padded rows */
+      if (S->logical_rows > 0) json_object_set_new(jp, "padded_rows", json_integer(S->full_dims[0]));
     } else {
       json_object_set_new(jp, "split", json_null());
     }
@@ -894,6 +898,13 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
               !ch[c].native ? " (interp)"
               : is_cuda(o)  ? arena_printf(arena, ", %s%d.cubin + .ptx (CUDA %s)", fname, c, o->arch ? o->arch : "sm_80")
                             : arena_printf(arena, ", %s%d.so (%s)", fname, c, "native"));
+    for (int i = 0; i < pr->m->nparams; i++) {
+      const IrParam *P = &pr->m->params[i];
+      if (P->logical_rows > 0)
+        fprintf(out, "  vocabulary: %s's %" PRId64 " rows padded to %" PRId64 " (a multiple of vocab_pad %" PRId64 " x tensor %" PRId64
+                     "); the padded logits are masked out of the cross-entropy, checkpoints keep %" PRId64 " rows\n",
+                P->name, P->logical_rows, P->full_dims[0], L.vocab_pad, L.tp, P->logical_rows);
+    }
   }
   return 0;
 }

@@ -698,8 +698,8 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
                    L->tp);
         if (p->shard == SHARD_VOCAB) {
           int64_t pad = ((d + 128 * L->tp - 1) / (128 * L->tp)) * 128 * L->tp;
-          diag_hint(S->diag, "pad the vocabulary to a multiple of 128 x tensor, e.g. %" PRId64 " (as Megatron-LM does); "
-                    "hpdlc plan prices that padding itself with `vocab_pad = 128`",
+          diag_hint(S->diag, "let hpdl pad it to a multiple of 128 x tensor, %" PRId64 " rows (`vocab_pad = 128` in the parallel "
+                    "block, the default, or --vocab-pad 128; the padded logits are masked), as Megatron-LM does",
                     pad);
         }
         diag_note(S->diag, p->span, "'%s' declared here", p->name);

@@ -559,6 +559,11 @@ static void adgrad_REPEAT_KV(AdCtx *c, int f, int dy) {
   acc(c, fin(c, f, 0), emit(c, IR_REPEAT_KV_BWD, &dy, 1, fnode(c, f)->attr, 1, 0, fnode(c, f)->dtype, -1, NULL));
 }
 
+/* the padded columns carry no gradient */
+static void adgrad_VOCAB_MASK(AdCtx *c, int f, int dy) {
+  acc(c, fin(c, f, 0), emit(c, IR_VOCAB_MASK, &dy, 1, fnode(c, f)->attr, 2, 0.0, fnode(c, f)->dtype, -1, NULL));
+}
+
 static void adgrad_REPEAT_KV_BWD(AdCtx *c, int f, int dy) {
   acc(c, fin(c, f, 0), emit(c, IR_REPEAT_KV, &dy, 1, fnode(c, f)->attr, 1, 0, fnode(c, f)->dtype, -1, NULL));
 }

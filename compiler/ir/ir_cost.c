@@ -134,7 +134,8 @@ double ircost_elementwise_flops(IrOp op) {
   case IR_SQRT:
   case IR_RSQRT:
   case IR_TANH:
-  case IR_CAUSAL_MASK: return 1;
+  case IR_CAUSAL_MASK:
+  case IR_VOCAB_MASK: return 1;
   case IR_SIGMOID: return 4;
   case IR_SILU: return 5;
   case IR_GELU: return 9;
@@ -185,6 +186,7 @@ EW(DIV)
 EW(MAXIMUM)
 EW(MINIMUM)
 EW(CAUSAL_MASK)
+EW(VOCAB_MASK)
 EW(DROPOUT)
 EW(CAST)
 EW(ROPE)

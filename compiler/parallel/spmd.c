@@ -2,6 +2,7 @@
 #include "spmd.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <string.h>
 
 /* The sharding of a value: per group, the split axis (-1: not split) or a
@@ -40,7 +41,12 @@ typedef struct {
   const SpmdSpec *spec;
   int64_t size[IRG_COUNT];
   int failed;
-  int64_t vocab_pad; /* > 0: pad vocabulary-sized split dimensions (spmd_partition_padded) */
+  /* Vocabulary padding (SpmdSpec.vocab_pad): the rows of the padded table
+   * (vocab_rows, 0: none) and their padded count; per source graph and
+   * node, the axis of a value that spans the padded vocabulary (-1: none;
+   * vocab_flow) */
+  int64_t vocab_rows, vocab_padded;
+  int **vocab_axis;
   /* per source graph: partitioned already, with the entry sharding of arg 0 */
   int *done;
   Shd *entry;
@@ -57,6 +63,7 @@ typedef struct {
 
 typedef struct {
   Part *P;
+  int gi;            /* the source graph's index */
   const IrGraph *g;  /* source */
   IrGraph *out;      /* destination */
   Val *vals;         /* per source node */
@@ -591,6 +598,13 @@ static Val rule_cross_entropy(GPart *G, const IrNode *n, Val z, Val t) {
   int vocab_group = -1;
   for (int g = 0; g < IRG_COUNT; g++)
     if (z.shd.axis[g] == last) vocab_group = g;
+  if (G->P->vocab_axis && G->P->vocab_axis[G->gi][n->in[0]] == last) {
+    /* padded vocabulary: its columns past the model's read as -inf, so the
+     * softmax gives them nothing and they get no gradient */
+    int64_t mattr[2] = {vocab_group >= 0 ? 1 + vocab_group : 0, G->P->vocab_rows};
+    z.id = emit(G, IR_VOCAB_MASK, &z.id, 1, mattr, 2, -INFINITY, zn->dtype, -1, NULL, at);
+    zn = dn(G, z.id);
+  }
   int loss;
   if (vocab_group < 0) {
     int in[2] = {z.id, t.id};
@@ -694,25 +708,14 @@ static int local_param(Part *P, int pi) {
   if (P->size[IRG_TP] > 1 && s.axis[IRG_TP] >= 0) {
     int a = s.axis[IRG_TP];
     int64_t tp = P->size[IRG_TP];
-    int vocab = sp->shard == SHARD_VOCAB && a == 0;
-    if (sp->dims[a] % tp && P->vocab_pad > 0 && vocab) {
-      /* Megatron-LM's make-vocab-size-divisible-by, for pricing: the padded
-       * rows' logits are not masked here (spmd.h) */
-      int64_t q = P->vocab_pad * tp;
-      lp.dims[a] = (sp->dims[a] + q - 1) / q * q;
-      memcpy(lp.full_dims, lp.dims, sizeof lp.full_dims);
+    if (sp->shard == SHARD_VOCAB && a == 0 && sp->dims[0] == P->vocab_rows) {
+      /* Megatron-LM's make-vocab-size-divisible-by (vocab_flow) */
+      lp.dims[0] = lp.full_dims[0] = P->vocab_padded;
+      lp.logical_rows = P->vocab_rows;
     }
     if (lp.dims[a] % tp) {
-      if (vocab) {
-        diag_error(P->diag, sp->span,
-                   "parameter %s: the vocabulary (%" PRId64 ") does not divide over tensor = %" PRId64
-                   "; the planner prices it padded (parallel.vocab_pad), but the compiler does not pad it yet: use a "
-                   "vocabulary that divides, e.g. -D vocab=%" PRId64,
-                   sp->name, sp->dims[a], tp, (sp->dims[a] + 128 * tp - 1) / (128 * tp) * 128 * tp);
-      } else {
-        diag_error(P->diag, sp->span, "parameter %s: dimension %d (%" PRId64 ") does not divide over tensor = %" PRId64,
-                   sp->name, a, sp->dims[a], tp);
-      }
+      diag_error(P->diag, sp->span, "parameter %s: dimension %d (%" PRId64 ") does not divide over tensor = %" PRId64,
+                 sp->name, a, sp->dims[a], tp);
       P->failed = 1;
     }
     lp.dims[a] /= tp;
@@ -1035,6 +1038,7 @@ static int partition_graph(Part *P, int gi, Shd entry) {
   GPart G;
   memset(&G, 0, sizeof G);
   G.P = P;
+  G.gi = gi;
   G.g = g;
   G.out = out;
   G.vals = arena_alloc(P->arena, sizeof(Val) * (size_t)(g->nnodes + 1));
@@ -1069,14 +1073,108 @@ static int partition_graph(Part *P, int gi, Shd entry) {
   return P->failed ? -1 : oi;
 }
 
-IrModule *spmd_partition(Arena *arena, Diag *diag, const IrModule *global, const SpmdSpec *spec) {
-  return spmd_partition_padded(arena, diag, global, spec, 0);
+/* ---- vocabulary padding ---- */
+
+/* The axis of node i's value that spans the padded vocabulary, from its
+ * inputs' (ax); -1 when it spans none; -2 (after an error naming the op)
+ * when it reads a padded value in a way the padding would change: only
+ * layouts, products, elementwise arithmetic, the embedding lookup and the
+ * cross-entropy (whose rule masks the padded columns) may. */
+static int vocab_flow_node(Part *P, const IrGraph *g, int i, const int *ax) {
+  const IrNode *n = &g->nodes[i];
+  if (n->op == IR_PARAM) {
+    const IrParam *p = &P->src->params[n->attr[0]];
+    return p->shard == SHARD_VOCAB && p->rank >= 1 && p->dims[0] == P->vocab_rows ? 0 : -1;
+  }
+  int any = 0;
+  for (int k = 0; k < n->nin; k++) any |= ax[n->in[k]] >= 0;
+  if (!any) return -1;
+  const IrNode *x = &g->nodes[n->in[0]];
+  int a0 = ax[n->in[0]], out = -2;
+  switch (n->op) {
+  case IR_TRANSPOSE:
+    for (int d = 0; d < n->rank; d++)
+      if (n->attr[d] == a0) out = d;
+    break;
+  case IR_MATMUL: {
+    const IrNode *y = &g->nodes[n->in[1]];
+    int a1 = ax[n->in[1]];
+    int rows = n->attr[0] ? x->rank - 1 : x->rank - 2, cols = n->attr[1] ? y->rank - 2 : y->rank - 1;
+    if (a0 >= 0 && a1 < 0 && a0 == rows) out = n->rank - 2;
+    if (a1 >= 0 && a0 < 0 && a1 == cols) out = n->rank - 1;
+    break;
+  }
+  case IR_EMBEDDING: out = a0 == 0 && ax[n->in[1]] < 0 ? -1 : -2; break;
+  case IR_CROSS_ENTROPY: out = a0 == x->rank - 1 && ax[n->in[1]] < 0 ? -1 : -2; break;
+  default:
+    if (ir_op_flags(n->op) & IRF_ELEMENTWISE) {
+      /* every operand spans the vocabulary on the same (right-aligned) axis or broadcasts over it */
+      for (int k = 0; k < n->nin; k++) {
+        const IrNode *o = &g->nodes[n->in[k]];
+        int a = ax[n->in[k]];
+        int want = a >= 0 ? a + (n->rank - o->rank) : -1;
+        if (a >= 0 && out != -2 && out != want) out = -3;
+        if (a >= 0 && out == -2) out = want;
+      }
+      for (int k = 0; k < n->nin && out >= 0; k++) {
+        const IrNode *o = &g->nodes[n->in[k]];
+        int at = out - (n->rank - o->rank);
+        if (ax[n->in[k]] < 0 && at >= 0 && o->dims[at] != 1) out = -3;
+      }
+      if (out < 0) out = -2;
+    }
+    break;
+  }
+  if (out == -2) {
+    diag_error(P->diag, n->span,
+               "the vocabulary is padded from %" PRId64 " to %" PRId64 " rows for tensor = %" PRId64
+               " (parallel.vocab_pad), and only cross_entropy masks the padded columns; this %s reads them",
+               P->vocab_rows, P->vocab_padded, P->size[IRG_TP], ir_op_name(n->op));
+    diag_hint(P->diag, "a vocabulary that tensor divides needs no padding (%" PRId64 " rows, for one)", P->vocab_padded);
+    P->failed = 1;
+  }
+  return out;
 }
 
-IrModule *spmd_partition_padded(Arena *arena, Diag *diag, const IrModule *global, const SpmdSpec *spec, int64_t vocab_pad) {
+/* Chooses the padding (Megatron-LM's make-vocab-size-divisible-by: the
+ * rows of vocab-split tables that tensor does not divide, to a multiple of
+ * vocab_pad x tensor) and checks where the padded values go. */
+static void vocab_flow(Part *P) {
+  int64_t tp = P->size[IRG_TP], q = P->spec->vocab_pad * tp;
+  if (tp <= 1 || P->spec->vocab_pad <= 0) return;
+  for (int i = 0; i < P->src->nparams; i++) {
+    const IrParam *p = &P->src->params[i];
+    if (p->shard != SHARD_VOCAB || p->rank < 1 || p->dims[0] % tp == 0) continue;
+    if (P->vocab_rows && p->dims[0] != P->vocab_rows) {
+      diag_error(P->diag, p->span, "parameter %s: a second vocabulary (%" PRId64 " rows, the first %" PRId64
+                 ") to pad for tensor = %" PRId64 "; one padded vocabulary a model is supported",
+                 p->name, p->dims[0], P->vocab_rows, tp);
+      P->failed = 1;
+      return;
+    }
+    P->vocab_rows = p->dims[0];
+    P->vocab_padded = (p->dims[0] + q - 1) / q * q;
+  }
+  if (!P->vocab_rows) return;
+  P->vocab_axis = arena_alloc(P->arena, sizeof(int *) * (size_t)P->src->ngraphs);
+  for (int gi = 0; gi < P->src->ngraphs && !P->failed; gi++) {
+    const IrGraph *g = P->src->graphs[gi];
+    int *ax = P->vocab_axis[gi] = arena_alloc(P->arena, sizeof(int) * (size_t)(g->nnodes + 1));
+    for (int i = 0; i < g->nnodes && !P->failed; i++) ax[i] = vocab_flow_node(P, g, i, ax);
+    for (int k = 0; k < g->noutputs && !P->failed; k++)
+      if (ax[g->outputs[k]] >= 0) {
+        diag_error(P->diag, g->nodes[g->outputs[k]].span,
+                   "the vocabulary is padded from %" PRId64 " to %" PRId64 " rows for tensor = %" PRId64
+                   " (parallel.vocab_pad), and only cross_entropy masks the padded columns; this value leaves %s with them",
+                   P->vocab_rows, P->vocab_padded, tp, g->name);
+        P->failed = 1;
+      }
+  }
+}
+
+IrModule *spmd_partition(Arena *arena, Diag *diag, const IrModule *global, const SpmdSpec *spec) {
   Part P;
   memset(&P, 0, sizeof P);
-  P.vocab_pad = vocab_pad;
   P.arena = arena;
   P.diag = diag;
   P.src = global;
@@ -1094,6 +1192,7 @@ IrModule *spmd_partition_padded(Arena *arena, Diag *diag, const IrModule *global
   P.done = arena_alloc(arena, sizeof(int) * (size_t)global->ngraphs);
   P.entry = arena_alloc(arena, sizeof(Shd) * (size_t)global->ngraphs);
   for (int i = 0; i < global->ngraphs; i++) P.done[i] = -1;
-  partition_graph(&P, 0, shd_r());
+  vocab_flow(&P);
+  if (!P.failed) partition_graph(&P, 0, shd_r());
   return P.failed ? NULL : P.dst;
 }

@@ -35,18 +35,13 @@ typedef struct {
   int sp;           /* sequence parallelism over the tensor group */
   int64_t seq_len;  /* the global sequence length (axis 1 of activations) */
   int64_t ep;       /* expert parallelism (0 or 1: none): experts split over ep data-parallel ranks */
+  int64_t vocab_pad; /* > 0: a vocab-split table whose rows tensor does not divide is padded to a
+                        multiple of vocab_pad x tensor (Megatron-LM's make-vocab-size-divisible-by),
+                        the padded rows zero and their logits masked before the cross-entropy */
 } SpmdSpec;
 
 /* A new module in `arena` with the rank-local program; NULL with an error
  * in diag when a shape does not divide. */
 IrModule *spmd_partition(Arena *arena, Diag *diag, const IrModule *global, const SpmdSpec *spec);
-
-/* The same, with the rows of a vocab-split table (and so the logits a tied
- * output layer makes from it) that tensor does not divide padded to a
- * multiple of vocab_pad x tensor, as Megatron-LM's
- * make-vocab-size-divisible-by does.
- * The planner prices that program; the padded rows are not masked, so the
- * compiler does not use it (vocab_pad = 0 is spmd_partition). */
-IrModule *spmd_partition_padded(Arena *arena, Diag *diag, const IrModule *global, const SpmdSpec *spec, int64_t vocab_pad);
 
 #endif

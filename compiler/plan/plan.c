@@ -954,8 +954,8 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
     snprintf(pp->why, sizeof pp->why, "the model does not lower at micro batch %" PRId64, k->mb);
     goto done;
   }
-  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1};
-  part = spmd_partition_padded(a, quiet_diag(c), global, &spec, c->vocab_pad);
+  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad};
+  part = spmd_partition(a, quiet_diag(c), global, &spec);
   if (!part) {
     snprintf(pp->why, sizeof pp->why, "the model does not partition over tp=%" PRId64 " cp=%" PRId64 "%s", k->tp, k->cp,
              k->sp ? " with sequence parallelism" : "");
@@ -1470,8 +1470,8 @@ PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
   /* the program, lowered and partitioned once for every split priced below */
   Arena *a = arena_new();
   IrModule *global = lower_priced(c, a, k->mb, !c->flash);
-  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1};
-  IrModule *part = global ? spmd_partition_padded(a, quiet_diag(c), global, &spec, c->vocab_pad) : NULL;
+  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad};
+  IrModule *part = global ? spmd_partition(a, quiet_diag(c), global, &spec) : NULL;
   int ok = price_split(c, k, K, parts, part, a, e->layers, e->ch, e->why, sizeof e->why) == 0;
   if (ok && parts->unit_w && K > 1) {
     double *w = xalloc_calloc((size_t)parts->units, sizeof(double));

@@ -378,8 +378,22 @@ static void shard_copy(const IrParam *lp, int i1, int i2, double *logical, doubl
     s.axis = lp->split_axis, s.parts = (int)(lp->full_dims[lp->split_axis] / lp->dims[lp->split_axis]), s.index = i1;
   if (lp->split2_axis >= 0)
     s.axis2 = lp->split2_axis, s.parts2 = (int)(lp->full_dims[lp->split2_axis] / lp->dims[lp->split2_axis]), s.index2 = i2;
-  if (to_logical) shard_insert(logical, (int)sizeof(double), lp->rank, lp->full_dims, &s, local);
-  else shard_extract(logical, (int)sizeof(double), lp->rank, lp->full_dims, &s, local);
+  double *whole = logical;
+  size_t row = 1, rows = lp->rank ? (size_t)lp->full_dims[0] : 1, kept = rows;
+  for (int d = 1; d < lp->rank; d++) row *= (size_t)lp->full_dims[d];
+  if (lp->logical_rows > 0) {
+    /* a padded vocabulary: the logical tensor is its first rows, the rest zeros */
+    kept = (size_t)lp->logical_rows;
+    whole = calloc(rows * row, sizeof(double));
+    if (!whole) abort();
+    memcpy(whole, logical, kept * row * sizeof(double));
+  }
+  if (to_logical) shard_insert(whole, (int)sizeof(double), lp->rank, lp->full_dims, &s, local);
+  else shard_extract(whole, (int)sizeof(double), lp->rank, lp->full_dims, &s, local);
+  if (whole != logical) {
+    if (to_logical) memcpy(logical, whole, kept * row * sizeof(double));
+    free(whole);
+  }
 }
 
 /* Which shard of a split parameter rank R holds: its place in the group
@@ -522,7 +536,7 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
     goto done;
   }
   S.global = global;
-  SpmdSpec spec = {L->tp, L->cp, L->sp, model->seq_len, L->ep};
+  SpmdSpec spec = {L->tp, L->cp, L->sp, model->seq_len, L->ep, L->vocab_pad};
   IrModule *part = spmd_partition(arena, diag, global, &spec);
   S.PP = L->pp;
   S.K = L->pp * (L->vpp > 0 ? L->vpp : 1);
@@ -740,7 +754,7 @@ SimRankProgram *sim_rank_program(Arena *arena, Diag *diag, const SemModel *model
   SimRankProgram *r = arena_alloc(arena, sizeof *r);
   LowerOptions lo = {0, L->materialize_attention, 0};
   r->global = lower_model_with(arena, diag, model, L->micro_batch, &lo);
-  SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, model->seq_len, L->ep > 0 ? L->ep : 1};
+  SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, model->seq_len, L->ep > 0 ? L->ep : 1, L->vocab_pad};
   IrModule *part = r->global ? spmd_partition(arena, diag, r->global, &spec) : NULL;
   int64_t chunks = (L->pp > 0 ? L->pp : 1) * (L->vpp > 0 ? L->vpp : 1);
   const char *split_why = NULL;

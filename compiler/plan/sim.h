@@ -45,6 +45,7 @@ typedef struct {
   Schedule schedule;
   int64_t ep; /* expert parallelism inside dp (0 or 1: none) */
   int materialize_attention; /* LowerOptions (lower.h): attention as its materialised chain */
+  int64_t vocab_pad;         /* SpmdSpec.vocab_pad: 0 pads nothing */
 } SimLayout;
 
 typedef struct {

@@ -34,6 +34,10 @@ one process) or against each other:
       checkpoint, bit for bit (tied embedding mirrored across the stages included).
   resume_other_layout  a checkpoint of step 10 at pp=2 resumed at dp=2 and at tp=2:
       the parameters after step 20 within 1e-5 of the straight run.
+  vocab_pad      a vocabulary of 201 at tp=2 and tp=4 (padded to 256 / 512 rows, the padded
+      logits masked): the reference's numbers; the manifest and checkpoints keep [201, 32];
+      tp=2's checkpoint resumed on one rank and at tp=4 (generated kernels) within 1e-5;
+      padded logits that reach a softmax (vocab_pad_softmax.hpd) refused with the line.
   missing_file   a missing chunk file, program, kernels or manifest, and a damaged
       chunk file: one clear message naming the file, exit status 1.
   self_contained the artifact copied elsewhere runs from another folder; it names no
@@ -358,6 +362,45 @@ def case_resume_other_layout():
         print(f"resume_other_layout: saved at pp=2 after 10 steps, resumed at {name}: max difference {diff:.2e} "
               f"after step 20 over {len(ref)} tensors")
         check(diff < 1e-5, f"resumed at {name}: max difference {diff}")
+
+
+def case_vocab_pad():
+    """A vocabulary of 201 tokens over tp=2 and tp=4 (parallel.vocab_pad's default 128): the
+    table padded to 256 and 512 rows (two ranks of tp=4 hold padding only), its padded logits
+    masked before the cross-entropy, so the runs give the unpadded reference's numbers; the
+    manifest and the checkpoints keep the model's [201, 32]; a checkpoint of tp=2 resumes on
+    one rank and at tp=4 with the generated kernels (VOCAB_MASK in the CPU back end)."""
+    defs = [*DEFS, "-D", "V=201"]
+    tp2, _ = compile_art("art-vpad-tp2", ["--tp", "2"], defs=defs)
+    wte = next(q for q in json.load(open(os.path.join(tp2, "manifest.json")))["params"] if q["name"] == "wte.weight")
+    check(wte["shape"] == [201, 32] and wte.get("padded_rows") == 256, f"the manifest's wte.weight: {wte}")
+    a, b = os.path.join(ARGS.work, "vpad-straight"), os.path.join(ARGS.work, "vpad-split")
+    for x in (a, b):
+        shutil.rmtree(x, ignore_errors=True)
+    got, _ = train(tp2, "vpad-tp2", extra=["--checkpoint-dir", a])
+    compare("vocab_pad tp2 (256 rows)", got, reference(tp2, defs))
+    ref = rt.ckpt(a, 20)
+    check(len(ref["wte.weight"]) == 201 * 32, f"the checkpoint's wte.weight holds {len(ref['wte.weight'])} values")
+    train(tp2, "vpad-split", extra=["--checkpoint-dir", b, "--stop-at", "10"])
+    for name, flags, ex in (("one rank", [], "interp"), ("tp4 native", ["--tp", "4"], "auto")):
+        art, _ = compile_art("art-vpad-" + name.replace(" ", "-"), flags, executor=ex, defs=defs)
+        c = os.path.join(ARGS.work, "vpad-resumed-" + name.replace(" ", "-"))
+        shutil.rmtree(c, ignore_errors=True)
+        shutil.copytree(b, c)
+        _, p = train(art, "vpad-resumed", extra=["--checkpoint-dir", c, "--resume"])
+        check("steps 11..20" in p.stdout, p.stdout)
+        diff = rt.max_diff(ref, rt.ckpt(c, 20))
+        print(f"vocab_pad: saved at tp=2 after 10 steps, resumed at {name}: max difference {diff:.2e} after step 20")
+        check(diff < 1e-5, f"resumed at {name}: max difference {diff}")
+    art, _ = compile_art("art-vpad-tp4", ["--tp", "4"], executor="auto", defs=defs)
+    ex = json.load(open(os.path.join(art, "manifest.json")))["program"]["executor"]
+    got, _ = train(art, "vpad-tp4")
+    compare(f"vocab_pad tp4 (512 rows, {ex})", got, reference(art, defs), tol1=1e-5 if ex != "interp" else 1e-6)
+    # logits that reach anything but the cross-entropy would see the padding: refused, naming it
+    d = os.path.join(ARGS.work, "art-vpad-softmax")
+    p = run([tool("hpdlc"), "compile", os.path.join(HERE, "vocab_pad_softmax.hpd"), "-o", d], expect=1)
+    one_error(p, "vocab_pad_softmax.hpd:12:9: error: the vocabulary is padded from 250 to 512 rows for tensor = 4",
+              "only cross_entropy masks the padded columns; this softmax reads them")
 
 
 def one_error(p, *needles):

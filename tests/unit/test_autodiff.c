@@ -433,6 +433,13 @@ static void test_model_ops(void) {
     int x = PARAM(&M, "x", 3, (int64_t)2, (int64_t)4, (int64_t)4);
     done(&M, add(M.g, IR_CAUSAL_MASK, &x, 1, NULL, 0, -2.0, DT_F32, -1, NULL), "causal_mask", IR_CAUSAL_MASK);
   }
+  {
+    /* the padding of a vocabulary of 5 (of 7 columns): a finite fill, no gradient through it */
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 3, (int64_t)2, (int64_t)3, (int64_t)7);
+    int64_t attr[2] = {0, 5};
+    done(&M, add(M.g, IR_VOCAB_MASK, &x, 1, attr, 2, -3.0, DT_F32, -1, NULL), "vocab_mask", IR_VOCAB_MASK);
+  }
   for (int inverse = 0; inverse < 2; inverse++) {
     Mod M = mod_new();
     int x = PARAM(&M, "x", 4, (int64_t)1, (int64_t)2, (int64_t)3, (int64_t)4);

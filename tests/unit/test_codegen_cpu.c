@@ -310,6 +310,14 @@ static void build_ops(Ops *o) {
     begin(o, "causal_mask");
     x = farg(o, 4, s4);
     end1(o, add(o, IR_CAUSAL_MASK, &x, 1, NULL, 0, 0.0, -1, NULL));
+    /* a padded vocabulary's columns masked before a row's log-sum-exp */
+    static const int64_t v3[3] = {2, 5, 13};
+    int64_t vm[2] = {0, 11};
+    begin(o, "vocab_mask_lse");
+    x = farg(o, 3, v3);
+    int msk = add(o, IR_VOCAB_MASK, &x, 1, vm, 2, -INFINITY, -1, NULL);
+    int64_t at3 = 2;
+    end1(o, add(o, IR_LOG_SOFTMAX, &msk, 1, &at3, 1, 0, -1, NULL));
   }
   /* shape ops: materialised (graph outputs) and folded into a consumer */
   {
@@ -683,6 +691,10 @@ static void test_comm(void) {
   static const int64_t dy[3] = {2, 7, 6};
   int in2[2] = {farg(&o, 3, dy), arg(&o, ARG_INT, 22, DT_I32, 2, ids)};
   end1(&o, add(&o, IR_EMBEDDING_BWD, in2, 2, &vs, 1, 0, 2, tab));
+  begin(&o, "vocab_mask_shard");
+  int64_t vmask[2] = {1 + IRG_TP, 13}; /* 11 columns a rank: the fake rank (1) holds 11..21, its last 9 padding */
+  in[0] = farg(&o, 3, lg);
+  end1(&o, add(&o, IR_VOCAB_MASK, in, 1, vmask, 2, -5.0, -1, NULL));
   begin(&o, "pick_vocab_shard");
   int in3[2] = {farg(&o, 3, lg), arg(&o, ARG_INT, 22, DT_I32, 2, ids)};
   end1(&o, add(&o, IR_PICK, in3, 2, &vs, 1, 0, -1, NULL));

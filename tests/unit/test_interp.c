@@ -215,6 +215,11 @@ static void test_shapes(void) {
     for (int r = 0; r < 3; r++)
       for (int c = 0; c < 4; c++) cm[(i * 3 + r) * 4 + c] = c > r ? -7.0 : xv[(i * 3 + r) * 4 + c];
   expect_values(&M, in, add(M.g, IR_CAUSAL_MASK, &x, 1, NULL, 0, -7.0, DT_F32, -1, NULL), cm, 24, 0, "causal_mask");
+  /* a vocabulary of 3 padded to the 4 columns: column 3 gets the fill */
+  double vmv[24];
+  for (int i = 0; i < 24; i++) vmv[i] = i % 4 >= 3 ? -9.0 : xv[i];
+  int64_t vma[2] = {0, 3};
+  expect_values(&M, in, add(M.g, IR_VOCAB_MASK, &x, 1, vma, 2, -9.0, DT_F32, -1, NULL), vmv, 24, 0, "vocab_mask");
   /* softmax rows sum to one and keep order */
   int64_t ax = 2;
   double sm[24];
