@@ -1,7 +1,8 @@
-/* plan_bench.c - how fast the planner is, against its budgets (issue #4):
- * one layout planned in under 10 ms; the search of a 1T-parameter GPT
- * (Narayanan et al. 2021 Table 1's 1008B row: 128 layers, hidden 25600,
- * 160 heads, sequence 2048, vocabulary 51200) on 3072 A100s in under 1 s,
+/* plan_bench.c - how fast the planner is, against its budgets (issue 12,
+ * tighter than issue 4's 10 ms and 1 s): one layout planned in under 5 ms;
+ * the search of a 1T-parameter GPT (Narayanan et al. 2021 Table 1's 1008B
+ * row: 128 layers, hidden 25600, 160 heads, sequence 2048, vocabulary
+ * 51200) on 3072 A100s in under 0.5 s,
  * on one core. Timed in the process, from the checked model on (parsing
  * and checking the file are `hpdlc check`'s, see check_bench.sh).
  *
@@ -84,9 +85,9 @@ int main(int argc, char **argv) {
       t[i] = now_s() - t0;
     }
     qsort(t, (size_t)runs, sizeof(double), cmp);
-    int ok = t[runs / 2] < 0.010;
+    int ok = t[runs / 2] < 0.005;
     fails += !ok;
-    printf("  one layout   %-42s median %8.2f ms  min %8.2f ms  budget 10 ms: %s\n", one[k].what, t[runs / 2] * 1e3,
+    printf("  one layout   %-42s median %8.2f ms  min %8.2f ms  budget 5 ms: %s\n", one[k].what, t[runs / 2] * 1e3,
            t[0] * 1e3, ok ? "meets" : "MISSES");
   }
 
@@ -116,9 +117,9 @@ int main(int argc, char **argv) {
     t[i] = now_s() - t0;
   }
   qsort(t, (size_t)sruns, sizeof(double), cmp);
-  int ok = t[sruns / 2] < 1.0;
+  int ok = t[sruns / 2] < 0.5;
   fails += !ok;
-  printf("  search       %-42s median %8.1f ms  min %8.1f ms  budget 1 s:  %s\n", "gpt.hpd 1T on 3072 A100s", t[sruns / 2] * 1e3,
+  printf("  search       %-42s median %8.1f ms  min %8.1f ms  budget 0.5 s: %s\n", "gpt.hpd 1T on 3072 A100s", t[sruns / 2] * 1e3,
          t[0] * 1e3, ok ? "meets" : "MISSES");
   printf("               %lld layouts enumerated, %lld valid, %lld fit; %lld programs lowered, partitioned and\n"
          "               differentiated; %lld re-priced exactly; best: dp=%lld tp=%lld pp=%lld, %.1f TFLOP/s per GPU\n",
