@@ -18,15 +18,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 GPT2 = os.path.join(ROOT, "samples", "gpt2.hpd")
 B, T = 4, 64
-# the step of row 1: GPT-2 small at B x T, one rank, fp32 (the .hpd's bf16
-# is the GPU's; the CPU back end runs fp32)
-STEP_FLAGS = ["-D", f"T={T}", "--dp", "1", "--global-batch", str(B), "--micro-batch", str(B), "--cluster", "cpu"]
+# the step of row 1: GPT-2 small at B x T, one rank, fp32 as the baseline
+# runs it (the .hpd's bf16 would store activations in 16 bits, docs/compiler.md)
+STEP_FLAGS = ["-D", f"T={T}", "--dp", "1", "--global-batch", str(B), "--micro-batch", str(B), "--cluster", "cpu",
+              "--precision", "fp32"]
 # the attention-heavy row: the same model at T = 1024 (issue 16: >= 60% of sgemm)
 LONG_B, LONG_T = 1, 1024
 LONG_FLAGS = ["-D", f"T={LONG_T}", "--dp", "1", "--global-batch", str(LONG_B), "--micro-batch", str(LONG_B),
-              "--cluster", "cpu"]
+              "--cluster", "cpu", "--precision", "fp32"]
 # row 3: a GPT-2 of 3.2M parameters (byte vocabulary, 4 layers of width 256)
-MID = ["-D", "V=256", "-D", "T=128", "-D", "C=256", "-D", "L=4", "-D", "H=4"]
+MID = ["-D", "V=256", "-D", "T=128", "-D", "C=256", "-D", "L=4", "-D", "H=4", "--precision", "fp32"]
 MID_B = 8
 # the convolutional row: samples/resnet18.hpd (width 64) at this batch
 RESNET18 = os.path.join(ROOT, "samples", "resnet18.hpd")

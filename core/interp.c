@@ -15,6 +15,7 @@
 #include "extcall.h"
 #include "xalloc.h"
 
+#include "half.h"
 #include "init.h"
 
 #include <inttypes.h>
@@ -929,6 +930,15 @@ static int64_t vocab_offset(const Interp *in, int64_t attr, int64_t local_rows) 
   return attr ? (int64_t)group_rank(in, attr - 1) * local_rows : 0;
 }
 
+/* A value stored in 16 bits (mixed precision's storage, ir_ops.h): the
+ * back ends compute in fp32 and round the stored result, so the result is
+ * rounded to fp32 and then to the 16-bit type, as they store it. */
+static void store_16bit(const IrNode *n, double *v) {
+  int64_t N = ir_numel(n);
+  for (int64_t i = 0; i < N; i++)
+    v[i] = n->dtype == DT_BF16 ? half_bf16_to_f32(half_bf16_from_f32((float)v[i])) : half_to_f32(half_from_f32((float)v[i]));
+}
+
 static const char *exec_node(Run *r, int id, double *out) {
   Interp *in = r->in;
   const IrGraph *g = r->g;
@@ -1432,6 +1442,7 @@ static const char *run_range(Run *r, int to) {
         e = exec_node(r, i, r->val[i]);
         in->timer.op(in->timer.user, gi, i, r->layer, t0, in->timer.now(in->timer.user));
       } else e = exec_node(r, i, r->val[i]);
+      if (!e && (n->dtype == DT_BF16 || n->dtype == DT_F16)) store_16bit(n, r->val[i]);
       if (!e && in->detect_anomaly) e = anomaly(r, i);
       if (last[i] == i) { /* nothing reads it (a CALL kept for its effects) */
         acc_value(in, gi, i, 0);

@@ -52,6 +52,33 @@ static __device__ __forceinline__ long long hpdl_ring_col_pos(long long r, long 
   return i < h ? owner * h + i : (2 * size - 1 - owner) * h + (i - h);
 }
 
+/* 16-bit storage (mixed precision): bf16 and fp16 held as their bits,
+ * converted with round to nearest even exactly as the CPU back end and
+ * core/numeric/half.c do (so every back end stores the same bits). */
+static __device__ __forceinline__ float hpdl_bf16_to_f32(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+
+static __device__ __forceinline__ unsigned short hpdl_bf16_from_f32(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u); /* quiet NaN */
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static __device__ __forceinline__ float hpdl_f16_to_f32(unsigned short h) {
+  unsigned x = h, sign = (x & 0x8000u) << 16, e = x & 0x7c00u, m = x & 0x3ffu;
+  if (e == 0x7c00u) return __uint_as_float(sign | 0x7f800000u | (m << 13));
+  if (e == 0) return __uint_as_float(sign | __float_as_uint((float)m * 5.9604644775390625e-8f)); /* m 2^-24 */
+  return __uint_as_float(sign | (((x & 0x7fffu) << 13) + 0x38000000u));
+}
+
+static __device__ __forceinline__ unsigned short hpdl_f16_from_f32(float f) {
+  unsigned x = __float_as_uint(f), sign = (x >> 16) & 0x8000u, u = x & 0x7fffffffu, h;
+  if (u > 0x7f800000u) h = 0x7e00u | ((u >> 13) & 0x3ffu);          /* NaN, kept quiet */
+  else if (u >= 0x47800000u) h = 0x7c00u;                            /* past the range: infinity */
+  else if (u < 0x38800000u) h = __float_as_uint(__uint_as_float(u) + 0.5f) - 0x3f000000u; /* subnormal */
+  else h = (u - 0x38000000u + 0xfffu + ((u >> 13) & 1u)) >> 13;      /* normal, a carry may give infinity */
+  return (unsigned short)(sign | h);
+}
+
 static __device__ __forceinline__ float hpdl_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 static __device__ __forceinline__ float hpdl_gelu(float x) {

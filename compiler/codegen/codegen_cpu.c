@@ -843,6 +843,7 @@ static void init_types(CgCpu *cg) {
   cg->tvoid = LLVMVoidTypeInContext(c);
   cg->ti1 = LLVMInt1TypeInContext(c);
   cg->ti8 = LLVMInt8TypeInContext(c);
+  cg->ti16 = LLVMInt16TypeInContext(c);
   cg->ti32 = LLVMInt32TypeInContext(c);
   cg->ti64 = LLVMInt64TypeInContext(c);
   cg->tf32 = LLVMFloatTypeInContext(c);

@@ -83,7 +83,7 @@ typedef struct CgCpu {
   LLVMTargetMachineRef tm;
   char *triple, *cpu, *features;
   /* types */
-  LLVMTypeRef tvoid, ti1, ti8, ti32, ti64, tf32, tf64;
+  LLVMTypeRef tvoid, ti1, ti8, ti16, ti32, ti64, tf32, tf64;
   LLVMTypeRef tp8, tpp8, tpf32, tpf64, tpi32, tpi64;
   LLVMTypeRef tctx, tpctx, tcoll[4], tpcoll[4];
   LLVMTypeRef tkern_entry; /* i32 (i8**) */

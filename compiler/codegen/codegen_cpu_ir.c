@@ -473,11 +473,15 @@ LLVMValueRef cg_binary(CgCpu *cg, IrOp op, LLVMValueRef a, LLVMValueRef b) {
 
 /* ---- element types ---- */
 
-int cg_dtype_ok(DType t) { return t == DT_F32 || t == DT_F64 || t == DT_I32 || t == DT_I64 || t == DT_BOOL; }
+int cg_dtype_ok(DType t) {
+  return t == DT_F32 || t == DT_F64 || t == DT_BF16 || t == DT_F16 || t == DT_I32 || t == DT_I64 || t == DT_BOOL;
+}
 
 LLVMTypeRef cg_elem_type(CgCpu *cg, DType t) {
   switch (t) {
   case DT_F64: return cg->tf64;
+  case DT_BF16:
+  case DT_F16: return cg->ti16; /* 16-bit storage, converted by integer arithmetic (half.c's) */
   case DT_I32: return cg->ti32;
   case DT_I64: return cg->ti64;
   case DT_BOOL: return cg->ti8;
@@ -487,8 +491,69 @@ LLVMTypeRef cg_elem_type(CgCpu *cg, DType t) {
 
 int64_t cg_elem_bytes(DType t) { return sem_dtype_bytes(t); }
 
+/* ---- 16-bit floats: the same bits as core/numeric/half.c (round to
+ * nearest even), in integer arithmetic that needs no F16C or AVX512-BF16
+ * and vectorises (selects, no branches) ---- */
+
+static LLVMValueRef u32c(CgCpu *cg, uint32_t x) { return LLVMConstInt(cg->ti32, x, 0); }
+
+static LLVMValueRef bits_f32(CgCpu *cg, LLVMValueRef f) { return LLVMBuildBitCast(cg->b, f, cg->ti32, ""); }
+static LLVMValueRef f32_bits(CgCpu *cg, LLVMValueRef u) { return LLVMBuildBitCast(cg->b, u, cg->tf32, ""); }
+
+static LLVMValueRef bf16_to_f32(CgCpu *cg, LLVMValueRef h) {
+  return f32_bits(cg, LLVMBuildShl(cg->b, LLVMBuildZExt(cg->b, h, cg->ti32, ""), u32c(cg, 16), ""));
+}
+
+static LLVMValueRef bf16_from_f32(CgCpu *cg, LLVMValueRef f) {
+  LLVMBuilderRef b = cg->b;
+  LLVMValueRef u = bits_f32(cg, f);
+  LLVMValueRef odd = LLVMBuildAnd(b, LLVMBuildLShr(b, u, u32c(cg, 16), ""), u32c(cg, 1), "");
+  LLVMValueRef r = LLVMBuildLShr(b, LLVMBuildAdd(b, LLVMBuildAdd(b, u, u32c(cg, 0x7fff), ""), odd, ""), u32c(cg, 16), "");
+  /* a NaN stays a quiet NaN (rounding could carry it into infinity) */
+  LLVMValueRef nan = LLVMBuildICmp(b, LLVMIntUGT, LLVMBuildAnd(b, u, u32c(cg, 0x7fffffff), ""), u32c(cg, 0x7f800000), "");
+  LLVMValueRef q = LLVMBuildOr(b, LLVMBuildLShr(b, u, u32c(cg, 16), ""), u32c(cg, 0x40), "");
+  return LLVMBuildTrunc(b, LLVMBuildSelect(b, nan, q, r, ""), cg->ti16, "");
+}
+
+static LLVMValueRef f16_to_f32(CgCpu *cg, LLVMValueRef h) {
+  LLVMBuilderRef b = cg->b;
+  LLVMValueRef x = LLVMBuildZExt(b, h, cg->ti32, "");
+  LLVMValueRef sign = LLVMBuildShl(b, LLVMBuildAnd(b, x, u32c(cg, 0x8000), ""), u32c(cg, 16), "");
+  LLVMValueRef e = LLVMBuildAnd(b, x, u32c(cg, 0x7c00), ""), m = LLVMBuildAnd(b, x, u32c(cg, 0x3ff), "");
+  /* normal: rebias the exponent; infinity / NaN: all-ones exponent; subnormal: m x 2^-24 exactly */
+  LLVMValueRef normal = LLVMBuildAdd(b, LLVMBuildShl(b, LLVMBuildAnd(b, x, u32c(cg, 0x7fff), ""), u32c(cg, 13), ""),
+                                     u32c(cg, 0x38000000), "");
+  LLVMValueRef special = LLVMBuildOr(b, u32c(cg, 0x7f800000), LLVMBuildShl(b, m, u32c(cg, 13), ""), "");
+  LLVMValueRef sub = bits_f32(cg, LLVMBuildFMul(b, LLVMBuildUIToFP(b, m, cg->tf32, ""), LLVMConstReal(cg->tf32, 0x1p-24), ""));
+  LLVMValueRef u = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, e, u32c(cg, 0x7c00), ""), special, normal, "");
+  u = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, e, u32c(cg, 0), ""), sub, u, "");
+  return f32_bits(cg, LLVMBuildOr(b, u, sign, ""));
+}
+
+static LLVMValueRef f16_from_f32(CgCpu *cg, LLVMValueRef f) {
+  LLVMBuilderRef b = cg->b;
+  LLVMValueRef x = bits_f32(cg, f);
+  LLVMValueRef sign = LLVMBuildAnd(b, LLVMBuildLShr(b, x, u32c(cg, 16), ""), u32c(cg, 0x8000), "");
+  LLVMValueRef u = LLVMBuildAnd(b, x, u32c(cg, 0x7fffffff), "");
+  /* normal halves: rebias, round to nearest even on the 13 bits dropped (a carry may reach infinity) */
+  LLVMValueRef odd = LLVMBuildAnd(b, LLVMBuildLShr(b, u, u32c(cg, 13), ""), u32c(cg, 1), "");
+  LLVMValueRef normal = LLVMBuildLShr(
+      b, LLVMBuildAdd(b, LLVMBuildAdd(b, LLVMBuildSub(b, u, u32c(cg, 0x38000000), ""), u32c(cg, 0xfff), ""), odd, ""),
+      u32c(cg, 13), "");
+  /* subnormal halves and zero: adding 0.5 puts the value's 2^-24 steps in the low bits, rounded by the FPU */
+  LLVMValueRef absf = f32_bits(cg, u);
+  LLVMValueRef sub = LLVMBuildSub(b, bits_f32(cg, LLVMBuildFAdd(b, absf, LLVMConstReal(cg->tf32, 0.5), "")), u32c(cg, 0x3f000000), "");
+  LLVMValueRef nan = LLVMBuildOr(b, u32c(cg, 0x7c00), LLVMBuildOr(b, u32c(cg, 0x200), LLVMBuildAnd(b, LLVMBuildLShr(b, u, u32c(cg, 13), ""), u32c(cg, 0x3ff), ""), ""), "");
+  LLVMValueRef h = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntULT, u, u32c(cg, 0x38800000), ""), sub, normal, "");
+  h = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntUGE, u, u32c(cg, 0x47800000), ""), u32c(cg, 0x7c00), h, "");
+  h = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntUGT, u, u32c(cg, 0x7f800000), ""), nan, h, "");
+  return LLVMBuildTrunc(b, LLVMBuildOr(b, h, sign, ""), cg->ti16, "");
+}
+
 LLVMValueRef cg_to_f32(CgCpu *cg, LLVMValueRef v, DType t) {
   switch (t) {
+  case DT_BF16: return bf16_to_f32(cg, v);
+  case DT_F16: return f16_to_f32(cg, v);
   case DT_F64: return LLVMBuildFPTrunc(cg->b, v, cg->tf32, "");
   case DT_I32:
   case DT_I64:
@@ -500,6 +565,8 @@ LLVMValueRef cg_to_f32(CgCpu *cg, LLVMValueRef v, DType t) {
 /* Integers are truncated toward zero, as interp's cast. */
 LLVMValueRef cg_from_f32(CgCpu *cg, LLVMValueRef v, DType t) {
   switch (t) {
+  case DT_BF16: return bf16_from_f32(cg, v);
+  case DT_F16: return f16_from_f32(cg, v);
   case DT_F64: return LLVMBuildFPExt(cg->b, v, cg->tf64, "");
   case DT_I32:
   case DT_I64:

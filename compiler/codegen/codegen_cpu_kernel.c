@@ -284,6 +284,7 @@ static LLVMValueRef x_eval(Nest *N, int xi) {
     v = LLVMBuildFMul(cg->b, cg_unary_deriv(cg, x->op, x->p, x_eval(N, x->a)), x_eval(N, x->b), "");
     break;
   case X_CASTI: v = cg_trunc(cg, x_eval(N, x->a)); break;
+  case X_ROUND: v = cg_to_f32(cg, cg_from_f32(cg, x_eval(N, x->a), x->dt), x->dt); break;
   case X_INDEX: v = LLVMBuildSIToFP(cg->b, aff_eval(N, &x->off), cg->tf32, ""); break;
   case X_MASK: {
     LLVMValueRef in = x_eval(N, x->a);

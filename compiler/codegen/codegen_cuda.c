@@ -107,12 +107,16 @@ void cu_add_launch(CuKern *k, const char *name, int step, const char *kind, int6
 static void nest_fail_cb(void *be, const char *msg) { cu_fail(((CuKern *)be)->t, "%s", msg); }
 
 /* Element types the generated code loads and stores (as the CPU back end;
- * bf16 and fp16 storage come with mixed precision). */
-static int cu_dtype_ok(DType t) { return t == DT_F32 || t == DT_F64 || t == DT_I32 || t == DT_I64 || t == DT_BOOL; }
+ * bf16 and fp16 as their bits, converted by hpdl_cuda.cuh). */
+static int cu_dtype_ok(DType t) {
+  return t == DT_F32 || t == DT_F64 || t == DT_BF16 || t == DT_F16 || t == DT_I32 || t == DT_I64 || t == DT_BOOL;
+}
 
 const char *cu_c_type(DType t) {
   switch (t) {
   case DT_F64: return "double";
+  case DT_BF16:
+  case DT_F16: return "unsigned short";
   case DT_I32: return "int";
   case DT_I64: return "long long";
   case DT_BOOL: return "unsigned char";
@@ -294,9 +298,9 @@ static int ex(Emit *E, int xi) {
               E->k->kp, x->mem);
       return -1;
     }
-    cu_tx(o, "(float)p%d[", io);
+    cu_tx(o, "%sp%d[", x->dt == DT_BF16 ? "hpdl_bf16_to_f32(" : x->dt == DT_F16 ? "hpdl_f16_to_f32(" : "(float)", io);
     aff_text(E, &x->off, o);
-    cu_tx(o, "]");
+    cu_tx(o, x->dt == DT_BF16 || x->dt == DT_F16 ? "])" : "]");
     break;
   }
   case X_UN: {
@@ -345,6 +349,7 @@ static int ex(Emit *E, int xi) {
     break;
   }
   case X_CASTI: cu_tx(o, "truncf(%s)", a); break;
+  case X_ROUND: cu_tx(o, "hpdl_%1$s_to_f32(hpdl_%1$s_from_f32(%2$s))", x->dt == DT_BF16 ? "bf16" : "f16", a); break;
   case X_INDEX:
     cu_tx(o, "(float)");
     aff_text(E, &x->off, o);
@@ -447,6 +452,11 @@ static int stores(Emit *E, int full) {
     cu_tx(E->o, "%sp%d[", E->ind, io);
     aff_text(E, &s->off, E->o);
     if (s->dt == DT_F32) cu_tx(E->o, "] %s v%d;\n", s->add ? "+=" : "=", s->x);
+    else if ((s->dt == DT_BF16 || s->dt == DT_F16) && s->add) {
+      cu_fail(E->k->t, "graph %s kernel k%d: a scatter-add into 16-bit storage", E->k->fg->graph->name, E->k->kp);
+      return -1;
+    } else if (s->dt == DT_BF16 || s->dt == DT_F16)
+      cu_tx(E->o, "] = hpdl_%s_from_f32(v%d);\n", s->dt == DT_BF16 ? "bf16" : "f16", s->x);
     else if (s->dt == DT_F64) cu_tx(E->o, "] %s (double)v%d;\n", s->add ? "+=" : "=", s->x);
     else cu_tx(E->o, "] %s (%s)truncf(v%d);\n", s->add ? "+=" : "=", ct, s->x);
   }
@@ -505,7 +515,7 @@ static int vectorizable(const Nest *N, int row) {
   }
   for (int i = 0; i < N->nx; i++) {
     const NestX *x = &N->x[i];
-    if (x->kind == X_INDEX || x->kind == X_MASK || x->kind == X_VMASK || (x->kind == X_DROP && x->p > 0 && x->p < 1) || (!row && x->kind == X_RED))
+    if (x->kind == X_INDEX || x->kind == X_MASK || x->kind == X_VMASK || x->kind == X_ROUND || (x->kind == X_DROP && x->p > 0 && x->p < 1) || (!row && x->kind == X_RED))
       return 0;
     if (x->kind != X_LOAD) continue;
     int walks = x->off.coef[inner] != 0;

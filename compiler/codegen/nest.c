@@ -297,6 +297,18 @@ int nest_x_read(Nest *N, const Aff *er, int rr, int v) {
   return nest_x_load(N, mem, nd(k, mem)->dtype, &off);
 }
 
+/* A 16-bit node's value as stored (mixed precision, compiler/ir/precision.h):
+ * rounded where it is made, in the kernel as in memory, so a value is the
+ * same whether or not fusion keeps it in registers (and the reference
+ * executor, which rounds every such node, agrees). */
+int nest_x_stored(Nest *N, int id, int x) {
+  DType dt = nd(N->src, id)->dtype;
+  if ((dt != DT_BF16 && dt != DT_F16) || (N->x[x].kind == X_LOAD && N->x[x].dt == dt)) return x; /* read as stored */
+  int r = nest_x_op(N, X_ROUND, IR_CAST, 0, x, -1);
+  N->x[r].dt = dt;
+  return r;
+}
+
 /* Builds the expression of a loop / row kernel's node n. */
 int nest_x_node(Nest *N, int id) {
   const NestKernel *k = N->src;
@@ -450,7 +462,7 @@ static void build_loop_row(Nest *N, const NestKernel *k) {
   for (int j = 0; j < K->nnodes; j++) {
     int id = K->nodes[j];
     if (nest_is_index_map(nd(k, id)->op)) continue;
-    N->node_x[id] = nest_x_node(N, id);
+    N->node_x[id] = nest_x_stored(N, id, nest_x_node(N, id));
   }
   for (int j = 0; j < K->noutputs; j++) nest_store_node(N, K->outputs[j], N->node_x[K->outputs[j]]);
 }

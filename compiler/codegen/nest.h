@@ -41,7 +41,7 @@ typedef struct {
   int64_t dq, dcoef;
 } NestAff;
 
-typedef enum { X_LOAD, X_CONST, X_UN, X_BIN, X_ACTGRAD, X_MASK, X_VMASK, X_DROP, X_INDEX, X_CASTI, X_RED } NestXKind;
+typedef enum { X_LOAD, X_CONST, X_UN, X_BIN, X_ACTGRAD, X_MASK, X_VMASK, X_DROP, X_INDEX, X_CASTI, X_ROUND, X_RED } NestXKind;
 
 typedef struct {
   NestXKind kind;
@@ -50,7 +50,7 @@ typedef struct {
   int a, b;
   int full, level;
   int mem;             /* X_LOAD: the value read */
-  DType dt;            /* X_LOAD: its dtype */
+  DType dt;            /* X_LOAD: its dtype; X_ROUND: the 16-bit type a value is rounded to */
   NestAff off;             /* X_LOAD: element offset; X_DROP: linear index; X_INDEX: the index;
                               X_VMASK: the column */
   int redmax;          /* X_RED: max (else sum) */
@@ -136,6 +136,8 @@ int nest_node_index(const Nest *N, const IrNode *n, NestAff *e);
 int nest_x_read(Nest *N, const NestAff *er, int rr, int v);
 /* The expression of a loop / row kernel's node id. */
 int nest_x_node(Nest *N, int id);
+/* x as node id stores it: rounded to its 16-bit type when it has one */
+int nest_x_stored(Nest *N, int id, int x);
 /* The store of node v's value (its own shape, contiguous) as seen from D. */
 void nest_store_node(Nest *N, int v, int xi);
 /* Merges neighbouring axes every access walks contiguously (N->na, adim...). */

@@ -16,6 +16,7 @@
 
 #include "program_ir.h"
 #include "autodiff.h"
+#include "precision.h"
 #include "codegen.h"
 #include "crc32c.h"
 #include "codegen_cuda.h"
@@ -607,7 +608,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
     fprintf(err, "hpdlc: internal error: the partitioned IR does not verify\n");
     return 3;
   }
-  int K = pr->nchunks;
+  int K = pr->nchunks, storage16 = 0;
   Chunk *ch = arena_alloc(arena, sizeof(Chunk) * (size_t)K);
   for (int c = 0; c < K; c++) {
     Chunk *k = &ch[c];
@@ -627,6 +628,12 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
       fprintf(err, "hpdlc: internal error: chunk %d's training step does not verify\n", c);
       return 3;
     }
+    /* mixed precision: activations stored in 16 bits (the CPU target; the CUDA
+     * target's special kernels and GEMMs read fp32 so far) */
+    Precision prec = m->train.precision;
+    storage16 = !is_cuda(o) && (prec == PREC_BF16 || prec == PREC_FP16);
+    if (storage16 && prec_apply(k->m, k->ad, prec == PREC_BF16 ? DT_BF16 : DT_F16, &why) < 0)
+      return cfail(&C, "pipeline chunk %d: 16-bit storage: %s", c, why ? why : "?");
     for (int gi = 0; gi < k->m->ngraphs; gi++) k->nnodes += k->m->graphs[gi]->nnodes;
     /* the memory plan: the fused plan's arena when fusion checks (what the
      * kernels run in), else the unfused one */
@@ -888,9 +895,11 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
     fprintf(out, "%s: compiled %s for %s into %s/: %d rank%s (dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64
                  "%s), %" PRId64 " logical parameter tensors, executor %s\n",
             C.file, m->model->decl->name.name, is_cuda(o) ? "cuda" : "cpu", o->out_dir, world, world == 1 ? "" : "s", L.dp, L.tp, L.pp, L.cp, epx, nlogical,
-            nnative == K ? "native (generated kernels, fp32)"
+            nnative == K ? (storage16 ? arena_printf(arena, "native (generated kernels, %s storage, fp32 arithmetic)", sem_precision_name(m->train.precision))
+                                      : "native (generated kernels, fp32)")
             : nnative    ? "mixed (generated kernels where the back end compiles the stage, else the reference executor)"
-                         : "interp (the reference executor, fp64)");
+                         : storage16 ? arena_printf(arena, "interp (the reference executor, fp64, rounding to %s storage)", sem_precision_name(m->train.precision))
+                                     : "interp (the reference executor, fp64)");
     for (int c = 0; c < K; c++)
       fprintf(out, "  %s %d: %s %" PRId64 "-%" PRId64 ", %d graphs, %d nodes, arena %" PRId64 " bytes: %s%d.hir%s\n",
               L.vpp > 1 ? "chunk" : "stage", c, pr->by_cuts ? "pieces" : "layers", pr->first[c], pr->first[c] + pr->layers[c] - 1, ch[c].m->ngraphs, ch[c].nnodes,

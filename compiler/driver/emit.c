@@ -12,6 +12,7 @@
 #include "fuse.h"
 #include "pipeline.h"
 #include "plan.h"
+#include "precision.h"
 #include "sim.h"
 #include "spmd.h"
 
@@ -55,6 +56,12 @@ int emit_stash(Arena *arena, Diag *diag, const SemModel *model, const IrModule *
     if (!ad) {
       fprintf(stderr, "hpdlc: chunk %d cannot be differentiated: %s\n", c, why ? why : "?");
       return 1;
+    }
+    /* the stash the CPU target keeps: 16-bit under mixed precision (precision.h) */
+    Precision prec = model->train.precision;
+    if ((prec == PREC_BF16 || prec == PREC_FP16) && prec_apply(cm, ad, prec == PREC_BF16 ? DT_BF16 : DT_F16, &why) < 0) {
+      fprintf(stderr, "hpdlc: chunk %d: 16-bit storage: %s\n", c, why ? why : "?");
+      return 3;
     }
     const IrGraph *g = cm->graphs[ad->step];
     if (ir_verify(cm, stderr) || ir_verify_pipeline_cut(g, stderr)) {

@@ -78,7 +78,9 @@ typedef struct {
  * lower at the layout's micro batch -> spmd_partition (tp, cp, sp) ->
  * pipe_split (pp x vpp chunks) -> the chunk's module (graph 0 the chunk, its
  * output a zero loss unless it is the last chunk) -> ad_build with the
- * layout's recompute policy. NULL with the reason in *err (errors of the
+ * layout's recompute policy -> under mixed precision (train.precision bf16
+ * or fp16) the CPU target's 16-bit storage (precision.h), so its memory
+ * plan is the artifact's. NULL with the reason in *err (errors of the
  * passes also go to diag). */
 SimRankProgram *sim_rank_program(Arena *arena, Diag *diag, const SemModel *model, const SimLayout *layout, int chunk,
                                  const char **err);

@@ -34,6 +34,9 @@ one process) or against each other:
       checkpoint, bit for bit (tied embedding mirrored across the stages included).
   resume_other_layout  a checkpoint of step 10 at pp=2 resumed at dp=2 and at tp=2:
       the parameters after step 20 within 1e-5 of the straight run.
+  mixed_precision   bf16 / fp16 storage (compiler/ir/precision.h): 20 steps within 2e-2 of fp32,
+      a smaller arena, the kernels against the reference executor's bf16, six layouts against one
+      rank within 1e-3, an fp16 overflow skipping every step (the docstring of the case).
   vocab_pad      a vocabulary of 201 at tp=2 and tp=4 (padded to 256 / 512 rows, the padded
       logits masked): the reference's numbers; the manifest and checkpoints keep [201, 32];
       tp=2's checkpoint resumed on one rank and at tp=4 (generated kernels) within 1e-5;
@@ -579,6 +582,63 @@ def case_qwen3_window():
     # materialised attention has no window: refused at compile time, saying so
     _, p = compile_art("art-qwen3-mat", flags + ["--attention", "materialized"], defs=defs, expect=1)
     check("has no materialised form" in p.stderr, p.stderr)
+
+
+def arena_of(p):
+    """The arena of stage 0 from hpdlc compile's summary."""
+    for line in p.stdout.splitlines():
+        if line.strip().startswith("stage 0:") and "arena" in line:
+            return int(line.split("arena ")[1].split()[0])
+    raise Fail(f"no arena in:\n{p.stdout}")
+
+
+def case_mixed_precision():
+    """bf16 and fp16 storage on the CPU target (compiler/ir/precision.h): activations and their
+    gradients stored in 16 bits, computed in fp32. 20 steps within 2e-2 of fp32's losses (and not
+    fp32's: the storage is there); the arena smaller; the generated kernels give the reference
+    executor's bf16 run (which rounds every 16-bit value) within 1e-5 at step 1; dp 2, tp 2, pp 2,
+    cp 2, ZeRO-3 and tp 2 x pp 2 x dp 2 give one rank's bf16 losses within 1e-3; a static fp16
+    loss scale of 1e12 overflows the gradients stored in fp16 (1e12 times a gradient of 1e-4 is
+    past 65504, far inside fp32) and every step is skipped."""
+    base, p32 = compile_art("art-mp-fp32", [], executor="auto")
+    f32, _ = train(base, "mp-fp32")
+    arena32 = arena_of(p32)
+    ref16 = {}
+    for prec in ("bf16", "fp16"):
+        art, p = compile_art("art-mp-" + prec, ["--precision", prec], executor="auto")
+        check(f"{prec} storage" in p.stdout or "interp" in p.stdout, p.stdout)
+        got, _ = train(art, "mp-" + prec)
+        worst = max(rel(a["loss"], b["loss"]) for a, b in zip(got, f32))
+        print(f"{prec}: 20 losses within {worst:.1e} of fp32's (step 20: {got[-1]['loss']:.6f} against "
+              f"{f32[-1]['loss']:.6f}); arena {arena_of(p)} bytes against fp32's {arena32}")
+        check(len(got) == STEPS and worst < 2e-2, f"{prec}: off fp32 by {worst:.2e}")
+        check(worst > 1e-7, f"{prec}: the losses are fp32's ({worst:.1e}): nothing is stored in 16 bits")
+        check(arena_of(p) < 0.85 * arena32, f"{prec}: arena {arena_of(p)} against fp32's {arena32}")
+        ref16[prec] = got
+    interp, p = compile_art("art-mp-bf16-interp", ["--precision", "bf16"], executor="interp")
+    check("rounding to bf16 storage" in p.stdout, p.stdout)
+    got, _ = train(interp, "mp-bf16-interp")
+    compare("bf16 generated kernels against the reference executor's bf16", ref16["bf16"], got, tol1=1e-5, tol20=1e-3)
+    for name, flags in (("dp2", ["--dp", "2"]), ("tp2", ["--tp", "2"]), ("pp2", ["--pp", "2"]), ("cp2", ["--cp", "2"]),
+                        ("zero3", ["--dp", "2", "--zero", "3"]), ("dp2_tp2_pp2", ["--dp", "2", "--tp", "2", "--pp", "2"])):
+        art, _ = compile_art("art-mp-" + name, ["--precision", "bf16", *flags], executor="auto")
+        got, _ = train(art, "mp-" + name)
+        worst = max(rel(a["loss"], b["loss"]) for a, b in zip(got, ref16["bf16"]))
+        print(f"bf16 {name}: 20 losses within {worst:.1e} of one rank's bf16")
+        check(len(got) == STEPS and worst < 1e-3, f"bf16 {name}: off one rank by {worst:.2e}")
+    # a static scale that overflows fp16 (65504) but not fp32: every step skipped, the loss unchanged
+    src = open(sample()).read().replace("precision = fp32", "precision = fp16\n  loss_scale = 1e12")
+    check("loss_scale = 1e12" in src, "the sample's train block changed its form")
+    hpd = os.path.join(work("mp-overflow"), "gpt2-tiny-fp16.hpd")
+    open(hpd, "w").write(src)
+    d = os.path.join(ARGS.work, "art-mp-overflow")
+    shutil.rmtree(d, ignore_errors=True)
+    run([tool("hpdlc"), "compile", hpd, *DEFS, "--executor", "auto", "-o", d])
+    got, _ = train(d, "mp-overflow", steps=4)
+    check([r["skipped"] for r in got] == [True] * 4 and [r["loss_scale"] for r in got] == [1e12] * 4,
+          f"skipped: {[(r['skipped'], r['loss_scale']) for r in got]}")
+    check(got[0]["loss"] == ref16["fp16"][0]["loss"], f"step 1: {got[0]['loss']} against fp16's {ref16['fp16'][0]['loss']}")
+    print(f"fp16 with a static scale of 1e12: 4 of 4 steps skipped (step 1's loss {got[0]['loss']:.8f}, fp16's)")
 
 
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}

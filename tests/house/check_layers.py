@@ -32,12 +32,12 @@ LAYERS = [
     "compiler/codegen",
     "compiler/driver",
 ]
-RUNTIME = {
+RUNTIME = {  # the core library holds core/numeric (half.h's conversions, the host ops' arithmetic)
     "kernels": [],
     "runtime/prof": [],
-    "runtime/device": ["core", "kernels"],
-    "runtime": ["core", "runtime/device", "runtime/prof"],
-    "runtime/tools": ["core", "runtime/device", "runtime/prof", "runtime"],
+    "runtime/device": ["core", "core/numeric", "kernels"],
+    "runtime": ["core", "core/numeric", "runtime/device", "runtime/prof"],
+    "runtime/tools": ["core", "core/numeric", "runtime/device", "runtime/prof", "runtime"],
 }
 # The CUDA back end generates calls of the kernels' templates and launches
 # them by their rule (kernels/hpdl_attention_cfg.h): it may read kernels/,

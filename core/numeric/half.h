@@ -1,8 +1,9 @@
 /* half.h - 16-bit floats: IEEE binary16 (fp16) and bfloat16, to and from
  * fp32 with round-to-nearest-even (as CUDA's __float2half_rn and
  * __float2bfloat16_rn), so that values converted here and on a GPU agree
- * bit for bit. Used by checkpoints (F16 / BF16 tensors) and by fp16
- * gradient compression. */
+ * bit for bit. Used by the reference executor (16-bit storage under mixed
+ * precision), checkpoints (F16 / BF16 tensors) and fp16 gradient
+ * compression. */
 #ifndef HPDL_HALF_H
 #define HPDL_HALF_H
 

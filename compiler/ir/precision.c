@@ -1,0 +1,197 @@
+/* precision.c - 16-bit storage of activations (precision.h). */
+#include "precision.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int is16(DType t) { return t == DT_BF16 || t == DT_F16; }
+
+/* Ops whose kernels (the CPU back end's nests and special kernels) load and
+ * store any element type, converting to fp32 for the arithmetic. */
+static int stores_any(IrOp op) {
+  if (ir_op_flags(op) & IRF_ELEMENTWISE) return 1;
+  switch (op) {
+  case IR_SOFTMAX:
+  case IR_SOFTMAX_BWD:
+  case IR_LOG_SOFTMAX:
+  case IR_LOG_SOFTMAX_BWD:
+  case IR_EMBEDDING:
+  case IR_ROPE: return 1;
+  default: return 0;
+  }
+}
+
+/* Ops that read their float inputs in any element type: the above, the
+ * shape ops, reductions and the CPU back end's row and scatter kernels. The
+ * rest (GEMMs, host ops, collectives, calls, extern calls) read fp32. */
+static int reads_any(IrOp op) {
+  if (stores_any(op) || (ir_op_flags(op) & IRF_SHAPE)) return op != IR_CONCAT;
+  switch (op) {
+  case IR_REDUCE_SUM:
+  case IR_REDUCE_MEAN:
+  case IR_REDUCE_MAX:
+  case IR_SUM_TO:
+  case IR_REPEAT_KV_BWD:
+  case IR_CROSS_ENTROPY:
+  case IR_CROSS_ENTROPY_BWD:
+  case IR_PICK:
+  case IR_PICK_BWD:
+  case IR_EMBEDDING_BWD: return 1;
+  default: return 0;
+  }
+}
+
+typedef struct {
+  IrGraph *g;
+  const IrNode *old;   /* the graph's nodes before */
+  int *map;            /* old id -> new id */
+  int *ident;          /* new id -> itself (ir_add_copy's map for inputs given as new ids) */
+  int *cast[2];        /* per old id and side of the cut: its fp32 copy (new id), -1 none */
+  int split;           /* the old fb_split (0: not cut) */
+} Rebuild;
+
+/* Appends node x with the inputs `in` (new ids) and the element type dt. */
+static int append(Rebuild *R, const IrNode *x, int *in, DType dt) {
+  IrNode y = *x;
+  y.in = in;
+  y.dtype = dt;
+  return ir_add_copy(R->g, &y, R->ident);
+}
+
+/* The fp32 value of old node v for a reader on side `side` of the cut. */
+static int as_f32(Rebuild *R, int v, int side, Span at) {
+  int nv = R->map[v];
+  if (!is16(R->g->nodes[nv].dtype)) return nv;
+  if (R->cast[side][v] >= 0) return R->cast[side][v];
+  IrNode c;
+  memset(&c, 0, sizeof c);
+  c.op = IR_CAST;
+  c.rank = R->g->nodes[nv].rank;
+  memcpy(c.dims, R->g->nodes[nv].dims, sizeof c.dims);
+  c.nin = 1;
+  c.span = at;
+  return R->cast[side][v] = append(R, &c, &nv, DT_F32);
+}
+
+/* Graph g rebuilt with 16-bit storage; keep16[k] = 1 lets output k stay
+ * 16-bit (a block forward's saved activation), arg16[a] = 1 makes argument
+ * a 16-bit (its backward's stash). Returns the values stored in 16 bits;
+ * out16[k] says which outputs are. */
+static int rebuild(IrGraph *g, DType storage, const char *keep16, const char *arg16, char *out16) {
+  int n = g->nnodes, stored = 0, cap = 2 * n + g->noutputs + 1;
+  IrNode *old = malloc(sizeof(IrNode) * (size_t)(n + 1));
+  int *map = malloc(sizeof(int) * (size_t)(n + 1)), *ident = malloc(sizeof(int) * (size_t)cap);
+  int *c0 = malloc(sizeof(int) * (size_t)(n + 1)), *c1 = malloc(sizeof(int) * (size_t)(n + 1));
+  int *in = malloc(sizeof(int) * (size_t)(n + 1));
+  char *act = calloc((size_t)n + 1, 1), *stat = calloc((size_t)n + 1, 1);
+  if (!old || !map || !ident || !c0 || !c1 || !in || !act || !stat) abort();
+  memcpy(old, g->nodes, sizeof(IrNode) * (size_t)n);
+  for (int i = 0; i < cap; i++) ident[i] = i;
+  for (int i = 0; i < n; i++) c0[i] = c1[i] = -1;
+  /* values that derive from the data, not from parameters and constants alone */
+  /* and statistics: what a reduction makes (a norm's variance, a log-sum-exp,
+   * a row's loss), and arithmetic on statistics alone: fp32 */
+  for (int i = 0; i < n; i++) {
+    const IrNode *x = &old[i];
+    act[i] = x->op == IR_ARG || x->op == IR_INPUT || x->op == IR_RECV || x->op == IR_LOSS_SEED;
+    for (int k = 0; k < x->nin; k++) act[i] |= act[x->in[k]];
+    if (!act[i] || !x->nin) continue;
+    stat[i] = (ir_op_flags(x->op) & IRF_REDUCE) && ir_numel(x) < ir_numel(&old[x->in[0]]);
+    int only = !(ir_op_flags(x->op) & (IRF_REDUCE | IRF_LEAF)) && x->op != IR_MATMUL && x->op != IR_CALL;
+    for (int k = 0; k < x->nin && only; k++) only = stat[x->in[k]] || !act[x->in[k]];
+    stat[i] |= only;
+  }
+  Rebuild R = {g, old, map, ident, {c0, c1}, g->fb_split};
+  g->nnodes = 0;
+  int new_split = 0;
+  for (int i = 0; i < n; i++) {
+    const IrNode *x = &old[i];
+    int side = R.split > 0 && i >= R.split;
+    if (R.split > 0 && i == R.split) new_split = g->nnodes;
+    int any = reads_any(x->op), all16 = x->nin > 0;
+    for (int k = 0; k < x->nin; k++) {
+      /* a BACKWARD call's stash reference (input 1) is no value */
+      int as_is = any || (x->op == IR_CALL && k > 0 && x->attr[2] == IR_CALL_BACKWARD);
+      in[k] = as_is ? map[x->in[k]] : as_f32(&R, x->in[k], side, x->span);
+      all16 &= is16(g->nodes[in[k]].dtype);
+    }
+    if (x->op == IR_CONCAT && !all16) /* one element type: 16-bit only when every input is */
+      for (int k = 0; k < x->nin; k++) in[k] = as_f32(&R, x->in[k], side, x->span);
+    DType dt = x->dtype;
+    if (dt == DT_F32 && x->rank >= 1 && act[i] && !stat[i]) {
+      if (stores_any(x->op)) dt = storage;
+      else if ((ir_op_flags(x->op) & IRF_SHAPE) && x->nin > 0) dt = g->nodes[in[0]].dtype; /* moves, keeps the type */
+    }
+    if (x->op == IR_ARG && arg16 && arg16[x->attr[0]]) dt = storage;
+    map[i] = append(&R, x, in, dt);
+    stored += is16(dt);
+  }
+  for (int k = 0; k < g->noutputs; k++) {
+    int v = g->outputs[k];
+    g->outputs[k] = keep16 && keep16[k] ? map[v] : as_f32(&R, v, R.split > 0, old[v].span);
+    if (out16) out16[k] = (char)is16(g->nodes[g->outputs[k]].dtype);
+  }
+  if (R.split > 0) g->fb_split = new_split;
+  free(old);
+  free(map);
+  free(ident);
+  free(c0);
+  free(c1);
+  free(in);
+  free(act);
+  free(stat);
+  return stored;
+}
+
+int prec_apply(IrModule *m, const AdResult *ad, DType storage, const char **why) {
+  if (!is16(storage)) return 0;
+  int total = 0;
+  /* a block forward's saved outputs, by graph: which stay 16-bit */
+  char **saved16 = calloc((size_t)m->ngraphs + 1, sizeof(char *));
+  if (!saved16) abort();
+  /* the block forwards first: their backward graphs read what they save */
+  for (int pass = 0; pass < 2; pass++)
+  for (int gi = 0; gi < m->ngraphs; gi++) {
+    IrGraph *g = m->graphs[gi];
+    /* is gi a block forward (B.fwd) that saves activations, or a backward reading them? */
+    int as_fwd = -1, as_bwd = -1;
+    for (int f = 0; ad && f < ad->nforward; f++) {
+      if (ad->fwd[f] == gi) as_fwd = f;
+      if (ad->grad[f] == gi && ad->fwd[f] >= 0) as_bwd = f;
+    }
+    if ((pass == 0) != (as_fwd >= 0)) continue;
+    /* the forward module's own graphs (evaluation, and shared by the pipeline's chunks) stay fp32 */
+    if (ad && gi < ad->nforward) continue;
+    char *keep = NULL, *arg16 = NULL;
+    if (as_fwd >= 0 && g->noutputs > 1) {
+      keep = calloc((size_t)g->noutputs, 1);
+      if (!keep) abort();
+      for (int k = 1; k < g->noutputs; k++) keep[k] = 1;
+    }
+    if (as_bwd >= 0) {
+      /* arguments: dy, then per layer the forward's arguments and its outputs 1.. (interp.c's stash) */
+      int fg = ad->fwd[as_bwd];
+      const IrGraph *F = m->graphs[fg];
+      arg16 = calloc((size_t)g->nargs + 1, 1);
+      if (!arg16) abort();
+      for (int k = 1; saved16[fg] && k < F->noutputs; k++) {
+        int a = 1 + F->nargs + (k - 1);
+        if (a < g->nargs) arg16[a] = saved16[fg][k];
+      }
+    }
+    char *out16 = calloc((size_t)g->noutputs + 1, 1);
+    if (!out16) abort();
+    total += rebuild(g, storage, keep, arg16, out16);
+    saved16[gi] = out16;
+    free(keep);
+    free(arg16);
+  }
+  for (int gi = 0; gi < m->ngraphs; gi++) free(saved16[gi]);
+  free(saved16);
+  if (ir_verify(m, stderr)) { /* an internal error: the problems go to stderr for its report */
+    if (why) *why = "the module does not verify after the storage types were set";
+    return -1;
+  }
+  return total;
+}

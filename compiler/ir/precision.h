@@ -1,0 +1,35 @@
+/* precision.h - mixed precision's storage (train { precision = bf16 | fp16 }):
+ * after autodiff, the activations of a chunk's graphs and their gradients are
+ * stored in 16 bits and computed in fp32 (every kernel loads, converts,
+ * computes in fp32 and rounds what it stores), as Megatron-LM and PyTorch's
+ * autocast keep activations; parameters, their gradients, the loss and every
+ * reduction's statistics (a norm's mean and variance, a softmax's max and sum)
+ * stay fp32, as do the values that cross into what reads fp32 only.
+ *
+ * Which values: a node whose value derives from the data (an input, a graph
+ * argument) rather than from parameters and constants alone, of an op whose
+ * kernels load and store any element type: elementwise ops, the softmax
+ * family, the embedding lookup, rotary embeddings; shape ops keep their
+ * input's type. GEMMs (sgemm takes fp32), host ops (attention, convolution,
+ * MoE), collectives, extern calls and calls of other graphs read fp32: a CAST
+ * is put before them (one per value and side of the step's forward /
+ * backward cut, so the stash keeps the 16-bit value). The block forward's
+ * saved activations (its outputs after the first) stay 16-bit, and so do the
+ * matching arguments of its backward graph: the per-layer stash is 16-bit.
+ * Graph outputs otherwise are fp32 (the residual stream between blocks, the
+ * loss, the parameters' gradients).
+ *
+ * The reference executor rounds each 16-bit node's fp64 result to fp32 and
+ * then to the 16-bit type (interp.c), as the kernels store it. */
+#ifndef HPDL_PRECISION_H
+#define HPDL_PRECISION_H
+
+#include "autodiff.h"
+#include "ir.h"
+
+/* Stores the activations of every graph of m (differentiated by ad) in
+ * `storage` (DT_BF16 or DT_F16). Returns the number of values now stored in
+ * 16 bits; -1 with the reason in *why when a graph does not verify after. */
+int prec_apply(IrModule *m, const AdResult *ad, DType storage, const char **why);
+
+#endif
