@@ -7,37 +7,41 @@
 
 static int is16(DType t) { return t == DT_BF16 || t == DT_F16; }
 
-/* Ops whose kernels (the CPU back end's nests and special kernels) load and
- * store any element type, converting to fp32 for the arithmetic. */
+/* Ops whose values are stored in 16 bits: those whose kernels load and
+ * store any element type on both back ends (the loop and row kernels:
+ * element-wise ops, the softmax family), so that the CPU and CUDA targets
+ * round the same values and give the same numbers. */
 static int stores_any(IrOp op) {
   if (ir_op_flags(op) & IRF_ELEMENTWISE) return 1;
   switch (op) {
   case IR_SOFTMAX:
   case IR_SOFTMAX_BWD:
   case IR_LOG_SOFTMAX:
-  case IR_LOG_SOFTMAX_BWD:
-  case IR_EMBEDDING:
-  case IR_ROPE: return 1;
+  case IR_LOG_SOFTMAX_BWD: return 1;
   default: return 0;
   }
 }
 
 /* Ops that read their float inputs in any element type: the above, the
- * shape ops, reductions and the CPU back end's row and scatter kernels. The
- * rest (GEMMs, host ops, collectives, calls, extern calls) read fp32. */
-static int reads_any(IrOp op) {
+ * shape ops, the row reductions, and on the CPU its column reductions and
+ * its rotary, cross-entropy, pick and scatter kernels. The rest (GEMMs, host
+ * ops, collectives, calls, extern calls; the CUDA target's special kernels)
+ * read fp32: a cast before them, which changes no value. */
+static int reads_any(IrOp op, int cuda) {
   if (stores_any(op) || (ir_op_flags(op) & IRF_SHAPE)) return op != IR_CONCAT;
   switch (op) {
-  case IR_REDUCE_SUM:
   case IR_REDUCE_MEAN:
-  case IR_REDUCE_MAX:
+  case IR_REDUCE_MAX: return 1;
+  case IR_EMBEDDING:
+  case IR_ROPE:
+  case IR_REDUCE_SUM:
   case IR_SUM_TO:
   case IR_REPEAT_KV_BWD:
   case IR_CROSS_ENTROPY:
   case IR_CROSS_ENTROPY_BWD:
   case IR_PICK:
   case IR_PICK_BWD:
-  case IR_EMBEDDING_BWD: return 1;
+  case IR_EMBEDDING_BWD: return !cuda;
   default: return 0;
   }
 }
@@ -78,7 +82,7 @@ static int as_f32(Rebuild *R, int v, int side, Span at) {
  * 16-bit (a block forward's saved activation), arg16[a] = 1 makes argument
  * a 16-bit (its backward's stash). Returns the values stored in 16 bits;
  * out16[k] says which outputs are. */
-static int rebuild(IrGraph *g, DType storage, const char *keep16, const char *arg16, char *out16) {
+static int rebuild(IrGraph *g, DType storage, int cuda, const char *keep16, const char *arg16, char *out16) {
   int n = g->nnodes, stored = 0, cap = 2 * n + g->noutputs + 1;
   IrNode *old = malloc(sizeof(IrNode) * (size_t)(n + 1));
   int *map = malloc(sizeof(int) * (size_t)(n + 1)), *ident = malloc(sizeof(int) * (size_t)cap);
@@ -109,7 +113,7 @@ static int rebuild(IrGraph *g, DType storage, const char *keep16, const char *ar
     const IrNode *x = &old[i];
     int side = R.split > 0 && i >= R.split;
     if (R.split > 0 && i == R.split) new_split = g->nnodes;
-    int any = reads_any(x->op), all16 = x->nin > 0;
+    int any = reads_any(x->op, cuda), all16 = x->nin > 0;
     for (int k = 0; k < x->nin; k++) {
       /* a BACKWARD call's stash reference (input 1) is no value */
       int as_is = any || (x->op == IR_CALL && k > 0 && x->attr[2] == IR_CALL_BACKWARD);
@@ -144,7 +148,7 @@ static int rebuild(IrGraph *g, DType storage, const char *keep16, const char *ar
   return stored;
 }
 
-int prec_apply(IrModule *m, const AdResult *ad, DType storage, const char **why) {
+int prec_apply(IrModule *m, const AdResult *ad, DType storage, int cuda, const char **why) {
   if (!is16(storage)) return 0;
   int total = 0;
   /* a block forward's saved outputs, by graph: which stay 16-bit */
@@ -182,7 +186,7 @@ int prec_apply(IrModule *m, const AdResult *ad, DType storage, const char **why)
     }
     char *out16 = calloc((size_t)g->noutputs + 1, 1);
     if (!out16) abort();
-    total += rebuild(g, storage, keep, arg16, out16);
+    total += rebuild(g, storage, cuda, keep, arg16, out16);
     saved16[gi] = out16;
     free(keep);
     free(arg16);

@@ -8,12 +8,13 @@
  *
  * Which values: a node whose value derives from the data (an input, a graph
  * argument) rather than from parameters and constants alone, of an op whose
- * kernels load and store any element type: elementwise ops, the softmax
- * family, the embedding lookup, rotary embeddings; shape ops keep their
- * input's type. GEMMs (sgemm takes fp32), host ops (attention, convolution,
- * MoE), collectives, extern calls and calls of other graphs read fp32: a CAST
- * is put before them (one per value and side of the step's forward /
- * backward cut, so the stash keeps the 16-bit value). The block forward's
+ * kernels load and store any element type on both targets: elementwise ops
+ * and the softmax family (so the CPU and CUDA targets round the same values);
+ * shape ops keep their input's type. GEMMs (sgemm takes fp32), host ops
+ * (attention, convolution, MoE), collectives, extern calls, calls of other
+ * graphs and the CUDA target's special kernels read fp32: a CAST is put
+ * before them (one per value and side of the step's forward / backward cut,
+ * so the stash keeps the 16-bit value); a cast changes no value. The block forward's
  * saved activations (its outputs after the first) stay 16-bit, and so do the
  * matching arguments of its backward graph: the per-layer stash is 16-bit.
  * Graph outputs otherwise are fp32 (the residual stream between blocks, the
@@ -28,8 +29,10 @@
 #include "ir.h"
 
 /* Stores the activations of every graph of m (differentiated by ad) in
- * `storage` (DT_BF16 or DT_F16). Returns the number of values now stored in
- * 16 bits; -1 with the reason in *why when a graph does not verify after. */
-int prec_apply(IrModule *m, const AdResult *ad, DType storage, const char **why);
+ * `storage` (DT_BF16 or DT_F16), for the CPU target or (cuda = 1) the CUDA
+ * target, whose special kernels read and write fp32. Returns the number of
+ * values now stored in 16 bits; -1 with the reason in *why when a graph
+ * does not verify after. */
+int prec_apply(IrModule *m, const AdResult *ad, DType storage, int cuda, const char **why);
 
 #endif
