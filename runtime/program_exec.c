@@ -352,6 +352,38 @@ static AttnSgemm nx_sgemm_hook(void *dl) {
   return cblas_sgemm_fn ? nx_sgemm : NULL;
 }
 
+/* openblas_set_num_threads of the artifact's BLAS, NULL for another BLAS. */
+typedef void (*BlasSetThreadsFn)(int);
+static BlasSetThreadsFn blas_set_threads_fn;
+
+typedef struct {
+  void (*fn)(void *ctx, int64_t lo, int64_t hi);
+  void *ctx;
+} AttnRange;
+
+static int attn_range(void *env, int64_t lo, int64_t hi) {
+  AttnRange *r = env;
+  r->fn(r->ctx, lo, hi);
+  return 0;
+}
+
+/* The attention host op's work items (core/numeric/attn.h: one per batch
+ * and key head, each computed in one fixed order) on the pool. Concurrent
+ * calls into a threaded OpenBLAS contend for its one set of threads (4.2x
+ * slower at T = 1024, docs/runtime.md), so the BLAS runs one thread per
+ * call while the items run: each item's GEMMs on the thread that runs it. */
+static void nx_attn_par_for(void *par, int64_t n, void (*fn)(void *ctx, int64_t lo, int64_t hi), void *ctx) {
+  Exec *x = par;
+  AttnRange r = {fn, ctx};
+  if (n < 2) {
+    fn(ctx, 0, n);
+    return;
+  }
+  blas_set_threads_fn(1);
+  pool_run(x->pool, n, attn_range, &r);
+  blas_set_threads_fn(x->ctx->nthreads);
+}
+
 /* hpd_ctx.host_op: node `node` of graph `graph` of the chunk's IR. */
 static int nx_host_op(hpd_ctx *ctx, int32_t graph, int32_t node, void **bufs) {
   Exec *x = ctx->comm;
@@ -1191,6 +1223,12 @@ static void *exec_create(TrainCtx *ctx, RtErr *e) {
     P->x[i]->pool = P->pool;
     P->x[i]->par_min = par_min;
     P->x[i]->hctx.parallel = P->pool ? nx_parallel : NULL;
+    if (P->pool && P->x[i]->dl && !blas_set_threads_fn)
+      *(void **)&blas_set_threads_fn = dlsym(P->x[i]->dl, "openblas_set_num_threads");
+    if (P->pool && blas_set_threads_fn && P->x[i]->host.sgemm) {
+      P->x[i]->host.par_for = nx_attn_par_for;
+      P->x[i]->host.par = P->x[i];
+    }
     if (i && P->x[i]->chunk <= P->x[i - 1]->chunk) {
       fail(e, "%s: ranks[%d].chunks: not in ascending chunk order", ctx->art->manifest_path, ctx->comm->world_rank);
       goto bad;
