@@ -48,7 +48,7 @@
 #include "schedule.h"
 #include "program.h"
 #include "comm_ring.h"
-#include "pool.h"
+#include "par.h"
 
 
 typedef struct {
@@ -98,7 +98,7 @@ typedef struct {
   float *fscratch;
   void *workspace_own;
   ExtCalls *ext;     /* the chunk's extern functions (generated code calls them through hctx) */
-  ThreadPool *pool;  /* the rank's threads for the kernels' rows (Prog's; NULL: one thread) */
+  ParPool *pool;  /* the rank's threads for the kernels' rows (Prog's; NULL: one thread) */
   int64_t par_min;   /* hpd_ctx.parallel runs calls of less work than this on one thread */
   int cur_chunk, cur_mb, nmicro; /* what runs now: names the messages */
   CommOutbox outbox; /* pipeline sends not yet completed (comm_ring.h) */
@@ -380,7 +380,7 @@ static void nx_attn_par_for(void *par, int64_t n, void (*fn)(void *ctx, int64_t 
     return;
   }
   blas_set_threads_fn(1);
-  pool_run(x->pool, n, attn_range, &r);
+  par_pool_run(x->pool, n, attn_range, &r);
   blas_set_threads_fn(x->ctx->nthreads);
 }
 
@@ -434,14 +434,17 @@ static int32_t nx_parallel(hpd_ctx *ctx, int64_t n, int64_t work, int32_t (*rang
                            void *env) {
   Exec *x = ctx->comm;
   if (work < x->par_min) return range(env, 0, n);
-  return pool_run(x->pool, n, range, env);
+  return par_pool_run(x->pool, n, range, env);
 }
 
-/* The least work (values read and written) worth the pool, measured on
- * GPT-2 124M's step (docs/runtime.md, "Speed on the CPU");
- * HPDL_PARALLEL_MIN overrides it (0: every splittable loop, as the tests
- * run them). */
-enum { PARALLEL_MIN_WORK = 1 << 15 };
+/* The least work (values read and written) worth the pool: a worker
+ * asleep through a GEMM takes tens of microseconds to wake on a VM, so a
+ * call must run about 0.1 ms on one thread to gain. On GPT-2 124M's step
+ * 2^15 made its 0.8 MB bias-gradient sums (25 us each) 2-3x slower; 2^18
+ * leaves them and the 1.6 MB transposes on one thread (docs/runtime.md,
+ * "Speed on the CPU"). HPDL_PARALLEL_MIN overrides it (0: every
+ * splittable loop, as the tests run them). */
+enum { PARALLEL_MIN_WORK = 1 << 18 };
 
 static int64_t parallel_min(void) {
   const char *s = getenv("HPDL_PARALLEL_MIN");
@@ -884,7 +887,7 @@ bad:
 typedef struct {
   Exec **x;        /* the chunks this rank holds, ascending */
   int n;
-  ThreadPool *pool; /* the rank's threads, shared by its chunks' kernels */
+  ParPool *pool; /* the rank's threads, shared by its chunks' kernels */
   SchedInstr *ins; /* this rank's instruction list for ins_m micro-batches */
   int nins, ins_m;
 } Prog;
@@ -1200,7 +1203,7 @@ static void prog_free(Prog *P) {
   }
   free(P->x);
   free(P->ins);
-  pool_destroy(P->pool);
+  par_pool_destroy(P->pool);
   free(P);
 }
 
@@ -1215,7 +1218,7 @@ static void *exec_create(TrainCtx *ctx, RtErr *e) {
   }
   if (read_rank_entry(ctx->art, ctx->comm->world_rank, cf, &n, &wire, e) < 0) goto bad;
   /* no pool, no hook: one thread, the generated code calls its ranges itself */
-  P->pool = pool_create(ctx->nthreads);
+  P->pool = par_pool_create(ctx->nthreads);
   int64_t par_min = parallel_min();
   for (int i = 0; i < n; i++) {
     if (!(P->x[i] = chunk_create(ctx, &cf[i], i, wire, e))) goto bad;

@@ -1,4 +1,4 @@
-/* test_rt_pool.c - the kernels' thread pool (runtime/pool.c): every index
+/* test_rt_par_pool.c - the kernels' thread pool (runtime/par.c, par_pool_*): every index
  * of [0, n) in exactly one range for any n and thread count, the ranges
  * par_for would make, over thousands of jobs back to back (workers
  * spinning) and with pauses between them (workers asleep), with and
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "pool.h"
+#include "par.h"
 #include "test_util.h"
 
 typedef struct {
@@ -33,14 +33,14 @@ static int cover_range(void *ctx, int64_t lo, int64_t hi) {
 }
 
 /* One job: every index once, min(threads, n) ranges, the expected status. */
-static void one_job(ThreadPool *p, int64_t n, int64_t fail_from) {
+static void one_job(ParPool *p, int64_t n, int64_t fail_from) {
   Cover c = {.hits = calloc((size_t)n + 1, sizeof(atomic_int)), .n = n, .fail_from = fail_from};
-  int rc = pool_run(p, n, cover_range, &c);
+  int rc = par_pool_run(p, n, cover_range, &c);
   int once = 1;
   for (int64_t i = 0; i < n; i++) once &= atomic_load(&c.hits[i]) == 1;
   EXPECT(once);
   EXPECT(atomic_load(&c.bad) == 0);
-  int64_t k = pool_threads(p) < n ? pool_threads(p) : n;
+  int64_t k = par_pool_threads(p) < n ? par_pool_threads(p) : n;
   EXPECT(atomic_load(&c.calls) == (n > 0 ? k : 0));
   /* the first failing range in range order: the one starting at the least lo >= fail_from */
   int want = 0;
@@ -58,9 +58,9 @@ static void pause_us(long us) {
 }
 
 static void test_pool(int threads) {
-  ThreadPool *p = pool_create(threads);
+  ParPool *p = par_pool_create(threads);
   EXPECT(threads < 2 ? p == NULL : p != NULL);
-  EXPECT(pool_threads(p) == (threads < 2 ? 1 : threads));
+  EXPECT(par_pool_threads(p) == (threads < 2 ? 1 : threads));
   const int64_t ns[] = {0, 1, 2, 3, 5, 7, 64, 1000, 4097};
   for (size_t a = 0; a < sizeof ns / sizeof *ns; a++) {
     one_job(p, ns[a], INT64_MAX);
@@ -72,13 +72,13 @@ static void test_pool(int threads) {
     pause_us(j % 2 ? 200 : 2000);
     one_job(p, 100 + j, j % 3 ? INT64_MAX : 50);
   }
-  pool_destroy(p);
+  par_pool_destroy(p);
 }
 
 int main(void) {
   for (int t = 0; t <= 5; t++) test_pool(t);
   setenv("HPDL_POOL_SPIN_US", "0", 1); /* straight to sleep after each job */
   for (int t = 2; t <= 3; t++) test_pool(t);
-  pool_destroy(NULL);
+  par_pool_destroy(NULL);
   TEST_DONE();
 }
