@@ -9,7 +9,8 @@
 
 /* ==== the artifact ABI ==== */
 
-#define HPD_ABI_VERSION 4 /* 2: the extern hook; 3: the host-op hook; 4: the kernel-span hook and kernel table */
+#define HPD_ABI_VERSION 5 /* 2: the extern hook; 3: the host-op hook; 4: the kernel-span hook and kernel table;
+                             5: the parallel hook */
 
 /* Per call of an entry point: what the generated code needs besides
  * tensors. The layout is fixed (the generated code reads it by offset). */
@@ -47,6 +48,17 @@ typedef struct hpd_ctx {
    * each kernel of a graph: kernel `kernel` of hpd_graph_desc.kernels of
    * graph `graph`. NULL: no call (one load and branch a kernel). */
   void (*kernel_span)(struct hpd_ctx *ctx, int32_t graph, int32_t kernel, int32_t end);
+  /* Runs range(env, lo, hi) over [0, n) cut into contiguous ranges, on the
+   * rank's threads, and returns 0 or the first range's non-zero result (in
+   * range order; ctx->error set by it). The generated code hands it the
+   * loops whose iterations are independent (rows of a softmax, a norm or a
+   * cross-entropy, blocks of an elementwise chain, of a gradient's sum); a
+   * range computes the same values whichever thread runs it, so results do
+   * not depend on the thread count. `work`: about how many values the whole
+   * call reads and writes, for the hook's decision to stay on one thread.
+   * NULL: the generated code calls range(env, 0, n) itself. */
+  int32_t (*parallel)(struct hpd_ctx *ctx, int64_t n, int64_t work,
+                      int32_t (*range)(void *env, int64_t lo, int64_t hi), void *env);
 } hpd_ctx;
 
 /* A fused kernel of a graph, for profiles: its symbol, its family (loop,

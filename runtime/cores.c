@@ -56,6 +56,13 @@ void cores_apply(const CoresChoice *c) {
     setenv("OPENBLAS_NUM_THREADS", buf, 1);
     setenv("OMP_NUM_THREADS", buf, 1);
   }
+  /* OpenBLAS's idle threads spin (sched_yield) for 2^28 cycles after each
+   * call, about 0.1 s: through a whole step, so the rank's own threads (the
+   * kernels' rows, the optimizer) share their cores with them and gain
+   * nothing. 2^20 cycles (about 0.4 ms) keeps them spinning between GEMMs
+   * a short kernel apart and asleep through longer work; measured on GPT-2
+   * 124M (docs/runtime.md, "Speed on the CPU"). A user's setting stays. */
+  setenv("OPENBLAS_THREAD_TIMEOUT", CORES_BLAS_TIMEOUT, 0);
   /* An OpenBLAS already loaded (linked in, preloaded) has read the
    * environment at its start: tell it directly. */
   SetThreadsFn set = NULL;

@@ -26,11 +26,16 @@ typedef struct {
  * on this node (from MPI_COMM_TYPE_SHARED; 1 for a one-rank job). */
 CoresChoice cores_choose(int threads_option, int node_ranks);
 
+/* OpenBLAS's idle-thread spin, log2 of cycles (OPENBLAS_THREAD_TIMEOUT) */
+#define CORES_BLAS_TIMEOUT "20"
+
 /* Makes the BLAS use c->threads: sets OPENBLAS_NUM_THREADS and
  * OMP_NUM_THREADS (read when the program's BLAS is loaded, so call this
- * before loading it; a user's own setting is left alone), and calls
- * openblas_set_num_threads when an OpenBLAS is already in the process
- * (found with dlsym, so another BLAS, or none, still works). */
+ * before loading it; a user's own setting is left alone), and
+ * OPENBLAS_THREAD_TIMEOUT to CORES_BLAS_TIMEOUT unless the user set it (so
+ * that OpenBLAS's idle threads leave the cores to the rank's own soon after
+ * a GEMM), and calls openblas_set_num_threads when an OpenBLAS is already
+ * in the process (found with dlsym, so another BLAS, or none, still works). */
 void cores_apply(const CoresChoice *c);
 
 /* "2 threads per rank", with where the number came from when not automatic:

@@ -79,6 +79,10 @@ typedef struct {
    * them alone, dropout keeps every value), grad_scale is 0 and the loop
    * discards the gradients. After the fields above for the same reason. */
   int eval;
+  /* The rank's threads (hpdlrun --threads, else the cores' share of the
+   * rank: cores.h), on which a compiled program runs its kernels' rows; 0
+   * or 1: one. After the fields above for the same reason. */
+  int nthreads;
 } TrainCtx;
 
 enum { TRAIN_PROGRAM_ABI = 2 };

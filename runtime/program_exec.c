@@ -48,6 +48,7 @@
 #include "schedule.h"
 #include "program.h"
 #include "comm_ring.h"
+#include "par.h"
 
 
 typedef struct {
@@ -97,6 +98,8 @@ typedef struct {
   float *fscratch;
   void *workspace_own;
   ExtCalls *ext;     /* the chunk's extern functions (generated code calls them through hctx) */
+  ParPool *pool;  /* the rank's threads for the kernels' rows (Prog's; NULL: one thread) */
+  int64_t par_min;   /* hpd_ctx.parallel runs calls of less work than this on one thread */
   int cur_chunk, cur_mb, nmicro; /* what runs now: names the messages */
   CommOutbox outbox; /* pipeline sends not yet completed (comm_ring.h) */
   InterpFrame **frames; /* interp: per micro-batch, its forward's stash */
@@ -349,6 +352,38 @@ static AttnSgemm nx_sgemm_hook(void *dl) {
   return cblas_sgemm_fn ? nx_sgemm : NULL;
 }
 
+/* openblas_set_num_threads of the artifact's BLAS, NULL for another BLAS. */
+typedef void (*BlasSetThreadsFn)(int);
+static BlasSetThreadsFn blas_set_threads_fn;
+
+typedef struct {
+  void (*fn)(void *ctx, int64_t lo, int64_t hi);
+  void *ctx;
+} AttnRange;
+
+static int attn_range(void *env, int64_t lo, int64_t hi) {
+  AttnRange *r = env;
+  r->fn(r->ctx, lo, hi);
+  return 0;
+}
+
+/* The attention host op's work items (core/numeric/attn.h: one per batch
+ * and key head, each computed in one fixed order) on the pool. Concurrent
+ * calls into a threaded OpenBLAS contend for its one set of threads (4.2x
+ * slower at T = 1024, docs/runtime.md), so the BLAS runs one thread per
+ * call while the items run: each item's GEMMs on the thread that runs it. */
+static void nx_attn_par_for(void *par, int64_t n, void (*fn)(void *ctx, int64_t lo, int64_t hi), void *ctx) {
+  Exec *x = par;
+  AttnRange r = {fn, ctx};
+  if (n < 2) {
+    fn(ctx, 0, n);
+    return;
+  }
+  blas_set_threads_fn(1);
+  par_pool_run(x->pool, n, attn_range, &r);
+  blas_set_threads_fn(x->ctx->nthreads);
+}
+
 /* hpd_ctx.host_op: node `node` of graph `graph` of the chunk's IR. */
 static int nx_host_op(hpd_ctx *ctx, int32_t graph, int32_t node, void **bufs) {
   Exec *x = ctx->comm;
@@ -387,6 +422,36 @@ static int nx_recv(void *comm, int group, int offset, float *data, int64_t n) {
     return -1;
   }
   return 0;
+}
+
+/* ---- the kernels' rows on the rank's threads ---- */
+
+/* hpd_ctx.parallel: the generated code's independent rows (a softmax's, a
+ * norm's, a cross-entropy's; blocks of an elementwise chain or of a
+ * gradient's sum) split over the pool. Below par_min values of work a call
+ * stays on this thread: waking the workers costs more than it saves. */
+static int32_t nx_parallel(hpd_ctx *ctx, int64_t n, int64_t work, int32_t (*range)(void *env, int64_t lo, int64_t hi),
+                           void *env) {
+  Exec *x = ctx->comm;
+  if (work < x->par_min) return range(env, 0, n);
+  return par_pool_run(x->pool, n, range, env);
+}
+
+/* The least work (values read and written) worth the pool: a worker
+ * asleep through a GEMM takes tens of microseconds to wake on a VM, so a
+ * call must run about 0.1 ms on one thread to gain. On GPT-2 124M's step
+ * 2^15 made its 0.8 MB bias-gradient sums (25 us each) 2-3x slower; 2^18
+ * leaves them and the 1.6 MB transposes on one thread (docs/runtime.md,
+ * "Speed on the CPU"). HPDL_PARALLEL_MIN overrides it (0: every
+ * splittable loop, as the tests run them). */
+enum { PARALLEL_MIN_WORK = 1 << 18 };
+
+static int64_t parallel_min(void) {
+  const char *s = getenv("HPDL_PARALLEL_MIN");
+  if (!s || !*s) return PARALLEL_MIN_WORK;
+  char *end;
+  long long v = strtoll(s, &end, 10);
+  return *end || v < 0 ? PARALLEL_MIN_WORK : (int64_t)v;
 }
 
 /* ---- extern native functions for generated code ---- */
@@ -822,6 +887,7 @@ bad:
 typedef struct {
   Exec **x;        /* the chunks this rank holds, ascending */
   int n;
+  ParPool *pool; /* the rank's threads, shared by its chunks' kernels */
   SchedInstr *ins; /* this rank's instruction list for ins_m micro-batches */
   int nins, ins_m;
 } Prog;
@@ -1137,6 +1203,7 @@ static void prog_free(Prog *P) {
   }
   free(P->x);
   free(P->ins);
+  par_pool_destroy(P->pool);
   free(P);
 }
 
@@ -1150,9 +1217,21 @@ static void *exec_create(TrainCtx *ctx, RtErr *e) {
     goto bad;
   }
   if (read_rank_entry(ctx->art, ctx->comm->world_rank, cf, &n, &wire, e) < 0) goto bad;
+  /* no pool, no hook: one thread, the generated code calls its ranges itself */
+  P->pool = par_pool_create(ctx->nthreads);
+  int64_t par_min = parallel_min();
   for (int i = 0; i < n; i++) {
     if (!(P->x[i] = chunk_create(ctx, &cf[i], i, wire, e))) goto bad;
     P->n = i + 1;
+    P->x[i]->pool = P->pool;
+    P->x[i]->par_min = par_min;
+    P->x[i]->hctx.parallel = P->pool ? nx_parallel : NULL;
+    if (P->pool && P->x[i]->dl && !blas_set_threads_fn)
+      *(void **)&blas_set_threads_fn = dlsym(P->x[i]->dl, "openblas_set_num_threads");
+    if (P->pool && blas_set_threads_fn && P->x[i]->host.sgemm) {
+      P->x[i]->host.par_for = nx_attn_par_for;
+      P->x[i]->host.par = P->x[i];
+    }
     if (i && P->x[i]->chunk <= P->x[i - 1]->chunk) {
       fail(e, "%s: ranks[%d].chunks: not in ascending chunk order", ctx->art->manifest_path, ctx->comm->world_rank);
       goto bad;

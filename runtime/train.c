@@ -950,6 +950,7 @@ static int setup(Run *R, RtErr *e) {
   R->ctx.art = a;
   R->ctx.comm = R->c;
   R->ctx.device = R->o->device;
+  R->ctx.nthreads = R->o->nthreads;
   if (R->o->profile) {
     if (!(R->prof = prof_new(R->o->profile_cap))) return rt_fail(e, "out of memory for the profile");
     R->profiler.self = R->prof;

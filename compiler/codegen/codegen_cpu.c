@@ -306,6 +306,7 @@ typedef struct {
   LLVMValueRef span;             /* hpd_ctx.kernel_span, loaded at entry */
   LLVMValueRef *ptr;             /* per node: i8* */
   LLVMValueRef arg_arr, out_arr; /* i8*[] for CALLs */
+  LLVMValueRef par_env;          /* i8*[3]: a gradient sum's range (emit_accumulate) */
   int max_call_args, max_call_outs;
 } Host;
 
@@ -557,8 +558,51 @@ static void emit_call(Host *h, int p) {
 }
 
 /* dst[i] += src[i] over n floats (gradient accumulation). */
+/* dst[i] += src[i] for the i of blocks [lo, hi) of ACC_BLOCK values:
+ * hpd.acc.range(i8 **env, lo, hi) over env = {dst, src, (i8 *)n}, a range
+ * of hpd_ctx.parallel. Each value is one addition wherever it runs. */
+enum { ACC_BLOCK = 4096, ACC_PARALLEL_MIN = 2 * ACC_BLOCK };
+
+static LLVMValueRef acc_range_fn(CgCpu *cg) {
+  if (cg->fn_acc_range) return cg->fn_acc_range;
+  LLVMBasicBlockRef here = LLVMGetInsertBlock(cg->b);
+  LLVMTypeRef rp[3] = {cg->tp8, cg->ti64, cg->ti64};
+  LLVMValueRef fn = cg_add_function(cg, "hpd.acc.range", cg->ti32, rp, 3, 1);
+  LLVMPositionBuilderAtEnd(cg->b, LLVMAppendBasicBlockInContext(cg->ctx, fn, "entry"));
+  LLVMValueRef env = LLVMBuildBitCast(cg->b, LLVMGetParam(fn, 0), cg->tpp8, "env");
+  LLVMValueRef f[3];
+  for (int i = 0; i < 3; i++) f[i] = LLVMBuildLoad2(cg->b, cg->tp8, cg_gep(cg, cg->tp8, env, cg_i64(cg, i), ""), "");
+  LLVMValueRef d = LLVMBuildBitCast(cg->b, f[0], cg->tpf32, "dst"), s = LLVMBuildBitCast(cg->b, f[1], cg->tpf32, "src");
+  LLVMValueRef n = LLVMBuildPtrToInt(cg->b, f[2], cg->ti64, "n");
+  LLVMValueRef start = LLVMBuildMul(cg->b, LLVMGetParam(fn, 1), cg_i64(cg, ACC_BLOCK), "start");
+  LLVMValueRef end = LLVMBuildMul(cg->b, LLVMGetParam(fn, 2), cg_i64(cg, ACC_BLOCK), "");
+  end = LLVMBuildSelect(cg->b, LLVMBuildICmp(cg->b, LLVMIntSGT, end, n, ""), n, end, "end");
+  CgLoop l;
+  cg_loop_open(cg, &l, LLVMBuildSub(cg->b, end, start, ""), 0, NULL, "acc");
+  LLVMValueRef i = LLVMBuildAdd(cg->b, start, l.iv, "");
+  LLVMValueRef pd = cg_gep(cg, cg->tf32, d, i, ""), ps = cg_gep(cg, cg->tf32, s, i, "");
+  LLVMValueRef v =
+      LLVMBuildFAdd(cg->b, LLVMBuildLoad2(cg->b, cg->tf32, pd, ""), LLVMBuildLoad2(cg->b, cg->tf32, ps, ""), "");
+  LLVMBuildStore(cg->b, v, pd);
+  cg_loop_close(cg, &l, NULL, 0, NULL);
+  LLVMBuildRet(cg->b, cg_i32(cg, 0));
+  LLVMPositionBuilderAtEnd(cg->b, here);
+  return cg->fn_acc_range = fn;
+}
+
+/* dst[0 .. n) += src[0 .. n): a gradient output added into its slot; a
+ * large one (the tied embedding's, a block's weights) on the rank's threads. */
 static void emit_accumulate(Host *h, LLVMValueRef dst8, LLVMValueRef src8, int64_t n) {
   CgCpu *cg = h->cg;
+  if (n >= ACC_PARALLEL_MIN) {
+    LLVMValueRef env = LLVMBuildBitCast(cg->b, h->par_env, cg->tpp8, "");
+    LLVMValueRef f[3] = {dst8, src8, LLVMBuildIntToPtr(cg->b, cg_i64(cg, n), cg->tp8, "")};
+    for (int i = 0; i < 3; i++) LLVMBuildStore(cg->b, f[i], cg_gep(cg, cg->tp8, env, cg_i64(cg, i), ""));
+    /* the range never fails: the status is always 0 */
+    cg_parallel(cg, h->ctxp, acc_range_fn(cg), LLVMBuildBitCast(cg->b, env, cg->tp8, ""),
+                cg_i64(cg, (n + ACC_BLOCK - 1) / ACC_BLOCK), cg_i64(cg, 3 * n));
+    return;
+  }
   LLVMValueRef d = LLVMBuildBitCast(cg->b, dst8, cg->tpf32, ""), s = LLVMBuildBitCast(cg->b, src8, cg->tpf32, "");
   CgLoop l;
   cg_loop_open(cg, &l, cg_i64(cg, n), 0, NULL, "acc");
@@ -624,6 +668,7 @@ static void build_host(CgCpu *cg, int gi, LLVMValueRef fn, int part) {
     }
   h.arg_arr = LLVMBuildAlloca(cg->b, LLVMArrayType(cg->tp8, (unsigned)maxa), "call.args");
   h.out_arr = LLVMBuildAlloca(cg->b, LLVMArrayType(cg->tp8, (unsigned)maxo), "call.outs");
+  h.par_env = LLVMBuildAlloca(cg->b, LLVMArrayType(cg->tp8, 3), "acc.env");
   for (int p = 0; p < fg->nkernels && !cg->failed; p++) {
     const FuseKernel *K = &fg->kernels[p];
     if (part >= 0 && fuse_kernel_part(fg, p) != part) {
@@ -883,6 +928,11 @@ static void init_types(CgCpu *cg) {
   LLVMTypeRef sp[4] = {cg->tpctx, cg->ti32, cg->ti32, cg->ti32};
   cg->tspan = LLVMFunctionType(LLVMVoidTypeInContext(c), sp, 4, 0);
   f[CG_CTX_KERNEL_SPAN] = LLVMPointerType(cg->tspan, 0);
+  LLVMTypeRef rp[3] = {cg->tp8, cg->ti64, cg->ti64};
+  cg->trange = LLVMFunctionType(cg->ti32, rp, 3, 0);
+  LLVMTypeRef pp[5] = {cg->tpctx, cg->ti64, cg->ti64, LLVMPointerType(cg->trange, 0), cg->tp8};
+  cg->tparallel = LLVMFunctionType(cg->ti32, pp, 5, 0);
+  f[CG_CTX_PARALLEL] = LLVMPointerType(cg->tparallel, 0);
   LLVMStructSetBody(cg->tctx, f, CG_CTX_NFIELDS, 0);
   cg->tkern_entry = LLVMFunctionType(cg->ti32, &cg->tpp8, 1, 0);
   cg->md_loop = LLVMGetMDKindIDInContext(c, "llvm.loop", 9);

@@ -88,6 +88,9 @@ typedef struct CgCpu {
   LLVMTypeRef tctx, tpctx, tcoll[4], tpcoll[4];
   LLVMTypeRef tkern_entry; /* i32 (i8**) */
   LLVMTypeRef tspan;       /* void (hpd_ctx *, i32 graph, i32 kernel, i32 end): hpd_ctx.kernel_span */
+  LLVMTypeRef trange;      /* i32 (i8 *env, i64 lo, i64 hi): a range of a parallel loop */
+  LLVMTypeRef tparallel;   /* i32 (hpd_ctx *, i64 n, i64 work, trange *, i8 *env): hpd_ctx.parallel */
+  LLVMValueRef fn_acc_range; /* the gradient sum's range (codegen_cpu.c), made on first use */
   unsigned md_loop;
   /* helpers made on first use */
   LLVMValueRef fn_exp, fn_log, fn_tanh, fn_sgemm, fn_pow64, fn_cos64, fn_sin64;
@@ -114,7 +117,17 @@ typedef struct {
   LLVMValueRef status_fail; /* block-less: set via cg_kernel_fail */
   LLVMBasicBlockRef fail_bb;
   NestKernel nk;            /* the kernel as the nest builder (nest.h) sees it */
+  /* A kernel whose rows run on the rank's threads (hpd_ctx.parallel) is
+   * built as a body over a range of its partitioned loop: while the body is
+   * built, part_lo / part_hi are its range parameters (units of part_unit
+   * iterations of the loop part_where / part_axis names), else NULL. */
+  int part_where, part_axis;
+  int64_t part_unit;
+  LLVMValueRef part_lo, part_hi;
 } CgKern;
+
+/* Which loop of a kernel body runs over the body's range (CgKern.part_where). */
+enum { CG_PART_NONE, CG_PART_OUTER, CG_PART_SWEEP, CG_PART_TILE, CG_PART_COLUMN, CG_PART_ROWS };
 
 /* ---- errors ---- */
 void cg_fail(CgCpu *cg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -156,8 +169,13 @@ enum {
   CG_CTX_CALL_EXTERN,
   CG_CTX_HOST_OP,
   CG_CTX_KERNEL_SPAN,
+  CG_CTX_PARALLEL,
   CG_CTX_NFIELDS
 };
+/* Calls hpd_ctx.parallel(ctx, nunits, work, range, env8), or range(env8, 0,
+ * nunits) when the runtime set no hook; returns the i32 status. */
+LLVMValueRef cg_parallel(CgCpu *cg, LLVMValueRef ctxp, LLVMValueRef range, LLVMValueRef env8, LLVMValueRef nunits,
+                         LLVMValueRef work);
 /* i32 (hpd_ctx *, i32 index, i32 grad, i8 **bufs): hpd_ctx.call_extern */
 LLVMTypeRef cg_extern_hook_type(CgCpu *cg);
 

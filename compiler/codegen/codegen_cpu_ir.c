@@ -80,6 +80,30 @@ LLVMTypeRef cg_extern_hook_type(CgCpu *cg) {
 
 static LLVMTypeRef ctx_field_type(CgCpu *cg, int field) { return LLVMStructGetTypeAtIndex(cg->tctx, (unsigned)field); }
 
+LLVMValueRef cg_parallel(CgCpu *cg, LLVMValueRef ctxp, LLVMValueRef range, LLVMValueRef env8, LLVMValueRef nunits,
+                         LLVMValueRef work) {
+  LLVMValueRef hook = cg_ctx_field(cg, ctxp, CG_CTX_PARALLEL, "parallel");
+  LLVMValueRef fn = LLVMGetBasicBlockParent(LLVMGetInsertBlock(cg->b));
+  LLVMBasicBlockRef inline_bb = LLVMAppendBasicBlockInContext(cg->ctx, fn, "par.inline");
+  LLVMBasicBlockRef hook_bb = LLVMAppendBasicBlockInContext(cg->ctx, fn, "par.hook");
+  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(cg->ctx, fn, "par.done");
+  LLVMBuildCondBr(cg->b, LLVMBuildIsNull(cg->b, hook, ""), inline_bb, hook_bb);
+  LLVMPositionBuilderAtEnd(cg->b, inline_bb);
+  LLVMValueRef ra[3] = {env8, cg_i64(cg, 0), nunits};
+  LLVMValueRef rc0 = LLVMBuildCall2(cg->b, cg->trange, range, ra, 3, "rc");
+  LLVMBuildBr(cg->b, done);
+  LLVMPositionBuilderAtEnd(cg->b, hook_bb);
+  LLVMValueRef ha[5] = {ctxp, nunits, work, range, env8};
+  LLVMValueRef rc1 = LLVMBuildCall2(cg->b, cg->tparallel, hook, ha, 5, "rc");
+  LLVMBuildBr(cg->b, done);
+  LLVMPositionBuilderAtEnd(cg->b, done);
+  LLVMValueRef rc = LLVMBuildPhi(cg->b, cg->ti32, "rc");
+  LLVMValueRef v[2] = {rc0, rc1};
+  LLVMBasicBlockRef bb[2] = {inline_bb, hook_bb};
+  LLVMAddIncoming(rc, v, bb, 2);
+  return rc;
+}
+
 LLVMValueRef cg_ctx_field(CgCpu *cg, LLVMValueRef ctxp, int field, const char *name) {
   LLVMValueRef p = LLVMBuildStructGEP2(cg->b, cg->tctx, ctxp, (unsigned)field, "");
   return LLVMBuildLoad2(cg->b, ctx_field_type(cg, field), p, name);

@@ -230,6 +230,29 @@ static LLVMValueRef aff_eval(Nest *N, const Aff *a) {
   return v;
 }
 
+/* Opens a loop of `trip` iterations and returns its index; when `part` is
+ * set and a kernel body is being built (k->part_lo), the loop runs over the
+ * body's range only: units [lo, hi) of part_unit iterations (the last unit
+ * short). */
+static LLVMValueRef open_part_loop(CgKern *k, CgLoop *l, int64_t trip, int part, int ncarry, const LLVMValueRef *init,
+                                  const char *name) {
+  CgCpu *cg = k->cg;
+  if (!part || !k->part_lo) {
+    cg_loop_open(cg, l, cg_i64(cg, trip), ncarry, init, name);
+    return l->iv;
+  }
+  LLVMValueRef unit = cg_i64(cg, k->part_unit);
+  LLVMValueRef start = k->part_unit == 1 ? k->part_lo : mul64(cg, k->part_lo, unit);
+  LLVMValueRef end = k->part_hi;
+  if (k->part_unit != 1) {
+    end = mul64(cg, k->part_hi, unit);
+    LLVMValueRef over = LLVMBuildICmp(cg->b, LLVMIntSGT, end, cg_i64(cg, trip), "");
+    end = LLVMBuildSelect(cg->b, over, cg_i64(cg, trip), end, "end");
+  }
+  cg_loop_open(cg, l, LLVMBuildSub(cg->b, end, start, "count"), ncarry, init, name);
+  return add64(cg, start, l->iv);
+}
+
 /* ---- evaluation ---- */
 
 static LLVMValueRef splitmix_step(CgCpu *cg, LLVMValueRef s, LLVMValueRef *state_out) {
@@ -419,11 +442,12 @@ static int columns_ok(Nest *N, int nsw, int64_t *inner) {
 /* Opens loops over the new axes of one set (ascending), recording their
  * indices; returns how many. */
 static int open_set(Nest *N, CgLoop *l, int set, const char *name) {
+  CgKern *k = N->src->be;
   int n = 0;
   for (int t = 0; t < N->na; t++)
     if (N->aset[t] == set) {
-      cg_loop_open(((CgKern *)N->src->be)->cg, &l[n], cg_i64(((CgKern *)N->src->be)->cg, N->adim[t]), 0, NULL, name);
-      N->iv[t] = l[n++].iv;
+      int part = k->part_where == CG_PART_COLUMN && k->part_axis == t;
+      N->iv[t] = open_part_loop(k, &l[n++], N->adim[t], part, 0, NULL, name);
     }
   return n;
 }
@@ -560,17 +584,18 @@ static int tile_axes(const Nest *N, int nsw, int *pa, int *pz) {
 }
 
 static void nest_emit_tiled(Nest *N, int a, int z) {
-  CgCpu *cg = ((CgKern *)N->src->be)->cg;
+  CgKern *k = N->src->be;
+  CgCpu *cg = k->cg;
   CgLoop l[IR_MAX_RANK + 4];
   int n = 0;
   for (int t = 0; t < N->na; t++)
     if (t != a && t != z) {
-      cg_loop_open(cg, &l[n], cg_i64(cg, N->adim[t]), 0, NULL, "outer");
-      N->iv[t] = l[n++].iv;
+      int part = k->part_where == CG_PART_OUTER && k->part_axis == t;
+      N->iv[t] = open_part_loop(k, &l[n++], N->adim[t], part, 0, NULL, "outer");
     }
   int64_t A = N->adim[a], Z = N->adim[z];
-  cg_loop_open(cg, &l[n++], cg_i64(cg, (A + TILE - 1) / TILE), 0, NULL, "tile.a");
-  LLVMValueRef a0 = mul64(cg, l[n - 1].iv, cg_i64(cg, TILE));
+  LLVMValueRef ta0 = open_part_loop(k, &l[n++], (A + TILE - 1) / TILE, k->part_where == CG_PART_TILE, 0, NULL, "tile.a");
+  LLVMValueRef a0 = mul64(cg, ta0, cg_i64(cg, TILE));
   cg_loop_open(cg, &l[n++], cg_i64(cg, (Z + TILE - 1) / TILE), 0, NULL, "tile.z");
   LLVMValueRef z0 = mul64(cg, l[n - 1].iv, cg_i64(cg, TILE));
   LLVMValueRef ra = LLVMBuildSub(cg->b, cg_i64(cg, A), a0, ""), rz = LLVMBuildSub(cg->b, cg_i64(cg, Z), z0, "");
@@ -588,15 +613,11 @@ static void nest_emit_tiled(Nest *N, int a, int z) {
   for (int t = 0; t < N->na; t++) N->iv[t] = NULL;
 }
 
-/* Emits the nest at the builder's position. */
-static void nest_emit(Nest *N) {
-  CgKern *k = N->src->be;
-  CgCpu *cg = k->cg;
-  if (cg->failed) return;
-  for (int j = 0; j < N->R; j++)
-    if (N->D[j] == 0) return; /* an empty space: nothing to do */
+/* Collapses the nest's axes, gives each full store its sweep and marks the
+ * row-level divisors; returns the number of sweeps. No code: the planner
+ * below and nest_emit both start with it (it can run twice). */
+static int nest_shape(Nest *N) {
   nest_collapse(N);
-  /* the sweep of each full store; the number of sweeps */
   int nsw = 0;
   for (int i = 0; i < N->nx; i++)
     if (N->x[i].kind == X_RED && N->x[i].level > nsw) nsw = N->x[i].level;
@@ -609,6 +630,81 @@ static void nest_emit(Nest *N) {
     X *x = &N->x[i];
     if (x->kind == X_BIN && x->op == IR_DIV && x->full && !N->x[x->b].full) N->x[x->b].recip = 1;
   }
+  return nsw;
+}
+
+/* An elementwise loop over one collapsed axis runs on the threads in
+ * blocks of this many points: 16 KiB of fp32, whole cache lines and vector
+ * bodies for every range but the last; the column schedule's columns in
+ * blocks of COLUMNS_BLOCK (a cache line's 16 floats, four times). */
+enum { ROWS_BLOCK = 4096, COLUMNS_BLOCK = 64 };
+
+/* Which loop of the nest can run over a range on each of the rank's
+ * threads, with every iteration's stores its own: the outermost loop of
+ * rows (or of tiles of a transpose), or, in an elementwise loop without
+ * rows, the first axis (in blocks of ROWS_BLOCK when it is the only one).
+ * The column schedule (a bias gradient: sums over the rows) splits its
+ * columns instead: each column still adds its rows in order on one
+ * thread, so the sums are the same bits for any split. Not a reduction
+ * over the whole space. Sets k->part_where / part_axis /
+ * part_unit, the units to split (*nunits) and about how many values a call
+ * reads and writes (*work); returns 0 when no loop qualifies. */
+static int nest_rows_plan(Nest *N, int64_t *nunits, int64_t *work) {
+  CgKern *k = N->src->be;
+  for (int j = 0; j < N->R; j++)
+    if (N->D[j] == 0) return 0;
+  int nsw = nest_shape(N);
+  int where = CG_PART_NONE, axis = -1;
+  int64_t unit = 1, trip = 0;
+  int ta, tz;
+  int64_t inner;
+  if (tile_axes(N, nsw, &ta, &tz)) {
+    for (int t = 0; t < N->na && axis < 0; t++)
+      if (t != ta && t != tz) where = CG_PART_OUTER, axis = t, trip = N->adim[t];
+    if (axis < 0) where = CG_PART_TILE, axis = ta, trip = (N->adim[ta] + TILE - 1) / TILE;
+  } else if (columns_ok(N, nsw, &inner)) {
+    int ntrail = 0;
+    for (int t = 0; t < N->na; t++)
+      if (N->aset[t] == 2 && ntrail++ == 0) where = CG_PART_COLUMN, axis = t, trip = N->adim[t];
+    unit = ntrail == 1 ? COLUMNS_BLOCK : 1;
+  } else {
+    for (int pass = 0; pass < 2 && axis < 0; pass++)
+      for (int t = 0; t < N->na && axis < 0; t++)
+        if (N->aset[t] == (pass ? 2 : 0)) where = CG_PART_OUTER, axis = t, trip = N->adim[t];
+    int reduces = 0, ng = 0;
+    for (int i = 0; i < N->nx; i++) reduces |= N->x[i].kind == X_RED;
+    for (int t = 0; t < N->na; t++) ng += N->aset[t] == 1;
+    for (int t = 0; t < N->na && axis < 0 && !reduces; t++)
+      if (N->aset[t] == 1) {
+        where = CG_PART_SWEEP, axis = t, trip = N->adim[t];
+        unit = ng == 1 ? ROWS_BLOCK : 1;
+      }
+  }
+  if (axis < 0) return 0;
+  /* every store must move with the split loop: no two ranges write one place */
+  for (int i = 0; i < N->nst; i++) {
+    const Store *s = &N->st[i];
+    if (s->add || !s->off.coef[N->alast[axis]]) return 0;
+  }
+  *nunits = (trip + unit - 1) / unit;
+  if (*nunits < 2) return 0;
+  int64_t points = 1;
+  for (int t = 0; t < N->na; t++) points *= N->adim[t];
+  *work = points * (nsw > 1 ? nsw : 1);
+  k->part_where = where;
+  k->part_axis = axis;
+  k->part_unit = unit;
+  return 1;
+}
+
+/* Emits the nest at the builder's position. */
+static void nest_emit(Nest *N) {
+  CgKern *k = N->src->be;
+  CgCpu *cg = k->cg;
+  if (cg->failed) return;
+  for (int j = 0; j < N->R; j++)
+    if (N->D[j] == 0) return; /* an empty space: nothing to do */
+  int nsw = nest_shape(N);
   /* values computed once per kernel call */
   for (int i = 0; i < N->nx; i++) {
     X *x = &N->x[i];
@@ -643,8 +739,8 @@ static void nest_emit(Nest *N) {
   for (int pass = 0; pass < 2; pass++)
     for (int t = 0; t < N->na; t++)
       if (N->aset[t] == (pass ? 2 : 0)) {
-        cg_loop_open(cg, &outer[nouter++], cg_i64(cg, N->adim[t]), 0, NULL, "outer");
-        N->iv[t] = outer[nouter - 1].iv;
+        int part = k->part_where == CG_PART_OUTER && k->part_axis == t;
+        N->iv[t] = open_part_loop(k, &outer[nouter++], N->adim[t], part, 0, NULL, "outer");
       }
   N->sweep_id++;
   outer_eval(N, 0);
@@ -668,8 +764,8 @@ static void nest_emit(Nest *N) {
     LLVMValueRef carry[CG_MAX_CARRY];
     memcpy(carry, init, sizeof(LLVMValueRef) * (size_t)nred);
     for (int q = 0; q < ng; q++) {
-      cg_loop_open(cg, &gl[q], cg_i64(cg, N->adim[gaxes[q]]), nred, carry, "sweep");
-      N->iv[gaxes[q]] = gl[q].iv;
+      int part = k->part_where == CG_PART_SWEEP && k->part_axis == gaxes[q];
+      N->iv[gaxes[q]] = open_part_loop(k, &gl[q], N->adim[gaxes[q]], part, nred, carry, "sweep");
       memcpy(carry, gl[q].phi, sizeof(LLVMValueRef) * (size_t)nred);
     }
     N->sweep_id++;
@@ -711,10 +807,121 @@ static void nest_emit(Nest *N) {
 
 /* ==== kernels by kind ==== */
 
-/* Loop, row, copy and fill kernels: the steps nest.c builds, in order. */
+/* ---- rows on the rank's threads (hpd_ctx.parallel) ----
+ *
+ * A kernel whose loop of rows can be split is built as three functions:
+ * the body `<kernel>.rows`, i32 (ctx, scratch, layer, i64 lo, i64 hi,
+ * io...), the kernel's code with that loop bounded to units [lo, hi); the
+ * range `<kernel>.range`, i32 (i8 **env, lo, hi), which calls the body with
+ * the pointers env holds; and the kernel itself, which fills env and hands
+ * the range to the runtime's hook (or calls it over every unit when the
+ * hook is NULL). The body keeps the kernel's noalias parameters, so its
+ * loops vectorise as the kernel's did. */
+typedef void (*RowsEmit)(CgKern *k, void *arg);
+
+/* Builds the body and the range of kernel k (emit writes the body's code,
+ * bounding its split loop through open_part_loop), then at the builder's
+ * position in the kernel the call over nunits units; returns its status. */
+static LLVMValueRef kernel_rows(CgKern *k, int64_t nunits, int64_t work, RowsEmit emit, void *arg) {
+  CgCpu *cg = k->cg;
+  int nio = k->K->ninputs + k->K->noutputs;
+  const char *kname = LLVMGetValueName(k->fn);
+  char name[224];
+  LLVMTypeRef *pt = xalloc_calloc((size_t)nio + 5, sizeof(LLVMTypeRef));
+  pt[0] = cg->tpctx;
+  pt[1] = cg->tp8;
+  pt[2] = cg->ti64;
+  pt[3] = cg->ti64;
+  pt[4] = cg->ti64;
+  for (int i = 0; i < nio; i++) pt[5 + i] = cg->tp8;
+  snprintf(name, sizeof name, "%s.rows", kname);
+  LLVMValueRef body = cg_add_function(cg, name, cg->ti32, pt, nio + 5, 1);
+  free(pt);
+  cg_fn_attr(cg, body, "noinline");
+  for (int i = 0; i < nio; i++) cg_param_attr(cg, body, (unsigned)(5 + i), "noalias");
+  /* the body: k's function and parameters are the body's while emit runs */
+  LLVMBasicBlockRef here = LLVMGetInsertBlock(cg->b);
+  CgKern outer = *k;
+  LLVMValueRef *bio = xalloc_calloc((size_t)nio + 1, sizeof(LLVMValueRef));
+  for (int i = 0; i < nio; i++) bio[i] = LLVMGetParam(body, (unsigned)(5 + i));
+  k->fn = body;
+  k->ctxp = LLVMGetParam(body, 0);
+  k->scratch = LLVMGetParam(body, 1);
+  k->layer = LLVMGetParam(body, 2);
+  k->part_lo = LLVMGetParam(body, 3);
+  k->part_hi = LLVMGetParam(body, 4);
+  k->io = bio;
+  k->status_fail = NULL;
+  k->fail_bb = NULL;
+  LLVMPositionBuilderAtEnd(cg->b, LLVMAppendBasicBlockInContext(cg->ctx, body, "entry"));
+  emit(k, arg);
+  LLVMBuildRet(cg->b, cg_i32(cg, 0));
+  *k = outer;
+  free(bio);
+  /* the range: unpacks env = {ctx, scratch, layer, io...} */
+  LLVMTypeRef rp[3] = {cg->tp8, cg->ti64, cg->ti64};
+  snprintf(name, sizeof name, "%s.range", kname);
+  LLVMValueRef range = cg_add_function(cg, name, cg->ti32, rp, 3, 1);
+  LLVMPositionBuilderAtEnd(cg->b, LLVMAppendBasicBlockInContext(cg->ctx, range, "entry"));
+  LLVMValueRef env = LLVMBuildBitCast(cg->b, LLVMGetParam(range, 0), cg->tpp8, "env");
+  LLVMValueRef *a = xalloc_calloc((size_t)nio + 5, sizeof(LLVMValueRef));
+  for (int i = 0; i < nio + 3; i++) {
+    LLVMValueRef v = LLVMBuildLoad2(cg->b, cg->tp8, cg_gep(cg, cg->tp8, env, cg_i64(cg, i), ""), "");
+    int at = i < 3 ? i : i + 2;
+    a[at] = i == 0 ? LLVMBuildBitCast(cg->b, v, cg->tpctx, "ctx") : i == 2 ? LLVMBuildPtrToInt(cg->b, v, cg->ti64, "layer") : v;
+  }
+  a[3] = LLVMGetParam(range, 1);
+  a[4] = LLVMGetParam(range, 2);
+  LLVMBuildRet(cg->b, cg_call(cg, body, a, nio + 5, "rc"));
+  free(a);
+  /* the kernel: env on its stack, then the hook */
+  LLVMPositionBuilderAtEnd(cg->b, here);
+  LLVMValueRef envp = LLVMBuildAlloca(cg->b, LLVMArrayType(cg->tp8, (unsigned)(nio + 3)), "env");
+  LLVMValueRef env8 = LLVMBuildBitCast(cg->b, envp, cg->tpp8, "");
+  for (int i = 0; i < nio + 3; i++) {
+    LLVMValueRef v = i == 0   ? LLVMBuildBitCast(cg->b, k->ctxp, cg->tp8, "")
+                     : i == 1 ? k->scratch
+                     : i == 2 ? LLVMBuildIntToPtr(cg->b, k->layer, cg->tp8, "")
+                              : k->io[i - 3];
+    LLVMBuildStore(cg->b, v, cg_gep(cg, cg->tp8, env8, cg_i64(cg, i), ""));
+  }
+  return cg_parallel(cg, k->ctxp, range, LLVMBuildBitCast(cg->b, env8, cg->tp8, ""), cg_i64(cg, nunits),
+                     cg_i64(cg, work));
+}
+
+/* Returns 1 from the kernel when rc is not 0 (the body set ctx->error). */
+static void return_if_failed(CgKern *k, LLVMValueRef rc) {
+  CgCpu *cg = k->cg;
+  LLVMBasicBlockRef bad = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "rows.failed");
+  LLVMBasicBlockRef ok = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "rows.ok");
+  LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntNE, rc, cg_i32(cg, 0), ""), bad, ok);
+  LLVMPositionBuilderAtEnd(cg->b, bad);
+  LLVMBuildRet(cg->b, cg_i32(cg, 1));
+  LLVMPositionBuilderAtEnd(cg->b, ok);
+}
+
+static void emit_nest_rows(CgKern *k, void *arg) {
+  (void)k;
+  nest_emit(arg);
+}
+
+/* Loop, row, copy and fill kernels: the steps nest.c builds, in order. A
+ * kernel of one nest whose rows split (nest_rows_plan) runs them on the
+ * rank's threads. */
 static void kernel_nest(CgKern *k) {
   NestSteps S;
   nest_build_steps(&S, &k->nk);
+  if (S.n == 1 && S.step[0].zero_value < 0) {
+    Nest *N = &S.step[0].nest;
+    if (S.step[0].loop_row) N->scratch_bytes = cg_kernel_scratch(k->cg, k->gi, k->kp);
+    int64_t nunits, work;
+    if (nest_rows_plan(N, &nunits, &work)) {
+      return_if_failed(k, kernel_rows(k, nunits, work, emit_nest_rows, N));
+      k->part_where = CG_PART_NONE;
+      nest_free_steps(&S);
+      return;
+    }
+  }
   for (int i = 0; i < S.n; i++) {
     NestStep *st = &S.step[i];
     if (st->zero_value >= 0) {
@@ -961,8 +1168,18 @@ static void special_rope(CgKern *k, const IrNode *n, int id) {
   cg_loop_close(cg, &lb, NULL, 0, NULL);
 }
 
-static void special_cross_entropy(CgKern *k, const IrNode *n, int id) {
+typedef struct {
+  const IrNode *n;
+  int id;
+} CeRows;
+
+/* Rows [lo, hi) of a cross-entropy (row p's loss, lse - x[target] in
+ * double, into the scratch's p-th double) or of its backward (row p's
+ * gradient): every row on its own, so they split over the threads. */
+static void ce_rows(CgKern *k, void *arg) {
   CgCpu *cg = k->cg;
+  const IrNode *n = ((const CeRows *)arg)->n;
+  int id = ((const CeRows *)arg)->id;
   int bwd = n->op == IR_CROSS_ENTROPY_BWD;
   int xs = mem_of(k, n->in[0]), ts = mem_of(k, n->in[1]);
   const IrNode *xn = nd(k, xs), *tn = nd(k, ts);
@@ -978,10 +1195,9 @@ static void special_cross_entropy(CgKern *k, const IrNode *n, int id) {
     scale = LLVMBuildFDiv(cg->b, dl, cg_f32(cg, (double)P), "scale");
   }
   CgLoop lp;
-  LLVMValueRef init = cg_f64(cg, 0), total;
-  cg_loop_open(cg, &lp, cg_i64(cg, P), bwd ? 0 : 1, &init, "row");
-  LLVMValueRef base = mul64(cg, lp.iv, cg_i64(cg, V));
-  LLVMValueRef tgt = load_index(k, tp, tn->dtype, lp.iv);
+  LLVMValueRef row = open_part_loop(k, &lp, P, 1, 0, NULL, "row");
+  LLVMValueRef base = mul64(cg, row, cg_i64(cg, V));
+  LLVMValueRef tgt = load_index(k, tp, tn->dtype, row);
   LLVMValueRef bad = LLVMBuildOr(cg->b, LLVMBuildICmp(cg->b, LLVMIntSLT, tgt, cg_i64(cg, 0), ""),
                                  LLVMBuildICmp(cg->b, LLVMIntSGE, tgt, cg_i64(cg, V), ""), "");
   fail_if(k, bad, fail);
@@ -989,10 +1205,9 @@ static void special_cross_entropy(CgKern *k, const IrNode *n, int id) {
   LLVMValueRef tat = add64(cg, base, tgt);
   if (!bwd) {
     LLVMValueRef xt = LLVMBuildFPExt(cg->b, load_f32(k, xp, xn->dtype, tat), cg->tf64, "");
-    LLVMValueRef nt = LLVMBuildFAdd(cg->b, lp.phi[0], LLVMBuildFSub(cg->b, lse, xt, ""), "");
-    cg_loop_close(cg, &lp, &nt, 0, &total);
-    LLVMValueRef mean = LLVMBuildFDiv(cg->b, total, cg_f64(cg, (double)P), "");
-    store_f32(k, out, n->dtype, cg_i64(cg, 0), LLVMBuildFPTrunc(cg->b, mean, cg->tf32, ""));
+    LLVMValueRef losses = LLVMBuildBitCast(cg->b, k->scratch, cg->tpf64, "losses");
+    LLVMBuildStore(cg->b, LLVMBuildFSub(cg->b, lse, xt, ""), cg_gep(cg, cg->tf64, losses, row, ""));
+    cg_loop_close(cg, &lp, NULL, 0, NULL);
     return;
   }
   LLVMValueRef lse32 = LLVMBuildFPTrunc(cg->b, lse, cg->tf32, "");
@@ -1005,6 +1220,29 @@ static void special_cross_entropy(CgKern *k, const IrNode *n, int id) {
   LLVMValueRef et = cg_exp(cg, LLVMBuildFSub(cg->b, load_f32(k, xp, xn->dtype, tat), lse32, ""));
   store_f32(k, out, n->dtype, tat, LLVMBuildFMul(cg->b, scale, LLVMBuildFSub(cg->b, et, cg_f32(cg, 1.0), ""), ""));
   cg_loop_close(cg, &lp, NULL, 0, NULL);
+}
+
+/* Cross-entropy and its backward: the rows on the rank's threads; the
+ * forward's mean then adds the rows' losses in row order in double, on
+ * one thread, so the loss is the same for any thread count. */
+static void special_cross_entropy(CgKern *k, const IrNode *n, int id) {
+  CgCpu *cg = k->cg;
+  int64_t V = nd(k, n->in[0])->dims[nd(k, n->in[0])->rank - 1], P = numel(nd(k, mem_of(k, n->in[1])));
+  CeRows arg = {n, id};
+  k->part_where = CG_PART_ROWS;
+  k->part_unit = 1;
+  return_if_failed(k, kernel_rows(k, P, (n->op == IR_CROSS_ENTROPY_BWD ? 3 : 2) * P * V, ce_rows, &arg));
+  k->part_where = CG_PART_NONE;
+  if (n->op == IR_CROSS_ENTROPY_BWD) return;
+  LLVMValueRef losses = LLVMBuildBitCast(cg->b, k->scratch, cg->tpf64, "losses");
+  CgLoop lp;
+  LLVMValueRef init = cg_f64(cg, 0), total;
+  cg_loop_open(cg, &lp, cg_i64(cg, P), 1, &init, "mean");
+  LLVMValueRef l = LLVMBuildLoad2(cg->b, cg->tf64, cg_gep(cg, cg->tf64, losses, lp.iv, ""), "");
+  LLVMValueRef nt = LLVMBuildFAdd(cg->b, lp.phi[0], l, "");
+  cg_loop_close(cg, &lp, &nt, 0, &total);
+  LLVMValueRef mean = LLVMBuildFDiv(cg->b, total, cg_f64(cg, (double)P), "");
+  store_f32(k, val_ptr(k, id), n->dtype, cg_i64(cg, 0), LLVMBuildFPTrunc(cg->b, mean, cg->tf32, ""));
 }
 
 static void special_pick(CgKern *k, const IrNode *n, int id) {
@@ -1322,6 +1560,7 @@ int64_t cg_kernel_scratch(CgCpu *cg, int gi, int kp) {
     }
   const IrNode *n = &g->nodes[id];
   if (n->op == IR_ROPE && n->rank == 4) return 2 * n->dims[2] * (n->dims[3] / 2) * 4;
+  if (n->op == IR_CROSS_ENTROPY) return ir_numel(&g->nodes[n->in[1]]) * 8; /* the rows' losses, summed in order */
   if (n->op == IR_ALL_GATHER) return ir_numel(n) * 4;
   if (n->op == IR_REDUCE_SCATTER && n->nin) return ir_numel(&g->nodes[n->in[0]]) * 4;
   return 0;

@@ -563,6 +563,41 @@ def case_native():
     compare("pp2 kernels' artifact with HPDL_EXECUTOR=interp", got, reference(art))
 
 
+def case_native_threads():
+    # the generated kernels' rows on the rank's threads (hpd_ctx.parallel, runtime/pool.c):
+    # every loss, gradient norm and checkpoint byte the same at 1, 2 and 3 threads, with
+    # HPDL_PARALLEL_MIN=0 splitting every splittable loop however small (ranges of one row)
+    # and at the default threshold; odd sizes so that ranges are uneven
+    for name, defs in (("even", DEFS), ("odd", ["-D", "C=48", "-D", "T=13", "-D", "L=2", "-D", "H=3"])):
+        art, p = compile_art("art-threads-" + name, [], executor="auto", defs=defs)
+        ex = json.load(open(os.path.join(art, "manifest.json")))["program"]["executor"]
+        if ex == "interp":
+            print("skipped: the CPU back end is not built into this hpdlc: " + p.stderr.strip())
+            sys.exit(SKIP)
+        nm = shutil.which("nm")
+        if nm:  # the splittable kernels are there: a body and a range each
+            syms = run([nm, os.path.join(art, "stage0.so")]).stdout
+            ranges = [ln.split()[-1] for ln in syms.splitlines() if ln.endswith(".range")]
+            kinds = {r.split(".")[-2] for r in ranges}
+            check({"row", "loop", "copy", "special"} <= kinds, f"{name}: split kernels of kinds {sorted(kinds)}")
+        runs = {}
+        for threads, least in ((1, "0"), (2, "0"), (3, "0"), (2, None)):
+            tag = f"threads-{name}-{threads}-{least or 'default'}"
+            ck = work(tag + "-ckpt")
+            shutil.rmtree(ck, ignore_errors=True)
+            env = {"HPDL_PARALLEL_MIN": least} if least else None
+            got, _ = train(art, tag, steps=10, extra=["--threads", str(threads), "--checkpoint-dir", ck], env=env)
+            files = sorted(f for f in os.listdir(ck) if f.endswith(".safetensors"))
+            check(files, f"{tag}: no checkpoint")
+            with open(os.path.join(ck, files[-1]), "rb") as f:
+                runs[tag] = ([(r["loss"], r["grad_norm"]) for r in got], f.read())
+        first = next(iter(runs))
+        for tag, (steps, blob) in runs.items():
+            check(steps == runs[first][0], f"{tag}: losses / gradient norms differ from {first}: {steps} {runs[first][0]}")
+            check(blob == runs[first][1], f"{tag}: the checkpoint's bytes differ from {first}'s")
+        print(f"{name}: {len(runs)} runs, 10 steps each, identical (loss {runs[first][0][-1][0]})")
+
+
 def case_qwen3_window():
     # Qwen3's attention (a head width of 16 over C / H = 8, RMSNorm of queries and keys,
     # grouped queries) with a sliding window of 5 keys over 16, at tp 2 x cp 2 (the window

@@ -108,7 +108,9 @@ def case_gpt2():
         rows, j = compare_json(out, check_trace)
     check(abs(step_e) <= 0.15, f"step: the calibrated plan is off by {step_e * 100:+.1f}% (limit 15%)")
     e0 = base["step"]["predicted_s"] / base["step"]["measured_s"] - 1
-    check(abs(e0) > 0.5, f"the uncalibrated plan is already within 50% ({e0 * 100:+.1f}%): the test shows nothing on this machine")
+    # 40%: the catalog laptop's plan was 52.6% off this step on the 2-core VM before the
+    # kernels' rows ran on the rank's threads (issue 16), 49.2% after
+    check(abs(e0) > 0.4, f"the uncalibrated plan is already within 40% ({e0 * 100:+.1f}%): the test shows nothing on this machine")
 
 
 def case_errors():
