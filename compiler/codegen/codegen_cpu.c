@@ -321,15 +321,7 @@ static void store_slot(Host *h, LLVMValueRef arr, int64_t i, LLVMValueRef v) {
 }
 
 /* if (rc != 0) return rc; */
-static void check_rc(Host *h, LLVMValueRef rc) {
-  CgCpu *cg = h->cg;
-  LLVMBasicBlockRef bad = LLVMAppendBasicBlockInContext(cg->ctx, h->fn, "failed");
-  LLVMBasicBlockRef ok = LLVMAppendBasicBlockInContext(cg->ctx, h->fn, "ok");
-  LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntNE, rc, cg_i32(cg, 0), ""), bad, ok);
-  LLVMPositionBuilderAtEnd(cg->b, bad);
-  LLVMBuildRet(cg->b, rc);
-  LLVMPositionBuilderAtEnd(cg->b, ok);
-}
+static void check_rc(Host *h, LLVMValueRef rc) { cg_return_if_failed(h->cg, h->fn, rc, rc); }
 
 /* The buffer node v is computed into (a null pointer for a CONST the
  * memory plan made an immediate: only kernels that inline it read it). */

@@ -146,6 +146,8 @@ LLVMValueRef cg_call(CgCpu *cg, LLVMValueRef fn, LLVMValueRef *args, int n, cons
 LLVMValueRef cg_gep(CgCpu *cg, LLVMTypeRef elem, LLVMValueRef ptr, LLVMValueRef idx, const char *name);
 LLVMValueRef cg_byte_ptr(CgCpu *cg, LLVMValueRef base, LLVMValueRef offset_bytes, const char *name);
 LLVMValueRef cg_ctx_field(CgCpu *cg, LLVMValueRef ctxp, int field, const char *name);
+/* In function fn: if (rc != 0) return ret; (rc, ret: i32) */
+void cg_return_if_failed(CgCpu *cg, LLVMValueRef fn, LLVMValueRef rc, LLVMValueRef ret);
 LLVMValueRef cg_ctx_group(CgCpu *cg, LLVMValueRef ctxp, int field, int group); /* rank / size, i64 */
 void cg_memcpy(CgCpu *cg, LLVMValueRef dst, LLVMValueRef src, LLVMValueRef bytes);
 void cg_memmove(CgCpu *cg, LLVMValueRef dst, LLVMValueRef src, LLVMValueRef bytes);

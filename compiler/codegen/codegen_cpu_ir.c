@@ -598,3 +598,12 @@ LLVMValueRef cg_from_f32(CgCpu *cg, LLVMValueRef v, DType t) {
   default: return v;
   }
 }
+
+void cg_return_if_failed(CgCpu *cg, LLVMValueRef fn, LLVMValueRef rc, LLVMValueRef ret) {
+  LLVMBasicBlockRef bad = LLVMAppendBasicBlockInContext(cg->ctx, fn, "failed");
+  LLVMBasicBlockRef ok = LLVMAppendBasicBlockInContext(cg->ctx, fn, "ok");
+  LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntNE, rc, cg_i32(cg, 0), ""), bad, ok);
+  LLVMPositionBuilderAtEnd(cg->b, bad);
+  LLVMBuildRet(cg->b, ret);
+  LLVMPositionBuilderAtEnd(cg->b, ok);
+}

@@ -890,15 +890,7 @@ static LLVMValueRef kernel_rows(CgKern *k, int64_t nunits, int64_t work, RowsEmi
 }
 
 /* Returns 1 from the kernel when rc is not 0 (the body set ctx->error). */
-static void return_if_failed(CgKern *k, LLVMValueRef rc) {
-  CgCpu *cg = k->cg;
-  LLVMBasicBlockRef bad = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "rows.failed");
-  LLVMBasicBlockRef ok = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "rows.ok");
-  LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntNE, rc, cg_i32(cg, 0), ""), bad, ok);
-  LLVMPositionBuilderAtEnd(cg->b, bad);
-  LLVMBuildRet(cg->b, cg_i32(cg, 1));
-  LLVMPositionBuilderAtEnd(cg->b, ok);
-}
+static void return_if_failed(CgKern *k, LLVMValueRef rc) { cg_return_if_failed(k->cg, k->fn, rc, cg_i32(k->cg, 1)); }
 
 static void emit_nest_rows(CgKern *k, void *arg) {
   (void)k;
@@ -1329,12 +1321,7 @@ static void call_hook(CgKern *k, const IrNode *n, int id, int field, int32_t a1,
   fail_if(k, LLVMBuildIsNull(cg->b, hook, ""), fail_block(k, missing));
   LLVMValueRef a[4] = {k->ctxp, cg_i32(cg, a1), cg_i32(cg, a2), bufs};
   LLVMValueRef rc = LLVMBuildCall2(cg->b, cg_extern_hook_type(cg), hook, a, 4, "rc");
-  LLVMBasicBlockRef failed = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "hook_failed");
-  LLVMBasicBlockRef ok = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "hook_ok");
-  LLVMBuildCondBr(cg->b, LLVMBuildICmp(cg->b, LLVMIntNE, rc, cg_i32(cg, 0), ""), failed, ok);
-  LLVMPositionBuilderAtEnd(cg->b, failed);
-  LLVMBuildRet(cg->b, cg_i32(cg, 1));
-  LLVMPositionBuilderAtEnd(cg->b, ok);
+  return_if_failed(k, rc);
 }
 
 /* An extern: the runtime's hook (hpd_ctx.call_extern) makes the libffi call
