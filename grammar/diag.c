@@ -23,6 +23,7 @@ struct Diag {
   int errors, printed_errors;
   int suppress; /* the last error was suppressed: drop its notes too */
   int color;
+  char last[256]; /* the newest error's message, printed or not (diag_last_error) */
 };
 
 Diag *diag_new(FILE *out) {
@@ -168,6 +169,10 @@ static void vreport(Diag *d, Span at, const char *kind, const char *color, const
 
 void diag_error(Diag *d, Span at, const char *fmt, ...) {
   d->errors++;
+  va_list keep;
+  va_start(keep, fmt);
+  vsnprintf(d->last, sizeof d->last, fmt, keep);
+  va_end(keep);
   if (d->printed_errors >= DIAG_MAX_ERRORS) {
     if (d->printed_errors == DIAG_MAX_ERRORS) {
       fprintf(d->out, "hpdlc: too many errors; stopping here\n");
@@ -210,6 +215,8 @@ void diag_hint(Diag *d, const char *fmt, ...) {
   va_end(ap);
   fputc('\n', d->out);
 }
+
+const char *diag_last_error(const Diag *d) { return d->errors ? d->last : NULL; }
 
 int diag_error_count(const Diag *d) { return d->errors; }
 int diag_saturated(const Diag *d) { return d->printed_errors >= DIAG_MAX_ERRORS; }

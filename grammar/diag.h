@@ -33,6 +33,9 @@ void diag_hint(Diag *d, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 int diag_error_count(const Diag *d);
+/* The newest error's message (without its place), printed or not (a quiet
+ * sink's, the planner's); NULL before the first. */
+const char *diag_last_error(const Diag *d);
 /* True once so many errors were printed that further ones are suppressed. */
 int diag_saturated(const Diag *d);
 void diag_set_color(Diag *d, int on);

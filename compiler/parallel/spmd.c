@@ -1128,7 +1128,7 @@ static int vocab_flow_node(Part *P, const IrGraph *g, int i, const int *ax) {
   if (out == -2) {
     diag_error(P->diag, n->span,
                "the vocabulary is padded from %" PRId64 " to %" PRId64 " rows for tensor = %" PRId64
-               " (parallel.vocab_pad), and only cross_entropy masks the padded columns; this %s reads them",
+               " (vocab_pad); this %s reads the padded logits, which only cross_entropy masks",
                P->vocab_rows, P->vocab_padded, P->size[IRG_TP], ir_op_name(n->op));
     diag_hint(P->diag, "a vocabulary that tensor divides needs no padding (%" PRId64 " rows, for one)", P->vocab_padded);
     P->failed = 1;
@@ -1165,7 +1165,7 @@ static void vocab_flow(Part *P) {
       if (ax[g->outputs[k]] >= 0) {
         diag_error(P->diag, g->nodes[g->outputs[k]].span,
                    "the vocabulary is padded from %" PRId64 " to %" PRId64 " rows for tensor = %" PRId64
-                   " (parallel.vocab_pad), and only cross_entropy masks the padded columns; this value leaves %s with them",
+                   " (vocab_pad); this value leaves %s with the padded logits, which only cross_entropy masks",
                    P->vocab_rows, P->vocab_padded, tp, g->name);
         P->failed = 1;
       }

@@ -955,10 +955,13 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
     goto done;
   }
   SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad};
+  int errors = diag_error_count(quiet_diag(c));
   part = spmd_partition(a, quiet_diag(c), global, &spec);
   if (!part) {
-    snprintf(pp->why, sizeof pp->why, "the model does not partition over tp=%" PRId64 " cp=%" PRId64 "%s", k->tp, k->cp,
-             k->sp ? " with sequence parallelism" : "");
+    /* the partitioner's reason, when it gave one (its diagnostics are quiet here) */
+    const char *reason = diag_error_count(quiet_diag(c)) > errors ? diag_last_error(quiet_diag(c)) : NULL;
+    snprintf(pp->why, sizeof pp->why, "the model does not partition over tp=%" PRId64 " cp=%" PRId64 "%s%s%s", k->tp, k->cp,
+             k->sp ? " with sequence parallelism" : "", reason ? ": " : "", reason ? reason : "");
     goto done;
   }
   /* a forward cut into pieces (no single repeat): each piece's time,
@@ -1362,7 +1365,7 @@ int64_t *plan_chunk_layers(Arena *arena, const SemModel *model, int64_t micro_ba
   FILE *sink = fopen("/dev/null", "w");
   Diag *quiet = diag_new(sink ? sink : stderr);
   PlanCtx *c = plan_new(model, quiet);
-  char err[400] = "";
+  char err[512] = "";
   int rc = -1;
   if (c) {
     PlanKey key = {micro_batch > 0 ? micro_batch : 1, tp > 0 ? tp : 1, cp > 0 ? cp : 1, tp > 1 ? sp : 0,

@@ -60,7 +60,7 @@ typedef struct PlanChunk {
 typedef struct PlanParts {
   PlanKey key;
   int valid;
-  char why[200];
+  char why[400];
   int64_t layers;        /* of the main repeat */
   int64_t units;         /* a forward cut where one value crosses (pipeline.h's by cuts): its pieces, */
   double *unit_w;        /* and each one's forward + backward time (roofline); NULL by layers */
@@ -79,7 +79,7 @@ typedef struct PlanExact {
   PlanKey key;
   int64_t K;
   int valid;
-  char why[200];
+  char why[400];
   int64_t *layers; /* [K] the split (plan_split_layers) */
   PlanChunk *ch;   /* [K] every chunk, each distinct (kind, layers) priced once */
   struct PlanExact *next;

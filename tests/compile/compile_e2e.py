@@ -403,7 +403,11 @@ def case_vocab_pad():
     d = os.path.join(ARGS.work, "art-vpad-softmax")
     p = run([tool("hpdlc"), "compile", os.path.join(HERE, "vocab_pad_softmax.hpd"), "-o", d], expect=1)
     one_error(p, "vocab_pad_softmax.hpd:12:9: error: the vocabulary is padded from 250 to 512 rows for tensor = 4",
-              "only cross_entropy masks the padded columns; this softmax reads them")
+              "this softmax reads the padded logits, which only cross_entropy masks")
+    # the planner gives the same reason for the layout it cannot price
+    p = run([tool("hpdlc"), "plan", os.path.join(HERE, "vocab_pad_softmax.hpd")], expect=1)
+    check("not valid: the model does not partition over tp=4 cp=1: the vocabulary is padded from 250 to 512 rows" in p.stdout
+          and "only cross_entropy masks" in p.stdout, p.stdout)
 
 
 def one_error(p, *needles):
