@@ -1195,7 +1195,7 @@ static const char *exec_node(Run *r, int id, double *out) {
   case IR_VOCAB_MASK: {
     /* columns at or past the vocabulary (its padding) read as fattr */
     int64_t cols = n->dims[n->rank - 1];
-    int64_t off = n->attr[0] ? (int64_t)group_rank(in, n->attr[0] - 1) * cols : 0;
+    int64_t off = vocab_offset(in, n->attr[0], cols);
     for (int64_t i = 0; i < N; i++) out[i] = off + i % cols >= n->attr[1] ? n->fattr : X[i];
     return NULL;
   }

@@ -21,8 +21,14 @@ static void *par_run(void *arg) {
   return NULL;
 }
 
-/* More threads than this are not worth a step's creation cost. */
+/* More threads than this are not worth a step's creation cost (the pool's bound too). */
 #define PAR_MAX_THREADS 256
+
+/* Range j of k over [0, n): [j n / k, (j + 1) n / k), sizes differ by at most one. */
+static void range_of(int64_t n, int k, int j, int64_t *lo, int64_t *hi) {
+  *lo = n / k * j + (n % k) * j / k;
+  *hi = n / k * (j + 1) + (n % k) * (j + 1) / k;
+}
 
 void par_for(int nthreads, int64_t n, ParFn fn, void *ctx) {
   if (n <= 0) return;
@@ -35,9 +41,9 @@ void par_for(int nthreads, int64_t n, ParFn fn, void *ctx) {
   ParRange r[PAR_MAX_THREADS];
   pthread_t tid[PAR_MAX_THREADS];
   int started[PAR_MAX_THREADS] = {0};
-  /* Range j: [j n / k, (j + 1) n / k), sizes differ by at most one. */
   for (int j = 0; j < k; j++) {
-    r[j] = (ParRange){fn, ctx, n / k * j + (n % k) * j / k, n / k * (j + 1) + (n % k) * (j + 1) / k};
+    r[j] = (ParRange){fn, ctx, 0, 0};
+    range_of(n, k, j, &r[j].lo, &r[j].hi);
   }
   for (int j = 1; j < k; j++) started[j] = pthread_create(&tid[j], NULL, par_run, &r[j]) == 0;
   par_run(&r[0]);
@@ -75,8 +81,6 @@ void par_zero_f32(int nthreads, float *p, int64_t n) {
 
 /* ---- the persistent pool ---- */
 
-enum { PAR_POOL_MAX_THREADS = 256 };
-
 /* How long an idle worker spins for the next job before it sleeps, in
  * microseconds (HPDL_POOL_SPIN_US overrides it, for measurements). Row
  * loops between two GEMMs follow each other within a few microseconds;
@@ -100,7 +104,7 @@ struct ParPool {
   void *ctx;
   int64_t n;
   int ranges;
-  int rc[PAR_POOL_MAX_THREADS];
+  int rc[PAR_MAX_THREADS];
   atomic_uint generation; /* bumped once per job */
   atomic_int done;        /* workers finished with the current job */
   atomic_int stop;
@@ -121,12 +125,6 @@ static int64_t now_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
-/* Range j of k over [0, n): [j n / k, (j + 1) n / k), sizes differ by at most one. */
-static void range_of(int64_t n, int k, int j, int64_t *lo, int64_t *hi) {
-  *lo = n / k * j + (n % k) * j / k;
-  *hi = n / k * (j + 1) + (n % k) * (j + 1) / k;
 }
 
 /* Waits until the generation differs from `seen`: polls spin_ns, yielding
@@ -172,7 +170,7 @@ static void *worker_main(void *arg) {
 
 ParPool *par_pool_create(int nthreads) {
   if (nthreads < 2) return NULL;
-  if (nthreads > PAR_POOL_MAX_THREADS) nthreads = PAR_POOL_MAX_THREADS;
+  if (nthreads > PAR_MAX_THREADS) nthreads = PAR_MAX_THREADS;
   ParPool *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   p->workers = calloc((size_t)nthreads, sizeof *p->workers);

@@ -709,11 +709,8 @@ static void nest_emit(Nest *N) {
   for (int i = 0; i < N->nx; i++) {
     X *x = &N->x[i];
     if (x->kind == X_DROP && x->p > 0 && x->p < 1) x->pre = dropout_base(k, x->attr);
-    if (x->kind == X_VMASK && x->attr) {
-      LLVMValueRef size;
-      group_of(k, x->attr - 1, (LLVMValueRef *)&x->pre, &size);
-    }
-    if (x->kind == X_MASK && (x->attr || x->attr_cols)) {
+    /* a mask's group: its rank (and size) from ctx once */
+    if ((x->kind == X_MASK && (x->attr || x->attr_cols)) || (x->kind == X_VMASK && x->attr)) {
       LLVMValueRef rank, size;
       group_of(k, (x->attr ? x->attr : x->attr_cols) - 1, &rank, &size);
       x->pre = rank;

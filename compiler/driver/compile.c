@@ -629,9 +629,8 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
       return 3;
     }
     /* mixed precision: activations stored in 16 bits */
-    Precision prec = m->train.precision;
-    storage16 = prec == PREC_BF16 || prec == PREC_FP16;
-    if (storage16 && prec_apply(k->m, k->ad, prec == PREC_BF16 ? DT_BF16 : DT_F16, is_cuda(o), &why) < 0)
+    storage16 = prec_storage(m->train.precision) != DT_F32;
+    if (prec_apply(k->m, k->ad, prec_storage(m->train.precision), is_cuda(o), &why) < 0)
       return cfail(&C, "pipeline chunk %d: 16-bit storage: %s", c, why ? why : "?");
     for (int gi = 0; gi < k->m->ngraphs; gi++) k->nnodes += k->m->graphs[gi]->nnodes;
     /* the memory plan: the fused plan's arena when fusion checks (what the

@@ -58,8 +58,7 @@ int emit_stash(Arena *arena, Diag *diag, const SemModel *model, const IrModule *
       return 1;
     }
     /* the stash the CPU target keeps: 16-bit under mixed precision (precision.h) */
-    Precision prec = model->train.precision;
-    if ((prec == PREC_BF16 || prec == PREC_FP16) && prec_apply(cm, ad, prec == PREC_BF16 ? DT_BF16 : DT_F16, 0, &why) < 0) {
+    if (prec_apply(cm, ad, prec_storage(model->train.precision), 0, &why) < 0) {
       fprintf(stderr, "hpdlc: chunk %d: 16-bit storage: %s\n", c, why ? why : "?");
       return 3;
     }

@@ -2,7 +2,6 @@
 #include "precision.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 static int is16(DType t) { return t == DT_BF16 || t == DT_F16; }
@@ -48,7 +47,6 @@ static int reads_any(IrOp op, int cuda) {
 
 typedef struct {
   IrGraph *g;
-  const IrNode *old;   /* the graph's nodes before */
   int *map;            /* old id -> new id */
   int *ident;          /* new id -> itself (ir_add_copy's map for inputs given as new ids) */
   int *cast[2];        /* per old id and side of the cut: its fp32 copy (new id), -1 none */
@@ -83,13 +81,13 @@ static int as_f32(Rebuild *R, int v, int side, Span at) {
  * a 16-bit (its backward's stash). Returns the values stored in 16 bits;
  * out16[k] says which outputs are. */
 static int rebuild(IrGraph *g, DType storage, int cuda, const char *keep16, const char *arg16, char *out16) {
+  Arena *a = g->arena;
   int n = g->nnodes, stored = 0, cap = 2 * n + g->noutputs + 1;
-  IrNode *old = malloc(sizeof(IrNode) * (size_t)(n + 1));
-  int *map = malloc(sizeof(int) * (size_t)(n + 1)), *ident = malloc(sizeof(int) * (size_t)cap);
-  int *c0 = malloc(sizeof(int) * (size_t)(n + 1)), *c1 = malloc(sizeof(int) * (size_t)(n + 1));
-  int *in = malloc(sizeof(int) * (size_t)(n + 1));
-  char *act = calloc((size_t)n + 1, 1), *stat = calloc((size_t)n + 1, 1);
-  if (!old || !map || !ident || !c0 || !c1 || !in || !act || !stat) abort();
+  IrNode *old = arena_alloc(a, sizeof(IrNode) * (size_t)(n + 1)); /* the nodes before: g's are rewritten */
+  int *map = arena_alloc(a, sizeof(int) * (size_t)(n + 1)), *ident = arena_alloc(a, sizeof(int) * (size_t)cap);
+  int *c0 = arena_alloc(a, sizeof(int) * (size_t)(n + 1)), *c1 = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+  int *in = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+  char *act = arena_alloc(a, (size_t)n + 1), *stat = arena_alloc(a, (size_t)n + 1);
   memcpy(old, g->nodes, sizeof(IrNode) * (size_t)n);
   for (int i = 0; i < cap; i++) ident[i] = i;
   for (int i = 0; i < n; i++) c0[i] = c1[i] = -1;
@@ -106,7 +104,7 @@ static int rebuild(IrGraph *g, DType storage, int cuda, const char *keep16, cons
     for (int k = 0; k < x->nin && only; k++) only = stat[x->in[k]] || !act[x->in[k]];
     stat[i] |= only;
   }
-  Rebuild R = {g, old, map, ident, {c0, c1}, g->fb_split};
+  Rebuild R = {g, map, ident, {c0, c1}, g->fb_split};
   g->nnodes = 0;
   int new_split = 0;
   for (int i = 0; i < n; i++) {
@@ -137,23 +135,16 @@ static int rebuild(IrGraph *g, DType storage, int cuda, const char *keep16, cons
     if (out16) out16[k] = (char)is16(g->nodes[g->outputs[k]].dtype);
   }
   if (R.split > 0) g->fb_split = new_split;
-  free(old);
-  free(map);
-  free(ident);
-  free(c0);
-  free(c1);
-  free(in);
-  free(act);
-  free(stat);
   return stored;
 }
+
+DType prec_storage(Precision p) { return p == PREC_BF16 ? DT_BF16 : p == PREC_FP16 ? DT_F16 : DT_F32; }
 
 int prec_apply(IrModule *m, const AdResult *ad, DType storage, int cuda, const char **why) {
   if (!is16(storage)) return 0;
   int total = 0;
   /* a block forward's saved outputs, by graph: which stay 16-bit */
-  char **saved16 = calloc((size_t)m->ngraphs + 1, sizeof(char *));
-  if (!saved16) abort();
+  char **saved16 = arena_alloc(m->arena, sizeof(char *) * (size_t)(m->ngraphs + 1));
   /* the block forwards first: their backward graphs read what they save */
   for (int pass = 0; pass < 2; pass++)
   for (int gi = 0; gi < m->ngraphs; gi++) {
@@ -169,30 +160,22 @@ int prec_apply(IrModule *m, const AdResult *ad, DType storage, int cuda, const c
     if (ad && gi < ad->nforward) continue;
     char *keep = NULL, *arg16 = NULL;
     if (as_fwd >= 0 && g->noutputs > 1) {
-      keep = calloc((size_t)g->noutputs, 1);
-      if (!keep) abort();
+      keep = arena_alloc(m->arena, (size_t)g->noutputs);
       for (int k = 1; k < g->noutputs; k++) keep[k] = 1;
     }
     if (as_bwd >= 0) {
       /* arguments: dy, then per layer the forward's arguments and its outputs 1.. (interp.c's stash) */
       int fg = ad->fwd[as_bwd];
       const IrGraph *F = m->graphs[fg];
-      arg16 = calloc((size_t)g->nargs + 1, 1);
-      if (!arg16) abort();
+      arg16 = arena_alloc(m->arena, (size_t)g->nargs + 1);
       for (int k = 1; saved16[fg] && k < F->noutputs; k++) {
         int a = 1 + F->nargs + (k - 1);
         if (a < g->nargs) arg16[a] = saved16[fg][k];
       }
     }
-    char *out16 = calloc((size_t)g->noutputs + 1, 1);
-    if (!out16) abort();
-    total += rebuild(g, storage, cuda, keep, arg16, out16);
-    saved16[gi] = out16;
-    free(keep);
-    free(arg16);
+    saved16[gi] = arena_alloc(m->arena, (size_t)g->noutputs + 1);
+    total += rebuild(g, storage, cuda, keep, arg16, saved16[gi]);
   }
-  for (int gi = 0; gi < m->ngraphs; gi++) free(saved16[gi]);
-  free(saved16);
   if (ir_verify(m, stderr)) { /* an internal error: the problems go to stderr for its report */
     if (why) *why = "the module does not verify after the storage types were set";
     return -1;

@@ -28,8 +28,12 @@
 #include "autodiff.h"
 #include "ir.h"
 
+/* The storage type of train.precision: DT_BF16, DT_F16, or DT_F32 (no
+ * 16-bit storage: fp32, and fp8, which no back end runs). */
+DType prec_storage(Precision p);
+
 /* Stores the activations of every graph of m (differentiated by ad) in
- * `storage` (DT_BF16 or DT_F16), for the CPU target or (cuda = 1) the CUDA
+ * `storage` (DT_BF16 or DT_F16; any other type changes nothing), for the CPU target or (cuda = 1) the CUDA
  * target, whose special kernels read and write fp32. Returns the number of
  * values now stored in 16 bits; -1 with the reason in *why when a graph
  * does not verify after. */

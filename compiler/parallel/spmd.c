@@ -1106,24 +1106,24 @@ static int vocab_flow_node(Part *P, const IrGraph *g, int i, const int *ax) {
   }
   case IR_EMBEDDING: out = a0 == 0 && ax[n->in[1]] < 0 ? -1 : -2; break;
   case IR_CROSS_ENTROPY: out = a0 == x->rank - 1 && ax[n->in[1]] < 0 ? -1 : -2; break;
-  default:
-    if (ir_op_flags(n->op) & IRF_ELEMENTWISE) {
-      /* every operand spans the vocabulary on the same (right-aligned) axis or broadcasts over it */
-      for (int k = 0; k < n->nin; k++) {
-        const IrNode *o = &g->nodes[n->in[k]];
-        int a = ax[n->in[k]];
-        int want = a >= 0 ? a + (n->rank - o->rank) : -1;
-        if (a >= 0 && out != -2 && out != want) out = -3;
-        if (a >= 0 && out == -2) out = want;
-      }
-      for (int k = 0; k < n->nin && out >= 0; k++) {
-        const IrNode *o = &g->nodes[n->in[k]];
-        int at = out - (n->rank - o->rank);
-        if (ax[n->in[k]] < 0 && at >= 0 && o->dims[at] != 1) out = -3;
-      }
-      if (out < 0) out = -2;
+  default: {
+    if (!(ir_op_flags(n->op) & IRF_ELEMENTWISE)) break;
+    /* every operand spans the vocabulary on the same (right-aligned) axis or broadcasts over it */
+    int axis = -1, ok = 1;
+    for (int k = 0; k < n->nin; k++) {
+      int a = ax[n->in[k]], w = a + (n->rank - g->nodes[n->in[k]].rank);
+      if (a < 0) continue;
+      ok &= axis < 0 || axis == w;
+      axis = w;
     }
+    for (int k = 0; k < n->nin && ok; k++) {
+      const IrNode *o = &g->nodes[n->in[k]];
+      int at = axis - (n->rank - o->rank);
+      ok = ax[n->in[k]] >= 0 || at < 0 || o->dims[at] == 1;
+    }
+    if (ok) out = axis;
     break;
+  }
   }
   if (out == -2) {
     diag_error(P->diag, n->span,

@@ -773,9 +773,8 @@ SimRankProgram *sim_rank_program(Arena *arena, Diag *diag, const SemModel *model
     r->module = pipe_chunk_module(arena, pr, chunk);
     const char *why = NULL;
     r->ad = ad_build(r->module, L->recompute, &why);
-    Precision prec = model->train.precision;
     if (!r->ad) e = why ? arena_printf(arena, "the chunk does not differentiate: %s", why) : "the chunk does not differentiate";
-    else if ((prec == PREC_BF16 || prec == PREC_FP16) && prec_apply(r->module, r->ad, prec == PREC_BF16 ? DT_BF16 : DT_F16, 0, &why) < 0)
+    else if (prec_apply(r->module, r->ad, prec_storage(model->train.precision), 0, &why) < 0)
       e = arena_printf(arena, "16-bit storage: %s", why ? why : "?");
     else if (ir_verify(r->module, NULL)) e = "the differentiated chunk does not verify";
   }
