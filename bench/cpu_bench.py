@@ -189,6 +189,20 @@ def main():
             row(f"  step FLOP/s vs sgemm 1024^3 ({how}), {tag}", f"{achieved:.1f} GFLOP/s", f"{gf:.1f} GFLOP/s",
                 f"{achieved / gf:.0%}", ">= 75%", achieved / gf >= 0.75)
             if coretype is None:
+                # the same step under train { precision = bf16 }: activations
+                # stored in bf16, the GEMMs on bf16 operands (oneDNN where
+                # installed: hpdlrun --info's "bf16 GEMMs" line names it)
+                bf_art = os.path.join(work, "gpt2-bf16")
+                compile_job(args, bf_art, STEP_FLAGS[:-1] + ["bf16"])
+                info = run([os.path.join(args.bin, "hpdlrun"), "--info"], env=env).stdout
+                m = re.search(r"bf16 GEMMs +(.*)", info)
+                gemm16 = m.group(1).strip() if m else "?"
+                sb, _ = hpdl_steps(args, bf_art, data, steps + 1, env)
+                row(f"  the same step in bf16 (GEMMs: {gemm16}) vs hpdl fp32", f"{sb * 1e3:.0f} ms", f"{s * 1e3:.0f} ms",
+                    f"{s / sb:.2f}x", "-", None)
+                if py:
+                    row(f"  the same step in bf16 vs PyTorch eager (fp32)", f"{sb * 1e3:.0f} ms", f"{ts * 1e3:.0f} ms",
+                        f"{ts / sb:.2f}x", ">= 3x", ts / sb >= 3.0)
                 # start-up: launch to the first step (the initial values of 124M
                 # parameters, the arena's first touch), as hpdlrun --steps 0 pays it
                 t0 = time.perf_counter()

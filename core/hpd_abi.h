@@ -9,8 +9,8 @@
 
 /* ==== the artifact ABI ==== */
 
-#define HPD_ABI_VERSION 5 /* 2: the extern hook; 3: the host-op hook; 4: the kernel-span hook and kernel table;
-                             5: the parallel hook */
+#define HPD_ABI_VERSION 6 /* 2: the extern hook; 3: the host-op hook; 4: the kernel-span hook and kernel table;
+                             5: the parallel hook; 6: the bf16 GEMM hook */
 
 /* Per call of an entry point: what the generated code needs besides
  * tensors. The layout is fixed (the generated code reads it by offset). */
@@ -59,6 +59,14 @@ typedef struct hpd_ctx {
    * NULL: the generated code calls range(env, 0, n) itself. */
   int32_t (*parallel)(struct hpd_ctx *ctx, int64_t n, int64_t work,
                       int32_t (*range)(void *env, int64_t lo, int64_t hi), void *env);
+  /* A GEMM on bf16 operands (train { precision = bf16 } on the CPU target):
+   * c[m, n] = alpha op(a) op(b) + beta c, row-major as cblas_sgemm, a and b
+   * bf16, c fp32, trans 0 / 1 (core/numeric/gemm16.h does it). 0 on
+   * success, else non-zero with ctx->error set. NULL: the generated code
+   * fails the kernel, naming the hook. */
+  int32_t (*gemm_bf16)(struct hpd_ctx *ctx, int32_t trans_a, int32_t trans_b, int64_t m, int64_t n, int64_t k,
+                       float alpha, const void *a, int64_t lda, const void *b, int64_t ldb, float beta, float *c,
+                       int64_t ldc);
 } hpd_ctx;
 
 /* A fused kernel of a graph, for profiles: its symbol, its family (loop,

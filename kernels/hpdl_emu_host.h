@@ -8,13 +8,24 @@
 #ifndef HPDL_EMU_HOST_H
 #define HPDL_EMU_HOST_H
 
+/* Element i of a GEMM operand: fp32, or (bf16) the bits of a bf16. */
+static inline float hpdl_emu_operand(const void *p, long long i, int bf16) {
+  if (!bf16) return ((const float *)p)[i];
+  unsigned int u = (unsigned int)((const unsigned short *)p)[i] << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
 /* Row-major C[m, n] = alpha op(A)[m, k] op(B)[k, n] (op: transpose when
- * ta / tb), per matrix of a batch: matrix bi of the output (batch axes
- * bdims[0..nb)) reads A at sum_i idx_i * sa[i] matrices of A (B alike).
- * Sums in fp32 in order of k, as a reference (the CPU's BLAS blocks it). */
-static inline void hpdl_emu_gemm(const float *A, const float *B, float *C, int ta, int tb, long long m, long long n,
-                                 long long k, long long lda, long long ldb, float alpha, int nb, const long long *bdims,
-                                 const long long *sa, const long long *sb, long long amat, long long bmat) {
+ * ta / tb), A and B fp32 or (ab_bf16) both bf16, C fp32, per matrix of a
+ * batch: matrix bi of the output (batch axes bdims[0..nb)) reads A at
+ * sum_i idx_i * sa[i] matrices of A (B alike). Sums in fp32 in order of k,
+ * as a reference (the CPU's BLAS blocks it). */
+static inline void hpdl_emu_gemm(const void *A, const void *B, int ab_bf16, float *C, int ta, int tb, long long m,
+                                 long long n, long long k, long long lda, long long ldb, float alpha, int nb,
+                                 const long long *bdims, const long long *sa, const long long *sb, long long amat,
+                                 long long bmat) {
   long long nbatch = 1;
   for (int i = 0; i < nb; i++) nbatch *= bdims[i];
   for (long long bi = 0; bi < nbatch; bi++) {
@@ -25,14 +36,14 @@ static inline void hpdl_emu_gemm(const float *A, const float *B, float *C, int t
       ob += idx * sb[i];
       inner *= bdims[i];
     }
-    const float *a = A + oa * amat, *b = B + ob * bmat;
+    long long a0 = oa * amat, b0 = ob * bmat;
     float *c = C + bi * m * n;
     for (long long i = 0; i < m; i++)
       for (long long j = 0; j < n; j++) {
         float s = 0.0f;
         for (long long q = 0; q < k; q++) {
-          float x = ta ? a[q * lda + i] : a[i * lda + q];
-          float y = tb ? b[j * ldb + q] : b[q * ldb + j];
+          float x = hpdl_emu_operand(A, a0 + (ta ? q * lda + i : i * lda + q), ab_bf16);
+          float y = hpdl_emu_operand(B, b0 + (tb ? j * ldb + q : q * ldb + j), ab_bf16);
           s += x * y;
         }
         c[i * n + j] = alpha * s;

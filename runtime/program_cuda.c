@@ -320,6 +320,9 @@ static int load_kernels(CudaProg *P, const char *path, RtErr *e) {
     d->c = (int)jint(gm, "c");
     d->trans_a = json_is_true(json_object_get(gm, "trans_a"));
     d->trans_b = json_is_true(json_object_get(gm, "trans_b"));
+    const char *abt = json_string_value(json_object_get(gm, "ab_type"));
+    d->ab_bf16 = abt && !strcmp(abt, "bf16");
+    if (abt && !d->ab_bf16) rc = fail(e, "%s: launch %s: GEMM operands of type %s (this runtime knows bf16)", path, L->name, abt);
     d->m = jint(gm, "m");
     d->n = jint(gm, "n");
     d->k = jint(gm, "k");

@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "extcall.h"
+#include "gemm16.h"
 #include "hpd_abi.h"
 #include "hostop.h"
 #include "interp.h"
@@ -350,6 +351,21 @@ static void nx_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, 
 static AttnSgemm nx_sgemm_hook(void *dl) {
   if (!cblas_sgemm_fn && dl) *(void **)&cblas_sgemm_fn = dlsym(dl, "cblas_sgemm");
   return cblas_sgemm_fn ? nx_sgemm : NULL;
+}
+
+/* hpd_ctx.gemm_bf16: a GEMM on bf16 operands (core/numeric/gemm16.h),
+ * oneDNN's matmul on the rank's threads, else widened to fp32 for the
+ * artifact's sgemm. */
+static int32_t nx_gemm_bf16(hpd_ctx *ctx, int32_t trans_a, int32_t trans_b, int64_t m, int64_t n, int64_t k,
+                            float alpha, const void *a, int64_t lda, const void *b, int64_t ldb, float beta, float *c,
+                            int64_t ldc) {
+  Exec *x = ctx->comm;
+  if (gemm16_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, cblas_sgemm_fn ? nx_sgemm : NULL,
+                  x->ctx->nthreads, x->cerr.msg, (int)sizeof x->cerr.msg)) {
+    ctx->error = x->cerr.msg;
+    return 1;
+  }
+  return 0;
 }
 
 /* openblas_set_num_threads of the artifact's BLAS, NULL for another BLAS. */
@@ -681,6 +697,7 @@ static int native_open(Exec *x, const char *path, RtErr *e) {
     x->host.rank[k] = x->comm->rank[comm_group_of_ir(k)];
   }
   x->host.sgemm = nx_sgemm_hook(x->dl);
+  x->hctx.gemm_bf16 = nx_gemm_bf16;
   for (int k = 0; k < (int)(sizeof x->hctx.rank / sizeof x->hctx.rank[0]); k++) {
     x->hctx.rank[k] = x->comm->rank[comm_group_of_ir(k)];
     x->hctx.size[k] = x->comm->size[comm_group_of_ir(k)];

@@ -127,6 +127,18 @@ else
   say "no chromium package here; the screenshot test of hpdlc report will skip"
 fi
 
+# oneDNN: optional, the bf16 GEMMs of the CPU back end (train { precision =
+# bf16 }: about twice sgemm's FLOP/s on a CPU with AVX512-BF16); without it
+# they widen their operands to fp32 for sgemm.
+if installed libdnnl-dev; then
+  say "have libdnnl-dev"
+elif available libdnnl-dev; then
+  say "missing libdnnl-dev (optional: oneDNN for bf16 GEMMs on the CPU)"
+  missing+=("@dnnl")
+else
+  say "no libdnnl-dev package here; bf16 GEMMs on the CPU will widen to fp32"
+fi
+
 if [ ${#missing[@]} -eq 0 ]; then
   say "everything is installed; nothing to do"
   exit 0
@@ -179,6 +191,8 @@ for req in "${missing[@]}"; do
       to_install+=("$picked") ;;
     @chromium)
       to_install+=(chromium) ;;
+    @dnnl)
+      to_install+=(libdnnl-dev) ;;
     *)
       available "$req" || die "package $req is not available from apt on this system"
       to_install+=("$req") ;;

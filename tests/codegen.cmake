@@ -18,3 +18,8 @@ endforeach()
 # The parts above run the whole of test_codegen_cpu; the generic unit test
 # of the same executable would run it all a second time.
 set_tests_properties(unit.test_codegen_cpu PROPERTIES DISABLED TRUE)
+
+# The bf16 GEMMs' widening path (core/numeric/gemm16.h) where oneDNN would
+# run them: unit.test_gemm16 takes oneDNN when installed, this run never.
+add_test(NAME unit.test_gemm16_widened COMMAND test_gemm16)
+set_tests_properties(unit.test_gemm16_widened PROPERTIES ENVIRONMENT "HPDL_GEMM16=fp32")

@@ -925,6 +925,10 @@ static void init_types(CgCpu *cg) {
   LLVMTypeRef pp[5] = {cg->tpctx, cg->ti64, cg->ti64, LLVMPointerType(cg->trange, 0), cg->tp8};
   cg->tparallel = LLVMFunctionType(cg->ti32, pp, 5, 0);
   f[CG_CTX_PARALLEL] = LLVMPointerType(cg->tparallel, 0);
+  LLVMTypeRef gp[14] = {cg->tpctx, cg->ti32, cg->ti32, cg->ti64, cg->ti64, cg->ti64, cg->tf32,
+                        cg->tp8,   cg->ti64, cg->tp8,  cg->ti64, cg->tf32, cg->tpf32, cg->ti64};
+  cg->tgemm16 = LLVMFunctionType(cg->ti32, gp, 14, 0);
+  f[CG_CTX_GEMM_BF16] = LLVMPointerType(cg->tgemm16, 0);
   LLVMStructSetBody(cg->tctx, f, CG_CTX_NFIELDS, 0);
   cg->tkern_entry = LLVMFunctionType(cg->ti32, &cg->tpp8, 1, 0);
   cg->md_loop = LLVMGetMDKindIDInContext(c, "llvm.loop", 9);

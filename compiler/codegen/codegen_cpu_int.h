@@ -89,6 +89,7 @@ typedef struct CgCpu {
   LLVMTypeRef tkern_entry; /* i32 (i8**) */
   LLVMTypeRef tspan;       /* void (hpd_ctx *, i32 graph, i32 kernel, i32 end): hpd_ctx.kernel_span */
   LLVMTypeRef trange;      /* i32 (i8 *env, i64 lo, i64 hi): a range of a parallel loop */
+  LLVMTypeRef tgemm16;     /* hpd_ctx.gemm_bf16's function type */
   LLVMTypeRef tparallel;   /* i32 (hpd_ctx *, i64 n, i64 work, trange *, i8 *env): hpd_ctx.parallel */
   LLVMValueRef fn_acc_range; /* the gradient sum's range (codegen_cpu.c), made on first use */
   unsigned md_loop;
@@ -172,6 +173,7 @@ enum {
   CG_CTX_HOST_OP,
   CG_CTX_KERNEL_SPAN,
   CG_CTX_PARALLEL,
+  CG_CTX_GEMM_BF16,
   CG_CTX_NFIELDS
 };
 /* Calls hpd_ctx.parallel(ctx, nunits, work, range, env8), or range(env8, 0,

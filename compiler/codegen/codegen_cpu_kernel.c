@@ -951,6 +951,42 @@ static LLVMValueRef batch_offset(CgCpu *cg, LLVMValueRef bi, int nb_axes, const 
   return off;
 }
 
+/* One call of the product: cblas_sgemm on fp32 operands, on bf16 ones the
+ * runtime's hpd_ctx.gemm_bf16 (core/numeric/gemm16.h), whose failure (or
+ * absence) fails the kernel. */
+static void gemm_call(CgKern *k, const GemmPlan *P, int bf16, LLVMValueRef m, LLVMValueRef pa, LLVMValueRef pb,
+                      LLVMValueRef pc) {
+  CgCpu *cg = k->cg;
+  const GemmOperand *A = &P->a, *B = &P->b;
+  if (!bf16) {
+    LLVMValueRef args[14] = {cg_i32(cg, 101), cg_i32(cg, A->trans ? 112 : 111), cg_i32(cg, B->trans ? 112 : 111),
+                             LLVMBuildTrunc(cg->b, m, cg->ti32, ""), cg_i32(cg, P->N), cg_i32(cg, P->K),
+                             cg_f32(cg, P->alpha), pa, cg_i32(cg, A->cols), pb, cg_i32(cg, B->cols), cg_f32(cg, 0.0),
+                             pc, cg_i32(cg, P->N)};
+    cg_call(cg, sgemm_fn(cg), args, 14, "");
+    return;
+  }
+  LLVMValueRef hook = cg_ctx_field(cg, k->ctxp, CG_CTX_GEMM_BF16, "gemm_bf16");
+  fail_if(k, LLVMBuildIsNull(cg->b, hook, ""),
+          fail_block(k, "a bf16 GEMM, and the runtime gives no hpd_ctx.gemm_bf16 (an older runtime: rebuild it)"));
+  LLVMValueRef args[14] = {k->ctxp,
+                           cg_i32(cg, A->trans),
+                           cg_i32(cg, B->trans),
+                           m,
+                           cg_i64(cg, P->N),
+                           cg_i64(cg, P->K),
+                           cg_f32(cg, P->alpha),
+                           LLVMBuildBitCast(cg->b, pa, cg->tp8, ""),
+                           cg_i64(cg, A->cols),
+                           LLVMBuildBitCast(cg->b, pb, cg->tp8, ""),
+                           cg_i64(cg, B->cols),
+                           cg_f32(cg, 0.0),
+                           pc,
+                           cg_i64(cg, P->N)};
+  LLVMValueRef rc = LLVMBuildCall2(cg->b, cg->tgemm16, hook, args, 14, "rc");
+  return_if_failed(k, rc);
+}
+
 static void kernel_gemm(CgKern *k) {
   CgCpu *cg = k->cg;
   GemmPlan P;
@@ -958,24 +994,10 @@ static void kernel_gemm(CgKern *k) {
   const IrNode *n = nd(k, P.matmul);
   const GemmOperand *A = &P.a, *B = &P.b;
   LLVMValueRef pa = val_ptr(k, A->mem), pb = val_ptr(k, B->mem), pc = val_ptr(k, P.out);
-  LLVMValueRef fn = sgemm_fn(cg);
-  LLVMValueRef ta = cg_i32(cg, A->trans ? 112 : 111), tb = cg_i32(cg, B->trans ? 112 : 111);
+  int bf16 = nd(k, A->mem)->dtype == DT_BF16;
+  LLVMTypeRef ta = cg_elem_type(cg, nd(k, A->mem)->dtype), tb = cg_elem_type(cg, nd(k, B->mem)->dtype);
   if (P.flat) {
-    LLVMValueRef args[14] = {cg_i32(cg, 101),
-                             ta,
-                             tb,
-                             cg_i32(cg, P.nbatch * P.M),
-                             cg_i32(cg, P.N),
-                             cg_i32(cg, P.K),
-                             cg_f32(cg, P.alpha),
-                             pa,
-                             cg_i32(cg, A->cols),
-                             pb,
-                             cg_i32(cg, B->cols),
-                             cg_f32(cg, 0.0),
-                             pc,
-                             cg_i32(cg, P.N)};
-    cg_call(cg, fn, args, 14, "");
+    gemm_call(k, &P, bf16, cg_i64(cg, P.nbatch * P.M), pa, pb, pc);
   } else {
     CgLoop l;
     cg_loop_open(cg, &l, cg_i64(cg, P.nbatch), 0, NULL, "batch");
@@ -985,21 +1007,8 @@ static void kernel_gemm(CgKern *k) {
     LLVMValueRef ao = mul64(cg, batch_offset(cg, l.iv, P.batch_axes, n->dims, sa), cg_i64(cg, A->rows * A->cols));
     LLVMValueRef bo = mul64(cg, batch_offset(cg, l.iv, P.batch_axes, n->dims, sb), cg_i64(cg, B->rows * B->cols));
     LLVMValueRef co = mul64(cg, l.iv, cg_i64(cg, P.M * P.N));
-    LLVMValueRef args[14] = {cg_i32(cg, 101),
-                             ta,
-                             tb,
-                             cg_i32(cg, P.M),
-                             cg_i32(cg, P.N),
-                             cg_i32(cg, P.K),
-                             cg_f32(cg, P.alpha),
-                             cg_gep(cg, cg->tf32, pa, ao, ""),
-                             cg_i32(cg, A->cols),
-                             cg_gep(cg, cg->tf32, pb, bo, ""),
-                             cg_i32(cg, B->cols),
-                             cg_f32(cg, 0.0),
-                             cg_gep(cg, cg->tf32, pc, co, ""),
-                             cg_i32(cg, P.N)};
-    cg_call(cg, fn, args, 14, "");
+    gemm_call(k, &P, bf16, cg_i64(cg, P.M), cg_gep(cg, ta, pa, ao, ""), cg_gep(cg, tb, pb, bo, ""),
+              cg_gep(cg, cg->tf32, pc, co, ""));
     cg_loop_close(cg, &l, NULL, 0, NULL);
   }
   /* The epilogue after sgemm: bias and activation as a loop over the output. */

@@ -914,6 +914,7 @@ static void gemm(CuKern *k) {
   l->gemm_c = cu_io_index(k, P.out);
   l->trans_a = P.a.trans;
   l->trans_b = P.b.trans;
+  l->ab_bf16 = k->fg->graph->nodes[P.a.mem].dtype == DT_BF16;
   l->m = P.flat ? P.nbatch * P.M : P.M;
   l->n = P.N;
   l->k = P.K;
@@ -946,9 +947,9 @@ static void gemm(CuKern *k) {
     for (int i = 0; i < P.batch_axes; i++) cu_tx(o, "%" PRId64 ", ", sa[i]);
     cu_tx(o, "0}, sb[] = {");
     for (int i = 0; i < P.batch_axes; i++) cu_tx(o, "%" PRId64 ", ", sb[i]);
-    cu_tx(o, "0};\n    hpdl_emu_gemm((const float *)io[%d], (const float *)io[%d], (float *)io[%d], %d, %d, %" PRId64 ", %" PRId64
-             ", %" PRId64 ", %" PRId64 ", %" PRId64 ", ",
-          l->gemm_a, l->gemm_b, l->gemm_c, P.a.trans, P.b.trans, P.M, P.N, P.K, P.a.cols, P.b.cols);
+    cu_tx(o, "0};\n    hpdl_emu_gemm(io[%d], io[%d], %d, (float *)io[%d], %d, %d, %" PRId64 ", %" PRId64 ", %" PRId64
+             ", %" PRId64 ", %" PRId64 ", ",
+          l->gemm_a, l->gemm_b, l->ab_bf16, l->gemm_c, P.a.trans, P.b.trans, P.M, P.N, P.K, P.a.cols, P.b.cols);
     cu_float(o, P.alpha);
     cu_tx(o, ", %d, bd, sa, sb, %" PRId64 ", %" PRId64 ");\n", P.batch_axes, P.a.rows * P.a.cols, P.b.rows * P.b.cols);
     char aux_arg[32] = "nullptr";
@@ -1315,6 +1316,7 @@ static int cu_emit(CgTarget *t, const char *path) {
                                       (json_int_t)l->lda, "ldb", (json_int_t)l->ldb, "ldc", (json_int_t)l->ldc, "alpha",
                                       l->alpha, "batch", (json_int_t)l->batch, "stride_a", (json_int_t)l->stride_a,
                                       "stride_b", (json_int_t)l->stride_b, "stride_c", (json_int_t)l->stride_c));
+        if (l->ab_bf16) json_object_set_new(json_object_get(j, "gemm"), "ab_type", json_string("bf16"));
         if (l->batch_axes) {
           json_t *bd = json_array(), *jsa = json_array(), *jsb = json_array();
           for (int q = 0; q < l->batch_axes; q++) {

@@ -51,8 +51,12 @@ int gemm_plan(const NestKernel *k, GemmPlan *p) {
   const IrNode *n = nd(k, mm);
   if (!operand(k, n->in[0], (int)n->attr[0], &p->a) || !operand(k, n->in[1], (int)n->attr[1], &p->b))
     return nest_fail(k, "graph %s kernel k%d: a matmul operand is not a strided matrix batch", k->g->name, k->kp);
-  if (nd(k, p->a.mem)->dtype != DT_F32 || nd(k, p->b.mem)->dtype != DT_F32 || n->dtype != DT_F32)
-    return nest_fail(k, "graph %s kernel k%d: the %s back end multiplies f32 matrices only", k->g->name, k->kp, k->backend);
+  /* both operands fp32 or both bf16 (the CPU's hpd_ctx.gemm_bf16, cuBLASLt's
+   * CUDA_R_16BF), the product fp32 */
+  DType ta = nd(k, p->a.mem)->dtype, tb = nd(k, p->b.mem)->dtype;
+  if (!((ta == DT_BF16 && tb == DT_BF16) || (ta == DT_F32 && tb == DT_F32)) || n->dtype != DT_F32)
+    return nest_fail(k, "graph %s kernel k%d: the %s back end multiplies f32 or bf16 matrices (into f32) only",
+                     k->g->name, k->kp, k->backend);
   p->matmul = mm;
   /* The chain after the matmul: scale (alpha), bias, activation. */
   p->alpha = 1.0;

@@ -285,3 +285,8 @@ void cat_set_cpu(double flops_fp32, double mem_bw, double mem_bytes) {
   d->source = "measured by the CPU microbenchmark";
   c->source = "this machine (cpu device measured)";
 }
+
+void cat_set_cpu_bf16(double flops_bf16) {
+  CatDevice *d = (CatDevice *)cat_device("cpu");
+  if (d && flops_bf16 > 0) d->peak_flops_bf16 = flops_bf16;
+}

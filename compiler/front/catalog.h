@@ -74,5 +74,8 @@ double cat_peak_flops(const CatDevice *d, const char *precision);
  * precisions follow from fp32 (see docs/catalog.md). Values <= 0 leave the
  * corresponding default unchanged. */
 void cat_set_cpu(double flops_fp32, double mem_bw, double mem_bytes);
+/* The `cpu` device's bf16 rate: what its bf16 GEMMs measured (oneDNN where
+ * installed, core/numeric/gemm16.h); cat_set_cpu sets the fp32 rate there. */
+void cat_set_cpu_bf16(double flops_bf16);
 
 #endif

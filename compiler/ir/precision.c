@@ -50,6 +50,8 @@ typedef struct {
   int *map;            /* old id -> new id */
   int *ident;          /* new id -> itself (ir_add_copy's map for inputs given as new ids) */
   int *cast[2];        /* per old id and side of the cut: its fp32 copy (new id), -1 none */
+  int *cast16[2];      /* the same for its 16-bit copy (a bf16 GEMM's operand) */
+  DType storage;
   int split;           /* the old fb_split (0: not cut) */
 } Rebuild;
 
@@ -76,6 +78,24 @@ static int as_f32(Rebuild *R, int v, int side, Span at) {
   return R->cast[side][v] = append(R, &c, &nv, DT_F32);
 }
 
+/* The 16-bit value of old node v (a bf16 GEMM's operand) for a reader on
+ * side `side` of the cut: itself when stored so, else a cast, which rounds
+ * it (the weights' fp32 masters, an fp32 activation), as autocast casts a
+ * GEMM's operands. */
+static int as_16(Rebuild *R, int v, int side, Span at) {
+  int nv = R->map[v];
+  if (R->g->nodes[nv].dtype == R->storage) return nv;
+  if (R->cast16[side][v] >= 0) return R->cast16[side][v];
+  IrNode c;
+  memset(&c, 0, sizeof c);
+  c.op = IR_CAST;
+  c.rank = R->g->nodes[nv].rank;
+  memcpy(c.dims, R->g->nodes[nv].dims, sizeof c.dims);
+  c.nin = 1;
+  c.span = at;
+  return R->cast16[side][v] = append(R, &c, &nv, R->storage);
+}
+
 /* Graph g rebuilt with 16-bit storage; keep16[k] = 1 lets output k stay
  * 16-bit (a block forward's saved activation), arg16[a] = 1 makes argument
  * a 16-bit (its backward's stash). Returns the values stored in 16 bits;
@@ -86,11 +106,12 @@ static int rebuild(IrGraph *g, DType storage, int cuda, const char *keep16, cons
   IrNode *old = arena_alloc(a, sizeof(IrNode) * (size_t)(n + 1)); /* the nodes before: g's are rewritten */
   int *map = arena_alloc(a, sizeof(int) * (size_t)(n + 1)), *ident = arena_alloc(a, sizeof(int) * (size_t)cap);
   int *c0 = arena_alloc(a, sizeof(int) * (size_t)(n + 1)), *c1 = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+  int *h0 = arena_alloc(a, sizeof(int) * (size_t)(n + 1)), *h1 = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
   int *in = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
   char *act = arena_alloc(a, (size_t)n + 1), *stat = arena_alloc(a, (size_t)n + 1);
   memcpy(old, g->nodes, sizeof(IrNode) * (size_t)n);
   for (int i = 0; i < cap; i++) ident[i] = i;
-  for (int i = 0; i < n; i++) c0[i] = c1[i] = -1;
+  for (int i = 0; i < n; i++) c0[i] = c1[i] = h0[i] = h1[i] = -1;
   /* values that derive from the data, not from parameters and constants alone */
   /* and statistics: what a reduction makes (a norm's variance, a log-sum-exp,
    * a row's loss), and arithmetic on statistics alone: fp32 */
@@ -104,7 +125,10 @@ static int rebuild(IrGraph *g, DType storage, int cuda, const char *keep16, cons
     for (int k = 0; k < x->nin && only; k++) only = stat[x->in[k]] || !act[x->in[k]];
     stat[i] |= only;
   }
-  Rebuild R = {g, map, ident, {c0, c1}, g->fb_split};
+  Rebuild R = {g, map, ident, {c0, c1}, {h0, h1}, storage, g->fb_split};
+  /* GEMMs multiply bf16 matrices (the CPU's hpd_ctx.gemm_bf16, cuBLASLt);
+   * under fp16 they read fp32 (oneDNN has no fp16 GEMM on most CPUs) */
+  int gemm16 = storage == DT_BF16;
   g->nnodes = 0;
   int new_split = 0;
   for (int i = 0; i < n; i++) {
@@ -115,7 +139,8 @@ static int rebuild(IrGraph *g, DType storage, int cuda, const char *keep16, cons
     for (int k = 0; k < x->nin; k++) {
       /* a BACKWARD call's stash reference (input 1) is no value */
       int as_is = any || (x->op == IR_CALL && k > 0 && x->attr[2] == IR_CALL_BACKWARD);
-      in[k] = as_is ? map[x->in[k]] : as_f32(&R, x->in[k], side, x->span);
+      if (x->op == IR_MATMUL && gemm16) in[k] = as_16(&R, x->in[k], side, x->span);
+      else in[k] = as_is ? map[x->in[k]] : as_f32(&R, x->in[k], side, x->span);
       all16 &= is16(g->nodes[in[k]].dtype);
     }
     if (x->op == IR_CONCAT && !all16) /* one element type: 16-bit only when every input is */

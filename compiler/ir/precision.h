@@ -10,9 +10,11 @@
  * argument) rather than from parameters and constants alone, of an op whose
  * kernels load and store any element type on both targets: elementwise ops
  * and the softmax family (so the CPU and CUDA targets round the same values);
- * shape ops keep their input's type. GEMMs (sgemm takes fp32), host ops
- * (attention, convolution, MoE), collectives, extern calls, calls of other
- * graphs and the CUDA target's special kernels read fp32: a CAST is put
+ * shape ops keep their input's type. Under bf16 a GEMM's operands are bf16
+ * (a cast of what is not stored so: the weights' fp32 masters), its product
+ * fp32 (the CPU's hpd_ctx.gemm_bf16, cuBLASLt's CUDA_R_16BF). fp16's GEMMs,
+ * host ops (attention, convolution, MoE), collectives, extern calls, calls
+ * of other graphs and the CUDA target's special kernels read fp32: a CAST is put
  * before them (one per value and side of the step's forward / backward cut,
  * so the stash keeps the 16-bit value); a cast changes no value. The block forward's
  * saved activations (its outputs after the first) stay 16-bit, and so do the

@@ -2,11 +2,15 @@
 #include "cpubench.h"
 
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "gemm16.h"
+#include "half.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -19,6 +23,14 @@ static double now_s(void) {
 typedef void (*SgemmFn)(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                         const float *b, int ldb, float beta, float *c, int ldc);
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111 };
+
+/* The opened sgemm as gemm16.h's fallback (bf16 GEMMs without oneDNN). */
+static SgemmFn opened_sgemm;
+static void fallback_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                           const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  opened_sgemm(CBLAS_ROW_MAJOR, ta ? 112 : CBLAS_NO_TRANS, tb ? 112 : CBLAS_NO_TRANS, (int)m, (int)n, (int)k, alpha, a,
+               (int)lda, b, (int)ldb, beta, c, (int)ldc);
+}
 
 static void plain_sgemm(int n, const float *a, const float *b, float *c) {
   /* i-k-j order: the inner loop streams rows, which the compiler vectorises */
@@ -64,6 +76,30 @@ int cpubench_measure(CpuFigures *out, char *why, size_t whylen) {
     if (t < best) best = t;
   }
   out->sgemm_flops = 2.0 * (double)n * (double)n * (double)n / best;
+  /* the same product on bf16 operands, as mixed precision's GEMMs run (the
+   * first call makes oneDNN's kernel: not timed) */
+  uint16_t *a16 = malloc(sizeof(uint16_t) * nn), *b16 = malloc(sizeof(uint16_t) * nn);
+  /* widened to fp32 for plain loops (no oneDNN, no OpenBLAS): the fp32 figure */
+  int plain = !sgemm && strncmp(gemm16_backend(), "oneDNN", 6) != 0;
+  out->bf16_flops = out->sgemm_flops;
+  snprintf(out->bf16_how, sizeof out->bf16_how, "%s", gemm16_backend());
+  if (a16 && b16 && !plain) {
+    for (size_t i = 0; i < nn; i++) a16[i] = half_bf16_from_f32(a[i]), b16[i] = half_bf16_from_f32(b[i]);
+    char err[128];
+    best = 1e30;
+    for (int rep = 0; rep < 4; rep++) {
+      double t0 = now_s();
+      opened_sgemm = sgemm;
+      if (gemm16_bf16(0, 0, n, n, n, 1.0f, a16, n, b16, n, 0.0f, c, n, sgemm ? fallback_sgemm : NULL, 0, err,
+                      (int)sizeof err))
+        break;
+      double t = now_s() - t0;
+      if (rep > 0 && t < best) best = t;
+    }
+    out->bf16_flops = best < 1e30 ? 2.0 * (double)n * (double)n * (double)n / best : 0;
+    snprintf(out->bf16_how, sizeof out->bf16_how, "%s", gemm16_backend());
+  }
+  free(a16), free(b16);
   if (blas) dlclose(blas);
   free(a), free(b), free(c);
   /* STREAM triad, a[i] = b[i] + s * c[i], over arrays far larger than cache */

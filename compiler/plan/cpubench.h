@@ -11,6 +11,8 @@
 
 typedef struct {
   double sgemm_flops;  /* FLOP/s of a 1024^3 sgemm, best of several runs */
+  double bf16_flops;   /* the same product on bf16 operands (core/numeric/gemm16.h: oneDNN where installed) */
+  char bf16_how[160];  /* gemm16_backend(): which way it ran */
   double triad_bytes_per_s;
   double mem_bytes;    /* physical memory */
   int used_blas;       /* 0: OpenBLAS was not found, a plain C kernel was timed */

@@ -74,9 +74,11 @@ static int plan_command_run(Diag *diag, const char *path, const SemModel *m, con
       return 1;
     }
     cat_set_cpu(f.sgemm_flops, f.triad_bytes_per_s, f.mem_bytes);
-    fprintf(stderr, "measured cpu: sgemm %.1f GFLOP/s (%s, %d thread%s), triad %.1f GB/s, %.1f GiB\n", f.sgemm_flops / 1e9,
-            f.used_blas ? "OpenBLAS" : "plain C, OpenBLAS not found", f.threads, f.threads == 1 ? "" : "s",
-            f.triad_bytes_per_s / 1e9, f.mem_bytes / 1073741824.0);
+    cat_set_cpu_bf16(f.bf16_flops);
+    fprintf(stderr, "measured cpu: sgemm %.1f GFLOP/s (%s, %d thread%s), triad %.1f GB/s, %.1f GiB; bf16 GEMM %.1f GFLOP/s (%s)\n",
+            f.sgemm_flops / 1e9, f.used_blas ? "OpenBLAS" : "plain C, OpenBLAS not found", f.threads,
+            f.threads == 1 ? "" : "s", f.triad_bytes_per_s / 1e9, f.mem_bytes / 1073741824.0, f.bf16_flops / 1e9,
+            f.bf16_how);
   }
   PlanCtx *c = plan_new(m, diag);
   if (!c) return 1;

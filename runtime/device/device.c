@@ -1,10 +1,12 @@
 /* device.c - opening a device by name, and the reference GEMM the emulated
  * device runs (device.h). */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "device.h"
+#include "half.h"
 
 Device *dev_open(const char *kind, int ordinal, char *err, size_t errlen) {
   if (!strcmp(kind, "cuda")) return dev_cuda_open(ordinal, err, errlen);
@@ -21,10 +23,15 @@ static float gelu(float x) {
   return 0.5f * x * (1.0f + tanhf(k * (x + c * x * x * x)));
 }
 
+/* Element i of a GEMM operand: fp32, or (bf16) a bf16's bits. */
+static float operand(const void *p, int64_t i, int bf16) {
+  return bf16 ? half_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
 void dev_gemm_reference(const DevGemm *g, void *const *io) {
   int64_t nbatch = 1;
   for (int i = 0; i < g->batch_axes; i++) nbatch *= g->bdims[i];
-  const float *A = io[g->a], *B = io[g->b];
+  const void *A = io[g->a], *B = io[g->b];
   float *C = io[g->c];
   for (int64_t bi = 0; bi < nbatch; bi++) {
     int64_t oa = 0, ob = 0, inner = 1;
@@ -34,14 +41,14 @@ void dev_gemm_reference(const DevGemm *g, void *const *io) {
       ob += idx * g->sb[i];
       inner *= g->bdims[i];
     }
-    const float *a = A + oa * g->amat, *b = B + ob * g->bmat;
+    int64_t a0 = oa * g->amat, b0 = ob * g->bmat;
     float *c = C + bi * g->m * g->n;
     for (int64_t i = 0; i < g->m; i++)
       for (int64_t j = 0; j < g->n; j++) {
         float s = 0.0f;
         for (int64_t q = 0; q < g->k; q++) {
-          float x = g->trans_a ? a[q * g->lda + i] : a[i * g->lda + q];
-          float y = g->trans_b ? b[j * g->ldb + q] : b[q * g->ldb + j];
+          float x = operand(A, a0 + (g->trans_a ? q * g->lda + i : i * g->lda + q), g->ab_bf16);
+          float y = operand(B, b0 + (g->trans_b ? j * g->ldb + q : q * g->ldb + j), g->ab_bf16);
           s += x * y;
         }
         c[i * g->n + j] = (float)g->alpha * s;

@@ -45,6 +45,7 @@ typedef enum { DEV_EPI_NONE, DEV_EPI_BIAS, DEV_EPI_BIAS_RELU, DEV_EPI_BIAS_GELU 
 typedef struct {
   int a, b, c, bias, aux;
   int trans_a, trans_b;
+  int ab_bf16; /* A and B bf16 (the manifest's "ab_type": "bf16"), C fp32; else all fp32 */
   int64_t m, n, k, lda, ldb, ldc;
   double alpha;
   int64_t batch, stride_a, stride_b, stride_c;

@@ -55,6 +55,7 @@ enum {
   LT_COMPUTE_32F = 68,
   LT_COMPUTE_32F_FAST_TF32 = 77,
   LT_R_32F = 0,
+  LT_R_16BF = 14, /* cudaDataType's CUDA_R_16BF */
   LT_OP_N = 0,
   LT_OP_T = 1,
   LT_DESC_TRANSA = 3,
@@ -296,9 +297,9 @@ static int lt_check(CudaDev *d, cublasStatus_t s, const char *what) {
   return s ? fail(d, "cuBLASLt %s: status %d", what, s) : 0;
 }
 
-static int layout(CudaDev *d, cublasLtMatrixLayout_t *l, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
-                  int64_t stride) {
-  if (lt_check(d, d->lt.cublasLtMatrixLayoutCreate(l, LT_R_32F, (unsigned long long)rows, (unsigned long long)cols, ld),
+static int layout(CudaDev *d, cublasLtMatrixLayout_t *l, int type, int64_t rows, int64_t cols, int64_t ld,
+                  int64_t batch, int64_t stride) {
+  if (lt_check(d, d->lt.cublasLtMatrixLayoutCreate(l, type, (unsigned long long)rows, (unsigned long long)cols, ld),
                "matrix layout"))
     return -1;
   if (batch > 1) {
@@ -343,7 +344,7 @@ static DevGemmPlan *cu_gemm_plan(Device *dd, const DevGemm *g) {
   if (g->epilogue == DEV_EPI_BIAS) epi = LT_EPI_BIAS;
   else if (g->epilogue == DEV_EPI_BIAS_RELU) epi = LT_EPI_RELU_BIAS;
   else if (g->epilogue == DEV_EPI_BIAS_GELU) epi = g->aux >= 0 ? LT_EPI_GELU_AUX_BIAS : LT_EPI_GELU_BIAS;
-  if (lt_check(d, d->lt.cublasLtMatmulDescCreate(&p->desc, d->tf32 ? LT_COMPUTE_32F_FAST_TF32 : LT_COMPUTE_32F, LT_R_32F),
+  if (lt_check(d, d->lt.cublasLtMatmulDescCreate(&p->desc, d->tf32 && !g->ab_bf16 ? LT_COMPUTE_32F_FAST_TF32 : LT_COMPUTE_32F, LT_R_32F),
                "matmul descriptor") ||
       lt_check(d, d->lt.cublasLtMatmulDescSetAttribute(p->desc, LT_DESC_TRANSA, &opa, sizeof opa), "transa") ||
       lt_check(d, d->lt.cublasLtMatmulDescSetAttribute(p->desc, LT_DESC_TRANSB, &opb, sizeof opb), "transb") ||
@@ -361,8 +362,11 @@ static DevGemmPlan *cu_gemm_plan(Device *dd, const DevGemm *g) {
   /* stored shapes (before op), column-major */
   int64_t brows = g->trans_b ? g->k : g->n, bcols = g->trans_b ? g->n : g->k;
   int64_t arows = g->trans_a ? g->m : g->k, acols = g->trans_a ? g->k : g->m;
-  if (layout(d, &p->la, brows, bcols, g->ldb, batch, g->stride_b) || layout(d, &p->lb, arows, acols, g->lda, batch, g->stride_a) ||
-      layout(d, &p->lc, g->n, g->m, g->ldc, batch, g->stride_c)) {
+  /* bf16 operands (train { precision = bf16 }) into an fp32 product, fp32 compute */
+  int tab = g->ab_bf16 ? LT_R_16BF : LT_R_32F;
+  if (layout(d, &p->la, tab, brows, bcols, g->ldb, batch, g->stride_b) ||
+      layout(d, &p->lb, tab, arows, acols, g->lda, batch, g->stride_a) ||
+      layout(d, &p->lc, LT_R_32F, g->n, g->m, g->ldc, batch, g->stride_c)) {
     plan_free(d, p);
     return NULL;
   }
@@ -406,7 +410,9 @@ static int cu_gemm(Device *dd, DevGemmPlan *p, void *const *io) {
         ob += idx * g->sb[i];
         inner *= g->bdims[i];
       }
-    const float *A = (const float *)io[g->a] + oa * g->amat, *B = (const float *)io[g->b] + ob * g->bmat;
+    size_t esz = g->ab_bf16 ? 2 : 4; /* bytes of an operand's element */
+    const char *A = (const char *)io[g->a] + (size_t)(oa * g->amat) * esz;
+    const char *B = (const char *)io[g->b] + (size_t)(ob * g->bmat) * esz;
     float *C = (float *)io[g->c] + bi * g->m * g->n;
     cublasStatus_t s = d->lt.cublasLtMatmul(d->lt_handle, p->desc, &alpha, B, p->la, A, p->lb, &beta, C, p->lc, C, p->lc,
                                             &p->algo, (void *)(uintptr_t)d->workspace, WORKSPACE_BYTES, NULL);

@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "codegen.h"
+#include "gemm16.h"
 #include "test_util.h"
 
 #ifdef HPDL_HAVE_LLVM
@@ -58,6 +59,20 @@
  * see FAKE_RANK of FAKE_SIZE only in the comm tests, which set it). */
 static const IrModule *host_module;
 static HostOpEnv host_env;
+
+/* hpd_ctx.gemm_bf16 as the runtime's: core/numeric/gemm16.h (oneDNN where
+ * installed, else the widened operands by its own loops). */
+static char gemm16_error[256];
+static int32_t test_gemm_bf16(hpd_ctx *ctx, int32_t trans_a, int32_t trans_b, int64_t m, int64_t n, int64_t k,
+                              float alpha, const void *a, int64_t lda, const void *b, int64_t ldb, float beta, float *c,
+                              int64_t ldc) {
+  if (gemm16_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, NULL, 0, gemm16_error,
+                  (int)sizeof gemm16_error)) {
+    ctx->error = gemm16_error;
+    return 1;
+  }
+  return 0;
+}
 
 static int test_host_op(hpd_ctx *ctx, int32_t graph, int32_t node, void **bufs) {
   static char err[256];
@@ -608,6 +623,7 @@ static void run_graphs_as(const IrModule *m, const Lib *L, int kind[][8], int64_
     ctx.workspace = ws;
     ctx.seed = 1234;
     ctx.host_op = test_host_op;
+    ctx.gemm_bf16 = test_gemm_bf16;
     host_module = m;
     memset(&host_env, 0, sizeof host_env);
     for (int q = 0; q < IRG_COUNT; q++) host_env.size[q] = 1;
@@ -1001,6 +1017,7 @@ static void e2e_model(const char *sample, int64_t micro, int64_t vocab, int use_
   memset(&ctx, 0, sizeof ctx);
   ctx.seed = 1337;
   ctx.host_op = test_host_op;
+  ctx.gemm_bf16 = test_gemm_bf16;
   host_module = m;
   memset(&host_env, 0, sizeof host_env);
   for (int q = 0; q < IRG_COUNT; q++) host_env.size[q] = 1;
@@ -1125,6 +1142,7 @@ static int cpu_kernel_call(void *env, const FuseGraph *fg, int p, void **io, con
   ctx.workspace = ws;
   ctx.seed = 1337;
   ctx.host_op = test_host_op;
+  ctx.gemm_bf16 = test_gemm_bf16;
   host_module = L->m;
   memset(&host_env, 0, sizeof host_env);
   for (int q = 0; q < IRG_COUNT; q++) host_env.size[q] = 1;
