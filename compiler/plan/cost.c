@@ -322,9 +322,10 @@ int cost_attn_kernel_from_name(const char *name) {
  * in the backward pass", the upper end taken as the others are. */
 #define FA3_H_FWD 0.75
 #define FA3_H_BWD (FA2_H_BWD * 1.75)
-/* Not published: FlashAttention-1 on Hopper. It uses the pre-Hopper
- * instructions FlashAttention-2 does (mma.sync, cp.async), so it is taken
- * to keep the share of peak FlashAttention-2 keeps going from A100 to H100:
+/* Not published: FlashAttention-1 on Hopper. Like FlashAttention-2 there
+ * (FA2 sec. 4.1: "no special instructions ... such as TMA and 4th-gen Tensor
+ * Cores") it uses none of Hopper's new instructions, so it is taken to keep
+ * the share of peak FlashAttention-2 keeps going from A100 to H100:
  * FA1 on A100 x FA2 H100 / FA2 A100 (0.240 forward, 0.186 backward). */
 #define FA1_H_FWD (FA1_A_FWD * FA2_H_FWD / FA2_A_FWD)
 #define FA1_H_BWD (FA1_A_BWD * FA2_H_BWD / FA2_A_BWD)
