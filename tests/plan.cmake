@@ -12,6 +12,7 @@
 #                     runs (tests/plan/published_h100.json)
 #   plan.attention_kernels  --attention flash|flash1|flash2|flash3 on a
 #                     long-context H100 run against the kernels' published rates
+#   plan.attention_refused  an unknown --attention value: one clear line
 #   plan.fidelity_moe   step times of mixture-of-experts runs with expert
 #                     parallelism (tests/plan/published_moe.json: Megatron-Core's
 #                     Mixtral 8x7B on 64 H100)
@@ -57,6 +58,12 @@ set_tests_properties(plan.attention_kernels PROPERTIES TIMEOUT 120 LABELS plan)
 add_test(NAME plan.fidelity_moe
          COMMAND test_plan_fidelity --set $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR} ${HPDL_TEST_DIR}/plan/published_moe.json)
 set_tests_properties(plan.fidelity_moe PROPERTIES TIMEOUT 300 LABELS "plan;moe")
+
+# an attention kernel plan does not know: one line naming the ones it does
+add_test(NAME plan.attention_refused
+         COMMAND $<TARGET_FILE:hpdlc> plan ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --attention flash4)
+set_tests_properties(plan.attention_refused PROPERTIES TIMEOUT 60 LABELS plan
+                     PASS_REGULAR_EXPRESSION "--attention takes flash, flash1, flash2, flash3 or materialized, not 'flash4'")
 
 # precision = fp8 is priced by plan and refused by compile with one clear line
 add_test(NAME plan.fp8_compile_refused
