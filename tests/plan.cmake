@@ -10,6 +10,9 @@
 #                     checked in tests/unit/test_plan.c
 #   plan.fidelity_h100  step times against MosaicML's and NeMo 24.07's H100
 #                     runs (tests/plan/published_h100.json)
+#   plan.attention_kernels  --attention flash|flash1|flash2|flash3 on a
+#                     long-context H100 run against the kernels' published rates
+#   plan.attention_refused  an unknown --attention value: one clear line
 #   plan.fidelity_moe   step times of mixture-of-experts runs with expert
 #                     parallelism (tests/plan/published_moe.json: Megatron-Core's
 #                     Mixtral 8x7B on 64 H100)
@@ -34,7 +37,7 @@
 
 add_executable(test_plan_fidelity ${HPDL_TEST_DIR}/plan/fidelity.c)
 target_compile_options(test_plan_fidelity PRIVATE ${HPDL_WARNINGS})
-target_link_libraries(test_plan_fidelity PRIVATE PkgConfig::JANSSON m)
+target_link_libraries(test_plan_fidelity PRIVATE PkgConfig::JANSSON m hpdlcomp)
 add_test(NAME plan.fidelity
          COMMAND test_plan_fidelity $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR} ${HPDL_TEST_DIR}/plan/published_figures.json)
 set_tests_properties(plan.fidelity PROPERTIES TIMEOUT 300 LABELS plan)
@@ -45,9 +48,22 @@ set_tests_properties(plan.fidelity PROPERTIES TIMEOUT 300 LABELS plan)
 add_test(NAME plan.fidelity_h100
          COMMAND test_plan_fidelity --set $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR} ${HPDL_TEST_DIR}/plan/published_h100.json)
 set_tests_properties(plan.fidelity_h100 PROPERTIES TIMEOUT 300 LABELS plan)
+# the attention kernels (docs/planner.md sec. 9.1) on MosaicML's MPT-7B at 65536
+# tokens on H100: flash2 slower than flash, flash3 faster than flash2 by at most
+# the ratio of their published rates, flash1 (the run's) within 20% of the table
+add_test(NAME plan.attention_kernels
+         COMMAND test_plan_fidelity --kernels $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR} ${HPDL_TEST_DIR}/plan/published_h100.json
+                 mpt_7b_seq65536_8gpu)
+set_tests_properties(plan.attention_kernels PROPERTIES TIMEOUT 120 LABELS plan)
 add_test(NAME plan.fidelity_moe
          COMMAND test_plan_fidelity --set $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR} ${HPDL_TEST_DIR}/plan/published_moe.json)
 set_tests_properties(plan.fidelity_moe PROPERTIES TIMEOUT 300 LABELS "plan;moe")
+
+# an attention kernel plan does not know: one line naming the ones it does
+add_test(NAME plan.attention_refused
+         COMMAND $<TARGET_FILE:hpdlc> plan ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --attention flash4)
+set_tests_properties(plan.attention_refused PROPERTIES TIMEOUT 60 LABELS plan
+                     PASS_REGULAR_EXPRESSION "--attention takes flash, flash1, flash2, flash3 or materialized, not 'flash4'")
 
 # precision = fp8 is priced by plan and refused by compile with one clear line
 add_test(NAME plan.fp8_compile_refused

@@ -186,9 +186,13 @@ static void help_verb(const char *verb) {
          "  --search                 rank every layout for the GPU count that fits\n"
          "  --top K                  how many layouts --search shows (5)\n"
          "  --scaling LIST           strong and weak scaling at these GPU counts (8,16,32)\n"
-         "  --attention flash|materialized  how attention is priced: a tiled flash\n"
-         "                           attention (default), or scores stored in memory\n"
-         "                           (Megatron-LM 2021), to compare with such runs\n"
+         "  --attention flash|flash1|flash2|flash3|materialized\n"
+         "                           how attention is priced: a tiled flash attention\n"
+         "                           (flash, the default); flash1, flash2, flash3: that\n"
+         "                           FlashAttention generation, at least its FLOPs at its\n"
+         "                           published share of the peak (docs/planner.md 9.1);\n"
+         "                           materialized: scores stored in memory (Megatron-LM\n"
+         "                           2021), to compare with such runs\n"
          "  --explain                the five largest terms of the step time, with sources\n"
          "  --compare TRACE          an hpdlrun --profile trace's measured time per op class\n"
          "                           (GEMM, memory-bound, each collective, bubble, optimizer,\n"
@@ -459,9 +463,11 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
             return cli_error("--format takes text, json or html, not '%s'", value, NULL);
           cli->plan.format = value;
         } else if (which == 7) {
-          if (strcmp(value, "flash") && strcmp(value, "materialized"))
-            return cli_error("--attention takes flash or materialized, not '%s'", value, NULL);
-          cli->plan.materialized = !strcmp(value, "materialized");
+          int kernel = cost_attn_kernel_from_name(value);
+          if (kernel < 0 && strcmp(value, "materialized"))
+            return cli_error("--attention takes flash, flash1, flash2, flash3 or materialized, not '%s'", value, NULL);
+          cli->plan.materialized = kernel < 0;
+          cli->plan.attention_kernel = kernel < 0 ? COST_ATTN_TILED : (CostAttnKernel)kernel;
         } else if (which == 1) cli->plan.trace = value;
         else if (which == 2) cli->plan.scaling = value;
         else if (which == 5) cli->plan.output = value;

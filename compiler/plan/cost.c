@@ -221,32 +221,37 @@ double cost_op_time_s(double flops, double bytes, const CatDevice *dev, const ch
  * (ROCm MI200 / MI300 guides); T4 40 SMs (Turing whitepaper). H200 takes
  * the H100 ceiling (same die, same 700 W limit); devices without a
  * measurement take COST_GEMM_CEILING_DEFAULT. */
+/* The NVIDIA architecture families the attention kernels' published
+ * figures are for (cost_attention_utilization); FAMILY_OTHER has none. */
+typedef enum { FAMILY_OTHER, FAMILY_AMPERE, FAMILY_HOPPER, FAMILY_BLACKWELL } GpuFamily;
+
 typedef struct {
   const char *device;
   int units;
   int tile;
   double ceiling;
   int fp32_lanes; /* FP32 lanes per SM (CU) next to its 16 special-function units; 0: no SFU model */
+  GpuFamily family;
 } GemmSpec;
 
 static const GemmSpec gemm_specs[] = {
-    {"a100-40gb", 108, 0, 0.886, 64},
-    {"a100-80gb", 108, 0, 0.886, 64},
-    {"h100-sxm", 132, 0, 0.820, 128},
-    {"h100-pcie", 114, 0, 0.820, 128},
-    {"h200", 132, 0, 0.820, 128},
-    {"b200", 148, 0, COST_GEMM_CEILING_DEFAULT, 128},
-    {"mi250x", 220, 0, 0.770, 0},
-    {"mi250x-gcd", 110, 0, 0.770, 0},
-    {"mi300x", 304, 0, 0.648, 0},
-    {"t4", 40, 0, COST_GEMM_CEILING_DEFAULT, 64},
+    {"a100-40gb", 108, 0, 0.886, 64, FAMILY_AMPERE},
+    {"a100-80gb", 108, 0, 0.886, 64, FAMILY_AMPERE},
+    {"h100-sxm", 132, 0, 0.820, 128, FAMILY_HOPPER},
+    {"h100-pcie", 114, 0, 0.820, 128, FAMILY_HOPPER},
+    {"h200", 132, 0, 0.820, 128, FAMILY_HOPPER},
+    {"b200", 148, 0, COST_GEMM_CEILING_DEFAULT, 128, FAMILY_BLACKWELL},
+    {"mi250x", 220, 0, 0.770, 0, FAMILY_OTHER},
+    {"mi250x-gcd", 110, 0, 0.770, 0, FAMILY_OTHER},
+    {"mi300x", 304, 0, 0.648, 0, FAMILY_OTHER},
+    {"t4", 40, 0, COST_GEMM_CEILING_DEFAULT, 64, FAMILY_OTHER},
     /* MXUs are 128x128 systolic arrays, so operands pad to 128. */
-    {"tpu-v5p", 0, 128, COST_GEMM_CEILING_DEFAULT, 0},
+    {"tpu-v5p", 0, 128, COST_GEMM_CEILING_DEFAULT, 0, FAMILY_OTHER},
     /* BLAS micro-kernels are a few rows wide: no tile or wave penalty. */
-    {"cpu", 0, 1, COST_GEMM_CEILING_DEFAULT, 0},
+    {"cpu", 0, 1, COST_GEMM_CEILING_DEFAULT, 0, FAMILY_OTHER},
 };
 
-static const GemmSpec gemm_default = {"", 0, 0, COST_GEMM_CEILING_DEFAULT, 0};
+static const GemmSpec gemm_default = {"", 0, 0, COST_GEMM_CEILING_DEFAULT, 0, FAMILY_OTHER};
 
 static const GemmSpec *gemm_spec(const CatDevice *dev) {
   if (!dev || !dev->name) return &gemm_default;
@@ -272,6 +277,78 @@ double cost_sfu_rate(const CatDevice *dev) {
   return g->fp32_lanes > 0 ? fp32 * 16.0 / (2.0 * g->fp32_lanes) : fp32 / 16.0;
 }
 int cost_device_units(const CatDevice *dev) { return gemm_spec(dev)->units; }
+
+/* ------------------------------------------------------------------ */
+/* attention kernels                                                    */
+
+const char *cost_attn_kernel_name(CostAttnKernel k) {
+  switch (k) {
+  case COST_ATTN_TILED: return "flash";
+  case COST_ATTN_FLASH1: return "flash1";
+  case COST_ATTN_FLASH2: return "flash2";
+  case COST_ATTN_FLASH3: return "flash3";
+  }
+  return "?";
+}
+
+int cost_attn_kernel_from_name(const char *name) {
+  for (int k = COST_ATTN_TILED; name && k <= COST_ATTN_FLASH3; k++)
+    if (!strcmp(name, cost_attn_kernel_name((CostAttnKernel)k))) return k;
+  return -1;
+}
+
+/* The best published share of the dense peak of each kernel (the "up to"
+ * figures, reached at long sequences and head size 128: an attention kernel
+ * is never faster than that). A = A100 SXM (312 TFLOP/s bf16), H = H100
+ * SXM (989). FA2 = Dao 2023, arXiv 2307.08691; FA3 = Shah et al. 2024,
+ * arXiv 2407.08608. */
+/* FA2 sec. 1: FlashAttention's forward "only reaches 30-50%" of A100 peak
+ * (Fig. 5), its backward "only 25-35%" (Fig. 6); the abstract's 25-40%. */
+#define FA1_A_FWD 0.50
+#define FA1_A_BWD 0.35
+/* FA2 sec. 1 and 4: FlashAttention-2 "up to 73%" of A100 peak forward
+ * (230 TFLOP/s), "up to 63%" backward. */
+#define FA2_A_FWD 0.73
+#define FA2_A_BWD 0.63
+/* FA3 abstract and sec. 1: FlashAttention-2 "only 35% utilization on the
+ * H100". */
+#define FA2_H_FWD 0.35
+/* FA2 sec. 4.1: the same kernels on H100 "up to 335 TFLOPs/s" forward +
+ * backward (Fig. 7 / 8); the backward has 2.5x the forward's FLOPs, so with
+ * the forward at FA2_H_FWD: 2.5 / (3.5 / (335 / 989.4) - 1 / 0.35) = 0.334. */
+#define FA2_H_BWD (2.5 / (3.5 / (335.0 / 989.4) - 1.0 / FA2_H_FWD))
+/* FA3 abstract and sec. 4: FlashAttention-3 "up to 740 TFLOPs/s, 75%" of
+ * H100 peak forward; sec. 4.1: "1.5-1.75x faster [than FlashAttention-2]
+ * in the backward pass", the upper end taken as the others are. */
+#define FA3_H_FWD 0.75
+#define FA3_H_BWD (FA2_H_BWD * 1.75)
+/* Not published: FlashAttention-1 on Hopper. Like FlashAttention-2 there
+ * (FA2 sec. 4.1: "no special instructions ... such as TMA and 4th-gen Tensor
+ * Cores") it uses none of Hopper's new instructions, so it is taken to keep
+ * the share of peak FlashAttention-2 keeps going from A100 to H100:
+ * FA1 on A100 x FA2 H100 / FA2 A100 (0.240 forward, 0.186 backward). */
+#define FA1_H_FWD (FA1_A_FWD * FA2_H_FWD / FA2_A_FWD)
+#define FA1_H_BWD (FA1_A_BWD * FA2_H_BWD / FA2_A_BWD)
+
+/* [kernel - 1][Ampere, Hopper][forward, backward]. FlashAttention-3 is
+ * Hopper-only (wgmma, TMA): on Ampere it is priced as FlashAttention-2, the
+ * newest generation that runs there. Blackwell has no published figure for
+ * any of the three; it takes Hopper's (the newest family with figures).
+ * Other devices (AMD, TPU, CPU, T4, an unknown name) have none: 0, the tile
+ * model alone. */
+static const double attn_utilization[3][2][2] = {
+    {{FA1_A_FWD, FA1_A_BWD}, {FA1_H_FWD, FA1_H_BWD}},
+    {{FA2_A_FWD, FA2_A_BWD}, {FA2_H_FWD, FA2_H_BWD}},
+    {{FA2_A_FWD, FA2_A_BWD}, {FA3_H_FWD, FA3_H_BWD}},
+};
+
+double cost_attention_utilization(CostAttnKernel k, int backward, const CatDevice *dev) {
+  if (k < COST_ATTN_FLASH1 || k > COST_ATTN_FLASH3 || !dev) return 0;
+  GpuFamily f = gemm_spec(dev)->family;
+  if (f == FAMILY_OTHER) return 0;
+  int hopper = f != FAMILY_AMPERE; /* Hopper, or Blackwell priced as Hopper */
+  return attn_utilization[k - COST_ATTN_FLASH1][hopper][backward != 0];
+}
 
 /* Efficiency = ceiling * tile quantization * wave quantization * depth:
  *   tile:  m n / (ceil(m/T) T ceil(n/T) T), the useful share of the padded

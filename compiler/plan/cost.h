@@ -152,6 +152,31 @@ double cost_gemm_ceiling(const CatDevice *dev);
 double cost_sfu_rate(const CatDevice *dev);
 int cost_device_units(const CatDevice *dev);
 
+/* ---- attention kernels (docs/planner.md sec. 9.1) ----
+ * How `hpdlc plan --attention` prices a flash attention: the tile model
+ * alone (COST_ATTN_TILED, `flash`, the default), or a kernel generation
+ * whose published utilisation bounds it: FlashAttention-1 (Dao et al.
+ * 2022), -2 (Dao 2023), -3 (Shah et al. 2024). */
+typedef enum {
+  COST_ATTN_TILED,
+  COST_ATTN_FLASH1,
+  COST_ATTN_FLASH2,
+  COST_ATTN_FLASH3
+} CostAttnKernel;
+
+/* "flash", "flash1", "flash2", "flash3" */
+const char *cost_attn_kernel_name(CostAttnKernel k);
+/* The kernel of that name, or -1 when the name is none of them. */
+int cost_attn_kernel_from_name(const char *name);
+/* The share of the device's dense peak (for the run's precision) that
+ * kernel k reaches at best, forward (backward = 0) or backward (1), from
+ * the FlashAttention-2 and -3 papers (derived where unpublished; the table
+ * in cost.c and docs/planner.md sec. 9.1 give each source). An attention
+ * kernel then takes at least its FLOPs / (peak x this). 0 when there is no
+ * figure (the tile model, or a device outside the Ampere, Hopper and
+ * Blackwell families): the tile model alone prices it. */
+double cost_attention_utilization(CostAttnKernel k, int backward, const CatDevice *dev);
+
 /* ---- pipeline bubble (Narayanan et al. 2021, Sec 2.2) ----
  * cost_bubble_fraction: bubble time over ideal compute time,
  *   (p-1)/m for GPipe and 1F1B, (p-1)/(v m) for interleaved 1F1B.

@@ -327,7 +327,7 @@ static double mem_kernel_time(const PlanCtx *c, double flops, double bytes) {
  * its FLOPs (score_share) at the GEMM efficiency of an output tile of
  * [s_q-block x d] whose mainloop runs over the keys. */
 static double flash_gemm_time(Pricer *P, double batch, double M, double N, double Kd, int writes_score, int causal,
-                              double window) {
+                              double window, double *flops_sum) {
   /* score shape [.., s_q, s_k]: written (M = s_q, N = s_k, K = d) or read
    * (P v: K = s_k, N = d; P^T dO and dS^T q: M = s_k, K = s_q) */
   double d = writes_score ? Kd : N;
@@ -336,7 +336,17 @@ static double flash_gemm_time(Pricer *P, double batch, double M, double N, doubl
   double flops = 2 * batch * M * N * Kd * frac;
   const CatDevice *dev = &P->pc->dev;
   double eff = cost_gemm_efficiency_batched((int64_t)batch, (int64_t)M, (int64_t)d, (int64_t)(sk * frac), dev);
+  *flops_sum += flops;
   return cost_op_time_s(flops, 0, dev, prec_name(P->pc->prec), eff * PLAN_GEMM_SUSTAINED);
+}
+
+/* The least time of attention work of `flops` (the computed share) under
+ * the chosen kernel generation: its FLOPs at the kernel's best published
+ * share of the peak (cost_attention_utilization, docs/planner.md sec. 9.1);
+ * 0 for the tile model alone or a device without a figure. */
+static double attention_floor(const Pricer *P, double flops, int backward) {
+  double u = cost_attention_utilization(P->pc->attn_kernel, backward, &P->pc->dev);
+  return u > 0 ? cost_op_time_s(flops, 0, &P->pc->dev, prec_name(P->pc->prec), u) : 0;
 }
 
 static void price_flash_gemm(Pricer *P, const GInfo *gi, const IrNode *n, int rc, PlanCost *acc) {
@@ -351,8 +361,14 @@ static void price_flash_gemm(Pricer *P, const GInfo *gi, const IrNode *n, int rc
   /* a backward that differentiates the softmax recomputes q k^T once more
    * (FlashAttention-2's backward): dO v^T (it depends on the output
    * gradient) stands also for it */
-  double reps = writes_score && gi->has_sbwd && gi->dep[(int)(n - g->nodes)] ? 2 : 1;
-  double t = reps * flash_gemm_time(P, batch, M, N, Kd, writes_score, P->causal, 0);
+  int backward = gi->has_sbwd && gi->dep[(int)(n - g->nodes)];
+  double reps = writes_score && backward ? 2 : 1;
+  double flops = 0;
+  double t = reps * flash_gemm_time(P, batch, M, N, Kd, writes_score, P->causal, 0, &flops);
+  /* a kernel generation: each GEMM of the chain at least its FLOPs at the
+   * kernel's rate (the softmax's exponentials stay in their own kernel) */
+  double floor_t = attention_floor(P, reps * flops, backward);
+  if (floor_t > t) t = floor_t;
   acc->t += t;
   acc->t_gemm += t;
   if (rc) acc->t_rc += t;
@@ -369,17 +385,22 @@ static void price_attention_op(Pricer *P, const GInfo *gi, const IrNode *n, int 
   double batch = (double)q->dims[0] * (double)q->dims[1], T = (double)q->dims[2], D = (double)q->dims[3];
   double S = (double)k->dims[2], Dv = (double)v->dims[3], W = (double)n->attr[3];
   int c = n->attr[0] != 0; /* the op's own mask */
-  double t;
-  if (n->op == IR_ATTENTION) {
-    t = flash_gemm_time(P, batch, T, S, D, 1, c, W) + flash_gemm_time(P, batch, T, Dv, S, 0, c, W);
+  double t, flops = 0;
+  int backward = n->op == IR_ATTENTION_BWD;
+  if (!backward) {
+    t = flash_gemm_time(P, batch, T, S, D, 1, c, W, &flops) + flash_gemm_time(P, batch, T, Dv, S, 0, c, W, &flops);
   } else {
-    t = flash_gemm_time(P, batch, T, S, D, 1, c, W) + flash_gemm_time(P, batch, T, S, Dv, 1, c, W) +
-        flash_gemm_time(P, batch, S, Dv, T, 0, c, W) + flash_gemm_time(P, batch, T, D, S, 0, c, W) +
-        flash_gemm_time(P, batch, S, D, T, 0, c, W);
+    t = flash_gemm_time(P, batch, T, S, D, 1, c, W, &flops) + flash_gemm_time(P, batch, T, S, Dv, 1, c, W, &flops) +
+        flash_gemm_time(P, batch, S, Dv, T, 0, c, W, &flops) + flash_gemm_time(P, batch, T, D, S, 0, c, W, &flops) +
+        flash_gemm_time(P, batch, S, D, T, 0, c, W, &flops);
   }
   /* one exponential per computed score, of the tiles computed */
   double rate = cost_sfu_rate(&P->pc->dev);
   double te = rate > 0 ? batch * T * S * score_share(c, S, W) / rate : 0;
+  /* a kernel generation: the whole kernel (the published rates include its
+   * softmax) at least its FLOPs at the kernel's rate; the GEMMs take the rest */
+  double floor_t = attention_floor(P, flops, backward);
+  if (floor_t > t + te) t = floor_t - te;
   acc->t += t + te + PLAN_KERNEL_OVERHEAD_S;
   acc->t_gemm += t + PLAN_KERNEL_OVERHEAD_S;
   acc->t_other += te;
@@ -1664,6 +1685,18 @@ void plan_set_attention(PlanCtx *c, int flash) {
 }
 
 int plan_attention_flash(const PlanCtx *c) { return c->flash; }
+
+void plan_set_attention_kernel(PlanCtx *c, CostAttnKernel k) {
+  if (c->attn_kernel == k) return;
+  drop_prices(c); /* they were made with the other kernel */
+  c->attn_kernel = k;
+}
+
+CostAttnKernel plan_attention_kernel(const PlanCtx *c) { return c->attn_kernel; }
+
+const char *plan_attention_name(const PlanCtx *c) {
+  return c->flash ? cost_attn_kernel_name(c->attn_kernel) : "materialized";
+}
 
 void plan_set_explain(PlanCtx *c, int on) { c->explain = on != 0; }
 void plan_set_progress(PlanCtx *c, struct Progress *p) { c->progress = p; }

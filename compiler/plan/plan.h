@@ -24,6 +24,7 @@
 #include <stdio.h>
 
 #include "catalog.h"
+#include "cost.h" /* CostAttnKernel */
 #include "diag.h"
 #include "ir.h"
 #include "sema.h"
@@ -137,6 +138,14 @@ const SemModel *plan_model(const PlanCtx *c);
  * comparisons with such runs: hpdlc plan --attention materialized). */
 void plan_set_attention(PlanCtx *c, int flash);
 int plan_attention_flash(const PlanCtx *c);
+/* Under flash, which kernel (docs/planner.md sec. 9.1): the tile model
+ * alone (COST_ATTN_TILED, the default), or FlashAttention-1, -2 or -3, each
+ * at least its FLOPs at its published share of the peak
+ * (cost_attention_utilization; hpdlc plan --attention flash1|flash2|flash3). */
+void plan_set_attention_kernel(PlanCtx *c, CostAttnKernel k);
+CostAttnKernel plan_attention_kernel(const PlanCtx *c);
+/* "materialized", or the kernel's name ("flash", "flash1", ...). */
+const char *plan_attention_name(const PlanCtx *c);
 /* Reports list the five largest terms of the step time with their sources
  * (hpdlc plan --explain). */
 void plan_set_explain(PlanCtx *c, int on);
@@ -240,6 +249,7 @@ typedef struct PlanCliOptions {
   int mb_fixed;        /* --micro-batch was given: the search keeps it */
   int measure_cpu;     /* --measure-cpu: time this machine for the `cpu` device first */
   int materialized;    /* --attention materialized: price the scores stored in memory (plan_set_attention) */
+  CostAttnKernel attention_kernel; /* --attention flash1|flash2|flash3 (plan_set_attention_kernel); flash: the default */
   int explain;         /* --explain: the five largest terms of the step time with their sources */
   int progress;        /* --progress: a ProgressMode (core/progress.h) for --search */
   const char *compare; /* --compare TRACE: an hpdlrun --profile trace beside the plan (plan_compare.h) */

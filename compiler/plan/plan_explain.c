@@ -146,15 +146,32 @@ static int term_cmp(const void *a, const void *b) {
  * compute (GEMMs, attention, memory-bound kernels) + exposed tensor and
  * context communication + bubble + exposed data-parallel and pipeline
  * communication + the optimizer step; the terms add up to step_s. */
-int plan_explain_terms(const PlanResult *r, PlanTerm *out, int max) {
+/* Where the attention's time comes from: the kernel --attention names. */
+static const char *attention_source(const PlanCtx *c) {
+  if (plan_attention_flash(c)) switch (plan_attention_kernel(c)) {
+    case COST_ATTN_FLASH1:
+      return "docs/planner.md 9.1: FlashAttention-1 (--attention flash1): the tile model, at least its FLOPs at its "
+             "published share of peak (FlashAttention-2 paper, sec. 1; on Hopper derived)";
+    case COST_ATTN_FLASH2:
+      return "docs/planner.md 9.1: FlashAttention-2 (--attention flash2): the tile model, at least its FLOPs at its "
+             "published share of peak (FlashAttention-2 paper on A100, FlashAttention-3 paper on H100)";
+    case COST_ATTN_FLASH3:
+      return "docs/planner.md 9.1: FlashAttention-3 (--attention flash3): the tile model, at least its FLOPs at its "
+             "published share of peak (FlashAttention-3 paper, sec. 4; FlashAttention-2's on Ampere)";
+    case COST_ATTN_TILED:
+      break;
+    }
+  return "docs/planner.md 9.1: flash attention (causal blocks skipped, one exp per score on the SFUs: FlashAttention-2, "
+         "Dao 2023; FlashAttention-3 paper) or scores in memory (--attention materialized)";
+}
+
+int plan_explain_terms(const PlanCtx *c, const PlanResult *r, PlanTerm *out, int max) {
   double attn_other = r->attn_s - r->attn_gemm_s;
   PlanTerm t[] = {
       {"GEMMs (projections, MLP, head)", r->gemm_s - r->attn_gemm_s,
        "docs/planner.md 3.2: tile x wave x depth x the device's ceiling (mamf-finder), x PLAN_GEMM_SUSTAINED (sec. 14); "
        "FP8 GEMMs at the FP8 peak"},
-      {"attention", r->attn_s,
-       "docs/planner.md 9.1: flash attention (causal blocks skipped, one exp per score on the SFUs: FlashAttention-2, "
-       "Dao 2023; FlashAttention-3 paper) or scores in memory (--attention materialized)"},
+      {"attention", r->attn_s, attention_source(c)},
       {"memory-bound kernels", r->other_s - attn_other,
        "docs/planner.md 3.1, 9: roofline, fused kernels' bytes at 0.90 x the datasheet HBM bandwidth"},
       {"tensor-parallel communication (exposed)", r->comm_exposed[IRG_TP],

@@ -95,6 +95,7 @@ struct PlanCtx {
   Precision prec;
   int act_bytes, weight_bytes;
   int flash;          /* attention priced as a tiled flash attention (the default); 0: scores materialised */
+  CostAttnKernel attn_kernel; /* under flash: the tile model alone, or a generation whose published rate bounds it */
   int tp_overlap;     /* the layout's tp_overlap */
   int64_t vocab_pad;  /* the layout's vocab_pad: vocabulary padded to a multiple of it x tp */
   int explain;        /* reports list the five largest terms of the step (plan_set_explain) */
@@ -154,8 +155,9 @@ typedef struct PlanTerm {
   const char *source;
 } PlanTerm;
 
-/* The terms of r's step time, largest first; returns how many (<= max). */
-int plan_explain_terms(const PlanResult *r, PlanTerm *out, int max);
+/* The terms of r's step time, largest first; returns how many (<= max).
+ * The attention's source names the kernel c prices it as. */
+int plan_explain_terms(const PlanCtx *c, const PlanResult *r, PlanTerm *out, int max);
 
 /* The rows of the first vocab-split table of the model, and the rows the
  * planner prices at tensor degree tp (padded to a multiple of vocab_pad x

@@ -66,7 +66,7 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
   }
   fprintf(f, "; recompute %s; overlap %s", sem_recompute_name((Recompute)L->recompute), L->overlap ? "on" : "off");
   if (m->layout.tp_overlap && L->tp > 1) fprintf(f, "; tp_overlap on");
-  if (!plan_attention_flash(c)) fprintf(f, "; attention materialized");
+  if (strcmp(plan_attention_name(c), "flash")) fprintf(f, "; attention %s", plan_attention_name(c));
   fputc('\n', f);
   int64_t vp = 0, v = plan_vocab(c, L->tp, &vp);
   if (v > 0 && vp != v)
@@ -133,7 +133,7 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
   fprintf(f, "  %-18s %12s\n\n", "step", plan_fmt_time(a, sizeof a, r->step_s));
   if (plan_explain_enabled(c)) {
     PlanTerm t[5];
-    int n = plan_explain_terms(r, t, 5);
+    int n = plan_explain_terms(c, r, t, 5);
     fprintf(f, "the five largest terms of the step, and where their formulas come from\n");
     for (int i = 0; i < n; i++)
       fprintf(f, "  %-42s %10s %5.1f%%  %s\n", t[i].name, plan_fmt_time(a, sizeof a, t[i].s), t[i].s / T * 100, t[i].source);
@@ -325,7 +325,7 @@ static json_t *json_result(PlanCtx *c, const PlanResult *r, int brief) {
   json_object_set_new(o, "limit", json_string(r->limit));
   if (!brief && plan_explain_enabled(c)) {
     PlanTerm t[5];
-    int n = plan_explain_terms(r, t, 5);
+    int n = plan_explain_terms(c, r, t, 5);
     json_t *ex = json_array();
     for (int i = 0; i < n; i++) {
       json_t *e = json_object();
@@ -380,7 +380,7 @@ static json_t *json_report(PlanCtx *c, const PlanReport *rep) {
     json_object_set_new(mo, "vocab", json_integer(voc));
     json_object_set_new(mo, "vocab_priced", json_integer(vpad));
   }
-  json_object_set_new(mo, "attention", json_string(plan_attention_flash(c) ? "flash" : "materialized"));
+  json_object_set_new(mo, "attention", json_string(plan_attention_name(c)));
   json_object_set_new(root, "model", mo);
   json_t *co = json_object();
   json_object_set_new(co, "name", json_string(cl->name ? cl->name : ""));

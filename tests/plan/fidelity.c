@@ -22,12 +22,20 @@
  * checks a set file of published step times instead (check_set below:
  * tests/plan/published_h100.json, MosaicML's MPT runs and NeMo 24.07's FP8
  * runs on H100; tests/plan/published_moe.json, Megatron-Core's Mixtral 8x7B
- * with expert parallelism). */
+ * with expert parallelism). A run's layout names its flags (set_command),
+ * among them the attention kernel its software ran (--attention).
+ *
+ *   test_plan_fidelity --kernels HPDLC SOURCE_DIR FILE.json RUN
+ *
+ * prices one run under each attention kernel (check_kernels below). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "catalog.h"
+#include "cost.h" /* the attention kernels' published rates */
 
 static json_t *run_plan(const char *cmd) {
   FILE *p = popen(cmd, "r");
@@ -155,7 +163,8 @@ static void set_command(char *cmd, size_t cap, const char *hpdlc, const char *sr
                                         {"micro_batch", "--micro-batch"}, {"global_batch", "--global-batch"},
                                         {"recompute", "--recompute"}, {"sp", "--sp"},
                                         {"precision", "--precision"}, {"cluster", "--cluster"},
-                                        {"tp_overlap", "--tp-overlap"}, {"ep", "--ep"}};
+                                        {"tp_overlap", "--tp-overlap"}, {"ep", "--ep"},
+                                        {"attention", "--attention"}};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) add_flag(cmd, cap, keys[i][1], json_object_get(l, keys[i][0]));
   long v_ = jint(l, "virtual_stages");
   size_t n = strlen(cmd);
@@ -210,13 +219,14 @@ static int check_set(const char *hpdlc, const char *src, const char *file, int m
       asserted_set |= asserted;
       errs[ne++] = isfinite(e) ? fabs(e) : INFINITY;
       json_t *l = json_object_get(r, "layout");
+      const char *attn = json_string_value(json_object_get(l, "attention"));
       if (markdown) {
-        printf("| %s | %ld | tp %ld pp %ld cp %ld dp %ld%s, mb %ld, %s%s | %.3f s | %.3f s | %+.1f%% |\n",
+        printf("| %s | %ld | tp %ld pp %ld cp %ld dp %ld%s, mb %ld, %s%s%s%s | %.3f s | %.3f s | %+.1f%% |\n",
                json_string_value(json_object_get(r, "id")), jint(l, "gpus"), jint(l, "tp"), jint(l, "pp"), jint(l, "cp"),
                jint(l, "dp"), jint(l, "zero") == 3 ? " zero 3" : "", jint(l, "micro_batch"),
                json_string_value(json_object_get(l, "precision")),
-               !strcmp(json_string_value(json_object_get(l, "recompute")), "full") ? ", full recompute" : "", pub, pred,
-               e * 100);
+               !strcmp(json_string_value(json_object_get(l, "recompute")), "full") ? ", full recompute" : "",
+               attn ? ", attention " : "", attn ? attn : "", pub, pred, e * 100);
       } else {
         printf("%-40s %5ld %10.3f %10.3f %+7.1f%%  %s\n", json_string_value(json_object_get(r, "id")), jint(l, "gpus"), pub,
                pred, e * 100, !asserted ? "(not asserted)" : ok ? "ok" : "FAIL");
@@ -241,8 +251,94 @@ static int check_set(const char *hpdlc, const char *src, const char *file, int m
   return failures && !markdown ? 1 : 0;
 }
 
+/* ---- attention kernels (docs/planner.md sec. 9.1) ---- */
+
+/* The time of the attention of run r (a causal GPT of samples/gpt.hpd, one
+ * GPU's share of a data-parallel step) if every kernel ran at the published
+ * share of the peak of kernel k: its computed FLOPs (the causal share of
+ * blocks of COST_GEMM_TILE rows) forward, again for full recomputation,
+ * and 2.5x for the backward (the FlashAttention papers' count). */
+static double attention_floor_s(json_t *r, CostAttnKernel k) {
+  json_t *d = json_object_get(json_object_get(r, "model"), "defines"), *l = json_object_get(r, "layout");
+  double layers = (double)jint(d, "layers"), hidden = (double)jint(d, "hidden"), s = (double)jint(d, "seq");
+  double mb = (double)jint(l, "micro_batch"), micro = (double)jint(l, "global_batch") / (mb * (double)jint(l, "dp"));
+  double nb = ceil(s / COST_GEMM_TILE), share = (nb + 1) / (2 * nb);
+  double fwd = 4 * mb * s * s * hidden * share * layers * micro; /* q k^T and P v over every head */
+  int recompute = !strcmp(json_string_value(json_object_get(l, "recompute")), "full");
+  const CatDevice *dev = cat_device(cat_cluster(json_string_value(json_object_get(l, "cluster")))->device);
+  double peak = cat_peak_flops(dev, json_string_value(json_object_get(l, "precision")));
+  return ((1 + recompute) * fwd / cost_attention_utilization(k, 0, dev) +
+          2.5 * fwd / cost_attention_utilization(k, 1, dev)) / peak;
+}
+
+/* test_plan_fidelity --kernels HPDLC SOURCE_DIR FILE.json RUN: run RUN of
+ * the set file (a long-context run on H100) under each --attention kernel.
+ * FlashAttention-2 is slower than the tile model (flash) and runs at its
+ * published rate (its floor binds, within 3%); FlashAttention-3 is faster
+ * than FlashAttention-2 by a factor of at most the ratio of their published
+ * rates (attention_floor_s); under the kernel the run's layout names (its
+ * software's), the step time is within 20% of the published one. */
+static int check_kernels(const char *hpdlc, const char *src, const char *file, const char *id) {
+  json_error_t err;
+  json_t *fig = json_load_file(file, 0, &err), *run = NULL;
+  if (!fig) {
+    fprintf(stderr, "fidelity: %s:%d: %s\n", file, err.line, err.text);
+    return 2;
+  }
+  size_t i;
+  json_t *r;
+  json_array_foreach(json_object_get(fig, "runs"), i, r) {
+    if (!strcmp(json_string_value(json_object_get(r, "id")), id)) run = r;
+  }
+  if (!run) {
+    fprintf(stderr, "fidelity: no run %s in %s\n", id, file);
+    json_decref(fig);
+    return 2;
+  }
+  static const char *const kernels[] = {"flash", "flash1", "flash2", "flash3"};
+  double step[4], attn[4];
+  int failures = 0;
+  for (int k = 0; k < 4; k++) {
+    json_t *rk = json_deep_copy(run);
+    json_object_set_new(json_object_get(rk, "layout"), "attention", json_string(kernels[k]));
+    char cmd[4096];
+    set_command(cmd, sizeof cmd, hpdlc, src, rk);
+    json_t *out = run_plan(cmd);
+    step[k] = out ? jget(out, "time", "step_s") : NAN;
+    attn[k] = out ? jget(out, "time", "attention_s") : NAN;
+    printf("%s --attention %-6s step %8.3f s, attention %8.3f s\n", id, kernels[k], step[k], attn[k]);
+    json_decref(out);
+    json_decref(rk);
+  }
+  double pub = json_number_value(json_object_get(json_object_get(run, "published"), "step_s"));
+  const char *own = json_string_value(json_object_get(json_object_get(run, "layout"), "attention"));
+  int ko = own ? cost_attn_kernel_from_name(own) : 0;
+  double e = step[ko < 0 ? 0 : ko] / pub - 1;
+  int ok = fabs(e) <= 0.20;
+  printf("under its own kernel (%s): %.3f s against %.3f s published, %+.1f%% (limit 20%%)  %s\n", own ? own : "flash",
+         step[ko < 0 ? 0 : ko], pub, e * 100, ok ? "ok" : "FAIL");
+  failures += !ok;
+  ok = step[2] > step[0] && attn[2] > attn[0];
+  printf("flash2 slower than flash: %.3f x the attention  %s\n", attn[2] / attn[0], ok ? "ok" : "FAIL");
+  failures += !ok;
+  double floor2 = attention_floor_s(run, COST_ATTN_FLASH2), floor3 = attention_floor_s(run, COST_ATTN_FLASH3);
+  ok = fabs(attn[2] / floor2 - 1) <= 0.03;
+  printf("flash2 at its published rate: attention %.3f s, FLOPs / (peak x U) %.3f s  %s\n", attn[2], floor2,
+         ok ? "ok" : "FAIL");
+  failures += !ok;
+  double speedup = attn[2] / attn[3], most = floor2 / floor3;
+  ok = speedup > 1 && speedup <= most * 1.03 && attn[3] >= floor3 * 0.97;
+  printf("flash3 faster than flash2: %.3f x (at most %.3f, the ratio of their published rates)  %s\n", speedup, most,
+         ok ? "ok" : "FAIL");
+  failures += !ok;
+  json_decref(fig);
+  if (failures) fprintf(stderr, "%d attention kernel check(s) failed\n", failures);
+  return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 4 && !strcmp(argv[1], "--schema")) return check_schema(argv[2], argv[3]);
+  if (argc == 6 && !strcmp(argv[1], "--kernels")) return check_kernels(argv[2], argv[3], argv[4], argv[5]);
   if ((argc == 5 || argc == 6) && !strcmp(argv[1], "--set"))
     return check_set(argv[2], argv[3], argv[4], argc == 6 && !strcmp(argv[5], "--markdown"));
   int markdown = argc == 5 && !strcmp(argv[4], "--markdown");

@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "test_util.h"
 
@@ -286,6 +287,50 @@ static void test_gemm_hopper(void) {
   EXPECT_NEAR(cost_sfu_rate(cat_device("a100-80gb")), 19.5e12 / 8, 1e-12);
 }
 
+/* ---- attention kernels: the published utilisation of FlashAttention-1/2/3
+ * (docs/planner.md sec. 9.1) ---- */
+
+static void test_attention_kernels(void) {
+  const CatDevice *a = cat_device("a100-80gb"), *h = cat_device("h100-sxm");
+  EXPECT(a && h);
+  if (!a || !h) return;
+  /* FlashAttention-2 paper, sec. 1 and 4: 73% forward, 63% backward on A100 */
+  EXPECT_NEAR(cost_attention_utilization(COST_ATTN_FLASH2, 0, a), 0.73, 1e-12);
+  EXPECT_NEAR(cost_attention_utilization(COST_ATTN_FLASH2, 1, a), 0.63, 1e-12);
+  /* FlashAttention-3 paper: FlashAttention-2 35% of H100, FlashAttention-3 75% */
+  EXPECT_NEAR(cost_attention_utilization(COST_ATTN_FLASH2, 0, h), 0.35, 1e-12);
+  EXPECT_NEAR(cost_attention_utilization(COST_ATTN_FLASH3, 0, h), 0.75, 1e-12);
+  /* FlashAttention-2's H100 backward from its 335 TFLOP/s forward + backward */
+  double b2 = cost_attention_utilization(COST_ATTN_FLASH2, 1, h);
+  EXPECT_NEAR(b2, 0.334, 0.002);
+  EXPECT_NEAR(3.5 / (1 / 0.35 + 2.5 / b2) * 989.4, 335, 1e-9);
+  EXPECT_NEAR(cost_attention_utilization(COST_ATTN_FLASH3, 1, h), 1.75 * b2, 1e-12);
+  /* FlashAttention-1 on Hopper, derived: A100 figure x FA2's H100 / A100 */
+  EXPECT_NEAR(cost_attention_utilization(COST_ATTN_FLASH1, 0, a), 0.50, 1e-12);
+  EXPECT_NEAR(cost_attention_utilization(COST_ATTN_FLASH1, 1, a), 0.35, 1e-12);
+  EXPECT_NEAR(cost_attention_utilization(COST_ATTN_FLASH1, 0, h), 0.50 * 0.35 / 0.73, 1e-12);
+  /* every generation is faster than the one before on Hopper, both ways */
+  for (int bwd = 0; bwd < 2; bwd++)
+    for (int k = COST_ATTN_FLASH1; k < COST_ATTN_FLASH3; k++)
+      EXPECT(cost_attention_utilization((CostAttnKernel)k, bwd, h) <
+             cost_attention_utilization((CostAttnKernel)(k + 1), bwd, h));
+  /* FlashAttention-3 is Hopper-only: FlashAttention-2's figures on Ampere;
+   * H200 is Hopper, B200 takes Hopper's; no figure elsewhere, nor for the
+   * tile model */
+  EXPECT_NEAR(cost_attention_utilization(COST_ATTN_FLASH3, 0, a), 0.73, 1e-12);
+  EXPECT_NEAR(cost_attention_utilization(COST_ATTN_FLASH3, 0, cat_device("h200")), 0.75, 1e-12);
+  EXPECT_NEAR(cost_attention_utilization(COST_ATTN_FLASH1, 1, cat_device("b200")),
+              cost_attention_utilization(COST_ATTN_FLASH1, 1, h), 1e-12);
+  EXPECT(cost_attention_utilization(COST_ATTN_FLASH2, 0, cat_device("mi300x")) == 0);
+  EXPECT(cost_attention_utilization(COST_ATTN_TILED, 0, h) == 0);
+  EXPECT(cost_attention_utilization(COST_ATTN_FLASH2, 0, NULL) == 0);
+  /* names */
+  EXPECT(cost_attn_kernel_from_name("flash") == COST_ATTN_TILED);
+  EXPECT(cost_attn_kernel_from_name("flash3") == COST_ATTN_FLASH3);
+  EXPECT(cost_attn_kernel_from_name("flash4") == -1 && cost_attn_kernel_from_name("materialized") == -1);
+  EXPECT(!strcmp(cost_attn_kernel_name(COST_ATTN_FLASH1), "flash1"));
+}
+
 /* ---- pipeline bubble: Narayanan et al. 2021, Sec 2.2 ---- */
 
 static void test_bubble(void) {
@@ -441,6 +486,7 @@ int main(void) {
   test_op_time();
   test_gemm_efficiency();
   test_gemm_hopper();
+  test_attention_kernels();
   test_bubble();
   test_zero();
   test_megatron();

@@ -621,7 +621,7 @@ static void test_issue12(void) {
   EXPECT(flash_attn > 0 && flash_attn < r.compute_s);
   /* the terms of --explain add up to the step */
   PlanTerm t[9];
-  int n = plan_explain_terms(&r, t, 9);
+  int n = plan_explain_terms(f.c, &r, t, 9);
   double sum = 0;
   for (int i = 0; i < n; i++) sum += t[i].s;
   EXPECT_NEAR(sum, r.step_s, 1e-9);
