@@ -1221,6 +1221,7 @@ static void prog_free(Prog *P) {
   free(P->x);
   free(P->ins);
   par_pool_destroy(P->pool);
+  gemm16_release(); /* before this library is unloaded: its table holds oneDNN's objects */
   free(P);
 }
 

@@ -83,6 +83,10 @@ static int gemm_widened(int ta, int tb, int64_t m, int64_t n, int64_t k, float a
   X(dnnl_memory_create)                                                                                                \
   X(dnnl_memory_set_data_handle)                                                                                       \
   X(dnnl_primitive_execute)                                                                                            \
+  X(dnnl_primitive_destroy)                                                                                            \
+  X(dnnl_memory_destroy)                                                                                               \
+  X(dnnl_stream_destroy)                                                                                               \
+  X(dnnl_engine_destroy)                                                                                               \
   X(dnnl_stream_wait)
 
 #define DNNL_PTR(f) static __typeof__(&f) p_##f;
@@ -257,6 +261,25 @@ int gemm16_bf16(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float
   pthread_mutex_unlock(&lock);
 #endif
   return gemm_widened(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, fallback, why, whylen);
+}
+
+void gemm16_release(void) {
+#ifdef HPDL_HAVE_DNNL
+  pthread_mutex_lock(&lock);
+  if (dnnl_state > 0) {
+    for (int i = 0; i < nprims; i++) {
+      p_dnnl_primitive_destroy(prims[i].prim);
+      p_dnnl_memory_destroy(prims[i].ma);
+      p_dnnl_memory_destroy(prims[i].mb);
+      p_dnnl_memory_destroy(prims[i].mc);
+    }
+    nprims = 0;
+    p_dnnl_stream_destroy(stream);
+    p_dnnl_engine_destroy(engine);
+    dnnl_state = 0; /* opened again (the library stays loaded) on the next product */
+  }
+  pthread_mutex_unlock(&lock);
+#endif
 }
 
 const char *gemm16_backend(void) {

@@ -25,6 +25,11 @@ int gemm16_bf16(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float
                 int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc, Gemm16Sgemm fallback,
                 int nthreads, char *why, int whylen);
 
+/* Frees the kept oneDNN primitives, stream and engine (what a library that
+ * holds this code must do before it is unloaded: its static table is their
+ * only reference); a later product makes them again. */
+void gemm16_release(void);
+
 /* Which way the products run: "oneDNN 2.6.3 matmul (brg:avx512_core_bf16)"
  * once one has run, "oneDNN 2.6.3" before, or "fp32 sgemm: <why oneDNN is
  * not used>". HPDL_GEMM16=fp32 forces the widening path. */

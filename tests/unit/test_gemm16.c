@@ -81,6 +81,7 @@ int main(void) {
   EXPECT(gemm16_bf16(0, 0, 1, 2, 0, 1.0f, &none, 1, &none, 2, 0.0f, c, 2, NULL, 1, why, (int)sizeof why) == 0);
   EXPECT(c[0] == 0 && c[1] == 0);
   printf("%d products by %s\n", cases, gemm16_backend());
+  gemm16_release();
   EXPECT(strstr(gemm16_backend(), getenv("HPDL_GEMM16") ? "fp32 sgemm" : "") != NULL);
   TEST_DONE();
 }
