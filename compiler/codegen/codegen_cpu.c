@@ -405,7 +405,34 @@ static void emit_kernel(Host *h, int p) {
     }
     a[3 + j] = h->ptr[v];
   }
+  if (!h->G->kacc || !h->G->kacc[p]) {
+    check_rc(h, cg_call(cg, h->G->kfn[p], a, nio + 3, "rc"));
+    free(a);
+    return;
+  }
+  /* a gradient GEMM (cg_grad_gemm_output): with the parameter's gradient
+   * slot (copy `layer`) it adds its product there (beta = 1), so nothing is
+   * added after the graph; without one (a parameter this run does not
+   * train) it writes its buffer, which nothing reads */
+  int v = K->outputs[0], grad = -1;
+  for (int k = h->G->nplain; k < h->g->noutputs; k++)
+    if (h->g->outputs[k] == v) grad = h->g->grad_params[k - h->G->nplain];
+  const IrParam *P = &cg->m->params[grad];
+  LLVMValueRef gp = load_slot(h, h->table, cg->m->ninputs + cg->m->nparams + grad, "grad");
+  LLVMBasicBlockRef add = LLVMAppendBasicBlockInContext(cg->ctx, h->fn, "gemm.acc");
+  LLVMBasicBlockRef own = LLVMAppendBasicBlockInContext(cg->ctx, h->fn, "gemm.own");
+  LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(cg->ctx, h->fn, "gemm.next");
+  LLVMBuildCondBr(cg->b, LLVMBuildIsNull(cg->b, gp, ""), own, add);
+  LLVMPositionBuilderAtEnd(cg->b, add);
+  int64_t numel = ir_numel(&h->g->nodes[v]);
+  a[3 + K->ninputs] = P->count > 1 ? cg_byte_ptr(cg, gp, LLVMBuildMul(cg->b, h->layer, cg_i64(cg, numel * 4), ""), "grad.l") : gp;
+  check_rc(h, cg_call(cg, h->G->kacc[p], a, nio + 3, "rc"));
+  LLVMBuildBr(cg->b, next);
+  LLVMPositionBuilderAtEnd(cg->b, own);
+  a[3 + K->ninputs] = h->ptr[v];
   check_rc(h, cg_call(cg, h->G->kfn[p], a, nio + 3, "rc"));
+  LLVMBuildBr(cg->b, next);
+  LLVMPositionBuilderAtEnd(cg->b, next);
   free(a);
 }
 
@@ -694,6 +721,7 @@ static void build_host(CgCpu *cg, int gi, LLVMValueRef fn, int part) {
   for (int k = G->nplain; k < g->noutputs && !cg->failed; k++) {
     int v = g->outputs[k], p = g->grad_params[k - G->nplain];
     const IrParam *P = &cg->m->params[p];
+    if (G->acc_out && G->acc_out[v]) continue; /* its GEMM added it (emit_kernel) */
     if (P->dtype != DT_F32 || g->nodes[v].dtype != DT_F32) {
       cg_fail(cg, "graph %s: gradients of f32 parameters only", g->name);
       break;
@@ -1012,11 +1040,18 @@ static int cpu_generate(CgTarget *t) {
     const FuseGraph *fg = &cg->fr->graphs[gi];
     CgGraph *G = &cg->graphs[gi];
     G->kfn = xalloc_calloc((size_t)fg->nkernels + 1, sizeof(LLVMValueRef));
+    G->kacc = xalloc_calloc((size_t)fg->nkernels + 1, sizeof(LLVMValueRef));
+    G->acc_out = xalloc_calloc((size_t)fg->graph->nnodes + 1, 1);
     for (int p = 0; p < fg->nkernels && !cg->failed; p++)
       if (cg_kernel_has_code(fg, p)) {
-        G->kfn[p] = cg_kernel_build(cg, gi, p);
+        G->kfn[p] = cg_kernel_build(cg, gi, p, 0);
         cg->stats.kernels++;
         if (cg->opt.export_kernels && G->kfn[p]) build_kernel_entry(cg, gi, p);
+        int v = cg_grad_gemm_output(fg, m, p);
+        if (v >= 0 && G->kfn[p]) {
+          G->kacc[p] = cg_kernel_build(cg, gi, p, 1);
+          G->acc_out[v] = 1;
+        }
       }
   }
   for (int gi = 0; gi < m->ngraphs && !cg->failed; gi++) build_graph(cg, gi);
@@ -1140,6 +1175,8 @@ static void cpu_destroy(CgTarget *t) {
       free(G->scratch_bytes);
       free(G->out_slot);
       free(G->kfn);
+      free(G->kacc);
+      free(G->acc_out);
     }
   free(cg->graphs);
   if (cg->tm) LLVMDisposeTargetMachine(cg->tm);

@@ -66,6 +66,11 @@ typedef struct {
   LLVMValueRef fn;     /* internal: (ctx, table, ws, layer, args, outs, scratch) */
   LLVMValueRef entry;  /* hpd_graph_<name>(void **) */
   LLVMValueRef *kfn;   /* per kernel, NULL for units without code */
+  /* per kernel: a GEMM whose product is a gradient output and nothing else
+   * (cg_grad_gemm_output) also built adding into its output (beta = 1): the
+   * host hands it the parameter's gradient slot; else NULL */
+  LLVMValueRef *kacc;
+  char *acc_out; /* per node: its gradient is added in by its GEMM (no add after the graph) */
   char sym[160];
   /* A step cut into forward and backward (IrGraph.fb_split): the host code
    * of each part (same signature as fn) and its entry <sym>_F / <sym>_B;
@@ -125,6 +130,7 @@ typedef struct {
   int part_where, part_axis;
   int64_t part_unit;
   LLVMValueRef part_lo, part_hi;
+  int accumulate; /* a GEMM adding its product into its output (beta = 1) */
 } CgKern;
 
 /* Which loop of a kernel body runs over the body's range (CgKern.part_where). */
@@ -230,8 +236,16 @@ int64_t cg_kernel_scratch(CgCpu *cg, int gi, int kp);
 /* Does kernel p of graph gi become a function? (leaves other than fills,
  * views and calls do not) */
 int cg_kernel_has_code(const FuseGraph *fg, int kp);
-/* Builds the kernel's function: i32 (ctx*, i8* scratch, i64 layer, i8* io...). */
-LLVMValueRef cg_kernel_build(CgCpu *cg, int gi, int kp);
+/* Builds the kernel's function: i32 (ctx*, i8* scratch, i64 layer, i8* io...);
+ * accumulate: a GEMM kernel that adds its product into its output (beta = 1,
+ * "<name>.acc"). */
+LLVMValueRef cg_kernel_build(CgCpu *cg, int gi, int kp, int accumulate);
+/* The gradient output a GEMM kernel can add into the parameter's slot
+ * itself: its product, with no epilogue, is the kernel's one output, an fp32
+ * gradient output of an fp32 parameter that no other node reads nor another
+ * output repeats, and the kernel does not run in a cut step's forward part
+ * (which ends before the gradients are added). -1 otherwise. */
+int cg_grad_gemm_output(const FuseGraph *fg, const IrModule *m, int kp);
 
 /* A fused kernel's family in its symbol and the profile's kernel table:
  * fusion's kind, or "attention" for the attention ops and "conv" for the

@@ -961,7 +961,7 @@ static void gemm_call(CgKern *k, const GemmPlan *P, int bf16, LLVMValueRef m, LL
   if (!bf16) {
     LLVMValueRef args[14] = {cg_i32(cg, 101), cg_i32(cg, A->trans ? 112 : 111), cg_i32(cg, B->trans ? 112 : 111),
                              LLVMBuildTrunc(cg->b, m, cg->ti32, ""), cg_i32(cg, P->N), cg_i32(cg, P->K),
-                             cg_f32(cg, P->alpha), pa, cg_i32(cg, A->cols), pb, cg_i32(cg, B->cols), cg_f32(cg, 0.0),
+                             cg_f32(cg, P->alpha), pa, cg_i32(cg, A->cols), pb, cg_i32(cg, B->cols), cg_f32(cg, k->accumulate ? 1.0 : 0.0),
                              pc, cg_i32(cg, P->N)};
     cg_call(cg, sgemm_fn(cg), args, 14, "");
     return;
@@ -980,7 +980,7 @@ static void gemm_call(CgKern *k, const GemmPlan *P, int bf16, LLVMValueRef m, LL
                            cg_i64(cg, A->cols),
                            LLVMBuildBitCast(cg->b, pb, cg->tp8, ""),
                            cg_i64(cg, B->cols),
-                           cg_f32(cg, 0.0),
+                           cg_f32(cg, k->accumulate ? 1.0 : 0.0),
                            pc,
                            cg_i64(cg, P->N)};
   LLVMValueRef rc = LLVMBuildCall2(cg->b, cg->tgemm16, hook, args, 14, "rc");
@@ -1559,7 +1559,29 @@ int64_t cg_kernel_scratch(CgCpu *cg, int gi, int kp) {
   return 0;
 }
 
-LLVMValueRef cg_kernel_build(CgCpu *cg, int gi, int kp) {
+int cg_grad_gemm_output(const FuseGraph *fg, const IrModule *m, int kp) {
+  const FuseKernel *K = &fg->kernels[kp];
+  const IrGraph *g = fg->graph;
+  if (K->kind != FUSE_GEMM || K->noutputs != 1) return -1;
+  if (fuse_can_cut(fg) && fuse_kernel_part(fg, kp) == 0) return -1;
+  int v = K->outputs[0], mm = -1;
+  for (int j = 0; j < K->nnodes; j++)
+    if (g->nodes[K->nodes[j]].op == IR_MATMUL) mm = K->nodes[j];
+  if (mm != v || g->nodes[v].dtype != DT_F32) return -1; /* an epilogue or a scale after the product */
+  int nplain = g->noutputs - g->ngrad_params, hits = 0, grad = -1;
+  for (int k = 0; k < g->noutputs; k++)
+    if (g->outputs[k] == v) {
+      hits++;
+      if (k >= nplain) grad = k - nplain;
+    }
+  if (hits != 1 || grad < 0 || m->params[g->grad_params[grad]].dtype != DT_F32) return -1;
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i].nin; k++)
+      if (g->nodes[i].in[k] == v) return -1;
+  return v;
+}
+
+LLVMValueRef cg_kernel_build(CgCpu *cg, int gi, int kp, int accumulate) {
   const FuseGraph *fg = &cg->fr->graphs[gi];
   const FuseKernel *K = &fg->kernels[kp];
   CgKern k;
@@ -1571,6 +1593,7 @@ LLVMValueRef cg_kernel_build(CgCpu *cg, int gi, int kp) {
   k.fg = fg;
   k.K = K;
   k.nk = (NestKernel){.g = k.g, .fg = fg, .K = K, .kp = kp, .backend = "CPU", .dtype_ok = cg_dtype_ok, .fail = nest_fail_cb, .be = &k};
+  k.accumulate = accumulate;
   int nio = K->ninputs + K->noutputs;
   for (int i = 0; i < nio; i++) {
     int v = i < K->ninputs ? K->inputs[i] : K->outputs[i - K->ninputs];
@@ -1587,7 +1610,7 @@ LLVMValueRef cg_kernel_build(CgCpu *cg, int gi, int kp) {
   pt[2] = cg->ti64;
   for (int i = 0; i < nio; i++) pt[3 + i] = cg->tp8;
   char name[192];
-  snprintf(name, sizeof name, "%s.k%d.%s", k.g->name, kp, cg_kernel_family(k.g, K));
+  snprintf(name, sizeof name, "%s.k%d.%s%s", k.g->name, kp, cg_kernel_family(k.g, K), accumulate ? ".acc" : "");
   k.fn = cg_add_function(cg, name, cg->ti32, pt, nio + 3, 1);
   free(pt);
   cg_fn_attr(cg, k.fn, "noinline");
