@@ -251,8 +251,10 @@ static void help_verb(const char *verb) {
          "\n"
          "Parses each file and its imports, checks names, types and shapes of the\n"
          "model, and checks that the parallel layout divides the model and the\n"
-         "cluster. Prints every error of a phase, then stops. On success prints a\n"
-         "one-line summary per file.\n");
+         "cluster; a layout with tensor, context, sequence or expert parallelism is\n"
+         "partitioned as compile would (its refusals, e.g. a padded vocabulary whose\n"
+         "logits reach a softmax). Prints every error of a phase, then stops. On\n"
+         "success prints a one-line summary per file.\n");
   } else {
     puts("usage: hpdlc emit ast|source|ir|grad|fused|spmd|dp|memory|schedule|stash|cuda [options] FILE\n"
          "\n"
@@ -567,6 +569,20 @@ static void check_pipeline_cuts(Arena *arena, Diag *diag, const SemModel *m) {
   diag_hint(diag, "use at most %" PRId64 " pipeline stages, or more data parallelism", u->nunits);
 }
 
+/* `check` of a layout that partitions the model (tensor, context, sequence
+ * or expert parallelism): the partitioner's own refusals (a padded
+ * vocabulary whose logits reach a softmax, a shape a group does not
+ * divide) with their source lines, as compile and plan would give them. */
+static void check_partition(Arena *arena, Diag *diag, const SemModel *m) {
+  SpmdSpec spec = emit_declared_spec(m);
+  if (spec.tp <= 1 && spec.cp <= 1 && !spec.sp && spec.ep <= 1) return;
+  IrModule *ir = lower_model(arena, diag, m, m->train.micro_batch);
+  if (!ir) return;
+  for (int k = 0; k < ir->ninputs; k++) /* an image model has no sequence to split (compile's feeds) */
+    if (ir->inputs[k].dtype == DT_F32 && ir->inputs[k].rank == 4) spec.seq_len = 0;
+  spmd_partition(arena, diag, ir, &spec);
+}
+
 static void print_summary(const char *path, const SemModel *m) {
   char count[32];
   const SemLayout *L = &m->layout;
@@ -848,10 +864,9 @@ int main(int argc, char **argv) {
         SemModel *m = sema_check(arena, diag, &prog, &opts);
         if (bad_cli) status = 2;
         int cut_ok = 1;
-        if (m && diag_error_count(diag) == before) {
-          check_pipeline_cuts(arena, diag, m);
-          cut_ok = diag_error_count(diag) == before;
-        }
+        if (m && diag_error_count(diag) == before) check_partition(arena, diag, m);
+        if (m && diag_error_count(diag) == before) check_pipeline_cuts(arena, diag, m);
+        cut_ok = diag_error_count(diag) == before;
         if (m && cut_ok && !cli.quiet) print_summary(cli.files[i], m);
         else if (!m && diag_error_count(diag) == before && !cli.quiet)
           printf("%s: ok: declarations only, no model\n", cli.files[i]);
