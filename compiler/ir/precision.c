@@ -64,11 +64,8 @@ static int append(Rebuild *R, const IrNode *x, int *in, DType dt) {
   return ir_add_copy(R->g, &y, R->ident);
 }
 
-/* The fp32 value of old node v for a reader on side `side` of the cut. */
-static int as_f32(Rebuild *R, int v, int side, Span at) {
-  int nv = R->map[v];
-  if (!is16(R->g->nodes[nv].dtype)) return nv;
-  if (R->cast[side][v] >= 0) return R->cast[side][v];
+/* A CAST of new node nv to dt. */
+static int cast_to(Rebuild *R, int nv, DType dt, Span at) {
   IrNode c;
   memset(&c, 0, sizeof c);
   c.op = IR_CAST;
@@ -76,7 +73,15 @@ static int as_f32(Rebuild *R, int v, int side, Span at) {
   memcpy(c.dims, R->g->nodes[nv].dims, sizeof c.dims);
   c.nin = 1;
   c.span = at;
-  return R->cast[side][v] = append(R, &c, &nv, DT_F32);
+  return append(R, &c, &nv, dt);
+}
+
+/* The fp32 value of old node v for a reader on side `side` of the cut. */
+static int as_f32(Rebuild *R, int v, int side, Span at) {
+  int nv = R->map[v];
+  if (!is16(R->g->nodes[nv].dtype)) return nv;
+  if (R->cast[side][v] >= 0) return R->cast[side][v];
+  return R->cast[side][v] = cast_to(R, nv, DT_F32, at);
 }
 
 /* The 16-bit value of old node v (a bf16 GEMM's operand) for a reader on
@@ -95,14 +100,7 @@ static int as_16(Rebuild *R, int v, int side, Span at) {
     int in16 = as_16(R, x->in[0], side, at);
     return R->cast16[side][v] = append(R, x, &in16, R->storage);
   }
-  IrNode c;
-  memset(&c, 0, sizeof c);
-  c.op = IR_CAST;
-  c.rank = R->g->nodes[nv].rank;
-  memcpy(c.dims, R->g->nodes[nv].dims, sizeof c.dims);
-  c.nin = 1;
-  c.span = at;
-  return R->cast16[side][v] = append(R, &c, &nv, R->storage);
+  return R->cast16[side][v] = cast_to(R, nv, R->storage, at);
 }
 
 /* Graph g rebuilt with 16-bit storage; keep16[k] = 1 lets output k stay

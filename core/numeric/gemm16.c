@@ -189,7 +189,8 @@ static Prim *prim_of(int ta, int tb, int64_t m, int64_t n, int64_t k, float alph
   dnnl_post_ops_t po = NULL;
   dnnl_primitive_desc_t pd = NULL;
   Prim *p = &prims[nprims];
-  memset(p, 0, sizeof *p);
+  *p = (Prim){.ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc, .alpha = alpha,
+              .beta = beta};
   int ok = p_dnnl_primitive_attr_create(&attr) == dnnl_success;
   if (ok && alpha != 1.0f) ok = p_dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha) == dnnl_success;
   if (ok && beta != 0.0f) {
@@ -212,16 +213,6 @@ static Prim *prim_of(int ta, int tb, int64_t m, int64_t n, int64_t k, float alph
   if (po) p_dnnl_post_ops_destroy(po);
   if (attr) p_dnnl_primitive_attr_destroy(attr);
   if (!ok) return NULL; /* what was made stays: a few objects, once */
-  p->ta = ta;
-  p->tb = tb;
-  p->m = m;
-  p->n = n;
-  p->k = k;
-  p->lda = lda;
-  p->ldb = ldb;
-  p->ldc = ldc;
-  p->alpha = alpha;
-  p->beta = beta;
   nprims++;
   return p;
 }
