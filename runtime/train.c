@@ -18,6 +18,7 @@
 #include "prof.h"
 #include "program_cuda.h"
 #include "ckpt.h"
+#include "gemm16.h"
 #include "init.h"
 #include "optim.h"
 #include "par.h"
@@ -1301,11 +1302,16 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
                data_loader_windows(R.loader), im->channels, im->height, im->width, im->classes);
     else
       snprintf(what, sizeof what, "%" PRId64 " windows of %" PRId64, data_loader_windows(R.loader), a->seq_len);
+    /* the CPU target's bf16 GEMMs: oneDNN's, or why the operands are widened (gemm16.h) */
+    char gemm16[200] = "";
+    if (a->precision && !strcmp(a->precision, "bf16") && (!a->target || strcmp(a->target, "cuda")))
+      snprintf(gemm16, sizeof gemm16, ", bf16 GEMMs by %s", gemm16_backend());
     fprintf(R.out,
-            "hpdlrun: %s, %d rank%s (dp=%d tp=%d pp=%d cp=%d)%s%s, steps %" PRId64 "..%" PRId64 ", %s %s/step, %s %s, data %s (%s)\n",
+            "hpdlrun: %s, %d rank%s (dp=%d tp=%d pp=%d cp=%d)%s%s, steps %" PRId64 "..%" PRId64 ", %s %s/step, %s %s%s, data %s (%s)\n",
             a->model ? a->model : a->program_name ? a->program_name : "model", comm->world_size, comm->world_size == 1 ? "" : "s",
             a->layout.dp, a->layout.tp, a->layout.pp, a->layout.cp, o->threads ? ", " : "", o->threads ? o->threads : "", R.start_step + 1,
-            R.steps, tok, images ? "images" : "tokens", optim_kind_name(R.opt.kind), R.prog->name, o->data ? o->data : a->data, what);
+            R.steps, tok, images ? "images" : "tokens", optim_kind_name(R.opt.kind), R.prog->name, gemm16, o->data ? o->data : a->data,
+            what);
     fflush(R.out);
   }
   report_state(&R);

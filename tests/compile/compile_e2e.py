@@ -638,7 +638,8 @@ def case_mixed_precision():
     executor's bf16 run (which rounds every 16-bit value) within 1e-5 at step 1; dp 2, tp 2, pp 2,
     cp 2, ZeRO-3 and tp 2 x pp 2 x dp 2 give one rank's bf16 losses within 1e-3; a static fp16
     loss scale of 1e12 overflows the gradients stored in fp16 (1e12 times a gradient of 1e-4 is
-    past 65504, far inside fp32) and every step is skipped."""
+    past 65504, far inside fp32) and every step is skipped. The bf16 run's start-up line names
+    its GEMMs' path (hpdlrun: "bf16 GEMMs by oneDNN ..." or "... by fp32 sgemm: why"), fp16's not."""
     base, p32 = compile_art("art-mp-fp32", [], executor="auto")
     f32, _ = train(base, "mp-fp32")
     arena32 = arena_of(p32)
@@ -646,7 +647,10 @@ def case_mixed_precision():
     for prec in ("bf16", "fp16"):
         art, p = compile_art("art-mp-" + prec, ["--precision", prec], executor="auto")
         check(f"{prec} storage" in p.stdout or "interp" in p.stdout, p.stdout)
-        got, _ = train(art, "mp-" + prec)
+        got, tp = train(art, "mp-" + prec)
+        # the start-up line names the bf16 GEMMs' path (oneDNN's, or why they widen to fp32)
+        says = "bf16 GEMMs by " in tp.stdout + tp.stderr
+        check(says == (prec == "bf16"), f"{prec}: the start-up line: {(tp.stdout + tp.stderr).splitlines()[:1]}")
         worst = max(rel(a["loss"], b["loss"]) for a, b in zip(got, f32))
         print(f"{prec}: 20 losses within {worst:.1e} of fp32's (step 20: {got[-1]['loss']:.6f} against "
               f"{f32[-1]['loss']:.6f}); arena {arena_of(p)} bytes against fp32's {arena32}")
