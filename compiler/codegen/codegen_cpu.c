@@ -323,6 +323,13 @@ static void store_slot(Host *h, LLVMValueRef arr, int64_t i, LLVMValueRef v) {
 /* if (rc != 0) return rc; */
 static void check_rc(Host *h, LLVMValueRef rc) { cg_return_if_failed(h->cg, h->fn, rc, rc); }
 
+/* Copy `layer` of parameter p's gradient slot gp (a repeated block's
+ * parameter holds one copy a layer of numel floats). */
+static LLVMValueRef grad_layer(Host *h, LLVMValueRef gp, const IrParam *P, int64_t numel) {
+  if (P->count <= 1) return gp;
+  return cg_byte_ptr(h->cg, gp, LLVMBuildMul(h->cg->b, h->layer, cg_i64(h->cg, numel * 4), ""), "grad.l");
+}
+
 /* The buffer node v is computed into (a null pointer for a CONST the
  * memory plan made an immediate: only kernels that inline it read it). */
 static LLVMValueRef value_ptr(Host *h, int v) {
@@ -425,7 +432,7 @@ static void emit_kernel(Host *h, int p) {
   LLVMBuildCondBr(cg->b, LLVMBuildIsNull(cg->b, gp, ""), own, add);
   LLVMPositionBuilderAtEnd(cg->b, add);
   int64_t numel = ir_numel(&h->g->nodes[v]);
-  a[3 + K->ninputs] = P->count > 1 ? cg_byte_ptr(cg, gp, LLVMBuildMul(cg->b, h->layer, cg_i64(cg, numel * 4), ""), "grad.l") : gp;
+  a[3 + K->ninputs] = grad_layer(h, gp, P, numel);
   check_rc(h, cg_call(cg, h->G->kacc[p], a, nio + 3, "rc"));
   LLVMBuildBr(cg->b, next);
   LLVMPositionBuilderAtEnd(cg->b, own);
@@ -731,10 +738,8 @@ static void build_host(CgCpu *cg, int gi, LLVMValueRef fn, int part) {
     LLVMBasicBlockRef skip = LLVMAppendBasicBlockInContext(cg->ctx, h.fn, "grad.next");
     LLVMBuildCondBr(cg->b, LLVMBuildIsNull(cg->b, gp, ""), skip, add);
     LLVMPositionBuilderAtEnd(cg->b, add);
-    LLVMValueRef dst = gp;
     int64_t numel = ir_numel(&g->nodes[v]);
-    if (P->count > 1) dst = cg_byte_ptr(cg, gp, LLVMBuildMul(cg->b, h.layer, cg_i64(cg, numel * 4), ""), "grad.l");
-    emit_accumulate(&h, dst, h.ptr[v], numel);
+    emit_accumulate(&h, grad_layer(&h, gp, P, numel), h.ptr[v], numel);
     LLVMBuildBr(cg->b, skip);
     LLVMPositionBuilderAtEnd(cg->b, skip);
   }

@@ -79,17 +79,17 @@ int cpubench_measure(CpuFigures *out, char *why, size_t whylen) {
   /* the same product on bf16 operands, as mixed precision's GEMMs run (the
    * first call makes oneDNN's kernel: not timed) */
   uint16_t *a16 = malloc(sizeof(uint16_t) * nn), *b16 = malloc(sizeof(uint16_t) * nn);
-  /* widened to fp32 for plain loops (no oneDNN, no OpenBLAS): the fp32 figure */
-  int plain = !sgemm && strncmp(gemm16_backend(), "oneDNN", 6) != 0;
-  out->bf16_flops = out->sgemm_flops;
   snprintf(out->bf16_how, sizeof out->bf16_how, "%s", gemm16_backend());
+  /* widened to fp32 for plain loops (no oneDNN, no OpenBLAS): the fp32 figure */
+  int plain = !sgemm && strncmp(out->bf16_how, "oneDNN", 6) != 0;
+  out->bf16_flops = out->sgemm_flops;
   if (a16 && b16 && !plain) {
     for (size_t i = 0; i < nn; i++) a16[i] = half_bf16_from_f32(a[i]), b16[i] = half_bf16_from_f32(b[i]);
     char err[128];
     best = 1e30;
+    opened_sgemm = sgemm;
     for (int rep = 0; rep < 4; rep++) {
       double t0 = now_s();
-      opened_sgemm = sgemm;
       if (gemm16_bf16(0, 0, n, n, n, 1.0f, a16, n, b16, n, 0.0f, c, n, sgemm ? fallback_sgemm : NULL, 0, err,
                       (int)sizeof err))
         break;
@@ -97,7 +97,6 @@ int cpubench_measure(CpuFigures *out, char *why, size_t whylen) {
       if (rep > 0 && t < best) best = t;
     }
     out->bf16_flops = best < 1e30 ? 2.0 * (double)n * (double)n * (double)n / best : 0;
-    snprintf(out->bf16_how, sizeof out->bf16_how, "%s", gemm16_backend());
   }
   free(a16), free(b16);
   if (blas) dlclose(blas);

@@ -17,8 +17,12 @@
 #endif
 #endif
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+#ifdef HPDL_HAVE_DNNL
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* the state below and oneDNN's objects */
 static char backend[160] = "fp32 sgemm: oneDNN not tried yet";
+#else
+static char backend[160] = "fp32 sgemm: built without oneDNN 2's header (libdnnl-dev)";
+#endif
 
 /* ---- widened to fp32 ---- */
 
@@ -146,15 +150,15 @@ static void dnnl_open(void) {
     return;
   }
   const dnnl_version_t *v = p_dnnl_version();
-  snprintf(backend, sizeof backend, "oneDNN %d.%d.%d", v->major, v->minor, v->patch);
-  dnnl_state = 1;
   /* A CPU without bf16 instructions (AVX512-BF16, AMX) gets a kernel that
    * converts as it goes (oneDNN 2.6's gemm:jit: 22 GFLOP/s where sgemm
    * makes 180 on the widened operands, limited to AVX-512 here): then those. */
   const char *impl = probe_impl();
+  dnnl_state = 1;
+  snprintf(backend, sizeof backend, "oneDNN %d.%d.%d matmul (%.48s)", v->major, v->minor, v->patch, impl ? impl : "?");
   if (!impl || (!strstr(impl, "bf16") && !strstr(impl, "amx"))) {
-    snprintf(backend, sizeof backend, "fp32 sgemm: oneDNN %d.%d.%d has no bf16 kernel for this CPU (it would run %.48s)",
-             v->major, v->minor, v->patch, impl ? impl : "none");
+    snprintf(backend, sizeof backend, "fp32 sgemm: oneDNN %d.%d.%d has no bf16 kernel for this CPU%s%.48s%s", v->major,
+             v->minor, v->patch, impl ? " (it would run " : "", impl ? impl : "", impl ? ")" : "");
     p_dnnl_stream_destroy(stream);
     p_dnnl_engine_destroy(engine);
     dnnl_state = -1;
@@ -198,13 +202,6 @@ static Prim *prim_of(int ta, int tb, int64_t m, int64_t n, int64_t k, float alph
          p_dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
   }
   ok = ok && p_dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL) == dnnl_success;
-  if (ok && nprims == 0) {
-    const char *impl = NULL;
-    if (p_dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl) {
-      size_t used = strlen(backend);
-      if (!strstr(backend, "matmul")) snprintf(backend + used, sizeof backend - used, " matmul (%s)", impl);
-    }
-  }
   ok = ok && p_dnnl_primitive_create(&p->prim, pd) == dnnl_success;
   ok = ok && p_dnnl_memory_create(&p->ma, &da, engine, DNNL_MEMORY_NONE) == dnnl_success &&
        p_dnnl_memory_create(&p->mb, &db, engine, DNNL_MEMORY_NONE) == dnnl_success &&
@@ -278,9 +275,6 @@ int gemm16_bf16(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float
   if (rc) return rc < 0 ? -1 : 0;
 #else
   (void)nthreads;
-  pthread_mutex_lock(&lock);
-  snprintf(backend, sizeof backend, "fp32 sgemm: built without oneDNN 2's header (libdnnl-dev)");
-  pthread_mutex_unlock(&lock);
 #endif
   return gemm_widened(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, fallback, why, whylen);
 }

@@ -30,9 +30,10 @@ int gemm16_bf16(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float
  * only reference); a later product makes them again. */
 void gemm16_release(void);
 
-/* Which way the products run: "oneDNN 2.6.3 matmul (brg:avx512_core_bf16)"
- * once one has run, "oneDNN 2.6.3" before, or "fp32 sgemm: <why oneDNN is
- * not used>". HPDL_GEMM16=fp32 forces the widening path. */
+/* Which way the products run (oneDNN is opened to find out): "oneDNN 2.6.3
+ * matmul (brg:avx512_core_bf16)", the kernel oneDNN picks on this CPU, or
+ * "fp32 sgemm: <why oneDNN is not used>". HPDL_GEMM16=fp32 forces the
+ * widening path. */
 const char *gemm16_backend(void);
 
 #endif

@@ -149,10 +149,6 @@ static void print_info(void) {
 #endif
   blas_info(buf, sizeof buf);
   printf("  BLAS         %s\n", buf);
-  /* one small product, so that the line names the kernel oneDNN picks here */
-  uint16_t one[16 * 16] = {0};
-  float out[16 * 16];
-  gemm16_bf16(0, 0, 16, 16, 16, 1.0f, one, 16, one, 16, 0.0f, out, 16, NULL, 1, buf, (int)sizeof buf);
   printf("  bf16 GEMMs   %s\n", gemm16_backend());
   CoresChoice c = cores_choose(0, 1);
   cores_describe(&c, buf, sizeof buf);
