@@ -55,7 +55,7 @@ find_package(Python3 COMPONENTS Interpreter)
 foreach(case data_tool one_rank progress bad_artifact dp2 under_mpirun tp2 dp2_tp2 resume_same_layout
              resume_other_layout init_from compression checkpoint_options native_program bad_data bad_checkpoint
              killed_writer failed_write threads preempt_one_rank preempt_dp2 preempt_dp2_tp2 diverged failed_write_async unwritable_checkpoint too_big rank_dies
-             loss_scale loss_scale_dp2_tp2 loss_scale_static)
+             mpirun_fails loss_scale loss_scale_dp2_tp2 loss_scale_static)
   if(Python3_Interpreter_FOUND)
     add_test(NAME runtime.${case}
              COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/runtime/e2e.py --bin ${CMAKE_BINARY_DIR}/bin
@@ -85,7 +85,7 @@ endforeach()
 # The faults of issue 15 end to end (docs/reliability.md): also label reliability
 set(HPDL_RT_FAULT_CASES bad_artifact bad_data bad_checkpoint killed_writer failed_write failed_write_async
     unwritable_checkpoint too_big diverged preempt_one_rank preempt_dp2 preempt_dp2_tp2 rank_dies
-    loss_scale loss_scale_dp2_tp2 loss_scale_static)
+    mpirun_fails loss_scale loss_scale_dp2_tp2 loss_scale_static)
 foreach(case ${HPDL_RT_FAULT_CASES})
   set_tests_properties(runtime.${case} PROPERTIES LABELS "runtime;reliability")
 endforeach()

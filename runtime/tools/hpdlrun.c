@@ -308,6 +308,19 @@ static int env_rank(void) {
   return 0;
 }
 
+/* A rank's fatal error, printed once (by the rank that reports) and noted
+ * in the file hpdlrun's launcher named (HPDL_REPORTED), so that the
+ * launcher knows whether a failed job said why (mpirun runs --quiet). */
+static void rank_error(const char *msg) {
+  fprintf(stderr, "hpdlrun: error: %s\n", msg);
+  fflush(stderr);
+  const char *note = getenv("HPDL_REPORTED");
+  if (note && *note) {
+    int fd = open(note, O_WRONLY | O_CREAT, 0600);
+    if (fd >= 0) close(fd);
+  }
+}
+
 #ifdef HPDL_HAVE_MPI
 static volatile sig_atomic_t child;    /* the mpirun to forward signals to */
 static volatile sig_atomic_t stopping; /* the SIGTERM or SIGINT passed on as a stop request */
@@ -350,12 +363,20 @@ static int launch(int argc, char **argv, int np) {
   av[k++] = npbuf;
   /* A laptop has fewer cores than the ranks of a dp x tp x pp job. */
   av[k++] = "--oversubscribe";
-  av[k++] = "--quiet";
+  /* Open MPI's banners off; HPDL_MPIRUN_QUIET=0 keeps them (mpirun's own failures) */
+  const char *quiet = getenv("HPDL_MPIRUN_QUIET");
+  if (!quiet || strcmp(quiet, "0")) av[k++] = "--quiet";
   /* Open MPI refuses root unless told; containers often run as root. */
   if (geteuid() == 0) av[k++] = "--allow-run-as-root";
   for (char *tok = extra ? strtok(extra, " \t") : NULL; tok; tok = strtok(NULL, " \t")) av[k++] = tok;
-  const char *exports[] = {"HPDL_TTY", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "HPDL_FAULT"};
-  for (int i = 0; i < 4; i++)
+  /* where a rank notes that it reported the job's error (rank_error) */
+  char reported[PATH_MAX];
+  const char *tmpdir = getenv("TMPDIR");
+  snprintf(reported, sizeof reported, "%s/hpdlrun-%ld.reported", tmpdir && *tmpdir ? tmpdir : "/tmp", (long)getpid());
+  unlink(reported);
+  setenv("HPDL_REPORTED", reported, 1);
+  const char *exports[] = {"HPDL_TTY", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "HPDL_FAULT", "HPDL_REPORTED"};
+  for (int i = 0; i < 5; i++)
     if (getenv(exports[i])) {
       av[k++] = "-x";
       av[k++] = (char *)exports[i];
@@ -417,10 +438,19 @@ static int launch(int argc, char **argv, int np) {
     return 128 + WTERMSIG(status);
   }
   int rc = WEXITSTATUS(status);
+  int said = access(reported, F_OK) == 0;
+  unlink(reported);
   if (stopping && rc == 0) return 128 + stopping; /* the ranks stopped as asked, saved */
   /* Open MPI exits with 128 + n when a rank dies of signal n. */
   if (rc > 128 && rc < 128 + 65)
     fprintf(stderr, "hpdlrun: error: a rank died of signal %d (%s); the job stopped\n", rc - 128, strsignal(rc - 128));
+  else if (rc != 0 && !said)
+    /* no rank said why: mpirun's own failure (its messages are quiet) or a
+     * rank that exited without reporting */
+    fprintf(stderr,
+            "hpdlrun: error: %s exited with status %d and no rank reported an error\n"
+            "hint: HPDL_MPIRUN_QUIET=0 shows Open MPI's own messages\n",
+            mpirun, rc);
   return rc;
 }
 
@@ -750,7 +780,7 @@ int main(int argc, char **argv) {
     }
   }
   if (!a) {
-    if (rank == 0) fprintf(stderr, "hpdlrun: error: %s\n", e.msg);
+    if (rank == 0) rank_error(e.msg);
     return 1;
   }
   if (!launched) {
@@ -786,7 +816,7 @@ int main(int argc, char **argv) {
     comm = comm_local_new(&e);
   }
   if (!comm) {
-    if (rank == 0) fprintf(stderr, "hpdlrun: error: %s\n", e.msg);
+    if (rank == 0) rank_error(e.msg);
     fflush(stderr);
 #ifdef HPDL_HAVE_MPI
     /* Finalising waits for every rank, so rank 0's message is out before
@@ -809,7 +839,7 @@ int main(int argc, char **argv) {
   int reporter = 0;
   rc = train_run(a, comm, &A.t, &sum, &reporter, &e);
   if (rc < 0) {
-    if (reporter) fprintf(stderr, "hpdlrun: error: %s\n", e.msg);
+    if (reporter) rank_error(e.msg);
   } else if (comm->world_rank == 0 && A.t.progress != TRAIN_PROGRESS_QUIET) {
     if (sum.last_step == sum.first_step) {
       printf("hpdlrun: nothing to do: the run is at step %" PRId64 " of %" PRId64 "\n", sum.first_step, sum.total_steps);

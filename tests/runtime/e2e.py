@@ -698,6 +698,21 @@ def case_unwritable_checkpoint():
     check("step " not in p.stdout, "steps ran before the folder was checked")
 
 
+def case_mpirun_fails():
+    """mpirun that fails by itself (here `false`, as an mpirun that cannot
+    start its daemons would) is not a silent exit: hpdlrun names it and its
+    status; a rank's own error is still the one error line."""
+    need_mpi()
+    art = make_artifact("mpirun_fails", dp=2, steps=5)
+    p = hpdlrun(art, "--progress", "quiet", expect=1, env={"HPDL_MPIRUN": "false"})
+    one_error(p, "false exited with status 1 and no rank reported an error", "HPDL_MPIRUN_QUIET=0")
+    blocker = os.path.join(work("mpirun_fails"), "not-a-folder")
+    open(blocker, "w").write("x")
+    p = hpdlrun(art, "--checkpoint-dir", os.path.join(blocker, "ck"), "--progress", "quiet", expect=1)
+    one_error(p, "exists and is not a folder")
+    check("no rank reported" not in p.stderr, f"a reported error reported twice: {p.stderr}")
+
+
 def case_too_big():
     """An artifact whose rank needs more memory than the machine has (an arena of
     2^50 bytes) is refused before anything is allocated, with the sizes and
