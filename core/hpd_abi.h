@@ -9,8 +9,8 @@
 
 /* ==== the artifact ABI ==== */
 
-#define HPD_ABI_VERSION 6 /* 2: the extern hook; 3: the host-op hook; 4: the kernel-span hook and kernel table;
-                             5: the parallel hook; 6: the bf16 GEMM hook */
+#define HPD_ABI_VERSION 7 /* 2: the extern hook; 3: the host-op hook; 4: the kernel-span hook and kernel table;
+                             5: the parallel hook; 6: the bf16 GEMM hook; 7: the parameters' 16-bit copies */
 
 /* Per call of an entry point: what the generated code needs besides
  * tensors. The layout is fixed (the generated code reads it by offset). */
@@ -67,6 +67,12 @@ typedef struct hpd_ctx {
   int32_t (*gemm_bf16)(struct hpd_ctx *ctx, int32_t trans_a, int32_t trans_b, int64_t m, int64_t n, int64_t k,
                        float alpha, const void *a, int64_t lda, const void *b, int64_t ldb, float beta, float *c,
                        int64_t ldc);
+  /* Per parameter p: its 16-bit copy (all `count` copies, layer-major, 2
+   * bytes a value, the type of the module's 16-bit PARAM nodes of p), which
+   * the runtime rounds from the fp32 parameter once per step before the
+   * graphs run; NULL entries for parameters no node reads in 16 bits
+   * (train { precision = bf16 }: the weights a GEMM multiplies). */
+  void *const *param16;
 } hpd_ctx;
 
 /* A fused kernel of a graph, for profiles: its symbol, its family (loop,

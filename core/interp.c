@@ -1434,6 +1434,12 @@ static const char *run_range(Run *r, int to) {
         r->val[i] = dup_values(r->val[i], ir_numel(n));
         r->owned[i] = 1;
       }
+      /* a weight read in 16 bits (precision.h): the runtime's rounded copy */
+      if (!e && n->op == IR_PARAM && (n->dtype == DT_BF16 || n->dtype == DT_F16) && !r->owned[i]) {
+        r->val[i] = dup_values(r->val[i], ir_numel(n));
+        r->owned[i] = 1;
+        store_16bit(n, r->val[i]);
+      }
     } else {
       r->val[i] = xalloc_calloc((size_t)ir_numel(n), sizeof(double));
       r->owned[i] = 1;

@@ -241,6 +241,16 @@ static __device__ int hpdl_block_exscan_int(int v, int *partial /* shared, 32 in
   return before + x - v;
 }
 
+/* The host program's own kernel (runtime/devexec.c): a weight's bf16 copy,
+ * which a bf16 GEMM multiplies, rounded from its fp32 parameter once per
+ * step (compiler/ir/precision.h). Grid-stride. */
+extern "C" __global__ void __launch_bounds__(256) hpdl_round_bf16(const hpdl_kctx hpd, const float *__restrict__ src,
+                                                                  unsigned short *__restrict__ dst, long long n) {
+  (void)hpd;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    dst[i] = hpdl_bf16_from_f32(src[i]);
+}
+
 /* The host program's own kernel (runtime/devexec.c): dst[i] += src[i], the
  * gradient outputs of a step added into the gradient buffers. n comes as an
  * 8-byte argument like the pointers. Grid-stride. */

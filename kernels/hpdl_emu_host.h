@@ -69,6 +69,12 @@ extern "C" int hpd_emul_hpdl_accumulate_f32(const hpdl_kctx *ctx, unsigned grid,
                          (long long)(unsigned long long)args[2]);
 }
 
+/* The launch entry of hpdl_round_bf16 (runtime/device/devexec.c). */
+extern "C" int hpd_emul_hpdl_round_bf16(const hpdl_kctx *ctx, unsigned grid, unsigned block, void **args) {
+  return HPDL_EMU_LAUNCH(hpdl_round_bf16, dim3(grid), dim3(block), 0, *ctx, (const float *)args[0], (unsigned short *)args[1],
+                         (long long)(unsigned long long)args[2]);
+}
+
 /* The optimizer's kernels (hpdl_optim.cuh) take a table and arguments by
  * value: their entries take cuLaunchKernel's parameter array, a pointer to
  * each argument (device.h's launch_raw; ctx is not used). */

@@ -714,7 +714,8 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
     const CudaUse *c = &P->uses[i];
     if (devx_set_param_copy(P->x, c->param, c->layer, c->t ? c->t->data : c->mirror)) return fail(e, "%s", devx_error(P->x));
   }
-  if (devx_zero_grads(P->x)) return fail(e, "%s", devx_error(P->x));
+  /* the parameters are in (resident: as the last update left them, or a resumed checkpoint) */
+  if (devx_refresh16(P->x) || devx_zero_grads(P->x)) return fail(e, "%s", devx_error(P->x));
   devx_set_evaluating(P->x, ctx->eval);
   if (P->timing) {
     t1 = d->ops->seconds(d);

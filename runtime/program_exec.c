@@ -42,6 +42,7 @@
 
 #include "extcall.h"
 #include "gemm16.h"
+#include "half.h"
 #include "hpd_abi.h"
 #include "hostop.h"
 #include "interp.h"
@@ -95,6 +96,8 @@ typedef struct {
   double span_t0;    /* hpdlrun --profile: the start of the kernel running now */
   void **table;
   float **pslot, **gslot; /* per parameter: all copies */
+  void **p16;        /* per parameter read in 16 bits: its 16-bit copy (hpd_ctx.param16), else NULL */
+  DType *p16type;    /* and that copy's type */
   char *inplace;     /* per parameter: its slots are the runtime's tensors (map_inplace) */
   float *fscratch;
   void *workspace_own;
@@ -619,6 +622,70 @@ static int map_inplace(Exec *x, RtErr *e) {
   return 0;
 }
 
+/* The parameters some node reads in 16 bits (precision.h: a GEMM's weight
+ * under bf16) get a 16-bit copy of all their copies, which p16_refresh
+ * rounds from the fp32 slot once per step. */
+static int p16_open(Exec *x, RtErr *e) {
+  const IrModule *m = x->pc->m;
+  x->p16 = calloc((size_t)m->nparams + 1, sizeof(void *));
+  x->p16type = calloc((size_t)m->nparams + 1, sizeof(DType));
+  if (!x->p16 || !x->p16type) return fail(e, "out of memory");
+  for (int gi = 0; gi < m->ngraphs; gi++) {
+    const IrGraph *g = m->graphs[gi];
+    for (int i = 0; i < g->nnodes; i++) {
+      const IrNode *n = &g->nodes[i];
+      if (n->op != IR_PARAM || n->attr[0] < 0 || n->attr[0] >= m->nparams) continue;
+      int p = (int)n->attr[0];
+      const IrParam *P = &m->params[p];
+      if (n->dtype == P->dtype || x->p16[p]) continue;
+      if (P->dtype != DT_F32 || (n->dtype != DT_BF16 && n->dtype != DT_F16))
+        return fail(e, "graph %s reads parameter %s as %s, which this program does not make of %s (recompile the artifact)", g->name,
+                    P->name, sem_dtype_name(n->dtype), sem_dtype_name(P->dtype));
+      size_t bytes = (size_t)(local_numel(P) * copies_of(P)) * 2;
+      x->p16[p] = aligned_alloc(64, (bytes + 64) / 64 * 64);
+      if (!x->p16[p]) return fail(e, "out of memory for the 16-bit copy of %s (%zu bytes)", P->name, bytes);
+      x->p16type[p] = n->dtype;
+    }
+  }
+  x->hctx.param16 = x->p16;
+  return 0;
+}
+
+typedef struct {
+  const float *src;
+  uint16_t *dst;
+  int bf16;
+} Round16;
+
+static int round16_range(void *env, int64_t lo, int64_t hi) {
+  const Round16 *r = env;
+  if (r->bf16) {
+    /* half_bf16_from_f32 written so that the loop vectorises (a call per
+     * value took 3x as long as the per-graph casts it replaces) */
+    const uint32_t *src = (const uint32_t *)(const void *)r->src;
+    uint16_t *dst = r->dst;
+    for (int64_t j = lo; j < hi; j++) {
+      uint32_t x = src[j];
+      uint32_t nan = (x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu);
+      uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+      dst[j] = (uint16_t)(nan ? (x >> 16) | 0x40u : rounded);
+    }
+  } else
+    for (int64_t j = lo; j < hi; j++) r->dst[j] = half_from_f32(r->src[j]);
+  return 0;
+}
+
+/* Once per step, after the parameters are in (and the mirrors received):
+ * the 16-bit copies, rounded as the generated CAST rounds (to nearest even). */
+static void p16_refresh(Exec *x, ParPool *pool) {
+  const IrModule *m = x->pc->m;
+  for (int p = 0; x->p16 && p < m->nparams; p++) {
+    if (!x->p16[p]) continue;
+    Round16 r = {x->pslot[p], x->p16[p], x->p16type[p] == DT_BF16};
+    par_pool_run(pool, local_numel(&m->params[p]) * copies_of(&m->params[p]), round16_range, &r);
+  }
+}
+
 static int native_open(Exec *x, const char *path, RtErr *e) {
   FILE *probe = fopen(path, "rb");
   if (!probe)
@@ -651,6 +718,7 @@ static int native_open(Exec *x, const char *path, RtErr *e) {
     if (!x->pslot[p] || !x->gslot[p]) return fail(e, "out of memory for parameter %s", P->name);
   }
   if (map_inplace(x, e) < 0) return -1;
+  if (p16_open(x, e) < 0) return -1;
   for (int i = 0; i < x->nuses; i++) {
     Use *u = &x->uses[i];
     x->uses[i].fval = x->pslot[u->u->param] + u->u->layer * u->numel;
@@ -783,6 +851,10 @@ static void exec_free(Exec *x) {
     }
   free(x->pslot);
   free(x->gslot);
+  if (x->p16 && x->pc)
+    for (int p = 0; p < x->pc->m->nparams; p++) free(x->p16[p]);
+  free(x->p16);
+  free(x->p16type);
   free(x->table);
   free(x->inplace);
   free(x->fscratch);
@@ -1281,6 +1353,7 @@ static int exec_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
     rc = chunk_begin(P->x[i], nmicro, e);
   }
   if (rc == 0) rc = tie_params(P, e);
+  for (int i = 0; i < P->n && rc == 0; i++) p16_refresh(P->x[i], P->pool);
   if (rc == 0) rc = rank_schedule(P, nmicro, e);
   if (pf) pf->span(pf->self, "parameters in", "program", pt, pnow(pf), -1, -1, -1, 0, 0);
   for (int i = 0; i < P->nins && rc == 0; i++) {

@@ -340,14 +340,25 @@ static LLVMValueRef value_ptr(Host *h, int v) {
   return LLVMConstNull(cg->tp8);
 }
 
-static LLVMValueRef param_ptr(Host *h, int p) {
+/* Parameter p as leaf node n reads it: the fp32 tensor in the table, or
+ * (n 16-bit) the runtime's 16-bit copy, ctx->param16[p]; copy h->layer of
+ * a repeated block's. */
+static LLVMValueRef param_ptr(Host *h, int p, const IrNode *n) {
   CgCpu *cg = h->cg;
   const IrParam *P = &cg->m->params[p];
-  LLVMValueRef base = load_slot(h, h->table, cg->m->ninputs + p, "param");
+  int half = n->dtype != P->dtype;
+  LLVMValueRef base;
+  if (half) {
+    LLVMValueRef tab = cg_ctx_field(cg, h->ctxp, CG_CTX_PARAM16, "param16");
+    LLVMValueRef q = LLVMBuildInBoundsGEP2(cg->b, cg->tp8, tab, (LLVMValueRef[]){cg_i64(cg, p)}, 1, "");
+    base = LLVMBuildLoad2(cg->b, cg->tp8, q, "param16.p");
+  } else {
+    base = load_slot(h, h->table, cg->m->ninputs + p, "param");
+  }
   if (P->count <= 1) return base;
   int64_t numel = 1;
   for (int i = 0; i < P->rank; i++) numel *= P->dims[i];
-  LLVMValueRef off = LLVMBuildMul(cg->b, h->layer, cg_i64(cg, numel * sem_dtype_bytes(P->dtype)), "");
+  LLVMValueRef off = LLVMBuildMul(cg->b, h->layer, cg_i64(cg, numel * sem_dtype_bytes(n->dtype)), "");
   return cg_byte_ptr(cg, base, off, "param.l");
 }
 
@@ -383,7 +394,7 @@ static void emit_leaf(Host *h, int p) {
   const IrNode *n = &h->g->nodes[v];
   switch (n->op) {
   case IR_INPUT: h->ptr[v] = load_slot(h, h->table, n->attr[0], "input"); break;
-  case IR_PARAM: h->ptr[v] = param_ptr(h, (int)n->attr[0]); break;
+  case IR_PARAM: h->ptr[v] = param_ptr(h, (int)n->attr[0], n); break;
   case IR_ARG: h->ptr[v] = load_slot(h, h->args, n->attr[0], "arg"); break;
   default: {
     h->ptr[v] = value_ptr(h, v);
@@ -962,6 +973,7 @@ static void init_types(CgCpu *cg) {
                         cg->tp8,   cg->ti64, cg->tp8,  cg->ti64, cg->tf32, cg->tpf32, cg->ti64};
   cg->tgemm16 = LLVMFunctionType(cg->ti32, gp, 14, 0);
   f[CG_CTX_GEMM_BF16] = LLVMPointerType(cg->tgemm16, 0);
+  f[CG_CTX_PARAM16] = cg->tpp8;
   LLVMStructSetBody(cg->tctx, f, CG_CTX_NFIELDS, 0);
   cg->tkern_entry = LLVMFunctionType(cg->ti32, &cg->tpp8, 1, 0);
   cg->md_loop = LLVMGetMDKindIDInContext(c, "llvm.loop", 9);

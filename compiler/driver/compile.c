@@ -608,7 +608,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
     fprintf(err, "hpdlc: internal error: the partitioned IR does not verify\n");
     return 3;
   }
-  int K = pr->nchunks, storage16 = 0;
+  int K = pr->nchunks, storage16 = 0, params16 = 0;
   Chunk *ch = arena_alloc(arena, sizeof(Chunk) * (size_t)K);
   for (int c = 0; c < K; c++) {
     Chunk *k = &ch[c];
@@ -632,6 +632,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
     storage16 = prec_storage(m->train.precision) != DT_F32;
     if (prec_apply(k->m, k->ad, prec_storage(m->train.precision), is_cuda(o), &why) < 0)
       return cfail(&C, "pipeline chunk %d: 16-bit storage: %s", c, why ? why : "?");
+    params16 += prec_params16(k->m);
     for (int gi = 0; gi < k->m->ngraphs; gi++) k->nnodes += k->m->graphs[gi]->nnodes;
     /* the memory plan: the fused plan's arena when fusion checks (what the
      * kernels run in), else the unfused one */
@@ -893,7 +894,9 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
     fprintf(out, "%s: compiled %s for %s into %s/: %d rank%s (dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64
                  "%s), %" PRId64 " logical parameter tensors, executor %s\n",
             C.file, m->model->decl->name.name, is_cuda(o) ? "cuda" : "cpu", o->out_dir, world, world == 1 ? "" : "s", L.dp, L.tp, L.pp, L.cp, epx, nlogical,
-            nnative == K ? (storage16 ? arena_printf(arena, "native (generated kernels, %s storage, fp32 arithmetic)", sem_precision_name(m->train.precision))
+            nnative == K ? (storage16 ? arena_printf(arena, "native (generated kernels, %s storage, fp32 arithmetic%s)", sem_precision_name(m->train.precision),
+                                                     params16 ? arena_printf(arena, "; %d weights multiplied from %s copies rounded once per step", params16,
+                                                                             sem_precision_name(m->train.precision)) : "")
                                       : "native (generated kernels, fp32)")
             : nnative    ? "mixed (generated kernels where the back end compiles the stage, else the reference executor)"
                          : storage16 ? arena_printf(arena, "interp (the reference executor, fp64, rounding to %s storage)", sem_precision_name(m->train.precision))

@@ -54,6 +54,8 @@ typedef struct {
   int *cast16[2];      /* the same for its 16-bit copy (a bf16 GEMM's operand) */
   DType storage;
   int split;           /* the old fb_split (0: not cut) */
+  const IrModule *m;
+  int param16;         /* a weight's 16-bit operand is its copy the runtime keeps (a PARAM read in 16 bits) */
 } Rebuild;
 
 /* Appends node x with the inputs `in` (new ids) and the element type dt. */
@@ -93,6 +95,12 @@ static int as_16(Rebuild *R, int v, int side, Span at) {
   if (R->g->nodes[nv].dtype == R->storage) return nv;
   if (R->cast16[side][v] >= 0) return R->cast16[side][v];
   const IrNode *x = &R->old[v];
+  if (x->op == IR_PARAM && R->param16 && x->dtype == DT_F32 && !R->m->params[x->attr[0]].state) {
+    /* the weight's 16-bit copy, which the runtime rounds from the fp32
+     * master once per step (after the optimizer), not a cast per graph and
+     * side of the cut: the same values, rounded once */
+    return R->cast16[side][v] = append(R, x, NULL, R->storage);
+  }
   if (x->op == IR_TRANSPOSE || x->op == IR_RESHAPE) {
     /* the view of the cast rather than the cast of the view: the GEMM still
      * reads a transposed weight through its flag, and the cast runs in
@@ -107,7 +115,7 @@ static int as_16(Rebuild *R, int v, int side, Span at) {
  * 16-bit (a block forward's saved activation), arg16[a] = 1 makes argument
  * a 16-bit (its backward's stash). Returns the values stored in 16 bits;
  * out16[k] says which outputs are. */
-static int rebuild(IrGraph *g, DType storage, int cuda, const char *keep16, const char *arg16, char *out16) {
+static int rebuild(const IrModule *m, IrGraph *g, DType storage, int cuda, const char *keep16, const char *arg16, char *out16) {
   Arena *a = g->arena;
   int n = g->nnodes, stored = 0, cap = 2 * n + g->noutputs + 1;
   IrNode *old = arena_alloc(a, sizeof(IrNode) * (size_t)(n + 1)); /* the nodes before: g's are rewritten */
@@ -132,7 +140,8 @@ static int rebuild(IrGraph *g, DType storage, int cuda, const char *keep16, cons
     for (int k = 0; k < x->nin && only; k++) only = stat[x->in[k]] || !act[x->in[k]];
     stat[i] |= only;
   }
-  Rebuild R = {g, old, map, ident, {c0, c1}, {h0, h1}, storage, g->fb_split};
+  /* the runtime keeps the 16-bit copies (program_exec.c, devexec.c) */
+  Rebuild R = {g, old, map, ident, {c0, c1}, {h0, h1}, storage, g->fb_split, m, 1};
   /* GEMMs multiply bf16 matrices (the CPU's hpd_ctx.gemm_bf16, cuBLASLt);
    * under fp16 they read fp32 (oneDNN has no fp16 GEMM on most CPUs) */
   int gemm16 = storage == DT_BF16;
@@ -206,11 +215,25 @@ int prec_apply(IrModule *m, const AdResult *ad, DType storage, int cuda, const c
       }
     }
     saved16[gi] = arena_alloc(m->arena, (size_t)g->noutputs + 1);
-    total += rebuild(g, storage, cuda, keep, arg16, saved16[gi]);
+    total += rebuild(m, g, storage, cuda, keep, arg16, saved16[gi]);
   }
   if (ir_verify(m, stderr)) { /* an internal error: the problems go to stderr for its report */
     if (why) *why = "the module does not verify after the storage types were set";
     return -1;
   }
   return total;
+}
+
+int prec_params16(const IrModule *m) {
+  int count = 0;
+  for (int p = 0; p < m->nparams; p++) {
+    int read16 = 0;
+    for (int gi = 0; gi < m->ngraphs && !read16; gi++)
+      for (int i = 0; i < m->graphs[gi]->nnodes && !read16; i++) {
+        const IrNode *n = &m->graphs[gi]->nodes[i];
+        read16 = n->op == IR_PARAM && n->attr[0] == p && is16(n->dtype);
+      }
+    count += read16;
+  }
+  return count;
 }

@@ -11,8 +11,9 @@
  * kernels load and store any element type on both targets: elementwise ops
  * and the softmax family (so the CPU and CUDA targets round the same values);
  * shape ops keep their input's type. Under bf16 a GEMM's operands are bf16
- * (a cast of what is not stored so: the weights' fp32 masters), its product
- * fp32 (the CPU's hpd_ctx.gemm_bf16, cuBLASLt's CUDA_R_16BF). fp16's GEMMs,
+ * (a cast of what is not stored so; on the CPU target a weight is read as a
+ * 16-bit PARAM node, the copy the runtime rounds once per step), its
+ * product fp32 (the CPU's hpd_ctx.gemm_bf16, cuBLASLt's CUDA_R_16BF). fp16's GEMMs,
  * host ops (attention, convolution, MoE), collectives, extern calls, calls
  * of other graphs and the CUDA target's special kernels read fp32: a CAST is put
  * before them (one per value and side of the step's forward / backward cut,
@@ -40,5 +41,10 @@ DType prec_storage(Precision p);
  * values now stored in 16 bits; -1 with the reason in *why when a graph
  * does not verify after. */
 int prec_apply(IrModule *m, const AdResult *ad, DType storage, int cuda, const char **why);
+
+/* The parameters of m some node reads in 16 bits (a GEMM's weight under
+ * bf16 on the CPU target): the runtime keeps a 16-bit copy of each, rounded
+ * from the fp32 parameter once per step (hpd_ctx.param16). */
+int prec_params16(const IrModule *m);
 
 #endif

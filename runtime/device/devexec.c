@@ -35,7 +35,9 @@ struct DevExec {
   const DevxProgram *p;
   KernelRes **res; /* [graph][kernel] */
   DevKernel *accumulate;
+  DevKernel *round_bf16; /* NULL where no weight is read in bf16 */
   void **params, **grads;
+  void **params16; /* per parameter read in bf16 (a bf16 GEMM's weight): its copy, else NULL */
   void **inputs;
   PoolBuf *free_bufs;
   int nfree, capfree;
@@ -181,6 +183,26 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, ch
     if (!x->grads[i]) rc = fail(x, "parameter %s: %s", m->params[i].name, dev_error(dev));
     x->live += 2 * bytes;
   }
+  /* the weights some node reads in bf16: a copy each, rounded once per step (devx_refresh16) */
+  x->params16 = calloc((size_t)m->nparams + 1, sizeof(void *));
+  if (!x->params16 && !rc) rc = fail(x, "out of memory");
+  for (int gi = 0; gi < m->ngraphs && !rc; gi++)
+    for (int i = 0; i < m->graphs[gi]->nnodes && !rc; i++) {
+      const IrNode *n = &m->graphs[gi]->nodes[i];
+      if (n->op != IR_PARAM || n->attr[0] < 0 || n->attr[0] >= m->nparams) continue;
+      const IrParam *P = &m->params[n->attr[0]];
+      if (n->dtype == P->dtype || x->params16[n->attr[0]]) continue;
+      if (P->dtype != DT_F32 || n->dtype != DT_BF16) {
+        rc = fail(x, "graph %s reads parameter %s as %s, which this program does not make of %s (recompile the artifact)",
+                  m->graphs[gi]->name, P->name, sem_dtype_name(n->dtype), sem_dtype_name(P->dtype));
+        break;
+      }
+      size_t bytes = 2 * (size_t)(param_numel(P) * param_copies(P));
+      if (!(x->params16[n->attr[0]] = dev->ops->alloc(dev, bytes))) rc = fail(x, "the bf16 copy of %s: %s", P->name, dev_error(dev));
+      x->live += bytes;
+      if (!rc && !x->round_bf16 && !(x->round_bf16 = dev->ops->kernel(dev, "hpdl_round_bf16")))
+        rc = fail(x, "%s (kernels/hpdl_cuda.cuh defines it)", dev_error(dev));
+    }
   for (int i = 0; i < m->ninputs && !rc; i++) {
     const IrInput *in = &m->inputs[i];
     int64_t n = 1;
@@ -214,7 +236,9 @@ void devx_free(DevExec *x) {
   for (int i = 0; i < x->nparams; i++) {
     if (x->params) x->dev->ops->release(x->dev, x->params[i]);
     if (x->grads) x->dev->ops->release(x->dev, x->grads[i]);
+    if (x->params16 && x->params16[i]) x->dev->ops->release(x->dev, x->params16[i]);
   }
+  free(x->params16);
   for (int i = 0; i < x->ninputs && x->inputs; i++) x->dev->ops->release(x->dev, x->inputs[i]);
   for (int i = 0; i < x->nfree; i++) x->dev->ops->release(x->dev, x->free_bufs[i].p);
   free(x->free_bufs);
@@ -595,6 +619,21 @@ int devx_run_kernel(DevExec *x, int graph, int kernel, int64_t layer, void **io)
   return run_launches(x, graph, kernel, layer, io);
 }
 
+int devx_refresh16(DevExec *x) {
+  const IrModule *m = x->p->m;
+  for (int p = 0; x->params16 && p < m->nparams; p++) {
+    if (!x->params16[p]) continue;
+    int64_t n = param_numel(&m->params[p]) * param_copies(&m->params[p]);
+    DevKctx c = kctx(x, 0);
+    void *args[3] = {x->params[p], x->params16[p], (void *)(intptr_t)n};
+    int64_t blocks = (n + 1023) / 1024;
+    if (blocks > 65535) blocks = 65535;
+    if (x->dev->ops->launch(x->dev, x->round_bf16, (unsigned)(blocks < 1 ? 1 : blocks), 256, &c, args, 3))
+      return fail(x, "the bf16 copy of %s: %s", m->params[p].name, dev_error(x->dev));
+  }
+  return 0;
+}
+
 static int accumulate(DevExec *x, float *dst, const void *src, int64_t n) {
   DevKctx c = kctx(x, 0);
   void *args[3] = {(void *)src, dst, (void *)(intptr_t)n};
@@ -744,7 +783,10 @@ static int frame_run(DevExec *x, DevxFrame *F, int to) {
       else if (n->op == IR_PARAM) {
         const IrParam *P = &m->params[k];
         int64_t copy = P->count > 1 ? layer : 0;
-        val[id] = (char *)x->params[k] + (size_t)(copy * ir_numel(n)) * sizeof(float);
+        if (n->dtype != P->dtype) /* its bf16 copy (devx_refresh16) */
+          val[id] = (char *)x->params16[k] + (size_t)(copy * ir_numel(n)) * 2;
+        else
+          val[id] = (char *)x->params[k] + (size_t)(copy * ir_numel(n)) * sizeof(float);
       } else {
         /* a fill, iota or constant: its kernel when it has one (a kernel
          * that reads it inline never looks at the buffer) */

@@ -108,6 +108,9 @@ int devx_set_param_copy(DevExec *x, int p, int64_t layer, const float *host);
 int devx_get_grad_copy(DevExec *x, int p, int64_t layer, float *host);
 int devx_set_grad_copy(DevExec *x, int p, int64_t layer, const float *host);
 int devx_zero_grads(DevExec *x);
+/* The bf16 copies of the weights some node reads in bf16, rounded from the
+ * parameters on the device: once per step, after the parameters are set. */
+int devx_refresh16(DevExec *x);
 /* Device addresses of copy `layer` of parameter p and of its gradient. */
 void *devx_param_ptr(DevExec *x, int p, int64_t layer);
 void *devx_grad_ptr(DevExec *x, int p, int64_t layer);

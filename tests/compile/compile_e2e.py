@@ -57,6 +57,7 @@ Exit 0 pass, 1 fail, 77 skip (no mpirun, or no back end for `native`).
 """
 import argparse
 import json
+import re
 import os
 import shutil
 import sys
@@ -647,6 +648,10 @@ def case_mixed_precision():
     for prec in ("bf16", "fp16"):
         art, p = compile_art("art-mp-" + prec, ["--precision", prec], executor="auto")
         check(f"{prec} storage" in p.stdout or "interp" in p.stdout, p.stdout)
+        # bf16's GEMMs read the weights' bf16 copies, which the runtime rounds once per step (the
+        # reference executor rounds them as it reads them: a copy left stale fails the comparison below)
+        once = re.search(r"(\d+) weights multiplied from bf16 copies rounded once per step", p.stdout)
+        check(bool(once and int(once.group(1)) > 0) == (prec == "bf16"), f"{prec}: the weights' 16-bit copies: {p.stdout}")
         got, tp = train(art, "mp-" + prec)
         # the start-up line names the bf16 GEMMs' path (oneDNN's, or why they widen to fp32)
         says = "bf16 GEMMs by " in tp.stdout + tp.stderr
@@ -661,7 +666,7 @@ def case_mixed_precision():
     interp, p = compile_art("art-mp-bf16-interp", ["--precision", "bf16"], executor="interp")
     check("rounding to bf16 storage" in p.stdout, p.stdout)
     got, _ = train(interp, "mp-bf16-interp")
-    compare("bf16 generated kernels against the reference executor's bf16", ref16["bf16"], got, tol1=1e-5, tol20=1e-3)
+    compare("bf16 generated kernels against the reference executor's bf16", ref16["bf16"], got, tol1=1e-5, tol20=1e-4)
     for name, flags in (("dp2", ["--dp", "2"]), ("tp2", ["--tp", "2"]), ("pp2", ["--pp", "2"]), ("cp2", ["--cp", "2"]),
                         ("zero3", ["--dp", "2", "--zero", "3"]), ("dp2_tp2_pp2", ["--dp", "2", "--tp", "2", "--pp", "2"])):
         art, _ = compile_art("art-mp-" + name, ["--precision", "bf16", *flags], executor="auto")
