@@ -141,6 +141,14 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, int cuda, const
     stat[i] |= only;
   }
   /* the runtime keeps the 16-bit copies (program_exec.c, devexec.c) */
+  /* a parameter's gradient stays fp32 where it is made, not rounded to 16
+   * bits and widened at the output: the tied table's sum of the head's and
+   * the lookup's gradients (an element-wise add) was rounded to bf16 */
+  char *grad32 = arena_alloc(a, (size_t)n + 1);
+  for (int k = g->noutputs - g->ngrad_params; k < g->noutputs; k++)
+    if (g->outputs[k] >= 0 && g->outputs[k] < n) grad32[g->outputs[k]] = 1;
+  for (int i = n - 1; i >= 0; i--)
+    if (grad32[i] && (ir_op_flags(old[i].op) & IRF_SHAPE) && old[i].nin > 0) grad32[old[i].in[0]] = 1;
   Rebuild R = {g, old, map, ident, {c0, c1}, {h0, h1}, storage, g->fb_split, m, 1};
   /* GEMMs multiply bf16 matrices (the CPU's hpd_ctx.gemm_bf16, cuBLASLt);
    * under fp16 they read fp32 (oneDNN has no fp16 GEMM on most CPUs) */
@@ -162,7 +170,7 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, int cuda, const
     if (x->op == IR_CONCAT && !all16) /* one element type: 16-bit only when every input is */
       for (int k = 0; k < x->nin; k++) in[k] = as_f32(&R, x->in[k], side, x->span);
     DType dt = x->dtype;
-    if (dt == DT_F32 && x->rank >= 1 && act[i] && !stat[i]) {
+    if (dt == DT_F32 && x->rank >= 1 && act[i] && !stat[i] && !grad32[i]) {
       if (stores_any(x->op)) dt = storage;
       else if ((ir_op_flags(x->op) & IRF_SHAPE) && x->nin > 0) dt = g->nodes[in[0]].dtype; /* moves, keeps the type */
     }

@@ -663,6 +663,12 @@ def case_mixed_precision():
         check(worst > 1e-7, f"{prec}: the losses are fp32's ({worst:.1e}): nothing is stored in 16 bits")
         check(arena_of(p) < 0.85 * arena32, f"{prec}: arena {arena_of(p)} against fp32's {arena32}")
         ref16[prec] = got
+    # a parameter's gradient is made in fp32: the tied table's (the head's plus the lookup's, an
+    # add) was rounded to bf16 and widened at the graph's output
+    mem = run([tool("hpdlc"), "emit", "memory", sample(), *DEFS, "--precision", "bf16"]).stdout
+    outs = [l.split(":")[0].split()[1:] for l in mem.splitlines() if l.rstrip().endswith("ret]")]
+    tied = [o for o in outs if o[-2:] == ["f32[256,", "32]"] or o[-2:] == ["bf16[256,", "32]"]]
+    check(tied and all(o[0] != "cast" and o[1].startswith("f32") for o in tied), f"the tied table's gradient: {tied}")
     interp, p = compile_art("art-mp-bf16-interp", ["--precision", "bf16"], executor="interp")
     check("rounding to bf16 storage" in p.stdout, p.stdout)
     got, _ = train(interp, "mp-bf16-interp")
