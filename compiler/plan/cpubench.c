@@ -62,6 +62,12 @@ int cpubench_measure(CpuFigures *out, char *why, size_t whylen) {
     a[i] = (float)(i % 7) * 0.25f;
     b[i] = (float)(i % 5) * 0.5f;
   }
+  /* OpenBLAS's idle threads spin (sched_yield) for 2^28 cycles, about 0.1 s,
+   * from its load and after each call: through the bf16 products timed
+   * below, which shared a core with one and ran at half their rate (207
+   * GFLOP/s of 420 on 2 cores). hpdlrun sets 2^20 cycles (runtime/cores.h,
+   * CORES_BLAS_TIMEOUT): timed as they run there, a user's setting included. */
+  setenv("OPENBLAS_THREAD_TIMEOUT", "20", 0);
   void *blas = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
   if (!blas) blas = dlopen("libopenblas.so", RTLD_NOW | RTLD_LOCAL);
   SgemmFn sgemm = NULL;
