@@ -205,8 +205,9 @@ static void help_verb(const char *verb) {
          "                           --search's progress on stderr: auto (default) a line\n"
          "                           redrawn on a terminal once it takes 0.5 s, nothing\n"
          "                           elsewhere; plain: a line a phase\n"
-         "  --measure-cpu            time this machine (OpenBLAS sgemm, memory triad) and\n"
-         "                           plan the `cpu` device with what it reaches\n");
+         "  --measure-cpu            time this machine (OpenBLAS sgemm, the bf16 GEMM,\n"
+         "                           memory triad) and plan the `cpu` device with what\n"
+         "                           it reaches\n");
     help_common_options();
     return;
   }
