@@ -62,7 +62,8 @@ typedef struct {
   int64_t count;     /* how many times it runs per call (repeat), 1 for graph 0 */
   /* Set by autodiff on the graphs it makes: the last ngrad_params outputs are
    * d loss / d parameter grad_params[k] (copy `layer` of the run), which the
-   * executor adds to its gradient store whenever the graph runs. */
+   * executor adds to its gradient store whenever the graph runs; a parameter
+   * read in two places (a tied table) may be named twice, once per part. */
   int *grad_params;
   int ngrad_params;
   /* Set by autodiff on the training step (forward.grad): nodes before

@@ -177,7 +177,9 @@ static int plan_from_memplan(CgCpu *cg, int gi) {
   }
   for (int v = 0; v < g->nnodes; v++) {
     const IrNode *n = &g->nodes[v];
-    if (needs_buffer(fg, v) && G->out_slot[v] < 0 && G->offset[v] < 0 && n->op != IR_CONST) {
+    /* a gradient its kernel adds into the parameter's (memplan.h's grad_into_slots) */
+    int into_slot = mp->opts.grad_into_slots && fuse_grad_acc_output(fg, cg->m, fg->kernel_of[v]) == v;
+    if (needs_buffer(fg, v) && G->out_slot[v] < 0 && G->offset[v] < 0 && n->op != IR_CONST && !into_slot) {
       cg_fail(cg, "graph %s: the memory plan gives %%%d (%s) no buffer", g->name, v, ir_op_name(n->op));
       return -1;
     }
@@ -411,7 +413,10 @@ static void emit_kernel(Host *h, int p) {
   const FuseKernel *K = &h->fg->kernels[p];
   int nio = K->ninputs + K->noutputs;
   LLVMValueRef *a = xalloc_calloc((size_t)nio + 3, sizeof(LLVMValueRef));
-  for (int j = 0; j < K->noutputs; j++) h->ptr[K->outputs[j]] = value_ptr(h, K->outputs[j]);
+  /* a gradient added into the parameter's slot may have no buffer (memplan.h's grad_into_slots) */
+  int unbuffered = h->G->kacc && h->G->kacc[p] && h->G->out_slot[K->outputs[0]] < 0 && h->G->offset[K->outputs[0]] < 0;
+  for (int j = 0; j < K->noutputs; j++)
+    h->ptr[K->outputs[j]] = unbuffered ? LLVMConstNull(cg->tp8) : value_ptr(h, K->outputs[j]);
   a[0] = h->ctxp;
   a[1] = h->scratch;
   a[2] = h->layer;
@@ -428,18 +433,18 @@ static void emit_kernel(Host *h, int p) {
     free(a);
     return;
   }
-  /* a gradient GEMM (cg_grad_gemm_output): with the parameter's gradient
-   * slot (copy `layer`) it adds its product there (beta = 1), so nothing is
-   * added after the graph; without one (a parameter this run does not
-   * train) it writes its buffer, which nothing reads */
+  /* a gradient GEMM or lookup backward (fuse_grad_acc_output): with the
+   * parameter's gradient slot (copy `layer`) it adds its result there (beta =
+   * 1), so nothing is added after the graph; without one (a parameter this
+   * run does not train) it writes its buffer, which nothing reads */
   int v = K->outputs[0], grad = -1;
   for (int k = h->G->nplain; k < h->g->noutputs; k++)
     if (h->g->outputs[k] == v) grad = h->g->grad_params[k - h->G->nplain];
   const IrParam *P = &cg->m->params[grad];
   LLVMValueRef gp = load_slot(h, h->table, cg->m->ninputs + cg->m->nparams + grad, "grad");
-  LLVMBasicBlockRef add = LLVMAppendBasicBlockInContext(cg->ctx, h->fn, "gemm.acc");
-  LLVMBasicBlockRef own = LLVMAppendBasicBlockInContext(cg->ctx, h->fn, "gemm.own");
-  LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(cg->ctx, h->fn, "gemm.next");
+  LLVMBasicBlockRef add = LLVMAppendBasicBlockInContext(cg->ctx, h->fn, "grad.into");
+  LLVMBasicBlockRef own = LLVMAppendBasicBlockInContext(cg->ctx, h->fn, "grad.own");
+  LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(cg->ctx, h->fn, "grad.next2");
   LLVMBuildCondBr(cg->b, LLVMBuildIsNull(cg->b, gp, ""), own, add);
   LLVMPositionBuilderAtEnd(cg->b, add);
   int64_t numel = ir_numel(&h->g->nodes[v]);
@@ -447,8 +452,10 @@ static void emit_kernel(Host *h, int p) {
   check_rc(h, cg_call(cg, h->G->kacc[p], a, nio + 3, "rc"));
   LLVMBuildBr(cg->b, next);
   LLVMPositionBuilderAtEnd(cg->b, own);
-  a[3 + K->ninputs] = h->ptr[v];
-  check_rc(h, cg_call(cg, h->G->kfn[p], a, nio + 3, "rc"));
+  if (!unbuffered) { /* else nobody wants the gradient: the kernel does not run */
+    a[3 + K->ninputs] = h->ptr[v];
+    check_rc(h, cg_call(cg, h->G->kfn[p], a, nio + 3, "rc"));
+  }
   LLVMBuildBr(cg->b, next);
   LLVMPositionBuilderAtEnd(cg->b, next);
   free(a);
@@ -739,7 +746,7 @@ static void build_host(CgCpu *cg, int gi, LLVMValueRef fn, int part) {
   for (int k = G->nplain; k < g->noutputs && !cg->failed; k++) {
     int v = g->outputs[k], p = g->grad_params[k - G->nplain];
     const IrParam *P = &cg->m->params[p];
-    if (G->acc_out && G->acc_out[v]) continue; /* its GEMM added it (emit_kernel) */
+    if (G->acc_out && G->acc_out[v]) continue; /* its kernel added it (emit_kernel) */
     if (P->dtype != DT_F32 || g->nodes[v].dtype != DT_F32) {
       cg_fail(cg, "graph %s: gradients of f32 parameters only", g->name);
       break;
@@ -1064,7 +1071,7 @@ static int cpu_generate(CgTarget *t) {
         G->kfn[p] = cg_kernel_build(cg, gi, p, 0);
         cg->stats.kernels++;
         if (cg->opt.export_kernels && G->kfn[p]) build_kernel_entry(cg, gi, p);
-        int v = cg_grad_gemm_output(fg, m, p);
+        int v = fuse_grad_acc_output(fg, m, p);
         if (v >= 0 && G->kfn[p]) {
           G->kacc[p] = cg_kernel_build(cg, gi, p, 1);
           G->acc_out[v] = 1;

@@ -66,11 +66,12 @@ typedef struct {
   LLVMValueRef fn;     /* internal: (ctx, table, ws, layer, args, outs, scratch) */
   LLVMValueRef entry;  /* hpd_graph_<name>(void **) */
   LLVMValueRef *kfn;   /* per kernel, NULL for units without code */
-  /* per kernel: a GEMM whose product is a gradient output and nothing else
-   * (cg_grad_gemm_output) also built adding into its output (beta = 1): the
-   * host hands it the parameter's gradient slot; else NULL */
+  /* per kernel: a GEMM or lookup backward whose result is a gradient output
+   * and nothing else (fuse_grad_acc_output) also built adding into its output
+   * (beta = 1; no zeroing): the host hands it the parameter's gradient slot;
+   * else NULL */
   LLVMValueRef *kacc;
-  char *acc_out; /* per node: its gradient is added in by its GEMM (no add after the graph) */
+  char *acc_out; /* per node: its gradient is added in by its kernel (no add after the graph) */
   char sym[160];
   /* A step cut into forward and backward (IrGraph.fb_split): the host code
    * of each part (same signature as fn) and its entry <sym>_F / <sym>_B;
@@ -238,15 +239,10 @@ int64_t cg_kernel_scratch(CgCpu *cg, int gi, int kp);
  * views and calls do not) */
 int cg_kernel_has_code(const FuseGraph *fg, int kp);
 /* Builds the kernel's function: i32 (ctx*, i8* scratch, i64 layer, i8* io...);
- * accumulate: a GEMM kernel that adds its product into its output (beta = 1,
- * "<name>.acc"). */
+ * accumulate: a kernel that adds its result into its output ("<name>.acc"):
+ * a GEMM with beta = 1, a lookup's backward without zeroing first. */
 LLVMValueRef cg_kernel_build(CgCpu *cg, int gi, int kp, int accumulate);
-/* The gradient output a GEMM kernel can add into the parameter's slot
- * itself: its product, with no epilogue, is the kernel's one output, an fp32
- * gradient output of an fp32 parameter that no other node reads nor another
- * output repeats, and the kernel does not run in a cut step's forward part
- * (which ends before the gradients are added). -1 otherwise. */
-int cg_grad_gemm_output(const FuseGraph *fg, const IrModule *m, int kp);
+
 
 /* A fused kernel's family in its symbol and the profile's kernel table:
  * fusion's kind, or "attention" for the attention ops and "conv" for the

@@ -1071,7 +1071,8 @@ static void special_embedding(CgKern *k, const IrNode *n, int id) {
   char what[128];
   snprintf(what, sizeof what, "%s id outside the vocabulary", ir_op_name(n->op));
   LLVMBasicBlockRef fail = fail_block(k, what);
-  if (bwd) cg_memset0(cg, out, cg_i64(cg, numel(n) * cg_elem_bytes(n->dtype)));
+  /* .acc (fuse_grad_acc_output): the rows are added into the parameter's gradient as it is */
+  if (bwd && !k->accumulate) cg_memset0(cg, out, cg_i64(cg, numel(n) * cg_elem_bytes(n->dtype)));
   CgLoop li, lc;
   cg_loop_open(cg, &li, cg_i64(cg, ni), 0, NULL, "id");
   LLVMValueRef tok = load_index(k, ip, in->dtype, li.iv);
@@ -1557,28 +1558,6 @@ int64_t cg_kernel_scratch(CgCpu *cg, int gi, int kp) {
   if (n->op == IR_ALL_GATHER) return ir_numel(n) * 4;
   if (n->op == IR_REDUCE_SCATTER && n->nin) return ir_numel(&g->nodes[n->in[0]]) * 4;
   return 0;
-}
-
-int cg_grad_gemm_output(const FuseGraph *fg, const IrModule *m, int kp) {
-  const FuseKernel *K = &fg->kernels[kp];
-  const IrGraph *g = fg->graph;
-  if (K->kind != FUSE_GEMM || K->noutputs != 1) return -1;
-  if (fuse_can_cut(fg) && fuse_kernel_part(fg, kp) == 0) return -1;
-  int v = K->outputs[0], mm = -1;
-  for (int j = 0; j < K->nnodes; j++)
-    if (g->nodes[K->nodes[j]].op == IR_MATMUL) mm = K->nodes[j];
-  if (mm != v || g->nodes[v].dtype != DT_F32) return -1; /* an epilogue or a scale after the product */
-  int nplain = g->noutputs - g->ngrad_params, hits = 0, grad = -1;
-  for (int k = 0; k < g->noutputs; k++)
-    if (g->outputs[k] == v) {
-      hits++;
-      if (k >= nplain) grad = k - nplain;
-    }
-  if (hits != 1 || grad < 0 || m->params[g->grad_params[grad]].dtype != DT_F32) return -1;
-  for (int i = 0; i < g->nnodes; i++)
-    for (int k = 0; k < g->nodes[i].nin; k++)
-      if (g->nodes[i].in[k] == v) return -1;
-  return v;
 }
 
 LLVMValueRef cg_kernel_build(CgCpu *cg, int gi, int kp, int accumulate) {

@@ -642,6 +642,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
     k->fr = fuse_module(arena, k->m);
     if (fuse_check(k->fr, NULL)) k->fr = NULL;
     mo.fusion = k->fr;
+    mo.grad_into_slots = !is_cuda(o); /* the CPU back end's .acc kernels (fuse.h) */
     k->plan = mem_plan_module(arena, k->m, &mo);
     if (!k->plan || mem_check(k->plan, NULL)) {
       fprintf(err, "hpdlc: internal error: chunk %d's memory plan does not check\n", c);

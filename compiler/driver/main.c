@@ -664,6 +664,7 @@ static int emit_memory(Arena *arena, Diag *diag, const char *path, const SemMode
   MemOptions mo;
   mem_options_from_model(m, &mo);
   mo.entry = rp->ad->step;
+  mo.grad_into_slots = 1; /* the CPU target's plan, as hpdlc compile makes it */
   mo.fusion = fuse_module(arena, rp->module);
   if (fuse_check(mo.fusion, stderr)) { /* still print the plan of the IR values */
     fprintf(stderr, "hpdlc: internal error: the fusion does not check; the plan is printed without it\n");

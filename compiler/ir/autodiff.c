@@ -28,6 +28,9 @@ typedef struct {
   int *saved;       /* lazy: forward nodes saved, in argument order */
   int nsaved;
   int first_saved_arg;
+  /* the gradients flowing into PARAM nodes, each kept apart (param_outputs) */
+  int *part_node, *part_grad;
+  int nparts, capparts;
   const char *err;
 } AdCtx;
 
@@ -161,6 +164,27 @@ static int fv(AdCtx *c, int f) {
 /* Adds g to the gradient of forward node f (when f needs one). */
 static void acc(AdCtx *c, int f, int g) {
   if (!c->rg[f] || g < 0 || c->err) return;
+  if (fnode(c, f)->op == IR_PARAM) {
+    /* not summed here: each becomes a gradient output of its own, which the
+     * back ends add into the parameter's gradient (a weight gradient's GEMM
+     * with beta = 1), so the tied table's two gradients are not added in a
+     * 154 MB pass first */
+    if (c->nparts == c->capparts) {
+      int cap = c->capparts ? 2 * c->capparts : 16;
+      int *nn = arena_alloc(c->m->arena, sizeof(int) * (size_t)cap), *ng = arena_alloc(c->m->arena, sizeof(int) * (size_t)cap);
+      if (c->nparts) {
+        memcpy(nn, c->part_node, sizeof(int) * (size_t)c->nparts);
+        memcpy(ng, c->part_grad, sizeof(int) * (size_t)c->nparts);
+      }
+      c->part_node = nn;
+      c->part_grad = ng;
+      c->capparts = cap;
+    }
+    c->part_node[c->nparts] = f;
+    c->part_grad[c->nparts++] = g;
+    if (c->grad[f] < 0) c->grad[f] = g;
+    return;
+  }
   if (c->grad[f] < 0) c->grad[f] = g;
   else c->grad[f] = bin(c, IR_ADD, c->grad[f], g);
 }
@@ -944,23 +968,33 @@ static void backward_pass(AdCtx *c) {
   }
 }
 
-/* The gradient outputs: one per float parameter the forward graph uses, the
- * sum over its PARAM nodes (zeros when the loss does not depend on it). */
+/* The gradient outputs: per float parameter the forward graph uses, one per
+ * gradient flowing into its PARAM nodes (a tied table has two: the head's
+ * and the lookup's), which the graph's caller adds into the parameter's
+ * gradient (ir.h); zeros when the loss does not depend on it. */
 static void param_outputs(AdCtx *c, int **outs, int *nouts) {
-  int *list = arena_alloc(c->m->arena, sizeof(int) * (size_t)(c->m->nparams + 1)), n = 0;
+  int cap = c->m->nparams + c->nparts + 1;
+  int *list = arena_alloc(c->m->arena, sizeof(int) * (size_t)cap), n = 0;
+  int *all = arena_alloc(c->m->arena, sizeof(int) * (size_t)(*nouts + cap));
+  memcpy(all, *outs, sizeof(int) * (size_t)*nouts);
+  *outs = all;
   for (int p = 0; p < c->m->nparams; p++) {
-    int g = -1, seen = 0;
+    int seen = 0, made = 0;
     for (int i = 0; i < c->f->nnodes; i++) {
       const IrNode *x = fnode(c, i);
       if (x->op != IR_PARAM || x->attr[0] != p || !sem_dtype_is_float(x->dtype)) continue;
       seen = 1;
-      if (c->grad[i] >= 0) g = g < 0 ? c->grad[i] : bin(c, IR_ADD, g, c->grad[i]);
+      for (int k = 0; k < c->nparts; k++)
+        if (c->part_node[k] == i) {
+          list[n++] = p;
+          (*outs)[(*nouts)++] = c->part_grad[k];
+          made = 1;
+        }
     }
-    if (!seen) continue;
+    if (!seen || made) continue;
     const IrParam *ip = &c->m->params[p];
-    if (g < 0) g = fill(c, 0.0, ip->dtype, ip->rank, ip->dims);
     list[n++] = p;
-    (*outs)[(*nouts)++] = g;
+    (*outs)[(*nouts)++] = fill(c, 0.0, ip->dtype, ip->rank, ip->dims);
   }
   c->b->grad_params = list;
   c->b->ngrad_params = n;

@@ -1208,3 +1208,29 @@ int fuse_can_cut(const FuseGraph *fg) {
   }
   return 1;
 }
+
+int fuse_grad_acc_output(const FuseGraph *fg, const IrModule *m, int kp) {
+  const FuseKernel *K = &fg->kernels[kp];
+  const IrGraph *g = fg->graph;
+  if (K->noutputs != 1) return -1;
+  if (fuse_can_cut(fg) && fuse_kernel_part(fg, kp) == 0) return -1;
+  int v = K->outputs[0], mm = -1;
+  if (K->kind == FUSE_GEMM) {
+    for (int j = 0; j < K->nnodes; j++)
+      if (g->nodes[K->nodes[j]].op == IR_MATMUL) mm = K->nodes[j];
+  } else if (K->nnodes == 1 && g->nodes[v].op == IR_EMBEDDING_BWD) {
+    mm = v; /* a lookup's backward: its rows scattered into the slot */
+  }
+  if (mm != v || g->nodes[v].dtype != DT_F32) return -1; /* an epilogue or a scale after the product */
+  int nplain = g->noutputs - g->ngrad_params, hits = 0, grad = -1;
+  for (int k = 0; k < g->noutputs; k++)
+    if (g->outputs[k] == v) {
+      hits++;
+      if (k >= nplain) grad = k - nplain;
+    }
+  if (hits != 1 || grad < 0 || m->params[g->grad_params[grad]].dtype != DT_F32) return -1;
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i].nin; k++)
+      if (g->nodes[i].in[k] == v) return -1;
+  return v;
+}

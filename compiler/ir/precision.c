@@ -149,6 +149,26 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, int cuda, const
     if (g->outputs[k] >= 0 && g->outputs[k] < n) grad32[g->outputs[k]] = 1;
   for (int i = n - 1; i >= 0; i--)
     if (grad32[i] && (ir_op_flags(old[i].op) & IRF_SHAPE) && old[i].nin > 0) grad32[old[i].in[0]] = 1;
+  /* a value read only as a bf16 GEMM's operand (through views), of an op
+   * whose CPU kernel stores any type: stored in 16 bits where it is made,
+   * the same bits the cast after it would round (the logits' gradient: no
+   * fp32 copy and no cast pass of [tokens, vocab]) */
+  char *as16 = arena_alloc(a, (size_t)n + 1);
+  if (!cuda && storage == DT_BF16) {
+    int *readers = arena_alloc(a, sizeof(int) * (size_t)(n + 1)), *gemm_reads = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+    char *out = arena_alloc(a, (size_t)n + 1);
+    for (int k = 0; k < g->noutputs; k++) out[g->outputs[k]] = 1;
+    for (int i = n - 1; i >= 0; i--) {
+      const IrNode *x = &old[i];
+      int view = (x->op == IR_TRANSPOSE || x->op == IR_RESHAPE) && readers[i] > 0 && gemm_reads[i] == readers[i] && !out[i];
+      for (int k = 0; k < x->nin; k++) {
+        readers[x->in[k]]++;
+        gemm_reads[x->in[k]] += x->op == IR_MATMUL || view;
+      }
+    }
+    for (int i = 0; i < n; i++)
+      as16[i] = old[i].op == IR_CROSS_ENTROPY_BWD && old[i].dtype == DT_F32 && readers[i] > 0 && gemm_reads[i] == readers[i] && !out[i];
+  }
   Rebuild R = {g, old, map, ident, {c0, c1}, {h0, h1}, storage, g->fb_split, m, 1};
   /* GEMMs multiply bf16 matrices (the CPU's hpd_ctx.gemm_bf16, cuBLASLt);
    * under fp16 they read fp32 (oneDNN has no fp16 GEMM on most CPUs) */
@@ -175,6 +195,7 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, int cuda, const
       else if ((ir_op_flags(x->op) & IRF_SHAPE) && x->nin > 0) dt = g->nodes[in[0]].dtype; /* moves, keeps the type */
     }
     if (x->op == IR_ARG && arg16 && arg16[x->attr[0]]) dt = storage;
+    if (as16[i]) dt = storage;
     map[i] = append(&R, x, in, dt);
     stored += is16(dt);
   }

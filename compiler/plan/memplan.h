@@ -167,6 +167,10 @@ typedef struct {
   int64_t align;            /* arena alignment of every buffer in bytes; <= 0: MEM_ALIGN */
   int entry;                /* the graph one step runs (autodiff's step); graph 0 by default */
   const FuseResult *fusion; /* optional: of this module; adds the fused plans */
+  /* The CPU back end's: a kernel that adds a gradient output into the
+   * parameter's gradient itself (fuse_grad_acc_output) has no buffer for it
+   * in the fused plan (without the slot the kernel does not run). */
+  int grad_into_slots;
 } MemOptions;
 
 enum { MEM_ALIGN = 64 }; /* a cache line / AVX-512 vector; every cudaMalloc'd arena base is 256-aligned */

@@ -171,6 +171,14 @@ static char *score_mask(const IrGraph *g, int *sbwd) {
   return mask;
 }
 
+/* Whether gradient output q is its parameter's first (autodiff makes one per
+ * gradient reaching a PARAM node: a tied table has two, one tensor to sync). */
+static int first_grad_of_param(const IrGraph *g, int q) {
+  for (int k = 0; k < q; k++)
+    if (g->grad_params[k] == g->grad_params[q]) return 0;
+  return 1;
+}
+
 static void ginfo_init(GInfo *gi, const IrGraph *g, const FuseGraph *fg) {
   int n = g->nnodes, nk = fg->nkernels;
   gi->g = g;
@@ -853,6 +861,7 @@ static const GMemo *price_graph(Pricer *P, int graph) {
     }
   }
   for (int k = 0; k < g->ngrad_params; k++) {
+    if (!first_grad_of_param(g, k)) continue;
     c.zgrads += 1;
     c.zgrad_bytes += (double)ir_numel(&g->nodes[g->outputs[g->noutputs - g->ngrad_params + k]]) * P->pc->weight_bytes;
   }
@@ -1104,6 +1113,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
     }
   }
   for (int q = 0; q < g->ngrad_params; q++) {
+    if (!first_grad_of_param(g, q)) continue;
     int v = g->outputs[g->noutputs - g->ngrad_params + q];
     int kk = fg->kernel_of[v];
     int r = reg[kk] == REG_LAYER ? REG_EPI : reg[kk];
@@ -1305,6 +1315,7 @@ static int price_chunk_module(PlanCtx *c, IrModule *cm, Recompute rc, const Cost
   }
   free(counted);
   for (int q = 0; q < g->ngrad_params; q++) {
+    if (!first_grad_of_param(g, q)) continue;
     ch->b.zgrads += 1;
     ch->b.zgrad_bytes += (double)ir_numel(&g->nodes[g->outputs[g->noutputs - g->ngrad_params + q]]) * c->weight_bytes;
   }
