@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
       double t1 = now();
       if (!k) optim_scale(g, n, 0.999); /* the threaded update takes the scale in its own pass */
       double t2 = now();
-      if (k) optim_adamw_mt(k, p, g, m, v, n, r + 1, 3e-4, 0.1, &c, 0.999);
+      if (k) optim_adamw_mt(k, p, g, m, v, n, r + 1, 3e-4, 0.1, &c, 0.999, NULL);
       else optim_adamw(p, g, m, v, n, r + 1, 3e-4, 0.1, &c);
       double t3 = now();
       if (t1 - t0 < best_sq) best_sq = t1 - t0;

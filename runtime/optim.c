@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "half.h"
 #include "par.h"
 
 void optim_defaults(OptimConfig *c) {
@@ -41,10 +42,19 @@ double optim_lr_at(const OptimConfig *c, int64_t step) {
   return c->lr;
 }
 
+/* The parameters' bf16 copy (half NULL: none), written right after the
+ * update while the values are in cache: a pass over the fp32 values less
+ * than rounding them before the next step. */
+static void bf16_copy(const float *p, uint16_t *half, int64_t n) {
+  if (!half) return;
+  const uint32_t *bits = (const uint32_t *)(const void *)p;
+  for (int64_t i = 0; i < n; i++) half[i] = half_bf16_bits(bits[i]);
+}
+
 /* The AdamW loop on the gradients times f (the clipping scale; 1: as they
  * are): g f rounded to float, as optim_scale would have stored it. */
 static void adamw_loop(float *p, const float *g, float *m, float *v, int64_t n, int64_t t, double lr, double wd,
-                       const OptimConfig *c, float f) {
+                       const OptimConfig *c, float f, uint16_t *half) {
   /* Per-step scalars in double, per-element arithmetic in float (as the
    * fused kernels of llm.c and PyTorch do). */
   const float b1 = (float)c->beta1, b2 = (float)c->beta2, eps = (float)c->eps;
@@ -59,15 +69,16 @@ static void adamw_loop(float *p, const float *g, float *m, float *v, int64_t n, 
     float mhat = mi / bc1, vhat = vi / bc2;
     p[i] = p[i] * decay - step * mhat / (sqrtf(vhat) + eps);
   }
+  bf16_copy(p, half, n);
 }
 
 void optim_adamw(float *p, const float *g, float *m, float *v, int64_t n, int64_t t, double lr, double wd,
                  const OptimConfig *c) {
-  adamw_loop(p, g, m, v, n, t, lr, wd, c, 1.0f);
+  adamw_loop(p, g, m, v, n, t, lr, wd, c, 1.0f, NULL);
 }
 
 static void sgd_loop(float *p, const float *g, float *buf, int64_t n, int64_t t, double lr, double wd,
-                     const OptimConfig *c, float f) {
+                     const OptimConfig *c, float f, uint16_t *half) {
   const float mu = (float)c->momentum, w = (float)wd, step = (float)lr;
   for (int64_t i = 0; i < n; i++) {
     float gi = g[i] * f + w * p[i];
@@ -77,10 +88,11 @@ static void sgd_loop(float *p, const float *g, float *buf, int64_t n, int64_t t,
     }
     p[i] -= step * gi;
   }
+  bf16_copy(p, half, n);
 }
 
 void optim_sgd(float *p, const float *g, float *buf, int64_t n, int64_t t, double lr, double wd, const OptimConfig *c) {
-  sgd_loop(p, g, buf, n, t, lr, wd, c, 1.0f);
+  sgd_loop(p, g, buf, n, t, lr, wd, c, 1.0f, NULL);
 }
 
 /* Sixteen running sums, value i in sum i % 16, then added in order: one
@@ -114,6 +126,7 @@ void optim_scale(float *g, int64_t n, double s) {
 
 typedef struct {
   float *p, *m, *v, *buf, *g;
+  uint16_t *half;
   const float *cg;
   int64_t t, n;
   double lr, wd, s;
@@ -123,23 +136,25 @@ typedef struct {
 
 static void adamw_range(void *ctx, int64_t lo, int64_t hi) {
   OptimPass *a = ctx;
-  adamw_loop(a->p + lo, a->cg + lo, a->m + lo, a->v + lo, hi - lo, a->t, a->lr, a->wd, a->c, (float)a->s);
+  adamw_loop(a->p + lo, a->cg + lo, a->m + lo, a->v + lo, hi - lo, a->t, a->lr, a->wd, a->c, (float)a->s,
+             a->half ? a->half + lo : NULL);
 }
 
 void optim_adamw_mt(int nthreads, float *p, const float *g, float *m, float *v, int64_t n, int64_t t, double lr,
-                    double wd, const OptimConfig *c, double gscale) {
-  OptimPass a = {.p = p, .cg = g, .m = m, .v = v, .t = t, .lr = lr, .wd = wd, .c = c, .s = gscale};
+                    double wd, const OptimConfig *c, double gscale, uint16_t *half) {
+  OptimPass a = {.p = p, .cg = g, .m = m, .v = v, .t = t, .lr = lr, .wd = wd, .c = c, .s = gscale, .half = half};
   par_for(par_threads_for(nthreads, n), n, adamw_range, &a);
 }
 
 static void sgd_range(void *ctx, int64_t lo, int64_t hi) {
   OptimPass *a = ctx;
-  sgd_loop(a->p + lo, a->cg + lo, a->buf ? a->buf + lo : NULL, hi - lo, a->t, a->lr, a->wd, a->c, (float)a->s);
+  sgd_loop(a->p + lo, a->cg + lo, a->buf ? a->buf + lo : NULL, hi - lo, a->t, a->lr, a->wd, a->c, (float)a->s,
+           a->half ? a->half + lo : NULL);
 }
 
 void optim_sgd_mt(int nthreads, float *p, const float *g, float *buf, int64_t n, int64_t t, double lr, double wd,
-                  const OptimConfig *c, double gscale) {
-  OptimPass a = {.p = p, .cg = g, .buf = buf, .t = t, .lr = lr, .wd = wd, .c = c, .s = gscale};
+                  const OptimConfig *c, double gscale, uint16_t *half) {
+  OptimPass a = {.p = p, .cg = g, .buf = buf, .t = t, .lr = lr, .wd = wd, .c = c, .s = gscale, .half = half};
   par_for(par_threads_for(nthreads, n), n, sgd_range, &a);
 }
 

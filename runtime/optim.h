@@ -68,11 +68,13 @@ void optim_scale(float *g, int64_t n, double s);
 #define OPTIM_SUMSQ_BLOCK ((int64_t)1 << 16)
 /* The updates take the gradients times gscale (float(g x float(gscale)), as
  * optim_scale stores them; 1: as they are): clipping and unscaling ride on
- * the update's pass over the gradients instead of a pass of their own. */
+ * the update's pass over the gradients instead of a pass of their own.
+ * half (NULL: none) receives the updated values rounded to bf16
+ * (half_bf16_from_f32's bits): the copy a bf16 GEMM reads. */
 void optim_adamw_mt(int nthreads, float *p, const float *g, float *m, float *v, int64_t n, int64_t t, double lr,
-                    double wd, const OptimConfig *c, double gscale);
+                    double wd, const OptimConfig *c, double gscale, uint16_t *half);
 void optim_sgd_mt(int nthreads, float *p, const float *g, float *buf, int64_t n, int64_t t, double lr, double wd,
-                  const OptimConfig *c, double gscale);
+                  const OptimConfig *c, double gscale, uint16_t *half);
 double optim_sumsq_mt(int nthreads, const float *g, int64_t n);
 
 #endif

@@ -83,9 +83,18 @@ typedef struct {
    * rank: cores.h), on which a compiled program runs its kernels' rows; 0
    * or 1: one. After the fields above for the same reason. */
   int nthreads;
+  /* Per tensor (the order of tensors): a 16-bit copy of it the program keeps
+   * (bf16: a weight a bf16 GEMM multiplies), else NULL, and the step the
+   * copy holds the values of. The loop allocates both (NULL, -1); a program
+   * sets half[i] at create; the loop's optimizer, when it updates a whole
+   * tensor, writes the copy with the update and sets half_step[i] to the
+   * next step; the program rounds what is not fresh (half_step[i] != step)
+   * itself before the step's graphs run. */
+  uint16_t **half;
+  int64_t *half_step;
 } TrainCtx;
 
-enum { TRAIN_PROGRAM_ABI = 2 };
+enum { TRAIN_PROGRAM_ABI = 3 };
 #define TRAIN_PROGRAM_SYMBOL "hpdl_program_v1" /* const TrainProgram *hpdl_program_v1(void) */
 
 typedef struct TrainProgram {

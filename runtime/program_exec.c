@@ -648,6 +648,13 @@ static int p16_open(Exec *x, RtErr *e) {
     }
   }
   x->hctx.param16 = x->p16;
+  /* the loop's optimizer writes the copy of a tensor it updates whole (program.h) */
+  TrainCtx *ctx = x->ctx;
+  for (int i = 0; ctx->half && i < x->nuses; i++) {
+    const Use *u = &x->uses[i];
+    if (u->t && x->p16[u->u->param] && x->p16type[u->u->param] == DT_BF16)
+      ctx->half[u->t - ctx->tensors] = (uint16_t *)x->p16[u->u->param] + u->u->layer * u->numel;
+  }
   return 0;
 }
 
@@ -660,29 +667,30 @@ typedef struct {
 static int round16_range(void *env, int64_t lo, int64_t hi) {
   const Round16 *r = env;
   if (r->bf16) {
-    /* half_bf16_from_f32 written so that the loop vectorises (a call per
-     * value took 3x as long as the per-graph casts it replaces) */
+    /* inline, so that the loop vectorises (a call per value took 3x as long
+     * as the per-graph casts it replaces) */
     const uint32_t *src = (const uint32_t *)(const void *)r->src;
     uint16_t *dst = r->dst;
-    for (int64_t j = lo; j < hi; j++) {
-      uint32_t x = src[j];
-      uint32_t nan = (x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu);
-      uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-      dst[j] = (uint16_t)(nan ? (x >> 16) | 0x40u : rounded);
-    }
+    for (int64_t j = lo; j < hi; j++) dst[j] = half_bf16_bits(src[j]);
   } else
     for (int64_t j = lo; j < hi; j++) r->dst[j] = half_from_f32(r->src[j]);
   return 0;
 }
 
 /* Once per step, after the parameters are in (and the mirrors received):
- * the 16-bit copies, rounded as the generated CAST rounds (to nearest even). */
+ * the 16-bit copies of the copies the chunk reads, rounded as the generated
+ * CAST rounds (to nearest even), but for those the loop's optimizer wrote
+ * with the step's update (TrainCtx.half_step). */
 static void p16_refresh(Exec *x, ParPool *pool) {
-  const IrModule *m = x->pc->m;
-  for (int p = 0; x->p16 && p < m->nparams; p++) {
+  const TrainCtx *ctx = x->ctx;
+  for (int i = 0; x->p16 && i < x->nuses; i++) {
+    const Use *u = &x->uses[i];
+    int p = u->u->param;
     if (!x->p16[p]) continue;
-    Round16 r = {x->pslot[p], x->p16[p], x->p16type[p] == DT_BF16};
-    par_pool_run(pool, local_numel(&m->params[p]) * copies_of(&m->params[p]), round16_range, &r);
+    uint16_t *dst = (uint16_t *)x->p16[p] + u->u->layer * u->numel;
+    if (u->t && ctx->half && ctx->half[u->t - ctx->tensors] == dst && ctx->half_step[u->t - ctx->tensors] == ctx->step) continue;
+    Round16 r = {u->fval, dst, x->p16type[p] == DT_BF16};
+    par_pool_run(pool, u->numel, round16_range, &r);
   }
 }
 

@@ -967,6 +967,10 @@ static int setup(Run *R, RtErr *e) {
   int64_t window = rt_fault("loss-scale-window"), init = rt_fault("loss-scale-init");
   R->scale_window = window > 0 ? window : LOSS_SCALE_WINDOW;
   if (R->scale_dynamic && init >= 1 && init <= ((int64_t)1 << 62)) R->scale = (double)init;
+  R->ctx.half = rt_calloc((size_t)R->ctx.ntensors + 1, sizeof *R->ctx.half);
+  R->ctx.half_step = rt_calloc((size_t)R->ctx.ntensors + 1, sizeof *R->ctx.half_step);
+  if (!R->ctx.half || !R->ctx.half_step) return rt_fail(e, "out of memory");
+  for (int i = 0; i < R->ctx.ntensors; i++) R->ctx.half_step[i] = -1;
   R->self = R->prog->create(&R->ctx, e);
   if (!R->self) return -1;
   /* dp > 1 at zero 0 without compression too: the program then all-reduces
@@ -1227,6 +1231,8 @@ static void teardown(Run *R) {
   rt_free(R->count);
   rt_free_aligned(R->ctx.arena);
   rt_free(R->ctx.tensors);
+  rt_free(R->ctx.half);
+  rt_free(R->ctx.half_step);
   comm_compressor_free(&R->z);
   if (R->metrics) fclose(R->metrics);
   if (R->prof) comm_profile(R->c, NULL);
@@ -1483,9 +1489,12 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       if (x->param->state) continue; /* running statistics: the forward's, not the optimizer's */
       double wd = x->param->weight_decay ? R.opt.weight_decay : 0.0;
       float *m = R.pool[2] ? R.pool[2] + state_index(&R, lo) : NULL, *v = R.pool[3] ? R.pool[3] + state_index(&R, lo) : NULL;
+      /* the program's bf16 copy, written with the update where it updates the whole tensor in place */
+      uint16_t *half = R.ctx.half[i] && !R.master && lo == R.offset[i] && hi - lo == x->numel ? R.ctx.half[i] : NULL;
       if (R.opt.kind == OPTIM_ADAMW)
-        optim_adamw_mt(o->nthreads, param_at(&R, lo), grad_at(&R, lo), m, v, hi - lo, R.updates, lr, wd, &R.opt, scale);
-      else optim_sgd_mt(o->nthreads, param_at(&R, lo), grad_at(&R, lo), m, hi - lo, R.updates, lr, wd, &R.opt, scale);
+        optim_adamw_mt(o->nthreads, param_at(&R, lo), grad_at(&R, lo), m, v, hi - lo, R.updates, lr, wd, &R.opt, scale, half);
+      else optim_sgd_mt(o->nthreads, param_at(&R, lo), grad_at(&R, lo), m, hi - lo, R.updates, lr, wd, &R.opt, scale, half);
+      if (half) R.ctx.half_step[i] = s + 1;
     }
     if (R.master) rt_release_pages(R.pool[0], (size_t)R.pool_cap * sizeof(float));
     else if (R.zero > 0 && (comm_all_gather(comm, COMM_DP, COMM_F32, R.pool[0] + R.own_lo, R.own_len, R.pool[0], e) < 0 ||

@@ -69,8 +69,10 @@ class Build:
                                          " ".join(self.cxxflags)))
         runtime = os.path.join(args.source, "runtime")
         self.objs = []
-        # optim.c and par.c exactly as libhpdlrt builds them (optim.c: -fno-math-errno)
-        for src, extra in (("optim.c", ["-fno-math-errno"]), ("par.c", [])):
+        # optim.c and par.c exactly as libhpdlrt builds them (optim.c: -fno-math-errno; half.h's
+        # inline bf16 rounding from core/numeric)
+        numeric = os.path.join(args.source, "core", "numeric")
+        for src, extra in (("optim.c", ["-fno-math-errno", "-I", numeric]), ("par.c", [])):
             obj = os.path.join(args.work, src + ".o")
             self.compile_c([*self.cflags, *self.warnings, *extra, "-c", os.path.join(runtime, src), "-o", obj])
             self.objs.append(obj)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "half.h"
 #include "optim.h"
 #include "par.h"
 #include "test_util.h"
@@ -94,7 +95,7 @@ static void test_updates_same_for_any_threads(void) {
   size_t bytes = (size_t)n * sizeof(float);
   for (int t = 1; t <= 2; t++) {
     optim_adamw(p[0], g, m[0], v[0], n, t, 1e-3, 0.1, &c);
-    for (int k = 1; k < 4; k++) optim_adamw_mt(k, p[k], g, m[k], v[k], n, t, 1e-3, 0.1, &c, 1.0);
+    for (int k = 1; k < 4; k++) optim_adamw_mt(k, p[k], g, m[k], v[k], n, t, 1e-3, 0.1, &c, 1.0, NULL);
   }
   /* a third step with the clipping scale inside the update's pass: the same
    * as scaling the gradients first (gs) */
@@ -102,7 +103,14 @@ static void test_updates_same_for_any_threads(void) {
   memcpy(gs, g, bytes);
   optim_scale(gs, n, 0.37);
   optim_adamw(p[0], gs, m[0], v[0], n, 3, 1e-3, 0.1, &c);
-  for (int k = 1; k < 4; k++) optim_adamw_mt(k, p[k], g, m[k], v[k], n, 3, 1e-3, 0.1, &c, 0.37);
+  /* the bf16 copy written with the update (on 2 and 3 threads) is the updated values rounded */
+  uint16_t *half = malloc((size_t)n * sizeof *half);
+  for (int k = 1; k < 4; k++) optim_adamw_mt(k, p[k], g, m[k], v[k], n, 3, 1e-3, 0.1, &c, 0.37, k > 1 ? half : NULL);
+  int64_t off16 = 0;
+  for (int64_t i = 0; i < n; i++) off16 += half[i] != half_bf16_from_f32(p[3][i]);
+  EXPECT(off16 == 0);
+  EXPECT(half_bf16_bits(0x7f800001u) == 0x7fc0 && half_bf16_bits(0x7f800000u) == 0x7f80); /* a NaN stays one, quiet; inf */
+  EXPECT(half_bf16_bits(0x3f808000u) == 0x3f80 && half_bf16_bits(0x3f818000u) == 0x3f82); /* ties to even */
   for (int k = 1; k < 4; k++) {
     EXPECT(memcmp(p[0], p[k], bytes) == 0);
     EXPECT(memcmp(m[0], m[k], bytes) == 0);
@@ -110,10 +118,14 @@ static void test_updates_same_for_any_threads(void) {
   }
   for (int t = 1; t <= 2; t++) {
     optim_sgd(p[0], g, m[0], n, t, 1e-2, 0.01, &c);
-    for (int k = 1; k < 4; k++) optim_sgd_mt(k, p[k], g, m[k], n, t, 1e-2, 0.01, &c, 1.0);
+    for (int k = 1; k < 4; k++) optim_sgd_mt(k, p[k], g, m[k], n, t, 1e-2, 0.01, &c, 1.0, NULL);
   }
   optim_sgd(p[0], gs, m[0], n, 3, 1e-2, 0.01, &c);
-  for (int k = 1; k < 4; k++) optim_sgd_mt(k, p[k], g, m[k], n, 3, 1e-2, 0.01, &c, 0.37);
+  for (int k = 1; k < 4; k++) optim_sgd_mt(k, p[k], g, m[k], n, 3, 1e-2, 0.01, &c, 0.37, k == 2 ? half : NULL);
+  off16 = 0;
+  for (int64_t i = 0; i < n; i++) off16 += half[i] != half_bf16_from_f32(p[2][i]);
+  EXPECT(off16 == 0);
+  free(half);
   for (int k = 1; k < 4; k++) {
     EXPECT(memcmp(p[0], p[k], bytes) == 0);
     EXPECT(memcmp(m[0], m[k], bytes) == 0);
