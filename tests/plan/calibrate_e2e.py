@@ -7,8 +7,8 @@
           natively and profiled twice (`hpdlrun --profile`, 4 steps each, two separate runs);
           the first trace calibrates the cpu device (--cluster laptop: the catalog's figures),
           the second checks the result: `hpdlc plan --cluster FILE.hpd --compare` of the second
-          trace must give the step within 15% (the uncalibrated plan is off by more than 50% on
-          this machine; the fitted classes, GEMM and memory-bound kernels (the native code's
+          trace must give the step within 15% (the uncalibrated plan is off by 38-53% on this
+          machine, and must be more than 25% and twice the calibrated plan's error; the fitted classes, GEMM and memory-bound kernels (the native code's
           per-kernel spans), are printed: two runs of the
           same program differ by up to about 10% on a shared 2-core machine, and now and then
           by 25% (another tenant of the VM): when the check run misses, a second check run is
@@ -111,9 +111,12 @@ def case_gpt2():
         rows, j = compare_json(out, check_trace)
     check(abs(step_e) <= 0.15, f"step: the calibrated plan is off by {step_e * 100:+.1f}% (limit 15%)")
     e0 = base["step"]["predicted_s"] / base["step"]["measured_s"] - 1
-    # 40%: the catalog laptop's plan was 52.6% off this step on the 2-core VM before the
-    # kernels' rows ran on the rank's threads (issue 16), 49.2% after
-    check(abs(e0) > 0.4, f"the uncalibrated plan is already within 40% ({e0 * 100:+.1f}%): the test shows nothing on this machine")
+    # the calibration must matter: the catalog laptop's plan was 52.6% off this step on the
+    # 2-core VM before the kernels' rows ran on the rank's threads (issue 16), 49.2% after, and
+    # 38-46% once the tied table's gradients went into its slot directly (2026-11-29); the
+    # calibrated plan at most half as far off, and the uncalibrated one more than 25%
+    check(abs(e0) > 0.25 and abs(e0) > 2 * abs(step_e),
+          f"the uncalibrated plan is {e0 * 100:+.1f}% off, the calibrated {step_e * 100:+.1f}%: the test shows nothing on this machine")
 
 
 def case_errors():
