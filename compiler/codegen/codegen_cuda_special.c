@@ -105,6 +105,9 @@ static void step_name(const CuKern *k, int step, int nsteps, char *name, size_t 
 static void store(CuText *o, const char *ind, int io, DType dt, const char *at, const char *v) {
   if (dt == DT_F32) cu_tx(o, "%sp%d[%s] = %s;\n", ind, io, at, v);
   else if (dt == DT_F64) cu_tx(o, "%sp%d[%s] = (double)(%s);\n", ind, io, at, v);
+  /* 16-bit storage: the bits, rounded to nearest even (an integer cast would truncate the value) */
+  else if (dt == DT_BF16) cu_tx(o, "%sp%d[%s] = hpdl_bf16_from_f32(%s);\n", ind, io, at, v);
+  else if (dt == DT_F16) cu_tx(o, "%sp%d[%s] = hpdl_f16_from_f32(%s);\n", ind, io, at, v);
   else cu_tx(o, "%sp%d[%s] = (%s)truncf(%s);\n", ind, io, at, cu_c_type(dt), v);
 }
 

@@ -150,11 +150,11 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, int cuda, const
   for (int i = n - 1; i >= 0; i--)
     if (grad32[i] && (ir_op_flags(old[i].op) & IRF_SHAPE) && old[i].nin > 0) grad32[old[i].in[0]] = 1;
   /* a value read only as a bf16 GEMM's operand (through views), of an op
-   * whose CPU kernel stores any type: stored in 16 bits where it is made,
-   * the same bits the cast after it would round (the logits' gradient: no
-   * fp32 copy and no cast pass of [tokens, vocab]) */
+   * whose kernel stores any type on both targets: stored in 16 bits where it
+   * is made, the same bits the cast after it would round (the logits'
+   * gradient: no fp32 copy and no cast pass of [tokens, vocab]) */
   char *as16 = arena_alloc(a, (size_t)n + 1);
-  if (!cuda && storage == DT_BF16) {
+  if (storage == DT_BF16) {
     int *readers = arena_alloc(a, sizeof(int) * (size_t)(n + 1)), *gemm_reads = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
     char *out = arena_alloc(a, (size_t)n + 1);
     for (int k = 0; k < g->noutputs; k++) out[g->outputs[k]] = 1;

@@ -12,8 +12,8 @@
  * and the softmax family (so the CPU and CUDA targets round the same values);
  * shape ops keep their input's type. Under bf16 a GEMM's operands are bf16
  * (a cast of what is not stored so; a weight is read as a 16-bit PARAM node,
- * the copy the runtime rounds once per step; on the CPU target the logits'
- * gradient is stored in bf16 where it is made when only GEMMs read it), its
+ * the copy the runtime rounds once per step; the logits' gradient is
+ * stored in bf16 where it is made when only GEMMs read it), its
  * product fp32 (the CPU's hpd_ctx.gemm_bf16, cuBLASLt's CUDA_R_16BF). A
  * parameter's gradient is fp32 where it is made. fp16's GEMMs,
  * host ops (attention, convolution, MoE), collectives, extern calls, calls
