@@ -59,6 +59,13 @@ add_test(NAME plan.fidelity_moe
          COMMAND test_plan_fidelity --set $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR} ${HPDL_TEST_DIR}/plan/published_moe.json)
 set_tests_properties(plan.fidelity_moe PROPERTIES TIMEOUT 300 LABELS "plan;moe")
 
+# --overlap on|off (parallel.overlap): ZeRO-3's communication hidden or all exposed
+if(Python3_Interpreter_FOUND)
+  add_test(NAME plan.overlap_flag
+           COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/overlap_flag.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
+  set_tests_properties(plan.overlap_flag PROPERTIES TIMEOUT 60 LABELS plan)
+endif()
+
 # an attention kernel plan does not know: one line naming the ones it does
 add_test(NAME plan.attention_refused
          COMMAND $<TARGET_FILE:hpdlc> plan ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --attention flash4)

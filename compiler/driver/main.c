@@ -49,6 +49,7 @@ static const LayoutFlag layout_flags[] = {
     {"--schedule", "parallel.schedule", "gpipe|1f1b|interleaved|auto"},
     {"--virtual-stages", "parallel.virtual", "N|auto"},
     {"--balance", "parallel.balance", "cost|layers"},
+    {"--overlap", "parallel.overlap", "on|off"},
     {"--tp-overlap", "parallel.tp_overlap", "on|off"},
     {"--vocab-pad", "parallel.vocab_pad", "N"},
     {"--gpus", "parallel.gpus", "N"},
