@@ -875,6 +875,15 @@ int ir_verify_pipeline_cut(const IrGraph *g, FILE *out) {
   return problems;
 }
 
+DType ir_param_read_type(const IrModule *m, int p) {
+  for (int gi = 0; gi < m->ngraphs; gi++)
+    for (int i = 0; i < m->graphs[gi]->nnodes; i++) {
+      const IrNode *n = &m->graphs[gi]->nodes[i];
+      if (n->op == IR_PARAM && n->attr[0] == p && n->dtype != m->params[p].dtype) return n->dtype;
+    }
+  return m->params[p].dtype;
+}
+
 int ir_verify(const IrModule *m, FILE *out) {
   int problems = 0;
   for (int gi = 0; gi < m->ngraphs; gi++) {

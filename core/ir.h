@@ -233,6 +233,11 @@ int64_t ir_bytes(const IrNode *n); /* numel x element size */
  * shape rule computes. Returns the number of problems, printed to `out`. */
 int ir_verify(const IrModule *m, FILE *out);
 
+/* The type in which some PARAM node of m reads parameter p when it is not
+ * the parameter's own (a bf16 GEMM's weight read as its 16-bit copy,
+ * precision.h); the parameter's dtype when every node reads it as it is. */
+DType ir_param_read_type(const IrModule *m, int p);
+
 /* For a step a pipeline schedule runs in halves (IrGraph.fb_split): every
  * pipeline transfer toward the next chunk (the activation) lies in the
  * forward part and every one toward the previous chunk (its gradient) in

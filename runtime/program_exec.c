@@ -630,22 +630,17 @@ static int p16_open(Exec *x, RtErr *e) {
   x->p16 = calloc((size_t)m->nparams + 1, sizeof(void *));
   x->p16type = calloc((size_t)m->nparams + 1, sizeof(DType));
   if (!x->p16 || !x->p16type) return fail(e, "out of memory");
-  for (int gi = 0; gi < m->ngraphs; gi++) {
-    const IrGraph *g = m->graphs[gi];
-    for (int i = 0; i < g->nnodes; i++) {
-      const IrNode *n = &g->nodes[i];
-      if (n->op != IR_PARAM || n->attr[0] < 0 || n->attr[0] >= m->nparams) continue;
-      int p = (int)n->attr[0];
-      const IrParam *P = &m->params[p];
-      if (n->dtype == P->dtype || x->p16[p]) continue;
-      if (P->dtype != DT_F32 || (n->dtype != DT_BF16 && n->dtype != DT_F16))
-        return fail(e, "graph %s reads parameter %s as %s, which this program does not make of %s (recompile the artifact)", g->name,
-                    P->name, sem_dtype_name(n->dtype), sem_dtype_name(P->dtype));
-      size_t bytes = (size_t)(local_numel(P) * copies_of(P)) * 2;
-      x->p16[p] = aligned_alloc(64, (bytes + 64) / 64 * 64);
-      if (!x->p16[p]) return fail(e, "out of memory for the 16-bit copy of %s (%zu bytes)", P->name, bytes);
-      x->p16type[p] = n->dtype;
-    }
+  for (int p = 0; p < m->nparams; p++) {
+    const IrParam *P = &m->params[p];
+    DType t = ir_param_read_type(m, p);
+    if (t == P->dtype) continue;
+    if (P->dtype != DT_F32 || (t != DT_BF16 && t != DT_F16))
+      return fail(e, "the chunk reads parameter %s as %s, which this program does not make of %s (recompile the artifact)", P->name,
+                  sem_dtype_name(t), sem_dtype_name(P->dtype));
+    size_t bytes = (size_t)(local_numel(P) * copies_of(P)) * 2;
+    x->p16[p] = aligned_alloc(64, (bytes + 64) / 64 * 64);
+    if (!x->p16[p]) return fail(e, "out of memory for the 16-bit copy of %s (%zu bytes)", P->name, bytes);
+    x->p16type[p] = t;
   }
   x->hctx.param16 = x->p16;
   /* the loop's optimizer writes the copy of a tensor it updates whole (program.h) */

@@ -55,7 +55,6 @@ typedef struct {
   DType storage;
   int split;           /* the old fb_split (0: not cut) */
   const IrModule *m;
-  int param16;         /* a weight's 16-bit operand is its copy the runtime keeps (a PARAM read in 16 bits) */
 } Rebuild;
 
 /* Appends node x with the inputs `in` (new ids) and the element type dt. */
@@ -95,7 +94,7 @@ static int as_16(Rebuild *R, int v, int side, Span at) {
   if (R->g->nodes[nv].dtype == R->storage) return nv;
   if (R->cast16[side][v] >= 0) return R->cast16[side][v];
   const IrNode *x = &R->old[v];
-  if (x->op == IR_PARAM && R->param16 && x->dtype == DT_F32 && !R->m->params[x->attr[0]].state) {
+  if (x->op == IR_PARAM && x->dtype == DT_F32 && !R->m->params[x->attr[0]].state) {
     /* the weight's 16-bit copy, which the runtime rounds from the fp32
      * master once per step (after the optimizer), not a cast per graph and
      * side of the cut: the same values, rounded once */
@@ -140,7 +139,6 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, int cuda, const
     for (int k = 0; k < x->nin && only; k++) only = stat[x->in[k]] || !act[x->in[k]];
     stat[i] |= only;
   }
-  /* the runtime keeps the 16-bit copies (program_exec.c, devexec.c) */
   /* a parameter's gradient stays fp32 where it is made, not rounded to 16
    * bits and widened at the output: the tied table's sum of the head's and
    * the lookup's gradients (an element-wise add) was rounded to bf16 */
@@ -169,7 +167,7 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, int cuda, const
     for (int i = 0; i < n; i++)
       as16[i] = old[i].op == IR_CROSS_ENTROPY_BWD && old[i].dtype == DT_F32 && readers[i] > 0 && gemm_reads[i] == readers[i] && !out[i];
   }
-  Rebuild R = {g, old, map, ident, {c0, c1}, {h0, h1}, storage, g->fb_split, m, 1};
+  Rebuild R = {g, old, map, ident, {c0, c1}, {h0, h1}, storage, g->fb_split, m};
   /* GEMMs multiply bf16 matrices (the CPU's hpd_ctx.gemm_bf16, cuBLASLt);
    * under fp16 they read fp32 (oneDNN has no fp16 GEMM on most CPUs) */
   int gemm16 = storage == DT_BF16;
@@ -255,14 +253,6 @@ int prec_apply(IrModule *m, const AdResult *ad, DType storage, int cuda, const c
 
 int prec_params16(const IrModule *m) {
   int count = 0;
-  for (int p = 0; p < m->nparams; p++) {
-    int read16 = 0;
-    for (int gi = 0; gi < m->ngraphs && !read16; gi++)
-      for (int i = 0; i < m->graphs[gi]->nnodes && !read16; i++) {
-        const IrNode *n = &m->graphs[gi]->nodes[i];
-        read16 = n->op == IR_PARAM && n->attr[0] == p && is16(n->dtype);
-      }
-    count += read16;
-  }
+  for (int p = 0; p < m->nparams; p++) count += is16(ir_param_read_type(m, p));
   return count;
 }

@@ -186,23 +186,21 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, ch
   /* the weights some node reads in bf16: a copy each, rounded once per step (devx_refresh16) */
   x->params16 = calloc((size_t)m->nparams + 1, sizeof(void *));
   if (!x->params16 && !rc) rc = fail(x, "out of memory");
-  for (int gi = 0; gi < m->ngraphs && !rc; gi++)
-    for (int i = 0; i < m->graphs[gi]->nnodes && !rc; i++) {
-      const IrNode *n = &m->graphs[gi]->nodes[i];
-      if (n->op != IR_PARAM || n->attr[0] < 0 || n->attr[0] >= m->nparams) continue;
-      const IrParam *P = &m->params[n->attr[0]];
-      if (n->dtype == P->dtype || x->params16[n->attr[0]]) continue;
-      if (P->dtype != DT_F32 || n->dtype != DT_BF16) {
-        rc = fail(x, "graph %s reads parameter %s as %s, which this program does not make of %s (recompile the artifact)",
-                  m->graphs[gi]->name, P->name, sem_dtype_name(n->dtype), sem_dtype_name(P->dtype));
-        break;
-      }
-      size_t bytes = 2 * (size_t)(param_numel(P) * param_copies(P));
-      if (!(x->params16[n->attr[0]] = dev->ops->alloc(dev, bytes))) rc = fail(x, "the bf16 copy of %s: %s", P->name, dev_error(dev));
-      x->live += bytes;
-      if (!rc && !x->round_bf16 && !(x->round_bf16 = dev->ops->kernel(dev, "hpdl_round_bf16")))
-        rc = fail(x, "%s (kernels/hpdl_cuda.cuh defines it)", dev_error(dev));
+  for (int q = 0; q < m->nparams && !rc; q++) {
+    const IrParam *P = &m->params[q];
+    DType t = ir_param_read_type(m, q);
+    if (t == P->dtype) continue;
+    if (P->dtype != DT_F32 || t != DT_BF16) {
+      rc = fail(x, "the module reads parameter %s as %s, which this program does not make of %s (recompile the artifact)", P->name,
+                sem_dtype_name(t), sem_dtype_name(P->dtype));
+      break;
     }
+    size_t bytes = 2 * (size_t)(param_numel(P) * param_copies(P));
+    if (!(x->params16[q] = dev->ops->alloc(dev, bytes))) rc = fail(x, "the bf16 copy of %s: %s", P->name, dev_error(dev));
+    x->live += bytes;
+    if (!rc && !x->round_bf16 && !(x->round_bf16 = dev->ops->kernel(dev, "hpdl_round_bf16")))
+      rc = fail(x, "%s (kernels/hpdl_cuda.cuh defines it)", dev_error(dev));
+  }
   for (int i = 0; i < m->ninputs && !rc; i++) {
     const IrInput *in = &m->inputs[i];
     int64_t n = 1;
