@@ -31,7 +31,10 @@ int hostop_supported(IrOp op) {
   case IR_CONV2D_BWD_FILTER:
   case IR_POOL2D:
   case IR_POOL2D_BWD:
-  case IR_STATE_UPDATE: return 1;
+  case IR_STATE_UPDATE:
+  case IR_LINEAR_CE:
+  case IR_LINEAR_CE_BWD:
+  case IR_LINEAR_CE_BWD_W: return 1;
   default: return 0;
   }
 }
@@ -143,7 +146,25 @@ static const char *conv(const IrGraph *g, const IrNode *n, void **bufs, HostOpEn
   return why ? failf(err, errlen, "%s: %s", ir_op_name(n->op), why) : NULL;
 }
 
+/* LINEAR_CE and its gradients through core/numeric/lmce.c. A gradient pair
+ * (HOSTOP_PAIR, on LINEAR_CE_BWD) makes dx and dw in one pass over the
+ * logits: bufs[6] is dw, added into with HOSTOP_ADD. */
+static const char *linear_ce(const IrGraph *g, const IrNode *n, int flags, void **bufs, HostOpEnv *env, char *err, size_t errlen) {
+  const IrNode *x = &g->nodes[n->in[0]], *w = &g->nodes[n->in[1]];
+  int rows_w = n->attr[0] != 0;
+  LceShape s = {ir_numel(&g->nodes[n->in[2]]), x->dims[x->rank - 1], w->dims[rows_w ? 0 : 1], rows_w, env->sgemm, env->par_for, env->par};
+  const char *why;
+  if (n->op == IR_LINEAR_CE) why = lce_forward(&s, bufs[0], bufs[1], bufs[2], bufs[3]);
+  else if (n->op == IR_LINEAR_CE_BWD)
+    why = lce_backward(&s, bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], bufs[5], (flags & HOSTOP_PAIR) ? bufs[6] : NULL,
+                       (flags & HOSTOP_ADD) != 0);
+  else why = lce_backward(&s, bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], NULL, bufs[5], (flags & HOSTOP_ADD) != 0);
+  return why ? failf(err, errlen, "%s", why) : NULL;
+}
+
 const char *hostop_run(const IrGraph *g, int node, void **bufs, HostOpEnv *env, char *err, size_t errlen) {
+  int flags = node & (HOSTOP_PAIR | HOSTOP_ADD);
+  node &= ~(HOSTOP_PAIR | HOSTOP_ADD);
   const IrNode *n = &g->nodes[node];
   const IrNode *x = n->nin > 0 ? &g->nodes[n->in[0]] : NULL;
   int64_t N = ir_numel(n);
@@ -209,6 +230,9 @@ const char *hostop_run(const IrGraph *g, int node, void **bufs, HostOpEnv *env, 
     return NULL;
   }
   case IR_ALL_TO_ALL: return all_to_all(g, n, bufs, env, err, errlen);
+  case IR_LINEAR_CE:
+  case IR_LINEAR_CE_BWD:
+  case IR_LINEAR_CE_BWD_W: return linear_ce(g, n, flags, bufs, env, err, errlen);
   default: return failf(err, errlen, "%s is not an op the host computes", ir_op_name(n->op));
   }
 }

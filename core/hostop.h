@@ -13,6 +13,7 @@
 
 #include "attn.h"
 #include "ir.h"
+#include "lmce.h"
 
 typedef struct {
   double loss_seed;  /* LOSS_SEED: the seed of the step's backward */
@@ -39,8 +40,14 @@ int hostop_aux_counted(const IrGraph *g, int node);
 /* Whether op runs on the host. */
 int hostop_supported(IrOp op);
 
-/* Runs node `node` of g with bufs = its inputs, then its output. NULL on
- * success, else the reason in err. */
+/* Flags or-ed into hostop_run's node: HOSTOP_PAIR on a LINEAR_CE_BWD whose
+ * LINEAR_CE_BWD_W (same inputs) the kernel computes with it, its output one
+ * more buffer after dx; HOSTOP_ADD: the weight's gradient is added into its
+ * buffer (a parameter's gradient slot) rather than written. */
+enum { HOSTOP_PAIR = 1 << 29, HOSTOP_ADD = 1 << 30 };
+
+/* Runs node `node` (with HOSTOP_* flags) of g with bufs = its inputs, then
+ * its output. NULL on success, else the reason in err. */
 const char *hostop_run(const IrGraph *g, int node, void **bufs, HostOpEnv *env, char *err, size_t errlen);
 
 #endif

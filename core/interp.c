@@ -939,6 +939,49 @@ static void store_16bit(const IrNode *n, double *v) {
     v[i] = n->dtype == DT_BF16 ? half_bf16_to_f32(half_bf16_from_f32((float)v[i])) : half_to_f32(half_from_f32((float)v[i]));
 }
 
+/* LINEAR_CE and its gradients (ir_ops.h), row by row in double: the logits
+ * of one row at a time, never all of them. */
+static const char *exec_linear_ce(Run *r, const IrNode *n, double *out) {
+  const IrGraph *g = r->g;
+  const IrNode *xn = &g->nodes[n->in[0]], *wn = &g->nodes[n->in[1]];
+  const double *X = r->val[n->in[0]], *W = r->val[n->in[1]], *Tg = r->val[n->in[2]];
+  int rows_w = n->attr[0] != 0;
+  int64_t C = xn->dims[xn->rank - 1], V = wn->dims[rows_w ? 0 : 1], P = ir_numel(&g->nodes[n->in[2]]);
+  double *z = calloc((size_t)V + 1, sizeof(double));
+  if (!z) return fail(r->in, "%s: out of memory", ir_op_name(n->op));
+  if (n->op != IR_LINEAR_CE) memset(out, 0, sizeof(double) * (size_t)ir_numel(n));
+  for (int64_t p = 0; p < P; p++) {
+    int64_t tgt = (int64_t)Tg[p];
+    if (tgt < 0 || tgt >= V) {
+      free(z);
+      return fail(r->in, "%s target %" PRId64 " is outside [0, %" PRId64 ")", ir_op_name(n->op), tgt, V);
+    }
+    const double *xr = X + p * C;
+    for (int64_t v = 0; v < V; v++) {
+      double dot = 0;
+      for (int64_t k = 0; k < C; k++) dot += xr[k] * (rows_w ? W[v * C + k] : W[k * V + v]);
+      z[v] = dot;
+    }
+    double lse = row_lse(z, V);
+    if (n->op == IR_LINEAR_CE) {
+      out[p] = lse - z[tgt];
+      continue;
+    }
+    double dy = r->val[n->in[4]][p];
+    for (int64_t v = 0; v < V; v++) {
+      double gv = dy * (exp(z[v] - lse) - (v == tgt ? 1.0 : 0.0));
+      if (n->op == IR_LINEAR_CE_BWD) {
+        double *o = out + p * C;
+        for (int64_t k = 0; k < C; k++) o[k] += gv * (rows_w ? W[v * C + k] : W[k * V + v]);
+      } else {
+        for (int64_t k = 0; k < C; k++) out[rows_w ? v * C + k : k * V + v] += gv * xr[k];
+      }
+    }
+  }
+  free(z);
+  return NULL;
+}
+
 static const char *exec_node(Run *r, int id, double *out) {
   Interp *in = r->in;
   const IrGraph *g = r->g;
@@ -1313,6 +1356,9 @@ static const char *exec_node(Run *r, int id, double *out) {
     }
     memcpy(out, r->val[n->in[0]], sizeof(double) * (size_t)ir_numel(n));
     return NULL;
+  case IR_LINEAR_CE:
+  case IR_LINEAR_CE_BWD:
+  case IR_LINEAR_CE_BWD_W: return exec_linear_ce(r, n, out);
   case IR_LOSS_SEED: out[0] = r->in->loss_seed; return NULL;
   case IR_TRAINING: out[0] = r->in->evaluating ? 0.0 : 1.0; return NULL;
   case IR_STATE_UPDATE:

@@ -348,6 +348,56 @@ static const char *irshape_CROSS_ENTROPY_BWD(IrGraph *g, IrNode *n) {
   return NULL;
 }
 
+/* LINEAR_CE and its gradients (ir_ops.h): x [..., C], w [C, V] or [V, C]
+ * (attr[0]), integer targets of x's leading shape; the backward's nll and
+ * dy are f32 of that shape too. */
+static const char *linear_ce_fits(IrGraph *g, IrNode *n, int64_t *C, int64_t *V) {
+  IrNode *x = in_node(g, n, 0), *w = in_node(g, n, 1), *t = in_node(g, n, 2);
+  if (x->rank < 2 || w->rank != 2 || x->rank != t->rank + 1 || sem_dtype_is_float(t->dtype) || !sem_dtype_is_float(x->dtype) ||
+      !sem_dtype_is_float(w->dtype))
+    return "linear_ce needs x [..., C], a weight [C, V] or [V, C] and int targets [...]";
+  for (int i = 0; i < t->rank; i++)
+    if (x->dims[i] != t->dims[i]) return "linear_ce: x and the targets differ";
+  int rows = n->attr[0] != 0;
+  *C = x->dims[x->rank - 1];
+  *V = w->dims[rows ? 0 : 1];
+  if (w->dims[rows ? 1 : 0] != *C) return "linear_ce: the weight's width is not x's";
+  for (int k = 3; k < n->nin; k++) {
+    IrNode *r = in_node(g, n, k);
+    if (r->rank != t->rank || r->dtype != DT_F32) return "linear_ce_bwd needs the rows' losses and their gradient, f32 [...]";
+    for (int i = 0; i < t->rank; i++)
+      if (r->dims[i] != t->dims[i]) return "linear_ce_bwd: a row value of another shape";
+  }
+  return NULL;
+}
+
+static const char *irshape_LINEAR_CE(IrGraph *g, IrNode *n) {
+  int64_t C, V;
+  const char *why = linear_ce_fits(g, n, &C, &V);
+  if (why) return why;
+  copy_type(n, in_node(g, n, 2));
+  n->dtype = DT_F32;
+  return NULL;
+}
+
+static const char *irshape_LINEAR_CE_BWD(IrGraph *g, IrNode *n) {
+  int64_t C, V;
+  const char *why = linear_ce_fits(g, n, &C, &V);
+  if (why) return why;
+  copy_type(n, in_node(g, n, 0));
+  n->dtype = DT_F32;
+  return NULL;
+}
+
+static const char *irshape_LINEAR_CE_BWD_W(IrGraph *g, IrNode *n) {
+  int64_t C, V;
+  const char *why = linear_ce_fits(g, n, &C, &V);
+  if (why) return why;
+  copy_type(n, in_node(g, n, 1));
+  n->dtype = DT_F32;
+  return NULL;
+}
+
 static const char *irshape_CALL(IrGraph *g, IrNode *n) {
   (void)g;
   return n->rank < 0 ? "call needs its result shape" : NULL;

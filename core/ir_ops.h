@@ -131,6 +131,15 @@
  *     node runs in a forward (a step graph's forward part, or a graph that is not a backward),
  *     not in the recomputation a backward runs (AUX_LOSS's rule). Its gradient passes dy to x
  *     only. The micro-batches of a step update in their order
+ *   The language model's head and its loss in one (parallel.fused_ce; compiler/ir/headloss.c):
+ *   LINEAR_CE(x [..., C], w, t [...]): f32 [...], row r's loss lse(z_r) - z_r[t_r] with z_r =
+ *     x_r W, W = w [C, V] (attr[0] = 0) or w^T for w [V, C] (attr[0] = 1: a tied embedding
+ *     table). The logits z are never a value of the graph: a back end computes them in blocks
+ *     of rows and vocabulary; a target outside [0, V) is an error
+ *   LINEAR_CE_BWD(x, w, t, nll, dy [...]): dx [..., C] = sum_v g[r, v] W[:, v] with g[r, v] =
+ *     dy_r (softmax(z_r)_v - [v = t_r]); nll is LINEAR_CE's output (lse_r = nll_r + z_r[t_r],
+ *     so the backward recomputes z but not its log-sum-exp). attr as LINEAR_CE's
+ *   LINEAR_CE_BWD_W(x, w, t, nll, dy): dw (w's shape) = sum_r g[r, v] x_r, in w's layout
  */
 #ifndef HPDL_IR_OPS_H
 #define HPDL_IR_OPS_H
@@ -225,6 +234,9 @@
   X(POOL2D, "pool2d", 1, 0)                                        \
   X(POOL2D_BWD, "pool2d_bwd", 2, 0)                                \
   X(STATE_UPDATE, "state_update", 3, 0)                            \
-  X(TRAINING, "training", 0, IRF_LEAF)
+  X(TRAINING, "training", 0, IRF_LEAF)                             \
+  X(LINEAR_CE, "linear_ce", 3, 0)                                  \
+  X(LINEAR_CE_BWD, "linear_ce_bwd", 5, 0)                          \
+  X(LINEAR_CE_BWD_W, "linear_ce_bwd_w", 5, 0)
 
 #endif

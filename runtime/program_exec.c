@@ -408,7 +408,8 @@ static int nx_host_op(hpd_ctx *ctx, int32_t graph, int32_t node, void **bufs) {
   Exec *x = ctx->comm;
   const IrModule *m = x->pc->m;
   const char *why = NULL;
-  if (graph < 0 || graph >= m->ngraphs || node < 0 || node >= m->graphs[graph]->nnodes)
+  int32_t id = node & ~(HOSTOP_PAIR | HOSTOP_ADD);
+  if (graph < 0 || graph >= m->ngraphs || node < 0 || id >= m->graphs[graph]->nnodes)
     why = "a host op of a node the stage's IR does not have (the library and stage file disagree)";
   else why = hostop_run(m->graphs[graph], node, bufs, &x->host, x->cerr.msg, sizeof x->cerr.msg);
   if (why && why != x->cerr.msg) snprintf(x->cerr.msg, sizeof x->cerr.msg, "%s", why);

@@ -413,10 +413,15 @@ static void emit_kernel(Host *h, int p) {
   const FuseKernel *K = &h->fg->kernels[p];
   int nio = K->ninputs + K->noutputs;
   LLVMValueRef *a = xalloc_calloc((size_t)nio + 3, sizeof(LLVMValueRef));
-  /* a gradient added into the parameter's slot may have no buffer (memplan.h's grad_into_slots) */
-  int unbuffered = h->G->kacc && h->G->kacc[p] && h->G->out_slot[K->outputs[0]] < 0 && h->G->offset[K->outputs[0]] < 0;
+  /* a gradient added into the parameter's slot may have no buffer (memplan.h's
+   * grad_into_slots); it is output accj (the fused head's pair has dx too) */
+  int accv = h->G->kacc && h->G->kacc[p] ? fuse_grad_acc_output(h->fg, cg->m, p) : -1, accj = 0;
   for (int j = 0; j < K->noutputs; j++)
-    h->ptr[K->outputs[j]] = unbuffered ? LLVMConstNull(cg->tp8) : value_ptr(h, K->outputs[j]);
+    if (K->outputs[j] == accv) accj = j;
+  int unbuffered = accv >= 0 && h->G->out_slot[accv] < 0 && h->G->offset[accv] < 0;
+  int pair = fuse_linear_ce_pair(h->fg, p);
+  for (int j = 0; j < K->noutputs; j++)
+    h->ptr[K->outputs[j]] = unbuffered && j == accj ? LLVMConstNull(cg->tp8) : value_ptr(h, K->outputs[j]);
   a[0] = h->ctxp;
   a[1] = h->scratch;
   a[2] = h->layer;
@@ -437,7 +442,7 @@ static void emit_kernel(Host *h, int p) {
    * parameter's gradient slot (copy `layer`) it adds its result there (beta =
    * 1), so nothing is added after the graph; without one (a parameter this
    * run does not train) it writes its buffer, which nothing reads */
-  int v = K->outputs[0], grad = -1;
+  int v = accv, grad = -1;
   for (int k = h->G->nplain; k < h->g->noutputs; k++)
     if (h->g->outputs[k] == v) grad = h->g->grad_params[k - h->G->nplain];
   const IrParam *P = &cg->m->params[grad];
@@ -448,12 +453,14 @@ static void emit_kernel(Host *h, int p) {
   LLVMBuildCondBr(cg->b, LLVMBuildIsNull(cg->b, gp, ""), own, add);
   LLVMPositionBuilderAtEnd(cg->b, add);
   int64_t numel = ir_numel(&h->g->nodes[v]);
-  a[3 + K->ninputs] = grad_layer(h, gp, P, numel);
+  a[3 + K->ninputs + accj] = grad_layer(h, gp, P, numel);
   check_rc(h, cg_call(cg, h->G->kacc[p], a, nio + 3, "rc"));
   LLVMBuildBr(cg->b, next);
   LLVMPositionBuilderAtEnd(cg->b, own);
-  if (!unbuffered) { /* else nobody wants the gradient: the kernel does not run */
-    a[3 + K->ninputs] = h->ptr[v];
+  /* else nobody wants the gradient: the kernel does not run (the pair still
+   * makes dx, without dw) */
+  if (!unbuffered || pair) {
+    a[3 + K->ninputs + accj] = h->ptr[v];
     check_rc(h, cg_call(cg, h->G->kfn[p], a, nio + 3, "rc"));
   }
   LLVMBuildBr(cg->b, next);

@@ -1316,12 +1316,12 @@ static void special_scatter_add(CgKern *k, const IrNode *n, int id) {
  * signature) with a table of the kernel's whole-tensor buffers, its inputs
  * then node id's output; a NULL hook or a non-zero return ends the kernel
  * with the message (the hook's own in ctx->error). */
-static void call_hook(CgKern *k, const IrNode *n, int id, int field, int32_t a1, int32_t a2, const char *missing) {
+static void call_hook2(CgKern *k, const IrNode *n, int id, int id2, int field, int32_t a1, int32_t a2, const char *missing) {
   CgCpu *cg = k->cg;
-  int nb = n->nin + 1;
+  int nb = n->nin + 1 + (id2 >= 0);
   LLVMValueRef bufs = LLVMBuildArrayAlloca(cg->b, cg->tp8, cg_i32(cg, nb), "bufs");
   for (int i = 0; i < nb; i++) {
-    LLVMValueRef p = i < n->nin ? val_ptr(k, mem_of(k, n->in[i])) : val_ptr(k, id);
+    LLVMValueRef p = i < n->nin ? val_ptr(k, mem_of(k, n->in[i])) : val_ptr(k, i == n->nin ? id : id2);
     LLVMBuildStore(cg->b, LLVMBuildBitCast(cg->b, p, cg->tp8, ""), cg_gep(cg, cg->tp8, bufs, cg_i64(cg, i), ""));
   }
   LLVMValueRef hook = cg_ctx_field(cg, k->ctxp, field, "hook");
@@ -1329,6 +1329,10 @@ static void call_hook(CgKern *k, const IrNode *n, int id, int field, int32_t a1,
   LLVMValueRef a[4] = {k->ctxp, cg_i32(cg, a1), cg_i32(cg, a2), bufs};
   LLVMValueRef rc = LLVMBuildCall2(cg->b, cg_extern_hook_type(cg), hook, a, 4, "rc");
   return_if_failed(k, rc);
+}
+
+static void call_hook(CgKern *k, const IrNode *n, int id, int field, int32_t a1, int32_t a2, const char *missing) {
+  call_hook2(k, n, id, -1, field, a1, a2, missing);
 }
 
 /* An extern: the runtime's hook (hpd_ctx.call_extern) makes the libffi call
@@ -1353,10 +1357,37 @@ static void special_host(CgKern *k, const IrNode *n, int id) {
       return;
     }
   }
-  call_hook(k, n, id, CG_CTX_HOST_OP, k->gi, id, "no host-op hook in hpd_ctx (a runtime older than the artifact)");
+  call_hook(k, n, id, CG_CTX_HOST_OP, k->gi, id | (k->accumulate ? HOSTOP_ADD : 0),
+            "no host-op hook in hpd_ctx (a runtime older than the artifact)");
+}
+
+/* The fused head's gradient pair (fuse.h): one host op makes dx and dw
+ * (core/numeric/lmce.c), dw added into the gradient slot in the .acc form. */
+static void special_linear_ce_pair(CgKern *k) {
+  int dx = -1, dw = -1;
+  for (int j = 0; j < k->K->nnodes; j++) {
+    int v = k->K->nodes[j];
+    if (nd(k, v)->op == IR_LINEAR_CE_BWD) dx = v;
+    if (nd(k, v)->op == IR_LINEAR_CE_BWD_W) dw = v;
+  }
+  const IrNode *n = nd(k, dx);
+  for (int i = 0; i < n->nin; i++) {
+    DType t = nd(k, mem_of(k, n->in[i]))->dtype;
+    if (t != DT_F32 && t != DT_I32) {
+      cg_fail(k->cg, "graph %s kernel k%d: linear_ce_bwd on the host takes f32 and i32 tensors, not %s", k->g->name, k->kp,
+              sem_dtype_name(t));
+      return;
+    }
+  }
+  call_hook2(k, n, dx, dw, CG_CTX_HOST_OP, k->gi, dx | HOSTOP_PAIR | (k->accumulate ? HOSTOP_ADD : 0),
+             "no host-op hook in hpd_ctx (a runtime older than the artifact)");
 }
 
 static void kernel_special(CgKern *k) {
+  if (fuse_linear_ce_pair(&k->cg->fr->graphs[k->gi], k->kp)) {
+    special_linear_ce_pair(k);
+    return;
+  }
   int id = special_node(k);
   const IrNode *n = nd(k, id);
   switch (n->op) {

@@ -229,6 +229,7 @@ typedef struct {
   int64_t num_micro_batches; /* global_batch / (dp * micro_batch) when known */
   int tp_overlap;   /* 0, 1: tensor-parallel collectives overlapped with the GEMMs next to them */
   int64_t vocab_pad; /* > 0: vocabulary-sized split dimensions padded to a multiple of vocab_pad x tensor; 0: none */
+  int fused_ce;      /* 0, 1: the head's GEMM and its cross-entropy as one op, the logits never stored (headloss.h) */
 } SemLayout;
 
 /* Bounds on a cluster's and a layout's node counts, so that nodes x

@@ -38,7 +38,7 @@ static const KeySpec parallel_keys[] = {
     {"recompute", K_WORD, recomputes, 1}, {"overlap", K_ONOFF, NULL, 1},
     {"compression", K_SPEC, compressions, 0}, {"balance", K_WORD, balances, 0},
     {"tp_overlap", K_ONOFF, NULL, 0},   {"vocab_pad", K_INT, NULL, 0},
-    {"expert", K_INT, NULL, 1},
+    {"expert", K_INT, NULL, 1},         {"fused_ce", K_ONOFF, NULL, 0},
 };
 static const KeySpec cluster_keys[] = {
     {"device", K_STRING, NULL, 0},          {"gpus_per_node", K_INT, NULL, 0},   {"nodes", K_INT, NULL, 0},
@@ -593,6 +593,7 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
   L->sp = get_onoff(&s, "sequence", 0);
   L->overlap = get_onoff(&s, "overlap", 1);
   L->tp_overlap = get_onoff(&s, "tp_overlap", 0);
+  L->fused_ce = get_onoff(&s, "fused_ce", 0);
   L->vocab_pad = get_int(&s, "vocab_pad", 128);
   L->schedule = get_word(&s, "schedule", schedules, L->virtual_stages > 1 ? SCHED_INTERLEAVED : SCHED_1F1B);
   L->recompute = get_word(&s, "recompute", recomputes, RECOMPUTE_NONE);

@@ -911,6 +911,23 @@ static void adgrad_AUX_LOSS(AdCtx *c, int f, int dy) {
 }
 
 static void adgrad_LOSS_SEED(AdCtx *c, int f, int dy) { (void)c, (void)f, (void)dy; }
+/* The fused head and loss (ir_ops.h): each gradient recomputes the logits in
+ * blocks from x, w and the row's log-sum-exp (nll + the target's logit);
+ * the CPU back end computes the pair in one pass (fuse.c). */
+static void adgrad_LINEAR_CE(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  int in[5] = {fv(c, n->in[0]), fv(c, n->in[1]), fv(c, n->in[2]), fv(c, f), dy};
+  if (c->rg[n->in[0]]) acc(c, n->in[0], emit(c, IR_LINEAR_CE_BWD, in, 5, n->attr, 1, 0, DT_F32, -1, NULL));
+  if (c->rg[n->in[1]]) acc(c, n->in[1], emit(c, IR_LINEAR_CE_BWD_W, in, 5, n->attr, 1, 0, DT_F32, -1, NULL));
+}
+
+static void adgrad_LINEAR_CE_BWD(AdCtx *c, int f, int dy) {
+  (void)f, (void)dy;
+  set_err(c, "the gradient of linear_ce's backward (a second derivative) is not defined");
+}
+
+static void adgrad_LINEAR_CE_BWD_W(AdCtx *c, int f, int dy) { adgrad_LINEAR_CE_BWD(c, f, dy); }
+
 static void adgrad_TRAINING(AdCtx *c, int f, int dy) { (void)c, (void)f, (void)dy; }
 
 /* SEND's result carries no gradient (dy is ignored): dx comes back from the

@@ -301,6 +301,25 @@ static void place(Fuser *F, int id, int k) {
   }
 }
 
+/* The two gradients of the fused head and loss (LINEAR_CE_BWD, _BWD_W) read
+ * the same inputs and recompute the same logits: the second joins the
+ * first's special kernel, which computes both in one pass (rule 6). Returns
+ * that kernel, or -1. No cycle: neither reads the other. */
+static int linear_ce_partner(Fuser *F, int id) {
+  const IrNode *n = nd(F->g, id);
+  if (n->op != IR_LINEAR_CE_BWD && n->op != IR_LINEAR_CE_BWD_W) return -1;
+  IrOp other = n->op == IR_LINEAR_CE_BWD ? IR_LINEAR_CE_BWD_W : IR_LINEAR_CE_BWD;
+  for (int j = id - 1; j >= 0; j--) {
+    const IrNode *m = nd(F->g, j);
+    if (m->op != other || m->attr[0] != n->attr[0] || memcmp(m->in, n->in, sizeof(int) * 5)) continue;
+    int k = kof(F, j);
+    for (int i = 0; i < id; i++) /* a kernel of one partner only */
+      if (i != j && kof(F, i) == k) return -1;
+    return k;
+  }
+  return -1;
+}
+
 /* Merges kernel b into kernel a (both roots); returns a. */
 static int merge(Fuser *F, int a, int b) {
   if (a == b) return a;
@@ -710,7 +729,10 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, Fuse
     case R_COPY: k = new_kernel(&F, FUSE_COPY); break;
     case R_COMM: k = new_kernel(&F, FUSE_COMM); break;
     case R_CALL: k = new_kernel(&F, FUSE_CALL); break;
-    case R_SPECIAL: k = new_kernel(&F, FUSE_SPECIAL); break;
+    case R_SPECIAL:
+      k = linear_ce_partner(&F, id);
+      if (k < 0) k = new_kernel(&F, FUSE_SPECIAL);
+      break;
     case R_GEMM:
       k = new_kernel(&F, FUSE_GEMM);
       F.k[k].mm = F.k[k].tail = id;
@@ -924,6 +946,19 @@ static int is_index_map(IrOp op) {
 
 static int is_special(const IrGraph *g, int id) { return role_of(g, id) == R_SPECIAL; }
 
+int fuse_linear_ce_pair(const FuseGraph *fg, int p) {
+  const FuseKernel *K = &fg->kernels[p];
+  if (K->kind != FUSE_SPECIAL) return 0;
+  int dx = 0, dw = 0, other = 0;
+  for (int j = 0; j < K->nnodes; j++) {
+    IrOp op = fg->graph->nodes[K->nodes[j]].op;
+    dx += op == IR_LINEAR_CE_BWD;
+    dw += op == IR_LINEAR_CE_BWD_W;
+    other += op != IR_LINEAR_CE_BWD && op != IR_LINEAR_CE_BWD_W && op != IR_RESHAPE;
+  }
+  return dx == 1 && dw == 1 && !other;
+}
+
 static int check_kernel(const FuseGraph *fg, int p, FILE *out) {
   const IrGraph *g = fg->graph;
   const FuseKernel *K = &fg->kernels[p];
@@ -1001,7 +1036,7 @@ static int check_kernel(const FuseGraph *fg, int p, FILE *out) {
     }
   }
   if (K->kind == FUSE_GEMM && nmm != 1) bad += problem(out, g, p, "a gemm kernel needs exactly one matmul", -1);
-  if ((K->kind == FUSE_COMM || K->kind == FUSE_CALL || K->kind == FUSE_SPECIAL) && nmain != 1)
+  if ((K->kind == FUSE_COMM || K->kind == FUSE_CALL || K->kind == FUSE_SPECIAL) && nmain != 1 && !fuse_linear_ce_pair(fg, p))
     bad += problem(out, g, p, "needs exactly one main op", -1);
   if (K->kind == FUSE_COPY && nmain < 1) bad += problem(out, g, p, "a copy without a shape op", -1);
   return bad;
@@ -1212,9 +1247,16 @@ int fuse_can_cut(const FuseGraph *fg) {
 int fuse_grad_acc_output(const FuseGraph *fg, const IrModule *m, int kp) {
   const FuseKernel *K = &fg->kernels[kp];
   const IrGraph *g = fg->graph;
-  if (K->noutputs != 1) return -1;
+  int pair = fuse_linear_ce_pair(fg, kp);
+  if (K->noutputs != 1 && !pair) return -1;
   if (fuse_can_cut(fg) && fuse_kernel_part(fg, kp) == 0) return -1;
   int v = K->outputs[0], mm = -1;
+  if (K->kind == FUSE_SPECIAL && (pair || K->nnodes == 1)) {
+    /* the fused head's weight gradient, alone or beside dx */
+    for (int j = 0; j < K->nnodes; j++)
+      if (g->nodes[K->nodes[j]].op == IR_LINEAR_CE_BWD_W) v = mm = K->nodes[j];
+    if (pair && mm < 0) return -1;
+  }
   if (K->kind == FUSE_GEMM) {
     for (int j = 0; j < K->nnodes; j++)
       if (g->nodes[K->nodes[j]].op == IR_MATMUL) mm = K->nodes[j];

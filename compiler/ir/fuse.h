@@ -128,11 +128,17 @@ int fuse_can_cut(const FuseGraph *fg);
 /* The gradient output a kernel can add into the parameter's gradient slot
  * itself (the CPU back end's `.acc` kernels): a GEMM's product with no
  * epilogue, or a lookup's backward (embedding_bwd, which scatters its rows
- * there), is the kernel's one output, an fp32 gradient output of an fp32
+ * there), or the fused head's weight gradient (linear_ce_bwd_w, alone or in
+ * its pair) is the kernel's one output (dx beside it in the pair), an fp32 gradient output of an fp32
  * parameter that no other node reads nor another output repeats, and the
  * kernel does not run in a cut step's forward part (which ends before the
  * gradients are added). -1 otherwise. Such a value needs no buffer of its
  * own (memplan.h's grad_into_slots). */
 int fuse_grad_acc_output(const FuseGraph *fg, const IrModule *m, int kp);
+
+/* Whether kernel kp is the fused head's gradient pair (LINEAR_CE_BWD and
+ * LINEAR_CE_BWD_W of the same inputs, rule 6): one pass over the logits
+ * makes both outputs. */
+int fuse_linear_ce_pair(const FuseGraph *fg, int kp);
 
 #endif

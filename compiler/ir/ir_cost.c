@@ -109,7 +109,7 @@ IrCostClass ircost_op_class(IrOp op) {
   if (f & IRF_COMM) return IRC_COMM;
   if (f & IRF_LEAF) return IRC_LEAF;
   if (op == IR_MATMUL || op == IR_ATTENTION || op == IR_ATTENTION_BWD || op == IR_CONV2D || op == IR_CONV2D_BWD_DATA ||
-      op == IR_CONV2D_BWD_FILTER)
+      op == IR_CONV2D_BWD_FILTER || op == IR_LINEAR_CE || op == IR_LINEAR_CE_BWD || op == IR_LINEAR_CE_BWD_W)
     return IRC_GEMM;
   if (op == IR_POOL2D || op == IR_POOL2D_BWD) return IRC_REDUCTION;
   if ((f & IRF_ELEMENTWISE) || op == IR_ROPE) return IRC_ELEMENTWISE;
@@ -311,6 +311,16 @@ static void ircost_MOE_GATE_GRAD(const CostCtx *c, IrCost *k) {
 /* ---- convolutional networks ---- */
 
 int ircost_conv_gemm(const IrGraph *g, const IrNode *n, double *batch, double *M, double *N, double *K) {
+  if (n->op == IR_LINEAR_CE || n->op == IR_LINEAR_CE_BWD || n->op == IR_LINEAR_CE_BWD_W) {
+    /* the logits' GEMM [rows, C] x [C, V]; the backward's two (recomputed
+     * logits, dx) count as a batch of two */
+    const IrNode *x = &g->nodes[n->in[0]], *w = &g->nodes[n->in[1]];
+    *batch = n->op == IR_LINEAR_CE_BWD ? 2 : 1;
+    *M = (double)ir_numel(&g->nodes[n->in[2]]);
+    *N = (double)w->dims[n->attr[0] ? 0 : 1];
+    *K = (double)x->dims[x->rank - 1];
+    return 1;
+  }
   if (n->op != IR_CONV2D && n->op != IR_CONV2D_BWD_DATA && n->op != IR_CONV2D_BWD_FILTER) return 0;
   ConvShape s = ir_conv_shape(g, n);
   double G = (double)s.groups, cols = (double)s.N * (double)s.Ho * (double)s.Wo, outs = (double)s.O / G;
@@ -390,6 +400,35 @@ static void ircost_ATTENTION_BWD(const CostCtx *c, IrCost *k) {
   const IrNode *q = cin(c, 0), *kk = cin(c, 1), *v = cin(c, 2);
   double pairs = ircost_attention_pairs(c->n, q, kk) * (double)q->dims[0] * (double)q->dims[1];
   k->flops = pairs * (6.0 * (double)q->dims[3] + 4.0 * (double)v->dims[3] + 4);
+}
+
+/* The fused head and loss (ir_ops.h), rows x C x V per logit GEMM: the
+ * forward's logits (2 rows V C) and its log-sum-exp (4 per logit, as
+ * cross_entropy); LINEAR_CE_BWD recomputes the logits and multiplies the
+ * gradient by the weight (4 rows V C) with the softmax's 6 per logit;
+ * LINEAR_CE_BWD_W adds the weight's product (2 rows V C), reusing the
+ * logits its pair recomputes (the CPU back end runs the two as one). The
+ * bytes are the inputs and outputs: the logits stay in cache. */
+static void linear_ce_dims(const CostCtx *c, double *rows, double *C, double *V) {
+  const IrNode *x = cin(c, 0), *w = cin(c, 1);
+  *C = (double)x->dims[x->rank - 1];
+  *V = (double)w->dims[c->n->attr[0] ? 0 : 1];
+  *rows = numel(cin(c, 2));
+}
+static void ircost_LINEAR_CE(const CostCtx *c, IrCost *k) {
+  double r, C, V;
+  linear_ce_dims(c, &r, &C, &V);
+  k->flops = 2 * r * V * C + 4 * r * V + 3 * r;
+}
+static void ircost_LINEAR_CE_BWD(const CostCtx *c, IrCost *k) {
+  double r, C, V;
+  linear_ce_dims(c, &r, &C, &V);
+  k->flops = 4 * r * V * C + 6 * r * V;
+}
+static void ircost_LINEAR_CE_BWD_W(const CostCtx *c, IrCost *k) {
+  double r, C, V;
+  linear_ce_dims(c, &r, &C, &V);
+  k->flops = 2 * r * V * C;
 }
 
 /* A native function: its arithmetic is unknown, so 0 FLOPs; the default

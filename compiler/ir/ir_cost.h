@@ -77,7 +77,9 @@ double ircost_attention_pairs(const IrNode *n, const IrNode *q, const IrNode *k)
 
 /* A convolution op's GEMM (im2col's, ir_cost.c): `batch` independent
  * products [M, K] x [K, N] (batch = groups; the images are folded into N or,
- * for the filter gradient, into K). 0 when n is not a convolution. */
+ * for the filter gradient, into K); or the fused head's logit GEMM [rows, C] x
+ * [C, V] (LINEAR_CE's; its backward's two counted as batch 2). 0 for other
+ * ops. */
 int ircost_conv_gemm(const IrGraph *g, const IrNode *n, double *batch, double *M, double *N, double *K);
 
 /* The cost of one execution of `node` of graph `g`. A CALL costs its graph's

@@ -1,5 +1,6 @@
 /* spmd.c - sharding propagation and collective insertion (see spmd.h). */
 #include "spmd.h"
+#include "headloss.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -1194,5 +1195,12 @@ IrModule *spmd_partition(Arena *arena, Diag *diag, const IrModule *global, const
   for (int i = 0; i < global->ngraphs; i++) P.done[i] = -1;
   vocab_flow(&P);
   if (!P.failed) partition_graph(&P, 0, shd_r());
+  if (!P.failed && spec->fused_ce) {
+    const char *why = NULL;
+    if (headloss_fuse(P.dst, &why) < 0) {
+      diag_error(diag, span_none, "internal error fusing the head with its loss (fused_ce): %s", why ? why : "?");
+      return NULL;
+    }
+  }
   return P.failed ? NULL : P.dst;
 }

@@ -38,6 +38,8 @@ typedef struct {
   int64_t vocab_pad; /* > 0: a vocab-split table whose rows tensor does not divide is padded to a
                         multiple of vocab_pad x tensor (Megatron-LM's make-vocab-size-divisible-by),
                         the padded rows zero and their logits masked before the cross-entropy */
+  int fused_ce;     /* the head's GEMM and its cross-entropy as one op, the logits never stored
+                       (headloss.h; a vocabulary split over the tensor group is left unfused) */
 } SpmdSpec;
 
 /* A new module in `arena` with the rank-local program; NULL with an error

@@ -362,8 +362,7 @@ static void plan_fused(Planner *P, int gi) {
       v->bytes = ir_bytes(nd);
       /* a kernel that nobody reads still writes its result */
       int dead = K->noutputs == 0 && j == K->nnodes - 1 && K->kind != FUSE_LEAF && K->kind != FUSE_VIEW;
-      if (is_external_leaf(nd->op) || (P->p->opts.grad_into_slots && K->noutputs == 1 && K->outputs[0] == i &&
-                                       fuse_grad_acc_output(fg, P->m, k) == i)) {
+      if (is_external_leaf(nd->op) || (P->p->opts.grad_into_slots && fuse_grad_acc_output(fg, P->m, k) == i)) {
         v->kind = MEM_EXTERNAL; /* a leaf, or a gradient its kernel adds into the parameter's */
       } else if (immediate[i]) {
         v->kind = MEM_INTERNAL;

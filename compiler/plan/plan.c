@@ -984,7 +984,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
     snprintf(pp->why, sizeof pp->why, "the model does not lower at micro batch %" PRId64, k->mb);
     goto done;
   }
-  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad};
+  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, c->fused_ce};
   int errors = diag_error_count(quiet_diag(c));
   part = spmd_partition(a, quiet_diag(c), global, &spec);
   if (!part) {
@@ -1505,7 +1505,7 @@ PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
   /* the program, lowered and partitioned once for every split priced below */
   Arena *a = arena_new();
   IrModule *global = lower_priced(c, a, k->mb, !c->flash);
-  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad};
+  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, c->fused_ce};
   IrModule *part = global ? spmd_partition(a, quiet_diag(c), global, &spec) : NULL;
   int ok = price_split(c, k, K, parts, part, a, e->layers, e->ch, e->why, sizeof e->why) == 0;
   if (ok && parts->unit_w && K > 1) {
@@ -1629,6 +1629,7 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
   c->flash = 1;
   c->tp_overlap = L->tp_overlap != 0;
   c->vocab_pad = L->vocab_pad > 0 ? L->vocab_pad : 0;
+  c->fused_ce = L->fused_ce == 1;
   FILE *sink = fopen("/dev/null", "w");
   c->sink = sink;
   c->quiet = diag_new(sink ? sink : stderr);

@@ -98,6 +98,7 @@ struct PlanCtx {
   CostAttnKernel attn_kernel; /* under flash: the tile model alone, or a generation whose published rate bounds it */
   int tp_overlap;     /* the layout's tp_overlap */
   int64_t vocab_pad;  /* the layout's vocab_pad: vocabulary padded to a multiple of it x tp */
+  int fused_ce;       /* the layout's fused_ce: the head's GEMM and loss as one op (headloss.h) */
   int explain;        /* reports list the five largest terms of the step (plan_set_explain) */
   double params;
   int64_t experts;    /* experts per MoE layer that every expert layer's count divides (their gcd); 0: none */

@@ -46,6 +46,7 @@ typedef struct {
   int64_t ep; /* expert parallelism inside dp (0 or 1: none) */
   int materialize_attention; /* LowerOptions (lower.h): attention as its materialised chain */
   int64_t vocab_pad;         /* SpmdSpec.vocab_pad: 0 pads nothing */
+  int fused_ce;              /* SpmdSpec.fused_ce */
 } SimLayout;
 
 typedef struct {

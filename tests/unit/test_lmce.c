@@ -1,0 +1,162 @@
+/* test_lmce.c - the head GEMM and cross-entropy in blocks (core/numeric/lmce.c)
+ * against an fp64 reference written here from ir_ops.h's LINEAR_CE
+ * semantics: each row's loss, dx and dw, for a weight [C, V] and a table
+ * [V, C], rows more than one pass (512) and not a multiple of anything, a
+ * vocabulary not a multiple of the 512-column blocks, one row, dw added into
+ * an existing gradient, dx or dw not wanted; with the module's own loops
+ * and OpenBLAS (skipped without it). Every split of the work (reversed odd
+ * ranges, real threads) gives the bits of the sequential run. A target
+ * outside the vocabulary is an error, not a crash. Tolerance: 2e-5
+ * relative to the largest |value| of the tensor (fp32 sums over C and V). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lmce.h"
+#include "test_hooks.h"
+#include "test_util.h"
+
+#define TOL 2e-5
+
+static double urand(uint64_t *s) {
+  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+  return (double)(*s >> 11) / 9007199254740992.0;
+}
+
+static double wat(const LceShape *s, const float *w, int64_t k, int64_t v) { return s->w_rows ? w[v * s->C + k] : w[k * s->V + v]; }
+
+/* nll, dx, dw in fp64 (dy per row) */
+static void reference(const LceShape *s, const float *x, const float *w, const int32_t *t, const float *dy, double *nll, double *dx,
+                      double *dw) {
+  double *z = malloc(sizeof(double) * (size_t)s->V);
+  memset(dx, 0, sizeof(double) * (size_t)(s->rows * s->C));
+  memset(dw, 0, sizeof(double) * (size_t)(s->C * s->V));
+  for (int64_t r = 0; r < s->rows; r++) {
+    double m = -INFINITY, sum = 0;
+    for (int64_t v = 0; v < s->V; v++) {
+      double d = 0;
+      for (int64_t k = 0; k < s->C; k++) d += (double)x[r * s->C + k] * wat(s, w, k, v);
+      z[v] = d;
+      m = d > m ? d : m;
+    }
+    for (int64_t v = 0; v < s->V; v++) sum += exp(z[v] - m);
+    double lse = m + log(sum);
+    nll[r] = lse - z[t[r]];
+    for (int64_t v = 0; v < s->V; v++) {
+      double g = dy[r] * (exp(z[v] - lse) - (v == t[r]));
+      for (int64_t k = 0; k < s->C; k++) {
+        dx[r * s->C + k] += g * wat(s, w, k, v);
+        dw[s->w_rows ? v * s->C + k : k * s->V + v] += g * x[r * s->C + k];
+      }
+    }
+  }
+  free(z);
+}
+
+static void expect_close(const char *what, const float *got, const double *want, int64_t n, const char *how) {
+  double scale = 0, worst = 0;
+  int64_t at = 0;
+  for (int64_t i = 0; i < n; i++) scale = fabs(want[i]) > scale ? fabs(want[i]) : scale;
+  for (int64_t i = 0; i < n; i++) {
+    double e = fabs(got[i] - want[i]) / (scale > 0 ? scale : 1);
+    if (!(e <= worst)) worst = e, at = i;
+  }
+  if (!(worst <= TOL)) {
+    fprintf(stderr, "test_lmce: %s (%s): element %lld: got %.9g, want %.9g (error %.3g of the largest %.3g)\n", what, how, (long long)at,
+            got[at], want[at], worst, scale);
+    test_failures++;
+  }
+}
+
+typedef struct {
+  int64_t rows, C, V;
+  int w_rows;
+} Case;
+
+static void run_case(const Case *c) {
+  LceShape s = {c->rows, c->C, c->V, c->w_rows, NULL, NULL, NULL};
+  uint64_t seed = (uint64_t)(c->rows * 131 + c->C * 7 + c->V + c->w_rows);
+  float *x = malloc(sizeof(float) * (size_t)(c->rows * c->C + 1)), *w = malloc(sizeof(float) * (size_t)(c->C * c->V));
+  float *dy = malloc(sizeof(float) * (size_t)(c->rows + 1));
+  int32_t *t = malloc(sizeof(int32_t) * (size_t)(c->rows + 1));
+  for (int64_t i = 0; i < c->rows * c->C; i++) x[i] = (float)(2 * urand(&seed) - 1);
+  for (int64_t i = 0; i < c->C * c->V; i++) w[i] = (float)(0.6 * urand(&seed) - 0.3);
+  for (int64_t r = 0; r < c->rows; r++) {
+    t[r] = (int32_t)(urand(&seed) * (double)c->V);
+    dy[r] = (float)(0.5 + urand(&seed)) / (float)c->rows;
+  }
+  double *nll = malloc(sizeof(double) * (size_t)(c->rows + 1)), *rdx = malloc(sizeof(double) * (size_t)(c->rows * c->C + 1));
+  double *rdw = malloc(sizeof(double) * (size_t)(c->C * c->V));
+  reference(&s, x, w, t, dy, nll, rdx, rdw);
+
+  float *gn = malloc(sizeof(float) * (size_t)(c->rows + 1)), *gdx = malloc(sizeof(float) * (size_t)(c->rows * c->C + 1));
+  float *gdw = malloc(sizeof(float) * (size_t)(c->C * c->V));
+  float *sn = malloc(sizeof(float) * (size_t)(c->rows + 1)), *sdx = malloc(sizeof(float) * (size_t)(c->rows * c->C + 1));
+  float *sdw = malloc(sizeof(float) * (size_t)(c->C * c->V));
+  int threads = 3;
+  struct {
+    AttnSgemm gemm;
+    AttnParFor par;
+    const char *name;
+  } ways[] = {{NULL, NULL, "loops"},      {NULL, reverse_par, "loops, reversed odd ranges"}, {NULL, thread_par, "loops, 3 threads"},
+              {blas_sgemm, NULL, "blas"}, {blas_sgemm, thread_par, "blas, 3 threads"}};
+  char how[160];
+  for (size_t k = 0; k < sizeof ways / sizeof ways[0]; k++) {
+    if (ways[k].gemm == blas_sgemm && !cblas) continue;
+    s.sgemm = ways[k].gemm, s.par_for = ways[k].par, s.par = &threads;
+    snprintf(how, sizeof how, "rows %lld C %lld V %lld %s, %s", (long long)c->rows, (long long)c->C, (long long)c->V,
+             c->w_rows ? "table [V, C]" : "weight [C, V]", ways[k].name);
+    EXPECT(lce_forward(&s, x, w, t, gn) == NULL);
+    EXPECT(lce_backward(&s, x, w, t, gn, dy, gdx, gdw, 0) == NULL);
+    for (int64_t r = 0; r < c->rows; r++) EXPECT_NEAR(gn[r], nll[r], 1e-5);
+    expect_close("dx", gdx, rdx, c->rows * c->C, how);
+    expect_close("dw", gdw, rdw, c->C * c->V, how);
+    if (ways[k].par == NULL) {
+      memcpy(sn, gn, sizeof(float) * (size_t)c->rows);
+      memcpy(sdx, gdx, sizeof(float) * (size_t)(c->rows * c->C));
+      memcpy(sdw, gdw, sizeof(float) * (size_t)(c->C * c->V));
+    } else { /* the same GEMM hook run in one go: the same bits */
+      if (memcmp(sn, gn, sizeof(float) * (size_t)c->rows) || memcmp(sdx, gdx, sizeof(float) * (size_t)(c->rows * c->C)) ||
+          memcmp(sdw, gdw, sizeof(float) * (size_t)(c->C * c->V))) {
+        fprintf(stderr, "test_lmce: %s: not the bits of the sequential run\n", how);
+        test_failures++;
+      }
+    }
+  }
+  /* dw added into an existing gradient; dx alone; dw alone */
+  s.sgemm = NULL, s.par_for = NULL;
+  for (int64_t i = 0; i < c->C * c->V; i++) gdw[i] = 1.0f;
+  EXPECT(lce_backward(&s, x, w, t, gn, dy, NULL, gdw, 1) == NULL);
+  for (int64_t i = 0; i < c->C * c->V; i++) rdw[i] += 1.0;
+  expect_close("dw added", gdw, rdw, c->C * c->V, "dw_add");
+  memset(gdx, 0, sizeof(float) * (size_t)(c->rows * c->C));
+  EXPECT(lce_backward(&s, x, w, t, gn, dy, gdx, NULL, 0) == NULL);
+  expect_close("dx alone", gdx, rdx, c->rows * c->C, "no dw");
+  free(x), free(w), free(dy), free(t), free(nll), free(rdx), free(rdw), free(gn), free(gdx), free(gdw), free(sn), free(sdx), free(sdw);
+}
+
+int main(void) {
+  setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  void *blas = open_cblas();
+  if (!cblas) fprintf(stderr, "test_lmce: no OpenBLAS (cblas_sgemm); the BLAS hook is not tested\n");
+  const Case cases[] = {
+      {1, 3, 5, 0},     {1, 3, 5, 1},      /* one row, a tiny vocabulary */
+      {37, 16, 700, 1}, {37, 16, 700, 0},  /* a vocabulary of one block and a tail */
+      {530, 8, 1100, 1},                   /* two passes of rows, three blocks */
+      {70, 24, 9000, 0}, {70, 24, 9000, 1}, /* 9000 columns: chunks of a tail */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
+
+  /* a target outside the vocabulary is an error */
+  LceShape s = {2, 2, 3, 1, NULL, NULL, NULL};
+  float x[4] = {1, 2, 3, 4}, w[6] = {0}, nll[2], dy[2] = {1, 1}, dx[4], dw[6];
+  int32_t bad[2] = {0, 3}, neg[2] = {-1, 0};
+  EXPECT_STR(lce_forward(&s, x, w, bad, nll), "linear_ce: a target outside the vocabulary");
+  EXPECT_STR(lce_backward(&s, x, w, neg, nll, dy, dx, dw, 0), "linear_ce: a target outside the vocabulary");
+  /* the scratch estimate covers a pass's blocks and partial dx */
+  LceShape g = {256, 768, 50257, 1, NULL, NULL, NULL};
+  EXPECT(lce_scratch_bytes(&g, 2) >= (int64_t)sizeof(float) * 15 * 256 * 768);
+  if (blas) dlclose(blas);
+  TEST_DONE();
+}
