@@ -705,6 +705,49 @@ def case_mixed_precision():
     print(f"fp16 with a static scale of 1e12: 4 of 4 steps skipped (step 1's loss {got[0]['loss']:.8f}, fp16's)")
 
 
+def case_fused_ce():
+    """parallel.fused_ce (compiler/ir/headloss.h): the head's GEMM and the cross-entropy as one op in
+    blocks, the logits never stored. The generated kernels and the reference executor give the
+    independent reference's losses (ref_train.c: the unfused model) within 1e-5 at step 1 and 1e-4 at
+    step 20, at one rank and at dp 2, pp 2, cp 2 and ZeRO-3; the compile line says what it fused and
+    the arena shrinks; under tp 2 the vocabulary is split and nothing is fused (said so); bf16 within
+    1e-3 of bf16 unfused; --target cuda refuses it with one line."""
+    plain, p0 = compile_art("art-fce-off", [], executor="auto")
+    for name, flags, executor in (("one_rank", [], "auto"), ("interp", [], "interp"), ("dp2", ["--dp", "2"], "auto"),
+                                  ("pp2", ["--pp", "2"], "auto"), ("cp2", ["--cp", "2"], "auto"),
+                                  ("zero3", ["--dp", "2", "--zero", "3"], "auto")):
+        art, p = compile_art("art-fce-" + name, ["--fused-ce", "on", *flags], executor=executor)
+        # the rank's rows: 8 x 16 tokens, half of them under cp 2 (the sequence split)
+        rows = 64 if name == "cp2" else 128
+        check(f"fused_ce: the head's GEMM and the cross-entropy in blocks ({rows} rows x 256 vocabulary)" in p.stdout, p.stdout)
+        got, _ = train(art, "fce-" + name)
+        compare(f"fused_ce {name} ({executor})", got, reference(art), tol1=1e-5, tol20=1e-4)
+    # GPT-2 124M at 4 x 64 tokens: the step's arena loses the logits (256 x 50257 fp32, 51 MB) and
+    # their gradient, and the tied table's weight gradient goes into its slot as before
+    arena = {}
+    for f in ("off", "on"):
+        mem = run([tool("hpdlc"), "emit", "memory", os.path.join(ARGS.source, "samples", "gpt2.hpd"), "-D", "T=64", "--dp", "1",
+                   "--global-batch", "4", "--micro-batch", "4", "--cluster", "cpu", "--precision", "fp32", "--fused-ce", f]).stdout
+        line = [l for l in mem.splitlines() if l.startswith("fused forward.grad:")]
+        check(len(line) == 1, mem[:2000])
+        arena[f] = int(line[0].split("arena ")[1].split(",")[0])
+    print(f"GPT-2 124M, 4 x 64 tokens, fp32: the step's arena {arena['on']} bytes fused against {arena['off']}")
+    check(arena["on"] < arena["off"] - 51_000_000, f"arena {arena}")
+    art, p = compile_art("art-fce-tp2", ["--fused-ce", "on", "--tp", "2"], executor="auto")
+    check("fused_ce: nothing fused: no cross-entropy reads a head GEMM alone (a vocabulary split over tensor = 2 keeps its "
+          "logits)" in p.stdout, p.stdout)
+    b16 = {}
+    for f in ("off", "on"):
+        art, _ = compile_art("art-fce-bf16-" + f, ["--fused-ce", f, "--precision", "bf16"], executor="auto")
+        b16[f], _ = train(art, "fce-bf16-" + f)
+    worst = max(rel(a["loss"], b["loss"]) for a, b in zip(b16["on"], b16["off"]))
+    print(f"bf16 fused: 20 losses within {worst:.1e} of bf16 unfused")
+    check(len(b16["on"]) == STEPS and worst < 1e-3, f"bf16 fused off unfused by {worst:.2e}")
+    d = os.path.join(ARGS.work, "art-fce-cuda")
+    p = run([tool("hpdlc"), "compile", sample(), *DEFS, "--fused-ce", "on", "--target", "cuda", "-o", d], expect=1)
+    check("parallel.fused_ce = on runs on the CPU target only" in p.stderr, p.stderr)
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
