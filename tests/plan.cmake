@@ -64,6 +64,9 @@ if(Python3_Interpreter_FOUND)
   add_test(NAME plan.overlap_flag
            COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/overlap_flag.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
   set_tests_properties(plan.overlap_flag PROPERTIES TIMEOUT 60 LABELS plan)
+  add_test(NAME plan.fused_ce_flag
+           COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/fused_ce_flag.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
+  set_tests_properties(plan.fused_ce_flag PROPERTIES TIMEOUT 60 LABELS plan)
 endif()
 
 # an attention kernel plan does not know: one line naming the ones it does

@@ -656,13 +656,16 @@ static void price_kernel_body(Pricer *P, const GInfo *gi, int k, int rc, PlanCos
     break;
   }
   if (K->kind == FUSE_SPECIAL) {
+    /* a convolution, or the fused head's op (both gradients of its pair) */
+    int priced = 0;
     for (int j = 0; j < K->nnodes; j++) {
       const IrNode *x = &g->nodes[K->nodes[j]];
       if (ircost_op_class(x->op) == IRC_GEMM && x->op != IR_MATMUL && x->op != IR_ATTENTION && x->op != IR_ATTENTION_BWD) {
         price_conv_op(P, gi, x, rc, acc);
-        return;
+        priced = 1;
       }
     }
+    if (priced) return;
   }
   if (K->kind == FUSE_SPECIAL && gi->attn_op) {
     for (int j = 0; j < K->nnodes; j++) {

@@ -66,6 +66,7 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
   }
   fprintf(f, "; recompute %s; overlap %s", sem_recompute_name((Recompute)L->recompute), L->overlap ? "on" : "off");
   if (m->layout.tp_overlap && L->tp > 1) fprintf(f, "; tp_overlap on");
+  if (m->layout.fused_ce == 1) fprintf(f, "; fused_ce on");
   if (strcmp(plan_attention_name(c), "flash")) fprintf(f, "; attention %s", plan_attention_name(c));
   fputc('\n', f);
   int64_t vp = 0, v = plan_vocab(c, L->tp, &vp);
@@ -308,6 +309,7 @@ static json_t *json_result(PlanCtx *c, const PlanResult *r, int brief) {
   if (!r->valid) json_object_set_new(o, "why", json_string(r->why));
   json_t *par = json_layout(&r->layout);
   json_object_set_new(par, "balance", json_string(plan_model(c)->layout.balance == BALANCE_LAYERS ? "layers" : "cost"));
+  json_object_set_new(par, "fused_ce", json_boolean(plan_model(c)->layout.fused_ce == 1));
   if (r->stages) { /* the layers each pipeline rank runs (its chunks together) */
     json_t *sl = json_array();
     for (int s = 0; s < r->nstages; s++) json_array_append_new(sl, json_integer(r->stages[s].layers));

@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""fused_ce_flag.py - `hpdlc plan --fused-ce on|off` (CTest: plan.fused_ce_flag).
+
+    fused_ce_flag.py HPDLC SOURCE_DIR
+
+GPT-2 124M on 8 A100s (samples/gpt2.hpd: micro batch 64 x 1024 tokens, bf16): with the head
+fused with its loss (compiler/ir/headloss.h) the activations lose the logits and their
+gradient, [65536, 50257] each, stored in bf16 (2 x 6.59 GB; at least 80% of that must go),
+and the step gains the head's GEMM once more (the backward makes the logits again):
+2 x 65536 x 768 x 50257 = 5.06 TFLOP, between 5 and 40 ms at an A100's 312 TFLOP/s bf16
+peak and the GEMM efficiencies the planner gives. The report says which. Exit 0 pass, 1 fail."""
+import json
+import subprocess
+import sys
+
+
+def plan(hpdlc, src, fused):
+    cmd = [hpdlc, "plan", f"{src}/samples/gpt2.hpd", "--format", "json"]
+    if fused is not None:
+        cmd += ["--fused-ce", fused]
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+
+
+def main():
+    hpdlc, src = sys.argv[1], sys.argv[2]
+    on, off, default = plan(hpdlc, src, "on"), plan(hpdlc, src, "off"), plan(hpdlc, src, None)
+    logits = 2 * 65536 * 50257 * 2  # the logits and their gradient, bf16
+    saved = off["memory_per_gpu"]["total"] - on["memory_per_gpu"]["total"]
+    dt = on["time"]["step_s"] - off["time"]["step_s"]
+    print(f"fused_ce off: {off['memory_per_gpu']['total'] / 1e9:.2f} GB, step {off['time']['step_s'] * 1e3:.1f} ms; "
+          f"on: {on['memory_per_gpu']['total'] / 1e9:.2f} GB, step {on['time']['step_s'] * 1e3:.1f} ms "
+          f"({saved / 1e9:.2f} GB saved of the logits' {logits / 1e9:.2f}, {dt * 1e3:.1f} ms more)")
+    checks = [
+        (on["parallel"]["fused_ce"] is True and off["parallel"]["fused_ce"] is False, "the report's parallel.fused_ce"),
+        (default["time"]["step_s"] == off["time"]["step_s"], "off is the default"),
+        (0.8 * logits <= saved <= 1.2 * logits, "the logits and their gradient leave the activations"),
+        (0.005 <= dt <= 0.040, "one more pass of the head's GEMM"),
+        (on["time"]["gemm_s"] > off["time"]["gemm_s"], "priced as GEMM time"),
+    ]
+    ok = True
+    for good, what in checks:
+        if not good:
+            print(f"FAIL: {what}")
+            ok = False
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
