@@ -151,8 +151,12 @@ static const char *conv(const IrGraph *g, const IrNode *n, void **bufs, HostOpEn
  * logits: bufs[6] is dw, added into with HOSTOP_ADD. */
 static const char *linear_ce(const IrGraph *g, const IrNode *n, int flags, void **bufs, HostOpEnv *env, char *err, size_t errlen) {
   const IrNode *x = &g->nodes[n->in[0]], *w = &g->nodes[n->in[1]];
-  int rows_w = n->attr[0] != 0;
-  LceShape s = {ir_numel(&g->nodes[n->in[2]]), x->dims[x->rank - 1], w->dims[rows_w ? 0 : 1], rows_w, env->sgemm, env->par_for, env->par};
+  int rows_w = n->attr[0] != 0, bf16 = x->dtype == DT_BF16 && w->dtype == DT_BF16;
+  if (!bf16 && (x->dtype != DT_F32 || w->dtype != DT_F32))
+    return failf(err, errlen, "%s reads x and w both f32 or both bf16, not %s and %s", ir_op_name(n->op), sem_dtype_name(x->dtype),
+                 sem_dtype_name(w->dtype));
+  LceShape s = {ir_numel(&g->nodes[n->in[2]]), x->dims[x->rank - 1], w->dims[rows_w ? 0 : 1], rows_w, env->sgemm, env->par_for, env->par,
+                bf16, env->nthreads};
   const char *why;
   if (n->op == IR_LINEAR_CE) why = lce_forward(&s, bufs[0], bufs[1], bufs[2], bufs[3]);
   else if (n->op == IR_LINEAR_CE_BWD)

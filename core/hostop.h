@@ -30,6 +30,7 @@ typedef struct {
   AttnSgemm sgemm;
   AttnParFor par_for;
   void *par;
+  int nthreads; /* the rank's threads, for a bf16 GEMM's oneDNN (linear_ce under bf16); 0: its default */
 } HostOpEnv;
 
 /* Whether AUX_LOSS node `node` of g counts its loss: in a forward (a step

@@ -769,6 +769,7 @@ static int native_open(Exec *x, const char *path, RtErr *e) {
     x->host.rank[k] = x->comm->rank[comm_group_of_ir(k)];
   }
   x->host.sgemm = nx_sgemm_hook(x->dl);
+  x->host.nthreads = x->ctx->nthreads;
   x->hctx.gemm_bf16 = nx_gemm_bf16;
   for (int k = 0; k < (int)(sizeof x->hctx.rank / sizeof x->hctx.rank[0]); k++) {
     x->hctx.rank[k] = x->comm->rank[comm_group_of_ir(k)];

@@ -1343,6 +1343,10 @@ static void special_extern(CgKern *k, const IrNode *n, int id) {
             "no extern hook in hpd_ctx (a runtime without extern support)");
 }
 
+/* The fused head's ops read x and w in bf16 under bf16 storage (their GEMMs'
+ * operands, core/numeric/lmce.h), the rest in f32 / i32. */
+static int linear_ce_op(IrOp op) { return op == IR_LINEAR_CE || op == IR_LINEAR_CE_BWD || op == IR_LINEAR_CE_BWD_W; }
+
 /* An op the runtime computes on the host (hpd_ctx.host_op): the mixture of
  * experts' ops, whose data-dependent slot assignment is a few loops over a
  * small routing table (no vector code to win), and the expert all-to-all.
@@ -1351,7 +1355,7 @@ static void special_extern(CgKern *k, const IrNode *n, int id) {
 static void special_host(CgKern *k, const IrNode *n, int id) {
   for (int i = 0; i <= n->nin; i++) {
     const IrNode *x = i < n->nin ? nd(k, mem_of(k, n->in[i])) : n;
-    if (x->dtype != DT_F32 && x->dtype != DT_I32) {
+    if (x->dtype != DT_F32 && x->dtype != DT_I32 && !(linear_ce_op(n->op) && i < 2 && x->dtype == DT_BF16)) {
       cg_fail(k->cg, "graph %s kernel k%d: %s on the host takes f32 and i32 tensors, not %s", k->g->name, k->kp,
               ir_op_name(n->op), sem_dtype_name(x->dtype));
       return;
@@ -1373,7 +1377,7 @@ static void special_linear_ce_pair(CgKern *k) {
   const IrNode *n = nd(k, dx);
   for (int i = 0; i < n->nin; i++) {
     DType t = nd(k, mem_of(k, n->in[i]))->dtype;
-    if (t != DT_F32 && t != DT_I32) {
+    if (t != DT_F32 && t != DT_I32 && !(i < 2 && t == DT_BF16)) {
       cg_fail(k->cg, "graph %s kernel k%d: linear_ce_bwd on the host takes f32 and i32 tensors, not %s", k->g->name, k->kp,
               sem_dtype_name(t));
       return;

@@ -29,14 +29,23 @@ typedef struct {
   AttnSgemm sgemm;    /* NULL: attn.h's plain loops */
   AttnParFor par_for; /* NULL: sequential */
   void *par;
+  /* 1: x and w are bf16 bits (train { precision = bf16 }): every GEMM
+   * multiplies bf16 operands into fp32 (gemm16.h, oneDNN on nthreads
+   * threads, else widened for sgemm), the logits' gradient rounded to bf16
+   * before its two GEMMs, as the unfused step stores it. gemm16 runs one
+   * product at a time, so the vocabulary's chunks run in order, each GEMM
+   * on all the threads, the rows' passes over par_for. */
+  int bf16;
+  int nthreads;
 } LceShape;
 
-/* NULL on success, else a reason (a target outside [0, V), out of memory). */
-const char *lce_forward(const LceShape *s, const float *x, const float *w, const int32_t *t, float *nll);
+/* NULL on success, else a reason (a target outside [0, V), out of memory).
+ * x and w: float, or bf16 bits (uint16_t) with s->bf16. */
+const char *lce_forward(const LceShape *s, const void *x, const void *w, const int32_t *t, float *nll);
 
 /* dx and dw may each be NULL (not wanted); dw_add adds the gradient into dw
  * (a parameter's gradient slot) instead of writing it. */
-const char *lce_backward(const LceShape *s, const float *x, const float *w, const int32_t *t, const float *nll, const float *dy,
+const char *lce_backward(const LceShape *s, const void *x, const void *w, const int32_t *t, const float *nll, const float *dy,
                          float *dx, float *dw, int dw_add);
 
 /* Bytes of scratch a call allocates at most (docs, the planner). */

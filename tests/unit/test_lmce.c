@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "half.h"
 #include "lmce.h"
 #include "test_hooks.h"
 #include "test_util.h"
@@ -29,7 +30,7 @@ static double wat(const LceShape *s, const float *w, int64_t k, int64_t v) { ret
 /* nll, dx, dw in fp64 (dy per row) */
 static void reference(const LceShape *s, const float *x, const float *w, const int32_t *t, const float *dy, double *nll, double *dx,
                       double *dw) {
-  double *z = malloc(sizeof(double) * (size_t)s->V);
+  double *z = calloc((size_t)s->V + 1, sizeof(double));
   memset(dx, 0, sizeof(double) * (size_t)(s->rows * s->C));
   memset(dw, 0, sizeof(double) * (size_t)(s->C * s->V));
   for (int64_t r = 0; r < s->rows; r++) {
@@ -75,7 +76,7 @@ typedef struct {
 } Case;
 
 static void run_case(const Case *c) {
-  LceShape s = {c->rows, c->C, c->V, c->w_rows, NULL, NULL, NULL};
+  LceShape s = {c->rows, c->C, c->V, c->w_rows, NULL, NULL, NULL, 0, 1};
   uint64_t seed = (uint64_t)(c->rows * 131 + c->C * 7 + c->V + c->w_rows);
   float *x = malloc(sizeof(float) * (size_t)(c->rows * c->C + 1)), *w = malloc(sizeof(float) * (size_t)(c->C * c->V));
   float *dy = malloc(sizeof(float) * (size_t)(c->rows + 1));
@@ -136,6 +137,56 @@ static void run_case(const Case *c) {
   free(x), free(w), free(dy), free(t), free(nll), free(rdx), free(rdw), free(gn), free(gdx), free(gdw), free(sn), free(sdx), free(sdw);
 }
 
+/* bf16 operands (train { precision = bf16 }): against the fp64 reference on
+ * the bf16 values; the rows' losses within 1e-5 (fp32 sums of exact
+ * products), dx and dw within 1e-2 of the largest (the logits' gradient is
+ * rounded to bf16 before its GEMMs, as the unfused step stores it); a thread
+ * split gives the same bits. */
+static void run_case16(const Case *c) {
+  LceShape s = {c->rows, c->C, c->V, c->w_rows, NULL, NULL, NULL, 1, 1};
+  uint64_t seed = (uint64_t)(c->rows * 17 + c->V);
+  int64_t nx = c->rows * c->C, nw = c->C * c->V;
+  float *x = malloc(sizeof(float) * (size_t)(nx + 1)), *w = malloc(sizeof(float) * (size_t)nw), *dy = malloc(sizeof(float) * (size_t)(c->rows + 1));
+  uint16_t *x16 = malloc(sizeof(uint16_t) * (size_t)(nx + 1)), *w16 = malloc(sizeof(uint16_t) * (size_t)nw);
+  int32_t *t = malloc(sizeof(int32_t) * (size_t)(c->rows + 1));
+  for (int64_t i = 0; i < nx; i++) x16[i] = half_bf16_from_f32((float)(2 * urand(&seed) - 1)), x[i] = half_bf16_to_f32(x16[i]);
+  for (int64_t i = 0; i < nw; i++) w16[i] = half_bf16_from_f32((float)(0.6 * urand(&seed) - 0.3)), w[i] = half_bf16_to_f32(w16[i]);
+  for (int64_t r = 0; r < c->rows; r++) t[r] = (int32_t)(urand(&seed) * (double)c->V), dy[r] = 1.0f / (float)c->rows;
+  double *nll = malloc(sizeof(double) * (size_t)(c->rows + 1)), *rdx = malloc(sizeof(double) * (size_t)(nx + 1));
+  double *rdw = malloc(sizeof(double) * (size_t)nw);
+  reference(&s, x, w, t, dy, nll, rdx, rdw);
+  float *gn = malloc(sizeof(float) * (size_t)(c->rows + 1)), *gdx = malloc(sizeof(float) * (size_t)(nx + 1));
+  float *gdw = malloc(sizeof(float) * (size_t)nw), *sdx = malloc(sizeof(float) * (size_t)(nx + 1));
+  int threads = 3;
+  char how[120];
+  snprintf(how, sizeof how, "bf16, rows %lld C %lld V %lld %s", (long long)c->rows, (long long)c->C, (long long)c->V,
+           c->w_rows ? "table [V, C]" : "weight [C, V]");
+  EXPECT(lce_forward(&s, x16, w16, t, gn) == NULL);
+  EXPECT(lce_backward(&s, x16, w16, t, gn, dy, gdx, gdw, 0) == NULL);
+  for (int64_t r = 0; r < c->rows; r++) EXPECT_NEAR(gn[r], nll[r], 1e-5);
+  double tol[2] = {1e-2, 1e-2};
+  for (int k = 0; k < 2; k++) {
+    const float *got = k ? gdw : gdx;
+    const double *want = k ? rdw : rdx;
+    int64_t n = k ? nw : nx;
+    double scale = 0, worst = 0;
+    for (int64_t i = 0; i < n; i++) scale = fabs(want[i]) > scale ? fabs(want[i]) : scale;
+    for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(got[i] - want[i]) / scale);
+    if (!(worst <= tol[k])) {
+      fprintf(stderr, "test_lmce: %s: %s off by %.3g of the largest\n", how, k ? "dw" : "dx", worst);
+      test_failures++;
+    }
+  }
+  memcpy(sdx, gdx, sizeof(float) * (size_t)nx);
+  s.par_for = thread_par, s.par = &threads;
+  EXPECT(lce_backward(&s, x16, w16, t, gn, dy, gdx, NULL, 0) == NULL);
+  if (memcmp(sdx, gdx, sizeof(float) * (size_t)nx)) {
+    fprintf(stderr, "test_lmce: %s: 3 threads do not give the bits of one\n", how);
+    test_failures++;
+  }
+  free(x), free(w), free(dy), free(x16), free(w16), free(t), free(nll), free(rdx), free(rdw), free(gn), free(gdx), free(gdw), free(sdx);
+}
+
 int main(void) {
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
   void *blas = open_cblas();
@@ -147,15 +198,16 @@ int main(void) {
       {70, 24, 9000, 0}, {70, 24, 9000, 1}, /* 9000 columns: chunks of a tail */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
+  for (size_t i = 2; i < sizeof cases / sizeof cases[0]; i++) run_case16(&cases[i]);
 
   /* a target outside the vocabulary is an error */
-  LceShape s = {2, 2, 3, 1, NULL, NULL, NULL};
+  LceShape s = {2, 2, 3, 1, NULL, NULL, NULL, 0, 1};
   float x[4] = {1, 2, 3, 4}, w[6] = {0}, nll[2], dy[2] = {1, 1}, dx[4], dw[6];
   int32_t bad[2] = {0, 3}, neg[2] = {-1, 0};
   EXPECT_STR(lce_forward(&s, x, w, bad, nll), "linear_ce: a target outside the vocabulary");
   EXPECT_STR(lce_backward(&s, x, w, neg, nll, dy, dx, dw, 0), "linear_ce: a target outside the vocabulary");
   /* the scratch estimate covers a pass's blocks and partial dx */
-  LceShape g = {256, 768, 50257, 1, NULL, NULL, NULL};
+  LceShape g = {256, 768, 50257, 1, NULL, NULL, NULL, 0, 1};
   EXPECT(lce_scratch_bytes(&g, 2) >= (int64_t)sizeof(float) * 15 * 256 * 768);
   if (blas) dlclose(blas);
   TEST_DONE();
