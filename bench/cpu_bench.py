@@ -203,6 +203,14 @@ def main():
                 if py:
                     row(f"  the same step in bf16 vs PyTorch eager (fp32)", f"{sb * 1e3:.0f} ms", f"{ts * 1e3:.0f} ms",
                         f"{ts / sb:.2f}x", ">= 3x", ts / sb >= 3.0)
+                # parallel.fused_ce: the head's GEMM and the loss in blocks, the logits never
+                # stored, the backward making them again (a memory setting: its price in time)
+                for prec, base in (("fp32", s), ("bf16", sb)):
+                    fa = os.path.join(work, f"gpt2-fce-{prec}")
+                    compile_job(args, fa, STEP_FLAGS[:-1] + [prec, "--fused-ce", "on"])
+                    sf, _ = hpdl_steps(args, fa, data, steps + 1, env)
+                    row(f"  the same step, {prec}, with fused_ce (logits never stored) vs without", f"{sf * 1e3:.0f} ms",
+                        f"{base * 1e3:.0f} ms", f"{base / sf:.2f}x", "-", None)
                 # start-up: launch to the first step (the initial values of 124M
                 # parameters, the arena's first touch), as hpdlrun --steps 0 pays it
                 t0 = time.perf_counter()
