@@ -278,6 +278,25 @@ double cost_sfu_rate(const CatDevice *dev) {
 }
 int cost_device_units(const CatDevice *dev) { return gemm_spec(dev)->units; }
 
+/* The share of its speed a GEMM loses while a collective runs beside it on
+ * another stream (docs/planner.md sec. 11.5). NCCL's kernels hold whole SMs
+ * for their duration (a DGX-class node's collectives use about 16: NVIDIA/
+ * nccl issue 689, S. Jeaugey). On Hopper and Blackwell cuBLAS's GEMMs are
+ * persistent, one CTA per SM working through the tiles: with SMs taken the
+ * CTAs that do not fit wait for a second wave and the GEMM takes twice as
+ * long while the collective runs (pytorch/pytorch issue 143988, FSDP on
+ * H100: "matmuls take 2x as long ... when overlapped with a NCCL kernel";
+ * PR 144974's sm_carveout), so half its speed is lost: 0.5. Earlier GPUs
+ * schedule a GEMM's many CTAs on whatever SMs are free: it loses NCCL's
+ * share, 16 / SMs (A100: 0.148). 0 where there is no SM model (CPUs, TPUs,
+ * AMD: not measured). */
+double cost_overlap_slowdown(const CatDevice *dev) {
+  const GemmSpec *g = gemm_spec(dev);
+  if (g->family == FAMILY_HOPPER || g->family == FAMILY_BLACKWELL) return 0.5;
+  if (g->family == FAMILY_AMPERE && g->units > 0) return COST_NCCL_SMS / (double)g->units;
+  return 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* attention kernels                                                    */
 

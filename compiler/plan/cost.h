@@ -152,6 +152,15 @@ double cost_gemm_ceiling(const CatDevice *dev);
 double cost_sfu_rate(const CatDevice *dev);
 int cost_device_units(const CatDevice *dev);
 
+/* SMs a DGX-class node's NCCL collectives hold (NVIDIA/nccl issue 689). */
+#define COST_NCCL_SMS 16
+
+/* The share of a GEMM's speed lost while a collective overlaps it: 0.5 on
+ * Hopper / Blackwell (persistent GEMMs run in two waves), NCCL's SM share on
+ * Ampere, 0 where not modelled (cost.c). A collective hidden for h seconds
+ * behind compute adds slowdown x h to the step. */
+double cost_overlap_slowdown(const CatDevice *dev);
+
 /* ---- attention kernels (docs/planner.md sec. 9.1) ----
  * How `hpdlc plan --attention` prices a flash attention: the tile model
  * alone (COST_ATTN_TILED, `flash`, the default), or a kernel generation

@@ -2034,6 +2034,9 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     double grad_bytes = params_r * grad_b, dense_gb = dense_r * grad_b, expert_gb = expert_r * grad_b;
     double fwd1 = s->fwd_s, bwd1 = s->bwd_s;
     double dp_s = 0, dp_exposed = 0, dp_sent = 0, ag_exposed = 0, z3_s = 0, z3_exposed = 0;
+    /* a collective hidden behind compute still slows the GEMMs it runs beside
+     * (cost_overlap_slowdown: Hopper's persistent GEMMs in two waves) */
+    double kap = L.overlap ? cost_overlap_slowdown(&c->dev) : 0;
     if (ndp > 1) {
       if (L.zero <= 2) {
         double coll, t_last_bucket, bk = grad_bytes < PLAN_DP_BUCKET_BYTES ? grad_bytes : PLAN_DP_BUCKET_BYTES;
@@ -2059,6 +2062,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
           t_last_bucket = cost_reduce_scatter_s(bk, (int)ndp, &dplink, COST_ALGO_RING);
           /* the gather of the weights can run under the next step's first forward */
           ag_exposed = L.overlap ? (ag > fwd1 ? ag - fwd1 : 0) : ag;
+          ag_exposed += kap * (ag - ag_exposed);
           dp_s += ag;
         }
         /* overlap: gradients are final only in the last micro-batch's
@@ -2068,6 +2072,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
           ex = coll - bwd1;
           if (ex < t_last_bucket) ex = t_last_bucket;
           if (ex > coll) ex = coll;
+          ex += kap * (coll - ex);
         }
         dp_s += coll;
         dp_exposed = ex;
@@ -2102,6 +2107,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
         if (L.overlap) {
           double xf = ag_l - pp->lf.t, xb = ag_l + rs_l - pp->lb.t;
           ex_mb = ag_o + rs_o + nl * ((xf > 0 ? xf : 0) + (xb > 0 ? xb : 0));
+          ex_mb += kap * (per_mb - ex_mb);
         }
         double bytes_mb = nl * lbytes_d + obytes, bytes_mb_e = nl * lbytes_e;
         dp_sent = (2 * cost_collective_bytes_sent(COST_ALLGATHER, bytes_mb, n, COST_ALGO_RING) +

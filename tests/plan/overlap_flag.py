@@ -6,7 +6,8 @@
 GPT-3 175B under ZeRO-3 over 384 A100s (Narayanan et al. 2021 Table 2's layout): with
 --overlap off the data-parallel communication is all exposed and adds to the compute
 (step = compute + communication + optimizer), with it on (the default) most is hidden behind
-the computation, and the JSON report says which. Exit 0 pass, 1 fail."""
+the computation (what remains: the GEMMs it runs beside lose NCCL's 16 of 108 SMs while it runs),
+and the JSON report says which. Exit 0 pass, 1 fail."""
 import json
 import subprocess
 import sys
@@ -34,7 +35,8 @@ def main():
         (on["parallel"]["overlap"] is True and off["parallel"]["overlap"] is False, "the report's parallel.overlap"),
         (default["time"]["step_s"] == t_on["step_s"], "on is the default"),
         (total > 1.0 and abs(t_off["comm_exposed_s"] - total) < 1e-9 * total, "off: all of the dp communication exposed"),
-        (t_on["comm_exposed_s"] < 0.1 * total, "on: most of it hidden"),
+        # hidden, but for the GEMMs' slowdown beside it: 16 of the A100's 108 SMs (14.8%, planner.md sec. 11.5)
+        (0.12 * total < t_on["comm_exposed_s"] < 0.2 * total, "on: most of it hidden, the GEMMs beside it slowed"),
         (abs(t_off["step_s"] - (t_off["compute_s"] + total + t_off["optimizer_s"])) < 1e-6 * t_off["step_s"],
          "off: step = compute + communication + optimizer"),
     ]
