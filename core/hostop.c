@@ -34,7 +34,10 @@ int hostop_supported(IrOp op) {
   case IR_STATE_UPDATE:
   case IR_LINEAR_CE:
   case IR_LINEAR_CE_BWD:
-  case IR_LINEAR_CE_BWD_W: return 1;
+  case IR_LINEAR_CE_BWD_W:
+  case IR_LINEAR_LSE:
+  case IR_LINEAR_LSE_BWD:
+  case IR_LINEAR_LSE_BWD_W: return 1;
   default: return 0;
   }
 }
@@ -146,23 +149,44 @@ static const char *conv(const IrGraph *g, const IrNode *n, void **bufs, HostOpEn
   return why ? failf(err, errlen, "%s: %s", ir_op_name(n->op), why) : NULL;
 }
 
-/* LINEAR_CE and its gradients through core/numeric/lmce.c. A gradient pair
- * (HOSTOP_PAIR, on LINEAR_CE_BWD) makes dx and dw in one pass over the
- * logits: bufs[6] is dw, added into with HOSTOP_ADD. */
+/* LINEAR_CE, LINEAR_LSE and their gradients through core/numeric/lmce.c. A
+ * gradient pair (HOSTOP_PAIR, on the dx op) makes dx and dw in one pass
+ * over the logits: dw is the buffer after dx's, added into with HOSTOP_ADD.
+ * LINEAR_LSE on a padded vocabulary's shard takes the prefix of its columns
+ * before the padding (none: its rows' log-sum-exp is -inf, its gradients 0). */
 static const char *linear_ce(const IrGraph *g, const IrNode *n, int flags, void **bufs, HostOpEnv *env, char *err, size_t errlen) {
   const IrNode *x = &g->nodes[n->in[0]], *w = &g->nodes[n->in[1]];
-  int rows_w = n->attr[0] != 0, bf16 = x->dtype == DT_BF16 && w->dtype == DT_BF16;
+  int rows_w = n->attr[0] != 0, bf16 = x->dtype == DT_BF16 && w->dtype == DT_BF16, add = (flags & HOSTOP_ADD) != 0;
   if (!bf16 && (x->dtype != DT_F32 || w->dtype != DT_F32))
     return failf(err, errlen, "%s reads x and w both f32 or both bf16, not %s and %s", ir_op_name(n->op), sem_dtype_name(x->dtype),
                  sem_dtype_name(w->dtype));
-  LceShape s = {ir_numel(&g->nodes[n->in[2]]), x->dims[x->rank - 1], w->dims[rows_w ? 0 : 1], rows_w, env->sgemm, env->par_for, env->par,
-                bf16, env->nthreads};
-  const char *why;
-  if (n->op == IR_LINEAR_CE) why = lce_forward(&s, bufs[0], bufs[1], bufs[2], bufs[3]);
-  else if (n->op == IR_LINEAR_CE_BWD)
-    why = lce_backward(&s, bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], bufs[5], (flags & HOSTOP_PAIR) ? bufs[6] : NULL,
-                       (flags & HOSTOP_ADD) != 0);
-  else why = lce_backward(&s, bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], NULL, bufs[5], (flags & HOSTOP_ADD) != 0);
+  int lse = n->op == IR_LINEAR_LSE || n->op == IR_LINEAR_LSE_BWD || n->op == IR_LINEAR_LSE_BWD_W;
+  int64_t C = x->dims[x->rank - 1], V = w->dims[rows_w ? 0 : 1], rows = ir_numel(x) / C, valid = V;
+  if (lse && n->attr[2] > 0) {
+    int grp = (int)n->attr[1] - 1;
+    int64_t off = grp >= 0 && grp < IRG_COUNT ? (int64_t)env->rank[grp] * V : 0;
+    valid = n->attr[2] - off < 0 ? 0 : n->attr[2] - off < V ? n->attr[2] - off : V;
+  }
+  LceShape s = {rows, C, valid, rows_w, env->sgemm, env->par_for, env->par, bf16, env->nthreads, V};
+  /* inputs: x, w, [t], nll or lse, dy; then dx and / or dw */
+  int ni = lse ? (n->op == IR_LINEAR_LSE ? 2 : 4) : (n->op == IR_LINEAR_CE ? 3 : 5);
+  const int32_t *t = lse ? NULL : bufs[2];
+  float *out = bufs[ni];
+  float *dx = n->op == IR_LINEAR_CE_BWD || n->op == IR_LINEAR_LSE_BWD ? out : NULL;
+  float *dw = n->op == IR_LINEAR_CE_BWD_W || n->op == IR_LINEAR_LSE_BWD_W ? out : (flags & HOSTOP_PAIR) ? bufs[ni + 1] : NULL;
+  if (valid < V && dw && !add) { /* the padding's rows get no gradient: zero, then add into */
+    memset(dw, 0, sizeof(float) * (size_t)(V * C));
+    add = 1;
+  }
+  const char *why = NULL;
+  if (valid == 0) { /* a shard of padding alone */
+    if (n->op == IR_LINEAR_LSE)
+      for (int64_t r = 0; r < rows; r++) out[r] = -INFINITY;
+    if (dx) memset(dx, 0, sizeof(float) * (size_t)(rows * C));
+    return NULL;
+  }
+  if (n->op == IR_LINEAR_CE || n->op == IR_LINEAR_LSE) why = lce_forward(&s, bufs[0], bufs[1], t, out);
+  else why = lce_backward(&s, bufs[0], bufs[1], t, bufs[ni - 2], bufs[ni - 1], dx, dw, add);
   return why ? failf(err, errlen, "%s", why) : NULL;
 }
 
@@ -236,7 +260,10 @@ const char *hostop_run(const IrGraph *g, int node, void **bufs, HostOpEnv *env, 
   case IR_ALL_TO_ALL: return all_to_all(g, n, bufs, env, err, errlen);
   case IR_LINEAR_CE:
   case IR_LINEAR_CE_BWD:
-  case IR_LINEAR_CE_BWD_W: return linear_ce(g, n, flags, bufs, env, err, errlen);
+  case IR_LINEAR_CE_BWD_W:
+  case IR_LINEAR_LSE:
+  case IR_LINEAR_LSE_BWD:
+  case IR_LINEAR_LSE_BWD_W: return linear_ce(g, n, flags, bufs, env, err, errlen);
   default: return failf(err, errlen, "%s is not an op the host computes", ir_op_name(n->op));
   }
 }

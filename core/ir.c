@@ -398,6 +398,48 @@ static const char *irshape_LINEAR_CE_BWD_W(IrGraph *g, IrNode *n) {
   return NULL;
 }
 
+/* LINEAR_LSE and its gradients: x [..., C], w [C, V] or [V, C]; the
+ * backward's lse and dy f32 of x's leading shape. */
+static const char *linear_lse_fits(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0), *w = in_node(g, n, 1);
+  if (x->rank < 2 || w->rank != 2 || !sem_dtype_is_float(x->dtype) || !sem_dtype_is_float(w->dtype))
+    return "linear_lse needs x [..., C] and a weight [C, V] or [V, C]";
+  if (w->dims[n->attr[0] ? 1 : 0] != x->dims[x->rank - 1]) return "linear_lse: the weight's width is not x's";
+  if (n->attr[1] < 0 || n->attr[1] > IRG_COUNT || n->attr[2] < 0) return "linear_lse: bad vocabulary shard attributes";
+  for (int k = 2; k < n->nin; k++) {
+    IrNode *r = in_node(g, n, k);
+    if (r->rank != x->rank - 1 || r->dtype != DT_F32) return "linear_lse_bwd needs the rows' log-sum-exp and its gradient, f32 [...]";
+    for (int i = 0; i < r->rank; i++)
+      if (r->dims[i] != x->dims[i]) return "linear_lse_bwd: a row value of another shape";
+  }
+  return NULL;
+}
+
+static const char *irshape_LINEAR_LSE(IrGraph *g, IrNode *n) {
+  const char *why = linear_lse_fits(g, n);
+  if (why) return why;
+  copy_type(n, in_node(g, n, 0));
+  n->rank--;
+  n->dtype = DT_F32;
+  return NULL;
+}
+
+static const char *irshape_LINEAR_LSE_BWD(IrGraph *g, IrNode *n) {
+  const char *why = linear_lse_fits(g, n);
+  if (why) return why;
+  copy_type(n, in_node(g, n, 0));
+  n->dtype = DT_F32;
+  return NULL;
+}
+
+static const char *irshape_LINEAR_LSE_BWD_W(IrGraph *g, IrNode *n) {
+  const char *why = linear_lse_fits(g, n);
+  if (why) return why;
+  copy_type(n, in_node(g, n, 1));
+  n->dtype = DT_F32;
+  return NULL;
+}
+
 static const char *irshape_CALL(IrGraph *g, IrNode *n) {
   (void)g;
   return n->rank < 0 ? "call needs its result shape" : NULL;

@@ -140,6 +140,14 @@
  *     dy_r (softmax(z_r)_v - [v = t_r]); nll is LINEAR_CE's output (lse_r = nll_r + z_r[t_r],
  *     so the backward recomputes z but not its log-sum-exp). attr as LINEAR_CE's
  *   LINEAR_CE_BWD_W(x, w, t, nll, dy): dw (w's shape) = sum_r g[r, v] x_r, in w's layout
+ *   LINEAR_LSE(x [..., C], w): f32 [...], each row's log sum_v exp(z_r[v]), the head's logits
+ *     over this rank's vocabulary shard: the vocab-parallel form (the target's logit and the
+ *     reduction over the tensor group are other ops, spmd.c). attr[0] as LINEAR_CE's;
+ *     attr[1] = 1 + group when w is this rank's shard of a padded vocabulary, attr[2] the
+ *     vocabulary before padding: columns whose global index (rank x V + v) is at or past it
+ *     take no part (a row with none has -inf)
+ *   LINEAR_LSE_BWD(x, w, lse, dy): dx = sum_v dy_r softmax(z_r)_v W[:, v] over the columns
+ *     taken, lse the op's output; LINEAR_LSE_BWD_W(x, w, lse, dy): dw, zero in the padding
  */
 #ifndef HPDL_IR_OPS_H
 #define HPDL_IR_OPS_H
@@ -237,6 +245,9 @@
   X(TRAINING, "training", 0, IRF_LEAF)                             \
   X(LINEAR_CE, "linear_ce", 3, 0)                                  \
   X(LINEAR_CE_BWD, "linear_ce_bwd", 5, 0)                          \
-  X(LINEAR_CE_BWD_W, "linear_ce_bwd_w", 5, 0)
+  X(LINEAR_CE_BWD_W, "linear_ce_bwd_w", 5, 0)                      \
+  X(LINEAR_LSE, "linear_lse", 2, 0)                                \
+  X(LINEAR_LSE_BWD, "linear_lse_bwd", 4, 0)                        \
+  X(LINEAR_LSE_BWD_W, "linear_lse_bwd_w", 4, 0)
 
 #endif

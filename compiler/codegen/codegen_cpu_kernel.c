@@ -1345,7 +1345,10 @@ static void special_extern(CgKern *k, const IrNode *n, int id) {
 
 /* The fused head's ops read x and w in bf16 under bf16 storage (their GEMMs'
  * operands, core/numeric/lmce.h), the rest in f32 / i32. */
-static int linear_ce_op(IrOp op) { return op == IR_LINEAR_CE || op == IR_LINEAR_CE_BWD || op == IR_LINEAR_CE_BWD_W; }
+static int linear_ce_op(IrOp op) {
+  return op == IR_LINEAR_CE || op == IR_LINEAR_CE_BWD || op == IR_LINEAR_CE_BWD_W || op == IR_LINEAR_LSE || op == IR_LINEAR_LSE_BWD ||
+         op == IR_LINEAR_LSE_BWD_W;
+}
 
 /* An op the runtime computes on the host (hpd_ctx.host_op): the mixture of
  * experts' ops, whose data-dependent slot assignment is a few loops over a
@@ -1371,15 +1374,15 @@ static void special_linear_ce_pair(CgKern *k) {
   int dx = -1, dw = -1;
   for (int j = 0; j < k->K->nnodes; j++) {
     int v = k->K->nodes[j];
-    if (nd(k, v)->op == IR_LINEAR_CE_BWD) dx = v;
-    if (nd(k, v)->op == IR_LINEAR_CE_BWD_W) dw = v;
+    if (nd(k, v)->op == IR_LINEAR_CE_BWD || nd(k, v)->op == IR_LINEAR_LSE_BWD) dx = v;
+    if (nd(k, v)->op == IR_LINEAR_CE_BWD_W || nd(k, v)->op == IR_LINEAR_LSE_BWD_W) dw = v;
   }
   const IrNode *n = nd(k, dx);
   for (int i = 0; i < n->nin; i++) {
     DType t = nd(k, mem_of(k, n->in[i]))->dtype;
     if (t != DT_F32 && t != DT_I32 && !(i < 2 && t == DT_BF16)) {
-      cg_fail(k->cg, "graph %s kernel k%d: linear_ce_bwd on the host takes f32 and i32 tensors, not %s", k->g->name, k->kp,
-              sem_dtype_name(t));
+      cg_fail(k->cg, "graph %s kernel k%d: %s on the host takes f32 and i32 tensors, not %s", k->g->name, k->kp,
+              ir_op_name(n->op), sem_dtype_name(t));
       return;
     }
   }

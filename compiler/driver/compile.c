@@ -913,24 +913,26 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
               : is_cuda(o)  ? arena_printf(arena, ", %s%d.cubin + .ptx (CUDA %s)", fname, c, o->arch ? o->arch : "sm_80")
                             : arena_printf(arena, ", %s%d.so (%s)", fname, c, "native"));
     if (m->layout.fused_ce == 1) {
-      int nfused = 0;
+      int nfused = 0, shard = 0;
       int64_t rows = 0, vocab = 0;
       for (int gi = 0; gi < pr->m->ngraphs; gi++)
         for (int i = 0; i < pr->m->graphs[gi]->nnodes; i++) {
           const IrGraph *g = pr->m->graphs[gi];
           const IrNode *n = &g->nodes[i];
-          if (n->op != IR_LINEAR_CE) continue;
+          if (n->op != IR_LINEAR_CE && n->op != IR_LINEAR_LSE) continue;
           nfused++;
+          shard = n->op == IR_LINEAR_LSE;
           rows = ir_numel(n);
           vocab = g->nodes[n->in[1]].dims[n->attr[0] ? 0 : 1];
         }
       if (nfused)
         fprintf(out, "  fused_ce: the head's GEMM and the cross-entropy in blocks (%" PRId64 " rows x %" PRId64
-                     " vocabulary): the logits, %.1f MB a micro-batch in fp32, are never stored; the backward computes them again\n",
-                rows, vocab, (double)rows * (double)vocab * 4 / 1e6);
+                     " vocabulary%s): the logits, %.1f MB a micro-batch in fp32, are never stored; the backward computes them again\n",
+                rows, vocab, shard ? arena_printf(arena, " of a shard, reduced over tensor = %" PRId64, L.tp) : "",
+                (double)rows * (double)vocab * 4 / 1e6);
       else
-        fprintf(out, "  fused_ce: nothing fused: no cross-entropy reads a head GEMM alone%s\n",
-                L.tp > 1 ? arena_printf(arena, " (a vocabulary split over tensor = %" PRId64 " keeps its logits)", L.tp) : "");
+        fprintf(out, "  fused_ce: nothing fused: no cross-entropy reads a head GEMM alone (an untied head split over tensor "
+                     "keeps its logits)\n");
     }
     for (int i = 0; i < pr->m->nparams; i++) {
       const IrParam *P = &pr->m->params[i];

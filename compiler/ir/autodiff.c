@@ -928,6 +928,20 @@ static void adgrad_LINEAR_CE_BWD(AdCtx *c, int f, int dy) {
 
 static void adgrad_LINEAR_CE_BWD_W(AdCtx *c, int f, int dy) { adgrad_LINEAR_CE_BWD(c, f, dy); }
 
+static void adgrad_LINEAR_LSE(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  int in[4] = {fv(c, n->in[0]), fv(c, n->in[1]), fv(c, f), dy};
+  if (c->rg[n->in[0]]) acc(c, n->in[0], emit(c, IR_LINEAR_LSE_BWD, in, 4, n->attr, 3, 0, DT_F32, -1, NULL));
+  if (c->rg[n->in[1]]) acc(c, n->in[1], emit(c, IR_LINEAR_LSE_BWD_W, in, 4, n->attr, 3, 0, DT_F32, -1, NULL));
+}
+
+static void adgrad_LINEAR_LSE_BWD(AdCtx *c, int f, int dy) {
+  (void)f, (void)dy;
+  set_err(c, "the gradient of linear_lse's backward (a second derivative) is not defined");
+}
+
+static void adgrad_LINEAR_LSE_BWD_W(AdCtx *c, int f, int dy) { adgrad_LINEAR_LSE_BWD(c, f, dy); }
+
 static void adgrad_TRAINING(AdCtx *c, int f, int dy) { (void)c, (void)f, (void)dy; }
 
 /* SEND's result carries no gradient (dy is ignored): dx comes back from the

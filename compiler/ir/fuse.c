@@ -305,13 +305,25 @@ static void place(Fuser *F, int id, int k) {
  * the same inputs and recompute the same logits: the second joins the
  * first's special kernel, which computes both in one pass (rule 6). Returns
  * that kernel, or -1. No cycle: neither reads the other. */
+static IrOp linear_ce_other(IrOp op) {
+  switch (op) {
+  case IR_LINEAR_CE_BWD: return IR_LINEAR_CE_BWD_W;
+  case IR_LINEAR_CE_BWD_W: return IR_LINEAR_CE_BWD;
+  case IR_LINEAR_LSE_BWD: return IR_LINEAR_LSE_BWD_W;
+  case IR_LINEAR_LSE_BWD_W: return IR_LINEAR_LSE_BWD;
+  default: return IR_OP_COUNT;
+  }
+}
+
 static int linear_ce_partner(Fuser *F, int id) {
   const IrNode *n = nd(F->g, id);
-  if (n->op != IR_LINEAR_CE_BWD && n->op != IR_LINEAR_CE_BWD_W) return -1;
-  IrOp other = n->op == IR_LINEAR_CE_BWD ? IR_LINEAR_CE_BWD_W : IR_LINEAR_CE_BWD;
+  IrOp other = linear_ce_other(n->op);
+  if (other == IR_OP_COUNT) return -1;
   for (int j = id - 1; j >= 0; j--) {
     const IrNode *m = nd(F->g, j);
-    if (m->op != other || m->attr[0] != n->attr[0] || memcmp(m->in, n->in, sizeof(int) * 5)) continue;
+    if (m->op != other || memcmp(m->attr, n->attr, sizeof(int64_t) * 3) || m->nin != n->nin ||
+        memcmp(m->in, n->in, sizeof(int) * (size_t)n->nin))
+      continue;
     int k = kof(F, j);
     for (int i = 0; i < id; i++) /* a kernel of one partner only */
       if (i != j && kof(F, i) == k) return -1;
@@ -952,9 +964,9 @@ int fuse_linear_ce_pair(const FuseGraph *fg, int p) {
   int dx = 0, dw = 0, other = 0;
   for (int j = 0; j < K->nnodes; j++) {
     IrOp op = fg->graph->nodes[K->nodes[j]].op;
-    dx += op == IR_LINEAR_CE_BWD;
-    dw += op == IR_LINEAR_CE_BWD_W;
-    other += op != IR_LINEAR_CE_BWD && op != IR_LINEAR_CE_BWD_W && op != IR_RESHAPE;
+    dx += op == IR_LINEAR_CE_BWD || op == IR_LINEAR_LSE_BWD;
+    dw += op == IR_LINEAR_CE_BWD_W || op == IR_LINEAR_LSE_BWD_W;
+    other += linear_ce_other(op) == IR_OP_COUNT && op != IR_RESHAPE;
   }
   return dx == 1 && dw == 1 && !other;
 }
@@ -1254,7 +1266,7 @@ int fuse_grad_acc_output(const FuseGraph *fg, const IrModule *m, int kp) {
   if (K->kind == FUSE_SPECIAL && (pair || K->nnodes == 1)) {
     /* the fused head's weight gradient, alone or beside dx */
     for (int j = 0; j < K->nnodes; j++)
-      if (g->nodes[K->nodes[j]].op == IR_LINEAR_CE_BWD_W) v = mm = K->nodes[j];
+      if (g->nodes[K->nodes[j]].op == IR_LINEAR_CE_BWD_W || g->nodes[K->nodes[j]].op == IR_LINEAR_LSE_BWD_W) v = mm = K->nodes[j];
     if (pair && mm < 0) return -1;
   }
   if (K->kind == FUSE_GEMM) {

@@ -109,7 +109,8 @@ IrCostClass ircost_op_class(IrOp op) {
   if (f & IRF_COMM) return IRC_COMM;
   if (f & IRF_LEAF) return IRC_LEAF;
   if (op == IR_MATMUL || op == IR_ATTENTION || op == IR_ATTENTION_BWD || op == IR_CONV2D || op == IR_CONV2D_BWD_DATA ||
-      op == IR_CONV2D_BWD_FILTER || op == IR_LINEAR_CE || op == IR_LINEAR_CE_BWD || op == IR_LINEAR_CE_BWD_W)
+      op == IR_CONV2D_BWD_FILTER || op == IR_LINEAR_CE || op == IR_LINEAR_CE_BWD || op == IR_LINEAR_CE_BWD_W || op == IR_LINEAR_LSE ||
+      op == IR_LINEAR_LSE_BWD || op == IR_LINEAR_LSE_BWD_W)
     return IRC_GEMM;
   if (op == IR_POOL2D || op == IR_POOL2D_BWD) return IRC_REDUCTION;
   if ((f & IRF_ELEMENTWISE) || op == IR_ROPE) return IRC_ELEMENTWISE;
@@ -311,12 +312,13 @@ static void ircost_MOE_GATE_GRAD(const CostCtx *c, IrCost *k) {
 /* ---- convolutional networks ---- */
 
 int ircost_conv_gemm(const IrGraph *g, const IrNode *n, double *batch, double *M, double *N, double *K) {
-  if (n->op == IR_LINEAR_CE || n->op == IR_LINEAR_CE_BWD || n->op == IR_LINEAR_CE_BWD_W) {
+  if (n->op == IR_LINEAR_CE || n->op == IR_LINEAR_CE_BWD || n->op == IR_LINEAR_CE_BWD_W || n->op == IR_LINEAR_LSE ||
+      n->op == IR_LINEAR_LSE_BWD || n->op == IR_LINEAR_LSE_BWD_W) {
     /* the logits' GEMM [rows, C] x [C, V]; the backward's two (recomputed
      * logits, dx) count as a batch of two */
     const IrNode *x = &g->nodes[n->in[0]], *w = &g->nodes[n->in[1]];
-    *batch = n->op == IR_LINEAR_CE_BWD ? 2 : 1;
-    *M = (double)ir_numel(&g->nodes[n->in[2]]);
+    *batch = n->op == IR_LINEAR_CE_BWD || n->op == IR_LINEAR_LSE_BWD ? 2 : 1;
+    *M = (double)ir_numel(x) / (double)x->dims[x->rank - 1];
     *N = (double)w->dims[n->attr[0] ? 0 : 1];
     *K = (double)x->dims[x->rank - 1];
     return 1;
@@ -413,7 +415,7 @@ static void linear_ce_dims(const CostCtx *c, double *rows, double *C, double *V)
   const IrNode *x = cin(c, 0), *w = cin(c, 1);
   *C = (double)x->dims[x->rank - 1];
   *V = (double)w->dims[c->n->attr[0] ? 0 : 1];
-  *rows = numel(cin(c, 2));
+  *rows = numel(x) / (*C > 0 ? *C : 1);
 }
 static void ircost_LINEAR_CE(const CostCtx *c, IrCost *k) {
   double r, C, V;
@@ -430,6 +432,11 @@ static void ircost_LINEAR_CE_BWD_W(const CostCtx *c, IrCost *k) {
   linear_ce_dims(c, &r, &C, &V);
   k->flops = 2 * r * V * C;
 }
+
+/* The vocab-parallel form (LINEAR_LSE): as LINEAR_CE without the target */
+static void ircost_LINEAR_LSE(const CostCtx *c, IrCost *k) { ircost_LINEAR_CE(c, k); }
+static void ircost_LINEAR_LSE_BWD(const CostCtx *c, IrCost *k) { ircost_LINEAR_CE_BWD(c, k); }
+static void ircost_LINEAR_LSE_BWD_W(const CostCtx *c, IrCost *k) { ircost_LINEAR_CE_BWD_W(c, k); }
 
 /* A native function: its arithmetic is unknown, so 0 FLOPs; the default
  * bytes (every argument read once, the result written once) stand, and the

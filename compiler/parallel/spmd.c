@@ -585,6 +585,52 @@ static Val rule_reduce(GPart *G, const IrNode *n, Val x) {
  * the vocabulary, the log-sum-exp and the target logit are summed over the
  * tensor group. The max shift is a constant, so its all-reduce carries no
  * gradient. */
+/* parallel.fused_ce over a vocabulary split (headloss.h): when the logits
+ * are the tied table's GEMM x @ w^T read by the loss alone, the shard's
+ * log-sum-exp is one op that never stores them (LINEAR_LSE, the padded
+ * columns left out), the target's logit a lookup of its row dotted with x;
+ * both reduced over the tensor group as the unfused form reduces them.
+ * Returns the rows' losses, or -1 when the pattern does not hold (the
+ * logits are then kept). */
+static int fused_vocab_ce(GPart *G, const IrNode *n, Val z, Val t, IrGroup g) {
+  if (!G->P->spec->fused_ce) return -1;
+  int src = n->in[0], readers = 0;
+  for (int i = 0; i < G->g->nnodes; i++)
+    for (int k = 0; k < G->g->nodes[i].nin; k++) readers += G->g->nodes[i].in[k] == src;
+  for (int k = 0; k < G->g->noutputs; k++) readers += G->g->outputs[k] == src;
+  const IrNode *mm = dn(G, z.id);
+  if (readers != 1 || G->g->nodes[src].op != IR_MATMUL || mm->op != IR_MATMUL || mm->attr[0]) return -1;
+  const IrNode *b = dn(G, mm->in[1]);
+  int w;
+  if (mm->attr[1]) w = mm->in[1];
+  else if (b->op == IR_TRANSPOSE && b->rank == 2 && b->attr[0] == 1 && b->attr[1] == 0) w = b->in[0];
+  else return -1; /* an untied [C, V] head: its column lookup is not an op */
+  if (dn(G, w)->dtype != DT_F32 || dn(G, mm->in[0])->dtype != DT_F32) return -1;
+  Span at = n->span;
+  int x = mm->in[0];
+  int padded = G->P->vocab_axis && G->P->vocab_axis[G->gi][n->in[0]] == dn(G, z.id)->rank - 1;
+  int64_t la[3] = {1, 1 + g, padded ? G->P->vocab_rows : 0};
+  int xw[2] = {x, w};
+  int lloc = emit(G, IR_LINEAR_LSE, xw, 2, la, 3, 0, DT_F32, -1, NULL, at);
+  int m = all_reduce(G, lloc, g, 1, at);
+  int in2[2] = {lloc, m};
+  int e = emit(G, IR_EXP, (int[]){emit(G, IR_SUB, in2, 2, NULL, 0, 0, DT_F32, -1, NULL, at)}, 1, NULL, 0, 0, DT_F32, -1, NULL, at);
+  int s = all_reduce(G, e, g, 0, at);
+  int in3[2] = {emit(G, IR_LOG, &s, 1, NULL, 0, 0, DT_F32, -1, NULL, at), m};
+  int lse = emit(G, IR_ADD, in3, 2, NULL, 0, 0, DT_F32, -1, NULL, at);
+  /* the target's logit: its row of this rank's shard (zeros elsewhere) dotted with x */
+  int64_t eattr[1] = {1 + g};
+  int wt_in[2] = {w, t.id};
+  int wt = emit(G, IR_EMBEDDING, wt_in, 2, eattr, 1, 0, DT_F32, -1, NULL, at);
+  int xm[2] = {x, wt};
+  int prod = emit(G, IR_MUL, xm, 2, NULL, 0, 0, DT_F32, -1, NULL, at);
+  int64_t sattr[2] = {dn(G, prod)->rank - 1, 0};
+  int ztl = emit(G, IR_REDUCE_SUM, &prod, 1, sattr, 2, 0, DT_F32, -1, NULL, at);
+  int zt = all_reduce(G, ztl, g, 0, at);
+  int in4[2] = {lse, zt};
+  return emit(G, IR_SUB, in4, 2, NULL, 0, 0, DT_F32, -1, NULL, at);
+}
+
 static Val rule_cross_entropy(GPart *G, const IrNode *n, Val z, Val t) {
   z = settle(G, z, n->span);
   t = settle(G, t, n->span);
@@ -599,7 +645,8 @@ static Val rule_cross_entropy(GPart *G, const IrNode *n, Val z, Val t) {
   int vocab_group = -1;
   for (int g = 0; g < IRG_COUNT; g++)
     if (z.shd.axis[g] == last) vocab_group = g;
-  if (G->P->vocab_axis && G->P->vocab_axis[G->gi][n->in[0]] == last) {
+  int fused = vocab_group >= 0 ? fused_vocab_ce(G, n, z, t, (IrGroup)vocab_group) : -1;
+  if (fused < 0 && G->P->vocab_axis && G->P->vocab_axis[G->gi][n->in[0]] == last) {
     /* padded vocabulary: its columns past the model's read as -inf, so the
      * softmax gives them nothing and they get no gradient */
     int64_t mattr[2] = {vocab_group >= 0 ? 1 + vocab_group : 0, G->P->vocab_rows};
@@ -607,7 +654,12 @@ static Val rule_cross_entropy(GPart *G, const IrNode *n, Val z, Val t) {
     zn = dn(G, z.id);
   }
   int loss;
-  if (vocab_group < 0) {
+  if (fused >= 0) {
+    /* mean over every position: flatten, then one reduction */
+    int64_t count = ir_numel(dn(G, fused)), mattr[2] = {0, 0};
+    int flat = emit(G, IR_RESHAPE, &fused, 1, NULL, 0, 0, DT_F32, 1, &count, at);
+    loss = emit(G, IR_REDUCE_MEAN, &flat, 1, mattr, 2, 0, n->dtype, -1, NULL, at);
+  } else if (vocab_group < 0) {
     int in[2] = {z.id, t.id};
     loss = emit(G, IR_CROSS_ENTROPY, in, 2, NULL, 0, 0, n->dtype, -1, NULL, at);
   } else {

@@ -84,12 +84,16 @@ typedef struct {
   atomic_int oom;
 } LceJob;
 
+/* The [C, V] layout's row stride: the weight's full width when the columns
+ * used are a prefix of it (a padded vocabulary shard). */
+static int64_t ldv(const LceShape *s) { return s->vstride > 0 ? s->vstride : s->V; }
+
 /* z[n, nb] = x[r0 .. r0 + n) W[:, v0 .. v0 + nb) */
 static void logits_block(const LceJob *J, int64_t v0, int64_t nb, float *z) {
   const LceShape *s = J->s;
   const float *xa = J->x + J->r0 * s->C;
   if (s->w_rows) J->gemm(0, 1, J->n, nb, s->C, 1.0f, xa, s->C, J->w + v0 * s->C, s->C, 0.0f, z, nb);
-  else J->gemm(0, 0, J->n, nb, s->C, 1.0f, xa, s->C, J->w + v0, s->V, 0.0f, z, nb);
+  else J->gemm(0, 0, J->n, nb, s->C, 1.0f, xa, s->C, J->w + v0, ldv(s), 0.0f, z, nb);
 }
 
 static void forward_chunks(void *ctx, int64_t lo, int64_t hi) {
@@ -137,19 +141,19 @@ static void backward_chunks(void *ctx, int64_t lo, int64_t hi) {
       for (int64_t r = 0; r < J->n; r++) {
         float *gr = g + r * nb, lse = J->lse[r], d = J->dy[J->r0 + r];
         for (int64_t j = 0; j < nb; j++) gr[j] = d * fast_expf(gr[j] - lse);
-        int64_t tj = (int64_t)J->t[J->r0 + r] - v0;
+        int64_t tj = J->t ? (int64_t)J->t[J->r0 + r] - v0 : -1;
         if (tj >= 0 && tj < nb) gr[tj] -= d;
       }
       const float *xa = J->x + J->r0 * C;
       if (J->dw) {
         float beta = J->dw_first_write ? 0.0f : 1.0f;
         if (s->w_rows) J->gemm(1, 0, nb, C, J->n, 1.0f, g, nb, xa, C, beta, J->dw + v0 * C, C);
-        else J->gemm(1, 0, C, nb, J->n, 1.0f, xa, C, g, nb, beta, J->dw + v0, s->V);
+        else J->gemm(1, 0, C, nb, J->n, 1.0f, xa, C, g, nb, beta, J->dw + v0, ldv(s));
       }
       if (dxp) {
         float beta = v0 == begin ? 0.0f : 1.0f;
         if (s->w_rows) J->gemm(0, 0, J->n, C, nb, 1.0f, g, nb, J->w + v0 * C, C, beta, dxp, C);
-        else J->gemm(0, 1, J->n, C, nb, 1.0f, g, nb, J->w + v0, s->V, beta, dxp, C);
+        else J->gemm(0, 1, J->n, C, nb, 1.0f, g, nb, J->w + v0, ldv(s), beta, dxp, C);
       }
     }
   }
@@ -165,17 +169,28 @@ static double elem(const void *p, int bf16, int64_t i) {
 }
 
 static void target_logits(const LceShape *s, const void *x, const void *w, const int32_t *t, int64_t r0, int64_t n, float *zt) {
+  if (!t) { /* no targets (LINEAR_LSE): the log-sum-exp alone */
+    for (int64_t r = 0; r < n; r++) zt[r] = 0;
+    return;
+  }
   for (int64_t r = 0; r < n; r++) {
     int64_t xr = (r0 + r) * s->C, v = t[r0 + r];
     double dot = 0;
-    for (int64_t k = 0; k < s->C; k++) dot += elem(x, s->bf16, xr + k) * elem(w, s->bf16, s->w_rows ? v * s->C + k : k * s->V + v);
+    for (int64_t k = 0; k < s->C; k++) dot += elem(x, s->bf16, xr + k) * elem(w, s->bf16, s->w_rows ? v * s->C + k : k * ldv(s) + v);
     zt[r] = (float)dot;
   }
 }
 
+/* dw's columns in use (a prefix of the [C, V] layout's rows), zeroed */
+static void zero_dw(const LceShape *s, float *dw) {
+  if (s->w_rows) memset(dw, 0, sizeof(float) * (size_t)(s->C * s->V));
+  else
+    for (int64_t k = 0; k < s->C; k++) memset(dw + k * ldv(s), 0, sizeof(float) * (size_t)s->V);
+}
+
 static const char *check(const LceShape *s, const int32_t *t) {
   if (s->rows < 0 || s->C < 1 || s->V < 1) return "linear_ce: bad shape";
-  for (int64_t r = 0; r < s->rows; r++)
+  for (int64_t r = 0; t && r < s->rows; r++)
     if (t[r] < 0 || t[r] >= s->V) return "linear_ce: a target outside the vocabulary";
   return NULL;
 }
@@ -209,7 +224,7 @@ static void rows16_backward(void *ctx, int64_t lo, int64_t hi) {
     const float *zr = R->z + r * R->nb;
     uint16_t *gr = R->g16 + r * R->nb;
     float lse = R->lse[r], d = R->dy[R->r0 + r];
-    int64_t tj = (int64_t)R->t[R->r0 + r] - R->v0;
+    int64_t tj = R->t ? (int64_t)R->t[R->r0 + r] - R->v0 : -1;
     for (int64_t j = 0; j < R->nb; j++) {
       float g = d * fast_expf(zr[j] - lse) - (j == tj ? d : 0.0f);
       uint32_t bits;
@@ -238,7 +253,7 @@ static int logits16(const LceShape *s, const uint16_t *x, const uint16_t *w, int
                     char *why, int len) {
   const uint16_t *xa = x + r0 * s->C;
   if (s->w_rows) return gemm16_bf16(0, 1, n, nb, s->C, 1.0f, xa, s->C, w + v0 * s->C, s->C, 0.0f, z, nb, s->sgemm, s->nthreads, why, len);
-  return gemm16_bf16(0, 0, n, nb, s->C, 1.0f, xa, s->C, w + v0, s->V, 0.0f, z, nb, s->sgemm, s->nthreads, why, len);
+  return gemm16_bf16(0, 0, n, nb, s->C, 1.0f, xa, s->C, w + v0, ldv(s), 0.0f, z, nb, s->sgemm, s->nthreads, why, len);
 }
 
 static const char *forward16(const LceShape *s, const uint16_t *x, const uint16_t *w, const int32_t *t, float *nll) {
@@ -271,7 +286,7 @@ static const char *backward16(const LceShape *s, const uint16_t *x, const uint16
   float *z = malloc(sizeof(float) * (size_t)(rows * cw + 1)), *lse = malloc(sizeof(float) * (size_t)(rows + 1));
   uint16_t *g16 = malloc(sizeof(uint16_t) * (size_t)(rows * cw + 1));
   const char *e = !z || !lse || !g16 ? "linear_ce_bwd: out of memory for scratch" : NULL;
-  if (!e && dw && !dw_add && s->rows == 0) memset(dw, 0, sizeof(float) * (size_t)(C * s->V));
+  if (!e && dw && !dw_add && s->rows == 0) zero_dw(s, dw);
   for (int64_t r0 = 0; r0 < s->rows && !e; r0 += LCE_ROWS) {
     Rows16 R = {.s = s, .r0 = r0, .n = s->rows - r0 < LCE_ROWS ? s->rows - r0 : LCE_ROWS, .z = z, .lse = lse, .dy = dy, .t = t,
                 .g16 = g16};
@@ -289,13 +304,13 @@ static const char *backward16(const LceShape *s, const uint16_t *x, const uint16
       if (dw) {
         float beta = r0 == 0 && !dw_add ? 0.0f : 1.0f;
         int rc = s->w_rows ? gemm16_bf16(1, 0, nb, C, n, 1.0f, g16, nb, xa, C, beta, dw + v0 * C, C, s->sgemm, s->nthreads, why, sizeof why)
-                           : gemm16_bf16(1, 0, C, nb, n, 1.0f, xa, C, g16, nb, beta, dw + v0, s->V, s->sgemm, s->nthreads, why, sizeof why);
+                           : gemm16_bf16(1, 0, C, nb, n, 1.0f, xa, C, g16, nb, beta, dw + v0, ldv(s), s->sgemm, s->nthreads, why, sizeof why);
         if (rc) e = why;
       }
       if (dx && !e) {
         float beta = v0 == 0 ? 0.0f : 1.0f;
         int rc = s->w_rows ? gemm16_bf16(0, 0, n, C, nb, 1.0f, g16, nb, w + v0 * C, C, beta, dx + r0 * C, C, s->sgemm, s->nthreads, why, sizeof why)
-                           : gemm16_bf16(0, 1, n, C, nb, 1.0f, g16, nb, w + v0, s->V, beta, dx + r0 * C, C, s->sgemm, s->nthreads, why, sizeof why);
+                           : gemm16_bf16(0, 1, n, C, nb, 1.0f, g16, nb, w + v0, ldv(s), beta, dx + r0 * C, C, s->sgemm, s->nthreads, why, sizeof why);
         if (rc) e = why;
       }
     }
@@ -359,7 +374,7 @@ const char *lce_backward(const LceShape *s, const void *xv, const void *wv, cons
   }
   J.lse = lse;
   atomic_init(&J.oom, 0);
-  if (dw && !dw_add && s->rows == 0) memset(dw, 0, sizeof(float) * (size_t)(s->C * s->V));
+  if (dw && !dw_add && s->rows == 0) zero_dw(s, dw);
   for (int64_t r0 = 0; r0 < s->rows && !atomic_load(&J.oom); r0 += LCE_ROWS) {
     J.r0 = r0;
     J.n = s->rows - r0 < LCE_ROWS ? s->rows - r0 : LCE_ROWS;

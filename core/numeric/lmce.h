@@ -1,5 +1,5 @@
-/* lmce.h - the language model's head and its cross-entropy in one, in fp32 on
- * the CPU (ir_ops.h's LINEAR_CE, LINEAR_CE_BWD, LINEAR_CE_BWD_W): the logits
+/* lmce.h - the language model's head and its cross-entropy in one, on the CPU
+ * (ir_ops.h's LINEAR_CE and LINEAR_LSE and their gradients): the logits
  * z = x W of `rows` rows over a vocabulary of V are computed in blocks of
  * rows and columns and never stored whole (scratch is a few blocks per
  * worker plus, in the backward, the partial dx of each vocabulary chunk),
@@ -37,10 +37,15 @@ typedef struct {
    * on all the threads, the rows' passes over par_for. */
   int bf16;
   int nthreads;
+  /* > V: w [C, V] is the first V columns of a [C, vstride] weight (a padded
+   * vocabulary shard's valid prefix); 0: V */
+  int64_t vstride;
 } LceShape;
 
 /* NULL on success, else a reason (a target outside [0, V), out of memory).
- * x and w: float, or bf16 bits (uint16_t) with s->bf16. */
+ * x and w: float, or bf16 bits (uint16_t) with s->bf16. t NULL: no targets,
+ * nll is each row's log-sum-exp (LINEAR_LSE), and the backward's gradient
+ * dy softmax (no one-hot), its nll that log-sum-exp. */
 const char *lce_forward(const LceShape *s, const void *x, const void *w, const int32_t *t, float *nll);
 
 /* dx and dw may each be NULL (not wanted); dw_add adds the gradient into dw

@@ -710,8 +710,10 @@ def case_fused_ce():
     blocks, the logits never stored. The generated kernels and the reference executor give the
     independent reference's losses (ref_train.c: the unfused model) within 1e-5 at step 1 and 1e-4 at
     step 20, at one rank and at dp 2, pp 2, cp 2 and ZeRO-3; the compile line says what it fused and
-    the arena shrinks; under tp 2 the vocabulary is split and nothing is fused (said so); bf16 within
-    1e-3 of bf16 unfused; --target cuda refuses it with one line."""
+    the arena shrinks; under tp 2 the vocabulary is split and each rank's shard is fused (the
+    log-sum-exp and the target's logit reduced over the tensor group), and under tp 4 with 201 tokens
+    padded to 512 rows (two ranks hold padding only) the padding takes no part; bf16 within 1e-3 of
+    bf16 unfused; --target cuda refuses it with one line."""
     plain, p0 = compile_art("art-fce-off", [], executor="auto")
     for name, flags, executor in (("one_rank", [], "auto"), ("interp", [], "interp"), ("dp2", ["--dp", "2"], "auto"),
                                   ("pp2", ["--pp", "2"], "auto"), ("cp2", ["--cp", "2"], "auto"),
@@ -733,9 +735,14 @@ def case_fused_ce():
         arena[f] = int(line[0].split("arena ")[1].split(",")[0])
     print(f"GPT-2 124M, 4 x 64 tokens, fp32: the step's arena {arena['on']} bytes fused against {arena['off']}")
     check(arena["on"] < arena["off"] - 51_000_000, f"arena {arena}")
-    art, p = compile_art("art-fce-tp2", ["--fused-ce", "on", "--tp", "2"], executor="auto")
-    check("fused_ce: nothing fused: no cross-entropy reads a head GEMM alone (a vocabulary split over tensor = 2 keeps its "
-          "logits)" in p.stdout, p.stdout)
+    for name, flags, defs, shard in (("tp2", ["--tp", "2"], DEFS, "128 rows x 128 vocabulary of a shard, reduced over tensor = 2"),
+                                     ("tp4_padded", ["--tp", "4"], [*DEFS, "-D", "V=201"],
+                                      "128 rows x 128 vocabulary of a shard, reduced over tensor = 4")):
+        for executor in ("auto", "interp"):
+            art, p = compile_art(f"art-fce-{name}-{executor}", ["--fused-ce", "on", *flags], executor=executor, defs=defs)
+            check(f"fused_ce: the head's GEMM and the cross-entropy in blocks ({shard})" in p.stdout, p.stdout)
+            got, _ = train(art, f"fce-{name}-{executor}")
+            compare(f"fused_ce {name} ({executor})", got, reference(art, defs), tol1=1e-5, tol20=1e-4)
     b16 = {}
     for f in ("off", "on"):
         art, _ = compile_art("art-fce-bf16-" + f, ["--fused-ce", f, "--precision", "bf16"], executor="auto")

@@ -472,6 +472,15 @@ static void test_model_ops(void) {
     int64_t attr = rows;
     done(&M, add(M.g, IR_LINEAR_CE, in, 3, &attr, 1, 0, DT_F32, -1, NULL), rows ? "linear_ce table" : "linear_ce", IR_LINEAR_CE);
   }
+  for (int rows = 0; rows < 2; rows++) {
+    /* its vocab-parallel form: each row's log-sum-exp over the first 4 of 5 columns (the 5th padding) */
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 3, (int64_t)2, (int64_t)3, (int64_t)4);
+    int w = rows ? PARAM(&M, "w", 2, (int64_t)5, (int64_t)4) : PARAM(&M, "w", 2, (int64_t)4, (int64_t)5);
+    int in[2] = {x, w};
+    int64_t attr[3] = {rows, 0, 4};
+    done(&M, add(M.g, IR_LINEAR_LSE, in, 2, attr, 3, 0, DT_F32, -1, NULL), rows ? "linear_lse table" : "linear_lse", IR_LINEAR_LSE);
+  }
   {
     Mod M = mod_new();
     int l = PARAM(&M, "logits", 3, (int64_t)2, (int64_t)3, (int64_t)5);
@@ -1297,11 +1306,11 @@ int main(void) {
   test_errors();
   /* every op with a gradient has been checked by finite differences */
   /* EXTERN needs a native library: tests/extern/test_extern.c checks its
-   * gradient by finite differences; EXTERN_GRAD, ATTENTION_BWD and LINEAR_CE_BWD(_W) have no derivative, TRAINING
+   * gradient by finite differences; EXTERN_GRAD, ATTENTION_BWD, LINEAR_CE_BWD(_W) and LINEAR_LSE_BWD(_W) have no derivative, TRAINING
    * (the mode leaf) none either: resnet-tiny's finite differences run through it */
   static const IrOp nondiff[] = {IR_INPUT, IR_PARAM, IR_ARG,         IR_CONST,         IR_FILL,
                                  IR_IOTA,  IR_EXTERN, IR_EXTERN_GRAD, IR_ATTENTION_BWD, IR_TRAINING,
-                                 IR_LINEAR_CE_BWD, IR_LINEAR_CE_BWD_W};
+                                 IR_LINEAR_CE_BWD, IR_LINEAR_CE_BWD_W, IR_LINEAR_LSE_BWD, IR_LINEAR_LSE_BWD_W};
   for (int op = 0; op < IR_OP_COUNT; op++) {
     int skip = 0;
     for (size_t k = 0; k < sizeof nondiff / sizeof nondiff[0]; k++) skip |= (int)nondiff[k] == op;

@@ -76,7 +76,7 @@ typedef struct {
 } Case;
 
 static void run_case(const Case *c) {
-  LceShape s = {c->rows, c->C, c->V, c->w_rows, NULL, NULL, NULL, 0, 1};
+  LceShape s = {c->rows, c->C, c->V, c->w_rows, NULL, NULL, NULL, 0, 1, 0};
   uint64_t seed = (uint64_t)(c->rows * 131 + c->C * 7 + c->V + c->w_rows);
   float *x = malloc(sizeof(float) * (size_t)(c->rows * c->C + 1)), *w = malloc(sizeof(float) * (size_t)(c->C * c->V));
   float *dy = malloc(sizeof(float) * (size_t)(c->rows + 1));
@@ -143,7 +143,7 @@ static void run_case(const Case *c) {
  * rounded to bf16 before its GEMMs, as the unfused step stores it); a thread
  * split gives the same bits. */
 static void run_case16(const Case *c) {
-  LceShape s = {c->rows, c->C, c->V, c->w_rows, NULL, NULL, NULL, 1, 1};
+  LceShape s = {c->rows, c->C, c->V, c->w_rows, NULL, NULL, NULL, 1, 1, 0};
   uint64_t seed = (uint64_t)(c->rows * 17 + c->V);
   int64_t nx = c->rows * c->C, nw = c->C * c->V;
   float *x = malloc(sizeof(float) * (size_t)(nx + 1)), *w = malloc(sizeof(float) * (size_t)nw), *dy = malloc(sizeof(float) * (size_t)(c->rows + 1));
@@ -187,6 +187,46 @@ static void run_case16(const Case *c) {
   free(x), free(w), free(dy), free(x16), free(w16), free(t), free(nll), free(rdx), free(rdw), free(gn), free(gdx), free(gdw), free(sdx);
 }
 
+/* No targets (LINEAR_LSE, the vocab-parallel form) over the first Vu of V
+ * columns (a padded shard's valid prefix; vstride V for the [C, V] layout):
+ * each row's log-sum-exp, dx = dy softmax W^T, dw over the prefix. */
+static void run_lse(int w_rows) {
+  const int64_t rows = 45, C = 12, V = 1100, Vu = 1000;
+  LceShape s = {rows, C, Vu, w_rows, NULL, NULL, NULL, 0, 1, w_rows ? 0 : V};
+  uint64_t seed = 99 + (uint64_t)w_rows;
+  float *x = malloc(sizeof(float) * rows * C), *w = malloc(sizeof(float) * C * V), *dy = malloc(sizeof(float) * rows);
+  for (int64_t i = 0; i < rows * C; i++) x[i] = (float)(2 * urand(&seed) - 1);
+  for (int64_t i = 0; i < C * V; i++) w[i] = (float)(0.6 * urand(&seed) - 0.3);
+  for (int64_t r = 0; r < rows; r++) dy[r] = (float)(0.5 + urand(&seed));
+  double *lse = malloc(sizeof(double) * rows), *rdx = calloc((size_t)(rows * C), sizeof(double)), *rdw = calloc((size_t)(C * V), sizeof(double));
+  double *z = malloc(sizeof(double) * Vu);
+  for (int64_t r = 0; r < rows; r++) {
+    double m = -INFINITY, sum = 0;
+    for (int64_t v = 0; v < Vu; v++) {
+      double d = 0;
+      for (int64_t k = 0; k < C; k++) d += (double)x[r * C + k] * (w_rows ? w[v * C + k] : w[k * V + v]);
+      z[v] = d, m = d > m ? d : m;
+    }
+    for (int64_t v = 0; v < Vu; v++) sum += exp(z[v] - m);
+    lse[r] = m + log(sum);
+    for (int64_t v = 0; v < Vu; v++) {
+      double g = dy[r] * exp(z[v] - lse[r]);
+      for (int64_t k = 0; k < C; k++) {
+        rdx[r * C + k] += g * (w_rows ? w[v * C + k] : w[k * V + v]);
+        rdw[w_rows ? v * C + k : k * V + v] += g * x[r * C + k];
+      }
+    }
+  }
+  float *gl = malloc(sizeof(float) * rows), *gdx = malloc(sizeof(float) * rows * C), *gdw = malloc(sizeof(float) * C * V);
+  for (int64_t i = 0; i < C * V; i++) gdw[i] = 0.0f; /* the padding's part is the caller's (hostop.c zeroes it) */
+  EXPECT(lce_forward(&s, x, w, NULL, gl) == NULL);
+  for (int64_t r = 0; r < rows; r++) EXPECT_NEAR(gl[r], lse[r], 1e-5);
+  EXPECT(lce_backward(&s, x, w, NULL, gl, dy, gdx, gdw, 0) == NULL);
+  expect_close("lse dx", gdx, rdx, rows * C, w_rows ? "no targets, table" : "no targets, weight");
+  expect_close("lse dw", gdw, rdw, C * V, w_rows ? "no targets, table" : "no targets, weight");
+  free(x), free(w), free(dy), free(lse), free(rdx), free(rdw), free(z), free(gl), free(gdx), free(gdw);
+}
+
 int main(void) {
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
   void *blas = open_cblas();
@@ -199,15 +239,17 @@ int main(void) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
   for (size_t i = 2; i < sizeof cases / sizeof cases[0]; i++) run_case16(&cases[i]);
+  run_lse(0);
+  run_lse(1);
 
   /* a target outside the vocabulary is an error */
-  LceShape s = {2, 2, 3, 1, NULL, NULL, NULL, 0, 1};
+  LceShape s = {2, 2, 3, 1, NULL, NULL, NULL, 0, 1, 0};
   float x[4] = {1, 2, 3, 4}, w[6] = {0}, nll[2], dy[2] = {1, 1}, dx[4], dw[6];
   int32_t bad[2] = {0, 3}, neg[2] = {-1, 0};
   EXPECT_STR(lce_forward(&s, x, w, bad, nll), "linear_ce: a target outside the vocabulary");
   EXPECT_STR(lce_backward(&s, x, w, neg, nll, dy, dx, dw, 0), "linear_ce: a target outside the vocabulary");
   /* the scratch estimate covers a pass's blocks and partial dx */
-  LceShape g = {256, 768, 50257, 1, NULL, NULL, NULL, 0, 1};
+  LceShape g = {256, 768, 50257, 1, NULL, NULL, NULL, 0, 1, 0};
   EXPECT(lce_scratch_bytes(&g, 2) >= (int64_t)sizeof(float) * 15 * 256 * 768);
   if (blas) dlclose(blas);
   TEST_DONE();
