@@ -939,80 +939,47 @@ static void store_16bit(const IrNode *n, double *v) {
     v[i] = n->dtype == DT_BF16 ? half_bf16_to_f32(half_bf16_from_f32((float)v[i])) : half_to_f32(half_from_f32((float)v[i]));
 }
 
-/* LINEAR_CE and its gradients (ir_ops.h), row by row in double: the logits
- * of one row at a time, never all of them. */
+/* LINEAR_CE, LINEAR_LSE and their gradients (ir_ops.h), row by row in
+ * double: the logits of one row at a time, never all of them. LINEAR_CE's
+ * rows lose their target's logit and its gradient the one-hot; LINEAR_LSE's
+ * take the shard's columns before a padded vocabulary's padding. */
 static const char *exec_linear_ce(Run *r, const IrNode *n, double *out) {
   const IrGraph *g = r->g;
   const IrNode *xn = &g->nodes[n->in[0]], *wn = &g->nodes[n->in[1]];
-  const double *X = r->val[n->in[0]], *W = r->val[n->in[1]], *Tg = r->val[n->in[2]];
-  int rows_w = n->attr[0] != 0;
-  int64_t C = xn->dims[xn->rank - 1], V = wn->dims[rows_w ? 0 : 1], P = ir_numel(&g->nodes[n->in[2]]);
-  double *z = calloc((size_t)V + 1, sizeof(double));
-  if (!z) return fail(r->in, "%s: out of memory", ir_op_name(n->op));
-  if (n->op != IR_LINEAR_CE) memset(out, 0, sizeof(double) * (size_t)ir_numel(n));
-  for (int64_t p = 0; p < P; p++) {
-    int64_t tgt = (int64_t)Tg[p];
-    if (tgt < 0 || tgt >= V) {
-      free(z);
-      return fail(r->in, "%s target %" PRId64 " is outside [0, %" PRId64 ")", ir_op_name(n->op), tgt, V);
-    }
-    const double *xr = X + p * C;
-    for (int64_t v = 0; v < V; v++) {
-      double dot = 0;
-      for (int64_t k = 0; k < C; k++) dot += xr[k] * (rows_w ? W[v * C + k] : W[k * V + v]);
-      z[v] = dot;
-    }
-    double lse = row_lse(z, V);
-    if (n->op == IR_LINEAR_CE) {
-      out[p] = lse - z[tgt];
-      continue;
-    }
-    double dy = r->val[n->in[4]][p];
-    for (int64_t v = 0; v < V; v++) {
-      double gv = dy * (exp(z[v] - lse) - (v == tgt ? 1.0 : 0.0));
-      if (n->op == IR_LINEAR_CE_BWD) {
-        double *o = out + p * C;
-        for (int64_t k = 0; k < C; k++) o[k] += gv * (rows_w ? W[v * C + k] : W[k * V + v]);
-      } else {
-        for (int64_t k = 0; k < C; k++) out[rows_w ? v * C + k : k * V + v] += gv * xr[k];
-      }
-    }
-  }
-  free(z);
-  return NULL;
-}
-
-/* LINEAR_LSE and its gradients (ir_ops.h): the shard's columns that are not
- * padding, row by row in double. */
-static const char *exec_linear_lse(Run *r, const IrNode *n, double *out) {
-  const IrGraph *g = r->g;
-  const IrNode *xn = &g->nodes[n->in[0]], *wn = &g->nodes[n->in[1]];
   const double *X = r->val[n->in[0]], *W = r->val[n->in[1]];
+  int ce = n->op == IR_LINEAR_CE || n->op == IR_LINEAR_CE_BWD || n->op == IR_LINEAR_CE_BWD_W;
+  int fwd = n->op == IR_LINEAR_CE || n->op == IR_LINEAR_LSE, dx = n->op == IR_LINEAR_CE_BWD || n->op == IR_LINEAR_LSE_BWD;
+  const double *Tg = ce ? r->val[n->in[2]] : NULL;
   int rows_w = n->attr[0] != 0;
-  int64_t C = xn->dims[xn->rank - 1], V = wn->dims[rows_w ? 0 : 1], P = ir_numel(xn) / C;
-  int64_t valid = V;
-  if (n->attr[2] > 0) {
+  int64_t C = xn->dims[xn->rank - 1], V = wn->dims[rows_w ? 0 : 1], P = ir_numel(xn) / C, valid = V;
+  if (!ce && n->attr[2] > 0) {
     int64_t off = vocab_offset(r->in, n->attr[1], V);
     valid = n->attr[2] - off < 0 ? 0 : n->attr[2] - off < V ? n->attr[2] - off : V;
   }
   double *z = calloc((size_t)V + 1, sizeof(double));
   if (!z) return fail(r->in, "%s: out of memory", ir_op_name(n->op));
-  if (n->op != IR_LINEAR_LSE) memset(out, 0, sizeof(double) * (size_t)ir_numel(n));
+  if (!fwd) memset(out, 0, sizeof(double) * (size_t)ir_numel(n));
   for (int64_t p = 0; p < P; p++) {
+    int64_t tgt = Tg ? (int64_t)Tg[p] : -1;
+    if (Tg && (tgt < 0 || tgt >= V)) {
+      free(z);
+      return fail(r->in, "%s target %" PRId64 " is outside [0, %" PRId64 ")", ir_op_name(n->op), tgt, V);
+    }
     const double *xr = X + p * C;
     for (int64_t v = 0; v < valid; v++) {
       double dot = 0;
       for (int64_t k = 0; k < C; k++) dot += xr[k] * (rows_w ? W[v * C + k] : W[k * V + v]);
       z[v] = dot;
     }
-    if (n->op == IR_LINEAR_LSE) {
-      out[p] = valid > 0 ? row_lse(z, valid) : -INFINITY;
+    double lse = valid > 0 ? row_lse(z, valid) : -INFINITY;
+    if (fwd) {
+      out[p] = ce ? lse - z[tgt] : lse;
       continue;
     }
-    double lse = r->val[n->in[2]][p], dy = r->val[n->in[3]][p];
+    double dy = r->val[n->in[ce ? 4 : 3]][p];
     for (int64_t v = 0; v < valid; v++) {
-      double gv = dy * exp(z[v] - lse);
-      if (n->op == IR_LINEAR_LSE_BWD) {
+      double gv = dy * (exp(z[v] - lse) - (v == tgt ? 1.0 : 0.0));
+      if (dx) {
         double *o = out + p * C;
         for (int64_t k = 0; k < C; k++) o[k] += gv * (rows_w ? W[v * C + k] : W[k * V + v]);
       } else {
@@ -1400,10 +1367,10 @@ static const char *exec_node(Run *r, int id, double *out) {
     return NULL;
   case IR_LINEAR_CE:
   case IR_LINEAR_CE_BWD:
-  case IR_LINEAR_CE_BWD_W: return exec_linear_ce(r, n, out);
+  case IR_LINEAR_CE_BWD_W:
   case IR_LINEAR_LSE:
   case IR_LINEAR_LSE_BWD:
-  case IR_LINEAR_LSE_BWD_W: return exec_linear_lse(r, n, out);
+  case IR_LINEAR_LSE_BWD_W: return exec_linear_ce(r, n, out);
   case IR_LOSS_SEED: out[0] = r->in->loss_seed; return NULL;
   case IR_TRAINING: out[0] = r->in->evaluating ? 0.0 : 1.0; return NULL;
   case IR_STATE_UPDATE:

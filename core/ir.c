@@ -371,31 +371,27 @@ static const char *linear_ce_fits(IrGraph *g, IrNode *n, int64_t *C, int64_t *V)
   return NULL;
 }
 
+/* The fused head's results, f32: the rows' values (x's shape without its
+ * last axis), dx (x's shape) or dw (w's shape). */
+static const char *linear_result(IrGraph *g, IrNode *n, const char *why, int like) {
+  if (why) return why;
+  copy_type(n, in_node(g, n, like < 0 ? 0 : like));
+  if (like < 0) n->rank--;
+  n->dtype = DT_F32;
+  return NULL;
+}
+
 static const char *irshape_LINEAR_CE(IrGraph *g, IrNode *n) {
   int64_t C, V;
-  const char *why = linear_ce_fits(g, n, &C, &V);
-  if (why) return why;
-  copy_type(n, in_node(g, n, 2));
-  n->dtype = DT_F32;
-  return NULL;
+  return linear_result(g, n, linear_ce_fits(g, n, &C, &V), -1);
 }
-
 static const char *irshape_LINEAR_CE_BWD(IrGraph *g, IrNode *n) {
   int64_t C, V;
-  const char *why = linear_ce_fits(g, n, &C, &V);
-  if (why) return why;
-  copy_type(n, in_node(g, n, 0));
-  n->dtype = DT_F32;
-  return NULL;
+  return linear_result(g, n, linear_ce_fits(g, n, &C, &V), 0);
 }
-
 static const char *irshape_LINEAR_CE_BWD_W(IrGraph *g, IrNode *n) {
   int64_t C, V;
-  const char *why = linear_ce_fits(g, n, &C, &V);
-  if (why) return why;
-  copy_type(n, in_node(g, n, 1));
-  n->dtype = DT_F32;
-  return NULL;
+  return linear_result(g, n, linear_ce_fits(g, n, &C, &V), 1);
 }
 
 /* LINEAR_LSE and its gradients: x [..., C], w [C, V] or [V, C]; the
@@ -415,30 +411,9 @@ static const char *linear_lse_fits(IrGraph *g, IrNode *n) {
   return NULL;
 }
 
-static const char *irshape_LINEAR_LSE(IrGraph *g, IrNode *n) {
-  const char *why = linear_lse_fits(g, n);
-  if (why) return why;
-  copy_type(n, in_node(g, n, 0));
-  n->rank--;
-  n->dtype = DT_F32;
-  return NULL;
-}
-
-static const char *irshape_LINEAR_LSE_BWD(IrGraph *g, IrNode *n) {
-  const char *why = linear_lse_fits(g, n);
-  if (why) return why;
-  copy_type(n, in_node(g, n, 0));
-  n->dtype = DT_F32;
-  return NULL;
-}
-
-static const char *irshape_LINEAR_LSE_BWD_W(IrGraph *g, IrNode *n) {
-  const char *why = linear_lse_fits(g, n);
-  if (why) return why;
-  copy_type(n, in_node(g, n, 1));
-  n->dtype = DT_F32;
-  return NULL;
-}
+static const char *irshape_LINEAR_LSE(IrGraph *g, IrNode *n) { return linear_result(g, n, linear_lse_fits(g, n), -1); }
+static const char *irshape_LINEAR_LSE_BWD(IrGraph *g, IrNode *n) { return linear_result(g, n, linear_lse_fits(g, n), 0); }
+static const char *irshape_LINEAR_LSE_BWD_W(IrGraph *g, IrNode *n) { return linear_result(g, n, linear_lse_fits(g, n), 1); }
 
 static const char *irshape_CALL(IrGraph *g, IrNode *n) {
   (void)g;

@@ -914,12 +914,19 @@ static void adgrad_LOSS_SEED(AdCtx *c, int f, int dy) { (void)c, (void)f, (void)
 /* The fused head and loss (ir_ops.h): each gradient recomputes the logits in
  * blocks from x, w and the row's log-sum-exp (nll + the target's logit);
  * the CPU back end computes the pair in one pass (fuse.c). */
-static void adgrad_LINEAR_CE(AdCtx *c, int f, int dy) {
+/* x and w's gradients of LINEAR_CE (inputs x, w, t) or LINEAR_LSE (x, w):
+ * the op's inputs, its own output and dy */
+static void linear_grads(AdCtx *c, int f, int dy, IrOp bwd, IrOp bwd_w) {
   const IrNode *n = fnode(c, f);
-  int in[5] = {fv(c, n->in[0]), fv(c, n->in[1]), fv(c, n->in[2]), fv(c, f), dy};
-  if (c->rg[n->in[0]]) acc(c, n->in[0], emit(c, IR_LINEAR_CE_BWD, in, 5, n->attr, 1, 0, DT_F32, -1, NULL));
-  if (c->rg[n->in[1]]) acc(c, n->in[1], emit(c, IR_LINEAR_CE_BWD_W, in, 5, n->attr, 1, 0, DT_F32, -1, NULL));
+  int in[5], k = 0;
+  for (; k < n->nin; k++) in[k] = fv(c, n->in[k]);
+  in[k++] = fv(c, f);
+  in[k++] = dy;
+  if (c->rg[n->in[0]]) acc(c, n->in[0], emit(c, bwd, in, k, n->attr, 3, 0, DT_F32, -1, NULL));
+  if (c->rg[n->in[1]]) acc(c, n->in[1], emit(c, bwd_w, in, k, n->attr, 3, 0, DT_F32, -1, NULL));
 }
+
+static void adgrad_LINEAR_CE(AdCtx *c, int f, int dy) { linear_grads(c, f, dy, IR_LINEAR_CE_BWD, IR_LINEAR_CE_BWD_W); }
 
 static void adgrad_LINEAR_CE_BWD(AdCtx *c, int f, int dy) {
   (void)f, (void)dy;
@@ -928,12 +935,7 @@ static void adgrad_LINEAR_CE_BWD(AdCtx *c, int f, int dy) {
 
 static void adgrad_LINEAR_CE_BWD_W(AdCtx *c, int f, int dy) { adgrad_LINEAR_CE_BWD(c, f, dy); }
 
-static void adgrad_LINEAR_LSE(AdCtx *c, int f, int dy) {
-  const IrNode *n = fnode(c, f);
-  int in[4] = {fv(c, n->in[0]), fv(c, n->in[1]), fv(c, f), dy};
-  if (c->rg[n->in[0]]) acc(c, n->in[0], emit(c, IR_LINEAR_LSE_BWD, in, 4, n->attr, 3, 0, DT_F32, -1, NULL));
-  if (c->rg[n->in[1]]) acc(c, n->in[1], emit(c, IR_LINEAR_LSE_BWD_W, in, 4, n->attr, 3, 0, DT_F32, -1, NULL));
-}
+static void adgrad_LINEAR_LSE(AdCtx *c, int f, int dy) { linear_grads(c, f, dy, IR_LINEAR_LSE_BWD, IR_LINEAR_LSE_BWD_W); }
 
 static void adgrad_LINEAR_LSE_BWD(AdCtx *c, int f, int dy) {
   (void)f, (void)dy;
