@@ -736,9 +736,13 @@ def case_fused_ce():
     print(f"GPT-2 124M, 4 x 64 tokens, fp32: the step's arena {arena['on']} bytes fused against {arena['off']}")
     check(arena["on"] < arena["off"] - 51_000_000, f"arena {arena}")
     for name, flags, defs, shard in (("tp2", ["--tp", "2"], DEFS, "128 rows x 128 vocabulary of a shard, reduced over tensor = 2"),
+                                     ("tp2_sp", ["--tp", "2", "--sp", "on"], DEFS,
+                                      "128 rows x 128 vocabulary of a shard, reduced over tensor = 2"),
                                      ("tp4_padded", ["--tp", "4"], [*DEFS, "-D", "V=201"],
                                       "128 rows x 128 vocabulary of a shard, reduced over tensor = 4")):
         for executor in ("auto", "interp"):
+            if name == "tp2_sp" and executor == "interp":
+                continue
             art, p = compile_art(f"art-fce-{name}-{executor}", ["--fused-ce", "on", *flags], executor=executor, defs=defs)
             check(f"fused_ce: the head's GEMM and the cross-entropy in blocks ({shard})" in p.stdout, p.stdout)
             got, _ = train(art, f"fce-{name}-{executor}")
