@@ -399,10 +399,16 @@ static void print_expr_prec(FILE *out, const AstExpr *e, int min_prec) {
     }
     fputc(')', out);
     break;
-  case EX_MEMBER:
+  case EX_MEMBER: {
+    /* a number's member in parentheses: `0.p` would lex as the number `0.`
+     * with a suffix (the front-end fuzzer's round trip of `0\n.p`) */
+    int num = e->u.member.obj->kind == EX_INT || e->u.member.obj->kind == EX_FLOAT;
+    if (num) fputc('(', out);
     print_expr_prec(out, e->u.member.obj, PREC_POSTFIX);
+    if (num) fputc(')', out);
     fprintf(out, ".%s", e->u.member.name);
     break;
+  }
   case EX_INDEX:
     print_expr_prec(out, e->u.index.obj, PREC_POSTFIX);
     fputc('[', out);
