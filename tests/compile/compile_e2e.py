@@ -757,6 +757,8 @@ def case_fused_ce():
     d = os.path.join(ARGS.work, "art-fce-cuda")
     p = run([tool("hpdlc"), "compile", sample(), *DEFS, "--fused-ce", "on", "--target", "cuda", "-o", d], expect=1)
     check("parallel.fused_ce = on runs on the CPU target only" in p.stderr, p.stderr)
+    p = run([tool("hpdlc"), "emit", "cuda", sample(), *DEFS, "--fused-ce", "on"], expect=1)
+    check("parallel.fused_ce = on runs on the CPU target only" in p.stderr, p.stderr)
 
 
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
