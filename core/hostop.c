@@ -31,14 +31,8 @@ int hostop_supported(IrOp op) {
   case IR_CONV2D_BWD_FILTER:
   case IR_POOL2D:
   case IR_POOL2D_BWD:
-  case IR_STATE_UPDATE:
-  case IR_LINEAR_CE:
-  case IR_LINEAR_CE_BWD:
-  case IR_LINEAR_CE_BWD_W:
-  case IR_LINEAR_LSE:
-  case IR_LINEAR_LSE_BWD:
-  case IR_LINEAR_LSE_BWD_W: return 1;
-  default: return 0;
+  case IR_STATE_UPDATE: return 1;
+  default: return ir_linear_role(op) != IR_LINEAR_NONE;
   }
 }
 
@@ -160,32 +154,32 @@ static const char *linear_ce(const IrGraph *g, const IrNode *n, int flags, void 
   if (!bf16 && (x->dtype != DT_F32 || w->dtype != DT_F32))
     return failf(err, errlen, "%s reads x and w both f32 or both bf16, not %s and %s", ir_op_name(n->op), sem_dtype_name(x->dtype),
                  sem_dtype_name(w->dtype));
-  int lse = n->op == IR_LINEAR_LSE || n->op == IR_LINEAR_LSE_BWD || n->op == IR_LINEAR_LSE_BWD_W;
+  int targets = ir_linear_targets(n->op);
+  IrLinearRole role = ir_linear_role(n->op);
   int64_t C = x->dims[x->rank - 1], V = w->dims[rows_w ? 0 : 1], rows = ir_numel(x) / C, valid = V;
-  if (lse && n->attr[2] > 0) {
+  if (!targets) {
     int grp = (int)n->attr[1] - 1;
-    int64_t off = grp >= 0 && grp < IRG_COUNT ? (int64_t)env->rank[grp] * V : 0;
-    valid = n->attr[2] - off < 0 ? 0 : n->attr[2] - off < V ? n->attr[2] - off : V;
+    valid = ir_vocab_prefix(n->attr[2], grp >= 0 && grp < IRG_COUNT ? (int64_t)env->rank[grp] * V : 0, V);
   }
   LceShape s = {rows, C, valid, rows_w, env->sgemm, env->par_for, env->par, bf16, env->nthreads, V};
-  /* inputs: x, w, [t], nll or lse, dy; then dx and / or dw */
-  int ni = lse ? (n->op == IR_LINEAR_LSE ? 2 : 4) : (n->op == IR_LINEAR_CE ? 3 : 5);
-  const int32_t *t = lse ? NULL : bufs[2];
+  /* inputs (n->nin): x, w, [t], nll or lse, dy; then dx and / or dw */
+  int ni = n->nin;
+  const int32_t *t = targets ? bufs[2] : NULL;
   float *out = bufs[ni];
-  float *dx = n->op == IR_LINEAR_CE_BWD || n->op == IR_LINEAR_LSE_BWD ? out : NULL;
-  float *dw = n->op == IR_LINEAR_CE_BWD_W || n->op == IR_LINEAR_LSE_BWD_W ? out : (flags & HOSTOP_PAIR) ? bufs[ni + 1] : NULL;
+  float *dx = role == IR_LINEAR_DX ? out : NULL;
+  float *dw = role == IR_LINEAR_DW ? out : (flags & HOSTOP_PAIR) ? bufs[ni + 1] : NULL;
   if (valid < V && dw && !add) { /* the padding's rows get no gradient: zero, then add into */
     memset(dw, 0, sizeof(float) * (size_t)(V * C));
     add = 1;
   }
   const char *why = NULL;
   if (valid == 0) { /* a shard of padding alone */
-    if (n->op == IR_LINEAR_LSE)
+    if (role == IR_LINEAR_ROWS)
       for (int64_t r = 0; r < rows; r++) out[r] = -INFINITY;
     if (dx) memset(dx, 0, sizeof(float) * (size_t)(rows * C));
     return NULL;
   }
-  if (n->op == IR_LINEAR_CE || n->op == IR_LINEAR_LSE) why = lce_forward(&s, bufs[0], bufs[1], t, out);
+  if (role == IR_LINEAR_ROWS) why = lce_forward(&s, bufs[0], bufs[1], t, out);
   else why = lce_backward(&s, bufs[0], bufs[1], t, bufs[ni - 2], bufs[ni - 1], dx, dw, add);
   return why ? failf(err, errlen, "%s", why) : NULL;
 }
@@ -258,12 +252,8 @@ const char *hostop_run(const IrGraph *g, int node, void **bufs, HostOpEnv *env, 
     return NULL;
   }
   case IR_ALL_TO_ALL: return all_to_all(g, n, bufs, env, err, errlen);
-  case IR_LINEAR_CE:
-  case IR_LINEAR_CE_BWD:
-  case IR_LINEAR_CE_BWD_W:
-  case IR_LINEAR_LSE:
-  case IR_LINEAR_LSE_BWD:
-  case IR_LINEAR_LSE_BWD_W: return linear_ce(g, n, flags, bufs, env, err, errlen);
-  default: return failf(err, errlen, "%s is not an op the host computes", ir_op_name(n->op));
+  default:
+    if (ir_linear_role(n->op) != IR_LINEAR_NONE) return linear_ce(g, n, flags, bufs, env, err, errlen);
+    return failf(err, errlen, "%s is not an op the host computes", ir_op_name(n->op));
   }
 }

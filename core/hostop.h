@@ -41,9 +41,9 @@ int hostop_aux_counted(const IrGraph *g, int node);
 /* Whether op runs on the host. */
 int hostop_supported(IrOp op);
 
-/* Flags or-ed into hostop_run's node: HOSTOP_PAIR on a LINEAR_CE_BWD whose
- * LINEAR_CE_BWD_W (same inputs) the kernel computes with it, its output one
- * more buffer after dx; HOSTOP_ADD: the weight's gradient is added into its
+/* Flags or-ed into hostop_run's node: HOSTOP_PAIR on a fused head's dx op
+ * (LINEAR_CE_BWD, LINEAR_LSE_BWD) whose dw op of the same inputs the kernel
+ * computes with it, its output one more buffer after dx; HOSTOP_ADD: the weight's gradient is added into its
  * buffer (a parameter's gradient slot) rather than written. */
 enum { HOSTOP_PAIR = 1 << 29, HOSTOP_ADD = 1 << 30 };
 

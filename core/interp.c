@@ -947,15 +947,12 @@ static const char *exec_linear_ce(Run *r, const IrNode *n, double *out) {
   const IrGraph *g = r->g;
   const IrNode *xn = &g->nodes[n->in[0]], *wn = &g->nodes[n->in[1]];
   const double *X = r->val[n->in[0]], *W = r->val[n->in[1]];
-  int ce = n->op == IR_LINEAR_CE || n->op == IR_LINEAR_CE_BWD || n->op == IR_LINEAR_CE_BWD_W;
-  int fwd = n->op == IR_LINEAR_CE || n->op == IR_LINEAR_LSE, dx = n->op == IR_LINEAR_CE_BWD || n->op == IR_LINEAR_LSE_BWD;
+  int ce = ir_linear_targets(n->op);
+  int fwd = ir_linear_role(n->op) == IR_LINEAR_ROWS, dx = ir_linear_role(n->op) == IR_LINEAR_DX;
   const double *Tg = ce ? r->val[n->in[2]] : NULL;
   int rows_w = n->attr[0] != 0;
-  int64_t C = xn->dims[xn->rank - 1], V = wn->dims[rows_w ? 0 : 1], P = ir_numel(xn) / C, valid = V;
-  if (!ce && n->attr[2] > 0) {
-    int64_t off = vocab_offset(r->in, n->attr[1], V);
-    valid = n->attr[2] - off < 0 ? 0 : n->attr[2] - off < V ? n->attr[2] - off : V;
-  }
+  int64_t C = xn->dims[xn->rank - 1], V = wn->dims[rows_w ? 0 : 1], P = ir_numel(xn) / C;
+  int64_t valid = ce ? V : ir_vocab_prefix(n->attr[2], vocab_offset(r->in, n->attr[1], V), V);
   double *z = calloc((size_t)V + 1, sizeof(double));
   if (!z) return fail(r->in, "%s: out of memory", ir_op_name(n->op));
   if (!fwd) memset(out, 0, sizeof(double) * (size_t)ir_numel(n));

@@ -348,72 +348,51 @@ static const char *irshape_CROSS_ENTROPY_BWD(IrGraph *g, IrNode *n) {
   return NULL;
 }
 
-/* LINEAR_CE and its gradients (ir_ops.h): x [..., C], w [C, V] or [V, C]
- * (attr[0]), integer targets of x's leading shape; the backward's nll and
- * dy are f32 of that shape too. */
-static const char *linear_ce_fits(IrGraph *g, IrNode *n, int64_t *C, int64_t *V) {
-  IrNode *x = in_node(g, n, 0), *w = in_node(g, n, 1), *t = in_node(g, n, 2);
-  if (x->rank < 2 || w->rank != 2 || x->rank != t->rank + 1 || sem_dtype_is_float(t->dtype) || !sem_dtype_is_float(x->dtype) ||
-      !sem_dtype_is_float(w->dtype))
-    return "linear_ce needs x [..., C], a weight [C, V] or [V, C] and int targets [...]";
-  for (int i = 0; i < t->rank; i++)
-    if (x->dims[i] != t->dims[i]) return "linear_ce: x and the targets differ";
-  int rows = n->attr[0] != 0;
-  *C = x->dims[x->rank - 1];
-  *V = w->dims[rows ? 0 : 1];
-  if (w->dims[rows ? 1 : 0] != *C) return "linear_ce: the weight's width is not x's";
-  for (int k = 3; k < n->nin; k++) {
-    IrNode *r = in_node(g, n, k);
-    if (r->rank != t->rank || r->dtype != DT_F32) return "linear_ce_bwd needs the rows' losses and their gradient, f32 [...]";
+/* The fused head's ops (ir_ops.h): x [..., C], w [C, V] or [V, C]
+ * (attr[0]); LINEAR_CE's family then int targets of x's leading shape
+ * (input 2), LINEAR_LSE's its shard attributes; the gradients' row inputs
+ * (nll or lse, dy) f32 of that shape. */
+static const char *linear_fits(IrGraph *g, IrNode *n) {
+  IrNode *x = in_node(g, n, 0), *w = in_node(g, n, 1);
+  int targets = ir_linear_targets(n->op), first_row = targets ? 3 : 2;
+  if (x->rank < 2 || w->rank != 2 || !sem_dtype_is_float(x->dtype) || !sem_dtype_is_float(w->dtype))
+    return "linear_ce needs x [..., C] and a weight [C, V] or [V, C]";
+  if (w->dims[n->attr[0] ? 1 : 0] != x->dims[x->rank - 1]) return "linear_ce: the weight's width is not x's";
+  if (targets) {
+    IrNode *t = in_node(g, n, 2);
+    if (t->rank != x->rank - 1 || sem_dtype_is_float(t->dtype)) return "linear_ce needs int targets [...] of x's leading shape";
     for (int i = 0; i < t->rank; i++)
-      if (r->dims[i] != t->dims[i]) return "linear_ce_bwd: a row value of another shape";
+      if (x->dims[i] != t->dims[i]) return "linear_ce: x and the targets differ";
+  } else if (n->attr[1] < 0 || n->attr[1] > IRG_COUNT || n->attr[2] < 0) {
+    return "linear_lse: bad vocabulary shard attributes";
+  }
+  for (int k = first_row; k < n->nin; k++) {
+    IrNode *r = in_node(g, n, k);
+    if (r->rank != x->rank - 1 || r->dtype != DT_F32) return "linear_ce's gradients need the rows' values and their gradient, f32 [...]";
+    for (int i = 0; i < r->rank; i++)
+      if (r->dims[i] != x->dims[i]) return "linear_ce's gradients: a row value of another shape";
   }
   return NULL;
 }
 
-/* The fused head's results, f32: the rows' values (x's shape without its
- * last axis), dx (x's shape) or dw (w's shape). */
-static const char *linear_result(IrGraph *g, IrNode *n, const char *why, int like) {
+/* Their results, f32: the rows' values (x's shape without its last axis),
+ * dx (x's shape) or dw (w's shape). */
+static const char *linear_result(IrGraph *g, IrNode *n) {
+  const char *why = linear_fits(g, n);
   if (why) return why;
-  copy_type(n, in_node(g, n, like < 0 ? 0 : like));
-  if (like < 0) n->rank--;
+  IrLinearRole role = ir_linear_role(n->op);
+  copy_type(n, in_node(g, n, role == IR_LINEAR_DW ? 1 : 0));
+  if (role == IR_LINEAR_ROWS) n->rank--;
   n->dtype = DT_F32;
   return NULL;
 }
 
-static const char *irshape_LINEAR_CE(IrGraph *g, IrNode *n) {
-  int64_t C, V;
-  return linear_result(g, n, linear_ce_fits(g, n, &C, &V), -1);
-}
-static const char *irshape_LINEAR_CE_BWD(IrGraph *g, IrNode *n) {
-  int64_t C, V;
-  return linear_result(g, n, linear_ce_fits(g, n, &C, &V), 0);
-}
-static const char *irshape_LINEAR_CE_BWD_W(IrGraph *g, IrNode *n) {
-  int64_t C, V;
-  return linear_result(g, n, linear_ce_fits(g, n, &C, &V), 1);
-}
-
-/* LINEAR_LSE and its gradients: x [..., C], w [C, V] or [V, C]; the
- * backward's lse and dy f32 of x's leading shape. */
-static const char *linear_lse_fits(IrGraph *g, IrNode *n) {
-  IrNode *x = in_node(g, n, 0), *w = in_node(g, n, 1);
-  if (x->rank < 2 || w->rank != 2 || !sem_dtype_is_float(x->dtype) || !sem_dtype_is_float(w->dtype))
-    return "linear_lse needs x [..., C] and a weight [C, V] or [V, C]";
-  if (w->dims[n->attr[0] ? 1 : 0] != x->dims[x->rank - 1]) return "linear_lse: the weight's width is not x's";
-  if (n->attr[1] < 0 || n->attr[1] > IRG_COUNT || n->attr[2] < 0) return "linear_lse: bad vocabulary shard attributes";
-  for (int k = 2; k < n->nin; k++) {
-    IrNode *r = in_node(g, n, k);
-    if (r->rank != x->rank - 1 || r->dtype != DT_F32) return "linear_lse_bwd needs the rows' log-sum-exp and its gradient, f32 [...]";
-    for (int i = 0; i < r->rank; i++)
-      if (r->dims[i] != x->dims[i]) return "linear_lse_bwd: a row value of another shape";
-  }
-  return NULL;
-}
-
-static const char *irshape_LINEAR_LSE(IrGraph *g, IrNode *n) { return linear_result(g, n, linear_lse_fits(g, n), -1); }
-static const char *irshape_LINEAR_LSE_BWD(IrGraph *g, IrNode *n) { return linear_result(g, n, linear_lse_fits(g, n), 0); }
-static const char *irshape_LINEAR_LSE_BWD_W(IrGraph *g, IrNode *n) { return linear_result(g, n, linear_lse_fits(g, n), 1); }
+static const char *irshape_LINEAR_CE(IrGraph *g, IrNode *n) { return linear_result(g, n); }
+static const char *irshape_LINEAR_CE_BWD(IrGraph *g, IrNode *n) { return linear_result(g, n); }
+static const char *irshape_LINEAR_CE_BWD_W(IrGraph *g, IrNode *n) { return linear_result(g, n); }
+static const char *irshape_LINEAR_LSE(IrGraph *g, IrNode *n) { return linear_result(g, n); }
+static const char *irshape_LINEAR_LSE_BWD(IrGraph *g, IrNode *n) { return linear_result(g, n); }
+static const char *irshape_LINEAR_LSE_BWD_W(IrGraph *g, IrNode *n) { return linear_result(g, n); }
 
 static const char *irshape_CALL(IrGraph *g, IrNode *n) {
   (void)g;
@@ -941,6 +920,52 @@ int ir_verify_pipeline_cut(const IrGraph *g, FILE *out) {
   }
   return problems;
 }
+
+int ir_drop_unread(IrGraph *g, int (*droppable)(IrOp op)) {
+  int n = g->nnodes;
+  int *readers = arena_alloc(g->arena, sizeof(int) * (size_t)(n + 1)), *to = arena_alloc(g->arena, sizeof(int) * (size_t)(n + 1));
+  char *dead = arena_alloc(g->arena, (size_t)n + 1);
+  memset(readers, 0, sizeof(int) * (size_t)(n + 1));
+  memset(dead, 0, (size_t)n + 1);
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < g->nodes[i].nin; k++) readers[g->nodes[i].in[k]]++;
+  for (int k = 0; k < g->noutputs; k++) readers[g->outputs[k]]++;
+  int ndead = 0;
+  for (int i = n - 1; i >= 0; i--) {
+    if (readers[i] || !droppable(g->nodes[i].op)) continue;
+    dead[i] = 1, ndead++;
+    for (int k = 0; k < g->nodes[i].nin; k++) readers[g->nodes[i].in[k]]--;
+  }
+  if (!ndead) return 0;
+  int m = 0, split = g->fb_split;
+  for (int i = 0; i < n; i++) {
+    to[i] = -1;
+    if (i == split) g->fb_split = m;
+    if (dead[i]) continue;
+    IrNode x = g->nodes[i];
+    for (int k = 0; k < x.nin; k++) x.in[k] = to[x.in[k]];
+    to[i] = m;
+    g->nodes[m++] = x;
+  }
+  if (split >= n) g->fb_split = m;
+  g->nnodes = m;
+  for (int k = 0; k < g->noutputs; k++) g->outputs[k] = to[g->outputs[k]];
+  return ndead;
+}
+
+IrLinearRole ir_linear_role(IrOp op) {
+  switch (op) {
+  case IR_LINEAR_CE:
+  case IR_LINEAR_LSE: return IR_LINEAR_ROWS;
+  case IR_LINEAR_CE_BWD:
+  case IR_LINEAR_LSE_BWD: return IR_LINEAR_DX;
+  case IR_LINEAR_CE_BWD_W:
+  case IR_LINEAR_LSE_BWD_W: return IR_LINEAR_DW;
+  default: return IR_LINEAR_NONE;
+  }
+}
+
+int ir_linear_targets(IrOp op) { return op == IR_LINEAR_CE || op == IR_LINEAR_CE_BWD || op == IR_LINEAR_CE_BWD_W; }
 
 DType ir_param_read_type(const IrModule *m, int p) {
   for (int gi = 0; gi < m->ngraphs; gi++)

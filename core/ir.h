@@ -238,6 +238,29 @@ int ir_verify(const IrModule *m, FILE *out);
  * precision.h); the parameter's dtype when every node reads it as it is. */
 DType ir_param_read_type(const IrModule *m, int p);
 
+/* Removes the nodes of g that nothing reads (no node, no output) and whose
+ * op `droppable` accepts, last to first, so that a chain of them goes whole;
+ * the rest keep their order, renumbered (fb_split moves with them).
+ * Returns how many went. */
+int ir_drop_unread(IrGraph *g, int (*droppable)(IrOp op));
+
+/* The fused head's ops (ir_ops.h: LINEAR_CE, LINEAR_LSE and their
+ * gradients) by what they make: each row's value, dx or dw; IR_LINEAR_NONE
+ * for any other op. ir_linear_targets: the LINEAR_CE family (it reads the
+ * targets, input 2). */
+typedef enum { IR_LINEAR_NONE = -1, IR_LINEAR_ROWS, IR_LINEAR_DX, IR_LINEAR_DW } IrLinearRole;
+IrLinearRole ir_linear_role(IrOp op);
+int ir_linear_targets(IrOp op);
+
+/* The columns of a vocabulary shard of `local` rows starting at global row
+ * `offset` that lie before the vocabulary's `rows` (its padding excluded);
+ * rows <= 0: all of them. */
+static inline int64_t ir_vocab_prefix(int64_t rows, int64_t offset, int64_t local) {
+  if (rows <= 0) return local;
+  int64_t v = rows - offset;
+  return v < 0 ? 0 : v < local ? v : local;
+}
+
 /* For a step a pipeline schedule runs in halves (IrGraph.fb_split): every
  * pipeline transfer toward the next chunk (the activation) lies in the
  * forward part and every one toward the previous chunk (its gradient) in

@@ -1343,11 +1343,11 @@ static void special_extern(CgKern *k, const IrNode *n, int id) {
             "no extern hook in hpd_ctx (a runtime without extern support)");
 }
 
-/* The fused head's ops read x and w in bf16 under bf16 storage (their GEMMs'
- * operands, core/numeric/lmce.h), the rest in f32 / i32. */
-static int linear_ce_op(IrOp op) {
-  return op == IR_LINEAR_CE || op == IR_LINEAR_CE_BWD || op == IR_LINEAR_CE_BWD_W || op == IR_LINEAR_LSE || op == IR_LINEAR_LSE_BWD ||
-         op == IR_LINEAR_LSE_BWD_W;
+/* Whether a host op reads input i of type t: f32 and i32, and the fused
+ * head's x and w in bf16 under bf16 storage (its GEMMs' operands,
+ * core/numeric/lmce.h). */
+static int host_reads(const IrNode *n, int i, DType t) {
+  return t == DT_F32 || t == DT_I32 || (t == DT_BF16 && i < 2 && ir_linear_role(n->op) != IR_LINEAR_NONE);
 }
 
 /* An op the runtime computes on the host (hpd_ctx.host_op): the mixture of
@@ -1358,7 +1358,7 @@ static int linear_ce_op(IrOp op) {
 static void special_host(CgKern *k, const IrNode *n, int id) {
   for (int i = 0; i <= n->nin; i++) {
     const IrNode *x = i < n->nin ? nd(k, mem_of(k, n->in[i])) : n;
-    if (x->dtype != DT_F32 && x->dtype != DT_I32 && !(linear_ce_op(n->op) && i < 2 && x->dtype == DT_BF16)) {
+    if (!host_reads(n, i, x->dtype)) {
       cg_fail(k->cg, "graph %s kernel k%d: %s on the host takes f32 and i32 tensors, not %s", k->g->name, k->kp,
               ir_op_name(n->op), sem_dtype_name(x->dtype));
       return;
@@ -1374,13 +1374,13 @@ static void special_linear_ce_pair(CgKern *k) {
   int dx = -1, dw = -1;
   for (int j = 0; j < k->K->nnodes; j++) {
     int v = k->K->nodes[j];
-    if (nd(k, v)->op == IR_LINEAR_CE_BWD || nd(k, v)->op == IR_LINEAR_LSE_BWD) dx = v;
-    if (nd(k, v)->op == IR_LINEAR_CE_BWD_W || nd(k, v)->op == IR_LINEAR_LSE_BWD_W) dw = v;
+    if (ir_linear_role(nd(k, v)->op) == IR_LINEAR_DX) dx = v;
+    if (ir_linear_role(nd(k, v)->op) == IR_LINEAR_DW) dw = v;
   }
   const IrNode *n = nd(k, dx);
   for (int i = 0; i < n->nin; i++) {
     DType t = nd(k, mem_of(k, n->in[i]))->dtype;
-    if (t != DT_F32 && t != DT_I32 && !(i < 2 && t == DT_BF16)) {
+    if (!host_reads(n, i, t)) {
       cg_fail(k->cg, "graph %s kernel k%d: %s on the host takes f32 and i32 tensors, not %s", k->g->name, k->kp,
               ir_op_name(n->op), sem_dtype_name(t));
       return;

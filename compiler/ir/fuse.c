@@ -301,28 +301,20 @@ static void place(Fuser *F, int id, int k) {
   }
 }
 
-/* The two gradients of the fused head and loss (LINEAR_CE_BWD, _BWD_W) read
- * the same inputs and recompute the same logits: the second joins the
- * first's special kernel, which computes both in one pass (rule 6). Returns
- * that kernel, or -1. No cycle: neither reads the other. */
-static IrOp linear_ce_other(IrOp op) {
-  switch (op) {
-  case IR_LINEAR_CE_BWD: return IR_LINEAR_CE_BWD_W;
-  case IR_LINEAR_CE_BWD_W: return IR_LINEAR_CE_BWD;
-  case IR_LINEAR_LSE_BWD: return IR_LINEAR_LSE_BWD_W;
-  case IR_LINEAR_LSE_BWD_W: return IR_LINEAR_LSE_BWD;
-  default: return IR_OP_COUNT;
-  }
-}
-
+/* The two gradients of the fused head and loss (dx and dw of LINEAR_CE or
+ * LINEAR_LSE, ir_linear_role) read the same inputs and recompute the same
+ * logits: the second joins the first's special kernel, which computes both
+ * in one pass (rule 6). Returns that kernel, or -1. No cycle: neither reads
+ * the other. */
 static int linear_ce_partner(Fuser *F, int id) {
   const IrNode *n = nd(F->g, id);
-  IrOp other = linear_ce_other(n->op);
-  if (other == IR_OP_COUNT) return -1;
+  IrLinearRole role = ir_linear_role(n->op);
+  if (role != IR_LINEAR_DX && role != IR_LINEAR_DW) return -1;
+  IrLinearRole other = role == IR_LINEAR_DX ? IR_LINEAR_DW : IR_LINEAR_DX;
   for (int j = id - 1; j >= 0; j--) {
     const IrNode *m = nd(F->g, j);
-    if (m->op != other || memcmp(m->attr, n->attr, sizeof(int64_t) * 3) || m->nin != n->nin ||
-        memcmp(m->in, n->in, sizeof(int) * (size_t)n->nin))
+    if (ir_linear_role(m->op) != other || ir_linear_targets(m->op) != ir_linear_targets(n->op) ||
+        memcmp(m->attr, n->attr, sizeof(int64_t) * 3) || m->nin != n->nin || memcmp(m->in, n->in, sizeof(int) * (size_t)n->nin))
       continue;
     int k = kof(F, j);
     for (int i = 0; i < id; i++) /* a kernel of one partner only */
@@ -964,9 +956,10 @@ int fuse_linear_ce_pair(const FuseGraph *fg, int p) {
   int dx = 0, dw = 0, other = 0;
   for (int j = 0; j < K->nnodes; j++) {
     IrOp op = fg->graph->nodes[K->nodes[j]].op;
-    dx += op == IR_LINEAR_CE_BWD || op == IR_LINEAR_LSE_BWD;
-    dw += op == IR_LINEAR_CE_BWD_W || op == IR_LINEAR_LSE_BWD_W;
-    other += linear_ce_other(op) == IR_OP_COUNT && op != IR_RESHAPE;
+    IrLinearRole role = ir_linear_role(op);
+    dx += role == IR_LINEAR_DX;
+    dw += role == IR_LINEAR_DW;
+    other += role != IR_LINEAR_DX && role != IR_LINEAR_DW && op != IR_RESHAPE;
   }
   return dx == 1 && dw == 1 && !other;
 }
@@ -1266,7 +1259,7 @@ int fuse_grad_acc_output(const FuseGraph *fg, const IrModule *m, int kp) {
   if (K->kind == FUSE_SPECIAL && (pair || K->nnodes == 1)) {
     /* the fused head's weight gradient, alone or beside dx */
     for (int j = 0; j < K->nnodes; j++)
-      if (g->nodes[K->nodes[j]].op == IR_LINEAR_CE_BWD_W || g->nodes[K->nodes[j]].op == IR_LINEAR_LSE_BWD_W) v = mm = K->nodes[j];
+      if (ir_linear_role(g->nodes[K->nodes[j]].op) == IR_LINEAR_DW) v = mm = K->nodes[j];
     if (pair && mm < 0) return -1;
   }
   if (K->kind == FUSE_GEMM) {

@@ -87,36 +87,8 @@ static int fuse_graph(IrGraph *g, const char **why) {
 }
 
 /* The vocab-parallel form (spmd.c's fused_vocab_ce) leaves the shard's logits
- * GEMM, and the transpose of the table it read, with no reader: dropped. */
-static void drop_dead_gemms(IrGraph *g) {
-  int n = g->nnodes;
-  int *readers = arena_alloc(g->arena, sizeof(int) * (size_t)(n + 1)), *to = arena_alloc(g->arena, sizeof(int) * (size_t)(n + 1));
-  char *dead = arena_alloc(g->arena, (size_t)n + 1);
-  memset(readers, 0, sizeof(int) * (size_t)(n + 1));
-  memset(dead, 0, (size_t)n + 1);
-  for (int i = 0; i < n; i++)
-    for (int k = 0; k < g->nodes[i].nin; k++) readers[g->nodes[i].in[k]]++;
-  for (int k = 0; k < g->noutputs; k++) readers[g->outputs[k]]++;
-  int ndead = 0;
-  for (int i = n - 1; i >= 0; i--) {
-    IrOp op = g->nodes[i].op;
-    if (readers[i] || (op != IR_MATMUL && op != IR_TRANSPOSE && op != IR_RESHAPE)) continue;
-    dead[i] = 1, ndead++;
-    for (int k = 0; k < g->nodes[i].nin; k++) readers[g->nodes[i].in[k]]--;
-  }
-  if (!ndead) return;
-  int m = 0;
-  for (int i = 0; i < n; i++) {
-    to[i] = -1;
-    if (dead[i]) continue;
-    IrNode x = g->nodes[i];
-    for (int k = 0; k < x.nin; k++) x.in[k] = to[x.in[k]];
-    to[i] = m;
-    g->nodes[m++] = x;
-  }
-  g->nnodes = m;
-  for (int k = 0; k < g->noutputs; k++) g->outputs[k] = to[g->outputs[k]];
-}
+ * GEMM, and the transpose of the table it read, with no reader. */
+static int dead_gemm_op(IrOp op) { return op == IR_MATMUL || op == IR_TRANSPOSE || op == IR_RESHAPE; }
 
 int headloss_fuse(IrModule *m, const char **why) {
   int total = 0;
@@ -124,7 +96,7 @@ int headloss_fuse(IrModule *m, const char **why) {
     int k = fuse_graph(m->graphs[gi], why);
     if (k < 0) return -1;
     total += k;
-    drop_dead_gemms(m->graphs[gi]);
+    ir_drop_unread(m->graphs[gi], dead_gemm_op);
   }
   return total;
 }

@@ -109,8 +109,7 @@ IrCostClass ircost_op_class(IrOp op) {
   if (f & IRF_COMM) return IRC_COMM;
   if (f & IRF_LEAF) return IRC_LEAF;
   if (op == IR_MATMUL || op == IR_ATTENTION || op == IR_ATTENTION_BWD || op == IR_CONV2D || op == IR_CONV2D_BWD_DATA ||
-      op == IR_CONV2D_BWD_FILTER || op == IR_LINEAR_CE || op == IR_LINEAR_CE_BWD || op == IR_LINEAR_CE_BWD_W || op == IR_LINEAR_LSE ||
-      op == IR_LINEAR_LSE_BWD || op == IR_LINEAR_LSE_BWD_W)
+      op == IR_CONV2D_BWD_FILTER || ir_linear_role(op) != IR_LINEAR_NONE)
     return IRC_GEMM;
   if (op == IR_POOL2D || op == IR_POOL2D_BWD) return IRC_REDUCTION;
   if ((f & IRF_ELEMENTWISE) || op == IR_ROPE) return IRC_ELEMENTWISE;
@@ -312,12 +311,11 @@ static void ircost_MOE_GATE_GRAD(const CostCtx *c, IrCost *k) {
 /* ---- convolutional networks ---- */
 
 int ircost_conv_gemm(const IrGraph *g, const IrNode *n, double *batch, double *M, double *N, double *K) {
-  if (n->op == IR_LINEAR_CE || n->op == IR_LINEAR_CE_BWD || n->op == IR_LINEAR_CE_BWD_W || n->op == IR_LINEAR_LSE ||
-      n->op == IR_LINEAR_LSE_BWD || n->op == IR_LINEAR_LSE_BWD_W) {
+  if (ir_linear_role(n->op) != IR_LINEAR_NONE) {
     /* the logits' GEMM [rows, C] x [C, V]; the backward's two (recomputed
      * logits, dx) count as a batch of two */
     const IrNode *x = &g->nodes[n->in[0]], *w = &g->nodes[n->in[1]];
-    *batch = n->op == IR_LINEAR_CE_BWD || n->op == IR_LINEAR_LSE_BWD ? 2 : 1;
+    *batch = ir_linear_role(n->op) == IR_LINEAR_DX ? 2 : 1;
     *M = (double)ir_numel(x) / (double)x->dims[x->rank - 1];
     *N = (double)w->dims[n->attr[0] ? 0 : 1];
     *K = (double)x->dims[x->rank - 1];

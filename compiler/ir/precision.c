@@ -181,10 +181,9 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, int cuda, const
     for (int k = 0; k < x->nin; k++) {
       /* a BACKWARD call's stash reference (input 1) is no value */
       int as_is = any || (x->op == IR_CALL && k > 0 && x->attr[2] == IR_CALL_BACKWARD);
-      int ce16 = gemm16 && k < 2 &&
-                 (x->op == IR_LINEAR_CE || x->op == IR_LINEAR_CE_BWD || x->op == IR_LINEAR_CE_BWD_W || x->op == IR_LINEAR_LSE ||
-                  x->op == IR_LINEAR_LSE_BWD || x->op == IR_LINEAR_LSE_BWD_W);
-      if ((x->op == IR_MATMUL || ce16) && gemm16) in[k] = as_16(&R, x->in[k], side, x->span);
+      /* a GEMM's operands, and the fused head's x and w (its GEMMs') */
+      int gemm_operand = x->op == IR_MATMUL || (k < 2 && ir_linear_role(x->op) != IR_LINEAR_NONE);
+      if (gemm_operand && gemm16) in[k] = as_16(&R, x->in[k], side, x->span);
       else in[k] = as_is ? map[x->in[k]] : as_f32(&R, x->in[k], side, x->span);
       all16 &= is16(g->nodes[in[k]].dtype);
     }

@@ -581,10 +581,6 @@ static Val rule_reduce(GPart *G, const IrNode *n, Val x) {
   return r;
 }
 
-/* Vocab-parallel cross-entropy (Megatron-LM): with the logits split along
- * the vocabulary, the log-sum-exp and the target logit are summed over the
- * tensor group. The max shift is a constant, so its all-reduce carries no
- * gradient. */
 /* parallel.fused_ce over a vocabulary split (headloss.h): when the logits
  * are the tied table's GEMM x @ w^T read by the loss alone, the shard's
  * log-sum-exp is one op that never stores them (LINEAR_LSE, the padded
@@ -631,6 +627,10 @@ static int fused_vocab_ce(GPart *G, const IrNode *n, Val z, Val t, IrGroup g) {
   return emit(G, IR_SUB, in4, 2, NULL, 0, 0, DT_F32, -1, NULL, at);
 }
 
+/* Vocab-parallel cross-entropy (Megatron-LM): with the logits split along
+ * the vocabulary, the log-sum-exp and the target logit are summed over the
+ * tensor group. The max shift is a constant, so its all-reduce carries no
+ * gradient. */
 static Val rule_cross_entropy(GPart *G, const IrNode *n, Val z, Val t) {
   z = settle(G, z, n->span);
   t = settle(G, t, n->span);
@@ -653,16 +653,11 @@ static Val rule_cross_entropy(GPart *G, const IrNode *n, Val z, Val t) {
     z.id = emit(G, IR_VOCAB_MASK, &z.id, 1, mattr, 2, -INFINITY, zn->dtype, -1, NULL, at);
     zn = dn(G, z.id);
   }
-  int loss;
-  if (fused >= 0) {
-    /* mean over every position: flatten, then one reduction */
-    int64_t count = ir_numel(dn(G, fused)), mattr[2] = {0, 0};
-    int flat = emit(G, IR_RESHAPE, &fused, 1, NULL, 0, 0, DT_F32, 1, &count, at);
-    loss = emit(G, IR_REDUCE_MEAN, &flat, 1, mattr, 2, 0, n->dtype, -1, NULL, at);
-  } else if (vocab_group < 0) {
+  int loss, nll = fused;
+  if (vocab_group < 0) {
     int in[2] = {z.id, t.id};
     loss = emit(G, IR_CROSS_ENTROPY, in, 2, NULL, 0, 0, n->dtype, -1, NULL, at);
-  } else {
+  } else if (nll < 0) {
     IrGroup g = (IrGroup)vocab_group;
     int64_t rattr[2] = {last, 1};
     int mloc = emit(G, IR_REDUCE_MAX, &z.id, 1, rattr, 2, 0, zn->dtype, -1, NULL, at);
@@ -679,8 +674,10 @@ static Val rule_cross_entropy(GPart *G, const IrNode *n, Val z, Val t) {
     int ztloc = emit(G, IR_PICK, in3, 2, pattr, 1, 0, zn->dtype, -1, NULL, at);
     int zt = all_reduce(G, ztloc, g, 0, at);
     int in4[2] = {lse, zt};
-    int nll = emit(G, IR_SUB, in4, 2, NULL, 0, 0, zn->dtype, -1, NULL, at);
-    /* mean over every position: flatten, then one reduction */
+    nll = emit(G, IR_SUB, in4, 2, NULL, 0, 0, zn->dtype, -1, NULL, at);
+  }
+  if (vocab_group >= 0) {
+    /* the rows' losses (fused or not): their mean over every position, flattened then one reduction */
     const IrNode *nn = dn(G, nll);
     int64_t count = ir_numel(nn);
     int flat = emit(G, IR_RESHAPE, &nll, 1, NULL, 0, 0, nn->dtype, 1, &count, at);
@@ -703,30 +700,8 @@ static Val rule_cross_entropy(GPart *G, const IrNode *n, Val z, Val t) {
 
 /* copy_marker moves a dispatch's marker onto its tokens by dispatching them
  * again; the first dispatch, read by nothing now, is removed (a back end
- * would otherwise compute it for nobody). Ids are renumbered in order. */
-static void drop_unused_dispatches(Part *P, IrGraph *g) {
-  int *uses = arena_alloc(P->arena, sizeof(int) * (size_t)(g->nnodes + 1));
-  memset(uses, 0, sizeof(int) * (size_t)(g->nnodes + 1));
-  for (int i = 0; i < g->nnodes; i++)
-    for (int k = 0; k < g->nodes[i].nin; k++) uses[g->nodes[i].in[k]]++;
-  for (int k = 0; k < g->noutputs; k++) uses[g->outputs[k]]++;
-  int dead = 0;
-  for (int i = 0; i < g->nnodes; i++) dead += g->nodes[i].op == IR_MOE_DISPATCH && !uses[i];
-  if (!dead) return;
-  int *to = arena_alloc(P->arena, sizeof(int) * (size_t)(g->nnodes + 1)), n = 0;
-  for (int i = 0; i < g->nnodes; i++) {
-    if (g->nodes[i].op == IR_MOE_DISPATCH && !uses[i]) {
-      to[i] = -1;
-      continue;
-    }
-    to[i] = n;
-    IrNode x = g->nodes[i];
-    for (int k = 0; k < x.nin; k++) x.in[k] = to[x.in[k]];
-    g->nodes[n++] = x;
-  }
-  g->nnodes = n;
-  for (int k = 0; k < g->noutputs; k++) g->outputs[k] = to[g->outputs[k]];
-}
+ * would otherwise compute it for nobody; ir_drop_unread). */
+static int is_dispatch(IrOp op) { return op == IR_MOE_DISPATCH; }
 
 static int partition_graph(Part *P, int gi, Shd entry);
 
@@ -1122,7 +1097,7 @@ static int partition_graph(Part *P, int gi, Shd entry) {
     v = convert(&G, v, &want, 0, g->nodes[g->outputs[k]].span);
     out->outputs[k] = v.id;
   }
-  if (!P->failed) drop_unused_dispatches(P, out);
+  if (!P->failed) ir_drop_unread(out, is_dispatch);
   return P->failed ? -1 : oi;
 }
 

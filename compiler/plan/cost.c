@@ -279,7 +279,7 @@ double cost_sfu_rate(const CatDevice *dev) {
 int cost_device_units(const CatDevice *dev) { return gemm_spec(dev)->units; }
 
 /* The share of its speed a GEMM loses while a collective runs beside it on
- * another stream (docs/planner.md sec. 11.5). NCCL's kernels hold whole SMs
+ * another stream (docs/planner.md sec. 11.4a). NCCL's kernels hold whole SMs
  * for their duration (a DGX-class node's collectives use about 16: NVIDIA/
  * nccl issue 689, S. Jeaugey). On Hopper and Blackwell cuBLAS's GEMMs are
  * persistent, one CTA per SM working through the tiles: with SMs taken the

@@ -70,6 +70,14 @@ static float row_sum_exp(const float *z, int64_t n, float m) {
   return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
 }
 
+/* A row's running log-sum-exp (max *m, sum *s of exp(z - max)) taking n
+ * more logits z (online softmax) */
+static void lse_add(float *m, double *s, const float *z, int64_t n) {
+  float bm = row_max(z, n), nm = bm > *m ? bm : *m;
+  *s = *s * exp((double)*m - (double)nm) + (double)row_sum_exp(z, n, nm);
+  *m = nm;
+}
+
 typedef struct {
   const LceShape *s;
   AttnSgemm gemm;
@@ -112,12 +120,7 @@ static void forward_chunks(void *ctx, int64_t lo, int64_t hi) {
     for (int64_t v0 = c * J->cw; v0 < end; v0 += LCE_COLS) {
       int64_t nb = end - v0 < LCE_COLS ? end - v0 : LCE_COLS;
       logits_block(J, v0, nb, z);
-      for (int64_t r = 0; r < J->n; r++) {
-        const float *zr = z + r * nb;
-        float bm = row_max(zr, nb), m = bm > pm[r] ? bm : pm[r];
-        ps[r] = ps[r] * exp((double)pm[r] - (double)m) + (double)row_sum_exp(zr, nb, m);
-        pm[r] = m;
-      }
+      for (int64_t r = 0; r < J->n; r++) lse_add(&pm[r], &ps[r], z + r * nb, nb);
     }
   }
   free(z);
@@ -162,12 +165,13 @@ static void backward_chunks(void *ctx, int64_t lo, int64_t hi) {
 
 static int64_t nchunks_of(const LceShape *s) { return (s->V + chunk_width(s->V) - 1) / chunk_width(s->V); }
 
-/* z_r[t_r] for rows [r0, r0 + n): one dot product each, in double, the same
- * in the forward and the backward (which recovers lse from nll with it). */
+/* element i of x or w, float or bf16 bits */
 static double elem(const void *p, int bf16, int64_t i) {
   return bf16 ? (double)half_bf16_to_f32(((const uint16_t *)p)[i]) : (double)((const float *)p)[i];
 }
 
+/* z_r[t_r] for rows [r0, r0 + n): one dot product each, in double, the same
+ * in the forward and the backward (which recovers lse from nll with it) */
 static void target_logits(const LceShape *s, const void *x, const void *w, const int32_t *t, int64_t r0, int64_t n, float *zt) {
   if (!t) { /* no targets (LINEAR_LSE): the log-sum-exp alone */
     for (int64_t r = 0; r < n; r++) zt[r] = 0;
@@ -210,12 +214,7 @@ typedef struct {
 
 static void rows16_forward(void *ctx, int64_t lo, int64_t hi) {
   Rows16 *R = ctx;
-  for (int64_t r = lo; r < hi; r++) {
-    const float *zr = R->z + r * R->nb;
-    float bm = row_max(zr, R->nb), m = bm > R->m[r] ? bm : R->m[r];
-    R->sum[r] = R->sum[r] * exp((double)R->m[r] - (double)m) + (double)row_sum_exp(zr, R->nb, m);
-    R->m[r] = m;
-  }
+  for (int64_t r = lo; r < hi; r++) lse_add(&R->m[r], &R->sum[r], R->z + r * R->nb, R->nb);
 }
 
 static void rows16_backward(void *ctx, int64_t lo, int64_t hi) {
