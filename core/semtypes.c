@@ -32,7 +32,7 @@ const char *sem_schedule_name(Schedule s) {
 }
 
 const char *sem_recompute_name(Recompute r) {
-  static const char *const n[] = {"none", "selective", "full"};
+  static const char *const n[] = {"none", "selective", "full", "ops"};
   return n[r];
 }
 

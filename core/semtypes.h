@@ -65,7 +65,11 @@ typedef enum { PREC_FP32, PREC_BF16, PREC_FP16, PREC_FP8 } Precision;
 typedef enum { OPT_SGD, OPT_ADAMW } OptimizerKind;
 typedef enum { DECAY_NONE, DECAY_COSINE, DECAY_LINEAR } DecayKind;
 typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED } Schedule;
-typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } Recompute;
+/* RECOMPUTE_OPS (last: artifacts store the number): op-level selective
+ * recomputation as torchtitan's "selective op" activation checkpointing -
+ * a block keeps its attention outputs, its collectives' outputs and every
+ * other weight GEMM's output and recomputes the rest (autodiff.c). */
+typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL, RECOMPUTE_OPS } Recompute;
 typedef enum { COMPRESS_NONE, COMPRESS_FP16, COMPRESS_INT8, COMPRESS_TOPK } Compression;
 
 const char *sem_schedule_name(Schedule s);

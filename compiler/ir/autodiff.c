@@ -1137,6 +1137,40 @@ static void ctx_init(AdCtx *c, IrModule *m, AdResult *res, const IrGraph *f, IrG
   for (size_t i = 0; i < n; i++) c->map[i] = c->grad[i] = -1;
 }
 
+/* Whether input k of node i is a weight: a parameter, seen through the
+ * casts, views and gathers the partitioner and precision pass put on it. */
+static int reads_weight(const IrGraph *g, int i) {
+  for (int k = 0; k < g->nodes[i].nin; k++) {
+    int x = g->nodes[i].in[k];
+    for (int hops = 0; x >= 0 && hops < 8; hops++) {
+      const IrNode *n = &g->nodes[x];
+      if (n->op == IR_PARAM) return 1;
+      if (n->nin != 1 || !(n->op == IR_CAST || n->op == IR_RESHAPE || n->op == IR_TRANSPOSE || n->op == IR_SLICE ||
+                           n->op == IR_ALL_GATHER || n->op == IR_COPY_TO_GROUP))
+        break;
+      x = n->in[0];
+    }
+  }
+  return 0;
+}
+
+/* recompute = ops, torchtitan's op-level selective activation checkpointing
+ * (its `_save_list` policy): a block keeps the outputs of its attention
+ * kernels, of its collectives (a recomputation would repeat the
+ * communication) and of every other GEMM with a weight operand (the 1st,
+ * 3rd, ... in program order), and recomputes everything else - norms,
+ * activations, rotary embeddings, the other GEMMs - from them. What is kept
+ * is saved only if the backward reads it (fv is lazy). */
+static void ops_policy(const IrGraph *g, char *recomp) {
+  int weight_gemms = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = &g->nodes[i];
+    int keep = n->op == IR_ATTENTION || (ir_op_flags(n->op) & IRF_COMM);
+    if (n->op == IR_MATMUL && reads_weight(g, i)) keep = weight_gemms++ % 2 == 0;
+    recomp[i] = !keep;
+  }
+}
+
 /* ZeRO-3 (dpsync.h): a parameter read through an all-gather over dp is
  * gathered again in the backward instead of kept per layer (the point of
  * holding pieces); marks the gather and the slice / reshape after it. */
@@ -1166,6 +1200,7 @@ static const char *build_block(IrModule *m, AdResult *res, int fi) {
     if (f->nodes[i].op == IR_CALL) return "a repeat inside a repeated block cannot be differentiated";
   }
   if (res->recompute == RECOMPUTE_SELECTIVE) attention_core(f, c.recomp);
+  if (res->recompute == RECOMPUTE_OPS) ops_policy(f, c.recomp);
   zero3_regather(f, c.recomp);
   const IrNode *out = fnode(&c, f->outputs[0]);
   int dy = arg_node(&c, 0, out, "dy");

@@ -40,7 +40,9 @@ void plan_explain(PlanCtx *c, PlanResult *r) {
         }
       }
     }
-    const char *fix = L->recompute != RECOMPUTE_FULL ? "full recomputation, a smaller micro batch or more pipeline stages"
+    const char *fix = L->recompute == RECOMPUTE_NONE || L->recompute == RECOMPUTE_SELECTIVE
+                          ? "recompute = ops or full, a smaller micro batch or more pipeline stages"
+                      : L->recompute == RECOMPUTE_OPS ? "full recomputation, a smaller micro batch or more pipeline stages"
                                                       : "a smaller micro batch, more tensor or pipeline parallelism";
     snprintf(r->limit, sizeof r->limit,
              "memory: %s needed of %s on pipeline rank %d (activations %s for %d micro-batches in flight); try %s",
@@ -123,7 +125,7 @@ void plan_explain(PlanCtx *c, PlanResult *r) {
   case 4:
     snprintf(r->limit, sizeof r->limit, "recomputation takes %.0f%% of the step (recompute = %s)%s", share,
              sem_recompute_name((Recompute)L->recompute),
-             L->recompute == RECOMPUTE_FULL ? "; selective recomputation would keep most of it if memory allows" : "");
+             L->recompute == RECOMPUTE_FULL ? "; recompute = ops (or selective) would keep most of it if memory allows" : "");
     return;
   case 5:
     snprintf(r->limit, sizeof r->limit, "context-parallel exchanges take %.0f%% of the step (cp=%" PRId64 ")", share, L->cp);

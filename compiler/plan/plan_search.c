@@ -146,7 +146,7 @@ int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, Pla
         for (int sp = 0; sp <= (tp > 1 ? 1 : 0); sp++) {
           if (fix->sp >= 0 && tp > 1 && fix->sp != sp) continue;
           if (sp && seq % tp) continue;
-          for (int rc = 0; rc < 3; rc++) {
+          for (int rc = 0; rc <= RECOMPUTE_OPS; rc++) {
             if (!fixed_ok(fix->recompute, rc)) continue;
             for (int64_t zero = 0; zero <= (dp > 1 ? 3 : 0); zero++) {
               if (!fixed_ok(fix->zero, zero)) continue;

@@ -624,6 +624,47 @@ def case_qwen3_window():
     check("has no materialised form" in p.stderr, p.stderr)
 
 
+def case_recompute_ops():
+    """recompute = ops (torchtitan's op-level selective checkpointing, compiler/ir/autodiff.c
+    ops_policy): a block keeps its attention outputs and every other weight GEMM's output and
+    recomputes the rest. The losses and gradient norms are those of no recomputation (the
+    reference executor's) in the reference executor and the generated kernels, at 1 rank and at
+    tp 2 x pp 2 (collectives kept, not repeated); the arena lies between none's and full's; a
+    Llama block (RMSNorm, rotary, SwiGLU) gives the same as without recomputation too."""
+    arenas = {}
+    for rc in ("none", "ops", "full"):
+        art, p = compile_art("art-rc-" + rc, ["--recompute", rc])
+        arenas[rc] = arena_of(p)
+        said = json.load(open(os.path.join(art, "manifest.json")))["compiler"]["recompute"]
+        check(said == rc, f"the manifest says recompute {said}, not {rc}")
+    print(f"arena of stage 0: none {arenas['none']}, ops {arenas['ops']}, full {arenas['full']} bytes")
+    check(arenas["full"] < arenas["ops"] < arenas["none"], f"arenas not ordered full < ops < none: {arenas}")
+    art, _ = compile_art("art-rc-ops", ["--recompute", "ops"])
+    base, _ = train(os.path.join(ARGS.work, "art-rc-none"), "rc-none")
+    got, _ = train(art, "rc-ops")
+    compare("recompute ops, 1 rank (interp)", got, reference(art))
+    check([(r["loss"], r["grad_norm"]) for r in got] == [(r["loss"], r["grad_norm"]) for r in base],
+          "recompute ops: the losses are not bit for bit those of recompute none")
+    art, p = compile_art("art-rc-ops-native", ["--recompute", "ops"], executor="auto")
+    ex = json.load(open(os.path.join(art, "manifest.json")))["program"]["executor"]
+    if ex != "interp":
+        got, _ = train(art, "rc-ops-native")
+        compare(f"recompute ops, 1 rank ({ex})", got, reference(art), tol1=1e-5, tol20=1e-4)
+    layout_case("recompute_ops_tp2_pp2", ["--recompute", "ops", "--tp", "2", "--pp", "2", "--schedule", "1f1b"])
+    global SAMPLE
+    SAMPLE = "llama.hpd"
+    defs = ["-D", "layers=2", "-D", "hidden=32", "-D", "heads=4", "-D", "kv_heads=2", "-D", "ffn=64", "-D", "seq=16",
+            "-D", "vocab=256"]
+    flags = ["--cluster", "cpu", "--nodes", "1", "--gpus", "1", "--dp", "1", "--tp", "1", "--sp", "off", "--zero", "0",
+             "--micro-batch", "2", "--global-batch", "4", "--precision", "fp32"]
+    art, _ = compile_art("art-rc-llama", flags + ["--recompute", "ops"], executor="auto", defs=defs)
+    ex = json.load(open(os.path.join(art, "manifest.json")))["program"]["executor"]
+    got, _ = train(art, "rc-llama")
+    one_rank = ["-L", "parallel.cluster=cpu", "-L", "parallel.nodes=1", "-L", "parallel.gpus=1", "-L", "parallel.data=1",
+                "-L", "parallel.tensor=1", "-L", "parallel.sequence=off"]
+    compare(f"llama, recompute ops ({ex})", got, reference(art, defs + one_rank), tol1=1e-5, tol20=1e-4)
+
+
 def arena_of(p):
     """The arena of stage 0 from hpdlc compile's summary."""
     for line in p.stdout.splitlines():

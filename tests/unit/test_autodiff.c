@@ -862,7 +862,7 @@ static void test_aux_loss(void) {
  * (count 1) scale, under each recompute policy; every copy of W and b has
  * its own gradient. */
 static void test_call(void) {
-  for (int policy = RECOMPUTE_NONE; policy <= RECOMPUTE_FULL; policy++) {
+  for (int policy = RECOMPUTE_NONE; policy <= RECOMPUTE_OPS; policy++) {
     Mod M = mod_new();
     IrGraph *blk = ir_graph_new(M.m, "blk");
     blk->count = 3;
@@ -907,7 +907,7 @@ static void test_call(void) {
  * gradients match the step graph's exactly. Here loss = sum(y * R), so the
  * block's final dy is R. */
 static void test_manual_schedule(void) {
-  for (int policy = RECOMPUTE_NONE; policy <= RECOMPUTE_FULL; policy++) {
+  for (int policy = RECOMPUTE_NONE; policy <= RECOMPUTE_OPS; policy++) {
     Mod M = mod_new();
     IrGraph *blk = ir_graph_new(M.m, "blk");
     blk->count = 2;
@@ -938,8 +938,9 @@ static void test_manual_schedule(void) {
     EXPECT(r != NULL);
     if (!r) return;
     EXPECT(ir_verify(M.m, stderr) == 0);
-    /* none keeps q and the softmax; selective recomputes the softmax from q */
-    EXPECT(r->nsaved[1] == (policy == RECOMPUTE_FULL ? 0 : policy == RECOMPUTE_SELECTIVE ? 1 : 2));
+    /* none keeps q and the softmax; selective recomputes the softmax from q;
+     * ops keeps q (its one weight GEMM) and recomputes the scores */
+    EXPECT(r->nsaved[1] == (policy == RECOMPUTE_FULL ? 0 : policy == RECOMPUTE_NONE ? 2 : 1));
     Interp *in = interp_new(M.m);
     interp_init_params(in, 21);
     set_inputs(&M, in);
@@ -1118,6 +1119,9 @@ static void test_llama(void) {
   if (!load_model(&L, "samples/llama.hpd", llama_defs, 12, 2)) return;
   check_model_grads("llama (tiny)", L.m, 64, RECOMPUTE_FULL, 1e-3);
   unload(&L);
+  if (!load_model(&L, "samples/llama.hpd", llama_defs, 12, 2)) return;
+  check_model_grads("llama (tiny), recompute ops", L.m, 64, RECOMPUTE_OPS, 1e-3);
+  unload(&L);
 }
 
 /* A small ResNet (issue 17): convolutions, batch norm (synchronised, one
@@ -1184,7 +1188,7 @@ static double *all_grads(IrModule *m, Recompute policy, int64_t vocab, int64_t *
 static void test_recompute_equal(const char *file, const char *const *defs, int ndefs, int64_t vocab) {
   double *ref = NULL, ref_loss = 0;
   int64_t ref_n = 0;
-  for (int policy = RECOMPUTE_NONE; policy <= RECOMPUTE_FULL; policy++) {
+  for (int policy = RECOMPUTE_NONE; policy <= RECOMPUTE_OPS; policy++) {
     Loaded L;
     if (!load_model(&L, file, defs, ndefs, 2)) return;
     int64_t n = 0;

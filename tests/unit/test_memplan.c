@@ -302,7 +302,7 @@ static int compare(const SemModel *model, const SimLayout *L, int chunk, int64_t
   return test_failures != fails;
 }
 
-static const Recompute policies[] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL};
+static const Recompute policies[] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL, RECOMPUTE_OPS};
 
 static void test_mlp(void) {
   Loaded L;
@@ -326,8 +326,8 @@ static void test_transformer(const char *file, const char *name, const char *con
   Loaded L;
   SemModel *m = load(&L, file, defs, ndefs);
   if (!m) return;
-  Numbers one[3];
-  for (int p = 0; p < 3; p++) {
+  Numbers one[4];
+  for (int p = 0; p < 4; p++) {
     char what[160];
     SimLayout lay = {1, 1, 1, 1, 1, 0, policies[p], 2, 1, 0, SCHED_1F1B, 1, 0, 0, 0};
     snprintf(what, sizeof what, "%s recompute=%s", name, sem_recompute_name(policies[p]));
@@ -347,9 +347,12 @@ static void test_transformer(const char *file, const char *name, const char *con
   /* recomputation trades stash for work: full keeps only the block inputs;
    * selective drops the attention's scores, which flash attention never
    * stores (so there it keeps what no recomputation keeps), and which the
-   * materialised chain does */
+   * materialised chain does; ops keeps every other weight GEMM's output
+   * and the attention's, more than full and less than none */
   EXPECT(one[2].stash < one[1].stash);
   EXPECT(one[1].stash <= one[0].stash);
+  EXPECT(one[2].stash < one[3].stash);
+  EXPECT(one[3].stash < one[0].stash);
   Numbers mat[2];
   for (int p = 0; p < 2; p++) {
     char what[160];
