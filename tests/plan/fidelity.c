@@ -202,9 +202,13 @@ static int check_set(const char *hpdlc, const char *src, const char *file, int m
   const char *sname;
   json_t *sv;
   json_object_foreach(sets, sname, sv) {
-    int ne = 0, asserted_set = 0;
+    int ne = 0, asserted_set = 0, any_asserted = 0;
     size_t i;
     json_t *r;
+    json_array_foreach(runs, i, r) {
+      if (!strcmp(json_string_value(json_object_get(r, "set")), sname) && json_is_true(json_object_get(r, "asserted")))
+        any_asserted = 1;
+    }
     json_array_foreach(runs, i, r) {
       if (strcmp(json_string_value(json_object_get(r, "set")), sname)) continue;
       char cmd[4096];
@@ -221,12 +225,15 @@ static int check_set(const char *hpdlc, const char *src, const char *file, int m
       json_t *l = json_object_get(r, "layout");
       const char *attn = json_string_value(json_object_get(l, "attention"));
       if (markdown) {
-        printf("| %s | %ld | tp %ld pp %ld cp %ld dp %ld%s, mb %ld, %s%s%s%s | %.3f s | %.3f s | %+.1f%% |\n",
-               json_string_value(json_object_get(r, "id")), jint(l, "gpus"), jint(l, "tp"), jint(l, "pp"), jint(l, "cp"),
+        const char *rc = json_string_value(json_object_get(l, "recompute"));
+        char rcs[48] = "";
+        if (rc && strcmp(rc, "none")) snprintf(rcs, sizeof rcs, !strcmp(rc, "full") ? ", full recompute" : ", recompute %s", rc);
+        printf("| %s%s | %ld | tp %ld pp %ld cp %ld dp %ld%s, mb %ld, %s%s%s%s | %.3f s | %.3f s | %+.1f%% |\n",
+               json_string_value(json_object_get(r, "id")), any_asserted && !asserted ? " (not asserted)" : "",
+               jint(l, "gpus"), jint(l, "tp"), jint(l, "pp"), jint(l, "cp"),
                jint(l, "dp"), jint(l, "zero") == 3 ? " zero 3" : "", jint(l, "micro_batch"),
                json_string_value(json_object_get(l, "precision")),
-               !strcmp(json_string_value(json_object_get(l, "recompute")), "full") ? ", full recompute" : "",
-               attn ? ", attention " : "", attn ? attn : "", pub, pred, e * 100);
+               rcs, attn ? ", attention " : "", attn ? attn : "", pub, pred, e * 100);
       } else {
         printf("%-40s %5ld %10.3f %10.3f %+7.1f%%  %s\n", json_string_value(json_object_get(r, "id")), jint(l, "gpus"), pub,
                pred, e * 100, !asserted ? "(not asserted)" : ok ? "ok" : "FAIL");

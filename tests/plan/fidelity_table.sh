@@ -35,6 +35,10 @@ trap 'rm -f "$tmp" "$tmp.doc"' EXIT
   echo
   "$fid" --set "$hpdlc" "$PWD" tests/plan/published_h100.json --markdown
   echo
+  echo "Runs the planner never saw while it was built (torchtitan, A100): step time, published and predicted:"
+  echo
+  "$fid" --set "$hpdlc" "$PWD" tests/plan/published_torchtitan.json --markdown
+  echo
   echo "<!-- fidelity-table:end -->"
 } > "$tmp"
 awk -v table="$tmp" '
