@@ -1184,6 +1184,19 @@ static void zero3_regather(const IrGraph *g, char *recomp) {
   }
 }
 
+/* Sequence parallelism (Korthikanti et al. 2022, sec. 4.2.2; Megatron-LM's
+ * LinearWithGradAccumulationAndAsyncCommunication): a column-parallel GEMM
+ * reads its input gathered over the tensor group along the sequence, and
+ * its weight gradient reads it again; the backward gathers it once more
+ * instead of keeping the gathered copy (tp times the sequence-split value
+ * the layer keeps instead). */
+static void sp_regather(const IrGraph *g, char *recomp) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = &g->nodes[i];
+    if (n->op == IR_ALL_GATHER && n->attr[0] == IRG_TP && n->attr[1] == 1 && n->rank >= 3) recomp[i] = 1;
+  }
+}
+
 /* B.grad (and B.fwd, which saves what B.grad reads) for block graph fi */
 static const char *build_block(IrModule *m, AdResult *res, int fi) {
   const IrGraph *f = m->graphs[fi];
@@ -1202,6 +1215,7 @@ static const char *build_block(IrModule *m, AdResult *res, int fi) {
   if (res->recompute == RECOMPUTE_SELECTIVE) attention_core(f, c.recomp);
   if (res->recompute == RECOMPUTE_OPS) ops_policy(f, c.recomp);
   zero3_regather(f, c.recomp);
+  sp_regather(f, c.recomp);
   const IrNode *out = fnode(&c, f->outputs[0]);
   int dy = arg_node(&c, 0, out, "dy");
   if (c.rg[f->outputs[0]]) c.grad[f->outputs[0]] = dy;
