@@ -121,6 +121,10 @@ hpdl_plan_golden(gpt_oss_search samples/gpt-oss.hpd --search --top 3)
 # 16 stages by cost (issue 19)
 hpdl_plan_golden(deepseek_v3 samples/deepseek-v3.hpd)
 hpdl_plan_golden(deepseek_v3_search samples/deepseek-v3.hpd --search --top 3)
+# GPT-3 175B on one DGX A100 with recompute = auto: no choice fits, so the plan prices the
+# one needing the least memory (full recomputation) and says so, instead of no answer
+hpdl_plan_golden(nofit_auto samples/gpt.hpd -D layers=96 -D hidden=12288 -D heads=96 --cluster dgx-a100-80gb --gpus 8
+                 --nodes 1 --tp 8 --pp 1 --dp 1 --recompute auto --micro-batch 1 --global-batch 8)
 # ResNet-18 over a 4-stage pipeline: its forward cut into pieces between blocks (issue 17)
 hpdl_plan_golden(resnet18_pp4 samples/resnet18.hpd --cluster dgx-a100-80gb --gpus 4 --pp 4 --micro-batch 32)
 

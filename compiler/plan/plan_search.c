@@ -34,17 +34,19 @@ static const char *fmt_bytes(char *b, size_t n, double v) { return plan_fmt_byte
 typedef struct {
   PlanResult *best;
   int n, cap;
+  int by_memory; /* rank by memory per GPU first (when nothing fits) */
 } TopList;
 
-static int better(const PlanResult *a, const PlanResult *b) {
+static int better(const TopList *t, const PlanResult *a, const PlanResult *b) {
+  if (t->by_memory && a->mem.total != b->mem.total) return a->mem.total < b->mem.total;
   if (a->step_s != b->step_s) return a->step_s < b->step_s;
   return a->mem.total < b->mem.total;
 }
 
 static void top_insert(TopList *t, const PlanResult *r) {
-  if (t->n == t->cap && !better(r, &t->best[t->n - 1])) return;
+  if (t->n == t->cap && !better(t, r, &t->best[t->n - 1])) return;
   int i = t->n < t->cap ? t->n++ : t->cap - 1;
-  while (i > 0 && better(r, &t->best[i - 1])) {
+  while (i > 0 && better(t, r, &t->best[i - 1])) {
     t->best[i] = t->best[i - 1];
     i--;
   }
@@ -105,14 +107,16 @@ static void why_wins(PlanResult *r, const PlanResult *w, const PlanResult *next,
              plan_fmt_time(b, sizeof b, diff[worst].dv > 0 ? diff[worst].dv : 0));
 }
 
-int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, PlanSearchStats *stats) {
+/* The search; with nofit set (nothing fits), the layouts that need the
+ * least memory per GPU whether they fit or not. */
+static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, PlanSearchStats *stats, int nofit) {
   double t0 = now_s();
   PlanSearchStats st;
   memset(&st, 0, sizeof st);
   int64_t programs0 = c->programs;
   if (top < 1) top = 1;
   int keep = 4 * top > PLAN_SEARCH_EXACT ? 4 * top : PLAN_SEARCH_EXACT;
-  TopList tl = {calloc((size_t)keep, sizeof(PlanResult)), 0, keep};
+  TopList tl = {calloc((size_t)keep, sizeof(PlanResult)), 0, keep, nofit};
   if (!tl.best) return 0;
   const SemModel *m = c->model;
   int64_t G = c->gpus, gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1;
@@ -152,7 +156,7 @@ int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, Pla
               if (!fixed_ok(fix->zero, zero)) continue;
               CostModelStates ms = cost_model_states((int64_t)lb_params, (int)zero, (int)dp, c->prec,
                                                      m->train.optimizer, m->train.momentum > 0);
-              if (ms.total > cap) {
+              if (ms.total > cap && !nofit) {
                 st.enumerated++;
                 continue;
               }
@@ -173,8 +177,8 @@ int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, Pla
                     progress_count(c->progress, "%" PRId64 " layouts priced, %" PRId64 " fit", st.enumerated, st.fit);
                     if (plan_evaluate(c, &L, PLAN_FAST, &r) != 0) continue;
                     st.valid++;
-                    if (!r.mem.fits) break; /* a larger micro batch holds more */
-                    st.fit++;
+                    if (!r.mem.fits && !nofit) break; /* a larger micro batch holds more */
+                    st.fit += r.mem.fits;
                     top_insert(&tl, &r);
                   }
                 }
@@ -187,11 +191,11 @@ int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, Pla
     }
   }
   /* re-price the best exactly: the real chunks and the schedule simulator */
-  TopList ex = {calloc((size_t)keep, sizeof(PlanResult)), 0, keep};
+  TopList ex = {calloc((size_t)keep, sizeof(PlanResult)), 0, keep, nofit};
   for (int i = 0; i < tl.n && ex.best; i++) {
     if (plan_evaluate(c, &tl.best[i].layout, 0, &r) != 0) continue;
     st.exact++;
-    if (r.mem.fits) top_insert(&ex, &r);
+    if (r.mem.fits || nofit) top_insert(&ex, &r);
   }
   int n = ex.n < top ? ex.n : top;
   for (int i = 0; i < n; i++) {
@@ -207,12 +211,29 @@ int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, Pla
   return n;
 }
 
+int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, PlanSearchStats *stats) {
+  return search(c, fix, top, out, stats, 0);
+}
+
 int plan_resolve(PlanCtx *c, const PlanLayout *L, PlanResult *out) {
   int autos = L->dp < 0 || L->tp < 0 || L->pp < 0 || L->cp < 0 || L->vpp < 0 || L->zero < 0 || L->micro_batch < 0 ||
               L->sp < 0 || L->schedule < 0 || L->recompute < 0;
   if (!autos) return plan_evaluate(c, L, 0, out);
   PlanResult best;
   int n = plan_search(c, L, 1, &best, NULL);
+  if (n < 1 && search(c, L, 1, &best, NULL, 1) == 1 && plan_evaluate(c, &best.layout, 0, out) == 0) {
+    /* nothing fits: price the choice that needs the least memory and say so,
+     * rather than no answer (a user sizing a run still learns its time and
+     * how far it is from fitting) */
+    static const char head[] = "no choice of the auto settings fits; shown: the one needing the least memory. ";
+    size_t keep = sizeof out->limit - sizeof head;
+    char lim[sizeof out->limit];
+    memcpy(lim, head, sizeof head - 1);
+    memcpy(lim + sizeof head - 1, out->limit, keep);
+    lim[sizeof lim - 1] = 0;
+    memcpy(out->limit, lim, sizeof lim);
+    return 0;
+  }
   if (n < 1) {
     memset(out, 0, sizeof *out);
     out->layout = *L;
