@@ -15,7 +15,8 @@ LayerNorm eps 1e-5 with weight and bias; a final LayerNorm; logits against
 the tied token embedding; mean cross-entropy. Training as the .hpd train
 block: AdamW (lr 6e-4, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on
 matrices and embeddings only, as hpdlrun), gradient clipping at norm 1.0.
-Everything fp32, torch.set_num_threads(--threads).
+Everything fp32 (or, with --precision bf16, the forward under torch.autocast
+on bfloat16), torch.set_num_threads(--threads).
 
 Prints one JSON line: {"ms_per_step": median over the timed steps, ...}.
 The first --warmup steps are not timed (allocator and thread-pool start-up).
@@ -96,6 +97,9 @@ def main():
     ap.add_argument("--width", type=int, default=768)
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="bf16: the forward and loss under torch.autocast('cpu', bfloat16), PyTorch's mixed "
+                         "precision on the CPU (fp32 weights and optimizer)")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -111,7 +115,8 @@ def main():
         tokens = torch.randint(0, 256, (args.batch, args.seq + 1), generator=gen)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(tokens[:, :-1], tokens[:, 1:])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            loss = model(tokens[:, :-1], tokens[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -126,7 +131,7 @@ def main():
         "threads": torch.get_num_threads(),
         "batch": args.batch, "seq": args.seq,
         "loss_first": losses[0], "loss_last": losses[-1],
-        "torch": torch.__version__,
+        "torch": torch.__version__, "precision": args.precision,
     }))
 
 
