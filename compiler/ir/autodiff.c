@@ -1197,6 +1197,19 @@ static void sp_regather(const IrGraph *g, char *recomp) {
   }
 }
 
+/* An activation function whose input is differentiated: its backward reads
+ * that input, which is kept anyway, so its output is computed again from it
+ * (one elementwise pass) rather than kept too - GELU's output, the input of
+ * a GPT block's second MLP GEMM, is a quarter of the block's stash; SwiGLU's
+ * silu(gate) likewise (the min-cut partitioners' choice for pointwise ops). */
+static void activation_recompute(const AdCtx *c, const IrGraph *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = &g->nodes[i];
+    int act = n->op == IR_GELU || n->op == IR_SILU || n->op == IR_RELU || n->op == IR_SIGMOID || n->op == IR_TANH;
+    if (act && n->nin == 1 && c->rg[n->in[0]]) c->recomp[i] = 1;
+  }
+}
+
 /* B.grad (and B.fwd, which saves what B.grad reads) for block graph fi */
 static const char *build_block(IrModule *m, AdResult *res, int fi) {
   const IrGraph *f = m->graphs[fi];
@@ -1214,6 +1227,7 @@ static const char *build_block(IrModule *m, AdResult *res, int fi) {
   }
   if (res->recompute == RECOMPUTE_SELECTIVE) attention_core(f, c.recomp);
   if (res->recompute == RECOMPUTE_OPS) ops_policy(f, c.recomp);
+  activation_recompute(&c, f);
   zero3_regather(f, c.recomp);
   sp_regather(f, c.recomp);
   const IrNode *out = fnode(&c, f->outputs[0]);
