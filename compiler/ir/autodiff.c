@@ -1184,6 +1184,27 @@ static void zero3_regather(const IrGraph *g, char *recomp) {
   }
 }
 
+/* A weight seen through an identity, a view or a cast - Megatron's f over
+ * the context group (copy_to_group: its gradient is all-reduced there), a
+ * reshape, a transpose - is the weight again in the backward, not a copy
+ * kept per layer and micro-batch (under context parallelism every weight of
+ * a block went through f and so was kept whole: a 405B layer's 0.8 GB per
+ * micro-batch at tp 8). */
+static void weight_views(const IrGraph *g, char *recomp) {
+  char *w = calloc((size_t)g->nnodes + 1, 1);
+  if (!w) abort();
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = &g->nodes[i];
+    if (n->op == IR_PARAM) w[i] = 1;
+    else if (n->nin == 1 && w[n->in[0]] &&
+             (n->op == IR_COPY_TO_GROUP || n->op == IR_RESHAPE || n->op == IR_TRANSPOSE || n->op == IR_CAST)) {
+      w[i] = 1;
+      recomp[i] = 1;
+    }
+  }
+  free(w);
+}
+
 /* Sequence parallelism (Korthikanti et al. 2022, sec. 4.2.2; Megatron-LM's
  * LinearWithGradAccumulationAndAsyncCommunication): a column-parallel GEMM
  * reads its input gathered over the tensor group along the sequence, and
@@ -1228,6 +1249,7 @@ static const char *build_block(IrModule *m, AdResult *res, int fi) {
   if (res->recompute == RECOMPUTE_SELECTIVE) attention_core(f, c.recomp);
   if (res->recompute == RECOMPUTE_OPS) ops_policy(f, c.recomp);
   activation_recompute(&c, f);
+  weight_views(f, c.recomp);
   zero3_regather(f, c.recomp);
   sp_regather(f, c.recomp);
   const IrNode *out = fnode(&c, f->outputs[0]);
