@@ -1137,21 +1137,20 @@ static void ctx_init(AdCtx *c, IrModule *m, AdResult *res, const IrGraph *f, IrG
   for (size_t i = 0; i < n; i++) c->map[i] = c->grad[i] = -1;
 }
 
-/* Whether input k of node i is a weight: a parameter, seen through the
- * casts, views and gathers the partitioner and precision pass put on it. */
-static int reads_weight(const IrGraph *g, int i) {
-  for (int k = 0; k < g->nodes[i].nin; k++) {
-    int x = g->nodes[i].in[k];
-    for (int hops = 0; x >= 0 && hops < 8; hops++) {
-      const IrNode *n = &g->nodes[x];
-      if (n->op == IR_PARAM) return 1;
-      if (n->nin != 1 || !(n->op == IR_CAST || n->op == IR_RESHAPE || n->op == IR_TRANSPOSE || n->op == IR_SLICE ||
-                           n->op == IR_ALL_GATHER || n->op == IR_COPY_TO_GROUP))
-        break;
-      x = n->in[0];
-    }
+/* Per node, 1 when it is a weight: a parameter, or one seen through the
+ * identities, views, casts and gathers the partitioner and the precision
+ * pass put on it. The caller frees it. */
+static char *weight_mask(const IrGraph *g) {
+  char *w = calloc((size_t)g->nnodes + 1, 1);
+  if (!w) abort();
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = &g->nodes[i];
+    w[i] = n->op == IR_PARAM ||
+           (n->nin == 1 && w[n->in[0]] &&
+            (n->op == IR_COPY_TO_GROUP || n->op == IR_RESHAPE || n->op == IR_TRANSPOSE || n->op == IR_CAST ||
+             n->op == IR_SLICE || n->op == IR_ALL_GATHER));
   }
-  return 0;
+  return w;
 }
 
 /* recompute = ops, torchtitan's op-level selective activation checkpointing
@@ -1161,12 +1160,12 @@ static int reads_weight(const IrGraph *g, int i) {
  * 3rd, ... in program order), and recomputes everything else - norms,
  * activations, rotary embeddings, the other GEMMs - from them. What is kept
  * is saved only if the backward reads it (fv is lazy). */
-static void ops_policy(const IrGraph *g, char *recomp) {
+static void ops_policy(const IrGraph *g, const char *weight, char *recomp) {
   int weight_gemms = 0;
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = &g->nodes[i];
     int keep = n->op == IR_ATTENTION || (ir_op_flags(n->op) & IRF_COMM);
-    if (n->op == IR_MATMUL && reads_weight(g, i)) keep = weight_gemms++ % 2 == 0;
+    if (n->op == IR_MATMUL && (weight[n->in[0]] || weight[n->in[1]])) keep = weight_gemms++ % 2 == 0;
     recomp[i] = !keep;
   }
 }
@@ -1189,20 +1188,12 @@ static void zero3_regather(const IrGraph *g, char *recomp) {
  * reshape, a transpose - is the weight again in the backward, not a copy
  * kept per layer and micro-batch (under context parallelism every weight of
  * a block went through f and so was kept whole: a 405B layer's 0.8 GB per
- * micro-batch at tp 8). */
-static void weight_views(const IrGraph *g, char *recomp) {
-  char *w = calloc((size_t)g->nnodes + 1, 1);
-  if (!w) abort();
+ * micro-batch at tp 8). Gathers communicate: zero3_regather decides them. */
+static void weight_views(const IrGraph *g, const char *weight, char *recomp) {
   for (int i = 0; i < g->nnodes; i++) {
-    const IrNode *n = &g->nodes[i];
-    if (n->op == IR_PARAM) w[i] = 1;
-    else if (n->nin == 1 && w[n->in[0]] &&
-             (n->op == IR_COPY_TO_GROUP || n->op == IR_RESHAPE || n->op == IR_TRANSPOSE || n->op == IR_CAST)) {
-      w[i] = 1;
-      recomp[i] = 1;
-    }
+    IrOp op = g->nodes[i].op;
+    if (weight[i] && (op == IR_COPY_TO_GROUP || op == IR_RESHAPE || op == IR_TRANSPOSE || op == IR_CAST)) recomp[i] = 1;
   }
-  free(w);
 }
 
 /* Sequence parallelism (Korthikanti et al. 2022, sec. 4.2.2; Megatron-LM's
@@ -1246,10 +1237,12 @@ static const char *build_block(IrModule *m, AdResult *res, int fi) {
     if (res->recompute == RECOMPUTE_FULL) c.recomp[i] = 1;
     if (f->nodes[i].op == IR_CALL) return "a repeat inside a repeated block cannot be differentiated";
   }
+  char *weight = weight_mask(f);
   if (res->recompute == RECOMPUTE_SELECTIVE) attention_core(f, c.recomp);
-  if (res->recompute == RECOMPUTE_OPS) ops_policy(f, c.recomp);
+  if (res->recompute == RECOMPUTE_OPS) ops_policy(f, weight, c.recomp);
   activation_recompute(&c, f);
-  weight_views(f, c.recomp);
+  weight_views(f, weight, c.recomp);
+  free(weight);
   zero3_regather(f, c.recomp);
   sp_regather(f, c.recomp);
   const IrNode *out = fnode(&c, f->outputs[0]);

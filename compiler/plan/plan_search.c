@@ -226,11 +226,8 @@ int plan_resolve(PlanCtx *c, const PlanLayout *L, PlanResult *out) {
      * rather than no answer (a user sizing a run still learns its time and
      * how far it is from fitting) */
     static const char head[] = "no choice of the auto settings fits; shown: the one needing the least memory. ";
-    size_t keep = sizeof out->limit - sizeof head;
     char lim[sizeof out->limit];
-    memcpy(lim, head, sizeof head - 1);
-    memcpy(lim + sizeof head - 1, out->limit, keep);
-    lim[sizeof lim - 1] = 0;
+    snprintf(lim, sizeof lim, "%s%.*s", head, (int)(sizeof lim - sizeof head), out->limit);
     memcpy(out->limit, lim, sizeof lim);
     return 0;
   }
