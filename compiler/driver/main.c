@@ -52,7 +52,7 @@ static const LayoutFlag layout_flags[] = {
     {"--overlap", "parallel.overlap", "on|off"},
     {"--tp-overlap", "parallel.tp_overlap", "on|off"},
     {"--vocab-pad", "parallel.vocab_pad", "N"},
-    {"--fused-ce", "parallel.fused_ce", "on|off"},
+    {"--fused-ce", "parallel.fused_ce", "on|off|auto"},
     {"--gpus", "parallel.gpus", "N"},
     {"--gpus-per-node", "parallel.gpus_per_node", "N"},
     {"--nodes", "parallel.nodes", "N|auto"},
@@ -843,7 +843,8 @@ int main(int argc, char **argv) {
         if (cli.plan.search) {
           static const char *const keys[] = {"parallel.data",     "parallel.tensor",   "parallel.pipeline",
                                              "parallel.context",  "parallel.sequence", "parallel.zero",
-                                             "parallel.schedule", "parallel.virtual",  "parallel.recompute"};
+                                             "parallel.schedule", "parallel.virtual",  "parallel.recompute",
+                                             "parallel.fused_ce"};
           for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
             int given = 0;
             for (int j = 0; j < cli.nlayout; j++) given |= !strcmp(cli.layout[j].name, keys[k]);

@@ -38,7 +38,7 @@ static const KeySpec parallel_keys[] = {
     {"recompute", K_WORD, recomputes, 1}, {"overlap", K_ONOFF, NULL, 1},
     {"compression", K_SPEC, compressions, 0}, {"balance", K_WORD, balances, 0},
     {"tp_overlap", K_ONOFF, NULL, 0},   {"vocab_pad", K_INT, NULL, 0},
-    {"expert", K_INT, NULL, 1},         {"fused_ce", K_ONOFF, NULL, 0},
+    {"expert", K_INT, NULL, 1},         {"fused_ce", K_ONOFF, NULL, 1},
 };
 static const KeySpec cluster_keys[] = {
     {"device", K_STRING, NULL, 0},          {"gpus_per_node", K_INT, NULL, 0},   {"nodes", K_INT, NULL, 0},

@@ -902,8 +902,8 @@ static void pricer_free(Pricer *P) {
 
 static uint64_t key_hash(const PlanKey *k) {
   uint64_t h = 1469598103934665603ull;
-  int64_t v[6] = {k->mb, k->tp, k->cp, k->sp, k->rc, k->ep};
-  for (int i = 0; i < 6; i++) {
+  int64_t v[7] = {k->mb, k->tp, k->cp, k->sp, k->rc, k->ep, k->fce};
+  for (int i = 0; i < 7; i++) {
     h ^= (uint64_t)v[i] + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
     h *= 1099511628211ull;
   }
@@ -911,7 +911,8 @@ static uint64_t key_hash(const PlanKey *k) {
 }
 
 static int key_eq(const PlanKey *a, const PlanKey *b) {
-  return a->mb == b->mb && a->tp == b->tp && a->cp == b->cp && a->sp == b->sp && a->rc == b->rc && a->ep == b->ep;
+  return a->mb == b->mb && a->tp == b->tp && a->cp == b->cp && a->sp == b->sp && a->rc == b->rc && a->ep == b->ep &&
+         a->fce == b->fce;
 }
 
 /* Links of the groups a key's program uses (tensor, context and expert),
@@ -987,7 +988,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
     snprintf(pp->why, sizeof pp->why, "the model does not lower at micro batch %" PRId64, k->mb);
     goto done;
   }
-  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, c->fused_ce};
+  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, k->fce};
   int errors = diag_error_count(quiet_diag(c));
   part = spmd_partition(a, quiet_diag(c), global, &spec);
   if (!part) {
@@ -1404,7 +1405,7 @@ int64_t *plan_chunk_layers(Arena *arena, const SemModel *model, int64_t micro_ba
   int rc = -1;
   if (c) {
     PlanKey key = {micro_batch > 0 ? micro_batch : 1, tp > 0 ? tp : 1, cp > 0 ? cp : 1, tp > 1 ? sp : 0,
-                   recompute < 0 ? RECOMPUTE_NONE : recompute, 1};
+                   recompute < 0 ? RECOMPUTE_NONE : recompute, 1, c->fused_ce};
     PlanParts *pp = plan_parts(c, &key);
     if (!pp->valid) snprintf(err, sizeof err, "the planner cannot price the program to balance its stages: %s", pp->why);
     else if (pp->unit_w) { /* a forward cut into pieces: the split plan_exact calibrates on the priced chunks */
@@ -1508,7 +1509,7 @@ PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
   /* the program, lowered and partitioned once for every split priced below */
   Arena *a = arena_new();
   IrModule *global = lower_priced(c, a, k->mb, !c->flash);
-  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, c->fused_ce};
+  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, k->fce};
   IrModule *part = global ? spmd_partition(a, quiet_diag(c), global, &spec) : NULL;
   int ok = price_split(c, k, K, parts, part, a, e->layers, e->ch, e->why, sizeof e->why) == 0;
   if (ok && parts->unit_w && K > 1) {
@@ -1757,6 +1758,7 @@ PlanLayout plan_layout_of(const SemModel *m) {
   p.recompute = L->recompute;
   p.overlap = L->overlap != 0;
   p.ep = L->ep; /* 0 or -1: --search chooses; plan_evaluate takes 1 */
+  p.fused_ce = L->fused_ce; /* -1: auto */
   return p;
 }
 
@@ -1844,7 +1846,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   out->seq_len = m->seq_len > 0 ? m->seq_len : 1;
   out->params = c->params;
   if (L.dp < 1 || L.tp < 1 || L.pp < 1 || L.cp < 1 || L.micro_batch < 1 || L.zero < 0 || L.zero > 3 || L.sp < 0 ||
-      L.schedule < 0 || L.recompute < 0)
+      L.schedule < 0 || L.recompute < 0 || L.fused_ce < 0)
     return fail(out, "the layout has auto fields");
   if (L.vpp < 1) L.vpp = 1;
   if (L.dp * L.tp * L.pp * L.cp != c->gpus)
@@ -1867,7 +1869,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   if (L.pp > 1 && L.schedule == SCHED_INTERLEAVED && L.num_micro % L.pp != 0)
     return fail(out, "interleaving needs the micro-batches (%" PRId64 ") divisible by pp", L.num_micro);
   int64_t K = L.pp * L.vpp;
-  PlanKey key = {L.micro_batch, L.tp, L.cp, L.tp > 1 ? L.sp : 0, L.recompute, L.ep > 1 ? L.ep : 1};
+  PlanKey key = {L.micro_batch, L.tp, L.cp, L.tp > 1 ? L.sp : 0, L.recompute, L.ep > 1 ? L.ep : 1, L.fused_ce == 1};
   PlanParts *pp = plan_parts(c, &key);
   if (!pp->valid) return fail(out, "%s", pp->why);
   int64_t *split = xalloc_calloc((size_t)K, sizeof(int64_t));
@@ -2262,7 +2264,8 @@ int plan_timeline(PlanCtx *c, const PlanLayout *L, PlanTimeline *out) {
   if (plan_evaluate(c, L, PLAN_FULL_SIM, &r) != 0) return -1;
   const PlanLayout *l = &r.layout;
   int64_t K = l->pp * (l->vpp > 0 ? l->vpp : 1);
-  PlanKey key = {l->micro_batch, l->tp, l->cp, l->tp > 1 ? l->sp : 0, l->recompute, l->ep > 1 ? l->ep : 1};
+  PlanKey key = {l->micro_batch, l->tp, l->cp, l->tp > 1 ? l->sp : 0, l->recompute, l->ep > 1 ? l->ep : 1,
+                 l->fused_ce == 1};
   PlanExact *e = plan_exact(c, &key, K);
   if (!e->valid) return -1;
   double *tf = xalloc_calloc((size_t)K, sizeof(double)), *tb = xalloc_calloc((size_t)K, sizeof(double));

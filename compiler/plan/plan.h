@@ -59,6 +59,7 @@ typedef struct PlanLayout {
   int recompute;     /* Recompute, -1 auto */
   int overlap;       /* data-parallel communication overlapped with the backward: 0, 1 */
   int64_t ep;        /* expert parallelism inside dp (1: none; 0 or -1 in a search: any) */
+  int fused_ce;      /* the head's GEMM and its cross-entropy as one op: 0 off, 1 on, -1 auto */
 } PlanLayout;
 
 /* Memory of one GPU (bytes). */

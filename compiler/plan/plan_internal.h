@@ -39,6 +39,7 @@ typedef struct PlanKey {
   int64_t mb, tp, cp;
   int sp, rc;
   int64_t ep; /* expert parallelism (the experts' all-to-all is in the program) */
+  int fce;    /* fused_ce: the head's GEMM and its loss as one op (headloss.h) */
 } PlanKey;
 
 /* Chunk kinds of a pipeline split. */
@@ -98,7 +99,7 @@ struct PlanCtx {
   CostAttnKernel attn_kernel; /* under flash: the tile model alone, or a generation whose published rate bounds it */
   int tp_overlap;     /* the layout's tp_overlap */
   int64_t vocab_pad;  /* the layout's vocab_pad: vocabulary padded to a multiple of it x tp */
-  int fused_ce;       /* the layout's fused_ce: the head's GEMM and loss as one op (headloss.h) */
+  int fused_ce;       /* the model's fused_ce (on: 1), for keys made without a layout (plan_chunk_layers) */
   int explain;        /* reports list the five largest terms of the step (plan_set_explain) */
   double params;
   int64_t experts;    /* experts per MoE layer that every expert layer's count divides (their gcd); 0: none */

@@ -27,9 +27,9 @@ const char *plan_layout_str(char *buf, size_t n, const PlanLayout *L) {
   else if (L->pp > 1) snprintf(sched, sizeof sched, " %s", sem_schedule_name((Schedule)L->schedule));
   char ep[32] = "";
   if (L->ep > 1) snprintf(ep, sizeof ep, " ep=%" PRId64, L->ep);
-  snprintf(buf, n, "dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 "%s sp=%s zero=%" PRId64 " mb=%" PRId64 "%s rc=%s",
+  snprintf(buf, n, "dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 "%s sp=%s zero=%" PRId64 " mb=%" PRId64 "%s rc=%s%s",
            L->dp, L->tp, L->pp, L->cp, ep, L->sp ? "on" : "off", L->zero, L->micro_batch, sched,
-           sem_recompute_name((Recompute)L->recompute));
+           sem_recompute_name((Recompute)L->recompute), L->fused_ce == 1 ? " fce" : "");
   return buf;
 }
 
@@ -66,7 +66,7 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
   }
   fprintf(f, "; recompute %s; overlap %s", sem_recompute_name((Recompute)L->recompute), L->overlap ? "on" : "off");
   if (m->layout.tp_overlap && L->tp > 1) fprintf(f, "; tp_overlap on");
-  if (m->layout.fused_ce == 1) fprintf(f, "; fused_ce on");
+  if (L->fused_ce == 1) fprintf(f, "; fused_ce on");
   if (strcmp(plan_attention_name(c), "flash")) fprintf(f, "; attention %s", plan_attention_name(c));
   fputc('\n', f);
   int64_t vp = 0, v = plan_vocab(c, L->tp, &vp);
@@ -309,7 +309,7 @@ static json_t *json_result(PlanCtx *c, const PlanResult *r, int brief) {
   if (!r->valid) json_object_set_new(o, "why", json_string(r->why));
   json_t *par = json_layout(&r->layout);
   json_object_set_new(par, "balance", json_string(plan_model(c)->layout.balance == BALANCE_LAYERS ? "layers" : "cost"));
-  json_object_set_new(par, "fused_ce", json_boolean(plan_model(c)->layout.fused_ce == 1));
+  json_object_set_new(par, "fused_ce", json_boolean(r->layout.fused_ce == 1));
   if (r->stages) { /* the layers each pipeline rank runs (its chunks together) */
     json_t *sl = json_array();
     for (int s = 0; s < r->nstages; s++) json_array_append_new(sl, json_integer(r->stages[s].layers));

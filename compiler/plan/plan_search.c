@@ -168,15 +168,27 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
                 for (int64_t v = sk == SCHED_INTERLEAVED ? 2 : 1; v <= vmax; v++) {
                   if (v > 1 && (layers < pp * v || (equal && layers % (pp * v)))) continue;
                   if (fix->vpp > 0 && pp > 1 && fix->vpp != v) continue;
-                  for (int64_t mb = 1; mb <= Bs / dp && mb <= PLAN_SEARCH_MAX_MB; mb++) {
+                  /* a micro batch the user fixed is tried whatever its size */
+                  int64_t mb_lo = fix->micro_batch > 0 ? fix->micro_batch : 1;
+                  int64_t mb_hi = fix->micro_batch > 0 ? fix->micro_batch : PLAN_SEARCH_MAX_MB;
+                  for (int64_t mb = mb_lo; mb <= Bs / dp && mb <= mb_hi; mb++) {
                     if ((Bs / dp) % mb || !fixed_ok(fix->micro_batch, mb)) continue;
                     int64_t nm = Bs / (dp * mb);
                     if (sk == SCHED_INTERLEAVED && nm % pp) continue;
-                    PlanLayout L = {dp, tp, pp, cp, v, zero, mb, nm, sp, sk, rc, fix->overlap >= 0 ? fix->overlap : 1, ep};
+                    /* fused_ce auto: the head fused with its loss only where the logits do
+                     * not fit (it costs a pass of the head's GEMM and saves only memory) */
+                    int fce = fix->fused_ce == 1;
+                    PlanLayout L = {dp, tp, pp, cp, v, zero, mb, nm, sp, sk, rc, fix->overlap >= 0 ? fix->overlap : 1, ep, fce};
                     st.enumerated++;
                     progress_count(c->progress, "%" PRId64 " layouts priced, %" PRId64 " fit", st.enumerated, st.fit);
                     if (plan_evaluate(c, &L, PLAN_FAST, &r) != 0) continue;
                     st.valid++;
+                    if (!r.mem.fits && fix->fused_ce < 0) {
+                      if (nofit) top_insert(&tl, &r);
+                      PlanResult rf;
+                      L.fused_ce = 1;
+                      if (plan_evaluate(c, &L, PLAN_FAST, &rf) == 0) r = rf;
+                    }
                     if (!r.mem.fits && !nofit) break; /* a larger micro batch holds more */
                     st.fit += r.mem.fits;
                     top_insert(&tl, &r);
@@ -217,7 +229,7 @@ int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, Pla
 
 int plan_resolve(PlanCtx *c, const PlanLayout *L, PlanResult *out) {
   int autos = L->dp < 0 || L->tp < 0 || L->pp < 0 || L->cp < 0 || L->vpp < 0 || L->zero < 0 || L->micro_batch < 0 ||
-              L->sp < 0 || L->schedule < 0 || L->recompute < 0;
+              L->sp < 0 || L->schedule < 0 || L->recompute < 0 || L->fused_ce < 0;
   if (!autos) return plan_evaluate(c, L, 0, out);
   PlanResult best;
   int n = plan_search(c, L, 1, &best, NULL);

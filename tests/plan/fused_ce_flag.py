@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""fused_ce_flag.py - `hpdlc plan --fused-ce on|off` (CTest: plan.fused_ce_flag).
+"""fused_ce_flag.py - `hpdlc plan --fused-ce on|off|auto` (CTest: plan.fused_ce_flag).
 
     fused_ce_flag.py HPDLC SOURCE_DIR
 
@@ -8,14 +8,20 @@ fused with its loss (compiler/ir/headloss.h) the activations lose the logits and
 gradient, [65536, 50257] each, stored in bf16 (2 x 6.59 GB; at least 80% of that must go),
 and the step gains the head's GEMM once more (the backward makes the logits again):
 2 x 65536 x 768 x 50257 = 5.06 TFLOP, between 5 and 40 ms at an A100's 312 TFLOP/s bf16
-peak and the GEMM efficiencies the planner gives. The report says which. Exit 0 pass, 1 fail."""
+peak and the GEMM efficiencies the planner gives. The report says which.
+
+auto (docs/planner.md sec. 9.6) fuses only where the unfused logits do not fit, since fusing
+saves memory and costs time: at the sample's micro batch 64 it stays off (the same plan as
+off); at micro batch 160 (1280 a step) off needs more than the A100's 80 GiB and auto takes
+on, which fits (the same plan as on); --search's layouts say "fce" where they fuse.
+Exit 0 pass, 1 fail."""
 import json
 import subprocess
 import sys
 
 
-def plan(hpdlc, src, fused):
-    cmd = [hpdlc, "plan", f"{src}/samples/gpt2.hpd", "--format", "json"]
+def plan(hpdlc, src, fused, *extra):
+    cmd = [hpdlc, "plan", f"{src}/samples/gpt2.hpd", "--format", "json", *extra]
     if fused is not None:
         cmd += ["--fused-ce", fused]
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
@@ -37,6 +43,26 @@ def main():
         (0.005 <= dt <= 0.040, "one more pass of the head's GEMM"),
         (on["time"]["gemm_s"] > off["time"]["gemm_s"], "priced as GEMM time"),
     ]
+    auto = plan(hpdlc, src, "auto")
+    big = ["--micro-batch", "160", "--global-batch", "1280"]
+    boff, bon, bauto = plan(hpdlc, src, "off", *big), plan(hpdlc, src, "on", *big), plan(hpdlc, src, "auto", *big)
+    print(f"auto at micro batch 64: fused_ce {auto['parallel']['fused_ce']}; at 160: off "
+          f"{boff['memory_per_gpu']['total'] / 2**30:.1f} GiB (fits: {boff['memory_per_gpu']['fits']}), on "
+          f"{bon['memory_per_gpu']['total'] / 2**30:.1f} GiB, auto chose fused_ce {bauto['parallel']['fused_ce']}")
+    checks += [
+        (auto["parallel"]["fused_ce"] is False and auto["time"]["step_s"] == off["time"]["step_s"],
+         "auto stays off where the logits fit"),
+        (not boff["memory_per_gpu"]["fits"] and bon["memory_per_gpu"]["fits"], "micro batch 160 fits only fused"),
+        (bauto["parallel"]["fused_ce"] is True and bauto["time"]["step_s"] == bon["time"]["step_s"],
+         "auto fuses where the logits do not fit"),
+    ]
+    search = subprocess.run([hpdlc, "plan", f"{src}/samples/gpt2.hpd", "--search", "--top", "3", "--progress", "quiet",
+                             "--micro-batch", "160", "--global-batch", "1280", "--tp", "1", "--pp", "1",
+                             "--recompute", "none", "--zero", "1"],
+                            check=True, capture_output=True, text=True).stdout
+    rows = [ln for ln in search.splitlines() if ln.strip().startswith("1 ")]
+    print(rows[0] if rows else search)
+    checks.append((bool(rows) and " fce" in rows[0], "--search's winner says fce"))
     ok = True
     for good, what in checks:
         if not good:
