@@ -92,9 +92,9 @@ static int run_matrix(const char *file, const char *const *defs, int ndefs, int6
   int64_t rows = 2 * num_micro * micro; /* dp = 2 at most */
   double **inputs = make_inputs(m, rows, vocab, 42);
   int failures = 0, runs = 0, per_zero[2][4] = {{0}};
-  static const Recompute policies[] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL};
+  static const Recompute policies[] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL, RECOMPUTE_OPS};
   int runs_of_dp[2] = {0, 0};
-  for (int pol = 0; pol < 3; pol++) {
+  for (int pol = 0; pol < 4; pol++) {
     /* the reference: one rank, every micro-batch of the global batch in turn */
     SimLayout ref_layout = {1, 1, 1, 1, 1, 0, policies[pol], micro, rows / micro, 0, SCHED_1F1B, 1, 0, 0, 0};
     SimResult ref;
@@ -235,6 +235,7 @@ static int run_moe(void) {
       {2, 2, 2, 2, RECOMPUTE_NONE, 2}, {4, 2, 1, 4, RECOMPUTE_FULL, 1},      {2, 1, 1, 1, RECOMPUTE_NONE, 3},
       {4, 1, 1, 2, RECOMPUTE_SELECTIVE, 2}, {4, 1, 2, 4, RECOMPUTE_NONE, 2},
       {4, 1, 1, 2, RECOMPUTE_NONE, 3},      {2, 2, 1, 2, RECOMPUTE_FULL, 3},      {4, 1, 2, 4, RECOMPUTE_SELECTIVE, 3},
+      {2, 2, 1, 2, RECOMPUTE_OPS, 1},       {4, 1, 2, 4, RECOMPUTE_OPS, 3},
   };
   if (sim_step(m, &ref_layout, 31, inputs, &ref, err, sizeof err)) {
     fprintf(stderr, "moe-tiny reference: %s\n", err);
