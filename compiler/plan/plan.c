@@ -897,6 +897,21 @@ static void pricer_free(Pricer *P) {
   free(P->bwd_block);
 }
 
+/* The activations a pipeline rank holds with `inf` (chunk, micro-batch)
+ * sets in flight: the sets its first `inf` forwards made, in the
+ * schedule's order - under the interleaved schedule (Megatron-LM's
+ * get_model_chunk_id) groups of pp micro-batches per chunk in turn, so
+ * the warm-up holds pp sets of each earlier chunk and few of the last
+ * (the last rank's last chunk, which runs the head and keeps its logits,
+ * goes backward right after its forward); with one chunk a rank, inf sets
+ * of it. Each set holds its chunk's saved bytes. */
+static double held_activations(const PlanChunk *kinds, int64_t r, int64_t pp, int64_t v, int inf) {
+  if (v <= 1) return (double)inf * kinds[r].saved;
+  double held = 0;
+  for (int64_t k = 0; k < inf; k++) held += kinds[r + ((k / pp) % v) * pp].saved;
+  return held;
+}
+
 /* ------------------------------------------------------------------ */
 /* keys: the cached programs                                            */
 
@@ -2146,7 +2161,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     mem->params = ms.params;
     mem->grads = ms.grads;
     mem->optimizer = ms.optimizer;
-    mem->activations = (double)inf * saved_max;
+    mem->activations = held_activations(kinds, r, pp_n, v, inf);
     mem->transient = peak_max - saved_max > 0 ? peak_max - saved_max : 0;
     double buckets = 0;
     if (ndp > 1 && L.zero < 3) buckets = grad_bytes < 2 * PLAN_DP_BUCKET_BYTES ? grad_bytes : 2 * PLAN_DP_BUCKET_BYTES;

@@ -168,8 +168,11 @@ static void set_command(char *cmd, size_t cap, const char *hpdlc, const char *sr
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) add_flag(cmd, cap, keys[i][1], json_object_get(l, keys[i][0]));
   long v_ = jint(l, "virtual_stages");
   size_t n = strlen(cmd);
-  if (v_ > 1) snprintf(cmd + n, cap - n, " --schedule interleaved --virtual-stages %ld --balance layers", v_);
-  else snprintf(cmd + n, cap - n, " --schedule 1f1b --balance layers");
+  /* the layers split equally over the stages unless the run says otherwise */
+  const char *bal = json_string_value(json_object_get(l, "balance"));
+  if (!bal) bal = "layers";
+  if (v_ > 1) snprintf(cmd + n, cap - n, " --schedule interleaved --virtual-stages %ld --balance %s", v_, bal);
+  else snprintf(cmd + n, cap - n, " --schedule 1f1b --balance %s", bal);
   n = strlen(cmd);
   snprintf(cmd + n, cap - n, " --format json");
 }

@@ -39,6 +39,10 @@ trap 'rm -f "$tmp" "$tmp.doc"' EXIT
   echo
   "$fid" --set "$hpdlc" "$PWD" tests/plan/published_torchtitan.json --markdown
   echo
+  echo "Megatron-Bridge 25.09 on DGX-H100, FP8 (never seen, printed, not asserted): step time, published and predicted:"
+  echo
+  "$fid" --set "$hpdlc" "$PWD" tests/plan/published_megatron_bridge.json --markdown
+  echo
   echo "<!-- fidelity-table:end -->"
 } > "$tmp"
 awk -v table="$tmp" '
