@@ -1214,11 +1214,11 @@ static void sp_regather(const IrGraph *g, char *recomp) {
  * (one elementwise pass) rather than kept too - GELU's output, the input of
  * a GPT block's second MLP GEMM, is a quarter of the block's stash; SwiGLU's
  * silu(gate) likewise (the min-cut partitioners' choice for pointwise ops). */
-static void activation_recompute(const AdCtx *c, const IrGraph *g) {
+static void activation_recompute(const IrGraph *g, const char *requires_grad, char *recomp) {
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = &g->nodes[i];
     int act = n->op == IR_GELU || n->op == IR_SILU || n->op == IR_RELU || n->op == IR_SIGMOID || n->op == IR_TANH;
-    if (act && n->nin == 1 && c->rg[n->in[0]]) c->recomp[i] = 1;
+    if (act && n->nin == 1 && requires_grad[n->in[0]]) recomp[i] = 1;
   }
 }
 
@@ -1240,7 +1240,7 @@ static const char *build_block(IrModule *m, AdResult *res, int fi) {
   char *weight = weight_mask(f);
   if (res->recompute == RECOMPUTE_SELECTIVE) attention_core(f, c.recomp);
   if (res->recompute == RECOMPUTE_OPS) ops_policy(f, weight, c.recomp);
-  activation_recompute(&c, f);
+  activation_recompute(f, c.rg, c.recomp);
   weight_views(f, weight, c.recomp);
   free(weight);
   zero3_regather(f, c.recomp);

@@ -172,7 +172,7 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
                   int64_t mb_lo = fix->micro_batch > 0 ? fix->micro_batch : 1;
                   int64_t mb_hi = fix->micro_batch > 0 ? fix->micro_batch : PLAN_SEARCH_MAX_MB;
                   for (int64_t mb = mb_lo; mb <= Bs / dp && mb <= mb_hi; mb++) {
-                    if ((Bs / dp) % mb || !fixed_ok(fix->micro_batch, mb)) continue;
+                    if ((Bs / dp) % mb) continue;
                     int64_t nm = Bs / (dp * mb);
                     if (sk == SCHED_INTERLEAVED && nm % pp) continue;
                     /* fused_ce auto: the head fused with its loss only where the logits do

@@ -603,6 +603,11 @@ def case_native_threads():
         print(f"{name}: {len(runs)} runs, 10 steps each, identical (loss {runs[first][0][-1][0]})")
 
 
+# the reference executor's layout for a sample whose parallel block spreads it over ranks
+ONE_RANK = ["-L", "parallel.cluster=cpu", "-L", "parallel.nodes=1", "-L", "parallel.gpus=1", "-L", "parallel.data=1",
+            "-L", "parallel.tensor=1", "-L", "parallel.sequence=off"]
+
+
 def case_qwen3_window():
     # Qwen3's attention (a head width of 16 over C / H = 8, RMSNorm of queries and keys,
     # grouped queries) with a sliding window of 5 keys over 16, at tp 2 x cp 2 (the window
@@ -616,9 +621,7 @@ def case_qwen3_window():
     art, p = compile_art("art-qwen3", flags, executor="auto", defs=defs)
     ex = json.load(open(os.path.join(art, "manifest.json")))["program"]["executor"]
     got, _ = train(art, "qwen3-" + ex)
-    one_rank = ["-L", "parallel.cluster=cpu", "-L", "parallel.nodes=1", "-L", "parallel.gpus=1", "-L", "parallel.data=1",
-                "-L", "parallel.tensor=1", "-L", "parallel.sequence=off"]
-    compare(f"qwen3 window=5 tp2 cp2 ({ex})", got, reference(art, defs + one_rank), tol1=1e-5, tol20=1e-4)
+    compare(f"qwen3 window=5 tp2 cp2 ({ex})", got, reference(art, defs + ONE_RANK), tol1=1e-5, tol20=1e-4)
     # materialised attention has no window: refused at compile time, saying so
     _, p = compile_art("art-qwen3-mat", flags + ["--attention", "materialized"], defs=defs, expect=1)
     check("has no materialised form" in p.stderr, p.stderr)
@@ -631,16 +634,16 @@ def case_recompute_ops():
     reference executor's) in the reference executor and the generated kernels, at 1 rank and at
     tp 2 x pp 2 (collectives kept, not repeated); the arena lies between none's and full's; a
     Llama block (RMSNorm, rotary, SwiGLU) gives the same as without recomputation too."""
-    arenas = {}
+    arenas, arts = {}, {}
     for rc in ("none", "ops", "full"):
-        art, p = compile_art("art-rc-" + rc, ["--recompute", rc])
+        arts[rc], p = compile_art("art-rc-" + rc, ["--recompute", rc])
         arenas[rc] = arena_of(p)
-        said = json.load(open(os.path.join(art, "manifest.json")))["compiler"]["recompute"]
+        said = json.load(open(os.path.join(arts[rc], "manifest.json")))["compiler"]["recompute"]
         check(said == rc, f"the manifest says recompute {said}, not {rc}")
     print(f"arena of stage 0: none {arenas['none']}, ops {arenas['ops']}, full {arenas['full']} bytes")
     check(arenas["full"] < arenas["ops"] < arenas["none"], f"arenas not ordered full < ops < none: {arenas}")
-    art, _ = compile_art("art-rc-ops", ["--recompute", "ops"])
-    base, _ = train(os.path.join(ARGS.work, "art-rc-none"), "rc-none")
+    art = arts["ops"]
+    base, _ = train(arts["none"], "rc-none")
     got, _ = train(art, "rc-ops")
     compare("recompute ops, 1 rank (interp)", got, reference(art))
     check([(r["loss"], r["grad_norm"]) for r in got] == [(r["loss"], r["grad_norm"]) for r in base],
@@ -660,9 +663,7 @@ def case_recompute_ops():
     art, _ = compile_art("art-rc-llama", flags + ["--recompute", "ops"], executor="auto", defs=defs)
     ex = json.load(open(os.path.join(art, "manifest.json")))["program"]["executor"]
     got, _ = train(art, "rc-llama")
-    one_rank = ["-L", "parallel.cluster=cpu", "-L", "parallel.nodes=1", "-L", "parallel.gpus=1", "-L", "parallel.data=1",
-                "-L", "parallel.tensor=1", "-L", "parallel.sequence=off"]
-    compare(f"llama, recompute ops ({ex})", got, reference(art, defs + one_rank), tol1=1e-5, tol20=1e-4)
+    compare(f"llama, recompute ops ({ex})", got, reference(art, defs + ONE_RANK), tol1=1e-5, tol20=1e-4)
 
 
 def arena_of(p):
