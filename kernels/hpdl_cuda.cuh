@@ -251,6 +251,34 @@ extern "C" __global__ void __launch_bounds__(256) hpdl_round_bf16(const hpdl_kct
     dst[i] = hpdl_bf16_from_f32(src[i]);
 }
 
+/* The host program's own kernel (runtime/devexec.c): a GEMM's bias gradient
+ * where cuBLASLt has no algorithm with its BGRAD epilogue: out[j] = the sum
+ * over q < k of X[q * ld + j]. A block (256 threads) per 32 columns,
+ * grid-stride: lane j's column, each of the 8 warps summing rows warp,
+ * warp + 8, ..., then warp 0 adding the 8 partials in order - a fixed order,
+ * the same bits every run, and a warp's loads are 32 consecutive floats. */
+extern "C" __global__ void __launch_bounds__(256) hpdl_bias_grad_f32(const hpdl_kctx hpd, const float *__restrict__ X,
+                                                                     float *__restrict__ out, long long k, long long x,
+                                                                     long long ld) {
+  (void)hpd;
+  __shared__ float part[8][33];
+  const int lane = (int)(threadIdx.x & 31u), warp = (int)(threadIdx.x >> 5);
+  for (long long c0 = (long long)blockIdx.x * 32; c0 < x; c0 += (long long)gridDim.x * 32) {
+    const long long j = c0 + lane;
+    float s = 0.0f;
+    if (j < x)
+      for (long long q = warp; q < k; q += 8) s += X[q * ld + j];
+    part[warp][lane] = s;
+    __syncthreads();
+    if (warp == 0 && j < x) {
+      float t = 0.0f;
+      for (int w = 0; w < 8; w++) t += part[w][lane];
+      out[j] = t;
+    }
+    __syncthreads();
+  }
+}
+
 /* The host program's own kernel (runtime/devexec.c): dst[i] += src[i], the
  * gradient outputs of a step added into the gradient buffers. n comes as an
  * 8-byte argument like the pointers. Grid-stride. */

@@ -63,10 +63,28 @@ static inline void hpdl_emu_epilogue(float *d, const float *bias, float *aux, lo
     }
 }
 
+/* cuBLASLt's bias-gradient epilogue (BGRADA / BGRADB): out[j] = the sum over
+ * q < k of the operand's stored [k, x] matrix (leading dimension ld), in
+ * order of q, fp32; the product is untouched. */
+static inline void hpdl_emu_bgrad(float *out, const void *X, int bf16, long long k, long long x, long long ld) {
+  for (long long j = 0; j < x; j++) {
+    float s = 0.0f;
+    for (long long q = 0; q < k; q++) s += hpdl_emu_operand(X, q * ld + j, bf16);
+    out[j] = s;
+  }
+}
+
 /* The launch entry of hpdl_accumulate_f32 (runtime/device/device_emu.c). */
 extern "C" int hpd_emul_hpdl_accumulate_f32(const hpdl_kctx *ctx, unsigned grid, unsigned block, void **args) {
   return HPDL_EMU_LAUNCH(hpdl_accumulate_f32, dim3(grid), dim3(block), 0, *ctx, (const float *)args[0], (float *)args[1],
                          (long long)(unsigned long long)args[2]);
+}
+
+/* The launch entry of hpdl_bias_grad_f32 (runtime/device/devexec.c). */
+extern "C" int hpd_emul_hpdl_bias_grad_f32(const hpdl_kctx *ctx, unsigned grid, unsigned block, void **args) {
+  return HPDL_EMU_LAUNCH(hpdl_bias_grad_f32, dim3(grid), dim3(block), 0, *ctx, (const float *)args[0], (float *)args[1],
+                         (long long)(unsigned long long)args[2], (long long)(unsigned long long)args[3],
+                         (long long)(unsigned long long)args[4]);
 }
 
 /* The launch entry of hpdl_round_bf16 (runtime/device/devexec.c). */

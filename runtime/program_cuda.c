@@ -351,14 +351,19 @@ static int load_kernels(CudaProg *P, const char *path, RtErr *e) {
     json_t *ep = json_object_get(gm, "epilogue");
     if (ep) {
       const char *ek = json_string_value(json_object_get(ep, "kind"));
-      d->epilogue = !ek ? DEV_EPI_NONE : !strcmp(ek, "bias") ? DEV_EPI_BIAS : !strcmp(ek, "bias_relu") ? DEV_EPI_BIAS_RELU
-                                                                                : DEV_EPI_BIAS_GELU;
+      int ekind = dev_epilogue_of(ek);
+      if (ekind < 0) rc = fail(e, "%s: launch %zu (%s): unknown GEMM epilogue '%s'", path, i, L->name, ek);
+      else d->epilogue = (DevEpilogue)ekind;
       d->bias = (int)jint(ep, "bias");
       d->aux = (int)jint(ep, "aux");
     }
     int nio = K->ninputs + K->noutputs;
-    if (d->a < 0 || d->a >= nio || d->b < 0 || d->b >= nio || d->c < 0 || d->c >= nio || d->bias >= nio || d->aux >= nio)
+    if (d->a < 0 || d->a >= nio || d->b < 0 || d->b >= nio || d->c < 0 || d->c >= nio || d->bias >= nio || d->aux >= nio ||
+        (d->epilogue != DEV_EPI_NONE && d->bias < 0))
       rc = fail(e, "%s: launch %zu (%s): an operand index outside the kernel's %d values", path, i, L->name, nio);
+    if ((d->epilogue == DEV_EPI_BGRAD_A || d->epilogue == DEV_EPI_BGRAD_B) && (d->batch > 1 || d->aux >= 0))
+      rc = fail(e, "%s: launch %zu (%s): a bias-gradient epilogue of a batch of matrices or with an aux output", path, i,
+                L->name);
   }
   json_decref(root);
   return rc;

@@ -138,6 +138,11 @@ add_test(NAME cuda.dev.emulate.step.llama
          COMMAND test_device --device emulate --step llama.hpd -D layers=2 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=64 -D seq=16 -D vocab=64
                  -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.sequence=off)
 add_test(NAME cuda.dev.emulate.kernels.gpt2-tiny COMMAND test_device --device emulate --kernels gpt2-tiny.hpd)
+# the bias gradients of the weight-gradient GEMMs (fuse.h's rule 8) by the
+# host program's hpdl_bias_grad_f32 after the product, as where cuBLASLt has
+# no algorithm with its BGRAD epilogue (runtime/device/devexec.c)
+add_test(NAME cuda.dev.emulate.step.gpt2-tiny_bgrad_kernel COMMAND test_device --device emulate --step gpt2-tiny.hpd)
+set_tests_properties(cuda.dev.emulate.step.gpt2-tiny_bgrad_kernel PROPERTIES ENVIRONMENT HPDL_GEMM_BGRAD=kernel)
 add_test(NAME cuda.gpu.kernels.gpt2-tiny COMMAND test_device --device cuda --kernels gpt2-tiny.hpd)
 add_test(NAME cuda.gpu.step.gpt2-tiny COMMAND test_device --device cuda --step gpt2-tiny.hpd)
 add_test(NAME cuda.gpu.step.llama
@@ -147,6 +152,7 @@ add_test(NAME cuda.gpu.step.gpt COMMAND test_device --device cuda --step ${HPDL_
 add_test(NAME cuda.dev.emulate.step.moe-tiny COMMAND test_device --device emulate --step moe-tiny.hpd)
 add_test(NAME cuda.gpu.step.moe-tiny COMMAND test_device --device cuda --step moe-tiny.hpd)
 set_tests_properties(cuda.dev.emulate.step.gpt2-tiny cuda.dev.emulate.step.llama cuda.dev.emulate.kernels.gpt2-tiny
+                     cuda.dev.emulate.step.gpt2-tiny_bgrad_kernel
                      cuda.gpu.kernels.gpt2-tiny cuda.gpu.step.gpt2-tiny cuda.gpu.step.llama cuda.gpu.step.gpt
                      cuda.dev.emulate.step.moe-tiny cuda.gpu.step.moe-tiny
                      PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)

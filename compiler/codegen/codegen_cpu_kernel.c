@@ -991,6 +991,11 @@ static void kernel_gemm(CgKern *k) {
   CgCpu *cg = k->cg;
   GemmPlan P;
   if (gemm_plan(&k->nk, &P)) return;
+  if (P.bgrad >= 0) { /* fuse.h's rule 8 is asked for by the CUDA back end only */
+    nest_fail(&k->nk, "graph %s kernel k%d: the cpu back end has no bias-gradient epilogue (fuse without FuseOptions.bias_grad)",
+              k->nk.g->name, k->nk.kp);
+    return;
+  }
   const IrNode *n = nd(k, P.matmul);
   const GemmOperand *A = &P.a, *B = &P.b;
   LLVMValueRef pa = val_ptr(k, A->mem), pb = val_ptr(k, B->mem), pc = val_ptr(k, P.out);

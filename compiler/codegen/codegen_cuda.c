@@ -873,6 +873,10 @@ static void gemm(CuKern *k) {
   int ebias = -1, ed = -1, eaux = -1;
   if (P.epilogue && lt_epilogue(k, &P, &epi, &ebias, &ed, &eaux)) P.out = ed;
   else epi = NULL;
+  if (P.bgrad >= 0) { /* fuse.h's rule 8: cuBLASLt sums the operand as it reads it */
+    epi = P.bgrad_side ? "bgrad_b" : "bgrad_a";
+    ebias = P.bgrad;
+  }
   int64_t sa[IR_MAX_RANK], sb[IR_MAX_RANK];
   gemm_batch_strides(&P, &P.a, sa);
   gemm_batch_strides(&P, &P.b, sb);
@@ -954,7 +958,11 @@ static void gemm(CuKern *k) {
     cu_tx(o, ", %d, bd, sa, sb, %" PRId64 ", %" PRId64 ");\n", P.batch_axes, P.a.rows * P.a.cols, P.b.rows * P.b.cols);
     char aux_arg[32] = "nullptr";
     if (l->aux >= 0) snprintf(aux_arg, sizeof aux_arg, "(float *)io[%d]", l->aux);
-    if (epi) /* what cuBLASLt's epilogue does after the product */
+    if (P.bgrad >= 0) /* the bias gradient: the stored [K, X] operand's rows summed */
+      cu_tx(o, "    hpdl_emu_bgrad((float *)io[%d], io[%d], %d, %" PRId64 ", %" PRId64 ", %" PRId64 ");\n", l->bias,
+            P.bgrad_side ? l->gemm_b : l->gemm_a, l->ab_bf16, P.K, P.bgrad_side ? P.N : P.M,
+            P.bgrad_side ? P.b.cols : P.a.cols);
+    else if (epi) /* what cuBLASLt's epilogue does after the product */
       cu_tx(o, "    hpdl_emu_epilogue((float *)io[%d], (const float *)io[%d], %s, %" PRId64 ", %" PRId64 ", %d);\n",
             l->gemm_c, l->bias, aux_arg, P.nbatch * P.M, P.N,
             !strcmp(epi, "bias") ? 0 : !strcmp(epi, "bias_relu") ? 1 : 2);

@@ -29,7 +29,9 @@ typedef struct {
   double alpha;
   /* cuBLASLt's epilogue: NULL (none), "bias", "bias_relu", "bias_gelu":
    * D = act(alpha op(A) op(B) + bias[n]); the bias's io index, and aux's
-   * (the pre-activation, GELU_AUX / RELU_AUX) or -1 */
+   * (the pre-activation, GELU_AUX / RELU_AUX) or -1; or "bgrad_a" /
+   * "bgrad_b": bias (an output) receives the sum over k of op(A) (m
+   * values) or op(B) (n values), cuBLASLt's BGRADB / BGRADA */
   const char *epilogue;
   int bias, aux;
   /* the batch per axis (hpdl_emu_gemm's and devexec's form): the output's

@@ -41,6 +41,15 @@ static int operand(const NestKernel *k, int v, int trans, GemmOperand *o) {
   return 1;
 }
 
+int gemm_is_bgrad_node(const NestKernel *k, int id) {
+  const FuseKernel *K = k->K;
+  if (!(K->epilogue & FUSE_EPI_BGRAD) || K->bgrad < 0) return 0;
+  if (id == K->bgrad) return 1;
+  for (int v = nd(k, K->bgrad)->in[0]; nest_in_kernel(k, v) && nd(k, v)->op == IR_RESHAPE; v = nd(k, v)->in[0])
+    if (v == id) return 1;
+  return 0;
+}
+
 int gemm_plan(const NestKernel *k, GemmPlan *p) {
   const FuseKernel *K = k->K;
   memset(p, 0, sizeof *p);
@@ -71,10 +80,16 @@ int gemm_plan(const NestKernel *k, GemmPlan *p) {
       }
     }
   }
+  p->bgrad = p->bgrad_side = -1;
+  if (K->epilogue & FUSE_EPI_BGRAD) {
+    p->bgrad = K->bgrad;
+    p->bgrad_side = fuse_bgrad_side(k->fg, k->kp);
+    if (p->bgrad_side < 0) return nest_fail(k, "graph %s kernel k%d: a bias gradient of no operand", k->g->name, k->kp);
+  }
   p->out = -1; /* the buffer the call writes: the first output at or after the product */
   for (int j = 0; j < K->nnodes && p->out < 0; j++) {
     int id = K->nodes[j];
-    if (id < p->product) continue;
+    if (id < p->product || gemm_is_bgrad_node(k, id)) continue;
     if (out_index(k, id) >= 0) p->out = id;
   }
   if (p->out < 0) return nest_fail(k, "graph %s kernel k%d: the gemm has no output", k->g->name, k->kp);
@@ -92,7 +107,7 @@ int gemm_plan(const NestKernel *k, GemmPlan *p) {
   for (int i = 0; i < p->b.rank - 2; i++) b_shared &= p->b.dims[i] == 1;
   for (int i = 0; i < p->batch_axes && a_full; i++) a_full = p->a.dims[i] == n->dims[i];
   p->flat = b_shared && a_full && p->nbatch * p->M <= INT32_MAX;
-  for (int j = 0; j < K->nnodes; j++) p->epilogue += K->nodes[j] > p->product;
+  for (int j = 0; j < K->nnodes; j++) p->epilogue += K->nodes[j] > p->product && !gemm_is_bgrad_node(k, K->nodes[j]);
   return 0;
 }
 

@@ -33,7 +33,14 @@ typedef struct {
   /* one call of nbatch x M rows: B shared by every batch, A's batches contiguous */
   int flat;
   int epilogue;       /* nodes after product: a nest over the output (gemm_epilogue) */
+  /* fuse.h's FUSE_EPI_BGRAD: the sum node over operand bgrad_side's K rows
+   * (0: A, M sums; 1: B, N sums), which the library's epilogue writes; -1 */
+  int bgrad, bgrad_side;
 } GemmPlan;
+
+/* Whether node id of k's GEMM kernel is its bias gradient's sum or a view on
+ * the way to it (not part of the product's epilogue). */
+int gemm_is_bgrad_node(const NestKernel *k, int id);
 
 /* The plan of k's GEMM kernel. 0, or -1 after k->fail. */
 int gemm_plan(const NestKernel *k, GemmPlan *p);

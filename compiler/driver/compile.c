@@ -642,7 +642,8 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
     MemOptions mo;
     mem_options_from_model(m, &mo);
     mo.entry = k->ad->step;
-    k->fr = fuse_module(arena, k->m);
+    /* the CUDA back end leaves bias gradients to cuBLASLt's epilogue (fuse.h, rule 8) */
+    k->fr = fuse_module_opts(arena, k->m, &(FuseOptions){.bias_grad = is_cuda(o)});
     if (fuse_check(k->fr, NULL)) k->fr = NULL;
     mo.fusion = k->fr;
     mo.grad_into_slots = !is_cuda(o); /* the CPU back end's .acc kernels (fuse.h) */

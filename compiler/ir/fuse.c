@@ -61,6 +61,17 @@
  * 7. Order: kernels are listed by a topological sort of the kernel graph,
  *    taking among the ready kernels the one with the smallest node id, so
  *    the order follows the source where it can.
+ * 8. Bias gradients (FuseOptions.bias_grad, the CUDA back end): a row
+ *    kernel holding only a SUM_TO or REDUCE_SUM (and folded reshapes) that
+ *    sums a GEMM operand over the product's reduction - the operand stored
+ *    as a matrix [K, X] (B as it is, A transposed), summed over its rows
+ *    into X values - joins that GEMM when the GEMM has no other epilogue,
+ *    one matrix, f32 operands, both lie in the same part of a cut step, and
+ *    no other kernel lies on a path between the two. cuBLASLt computes the
+ *    sum as it reads the operand (CUBLASLT_EPILOGUE_BGRADA / BGRADB): the
+ *    bias gradient of a linear layer's weight-gradient product. A bias
+ *    gradient fused with an activation's backward (a row kernel that also
+ *    computes the GEMM's operand) stays as it is: it reads that value once.
  */
 #include "fuse.h"
 #include "xalloc.h"
@@ -84,7 +95,7 @@ typedef struct {
   FuseKind kind;
   int parent;
   Space sp;
-  int epilogue, mm, tail;
+  int epilogue, mm, tail, bgrad;
   IrOp act;
   int minnode, maxnode;
   int *preds; /* kernels it reads from; resolve with find(), may repeat */
@@ -94,6 +105,7 @@ typedef struct {
 typedef struct {
   const IrModule *m;
   const IrGraph *g;
+  FuseOptions opts;
   int n;
   int *kof;   /* node -> kernel (resolve with find) */
   int *ucount, *ustart, *users; /* distinct consumer nodes of each node */
@@ -270,7 +282,7 @@ static int new_kernel(Fuser *F, FuseKind kind) {
   k->kind = kind;
   k->parent = F->nk;
   k->act = IR_OP_COUNT;
-  k->mm = k->tail = -1;
+  k->mm = k->tail = k->bgrad = -1;
   k->minnode = F->n;
   k->maxnode = -1;
   F->mark[F->nk] = F->seen[F->nk] = 0;
@@ -598,6 +610,103 @@ static void fold_shape_ops(Fuser *F) {
   }
 }
 
+/* ---- rule 8: bias gradients into their GEMM ---- */
+
+/* A matmul operand through the transposes and reshapes folded into its
+ * GEMM kernel k (as gemm.c resolves it): the buffer, whether op() transposes
+ * it, and the node whose shape is the stored matrix. */
+static int gemm_operand(Fuser *F, int k, int v, int trans, int *trans_out, int *shape_out) {
+  int shape = v;
+  while (kof(F, v) == k) {
+    const IrNode *n = nd(F->g, v);
+    if (n->op == IR_TRANSPOSE) {
+      trans ^= 1;
+      v = n->in[0];
+      shape = v;
+    } else if (n->op == IR_RESHAPE) {
+      v = n->in[0];
+    } else {
+      return -1;
+    }
+  }
+  *trans_out = trans;
+  *shape_out = shape;
+  return v;
+}
+
+/* May kernels a and b (roots) become one without a cycle: no path from one
+ * to the other through a third kernel? */
+static int pair_feasible(Fuser *F, int a, int b) {
+  F->markstamp++;
+  F->mark[a] = F->mark[b] = F->markstamp;
+  const int set[2] = {a, b};
+  for (int i = 0; i < 2; i++) {
+    BK *k = &F->k[set[i]];
+    for (int j = 0; j < k->npreds; j++) {
+      int p = find(F, k->preds[j]);
+      if (F->mark[p] != F->markstamp && reaches_marked(F, p)) return 0;
+    }
+  }
+  return 1;
+}
+
+/* The GEMM kernel that sum node `id` (a lone SUM_TO / REDUCE_SUM of kernel
+ * s) can join as its bias gradient, or -1. */
+static int bgrad_gemm(Fuser *F, int id, int s) {
+  const IrNode *n = nd(F->g, id);
+  for (int v = F->k[s].minnode; v <= F->k[s].maxnode; v++)
+    if (kof(F, v) == s && v != id && nd(F->g, v)->op != IR_RESHAPE) return -1;
+  int lo, hi;
+  const IrNode *x = nd(F->g, n->in[0]);
+  if (!reduced_group(F->g, n, &lo, &hi) || lo != 0 || hi != x->rank - 1 || x->rank < 2) return -1;
+  int64_t cols = x->dims[x->rank - 1];
+  if (ir_numel(n) != cols || x->dtype != DT_F32 || n->dtype != DT_F32) return -1;
+  int mem = n->in[0];
+  while (kof(F, mem) == s && nd(F->g, mem)->op == IR_RESHAPE) mem = nd(F->g, mem)->in[0];
+  int split = F->g->fb_split;
+  for (int u = F->ustart[mem]; u < F->ustart[mem + 1]; u++) {
+    /* the matmul that reads mem, directly or through its folded views */
+    int c = F->users[u];
+    while (kof(F, c) != s && (nd(F->g, c)->op == IR_RESHAPE || nd(F->g, c)->op == IR_TRANSPOSE) && F->ucount[c] == 1 &&
+           !F->is_out[c])
+      c = F->users[F->ustart[c]];
+    const IrNode *mm = nd(F->g, c);
+    int g = kof(F, c);
+    if (mm->op != IR_MATMUL || F->k[g].kind != FUSE_GEMM || F->k[g].epilogue || F->k[g].mm != c) continue;
+    int one = 1;
+    for (int i = 0; i + 2 < mm->rank; i++) one &= mm->dims[i] == 1;
+    if (!one || (split > 0 && (id >= split) != (c >= split))) continue;
+    for (int side = 0; side < 2; side++) {
+      int trans = 0, shape = -1;
+      if (gemm_operand(F, g, mm->in[side], (int)mm->attr[side], &trans, &shape) != mem) continue;
+      const IrNode *sh = nd(F->g, shape);
+      int plain = sh->rank >= 2;
+      for (int i = 0; i + 2 < sh->rank; i++) plain &= sh->dims[i] == 1;
+      /* stored [K, X]: B as it is, A transposed */
+      if (!plain || trans != (side == 0) || sh->dims[sh->rank - 1] != cols || ir_numel(sh) != ir_numel(x)) continue;
+      int t2 = 0, s2 = -1, other = gemm_operand(F, g, mm->in[1 - side], 0, &t2, &s2);
+      if (other < 0 || nd(F->g, other)->dtype != DT_F32) continue; /* cuBLASLt's bias gradient of fp32 operands */
+      if (!pair_feasible(F, g, s)) continue;
+      return g;
+    }
+  }
+  return -1;
+}
+
+static void absorb_bias_grads(Fuser *F) {
+  for (int id = 0; id < F->n; id++) {
+    IrOp op = nd(F->g, id)->op;
+    if (op != IR_SUM_TO && op != IR_REDUCE_SUM) continue;
+    int s = kof(F, id);
+    if (F->k[s].kind != FUSE_ROW) continue;
+    int g = bgrad_gemm(F, id, s);
+    if (g < 0) continue;
+    merge(F, g, s);
+    F->k[g].epilogue |= FUSE_EPI_BGRAD;
+    F->k[g].bgrad = id;
+  }
+}
+
 /* ---- from the built kernels to the result ---- */
 
 static int *arena_ints(Arena *a, int n) { return arena_alloc(a, sizeof(int) * (size_t)(n > 0 ? n : 1)); }
@@ -688,10 +797,11 @@ static void kernel_cost(const FuseResult *r, const IrGraph *g, FuseKernel *K) {
   for (int i = 0; i < K->noutputs; i++) K->bytes_written += (double)ir_bytes(nd(g, K->outputs[i]));
 }
 
-static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, FuseGraph *out) {
+static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, const FuseOptions *opts, FuseGraph *out) {
   const IrModule *m = res->module;
   Fuser F;
   memset(&F, 0, sizeof F);
+  if (opts) F.opts = *opts;
   F.m = m;
   F.g = g;
   F.n = g->nnodes;
@@ -751,6 +861,7 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, Fuse
     place(&F, id, k);
   }
   fold_shape_ops(&F);
+  if (F.opts.bias_grad) absorb_bias_grads(&F);
 
   /* Final kernels: the roots, ordered topologically (rule 7). */
   int *index = xalloc_calloc((size_t)F.nk + 1, sizeof(int)); /* root -> dense index */
@@ -837,6 +948,7 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, Fuse
     K->kind = b->kind;
     K->act = b->act;
     K->epilogue = b->epilogue;
+    K->bgrad = b->bgrad;
     K->nnodes = nmem[k];
     K->nodes = arena_ints(arena, nmem[k]);
     memcpy(K->nodes, members[k], sizeof(int) * (size_t)nmem[k]);
@@ -914,15 +1026,35 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, Fuse
   free(F.kof);
 }
 
-FuseResult *fuse_module(Arena *arena, const IrModule *m) {
+FuseResult *fuse_module(Arena *arena, const IrModule *m) { return fuse_module_opts(arena, m, NULL); }
+
+FuseResult *fuse_module_opts(Arena *arena, const IrModule *m, const FuseOptions *opts) {
   FuseResult *r = arena_alloc(arena, sizeof *r);
   r->module = m;
   r->ngraphs = m->ngraphs;
   r->graphs = arena_alloc(arena, sizeof(FuseGraph) * (size_t)(m->ngraphs > 0 ? m->ngraphs : 1));
   /* Callees first (a graph calls only later graphs), so a CALL's kernel
    * can take its graph's fused totals. */
-  for (int i = m->ngraphs - 1; i >= 0; i--) fuse_one(arena, r, m->graphs[i], &r->graphs[i]);
+  for (int i = m->ngraphs - 1; i >= 0; i--) fuse_one(arena, r, m->graphs[i], opts, &r->graphs[i]);
   return r;
+}
+
+int fuse_bgrad_side(const FuseGraph *fg, int kp) {
+  const FuseKernel *K = &fg->kernels[kp];
+  const IrGraph *g = fg->graph;
+  if (K->kind != FUSE_GEMM || !(K->epilogue & FUSE_EPI_BGRAD) || K->bgrad < 0 || fg->kernel_of[K->bgrad] != kp) return -1;
+  int mem = g->nodes[K->bgrad].in[0];
+  while (fg->kernel_of[mem] == kp && g->nodes[mem].op == IR_RESHAPE) mem = g->nodes[mem].in[0];
+  for (int j = 0; j < K->nnodes; j++) {
+    const IrNode *mm = &g->nodes[K->nodes[j]];
+    if (mm->op != IR_MATMUL) continue;
+    for (int side = 0; side < 2; side++) {
+      int v = mm->in[side];
+      while (fg->kernel_of[v] == kp && (g->nodes[v].op == IR_RESHAPE || g->nodes[v].op == IR_TRANSPOSE)) v = g->nodes[v].in[0];
+      if (v == mem) return side;
+    }
+  }
+  return -1;
 }
 
 int fuse_count(const FuseResult *r, int graph, FuseKind kind) {
@@ -999,7 +1131,9 @@ static int check_kernel(const FuseGraph *fg, int p, FILE *out) {
     case FUSE_SPECIAL: nmain += is_special(g, id); break;
     case FUSE_GEMM:
       if (n->op == IR_MATMUL) nmm++;
-      else if (n->op != IR_MUL && n->op != IR_ADD && n->op != IR_RELU && n->op != IR_GELU)
+      else if (id == K->bgrad && (K->epilogue & FUSE_EPI_BGRAD)) {
+        if (fuse_bgrad_side(fg, p) < 0) bad += problem(out, g, p, "a bias gradient that sums no operand of the gemm", id);
+      } else if (n->op != IR_MUL && n->op != IR_ADD && n->op != IR_RELU && n->op != IR_GELU)
         bad += problem(out, g, p, "a gemm epilogue holds an unexpected op", id);
       break;
     case FUSE_LOOP:
@@ -1179,6 +1313,7 @@ void fuse_print_graph(const FuseResult *r, int gi, FILE *out) {
       if (K->epilogue & FUSE_EPI_SCALE) fputs("+scale", out);
       if (K->epilogue & FUSE_EPI_BIAS) fputs("+bias", out);
       if (K->epilogue & FUSE_EPI_ACT) fprintf(out, "+%s", ir_op_name(K->act));
+      if (K->epilogue & FUSE_EPI_BGRAD) fputs("+bgrad", out);
     }
     if (K->kind == FUSE_ROW) {
       fprintf(out, "[%d", K->red_lo);

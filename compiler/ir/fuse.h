@@ -47,8 +47,10 @@ typedef enum {
   FUSE_NKINDS
 } FuseKind;
 
-/* GEMM epilogue steps, applied in this order (cuBLASLt: D = act(alpha A B + bias)). */
-enum { FUSE_EPI_SCALE = 1, FUSE_EPI_BIAS = 2, FUSE_EPI_ACT = 4 };
+/* GEMM epilogue steps, applied in this order (cuBLASLt: D = act(alpha A B + bias)).
+ * FUSE_EPI_BGRAD, alone: the kernel also sums one operand over the product's
+ * reduction (a bias gradient, cuBLASLt's BGRADA / BGRADB; FuseOptions). */
+enum { FUSE_EPI_SCALE = 1, FUSE_EPI_BIAS = 2, FUSE_EPI_ACT = 4, FUSE_EPI_BGRAD = 8 };
 
 typedef struct {
   FuseKind kind;
@@ -63,9 +65,11 @@ typedef struct {
   int rank;
   int64_t dims[IR_MAX_RANK];
   int red_lo, red_hi;
-  /* gemm: FUSE_EPI_* flags and the activation (IR_RELU / IR_GELU) */
+  /* gemm: FUSE_EPI_* flags and the activation (IR_RELU / IR_GELU); with
+   * FUSE_EPI_BGRAD the reduction node of the bias gradient, else -1 */
   int epilogue;
   IrOp act;
+  int bgrad;
   /* Work of one execution: FLOPs of its nodes (a call: its graph's x repeat);
    * bytes of the values crossing its boundary (an input read through a
    * slice counts the slice; scalar constants 0). */
@@ -89,8 +93,22 @@ typedef struct {
 
 const char *fuse_kind_name(FuseKind k);
 
-/* Fuses every graph of a verified module; everything lives in `arena`. */
+/* What a back end's GEMM library can take on beyond rule 4's epilogues. */
+typedef struct {
+  /* rule 8: a lone bias-gradient reduction (a sum over the rows of a GEMM
+   * operand stored [K, X], the product's reduction) joins that GEMM, as
+   * cuBLASLt's BGRADA / BGRADB epilogues compute it (the CUDA back end) */
+  int bias_grad;
+} FuseOptions;
+
+/* Fuses every graph of a verified module; everything lives in `arena`.
+ * fuse_module_opts with NULL options is fuse_module (the CPU back end's). */
 FuseResult *fuse_module(Arena *arena, const IrModule *m);
+FuseResult *fuse_module_opts(Arena *arena, const IrModule *m, const FuseOptions *opts);
+
+/* A GEMM kernel's bias-gradient operand: 0 (A, the sum has M elements) or
+ * 1 (B, N elements) when kernel kp holds FUSE_EPI_BGRAD, else -1. */
+int fuse_bgrad_side(const FuseGraph *fg, int kp);
 
 /* Checks a result: every node in exactly one kernel, nodes ascending within
  * a kernel, every input of a node produced in an earlier kernel or earlier

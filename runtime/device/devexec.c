@@ -26,6 +26,7 @@ typedef struct {
 typedef struct {
   DevKernel **k;       /* per launch; NULL for a GEMM */
   DevGemmPlan **plans; /* per launch; NULL for a kernel */
+  unsigned char *bgrad_kernel; /* per GEMM launch: its bias gradient by hpdl_bias_grad_f32, not the epilogue */
   double *secs;        /* per launch, profiling */
   long *calls;
 } KernelRes;
@@ -35,6 +36,7 @@ struct DevExec {
   const DevxProgram *p;
   KernelRes **res; /* [graph][kernel] */
   DevKernel *accumulate;
+  DevKernel *bias_grad;  /* hpdl_bias_grad_f32, where a GEMM's bias gradient runs apart */
   DevKernel *round_bf16; /* NULL where no weight is read in bf16 */
   void **params, **grads;
   void **params16; /* per parameter read in bf16 (a bf16 GEMM's weight): its copy, else NULL */
@@ -136,6 +138,43 @@ static int64_t param_numel(const IrParam *P) {
 
 static int64_t param_copies(const IrParam *P) { return P->count > 1 ? P->count : 1; }
 
+static DevKctx kctx(const DevExec *x, int64_t layer);
+
+static int is_bgrad(DevEpilogue e) { return e == DEV_EPI_BGRAD_A || e == DEV_EPI_BGRAD_B; }
+
+/* A GEMM's plan. A bias-gradient epilogue (BGRADA / BGRADB) that cuBLASLt
+ * has no algorithm for, or that HPDL_GEMM_BGRAD=kernel sets apart (the
+ * tests' way to run this path on the emulated device), becomes the product
+ * alone and a launch of hpdl_bias_grad_f32 after it (*apart = 1). */
+static DevGemmPlan *gemm_plan(DevExec *x, const DevGemm *g, unsigned char *apart) {
+  Device *dev = x->dev;
+  const char *mode = getenv("HPDL_GEMM_BGRAD");
+  int forced = mode && !strcmp(mode, "kernel");
+  DevGemmPlan *p = NULL;
+  if (!is_bgrad(g->epilogue) || !forced) p = dev->ops->gemm_plan(dev, g);
+  if (p || !is_bgrad(g->epilogue)) return p;
+  if (g->ab_bf16 || g->batch > 1) return NULL; /* fuse.h's rule 8 makes neither */
+  DevGemm bare = *g;
+  bare.epilogue = DEV_EPI_NONE;
+  bare.bias = -1;
+  if (!x->bias_grad && !(x->bias_grad = dev->ops->kernel(dev, "hpdl_bias_grad_f32"))) return NULL;
+  *apart = 1;
+  return dev->ops->gemm_plan(dev, &bare);
+}
+
+/* out[j] = the sum over k rows of the GEMM operand's stored [k, x] matrix
+ * (hpdl_bias_grad_f32: a block per 32 columns, in a fixed order). */
+static int bias_grad_apart(DevExec *x, const DevGemm *g, void **io) {
+  DevKctx c = kctx(x, 0);
+  int side_a = g->epilogue == DEV_EPI_BGRAD_A;
+  int64_t cols = side_a ? g->m : g->n, ld = side_a ? g->lda : g->ldb;
+  void *args[5] = {io[side_a ? g->a : g->b], io[g->bias], (void *)(intptr_t)g->k, (void *)(intptr_t)cols,
+                   (void *)(intptr_t)ld};
+  int64_t blocks = (cols + 31) / 32;
+  if (blocks > 65535) blocks = 65535;
+  return x->dev->ops->launch(x->dev, x->bias_grad, (unsigned)(blocks < 1 ? 1 : blocks), 256, &c, args, 5);
+}
+
 DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, char *err, size_t errlen) {
   DevExec *x = calloc(1, sizeof *x);
   x->dev = dev;
@@ -152,13 +191,14 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, ch
       KernelRes *R = &x->res[g][k];
       R->k = calloc((size_t)K->nlaunches + 1, sizeof *R->k);
       R->plans = calloc((size_t)K->nlaunches + 1, sizeof *R->plans);
+      R->bgrad_kernel = calloc((size_t)K->nlaunches + 1, 1);
       R->secs = calloc((size_t)K->nlaunches + 1, sizeof *R->secs);
       R->calls = calloc((size_t)K->nlaunches + 1, sizeof *R->calls);
       for (int l = 0; l < K->nlaunches && !rc; l++) {
         const DevxLaunch *L = &K->launches[l];
         if (L->is_host) continue; /* no device code: run_host */
         if (L->is_gemm) {
-          R->plans[l] = dev->ops->gemm_plan(dev, &L->gemm);
+          R->plans[l] = gemm_plan(x, &L->gemm, &R->bgrad_kernel[l]);
           if (!R->plans[l]) rc = fail(x, "graph %s kernel %d (%s): %s", m->graphs[g]->name, k, L->name, dev_error(dev));
         } else {
           R->k[l] = dev->ops->kernel(dev, L->name);
@@ -223,6 +263,7 @@ void devx_free(DevExec *x) {
     for (int k = 0; x->res[g] && k < x->p->graphs[g].nkernels; k++) {
       free(x->res[g][k].k);
       free(x->res[g][k].plans);
+      free(x->res[g][k].bgrad_kernel);
       free(x->res[g][k].secs);
       free(x->res[g][k].calls);
     }
@@ -502,6 +543,7 @@ static int run_launches(DevExec *x, int gi, int kp, int64_t layer, void **io) {
     } else {
       int rc = L->is_gemm ? x->dev->ops->gemm(x->dev, R->plans[l], io)
                           : x->dev->ops->launch(x->dev, R->k[l], L->grid, L->block, &c, io, nio);
+      if (!rc && L->is_gemm && R->bgrad_kernel[l]) rc = bias_grad_apart(x, &L->gemm, io);
       if (rc) return fail(x, "graph %s kernel %d (%s): %s", x->p->m->graphs[gi]->name, kp, L->name, dev_error(x->dev));
     }
     if (timed) {

@@ -17,6 +17,15 @@ Device *dev_open(const char *kind, int ordinal, char *err, size_t errlen) {
 
 const char *dev_error(const Device *d) { return d->err; }
 
+int dev_epilogue_of(const char *name) {
+  static const char *const names[] = {"bias", "bias_relu", "bias_gelu", "bgrad_a", "bgrad_b"};
+  static const DevEpilogue kinds[] = {DEV_EPI_BIAS, DEV_EPI_BIAS_RELU, DEV_EPI_BIAS_GELU, DEV_EPI_BGRAD_A, DEV_EPI_BGRAD_B};
+  if (!name) return DEV_EPI_NONE;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (!strcmp(name, names[i])) return (int)kinds[i];
+  return -1;
+}
+
 /* The tanh form of GELU (kernels/hpdl_cuda.cuh, cuBLASLt's GELU epilogue). */
 static float gelu(float x) {
   const float k = 0.79788456080286535588f, c = 0.044715f;
@@ -55,6 +64,19 @@ void dev_gemm_reference(const DevGemm *g, void *const *io) {
       }
   }
   if (g->epilogue == DEV_EPI_NONE) return;
+  if (g->epilogue == DEV_EPI_BGRAD_A || g->epilogue == DEV_EPI_BGRAD_B) {
+    /* the operand's stored [k, x] rows summed in order of k, fp32 (cuBLASLt's BGRADB / BGRADA) */
+    int side_a = g->epilogue == DEV_EPI_BGRAD_A;
+    const void *X = side_a ? A : B;
+    int64_t x = side_a ? g->m : g->n, ld = side_a ? g->lda : g->ldb;
+    float *out = io[g->bias];
+    for (int64_t j = 0; j < x; j++) {
+      float s = 0.0f;
+      for (int64_t q = 0; q < g->k; q++) s += operand(X, q * ld + j, g->ab_bf16);
+      out[j] = s;
+    }
+    return;
+  }
   const float *bias = io[g->bias];
   float *aux = g->aux >= 0 ? io[g->aux] : NULL;
   int64_t rows = nbatch * g->m;

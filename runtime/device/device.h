@@ -32,12 +32,19 @@ typedef struct {
 
 enum { DEV_MAX_BATCH_AXES = 8 };
 
-typedef enum { DEV_EPI_NONE, DEV_EPI_BIAS, DEV_EPI_BIAS_RELU, DEV_EPI_BIAS_GELU } DevEpilogue;
+/* BGRAD_A / BGRAD_B: no change to C; `bias` receives the bias gradient, the
+ * sum of op(A) over k (m values) or of op(B) over k (n values), the operand
+ * stored as [k, m] (A transposed) or [k, n] (B as it is); one matrix. */
+typedef enum { DEV_EPI_NONE, DEV_EPI_BIAS, DEV_EPI_BIAS_RELU, DEV_EPI_BIAS_GELU, DEV_EPI_BGRAD_A, DEV_EPI_BGRAD_B } DevEpilogue;
+
+/* The epilogue of a manifest's name ("bias", "bias_relu", "bias_gelu",
+ * "bgrad_a", "bgrad_b"; NULL: none), or -1 for a name it does not know. */
+int dev_epilogue_of(const char *name);
 
 /* A GEMM of a fused kernel, over its io pointers (indices a, b, c, bias,
  * aux): row-major C[m, n] = alpha op(A)[m, k] op(B)[k, n], op transposing
  * when trans_*; then the epilogue D = act(C + bias[n]) with aux (when >= 0)
- * receiving the pre-activation. A batch of matrices: the output's batch
+ * receiving the pre-activation, or a bias gradient (DEV_EPI_BGRAD_*). A batch of matrices: the output's batch
  * axes bdims[0..batch_axes), matrix i of A at sum idx * sa[axis] matrices
  * of amat elements (B alike), C dense. `batch` and stride_a/b (elements)
  * say the same as one strided batch when the axes walk memory evenly;

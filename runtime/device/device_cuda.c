@@ -13,7 +13,7 @@
  * the host are synchronous. GEMMs: fp32 in, fp32 out, compute type 32F
  * (true fp32) unless HPDL_GEMM_TF32=1 allows TF32 tensor cores; the
  * epilogues bias, bias+ReLU and bias+GELU (with the pre-activation kept for
- * GELU: GELU_AUX_BIAS). Row-major products are run as their column-major
+ * GELU: GELU_AUX_BIAS) and the bias gradients (BGRADA / BGRADB). Row-major products are run as their column-major
  * transposes (C^T = op(B)^T op(A)^T), which needs no copy. */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
@@ -69,6 +69,8 @@ enum {
   LT_EPI_RELU_BIAS = 6,
   LT_EPI_GELU_BIAS = 36,
   LT_EPI_GELU_AUX_BIAS = 164,
+  LT_EPI_BGRADA = 256, /* the sum over k of cuBLASLt's A: our B (row-major C^T = B^T A^T) */
+  LT_EPI_BGRADB = 512,
   LT_LAYOUT_BATCH_COUNT = 5,
   LT_LAYOUT_BATCH_OFFSET = 6,
   LT_PREF_MAX_WORKSPACE = 1,
@@ -344,6 +346,8 @@ static DevGemmPlan *cu_gemm_plan(Device *dd, const DevGemm *g) {
   if (g->epilogue == DEV_EPI_BIAS) epi = LT_EPI_BIAS;
   else if (g->epilogue == DEV_EPI_BIAS_RELU) epi = LT_EPI_RELU_BIAS;
   else if (g->epilogue == DEV_EPI_BIAS_GELU) epi = g->aux >= 0 ? LT_EPI_GELU_AUX_BIAS : LT_EPI_GELU_BIAS;
+  else if (g->epilogue == DEV_EPI_BGRAD_B) epi = LT_EPI_BGRADA;
+  else if (g->epilogue == DEV_EPI_BGRAD_A) epi = LT_EPI_BGRADB;
   if (lt_check(d, d->lt.cublasLtMatmulDescCreate(&p->desc, d->tf32 && !g->ab_bf16 ? LT_COMPUTE_32F_FAST_TF32 : LT_COMPUTE_32F, LT_R_32F),
                "matmul descriptor") ||
       lt_check(d, d->lt.cublasLtMatmulDescSetAttribute(p->desc, LT_DESC_TRANSA, &opa, sizeof opa), "transa") ||

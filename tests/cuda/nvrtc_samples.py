@@ -74,6 +74,7 @@ def main():
         if not stages:
             fail("no stageS.kernels.json written")
         kernels = gemms = 0
+        epilogues = {}
         worst_regs = (0, "")
         for st in stages:
             got = elf_sm(os.path.join(out, st + ".cubin"))
@@ -90,6 +91,13 @@ def main():
                     g = l["gemm"]
                     if min(g["m"], g["n"], g["k"]) < 1:
                         fail(f"{l['name']}: gemm shape {g}")
+                    e = g.get("epilogue")
+                    if e:
+                        if e["kind"] not in ("bias", "bias_relu", "bias_gelu", "bgrad_a", "bgrad_b") or e["bias"] < 0:
+                            fail(f"{l['name']}: epilogue {e}")
+                        if e["kind"].startswith("bgrad") and (g.get("batch", 1) > 1 or e["aux"] >= 0):
+                            fail(f"{l['name']}: a bias-gradient epilogue over a batch or with aux: {g}")
+                        epilogues[e["kind"]] = epilogues.get(e["kind"], 0) + 1
                     gemms += 1
                     continue
                 kernels += 1
@@ -100,8 +108,15 @@ def main():
                 if l["grid"] < 1 or not (1 <= l["block"] <= 1024) or l["block"] % 32:
                     fail(f"{l['name']}: launch {l['grid']} x {l['block']}")
                 worst_regs = max(worst_regs, (l["registers"], l["name"]))
+        # gpt2-tiny's linear layers have biases: in fp32 their gradients ride on
+        # the weight gradients' GEMMs (fusion rule 8, cuBLASLt's BGRADA / BGRADB;
+        # under bf16, gpt2.hpd's, the product reads dy's bf16 copy, the sum the fp32 dy)
+        if os.path.basename(a.sample).startswith("gpt2-tiny") and not epilogues.get("bgrad_a", 0) + epilogues.get("bgrad_b", 0):
+            fail(f"no bias-gradient epilogue among {gemms} GEMMs ({epilogues})")
+        epi = ", ".join(f"{n} {k}" for k, n in sorted(epilogues.items()))
         print(f"ok: {os.path.basename(a.sample)} {' '.join(a.flags)} {a.arch}: {len(stages)} stage(s), {kernels} kernels "
-              f"(sm_{sm} ELF, PTX, no spills; most registers {worst_regs[0]} in {worst_regs[1]}), {gemms} GEMMs for cuBLASLt")
+              f"(sm_{sm} ELF, PTX, no spills; most registers {worst_regs[0]} in {worst_regs[1]}), {gemms} GEMMs for cuBLASLt "
+              f"(epilogues: {epi or 'none'})")
 
 
 def broken_header(a):

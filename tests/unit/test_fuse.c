@@ -196,6 +196,93 @@ static void test_gemm_epilogue_refused(void) {
   arena_free(b.arena);
 }
 
+static FuseResult *fuse_cuda(Built *b) {
+  FuseResult *r = fuse_module_opts(b->arena, b->m, &(FuseOptions){.bias_grad = 1});
+  EXPECT(fuse_check(r, stderr) == 0);
+  return r;
+}
+
+static int matmul_t(IrGraph *g, int a, int b, int ta, int tb) {
+  int in[2] = {a, b};
+  int64_t attr[2] = {ta, tb};
+  return ir_add(g, IR_MATMUL, in, 2, attr, 2, 0, DT_F32, -1, NULL, NULL);
+}
+
+static int reshape(IrGraph *g, int x, int rank, const int64_t *dims) {
+  return ir_add(g, IR_RESHAPE, &x, 1, NULL, 0, 0, DT_F32, rank, dims, NULL);
+}
+
+static int sum_to(IrGraph *g, int x, int rank, const int64_t *dims) {
+  return ir_add(g, IR_SUM_TO, &x, 1, NULL, 0, 0, DT_F32, rank, dims, NULL);
+}
+
+/* Rule 8 (FuseOptions.bias_grad): a linear layer's backward - the bias
+ * gradient, a sum of dy over the rows, and the weight gradient h^T dy - is
+ * one GEMM kernel with a bias-gradient epilogue (cuBLASLt's BGRADA: our B),
+ * and h's and dy's roles swapped (dy^T h, a weight stored [out, in]) the
+ * sum is over A (BGRADB); without the option the sum stays a row kernel.
+ * Not absorbed: a sum over the other axis of an operand (dx = dy W^T sums
+ * over N, not K), a GEMM with a forward epilogue, a sum on a path to the
+ * GEMM (a cycle), a sum fused with the activation's backward that computes
+ * the operand. */
+static void test_bias_grad(void) {
+  Built b = begin();
+  int64_t ddy[3] = {4, 8, 16}, dh[3] = {4, 8, 32}, dy2[2] = {32, 16}, dh2[2] = {32, 32}, dbias[1] = {16};
+  int dy = arg(b.g, 3, ddy), h = arg(b.g, 3, dh);
+  int db = sum_to(b.g, dy, 1, dbias);
+  int dw = matmul_t(b.g, reshape(b.g, h, 2, dh2), reshape(b.g, dy, 2, dy2), 1, 0); /* [32, 16] */
+  int dwt = matmul_t(b.g, reshape(b.g, dy, 2, dy2), reshape(b.g, h, 2, dh2), 1, 0); /* [16, 32] */
+  int outs[] = {db, dw, dwt};
+  finish(&b, outs, 3);
+  FuseResult *r = fuse_ok(&b);
+  EXPECT(kernel_of(r, db)->kind == FUSE_ROW && kernel_of(r, dw)->epilogue == 0);
+  r = fuse_cuda(&b);
+  const FuseKernel *k = kernel_of(r, dw);
+  EXPECT(kernel_of(r, db) == k && k->kind == FUSE_GEMM && k->epilogue == FUSE_EPI_BGRAD && k->bgrad == db);
+  EXPECT(k->noutputs == 2 && k->outputs[0] == db && k->outputs[1] == dw);
+  EXPECT(fuse_bgrad_side(&r->graphs[0], r->graphs[0].kernel_of[dw]) == 1);
+  EXPECT(kernel_of(r, dwt)->epilogue == 0 && computing_kernels(r) == 2);
+  arena_free(b.arena);
+
+  /* the weight stored [out, in]: dy^T h, the sum over A */
+  b = begin();
+  dy = arg(b.g, 3, ddy), h = arg(b.g, 3, dh);
+  dwt = matmul_t(b.g, reshape(b.g, dy, 2, dy2), reshape(b.g, h, 2, dh2), 1, 0);
+  db = sum_to(b.g, dy, 1, dbias);
+  int outs2[] = {dwt, db};
+  finish(&b, outs2, 2);
+  r = fuse_cuda(&b);
+  EXPECT(kernel_of(r, db) == kernel_of(r, dwt) && fuse_bgrad_side(&r->graphs[0], r->graphs[0].kernel_of[db]) == 0);
+  arena_free(b.arena);
+
+  /* refused */
+  b = begin();
+  int64_t dw2[2] = {32, 16}, dvec[1] = {32};
+  dy = arg(b.g, 2, dy2), h = arg(b.g, 2, dh2);
+  int w = arg(b.g, 2, dw2), bias = arg(b.g, 1, dvec);
+  int dx = matmul_t(b.g, dy, w, 0, 1);            /* [32, 32]: dy's rows are M */
+  int s1 = sum_to(b.g, dy, 1, dbias);
+  int fwd = op2(b.g, IR_ADD, matmul_t(b.g, h, h, 1, 0), bias); /* a bias epilogue already */
+  /* s2 sums dyc but reaches cyc's other operand through a GEMM and a loop */
+  int64_t d116[2] = {1, 16}, d1632[2] = {16, 32};
+  int dyc = arg(b.g, 2, dy2), w1632 = arg(b.g, 2, d1632);
+  int s2 = sum_to(b.g, dyc, 1, dbias);
+  int hs = op2(b.g, IR_ADD, h, matmul_t(b.g, reshape(b.g, s2, 2, d116), w1632, 0, 0));
+  int cyc = matmul_t(b.g, hs, dyc, 1, 0);          /* [32, 16] */
+  int g3 = op2(b.g, IR_MUL, op1(b.g, IR_TANH, h), h);
+  int s3 = sum_to(b.g, g3, 1, dvec);               /* fused with the value it sums */
+  int wg3 = matmul_t(b.g, h, g3, 1, 0);
+  int outs3[] = {dx, s1, fwd, cyc, s3, wg3};
+  finish(&b, outs3, 6);
+  r = fuse_cuda(&b);
+  EXPECT(kernel_of(r, s1)->kind == FUSE_ROW && kernel_of(r, dx)->epilogue == 0);
+  EXPECT(kernel_of(r, fwd)->epilogue == FUSE_EPI_BIAS && kernel_of(r, cyc)->epilogue == 0);
+  EXPECT(kernel_of(r, s2)->kind == FUSE_ROW && kernel_of(r, s2)->nnodes == 1);
+  EXPECT(kernel_of(r, s3)->kind == FUSE_ROW && kernel_of(r, s3) == kernel_of(r, g3));
+  EXPECT(kernel_of(r, wg3)->epilogue == 0);
+  arena_free(b.arena);
+}
+
 /* a -> b, a -> c, (b, c) -> d: one kernel; so is d over two independent
  * chains (their kernels merge). */
 static void test_diamond(void) {
@@ -442,6 +529,7 @@ int main(void) {
   test_rmsnorm_softmax();
   test_gemm_epilogue();
   test_gemm_epilogue_refused();
+  test_bias_grad();
   test_diamond();
   test_reduction_into_gemm();
   test_row_consistency();
