@@ -55,7 +55,8 @@ if(Python3_Interpreter_FOUND)
       "gpt2-tiny:one:" "gpt2-tiny:tp2:--tp,2" "gpt2-tiny:tp2_cp2:--tp,2,--cp,2" "gpt2-tiny:pp2:--pp,2"
       "gpt2:one:" "llama:one:" "gpt:one:"
       "llama:cp2:--cp,2,--dp,auto" "gpt:tp2:--tp,2,--dp,auto" "gpt:cp2:--cp,2,--dp,auto"
-      "moe-tiny:one:" "moe-tiny:dp2_tp2_ep2:--dp,2,--tp,2,--ep,2")
+      "moe-tiny:one:" "moe-tiny:dp2_tp2_ep2:--dp,2,--tp,2,--ep,2"
+      "gpt2-tiny:fused_ce:--fused-ce,on" "gpt2:fused_ce:--fused-ce,on")
   foreach(case IN LISTS HPDL_NVRTC_CASES)
     string(REPLACE ":" ";" parts "${case}")
     list(GET parts 0 sample)
@@ -120,6 +121,19 @@ add_test(NAME cuda.emu.step.gpt_col_split
                  -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.pipeline=1)
 set_tests_properties(cuda.emu.step.gpt_col_split PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
 add_test(NAME cuda.emu.step.gpt COMMAND test_codegen_cuda --step ${HPDL_CUDA_GPT_ARGS})
+# The fused head and loss (parallel.fused_ce = on, kernels/hpdl_lmce.cuh) at
+# awkward sizes: 39 rows (no multiple of the 64-row tiles), a vocabulary of
+# 201, width 36; every kernel alone and the step; a Llama's untied head
+# (w [C, V]) with a vocabulary of 101
+set(HPDL_CUDA_FCE_ARGS --micro 3 gpt2-tiny.hpd -D V=201 -D T=13 -D C=36 -L parallel.fused_ce=on)
+add_test(NAME cuda.emu.gpt2-tiny_fused_ce COMMAND test_codegen_cuda ${HPDL_CUDA_FCE_ARGS})
+add_test(NAME cuda.emu.step.gpt2-tiny_fused_ce COMMAND test_codegen_cuda --step ${HPDL_CUDA_FCE_ARGS})
+add_test(NAME cuda.emu.step.llama_fused_ce
+         COMMAND test_codegen_cuda --micro 3 --step llama.hpd -D layers=2 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=64 -D seq=13
+                 -D vocab=101 -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1
+                 -L parallel.sequence=off -L parallel.fused_ce=on)
+set_tests_properties(cuda.emu.gpt2-tiny_fused_ce cuda.emu.step.gpt2-tiny_fused_ce cuda.emu.step.llama_fused_ce
+                     PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
 set_tests_properties(cuda.emu.gpt cuda.emu.step.gpt PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
 
 #   cuda.dev.<device>.<what>.<sample>  the device layer (runtime/device*.c)
@@ -200,6 +214,10 @@ if(Python3_Interpreter_FOUND)
   #                      (pp2: 1F1B, pp2_gpipe, dp2_tp2_pp2 on 8 ranks, each
   #                      with the tied embedding across the stages;
   #                      tp2_vocab_pad: 201 tokens padded to 256 rows;
+  #                      fused_ce, tp2_fused_ce, bf16_fused_ce: the head
+  #                      and its loss in kernels/hpdl_lmce.cuh (tp 2: each
+  #                      shard's log-sum-exp over its columns before the
+  #                      padding);
   #                      bf16, dp2_tp2_bf16, fp16: 16-bit storage on both
   #                      targets, compiler/ir/precision.h: step 1 within 1e-5,
   #                      the rest within 1e-3, fp16's skipped steps alike);
@@ -214,7 +232,8 @@ if(Python3_Interpreter_FOUND)
       "zero1|--dp 2 --zero 1" "zero2|--dp 2 --zero 2" "zero3|--dp 2 --zero 3" "resume|--dp 2"
       "pp2|--pp 2" "pp2_gpipe|--pp 2 --schedule gpipe" "dp2_tp2_pp2|--dp 2 --tp 2 --pp 2 --micro-batch 1"
       "tp2_vocab_pad|--tp 2 -D V=201" "bf16|--precision bf16" "dp2_tp2_bf16|--dp 2 --tp 2 --precision bf16"
-      "fp16|--precision fp16")
+      "fp16|--precision fp16" "fused_ce|--fused-ce on -D V=201" "tp2_fused_ce|--tp 2 --fused-ce on -D V=201"
+      "bf16_fused_ce|--precision bf16 --fused-ce on")
   foreach(dev emulate cuda)
     foreach(entry ${HPDL_DEVICE_LAYOUTS})
       hpdl_name_flags("${entry}" name layout)

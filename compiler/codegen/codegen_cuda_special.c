@@ -42,7 +42,14 @@
  *                    them in split order: two launches), no atomics;
  *   pool2d, pool2d_bwd  hpdl_conv.cuh's: a thread per output (forward), a
  *                    thread per input element gathering from the windows that
- *                    hold it (backward).
+ *                    hold it (backward);
+ *   linear_ce, linear_lse and their gradients  kernels/hpdl_lmce.cuh's fused
+ *                    head: the forward a block per row tile and vocabulary
+ *                    split, then a thread a row merging the splits (two
+ *                    launches); the backward (dx, dw, or the pair in one fused
+ *                    kernel) the rows' log-sum-exp (linear_ce: a warp a row),
+ *                    then dx a block per row tile, dw a block per vocabulary
+ *                    tile, each making its logits again.
  * Every output is stored, never accumulated into: each kernel writes every
  * element (the scatters' untouched ones as 0), as the CPU's zero fill then
  * sum gives. Kernels that need scratch between their launches (bucket tables, the
@@ -65,6 +72,7 @@
 #include "hostop.h"
 #include "hpdl_attention_cfg.h"
 #include "hpdl_conv.cuh"
+#include "hpdl_lmce.cuh"
 #include "ir_cost.h"
 
 /* Heads (rows of [B, H]) one rope thread rotates with the angle it computed. */
@@ -847,6 +855,133 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   return 0;
 }
 
+/* ---- the fused head and loss: kernels/hpdl_lmce.cuh ---- */
+
+/* LINEAR_CE, LINEAR_LSE or their gradients; a gradient pair (fuse.h's rule 6:
+ * dx and dw of the same inputs) is one kernel, whose launches make both. */
+static int linear_ce(CuKern *k, const IrNode *n, int id) {
+  CuText *o = &k->t->src;
+  const IrGraph *g = k->fg->graph;
+  const FuseKernel *K = k->K;
+  int dxn = -1, dwn = -1;
+  for (int j = 0; j < K->nnodes; j++) {
+    IrLinearRole r = ir_linear_role(g->nodes[K->nodes[j]].op);
+    if (r == IR_LINEAR_DX) dxn = K->nodes[j];
+    if (r == IR_LINEAR_DW) dwn = K->nodes[j];
+  }
+  IrLinearRole role = ir_linear_role(n->op);
+  int ce = ir_linear_targets(n->op), nin = n->nin, io[6];
+  for (int i = 0; i < nin; i++)
+    if ((io[i] = io_of(k, n->in[i])) < 0) return -1;
+  int out = role == IR_LINEAR_ROWS ? io_of(k, id) : 0, dx = dxn >= 0 ? io_of(k, dxn) : 0, dw = dwn >= 0 ? io_of(k, dwn) : 0;
+  if (out < 0 || dx < 0 || dw < 0) return -1;
+  const IrNode *x = nd(k, mem_of(k, n->in[0])), *w = nd(k, mem_of(k, n->in[1]));
+  int bf16 = x->dtype == DT_BF16 && w->dtype == DT_BF16;
+  const char *why = NULL;
+  if (!bf16 && (x->dtype != DT_F32 || w->dtype != DT_F32)) why = "x and w both f32 or both bf16";
+  else if (ce && nd(k, mem_of(k, n->in[2]))->dtype != DT_I32) why = "int32 targets";
+  for (int i = ce ? 3 : 2; i < nin && !why; i++)
+    if (nd(k, mem_of(k, n->in[i]))->dtype != DT_F32) why = "f32 rows (the forward's values and their gradient)";
+  if (why) {
+    cu_fail(k->t, "graph %s kernel k%d: %s takes %s", g->name, k->kp, ir_op_name(n->op), why);
+    return -1;
+  }
+  int rows_w = n->attr[0] != 0;
+  int64_t C = x->dims[x->rank - 1], Vw = w->dims[rows_w ? 0 : 1], P = ir_numel(x) / C;
+  hpdl_lmce_launch L;
+  hpdl_lmce_plan(P, Vw, &L);
+  if (C > 0x7fffffff || P < 1 || Vw < 1) {
+    cu_fail(k->t, "graph %s kernel k%d: %s over %" PRId64 " rows of %" PRId64 " and a vocabulary of %" PRId64, g->name, k->kp,
+            ir_op_name(n->op), P, C, Vw);
+    return -1;
+  }
+  const char *tx = bf16 ? "unsigned short" : "float", *b = k->base;
+  char tgt[32] = "(const int *)nullptr";
+  if (ce) snprintf(tgt, sizeof tgt, "p%d", io[2]);
+  /* the shape: V is the vocabulary's columns before a padded shard's padding (linear_lse) */
+  char shape[400];
+  int64_t group = ce ? 0 : n->attr[1];
+  if (group > 4) {
+    cu_fail(k->t, "graph %s kernel k%d: %s's vocabulary over group %s, which hpdl_kctx does not carry", g->name, k->kp,
+            ir_op_name(n->op), ir_group_name((IrGroup)(group - 1)));
+    return -1;
+  }
+  double flops = ircost_node(k->t->m, g, id).flops;
+  if (dxn >= 0 && dwn >= 0) flops = ircost_node(k->t->m, g, dxn).flops + ircost_node(k->t->m, g, dwn).flops;
+  /* the vocabulary's valid columns: before the padding (ir_vocab_prefix), from this rank's first row */
+  char valid[200], first[80] = "0LL";
+  if (group) snprintf(first, sizeof first, "(long long)hpd.rank[%" PRId64 "] * %" PRId64 "LL", group - 1, Vw);
+  if (ce || n->attr[2] <= 0) snprintf(valid, sizeof valid, "%" PRId64 "LL", Vw);
+  else snprintf(valid, sizeof valid, "hpdl_lmce_prefix(%" PRId64 "LL, %s, %" PRId64 "LL)", n->attr[2], first, Vw);
+  snprintf(shape, sizeof shape, "  const hpdl_lmce_shape s = {%" PRId64 "LL, %" PRId64 "LL, %s, %" PRId64 "LL, %" PRId64 "LL, %d, %d, %d};\n",
+           P, C, valid, Vw, Vw, rows_w, L.splits, bf16);
+  char name[200];
+  if (role == IR_LINEAR_ROWS) {
+    cu_tx(o,
+          "/* %s: %s (kernels/hpdl_lmce.cuh): %" PRId64 " rows of %" PRId64 " over a vocabulary of %" PRId64
+          "%s, the logits in 64 x 64 tiles never stored;\n * s0 a block per row tile and vocabulary split (%d), s1 a thread "
+          "a row merging the splits */\n",
+          b, ir_op_name(n->op), P, C, Vw, rows_w ? " (w [V, C])" : "", L.splits);
+    cu_tx(o, "static __device__ float %s_part[%lld];\n\n", b, L.scratch_fwd);
+    step_name(k, 0, 2, name, sizeof name);
+    cu_signature_min(k, o, name, HPDL_LMCE_MIN_BLOCKS);
+    cu_tx(o, "%s", shape);
+    cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", L.grid_fwd);
+    cu_tx(o, "    hpdl_lmce_fwd<%s, %s, int>(p%d, p%d, %s, %s_part, %s_part + %lldLL, %s_part + %lldLL, s, blk);\n}\n\n", tx, tx,
+          io[0], io[1], tgt, b, b, (long long)L.splits * P, b, 2LL * L.splits * P);
+    cu_add_launch(k, name, 0, "special", L.grid_fwd, HPDL_LMCE_THREADS);
+    k->t->launch[k->t->nlaunch - 1].flops = flops;
+    step_name(k, 1, 2, name, sizeof name);
+    cu_signature(k, o, name);
+    cu_tx(o, "%s", shape);
+    cu_tx(o, "  hpdl_lmce_rows<int>(%s_part, %s_part + %lldLL, %s_part + %lldLL, %s, p%d, s);\n}\n\n", b, b,
+          (long long)L.splits * P, b, 2LL * L.splits * P, tgt, out);
+    cu_add_launch(k, name, 1, "special", blocks_for(P), CU_BLOCK);
+    return 0;
+  }
+  /* the backward: inputs x, w, [t], nll or lse, dy */
+  int lrow = io[ce ? 3 : 2], dyio = io[ce ? 4 : 3], nsteps = (ce ? 1 : 0) + (dxn >= 0) + (dwn >= 0), step = 0;
+  cu_tx(o,
+        "/* %s: %s of the fused head (kernels/hpdl_lmce.cuh): %" PRId64 " rows of %" PRId64 " over a vocabulary of %" PRId64
+        ", the logits made again in 64 x 64 tiles:%s%s%s */\n",
+        b, dxn >= 0 && dwn >= 0 ? "dx and dw" : dxn >= 0 ? "dx" : "dw", P, C, Vw,
+        ce ? " the rows' lse = nll + z[t] (a warp a row);" : "", dxn >= 0 ? " dx a block per row tile;" : "",
+        dwn >= 0 ? " dw a block per vocabulary tile" : "");
+  char lse[200];
+  snprintf(lse, sizeof lse, "p%d", lrow);
+  if (ce) {
+    cu_tx(o, "static __device__ float %s_lse[%" PRId64 "];\n\n", b, P);
+    step_name(k, step, nsteps, name, sizeof name);
+    cu_signature(k, o, name);
+    cu_tx(o, "%s", shape);
+    cu_tx(o, "  hpdl_lmce_lse<%s, %s, int>(p%d, p%d, p%d, p%d, %s_lse, s);\n}\n\n", tx, tx, io[0], io[1], io[2], lrow, b);
+    cu_add_launch(k, name, step++, "special", (P + CU_BLOCK / 32 - 1) / (CU_BLOCK / 32), CU_BLOCK);
+    snprintf(lse, sizeof lse, "%s_lse", b);
+  }
+  double each = nsteps - ce > 0 ? flops / (nsteps - ce) : 0;
+  if (dxn >= 0) {
+    step_name(k, step, nsteps, name, sizeof name);
+    cu_signature_min(k, o, name, HPDL_LMCE_MIN_BLOCKS);
+    cu_tx(o, "%s", shape);
+    cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", L.grid_dx);
+    cu_tx(o, "    hpdl_lmce_dx<%s, %s, int>(p%d, p%d, %s, %s, p%d, p%d, s, blk);\n}\n\n", tx, tx, io[0], io[1], tgt, lse, dyio,
+          dx);
+    cu_add_launch(k, name, step++, "special", L.grid_dx, HPDL_LMCE_THREADS);
+    k->t->launch[k->t->nlaunch - 1].flops = each;
+  }
+  if (dwn >= 0) {
+    step_name(k, step, nsteps, name, sizeof name);
+    cu_signature_min(k, o, name, HPDL_LMCE_MIN_BLOCKS);
+    cu_tx(o, "%s", shape);
+    cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", L.grid_dw);
+    cu_tx(o, "    hpdl_lmce_dw<%s, %s, int>(p%d, p%d, %s, %s, p%d, p%d, s, blk);\n}\n\n", tx, tx, io[0], io[1], tgt, lse, dyio,
+          dw);
+    cu_add_launch(k, name, step++, "special", L.grid_dw, HPDL_LMCE_THREADS);
+    k->t->launch[k->t->nlaunch - 1].flops = each;
+  }
+  return 0;
+}
+
 /* ---- convolution and pooling: kernels/hpdl_conv.cuh ---- */
 
 /* the kernels' blocks are the back end's (cu_signature_min's launch bounds) */
@@ -987,6 +1122,9 @@ static int host_extern(CuKern *k, const IrNode *n, int id) {
 int cu_special(CuKern *k) {
   int id = special_node(k);
   const IrNode *n = nd(k, id);
+  if (fuse_linear_ce_pair(k->fg, k->kp)) /* dx's node leads: the pair's launches make both */
+    for (int j = 0; j < k->K->nnodes; j++)
+      if (ir_linear_role(nd(k, k->K->nodes[j])->op) == IR_LINEAR_DX) return linear_ce(k, nd(k, k->K->nodes[j]), k->K->nodes[j]);
   switch (n->op) {
   case IR_EMBEDDING: return embedding_fwd(k, n, id);
   case IR_EMBEDDING_BWD: return embedding_bwd(k, n, id);
@@ -1016,6 +1154,12 @@ int cu_special(CuKern *k) {
   case IR_CONV2D_BWD_FILTER: return conv(k, n, id);
   case IR_POOL2D:
   case IR_POOL2D_BWD: return pool(k, n, id);
+  case IR_LINEAR_CE:
+  case IR_LINEAR_CE_BWD:
+  case IR_LINEAR_CE_BWD_W:
+  case IR_LINEAR_LSE:
+  case IR_LINEAR_LSE_BWD:
+  case IR_LINEAR_LSE_BWD_W: return linear_ce(k, n, id);
   default:
     cu_fail(k->t, "graph %s kernel k%d: no CUDA kernel for %s", k->fg->graph->name, k->kp, ir_op_name(n->op));
     return -1;

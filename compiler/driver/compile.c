@@ -578,9 +578,6 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
   if (is_cuda(o) && o->executor == COMPILE_EXEC_INTERP)
     return cfail(&C, "--executor interp runs the reference executor on the CPU; it has no CUDA form (use --target cpu)");
   if (!o->out_dir || !*o->out_dir) return cfail(&C, "compile needs an output folder (-o DIR)");
-  if (is_cuda(o) && m->layout.fused_ce == 1)
-    return cfail(&C, "parallel.fused_ce = on runs on the CPU target only: the CUDA back end has no linear_ce kernel yet (compile with "
-                     "--fused-ce off)");
   if (m->train.precision == PREC_FP8) return cfail(&C, "precision = fp8 is priced by hpdlc plan, but no back end runs it yet: compile with bf16 or fp16");
   Layout L;
   memset(&L, 0, sizeof L);

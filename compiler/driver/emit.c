@@ -86,11 +86,6 @@ int emit_cuda(Arena *arena, Diag *diag, const char *path, const SemModel *m, int
             chunks == 1 ? "" : "s", chunks - 1);
     return 1;
   }
-  if (sl.fused_ce) { /* as hpdlc compile --target cuda refuses it */
-    fprintf(stderr, "hpdlc: %s: parallel.fused_ce = on runs on the CPU target only: the CUDA back end has no linear_ce kernel yet "
-                    "(use --fused-ce off)\n", path);
-    return 1;
-  }
   const char *why = NULL;
   SimRankProgram *rp = sim_rank_program(arena, diag, m, &sl, stage, &why);
   if (!rp) {

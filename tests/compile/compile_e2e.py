@@ -755,7 +755,7 @@ def case_fused_ce():
     the arena shrinks; under tp 2 the vocabulary is split and each rank's shard is fused (the
     log-sum-exp and the target's logit reduced over the tensor group), and under tp 4 with 201 tokens
     padded to 512 rows (two ranks hold padding only) the padding takes no part; bf16 within 1e-3 of
-    bf16 unfused; --target cuda refuses it with one line."""
+    bf16 unfused; --target cuda compiles it into kernels/hpdl_lmce.cuh's kernels."""
     plain, p0 = compile_art("art-fce-off", [], executor="auto")
     for name, flags, executor in (("one_rank", [], "auto"), ("interp", [], "interp"), ("dp2", ["--dp", "2"], "auto"),
                                   ("pp2", ["--pp", "2"], "auto"), ("cp2", ["--cp", "2"], "auto"),
@@ -797,10 +797,15 @@ def case_fused_ce():
     print(f"bf16 fused: 20 losses within {worst:.1e} of bf16 unfused")
     check(len(b16["on"]) == STEPS and worst < 1e-3, f"bf16 fused off unfused by {worst:.2e}")
     d = os.path.join(ARGS.work, "art-fce-cuda")
-    p = run([tool("hpdlc"), "compile", sample(), *DEFS, "--fused-ce", "on", "--target", "cuda", "-o", d], expect=1)
-    check("parallel.fused_ce = on runs on the CPU target only" in p.stderr, p.stderr)
-    p = run([tool("hpdlc"), "emit", "cuda", sample(), *DEFS, "--fused-ce", "on"], expect=1)
-    check("parallel.fused_ce = on runs on the CPU target only" in p.stderr, p.stderr)
+    # the CUDA target runs it in kernels/hpdl_lmce.cuh (cuda.layout.*fused_ce train it)
+    p = run([tool("hpdlc"), "compile", sample(), *DEFS, "--fused-ce", "on", "--target", "cuda", "-o", d], expect=None)
+    if "NVRTC not found" in p.stderr:
+        print("  (the CUDA compile skipped: " + p.stderr.strip().splitlines()[-1] + ")")
+    else:
+        check(p.returncode == 0 and "fused_ce: the head's GEMM and the cross-entropy in blocks" in p.stdout, p.stdout + p.stderr)
+    p = run([tool("hpdlc"), "emit", "cuda", sample(), *DEFS, "--fused-ce", "on"])
+    for want in ("hpdl_lmce_fwd<", "hpdl_lmce_rows<", "hpdl_lmce_lse<", "hpdl_lmce_dx<", "hpdl_lmce_dw<"):
+        check(want in p.stdout, f"emit cuda --fused-ce on: no {want}")
 
 
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}

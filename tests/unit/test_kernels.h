@@ -20,6 +20,7 @@
 
 #include "autodiff.h"
 #include "fuse.h"
+#include "headloss.h"
 #include "interp.h"
 #include "test_sample.h"
 #include "half.h"
@@ -262,14 +263,17 @@ static inline void check_kernels(const FuseResult *fr, int gi, const InterpTenso
 }
 
 /* The sample lowered at micro batch sample_step_micro (2 unless a test
- * says otherwise; under the layout overrides) and its training step (no
- * recomputation); NULL after a failed expectation. */
+ * says otherwise; under the layout overrides, parallel.fused_ce = on
+ * fusing the head with its loss as the partitioner does) and its training
+ * step (no recomputation); NULL after a failed expectation. */
 static int64_t sample_step_micro = 2;
 static inline AdResult *sample_step(Arena *arena, Diag *diag, const char *sample, SemDefine *defs, int ndefs,
                                     SemDefine *layout, int nlayout, IrModule **m) {
-  *m = lower_sample_layout(arena, diag, sample, defs, ndefs, layout, nlayout, sample_step_micro, NULL);
+  SemModel *sm = NULL;
+  *m = lower_sample_layout(arena, diag, sample, defs, ndefs, layout, nlayout, sample_step_micro, &sm);
   EXPECT(*m != NULL);
   const char *why = NULL;
+  if (*m && sm && sm->layout.fused_ce == 1) EXPECT(headloss_fuse(*m, &why) > 0);
   AdResult *ad = *m ? ad_build(*m, RECOMPUTE_NONE, &why) : NULL;
   EXPECT(ad != NULL);
   return ad;
