@@ -286,7 +286,9 @@ static __device__ void hpdl_lmce_dx(const TX *__restrict__ x, const TW *__restri
         const long long gv = vt * T + v, gc = c0 + cc;
         Ws[v][cc] = gv < s.V && gc < s.C ? hpdl_lmce_w(w, s, gc, gv) : 0.0f;
       }
+#ifndef HPDL_MUTATE_LMCE_BARRIER /* the deliberate race of the test cuda.emu.mutation_fused_ce */
       __syncthreads(); /* lmce: g and the W tile are in place */
+#endif
       for (int r = 0; r < 4; r++) {
         const long long row = r0 + ty * 4 + r;
         for (int c = 0; c < 4; c++) {

@@ -132,7 +132,10 @@ add_test(NAME cuda.emu.step.llama_fused_ce
          COMMAND test_codegen_cuda --micro 3 --step llama.hpd -D layers=2 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=64 -D seq=13
                  -D vocab=101 -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1
                  -L parallel.sequence=off -L parallel.fused_ce=on)
+# the dx kernel without its barrier between g's tile and its product: caught
+add_test(NAME cuda.emu.mutation_fused_ce COMMAND test_codegen_cuda --mutate-lmce --step ${HPDL_CUDA_FCE_ARGS})
 set_tests_properties(cuda.emu.gpt2-tiny_fused_ce cuda.emu.step.gpt2-tiny_fused_ce cuda.emu.step.llama_fused_ce
+                     cuda.emu.mutation_fused_ce
                      PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
 set_tests_properties(cuda.emu.gpt cuda.emu.step.gpt PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
 

@@ -16,6 +16,11 @@
  * hpdl_cuda.cuh): the harness must catch the race, so the run passes only
  * when kernels were called and some of them came out wrong.
  *
+ * With --mutate-lmce the fused head's dx kernel loses the barrier between
+ * writing its tile of g and reading it (HPDL_MUTATE_LMCE_BARRIER in
+ * hpdl_lmce.cuh); with --step the run passes only when the step's gradients
+ * came out wrong.
+ *
  * With --misalign every buffer sits 4 bytes past a 16-byte boundary, so
  * the loop kernels take their scalar path instead of float4 loads.
  *
@@ -24,7 +29,7 @@
  * runs through the emulated kernels under a small host program and is
  * compared with the reference executor's loss and gradients.
  *
- * Usage: test_codegen_cuda [--mutate] [--misalign] [--step] [SAMPLE [-D NAME=VALUE | -L parallel.KEY=VALUE]...];
+ * Usage: test_codegen_cuda [--mutate] [--mutate-lmce] [--misalign] [--step] [SAMPLE [-D NAME=VALUE | -L parallel.KEY=VALUE]...];
  * exits 77 (CTest's skip) when no C++ compiler works. HPDL_EMU_ORDER picks
  * the fibers' order. */
 #include <dlfcn.h>
@@ -44,6 +49,7 @@ typedef struct {
   char dir[64];
   void *so;
   int mutate;   /* compile with HPDL_MUTATE_DROP_BARRIER: a race that must be caught */
+  int mutate_lmce; /* compile with HPDL_MUTATE_LMCE_BARRIER: likewise in the fused head */
   int misalign; /* hand the kernels buffers 4 bytes off 16-byte alignment: the scalar paths */
   int col_split; /* column kernels with the group in chunks (codegen_cuda.c's col_split), counted */
 } EmuLib;
@@ -97,7 +103,8 @@ static int emu_build(void *env, const IrModule *m, const FuseResult *fr) {
   free(src);
   snprintf(cmd, sizeof cmd,
            "%s -std=c++17 -O1 -fPIC -shared -fno-strict-aliasing -w %s -include %s/kernels/cuda_emu.h -I%s/kernels -x c++ %s -o %s",
-           cxx(), L->mutate ? "-DHPDL_MUTATE_DROP_BARRIER" : "", HPDL_SOURCE_DIR, HPDL_SOURCE_DIR, path, so);
+           cxx(), L->mutate ? "-DHPDL_MUTATE_DROP_BARRIER" : L->mutate_lmce ? "-DHPDL_MUTATE_LMCE_BARRIER" : "", HPDL_SOURCE_DIR,
+           HPDL_SOURCE_DIR, path, so);
   if (system(cmd)) {
     fprintf(stderr, "the generated source does not compile as C++: %s\n", cmd);
     return -1;
@@ -477,7 +484,7 @@ int main(int argc, char **argv) {
     printf("skipped: no C++ compiler (%s) to build the emulated kernels; set HPDL_CXX\n", cxx());
     return 77;
   }
-  int mutate = 0, misalign = 0, step = 0, want_split = 0;
+  int mutate = 0, mutate_lmce = 0, misalign = 0, step = 0, want_split = 0;
   for (; argc > 1 && argv[1][0] == '-' && argv[1][1] == '-'; argc--, argv++) {
     if (!strcmp(argv[1], "--col-split")) want_split = 1; /* fail unless some column kernel is split */
     else if (!strcmp(argv[1], "--micro") && argc > 2) { /* the step's micro batch (2) */
@@ -485,6 +492,7 @@ int main(int argc, char **argv) {
       argc--, argv++;
     }
     else if (!strcmp(argv[1], "--mutate")) mutate = 1;
+    else if (!strcmp(argv[1], "--mutate-lmce")) mutate_lmce = 1;
     else if (!strcmp(argv[1], "--misalign")) misalign = 1;
     else if (!strcmp(argv[1], "--step")) step = 1;
     else break;
@@ -508,9 +516,15 @@ int main(int argc, char **argv) {
   EmuLib L;
   memset(&L, 0, sizeof L);
   L.mutate = mutate;
+  L.mutate_lmce = mutate_lmce;
   L.misalign = misalign;
   if (step) {
     test_step(sample, defs, ndefs, layout, nlayout, &L);
+    if (mutate_lmce) { /* the race must show in the step's results */
+      int caught = test_failures;
+      printf("mutation (no barrier before the fused head's dx reads its g tile): %s\n", caught ? "caught" : "NOT caught");
+      test_failures = !caught;
+    }
     printf("%d column kernel%s with the group in chunks\n", L.col_split, L.col_split == 1 ? "" : "s");
     if (want_split) EXPECT(L.col_split > 0);
     emu_free(&L);
