@@ -220,7 +220,9 @@ if(Python3_Interpreter_FOUND)
   #                      fused_ce, tp2_fused_ce, bf16_fused_ce: the head
   #                      and its loss in kernels/hpdl_lmce.cuh (tp 2: each
   #                      shard's log-sum-exp over its columns before the
-  #                      padding);
+  #                      padding); recompute_layers, pp2_recompute_layers:
+  #                      full recomputation of a chunk's first layer only
+  #                      (B.fwd and B.keep.fwd, autodiff.h);
   #                      bf16, dp2_tp2_bf16, fp16: 16-bit storage on both
   #                      targets, compiler/ir/precision.h: step 1 within 1e-5,
   #                      the rest within 1e-3, fp16's skipped steps alike);
@@ -236,7 +238,8 @@ if(Python3_Interpreter_FOUND)
       "pp2|--pp 2" "pp2_gpipe|--pp 2 --schedule gpipe" "dp2_tp2_pp2|--dp 2 --tp 2 --pp 2 --micro-batch 1"
       "tp2_vocab_pad|--tp 2 -D V=201" "bf16|--precision bf16" "dp2_tp2_bf16|--dp 2 --tp 2 --precision bf16"
       "fp16|--precision fp16" "fused_ce|--fused-ce on -D V=201" "tp2_fused_ce|--tp 2 --fused-ce on -D V=201"
-      "bf16_fused_ce|--precision bf16 --fused-ce on")
+      "bf16_fused_ce|--precision bf16 --fused-ce on" "recompute_layers|--recompute full --recompute-layers 1"
+      "pp2_recompute_layers|-D L=4 --pp 2 --recompute full --recompute-layers 1")
   foreach(dev emulate cuda)
     foreach(entry ${HPDL_DEVICE_LAYOUTS})
       hpdl_name_flags("${entry}" name layout)

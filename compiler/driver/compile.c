@@ -622,7 +622,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
     }
     mark_uses(k->m, 0, 0, 1, k->used, 0);
     const char *why = NULL;
-    k->ad = ad_build(k->m, L.recompute, &why);
+    k->ad = ad_build_layers(k->m, L.recompute, m->layout.recompute_layers, &why);
     if (!k->ad) return cfail(&C, "pipeline chunk %d cannot be differentiated: %s", c, why ? why : "?");
     if (ir_verify(k->m, err) || ir_verify_pipeline_cut(k->m->graphs[k->ad->step], err)) {
       fprintf(err, "hpdlc: internal error: chunk %d's training step does not verify\n", c);
@@ -874,6 +874,8 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
   json_object_set_new(root, "compiler",
                       json_pack("{s:s, s:s, s:s, s:b, s:s}", "hpdlc", HPDL_VERSION, "source", C.file, "recompute",
                                 sem_recompute_name(L.recompute), "sp", L.sp, "precision", sem_precision_name(m->train.precision)));
+  if (m->layout.recompute_layers > 0) /* the policy's layers of each chunk (autodiff.h, ad_build_layers) */
+    json_object_set_new(json_object_get(root, "compiler"), "recompute_layers", json_integer(m->layout.recompute_layers));
   json_t *files = json_array();
   if (files_walk(&C, o->out_dir, "", files)) {
     json_decref(files);

@@ -52,7 +52,7 @@ int emit_stash(Arena *arena, Diag *diag, const SemModel *model, const IrModule *
   for (int c = 0; c < pr->nchunks; c++) {
     IrModule *cm = pipe_chunk_module(arena, pr, c);
     const char *why = NULL;
-    AdResult *ad = ad_build(cm, policy, &why);
+    AdResult *ad = ad_build_layers(cm, policy, model->layout.recompute_layers, &why);
     if (!ad) {
       fprintf(stderr, "hpdlc: chunk %d cannot be differentiated: %s\n", c, why ? why : "?");
       return 1;

@@ -52,6 +52,7 @@ static const LayoutFlag layout_flags[] = {
     {"--overlap", "parallel.overlap", "on|off"},
     {"--tp-overlap", "parallel.tp_overlap", "on|off"},
     {"--vocab-pad", "parallel.vocab_pad", "N"},
+    {"--recompute-layers", "parallel.recompute_layers", "N"},
     {"--fused-ce", "parallel.fused_ce", "on|off|auto"},
     {"--gpus", "parallel.gpus", "N"},
     {"--gpus-per-node", "parallel.gpus_per_node", "N"},
@@ -631,7 +632,7 @@ static int emit_dp(Arena *arena, Diag *diag, const char *path, const SemModel *m
     printf("# chunk %d\n", c);
     if (zero == 3) ir_print(cm, stdout);
     const char *why = NULL;
-    AdResult *ad = ad_build(cm, policy, &why);
+    AdResult *ad = ad_build_layers(cm, policy, m->layout.recompute_layers, &why);
     DpSync *sync = ad ? dpsync_build(ad, dp, zero, sl.ep, &why) : NULL;
     if (!sync) {
       fprintf(stderr, "hpdlc: %s: chunk %d: %s\n", path, c, why ? why : "?");
@@ -728,7 +729,7 @@ int main(int argc, char **argv) {
           if (!strcmp(cli.stage, "grad")) {
             Recompute policy = m->layout.recompute < 0 ? RECOMPUTE_NONE : (Recompute)m->layout.recompute;
             const char *why = NULL;
-            AdResult *ad = ad_build(ir, policy, &why);
+            AdResult *ad = ad_build_layers(ir, policy, m->layout.recompute_layers, &why);
             if (!ad) {
               fprintf(stderr, "hpdlc: %s: cannot differentiate the model: %s\n", cli.files[i], why);
               status = 1;

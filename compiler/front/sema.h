@@ -230,6 +230,10 @@ typedef struct {
   int tp_overlap;   /* 0, 1: tensor-parallel collectives overlapped with the GEMMs next to them */
   int64_t vocab_pad; /* > 0: vocabulary-sized split dimensions padded to a multiple of vocab_pad x tensor; 0: none */
   int fused_ce;      /* 0, 1: the head's GEMM and its cross-entropy as one op, the logits never stored (headloss.h) */
+  /* >= 1: the recompute policy takes the first recompute_layers layers of
+   * each pipeline chunk, the rest keep their activations (Megatron-LM's
+   * --recompute-method block --recompute-num-layers); 0: every layer */
+  int64_t recompute_layers;
 } SemLayout;
 
 /* Bounds on a cluster's and a layout's node counts, so that nodes x

@@ -39,6 +39,7 @@ static const KeySpec parallel_keys[] = {
     {"compression", K_SPEC, compressions, 0}, {"balance", K_WORD, balances, 0},
     {"tp_overlap", K_ONOFF, NULL, 0},   {"vocab_pad", K_INT, NULL, 0},
     {"expert", K_INT, NULL, 1},         {"fused_ce", K_ONOFF, NULL, 1},
+    {"recompute_layers", K_INT, NULL, 0},
 };
 static const KeySpec cluster_keys[] = {
     {"device", K_STRING, NULL, 0},          {"gpus_per_node", K_INT, NULL, 0},   {"nodes", K_INT, NULL, 0},
@@ -597,6 +598,7 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
   L->vocab_pad = get_int(&s, "vocab_pad", 128);
   L->schedule = get_word(&s, "schedule", schedules, L->virtual_stages > 1 ? SCHED_INTERLEAVED : SCHED_1F1B);
   L->recompute = get_word(&s, "recompute", recomputes, RECOMPUTE_NONE);
+  L->recompute_layers = get_int(&s, "recompute_layers", 0); /* 0: every layer */
   L->balance = (PipeBalance)get_word(&s, "balance", balances, BALANCE_COST);
   Setting *comp = sema_setting_get(&s, "compression");
   L->compression = (Compression)get_word(&s, "compression", compressions, COMPRESS_NONE);

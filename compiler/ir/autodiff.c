@@ -31,6 +31,10 @@ typedef struct {
   /* the gradients flowing into PARAM nodes, each kept apart (param_outputs) */
   int *part_node, *part_grad;
   int nparts, capparts;
+  /* the step (ad_build_layers): per forward CALL split into the policy's
+   * layers and the kept ones, the step's SAVE call of the first part (its
+   * output is the second part's input; map holds the second), else -1 */
+  int *split_first;
   const char *err;
 } AdCtx;
 
@@ -773,9 +777,22 @@ static void adgrad_CALL(AdCtx *c, int f, int dy) {
       return;
     }
   const IrNode *x = fnode(c, n->in[0]);
-  int in[2] = {dy, c->map[f]};
-  int64_t attr[4] = {c->res->grad[n->attr[0]], n->attr[1], IR_CALL_BACKWARD, n->attr[3]};
-  int g = emit(c, IR_CALL, in, 2, attr, 4, 0, x->dtype, x->rank, x->dims);
+  int64_t blk = n->attr[0], count = n->attr[1], first = n->attr[3], pol = ad_policy_layers(c->res, count);
+  int g;
+  if (pol == count) { /* every layer under the policy */
+    int in[2] = {dy, c->map[f]};
+    int64_t attr[4] = {c->res->grad[blk], count, IR_CALL_BACKWARD, first};
+    g = emit(c, IR_CALL, in, 2, attr, 4, 0, x->dtype, x->rank, x->dims);
+  } else { /* the kept layers (last first), then the policy's */
+    int in[2] = {dy, c->map[f]};
+    int64_t attr[4] = {c->res->grad_keep[blk], count - pol, IR_CALL_BACKWARD, first + pol};
+    g = emit(c, IR_CALL, in, 2, attr, 4, 0, x->dtype, x->rank, x->dims);
+    if (pol > 0) {
+      int in2[2] = {g, c->split_first[f]};
+      int64_t attr2[4] = {c->res->grad[blk], pol, IR_CALL_BACKWARD, first};
+      g = emit(c, IR_CALL, in2, 2, attr2, 4, 0, x->dtype, x->rank, x->dims);
+    }
+  }
   acc(c, n->in[0], g);
 }
 
@@ -1222,10 +1239,11 @@ static void activation_recompute(const IrGraph *g, const char *requires_grad, ch
   }
 }
 
-/* B.grad (and B.fwd, which saves what B.grad reads) for block graph fi */
-static const char *build_block(IrModule *m, AdResult *res, int fi) {
+/* B.grad (and B.fwd, which saves what B.grad reads) for block graph fi
+ * under `policy`, into graphs fwd_gi and grad_gi; *nsaved: what a layer keeps */
+static const char *build_block(IrModule *m, AdResult *res, int fi, Recompute policy, int fwd_gi, int grad_gi, int *nsaved) {
   const IrGraph *f = m->graphs[fi];
-  IrGraph *b = m->graphs[res->grad[fi]], *fw = m->graphs[res->fwd[fi]];
+  IrGraph *b = m->graphs[grad_gi], *fw = m->graphs[fwd_gi];
   if (f->noutputs != 1) return arena_printf(m->arena, "repeated block %s must have one output", f->name);
   AdCtx c;
   ctx_init(&c, m, res, f, b);
@@ -1234,12 +1252,12 @@ static const char *build_block(IrModule *m, AdResult *res, int fi) {
   b->count = f->count;
   requires_grad(&c, 1);
   for (int i = 0; i < f->nnodes; i++) {
-    if (res->recompute == RECOMPUTE_FULL) c.recomp[i] = 1;
+    if (policy == RECOMPUTE_FULL) c.recomp[i] = 1;
     if (f->nodes[i].op == IR_CALL) return "a repeat inside a repeated block cannot be differentiated";
   }
   char *weight = weight_mask(f);
-  if (res->recompute == RECOMPUTE_SELECTIVE) attention_core(f, c.recomp);
-  if (res->recompute == RECOMPUTE_OPS) ops_policy(f, weight, c.recomp);
+  if (policy == RECOMPUTE_SELECTIVE) attention_core(f, c.recomp);
+  if (policy == RECOMPUTE_OPS) ops_policy(f, weight, c.recomp);
   activation_recompute(f, c.rg, c.recomp);
   weight_views(f, weight, c.recomp);
   free(weight);
@@ -1284,7 +1302,7 @@ static const char *build_block(IrModule *m, AdResult *res, int fi) {
   fw->outputs[0] = f->outputs[0];
   for (int k = 0; k < c.nsaved; k++) fw->outputs[1 + k] = c.saved[k];
   fw->noutputs = 1 + c.nsaved;
-  res->nsaved[fi] = c.nsaved;
+  *nsaved = c.nsaved;
   return NULL;
 }
 
@@ -1300,18 +1318,34 @@ static const char *build_step(IrModule *m, AdResult *res) {
   const IrNode *loss = fnode(&c, f->outputs[0]);
   if (loss->rank != 0 || !sem_dtype_is_float(loss->dtype)) return "the loss (output 0 of the forward) is not a float scalar";
   int seed = arg_node(&c, 0, loss, "dloss");
+  c.split_first = arena_alloc(m->arena, sizeof(int) * (size_t)(f->nnodes + 1));
   for (int i = 0; i < f->nnodes; i++) {
     const IrNode *n = &f->nodes[i];
     IrNode copy = *n;
+    c.split_first[i] = -1;
     if (n->op == IR_ARG) copy.attr[0] += 1; /* after the seed */
+    int64_t pol = 0;
     if (n->op == IR_CALL) {
       if (n->attr[0] < 1 || n->attr[0] >= res->nforward || res->fwd[n->attr[0]] < 0)
         return "a call of a graph that is not a repeated block";
       copy.attr[0] = res->fwd[n->attr[0]];
       copy.attr[2] = IR_CALL_SAVE;
+      pol = ad_policy_layers(res, n->attr[1]);
     }
     int stack_in[8], *in = n->nin <= 8 ? stack_in : malloc(sizeof(int) * (size_t)n->nin);
     for (int k = 0; k < n->nin; k++) in[k] = c.map[n->in[k]];
+    if (n->op == IR_CALL && pol < n->attr[1]) {
+      /* recompute_layers: the first pol layers under the policy, the rest keep their activations */
+      if (pol > 0) {
+        IrNode part = copy;
+        part.attr[1] = pol;
+        c.split_first[i] = copy_node(&c, &part, in);
+        in[0] = c.split_first[i];
+      }
+      copy.attr[0] = res->fwd_keep[n->attr[0]];
+      copy.attr[1] = n->attr[1] - pol;
+      copy.attr[3] = n->attr[3] + pol;
+    }
     c.map[i] = copy_node(&c, &copy, in);
     if (in != stack_in) free(in);
   }
@@ -1322,7 +1356,10 @@ static const char *build_step(IrModule *m, AdResult *res) {
   if (c.err) return c.err;
   /* a repeat the loss does not reach has no backward: keep nothing for it */
   for (int i = 0; i < f->nnodes; i++)
-    if (f->nodes[i].op == IR_CALL && c.grad[i] < 0) b->nodes[c.map[i]].attr[2] = IR_CALL_PLAIN;
+    if (f->nodes[i].op == IR_CALL && c.grad[i] < 0) {
+      b->nodes[c.map[i]].attr[2] = IR_CALL_PLAIN;
+      if (c.split_first[i] >= 0) b->nodes[c.split_first[i]].attr[2] = IR_CALL_PLAIN;
+    }
   int *outs = arena_alloc(m->arena, sizeof(int) * (size_t)(m->nparams + 2)), nouts = 0;
   outs[nouts++] = c.map[f->outputs[0]];
   param_outputs(&c, &outs, &nouts);
@@ -1333,7 +1370,14 @@ static const char *build_step(IrModule *m, AdResult *res) {
   return NULL;
 }
 
-AdResult *ad_build(IrModule *m, Recompute policy, const char **err) {
+int64_t ad_policy_layers(const AdResult *r, int64_t count) {
+  if (r->recompute == RECOMPUTE_NONE || r->layers <= 0 || r->layers >= count) return count;
+  return r->layers;
+}
+
+AdResult *ad_build(IrModule *m, Recompute policy, const char **err) { return ad_build_layers(m, policy, 0, err); }
+
+AdResult *ad_build_layers(IrModule *m, Recompute policy, int64_t layers, const char **err) {
   const char *e = NULL;
   for (int i = 0; i < m->ngraphs; i++)
     if (m->graphs[i]->ngrad_params) e = "the module has been differentiated already";
@@ -1346,22 +1390,46 @@ AdResult *ad_build(IrModule *m, Recompute policy, const char **err) {
   int nf = m->ngraphs;
   r->m = m;
   r->recompute = policy;
+  r->layers = layers > 0 ? layers : 0;
   r->nforward = nf;
   r->fwd = arena_alloc(m->arena, sizeof(int) * (size_t)nf);
   r->grad = arena_alloc(m->arena, sizeof(int) * (size_t)nf);
   r->nsaved = arena_alloc(m->arena, sizeof(int) * (size_t)nf);
+  r->fwd_keep = arena_alloc(m->arena, sizeof(int) * (size_t)nf);
+  r->grad_keep = arena_alloc(m->arena, sizeof(int) * (size_t)nf);
+  r->nsaved_keep = arena_alloc(m->arena, sizeof(int) * (size_t)nf);
+  /* a block some call runs more layers of than the policy takes keeps the rest's activations */
+  char *keep = arena_alloc(m->arena, (size_t)nf + 1);
+  memset(keep, 0, (size_t)nf + 1);
+  for (int i = 0; i < m->graphs[0]->nnodes; i++) {
+    const IrNode *n = &m->graphs[0]->nodes[i];
+    if (n->op == IR_CALL && n->attr[0] >= 1 && n->attr[0] < nf && ad_policy_layers(r, n->attr[1]) < n->attr[1])
+      keep[n->attr[0]] = 1;
+  }
   /* the step first: a call must name a later graph */
   r->step = m->ngraphs;
   ir_graph_new(m, arena_printf(m->arena, "%s.grad", m->graphs[0]->name));
   r->fwd[0] = -1;
   r->grad[0] = r->step;
+  r->fwd_keep[0] = r->grad_keep[0] = -1;
+  r->nsaved_keep[0] = 0;
   for (int i = 1; i < nf; i++) {
     r->fwd[i] = m->ngraphs;
     ir_graph_new(m, arena_printf(m->arena, "%s.fwd", m->graphs[i]->name));
     r->grad[i] = m->ngraphs;
     ir_graph_new(m, arena_printf(m->arena, "%s.grad", m->graphs[i]->name));
+    r->fwd_keep[i] = r->grad_keep[i] = -1;
+    r->nsaved_keep[i] = 0;
+    if (!keep[i]) continue;
+    r->fwd_keep[i] = m->ngraphs;
+    ir_graph_new(m, arena_printf(m->arena, "%s.keep.fwd", m->graphs[i]->name));
+    r->grad_keep[i] = m->ngraphs;
+    ir_graph_new(m, arena_printf(m->arena, "%s.keep.grad", m->graphs[i]->name));
   }
-  for (int i = 1; i < nf && !e; i++) e = build_block(m, r, i);
+  for (int i = 1; i < nf && !e; i++) {
+    e = build_block(m, r, i, policy, r->fwd[i], r->grad[i], &r->nsaved[i]);
+    if (!e && keep[i]) e = build_block(m, r, i, RECOMPUTE_NONE, r->fwd_keep[i], r->grad_keep[i], &r->nsaved_keep[i]);
+  }
   if (!e) e = build_step(m, r);
   if (e) {
     if (err) *err = e;
@@ -1398,7 +1466,8 @@ double ad_accumulate(Interp *in, const AdResult *r, int nmicro, AdFeed feed, voi
 
 void ad_print(const AdResult *r, FILE *out) {
   const IrModule *m = r->m;
-  fprintf(out, "grad (recompute %s)\n", sem_recompute_name(r->recompute));
+  if (r->layers > 0) fprintf(out, "grad (recompute %s, the first %" PRId64 " layers of a call)\n", sem_recompute_name(r->recompute), r->layers);
+  else fprintf(out, "grad (recompute %s)\n", sem_recompute_name(r->recompute));
   for (int gi = r->nforward; gi < m->ngraphs; gi++) {
     const IrGraph *g = m->graphs[gi];
     ir_print_graph(m, g, out);

@@ -64,16 +64,31 @@
 typedef struct {
   IrModule *m;
   Recompute recompute;
+  int64_t layers; /* ad_build_layers: the policy's layers of a call (0: all) */
   int nforward; /* graphs 0..nforward-1 are the forward module */
   int step;     /* forward.grad */
   int *fwd;     /* per forward graph: its B.fwd, -1 for graph 0 */
   int *grad;    /* per forward graph: its backward graph (graph 0: step) */
   int *nsaved;  /* per forward graph: activations B.fwd saves per layer */
+  /* per forward graph, with `layers`: B.keep.fwd and B.keep.grad, the pair
+   * of the layers past the policy's (recompute none), else -1; nsaved_keep */
+  int *fwd_keep, *grad_keep, *nsaved_keep;
 } AdResult;
 
 /* Appends the graphs above to m. NULL with the reason in *err (allocated in
  * m's arena) when a construct cannot be differentiated. */
 AdResult *ad_build(IrModule *m, Recompute policy, const char **err);
+
+/* The same, the policy applying to the first `layers` layers of each call of
+ * a repeated block (Megatron-LM's --recompute-method block
+ * --recompute-num-layers: per pipeline chunk), the rest keeping their
+ * activations (none); layers 0: every layer (ad_build). A split call is two
+ * SAVE calls in the step (B.fwd for the first layers, B.keep.fwd for the
+ * rest) and two BACKWARD calls (B.keep.grad, then B.grad). */
+AdResult *ad_build_layers(IrModule *m, Recompute policy, int64_t layers, const char **err);
+
+/* How many of a call's `count` layers run under the policy. */
+int64_t ad_policy_layers(const AdResult *r, int64_t count);
 
 /* One forward + backward of forward.grad with the given seed: returns the
  * loss (NaN with *err on failure); the gradients add to the store. */

@@ -220,10 +220,11 @@ int prec_apply(IrModule *m, const AdResult *ad, DType storage, int cuda, const c
   for (int gi = 0; gi < m->ngraphs; gi++) {
     IrGraph *g = m->graphs[gi];
     /* is gi a block forward (B.fwd) that saves activations, or a backward reading them? */
-    int as_fwd = -1, as_bwd = -1;
+    int as_fwd = -1, as_bwd = -1, bwd_fwd = -1; /* bwd_fwd: the forward graph whose stash it reads */
     for (int f = 0; ad && f < ad->nforward; f++) {
-      if (ad->fwd[f] == gi) as_fwd = f;
-      if (ad->grad[f] == gi && ad->fwd[f] >= 0) as_bwd = f;
+      if (ad->fwd[f] == gi || (ad->fwd_keep[f] >= 0 && ad->fwd_keep[f] == gi)) as_fwd = f;
+      if (ad->grad[f] == gi && ad->fwd[f] >= 0) as_bwd = f, bwd_fwd = ad->fwd[f];
+      if (ad->grad_keep[f] >= 0 && ad->grad_keep[f] == gi) as_bwd = f, bwd_fwd = ad->fwd_keep[f];
     }
     if ((pass == 0) != (as_fwd >= 0)) continue;
     /* the forward module's own graphs (evaluation, and shared by the pipeline's chunks) stay fp32 */
@@ -235,7 +236,7 @@ int prec_apply(IrModule *m, const AdResult *ad, DType storage, int cuda, const c
     }
     if (as_bwd >= 0) {
       /* arguments: dy, then per layer the forward's arguments and its outputs 1.. (interp.c's stash) */
-      int fg = ad->fwd[as_bwd];
+      int fg = bwd_fwd;
       const IrGraph *F = m->graphs[fg];
       arg16 = arena_alloc(m->arena, (size_t)g->nargs + 1);
       for (int k = 1; saved16[fg] && k < F->noutputs; k++) {

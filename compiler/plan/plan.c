@@ -884,8 +884,10 @@ static void pricer_init(Pricer *P, PlanCtx *pc, const IrModule *m, FuseResult *f
   P->fr = fr;
   P->memo = xalloc_calloc((size_t)m->ngraphs, sizeof(GMemo));
   P->bwd_block = xalloc_calloc((size_t)m->ngraphs, 1);
-  for (int i = 1; ad && i < ad->nforward; i++)
+  for (int i = 1; ad && i < ad->nforward; i++) {
     if (ad->grad[i] >= 0 && ad->grad[i] < m->ngraphs) P->bwd_block[ad->grad[i]] = 1;
+    if (ad->grad_keep[i] >= 0 && ad->grad_keep[i] < m->ngraphs) P->bwd_block[ad->grad_keep[i]] = 1;
+  }
   P->link = link;
   P->gsize = gsize;
   for (int i = 0; i < m->ngraphs && !P->causal; i++)
@@ -1169,7 +1171,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
     /* parameters of one layer: the block's (local) weights */
     int block = -1;
     for (int i = 1; i < ad->nforward; i++)
-      if (ad->fwd[i] == fgraph) block = i;
+      if (ad->fwd[i] == fgraph || ad->fwd_keep[i] == fgraph) block = i;
     for (int q = 0; q < part->nparams; q++)
       if (part->params[q].graph == block) {
         double e = 1;
@@ -1269,6 +1271,23 @@ void plan_chunk_from_parts(const PlanParts *pp, int kind, int64_t n, PlanChunk *
   ch->shared_params = kind == PLAN_SINGLE ? 0 : pp->shared_params;
 }
 
+/* The same with parallel.recompute_layers: the first `rl` of the chunk's n
+ * layers priced from pp (the policy's parts), the rest from keep's (recompute
+ * none), as ad_build_layers splits a chunk's repeat. */
+static void chunk_from_parts_mixed(const PlanParts *pp, const PlanParts *keep, int kind, int64_t n, int64_t rl, PlanChunk *ch) {
+  plan_chunk_from_parts(pp, kind, n, ch);
+  int64_t k = n > rl ? n - rl : 0; /* the kept layers */
+  if (!keep || k == 0) return;
+  plan_cost_add(&ch->f, &pp->lf, -(double)k);
+  plan_cost_add(&ch->b, &pp->lb, -(double)k);
+  plan_cost_add(&ch->f, &keep->lf, (double)k);
+  plan_cost_add(&ch->b, &keep->lb, (double)k);
+  double more = (double)k * (keep->layer_saved - pp->layer_saved);
+  ch->saved += more;
+  double pin = (double)n * pp->layer_saved + more + pp->peak_in[kind];
+  ch->peak = pp->peak_out[kind] > pin ? pp->peak_out[kind] : pin;
+}
+
 /* ------------------------------------------------------------------ */
 /* the real chunks: pipe_split and a differentiated module per chunk    */
 
@@ -1277,7 +1296,7 @@ void plan_chunk_from_parts(const PlanParts *pp, int kind, int64_t n, PlanChunk *
 static int price_chunk_module(PlanCtx *c, IrModule *cm, Recompute rc, const CostLink *link, const int64_t *gsize,
                               Arena *a, PlanChunk *ch, char *why, size_t whylen) {
   const char *err = NULL;
-  AdResult *ad = ad_build(cm, rc, &err);
+  AdResult *ad = ad_build_layers(cm, rc, c->model->layout.recompute_layers, &err);
   if (!ad) {
     snprintf(why, whylen, "a pipeline chunk does not differentiate: %s", err ? err : "?");
     return -1;
@@ -1309,7 +1328,7 @@ static int price_chunk_module(PlanCtx *c, IrModule *cm, Recompute rc, const Cost
       /* the block's weights, one copy per layer the chunk runs */
       int fgraph = (int)x->attr[0], block = -1;
       for (int i = 1; i < ad->nforward; i++)
-        if (ad->fwd[i] == fgraph) block = i;
+        if (ad->fwd[i] == fgraph || ad->fwd_keep[i] == fgraph) block = i;
       for (int q = 0; q < cm->nparams; q++)
         if (cm->params[q].graph == block) {
           double e = 1;
@@ -1896,7 +1915,16 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   /* the chunks: chunk ci is kinds[ci] (its own layer count) */
   PlanChunk *kinds = xalloc_calloc((size_t)K, sizeof(PlanChunk));
   if ((flags & PLAN_FAST) && !(pp->unit_w && K > 1)) {
-    for (int64_t ci = 0; ci < K; ci++) plan_chunk_from_parts(pp, kind_of(ci, K), split[ci], &kinds[ci]);
+    /* recompute_layers: the kept layers priced from the key without recomputation */
+    int64_t rl = m->layout.recompute_layers;
+    PlanParts *keep = NULL;
+    if (rl > 0 && L.recompute != RECOMPUTE_NONE) {
+      PlanKey kk = key;
+      kk.rc = RECOMPUTE_NONE;
+      keep = plan_parts(c, &kk);
+      if (!keep->valid) keep = NULL;
+    }
+    for (int64_t ci = 0; ci < K; ci++) chunk_from_parts_mixed(pp, keep, kind_of(ci, K), split[ci], rl, &kinds[ci]);
   } else if (flags & PLAN_FAST) {
     /* the search's screening of a forward cut into pieces: each chunk the
      * whole program's price times its pieces' share of the estimated time

@@ -64,7 +64,10 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
     fprintf(f, "; schedule %s", sem_schedule_name((Schedule)L->schedule));
     if (L->vpp > 1) fprintf(f, " (%" PRId64 " virtual stages)", L->vpp);
   }
-  fprintf(f, "; recompute %s; overlap %s", sem_recompute_name((Recompute)L->recompute), L->overlap ? "on" : "off");
+  fprintf(f, "; recompute %s", sem_recompute_name((Recompute)L->recompute));
+  if (m->layout.recompute_layers > 0 && L->recompute != RECOMPUTE_NONE)
+    fprintf(f, " (the first %" PRId64 " layers of each chunk)", m->layout.recompute_layers);
+  fprintf(f, "; overlap %s", L->overlap ? "on" : "off");
   if (m->layout.tp_overlap && L->tp > 1) fprintf(f, "; tp_overlap on");
   if (L->fused_ce == 1) fprintf(f, "; fused_ce on");
   if (strcmp(plan_attention_name(c), "flash")) fprintf(f, "; attention %s", plan_attention_name(c));

@@ -571,7 +571,7 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
       goto done;
     }
     const char *why = NULL;
-    ads[c] = ad_build(cms[c], L->recompute, &why);
+    ads[c] = ad_build_layers(cms[c], L->recompute, model->layout.recompute_layers, &why);
     if (!ads[c]) {
       fail(err, errlen, "chunk %d does not differentiate: %s", c, why ? why : "?");
       goto done;
@@ -772,7 +772,7 @@ SimRankProgram *sim_rank_program(Arena *arena, Diag *diag, const SemModel *model
     r->nchunks = pr->nchunks;
     r->module = pipe_chunk_module(arena, pr, chunk);
     const char *why = NULL;
-    r->ad = ad_build(r->module, L->recompute, &why);
+    r->ad = ad_build_layers(r->module, L->recompute, model->layout.recompute_layers, &why);
     if (!r->ad) e = why ? arena_printf(arena, "the chunk does not differentiate: %s", why) : "the chunk does not differentiate";
     else if (prec_apply(r->module, r->ad, prec_storage(model->train.precision), 0, &why) < 0)
       e = arena_printf(arena, "16-bit storage: %s", why ? why : "?");

@@ -666,6 +666,36 @@ def case_recompute_ops():
     compare(f"llama, recompute ops ({ex})", got, reference(art, defs + ONE_RANK), tol1=1e-5, tol20=1e-4)
 
 
+def case_recompute_layers():
+    """parallel.recompute_layers (autodiff.h, ad_build_layers; Megatron-LM's --recompute-method block
+    --recompute-num-layers): the policy takes the first N layers of each pipeline chunk and the rest
+    keep their activations, a repeat's call split in two (B.fwd then B.keep.fwd, their backward
+    calls in reverse). gpt2-tiny's 2 layers, full recomputation of the first: the losses and
+    gradient norms bit for bit those of no recomputation and the reference's, in the reference
+    executor and the generated kernels; the arena between full's and none's; the manifest says so;
+    tp 2 (the collectives of both halves) against the reference."""
+    arenas, arts = {}, {}
+    for name, flags in (("none", ["--recompute", "none"]), ("full", ["--recompute", "full"]),
+                        ("full1", ["--recompute", "full", "--recompute-layers", "1"])):
+        arts[name], p = compile_art("art-rl-" + name, flags)
+        arenas[name] = arena_of(p)
+    said = json.load(open(os.path.join(arts["full1"], "manifest.json")))["compiler"]
+    check(said.get("recompute") == "full" and said.get("recompute_layers") == 1, f"the manifest says {said}")
+    print(f"arena of stage 0: none {arenas['none']}, full on 1 of 2 layers {arenas['full1']}, full {arenas['full']} bytes")
+    check(arenas["full"] < arenas["full1"] < arenas["none"], f"arenas not ordered full < full1 < none: {arenas}")
+    base, _ = train(arts["none"], "rl-none")
+    got, _ = train(arts["full1"], "rl-full1")
+    compare("recompute full on the first layer, 1 rank (interp)", got, reference(arts["full1"]))
+    check([(r["loss"], r["grad_norm"]) for r in got] == [(r["loss"], r["grad_norm"]) for r in base],
+          "recompute_layers: the losses are not bit for bit those of recompute none")
+    art, _ = compile_art("art-rl-native", ["--recompute", "full", "--recompute-layers", "1"], executor="auto")
+    ex = json.load(open(os.path.join(art, "manifest.json")))["program"]["executor"]
+    if ex != "interp":
+        got, _ = train(art, "rl-native")
+        compare(f"recompute full on the first layer, 1 rank ({ex})", got, reference(art), tol1=1e-5, tol20=1e-4)
+    layout_case("recompute_layers_tp2", ["--recompute", "full", "--recompute-layers", "1", "--tp", "2"])
+
+
 def arena_of(p):
     """The arena of stage 0 from hpdlc compile's summary."""
     for line in p.stdout.splitlines():

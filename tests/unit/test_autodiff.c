@@ -172,11 +172,14 @@ static int gradient_checks;
 
 /* Differentiates M, runs one step and compares every entry of every
  * parameter (every copy) with finite differences. */
+/* ad_build_layers' layers for check_module (0: every layer) */
+static int64_t check_layers = 0;
+
 static void check_module(Mod *M, const char *what, Recompute policy, double h) {
   const char *err = NULL;
   current_what = what;
   EXPECT(ir_verify(M->m, stderr) == 0);
-  AdResult *r = ad_build(M->m, policy, &err);
+  AdResult *r = ad_build_layers(M->m, policy, check_layers, &err);
   if (!r) {
     fprintf(stderr, "%s: ad_build: %s\n", what, err);
     EXPECT(r != NULL);
@@ -862,7 +865,11 @@ static void test_aux_loss(void) {
  * (count 1) scale, under each recompute policy; every copy of W and b has
  * its own gradient. */
 static void test_call(void) {
-  for (int policy = RECOMPUTE_NONE; policy <= RECOMPUTE_OPS; policy++) {
+  /* then recompute_layers (ad_build_layers): the policy on the first 1 or 2
+   * of the 3 layers, the rest keeping their activations, both calls */
+  for (int policy = RECOMPUTE_NONE; policy <= RECOMPUTE_OPS + 2 * 3; policy++) {
+    check_layers = policy <= RECOMPUTE_OPS ? 0 : 1 + (policy - RECOMPUTE_OPS - 1) / 3;
+    Recompute pol = policy <= RECOMPUTE_OPS ? (Recompute)policy : (Recompute)(1 + (policy - RECOMPUTE_OPS - 1) % 3);
     Mod M = mod_new();
     IrGraph *blk = ir_graph_new(M.m, "blk");
     blk->count = 3;
@@ -893,9 +900,22 @@ static void test_call(void) {
     int64_t attr[3] = {1, 3, IR_CALL_PLAIN};
     int call = add(M.g, IR_CALL, cin, 2, attr, 3, 0, DT_F32, 2, xd);
     finish_weighted(&M, op1(&M, IR_SILU, call));
-    char what[64];
-    snprintf(what, sizeof what, "call (recompute %s)", sem_recompute_name((Recompute)policy));
-    check_module(&M, what, (Recompute)policy, 1e-3);
+    char what[96];
+    snprintf(what, sizeof what, "call (recompute %s, layers %d)", sem_recompute_name(pol), (int)check_layers);
+    check_module(&M, what, pol, 1e-3);
+    if (check_layers) { /* the step splits the call: B.fwd x layers, then B.keep.fwd x the rest */
+      int saves = 0; /* only the step graph has SAVE calls */
+      for (int gi = 0; gi < M.m->ngraphs; gi++)
+        for (int i = 0; i < M.m->graphs[gi]->nnodes; i++) {
+          const IrNode *cn = &M.m->graphs[gi]->nodes[i];
+          if (cn->op != IR_CALL || cn->attr[2] != IR_CALL_SAVE) continue;
+          EXPECT(cn->attr[1] == (saves ? 3 - check_layers : check_layers));
+          EXPECT(cn->attr[3] == (saves ? check_layers : 0));
+          saves++;
+        }
+      EXPECT(saves == 2);
+    }
+    check_layers = 0;
     ops_tested[IR_CALL]++;
     mod_free(&M);
   }
