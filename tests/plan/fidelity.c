@@ -229,8 +229,12 @@ static int check_set(const char *hpdlc, const char *src, const char *file, int m
       const char *attn = json_string_value(json_object_get(l, "attention"));
       if (markdown) {
         const char *rc = json_string_value(json_object_get(l, "recompute"));
-        char rcs[48] = "";
+        char rcs[80] = "";
         if (rc && strcmp(rc, "none")) snprintf(rcs, sizeof rcs, !strcmp(rc, "full") ? ", full recompute" : ", recompute %s", rc);
+        if (rc && strcmp(rc, "none") && jint(l, "recompute_layers") > 0) { /* the first N layers of each chunk */
+          size_t n = strlen(rcs);
+          snprintf(rcs + n, sizeof rcs - n, " of %ld layers", jint(l, "recompute_layers"));
+        }
         printf("| %s%s | %ld | tp %ld pp %ld cp %ld dp %ld%s, mb %ld, %s%s%s%s | %.3f s | %.3f s | %+.1f%% |\n",
                json_string_value(json_object_get(r, "id")), asserted_set && !asserted ? " (not asserted)" : "",
                jint(l, "gpus"), jint(l, "tp"), jint(l, "pp"), jint(l, "cp"),

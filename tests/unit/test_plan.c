@@ -170,6 +170,34 @@ static void test_parts_match_chunks(void) {
   fixture_free(&f);
 }
 
+/* parallel.recompute_layers: the screening (the policy's and none's parts
+ * mixed per layer) agrees with the exact chunks (ad_build_layers), and the
+ * step and the activations lie between full recomputation's and none's. */
+static void test_recompute_layers(void) {
+  static const char *const defs[] = {"layers=8", "hidden=512", "heads=8", "seq=256", "vocab=4096"};
+  static const char *const lay[] = {"parallel.cluster=dgx-a100-80gb", "parallel.gpus=64", "parallel.data=auto",
+                                    "train.micro_batch=1", "parallel.recompute_layers=1"};
+  Fixture f, g;
+  if (fixture(&f, "gpt.hpd", defs, 5, lay, 5) || fixture(&g, "gpt.hpd", defs, 5, lay, 4)) {
+    test_failures++;
+    return;
+  }
+  /* pp 2: 4 layers a chunk, the first under the policy */
+  PlanLayout L = {16, 2, 2, 1, 1, 1, 2, 0, 0, SCHED_1F1B, RECOMPUTE_FULL, 1, 1, 0};
+  PlanResult fast, exact, full, none;
+  EXPECT(plan_evaluate(f.c, &L, PLAN_FAST, &fast) == 0);
+  EXPECT(plan_evaluate(f.c, &L, 0, &exact) == 0);
+  EXPECT_NEAR(fast.step_s, exact.step_s, 0.03);
+  EXPECT_NEAR(fast.mem.total, exact.mem.total, 0.02);
+  EXPECT(plan_evaluate(g.c, &L, 0, &full) == 0);
+  L.recompute = RECOMPUTE_NONE;
+  EXPECT(plan_evaluate(g.c, &L, 0, &none) == 0);
+  EXPECT(none.step_s < exact.step_s && exact.step_s < full.step_s);
+  EXPECT(full.mem.activations < exact.mem.activations && exact.mem.activations < none.mem.activations);
+  fixture_free(&f);
+  fixture_free(&g);
+}
+
 /* Uniform stages: the simulated bubble is exactly the paper's formula. */
 static void test_bubble_exact(void) {
   struct {
@@ -658,6 +686,7 @@ int main(void) {
   test_balance_gpt2();
   test_memory_is_memplan();
   test_parts_match_chunks();
+  test_recompute_layers();
   test_bubble_exact();
   test_saved_full_recompute();
   test_tp_bytes();
