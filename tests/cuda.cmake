@@ -233,7 +233,7 @@ if(Python3_Interpreter_FOUND)
   #                      (ranks beyond the GPUs share them).
   set(small "-D T=16 -D C=32 --global-batch 4 --micro-batch 2")
   set(HPDL_DEVICE_LAYOUTS
-      "1rank|" "dp2|--dp 2" "tp2|--tp 2" "cp2|--cp 2" "dp2_tp2|--dp 2 --tp 2" "tp2_cp2|--tp 2 --cp 2"
+      "1rank|" "dp2|--dp 2" "tp2|--tp 2" "cp2|--cp 2" "dp2_tp2|--dp 2 --tp 2" "tp2_cp2|--tp 2 --cp 2" "tp2_cp2_sp|--tp 2 --cp 2 --sp on"
       "zero1|--dp 2 --zero 1" "zero2|--dp 2 --zero 2" "zero3|--dp 2 --zero 3" "resume|--dp 2"
       "pp2|--pp 2" "pp2_gpipe|--pp 2 --schedule gpipe" "dp2_tp2_pp2|--dp 2 --tp 2 --pp 2 --micro-batch 1"
       "tp2_vocab_pad|--tp 2 -D V=201" "bf16|--precision bf16" "dp2_tp2_bf16|--dp 2 --tp 2 --precision bf16"

@@ -285,7 +285,62 @@ static int keep_marker(GPart *G, int x, IrGroup g, int r) {
 /* Converts v to `want` on every group. `out_split` marks the groups on which
  * the consumer's output is split or partial: a replicated float input there
  * gets the f marker (its local gradient is only this rank's share). */
+/* Sequence parallelism under context parallelism splits one axis twice: the
+ * context group's chunk of the sequence (outer, zigzag) and the tensor
+ * group's pieces of that chunk (inner). Such a conversion undoes the inner
+ * split first and applies the outer one first: the tensor group's gathers
+ * and all-reduces, then the context group's gathers; then the context
+ * group's slices, then the tensor group's slices and reduce-scatters. */
+static Val convert_nested(GPart *G, Val v, const Shd *want, unsigned out_split, Span at) {
+  static const IrGroup undo[2] = {IRG_TP, IRG_CP}, apply[2] = {IRG_CP, IRG_TP};
+  const Shd from = v.shd;
+  for (int k = 0; k < 2 && v.id >= 0; k++) {
+    IrGroup g = undo[k];
+    int from_axis = v.shd.axis[g], to_axis = want->axis[g];
+    if (v.shd.partial[g]) {
+      if (to_axis < 0) {
+        v.id = all_reduce(G, v.id, g, 0, at);
+        v.shd.partial[g] = 0;
+        v.shd.axis[g] = -1;
+      }
+      continue; /* a reduce-scatter: below, inside the outer split */
+    }
+    if (from_axis >= 0 && from_axis != to_axis) {
+      if (g == IRG_CP && G->ring && to_axis < 0) v.id = ring_gather(G, v.id, g, from_axis, at);
+      else v.id = gather(G, v.id, g, from_axis, to_axis < 0 && ((out_split >> g) & 1), at);
+      v.shd.axis[g] = -1;
+    }
+  }
+  for (int k = 0; k < 2 && v.id >= 0; k++) {
+    IrGroup g = apply[k];
+    int to_axis = want->axis[g];
+    if (v.shd.partial[g]) {
+      v.id = scatter(G, v.id, g, to_axis, at);
+      v.shd.partial[g] = 0;
+      v.shd.axis[g] = (int8_t)to_axis;
+      continue;
+    }
+    if (v.shd.axis[g] == to_axis) {
+      /* unchanged on g: the f marker, as convert gives a replicated input of a split output */
+      const IrNode *x = dn(G, v.id);
+      int constant = x->op == IR_CONST || x->op == IR_FILL || x->op == IR_IOTA;
+      if (from.axis[g] == to_axis && !from.partial[g] && to_axis < 0 && ((out_split >> g) & 1) &&
+          sem_dtype_is_float(x->dtype) && !constant)
+        v.id = copy_marker(G, v.id, g, at);
+      continue;
+    }
+    if (to_axis >= 0) v.id = shard_slice(G, v.id, g, to_axis, at);
+    v.shd.axis[g] = (int8_t)to_axis;
+  }
+  return v;
+}
+
 static Val convert(GPart *G, Val v, const Shd *want, unsigned out_split, Span at) {
+  int tf = v.shd.axis[IRG_TP], tt = want->axis[IRG_TP], cf = v.shd.axis[IRG_CP], ct = want->axis[IRG_CP];
+  if (G->P->size[IRG_TP] > 1 && G->P->size[IRG_CP] > 1 && G->P->size[IRG_EP] <= 1 && !want->partial[IRG_TP] &&
+      !want->partial[IRG_CP] && !v.shd.partial[IRG_CP] &&
+      ((tf >= 0 && (tf == cf || tf == ct)) || (tt >= 0 && (tt == cf || tt == ct))))
+    return convert_nested(G, v, want, out_split, at);
   for (int k = 0; k < NPART_GROUPS && v.id >= 0; k++) {
     IrGroup g = part_groups[k];
     if (G->P->size[g] <= 1) continue;
@@ -341,8 +396,11 @@ static Val settle(GPart *G, Val v, Span at) {
     want.partial[g] = 0;
     want.axis[g] = -1;
     const IrNode *n = dn(G, v.id);
-    if (g == IRG_TP && G->P->spec->sp && n->rank >= 2 && n->dims[1] == G->P->spec->seq_len && v.shd.axis[IRG_CP] != 1 &&
-        G->P->spec->seq_len % G->P->size[IRG_TP] == 0)
+    /* under context parallelism too: the tensor group splits each rank's
+     * sequence chunk again (Megatron-LM's sequence parallelism beside its
+     * context parallelism); n's shape is this rank's */
+    int64_t chunk = G->P->spec->seq_len / (v.shd.axis[IRG_CP] == 1 ? G->P->size[IRG_CP] : 1);
+    if (g == IRG_TP && G->P->spec->sp && n->rank >= 2 && n->dims[1] == chunk && chunk % G->P->size[IRG_TP] == 0)
       want.axis[g] = 1;
   }
   return any ? convert(G, v, &want, 0, at) : v;
