@@ -959,24 +959,21 @@ static int linear_ce(CuKern *k, const IrNode *n, int id) {
     snprintf(lse, sizeof lse, "%s_lse", b);
   }
   double each = nsteps - ce > 0 ? flops / (nsteps - ce) : 0;
-  if (dxn >= 0) {
+  /* dx a block per row tile, dw a block per vocabulary tile: the same launch but for its function and grid */
+  const struct {
+    int node, out;
+    const char *fn;
+    long long grid;
+  } grads[2] = {{dxn, dx, "hpdl_lmce_dx", L.grid_dx}, {dwn, dw, "hpdl_lmce_dw", L.grid_dw}};
+  for (int q = 0; q < 2; q++) {
+    if (grads[q].node < 0) continue;
     step_name(k, step, nsteps, name, sizeof name);
     cu_signature_min(k, o, name, HPDL_LMCE_MIN_BLOCKS);
     cu_tx(o, "%s", shape);
-    cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", L.grid_dx);
-    cu_tx(o, "    hpdl_lmce_dx<%s, %s, int>(p%d, p%d, %s, %s, p%d, p%d, s, blk);\n}\n\n", tx, tx, io[0], io[1], tgt, lse, dyio,
-          dx);
-    cu_add_launch(k, name, step++, "special", L.grid_dx, HPDL_LMCE_THREADS);
-    k->t->launch[k->t->nlaunch - 1].flops = each;
-  }
-  if (dwn >= 0) {
-    step_name(k, step, nsteps, name, sizeof name);
-    cu_signature_min(k, o, name, HPDL_LMCE_MIN_BLOCKS);
-    cu_tx(o, "%s", shape);
-    cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", L.grid_dw);
-    cu_tx(o, "    hpdl_lmce_dw<%s, %s, int>(p%d, p%d, %s, %s, p%d, p%d, s, blk);\n}\n\n", tx, tx, io[0], io[1], tgt, lse, dyio,
-          dw);
-    cu_add_launch(k, name, step++, "special", L.grid_dw, HPDL_LMCE_THREADS);
+    cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", grads[q].grid);
+    cu_tx(o, "    %s<%s, %s, int>(p%d, p%d, %s, %s, p%d, p%d, s, blk);\n}\n\n", grads[q].fn, tx, tx, io[0], io[1], tgt, lse,
+          dyio, grads[q].out);
+    cu_add_launch(k, name, step++, "special", grads[q].grid, HPDL_LMCE_THREADS);
     k->t->launch[k->t->nlaunch - 1].flops = each;
   }
   return 0;
