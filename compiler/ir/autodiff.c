@@ -778,21 +778,16 @@ static void adgrad_CALL(AdCtx *c, int f, int dy) {
     }
   const IrNode *x = fnode(c, n->in[0]);
   int64_t blk = n->attr[0], count = n->attr[1], first = n->attr[3], pol = ad_policy_layers(c->res, count);
-  int g;
-  if (pol == count) { /* every layer under the policy */
-    int in[2] = {dy, c->map[f]};
-    int64_t attr[4] = {c->res->grad[blk], count, IR_CALL_BACKWARD, first};
-    g = emit(c, IR_CALL, in, 2, attr, 4, 0, x->dtype, x->rank, x->dims);
-  } else { /* the kept layers (last first), then the policy's */
-    int in[2] = {dy, c->map[f]};
+  int g = dy;
+  if (pol < count) { /* the kept layers first (the last ones), undoing the step's second SAVE call */
+    int in[2] = {g, c->map[f]};
     int64_t attr[4] = {c->res->grad_keep[blk], count - pol, IR_CALL_BACKWARD, first + pol};
     g = emit(c, IR_CALL, in, 2, attr, 4, 0, x->dtype, x->rank, x->dims);
-    if (pol > 0) {
-      int in2[2] = {g, c->split_first[f]};
-      int64_t attr2[4] = {c->res->grad[blk], pol, IR_CALL_BACKWARD, first};
-      g = emit(c, IR_CALL, in2, 2, attr2, 4, 0, x->dtype, x->rank, x->dims);
-    }
   }
+  /* the policy's layers (pol >= 1: ad_policy_layers), undoing the first SAVE call or the only one */
+  int in[2] = {g, pol < count ? c->split_first[f] : c->map[f]};
+  int64_t attr[4] = {c->res->grad[blk], pol, IR_CALL_BACKWARD, first};
+  g = emit(c, IR_CALL, in, 2, attr, 4, 0, x->dtype, x->rank, x->dims);
   acc(c, n->in[0], g);
 }
 
@@ -1335,13 +1330,11 @@ static const char *build_step(IrModule *m, AdResult *res) {
     int stack_in[8], *in = n->nin <= 8 ? stack_in : malloc(sizeof(int) * (size_t)n->nin);
     for (int k = 0; k < n->nin; k++) in[k] = c.map[n->in[k]];
     if (n->op == IR_CALL && pol < n->attr[1]) {
-      /* recompute_layers: the first pol layers under the policy, the rest keep their activations */
-      if (pol > 0) {
-        IrNode part = copy;
-        part.attr[1] = pol;
-        c.split_first[i] = copy_node(&c, &part, in);
-        in[0] = c.split_first[i];
-      }
+      /* recompute_layers: the first pol (>= 1) layers under the policy, the rest keep their activations */
+      IrNode part = copy;
+      part.attr[1] = pol;
+      c.split_first[i] = copy_node(&c, &part, in);
+      in[0] = c.split_first[i];
       copy.attr[0] = res->fwd_keep[n->attr[0]];
       copy.attr[1] = n->attr[1] - pol;
       copy.attr[3] = n->attr[3] + pol;

@@ -140,6 +140,13 @@ static int64_t param_copies(const IrParam *P) { return P->count > 1 ? P->count :
 
 static DevKctx kctx(const DevExec *x, int64_t layer);
 
+/* Blocks for n units of per_block each, at least 1 and at most 65535 (the
+ * host program's own grid-stride kernels walk the rest). */
+static unsigned capped_grid(int64_t n, int64_t per_block) {
+  int64_t blocks = (n + per_block - 1) / per_block;
+  return (unsigned)(blocks < 1 ? 1 : blocks > 65535 ? 65535 : blocks);
+}
+
 static int is_bgrad(DevEpilogue e) { return e == DEV_EPI_BGRAD_A || e == DEV_EPI_BGRAD_B; }
 
 /* A GEMM's plan. A bias-gradient epilogue (BGRADA / BGRADB) that cuBLASLt
@@ -170,9 +177,7 @@ static int bias_grad_apart(DevExec *x, const DevGemm *g, void **io) {
   int64_t cols = side_a ? g->m : g->n, ld = side_a ? g->lda : g->ldb;
   void *args[5] = {io[side_a ? g->a : g->b], io[g->bias], (void *)(intptr_t)g->k, (void *)(intptr_t)cols,
                    (void *)(intptr_t)ld};
-  int64_t blocks = (cols + 31) / 32;
-  if (blocks > 65535) blocks = 65535;
-  return x->dev->ops->launch(x->dev, x->bias_grad, (unsigned)(blocks < 1 ? 1 : blocks), 256, &c, args, 5);
+  return x->dev->ops->launch(x->dev, x->bias_grad, capped_grid(cols, 32), 256, &c, args, 5);
 }
 
 DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, char *err, size_t errlen) {
@@ -666,9 +671,7 @@ int devx_refresh16(DevExec *x) {
     int64_t n = param_numel(&m->params[p]) * param_copies(&m->params[p]);
     DevKctx c = kctx(x, 0);
     void *args[3] = {x->params[p], x->params16[p], (void *)(intptr_t)n};
-    int64_t blocks = (n + 1023) / 1024;
-    if (blocks > 65535) blocks = 65535;
-    if (x->dev->ops->launch(x->dev, x->round_bf16, (unsigned)(blocks < 1 ? 1 : blocks), 256, &c, args, 3))
+    if (x->dev->ops->launch(x->dev, x->round_bf16, capped_grid(n, 1024), 256, &c, args, 3))
       return fail(x, "the bf16 copy of %s: %s", m->params[p].name, dev_error(x->dev));
   }
   return 0;
@@ -677,9 +680,7 @@ int devx_refresh16(DevExec *x) {
 static int accumulate(DevExec *x, float *dst, const void *src, int64_t n) {
   DevKctx c = kctx(x, 0);
   void *args[3] = {(void *)src, dst, (void *)(intptr_t)n};
-  int64_t blocks = (n + 1023) / 1024;
-  if (blocks > 65535) blocks = 65535;
-  if (x->dev->ops->launch(x->dev, x->accumulate, (unsigned)(blocks < 1 ? 1 : blocks), 256, &c, args, 3))
+  if (x->dev->ops->launch(x->dev, x->accumulate, capped_grid(n, 1024), 256, &c, args, 3))
     return fail(x, "gradient accumulation: %s", dev_error(x->dev));
   return 0;
 }
