@@ -251,6 +251,35 @@ extern "C" __global__ void __launch_bounds__(256) hpdl_round_bf16(const hpdl_kct
     dst[i] = hpdl_bf16_from_f32(src[i]);
 }
 
+/* The host program's own kernel (runtime/devexec.c): the chunks of a
+ * collective whose pieces are not contiguous (core/interp.c's
+ * interp_chunk_copy, `parts` of them at once). Over the local value
+ * [outer, len, inner], part p is member `first + p`'s chunk along the axis,
+ * at local + p x outer x len x inner; the global value is [outer, len x size,
+ * inner], the chunk at the member's positions (layout 0: a contiguous
+ * block; 1: context parallelism's zigzag, halves r and 2 size - 1 - r).
+ * to_global copies local into global, else global into local. Grid-stride. */
+extern "C" __global__ void __launch_bounds__(256) hpdl_chunk_copy_f32(const hpdl_kctx hpd, long long outer, long long len,
+                                                                      long long inner, long long layout, long long first,
+                                                                      long long size, long long parts, float *global,
+                                                                      float *local, long long to_global) {
+  (void)hpd;
+  const long long piece = outer * len * inner, n = piece * parts, half = len / 2;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    const long long p = i / piece, at = i - p * piece;
+    const long long o = at / (len * inner), q = at / inner % len, j = at % inner;
+    const long long r = first + p;
+    const long long gp = layout == 0 || size <= 1 ? r * len + q
+                         : q < half              ? r * half + q
+                                                 : (2 * size - 1 - r) * half + (q - half);
+    const long long g = (o * len * size + gp) * inner + j;
+    if (to_global)
+      global[g] = local[i];
+    else
+      local[i] = global[g];
+  }
+}
+
 /* The host program's own kernel (runtime/devexec.c): a GEMM's bias gradient
  * where cuBLASLt has no algorithm with its BGRAD epilogue: out[j] = the sum
  * over q < k of X[q * ld + j]. A block (256 threads) per 32 columns,

@@ -93,6 +93,15 @@ extern "C" int hpd_emul_hpdl_round_bf16(const hpdl_kctx *ctx, unsigned grid, uns
                          (long long)(unsigned long long)args[2]);
 }
 
+/* The launch entry of hpdl_chunk_copy_f32 (runtime/device/devexec.c). */
+extern "C" int hpd_emul_hpdl_chunk_copy_f32(const hpdl_kctx *ctx, unsigned grid, unsigned block, void **args) {
+  long long v[6];
+  for (int i = 0; i < 6; i++) v[i] = (long long)(unsigned long long)args[i];
+  return HPDL_EMU_LAUNCH(hpdl_chunk_copy_f32, dim3(grid), dim3(block), 0, *ctx, v[0], v[1], v[2], v[3], v[4], v[5],
+                         (long long)(unsigned long long)args[6], (float *)args[7], (float *)args[8],
+                         (long long)(unsigned long long)args[9]);
+}
+
 /* The optimizer's kernels (hpdl_optim.cuh) take a table and arguments by
  * value: their entries take cuLaunchKernel's parameter array, a pointer to
  * each argument (device.h's launch_raw; ctx is not used). */

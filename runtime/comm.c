@@ -105,7 +105,7 @@ static int local_wait_sends(Comm *c, RtErr *e) { return 0; }
 
 static const CommOps local_ops = {"local",    local_all_reduce, local_all_gather, local_reduce_scatter, local_broadcast,
                                   local_send, local_recv,       local_barrier,    local_abort,          local_destroy,
-                                  local_send, local_wait_sends, local_all_gather};
+                                  local_send, local_wait_sends, local_all_gather, NULL};
 
 Comm *comm_local_new(RtErr *e) {
   Comm *c = rt_calloc(1, sizeof *c);
@@ -149,6 +149,8 @@ int comm_barrier(Comm *c, CommGroup g, RtErr *e) { return c->ops->barrier(c, g, 
 int comm_all_to_all(Comm *c, CommGroup g, CommType t, const void *in, int64_t n, void *out, RtErr *e) {
   return c->ops->all_to_all(c, g, t, in, n, out, e);
 }
+
+int comm_group(Comm *c, int begin, RtErr *e) { return c->ops->group ? c->ops->group(c, begin, e) : 0; }
 
 int comm_under_launcher(void) {
   /* srun sets SLURM_PROCID for each task, but an sbatch script's own shell
@@ -467,6 +469,8 @@ static int p_wait_sends(Comm *c, RtErr *e) {
 
 static void p_abort(Comm *c, int code) { prof_inner->abort(c, code); }
 
+static int p_group(Comm *c, int begin, RtErr *e) { return prof_inner->group ? prof_inner->group(c, begin, e) : 0; }
+
 static void p_destroy(Comm *c) {
   const CommOps *in = prof_inner;
   c->ops = in;
@@ -474,7 +478,7 @@ static void p_destroy(Comm *c) {
 }
 
 static const CommOps prof_ops = {"profiled", p_all_reduce, p_all_gather, p_reduce_scatter, p_broadcast, p_send, p_recv,
-                                 p_barrier,  p_abort,      p_destroy,    p_isend,          p_wait_sends, p_all_to_all};
+                                 p_barrier,  p_abort,      p_destroy,    p_isend,          p_wait_sends, p_all_to_all, p_group};
 
 void comm_profile(Comm *c, Prof *p) {
   if (p && c->ops != &prof_ops) {

@@ -81,6 +81,11 @@ typedef struct {
   int (*wait_sends)(Comm *c, RtErr *e);
   /* n values to each member (in: member by member); out: n from each, member by member */
   int (*all_to_all)(Comm *c, CommGroup g, CommType t, const void *in, int64_t n, void *out, RtErr *e);
+  /* Optional (NULL: calls run one by one): begin = 1 opens a group of calls
+   * that progress together and complete at its close (begin = 0), NCCL's
+   * ncclGroupStart / ncclGroupEnd: a send and a receive that must overlap,
+   * or many reductions fused into one launch. */
+  int (*group)(Comm *c, int begin, RtErr *e);
 } CommOps;
 
 struct Comm {
@@ -110,6 +115,8 @@ int comm_wait_sends(Comm *c, RtErr *e);
 int comm_recv(Comm *c, CommGroup g, CommType t, void *buf, int64_t n, int peer, int tag, RtErr *e);
 int comm_barrier(Comm *c, CommGroup g, RtErr *e);
 int comm_all_to_all(Comm *c, CommGroup g, CommType t, const void *in, int64_t n, void *out, RtErr *e);
+/* c->ops->group where the table has one, else nothing to do. */
+int comm_group(Comm *c, int begin, RtErr *e);
 
 /* hpdlrun --profile: every call through c->ops from here on (the loop's,
  * the compressed reduction's and the program's, which call the table
@@ -154,6 +161,28 @@ void comm_decompress_add(const CommCompressor *z, const unsigned char *payload, 
 /* buf (n values on every member of g) becomes the sum over the members of
  * their compressed values; kind NONE is a plain all-reduce. */
 int comm_allreduce_compressed(Comm *c, CommGroup g, CommCompressor *z, float *buf, int64_t n, RtErr *e);
+
+/* NCCL (comm_nccl.c): the same table over the GPUs' own buffers, every
+ * pointer a device address, calls queued on the legacy default stream (the
+ * one the device layer launches on). libnccl is opened with dlopen
+ * ($HPDL_NCCL, $CUDA_HOME, the loader's path). A communicator per group of
+ * more than one member, its ncclUniqueId made by member 0 and broadcast
+ * over `host` (which keeps serving the host's own collectives); every rank
+ * must call this at the same point, as every group's members create their
+ * communicator together. A size-1 group's gather or scatter is a copy
+ * through `copy` (the device's). There are no tags: a pair's messages match
+ * in the order they were posted. isend queues the send until the next
+ * send, receive or wait_sends, and posts it in one group with that call
+ * (NCCL blocks a stream on a send until its receive runs, so a 1F1B stage
+ * sending forward while its neighbour sends back must post both
+ * directions together). NULL with the reason in e. */
+typedef struct {
+  void *ctx;
+  int (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
+} CommDevCopy;
+Comm *comm_nccl_new(Comm *host, const CommDevCopy *copy, RtErr *e);
+/* "NCCL 2.28.9", or "" when c is not an NCCL Comm. */
+const char *comm_nccl_version(const Comm *c);
 
 #ifdef HPDL_HAVE_MPI
 /* MPI: initialises MPI when needed (and finalises it in destroy), checks the

@@ -196,7 +196,7 @@ static void m_destroy(Comm *c) { free_comm(c, 0); }
 
 static const CommOps mpi_ops = {"mpi",  m_all_reduce, m_all_gather, m_reduce_scatter, m_broadcast,
                                 m_send, m_recv,       m_barrier,    m_abort,          m_destroy,
-                                m_isend, m_wait_sends, m_all_to_all};
+                                m_isend, m_wait_sends, m_all_to_all, NULL};
 
 static int split(Comm *c, CommGroup g, int color, int key, RtErr *e) {
   Mpi *m = c->impl;

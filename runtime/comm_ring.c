@@ -10,6 +10,7 @@
 struct CommRingSend {
   void *data;
   int64_t n;
+  size_t bytes;
   int offset;
   CommRingSend *next;
 };
@@ -21,16 +22,31 @@ static int ring_fail(RtErr *e, const char *msg) {
 
 static int type_bytes(CommType t) { return t == COMM_F64 ? 8 : t == COMM_U8 ? 1 : 4; }
 
+static void *mem_alloc(const CommMem *m, size_t bytes) {
+  return m->alloc ? m->alloc(m->ctx, bytes ? bytes : 1) : malloc(bytes ? bytes : 1);
+}
+
+static void mem_release(const CommMem *m, void *p, size_t bytes) {
+  if (!p) return;
+  if (m->release) m->release(m->ctx, p, bytes ? bytes : 1);
+  else free(p);
+}
+
 int comm_ring_send(CommRing *r, CommType t, const void *data, int64_t n, int offset, RtErr *e) {
   CommRingSend *q = calloc(1, sizeof *q);
   size_t bytes = (size_t)n * (size_t)type_bytes(t);
-  if (!q || !(q->data = malloc(bytes ? bytes : 1))) {
+  if (!q || !(q->data = mem_alloc(&r->mem, bytes))) {
     free(q);
     return ring_fail(e, "out of memory for a context-parallel message");
   }
-  memcpy(q->data, data, bytes);
   q->n = n;
+  q->bytes = bytes;
   q->offset = offset;
+  if (r->mem.copy ? r->mem.copy(r->mem.ctx, q->data, data, bytes) : (memcpy(q->data, data, bytes), 0)) {
+    mem_release(&r->mem, q->data, bytes);
+    free(q);
+    return ring_fail(e, "a context-parallel message could not be copied");
+  }
   if (r->tail) r->tail->next = q;
   else r->head = q;
   r->tail = q;
@@ -52,14 +68,21 @@ int comm_ring_recv(CommRing *r, Comm *c, CommType t, void *data, int64_t n, int 
   int me = c->rank[COMM_CP], size = c->size[COMM_CP];
   int to = ((me + q->offset) % size + size) % size, from = ((me + offset) % size + size) % size;
   int rc;
-  if (me % 2 == 0) {
+  if (c->ops->group) {
+    rc = c->ops->group(c, 1, e);
+    if (rc == 0) rc = c->ops->send(c, COMM_CP, t, q->data, n, to, tag, e);
+    if (rc == 0) rc = c->ops->recv(c, COMM_CP, t, data, n, from, tag, e);
+    RtErr ge;
+    int end = c->ops->group(c, 0, &ge);
+    if (rc == 0 && end) rc = ring_fail(e, ge.msg);
+  } else if (me % 2 == 0) {
     rc = c->ops->send(c, COMM_CP, t, q->data, n, to, tag, e);
     if (rc == 0) rc = c->ops->recv(c, COMM_CP, t, data, n, from, tag, e);
   } else {
     rc = c->ops->recv(c, COMM_CP, t, data, n, from, tag, e);
     if (rc == 0) rc = c->ops->send(c, COMM_CP, t, q->data, n, to, tag, e);
   }
-  free(q->data);
+  mem_release(&r->mem, q->data, q->bytes);
   free(q);
   return rc;
 }
@@ -80,26 +103,33 @@ void *comm_outbox_buffer(CommOutbox *o, size_t bytes) {
   if (o->n == o->cap) {
     int cap = o->cap ? 2 * o->cap : 16;
     void **b = realloc(o->buf, sizeof(void *) * (size_t)cap);
-    if (!b) return NULL;
-    o->buf = b;
+    if (b) o->buf = b;
+    size_t *s = b ? realloc(o->bytes, sizeof(size_t) * (size_t)cap) : NULL;
+    if (!s) return NULL;
+    o->bytes = s;
     o->cap = cap;
   }
-  void *p = malloc(bytes ? bytes : 1);
-  if (p) o->buf[o->n++] = p;
+  void *p = mem_alloc(&o->mem, bytes);
+  if (p) {
+    o->buf[o->n] = p;
+    o->bytes[o->n++] = bytes;
+  }
   return p;
 }
 
 int comm_outbox_flush(CommOutbox *o, Comm *c, RtErr *e) {
   int rc = o->n ? c->ops->wait_sends(c, e) : 0;
-  for (int i = 0; i < o->n; i++) free(o->buf[i]);
+  for (int i = 0; i < o->n; i++) mem_release(&o->mem, o->buf[i], o->bytes[i]);
   o->n = 0;
   return rc;
 }
 
 void comm_outbox_free(CommOutbox *o) {
-  for (int i = 0; i < o->n; i++) free(o->buf[i]);
+  for (int i = 0; i < o->n; i++) mem_release(&o->mem, o->buf[i], o->bytes[i]);
   free(o->buf);
+  free(o->bytes);
   o->buf = NULL;
+  o->bytes = NULL;
   o->n = o->cap = 0;
 }
 
@@ -114,7 +144,7 @@ void comm_ring_clear(CommRing *r) {
   while (r->head) {
     CommRingSend *q = r->head;
     r->head = q->next;
-    free(q->data);
+    mem_release(&r->mem, q->data, q->bytes);
     free(q);
   }
   r->tail = NULL;

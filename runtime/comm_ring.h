@@ -42,12 +42,23 @@ int comm_pipe_tag(int chunk, int nmicro, int mb, int offset, int sending);
 /* The Comm group of an IR group (ir.h's IrGroup order: dp, tp, pp, cp). */
 CommGroup comm_group_of_ir(int ir_group);
 
+/* Where the programs' message buffers live: NULL fields mean host memory
+ * (malloc, memcpy, free); a device Comm (NCCL) sends from the device's. */
+typedef struct {
+  void *ctx;
+  void *(*alloc)(void *ctx, size_t bytes);
+  void (*release)(void *ctx, void *p, size_t bytes);
+  int (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
+} CommMem;
+
 /* Sends that do not wait for their receive (Comm.isend: a 1F1B stage sends
  * an activation while its neighbour sends a gradient back), each out of a
  * buffer of its own, kept until comm_outbox_flush completes them all. */
 typedef struct {
   void **buf;
+  size_t *bytes;
   int n, cap;
+  CommMem mem;
 } CommOutbox;
 
 /* A new buffer of `bytes` for one send (NULL: out of memory). */
@@ -61,12 +72,14 @@ typedef struct CommRingSend CommRingSend;
 
 typedef struct {
   CommRingSend *head, *tail; /* sends not yet exchanged */
+  CommMem mem;
 } CommRing;
 
 /* Queues n values of type t (copied) for the member `offset` places on. */
 int comm_ring_send(CommRing *r, CommType t, const void *data, int64_t n, int offset, RtErr *e);
 /* Exchanges the oldest queued send with the receive of n values from the
- * member `offset` places on (-offset of the send's), over tag `tag`. */
+ * member `offset` places on (-offset of the send's), over tag `tag`: in one
+ * group where the Comm has groups (NCCL), else in the even / odd order. */
 int comm_ring_recv(CommRing *r, Comm *c, CommType t, void *data, int64_t n, int offset, int tag, RtErr *e);
 /* The end of a step's transfers: the queue emptied, and -1 with the
  * message when a send was still in it (the ring's transfers did not pair). */

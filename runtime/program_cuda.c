@@ -13,9 +13,12 @@
  * program for the gradient norm and the update; otherwise each step copies
  * the parameters in and the gradients out and the loop reduces, clips and
  * updates on the host. The chunk's collectives, the pipeline's transfers
- * and the tied parameters go through the loop's Comm (MPI) in host memory.
- * One GPU per local rank; ranks beyond the GPUs share them. NCCL is the
- * next step (docs/gpu.md). */
+ * and the data-parallel sum of resident gradients go through NCCL on the
+ * device's buffers where every rank has a GPU of its own and NCCL loads
+ * (HPDL_COLLECTIVES=nccl|host forces either; the emulated device takes
+ * NCCL only when forced), else through the loop's Comm (MPI) in host
+ * memory; the tied parameters always through the latter. One GPU per local
+ * rank; ranks beyond the GPUs share them (docs/gpu.md). */
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -53,6 +56,8 @@ typedef struct {
   float *host; /* one copy's worth, the largest */
   int32_t **feeds;
   Comm *comm;
+  Comm *dcomm;   /* NCCL on the device's buffers; NULL: the chunk's collectives through comm, in host memory */
+  char coll[300]; /* the start-up line's word on the collectives */
   CommRing ring; /* context parallelism's sends not yet exchanged */
   RtErr cerr;
   /* resident: the parameters, gradients and the optimizer stay on the device */
@@ -76,11 +81,14 @@ typedef struct {
   double t_params, t_inputs, t_micro, t_grads;
 } CudaProg;
 
-/* ---- the chunk's collectives through the loop's Comm, in host memory ---- */
+/* ---- the chunk's collectives: NCCL on the device's buffers (dcomm), or
+ * the loop's Comm in host memory ---- */
+
+static Comm *chunk_comm(const CudaProg *P) { return P->dcomm ? P->dcomm : P->comm; }
 
 static int hc_all_reduce(void *ctx, int group, int op, float *buf, int64_t n, char *err, size_t errlen) {
   CudaProg *P = ctx;
-  Comm *c = P->comm;
+  Comm *c = chunk_comm(P);
   if (c->ops->all_reduce(c, comm_group_of_ir(group), COMM_F32, op ? COMM_MAX : COMM_SUM, buf, n, &P->cerr) == 0) return 0;
   snprintf(err, errlen, "%s", P->cerr.msg);
   return -1;
@@ -88,7 +96,7 @@ static int hc_all_reduce(void *ctx, int group, int op, float *buf, int64_t n, ch
 
 static int hc_all_to_all(void *ctx, int group, const float *in, int64_t n, float *out, char *err, size_t errlen) {
   CudaProg *P = ctx;
-  Comm *c = P->comm;
+  Comm *c = chunk_comm(P);
   if (c->ops->all_to_all(c, comm_group_of_ir(group), COMM_F32, in, n, out, &P->cerr) == 0) return 0;
   snprintf(err, errlen, "%s", P->cerr.msg);
   return -1;
@@ -96,8 +104,16 @@ static int hc_all_to_all(void *ctx, int group, const float *in, int64_t n, float
 
 static int hc_all_gather(void *ctx, int group, const float *in, int64_t n, float *out, char *err, size_t errlen) {
   CudaProg *P = ctx;
-  Comm *c = P->comm;
+  Comm *c = chunk_comm(P);
   if (c->ops->all_gather(c, comm_group_of_ir(group), COMM_F32, in, n, out, &P->cerr) == 0) return 0;
+  snprintf(err, errlen, "%s", P->cerr.msg);
+  return -1;
+}
+
+static int hc_reduce_scatter(void *ctx, int group, const float *in, int64_t n, float *out, char *err, size_t errlen) {
+  CudaProg *P = ctx;
+  Comm *c = chunk_comm(P);
+  if (c->ops->reduce_scatter(c, comm_group_of_ir(group), COMM_F32, COMM_SUM, in, n, out, &P->cerr) == 0) return 0;
   snprintf(err, errlen, "%s", P->cerr.msg);
   return -1;
 }
@@ -126,10 +142,14 @@ static int hc_send(void *ctx, int group, int offset, const float *buf, int64_t n
      * back); every send completes at the end of the step */
     int tag, peer = pipe_peer(P, offset, 1, &tag, err, errlen);
     if (peer < 0) return -1;
-    float *copy = comm_outbox_buffer(&P->outbox, sizeof(float) * (size_t)n);
+    size_t bytes = sizeof(float) * (size_t)n;
+    float *copy = comm_outbox_buffer(&P->outbox, bytes);
     if (!copy) return snprintf(err, errlen, "out of memory for a pipeline message of %" PRId64 " values", n), -1;
-    memcpy(copy, buf, sizeof(float) * (size_t)n);
-    if (P->comm->ops->isend(P->comm, COMM_PP, COMM_F32, copy, n, peer, tag, &P->cerr) == 0) return 0;
+    if (!P->dcomm) memcpy(copy, buf, bytes);
+    else if (P->dev->ops->copy(P->dev, copy, buf, bytes))
+      return snprintf(err, errlen, "a pipeline message: %s", dev_error(P->dev)), -1;
+    Comm *c = chunk_comm(P);
+    if (c->ops->isend(c, COMM_PP, COMM_F32, copy, n, peer, tag, &P->cerr) == 0) return 0;
   } else if (group == IRG_CP) {
     if (comm_ring_send(&P->ring, COMM_F32, buf, n, offset, &P->cerr) == 0) return 0;
   } else {
@@ -145,11 +165,11 @@ static int hc_recv(void *ctx, int group, int offset, float *buf, int64_t n, char
   if (group == IRG_PP) {
     int tag, peer = pipe_peer(P, offset, 0, &tag, err, errlen);
     if (peer < 0) return -1;
-    if (P->comm->ops->recv(P->comm, COMM_PP, COMM_F32, buf, n, peer, tag, &P->cerr) == 0) return 0;
+    if (chunk_comm(P)->ops->recv(chunk_comm(P), COMM_PP, COMM_F32, buf, n, peer, tag, &P->cerr) == 0) return 0;
   } else if (group != IRG_CP) {
     snprintf(err, errlen, "a transfer over the %s group, which has no neighbours", ir_group_name((IrGroup)group));
     return -1;
-  } else if (comm_ring_recv(&P->ring, P->comm, COMM_F32, buf, n, offset, COMM_TAG_RING, &P->cerr) == 0)
+  } else if (comm_ring_recv(&P->ring, chunk_comm(P), COMM_F32, buf, n, offset, COMM_TAG_RING, &P->cerr) == 0)
     return 0;
   snprintf(err, errlen, "%s", P->cerr.msg);
   return -1;
@@ -386,13 +406,14 @@ static void cuda_destroy(void *self) {
             1e3 * P->t_grads / (double)P->steps);
   devopt_free(P->opt); /* its buffers are the device's: before the device closes */
   for (int i = 0; P->frames && i < P->nmicro; i++) devx_frame_drop(P->x, P->frames[i]); /* their buffers are the pool's */
+  comm_ring_clear(&P->ring); /* the messages' buffers too, with NCCL */
+  comm_outbox_free(&P->outbox);
+  comm_destroy(P->dcomm); /* while the device's context lives */
   devx_free(P->x);
   devx_program_free(&P->prog);
-  comm_ring_clear(&P->ring);
   free(P->use_of);
   free(P->sums);
   free(P->frames);
-  comm_outbox_free(&P->outbox);
   free(P->ins);
   for (int i = 0; P->uses && i < P->nuses; i++) free(P->uses[i].mirror);
   if (P->dev) P->dev->ops->close(P->dev);
@@ -429,6 +450,57 @@ static int externs_open(CudaProg *P, const Artifact *a, RtErr *e) {
   if (!(P->ext = extcall_open_artifact(m->externs, m->nexterns, a->dir, P->arena, why, sizeof why))) return fail(e, "%s", why);
   DevxHost h = {P, host_extern};
   devx_set_host(P->x, &h);
+  return 0;
+}
+
+static int dev_copy_cb(void *ctx, void *dst, const void *src, size_t bytes) {
+  Device *d = ctx;
+  return d->ops->copy(d, dst, src, bytes);
+}
+
+static void *msg_alloc(void *ctx, size_t bytes) { return devx_buffer(((CudaProg *)ctx)->x, bytes); }
+static void msg_release(void *ctx, void *p, size_t bytes) { devx_buffer_put(((CudaProg *)ctx)->x, p, bytes); }
+static int msg_copy(void *ctx, void *dst, const void *src, size_t bytes) { return dev_copy_cb(((CudaProg *)ctx)->dev, dst, src, bytes); }
+
+/* NCCL or MPI through host memory for the chunk's collectives, the
+ * pipeline's transfers and the data-parallel sum; every rank the same
+ * (a rank that cannot use NCCL makes them all use MPI). HPDL_COLLECTIVES:
+ * "nccl" (an error where it cannot run), "host", or unset: NCCL where the
+ * device is a GPU of the rank's own and the library loads. */
+static int choose_collectives(CudaProg *P, TrainCtx *ctx, const char *kind, RtErr *e) {
+  Comm *host = ctx->comm;
+  P->coll[0] = '\0';
+  if (host->world_size <= 1) return 0;
+  const char *mode = getenv("HPDL_COLLECTIVES");
+  if (mode && *mode && strcmp(mode, "nccl") && strcmp(mode, "host"))
+    return fail(e, "HPDL_COLLECTIVES=%s: expected nccl (NCCL on the devices' buffers) or host (MPI through host memory)", mode);
+  int forced = mode && !strcmp(mode, "nccl");
+  char why[2400] = "";
+  if (mode && !strcmp(mode, "host")) snprintf(why, sizeof why, "HPDL_COLLECTIVES=host");
+  else if (!forced && strcmp(kind, "cuda")) snprintf(why, sizeof why, "the emulated device; HPDL_COLLECTIVES=nccl to use NCCL");
+  else if (!forced && host->node_ranks > P->dev->ngpus)
+    snprintf(why, sizeof why, "%d ranks on a node of %d GPU%s: NCCL needs a GPU a rank", host->node_ranks, P->dev->ngpus,
+             P->dev->ngpus == 1 ? "" : "s");
+  else if (!forced) {
+    char tried[2048] = "";
+    void *lib = dev_nccl_open(tried, sizeof tried);
+    if (!lib) snprintf(why, sizeof why, "no NCCL: could not open %s", tried);
+  }
+  /* all ranks agree: one that cannot makes every rank use MPI */
+  int32_t cannot = why[0] != '\0';
+  RtErr he;
+  if (host->ops->all_reduce(host, COMM_WORLD, COMM_I32, COMM_MAX, &cannot, 1, &he)) return fail(e, "%s", he.msg);
+  if (cannot && !why[0]) snprintf(why, sizeof why, "another rank cannot use NCCL");
+  if (!cannot) {
+    CommDevCopy cp = {P->dev, dev_copy_cb};
+    RtErr ne;
+    if (!(P->dcomm = comm_nccl_new(host, &cp, &ne))) return fail(e, "collectives over NCCL: %s", ne.msg);
+    P->ring.mem = P->outbox.mem = (CommMem){P, msg_alloc, msg_release, msg_copy};
+    snprintf(P->coll, sizeof P->coll, "; collectives: NCCL %s on the device's buffers", comm_nccl_version(P->dcomm));
+    return 0;
+  }
+  if (forced) return fail(e, "HPDL_COLLECTIVES=nccl, but %s", why);
+  snprintf(P->coll, sizeof P->coll, "; collectives: MPI through host memory (%.200s)", why);
   return 0;
 }
 
@@ -522,8 +594,14 @@ static void *cuda_create(TrainCtx *ctx, RtErr *e) {
     cuda_destroy(P);
     return NULL;
   }
+  if (choose_collectives(P, ctx, kind, e)) {
+    cuda_destroy(P);
+    return NULL;
+  }
   DevxComm dc;
   memset(&dc, 0, sizeof dc);
+  dc.device_buffers = P->dcomm != NULL;
+  dc.reduce_scatter = hc_reduce_scatter;
   for (int g = 0; g < IRG_COUNT; g++) {
     dc.rank[g] = ctx->comm->rank[comm_group_of_ir(g)];
     dc.size[g] = ctx->comm->size[comm_group_of_ir(g)];
@@ -584,8 +662,7 @@ static void *cuda_create(TrainCtx *ctx, RtErr *e) {
       snprintf(share, sizeof share, " (%d ranks on this node share %d GPU%s)", ctx->comm->node_ranks, P->dev->ngpus,
                P->dev->ngpus > 1 ? "s" : "");
     if (me == 0 || share[0] || ctx->comm->world_size <= 8)
-      fprintf(stderr, "hpdlrun: rank %d: device %s%s%s\n", me, P->dev->what, share,
-              ctx->comm->world_size > 1 ? "; collectives: MPI through host memory" : "");
+      fprintf(stderr, "hpdlrun: rank %d: device %s%s%s\n", me, P->dev->what, share, P->coll);
   }
   P->timing = getenv("HPDL_PROFILE") != NULL;
   return P;
@@ -704,8 +781,19 @@ static int run_pipeline(CudaProg *P, TrainCtx *ctx, const DataBatch *const *micr
       P->pf->span(P->pf->self, in->op == SCHED_OP_FWD ? "forward" : "backward", in->op == SCHED_OP_FWD ? "forward" : "backward", pt,
                   P->pf->now(P->pf->self), k, in->chunk, -1, 0, 0);
     if (!rc) rc = comm_ring_finish(&P->ring, e);
+    /* NCCL holds this instruction's sends until the next receive, so that
+     * a send and its neighbour's send back are posted together; where the
+     * next instruction starts with no receive (stage 0's forwards, the
+     * last stage's backwards) they are posted now, not after it */
+    int j = i + 1; /* the next computation (the list's transfer entries happen inside the halves) */
+    while (j < P->nins && P->ins[j].op != SCHED_OP_FWD && P->ins[j].op != SCHED_OP_BWD) j++;
+    if (!rc && P->dcomm && j < P->nins) {
+      const SchedInstr *nx = &P->ins[j];
+      int receives = (nx->op == SCHED_OP_FWD && P->stage > 0) || (nx->op == SCHED_OP_BWD && P->stage < P->pp - 1);
+      if (!receives) rc = comm_outbox_flush(&P->outbox, P->dcomm, e);
+    }
   }
-  if (!rc) rc = comm_outbox_flush(&P->outbox, P->comm, e);
+  if (!rc) rc = comm_outbox_flush(&P->outbox, chunk_comm(P), e);
   return rc;
 }
 
@@ -780,7 +868,21 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
    * shard's over the ranks holding its experts, edp) through the loop's
    * gradient pool (the tensors' grad, idle in this mode) in host memory,
    * until NCCL reduces the device's buffers */
-  if (P->resident && ctx->comm->size[COMM_DP] > 1) {
+  if (P->resident && ctx->comm->size[COMM_DP] > 1 && P->dcomm) {
+    /* on the device: one NCCL group, which NCCL runs as few launches */
+    if (comm_group(P->dcomm, 1, e)) return -1;
+    int rc = 0;
+    for (int i = 0; i < P->nuses && !rc; i++) {
+      const CudaUse *c = &P->uses[i];
+      if (!c->t) continue;
+      CommGroup over = train_tensor_is_expert(c->t) ? COMM_EDP : COMM_DP;
+      if (ctx->comm->size[over] > 1)
+        rc = comm_all_reduce(P->dcomm, over, COMM_F32, COMM_SUM, devx_grad_ptr(P->x, c->param, c->layer), c->numel, e);
+    }
+    RtErr ge;
+    if (comm_group(P->dcomm, 0, &ge) && !rc) rc = fail(e, "%s", ge.msg);
+    if (rc) return -1;
+  } else if (P->resident && ctx->comm->size[COMM_DP] > 1) {
     for (int i = 0; i < P->nuses; i++) {
       const CudaUse *c = &P->uses[i];
       if (!c->t) continue; /* a mirror's gradient went to its owner */
@@ -849,7 +951,9 @@ static int cuda_resident(void *self, TrainCtx *ctx) {
     for (int i = 0; i < ctx->ntensors; i++) n += ctx->tensors[i].numel;
     fprintf(stderr, "hpdlrun: parameters, gradients and the %s state stay on the device (%.1f MB a rank)%s\n",
             oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", (double)n * 4.0 * (oc->kind == OPTIM_ADAMW ? 4 : oc->momentum != 0 ? 3 : 2) / 1e6,
-            ctx->comm->size[COMM_DP] > 1 ? "; the gradients' sum over dp goes through host memory" : "");
+            ctx->comm->size[COMM_DP] <= 1 ? ""
+            : P->dcomm                    ? "; the gradients' sum over dp by NCCL on the device"
+                                          : "; the gradients' sum over dp goes through host memory");
   }
   return P->resident;
 }

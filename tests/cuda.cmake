@@ -327,4 +327,55 @@ if(Python3_Interpreter_FOUND)
                            ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
     endforeach()
   endforeach()
+
+  #   cuda.nccl.emulate.<layout>  the NCCL Comm (runtime/comm_nccl.c) on the
+  #                      emulated device: HPDL_COLLECTIVES=nccl with
+  #                      HPDL_NCCL naming cuda/fake_nccl.c, a libnccl over
+  #                      MPI that keeps NCCL's rules (a send outside a
+  #                      group blocks until its receive runs, messages match
+  #                      in posting order, no tags), so the device
+  #                      collectives' layouts (hpdl_chunk_copy_f32), the
+  #                      held pipeline sends, the ring's grouped exchange and
+  #                      the grouped dp sum are checked without a GPU: 20
+  #                      steps against the CPU target as cuda.layout, and
+  #                      the start-up line must name NCCL (the fake's
+  #                      9.99.99). Layouts: dp 2 (the sum), tp 2 with
+  #                      sequence parallelism (gathers and reduce-scatters
+  #                      along the sequence), tp 2 x cp 2 x sp (the ring and
+  #                      nested chunks), dp 2 x tp 2 x pp 2 (1F1B), GPipe,
+  #                      dp 2 x tp 2 x ep 2 of the mixture of experts (the
+  #                      all-to-all, the edp sum), ZeRO 1 (the loop's sum on
+  #                      the host, the chunk's on NCCL).
+  find_package(MPI COMPONENTS C QUIET)
+  if(MPI_C_FOUND)
+    add_library(hpdl_fake_nccl MODULE ${HPDL_TEST_DIR}/cuda/fake_nccl.c)
+    target_link_libraries(hpdl_fake_nccl PRIVATE MPI::MPI_C)
+    target_compile_options(hpdl_fake_nccl PRIVATE ${HPDL_WARNINGS})
+    set(nccl_env ${HPDL_CUDA_RUN_ENV} "HPDL_COLLECTIVES=nccl" "HPDL_NCCL=$<TARGET_FILE:hpdl_fake_nccl>")
+    foreach(entry "dp2|gpt2-tiny|--dp 2" "tp2_sp|gpt2-tiny|--tp 2 --sp on" "tp2_cp2_sp|gpt2-tiny|--tp 2 --cp 2 --sp on"
+                  "dp2_tp2_pp2|gpt2-tiny|--dp 2 --tp 2 --pp 2 --micro-batch 1" "pp2_gpipe|gpt2-tiny|--pp 2 --schedule gpipe"
+                  "pp4|gpt2-tiny|-D L=4 --pp 4 --micro-batch 1" "zero1|gpt2-tiny|--dp 2 --zero 1"
+                  "moe_dp2_tp2_ep2|moe-tiny|--dp 2 --tp 2 --ep 2")
+      string(REPLACE "|" ";" parts "${entry}")
+      list(GET parts 0 name)
+      list(GET parts 1 sample)
+      list(GET parts 2 layout)
+      set(sizes "${small}")
+      if(sample STREQUAL "moe-tiny")
+        set(sizes "--global-batch 4 --micro-batch 2")
+      endif()
+      add_test(NAME cuda.nccl.emulate.${name}
+               COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
+                       --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
+                       --sample ${CMAKE_SOURCE_DIR}/samples/${sample}.hpd --device emulate --steps 20
+                       --first-tol 1e-6 --tol 1e-5 --args "${sizes} ${layout}" --expect "collectives: NCCL 9.99.99")
+      # the sanitizer step runs tp2_cp2_sp (the chunk copies, the ring's groups, the reduce-scatter)
+      set(labels cuda)
+      if(NOT name STREQUAL "tp2_cp2_sp")
+        list(APPEND labels cuda_layouts)
+      endif()
+      set_tests_properties(cuda.nccl.emulate.${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "${labels}"
+                           ENVIRONMENT "${nccl_env}")
+    endforeach()
+  endif()
 endif()

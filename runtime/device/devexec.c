@@ -38,6 +38,7 @@ struct DevExec {
   DevKernel *accumulate;
   DevKernel *bias_grad;  /* hpdl_bias_grad_f32, where a GEMM's bias gradient runs apart */
   DevKernel *round_bf16; /* NULL where no weight is read in bf16 */
+  DevKernel *chunk_copy; /* hpdl_chunk_copy_f32, the device collectives' layouts (looked up on first use) */
   void **params, **grads;
   void **params16; /* per parameter read in bf16 (a bf16 GEMM's weight): its copy, else NULL */
   void **inputs;
@@ -107,6 +108,10 @@ static void pool_put(DevExec *x, void *p, size_t bytes) {
   }
   x->free_bufs[x->nfree++] = (PoolBuf){round_bytes(bytes ? bytes : 1), p};
 }
+
+void *devx_buffer(DevExec *x, size_t bytes) { return pool_get(x, bytes); }
+
+void devx_buffer_put(DevExec *x, void *p, size_t bytes) { pool_put(x, p, bytes); }
 
 void devx_memory(const DevExec *x, size_t *now, size_t *peak) {
   if (now) *now = x->live;
@@ -400,9 +405,104 @@ static float *staging(DevExec *x, int which, int64_t n) {
   return x->host[which];
 }
 
+/* interp_chunk_copy on the device: `parts` chunks of members first,
+ * first + 1, ... along `axis` of the local value `node` (its dims), between
+ * global and local (the parts one after another). */
+static int chunk_copy(DevExec *x, const IrNode *node, int64_t axis, int64_t layout, int first, int size, int parts,
+                      void *global, void *local, int to_global) {
+  if (!x->chunk_copy && !(x->chunk_copy = x->dev->ops->kernel(x->dev, "hpdl_chunk_copy_f32")))
+    return fail(x, "%s (recompile the artifact: its module has no hpdl_chunk_copy_f32)", dev_error(x->dev));
+  int64_t outer = 1, inner = 1, len = node->dims[axis];
+  for (int64_t i = 0; i < axis; i++) outer *= node->dims[i];
+  for (int i = (int)axis + 1; i < node->rank; i++) inner *= node->dims[i];
+  DevKctx c = kctx(x, 0);
+  void *args[10] = {(void *)(intptr_t)outer, (void *)(intptr_t)len,   (void *)(intptr_t)inner, (void *)(intptr_t)layout,
+                    (void *)(intptr_t)first, (void *)(intptr_t)size,  (void *)(intptr_t)parts, global,
+                    local,                   (void *)(intptr_t)to_global};
+  if (x->dev->ops->launch(x->dev, x->chunk_copy, capped_grid(outer * len * inner * parts, 1024), 256, &c, args, 10))
+    return fail(x, "a collective's chunks: %s", dev_error(x->dev));
+  return 0;
+}
+
+/* Whether member k's chunk along `axis` of a value of dims `node` is one
+ * block of memory (nothing outside the axis before it, no zigzag). */
+static int chunk_contiguous(const IrNode *node, int64_t axis, int64_t layout) {
+  for (int64_t i = 0; i < axis; i++)
+    if (node->dims[i] != 1) return 0;
+  return layout == 0;
+}
+
+/* A collective of the chunk on the device's own buffers (DevxComm's
+ * device_buffers: NCCL), the same results as run_comm's through the host. */
+static int run_comm_device(DevExec *x, const IrGraph *g, const IrNode *n, void *const *val, void *out) {
+  int grp = (int)n->attr[0];
+  const IrNode *in = n->nin > 0 ? &g->nodes[n->in[0]] : n;
+  void *X = n->nin > 0 ? val[n->in[0]] : NULL;
+  int64_t N = ir_numel(n), NX = ir_numel(in);
+  const char *op = ir_op_name(n->op), *gname = ir_group_name((IrGroup)grp);
+  int size = x->comm.size[grp] > 0 ? x->comm.size[grp] : 1, rank = x->comm.rank[grp];
+  Device *d = x->dev;
+  char why[512] = "";
+  int rc = 0;
+  void *tmp = NULL, *tmp2 = NULL;
+  size_t bytes = sizeof(float) * (size_t)N, xbytes = sizeof(float) * (size_t)NX;
+  switch (n->op) {
+  case IR_SEND: rc = x->comm.send(x->comm.ctx, grp, (int)n->attr[1], X, NX, why, sizeof why); break;
+  case IR_RECV: rc = x->comm.recv(x->comm.ctx, grp, (int)n->attr[1], out, N, why, sizeof why); break;
+  case IR_ALL_REDUCE:
+    if (out != X && d->ops->copy(d, out, X, bytes)) return fail(x, "%s: %s", op, dev_error(d));
+    if (size > 1) rc = x->comm.all_reduce(x->comm.ctx, grp, (int)n->attr[2], out, N, why, sizeof why);
+    break;
+  case IR_SHARD_SLICE:
+    if (NX != N * size) return fail(x, "shard_slice over %s: %" PRId64 " values do not split %d ways", gname, NX, size);
+    return chunk_copy(x, n, n->attr[1], n->attr[2], rank, size, 1, X, out, 0);
+  case IR_ALL_GATHER:
+    if (N != NX * size) return fail(x, "all_gather over %s: the result is not %d times the input", gname, size);
+    if (chunk_contiguous(in, n->attr[1], n->attr[2])) {
+      rc = x->comm.all_gather(x->comm.ctx, grp, X, NX, out, why, sizeof why);
+      break;
+    }
+    if (!(tmp = pool_get(x, bytes))) return fail(x, "%s: out of device memory", op);
+    rc = x->comm.all_gather(x->comm.ctx, grp, X, NX, tmp, why, sizeof why);
+    if (!rc && chunk_copy(x, in, n->attr[1], n->attr[2], 0, size, size, out, tmp, 1)) rc = -2;
+    break;
+  case IR_ALL_TO_ALL: {
+    if (N != NX) return fail(x, "all_to_all over %s: the result is not the input's size", gname);
+    IrNode piece = *in;
+    piece.dims[n->attr[1]] /= size;
+    if (!(tmp = pool_get(x, xbytes)) || !(tmp2 = pool_get(x, xbytes))) {
+      fail(x, "%s: out of device memory", op);
+      rc = -2;
+      break;
+    }
+    /* member k's piece (split axis) to place k, exchanged, each received piece to its place on the concat axis */
+    if (chunk_copy(x, &piece, n->attr[1], 0, 0, size, size, X, tmp, 0)) rc = -2;
+    if (!rc) rc = x->comm.all_to_all(x->comm.ctx, grp, tmp, NX / size, tmp2, why, sizeof why);
+    if (!rc && chunk_copy(x, &piece, n->attr[2], 0, 0, size, size, out, tmp2, 1)) rc = -2;
+    break;
+  }
+  case IR_REDUCE_SCATTER:
+    if (NX != N * size) return fail(x, "reduce_scatter over %s: the input is not %d times the result", gname, size);
+    if (!x->comm.reduce_scatter) return fail(x, "reduce_scatter over %s of %d ranks: no collectives were set", gname, size);
+    if (chunk_contiguous(n, n->attr[1], n->attr[2])) {
+      rc = x->comm.reduce_scatter(x->comm.ctx, grp, X, N, out, why, sizeof why);
+      break;
+    }
+    if (!(tmp = pool_get(x, xbytes))) return fail(x, "%s: out of device memory", op);
+    if (chunk_copy(x, n, n->attr[1], n->attr[2], 0, size, size, X, tmp, 0)) rc = -2;
+    if (!rc) rc = x->comm.reduce_scatter(x->comm.ctx, grp, tmp, N, out, why, sizeof why);
+    break;
+  default: return fail(x, "%s is not a collective", op);
+  }
+  if (tmp) pool_put(x, tmp, n->op == IR_ALL_GATHER ? bytes : xbytes);
+  if (tmp2) pool_put(x, tmp2, xbytes);
+  if (rc == -1) return fail(x, "%s over %s: %s", op, gname, why);
+  return rc ? -1 : 0;
+}
+
 /* A collective of the chunk (core/interp.c's semantics, in fp32): the value
- * comes to host memory, goes through the DevxComm and back. NCCL on the
- * device's own buffers replaces the round trip where it can run. */
+ * comes to host memory, goes through the DevxComm and back, unless the
+ * DevxComm takes the device's buffers (run_comm_device). */
 static int run_comm(DevExec *x, const IrGraph *g, const IrNode *n, void *const *val, void *out) {
   int grp = (int)n->attr[0];
   const IrNode *in = n->nin > 0 ? &g->nodes[n->in[0]] : n;
@@ -412,6 +512,16 @@ static int run_comm(DevExec *x, const IrGraph *g, const IrNode *n, void *const *
   if (grp < 0 || grp >= IRG_COUNT) return fail(x, "%s: no such group %d", op, grp);
   int size = x->comm.size[grp] > 0 ? x->comm.size[grp] : 1, rank = x->comm.rank[grp];
   const char *gname = ir_group_name((IrGroup)grp);
+  if (x->comm.device_buffers) {
+    if ((n->op == IR_SEND || n->op == IR_RECV) && sem_dtype_bytes((n->op == IR_SEND ? in : n)->dtype) != 4)
+      return fail(x, "%s over %s: the device's transfers move fp32", op, gname);
+    if (n->op != IR_SEND && n->op != IR_RECV && (n->dtype != in->dtype || sem_dtype_bytes(n->dtype) != 4))
+      return fail(x, "%s over %s: a value of %d-byte elements; the device's collectives move fp32", op, gname,
+                  sem_dtype_bytes(n->dtype));
+    if (n->op == IR_COPY_TO_GROUP)
+      return x->dev->ops->copy(x->dev, out, X, sizeof(float) * (size_t)N) ? fail(x, "%s: %s", op, dev_error(x->dev)) : 0;
+    return run_comm_device(x, g, n, val, out);
+  }
   if (n->op == IR_SEND || n->op == IR_RECV) {
     /* SEND reads its input and makes no value; RECV is a leaf that fills out */
     int send = n->op == IR_SEND;

@@ -16,7 +16,7 @@
  * outputs of autodiff's graphs added into one gradient buffer per parameter
  * (kernels/hpdl_cuda.cuh's hpdl_accumulate_f32). The chunk's collectives
  * (tensor, sequence and context parallelism) go through the DevxComm the
- * program sets, through host memory for now. */
+ * program sets: NCCL on the device's buffers, or MPI through host memory. */
 #ifndef HPDL_DEVEXEC_H
 #define HPDL_DEVEXEC_H
 
@@ -79,10 +79,15 @@ const char *devx_error(const DevExec *x);
 
 /* How this rank joins its peers: its index in and the size of each group
  * (IrGroup order, as the kernels' hpdl_kctx), and the collectives over fp32
- * buffers in host memory (0, or -1 with a line in err). Every member of a
- * group calls them with its own buffer, as comm.h's. */
+ * buffers (0, or -1 with a line in err). Every member of a group calls them
+ * with its own buffer, as comm.h's. The buffers are in host memory (each
+ * value goes to the host and back), or with device_buffers the device's own
+ * (NCCL): then the pieces of a gather, a scatter or an exchange that are not
+ * contiguous are laid out by kernels (hpdl_chunk_copy_f32) and a
+ * reduce_scatter is one call. */
 typedef struct {
   int rank[IRG_COUNT], size[IRG_COUNT];
+  int device_buffers;
   void *ctx;
   int (*all_reduce)(void *ctx, int group, int op /* 0 sum, 1 max */, float *buf, int64_t n, char *err, size_t errlen);
   /* out: size x n values, member by member */
@@ -93,6 +98,8 @@ typedef struct {
   int (*recv)(void *ctx, int group, int offset, float *buf, int64_t n, char *err, size_t errlen);
   /* n values to each member, member by member (in and out: size x n) */
   int (*all_to_all)(void *ctx, int group, const float *in, int64_t n, float *out, char *err, size_t errlen);
+  /* device_buffers only: in size x n values, out this member's n of their sum */
+  int (*reduce_scatter)(void *ctx, int group, const float *in, int64_t n, float *out, char *err, size_t errlen);
 } DevxComm;
 
 /* Without it every group has one member. */
@@ -111,6 +118,11 @@ int devx_zero_grads(DevExec *x);
 /* The bf16 copies of the weights some node reads in bf16, rounded from the
  * parameters on the device: once per step, after the parameters are set. */
 int devx_refresh16(DevExec *x);
+/* A device buffer of the executor's pool (NULL: out of memory, the reason
+ * in devx_error), and its return: the program's message buffers. Queued
+ * work that reads it runs before whatever reuses it (one stream). */
+void *devx_buffer(DevExec *x, size_t bytes);
+void devx_buffer_put(DevExec *x, void *p, size_t bytes);
 /* Device addresses of copy `layer` of parameter p and of its gradient. */
 void *devx_param_ptr(DevExec *x, int p, int64_t layer);
 void *devx_grad_ptr(DevExec *x, int p, int64_t layer);

@@ -131,6 +131,12 @@ void dev_info(FILE *out);
  * test) can name a library or make one absent. */
 void *dev_dlopen_first(const char *const *names, int n, char *tried, size_t len);
 
+/* libnccl (NULL, the names tried in `tried`): $HPDL_NCCL alone when set, else
+ * $CUDA_HOME/lib64, $CUDA_HOME/lib, /usr/local/cuda/lib64, the loader's path. */
+void *dev_nccl_open(char *tried, size_t len);
+/* Its ncclGetVersion as "2.28.9"; -1 when that fails. */
+int dev_nccl_version_text(void *lib, char *buf, size_t len);
+
 /* The reference GEMM of the emulated device (also the host's check). */
 void dev_gemm_reference(const DevGemm *g, void *const *io);
 

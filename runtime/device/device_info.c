@@ -107,20 +107,34 @@ static void cublaslt_info(FILE *out) {
     fprintf(out, "  cuBLASLt     present, without cublasLtGetVersion\n");
 }
 
-static void nccl_info(FILE *out) {
+void *dev_nccl_open(char *tried, size_t len) {
   char home1[1024], home2[1024];
   const char *names[] = {getenv("HPDL_NCCL"), in_home(home1, sizeof home1, "lib64", "libnccl.so.2"),
                          in_home(home2, sizeof home2, "lib", "libnccl.so.2"), "/usr/local/cuda/lib64/libnccl.so.2",
                          "libnccl.so.2"};
-  void *h = open_or_say(out, "NCCL", names, 5, "collectives go through MPI in host memory; set HPDL_NCCL");
-  if (!h) return;
-  IntFn version = (IntFn)dlsym(h, "ncclGetVersion");
+  return dev_dlopen_first(names, 5, tried, len);
+}
+
+int dev_nccl_version_text(void *lib, char *buf, size_t len) {
+  IntFn version = (IntFn)dlsym(lib, "ncclGetVersion");
   int v = 0;
-  if (version && !version(&v)) {
-    /* NCCL_VERSION(X,Y,Z): X*10000 + Y*100 + Z since 2.9, X*1000 + Y*100 + Z before */
-    int major = v >= 10000 ? v / 10000 : v / 1000, minor = v >= 10000 ? v / 100 % 100 : v / 100 % 10;
-    fprintf(out, "  NCCL         %d.%d.%d (the runtime's collectives use MPI in host memory so far)\n", major, minor, v % 100);
-  } else
+  if (!version || version(&v)) return -1;
+  /* NCCL_VERSION(X,Y,Z): X*10000 + Y*100 + Z since 2.9, X*1000 + Y*100 + Z before */
+  int major = v >= 10000 ? v / 10000 : v / 1000, minor = v >= 10000 ? v / 100 % 100 : v / 100 % 10;
+  snprintf(buf, len, "%d.%d.%d", major, minor, v % 100);
+  return 0;
+}
+
+static void nccl_info(FILE *out) {
+  char tried[2048] = "", v[64];
+  void *h = dev_nccl_open(tried, sizeof tried);
+  if (!h) {
+    fprintf(out, "  %-12s absent: could not open %s (collectives go through MPI in host memory; set HPDL_NCCL)\n", "NCCL", tried);
+    return;
+  }
+  if (!dev_nccl_version_text(h, v, sizeof v))
+    fprintf(out, "  NCCL         %s (the collectives of GPUs with one rank each; HPDL_COLLECTIVES=host keeps them in host memory)\n", v);
+  else
     fprintf(out, "  NCCL         present, but ncclGetVersion failed\n");
 }
 
