@@ -192,12 +192,13 @@ if(Python3_Interpreter_FOUND)
                          ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
   endforeach()
 
-  #   cuda.missing.{libcuda,cublaslt}, runtime.info  a library the GPU path
+  #   cuda.missing.{libcuda,cublaslt,nccl}, runtime.info  a library the GPU path
   #                      needs made absent by its variable: one line of error
   #                      naming it, exit 1, no crash (cublaslt is reached on a
-  #                      GPU machine only); `hpdlrun --info` names each part
+  #                      GPU machine only; nccl: HPDL_COLLECTIVES=nccl on an
+  #                      emulated dp 2 run); `hpdlrun --info` names each part
   #                      (cuda/missing_libs.py)
-  foreach(what libcuda cublaslt info)
+  foreach(what libcuda cublaslt nccl info)
     set(name cuda.missing.${what})
     if(what STREQUAL "info")
       set(name runtime.info)

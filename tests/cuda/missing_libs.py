@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """missing_libs.py - what hpdlrun says when the GPU path cannot run.
 
-  missing_libs.py --hpdlc H --hpdlrun R --hpdl-data D --sample S --what libcuda|cublaslt|info
+  missing_libs.py --hpdlc H --hpdlrun R --hpdl-data D --sample S --what libcuda|cublaslt|nccl|info
 
 libcuda: HPDL_LIBCUDA names a library that is not there; `hpdlrun DIR` on a
 --target cuda artifact must exit 1 with one line of error that names the
 path (and the --device emulate hint), nothing else on stderr, no crash.
 cublaslt: the same with HPDL_CUBLASLT, which only a machine with a GPU
-reaches (skipped, 77, elsewhere). info: `hpdlrun --info` names every part,
+reaches (skipped, 77, elsewhere). nccl: an emulated dp 2 artifact run with
+HPDL_COLLECTIVES=nccl and HPDL_NCCL naming a library that is not there
+must fail the same way (one line naming the path). info: `hpdlrun --info` names every part,
 and a library made absent by its variable is reported absent with its path."""
 import argparse
 import os
@@ -59,11 +61,15 @@ def main():
             return 77
     tmp = tempfile.mkdtemp(prefix="hpdl-missing-")
     try:
-        r = run([a.hpdlc, "compile", a.sample, "--target", "cuda", "-o", f"{tmp}/art"])
+        extra = ["--emulate", "--dp", "2", "--global-batch", "4", "--micro-batch", "2"] if a.what == "nccl" else []
+        r = run([a.hpdlc, "compile", a.sample, "--target", "cuda", "-o", f"{tmp}/art"] + extra)
         if r.returncode:
             print(r.stdout + r.stderr)
             if "NVRTC not found" in r.stdout + r.stderr:
                 print("skipped: no NVRTC to compile the CUDA artifact")
+                return 77
+            if "did not compile as C++" in r.stdout + r.stderr:
+                print("skipped: no C++ compiler for the emulated kernels")
                 return 77
             return 1
         r = run([a.hpdl_data, "--synthetic", "50000", "-o", f"{tmp}/data/syn"])
@@ -71,16 +77,23 @@ def main():
             print(r.stdout + r.stderr)
             return 1
         var, path = {"libcuda": ("HPDL_LIBCUDA", "/nonexistent/libcuda.so.1"),
-                     "cublaslt": ("HPDL_CUBLASLT", "/nonexistent/libcublasLt.so")}[a.what]
+                     "cublaslt": ("HPDL_CUBLASLT", "/nonexistent/libcublasLt.so"),
+                     "nccl": ("HPDL_NCCL", "/nonexistent/libnccl.so.2")}[a.what]
+        env = {var: path}
+        flags = []
+        if a.what == "nccl":
+            env["HPDL_COLLECTIVES"] = "nccl"
+            flags = ["--device", "emulate"]
         r = run([a.hpdlrun, f"{tmp}/art", "--steps", "1", "--data", f"{tmp}/data/syn_train_*.bin", "--checkpoint-dir",
-                 f"{tmp}/ckpt", "--progress", "plain"], {var: path})
+                 f"{tmp}/ckpt", "--progress", "plain"] + flags, env)
         print(f"{var}={path}: exit {r.returncode}\nstdout:\n{r.stdout}stderr:\n{r.stderr}")
         if a.what == "cublaslt" and ("no CUDA driver" in r.stderr or "sees no GPU" in r.stderr):
             print("skipped: no GPU here, so cuBLASLt is never reached")
             return 77
         lines = [l for l in r.stderr.splitlines() if l.strip()]
         want = {"libcuda": rf"^hpdlrun: error: no CUDA driver: could not open {re.escape(path)} .*--device emulate",
-                "cublaslt": rf"^hpdlrun: error: no cuBLASLt for the GEMMs: could not open {re.escape(path)} "}[a.what]
+                "cublaslt": rf"^hpdlrun: error: no cuBLASLt for the GEMMs: could not open {re.escape(path)} ",
+                "nccl": rf"^hpdlrun: error: collectives over NCCL: no NCCL: could not open {re.escape(path)} "}[a.what]
         bad = 0
         if r.returncode != 1:
             print(f"exit {r.returncode}, expected 1")
