@@ -909,8 +909,14 @@ static void pricer_free(Pricer *P) {
  * of it. Each set holds its chunk's saved bytes. */
 static double held_activations(const PlanChunk *kinds, int64_t r, int64_t pp, int64_t v, int inf) {
   if (v <= 1) return (double)inf * kinds[r].saved;
+  /* set k is chunk (k / pp) mod v's: whole rounds of pp x v sets, then the rest in order */
+  int64_t round = pp * v, whole = inf / round, rest = inf % round;
   double held = 0;
-  for (int64_t k = 0; k < inf; k++) held += kinds[r + ((k / pp) % v) * pp].saved;
+  for (int64_t j = 0; j < v; j++) {
+    int64_t extra = rest - j * pp;
+    int64_t sets = whole * pp + (extra < 0 ? 0 : extra > pp ? pp : extra);
+    held += (double)sets * kinds[r + j * pp].saved;
+  }
   return held;
 }
 
@@ -929,7 +935,7 @@ static uint64_t key_hash(const PlanKey *k) {
 
 static int key_eq(const PlanKey *a, const PlanKey *b) {
   return a->mb == b->mb && a->tp == b->tp && a->cp == b->cp && a->sp == b->sp && a->rc == b->rc && a->ep == b->ep &&
-         a->fce == b->fce;
+         a->fce == b->fce && a->rl == b->rl;
 }
 
 /* Links of the groups a key's program uses (tensor, context and expert),
@@ -1293,10 +1299,10 @@ static void chunk_from_parts_mixed(const PlanParts *pp, const PlanParts *keep, i
 
 
 /* Prices the step graph of one differentiated chunk module. */
-static int price_chunk_module(PlanCtx *c, IrModule *cm, Recompute rc, const CostLink *link, const int64_t *gsize,
+static int price_chunk_module(PlanCtx *c, IrModule *cm, Recompute rc, int64_t rl, const CostLink *link, const int64_t *gsize,
                               Arena *a, PlanChunk *ch, char *why, size_t whylen) {
   const char *err = NULL;
-  AdResult *ad = ad_build_layers(cm, rc, c->model->layout.recompute_layers, &err);
+  AdResult *ad = ad_build_layers(cm, rc, rl, &err);
   if (!ad) {
     snprintf(why, whylen, "a pipeline chunk does not differentiate: %s", err ? err : "?");
     return -1;
@@ -1416,6 +1422,18 @@ int plan_split_layers(const PlanCtx *c, const PlanParts *pp, int64_t K, int64_t 
    * prologue, one layer and the epilogue: what a chunk's stage time adds */
   double t_pro = pp->f[REG_PRO].t + pp->b[REG_PRO].t, t_epi = pp->f[REG_EPI].t + pp->b[REG_EPI].t;
   double t_layer = pp->lf.t + pp->lb.t;
+  /* the search asks for the same split of the same parts thousands of times */
+  PlanParts *cache = (PlanParts *)pp;
+  if (K <= L && (cache->splits || (cache->splits = calloc((size_t)L + 1, sizeof(int64_t *))))) {
+    if (cache->splits[K]) {
+      memcpy(out, cache->splits[K], sizeof(int64_t) * (size_t)K);
+      return 0;
+    }
+    int rc = pipe_balance(L, K, t_pro, t_layer, t_epi, out);
+    if (rc == 0 && (cache->splits[K] = malloc(sizeof(int64_t) * (size_t)K)))
+      memcpy(cache->splits[K], out, sizeof(int64_t) * (size_t)K);
+    return rc;
+  }
   return pipe_balance(L, K, t_pro, t_layer, t_epi, out);
 }
 
@@ -1439,8 +1457,9 @@ int64_t *plan_chunk_layers(Arena *arena, const SemModel *model, int64_t micro_ba
   int rc = -1;
   if (c) {
     PlanKey key = {micro_batch > 0 ? micro_batch : 1, tp > 0 ? tp : 1, cp > 0 ? cp : 1, tp > 1 ? sp : 0,
-                   recompute < 0 ? RECOMPUTE_NONE : recompute, 1, c->fused_ce};
+                   recompute < 0 ? RECOMPUTE_NONE : recompute, 1, c->fused_ce, 0};
     PlanParts *pp = plan_parts(c, &key);
+    key.rl = recompute > 0 ? model->layout.recompute_layers : 0;
     if (!pp->valid) snprintf(err, sizeof err, "the planner cannot price the program to balance its stages: %s", pp->why);
     else if (pp->unit_w) { /* a forward cut into pieces: the split plan_exact calibrates on the priced chunks */
       PlanExact *e = plan_exact(c, &key, K);
@@ -1474,7 +1493,7 @@ static int price_split(PlanCtx *c, const PlanKey *k, int64_t K, const PlanParts 
   key_links(c, k->tp, k->cp, k->ep, link, gsize);
   int ok = 1;
   if (K == 1) {
-    ok = price_chunk_module(c, pr->m, (Recompute)k->rc, link, gsize, a, &ch[0], why, whylen) == 0;
+    ok = price_chunk_module(c, pr->m, (Recompute)k->rc, k->rl, link, gsize, a, &ch[0], why, whylen) == 0;
   } else {
     for (int64_t i = 0; i < K && ok; i++) {
       int64_t same = -1;
@@ -1486,7 +1505,7 @@ static int price_split(PlanCtx *c, const PlanKey *k, int64_t K, const PlanParts 
         continue;
       }
       IrModule *cm = pipe_chunk_module(a, pr, (int)i);
-      ok = price_chunk_module(c, cm, (Recompute)k->rc, link, gsize, a, &ch[i], why, whylen) == 0;
+      ok = price_chunk_module(c, cm, (Recompute)k->rc, k->rl, link, gsize, a, &ch[i], why, whylen) == 0;
     }
     /* a weight read by the first and the last chunk (tied embeddings) */
     if (ok) {
@@ -1534,7 +1553,9 @@ PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
   c->exact = e;
   e->layers = xalloc_calloc((size_t)K, sizeof(int64_t));
   e->ch = xalloc_calloc((size_t)K, sizeof(PlanChunk));
-  PlanParts *parts = plan_parts(c, k);
+  PlanKey pk = *k; /* the parts price every layer under the policy, whatever the chunks' split */
+  pk.rl = 0;
+  PlanParts *parts = plan_parts(c, &pk);
   if (!parts->valid) {
     snprintf(e->why, sizeof e->why, "%s", parts->why);
     return e;
@@ -1699,6 +1720,8 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
 /* Drops every cached price: the parts by key and the exact chunk prices. */
 static void drop_prices(PlanCtx *c) {
   for (size_t i = 0; i < c->cap; i++) {
+    for (int64_t k = 0; c->table[i] && c->table[i]->splits && k <= c->table[i]->layers; k++) free(c->table[i]->splits[k]);
+    if (c->table[i]) free(c->table[i]->splits);
     if (c->table[i]) free(c->table[i]->unit_w);
     free(c->table[i]);
     c->table[i] = NULL;
@@ -1793,6 +1816,8 @@ PlanLayout plan_layout_of(const SemModel *m) {
   p.overlap = L->overlap != 0;
   p.ep = L->ep; /* 0 or -1: --search chooses; plan_evaluate takes 1 */
   p.fused_ce = L->fused_ce; /* -1: auto */
+  /* with the policy left to the search, so is the number of layers */
+  p.recompute_layers = L->recompute < 0 && L->recompute_layers <= 0 ? -1 : L->recompute_layers;
   return p;
 }
 
@@ -1880,8 +1905,9 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   out->seq_len = m->seq_len > 0 ? m->seq_len : 1;
   out->params = c->params;
   if (L.dp < 1 || L.tp < 1 || L.pp < 1 || L.cp < 1 || L.micro_batch < 1 || L.zero < 0 || L.zero > 3 || L.sp < 0 ||
-      L.schedule < 0 || L.recompute < 0 || L.fused_ce < 0)
+      L.schedule < 0 || L.recompute < 0 || L.fused_ce < 0 || L.recompute_layers < 0)
     return fail(out, "the layout has auto fields");
+  if (L.recompute == RECOMPUTE_NONE) L.recompute_layers = 0;
   if (L.vpp < 1) L.vpp = 1;
   if (L.dp * L.tp * L.pp * L.cp != c->gpus)
     return fail(out, "dp x tp x pp x cp = %" PRId64 " is not the %" PRId64 " GPUs", L.dp * L.tp * L.pp * L.cp, c->gpus);
@@ -1903,7 +1929,11 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   if (L.pp > 1 && L.schedule == SCHED_INTERLEAVED && L.num_micro % L.pp != 0)
     return fail(out, "interleaving needs the micro-batches (%" PRId64 ") divisible by pp", L.num_micro);
   int64_t K = L.pp * L.vpp;
-  PlanKey key = {L.micro_batch, L.tp, L.cp, L.tp > 1 ? L.sp : 0, L.recompute, L.ep > 1 ? L.ep : 1, L.fused_ce == 1};
+  PlanKey key = {L.micro_batch, L.tp, L.cp, L.tp > 1 ? L.sp : 0, L.recompute, L.ep > 1 ? L.ep : 1, L.fused_ce == 1, 0};
+  /* the screening's parts price every layer under the policy and mix in the
+   * kept ones (chunk_from_parts_mixed); the exact chunks are built split */
+  PlanKey exact_key = key;
+  exact_key.rl = L.recompute_layers;
   PlanParts *pp = plan_parts(c, &key);
   if (!pp->valid) return fail(out, "%s", pp->why);
   int64_t *split = xalloc_calloc((size_t)K, sizeof(int64_t));
@@ -1916,7 +1946,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   PlanChunk *kinds = xalloc_calloc((size_t)K, sizeof(PlanChunk));
   if ((flags & PLAN_FAST) && !(pp->unit_w && K > 1)) {
     /* recompute_layers: the kept layers priced from the key without recomputation */
-    int64_t rl = m->layout.recompute_layers;
+    int64_t rl = L.recompute_layers;
     PlanParts *keep = NULL;
     if (rl > 0 && L.recompute != RECOMPUTE_NONE) {
       PlanKey kk = key;
@@ -1948,7 +1978,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
       ch->p2p_bytes = pp->boundary_bytes;
     }
   } else {
-    PlanExact *e = plan_exact(c, &key, K);
+    PlanExact *e = plan_exact(c, &exact_key, K);
     if (!e->valid) {
       free(split);
       free(kinds);
@@ -2308,7 +2338,7 @@ int plan_timeline(PlanCtx *c, const PlanLayout *L, PlanTimeline *out) {
   const PlanLayout *l = &r.layout;
   int64_t K = l->pp * (l->vpp > 0 ? l->vpp : 1);
   PlanKey key = {l->micro_batch, l->tp, l->cp, l->tp > 1 ? l->sp : 0, l->recompute, l->ep > 1 ? l->ep : 1,
-                 l->fused_ce == 1};
+                 l->fused_ce == 1, l->recompute_layers};
   PlanExact *e = plan_exact(c, &key, K);
   if (!e->valid) return -1;
   double *tf = xalloc_calloc((size_t)K, sizeof(double)), *tb = xalloc_calloc((size_t)K, sizeof(double));

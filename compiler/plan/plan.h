@@ -60,6 +60,10 @@ typedef struct PlanLayout {
   int overlap;       /* data-parallel communication overlapped with the backward: 0, 1 */
   int64_t ep;        /* expert parallelism inside dp (1: none; 0 or -1 in a search: any) */
   int fused_ce;      /* the head's GEMM and its cross-entropy as one op: 0 off, 1 on, -1 auto */
+  /* parallel.recompute_layers: under a recompute policy, the first N layers
+   * of each pipeline chunk recomputed, the rest keeping their activations
+   * (0: all of them; -1 auto: the search tries the fewest that fit) */
+  int64_t recompute_layers;
 } PlanLayout;
 
 /* Memory of one GPU (bytes). */

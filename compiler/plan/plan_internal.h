@@ -40,6 +40,7 @@ typedef struct PlanKey {
   int sp, rc;
   int64_t ep; /* expert parallelism (the experts' all-to-all is in the program) */
   int fce;    /* fused_ce: the head's GEMM and its loss as one op (headloss.h) */
+  int64_t rl; /* recompute_layers of the exact chunks (0: all; the parts price every layer under rc) */
 } PlanKey;
 
 /* Chunk kinds of a pipeline split. */
@@ -73,6 +74,7 @@ typedef struct PlanParts {
   double layer_expert_params; /* of layer_params: expert shards (split over ep), reduced over edp */
   double boundary_bytes;
   double peak_out[PLAN_NKINDS], peak_in[PLAN_NKINDS];
+  int64_t **splits;      /* by layers: the balanced split of K chunks at [K] (plan_split_layers), made once */
 } PlanParts;
 
 /* The real chunks of a K-way split of a key. */

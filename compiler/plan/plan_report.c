@@ -25,11 +25,12 @@ const char *plan_layout_str(char *buf, size_t n, const PlanLayout *L) {
   char sched[48] = "";
   if (L->pp > 1 && L->vpp > 1) snprintf(sched, sizeof sched, " %s/v%" PRId64, sem_schedule_name((Schedule)L->schedule), L->vpp);
   else if (L->pp > 1) snprintf(sched, sizeof sched, " %s", sem_schedule_name((Schedule)L->schedule));
-  char ep[32] = "";
+  char ep[32] = "", rl[32] = "";
   if (L->ep > 1) snprintf(ep, sizeof ep, " ep=%" PRId64, L->ep);
-  snprintf(buf, n, "dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 "%s sp=%s zero=%" PRId64 " mb=%" PRId64 "%s rc=%s%s",
+  if (L->recompute_layers > 0 && L->recompute > 0) snprintf(rl, sizeof rl, "/%" PRId64 "l", L->recompute_layers);
+  snprintf(buf, n, "dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 "%s sp=%s zero=%" PRId64 " mb=%" PRId64 "%s rc=%s%s%s",
            L->dp, L->tp, L->pp, L->cp, ep, L->sp ? "on" : "off", L->zero, L->micro_batch, sched,
-           sem_recompute_name((Recompute)L->recompute), L->fused_ce == 1 ? " fce" : "");
+           sem_recompute_name((Recompute)L->recompute), rl, L->fused_ce == 1 ? " fce" : "");
   return buf;
 }
 
@@ -65,8 +66,8 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
     if (L->vpp > 1) fprintf(f, " (%" PRId64 " virtual stages)", L->vpp);
   }
   fprintf(f, "; recompute %s", sem_recompute_name((Recompute)L->recompute));
-  if (m->layout.recompute_layers > 0 && L->recompute != RECOMPUTE_NONE)
-    fprintf(f, " (the first %" PRId64 " layers of each chunk)", m->layout.recompute_layers);
+  if (L->recompute_layers > 0 && L->recompute != RECOMPUTE_NONE)
+    fprintf(f, " (the first %" PRId64 " layers of each chunk)", L->recompute_layers);
   fprintf(f, "; overlap %s", L->overlap ? "on" : "off");
   if (m->layout.tp_overlap && L->tp > 1) fprintf(f, "; tp_overlap on");
   if (L->fused_ce == 1) fprintf(f, "; fused_ce on");
@@ -250,6 +251,8 @@ static json_t *json_layout(const PlanLayout *L) {
   json_object_set_new(o, "virtual_stages", json_integer(L->vpp > 0 ? L->vpp : 1));
   json_object_set_new(o, "recompute",
                       json_string(L->recompute >= 0 ? sem_recompute_name((Recompute)L->recompute) : "auto"));
+  /* 0: every layer of a chunk under the policy */
+  json_object_set_new(o, "recompute_layers", json_integer(L->recompute > 0 && L->recompute_layers > 0 ? L->recompute_layers : 0));
   json_object_set_new(o, "overlap", json_boolean(L->overlap != 0));
   return o;
 }

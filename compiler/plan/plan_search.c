@@ -107,6 +107,43 @@ static void why_wins(PlanResult *r, const PlanResult *w, const PlanResult *next,
              plan_fmt_time(b, sizeof b, diff[worst].dv > 0 ? diff[worst].dv : 0));
 }
 
+/* Full recomputation of only some layers (parallel.recompute_layers): where
+ * a fitting layout r recomputes every layer and keeping them all does not
+ * fit (none_fits: 1, 0, or -1 unknown), the fewest layers a chunk (its
+ * first) that fit, found by bisection: memory falls and time grows with
+ * each layer recomputed. Inserted beside r, which stays a candidate. */
+static void partial_recompute(PlanCtx *c, const PlanResult *r, int none_fits, int64_t layers, TopList *tl, PlanSearchStats *st) {
+  const PlanLayout *L = &r->layout;
+  int64_t chunks = L->pp * (L->vpp > 0 ? L->vpp : 1), per = (layers + chunks - 1) / chunks;
+  if (per < 2 || none_fits == 1) return; /* keeping every layer is a candidate of its own */
+  PlanLayout t = *L;
+  PlanResult q;
+  if (none_fits < 0) {
+    t.recompute = RECOMPUTE_NONE;
+    t.recompute_layers = 0;
+    st->enumerated++;
+    if (plan_evaluate(c, &t, PLAN_FAST, &q) != 0 || q.mem.fits) return;
+    t.recompute = L->recompute;
+  }
+  int64_t lo = 1, hi = per - 1, best = 0;
+  PlanResult found;
+  while (lo <= hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    t.recompute_layers = mid;
+    st->enumerated++;
+    if (plan_evaluate(c, &t, PLAN_FAST, &q) == 0 && q.mem.fits) {
+      best = mid;
+      found = q;
+      hi = mid - 1;
+    } else
+      lo = mid + 1;
+  }
+  if (best > 0) {
+    st->fit++;
+    top_insert(tl, &found);
+  }
+}
+
 /* The search; with nofit set (nothing fits), the layouts that need the
  * least memory per GPU whether they fit or not. */
 static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, PlanSearchStats *stats, int nofit) {
@@ -150,6 +187,10 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
         for (int sp = 0; sp <= (tp > 1 ? 1 : 0); sp++) {
           if (fix->sp >= 0 && tp > 1 && fix->sp != sp) continue;
           if (sp && seq % tp) continue;
+          /* which layouts fit keeping every activation, for partial_recompute:
+           * [zero][schedule][v][mb], set by the rc = none pass before rc = full's */
+          static unsigned char none_fit[4][3][PLAN_SEARCH_MAX_V + 1][PLAN_SEARCH_MAX_MB + 1];
+          memset(none_fit, 0, sizeof none_fit);
           for (int rc = 0; rc <= RECOMPUTE_OPS; rc++) {
             if (!fixed_ok(fix->recompute, rc)) continue;
             for (int64_t zero = 0; zero <= (dp > 1 ? 3 : 0); zero++) {
@@ -178,7 +219,8 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
                     /* fused_ce auto: the head fused with its loss only where the logits do
                      * not fit (it costs a pass of the head's GEMM and saves only memory) */
                     int fce = fix->fused_ce == 1;
-                    PlanLayout L = {dp, tp, pp, cp, v, zero, mb, nm, sp, sk, rc, fix->overlap >= 0 ? fix->overlap : 1, ep, fce};
+                    PlanLayout L = {dp, tp, pp, cp, v, zero, mb, nm, sp, sk, rc, fix->overlap >= 0 ? fix->overlap : 1, ep, fce,
+                                    rc != RECOMPUTE_NONE && fix->recompute_layers > 0 ? fix->recompute_layers : 0};
                     st.enumerated++;
                     progress_count(c->progress, "%" PRId64 " layouts priced, %" PRId64 " fit", st.enumerated, st.fit);
                     if (plan_evaluate(c, &L, PLAN_FAST, &r) != 0) continue;
@@ -192,6 +234,11 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
                     if (!r.mem.fits && !nofit) break; /* a larger micro batch holds more */
                     st.fit += r.mem.fits;
                     top_insert(&tl, &r);
+                    int known = mb <= PLAN_SEARCH_MAX_MB && v <= PLAN_SEARCH_MAX_V;
+                    if (known && rc == RECOMPUTE_NONE) none_fit[zero][sk][v][mb] = r.mem.fits ? 1 : 0;
+                    if (r.mem.fits && !nofit && rc == RECOMPUTE_FULL && fix->recompute_layers < 0 && m->repeats == 1)
+                      partial_recompute(c, &r, !fixed_ok(fix->recompute, RECOMPUTE_NONE) || !known ? -1 : none_fit[zero][sk][v][mb],
+                                        layers, &tl, &st);
                   }
                 }
               }
@@ -229,7 +276,7 @@ int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, Pla
 
 int plan_resolve(PlanCtx *c, const PlanLayout *L, PlanResult *out) {
   int autos = L->dp < 0 || L->tp < 0 || L->pp < 0 || L->cp < 0 || L->vpp < 0 || L->zero < 0 || L->micro_batch < 0 ||
-              L->sp < 0 || L->schedule < 0 || L->recompute < 0 || L->fused_ce < 0;
+              L->sp < 0 || L->schedule < 0 || L->recompute < 0 || L->fused_ce < 0 || L->recompute_layers < 0;
   if (!autos) return plan_evaluate(c, L, 0, out);
   PlanResult best;
   int n = plan_search(c, L, 1, &best, NULL);

@@ -126,7 +126,7 @@ static void test_parts_match_chunks(void) {
       {2, 2, 2, 0, RECOMPUTE_NONE, 8},      {1, 1, 2, 0, RECOMPUTE_SELECTIVE, 4}, {4, 8, 1, 1, RECOMPUTE_FULL, 2},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    PlanKey k = {cases[i].mb, cases[i].tp, cases[i].cp, cases[i].sp, cases[i].rc, 1, 0};
+    PlanKey k = {cases[i].mb, cases[i].tp, cases[i].cp, cases[i].sp, cases[i].rc, 1, 0, 0};
     PlanParts *pp = plan_parts(f.c, &k);
     PlanExact *e = plan_exact(f.c, &k, cases[i].K);
     EXPECT(pp->valid);
@@ -159,7 +159,7 @@ static void test_parts_match_chunks(void) {
     EXPECT_NEAR(e->ch[0].p2p_bytes, pp->boundary_bytes, 1e-12);
   }
   /* whole layouts: screening and exact pricing agree closely */
-  PlanLayout L = {16, 2, 2, 1, 1, 1, 2, 0, 0, SCHED_1F1B, RECOMPUTE_FULL, 1, 1, 0};
+  PlanLayout L = {16, 2, 2, 1, 1, 1, 2, 0, 0, SCHED_1F1B, RECOMPUTE_FULL, 1, 1, 0, 0};
   PlanResult a, b;
   EXPECT(f.m->train.global_batch > 0);
   EXPECT(plan_evaluate(f.c, &L, PLAN_FAST, &a) == 0);
@@ -172,30 +172,81 @@ static void test_parts_match_chunks(void) {
 
 /* parallel.recompute_layers: the screening (the policy's and none's parts
  * mixed per layer) agrees with the exact chunks (ad_build_layers), and the
- * step and the activations lie between full recomputation's and none's. */
+ * step and the activations lie between full recomputation's and none's;
+ * the model's setting is the plan's layout's, and a search left to choose
+ * the policy where keeping every activation does not fit recomputes only
+ * the layers it must. */
 static void test_recompute_layers(void) {
   static const char *const defs[] = {"layers=8", "hidden=512", "heads=8", "seq=256", "vocab=4096"};
   static const char *const lay[] = {"parallel.cluster=dgx-a100-80gb", "parallel.gpus=64", "parallel.data=auto",
                                     "train.micro_batch=1", "parallel.recompute_layers=1"};
-  Fixture f, g;
-  if (fixture(&f, "gpt.hpd", defs, 5, lay, 5) || fixture(&g, "gpt.hpd", defs, 5, lay, 4)) {
+  Fixture f;
+  if (fixture(&f, "gpt.hpd", defs, 5, lay, 5)) {
     test_failures++;
     return;
   }
+  EXPECT(plan_layout_of(f.m).recompute_layers == 1);
   /* pp 2: 4 layers a chunk, the first under the policy */
-  PlanLayout L = {16, 2, 2, 1, 1, 1, 2, 0, 0, SCHED_1F1B, RECOMPUTE_FULL, 1, 1, 0};
+  PlanLayout L = {16, 2, 2, 1, 1, 1, 2, 0, 0, SCHED_1F1B, RECOMPUTE_FULL, 1, 1, 0, 1};
   PlanResult fast, exact, full, none;
   EXPECT(plan_evaluate(f.c, &L, PLAN_FAST, &fast) == 0);
   EXPECT(plan_evaluate(f.c, &L, 0, &exact) == 0);
   EXPECT_NEAR(fast.step_s, exact.step_s, 0.03);
   EXPECT_NEAR(fast.mem.total, exact.mem.total, 0.02);
-  EXPECT(plan_evaluate(g.c, &L, 0, &full) == 0);
+  L.recompute_layers = 0;
+  EXPECT(plan_evaluate(f.c, &L, 0, &full) == 0);
   L.recompute = RECOMPUTE_NONE;
-  EXPECT(plan_evaluate(g.c, &L, 0, &none) == 0);
+  EXPECT(plan_evaluate(f.c, &L, 0, &none) == 0);
   EXPECT(none.step_s < exact.step_s && exact.step_s < full.step_s);
   EXPECT(full.mem.activations < exact.mem.activations && exact.mem.activations < none.mem.activations);
   fixture_free(&f);
-  fixture_free(&g);
+}
+
+/* The search left to choose the recompute policy: Llama 2 70B's shape at
+ * sequence 16384 on 32 H100s with tp 8 x pp 4 fixed (20 layers a chunk,
+ * 1F1B, no ZeRO) fits no micro batch keeping every activation; it
+ * recomputes only the first few layers of each chunk, faster than
+ * recomputing them all, and keeping one layer more does not fit. */
+static void test_search_recompute_layers(void) {
+  static const char *const defs[] = {"layers=80", "hidden=8192", "heads=64", "kv_heads=8", "ffn=28672", "seq=16384"};
+  static const char *const lay[] = {"parallel.tensor=8",   "parallel.pipeline=4", "parallel.data=1",
+                                    "parallel.context=1",  "parallel.schedule=1f1b", "parallel.zero=0",
+                                    "parallel.sequence=on", "parallel.recompute=auto", "parallel.fused_ce=off",
+                                    "parallel.virtual=1"};
+  Fixture f;
+  if (fixture(&f, "llama.hpd", defs, 6, lay, 10)) {
+    test_failures++;
+    return;
+  }
+  PlanLayout fix = plan_layout_of(f.m);
+  fix.micro_batch = -1;
+  EXPECT(fix.recompute_layers == -1);
+  PlanResult top[3];
+  int n = plan_search(f.c, &fix, 3, top, NULL);
+  EXPECT(n >= 1);
+  if (n < 1) {
+    fixture_free(&f);
+    return;
+  }
+  const PlanLayout *b = &top[0].layout;
+  printf("search: %s: recompute %d on %" PRId64 " of 20 layers a chunk, mb %" PRId64 ", %.1f s, %.2f GiB\n", "llama 70B T=16384",
+         b->recompute, b->recompute_layers, b->micro_batch, top[0].step_s, top[0].mem.total / 1073741824.0);
+  EXPECT(b->recompute == RECOMPUTE_FULL && b->recompute_layers > 0 && b->recompute_layers < 20);
+  EXPECT(top[0].mem.fits);
+  PlanLayout t = *b;
+  PlanResult all, fewer, none;
+  t.recompute_layers = 0;
+  EXPECT(plan_evaluate(f.c, &t, 0, &all) == 0);
+  EXPECT(all.mem.fits && top[0].step_s < all.step_s);
+  t.recompute_layers = b->recompute_layers - 1;
+  t.recompute = t.recompute_layers > 0 ? RECOMPUTE_FULL : RECOMPUTE_NONE;
+  EXPECT(plan_evaluate(f.c, &t, 0, &fewer) == 0);
+  EXPECT(!fewer.mem.fits);
+  t.recompute = RECOMPUTE_NONE;
+  t.recompute_layers = 0;
+  EXPECT(plan_evaluate(f.c, &t, 0, &none) == 0);
+  EXPECT(!none.mem.fits);
+  fixture_free(&f);
 }
 
 /* Uniform stages: the simulated bubble is exactly the paper's formula. */
@@ -240,17 +291,17 @@ static void test_saved_full_recompute(void) {
     test_failures++;
     return;
   }
-  PlanKey k = {4, 1, 1, 0, RECOMPUTE_FULL, 1, 0};
+  PlanKey k = {4, 1, 1, 0, RECOMPUTE_FULL, 1, 0, 0};
   PlanParts *pp = plan_parts(f.c, &k);
   EXPECT(pp->valid);
   EXPECT_NEAR(pp->layer_saved, 2.0 * 512 * 4 * 1024, 1e-12);
   /* with tensor and sequence parallelism the input is split: 2 s b h / t */
-  PlanKey k2 = {4, 4, 1, 1, RECOMPUTE_FULL, 1, 0};
+  PlanKey k2 = {4, 4, 1, 1, RECOMPUTE_FULL, 1, 0, 0};
   PlanParts *p2 = plan_parts(f.c, &k2);
   EXPECT(p2->valid);
   EXPECT_NEAR(p2->layer_saved, 2.0 * 512 * 4 * 1024 / 4, 1e-12);
   /* no recomputation keeps more than selective, which keeps more than full */
-  PlanKey kn = {4, 1, 1, 0, RECOMPUTE_NONE, 1, 0}, ks = {4, 1, 1, 0, RECOMPUTE_SELECTIVE, 1, 0};
+  PlanKey kn = {4, 1, 1, 0, RECOMPUTE_NONE, 1, 0, 0}, ks = {4, 1, 1, 0, RECOMPUTE_SELECTIVE, 1, 0, 0};
   double none = plan_parts(f.c, &kn)->layer_saved, sel = plan_parts(f.c, &ks)->layer_saved;
   /* (with flash attention selective recomputation has nothing to drop) */
   EXPECT(none >= sel);
@@ -283,7 +334,7 @@ static void test_tp_bytes(void) {
     return;
   }
   int64_t t = 4, b = 2, s = 512, h = 1024;
-  PlanKey k = {b, t, 1, 0, RECOMPUTE_NONE, 1, 0};
+  PlanKey k = {b, t, 1, 0, RECOMPUTE_NONE, 1, 0, 0};
   PlanParts *pp = plan_parts(f.c, &k);
   EXPECT(pp->valid);
   double bsh = (double)(b * s * h) * 2; /* fp16 bytes */
@@ -687,6 +738,7 @@ int main(void) {
   test_memory_is_memplan();
   test_parts_match_chunks();
   test_recompute_layers();
+  test_search_recompute_layers();
   test_bubble_exact();
   test_saved_full_recompute();
   test_tp_bytes();
