@@ -181,6 +181,9 @@ typedef struct {
   int (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
 } CommDevCopy;
 Comm *comm_nccl_new(Comm *host, const CommDevCopy *copy, RtErr *e);
+/* The device stream later calls are queued on (NULL: the launches'); the
+ * caller orders it against the launch stream (device.h's stream_wait). */
+void comm_nccl_set_stream(Comm *c, void *stream);
 /* "NCCL 2.28.9", or "" when c is not an NCCL Comm. */
 const char *comm_nccl_version(const Comm *c);
 

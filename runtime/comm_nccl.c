@@ -6,7 +6,8 @@
  * Every call is queued on stream 0, the legacy default stream the device
  * layer launches its kernels and GEMMs on, so a collective runs after the
  * kernels that produced its input and before those that read its output,
- * with no synchronisation of the host.
+ * with no synchronisation of the host; or on another stream the caller
+ * names (comm_nccl_set_stream) and orders itself.
  *
  * NCCL has no tags: the messages between two members match in the order
  * they are posted, which the programs keep (a pipeline stage's activations
@@ -64,6 +65,7 @@ typedef struct {
   CommDevCopy copy;
   HeldSend *held;
   int nheld, cap;
+  NcclStream stream; /* the stream calls are queued on: NULL, the launches' (comm_nccl_set_stream) */
 } NcclImpl;
 
 static NcclImpl *impl_of(Comm *c) { return c->impl; }
@@ -103,7 +105,7 @@ static int post_held(Comm *c, RtErr *e) {
   for (int i = 0; i < z->nheld; i++) {
     HeldSend *h = &z->held[i];
     NcclComm k = comm_of(c, h->g, "send", e);
-    if (!k || failed(z, z->api.send(h->buf, (size_t)h->n, nccl_type(h->t), h->peer, k, NULL), "send", h->g, e)) return -1;
+    if (!k || failed(z, z->api.send(h->buf, (size_t)h->n, nccl_type(h->t), h->peer, k, z->stream), "send", h->g, e)) return -1;
   }
   z->nheld = 0;
   return 0;
@@ -113,7 +115,7 @@ static int n_all_reduce(Comm *c, CommGroup g, CommType t, CommOp op, void *buf, 
   if (c->size[g] <= 1) return 0;
   NcclImpl *z = impl_of(c);
   NcclComm k = comm_of(c, g, "all_reduce", e);
-  return k ? failed(z, z->api.all_reduce(buf, buf, (size_t)n, nccl_type(t), op == COMM_MAX ? NCCL_MAX : NCCL_SUM, k, NULL),
+  return k ? failed(z, z->api.all_reduce(buf, buf, (size_t)n, nccl_type(t), op == COMM_MAX ? NCCL_MAX : NCCL_SUM, k, z->stream),
                     "all_reduce", g, e)
            : -1;
 }
@@ -122,7 +124,7 @@ static int n_all_gather(Comm *c, CommGroup g, CommType t, const void *in, int64_
   NcclImpl *z = impl_of(c);
   if (c->size[g] <= 1) return dev_copy(z, out, in, (size_t)n * (size_t)comm_type_size(t), e);
   NcclComm k = comm_of(c, g, "all_gather", e);
-  return k ? failed(z, z->api.all_gather(in, out, (size_t)n, nccl_type(t), k, NULL), "all_gather", g, e) : -1;
+  return k ? failed(z, z->api.all_gather(in, out, (size_t)n, nccl_type(t), k, z->stream), "all_gather", g, e) : -1;
 }
 
 static int n_reduce_scatter(Comm *c, CommGroup g, CommType t, CommOp op, const void *in, int64_t n, void *out, RtErr *e) {
@@ -130,7 +132,7 @@ static int n_reduce_scatter(Comm *c, CommGroup g, CommType t, CommOp op, const v
   if (c->size[g] <= 1) return dev_copy(z, out, in, (size_t)n * (size_t)comm_type_size(t), e);
   NcclComm k = comm_of(c, g, "reduce_scatter", e);
   return k ? failed(z,
-                    z->api.reduce_scatter(in, out, (size_t)n, nccl_type(t), op == COMM_MAX ? NCCL_MAX : NCCL_SUM, k, NULL),
+                    z->api.reduce_scatter(in, out, (size_t)n, nccl_type(t), op == COMM_MAX ? NCCL_MAX : NCCL_SUM, k, z->stream),
                     "reduce_scatter", g, e)
            : -1;
 }
@@ -139,7 +141,7 @@ static int n_broadcast(Comm *c, CommGroup g, CommType t, void *buf, int64_t n, i
   if (c->size[g] <= 1) return 0;
   NcclImpl *z = impl_of(c);
   NcclComm k = comm_of(c, g, "broadcast", e);
-  return k ? failed(z, z->api.broadcast(buf, buf, (size_t)n, nccl_type(t), root, k, NULL), "broadcast", g, e) : -1;
+  return k ? failed(z, z->api.broadcast(buf, buf, (size_t)n, nccl_type(t), root, k, z->stream), "broadcast", g, e) : -1;
 }
 
 /* One point-to-point call with the held sends, in a group. */
@@ -152,8 +154,8 @@ static int p2p(Comm *c, CommGroup g, CommType t, void *buf, int64_t n, int peer,
   int rc = post_held(c, e);
   if (!rc)
     rc = failed(z,
-                sending ? z->api.send(buf, (size_t)n, nccl_type(t), peer, k, NULL)
-                        : z->api.recv(buf, (size_t)n, nccl_type(t), peer, k, NULL),
+                sending ? z->api.send(buf, (size_t)n, nccl_type(t), peer, k, z->stream)
+                        : z->api.recv(buf, (size_t)n, nccl_type(t), peer, k, z->stream),
                 what, g, e);
   int end = z->api.group_end();
   return rc ? rc : failed(z, end, "group end", g, e);
@@ -201,8 +203,8 @@ static int n_all_to_all(Comm *c, CommGroup g, CommType t, const void *in, int64_
   if (!k || failed(z, z->api.group_start(), "group start", g, e)) return -1;
   int rc = 0;
   for (int m = 0; m < c->size[g] && !rc; m++) {
-    rc = failed(z, z->api.send((const char *)in + (size_t)m * bytes, (size_t)n, nccl_type(t), m, k, NULL), "all_to_all", g, e);
-    if (!rc) rc = failed(z, z->api.recv((char *)out + (size_t)m * bytes, (size_t)n, nccl_type(t), m, k, NULL), "all_to_all", g, e);
+    rc = failed(z, z->api.send((const char *)in + (size_t)m * bytes, (size_t)n, nccl_type(t), m, k, z->stream), "all_to_all", g, e);
+    if (!rc) rc = failed(z, z->api.recv((char *)out + (size_t)m * bytes, (size_t)n, nccl_type(t), m, k, z->stream), "all_to_all", g, e);
   }
   int end = z->api.group_end();
   return rc ? rc : failed(z, end, "group end", g, e);
@@ -227,6 +229,10 @@ static void n_destroy(Comm *c) {
 static const CommOps nccl_ops = {"nccl",  n_all_reduce, n_all_gather, n_reduce_scatter, n_broadcast,
                                  n_send,  n_recv,       n_barrier,    n_abort,          n_destroy,
                                  n_isend, n_wait_sends, n_all_to_all, n_group};
+
+void comm_nccl_set_stream(Comm *c, void *stream) {
+  if (c && c->ops == &nccl_ops) ((NcclImpl *)c->impl)->stream = stream;
+}
 
 const char *comm_nccl_version(const Comm *c) { return c && c->ops == &nccl_ops ? ((NcclImpl *)c->impl)->api.version : ""; }
 

@@ -79,6 +79,15 @@ typedef struct {
   DevxFrame **frames;
   CommOutbox outbox;
   double t_params, t_inputs, t_micro, t_grads;
+  /* overlap (resident, dp > 1, NCCL): each gradient's data-parallel sum
+   * queued on cstream as the last micro-batch's backward finishes it
+   * (devx_set_grad_ready), in buckets of bucket_cap bytes */
+  void *cstream;
+  int64_t *use_base;  /* per parameter: the index of its copy 0 in use_at */
+  int *use_at;        /* per parameter copy: its use, or -1 */
+  unsigned char *reduced; /* per use: its sum queued (or bucketed) this step */
+  int *bucket, nbucket;
+  size_t bucket_bytes, bucket_cap;
 } CudaProg;
 
 /* ---- the chunk's collectives: NCCL on the device's buffers (dcomm), or
@@ -408,6 +417,11 @@ static void cuda_destroy(void *self) {
   for (int i = 0; P->frames && i < P->nmicro; i++) devx_frame_drop(P->x, P->frames[i]); /* their buffers are the pool's */
   comm_ring_clear(&P->ring); /* the messages' buffers too, with NCCL */
   comm_outbox_free(&P->outbox);
+  if (P->cstream) P->dev->ops->stream_destroy(P->dev, P->cstream);
+  free(P->use_base);
+  free(P->use_at);
+  free(P->reduced);
+  free(P->bucket);
   comm_destroy(P->dcomm); /* while the device's context lives */
   devx_free(P->x);
   devx_program_free(&P->prog);
@@ -759,7 +773,9 @@ static int stage_schedule(CudaProg *P, int nmicro, RtErr *e) {
 static int run_pipeline(CudaProg *P, TrainCtx *ctx, const DataBatch *const *micro, int nmicro, double *total, RtErr *e) {
   if (stage_schedule(P, nmicro, e)) return -1;
   if (!P->frames && !(P->frames = calloc((size_t)nmicro + 1, sizeof(DevxFrame *)))) return fail(e, "out of memory");
-  int rc = 0;
+  int rc = 0, last_bwd = -1;
+  for (int i = 0; i < P->nins; i++)
+    if (P->ins[i].op == SCHED_OP_BWD) last_bwd = i;
   for (int i = 0; i < P->nins && !rc; i++) {
     const SchedInstr *in = &P->ins[i];
     int k = in->mb;
@@ -774,7 +790,11 @@ static int run_pipeline(CudaProg *P, TrainCtx *ctx, const DataBatch *const *micr
       DevxFrame *f = P->frames[k];
       P->frames[k] = NULL;
       if (!f) rc = fail(e, "stage %d: micro-batch %d's backward before its forward (a bad instruction list)", P->stage, k);
-      else if (devx_step_backward(P->x, f, &l)) rc = fail(e, "stage %d, backward of micro-batch %d: %s", P->stage, k, devx_error(P->x));
+      else {
+        devx_micro_begin(P->x, i == last_bwd && !ctx->eval);
+        if (devx_step_backward(P->x, f, &l) || devx_micro_end(P->x))
+          rc = fail(e, "stage %d, backward of micro-batch %d: %s", P->stage, k, devx_error(P->x));
+      }
       *total += l;
     }
     if (P->pf && (in->op == SCHED_OP_FWD || in->op == SCHED_OP_BWD))
@@ -797,6 +817,67 @@ static int run_pipeline(CudaProg *P, TrainCtx *ctx, const DataBatch *const *micr
   return rc;
 }
 
+/* ---- overlap: the data-parallel sum while the backward goes on ---- */
+
+static CommGroup dp_group_of(const CudaUse *c) { return train_tensor_is_expert(c->t) ? COMM_EDP : COMM_DP; }
+
+/* The bucket's sums on the comm stream, after everything launched so far. */
+static int flush_bucket(CudaProg *P, RtErr *e) {
+  if (!P->nbucket) return 0;
+  Device *d = P->dev;
+  if (d->ops->stream_wait(d, P->cstream, NULL)) return fail(e, "%s", dev_error(d));
+  comm_nccl_set_stream(P->dcomm, P->cstream);
+  int rc = comm_group(P->dcomm, 1, e);
+  for (int i = 0; i < P->nbucket && !rc; i++) {
+    const CudaUse *c = &P->uses[P->bucket[i]];
+    rc = comm_all_reduce(P->dcomm, dp_group_of(c), COMM_F32, COMM_SUM, devx_grad_ptr(P->x, c->param, c->layer), c->numel, e);
+  }
+  RtErr ge;
+  if (comm_group(P->dcomm, 0, &ge) && !rc) rc = fail(e, "%s", ge.msg);
+  comm_nccl_set_stream(P->dcomm, NULL);
+  P->nbucket = 0;
+  P->bucket_bytes = 0;
+  return rc;
+}
+
+/* devx's hook: copy `copy` of parameter `param` is final; a tied copy waits
+ * for its mirrors' gradients (tie, after the step). */
+static int grad_ready(void *ctx, int param, int64_t copy, char *err, size_t errlen) {
+  CudaProg *P = ctx;
+  int u = P->use_at[P->use_base[param] + copy];
+  if (u < 0) return 0;
+  const CudaUse *c = &P->uses[u];
+  if (!c->t || c->u->nmirrors > 0 || P->reduced[u] || P->comm->size[dp_group_of(c)] <= 1) return 0;
+  P->reduced[u] = 1;
+  P->bucket[P->nbucket++] = u;
+  P->bucket_bytes += sizeof(float) * (size_t)c->numel;
+  RtErr e;
+  if (P->bucket_bytes >= P->bucket_cap && flush_bucket(P, &e)) return snprintf(err, errlen, "%s", e.msg), -1;
+  return 0;
+}
+
+/* With the parameters resident on dp > 1 members and NCCL: the comm stream
+ * and the hook (HPDL_OVERLAP=0 sums every gradient after the step). */
+static int overlap_setup(CudaProg *P, TrainCtx *ctx) {
+  const char *off = getenv("HPDL_OVERLAP");
+  if (!P->dcomm || ctx->comm->size[COMM_DP] <= 1 || (off && !strcmp(off, "0")) || !P->dev->ops->stream_create) return 0;
+  const IrModule *m = P->pc->m;
+  int64_t n = 0;
+  P->use_base = calloc((size_t)m->nparams + 1, sizeof(int64_t));
+  for (int p = 0; P->use_base && p < m->nparams; p++) P->use_base[p] = n, n += m->params[p].count > 1 ? m->params[p].count : 1;
+  P->use_at = malloc(sizeof(int) * (size_t)(n + 1));
+  P->reduced = calloc((size_t)P->nuses + 1, 1);
+  P->bucket = calloc((size_t)P->nuses + 1, sizeof(int));
+  if (!P->use_base || !P->use_at || !P->reduced || !P->bucket) return -1;
+  for (int64_t i = 0; i < n; i++) P->use_at[i] = -1;
+  for (int u = 0; u < P->nuses; u++) P->use_at[P->use_base[P->uses[u].param] + P->uses[u].layer] = u;
+  /* PyTorch DDP's default bucket: 25 MiB (HPDL_BUCKET_MB) */
+  const char *mb = getenv("HPDL_BUCKET_MB");
+  P->bucket_cap = (size_t)((mb && atof(mb) >= 0 ? atof(mb) : 25.0) * 1048576.0);
+  if (!(P->cstream = P->dev->ops->stream_create(P->dev))) return -1;
+  return devx_set_grad_ready(P->x, grad_ready, P);
+}
+
 static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, int nmicro, double *loss, int *has_loss, RtErr *e) {
   CudaProg *P = self;
   Device *d = P->dev;
@@ -817,6 +898,9 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
   }
   double total = 0, aux = 0;
   devx_take_aux(P->x, &aux); /* nothing from before this step */
+  if (P->reduced) memset(P->reduced, 0, (size_t)P->nuses);
+  P->nbucket = 0;
+  P->bucket_bytes = 0;
   if (P->pp > 1) {
     if (run_pipeline(P, ctx, micro, nmicro, &total, e)) return -1;
     if (P->timing) {
@@ -835,7 +919,8 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
     }
     double pt = P->pf ? P->pf->now(P->pf->self) : 0;
     P->cur_mb = j;
-    if (devx_step(P->x, P->pc->step, (float)ctx->grad_scale, &l)) return fail(e, "%s", devx_error(P->x));
+    devx_micro_begin(P->x, j == nmicro - 1 && !ctx->eval);
+    if (devx_step(P->x, P->pc->step, (float)ctx->grad_scale, &l) || devx_micro_end(P->x)) return fail(e, "%s", devx_error(P->x));
     if (P->pf) P->pf->span(P->pf->self, "forward+backward", "step", pt, P->pf->now(P->pf->self), j, P->pc->chunk, -1, 0, 0);
     if (P->timing) {
       t1 = d->ops->seconds(d);
@@ -868,14 +953,23 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
    * shard's over the ranks holding its experts, edp) through the loop's
    * gradient pool (the tensors' grad, idle in this mode) in host memory,
    * until NCCL reduces the device's buffers */
-  if (P->resident && ctx->comm->size[COMM_DP] > 1 && P->dcomm) {
+  if (P->resident && ctx->comm->size[COMM_DP] > 1 && P->dcomm && P->cstream) {
+    /* overlap: what the backward did not finish early (the first step, tied
+     * copies, the last bucket) on the comm stream too, then the launches wait */
+    for (int i = 0; i < P->nuses; i++) {
+      const CudaUse *c = &P->uses[i];
+      if (c->t && !P->reduced[i] && ctx->comm->size[dp_group_of(c)] > 1) P->bucket[P->nbucket++] = i, P->reduced[i] = 1;
+    }
+    if (flush_bucket(P, e)) return -1;
+    if (d->ops->stream_wait(d, NULL, P->cstream)) return fail(e, "%s", dev_error(d));
+  } else if (P->resident && ctx->comm->size[COMM_DP] > 1 && P->dcomm) {
     /* on the device: one NCCL group, which NCCL runs as few launches */
     if (comm_group(P->dcomm, 1, e)) return -1;
     int rc = 0;
     for (int i = 0; i < P->nuses && !rc; i++) {
       const CudaUse *c = &P->uses[i];
       if (!c->t) continue;
-      CommGroup over = train_tensor_is_expert(c->t) ? COMM_EDP : COMM_DP;
+      CommGroup over = dp_group_of(c);
       if (ctx->comm->size[over] > 1)
         rc = comm_all_reduce(P->dcomm, over, COMM_F32, COMM_SUM, devx_grad_ptr(P->x, c->param, c->layer), c->numel, e);
     }
@@ -946,12 +1040,20 @@ static int cuda_resident(void *self, TrainCtx *ctx) {
   free(t);
   if (ok && !P->opt) fprintf(stderr, "hpdlrun: the optimizer stays on the host: %s\n", err);
   P->resident = P->opt != NULL;
+  if (P->resident && overlap_setup(P, ctx)) {
+    /* a stream or host memory it could not have: the sums after the step */
+    fprintf(stderr, "hpdlrun: no overlap of the data-parallel sum: %s\n", dev_error(P->dev)[0] ? dev_error(P->dev) : "out of memory");
+    if (P->cstream) P->dev->ops->stream_destroy(P->dev, P->cstream);
+    P->cstream = NULL;
+    devx_set_grad_ready(P->x, NULL, NULL);
+  }
   if (P->resident && ctx->comm->world_rank == 0) {
     int64_t n = 0;
     for (int i = 0; i < ctx->ntensors; i++) n += ctx->tensors[i].numel;
     fprintf(stderr, "hpdlrun: parameters, gradients and the %s state stay on the device (%.1f MB a rank)%s\n",
             oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", (double)n * 4.0 * (oc->kind == OPTIM_ADAMW ? 4 : oc->momentum != 0 ? 3 : 2) / 1e6,
             ctx->comm->size[COMM_DP] <= 1 ? ""
+            : P->cstream                  ? "; the gradients' sum over dp by NCCL on a stream of its own, bucket by bucket as the backward finishes them"
             : P->dcomm                    ? "; the gradients' sum over dp by NCCL on the device"
                                           : "; the gradients' sum over dp goes through host memory");
   }

@@ -346,14 +346,17 @@ if(Python3_Interpreter_FOUND)
   #                      nested chunks), dp 2 x tp 2 x pp 2 (1F1B), GPipe,
   #                      dp 2 x tp 2 x ep 2 of the mixture of experts (the
   #                      all-to-all, the edp sum), ZeRO 1 (the loop's sum on
-  #                      the host, the chunk's on NCCL).
+  #                      the host, the chunk's on NCCL); dp2_mb1_bucket0:
+  #                      two micro-batches a step, each gradient's sum
+  #                      started alone as the last one's backward finishes
+  #                      it (HPDL_BUCKET_MB=0, docs/gpu.md "Overlap").
   find_package(MPI COMPONENTS C QUIET)
   if(MPI_C_FOUND)
     add_library(hpdl_fake_nccl MODULE ${HPDL_TEST_DIR}/cuda/fake_nccl.c)
     target_link_libraries(hpdl_fake_nccl PRIVATE MPI::MPI_C)
     target_compile_options(hpdl_fake_nccl PRIVATE ${HPDL_WARNINGS})
     set(nccl_env ${HPDL_CUDA_RUN_ENV} "HPDL_COLLECTIVES=nccl" "HPDL_NCCL=$<TARGET_FILE:hpdl_fake_nccl>")
-    foreach(entry "dp2|gpt2-tiny|--dp 2" "tp2_sp|gpt2-tiny|--tp 2 --sp on" "tp2_cp2_sp|gpt2-tiny|--tp 2 --cp 2 --sp on"
+    foreach(entry "dp2|gpt2-tiny|--dp 2" "dp2_mb1_bucket0|gpt2-tiny|--dp 2 --micro-batch 1" "tp2_sp|gpt2-tiny|--tp 2 --sp on" "tp2_cp2_sp|gpt2-tiny|--tp 2 --cp 2 --sp on"
                   "dp2_tp2_pp2|gpt2-tiny|--dp 2 --tp 2 --pp 2 --micro-batch 1" "pp2_gpipe|gpt2-tiny|--pp 2 --schedule gpipe"
                   "pp4|gpt2-tiny|-D L=4 --pp 4 --micro-batch 1" "zero1|gpt2-tiny|--dp 2 --zero 1"
                   "moe_dp2_tp2_ep2|moe-tiny|--dp 2 --tp 2 --ep 2")
@@ -375,8 +378,12 @@ if(Python3_Interpreter_FOUND)
       if(NOT name STREQUAL "tp2_cp2_sp")
         list(APPEND labels cuda_layouts)
       endif()
+      set(env ${nccl_env})
+      if(name MATCHES "bucket0")
+        list(APPEND env "HPDL_BUCKET_MB=0")
+      endif()
       set_tests_properties(cuda.nccl.emulate.${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "${labels}"
-                           ENVIRONMENT "${nccl_env}")
+                           ENVIRONMENT "${env}")
     endforeach()
   endif()
 endif()

@@ -58,6 +58,12 @@ struct DevExec {
   DevxHost host_call; /* extern calls (devx_set_host) */
   DevxTracer tracer; /* hpdlrun --profile (devx_set_tracer) */
   int has_tracer;
+  /* devx_set_grad_ready: gradient additions per parameter copy (goff[p] + copy)
+   * in this micro-batch (gcur) and in one whole micro-batch (gtotal, learned) */
+  DevxGradReady ready;
+  void *ready_ctx;
+  int64_t *goff, *gcur, *gtotal, gn;
+  int gknown, garmed;
   char err[1200];
 };
 
@@ -269,6 +275,9 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, ch
 
 void devx_free(DevExec *x) {
   if (!x) return;
+  free(x->goff);
+  free(x->gcur);
+  free(x->gtotal);
   for (int g = 0; g < x->p->ngraphs && x->res; g++) {
     for (int k = 0; x->res[g] && k < x->p->graphs[g].nkernels; k++) {
       free(x->res[g][k].k);
@@ -1048,9 +1057,65 @@ static int frame_outputs(DevExec *x, DevxFrame *F, void **outs) {
     const IrParam *P = &m->params[pi];
     int64_t copy = P->count > 1 ? F->layer : 0, numel = ir_numel(o);
     rc = accumulate(x, (float *)x->grads[pi] + copy * numel, F->val[g->outputs[k]], numel);
+    if (!rc && x->gcur) {
+      int64_t at = x->goff[pi] + copy, n = ++x->gcur[at];
+      char why[600] = "";
+      if (x->garmed && n == x->gtotal[at] && x->ready(x->ready_ctx, pi, copy, why, sizeof why))
+        rc = fail(x, "the reduction of %s's gradient (copy %" PRId64 "): %s", P->name, copy, why);
+    }
   }
   return rc;
 }
+
+int devx_set_grad_ready(DevExec *x, DevxGradReady fn, void *ctx) {
+  const IrModule *m = x->p->m;
+  x->ready = fn;
+  x->ready_ctx = ctx;
+  x->gknown = x->garmed = 0;
+  if (!fn) return 0;
+  if (!x->goff && !(x->goff = calloc((size_t)m->nparams + 1, sizeof(int64_t)))) return fail(x, "out of host memory");
+  int64_t n = 0;
+  for (int p = 0; p < m->nparams; p++) x->goff[p] = n, n += param_copies(&m->params[p]);
+  x->gn = n;
+  free(x->gcur);
+  free(x->gtotal);
+  x->gcur = calloc((size_t)n + 1, sizeof(int64_t));
+  x->gtotal = calloc((size_t)n + 1, sizeof(int64_t));
+  return x->gcur && x->gtotal ? 0 : fail(x, "out of host memory");
+}
+
+void devx_micro_begin(DevExec *x, int last) {
+  if (!x->gcur) return;
+  memset(x->gcur, 0, sizeof(int64_t) * (size_t)x->gn);
+  x->garmed = last && x->gknown;
+}
+
+int devx_micro_end(DevExec *x) {
+  if (!x->gcur) return 0;
+  const IrModule *m = x->p->m;
+  int64_t n = x->gn, any = 0;
+  for (int64_t i = 0; i < n; i++) any |= x->gcur[i];
+  int armed = x->garmed;
+  x->garmed = 0;
+  if (!any) return 0; /* no backward ran (an evaluation) */
+  if (!x->gknown) {
+    memcpy(x->gtotal, x->gcur, sizeof(int64_t) * (size_t)n);
+    x->gknown = 1;
+    return 0;
+  }
+  for (int p = 0; p < m->nparams; p++)
+    for (int64_t c = 0; c < param_copies(&m->params[p]); c++)
+      if (x->gcur[x->goff[p] + c] != x->gtotal[x->goff[p] + c]) {
+        x->gknown = 0; /* no early reductions from here on */
+        if (armed)
+          return fail(x, "the gradient of %s (copy %" PRId64 ") had %" PRId64 " additions in the last micro-batch, %" PRId64
+                         " in the first: its reduction may have started early",
+                      m->params[p].name, c, x->gcur[x->goff[p] + c], x->gtotal[x->goff[p] + c]);
+      }
+  return 0;
+}
+
+int devx_grad_ready_known(const DevExec *x) { return x->gknown; }
 
 /* Runs graph gi (copy `layer`) on args; outs receives pool buffers with
  * its plain outputs (the caller returns them to the pool); gradient

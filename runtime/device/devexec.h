@@ -118,6 +118,24 @@ int devx_zero_grads(DevExec *x);
 /* The bf16 copies of the weights some node reads in bf16, rounded from the
  * parameters on the device: once per step, after the parameters are set. */
 int devx_refresh16(DevExec *x);
+/* A hook that learns when each gradient is final, so that its reduction
+ * can start while the backward goes on (docs/gpu.md, "Overlap"): the
+ * program brackets each micro-batch's backward of a training step with
+ * devx_micro_begin / devx_micro_end; the first micro-batch's gradient
+ * additions per parameter copy are counted, and in a micro-batch begun with
+ * last = 1 the hook runs as soon as a copy has had that many (after the
+ * launch of its last addition: work queued on the launch stream after it
+ * sees the final gradient). fn returns 0, or -1 with a line in err.
+ * devx_micro_end fails where a later micro-batch
+ * added a different number of times into a gradient whose reduction it
+ * started. fn NULL: off. */
+typedef int (*DevxGradReady)(void *ctx, int param, int64_t copy, char *err, size_t errlen);
+int devx_set_grad_ready(DevExec *x, DevxGradReady fn, void *ctx);
+void devx_micro_begin(DevExec *x, int last);
+int devx_micro_end(DevExec *x);
+/* 1 once a micro-batch's additions are known (the hook can run). */
+int devx_grad_ready_known(const DevExec *x);
+
 /* A device buffer of the executor's pool (NULL: out of memory, the reason
  * in devx_error), and its return: the program's message buffers. Queued
  * work that reads it runs before whatever reuses it (one stream). */

@@ -92,6 +92,14 @@ typedef struct {
    * optimizer's: a table and a struct by value): params as cuLaunchKernel's,
    * a pointer to each argument */
   int (*launch_raw)(Device *d, DevKernel *k, unsigned grid, unsigned block, void **params);
+  /* A second stream, whose work runs beside the launches' (NCCL's
+   * data-parallel reductions), and an order between two streams: `waiter`
+   * runs what it is given next only after everything `waited` holds now
+   * (NULL names the launch stream). The emulated device runs everything in
+   * order, so its are no-ops. */
+  void *(*stream_create)(Device *d);
+  int (*stream_wait)(Device *d, void *waiter, void *waited);
+  void (*stream_destroy)(Device *d, void *stream);
 } DevOps;
 
 struct Device {

@@ -32,6 +32,7 @@ typedef struct CUctx_st *CUcontext;
 typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
 typedef unsigned long long CUdeviceptr;
 enum { CU_ATTR_CC_MAJOR = 75, CU_ATTR_CC_MINOR = 76, CU_ATTR_SM_COUNT = 16 };
 
@@ -98,7 +99,13 @@ enum {
   X(CUresult, cuModuleGetFunction, (CUfunction *, CUmodule, const char *))                                     \
   X(CUresult, cuLaunchKernel,                                                                                  \
     (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **)) \
-  X(CUresult, cuGetErrorString, (CUresult, const char **))
+  X(CUresult, cuGetErrorString, (CUresult, const char **))                                                     \
+  X(CUresult, cuStreamCreate, (CUstream *, unsigned))                                                          \
+  X(CUresult, cuStreamDestroy_v2, (CUstream))                                                                  \
+  X(CUresult, cuEventCreate, (CUevent *, unsigned))                                                            \
+  X(CUresult, cuEventRecord, (CUevent, CUstream))                                                              \
+  X(CUresult, cuEventDestroy_v2, (CUevent))                                                                    \
+  X(CUresult, cuStreamWaitEvent, (CUstream, CUevent, unsigned))
 
 #define LT_FUNCS(X)                                                                                              \
   X(cublasStatus_t, cublasLtCreate, (cublasLtHandle_t *))                                                        \
@@ -463,9 +470,35 @@ static void cu_close(Device *dd) {
   free(d);
 }
 
+/* CU_STREAM_NON_BLOCKING: the stream does not wait for the legacy default
+ * stream (the launches'), so the two overlap; CU_EVENT_DISABLE_TIMING: an
+ * event that only orders. */
+static void *cu_stream_create(Device *dd) {
+  CudaDev *d = cuda_of(dd);
+  CUstream s = NULL;
+  CUresult r = d->cu.cuStreamCreate(&s, 0x1);
+  if (r) fail(d, "cuStreamCreate: CUDA error %d (%s)", r, cu_str(d, r));
+  return r ? NULL : (void *)s;
+}
+
+static int cu_stream_wait(Device *dd, void *waiter, void *waited) {
+  CudaDev *d = cuda_of(dd);
+  CUevent e = NULL;
+  CU_CHECK(d, d->cu.cuEventCreate(&e, 0x2), "cuEventCreate");
+  CUresult r = d->cu.cuEventRecord(e, (CUstream)waited);
+  if (!r) r = d->cu.cuStreamWaitEvent((CUstream)waiter, e, 0);
+  d->cu.cuEventDestroy_v2(e); /* the wait holds what it needs */
+  if (r) return fail(d, "ordering two streams: CUDA error %d (%s)", r, cu_str(d, r));
+  return 0;
+}
+
+static void cu_stream_destroy(Device *dd, void *s) {
+  if (s) cuda_of(dd)->cu.cuStreamDestroy_v2((CUstream)s);
+}
+
 static const DevOps cuda_ops = {"cuda",    cu_alloc,  cu_release, cu_to_device, cu_to_host, cu_copy, cu_zero,
                                 cu_load,   cu_kernel, cu_launch,  cu_gemm_plan, cu_gemm,    cu_sync, cu_seconds,
-                                cu_close, cu_launch_raw};
+                                cu_close, cu_launch_raw, cu_stream_create, cu_stream_wait, cu_stream_destroy};
 
 Device *dev_cuda_open(int ordinal, char *err, size_t errlen) {
   CudaDev *d = calloc(1, sizeof *d);

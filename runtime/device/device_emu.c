@@ -166,9 +166,23 @@ static void emu_close(Device *dd) {
   free(d);
 }
 
+/* One order for everything: a stream is a name, a wait is already kept. */
+static void *emu_stream_create(Device *d) {
+  static char stream;
+  (void)d;
+  return &stream;
+}
+
+static int emu_stream_wait(Device *d, void *waiter, void *waited) {
+  (void)d, (void)waiter, (void)waited;
+  return 0;
+}
+
+static void emu_stream_destroy(Device *d, void *s) { (void)d, (void)s; }
+
 static const DevOps emu_ops = {"emulate", emu_alloc,  emu_release,   emu_copy, emu_copy, emu_copy,    emu_zero,
                                emu_load,  emu_kernel, emu_launch,    emu_gemm_plan, emu_gemm, emu_sync, emu_seconds,
-                               emu_close, emu_launch_raw};
+                               emu_close, emu_launch_raw, emu_stream_create, emu_stream_wait, emu_stream_destroy};
 
 Device *dev_emu_open(char *err, size_t errlen) {
   EmuDev *d = calloc(1, sizeof *d);
