@@ -179,8 +179,20 @@ int comm_allreduce_compressed(Comm *c, CommGroup g, CommCompressor *z, float *bu
 typedef struct {
   void *ctx;
   int (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
+  /* device.h's stream_wait: `waiter` (NULL: the launch stream) runs what it
+   * is given next after everything `waited` holds now */
+  int (*stream_wait)(void *ctx, void *waiter, void *waited);
 } CommDevCopy;
 Comm *comm_nccl_new(Comm *host, const CommDevCopy *copy, RtErr *e);
+/* A group's point-to-point calls (the pipeline's) on a stream of their own:
+ * it waits for the launch stream before each post, and the launch stream
+ * waits for it after a receive, not after a send alone - so a send's buffer
+ * must outlive the step's last post (comm_nccl_sync_group). NULL: the
+ * launch stream. */
+void comm_nccl_set_group_stream(Comm *c, CommGroup g, void *stream);
+/* The launch stream waits for the group's stream (the step's end: the
+ * sends' buffers may be reused after it). */
+int comm_nccl_sync_group(Comm *c, CommGroup g, RtErr *e);
 /* The device stream later calls are queued on (NULL: the launches'); the
  * caller orders it against the launch stream (device.h's stream_wait). */
 void comm_nccl_set_stream(Comm *c, void *stream);

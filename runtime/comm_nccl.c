@@ -66,6 +66,7 @@ typedef struct {
   HeldSend *held;
   int nheld, cap;
   NcclStream stream; /* the stream calls are queued on: NULL, the launches' (comm_nccl_set_stream) */
+  NcclStream p2p_stream[COMM_NGROUPS]; /* a group's sends and receives (comm_nccl_set_group_stream) */
 } NcclImpl;
 
 static NcclImpl *impl_of(Comm *c) { return c->impl; }
@@ -99,15 +100,31 @@ static int dev_copy(NcclImpl *z, void *dst, const void *src, size_t bytes, RtErr
   return -1;
 }
 
-/* Posts the held sends inside the group the caller opened. */
-static int post_held(Comm *c, RtErr *e) {
+/* The stream of group g's point-to-point calls. */
+static NcclStream p2p_stream(NcclImpl *z, CommGroup g) { return z->p2p_stream[g] ? z->p2p_stream[g] : z->stream; }
+
+static int order(NcclImpl *z, void *waiter, void *waited, RtErr *e) {
+  if (waiter == waited || !z->copy.stream_wait || z->copy.stream_wait(z->copy.ctx, waiter, waited) == 0) return 0;
+  snprintf(e->msg, sizeof e->msg, "ordering a stream after another failed");
+  return -1;
+}
+
+/* Posts the held sends of group g (every group: COMM_NGROUPS) inside the
+ * group call the caller opened; the others stay held. */
+static int post_held(Comm *c, CommGroup g, RtErr *e) {
   NcclImpl *z = impl_of(c);
+  int kept = 0;
   for (int i = 0; i < z->nheld; i++) {
     HeldSend *h = &z->held[i];
+    if (g != COMM_NGROUPS && h->g != g) {
+      z->held[kept++] = *h;
+      continue;
+    }
     NcclComm k = comm_of(c, h->g, "send", e);
-    if (!k || failed(z, z->api.send(h->buf, (size_t)h->n, nccl_type(h->t), h->peer, k, z->stream), "send", h->g, e)) return -1;
+    if (!k || failed(z, z->api.send(h->buf, (size_t)h->n, nccl_type(h->t), h->peer, k, p2p_stream(z, h->g)), "send", h->g, e))
+      return -1;
   }
-  z->nheld = 0;
+  z->nheld = kept;
   return 0;
 }
 
@@ -144,21 +161,24 @@ static int n_broadcast(Comm *c, CommGroup g, CommType t, void *buf, int64_t n, i
   return k ? failed(z, z->api.broadcast(buf, buf, (size_t)n, nccl_type(t), root, k, z->stream), "broadcast", g, e) : -1;
 }
 
-/* One point-to-point call with the held sends, in a group. */
+/* One point-to-point call with the group's held sends, in a group call;
+ * on the group's own stream, ordered after the launches (and a receive's
+ * launches after it). */
 static int p2p(Comm *c, CommGroup g, CommType t, void *buf, int64_t n, int peer, int sending, RtErr *e) {
   NcclImpl *z = impl_of(c);
   const char *what = sending ? "send" : "recv";
   NcclComm k = comm_of(c, g, what, e);
-  if (!k) return -1;
+  NcclStream s = p2p_stream(z, g);
+  if (!k || order(z, s, z->stream, e)) return -1;
   if (failed(z, z->api.group_start(), "group start", g, e)) return -1;
-  int rc = post_held(c, e);
+  int rc = post_held(c, g, e);
   if (!rc)
     rc = failed(z,
-                sending ? z->api.send(buf, (size_t)n, nccl_type(t), peer, k, z->stream)
-                        : z->api.recv(buf, (size_t)n, nccl_type(t), peer, k, z->stream),
+                sending ? z->api.send(buf, (size_t)n, nccl_type(t), peer, k, s) : z->api.recv(buf, (size_t)n, nccl_type(t), peer, k, s),
                 what, g, e);
   int end = z->api.group_end();
-  return rc ? rc : failed(z, end, "group end", g, e);
+  if (!rc && end) rc = failed(z, end, "group end", g, e);
+  return rc ? rc : sending ? 0 : order(z, z->stream, s, e);
 }
 
 static int n_send(Comm *c, CommGroup g, CommType t, const void *buf, int64_t n, int peer, int tag, RtErr *e) {
@@ -186,8 +206,10 @@ static int n_isend(Comm *c, CommGroup g, CommType t, const void *buf, int64_t n,
 static int n_wait_sends(Comm *c, RtErr *e) {
   NcclImpl *z = impl_of(c);
   if (!z->nheld) return 0;
+  for (int g = 0; g < COMM_NGROUPS; g++)
+    if (z->p2p_stream[g] && order(z, z->p2p_stream[g], z->stream, e)) return -1;
   if (failed(z, z->api.group_start(), "group start", COMM_WORLD, e)) return -1;
-  int rc = post_held(c, e);
+  int rc = post_held(c, COMM_NGROUPS, e);
   int end = z->api.group_end();
   return rc ? rc : failed(z, end, "group end", COMM_WORLD, e);
 }
@@ -229,6 +251,16 @@ static void n_destroy(Comm *c) {
 static const CommOps nccl_ops = {"nccl",  n_all_reduce, n_all_gather, n_reduce_scatter, n_broadcast,
                                  n_send,  n_recv,       n_barrier,    n_abort,          n_destroy,
                                  n_isend, n_wait_sends, n_all_to_all, n_group};
+
+void comm_nccl_set_group_stream(Comm *c, CommGroup g, void *stream) {
+  if (c && c->ops == &nccl_ops && g >= 0 && g < COMM_NGROUPS) ((NcclImpl *)c->impl)->p2p_stream[g] = stream;
+}
+
+int comm_nccl_sync_group(Comm *c, CommGroup g, RtErr *e) {
+  if (!c || c->ops != &nccl_ops || g < 0 || g >= COMM_NGROUPS) return 0;
+  NcclImpl *z = c->impl;
+  return z->p2p_stream[g] ? order(z, z->stream, z->p2p_stream[g], e) : 0;
+}
 
 void comm_nccl_set_stream(Comm *c, void *stream) {
   if (c && c->ops == &nccl_ops) ((NcclImpl *)c->impl)->stream = stream;

@@ -83,6 +83,7 @@ typedef struct {
    * queued on cstream as the last micro-batch's backward finishes it
    * (devx_set_grad_ready), in buckets of bucket_cap bytes */
   void *cstream;
+  void *pstream; /* NCCL: the pipeline's sends and receives */
   int64_t *use_base;  /* per parameter: the index of its copy 0 in use_at */
   int *use_at;        /* per parameter copy: its use, or -1 */
   unsigned char *reduced; /* per use: its sum queued (or bucketed) this step */
@@ -418,6 +419,7 @@ static void cuda_destroy(void *self) {
   comm_ring_clear(&P->ring); /* the messages' buffers too, with NCCL */
   comm_outbox_free(&P->outbox);
   if (P->cstream) P->dev->ops->stream_destroy(P->dev, P->cstream);
+  if (P->pstream) P->dev->ops->stream_destroy(P->dev, P->pstream);
   free(P->use_base);
   free(P->use_at);
   free(P->reduced);
@@ -472,6 +474,11 @@ static int dev_copy_cb(void *ctx, void *dst, const void *src, size_t bytes) {
   return d->ops->copy(d, dst, src, bytes);
 }
 
+static int dev_wait_cb(void *ctx, void *waiter, void *waited) {
+  Device *d = ctx;
+  return d->ops->stream_wait ? d->ops->stream_wait(d, waiter, waited) : 0;
+}
+
 static void *msg_alloc(void *ctx, size_t bytes) { return devx_buffer(((CudaProg *)ctx)->x, bytes); }
 static void msg_release(void *ctx, void *p, size_t bytes) { devx_buffer_put(((CudaProg *)ctx)->x, p, bytes); }
 static int msg_copy(void *ctx, void *dst, const void *src, size_t bytes) { return dev_copy_cb(((CudaProg *)ctx)->dev, dst, src, bytes); }
@@ -506,10 +513,14 @@ static int choose_collectives(CudaProg *P, TrainCtx *ctx, const char *kind, RtEr
   if (host->ops->all_reduce(host, COMM_WORLD, COMM_I32, COMM_MAX, &cannot, 1, &he)) return fail(e, "%s", he.msg);
   if (cannot && !why[0]) snprintf(why, sizeof why, "another rank cannot use NCCL");
   if (!cannot) {
-    CommDevCopy cp = {P->dev, dev_copy_cb};
+    CommDevCopy cp = {P->dev, dev_copy_cb, dev_wait_cb};
     RtErr ne;
     if (!(P->dcomm = comm_nccl_new(host, &cp, &ne))) return fail(e, "collectives over NCCL: %s", ne.msg);
     P->ring.mem = P->outbox.mem = (CommMem){P, msg_alloc, msg_release, msg_copy};
+    /* the pipeline's transfers on a stream of their own: a send does not hold up the next computation */
+    if (P->pp > 1 && P->dev->ops->stream_create && !(P->pstream = P->dev->ops->stream_create(P->dev)))
+      return fail(e, "a stream for the pipeline's transfers: %s", dev_error(P->dev));
+    comm_nccl_set_group_stream(P->dcomm, COMM_PP, P->pstream);
     snprintf(P->coll, sizeof P->coll, "; collectives: NCCL %s on the device's buffers", comm_nccl_version(P->dcomm));
     return 0;
   }
@@ -810,9 +821,11 @@ static int run_pipeline(CudaProg *P, TrainCtx *ctx, const DataBatch *const *micr
     if (!rc && P->dcomm && j < P->nins) {
       const SchedInstr *nx = &P->ins[j];
       int receives = (nx->op == SCHED_OP_FWD && P->stage > 0) || (nx->op == SCHED_OP_BWD && P->stage < P->pp - 1);
-      if (!receives) rc = comm_outbox_flush(&P->outbox, P->dcomm, e);
+      if (!receives) rc = comm_wait_sends(P->dcomm, e); /* posted; the buffers kept to the step's end */
     }
   }
+  /* NCCL: every send posted, the launches after the pipeline's stream, then the buffers back */
+  if (!rc && P->dcomm && (comm_wait_sends(P->dcomm, e) || comm_nccl_sync_group(P->dcomm, COMM_PP, e))) rc = -1;
   if (!rc) rc = comm_outbox_flush(&P->outbox, chunk_comm(P), e);
   return rc;
 }
