@@ -356,6 +356,18 @@ if(Python3_Interpreter_FOUND)
     target_link_libraries(hpdl_fake_nccl PRIVATE MPI::MPI_C)
     target_compile_options(hpdl_fake_nccl PRIVATE ${HPDL_WARNINGS})
     set(nccl_env ${HPDL_CUDA_RUN_ENV} "HPDL_COLLECTIVES=nccl" "HPDL_NCCL=$<TARGET_FILE:hpdl_fake_nccl>")
+    # unit.comm_nccl: the NCCL Comm's calls, their streams and the held sends, journaled by the fake
+    find_program(HPDL_MPIRUN mpirun)
+    add_executable(test_comm_nccl ${HPDL_TEST_DIR}/cuda/test_comm_nccl.c)
+    target_compile_options(test_comm_nccl PRIVATE ${HPDL_WARNINGS})
+    target_link_libraries(test_comm_nccl PRIVATE hpdlrt)
+    if(HPDL_MPIRUN)
+      add_test(NAME unit.comm_nccl
+               COMMAND bash -c "if [ \"$(id -u)\" = 0 ]; then root=--allow-run-as-root; fi; exec \"$0\" --oversubscribe $root -np 2 \"$1\""
+                       ${HPDL_MPIRUN} $<TARGET_FILE:test_comm_nccl>)
+      set_tests_properties(unit.comm_nccl PROPERTIES LABELS "runtime;cuda" TIMEOUT 120 SKIP_RETURN_CODE 77
+                           ENVIRONMENT "${HPDL_CUDA_RUN_ENV};HPDL_NCCL=$<TARGET_FILE:hpdl_fake_nccl>")
+    endif()
     foreach(entry "dp2|gpt2-tiny|--dp 2" "dp2_mb1_bucket0|gpt2-tiny|--dp 2 --micro-batch 1" "tp2_sp|gpt2-tiny|--tp 2 --sp on" "tp2_cp2_sp|gpt2-tiny|--tp 2 --cp 2 --sp on"
                   "dp2_tp2_pp2|gpt2-tiny|--dp 2 --tp 2 --pp 2 --micro-batch 1" "pp2_gpipe|gpt2-tiny|--pp 2 --schedule gpipe"
                   "pp4|gpt2-tiny|-D L=4 --pp 4 --micro-batch 1" "zero1|gpt2-tiny|--dp 2 --zero 1"

@@ -19,6 +19,7 @@
  * run at once, in posting order. Only the types and operations hpdlrun
  * uses (uint8, int32, float32, float64; sum, max). */
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,10 +49,25 @@ int ncclAllReduce(const void *in, void *out, size_t n, int type, int op, ncclCom
 int ncclAllGather(const void *in, void *out, size_t n, int type, ncclComm_t c, void *stream);
 int ncclReduceScatter(const void *in, void *out, size_t n, int type, int op, ncclComm_t c, void *stream);
 int ncclBroadcast(const void *in, void *out, size_t n, int type, int root, ncclComm_t c, void *stream);
+/* Not NCCL's: what was called since the last call, for tests/cuda/test_comm_nccl.c */
+const char *fake_nccl_log(void);
 
 enum { OK = 0, UNHANDLED = 1, SYSTEM = 2, INTERNAL = 3, INVALID_ARGUMENT = 4, INVALID_USAGE = 5 };
 
 static int depth;          /* ncclGroupStart nesting */
+static char journal[4096]; /* the calls, "start send@S recv@S end ..." (S the stream) */
+
+static void note(const char *what, const void *stream) {
+  size_t at = strlen(journal);
+  if (at + 40 < sizeof journal) snprintf(journal + at, sizeof journal - at, "%s%s@%lx", at ? " " : "", what, (unsigned long)(uintptr_t)stream);
+}
+
+const char *fake_nccl_log(void) {
+  static char copy[sizeof journal];
+  memcpy(copy, journal, sizeof copy);
+  journal[0] = '\0';
+  return copy;
+}
 static MPI_Request *pending; /* the group's started transfers */
 static int npending, cappending;
 static int ids_made;
@@ -120,12 +136,14 @@ int ncclCommDestroy(ncclComm_t c) {
 int ncclCommAbort(ncclComm_t c) { return ncclCommDestroy(c); }
 
 int ncclGroupStart(void) {
+  note("start", NULL);
   depth++;
   return OK;
 }
 
 int ncclGroupEnd(void) {
   if (depth <= 0) return INVALID_USAGE;
+  note("end", NULL);
   if (--depth > 0) return OK;
   int rc = npending ? MPI_Waitall(npending, pending, MPI_STATUSES_IGNORE) : MPI_SUCCESS;
   npending = 0;
@@ -148,7 +166,7 @@ static int bad_args(ncclComm_t c, int type, int peer) {
 }
 
 int ncclSend(const void *buf, size_t n, int type, int peer, ncclComm_t c, void *stream) {
-  (void)stream;
+  note("send", stream);
   if (bad_args(c, type, peer)) return INVALID_ARGUMENT;
   if (depth == 0) return MPI_Ssend(buf, (int)n, type_of(type), peer, 0, c->comm) == MPI_SUCCESS ? OK : SYSTEM;
   MPI_Request *r = next_request();
@@ -157,7 +175,7 @@ int ncclSend(const void *buf, size_t n, int type, int peer, ncclComm_t c, void *
 }
 
 int ncclRecv(void *buf, size_t n, int type, int peer, ncclComm_t c, void *stream) {
-  (void)stream;
+  note("recv", stream);
   if (bad_args(c, type, peer)) return INVALID_ARGUMENT;
   if (depth == 0) return MPI_Recv(buf, (int)n, type_of(type), peer, 0, c->comm, MPI_STATUS_IGNORE) == MPI_SUCCESS ? OK : SYSTEM;
   MPI_Request *r = next_request();
@@ -166,7 +184,7 @@ int ncclRecv(void *buf, size_t n, int type, int peer, ncclComm_t c, void *stream
 }
 
 int ncclAllReduce(const void *in, void *out, size_t n, int type, int op, ncclComm_t c, void *stream) {
-  (void)stream;
+  note("allreduce", stream);
   if (bad_args(c, type, -1) || op_of(op) == MPI_OP_NULL) return INVALID_ARGUMENT;
   return MPI_Allreduce(in == out ? MPI_IN_PLACE : in, out, (int)n, type_of(type), op_of(op), c->comm) == MPI_SUCCESS ? OK : SYSTEM;
 }
