@@ -167,7 +167,8 @@ int comm_allreduce_compressed(Comm *c, CommGroup g, CommCompressor *z, float *bu
  * one the device layer launches on). libnccl is opened with dlopen
  * ($HPDL_NCCL, $CUDA_HOME, the loader's path). A communicator per group of
  * more than one member, its ncclUniqueId made by member 0 and broadcast
- * over `host` (which keeps serving the host's own collectives); every rank
+ * over `host` (which keeps serving the host's own collectives), none for
+ * the world (its calls fail: the host's serve it); every rank
  * must call this at the same point, as every group's members create their
  * communicator together. A size-1 group's gather or scatter is a copy
  * through `copy` (the device's). There are no tags: a pair's messages match

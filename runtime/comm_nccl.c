@@ -89,7 +89,7 @@ static int failed(NcclImpl *z, int rc, const char *what, CommGroup g, RtErr *e) 
 
 static NcclComm comm_of(Comm *c, CommGroup g, const char *what, RtErr *e) {
   NcclComm k = impl_of(c)->comm[g];
-  if (!k) snprintf(e->msg, sizeof e->msg, "NCCL %s over %s: the group has one member, no communicator", what, comm_group_name(g));
+  if (!k) snprintf(e->msg, sizeof e->msg, "NCCL %s over %s: no communicator (a group of one member, or the world)", what, comm_group_name(g));
   return k;
 }
 
@@ -328,8 +328,10 @@ Comm *comm_nccl_new(Comm *host, const CommDevCopy *copy, RtErr *e) {
     n_destroy(c);
     return NULL;
   }
+  /* every group the programs use; not the world's (nothing the device does
+   * spans it, and a communicator holds buffers on every GPU of it) */
   for (int g = 0; g < COMM_NGROUPS; g++) {
-    if (host->size[g] <= 1) continue;
+    if (host->size[g] <= 1 || g == COMM_WORLD) continue;
     NcclUniqueId id;
     memset(&id, 0, sizeof id);
     int rc = host->rank[g] == 0 ? z->api.get_unique_id(&id) : 0;

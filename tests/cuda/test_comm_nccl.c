@@ -1,8 +1,9 @@
 /* test_comm_nccl.c - the NCCL Comm's order of calls (runtime/comm_nccl.c),
- * on two MPI ranks through tests/cuda/fake_nccl.c, which journals every call
- * with its stream (fake_nccl_log): HPDL_NCCL must name it.
+ * on four MPI ranks (dp 2 x pp 2) through tests/cuda/fake_nccl.c, which
+ * journals every call with its stream (fake_nccl_log): HPDL_NCCL must name
+ * it.
  *
- *   mpirun -np 2 test_comm_nccl
+ *   mpirun -np 4 test_comm_nccl
  *
  * Checks, with the pipeline group's transfers on a stream of their own
  * (comm_nccl_set_group_stream) and host memory standing for the device's:
@@ -10,8 +11,9 @@
  *   - a receive of the same group posts it with the receive in one group
  *     call, both on the pipeline's stream, after that stream waited for the
  *     launch stream, and the launch stream waits for it after;
- *   - a transfer of another group (the world's, on the launch stream) does
- *     not post a held pipeline send; wait_sends does, with no wait after;
+ *   - a transfer of another group (the data-parallel one, on the launch
+ *     stream) does not post a held pipeline send; wait_sends does, with no
+ *     wait after; the world has no communicator;
  *   - the values arrive; an all-reduce runs on the stream set for it
  *     (comm_nccl_set_stream).
  * Exit 77 (CTest's skip) where the fake library is not given. */
@@ -52,13 +54,14 @@ int main(void) {
     return 77;
   }
   RtErr e = {{0}};
-  CommLayout l = {1, 1, 2, 1, 1};
+  CommLayout l = {2, 1, 2, 1, 1};
   Comm *host = comm_mpi_new(&l, &e);
   if (!host) {
     fprintf(stderr, "%s\n", e.msg);
     return 1;
   }
-  int me = host->world_rank, peer = 1 - me;
+  /* me: this rank's stage; peers: the other stage, and the other data-parallel member */
+  int me = host->rank[COMM_PP], peer = 1 - me, dme = host->rank[COMM_DP], dpeer = 1 - dme;
   const char *(*journal)(void) = NULL;
   void *h = NULL;
   CommDevCopy dc = {NULL, copy_cb, wait_cb};
@@ -75,10 +78,11 @@ int main(void) {
   /* a held send posts nothing */
   if (comm_isend(n, COMM_PP, COMM_F32, out, 4, peer, 0, &e)) failures++;
   expect_text(me, "isend", journal(), "");
-  /* another group's transfer leaves it held: rank 0 sends first, rank 1 receives first */
+  /* another group's transfer leaves it held: dp member 0 sends, 1 receives */
   waits[0] = '\0';
-  if (me == 0 ? comm_send(n, COMM_WORLD, COMM_F32, wo, 2, peer, 0, &e) : comm_recv(n, COMM_WORLD, COMM_F32, w, 2, peer, 0, &e)) failures++;
-  expect_text(me, "a world transfer with a pipeline send held", journal(), me == 0 ? "start@0 send@0 end@0" : "start@0 recv@0 end@0");
+  wo[0] = (float)dme;
+  if (dme == 0 ? comm_send(n, COMM_DP, COMM_F32, wo, 2, dpeer, 0, &e) : comm_recv(n, COMM_DP, COMM_F32, w, 2, dpeer, 0, &e)) failures++;
+  expect_text(me, "a data-parallel transfer with a pipeline send held", journal(), dme == 0 ? "start@0 send@0 end@0" : "start@0 recv@0 end@0");
   expect_text(me, "its stream waits", waits, "");
   /* the pipeline's receive posts the held send with it */
   waits[0] = '\0';
@@ -87,7 +91,8 @@ int main(void) {
   expect_text(me, "its stream waits", waits, "W(50<-0) W(0<-50)");
   for (int i = 0; i < 4; i++)
     if (in[i] != 10.0f * peer + (float)i) failures++, fprintf(stderr, "rank %d: value %d is %g\n", me, i, in[i]);
-  if (me == 1 && (w[0] != 0.0f || w[1] != 7.0f)) failures++, fprintf(stderr, "rank 1: the world message is %g %g\n", w[0], w[1]);
+  if (dme == 1 && (w[0] != 0.0f || w[1] != 7.0f)) failures++, fprintf(stderr, "dp member 1: the message is %g %g\n", w[0], w[1]);
+  if (comm_all_reduce(n, COMM_WORLD, COMM_F32, COMM_SUM, w, 2, &e) == 0) failures++, fprintf(stderr, "rank %d: a world all-reduce ran\n", me);
   /* wait_sends posts what is held, with no wait after */
   waits[0] = '\0';
   if (comm_isend(n, COMM_PP, COMM_F32, out, 4, peer, 0, &e)) failures++;
@@ -110,6 +115,6 @@ int main(void) {
   comm_all_reduce(host, COMM_WORLD, COMM_I32, COMM_SUM, &all, 1, &e);
   comm_destroy(n);
   comm_destroy(host);
-  if (me == 0) printf("%s: %d failures over 2 ranks\n", all ? "FAILED" : "ok", all);
+  if (host->world_rank == 0) printf("%s: %d failures over 4 ranks\n", all ? "FAILED" : "ok", all);
   return all ? 1 : 0;
 }
