@@ -938,7 +938,7 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
   out->kernels = arena_alloc(arena, sizeof(FuseKernel) * (size_t)(nk > 0 ? nk : 1));
   out->kernel_of = arena_ints(arena, n);
   for (int id = 0; id < n; id++) out->kernel_of[id] = pos[dense[id]];
-  int *vstamp = xalloc_calloc((size_t)n + 1, sizeof(int));
+  int *vstamp = xalloc_calloc((size_t)n + 1, sizeof(int)), *inbuf = xalloc_calloc((size_t)n + 1, sizeof(int));
   for (int i = 0; i < n; i++) vstamp[i] = -1;
   for (int p = 0; p < nk; p++) {
     int k = order[p];
@@ -962,19 +962,24 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
       K->rank = main->rank;
       memcpy(K->dims, main->dims, sizeof K->dims);
     }
-    /* Inputs: values from other kernels, ascending. */
+    /* Inputs: values from other kernels, ascending (gathered, then sorted:
+     * a pass over every value per kernel was the planner's hottest loop) */
     int nin = 0;
     for (int j = 0; j < K->nnodes; j++) {
       const IrNode *x = nd(g, K->nodes[j]);
       for (int i = 0; i < x->nin; i++)
         if (out->kernel_of[x->in[i]] != p && vstamp[x->in[i]] != p) {
           vstamp[x->in[i]] = p;
-          nin++;
+          inbuf[nin++] = x->in[i];
         }
     }
     K->inputs = arena_ints(arena, nin);
-    for (int v = 0; v < n; v++)
-      if (vstamp[v] == p) K->inputs[K->ninputs++] = v;
+    for (int i = 0; i < nin; i++) { /* insertion sort: a kernel reads few values */
+      int v = inbuf[i], at = i;
+      for (; at > 0 && K->inputs[at - 1] > v; at--) K->inputs[at] = K->inputs[at - 1];
+      K->inputs[at] = v;
+    }
+    K->ninputs = nin;
     /* Outputs: its values read elsewhere or returned. */
     int nout = 0;
     for (int j = 0; j < K->nnodes; j++) {
@@ -995,6 +1000,7 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
   }
 
   free(vstamp);
+  free(inbuf);
   free(pos);
   free(order);
   free(heap);
