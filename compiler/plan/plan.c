@@ -907,15 +907,15 @@ static void pricer_free(Pricer *P) {
  * (the last rank's last chunk, which runs the head and keeps its logits,
  * goes backward right after its forward); with one chunk a rank, inf sets
  * of it. Each set holds its chunk's saved bytes. */
-static double held_activations(const PlanChunk *kinds, int64_t r, int64_t pp, int64_t v, int inf) {
-  if (v <= 1) return (double)inf * kinds[r].saved;
+static double held_activations(const PlanChunk *const *kinds, int64_t r, int64_t pp, int64_t v, int inf) {
+  if (v <= 1) return (double)inf * kinds[r]->saved;
   /* set k is chunk (k / pp) mod v's: whole rounds of pp x v sets, then the rest in order */
   int64_t round = pp * v, whole = inf / round, rest = inf % round;
   double held = 0;
   for (int64_t j = 0; j < v; j++) {
     int64_t extra = rest - j * pp;
     int64_t sets = whole * pp + (extra < 0 ? 0 : extra > pp ? pp : extra);
-    held += (double)sets * kinds[r + j * pp].saved;
+    held += (double)sets * kinds[r + j * pp]->saved;
   }
   return held;
 }
@@ -1942,8 +1942,10 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     free(split);
     return fail(out, "%s", swhy);
   }
-  /* the chunks: chunk ci is kinds[ci] (its own layer count) */
+  /* the chunks: chunk ci is *kp[ci], kinds[ci] or a run's first (its own layer count) */
   PlanChunk *kinds = xalloc_calloc((size_t)K, sizeof(PlanChunk));
+  const PlanChunk **kp = xalloc_calloc((size_t)K, sizeof(PlanChunk *));
+  for (int64_t ci = 0; ci < K; ci++) kp[ci] = &kinds[ci];
   if ((flags & PLAN_FAST) && !(pp->unit_w && K > 1)) {
     /* recompute_layers: the kept layers priced from the key without recomputation */
     int64_t rl = L.recompute_layers;
@@ -1954,7 +1956,11 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
       keep = plan_parts(c, &kk);
       if (!keep->valid) keep = NULL;
     }
-    for (int64_t ci = 0; ci < K; ci++) chunk_from_parts_mixed(pp, keep, kind_of(ci, K), split[ci], rl, &kinds[ci]);
+    for (int64_t ci = 0; ci < K; ci++) {
+      /* the middle chunks hold one of two layer counts, in runs: priced once a run */
+      if (ci > 1 && ci < K - 1 && split[ci] == split[ci - 1]) kp[ci] = kp[ci - 1];
+      else chunk_from_parts_mixed(pp, keep, kind_of(ci, K), split[ci], rl, &kinds[ci]);
+    }
   } else if (flags & PLAN_FAST) {
     /* the search's screening of a forward cut into pieces: each chunk the
      * whole program's price times its pieces' share of the estimated time
@@ -1981,7 +1987,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     PlanExact *e = plan_exact(c, &exact_key, K);
     if (!e->valid) {
       free(split);
-      free(kinds);
+      free(kinds), free(kp);
       return fail(out, "%s", e->why);
     }
     memcpy(kinds, e->ch, sizeof(PlanChunk) * (size_t)K);
@@ -2016,7 +2022,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   /* per-chunk times */
   double *tf = xalloc_calloc((size_t)K, sizeof(double)), *tb = xalloc_calloc((size_t)K, sizeof(double));
   for (int64_t ci = 0; ci < K; ci++) {
-    const PlanChunk *ch = &kinds[ci];
+    const PlanChunk *ch = kp[ci];
     tf[ci] = ch->f.t;
     tb[ci] = ch->b.t;
   }
@@ -2048,8 +2054,8 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     for (int64_t ci = r; ci < K; ci += pp_n) {
       st[r].fwd_s += tf[ci];
       st[r].bwd_s += tb[ci];
-      st[r].params += kinds[ci].params;
-      st[r].layers += kinds[ci].layers;
+      st[r].params += kp[ci]->params;
+      st[r].layers += kp[ci]->layers;
     }
     double R = st[r].fwd_s + st[r].bwd_s;
     st[r].busy_s = R * (double)mmb;
@@ -2080,7 +2086,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     char err[256];
     if (plan_pipeline((Schedule)L.schedule, pp_n, mmb, v, tf, tb, t_p2p, (flags & PLAN_FULL_SIM) != 0, &T_pipe,
                       &bubble_fraction, inflight, err, sizeof err) != 0) {
-      free(tf), free(tb), free(inflight), free(rep), free(wrep), free(kinds);
+      free(tf), free(tb), free(inflight), free(rep), free(wrep), free(kinds), free(kp);
       return fail(out, "%s", err);
     }
     out->simulated = 1;
@@ -2210,7 +2216,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     }
     double saved_max = 0, peak_max = 0;
     for (int64_t ci = r; ci < K; ci += pp_n) {
-      const PlanChunk *ch = &kinds[ci];
+      const PlanChunk *ch = kp[ci];
       if (ch->saved > saved_max) saved_max = ch->saved;
       if (ch->peak > peak_max) peak_max = ch->peak;
     }
@@ -2219,7 +2225,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     mem->params = ms.params;
     mem->grads = ms.grads;
     mem->optimizer = ms.optimizer;
-    mem->activations = held_activations(kinds, r, pp_n, v, inf);
+    mem->activations = held_activations(kp, r, pp_n, v, inf);
     mem->transient = peak_max - saved_max > 0 ? peak_max - saved_max : 0;
     double buckets = 0;
     if (ndp > 1 && L.zero < 3) buckets = grad_bytes < 2 * PLAN_DP_BUCKET_BYTES ? grad_bytes : 2 * PLAN_DP_BUCKET_BYTES;
@@ -2262,7 +2268,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   PlanCost rank_cost;
   memset(&rank_cost, 0, sizeof rank_cost);
   for (int64_t ci = rmax; ci < K; ci += pp_n) {
-    const PlanChunk *ch = &kinds[ci];
+    const PlanChunk *ch = kp[ci];
     plan_cost_add(&rank_cost, &ch->f, (double)mmb);
     plan_cost_add(&rank_cost, &ch->b, (double)mmb);
   }
@@ -2304,7 +2310,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   out->model_flops_all = mf_all * replicas;
   double hw = 0, hw_all = 0, rcf = 0;
   for (int64_t ci = 0; ci < K; ci++) {
-    const PlanChunk *ch = &kinds[ci];
+    const PlanChunk *ch = kp[ci];
     hw += ch->f.gemm_flops + ch->b.gemm_flops;
     hw_all += ch->f.flops + ch->b.flops;
     rcf += ch->b.rc_flops + ch->f.rc_flops;
@@ -2322,7 +2328,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   out->hfu = peak > 0 ? out->hw_flops / (out->step_s * G * peak) : 0;
   out->nstages = pp_n;
   out->stages = c->stages;
-  free(kinds);
+  free(kinds), free(kp);
   out->valid = 1;
   if (!(flags & PLAN_FAST)) plan_explain(c, out);
   return 0;
