@@ -11,6 +11,9 @@
  * Not a test: timings depend on the machine. */
 #include <stdio.h>
 #include <stdlib.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <string.h>
 #include <time.h>
 
@@ -42,6 +45,11 @@ static int cmp(const void *x, const void *y) {
 }
 
 int main(int argc, char **argv) {
+#ifdef __GLIBC__
+  /* as hpdlc's main: freed heap stays in the process */
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
+  mallopt(M_TOP_PAD, 16 << 20);
+#endif
   const char *src = argc > 1 ? argv[1] : ".";
   int runs = argc > 2 ? atoi(argv[2]) : 20;
   if (runs < 1) runs = 1;
