@@ -1,10 +1,10 @@
 /* comm.h - collectives behind one interface.
  *
  * A Comm is a table of function pointers over process groups (QBE's
- * `struct Target` idea): MPI fills it on CPU ranks (comm_mpi.c), NCCL will
- * on GPUs, and comm_local_new gives the one-rank version where every group
- * has a single member. Ranks are laid out as Megatron-LM does, tensor
- * innermost:
+ * `struct Target` idea): MPI fills it on CPU ranks (comm_mpi.c), NCCL on
+ * the GPUs' buffers (comm_nccl.c), and comm_local_new gives the one-rank
+ * version where every group has a single member. Ranks are laid out as
+ * Megatron-LM does, tensor innermost:
  *     rank = tp_i + tp * (cp_i + cp * (dp_i + dp * pp_i))
  * so a tensor group is tp consecutive ranks (one node's fast links), and the
  * pipeline is outermost. A group call takes buffers on every member.
@@ -56,7 +56,7 @@ typedef struct Comm Comm;
 
 /* Every function returns 0, or -1 with a message (the library's own). */
 typedef struct {
-  const char *name; /* "mpi", "local", later "nccl" */
+  const char *name; /* "mpi", "local", "nccl" */
   int (*all_reduce)(Comm *c, CommGroup g, CommType t, CommOp op, void *buf, int64_t n, RtErr *e);
   /* out: size x n values, member by member; in may be this member's place in out */
   int (*all_gather)(Comm *c, CommGroup g, CommType t, const void *in, int64_t n, void *out, RtErr *e);

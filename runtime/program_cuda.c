@@ -963,9 +963,10 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
   }
   if (P->pp > 1 && tie(P, 1, e)) return prefix(e, "the tied parameters' gradients");
   /* resident on dp > 1 members: the gradients' sum over dp (an expert
-   * shard's over the ranks holding its experts, edp) through the loop's
-   * gradient pool (the tensors' grad, idle in this mode) in host memory,
-   * until NCCL reduces the device's buffers */
+   * shard's over the ranks holding its experts, edp): by NCCL on the
+   * device, overlapped with the backward (what is left of it here) or all
+   * after it; without NCCL through the loop's gradient pool (the tensors'
+   * grad, idle in this mode) in host memory */
   if (P->resident && ctx->comm->size[COMM_DP] > 1 && P->dcomm && P->cstream) {
     /* overlap: what the backward did not finish early (the first step, tied
      * copies, the last bucket) on the comm stream too, then the launches wait */
