@@ -834,20 +834,28 @@ static int run_pipeline(CudaProg *P, TrainCtx *ctx, const DataBatch *const *micr
 
 static CommGroup dp_group_of(const CudaUse *c) { return train_tensor_is_expert(c->t) ? COMM_EDP : COMM_DP; }
 
-/* The bucket's sums on the comm stream, after everything launched so far. */
-static int flush_bucket(CudaProg *P, RtErr *e) {
-  if (!P->nbucket) return 0;
+/* The data-parallel sums of the uses in list[0..n), or with list NULL of
+ * every use not summed yet this step, in one NCCL group: on the comm stream
+ * after everything launched so far (overlap), else on the launch stream. */
+static int sum_uses(CudaProg *P, const int *list, int n, RtErr *e) {
   Device *d = P->dev;
-  if (d->ops->stream_wait(d, P->cstream, NULL)) return fail(e, "%s", dev_error(d));
+  if (P->cstream && d->ops->stream_wait(d, P->cstream, NULL)) return fail(e, "%s", dev_error(d));
   comm_nccl_set_stream(P->dcomm, P->cstream);
   int rc = comm_group(P->dcomm, 1, e);
-  for (int i = 0; i < P->nbucket && !rc; i++) {
-    const CudaUse *c = &P->uses[P->bucket[i]];
+  for (int i = 0; i < (list ? n : P->nuses) && !rc; i++) {
+    int u = list ? list[i] : i;
+    const CudaUse *c = &P->uses[u];
+    if (!list && (!c->t || (P->reduced && P->reduced[u]) || P->comm->size[dp_group_of(c)] <= 1)) continue;
     rc = comm_all_reduce(P->dcomm, dp_group_of(c), COMM_F32, COMM_SUM, devx_grad_ptr(P->x, c->param, c->layer), c->numel, e);
   }
   RtErr ge;
   if (comm_group(P->dcomm, 0, &ge) && !rc) rc = fail(e, "%s", ge.msg);
   comm_nccl_set_stream(P->dcomm, NULL);
+  return rc;
+}
+
+static int flush_bucket(CudaProg *P, RtErr *e) {
+  int rc = P->nbucket ? sum_uses(P, P->bucket, P->nbucket, e) : 0;
   P->nbucket = 0;
   P->bucket_bytes = 0;
   return rc;
@@ -967,34 +975,16 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
    * device, overlapped with the backward (what is left of it here) or all
    * after it; without NCCL through the loop's gradient pool (the tensors'
    * grad, idle in this mode) in host memory */
-  if (P->resident && ctx->comm->size[COMM_DP] > 1 && P->dcomm && P->cstream) {
-    /* overlap: what the backward did not finish early (the first step, tied
-     * copies, the last bucket) on the comm stream too, then the launches wait */
-    for (int i = 0; i < P->nuses; i++) {
-      const CudaUse *c = &P->uses[i];
-      if (c->t && !P->reduced[i] && ctx->comm->size[dp_group_of(c)] > 1) P->bucket[P->nbucket++] = i, P->reduced[i] = 1;
-    }
-    if (flush_bucket(P, e)) return -1;
-    if (d->ops->stream_wait(d, NULL, P->cstream)) return fail(e, "%s", dev_error(d));
-  } else if (P->resident && ctx->comm->size[COMM_DP] > 1 && P->dcomm) {
-    /* on the device: one NCCL group, which NCCL runs as few launches */
-    if (comm_group(P->dcomm, 1, e)) return -1;
-    int rc = 0;
-    for (int i = 0; i < P->nuses && !rc; i++) {
-      const CudaUse *c = &P->uses[i];
-      if (!c->t) continue;
-      CommGroup over = dp_group_of(c);
-      if (ctx->comm->size[over] > 1)
-        rc = comm_all_reduce(P->dcomm, over, COMM_F32, COMM_SUM, devx_grad_ptr(P->x, c->param, c->layer), c->numel, e);
-    }
-    RtErr ge;
-    if (comm_group(P->dcomm, 0, &ge) && !rc) rc = fail(e, "%s", ge.msg);
-    if (rc) return -1;
+  if (P->resident && ctx->comm->size[COMM_DP] > 1 && P->dcomm) {
+    /* what the backward did not start (the first step, tied copies, the last
+     * bucket; with no overlap everything), then the launches wait */
+    if (flush_bucket(P, e) || sum_uses(P, NULL, 0, e)) return -1;
+    if (P->cstream && d->ops->stream_wait(d, NULL, P->cstream)) return fail(e, "%s", dev_error(d));
   } else if (P->resident && ctx->comm->size[COMM_DP] > 1) {
     for (int i = 0; i < P->nuses; i++) {
       const CudaUse *c = &P->uses[i];
       if (!c->t) continue; /* a mirror's gradient went to its owner */
-      CommGroup over = train_tensor_is_expert(c->t) ? COMM_EDP : COMM_DP;
+      CommGroup over = dp_group_of(c);
       if (ctx->comm->size[over] <= 1) continue;
       if (devx_get_grad_copy(P->x, c->param, c->layer, c->t->grad)) return fail(e, "%s", devx_error(P->x));
       if (ctx->comm->ops->all_reduce(ctx->comm, over, COMM_F32, COMM_SUM, c->t->grad, c->numel, e) < 0) return -1;

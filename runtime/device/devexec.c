@@ -442,7 +442,9 @@ static int chunk_contiguous(const IrNode *node, int64_t axis, int64_t layout) {
 }
 
 /* A collective of the chunk on the device's own buffers (DevxComm's
- * device_buffers: NCCL), the same results as run_comm's through the host. */
+ * device_buffers: NCCL), the same results as run_comm's through the host;
+ * run_comm has checked the types and copied what a group of one leaves as
+ * it is. */
 static int run_comm_device(DevExec *x, const IrGraph *g, const IrNode *n, void *const *val, void *out) {
   int grp = (int)n->attr[0];
   const IrNode *in = n->nin > 0 ? &g->nodes[n->in[0]] : n;
@@ -460,7 +462,7 @@ static int run_comm_device(DevExec *x, const IrGraph *g, const IrNode *n, void *
   case IR_RECV: rc = x->comm.recv(x->comm.ctx, grp, (int)n->attr[1], out, N, why, sizeof why); break;
   case IR_ALL_REDUCE:
     if (out != X && d->ops->copy(d, out, X, bytes)) return fail(x, "%s: %s", op, dev_error(d));
-    if (size > 1) rc = x->comm.all_reduce(x->comm.ctx, grp, (int)n->attr[2], out, N, why, sizeof why);
+    rc = x->comm.all_reduce(x->comm.ctx, grp, (int)n->attr[2], out, N, why, sizeof why);
     break;
   case IR_SHARD_SLICE:
     if (NX != N * size) return fail(x, "shard_slice over %s: %" PRId64 " values do not split %d ways", gname, NX, size);
@@ -521,22 +523,22 @@ static int run_comm(DevExec *x, const IrGraph *g, const IrNode *n, void *const *
   if (grp < 0 || grp >= IRG_COUNT) return fail(x, "%s: no such group %d", op, grp);
   int size = x->comm.size[grp] > 0 ? x->comm.size[grp] : 1, rank = x->comm.rank[grp];
   const char *gname = ir_group_name((IrGroup)grp);
-  if (x->comm.device_buffers) {
-    if ((n->op == IR_SEND || n->op == IR_RECV) && sem_dtype_bytes((n->op == IR_SEND ? in : n)->dtype) != 4)
-      return fail(x, "%s over %s: the device's transfers move fp32", op, gname);
-    if (n->op != IR_SEND && n->op != IR_RECV && (n->dtype != in->dtype || sem_dtype_bytes(n->dtype) != 4))
-      return fail(x, "%s over %s: a value of %d-byte elements; the device's collectives move fp32", op, gname,
-                  sem_dtype_bytes(n->dtype));
-    if (n->op == IR_COPY_TO_GROUP)
-      return x->dev->ops->copy(x->dev, out, X, sizeof(float) * (size_t)N) ? fail(x, "%s: %s", op, dev_error(x->dev)) : 0;
-    return run_comm_device(x, g, n, val, out);
-  }
-  if (n->op == IR_SEND || n->op == IR_RECV) {
-    /* SEND reads its input and makes no value; RECV is a leaf that fills out */
+  Device *d = x->dev;
+  size_t bytes = sizeof(float) * (size_t)N;
+  int p2p = n->op == IR_SEND || n->op == IR_RECV;
+  /* SEND reads its input and makes no value; RECV is a leaf that fills out */
+  if (p2p && sem_dtype_bytes((n->op == IR_SEND ? in : n)->dtype) != 4)
+    return fail(x, "%s over %s: the device's transfers move fp32", op, gname);
+  if (!p2p && (n->dtype != in->dtype || sem_dtype_bytes(n->dtype) != 4))
+    return fail(x, "%s over %s: a value of %d-byte elements; the device's collectives move fp32", op, gname,
+                sem_dtype_bytes(n->dtype));
+  int same = n->op == IR_COPY_TO_GROUP ||
+             (size == 1 && (n->op == IR_ALL_REDUCE || n->op == IR_ALL_GATHER || n->op == IR_ALL_TO_ALL));
+  if (same) return d->ops->copy(d, out, X, bytes) ? fail(x, "%s: %s", op, dev_error(d)) : 0;
+  if (x->comm.device_buffers) return run_comm_device(x, g, n, val, out);
+  if (p2p) {
     int send = n->op == IR_SEND;
-    const IrNode *v = send ? in : n;
-    int64_t nv = ir_numel(v);
-    if (sem_dtype_bytes(v->dtype) != 4) return fail(x, "%s over %s: the device's transfers move fp32", op, gname);
+    int64_t nv = ir_numel(send ? in : n);
     if (send ? !x->comm.send : !x->comm.recv) return fail(x, "%s over %s: no transfers were set", op, gname);
     float *h = staging(x, 0, nv);
     if (!h) return -1;
@@ -549,14 +551,6 @@ static int run_comm(DevExec *x, const IrGraph *g, const IrNode *n, void *const *
     if (!send && x->dev->ops->to_device(x->dev, out, h, sizeof(float) * (size_t)nv)) return fail(x, "%s: %s", op, dev_error(x->dev));
     return 0;
   }
-  if (n->dtype != in->dtype || sem_dtype_bytes(n->dtype) != 4)
-    return fail(x, "%s over %s: a value of %d-byte elements; the device's collectives move fp32", op, gname,
-                sem_dtype_bytes(n->dtype));
-  Device *d = x->dev;
-  size_t bytes = sizeof(float) * (size_t)N;
-  int same = n->op == IR_COPY_TO_GROUP ||
-             (size == 1 && (n->op == IR_ALL_REDUCE || n->op == IR_ALL_GATHER || n->op == IR_ALL_TO_ALL));
-  if (same) return d->ops->copy(d, out, X, bytes) ? fail(x, "%s: %s", op, dev_error(d)) : 0;
   char why[512] = "";
   float *hx = staging(x, 0, NX);
   if (!hx) return -1;
