@@ -92,7 +92,26 @@ typedef struct {
    * itself before the step's graphs run. */
   uint16_t **half;
   int64_t *half_step;
+  /* ZeRO 1-3 (docs/runtime.md, "ZeRO"): how the loop shards the optimizer's
+   * state, for a program that keeps it (resident); NULL at zero 0. After
+   * the fields above for the same reason. */
+  const struct TrainShards *shards;
 } TrainCtx;
+
+/* The loop's pools (TrainTensor) hold pool_cap values, tensor i from
+ * offset[i]; data-parallel member r owns [own_lo, own_lo + own_len) and its
+ * moment pools m, v (NULL where the optimizer keeps none) hold that range,
+ * value j at m[j - own_lo]. own2_len > 0: the expert shards, from expert_lo
+ * on, are owned over COMM_EDP instead ([own2_lo, own2_lo + own2_len), after
+ * the own_len values in m and v). At zero 3 the parameters' pool is whole
+ * only during a step of the loop's and master holds the owned range. */
+typedef struct TrainShards {
+  int zero;
+  const int64_t *offset;
+  int64_t pool_cap, own_lo, own_len, expert_lo, own2_lo, own2_len;
+  float *m, *v;
+  float *master; /* zero 3: the owned parameters between steps (as m), else NULL */
+} TrainShards;
 
 enum { TRAIN_PROGRAM_ABI = 3 };
 #define TRAIN_PROGRAM_SYMBOL "hpdl_program_v1" /* const TrainProgram *hpdl_program_v1(void) */
@@ -109,9 +128,10 @@ typedef struct TrainProgram {
   /* Optional (NULL: the loop keeps the parameters, the gradients and the
    * optimizer's state in its pools and updates them). A program that keeps
    * them itself, on a GPU, says so by resident() returning 1 (asked once,
-   * after create, when dp = 1, or dp > 1 at ZeRO 0 without compression:
-   * then the program all-reduces the gradients over dp itself, as the
-   * loop's sum, before the norm). The loop leaves its gradient pool alone
+   * after create, when dp = 1 or the gradients go uncompressed: then the
+   * program sums the gradients over dp itself, as the loop's sum, before
+   * the norm; under ZeRO (ctx->shards) as it shards them, counting in the
+   * norm the part of each counted tensor it owns). The loop leaves its gradient pool alone
    * (the program may use it as staging); each step it asks for the
    * sums of squares of the gradients of the tensors it counts in the norm
    * (count[i] for ctx->tensors[i]) and has the program update (the AdamW /

@@ -89,6 +89,31 @@ typedef struct {
   unsigned char *reduced; /* per use: its sum queued (or bucketed) this step */
   int *bucket, nbucket;
   size_t bucket_bytes, bucket_cap;
+  /* resident under ZeRO 1 and 2 (ctx->shards): devexec's blocks of the
+   * parameters and of the gradients (zlen values, a multiple of 16 x dp)
+   * split evenly over dp, member r owning [zlo, zlo + zown); the moments of
+   * that range (zm, zv) are all this rank keeps of the optimizer. Each
+   * step the gradients are reduce-scattered onto the owners, each updates
+   * its range, and the parameters are all-gathered. */
+  int zero, dp, dprank;
+  int64_t zlen, zown;
+  void *zm, *zv;
+  int nunits;
+  const int64_t *ustart; /* devx_units */
+  int64_t *zoff;         /* per unit: its owned values' place in the ranges */
+  void *zp, *zg;         /* ZeRO 3: the owned parameters and reduced gradients */
+  void **ubuf;           /* ZeRO 3, per unit: gathered for the step's layers, or NULL */
+  int *uref;
+  /* overlap (NCCL): per unit, its gradient copies not final yet this step,
+   * whether it holds a tied copy (reduced after the step), and whether its
+   * reduce-scatter started */
+  int *uleft, *uleft0;
+  unsigned char *ulate, *ureduced;
+  long uearly, uall; /* unit reductions started by the hook, and all (HPDL_PROFILE) */
+  TrainCtx *tctx;        /* the running step's (the layer hook's collectives) */
+  int *ent_tensor; /* per optimizer entry (an owned slice of a tensor): the loop's tensor */
+  int nent;
+  float *zhost;    /* host staging: zlen + zown values (host collectives, checkpoints) */
 } CudaProg;
 
 /* ---- the chunk's collectives: NCCL on the device's buffers (dcomm), or
@@ -405,6 +430,8 @@ static TrainTensor *find_tensor(TrainCtx *ctx, const char *name, int64_t layer) 
   return NULL;
 }
 
+static void unit_release(CudaProg *P, int u);
+
 static void cuda_destroy(void *self) {
   CudaProg *P = self;
   if (!P) return;
@@ -414,7 +441,31 @@ static void cuda_destroy(void *self) {
             "micro-batches %.1f ms, gradients out %.1f ms\n",
             P->steps, 1e3 * P->t_params / (double)P->steps, 1e3 * P->t_inputs / (double)P->steps, 1e3 * P->t_micro / (double)P->steps,
             1e3 * P->t_grads / (double)P->steps);
+  if (P->timing && P->x && P->comm && P->comm->world_rank == 0) {
+    size_t now = 0, peak = 0;
+    devx_memory(P->x, &now, &peak);
+    double ranges = (double)P->zown * 4.0 * ((P->zm != NULL) + (P->zv != NULL) + (P->zp != NULL) + (P->zg != NULL));
+    fprintf(stderr, "hpdlrun: device memory (HPDL_PROFILE, rank 0): the executor's peak %.3f MB (parameters, gradients, "
+                    "activations), the optimizer's ZeRO ranges %.3f MB\n", (double)peak / 1e6, ranges / 1e6);
+    if (P->zero)
+      fprintf(stderr, "hpdlrun: ZeRO (HPDL_PROFILE, rank 0): %ld of %ld unit reduce-scatters started as the backward finished "
+                      "their gradients\n", P->uearly, P->uall);
+  }
   devopt_free(P->opt); /* its buffers are the device's: before the device closes */
+  if (P->zm) P->dev->ops->release(P->dev, P->zm);
+  if (P->zv) P->dev->ops->release(P->dev, P->zv);
+  if (P->zp) P->dev->ops->release(P->dev, P->zp);
+  if (P->zg) P->dev->ops->release(P->dev, P->zg);
+  for (int u = 0; P->ubuf && u < P->nunits; u++) unit_release(P, u);
+  free(P->zoff);
+  free(P->ubuf);
+  free(P->uref);
+  free(P->uleft);
+  free(P->uleft0);
+  free(P->ulate);
+  free(P->ureduced);
+  free(P->ent_tensor);
+  free(P->zhost);
   for (int i = 0; P->frames && i < P->nmicro; i++) devx_frame_drop(P->x, P->frames[i]); /* their buffers are the pool's */
   comm_ring_clear(&P->ring); /* the messages' buffers too, with NCCL */
   comm_outbox_free(&P->outbox);
@@ -613,7 +664,11 @@ static void *cuda_create(TrainCtx *ctx, RtErr *e) {
       free(ptx);
     }
   }
-  P->x = devx_new(P->dev, &P->prog, (unsigned long long)a->seed, err, sizeof err);
+  /* the blocks' units padded to 16 x dp values: ZeRO's even split, by layer
+   * (zero_setup: ZeRO 3 gathers them one by one, and each is reduced as
+   * soon as the backward is done with it) */
+  DevxFlat flat = {16 * (int64_t)ctx->comm->size[COMM_DP], a->zero >= 1 && ctx->comm->size[COMM_DP] > 1};
+  P->x = devx_new(P->dev, &P->prog, (unsigned long long)a->seed, &flat, err, sizeof err);
   if (!P->x || externs_open(P, a, e)) {
     if (!P->x) fail(e, "%s", err);
     cuda_destroy(P);
@@ -899,6 +954,342 @@ static int overlap_setup(CudaProg *P, TrainCtx *ctx) {
   return devx_set_grad_ready(P->x, grad_ready, P);
 }
 
+/* ---- ZeRO on the device ----
+ *
+ * devexec's blocks of the parameters and of the gradients are laid out in
+ * units (devx_units), each a multiple of 16 x dp values, and each unit is
+ * split evenly over dp: member r owns [os(u), os(u) + ol(u)) of unit u,
+ * os(u) = start[u] + r x ol(u), ol(u) = its length / dp, and keeps that
+ * range's moments (zm, zv; at ZeRO 3 also its parameters zp and reduced
+ * gradients zg) at zoff[u], zown values in all. ZeRO 1 and 2: one unit,
+ * the parameters whole on the device, the gradients reduce-scattered and
+ * the parameters all-gathered in place in the blocks. ZeRO 3: the
+ * unrepeated parameters, then each layer (copy l of every repeated
+ * parameter) a unit, the parameters' block freed; a unit is all-gathered
+ * into a pool buffer before its layer runs - the next one while it runs -
+ * and handed back after, the unrepeated ones for the whole step; the
+ * gradients are reduce-scattered unit by unit into zg. */
+
+static int64_t unit_own(const CudaProg *P, int u) { return (P->ustart[u + 1] - P->ustart[u]) / P->dp; }
+
+static int unit_of(const CudaProg *P, int64_t q) {
+  int u = 0;
+  while (u + 1 < P->nunits && q >= P->ustart[u + 1]) u++;
+  return u;
+}
+
+/* Where block value q lies after an all-gather of every member's zown
+ * values (member by member), and how many values after it lie alike. */
+static int64_t gathered_at(const CudaProg *P, int64_t q, int64_t *run) {
+  int u = unit_of(P, q);
+  int64_t ol = unit_own(P, u), k = q - P->ustart[u];
+  *run = ol - k % ol;
+  return (k / ol) * P->zown + P->zoff[u] + k % ol;
+}
+
+/* Unit u's gradients summed over dp onto their owners: NCCL in place in
+ * the block (ZeRO 1, 2) or into zg (ZeRO 3), on the launch stream or, with
+ * `stream`, on the comm stream after the launches so far. */
+static int unit_reduce(CudaProg *P, int u, int stream, RtErr *e) {
+  Device *d = P->dev;
+  void *g;
+  devx_flat(P->x, NULL, &g);
+  int64_t ol = unit_own(P, u);
+  float *in = (float *)g + P->ustart[u], *into = P->zero >= 3 ? (float *)P->zg + P->zoff[u] : in + (int64_t)P->dprank * ol;
+  if (stream && P->cstream && d->ops->stream_wait(d, P->cstream, NULL)) return fail(e, "%s", dev_error(d));
+  comm_nccl_set_stream(P->dcomm, stream ? P->cstream : NULL);
+  int rc = comm_reduce_scatter(P->dcomm, COMM_DP, COMM_F32, COMM_SUM, in, ol, into, e) < 0 ? -1 : 0;
+  comm_nccl_set_stream(P->dcomm, NULL);
+  P->ureduced[u] = 1;
+  return rc;
+}
+
+/* devx's hook (NCCL): a parameter copy's gradient is final; a unit whose
+ * every copy is final is reduce-scattered now, while the backward goes on
+ * (a unit with a tied copy waits for the mirrors' gradients: tie, after
+ * the step). */
+static int zero_grad_ready(void *ctx, int param, int64_t copy, char *err, size_t errlen) {
+  CudaProg *P = ctx;
+  int u = unit_of(P, devx_flat_index(P->x, param, copy));
+  if (P->ulate[u] || P->ureduced[u] || --P->uleft[u] > 0) return 0;
+  P->uearly++;
+  RtErr e;
+  if (unit_reduce(P, u, 1, &e)) return snprintf(err, errlen, "%s", e.msg), -1;
+  return 0;
+}
+
+/* The step's gradients summed over dp onto their owners: the units the
+ * backward did not start (all without NCCL: through host memory). */
+static int zero_reduce(CudaProg *P, TrainCtx *ctx, RtErr *e) {
+  Device *d = P->dev;
+  void *g;
+  devx_flat(P->x, NULL, &g);
+  P->uall += P->nunits;
+  if (P->dcomm) {
+    int rc = comm_group(P->dcomm, 1, e);
+    for (int u = 0; u < P->nunits && !rc; u++)
+      if (!P->ureduced[u]) rc = unit_reduce(P, u, 0, e);
+    RtErr ge;
+    if (comm_group(P->dcomm, 0, &ge) && !rc) rc = fail(e, "%s", ge.msg);
+    if (!rc && P->cstream && d->ops->stream_wait(d, NULL, P->cstream)) rc = fail(e, "%s", dev_error(d));
+    return rc;
+  }
+  if (d->ops->to_host(d, P->zhost, g, sizeof(float) * (size_t)P->zlen)) return fail(e, "the gradients to the host: %s", dev_error(d));
+  for (int u = 0; u < P->nunits; u++)
+    if (comm_reduce_scatter(ctx->comm, COMM_DP, COMM_F32, COMM_SUM, P->zhost + P->ustart[u], unit_own(P, u), P->zhost + P->zlen + P->zoff[u], e) < 0)
+      return -1;
+  for (int u = 0; u < P->nunits; u++) {
+    float *into = P->zero >= 3 ? (float *)P->zg + P->zoff[u] : (float *)g + P->ustart[u] + (int64_t)P->dprank * unit_own(P, u);
+    if (d->ops->to_device(d, into, P->zhost + P->zlen + P->zoff[u], sizeof(float) * (size_t)unit_own(P, u)))
+      return fail(e, "the reduced gradients to the device: %s", dev_error(d));
+  }
+  return 0;
+}
+
+/* ZeRO 1 and 2, after the update: every member's part of each unit to all
+ * (NCCL in place, one group; else through host memory). */
+static int zero_gather(CudaProg *P, TrainCtx *ctx, RtErr *e) {
+  Device *d = P->dev;
+  void *pb;
+  devx_flat(P->x, &pb, NULL);
+  if (P->dcomm) {
+    int rc = comm_group(P->dcomm, 1, e);
+    for (int u = 0; u < P->nunits && !rc; u++) {
+      float *unit = (float *)pb + P->ustart[u];
+      int64_t ol = unit_own(P, u);
+      rc = comm_all_gather(P->dcomm, COMM_DP, COMM_F32, unit + (int64_t)P->dprank * ol, ol, unit, e) < 0 ? -1 : 0;
+    }
+    RtErr ge;
+    if (comm_group(P->dcomm, 0, &ge) && !rc) rc = fail(e, "%s", ge.msg);
+    return rc;
+  }
+  for (int u = 0; u < P->nunits; u++) {
+    int64_t ol = unit_own(P, u);
+    if (d->ops->to_host(d, P->zhost + P->zlen + P->zoff[u], (float *)pb + P->ustart[u] + (int64_t)P->dprank * ol, sizeof(float) * (size_t)ol))
+      return fail(e, "the updated parameters to the host: %s", dev_error(d));
+    if (comm_all_gather(ctx->comm, COMM_DP, COMM_F32, P->zhost + P->zlen + P->zoff[u], ol, P->zhost + P->ustart[u], e) < 0) return -1;
+  }
+  if (d->ops->to_device(d, pb, P->zhost, sizeof(float) * (size_t)P->zlen)) return fail(e, "the parameters to the device: %s", dev_error(d));
+  return 0;
+}
+
+/* ZeRO 3: unit u's parameters from their owners into a pool buffer (NCCL:
+ * on the comm stream once the launches so far are done, so that a recycled
+ * buffer is free; its user waits for the stream), and pointed at. */
+static int unit_gather(CudaProg *P, TrainCtx *ctx, int u, char *err, size_t errlen) {
+  Device *d = P->dev;
+  int64_t ol = unit_own(P, u), len = ol * P->dp;
+  RtErr e;
+  void *buf = devx_buffer(P->x, sizeof(float) * (size_t)(len ? len : 1));
+  if (!buf) return snprintf(err, errlen, "%s", devx_error(P->x)), -1;
+  int rc = 0;
+  if (P->dcomm) {
+    if (P->cstream && d->ops->stream_wait(d, P->cstream, NULL)) rc = fail(&e, "%s", dev_error(d));
+    comm_nccl_set_stream(P->dcomm, P->cstream);
+    if (!rc && comm_all_gather(P->dcomm, COMM_DP, COMM_F32, (float *)P->zp + P->zoff[u], ol, buf, &e) < 0) rc = -1;
+    comm_nccl_set_stream(P->dcomm, NULL);
+  } else if (d->ops->to_host(d, P->zhost + P->zlen, (float *)P->zp + P->zoff[u], sizeof(float) * (size_t)ol)) {
+    rc = fail(&e, "%s", dev_error(d));
+  } else if (comm_all_gather(ctx->comm, COMM_DP, COMM_F32, P->zhost + P->zlen, ol, P->zhost, &e) < 0) {
+    rc = -1;
+  } else if (d->ops->to_device(d, buf, P->zhost, sizeof(float) * (size_t)len)) {
+    rc = fail(&e, "%s", dev_error(d));
+  }
+  if (rc) {
+    devx_buffer_put(P->x, buf, sizeof(float) * (size_t)(len ? len : 1));
+    return snprintf(err, errlen, "gathering the parameters of unit %d: %s", u, e.msg), -1;
+  }
+  P->ubuf[u] = buf;
+  devx_point_unit(P->x, u, buf);
+  return 0;
+}
+
+static void unit_release(CudaProg *P, int u) {
+  if (!P->ubuf[u]) return;
+  int64_t len = unit_own(P, u) * P->dp;
+  devx_point_unit(P->x, u, NULL);
+  devx_buffer_put(P->x, P->ubuf[u], sizeof(float) * (size_t)(len ? len : 1));
+  P->ubuf[u] = NULL;
+  P->uref[u] = 0;
+}
+
+/* devx's layer hook at ZeRO 3: layer l is unit 1 + l. */
+static int zero3_layer(void *ctx, int64_t layer, int phase, char *err, size_t errlen) {
+  CudaProg *P = ctx;
+  int u = (int)(1 + layer);
+  if (layer < 0 || u >= P->nunits) return 0;
+  if (phase == DEVX_LAYER_FWD_END || phase == DEVX_LAYER_BWD_END) {
+    if (P->uref[u] > 0 && --P->uref[u] == 0) unit_release(P, u);
+    return 0;
+  }
+  if (!P->ubuf[u] && unit_gather(P, P->tctx, u, err, errlen)) return -1;
+  P->uref[u]++;
+  devx_point_unit(P->x, u, P->ubuf[u]);
+  /* the launches wait for the gathers so far (this unit's; bf16: then its
+   * weights' copies rounded); the next unit's starts */
+  if (P->cstream && P->dev->ops->stream_wait(P->dev, NULL, P->cstream)) return snprintf(err, errlen, "%s", dev_error(P->dev)), -1;
+  if (devx_refresh16_unit(P->x, u)) return snprintf(err, errlen, "%s", devx_error(P->x)), -1;
+  int next = phase == DEVX_LAYER_FWD_BEGIN ? u + 1 : u - 1;
+  if (next >= 1 && next < P->nunits && !P->ubuf[next] && unit_gather(P, P->tctx, next, err, errlen)) return -1;
+  return 0;
+}
+
+/* The part [*lo, *hi) of [a, a + n) that lies in [from, from + len); 0 when none. */
+static int overlap_of(int64_t a, int64_t n, int64_t from, int64_t len, int64_t *lo, int64_t *hi) {
+  *lo = a > from ? a : from;
+  *hi = a + n < from + len ? a + n : from + len;
+  return *hi > *lo;
+}
+
+/* A device range (zown values: moments, or at ZeRO 3 the parameters)
+ * between this member's units and the loop's owned range of its pool
+ * (TrainShards): the orders differ (the device's is the stage module's by
+ * unit, the loop's the manifest's), so one side's ranges are gathered over
+ * dp on the host and each member takes its own from them. Checkpoints and
+ * resuming only. */
+static int zero_convert(CudaProg *P, TrainCtx *ctx, void *dev_range, float *pool, int to_host, RtErr *e) {
+  const TrainShards *sh = ctx->shards;
+  Device *d = P->dev;
+  int me = ctx->comm->rank[COMM_DP];
+  if (to_host) {
+    if (d->ops->to_host(d, P->zhost + P->zlen, dev_range, sizeof(float) * (size_t)P->zown)) return fail(e, "%s", dev_error(d));
+    if (comm_all_gather(ctx->comm, COMM_DP, COMM_F32, P->zhost + P->zlen, P->zown, P->zhost, e) < 0) return -1;
+    for (int i = 0; i < ctx->ntensors; i++) {
+      int64_t lo, hi, run;
+      const CudaUse *c = &P->uses[P->use_of[i]];
+      int64_t a = devx_flat_index(P->x, c->param, c->layer);
+      if (!overlap_of(sh->offset[i], c->numel, sh->own_lo, sh->own_len, &lo, &hi)) continue;
+      for (int64_t j = lo; j < hi; j += run) {
+        int64_t at = gathered_at(P, a + (j - sh->offset[i]), &run);
+        if (run > hi - j) run = hi - j;
+        memcpy(pool + (j - sh->own_lo), P->zhost + at, sizeof(float) * (size_t)run);
+      }
+    }
+    return 0;
+  }
+  float *whole = malloc(sizeof(float) * (size_t)(sh->pool_cap ? sh->pool_cap : 1));
+  if (!whole) return fail(e, "out of memory");
+  int rc = comm_all_gather(ctx->comm, COMM_DP, COMM_F32, pool, sh->own_len, whole, e) < 0 ? -1 : 0;
+  memset(P->zhost, 0, sizeof(float) * (size_t)P->zown);
+  for (int i = 0; i < ctx->ntensors && !rc; i++) {
+    int64_t run;
+    const CudaUse *c = &P->uses[P->use_of[i]];
+    int64_t a = devx_flat_index(P->x, c->param, c->layer);
+    for (int64_t q = a; q < a + c->numel; q += run) {
+      int64_t at = gathered_at(P, q, &run);
+      if (run > a + c->numel - q) run = a + c->numel - q;
+      if (at / P->zown == me) memcpy(P->zhost + at % P->zown, whole + sh->offset[i] + (q - a), sizeof(float) * (size_t)run);
+    }
+  }
+  free(whole);
+  if (!rc && d->ops->to_device(d, dev_range, P->zhost, sizeof(float) * (size_t)P->zown)) rc = fail(e, "%s", dev_error(d));
+  return rc;
+}
+
+/* The moments (and at ZeRO 3 the parameters) between device and loop. */
+static int zero_state(CudaProg *P, TrainCtx *ctx, int to_host, RtErr *e) {
+  const TrainShards *sh = ctx->shards;
+  if (P->zm && sh->m && zero_convert(P, ctx, P->zm, sh->m, to_host, e)) return prefix(e, "the first moments");
+  if (P->zv && sh->v && zero_convert(P, ctx, P->zv, sh->v, to_host, e)) return prefix(e, "the second moments");
+  if (P->zero >= 3 && zero_convert(P, ctx, P->zp, sh->master, to_host, e)) return prefix(e, "the parameters' slices");
+  return 0;
+}
+
+/* Under ZeRO (ctx->shards): this member's ranges, its moments (and at
+ * ZeRO 3 its parameters and reduced gradients), and the optimizer's
+ * entries (each tensor's owned part; running statistics are not updated);
+ * 0, or -1 with why the update stays on the host. */
+static int zero_setup(CudaProg *P, TrainCtx *ctx, DevOptTensor **out, char *why, size_t whylen) {
+  const TrainShards *sh = ctx->shards;
+  Device *d = P->dev;
+  for (int i = 0; i < ctx->ntensors; i++)
+    if (sh->own2_len > 0 || train_tensor_is_expert(&ctx->tensors[i])) {
+      snprintf(why, whylen, "under ZeRO the expert shards are summed over another group (edp), which the device's program does not yet");
+      return -1;
+    }
+  if (sh->zero >= 3) {
+    const char *no = P->pp > 1 ? "with pipeline stages" : NULL;
+    for (int i = 0; i < ctx->ntensors && !no; i++)
+      if (ctx->tensors[i].param->state) no = "with running statistics (batch norm), which the forward updates in place";
+    if (!sh->master) no = "without the runtime's parameter slices";
+    if (no) {
+      snprintf(why, whylen, "ZeRO-3 on the device does not run %s yet", no);
+      return -1;
+    }
+  }
+  const OptimConfig *oc = &ctx->art->optim;
+  int want_m = oc->kind == OPTIM_ADAMW || oc->momentum != 0, want_v = oc->kind == OPTIM_ADAMW;
+  void *pb, *gb;
+  P->dp = ctx->comm->size[COMM_DP];
+  P->zlen = devx_flat(P->x, &pb, &gb);
+  P->nunits = devx_units(P->x, &P->ustart);
+  P->zoff = calloc((size_t)P->nunits + 1, sizeof(int64_t));
+  P->ubuf = calloc((size_t)P->nunits + 1, sizeof(void *));
+  P->uref = calloc((size_t)P->nunits + 1, sizeof(int));
+  P->uleft = calloc((size_t)P->nunits + 1, sizeof(int));
+  P->uleft0 = calloc((size_t)P->nunits + 1, sizeof(int));
+  P->ulate = calloc((size_t)P->nunits + 1, 1);
+  P->ureduced = calloc((size_t)P->nunits + 1, 1);
+  if (!P->zoff || !P->ubuf || !P->uref || !P->uleft || !P->uleft0 || !P->ulate || !P->ureduced) {
+    snprintf(why, whylen, "out of memory");
+    return -1;
+  }
+  int r = P->dprank = ctx->comm->rank[COMM_DP];
+  P->zown = 0;
+  for (int u = 0; u < P->nunits; u++) P->zoff[u] = P->zown, P->zown += unit_own(P, u);
+  size_t bytes = sizeof(float) * (size_t)(P->zown ? P->zown : 1);
+  int z3 = sh->zero >= 3;
+  if ((want_m && !(P->zm = d->ops->alloc(d, bytes))) || (want_v && !(P->zv = d->ops->alloc(d, bytes))) ||
+      (z3 && (!(P->zp = d->ops->alloc(d, bytes)) || !(P->zg = d->ops->alloc(d, bytes)))) ||
+      (P->zm && d->ops->zero(d, P->zm, bytes)) || (P->zv && d->ops->zero(d, P->zv, bytes)) || (P->zp && d->ops->zero(d, P->zp, bytes)) ||
+      (P->zg && d->ops->zero(d, P->zg, bytes))) {
+    snprintf(why, whylen, "this rank's ranges: %s", dev_error(d));
+    return -1;
+  }
+  P->zhost = malloc(sizeof(float) * (size_t)(P->zlen + P->zown + 1));
+  DevOptTensor *t = calloc((size_t)ctx->ntensors * (size_t)P->nunits + 1, sizeof *t);
+  P->ent_tensor = calloc((size_t)ctx->ntensors + 1, sizeof(int));
+  if (!P->zhost || !t || !P->ent_tensor) {
+    free(t);
+    snprintf(why, whylen, "out of memory");
+    return -1;
+  }
+  P->nent = 0;
+  for (int i = 0; i < ctx->ntensors; i++) {
+    const CudaUse *c = &P->uses[P->use_of[i]];
+    int64_t a = devx_flat_index(P->x, c->param, c->layer), lo, hi;
+    int u = unit_of(P, a);
+    int64_t os = P->ustart[u] + (int64_t)r * unit_own(P, u);
+    if (ctx->tensors[i].param->state || !overlap_of(a, c->numel, os, unit_own(P, u), &lo, &hi)) continue;
+    int64_t at = P->zoff[u] + (lo - os); /* in the ranges */
+    t[P->nent] = (DevOptTensor){z3 ? (float *)P->zp + at : (float *)pb + lo, z3 ? (float *)P->zg + at : (float *)gb + lo, hi - lo,
+                                ctx->tensors[i].param->weight_decay, P->zm ? (float *)P->zm + at : NULL, P->zv ? (float *)P->zv + at : NULL};
+    P->ent_tensor[P->nent++] = i;
+  }
+  /* NCCL: a stream of its own for the reduce-scatters as the backward
+   * finishes each unit's gradients (and ZeRO 3's gathers of the next layer);
+   * the copies per unit that get a gradient (running statistics get none),
+   * and the units holding a tied copy (summed on the host after the step) */
+  const char *off = getenv("HPDL_OVERLAP");
+  if (P->dcomm && P->dev->ops->stream_create && !(off && !strcmp(off, "0"))) P->cstream = P->dev->ops->stream_create(P->dev);
+  const IrModule *mod = P->pc->m;
+  for (int q = 0; q < mod->nparams; q++)
+    for (int64_t k = 0; k < (mod->params[q].count > 1 ? mod->params[q].count : 1); k++)
+      if (!mod->params[q].state) P->uleft0[unit_of(P, devx_flat_index(P->x, q, k))]++;
+  for (int u = 0; u < P->nuses; u++)
+    if (!P->uses[u].t || P->uses[u].u->nmirrors > 0) P->ulate[unit_of(P, devx_flat_index(P->x, P->uses[u].param, P->uses[u].layer))] = 1;
+  if (P->cstream && devx_set_grad_ready(P->x, zero_grad_ready, P)) {
+    snprintf(why, whylen, "%s", devx_error(P->x));
+    return -1;
+  }
+  if (z3) { /* the block goes; the units come as the step reaches them */
+    devx_release_params(P->x);
+    devx_set_layer_hook(P->x, zero3_layer, P);
+  }
+  *out = t;
+  return 0;
+}
+
 static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, int nmicro, double *loss, int *has_loss, RtErr *e) {
   CudaProg *P = self;
   Device *d = P->dev;
@@ -909,7 +1300,15 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
     const CudaUse *c = &P->uses[i];
     if (devx_set_param_copy(P->x, c->param, c->layer, c->t ? c->t->data : c->mirror)) return fail(e, "%s", devx_error(P->x));
   }
-  /* the parameters are in (resident: as the last update left them, or a resumed checkpoint) */
+  /* the parameters are in (resident: as the last update left them, or a resumed checkpoint);
+   * ZeRO 3: the unrepeated ones gathered for the step, the layers' as they run */
+  P->tctx = ctx;
+  if (P->zero >= 3 && !P->ubuf[0]) {
+    char why[1000];
+    if (unit_gather(P, ctx, 0, why, sizeof why)) return fail(e, "%s", why);
+    P->uref[0] = 1;
+    if (P->cstream && d->ops->stream_wait(d, NULL, P->cstream)) return fail(e, "%s", dev_error(d));
+  }
   if (devx_refresh16(P->x) || devx_zero_grads(P->x)) return fail(e, "%s", devx_error(P->x));
   devx_set_evaluating(P->x, ctx->eval);
   if (P->timing) {
@@ -920,6 +1319,10 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
   double total = 0, aux = 0;
   devx_take_aux(P->x, &aux); /* nothing from before this step */
   if (P->reduced) memset(P->reduced, 0, (size_t)P->nuses);
+  if (P->zero) {
+    memset(P->ureduced, 0, (size_t)P->nunits);
+    memcpy(P->uleft, P->uleft0, sizeof(int) * (size_t)P->nunits);
+  }
   P->nbucket = 0;
   P->bucket_bytes = 0;
   if (P->pp > 1) {
@@ -975,7 +1378,12 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
    * device, overlapped with the backward (what is left of it here) or all
    * after it; without NCCL through the loop's gradient pool (the tensors'
    * grad, idle in this mode) in host memory */
-  if (P->resident && ctx->comm->size[COMM_DP] > 1 && P->dcomm) {
+  if (P->zero) {
+    if (!ctx->eval && zero_reduce(P, ctx, e)) return -1;
+    /* ZeRO 3: the units back (a gather still running first; the launches reading them run before any reuse: one stream) */
+    if (P->zero >= 3 && P->cstream && d->ops->stream_wait(d, NULL, P->cstream)) return fail(e, "%s", dev_error(d));
+    for (int u = 0; P->zero >= 3 && u < P->nunits; u++) unit_release(P, u);
+  } else if (P->resident && ctx->comm->size[COMM_DP] > 1 && P->dcomm) {
     /* what the backward did not start (the first step, tied copies, the last
      * bucket; with no overlap everything), then the launches wait */
     if (flush_bucket(P, e) || sum_uses(P, NULL, 0, e)) return -1;
@@ -1035,27 +1443,56 @@ static int cuda_resident(void *self, TrainCtx *ctx) {
     }
     const CudaUse *c = &P->uses[u];
     t[i] = (DevOptTensor){devx_param_ptr(P->x, c->param, c->layer), devx_grad_ptr(P->x, c->param, c->layer), c->numel,
-                          ctx->tensors[i].param->weight_decay};
+                          ctx->tensors[i].param->weight_decay, NULL, NULL};
   }
   const OptimConfig *oc = &ctx->art->optim;
   char err[1200] = "";
-  if (ok) P->opt = devopt_new(P->dev, oc->kind == OPTIM_ADAMW ? DEVOPT_ADAMW : DEVOPT_SGD, oc->momentum != 0.0, t,
-                              ctx->ntensors, err, sizeof err);
+  int nt = ctx->ntensors;
+  if (ok && ctx->shards) { /* ZeRO: the entries are the owned slices */
+    free(t);
+    t = NULL;
+    if (zero_setup(P, ctx, &t, err, sizeof err)) ok = 0;
+    else P->zero = ctx->shards->zero, nt = P->nent;
+  }
+  if (ok) P->opt = devopt_new(P->dev, oc->kind == OPTIM_ADAMW ? DEVOPT_ADAMW : DEVOPT_SGD, oc->momentum != 0.0, t, nt, err, sizeof err);
+  if (ok && P->opt && P->zero && !(P->sums = realloc(P->sums, sizeof(double) * (size_t)(nt + 1)))) {
+    devopt_free(P->opt);
+    P->opt = NULL;
+    snprintf(err, sizeof err, "out of memory");
+  }
   free(t);
-  if (ok && !P->opt) fprintf(stderr, "hpdlrun: the optimizer stays on the host: %s\n", err);
+  if (!P->opt) P->zero = 0;
+  if (err[0] && !P->opt && ctx->comm->world_rank == 0) fprintf(stderr, "hpdlrun: the optimizer stays on the host: %s\n", err);
   P->resident = P->opt != NULL;
-  if (P->resident && overlap_setup(P, ctx)) {
+  if (P->resident && !P->zero && overlap_setup(P, ctx)) {
     /* a stream or host memory it could not have: the sums after the step */
     fprintf(stderr, "hpdlrun: no overlap of the data-parallel sum: %s\n", dev_error(P->dev)[0] ? dev_error(P->dev) : "out of memory");
     if (P->cstream) P->dev->ops->stream_destroy(P->dev, P->cstream);
     P->cstream = NULL;
     devx_set_grad_ready(P->x, NULL, NULL);
   }
-  if (P->resident && ctx->comm->world_rank == 0) {
+  int moments = oc->kind == OPTIM_ADAMW ? 2 : oc->momentum != 0 ? 1 : 0;
+  if (P->resident && P->zero >= 3 && ctx->comm->world_rank == 0)
+    fprintf(stderr,
+            "hpdlrun: the %s state stays on the device (%.1f MB a rank), ZeRO-3: a rank keeps 1/%d of the parameters, their "
+            "moments and reduced gradients; each layer's parameters are all-gathered before it runs%s and released after, "
+            "the gradients reduce-scattered layer by layer%s %s\n",
+            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", ((double)P->zlen + (double)P->zown * (2 + moments)) * 4.0 / 1e6,
+            ctx->comm->size[COMM_DP], P->cstream ? " (the next layer's while it runs)" : "",
+            P->cstream ? " as the backward finishes them" : "", P->dcomm ? "by NCCL on the device" : "through host memory");
+  else if (P->resident && P->zero && ctx->comm->world_rank == 0)
+    fprintf(stderr,
+            "hpdlrun: parameters, gradients and the %s state stay on the device (%.1f MB a rank), ZeRO-%d: the moments of "
+            "1/%d of the parameters a rank; the gradients reduce-scattered over dp%s and the parameters all-gathered after the "
+            "update %s\n",
+            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", ((double)P->zlen * 2 + (double)P->zown * moments) * 4.0 / 1e6, P->zero,
+            ctx->comm->size[COMM_DP], P->cstream ? " layer by layer as the backward finishes them" : "",
+            P->dcomm ? "by NCCL on the device" : "through host memory");
+  else if (P->resident && ctx->comm->world_rank == 0) {
     int64_t n = 0;
     for (int i = 0; i < ctx->ntensors; i++) n += ctx->tensors[i].numel;
     fprintf(stderr, "hpdlrun: parameters, gradients and the %s state stay on the device (%.1f MB a rank)%s\n",
-            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", (double)n * 4.0 * (oc->kind == OPTIM_ADAMW ? 4 : oc->momentum != 0 ? 3 : 2) / 1e6,
+            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", (double)n * 4.0 * (2 + moments) / 1e6,
             ctx->comm->size[COMM_DP] <= 1 ? ""
             : P->cstream                  ? "; the gradients' sum over dp by NCCL on a stream of its own, bucket by bucket as the backward finishes them"
             : P->dcomm                    ? "; the gradients' sum over dp by NCCL on the device"
@@ -1068,35 +1505,35 @@ static int cuda_grad_sumsq(void *self, TrainCtx *ctx, const unsigned char *count
   CudaProg *P = self;
   if (devopt_sumsq(P->opt, P->sums)) return fail(e, "%s", devopt_error(P->opt));
   double s = 0;
-  for (int i = 0; i < ctx->ntensors; i++)
-    if (count[i]) s += P->sums[i];
+  for (int i = 0; i < (P->zero ? P->nent : ctx->ntensors); i++)
+    if (count[P->zero ? P->ent_tensor[i] : i]) s += P->sums[i];
   *sumsq = s;
   return 0;
 }
 
 static int cuda_update(void *self, TrainCtx *ctx, const OptimConfig *o, int64_t t, double lr, double clip_scale, RtErr *e) {
-  (void)ctx;
   CudaProg *P = self;
   int rc = o->kind == OPTIM_ADAMW ? devopt_adamw(P->opt, lr, o->beta1, o->beta2, o->eps, o->weight_decay, t, clip_scale)
                                   : devopt_sgd(P->opt, lr, o->momentum, o->weight_decay, t, clip_scale);
-  return rc ? fail(e, "%s", devopt_error(P->opt)) : 0;
+  if (rc) return fail(e, "%s", devopt_error(P->opt));
+  return P->zero && P->zero < 3 ? zero_gather(P, ctx, e) : 0; /* ZeRO 3 gathers as the next step runs */
 }
 
 /* The parameters and the moments between the loop's pools and the device. */
 static int cuda_state(void *self, TrainCtx *ctx, int to_host, RtErr *e) {
   CudaProg *P = self;
-  for (int i = 0; i < ctx->ntensors; i++) {
+  for (int i = 0; i < ctx->ntensors && P->zero < 3; i++) { /* ZeRO 3: the slices (zero_state) */
     TrainTensor *x = &ctx->tensors[i];
     const CudaUse *c = &P->uses[P->use_of[i]];
     int rc = to_host ? devx_get_param_copy(P->x, c->param, c->layer, x->data)
                      : devx_set_param_copy(P->x, c->param, c->layer, x->data);
     if (rc) return fail(e, "%s", devx_error(P->x));
-    for (int which = 0; which < 2; which++) {
+    for (int which = 0; which < 2 && !P->zero; which++) {
       float *h = which ? x->v : x->m;
       if (h && devopt_moment(P->opt, i, which, h, !to_host)) return fail(e, "%s", devopt_error(P->opt));
     }
   }
-  return 0;
+  return P->zero ? zero_state(P, ctx, to_host, e) : 0;
 }
 
 static const TrainProgram cuda_program_table = {TRAIN_PROGRAM_ABI, "hpdl-cuda", 0, cuda_create, cuda_step, cuda_destroy,

@@ -70,6 +70,7 @@ typedef struct {
   unsigned char *count;    /* resident: the tensors this rank counts in the norm */
   float *grad_own;         /* zero >= 2: the dp-reduced gradient of the owned values */
   float *master;           /* zero 3: the owned parameters, the only copy between steps */
+  TrainShards shards;      /* the above for a resident program (TrainCtx.shards) */
   const TrainProgram *prog;
   void *self, *dl;
   int resident; /* the program keeps the parameters, gradients and optimizer state (TrainProgram.resident) */
@@ -977,10 +978,16 @@ static int setup(Run *R, RtErr *e) {
    * the gradients over dp itself */
   R->count = rt_calloc((size_t)R->ctx.ntensors + 1, 1);
   if (!R->count) return rt_fail(e, "out of memory");
-  /* at zero 0 every dp member holds every value: member 0 counts them */
+  /* at zero 0 every dp member holds every value: member 0 counts them;
+   * under ZeRO each member counts the part it owns (the program's shards) */
   for (int i = 0; i < R->ctx.ntensors; i++)
-    R->count[i] = R->norm_rep[i] && dp_first(R->c, &R->ctx.tensors[i]) && !R->ctx.tensors[i].param->state;
-  R->resident = (a->layout.dp == 1 || (R->zero == 0 && a->compression == COMM_COMPRESS_NONE)) && R->prog->resident && R->prog->grad_sumsq && R->prog->update &&
+    R->count[i] = R->norm_rep[i] && (R->zero > 0 || dp_first(R->c, &R->ctx.tensors[i])) && !R->ctx.tensors[i].param->state;
+  if (R->zero > 0) {
+    R->shards = (TrainShards){R->zero,   R->offset,   R->pool_cap, R->own_lo,  R->own_len, R->expert_lo,
+                              R->own2_lo, R->own2_len, R->pool[2],  R->pool[3], R->master};
+    R->ctx.shards = &R->shards;
+  }
+  R->resident = (a->layout.dp == 1 || a->compression == COMM_COMPRESS_NONE) && R->prog->resident && R->prog->grad_sumsq && R->prog->update &&
                 R->prog->state && R->prog->resident(R->self, &R->ctx);
   if (R->me == 0 && R->metrics == NULL && R->o->metrics) {
     R->metrics = fopen(R->o->metrics, (R->o->resume || R->o->resume_from) ? "a" : "w");
@@ -1067,7 +1074,7 @@ static int evaluate(Run *R, int64_t s, double *val, RtErr *e) {
   data_loader_seek(R->eval_loader, 0);
   int64_t steps = R->o->eval_steps > 0 ? R->o->eval_steps : 10;
   double sum = 0, gs = R->ctx.grad_scale;
-  if (R->master && gather_params(R, e) < 0) return -1;
+  if (R->master && !R->resident && gather_params(R, e) < 0) return -1;
   R->ctx.eval = 1;
   R->ctx.grad_scale = 0;
   R->ctx.step = s;
@@ -1359,8 +1366,8 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     R.ctx.step = s;
     if (next_micro(&R, R.loader, e) < 0) fatal(&R, "reading the data", e);
     if (R.prof) phase(&R, "data", &pt);
-    if (R.master && gather_params(&R, e) < 0) fatal(&R, "gathering the parameters over dp (zero 3)", e);
-    if (R.prof && R.master) phase(&R, "parameter gather", &pt);
+    if (R.master && !R.resident && gather_params(&R, e) < 0) fatal(&R, "gathering the parameters over dp (zero 3)", e);
+    if (R.prof && R.master && !R.resident) phase(&R, "parameter gather", &pt);
     if (!R.resident) par_zero_f32(o->nthreads, R.pool[1], R.pool_cap ? R.pool_cap : 16);
     double loss = 0;
     int has_loss = 0;
@@ -1379,7 +1386,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       tp = rt_now();
     }
     if (!R.resident && sync_state(&R, e) < 0) fatal(&R, "sending the running statistics over dp", e);
-    if (R.grad_own) {
+    if (R.grad_own && !R.resident) {
       /* zero >= 2: each member gets the sum of its slice only; the whole
        * gradient pool is idle until the next step. */
       if (R.prog->reduces_dp) {
@@ -1399,7 +1406,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
           comm_all_reduce(comm, COMM_EDP, COMM_F32, COMM_SUM, R.pool[1] + R.expert_lo, R.pool_len - R.expert_lo, e) < 0)
         fatal(&R, "the expert-data-parallel gradient all-reduce", e);
     }
-    if (R.prof && (R.grad_own || (a->layout.dp > 1 && !R.prog->reduces_dp && !R.resident))) phase(&R, "gradient reduction", &pt);
+    if (R.prof && !R.resident && (R.grad_own || (a->layout.dp > 1 && !R.prog->reduces_dp))) phase(&R, "gradient reduction", &pt);
     else if (R.prof) pt = prof_time(R.prof);
     /* One reduction for the gradient norm and the loss: [sum of squares,
      * loss x has, has]. Each logical value counts once: its tp / cp group's
@@ -1497,7 +1504,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       if (half) R.ctx.half_step[i] = s + 1;
     }
     if (R.master) rt_release_pages(R.pool[0], (size_t)R.pool_cap * sizeof(float));
-    else if (R.zero > 0 && (comm_all_gather(comm, COMM_DP, COMM_F32, R.pool[0] + R.own_lo, R.own_len, R.pool[0], e) < 0 ||
+    else if (R.zero > 0 && !R.resident && (comm_all_gather(comm, COMM_DP, COMM_F32, R.pool[0] + R.own_lo, R.own_len, R.pool[0], e) < 0 ||
                             (R.own2_len && comm_all_gather(comm, COMM_EDP, COMM_F32, R.pool[0] + R.own2_lo, R.own2_len,
                                                            R.pool[0] + R.expert_lo, e) < 0)))
       fatal(&R, "gathering the updated parameters over dp", e);

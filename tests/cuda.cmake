@@ -235,7 +235,9 @@ if(Python3_Interpreter_FOUND)
   set(small "-D T=16 -D C=32 --global-batch 4 --micro-batch 2")
   set(HPDL_DEVICE_LAYOUTS
       "1rank|" "dp2|--dp 2" "tp2|--tp 2" "cp2|--cp 2" "dp2_tp2|--dp 2 --tp 2" "tp2_cp2|--tp 2 --cp 2" "tp2_cp2_sp|--tp 2 --cp 2 --sp on"
-      "zero1|--dp 2 --zero 1" "zero2|--dp 2 --zero 2" "zero3|--dp 2 --zero 3" "resume|--dp 2"
+      "zero1|--dp 2 --zero 1" "zero2|--dp 2 --zero 2" "zero3|--dp 2 --zero 3" "resume|--dp 2" "zero_resume|--dp 2 --zero 1"
+      "zero3_resume|--dp 2 --zero 3" "zero3_recompute|--dp 2 --zero 3 --recompute full --recompute-layers 1" "zero3_bf16|--dp 2 --zero 3 --precision bf16"
+      "zero2_bf16|--dp 2 --zero 2 --precision bf16"
       "pp2|--pp 2" "pp2_gpipe|--pp 2 --schedule gpipe" "dp2_tp2_pp2|--dp 2 --tp 2 --pp 2 --micro-batch 1"
       "tp2_vocab_pad|--tp 2 -D V=201" "bf16|--precision bf16" "dp2_tp2_bf16|--dp 2 --tp 2 --precision bf16"
       "fp16|--precision fp16" "fused_ce|--fused-ce on -D V=201" "tp2_fused_ce|--tp 2 --fused-ce on -D V=201"
@@ -255,6 +257,16 @@ if(Python3_Interpreter_FOUND)
       endif()
       if(name STREQUAL "resume")
         set(resume --resume-args "${small} --tp 2")
+      elseif(name STREQUAL "zero_resume")
+        set(resume --resume-args "${small} --dp 2 --zero 2")
+      elseif(name STREQUAL "zero3_resume")
+        set(resume --resume-args "${small} --dp 2 --zero 1")
+      endif()
+      # ZeRO keeps the optimizer on the device (its start-up line says so)
+      if(name MATCHES "^zero[12]$|^zero_resume$|^zero3_resume$|^zero2_bf16$") # (both halves of a resume)
+        list(APPEND resume --expect "), ZeRO-")
+      elseif(name MATCHES "^zero3$|^zero3_recompute$|^zero3_bf16$")
+        list(APPEND resume --expect "), ZeRO-3: a rank keeps 1/2 of the parameters")
       endif()
       add_test(NAME cuda.layout.${dev}.${name}
                COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
@@ -304,8 +316,15 @@ if(Python3_Interpreter_FOUND)
     if(dev STREQUAL "emulate")
       list(APPEND labels cuda_layouts)
     endif()
+    # ZeRO-3 on the device frees the layers' parameters: its executor's peak
+    # is below ZeRO-1's by the weights of all the layers but the two gathered
+    # (gpt2-tiny, 8 layers of C 64, dp 2; both runs checked against the CPU)
+    add_test(NAME cuda.layout.${dev}.zero3_memory
+             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/zero3_memory.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
+                     --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
+                     --sample ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --device ${dev} --steps 4 --first-tol 1e-6 --tol 1e-5)
     set_tests_properties(cuda.layout.${dev}.sgd cuda.layout.${dev}.resume_host cuda.layout.${dev}.resume_pp2 cuda.layout.${dev}.to_cpu
-                         cuda.layout.${dev}.from_cpu PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "${labels}"
+                         cuda.layout.${dev}.from_cpu cuda.layout.${dev}.zero3_memory PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "${labels}"
                          ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
     # The mixture of experts on the device: the routing kernels, the expert
     # all-to-all (host memory), the experts' gradients summed over edp, the
@@ -371,6 +390,8 @@ if(Python3_Interpreter_FOUND)
     foreach(entry "dp2|gpt2-tiny|--dp 2" "dp2_mb1_bucket0|gpt2-tiny|--dp 2 --micro-batch 1" "tp2_sp|gpt2-tiny|--tp 2 --sp on" "tp2_cp2_sp|gpt2-tiny|--tp 2 --cp 2 --sp on"
                   "dp2_tp2_pp2|gpt2-tiny|--dp 2 --tp 2 --pp 2 --micro-batch 1" "pp2_gpipe|gpt2-tiny|--pp 2 --schedule gpipe"
                   "pp4|gpt2-tiny|-D L=4 --pp 4 --micro-batch 1" "zero1|gpt2-tiny|--dp 2 --zero 1"
+                  "zero2_tp2|gpt2-tiny|--dp 2 --tp 2 --zero 2" "zero3|gpt2-tiny|--dp 2 --zero 3" "zero3_tp2|gpt2-tiny|--dp 2 --tp 2 --zero 3"
+                  "zero1_overlap0|gpt2-tiny|--dp 2 --zero 1"
                   "moe_dp2_tp2_ep2|moe-tiny|--dp 2 --tp 2 --ep 2")
       string(REPLACE "|" ";" parts "${entry}")
       list(GET parts 0 name)
@@ -380,11 +401,20 @@ if(Python3_Interpreter_FOUND)
       if(sample STREQUAL "moe-tiny")
         set(sizes "--global-batch 4 --micro-batch 2")
       endif()
+      # ZeRO: each layer's unit reduced as the backward finishes it (HPDL_PROFILE
+      # counts them: 3 units, the first step learning, 19 x 3 of 20 x 3), or
+      # with HPDL_OVERLAP=0 none
+      set(more)
+      if(name MATCHES "overlap0")
+        set(more --expect "0 of 60 unit reduce-scatters started")
+      elseif(name MATCHES "^zero")
+        set(more --expect "57 of 60 unit reduce-scatters started")
+      endif()
       add_test(NAME cuda.nccl.emulate.${name}
                COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
                        --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
                        --sample ${CMAKE_SOURCE_DIR}/samples/${sample}.hpd --device emulate --steps 20
-                       --first-tol 1e-6 --tol 1e-5 --args "${sizes} ${layout}" --expect "collectives: NCCL 9.99.99")
+                       --first-tol 1e-6 --tol 1e-5 --args "${sizes} ${layout}" --expect "collectives: NCCL 9.99.99" ${more})
       # the sanitizer step runs tp2_cp2_sp (the chunk copies, the ring's groups, the reduce-scatter)
       set(labels cuda)
       if(NOT name STREQUAL "tp2_cp2_sp")
@@ -393,6 +423,12 @@ if(Python3_Interpreter_FOUND)
       set(env ${nccl_env})
       if(name MATCHES "bucket0")
         list(APPEND env "HPDL_BUCKET_MB=0")
+      endif()
+      if(name MATCHES "^zero")
+        list(APPEND env "HPDL_PROFILE=1")
+      endif()
+      if(name MATCHES "overlap0")
+        list(APPEND env "HPDL_OVERLAP=0")
       endif()
       set_tests_properties(cuda.nccl.emulate.${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "${labels}"
                            ENVIRONMENT "${env}")

@@ -39,7 +39,17 @@ struct DevExec {
   DevKernel *bias_grad;  /* hpdl_bias_grad_f32, where a GEMM's bias gradient runs apart */
   DevKernel *round_bf16; /* NULL where no weight is read in bf16 */
   DevKernel *chunk_copy; /* hpdl_chunk_copy_f32, the device collectives' layouts (looked up on first use) */
-  void **params, **grads;
+  /* per parameter copy (goff[p] + copy): where its values and its gradient
+   * are (pat NULL: not gathered, ZeRO-3) and its place in the blocks */
+  void **pat, **gat;
+  int64_t *fat;
+  void *flat_p, *flat_g; /* every parameter in one block, every gradient in another (devx_flat) */
+  int64_t flat_len;
+  int by_layer;          /* the blocks in units: the unrepeated parameters, then each layer's copies */
+  int nunits;
+  int64_t *ustart;       /* nunits + 1 */
+  DevxLayerHook layer_hook;
+  void *layer_ctx;
   void **params16; /* per parameter read in bf16 (a bf16 GEMM's weight): its copy, else NULL */
   void **inputs;
   PoolBuf *free_bufs;
@@ -59,7 +69,8 @@ struct DevExec {
   DevxTracer tracer; /* hpdlrun --profile (devx_set_tracer) */
   int has_tracer;
   /* devx_set_grad_ready: gradient additions per parameter copy (goff[p] + copy)
-   * in this micro-batch (gcur) and in one whole micro-batch (gtotal, learned) */
+   * in this micro-batch (gcur) and in one whole micro-batch (gtotal, learned);
+   * goff is every per-copy table's index */
   DevxGradReady ready;
   void *ready_ctx;
   int64_t *goff, *gcur, *gtotal, gn;
@@ -191,7 +202,7 @@ static int bias_grad_apart(DevExec *x, const DevGemm *g, void **io) {
   return x->dev->ops->launch(x->dev, x->bias_grad, capped_grid(cols, 32), 256, &c, args, 5);
 }
 
-DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, char *err, size_t errlen) {
+DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, const DevxFlat *flat_how, char *err, size_t errlen) {
   DevExec *x = calloc(1, sizeof *x);
   x->dev = dev;
   x->p = p;
@@ -229,15 +240,57 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, ch
   }
   x->nparams = m->nparams;
   x->ninputs = m->ninputs;
-  x->params = calloc((size_t)m->nparams + 1, sizeof(void *));
-  x->grads = calloc((size_t)m->nparams + 1, sizeof(void *));
   x->inputs = calloc((size_t)m->ninputs + 1, sizeof(void *));
-  for (int i = 0; i < m->nparams && !rc; i++) {
-    size_t bytes = sizeof(float) * (size_t)(param_numel(&m->params[i]) * param_copies(&m->params[i]));
-    x->params[i] = dev->ops->alloc(dev, bytes);
-    x->grads[i] = x->params[i] ? dev->ops->alloc(dev, bytes) : NULL;
-    if (!x->grads[i]) rc = fail(x, "parameter %s: %s", m->params[i].name, dev_error(dev));
+  /* The parameters in one block and their gradients in another (devx_flat):
+   * each parameter's copies together at a 256-byte boundary, or by_layer in
+   * units - the unrepeated parameters, then copy l of every repeated one for
+   * each l - each copy at a 256-byte boundary; each unit (the whole block:
+   * one unit) padded to a multiple of flat_how->unit values, the padding
+   * zero. The program's ZeRO shards the units evenly. */
+  int64_t unit = flat_how && flat_how->unit > 0 ? flat_how->unit : 1, ncopies = 0, layers = 0;
+  x->by_layer = flat_how && flat_how->by_layer;
+  x->goff = calloc((size_t)m->nparams + 1, sizeof(int64_t));
+  for (int i = 0; x->goff && i < m->nparams; i++) {
+    x->goff[i] = ncopies;
+    ncopies += param_copies(&m->params[i]);
+    if (m->params[i].count > 1 && m->params[i].count > layers) layers = m->params[i].count;
+  }
+  x->gn = ncopies;
+  x->nunits = x->by_layer ? 1 + (int)layers : 1;
+  x->pat = calloc((size_t)ncopies + 1, sizeof(void *));
+  x->gat = calloc((size_t)ncopies + 1, sizeof(void *));
+  x->fat = calloc((size_t)ncopies + 1, sizeof(int64_t));
+  x->ustart = calloc((size_t)x->nunits + 2, sizeof(int64_t));
+  if (!x->inputs || !x->goff || !x->pat || !x->gat || !x->fat || !x->ustart) rc = rc ? rc : fail(x, "out of host memory");
+  int64_t flat = 0;
+  for (int u = 0; u < x->nunits && !rc; u++) {
+    x->ustart[u] = flat;
+    for (int i = 0; i < m->nparams; i++) {
+      const IrParam *P = &m->params[i];
+      int64_t n = param_numel(P);
+      if (!x->by_layer) {
+        x->fat[x->goff[i]] = flat;
+        for (int64_t c = 1; c < param_copies(P); c++) x->fat[x->goff[i] + c] = flat + c * n;
+        flat += (n * param_copies(P) + 63) / 64 * 64;
+      } else if (u == 0 ? P->count <= 1 : P->count > u - 1 && P->count > 1) {
+        x->fat[x->goff[i] + (u == 0 ? 0 : u - 1)] = flat;
+        flat += (n + 63) / 64 * 64;
+      }
+    }
+    flat = (flat + unit - 1) / unit * unit;
+  }
+  x->ustart[x->nunits] = x->flat_len = flat;
+  if (!rc) {
+    size_t bytes = sizeof(float) * (size_t)(flat ? flat : 1);
+    x->flat_p = dev->ops->alloc(dev, bytes);
+    x->flat_g = x->flat_p ? dev->ops->alloc(dev, bytes) : NULL;
+    if (!x->flat_g || dev->ops->zero(dev, x->flat_p, bytes) || dev->ops->zero(dev, x->flat_g, bytes))
+      rc = fail(x, "the parameters and gradients (%.1f MB each): %s", (double)bytes / 1e6, dev_error(dev));
     x->live += 2 * bytes;
+  }
+  for (int64_t c = 0; c < ncopies && !rc; c++) {
+    x->pat[c] = (float *)x->flat_p + x->fat[c];
+    x->gat[c] = (float *)x->flat_g + x->fat[c];
   }
   /* the weights some node reads in bf16: a copy each, rounded once per step (devx_refresh16) */
   x->params16 = calloc((size_t)m->nparams + 1, sizeof(void *));
@@ -291,25 +344,40 @@ void devx_free(DevExec *x) {
   free(x->res);
   free(x->host[0]);
   free(x->host[1]);
-  for (int i = 0; i < x->nparams; i++) {
-    if (x->params) x->dev->ops->release(x->dev, x->params[i]);
-    if (x->grads) x->dev->ops->release(x->dev, x->grads[i]);
+  if (x->flat_p) x->dev->ops->release(x->dev, x->flat_p);
+  if (x->flat_g) x->dev->ops->release(x->dev, x->flat_g);
+  free(x->pat);
+  free(x->gat);
+  free(x->fat);
+  free(x->ustart);
+  for (int i = 0; i < x->nparams; i++)
     if (x->params16 && x->params16[i]) x->dev->ops->release(x->dev, x->params16[i]);
-  }
   free(x->params16);
   for (int i = 0; i < x->ninputs && x->inputs; i++) x->dev->ops->release(x->dev, x->inputs[i]);
   for (int i = 0; i < x->nfree; i++) x->dev->ops->release(x->dev, x->free_bufs[i].p);
   free(x->free_bufs);
-  free(x->params);
-  free(x->grads);
   free(x->inputs);
   free(x);
 }
 
-int devx_set_param(DevExec *x, int p, const float *host) {
+/* Copy `layer` of parameter p between host and device: its values (grad 0)
+ * or its gradient (grad 1). */
+static int copy_io(DevExec *x, int p, int64_t layer, int grad, int to_device, void *host) {
   const IrParam *P = &x->p->m->params[p];
-  size_t bytes = sizeof(float) * (size_t)(param_numel(P) * param_copies(P));
-  if (x->dev->ops->to_device(x->dev, x->params[p], host, bytes)) return fail(x, "parameter %s: %s", P->name, dev_error(x->dev));
+  int64_t n = param_numel(P);
+  if (layer < 0 || layer >= param_copies(P)) return fail(x, "parameter %s has no layer %lld", P->name, (long long)layer);
+  void *d = (grad ? x->gat : x->pat)[x->goff[p] + layer];
+  if (!d) return fail(x, "parameter %s, layer %lld: not gathered on this rank now (ZeRO-3)", P->name, (long long)layer);
+  size_t bytes = sizeof(float) * (size_t)n;
+  if (to_device ? x->dev->ops->to_device(x->dev, d, host, bytes) : x->dev->ops->to_host(x->dev, host, d, bytes))
+    return fail(x, "%s of %s: %s", grad ? "gradient" : "parameter", P->name, dev_error(x->dev));
+  return 0;
+}
+
+int devx_set_param(DevExec *x, int p, const float *host) {
+  int64_t n = param_numel(&x->p->m->params[p]);
+  for (int64_t c = 0; c < param_copies(&x->p->m->params[p]); c++)
+    if (copy_io(x, p, c, 0, 1, (void *)(host + c * n))) return -1;
   return 0;
 }
 
@@ -319,63 +387,67 @@ int devx_set_input(DevExec *x, int i, const void *host, size_t bytes) {
 }
 
 int devx_get_grad(DevExec *x, int p, float *host) {
-  const IrParam *P = &x->p->m->params[p];
-  size_t bytes = sizeof(float) * (size_t)(param_numel(P) * param_copies(P));
-  if (x->dev->ops->to_host(x->dev, host, x->grads[p], bytes)) return fail(x, "gradient of %s: %s", P->name, dev_error(x->dev));
+  int64_t n = param_numel(&x->p->m->params[p]);
+  for (int64_t c = 0; c < param_copies(&x->p->m->params[p]); c++)
+    if (copy_io(x, p, c, 1, 0, host + c * n)) return -1;
   return 0;
 }
 
-int devx_set_param_copy(DevExec *x, int p, int64_t layer, const float *host) {
-  const IrParam *P = &x->p->m->params[p];
-  int64_t n = param_numel(P);
-  if (layer < 0 || layer >= param_copies(P)) return fail(x, "parameter %s has no layer %lld", P->name, (long long)layer);
-  if (x->dev->ops->to_device(x->dev, (float *)x->params[p] + layer * n, host, sizeof(float) * (size_t)n))
-    return fail(x, "parameter %s: %s", P->name, dev_error(x->dev));
-  return 0;
-}
+int devx_set_param_copy(DevExec *x, int p, int64_t layer, const float *host) { return copy_io(x, p, layer, 0, 1, (void *)host); }
+int devx_get_grad_copy(DevExec *x, int p, int64_t layer, float *host) { return copy_io(x, p, layer, 1, 0, host); }
+int devx_get_param_copy(DevExec *x, int p, int64_t layer, float *host) { return copy_io(x, p, layer, 0, 0, host); }
+int devx_set_grad_copy(DevExec *x, int p, int64_t layer, const float *host) { return copy_io(x, p, layer, 1, 1, (void *)host); }
 
-int devx_get_grad_copy(DevExec *x, int p, int64_t layer, float *host) {
-  const IrParam *P = &x->p->m->params[p];
-  int64_t n = param_numel(P);
-  if (layer < 0 || layer >= param_copies(P)) return fail(x, "parameter %s has no layer %lld", P->name, (long long)layer);
-  if (x->dev->ops->to_host(x->dev, host, (float *)x->grads[p] + layer * n, sizeof(float) * (size_t)n))
-    return fail(x, "gradient of %s: %s", P->name, dev_error(x->dev));
-  return 0;
-}
-
-void *devx_param_ptr(DevExec *x, int p, int64_t layer) {
-  return (float *)x->params[p] + layer * param_numel(&x->p->m->params[p]);
-}
-
-void *devx_grad_ptr(DevExec *x, int p, int64_t layer) {
-  return (float *)x->grads[p] + layer * param_numel(&x->p->m->params[p]);
-}
-
-int devx_get_param_copy(DevExec *x, int p, int64_t layer, float *host) {
-  const IrParam *P = &x->p->m->params[p];
-  int64_t n = param_numel(P);
-  if (layer < 0 || layer >= param_copies(P)) return fail(x, "parameter %s has no layer %lld", P->name, (long long)layer);
-  if (x->dev->ops->to_host(x->dev, host, (float *)x->params[p] + layer * n, sizeof(float) * (size_t)n))
-    return fail(x, "parameter %s: %s", P->name, dev_error(x->dev));
-  return 0;
-}
-
-int devx_set_grad_copy(DevExec *x, int p, int64_t layer, const float *host) {
-  const IrParam *P = &x->p->m->params[p];
-  int64_t n = param_numel(P);
-  if (layer < 0 || layer >= param_copies(P)) return fail(x, "parameter %s has no layer %lld", P->name, (long long)layer);
-  if (x->dev->ops->to_device(x->dev, (float *)x->grads[p] + layer * n, host, sizeof(float) * (size_t)n))
-    return fail(x, "gradient of %s: %s", P->name, dev_error(x->dev));
-  return 0;
-}
+void *devx_param_ptr(DevExec *x, int p, int64_t layer) { return x->pat[x->goff[p] + layer]; }
+void *devx_grad_ptr(DevExec *x, int p, int64_t layer) { return x->gat[x->goff[p] + layer]; }
 
 int devx_zero_grads(DevExec *x) {
-  const IrModule *m = x->p->m;
-  for (int i = 0; i < m->nparams; i++) {
-    size_t bytes = sizeof(float) * (size_t)(param_numel(&m->params[i]) * param_copies(&m->params[i]));
-    if (x->dev->ops->zero(x->dev, x->grads[i], bytes)) return fail(x, "%s", dev_error(x->dev));
-  }
+  if (x->flat_len && x->dev->ops->zero(x->dev, x->flat_g, sizeof(float) * (size_t)x->flat_len)) return fail(x, "%s", dev_error(x->dev));
   return 0;
+}
+
+int64_t devx_flat(DevExec *x, void **params, void **grads) {
+  if (params) *params = x->flat_p;
+  if (grads) *grads = x->flat_g;
+  return x->flat_len;
+}
+
+int64_t devx_flat_index(const DevExec *x, int p, int64_t layer) { return x->fat[x->goff[p] + layer]; }
+
+int devx_units(const DevExec *x, const int64_t **start) {
+  *start = x->ustart;
+  return x->nunits;
+}
+
+void devx_point_unit(DevExec *x, int unit, void *base) {
+  const IrModule *m = x->p->m;
+  for (int p = 0; p < m->nparams; p++)
+    for (int64_t c = 0; c < param_copies(&m->params[p]); c++) {
+      int64_t at = x->goff[p] + c, f = x->fat[at];
+      if (f >= x->ustart[unit] && f < x->ustart[unit + 1])
+        x->pat[at] = base ? (float *)base + (f - x->ustart[unit]) : x->flat_p ? (float *)x->flat_p + f : NULL;
+    }
+}
+
+void devx_release_params(DevExec *x) {
+  if (!x->flat_p) return;
+  x->dev->ops->release(x->dev, x->flat_p);
+  x->live -= sizeof(float) * (size_t)(x->flat_len ? x->flat_len : 1);
+  x->flat_p = NULL;
+  for (int64_t c = 0; c < x->gn; c++) x->pat[c] = NULL;
+  x->peak = x->live; /* the block held nothing yet: the peak counts from here */
+}
+
+void devx_set_layer_hook(DevExec *x, DevxLayerHook fn, void *ctx) {
+  x->layer_hook = fn;
+  x->layer_ctx = ctx;
+}
+
+/* The layer hook around layer `layer` of a call (DevxLayerPhase). */
+static int layer_hook(DevExec *x, int64_t layer, int phase) {
+  char why[600] = "";
+  if (!x->layer_hook || !x->layer_hook(x->layer_ctx, layer, phase, why, sizeof why)) return 0;
+  return fail(x, "layer %lld: %s", (long long)layer, why);
 }
 
 static DevKctx kctx(const DevExec *x, int64_t layer) {
@@ -777,18 +849,29 @@ int devx_run_kernel(DevExec *x, int graph, int kernel, int64_t layer, void **io)
   return run_launches(x, graph, kernel, layer, io);
 }
 
-int devx_refresh16(DevExec *x) {
+/* The bf16 copies of the parameter copies in unit `unit` (-1: every unit),
+ * a repeated parameter's copies in one launch where they lie together; a
+ * copy not gathered (ZeRO-3) is left for its unit's turn. */
+static int refresh16(DevExec *x, int unit) {
   const IrModule *m = x->p->m;
   for (int p = 0; x->params16 && p < m->nparams; p++) {
     if (!x->params16[p]) continue;
-    int64_t n = param_numel(&m->params[p]) * param_copies(&m->params[p]);
-    DevKctx c = kctx(x, 0);
-    void *args[3] = {x->params[p], x->params16[p], (void *)(intptr_t)n};
-    if (x->dev->ops->launch(x->dev, x->round_bf16, capped_grid(n, 1024), 256, &c, args, 3))
-      return fail(x, "the bf16 copy of %s: %s", m->params[p].name, dev_error(x->dev));
+    int64_t per = param_numel(&m->params[p]), copies = param_copies(&m->params[p]), at = x->goff[p];
+    int one = !x->by_layer || copies == 1;
+    for (int64_t c = 0; c < (one ? 1 : copies); c++) {
+      int64_t n = one ? per * copies : per, f = x->fat[at + c];
+      if (!x->pat[at + c] || (unit >= 0 && (f < x->ustart[unit] || f >= x->ustart[unit + 1]))) continue;
+      DevKctx k = kctx(x, 0);
+      void *args[3] = {x->pat[at + c], (uint16_t *)x->params16[p] + c * per, (void *)(intptr_t)n};
+      if (x->dev->ops->launch(x->dev, x->round_bf16, capped_grid(n, 1024), 256, &k, args, 3))
+        return fail(x, "the bf16 copy of %s: %s", m->params[p].name, dev_error(x->dev));
+    }
   }
   return 0;
 }
+
+int devx_refresh16(DevExec *x) { return refresh16(x, -1); }
+int devx_refresh16_unit(DevExec *x, int unit) { return refresh16(x, unit); }
 
 static int accumulate(DevExec *x, float *dst, const void *src, int64_t n) {
   DevKctx c = kctx(x, 0);
@@ -833,7 +916,9 @@ static int run_call(DevExec *x, const IrGraph *g, const IrNode *n, void **val, S
           if (!c || x->dev->ops->copy(x->dev, c, args[k], st->bytes[k])) rc = c ? fail(x, "%s", dev_error(x->dev)) : -1;
           st->t[l * st->per + k] = c;
         }
-      if (rc || (rc = run_graph(x, callee, first + l, args, outs))) break;
+      if (rc || (rc = layer_hook(x, first + l, DEVX_LAYER_FWD_BEGIN)) || (rc = run_graph(x, callee, first + l, args, outs)) ||
+          (rc = layer_hook(x, first + l, DEVX_LAYER_FWD_END)))
+        break;
       pool_put(x, carry, carry_bytes);
       carry = outs[0];
       args[0] = carry;
@@ -855,7 +940,9 @@ static int run_call(DevExec *x, const IrGraph *g, const IrNode *n, void **val, S
     args[0] = val[n->in[0]];
     for (int64_t l = count - 1; l >= 0 && !rc; l--) {
       for (int k = 0; k < st->per; k++) args[1 + k] = st->t[l * st->per + k];
-      if ((rc = run_graph(x, callee, first + l, args, outs))) break;
+      if ((rc = layer_hook(x, first + l, DEVX_LAYER_BWD_BEGIN)) || (rc = run_graph(x, callee, first + l, args, outs)) ||
+          (rc = layer_hook(x, first + l, DEVX_LAYER_BWD_END)))
+        break;
       pool_put(x, carry, carry_bytes);
       carry = outs[0];
       args[0] = carry;
@@ -940,7 +1027,9 @@ static int frame_run(DevExec *x, DevxFrame *F, int to) {
         if (n->dtype != P->dtype) /* its bf16 copy (devx_refresh16) */
           val[id] = (char *)x->params16[k] + (size_t)(copy * ir_numel(n)) * 2;
         else
-          val[id] = (char *)x->params[k] + (size_t)(copy * ir_numel(n)) * sizeof(float);
+          val[id] = x->pat[x->goff[k] + copy];
+        if (!val[id]) rc = fail(x, "parameter %s, layer %lld is not gathered on this rank (ZeRO-3: a read outside its layer)", P->name,
+                                (long long)copy);
       } else {
         /* a fill, iota or constant: its kernel when it has one (a kernel
          * that reads it inline never looks at the buffer) */
@@ -1050,7 +1139,7 @@ static int frame_outputs(DevExec *x, DevxFrame *F, void **outs) {
     int pi = g->grad_params[k - nplain];
     const IrParam *P = &m->params[pi];
     int64_t copy = P->count > 1 ? F->layer : 0, numel = ir_numel(o);
-    rc = accumulate(x, (float *)x->grads[pi] + copy * numel, F->val[g->outputs[k]], numel);
+    rc = accumulate(x, x->gat[x->goff[pi] + copy], F->val[g->outputs[k]], numel);
     if (!rc && x->gcur) {
       int64_t at = x->goff[pi] + copy, n = ++x->gcur[at];
       char why[600] = "";
@@ -1067,10 +1156,8 @@ int devx_set_grad_ready(DevExec *x, DevxGradReady fn, void *ctx) {
   x->ready_ctx = ctx;
   x->gknown = x->garmed = 0;
   if (!fn) return 0;
-  if (!x->goff && !(x->goff = calloc((size_t)m->nparams + 1, sizeof(int64_t)))) return fail(x, "out of host memory");
-  int64_t n = 0;
-  for (int p = 0; p < m->nparams; p++) x->goff[p] = n, n += param_copies(&m->params[p]);
-  x->gn = n;
+  (void)m;
+  int64_t n = x->gn;
   free(x->gcur);
   free(x->gtotal);
   x->gcur = calloc((size_t)n + 1, sizeof(int64_t));

@@ -70,10 +70,21 @@ void devx_program_free(DevxProgram *p);
 
 typedef struct DevExec DevExec;
 
+/* How the parameters' and the gradients' blocks are laid out: each unit
+ * padded to a multiple of `unit` values (ZeRO's even split over dp; 0 or 1:
+ * none), and with by_layer in 1 + L units - the unrepeated parameters, then
+ * copy l of every repeated one for each layer l (ZeRO-3 gathers them unit
+ * by unit) - else one unit with each parameter's copies together. */
+typedef struct {
+  int64_t unit;
+  int by_layer;
+} DevxFlat;
+
 /* Resolves every launch's kernel and prepares every GEMM on `dev` (the
- * module already loaded), and allocates each parameter and its gradient
- * (every copy of a repeated one). NULL with the reason in err. */
-DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, char *err, size_t errlen);
+ * module already loaded), and allocates the parameters (every copy of a
+ * repeated one) in one block and their gradients in another (flat: NULL
+ * for one unpadded unit). NULL with the reason in err. */
+DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, const DevxFlat *flat, char *err, size_t errlen);
 void devx_free(DevExec *x);
 const char *devx_error(const DevExec *x);
 
@@ -118,6 +129,9 @@ int devx_zero_grads(DevExec *x);
 /* The bf16 copies of the weights some node reads in bf16, rounded from the
  * parameters on the device: once per step, after the parameters are set. */
 int devx_refresh16(DevExec *x);
+/* ZeRO-3: those of one unit's copies, once it is gathered (devx_refresh16
+ * skips the copies not gathered). */
+int devx_refresh16_unit(DevExec *x, int unit);
 /* A hook that learns when each gradient is final, so that its reduction
  * can start while the backward goes on (docs/gpu.md, "Overlap"): the
  * program brackets each micro-batch's backward of a training step with
@@ -144,6 +158,28 @@ void devx_buffer_put(DevExec *x, void *p, size_t bytes);
 /* Device addresses of copy `layer` of parameter p and of its gradient. */
 void *devx_param_ptr(DevExec *x, int p, int64_t layer);
 void *devx_grad_ptr(DevExec *x, int p, int64_t layer);
+/* The blocks of every parameter and of every gradient (device addresses):
+ * returns their length in values, padding included (zeros), and where
+ * copy `layer` of parameter p starts in them. */
+int64_t devx_flat(DevExec *x, void **params, void **grads);
+int64_t devx_flat_index(const DevExec *x, int p, int64_t layer);
+/* The blocks' units (DevxFlat): unit u is [start[u], start[u + 1]). */
+int devx_units(const DevExec *x, const int64_t **start);
+
+/* ZeRO-3 on the device: devx_release_params frees the parameters' block
+ * (the program keeps its shards); from then on a unit's parameters are read
+ * where devx_point_unit points them (the unit's values laid out as in the
+ * block; base NULL: nowhere, and a read fails naming the parameter), and
+ * the layer hook learns when each layer of a call begins and ends, forward
+ * and backward (the backward recomputes what it needs of the forward
+ * inside it), so that the program gathers a layer's unit before it runs
+ * (the next one while it runs) and releases it after. fn returns 0, or -1
+ * with a line in err. */
+typedef enum { DEVX_LAYER_FWD_BEGIN, DEVX_LAYER_FWD_END, DEVX_LAYER_BWD_BEGIN, DEVX_LAYER_BWD_END } DevxLayerPhase;
+typedef int (*DevxLayerHook)(void *ctx, int64_t layer, int phase, char *err, size_t errlen);
+void devx_release_params(DevExec *x);
+void devx_point_unit(DevExec *x, int unit, void *base);
+void devx_set_layer_hook(DevExec *x, DevxLayerHook fn, void *ctx);
 /* Copy `layer` of parameter p to host memory. */
 int devx_get_param_copy(DevExec *x, int p, int64_t layer, float *host);
 

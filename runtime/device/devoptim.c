@@ -14,6 +14,7 @@ struct DevOptim {
   int n;
   int64_t *numel;
   void **m, **v; /* per tensor, NULL where not kept */
+  unsigned char *lent; /* per tensor: its moments are the caller's (DevOptTensor.m, v) */
   long long nchunks;
   int *chunk_tensor; /* per chunk: its tensor */
   void *table;       /* device: nchunks hpdl_optim_chunk */
@@ -37,9 +38,11 @@ const char *devopt_error(const DevOptim *o) { return o->err; }
 void devopt_free(DevOptim *o) {
   if (!o) return;
   for (int i = 0; i < o->n; i++) {
+    if (o->lent && o->lent[i]) continue;
     if (o->m && o->m[i]) o->dev->ops->release(o->dev, o->m[i]);
     if (o->v && o->v[i]) o->dev->ops->release(o->dev, o->v[i]);
   }
+  free(o->lent);
   if (o->table) o->dev->ops->release(o->dev, o->table);
   if (o->sums) o->dev->ops->release(o->dev, o->sums);
   free(o->m);
@@ -66,12 +69,19 @@ DevOptim *devopt_new(Device *dev, DevOptKind kind, int momentum, const DevOptTen
   o->numel = calloc((size_t)n + 1, sizeof(int64_t));
   o->m = calloc((size_t)n + 1, sizeof(void *));
   o->v = calloc((size_t)n + 1, sizeof(void *));
-  int rc = !o->numel || !o->m || !o->v ? fail(o, "out of memory") : 0;
+  o->lent = calloc((size_t)n + 1, 1);
+  int rc = !o->numel || !o->m || !o->v || !o->lent ? fail(o, "out of memory") : 0;
   for (int i = 0; i < n && !rc; i++) {
     size_t bytes = sizeof(float) * (size_t)(t[i].numel > 0 ? t[i].numel : 1);
     o->numel[i] = t[i].numel;
-    if (kind == DEVOPT_ADAMW || momentum) o->m[i] = dev->ops->alloc(dev, bytes);
-    if (kind == DEVOPT_ADAMW) o->v[i] = dev->ops->alloc(dev, bytes);
+    if (t[i].m) { /* the caller's (its moments zeroed or set by it) */
+      o->lent[i] = 1;
+      o->m[i] = kind == DEVOPT_ADAMW || momentum ? t[i].m : NULL;
+      o->v[i] = kind == DEVOPT_ADAMW ? t[i].v : NULL;
+    } else {
+      if (kind == DEVOPT_ADAMW || momentum) o->m[i] = dev->ops->alloc(dev, bytes);
+      if (kind == DEVOPT_ADAMW) o->v[i] = dev->ops->alloc(dev, bytes);
+    }
     if ((kind == DEVOPT_ADAMW || momentum) && (!o->m[i] || (kind == DEVOPT_ADAMW && !o->v[i])))
       rc = fail(o, "the optimizer's moments: %s", dev_error(dev));
     ts[i] = (hpdl_optim_tensor){t[i].p, t[i].g, o->m[i], o->v[i], t[i].numel, t[i].decay};

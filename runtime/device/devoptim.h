@@ -14,12 +14,16 @@
 
 typedef enum { DEVOPT_ADAMW, DEVOPT_SGD } DevOptKind;
 
-/* One tensor: its parameter and gradient in device memory. */
+/* One tensor (or a slice of one): its parameter and gradient in device
+ * memory, and where its moments are to live: m and v the caller's device
+ * memory (numel values each, kept by the caller), or NULL to have them
+ * allocated here. */
 typedef struct {
   void *p;
   const void *g;
   int64_t numel;
   int decay; /* weight decay applies */
+  void *m, *v;
 } DevOptTensor;
 
 typedef struct DevOptim DevOptim;

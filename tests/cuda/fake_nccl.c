@@ -200,7 +200,17 @@ int ncclAllGather(const void *in, void *out, size_t n, int type, ncclComm_t c, v
 int ncclReduceScatter(const void *in, void *out, size_t n, int type, int op, ncclComm_t c, void *stream) {
   (void)stream;
   if (bad_args(c, type, -1) || op_of(op) == MPI_OP_NULL) return INVALID_ARGUMENT;
-  return MPI_Reduce_scatter_block(in, out, (int)n, type_of(type), op_of(op), c->comm) == MPI_SUCCESS ? OK : SYSTEM;
+  /* NCCL's in place: out is this member's n values of in; MPI's buffers may not overlap */
+  size_t bytes = n * (size_t)type_size(type);
+  void *copy = NULL;
+  if ((const char *)out == (const char *)in + (size_t)c->rank * bytes) {
+    if (!(copy = malloc(bytes * (size_t)c->size + 1))) return SYSTEM;
+    memcpy(copy, in, bytes * (size_t)c->size);
+    in = copy;
+  }
+  int rc = MPI_Reduce_scatter_block(in, out, (int)n, type_of(type), op_of(op), c->comm) == MPI_SUCCESS ? OK : SYSTEM;
+  free(copy);
+  return rc;
 }
 
 int ncclBroadcast(const void *in, void *out, size_t n, int type, int root, ncclComm_t c, void *stream) {

@@ -21,7 +21,8 @@ written there after the CPU run where it does not; with --cpu-only the CPU
 run alone, to write them. --halves FIRST,SECOND (device or
 cpu, default device,device) says which target runs each half, so a
 checkpoint written by one target is resumed by the other. --expect TEXT:
-each device run's output must hold TEXT (the start-up line's collectives).
+each device run's output must hold TEXT (the start-up line's collectives);
+--show TEXT prints the lines of the device runs' output that hold it.
 
 Exits 77 (CTest's skip) when the device cannot run: no GPU or driver for
 --device cuda (hpdlrun's message is printed), or no C++ compiler for
@@ -99,7 +100,9 @@ def main():
     ap.add_argument("--keep", default=None)
     ap.add_argument("--cpu-metrics", default=None, help="the CPU run's metrics: read where the file exists, else written")
     ap.add_argument("--cpu-only", action="store_true", help="the CPU run alone, writing --cpu-metrics")
-    ap.add_argument("--expect", default=None, help="a text the device runs' output must hold (the start-up line's collectives)")
+    ap.add_argument("--expect", action="append", default=None,
+                    help="a text the device runs' output must hold (the start-up line's collectives); repeatable")
+    ap.add_argument("--show", default=None, help="print the device runs' output lines holding this text")
     ap.add_argument("--cache", default=None, help="a folder of compiled artifacts shared by the tests (keyed by hpdlc, the sample and the command)")
     a = ap.parse_args()
     if a.cpu_only and (a.cpu_metrics is None or a.resume_args is not None):
@@ -183,9 +186,14 @@ def main():
                     print("skipped: no GPU to run on")
                     return 77
                 return 1
-            if name != "cpu" and a.expect is not None and a.expect not in r.stdout:
-                print(f"the device run's output does not say {a.expect!r}")
-                return 1
+            for want in a.expect or [] if name != "cpu" else []:
+                if want not in r.stdout:
+                    print(f"the device run's output does not say {want!r}")
+                    return 1
+            if name != "cpu" and a.show is not None:
+                for line in r.stdout.splitlines():
+                    if a.show in line:
+                        print(f"{name}: {line}")
             runs[name] = metrics(f"{tmp}/{out}")
             if name == "cpu" and a.cpu_metrics is not None:
                 shutil.copyfile(f"{tmp}/{out}", a.cpu_metrics)

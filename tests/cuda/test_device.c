@@ -214,7 +214,7 @@ static int build(void *env, const IrModule *m, const FuseResult *fr) {
   free(src);
   if (rc) return -1;
   C->fr = fr;
-  C->x = devx_new(C->dev, &C->prog, 1337, err, sizeof err);
+  C->x = devx_new(C->dev, &C->prog, 1337, NULL, err, sizeof err);
   if (!C->x) {
     fprintf(stderr, "devexec: %s\n", err);
     return -1;
