@@ -110,6 +110,18 @@ typedef struct {
   int *uleft, *uleft0;
   unsigned char *ulate, *ureduced;
   long uearly, uall; /* unit reductions started by the hook, and all (HPDL_PROFILE) */
+  /* ZeRO 2 and 3: the gradients' block is freed; each unit's gradients get
+   * a pool buffer for its layer's backward (unit 0 for the whole step),
+   * reduce-scattered into zt's slice as the layer ends (on rstream with
+   * NCCL) and then added into zg; a closed unit's buffer waits in retired
+   * until the launches have waited for its reduce-scatter */
+  void *zt, *rstream;
+  void **ugrad;
+  int *ugref;
+  unsigned char *uadd; /* per unit: zt holds a sum not yet added into zg */
+  void **retired;
+  size_t *retired_bytes;
+  int nretired;
   TrainCtx *tctx;        /* the running step's (the layer hook's collectives) */
   int *ent_tensor; /* per optimizer entry (an owned slice of a tensor): the loop's tensor */
   int nent;
@@ -456,12 +468,22 @@ static void cuda_destroy(void *self) {
   if (P->zv) P->dev->ops->release(P->dev, P->zv);
   if (P->zp) P->dev->ops->release(P->dev, P->zp);
   if (P->zg) P->dev->ops->release(P->dev, P->zg);
+  if (P->zt) P->dev->ops->release(P->dev, P->zt);
   for (int u = 0; P->ubuf && u < P->nunits; u++) unit_release(P, u);
+  for (int u = 0; P->ugrad && u < P->nunits; u++)
+    if (P->ugrad[u]) devx_buffer_put(P->x, P->ugrad[u], sizeof(float) * (size_t)(P->ustart[u + 1] - P->ustart[u] + 1));
+  for (int i = 0; i < P->nretired; i++) devx_buffer_put(P->x, P->retired[i], P->retired_bytes[i]);
+  if (P->rstream) P->dev->ops->stream_destroy(P->dev, P->rstream);
   free(P->zoff);
   free(P->ubuf);
   free(P->uref);
   free(P->uleft);
   free(P->uleft0);
+  free(P->ugrad);
+  free(P->ugref);
+  free(P->uadd);
+  free(P->retired);
+  free(P->retired_bytes);
   free(P->ulate);
   free(P->ureduced);
   free(P->ent_tensor);
@@ -987,15 +1009,15 @@ static int64_t gathered_at(const CudaProg *P, int64_t q, int64_t *run) {
   return (k / ol) * P->zown + P->zoff[u] + k % ol;
 }
 
-/* Unit u's gradients summed over dp onto their owners: NCCL in place in
- * the block (ZeRO 1, 2) or into zg (ZeRO 3), on the launch stream or, with
- * `stream`, on the comm stream after the launches so far. */
+/* ZeRO 1: unit u's gradients summed over dp onto their owners, NCCL in
+ * place in the block, on the launch stream or, with `stream`, on the comm
+ * stream after the launches so far. */
 static int unit_reduce(CudaProg *P, int u, int stream, RtErr *e) {
   Device *d = P->dev;
   void *g;
   devx_flat(P->x, NULL, &g);
   int64_t ol = unit_own(P, u);
-  float *in = (float *)g + P->ustart[u], *into = P->zero >= 3 ? (float *)P->zg + P->zoff[u] : in + (int64_t)P->dprank * ol;
+  float *in = (float *)g + P->ustart[u], *into = in + (int64_t)P->dprank * ol;
   if (stream && P->cstream && d->ops->stream_wait(d, P->cstream, NULL)) return fail(e, "%s", dev_error(d));
   comm_nccl_set_stream(P->dcomm, stream ? P->cstream : NULL);
   int rc = comm_reduce_scatter(P->dcomm, COMM_DP, COMM_F32, COMM_SUM, in, ol, into, e) < 0 ? -1 : 0;
@@ -1020,11 +1042,19 @@ static int zero_grad_ready(void *ctx, int param, int64_t copy, char *err, size_t
 
 /* The step's gradients summed over dp onto their owners: the units the
  * backward did not start (all without NCCL: through host memory). */
+static int grad_close(CudaProg *P, TrainCtx *ctx, int u, RtErr *e);
+static int grad_settle(CudaProg *P, RtErr *e);
+
 static int zero_reduce(CudaProg *P, TrainCtx *ctx, RtErr *e) {
   Device *d = P->dev;
   void *g;
   devx_flat(P->x, NULL, &g);
   P->uall += P->nunits;
+  if (P->zero >= 2) { /* the layers' went as their backward ended: the unrepeated ones' (and any left) now */
+    for (int u = 0; u < P->nunits; u++)
+      if (P->ugrad[u] && (grad_settle(P, e) || grad_close(P, ctx, u, e))) return -1;
+    return grad_settle(P, e);
+  }
   if (P->dcomm) {
     int rc = comm_group(P->dcomm, 1, e);
     for (int u = 0; u < P->nunits && !rc; u++)
@@ -1039,7 +1069,7 @@ static int zero_reduce(CudaProg *P, TrainCtx *ctx, RtErr *e) {
     if (comm_reduce_scatter(ctx->comm, COMM_DP, COMM_F32, COMM_SUM, P->zhost + P->ustart[u], unit_own(P, u), P->zhost + P->zlen + P->zoff[u], e) < 0)
       return -1;
   for (int u = 0; u < P->nunits; u++) {
-    float *into = P->zero >= 3 ? (float *)P->zg + P->zoff[u] : (float *)g + P->ustart[u] + (int64_t)P->dprank * unit_own(P, u);
+    float *into = (float *)g + P->ustart[u] + (int64_t)P->dprank * unit_own(P, u);
     if (d->ops->to_device(d, into, P->zhost + P->zlen + P->zoff[u], sizeof(float) * (size_t)unit_own(P, u)))
       return fail(e, "the reduced gradients to the device: %s", dev_error(d));
   }
@@ -1113,11 +1143,80 @@ static void unit_release(CudaProg *P, int u) {
   P->uref[u] = 0;
 }
 
-/* devx's layer hook at ZeRO 3: layer l is unit 1 + l. */
-static int zero3_layer(void *ctx, int64_t layer, int phase, char *err, size_t errlen) {
+/* ZeRO 2 and 3: unit u's gradients get a zeroed buffer of the pool. */
+static int grad_open(CudaProg *P, int u, RtErr *e) {
+  size_t bytes = sizeof(float) * (size_t)(P->ustart[u + 1] - P->ustart[u] + 1);
+  void *b = devx_buffer(P->x, bytes);
+  if (!b) return fail(e, "%s", devx_error(P->x));
+  if (P->dev->ops->zero(P->dev, b, bytes)) {
+    devx_buffer_put(P->x, b, bytes);
+    return fail(e, "%s", dev_error(P->dev));
+  }
+  P->ugrad[u] = b;
+  devx_point_grad_unit(P->x, u, b);
+  return 0;
+}
+
+/* The launches wait for the reduce-scatters so far; their sums are added
+ * into zg and their buffers go back to the pool. */
+static int grad_settle(CudaProg *P, RtErr *e) {
+  Device *d = P->dev;
+  if (P->rstream && P->nretired && d->ops->stream_wait(d, NULL, P->rstream)) return fail(e, "%s", dev_error(d));
+  for (int u = 0; u < P->nunits; u++)
+    if (P->uadd[u]) {
+      P->uadd[u] = 0;
+      if (devx_add(P->x, (float *)P->zg + P->zoff[u], (float *)P->zt + P->zoff[u], unit_own(P, u))) return fail(e, "%s", devx_error(P->x));
+    }
+  for (int i = 0; i < P->nretired; i++) devx_buffer_put(P->x, P->retired[i], P->retired_bytes[i]);
+  P->nretired = 0;
+  return 0;
+}
+
+/* Unit u's gradients of this micro-batch reduce-scattered into zt's slice:
+ * with NCCL on rstream once the launches so far are done (the layers
+ * before it keep computing), else through host memory. */
+static int grad_close(CudaProg *P, TrainCtx *ctx, int u, RtErr *e) {
+  Device *d = P->dev;
+  int64_t ol = unit_own(P, u), len = ol * P->dp;
+  size_t bytes = sizeof(float) * (size_t)(len + 1);
+  float *in = P->ugrad[u], *out = (float *)P->zt + P->zoff[u];
+  devx_point_grad_unit(P->x, u, NULL);
+  P->ugrad[u] = NULL;
+  int rc = 0;
+  if (P->dcomm) {
+    if (P->rstream && d->ops->stream_wait(d, P->rstream, NULL)) rc = fail(e, "%s", dev_error(d));
+    comm_nccl_set_stream(P->dcomm, P->rstream);
+    if (!rc && comm_reduce_scatter(P->dcomm, COMM_DP, COMM_F32, COMM_SUM, in, ol, out, e) < 0) rc = -1;
+    comm_nccl_set_stream(P->dcomm, NULL);
+  } else if (d->ops->to_host(d, P->zhost, in, sizeof(float) * (size_t)len)) {
+    rc = fail(e, "the gradients to the host: %s", dev_error(d));
+  } else if (comm_reduce_scatter(ctx->comm, COMM_DP, COMM_F32, COMM_SUM, P->zhost, ol, P->zhost + P->zlen, e) < 0) {
+    rc = -1;
+  } else if (d->ops->to_device(d, out, P->zhost + P->zlen, sizeof(float) * (size_t)ol)) {
+    rc = fail(e, "the reduced gradients to the device: %s", dev_error(d));
+  }
+  P->retired[P->nretired] = in;
+  P->retired_bytes[P->nretired++] = bytes;
+  P->uadd[u] = 1;
+  return rc;
+}
+
+/* devx's layer hook under ZeRO 2 and 3 (layer l is unit 1 + l): ZeRO 3's
+ * parameters gathered for the layer and the next one's started, released
+ * after; the layer's gradients in a buffer of their own for its backward,
+ * reduce-scattered as it ends (the one before settled first, so that two
+ * or three units' gradients are held at a time). */
+static int zero_layer(void *ctx, int64_t layer, int phase, char *err, size_t errlen) {
   CudaProg *P = ctx;
-  int u = (int)(1 + layer);
-  if (layer < 0 || u >= P->nunits) return 0;
+  int u = devx_layer_unit(P->x, layer);
+  RtErr e;
+  if (u < 1) return 0;
+  if (phase == DEVX_LAYER_BWD_END && P->ugref[u] > 0 && --P->ugref[u] == 0) {
+    if (grad_settle(P, &e) || grad_close(P, P->tctx, u, &e)) return snprintf(err, errlen, "%s", e.msg), -1;
+    P->uearly++;
+  }
+  if (phase == DEVX_LAYER_BWD_BEGIN && P->ugref[u]++ == 0 && grad_open(P, u, &e)) return snprintf(err, errlen, "%s", e.msg), -1;
+  if (P->zero < 3) return 0;
   if (phase == DEVX_LAYER_FWD_END || phase == DEVX_LAYER_BWD_END) {
     if (P->uref[u] > 0 && --P->uref[u] == 0) unit_release(P, u);
     return 0;
@@ -1238,11 +1337,20 @@ static int zero_setup(CudaProg *P, TrainCtx *ctx, DevOptTensor **out, char *why,
   P->zown = 0;
   for (int u = 0; u < P->nunits; u++) P->zoff[u] = P->zown, P->zown += unit_own(P, u);
   size_t bytes = sizeof(float) * (size_t)(P->zown ? P->zown : 1);
-  int z3 = sh->zero >= 3;
+  int z3 = sh->zero >= 3, z2 = sh->zero >= 2;
+  P->ugrad = calloc((size_t)P->nunits + 1, sizeof(void *));
+  P->ugref = calloc((size_t)P->nunits + 1, sizeof(int));
+  P->uadd = calloc((size_t)P->nunits + 1, 1);
+  P->retired = calloc((size_t)P->nunits + 1, sizeof(void *));
+  P->retired_bytes = calloc((size_t)P->nunits + 1, sizeof(size_t));
+  if (!P->ugrad || !P->ugref || !P->uadd || !P->retired || !P->retired_bytes) {
+    snprintf(why, whylen, "out of memory");
+    return -1;
+  }
   if ((want_m && !(P->zm = d->ops->alloc(d, bytes))) || (want_v && !(P->zv = d->ops->alloc(d, bytes))) ||
-      (z3 && (!(P->zp = d->ops->alloc(d, bytes)) || !(P->zg = d->ops->alloc(d, bytes)))) ||
+      (z3 && !(P->zp = d->ops->alloc(d, bytes))) || (z2 && (!(P->zg = d->ops->alloc(d, bytes)) || !(P->zt = d->ops->alloc(d, bytes)))) ||
       (P->zm && d->ops->zero(d, P->zm, bytes)) || (P->zv && d->ops->zero(d, P->zv, bytes)) || (P->zp && d->ops->zero(d, P->zp, bytes)) ||
-      (P->zg && d->ops->zero(d, P->zg, bytes))) {
+      (P->zg && d->ops->zero(d, P->zg, bytes)) || (P->zt && d->ops->zero(d, P->zt, bytes))) {
     snprintf(why, whylen, "this rank's ranges: %s", dev_error(d));
     return -1;
   }
@@ -1262,29 +1370,38 @@ static int zero_setup(CudaProg *P, TrainCtx *ctx, DevOptTensor **out, char *why,
     int64_t os = P->ustart[u] + (int64_t)r * unit_own(P, u);
     if (ctx->tensors[i].param->state || !overlap_of(a, c->numel, os, unit_own(P, u), &lo, &hi)) continue;
     int64_t at = P->zoff[u] + (lo - os); /* in the ranges */
-    t[P->nent] = (DevOptTensor){z3 ? (float *)P->zp + at : (float *)pb + lo, z3 ? (float *)P->zg + at : (float *)gb + lo, hi - lo,
+    t[P->nent] = (DevOptTensor){z3 ? (float *)P->zp + at : (float *)pb + lo, z2 ? (float *)P->zg + at : (float *)gb + lo, hi - lo,
                                 ctx->tensors[i].param->weight_decay, P->zm ? (float *)P->zm + at : NULL, P->zv ? (float *)P->zv + at : NULL};
     P->ent_tensor[P->nent++] = i;
   }
   /* NCCL: a stream of its own for the reduce-scatters as the backward
-   * finishes each unit's gradients (and ZeRO 3's gathers of the next layer);
-   * the copies per unit that get a gradient (running statistics get none),
-   * and the units holding a tied copy (summed on the host after the step) */
+   * finishes each unit's gradients (ZeRO 1: the last micro-batch's, found
+   * by the grad-ready hook; ZeRO 2, 3: each micro-batch's, by the layer
+   * hook, on rstream) and ZeRO 3's gathers of the next layer; the copies
+   * per unit that get a gradient (running statistics get none), and the
+   * units holding a tied copy (summed on the host after the step) */
   const char *off = getenv("HPDL_OVERLAP");
-  if (P->dcomm && P->dev->ops->stream_create && !(off && !strcmp(off, "0"))) P->cstream = P->dev->ops->stream_create(P->dev);
+  if (P->dcomm && P->dev->ops->stream_create && !(off && !strcmp(off, "0"))) {
+    P->cstream = P->dev->ops->stream_create(P->dev);
+    if (z2 && P->cstream && !(P->rstream = P->dev->ops->stream_create(P->dev))) {
+      snprintf(why, whylen, "a stream for the reduce-scatters: %s", dev_error(d));
+      return -1;
+    }
+  }
   const IrModule *mod = P->pc->m;
   for (int q = 0; q < mod->nparams; q++)
     for (int64_t k = 0; k < (mod->params[q].count > 1 ? mod->params[q].count : 1); k++)
-      if (!mod->params[q].state) P->uleft0[unit_of(P, devx_flat_index(P->x, q, k))]++;
+      if (!mod->params[q].state && devx_flat_index(P->x, q, k) >= 0) P->uleft0[unit_of(P, devx_flat_index(P->x, q, k))]++;
   for (int u = 0; u < P->nuses; u++)
     if (!P->uses[u].t || P->uses[u].u->nmirrors > 0) P->ulate[unit_of(P, devx_flat_index(P->x, P->uses[u].param, P->uses[u].layer))] = 1;
-  if (P->cstream && devx_set_grad_ready(P->x, zero_grad_ready, P)) {
+  if (!z2 && P->cstream && devx_set_grad_ready(P->x, zero_grad_ready, P)) {
     snprintf(why, whylen, "%s", devx_error(P->x));
     return -1;
   }
-  if (z3) { /* the block goes; the units come as the step reaches them */
-    devx_release_params(P->x);
-    devx_set_layer_hook(P->x, zero3_layer, P);
+  if (z2) { /* the gradients' block goes (ZeRO 3: the parameters' too); the units come as the step reaches them */
+    devx_release_grads(P->x);
+    if (z3) devx_release_params(P->x);
+    devx_set_layer_hook(P->x, zero_layer, P);
   }
   *out = t;
   return 0;
@@ -1303,6 +1420,14 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
   /* the parameters are in (resident: as the last update left them, or a resumed checkpoint);
    * ZeRO 3: the unrepeated ones gathered for the step, the layers' as they run */
   P->tctx = ctx;
+  if (P->zero >= 2) { /* the step's sums start at zero; the unrepeated parameters' gradients in a buffer for the step */
+    RtErr ge;
+    size_t zb = sizeof(float) * (size_t)(P->zown ? P->zown : 1);
+    if (d->ops->zero(d, P->zg, zb)) return fail(e, "%s", dev_error(d));
+    if (P->ugrad[0] ? d->ops->zero(d, P->ugrad[0], sizeof(float) * (size_t)(P->ustart[1] - P->ustart[0] + 1)) : grad_open(P, 0, &ge))
+      return fail(e, "%s", P->ugrad[0] ? dev_error(d) : ge.msg);
+    P->ugref[0] = 1;
+  }
   if (P->zero >= 3 && !P->ubuf[0]) {
     char why[1000];
     if (unit_gather(P, ctx, 0, why, sizeof why)) return fail(e, "%s", why);
@@ -1476,10 +1601,17 @@ static int cuda_resident(void *self, TrainCtx *ctx) {
     fprintf(stderr,
             "hpdlrun: the %s state stays on the device (%.1f MB a rank), ZeRO-3: a rank keeps 1/%d of the parameters, their "
             "moments and reduced gradients; each layer's parameters are all-gathered before it runs%s and released after, "
-            "the gradients reduce-scattered layer by layer%s %s\n",
+            "its gradients reduce-scattered as its backward ends (each micro-batch)%s %s\n",
+            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", (double)P->zown * (3 + moments) * 4.0 / 1e6, ctx->comm->size[COMM_DP],
+            P->cstream ? " (the next layer's while it runs)" : "", P->rstream ? " on a stream of their own" : "",
+            P->dcomm ? "by NCCL on the device" : "through host memory");
+  else if (P->resident && P->zero == 2 && ctx->comm->world_rank == 0)
+    fprintf(stderr,
+            "hpdlrun: parameters and the %s state stay on the device (%.1f MB a rank), ZeRO-2: a rank keeps the moments and "
+            "reduced gradients of 1/%d of the parameters; each layer's gradients reduce-scattered as its backward ends (each "
+            "micro-batch)%s and the parameters all-gathered after the update %s\n",
             oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", ((double)P->zlen + (double)P->zown * (2 + moments)) * 4.0 / 1e6,
-            ctx->comm->size[COMM_DP], P->cstream ? " (the next layer's while it runs)" : "",
-            P->cstream ? " as the backward finishes them" : "", P->dcomm ? "by NCCL on the device" : "through host memory");
+            ctx->comm->size[COMM_DP], P->rstream ? " on a stream of their own" : "", P->dcomm ? "by NCCL on the device" : "through host memory");
   else if (P->resident && P->zero && ctx->comm->world_rank == 0)
     fprintf(stderr,
             "hpdlrun: parameters, gradients and the %s state stay on the device (%.1f MB a rank), ZeRO-%d: the moments of "

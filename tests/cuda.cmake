@@ -237,7 +237,7 @@ if(Python3_Interpreter_FOUND)
       "1rank|" "dp2|--dp 2" "tp2|--tp 2" "cp2|--cp 2" "dp2_tp2|--dp 2 --tp 2" "tp2_cp2|--tp 2 --cp 2" "tp2_cp2_sp|--tp 2 --cp 2 --sp on"
       "zero1|--dp 2 --zero 1" "zero2|--dp 2 --zero 2" "zero3|--dp 2 --zero 3" "resume|--dp 2" "zero_resume|--dp 2 --zero 1"
       "zero3_resume|--dp 2 --zero 3" "zero3_recompute|--dp 2 --zero 3 --recompute full --recompute-layers 1" "zero3_bf16|--dp 2 --zero 3 --precision bf16"
-      "zero2_bf16|--dp 2 --zero 2 --precision bf16"
+      "zero2_bf16|--dp 2 --zero 2 --precision bf16" "zero2_pp2|--dp 2 --pp 2 --zero 2 --micro-batch 1"
       "pp2|--pp 2" "pp2_gpipe|--pp 2 --schedule gpipe" "dp2_tp2_pp2|--dp 2 --tp 2 --pp 2 --micro-batch 1"
       "tp2_vocab_pad|--tp 2 -D V=201" "bf16|--precision bf16" "dp2_tp2_bf16|--dp 2 --tp 2 --precision bf16"
       "fp16|--precision fp16" "fused_ce|--fused-ce on -D V=201" "tp2_fused_ce|--tp 2 --fused-ce on -D V=201"
@@ -263,7 +263,7 @@ if(Python3_Interpreter_FOUND)
         set(resume --resume-args "${small} --dp 2 --zero 1")
       endif()
       # ZeRO keeps the optimizer on the device (its start-up line says so)
-      if(name MATCHES "^zero[12]$|^zero_resume$|^zero3_resume$|^zero2_bf16$") # (both halves of a resume)
+      if(name MATCHES "^zero[12]$|^zero_resume$|^zero3_resume$|^zero2_bf16$|^zero2_pp2$") # (both halves of a resume)
         list(APPEND resume --expect "), ZeRO-")
       elseif(name MATCHES "^zero3$|^zero3_recompute$|^zero3_bf16$")
         list(APPEND resume --expect "), ZeRO-3: a rank keeps 1/2 of the parameters")
@@ -316,15 +316,16 @@ if(Python3_Interpreter_FOUND)
     if(dev STREQUAL "emulate")
       list(APPEND labels cuda_layouts)
     endif()
-    # ZeRO-3 on the device frees the layers' parameters: its executor's peak
-    # is below ZeRO-1's by the weights of all the layers but the two gathered
-    # (gpt2-tiny, 8 layers of C 64, dp 2; both runs checked against the CPU)
-    add_test(NAME cuda.layout.${dev}.zero3_memory
-             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/zero3_memory.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
+    # what the device holds (tests/cuda/device_memory.py): ZeRO 2 and 3 free
+    # the layers' gradients and (3) weights but for the few in use, a
+    # pipeline stage holds its own layers only (gpt2-tiny, 8 layers of C 64;
+    # every run checked against the CPU)
+    add_test(NAME cuda.layout.${dev}.memory
+             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/device_memory.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
                      --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
                      --sample ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --device ${dev} --steps 4 --first-tol 1e-6 --tol 1e-5)
     set_tests_properties(cuda.layout.${dev}.sgd cuda.layout.${dev}.resume_host cuda.layout.${dev}.resume_pp2 cuda.layout.${dev}.to_cpu
-                         cuda.layout.${dev}.from_cpu cuda.layout.${dev}.zero3_memory PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "${labels}"
+                         cuda.layout.${dev}.from_cpu cuda.layout.${dev}.memory PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "${labels}"
                          ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
     # The mixture of experts on the device: the routing kernels, the expert
     # all-to-all (host memory), the experts' gradients summed over edp, the
@@ -391,7 +392,7 @@ if(Python3_Interpreter_FOUND)
                   "dp2_tp2_pp2|gpt2-tiny|--dp 2 --tp 2 --pp 2 --micro-batch 1" "pp2_gpipe|gpt2-tiny|--pp 2 --schedule gpipe"
                   "pp4|gpt2-tiny|-D L=4 --pp 4 --micro-batch 1" "zero1|gpt2-tiny|--dp 2 --zero 1"
                   "zero2_tp2|gpt2-tiny|--dp 2 --tp 2 --zero 2" "zero3|gpt2-tiny|--dp 2 --zero 3" "zero3_tp2|gpt2-tiny|--dp 2 --tp 2 --zero 3"
-                  "zero1_overlap0|gpt2-tiny|--dp 2 --zero 1"
+                  "zero1_overlap0|gpt2-tiny|--dp 2 --zero 1" "zero1_pp2|gpt2-tiny|--dp 2 --pp 2 --zero 1 --micro-batch 1"
                   "moe_dp2_tp2_ep2|moe-tiny|--dp 2 --tp 2 --ep 2")
       string(REPLACE "|" ";" parts "${entry}")
       list(GET parts 0 name)
@@ -401,14 +402,22 @@ if(Python3_Interpreter_FOUND)
       if(sample STREQUAL "moe-tiny")
         set(sizes "--global-batch 4 --micro-batch 2")
       endif()
-      # ZeRO: each layer's unit reduced as the backward finishes it (HPDL_PROFILE
-      # counts them: 3 units, the first step learning, 19 x 3 of 20 x 3), or
-      # with HPDL_OVERLAP=0 none
+      # ZeRO: each unit reduced as the backward finishes it (HPDL_PROFILE
+      # counts them; 3 units a step, 20 steps): ZeRO 1 by the grad-ready hook,
+      # the first step learning, 19 x 3; with HPDL_OVERLAP=0 none; ZeRO 2 and 3
+      # each layer's as its backward ends, 20 x 2 (the unrepeated unit after
+      # the step)
       set(more)
       if(name MATCHES "overlap0")
         set(more --expect "0 of 60 unit reduce-scatters started")
-      elseif(name MATCHES "^zero")
+      elseif(name MATCHES "^zero1_pp2")
+        # a stage's 2 units: its layer's early from step 1 (2 micro-batches: the
+        # first learns), the one holding the tied embedding after the step
+        set(more --expect "20 of 40 unit reduce-scatters started")
+      elseif(name MATCHES "^zero1")
         set(more --expect "57 of 60 unit reduce-scatters started")
+      elseif(name MATCHES "^zero")
+        set(more --expect "40 of 60 unit reduce-scatters started")
       endif()
       add_test(NAME cuda.nccl.emulate.${name}
                COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts

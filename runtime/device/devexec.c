@@ -46,6 +46,7 @@ struct DevExec {
   void *flat_p, *flat_g; /* every parameter in one block, every gradient in another (devx_flat) */
   int64_t flat_len;
   int by_layer;          /* the blocks in units: the unrepeated parameters, then each layer's copies */
+  int64_t lay_lo, lay_hi; /* the layers the module's calls run (a pipeline stage's): only their copies are held */
   int nunits;
   int64_t *ustart;       /* nunits + 1 */
   DevxLayerHook layer_hook;
@@ -162,6 +163,17 @@ static int64_t param_copies(const IrParam *P) { return P->count > 1 ? P->count :
 
 static DevKctx kctx(const DevExec *x, int64_t layer);
 
+/* The copies [lo, hi) of P the module's calls read (a repeated parameter's
+ * of the stage's layers; an unrepeated one's copy 0). */
+static void held_copies(const DevExec *x, const IrParam *P, int64_t *lo, int64_t *hi) {
+  if (P->count <= 1) {
+    *lo = 0, *hi = 1;
+    return;
+  }
+  *lo = x->lay_lo < P->count ? x->lay_lo : P->count;
+  *hi = x->lay_hi < P->count ? x->lay_hi : P->count;
+}
+
 /* Blocks for n units of per_block each, at least 1 and at most 65535 (the
  * host program's own grid-stride kernels walk the rest). */
 static unsigned capped_grid(int64_t n, int64_t per_block) {
@@ -247,6 +259,19 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
    * each l - each copy at a 256-byte boundary; each unit (the whole block:
    * one unit) padded to a multiple of flat_how->unit values, the padding
    * zero. The program's ZeRO shards the units evenly. */
+  /* The layers the module's calls run: a pipeline stage's module lists every
+   * copy of a repeated parameter but reads those of its own layers only, so
+   * only they are allocated (and unit by unit under by_layer) */
+  x->lay_lo = INT64_MAX;
+  x->lay_hi = 0;
+  for (int g = 0; g < m->ngraphs; g++)
+    for (int k = 0; k < m->graphs[g]->nnodes; k++) {
+      const IrNode *n = &m->graphs[g]->nodes[k];
+      if (n->op != IR_CALL) continue;
+      if (n->attr[3] < x->lay_lo) x->lay_lo = n->attr[3];
+      if (n->attr[3] + n->attr[1] > x->lay_hi) x->lay_hi = n->attr[3] + n->attr[1];
+    }
+  if (x->lay_lo > x->lay_hi) x->lay_lo = x->lay_hi = 0;
   int64_t unit = flat_how && flat_how->unit > 0 ? flat_how->unit : 1, ncopies = 0, layers = 0;
   x->by_layer = flat_how && flat_how->by_layer;
   x->goff = calloc((size_t)m->nparams + 1, sizeof(int64_t));
@@ -256,24 +281,26 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
     if (m->params[i].count > 1 && m->params[i].count > layers) layers = m->params[i].count;
   }
   x->gn = ncopies;
-  x->nunits = x->by_layer ? 1 + (int)layers : 1;
+  if (layers > x->lay_hi) layers = x->lay_hi;
+  x->nunits = x->by_layer ? 1 + (int)(layers > x->lay_lo ? layers - x->lay_lo : 0) : 1;
   x->pat = calloc((size_t)ncopies + 1, sizeof(void *));
   x->gat = calloc((size_t)ncopies + 1, sizeof(void *));
   x->fat = calloc((size_t)ncopies + 1, sizeof(int64_t));
   x->ustart = calloc((size_t)x->nunits + 2, sizeof(int64_t));
   if (!x->inputs || !x->goff || !x->pat || !x->gat || !x->fat || !x->ustart) rc = rc ? rc : fail(x, "out of host memory");
   int64_t flat = 0;
+  for (int64_t c = 0; c < ncopies && x->fat; c++) x->fat[c] = -1; /* not held */
   for (int u = 0; u < x->nunits && !rc; u++) {
     x->ustart[u] = flat;
     for (int i = 0; i < m->nparams; i++) {
       const IrParam *P = &m->params[i];
-      int64_t n = param_numel(P);
+      int64_t n = param_numel(P), lo, hi;
+      held_copies(x, P, &lo, &hi);
       if (!x->by_layer) {
-        x->fat[x->goff[i]] = flat;
-        for (int64_t c = 1; c < param_copies(P); c++) x->fat[x->goff[i] + c] = flat + c * n;
-        flat += (n * param_copies(P) + 63) / 64 * 64;
-      } else if (u == 0 ? P->count <= 1 : P->count > u - 1 && P->count > 1) {
-        x->fat[x->goff[i] + (u == 0 ? 0 : u - 1)] = flat;
+        for (int64_t c = lo; c < hi; c++) x->fat[x->goff[i] + c] = flat + (c - lo) * n;
+        flat += (n * (hi > lo ? hi - lo : 0) + 63) / 64 * 64;
+      } else if (u == 0 ? P->count <= 1 : P->count > 1 && x->lay_lo + u - 1 >= lo && x->lay_lo + u - 1 < hi) {
+        x->fat[x->goff[i] + (u == 0 ? 0 : x->lay_lo + u - 1)] = flat;
         flat += (n + 63) / 64 * 64;
       }
     }
@@ -288,10 +315,11 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
       rc = fail(x, "the parameters and gradients (%.1f MB each): %s", (double)bytes / 1e6, dev_error(dev));
     x->live += 2 * bytes;
   }
-  for (int64_t c = 0; c < ncopies && !rc; c++) {
-    x->pat[c] = (float *)x->flat_p + x->fat[c];
-    x->gat[c] = (float *)x->flat_g + x->fat[c];
-  }
+  for (int64_t c = 0; c < ncopies && !rc; c++)
+    if (x->fat[c] >= 0) {
+      x->pat[c] = (float *)x->flat_p + x->fat[c];
+      x->gat[c] = (float *)x->flat_g + x->fat[c];
+    }
   /* the weights some node reads in bf16: a copy each, rounded once per step (devx_refresh16) */
   x->params16 = calloc((size_t)m->nparams + 1, sizeof(void *));
   if (!x->params16 && !rc) rc = fail(x, "out of memory");
@@ -304,7 +332,9 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
                 sem_dtype_name(t), sem_dtype_name(P->dtype));
       break;
     }
-    size_t bytes = 2 * (size_t)(param_numel(P) * param_copies(P));
+    int64_t lo, hi;
+    held_copies(x, P, &lo, &hi);
+    size_t bytes = 2 * (size_t)(param_numel(P) * (hi > lo ? hi - lo : 1));
     if (!(x->params16[q] = dev->ops->alloc(dev, bytes))) rc = fail(x, "the bf16 copy of %s: %s", P->name, dev_error(dev));
     x->live += bytes;
     if (!rc && !x->round_bf16 && !(x->round_bf16 = dev->ops->kernel(dev, "hpdl_round_bf16")))
@@ -402,7 +432,8 @@ void *devx_param_ptr(DevExec *x, int p, int64_t layer) { return x->pat[x->goff[p
 void *devx_grad_ptr(DevExec *x, int p, int64_t layer) { return x->gat[x->goff[p] + layer]; }
 
 int devx_zero_grads(DevExec *x) {
-  if (x->flat_len && x->dev->ops->zero(x->dev, x->flat_g, sizeof(float) * (size_t)x->flat_len)) return fail(x, "%s", dev_error(x->dev));
+  if (x->flat_g && x->flat_len && x->dev->ops->zero(x->dev, x->flat_g, sizeof(float) * (size_t)x->flat_len))
+    return fail(x, "%s", dev_error(x->dev));
   return 0;
 }
 
@@ -414,19 +445,35 @@ int64_t devx_flat(DevExec *x, void **params, void **grads) {
 
 int64_t devx_flat_index(const DevExec *x, int p, int64_t layer) { return x->fat[x->goff[p] + layer]; }
 
+int devx_layer_unit(const DevExec *x, int64_t layer) {
+  return x->by_layer && layer >= x->lay_lo && layer < x->lay_hi && 1 + layer - x->lay_lo < x->nunits ? (int)(1 + layer - x->lay_lo) : -1;
+}
+
 int devx_units(const DevExec *x, const int64_t **start) {
   *start = x->ustart;
   return x->nunits;
 }
 
-void devx_point_unit(DevExec *x, int unit, void *base) {
+static void point(DevExec *x, void **at_of, void *block, int unit, void *base) {
   const IrModule *m = x->p->m;
   for (int p = 0; p < m->nparams; p++)
     for (int64_t c = 0; c < param_copies(&m->params[p]); c++) {
       int64_t at = x->goff[p] + c, f = x->fat[at];
-      if (f >= x->ustart[unit] && f < x->ustart[unit + 1])
-        x->pat[at] = base ? (float *)base + (f - x->ustart[unit]) : x->flat_p ? (float *)x->flat_p + f : NULL;
+      if (f >= 0 && f >= x->ustart[unit] && f < x->ustart[unit + 1])
+        at_of[at] = base ? (float *)base + (f - x->ustart[unit]) : block ? (float *)block + f : NULL;
     }
+}
+
+void devx_point_unit(DevExec *x, int unit, void *base) { point(x, x->pat, x->flat_p, unit, base); }
+void devx_point_grad_unit(DevExec *x, int unit, void *base) { point(x, x->gat, x->flat_g, unit, base); }
+
+void devx_release_grads(DevExec *x) {
+  if (!x->flat_g) return;
+  x->dev->ops->release(x->dev, x->flat_g);
+  x->live -= sizeof(float) * (size_t)(x->flat_len ? x->flat_len : 1);
+  x->flat_g = NULL;
+  for (int64_t c = 0; c < x->gn; c++) x->gat[c] = NULL;
+  x->peak = x->live;
 }
 
 void devx_release_params(DevExec *x) {
@@ -856,13 +903,14 @@ static int refresh16(DevExec *x, int unit) {
   const IrModule *m = x->p->m;
   for (int p = 0; x->params16 && p < m->nparams; p++) {
     if (!x->params16[p]) continue;
-    int64_t per = param_numel(&m->params[p]), copies = param_copies(&m->params[p]), at = x->goff[p];
-    int one = !x->by_layer || copies == 1;
-    for (int64_t c = 0; c < (one ? 1 : copies); c++) {
-      int64_t n = one ? per * copies : per, f = x->fat[at + c];
+    int64_t per = param_numel(&m->params[p]), lo, hi, at = x->goff[p];
+    held_copies(x, &m->params[p], &lo, &hi);
+    int one = !x->by_layer || hi - lo <= 1;
+    for (int64_t c = lo; c < (one ? lo + 1 : hi) && hi > lo; c++) {
+      int64_t n = one ? per * (hi - lo) : per, f = x->fat[at + c];
       if (!x->pat[at + c] || (unit >= 0 && (f < x->ustart[unit] || f >= x->ustart[unit + 1]))) continue;
       DevKctx k = kctx(x, 0);
-      void *args[3] = {x->pat[at + c], (uint16_t *)x->params16[p] + c * per, (void *)(intptr_t)n};
+      void *args[3] = {x->pat[at + c], (uint16_t *)x->params16[p] + (c - lo) * per, (void *)(intptr_t)n};
       if (x->dev->ops->launch(x->dev, x->round_bf16, capped_grid(n, 1024), 256, &k, args, 3))
         return fail(x, "the bf16 copy of %s: %s", m->params[p].name, dev_error(x->dev));
     }
@@ -880,6 +928,8 @@ static int accumulate(DevExec *x, float *dst, const void *src, int64_t n) {
     return fail(x, "gradient accumulation: %s", dev_error(x->dev));
   return 0;
 }
+
+int devx_add(DevExec *x, float *dst, const float *src, int64_t n) { return n > 0 ? accumulate(x, dst, src, n) : 0; }
 
 static int run_graph(DevExec *x, int gi, int64_t layer, void **args, void **outs);
 
@@ -1025,7 +1075,7 @@ static int frame_run(DevExec *x, DevxFrame *F, int to) {
         const IrParam *P = &m->params[k];
         int64_t copy = P->count > 1 ? layer : 0;
         if (n->dtype != P->dtype) /* its bf16 copy (devx_refresh16) */
-          val[id] = (char *)x->params16[k] + (size_t)(copy * ir_numel(n)) * 2;
+          val[id] = (char *)x->params16[k] + (size_t)((copy - (P->count > 1 ? x->lay_lo : 0)) * ir_numel(n)) * 2;
         else
           val[id] = x->pat[x->goff[k] + copy];
         if (!val[id]) rc = fail(x, "parameter %s, layer %lld is not gathered on this rank (ZeRO-3: a read outside its layer)", P->name,
@@ -1139,7 +1189,10 @@ static int frame_outputs(DevExec *x, DevxFrame *F, void **outs) {
     int pi = g->grad_params[k - nplain];
     const IrParam *P = &m->params[pi];
     int64_t copy = P->count > 1 ? F->layer : 0, numel = ir_numel(o);
-    rc = accumulate(x, x->gat[x->goff[pi] + copy], F->val[g->outputs[k]], numel);
+    if (!x->gat[x->goff[pi] + copy])
+      rc = fail(x, "the gradient of %s, layer %lld, has no buffer on this rank now (ZeRO: an addition outside its layer)", P->name,
+                (long long)copy);
+    else rc = accumulate(x, x->gat[x->goff[pi] + copy], F->val[g->outputs[k]], numel);
     if (!rc && x->gcur) {
       int64_t at = x->goff[pi] + copy, n = ++x->gcur[at];
       char why[600] = "";

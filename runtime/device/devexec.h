@@ -163,8 +163,12 @@ void *devx_grad_ptr(DevExec *x, int p, int64_t layer);
  * copy `layer` of parameter p starts in them. */
 int64_t devx_flat(DevExec *x, void **params, void **grads);
 int64_t devx_flat_index(const DevExec *x, int p, int64_t layer);
-/* The blocks' units (DevxFlat): unit u is [start[u], start[u + 1]). */
+/* The blocks' units (DevxFlat): unit u is [start[u], start[u + 1]); the
+ * unit of layer `layer`'s copies, or -1. Only the copies the module's calls
+ * read are held (a pipeline stage's layers): devx_flat_index of another is
+ * -1. */
 int devx_units(const DevExec *x, const int64_t **start);
+int devx_layer_unit(const DevExec *x, int64_t layer);
 
 /* ZeRO-3 on the device: devx_release_params frees the parameters' block
  * (the program keeps its shards); from then on a unit's parameters are read
@@ -178,6 +182,13 @@ int devx_units(const DevExec *x, const int64_t **start);
 typedef enum { DEVX_LAYER_FWD_BEGIN, DEVX_LAYER_FWD_END, DEVX_LAYER_BWD_BEGIN, DEVX_LAYER_BWD_END } DevxLayerPhase;
 typedef int (*DevxLayerHook)(void *ctx, int64_t layer, int phase, char *err, size_t errlen);
 void devx_release_params(DevExec *x);
+/* ZeRO 2 and 3 likewise for the gradients: the block freed, a unit's
+ * gradients added where devx_point_grad_unit points them (NULL: nowhere;
+ * an addition fails naming it); devx_zero_grads then zeroes nothing. */
+void devx_release_grads(DevExec *x);
+void devx_point_grad_unit(DevExec *x, int unit, void *base);
+/* dst[i] += src[i] for n values (hpdl_accumulate_f32), in launch order. */
+int devx_add(DevExec *x, float *dst, const float *src, int64_t n);
 void devx_point_unit(DevExec *x, int unit, void *base);
 void devx_set_layer_hook(DevExec *x, DevxLayerHook fn, void *ctx);
 /* Copy `layer` of parameter p to host memory. */
