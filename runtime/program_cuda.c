@@ -84,8 +84,7 @@ typedef struct {
    * (devx_set_grad_ready), in buckets of bucket_cap bytes */
   void *cstream;
   void *pstream; /* NCCL: the pipeline's sends and receives */
-  int64_t *use_base;  /* per parameter: the index of its copy 0 in use_at */
-  int *use_at;        /* per parameter copy: its use, or -1 */
+  int *use_at;        /* per parameter copy (devx_copy_index): its use, or -1 */
   unsigned char *reduced; /* per use: its sum queued (or bucketed) this step */
   int *bucket, nbucket;
   size_t bucket_bytes, bucket_cap;
@@ -493,7 +492,6 @@ static void cuda_destroy(void *self) {
   comm_outbox_free(&P->outbox);
   if (P->cstream) P->dev->ops->stream_destroy(P->dev, P->cstream);
   if (P->pstream) P->dev->ops->stream_destroy(P->dev, P->pstream);
-  free(P->use_base);
   free(P->use_at);
   free(P->reduced);
   free(P->bucket);
@@ -942,7 +940,7 @@ static int flush_bucket(CudaProg *P, RtErr *e) {
  * for its mirrors' gradients (tie, after the step). */
 static int grad_ready(void *ctx, int param, int64_t copy, char *err, size_t errlen) {
   CudaProg *P = ctx;
-  int u = P->use_at[P->use_base[param] + copy];
+  int u = P->use_at[devx_copy_index(P->x, param, copy)];
   if (u < 0) return 0;
   const CudaUse *c = &P->uses[u];
   if (!c->t || c->u->nmirrors > 0 || P->reduced[u] || P->comm->size[dp_group_of(c)] <= 1) return 0;
@@ -960,15 +958,13 @@ static int overlap_setup(CudaProg *P, TrainCtx *ctx) {
   const char *off = getenv("HPDL_OVERLAP");
   if (!P->dcomm || ctx->comm->size[COMM_DP] <= 1 || (off && !strcmp(off, "0")) || !P->dev->ops->stream_create) return 0;
   const IrModule *m = P->pc->m;
-  int64_t n = 0;
-  P->use_base = calloc((size_t)m->nparams + 1, sizeof(int64_t));
-  for (int p = 0; P->use_base && p < m->nparams; p++) P->use_base[p] = n, n += m->params[p].count > 1 ? m->params[p].count : 1;
+  int64_t n = devx_copy_index(P->x, m->nparams, 0);
   P->use_at = malloc(sizeof(int) * (size_t)(n + 1));
   P->reduced = calloc((size_t)P->nuses + 1, 1);
   P->bucket = calloc((size_t)P->nuses + 1, sizeof(int));
-  if (!P->use_base || !P->use_at || !P->reduced || !P->bucket) return -1;
+  if (!P->use_at || !P->reduced || !P->bucket) return -1;
   for (int64_t i = 0; i < n; i++) P->use_at[i] = -1;
-  for (int u = 0; u < P->nuses; u++) P->use_at[P->use_base[P->uses[u].param] + P->uses[u].layer] = u;
+  for (int u = 0; u < P->nuses; u++) P->use_at[devx_copy_index(P->x, P->uses[u].param, P->uses[u].layer)] = u;
   /* PyTorch DDP's default bucket: 25 MiB (HPDL_BUCKET_MB) */
   const char *mb = getenv("HPDL_BUCKET_MB");
   P->bucket_cap = (size_t)((mb && atof(mb) >= 0 ? atof(mb) : 25.0) * 1048576.0);

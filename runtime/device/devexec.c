@@ -281,6 +281,7 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
     if (m->params[i].count > 1 && m->params[i].count > layers) layers = m->params[i].count;
   }
   x->gn = ncopies;
+  if (x->goff) x->goff[m->nparams] = ncopies;
   if (layers > x->lay_hi) layers = x->lay_hi;
   x->nunits = x->by_layer ? 1 + (int)(layers > x->lay_lo ? layers - x->lay_lo : 0) : 1;
   x->pat = calloc((size_t)ncopies + 1, sizeof(void *));
@@ -445,6 +446,8 @@ int64_t devx_flat(DevExec *x, void **params, void **grads) {
 
 int64_t devx_flat_index(const DevExec *x, int p, int64_t layer) { return x->fat[x->goff[p] + layer]; }
 
+int64_t devx_copy_index(const DevExec *x, int p, int64_t layer) { return x->goff[p] + layer; }
+
 int devx_layer_unit(const DevExec *x, int64_t layer) {
   return x->by_layer && layer >= x->lay_lo && layer < x->lay_hi && 1 + layer - x->lay_lo < x->nunits ? (int)(1 + layer - x->lay_lo) : -1;
 }
@@ -467,23 +470,18 @@ static void point(DevExec *x, void **at_of, void *block, int unit, void *base) {
 void devx_point_unit(DevExec *x, int unit, void *base) { point(x, x->pat, x->flat_p, unit, base); }
 void devx_point_grad_unit(DevExec *x, int unit, void *base) { point(x, x->gat, x->flat_g, unit, base); }
 
-void devx_release_grads(DevExec *x) {
-  if (!x->flat_g) return;
-  x->dev->ops->release(x->dev, x->flat_g);
+/* Frees a block (*block, every copy's address in at_of with it). */
+static void release_block(DevExec *x, void **block, void **at_of) {
+  if (!*block) return;
+  x->dev->ops->release(x->dev, *block);
   x->live -= sizeof(float) * (size_t)(x->flat_len ? x->flat_len : 1);
-  x->flat_g = NULL;
-  for (int64_t c = 0; c < x->gn; c++) x->gat[c] = NULL;
-  x->peak = x->live;
-}
-
-void devx_release_params(DevExec *x) {
-  if (!x->flat_p) return;
-  x->dev->ops->release(x->dev, x->flat_p);
-  x->live -= sizeof(float) * (size_t)(x->flat_len ? x->flat_len : 1);
-  x->flat_p = NULL;
-  for (int64_t c = 0; c < x->gn; c++) x->pat[c] = NULL;
+  *block = NULL;
+  for (int64_t c = 0; c < x->gn; c++) at_of[c] = NULL;
   x->peak = x->live; /* the block held nothing yet: the peak counts from here */
 }
+
+void devx_release_grads(DevExec *x) { release_block(x, &x->flat_g, x->gat); }
+void devx_release_params(DevExec *x) { release_block(x, &x->flat_p, x->pat); }
 
 void devx_set_layer_hook(DevExec *x, DevxLayerHook fn, void *ctx) {
   x->layer_hook = fn;

@@ -163,6 +163,9 @@ void *devx_grad_ptr(DevExec *x, int p, int64_t layer);
  * copy `layer` of parameter p starts in them. */
 int64_t devx_flat(DevExec *x, void **params, void **grads);
 int64_t devx_flat_index(const DevExec *x, int p, int64_t layer);
+/* Copy `layer` of parameter p as one index over every parameter's copies
+ * (p = the module's parameter count, layer 0: how many there are). */
+int64_t devx_copy_index(const DevExec *x, int p, int64_t layer);
 /* The blocks' units (DevxFlat): unit u is [start[u], start[u + 1]); the
  * unit of layer `layer`'s copies, or -1. Only the copies the module's calls
  * read are held (a pipeline stage's layers): devx_flat_index of another is
