@@ -1019,6 +1019,7 @@ static int unit_reduce(CudaProg *P, int u, int stream, RtErr *e) {
   int rc = comm_reduce_scatter(P->dcomm, COMM_DP, COMM_F32, COMM_SUM, in, ol, into, e) < 0 ? -1 : 0;
   comm_nccl_set_stream(P->dcomm, NULL);
   P->ureduced[u] = 1;
+  P->uall++;
   return rc;
 }
 
@@ -1045,7 +1046,6 @@ static int zero_reduce(CudaProg *P, TrainCtx *ctx, RtErr *e) {
   Device *d = P->dev;
   void *g;
   devx_flat(P->x, NULL, &g);
-  P->uall += P->nunits;
   if (P->zero >= 2) { /* the layers' went as their backward ended: the unrepeated ones' (and any left) now */
     for (int u = 0; u < P->nunits; u++)
       if (P->ugrad[u] && (grad_settle(P, e) || grad_close(P, ctx, u, e))) return -1;
@@ -1060,6 +1060,7 @@ static int zero_reduce(CudaProg *P, TrainCtx *ctx, RtErr *e) {
     if (!rc && P->cstream && d->ops->stream_wait(d, NULL, P->cstream)) rc = fail(e, "%s", dev_error(d));
     return rc;
   }
+  P->uall += P->nunits;
   if (d->ops->to_host(d, P->zhost, g, sizeof(float) * (size_t)P->zlen)) return fail(e, "the gradients to the host: %s", dev_error(d));
   for (int u = 0; u < P->nunits; u++)
     if (comm_reduce_scatter(ctx->comm, COMM_DP, COMM_F32, COMM_SUM, P->zhost + P->ustart[u], unit_own(P, u), P->zhost + P->zlen + P->zoff[u], e) < 0)
@@ -1194,6 +1195,7 @@ static int grad_close(CudaProg *P, TrainCtx *ctx, int u, RtErr *e) {
   P->retired[P->nretired] = in;
   P->retired_bytes[P->nretired++] = bytes;
   P->uadd[u] = 1;
+  P->uall++;
   return rc;
 }
 
@@ -1303,7 +1305,7 @@ static int zero_setup(CudaProg *P, TrainCtx *ctx, DevOptTensor **out, char *why,
       return -1;
     }
   if (sh->zero >= 3) {
-    const char *no = P->pp > 1 ? "with pipeline stages" : NULL;
+    const char *no = NULL;
     for (int i = 0; i < ctx->ntensors && !no; i++)
       if (ctx->tensors[i].param->state) no = "with running statistics (batch norm), which the forward updates in place";
     if (!sh->master) no = "without the runtime's parameter slices";
@@ -1408,13 +1410,9 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
   Device *d = P->dev;
   double t0 = P->timing ? d->ops->seconds(d) : 0, t1;
   P->nmicro = nmicro;
-  if (P->pp > 1 && tie(P, 0, e)) return prefix(e, "the tied parameters' values");
-  for (int i = 0; i < P->nuses && !P->resident; i++) {
-    const CudaUse *c = &P->uses[i];
-    if (devx_set_param_copy(P->x, c->param, c->layer, c->t ? c->t->data : c->mirror)) return fail(e, "%s", devx_error(P->x));
-  }
   /* the parameters are in (resident: as the last update left them, or a resumed checkpoint);
-   * ZeRO 3: the unrepeated ones gathered for the step, the layers' as they run */
+   * ZeRO 3: the unrepeated ones gathered for the step (before the tied ones' values come), the
+   * layers' as they run */
   P->tctx = ctx;
   if (P->zero >= 2) { /* the step's sums start at zero; the unrepeated parameters' gradients in a buffer for the step */
     RtErr ge;
@@ -1429,6 +1427,11 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
     if (unit_gather(P, ctx, 0, why, sizeof why)) return fail(e, "%s", why);
     P->uref[0] = 1;
     if (P->cstream && d->ops->stream_wait(d, NULL, P->cstream)) return fail(e, "%s", dev_error(d));
+  }
+  if (P->pp > 1 && tie(P, 0, e)) return prefix(e, "the tied parameters' values");
+  for (int i = 0; i < P->nuses && !P->resident; i++) {
+    const CudaUse *c = &P->uses[i];
+    if (devx_set_param_copy(P->x, c->param, c->layer, c->t ? c->t->data : c->mirror)) return fail(e, "%s", devx_error(P->x));
   }
   if (devx_refresh16(P->x) || devx_zero_grads(P->x)) return fail(e, "%s", devx_error(P->x));
   devx_set_evaluating(P->x, ctx->eval);

@@ -238,6 +238,7 @@ if(Python3_Interpreter_FOUND)
       "zero1|--dp 2 --zero 1" "zero2|--dp 2 --zero 2" "zero3|--dp 2 --zero 3" "resume|--dp 2" "zero_resume|--dp 2 --zero 1"
       "zero3_resume|--dp 2 --zero 3" "zero3_recompute|--dp 2 --zero 3 --recompute full --recompute-layers 1" "zero3_bf16|--dp 2 --zero 3 --precision bf16"
       "zero2_bf16|--dp 2 --zero 2 --precision bf16" "zero2_pp2|--dp 2 --pp 2 --zero 2 --micro-batch 1"
+      "zero3_pp2|--dp 2 --pp 2 --zero 3 --micro-batch 1"
       "pp2|--pp 2" "pp2_gpipe|--pp 2 --schedule gpipe" "dp2_tp2_pp2|--dp 2 --tp 2 --pp 2 --micro-batch 1"
       "tp2_vocab_pad|--tp 2 -D V=201" "bf16|--precision bf16" "dp2_tp2_bf16|--dp 2 --tp 2 --precision bf16"
       "fp16|--precision fp16" "fused_ce|--fused-ce on -D V=201" "tp2_fused_ce|--tp 2 --fused-ce on -D V=201"
@@ -265,7 +266,7 @@ if(Python3_Interpreter_FOUND)
       # ZeRO keeps the optimizer on the device (its start-up line says so)
       if(name MATCHES "^zero[12]$|^zero_resume$|^zero3_resume$|^zero2_bf16$|^zero2_pp2$") # (both halves of a resume)
         list(APPEND resume --expect "), ZeRO-")
-      elseif(name MATCHES "^zero3$|^zero3_recompute$|^zero3_bf16$")
+      elseif(name MATCHES "^zero3$|^zero3_recompute$|^zero3_bf16$|^zero3_pp2$")
         list(APPEND resume --expect "), ZeRO-3: a rank keeps 1/2 of the parameters")
       endif()
       add_test(NAME cuda.layout.${dev}.${name}
@@ -393,6 +394,7 @@ if(Python3_Interpreter_FOUND)
                   "pp4|gpt2-tiny|-D L=4 --pp 4 --micro-batch 1" "zero1|gpt2-tiny|--dp 2 --zero 1"
                   "zero2_tp2|gpt2-tiny|--dp 2 --tp 2 --zero 2" "zero3|gpt2-tiny|--dp 2 --zero 3" "zero3_tp2|gpt2-tiny|--dp 2 --tp 2 --zero 3"
                   "zero1_overlap0|gpt2-tiny|--dp 2 --zero 1" "zero1_pp2|gpt2-tiny|--dp 2 --pp 2 --zero 1 --micro-batch 1"
+                  "zero3_pp2|gpt2-tiny|--dp 2 --pp 2 --zero 3 --micro-batch 1"
                   "moe_dp2_tp2_ep2|moe-tiny|--dp 2 --tp 2 --ep 2")
       string(REPLACE "|" ";" parts "${entry}")
       list(GET parts 0 name)
@@ -416,7 +418,7 @@ if(Python3_Interpreter_FOUND)
         set(more --expect "20 of 40 unit reduce-scatters started")
       elseif(name MATCHES "^zero1")
         set(more --expect "57 of 60 unit reduce-scatters started")
-      elseif(name MATCHES "^zero")
+      elseif(name MATCHES "^zero") # (zero3_pp2: a stage's layer as each of 2 micro-batches ends, its other unit after)
         set(more --expect "40 of 60 unit reduce-scatters started")
       endif()
       add_test(NAME cuda.nccl.emulate.${name}
