@@ -8,12 +8,13 @@
  * Each step runs the micro-batches on the device (the step graph with seed
  * grad_scale, gradients accumulating there; under a pipeline the stage's
  * instruction list, each micro-batch in a forward and a backward half).
- * Where ZeRO does not shard them (resident) the parameters, gradients and
- * the optimizer's moments stay on the device and the loop asks this
- * program for the gradient norm and the update; otherwise each step copies
- * the parameters in and the gradients out and the loop reduces, clips and
- * updates on the host. The chunk's collectives, the pipeline's transfers
- * and the data-parallel sum of resident gradients go through NCCL on the
+ * Where it can (resident: ZeRO 0-3 without compression, ZeRO sharding
+ * them over dp) the parameters, gradients and the optimizer's moments stay
+ * on the device and the loop asks this program for the gradient norm and
+ * the update; otherwise each step copies the parameters in and the
+ * gradients out and the loop reduces, clips and updates on the host. The
+ * chunk's collectives, the pipeline's transfers and the data-parallel sums
+ * of resident gradients go through NCCL on the
  * device's buffers where every rank has a GPU of its own and NCCL loads
  * (HPDL_COLLECTIVES=nccl|host forces either; the emulated device takes
  * NCCL only when forced), else through the loop's Comm (MPI) in host
@@ -88,12 +89,11 @@ typedef struct {
   unsigned char *reduced; /* per use: its sum queued (or bucketed) this step */
   int *bucket, nbucket;
   size_t bucket_bytes, bucket_cap;
-  /* resident under ZeRO 1 and 2 (ctx->shards): devexec's blocks of the
-   * parameters and of the gradients (zlen values, a multiple of 16 x dp)
-   * split evenly over dp, member r owning [zlo, zlo + zown); the moments of
-   * that range (zm, zv) are all this rank keeps of the optimizer. Each
-   * step the gradients are reduce-scattered onto the owners, each updates
-   * its range, and the parameters are all-gathered. */
+  /* resident under ZeRO (ctx->shards; "ZeRO on the device" below):
+   * devexec's blocks (zlen values) in units, each split evenly over dp;
+   * this member's parts, zown values in all, kept in ranges (unit u's at
+   * zoff[u]): the moments (zm, zv), at ZeRO 2 and 3 the reduced gradients
+   * (zg, zt), at ZeRO 3 the parameters (zp) */
   int zero, dp, dprank;
   int64_t zlen, zown;
   void *zm, *zv;
@@ -974,19 +974,20 @@ static int overlap_setup(CudaProg *P, TrainCtx *ctx) {
 
 /* ---- ZeRO on the device ----
  *
- * devexec's blocks of the parameters and of the gradients are laid out in
- * units (devx_units), each a multiple of 16 x dp values, and each unit is
- * split evenly over dp: member r owns [os(u), os(u) + ol(u)) of unit u,
- * os(u) = start[u] + r x ol(u), ol(u) = its length / dp, and keeps that
- * range's moments (zm, zv; at ZeRO 3 also its parameters zp and reduced
- * gradients zg) at zoff[u], zown values in all. ZeRO 1 and 2: one unit,
- * the parameters whole on the device, the gradients reduce-scattered and
- * the parameters all-gathered in place in the blocks. ZeRO 3: the
- * unrepeated parameters, then each layer (copy l of every repeated
- * parameter) a unit, the parameters' block freed; a unit is all-gathered
- * into a pool buffer before its layer runs - the next one while it runs -
- * and handed back after, the unrepeated ones for the whole step; the
- * gradients are reduce-scattered unit by unit into zg. */
+ * devexec's blocks of the parameters and of the gradients are laid out by
+ * layer (DevxFlat.by_layer: the unrepeated parameters, then one unit per
+ * layer), each unit a multiple of 16 x dp values and split evenly over dp:
+ * member r owns [os(u), os(u) + ol(u)) of unit u, os(u) = start[u] +
+ * r x ol(u), ol(u) = its length / dp, and keeps that part's moments (and
+ * at ZeRO 2 its reduced gradients, at ZeRO 3 its parameters) at zoff[u] of
+ * its ranges. ZeRO 1: the gradients reduce-scattered in place unit by unit
+ * as the backward finishes them (the grad-ready hook), the parameters
+ * all-gathered in place after the update. ZeRO 2: the gradients' block
+ * freed; each layer's gradients in a pool buffer for its backward,
+ * reduce-scattered as it ends (the layer hook). ZeRO 3: the parameters'
+ * block freed too; a layer's unit all-gathered into a pool buffer before it
+ * runs - the next one while it runs - and handed back after, the
+ * unrepeated ones for the whole step. */
 
 static int64_t unit_own(const CudaProg *P, int u) { return (P->ustart[u + 1] - P->ustart[u]) / P->dp; }
 
@@ -1005,22 +1006,46 @@ static int64_t gathered_at(const CudaProg *P, int64_t q, int64_t *run) {
   return (k / ol) * P->zown + P->zoff[u] + k % ol;
 }
 
-/* ZeRO 1: unit u's gradients summed over dp onto their owners, NCCL in
- * place in the block, on the launch stream or, with `stream`, on the comm
- * stream after the launches so far. */
-static int unit_reduce(CudaProg *P, int u, int stream, RtErr *e) {
+/* Where this member's part of unit u starts in the blocks. */
+static int64_t unit_own_start(const CudaProg *P, int u) { return P->ustart[u] + (int64_t)P->dprank * unit_own(P, u); }
+
+/* The data-parallel group's sum reduce-scatter (gather 0: in holds n values
+ * a member, out receives this member's n of their sum) or all-gather
+ * (gather 1: in holds this member's n, out everyone's) of device buffers
+ * (`what` in messages): NCCL on `stream` once the launches so far are done
+ * (NULL: the launch stream), else through host memory (zhost). */
+static int dp_collective(CudaProg *P, TrainCtx *ctx, int gather, void *stream, const float *in, int64_t n, float *out,
+                         const char *what, RtErr *e) {
   Device *d = P->dev;
+  if (P->dcomm) {
+    if (stream && d->ops->stream_wait(d, stream, NULL)) return fail(e, "%s", dev_error(d));
+    comm_nccl_set_stream(P->dcomm, stream);
+    int rc = (gather ? comm_all_gather(P->dcomm, COMM_DP, COMM_F32, in, n, out, e)
+                     : comm_reduce_scatter(P->dcomm, COMM_DP, COMM_F32, COMM_SUM, in, n, out, e)) < 0
+                 ? -1
+                 : 0;
+    comm_nccl_set_stream(P->dcomm, NULL);
+    return rc;
+  }
+  int64_t nin = gather ? n : n * P->dp, nout = gather ? n * P->dp : n;
+  float *hin = gather ? P->zhost + P->zlen : P->zhost, *hout = gather ? P->zhost : P->zhost + P->zlen;
+  if (d->ops->to_host(d, hin, in, sizeof(float) * (size_t)nin)) return fail(e, "the %s to the host: %s", what, dev_error(d));
+  if ((gather ? comm_all_gather(ctx->comm, COMM_DP, COMM_F32, hin, n, hout, e)
+              : comm_reduce_scatter(ctx->comm, COMM_DP, COMM_F32, COMM_SUM, hin, n, hout, e)) < 0)
+    return -1;
+  if (d->ops->to_device(d, out, hout, sizeof(float) * (size_t)nout)) return fail(e, "the %s to the device: %s", what, dev_error(d));
+  return 0;
+}
+
+/* ZeRO 1: unit u's gradients summed over dp onto their owners, in place in
+ * the block, on the launch stream or, with `stream`, on the comm stream. */
+static int unit_reduce(CudaProg *P, TrainCtx *ctx, int u, int stream, RtErr *e) {
   void *g;
   devx_flat(P->x, NULL, &g);
-  int64_t ol = unit_own(P, u);
-  float *in = (float *)g + P->ustart[u], *into = in + (int64_t)P->dprank * ol;
-  if (stream && P->cstream && d->ops->stream_wait(d, P->cstream, NULL)) return fail(e, "%s", dev_error(d));
-  comm_nccl_set_stream(P->dcomm, stream ? P->cstream : NULL);
-  int rc = comm_reduce_scatter(P->dcomm, COMM_DP, COMM_F32, COMM_SUM, in, ol, into, e) < 0 ? -1 : 0;
-  comm_nccl_set_stream(P->dcomm, NULL);
   P->ureduced[u] = 1;
   P->uall++;
-  return rc;
+  return dp_collective(P, ctx, 0, stream ? P->cstream : NULL, (float *)g + P->ustart[u], unit_own(P, u),
+                       (float *)g + unit_own_start(P, u), "gradients", e);
 }
 
 /* devx's hook (NCCL): a parameter copy's gradient is final; a unit whose
@@ -1033,96 +1058,57 @@ static int zero_grad_ready(void *ctx, int param, int64_t copy, char *err, size_t
   if (P->ulate[u] || P->ureduced[u] || --P->uleft[u] > 0) return 0;
   P->uearly++;
   RtErr e;
-  if (unit_reduce(P, u, 1, &e)) return snprintf(err, errlen, "%s", e.msg), -1;
+  if (unit_reduce(P, P->tctx, u, 1, &e)) return snprintf(err, errlen, "%s", e.msg), -1;
   return 0;
 }
 
-/* The step's gradients summed over dp onto their owners: the units the
- * backward did not start (all without NCCL: through host memory). */
 static int grad_close(CudaProg *P, TrainCtx *ctx, int u, RtErr *e);
 static int grad_settle(CudaProg *P, RtErr *e);
 
+/* The step's gradients summed over dp onto their owners: ZeRO 2 and 3 the
+ * unrepeated unit's (the layers' went as their backward ended), ZeRO 1 the
+ * units the backward did not start (with NCCL in one group). */
 static int zero_reduce(CudaProg *P, TrainCtx *ctx, RtErr *e) {
   Device *d = P->dev;
-  void *g;
-  devx_flat(P->x, NULL, &g);
-  if (P->zero >= 2) { /* the layers' went as their backward ended: the unrepeated ones' (and any left) now */
+  if (P->zero >= 2) {
     for (int u = 0; u < P->nunits; u++)
       if (P->ugrad[u] && (grad_settle(P, e) || grad_close(P, ctx, u, e))) return -1;
     return grad_settle(P, e);
   }
+  int rc = P->dcomm ? comm_group(P->dcomm, 1, e) : 0;
+  for (int u = 0; u < P->nunits && !rc; u++)
+    if (!P->ureduced[u]) rc = unit_reduce(P, ctx, u, 0, e);
   if (P->dcomm) {
-    int rc = comm_group(P->dcomm, 1, e);
-    for (int u = 0; u < P->nunits && !rc; u++)
-      if (!P->ureduced[u]) rc = unit_reduce(P, u, 0, e);
     RtErr ge;
     if (comm_group(P->dcomm, 0, &ge) && !rc) rc = fail(e, "%s", ge.msg);
     if (!rc && P->cstream && d->ops->stream_wait(d, NULL, P->cstream)) rc = fail(e, "%s", dev_error(d));
-    return rc;
   }
-  P->uall += P->nunits;
-  if (d->ops->to_host(d, P->zhost, g, sizeof(float) * (size_t)P->zlen)) return fail(e, "the gradients to the host: %s", dev_error(d));
-  for (int u = 0; u < P->nunits; u++)
-    if (comm_reduce_scatter(ctx->comm, COMM_DP, COMM_F32, COMM_SUM, P->zhost + P->ustart[u], unit_own(P, u), P->zhost + P->zlen + P->zoff[u], e) < 0)
-      return -1;
-  for (int u = 0; u < P->nunits; u++) {
-    float *into = (float *)g + P->ustart[u] + (int64_t)P->dprank * unit_own(P, u);
-    if (d->ops->to_device(d, into, P->zhost + P->zlen + P->zoff[u], sizeof(float) * (size_t)unit_own(P, u)))
-      return fail(e, "the reduced gradients to the device: %s", dev_error(d));
-  }
-  return 0;
+  return rc;
 }
 
 /* ZeRO 1 and 2, after the update: every member's part of each unit to all
  * (NCCL in place, one group; else through host memory). */
 static int zero_gather(CudaProg *P, TrainCtx *ctx, RtErr *e) {
-  Device *d = P->dev;
   void *pb;
   devx_flat(P->x, &pb, NULL);
-  if (P->dcomm) {
-    int rc = comm_group(P->dcomm, 1, e);
-    for (int u = 0; u < P->nunits && !rc; u++) {
-      float *unit = (float *)pb + P->ustart[u];
-      int64_t ol = unit_own(P, u);
-      rc = comm_all_gather(P->dcomm, COMM_DP, COMM_F32, unit + (int64_t)P->dprank * ol, ol, unit, e) < 0 ? -1 : 0;
-    }
-    RtErr ge;
-    if (comm_group(P->dcomm, 0, &ge) && !rc) rc = fail(e, "%s", ge.msg);
-    return rc;
-  }
-  for (int u = 0; u < P->nunits; u++) {
-    int64_t ol = unit_own(P, u);
-    if (d->ops->to_host(d, P->zhost + P->zlen + P->zoff[u], (float *)pb + P->ustart[u] + (int64_t)P->dprank * ol, sizeof(float) * (size_t)ol))
-      return fail(e, "the updated parameters to the host: %s", dev_error(d));
-    if (comm_all_gather(ctx->comm, COMM_DP, COMM_F32, P->zhost + P->zlen + P->zoff[u], ol, P->zhost + P->ustart[u], e) < 0) return -1;
-  }
-  if (d->ops->to_device(d, pb, P->zhost, sizeof(float) * (size_t)P->zlen)) return fail(e, "the parameters to the device: %s", dev_error(d));
-  return 0;
+  int rc = P->dcomm ? comm_group(P->dcomm, 1, e) : 0;
+  for (int u = 0; u < P->nunits && !rc; u++)
+    rc = dp_collective(P, ctx, 1, NULL, (float *)pb + unit_own_start(P, u), unit_own(P, u), (float *)pb + P->ustart[u],
+                       "parameters", e);
+  RtErr ge;
+  if (P->dcomm && comm_group(P->dcomm, 0, &ge) && !rc) rc = fail(e, "%s", ge.msg);
+  return rc;
 }
 
 /* ZeRO 3: unit u's parameters from their owners into a pool buffer (NCCL:
  * on the comm stream once the launches so far are done, so that a recycled
  * buffer is free; its user waits for the stream), and pointed at. */
 static int unit_gather(CudaProg *P, TrainCtx *ctx, int u, char *err, size_t errlen) {
-  Device *d = P->dev;
   int64_t ol = unit_own(P, u), len = ol * P->dp;
   RtErr e;
   void *buf = devx_buffer(P->x, sizeof(float) * (size_t)(len ? len : 1));
   if (!buf) return snprintf(err, errlen, "%s", devx_error(P->x)), -1;
-  int rc = 0;
-  if (P->dcomm) {
-    if (P->cstream && d->ops->stream_wait(d, P->cstream, NULL)) rc = fail(&e, "%s", dev_error(d));
-    comm_nccl_set_stream(P->dcomm, P->cstream);
-    if (!rc && comm_all_gather(P->dcomm, COMM_DP, COMM_F32, (float *)P->zp + P->zoff[u], ol, buf, &e) < 0) rc = -1;
-    comm_nccl_set_stream(P->dcomm, NULL);
-  } else if (d->ops->to_host(d, P->zhost + P->zlen, (float *)P->zp + P->zoff[u], sizeof(float) * (size_t)ol)) {
-    rc = fail(&e, "%s", dev_error(d));
-  } else if (comm_all_gather(ctx->comm, COMM_DP, COMM_F32, P->zhost + P->zlen, ol, P->zhost, &e) < 0) {
-    rc = -1;
-  } else if (d->ops->to_device(d, buf, P->zhost, sizeof(float) * (size_t)len)) {
-    rc = fail(&e, "%s", dev_error(d));
-  }
-  if (rc) {
+  if (dp_collective(P, ctx, 1, P->cstream, (float *)P->zp + P->zoff[u], ol, buf, "parameters", &e)) {
     devx_buffer_put(P->x, buf, sizeof(float) * (size_t)(len ? len : 1));
     return snprintf(err, errlen, "gathering the parameters of unit %d: %s", u, e.msg), -1;
   }
@@ -1173,25 +1159,12 @@ static int grad_settle(CudaProg *P, RtErr *e) {
  * with NCCL on rstream once the launches so far are done (the layers
  * before it keep computing), else through host memory. */
 static int grad_close(CudaProg *P, TrainCtx *ctx, int u, RtErr *e) {
-  Device *d = P->dev;
-  int64_t ol = unit_own(P, u), len = ol * P->dp;
-  size_t bytes = sizeof(float) * (size_t)(len + 1);
-  float *in = P->ugrad[u], *out = (float *)P->zt + P->zoff[u];
+  int64_t ol = unit_own(P, u);
+  size_t bytes = sizeof(float) * (size_t)(ol * P->dp + 1);
+  float *in = P->ugrad[u];
   devx_point_grad_unit(P->x, u, NULL);
   P->ugrad[u] = NULL;
-  int rc = 0;
-  if (P->dcomm) {
-    if (P->rstream && d->ops->stream_wait(d, P->rstream, NULL)) rc = fail(e, "%s", dev_error(d));
-    comm_nccl_set_stream(P->dcomm, P->rstream);
-    if (!rc && comm_reduce_scatter(P->dcomm, COMM_DP, COMM_F32, COMM_SUM, in, ol, out, e) < 0) rc = -1;
-    comm_nccl_set_stream(P->dcomm, NULL);
-  } else if (d->ops->to_host(d, P->zhost, in, sizeof(float) * (size_t)len)) {
-    rc = fail(e, "the gradients to the host: %s", dev_error(d));
-  } else if (comm_reduce_scatter(ctx->comm, COMM_DP, COMM_F32, COMM_SUM, P->zhost, ol, P->zhost + P->zlen, e) < 0) {
-    rc = -1;
-  } else if (d->ops->to_device(d, out, P->zhost + P->zlen, sizeof(float) * (size_t)ol)) {
-    rc = fail(e, "the reduced gradients to the device: %s", dev_error(d));
-  }
+  int rc = dp_collective(P, ctx, 0, P->rstream, in, ol, (float *)P->zt + P->zoff[u], "gradients", e);
   P->retired[P->nretired] = in;
   P->retired_bytes[P->nretired++] = bytes;
   P->uadd[u] = 1;
@@ -1220,8 +1193,7 @@ static int zero_layer(void *ctx, int64_t layer, int phase, char *err, size_t err
     return 0;
   }
   if (!P->ubuf[u] && unit_gather(P, P->tctx, u, err, errlen)) return -1;
-  P->uref[u]++;
-  devx_point_unit(P->x, u, P->ubuf[u]);
+  P->uref[u]++; /* (a gathered unit is pointed at: unit_gather) */
   /* the launches wait for the gathers so far (this unit's; bf16: then its
    * weights' copies rounded); the next unit's starts */
   if (P->cstream && P->dev->ops->stream_wait(P->dev, NULL, P->cstream)) return snprintf(err, errlen, "%s", dev_error(P->dev)), -1;
@@ -1331,7 +1303,7 @@ static int zero_setup(CudaProg *P, TrainCtx *ctx, DevOptTensor **out, char *why,
     snprintf(why, whylen, "out of memory");
     return -1;
   }
-  int r = P->dprank = ctx->comm->rank[COMM_DP];
+  P->dprank = ctx->comm->rank[COMM_DP];
   P->zown = 0;
   for (int u = 0; u < P->nunits; u++) P->zoff[u] = P->zown, P->zown += unit_own(P, u);
   size_t bytes = sizeof(float) * (size_t)(P->zown ? P->zown : 1);
@@ -1365,7 +1337,7 @@ static int zero_setup(CudaProg *P, TrainCtx *ctx, DevOptTensor **out, char *why,
     const CudaUse *c = &P->uses[P->use_of[i]];
     int64_t a = devx_flat_index(P->x, c->param, c->layer), lo, hi;
     int u = unit_of(P, a);
-    int64_t os = P->ustart[u] + (int64_t)r * unit_own(P, u);
+    int64_t os = unit_own_start(P, u);
     if (ctx->tensors[i].param->state || !overlap_of(a, c->numel, os, unit_own(P, u), &lo, &hi)) continue;
     int64_t at = P->zoff[u] + (lo - os); /* in the ranges */
     t[P->nent] = (DevOptTensor){z3 ? (float *)P->zp + at : (float *)pb + lo, z2 ? (float *)P->zg + at : (float *)gb + lo, hi - lo,

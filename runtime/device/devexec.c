@@ -253,12 +253,6 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
   x->nparams = m->nparams;
   x->ninputs = m->ninputs;
   x->inputs = calloc((size_t)m->ninputs + 1, sizeof(void *));
-  /* The parameters in one block and their gradients in another (devx_flat):
-   * each parameter's copies together at a 256-byte boundary, or by_layer in
-   * units - the unrepeated parameters, then copy l of every repeated one for
-   * each l - each copy at a 256-byte boundary; each unit (the whole block:
-   * one unit) padded to a multiple of flat_how->unit values, the padding
-   * zero. The program's ZeRO shards the units evenly. */
   /* The layers the module's calls run: a pipeline stage's module lists every
    * copy of a repeated parameter but reads those of its own layers only, so
    * only they are allocated (and unit by unit under by_layer) */
@@ -272,6 +266,12 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
       if (n->attr[3] + n->attr[1] > x->lay_hi) x->lay_hi = n->attr[3] + n->attr[1];
     }
   if (x->lay_lo > x->lay_hi) x->lay_lo = x->lay_hi = 0;
+  /* The parameters in one block and their gradients in another (devx_flat):
+   * each parameter's copies together at a 256-byte boundary, or by_layer in
+   * units - the unrepeated parameters, then copy l of every repeated one for
+   * each l - each copy at a 256-byte boundary; each unit (the whole block:
+   * one unit) padded to a multiple of flat_how->unit values, the padding
+   * zero. The program's ZeRO shards the units evenly. */
   int64_t unit = flat_how && flat_how->unit > 0 ? flat_how->unit : 1, ncopies = 0, layers = 0;
   x->by_layer = flat_how && flat_how->by_layer;
   x->goff = calloc((size_t)m->nparams + 1, sizeof(int64_t));
@@ -1202,12 +1202,10 @@ static int frame_outputs(DevExec *x, DevxFrame *F, void **outs) {
 }
 
 int devx_set_grad_ready(DevExec *x, DevxGradReady fn, void *ctx) {
-  const IrModule *m = x->p->m;
   x->ready = fn;
   x->ready_ctx = ctx;
   x->gknown = x->garmed = 0;
   if (!fn) return 0;
-  (void)m;
   int64_t n = x->gn;
   free(x->gcur);
   free(x->gtotal);
