@@ -49,6 +49,7 @@ int main(int argc, char **argv) {
   /* as hpdlc's main: freed heap stays in the process */
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
   mallopt(M_TOP_PAD, 16 << 20);
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
 #endif
   const char *src = argc > 1 ? argv[1] : ".";
   int runs = argc > 2 ? atoi(argv[2]) : 20;

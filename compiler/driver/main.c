@@ -702,6 +702,7 @@ int main(int argc, char **argv) {
    * search's time went to page faults) */
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
   mallopt(M_TOP_PAD, 16 << 20);
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
 #endif
   /* report reads metrics files, not .hpd: its own command line */
   if (argc >= 2 && !strcmp(argv[1], "report")) return report_main(argc - 1, argv + 1);

@@ -1134,6 +1134,19 @@ static void attention_core(const IrGraph *g, char *core) {
   free(path);
 }
 
+int ad_selective_recomputes(const IrModule *m) {
+  int any = 0;
+  for (int gi = 0; gi < m->ngraphs && !any; gi++) {
+    const IrGraph *g = m->graphs[gi];
+    char *core = calloc((size_t)g->nnodes + 1, 1);
+    if (!core) abort();
+    attention_core(g, core);
+    for (int i = 0; i < g->nnodes && !any; i++) any = core[i];
+    free(core);
+  }
+  return any;
+}
+
 static void ctx_init(AdCtx *c, IrModule *m, AdResult *res, const IrGraph *f, IrGraph *b) {
   memset(c, 0, sizeof *c);
   c->m = m;

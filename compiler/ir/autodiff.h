@@ -87,6 +87,13 @@ AdResult *ad_build(IrModule *m, Recompute policy, const char **err);
  * rest) and two BACKWARD calls (B.keep.grad, then B.grad). */
 AdResult *ad_build_layers(IrModule *m, Recompute policy, int64_t layers, const char **err);
 
+/* Whether RECOMPUTE_SELECTIVE recomputes anything in m (not yet
+ * differentiated): an attention core (a score product, its softmax and the
+ * product with V, Korthikanti et al. 2022) in some graph. Without one (a
+ * flash attention keeps no scores) the policy differentiates as
+ * RECOMPUTE_NONE does. */
+int ad_selective_recomputes(const IrModule *m);
+
 /* How many of a call's `count` layers run under the policy. */
 int64_t ad_policy_layers(const AdResult *r, int64_t count);
 

@@ -1035,13 +1035,136 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
 FuseResult *fuse_module(Arena *arena, const IrModule *m) { return fuse_module_opts(arena, m, NULL); }
 
 FuseResult *fuse_module_opts(Arena *arena, const IrModule *m, const FuseOptions *opts) {
+  return fuse_module_cached(arena, m, opts, NULL);
+}
+
+/* ---- the cache of fused graphs ---- */
+
+typedef struct {
+  uint64_t h[2]; /* content hash; h[0] == h[1] == 0: an empty slot */
+  FuseGraph fg;  /* graph NULL: its arrays live in the cache's arena */
+} FuseEntry;
+
+struct FuseCache {
+  Arena *arena;
+  FuseEntry *slots;
+  size_t cap, count;
+  int64_t fused, found;
+};
+
+/* Past this much memory the cache stops taking graphs (it still answers):
+ * a search's distinct graphs take a few tens of MB. */
+enum { FUSE_CACHE_MAX_BYTES = 256 << 20 };
+
+FuseCache *fuse_cache_new(void) {
+  FuseCache *c = xalloc_calloc(1, sizeof *c);
+  c->arena = arena_new();
+  return c;
+}
+
+void fuse_cache_free(FuseCache *c) {
+  if (!c) return;
+  arena_free(c->arena);
+  free(c->slots);
+  free(c);
+}
+
+void fuse_cache_counts(const FuseCache *c, int64_t *fused, int64_t *found) {
+  if (fused) *fused = c ? c->fused : 0;
+  if (found) *found = c ? c->found : 0;
+}
+
+/* Two 64-bit lanes with different mixes: a 128-bit content hash. */
+typedef struct {
+  uint64_t a, b;
+} Hash2;
+
+static void hmix(Hash2 *h, uint64_t v) {
+  h->a = (h->a ^ v) * 0x100000001b3ull;
+  h->a ^= h->a >> 29;
+  h->b = (h->b + v + 0x9e3779b97f4a7c15ull) * 0xbf58476d1ce4e5b9ull;
+  h->b ^= h->b >> 31;
+}
+
+/* Everything fuse_one reads of graph gi (callees' content through their
+ * hashes, already computed: a graph calls only later graphs). */
+static Hash2 graph_hash(const IrModule *m, int gi, const Hash2 *callee, const FuseOptions *opts) {
+  const IrGraph *g = m->graphs[gi];
+  Hash2 h = {0xcbf29ce484222325ull, 0x6a09e667f3bcc908ull};
+  hmix(&h, (uint64_t)g->nnodes);
+  hmix(&h, (uint64_t)(int64_t)g->fb_split);
+  hmix(&h, (uint64_t)(opts && opts->bias_grad));
+  hmix(&h, (uint64_t)g->noutputs);
+  for (int i = 0; i < g->noutputs; i++) hmix(&h, (uint64_t)(int64_t)g->outputs[i]);
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = &g->nodes[i];
+    hmix(&h, (uint64_t)n->op | (uint64_t)n->dtype << 16 | (uint64_t)n->rank << 32 | (uint64_t)n->nin << 40);
+    for (int d = 0; d < n->rank; d++) hmix(&h, (uint64_t)n->dims[d]);
+    for (int k = 0; k < n->nin; k++) hmix(&h, (uint64_t)(int64_t)n->in[k]);
+    int na = IR_NATTR;
+    while (na > 0 && n->attr[na - 1] == 0) na--;
+    hmix(&h, (uint64_t)na);
+    for (int k = 0; k < na; k++) hmix(&h, (uint64_t)n->attr[k]);
+    if (n->op == IR_CALL && n->attr[0] > gi && n->attr[0] < m->ngraphs) {
+      hmix(&h, callee[n->attr[0]].a);
+      hmix(&h, callee[n->attr[0]].b);
+    }
+  }
+  if (!h.a && !h.b) h.a = 1; /* never the empty slot's */
+  return h;
+}
+
+static FuseEntry *cache_slot(FuseCache *c, Hash2 h) {
+  for (size_t i = (size_t)h.a & (c->cap - 1);; i = (i + 1) & (c->cap - 1)) {
+    FuseEntry *e = &c->slots[i];
+    if ((!e->h[0] && !e->h[1]) || (e->h[0] == h.a && e->h[1] == h.b)) return e;
+  }
+}
+
+static void cache_grow(FuseCache *c) {
+  size_t ncap = c->cap ? c->cap * 2 : 1024;
+  FuseEntry *old = c->slots;
+  size_t ocap = c->cap;
+  c->slots = xalloc_calloc(ncap, sizeof(FuseEntry));
+  c->cap = ncap;
+  for (size_t i = 0; i < ocap; i++)
+    if (old[i].h[0] || old[i].h[1]) *cache_slot(c, (Hash2){old[i].h[0], old[i].h[1]}) = old[i];
+  free(old);
+}
+
+FuseResult *fuse_module_cached(Arena *arena, const IrModule *m, const FuseOptions *opts, FuseCache *cache) {
   FuseResult *r = arena_alloc(arena, sizeof *r);
   r->module = m;
   r->ngraphs = m->ngraphs;
   r->graphs = arena_alloc(arena, sizeof(FuseGraph) * (size_t)(m->ngraphs > 0 ? m->ngraphs : 1));
+  Hash2 *hash = cache ? xalloc_calloc((size_t)(m->ngraphs > 0 ? m->ngraphs : 1), sizeof(Hash2)) : NULL;
   /* Callees first (a graph calls only later graphs), so a CALL's kernel
    * can take its graph's fused totals. */
-  for (int i = m->ngraphs - 1; i >= 0; i--) fuse_one(arena, r, m->graphs[i], opts, &r->graphs[i]);
+  for (int i = m->ngraphs - 1; i >= 0; i--) {
+    if (!cache) {
+      fuse_one(arena, r, m->graphs[i], opts, &r->graphs[i]);
+      continue;
+    }
+    hash[i] = graph_hash(m, i, hash, opts);
+    if ((cache->count + 1) * 2 > cache->cap) cache_grow(cache);
+    FuseEntry *e = cache_slot(cache, hash[i]);
+    if (e->h[0] || e->h[1]) {
+      r->graphs[i] = e->fg;
+      r->graphs[i].graph = m->graphs[i];
+      cache->found++;
+      continue;
+    }
+    cache->fused++;
+    int keep = arena_used(cache->arena) < (size_t)FUSE_CACHE_MAX_BYTES;
+    fuse_one(keep ? cache->arena : arena, r, m->graphs[i], opts, &r->graphs[i]);
+    if (!keep) continue;
+    e->h[0] = hash[i].a;
+    e->h[1] = hash[i].b;
+    e->fg = r->graphs[i];
+    e->fg.graph = NULL;
+    cache->count++;
+  }
+  free(hash);
   return r;
 }
 

@@ -106,6 +106,24 @@ typedef struct {
 FuseResult *fuse_module(Arena *arena, const IrModule *m);
 FuseResult *fuse_module_opts(Arena *arena, const IrModule *m, const FuseOptions *opts);
 
+/* A cache of fused graphs by content, for a caller that fuses many modules
+ * sharing graphs (the planner's search builds a program per layout key, and
+ * keys differing only in the recomputation policy or the micro batch keep
+ * many graphs alike). A graph's content is everything fusion reads: its
+ * nodes' ops, types, shapes, inputs and attributes, its outputs and its
+ * forward/backward cut, its callees' content and the options; it is known
+ * by a 128-bit hash of these. */
+typedef struct FuseCache FuseCache;
+FuseCache *fuse_cache_new(void);
+void fuse_cache_free(FuseCache *cache);
+/* Graphs fused and graphs found in the cache so far. */
+void fuse_cache_counts(const FuseCache *cache, int64_t *fused, int64_t *found);
+/* fuse_module_opts through a cache (NULL: none): a graph whose content was
+ * fused before takes that result; its kernels live in the cache and stay
+ * valid until fuse_cache_free (the FuseResult and FuseGraph structs live in
+ * `arena`). Results are read-only. */
+FuseResult *fuse_module_cached(Arena *arena, const IrModule *m, const FuseOptions *opts, FuseCache *cache);
+
 /* A GEMM kernel's bias-gradient operand: 0 (A, the sum has M elements) or
  * 1 (B, N elements) when kernel kp holds FUSE_EPI_BGRAD, else -1. */
 int fuse_bgrad_side(const FuseGraph *fg, int kp);

@@ -997,6 +997,15 @@ static double graph_roofline_s(const PlanCtx *c, const IrModule *m, const IrGrap
   return t;
 }
 
+/* A program's fusion, through the context's cache: the programs of a
+ * search share most of their graphs (a key's recomputation policies keep
+ * the layer's forward; keys alike but for a setting the graph does not
+ * show), and fusion was the most of a program's building. */
+static FuseResult *plan_fuse(PlanCtx *c, Arena *a, const IrModule *m) {
+  if (!c->fuse_cache) c->fuse_cache = fuse_cache_new();
+  return fuse_module_cached(a, m, NULL, c->fuse_cache);
+}
+
 /* Regions of the step graph of the whole (one-chunk) program. */
 enum { REG_PRO = 0, REG_EPI = 1, REG_LAYER = 2 };
 
@@ -1009,6 +1018,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
   IrModule *part = NULL;
   if (!global) {
     snprintf(pp->why, sizeof pp->why, "the model does not lower at micro batch %" PRId64, k->mb);
+    pp->before_ad = 1;
     goto done;
   }
   SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, k->fce};
@@ -1019,6 +1029,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
     const char *reason = diag_error_count(quiet_diag(c)) > errors ? diag_last_error(quiet_diag(c)) : NULL;
     snprintf(pp->why, sizeof pp->why, "the model does not partition over tp=%" PRId64 " cp=%" PRId64 "%s%s%s", k->tp, k->cp,
              k->sp ? " with sequence parallelism" : "", reason ? ": " : "", reason ? reason : "");
+    pp->before_ad = 1;
     goto done;
   }
   /* a forward cut into pieces (no single repeat): each piece's time,
@@ -1044,7 +1055,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
     snprintf(pp->why, sizeof pp->why, "the model does not differentiate: %s", err ? err : "?");
     goto done;
   }
-  FuseResult *fr = fuse_module(a, part);
+  FuseResult *fr = plan_fuse(c, a, part);
   CostLink link[IRG_COUNT];
   int64_t gsize[IRG_COUNT];
   key_links(c, k->tp, k->cp, k->ep, link, gsize);
@@ -1212,38 +1223,80 @@ done:
   arena_free(a);
 }
 
-PlanParts *plan_parts(PlanCtx *c, const PlanKey *k) {
-  uint64_t h = key_hash(k);
-  size_t cap = c->cap;
-  if (cap) {
-    for (size_t i = h & (cap - 1);; i = (i + 1) & (cap - 1)) {
-      PlanParts *p = c->table[i];
-      if (!p) break;
-      if (key_eq(&p->key, k)) return p;
-    }
+static PlanParts *parts_find(const PlanCtx *c, const PlanKey *k) {
+  if (!c->cap) return NULL;
+  for (size_t i = key_hash(k) & (c->cap - 1);; i = (i + 1) & (c->cap - 1)) {
+    PlanParts *p = c->table[i];
+    if (!p) return NULL;
+    if (key_eq(&p->key, k)) return p;
   }
-  if ((c->count + 1) * 2 > cap) {
-    size_t ncap = cap ? cap * 2 : 256;
+}
+
+static void parts_insert(PlanCtx *c, PlanParts *p) {
+  if ((c->count + 1) * 2 > c->cap) {
+    size_t ncap = c->cap ? c->cap * 2 : 256;
     PlanParts **nt = xalloc_calloc(ncap, sizeof(PlanParts *));
-    for (size_t i = 0; i < cap; i++) {
-      PlanParts *p = c->table[i];
-      if (!p) continue;
-      size_t j = key_hash(&p->key) & (ncap - 1);
+    for (size_t i = 0; i < c->cap; i++) {
+      PlanParts *q = c->table[i];
+      if (!q) continue;
+      size_t j = key_hash(&q->key) & (ncap - 1);
       while (nt[j]) j = (j + 1) & (ncap - 1);
-      nt[j] = p;
+      nt[j] = q;
     }
     free(c->table);
     c->table = nt;
-    c->cap = cap = ncap;
+    c->cap = ncap;
   }
-  PlanParts *p = xalloc_calloc(1, sizeof *p);
-  p->key = *k;
-  build_parts(c, p);
-  c->programs++;
-  size_t j = h & (cap - 1);
-  while (c->table[j]) j = (j + 1) & (cap - 1);
+  size_t j = key_hash(&p->key) & (c->cap - 1);
+  while (c->table[j]) j = (j + 1) & (c->cap - 1);
   c->table[j] = p;
   c->count++;
+}
+
+PlanParts *plan_parts(PlanCtx *c, const PlanKey *k) {
+  PlanParts *p = parts_find(c, k);
+  if (p) return p;
+  if (k->rc == RECOMPUTE_SELECTIVE) {
+    /* selective recomputation of a model with no attention core to
+     * recompute (flash attention keeps no scores) is the program of
+     * recompute none: its parts, not built again */
+    if (!c->selective_same) {
+      Arena *a = arena_new();
+      IrModule *m = lower_priced(c, a, k->mb, !c->flash);
+      if (m) c->selective_same = ad_selective_recomputes(m) ? 2 : 1;
+      arena_free(a);
+    }
+    if (c->selective_same == 1) {
+      PlanKey none = *k;
+      none.rc = RECOMPUTE_NONE;
+      return plan_parts(c, &none);
+    }
+  }
+  /* a program that does not lower or partition fails under every
+   * recomputation policy: remembered under rc -1, not built again (the
+   * search asks for each policy of each such key) */
+  PlanKey any = *k;
+  any.rc = -1;
+  any.rl = 0;
+  const PlanParts *failed = k->rc >= 0 ? parts_find(c, &any) : NULL;
+  p = xalloc_calloc(1, sizeof *p);
+  p->key = *k;
+  if (failed) {
+    memcpy(p->why, failed->why, sizeof p->why);
+    p->before_ad = 1;
+  } else {
+    build_parts(c, p);
+    c->programs++;
+    if (!p->valid && p->before_ad && k->rc >= 0) {
+      PlanParts *f = xalloc_calloc(1, sizeof *f);
+      *f = *p;
+      f->key = any;
+      f->splits = NULL;
+      f->unit_w = NULL;
+      parts_insert(c, f);
+    }
+  }
+  parts_insert(c, p);
   return p;
 }
 
@@ -1307,7 +1360,7 @@ static int price_chunk_module(PlanCtx *c, IrModule *cm, Recompute rc, int64_t rl
     snprintf(why, whylen, "a pipeline chunk does not differentiate: %s", err ? err : "?");
     return -1;
   }
-  FuseResult *fr = fuse_module(a, cm);
+  FuseResult *fr = plan_fuse(c, a, cm);
   Pricer P;
   pricer_init(&P, c, cm, fr, ad, link, gsize);
   const IrGraph *g = cm->graphs[ad->step];
@@ -1735,6 +1788,7 @@ static void drop_prices(PlanCtx *c) {
     e = n;
   }
   c->exact = NULL;
+  c->selective_same = 0;
 }
 
 void plan_free(PlanCtx *c) {
@@ -1743,6 +1797,7 @@ void plan_free(PlanCtx *c) {
   free(c->table);
   free(c->mf);
   free(c->stages);
+  fuse_cache_free(c->fuse_cache);
   if (c->quiet) diag_free(c->quiet);
   if (c->sink) fclose(c->sink);
   if (c->arena) arena_free(c->arena);
@@ -1943,7 +1998,10 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     return fail(out, "%s", swhy);
   }
   /* the chunks: chunk ci is *kp[ci], kinds[ci] or a run's first (its own layer count) */
-  PlanChunk *kinds = xalloc_calloc((size_t)K, sizeof(PlanChunk));
+  /* not zeroed: every chunk a kp[] names is written below (a search's
+   * screening prices a few of K = pp x v, and zeroing them all was a tenth
+   * of its time) */
+  PlanChunk *kinds = xalloc_malloc((size_t)K * sizeof(PlanChunk));
   const PlanChunk **kp = xalloc_calloc((size_t)K, sizeof(PlanChunk *));
   for (int64_t ci = 0; ci < K; ci++) kp[ci] = &kinds[ci];
   if ((flags & PLAN_FAST) && !(pp->unit_w && K > 1)) {

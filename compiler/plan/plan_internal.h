@@ -10,6 +10,7 @@
 #include "arena.h"
 #include "catalog.h"
 #include "diag.h"
+#include "fuse.h"
 #include "ir.h"
 #include "plan.h"
 #include "schedule.h"
@@ -63,6 +64,7 @@ typedef struct PlanParts {
   PlanKey key;
   int valid;
   char why[400];
+  int before_ad;         /* !valid: it failed to lower or partition (whatever the recomputation) */
   int64_t layers;        /* of the main repeat */
   int64_t units;         /* a forward cut where one value crosses (pipeline.h's by cuts): its pieces, */
   double *unit_w;        /* and each one's forward + backward time (roofline); NULL by layers */
@@ -111,6 +113,8 @@ struct PlanCtx {
   PlanParts **table;
   size_t cap, count;
   int64_t programs;
+  int selective_same;    /* 1: RECOMPUTE_SELECTIVE differentiates as NONE here (no attention core); 2: not; 0: unknown */
+  FuseCache *fuse_cache; /* fused graphs by content, shared by every program (made on first use) */
   PlanExact *exact;
   struct {
     int64_t mb;

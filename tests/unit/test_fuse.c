@@ -524,7 +524,82 @@ static void test_print(void) {
   arena_free(arena);
 }
 
+static char *print_fused(const FuseResult *r) {
+  char *text = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&text, &n);
+  fuse_print(r, f);
+  fclose(f);
+  return text;
+}
+
+/* The cache (the planner's): a module fused through it prints as fused
+ * without it, whether its graphs were found or fused; the same module
+ * again is found graph by graph; another micro batch is not (its shapes
+ * differ) except for graphs it leaves alike; a policy's layer forward is
+ * found when another policy fused it. */
+static void test_cache(void) {
+  static const char *const samples[] = {"mlp.hpd", "gpt2-tiny.hpd", "llama.hpd"};
+  FuseCache *cache = fuse_cache_new();
+  int64_t fused = 0, found = 0, graphs = 0;
+  for (size_t s = 0; s < sizeof samples / sizeof samples[0]; s++) {
+    for (int micro = 1; micro <= 2; micro++) {
+      for (int policy = RECOMPUTE_NONE; policy <= RECOMPUTE_OPS; policy++) {
+        for (int again = 0; again < 2; again++) {
+          Arena *arena = arena_new();
+          Diag *diag = diag_new(stderr);
+          IrModule *m = lower_sample(arena, diag, samples[s], NULL, 0, micro, NULL);
+          const char *why = NULL;
+          EXPECT(m && ad_build(m, (Recompute)policy, &why));
+          if (m) {
+            int64_t f0, n0;
+            fuse_cache_counts(cache, &f0, &n0);
+            char *plain = print_fused(fuse_module(arena, m));
+            FuseResult *r = fuse_module_cached(arena, m, NULL, cache);
+            char *cached = print_fused(r);
+            EXPECT(!strcmp(plain, cached));
+            EXPECT(fuse_check(r, stderr) == 0);
+            fuse_cache_counts(cache, &fused, &found);
+            EXPECT(fused - f0 + found - n0 == m->ngraphs);
+            if (again) EXPECT(found - n0 == m->ngraphs); /* every graph again */
+            if (!again && policy > RECOMPUTE_NONE) EXPECT(found > n0); /* the forward, at least */
+            graphs += m->ngraphs;
+            free(plain);
+            free(cached);
+          }
+          diag_free(diag);
+          arena_free(arena);
+        }
+      }
+    }
+  }
+  EXPECT(fused + found == graphs);
+  EXPECT(found > graphs / 2);
+  /* options are part of the content */
+  Arena *arena = arena_new();
+  Diag *diag = diag_new(stderr);
+  IrModule *m = lower_sample(arena, diag, "mlp.hpd", NULL, 0, 1, NULL);
+  const char *why = NULL;
+  EXPECT(m && ad_build(m, RECOMPUTE_NONE, &why));
+  if (m) {
+    int64_t f0, f1;
+    fuse_cache_counts(cache, &f0, NULL);
+    FuseOptions o = {.bias_grad = 1};
+    char *plain = print_fused(fuse_module_opts(arena, m, &o));
+    char *cached = print_fused(fuse_module_cached(arena, m, &o, cache));
+    fuse_cache_counts(cache, &f1, NULL);
+    EXPECT(f1 - f0 == m->ngraphs);
+    EXPECT(!strcmp(plain, cached));
+    free(plain);
+    free(cached);
+  }
+  diag_free(diag);
+  arena_free(arena);
+  fuse_cache_free(cache);
+}
+
 int main(void) {
+  test_cache();
   test_layernorm();
   test_rmsnorm_softmax();
   test_gemm_epilogue();
