@@ -51,7 +51,14 @@ struct DevExec {
   int64_t *ustart;       /* nunits + 1 */
   DevxLayerHook layer_hook;
   void *layer_ctx;
-  void **params16; /* per parameter read in bf16 (a bf16 GEMM's weight): its copy, else NULL */
+  /* bf16 copies of the weights some node reads in bf16 (a bf16 GEMM's),
+   * rounded once per step (devx_refresh16): laid out as the parameters'
+   * block, in flat16 (2 bytes a value), or under ZeRO-3, where that block
+   * is released, per unit in u16 while the unit is gathered (u32: where
+   * devx_point_unit put its values) */
+  unsigned char *read16; /* per parameter: some node reads it in bf16 */
+  void *flat16;
+  void **u16, **u32;
   void **inputs;
   PoolBuf *free_bufs;
   int nfree, capfree;
@@ -321,9 +328,14 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
       x->pat[c] = (float *)x->flat_p + x->fat[c];
       x->gat[c] = (float *)x->flat_g + x->fat[c];
     }
-  /* the weights some node reads in bf16: a copy each, rounded once per step (devx_refresh16) */
-  x->params16 = calloc((size_t)m->nparams + 1, sizeof(void *));
-  if (!x->params16 && !rc) rc = fail(x, "out of memory");
+  /* the weights some node reads in bf16: their copies, in a block laid out
+   * as the parameters' (the few values no node reads in bf16 - norms,
+   * biases - ride along: one rounding launch for the block) */
+  x->read16 = calloc((size_t)m->nparams + 1, 1);
+  x->u16 = calloc((size_t)x->nunits + 1, sizeof(void *));
+  x->u32 = calloc((size_t)x->nunits + 1, sizeof(void *));
+  if ((!x->read16 || !x->u16 || !x->u32) && !rc) rc = fail(x, "out of memory");
+  int any16 = 0;
   for (int q = 0; q < m->nparams && !rc; q++) {
     const IrParam *P = &m->params[q];
     DType t = ir_param_read_type(m, q);
@@ -333,12 +345,14 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
                 sem_dtype_name(t), sem_dtype_name(P->dtype));
       break;
     }
-    int64_t lo, hi;
-    held_copies(x, P, &lo, &hi);
-    size_t bytes = 2 * (size_t)(param_numel(P) * (hi > lo ? hi - lo : 1));
-    if (!(x->params16[q] = dev->ops->alloc(dev, bytes))) rc = fail(x, "the bf16 copy of %s: %s", P->name, dev_error(dev));
+    x->read16[q] = 1;
+    any16 = 1;
+  }
+  if (any16 && !rc) {
+    size_t bytes = 2 * (size_t)(flat ? flat : 1);
+    if (!(x->flat16 = dev->ops->alloc(dev, bytes))) rc = fail(x, "the weights' bf16 copies (%.1f MB): %s", (double)bytes / 1e6, dev_error(dev));
     x->live += bytes;
-    if (!rc && !x->round_bf16 && !(x->round_bf16 = dev->ops->kernel(dev, "hpdl_round_bf16")))
+    if (!rc && !(x->round_bf16 = dev->ops->kernel(dev, "hpdl_round_bf16")))
       rc = fail(x, "%s (kernels/hpdl_cuda.cuh defines it)", dev_error(dev));
   }
   for (int i = 0; i < m->ninputs && !rc; i++) {
@@ -381,9 +395,12 @@ void devx_free(DevExec *x) {
   free(x->gat);
   free(x->fat);
   free(x->ustart);
-  for (int i = 0; i < x->nparams; i++)
-    if (x->params16 && x->params16[i]) x->dev->ops->release(x->dev, x->params16[i]);
-  free(x->params16);
+  if (x->flat16) x->dev->ops->release(x->dev, x->flat16);
+  for (int u = 0; x->u16 && u < x->nunits; u++)
+    if (x->u16[u]) x->dev->ops->release(x->dev, x->u16[u]);
+  free(x->u16);
+  free(x->u32);
+  free(x->read16);
   for (int i = 0; i < x->ninputs && x->inputs; i++) x->dev->ops->release(x->dev, x->inputs[i]);
   for (int i = 0; i < x->nfree; i++) x->dev->ops->release(x->dev, x->free_bufs[i].p);
   free(x->free_bufs);
@@ -452,6 +469,16 @@ int devx_layer_unit(const DevExec *x, int64_t layer) {
   return x->by_layer && layer >= x->lay_lo && layer < x->lay_hi && 1 + layer - x->lay_lo < x->nunits ? (int)(1 + layer - x->lay_lo) : -1;
 }
 
+/* The bf16 copy of copy `copy` of parameter p (read16), or NULL where its
+ * unit is not gathered. */
+static void *copy16(const DevExec *x, int p, int64_t copy) {
+  int64_t f = x->fat[x->goff[p] + copy];
+  if (f < 0) return NULL;
+  if (x->flat16) return (uint16_t *)x->flat16 + f;
+  int u = !x->by_layer || x->p->m->params[p].count <= 1 ? 0 : (int)(1 + copy - x->lay_lo);
+  return u >= 0 && u < x->nunits && x->u16[u] ? (void *)((uint16_t *)x->u16[u] + (f - x->ustart[u])) : NULL;
+}
+
 int devx_units(const DevExec *x, const int64_t **start) {
   *start = x->ustart;
   return x->nunits;
@@ -467,7 +494,18 @@ static void point(DevExec *x, void **at_of, void *block, int unit, void *base) {
     }
 }
 
-void devx_point_unit(DevExec *x, int unit, void *base) { point(x, x->pat, x->flat_p, unit, base); }
+/* Under ZeRO-3 (the parameters' block released) a gathered unit's bf16
+ * copies get a pool buffer of their own, back to the pool with the unit. */
+void devx_point_unit(DevExec *x, int unit, void *base) {
+  point(x, x->pat, x->flat_p, unit, base);
+  x->u32[unit] = base;
+  size_t bytes = 2 * (size_t)(x->ustart[unit + 1] - x->ustart[unit]);
+  if (base && x->round_bf16 && !x->flat16 && !x->u16[unit]) x->u16[unit] = pool_get(x, bytes);
+  if (!base && x->u16[unit]) {
+    pool_put(x, x->u16[unit], bytes);
+    x->u16[unit] = NULL;
+  }
+}
 void devx_point_grad_unit(DevExec *x, int unit, void *base) { point(x, x->gat, x->flat_g, unit, base); }
 
 /* Frees a block (*block, every copy's address in at_of with it). */
@@ -481,7 +519,15 @@ static void release_block(DevExec *x, void **block, void **at_of) {
 }
 
 void devx_release_grads(DevExec *x) { release_block(x, &x->flat_g, x->gat); }
-void devx_release_params(DevExec *x) { release_block(x, &x->flat_p, x->pat); }
+void devx_release_params(DevExec *x) {
+  release_block(x, &x->flat_p, x->pat);
+  if (x->flat16) { /* the bf16 copies go too: a gathered unit's are its own (devx_point_unit) */
+    x->dev->ops->release(x->dev, x->flat16);
+    x->live -= 2 * (size_t)(x->flat_len ? x->flat_len : 1);
+    x->flat16 = NULL;
+    x->peak = x->live;
+  }
+}
 
 void devx_set_layer_hook(DevExec *x, DevxLayerHook fn, void *ctx) {
   x->layer_hook = fn;
@@ -894,24 +940,25 @@ int devx_run_kernel(DevExec *x, int graph, int kernel, int64_t layer, void **io)
   return run_launches(x, graph, kernel, layer, io);
 }
 
-/* The bf16 copies of the parameter copies in unit `unit` (-1: every unit),
- * a repeated parameter's copies in one launch where they lie together; a
- * copy not gathered (ZeRO-3) is left for its unit's turn. */
+/* The bf16 copies of unit `unit`'s parameters (-1: every unit; one launch
+ * over the block where it is whole); a unit not gathered (ZeRO-3) is left
+ * for its turn. */
+static int round16(DevExec *x, const void *src, void *dst, int64_t n) {
+  DevKctx k = kctx(x, 0);
+  void *args[3] = {(void *)src, dst, (void *)(intptr_t)n};
+  if (x->dev->ops->launch(x->dev, x->round_bf16, capped_grid(n, 1024), 256, &k, args, 3))
+    return fail(x, "the weights' bf16 copies: %s", dev_error(x->dev));
+  return 0;
+}
+
 static int refresh16(DevExec *x, int unit) {
-  const IrModule *m = x->p->m;
-  for (int p = 0; x->params16 && p < m->nparams; p++) {
-    if (!x->params16[p]) continue;
-    int64_t per = param_numel(&m->params[p]), lo, hi, at = x->goff[p];
-    held_copies(x, &m->params[p], &lo, &hi);
-    int one = !x->by_layer || hi - lo <= 1;
-    for (int64_t c = lo; c < (one ? lo + 1 : hi) && hi > lo; c++) {
-      int64_t n = one ? per * (hi - lo) : per, f = x->fat[at + c];
-      if (!x->pat[at + c] || (unit >= 0 && (f < x->ustart[unit] || f >= x->ustart[unit + 1]))) continue;
-      DevKctx k = kctx(x, 0);
-      void *args[3] = {x->pat[at + c], (uint16_t *)x->params16[p] + (c - lo) * per, (void *)(intptr_t)n};
-      if (x->dev->ops->launch(x->dev, x->round_bf16, capped_grid(n, 1024), 256, &k, args, 3))
-        return fail(x, "the bf16 copy of %s: %s", m->params[p].name, dev_error(x->dev));
-    }
+  if (!x->round_bf16) return 0; /* no weight read in bf16 */
+  if (unit < 0 && x->flat_p && x->flat16) return round16(x, x->flat_p, x->flat16, x->flat_len);
+  for (int u = unit < 0 ? 0 : unit; u < (unit < 0 ? x->nunits : unit + 1); u++) {
+    int64_t n = x->ustart[u + 1] - x->ustart[u];
+    const void *src = x->flat_p ? (const void *)((float *)x->flat_p + x->ustart[u]) : x->u32[u];
+    void *dst = x->flat16 ? (void *)((uint16_t *)x->flat16 + x->ustart[u]) : x->u16[u];
+    if (src && dst && n > 0 && round16(x, src, dst, n)) return -1;
   }
   return 0;
 }
@@ -1073,7 +1120,7 @@ static int frame_run(DevExec *x, DevxFrame *F, int to) {
         const IrParam *P = &m->params[k];
         int64_t copy = P->count > 1 ? layer : 0;
         if (n->dtype != P->dtype) /* its bf16 copy (devx_refresh16) */
-          val[id] = (char *)x->params16[k] + (size_t)((copy - (P->count > 1 ? x->lay_lo : 0)) * ir_numel(n)) * 2;
+          val[id] = copy16(x, (int)k, copy);
         else
           val[id] = x->pat[x->goff[k] + copy];
         if (!val[id]) rc = fail(x, "parameter %s, layer %lld is not gathered on this rank (ZeRO-3: a read outside its layer)", P->name,
