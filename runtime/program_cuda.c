@@ -75,8 +75,9 @@ typedef struct {
    * micro-batch running (the transfers' tags), the frames in flight, and
    * the sends not yet completed */
   int pp, stage, nmicro, cur_mb;
-  SchedInstr *ins;
-  int nins, ins_m;
+  int chunk, nchunks; /* this program's chunk of the model's line of chunks (virtual stages: a stage runs several) */
+  int borrowed;       /* the device, NCCL and the pipeline's stream are the stage's first chunk's */
+  int last_bwd;       /* the stage's instruction list: this chunk's last backward */
   DevxFrame **frames;
   CommOutbox outbox;
   double t_params, t_inputs, t_micro, t_grads;
@@ -127,6 +128,26 @@ typedef struct {
   float *zhost;    /* host staging: zlen + zown values (host collectives, checkpoints) */
 } CudaProg;
 
+/* A pipeline stage's programs: its chunk, or with virtual stages its v
+ * chunks (chunk c runs on stage c mod pp), in ascending order; c[0] owns
+ * the device, NCCL and the pipeline's stream. */
+enum { MAX_STAGE_CHUNKS = 64 };
+typedef struct {
+  CudaProg *c[MAX_STAGE_CHUNKS];
+  int n;
+  int pp, stage, nchunks, v;
+  SchedInstr *ins; /* the stage's instruction list for ins_m micro-batches */
+  int nins, ins_m;
+  int resident;
+  int *chunk_of; /* resident with several chunks: per loop tensor, the chunk holding it */
+} CudaStage;
+
+static CudaProg *held(const CudaStage *S, int chunk) {
+  for (int i = 0; i < S->n; i++)
+    if (S->c[i]->chunk == chunk) return S->c[i];
+  return NULL;
+}
+
 /* ---- the chunk's collectives: NCCL on the device's buffers (dcomm), or
  * the loop's Comm in host memory ---- */
 
@@ -164,20 +185,22 @@ static int hc_reduce_scatter(void *ctx, int group, const float *in, int64_t n, f
   return -1;
 }
 
-/* A pipeline transfer's peer stage and tag (one chunk a stage), or -1
- * with the reason in err. */
+/* A pipeline transfer's peer stage and tag, or -1 with the reason in err:
+ * chunks form a line, chunk c on stage c mod pp (with one chunk a stage,
+ * chunk = stage), and the tag names the sending chunk's (chunk,
+ * micro-batch) as the CPU program's do. */
 static int pipe_peer(CudaProg *P, int offset, int sending, int *tag, char *err, size_t errlen) {
-  int c = P->stage + offset;
-  if (c < 0 || c >= P->pp) {
-    snprintf(err, errlen, "stage %d: a transfer to stage %d, which does not exist", P->stage, c);
+  int c = P->chunk + offset;
+  if (c < 0 || c >= P->nchunks) {
+    snprintf(err, errlen, "chunk %d: a transfer to chunk %d, which does not exist", P->chunk, c);
     return -1;
   }
-  *tag = comm_pipe_tag(P->stage, P->nmicro, P->cur_mb, offset, sending);
+  *tag = comm_pipe_tag(P->chunk, P->nmicro, P->cur_mb, offset, sending);
   if (*tag < 0) {
-    snprintf(err, errlen, "%d micro-batches over %d stages need more message tags than MPI promises", P->nmicro, P->pp);
+    snprintf(err, errlen, "%d micro-batches over %d chunks need more message tags than MPI promises", P->nmicro, P->nchunks);
     return -1;
   }
-  return c;
+  return c % P->pp;
 }
 
 static int hc_send(void *ctx, int group, int offset, const float *buf, int64_t n, char *err, size_t errlen) {
@@ -443,25 +466,10 @@ static TrainTensor *find_tensor(TrainCtx *ctx, const char *name, int64_t layer) 
 
 static void unit_release(CudaProg *P, int u);
 
-static void cuda_destroy(void *self) {
-  CudaProg *P = self;
+/* A chunk's program; the device, NCCL and the pipeline's stream stay when
+ * they are borrowed (the stage's first chunk closes them, last). */
+static void chunk_destroy(CudaProg *P) {
   if (!P) return;
-  if (P->timing && P->steps > 0 && P->comm && P->comm->world_rank == 0)
-    fprintf(stderr,
-            "hpdlrun: device step phases (HPDL_PROFILE, mean of %ld steps): parameters in %.1f ms, inputs %.1f ms, "
-            "micro-batches %.1f ms, gradients out %.1f ms\n",
-            P->steps, 1e3 * P->t_params / (double)P->steps, 1e3 * P->t_inputs / (double)P->steps, 1e3 * P->t_micro / (double)P->steps,
-            1e3 * P->t_grads / (double)P->steps);
-  if (P->timing && P->x && P->comm && P->comm->world_rank == 0) {
-    size_t now = 0, peak = 0;
-    devx_memory(P->x, &now, &peak);
-    double ranges = (double)P->zown * 4.0 * ((P->zm != NULL) + (P->zv != NULL) + (P->zp != NULL) + (P->zg != NULL));
-    fprintf(stderr, "hpdlrun: device memory (HPDL_PROFILE, rank 0): the executor's peak %.3f MB (parameters, gradients, "
-                    "activations), the optimizer's ZeRO ranges %.3f MB\n", (double)peak / 1e6, ranges / 1e6);
-    if (P->zero)
-      fprintf(stderr, "hpdlrun: ZeRO (HPDL_PROFILE, rank 0): %ld of %ld unit reduce-scatters started as the backward finished "
-                      "their gradients\n", P->uearly, P->uall);
-  }
   devopt_free(P->opt); /* its buffers are the device's: before the device closes */
   if (P->zm) P->dev->ops->release(P->dev, P->zm);
   if (P->zv) P->dev->ops->release(P->dev, P->zv);
@@ -491,19 +499,18 @@ static void cuda_destroy(void *self) {
   comm_ring_clear(&P->ring); /* the messages' buffers too, with NCCL */
   comm_outbox_free(&P->outbox);
   if (P->cstream) P->dev->ops->stream_destroy(P->dev, P->cstream);
-  if (P->pstream) P->dev->ops->stream_destroy(P->dev, P->pstream);
+  if (P->pstream && !P->borrowed) P->dev->ops->stream_destroy(P->dev, P->pstream);
   free(P->use_at);
   free(P->reduced);
   free(P->bucket);
-  comm_destroy(P->dcomm); /* while the device's context lives */
+  if (!P->borrowed) comm_destroy(P->dcomm); /* while the device's context lives */
   devx_free(P->x);
   devx_program_free(&P->prog);
   free(P->use_of);
   free(P->sums);
   free(P->frames);
-  free(P->ins);
   for (int i = 0; P->uses && i < P->nuses; i++) free(P->uses[i].mirror);
-  if (P->dev) P->dev->ops->close(P->dev);
+  if (P->dev && !P->borrowed) P->dev->ops->close(P->dev);
   if (P->ext) extcall_close(P->ext);
   for (int i = 0; P->feeds && P->pc && i < P->pc->m->ninputs; i++) free(P->feeds[i]);
   free(P->feeds);
@@ -600,56 +607,50 @@ static int choose_collectives(CudaProg *P, TrainCtx *ctx, const char *kind, RtEr
   return 0;
 }
 
-static void *cuda_create(TrainCtx *ctx, RtErr *e) {
+/* One chunk's program: its module (mod) and kernels (ker), files of the
+ * artifact; the stage's later chunks (first: its first) share its device,
+ * its NCCL communicators and its pipeline stream. */
+static CudaProg *chunk_create(TrainCtx *ctx, const char *mod, const char *ker, CudaProg *first, RtErr *e) {
   const Artifact *a = ctx->art;
   CudaProg *P = calloc(1, sizeof *P);
+  if (!P) return fail(e, "out of memory"), NULL;
   P->arena = arena_new();
   P->comm = ctx->comm;
   int me = ctx->comm->world_rank;
   char mpath[4096], kpath[4096], err[1024] = "";
-  /* this rank's entry: the module and the kernels */
-  json_error_t je;
-  json_t *root = json_load_file(a->manifest_path, 0, &je);
-  json_t *r0 = root ? json_array_get(json_object_get(root, "ranks"), (size_t)me) : NULL;
-  const char *mod = r0 ? json_string_value(json_object_get(r0, "module")) : NULL;
-  const char *ker = r0 ? json_string_value(json_object_get(r0, "kernels")) : NULL;
-  if (!mod || !ker) {
-    fail(e, "%s: ranks[%d] names no \"module\" and \"kernels\" (recompile the artifact with --target cuda)", a->manifest_path,
-         me);
-    json_decref(root);
-    cuda_destroy(P);
-    return NULL;
-  }
   snprintf(mpath, sizeof mpath, "%s/%s", a->dir, mod);
   snprintf(kpath, sizeof kpath, "%s/%s", a->dir, ker);
-  json_decref(root);
   P->pc = program_ir_read(P->arena, mpath, err, sizeof err);
   if (!P->pc) {
     fail(e, "%s", err);
-    cuda_destroy(P);
+    chunk_destroy(P);
     return NULL;
   }
   if (load_kernels(P, kpath, e)) {
-    cuda_destroy(P);
+    chunk_destroy(P);
     return NULL;
   }
   P->pp = (int)a->layout.pp;
   P->stage = ctx->comm->coords.pp;
-  if (P->pp > 1 && (P->pc->nchunks != P->pp || P->pc->chunk != P->stage)) {
-    fail(e, "%s: %d pipeline chunks over %d stages: the GPU runtime runs one chunk a stage so far (compile without "
-            "virtual stages, or with --target cpu)",
-         a->manifest_path, P->pc->nchunks, P->pp);
-    cuda_destroy(P);
+  P->chunk = P->pc->chunk;
+  P->nchunks = P->pc->nchunks > 0 ? P->pc->nchunks : 1;
+  if (P->pp > 1 && (P->chunk % P->pp != P->stage || P->nchunks % P->pp)) {
+    fail(e, "%s: chunk %d of %d on pipeline stage %d of %d (recompile the artifact)", mpath, P->chunk, P->nchunks, P->stage, P->pp);
+    chunk_destroy(P);
     return NULL;
   }
   /* the device, then its module */
   const char *kind = ctx->device && *ctx->device ? ctx->device : "cuda";
   int local = local_rank_of(ctx->comm);
-  P->dev = dev_open(kind, DEV_ORDINAL_OF_LOCAL_RANK(local), err, sizeof err);
+  if (first) {
+    P->dev = first->dev;
+    P->borrowed = 1;
+  } else
+    P->dev = dev_open(kind, DEV_ORDINAL_OF_LOCAL_RANK(local), err, sizeof err);
   if (!P->dev) {
     fail(e, "%s%s", err,
          strcmp(kind, "cuda") ? "" : "; without a GPU, `hpdlrun --device emulate` runs the artifact's kernels on the CPU (compile it with --emulate)");
-    cuda_destroy(P);
+    chunk_destroy(P);
     return NULL;
   }
   char base[4096];
@@ -661,7 +662,7 @@ static void *cuda_create(TrainCtx *ctx, RtErr *e) {
     snprintf(img, sizeof img, "%s.emu.so", base);
     if (P->dev->ops->load(P->dev, NULL, 0, img)) {
       fail(e, "%s (compile the artifact with --emulate for --device emulate)", dev_error(P->dev));
-      cuda_destroy(P);
+      chunk_destroy(P);
       return NULL;
     }
   } else {
@@ -678,7 +679,7 @@ static void *cuda_create(TrainCtx *ctx, RtErr *e) {
       if (!ptx || P->dev->ops->load(P->dev, ptx, n + 1, img)) {
         fail(e, "%s.cubin: %s; and %s: %s", base, why, img, ptx ? dev_error(P->dev) : "cannot read it");
         free(ptx);
-        cuda_destroy(P);
+        chunk_destroy(P);
         return NULL;
       }
       free(ptx);
@@ -691,11 +692,16 @@ static void *cuda_create(TrainCtx *ctx, RtErr *e) {
   P->x = devx_new(P->dev, &P->prog, (unsigned long long)a->seed, &flat, err, sizeof err);
   if (!P->x || externs_open(P, a, e)) {
     if (!P->x) fail(e, "%s", err);
-    cuda_destroy(P);
+    chunk_destroy(P);
     return NULL;
   }
-  if (choose_collectives(P, ctx, kind, e)) {
-    cuda_destroy(P);
+  if (first) { /* the first chunk's: one communicator a group, one stream for the transfers */
+    P->dcomm = first->dcomm;
+    P->pstream = first->pstream;
+    snprintf(P->coll, sizeof P->coll, "%s", first->coll);
+    if (P->dcomm) P->ring.mem = P->outbox.mem = (CommMem){P, msg_alloc, msg_release, msg_copy};
+  } else if (choose_collectives(P, ctx, kind, e)) {
+    chunk_destroy(P);
     return NULL;
   }
   DevxComm dc;
@@ -734,7 +740,7 @@ static void *cuda_create(TrainCtx *ctx, RtErr *e) {
       c->mirror = calloc((size_t)c->numel + 1, sizeof(float));
       if (!c->mirror) {
         fail(e, "out of memory");
-        cuda_destroy(P);
+        chunk_destroy(P);
         return NULL;
       }
       if (c->numel > largest) largest = c->numel;
@@ -744,7 +750,7 @@ static void *cuda_create(TrainCtx *ctx, RtErr *e) {
     if (!c->t || c->t->numel != c->numel) {
       fail(e, "parameter %s (layer %" PRId64 "): %s", ip->name, u->layer,
            c->t ? "its size differs from the training loop's (recompile the artifact)" : "the training loop holds no such tensor");
-      cuda_destroy(P);
+      chunk_destroy(P);
       return NULL;
     }
     if (c->numel > largest) largest = c->numel;
@@ -753,10 +759,10 @@ static void *cuda_create(TrainCtx *ctx, RtErr *e) {
   P->feeds = calloc((size_t)m->ninputs + 1, sizeof(int32_t *));
   if (!P->host || !P->feeds) {
     fail(e, "out of memory");
-    cuda_destroy(P);
+    chunk_destroy(P);
     return NULL;
   }
-  if (me == 0 || P->dev->ngpus > 0) {
+  if (!first && (me == 0 || P->dev->ngpus > 0)) {
     char share[160] = "";
     if (P->dev->ngpus > 0 && ctx->comm->node_ranks > P->dev->ngpus)
       snprintf(share, sizeof share, " (%d ranks on this node share %d GPU%s)", ctx->comm->node_ranks, P->dev->ngpus,
@@ -796,37 +802,40 @@ static int has_mirror(const ProgramUse *u, int stage) {
   return 0;
 }
 
-/* Tied parameters across stages (one chunk a stage): the owner's stage
- * sends each copy's values to the stages that read it too before the step
- * (grads = 0), and they send its gradient back after it (grads = 1), in
- * the CPU program's order - owner stage, mirror stage, then the uses in
- * order - so that sends and receives pair without a cycle of waits. */
-static int tie(CudaProg *P, int grads, RtErr *e) {
-  Comm *c = P->comm;
+/* Tied parameters across chunks: the owner's chunk sends each copy's
+ * values to the chunks that read it too before the step (grads = 0), and
+ * they send its gradient back after it (grads = 1), in the CPU program's
+ * order - owner chunk, mirror chunk, then the uses in order - so that sends
+ * and receives pair without a cycle of waits. */
+static int stage_tie(CudaStage *S, int grads, RtErr *e) {
   int tag = grads ? COMM_TAG_TIE_GRAD : COMM_TAG_TIE_PARAM;
-  for (int o = 0; o < P->pp; o++)
-    for (int d = o + 1; d < P->pp; d++) {
-      for (int i = 0; i < P->nuses && (P->stage == o || P->stage == d); i++) {
+  for (int o = 0; o < S->nchunks; o++)
+    for (int d = o + 1; d < S->nchunks; d++) {
+      CudaProg *xo = held(S, o), *xd = held(S, d), *P = xo ? xo : xd;
+      if (!P) continue;
+      Comm *c = P->comm;
+      for (int i = 0; i < P->nuses; i++) {
         CudaUse *u = &P->uses[i];
         int rc = 0;
-        if (P->stage == o && u->t && has_mirror(u->u, d)) { /* the owner */
+        if (P == xo && u->t && has_mirror(u->u, d)) { /* the owner */
+          if (xd) return fail(e, "chunks %d and %d share a parameter and both run on stage %d (recompile the artifact)", o, d, P->stage);
           if (!grads) {
             /* resident: the values are the device's */
             const float *v = u->t->data;
             if (P->resident && devx_get_param_copy(P->x, u->param, u->layer, (float *)(v = P->host))) return fail(e, "%s", devx_error(P->x));
-            rc = c->ops->send(c, COMM_PP, COMM_F32, v, u->numel, d, tag, e);
-          } else if (!(rc = c->ops->recv(c, COMM_PP, COMM_F32, P->host, u->numel, d, tag, e))) {
+            rc = c->ops->send(c, COMM_PP, COMM_F32, v, u->numel, d % P->pp, tag, e);
+          } else if (!(rc = c->ops->recv(c, COMM_PP, COMM_F32, P->host, u->numel, d % P->pp, tag, e))) {
             /* resident: added into the device's gradient, the loop's (idle) as the staging */
             if (P->resident && devx_get_grad_copy(P->x, u->param, u->layer, u->t->grad)) return fail(e, "%s", devx_error(P->x));
             for (int64_t k = 0; k < u->numel; k++) u->t->grad[k] += P->host[k];
             if (P->resident && devx_set_grad_copy(P->x, u->param, u->layer, u->t->grad)) return fail(e, "%s", devx_error(P->x));
           }
-        } else if (P->stage == d && u->mirror && u->u->owner == o) { /* a mirror */
+        } else if (P == xd && u->mirror && u->u->owner == o) { /* a mirror */
           if (!grads) {
-            rc = c->ops->recv(c, COMM_PP, COMM_F32, u->mirror, u->numel, o, tag, e);
+            rc = c->ops->recv(c, COMM_PP, COMM_F32, u->mirror, u->numel, o % P->pp, tag, e);
             if (!rc && P->resident && devx_set_param_copy(P->x, u->param, u->layer, u->mirror)) return fail(e, "%s", devx_error(P->x));
           } else if (devx_get_grad_copy(P->x, u->param, u->layer, P->host)) rc = fail(e, "%s", devx_error(P->x));
-          else rc = c->ops->send(c, COMM_PP, COMM_F32, P->host, u->numel, o, tag, e);
+          else rc = c->ops->send(c, COMM_PP, COMM_F32, P->host, u->numel, o % P->pp, tag, e);
         }
         if (rc) return -1;
       }
@@ -835,73 +844,81 @@ static int tie(CudaProg *P, int grads, RtErr *e) {
 }
 
 /* This stage's instruction list for nmicro micro-batches: what hpdlc
- * compile recorded, rebuilt for another count. */
-static int stage_schedule(CudaProg *P, int nmicro, RtErr *e) {
-  if (P->ins && P->ins_m == nmicro) return 0;
-  free(P->ins);
-  P->ins = NULL;
-  const ProgramChunk *pc = P->pc;
+ * compile recorded, rebuilt for another count; each chunk learns its last
+ * backward (the micro-batch whose gradients are final). */
+static int stage_schedule(CudaStage *S, int nmicro, RtErr *e) {
+  if (S->ins && S->ins_m == nmicro) return 0;
+  free(S->ins);
+  S->ins = NULL;
+  const ProgramChunk *pc = S->c[0]->pc;
   int n = 0;
-  P->ins = sched_stage_list(pc->schedule, P->pp, nmicro, 1, P->stage, pc->ins, pc->nins, pc->sched_m, 0, &n);
-  if (!P->ins) return fail(e, "out of memory for the pipeline's instruction list");
-  P->nins = n;
-  P->ins_m = nmicro;
-  for (int i = 0; i < n; i++)
-    if ((P->ins[i].op == SCHED_OP_FWD || P->ins[i].op == SCHED_OP_BWD) &&
-        (P->ins[i].chunk != pc->chunk || P->ins[i].mb < 0 || P->ins[i].mb >= nmicro))
+  S->ins = sched_stage_list(pc->schedule, S->pp, nmicro, S->v, S->stage, pc->ins, pc->nins, pc->sched_m, 0, &n);
+  if (!S->ins) return fail(e, "out of memory for the pipeline's instruction list");
+  S->nins = n;
+  S->ins_m = nmicro;
+  for (int c = 0; c < S->n; c++) S->c[c]->last_bwd = -1;
+  for (int i = 0; i < n; i++) {
+    const SchedInstr *in = &S->ins[i];
+    if (in->op != SCHED_OP_FWD && in->op != SCHED_OP_BWD) continue;
+    CudaProg *P = held(S, in->chunk);
+    if (!P || in->mb < 0 || in->mb >= nmicro)
       return fail(e, "stage %d: the instruction list runs chunk %d, micro-batch %d, which this rank does not hold (recompile the artifact)",
-                  P->stage, P->ins[i].chunk, P->ins[i].mb);
+                  S->stage, in->chunk, in->mb);
+    if (in->op == SCHED_OP_BWD) P->last_bwd = i;
+  }
   return 0;
 }
 
 /* The micro-batches of a pipeline stage, in its schedule's order: each
  * forward half leaves a frame its backward half takes up. */
-static int run_pipeline(CudaProg *P, TrainCtx *ctx, const DataBatch *const *micro, int nmicro, double *total, RtErr *e) {
-  if (stage_schedule(P, nmicro, e)) return -1;
-  if (!P->frames && !(P->frames = calloc((size_t)nmicro + 1, sizeof(DevxFrame *)))) return fail(e, "out of memory");
-  int rc = 0, last_bwd = -1;
-  for (int i = 0; i < P->nins; i++)
-    if (P->ins[i].op == SCHED_OP_BWD) last_bwd = i;
-  for (int i = 0; i < P->nins && !rc; i++) {
-    const SchedInstr *in = &P->ins[i];
+static int run_pipeline(CudaStage *S, TrainCtx *ctx, const DataBatch *const *micro, int nmicro, double *total, RtErr *e) {
+  if (stage_schedule(S, nmicro, e)) return -1;
+  for (int c = 0; c < S->n; c++)
+    if (!S->c[c]->frames && !(S->c[c]->frames = calloc((size_t)nmicro + 1, sizeof(DevxFrame *)))) return fail(e, "out of memory");
+  CudaProg *P0 = S->c[0];
+  int rc = 0;
+  for (int i = 0; i < S->nins && !rc; i++) {
+    const SchedInstr *in = &S->ins[i];
+    if (in->op != SCHED_OP_FWD && in->op != SCHED_OP_BWD) continue;
+    CudaProg *P = held(S, in->chunk);
     int k = in->mb;
     P->cur_mb = k;
     double pt = P->pf ? P->pf->now(P->pf->self) : 0;
     if (in->op == SCHED_OP_FWD) {
-      if (P->frames[k]) rc = fail(e, "stage %d: micro-batch %d's forward twice (a bad instruction list)", P->stage, k);
+      if (P->frames[k]) rc = fail(e, "chunk %d: micro-batch %d's forward twice (a bad instruction list)", P->chunk, k);
       else if (!(rc = set_inputs(P, micro[k], e)) && !(P->frames[k] = devx_step_forward(P->x, P->pc->step, (float)ctx->grad_scale)))
-        rc = fail(e, "stage %d, forward of micro-batch %d: %s", P->stage, k, devx_error(P->x));
-    } else if (in->op == SCHED_OP_BWD) {
+        rc = fail(e, "stage %d, chunk %d, forward of micro-batch %d: %s", P->stage, P->chunk, k, devx_error(P->x));
+    } else {
       float l = 0;
       DevxFrame *f = P->frames[k];
       P->frames[k] = NULL;
-      if (!f) rc = fail(e, "stage %d: micro-batch %d's backward before its forward (a bad instruction list)", P->stage, k);
+      if (!f) rc = fail(e, "chunk %d: micro-batch %d's backward before its forward (a bad instruction list)", P->chunk, k);
       else {
-        devx_micro_begin(P->x, i == last_bwd && !ctx->eval);
+        devx_micro_begin(P->x, i == P->last_bwd && !ctx->eval);
         if (devx_step_backward(P->x, f, &l) || devx_micro_end(P->x))
-          rc = fail(e, "stage %d, backward of micro-batch %d: %s", P->stage, k, devx_error(P->x));
+          rc = fail(e, "stage %d, chunk %d, backward of micro-batch %d: %s", P->stage, P->chunk, k, devx_error(P->x));
       }
       *total += l;
     }
-    if (P->pf && (in->op == SCHED_OP_FWD || in->op == SCHED_OP_BWD))
+    if (P->pf)
       P->pf->span(P->pf->self, in->op == SCHED_OP_FWD ? "forward" : "backward", in->op == SCHED_OP_FWD ? "forward" : "backward", pt,
                   P->pf->now(P->pf->self), k, in->chunk, -1, 0, 0);
     if (!rc) rc = comm_ring_finish(&P->ring, e);
     /* NCCL holds this instruction's sends until the next receive, so that
      * a send and its neighbour's send back are posted together; where the
-     * next instruction starts with no receive (stage 0's forwards, the
-     * last stage's backwards) they are posted now, not after it */
+     * next instruction starts with no receive (the first chunk's forwards,
+     * the last chunk's backwards) they are posted now, not after it */
     int j = i + 1; /* the next computation (the list's transfer entries happen inside the halves) */
-    while (j < P->nins && P->ins[j].op != SCHED_OP_FWD && P->ins[j].op != SCHED_OP_BWD) j++;
-    if (!rc && P->dcomm && j < P->nins) {
-      const SchedInstr *nx = &P->ins[j];
-      int receives = (nx->op == SCHED_OP_FWD && P->stage > 0) || (nx->op == SCHED_OP_BWD && P->stage < P->pp - 1);
-      if (!receives) rc = comm_wait_sends(P->dcomm, e); /* posted; the buffers kept to the step's end */
+    while (j < S->nins && S->ins[j].op != SCHED_OP_FWD && S->ins[j].op != SCHED_OP_BWD) j++;
+    if (!rc && P0->dcomm && j < S->nins) {
+      const SchedInstr *nx = &S->ins[j];
+      int receives = (nx->op == SCHED_OP_FWD && nx->chunk > 0) || (nx->op == SCHED_OP_BWD && nx->chunk < S->nchunks - 1);
+      if (!receives) rc = comm_wait_sends(P0->dcomm, e); /* posted; the buffers kept to the step's end */
     }
   }
   /* NCCL: every send posted, the launches after the pipeline's stream, then the buffers back */
-  if (!rc && P->dcomm && (comm_wait_sends(P->dcomm, e) || comm_nccl_sync_group(P->dcomm, COMM_PP, e))) rc = -1;
-  if (!rc) rc = comm_outbox_flush(&P->outbox, chunk_comm(P), e);
+  if (!rc && P0->dcomm && (comm_wait_sends(P0->dcomm, e) || comm_nccl_sync_group(P0->dcomm, COMM_PP, e))) rc = -1;
+  for (int c = 0; c < S->n && !rc; c++) rc = comm_outbox_flush(&S->c[c]->outbox, chunk_comm(S->c[c]), e);
   return rc;
 }
 
@@ -1225,6 +1242,7 @@ static int zero_convert(CudaProg *P, TrainCtx *ctx, void *dev_range, float *pool
     if (comm_all_gather(ctx->comm, COMM_DP, COMM_F32, P->zhost + P->zlen, P->zown, P->zhost, e) < 0) return -1;
     for (int i = 0; i < ctx->ntensors; i++) {
       int64_t lo, hi, run;
+      if (P->use_of[i] < 0) continue; /* another chunk's (virtual stages) */
       const CudaUse *c = &P->uses[P->use_of[i]];
       int64_t a = devx_flat_index(P->x, c->param, c->layer);
       if (!overlap_of(sh->offset[i], c->numel, sh->own_lo, sh->own_len, &lo, &hi)) continue;
@@ -1242,6 +1260,7 @@ static int zero_convert(CudaProg *P, TrainCtx *ctx, void *dev_range, float *pool
   memset(P->zhost, 0, sizeof(float) * (size_t)P->zown);
   for (int i = 0; i < ctx->ntensors && !rc; i++) {
     int64_t run;
+    if (P->use_of[i] < 0) continue; /* another chunk's (virtual stages) */
     const CudaUse *c = &P->uses[P->use_of[i]];
     int64_t a = devx_flat_index(P->x, c->param, c->layer);
     for (int64_t q = a; q < a + c->numel; q += run) {
@@ -1334,6 +1353,7 @@ static int zero_setup(CudaProg *P, TrainCtx *ctx, DevOptTensor **out, char *why,
   }
   P->nent = 0;
   for (int i = 0; i < ctx->ntensors; i++) {
+    if (P->use_of[i] < 0) continue; /* another chunk's (virtual stages) */
     const CudaUse *c = &P->uses[P->use_of[i]];
     int64_t a = devx_flat_index(P->x, c->param, c->layer), lo, hi;
     int u = unit_of(P, a);
@@ -1377,14 +1397,11 @@ static int zero_setup(CudaProg *P, TrainCtx *ctx, DevOptTensor **out, char *why,
   return 0;
 }
 
-static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, int nmicro, double *loss, int *has_loss, RtErr *e) {
-  CudaProg *P = self;
+/* A chunk's part of the step before the tied parameters' values come:
+ * ZeRO's buffers for the step (ZeRO 3: the unrepeated unit gathered). */
+static int step_open(CudaProg *P, TrainCtx *ctx, int nmicro, RtErr *e) {
   Device *d = P->dev;
-  double t0 = P->timing ? d->ops->seconds(d) : 0, t1;
   P->nmicro = nmicro;
-  /* the parameters are in (resident: as the last update left them, or a resumed checkpoint);
-   * ZeRO 3: the unrepeated ones gathered for the step (before the tied ones' values come), the
-   * layers' as they run */
   P->tctx = ctx;
   if (P->zero >= 2) { /* the step's sums start at zero; the unrepeated parameters' gradients in a buffer for the step */
     RtErr ge;
@@ -1400,19 +1417,19 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
     P->uref[0] = 1;
     if (P->cstream && d->ops->stream_wait(d, NULL, P->cstream)) return fail(e, "%s", dev_error(d));
   }
-  if (P->pp > 1 && tie(P, 0, e)) return prefix(e, "the tied parameters' values");
+  return 0;
+}
+
+/* After the tied values: the parameters in (not resident), the bf16
+ * copies, the gradients zeroed, the step's counters reset. */
+static int step_begin(CudaProg *P, TrainCtx *ctx, RtErr *e) {
   for (int i = 0; i < P->nuses && !P->resident; i++) {
     const CudaUse *c = &P->uses[i];
     if (devx_set_param_copy(P->x, c->param, c->layer, c->t ? c->t->data : c->mirror)) return fail(e, "%s", devx_error(P->x));
   }
   if (devx_refresh16(P->x) || devx_zero_grads(P->x)) return fail(e, "%s", devx_error(P->x));
   devx_set_evaluating(P->x, ctx->eval);
-  if (P->timing) {
-    t1 = d->ops->seconds(d);
-    P->t_params += t1 - t0;
-    t0 = t1;
-  }
-  double total = 0, aux = 0;
+  double aux = 0;
   devx_take_aux(P->x, &aux); /* nothing from before this step */
   if (P->reduced) memset(P->reduced, 0, (size_t)P->nuses);
   if (P->zero) {
@@ -1421,35 +1438,12 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
   }
   P->nbucket = 0;
   P->bucket_bytes = 0;
-  if (P->pp > 1) {
-    if (run_pipeline(P, ctx, micro, nmicro, &total, e)) return -1;
-    if (P->timing) {
-      t1 = d->ops->seconds(d);
-      P->t_micro += t1 - t0;
-      t0 = t1;
-    }
-  }
-  for (int j = 0; j < nmicro && P->pp == 1; j++) {
-    if (set_inputs(P, micro[j], e)) return -1;
-    float l = 0;
-    if (P->timing) {
-      t1 = d->ops->seconds(d);
-      P->t_inputs += t1 - t0;
-      t0 = t1;
-    }
-    double pt = P->pf ? P->pf->now(P->pf->self) : 0;
-    P->cur_mb = j;
-    devx_micro_begin(P->x, j == nmicro - 1 && !ctx->eval);
-    if (devx_step(P->x, P->pc->step, (float)ctx->grad_scale, &l) || devx_micro_end(P->x)) return fail(e, "%s", devx_error(P->x));
-    if (P->pf) P->pf->span(P->pf->self, "forward+backward", "step", pt, P->pf->now(P->pf->self), j, P->pc->chunk, -1, 0, 0);
-    if (P->timing) {
-      t1 = d->ops->seconds(d);
-      P->t_micro += t1 - t0;
-      t0 = t1;
-    }
-    if (comm_ring_finish(&P->ring, e)) return -1;
-    total += l;
-  }
+  return 0;
+}
+
+/* After the micro-batches, before the tied gradients go: the gradients
+ * out (not resident), the running statistics. */
+static int step_end(CudaProg *P, TrainCtx *ctx, RtErr *e) {
   for (int i = 0; i < P->nuses && !P->resident; i++) {
     const CudaUse *c = &P->uses[i];
     if (!c->t) continue; /* a mirror's gradient goes to its owner (tie) */
@@ -1468,12 +1462,16 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
     if (comm_broadcast(ctx->comm, COMM_DP, COMM_F32, c->t->data, c->numel, 0, e) < 0) return -1;
     if (devx_set_param_copy(P->x, c->param, c->layer, c->t->data)) return fail(e, "%s", devx_error(P->x));
   }
-  if (P->pp > 1 && tie(P, 1, e)) return prefix(e, "the tied parameters' gradients");
-  /* resident on dp > 1 members: the gradients' sum over dp (an expert
-   * shard's over the ranks holding its experts, edp): by NCCL on the
-   * device, overlapped with the backward (what is left of it here) or all
-   * after it; without NCCL through the loop's gradient pool (the tensors'
-   * grad, idle in this mode) in host memory */
+  return 0;
+}
+
+/* After the tied gradients came: resident on dp > 1 members, the
+ * gradients' sum over dp (an expert shard's over the ranks holding its
+ * experts, edp): by NCCL on the device, overlapped with the backward (what
+ * is left of it here) or all after it; without NCCL through the loop's
+ * gradient pool (the tensors' grad, idle in this mode) in host memory. */
+static int step_close(CudaProg *P, TrainCtx *ctx, RtErr *e) {
+  Device *d = P->dev;
   if (P->zero) {
     if (!ctx->eval && zero_reduce(P, ctx, e)) return -1;
     /* ZeRO 3: the units back (a gather still running first; the launches reading them run before any reuse: one stream) */
@@ -1495,14 +1493,75 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
       if (devx_set_grad_copy(P->x, c->param, c->layer, c->t->grad)) return fail(e, "%s", devx_error(P->x));
     }
   }
+  return 0;
+}
+
+static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, int nmicro, double *loss, int *has_loss, RtErr *e) {
+  CudaStage *S = self;
+  CudaProg *P = S->c[0];
+  Device *d = P->dev;
+  double t0 = P->timing ? d->ops->seconds(d) : 0, t1;
+  /* the parameters are in (resident: as the last update left them, or a resumed checkpoint);
+   * ZeRO 3: the unrepeated ones gathered for the step (before the tied ones' values come), the
+   * layers' as they run */
+  for (int c = 0; c < S->n; c++)
+    if (step_open(S->c[c], ctx, nmicro, e)) return -1;
+  if (S->pp > 1 && stage_tie(S, 0, e)) return prefix(e, "the tied parameters' values");
+  for (int c = 0; c < S->n; c++)
+    if (step_begin(S->c[c], ctx, e)) return -1;
+  if (P->timing) {
+    t1 = d->ops->seconds(d);
+    P->t_params += t1 - t0;
+    t0 = t1;
+  }
+  double total = 0;
+  if (S->pp > 1) {
+    if (run_pipeline(S, ctx, micro, nmicro, &total, e)) return -1;
+    if (P->timing) {
+      t1 = d->ops->seconds(d);
+      P->t_micro += t1 - t0;
+      t0 = t1;
+    }
+  }
+  for (int j = 0; j < nmicro && S->pp == 1; j++) {
+    if (set_inputs(P, micro[j], e)) return -1;
+    float l = 0;
+    if (P->timing) {
+      t1 = d->ops->seconds(d);
+      P->t_inputs += t1 - t0;
+      t0 = t1;
+    }
+    double pt = P->pf ? P->pf->now(P->pf->self) : 0;
+    P->cur_mb = j;
+    devx_micro_begin(P->x, j == nmicro - 1 && !ctx->eval);
+    if (devx_step(P->x, P->pc->step, (float)ctx->grad_scale, &l) || devx_micro_end(P->x)) return fail(e, "%s", devx_error(P->x));
+    if (P->pf) P->pf->span(P->pf->self, "forward+backward", "step", pt, P->pf->now(P->pf->self), j, P->pc->chunk, -1, 0, 0);
+    if (P->timing) {
+      t1 = d->ops->seconds(d);
+      P->t_micro += t1 - t0;
+      t0 = t1;
+    }
+    if (comm_ring_finish(&P->ring, e)) return -1;
+    total += l;
+  }
+  for (int c = 0; c < S->n; c++)
+    if (step_end(S->c[c], ctx, e)) return -1;
+  if (S->pp > 1 && stage_tie(S, 1, e)) return prefix(e, "the tied parameters' gradients");
+  for (int c = 0; c < S->n; c++)
+    if (step_close(S->c[c], ctx, e)) return -1;
   if (P->timing) {
     P->t_grads += d->ops->seconds(d) - t0;
     P->steps++;
   }
-  *has_loss = P->pp == 1 || P->stage == P->pp - 1;
+  *has_loss = S->pp == 1 || S->stage == S->pp - 1;
   *loss = total / (double)nmicro;
   /* the auxiliary losses the step's forwards ran (as the CPU program's) */
-  ctx->has_aux = devx_take_aux(P->x, &aux);
+  double aux = 0;
+  ctx->has_aux = 0;
+  for (int c = 0; c < S->n; c++) {
+    double a = 0;
+    if (devx_take_aux(S->c[c]->x, &a)) ctx->has_aux = 1, aux += a;
+  }
   ctx->aux_loss = ctx->has_aux ? aux / (double)nmicro : 0;
   return 0;
 }
@@ -1512,10 +1571,11 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
 /* Every loop tensor must be read by exactly one use of the chunk (a tensor
  * no use reads would never be updated), and HPDL_HOST_OPTIMIZER=1 keeps
  * the update on the host (for comparison). */
-static int cuda_resident(void *self, TrainCtx *ctx) {
-  CudaProg *P = self;
-  const char *host = getenv("HPDL_HOST_OPTIMIZER");
-  if (host && !strcmp(host, "1")) return 0;
+/* one_of: the stage runs several chunks (virtual stages), each holding
+ * some of the loop's tensors: the chunk's optimizer takes those (entries
+ * ent_tensor[0..nent)) and says nothing; else every tensor must be the
+ * chunk's. */
+static int chunk_resident(CudaProg *P, TrainCtx *ctx, int one_of) {
   P->use_of = calloc((size_t)ctx->ntensors + 1, sizeof(int));
   P->sums = calloc((size_t)ctx->ntensors + 1, sizeof(double));
   DevOptTensor *t = calloc((size_t)ctx->ntensors + 1, sizeof *t);
@@ -1531,19 +1591,23 @@ static int cuda_resident(void *self, TrainCtx *ctx) {
     if (P->use_of[i] >= 0) ok = 0; /* two uses of one tensor */
     P->use_of[i] = u;
   }
+  int nt = 0;
+  if (one_of && ok && !ctx->shards && !(P->ent_tensor = calloc((size_t)ctx->ntensors + 1, sizeof(int)))) ok = 0;
   for (int i = 0; i < ctx->ntensors && ok; i++) {
     int u = P->use_of[i];
     if (u < 0) {
+      if (one_of) continue; /* another chunk's */
       ok = 0;
       break;
     }
     const CudaUse *c = &P->uses[u];
-    t[i] = (DevOptTensor){devx_param_ptr(P->x, c->param, c->layer), devx_grad_ptr(P->x, c->param, c->layer), c->numel,
-                          ctx->tensors[i].param->weight_decay, NULL, NULL};
+    if (P->ent_tensor) P->ent_tensor[nt] = i;
+    t[nt++] = (DevOptTensor){devx_param_ptr(P->x, c->param, c->layer), devx_grad_ptr(P->x, c->param, c->layer), c->numel,
+                             ctx->tensors[i].param->weight_decay, NULL, NULL};
   }
+  if (P->ent_tensor) P->nent = nt;
   const OptimConfig *oc = &ctx->art->optim;
   char err[1200] = "";
-  int nt = ctx->ntensors;
   if (ok && ctx->shards) { /* ZeRO: the entries are the owned slices */
     free(t);
     t = NULL;
@@ -1560,6 +1624,14 @@ static int cuda_resident(void *self, TrainCtx *ctx) {
   if (!P->opt) P->zero = 0;
   if (err[0] && !P->opt && ctx->comm->world_rank == 0) fprintf(stderr, "hpdlrun: the optimizer stays on the host: %s\n", err);
   P->resident = P->opt != NULL;
+  if (one_of) {
+    if (P->resident && !P->zero && overlap_setup(P, ctx)) {
+      if (P->cstream) P->dev->ops->stream_destroy(P->dev, P->cstream);
+      P->cstream = NULL;
+      devx_set_grad_ready(P->x, NULL, NULL);
+    }
+    return P->resident;
+  }
   if (P->resident && !P->zero && overlap_setup(P, ctx)) {
     /* a stream or host memory it could not have: the sums after the step */
     fprintf(stderr, "hpdlrun: no overlap of the data-parallel sum: %s\n", dev_error(P->dev)[0] ? dev_error(P->dev) : "out of memory");
@@ -1604,39 +1676,207 @@ static int cuda_resident(void *self, TrainCtx *ctx) {
   return P->resident;
 }
 
+/* The stage's: one chunk keeps the loop's tensors, its optimizer and its
+ * ZeRO; several (virtual stages) each keep the tensors they hold, with an
+ * optimizer each, and ZeRO stays with the loop (on the host), saying so. */
+static int cuda_resident(void *self, TrainCtx *ctx) {
+  CudaStage *S = self;
+  const char *host = getenv("HPDL_HOST_OPTIMIZER");
+  if (host && !strcmp(host, "1")) return 0;
+  if (S->n == 1) return S->resident = chunk_resident(S->c[0], ctx, 0);
+  const char *no = NULL;
+  if (!(S->chunk_of = calloc((size_t)ctx->ntensors + 1, sizeof(int)))) no = "out of memory";
+  for (int i = 0; i < ctx->ntensors && !no; i++) S->chunk_of[i] = -1;
+  for (int c = 0; c < S->n && !no; c++) {
+    if (!chunk_resident(S->c[c], ctx, 1)) no = "a chunk's optimizer could not be made";
+    for (int i = 0; i < ctx->ntensors && !no; i++) {
+      if (S->c[c]->use_of[i] < 0) continue;
+      if (S->chunk_of[i] >= 0) no = "two chunks hold one tensor";
+      S->chunk_of[i] = c;
+    }
+  }
+  for (int i = 0; i < ctx->ntensors && !no; i++)
+    if (S->chunk_of[i] < 0) no = "a tensor no chunk of the stage reads";
+  if (no) {
+    if (ctx->comm->world_rank == 0) fprintf(stderr, "hpdlrun: the optimizer stays on the host: %s\n", no);
+    for (int c = 0; c < S->n; c++) S->c[c]->resident = 0;
+    return S->resident = 0;
+  }
+  const OptimConfig *oc = &ctx->art->optim;
+  int moments = oc->kind == OPTIM_ADAMW ? 2 : oc->momentum != 0 ? 1 : 0, zero = S->c[0]->zero;
+  double mb = 0;
+  for (int c = 0; c < S->n; c++) {
+    const CudaProg *P = S->c[c];
+    mb += zero >= 3   ? (double)P->zown * (3 + moments) * 4.0 / 1e6
+          : zero == 2 ? ((double)P->zlen + (double)P->zown * (2 + moments)) * 4.0 / 1e6
+          : zero == 1 ? ((double)P->zlen * 2 + (double)P->zown * moments) * 4.0 / 1e6
+                      : 0;
+  }
+  if (!zero)
+    for (int i = 0; i < ctx->ntensors; i++) mb += (double)ctx->tensors[i].numel * 4.0 * (2 + moments) / 1e6;
+  char how[200] = "";
+  if (zero)
+    snprintf(how, sizeof how, ", ZeRO-%d over dp %d (each chunk's units sharded as one chunk's are)", zero, ctx->comm->size[COMM_DP]);
+  if (ctx->comm->world_rank == 0)
+    fprintf(stderr, "hpdlrun: parameters, gradients and the %s state stay on the device (%.1f MB a rank), an optimizer for each "
+                    "of the stage's %d chunks%s%s\n",
+            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", mb, S->n, how,
+            ctx->comm->size[COMM_DP] <= 1 ? ""
+            : zero                        ? (S->c[0]->dcomm ? "; by NCCL on the device" : "; through host memory")
+            : S->c[0]->cstream            ? "; the gradients' sum over dp by NCCL on a stream of its own, bucket by bucket as the backward finishes them"
+            : S->c[0]->dcomm              ? "; the gradients' sum over dp by NCCL on the device"
+                                          : "; the gradients' sum over dp goes through host memory");
+  return S->resident = 1;
+}
+
 static int cuda_grad_sumsq(void *self, TrainCtx *ctx, const unsigned char *count, double *sumsq, RtErr *e) {
-  CudaProg *P = self;
-  if (devopt_sumsq(P->opt, P->sums)) return fail(e, "%s", devopt_error(P->opt));
+  CudaStage *S = self;
   double s = 0;
-  for (int i = 0; i < (P->zero ? P->nent : ctx->ntensors); i++)
-    if (count[P->zero ? P->ent_tensor[i] : i]) s += P->sums[i];
+  for (int c = 0; c < S->n; c++) {
+    CudaProg *P = S->c[c];
+    if (devopt_sumsq(P->opt, P->sums)) return fail(e, "%s", devopt_error(P->opt));
+    int entries = P->zero || S->n > 1;
+    for (int i = 0; i < (entries ? P->nent : ctx->ntensors); i++)
+      if (count[entries ? P->ent_tensor[i] : i]) s += P->sums[i];
+  }
   *sumsq = s;
   return 0;
 }
 
 static int cuda_update(void *self, TrainCtx *ctx, const OptimConfig *o, int64_t t, double lr, double clip_scale, RtErr *e) {
-  CudaProg *P = self;
-  int rc = o->kind == OPTIM_ADAMW ? devopt_adamw(P->opt, lr, o->beta1, o->beta2, o->eps, o->weight_decay, t, clip_scale)
-                                  : devopt_sgd(P->opt, lr, o->momentum, o->weight_decay, t, clip_scale);
-  if (rc) return fail(e, "%s", devopt_error(P->opt));
-  return P->zero && P->zero < 3 ? zero_gather(P, ctx, e) : 0; /* ZeRO 3 gathers as the next step runs */
+  CudaStage *S = self;
+  for (int c = 0; c < S->n; c++) {
+    CudaProg *P = S->c[c];
+    int rc = o->kind == OPTIM_ADAMW ? devopt_adamw(P->opt, lr, o->beta1, o->beta2, o->eps, o->weight_decay, t, clip_scale)
+                                    : devopt_sgd(P->opt, lr, o->momentum, o->weight_decay, t, clip_scale);
+    if (rc) return fail(e, "%s", devopt_error(P->opt));
+    if (P->zero && P->zero < 3 && zero_gather(P, ctx, e)) return -1; /* ZeRO 3 gathers as the next step runs */
+  }
+  return 0;
 }
 
 /* The parameters and the moments between the loop's pools and the device. */
 static int cuda_state(void *self, TrainCtx *ctx, int to_host, RtErr *e) {
-  CudaProg *P = self;
-  for (int i = 0; i < ctx->ntensors && P->zero < 3; i++) { /* ZeRO 3: the slices (zero_state) */
+  CudaStage *S = self;
+  for (int i = 0; i < ctx->ntensors && S->c[0]->zero < 3; i++) { /* ZeRO 3: the slices (zero_state) */
+    CudaProg *P = S->c[S->n > 1 ? S->chunk_of[i] : 0];
     TrainTensor *x = &ctx->tensors[i];
     const CudaUse *c = &P->uses[P->use_of[i]];
     int rc = to_host ? devx_get_param_copy(P->x, c->param, c->layer, x->data)
                      : devx_set_param_copy(P->x, c->param, c->layer, x->data);
     if (rc) return fail(e, "%s", devx_error(P->x));
+    int entry = i;
+    if (S->n > 1) /* the chunk's optimizer entry of tensor i */
+      for (entry = 0; entry < P->nent && P->ent_tensor[entry] != i; entry++) {
+      }
     for (int which = 0; which < 2 && !P->zero; which++) {
       float *h = which ? x->v : x->m;
-      if (h && devopt_moment(P->opt, i, which, h, !to_host)) return fail(e, "%s", devopt_error(P->opt));
+      if (h && devopt_moment(P->opt, entry, which, h, !to_host)) return fail(e, "%s", devopt_error(P->opt));
     }
   }
-  return P->zero ? zero_state(P, ctx, to_host, e) : 0;
+  for (int c = 0; c < S->n && S->c[c]->zero; c++)
+    if (zero_state(S->c[c], ctx, to_host, e)) return -1;
+  return 0;
+}
+
+static void cuda_destroy(void *self) {
+  CudaStage *S = self;
+  if (!S) return;
+  CudaProg *P = S->n > 0 ? S->c[0] : NULL;
+  if (P && P->timing && P->steps > 0 && P->comm && P->comm->world_rank == 0)
+    fprintf(stderr,
+            "hpdlrun: device step phases (HPDL_PROFILE, mean of %ld steps): parameters in %.1f ms, inputs %.1f ms, "
+            "micro-batches %.1f ms, gradients out %.1f ms\n",
+            P->steps, 1e3 * P->t_params / (double)P->steps, 1e3 * P->t_inputs / (double)P->steps, 1e3 * P->t_micro / (double)P->steps,
+            1e3 * P->t_grads / (double)P->steps);
+  if (P && P->timing && P->x && P->comm && P->comm->world_rank == 0) {
+    size_t peak = 0;
+    for (int c = 0; c < S->n; c++) {
+      size_t now = 0, pk = 0;
+      devx_memory(S->c[c]->x, &now, &pk);
+      peak += pk;
+    }
+    double ranges = 0;
+    long early = 0, all = 0;
+    for (int c = 0; c < S->n; c++) {
+      const CudaProg *Q = S->c[c];
+      ranges += (double)Q->zown * 4.0 * ((Q->zm != NULL) + (Q->zv != NULL) + (Q->zp != NULL) + (Q->zg != NULL));
+      early += Q->uearly;
+      all += Q->uall;
+    }
+    fprintf(stderr, "hpdlrun: device memory (HPDL_PROFILE, rank 0): the executor's peak %.3f MB (parameters, gradients, "
+                    "activations%s), the optimizer's ZeRO ranges %.3f MB\n", (double)peak / 1e6,
+            S->n > 1 ? ", the sum of the stage's chunks'" : "", ranges / 1e6);
+    if (P->zero)
+      fprintf(stderr, "hpdlrun: ZeRO (HPDL_PROFILE, rank 0): %ld of %ld unit reduce-scatters started as the backward finished "
+                      "their gradients\n", early, all);
+  }
+  for (int c = S->n - 1; c >= 0; c--) chunk_destroy(S->c[c]); /* the first last: it owns the device */
+  free(S->ins);
+  free(S->chunk_of);
+  free(S);
+}
+
+/* This rank's entry of the manifest: its chunk's module and kernels, or
+ * with virtual stages `chunks` (one {chunk, module, kernels} per chunk the
+ * stage runs). */
+static void *cuda_create(TrainCtx *ctx, RtErr *e) {
+  const Artifact *a = ctx->art;
+  int me = ctx->comm->world_rank;
+  json_error_t je;
+  json_t *root = json_load_file(a->manifest_path, 0, &je);
+  json_t *r0 = root ? json_array_get(json_object_get(root, "ranks"), (size_t)me) : NULL;
+  const char *mod = r0 ? json_string_value(json_object_get(r0, "module")) : NULL;
+  const char *ker = r0 ? json_string_value(json_object_get(r0, "kernels")) : NULL;
+  json_t *chunks = r0 ? json_object_get(r0, "chunks") : NULL;
+  if (!mod || !ker) {
+    fail(e, "%s: ranks[%d] names no \"module\" and \"kernels\" (recompile the artifact with --target cuda)", a->manifest_path, me);
+    json_decref(root);
+    return NULL;
+  }
+  if (chunks && (!json_is_array(chunks) || json_array_size(chunks) < 1 || json_array_size(chunks) > MAX_STAGE_CHUNKS)) {
+    fail(e, "%s: ranks[%d].chunks: a list of 1 to %d chunk files", a->manifest_path, me, MAX_STAGE_CHUNKS);
+    json_decref(root);
+    return NULL;
+  }
+  CudaStage *S = calloc(1, sizeof *S);
+  if (!S) {
+    fail(e, "out of memory");
+    json_decref(root);
+    return NULL;
+  }
+  int n = chunks ? (int)json_array_size(chunks) : 1;
+  for (int i = 0; i < n; i++) {
+    json_t *jc = chunks ? json_array_get(chunks, (size_t)i) : NULL;
+    const char *cm = jc ? json_string_value(json_object_get(jc, "module")) : mod;
+    const char *ck = jc ? json_string_value(json_object_get(jc, "kernels")) : ker;
+    if (!cm || !ck) {
+      fail(e, "%s: ranks[%d].chunks[%d] names no \"module\" and \"kernels\" (recompile the artifact with --target cuda)",
+           a->manifest_path, me, i);
+      break;
+    }
+    if (!(S->c[i] = chunk_create(ctx, cm, ck, i ? S->c[0] : NULL, e))) break;
+    S->n++;
+  }
+  json_decref(root);
+  if (S->n < n) {
+    cuda_destroy(S);
+    return NULL;
+  }
+  CudaProg *P = S->c[0];
+  S->pp = P->pp;
+  S->stage = P->stage;
+  S->nchunks = P->nchunks;
+  S->v = P->pp > 1 ? P->nchunks / P->pp : 1;
+  int bad = 0;
+  for (int i = 1; i < S->n; i++) bad |= S->c[i]->nchunks != S->nchunks || S->c[i]->chunk <= S->c[i - 1]->chunk;
+  if (bad || (S->pp > 1 && S->n != S->v) || (S->pp <= 1 && S->n != 1)) {
+    fail(e, "%s: ranks[%d] holds %d chunk%s of %d over %d pipeline stages (recompile the artifact)", a->manifest_path, me, S->n,
+         S->n == 1 ? "" : "s", S->nchunks, S->pp);
+    cuda_destroy(S);
+    return NULL;
+  }
+  return S;
 }
 
 static const TrainProgram cuda_program_table = {TRAIN_PROGRAM_ABI, "hpdl-cuda", 0, cuda_create, cuda_step, cuda_destroy,

@@ -223,7 +223,16 @@ if(Python3_Interpreter_FOUND)
   #                      shard's log-sum-exp over its columns before the
   #                      padding); recompute_layers, pp2_recompute_layers:
   #                      full recomputation of a chunk's first layer only
-  #                      (B.fwd and B.keep.fwd, autodiff.h);
+  #                      (B.fwd and B.keep.fwd, autodiff.h); pp2_v2,
+  #                      pp2_v2_bf16: virtual stages (4 layers, 4 chunks,
+  #                      the interleaved schedule; a program for each of a
+  #                      stage's 2 chunks, the tied embedding between chunks
+  #                      0 and 3), pp2_v2_resume stopped at step 10 and
+  #                      resumed at one chunk a stage, pp2_v2_zero1 and
+  #                      pp2_v2_zero3 at dp 2 (each chunk's units sharded
+  #                      over dp, the start-up line checked),
+  #                      pp2_v2_zero3_resume resumed at ZeRO 1 and one
+  #                      chunk a stage;
   #                      bf16, dp2_tp2_bf16, fp16: 16-bit storage on both
   #                      targets, compiler/ir/precision.h: step 1 within 1e-5,
   #                      the rest within 1e-3, fp16's skipped steps alike);
@@ -243,7 +252,13 @@ if(Python3_Interpreter_FOUND)
       "tp2_vocab_pad|--tp 2 -D V=201" "bf16|--precision bf16" "dp2_tp2_bf16|--dp 2 --tp 2 --precision bf16"
       "fp16|--precision fp16" "fused_ce|--fused-ce on -D V=201" "tp2_fused_ce|--tp 2 --fused-ce on -D V=201"
       "bf16_fused_ce|--precision bf16 --fused-ce on" "recompute_layers|--recompute full --recompute-layers 1"
-      "pp2_recompute_layers|-D L=4 --pp 2 --recompute full --recompute-layers 1")
+      "pp2_recompute_layers|-D L=4 --pp 2 --recompute full --recompute-layers 1"
+      "pp2_v2|-D L=4 --pp 2 --virtual-stages 2 --schedule interleaved"
+      "pp2_v2_resume|-D L=4 --pp 2 --virtual-stages 2 --schedule interleaved"
+      "pp2_v2_bf16|-D L=4 --pp 2 --virtual-stages 2 --schedule interleaved --precision bf16"
+      "pp2_v2_zero1|-D L=4 --dp 2 --pp 2 --virtual-stages 2 --schedule interleaved --zero 1 --micro-batch 1"
+      "pp2_v2_zero3|-D L=4 --dp 2 --pp 2 --virtual-stages 2 --schedule interleaved --zero 3 --micro-batch 1"
+      "pp2_v2_zero3_resume|-D L=4 --dp 2 --pp 2 --virtual-stages 2 --schedule interleaved --zero 3 --micro-batch 1")
   foreach(dev emulate cuda)
     foreach(entry ${HPDL_DEVICE_LAYOUTS})
       hpdl_name_flags("${entry}" name layout)
@@ -262,12 +277,22 @@ if(Python3_Interpreter_FOUND)
         set(resume --resume-args "${small} --dp 2 --zero 2")
       elseif(name STREQUAL "zero3_resume")
         set(resume --resume-args "${small} --dp 2 --zero 1")
+      elseif(name STREQUAL "pp2_v2_resume") # virtual stages to one chunk a stage
+        set(resume --resume-args "${small} -D L=4 --pp 2")
+      elseif(name STREQUAL "pp2_v2_zero3_resume") # and ZeRO 3's slices to ZeRO 1's
+        set(resume --resume-args "${small} -D L=4 --dp 2 --pp 2 --zero 1 --micro-batch 1")
       endif()
       # ZeRO keeps the optimizer on the device (its start-up line says so)
       if(name MATCHES "^zero[12]$|^zero_resume$|^zero3_resume$|^zero2_bf16$|^zero2_pp2$") # (both halves of a resume)
         list(APPEND resume --expect "), ZeRO-")
       elseif(name MATCHES "^zero3$|^zero3_recompute$|^zero3_bf16$|^zero3_pp2$")
         list(APPEND resume --expect "), ZeRO-3: a rank keeps 1/2 of the parameters")
+      elseif(name MATCHES "^pp2_v2$|^pp2_v2_bf16$")
+        # a stage's two chunks: a program each, the optimizer on the device
+        list(APPEND resume --expect "an optimizer for each of the stage's 2 chunks")
+      elseif(name MATCHES "^pp2_v2_zero[13]$")
+        string(REGEX REPLACE "^pp2_v2_zero" "" stage_zero "${name}")
+        list(APPEND resume --expect "an optimizer for each of the stage's 2 chunks, ZeRO-${stage_zero} over dp 2")
       endif()
       add_test(NAME cuda.layout.${dev}.${name}
                COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
@@ -395,6 +420,8 @@ if(Python3_Interpreter_FOUND)
                   "zero2_tp2|gpt2-tiny|--dp 2 --tp 2 --zero 2" "zero3|gpt2-tiny|--dp 2 --zero 3" "zero3_tp2|gpt2-tiny|--dp 2 --tp 2 --zero 3"
                   "zero1_overlap0|gpt2-tiny|--dp 2 --zero 1" "zero1_pp2|gpt2-tiny|--dp 2 --pp 2 --zero 1 --micro-batch 1"
                   "zero3_pp2|gpt2-tiny|--dp 2 --pp 2 --zero 3 --micro-batch 1"
+                  "dp2_pp2_v2|gpt2-tiny|-D L=4 --dp 2 --pp 2 --virtual-stages 2 --schedule interleaved --micro-batch 1"
+                  "zero3_pp2_v2|gpt2-tiny|-D L=4 --dp 2 --pp 2 --virtual-stages 2 --schedule interleaved --zero 3 --micro-batch 1"
                   "moe_dp2_tp2_ep2|moe-tiny|--dp 2 --tp 2 --ep 2")
       string(REPLACE "|" ";" parts "${entry}")
       list(GET parts 0 name)
@@ -412,6 +439,10 @@ if(Python3_Interpreter_FOUND)
       set(more)
       if(name MATCHES "overlap0")
         set(more --expect "0 of 60 unit reduce-scatters started")
+      elseif(name MATCHES "^zero3_pp2_v2")
+        # a stage's 2 chunks, 2 units each: each chunk's layer as each of 2
+        # micro-batches ends (4 a step), the unrepeated units after the step
+        set(more --expect "80 of 120 unit reduce-scatters started")
       elseif(name MATCHES "^zero1_pp2")
         # a stage's 2 units: its layer's early from step 1 (2 micro-batches: the
         # first learns), the one holding the tied embedding after the step

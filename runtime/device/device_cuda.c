@@ -142,6 +142,7 @@ enum { WORKSPACE_BYTES = 32 << 20, MAX_MODULES = 16 };
 struct DevKernel {
   CUfunction fn;
   char name[200];
+  int mod; /* the module it was found in */
   DevKernel *next;
 };
 
@@ -259,16 +260,19 @@ static int cu_load(Device *dd, const void *image, size_t bytes, const char *path
   return 0;
 }
 
+/* A name is looked up in the latest module first (as the emulated
+ * device's: a stage's chunks load modules whose kernels share names). */
 static DevKernel *cu_kernel(Device *dd, const char *name) {
   CudaDev *d = cuda_of(dd);
-  for (DevKernel *k = d->kernels; k; k = k->next)
-    if (!strcmp(k->name, name)) return k;
   for (int i = d->nmodules - 1; i >= 0; i--) {
+    for (DevKernel *k = d->kernels; k; k = k->next)
+      if (k->mod == i && !strcmp(k->name, name)) return k;
     CUfunction f;
     if (d->cu.cuModuleGetFunction(&f, d->modules[i], name)) continue;
     DevKernel *k = calloc(1, sizeof *k);
     if (!k) return NULL;
     k->fn = f;
+    k->mod = i;
     snprintf(k->name, sizeof k->name, "%s", name);
     k->next = d->kernels;
     d->kernels = k;

@@ -20,6 +20,7 @@ typedef int (*EmuLaunch)(const DevKctx *ctx, unsigned grid, unsigned block, void
 struct DevKernel {
   EmuLaunch fn;
   char name[200];
+  int mod; /* the module it was found in */
   DevKernel *next;
 };
 
@@ -89,18 +90,22 @@ static int emu_load(Device *dd, const void *image, size_t bytes, const char *pat
   return 0;
 }
 
+/* A name is looked up in the latest module first: the chunks of a
+ * pipeline stage (virtual stages) each load a module whose kernels share
+ * names, and a chunk resolves its kernels right after loading its own. */
 static DevKernel *emu_kernel(Device *dd, const char *name) {
   EmuDev *d = emu_of(dd);
-  for (DevKernel *k = d->kernels; k; k = k->next)
-    if (!strcmp(k->name, name)) return k;
   char sym[256];
   snprintf(sym, sizeof sym, "hpd_emul_%s", name);
   for (int i = d->nso - 1; i >= 0; i--) {
+    for (DevKernel *k = d->kernels; k; k = k->next)
+      if (k->mod == i && !strcmp(k->name, name)) return k;
     void *f = dlsym(d->so[i], sym);
     if (!f) continue;
     DevKernel *k = calloc(1, sizeof *k);
     if (!k) return NULL;
     k->fn = (EmuLaunch)(uintptr_t)f;
+    k->mod = i;
     snprintf(k->name, sizeof k->name, "%s", name);
     k->next = d->kernels;
     d->kernels = k;
