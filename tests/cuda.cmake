@@ -458,9 +458,10 @@ if(Python3_Interpreter_FOUND)
                        --sample ${CMAKE_SOURCE_DIR}/samples/${sample}.hpd --device emulate --steps 20
                        --first-tol 1e-6 --tol 1e-5 --args "${sizes} ${layout}" --expect "collectives: NCCL 9.99.99" ${more})
       # the sanitizer step runs tp2_cp2_sp (the chunk copies, the ring's groups, the reduce-scatter)
-      # and zero3_tp2 (ZeRO-3's units, gathers and checkpoint conversions)
+      # and zero3_tp2 (ZeRO-3's units, gathers and checkpoint conversions),
+      # zero3_pp2_v2 (a stage's programs sharing its device and NCCL)
       set(labels cuda)
-      if(NOT name MATCHES "^tp2_cp2_sp$|^zero3_tp2$")
+      if(NOT name MATCHES "^tp2_cp2_sp$|^zero3_tp2$|^zero3_pp2_v2$")
         list(APPEND labels cuda_layouts)
       endif()
       set(env ${nccl_env})
