@@ -124,6 +124,7 @@ typedef struct {
   int nretired;
   TrainCtx *tctx;        /* the running step's (the layer hook's collectives) */
   int *ent_tensor; /* per optimizer entry (an owned slice of a tensor): the loop's tensor */
+  unsigned char *ent_whole; /* ZeRO: per entry, a whole expert tensor (kept apart, not sharded) */
   int nent;
   float *zhost;    /* host staging: zlen + zown values (host collectives, checkpoints) */
 } CudaProg;
@@ -494,6 +495,7 @@ static void chunk_destroy(CudaProg *P) {
   free(P->ulate);
   free(P->ureduced);
   free(P->ent_tensor);
+  free(P->ent_whole);
   free(P->zhost);
   for (int i = 0; P->frames && i < P->nmicro; i++) devx_frame_drop(P->x, P->frames[i]); /* their buffers are the pool's */
   comm_ring_clear(&P->ring); /* the messages' buffers too, with NCCL */
@@ -688,7 +690,8 @@ static CudaProg *chunk_create(TrainCtx *ctx, const char *mod, const char *ker, C
   /* the blocks' units padded to 16 x dp values: ZeRO's even split, by layer
    * (zero_setup: ZeRO 3 gathers them one by one, and each is reduced as
    * soon as the backward is done with it) */
-  DevxFlat flat = {16 * (int64_t)ctx->comm->size[COMM_DP], a->zero >= 1 && ctx->comm->size[COMM_DP] > 1};
+  int zero_units = a->zero >= 1 && ctx->comm->size[COMM_DP] > 1;
+  DevxFlat flat = {16 * (int64_t)ctx->comm->size[COMM_DP], zero_units, zero_units};
   P->x = devx_new(P->dev, &P->prog, (unsigned long long)a->seed, &flat, err, sizeof err);
   if (!P->x || externs_open(P, a, e)) {
     if (!P->x) fail(e, "%s", err);
@@ -1008,7 +1011,9 @@ static int overlap_setup(CudaProg *P, TrainCtx *ctx) {
 
 static int64_t unit_own(const CudaProg *P, int u) { return (P->ustart[u + 1] - P->ustart[u]) / P->dp; }
 
+/* The unit holding flat index q, or -1 (not held, or an expert's: kept apart, DevxFlat.experts_apart). */
 static int unit_of(const CudaProg *P, int64_t q) {
+  if (q < 0 || q >= P->ustart[P->nunits]) return -1;
   int u = 0;
   while (u + 1 < P->nunits && q >= P->ustart[u + 1]) u++;
   return u;
@@ -1072,7 +1077,7 @@ static int unit_reduce(CudaProg *P, TrainCtx *ctx, int u, int stream, RtErr *e) 
 static int zero_grad_ready(void *ctx, int param, int64_t copy, char *err, size_t errlen) {
   CudaProg *P = ctx;
   int u = unit_of(P, devx_flat_index(P->x, param, copy));
-  if (P->ulate[u] || P->ureduced[u] || --P->uleft[u] > 0) return 0;
+  if (u < 0 || P->ulate[u] || P->ureduced[u] || --P->uleft[u] > 0) return 0;
   P->uearly++;
   RtErr e;
   if (unit_reduce(P, P->tctx, u, 1, &e)) return snprintf(err, errlen, "%s", e.msg), -1;
@@ -1263,6 +1268,7 @@ static int zero_convert(CudaProg *P, TrainCtx *ctx, void *dev_range, float *pool
     if (P->use_of[i] < 0) continue; /* another chunk's (virtual stages) */
     const CudaUse *c = &P->uses[P->use_of[i]];
     int64_t a = devx_flat_index(P->x, c->param, c->layer);
+    if (unit_of(P, a) < 0) continue; /* an expert's, whole (expert_convert) */
     for (int64_t q = a; q < a + c->numel; q += run) {
       int64_t at = gathered_at(P, q, &run);
       if (run > a + c->numel - q) run = a + c->numel - q;
@@ -1274,13 +1280,70 @@ static int zero_convert(CudaProg *P, TrainCtx *ctx, void *dev_range, float *pool
   return rc;
 }
 
+/* The experts' tensors, whole on the device, and the loop's pools, which
+ * hold this member's slice of the expert region ([own2_lo, own2_lo +
+ * own2_len), owned over edp, after the own_len values): which 0, 1 the
+ * moments, 2 the parameters (ZeRO 3's master). */
+static int expert_convert(CudaProg *P, TrainCtx *ctx, int which, float *pool, int to_host, RtErr *e) {
+  const TrainShards *sh = ctx->shards;
+  if (sh->own2_len <= 0) return 0;
+  int64_t region = sh->pool_cap - sh->expert_lo, largest = 1;
+  for (int k = 0; k < P->nent; k++)
+    if (P->ent_whole[k] && P->uses[P->use_of[P->ent_tensor[k]]].numel > largest) largest = P->uses[P->use_of[P->ent_tensor[k]]].numel;
+  float *all = to_host ? NULL : malloc(sizeof(float) * (size_t)(region > 0 ? region : 1));
+  float *buf = malloc(sizeof(float) * (size_t)largest);
+  int rc = !buf || (!to_host && !all) ? fail(e, "out of memory") : 0;
+  if (!rc && !to_host && comm_all_gather(ctx->comm, COMM_EDP, COMM_F32, pool + sh->own_len, sh->own2_len, all, e) < 0) rc = -1;
+  for (int k = 0; k < P->nent && !rc; k++) {
+    if (!P->ent_whole[k]) continue;
+    int i = P->ent_tensor[k];
+    const CudaUse *c = &P->uses[P->use_of[i]];
+    if (to_host) {
+      int64_t lo, hi;
+      if (which < 2 ? devopt_moment(P->opt, k, which, buf, 0) : devx_get_param_copy(P->x, c->param, c->layer, buf))
+        rc = fail(e, "%s", which < 2 ? devopt_error(P->opt) : devx_error(P->x));
+      else if (overlap_of(sh->offset[i], c->numel, sh->own2_lo, sh->own2_len, &lo, &hi))
+        memcpy(pool + sh->own_len + (lo - sh->own2_lo), buf + (lo - sh->offset[i]), sizeof(float) * (size_t)(hi - lo));
+    } else {
+      memcpy(buf, all + (sh->offset[i] - sh->expert_lo), sizeof(float) * (size_t)c->numel);
+      if (which < 2 ? devopt_moment(P->opt, k, which, buf, 1) : devx_set_param_copy(P->x, c->param, c->layer, buf))
+        rc = fail(e, "%s", which < 2 ? devopt_error(P->opt) : devx_error(P->x));
+    }
+  }
+  free(all);
+  free(buf);
+  return rc;
+}
+
 /* The moments (and at ZeRO 3 the parameters) between device and loop. */
 static int zero_state(CudaProg *P, TrainCtx *ctx, int to_host, RtErr *e) {
   const TrainShards *sh = ctx->shards;
   if (P->zm && sh->m && zero_convert(P, ctx, P->zm, sh->m, to_host, e)) return prefix(e, "the first moments");
   if (P->zv && sh->v && zero_convert(P, ctx, P->zv, sh->v, to_host, e)) return prefix(e, "the second moments");
   if (P->zero >= 3 && zero_convert(P, ctx, P->zp, sh->master, to_host, e)) return prefix(e, "the parameters' slices");
+  if (sh->m && expert_convert(P, ctx, 0, sh->m, to_host, e)) return prefix(e, "the experts' first moments");
+  if (sh->v && expert_convert(P, ctx, 1, sh->v, to_host, e)) return prefix(e, "the experts' second moments");
+  if (P->zero >= 3 && expert_convert(P, ctx, 2, sh->master, to_host, e)) return prefix(e, "the experts' parameters");
   return 0;
+}
+
+/* ZeRO: the experts' gradients (kept whole, apart from the units) summed
+ * over the ranks holding the same experts (edp) after the step: NCCL on
+ * the device, else through the loop's gradient pool in host memory. */
+static int expert_sums(CudaProg *P, TrainCtx *ctx, RtErr *e) {
+  if (ctx->comm->size[COMM_EDP] <= 1) return 0;
+  int rc = P->dcomm ? comm_group(P->dcomm, 1, e) : 0;
+  for (int i = 0; i < P->nuses && !rc; i++) {
+    const CudaUse *c = &P->uses[i];
+    if (!c->t || unit_of(P, devx_flat_index(P->x, c->param, c->layer)) >= 0 || !train_tensor_is_expert(c->t)) continue;
+    if (P->dcomm) rc = comm_all_reduce(P->dcomm, COMM_EDP, COMM_F32, COMM_SUM, devx_grad_ptr(P->x, c->param, c->layer), c->numel, e);
+    else if (devx_get_grad_copy(P->x, c->param, c->layer, c->t->grad)) rc = fail(e, "%s", devx_error(P->x));
+    else if (ctx->comm->ops->all_reduce(ctx->comm, COMM_EDP, COMM_F32, COMM_SUM, c->t->grad, c->numel, e) < 0) rc = -1;
+    else if (devx_set_grad_copy(P->x, c->param, c->layer, c->t->grad)) rc = fail(e, "%s", devx_error(P->x));
+  }
+  RtErr ge;
+  if (P->dcomm && comm_group(P->dcomm, 0, &ge) && !rc) rc = fail(e, "%s", ge.msg);
+  return rc;
 }
 
 /* Under ZeRO (ctx->shards): this member's ranges, its moments (and at
@@ -1290,11 +1353,6 @@ static int zero_state(CudaProg *P, TrainCtx *ctx, int to_host, RtErr *e) {
 static int zero_setup(CudaProg *P, TrainCtx *ctx, DevOptTensor **out, char *why, size_t whylen) {
   const TrainShards *sh = ctx->shards;
   Device *d = P->dev;
-  for (int i = 0; i < ctx->ntensors; i++)
-    if (sh->own2_len > 0 || train_tensor_is_expert(&ctx->tensors[i])) {
-      snprintf(why, whylen, "under ZeRO the expert shards are summed over another group (edp), which the device's program does not yet");
-      return -1;
-    }
   if (sh->zero >= 3) {
     const char *no = NULL;
     for (int i = 0; i < ctx->ntensors && !no; i++)
@@ -1346,7 +1404,8 @@ static int zero_setup(CudaProg *P, TrainCtx *ctx, DevOptTensor **out, char *why,
   P->zhost = malloc(sizeof(float) * (size_t)(P->zlen + P->zown + 1));
   DevOptTensor *t = calloc((size_t)ctx->ntensors * (size_t)P->nunits + 1, sizeof *t);
   P->ent_tensor = calloc((size_t)ctx->ntensors + 1, sizeof(int));
-  if (!P->zhost || !t || !P->ent_tensor) {
+  P->ent_whole = calloc((size_t)ctx->ntensors + 1, 1);
+  if (!P->zhost || !t || !P->ent_tensor || !P->ent_whole) {
     free(t);
     snprintf(why, whylen, "out of memory");
     return -1;
@@ -1357,6 +1416,14 @@ static int zero_setup(CudaProg *P, TrainCtx *ctx, DevOptTensor **out, char *why,
     const CudaUse *c = &P->uses[P->use_of[i]];
     int64_t a = devx_flat_index(P->x, c->param, c->layer), lo, hi;
     int u = unit_of(P, a);
+    if (u < 0) { /* an expert's, kept whole: updated whole, its moments the optimizer's, its sum over edp after the step */
+      if (ctx->tensors[i].param->state) continue;
+      t[P->nent] = (DevOptTensor){devx_param_ptr(P->x, c->param, c->layer), devx_grad_ptr(P->x, c->param, c->layer), c->numel,
+                                  ctx->tensors[i].param->weight_decay, NULL, NULL};
+      P->ent_whole[P->nent] = 1;
+      P->ent_tensor[P->nent++] = i;
+      continue;
+    }
     int64_t os = unit_own_start(P, u);
     if (ctx->tensors[i].param->state || !overlap_of(a, c->numel, os, unit_own(P, u), &lo, &hi)) continue;
     int64_t at = P->zoff[u] + (lo - os); /* in the ranges */
@@ -1381,9 +1448,11 @@ static int zero_setup(CudaProg *P, TrainCtx *ctx, DevOptTensor **out, char *why,
   const IrModule *mod = P->pc->m;
   for (int q = 0; q < mod->nparams; q++)
     for (int64_t k = 0; k < (mod->params[q].count > 1 ? mod->params[q].count : 1); k++)
-      if (!mod->params[q].state && devx_flat_index(P->x, q, k) >= 0) P->uleft0[unit_of(P, devx_flat_index(P->x, q, k))]++;
-  for (int u = 0; u < P->nuses; u++)
-    if (!P->uses[u].t || P->uses[u].u->nmirrors > 0) P->ulate[unit_of(P, devx_flat_index(P->x, P->uses[u].param, P->uses[u].layer))] = 1;
+      if (!mod->params[q].state && unit_of(P, devx_flat_index(P->x, q, k)) >= 0) P->uleft0[unit_of(P, devx_flat_index(P->x, q, k))]++;
+  for (int u = 0; u < P->nuses; u++) {
+    int un = unit_of(P, devx_flat_index(P->x, P->uses[u].param, P->uses[u].layer));
+    if (un >= 0 && (!P->uses[u].t || P->uses[u].u->nmirrors > 0)) P->ulate[un] = 1;
+  }
   if (!z2 && P->cstream && devx_set_grad_ready(P->x, zero_grad_ready, P)) {
     snprintf(why, whylen, "%s", devx_error(P->x));
     return -1;
@@ -1473,7 +1542,7 @@ static int step_end(CudaProg *P, TrainCtx *ctx, RtErr *e) {
 static int step_close(CudaProg *P, TrainCtx *ctx, RtErr *e) {
   Device *d = P->dev;
   if (P->zero) {
-    if (!ctx->eval && zero_reduce(P, ctx, e)) return -1;
+    if (!ctx->eval && (zero_reduce(P, ctx, e) || expert_sums(P, ctx, e))) return -1;
     /* ZeRO 3: the units back (a gather still running first; the launches reading them run before any reuse: one stream) */
     if (P->zero >= 3 && P->cstream && d->ops->stream_wait(d, NULL, P->cstream)) return fail(e, "%s", dev_error(d));
     for (int u = 0; P->zero >= 3 && u < P->nunits; u++) unit_release(P, u);
@@ -1673,6 +1742,13 @@ static int chunk_resident(CudaProg *P, TrainCtx *ctx, int one_of) {
             : P->dcomm                    ? "; the gradients' sum over dp by NCCL on the device"
                                           : "; the gradients' sum over dp goes through host memory");
   }
+  double whole = 0;
+  for (int k = 0; P->resident && P->zero && k < P->nent; k++)
+    if (P->ent_whole[k]) whole += (double)P->uses[P->use_of[P->ent_tensor[k]]].numel * 4.0 * (2 + moments) / 1e6;
+  if (whole > 0 && ctx->comm->world_rank == 0)
+    fprintf(stderr, "hpdlrun: ZeRO-%d: the experts' parameters, gradients and moments (%.1f MB a rank) stay whole on the ranks "
+                    "holding them, their gradients summed over the %d holding the same experts (edp)\n",
+            P->zero, whole, ctx->comm->size[COMM_EDP]);
   return P->resident;
 }
 
@@ -1735,9 +1811,10 @@ static int cuda_grad_sumsq(void *self, TrainCtx *ctx, const unsigned char *count
   for (int c = 0; c < S->n; c++) {
     CudaProg *P = S->c[c];
     if (devopt_sumsq(P->opt, P->sums)) return fail(e, "%s", devopt_error(P->opt));
-    int entries = P->zero || S->n > 1;
+    int entries = P->zero || S->n > 1, edp0 = ctx->comm->rank[COMM_EDP] == 0;
     for (int i = 0; i < (entries ? P->nent : ctx->ntensors); i++)
-      if (count[entries ? P->ent_tensor[i] : i]) s += P->sums[i];
+      /* a whole expert tensor (ZeRO) counts on one of the ranks holding it */
+      if (count[entries ? P->ent_tensor[i] : i] && (!P->zero || !P->ent_whole[i] || edp0)) s += P->sums[i];
   }
   *sumsq = s;
   return 0;

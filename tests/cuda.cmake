@@ -357,15 +357,26 @@ if(Python3_Interpreter_FOUND)
     # all-to-all (host memory), the experts' gradients summed over edp, the
     # auxiliary loss reported (--metrics aux_loss, compared too): one rank,
     # dp 2 x ep 2 (parameters resident), dp 2 x tp 2 x ep 2 (each expert
-    # split again over tp), dp 2 x pp 2 x ep 2 (1F1B), dp 2 x ep 2 at ZeRO 1.
+    # split again over tp), dp 2 x pp 2 x ep 2 (1F1B), dp 2 x ep 2 at ZeRO 1,
+    # dp 4 x ep 2 at ZeRO 3 (the dense units sharded over dp 4, the experts
+    # whole on their ranks, summed over edp 2; its start-up line checked) and
+    # the same stopped at step 5 and resumed at ZeRO 1 (the experts' slices
+    # of the loop's pools converted both ways).
     foreach(entry "1rank|" "dp2_ep2|--dp 2 --ep 2" "dp2_tp2_ep2|--dp 2 --tp 2 --ep 2"
-                  "dp2_pp2_ep2|--dp 2 --pp 2 --ep 2 --micro-batch 1" "dp2_ep2_zero1|--dp 2 --ep 2 --zero 1")
+                  "dp2_pp2_ep2|--dp 2 --pp 2 --ep 2 --micro-batch 1" "dp2_ep2_zero1|--dp 2 --ep 2 --zero 1"
+                  "dp4_ep2_zero3|--dp 4 --ep 2 --zero 3 --micro-batch 1" "dp4_ep2_zero3_resume|--dp 4 --ep 2 --zero 3 --micro-batch 1")
       hpdl_name_flags("${entry}" name layout)
+      set(more)
+      if(name STREQUAL "dp4_ep2_zero3")
+        set(more --expect "ZeRO-3: the experts' parameters, gradients and moments")
+      elseif(name STREQUAL "dp4_ep2_zero3_resume")
+        set(more --resume-args "--global-batch 4 --micro-batch 1 --dp 4 --ep 2 --zero 1")
+      endif()
       add_test(NAME cuda.layout.${dev}.moe_${name}
                COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
                        --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
                        --sample ${CMAKE_SOURCE_DIR}/samples/moe-tiny.hpd --device ${dev} --steps 10
-                       --first-tol 1e-6 --tol 1e-5 --args "--global-batch 4 --micro-batch 2 ${layout}")
+                       --first-tol 1e-6 --tol 1e-5 --args "--global-batch 4 --micro-batch 2 ${layout}" ${more})
       set(labels "cuda;moe")
       if(dev STREQUAL "emulate")
         list(APPEND labels cuda_layouts)
@@ -422,7 +433,8 @@ if(Python3_Interpreter_FOUND)
                   "zero3_pp2|gpt2-tiny|--dp 2 --pp 2 --zero 3 --micro-batch 1"
                   "dp2_pp2_v2|gpt2-tiny|-D L=4 --dp 2 --pp 2 --virtual-stages 2 --schedule interleaved --micro-batch 1"
                   "zero3_pp2_v2|gpt2-tiny|-D L=4 --dp 2 --pp 2 --virtual-stages 2 --schedule interleaved --zero 3 --micro-batch 1"
-                  "moe_dp2_tp2_ep2|moe-tiny|--dp 2 --tp 2 --ep 2")
+                  "moe_dp2_tp2_ep2|moe-tiny|--dp 2 --tp 2 --ep 2"
+                  "moe_dp4_ep2_zero3|moe-tiny|--dp 4 --ep 2 --zero 3 --micro-batch 1")
       string(REPLACE "|" ";" parts "${entry}")
       list(GET parts 0 name)
       list(GET parts 1 sample)

@@ -45,6 +45,10 @@ struct DevExec {
   int64_t *fat;
   void *flat_p, *flat_g; /* every parameter in one block, every gradient in another (devx_flat) */
   int64_t flat_len;
+  /* DevxFlat.experts_apart: the experts' parameters, gradients and bf16
+   * copies in blocks of xlen values, flat indices [flat_len, flat_len + xlen) */
+  void *flat_xp, *flat_xg, *flat_x16;
+  int64_t xlen;
   int by_layer;          /* the blocks in units: the unrepeated parameters, then each layer's copies */
   int64_t lay_lo, lay_hi; /* the layers the module's calls run (a pipeline stage's): only their copies are held */
   int nunits;
@@ -281,6 +285,7 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
    * zero. The program's ZeRO shards the units evenly. */
   int64_t unit = flat_how && flat_how->unit > 0 ? flat_how->unit : 1, ncopies = 0, layers = 0;
   x->by_layer = flat_how && flat_how->by_layer;
+  int apart = x->by_layer && flat_how->experts_apart;
   x->goff = calloc((size_t)m->nparams + 1, sizeof(int64_t));
   for (int i = 0; x->goff && i < m->nparams; i++) {
     x->goff[i] = ncopies;
@@ -304,6 +309,7 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
       const IrParam *P = &m->params[i];
       int64_t n = param_numel(P), lo, hi;
       held_copies(x, P, &lo, &hi);
+      if (apart && ir_param_is_expert(P)) continue; /* after the units */
       if (!x->by_layer) {
         for (int64_t c = lo; c < hi; c++) x->fat[x->goff[i] + c] = flat + (c - lo) * n;
         flat += (n * (hi > lo ? hi - lo : 0) + 63) / 64 * 64;
@@ -315,6 +321,24 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
     flat = (flat + unit - 1) / unit * unit;
   }
   x->ustart[x->nunits] = x->flat_len = flat;
+  for (int i = 0; apart && i < m->nparams; i++) {
+    const IrParam *P = &m->params[i];
+    int64_t n = param_numel(P), lo, hi;
+    if (!ir_param_is_expert(P)) continue;
+    held_copies(x, P, &lo, &hi);
+    for (int64_t c = lo; c < hi; c++) {
+      x->fat[x->goff[i] + c] = x->flat_len + x->xlen;
+      x->xlen += (n + 63) / 64 * 64;
+    }
+  }
+  if (!rc && x->xlen) {
+    size_t bytes = sizeof(float) * (size_t)x->xlen;
+    x->flat_xp = dev->ops->alloc(dev, bytes);
+    x->flat_xg = x->flat_xp ? dev->ops->alloc(dev, bytes) : NULL;
+    if (!x->flat_xg || dev->ops->zero(dev, x->flat_xp, bytes) || dev->ops->zero(dev, x->flat_xg, bytes))
+      rc = fail(x, "the experts' parameters and gradients (%.1f MB each): %s", (double)bytes / 1e6, dev_error(dev));
+    x->live += 2 * bytes;
+  }
   if (!rc) {
     size_t bytes = sizeof(float) * (size_t)(flat ? flat : 1);
     x->flat_p = dev->ops->alloc(dev, bytes);
@@ -325,8 +349,8 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
   }
   for (int64_t c = 0; c < ncopies && !rc; c++)
     if (x->fat[c] >= 0) {
-      x->pat[c] = (float *)x->flat_p + x->fat[c];
-      x->gat[c] = (float *)x->flat_g + x->fat[c];
+      x->pat[c] = x->fat[c] < x->flat_len ? (float *)x->flat_p + x->fat[c] : (float *)x->flat_xp + (x->fat[c] - x->flat_len);
+      x->gat[c] = x->fat[c] < x->flat_len ? (float *)x->flat_g + x->fat[c] : (float *)x->flat_xg + (x->fat[c] - x->flat_len);
     }
   /* the weights some node reads in bf16: their copies, in a block laid out
    * as the parameters' (the few values no node reads in bf16 - norms,
@@ -347,6 +371,11 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
     }
     x->read16[q] = 1;
     any16 = 1;
+  }
+  if (any16 && !rc && x->xlen) {
+    size_t bytes = 2 * (size_t)x->xlen;
+    if (!(x->flat_x16 = dev->ops->alloc(dev, bytes))) rc = fail(x, "the experts' bf16 copies (%.1f MB): %s", (double)bytes / 1e6, dev_error(dev));
+    x->live += bytes;
   }
   if (any16 && !rc) {
     size_t bytes = 2 * (size_t)(flat ? flat : 1);
@@ -396,6 +425,9 @@ void devx_free(DevExec *x) {
   free(x->fat);
   free(x->ustart);
   if (x->flat16) x->dev->ops->release(x->dev, x->flat16);
+  if (x->flat_xp) x->dev->ops->release(x->dev, x->flat_xp);
+  if (x->flat_xg) x->dev->ops->release(x->dev, x->flat_xg);
+  if (x->flat_x16) x->dev->ops->release(x->dev, x->flat_x16);
   for (int u = 0; x->u16 && u < x->nunits; u++)
     if (x->u16[u]) x->dev->ops->release(x->dev, x->u16[u]);
   free(x->u16);
@@ -450,7 +482,8 @@ void *devx_param_ptr(DevExec *x, int p, int64_t layer) { return x->pat[x->goff[p
 void *devx_grad_ptr(DevExec *x, int p, int64_t layer) { return x->gat[x->goff[p] + layer]; }
 
 int devx_zero_grads(DevExec *x) {
-  if (x->flat_g && x->flat_len && x->dev->ops->zero(x->dev, x->flat_g, sizeof(float) * (size_t)x->flat_len))
+  if ((x->flat_g && x->flat_len && x->dev->ops->zero(x->dev, x->flat_g, sizeof(float) * (size_t)x->flat_len)) ||
+      (x->flat_xg && x->dev->ops->zero(x->dev, x->flat_xg, sizeof(float) * (size_t)x->xlen)))
     return fail(x, "%s", dev_error(x->dev));
   return 0;
 }
@@ -474,6 +507,7 @@ int devx_layer_unit(const DevExec *x, int64_t layer) {
 static void *copy16(const DevExec *x, int p, int64_t copy) {
   int64_t f = x->fat[x->goff[p] + copy];
   if (f < 0) return NULL;
+  if (f >= x->flat_len) return x->flat_x16 ? (void *)((uint16_t *)x->flat_x16 + (f - x->flat_len)) : NULL;
   if (x->flat16) return (uint16_t *)x->flat16 + f;
   int u = !x->by_layer || x->p->m->params[p].count <= 1 ? 0 : (int)(1 + copy - x->lay_lo);
   return u >= 0 && u < x->nunits && x->u16[u] ? (void *)((uint16_t *)x->u16[u] + (f - x->ustart[u])) : NULL;
@@ -514,7 +548,8 @@ static void release_block(DevExec *x, void **block, void **at_of) {
   x->dev->ops->release(x->dev, *block);
   x->live -= sizeof(float) * (size_t)(x->flat_len ? x->flat_len : 1);
   *block = NULL;
-  for (int64_t c = 0; c < x->gn; c++) at_of[c] = NULL;
+  for (int64_t c = 0; c < x->gn; c++)
+    if (x->fat[c] < x->flat_len) at_of[c] = NULL; /* the experts' blocks stay */
   x->peak = x->live; /* the block held nothing yet: the peak counts from here */
 }
 
@@ -953,6 +988,7 @@ static int round16(DevExec *x, const void *src, void *dst, int64_t n) {
 
 static int refresh16(DevExec *x, int unit) {
   if (!x->round_bf16) return 0; /* no weight read in bf16 */
+  if (unit < 0 && x->flat_x16 && round16(x, x->flat_xp, x->flat_x16, x->xlen)) return -1;
   if (unit < 0 && x->flat_p && x->flat16) return round16(x, x->flat_p, x->flat16, x->flat_len);
   for (int u = unit < 0 ? 0 : unit; u < (unit < 0 ? x->nunits : unit + 1); u++) {
     int64_t n = x->ustart[u + 1] - x->ustart[u];

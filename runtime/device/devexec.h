@@ -78,6 +78,11 @@ typedef struct DevExec DevExec;
 typedef struct {
   int64_t unit;
   int by_layer;
+  /* by_layer: the experts' parameters (ir_param_is_expert) kept apart, in
+   * blocks of their own that no unit holds and that stay whole (ZeRO over
+   * dp cannot shard them: dp members hold other experts); their flat
+   * indices (devx_flat_index) run on from the units' end */
+  int experts_apart;
 } DevxFlat;
 
 /* Resolves every launch's kernel and prepares every GEMM on `dev` (the
