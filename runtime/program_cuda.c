@@ -691,7 +691,7 @@ static CudaProg *chunk_create(TrainCtx *ctx, const char *mod, const char *ker, C
    * (zero_setup: ZeRO 3 gathers them one by one, and each is reduced as
    * soon as the backward is done with it) */
   int zero_units = a->zero >= 1 && ctx->comm->size[COMM_DP] > 1;
-  DevxFlat flat = {16 * (int64_t)ctx->comm->size[COMM_DP], zero_units, zero_units};
+  DevxFlat flat = {16 * (int64_t)ctx->comm->size[COMM_DP], zero_units, zero_units, zero_units && a->zero >= 3};
   P->x = devx_new(P->dev, &P->prog, (unsigned long long)a->seed, &flat, err, sizeof err);
   if (!P->x || externs_open(P, a, e)) {
     if (!P->x) fail(e, "%s", err);
@@ -1250,6 +1250,7 @@ static int zero_convert(CudaProg *P, TrainCtx *ctx, void *dev_range, float *pool
       if (P->use_of[i] < 0) continue; /* another chunk's (virtual stages) */
       const CudaUse *c = &P->uses[P->use_of[i]];
       int64_t a = devx_flat_index(P->x, c->param, c->layer);
+      if (unit_of(P, a) < 0) continue; /* kept apart: whole (expert_convert, state_convert) */
       if (!overlap_of(sh->offset[i], c->numel, sh->own_lo, sh->own_len, &lo, &hi)) continue;
       for (int64_t j = lo; j < hi; j += run) {
         int64_t at = gathered_at(P, a + (j - sh->offset[i]), &run);
@@ -1268,7 +1269,7 @@ static int zero_convert(CudaProg *P, TrainCtx *ctx, void *dev_range, float *pool
     if (P->use_of[i] < 0) continue; /* another chunk's (virtual stages) */
     const CudaUse *c = &P->uses[P->use_of[i]];
     int64_t a = devx_flat_index(P->x, c->param, c->layer);
-    if (unit_of(P, a) < 0) continue; /* an expert's, whole (expert_convert) */
+    if (unit_of(P, a) < 0) continue; /* kept apart: whole (expert_convert, state_convert) */
     for (int64_t q = a; q < a + c->numel; q += run) {
       int64_t at = gathered_at(P, q, &run);
       if (run > a + c->numel - q) run = a + c->numel - q;
@@ -1315,6 +1316,36 @@ static int expert_convert(CudaProg *P, TrainCtx *ctx, int which, float *pool, in
   return rc;
 }
 
+/* ZeRO 3: the running statistics, kept apart and whole on the device, and
+ * the loop's owned master slice (the dense region's [own_lo, own_lo +
+ * own_len)): out, this member's part of each; in, the slices gathered over
+ * dp into whole tensors. */
+static int state_convert(CudaProg *P, TrainCtx *ctx, int to_host, RtErr *e) {
+  const TrainShards *sh = ctx->shards;
+  int64_t largest = 0;
+  for (int i = 0; i < ctx->ntensors; i++)
+    if (P->use_of[i] >= 0 && ctx->tensors[i].param->state && P->uses[P->use_of[i]].numel > largest) largest = P->uses[P->use_of[i]].numel;
+  if (!largest) return 0;
+  int64_t dense = sh->expert_lo > 0 ? sh->expert_lo : sh->own_len * ctx->comm->size[COMM_DP];
+  float *buf = malloc(sizeof(float) * (size_t)largest), *all = to_host ? NULL : malloc(sizeof(float) * (size_t)(dense ? dense : 1));
+  int rc = !buf || (!to_host && !all) ? fail(e, "out of memory") : 0;
+  if (!rc && !to_host && comm_all_gather(ctx->comm, COMM_DP, COMM_F32, sh->master, sh->own_len, all, e) < 0) rc = -1;
+  for (int i = 0; i < ctx->ntensors && !rc; i++) {
+    if (P->use_of[i] < 0 || !ctx->tensors[i].param->state) continue;
+    const CudaUse *c = &P->uses[P->use_of[i]];
+    if (to_host) {
+      int64_t lo, hi;
+      if (devx_get_param_copy(P->x, c->param, c->layer, buf)) rc = fail(e, "%s", devx_error(P->x));
+      else if (overlap_of(sh->offset[i], c->numel, sh->own_lo, sh->own_len, &lo, &hi))
+        memcpy(sh->master + (lo - sh->own_lo), buf + (lo - sh->offset[i]), sizeof(float) * (size_t)(hi - lo));
+    } else if (devx_set_param_copy(P->x, c->param, c->layer, all + sh->offset[i]))
+      rc = fail(e, "%s", devx_error(P->x));
+  }
+  free(buf);
+  free(all);
+  return rc;
+}
+
 /* The moments (and at ZeRO 3 the parameters) between device and loop. */
 static int zero_state(CudaProg *P, TrainCtx *ctx, int to_host, RtErr *e) {
   const TrainShards *sh = ctx->shards;
@@ -1324,6 +1355,7 @@ static int zero_state(CudaProg *P, TrainCtx *ctx, int to_host, RtErr *e) {
   if (sh->m && expert_convert(P, ctx, 0, sh->m, to_host, e)) return prefix(e, "the experts' first moments");
   if (sh->v && expert_convert(P, ctx, 1, sh->v, to_host, e)) return prefix(e, "the experts' second moments");
   if (P->zero >= 3 && expert_convert(P, ctx, 2, sh->master, to_host, e)) return prefix(e, "the experts' parameters");
+  if (P->zero >= 3 && state_convert(P, ctx, to_host, e)) return prefix(e, "the running statistics");
   return 0;
 }
 
@@ -1353,15 +1385,9 @@ static int expert_sums(CudaProg *P, TrainCtx *ctx, RtErr *e) {
 static int zero_setup(CudaProg *P, TrainCtx *ctx, DevOptTensor **out, char *why, size_t whylen) {
   const TrainShards *sh = ctx->shards;
   Device *d = P->dev;
-  if (sh->zero >= 3) {
-    const char *no = NULL;
-    for (int i = 0; i < ctx->ntensors && !no; i++)
-      if (ctx->tensors[i].param->state) no = "with running statistics (batch norm), which the forward updates in place";
-    if (!sh->master) no = "without the runtime's parameter slices";
-    if (no) {
-      snprintf(why, whylen, "ZeRO-3 on the device does not run %s yet", no);
-      return -1;
-    }
+  if (sh->zero >= 3 && !sh->master) {
+    snprintf(why, whylen, "ZeRO-3 on the device does not run without the runtime's parameter slices");
+    return -1;
   }
   const OptimConfig *oc = &ctx->art->optim;
   int want_m = oc->kind == OPTIM_ADAMW || oc->momentum != 0, want_v = oc->kind == OPTIM_ADAMW;

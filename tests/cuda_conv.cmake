@@ -66,5 +66,17 @@ if(Python3_Interpreter_FOUND)
     # sanitizers, so the sanitizer step leaves it out with the other device layouts
     set_tests_properties(cuda.run.${dev}.conv-tiny PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS "cuda;cuda_layouts"
                          ENVIRONMENT "${HPDL_SANITIZED_MPI_ENV}")
+    # ZeRO 3 at dp 2 with batch norm: the running statistics kept apart and
+    # whole on the device (the forwards update them micro-batch after
+    # micro-batch), member 0's sent to the others after the step, each
+    # member's part into the loop's slice for checkpoints; the validation
+    # loss reads them
+    add_test(NAME cuda.run.${dev}.conv-tiny_zero3
+             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_conv.py --hpdlc $<TARGET_FILE:hpdlc>
+                     --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
+                     --sample ${HPDL_TEST_DIR}/cuda/conv-tiny.hpd --device ${dev} --steps 5 --args "--dp 2 --zero 3"
+                     --expect "state stays on the device")
+    set_tests_properties(cuda.run.${dev}.conv-tiny_zero3 PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS "cuda;cuda_layouts"
+                         ENVIRONMENT "${HPDL_SANITIZED_MPI_ENV}")
   endforeach()
 endif()

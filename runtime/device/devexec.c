@@ -45,7 +45,7 @@ struct DevExec {
   int64_t *fat;
   void *flat_p, *flat_g; /* every parameter in one block, every gradient in another (devx_flat) */
   int64_t flat_len;
-  /* DevxFlat.experts_apart: the experts' parameters, gradients and bf16
+  /* DevxFlat.experts_apart, state_apart: the parameters kept apart, their gradients and bf16
    * copies in blocks of xlen values, flat indices [flat_len, flat_len + xlen) */
   void *flat_xp, *flat_xg, *flat_x16;
   int64_t xlen;
@@ -285,7 +285,8 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
    * zero. The program's ZeRO shards the units evenly. */
   int64_t unit = flat_how && flat_how->unit > 0 ? flat_how->unit : 1, ncopies = 0, layers = 0;
   x->by_layer = flat_how && flat_how->by_layer;
-  int apart = x->by_layer && flat_how->experts_apart;
+  int apart_x = x->by_layer && flat_how->experts_apart, apart_s = x->by_layer && flat_how->state_apart;
+#define APART(P) ((apart_x && ir_param_is_expert(P)) || (apart_s && (P)->state))
   x->goff = calloc((size_t)m->nparams + 1, sizeof(int64_t));
   for (int i = 0; x->goff && i < m->nparams; i++) {
     x->goff[i] = ncopies;
@@ -309,7 +310,7 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
       const IrParam *P = &m->params[i];
       int64_t n = param_numel(P), lo, hi;
       held_copies(x, P, &lo, &hi);
-      if (apart && ir_param_is_expert(P)) continue; /* after the units */
+      if (APART(P)) continue; /* after the units */
       if (!x->by_layer) {
         for (int64_t c = lo; c < hi; c++) x->fat[x->goff[i] + c] = flat + (c - lo) * n;
         flat += (n * (hi > lo ? hi - lo : 0) + 63) / 64 * 64;
@@ -321,22 +322,23 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
     flat = (flat + unit - 1) / unit * unit;
   }
   x->ustart[x->nunits] = x->flat_len = flat;
-  for (int i = 0; apart && i < m->nparams; i++) {
+  for (int i = 0; (apart_x || apart_s) && i < m->nparams; i++) {
     const IrParam *P = &m->params[i];
     int64_t n = param_numel(P), lo, hi;
-    if (!ir_param_is_expert(P)) continue;
+    if (!APART(P)) continue;
     held_copies(x, P, &lo, &hi);
     for (int64_t c = lo; c < hi; c++) {
       x->fat[x->goff[i] + c] = x->flat_len + x->xlen;
       x->xlen += (n + 63) / 64 * 64;
     }
   }
+#undef APART
   if (!rc && x->xlen) {
     size_t bytes = sizeof(float) * (size_t)x->xlen;
     x->flat_xp = dev->ops->alloc(dev, bytes);
     x->flat_xg = x->flat_xp ? dev->ops->alloc(dev, bytes) : NULL;
     if (!x->flat_xg || dev->ops->zero(dev, x->flat_xp, bytes) || dev->ops->zero(dev, x->flat_xg, bytes))
-      rc = fail(x, "the experts' parameters and gradients (%.1f MB each): %s", (double)bytes / 1e6, dev_error(dev));
+      rc = fail(x, "the parameters kept apart and their gradients (%.1f MB each): %s", (double)bytes / 1e6, dev_error(dev));
     x->live += 2 * bytes;
   }
   if (!rc) {
@@ -374,7 +376,8 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
   }
   if (any16 && !rc && x->xlen) {
     size_t bytes = 2 * (size_t)x->xlen;
-    if (!(x->flat_x16 = dev->ops->alloc(dev, bytes))) rc = fail(x, "the experts' bf16 copies (%.1f MB): %s", (double)bytes / 1e6, dev_error(dev));
+    if (!(x->flat_x16 = dev->ops->alloc(dev, bytes)))
+      rc = fail(x, "the bf16 copies of the parameters kept apart (%.1f MB): %s", (double)bytes / 1e6, dev_error(dev));
     x->live += bytes;
   }
   if (any16 && !rc) {

@@ -83,6 +83,10 @@ typedef struct {
    * dp cannot shard them: dp members hold other experts); their flat
    * indices (devx_flat_index) run on from the units' end */
   int experts_apart;
+  /* by_layer: running statistics (IrParam.state) kept apart likewise (ZeRO
+   * 3: the forwards update them in place, micro-batch after micro-batch,
+   * which a unit gathered afresh for each layer would lose) */
+  int state_apart;
 } DevxFlat;
 
 /* Resolves every launch's kernel and prepares every GEMM on `dev` (the

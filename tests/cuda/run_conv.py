@@ -41,6 +41,7 @@ def main():
     ap.add_argument("--size", default="3x24x24")
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--args", default="", help="more arguments of both compiles")
+    ap.add_argument("--expect", action="append", default=[], help="a text the device run's output must hold (repeatable)")
     a = ap.parse_args()
     if "--synthetic-images" not in run([a.hpdl_data, "--help"]).stdout:
         print("skipped: hpdl-data makes no synthetic images (image inputs are not in this build)")
@@ -86,7 +87,13 @@ def main():
                     return 77
                 return 1
             runs[name] = metrics(f"{tmp}/{name}.jsonl")
+            if name == "cuda":
+                cuda_out = r.stdout
         bad = 0
+        for text in a.expect:
+            if text not in cuda_out:
+                print(f"the {a.device} run's output lacks: {text}")
+                bad += 1
         if len(runs["cpu"]) != a.steps or len(runs["cuda"]) != a.steps:
             print(f"expected {a.steps} steps of metrics, got {len(runs['cpu'])} and {len(runs['cuda'])}")
             bad += 1
