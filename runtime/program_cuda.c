@@ -690,8 +690,12 @@ static CudaProg *chunk_create(TrainCtx *ctx, const char *mod, const char *ker, C
   /* the blocks' units padded to 16 x dp values: ZeRO's even split, by layer
    * (zero_setup: ZeRO 3 gathers them one by one, and each is reduced as
    * soon as the backward is done with it) */
+  /* experts apart where dp members hold different ones (ep > 1: the loop's
+   * pools then keep them in a region of their own, owned over edp); with
+   * ep 1 they are dense parameters like the others */
   int zero_units = a->zero >= 1 && ctx->comm->size[COMM_DP] > 1;
-  DevxFlat flat = {16 * (int64_t)ctx->comm->size[COMM_DP], zero_units, zero_units, zero_units && a->zero >= 3};
+  DevxFlat flat = {16 * (int64_t)ctx->comm->size[COMM_DP], zero_units, zero_units && ctx->comm->size[COMM_EP] > 1,
+                   zero_units && a->zero >= 3};
   P->x = devx_new(P->dev, &P->prog, (unsigned long long)a->seed, &flat, err, sizeof err);
   if (!P->x || externs_open(P, a, e)) {
     if (!P->x) fail(e, "%s", err);

@@ -361,16 +361,20 @@ if(Python3_Interpreter_FOUND)
     # dp 4 x ep 2 at ZeRO 3 (the dense units sharded over dp 4, the experts
     # whole on their ranks, summed over edp 2; its start-up line checked) and
     # the same stopped at step 5 and resumed at ZeRO 1 (the experts' slices
-    # of the loop's pools converted both ways).
+    # of the loop's pools converted both ways), and dp 2 at ZeRO 3 without
+    # expert parallelism (the experts in the units) resumed at ZeRO 1.
     foreach(entry "1rank|" "dp2_ep2|--dp 2 --ep 2" "dp2_tp2_ep2|--dp 2 --tp 2 --ep 2"
                   "dp2_pp2_ep2|--dp 2 --pp 2 --ep 2 --micro-batch 1" "dp2_ep2_zero1|--dp 2 --ep 2 --zero 1"
-                  "dp4_ep2_zero3|--dp 4 --ep 2 --zero 3 --micro-batch 1" "dp4_ep2_zero3_resume|--dp 4 --ep 2 --zero 3 --micro-batch 1")
+                  "dp4_ep2_zero3|--dp 4 --ep 2 --zero 3 --micro-batch 1" "dp4_ep2_zero3_resume|--dp 4 --ep 2 --zero 3 --micro-batch 1"
+                  "dp2_zero3_resume|--dp 2 --zero 3")
       hpdl_name_flags("${entry}" name layout)
       set(more)
       if(name STREQUAL "dp4_ep2_zero3")
         set(more --expect "ZeRO-3: the experts' parameters, gradients and moments")
       elseif(name STREQUAL "dp4_ep2_zero3_resume")
         set(more --resume-args "--global-batch 4 --micro-batch 1 --dp 4 --ep 2 --zero 1")
+      elseif(name STREQUAL "dp2_zero3_resume") # ep 1: the experts are dense parameters, in the units
+        set(more --resume-args "--global-batch 4 --micro-batch 2 --dp 2 --zero 1")
       endif()
       add_test(NAME cuda.layout.${dev}.moe_${name}
                COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
