@@ -139,7 +139,6 @@ typedef struct {
   int pp, stage, nchunks, v;
   SchedInstr *ins; /* the stage's instruction list for ins_m micro-batches */
   int nins, ins_m;
-  int resident;
   int *chunk_of; /* resident with several chunks: per loop tensor, the chunk holding it */
 } CudaStage;
 
@@ -1667,13 +1666,38 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
 
 /* ---- resident: parameters, gradients and the optimizer on the device ---- */
 
-/* Every loop tensor must be read by exactly one use of the chunk (a tensor
- * no use reads would never be updated), and HPDL_HOST_OPTIMIZER=1 keeps
- * the update on the host (for comparison). */
-/* one_of: the stage runs several chunks (virtual stages), each holding
- * some of the loop's tensors: the chunk's optimizer takes those (entries
- * ent_tensor[0..nent)) and says nothing; else every tensor must be the
- * chunk's. */
+/* The moments a resident chunk keeps per value: AdamW 2, SGD with momentum 1. */
+static int moments_of(const TrainCtx *ctx) {
+  const OptimConfig *oc = &ctx->art->optim;
+  return oc->kind == OPTIM_ADAMW ? 2 : oc->momentum != 0 ? 1 : 0;
+}
+
+/* MB a rank of a resident chunk's parameters, gradients and moments (the
+ * start-up line): under ZeRO its blocks and ranges, else its tensors whole. */
+static double resident_mb(const CudaProg *P, const TrainCtx *ctx) {
+  int moments = moments_of(ctx);
+  if (P->zero >= 3) return (double)P->zown * (3 + moments) * 4.0 / 1e6;
+  if (P->zero == 2) return ((double)P->zlen + (double)P->zown * (2 + moments)) * 4.0 / 1e6;
+  if (P->zero) return ((double)P->zlen * 2 + (double)P->zown * moments) * 4.0 / 1e6;
+  int64_t n = 0;
+  for (int i = 0; i < ctx->ntensors; i++)
+    if (P->use_of[i] >= 0) n += ctx->tensors[i].numel;
+  return (double)n * 4.0 * (2 + moments) / 1e6;
+}
+
+/* The start-up line's word on the gradients' sum over dp without ZeRO. */
+static const char *dp_sum_words(const CudaProg *P, const TrainCtx *ctx) {
+  return ctx->comm->size[COMM_DP] <= 1 ? ""
+         : P->cstream                  ? "; the gradients' sum over dp by NCCL on a stream of its own, bucket by bucket as the backward finishes them"
+         : P->dcomm                    ? "; the gradients' sum over dp by NCCL on the device"
+                                       : "; the gradients' sum over dp goes through host memory";
+}
+
+/* A chunk's tensors and optimizer on the device. Every loop tensor must be
+ * read by exactly one use of the chunk (a tensor no use reads would never
+ * be updated); one_of: the stage runs several chunks (virtual stages), each
+ * holding some of the loop's tensors: the chunk's optimizer takes those
+ * (entries ent_tensor[0..nent)) and the stage says what it did. */
 static int chunk_resident(CudaProg *P, TrainCtx *ctx, int one_of) {
   P->use_of = calloc((size_t)ctx->ntensors + 1, sizeof(int));
   P->sums = calloc((size_t)ctx->ntensors + 1, sizeof(double));
@@ -1723,28 +1747,22 @@ static int chunk_resident(CudaProg *P, TrainCtx *ctx, int one_of) {
   if (!P->opt) P->zero = 0;
   if (err[0] && !P->opt && ctx->comm->world_rank == 0) fprintf(stderr, "hpdlrun: the optimizer stays on the host: %s\n", err);
   P->resident = P->opt != NULL;
-  if (one_of) {
-    if (P->resident && !P->zero && overlap_setup(P, ctx)) {
-      if (P->cstream) P->dev->ops->stream_destroy(P->dev, P->cstream);
-      P->cstream = NULL;
-      devx_set_grad_ready(P->x, NULL, NULL);
-    }
-    return P->resident;
-  }
   if (P->resident && !P->zero && overlap_setup(P, ctx)) {
     /* a stream or host memory it could not have: the sums after the step */
-    fprintf(stderr, "hpdlrun: no overlap of the data-parallel sum: %s\n", dev_error(P->dev)[0] ? dev_error(P->dev) : "out of memory");
+    if (!one_of)
+      fprintf(stderr, "hpdlrun: no overlap of the data-parallel sum: %s\n", dev_error(P->dev)[0] ? dev_error(P->dev) : "out of memory");
     if (P->cstream) P->dev->ops->stream_destroy(P->dev, P->cstream);
     P->cstream = NULL;
     devx_set_grad_ready(P->x, NULL, NULL);
   }
-  int moments = oc->kind == OPTIM_ADAMW ? 2 : oc->momentum != 0 ? 1 : 0;
+  if (one_of) return P->resident;
+  int moments = moments_of(ctx);
   if (P->resident && P->zero >= 3 && ctx->comm->world_rank == 0)
     fprintf(stderr,
             "hpdlrun: the %s state stays on the device (%.1f MB a rank), ZeRO-3: a rank keeps 1/%d of the parameters, their "
             "moments and reduced gradients; each layer's parameters are all-gathered before it runs%s and released after, "
             "its gradients reduce-scattered as its backward ends (each micro-batch)%s %s\n",
-            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", (double)P->zown * (3 + moments) * 4.0 / 1e6, ctx->comm->size[COMM_DP],
+            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", resident_mb(P, ctx), ctx->comm->size[COMM_DP],
             P->cstream ? " (the next layer's while it runs)" : "", P->rstream ? " on a stream of their own" : "",
             P->dcomm ? "by NCCL on the device" : "through host memory");
   else if (P->resident && P->zero == 2 && ctx->comm->world_rank == 0)
@@ -1752,26 +1770,19 @@ static int chunk_resident(CudaProg *P, TrainCtx *ctx, int one_of) {
             "hpdlrun: parameters and the %s state stay on the device (%.1f MB a rank), ZeRO-2: a rank keeps the moments and "
             "reduced gradients of 1/%d of the parameters; each layer's gradients reduce-scattered as its backward ends (each "
             "micro-batch)%s and the parameters all-gathered after the update %s\n",
-            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", ((double)P->zlen + (double)P->zown * (2 + moments)) * 4.0 / 1e6,
+            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", resident_mb(P, ctx),
             ctx->comm->size[COMM_DP], P->rstream ? " on a stream of their own" : "", P->dcomm ? "by NCCL on the device" : "through host memory");
   else if (P->resident && P->zero && ctx->comm->world_rank == 0)
     fprintf(stderr,
             "hpdlrun: parameters, gradients and the %s state stay on the device (%.1f MB a rank), ZeRO-%d: the moments of "
             "1/%d of the parameters a rank; the gradients reduce-scattered over dp%s and the parameters all-gathered after the "
             "update %s\n",
-            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", ((double)P->zlen * 2 + (double)P->zown * moments) * 4.0 / 1e6, P->zero,
+            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", resident_mb(P, ctx), P->zero,
             ctx->comm->size[COMM_DP], P->cstream ? " layer by layer as the backward finishes them" : "",
             P->dcomm ? "by NCCL on the device" : "through host memory");
-  else if (P->resident && ctx->comm->world_rank == 0) {
-    int64_t n = 0;
-    for (int i = 0; i < ctx->ntensors; i++) n += ctx->tensors[i].numel;
+  else if (P->resident && ctx->comm->world_rank == 0)
     fprintf(stderr, "hpdlrun: parameters, gradients and the %s state stay on the device (%.1f MB a rank)%s\n",
-            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", (double)n * 4.0 * (2 + moments) / 1e6,
-            ctx->comm->size[COMM_DP] <= 1 ? ""
-            : P->cstream                  ? "; the gradients' sum over dp by NCCL on a stream of its own, bucket by bucket as the backward finishes them"
-            : P->dcomm                    ? "; the gradients' sum over dp by NCCL on the device"
-                                          : "; the gradients' sum over dp goes through host memory");
-  }
+            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", resident_mb(P, ctx), dp_sum_words(P, ctx));
   double whole = 0;
   for (int k = 0; P->resident && P->zero && k < P->nent; k++)
     if (P->ent_whole[k]) whole += (double)P->uses[P->use_of[P->ent_tensor[k]]].numel * 4.0 * (2 + moments) / 1e6;
@@ -1784,12 +1795,13 @@ static int chunk_resident(CudaProg *P, TrainCtx *ctx, int one_of) {
 
 /* The stage's: one chunk keeps the loop's tensors, its optimizer and its
  * ZeRO; several (virtual stages) each keep the tensors they hold, with an
- * optimizer each, and ZeRO stays with the loop (on the host), saying so. */
+ * optimizer each and ZeRO over their own units. HPDL_HOST_OPTIMIZER=1
+ * keeps the update on the host (for comparison). */
 static int cuda_resident(void *self, TrainCtx *ctx) {
   CudaStage *S = self;
   const char *host = getenv("HPDL_HOST_OPTIMIZER");
   if (host && !strcmp(host, "1")) return 0;
-  if (S->n == 1) return S->resident = chunk_resident(S->c[0], ctx, 0);
+  if (S->n == 1) return chunk_resident(S->c[0], ctx, 0);
   const char *no = NULL;
   if (!(S->chunk_of = calloc((size_t)ctx->ntensors + 1, sizeof(int)))) no = "out of memory";
   for (int i = 0; i < ctx->ntensors && !no; i++) S->chunk_of[i] = -1;
@@ -1806,20 +1818,12 @@ static int cuda_resident(void *self, TrainCtx *ctx) {
   if (no) {
     if (ctx->comm->world_rank == 0) fprintf(stderr, "hpdlrun: the optimizer stays on the host: %s\n", no);
     for (int c = 0; c < S->n; c++) S->c[c]->resident = 0;
-    return S->resident = 0;
+    return 0;
   }
   const OptimConfig *oc = &ctx->art->optim;
-  int moments = oc->kind == OPTIM_ADAMW ? 2 : oc->momentum != 0 ? 1 : 0, zero = S->c[0]->zero;
+  int zero = S->c[0]->zero;
   double mb = 0;
-  for (int c = 0; c < S->n; c++) {
-    const CudaProg *P = S->c[c];
-    mb += zero >= 3   ? (double)P->zown * (3 + moments) * 4.0 / 1e6
-          : zero == 2 ? ((double)P->zlen + (double)P->zown * (2 + moments)) * 4.0 / 1e6
-          : zero == 1 ? ((double)P->zlen * 2 + (double)P->zown * moments) * 4.0 / 1e6
-                      : 0;
-  }
-  if (!zero)
-    for (int i = 0; i < ctx->ntensors; i++) mb += (double)ctx->tensors[i].numel * 4.0 * (2 + moments) / 1e6;
+  for (int c = 0; c < S->n; c++) mb += resident_mb(S->c[c], ctx);
   char how[200] = "";
   if (zero)
     snprintf(how, sizeof how, ", ZeRO-%d over dp %d (each chunk's units sharded as one chunk's are)", zero, ctx->comm->size[COMM_DP]);
@@ -1827,12 +1831,9 @@ static int cuda_resident(void *self, TrainCtx *ctx) {
     fprintf(stderr, "hpdlrun: parameters, gradients and the %s state stay on the device (%.1f MB a rank), an optimizer for each "
                     "of the stage's %d chunks%s%s\n",
             oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", mb, S->n, how,
-            ctx->comm->size[COMM_DP] <= 1 ? ""
-            : zero                        ? (S->c[0]->dcomm ? "; by NCCL on the device" : "; through host memory")
-            : S->c[0]->cstream            ? "; the gradients' sum over dp by NCCL on a stream of its own, bucket by bucket as the backward finishes them"
-            : S->c[0]->dcomm              ? "; the gradients' sum over dp by NCCL on the device"
-                                          : "; the gradients' sum over dp goes through host memory");
-  return S->resident = 1;
+            ctx->comm->size[COMM_DP] > 1 && zero ? (S->c[0]->dcomm ? "; by NCCL on the device" : "; through host memory")
+                                                  : dp_sum_words(S->c[0], ctx));
+  return 1;
 }
 
 static int cuda_grad_sumsq(void *self, TrainCtx *ctx, const unsigned char *count, double *sumsq, RtErr *e) {
