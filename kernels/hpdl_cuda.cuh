@@ -280,23 +280,26 @@ extern "C" __global__ void __launch_bounds__(256) hpdl_chunk_copy_f32(const hpdl
   }
 }
 
-/* The host program's own kernel (runtime/devexec.c): a GEMM's bias gradient
- * where cuBLASLt has no algorithm with its BGRAD epilogue: out[j] = the sum
- * over q < k of X[q * ld + j]. A block (256 threads) per 32 columns,
- * grid-stride: lane j's column, each of the 8 warps summing rows warp,
- * warp + 8, ..., then warp 0 adding the 8 partials in order - a fixed order,
- * the same bits every run, and a warp's loads are 32 consecutive floats. */
-extern "C" __global__ void __launch_bounds__(256) hpdl_bias_grad_f32(const hpdl_kctx hpd, const float *__restrict__ X,
-                                                                     float *__restrict__ out, long long k, long long x,
-                                                                     long long ld) {
-  (void)hpd;
+/* The host program's own kernels (runtime/devexec.c): a GEMM's bias
+ * gradient where cuBLASLt has no algorithm with its BGRAD epilogue: out[j] =
+ * the sum over q < k of X[q * ld + j], X fp32 or bf16, the sum fp32. A block
+ * (256 threads) per 32 columns, grid-stride: lane j's column, each of the 8
+ * warps summing rows warp, warp + 8, ..., then warp 0 adding the 8 partials
+ * in order - a fixed order, the same bits every run, and a warp's loads are
+ * 32 consecutive values. */
+static __device__ __forceinline__ float hpdl_value_f32(float v) { return v; }
+static __device__ __forceinline__ float hpdl_value_f32(unsigned short v) { return hpdl_bf16_to_f32(v); }
+
+template <typename T>
+static __device__ __forceinline__ void hpdl_bias_grad(const T *__restrict__ X, float *__restrict__ out, long long k, long long x,
+                                                      long long ld) {
   __shared__ float part[8][33];
   const int lane = (int)(threadIdx.x & 31u), warp = (int)(threadIdx.x >> 5);
   for (long long c0 = (long long)blockIdx.x * 32; c0 < x; c0 += (long long)gridDim.x * 32) {
     const long long j = c0 + lane;
     float s = 0.0f;
     if (j < x)
-      for (long long q = warp; q < k; q += 8) s += X[q * ld + j];
+      for (long long q = warp; q < k; q += 8) s += hpdl_value_f32(X[q * ld + j]);
     part[warp][lane] = s;
     __syncthreads();
     if (warp == 0 && j < x) {
@@ -306,6 +309,43 @@ extern "C" __global__ void __launch_bounds__(256) hpdl_bias_grad_f32(const hpdl_
     }
     __syncthreads();
   }
+}
+
+extern "C" __global__ void __launch_bounds__(256) hpdl_bias_grad_f32(const hpdl_kctx hpd, const float *__restrict__ X,
+                                                                     float *__restrict__ out, long long k, long long x,
+                                                                     long long ld) {
+  (void)hpd;
+  hpdl_bias_grad(X, out, k, x, ld);
+}
+
+extern "C" __global__ void __launch_bounds__(256) hpdl_bias_grad_bf16(const hpdl_kctx hpd, const unsigned short *__restrict__ X,
+                                                                      float *__restrict__ out, long long k, long long x,
+                                                                      long long ld) {
+  (void)hpd;
+  hpdl_bias_grad(X, out, k, x, ld);
+}
+
+/* The host program's own kernel (runtime/devexec.c): a bias epilogue into a
+ * bf16 D where cuBLASLt has no algorithm for it (FuseOptions.store16): the
+ * fp32 product c plus bias[n] per row, rounded as it is stored in d.
+ * Grid-stride over rows x n. */
+extern "C" __global__ void __launch_bounds__(256) hpdl_bias_bf16(const hpdl_kctx hpd, const float *__restrict__ c,
+                                                                 const float *__restrict__ bias, unsigned short *__restrict__ d,
+                                                                 long long rows, long long n) {
+  (void)hpd;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < rows * n; i += (long long)gridDim.x * blockDim.x)
+    d[i] = hpdl_bf16_from_f32(c[i] + bias[i % n]);
+}
+
+/* The host program's own kernel (runtime/devexec.c's devx_take): dst[i] =
+ * src[idx[i]], ZeRO-3's packing and unpacking of the fp32 values of a unit
+ * gathered in bf16 (runtime/program_cuda.c, Unit16). Grid-stride. */
+extern "C" __global__ void __launch_bounds__(256) hpdl_take_f32(const hpdl_kctx hpd, const float *__restrict__ src,
+                                                                const long long *__restrict__ idx, float *__restrict__ dst,
+                                                                long long n) {
+  (void)hpd;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    dst[i] = src[idx[i]];
 }
 
 /* The host program's own kernel (runtime/devexec.c): dst[i] += src[i], the

@@ -63,6 +63,13 @@ static inline void hpdl_emu_epilogue(float *d, const float *bias, float *aux, lo
     }
 }
 
+/* cuBLASLt's bias epilogue into a bf16 D (FuseOptions.store16): the fp32
+ * product c (rows x n) plus bias[n] per row, rounded as it is stored in d. */
+static inline void hpdl_emu_bias16(unsigned short *d, const float *c, const float *bias, long long rows, long long n) {
+  for (long long i = 0; i < rows; i++)
+    for (long long j = 0; j < n; j++) d[i * n + j] = hpdl_bf16_from_f32(c[i * n + j] + bias[j]);
+}
+
 /* cuBLASLt's bias-gradient epilogue (BGRADA / BGRADB): out[j] = the sum over
  * q < k of the operand's stored [k, x] matrix (leading dimension ld), in
  * order of q, fp32; the product is untouched. */
@@ -85,6 +92,24 @@ extern "C" int hpd_emul_hpdl_bias_grad_f32(const hpdl_kctx *ctx, unsigned grid, 
   return HPDL_EMU_LAUNCH(hpdl_bias_grad_f32, dim3(grid), dim3(block), 0, *ctx, (const float *)args[0], (float *)args[1],
                          (long long)(unsigned long long)args[2], (long long)(unsigned long long)args[3],
                          (long long)(unsigned long long)args[4]);
+}
+
+/* The launch entries of hpdl_bias_grad_bf16 and hpdl_bias_bf16 (runtime/device/devexec.c). */
+extern "C" int hpd_emul_hpdl_bias_grad_bf16(const hpdl_kctx *ctx, unsigned grid, unsigned block, void **args) {
+  return HPDL_EMU_LAUNCH(hpdl_bias_grad_bf16, dim3(grid), dim3(block), 0, *ctx, (const unsigned short *)args[0],
+                         (float *)args[1], (long long)(unsigned long long)args[2], (long long)(unsigned long long)args[3],
+                         (long long)(unsigned long long)args[4]);
+}
+extern "C" int hpd_emul_hpdl_bias_bf16(const hpdl_kctx *ctx, unsigned grid, unsigned block, void **args) {
+  return HPDL_EMU_LAUNCH(hpdl_bias_bf16, dim3(grid), dim3(block), 0, *ctx, (const float *)args[0], (const float *)args[1],
+                         (unsigned short *)args[2], (long long)(unsigned long long)args[3],
+                         (long long)(unsigned long long)args[4]);
+}
+
+/* The launch entry of hpdl_take_f32 (runtime/device/devexec.c). */
+extern "C" int hpd_emul_hpdl_take_f32(const hpdl_kctx *ctx, unsigned grid, unsigned block, void **args) {
+  return HPDL_EMU_LAUNCH(hpdl_take_f32, dim3(grid), dim3(block), 0, *ctx, (const float *)args[0], (const long long *)args[1],
+                         (float *)args[2], (long long)(unsigned long long)args[3]);
 }
 
 /* The launch entry of hpdl_round_bf16 (runtime/device/devexec.c). */

@@ -45,6 +45,22 @@ typedef struct {
   float *mirror;   /* a tied copy another stage owns: its values, received each step */
 } CudaUse;
 
+/* ZeRO 3 with bf16 copies (precision = bf16): a layer's unit gathered as
+ * the bf16 copies its GEMMs read, each member rounding its slice before
+ * the all-gather (half the bytes of an fp32 gather, and no fp32 copy of
+ * the unit's weights held), and in fp32 only the values some node reads
+ * so (norms, biases): each member's packed, all-gathered, and unpacked in
+ * the unit's order once the gather is done (HPDL_ZERO3_GATHER=fp32: the
+ * whole unit in fp32, rounded after, as before). The same bits either way:
+ * a rounding of the same fp32 values. */
+typedef struct {
+  int on;
+  int64_t nme, nmax, n32; /* fp32 values: in this member's slice, the most in one member's, the unit's */
+  int64_t *pack, *unpack; /* on the device: the slice's (its indices) and the unit's (into [dp, nmax]) */
+  void *b16, *f32;        /* the gathered bf16 copies and fp32 values, while the unit is */
+  void *stage, *gath;     /* sent (the slice's bf16 copies, then its packed fp32 values) and received, until unpacked */
+} Unit16;
+
 typedef struct {
   Device *dev;
   Arena *arena;
@@ -104,6 +120,7 @@ typedef struct {
   void *zp, *zg;         /* ZeRO 3: the owned parameters and reduced gradients */
   void **ubuf;           /* ZeRO 3, per unit: gathered for the step's layers, or NULL */
   int *uref;
+  Unit16 *u16;           /* ZeRO 3 with bf16 copies, per unit: its gather in bf16 (NULL: none) */
   /* overlap (NCCL): per unit, its gradient copies not final yet this step,
    * whether it holds a tied copy (reduced after the step), and whether its
    * reduce-scatter started */
@@ -124,7 +141,11 @@ typedef struct {
   int nretired;
   TrainCtx *tctx;        /* the running step's (the layer hook's collectives) */
   int *ent_tensor; /* per optimizer entry (an owned slice of a tensor): the loop's tensor */
-  unsigned char *ent_whole; /* ZeRO: per entry, a whole expert tensor (kept apart, not sharded) */
+  /* ZeRO: per entry, 1 a whole expert tensor (kept apart, not sharded over
+   * dp), 2 this member's slice of one (xsliced), else 0 */
+  unsigned char *ent_whole;
+  int64_t *ent_at, *ent_n; /* ent_whole 2: the slice's place in the loop's expert slice ([own2_lo, ...)) and length */
+  int xsliced;     /* the experts' moments sharded over edp as the loop's (Megatron's distributed optimizer); HPDL_EXPERT_STATE=whole: not */
   int nent;
   float *zhost;    /* host staging: zlen + zown values (host collectives, checkpoints) */
 } CudaProg;
@@ -412,6 +433,9 @@ static int load_kernels(CudaProg *P, const char *path, RtErr *e) {
     const char *abt = json_string_value(json_object_get(gm, "ab_type"));
     d->ab_bf16 = abt && !strcmp(abt, "bf16");
     if (abt && !d->ab_bf16) rc = fail(e, "%s: launch %s: GEMM operands of type %s (this runtime knows bf16)", path, L->name, abt);
+    const char *ct = json_string_value(json_object_get(gm, "c_type"));
+    d->c_bf16 = ct && !strcmp(ct, "bf16");
+    if (ct && !d->c_bf16) rc = fail(e, "%s: launch %s: a GEMM output of type %s (this runtime knows bf16)", path, L->name, ct);
     d->m = jint(gm, "m");
     d->n = jint(gm, "n");
     d->k = jint(gm, "k");
@@ -450,6 +474,8 @@ static int load_kernels(CudaProg *P, const char *path, RtErr *e) {
     if (d->a < 0 || d->a >= nio || d->b < 0 || d->b >= nio || d->c < 0 || d->c >= nio || d->bias >= nio || d->aux >= nio ||
         (d->epilogue != DEV_EPI_NONE && d->bias < 0))
       rc = fail(e, "%s: launch %zu (%s): an operand index outside the kernel's %d values", path, i, L->name, nio);
+    if (d->c_bf16 && (d->epilogue != DEV_EPI_BIAS || d->aux >= 0 || !d->ab_bf16))
+      rc = fail(e, "%s: launch %zu (%s): a bf16 GEMM output without bf16 operands and a bias epilogue alone", path, i, L->name);
     if ((d->epilogue == DEV_EPI_BGRAD_A || d->epilogue == DEV_EPI_BGRAD_B) && (d->batch > 1 || d->aux >= 0))
       rc = fail(e, "%s: launch %zu (%s): a bias-gradient epilogue of a batch of matrices or with an aux output", path, i,
                 L->name);
@@ -465,6 +491,7 @@ static TrainTensor *find_tensor(TrainCtx *ctx, const char *name, int64_t layer) 
 }
 
 static void unit_release(CudaProg *P, int u);
+static void gather16_free(CudaProg *P);
 
 /* A chunk's program; the device, NCCL and the pipeline's stream stay when
  * they are borrowed (the stage's first chunk closes them, last). */
@@ -477,6 +504,7 @@ static void chunk_destroy(CudaProg *P) {
   if (P->zg) P->dev->ops->release(P->dev, P->zg);
   if (P->zt) P->dev->ops->release(P->dev, P->zt);
   for (int u = 0; P->ubuf && u < P->nunits; u++) unit_release(P, u);
+  gather16_free(P);
   for (int u = 0; P->ugrad && u < P->nunits; u++)
     if (P->ugrad[u]) devx_buffer_put(P->x, P->ugrad[u], sizeof(float) * (size_t)(P->ustart[u + 1] - P->ustart[u] + 1));
   for (int i = 0; i < P->nretired; i++) devx_buffer_put(P->x, P->retired[i], P->retired_bytes[i]);
@@ -495,6 +523,8 @@ static void chunk_destroy(CudaProg *P) {
   free(P->ureduced);
   free(P->ent_tensor);
   free(P->ent_whole);
+  free(P->ent_at);
+  free(P->ent_n);
   free(P->zhost);
   for (int i = 0; P->frames && i < P->nmicro; i++) devx_frame_drop(P->x, P->frames[i]); /* their buffers are the pool's */
   comm_ring_clear(&P->ring); /* the messages' buffers too, with NCCL */
@@ -1125,10 +1155,132 @@ static int zero_gather(CudaProg *P, TrainCtx *ctx, RtErr *e) {
   return rc;
 }
 
+/* Unit16's buffers' bytes: stage, b16, gath, f32. */
+static size_t u16_stage(const CudaProg *P, int u) { return 2 * (size_t)unit_own(P, u) + 4 * (size_t)(P->u16[u].nmax + 1); }
+static size_t u16_b16(const CudaProg *P, int u) { return 2 * (size_t)(unit_own(P, u) * P->dp); }
+static size_t u16_gath(const CudaProg *P, int u) { return 4 * (size_t)(P->u16[u].nmax * P->dp + 1); }
+static size_t u16_f32(const CudaProg *P, int u) { return 4 * (size_t)(P->u16[u].n32 + 1); }
+
+static void *to_device_i64(Device *d, const int64_t *v, int64_t n) {
+  void *p = d->ops->alloc(d, sizeof(int64_t) * (size_t)(n + 1));
+  if (p && n > 0 && d->ops->to_device(d, p, v, sizeof(int64_t) * (size_t)n)) {
+    d->ops->release(d, p);
+    return NULL;
+  }
+  return p;
+}
+
+/* Unit16 for the layer units where some weight is read in bf16 (ZeRO 3):
+ * the fp32 values' places, each member's slice being [r ol, (r + 1) ol)
+ * of the unit. 0, or -1 with why. */
+static int gather16_setup(CudaProg *P, char *why, size_t whylen) {
+  const char *mode = getenv("HPDL_ZERO3_GATHER");
+  if (mode && !strcmp(mode, "fp32")) return 0;
+  if (!(P->u16 = calloc((size_t)P->nunits + 1, sizeof(Unit16)))) return snprintf(why, whylen, "out of memory"), -1;
+  int rc = 0;
+  for (int u = 1; u < P->nunits && !rc; u++) {
+    Unit16 *g = &P->u16[u];
+    int any16 = 0, n = devx_unit_reads(P->x, P->pc->step, u, NULL, NULL, 0, &any16);
+    int64_t ol = unit_own(P, u);
+    if (n < 0) return snprintf(why, whylen, "%s", devx_error(P->x)), -1;
+    if (!any16 || ol % 2) continue; /* (ol is a multiple of 16: DevxFlat.unit) */
+    int64_t *off = malloc(sizeof(int64_t) * (size_t)(n + 1)), *len = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    int64_t *cnt = calloc((size_t)P->dp, sizeof(int64_t)), *seen = calloc((size_t)P->dp, sizeof(int64_t));
+    if (!off || !len || !cnt || !seen) rc = (snprintf(why, whylen, "out of memory"), -1);
+    if (!rc) devx_unit_reads(P->x, P->pc->step, u, off, len, n, &any16);
+    for (int i = 0; i < n && !rc; i++) {
+      if (i && off[i] < off[i - 1] + len[i - 1]) rc = (snprintf(why, whylen, "unit %d's parameters out of order", u), -1);
+      g->n32 += len[i];
+      for (int64_t q = off[i]; q < off[i] + len[i]; q++) cnt[q / ol]++;
+    }
+    for (int r = 0; r < P->dp && !rc; r++)
+      if (cnt[r] > g->nmax) g->nmax = cnt[r];
+    g->nme = rc ? 0 : cnt[P->dprank];
+    int64_t *pack = malloc(sizeof(int64_t) * (size_t)(g->nme + 1)), *unpack = malloc(sizeof(int64_t) * (size_t)(g->n32 + 1));
+    if (!rc && (!pack || !unpack)) rc = (snprintf(why, whylen, "out of memory"), -1);
+    int64_t np = 0, nu = 0;
+    for (int i = 0; i < n && !rc; i++)
+      for (int64_t q = off[i]; q < off[i] + len[i]; q++) {
+        int64_t r = q / ol;
+        if (r == P->dprank) pack[np++] = q - r * ol;
+        unpack[nu++] = r * g->nmax + seen[r]++;
+      }
+    if (!rc && (!(g->pack = to_device_i64(P->dev, pack, g->nme)) || !(g->unpack = to_device_i64(P->dev, unpack, g->n32))))
+      rc = (snprintf(why, whylen, "the bf16 gathers' tables: %s", dev_error(P->dev)), -1);
+    g->on = !rc;
+    free(off);
+    free(len);
+    free(cnt);
+    free(seen);
+    free(pack);
+    free(unpack);
+  }
+  return rc;
+}
+
+static void gather16_free(CudaProg *P) {
+  for (int u = 0; P->u16 && u < P->nunits; u++) {
+    if (P->u16[u].pack) P->dev->ops->release(P->dev, P->u16[u].pack);
+    if (P->u16[u].unpack) P->dev->ops->release(P->dev, P->u16[u].unpack);
+  }
+  free(P->u16);
+  P->u16 = NULL;
+}
+
+/* Unit16's buffers back to the pool. */
+static void gather16_put(CudaProg *P, int u) {
+  Unit16 *g = &P->u16[u];
+  void **b[4] = {&g->stage, &g->b16, &g->gath, &g->f32};
+  size_t n[4] = {u16_stage(P, u), u16_b16(P, u), u16_gath(P, u), u16_f32(P, u)};
+  for (int i = 0; i < 4; i++)
+    if (*b[i]) devx_buffer_put(P->x, *b[i], n[i]), *b[i] = NULL;
+}
+
+/* Unit16: this member's slice rounded and its fp32 values packed (launch
+ * stream), both all-gathered (as dp_collective's), the unit pointed at;
+ * the fp32 values are unpacked when the layer runs (gather16_ready). */
+static int unit_gather16(CudaProg *P, TrainCtx *ctx, int u, char *err, size_t errlen) {
+  Unit16 *g = &P->u16[u];
+  int64_t ol = unit_own(P, u);
+  const float *own = (const float *)P->zp + P->zoff[u];
+  g->stage = devx_buffer(P->x, u16_stage(P, u));
+  g->b16 = g->stage ? devx_buffer(P->x, u16_b16(P, u)) : NULL;
+  g->gath = g->b16 ? devx_buffer(P->x, u16_gath(P, u)) : NULL;
+  g->f32 = g->gath ? devx_buffer(P->x, u16_f32(P, u)) : NULL;
+  float *packed = g->stage ? (float *)((char *)g->stage + 2 * (size_t)ol) : NULL;
+  RtErr e;
+  int rc = !g->f32 ? snprintf(err, errlen, "%s", devx_error(P->x)), -1 : 0;
+  if (!rc && (devx_round16(P->x, own, g->stage, ol) || devx_take(P->x, own, g->pack, packed, g->nme)))
+    rc = (snprintf(err, errlen, "%s", devx_error(P->x)), -1);
+  if (!rc && (dp_collective(P, ctx, 1, P->cstream, g->stage, ol / 2, g->b16, "bf16 weights", &e) ||
+              (g->nmax && dp_collective(P, ctx, 1, P->cstream, packed, g->nmax, g->gath, "parameters read in fp32", &e))))
+    rc = (snprintf(err, errlen, "gathering the parameters of unit %d: %s", u, e.msg), -1);
+  if (rc) {
+    gather16_put(P, u);
+    return -1;
+  }
+  P->ubuf[u] = g->b16;
+  devx_point_unit16(P->x, u, g->b16, g->f32);
+  return 0;
+}
+
+/* Unit16, once the launches waited for the gathers: the fp32 values into
+ * the unit's order, the buffers sent and received back to the pool. */
+static int gather16_ready(CudaProg *P, int u, char *err, size_t errlen) {
+  Unit16 *g = &P->u16[u];
+  if (!g->stage) return 0;
+  if (devx_take(P->x, g->gath, g->unpack, g->f32, g->n32)) return snprintf(err, errlen, "%s", devx_error(P->x)), -1;
+  devx_buffer_put(P->x, g->stage, u16_stage(P, u));
+  devx_buffer_put(P->x, g->gath, u16_gath(P, u));
+  g->stage = g->gath = NULL;
+  return 0;
+}
+
 /* ZeRO 3: unit u's parameters from their owners into a pool buffer (NCCL:
  * on the comm stream once the launches so far are done, so that a recycled
  * buffer is free; its user waits for the stream), and pointed at. */
 static int unit_gather(CudaProg *P, TrainCtx *ctx, int u, char *err, size_t errlen) {
+  if (P->u16 && P->u16[u].on) return unit_gather16(P, ctx, u, err, errlen);
   int64_t ol = unit_own(P, u), len = ol * P->dp;
   RtErr e;
   void *buf = devx_buffer(P->x, sizeof(float) * (size_t)(len ? len : 1));
@@ -1144,6 +1296,13 @@ static int unit_gather(CudaProg *P, TrainCtx *ctx, int u, char *err, size_t errl
 
 static void unit_release(CudaProg *P, int u) {
   if (!P->ubuf[u]) return;
+  if (P->u16 && P->u16[u].on) {
+    devx_point_unit16(P->x, u, NULL, NULL);
+    gather16_put(P, u);
+    P->ubuf[u] = NULL;
+    P->uref[u] = 0;
+    return;
+  }
   int64_t len = unit_own(P, u) * P->dp;
   devx_point_unit(P->x, u, NULL);
   devx_buffer_put(P->x, P->ubuf[u], sizeof(float) * (size_t)(len ? len : 1));
@@ -1222,7 +1381,8 @@ static int zero_layer(void *ctx, int64_t layer, int phase, char *err, size_t err
   /* the launches wait for the gathers so far (this unit's; bf16: then its
    * weights' copies rounded); the next unit's starts */
   if (P->cstream && P->dev->ops->stream_wait(P->dev, NULL, P->cstream)) return snprintf(err, errlen, "%s", dev_error(P->dev)), -1;
-  if (devx_refresh16_unit(P->x, u)) return snprintf(err, errlen, "%s", devx_error(P->x)), -1;
+  if (P->u16 && P->u16[u].on ? gather16_ready(P, u, err, errlen) : devx_refresh16_unit(P->x, u))
+    return P->u16 && P->u16[u].on ? -1 : (snprintf(err, errlen, "%s", devx_error(P->x)), -1);
   int next = phase == DEVX_LAYER_FWD_BEGIN ? u + 1 : u - 1;
   if (next >= 1 && next < P->nunits && !P->ubuf[next] && unit_gather(P, P->tctx, next, err, errlen)) return -1;
   return 0;
@@ -1287,22 +1447,32 @@ static int zero_convert(CudaProg *P, TrainCtx *ctx, void *dev_range, float *pool
 /* The experts' tensors, whole on the device, and the loop's pools, which
  * hold this member's slice of the expert region ([own2_lo, own2_lo +
  * own2_len), owned over edp, after the own_len values): which 0, 1 the
- * moments, 2 the parameters (ZeRO 3's master). */
+ * moments (of whole tensors, or xsliced of this member's slices: the
+ * loop's own), 2 the parameters (ZeRO 3's master). */
 static int expert_convert(CudaProg *P, TrainCtx *ctx, int which, float *pool, int to_host, RtErr *e) {
   const TrainShards *sh = ctx->shards;
   if (sh->own2_len <= 0) return 0;
   int64_t region = sh->pool_cap - sh->expert_lo, largest = 1;
-  for (int k = 0; k < P->nent; k++)
-    if (P->ent_whole[k] && P->uses[P->use_of[P->ent_tensor[k]]].numel > largest) largest = P->uses[P->use_of[P->ent_tensor[k]]].numel;
-  float *all = to_host ? NULL : malloc(sizeof(float) * (size_t)(region > 0 ? region : 1));
+  for (int q = 0; q < P->nuses; q++)
+    if (P->uses[q].numel > largest) largest = P->uses[q].numel;
+  int sliced = which < 2 && P->xsliced; /* the moments are the loop's slices already */
+  float *all = to_host || sliced ? NULL : malloc(sizeof(float) * (size_t)(region > 0 ? region : 1));
   float *buf = malloc(sizeof(float) * (size_t)largest);
-  int rc = !buf || (!to_host && !all) ? fail(e, "out of memory") : 0;
-  if (!rc && !to_host && comm_all_gather(ctx->comm, COMM_EDP, COMM_F32, pool + sh->own_len, sh->own2_len, all, e) < 0) rc = -1;
-  for (int k = 0; k < P->nent && !rc; k++) {
-    if (!P->ent_whole[k]) continue;
-    int i = P->ent_tensor[k];
+  int rc = !buf || (!to_host && !sliced && !all) ? fail(e, "out of memory") : 0;
+  if (!rc && !to_host && !sliced && comm_all_gather(ctx->comm, COMM_EDP, COMM_F32, pool + sh->own_len, sh->own2_len, all, e) < 0)
+    rc = -1;
+  for (int k = 0; k < (which < 2 ? P->nent : ctx->ntensors) && !rc; k++) {
+    int i = which < 2 ? P->ent_tensor[k] : k;
+    if (which < 2 ? !P->ent_whole[k] : P->use_of[i] < 0 || ctx->tensors[i].param->state || !train_tensor_is_expert(&ctx->tensors[i]))
+      continue;
     const CudaUse *c = &P->uses[P->use_of[i]];
-    if (to_host) {
+    if (which == 2 && unit_of(P, devx_flat_index(P->x, c->param, c->layer)) >= 0) continue; /* (not kept apart) */
+    if (sliced) { /* this member's slice, as the loop's */
+      int64_t n = P->ent_n[k];
+      if (!to_host) memcpy(buf, pool + sh->own_len + P->ent_at[k], sizeof(float) * (size_t)n);
+      if (devopt_moment(P->opt, k, which, buf, !to_host)) rc = fail(e, "%s", devopt_error(P->opt));
+      else if (to_host) memcpy(pool + sh->own_len + P->ent_at[k], buf, sizeof(float) * (size_t)n);
+    } else if (to_host) {
       int64_t lo, hi;
       if (which < 2 ? devopt_moment(P->opt, k, which, buf, 0) : devx_get_param_copy(P->x, c->param, c->layer, buf))
         rc = fail(e, "%s", which < 2 ? devopt_error(P->opt) : devx_error(P->x));
@@ -1316,6 +1486,54 @@ static int expert_convert(CudaProg *P, TrainCtx *ctx, int which, float *pool, in
   }
   free(all);
   free(buf);
+  return rc;
+}
+
+/* xsliced, after the update: each member's updated slices of the experts
+ * (the loop's expert region, [own2_lo, own2_lo + own2_len)) to the other
+ * members holding the same experts (edp), so that each holds them whole
+ * again: packed in region order on the device, all-gathered (NCCL on the
+ * device, else through host memory), each tensor copied out whole. */
+static int expert_gather(CudaProg *P, TrainCtx *ctx, RtErr *e) {
+  const TrainShards *sh = ctx->shards;
+  if (!P->xsliced) return 0;
+  Device *d = P->dev;
+  int64_t region = sh->pool_cap - sh->expert_lo;
+  size_t obytes = sizeof(float) * (size_t)sh->own2_len, abytes = sizeof(float) * (size_t)region;
+  float *own = devx_buffer(P->x, obytes), *all = own ? devx_buffer(P->x, abytes) : NULL;
+  float *hown = NULL, *hall = NULL;
+  int rc = !all ? fail(e, "%s", devx_error(P->x)) : 0;
+  for (int k = 0; k < P->nent && !rc; k++) {
+    if (P->ent_whole[k] != 2) continue;
+    int i = P->ent_tensor[k];
+    const CudaUse *c = &P->uses[P->use_of[i]];
+    const float *slice = (const float *)devx_param_ptr(P->x, c->param, c->layer) + (sh->own2_lo + P->ent_at[k] - sh->offset[i]);
+    if (d->ops->copy(d, own + P->ent_at[k], slice, sizeof(float) * (size_t)P->ent_n[k])) rc = fail(e, "%s", dev_error(d));
+  }
+  if (!rc && P->dcomm) {
+    comm_nccl_set_stream(P->dcomm, NULL);
+    if (comm_all_gather(P->dcomm, COMM_EDP, COMM_F32, own, sh->own2_len, all, e) < 0) rc = -1;
+  } else if (!rc) {
+    hown = malloc(obytes);
+    hall = malloc(abytes);
+    if (!hown || !hall) rc = fail(e, "out of memory");
+    else if (d->ops->to_host(d, hown, own, obytes)) rc = fail(e, "the experts' slices to the host: %s", dev_error(d));
+    else if (comm_all_gather(ctx->comm, COMM_EDP, COMM_F32, hown, sh->own2_len, hall, e) < 0) rc = -1;
+    else if (d->ops->to_device(d, all, hall, abytes)) rc = fail(e, "the experts to the device: %s", dev_error(d));
+  }
+  for (int q = 0; q < P->nuses && !rc; q++) {
+    const CudaUse *c = &P->uses[q];
+    if (!c->t || c->t->param->state || !train_tensor_is_expert(c->t) || unit_of(P, devx_flat_index(P->x, c->param, c->layer)) >= 0)
+      continue;
+    int i = (int)(c->t - ctx->tensors);
+    if (d->ops->copy(d, devx_param_ptr(P->x, c->param, c->layer), all + (sh->offset[i] - sh->expert_lo),
+                     sizeof(float) * (size_t)c->numel))
+      rc = fail(e, "%s", dev_error(d));
+  }
+  free(hown);
+  free(hall);
+  if (own) devx_buffer_put(P->x, own, obytes);
+  if (all) devx_buffer_put(P->x, all, abytes);
   return rc;
 }
 
@@ -1434,7 +1652,11 @@ static int zero_setup(CudaProg *P, TrainCtx *ctx, DevOptTensor **out, char *why,
   DevOptTensor *t = calloc((size_t)ctx->ntensors * (size_t)P->nunits + 1, sizeof *t);
   P->ent_tensor = calloc((size_t)ctx->ntensors + 1, sizeof(int));
   P->ent_whole = calloc((size_t)ctx->ntensors + 1, 1);
-  if (!P->zhost || !t || !P->ent_tensor || !P->ent_whole) {
+  P->ent_at = calloc((size_t)ctx->ntensors + 1, sizeof(int64_t));
+  P->ent_n = calloc((size_t)ctx->ntensors + 1, sizeof(int64_t));
+  const char *xstate = getenv("HPDL_EXPERT_STATE");
+  P->xsliced = sh->own2_len > 0 && ctx->comm->size[COMM_EDP] > 1 && !(xstate && !strcmp(xstate, "whole"));
+  if (!P->zhost || !t || !P->ent_tensor || !P->ent_whole || !P->ent_at || !P->ent_n) {
     free(t);
     snprintf(why, whylen, "out of memory");
     return -1;
@@ -1445,11 +1667,21 @@ static int zero_setup(CudaProg *P, TrainCtx *ctx, DevOptTensor **out, char *why,
     const CudaUse *c = &P->uses[P->use_of[i]];
     int64_t a = devx_flat_index(P->x, c->param, c->layer), lo, hi;
     int u = unit_of(P, a);
-    if (u < 0) { /* an expert's, kept whole: updated whole, its moments the optimizer's, its sum over edp after the step */
+    if (u < 0) { /* an expert's, kept whole, its sum over edp after the step: updated whole, its moments the optimizer's,
+                  * or (xsliced) the slice of it this member owns in the loop's expert region, all-gathered after */
       if (ctx->tensors[i].param->state) continue;
-      t[P->nent] = (DevOptTensor){devx_param_ptr(P->x, c->param, c->layer), devx_grad_ptr(P->x, c->param, c->layer), c->numel,
-                                  ctx->tensors[i].param->weight_decay, NULL, NULL};
-      P->ent_whole[P->nent] = 1;
+      int64_t from = 0, n = c->numel;
+      if (P->xsliced) {
+        if (!overlap_of(sh->offset[i], c->numel, sh->own2_lo, sh->own2_len, &lo, &hi)) continue;
+        from = lo - sh->offset[i];
+        n = hi - lo;
+        P->ent_at[P->nent] = lo - sh->own2_lo;
+        P->ent_n[P->nent] = n;
+      }
+      t[P->nent] = (DevOptTensor){(float *)devx_param_ptr(P->x, c->param, c->layer) + from,
+                                  (float *)devx_grad_ptr(P->x, c->param, c->layer) + from, n, ctx->tensors[i].param->weight_decay,
+                                  NULL, NULL};
+      P->ent_whole[P->nent] = P->xsliced ? 2 : 1;
       P->ent_tensor[P->nent++] = i;
       continue;
     }
@@ -1486,6 +1718,7 @@ static int zero_setup(CudaProg *P, TrainCtx *ctx, DevOptTensor **out, char *why,
     snprintf(why, whylen, "%s", devx_error(P->x));
     return -1;
   }
+  if (z3 && gather16_setup(P, why, whylen)) return -1;
   if (z2) { /* the gradients' block goes (ZeRO 3: the parameters' too); the units come as the step reaches them */
     devx_release_grads(P->x);
     if (z3) devx_release_params(P->x);
@@ -1761,10 +1994,11 @@ static int chunk_resident(CudaProg *P, TrainCtx *ctx, int one_of) {
     fprintf(stderr,
             "hpdlrun: the %s state stays on the device (%.1f MB a rank), ZeRO-3: a rank keeps 1/%d of the parameters, their "
             "moments and reduced gradients; each layer's parameters are all-gathered before it runs%s and released after, "
-            "its gradients reduce-scattered as its backward ends (each micro-batch)%s %s\n",
+            "its gradients reduce-scattered as its backward ends (each micro-batch)%s %s%s\n",
             oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", resident_mb(P, ctx), ctx->comm->size[COMM_DP],
             P->cstream ? " (the next layer's while it runs)" : "", P->rstream ? " on a stream of their own" : "",
-            P->dcomm ? "by NCCL on the device" : "through host memory");
+            P->dcomm ? "by NCCL on the device" : "through host memory",
+            P->u16 && P->nunits > 1 && P->u16[1].on ? "; a layer's weights gathered as their bf16 copies" : "");
   else if (P->resident && P->zero == 2 && ctx->comm->world_rank == 0)
     fprintf(stderr,
             "hpdlrun: parameters and the %s state stay on the device (%.1f MB a rank), ZeRO-2: a rank keeps the moments and "
@@ -1783,13 +2017,24 @@ static int chunk_resident(CudaProg *P, TrainCtx *ctx, int one_of) {
   else if (P->resident && ctx->comm->world_rank == 0)
     fprintf(stderr, "hpdlrun: parameters, gradients and the %s state stay on the device (%.1f MB a rank)%s\n",
             oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", resident_mb(P, ctx), dp_sum_words(P, ctx));
-  double whole = 0;
+  double whole = 0, mom = 0;
   for (int k = 0; P->resident && P->zero && k < P->nent; k++)
-    if (P->ent_whole[k]) whole += (double)P->uses[P->use_of[P->ent_tensor[k]]].numel * 4.0 * (2 + moments) / 1e6;
-  if (whole > 0 && ctx->comm->world_rank == 0)
+    if (P->ent_whole[k] == 1) whole += (double)P->uses[P->use_of[P->ent_tensor[k]]].numel * 4.0 * (2 + moments) / 1e6;
+    else if (P->ent_whole[k] == 2) mom += (double)P->ent_n[k] * 4.0 * moments / 1e6;
+  for (int q = 0; P->resident && P->xsliced && q < P->nuses; q++) {
+    const CudaUse *c = &P->uses[q];
+    if (c->t && !c->t->param->state && train_tensor_is_expert(c->t) && unit_of(P, devx_flat_index(P->x, c->param, c->layer)) < 0)
+      whole += (double)c->numel * 8.0 / 1e6;
+  }
+  if (whole > 0 && ctx->comm->world_rank == 0 && !P->xsliced)
     fprintf(stderr, "hpdlrun: ZeRO-%d: the experts' parameters, gradients and moments (%.1f MB a rank) stay whole on the ranks "
                     "holding them, their gradients summed over the %d holding the same experts (edp)\n",
             P->zero, whole, ctx->comm->size[COMM_EDP]);
+  else if (whole > 0 && ctx->comm->world_rank == 0)
+    fprintf(stderr, "hpdlrun: ZeRO-%d: the experts' parameters and gradients (%.1f MB a rank) stay whole on the ranks holding "
+                    "them, their moments (%.1f MB a rank) sharded over the %d holding the same experts (edp), the gradients "
+                    "summed over edp and the updated slices all-gathered\n",
+            P->zero, whole, mom, ctx->comm->size[COMM_EDP]);
   return P->resident;
 }
 
@@ -1844,8 +2089,8 @@ static int cuda_grad_sumsq(void *self, TrainCtx *ctx, const unsigned char *count
     if (devopt_sumsq(P->opt, P->sums)) return fail(e, "%s", devopt_error(P->opt));
     int entries = P->zero || S->n > 1, edp0 = ctx->comm->rank[COMM_EDP] == 0;
     for (int i = 0; i < (entries ? P->nent : ctx->ntensors); i++)
-      /* a whole expert tensor (ZeRO) counts on one of the ranks holding it */
-      if (count[entries ? P->ent_tensor[i] : i] && (!P->zero || !P->ent_whole[i] || edp0)) s += P->sums[i];
+      /* a whole expert tensor (ZeRO) counts on one of the ranks holding it, a slice on its owner */
+      if (count[entries ? P->ent_tensor[i] : i] && (!P->zero || P->ent_whole[i] != 1 || edp0)) s += P->sums[i];
   }
   *sumsq = s;
   return 0;
@@ -1859,6 +2104,7 @@ static int cuda_update(void *self, TrainCtx *ctx, const OptimConfig *o, int64_t 
                                     : devopt_sgd(P->opt, lr, o->momentum, o->weight_decay, t, clip_scale);
     if (rc) return fail(e, "%s", devopt_error(P->opt));
     if (P->zero && P->zero < 3 && zero_gather(P, ctx, e)) return -1; /* ZeRO 3 gathers as the next step runs */
+    if (P->zero && expert_gather(P, ctx, e)) return -1;
   }
   return 0;
 }

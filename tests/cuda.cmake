@@ -159,7 +159,7 @@ add_test(NAME cuda.dev.emulate.kernels.gpt2-tiny COMMAND test_device --device em
 # host program's hpdl_bias_grad_f32 after the product, as where cuBLASLt has
 # no algorithm with its BGRAD epilogue (runtime/device/devexec.c)
 add_test(NAME cuda.dev.emulate.step.gpt2-tiny_bgrad_kernel COMMAND test_device --device emulate --step gpt2-tiny.hpd)
-set_tests_properties(cuda.dev.emulate.step.gpt2-tiny_bgrad_kernel PROPERTIES ENVIRONMENT HPDL_GEMM_BGRAD=kernel)
+set_tests_properties(cuda.dev.emulate.step.gpt2-tiny_bgrad_kernel PROPERTIES ENVIRONMENT HPDL_GEMM_EPILOGUE=kernel)
 add_test(NAME cuda.gpu.kernels.gpt2-tiny COMMAND test_device --device cuda --kernels gpt2-tiny.hpd)
 add_test(NAME cuda.gpu.step.gpt2-tiny COMMAND test_device --device cuda --step gpt2-tiny.hpd)
 add_test(NAME cuda.gpu.step.llama
@@ -287,6 +287,9 @@ if(Python3_Interpreter_FOUND)
         list(APPEND resume --expect "), ZeRO-")
       elseif(name MATCHES "^zero3$|^zero3_recompute$|^zero3_bf16$|^zero3_pp2$")
         list(APPEND resume --expect "), ZeRO-3: a rank keeps 1/2 of the parameters")
+        if(name STREQUAL "zero3_bf16") # the bf16 gathers (through host memory here), the same bits as fp32's
+          list(APPEND resume --expect "a layer's weights gathered as their bf16 copies" --twin-env HPDL_ZERO3_GATHER=fp32)
+        endif()
       elseif(name MATCHES "^pp2_v2$|^pp2_v2_bf16$")
         # a stage's two chunks: a program each, the optimizer on the device
         list(APPEND resume --expect "an optimizer for each of the stage's 2 chunks")
@@ -306,6 +309,17 @@ if(Python3_Interpreter_FOUND)
       set_tests_properties(cuda.layout.${dev}.${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "${labels}"
                            ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
     endforeach()
+    # bf16 with the epilogues of ours (HPDL_GEMM_EPILOGUE=kernel, as where
+    # cuBLASLt has no algorithm for them): each linear layer's bias into its
+    # bf16 output by hpdl_bias_bf16 after the fp32 product (FuseOptions.store16)
+    add_test(NAME cuda.layout.${dev}.bf16_epilogue_kernel
+             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
+                     --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
+                     --sample ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --device ${dev} --steps 20
+                     --first-tol 1e-5 --tol 1e-3 --args "${small} --precision bf16")
+    set(epilogue_env ${HPDL_CUDA_RUN_ENV} HPDL_GEMM_EPILOGUE=kernel)
+    set_tests_properties(cuda.layout.${dev}.bf16_epilogue_kernel PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS cuda
+                         ENVIRONMENT "${epilogue_env}")
     # the optimizer on the device: SGD with momentum (sgd), and a run whose
     # device-resident state is saved at step 10 and resumed on 2 ranks,
     # whose update runs on the host (resume_host)
@@ -359,7 +373,8 @@ if(Python3_Interpreter_FOUND)
     # dp 2 x ep 2 (parameters resident), dp 2 x tp 2 x ep 2 (each expert
     # split again over tp), dp 2 x pp 2 x ep 2 (1F1B), dp 2 x ep 2 at ZeRO 1,
     # dp 4 x ep 2 at ZeRO 3 (the dense units sharded over dp 4, the experts
-    # whole on their ranks, summed over edp 2; its start-up line checked) and
+    # whole on their ranks, summed over edp 2, their moments sharded over
+    # edp 2 and the updated slices all-gathered; its start-up line checked) and
     # the same stopped at step 5 and resumed at ZeRO 1 (the experts' slices
     # of the loop's pools converted both ways), and dp 2 at ZeRO 3 without
     # expert parallelism (the experts in the units) resumed at ZeRO 1.
@@ -370,7 +385,7 @@ if(Python3_Interpreter_FOUND)
       hpdl_name_flags("${entry}" name layout)
       set(more)
       if(name STREQUAL "dp4_ep2_zero3")
-        set(more --expect "ZeRO-3: the experts' parameters, gradients and moments")
+        set(more --expect "ZeRO-3: the experts' parameters and gradients" --expect "sharded over the 2 holding the same experts (edp)")
       elseif(name STREQUAL "dp4_ep2_zero3_resume")
         set(more --resume-args "--global-batch 4 --micro-batch 1 --dp 4 --ep 2 --zero 1")
       elseif(name STREQUAL "dp2_zero3_resume") # ep 1: the experts are dense parameters, in the units
@@ -434,7 +449,7 @@ if(Python3_Interpreter_FOUND)
                   "pp4|gpt2-tiny|-D L=4 --pp 4 --micro-batch 1" "zero1|gpt2-tiny|--dp 2 --zero 1"
                   "zero2_tp2|gpt2-tiny|--dp 2 --tp 2 --zero 2" "zero3|gpt2-tiny|--dp 2 --zero 3" "zero3_tp2|gpt2-tiny|--dp 2 --tp 2 --zero 3"
                   "zero1_overlap0|gpt2-tiny|--dp 2 --zero 1" "zero1_pp2|gpt2-tiny|--dp 2 --pp 2 --zero 1 --micro-batch 1"
-                  "zero3_pp2|gpt2-tiny|--dp 2 --pp 2 --zero 3 --micro-batch 1"
+                  "zero3_pp2|gpt2-tiny|--dp 2 --pp 2 --zero 3 --micro-batch 1" "zero3_bf16|gpt2-tiny|--dp 2 --zero 3 --precision bf16"
                   "dp2_pp2_v2|gpt2-tiny|-D L=4 --dp 2 --pp 2 --virtual-stages 2 --schedule interleaved --micro-batch 1"
                   "zero3_pp2_v2|gpt2-tiny|-D L=4 --dp 2 --pp 2 --virtual-stages 2 --schedule interleaved --zero 3 --micro-batch 1"
                   "moe_dp2_tp2_ep2|moe-tiny|--dp 2 --tp 2 --ep 2"
@@ -468,11 +483,19 @@ if(Python3_Interpreter_FOUND)
       elseif(name MATCHES "^zero") # (zero3_pp2: a stage's layer as each of 2 micro-batches ends, its other unit after)
         set(more --expect "40 of 60 unit reduce-scatters started")
       endif()
+      set(tols --first-tol 1e-6 --tol 1e-5)
+      if(name MATCHES "bf16")
+        # ZeRO 3 under bf16: the layers' weights gathered as their bf16 copies
+        # (the fp32 values norms and biases read packed apart), the same bits
+        # as the fp32 gathers rounded after (HPDL_ZERO3_GATHER=fp32)
+        set(tols --first-tol 1e-5 --tol 1e-3)
+        list(APPEND more --expect "a layer's weights gathered as their bf16 copies" --twin-env HPDL_ZERO3_GATHER=fp32)
+      endif()
       add_test(NAME cuda.nccl.emulate.${name}
                COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
                        --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
                        --sample ${CMAKE_SOURCE_DIR}/samples/${sample}.hpd --device emulate --steps 20
-                       --first-tol 1e-6 --tol 1e-5 --args "${sizes} ${layout}" --expect "collectives: NCCL 9.99.99" ${more})
+                       ${tols} --args "${sizes} ${layout}" --expect "collectives: NCCL 9.99.99" ${more})
       # the sanitizer step runs tp2_cp2_sp (the chunk copies, the ring's groups, the reduce-scatter)
       # and zero3_tp2 (ZeRO-3's units, gathers and checkpoint conversions),
       # zero3_pp2_v2 (a stage's programs sharing its device and NCCL)

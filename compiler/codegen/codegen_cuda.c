@@ -919,6 +919,11 @@ static void gemm(CuKern *k) {
   l->trans_a = P.a.trans;
   l->trans_b = P.b.trans;
   l->ab_bf16 = k->fg->graph->nodes[P.a.mem].dtype == DT_BF16;
+  l->c_bf16 = k->fg->graph->nodes[P.out].dtype == DT_BF16;
+  if (l->c_bf16 && !epi) { /* fuse.c ends a GEMM with a 16-bit store only where cuBLASLt's epilogue makes it */
+    cu_fail(t, "%s: a GEMM writing bf16 without a bias epilogue (a bug of the fusion)", name);
+    return;
+  }
   l->m = P.flat ? P.nbatch * P.M : P.M;
   l->n = P.N;
   l->k = P.K;
@@ -951,9 +956,17 @@ static void gemm(CuKern *k) {
     for (int i = 0; i < P.batch_axes; i++) cu_tx(o, "%" PRId64 ", ", sa[i]);
     cu_tx(o, "0}, sb[] = {");
     for (int i = 0; i < P.batch_axes; i++) cu_tx(o, "%" PRId64 ", ", sb[i]);
-    cu_tx(o, "0};\n    hpdl_emu_gemm(io[%d], io[%d], %d, (float *)io[%d], %d, %d, %" PRId64 ", %" PRId64 ", %" PRId64
-             ", %" PRId64 ", %" PRId64 ", ",
-          l->gemm_a, l->gemm_b, l->ab_bf16, l->gemm_c, P.a.trans, P.b.trans, P.M, P.N, P.K, P.a.cols, P.b.cols);
+    /* a bf16 D: the product in fp32 first, rounded by the epilogue as it is written */
+    char c_arg[48];
+    snprintf(c_arg, sizeof c_arg, "(float *)io[%d]", l->gemm_c);
+    cu_tx(o, "0};\n");
+    if (l->c_bf16) {
+      cu_tx(o, "    float *c32 = (float *)malloc(sizeof(float) * %" PRId64 ");\n    if (!c32) return 1;\n", P.nbatch * P.M * P.N);
+      snprintf(c_arg, sizeof c_arg, "c32");
+    }
+    cu_tx(o, "    hpdl_emu_gemm(io[%d], io[%d], %d, %s, %d, %d, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+             ", %" PRId64 ", ",
+          l->gemm_a, l->gemm_b, l->ab_bf16, c_arg, P.a.trans, P.b.trans, P.M, P.N, P.K, P.a.cols, P.b.cols);
     cu_float(o, P.alpha);
     cu_tx(o, ", %d, bd, sa, sb, %" PRId64 ", %" PRId64 ");\n", P.batch_axes, P.a.rows * P.a.cols, P.b.rows * P.b.cols);
     char aux_arg[32] = "nullptr";
@@ -962,6 +975,9 @@ static void gemm(CuKern *k) {
       cu_tx(o, "    hpdl_emu_bgrad((float *)io[%d], io[%d], %d, %" PRId64 ", %" PRId64 ", %" PRId64 ");\n", l->bias,
             P.bgrad_side ? l->gemm_b : l->gemm_a, l->ab_bf16, P.K, P.bgrad_side ? P.N : P.M,
             P.bgrad_side ? P.b.cols : P.a.cols);
+    else if (l->c_bf16) /* the bias added in fp32, the sum rounded into D */
+      cu_tx(o, "    hpdl_emu_bias16((unsigned short *)io[%d], c32, (const float *)io[%d], %" PRId64 ", %" PRId64 ");\n    free(c32);\n",
+            l->gemm_c, l->bias, P.nbatch * P.M, P.N);
     else if (epi) /* what cuBLASLt's epilogue does after the product */
       cu_tx(o, "    hpdl_emu_epilogue((float *)io[%d], (const float *)io[%d], %s, %" PRId64 ", %" PRId64 ", %d);\n",
             l->gemm_c, l->bias, aux_arg, P.nbatch * P.M, P.N,
@@ -1326,6 +1342,7 @@ static int cu_emit(CgTarget *t, const char *path) {
                                       l->alpha, "batch", (json_int_t)l->batch, "stride_a", (json_int_t)l->stride_a,
                                       "stride_b", (json_int_t)l->stride_b, "stride_c", (json_int_t)l->stride_c));
         if (l->ab_bf16) json_object_set_new(json_object_get(j, "gemm"), "ab_type", json_string("bf16"));
+        if (l->c_bf16) json_object_set_new(json_object_get(j, "gemm"), "c_type", json_string("bf16"));
         if (l->batch_axes) {
           json_t *bd = json_array(), *jsa = json_array(), *jsb = json_array();
           for (int q = 0; q < l->batch_axes; q++) {

@@ -25,6 +25,7 @@ typedef struct {
    * over the kernel's io pointers (a, b, c: their io indices) */
   int gemm_a, gemm_b, gemm_c, trans_a, trans_b;
   int ab_bf16; /* A and B bf16 (CUDA_R_16BF), C fp32; else all fp32 */
+  int c_bf16;  /* D bf16: the bias epilogue's sum rounded as it is written (FuseOptions.store16) */
   int64_t m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c;
   double alpha;
   /* cuBLASLt's epilogue: NULL (none), "bias", "bias_relu", "bias_gelu":

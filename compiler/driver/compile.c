@@ -640,7 +640,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
     mem_options_from_model(m, &mo);
     mo.entry = k->ad->step;
     /* the CUDA back end leaves bias gradients to cuBLASLt's epilogue (fuse.h, rule 8) */
-    k->fr = fuse_module_opts(arena, k->m, &(FuseOptions){.bias_grad = is_cuda(o)});
+    k->fr = fuse_module_opts(arena, k->m, is_cuda(o) ? &FUSE_CUDA_OPTIONS : NULL);
     if (fuse_check(k->fr, NULL)) k->fr = NULL;
     mo.fusion = k->fr;
     mo.grad_into_slots = !is_cuda(o); /* the CPU back end's .acc kernels (fuse.h) */

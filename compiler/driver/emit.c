@@ -92,7 +92,7 @@ int emit_cuda(Arena *arena, Diag *diag, const char *path, const SemModel *m, int
     fprintf(stderr, "hpdlc: %s: stage %d does not build: %s\n", path, stage, why ? why : "?");
     return 1;
   }
-  FuseResult *fr = fuse_module_opts(arena, rp->module, &(FuseOptions){.bias_grad = 1}); /* as compile --target cuda */
+  FuseResult *fr = fuse_module_opts(arena, rp->module, &FUSE_CUDA_OPTIONS); /* as compile --target cuda */
   if (fuse_check(fr, stderr)) {
     fprintf(stderr, "hpdlc: internal error: the fusion does not check\n");
     return 3;

@@ -38,7 +38,11 @@
  *    a value with other consumers (the backward's act_grad): the
  *    pre-activation is then a second output, as CUBLASLT_EPILOGUE_GELU_AUX
  *    (_BIAS) writes it for training. cuBLASLt has no SiLU epilogue, so SiLU
- *    starts a loop kernel.
+ *    starts a loop kernel. Each step keeps the product's element type, but
+ *    for FuseOptions.store16: a bias ADD stored in bf16 over a product of
+ *    bf16 operands ends the epilogue (cuBLASLt adds in fp32 and rounds as it
+ *    writes a bf16 D, which is the IR's rounding of the sum; a GELU after it
+ *    reads the rounded sum, which the library's GELU_BIAS would not).
  * 5. Shape ops, visited last to first once kernels are formed:
  *    - a RESHAPE of a contiguous buffer is a view: with one consumer it is
  *      folded into the consumer's kernel, whatever its kind (every kernel
@@ -66,7 +70,8 @@
  *    sums a GEMM operand over the product's reduction - the operand stored
  *    as a matrix [K, X] (B as it is, A transposed), summed over its rows
  *    into X values - joins that GEMM when the GEMM has no other epilogue,
- *    one matrix, f32 operands, both lie in the same part of a cut step, and
+ *    one matrix, fp32 or bf16 operands (both alike; the sum is fp32), both
+ *    lie in the same part of a cut step, and
  *    no other kernel lies on a path between the two. cuBLASLt computes the
  *    sum as it reads the operand (CUBLASLT_EPILOGUE_BGRADA / BGRADB): the
  *    bias gradient of a linear layer's weight-gradient product. A bias
@@ -529,7 +534,17 @@ static int is_row_vector(const IrNode *b, const IrNode *mm) {
   return b->rank <= mm->rank;
 }
 
+const FuseOptions FUSE_CUDA_OPTIONS = {.bias_grad = 1, .store16 = 1};
+
 static int single_use(Fuser *F, int id) { return F->ucount[id] == 1 && !F->is_out[id]; }
+
+/* FuseOptions.store16: may bias ADD n, stored in bf16, end GEMM kernel b
+ * whose product of bf16 operands is fp32? */
+static int narrow_bias_ok(Fuser *F, const BK *b, const IrNode *n) {
+  const IrNode *mm = nd(F->g, b->mm);
+  return F->opts.store16 && n->dtype == DT_BF16 && mm->dtype == DT_F32 && nd(F->g, mm->in[0])->dtype == DT_BF16 &&
+         nd(F->g, mm->in[1])->dtype == DT_BF16;
+}
 
 /* GEMM epilogue: scale, then bias, then activation (rule 4). */
 static int try_epilogue(Fuser *F, int id) {
@@ -540,7 +555,10 @@ static int try_epilogue(Fuser *F, int id) {
     BK *b = &F->k[k];
     if (b->kind != FUSE_GEMM || b->tail != x) continue;
     const IrNode *xn = nd(F->g, x);
-    if (!same_shape(xn->rank, xn->dims, n->rank, n->dims) || xn->dtype != n->dtype) continue;
+    if (!same_shape(xn->rank, xn->dims, n->rank, n->dims)) continue;
+    /* nothing after a 16-bit store; a bias sum may be that store (store16) */
+    if (xn->dtype != nd(F->g, b->mm)->dtype) continue;
+    if (xn->dtype != n->dtype && !(n->op == IR_ADD && narrow_bias_ok(F, b, n))) continue;
     int step = 0;
     if (n->op == IR_MUL && n->nin == 2) {
       const IrNode *o = nd(F->g, n->in[1 - side]);
@@ -660,7 +678,7 @@ static int bgrad_gemm(Fuser *F, int id, int s) {
   const IrNode *x = nd(F->g, n->in[0]);
   if (!reduced_group(F->g, n, &lo, &hi) || lo != 0 || hi != x->rank - 1 || x->rank < 2) return -1;
   int64_t cols = x->dims[x->rank - 1];
-  if (ir_numel(n) != cols || x->dtype != DT_F32 || n->dtype != DT_F32) return -1;
+  if (ir_numel(n) != cols || (x->dtype != DT_F32 && x->dtype != DT_BF16) || n->dtype != DT_F32) return -1;
   int mem = n->in[0];
   while (kof(F, mem) == s && nd(F->g, mem)->op == IR_RESHAPE) mem = nd(F->g, mem)->in[0];
   int split = F->g->fb_split;
@@ -685,7 +703,8 @@ static int bgrad_gemm(Fuser *F, int id, int s) {
       /* stored [K, X]: B as it is, A transposed */
       if (!plain || trans != (side == 0) || sh->dims[sh->rank - 1] != cols || ir_numel(sh) != ir_numel(x)) continue;
       int t2 = 0, s2 = -1, other = gemm_operand(F, g, mm->in[1 - side], 0, &t2, &s2);
-      if (other < 0 || nd(F->g, other)->dtype != DT_F32) continue; /* cuBLASLt's bias gradient of fp32 operands */
+      /* cuBLASLt's bias gradient of fp32 or bf16 operands, both alike, into fp32 */
+      if (other < 0 || nd(F->g, other)->dtype != x->dtype) continue;
       if (!pair_feasible(F, g, s)) continue;
       return g;
     }
@@ -1094,6 +1113,7 @@ static Hash2 graph_hash(const IrModule *m, int gi, const Hash2 *callee, const Fu
   hmix(&h, (uint64_t)g->nnodes);
   hmix(&h, (uint64_t)(int64_t)g->fb_split);
   hmix(&h, (uint64_t)(opts && opts->bias_grad));
+  hmix(&h, (uint64_t)(opts && opts->store16));
   hmix(&h, (uint64_t)g->noutputs);
   for (int i = 0; i < g->noutputs; i++) hmix(&h, (uint64_t)(int64_t)g->outputs[i]);
   for (int i = 0; i < g->nnodes; i++) {

@@ -97,9 +97,18 @@ const char *fuse_kind_name(FuseKind k);
 typedef struct {
   /* rule 8: a lone bias-gradient reduction (a sum over the rows of a GEMM
    * operand stored [K, X], the product's reduction) joins that GEMM, as
-   * cuBLASLt's BGRADA / BGRADB epilogues compute it (the CUDA back end) */
+   * cuBLASLt's BGRADA / BGRADB epilogues compute it (the CUDA back end),
+   * over fp32 or bf16 operands */
   int bias_grad;
+  /* rule 4: a bias ADD stored in bf16 over a product of bf16 operands
+   * (train { precision = bf16 }) joins its GEMM as the last step: the
+   * library adds in fp32 and rounds as it writes D (cuBLASLt's
+   * CUDA_R_16BF D with an fp32 bias, the CUDA back end) */
+  int store16;
 } FuseOptions;
+
+/* What cuBLASLt takes on (the CUDA back end): bias_grad and store16. */
+extern const FuseOptions FUSE_CUDA_OPTIONS;
 
 /* Fuses every graph of a verified module; everything lives in `arena`.
  * fuse_module_opts with NULL options is fuse_module (the CPU back end's). */

@@ -26,7 +26,7 @@ typedef struct {
 typedef struct {
   DevKernel **k;       /* per launch; NULL for a GEMM */
   DevGemmPlan **plans; /* per launch; NULL for a kernel */
-  unsigned char *bgrad_kernel; /* per GEMM launch: its bias gradient by hpdl_bias_grad_f32, not the epilogue */
+  unsigned char *apart; /* per GEMM launch: its epilogue by a kernel of ours after the bare product (APART_*) */
   double *secs;        /* per launch, profiling */
   long *calls;
 } KernelRes;
@@ -36,7 +36,8 @@ struct DevExec {
   const DevxProgram *p;
   KernelRes **res; /* [graph][kernel] */
   DevKernel *accumulate;
-  DevKernel *bias_grad;  /* hpdl_bias_grad_f32, where a GEMM's bias gradient runs apart */
+  DevKernel *bias_grad, *bias_grad16; /* hpdl_bias_grad_f32 / _bf16, where a GEMM's bias gradient runs apart */
+  DevKernel *bias16;                  /* hpdl_bias_bf16, where a bias into a bf16 D runs apart */
   DevKernel *round_bf16; /* NULL where no weight is read in bf16 */
   DevKernel *chunk_copy; /* hpdl_chunk_copy_f32, the device collectives' layouts (looked up on first use) */
   /* per parameter copy (goff[p] + copy): where its values and its gradient
@@ -61,6 +62,8 @@ struct DevExec {
    * is released, per unit in u16 while the unit is gathered (u32: where
    * devx_point_unit put its values) */
   unsigned char *read16; /* per parameter: some node reads it in bf16 */
+  unsigned char *read32; /* per parameter: some node the step runs reads it as it is (fp32; devx_unit_reads) */
+  DevKernel *take;       /* hpdl_take_f32 (devx_take, looked up on first use) */
   void *flat16;
   void **u16, **u32;
   void **inputs;
@@ -194,35 +197,73 @@ static unsigned capped_grid(int64_t n, int64_t per_block) {
 
 static int is_bgrad(DevEpilogue e) { return e == DEV_EPI_BGRAD_A || e == DEV_EPI_BGRAD_B; }
 
-/* A GEMM's plan. A bias-gradient epilogue (BGRADA / BGRADB) that cuBLASLt
- * has no algorithm for, or that HPDL_GEMM_BGRAD=kernel sets apart (the
- * tests' way to run this path on the emulated device), becomes the product
- * alone and a launch of hpdl_bias_grad_f32 after it (*apart = 1). */
-static DevGemmPlan *gemm_plan(DevExec *x, const DevGemm *g, unsigned char *apart) {
+enum { APART_NONE, APART_BGRAD, APART_BIAS16 };
+
+/* A GEMM's plan. An epilogue of ours that cuBLASLt has no algorithm for -
+ * a bias gradient (BGRADA / BGRADB) or a bias into a bf16 D - or that
+ * HPDL_GEMM_EPILOGUE=kernel sets apart (the tests' way to run this path on
+ * the emulated device) becomes the product alone and a launch of our
+ * kernel after it: hpdl_bias_grad_f32 / _bf16 (*apart = APART_BGRAD), or,
+ * the product written to a pool buffer (io index nio) in fp32,
+ * hpdl_bias_bf16 (APART_BIAS16). Other epilogues are cuBLASLt's alone. */
+static DevGemmPlan *gemm_plan(DevExec *x, const DevGemm *g, int nio, unsigned char *apart) {
   Device *dev = x->dev;
-  const char *mode = getenv("HPDL_GEMM_BGRAD");
-  int forced = mode && !strcmp(mode, "kernel");
+  const char *mode = getenv("HPDL_GEMM_EPILOGUE");
+  int ours = is_bgrad(g->epilogue) || g->c_bf16;
   DevGemmPlan *p = NULL;
-  if (!is_bgrad(g->epilogue) || !forced) p = dev->ops->gemm_plan(dev, g);
-  if (p || !is_bgrad(g->epilogue)) return p;
-  if (g->ab_bf16 || g->batch > 1) return NULL; /* fuse.h's rule 8 makes neither */
+  if (!ours || !(mode && !strcmp(mode, "kernel"))) p = dev->ops->gemm_plan(dev, g);
+  if (p || !ours) return p;
+  if (g->batch > 1 || g->aux >= 0) return NULL; /* fuse.c makes neither with these epilogues */
   DevGemm bare = *g;
   bare.epilogue = DEV_EPI_NONE;
   bare.bias = -1;
-  if (!x->bias_grad && !(x->bias_grad = dev->ops->kernel(dev, "hpdl_bias_grad_f32"))) return NULL;
-  *apart = 1;
+  if (g->c_bf16) {
+    bare.c_bf16 = 0;
+    bare.c = nio;
+    if (!x->bias16 && !(x->bias16 = dev->ops->kernel(dev, "hpdl_bias_bf16"))) return NULL;
+    *apart = APART_BIAS16;
+  } else {
+    DevKernel **k = g->ab_bf16 ? &x->bias_grad16 : &x->bias_grad;
+    if (!*k && !(*k = dev->ops->kernel(dev, g->ab_bf16 ? "hpdl_bias_grad_bf16" : "hpdl_bias_grad_f32"))) return NULL;
+    *apart = APART_BGRAD;
+  }
   return dev->ops->gemm_plan(dev, &bare);
 }
 
 /* out[j] = the sum over k rows of the GEMM operand's stored [k, x] matrix
- * (hpdl_bias_grad_f32: a block per 32 columns, in a fixed order). */
+ * (hpdl_bias_grad_*: a block per 32 columns, in a fixed order). */
 static int bias_grad_apart(DevExec *x, const DevGemm *g, void **io) {
   DevKctx c = kctx(x, 0);
   int side_a = g->epilogue == DEV_EPI_BGRAD_A;
   int64_t cols = side_a ? g->m : g->n, ld = side_a ? g->lda : g->ldb;
   void *args[5] = {io[side_a ? g->a : g->b], io[g->bias], (void *)(intptr_t)g->k, (void *)(intptr_t)cols,
                    (void *)(intptr_t)ld};
-  return x->dev->ops->launch(x->dev, x->bias_grad, capped_grid(cols, 32), 256, &c, args, 5);
+  return x->dev->ops->launch(x->dev, g->ab_bf16 ? x->bias_grad16 : x->bias_grad, capped_grid(cols, 32), 256, &c, args, 5);
+}
+
+static void *pool_get(DevExec *x, size_t bytes);
+static void pool_put(DevExec *x, void *p, size_t bytes);
+
+/* APART_BIAS16: the bare product into a pool buffer (io[nio], fp32), then
+ * D = bf16(product + bias) by hpdl_bias_bf16. */
+static int bias16_apart(DevExec *x, DevGemmPlan *plan, const DevGemm *g, void **io, int nio) {
+  size_t bytes = sizeof(float) * (size_t)(g->m * g->n);
+  void *c32 = pool_get(x, bytes);
+  if (!c32) return -1;
+  void **with = malloc(sizeof(void *) * (size_t)(nio + 1));
+  if (!with) {
+    pool_put(x, c32, bytes);
+    return -1;
+  }
+  memcpy(with, io, sizeof(void *) * (size_t)nio);
+  with[nio] = c32;
+  int rc = x->dev->ops->gemm(x->dev, plan, with);
+  free(with);
+  DevKctx c = kctx(x, 0);
+  void *args[5] = {c32, io[g->bias], io[g->c], (void *)(intptr_t)g->m, (void *)(intptr_t)g->n};
+  if (!rc) rc = x->dev->ops->launch(x->dev, x->bias16, capped_grid(g->m * g->n, 1024), 256, &c, args, 5);
+  pool_put(x, c32, bytes); /* later work on the stream runs after the kernel that read it */
+  return rc;
 }
 
 DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, const DevxFlat *flat_how, char *err, size_t errlen) {
@@ -241,14 +282,14 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
       KernelRes *R = &x->res[g][k];
       R->k = calloc((size_t)K->nlaunches + 1, sizeof *R->k);
       R->plans = calloc((size_t)K->nlaunches + 1, sizeof *R->plans);
-      R->bgrad_kernel = calloc((size_t)K->nlaunches + 1, 1);
+      R->apart = calloc((size_t)K->nlaunches + 1, 1);
       R->secs = calloc((size_t)K->nlaunches + 1, sizeof *R->secs);
       R->calls = calloc((size_t)K->nlaunches + 1, sizeof *R->calls);
       for (int l = 0; l < K->nlaunches && !rc; l++) {
         const DevxLaunch *L = &K->launches[l];
         if (L->is_host) continue; /* no device code: run_host */
         if (L->is_gemm) {
-          R->plans[l] = gemm_plan(x, &L->gemm, &R->bgrad_kernel[l]);
+          R->plans[l] = gemm_plan(x, &L->gemm, K->ninputs + K->noutputs, &R->apart[l]);
           if (!R->plans[l]) rc = fail(x, "graph %s kernel %d (%s): %s", m->graphs[g]->name, k, L->name, dev_error(dev));
         } else {
           R->k[l] = dev->ops->kernel(dev, L->name);
@@ -358,9 +399,10 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
    * as the parameters' (the few values no node reads in bf16 - norms,
    * biases - ride along: one rounding launch for the block) */
   x->read16 = calloc((size_t)m->nparams + 1, 1);
+  x->read32 = calloc((size_t)m->nparams + 1, 1);
   x->u16 = calloc((size_t)x->nunits + 1, sizeof(void *));
   x->u32 = calloc((size_t)x->nunits + 1, sizeof(void *));
-  if ((!x->read16 || !x->u16 || !x->u32) && !rc) rc = fail(x, "out of memory");
+  if ((!x->read16 || !x->read32 || !x->u16 || !x->u32) && !rc) rc = fail(x, "out of memory");
   int any16 = 0;
   for (int q = 0; q < m->nparams && !rc; q++) {
     const IrParam *P = &m->params[q];
@@ -412,7 +454,7 @@ void devx_free(DevExec *x) {
     for (int k = 0; x->res[g] && k < x->p->graphs[g].nkernels; k++) {
       free(x->res[g][k].k);
       free(x->res[g][k].plans);
-      free(x->res[g][k].bgrad_kernel);
+      free(x->res[g][k].apart);
       free(x->res[g][k].secs);
       free(x->res[g][k].calls);
     }
@@ -436,6 +478,7 @@ void devx_free(DevExec *x) {
   free(x->u16);
   free(x->u32);
   free(x->read16);
+  free(x->read32);
   for (int i = 0; i < x->ninputs && x->inputs; i++) x->dev->ops->release(x->dev, x->inputs[i]);
   for (int i = 0; i < x->nfree; i++) x->dev->ops->release(x->dev, x->free_bufs[i].p);
   free(x->free_bufs);
@@ -544,6 +587,93 @@ void devx_point_unit(DevExec *x, int unit, void *base) {
   }
 }
 void devx_point_grad_unit(DevExec *x, int unit, void *base) { point(x, x->gat, x->flat_g, unit, base); }
+
+/* Walks unit u's parameter copies in the block's order: each one's offset
+ * in the unit, its values, and whether some node reads it in bf16 / fp32. */
+typedef void (*UnitVisit)(void *ctx, int64_t at, int copy, int64_t n, int r16, int r32);
+static void unit_walk(const DevExec *x, int unit, UnitVisit fn, void *ctx) {
+  const IrModule *m = x->p->m;
+  for (int p = 0; p < m->nparams; p++)
+    for (int64_t c = 0; c < param_copies(&m->params[p]); c++) {
+      int64_t at = x->goff[p] + c, f = x->fat[at];
+      if (f >= 0 && f >= x->ustart[unit] && f < x->ustart[unit + 1])
+        fn(ctx, f - x->ustart[unit], (int)at, param_numel(&m->params[p]), x->read16[p], x->read32[p]);
+    }
+}
+
+typedef struct {
+  int64_t *off, *len;
+  int n, cap, any16;
+} Reads;
+
+static void collect_reads(void *ctx, int64_t at, int copy, int64_t n, int r16, int r32) {
+  Reads *r = ctx;
+  (void)copy;
+  r->any16 |= r16;
+  if (!r32) return;
+  if (r->n < r->cap) {
+    r->off[r->n] = at;
+    r->len[r->n] = n;
+  }
+  r->n++;
+}
+
+/* read32: the parameters some node of graph root or a graph it calls reads
+ * as they are (an evaluation's plain forward, which the step does not
+ * call, may read them so where the step reads bf16 copies). */
+static void mark_reads32(DevExec *x, int root, unsigned char *seen) {
+  const IrModule *m = x->p->m;
+  if (root < 0 || root >= m->ngraphs || seen[root]) return;
+  seen[root] = 1;
+  const IrGraph *g = m->graphs[root];
+  /* a node read by another or returned (precision.c leaves the fp32 PARAM
+   * of a weight it reads as a bf16 one behind, read by nothing) */
+  unsigned char *used = calloc((size_t)g->nnodes + 1, 1);
+  if (!used) return;
+  for (int i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i].nin; k++) used[g->nodes[i].in[k]] = 1;
+  for (int i = 0; i < g->noutputs; i++) used[g->outputs[i]] = 1;
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = &g->nodes[i];
+    if (n->op == IR_CALL) mark_reads32(x, (int)n->attr[0], seen);
+    if (n->op == IR_PARAM && used[i] && n->attr[0] >= 0 && n->attr[0] < m->nparams && n->dtype == m->params[n->attr[0]].dtype)
+      x->read32[n->attr[0]] = 1;
+  }
+  free(used);
+}
+
+int devx_unit_reads(DevExec *x, int root, int unit, int64_t *off, int64_t *len, int cap, int *any16) {
+  unsigned char *seen = calloc((size_t)x->p->ngraphs + 1, 1);
+  if (!seen) return fail(x, "out of memory");
+  memset(x->read32, 0, (size_t)x->p->m->nparams);
+  mark_reads32(x, root, seen);
+  free(seen);
+  Reads r = {off, len, 0, cap, 0};
+  if (x->round_bf16) unit_walk(x, unit, collect_reads, &r);
+  if (any16) *any16 = x->round_bf16 ? r.any16 : 0;
+  return r.n;
+}
+
+typedef struct {
+  DevExec *x;
+  float *f32;
+  int64_t at;
+} Point16;
+
+static void point16(void *ctx, int64_t at, int copy, int64_t n, int r16, int r32) {
+  Point16 *q = ctx;
+  (void)at;
+  (void)r16;
+  q->x->pat[copy] = r32 && q->f32 ? q->f32 + q->at : NULL;
+  if (r32) q->at += n;
+}
+
+void devx_point_unit16(DevExec *x, int unit, void *b16, void *f32) {
+  Point16 q = {x, f32, 0};
+  unit_walk(x, unit, point16, &q);
+  x->u32[unit] = NULL;
+  x->u16[unit] = b16;
+}
 
 /* Frees a block (*block, every copy's address in at_of with it). */
 static void release_block(DevExec *x, void **block, void **at_of) {
@@ -860,9 +990,11 @@ static int run_launches(DevExec *x, int gi, int kp, int64_t layer, void **io) {
     if (L->is_host) {
       if (run_host(x, gi, kp, L, io)) return -1;
     } else {
-      int rc = L->is_gemm ? x->dev->ops->gemm(x->dev, R->plans[l], io)
-                          : x->dev->ops->launch(x->dev, R->k[l], L->grid, L->block, &c, io, nio);
-      if (!rc && L->is_gemm && R->bgrad_kernel[l]) rc = bias_grad_apart(x, &L->gemm, io);
+      int rc;
+      if (L->is_gemm && R->apart[l] == APART_BIAS16) rc = bias16_apart(x, R->plans[l], &L->gemm, io, nio);
+      else if (L->is_gemm) rc = x->dev->ops->gemm(x->dev, R->plans[l], io);
+      else rc = x->dev->ops->launch(x->dev, R->k[l], L->grid, L->block, &c, io, nio);
+      if (!rc && L->is_gemm && R->apart[l] == APART_BGRAD) rc = bias_grad_apart(x, &L->gemm, io);
       if (rc) return fail(x, "graph %s kernel %d (%s): %s", x->p->m->graphs[gi]->name, kp, L->name, dev_error(x->dev));
     }
     if (timed) {
@@ -999,6 +1131,18 @@ static int refresh16(DevExec *x, int unit) {
     void *dst = x->flat16 ? (void *)((uint16_t *)x->flat16 + x->ustart[u]) : x->u16[u];
     if (src && dst && n > 0 && round16(x, src, dst, n)) return -1;
   }
+  return 0;
+}
+
+int devx_round16(DevExec *x, const float *src, void *dst, int64_t n) { return x->round_bf16 ? round16(x, src, dst, n) : fail(x, "no weight is read in bf16"); }
+
+int devx_take(DevExec *x, const float *src, const int64_t *idx, float *dst, int64_t n) {
+  if (n <= 0) return 0;
+  if (!x->take && !(x->take = x->dev->ops->kernel(x->dev, "hpdl_take_f32")))
+    return fail(x, "%s (recompile the artifact: its module has no hpdl_take_f32)", dev_error(x->dev));
+  DevKctx k = kctx(x, 0);
+  void *args[4] = {(void *)src, (void *)idx, dst, (void *)(intptr_t)n};
+  if (x->dev->ops->launch(x->dev, x->take, capped_grid(n, 1024), 256, &k, args, 4)) return fail(x, "a gather by index: %s", dev_error(x->dev));
   return 0;
 }
 
@@ -1162,8 +1306,11 @@ static int frame_run(DevExec *x, DevxFrame *F, int to) {
           val[id] = copy16(x, (int)k, copy);
         else
           val[id] = x->pat[x->goff[k] + copy];
-        if (!val[id]) rc = fail(x, "parameter %s, layer %lld is not gathered on this rank (ZeRO-3: a read outside its layer)", P->name,
-                                (long long)copy);
+        /* (a PARAM no kernel reads - precision.c's fp32 one of a weight read as
+         * bf16 - may have no fp32 values: ZeRO-3's bf16 gathers) */
+        if (!val[id] && K->noutputs > 0)
+          rc = fail(x, "parameter %s, layer %lld is not gathered on this rank (ZeRO-3: a read outside its layer)", P->name,
+                    (long long)copy);
       } else {
         /* a fill, iota or constant: its kernel when it has one (a kernel
          * that reads it inline never looks at the buffer) */

@@ -202,6 +202,23 @@ void devx_point_grad_unit(DevExec *x, int unit, void *base);
 /* dst[i] += src[i] for n values (hpdl_accumulate_f32), in launch order. */
 int devx_add(DevExec *x, float *dst, const float *src, int64_t n);
 void devx_point_unit(DevExec *x, int unit, void *base);
+/* ZeRO-3 with bf16 copies (some node reads a weight in bf16): unit u's
+ * parameter copies that some node of graph root (the step) or of a graph
+ * it calls reads as they are (fp32: norms, biases, a lookup's table), as
+ * offsets in the unit and lengths in the block's order (the first cap of
+ * them; returns how many, -1 out of memory), and in *any16 whether some
+ * copy of the unit is read in bf16; what devx_point_unit16 points at fp32
+ * values from then on. devx_point_unit16 points the unit
+ * at its bf16 copies b16 (the unit's values laid out as in the block, 2
+ * bytes each) and those fp32 copies at f32, one after another in that
+ * order; the rest of the unit has no fp32 values (a read fails naming
+ * the parameter). NULL, NULL: nowhere. The buffers stay the caller's. */
+int devx_unit_reads(DevExec *x, int root, int unit, int64_t *off, int64_t *len, int cap, int *any16);
+void devx_point_unit16(DevExec *x, int unit, void *b16, void *f32);
+/* dst[i] = bf16(src[i]) for n values (hpdl_round_bf16); dst[i] = src[idx[i]]
+ * (hpdl_take_f32, idx on the device), in launch order. */
+int devx_round16(DevExec *x, const float *src, void *dst, int64_t n);
+int devx_take(DevExec *x, const float *src, const int64_t *idx, float *dst, int64_t n);
 void devx_set_layer_hook(DevExec *x, DevxLayerHook fn, void *ctx);
 /* Copy `layer` of parameter p to host memory. */
 int devx_get_param_copy(DevExec *x, int p, int64_t layer, float *host);

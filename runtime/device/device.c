@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "device.h"
@@ -41,7 +42,9 @@ void dev_gemm_reference(const DevGemm *g, void *const *io) {
   int64_t nbatch = 1;
   for (int i = 0; i < g->batch_axes; i++) nbatch *= g->bdims[i];
   const void *A = io[g->a], *B = io[g->b];
-  float *C = io[g->c];
+  /* a bf16 D: the product and the bias in fp32 here, rounded into D at the end */
+  float *C = g->c_bf16 ? malloc(sizeof(float) * (size_t)(nbatch * g->m * g->n + 1)) : io[g->c];
+  if (!C) abort(); /* the emulated device's reference, tests only */
   for (int64_t bi = 0; bi < nbatch; bi++) {
     int64_t oa = 0, ob = 0, inner = 1;
     for (int i = g->batch_axes - 1; i >= 0; i--) {
@@ -86,4 +89,9 @@ void dev_gemm_reference(const DevGemm *g, void *const *io) {
       if (aux) aux[i * g->n + j] = v;
       C[i * g->n + j] = g->epilogue == DEV_EPI_BIAS_RELU ? (v > 0.0f ? v : 0.0f) : g->epilogue == DEV_EPI_BIAS_GELU ? gelu(v) : v;
     }
+  if (g->c_bf16) {
+    uint16_t *D = io[g->c];
+    for (int64_t i = 0; i < rows * g->n; i++) D[i] = half_bf16_from_f32(C[i]);
+    free(C);
+  }
 }

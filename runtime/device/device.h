@@ -53,6 +53,7 @@ typedef struct {
   int a, b, c, bias, aux;
   int trans_a, trans_b;
   int ab_bf16; /* A and B bf16 (the manifest's "ab_type": "bf16"), C fp32; else all fp32 */
+  int c_bf16;  /* D bf16 ("c_type": "bf16"): the bias epilogue's fp32 sum rounded as it is written */
   int64_t m, n, k, lda, ldb, ldc;
   double alpha;
   int64_t batch, stride_a, stride_b, stride_c;

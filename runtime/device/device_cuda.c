@@ -65,6 +65,7 @@ enum {
   LT_DESC_BIAS_POINTER = 8,
   LT_DESC_AUX_POINTER = 11,
   LT_DESC_AUX_LD = 12,
+  LT_DESC_BIAS_DATA_TYPE = 26, /* a bf16 D's bias stays fp32 (the default is D's type) */
   LT_EPI_DEFAULT = 1,
   LT_EPI_BIAS = 4,
   LT_EPI_RELU_BIAS = 6,
@@ -367,6 +368,12 @@ static DevGemmPlan *cu_gemm_plan(Device *dd, const DevGemm *g) {
     plan_free(d, p);
     return NULL;
   }
+  int bias_type = LT_R_32F;
+  if (g->c_bf16 && lt_check(d, d->lt.cublasLtMatmulDescSetAttribute(p->desc, LT_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type),
+                            "fp32 bias of a bf16 output")) {
+    plan_free(d, p);
+    return NULL;
+  }
   if (g->aux >= 0) {
     long long ld = g->ldc;
     if (lt_check(d, d->lt.cublasLtMatmulDescSetAttribute(p->desc, LT_DESC_AUX_LD, &ld, sizeof ld), "aux ld")) {
@@ -381,7 +388,7 @@ static DevGemmPlan *cu_gemm_plan(Device *dd, const DevGemm *g) {
   int tab = g->ab_bf16 ? LT_R_16BF : LT_R_32F;
   if (layout(d, &p->la, tab, brows, bcols, g->ldb, batch, g->stride_b) ||
       layout(d, &p->lb, tab, arows, acols, g->lda, batch, g->stride_a) ||
-      layout(d, &p->lc, LT_R_32F, g->n, g->m, g->ldc, batch, g->stride_c)) {
+      layout(d, &p->lc, g->c_bf16 ? LT_R_16BF : LT_R_32F, g->n, g->m, g->ldc, batch, g->stride_c)) {
     plan_free(d, p);
     return NULL;
   }
@@ -428,7 +435,7 @@ static int cu_gemm(Device *dd, DevGemmPlan *p, void *const *io) {
     size_t esz = g->ab_bf16 ? 2 : 4; /* bytes of an operand's element */
     const char *A = (const char *)io[g->a] + (size_t)(oa * g->amat) * esz;
     const char *B = (const char *)io[g->b] + (size_t)(ob * g->bmat) * esz;
-    float *C = (float *)io[g->c] + bi * g->m * g->n;
+    char *C = (char *)io[g->c] + (size_t)(bi * g->m * g->n) * (g->c_bf16 ? 2 : 4);
     cublasStatus_t s = d->lt.cublasLtMatmul(d->lt_handle, p->desc, &alpha, B, p->la, A, p->lb, &beta, C, p->lc, C, p->lc,
                                             &p->algo, (void *)(uintptr_t)d->workspace, WORKSPACE_BYTES, NULL);
     if (s)

@@ -23,6 +23,9 @@ cpu, default device,device) says which target runs each half, so a
 checkpoint written by one target is resumed by the other. --expect TEXT:
 each device run's output must hold TEXT (the start-up line's collectives);
 --show TEXT prints the lines of the device runs' output that hold it.
+--twin-env NAME=VALUE: the device run again with NAME=VALUE in its
+environment (another path to the same numbers, such as ZeRO-3's fp32
+gathers) must report the same losses and gradient norms, bit for bit.
 
 Exits 77 (CTest's skip) when the device cannot run: no GPU or driver for
 --device cuda (hpdlrun's message is printed), or no C++ compiler for
@@ -103,6 +106,7 @@ def main():
     ap.add_argument("--expect", action="append", default=None,
                     help="a text the device runs' output must hold (the start-up line's collectives); repeatable")
     ap.add_argument("--show", default=None, help="print the device runs' output lines holding this text")
+    ap.add_argument("--twin-env", default=None, help="NAME=VALUE: the device run again with it must give the same bits")
     ap.add_argument("--cache", default=None, help="a folder of compiled artifacts shared by the tests (keyed by hpdlc, the sample and the command)")
     a = ap.parse_args()
     if a.cpu_only and (a.cpu_metrics is None or a.resume_args is not None):
@@ -195,6 +199,20 @@ def main():
                     if a.show in line:
                         print(f"{name}: {line}")
             runs[name] = metrics(f"{tmp}/{out}")
+            if name == "cuda" and a.twin_env and a.resume_args is None:
+                var, _, value = a.twin_env.partition("=")
+                twin = [x if x != f"{tmp}/{out}" else f"{tmp}/twin.jsonl" for x in cmd]
+                twin = [x if not x.startswith(ckpt) else f"{ckpt}-twin" for x in twin]
+                r2 = run(twin, env=dict(os.environ, **{var: value}))
+                if r2.returncode:
+                    print(r2.stdout.rstrip())
+                    return 1
+                same = [(m["loss"], m.get("grad_norm")) for m in runs[name]] == \
+                       [(m["loss"], m.get("grad_norm")) for m in metrics(f"{tmp}/twin.jsonl")]
+                print(f"{a.twin_env}: " + ("the same losses and gradient norms, bit for bit" if same
+                                            else "other losses or gradient norms than without it"))
+                if not same:
+                    return 1
             if name == "cpu" and a.cpu_metrics is not None:
                 shutil.copyfile(f"{tmp}/{out}", a.cpu_metrics)
         if a.cpu_only:

@@ -383,7 +383,7 @@ static void test_step(const char *sample, SemDefine *defs, int ndefs, SemDefine 
   IrModule *m = NULL;
   AdResult *ad = sample_step(arena, diag, sample, defs, ndefs, layout, nlayout, &m);
   const char *why = NULL;
-  FuseResult *fr = ad ? fuse_module_opts(arena, m, &(FuseOptions){.bias_grad = 1}) : NULL;
+  FuseResult *fr = ad ? fuse_module_opts(arena, m, &FUSE_CUDA_OPTIONS) : NULL;
   if (!fr || emu_build(L, m, fr)) {
     test_failures++;
     diag_free(diag);

@@ -280,7 +280,7 @@ static void test_step(Ctx *C, const char *sample, SemDefine *defs, int ndefs, Se
   IrModule *m = NULL;
   AdResult *ad = sample_step(arena, diag, sample, defs, ndefs, layout, nlayout, &m);
   const char *why = NULL;
-  FuseResult *fr = ad ? fuse_module_opts(arena, m, &(FuseOptions){.bias_grad = 1}) : NULL;
+  FuseResult *fr = ad ? fuse_module_opts(arena, m, &FUSE_CUDA_OPTIONS) : NULL;
   if (!fr || build(C, m, fr)) {
     test_failures++;
     diag_free(diag);
@@ -398,7 +398,7 @@ static void bench(Ctx *C, int steps, int64_t micro, const char *sample, SemDefin
   IrModule *m = lower_sample_with(arena, diag, sample, defs, ndefs, layout, nlayout, micro, NULL, &lo);
   const char *why = NULL;
   AdResult *ad = m ? ad_build(m, RECOMPUTE_NONE, &why) : NULL;
-  FuseResult *fr = ad ? fuse_module_opts(arena, m, &(FuseOptions){.bias_grad = 1}) : NULL;
+  FuseResult *fr = ad ? fuse_module_opts(arena, m, &FUSE_CUDA_OPTIONS) : NULL;
   if (!fr || build(C, m, fr)) {
     fprintf(stderr, "bench: could not build %s%s%s\n", sample, why ? ": " : "", why ? why : "");
     test_failures++;

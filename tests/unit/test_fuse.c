@@ -197,7 +197,7 @@ static void test_gemm_epilogue_refused(void) {
 }
 
 static FuseResult *fuse_cuda(Built *b) {
-  FuseResult *r = fuse_module_opts(b->arena, b->m, &(FuseOptions){.bias_grad = 1});
+  FuseResult *r = fuse_module_opts(b->arena, b->m, &FUSE_CUDA_OPTIONS);
   EXPECT(fuse_check(r, stderr) == 0);
   return r;
 }
@@ -280,6 +280,70 @@ static void test_bias_grad(void) {
   EXPECT(kernel_of(r, s2)->kind == FUSE_ROW && kernel_of(r, s2)->nnodes == 1);
   EXPECT(kernel_of(r, s3)->kind == FUSE_ROW && kernel_of(r, s3) == kernel_of(r, g3));
   EXPECT(kernel_of(r, wg3)->epilogue == 0);
+  arena_free(b.arena);
+}
+
+/* FuseOptions.store16 (train { precision = bf16 } on the CUDA back end): a
+ * bias ADD stored in bf16 over the fp32 product of bf16 operands ends its
+ * GEMM's epilogue (cuBLASLt adds in fp32 and rounds into a bf16 D); the GELU
+ * after it, which reads the rounded sum, is a loop kernel of its own; a bf16
+ * add over fp32 operands, and any 16-bit add without the option, stays out.
+ * Rule 8 over bf16 operands: the bias gradient of a bf16 dy joins its
+ * weight-gradient product (the sum in fp32). */
+static int arg16(IrGraph *g, int rank, const int64_t *dims) {
+  int64_t a = g->nargs++;
+  return ir_add(g, IR_ARG, NULL, 0, &a, 1, 0, DT_BF16, rank, dims, NULL);
+}
+
+/* ir_add infers a node's type from its inputs; precision.c sets it (a
+ * GEMM's fp32 product of bf16 operands, a 16-bit sum of fp32 values) */
+static int typed(IrGraph *g, int id, DType t) {
+  g->nodes[id].dtype = t;
+  return id;
+}
+
+static int typed2(IrGraph *g, IrOp op, int a, int b, DType t) {
+  int in[2] = {a, b};
+  return typed(g, ir_add(g, op, in, 2, NULL, 0, 0, t, -1, NULL, NULL), t);
+}
+
+static int matmul32(IrGraph *g, int a, int b, int ta, int tb) { return typed(g, matmul_t(g, a, b, ta, tb), DT_F32); }
+
+static void test_store16(void) {
+  Built b = begin();
+  int64_t dx[2] = {32, 16}, dw[2] = {16, 16}, dv[1] = {16};
+  int x16 = arg16(b.g, 2, dx), w16 = arg16(b.g, 2, dw), x32 = arg(b.g, 2, dx), w32 = arg(b.g, 2, dw);
+  int bias = arg(b.g, 1, dv);
+  int a16 = typed2(b.g, IR_ADD, matmul32(b.g, x16, w16, 0, 0), bias, DT_BF16);
+  int g16 = ir_add(b.g, IR_GELU, &a16, 1, NULL, 0, 0, DT_BF16, -1, NULL, NULL);
+  int a32 = typed2(b.g, IR_ADD, matmul_t(b.g, x32, w32, 0, 0), bias, DT_BF16); /* fp32 operands */
+  int m3 = matmul32(b.g, x16, w16, 0, 1);
+  int a3 = typed2(b.g, IR_ADD, m3, bias, DT_F32); /* the fp32 sum: as before */
+  int outs[] = {g16, a32, a3};
+  finish(&b, outs, 3);
+  FuseResult *r = fuse_ok(&b);
+  EXPECT(kernel_of(r, a16)->kind == FUSE_LOOP && kernel_of(r, a3)->kind == FUSE_GEMM);
+  r = fuse_cuda(&b);
+  const FuseKernel *k = kernel_of(r, a16);
+  EXPECT(k->kind == FUSE_GEMM && k->epilogue == FUSE_EPI_BIAS && k->noutputs == 1 && k->outputs[0] == a16);
+  EXPECT(kernel_of(r, g16)->kind == FUSE_LOOP && kernel_of(r, g16) != k);
+  EXPECT(kernel_of(r, a32)->kind == FUSE_LOOP);
+  EXPECT(kernel_of(r, a3)->kind == FUSE_GEMM && kernel_of(r, a3)->epilogue == FUSE_EPI_BIAS);
+  FuseOptions only_bgrad = {.bias_grad = 1};
+  r = fuse_module_opts(b.arena, b.m, &only_bgrad);
+  EXPECT(fuse_check(r, stderr) == 0 && kernel_of(r, a16)->kind == FUSE_LOOP);
+  arena_free(b.arena);
+
+  /* rule 8 over bf16 operands: h^T dy with dy bf16, its sum fp32 */
+  b = begin();
+  int64_t ddy[2] = {32, 16}, dh[2] = {32, 32};
+  int dy = arg16(b.g, 2, ddy), h = arg16(b.g, 2, dh);
+  int db = typed(b.g, ir_add(b.g, IR_SUM_TO, &dy, 1, NULL, 0, 0, DT_F32, 1, dv, NULL), DT_F32);
+  int dwg = matmul32(b.g, h, dy, 1, 0); /* [32, 16] */
+  int outs2[] = {db, dwg};
+  finish(&b, outs2, 2);
+  r = fuse_cuda(&b);
+  EXPECT(kernel_of(r, db) == kernel_of(r, dwg) && kernel_of(r, dwg)->epilogue == FUSE_EPI_BGRAD);
   arena_free(b.arena);
 }
 
@@ -605,6 +669,7 @@ int main(void) {
   test_gemm_epilogue();
   test_gemm_epilogue_refused();
   test_bias_grad();
+  test_store16();
   test_diamond();
   test_reduction_into_gemm();
   test_row_consistency();
