@@ -70,7 +70,7 @@ typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED } Schedule;
  * a block keeps its attention outputs, its collectives' outputs and every
  * other weight GEMM's output and recomputes the rest (autodiff.c). */
 typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL, RECOMPUTE_OPS } Recompute;
-typedef enum { COMPRESS_NONE, COMPRESS_FP16, COMPRESS_INT8, COMPRESS_TOPK } Compression;
+typedef enum { COMPRESS_NONE, COMPRESS_FP16, COMPRESS_INT8, COMPRESS_TOPK, COMPRESS_BF16 } Compression;
 
 const char *sem_schedule_name(Schedule s);
 const char *sem_recompute_name(Recompute r);

@@ -162,15 +162,15 @@ int comm_under_launcher(void) {
 
 /* ---- compression ---- */
 
-static const char *const compress_names[] = {"none", "fp16", "int8", "topk"};
+static const char *const compress_names[] = {"none", "fp16", "int8", "topk", "bf16"};
 
 int comm_compress_parse(const char *s) {
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < 5; i++)
     if (!strcmp(s, compress_names[i])) return i;
   return -1;
 }
 
-const char *comm_compress_name(CommCompressKind k) { return (unsigned)k < 4 ? compress_names[k] : "?"; }
+const char *comm_compress_name(CommCompressKind k) { return (unsigned)k < 5 ? compress_names[k] : "?"; }
 
 void comm_compressor_init(CommCompressor *z, CommCompressKind kind, double topk_ratio, int error_feedback) {
   memset(z, 0, sizeof *z);
@@ -195,7 +195,8 @@ static int64_t topk_count(const CommCompressor *z, int64_t n) {
 int64_t comm_compressed_bytes(const CommCompressor *z, int64_t n) {
   switch (z->kind) {
   case COMM_COMPRESS_NONE: return 4 * n;
-  case COMM_COMPRESS_FP16: return 2 * n;
+  case COMM_COMPRESS_FP16:
+  case COMM_COMPRESS_BF16: return 2 * n;
   case COMM_COMPRESS_INT8: return n + 4 * ((n + COMM_INT8_CHUNK - 1) / COMM_INT8_CHUNK);
   case COMM_COMPRESS_TOPK: return 8 * topk_count(z, n);
   }
@@ -264,10 +265,11 @@ int comm_compress(CommCompressor *z, const float *x, int64_t n, unsigned char *p
   switch (z->kind) {
   case COMM_COMPRESS_NONE: memcpy(payload, v, (size_t)n * 4); break;
   case COMM_COMPRESS_FP16:
+  case COMM_COMPRESS_BF16:
     for (int64_t i = 0; i < n; i++) {
-      uint16_t h = half_from_f32(v[i]);
+      uint16_t h = z->kind == COMM_COMPRESS_BF16 ? half_bf16_from_f32(v[i]) : half_from_f32(v[i]);
       memcpy(payload + 2 * i, &h, 2);
-      if (r) r[i] = v[i] - half_to_f32(h);
+      if (r) r[i] = v[i] - (z->kind == COMM_COMPRESS_BF16 ? half_bf16_to_f32(h) : half_to_f32(h));
     }
     break;
   case COMM_COMPRESS_INT8: {
@@ -319,10 +321,11 @@ void comm_decompress_add(const CommCompressor *z, const unsigned char *payload, 
     }
     break;
   case COMM_COMPRESS_FP16:
+  case COMM_COMPRESS_BF16:
     for (int64_t i = 0; i < n; i++) {
       uint16_t h;
       memcpy(&h, payload + 2 * i, 2);
-      acc[i] += half_to_f32(h);
+      acc[i] += z->kind == COMM_COMPRESS_BF16 ? half_bf16_to_f32(h) : half_to_f32(h);
     }
     break;
   case COMM_COMPRESS_INT8: {

@@ -129,10 +129,13 @@ void comm_profile(Comm *c, struct Prof *p);
 
 /* ---- compression ---- */
 
-typedef enum { COMM_COMPRESS_NONE, COMM_COMPRESS_FP16, COMM_COMPRESS_INT8, COMM_COMPRESS_TOPK } CommCompressKind;
+/* BF16: each value rounded to bf16 (a bf16 run's gradients reduced in its
+ * storage type: Megatron-LM's grad_reduce_in_fp32 = False, FSDP's
+ * reduce_dtype = bf16), the received values summed in fp32 in rank order */
+typedef enum { COMM_COMPRESS_NONE, COMM_COMPRESS_FP16, COMM_COMPRESS_INT8, COMM_COMPRESS_TOPK, COMM_COMPRESS_BF16 } CommCompressKind;
 enum { COMM_INT8_CHUNK = 256 };
 
-int comm_compress_parse(const char *s); /* "none" "fp16" "int8" "topk"; -1 when unknown */
+int comm_compress_parse(const char *s); /* "none" "fp16" "int8" "topk" "bf16"; -1 when unknown */
 const char *comm_compress_name(CommCompressKind k);
 
 typedef struct {

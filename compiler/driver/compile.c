@@ -755,7 +755,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
 
   /* the manifest */
   int world = (int)(L.dp * L.tp * L.pp * L.cp);
-  static const char *const comp[] = {"none", "fp16", "int8", "topk"};
+  static const char *const comp[] = {"none", "fp16", "int8", "topk", "bf16"};
   json_t *root = json_object();
   json_object_set_new(root, "format", json_string("hpdl-artifact"));
   json_object_set_new(root, "version", json_integer(1));

@@ -109,7 +109,7 @@ int main(int argc, char **argv) {
   }
   /* compressed data-parallel reduction, each kind */
   enum { N = 1000 };
-  for (int kind = COMM_COMPRESS_FP16; kind <= COMM_COMPRESS_TOPK; kind++) {
+  for (int kind = COMM_COMPRESS_FP16; kind <= COMM_COMPRESS_BF16; kind++) {
     CommCompressor z;
     comm_compressor_init(&z, (CommCompressKind)kind, 0.05, 1);
     float x[N], want[N] = {0};

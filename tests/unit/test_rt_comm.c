@@ -135,8 +135,8 @@ static void test_topk(void) {
 static void test_error_feedback(void) {
   RtErr e;
   enum { N = 64, STEPS = 30 };
-  CommCompressKind kinds[3] = {COMM_COMPRESS_TOPK, COMM_COMPRESS_INT8, COMM_COMPRESS_FP16};
-  for (int k = 0; k < 3; k++) {
+  CommCompressKind kinds[4] = {COMM_COMPRESS_TOPK, COMM_COMPRESS_INT8, COMM_COMPRESS_FP16, COMM_COMPRESS_BF16};
+  for (int k = 0; k < 4; k++) {
     CommCompressor z;
     comm_compressor_init(&z, kinds[k], 0.1, 1);
     double sum_in[N] = {0}, sum_sent[N] = {0};
