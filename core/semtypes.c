@@ -31,6 +31,11 @@ const char *sem_schedule_name(Schedule s) {
   return n[s];
 }
 
+const char *sem_compression_name(Compression c) {
+  static const char *const n[] = {"none", "fp16", "int8", "topk", "bf16"};
+  return n[c];
+}
+
 const char *sem_recompute_name(Recompute r) {
   static const char *const n[] = {"none", "selective", "full", "ops"};
   return n[r];

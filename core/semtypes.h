@@ -74,6 +74,7 @@ typedef enum { COMPRESS_NONE, COMPRESS_FP16, COMPRESS_INT8, COMPRESS_TOPK, COMPR
 
 const char *sem_schedule_name(Schedule s);
 const char *sem_recompute_name(Recompute r);
+const char *sem_compression_name(Compression c);
 const char *sem_precision_name(Precision p);
 
 #endif

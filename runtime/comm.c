@@ -163,14 +163,15 @@ int comm_under_launcher(void) {
 /* ---- compression ---- */
 
 static const char *const compress_names[] = {"none", "fp16", "int8", "topk", "bf16"};
+enum { NCOMPRESS = sizeof compress_names / sizeof compress_names[0] };
 
 int comm_compress_parse(const char *s) {
-  for (int i = 0; i < 5; i++)
+  for (int i = 0; i < NCOMPRESS; i++)
     if (!strcmp(s, compress_names[i])) return i;
   return -1;
 }
 
-const char *comm_compress_name(CommCompressKind k) { return (unsigned)k < 5 ? compress_names[k] : "?"; }
+const char *comm_compress_name(CommCompressKind k) { return (unsigned)k < NCOMPRESS ? compress_names[k] : "?"; }
 
 void comm_compressor_init(CommCompressor *z, CommCompressKind kind, double topk_ratio, int error_feedback) {
   memset(z, 0, sizeof *z);

@@ -45,6 +45,8 @@ typedef struct {
   float *mirror;   /* a tied copy another stage owns: its values, received each step */
 } CudaUse;
 
+enum { ENT_DENSE, ENT_EXPERT_WHOLE, ENT_EXPERT_SLICE };
+
 /* ZeRO 3 with bf16 copies (precision = bf16): a layer's unit gathered as
  * the bf16 copies its GEMMs read, each member rounding its slice before
  * the all-gather (half the bytes of an fp32 gather, and no fp32 copy of
@@ -141,10 +143,11 @@ typedef struct {
   int nretired;
   TrainCtx *tctx;        /* the running step's (the layer hook's collectives) */
   int *ent_tensor; /* per optimizer entry (an owned slice of a tensor): the loop's tensor */
-  /* ZeRO: per entry, 1 a whole expert tensor (kept apart, not sharded over
-   * dp), 2 this member's slice of one (xsliced), else 0 */
-  unsigned char *ent_whole;
-  int64_t *ent_at, *ent_n; /* ent_whole 2: the slice's place in the loop's expert slice ([own2_lo, ...)) and length */
+  /* ZeRO: per entry, ENT_EXPERT_WHOLE a whole expert tensor (kept apart, not
+   * sharded over dp), ENT_EXPERT_SLICE this member's slice of one (xsliced),
+   * else ENT_DENSE */
+  unsigned char *ent_expert;
+  int64_t *ent_at, *ent_n; /* ENT_EXPERT_SLICE: the slice's place in the loop's expert slice ([own2_lo, ...)) and length */
   int xsliced;     /* the experts' moments sharded over edp as the loop's (Megatron's distributed optimizer); HPDL_EXPERT_STATE=whole: not */
   int nent;
   float *zhost;    /* host staging: zlen + zown values (host collectives, checkpoints) */
@@ -522,7 +525,7 @@ static void chunk_destroy(CudaProg *P) {
   free(P->ulate);
   free(P->ureduced);
   free(P->ent_tensor);
-  free(P->ent_whole);
+  free(P->ent_expert);
   free(P->ent_at);
   free(P->ent_n);
   free(P->zhost);
@@ -1155,6 +1158,9 @@ static int zero_gather(CudaProg *P, TrainCtx *ctx, RtErr *e) {
   return rc;
 }
 
+/* Unit u gathers in bf16 (Unit16). */
+static int gathers16(const CudaProg *P, int u) { return P->u16 && P->u16[u].on; }
+
 /* Unit16's buffers' bytes: stage, b16, gath, f32. */
 static size_t u16_stage(const CudaProg *P, int u) { return 2 * (size_t)unit_own(P, u) + 4 * (size_t)(P->u16[u].nmax + 1); }
 static size_t u16_b16(const CudaProg *P, int u) { return 2 * (size_t)(unit_own(P, u) * P->dp); }
@@ -1177,17 +1183,17 @@ static int gather16_setup(CudaProg *P, char *why, size_t whylen) {
   const char *mode = getenv("HPDL_ZERO3_GATHER");
   if (mode && !strcmp(mode, "fp32")) return 0;
   if (!(P->u16 = calloc((size_t)P->nunits + 1, sizeof(Unit16)))) return snprintf(why, whylen, "out of memory"), -1;
+  if (devx_reads_from(P->x, P->pc->step)) return snprintf(why, whylen, "%s", devx_error(P->x)), -1;
   int rc = 0;
   for (int u = 1; u < P->nunits && !rc; u++) {
     Unit16 *g = &P->u16[u];
-    int any16 = 0, n = devx_unit_reads(P->x, P->pc->step, u, NULL, NULL, 0, &any16);
+    int any16 = 0, n = devx_unit_reads(P->x, u, NULL, NULL, 0, &any16);
     int64_t ol = unit_own(P, u);
-    if (n < 0) return snprintf(why, whylen, "%s", devx_error(P->x)), -1;
     if (!any16 || ol % 2) continue; /* (ol is a multiple of 16: DevxFlat.unit) */
     int64_t *off = malloc(sizeof(int64_t) * (size_t)(n + 1)), *len = malloc(sizeof(int64_t) * (size_t)(n + 1));
     int64_t *cnt = calloc((size_t)P->dp, sizeof(int64_t)), *seen = calloc((size_t)P->dp, sizeof(int64_t));
     if (!off || !len || !cnt || !seen) rc = (snprintf(why, whylen, "out of memory"), -1);
-    if (!rc) devx_unit_reads(P->x, P->pc->step, u, off, len, n, &any16);
+    if (!rc) devx_unit_reads(P->x, u, off, len, n, &any16);
     for (int i = 0; i < n && !rc; i++) {
       if (i && off[i] < off[i - 1] + len[i - 1]) rc = (snprintf(why, whylen, "unit %d's parameters out of order", u), -1);
       g->n32 += len[i];
@@ -1280,7 +1286,7 @@ static int gather16_ready(CudaProg *P, int u, char *err, size_t errlen) {
  * on the comm stream once the launches so far are done, so that a recycled
  * buffer is free; its user waits for the stream), and pointed at. */
 static int unit_gather(CudaProg *P, TrainCtx *ctx, int u, char *err, size_t errlen) {
-  if (P->u16 && P->u16[u].on) return unit_gather16(P, ctx, u, err, errlen);
+  if (gathers16(P, u)) return unit_gather16(P, ctx, u, err, errlen);
   int64_t ol = unit_own(P, u), len = ol * P->dp;
   RtErr e;
   void *buf = devx_buffer(P->x, sizeof(float) * (size_t)(len ? len : 1));
@@ -1296,7 +1302,7 @@ static int unit_gather(CudaProg *P, TrainCtx *ctx, int u, char *err, size_t errl
 
 static void unit_release(CudaProg *P, int u) {
   if (!P->ubuf[u]) return;
-  if (P->u16 && P->u16[u].on) {
+  if (gathers16(P, u)) {
     devx_point_unit16(P->x, u, NULL, NULL);
     gather16_put(P, u);
     P->ubuf[u] = NULL;
@@ -1381,8 +1387,8 @@ static int zero_layer(void *ctx, int64_t layer, int phase, char *err, size_t err
   /* the launches wait for the gathers so far (this unit's; bf16: then its
    * weights' copies rounded); the next unit's starts */
   if (P->cstream && P->dev->ops->stream_wait(P->dev, NULL, P->cstream)) return snprintf(err, errlen, "%s", dev_error(P->dev)), -1;
-  if (P->u16 && P->u16[u].on ? gather16_ready(P, u, err, errlen) : devx_refresh16_unit(P->x, u))
-    return P->u16 && P->u16[u].on ? -1 : (snprintf(err, errlen, "%s", devx_error(P->x)), -1);
+  if (gathers16(P, u) && gather16_ready(P, u, err, errlen)) return -1;
+  if (!gathers16(P, u) && devx_refresh16_unit(P->x, u)) return snprintf(err, errlen, "%s", devx_error(P->x)), -1;
   int next = phase == DEVX_LAYER_FWD_BEGIN ? u + 1 : u - 1;
   if (next >= 1 && next < P->nunits && !P->ubuf[next] && unit_gather(P, P->tctx, next, err, errlen)) return -1;
   return 0;
@@ -1444,6 +1450,12 @@ static int zero_convert(CudaProg *P, TrainCtx *ctx, void *dev_range, float *pool
   return rc;
 }
 
+/* Use c is an expert tensor kept apart from the units, whole on the device
+ * (DevxFlat.experts_apart; running statistics aside). */
+static int expert_apart(const CudaProg *P, const CudaUse *c) {
+  return c->t && !c->t->param->state && train_tensor_is_expert(c->t) && unit_of(P, devx_flat_index(P->x, c->param, c->layer)) < 0;
+}
+
 /* The experts' tensors, whole on the device, and the loop's pools, which
  * hold this member's slice of the expert region ([own2_lo, own2_lo +
  * own2_len), owned over edp, after the own_len values): which 0, 1 the
@@ -1463,10 +1475,8 @@ static int expert_convert(CudaProg *P, TrainCtx *ctx, int which, float *pool, in
     rc = -1;
   for (int k = 0; k < (which < 2 ? P->nent : ctx->ntensors) && !rc; k++) {
     int i = which < 2 ? P->ent_tensor[k] : k;
-    if (which < 2 ? !P->ent_whole[k] : P->use_of[i] < 0 || ctx->tensors[i].param->state || !train_tensor_is_expert(&ctx->tensors[i]))
-      continue;
+    if (which < 2 ? !P->ent_expert[k] : P->use_of[i] < 0 || !expert_apart(P, &P->uses[P->use_of[i]])) continue;
     const CudaUse *c = &P->uses[P->use_of[i]];
-    if (which == 2 && unit_of(P, devx_flat_index(P->x, c->param, c->layer)) >= 0) continue; /* (not kept apart) */
     if (sliced) { /* this member's slice, as the loop's */
       int64_t n = P->ent_n[k];
       if (!to_host) memcpy(buf, pool + sh->own_len + P->ent_at[k], sizeof(float) * (size_t)n);
@@ -1504,7 +1514,7 @@ static int expert_gather(CudaProg *P, TrainCtx *ctx, RtErr *e) {
   float *hown = NULL, *hall = NULL;
   int rc = !all ? fail(e, "%s", devx_error(P->x)) : 0;
   for (int k = 0; k < P->nent && !rc; k++) {
-    if (P->ent_whole[k] != 2) continue;
+    if (P->ent_expert[k] != ENT_EXPERT_SLICE) continue;
     int i = P->ent_tensor[k];
     const CudaUse *c = &P->uses[P->use_of[i]];
     const float *slice = (const float *)devx_param_ptr(P->x, c->param, c->layer) + (sh->own2_lo + P->ent_at[k] - sh->offset[i]);
@@ -1523,8 +1533,7 @@ static int expert_gather(CudaProg *P, TrainCtx *ctx, RtErr *e) {
   }
   for (int q = 0; q < P->nuses && !rc; q++) {
     const CudaUse *c = &P->uses[q];
-    if (!c->t || c->t->param->state || !train_tensor_is_expert(c->t) || unit_of(P, devx_flat_index(P->x, c->param, c->layer)) >= 0)
-      continue;
+    if (!expert_apart(P, c)) continue;
     int i = (int)(c->t - ctx->tensors);
     if (d->ops->copy(d, devx_param_ptr(P->x, c->param, c->layer), all + (sh->offset[i] - sh->expert_lo),
                      sizeof(float) * (size_t)c->numel))
@@ -1651,12 +1660,12 @@ static int zero_setup(CudaProg *P, TrainCtx *ctx, DevOptTensor **out, char *why,
   P->zhost = malloc(sizeof(float) * (size_t)(P->zlen + P->zown + 1));
   DevOptTensor *t = calloc((size_t)ctx->ntensors * (size_t)P->nunits + 1, sizeof *t);
   P->ent_tensor = calloc((size_t)ctx->ntensors + 1, sizeof(int));
-  P->ent_whole = calloc((size_t)ctx->ntensors + 1, 1);
+  P->ent_expert = calloc((size_t)ctx->ntensors + 1, 1);
   P->ent_at = calloc((size_t)ctx->ntensors + 1, sizeof(int64_t));
   P->ent_n = calloc((size_t)ctx->ntensors + 1, sizeof(int64_t));
   const char *xstate = getenv("HPDL_EXPERT_STATE");
   P->xsliced = sh->own2_len > 0 && ctx->comm->size[COMM_EDP] > 1 && !(xstate && !strcmp(xstate, "whole"));
-  if (!P->zhost || !t || !P->ent_tensor || !P->ent_whole || !P->ent_at || !P->ent_n) {
+  if (!P->zhost || !t || !P->ent_tensor || !P->ent_expert || !P->ent_at || !P->ent_n) {
     free(t);
     snprintf(why, whylen, "out of memory");
     return -1;
@@ -1681,7 +1690,7 @@ static int zero_setup(CudaProg *P, TrainCtx *ctx, DevOptTensor **out, char *why,
       t[P->nent] = (DevOptTensor){(float *)devx_param_ptr(P->x, c->param, c->layer) + from,
                                   (float *)devx_grad_ptr(P->x, c->param, c->layer) + from, n, ctx->tensors[i].param->weight_decay,
                                   NULL, NULL};
-      P->ent_whole[P->nent] = P->xsliced ? 2 : 1;
+      P->ent_expert[P->nent] = P->xsliced ? ENT_EXPERT_SLICE : ENT_EXPERT_WHOLE;
       P->ent_tensor[P->nent++] = i;
       continue;
     }
@@ -1998,7 +2007,7 @@ static int chunk_resident(CudaProg *P, TrainCtx *ctx, int one_of) {
             oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", resident_mb(P, ctx), ctx->comm->size[COMM_DP],
             P->cstream ? " (the next layer's while it runs)" : "", P->rstream ? " on a stream of their own" : "",
             P->dcomm ? "by NCCL on the device" : "through host memory",
-            P->u16 && P->nunits > 1 && P->u16[1].on ? "; a layer's weights gathered as their bf16 copies" : "");
+            P->nunits > 1 && gathers16(P, 1) ? "; a layer's weights gathered as their bf16 copies" : "");
   else if (P->resident && P->zero == 2 && ctx->comm->world_rank == 0)
     fprintf(stderr,
             "hpdlrun: parameters and the %s state stay on the device (%.1f MB a rank), ZeRO-2: a rank keeps the moments and "
@@ -2019,12 +2028,10 @@ static int chunk_resident(CudaProg *P, TrainCtx *ctx, int one_of) {
             oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", resident_mb(P, ctx), dp_sum_words(P, ctx));
   double whole = 0, mom = 0;
   for (int k = 0; P->resident && P->zero && k < P->nent; k++)
-    if (P->ent_whole[k] == 1) whole += (double)P->uses[P->use_of[P->ent_tensor[k]]].numel * 4.0 * (2 + moments) / 1e6;
-    else if (P->ent_whole[k] == 2) mom += (double)P->ent_n[k] * 4.0 * moments / 1e6;
+    if (P->ent_expert[k] == ENT_EXPERT_WHOLE) whole += (double)P->uses[P->use_of[P->ent_tensor[k]]].numel * 4.0 * (2 + moments) / 1e6;
+    else if (P->ent_expert[k] == ENT_EXPERT_SLICE) mom += (double)P->ent_n[k] * 4.0 * moments / 1e6;
   for (int q = 0; P->resident && P->xsliced && q < P->nuses; q++) {
-    const CudaUse *c = &P->uses[q];
-    if (c->t && !c->t->param->state && train_tensor_is_expert(c->t) && unit_of(P, devx_flat_index(P->x, c->param, c->layer)) < 0)
-      whole += (double)c->numel * 8.0 / 1e6;
+    if (expert_apart(P, &P->uses[q])) whole += (double)P->uses[q].numel * 8.0 / 1e6;
   }
   if (whole > 0 && ctx->comm->world_rank == 0 && !P->xsliced)
     fprintf(stderr, "hpdlrun: ZeRO-%d: the experts' parameters, gradients and moments (%.1f MB a rank) stay whole on the ranks "
@@ -2090,7 +2097,7 @@ static int cuda_grad_sumsq(void *self, TrainCtx *ctx, const unsigned char *count
     int entries = P->zero || S->n > 1, edp0 = ctx->comm->rank[COMM_EDP] == 0;
     for (int i = 0; i < (entries ? P->nent : ctx->ntensors); i++)
       /* a whole expert tensor (ZeRO) counts on one of the ranks holding it, a slice on its owner */
-      if (count[entries ? P->ent_tensor[i] : i] && (!P->zero || P->ent_whole[i] != 1 || edp0)) s += P->sums[i];
+      if (count[entries ? P->ent_tensor[i] : i] && (!P->zero || P->ent_expert[i] != ENT_EXPERT_WHOLE || edp0)) s += P->sums[i];
   }
   *sumsq = s;
   return 0;

@@ -755,7 +755,6 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
 
   /* the manifest */
   int world = (int)(L.dp * L.tp * L.pp * L.cp);
-  static const char *const comp[] = {"none", "fp16", "int8", "topk", "bf16"};
   json_t *root = json_object();
   json_object_set_new(root, "format", json_string("hpdl-artifact"));
   json_object_set_new(root, "version", json_integer(1));
@@ -767,7 +766,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
                       json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:f, s:b}", "dp", (json_int_t)L.dp, "tp",
                                 (json_int_t)L.tp, "pp", (json_int_t)L.pp, "cp", (json_int_t)L.cp, "zero", (json_int_t)L.zero,
                                 "micro_batch", (json_int_t)L.mb, "num_micro_batches", (json_int_t)L.nmicro, "schedule",
-                                sem_schedule_name(L.schedule), "compression", comp[m->layout.compression], "topk_ratio",
+                                sem_schedule_name(L.schedule), "compression", sem_compression_name(m->layout.compression), "topk_ratio",
                                 m->layout.topk_ratio > 0 ? m->layout.topk_ratio : 0.01, "error_feedback", 1));
   /* the layers each stage runs (informative: the chunk files carry them) */
   json_t *stage_layers = json_array();

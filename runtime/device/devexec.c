@@ -38,6 +38,8 @@ struct DevExec {
   DevKernel *accumulate;
   DevKernel *bias_grad, *bias_grad16; /* hpdl_bias_grad_f32 / _bf16, where a GEMM's bias gradient runs apart */
   DevKernel *bias16;                  /* hpdl_bias_bf16, where a bias into a bf16 D runs apart */
+  void **io_plus;                     /* bias16_apart's io pointers and its product's buffer, grown as needed */
+  int io_plus_cap;
   DevKernel *round_bf16; /* NULL where no weight is read in bf16 */
   DevKernel *chunk_copy; /* hpdl_chunk_copy_f32, the device collectives' layouts (looked up on first use) */
   /* per parameter copy (goff[p] + copy): where its values and its gradient
@@ -62,7 +64,7 @@ struct DevExec {
    * is released, per unit in u16 while the unit is gathered (u32: where
    * devx_point_unit put its values) */
   unsigned char *read16; /* per parameter: some node reads it in bf16 */
-  unsigned char *read32; /* per parameter: some node the step runs reads it as it is (fp32; devx_unit_reads) */
+  unsigned char *read32; /* per parameter: some node the step runs reads it as it is (fp32; devx_reads_from) */
   DevKernel *take;       /* hpdl_take_f32 (devx_take, looked up on first use) */
   void *flat16;
   void **u16, **u32;
@@ -248,17 +250,17 @@ static void pool_put(DevExec *x, void *p, size_t bytes);
  * D = bf16(product + bias) by hpdl_bias_bf16. */
 static int bias16_apart(DevExec *x, DevGemmPlan *plan, const DevGemm *g, void **io, int nio) {
   size_t bytes = sizeof(float) * (size_t)(g->m * g->n);
+  if (nio + 1 > x->io_plus_cap) {
+    void **grown = realloc(x->io_plus, sizeof(void *) * (size_t)(nio + 1));
+    if (!grown) return fail(x, "out of host memory");
+    x->io_plus = grown;
+    x->io_plus_cap = nio + 1;
+  }
   void *c32 = pool_get(x, bytes);
   if (!c32) return -1;
-  void **with = malloc(sizeof(void *) * (size_t)(nio + 1));
-  if (!with) {
-    pool_put(x, c32, bytes);
-    return -1;
-  }
-  memcpy(with, io, sizeof(void *) * (size_t)nio);
-  with[nio] = c32;
-  int rc = x->dev->ops->gemm(x->dev, plan, with);
-  free(with);
+  memcpy(x->io_plus, io, sizeof(void *) * (size_t)nio);
+  x->io_plus[nio] = c32;
+  int rc = x->dev->ops->gemm(x->dev, plan, x->io_plus);
   DevKctx c = kctx(x, 0);
   void *args[5] = {c32, io[g->bias], io[g->c], (void *)(intptr_t)g->m, (void *)(intptr_t)g->n};
   if (!rc) rc = x->dev->ops->launch(x->dev, x->bias16, capped_grid(g->m * g->n, 1024), 256, &c, args, 5);
@@ -479,6 +481,7 @@ void devx_free(DevExec *x) {
   free(x->u32);
   free(x->read16);
   free(x->read32);
+  free(x->io_plus);
   for (int i = 0; i < x->ninputs && x->inputs; i++) x->dev->ops->release(x->dev, x->inputs[i]);
   for (int i = 0; i < x->nfree; i++) x->dev->ops->release(x->dev, x->free_bufs[i].p);
   free(x->free_bufs);
@@ -621,33 +624,39 @@ static void collect_reads(void *ctx, int64_t at, int copy, int64_t n, int r16, i
 /* read32: the parameters some node of graph root or a graph it calls reads
  * as they are (an evaluation's plain forward, which the step does not
  * call, may read them so where the step reads bf16 copies). */
-static void mark_reads32(DevExec *x, int root, unsigned char *seen) {
+static int mark_reads32(DevExec *x, int root, unsigned char *seen) {
   const IrModule *m = x->p->m;
-  if (root < 0 || root >= m->ngraphs || seen[root]) return;
+  if (root < 0 || root >= m->ngraphs || seen[root]) return 0;
   seen[root] = 1;
   const IrGraph *g = m->graphs[root];
   /* a node read by another or returned (precision.c leaves the fp32 PARAM
    * of a weight it reads as a bf16 one behind, read by nothing) */
   unsigned char *used = calloc((size_t)g->nnodes + 1, 1);
-  if (!used) return;
+  if (!used) return -1;
   for (int i = 0; i < g->nnodes; i++)
     for (int k = 0; k < g->nodes[i].nin; k++) used[g->nodes[i].in[k]] = 1;
   for (int i = 0; i < g->noutputs; i++) used[g->outputs[i]] = 1;
-  for (int i = 0; i < g->nnodes; i++) {
+  int rc = 0;
+  for (int i = 0; i < g->nnodes && !rc; i++) {
     const IrNode *n = &g->nodes[i];
-    if (n->op == IR_CALL) mark_reads32(x, (int)n->attr[0], seen);
+    if (n->op == IR_CALL) rc = mark_reads32(x, (int)n->attr[0], seen);
     if (n->op == IR_PARAM && used[i] && n->attr[0] >= 0 && n->attr[0] < m->nparams && n->dtype == m->params[n->attr[0]].dtype)
       x->read32[n->attr[0]] = 1;
   }
   free(used);
+  return rc;
 }
 
-int devx_unit_reads(DevExec *x, int root, int unit, int64_t *off, int64_t *len, int cap, int *any16) {
+int devx_reads_from(DevExec *x, int root) {
   unsigned char *seen = calloc((size_t)x->p->ngraphs + 1, 1);
   if (!seen) return fail(x, "out of memory");
   memset(x->read32, 0, (size_t)x->p->m->nparams);
-  mark_reads32(x, root, seen);
+  int rc = mark_reads32(x, root, seen);
   free(seen);
+  return rc ? fail(x, "out of memory") : 0;
+}
+
+int devx_unit_reads(const DevExec *x, int unit, int64_t *off, int64_t *len, int cap, int *any16) {
   Reads r = {off, len, 0, cap, 0};
   if (x->round_bf16) unit_walk(x, unit, collect_reads, &r);
   if (any16) *any16 = x->round_bf16 ? r.any16 : 0;

@@ -202,18 +202,20 @@ void devx_point_grad_unit(DevExec *x, int unit, void *base);
 /* dst[i] += src[i] for n values (hpdl_accumulate_f32), in launch order. */
 int devx_add(DevExec *x, float *dst, const float *src, int64_t n);
 void devx_point_unit(DevExec *x, int unit, void *base);
-/* ZeRO-3 with bf16 copies (some node reads a weight in bf16): unit u's
- * parameter copies that some node of graph root (the step) or of a graph
- * it calls reads as they are (fp32: norms, biases, a lookup's table), as
- * offsets in the unit and lengths in the block's order (the first cap of
- * them; returns how many, -1 out of memory), and in *any16 whether some
- * copy of the unit is read in bf16; what devx_point_unit16 points at fp32
- * values from then on. devx_point_unit16 points the unit
+/* ZeRO-3 with bf16 copies (some node reads a weight in bf16):
+ * devx_reads_from notes the parameters some node of graph root (the step)
+ * or of a graph it calls reads as they are (fp32: norms, biases, a lookup's
+ * table; 0, or -1 out of memory). devx_unit_reads gives unit u's copies of
+ * those as offsets in the unit and lengths in the block's order (the first
+ * cap of them; returns how many), and in *any16 whether some copy of the
+ * unit is read in bf16; they are what devx_point_unit16 points at fp32
+ * values. devx_point_unit16 points the unit
  * at its bf16 copies b16 (the unit's values laid out as in the block, 2
  * bytes each) and those fp32 copies at f32, one after another in that
  * order; the rest of the unit has no fp32 values (a read fails naming
  * the parameter). NULL, NULL: nowhere. The buffers stay the caller's. */
-int devx_unit_reads(DevExec *x, int root, int unit, int64_t *off, int64_t *len, int cap, int *any16);
+int devx_reads_from(DevExec *x, int root);
+int devx_unit_reads(const DevExec *x, int unit, int64_t *off, int64_t *len, int cap, int *any16);
 void devx_point_unit16(DevExec *x, int unit, void *b16, void *f32);
 /* dst[i] = bf16(src[i]) for n values (hpdl_round_bf16); dst[i] = src[idx[i]]
  * (hpdl_take_f32, idx on the device), in launch order. */
