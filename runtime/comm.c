@@ -248,8 +248,9 @@ static int cmp_i32(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-int comm_compress(CommCompressor *z, const float *x, int64_t n, unsigned char *payload, RtErr *e) {
-  if (n > INT32_MAX) return rt_fail(e, "compression of %" PRId64 " values: at most 2^31 - 1 per call", n);
+/* Prepares z for n values: the residual (error feedback; n must match the
+ * last call's) and v = x + residual in z->work. */
+static int compress_begin(CommCompressor *z, const float *x, int64_t n, RtErr *e) {
   if (z->error_feedback && z->kind != COMM_COMPRESS_NONE) {
     if (z->residual && z->n != n) return rt_fail(e, "compression: %" PRId64 " values, but the residual holds %" PRId64, n, z->n);
     if (!z->residual) {
@@ -258,11 +259,14 @@ int comm_compress(CommCompressor *z, const float *x, int64_t n, unsigned char *p
       z->n = n;
     }
   }
-  /* v = x + residual: the values to send this step. */
   if (grow((void **)&z->work, &z->work_cap, (int64_t)sizeof(float) * (n > 0 ? n : 1)) < 0) return rt_fail(e, "out of memory");
-  float *v = z->work;
-  for (int64_t i = 0; i < n; i++) v[i] = x[i] + (z->residual ? z->residual[i] : 0.0f);
-  float *r = z->residual;
+  for (int64_t i = 0; i < n; i++) z->work[i] = x[i] + (z->residual ? z->residual[i] : 0.0f);
+  return 0;
+}
+
+/* Compresses the n values v into payload; r (NULL without error feedback)
+ * becomes what was dropped of each. */
+static int compress_values(const CommCompressor *z, const float *v, int64_t n, unsigned char *payload, float *r, RtErr *e) {
   switch (z->kind) {
   case COMM_COMPRESS_NONE: memcpy(payload, v, (size_t)n * 4); break;
   case COMM_COMPRESS_FP16:
@@ -310,6 +314,12 @@ int comm_compress(CommCompressor *z, const float *x, int64_t n, unsigned char *p
   }
   }
   return 0;
+}
+
+int comm_compress(CommCompressor *z, const float *x, int64_t n, unsigned char *payload, RtErr *e) {
+  if (n > INT32_MAX) return rt_fail(e, "compression of %" PRId64 " values: at most 2^31 - 1 per call", n);
+  if (compress_begin(z, x, n, e) < 0) return -1;
+  return compress_values(z, z->work, n, payload, z->residual, e);
 }
 
 void comm_decompress_add(const CommCompressor *z, const unsigned char *payload, int64_t n, float *acc) {
@@ -365,6 +375,27 @@ int comm_allreduce_compressed(Comm *c, CommGroup g, CommCompressor *z, float *bu
   if (comm_all_gather(c, g, COMM_U8, z->payload, pb, z->gathered, e) < 0) return -1;
   memset(buf, 0, (size_t)n * sizeof *buf);
   for (int m = 0; m < size; m++) comm_decompress_add(z, z->gathered + (int64_t)m * pb, n, buf);
+  return 0;
+}
+
+int comm_reduce_scatter_compressed(Comm *c, CommGroup g, CommCompressor *z, const float *in, int64_t n, float *out, RtErr *e) {
+  if (z->kind == COMM_COMPRESS_NONE) return comm_reduce_scatter(c, g, COMM_F32, COMM_SUM, in, n, out, e);
+  int size = c->size[g];
+  int64_t all = n * size, pb = comm_compressed_bytes(z, n);
+  if (n > INT32_MAX) return rt_fail(e, "compression of %" PRId64 " values: at most 2^31 - 1 per member", n);
+  if (grow((void **)&z->payload, &z->payload_cap, pb * size > 0 ? pb * size : 1) < 0 ||
+      grow((void **)&z->gathered, &z->gathered_cap, pb * size > 0 ? pb * size : 1) < 0)
+    return rt_fail(e, "out of memory for compression buffers");
+  if (compress_begin(z, in, all, e) < 0) return -1;
+  /* member m's slice compressed on its own (int8's chunks and top-k's k
+   * per slice), so each payload stands alone */
+  for (int m = 0; m < size; m++)
+    if (compress_values(z, z->work + (int64_t)m * n, n, z->payload + (int64_t)m * pb, z->residual ? z->residual + (int64_t)m * n : NULL,
+                        e) < 0)
+      return -1;
+  if (comm_all_to_all(c, g, COMM_U8, z->payload, pb, z->gathered, e) < 0) return -1;
+  memset(out, 0, (size_t)n * sizeof *out);
+  for (int m = 0; m < size; m++) comm_decompress_add(z, z->gathered + (int64_t)m * pb, n, out);
   return 0;
 }
 

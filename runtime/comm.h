@@ -20,7 +20,8 @@
  * With error feedback (Seide et al. 2014; Karimireddy et al. 2019) each
  * rank adds last step's residual before compressing and keeps as residual
  * what compression dropped: residual' = (x + residual) - decompress(sent),
- * so nothing is lost, only delayed. Payloads are all-gathered and summed in
+ * so nothing is lost, only delayed. Payloads are all-gathered (a reduce-
+ * scatter's sent all-to-all, a slice to each member) and summed in
  * fp32 in rank order, so every rank gets bit-identical results. */
 #ifndef HPDL_COMM_H
 #define HPDL_COMM_H
@@ -164,6 +165,14 @@ void comm_decompress_add(const CommCompressor *z, const unsigned char *payload, 
 /* buf (n values on every member of g) becomes the sum over the members of
  * their compressed values; kind NONE is a plain all-reduce. */
 int comm_allreduce_compressed(Comm *c, CommGroup g, CommCompressor *z, float *buf, int64_t n, RtErr *e);
+/* The same for a reduce-scatter (ZeRO 2 and 3): in holds n values per
+ * member of g (member m's slice at m x n), each slice compressed on its own
+ * and sent to its member (an all-to-all of payloads); out (n values)
+ * becomes the sum over the members of their compressed values of this
+ * member's slice, in rank order: at fp16 and bf16 the values the
+ * all-reduce gives that slice. Error feedback keeps a residual of all
+ * n x size values. Kind NONE is a plain reduce-scatter. */
+int comm_reduce_scatter_compressed(Comm *c, CommGroup g, CommCompressor *z, const float *in, int64_t n, float *out, RtErr *e);
 
 /* NCCL (comm_nccl.c): the same table over the GPUs' own buffers, every
  * pointer a device address, calls queued on the legacy default stream (the

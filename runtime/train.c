@@ -906,13 +906,18 @@ static void report_state(Run *R) {
   char own[32], all[32];
   bytes_str(own, sizeof own, b[0]);
   bytes_str(all, sizeof all, b[1]);
+  char comp[96] = "";
+  if (dp > 1 && R->a->compression != COMM_COMPRESS_NONE)
+    snprintf(comp, sizeof comp, "; gradients compressed (%s) in the %s", comm_compress_name(R->a->compression),
+             R->zero >= 2 ? "reduce-scatter" : "all-reduce");
   if (R->zero == 0)
-    fprintf(R->out, "hpdlrun: optimizer state %s per rank (zero 0: whole on each of the %d data-parallel ranks)\n", own, dp);
+    fprintf(R->out, "hpdlrun: optimizer state %s per rank (zero 0: whole on each of the %d data-parallel ranks)%s\n", own, dp, comp);
   else
-    fprintf(R->out, "hpdlrun: optimizer state %s per rank (zero %d, 1/%d of %s)%s\n", own, R->zero, dp, all,
+    fprintf(R->out, "hpdlrun: optimizer state %s per rank (zero %d, 1/%d of %s)%s%s\n", own, R->zero, dp, all,
             R->zero == 1   ? ""
             : R->zero == 2 ? "; reduced gradients sharded too"
-                           : "; reduced gradients and parameters sharded too, parameters gathered once per step");
+                           : "; reduced gradients and parameters sharded too, parameters gathered once per step",
+            comp);
   fflush(R->out);
 }
 
@@ -937,11 +942,6 @@ static int setup(Run *R, RtErr *e) {
   const Artifact *a = R->a;
   if (a->nranks != R->c->world_size)
     return rt_fail(e, "%s: the artifact is for %d ranks, this job has %d", a->manifest_path, a->world_size, R->c->world_size);
-  if (R->zero >= 2 && a->layout.dp > 1 && a->compression != COMM_COMPRESS_NONE)
-    return rt_fail(e,
-                   "%s: layout.compression = %s with layout.zero = %d: compression is defined on the gradient all-reduce, and ZeRO %d "
-                   "reduce-scatters instead (use zero 0 or 1 with compression, or compression none)",
-                   a->manifest_path, comm_compress_name(a->compression), R->zero, R->zero);
   if (load_program(R, e) < 0) return -1;
   if (make_tensors(R, e) < 0) return -1;
   init_tensors(R);
@@ -1392,7 +1392,7 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       if (R.prog->reduces_dp) {
         memcpy(R.grad_own, R.pool[1] + R.own_lo, (size_t)R.own_len * sizeof(float));
         if (R.own2_len) memcpy(R.grad_own + R.own_len, R.pool[1] + R.own2_lo, (size_t)R.own2_len * sizeof(float));
-      } else if (comm_reduce_scatter(comm, COMM_DP, COMM_F32, COMM_SUM, R.pool[1], R.own_len, R.grad_own, e) < 0) {
+      } else if (comm_reduce_scatter_compressed(comm, COMM_DP, &R.z, R.pool[1], R.own_len, R.grad_own, e) < 0) {
         fatal(&R, "the data-parallel gradient reduce-scatter", e);
       } else if (R.own2_len && comm_reduce_scatter(comm, COMM_EDP, COMM_F32, COMM_SUM, R.pool[1] + R.expert_lo, R.own2_len,
                                                    R.grad_own + R.own_len, e) < 0) {

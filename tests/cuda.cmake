@@ -85,6 +85,12 @@ if(Python3_Interpreter_FOUND)
            COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/nvrtc_samples.py --hpdlc $<TARGET_FILE:hpdlc>
                    --sample ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --arch sm_80 --broken-header)
   set_tests_properties(cuda.nvrtc.error PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS cuda)
+  # the emulation library's cache: stored, reused by another layout of the same stage
+  # source, rebuilt for a changed kernels folder or a damaged entry
+  add_test(NAME cuda.emu_cache
+           COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/emu_cache.py --hpdlc $<TARGET_FILE:hpdlc>
+                   --sample ${CMAKE_SOURCE_DIR}/samples/mlp.hpd --kernels ${CMAKE_SOURCE_DIR}/kernels)
+  set_tests_properties(cuda.emu_cache PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS "cuda;sanitize_redundant")
 endif()
 
 #   cuda.emu.step.<sample>  the whole training step (forward, loss, backward
@@ -232,7 +238,9 @@ if(Python3_Interpreter_FOUND)
   #                      pp2_v2_zero3 at dp 2 (each chunk's units sharded
   #                      over dp, the start-up line checked),
   #                      pp2_v2_zero3_resume resumed at ZeRO 1 and one
-  #                      chunk a stage;
+  #                      chunk a stage; zero3_bf16_compressed: the
+  #                      reduce-scatter's slices rounded to bf16 (through
+  #                      the host, the optimizer there);
   #                      bf16, dp2_tp2_bf16, fp16: 16-bit storage on both
   #                      targets, compiler/ir/precision.h: step 1 within 1e-5,
   #                      the rest within 1e-3, fp16's skipped steps alike);
@@ -247,6 +255,7 @@ if(Python3_Interpreter_FOUND)
       "zero1|--dp 2 --zero 1" "zero2|--dp 2 --zero 2" "zero3|--dp 2 --zero 3" "resume|--dp 2" "zero_resume|--dp 2 --zero 1"
       "zero3_resume|--dp 2 --zero 3" "zero3_recompute|--dp 2 --zero 3 --recompute full --recompute-layers 1" "zero3_bf16|--dp 2 --zero 3 --precision bf16"
       "zero2_bf16|--dp 2 --zero 2 --precision bf16" "zero2_pp2|--dp 2 --pp 2 --zero 2 --micro-batch 1"
+      "zero3_bf16_compressed|--dp 2 --zero 3 --precision bf16 --compression bf16"
       "zero3_pp2|--dp 2 --pp 2 --zero 3 --micro-batch 1"
       "pp2|--pp 2" "pp2_gpipe|--pp 2 --schedule gpipe" "dp2_tp2_pp2|--dp 2 --tp 2 --pp 2 --micro-batch 1"
       "tp2_vocab_pad|--tp 2 -D V=201" "bf16|--precision bf16" "dp2_tp2_bf16|--dp 2 --tp 2 --precision bf16"
@@ -290,6 +299,8 @@ if(Python3_Interpreter_FOUND)
         if(name STREQUAL "zero3_bf16") # the bf16 gathers (through host memory here), the same bits as fp32's
           list(APPEND resume --expect "a layer's weights gathered as their bf16 copies" --twin-env HPDL_ZERO3_GATHER=fp32)
         endif()
+      elseif(name STREQUAL "zero3_bf16_compressed")
+        list(APPEND resume --expect "gradients compressed (bf16) in the reduce-scatter")
       elseif(name MATCHES "^pp2_v2$|^pp2_v2_bf16$")
         # a stage's two chunks: a program each, the optimizer on the device
         list(APPEND resume --expect "an optimizer for each of the stage's 2 chunks")

@@ -28,6 +28,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -1252,23 +1257,130 @@ static json_t *fused_json(const CgTarget *t) {
   return gs;
 }
 
+/* Appends the text of every regular file of dir, in name order, to b. */
+static void hash_folder(CuText *b, const char *dir) {
+  struct dirent **names = NULL;
+  int n = scandir(dir, &names, NULL, alphasort);
+  for (int i = 0; i < n; i++) {
+    char fn[4352];
+    snprintf(fn, sizeof fn, "%s/%s", dir, names[i]->d_name);
+    struct stat st;
+    FILE *f = stat(fn, &st) == 0 && S_ISREG(st.st_mode) ? fopen(fn, "rb") : NULL;
+    if (f) {
+      cu_tx(b, "\nfile %s %lld\n", names[i]->d_name, (long long)st.st_size);
+      char buf[4096];
+      size_t k;
+      while ((k = fread(buf, 1, sizeof buf, f)) > 0) cu_tx(b, "%.*s", (int)k, buf);
+      fclose(f);
+    }
+    free(names[i]);
+  }
+  free(names);
+}
+
+/* The emulation library's cache key: the SHA-256 of the compile command,
+ * the compiler's `--version`, the kernels folder (the emulation header and
+ * the templates the source includes) and the stage's source. 0, or -1 when
+ * the compiler does not answer (then nothing is cached). */
+static int emulation_key(CgTarget *t, const char *cxx, const char *cmd, char hex[65]) {
+  CuText b = {0};
+  cu_tx(&b, "hpdl-emu-1\n%s\n", cmd);
+  char ver[512];
+  snprintf(ver, sizeof ver, "%s --version 2>/dev/null", cxx);
+  FILE *p = popen(ver, "r");
+  size_t k = 0, got;
+  if (p) {
+    char buf[1024];
+    while ((got = fread(buf, 1, sizeof buf, p)) > 0) {
+      cu_tx(&b, "%.*s", (int)got, buf);
+      k += got;
+    }
+    if (pclose(p) != 0) k = 0;
+  }
+  if (!k) {
+    free(b.s);
+    return -1;
+  }
+  hash_folder(&b, kernels_dir(t));
+  cu_tx(&b, "\nsource\n%.*s", (int)t->src.len, t->src.s ? t->src.s : "");
+  cudacc_sha256_hex(b.s, b.len, hex);
+  free(b.s);
+  return 0;
+}
+
+/* 1 when path starts as an ELF file does: a cache entry damaged on disk
+ * is compiled again rather than shipped. */
+static int is_elf(const char *path) {
+  FILE *f = fopen(path, "rb");
+  unsigned char head[4] = {0};
+  int ok = f && fread(head, 1, 4, f) == 4 && !memcmp(head, "\x7f" "ELF", 4);
+  if (f) fclose(f);
+  return ok;
+}
+
+/* Copies file from to to (both binary); 0 or -1. */
+static int copy_binary(const char *from, const char *to) {
+  FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
+  int rc = in && out ? 0 : -1;
+  char buf[65536];
+  size_t n;
+  while (!rc && (n = fread(buf, 1, sizeof buf, in)) > 0)
+    if (fwrite(buf, 1, n, out) != n) rc = -1;
+  if (in && ferror(in)) rc = -1;
+  if (in) fclose(in);
+  if (out && fclose(out)) rc = -1;
+  if (rc && out) remove(to);
+  return rc;
+}
+
 /* CgOptions.emulate: PATH.emu.so, the source (with its host entries) as
- * C++ through the emulation harness, for hpdlrun --device emulate. */
+ * C++ through the emulation harness, for hpdlrun --device emulate. The C++
+ * compile takes seconds a stage and many artifacts share a stage's source
+ * (the same kernels at another data-parallel width), so the library is kept
+ * in the NVRTC cache's folder under emu/, keyed by emulation_key, unless
+ * --no-cache: written under a temporary name and renamed, so concurrent
+ * compiles never see half of one. A cache that cannot be written is passed
+ * over silently: the artifact is complete either way. */
 static int build_emulation(CgTarget *t, const char *path) {
   const char *cxx = getenv("HPDL_CXX");
   if (!cxx || !*cxx) cxx = "c++";
-  char cmd[16384];
-  snprintf(cmd, sizeof cmd,
-           "%s -std=c++17 -O2 -ffp-contract=off -fPIC -shared -fno-strict-aliasing -w -include '%s/cuda_emu.h' -I'%s' -x c++ '%s.cu' -o '%s.emu.so' "
-           "2> '%s.emu.log'",
-           cxx, kernels_dir(t), kernels_dir(t), path, path, path);
-  if (system(cmd)) {
+  char flags[8192], cmd[16384];
+  snprintf(flags, sizeof flags,
+           "%s -std=c++17 -O2 -ffp-contract=off -fPIC -shared -fno-strict-aliasing -w -include '%s/cuda_emu.h' -I'%s' -x c++",
+           cxx, kernels_dir(t), kernels_dir(t));
+  char dir[4096], hex[65], entry[4400] = "";
+  if (!t->opt.no_cache && cudacc_cache_dir(dir, sizeof dir) == 0 && emulation_key(t, cxx, flags, hex) == 0) {
+    snprintf(entry, sizeof entry, "%s/emu/%s.so", dir, hex);
+    char target[4400];
+    snprintf(target, sizeof target, "%s.emu.so", path);
+    if (is_elf(entry) && copy_binary(entry, target) == 0) {
+      t->emu_built = 2;
+      return 0;
+    }
+    snprintf(target, sizeof target, "%s/emu", dir);
+    mkdir(dir, 0755);
+    mkdir(target, 0755);
+  }
+  snprintf(cmd, sizeof cmd, "%s '%s.cu' -o '%s.emu.so' 2> '%s.emu.log'", flags, path, path, path);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int failed = system(cmd) != 0;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  t->emu_seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  t->emu_built = 1;
+  if (failed) {
     cu_fail(t, "the emulation's kernels did not compile as C++ with %s (--emulate; set HPDL_CXX): see %s.emu.log", cxx, path);
     return -1;
   }
   char log[4200];
   snprintf(log, sizeof log, "%s.emu.log", path);
   remove(log);
+  if (*entry) {
+    char part[4500], built[4200];
+    snprintf(part, sizeof part, "%s.part-%ld", entry, (long)getpid());
+    snprintf(built, sizeof built, "%s.emu.so", path);
+    if (copy_binary(built, part) == 0 && rename(part, entry) != 0) remove(part);
+  }
   return 0;
 }
 
@@ -1430,6 +1542,8 @@ void cg_cuda_report(const CgTarget *t, FILE *out) {
   if (r)
     fprintf(out, "  %s, NVRTC %d.%d%s, %.2f s; per kernel: registers, shared memory, spills, launch\n", t->opt.arch ? t->opt.arch : "sm_80",
             r->nvrtc_major, r->nvrtc_minor, r->cache_hit ? " (cached)" : "", r->seconds);
+  if (t->emu_built == 2) fprintf(out, "  emulation library (--emulate): from the cache\n");
+  if (t->emu_built == 1) fprintf(out, "  emulation library (--emulate): C++ compile, %.2f s\n", t->emu_seconds);
   for (int i = 0; i < t->nlaunch; i++) {
     const CuLaunch *l = &t->launch[i];
     const CudaccKernelInfo *ki = NULL;

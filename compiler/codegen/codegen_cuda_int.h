@@ -46,6 +46,8 @@ struct CgTarget {
   int have_result;
   char warning[512];   /* a cache problem (only speed is lost) */
   CuText emu;          /* CgOptions.emulate: the host entries */
+  int emu_built;       /* 1: the emulation library compiled, 2: taken from the cache */
+  double emu_seconds;  /* its C++ compile's wall time */
 };
 
 /* A fused kernel being generated. */

@@ -57,6 +57,7 @@ static const LayoutFlag layout_flags[] = {
     {"--vocab-pad", "parallel.vocab_pad", "N"},
     {"--recompute-layers", "parallel.recompute_layers", "N"},
     {"--fused-ce", "parallel.fused_ce", "on|off|auto"},
+    {"--compression", "parallel.compression", "none|fp16|bf16|int8|topk"},
     {"--gpus", "parallel.gpus", "N"},
     {"--gpus-per-node", "parallel.gpus_per_node", "N"},
     {"--nodes", "parallel.nodes", "N|auto"},

@@ -2,7 +2,8 @@
  * dp x tp x pp x cp layout has the members the rank formula says, in
  * order, and each collective gives the values worked out here from the
  * ranks' inputs; the compressed data-parallel reduction equals the sum of
- * every member's compressed values in rank order, bit for bit; with
+ * every member's compressed values in rank order, bit for bit, and so does
+ * each member's slice of the compressed reduce-scatter; with
  * expert parallelism EP (dividing DP) the ep and edp groups too, and
  * all_to_all in every group.
  *   mpirun -np N mpi_collectives DP TP PP CP [EP] */
@@ -132,6 +133,41 @@ int main(int argc, char **argv) {
     memcpy(mx, x, sizeof x);
     CHECK(comm_all_reduce(c, COMM_DP, COMM_F32, COMM_MAX, mx, N, &e) == 0 && !memcmp(mx, x, sizeof x));
     comm_compressor_free(&z);
+  }
+  /* the compressed reduce-scatter (ZeRO 2, 3): this member's slice of S values is
+   * the sum in rank order of every member's compressed slice, compressed on its own;
+   * under fp16 and bf16 the compressed all-reduce's values of that slice */
+  enum { S = 300 };
+  for (int kind = COMM_COMPRESS_FP16; kind <= COMM_COMPRESS_BF16; kind++) {
+    int dp = c->size[COMM_DP], mine = c->rank[COMM_DP];
+    CommCompressor z, za;
+    comm_compressor_init(&z, (CommCompressKind)kind, 0.05, 1);
+    comm_compressor_init(&za, (CommCompressKind)kind, 0.05, 0);
+    float *x = malloc(sizeof(float) * S * (size_t)dp), *all = malloc(sizeof(float) * S * (size_t)dp), out[S], want[S] = {0};
+    for (int i = 0; i < S * dp; i++) x[i] = all[i] = input_of(me, i);
+    for (int m = 0; m < dp; m++) {
+      CommCompressor zm;
+      comm_compressor_init(&zm, (CommCompressKind)kind, 0.05, 0);
+      float xm[S];
+      unsigned char *p = malloc((size_t)comm_compressed_bytes(&zm, S));
+      for (int i = 0; i < S; i++) xm[i] = input_of(member(&l, k, COMM_DP, m), mine * S + i);
+      CHECK(comm_compress(&zm, xm, S, p, &e) == 0);
+      comm_decompress_add(&zm, p, S, want);
+      free(p);
+      comm_compressor_free(&zm);
+    }
+    CHECK(comm_reduce_scatter_compressed(c, COMM_DP, &z, x, S, out, &e) == 0);
+    CHECK(!memcmp(out, want, sizeof out));
+    if (kind == COMM_COMPRESS_FP16 || kind == COMM_COMPRESS_BF16) {
+      CHECK(comm_allreduce_compressed(c, COMM_DP, &za, all, S * dp, &e) == 0);
+      CHECK(!memcmp(out, all + (size_t)mine * S, sizeof out));
+    }
+    /* error feedback: the residual of every value kept for the next step */
+    CHECK(z.n == (int64_t)S * dp || kind == COMM_COMPRESS_NONE);
+    free(x);
+    free(all);
+    comm_compressor_free(&z);
+    comm_compressor_free(&za);
   }
   double f = failures;
   comm_all_reduce(c, COMM_WORLD, COMM_F64, COMM_SUM, &f, 1, &e);

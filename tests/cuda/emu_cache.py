@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""emu_cache.py - the emulation library's cache (CTest: cuda.emu_cache).
+
+`hpdlc compile --target cuda --emulate` compiles each stage's kernels as C++
+(seconds a stage) and keeps the library in $HPDL_CACHE/emu/, keyed by the
+compiler, its flags, the kernels folder and the stage's source. Checks, on a
+fresh cache:
+  1. a first compile builds the library and stores it (one entry, the same
+     bytes as the artifact's stage0.emu.so);
+  2. another layout with the same stage source (dp 2) takes it from the cache,
+     byte for byte;
+  3. a changed kernels folder (a comment added to cuda_emu.h) builds again;
+  4. a damaged entry is built again and replaced, never shipped.
+Exits 77 (CTest's skip) when NVRTC cannot be loaded (the compile needs it).
+
+usage: emu_cache.py --hpdlc BIN --sample FILE --kernels DIR
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hpdlc", required=True)
+    ap.add_argument("--sample", required=True)
+    ap.add_argument("--kernels", required=True)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = os.path.join(tmp, "cache")
+        emu = os.path.join(cache, "emu")
+
+        def compile_once(name, extra, kernels=None):
+            env = dict(os.environ, HPDL_CACHE=cache)
+            if kernels:
+                env["HPDL_KERNELS_DIR"] = kernels
+            out = os.path.join(tmp, name)
+            cmd = [a.hpdlc, "compile", a.sample, "--target", "cuda", "--emulate", "-v", "--micro-batch", "64", "-o", out,
+                   *extra]
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if "NVRTC not found" in p.stderr:
+                print("skipped: " + p.stderr.strip().splitlines()[-1])
+                sys.exit(77)
+            if p.returncode:
+                fail(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stderr}")
+            said = [l.strip() for l in p.stderr.splitlines() if "emulation library" in l]
+            if len(said) != 1:
+                fail(f"{name}: expected one 'emulation library' line in -v, got {said}")
+            with open(os.path.join(out, "stage0.emu.so"), "rb") as f:
+                return said[0], f.read()
+
+        def entries():
+            return sorted(os.listdir(emu)) if os.path.isdir(emu) else []
+
+        said, first = compile_once("one", ["--global-batch", "64"])
+        if "C++ compile" not in said:
+            fail(f"a fresh cache: {said!r}, not a C++ compile")
+        if len(entries()) != 1:
+            fail(f"a fresh cache after one compile holds {entries()}, not one library")
+        entry = os.path.join(emu, entries()[0])
+        if open(entry, "rb").read() != first:
+            fail("the cached library differs from the artifact's stage0.emu.so")
+        print(f"1. built and stored: {said}")
+
+        said, second = compile_once("dp2", ["--global-batch", "128", "--dp", "2"])
+        if "from the cache" not in said or second != first or len(entries()) != 1:
+            fail(f"dp 2, the same stage source: {said!r}, {len(entries())} entries, "
+                 f"{'the same' if second == first else 'other'} bytes")
+        print(f"2. another layout of the same source: {said}")
+
+        kdir = os.path.join(tmp, "kernels")
+        shutil.copytree(a.kernels, kdir)
+        with open(os.path.join(kdir, "cuda_emu.h"), "a") as f:
+            f.write("\n/* a changed header: another key */\n")
+        said, third = compile_once("edited", ["--global-batch", "64"], kernels=kdir)
+        if "C++ compile" not in said or len(entries()) != 2:
+            fail(f"a changed kernels folder: {said!r} with {len(entries())} entries (expected a build and 2)")
+        print(f"3. a changed kernels folder: {said}")
+
+        with open(entry, "wb") as f:
+            f.write(b"damaged on disk")
+        said, fourth = compile_once("damaged", ["--global-batch", "64"])
+        if "C++ compile" not in said or fourth[:4] != b"\x7fELF":
+            fail(f"a damaged entry: {said!r}, the artifact's library starts {fourth[:4]!r}")
+        if open(entry, "rb").read() != fourth:
+            fail("the damaged entry was not replaced by the new build")
+        print(f"4. a damaged entry: {said}, replaced")
+        print("ok")
+
+
+if __name__ == "__main__":
+    main()
