@@ -181,6 +181,7 @@ void comm_compressor_init(CommCompressor *z, CommCompressKind kind, double topk_
 }
 
 void comm_compressor_free(CommCompressor *z) {
+  rt_free(z->pad);
   rt_free(z->residual);
   rt_free(z->payload);
   rt_free(z->gathered);
@@ -367,6 +368,21 @@ void comm_decompress_add(const CommCompressor *z, const unsigned char *payload, 
 int comm_allreduce_compressed(Comm *c, CommGroup g, CommCompressor *z, float *buf, int64_t n, RtErr *e) {
   if (z->kind == COMM_COMPRESS_NONE) return comm_all_reduce(c, g, COMM_F32, COMM_SUM, buf, n, e);
   int size = c->size[g];
+  if ((z->kind == COMM_COMPRESS_FP16 || z->kind == COMM_COMPRESS_BF16) && size >= COMM_COMPRESS_RS_FROM) {
+    /* elementwise: the compressed reduce-scatter's sums, all-gathered in fp32, are the values
+     * below; (size - 1) / size of 2 + 4 bytes a value move rather than (size - 1) x 2 */
+    int64_t slice = (n + size - 1) / size, all = slice * size;
+    if (grow((void **)&z->pad, &z->pad_cap, (int64_t)sizeof(float) * (all + slice > 0 ? all + slice : 1)) < 0)
+      return rt_fail(e, "out of memory for compression buffers");
+    float *whole = z->pad, *mine = z->pad + all;
+    memcpy(whole, buf, (size_t)n * sizeof *buf);
+    memset(whole + n, 0, (size_t)(all - n) * sizeof *buf);
+    if (comm_reduce_scatter_compressed(c, g, z, whole, slice, mine, e) < 0 ||
+        comm_all_gather(c, g, COMM_F32, mine, slice, whole, e) < 0)
+      return -1;
+    memcpy(buf, whole, (size_t)n * sizeof *buf);
+    return 0;
+  }
   int64_t pb = comm_compressed_bytes(z, n);
   if (grow((void **)&z->payload, &z->payload_cap, pb > 0 ? pb : 1) < 0 ||
       grow((void **)&z->gathered, &z->gathered_cap, pb * size > 0 ? pb * size : 1) < 0)

@@ -147,9 +147,13 @@ typedef struct {
   int64_t n;
   /* scratch, reused from step to step */
   unsigned char *payload, *gathered;
-  float *work;
-  int64_t payload_cap, gathered_cap, work_cap;
+  float *work, *pad;
+  int64_t payload_cap, gathered_cap, work_cap, pad_cap;
 } CommCompressor;
+
+/* From this many members an fp16 / bf16 all-reduce goes as the compressed
+ * reduce-scatter and an fp32 all-gather of the sums (the same values). */
+enum { COMM_COMPRESS_RS_FROM = 4 };
 
 void comm_compressor_init(CommCompressor *z, CommCompressKind kind, double topk_ratio, int error_feedback);
 void comm_compressor_free(CommCompressor *z);
@@ -163,7 +167,13 @@ int comm_compress(CommCompressor *z, const float *x, int64_t n, unsigned char *p
 void comm_decompress_add(const CommCompressor *z, const unsigned char *payload, int64_t n, float *acc);
 
 /* buf (n values on every member of g) becomes the sum over the members of
- * their compressed values; kind NONE is a plain all-reduce. */
+ * their compressed values, in fp32 in rank order; kind NONE is a plain
+ * all-reduce. The payloads are all-gathered (each member receives size - 1
+ * of them), but fp16 and bf16 from COMM_COMPRESS_RS_FROM members on go as
+ * comm_reduce_scatter_compressed over ceil(n / size) values a member and an
+ * fp32 all-gather of the slices' sums: (size - 1) / size x 6 bytes a value
+ * in, not (size - 1) x 2, and the same bits (the rounding is elementwise;
+ * error feedback then keeps a residual of size x ceil(n / size) values). */
 int comm_allreduce_compressed(Comm *c, CommGroup g, CommCompressor *z, float *buf, int64_t n, RtErr *e);
 /* The same for a reduce-scatter (ZeRO 2 and 3): in holds n values per
  * member of g (member m's slice at m x n), each slice compressed on its own

@@ -32,7 +32,7 @@ set(HPDL_COMPILE_TEST_ENV ${HPDL_SANITIZED_MPI_ENV})
 find_package(Python3 COMPONENTS Interpreter)
 foreach(case cli one_rank dp2 tp2 pp2 pp2_uneven pp2_gpipe pp2_virtual2 pp2_virtual2_native dp2_tp2_pp2 tp2_cp2 zero1 zero2 zero3
              zero2_dp2_tp2_pp2 resume_zero resume_same_layout resume_other_layout missing_file self_contained native anomaly
-             qwen3_window vocab_pad mixed_precision native_threads fused_ce recompute_ops recompute_layers)
+             qwen3_window vocab_pad mixed_precision native_threads fused_ce fused_ce_layouts recompute_ops recompute_layers)
   if(Python3_Interpreter_FOUND)
     add_test(NAME compile.${case}
              COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/compile/compile_e2e.py --bin ${CMAKE_BINARY_DIR}/bin
@@ -47,7 +47,11 @@ endforeach()
 # four layers over two virtual stages, fused_ce's eleven layouts (54 s in release, 233 s
 # sanitized beside other work) and mixed_precision (152 s sanitized alone; past 300 s on a
 # clean clone's CI while other jobs shared its two cores): the slowest cases under the sanitizers
-set_tests_properties(compile.pp2_virtual2 compile.pp2_virtual2_native compile.fused_ce compile.mixed_precision PROPERTIES TIMEOUT 600)
+set_tests_properties(compile.pp2_virtual2 compile.pp2_virtual2_native compile.fused_ce compile.fused_ce_layouts compile.mixed_precision
+                     PROPERTIES TIMEOUT 600)
+# the fused head's other layouts: under the sanitizers the runtime's dp / pp / cp / ZeRO-3 paths run
+# in those layouts' own cases, and the fused head's code (its tensor shards too) in compile.fused_ce
+set_property(TEST compile.fused_ce_layouts APPEND PROPERTY LABELS sanitize_redundant)
 # Cases whose code paths others cover, left out of the sanitizer run (label
 # sanitize_redundant, scripts/test.sh) to keep the suite in its 15 minutes:
 # the native program of virtual stages (compile.native and pp2_virtual2 cover

@@ -797,25 +797,49 @@ def case_mixed_precision():
     print(f"fp16 with a static scale of 1e12: 4 of 4 steps skipped (step 1's loss {got[0]['loss']:.8f}, fp16's)")
 
 
-def case_fused_ce():
-    """parallel.fused_ce (compiler/ir/headloss.h): the head's GEMM and the cross-entropy as one op in
-    blocks, the logits never stored. The generated kernels and the reference executor give the
-    independent reference's losses (ref_train.c: the unfused model) within 1e-5 at step 1 and 1e-4 at
-    step 20, at one rank and at dp 2, pp 2, cp 2 and ZeRO-3; the compile line says what it fused and
-    the arena shrinks; under tp 2 the vocabulary is split and each rank's shard is fused (the
-    log-sum-exp and the target's logit reduced over the tensor group), and under tp 4 with 201 tokens
-    padded to 512 rows (two ranks hold padding only) the padding takes no part; bf16 within 1e-3 of
-    bf16 unfused; --target cuda compiles it into kernels/hpdl_lmce.cuh's kernels."""
-    plain, p0 = compile_art("art-fce-off", [], executor="auto")
-    for name, flags, executor in (("one_rank", [], "auto"), ("interp", [], "interp"), ("dp2", ["--dp", "2"], "auto"),
-                                  ("pp2", ["--pp", "2"], "auto"), ("cp2", ["--cp", "2"], "auto"),
-                                  ("zero3", ["--dp", "2", "--zero", "3"], "auto")):
+def fused_ce_runs(cases):
+    """The fused head at each (name, layout flags, executor) against the unfused reference."""
+    for name, flags, executor in cases:
         art, p = compile_art("art-fce-" + name, ["--fused-ce", "on", *flags], executor=executor)
         # the rank's rows: 8 x 16 tokens, half of them under cp 2 (the sequence split)
         rows = 64 if name == "cp2" else 128
         check(f"fused_ce: the head's GEMM and the cross-entropy in blocks ({rows} rows x 256 vocabulary)" in p.stdout, p.stdout)
         got, _ = train(art, "fce-" + name)
         compare(f"fused_ce {name} ({executor})", got, reference(art), tol1=1e-5, tol20=1e-4)
+
+
+def fused_ce_shards(cases):
+    """The fused head over tensor-parallel vocabulary shards, each (name, flags, defines, executor)."""
+    for name, flags, defs, executor in cases:
+        tp = flags[flags.index("--tp") + 1]
+        art, p = compile_art(f"art-fce-{name}-{executor}", ["--fused-ce", "on", *flags], executor=executor, defs=defs)
+        shard = f"128 rows x 128 vocabulary of a shard, reduced over tensor = {tp}"
+        check(f"fused_ce: the head's GEMM and the cross-entropy in blocks ({shard})" in p.stdout, p.stdout)
+        got, _ = train(art, f"fce-{name}-{executor}")
+        compare(f"fused_ce {name} ({executor})", got, reference(art, defs), tol1=1e-5, tol20=1e-4)
+
+
+def case_fused_ce_layouts():
+    """The fused head (case_fused_ce) at dp 2, pp 2, cp 2, ZeRO-3, and tp 2 (with sequence
+    parallelism too) against the unfused reference: the other layouts of case_fused_ce, a case of
+    their own so the sanitized build can leave them to the layouts' own cases."""
+    fused_ce_runs((("dp2", ["--dp", "2"], "auto"), ("pp2", ["--pp", "2"], "auto"), ("cp2", ["--cp", "2"], "auto"),
+                   ("zero3", ["--dp", "2", "--zero", "3"], "auto")))
+    fused_ce_shards((("tp2", ["--tp", "2"], DEFS, "auto"), ("tp2", ["--tp", "2"], DEFS, "interp"),
+                     ("tp2_sp", ["--tp", "2", "--sp", "on"], DEFS, "auto")))
+
+
+def case_fused_ce():
+    """parallel.fused_ce (compiler/ir/headloss.h): the head's GEMM and the cross-entropy as one op in
+    blocks, the logits never stored. The generated kernels and the reference executor give the
+    independent reference's losses (ref_train.c: the unfused model) within 1e-5 at step 1 and 1e-4 at
+    step 20, at one rank (case_fused_ce_layouts: dp 2, pp 2, cp 2, ZeRO-3, tp 2); the compile line says what it fused and
+    the arena shrinks; under tp 2 the vocabulary is split and each rank's shard is fused (the
+    log-sum-exp and the target's logit reduced over the tensor group), and under tp 4 with 201 tokens
+    padded to 512 rows (two ranks hold padding only) the padding takes no part; bf16 within 1e-3 of
+    bf16 unfused; --target cuda compiles it into kernels/hpdl_lmce.cuh's kernels."""
+    plain, p0 = compile_art("art-fce-off", [], executor="auto")
+    fused_ce_runs((("one_rank", [], "auto"), ("interp", [], "interp")))
     # GPT-2 124M at 4 x 64 tokens: the step's arena loses the logits (256 x 50257 fp32, 51 MB) and
     # their gradient, and the tied table's weight gradient goes into its slot as before
     arena = {}
@@ -827,18 +851,8 @@ def case_fused_ce():
         arena[f] = int(line[0].split("arena ")[1].split(",")[0])
     print(f"GPT-2 124M, 4 x 64 tokens, fp32: the step's arena {arena['on']} bytes fused against {arena['off']}")
     check(arena["on"] < arena["off"] - 51_000_000, f"arena {arena}")
-    for name, flags, defs, shard in (("tp2", ["--tp", "2"], DEFS, "128 rows x 128 vocabulary of a shard, reduced over tensor = 2"),
-                                     ("tp2_sp", ["--tp", "2", "--sp", "on"], DEFS,
-                                      "128 rows x 128 vocabulary of a shard, reduced over tensor = 2"),
-                                     ("tp4_padded", ["--tp", "4"], [*DEFS, "-D", "V=201"],
-                                      "128 rows x 128 vocabulary of a shard, reduced over tensor = 4")):
-        for executor in ("auto", "interp"):
-            if name == "tp2_sp" and executor == "interp":
-                continue
-            art, p = compile_art(f"art-fce-{name}-{executor}", ["--fused-ce", "on", *flags], executor=executor, defs=defs)
-            check(f"fused_ce: the head's GEMM and the cross-entropy in blocks ({shard})" in p.stdout, p.stdout)
-            got, _ = train(art, f"fce-{name}-{executor}")
-            compare(f"fused_ce {name} ({executor})", got, reference(art, defs), tol1=1e-5, tol20=1e-4)
+    fused_ce_shards((("tp4_padded", ["--tp", "4"], [*DEFS, "-D", "V=201"], "auto"),
+                     ("tp4_padded", ["--tp", "4"], [*DEFS, "-D", "V=201"], "interp")))
     b16 = {}
     for f in ("off", "on"):
         art, _ = compile_art("art-fce-bf16-" + f, ["--fused-ce", f, "--precision", "bf16"], executor="auto")
