@@ -1,6 +1,8 @@
 /* semtypes.c - the names and sizes of semtypes.h's types. */
 #include "semtypes.h"
 
+#include <string.h>
+
 static const char *const dtype_names[] = {
 #define X(id, name, bytes, is_float) name,
     SEM_DTYPES(X)
@@ -31,9 +33,14 @@ const char *sem_schedule_name(Schedule s) {
   return n[s];
 }
 
-const char *sem_compression_name(Compression c) {
-  static const char *const n[] = {"none", "fp16", "int8", "topk", "bf16"};
-  return n[c];
+const char *const sem_compression_names[] = {"none", "fp16", "int8", "topk", "bf16", NULL};
+
+const char *sem_compression_name(Compression c) { return sem_compression_names[c]; }
+
+int sem_compression_parse(const char *s) {
+  for (int i = 0; sem_compression_names[i]; i++)
+    if (!strcmp(s, sem_compression_names[i])) return i;
+  return -1;
 }
 
 const char *sem_recompute_name(Recompute r) {

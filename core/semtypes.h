@@ -75,6 +75,10 @@ typedef enum { COMPRESS_NONE, COMPRESS_FP16, COMPRESS_INT8, COMPRESS_TOPK, COMPR
 const char *sem_schedule_name(Schedule s);
 const char *sem_recompute_name(Recompute r);
 const char *sem_compression_name(Compression c);
+/* Compression's names in its order, NULL-terminated: the language's words,
+ * the manifest's and the runtime's (comm.h's CommCompressKind agrees) */
+extern const char *const sem_compression_names[];
+int sem_compression_parse(const char *s); /* -1 when unknown */
 const char *sem_precision_name(Precision p);
 
 #endif

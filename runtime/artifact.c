@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "crc32c.h"
+#include "semtypes.h"
 
 typedef struct {
   const char *path;
@@ -304,7 +305,10 @@ Artifact *artifact_load(const char *dir, RtErr *e) {
     get_str(&r, lay, "layout", "compression", &comp);
     if (comp) {
       int k = comm_compress_parse(comp);
-      if (k < 0) bad(&r, "layout", "compression", "must be none, fp16, int8 or topk");
+      char want[128] = "must be one of";
+      for (int i = 0; sem_compression_names[i]; i++)
+        snprintf(want + strlen(want), sizeof want - strlen(want), " %s", sem_compression_names[i]);
+      if (k < 0) bad(&r, "layout", "compression", want);
       else a->compression = (CommCompressKind)k;
       rt_free(comp);
     }

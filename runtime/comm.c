@@ -8,6 +8,7 @@
 
 #include "half.h"
 #include "prof.h"
+#include "semtypes.h"
 
 static const char *const group_names[] = {"world", "dp", "tp", "pp", "cp", "ep", "edp"};
 
@@ -162,16 +163,17 @@ int comm_under_launcher(void) {
 
 /* ---- compression ---- */
 
-static const char *const compress_names[] = {"none", "fp16", "int8", "topk", "bf16"};
-enum { NCOMPRESS = sizeof compress_names / sizeof compress_names[0] };
+/* the names are the language's (core/semtypes.h), in the same order */
+_Static_assert((int)COMM_COMPRESS_NONE == (int)COMPRESS_NONE && (int)COMM_COMPRESS_FP16 == (int)COMPRESS_FP16 &&
+                   (int)COMM_COMPRESS_INT8 == (int)COMPRESS_INT8 && (int)COMM_COMPRESS_TOPK == (int)COMPRESS_TOPK &&
+                   (int)COMM_COMPRESS_BF16 == (int)COMPRESS_BF16,
+               "CommCompressKind follows Compression");
 
-int comm_compress_parse(const char *s) {
-  for (int i = 0; i < NCOMPRESS; i++)
-    if (!strcmp(s, compress_names[i])) return i;
-  return -1;
+int comm_compress_parse(const char *s) { return sem_compression_parse(s); }
+
+const char *comm_compress_name(CommCompressKind k) {
+  return (unsigned)k <= (unsigned)COMM_COMPRESS_BF16 ? sem_compression_name((Compression)k) : "?";
 }
-
-const char *comm_compress_name(CommCompressKind k) { return (unsigned)k < NCOMPRESS ? compress_names[k] : "?"; }
 
 void comm_compressor_init(CommCompressor *z, CommCompressKind kind, double topk_ratio, int error_feedback) {
   memset(z, 0, sizeof *z);

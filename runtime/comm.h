@@ -136,7 +136,7 @@ void comm_profile(Comm *c, struct Prof *p);
 typedef enum { COMM_COMPRESS_NONE, COMM_COMPRESS_FP16, COMM_COMPRESS_INT8, COMM_COMPRESS_TOPK, COMM_COMPRESS_BF16 } CommCompressKind;
 enum { COMM_INT8_CHUNK = 256 };
 
-int comm_compress_parse(const char *s); /* "none" "fp16" "int8" "topk" "bf16"; -1 when unknown */
+int comm_compress_parse(const char *s); /* sem_compression_names' words; -1 when unknown */
 const char *comm_compress_name(CommCompressKind k);
 
 typedef struct {

@@ -17,7 +17,6 @@ static const char *const precisions[] = {"fp32", "bf16", "fp16", "fp8", NULL};
 static const char *const optimizers[] = {"sgd", "adamw", NULL};
 static const char *const schedules[] = {"gpipe", "1f1b", "interleaved", NULL};
 static const char *const recomputes[] = {"none", "selective", "full", "ops", NULL};
-static const char *const compressions[] = {"none", "fp16", "int8", "topk", "bf16", NULL};
 static const char *const balances[] = {"cost", "layers", NULL};
 static const char *const loss_scales[] = {"dynamic", NULL};
 
@@ -36,7 +35,7 @@ static const KeySpec parallel_keys[] = {
     {"pipeline", K_INT, NULL, 1},       {"schedule", K_WORD, schedules, 1}, {"virtual", K_INT, NULL, 1},
     {"sequence", K_ONOFF, NULL, 1},     {"context", K_INT, NULL, 1},   {"zero", K_INT, NULL, 1},
     {"recompute", K_WORD, recomputes, 1}, {"overlap", K_ONOFF, NULL, 1},
-    {"compression", K_SPEC, compressions, 0}, {"balance", K_WORD, balances, 0},
+    {"compression", K_SPEC, sem_compression_names, 0}, {"balance", K_WORD, balances, 0},
     {"tp_overlap", K_ONOFF, NULL, 0},   {"vocab_pad", K_INT, NULL, 0},
     {"expert", K_INT, NULL, 1},         {"fused_ce", K_ONOFF, NULL, 1},
     {"recompute_layers", K_INT, NULL, 0},
@@ -601,7 +600,7 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
   L->recompute_layers = get_int(&s, "recompute_layers", 0); /* 0: every layer */
   L->balance = (PipeBalance)get_word(&s, "balance", balances, BALANCE_COST);
   Setting *comp = sema_setting_get(&s, "compression");
-  L->compression = (Compression)get_word(&s, "compression", compressions, COMPRESS_NONE);
+  L->compression = (Compression)get_word(&s, "compression", sem_compression_names, COMPRESS_NONE);
   L->topk_ratio = 0.01;
   if (comp && comp->value.kind == VAL_CALL && L->compression == COMPRESS_TOPK) {
     static const char *const keys[] = {"ratio", NULL};
