@@ -1339,7 +1339,8 @@ static int copy_binary(const char *from, const char *to) {
  * (the same kernels at another data-parallel width), so the library is kept
  * in the NVRTC cache's folder under emu/, keyed by emulation_key, unless
  * --no-cache: written under a temporary name and renamed, so concurrent
- * compiles never see half of one. A cache that cannot be written is passed
+ * compiles never see half of one; a hit marks the entry used and a store
+ * trims the cache to its limit (cudacc_cache_trim). A cache that cannot be written is passed
  * over silently: the artifact is complete either way. */
 static int build_emulation(CgTarget *t, const char *path) {
   const char *cxx = getenv("HPDL_CXX");
@@ -1354,6 +1355,7 @@ static int build_emulation(CgTarget *t, const char *path) {
     char target[4400];
     snprintf(target, sizeof target, "%s.emu.so", path);
     if (is_elf(entry) && copy_binary(entry, target) == 0) {
+      cudacc_cache_touch(entry);
       t->emu_built = 2;
       return 0;
     }
@@ -1380,6 +1382,8 @@ static int build_emulation(CgTarget *t, const char *path) {
     snprintf(part, sizeof part, "%s.part-%ld", entry, (long)getpid());
     snprintf(built, sizeof built, "%s.emu.so", path);
     if (copy_binary(built, part) == 0 && rename(part, entry) != 0) remove(part);
+    char root[4096];
+    if (cudacc_cache_dir(root, sizeof root) == 0) cudacc_cache_trim(root, entry);
   }
   return 0;
 }

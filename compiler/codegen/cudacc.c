@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -652,6 +653,100 @@ int cudacc_cache_dir(char *buf, size_t n) {
   return k > 0 && (size_t)k < n ? 0 : -1;
 }
 
+long long cudacc_cache_limit(void) {
+  const char *v = getenv("HPDL_CACHE_SIZE");
+  long long def = (long long)CUDACC_CACHE_SIZE_DEFAULT_MB << 20;
+  if (!v || !*v) return def;
+  char *end;
+  errno = 0;
+  double x = strtod(v, &end);
+  double unit = 1;
+  if (*end == 'K' || *end == 'k') unit = 1024.0, end++;
+  else if (*end == 'M' || *end == 'm') unit = 1024.0 * 1024, end++;
+  else if (*end == 'G' || *end == 'g') unit = 1024.0 * 1024 * 1024, end++;
+  if (end == v || *end || errno || !(x >= 0) || x * unit > 9e18) return -1;
+  return (long long)(x * unit);
+}
+
+void cudacc_cache_touch(const char *path) { utimensat(AT_FDCWD, path, NULL, 0); }
+
+typedef struct {
+  char *path;
+  long long bytes;
+  struct timespec used;
+} CacheFile;
+
+/* name is `hex` hexadecimal digits followed by suffix exactly */
+static int hex_named(const char *name, size_t hex, const char *suffix) {
+  for (size_t i = 0; i < hex; i++)
+    if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f'))) return 0;
+  return !strcmp(name + hex, suffix);
+}
+
+/* Appends the cache's entries below dir: the files named as the cache
+ * names them and nothing else (HPDL_CACHE may name a folder that holds
+ * other things too): NVRTC's in two-digit folders (xx/<64 hex>.hnvc), the
+ * emulation's in emu/ (<64 hex>.so). A store in progress has another name. */
+static void cache_walk(const char *dir, int emu, int depth, CacheFile **files, size_t *n, size_t *cap, long long *total) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    const char *nm = e->d_name;
+    int sub = depth == 0 && (hex_named(nm, 2, "") || !strcmp(nm, "emu"));
+    int entry = depth == 1 && (emu ? hex_named(nm, 64, ".so") : hex_named(nm, 64, ".hnvc"));
+    if (!sub && !entry) continue;
+    char p[PATH_MAX];
+    if (snprintf(p, sizeof p, "%s/%s", dir, nm) >= (int)sizeof p) continue;
+    struct stat st;
+    if (lstat(p, &st) != 0) continue;
+    if (sub && S_ISDIR(st.st_mode)) {
+      cache_walk(p, !strcmp(nm, "emu"), 1, files, n, cap, total);
+    } else if (entry && S_ISREG(st.st_mode)) {
+      if (*n == *cap) {
+        size_t nc = *cap ? 2 * *cap : 256;
+        CacheFile *g = realloc(*files, nc * sizeof *g);
+        if (!g) break;
+        *files = g, *cap = nc;
+      }
+      char *copy = strdup(p);
+      if (!copy) break;
+      (*files)[(*n)++] = (CacheFile){copy, (long long)st.st_size, st.st_mtim};
+      *total += (long long)st.st_size;
+    }
+  }
+  closedir(d);
+}
+
+static int older_first(const void *a, const void *b) {
+  const CacheFile *x = a, *y = b;
+  if (x->used.tv_sec != y->used.tv_sec) return x->used.tv_sec < y->used.tv_sec ? -1 : 1;
+  if (x->used.tv_nsec != y->used.tv_nsec) return x->used.tv_nsec < y->used.tv_nsec ? -1 : 1;
+  return strcmp(x->path, y->path);
+}
+
+int cudacc_cache_trim(const char *dir, const char *keep) {
+  long long limit = cudacc_cache_limit();
+  if (limit < 0) limit = (long long)CUDACC_CACHE_SIZE_DEFAULT_MB << 20;
+  if (limit == 0) return 0;
+  CacheFile *files = NULL;
+  size_t n = 0, cap = 0;
+  long long total = 0;
+  int removed = 0;
+  cache_walk(dir, 0, 0, &files, &n, &cap, &total);
+  if (total > limit) {
+    qsort(files, n, sizeof *files, older_first);
+    for (size_t i = 0; i < n && total > limit / 10 * 8; i++)
+      if (!(keep && !strcmp(files[i].path, keep)) && unlink(files[i].path) == 0) {
+        total -= files[i].bytes;
+        removed++;
+      }
+  }
+  for (size_t i = 0; i < n; i++) free(files[i].path);
+  free(files);
+  return removed;
+}
+
 enum { ENTRY_HEAD = 80, ENTRY_FORMAT = 1 };
 static const char entry_magic[8] = {'H', 'P', 'D', 'L', 'N', 'V', 'C', '1'};
 
@@ -1016,6 +1111,7 @@ int cudacc_compile(const CudaccRequest *req, CudaccResult *out, char *err, size_
     int got = entry_path(path, sizeof path, dir, out->hash) == 0 ? cache_read(path, key, out, why, sizeof why) : 0;
     if (got == 1 && parse_ptxas(out->log, out) == 0) {
       out->cache_hit = 1;
+      cudacc_cache_touch(path);
       rc = 0;
       goto done;
     }
@@ -1048,7 +1144,13 @@ int cudacc_compile(const CudaccRequest *req, CudaccResult *out, char *err, size_
     seterr(err, errlen, "%s: out of memory", name);
     goto done;
   }
-  if (cache) cache_write(dir, out->hash, key, out);
+  if (cache) {
+    cache_write(dir, out->hash, key, out);
+    if (cudacc_cache_limit() < 0)
+      warn(out, "HPDL_CACHE_SIZE=%s is not a size (a number, optionally with K, M or G; 0: no limit): the cache keeps to %d M",
+           getenv("HPDL_CACHE_SIZE"), (int)CUDACC_CACHE_SIZE_DEFAULT_MB);
+    cudacc_cache_trim(dir, path);
+  }
   rc = 0;
 done:
   for (size_t i = 0; i < inc.n_seen; i++) free(inc.seen[i]);

@@ -107,6 +107,21 @@ void cudacc_sha256_hex(const void *data, size_t n, char out[65]);
  * none can be named (no $HPDL_CACHE, $XDG_CACHE_HOME or $HOME). */
 int cudacc_cache_dir(char *buf, size_t n);
 
+/* The cache's size limit in bytes: $HPDL_CACHE_SIZE (a number with an
+ * optional K, M or G; 0: no limit), else CUDACC_CACHE_SIZE_DEFAULT; -1 when
+ * the variable is malformed (the caller then keeps the default). */
+enum { CUDACC_CACHE_SIZE_DEFAULT_MB = 2048 };
+long long cudacc_cache_limit(void);
+/* Marks a cache entry used now (its modification time): the trim below
+ * removes the least recently used first. */
+void cudacc_cache_touch(const char *path);
+/* After a store: when the files under dir (NVRTC's entries and the
+ * emulation's, emu/) exceed the limit, removes the least recently used
+ * until they fill at most 80% of it, never keep (the entry just written).
+ * Errors are ignored: the cache is an optimisation. Returns the files
+ * removed. */
+int cudacc_cache_trim(const char *dir, const char *keep);
+
 /* The search for NVRTC, exposed so that a test can give its own list. */
 typedef struct {
   const char *label; /* how the message names it: "$HPDL_NVRTC", "libnvrtc.so.13" */

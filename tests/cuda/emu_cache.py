@@ -2,7 +2,8 @@
 """emu_cache.py - the emulation library's cache (CTest: cuda.emu_cache).
 
 `hpdlc compile --target cuda --emulate` compiles each stage's kernels as C++
-(seconds a stage) and keeps the library in $HPDL_CACHE/emu/, keyed by the
+(seconds a stage) and keeps the library in $HPDL_CACHE/emu/ (beside NVRTC's
+entries, under one size limit), keyed by the
 compiler, its flags, the kernels folder and the stage's source. Checks, on a
 fresh cache:
   1. a first compile builds the library and stores it (one entry, the same
@@ -10,7 +11,9 @@ fresh cache:
   2. another layout with the same stage source (dp 2) takes it from the cache,
      byte for byte;
   3. a changed kernels folder (a comment added to cuda_emu.h) builds again;
-  4. a damaged entry is built again and replaced, never shipped.
+  4. a damaged entry is built again and replaced, never shipped;
+  5. at HPDL_CACHE_SIZE a store trims the cache to 80% of it, the least
+     recently used entries first, and leaves alone what is not an entry.
 Exits 77 (CTest's skip) when NVRTC cannot be loaded (the compile needs it).
 
 usage: emu_cache.py --hpdlc BIN --sample FILE --kernels DIR
@@ -38,8 +41,8 @@ def main():
         cache = os.path.join(tmp, "cache")
         emu = os.path.join(cache, "emu")
 
-        def compile_once(name, extra, kernels=None):
-            env = dict(os.environ, HPDL_CACHE=cache)
+        def compile_once(name, extra, kernels=None, env_more=None):
+            env = dict(os.environ, HPDL_CACHE=cache, **(env_more or {}))
             if kernels:
                 env["HPDL_KERNELS_DIR"] = kernels
             out = os.path.join(tmp, name)
@@ -93,6 +96,37 @@ def main():
         if open(entry, "rb").read() != fourth:
             fail("the damaged entry was not replaced by the new build")
         print(f"4. a damaged entry: {said}, replaced")
+
+        # 5. the size limit: another model's stage stored into a cache already at its limit
+        # (NVRTC's entry, then the emulation's: each store that passes the limit trims to 80%
+        # of it) leaves the cache within it, the least recently used entries gone (the
+        # first compile's, untouched since step 2; the damaged one's replacement, used last,
+        # stays), and the files of the folder that are not entries untouched
+        def cache_files():
+            return {os.path.join(r, f): os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(cache) for f in fs}
+        with open(os.path.join(cache, "notes.txt"), "w") as f:
+            f.write("not an entry: the trim leaves it\n")
+        with open(os.path.join(emu, "README"), "w") as f:
+            f.write("not an entry either\n")
+        import time
+        time.sleep(0.05)
+        os.utime(entry)  # the damaged entry's replacement: used most recently of the old ones
+        before = cache_files()
+        entries = {p: n for p, n in before.items() if p.endswith((".so", ".hnvc"))}
+        limit = sum(entries.values()) + 1
+        oldest = min((os.path.getmtime(p), p) for p in entries)[1]
+        said, _ = compile_once("limited", ["--global-batch", "64", "-D", "hidden=96"], env_more={"HPDL_CACHE_SIZE": str(limit)})
+        after = cache_files()
+        kept = sum(n for p, n in after.items() if p.endswith((".so", ".hnvc")))
+        if "C++ compile" not in said or kept > limit:
+            fail(f"a cache at its limit of {limit} bytes: {said!r}, {kept} bytes of entries after the store")
+        if oldest in after or entry not in after:
+            fail(f"the trim's order: the oldest entry {'kept' if oldest in after else 'gone'}, "
+                 f"the most recently used {'kept' if entry in after else 'gone'}")
+        if not os.path.exists(os.path.join(cache, "notes.txt")) or not os.path.exists(os.path.join(emu, "README")):
+            fail("the trim removed files that are not cache entries")
+        gone = len([p for p in entries if p not in after])
+        print(f"5. a limit of {limit} bytes: {gone} of {len(entries)} older entries removed, {kept} bytes of entries kept")
         print("ok")
 
 
