@@ -91,6 +91,12 @@ add_test(NAME plan.fp8_compile_refused
 set_tests_properties(plan.fp8_compile_refused PROPERTIES TIMEOUT 60 LABELS plan WILL_FAIL FALSE
                      PASS_REGULAR_EXPRESSION "precision = fp8 is priced by hpdlc plan, but no back end runs it yet")
 
+# a compressed reduction is planned as an uncompressed one, and the report says so
+add_test(NAME plan.compression_unpriced
+         COMMAND $<TARGET_FILE:hpdlc> plan ${CMAKE_SOURCE_DIR}/samples/gpt2.hpd --dp 8 --gpus 8 --compression bf16)
+set_tests_properties(plan.compression_unpriced PROPERTIES TIMEOUT 60 LABELS plan
+                     PASS_REGULAR_EXPRESSION "compression: bf16, not priced: planned as an uncompressed reduction")
+
 # hpdl_plan_golden(NAME SAMPLE [hpdlc plan arguments...])
 set(HPDL_PLAN_UPDATE_COMMANDS)
 function(hpdl_plan_golden name sample)

@@ -78,6 +78,9 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
     fprintf(f, "vocabulary: %" PRId64 " rows priced padded to %" PRId64 " (a multiple of vocab_pad %" PRId64 " x tp %" PRId64
                ", as Megatron-LM pads it)\n",
             v, vp, m->layout.vocab_pad, L->tp);
+  if (m->layout.compression != COMPRESS_NONE && L->dp * L->cp > 1)
+    fprintf(f, "compression: %s, not priced: planned as an uncompressed reduction in the storage type (docs/planner.md 11.3)\n",
+            sem_compression_name(m->layout.compression));
   if (L->pp > 1 && r->stages) {
     fprintf(f, "stages: ");
     for (int s = 0; s < r->nstages; s++) fprintf(f, "%s%" PRId64, s ? "+" : "", r->stages[s].layers);
