@@ -32,12 +32,12 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
 #include "codegen_cuda_int.h"
 #include "cudacc.h"
+#include "fscopy.h"
 #include "xalloc.h"
 
 /* ---- text, errors, launches ---- */
@@ -1318,21 +1318,6 @@ static int is_elf(const char *path) {
   return ok;
 }
 
-/* Copies file from to to (both binary); 0 or -1. */
-static int copy_binary(const char *from, const char *to) {
-  FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
-  int rc = in && out ? 0 : -1;
-  char buf[65536];
-  size_t n;
-  while (!rc && (n = fread(buf, 1, sizeof buf, in)) > 0)
-    if (fwrite(buf, 1, n, out) != n) rc = -1;
-  if (in && ferror(in)) rc = -1;
-  if (in) fclose(in);
-  if (out && fclose(out)) rc = -1;
-  if (rc && out) remove(to);
-  return rc;
-}
-
 /* CgOptions.emulate: PATH.emu.so, the source (with its host entries) as
  * C++ through the emulation harness, for hpdlrun --device emulate. The C++
  * compile takes seconds a stage and many artifacts share a stage's source
@@ -1354,7 +1339,8 @@ static int build_emulation(CgTarget *t, const char *path) {
     snprintf(entry, sizeof entry, "%s/emu/%s.so", dir, hex);
     char target[4400];
     snprintf(target, sizeof target, "%s.emu.so", path);
-    if (is_elf(entry) && copy_binary(entry, target) == 0) {
+    char why[1000];
+    if (is_elf(entry) && fs_copy_file(entry, target, why, sizeof why) == 0) {
       cudacc_cache_touch(entry);
       t->emu_built = 2;
       return 0;
@@ -1378,12 +1364,9 @@ static int build_emulation(CgTarget *t, const char *path) {
   snprintf(log, sizeof log, "%s.emu.log", path);
   remove(log);
   if (*entry) {
-    char part[4500], built[4200];
-    snprintf(part, sizeof part, "%s.part-%ld", entry, (long)getpid());
+    char built[4200], why[1000];
     snprintf(built, sizeof built, "%s.emu.so", path);
-    if (copy_binary(built, part) == 0 && rename(part, entry) != 0) remove(part);
-    char root[4096];
-    if (cudacc_cache_dir(root, sizeof root) == 0) cudacc_cache_trim(root, entry);
+    if (fs_copy_file(built, entry, why, sizeof why) == 0) cudacc_cache_trim(dir, entry);
   }
   return 0;
 }

@@ -22,6 +22,7 @@
 #include "codegen_cuda.h"
 #include "progress.h"
 #include "extcall.h"
+#include "fscopy.h"
 #include "fuse.h"
 #include "ir.h"
 #include "lower.h"
@@ -89,57 +90,6 @@ static int mkdirs(const char *path) {
     return -1;
   }
   return 0;
-}
-
-/* cp SRC DST (mode 0755): the program travels with the artifact. */
-static int copy_file(const char *src, const char *dst, char *why, size_t n) {
-  int in = open(src, O_RDONLY);
-  if (in < 0) {
-    snprintf(why, n, "%.900s: %s", src, strerror(errno));
-    return -1;
-  }
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dst, (long)getpid());
-  int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0755);
-  if (out < 0) {
-    snprintf(why, n, "%.900s: %s", tmp, strerror(errno));
-    close(in);
-    return -1;
-  }
-  char buf[1 << 16];
-  int rc = 0;
-  for (;;) {
-    ssize_t k = read(in, buf, sizeof buf);
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) {
-      snprintf(why, n, "%.900s: %s", src, strerror(errno));
-      rc = -1;
-      break;
-    }
-    if (k == 0) break;
-    for (ssize_t at = 0; at < k;) {
-      ssize_t w = write(out, buf + at, (size_t)(k - at));
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) {
-        snprintf(why, n, "%.900s: %s", tmp, strerror(errno));
-        rc = -1;
-        break;
-      }
-      at += w;
-    }
-    if (rc) break;
-  }
-  close(in);
-  if (close(out) != 0 && rc == 0) {
-    snprintf(why, n, "%.900s: %s", tmp, strerror(errno));
-    rc = -1;
-  }
-  if (rc == 0 && rename(tmp, dst) != 0) {
-    snprintf(why, n, "%.900s: %s", dst, strerror(errno));
-    rc = -1;
-  }
-  if (rc) unlink(tmp);
-  return rc;
 }
 
 /* The CPU program: $HPDL_PROGRAM_LIB, else bin/../lib/hpdl-program.so
@@ -225,7 +175,7 @@ static int externs_copy(Cx *C, IrModule *m) {
         if (!strcmp(m->externs[j].path, file)) file = arena_printf(C->arena, "extern/%d-%s", i, base_name(src[i]));
       if (mkdirs(dir) != 0) return cfail(C, "cannot make %s: %s", dir, strerror(errno));
       snprintf(dst, sizeof dst, "%s/%s", C->o->out_dir, file);
-      if (copy_file(src[i], dst, why, sizeof why)) return cfail(C, "copying the library of extern %s: %s", e->name, why);
+      if (fs_copy_file(src[i], dst, why, sizeof why)) return cfail(C, "copying the library of extern %s: %s", e->name, why);
     }
     e->path = file;
   }
@@ -710,7 +660,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
   snprintf(path, sizeof path, "%s/program.so", o->out_dir);
   if (!lib || access(lib, R_OK) != 0)
     return cfail(&C, "the CPU program %s is missing (build the hpdl_program target, or set HPDL_PROGRAM_LIB)", lib ? lib : "hpdl-program.so");
-  if (copy_file(lib, path, why, sizeof why)) return cfail(&C, "writing the program: %s", why);
+  if (fs_copy_file(lib, path, why, sizeof why)) return cfail(&C, "writing the program: %s", why);
   /* the chunk modules share the global module's extern table */
   if (externs_copy(&C, global)) return 1;
   /* files per chunk: stageS.* (one chunk per stage), chunkC.* with virtual stages */
