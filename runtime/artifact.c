@@ -305,11 +305,14 @@ Artifact *artifact_load(const char *dir, RtErr *e) {
     get_str(&r, lay, "layout", "compression", &comp);
     if (comp) {
       int k = comm_compress_parse(comp);
-      char want[128] = "must be one of";
-      for (int i = 0; sem_compression_names[i]; i++)
-        snprintf(want + strlen(want), sizeof want - strlen(want), " %s", sem_compression_names[i]);
-      if (k < 0) bad(&r, "layout", "compression", want);
-      else a->compression = (CommCompressKind)k;
+      if (k < 0) {
+        char want[128] = "must be one of";
+        for (int i = 0; sem_compression_names[i]; i++)
+          snprintf(want + strlen(want), sizeof want - strlen(want), " %s", sem_compression_names[i]);
+        bad(&r, "layout", "compression", want);
+      } else {
+        a->compression = (CommCompressKind)k;
+      }
       rt_free(comp);
     }
     get_f64(&r, lay, "layout", "topk_ratio", &a->topk_ratio);
