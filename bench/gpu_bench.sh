@@ -2,8 +2,8 @@
 # gpu_bench.sh - on a machine with a GPU: the device-layer tests (every
 # kernel of gpt2-tiny alone, the whole step of gpt2-tiny, llama and gpt on
 # the GPU against the reference executor, flash attention's three head-width
-# tiers and a sliding window; with CPU_METRICS, layouts through hpdlrun
-# against the CPU target), then GPT-2 124M's step timed through the device
+# tiers and a sliding window; with BUNDLE, bench/gpu_bundle.sh's folder, the
+# suite's GPU tests through bench/gpu_tests.py), then GPT-2 124M's step timed through the device
 # layer (fp32 and TF32 GEMMs, flash and materialised attention) beside
 # PyTorch's on the same GPU (bench/gpu_torch_gpt2.py).
 #
@@ -46,39 +46,13 @@ check step.qwen3_head256 --step $qwen -D heads=2 -D kv_heads=2 -D head_dim=256 -
 # the tensor-core kernels (heads of 16 .. 64) over several blocks of 64 rows and keys
 check step.gpt_head64 --step gpt.hpd -D layers=1 -D hidden=128 -D heads=2 -D seq=192 -D vocab=64 -L parallel.cluster=laptop \
   -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.pipeline=1
-# Layouts through hpdlrun (ranks share the GPU) against the CPU target's
-# metrics, written beforehand where the CPU back end is (CPU_METRICS, a folder
-# of NAME.jsonl for bench/gpu_layouts.txt: bench/gpu_bundle.sh makes them): context parallelism's ring
-# attention among them
-if [ -n "${CPU_METRICS:-}" ]; then
-  tools=$(dirname "$bin")
-  small="-D T=16 -D C=32 --global-batch 4 --micro-batch 2"
-  grep -vE '^(#|$)' "$here/bench/gpu_layouts.txt" | while IFS= read -r entry; do
-    name=${entry%%|*}
-    echo "== layout.$name"
-    timeout 300 python3 "$here/tests/cuda/run_device.py" --hpdlc "$tools/hpdlc" --hpdlrun "$tools/hpdlrun" \
-      --hpdl-data "$tools/hpdl-data" --sample "$here/samples/gpt2-tiny.hpd" --device cuda --steps 20 --first-tol 1e-6 \
-      --tol 1e-5 --args "$small ${entry#*|}" --cpu-metrics "$CPU_METRICS/$name.jsonl" > "$out/layout.$name.log" 2>&1
-    rc=$?
-    tail -1 "$out/layout.$name.log"
-    echo "   exit $rc"
-    [ $rc -eq 0 ] || echo "$name" >> "$out/layouts.failed"
-  done
-  # an extern model's native calls from the host program (gpu_bundle.sh's extern/)
-  for entry in "extern|" "extern_tp2|--tp 2"; do
-    name=${entry%%|*}
-    [ -s "$CPU_METRICS/$name.jsonl" ] && [ -f "$CPU_METRICS/../extern/ext_lm.hpd" ] || continue
-    echo "== $name"
-    timeout 300 python3 "$here/tests/cuda/run_device.py" --hpdlc "$tools/hpdlc" --hpdlrun "$tools/hpdlrun" \
-      --hpdl-data "$tools/hpdl-data" --sample "$CPU_METRICS/../extern/ext_lm.hpd" --device cuda --steps 5 \
-      --first-tol 1e-6 --tol 1e-5 "--args=--allow-native ${entry#*|}" "--run-args=--allow-native" \
-      --cpu-metrics "$CPU_METRICS/$name.jsonl" > "$out/$name.log" 2>&1
-    rc=$?
-    tail -1 "$out/$name.log"
-    echo "   exit $rc"
-    [ $rc -eq 0 ] || echo "$name" >> "$out/layouts.failed"
-  done
-  [ -s "$out/layouts.failed" ] && fails=$((fails + $(wc -l < "$out/layouts.failed")))
+# The suite's GPU tests (layouts through hpdlrun, the ranks sharing the GPU,
+# against the CPU target's metrics written beforehand where the CPU back end
+# is): bench/gpu_bundle.sh's list, run by bench/gpu_tests.py
+if [ -n "${BUNDLE:-}" ] && [ -f "$BUNDLE/gpu_tests.json" ]; then
+  echo "== the suite's GPU tests (bench/gpu_tests.py)"
+  python3 "$here/bench/gpu_tests.py" run --bundle "$BUNDLE" -j "${JOBS:-4}" --logs "$out/gpu_tests" 2>&1 | tee "$out/gpu_tests.log"
+  fails=$((fails + ${PIPESTATUS[0]}))
 fi
 for attn in flash materialized; do
   echo "== bench: GPT-2 124M, micro batch $micro x 1024, fp32, $attn attention"

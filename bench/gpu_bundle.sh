@@ -10,7 +10,7 @@
 # then, on the GPU machine, from the repository root:
 #   source OUT/env.sh
 #   OUT/bin/hpdlrun --info
-#   CPU_METRICS=OUT/cpu-metrics bash bench/gpu_bench.sh OUT/bin/test_device LOGS
+#   BUNDLE=OUT bash bench/gpu_bench.sh OUT/bin/test_device LOGS
 #   bash bench/gpu_train_bench.sh OUT
 #   HPDL_SOURCE_DIR=$PWD OUT/bin/test_device --device cuda --kernels gpt2-tiny.hpd
 set -euo pipefail
@@ -25,37 +25,20 @@ cmake --build "$build" -j "$(nproc)" --target hpdlc hpdlrun hpdl-data test_devic
 mkdir -p "$out/bin" "$out/lib" "$out/debs"
 cp "$build/bin/hpdlc" "$build/bin/hpdlrun" "$build/bin/hpdl-data" "$build/tests/test_device" "$out/bin/"
 cp "$build/lib/hpdl-program.so" "$out/lib/"
-# The CPU target's metrics of bench/gpu_layouts.txt, which the GPU machine's
-# hpdlc (no LLVM) cannot compile: from the full build, where there is one
+# The suite's GPU tests (bench/gpu_tests.py): their list and the CPU halves'
+# metrics, from the full build, where there is one (the GPU machine's hpdlc,
+# without LLVM, compiles no CPU target); the extern model's files beside them
 if [ -x "$here/build/bin/hpdlc" ] && "$here/build/bin/hpdlc" compile --help 2>&1 | grep -q -- "--target"; then
-  echo "gpu_bundle: the CPU target's metrics of bench/gpu_layouts.txt (from $here/build)"
-  mkdir -p "$out/cpu-metrics"
-  grep -vE '^(#|$)' "$here/bench/gpu_layouts.txt" | while IFS= read -r entry; do
-    name=${entry%%|*}
-    [ -s "$out/cpu-metrics/$name.jsonl" ] && continue
-    python3 "$here/tests/cuda/run_device.py" --hpdlc "$here/build/bin/hpdlc" --hpdlrun "$here/build/bin/hpdlrun" \
-      --hpdl-data "$here/build/bin/hpdl-data" --sample "$here/samples/gpt2-tiny.hpd" --device emulate --steps 20 \
-      --args "-D T=16 -D C=32 --global-batch 4 --micro-batch 2 ${entry#*|}" --cpu-only \
-      --cpu-metrics "$out/cpu-metrics/$name.jsonl" > "$out/cpu-metrics/$name.log" 2>&1 ||
-      { echo "gpu_bundle: the CPU run of $name failed:"; tail -5 "$out/cpu-metrics/$name.log"; exit 1; }
-  done
-  # an extern model (tests/extern/ext_lm.hpd and its library, from the full build): the
-  # host program's calls of native code, one rank and tp 2
   if [ -f "$here/build/tests/extern/libhpdl_testops.so" ]; then
     mkdir -p "$out/extern"
     cp "$here/build/tests/extern/ext_lm.hpd" "$here/build/tests/extern/libhpdl_testops.so" "$out/extern/"
-    for entry in "extern|" "extern_tp2|--tp 2"; do
-      name=${entry%%|*}
-      [ -s "$out/cpu-metrics/$name.jsonl" ] && continue
-      python3 "$here/tests/cuda/run_device.py" --hpdlc "$here/build/bin/hpdlc" --hpdlrun "$here/build/bin/hpdlrun" \
-        --hpdl-data "$here/build/bin/hpdl-data" --sample "$out/extern/ext_lm.hpd" --device emulate --steps 5 \
-        "--args=--allow-native ${entry#*|}" "--run-args=--allow-native" --cpu-only \
-        --cpu-metrics "$out/cpu-metrics/$name.jsonl" > "$out/cpu-metrics/$name.log" 2>&1 ||
-        { echo "gpu_bundle: the CPU run of $name failed:"; tail -5 "$out/cpu-metrics/$name.log"; exit 1; }
-    done
   fi
+  echo "gpu_bundle: the GPU tests' list and their CPU halves (from $here/build)"
+  python3 "$here/bench/gpu_tests.py" prepare --build "$here/build" --bundle "$out" -j "$(nproc)" > "$out/gpu_tests.log" 2>&1 ||
+    { echo "gpu_bundle: a CPU half failed:"; grep -E "FAILED|^    " "$out/gpu_tests.log" | head -20; exit 1; }
+  grep -E "^gpu_tests: [0-9]+ tests" "$out/gpu_tests.log"
 else
-  echo "gpu_bundle: no full build in $here/build: no CPU metrics, so gpu_bench.sh runs no layouts"
+  echo "gpu_bundle: no full build in $here/build: no GPU tests' list (gpu_bench.sh runs the device-layer tests alone)"
 fi
 echo "gpu_bundle: Debian's run-time libraries"
 (cd "$out/debs" && apt-get download -q libjansson4 libffi8 libopenmpi3 openmpi-bin openmpi-common libpmix2 libhwloc15 \

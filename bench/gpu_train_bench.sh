@@ -8,7 +8,9 @@
 # BUILD_DIR: where bin/hpdlc, bin/hpdlrun and bin/hpdl-data are (default
 # build); CLUSTER: the catalog's cluster whose GPU this is (default
 # dgx-h100). STEPS (default 10) timed steps after 2 of warm-up; MICRO (4) x
-# 1024 tokens a micro-batch, 4 micro-batches a step.
+# 1024 tokens a micro-batch, ACCUM (4) micro-batches a step; MODES (default
+# "fp32 tf32 bf16", also bf16_fused_ce: the head and its loss fused) the
+# precisions, each its own artifact and plan.
 #
 # Without a GPU (no driver, or no GPU seen) it says so and times the
 # emulated device on a tiny GPT-2 instead: the host side's cost only, no
@@ -39,25 +41,40 @@ if ! "$bin/hpdlrun" --info | grep -qE "^    GPU 0 "; then
   exit 0
 fi
 
-layout=(--dp 1 --gpus 1 --micro-batch "$micro" --global-batch $((4 * micro)))
+accum=${ACCUM:-4}
+layout=(--dp 1 --gpus 1 --micro-batch "$micro" --global-batch $((accum * micro)))
 arch=$("$bin/hpdlrun" --info | sed -n 's/^    GPU 0 .*, \(sm_[0-9]*\),.*/\1/p')
-"$bin/hpdlc" compile "$here/samples/gpt2.hpd" --target cuda --arch "${arch:-sm_90}" "${layout[@]}" -o "$work/gpt2" > /dev/null || exit 1
-predicted=$("$bin/hpdlc" plan "$here/samples/gpt2.hpd" --cluster "$cluster" "${layout[@]}" --precision fp32 --format json |
-  python3 -c 'import json, sys; print(json.load(sys.stdin)["time"]["step_s"])')
-printf "%-28s %12s %12s %12s\n" "GPT-2 124M, $((4 * micro * 1024)) tokens/step" "ms/step" "tokens/s" "measured/plan"
-for mode in fp32 tf32; do
-  tf=0
-  [ $mode = tf32 ] && tf=1
-  HPDL_GEMM_TF32=$tf "$bin/hpdlrun" "$work/gpt2" --steps $((steps + 2)) --data "$data" --checkpoint-dir "$work/ck-$mode" \
-    --metrics "$work/$mode.jsonl" --progress quiet || exit 1
+plan_s() { # precision: the plan's step time for this layout on the cluster's GPU
+  "$bin/hpdlc" plan "$here/samples/gpt2.hpd" --cluster "$cluster" "${layout[@]}" --precision "$1" --format json |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["time"]["step_s"])'
+}
+printf "%-34s %10s %10s %12s %14s\n" "GPT-2 124M, $((accum * micro)) x 1024 tokens/step" "ms/step" "tokens/s" "plan ms" "measured/plan"
+for mode in ${MODES:-fp32 tf32 bf16}; do
+  tf=0 flags=() precision=$mode
+  case $mode in
+    fp32) ;;
+    tf32) tf=1 precision=none ;;  # the planner has no TF32 precision
+    bf16) flags=(--precision bf16) ;;
+    bf16_fused_ce) flags=(--precision bf16 --fused-ce on) precision=bf16 ;;
+    *) echo "gpu_train_bench: no mode $mode (fp32, tf32, bf16, bf16_fused_ce)"; exit 2 ;;
+  esac
+  art="$work/gpt2${flags[*]:+ ${flags[*]}}"
+  art=${art// /_}
+  [ -d "$art" ] || "$bin/hpdlc" compile "$here/samples/gpt2.hpd" --target cuda --arch "${arch:-sm_90}" "${layout[@]}" "${flags[@]}" \
+    -o "$art" > "$work/compile.log" 2>&1 || { cat "$work/compile.log"; exit 1; }
+  predicted=none
+  [ $precision = none ] || predicted=$(plan_s $precision) || exit 1
+  HPDL_PROFILE=1 HPDL_GEMM_TF32=$tf "$bin/hpdlrun" "$art" --steps $((steps + 2)) --data "$data" --checkpoint-dir "$work/ck-$mode" \
+    --metrics "$work/$mode.jsonl" --progress quiet > "$work/$mode.log" 2>&1 || { cat "$work/$mode.log"; exit 1; }
   python3 - "$work/$mode.jsonl" "$mode" "$predicted" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()][2:]
 s = sum(r["step_s"] for r in rows) / len(rows)
 tok = sum(r["tokens_per_s"] for r in rows) / len(rows)
-plan = float(sys.argv[3])
-ratio = f"{s / plan:.2f}" if sys.argv[2] == "fp32" else "(plan: fp32)"
-print(f"{'hpdlrun, ' + sys.argv[2] + ' GEMMs':<28} {1e3 * s:12.1f} {tok:12.0f} {ratio:>12}")
+plan = None if sys.argv[3] == "none" else float(sys.argv[3])
+print(f"{'hpdlrun, ' + sys.argv[2]:<34} {1e3 * s:10.1f} {tok:10.0f} {'-' if plan is None else f'{1e3 * plan:.1f}':>12} "
+      f"{'-' if plan is None else f'{s / plan:.2f}':>14}   loss {rows[-1]['loss']:.4f}")
 EOF
+  grep -E "phases|device memory" "$work/$mode.log" | sed 's/^/    /'
 done
-echo "hpdlc plan --cluster $cluster --precision fp32: $(python3 -c "print(f'{1e3 * $predicted:.1f}')") ms a step"
+echo "(plan: hpdlc plan --cluster $cluster at the mode's precision; TF32 has none)"

@@ -112,7 +112,7 @@ def main():
     if a.cpu_only and (a.cpu_metrics is None or a.resume_args is not None):
         print("--cpu-only: needs --cpu-metrics, and no --resume-args")
         return 2
-    if a.device == "cuda":  # say so before compiling anything: hpdlrun --info lists the GPUs the driver sees
+    if a.device == "cuda" and not a.cpu_only:  # say so before compiling anything: hpdlrun --info lists the GPUs the driver sees
         r = run([a.hpdlrun, "--info"])
         if not any(l.startswith("    GPU ") for l in r.stdout.splitlines()):
             print("\n".join(l for l in r.stdout.splitlines() if "CUDA driver" in l))
@@ -140,19 +140,22 @@ def main():
         cpu_known = a.cpu_metrics is not None and os.path.exists(a.cpu_metrics)
         if a.cpu_only:
             compiles = compiles[:1]
-        elif cpu_known:
-            if a.resume_args is not None:
-                print("--cpu-metrics: not with --resume-args")
-                return 2
-            compiles = compiles[1:]
         halves = a.halves.split(",")
         if len(halves) != 2 or any(h not in ("device", "cpu") for h in halves):
             print(f"--halves {a.halves}: expected two of device, cpu")
             return 2
+        if cpu_known and not a.cpu_only:
+            # the CPU run to compare with is the uninterrupted one at --args, so its
+            # metrics serve a resumed device run too; a half on the CPU does not
+            if "cpu" in halves:
+                print("--cpu-metrics: not with a half on the CPU (--halves)")
+                return 2
+            compiles = compiles[1:]
         if a.resume_args is not None:
             second = shlex.split(a.resume_args)
             compiles.append(("cuda", cuda_compile(f"{tmp}/cuda2", second)))
-            compiles.append(("cpu", [a.hpdlc, "compile", a.sample, "-o", f"{tmp}/cpu2"] + second))
+            if "cpu" in halves:
+                compiles.append(("cpu", [a.hpdlc, "compile", a.sample, "-o", f"{tmp}/cpu2"] + second))
         for name, cmd in compiles:
             r = compile_cached(a, cmd)
             if r.returncode:
