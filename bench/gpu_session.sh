@@ -28,9 +28,9 @@ cd "$here" || exit 1
 source "$bundle/env.sh"
 left() { echo $((budget - ($(date +%s) - start))); }
 save() { tar czf "$out/logs.tgz" -C /tmp hpdl-session 2>/dev/null; }
-part() { # NAME NEEDED_S COMMAND...: runs COMMAND under what is left, if at least NEEDED_S is
-  local name=$1 need=$2
-  shift 2
+part() { # NAME NEEDED_S CAP_S COMMAND...: COMMAND under CAP_S or what is left, if at least NEEDED_S is
+  local name=$1 need=$2 cap=$3
+  shift 3
   local l
   l=$(left)
   if [ "$l" -lt "$need" ]; then
@@ -38,6 +38,7 @@ part() { # NAME NEEDED_S COMMAND...: runs COMMAND under what is left, if at leas
     return
   fi
   echo "== $name ($l s left)"
+  [ "$l" -gt "$cap" ] && l=$cap
   local t0=$(date +%s)
   timeout --kill-after=5 "$l" "$@" > "$logs/$name.log" 2>&1
   local rc=$?
@@ -48,14 +49,14 @@ echo "gpu_session: $(date -u +%FT%TZ), budget $budget s"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1
 hpdlrun --info 2>&1 | sed -n '1,30p'
 
-part train 150 env STEPS=10 MICRO=4 ACCUM=4 MODES="bf16 bf16_fused_ce tf32 fp32" bash bench/gpu_train_bench.sh "$bundle" dgx-h200
+part train 150 220 env STEPS=10 MICRO=4 ACCUM=4 MODES="bf16 bf16_fused_ce tf32 fp32" bash bench/gpu_train_bench.sh "$bundle" dgx-h200
 cat "$logs/train.log"
-part train_b16 40 env STEPS=8 MICRO=16 ACCUM=1 MODES="bf16" bash bench/gpu_train_bench.sh "$bundle" dgx-h200
+part train_b16 40 70 env STEPS=8 MICRO=16 ACCUM=1 MODES="bf16" bash bench/gpu_train_bench.sh "$bundle" dgx-h200
 cat "$logs/train_b16.log"
-part torch_train 60 python3 bench/gpu_torch_train.py --micro 4 --accum 4 --steps 10 --modes bf16,tf32
-part torch_b16 30 python3 bench/gpu_torch_train.py --micro 16 --accum 1 --steps 8 --modes bf16
+part torch_train 60 100 python3 bench/gpu_torch_train.py --micro 4 --accum 4 --steps 10 --modes bf16,tf32
+part torch_b16 30 50 python3 bench/gpu_torch_train.py --micro 16 --accum 1 --steps 8 --modes bf16
 grep -hE "^device|^torch|Error|error" "$logs/torch_train.log" "$logs/torch_b16.log"
-part gpu_tests 60 python3 bench/gpu_tests.py run --bundle "$bundle" -j "${JOBS:-6}" --deadline $(($(left) - 100)) --grace 45 \
+part gpu_tests 60 400 python3 bench/gpu_tests.py run --bundle "$bundle" -j "${JOBS:-6}" --deadline $(($(left) - 100)) --grace 45 \
   --logs "$logs/gpu_tests"
 grep -vE "^PASS" "$logs/gpu_tests.log" | head -80
 grep -E "^PASS" "$logs/gpu_tests.log" | awk '{printf "%s %s; ", $2, $3} END {print ""}'
@@ -72,11 +73,11 @@ attn() { # the flash attention checks of gpu_bench.sh that CTest does not list
     -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.pipeline=1 || rc=1
   return $rc
 }
-part attention_checks 30 bash -c "bundle=$bundle; $(declare -f attn); attn"
+part attention_checks 30 60 bash -c "bundle=$bundle; $(declare -f attn); attn"
 grep -E "step of|FAIL|error" "$logs/attention_checks.log" | head -12
-part profile 30 env HPDL_PROFILE=30 HPDL_GEMM_TF32=1 "$bundle/bin/test_device" --device cuda --bench 3 --micro 4 gpt2.hpd
+part profile 30 60 env HPDL_PROFILE=30 HPDL_GEMM_TF32=1 "$bundle/bin/test_device" --device cuda --bench 3 --micro 4 gpt2.hpd
 grep -vE "^bench" "$logs/profile.log" | head -50
-part torch_compile 100 python3 bench/gpu_torch_train.py --micro 4 --accum 4 --steps 10 --modes "" --compile
+part torch_compile 100 200 python3 bench/gpu_torch_train.py --micro 4 --accum 4 --steps 10 --modes "" --compile
 grep -E "^torch" "$logs/torch_compile.log"
 save
 echo "gpu_session: done in $(($(date +%s) - start)) s"
