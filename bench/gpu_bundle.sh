@@ -28,7 +28,7 @@ cp "$build/lib/hpdl-program.so" "$out/lib/"
 # The suite's GPU tests (bench/gpu_tests.py): their list and the CPU halves'
 # metrics, from the full build, where there is one (the GPU machine's hpdlc,
 # without LLVM, compiles no CPU target); the extern model's files beside them
-if [ -x "$here/build/bin/hpdlc" ] && "$here/build/bin/hpdlc" compile --help 2>&1 | grep -q -- "--target"; then
+if [ -x "$here/build/bin/hpdlc" ] && "$here/build/bin/hpdlc" compile --help 2>&1 | grep -- "--target" > /dev/null; then
   if [ -f "$here/build/tests/extern/libhpdl_testops.so" ]; then
     mkdir -p "$out/extern"
     cp "$here/build/tests/extern/ext_lm.hpd" "$here/build/tests/extern/libhpdl_testops.so" "$out/extern/"

@@ -10,7 +10,8 @@
 # dgx-h100). STEPS (default 10) timed steps after 2 of warm-up; MICRO (4) x
 # 1024 tokens a micro-batch, ACCUM (4) micro-batches a step; MODES (default
 # "fp32 tf32 bf16", also bf16_fused_ce: the head and its loss fused) the
-# precisions, each its own artifact and plan.
+# precisions, each its own artifact and plan. PROFILE=N (N > 1): every launch
+# of steps 2.. timed alone (so those steps slower), the N slowest printed.
 #
 # Without a GPU (no driver, or no GPU seen) it says so and times the
 # emulated device on a tiny GPT-2 instead: the host side's cost only, no
@@ -51,9 +52,10 @@ plan_s() { # precision: the plan's step time for this layout on the cluster's GP
 printf "%-34s %10s %10s %12s %14s\n" "GPT-2 124M, $((accum * micro)) x 1024 tokens/step" "ms/step" "tokens/s" "plan ms" "measured/plan"
 for mode in ${MODES:-fp32 tf32 bf16}; do
   tf=0 flags=() precision=$mode
+  # each precision named: the sample's train block says bf16
   case $mode in
-    fp32) ;;
-    tf32) tf=1 precision=none ;;  # the planner has no TF32 precision
+    fp32) flags=(--precision fp32) ;;
+    tf32) flags=(--precision fp32) tf=1 precision=none ;;  # the planner has no TF32 precision
     bf16) flags=(--precision bf16) ;;
     bf16_fused_ce) flags=(--precision bf16 --fused-ce on) precision=bf16 ;;
     *) echo "gpu_train_bench: no mode $mode (fp32, tf32, bf16, bf16_fused_ce)"; exit 2 ;;
@@ -64,7 +66,7 @@ for mode in ${MODES:-fp32 tf32 bf16}; do
     -o "$art" > "$work/compile.log" 2>&1 || { cat "$work/compile.log"; exit 1; }
   predicted=none
   [ $precision = none ] || predicted=$(plan_s $precision) || exit 1
-  HPDL_PROFILE=1 HPDL_GEMM_TF32=$tf "$bin/hpdlrun" "$art" --steps $((steps + 2)) --data "$data" --checkpoint-dir "$work/ck-$mode" \
+  HPDL_PROFILE=${PROFILE:-1} HPDL_GEMM_TF32=$tf "$bin/hpdlrun" "$art" --steps $((steps + 2)) --data "$data" --checkpoint-dir "$work/ck-$mode" \
     --metrics "$work/$mode.jsonl" --progress quiet > "$work/$mode.log" 2>&1 || { cat "$work/$mode.log"; exit 1; }
   python3 - "$work/$mode.jsonl" "$mode" "$predicted" <<'EOF'
 import json, sys
@@ -76,5 +78,6 @@ print(f"{'hpdlrun, ' + sys.argv[2]:<34} {1e3 * s:10.1f} {tok:10.0f} {'-' if plan
       f"{'-' if plan is None else f'{s / plan:.2f}':>14}   loss {rows[-1]['loss']:.4f}")
 EOF
   grep -E "phases|device memory" "$work/$mode.log" | sed 's/^/    /'
+  [ "${PROFILE:-1}" -gt 1 ] && sed -n '/launches (HPDL_PROFILE/,$p' "$work/$mode.log" | grep -vE "^hpdlrun: (done|step phases)"
 done
 echo "(plan: hpdlc plan --cluster $cluster at the mode's precision; TF32 has none)"

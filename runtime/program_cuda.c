@@ -87,6 +87,7 @@ typedef struct {
   /* HPDL_PROFILE: seconds of the steps' phases (the device synchronised
    * between them), reported when the run ends */
   int timing;
+  int launch_top; /* HPDL_PROFILE=N, N > 1: every launch timed alone from the second step, the N slowest reported */
   const TrainProfiler *pf; /* hpdlrun --profile; NULL off */
   long steps;
   /* pipeline stages (pp > 1): this rank's chunk and instruction list, the
@@ -810,6 +811,8 @@ static CudaProg *chunk_create(TrainCtx *ctx, const char *mod, const char *ker, C
       fprintf(stderr, "hpdlrun: rank %d: device %s%s%s\n", me, P->dev->what, share, P->coll);
   }
   P->timing = getenv("HPDL_PROFILE") != NULL;
+  P->launch_top = P->timing ? atoi(getenv("HPDL_PROFILE")) : 0;
+  if (P->launch_top < 2) P->launch_top = 0;
   return P;
 }
 
@@ -1892,6 +1895,8 @@ static int cuda_step(void *self, TrainCtx *ctx, const DataBatch *const *micro, i
   if (P->timing) {
     P->t_grads += d->ops->seconds(d) - t0;
     P->steps++;
+    if (P->launch_top && P->steps == 1) /* the first step (modules, cuBLASLt's choices) left out */
+      for (int c = 0; c < S->n; c++) devx_profile(S->c[c]->x, 1);
   }
   *has_loss = S->pp == 1 || S->stage == S->pp - 1;
   *loss = total / (double)nmicro;
@@ -2171,6 +2176,12 @@ static void cuda_destroy(void *self) {
     if (P->zero)
       fprintf(stderr, "hpdlrun: ZeRO (HPDL_PROFILE, rank 0): %ld of %ld unit reduce-scatters started as the backward finished "
                       "their gradients\n", early, all);
+    for (int c = 0; c < S->n && P->launch_top && P->steps > 1; c++) {
+      if (S->n > 1) fprintf(stderr, "hpdlrun: chunk %d of the stage:\n", S->c[c]->chunk);
+      fprintf(stderr, "hpdlrun: rank 0's launches (HPDL_PROFILE=%d, steps 2..%ld, each launch timed alone):\n", P->launch_top,
+              P->steps);
+      devx_profile_report(S->c[c]->x, stderr, P->launch_top, (int)(P->steps - 1), 0);
+    }
   }
   for (int c = S->n - 1; c >= 0; c--) chunk_destroy(S->c[c]); /* the first last: it owns the device */
   free(S->ins);

@@ -1101,8 +1101,9 @@ void devx_profile_report(const DevExec *x, FILE *out, int top, int steps, double
     fprintf(out, "  %-34s %-8s %8.3f ms %5.1f%% %5ld", L->name, L->kind, 1e3 * rows[i].secs * per,
             total > 0 ? 100 * rows[i].secs / total : 0, (long)(rows[i].calls * per));
     if (L->is_gemm && rows[i].secs > 0)
-      fprintf(out, "  %lldx%lldx%lld%s%s x%lld %.1f TFLOP/s", (long long)L->gemm.m, (long long)L->gemm.n,
+      fprintf(out, "  %lldx%lldx%lld%s%s%s x%lld %.1f TFLOP/s", (long long)L->gemm.m, (long long)L->gemm.n,
               (long long)L->gemm.k, L->gemm.trans_a ? " A^T" : "", L->gemm.trans_b ? " B^T" : "",
+              L->gemm.ab_bf16 ? (L->gemm.c_bf16 ? " bf16" : " bf16->f32") : "",
               (long long)(gemm_flops(&L->gemm) / (2.0 * (double)L->gemm.m * (double)L->gemm.n * (double)L->gemm.k)),
               gemm_flops(&L->gemm) * (double)rows[i].calls / rows[i].secs * 1e-12);
     else {

@@ -26,7 +26,8 @@ Chrome trace with json:
       and says in otherData, the process's labels and the table how many were dropped.
   device_emulate  a --target cuda --emulate artifact run with --device emulate (one
       rank, 2 steps): each kernel launch and GEMM a span (a GEMM with FLOPs) inside its
-      micro-batch's forward+backward span (skipped without NVRTC or a C++ compiler).
+      micro-batch's forward+backward span (skipped without NVRTC or a C++ compiler);
+      with HPDL_PROFILE=5 the launches of steps 2..3 timed alone, the 5 slowest listed.
   unwritable  --profile into a folder that does not exist, and --profile naming a
       folder: exit status 1 before step 1, one message naming the path.
 Exit 0 pass, 1 fail, 77 skip (no mpirun for dp2_pp2).
@@ -266,6 +267,18 @@ def case_device_emulate():
               f"launch {e['name']} outside its micro-batch's step: {e}")
     table_rows(out)
     print(f"device_emulate: {len(kern)} kernel and {len(gemm)} GEMM spans in 2 steps")
+    # HPDL_PROFILE=N: every launch of steps 2.. timed alone, the N slowest listed at the end
+    p = run([tool("hpdlrun"), d, "--data", data(), "--steps", "3", "--progress", "plain", "--device", "emulate",
+             "--checkpoint-dir", os.path.join(work("device_emulate_launches"), "ckpt")], env=dict(os.environ, HPDL_PROFILE="5"))
+    both = p.stdout + p.stderr
+    lines = both.splitlines()
+    head = [i for i, l in enumerate(lines) if "rank 0's launches (HPDL_PROFILE=5, steps 2..3, each launch timed alone)" in l]
+    check(len(head) == 1, f"no launch profile in:\n{both}")
+    top = [i for i, l in enumerate(lines) if l.strip().startswith("top launches")]
+    check(len(top) == 1 and top[0] > head[0], f"no 'top launches' after the profile's head:\n{both}")
+    rows = [l for l in lines[top[0] + 1:top[0] + 6] if l.startswith("  hpd_")]
+    check(len(rows) == 5, f"expected the 5 slowest launches:\n{both}")
+    print(f"device_emulate: HPDL_PROFILE=5 lists {len(rows)} launches of steps 2..3")
 
 
 def case_unwritable():
