@@ -203,8 +203,8 @@ static void read_param(Rd *r, const json_t *j, int idx, ArtParam *p, const Artif
         bad(r, sub, "axis", "must split another axis over another group than the first split");
     }
   }
-  if (!r->bad && p->logical_rows > 0 && p->split_axis != 0)
-    bad(r, where, "padded_rows", "is set on a parameter not split along its rows (axis 0)");
+  if (!r->bad && p->logical_rows > 0 && p->split_axis > 0)
+    bad(r, where, "padded_rows", "is set on a parameter split along another axis than its rows (axis 0)");
   if (!r->bad && p->state && (p->weight_decay || p->split_axis >= 0))
     bad(r, where, "state", "is set on a parameter that is decayed or split (a running statistic is neither)");
   /* stage: one number for every copy, or an array with one per copy */

@@ -26,6 +26,15 @@ target_compile_definitions(test_codegen_cuda PRIVATE HPDL_SOURCE_DIR="${CMAKE_SO
 add_test(NAME cuda.emu.gpt2-tiny COMMAND test_codegen_cuda gpt2-tiny.hpd)
 set_tests_properties(cuda.emu.gpt2-tiny PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
 
+# The tensor-core attention's products under 16-bit activations: one TF32
+# product each (q, k, v widened from bf16, exact in TF32), three (3xTF32)
+# under fp32 unless HPDL_GEMM_TF32; gpt2-tiny's heads of 16 (C 64), the
+# forward and the two backward kernels (cuda.layout.*.bf16_heads16 runs them)
+add_test(NAME cuda.attention_tf32_16bit
+         COMMAND bash -c "set -e; n16=$(\"$0\" emit cuda \"$1\" -D C=64 --precision bf16 | grep -c '0 /\\* one TF32 product: 16-bit activations'); n32=$(\"$0\" emit cuda \"$1\" -D C=64 --precision fp32 | grep -c 'one TF32 product' || true); echo \"bf16: $n16 kernels with one TF32 product; fp32: $n32\"; [ \"$n16\" = 3 ] && [ \"$n32\" = 0 ]"
+                 $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd)
+set_tests_properties(cuda.attention_tf32_16bit PROPERTIES LABELS cuda TIMEOUT 120)
+
 # The tiny Llama (GQA, RoPE, RMSNorm, SwiGLU) under one CPU rank, and
 # gpt2-tiny again with the fibers of a block run in reverse order.
 add_test(NAME cuda.emu.llama
@@ -224,6 +233,9 @@ if(Python3_Interpreter_FOUND)
   #                      (pp2: 1F1B, pp2_gpipe, dp2_tp2_pp2 on 8 ranks, each
   #                      with the tied embedding across the stages;
   #                      tp2_vocab_pad: 201 tokens padded to 256 rows;
+  #                      vocab_pad, bf16_vocab_pad: 1000 tokens padded to
+  #                      1024 rows at one rank (aligned rows for the head's
+  #                      GEMMs, the mask's gradient passed through);
   #                      fused_ce, tp2_fused_ce, bf16_fused_ce: the head
   #                      and its loss in kernels/hpdl_lmce.cuh (tp 2: each
   #                      shard's log-sum-exp over its columns before the
@@ -243,7 +255,9 @@ if(Python3_Interpreter_FOUND)
   #                      the host, the optimizer there);
   #                      bf16, dp2_tp2_bf16, fp16: 16-bit storage on both
   #                      targets, compiler/ir/precision.h: step 1 within 1e-5,
-  #                      the rest within 1e-3, fp16's skipped steps alike);
+  #                      the rest within 1e-3, fp16's skipped steps alike;
+  #                      bf16_heads16: heads of 16, the tensor-core attention
+  #                      with one TF32 product under 16-bit activations);
   #                      `resume` stops the device run at step 10 at dp 2 and
   #                      resumes it at tp 2. Emulated in CI (label
   #                      cuda_layouts: about 3 min in all; the sanitizer step
@@ -258,8 +272,8 @@ if(Python3_Interpreter_FOUND)
       "zero3_bf16_compressed|--dp 2 --zero 3 --precision bf16 --compression bf16"
       "zero3_pp2|--dp 2 --pp 2 --zero 3 --micro-batch 1"
       "pp2|--pp 2" "pp2_gpipe|--pp 2 --schedule gpipe" "dp2_tp2_pp2|--dp 2 --tp 2 --pp 2 --micro-batch 1"
-      "tp2_vocab_pad|--tp 2 -D V=201" "bf16|--precision bf16" "dp2_tp2_bf16|--dp 2 --tp 2 --precision bf16"
-      "fp16|--precision fp16" "fused_ce|--fused-ce on -D V=201" "tp2_fused_ce|--tp 2 --fused-ce on -D V=201"
+      "tp2_vocab_pad|--tp 2 -D V=201" "vocab_pad|-D V=1000" "bf16_vocab_pad|-D V=1000 --precision bf16" "bf16|--precision bf16" "dp2_tp2_bf16|--dp 2 --tp 2 --precision bf16"
+      "fp16|--precision fp16" "bf16_heads16|-D C=64 --precision bf16" "fused_ce|--fused-ce on -D V=201" "tp2_fused_ce|--tp 2 --fused-ce on -D V=201"
       "bf16_fused_ce|--precision bf16 --fused-ce on" "recompute_layers|--recompute full --recompute-layers 1"
       "pp2_recompute_layers|-D L=4 --pp 2 --recompute full --recompute-layers 1"
       "pp2_v2|-D L=4 --pp 2 --virtual-stages 2 --schedule interleaved"

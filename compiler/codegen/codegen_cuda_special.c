@@ -771,6 +771,17 @@ static void attn_signature(CuKern *k, CuText *o, const char *name, int tc) {
   else cu_signature_min(k, o, name, 1);
 }
 
+/* Whether node id is a 16-bit value widened (precision.h's CAST before the
+ * attention kernels): bf16 and fp16 values are exact in TF32 (8 and 10
+ * mantissa bits of its 10). */
+static int widened16(const CuKern *k, int id) {
+  const IrNode *x = nd(k, id);
+  if (x->op == IR_PAD && x->nin >= 1) return widened16(k, x->in[0]); /* zeros beside it (the packed output's gradient) */
+  if (x->op != IR_CAST || x->nin < 1) return 0;
+  DType from = nd(k, x->in[0])->dtype;
+  return from == DT_BF16 || from == DT_F16;
+}
+
 static int attention(CuKern *k, const IrNode *n, int id) {
   CuText *o = &k->t->src;
   int bwd = n->op == IR_ATTENTION_BWD, nin = bwd ? 5 : 3, io[6];
@@ -803,10 +814,15 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   if (attn_positions(k, n, pos, sizeof pos)) return -1;
   CuText sc = {0};
   cu_float(&sc, n->fattr);
-  /* the tensor-core kernels take one more argument: 3xTF32 unless the device allows TF32 */
+  /* the tensor-core kernels take one more argument: 3xTF32 unless the device allows TF32
+   * or the activations are stored in 16 bits (precision.h: q, k and v arrive widened
+   * from bf16 / fp16, exact in TF32; the probabilities, the output's gradient and
+   * the scores' gradients, fp32, are rounded to TF32's 10 mantissa bits, finer than
+   * the 8 of the bf16 that FlashAttention and PyTorch's autocast hold them in) */
+  int from16 = widened16(k, n->in[0]) && widened16(k, n->in[1]) && widened16(k, n->in[2]);
   snprintf(args, sizeof args, "%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %d, %" PRId64 ", %s%s", B, H,
            Hk, T, S, sc.s ? sc.s : "1.0f", n->attr[0] ? 1 : 0, n->attr[3], pos,
-           tc ? ", !(hpd.flags & HPDL_KCTX_TF32)" : "");
+           !tc ? "" : from16 ? ", 0 /* one TF32 product: 16-bit activations */" : ", !(hpd.flags & HPDL_KCTX_TF32)");
   const char *sfx = tc ? "_tc" : "";
   free(sc.s);
   /* a launch's grid is capped (CU_MAX_GRID): each block walks the blocks of

@@ -796,11 +796,11 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
       if (S->split2_axis >= 0)
         json_object_set_new(js, "then", json_pack("{s:i, s:s}", "axis", S->split2_axis, "group", ir_group_name(S->split2_group)));
       json_object_set_new(jp, "split", js);
-      /* a padded vocabulary (spmd.h): the ranks hold shards of the padded rows */
-      if (S->logical_rows > 0) json_object_set_new(jp, "padded_rows", json_integer(S->full_dims[0]));
     } else {
       json_object_set_new(jp, "split", json_null());
     }
+    /* a padded vocabulary (spmd.h): the ranks hold the padded rows (shards of them where split) */
+    if (S && S->logical_rows > 0) json_object_set_new(jp, "padded_rows", json_integer(S->full_dims[0]));
     json_t *stage = json_array();
     int same = 1;
     for (int64_t l = 0; l < copies; l++) {

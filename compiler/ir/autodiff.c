@@ -587,8 +587,22 @@ static void adgrad_REPEAT_KV(AdCtx *c, int f, int dy) {
   acc(c, fin(c, f, 0), emit(c, IR_REPEAT_KV_BWD, &dy, 1, fnode(c, f)->attr, 1, 0, fnode(c, f)->dtype, -1, NULL));
 }
 
-/* the padded columns carry no gradient */
+/* The padded columns carry no gradient. Where cross-entropies alone read
+ * the masked logits, dy is zero there already (their probability,
+ * exp(-inf - lse), is 0 and no target is a padded column), so it passes
+ * as it is: no second pass over [tokens, vocab], and the logits' gradient
+ * goes straight to the head's GEMMs (stored in 16 bits where it is made,
+ * precision.h). */
 static void adgrad_VOCAB_MASK(AdCtx *c, int f, int dy) {
+  int other = 0;
+  for (int i = 0; i < c->f->nnodes && !other; i++)
+    for (int k = 0; k < c->f->nodes[i].nin; k++)
+      other |= c->f->nodes[i].in[k] == f && c->f->nodes[i].op != IR_CROSS_ENTROPY;
+  for (int k = 0; k < c->f->noutputs; k++) other |= c->f->outputs[k] == f;
+  if (!other) {
+    acc(c, fin(c, f, 0), dy);
+    return;
+  }
   acc(c, fin(c, f, 0), emit(c, IR_VOCAB_MASK, &dy, 1, fnode(c, f)->attr, 2, 0.0, fnode(c, f)->dtype, -1, NULL));
 }
 

@@ -191,7 +191,10 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, int cuda, const
       for (int k = 0; k < x->nin; k++) in[k] = as_f32(&R, x->in[k], side, x->span);
     DType dt = x->dtype;
     if (dt == DT_F32 && x->rank >= 1 && act[i] && !stat[i] && !grad32[i]) {
-      if (stores_any(x->op)) dt = storage;
+      /* the padded logits' mask keeps the GEMM's fp32 product, as the
+       * cross-entropy reads an unpadded head's */
+      if (x->op == IR_VOCAB_MASK && x->nin > 0) dt = g->nodes[in[0]].dtype;
+      else if (stores_any(x->op)) dt = storage;
       else if ((ir_op_flags(x->op) & IRF_SHAPE) && x->nin > 0) dt = g->nodes[in[0]].dtype; /* moves, keeps the type */
     }
     if (x->op == IR_ARG && arg16 && arg16[x->attr[0]]) dt = storage;

@@ -48,6 +48,7 @@ typedef struct {
    * vocab_flow) */
   int64_t vocab_rows, vocab_padded;
   int **vocab_axis;
+  int vocab_probe, vocab_leak; /* one rank's padding (alignment only): a leak drops it, no error */
   /* per source graph: partitioned already, with the entry sharding of arg 0 */
   int *done;
   Shd *entry;
@@ -791,14 +792,14 @@ static int local_param(Part *P, int pi) {
   Shd s = param_shd(P, sp);
   memcpy(lp.full_dims, sp->dims, sizeof lp.full_dims);
   lp.split_axis = lp.split2_axis = -1;
+  if (sp->shard == SHARD_VOCAB && P->vocab_rows > 0 && sp->dims[0] == P->vocab_rows) {
+    /* Megatron-LM's make-vocab-size-divisible-by (vocab_flow) */
+    lp.dims[0] = lp.full_dims[0] = P->vocab_padded;
+    lp.logical_rows = P->vocab_rows;
+  }
   if (P->size[IRG_TP] > 1 && s.axis[IRG_TP] >= 0) {
     int a = s.axis[IRG_TP];
     int64_t tp = P->size[IRG_TP];
-    if (sp->shard == SHARD_VOCAB && a == 0 && sp->dims[0] == P->vocab_rows) {
-      /* Megatron-LM's make-vocab-size-divisible-by (vocab_flow) */
-      lp.dims[0] = lp.full_dims[0] = P->vocab_padded;
-      lp.logical_rows = P->vocab_rows;
-    }
     if (lp.dims[a] % tp) {
       diag_error(P->diag, sp->span, "parameter %s: dimension %d (%" PRId64 ") does not divide over tensor = %" PRId64,
                  sp->name, a, sp->dims[a], tp);
@@ -1211,6 +1212,10 @@ static int vocab_flow_node(Part *P, const IrGraph *g, int i, const int *ax) {
     break;
   }
   }
+  if (out == -2 && P->vocab_probe) {
+    P->vocab_leak = 1;
+    return -1;
+  }
   if (out == -2) {
     diag_error(P->diag, n->span,
                "the vocabulary is padded from %" PRId64 " to %" PRId64 " rows for tensor = %" PRId64
@@ -1224,37 +1229,61 @@ static int vocab_flow_node(Part *P, const IrGraph *g, int i, const int *ax) {
 
 /* Chooses the padding (Megatron-LM's make-vocab-size-divisible-by: the
  * rows of vocab-split tables that tensor does not divide, to a multiple of
- * vocab_pad x tensor) and checks where the padded values go. */
+ * vocab_pad x tensor) and checks where the padded values go. At one tensor
+ * rank the rows are padded to a multiple of vocab_pad as Megatron-LM pads
+ * them, for the head's GEMMs: 50257 rows (GPT-2's) give bf16 rows of
+ * 100514 bytes, off the 16-byte alignment tensor-core GEMMs want, 50304
+ * aligned ones (llm.c's padded vocabulary; on an H200 the head's GEMMs went
+ * from 95-145 to 623-843 TFLOP/s). There it is an optimisation only: a
+ * table that would grow by over 1/16 (a small vocabulary, whose GEMMs are
+ * small too) keeps its rows, as does a model whose padded logits would
+ * leave a graph (or reach an op the padding would change) and a fused
+ * head (parallel.fused_ce computes the logits in blocks). */
 static void vocab_flow(Part *P) {
   int64_t tp = P->size[IRG_TP], q = P->spec->vocab_pad * tp;
-  if (tp <= 1 || P->spec->vocab_pad <= 0) return;
+  if (P->spec->vocab_pad <= 0 || (tp <= 1 && P->spec->fused_ce)) return;
+  P->vocab_probe = tp <= 1;
   for (int i = 0; i < P->src->nparams; i++) {
     const IrParam *p = &P->src->params[i];
-    if (p->shard != SHARD_VOCAB || p->rank < 1 || p->dims[0] % tp == 0) continue;
+    if (p->shard != SHARD_VOCAB || p->rank < 1 || p->dims[0] % (tp > 1 ? tp : q) == 0) continue;
     if (P->vocab_rows && p->dims[0] != P->vocab_rows) {
+      if (P->vocab_probe) { /* two vocabularies: no alignment padding */
+        P->vocab_rows = 0;
+        return;
+      }
       diag_error(P->diag, p->span, "parameter %s: a second vocabulary (%" PRId64 " rows, the first %" PRId64
                  ") to pad for tensor = %" PRId64 "; one padded vocabulary a model is supported",
                  p->name, p->dims[0], P->vocab_rows, tp);
       P->failed = 1;
       return;
     }
+    int64_t padded = (p->dims[0] + q - 1) / q * q;
+    if (P->vocab_probe && (padded - p->dims[0]) * 16 > p->dims[0]) continue; /* over 1/16 more: a small table, as it is */
     P->vocab_rows = p->dims[0];
-    P->vocab_padded = (p->dims[0] + q - 1) / q * q;
+    P->vocab_padded = padded;
   }
   if (!P->vocab_rows) return;
   P->vocab_axis = arena_alloc(P->arena, sizeof(int *) * (size_t)P->src->ngraphs);
-  for (int gi = 0; gi < P->src->ngraphs && !P->failed; gi++) {
+  for (int gi = 0; gi < P->src->ngraphs && !P->failed && !P->vocab_leak; gi++) {
     const IrGraph *g = P->src->graphs[gi];
     int *ax = P->vocab_axis[gi] = arena_alloc(P->arena, sizeof(int) * (size_t)(g->nnodes + 1));
-    for (int i = 0; i < g->nnodes && !P->failed; i++) ax[i] = vocab_flow_node(P, g, i, ax);
-    for (int k = 0; k < g->noutputs && !P->failed; k++)
+    for (int i = 0; i < g->nnodes && !P->failed && !P->vocab_leak; i++) ax[i] = vocab_flow_node(P, g, i, ax);
+    for (int k = 0; k < g->noutputs && !P->failed && !P->vocab_leak; k++)
       if (ax[g->outputs[k]] >= 0) {
+        if (P->vocab_probe) {
+          P->vocab_leak = 1;
+          break;
+        }
         diag_error(P->diag, g->nodes[g->outputs[k]].span,
                    "the vocabulary is padded from %" PRId64 " to %" PRId64 " rows for tensor = %" PRId64
                    " (vocab_pad); this value leaves %s with the padded logits, which only cross_entropy masks",
                    P->vocab_rows, P->vocab_padded, tp, g->name);
         P->failed = 1;
       }
+  }
+  if (P->vocab_leak) { /* one rank: the model as it is */
+    P->vocab_rows = P->vocab_padded = 0;
+    P->vocab_axis = NULL;
   }
 }
 

@@ -1841,8 +1841,14 @@ int64_t plan_vocab(const PlanCtx *c, int64_t tp, int64_t *priced) {
     for (int i = 0; i < l->nparams; i++) {
       int64_t d = 0;
       if (l->params[i].shard == SHARD_VOCAB && l->params[i].type.rank > 0 && sym_is_const(l->params[i].type.dims[0], &d)) {
-        int64_t q = c->vocab_pad * (tp > 0 ? tp : 1);
-        *priced = tp > 1 && d % tp && q > 0 ? (d + q - 1) / q * q : d;
+        int64_t q = c->vocab_pad * (tp > 0 ? tp : 1), padded = q > 0 ? (d + q - 1) / q * q : d;
+        /* spmd.c's vocab_flow: over tensor, where tensor does not divide the rows; at
+         * one rank, for alignment, where that adds at most 1/16 and the head is not
+         * fused (and only the cross-entropy reads the logits, which the partition
+         * checks: a model whose padded logits go elsewhere is priced unpadded by the
+         * partition, though this line's report would say padded) */
+        if (tp > 1) *priced = d % tp && q > 0 ? padded : d;
+        else *priced = q > 0 && (padded - d) * 16 <= d && c->model->layout.fused_ce != 1 ? padded : d;
         return d;
       }
     }

@@ -76,8 +76,8 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
   int64_t vp = 0, v = plan_vocab(c, L->tp, &vp);
   if (v > 0 && vp != v)
     fprintf(f, "vocabulary: %" PRId64 " rows priced padded to %" PRId64 " (a multiple of vocab_pad %" PRId64 " x tp %" PRId64
-               ", as Megatron-LM pads it)\n",
-            v, vp, m->layout.vocab_pad, L->tp);
+               ", as Megatron-LM pads it%s)\n",
+            v, vp, m->layout.vocab_pad, L->tp, L->tp > 1 ? "" : "; aligned rows for the head's GEMMs");
   if (m->layout.compression != COMPRESS_NONE && L->dp * L->cp > 1)
     fprintf(f, "compression: %s, not priced: planned as an uncompressed reduction in the storage type (docs/planner.md 11.3)\n",
             sem_compression_name(m->layout.compression));

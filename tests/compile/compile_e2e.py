@@ -40,7 +40,9 @@ one process) or against each other:
   vocab_pad      a vocabulary of 201 at tp=2 and tp=4 (padded to 256 / 512 rows, the padded
       logits masked): the reference's numbers; the manifest and checkpoints keep [201, 32];
       tp=2's checkpoint resumed on one rank and at tp=4 (generated kernels) within 1e-5;
-      padded logits that reach a softmax (vocab_pad_softmax.hpd) refused with the line.
+      padded logits that reach a softmax (vocab_pad_softmax.hpd) refused with the line; at one
+      rank a vocabulary of 1000 padded to 1024 (alignment; the reference's numbers), 201 not
+      (over 1/16 more rows), nor where a softmax reads the logits.
   missing_file   a missing chunk file, program, kernels or manifest, and a damaged
       chunk file: one clear message naming the file, exit status 1.
   self_contained the artifact copied elsewhere runs from another folder; it names no
@@ -408,6 +410,9 @@ def case_vocab_pad():
     train(tp2, "vpad-split", extra=["--checkpoint-dir", b, "--stop-at", "10"])
     for name, flags, ex in (("one rank", [], "interp"), ("tp4 native", ["--tp", "4"], "auto")):
         art, _ = compile_art("art-vpad-" + name.replace(" ", "-"), flags, executor=ex, defs=defs)
+        if name == "one rank":  # tensor 1: 256 rows would add over 1/16 of 201, so none
+            w1 = next(q for q in json.load(open(os.path.join(art, "manifest.json")))["params"] if q["name"] == "wte.weight")
+            check(w1["shape"] == [201, 32] and "padded_rows" not in w1, f"one rank's wte.weight: {w1}")
         c = os.path.join(ARGS.work, "vpad-resumed-" + name.replace(" ", "-"))
         shutil.rmtree(c, ignore_errors=True)
         shutil.copytree(b, c)
@@ -425,6 +430,19 @@ def case_vocab_pad():
     p = run([tool("hpdlc"), "compile", os.path.join(HERE, "vocab_pad_softmax.hpd"), "-o", d], expect=1)
     one_error(p, "vocab_pad_softmax.hpd:12:9: error: the vocabulary is padded from 250 to 512 rows for tensor = 4",
               "this softmax reads the padded logits, which only cross_entropy masks")
+    # tensor 1: 1000 rows padded to 1024 (at most 1/16 more: aligned rows for a GPU's GEMMs),
+    # the same numbers as unpadded
+    d1k = [*DEFS, "-D", "V=1000"]
+    art, _ = compile_art("art-vpad-1000", [], executor="auto", defs=d1k)
+    w1 = next(q for q in json.load(open(os.path.join(art, "manifest.json")))["params"] if q["name"] == "wte.weight")
+    check(w1["shape"] == [1000, 32] and w1.get("padded_rows") == 1024 and w1["split"] is None, f"one rank's wte.weight: {w1}")
+    got, _ = train(art, "vpad-1000")
+    compare("vocab_pad one rank (1000 -> 1024 rows)", got, reference(art, d1k))
+    # at tensor 1 the padding is an optimisation: the same model keeps its 250 rows, no error
+    d1 = os.path.join(ARGS.work, "art-vpad-softmax-tp1")
+    run([tool("hpdlc"), "compile", os.path.join(HERE, "vocab_pad_softmax.hpd"), "--tp", "1", "-o", d1])
+    w1 = next(q for q in json.load(open(os.path.join(d1, "manifest.json")))["params"] if q["name"] == "wte.weight")
+    check("padded_rows" not in w1, f"tensor 1, padded logits read by a softmax: {w1}")
     # the planner gives the same reason for the layout it cannot price
     p = run([tool("hpdlc"), "plan", os.path.join(HERE, "vocab_pad_softmax.hpd")], expect=1)
     check("not valid: the model does not partition over tp=4 cp=1: the vocabulary is padded from 250 to 512 rows" in p.stdout
