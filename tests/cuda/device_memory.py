@@ -44,7 +44,7 @@ def peak(extra, tols=(), **more_env):
 def main():
     z1, z2, z3 = peak("--dp 2 --zero 1"), peak("--dp 2 --zero 2"), peak("--dp 2 --zero 3")
     # (bf16 against the CPU target's bf16 run: the bf16 layouts' tolerances)
-    bf16 = ("--first-tol", "1e-5", "--tol", "1e-3")
+    bf16 = ("--first-tol", "1e-4", "--tol", "1e-3")
     b1, b3 = peak("--dp 2 --zero 1 --precision bf16", bf16), peak("--dp 2 --zero 3 --precision bf16", bf16)
     b3f = peak("--dp 2 --zero 3 --precision bf16", bf16, HPDL_ZERO3_GATHER="fp32")
     p1, p2 = peak(""), peak("--pp 2")

@@ -691,7 +691,8 @@ static void test_issue12(void) {
   int64_t priced = 0;
   EXPECT(plan_vocab(f.c, 8, &priced) == 50257);
   EXPECT(priced == 51200);
-  EXPECT(plan_vocab(f.c, 1, &priced) == 50257 && priced == 50257);
+  /* one tensor rank: padded for the head's GEMMs' alignment (at most 1/16 more rows) */
+  EXPECT(plan_vocab(f.c, 1, &priced) == 50257 && priced == 50304);
   PlanLayout L = plan_layout_of(f.m);
   PlanResult r;
   EXPECT(plan_evaluate(f.c, &L, 0, &r) == 0);
