@@ -43,6 +43,11 @@ add_test(NAME cuda.emu.llama
 add_test(NAME cuda.emu.gpt2-tiny_reverse COMMAND test_codegen_cuda gpt2-tiny.hpd)
 set_tests_properties(cuda.emu.llama cuda.emu.gpt2-tiny_reverse PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
 set_tests_properties(cuda.emu.gpt2-tiny_reverse PROPERTIES ENVIRONMENT "HPDL_EMU_ORDER=reverse")
+# A vocabulary of 1000 padded to 1024 rows: the padded logits' mask kernel
+# (its masked copy here, over two buffers; in place, the padded columns alone,
+# under hpdlrun: cuda.layout.*.vocab_pad) against the reference executor.
+add_test(NAME cuda.emu.gpt2-tiny_vocab_pad COMMAND test_codegen_cuda gpt2-tiny.hpd -D V=1000)
+set_tests_properties(cuda.emu.gpt2-tiny_vocab_pad PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
 # Buffers off 16-byte alignment: the loop kernels' scalar path (float4 otherwise).
 add_test(NAME cuda.emu.gpt2-tiny_misaligned COMMAND test_codegen_cuda --misalign gpt2-tiny.hpd)
 set_tests_properties(cuda.emu.gpt2-tiny_misaligned PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
@@ -254,7 +259,7 @@ if(Python3_Interpreter_FOUND)
   #                      reduce-scatter's slices rounded to bf16 (through
   #                      the host, the optimizer there);
   #                      bf16, dp2_tp2_bf16, fp16: 16-bit storage on both
-  #                      targets, compiler/ir/precision.h: step 1 within 1e-5,
+  #                      targets, compiler/ir/precision.h: step 1 within 1e-4,
   #                      the rest within 1e-3, fp16's skipped steps alike;
   #                      bf16_heads16: heads of 16, the tensor-core attention
   #                      with one TF32 product under 16-bit activations);
@@ -286,9 +291,11 @@ if(Python3_Interpreter_FOUND)
     foreach(entry ${HPDL_DEVICE_LAYOUTS})
       hpdl_name_flags("${entry}" name layout)
       set(resume)
-      # 16-bit storage: a value a unit apart in bf16 moves the later steps by ~1e-4
+      # 16-bit storage: a value a unit apart in bf16 moves the later steps by ~1e-4;
+      # the device's attention takes one TF32 product under 16-bit activations
+      # (heads of 16 .. 64: step 1 up to ~4e-5 from the CPU's fp32 products)
       if(name MATCHES "bf16|fp16")
-        set(first_tol 1e-5)
+        set(first_tol 1e-4)
         set(tol 1e-3)
       else()
         set(first_tol 1e-6)

@@ -1033,6 +1033,42 @@ static void provenance(CuKern *k) {
   cu_tx(&t->src, " */\n");
 }
 
+/* A kernel of one VOCAB_MASK (no tensor group) over an fp32 value read
+ * directly: the host program runs it in place where its input dies there
+ * (runtime/device/devexec.c's dead_values, the same test: keep the two
+ * alike), so that the
+ * padded logits take no second buffer; then it writes the fill into the
+ * padded columns alone. Run over two buffers (the kernel tests) it is the
+ * masked copy. The pointers are not restrict: they may be one. */
+static int cu_vmask_in_place(const IrGraph *g, const FuseKernel *K) {
+  if (K->kind != FUSE_LOOP || K->ninputs != 1 || K->noutputs != 1) return 0;
+  const IrNode *n = &g->nodes[K->outputs[0]];
+  return n->op == IR_VOCAB_MASK && n->nin == 1 && n->in[0] == K->inputs[0] && n->attr[0] == 0 && n->rank >= 1 &&
+         n->dtype == DT_F32 && g->nodes[n->in[0]].dtype == DT_F32;
+}
+
+static void vmask_in_place(CuKern *k) {
+  CuText *o = &k->t->src;
+  const IrNode *n = nd(k, k->K->outputs[0]);
+  int64_t cols = n->dims[n->rank - 1], keep = n->attr[1], total = ir_numel(n), rows = total / cols;
+  int64_t pad = cols > keep ? cols - keep : 0;
+  cu_tx(o, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const hpdl_kctx hpd, const float *p0, float *p1) {\n", CU_BLOCK,
+        k->base);
+  cu_tx(o, "  const long long stride = (long long)gridDim.x * blockDim.x, first = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n");
+  cu_tx(o, "  if ((const void *)p0 == (const void *)p1) { /* in place: the %" PRId64 " padded columns of %" PRId64 " rows */\n", pad,
+        rows);
+  cu_tx(o, "    for (long long lin = first; lin < %" PRId64 "LL; lin += stride)\n", rows * pad);
+  cu_tx(o, "      p1[lin / %" PRId64 "LL * %" PRId64 "LL + %" PRId64 "LL + lin %% %" PRId64 "LL] = ", pad ? pad : 1, cols, keep,
+        pad ? pad : 1);
+  cu_float(o, n->fattr);
+  cu_tx(o, ";\n    return;\n  }\n");
+  cu_tx(o, "  for (long long lin = first; lin < %" PRId64 "LL; lin += stride)\n", total);
+  cu_tx(o, "    p1[lin] = lin %% %" PRId64 "LL >= %" PRId64 "LL ? ", cols, keep);
+  cu_float(o, n->fattr);
+  cu_tx(o, " : p0[lin];\n}\n\n");
+  cu_add_launch(k, k->base, 0, "loop", (total + CU_BLOCK - 1) / CU_BLOCK, CU_BLOCK);
+}
+
 static void kernel(CgTarget *t, int gi, int kp) {
   const FuseGraph *fg = &t->fr->graphs[gi];
   const FuseKernel *K = &fg->kernels[kp];
@@ -1059,6 +1095,10 @@ static void kernel(CgTarget *t, int gi, int kp) {
   case FUSE_LOOP:
   case FUSE_ROW:
   case FUSE_COPY: {
+    if (cu_vmask_in_place(fg->graph, K)) {
+      vmask_in_place(&k);
+      break;
+    }
     NestSteps S;
     nest_build_steps(&S, &k.nk);
     for (int i = 0; i < S.n && !t->failed; i++) {

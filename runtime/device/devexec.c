@@ -71,6 +71,10 @@ struct DevExec {
   void **inputs;
   PoolBuf *free_bufs;
   int nfree, capfree;
+  /* per graph (built on its first run): the values whose buffers die after
+   * each kernel, in CSR form (dies_at[k] .. dies_at[k + 1] of dies) */
+  int **dies, **dies_at;
+  char **inplace; /* per graph and kernel: run in place (dead_values) */
   size_t live, peak;
   unsigned long long seed;
   DevxComm comm;
@@ -276,6 +280,9 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
   x->training = 1.0f;
   const IrModule *m = p->m;
   x->res = calloc((size_t)p->ngraphs, sizeof *x->res);
+  x->dies = calloc((size_t)p->ngraphs + 1, sizeof *x->dies);
+  x->dies_at = calloc((size_t)p->ngraphs + 1, sizeof *x->dies_at);
+  x->inplace = calloc((size_t)p->ngraphs + 1, sizeof *x->inplace);
   int rc = 0;
   for (int g = 0; g < p->ngraphs && !rc; g++) {
     x->res[g] = calloc((size_t)p->graphs[g].nkernels + 1, sizeof(KernelRes));
@@ -463,6 +470,14 @@ void devx_free(DevExec *x) {
     free(x->res[g]);
   }
   free(x->res);
+  for (int g = 0; g < x->p->ngraphs && x->dies; g++) {
+    free(x->dies[g]);
+    free(x->dies_at[g]);
+    free(x->inplace[g]);
+  }
+  free(x->dies);
+  free(x->dies_at);
+  free(x->inplace);
   free(x->host[0]);
   free(x->host[1]);
   if (x->flat_p) x->dev->ops->release(x->dev, x->flat_p);
@@ -1288,6 +1303,87 @@ static DevxFrame *frame_open(DevExec *x, int gi, int64_t layer, void **args) {
   return F;
 }
 
+/* Whether kernel K of graph g is one VOCAB_MASK (no tensor group) of an fp32
+ * value read directly: its generated kernel (compiler/codegen/codegen_cuda.c's
+ * cu_vmask_in_place, the same test: keep the two alike) also runs in place,
+ * filling the padded columns alone when its two pointers are one. */
+static int vmask_kernel(const IrGraph *g, const DevxKernel *K) {
+  if (K->kind != DEVX_RUN || K->ninputs != 1 || K->noutputs != 1) return 0;
+  const IrNode *n = &g->nodes[K->outputs[0]];
+  return n->op == IR_VOCAB_MASK && n->nin == 1 && n->in[0] == K->inputs[0] && n->attr[0] == 0 && n->rank >= 1 &&
+         n->dtype == DT_F32 && g->nodes[n->in[0]].dtype == DT_F32;
+}
+
+/* Each value's buffer (root: views, a collective unit's folded reshapes, a
+ * SEND and an in-place kernel's output alias their input 0) and the last
+ * kernel that reads it or an alias of it; the graph's outputs live to the
+ * frame's end (nk: frame_outputs reads them). */
+static void value_uses(const IrGraph *g, const DevxGraph *G, const char *inplace, int *root, int *last) {
+  int n = g->nnodes, nk = G->nkernels;
+  for (int i = 0; i < n; i++) root[i] = i, last[i] = -1;
+#define DEVX_USE(v, k) (last[root[v]] = last[root[v]] > (k) ? last[root[v]] : (k))
+  for (int k = 0; k < nk; k++) {
+    const DevxKernel *K = &G->kernels[k];
+    if (inplace[k]) root[K->outputs[0]] = root[K->inputs[0]];
+    for (int j = 0; j < K->ninputs; j++) DEVX_USE(K->inputs[j], k);
+    for (int j = 0; j < K->noutputs; j++) DEVX_USE(K->outputs[j], k);
+    for (int j = 0; j < K->nnodes; j++) {
+      int v = K->nodes[j];
+      const IrNode *nd = &g->nodes[v];
+      int alias = K->kind == DEVX_VIEW || (K->kind == DEVX_COMM && ((nd->op == IR_RESHAPE && nd->nin == 1) || nd->op == IR_SEND));
+      if (alias && nd->nin > 0) root[v] = root[nd->in[0]];
+      for (int i = 0; i < nd->nin; i++) DEVX_USE(nd->in[i], k);
+      DEVX_USE(v, k);
+    }
+  }
+#undef DEVX_USE
+  for (int k = 0; k < g->noutputs; k++)
+    if (g->outputs[k] >= 0) last[root[g->outputs[k]]] = nk;
+}
+
+/* The values of graph gi whose buffers die after each of its kernels, and
+ * the kernels that run in place (the padded logits' mask over the GEMM's
+ * product where nothing reads that after it). So a frame returns a buffer to
+ * the pool as soon as it is dead rather than at its end, and a later
+ * kernel's output of the same size takes it (the kernels run in order on one
+ * stream, so no reader is still running). */
+static int dead_values(DevExec *x, int gi) {
+  if (x->dies[gi]) return 0;
+  const IrGraph *g = x->p->m->graphs[gi];
+  const DevxGraph *G = &x->p->graphs[gi];
+  int n = g->nnodes, nk = G->nkernels;
+  int *root = malloc(sizeof(int) * (size_t)(n + 1)), *last = malloc(sizeof(int) * (size_t)(n + 1));
+  int *at = calloc((size_t)nk + 2, sizeof(int)), *dies = malloc(sizeof(int) * (size_t)(n + 1));
+  char *inplace = calloc((size_t)nk + 1, 1), *run_made = calloc((size_t)n + 1, 1);
+  int *fill = calloc((size_t)nk + 1, sizeof(int));
+  if (!root || !last || !at || !dies || !inplace || !run_made || !fill) {
+    free(root), free(last), free(at), free(dies), free(inplace), free(run_made), free(fill);
+    return fail(x, "out of host memory");
+  }
+  value_uses(g, G, inplace, root, last);
+  /* in place where the mask's input is a kernel's own output (a buffer the frame owns) that dies there */
+  for (int k = 0; k < nk; k++) {
+    const DevxKernel *K = &G->kernels[k];
+    if (vmask_kernel(g, K) && run_made[K->inputs[0]] && root[K->inputs[0]] == K->inputs[0] && last[K->inputs[0]] == k)
+      inplace[k] = 1;
+    for (int j = 0; K->kind == DEVX_RUN && j < K->noutputs; j++) run_made[K->outputs[j]] = 1;
+  }
+  value_uses(g, G, inplace, root, last);
+  for (int i = 0; i < n; i++)
+    if (root[i] == i && last[i] >= 0 && last[i] < nk) at[last[i] + 1]++;
+  for (int k = 0; k < nk; k++) at[k + 1] += at[k];
+  for (int i = 0; i < n; i++)
+    if (root[i] == i && last[i] >= 0 && last[i] < nk) dies[at[last[i]] + fill[last[i]]++] = i;
+  free(fill);
+  free(root);
+  free(last);
+  free(run_made);
+  x->dies[gi] = dies;
+  x->dies_at[gi] = at;
+  x->inplace[gi] = inplace;
+  return 0;
+}
+
 /* Runs kernels [F->next, to) of the frame's graph. */
 static int frame_run(DevExec *x, DevxFrame *F, int to) {
   const IrModule *m = x->p->m;
@@ -1297,6 +1393,9 @@ static int frame_run(DevExec *x, DevxFrame *F, int to) {
   int64_t layer = F->layer;
   void **val = F->val, **args = F->args;
   char *own = F->own;
+  if (dead_values(x, gi)) return -1;
+  const int *dies = x->dies[gi], *dies_at = x->dies_at[gi];
+  const char *inplace = x->inplace[gi];
   for (int p = F->next; p < to && !rc; p++) {
     const DevxKernel *K = &G->kernels[p];
     switch (K->kind) {
@@ -1367,6 +1466,10 @@ static int frame_run(DevExec *x, DevxFrame *F, int to) {
       for (int j = 0; j < K->ninputs; j++) io[j] = val[K->inputs[j]];
       for (int j = 0; j < K->noutputs && !rc; j++) {
         int v = K->outputs[j];
+        if (inplace[p]) { /* the input's buffer, which dies here (dead_values) */
+          val[v] = io[K->ninputs + j] = io[0];
+          continue;
+        }
         val[v] = pool_get(x, value_bytes(&g->nodes[v]));
         own[v] = 1;
         io[K->ninputs + j] = val[v];
@@ -1386,6 +1489,12 @@ static int frame_run(DevExec *x, DevxFrame *F, int to) {
     }
     }
     F->next = p + 1;
+    for (int d = dies_at[p]; d < dies_at[p + 1] && !rc; d++)
+      if (own[dies[d]]) {
+        pool_put(x, val[dies[d]], value_bytes(&g->nodes[dies[d]]));
+        own[dies[d]] = 0;
+        val[dies[d]] = NULL;
+      }
   }
   return rc;
 }
