@@ -12,6 +12,7 @@
 #   OUT/bin/hpdlrun --info
 #   BUNDLE=OUT bash bench/gpu_bench.sh OUT/bin/test_device LOGS
 #   bash bench/gpu_train_bench.sh OUT
+#   bash bench/gpu_session.sh OUT LOGS [BUDGET_S]   (all of it in one budgeted visit)
 #   HPDL_SOURCE_DIR=$PWD OUT/bin/test_device --device cuda --kernels gpt2-tiny.hpd
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
