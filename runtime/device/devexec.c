@@ -1327,6 +1327,7 @@ static void value_uses(const IrGraph *g, const DevxGraph *G, const char *inplace
     if (inplace[k]) root[K->outputs[0]] = root[K->inputs[0]];
     for (int j = 0; j < K->ninputs; j++) DEVX_USE(K->inputs[j], k);
     for (int j = 0; j < K->noutputs; j++) DEVX_USE(K->outputs[j], k);
+    if (K->aux_node >= 0 && g->nodes[K->aux_node].nin > 1) DEVX_USE(g->nodes[K->aux_node].in[1], k); /* the loss it reads after */
     for (int j = 0; j < K->nnodes; j++) {
       int v = K->nodes[j];
       const IrNode *nd = &g->nodes[v];
