@@ -43,6 +43,11 @@ add_test(NAME cuda.emu.llama
 add_test(NAME cuda.emu.gpt2-tiny_reverse COMMAND test_codegen_cuda gpt2-tiny.hpd)
 set_tests_properties(cuda.emu.llama cuda.emu.gpt2-tiny_reverse PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
 set_tests_properties(cuda.emu.gpt2-tiny_reverse PROPERTIES ENVIRONMENT "HPDL_EMU_ORDER=reverse")
+# bench/gpu_tests.py (the suite's GPU tests taken to a GPU machine without
+# our build dependencies) rehearsed on the emulated device: prepare's list
+# and CPU metrics, run's device halves against them
+add_test(NAME cuda.gpu_tests_rehearsal COMMAND bash ${HPDL_TEST_DIR}/cuda/gpu_tests_rehearsal.sh ${CMAKE_BINARY_DIR})
+set_tests_properties(cuda.gpu_tests_rehearsal PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS "cuda;sanitize_redundant")
 # A vocabulary of 1000 padded to 1024 rows: the padded logits' mask kernel
 # (its masked copy here, over two buffers; in place, the padded columns alone,
 # under hpdlrun: cuda.layout.*.vocab_pad) against the reference executor.
