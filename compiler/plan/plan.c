@@ -1032,6 +1032,9 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
     pp->before_ad = 1;
     goto done;
   }
+  /* the vocabulary as the partition padded it (spmd.c's vocab_flow), for the reports */
+  for (int i = 0; i < part->nparams; i++)
+    if (part->params[i].logical_rows > 0) pp->vocab_padded = part->params[i].full_dims[0];
   /* a forward cut into pieces (no single repeat): each piece's time,
    * forward and (about twice that) backward, to balance the stages */
   const PipeUnits *pu = pipe_units(a, part);
@@ -1830,7 +1833,7 @@ void plan_set_explain(PlanCtx *c, int on) { c->explain = on != 0; }
 void plan_set_progress(PlanCtx *c, struct Progress *p) { c->progress = p; }
 int plan_explain_enabled(const PlanCtx *c) { return c->explain; }
 
-int64_t plan_vocab(const PlanCtx *c, int64_t tp, int64_t *priced) {
+int64_t plan_vocab(const PlanCtx *c, const PlanResult *r, int64_t *priced) {
   *priced = 0;
   /* the first vocab-split table, depth first */
   const SemLayer *stack[64];
@@ -1841,14 +1844,7 @@ int64_t plan_vocab(const PlanCtx *c, int64_t tp, int64_t *priced) {
     for (int i = 0; i < l->nparams; i++) {
       int64_t d = 0;
       if (l->params[i].shard == SHARD_VOCAB && l->params[i].type.rank > 0 && sym_is_const(l->params[i].type.dims[0], &d)) {
-        int64_t q = c->vocab_pad * (tp > 0 ? tp : 1), padded = q > 0 ? (d + q - 1) / q * q : d;
-        /* spmd.c's vocab_flow: over tensor, where tensor does not divide the rows; at
-         * one rank, for alignment, where that adds at most 1/16 and the head is not
-         * fused (and only the cross-entropy reads the logits, which the partition
-         * checks: a model whose padded logits go elsewhere is priced unpadded by the
-         * partition, though this line's report would say padded) */
-        if (tp > 1) *priced = d % tp && q > 0 ? padded : d;
-        else *priced = q > 0 && (padded - d) * 16 <= d && c->model->layout.fused_ce != 1 ? padded : d;
+        *priced = r && r->valid && r->vocab_priced > 0 ? r->vocab_priced : d;
         return d;
       }
     }
@@ -1997,6 +1993,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   exact_key.rl = L.recompute_layers;
   PlanParts *pp = plan_parts(c, &key);
   if (!pp->valid) return fail(out, "%s", pp->why);
+  out->vocab_priced = pp->vocab_padded;
   int64_t *split = xalloc_calloc((size_t)K, sizeof(int64_t));
   char swhy[200];
   if (plan_split_layers(c, pp, K, split, swhy, sizeof swhy) != 0) {

@@ -77,6 +77,7 @@ typedef struct PlanParts {
   double boundary_bytes;
   double peak_out[PLAN_NKINDS], peak_in[PLAN_NKINDS];
   int64_t **splits;      /* by layers: the balanced split of K chunks at [K] (plan_split_layers), made once */
+  int64_t vocab_padded;  /* the vocabulary's rows as the partition padded them (spmd.c's vocab_flow); 0: not padded */
 } PlanParts;
 
 /* The real chunks of a K-way split of a key. */
@@ -167,10 +168,11 @@ typedef struct PlanTerm {
  * The attention's source names the kernel c prices it as. */
 int plan_explain_terms(const PlanCtx *c, const PlanResult *r, PlanTerm *out, int max);
 
-/* The rows of the first vocab-split table of the model, and the rows the
- * planner prices at tensor degree tp (padded to a multiple of vocab_pad x
- * tp when tp does not divide them); 0 when the model has none. */
-int64_t plan_vocab(const PlanCtx *c, int64_t tp, int64_t *priced);
+/* The rows of the first vocab-split table of the model, and the rows r
+ * prices them as (the partition's padding, PlanResult.vocab_priced; the
+ * model's rows where r is NULL, invalid or unpadded); 0 when the model has
+ * none. */
+int64_t plan_vocab(const PlanCtx *c, const PlanResult *r, int64_t *priced);
 
 /* A layout in one line, as the reports print it: "dp=2 tp=1 pp=4 ... rc=none"
  * (plan_report.c). */

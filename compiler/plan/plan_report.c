@@ -73,7 +73,7 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
   if (L->fused_ce == 1) fprintf(f, "; fused_ce on");
   if (strcmp(plan_attention_name(c), "flash")) fprintf(f, "; attention %s", plan_attention_name(c));
   fputc('\n', f);
-  int64_t vp = 0, v = plan_vocab(c, L->tp, &vp);
+  int64_t vp = 0, v = plan_vocab(c, r, &vp);
   if (v > 0 && vp != v)
     fprintf(f, "vocabulary: %" PRId64 " rows priced padded to %" PRId64 " (a multiple of vocab_pad %" PRId64 " x tp %" PRId64
                ", as Megatron-LM pads it%s)\n",
@@ -386,7 +386,7 @@ static json_t *json_report(PlanCtx *c, const PlanReport *rep) {
   json_object_set_new(mo, "global_batch", json_integer(r ? r->global_batch : m->train.global_batch));
   json_object_set_new(mo, "tokens_per_step", jnum(r ? (double)r->global_batch * (double)r->seq_len : 0));
   json_object_set_new(mo, "precision", json_string(prec_label(m->train.precision)));
-  int64_t vpad = 0, voc = plan_vocab(c, r && r->valid ? r->layout.tp : 1, &vpad);
+  int64_t vpad = 0, voc = plan_vocab(c, r, &vpad);
   if (voc > 0) {
     json_object_set_new(mo, "vocab", json_integer(voc));
     json_object_set_new(mo, "vocab_priced", json_integer(vpad));

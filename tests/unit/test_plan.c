@@ -689,14 +689,22 @@ static void test_issue12(void) {
     return;
   }
   int64_t priced = 0;
-  EXPECT(plan_vocab(f.c, 8, &priced) == 50257);
-  EXPECT(priced == 51200);
-  /* one tensor rank: padded for the head's GEMMs' alignment (at most 1/16 more rows) */
-  EXPECT(plan_vocab(f.c, 1, &priced) == 50257 && priced == 50304);
   PlanLayout L = plan_layout_of(f.m);
   PlanResult r;
   EXPECT(plan_evaluate(f.c, &L, 0, &r) == 0);
   EXPECT(r.valid);
+  EXPECT(plan_vocab(f.c, &r, &priced) == 50257);
+  EXPECT(priced == 51200);
+  {
+    /* one tensor rank: padded for the head's GEMMs' alignment (at most 1/16 more rows) */
+    PlanLayout L1 = L;
+    PlanResult r1;
+    L1.tp = 1;
+    L1.dp = 8;
+    L1.sp = 0;
+    EXPECT(plan_evaluate(f.c, &L1, 0, &r1) == 0 && r1.valid);
+    EXPECT(plan_vocab(f.c, &r1, &priced) == 50257 && priced == 50304);
+  }
   double flash_step = r.step_s, flash_act = r.mem.activations, flash_attn = r.attn_s;
   EXPECT(flash_attn > 0 && flash_attn < r.compute_s);
   /* the terms of --explain add up to the step */
