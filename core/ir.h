@@ -252,6 +252,13 @@ typedef enum { IR_LINEAR_NONE = -1, IR_LINEAR_ROWS, IR_LINEAR_DX, IR_LINEAR_DW }
 IrLinearRole ir_linear_role(IrOp op);
 int ir_linear_targets(IrOp op);
 
+/* Whether a kernel that reads value `in` alone and writes value `out` alone
+ * may mask the padded logits in place: out is a VOCAB_MASK of in without a
+ * tensor group, both fp32. The CUDA back end generates such a kernel so that
+ * it also runs over one buffer (codegen_cuda.c) and the host program runs it
+ * so where in dies there (runtime/device/devexec.c): one test for both. */
+int ir_vocab_mask_in_place(const IrGraph *g, int in, int out);
+
 /* The columns of a vocabulary shard of `local` rows starting at global row
  * `offset` that lie before the vocabulary's `rows` (its padding excluded);
  * rows <= 0: all of them. */

@@ -1034,17 +1034,13 @@ static void provenance(CuKern *k) {
 }
 
 /* A kernel of one VOCAB_MASK (no tensor group) over an fp32 value read
- * directly: the host program runs it in place where its input dies there
- * (runtime/device/devexec.c's dead_values, the same test: keep the two
- * alike), so that the
+ * directly (ir_vocab_mask_in_place): the host program runs it in place where
+ * its input dies there (runtime/device/devexec.c's dead_values), so that the
  * padded logits take no second buffer; then it writes the fill into the
  * padded columns alone. Run over two buffers (the kernel tests) it is the
  * masked copy. The pointers are not restrict: they may be one. */
 static int cu_vmask_in_place(const IrGraph *g, const FuseKernel *K) {
-  if (K->kind != FUSE_LOOP || K->ninputs != 1 || K->noutputs != 1) return 0;
-  const IrNode *n = &g->nodes[K->outputs[0]];
-  return n->op == IR_VOCAB_MASK && n->nin == 1 && n->in[0] == K->inputs[0] && n->attr[0] == 0 && n->rank >= 1 &&
-         n->dtype == DT_F32 && g->nodes[n->in[0]].dtype == DT_F32;
+  return K->kind == FUSE_LOOP && K->ninputs == 1 && K->noutputs == 1 && ir_vocab_mask_in_place(g, K->inputs[0], K->outputs[0]);
 }
 
 static void vmask_in_place(CuKern *k) {

@@ -1304,14 +1304,10 @@ static DevxFrame *frame_open(DevExec *x, int gi, int64_t layer, void **args) {
 }
 
 /* Whether kernel K of graph g is one VOCAB_MASK (no tensor group) of an fp32
- * value read directly: its generated kernel (compiler/codegen/codegen_cuda.c's
- * cu_vmask_in_place, the same test: keep the two alike) also runs in place,
- * filling the padded columns alone when its two pointers are one. */
+ * value read directly (ir_vocab_mask_in_place): its generated kernel also runs
+ * in place, filling the padded columns alone when its two pointers are one. */
 static int vmask_kernel(const IrGraph *g, const DevxKernel *K) {
-  if (K->kind != DEVX_RUN || K->ninputs != 1 || K->noutputs != 1) return 0;
-  const IrNode *n = &g->nodes[K->outputs[0]];
-  return n->op == IR_VOCAB_MASK && n->nin == 1 && n->in[0] == K->inputs[0] && n->attr[0] == 0 && n->rank >= 1 &&
-         n->dtype == DT_F32 && g->nodes[n->in[0]].dtype == DT_F32;
+  return K->kind == DEVX_RUN && K->ninputs == 1 && K->noutputs == 1 && ir_vocab_mask_in_place(g, K->inputs[0], K->outputs[0]);
 }
 
 /* Each value's buffer (root: views, a collective unit's folded reshapes, a
