@@ -35,8 +35,6 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SELECT = r"^cuda\.(gpu\.|run\.cuda\.|layout\.cuda\.)"
-# run_device.py arguments that only the device half uses
-DEVICE_ONLY = {"--resume-args", "--expect", "--twin-env", "--show", "--halves"}
 
 
 def prop(test, name, default=None):
@@ -91,17 +89,7 @@ def prepare(a):
         if script == "run_device.py":
             metrics = f"{bundle}/cpu-metrics/{t['name']}.jsonl"
             entry["cpu_metrics"] = f"@BUNDLE@/cpu-metrics/{t['name']}.jsonl"
-            cpu = [sys.executable]
-            skip = False
-            for w in cmd[1:]:
-                if skip:
-                    skip = False
-                    continue
-                if w in DEVICE_ONLY:
-                    skip = True
-                    continue
-                cpu.append(w)
-            cpu += ["--cpu-only", "--cpu-metrics", metrics]
+            cpu = [sys.executable, *cmd[1:], "--cpu-only", "--cpu-metrics", metrics]
             if not os.path.exists(metrics) or os.path.getsize(metrics) == 0:
                 cpu_jobs.append((t["name"], cpu, dict(os.environ, **dict(e.split("=", 1) for e in env))))
         listed.append(entry)

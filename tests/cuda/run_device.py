@@ -18,7 +18,8 @@ hpdlrun (--allow-native, for a model with extern functions). --cpu-metrics FILE:
 metrics are read from FILE where it exists (a machine whose hpdlc lacks the
 CPU back end, such as a GPU machine given bench/gpu_bundle.sh's tools), and
 written there after the CPU run where it does not; with --cpu-only the CPU
-run alone, to write them. --halves FIRST,SECOND (device or
+run alone, to write them (the uninterrupted run at --args, which a resumed
+device run is compared with too; the device runs' arguments are ignored). --halves FIRST,SECOND (device or
 cpu, default device,device) says which target runs each half, so a
 checkpoint written by one target is resumed by the other. --expect TEXT:
 each device run's output must hold TEXT (the start-up line's collectives);
@@ -109,8 +110,8 @@ def main():
     ap.add_argument("--twin-env", default=None, help="NAME=VALUE: the device run again with it must give the same bits")
     ap.add_argument("--cache", default=None, help="a folder of compiled artifacts shared by the tests (keyed by hpdlc, the sample and the command)")
     a = ap.parse_args()
-    if a.cpu_only and (a.cpu_metrics is None or a.resume_args is not None):
-        print("--cpu-only: needs --cpu-metrics, and no --resume-args")
+    if a.cpu_only and a.cpu_metrics is None:
+        print("--cpu-only: needs --cpu-metrics")
         return 2
     if a.device == "cuda" and not a.cpu_only:  # say so before compiling anything: hpdlrun --info lists the GPUs the driver sees
         r = run([a.hpdlrun, "--info"])
@@ -151,7 +152,7 @@ def main():
                 print("--cpu-metrics: not with a half on the CPU (--halves)")
                 return 2
             compiles = compiles[1:]
-        if a.resume_args is not None:
+        if a.resume_args is not None and not a.cpu_only:
             second = shlex.split(a.resume_args)
             compiles.append(("cuda", cuda_compile(f"{tmp}/cuda2", second)))
             if "cpu" in halves:
