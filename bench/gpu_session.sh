@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # gpu_session.sh - one short visit to a GPU machine, the checks in the order
 # they matter, each under what is left of a time budget: GPT-2 124M trained
-# through hpdlrun (bf16, bf16 with the fused head, TF32, fp32; the planner's
-# prediction beside each), PyTorch's training step on the same GPU, the
-# suite's GPU tests (bench/gpu_tests.py, from bench/gpu_bundle.sh's list),
-# GPT-2 at one micro-batch of 16 sequences (llm.c's B = 16), the flash
-# attention checks of bench/gpu_bench.sh that CTest does not list, and the
-# per-launch profile of the fp32 / TF32 step.
+# through hpdlrun in bf16 at one micro-batch of 16 sequences (llm.c's B = 16;
+# the planner's prediction beside it), the suite's GPU tests
+# (bench/gpu_tests.py, from bench/gpu_bundle.sh's list), bf16 at 4 x 4
+# micro-batches, the per-launch profile of the bf16 step, the flash attention
+# checks of bench/gpu_bench.sh that CTest does not list; then what earlier
+# visits measured already (fp32, TF32, the fused head, PyTorch's training
+# step eager and compiled), as the budget allows.
 #
 #   bench/gpu_session.sh [BUNDLE] [OUT] [BUDGET_S]
 # BUNDLE: bench/gpu_bundle.sh's folder (default .gpubundle); OUT: where
@@ -49,34 +50,23 @@ echo "gpu_session: $(date -u +%FT%TZ), budget $budget s"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1
 hpdlrun --info 2>&1 | sed -n '1,30p'
 
-part train 150 220 env STEPS=10 MICRO=4 ACCUM=4 MODES="bf16 bf16_fused_ce tf32 fp32" bash bench/gpu_train_bench.sh "$bundle" dgx-h200
-cat "$logs/train.log"
 part train_b16 40 70 env STEPS=8 MICRO=16 ACCUM=1 MODES="bf16" bash bench/gpu_train_bench.sh "$bundle" dgx-h200
 cat "$logs/train_b16.log"
-part torch_train 60 100 python3 bench/gpu_torch_train.py --micro 4 --accum 4 --steps 10 --modes bf16,tf32
-part torch_b16 30 50 python3 bench/gpu_torch_train.py --micro 16 --accum 1 --steps 8 --modes bf16
-grep -hE "^device|^torch|Error|error" "$logs/torch_train.log" "$logs/torch_b16.log"
-part gpu_tests 60 400 python3 bench/gpu_tests.py run --bundle "$bundle" -j "${JOBS:-6}" --deadline $(($(left) - 100)) --grace 45 \
+part gpu_tests 60 300 python3 bench/gpu_tests.py run --bundle "$bundle" -j "${JOBS:-6}" --deadline $(($(left) - 150)) --grace 45 \
   --logs "$logs/gpu_tests"
 grep -vE "^PASS" "$logs/gpu_tests.log" | head -80
 grep -E "^PASS" "$logs/gpu_tests.log" | awk '{printf "%s %s; ", $2, $3} END {print ""}'
-attn() { # the flash attention checks of gpu_bench.sh that CTest does not list
-  local qwen="qwen3.hpd -D layers=2 -D hidden=32 -D ffn=64 -D vocab=64 -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.sequence=off"
-  local rc=0
-  # shellcheck disable=SC2086
-  "$bundle/bin/test_device" --device cuda --step $qwen -D heads=4 -D kv_heads=2 -D head_dim=16 -D seq=100 -D window=37 || rc=1
-  # shellcheck disable=SC2086
-  "$bundle/bin/test_device" --device cuda --step $qwen -D heads=2 -D kv_heads=1 -D head_dim=128 -D seq=72 || rc=1
-  # shellcheck disable=SC2086
-  "$bundle/bin/test_device" --device cuda --step $qwen -D heads=2 -D kv_heads=2 -D head_dim=256 -D seq=40 || rc=1
-  "$bundle/bin/test_device" --device cuda --step gpt.hpd -D layers=1 -D hidden=128 -D heads=2 -D seq=192 -D vocab=64 \
-    -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.pipeline=1 || rc=1
-  return $rc
-}
+part train 50 90 env STEPS=10 MICRO=4 ACCUM=4 MODES="bf16" bash bench/gpu_train_bench.sh "$bundle" dgx-h200
+cat "$logs/train.log"
+part profile_b16 40 70 env STEPS=5 MICRO=16 ACCUM=1 MODES="bf16" PROFILE=25 bash bench/gpu_train_bench.sh "$bundle" dgx-h200
+grep -vE "^step" "$logs/profile_b16.log" | head -60
 part attention_checks 30 60 bash -c "bundle=$bundle; $(declare -f attn); attn"
 grep -E "step of|FAIL|error" "$logs/attention_checks.log" | head -12
-part profile 30 60 env HPDL_PROFILE=30 HPDL_GEMM_TF32=1 "$bundle/bin/test_device" --device cuda --bench 3 --micro 4 gpt2.hpd
-grep -vE "^bench" "$logs/profile.log" | head -50
+part train_more 120 200 env STEPS=10 MICRO=4 ACCUM=4 MODES="bf16_fused_ce tf32 fp32" bash bench/gpu_train_bench.sh "$bundle" dgx-h200
+cat "$logs/train_more.log"
+part torch_train 60 100 python3 bench/gpu_torch_train.py --micro 4 --accum 4 --steps 10 --modes bf16,tf32
+part torch_b16 30 50 python3 bench/gpu_torch_train.py --micro 16 --accum 1 --steps 8 --modes bf16
+grep -hE "^device|^torch|Error|error" "$logs/torch_train.log" "$logs/torch_b16.log"
 part torch_compile 100 200 python3 bench/gpu_torch_train.py --micro 4 --accum 4 --steps 10 --modes "" --compile
 grep -E "^torch" "$logs/torch_compile.log"
 save

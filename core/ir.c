@@ -561,11 +561,14 @@ static const char *irshape_ALL_TO_ALL(IrGraph *g, IrNode *n) {
   return comm_same(g, n);
 }
 
-/* q [B, H, T, D], k [B, Hk, S, D], v [B, Hk, S, Dv], f32, H a multiple of Hk. */
+/* q [B, H, T, D], k [B, Hk, S, D], v [B, Hk, S, Dv], f32 (or, the CUDA target's
+ * tensor-core kernels under 16-bit storage, all three bf16 or all three f16:
+ * precision.h), H a multiple of Hk. */
 static const char *attention_fits(IrGraph *g, IrNode *n) {
   IrNode *q = in_node(g, n, 0), *k = in_node(g, n, 1), *v = in_node(g, n, 2);
-  if (q->rank != 4 || k->rank != 4 || v->rank != 4 || q->dtype != DT_F32 || k->dtype != DT_F32 || v->dtype != DT_F32)
-    return "attention needs f32 q [B, H, T, D], k [B, Hk, S, D] and v [B, Hk, S, Dv]";
+  int qkv_type = (q->dtype == DT_F32 || q->dtype == DT_BF16 || q->dtype == DT_F16) && k->dtype == q->dtype && v->dtype == q->dtype;
+  if (q->rank != 4 || k->rank != 4 || v->rank != 4 || !qkv_type)
+    return "attention needs f32 q [B, H, T, D], k [B, Hk, S, D] and v [B, Hk, S, Dv] (or all three bf16 or f16)";
   if (k->dims[0] != q->dims[0] || v->dims[0] != q->dims[0] || k->dims[3] != q->dims[3] || v->dims[1] != k->dims[1] ||
       v->dims[2] != k->dims[2])
     return "attention's q, k and v disagree (q [B, H, T, D], k [B, Hk, S, D], v [B, Hk, S, Dv])";

@@ -58,9 +58,10 @@
  * Shared rows are padded by one float where lanes read different rows at one column (no
  * bank conflicts for D a multiple of 32).
  *
- * Not yet: tensor cores (mma / wmma) and bf16 / fp16 inputs; register-blocked 2-D thread
- * tiles and vector (float4) or asynchronous (cp.async) tile loads. This is plain fp32 SIMT,
- * about one shared-memory load per multiply-add: correctness and determinism first.
+ * These SIMT kernels are plain fp32, about one shared-memory load per multiply-add: the
+ * heads and GPUs the tensor-core kernels below (TF32; bf16 / fp16 under 16-bit
+ * activations) do not take. Not yet: register-blocked 2-D thread tiles, vector (float4) or
+ * asynchronous (cp.async) tile loads.
  *
  * Compiles under NVRTC (the folder on --include-path), nvcc and the emulation
  * (kernels/cuda_emu.h), like hpdl_cuda.cuh, which it includes for the positions. */
@@ -886,6 +887,478 @@ static __device__ void hpdl_attn_bwd_dq_tc(const float *__restrict__ q, const fl
         s[n][i] = ok ? expf(scale * s[n][i] - lse[h]) * (dp[n][i] - dt[h]) : 0.0f; /* dS */
       }
     hpdl_attn_mma_pn<D, BK>(acc, s, Ks, g, t, split); /* dS k */
+  }
+
+  for (int h = 0; h < 2; h++) {
+    const int row = h ? r1 : r0;
+    if (row >= T) continue;
+    float *__restrict__ dq = grads + ((long long)bh * T + row) * D;
+    for (int n = 0; n < D / 8; n++)
+      for (int e = 0; e < 2; e++) dq[8 * n + 2 * t + e] = scale * acc[n][2 * h + e];
+  }
+}
+
+/* --------------------------------------- tensor cores, 16-bit operands (bf16, fp16 mma) */
+
+/* Under 16-bit activations (precision.h: q, k, v and the output's gradient arrive
+ * widened from bf16 or fp16 values), the same three products with 16-bit operands:
+ * mma.sync m16n8k16, E = 0 bf16 or 1 fp16 (the activations' type, so that q, k, v and dO
+ * are exact), fp32 accumulators. P and dS are rounded to that type for their products,
+ * as FlashAttention-2 does; every sum and the softmax stay fp32. Against the TF32 kernels
+ * above: twice the tensor-core rate, half the shared memory a tile and half the
+ * fragment loads (two elements a 32-bit load).
+ *
+ * The m16n8k16 fragments (PTX ISA, mma.m16n8k16 .bf16 / .f16), lane (g, t) = (lane / 4,
+ * lane % 4), each register two elements, the lower index in the lower half:
+ *   a = A[g][2t, 2t+1], A[g+8][2t, 2t+1], A[g][2t+8, 2t+9], A[g+8][2t+8, 2t+9]
+ *   b = B[2t, 2t+1][g], B[2t+8, 2t+9][g]          c as m16n8k8's (above)
+ * so an A fragment is two consecutive columns of a row-major tile and a B fragment two
+ * consecutive rows of B's column g: a row of a row-major tile of B^T. Where a product's
+ * B is a tile's rows (P v, P^T do, dS^T q, dS k), the tile is also stored transposed.
+ * The accumulators of the scores (C layout) are the second product's A fragment as they
+ * stand: in k step j, registers s[2j] and s[2j + 1] are A's columns 2t, 2t+1 and 2t+8,
+ * 2t+9. Head sizes as HPDL_ATTN_TC (multiples of 8, 16 .. 64); a k dimension over a
+ * head is padded with zeros to a multiple of 16. Tiles are rows of the padded width + 8
+ * halves: the fragment loads (eight rows at four columns) then hit 32 banks. */
+
+#ifdef __CUDACC__
+/* two floats rounded to nearest even into one register: lo in the lower half */
+template <int E>
+static __device__ __forceinline__ unsigned hpdl_attn_pack(float lo, float hi) {
+  unsigned r;
+  if (E == 0) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+/* c += A B for one warp: A 16 x 16 row-major, B 16 x 8 by columns, C 16 x 8 fp32 */
+template <int E>
+static __device__ __forceinline__ void hpdl_mma_h16(float *c, const unsigned *a, const unsigned *b) {
+  if (E == 0)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* elements [r][c], [r][c + 1] of a 16-bit tile (c even: 4-byte aligned) */
+template <int LD>
+static __device__ __forceinline__ unsigned hpdl_attn_u32(const unsigned short (*X)[LD], int r, int c) {
+  return *reinterpret_cast<const unsigned *>(&X[r][c]);
+}
+#else
+template <int E>
+static inline unsigned hpdl_attn_pack(float lo, float hi) {
+  return E == 0 ? (unsigned)hpdl_bf16_from_f32(lo) | (unsigned)hpdl_bf16_from_f32(hi) << 16
+                : (unsigned)hpdl_f16_from_f32(lo) | (unsigned)hpdl_f16_from_f32(hi) << 16;
+}
+
+template <int E>
+static inline float hpdl_attn_h2f(unsigned h) {
+  return E == 0 ? hpdl_bf16_to_f32((unsigned short)h) : hpdl_f16_to_f32((unsigned short)h);
+}
+
+/* The emulation, as hpdl_mma_tf32's: the warp's fragments exchanged through a stage, each
+ * lane's four sums in k order (the products of two 16-bit values are exact in fp32). */
+template <int E>
+static inline void hpdl_mma_h16(float *c, const unsigned *a, const unsigned *b) {
+  struct Lane {
+    unsigned a[4], b[2];
+  };
+  static thread_local Lane stage[32][32];
+  const unsigned lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 31, g = lane >> 2, t = lane & 3;
+  for (int i = 0; i < 4; i++) stage[warp][lane].a[i] = a[i];
+  for (int i = 0; i < 2; i++) stage[warp][lane].b[i] = b[i];
+  __syncwarp(0xffffffffu);
+  float A[16][16], Bm[16][8];
+  for (unsigned l = 0; l < 32; l++) {
+    const unsigned lg = l >> 2, lt = l & 3;
+    const Lane &x = stage[warp][l];
+    for (int h = 0; h < 2; h++) {
+      A[lg][2 * lt + h] = hpdl_attn_h2f<E>(x.a[0] >> (16 * h) & 0xffffu);
+      A[lg + 8][2 * lt + h] = hpdl_attn_h2f<E>(x.a[1] >> (16 * h) & 0xffffu);
+      A[lg][2 * lt + 8 + h] = hpdl_attn_h2f<E>(x.a[2] >> (16 * h) & 0xffffu);
+      A[lg + 8][2 * lt + 8 + h] = hpdl_attn_h2f<E>(x.a[3] >> (16 * h) & 0xffffu);
+      Bm[2 * lt + h][lg] = hpdl_attn_h2f<E>(x.b[0] >> (16 * h) & 0xffffu);
+      Bm[2 * lt + 8 + h][lg] = hpdl_attn_h2f<E>(x.b[1] >> (16 * h) & 0xffffu);
+    }
+  }
+  __syncwarp(0xffffffffu);
+  for (int i = 0; i < 4; i++) {
+    const unsigned row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+    float sum = c[i];
+    for (int kk = 0; kk < 16; kk++) sum += A[row][kk] * Bm[kk][col];
+    c[i] = sum;
+  }
+}
+
+template <int LD>
+static inline unsigned hpdl_attn_u32(const unsigned short (*X)[LD], int r, int c) {
+  unsigned u;
+  memcpy(&u, &X[r][c], 4); /* no aliasing of the 16-bit tile through an unsigned * */
+  return u;
+}
+#endif
+
+#define HPDL_ATTN_PAD16(n) (((n) + 15) / 16 * 16)
+
+/* a value of q, k, v or dO in the operands' type: an fp32 one rounded (exact where it was
+ * widened from that type), a 16-bit one (already that type: the code generator's choice)
+ * as it is */
+template <int E>
+static __device__ __forceinline__ unsigned short hpdl_attn_h16(float x) {
+  return E == 0 ? hpdl_bf16_from_f32(x) : hpdl_f16_from_f32(x);
+}
+template <int E>
+static __device__ __forceinline__ unsigned short hpdl_attn_h16(unsigned short x) {
+  return x;
+}
+
+/* ROWS rows of W values (fp32, or 16-bit of the operands' type), rows SLD apart, into a
+ * 16-bit tile (rows LD halves apart): columns W .. WP - 1 and the rows at and past n zeros. */
+template <int E, int ROWS, int W, int WP, int SLD, int NT, int LD, typename TS>
+static __device__ __forceinline__ void hpdl_attn_load16(unsigned short (*dst)[LD], const TS *__restrict__ src, int n) {
+  for (int e = threadIdx.x; e < ROWS * WP; e += NT) {
+    const int i = e / WP, d = e - i * WP;
+    dst[i][d] = i < n && d < W ? hpdl_attn_h16<E>(src[i * SLD + d]) : (unsigned short)0;
+  }
+}
+
+/* The same rows transposed: dst[d][i] for d < W, i < ROWS (zeros at and past n). */
+template <int E, int ROWS, int W, int SLD, int NT, int LD, typename TS>
+static __device__ __forceinline__ void hpdl_attn_load16t(unsigned short (*dst)[LD], const TS *__restrict__ src, int n) {
+  for (int e = threadIdx.x; e < ROWS * W; e += NT) {
+    const int i = e / W, d = e - i * W;
+    dst[d][i] = i < n ? hpdl_attn_h16<E>(src[i * SLD + d]) : (unsigned short)0;
+  }
+}
+
+/* the A fragment of k step kk of the 16 rows of tile X from row r0 */
+template <int LD>
+static __device__ __forceinline__ void hpdl_attn_afrag(unsigned *a, const unsigned short (*X)[LD], int r0, int kk, int g,
+                                                       int t) {
+  a[0] = hpdl_attn_u32<LD>(X, r0 + g, 16 * kk + 2 * t);
+  a[1] = hpdl_attn_u32<LD>(X, r0 + g + 8, 16 * kk + 2 * t);
+  a[2] = hpdl_attn_u32<LD>(X, r0 + g, 16 * kk + 2 * t + 8);
+  a[3] = hpdl_attn_u32<LD>(X, r0 + g + 8, 16 * kk + 2 * t + 8);
+}
+
+/* acc[n] += A X^T over K (a multiple of 16) columns, for n < N / 8: A the 16 rows of tile
+ * As from row r0, X a tile whose rows 8 n + g are B's columns. The fragments are loaded
+ * where they are used, so that registers hold the accumulators (as the TF32 kernels). */
+template <int E, int N, int K, int LDA, int LDX>
+static __device__ __forceinline__ void hpdl_attn_mma16_nt(float (*acc)[4], const unsigned short (*As)[LDA], int r0,
+                                                          const unsigned short (*X)[LDX], int g, int t) {
+  HPDL_ATTN_ROLLED
+  for (int kk = 0; kk < K / 16; kk++) {
+    unsigned a[4];
+    hpdl_attn_afrag<LDA>(a, As, r0, kk, g, t);
+#ifdef __CUDACC__
+#pragma unroll
+#endif
+    for (int n = 0; n < N / 8; n++) {
+      const unsigned b[2] = {hpdl_attn_u32<LDX>(X, 8 * n + g, 16 * kk + 2 * t),
+                             hpdl_attn_u32<LDX>(X, 8 * n + g, 16 * kk + 2 * t + 8)};
+      hpdl_mma_h16<E>(acc[n], a, b);
+    }
+  }
+}
+
+/* acc[n] += P Xt^T over K (a multiple of 16) keys or rows, for n < N / 8: P the warp's fp32
+ * accumulators p[K / 8] (C layout), rounded to 16 bits as the A fragment; Xt a transposed
+ * tile (Xt[d][j]: the B fragment's key pairs consecutive). */
+template <int E, int N, int K, int LDT>
+static __device__ __forceinline__ void hpdl_attn_mma16_pn(float (*acc)[4], const float (*p)[4],
+                                                          const unsigned short (*Xt)[LDT], int g, int t) {
+#ifdef __CUDACC__
+#pragma unroll
+#endif
+  for (int js = 0; js < K / 16; js++) {
+    const unsigned a[4] = {hpdl_attn_pack<E>(p[2 * js][0], p[2 * js][1]), hpdl_attn_pack<E>(p[2 * js][2], p[2 * js][3]),
+                           hpdl_attn_pack<E>(p[2 * js + 1][0], p[2 * js + 1][1]),
+                           hpdl_attn_pack<E>(p[2 * js + 1][2], p[2 * js + 1][3])};
+#ifdef __CUDACC__
+#pragma unroll
+#endif
+    for (int n = 0; n < N / 8; n++) {
+      const unsigned b[2] = {hpdl_attn_u32<LDT>(Xt, 8 * n + g, 16 * js + 2 * t),
+                             hpdl_attn_u32<LDT>(Xt, 8 * n + g, 16 * js + 2 * t + 8)};
+      hpdl_mma_h16<E>(acc[n], a, b);
+    }
+  }
+}
+
+/* The forward with 16-bit operands: block `blk` of HPDL_ATTN_FWD_GRID for an HPDL_ATTN_TC
+ * shape (hpdl_attn_plan_tc's grid), 64 query rows of (b, h), a warp 16 of them; key tiles
+ * of HPDL_ATTN_H16_FWD_BK, v's stored transposed. */
+template <int D, int Dv, int E, typename TQ>
+static __device__ void hpdl_attn_fwd_h(const TQ *__restrict__ q, const TQ *__restrict__ k,
+                                       const TQ *__restrict__ v, float *__restrict__ out, int B, int H, int Hk, int T,
+                                       int S, float scale, int causal, int window, int row_rank, int row_size,
+                                       int col_rank, int col_size, long long blk) {
+  constexpr int NT = HPDL_ATTN_TC_THREADS, BQ = HPDL_ATTN_TC_ROWS, BK = HPDL_ATTN_H16_FWD_BK;
+  constexpr int KD = HPDL_ATTN_PAD16(D), LQ = KD + 8, LV = BK + 8;
+  static_assert(HPDL_ATTN_TC(D, Dv), "tensor-core attention takes head sizes 16 .. 64, multiples of 8");
+  static_assert(BQ == 16 * (NT / 32) && BK % 16 == 0, "16 rows a warp, key tiles of 16s");
+  static_assert(2 * (BQ * LQ + BK * LQ + Dv * LV) + 4 * BK <= HPDL_ATTN_SMEM_LIMIT, "fwd_h over 48 KB");
+  __shared__ __align__(16) unsigned short Qs[BQ][LQ];
+  __shared__ __align__(16) unsigned short Ks[BK][LQ];
+  __shared__ __align__(16) unsigned short Vt[Dv][LV]; /* v transposed */
+  __shared__ int Cp[BK];                              /* key positions (causal) */
+  (void)B;
+  const int tid = threadIdx.x, warp = tid / 32, g = (tid & 31) / 4, t = tid & 3;
+  const int nq = (T + BQ - 1) / BQ, bh = (int)blk / nq;
+  const int t0 = ((int)blk - bh * nq) * BQ, nrows = T - t0 < BQ ? T - t0 : BQ;
+  const int bhk = bh / H * Hk + (bh % H) / (H / Hk);
+  const int w0 = t0 + 16 * warp, wn = T - w0 < 0 ? 0 : T - w0 < 16 ? T - w0 : 16; /* the warp's rows */
+  const int r0 = w0 + g, r1 = r0 + 8;                                              /* this lane's */
+  const TQ *__restrict__ kh = k + (long long)bhk * S * D;
+  const TQ *__restrict__ vh = v + (long long)bhk * S * Dv;
+  hpdl_attn_load16<E, BQ, D, KD, D, NT>(Qs, q + ((long long)bh * T + t0) * D, nrows); /* read after the loop's first barrier */
+  const int rp0 = causal && r0 < T ? hpdl_attn_rowpos(r0, T, row_rank, row_size) : 0;
+  const int rp1 = causal && r1 < T ? hpdl_attn_rowpos(r1, T, row_rank, row_size) : 0;
+  const int rmax = causal ? hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) : 0;
+  const int rmin = causal && nrows > 0 ? hpdl_attn_rowpos(t0, T, row_rank, row_size) : 0;
+  const int wmax = causal ? hpdl_attn_rowpos_max(w0, w0 + wn, T, row_rank, row_size) : 0;
+  const int wmin = causal && wn > 0 ? hpdl_attn_rowpos(w0, T, row_rank, row_size) : 0;
+  float m[2] = {HPDL_NEG_INF, HPDL_NEG_INF}, l[2] = {0.0f, 0.0f}; /* rows r0, r1: max; this lane's sum */
+  float o[Dv / 8][4];
+  for (int n = 0; n < Dv / 8; n++)
+    for (int i = 0; i < 4; i++) o[n][i] = 0.0f;
+
+  for (int j0 = 0; j0 < S; j0 += BK) {
+    const int nk = S - j0 < BK ? S - j0 : BK;
+    if (hpdl_attn_keys_skipped(j0, nk, S, causal, window, rmin, rmax, col_rank, col_size)) continue; /* uniform */
+    __syncthreads(); /* fwd_h: the previous tile's Ks, Vt, Cp are read */
+    hpdl_attn_load16<E, BK, D, KD, D, NT>(Ks, kh + (long long)j0 * D, nk);
+    hpdl_attn_load16t<E, BK, Dv, Dv, NT>(Vt, vh + (long long)j0 * Dv, nk);
+    if (causal)
+      for (int j = tid; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0;
+    __syncthreads(); /* fwd_h: the tile is loaded */
+    if (wn == 0 || hpdl_attn_keys_skipped(j0, nk, S, causal, window, wmin, wmax, col_rank, col_size)) continue;
+
+    float s[BK / 8][4];
+    for (int n = 0; n < BK / 8; n++)
+      for (int i = 0; i < 4; i++) s[n][i] = 0.0f;
+    hpdl_attn_mma16_nt<E, BK, KD, LQ>(s, Qs, 16 * warp, Ks, g, t);
+    float mt[2] = {HPDL_NEG_INF, HPDL_NEG_INF};
+    for (int n = 0; n < BK / 8; n++)
+      for (int i = 0; i < 4; i++) {
+        const int j = 8 * n + 2 * t + (i & 1), row = i < 2 ? r0 : r1;
+        const bool ok = row < T && j < nk && (!causal || hpdl_attn_allowed(i < 2 ? rp0 : rp1, Cp[j], window));
+        s[n][i] = ok ? scale * s[n][i] : HPDL_NEG_INF;
+        mt[i >> 1] = fmaxf(mt[i >> 1], s[n][i]);
+      }
+    float base[2], alpha[2];
+    for (int h = 0; h < 2; h++) {
+      mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 1)); /* a row's four lanes */
+      mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 2));
+      const float mnew = fmaxf(m[h], mt[h]);
+      base[h] = mnew == HPDL_NEG_INF ? 0.0f : mnew;
+      alpha[h] = expf(m[h] - base[h]);
+      m[h] = mnew;
+      l[h] *= alpha[h];
+    }
+    for (int n = 0; n < BK / 8; n++)
+      for (int i = 0; i < 4; i++) {
+        s[n][i] = expf(s[n][i] - base[i >> 1]);
+        l[i >> 1] += s[n][i];
+      }
+    for (int n = 0; n < Dv / 8; n++)
+      for (int i = 0; i < 4; i++) o[n][i] *= alpha[i >> 1];
+    hpdl_attn_mma16_pn<E, Dv, BK>(o, s, Vt, g, t);
+  }
+
+  for (int h = 0; h < 2; h++) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    const int row = h ? r1 : r0;
+    if (row >= T) continue;
+    float *__restrict__ orow = out + ((long long)bh * T + row) * (Dv + 1);
+    for (int n = 0; n < Dv / 8; n++)
+      for (int e = 0; e < 2; e++) orow[8 * n + 2 * t + e] = l[h] > 0.0f ? o[n][2 * h + e] / l[h] : 0.0f;
+    if (t == 0) orow[Dv] = l[h] > 0.0f ? m[h] + logf(l[h]) : HPDL_NEG_INF;
+  }
+}
+
+/* dk and dv with 16-bit operands: block `blk` of HPDL_ATTN_DKDV_GRID (hpdl_attn_plan_tc's),
+ * 64 keys of (b, hk), a warp 16 of them; query tiles of HPDL_ATTN_H16_DKDV_BQ rows of each
+ * head of the group in order, q and do stored both ways. Dt from hpdl_attn_bwd_dt. */
+template <int D, int Dv, int E, typename TQ>
+static __device__ void hpdl_attn_bwd_dkdv_h(const TQ *__restrict__ q, const TQ *__restrict__ k,
+                                            const TQ *__restrict__ v, const float *__restrict__ out,
+                                            const float *__restrict__ dout, const float *__restrict__ Dt,
+                                            float *__restrict__ grads, int B, int H, int Hk, int T, int S, float scale,
+                                            int causal, int window, int row_rank, int row_size, int col_rank,
+                                            int col_size, long long blk) {
+  constexpr int NT = HPDL_ATTN_TC_THREADS, BK = HPDL_ATTN_TC_KEYS, BQ = HPDL_ATTN_H16_DKDV_BQ;
+  constexpr int KD = HPDL_ATTN_PAD16(D), KDv = HPDL_ATTN_PAD16(Dv), LK = KD + 8, LV = KDv + 8, LT = BQ + 8;
+  static_assert(HPDL_ATTN_TC(D, Dv), "tensor-core attention takes head sizes 16 .. 64, multiples of 8");
+  static_assert(BK == 16 * (NT / 32) && BQ % 16 == 0, "16 keys a warp, query tiles of 16s");
+  static_assert(2 * (BK * LK + BK * LV + BQ * LK + D * LT + BQ * LV + Dv * LT) + 12 * BQ <= HPDL_ATTN_SMEM_LIMIT,
+                "dkdv_h over 48 KB");
+  __shared__ __align__(16) unsigned short Ks[BK][LK];
+  __shared__ __align__(16) unsigned short Vs[BK][LV];
+  __shared__ __align__(16) unsigned short Qs[BQ][LK];
+  __shared__ __align__(16) unsigned short Qt[D][LT];  /* q transposed */
+  __shared__ __align__(16) unsigned short Gs[BQ][LV]; /* do */
+  __shared__ __align__(16) unsigned short Gt[Dv][LT]; /* do transposed */
+  __shared__ float Ls[BQ];                            /* lse */
+  __shared__ float Ds[BQ];                            /* Dt */
+  __shared__ int Rp[BQ];                              /* row positions (causal) */
+  const int tid = threadIdx.x, warp = tid / 32, g = (tid & 31) / 4, t = tid & 3, G = H / Hk;
+  const int nkt = (S + BK - 1) / BK, bhk = (int)blk / nkt, b = bhk / Hk, hk = bhk - b * Hk;
+  const int j0 = ((int)blk - bhk * nkt) * BK, nk = S - j0 < BK ? S - j0 : BK;
+  const int k0 = j0 + 16 * warp, wn = S - k0 < 0 ? 0 : S - k0 < 16 ? S - k0 : 16; /* the warp's keys */
+  const int kr0 = k0 + g, kr1 = kr0 + 8;                                              /* this lane's */
+  hpdl_attn_load16<E, BK, D, KD, D, NT>(Ks, k + ((long long)bhk * S + j0) * D, nk); /* read after the first barrier */
+  hpdl_attn_load16<E, BK, Dv, KDv, Dv, NT>(Vs, v + ((long long)bhk * S + j0) * Dv, nk);
+  const int kp0 = causal && kr0 < S ? hpdl_attn_colpos(kr0, S, col_rank, col_size) : 0;
+  const int kp1 = causal && kr1 < S ? hpdl_attn_colpos(kr1, S, col_rank, col_size) : 0;
+  const int kmin = causal ? hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) : 0;
+  const int kmax = causal && window > 0 ? hpdl_attn_colpos_max(j0, j0 + nk, S, col_rank, col_size) : 0;
+  const int wkmin = causal ? hpdl_attn_colpos_min(k0, k0 + wn, S, col_rank, col_size) : 0;
+  const int wkmax = causal && window > 0 ? hpdl_attn_colpos_max(k0, k0 + wn, S, col_rank, col_size) : 0;
+  float dk[D / 8][4], dv[Dv / 8][4];
+  for (int n = 0; n < D / 8; n++)
+    for (int i = 0; i < 4; i++) dk[n][i] = 0.0f;
+  for (int n = 0; n < Dv / 8; n++)
+    for (int i = 0; i < 4; i++) dv[n][i] = 0.0f;
+
+  for (int gh = 0; gh < G; gh++) {
+    const int bh = b * H + hk * G + gh;
+    for (int t0 = 0; t0 < T; t0 += BQ) {
+      const int nrows = T - t0 < BQ ? T - t0 : BQ;
+      if (causal && hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) < kmin) continue; /* uniform */
+      if (causal && window > 0 && hpdl_attn_rowpos(t0, T, row_rank, row_size) - kmax >= window) continue;
+      __syncthreads(); /* dkdv_h: the previous tile's Qs, Qt, Gs, Gt, Ls, Ds, Rp are read */
+      const long long row0 = (long long)bh * T + t0;
+      hpdl_attn_load16<E, BQ, D, KD, D, NT>(Qs, q + row0 * D, nrows);
+      hpdl_attn_load16t<E, BQ, D, D, NT>(Qt, q + row0 * D, nrows);
+      hpdl_attn_load16<E, BQ, Dv, KDv, Dv + 1, NT>(Gs, dout + row0 * (Dv + 1), nrows);
+      hpdl_attn_load16t<E, BQ, Dv, Dv + 1, NT>(Gt, dout + row0 * (Dv + 1), nrows);
+      for (int i = tid; i < BQ; i += NT) {
+        const bool in = i < nrows;
+        Ls[i] = in ? out[(row0 + i) * (Dv + 1) + Dv] : HPDL_NEG_INF;
+        Ds[i] = in ? Dt[row0 + i] : 0.0f;
+        Rp[i] = in && causal ? hpdl_attn_rowpos(t0 + i, T, row_rank, row_size) : 0;
+      }
+      __syncthreads(); /* dkdv_h: the tile is loaded */
+      if (wn == 0 || (causal && wkmin > hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size))) continue;
+      if (causal && window > 0 && hpdl_attn_rowpos(t0, T, row_rank, row_size) - wkmax >= window) continue;
+
+      float p[BQ / 8][4], ds[BQ / 8][4]; /* P^T and dS^T: keys g, g + 8 by rows 8 n + 2 t, + 1 */
+      for (int n = 0; n < BQ / 8; n++)
+        for (int i = 0; i < 4; i++) p[n][i] = ds[n][i] = 0.0f;
+      hpdl_attn_mma16_nt<E, BQ, KD, LK>(p, Ks, 16 * warp, Qs, g, t);   /* k q^T */
+      hpdl_attn_mma16_nt<E, BQ, KDv, LV>(ds, Vs, 16 * warp, Gs, g, t); /* v do^T */
+      for (int n = 0; n < BQ / 8; n++)
+        for (int i = 0; i < 4; i++) {
+          const int r = 8 * n + 2 * t + (i & 1), key = i < 2 ? kr0 : kr1;
+          const float lse = Ls[r]; /* -inf: no allowed key in the row (and rows past T) */
+          const bool ok =
+              key < S && lse != HPDL_NEG_INF && (!causal || hpdl_attn_allowed(Rp[r], i < 2 ? kp0 : kp1, window));
+          const float pr = ok ? expf(scale * p[n][i] - lse) : 0.0f;
+          ds[n][i] = pr * (ds[n][i] - Ds[r]);
+          p[n][i] = pr;
+        }
+      hpdl_attn_mma16_pn<E, Dv, BQ>(dv, p, Gt, g, t); /* P^T do */
+      hpdl_attn_mma16_pn<E, D, BQ>(dk, ds, Qt, g, t); /* dS^T q */
+    }
+  }
+
+  const long long nq = (long long)B * H * T * D;
+  for (int h = 0; h < 2; h++) {
+    const int key = h ? kr1 : kr0;
+    if (key >= S) continue;
+    float *__restrict__ dkr = grads + nq + ((long long)bhk * S + key) * D;
+    float *__restrict__ dvr = grads + nq + (long long)B * Hk * S * D + ((long long)bhk * S + key) * Dv;
+    for (int n = 0; n < D / 8; n++)
+      for (int e = 0; e < 2; e++) dkr[8 * n + 2 * t + e] = scale * dk[n][2 * h + e];
+    for (int n = 0; n < Dv / 8; n++)
+      for (int e = 0; e < 2; e++) dvr[8 * n + 2 * t + e] = dv[n][2 * h + e];
+  }
+}
+
+/* dq with 16-bit operands: block `blk` of HPDL_ATTN_DQ_GRID (hpdl_attn_plan_tc's), 64 query
+ * rows of (b, h), a warp 16 of them; key tiles of HPDL_ATTN_H16_DQ_BK, k stored both ways. */
+template <int D, int Dv, int E, typename TQ>
+static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__restrict__ k,
+                                          const TQ *__restrict__ v, const float *__restrict__ out,
+                                          const float *__restrict__ dout, const float *__restrict__ Dt,
+                                          float *__restrict__ grads, int B, int H, int Hk, int T, int S, float scale,
+                                          int causal, int window, int row_rank, int row_size, int col_rank,
+                                          int col_size, long long blk) {
+  constexpr int NT = HPDL_ATTN_TC_THREADS, BQ = HPDL_ATTN_TC_ROWS, BK = HPDL_ATTN_H16_DQ_BK;
+  constexpr int KD = HPDL_ATTN_PAD16(D), KDv = HPDL_ATTN_PAD16(Dv), LK = KD + 8, LV = KDv + 8, LT = BK + 8;
+  static_assert(HPDL_ATTN_TC(D, Dv), "tensor-core attention takes head sizes 16 .. 64, multiples of 8");
+  static_assert(BQ == 16 * (NT / 32) && BK % 16 == 0, "16 rows a warp, key tiles of 16s");
+  static_assert(2 * (BQ * LK + BQ * LV + BK * LK + BK * LV + D * LT) + 4 * BK <= HPDL_ATTN_SMEM_LIMIT,
+                "dq_h over 48 KB");
+  __shared__ __align__(16) unsigned short Qs[BQ][LK];
+  __shared__ __align__(16) unsigned short Gs[BQ][LV]; /* do */
+  __shared__ __align__(16) unsigned short Ks[BK][LK];
+  __shared__ __align__(16) unsigned short Vs[BK][LV];
+  __shared__ __align__(16) unsigned short Kt[D][LT]; /* k transposed */
+  __shared__ int Cp[BK];                             /* key positions (causal) */
+  (void)B;
+  const int tid = threadIdx.x, warp = tid / 32, g = (tid & 31) / 4, t = tid & 3;
+  const int nq = (T + BQ - 1) / BQ, bh = (int)blk / nq;
+  const int t0 = ((int)blk - bh * nq) * BQ, nrows = T - t0 < BQ ? T - t0 : BQ;
+  const int bhk = bh / H * Hk + (bh % H) / (H / Hk);
+  const int w0 = t0 + 16 * warp, wn = T - w0 < 0 ? 0 : T - w0 < 16 ? T - w0 : 16;
+  const int r0 = w0 + g, r1 = r0 + 8;
+  const TQ *__restrict__ kh = k + (long long)bhk * S * D;
+  const TQ *__restrict__ vh = v + (long long)bhk * S * Dv;
+  hpdl_attn_load16<E, BQ, D, KD, D, NT>(Qs, q + ((long long)bh * T + t0) * D, nrows); /* read after the first barrier */
+  hpdl_attn_load16<E, BQ, Dv, KDv, Dv + 1, NT>(Gs, dout + ((long long)bh * T + t0) * (Dv + 1), nrows);
+  float lse[2], dt[2];
+  int rp[2];
+  for (int h = 0; h < 2; h++) {
+    const int row = h ? r1 : r0;
+    const long long at = (long long)bh * T + row;
+    lse[h] = row < T ? out[at * (Dv + 1) + Dv] : HPDL_NEG_INF;
+    dt[h] = row < T ? Dt[at] : 0.0f;
+    rp[h] = causal && row < T ? hpdl_attn_rowpos(row, T, row_rank, row_size) : 0;
+  }
+  const int rmax = causal ? hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) : 0;
+  const int rmin = causal && nrows > 0 ? hpdl_attn_rowpos(t0, T, row_rank, row_size) : 0;
+  const int wmax = causal ? hpdl_attn_rowpos_max(w0, w0 + wn, T, row_rank, row_size) : 0;
+  const int wmin = causal && wn > 0 ? hpdl_attn_rowpos(w0, T, row_rank, row_size) : 0;
+  float acc[D / 8][4];
+  for (int n = 0; n < D / 8; n++)
+    for (int i = 0; i < 4; i++) acc[n][i] = 0.0f;
+
+  for (int j0 = 0; j0 < S; j0 += BK) {
+    const int nk = S - j0 < BK ? S - j0 : BK;
+    if (hpdl_attn_keys_skipped(j0, nk, S, causal, window, rmin, rmax, col_rank, col_size)) continue; /* uniform */
+    __syncthreads(); /* dq_h: the previous tile's Ks, Vs, Kt, Cp are read */
+    hpdl_attn_load16<E, BK, D, KD, D, NT>(Ks, kh + (long long)j0 * D, nk);
+    hpdl_attn_load16<E, BK, Dv, KDv, Dv, NT>(Vs, vh + (long long)j0 * Dv, nk);
+    hpdl_attn_load16t<E, BK, D, D, NT>(Kt, kh + (long long)j0 * D, nk);
+    if (causal)
+      for (int j = tid; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0;
+    __syncthreads(); /* dq_h: the tile is loaded */
+    if (wn == 0 || hpdl_attn_keys_skipped(j0, nk, S, causal, window, wmin, wmax, col_rank, col_size)) continue;
+
+    float s[BK / 8][4], dp[BK / 8][4];
+    for (int n = 0; n < BK / 8; n++)
+      for (int i = 0; i < 4; i++) s[n][i] = dp[n][i] = 0.0f;
+    hpdl_attn_mma16_nt<E, BK, KD, LK>(s, Qs, 16 * warp, Ks, g, t);   /* q k^T */
+    hpdl_attn_mma16_nt<E, BK, KDv, LV>(dp, Gs, 16 * warp, Vs, g, t); /* do v^T */
+    for (int n = 0; n < BK / 8; n++)
+      for (int i = 0; i < 4; i++) {
+        const int j = 8 * n + 2 * t + (i & 1), h = i >> 1;
+        const bool ok = (h ? r1 : r0) < T && j < nk && lse[h] != HPDL_NEG_INF &&
+                        (!causal || hpdl_attn_allowed(rp[h], Cp[j], window));
+        s[n][i] = ok ? expf(scale * s[n][i] - lse[h]) * (dp[n][i] - dt[h]) : 0.0f; /* dS */
+      }
+    hpdl_attn_mma16_pn<E, D, BK>(acc, s, Kt, g, t); /* dS k */
   }
 
   for (int h = 0; h < 2; h++) {

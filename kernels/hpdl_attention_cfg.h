@@ -67,6 +67,12 @@
 #define HPDL_ATTN_TC_FWD_BK 32
 #define HPDL_ATTN_TC_DKDV_BQ 16
 #define HPDL_ATTN_TC_DQ_BK 16
+/* The 16-bit tensor-core kernels (bf16 / fp16 operands, mma m16n8k16): the same blocks and
+ * grids, their own inner tiles (multiples of 16). Static shared memory at D = Dv = 64:
+ * forward 27,904 bytes, dkdv 38,272, dq 32,896. */
+#define HPDL_ATTN_H16_FWD_BK 64
+#define HPDL_ATTN_H16_DKDV_BQ 16
+#define HPDL_ATTN_H16_DQ_BK 32
 #define HPDL_ATTN_FWD_GRID(B, H, T, D, Dv) \
   ((long long)(B) * (long long)(H) * HPDL_ATTN_CDIV((long long)(T), HPDL_ATTN_FWD_BQ(D, Dv)))
 #define HPDL_ATTN_DT_GRID(B, H, T, D, Dv) \

@@ -253,7 +253,11 @@ static const char *vname(const Emit *E, int xi, char *buf, size_t n) {
   return buf;
 }
 
-/* A load the vector path reads as a float4: f32, unit stride along the
+/* The element types the vector path moves four at a time: f32 (a float4),
+ * bf16 and f16 (8 bytes, a uint2). */
+static int vec_type(DType t) { return t == DT_F32 || t == DT_BF16 || t == DT_F16; }
+
+/* A load the vector path reads as a float4 (or a uint2 of 16-bit values): unit stride along the
  * innermost collapsed axis, and 16-byte aligned for every group of four
  * (the other terms multiples of 4; the base pointer is checked at run time). */
 static int vec_access(const Nest *N, const NestAff *a) {
@@ -282,14 +286,19 @@ static int ex(Emit *E, int xi) {
   vname(E, x->a, a, sizeof a);
   vname(E, x->b, b, sizeof b);
   vname(E, xi, me, sizeof me);
-  if (E->vec && x->kind == X_LOAD && x->dt == DT_F32 && vec_access(N, &x->off)) {
+  if (E->vec && x->kind == X_LOAD && vec_type(x->dt) && vec_access(N, &x->off)) {
+    int half = x->dt != DT_F32; /* four 16-bit values: 8 bytes, a uint2 */
     if (E->qdone[xi] != E->scope) {
-      cu_tx(o, "%sconst float4 q%d = *(const float4 *)(p%d + ", E->ind, xi, cu_io_index(E->k, x->mem));
+      cu_tx(o, "%sconst %s q%d = *(const %s *)(p%d + ", E->ind, half ? "uint2" : "float4", xi, half ? "uint2" : "float4",
+            cu_io_index(E->k, x->mem));
       aff_text(E, &x->off, o);
       cu_tx(o, ");\n");
       E->qdone[xi] = E->scope;
     }
-    cu_tx(o, "%sconst float %s = q%d.%c;\n", E->ind, me, xi, "xyzw"[E->lane]);
+    if (half) /* lane l: the low (even l) or high half of word l / 2 */
+      cu_tx(o, "%sconst float %s = hpdl_%s_to_f32((unsigned short)(q%d.%c >> %d));\n", E->ind, me,
+            x->dt == DT_BF16 ? "bf16" : "f16", xi, "xy"[E->lane / 2], 16 * (E->lane & 1));
+    else cu_tx(o, "%sconst float %s = q%d.%c;\n", E->ind, me, xi, "xyzw"[E->lane]);
     *so = E->scope;
     return 0;
   }
@@ -504,8 +513,8 @@ static void drop_bases(Emit *E) {
   }
 }
 
-/* A nest the vector path can run (row: a row kernel's sweeps): f32 values
- * only, the innermost collapsed axis a multiple of 4 long (and, in a row
+/* A nest the vector path can run (row: a row kernel's sweeps): f32, bf16
+ * or f16 values, the innermost collapsed axis a multiple of 4 long (and, in a row
  * kernel, part of the reduced group), every store (a row kernel's full
  * ones) and every load that walks that axis at unit stride (vec_access),
  * loads that do not walk it broadcast, and no expression that needs the
@@ -516,17 +525,17 @@ static int vectorizable(const Nest *N, int row) {
   int inner = N->alast[N->na - 1];
   for (int i = 0; i < N->nst; i++) {
     if (row && !N->st[i].full) continue;
-    if (N->st[i].dt != DT_F32 || N->st[i].add || !vec_access(N, &N->st[i].off)) return 0;
+    if (!vec_type(N->st[i].dt) || N->st[i].add || !vec_access(N, &N->st[i].off)) return 0;
   }
   for (int i = 0; i < N->nx; i++) {
     const NestX *x = &N->x[i];
-    if (x->kind == X_INDEX || x->kind == X_MASK || x->kind == X_VMASK || x->kind == X_ROUND || (x->kind == X_DROP && x->p > 0 && x->p < 1) || (!row && x->kind == X_RED))
+    if (x->kind == X_INDEX || x->kind == X_MASK || x->kind == X_VMASK || (x->kind == X_DROP && x->p > 0 && x->p < 1) || (!row && x->kind == X_RED))
       return 0;
     if (x->kind != X_LOAD) continue;
     int walks = x->off.coef[inner] != 0;
     for (int j = 0; j < N->R; j++) walks |= N->axis_of[j] == N->na - 1 && x->off.coef[j] != 0;
     if (x->off.dax >= 0 && x->off.dcoef && N->axis_of[x->off.dax] == N->na - 1) walks = 1;
-    if (walks && (x->dt != DT_F32 || !vec_access(N, &x->off))) return 0;
+    if (walks && (!vec_type(x->dt) || !vec_access(N, &x->off))) return 0;
   }
   return 1;
 }
@@ -558,6 +567,14 @@ static int vec_stores(Emit *E, int full_only) {
     if (full_only && !st->full) continue;
     char c[4][24];
     for (E->lane = 0; E->lane < 4; E->lane++) vname(E, st->x, c[E->lane], sizeof c[0]);
+    if (st->dt == DT_BF16 || st->dt == DT_F16) { /* rounded as the scalar store rounds, two a word */
+      const char *f = st->dt == DT_BF16 ? "hpdl_bf16_from_f32" : "hpdl_f16_from_f32";
+      cu_tx(E->o, "%s*(uint2 *)(p%d + ", E->ind, cu_io_index(E->k, st->val));
+      aff_text(E, &st->off, E->o);
+      cu_tx(E->o, ") = make_uint2((unsigned)%s(%s) | (unsigned)%s(%s) << 16, (unsigned)%s(%s) | (unsigned)%s(%s) << 16);\n",
+            f, c[0], f, c[1], f, c[2], f, c[3]);
+      continue;
+    }
     cu_tx(E->o, "%s*(float4 *)(p%d + ", E->ind, cu_io_index(E->k, st->val));
     aff_text(E, &st->off, E->o);
     cu_tx(E->o, ") = make_float4(%s, %s, %s, %s);\n", c[0], c[1], c[2], c[3]);
@@ -573,8 +590,8 @@ static int vec_stores(Emit *E, int full_only) {
 static void sweep_open(Emit *E, int vec, int v4, int64_t ngrp, int *sweep) {
   CuText *o = E->o;
   if (vec) cu_tx(o, v4 ? "    if (vec_) {\n" : "    } else {\n");
-  if (E->split > 1) cu_tx(o, "    for (long long grp = glo_ + cy_; live_ && grp < ghi_; grp += cny_) {\n");
-  else if (E->col) cu_tx(o, "    for (long long grp = cy_; live_ && grp < %" PRId64 "LL; grp += cny_) {\n", ngrp);
+  if (E->split > 1) cu_tx(o, "    HPDL_COL_UNROLL\n    for (long long grp = glo_ + cy_; live_ && grp < ghi_; grp += cny_) {\n");
+  else if (E->col) cu_tx(o, "    HPDL_COL_UNROLL\n    for (long long grp = cy_; live_ && grp < %" PRId64 "LL; grp += cny_) {\n", ngrp);
   else if (v4) cu_tx(o, "    for (long long grp = threadIdx.x * 4LL; grp < %" PRId64 "LL; grp += blockDim.x * 4LL) {\n", ngrp);
   else cu_tx(o, "    for (long long grp = threadIdx.x; grp < %" PRId64 "LL; grp += blockDim.x) {\n", ngrp);
   E->ind = "      ";
@@ -595,16 +612,26 @@ static void sweep_open(Emit *E, int vec, int v4, int64_t ngrp, int *sweep) {
  * reduced value (those would need the total in every chunk). Returns the
  * chunks, 1 for none. */
 enum { CU_COL_TARGET_BLOCKS = 512, CU_COL_MIN_CHUNK = 1024 };
-static int64_t col_split(const Nest *N, int64_t nrow, int64_t ngrp, int maxl) {
+static int64_t col_split(const Nest *N, int64_t nrow, int64_t ngrp, int maxl, int colrows) {
   if (maxl != 1) return 1;
   for (int i = 0; i < N->nst; i++)
     if (N->st[i].full && N->x[N->st[i].x].level > 0) return 1;
-  int64_t blocks = (nrow + CU_COL_ROWS - 1) / CU_COL_ROWS;
+  int64_t blocks = (nrow + colrows - 1) / colrows;
   if (blocks >= CU_COL_TARGET_BLOCKS / 2) return 1;
   int64_t s = (CU_COL_TARGET_BLOCKS + blocks - 1) / blocks, most = ngrp / CU_COL_MIN_CHUNK;
   if (s > most) s = most;
   if (s * blocks > CU_MAX_GRID) s = CU_MAX_GRID / blocks;
   return s >= 2 ? s : 1;
+}
+
+/* A column kernel's rows a block: CU_COL_ROWS16 where it loads or stores a
+ * 16-bit value (16 of them fill a 32-byte sector), else CU_COL_ROWS. */
+static int col_rows(const Nest *N) {
+  for (int i = 0; i < N->nx; i++)
+    if (N->x[i].kind == X_LOAD && (N->x[i].dt == DT_BF16 || N->x[i].dt == DT_F16)) return CU_COL_ROWS16;
+  for (int i = 0; i < N->nst; i++)
+    if (N->st[i].dt == DT_BF16 || N->st[i].dt == DT_F16) return CU_COL_ROWS16;
+  return CU_COL_ROWS;
 }
 
 /* A nest as one kernel: returns 0, or -1 after cu_fail. */
@@ -626,8 +653,9 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
       if (N->x[i].level > maxl) maxl = N->x[i].level;
     }
   int col = row && N->na > 0 && N->aset[N->na - 1] != 1 && nrow > 1;
-  int64_t nblk = (nrow + CU_COL_ROWS - 1) / CU_COL_ROWS, chunk = 0;
-  E.split = col ? col_split(N, nrow, ngrp, maxl) : 1;
+  int colrows = col_rows(N);
+  int64_t nblk = (nrow + colrows - 1) / colrows, chunk = 0;
+  E.split = col ? col_split(N, nrow, ngrp, maxl, colrows) : 1;
   if (E.split > 1) {
     chunk = (ngrp + E.split - 1) / E.split;
     E.split = (ngrp + chunk - 1) / chunk; /* no empty chunk */
@@ -674,7 +702,7 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   /* a row kernel: a block per row, threads over the group, one sweep per
    * level. When the innermost axis is not the group's (a sum over leading
    * axes: a bias's gradient, a weight's over the batch) in columns instead:
-   * a block holds CU_COL_ROWS neighbouring rows (thread % rows) and its
+   * a block holds colrows neighbouring rows (col_rows) (thread % rows) and its
    * threads' slices (thread / rows) split the group, so a warp reads whole
    * sectors; the slices' partial values meet in shared memory, added in
    * slice order (hpdl_col_sum), no shuffles. */
@@ -688,20 +716,20 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   }
   if (E.split > 1) { /* a block per (column block, chunk of the group) */
     cu_tx(o, "  __shared__ bool last_;\n");
-    cu_tx(o, "  const int cy_ = (int)(threadIdx.x / %d), cny_ = (int)(blockDim.x / %d);\n", CU_COL_ROWS, CU_COL_ROWS);
+    cu_tx(o, "  const int cy_ = (int)(threadIdx.x / %d), cny_ = (int)(blockDim.x / %d);\n", colrows, colrows);
     cu_tx(o, "  const long long cb_ = (long long)blockIdx.x %% %" PRId64 "LL, sp_ = (long long)blockIdx.x / %" PRId64 "LL;\n", nblk,
           nblk);
     cu_tx(o, "  const long long glo_ = sp_ * %" PRId64 "LL, ghi_ = glo_ + %" PRId64 "LL < %" PRId64 "LL ? glo_ + %" PRId64 "LL : %" PRId64
              "LL;\n",
           chunk, chunk, ngrp, chunk, ngrp);
-    cu_tx(o, "  {\n    const long long row0 = cb_ * %dLL;\n", CU_COL_ROWS);
-    cu_tx(o, "    const long long row = row0 + (threadIdx.x %% %d);\n    const bool live_ = row < %" PRId64 "LL;\n", CU_COL_ROWS,
+    cu_tx(o, "  {\n    const long long row0 = cb_ * %dLL;\n", colrows);
+    cu_tx(o, "    const long long row = row0 + (threadIdx.x %% %d);\n    const bool live_ = row < %" PRId64 "LL;\n", colrows,
           nrow);
   } else if (col) {
-    cu_tx(o, "  const int cy_ = (int)(threadIdx.x / %d), cny_ = (int)(blockDim.x / %d);\n", CU_COL_ROWS, CU_COL_ROWS);
+    cu_tx(o, "  const int cy_ = (int)(threadIdx.x / %d), cny_ = (int)(blockDim.x / %d);\n", colrows, colrows);
     cu_tx(o, "  for (long long row0 = (long long)blockIdx.x * %dLL; row0 < %" PRId64 "LL; row0 += (long long)gridDim.x * %dLL) {\n",
-          CU_COL_ROWS, nrow, CU_COL_ROWS);
-    cu_tx(o, "    const long long row = row0 + (threadIdx.x %% %d);\n    const bool live_ = row < %" PRId64 "LL;\n", CU_COL_ROWS,
+          colrows, nrow, colrows);
+    cu_tx(o, "    const long long row = row0 + (threadIdx.x %% %d);\n    const bool live_ = row < %" PRId64 "LL;\n", colrows,
           nrow);
   } else
     cu_tx(o, "  for (long long row = blockIdx.x; row < %" PRId64 "LL; row += gridDim.x) {\n", nrow);
@@ -748,10 +776,11 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
       NestX *x = &N->x[i];
       if (x->kind != X_RED || x->level != L) continue;
       if (E.split > 1) { /* this chunk's part; the total is the last block's */
-        cu_tx(o, "    const float s%d_ = hpdl_col_%s(acc%d, red_);\n", i, x->redmax ? "max" : "sum", i);
+        cu_tx(o, "    const float s%d_ = hpdl_col_%s(acc%d, red_, %d);\n", i, x->redmax ? "max" : "sum", i, colrows);
         continue;
       }
-      cu_tx(o, "    const float v%d = hpdl_%s_%s(acc%d, red_)", i, col ? "col" : "block", x->redmax ? "max" : "sum", i);
+      if (col) cu_tx(o, "    const float v%d = hpdl_col_%s(acc%d, red_, %d)", i, x->redmax ? "max" : "sum", i, colrows);
+      else cu_tx(o, "    const float v%d = hpdl_block_%s(acc%d, red_)", i, x->redmax ? "max" : "sum", i);
       if (x->div) cu_tx(o, " / %" PRId64 ".0f", x->div);
       cu_tx(o, ";\n");
       for (int l = 0; l < 4; l++) E.scope_of[i * 4 + l] = 0; /* every lane reads the row's value */
@@ -803,8 +832,8 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   cu_tx(o, "  }\n}\n\n");
   free(E.scope_of);
   free(E.qdone);
-  if (col) { /* CU_COL_ROWS rows a block; up to CU_BLOCK / CU_COL_ROWS slices of the group, whole warps */
-    int64_t threads = ngrp * CU_COL_ROWS < CU_BLOCK ? ngrp * CU_COL_ROWS : CU_BLOCK;
+  if (col) { /* colrows rows a block; up to CU_BLOCK / colrows slices of the group, whole warps */
+    int64_t threads = ngrp * colrows < CU_BLOCK ? ngrp * colrows : CU_BLOCK;
     threads = (threads + 31) / 32 * 32;
     int64_t blocks = nblk * E.split;
     cu_add_launch(k, name, step, "col", blocks < CU_MAX_GRID ? blocks : CU_MAX_GRID, threads);

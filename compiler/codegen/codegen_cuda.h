@@ -54,6 +54,11 @@ typedef struct {
  * program adds up: kernels.json's "aux_node"), or -1. */
 int cg_cuda_aux_node(const FuseGraph *fg, int kp);
 
+/* Whether the attention kernels for GPU arch (e.g. "sm_80") and head sizes
+ * D, Dv read q, k and v in 16 bits as stored (the tensor-core ones with
+ * 16-bit operands, kernels/hpdl_attention.cuh): precision.h's PrecTarget. */
+int cg_cuda_attention_reads16(const char *arch, int64_t D, int64_t Dv);
+
 /* The launches of a generated module in execution order (per graph, per
  * fused kernel, its steps); what the host program runs. */
 const CgCudaLaunch *cg_cuda_launches(const CgTarget *t, int *n);

@@ -17,8 +17,9 @@
 enum { CU_BLOCK = 256, CU_MAX_GRID = 65535 };
 /* A column kernel's rows a block (kernels/hpdl_cuda.cuh's HPDL_COL_ROWS):
  * 8 neighbouring floats are one 32-byte sector, so a warp's loads use every
- * byte they fetch, and a sum over 768 columns still fills 96 blocks. */
-enum { CU_COL_ROWS = 8 };
+ * byte they fetch, and a sum over 768 columns still fills 96 blocks; 16 where
+ * the kernel reads or writes 16-bit values (16 of them are the sector). */
+enum { CU_COL_ROWS = 8, CU_COL_ROWS16 = 16 };
 
 /* Growable text: the generated source. */
 typedef struct {

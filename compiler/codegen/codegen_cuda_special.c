@@ -15,7 +15,7 @@
  *                    CPU's sequential order (six launches, _s0.._s5);
  *   rope             a thread per (position, pair, chunk of heads): the angle
  *                    in fp64 as the CPU's table, then the chunk's rotations;
- *   cross_entropy    a block per row (max and sum of exponentials by block
+ *   cross_entropy    a block per row (its max and sum of exponentials in one pass, by block
  *                    reductions) writing the row's loss, then one block
  *                    summing the rows in fp64 (two launches);
  *   cross_entropy_bwd  a block per row: softmax - onehot, scaled;
@@ -315,20 +315,33 @@ static int rope(CuKern *k, const IrNode *n, int id) {
 /* ---- cross-entropy with its softmax ---- */
 
 /* The row's max `m` and log-sum-exp `lse` (double; -inf for an all -inf
- * row) by block reductions: the CPU's row_lse (max, then the sum of
- * exp(x - max) in fp32, lse = max + log(sum) in fp64). Every thread of the
- * block runs it. */
-static void row_lse(CuText *o, int x, int64_t V) {
+ * row) in one pass over the logits: each thread's running (max, sum of
+ * exp(x - max)) (hpdl_lse_add, the online softmax), then the block's max and
+ * the sum of each thread's sum rescaled to it (block reductions); lse = max +
+ * log(sum) in fp64, as the CPU's row_lse. With vec4 (f32 logits, rows a
+ * multiple of 4), four logits a thread through float4 where `vec_` (the
+ * buffers 16-byte aligned). Every thread of the block runs it. */
+static void row_lse(CuText *o, int x, int64_t V, int vec4) {
   cu_tx(o, "    const long long base = row * %" PRId64 "LL;\n", V);
-  cu_tx(o, "    float m = HPDL_NEG_INF;\n");
-  cu_tx(o, "    for (long long v = threadIdx.x; v < %" PRId64 "LL; v += blockDim.x) m = fmaxf(m, (float)p%d[base + v]);\n", V,
-        x);
-  cu_tx(o, "    m = hpdl_block_max(m, red_);\n");
-  cu_tx(o, "    float s = 0.0f;\n");
-  cu_tx(o, "    for (long long v = threadIdx.x; v < %" PRId64 "LL; v += blockDim.x) s += expf((float)p%d[base + v] - m);\n", V,
-        x);
-  cu_tx(o, "    s = hpdl_block_sum(s, red_);\n");
-  cu_tx(o, "    const double lse = m == HPDL_NEG_INF ? (double)HPDL_NEG_INF : (double)m + (double)logf(s);\n");
+  cu_tx(o, "    float m = HPDL_NEG_INF, s = 0.0f;\n");
+  if (vec4) {
+    cu_tx(o, "    if (vec_) {\n");
+    cu_tx(o, "      for (long long v = threadIdx.x * 4LL; v < %" PRId64 "LL; v += blockDim.x * 4LL) {\n", V);
+    cu_tx(o, "        const float4 q = *(const float4 *)(p%d + base + v);\n", x);
+    cu_tx(o, "        hpdl_lse_add(&m, &s, q.x);\n        hpdl_lse_add(&m, &s, q.y);\n");
+    cu_tx(o, "        hpdl_lse_add(&m, &s, q.z);\n        hpdl_lse_add(&m, &s, q.w);\n      }\n    } else\n  ");
+  }
+  cu_tx(o, "    for (long long v = threadIdx.x; v < %" PRId64 "LL; v += blockDim.x) hpdl_lse_add(&m, &s, (float)p%d[base + v]);\n",
+        V, x);
+  cu_tx(o, "    const float bm = hpdl_block_max(m, red_);\n");
+  cu_tx(o, "    s = hpdl_block_sum(m == HPDL_NEG_INF ? 0.0f : s * expf(m - bm), red_);\n");
+  cu_tx(o, "    const double lse = bm == HPDL_NEG_INF ? (double)HPDL_NEG_INF : (double)bm + (double)logf(s);\n");
+}
+
+/* `const bool vec_ = ...;`: io buffers a, b (b < 0: none) 16-byte aligned */
+static void vec_flag(CuText *o, int a, int b) {
+  if (b >= 0) cu_tx(o, "  const bool vec_ = (((unsigned long long)p%d | (unsigned long long)p%d) & 15ULL) == 0;\n", a, b);
+  else cu_tx(o, "  const bool vec_ = ((unsigned long long)p%d & 15ULL) == 0;\n", a);
 }
 
 static int cross_entropy(CuKern *k, const IrNode *n, int id) {
@@ -351,11 +364,29 @@ static int cross_entropy(CuKern *k, const IrNode *n, int id) {
     cu_signature(k, o, b);
     cu_tx(o, "  __shared__ float red_[32];\n");
     cu_tx(o, "  const float scale = (float)p%d[0] / %" PRId64 ".0f;\n", dl, P);
+    /* four logits a thread where the rows allow (f32 in, f32 or 16-bit out) */
+    int vec4 = xn->dtype == DT_F32 && V % 4 == 0 && (n->dtype == DT_F32 || n->dtype == DT_BF16 || n->dtype == DT_F16);
+    if (vec4) vec_flag(o, x, out);
     cu_tx(o, "  for (long long row = blockIdx.x; row < %" PRId64 "LL; row += gridDim.x) {\n", P);
-    row_lse(o, x, V);
+    row_lse(o, x, V, vec4);
     cu_tx(o, "    const float lse32 = (float)lse;\n");
     cu_tx(o, "    const long long tgt = (long long)p%d[row];\n", t);
     cu_tx(o, "    const int ok = tgt >= 0 && tgt < %" PRId64 "LL;\n", V);
+    if (vec4) {
+      cu_tx(o, "    if (vec_) {\n");
+      cu_tx(o, "      for (long long v = threadIdx.x * 4LL; v < %" PRId64 "LL; v += blockDim.x * 4LL) {\n", V);
+      cu_tx(o, "        const float4 q = *(const float4 *)(p%d + base + v);\n", x);
+      cu_tx(o, "        float g[4] = {expf(q.x - lse32), expf(q.y - lse32), expf(q.z - lse32), expf(q.w - lse32)};\n");
+      cu_tx(o, "        for (int e = 0; e < 4; e++) g[e] = ok ? scale * (v + e == tgt ? g[e] - 1.0f : g[e]) : 0.0f;\n");
+      if (n->dtype == DT_F32) cu_tx(o, "        *(float4 *)(p%d + base + v) = make_float4(g[0], g[1], g[2], g[3]);\n", out);
+      else {
+        const char *f = n->dtype == DT_BF16 ? "hpdl_bf16_from_f32" : "hpdl_f16_from_f32";
+        cu_tx(o, "        *(uint2 *)(p%d + base + v) = make_uint2((unsigned)%s(g[0]) | (unsigned)%s(g[1]) << 16, (unsigned)%s(g[2]) | "
+                 "(unsigned)%s(g[3]) << 16);\n",
+              out, f, f, f, f);
+      }
+      cu_tx(o, "      }\n      continue;\n    }\n");
+    }
     cu_tx(o, "    for (long long v = threadIdx.x; v < %" PRId64 "LL; v += blockDim.x) {\n", V);
     cu_tx(o, "      const float e = expf((float)p%d[base + v] - lse32);\n", x);
     cu_tx(o, "      const float g = ok ? scale * (v == tgt ? e - 1.0f : e) : 0.0f;\n");
@@ -373,8 +404,10 @@ static int cross_entropy(CuKern *k, const IrNode *n, int id) {
   step_name(k, 0, 2, name, sizeof name);
   cu_signature(k, o, name);
   cu_tx(o, "  __shared__ float red_[32];\n");
+  int vec4 = xn->dtype == DT_F32 && V % 4 == 0;
+  if (vec4) vec_flag(o, x, -1);
   cu_tx(o, "  for (long long row = blockIdx.x; row < %" PRId64 "LL; row += gridDim.x) {\n", P);
-  row_lse(o, x, V);
+  row_lse(o, x, V, vec4);
   cu_tx(o, "    if (threadIdx.x == 0) {\n");
   cu_tx(o, "      const long long tgt = (long long)p%d[row];\n", t);
   cu_tx(o, "      %s_loss[row] = tgt >= 0 && tgt < %" PRId64 "LL ? lse - (double)(float)p%d[base + tgt] : 0.0;\n", b, V, x);
@@ -771,15 +804,21 @@ static void attn_signature(CuKern *k, CuText *o, const char *name, int tc) {
   else cu_signature_min(k, o, name, 1);
 }
 
-/* Whether node id is a 16-bit value widened (precision.h's CAST before the
- * attention kernels): bf16 and fp16 values are exact in TF32 (8 and 10
- * mantissa bits of its 10). */
-static int widened16(const CuKern *k, int id) {
+/* The 16-bit type node id was widened from (precision.h's CAST before the
+ * attention kernels): DT_BF16 or DT_F16, else DT_F32. bf16 and fp16 values
+ * are exact in TF32 (8 and 10 mantissa bits of its 10) and in their own type. */
+static DType widened16(const CuKern *k, int id) {
   const IrNode *x = nd(k, id);
   if (x->op == IR_PAD && x->nin >= 1) return widened16(k, x->in[0]); /* zeros beside it (the packed output's gradient) */
-  if (x->op != IR_CAST || x->nin < 1) return 0;
+  if (x->op != IR_CAST || x->nin < 1) return DT_F32;
   DType from = nd(k, x->in[0])->dtype;
-  return from == DT_BF16 || from == DT_F16;
+  return from == DT_BF16 || from == DT_F16 ? from : DT_F32;
+}
+
+/* The tensor-core kernels (mma.sync, sm_80 on) for these heads; under 16-bit
+ * activations the ones with 16-bit operands, which read q, k, v as stored. */
+int cg_cuda_attention_reads16(const char *arch, int64_t D, int64_t Dv) {
+  return arch && !strncmp(arch, "sm_", 3) && atoi(arch + 3) >= 80 && HPDL_ATTN_TC(D, Dv);
 }
 
 static int attention(CuKern *k, const IrNode *n, int id) {
@@ -790,19 +829,23 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   if ((io[nin] = io_of(k, id)) < 0) return -1;
   const IrNode *q = nd(k, n->in[0]), *kk = nd(k, n->in[1]), *v = nd(k, n->in[2]);
   int64_t B = q->dims[0], H = q->dims[1], T = q->dims[2], D = q->dims[3], Hk = kk->dims[1], S = kk->dims[2], Dv = v->dims[3];
-  for (int i = 0; i <= nin; i++) {
-    const IrNode *x = i < nin ? nd(k, n->in[i]) : n;
-    if (x->dtype != DT_F32) {
-      cu_fail(k->t, "graph %s kernel k%d: attention runs on f32 tensors, not %s", k->fg->graph->name, k->kp,
-              sem_dtype_name(x->dtype));
-      return -1;
-    }
-  }
   /* the tensor-core kernels where the heads and the GPU (sm_80 on: mma.sync TF32) allow */
   const char *arch = k->t->opt.arch ? k->t->opt.arch : "sm_80";
   hpdl_attn_launch L;
   int tc = atoi(arch + 3) >= 80 && D <= HPDL_ATTN_MAX_HEAD && Dv <= HPDL_ATTN_MAX_HEAD &&
            !hpdl_attn_plan_tc((int)D, (int)Dv, B, H, Hk, T, S, &L);
+  /* q, k, v in fp32, or (precision.h, for the tensor-core kernels) all three in one
+   * 16-bit type as stored; everything else fp32 */
+  DType stored = q->dtype;
+  int direct16 = tc && (stored == DT_BF16 || stored == DT_F16);
+  for (int i = 0; i <= nin; i++) {
+    const IrNode *x = i < nin ? nd(k, n->in[i]) : n;
+    if (x->dtype != (i < 3 && direct16 ? stored : DT_F32)) {
+      cu_fail(k->t, "graph %s kernel k%d: attention runs on f32 tensors (q, k, v: all three %s), not %s",
+              k->fg->graph->name, k->kp, direct16 ? sem_dtype_name(stored) : "f32", sem_dtype_name(x->dtype));
+      return -1;
+    }
+  }
   if (!tc && (D > HPDL_ATTN_MAX_HEAD || Dv > HPDL_ATTN_MAX_HEAD || hpdl_attn_plan((int)D, (int)Dv, B, H, Hk, T, S, &L))) {
     cu_fail(k->t,
             "graph %s kernel k%d: no attention kernel for heads of %" PRId64 " / %" PRId64
@@ -814,16 +857,21 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   if (attn_positions(k, n, pos, sizeof pos)) return -1;
   CuText sc = {0};
   cu_float(&sc, n->fattr);
-  /* the tensor-core kernels take one more argument: 3xTF32 unless the device allows TF32
-   * or the activations are stored in 16 bits (precision.h: q, k and v arrive widened
-   * from bf16 / fp16, exact in TF32; the probabilities, the output's gradient and
-   * the scores' gradients, fp32, are rounded to TF32's 10 mantissa bits, finer than
-   * the 8 of the bf16 that FlashAttention and PyTorch's autocast hold them in) */
-  int from16 = widened16(k, n->in[0]) && widened16(k, n->in[1]) && widened16(k, n->in[2]);
+  /* the TF32 tensor-core kernels take one more argument: 3xTF32 unless the device
+   * allows TF32. Where the activations are stored in 16 bits (precision.h: q, k and v
+   * arrive widened from bf16 / fp16) the 16-bit ones run instead. */
+  DType w16 = direct16 ? stored : widened16(k, n->in[0]);
+  int from16 = direct16 || (w16 != DT_F32 && widened16(k, n->in[1]) == w16 && widened16(k, n->in[2]) == w16);
+  /* there, the kernels whose operands are 16-bit (mma m16n8k16 in the activations' type:
+   * q, k, v exact; P, dS and the output's gradient, an fp32 GEMM's product, rounded to
+   * it, as FlashAttention-2 holds them) */
+  int h16 = tc && from16;
   snprintf(args, sizeof args, "%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %d, %" PRId64 ", %s%s", B, H,
            Hk, T, S, sc.s ? sc.s : "1.0f", n->attr[0] ? 1 : 0, n->attr[3], pos,
-           !tc ? "" : from16 ? ", 0 /* one TF32 product: 16-bit activations */" : ", !(hpd.flags & HPDL_KCTX_TF32)");
-  const char *sfx = tc ? "_tc" : "";
+           !tc || h16 ? "" : ", !(hpd.flags & HPDL_KCTX_TF32)");
+  char tmpl[80];
+  snprintf(tmpl, sizeof tmpl, "%" PRId64 ", %" PRId64 "%s", D, Dv, !h16 ? "" : w16 == DT_BF16 ? ", 0 /* bf16 */" : ", 1 /* fp16 */");
+  const char *sfx = h16 ? "_h" : tc ? "_tc" : "";
   free(sc.s);
   /* a launch's grid is capped (CU_MAX_GRID): each block walks the blocks of
    * the rule's grid, block-uniformly, so the kernels' barriers hold; one
@@ -836,11 +884,11 @@ static int attention(CuKern *k, const IrNode *n, int id) {
     cu_tx(o,
           "/* %s: attention (flash, kernels/hpdl_attention.cuh%s): [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
           "] over %" PRId64 " keys of %" PRId64 " heads%s, packed [o, lse] */\n",
-          b, tc ? ", tensor cores" : "", B, H, T, D, S, Hk, n->attr[0] ? ", causal" : "");
+          b, h16 ? ", tensor cores, 16-bit operands" : tc ? ", tensor cores" : "", B, H, T, D, S, Hk,
+          n->attr[0] ? ", causal" : "");
     attn_signature(k, o, b, tc);
     cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", L.grid_fwd);
-    cu_tx(o, "    hpdl_attn_fwd%s<%" PRId64 ", %" PRId64 ">(p%d, p%d, p%d, p%d, %s, blk);\n}\n\n", sfx, D, Dv, io[0], io[1],
-          io[2], io[3], args);
+    cu_tx(o, "    hpdl_attn_fwd%s<%s>(p%d, p%d, p%d, p%d, %s, blk);\n}\n\n", sfx, tmpl, io[0], io[1], io[2], io[3], args);
     cu_add_launch(k, b, 0, "attention", L.grid_fwd, L.threads);
     k->t->launch[k->t->nlaunch - 1].flops = flops;
     return 0;
@@ -862,8 +910,8 @@ static int attention(CuKern *k, const IrNode *n, int id) {
     step_name(k, 1 + s, 3, name, sizeof name);
     attn_signature(k, o, name, tc);
     cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", grid[s]);
-    cu_tx(o, "    %s%s<%" PRId64 ", %" PRId64 ">(p%d, p%d, p%d, p%d, p%d, %s_dt, p%d, %s, blk);\n}\n\n", fn[s], sfx, D, Dv,
-          io[0], io[1], io[2], io[3], io[4], b, io[5], args);
+    cu_tx(o, "    %s%s<%s>(p%d, p%d, p%d, p%d, p%d, %s_dt, p%d, %s, blk);\n}\n\n", fn[s], sfx, tmpl, io[0], io[1], io[2],
+          io[3], io[4], b, io[5], args);
     cu_add_launch(k, name, 1 + s, "attention", grid[s], L.threads);
     /* dk, dv recompute P and dS and take three of the five products, dq two */
     k->t->launch[k->t->nlaunch - 1].flops = flops * (s == 0 ? 0.6 : 0.4);

@@ -58,7 +58,7 @@ int emit_stash(Arena *arena, Diag *diag, const SemModel *model, const IrModule *
       return 1;
     }
     /* the stash the CPU target keeps: 16-bit under mixed precision (precision.h) */
-    if (prec_apply(cm, ad, prec_storage(model->train.precision), 0, &why) < 0) {
+    if (prec_apply(cm, ad, prec_storage(model->train.precision), NULL, &why) < 0) {
       fprintf(stderr, "hpdlc: chunk %d: 16-bit storage: %s\n", c, why ? why : "?");
       return 3;
     }

@@ -45,6 +45,16 @@ static int reads_any(IrOp op, int cuda) {
   }
 }
 
+/* Whether the target's attention reads q, k and v as they are stored: the
+ * CUDA target's tensor-core kernels with 16-bit operands take bf16 or fp16
+ * inputs (where the three share the type, below) for the heads t->attn16
+ * accepts; no cast pass of each before it. The rest of its inputs read fp32. */
+static int attn_reads_stored(const IrNode *x, const IrNode *old, const PrecTarget *t) {
+  if (!t || !t->cuda || !t->attn16 || (x->op != IR_ATTENTION && x->op != IR_ATTENTION_BWD) || x->nin < 3) return 0;
+  const IrNode *q = &old[x->in[0]], *v = &old[x->in[2]];
+  return q->rank == 4 && v->rank == 4 && t->attn16(q->dims[3], v->dims[3], t->arg);
+}
+
 typedef struct {
   IrGraph *g;
   const IrNode *old;   /* the graph's nodes before */
@@ -85,6 +95,14 @@ static int as_f32(Rebuild *R, int v, int side, Span at) {
   return R->cast[side][v] = cast_to(R, nv, DT_F32, at);
 }
 
+/* Whether transpose t swaps its last two axes alone (a GEMM's op() flag). */
+static int swaps_last_two(const IrNode *t) {
+  if (t->rank < 2) return 0;
+  for (int i = 0; i < t->rank - 2; i++)
+    if (t->attr[i] != i) return 0;
+  return t->attr[t->rank - 2] == t->rank - 1 && t->attr[t->rank - 1] == t->rank - 2;
+}
+
 /* The 16-bit value of old node v (a bf16 GEMM's operand) for a reader on
  * side `side` of the cut: itself when stored so, else a cast, which rounds
  * it (the weights' fp32 masters, an fp32 activation), as autocast casts a
@@ -100,10 +118,14 @@ static int as_16(Rebuild *R, int v, int side, Span at) {
      * side of the cut: the same values, rounded once */
     return R->cast16[side][v] = append(R, x, NULL, R->storage);
   }
-  if (x->op == IR_TRANSPOSE || x->op == IR_RESHAPE) {
+  if (x->op == IR_RESHAPE || (x->op == IR_TRANSPOSE && swaps_last_two(x))) {
     /* the view of the cast rather than the cast of the view: the GEMM still
      * reads a transposed weight through its flag, and the cast runs in
-     * order (the tied head's transposed 154 MB table: 30 ms -> 6.5) */
+     * order (the tied head's transposed 154 MB table: 30 ms -> 6.5). Any
+     * other transpose is a copy either way: cast after it, so that the cast
+     * reads it through the transposed index (one pass; before, an fp32 copy
+     * for its other readers and a 16-bit one for the GEMM: attention's
+     * gradients, 26 -> 18 bytes an element) */
     int in16 = as_16(R, x->in[0], side, at);
     return R->cast16[side][v] = append(R, x, &in16, R->storage);
   }
@@ -114,7 +136,7 @@ static int as_16(Rebuild *R, int v, int side, Span at) {
  * 16-bit (a block forward's saved activation), arg16[a] = 1 makes argument
  * a 16-bit (its backward's stash). Returns the values stored in 16 bits;
  * out16[k] says which outputs are. */
-static int rebuild(const IrModule *m, IrGraph *g, DType storage, int cuda, const char *keep16, const char *arg16, char *out16) {
+static int rebuild(const IrModule *m, IrGraph *g, DType storage, const PrecTarget *t, const char *keep16, const char *arg16, char *out16) {
   Arena *a = g->arena;
   int n = g->nnodes, stored = 0, cap = 2 * n + g->noutputs + 1;
   IrNode *old = arena_alloc(a, sizeof(IrNode) * (size_t)(n + 1)); /* the nodes before: g's are rewritten */
@@ -177,10 +199,15 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, int cuda, const
     const IrNode *x = &old[i];
     int side = R.split > 0 && i >= R.split;
     if (R.split > 0 && i == R.split) new_split = g->nnodes;
-    int any = reads_any(x->op, cuda), all16 = x->nin > 0;
+    int any = reads_any(x->op, t && t->cuda), all16 = x->nin > 0;
+    int attn_stored = attn_reads_stored(x, old, t); /* q, k, v as stored when they share a 16-bit type */
+    if (attn_stored) {
+      DType t0 = g->nodes[map[x->in[0]]].dtype;
+      attn_stored = is16(t0) && g->nodes[map[x->in[1]]].dtype == t0 && g->nodes[map[x->in[2]]].dtype == t0;
+    }
     for (int k = 0; k < x->nin; k++) {
       /* a BACKWARD call's stash reference (input 1) is no value */
-      int as_is = any || (x->op == IR_CALL && k > 0 && x->attr[2] == IR_CALL_BACKWARD);
+      int as_is = any || (x->op == IR_CALL && k > 0 && x->attr[2] == IR_CALL_BACKWARD) || (attn_stored && k < 3);
       /* a GEMM's operands, and the fused head's x and w (its GEMMs') */
       int gemm_operand = x->op == IR_MATMUL || (k < 2 && ir_linear_role(x->op) != IR_LINEAR_NONE);
       if (gemm_operand && gemm16) in[k] = as_16(&R, x->in[k], side, x->span);
@@ -213,7 +240,7 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, int cuda, const
 
 DType prec_storage(Precision p) { return p == PREC_BF16 ? DT_BF16 : p == PREC_FP16 ? DT_F16 : DT_F32; }
 
-int prec_apply(IrModule *m, const AdResult *ad, DType storage, int cuda, const char **why) {
+int prec_apply(IrModule *m, const AdResult *ad, DType storage, const PrecTarget *t, const char **why) {
   if (!is16(storage)) return 0;
   int total = 0;
   /* a block forward's saved outputs, by graph: which stay 16-bit */
@@ -248,7 +275,7 @@ int prec_apply(IrModule *m, const AdResult *ad, DType storage, int cuda, const c
       }
     }
     saved16[gi] = arena_alloc(m->arena, (size_t)g->noutputs + 1);
-    total += rebuild(m, g, storage, cuda, keep, arg16, saved16[gi]);
+    total += rebuild(m, g, storage, t, keep, arg16, saved16[gi]);
   }
   if (ir_verify(m, stderr)) { /* an internal error: the problems go to stderr for its report */
     if (why) *why = "the module does not verify after the storage types were set";

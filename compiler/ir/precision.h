@@ -17,7 +17,8 @@
  * product fp32 (the CPU's hpd_ctx.gemm_bf16, cuBLASLt's CUDA_R_16BF). A
  * parameter's gradient is fp32 where it is made. fp16's GEMMs,
  * host ops (attention, convolution, MoE), collectives, extern calls, calls
- * of other graphs and the CUDA target's special kernels read fp32: a CAST is put
+ * of other graphs and the CUDA target's special kernels read fp32 (but its
+ * tensor-core attention's q, k and v: their stored 16-bit type): a CAST is put
  * before them (one per value and side of the step's forward / backward cut,
  * so the stash keeps the 16-bit value); a cast changes no value. The block forward's
  * saved activations (its outputs after the first) stay 16-bit, and so do the
@@ -37,12 +38,22 @@
  * 16-bit storage: fp32, and fp8, which no back end runs). */
 DType prec_storage(Precision p);
 
+/* The target prec_apply stores for: its kernels read different types. NULL
+ * or cuda 0: the CPU target. cuda 1: the CUDA target, whose special kernels
+ * read and write fp32, but where attn16(D, Dv) says so (its tensor-core
+ * attention for those head sizes, codegen_cuda.h), the attention's q, k and
+ * v as stored when the three share a 16-bit type. */
+typedef struct {
+  int cuda;
+  int (*attn16)(int64_t D, int64_t Dv, void *arg);
+  void *arg;
+} PrecTarget;
+
 /* Stores the activations of every graph of m (differentiated by ad) in
- * `storage` (DT_BF16 or DT_F16; any other type changes nothing), for the CPU target or (cuda = 1) the CUDA
- * target, whose special kernels read and write fp32. Returns the number of
- * values now stored in 16 bits; -1 with the reason in *why when a graph
- * does not verify after. */
-int prec_apply(IrModule *m, const AdResult *ad, DType storage, int cuda, const char **why);
+ * `storage` (DT_BF16 or DT_F16; any other type changes nothing), for target
+ * t. Returns the number of values now stored in 16 bits; -1 with the reason
+ * in *why when a graph does not verify after. */
+int prec_apply(IrModule *m, const AdResult *ad, DType storage, const PrecTarget *t, const char **why);
 
 /* The parameters of m some node reads in 16 bits (a GEMM's weight under
  * bf16 on the CPU target): the runtime keeps a 16-bit copy of each, rounded

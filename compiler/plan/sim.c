@@ -774,7 +774,7 @@ SimRankProgram *sim_rank_program(Arena *arena, Diag *diag, const SemModel *model
     const char *why = NULL;
     r->ad = ad_build_layers(r->module, L->recompute, model->layout.recompute_layers, &why);
     if (!r->ad) e = why ? arena_printf(arena, "the chunk does not differentiate: %s", why) : "the chunk does not differentiate";
-    else if (prec_apply(r->module, r->ad, prec_storage(model->train.precision), 0, &why) < 0)
+    else if (prec_apply(r->module, r->ad, prec_storage(model->train.precision), NULL, &why) < 0)
       e = arena_printf(arena, "16-bit storage: %s", why ? why : "?");
     else if (ir_verify(r->module, NULL)) e = "the differentiated chunk does not verify";
   }

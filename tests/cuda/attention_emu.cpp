@@ -37,6 +37,9 @@ static const double TOL = 1e-5;
 /* one TF32 product a term (HPDL_KCTX_TF32): 10-bit mantissas, so about 2^-11 of each
  * operand; and at least TF32_MIN somewhere, or the flag was not taken */
 static const double TOL_TF32 = 1e-2, TF32_MIN = 1e-5;
+/* the 16-bit kernels: P and dS rounded to bf16 (8-bit mantissas: 2^-9 of each) or fp16
+ * (2^-11), the sums fp32 */
+static const double TOL_BF16 = 1e-2, TOL_F16 = 2.5e-3, H16_MIN = 1e-5;
 static int g_failures = 0;
 
 static bool check(bool cond, const std::string &what) {
@@ -52,6 +55,12 @@ typedef void (*FwdK)(const hpdl_kctx, const float *, const float *, const float 
 typedef void (*DtK)(const hpdl_kctx, const float *, const float *, float *, int, int, int);
 typedef void (*BwdK)(const hpdl_kctx, const float *, const float *, const float *, const float *, const float *,
                      const float *, float *, int, int, int, int, int, float, int, int, int, int, int, int);
+/* the 16-bit kernels reading q, k, v as stored (unsigned short: bf16 or fp16 bits) */
+typedef void (*FwdK16)(const hpdl_kctx, const unsigned short *, const unsigned short *, const unsigned short *, float *,
+                       int, int, int, int, int, float, int, int, int, int, int, int);
+typedef void (*BwdK16)(const hpdl_kctx, const unsigned short *, const unsigned short *, const unsigned short *,
+                       const float *, const float *, const float *, float *, int, int, int, int, int, float, int, int,
+                       int, int, int, int);
 
 /* One instantiation of the kernels: head sizes, threads, tiles; rule: the defaults of
  * hpdl_attention_cfg.h (launched with hpdl_attn_plan's grids). */
@@ -62,10 +71,21 @@ struct Config {
   FwdK fwd;
   DtK dt;
   BwdK dkdv, dq;
+  int h16; /* the 16-bit tensor-core kernels: 1 bf16, 2 fp16 operands (0: fp32) */
+  FwdK16 fwd16;          /* and these set: q, k, v passed as 16-bit bits (fwd, dkdv, dq above unused) */
+  BwdK16 dkdv16, dq16;
 };
 
-#define CONFIG(NAME, RULE, ...) {#NAME, __VA_ARGS__, RULE, attn_fwd_##NAME, attn_dt_##NAME, attn_dkdv_##NAME, attn_dq_##NAME}
+#define CONFIG(NAME, RULE, ...) {#NAME, __VA_ARGS__, RULE, attn_fwd_##NAME, attn_dt_##NAME, attn_dkdv_##NAME, attn_dq_##NAME, 0, nullptr, nullptr, nullptr}
 #define CONFIG_(...) CONFIG(__VA_ARGS__)
+#define CONFIG_H(NAME, D, DV, H16)                                                                                   \
+  {#NAME, D, DV, HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_ROWS, HPDL_ATTN_TC_FWD_BK, HPDL_ATTN_TC_DKDV_BQ, HPDL_ATTN_TC_KEYS, \
+   HPDL_ATTN_TC_ROWS, HPDL_ATTN_TC_DQ_BK, 2, attn_fwd_##NAME, attn_dt_##NAME, attn_dkdv_##NAME, attn_dq_##NAME, H16, \
+   nullptr, nullptr, nullptr}
+#define CONFIG_HS(NAME, D, DV, H16)                                                                                  \
+  {#NAME, D, DV, HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_ROWS, HPDL_ATTN_TC_FWD_BK, HPDL_ATTN_TC_DKDV_BQ, HPDL_ATTN_TC_KEYS, \
+   HPDL_ATTN_TC_ROWS, HPDL_ATTN_TC_DQ_BK, 2, nullptr, attn_dt_##NAME, nullptr, nullptr, H16, attn_fwd_##NAME,         \
+   attn_dkdv_##NAME, attn_dq_##NAME}
 static const Config CONFIGS[] = {
     CONFIG_(d64, true, ATTN_RULE(64, 64)),
 #ifndef ATTN_EMU_FEW
@@ -78,6 +98,10 @@ static const Config CONFIGS[] = {
     CONFIG_(tc64, 2, ATTN_TC_RULE(64, 64)),
 #ifndef ATTN_EMU_FEW
     CONFIG_(tc16v40, 2, ATTN_TC_RULE(16, 40)), CONFIG_(tc24v16, 2, ATTN_TC_RULE(24, 16)),
+#endif
+    CONFIG_H(h64bf, 64, 64, 1), CONFIG_H(h64f16, 64, 64, 2), CONFIG_HS(h64bfs, 64, 64, 1),
+#ifndef ATTN_EMU_FEW
+    CONFIG_H(h16v40bf, 16, 40, 1), CONFIG_H(h24v16f16, 24, 16, 2),
 #endif
 };
 
@@ -169,6 +193,26 @@ static const Case CASES[] = {
     {"tc16v40", 1, 3, 1, 100, 100, 1, 0, 0, 0, 0, false, 0, 1},
     {"tc24v16", 2, 2, 1, 129, 129, 1, 0, 0, 0, 0, false, 5, 0},
     {"tc24v16", 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, false, 0, 0},
+#endif
+    /* the 16-bit tensor-core kernels (inputs rounded to the type first, as they arrive
+     * widened from 16-bit activations): key tiles of 64 (forward) and 32 (dq), query tiles
+     * of 32 (dkdv); tails, GQA, context parallelism, windows, no key */
+    {"h64bf", 1, 3, 3, 150, 150, 1, 0, 0, 0, 0, true, 0, 0},
+    {"h64bf", 2, 4, 2, 37, 53, 0, 0, 0, 0, 0, false, 0, 0},
+    {"h64bf", 1, 2, 1, 200, 200, 1, 0, 0, 0, 0, true, 70, 0},
+    {"h64bf", 1, 2, 1, 72, 144, 1, 1, 2, 1, 2, false, 0, 0},
+    {"h64bf", 1, 2, 2, 9, 0, 0, 0, 0, 0, 0, false, 0, 0},
+    {"h64bfs", 1, 3, 3, 150, 150, 1, 0, 0, 0, 0, true, 0, 0}, /* q, k, v as stored */
+    {"h64bfs", 2, 4, 2, 37, 53, 0, 0, 0, 0, 0, false, 0, 0},
+    {"h64bfs", 1, 2, 1, 72, 144, 1, 1, 2, 1, 2, false, 0, 0},
+    {"h64f16", 1, 2, 1, 129, 129, 1, 0, 0, 0, 0, true, 0, 0},
+    {"h64f16", 2, 2, 1, 40, 90, 0, 0, 0, 0, 0, false, 0, 0},
+#ifndef ATTN_EMU_FEW
+    {"h16v40bf", 1, 4, 2, 140, 140, 1, 0, 0, 0, 0, false, 0, 0},
+    {"h16v40bf", 1, 2, 2, 33, 290, 0, 0, 0, 0, 0, false, 0, 0},
+    {"h16v40bf", 1, 1, 1, 40, 160, 1, 2, 4, 2, 4, false, 0, 0},
+    {"h24v16f16", 2, 2, 1, 129, 129, 1, 0, 0, 0, 0, false, 5, 0},
+    {"h24v16f16", 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, false, 0, 0},
 #endif
 };
 
@@ -390,6 +434,28 @@ static int launch_all(const Config &f, const Case &c, const Grids &g, float scal
   std::memset(&hpd, 0, sizeof hpd);
   hpd.flags = c.tf32 ? HPDL_KCTX_TF32 : 0;
   dim3 block((unsigned)g.threads);
+  if (f.fwd16) { /* q, k, v as their 16-bit bits (exact: run_case rounded them) */
+    const size_t nq = (size_t)c.B * c.H * c.T * f.D, nk = (size_t)c.B * c.Hk * c.S * f.D, nv = (size_t)c.B * c.Hk * c.S * f.Dv;
+    std::vector<unsigned short> q16(nq), k16(nk), v16(nv);
+    auto bits16 = [&](float x) { return f.h16 == 1 ? hpdl_bf16_from_f32(x) : hpdl_f16_from_f32(x); };
+    for (size_t i = 0; i < nq; i++) q16[i] = bits16(q[i]);
+    for (size_t i = 0; i < nk; i++) k16[i] = bits16(k[i]);
+    for (size_t i = 0; i < nv; i++) v16[i] = bits16(v[i]);
+    int rc = hpdl_emu_launch_named("fwd", f.fwd16, dim3((unsigned)g.fwd), block, 0, hpd, (const unsigned short *)q16.data(),
+                                   (const unsigned short *)k16.data(), (const unsigned short *)v16.data(), out, c.B, c.H,
+                                   c.Hk, c.T, c.S, scale, c.causal, c.window, c.rr, c.rs, c.cr, c.cs);
+    if (!rc) rc = hpdl_emu_launch_named("dt", f.dt, dim3((unsigned)g.dt), dim3((unsigned)g.dt_threads), 0, hpd, out, dout, Dt, c.B, c.H, c.T);
+    if (!rc && g.dkdv > 0)
+      rc = hpdl_emu_launch_named("dkdv", f.dkdv16, dim3((unsigned)g.dkdv), block, 0, hpd, (const unsigned short *)q16.data(),
+                                 (const unsigned short *)k16.data(), (const unsigned short *)v16.data(), out, dout, Dt,
+                                 grads, c.B, c.H, c.Hk, c.T, c.S, scale, c.causal, c.window, c.rr, c.rs, c.cr, c.cs);
+    if (!rc)
+      rc = hpdl_emu_launch_named("dq", f.dq16, dim3((unsigned)g.dq), block, 0, hpd, (const unsigned short *)q16.data(),
+                                 (const unsigned short *)k16.data(), (const unsigned short *)v16.data(), out, dout, Dt,
+                                 grads, c.B, c.H, c.Hk, c.T, c.S, scale, c.causal, c.window, c.rr, c.rs, c.cr, c.cs);
+    if (rc) why = hpdl_emu_last_error();
+    return rc;
+  }
   int rc = hpdl_emu_launch_named("fwd", f.fwd, dim3((unsigned)g.fwd), block, 0, hpd, q, k, v, out, c.B, c.H, c.Hk,
                                  c.T, c.S, scale, c.causal, c.window, c.rr, c.rs, c.cr, c.cs);
   if (!rc) rc = hpdl_emu_launch_named("dt", f.dt, dim3((unsigned)g.dt), dim3((unsigned)g.dt_threads), 0, hpd, out, dout, Dt, c.B, c.H, c.T);
@@ -403,7 +469,8 @@ static int launch_all(const Config &f, const Case &c, const Grids &g, float scal
   return rc;
 }
 
-static double g_worst[5]; /* o, lse, dq, dk, dv over all cases */
+static double g_worst[5];           /* o, lse, dq, dk, dv over all fp32 cases */
+static double g_worst_h16[2][5];    /* the same over the bf16 and the fp16 kernels' */
 
 static void run_case(int idx, const Case &c) {
   const Config &f = config(c.cfg);
@@ -411,6 +478,8 @@ static void run_case(int idx, const Case &c) {
   char ctxbuf[200];
   std::snprintf(ctxbuf, sizeof ctxbuf, "%-7s B=%d H=%d Hk=%d T=%-3d S=%-3d %s%s", f.name, c.B, c.H, c.Hk, c.T, c.S,
                 c.causal ? (c.window ? "window" : "causal") : "full", c.tf32 ? " tf32" : "");
+  const bool coarse = c.tf32 || f.h16; /* products at under fp32's precision */
+  const double tol = c.tf32 ? TOL_TF32 : f.h16 == 1 ? TOL_BF16 : f.h16 == 2 ? TOL_F16 : TOL;
   std::string ctx = ctxbuf;
   if (c.rs > 1) {
     std::snprintf(ctxbuf, sizeof ctxbuf, " cp rows %d/%d cols %d/%d", c.rr, c.rs, c.cr, c.cs);
@@ -425,6 +494,10 @@ static void run_case(int idx, const Case &c) {
   for (float &x : k) x = float(rng.uniform(-1, 1));
   for (float &x : v) x = float(rng.uniform(-1, 1));
   for (float &x : dout) x = float(rng.uniform(-1, 1));
+  if (f.h16) /* the values 16-bit activations widen: exact in the kernels' operand type */
+    for (std::vector<float> *a : {&q, &k, &v, &dout})
+      for (float &x : *a)
+        x = f.h16 == 1 ? hpdl_bf16_to_f32(hpdl_bf16_from_f32(x)) : hpdl_f16_to_f32(hpdl_f16_from_f32(x));
   /* a scale that makes the softmax peaked rather than flat: large scores, exp over a range */
   const float scale = float(2.0 / std::sqrt((double)D));
   const Grids g = grids_of(f, c);
@@ -458,11 +531,13 @@ static void run_case(int idx, const Case &c) {
       for (int i = 0; i < 5; i++) {
         std::snprintf(ctxbuf, sizeof ctxbuf, "  %s %.1e", names[i], e[i].worst);
         line += ctxbuf;
-        ok = ok && e[i].worst <= (c.tf32 ? TOL_TF32 : TOL);
+        ok = ok && e[i].worst <= tol;
         most = std::fmax(most, e[i].worst);
-        if (!c.tf32) g_worst[i] = std::fmax(g_worst[i], e[i].worst);
+        if (!coarse) g_worst[i] = std::fmax(g_worst[i], e[i].worst);
+        else if (f.h16) g_worst_h16[f.h16 - 1][i] = std::fmax(g_worst_h16[f.h16 - 1][i], e[i].worst);
       }
-      if (c.tf32 && c.S > 0) ok = ok && most >= TF32_MIN; /* else the flag did nothing */
+      /* else the coarse products did not run (one key: P = 1, exact in 16 bits) */
+      if (coarse && c.S > (f.h16 ? 1 : 0)) ok = ok && most >= (f.h16 ? H16_MIN : TF32_MIN);
       std::printf("%s  %s\n", line.c_str(), ok ? "ok" : "FAIL");
       if (!ok) g_failures++;
     } else {
@@ -512,6 +587,10 @@ int main(int argc, char **argv) {
   std::printf("max errors (max |got - ref| / max |ref| a tensor; tolerance %.0e): o %.2e lse %.2e dq %.2e dk %.2e "
               "dv %.2e\n",
               TOL, g_worst[0], g_worst[1], g_worst[2], g_worst[3], g_worst[4]);
+  for (int e = 0; e < 2; e++)
+    std::printf("max errors of the %s kernels (tolerance %.1e): o %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n",
+                e ? "fp16" : "bf16", e ? TOL_F16 : TOL_BF16, g_worst_h16[e][0], g_worst_h16[e][1], g_worst_h16[e][2],
+                g_worst_h16[e][3], g_worst_h16[e][4]);
   std::printf("attention_emu %s: %d cases, %s\n", what.c_str(), n, g_failures ? "FAILED" : "passed");
   return g_failures ? 1 : 0;
 }

@@ -45,7 +45,8 @@ from run_emu import ORDERS, Emu, Fail, compile_checked, label, run_ordered, sh  
 
 # The kernels of each rule instantiation in attention_emu.cu (the NVRTC build leaves out the
 # emulation-only small tiles).
-RULE_CONFIGS = ["d64", "d128", "d128v64", "d3", "d200", "d1v256", "tc64", "tc16v40", "tc24v16"]
+RULE_CONFIGS = ["d64", "d128", "d128v64", "d3", "d200", "d1v256", "tc64", "tc16v40", "tc24v16", "h64bf", "h64f16", "h64bfs",
+                "h16v40bf", "h24v16f16"]
 KINDS = ["fwd", "dt", "dkdv", "dq"]
 SMEM_LIMIT = 49152
 
@@ -185,13 +186,26 @@ MUTANTS = [
     ("dkdv_tc: a warp's tile skip off by one (a tile with one allowed pair skipped)",
      "hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) < wkmin)",
      "hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) <= wkmin)"),
+    barrier("__syncthreads(); /* fwd_h: the previous tile's Ks, Vt, Cp are read */"),
+    barrier("__syncthreads(); /* fwd_h: the tile is loaded */"),
+    barrier("__syncthreads(); /* dkdv_h: the previous tile's Qs, Qt, Gs, Gt, Ls, Ds, Rp are read */"),
+    barrier("__syncthreads(); /* dkdv_h: the tile is loaded */"),
+    barrier("__syncthreads(); /* dq_h: the previous tile's Ks, Vs, Kt, Cp are read */"),
+    barrier("__syncthreads(); /* dq_h: the tile is loaded */"),
+    ("16-bit tensor cores: a P fragment's two keys packed the wrong way round",
+     "{hpdl_attn_pack<E>(p[2 * js][0], p[2 * js][1]),", "{hpdl_attn_pack<E>(p[2 * js][1], p[2 * js][0]),"),
+    ("16-bit tensor cores: the B fragment's second register at k + 1, not k + 8",
+     "hpdl_attn_u32<LDT>(Xt, 8 * n + g, 16 * js + 2 * t + 8)};", "hpdl_attn_u32<LDT>(Xt, 8 * n + g, 16 * js + 2 * t + 2)};"),
+    ("dkdv_h: a warp's tile skip off by one (a tile with one allowed pair skipped)",
+     "wkmin > hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size)",
+     "wkmin >= hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size)"),
     ("the window one key wider than asked",
      "return cp <= rp && (window <= 0 || rp - cp < window);", "return cp <= rp && (window <= 0 || rp - cp <= window);"),
 ]
 
 
 def case_mutation(args):
-    # twelve builds: no UBSan, -O1 and only the configurations of the multi-tile cases
+    # a build a mutant: no UBSan, -O1 and only the configurations of the multi-tile cases
     # (ATTN_EMU_FEW); a slip shows in the values, not as undefined behaviour
     b = Build(args, sanitize=False, opt="-O1", defines=["-DATTN_EMU_FEW"])
     header = open(os.path.join(args.source, "kernels", "hpdl_attention.cuh")).read()
