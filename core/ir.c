@@ -38,6 +38,13 @@ int64_t ir_numel(const IrNode *n) {
   return k;
 }
 
+int ir_swaps_last_two(const IrNode *n) {
+  if (n->op != IR_TRANSPOSE || n->rank < 2) return 0;
+  for (int i = 0; i < n->rank - 2; i++)
+    if (n->attr[i] != i) return 0;
+  return n->attr[n->rank - 2] == n->rank - 1 && n->attr[n->rank - 1] == n->rank - 2;
+}
+
 int64_t ir_bytes(const IrNode *n) { return ir_numel(n) * sem_dtype_bytes(n->dtype); }
 
 static IrNode *in_node(IrGraph *g, IrNode *n, int i) { return &g->nodes[n->in[i]]; }

@@ -221,6 +221,10 @@ int ir_add_copy(IrGraph *g, const IrNode *n, const int *map);
 static inline IrNode *ir_node(IrGraph *g, int id) { return &g->nodes[id]; }
 
 int64_t ir_numel(const IrNode *n);
+
+/* Whether n is a TRANSPOSE of its last two axes and nothing else (a GEMM
+ * reads such an operand through its op() flag). */
+int ir_swaps_last_two(const IrNode *n);
 /* The convolution of a CONV2D, CONV2D_BWD_DATA or CONV2D_BWD_FILTER node
  * (conv.h): its attributes, the batch and the channels from whichever operands
  * hold them ((x, w), (dy, w), (x, dy)). */

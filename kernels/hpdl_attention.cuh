@@ -176,6 +176,20 @@ static __device__ __forceinline__ void hpdl_attn_load_keys(float (*Ks)[LDK], flo
     for (int j = threadIdx.x; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0;
 }
 
+/* dkdv's per-row values of a query tile: lse (from the packed output), Dt and, under the
+ * causal mask, the rows' positions; -inf, 0, 0 at and past nrows. */
+static __device__ __forceinline__ void hpdl_attn_load_rows(float *Ls, float *Ds, int *Rp, const float *__restrict__ out,
+                                                           const float *__restrict__ Dt, long long row0, int t0, int nrows,
+                                                           int BQ, int NT, int Dv, int T, int causal, int row_rank,
+                                                           int row_size) {
+  for (int i = threadIdx.x; i < BQ; i += NT) {
+    const bool in = i < nrows;
+    Ls[i] = in ? out[(row0 + i) * (Dv + 1) + Dv] : HPDL_NEG_INF;
+    Ds[i] = in ? Dt[row0 + i] : 0.0f;
+    Rp[i] = in && causal ? hpdl_attn_rowpos(t0 + i, T, row_rank, row_size) : 0;
+  }
+}
+
 /* ---------------------------------------------------------------------- forward */
 
 /* out [B, H, T, Dv + 1] for the block `blk` of HPDL_ATTN_FWD_GRID: query rows
@@ -348,12 +362,7 @@ static __device__ void hpdl_attn_bwd_dkdv(const float *__restrict__ q, const flo
       const float *__restrict__ qt = q + row0 * D;
       hpdl_attn_load<BQ, D, D, NT>(Qs, qt, nrows);
       hpdl_attn_load<BQ, Dv, Dv + 1, NT>(Gs, dout + row0 * (Dv + 1), nrows);
-      for (int i = tid; i < BQ; i += NT) {
-        const bool in = i < nrows;
-        Ls[i] = in ? out[(row0 + i) * (Dv + 1) + Dv] : HPDL_NEG_INF;
-        Ds[i] = in ? Dt[row0 + i] : 0.0f;
-        Rp[i] = in && causal ? hpdl_attn_rowpos(t0 + i, T, row_rank, row_size) : 0;
-      }
+      hpdl_attn_load_rows(Ls, Ds, Rp, out, Dt, row0, t0, nrows, BQ, NT, Dv, T, causal, row_rank, row_size);
       __syncthreads(); /* dkdv: the tile is loaded */
 
       HPDL_ATTN_ROLLED
@@ -559,19 +568,30 @@ static inline unsigned hpdl_tf32(float x) {
   return u & 0xffffe000u;
 }
 
-static inline void hpdl_mma_tf32(float *c, const unsigned *a, const unsigned *b) {
-  struct Lane {
-    unsigned a[4], b[2];
-  };
-  static thread_local Lane stage[32][32];
-  const unsigned lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 31, g = lane >> 2, t = lane & 3;
+/* A lane's fragments of one mma (A's four registers, B's two). */
+struct HpdlMmaLane {
+  unsigned a[4], b[2];
+};
+
+/* Every lane of the warp leaves its fragments in the warp's stage and meets the others at a
+ * __syncwarp; returns the stage (32 lanes), which the caller reads and then releases with a
+ * second __syncwarp before the next exchange. */
+static inline const HpdlMmaLane *hpdl_mma_exchange(const unsigned *a, const unsigned *b) {
+  static thread_local HpdlMmaLane stage[32][32];
+  const unsigned lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 31;
   for (int i = 0; i < 4; i++) stage[warp][lane].a[i] = a[i];
   for (int i = 0; i < 2; i++) stage[warp][lane].b[i] = b[i];
   __syncwarp(0xffffffffu);
+  return stage[warp];
+}
+
+static inline void hpdl_mma_tf32(float *c, const unsigned *a, const unsigned *b) {
+  const unsigned lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const HpdlMmaLane *stage = hpdl_mma_exchange(a, b);
   float A[16][8], Bm[8][8];
   for (unsigned l = 0; l < 32; l++) {
     const unsigned lg = l >> 2, lt = l & 3;
-    const Lane &x = stage[warp][l];
+    const HpdlMmaLane &x = stage[l];
     A[lg][lt] = __uint_as_float(x.a[0]);
     A[lg + 8][lt] = __uint_as_float(x.a[1]);
     A[lg][lt + 4] = __uint_as_float(x.a[2]);
@@ -635,6 +655,214 @@ static __device__ __forceinline__ void hpdl_attn_mma_pn(float (*acc)[4], const f
   }
 }
 
+/* A warp's accumulators (N / 8 fragments of C) to zero. */
+template <int N>
+static __device__ __forceinline__ void hpdl_attn_zero(float (*acc)[4]) {
+  for (int n = 0; n < N / 8; n++)
+    for (int i = 0; i < 4; i++) acc[n][i] = 0.0f;
+}
+
+/* Whether no pair of the query tile [t0, t0 + nrows) with keys whose positions lie in
+ * [kmin, kmax] is allowed (kmax read only with a window): under the causal mask, every
+ * row before the first key, or (with a window) a window or more after the last. The same
+ * in every thread that passes the same bounds. */
+static __device__ __forceinline__ bool hpdl_attn_rows_skipped(int t0, int nrows, int T, int causal, int window, int kmin,
+                                                              int kmax, int row_rank, int row_size) {
+  if (!causal) return false;
+  if (hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) < kmin) return true;
+  return window > 0 && hpdl_attn_rowpos(t0, T, row_rank, row_size) - kmax >= window;
+}
+
+/* ---- what the tensor-core kernels share (the TF32 ones and the 16-bit ones below) ---- */
+
+/* A block's HPDL_ATTN_TC_ROWS query rows of (b, h) (the forward, dq), its warp's 16 and
+ * this lane's two, r0 and r1; under the causal mask their positions and the bounds the
+ * tile skips test. */
+struct HpdlAttnTcRows {
+  int bh, bhk, t0, nrows, w0, wn, r0, r1;
+  int rp[2];                  /* rows r0, r1's positions (causal; 0 past T) */
+  int rmin, rmax, wmin, wmax; /* the block's and the warp's first and last positions (causal) */
+};
+
+static __device__ __forceinline__ HpdlAttnTcRows hpdl_attn_tc_rows(long long blk, int H, int Hk, int T, int causal,
+                                                                   int row_rank, int row_size, int warp, int g) {
+  constexpr int BQ = HPDL_ATTN_TC_ROWS;
+  HpdlAttnTcRows R;
+  const int nq = (T + BQ - 1) / BQ;
+  R.bh = (int)blk / nq;
+  R.t0 = ((int)blk - R.bh * nq) * BQ;
+  R.nrows = T - R.t0 < BQ ? T - R.t0 : BQ;
+  R.bhk = R.bh / H * Hk + (R.bh % H) / (H / Hk);
+  R.w0 = R.t0 + 16 * warp;
+  R.wn = T - R.w0 < 0 ? 0 : T - R.w0 < 16 ? T - R.w0 : 16;
+  R.r0 = R.w0 + g;
+  R.r1 = R.r0 + 8;
+  R.rp[0] = causal && R.r0 < T ? hpdl_attn_rowpos(R.r0, T, row_rank, row_size) : 0;
+  R.rp[1] = causal && R.r1 < T ? hpdl_attn_rowpos(R.r1, T, row_rank, row_size) : 0;
+  R.rmax = causal ? hpdl_attn_rowpos_max(R.t0, R.t0 + R.nrows, T, row_rank, row_size) : 0;
+  R.rmin = causal && R.nrows > 0 ? hpdl_attn_rowpos(R.t0, T, row_rank, row_size) : 0;
+  R.wmax = causal ? hpdl_attn_rowpos_max(R.w0, R.w0 + R.wn, T, row_rank, row_size) : 0;
+  R.wmin = causal && R.wn > 0 ? hpdl_attn_rowpos(R.w0, T, row_rank, row_size) : 0;
+  return R;
+}
+
+/* The forward's step over a key tile of nk keys: the scores s (C layout: rows r0, r1,
+ * keys 8 n + 2 t and + 1) masked and scaled, each row's max m and this lane's sum l
+ * brought up to date (o rescaled with them), s turned into exp(s - max). */
+template <int BK, int Dv>
+static __device__ __forceinline__ void hpdl_attn_tc_softmax(float (*s)[4], float (*o)[4], float *m, float *l,
+                                                            const HpdlAttnTcRows &R, int t, int T, int nk, int causal,
+                                                            const int *Cp, int window, float scale) {
+  float mt[2] = {HPDL_NEG_INF, HPDL_NEG_INF};
+  for (int n = 0; n < BK / 8; n++)
+    for (int i = 0; i < 4; i++) {
+      const int j = 8 * n + 2 * t + (i & 1), row = i < 2 ? R.r0 : R.r1;
+      const bool ok = row < T && j < nk && (!causal || hpdl_attn_allowed(R.rp[i >> 1], Cp[j], window));
+      s[n][i] = ok ? scale * s[n][i] : HPDL_NEG_INF;
+      mt[i >> 1] = fmaxf(mt[i >> 1], s[n][i]);
+    }
+  float base[2], alpha[2];
+  for (int h = 0; h < 2; h++) {
+    mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 1)); /* a row's four lanes */
+    mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 2));
+    const float mnew = fmaxf(m[h], mt[h]); /* as the SIMT forward: no NaN while a row has no key */
+    base[h] = mnew == HPDL_NEG_INF ? 0.0f : mnew;
+    alpha[h] = expf(m[h] - base[h]);
+    m[h] = mnew;
+    l[h] *= alpha[h];
+  }
+  for (int n = 0; n < BK / 8; n++)
+    for (int i = 0; i < 4; i++) {
+      s[n][i] = expf(s[n][i] - base[i >> 1]);
+      l[i >> 1] += s[n][i];
+    }
+  for (int n = 0; n < Dv / 8; n++)
+    for (int i = 0; i < 4; i++) o[n][i] *= alpha[i >> 1];
+}
+
+/* The forward's rows r0, r1 of out: o / l and lse = m + log l (the row's four lanes' sums
+ * added first). */
+template <int Dv>
+static __device__ __forceinline__ void hpdl_attn_tc_store_out(float *__restrict__ out, const float (*o)[4],
+                                                              const float *m, float *l, const HpdlAttnTcRows &R, int t,
+                                                              int T) {
+  for (int h = 0; h < 2; h++) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    const int row = h ? R.r1 : R.r0;
+    if (row >= T) continue;
+    float *__restrict__ orow = out + ((long long)R.bh * T + row) * (Dv + 1);
+    for (int n = 0; n < Dv / 8; n++)
+      for (int e = 0; e < 2; e++) orow[8 * n + 2 * t + e] = l[h] > 0.0f ? o[n][2 * h + e] / l[h] : 0.0f;
+    if (t == 0) orow[Dv] = l[h] > 0.0f ? m[h] + logf(l[h]) : HPDL_NEG_INF;
+  }
+}
+
+/* A block's HPDL_ATTN_TC_KEYS keys of (b, hk) (dkdv), its warp's 16 and this lane's two,
+ * kr0 and kr1; under the causal mask their positions and the bounds the tile skips test. */
+struct HpdlAttnTcKeys {
+  int bhk, b, hk, j0, nk, k0, wn, kr0, kr1;
+  int kp[2];                    /* keys kr0, kr1's positions (causal; 0 past S) */
+  int kmin, kmax, wkmin, wkmax; /* the block's and the warp's first and last positions (causal) */
+};
+
+static __device__ __forceinline__ HpdlAttnTcKeys hpdl_attn_tc_keys(long long blk, int Hk, int S, int causal, int window,
+                                                                   int col_rank, int col_size, int warp, int g) {
+  constexpr int BK = HPDL_ATTN_TC_KEYS;
+  HpdlAttnTcKeys K;
+  const int nkt = (S + BK - 1) / BK;
+  K.bhk = (int)blk / nkt;
+  K.b = K.bhk / Hk;
+  K.hk = K.bhk - K.b * Hk;
+  K.j0 = ((int)blk - K.bhk * nkt) * BK;
+  K.nk = S - K.j0 < BK ? S - K.j0 : BK;
+  K.k0 = K.j0 + 16 * warp;
+  K.wn = S - K.k0 < 0 ? 0 : S - K.k0 < 16 ? S - K.k0 : 16;
+  K.kr0 = K.k0 + g;
+  K.kr1 = K.kr0 + 8;
+  K.kp[0] = causal && K.kr0 < S ? hpdl_attn_colpos(K.kr0, S, col_rank, col_size) : 0;
+  K.kp[1] = causal && K.kr1 < S ? hpdl_attn_colpos(K.kr1, S, col_rank, col_size) : 0;
+  K.kmin = causal ? hpdl_attn_colpos_min(K.j0, K.j0 + K.nk, S, col_rank, col_size) : 0;
+  K.kmax = causal && window > 0 ? hpdl_attn_colpos_max(K.j0, K.j0 + K.nk, S, col_rank, col_size) : 0;
+  K.wkmin = causal ? hpdl_attn_colpos_min(K.k0, K.k0 + K.wn, S, col_rank, col_size) : 0;
+  K.wkmax = causal && window > 0 ? hpdl_attn_colpos_max(K.k0, K.k0 + K.wn, S, col_rank, col_size) : 0;
+  return K;
+}
+
+/* dkdv's P^T and dS^T of a query tile (C layout: keys kr0, kr1 by rows 8 n + 2 t and + 1),
+ * from k q^T in p and v do^T in ds: P = exp(scale k.q - lse), dS = P (v.do - Dt). */
+template <int BQ>
+static __device__ __forceinline__ void hpdl_attn_tc_pds(float (*p)[4], float (*ds)[4], const float *Ls, const float *Ds,
+                                                        const int *Rp, const HpdlAttnTcKeys &K, int t, int S, int causal,
+                                                        int window, float scale) {
+  for (int n = 0; n < BQ / 8; n++)
+    for (int i = 0; i < 4; i++) {
+      const int r = 8 * n + 2 * t + (i & 1), key = i < 2 ? K.kr0 : K.kr1;
+      const float lse = Ls[r]; /* -inf: no allowed key in the row (and rows past T) */
+      const bool ok = key < S && lse != HPDL_NEG_INF && (!causal || hpdl_attn_allowed(Rp[r], K.kp[i >> 1], window));
+      const float pr = ok ? expf(scale * p[n][i] - lse) : 0.0f;
+      ds[n][i] = pr * (ds[n][i] - Ds[r]);
+      p[n][i] = pr;
+    }
+}
+
+/* dkdv's keys kr0, kr1 of dk (scaled) and dv into grads' [dq, dk, dv]. */
+template <int D, int Dv>
+static __device__ __forceinline__ void hpdl_attn_tc_store_dkdv(float *__restrict__ grads, const float (*dk)[4],
+                                                               const float (*dv)[4], const HpdlAttnTcKeys &K, int t, int B,
+                                                               int H, int Hk, int T, int S, float scale) {
+  const long long nq = (long long)B * H * T * D;
+  for (int h = 0; h < 2; h++) {
+    const int key = h ? K.kr1 : K.kr0;
+    if (key >= S) continue;
+    float *__restrict__ dkr = grads + nq + ((long long)K.bhk * S + key) * D;
+    float *__restrict__ dvr = grads + nq + (long long)B * Hk * S * D + ((long long)K.bhk * S + key) * Dv;
+    for (int n = 0; n < D / 8; n++)
+      for (int e = 0; e < 2; e++) dkr[8 * n + 2 * t + e] = scale * dk[n][2 * h + e];
+    for (int n = 0; n < Dv / 8; n++)
+      for (int e = 0; e < 2; e++) dvr[8 * n + 2 * t + e] = dv[n][2 * h + e];
+  }
+}
+
+/* dq's rows r0, r1: their lse (from the packed output) and Dt. */
+template <int Dv>
+static __device__ __forceinline__ void hpdl_attn_tc_dq_rows(float *lse, float *dt, const float *__restrict__ out,
+                                                            const float *__restrict__ Dt, const HpdlAttnTcRows &R, int T) {
+  for (int h = 0; h < 2; h++) {
+    const int row = h ? R.r1 : R.r0;
+    const long long at = (long long)R.bh * T + row;
+    lse[h] = row < T ? out[at * (Dv + 1) + Dv] : HPDL_NEG_INF;
+    dt[h] = row < T ? Dt[at] : 0.0f;
+  }
+}
+
+/* dq's dS of a key tile in s (C layout), from q k^T in s and do v^T in dp. */
+template <int BK>
+static __device__ __forceinline__ void hpdl_attn_tc_dq_ds(float (*s)[4], const float (*dp)[4], const float *lse,
+                                                          const float *dt, const HpdlAttnTcRows &R, int t, int T, int nk,
+                                                          int causal, const int *Cp, int window, float scale) {
+  for (int n = 0; n < BK / 8; n++)
+    for (int i = 0; i < 4; i++) {
+      const int j = 8 * n + 2 * t + (i & 1), h = i >> 1;
+      const bool ok = (h ? R.r1 : R.r0) < T && j < nk && lse[h] != HPDL_NEG_INF &&
+                      (!causal || hpdl_attn_allowed(R.rp[h], Cp[j], window));
+      s[n][i] = ok ? expf(scale * s[n][i] - lse[h]) * (dp[n][i] - dt[h]) : 0.0f;
+    }
+}
+
+/* dq's rows r0, r1 (scaled) into grads. */
+template <int D>
+static __device__ __forceinline__ void hpdl_attn_tc_store_dq(float *__restrict__ grads, const float (*acc)[4],
+                                                             const HpdlAttnTcRows &R, int t, int T, float scale) {
+  for (int h = 0; h < 2; h++) {
+    const int row = h ? R.r1 : R.r0;
+    if (row >= T) continue;
+    float *__restrict__ dq = grads + ((long long)R.bh * T + row) * D;
+    for (int n = 0; n < D / 8; n++)
+      for (int e = 0; e < 2; e++) dq[8 * n + 2 * t + e] = scale * acc[n][2 * h + e];
+  }
+}
+
 /* The forward on tensor cores: block `blk` of HPDL_ATTN_FWD_GRID for an HPDL_ATTN_TC
  * shape, 64 query rows of (b, h), a warp 16 of them; key tiles of 32. */
 template <int D, int Dv>
@@ -652,77 +880,31 @@ static __device__ void hpdl_attn_fwd_tc(const float *__restrict__ q, const float
   __shared__ int Cp[BK]; /* key positions (causal) */
   (void)B;
   const int tid = threadIdx.x, warp = tid / 32, g = (tid & 31) / 4, t = tid & 3;
-  const int nq = (T + BQ - 1) / BQ, bh = (int)blk / nq;
-  const int t0 = ((int)blk - bh * nq) * BQ, nrows = T - t0 < BQ ? T - t0 : BQ;
-  const int bhk = bh / H * Hk + (bh % H) / (H / Hk);
-  const int w0 = t0 + 16 * warp, wn = T - w0 < 0 ? 0 : T - w0 < 16 ? T - w0 : 16; /* the warp's rows */
-  const int r0 = w0 + g, r1 = r0 + 8;                                              /* this lane's */
-  const float *__restrict__ kh = k + (long long)bhk * S * D;
-  const float *__restrict__ vh = v + (long long)bhk * S * Dv;
-  hpdl_attn_load<BQ, D, D, NT>(Qs, q + ((long long)bh * T + t0) * D, nrows); /* read after the loop's first barrier */
-  const int rp0 = causal && r0 < T ? hpdl_attn_rowpos(r0, T, row_rank, row_size) : 0;
-  const int rp1 = causal && r1 < T ? hpdl_attn_rowpos(r1, T, row_rank, row_size) : 0;
-  const int rmax = causal ? hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) : 0;
-  const int rmin = causal && nrows > 0 ? hpdl_attn_rowpos(t0, T, row_rank, row_size) : 0;
-  const int wmax = causal ? hpdl_attn_rowpos_max(w0, w0 + wn, T, row_rank, row_size) : 0;
-  const int wmin = causal && wn > 0 ? hpdl_attn_rowpos(w0, T, row_rank, row_size) : 0;
+  const HpdlAttnTcRows R = hpdl_attn_tc_rows(blk, H, Hk, T, causal, row_rank, row_size, warp, g);
+  const float *__restrict__ kh = k + (long long)R.bhk * S * D;
+  const float *__restrict__ vh = v + (long long)R.bhk * S * Dv;
+  hpdl_attn_load<BQ, D, D, NT>(Qs, q + ((long long)R.bh * T + R.t0) * D, R.nrows); /* read after the loop's first barrier */
   float m[2] = {HPDL_NEG_INF, HPDL_NEG_INF}, l[2] = {0.0f, 0.0f}; /* rows r0, r1: max; this lane's sum */
   float o[Dv / 8][4];
-  for (int n = 0; n < Dv / 8; n++)
-    for (int i = 0; i < 4; i++) o[n][i] = 0.0f;
+  hpdl_attn_zero<Dv>(o);
 
   for (int j0 = 0; j0 < S; j0 += BK) {
     const int nk = S - j0 < BK ? S - j0 : BK;
-    if (hpdl_attn_keys_skipped(j0, nk, S, causal, window, rmin, rmax, col_rank, col_size)) continue; /* uniform */
+    if (hpdl_attn_keys_skipped(j0, nk, S, causal, window, R.rmin, R.rmax, col_rank, col_size)) continue; /* uniform */
     __syncthreads(); /* fwd_tc: the previous tile's Ks, Vs, Cp are read */
     hpdl_attn_load_keys<BK, D, Dv, NT>(Ks, Vs, Cp, kh, vh, j0, nk, S, causal, col_rank, col_size);
     __syncthreads(); /* fwd_tc: the tile is loaded */
     /* the warp's rows: none, or no allowed pair with the tile; uniform in the warp, and no
      * barrier below */
-    if (wn == 0 || hpdl_attn_keys_skipped(j0, nk, S, causal, window, wmin, wmax, col_rank, col_size)) continue;
+    if (R.wn == 0 || hpdl_attn_keys_skipped(j0, nk, S, causal, window, R.wmin, R.wmax, col_rank, col_size)) continue;
 
     float s[BK / 8][4];
-    for (int n = 0; n < BK / 8; n++)
-      for (int i = 0; i < 4; i++) s[n][i] = 0.0f;
+    hpdl_attn_zero<BK>(s);
     hpdl_attn_mma_nt<BK, D>(s, Qs + 16 * warp, Ks, g, t, split);
-    float mt[2] = {HPDL_NEG_INF, HPDL_NEG_INF};
-    for (int n = 0; n < BK / 8; n++)
-      for (int i = 0; i < 4; i++) {
-        const int j = 8 * n + 2 * t + (i & 1), row = i < 2 ? r0 : r1;
-        const bool ok = row < T && j < nk && (!causal || hpdl_attn_allowed(i < 2 ? rp0 : rp1, Cp[j], window));
-        s[n][i] = ok ? scale * s[n][i] : HPDL_NEG_INF;
-        mt[i >> 1] = fmaxf(mt[i >> 1], s[n][i]);
-      }
-    float base[2], alpha[2];
-    for (int h = 0; h < 2; h++) {
-      mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 1)); /* a row's four lanes */
-      mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 2));
-      const float mnew = fmaxf(m[h], mt[h]); /* as the SIMT forward: no NaN while a row has no key */
-      base[h] = mnew == HPDL_NEG_INF ? 0.0f : mnew;
-      alpha[h] = expf(m[h] - base[h]);
-      m[h] = mnew;
-      l[h] *= alpha[h];
-    }
-    for (int n = 0; n < BK / 8; n++)
-      for (int i = 0; i < 4; i++) {
-        s[n][i] = expf(s[n][i] - base[i >> 1]);
-        l[i >> 1] += s[n][i];
-      }
-    for (int n = 0; n < Dv / 8; n++)
-      for (int i = 0; i < 4; i++) o[n][i] *= alpha[i >> 1];
+    hpdl_attn_tc_softmax<BK, Dv>(s, o, m, l, R, t, T, nk, causal, Cp, window, scale);
     hpdl_attn_mma_pn<Dv, BK>(o, s, Vs, g, t, split);
   }
-
-  for (int h = 0; h < 2; h++) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    const int row = h ? r1 : r0;
-    if (row >= T) continue;
-    float *__restrict__ orow = out + ((long long)bh * T + row) * (Dv + 1);
-    for (int n = 0; n < Dv / 8; n++)
-      for (int e = 0; e < 2; e++) orow[8 * n + 2 * t + e] = l[h] > 0.0f ? o[n][2 * h + e] / l[h] : 0.0f;
-    if (t == 0) orow[Dv] = l[h] > 0.0f ? m[h] + logf(l[h]) : HPDL_NEG_INF;
-  }
+  hpdl_attn_tc_store_out<Dv>(out, o, m, l, R, t, T);
 }
 
 /* dk and dv on tensor cores: block `blk` of HPDL_ATTN_DKDV_GRID for an HPDL_ATTN_TC shape,
@@ -748,75 +930,39 @@ static __device__ void hpdl_attn_bwd_dkdv_tc(const float *__restrict__ q, const 
   __shared__ float Ds[BQ];         /* Dt */
   __shared__ int Rp[BQ];           /* row positions (causal) */
   const int tid = threadIdx.x, warp = tid / 32, g = (tid & 31) / 4, t = tid & 3, G = H / Hk;
-  const int nkt = (S + BK - 1) / BK, bhk = (int)blk / nkt, b = bhk / Hk, hk = bhk - b * Hk;
-  const int j0 = ((int)blk - bhk * nkt) * BK, nk = S - j0 < BK ? S - j0 : BK;
-  const int k0 = j0 + 16 * warp, wn = S - k0 < 0 ? 0 : S - k0 < 16 ? S - k0 : 16; /* the warp's keys */
-  const int kr0 = k0 + g, kr1 = kr0 + 8;                                              /* this lane's */
-  hpdl_attn_load<BK, D, D, NT>(Ks, k + ((long long)bhk * S + j0) * D, nk); /* read after the first barrier */
-  hpdl_attn_load<BK, Dv, Dv, NT>(Vs, v + ((long long)bhk * S + j0) * Dv, nk);
-  const int kp0 = causal && kr0 < S ? hpdl_attn_colpos(kr0, S, col_rank, col_size) : 0;
-  const int kp1 = causal && kr1 < S ? hpdl_attn_colpos(kr1, S, col_rank, col_size) : 0;
-  const int kmin = causal ? hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) : 0;
-  const int kmax = causal && window > 0 ? hpdl_attn_colpos_max(j0, j0 + nk, S, col_rank, col_size) : 0;
-  const int wkmin = causal ? hpdl_attn_colpos_min(k0, k0 + wn, S, col_rank, col_size) : 0;
-  const int wkmax = causal && window > 0 ? hpdl_attn_colpos_max(k0, k0 + wn, S, col_rank, col_size) : 0;
+  const HpdlAttnTcKeys K = hpdl_attn_tc_keys(blk, Hk, S, causal, window, col_rank, col_size, warp, g);
+  const int wkmin = K.wkmin;
+  hpdl_attn_load<BK, D, D, NT>(Ks, k + ((long long)K.bhk * S + K.j0) * D, K.nk); /* read after the first barrier */
+  hpdl_attn_load<BK, Dv, Dv, NT>(Vs, v + ((long long)K.bhk * S + K.j0) * Dv, K.nk);
   float dk[D / 8][4], dv[Dv / 8][4];
-  for (int n = 0; n < D / 8; n++)
-    for (int i = 0; i < 4; i++) dk[n][i] = 0.0f;
-  for (int n = 0; n < Dv / 8; n++)
-    for (int i = 0; i < 4; i++) dv[n][i] = 0.0f;
+  hpdl_attn_zero<D>(dk);
+  hpdl_attn_zero<Dv>(dv);
 
   for (int gh = 0; gh < G; gh++) {
-    const int bh = b * H + hk * G + gh;
+    const int bh = K.b * H + K.hk * G + gh;
     for (int t0 = 0; t0 < T; t0 += BQ) {
       const int nrows = T - t0 < BQ ? T - t0 : BQ;
-      if (causal && hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) < kmin) continue; /* uniform */
-      if (causal && window > 0 && hpdl_attn_rowpos(t0, T, row_rank, row_size) - kmax >= window) continue;
+      if (hpdl_attn_rows_skipped(t0, nrows, T, causal, window, K.kmin, K.kmax, row_rank, row_size)) continue; /* uniform */
       __syncthreads(); /* dkdv_tc: the previous tile's Qs, Gs, Ls, Ds, Rp are read */
       const long long row0 = (long long)bh * T + t0;
       hpdl_attn_load<BQ, D, D, NT>(Qs, q + row0 * D, nrows);
       hpdl_attn_load<BQ, Dv, Dv + 1, NT>(Gs, dout + row0 * (Dv + 1), nrows);
-      for (int i = tid; i < BQ; i += NT) {
-        const bool in = i < nrows;
-        Ls[i] = in ? out[(row0 + i) * (Dv + 1) + Dv] : HPDL_NEG_INF;
-        Ds[i] = in ? Dt[row0 + i] : 0.0f;
-        Rp[i] = in && causal ? hpdl_attn_rowpos(t0 + i, T, row_rank, row_size) : 0;
-      }
+      hpdl_attn_load_rows(Ls, Ds, Rp, out, Dt, row0, t0, nrows, BQ, NT, Dv, T, causal, row_rank, row_size);
       __syncthreads(); /* dkdv_tc: the tile is loaded */
-      if (wn == 0 || (causal && hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) < wkmin)) continue;
-      if (causal && window > 0 && hpdl_attn_rowpos(t0, T, row_rank, row_size) - wkmax >= window) continue;
+      if (K.wn == 0 || (causal && hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) < wkmin)) continue;
+      if (causal && window > 0 && hpdl_attn_rowpos(t0, T, row_rank, row_size) - K.wkmax >= window) continue;
 
       float p[BQ / 8][4], ds[BQ / 8][4]; /* P^T and dS^T: keys g, g + 8 by rows 8 n + 2 t, + 1 */
-      for (int n = 0; n < BQ / 8; n++)
-        for (int i = 0; i < 4; i++) p[n][i] = ds[n][i] = 0.0f;
+      hpdl_attn_zero<BQ>(p);
+      hpdl_attn_zero<BQ>(ds);
       hpdl_attn_mma_nt<BQ, D>(p, Ks + 16 * warp, Qs, g, t, split);  /* k q^T */
       hpdl_attn_mma_nt<BQ, Dv>(ds, Vs + 16 * warp, Gs, g, t, split); /* v do^T */
-      for (int n = 0; n < BQ / 8; n++)
-        for (int i = 0; i < 4; i++) {
-          const int r = 8 * n + 2 * t + (i & 1), key = i < 2 ? kr0 : kr1;
-          const float lse = Ls[r]; /* -inf: no allowed key in the row (and rows past T) */
-          const bool ok =
-              key < S && lse != HPDL_NEG_INF && (!causal || hpdl_attn_allowed(Rp[r], i < 2 ? kp0 : kp1, window));
-          const float pr = ok ? expf(scale * p[n][i] - lse) : 0.0f;
-          ds[n][i] = pr * (ds[n][i] - Ds[r]);
-          p[n][i] = pr;
-        }
+      hpdl_attn_tc_pds<BQ>(p, ds, Ls, Ds, Rp, K, t, S, causal, window, scale);
       hpdl_attn_mma_pn<Dv, BQ>(dv, p, Gs, g, t, split); /* P^T do */
       hpdl_attn_mma_pn<D, BQ>(dk, ds, Qs, g, t, split); /* dS^T q */
     }
   }
-
-  const long long nq = (long long)B * H * T * D;
-  for (int h = 0; h < 2; h++) {
-    const int key = h ? kr1 : kr0;
-    if (key >= S) continue;
-    float *__restrict__ dkr = grads + nq + ((long long)bhk * S + key) * D;
-    float *__restrict__ dvr = grads + nq + (long long)B * Hk * S * D + ((long long)bhk * S + key) * Dv;
-    for (int n = 0; n < D / 8; n++)
-      for (int e = 0; e < 2; e++) dkr[8 * n + 2 * t + e] = scale * dk[n][2 * h + e];
-    for (int n = 0; n < Dv / 8; n++)
-      for (int e = 0; e < 2; e++) dvr[8 * n + 2 * t + e] = dv[n][2 * h + e];
-  }
+  hpdl_attn_tc_store_dkdv<D, Dv>(grads, dk, dv, K, t, B, H, Hk, T, S, scale);
 }
 
 /* dq on tensor cores: block `blk` of HPDL_ATTN_DQ_GRID for an HPDL_ATTN_TC shape, 64
@@ -840,62 +986,33 @@ static __device__ void hpdl_attn_bwd_dq_tc(const float *__restrict__ q, const fl
   __shared__ int Cp[BK]; /* key positions (causal) */
   (void)B;
   const int tid = threadIdx.x, warp = tid / 32, g = (tid & 31) / 4, t = tid & 3;
-  const int nq = (T + BQ - 1) / BQ, bh = (int)blk / nq;
-  const int t0 = ((int)blk - bh * nq) * BQ, nrows = T - t0 < BQ ? T - t0 : BQ;
-  const int bhk = bh / H * Hk + (bh % H) / (H / Hk);
-  const int w0 = t0 + 16 * warp, wn = T - w0 < 0 ? 0 : T - w0 < 16 ? T - w0 : 16;
-  const int r0 = w0 + g, r1 = r0 + 8;
-  const float *__restrict__ kh = k + (long long)bhk * S * D;
-  const float *__restrict__ vh = v + (long long)bhk * S * Dv;
-  hpdl_attn_load<BQ, D, D, NT>(Qs, q + ((long long)bh * T + t0) * D, nrows); /* read after the first barrier */
-  hpdl_attn_load<BQ, Dv, Dv + 1, NT>(Gs, dout + ((long long)bh * T + t0) * (Dv + 1), nrows);
+  const HpdlAttnTcRows R = hpdl_attn_tc_rows(blk, H, Hk, T, causal, row_rank, row_size, warp, g);
+  const float *__restrict__ kh = k + (long long)R.bhk * S * D;
+  const float *__restrict__ vh = v + (long long)R.bhk * S * Dv;
+  hpdl_attn_load<BQ, D, D, NT>(Qs, q + ((long long)R.bh * T + R.t0) * D, R.nrows); /* read after the first barrier */
+  hpdl_attn_load<BQ, Dv, Dv + 1, NT>(Gs, dout + ((long long)R.bh * T + R.t0) * (Dv + 1), R.nrows);
   float lse[2], dt[2];
-  int rp[2];
-  for (int h = 0; h < 2; h++) {
-    const int row = h ? r1 : r0;
-    const long long at = (long long)bh * T + row;
-    lse[h] = row < T ? out[at * (Dv + 1) + Dv] : HPDL_NEG_INF;
-    dt[h] = row < T ? Dt[at] : 0.0f;
-    rp[h] = causal && row < T ? hpdl_attn_rowpos(row, T, row_rank, row_size) : 0;
-  }
-  const int rmax = causal ? hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) : 0;
-  const int rmin = causal && nrows > 0 ? hpdl_attn_rowpos(t0, T, row_rank, row_size) : 0;
-  const int wmax = causal ? hpdl_attn_rowpos_max(w0, w0 + wn, T, row_rank, row_size) : 0;
-  const int wmin = causal && wn > 0 ? hpdl_attn_rowpos(w0, T, row_rank, row_size) : 0;
+  hpdl_attn_tc_dq_rows<Dv>(lse, dt, out, Dt, R, T);
   float acc[D / 8][4];
-  for (int n = 0; n < D / 8; n++)
-    for (int i = 0; i < 4; i++) acc[n][i] = 0.0f;
+  hpdl_attn_zero<D>(acc);
 
   for (int j0 = 0; j0 < S; j0 += BK) {
     const int nk = S - j0 < BK ? S - j0 : BK;
-    if (hpdl_attn_keys_skipped(j0, nk, S, causal, window, rmin, rmax, col_rank, col_size)) continue; /* uniform */
+    if (hpdl_attn_keys_skipped(j0, nk, S, causal, window, R.rmin, R.rmax, col_rank, col_size)) continue; /* uniform */
     __syncthreads(); /* dq_tc: the previous tile's Ks, Vs, Cp are read */
     hpdl_attn_load_keys<BK, D, Dv, NT>(Ks, Vs, Cp, kh, vh, j0, nk, S, causal, col_rank, col_size);
     __syncthreads(); /* dq_tc: the tile is loaded */
-    if (wn == 0 || hpdl_attn_keys_skipped(j0, nk, S, causal, window, wmin, wmax, col_rank, col_size)) continue;
+    if (R.wn == 0 || hpdl_attn_keys_skipped(j0, nk, S, causal, window, R.wmin, R.wmax, col_rank, col_size)) continue;
 
     float s[BK / 8][4], dp[BK / 8][4];
-    for (int n = 0; n < BK / 8; n++)
-      for (int i = 0; i < 4; i++) s[n][i] = dp[n][i] = 0.0f;
+    hpdl_attn_zero<BK>(s);
+    hpdl_attn_zero<BK>(dp);
     hpdl_attn_mma_nt<BK, D>(s, Qs + 16 * warp, Ks, g, t, split);   /* q k^T */
     hpdl_attn_mma_nt<BK, Dv>(dp, Gs + 16 * warp, Vs, g, t, split); /* do v^T */
-    for (int n = 0; n < BK / 8; n++)
-      for (int i = 0; i < 4; i++) {
-        const int j = 8 * n + 2 * t + (i & 1), h = i >> 1;
-        const bool ok = (h ? r1 : r0) < T && j < nk && lse[h] != HPDL_NEG_INF &&
-                        (!causal || hpdl_attn_allowed(rp[h], Cp[j], window));
-        s[n][i] = ok ? expf(scale * s[n][i] - lse[h]) * (dp[n][i] - dt[h]) : 0.0f; /* dS */
-      }
+    hpdl_attn_tc_dq_ds<BK>(s, dp, lse, dt, R, t, T, nk, causal, Cp, window, scale);
     hpdl_attn_mma_pn<D, BK>(acc, s, Ks, g, t, split); /* dS k */
   }
-
-  for (int h = 0; h < 2; h++) {
-    const int row = h ? r1 : r0;
-    if (row >= T) continue;
-    float *__restrict__ dq = grads + ((long long)bh * T + row) * D;
-    for (int n = 0; n < D / 8; n++)
-      for (int e = 0; e < 2; e++) dq[8 * n + 2 * t + e] = scale * acc[n][2 * h + e];
-  }
+  hpdl_attn_tc_store_dq<D>(grads, acc, R, t, T, scale);
 }
 
 /* --------------------------------------- tensor cores, 16-bit operands (bf16, fp16 mma) */
@@ -967,18 +1084,12 @@ static inline float hpdl_attn_h2f(unsigned h) {
  * lane's four sums in k order (the products of two 16-bit values are exact in fp32). */
 template <int E>
 static inline void hpdl_mma_h16(float *c, const unsigned *a, const unsigned *b) {
-  struct Lane {
-    unsigned a[4], b[2];
-  };
-  static thread_local Lane stage[32][32];
-  const unsigned lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 31, g = lane >> 2, t = lane & 3;
-  for (int i = 0; i < 4; i++) stage[warp][lane].a[i] = a[i];
-  for (int i = 0; i < 2; i++) stage[warp][lane].b[i] = b[i];
-  __syncwarp(0xffffffffu);
+  const unsigned lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const HpdlMmaLane *stage = hpdl_mma_exchange(a, b);
   float A[16][16], Bm[16][8];
   for (unsigned l = 0; l < 32; l++) {
     const unsigned lg = l >> 2, lt = l & 3;
-    const Lane &x = stage[warp][l];
+    const HpdlMmaLane &x = stage[l];
     for (int h = 0; h < 2; h++) {
       A[lg][2 * lt + h] = hpdl_attn_h2f<E>(x.a[0] >> (16 * h) & 0xffffu);
       A[lg + 8][2 * lt + h] = hpdl_attn_h2f<E>(x.a[1] >> (16 * h) & 0xffffu);
@@ -1019,10 +1130,51 @@ static __device__ __forceinline__ unsigned short hpdl_attn_h16(unsigned short x)
   return x;
 }
 
+/* Eight 16-bit values from 16-byte aligned p (global memory), and eight into q (a tile's
+ * row, 16-byte aligned): one 128-bit access each on the GPU. */
+#ifdef __CUDACC__
+static __device__ __forceinline__ uint4 hpdl_attn_ld8(const unsigned short *p) { return __ldg((const uint4 *)p); }
+static __device__ __forceinline__ void hpdl_attn_st8(unsigned short *q, uint4 u) { *(uint4 *)q = u; }
+#else
+static inline uint4 hpdl_attn_ld8(const unsigned short *p) {
+  uint4 u;
+  memcpy(&u, p, 16);
+  return u;
+}
+static inline void hpdl_attn_st8(unsigned short *q, uint4 u) { memcpy(q, &u, 16); }
+#endif
+/* value j (0 .. 7) of eight loaded together */
+static __device__ __forceinline__ unsigned short hpdl_attn_half8(uint4 u, int j) {
+  const unsigned w = j < 2 ? u.x : j < 4 ? u.y : j < 6 ? u.z : u.w;
+  return (unsigned short)(w >> (16 * (j & 1)));
+}
+
+/* Whether rows of W 16-bit values SLD apart from src go eight at a time (128-bit loads):
+ * W and SLD multiples of 8 and src 16-byte aligned (the same in every thread). */
+template <int W, int SLD, typename TS>
+static __device__ __forceinline__ bool hpdl_attn_by8(const TS *src) {
+  return sizeof(TS) == 2 && W % 8 == 0 && SLD % 8 == 0 && ((unsigned long long)src & 15ULL) == 0;
+}
+
 /* ROWS rows of W values (fp32, or 16-bit of the operands' type), rows SLD apart, into a
- * 16-bit tile (rows LD halves apart): columns W .. WP - 1 and the rows at and past n zeros. */
+ * 16-bit tile (rows LD halves apart): columns W .. WP - 1 and the rows at and past n zeros.
+ * 16-bit rows eight values a thread where hpdl_attn_by8 allows. */
 template <int E, int ROWS, int W, int WP, int SLD, int NT, int LD, typename TS>
 static __device__ __forceinline__ void hpdl_attn_load16(unsigned short (*dst)[LD], const TS *__restrict__ src, int n) {
+  static_assert(LD % 8 == 0, "16-byte tile rows");
+  if (hpdl_attn_by8<W, SLD>(src)) {
+    constexpr int C = W / 8 > 0 ? W / 8 : 1; /* eights a row */
+    HPDL_ATTN_ROLLED /* unrolled, the loads in flight take registers the accumulators hold */
+    for (int e = threadIdx.x; e < ROWS * C; e += NT) {
+      const int i = e / C, c = e - i * C;
+      const uint4 u = i < n ? hpdl_attn_ld8((const unsigned short *)src + (long long)i * SLD + 8 * c) : make_uint4(0, 0, 0, 0);
+      hpdl_attn_st8(&dst[i][8 * c], u);
+    }
+    constexpr int Z = WP > W ? WP - W : 1; /* the padding's columns */
+    if (WP > W)
+      for (int e = threadIdx.x; e < ROWS * Z; e += NT) dst[e / Z][W + e % Z] = 0;
+    return;
+  }
   for (int e = threadIdx.x; e < ROWS * WP; e += NT) {
     const int i = e / WP, d = e - i * WP;
     dst[i][d] = i < n && d < W ? hpdl_attn_h16<E>(src[i * SLD + d]) : (unsigned short)0;
@@ -1032,9 +1184,46 @@ static __device__ __forceinline__ void hpdl_attn_load16(unsigned short (*dst)[LD
 /* The same rows transposed: dst[d][i] for d < W, i < ROWS (zeros at and past n). */
 template <int E, int ROWS, int W, int SLD, int NT, int LD, typename TS>
 static __device__ __forceinline__ void hpdl_attn_load16t(unsigned short (*dst)[LD], const TS *__restrict__ src, int n) {
+  if (hpdl_attn_by8<W, SLD>(src)) { /* eight values of a row a thread, stored down a column each */
+    constexpr int C = W / 8 > 0 ? W / 8 : 1;
+    HPDL_ATTN_ROLLED
+    for (int e = threadIdx.x; e < ROWS * C; e += NT) {
+      const int i = e / C, c = e - i * C;
+      const uint4 u = i < n ? hpdl_attn_ld8((const unsigned short *)src + (long long)i * SLD + 8 * c) : make_uint4(0, 0, 0, 0);
+      for (int j = 0; j < 8; j++) dst[8 * c + j][i] = hpdl_attn_half8(u, j);
+    }
+    return;
+  }
   for (int e = threadIdx.x; e < ROWS * W; e += NT) {
     const int i = e / W, d = e - i * W;
     dst[d][i] = i < n ? hpdl_attn_h16<E>(src[i * SLD + d]) : (unsigned short)0;
+  }
+}
+
+/* Both of the above from one read: ROWS rows of W values into dst (padded to WP) and
+ * into dstT transposed, each value loaded once. */
+template <int E, int ROWS, int W, int WP, int SLD, int NT, int LD, int LDT, typename TS>
+static __device__ __forceinline__ void hpdl_attn_load16_both(unsigned short (*dst)[LD], unsigned short (*dstT)[LDT],
+                                                             const TS *__restrict__ src, int n) {
+  if (hpdl_attn_by8<W, SLD>(src)) {
+    constexpr int C = W / 8 > 0 ? W / 8 : 1, Z = WP > W ? WP - W : 1;
+    HPDL_ATTN_ROLLED
+    for (int e = threadIdx.x; e < ROWS * C; e += NT) {
+      const int i = e / C, c = e - i * C;
+      const uint4 u = i < n ? hpdl_attn_ld8((const unsigned short *)src + (long long)i * SLD + 8 * c) : make_uint4(0, 0, 0, 0);
+      hpdl_attn_st8(&dst[i][8 * c], u);
+      for (int j = 0; j < 8; j++) dstT[8 * c + j][i] = hpdl_attn_half8(u, j);
+    }
+    if (WP > W)
+      for (int e = threadIdx.x; e < ROWS * Z; e += NT) dst[e / Z][W + e % Z] = 0;
+    return;
+  }
+  HPDL_ATTN_ROLLED
+  for (int e = threadIdx.x; e < ROWS * WP; e += NT) {
+    const int i = e / WP, d = e - i * WP;
+    const unsigned short h = i < n && d < W ? hpdl_attn_h16<E>(src[i * SLD + d]) : (unsigned short)0;
+    dst[i][d] = h;
+    if (d < W) dstT[d][i] = h;
   }
 }
 
@@ -1048,6 +1237,20 @@ static __device__ __forceinline__ void hpdl_attn_afrag(unsigned *a, const unsign
   a[3] = hpdl_attn_u32<LD>(X, r0 + g + 8, 16 * kk + 2 * t + 8);
 }
 
+/* acc[n] += A B_n for n < N / 8, one k step of 16: A's fragment a, B_n's columns the rows
+ * 8 n + g of tile X from column k0 (16 consecutive values of a row: B's k pairs). */
+template <int E, int N, int LDX>
+static __device__ __forceinline__ void hpdl_attn_mma16_b(float (*acc)[4], const unsigned *a,
+                                                         const unsigned short (*X)[LDX], int k0, int g, int t) {
+#ifdef __CUDACC__
+#pragma unroll
+#endif
+  for (int n = 0; n < N / 8; n++) {
+    const unsigned b[2] = {hpdl_attn_u32<LDX>(X, 8 * n + g, k0 + 2 * t), hpdl_attn_u32<LDX>(X, 8 * n + g, k0 + 2 * t + 8)};
+    hpdl_mma_h16<E>(acc[n], a, b);
+  }
+}
+
 /* acc[n] += A X^T over K (a multiple of 16) columns, for n < N / 8: A the 16 rows of tile
  * As from row r0, X a tile whose rows 8 n + g are B's columns. The fragments are loaded
  * where they are used, so that registers hold the accumulators (as the TF32 kernels). */
@@ -1058,14 +1261,7 @@ static __device__ __forceinline__ void hpdl_attn_mma16_nt(float (*acc)[4], const
   for (int kk = 0; kk < K / 16; kk++) {
     unsigned a[4];
     hpdl_attn_afrag<LDA>(a, As, r0, kk, g, t);
-#ifdef __CUDACC__
-#pragma unroll
-#endif
-    for (int n = 0; n < N / 8; n++) {
-      const unsigned b[2] = {hpdl_attn_u32<LDX>(X, 8 * n + g, 16 * kk + 2 * t),
-                             hpdl_attn_u32<LDX>(X, 8 * n + g, 16 * kk + 2 * t + 8)};
-      hpdl_mma_h16<E>(acc[n], a, b);
-    }
+    hpdl_attn_mma16_b<E, N, LDX>(acc, a, X, 16 * kk, g, t);
   }
 }
 
@@ -1082,14 +1278,7 @@ static __device__ __forceinline__ void hpdl_attn_mma16_pn(float (*acc)[4], const
     const unsigned a[4] = {hpdl_attn_pack<E>(p[2 * js][0], p[2 * js][1]), hpdl_attn_pack<E>(p[2 * js][2], p[2 * js][3]),
                            hpdl_attn_pack<E>(p[2 * js + 1][0], p[2 * js + 1][1]),
                            hpdl_attn_pack<E>(p[2 * js + 1][2], p[2 * js + 1][3])};
-#ifdef __CUDACC__
-#pragma unroll
-#endif
-    for (int n = 0; n < N / 8; n++) {
-      const unsigned b[2] = {hpdl_attn_u32<LDT>(Xt, 8 * n + g, 16 * js + 2 * t),
-                             hpdl_attn_u32<LDT>(Xt, 8 * n + g, 16 * js + 2 * t + 8)};
-      hpdl_mma_h16<E>(acc[n], a, b);
-    }
+    hpdl_attn_mma16_b<E, N, LDT>(acc, a, Xt, 16 * js, g, t);
   }
 }
 
@@ -1112,78 +1301,32 @@ static __device__ void hpdl_attn_fwd_h(const TQ *__restrict__ q, const TQ *__res
   __shared__ int Cp[BK];                              /* key positions (causal) */
   (void)B;
   const int tid = threadIdx.x, warp = tid / 32, g = (tid & 31) / 4, t = tid & 3;
-  const int nq = (T + BQ - 1) / BQ, bh = (int)blk / nq;
-  const int t0 = ((int)blk - bh * nq) * BQ, nrows = T - t0 < BQ ? T - t0 : BQ;
-  const int bhk = bh / H * Hk + (bh % H) / (H / Hk);
-  const int w0 = t0 + 16 * warp, wn = T - w0 < 0 ? 0 : T - w0 < 16 ? T - w0 : 16; /* the warp's rows */
-  const int r0 = w0 + g, r1 = r0 + 8;                                              /* this lane's */
-  const TQ *__restrict__ kh = k + (long long)bhk * S * D;
-  const TQ *__restrict__ vh = v + (long long)bhk * S * Dv;
-  hpdl_attn_load16<E, BQ, D, KD, D, NT>(Qs, q + ((long long)bh * T + t0) * D, nrows); /* read after the loop's first barrier */
-  const int rp0 = causal && r0 < T ? hpdl_attn_rowpos(r0, T, row_rank, row_size) : 0;
-  const int rp1 = causal && r1 < T ? hpdl_attn_rowpos(r1, T, row_rank, row_size) : 0;
-  const int rmax = causal ? hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) : 0;
-  const int rmin = causal && nrows > 0 ? hpdl_attn_rowpos(t0, T, row_rank, row_size) : 0;
-  const int wmax = causal ? hpdl_attn_rowpos_max(w0, w0 + wn, T, row_rank, row_size) : 0;
-  const int wmin = causal && wn > 0 ? hpdl_attn_rowpos(w0, T, row_rank, row_size) : 0;
+  const HpdlAttnTcRows R = hpdl_attn_tc_rows(blk, H, Hk, T, causal, row_rank, row_size, warp, g);
+  const TQ *__restrict__ kh = k + (long long)R.bhk * S * D;
+  const TQ *__restrict__ vh = v + (long long)R.bhk * S * Dv;
+  hpdl_attn_load16<E, BQ, D, KD, D, NT>(Qs, q + ((long long)R.bh * T + R.t0) * D, R.nrows); /* read after the loop's first barrier */
   float m[2] = {HPDL_NEG_INF, HPDL_NEG_INF}, l[2] = {0.0f, 0.0f}; /* rows r0, r1: max; this lane's sum */
   float o[Dv / 8][4];
-  for (int n = 0; n < Dv / 8; n++)
-    for (int i = 0; i < 4; i++) o[n][i] = 0.0f;
+  hpdl_attn_zero<Dv>(o);
 
   for (int j0 = 0; j0 < S; j0 += BK) {
     const int nk = S - j0 < BK ? S - j0 : BK;
-    if (hpdl_attn_keys_skipped(j0, nk, S, causal, window, rmin, rmax, col_rank, col_size)) continue; /* uniform */
+    if (hpdl_attn_keys_skipped(j0, nk, S, causal, window, R.rmin, R.rmax, col_rank, col_size)) continue; /* uniform */
     __syncthreads(); /* fwd_h: the previous tile's Ks, Vt, Cp are read */
     hpdl_attn_load16<E, BK, D, KD, D, NT>(Ks, kh + (long long)j0 * D, nk);
     hpdl_attn_load16t<E, BK, Dv, Dv, NT>(Vt, vh + (long long)j0 * Dv, nk);
     if (causal)
       for (int j = tid; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0;
     __syncthreads(); /* fwd_h: the tile is loaded */
-    if (wn == 0 || hpdl_attn_keys_skipped(j0, nk, S, causal, window, wmin, wmax, col_rank, col_size)) continue;
+    if (R.wn == 0 || hpdl_attn_keys_skipped(j0, nk, S, causal, window, R.wmin, R.wmax, col_rank, col_size)) continue;
 
     float s[BK / 8][4];
-    for (int n = 0; n < BK / 8; n++)
-      for (int i = 0; i < 4; i++) s[n][i] = 0.0f;
+    hpdl_attn_zero<BK>(s);
     hpdl_attn_mma16_nt<E, BK, KD, LQ>(s, Qs, 16 * warp, Ks, g, t);
-    float mt[2] = {HPDL_NEG_INF, HPDL_NEG_INF};
-    for (int n = 0; n < BK / 8; n++)
-      for (int i = 0; i < 4; i++) {
-        const int j = 8 * n + 2 * t + (i & 1), row = i < 2 ? r0 : r1;
-        const bool ok = row < T && j < nk && (!causal || hpdl_attn_allowed(i < 2 ? rp0 : rp1, Cp[j], window));
-        s[n][i] = ok ? scale * s[n][i] : HPDL_NEG_INF;
-        mt[i >> 1] = fmaxf(mt[i >> 1], s[n][i]);
-      }
-    float base[2], alpha[2];
-    for (int h = 0; h < 2; h++) {
-      mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 1)); /* a row's four lanes */
-      mt[h] = fmaxf(mt[h], __shfl_xor_sync(0xffffffffu, mt[h], 2));
-      const float mnew = fmaxf(m[h], mt[h]);
-      base[h] = mnew == HPDL_NEG_INF ? 0.0f : mnew;
-      alpha[h] = expf(m[h] - base[h]);
-      m[h] = mnew;
-      l[h] *= alpha[h];
-    }
-    for (int n = 0; n < BK / 8; n++)
-      for (int i = 0; i < 4; i++) {
-        s[n][i] = expf(s[n][i] - base[i >> 1]);
-        l[i >> 1] += s[n][i];
-      }
-    for (int n = 0; n < Dv / 8; n++)
-      for (int i = 0; i < 4; i++) o[n][i] *= alpha[i >> 1];
+    hpdl_attn_tc_softmax<BK, Dv>(s, o, m, l, R, t, T, nk, causal, Cp, window, scale);
     hpdl_attn_mma16_pn<E, Dv, BK>(o, s, Vt, g, t);
   }
-
-  for (int h = 0; h < 2; h++) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    const int row = h ? r1 : r0;
-    if (row >= T) continue;
-    float *__restrict__ orow = out + ((long long)bh * T + row) * (Dv + 1);
-    for (int n = 0; n < Dv / 8; n++)
-      for (int e = 0; e < 2; e++) orow[8 * n + 2 * t + e] = l[h] > 0.0f ? o[n][2 * h + e] / l[h] : 0.0f;
-    if (t == 0) orow[Dv] = l[h] > 0.0f ? m[h] + logf(l[h]) : HPDL_NEG_INF;
-  }
+  hpdl_attn_tc_store_out<Dv>(out, o, m, l, R, t, T);
 }
 
 /* dk and dv with 16-bit operands: block `blk` of HPDL_ATTN_DKDV_GRID (hpdl_attn_plan_tc's),
@@ -1212,77 +1355,39 @@ static __device__ void hpdl_attn_bwd_dkdv_h(const TQ *__restrict__ q, const TQ *
   __shared__ float Ds[BQ];                            /* Dt */
   __shared__ int Rp[BQ];                              /* row positions (causal) */
   const int tid = threadIdx.x, warp = tid / 32, g = (tid & 31) / 4, t = tid & 3, G = H / Hk;
-  const int nkt = (S + BK - 1) / BK, bhk = (int)blk / nkt, b = bhk / Hk, hk = bhk - b * Hk;
-  const int j0 = ((int)blk - bhk * nkt) * BK, nk = S - j0 < BK ? S - j0 : BK;
-  const int k0 = j0 + 16 * warp, wn = S - k0 < 0 ? 0 : S - k0 < 16 ? S - k0 : 16; /* the warp's keys */
-  const int kr0 = k0 + g, kr1 = kr0 + 8;                                              /* this lane's */
-  hpdl_attn_load16<E, BK, D, KD, D, NT>(Ks, k + ((long long)bhk * S + j0) * D, nk); /* read after the first barrier */
-  hpdl_attn_load16<E, BK, Dv, KDv, Dv, NT>(Vs, v + ((long long)bhk * S + j0) * Dv, nk);
-  const int kp0 = causal && kr0 < S ? hpdl_attn_colpos(kr0, S, col_rank, col_size) : 0;
-  const int kp1 = causal && kr1 < S ? hpdl_attn_colpos(kr1, S, col_rank, col_size) : 0;
-  const int kmin = causal ? hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) : 0;
-  const int kmax = causal && window > 0 ? hpdl_attn_colpos_max(j0, j0 + nk, S, col_rank, col_size) : 0;
-  const int wkmin = causal ? hpdl_attn_colpos_min(k0, k0 + wn, S, col_rank, col_size) : 0;
-  const int wkmax = causal && window > 0 ? hpdl_attn_colpos_max(k0, k0 + wn, S, col_rank, col_size) : 0;
+  const HpdlAttnTcKeys K = hpdl_attn_tc_keys(blk, Hk, S, causal, window, col_rank, col_size, warp, g);
+  const int wkmin = K.wkmin;
+  hpdl_attn_load16<E, BK, D, KD, D, NT>(Ks, k + ((long long)K.bhk * S + K.j0) * D, K.nk); /* read after the first barrier */
+  hpdl_attn_load16<E, BK, Dv, KDv, Dv, NT>(Vs, v + ((long long)K.bhk * S + K.j0) * Dv, K.nk);
   float dk[D / 8][4], dv[Dv / 8][4];
-  for (int n = 0; n < D / 8; n++)
-    for (int i = 0; i < 4; i++) dk[n][i] = 0.0f;
-  for (int n = 0; n < Dv / 8; n++)
-    for (int i = 0; i < 4; i++) dv[n][i] = 0.0f;
+  hpdl_attn_zero<D>(dk);
+  hpdl_attn_zero<Dv>(dv);
 
   for (int gh = 0; gh < G; gh++) {
-    const int bh = b * H + hk * G + gh;
+    const int bh = K.b * H + K.hk * G + gh;
     for (int t0 = 0; t0 < T; t0 += BQ) {
       const int nrows = T - t0 < BQ ? T - t0 : BQ;
-      if (causal && hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) < kmin) continue; /* uniform */
-      if (causal && window > 0 && hpdl_attn_rowpos(t0, T, row_rank, row_size) - kmax >= window) continue;
+      if (hpdl_attn_rows_skipped(t0, nrows, T, causal, window, K.kmin, K.kmax, row_rank, row_size)) continue; /* uniform */
       __syncthreads(); /* dkdv_h: the previous tile's Qs, Qt, Gs, Gt, Ls, Ds, Rp are read */
       const long long row0 = (long long)bh * T + t0;
-      hpdl_attn_load16<E, BQ, D, KD, D, NT>(Qs, q + row0 * D, nrows);
-      hpdl_attn_load16t<E, BQ, D, D, NT>(Qt, q + row0 * D, nrows);
-      hpdl_attn_load16<E, BQ, Dv, KDv, Dv + 1, NT>(Gs, dout + row0 * (Dv + 1), nrows);
-      hpdl_attn_load16t<E, BQ, Dv, Dv + 1, NT>(Gt, dout + row0 * (Dv + 1), nrows);
-      for (int i = tid; i < BQ; i += NT) {
-        const bool in = i < nrows;
-        Ls[i] = in ? out[(row0 + i) * (Dv + 1) + Dv] : HPDL_NEG_INF;
-        Ds[i] = in ? Dt[row0 + i] : 0.0f;
-        Rp[i] = in && causal ? hpdl_attn_rowpos(t0 + i, T, row_rank, row_size) : 0;
-      }
+      hpdl_attn_load16_both<E, BQ, D, KD, D, NT>(Qs, Qt, q + row0 * D, nrows);
+      hpdl_attn_load16_both<E, BQ, Dv, KDv, Dv + 1, NT>(Gs, Gt, dout + row0 * (Dv + 1), nrows);
+      hpdl_attn_load_rows(Ls, Ds, Rp, out, Dt, row0, t0, nrows, BQ, NT, Dv, T, causal, row_rank, row_size);
       __syncthreads(); /* dkdv_h: the tile is loaded */
-      if (wn == 0 || (causal && wkmin > hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size))) continue;
-      if (causal && window > 0 && hpdl_attn_rowpos(t0, T, row_rank, row_size) - wkmax >= window) continue;
+      if (K.wn == 0 || (causal && wkmin > hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size))) continue;
+      if (causal && window > 0 && hpdl_attn_rowpos(t0, T, row_rank, row_size) - K.wkmax >= window) continue;
 
       float p[BQ / 8][4], ds[BQ / 8][4]; /* P^T and dS^T: keys g, g + 8 by rows 8 n + 2 t, + 1 */
-      for (int n = 0; n < BQ / 8; n++)
-        for (int i = 0; i < 4; i++) p[n][i] = ds[n][i] = 0.0f;
+      hpdl_attn_zero<BQ>(p);
+      hpdl_attn_zero<BQ>(ds);
       hpdl_attn_mma16_nt<E, BQ, KD, LK>(p, Ks, 16 * warp, Qs, g, t);   /* k q^T */
       hpdl_attn_mma16_nt<E, BQ, KDv, LV>(ds, Vs, 16 * warp, Gs, g, t); /* v do^T */
-      for (int n = 0; n < BQ / 8; n++)
-        for (int i = 0; i < 4; i++) {
-          const int r = 8 * n + 2 * t + (i & 1), key = i < 2 ? kr0 : kr1;
-          const float lse = Ls[r]; /* -inf: no allowed key in the row (and rows past T) */
-          const bool ok =
-              key < S && lse != HPDL_NEG_INF && (!causal || hpdl_attn_allowed(Rp[r], i < 2 ? kp0 : kp1, window));
-          const float pr = ok ? expf(scale * p[n][i] - lse) : 0.0f;
-          ds[n][i] = pr * (ds[n][i] - Ds[r]);
-          p[n][i] = pr;
-        }
+      hpdl_attn_tc_pds<BQ>(p, ds, Ls, Ds, Rp, K, t, S, causal, window, scale);
       hpdl_attn_mma16_pn<E, Dv, BQ>(dv, p, Gt, g, t); /* P^T do */
       hpdl_attn_mma16_pn<E, D, BQ>(dk, ds, Qt, g, t); /* dS^T q */
     }
   }
-
-  const long long nq = (long long)B * H * T * D;
-  for (int h = 0; h < 2; h++) {
-    const int key = h ? kr1 : kr0;
-    if (key >= S) continue;
-    float *__restrict__ dkr = grads + nq + ((long long)bhk * S + key) * D;
-    float *__restrict__ dvr = grads + nq + (long long)B * Hk * S * D + ((long long)bhk * S + key) * Dv;
-    for (int n = 0; n < D / 8; n++)
-      for (int e = 0; e < 2; e++) dkr[8 * n + 2 * t + e] = scale * dk[n][2 * h + e];
-    for (int n = 0; n < Dv / 8; n++)
-      for (int e = 0; e < 2; e++) dvr[8 * n + 2 * t + e] = dv[n][2 * h + e];
-  }
+  hpdl_attn_tc_store_dkdv<D, Dv>(grads, dk, dv, K, t, B, H, Hk, T, S, scale);
 }
 
 /* dq with 16-bit operands: block `blk` of HPDL_ATTN_DQ_GRID (hpdl_attn_plan_tc's), 64 query
@@ -1308,66 +1413,36 @@ static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__
   __shared__ int Cp[BK];                             /* key positions (causal) */
   (void)B;
   const int tid = threadIdx.x, warp = tid / 32, g = (tid & 31) / 4, t = tid & 3;
-  const int nq = (T + BQ - 1) / BQ, bh = (int)blk / nq;
-  const int t0 = ((int)blk - bh * nq) * BQ, nrows = T - t0 < BQ ? T - t0 : BQ;
-  const int bhk = bh / H * Hk + (bh % H) / (H / Hk);
-  const int w0 = t0 + 16 * warp, wn = T - w0 < 0 ? 0 : T - w0 < 16 ? T - w0 : 16;
-  const int r0 = w0 + g, r1 = r0 + 8;
-  const TQ *__restrict__ kh = k + (long long)bhk * S * D;
-  const TQ *__restrict__ vh = v + (long long)bhk * S * Dv;
-  hpdl_attn_load16<E, BQ, D, KD, D, NT>(Qs, q + ((long long)bh * T + t0) * D, nrows); /* read after the first barrier */
-  hpdl_attn_load16<E, BQ, Dv, KDv, Dv + 1, NT>(Gs, dout + ((long long)bh * T + t0) * (Dv + 1), nrows);
+  const HpdlAttnTcRows R = hpdl_attn_tc_rows(blk, H, Hk, T, causal, row_rank, row_size, warp, g);
+  const TQ *__restrict__ kh = k + (long long)R.bhk * S * D;
+  const TQ *__restrict__ vh = v + (long long)R.bhk * S * Dv;
+  hpdl_attn_load16<E, BQ, D, KD, D, NT>(Qs, q + ((long long)R.bh * T + R.t0) * D, R.nrows); /* read after the first barrier */
+  hpdl_attn_load16<E, BQ, Dv, KDv, Dv + 1, NT>(Gs, dout + ((long long)R.bh * T + R.t0) * (Dv + 1), R.nrows);
   float lse[2], dt[2];
-  int rp[2];
-  for (int h = 0; h < 2; h++) {
-    const int row = h ? r1 : r0;
-    const long long at = (long long)bh * T + row;
-    lse[h] = row < T ? out[at * (Dv + 1) + Dv] : HPDL_NEG_INF;
-    dt[h] = row < T ? Dt[at] : 0.0f;
-    rp[h] = causal && row < T ? hpdl_attn_rowpos(row, T, row_rank, row_size) : 0;
-  }
-  const int rmax = causal ? hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) : 0;
-  const int rmin = causal && nrows > 0 ? hpdl_attn_rowpos(t0, T, row_rank, row_size) : 0;
-  const int wmax = causal ? hpdl_attn_rowpos_max(w0, w0 + wn, T, row_rank, row_size) : 0;
-  const int wmin = causal && wn > 0 ? hpdl_attn_rowpos(w0, T, row_rank, row_size) : 0;
+  hpdl_attn_tc_dq_rows<Dv>(lse, dt, out, Dt, R, T);
   float acc[D / 8][4];
-  for (int n = 0; n < D / 8; n++)
-    for (int i = 0; i < 4; i++) acc[n][i] = 0.0f;
+  hpdl_attn_zero<D>(acc);
 
   for (int j0 = 0; j0 < S; j0 += BK) {
     const int nk = S - j0 < BK ? S - j0 : BK;
-    if (hpdl_attn_keys_skipped(j0, nk, S, causal, window, rmin, rmax, col_rank, col_size)) continue; /* uniform */
+    if (hpdl_attn_keys_skipped(j0, nk, S, causal, window, R.rmin, R.rmax, col_rank, col_size)) continue; /* uniform */
     __syncthreads(); /* dq_h: the previous tile's Ks, Vs, Kt, Cp are read */
-    hpdl_attn_load16<E, BK, D, KD, D, NT>(Ks, kh + (long long)j0 * D, nk);
+    hpdl_attn_load16_both<E, BK, D, KD, D, NT>(Ks, Kt, kh + (long long)j0 * D, nk);
     hpdl_attn_load16<E, BK, Dv, KDv, Dv, NT>(Vs, vh + (long long)j0 * Dv, nk);
-    hpdl_attn_load16t<E, BK, D, D, NT>(Kt, kh + (long long)j0 * D, nk);
     if (causal)
       for (int j = tid; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0;
     __syncthreads(); /* dq_h: the tile is loaded */
-    if (wn == 0 || hpdl_attn_keys_skipped(j0, nk, S, causal, window, wmin, wmax, col_rank, col_size)) continue;
+    if (R.wn == 0 || hpdl_attn_keys_skipped(j0, nk, S, causal, window, R.wmin, R.wmax, col_rank, col_size)) continue;
 
     float s[BK / 8][4], dp[BK / 8][4];
-    for (int n = 0; n < BK / 8; n++)
-      for (int i = 0; i < 4; i++) s[n][i] = dp[n][i] = 0.0f;
+    hpdl_attn_zero<BK>(s);
+    hpdl_attn_zero<BK>(dp);
     hpdl_attn_mma16_nt<E, BK, KD, LK>(s, Qs, 16 * warp, Ks, g, t);   /* q k^T */
     hpdl_attn_mma16_nt<E, BK, KDv, LV>(dp, Gs, 16 * warp, Vs, g, t); /* do v^T */
-    for (int n = 0; n < BK / 8; n++)
-      for (int i = 0; i < 4; i++) {
-        const int j = 8 * n + 2 * t + (i & 1), h = i >> 1;
-        const bool ok = (h ? r1 : r0) < T && j < nk && lse[h] != HPDL_NEG_INF &&
-                        (!causal || hpdl_attn_allowed(rp[h], Cp[j], window));
-        s[n][i] = ok ? expf(scale * s[n][i] - lse[h]) * (dp[n][i] - dt[h]) : 0.0f; /* dS */
-      }
+    hpdl_attn_tc_dq_ds<BK>(s, dp, lse, dt, R, t, T, nk, causal, Cp, window, scale);
     hpdl_attn_mma16_pn<E, D, BK>(acc, s, Kt, g, t); /* dS k */
   }
-
-  for (int h = 0; h < 2; h++) {
-    const int row = h ? r1 : r0;
-    if (row >= T) continue;
-    float *__restrict__ dq = grads + ((long long)bh * T + row) * D;
-    for (int n = 0; n < D / 8; n++)
-      for (int e = 0; e < 2; e++) dq[8 * n + 2 * t + e] = scale * acc[n][2 * h + e];
-  }
+  hpdl_attn_tc_store_dq<D>(grads, acc, R, t, T, scale);
 }
 
 #endif /* HPDL_ATTENTION_CUH */

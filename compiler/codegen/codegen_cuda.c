@@ -431,6 +431,24 @@ static void decompose(CuText *o, const Nest *N, int set, const char *lin, const 
     }
   if (!any) return;
   const char *r = set == 1 ? "rg_" : "r_";
+  /* under 2^31 points, the divisions in 32 bits: a division by a constant is then a
+   * multiply-high and a shift, where 64 bits take a dozen instructions (the scalar
+   * loops' index arithmetic, not their memory, was their limit) */
+  int64_t n = 1;
+  for (int t = 0; t < N->na; t++)
+    if (in_set(N, t, set)) n *= N->adim[t];
+  if (n <= 0x7fffffffLL) {
+    /* the indices stay 32-bit too (every use widens them: the offsets' 64-bit
+     * constants, a mask's comparison of two of them): 64-bit ones took the
+     * registers that the unrolled grid-stride loop's loads need (spills at 32) */
+    cu_tx(o, "%sunsigned %s = (unsigned)(%s);\n", ind, r, lin);
+    for (int t = N->na - 1; t >= 0; t--) {
+      if (!in_set(N, t, set)) continue;
+      if (t == first) cu_tx(o, "%sconst unsigned i%d = %s;\n", ind, t, r);
+      else cu_tx(o, "%sconst unsigned i%d = %s %% %" PRId64 "u; %s /= %" PRId64 "u;\n", ind, t, r, N->adim[t], r, N->adim[t]);
+    }
+    return;
+  }
   cu_tx(o, "%slong long %s = %s;\n", ind, r, lin);
   for (int t = N->na - 1; t >= 0; t--) {
     if (!in_set(N, t, set)) continue;

@@ -321,13 +321,18 @@ static int rope(CuKern *k, const IrNode *n, int id) {
  * log(sum) in fp64, as the CPU's row_lse. With vec4 (f32 logits, rows a
  * multiple of 4), four logits a thread through float4 where `vec_` (the
  * buffers 16-byte aligned). Every thread of the block runs it. */
+/* `if (vec_) {` and a loop over the row `base` of io x four logits a thread, `q` the four */
+static void row4_open(CuText *o, int x, int64_t V) {
+  cu_tx(o, "    if (vec_) {\n");
+  cu_tx(o, "      for (long long v = threadIdx.x * 4LL; v < %" PRId64 "LL; v += blockDim.x * 4LL) {\n", V);
+  cu_tx(o, "        const float4 q = *(const float4 *)(p%d + base + v);\n", x);
+}
+
 static void row_lse(CuText *o, int x, int64_t V, int vec4) {
   cu_tx(o, "    const long long base = row * %" PRId64 "LL;\n", V);
   cu_tx(o, "    float m = HPDL_NEG_INF, s = 0.0f;\n");
   if (vec4) {
-    cu_tx(o, "    if (vec_) {\n");
-    cu_tx(o, "      for (long long v = threadIdx.x * 4LL; v < %" PRId64 "LL; v += blockDim.x * 4LL) {\n", V);
-    cu_tx(o, "        const float4 q = *(const float4 *)(p%d + base + v);\n", x);
+    row4_open(o, x, V);
     cu_tx(o, "        hpdl_lse_add(&m, &s, q.x);\n        hpdl_lse_add(&m, &s, q.y);\n");
     cu_tx(o, "        hpdl_lse_add(&m, &s, q.z);\n        hpdl_lse_add(&m, &s, q.w);\n      }\n    } else\n  ");
   }
@@ -373,9 +378,7 @@ static int cross_entropy(CuKern *k, const IrNode *n, int id) {
     cu_tx(o, "    const long long tgt = (long long)p%d[row];\n", t);
     cu_tx(o, "    const int ok = tgt >= 0 && tgt < %" PRId64 "LL;\n", V);
     if (vec4) {
-      cu_tx(o, "    if (vec_) {\n");
-      cu_tx(o, "      for (long long v = threadIdx.x * 4LL; v < %" PRId64 "LL; v += blockDim.x * 4LL) {\n", V);
-      cu_tx(o, "        const float4 q = *(const float4 *)(p%d + base + v);\n", x);
+      row4_open(o, x, V);
       cu_tx(o, "        float g[4] = {expf(q.x - lse32), expf(q.y - lse32), expf(q.z - lse32), expf(q.w - lse32)};\n");
       cu_tx(o, "        for (int e = 0; e < 4; e++) g[e] = ok ? scale * (v + e == tgt ? g[e] - 1.0f : g[e]) : 0.0f;\n");
       if (n->dtype == DT_F32) cu_tx(o, "        *(float4 *)(p%d + base + v) = make_float4(g[0], g[1], g[2], g[3]);\n", out);

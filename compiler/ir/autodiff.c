@@ -368,14 +368,6 @@ static int matmul_tn_batch_folded(AdCtx *c, int x, int y, int like) {
   return reshape_to(c, g, t->rank, t->dims);
 }
 
-/* A TRANSPOSE of a matrix's last two axes and nothing else. */
-static int swaps_last_two(const IrNode *n) {
-  if (n->op != IR_TRANSPOSE || n->rank < 2) return 0;
-  for (int i = 0; i < n->rank - 2; i++)
-    if (n->attr[i] != i) return 0;
-  return n->attr[n->rank - 2] == n->rank - 1 && n->attr[n->rank - 1] == n->rank - 2;
-}
-
 /* The product's operand x, seen through such a transpose of a parameter:
  * the parameter, read with the flag flipped. The backward then neither reads
  * the transposed value (which the forward's GEMM folds when it is its only
@@ -386,7 +378,7 @@ static int swaps_last_two(const IrNode *n) {
  * the forward's product reads. */
 static void see_through(AdCtx *c, int *x, int *t) {
   const IrNode *n = fnode(c, *x);
-  if (swaps_last_two(n) && fnode(c, n->in[0])->op == IR_PARAM && c->rg[n->in[0]] == c->rg[*x]) {
+  if (ir_swaps_last_two(n) && fnode(c, n->in[0])->op == IR_PARAM && c->rg[n->in[0]] == c->rg[*x]) {
     *x = n->in[0];
     *t = !*t;
   }

@@ -586,13 +586,6 @@ static int try_epilogue(Fuser *F, int id) {
   return 0;
 }
 
-static int last_two_swap(const IrNode *t) {
-  if (t->rank < 2) return 0;
-  for (int i = 0; i < t->rank - 2; i++)
-    if (t->attr[i] != i) return 0;
-  return t->attr[t->rank - 2] == t->rank - 1 && t->attr[t->rank - 1] == t->rank - 2;
-}
-
 static int is_index_map(IrOp op);
 
 /* Rule 5: may shape op `id` be folded into the kernel of its one consumer? */
@@ -606,7 +599,7 @@ static int foldable(Fuser *F, int id, int consumer, int ck) {
   switch (n->op) {
   case IR_RESHAPE: return kind != FUSE_LEAF;
   case IR_TRANSPOSE:
-    if (kind == FUSE_GEMM) return F->k[ck].mm == consumer && last_two_swap(n);
+    if (kind == FUSE_GEMM) return F->k[ck].mm == consumer && ir_swaps_last_two(n);
     return kind == FUSE_LOOP || kind == FUSE_ROW || kind == FUSE_COPY;
   case IR_SLICE:
   case IR_EXPAND:

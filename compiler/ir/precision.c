@@ -95,14 +95,6 @@ static int as_f32(Rebuild *R, int v, int side, Span at) {
   return R->cast[side][v] = cast_to(R, nv, DT_F32, at);
 }
 
-/* Whether transpose t swaps its last two axes alone (a GEMM's op() flag). */
-static int swaps_last_two(const IrNode *t) {
-  if (t->rank < 2) return 0;
-  for (int i = 0; i < t->rank - 2; i++)
-    if (t->attr[i] != i) return 0;
-  return t->attr[t->rank - 2] == t->rank - 1 && t->attr[t->rank - 1] == t->rank - 2;
-}
-
 /* The 16-bit value of old node v (a bf16 GEMM's operand) for a reader on
  * side `side` of the cut: itself when stored so, else a cast, which rounds
  * it (the weights' fp32 masters, an fp32 activation), as autocast casts a
@@ -118,7 +110,7 @@ static int as_16(Rebuild *R, int v, int side, Span at) {
      * side of the cut: the same values, rounded once */
     return R->cast16[side][v] = append(R, x, NULL, R->storage);
   }
-  if (x->op == IR_RESHAPE || (x->op == IR_TRANSPOSE && swaps_last_two(x))) {
+  if (x->op == IR_RESHAPE || ir_swaps_last_two(x)) {
     /* the view of the cast rather than the cast of the view: the GEMM still
      * reads a transposed weight through its flag, and the cast runs in
      * order (the tied head's transposed 154 MB table: 30 ms -> 6.5). Any

@@ -427,46 +427,41 @@ static Grids grids_of(const Config &f, const Case &c) {
   return g;
 }
 
-/* The four launches; 0 on success. */
-static int launch_all(const Config &f, const Case &c, const Grids &g, float scale, const float *q, const float *k,
-                      const float *v, const float *dout, float *out, float *Dt, float *grads, std::string &why) {
+/* The four launches with q, k, v of type TQ (fwd, dkdv, dq taking them so); 0 on success. */
+template <typename TQ, typename Fwd, typename Bwd>
+static int launch4(const Config &f, const Case &c, const Grids &g, float scale, Fwd fwd, Bwd dkdv, Bwd dq, const TQ *q,
+                   const TQ *k, const TQ *v, const float *dout, float *out, float *Dt, float *grads, std::string &why) {
   hpdl_kctx hpd;
   std::memset(&hpd, 0, sizeof hpd);
   hpd.flags = c.tf32 ? HPDL_KCTX_TF32 : 0;
   dim3 block((unsigned)g.threads);
-  if (f.fwd16) { /* q, k, v as their 16-bit bits (exact: run_case rounded them) */
-    const size_t nq = (size_t)c.B * c.H * c.T * f.D, nk = (size_t)c.B * c.Hk * c.S * f.D, nv = (size_t)c.B * c.Hk * c.S * f.Dv;
-    std::vector<unsigned short> q16(nq), k16(nk), v16(nv);
-    auto bits16 = [&](float x) { return f.h16 == 1 ? hpdl_bf16_from_f32(x) : hpdl_f16_from_f32(x); };
-    for (size_t i = 0; i < nq; i++) q16[i] = bits16(q[i]);
-    for (size_t i = 0; i < nk; i++) k16[i] = bits16(k[i]);
-    for (size_t i = 0; i < nv; i++) v16[i] = bits16(v[i]);
-    int rc = hpdl_emu_launch_named("fwd", f.fwd16, dim3((unsigned)g.fwd), block, 0, hpd, (const unsigned short *)q16.data(),
-                                   (const unsigned short *)k16.data(), (const unsigned short *)v16.data(), out, c.B, c.H,
-                                   c.Hk, c.T, c.S, scale, c.causal, c.window, c.rr, c.rs, c.cr, c.cs);
-    if (!rc) rc = hpdl_emu_launch_named("dt", f.dt, dim3((unsigned)g.dt), dim3((unsigned)g.dt_threads), 0, hpd, out, dout, Dt, c.B, c.H, c.T);
-    if (!rc && g.dkdv > 0)
-      rc = hpdl_emu_launch_named("dkdv", f.dkdv16, dim3((unsigned)g.dkdv), block, 0, hpd, (const unsigned short *)q16.data(),
-                                 (const unsigned short *)k16.data(), (const unsigned short *)v16.data(), out, dout, Dt,
-                                 grads, c.B, c.H, c.Hk, c.T, c.S, scale, c.causal, c.window, c.rr, c.rs, c.cr, c.cs);
-    if (!rc)
-      rc = hpdl_emu_launch_named("dq", f.dq16, dim3((unsigned)g.dq), block, 0, hpd, (const unsigned short *)q16.data(),
-                                 (const unsigned short *)k16.data(), (const unsigned short *)v16.data(), out, dout, Dt,
-                                 grads, c.B, c.H, c.Hk, c.T, c.S, scale, c.causal, c.window, c.rr, c.rs, c.cr, c.cs);
-    if (rc) why = hpdl_emu_last_error();
-    return rc;
-  }
-  int rc = hpdl_emu_launch_named("fwd", f.fwd, dim3((unsigned)g.fwd), block, 0, hpd, q, k, v, out, c.B, c.H, c.Hk,
-                                 c.T, c.S, scale, c.causal, c.window, c.rr, c.rs, c.cr, c.cs);
+  int rc = hpdl_emu_launch_named("fwd", fwd, dim3((unsigned)g.fwd), block, 0, hpd, q, k, v, out, c.B, c.H, c.Hk, c.T,
+                                 c.S, scale, c.causal, c.window, c.rr, c.rs, c.cr, c.cs);
   if (!rc) rc = hpdl_emu_launch_named("dt", f.dt, dim3((unsigned)g.dt), dim3((unsigned)g.dt_threads), 0, hpd, out, dout, Dt, c.B, c.H, c.T);
   if (!rc && g.dkdv > 0) /* S = 0: no key, no launch */
-    rc = hpdl_emu_launch_named("dkdv", f.dkdv, dim3((unsigned)g.dkdv), block, 0, hpd, q, k, v, out, dout, Dt, grads,
-                               c.B, c.H, c.Hk, c.T, c.S, scale, c.causal, c.window, c.rr, c.rs, c.cr, c.cs);
-  if (!rc)
-    rc = hpdl_emu_launch_named("dq", f.dq, dim3((unsigned)g.dq), block, 0, hpd, q, k, v, out, dout, Dt, grads, c.B,
+    rc = hpdl_emu_launch_named("dkdv", dkdv, dim3((unsigned)g.dkdv), block, 0, hpd, q, k, v, out, dout, Dt, grads, c.B,
                                c.H, c.Hk, c.T, c.S, scale, c.causal, c.window, c.rr, c.rs, c.cr, c.cs);
+  if (!rc)
+    rc = hpdl_emu_launch_named("dq", dq, dim3((unsigned)g.dq), block, 0, hpd, q, k, v, out, dout, Dt, grads, c.B, c.H,
+                               c.Hk, c.T, c.S, scale, c.causal, c.window, c.rr, c.rs, c.cr, c.cs);
   if (rc) why = hpdl_emu_last_error();
   return rc;
+}
+
+/* The four launches; 0 on success. With the 16-bit kernels reading q, k, v as stored, their
+ * bits (exact: run_case rounded the values). */
+static int launch_all(const Config &f, const Case &c, const Grids &g, float scale, const float *q, const float *k,
+                      const float *v, const float *dout, float *out, float *Dt, float *grads, std::string &why) {
+  if (!f.fwd16) return launch4(f, c, g, scale, f.fwd, f.dkdv, f.dq, q, k, v, dout, out, Dt, grads, why);
+  auto bits16 = [&](const float *x, size_t n) {
+    std::vector<unsigned short> h(n);
+    for (size_t i = 0; i < n; i++) h[i] = f.h16 == 1 ? hpdl_bf16_from_f32(x[i]) : hpdl_f16_from_f32(x[i]);
+    return h;
+  };
+  const std::vector<unsigned short> q16 = bits16(q, (size_t)c.B * c.H * c.T * f.D),
+                                    k16 = bits16(k, (size_t)c.B * c.Hk * c.S * f.D),
+                                    v16 = bits16(v, (size_t)c.B * c.Hk * c.S * f.Dv);
+  return launch4(f, c, g, scale, f.fwd16, f.dkdv16, f.dq16, q16.data(), k16.data(), v16.data(), dout, out, Dt, grads, why);
 }
 
 static double g_worst[5];           /* o, lse, dq, dk, dv over all fp32 cases */

@@ -106,12 +106,13 @@ ATTN_TC_KERNELS(tc24v16, 24, 16) /* the smallest, odd k steps */
 #endif
 
 /* The 16-bit tensor-core kernels (mma m16n8k16; E 0 bf16, 1 fp16), as the code generator
- * calls them under 16-bit activations: the same launch bounds and grids. */
-#define ATTN_H16_KERNELS(NAME, D, DV, E)                                                                              \
+ * calls them under 16-bit activations: the same launch bounds and grids; q, k, v of type TQ,
+ * float (widened values) or unsigned short (read as stored: precision.h, no cast before). */
+#define ATTN_H16_KERNELS(NAME, D, DV, E, TQ)                                                                          \
   extern "C" __global__ void __launch_bounds__(HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_MIN_BLOCKS)                         \
-      attn_fwd_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, float *out, int B, int H,  \
-                      int Hk, int T, int S, float scale, int causal, int window, int row_rank, int row_size,          \
-                      int col_rank, int col_size) {                                                                   \
+      attn_fwd_##NAME(const hpdl_kctx hpd, const TQ *q, const TQ *k, const TQ *v, float *out, int B, int H, int Hk,  \
+                      int T, int S, float scale, int causal, int window, int row_rank, int row_size, int col_rank,    \
+                      int col_size) {                                                                                 \
     (void)hpd;                                                                                                        \
     hpdl_attn_fwd_h<D, DV, E>(q, k, v, out, B, H, Hk, T, S, scale, causal, window, row_rank, row_size, col_rank,      \
                               col_size, blockIdx.x);                                                                  \
@@ -122,7 +123,7 @@ ATTN_TC_KERNELS(tc24v16, 24, 16) /* the smallest, odd k steps */
     hpdl_attn_bwd_dt<D, DV>(out, dout, Dt, B, H, T, blockIdx.x);                                                      \
   }                                                                                                                   \
   extern "C" __global__ void __launch_bounds__(HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_MIN_BLOCKS)                         \
-      attn_dkdv_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, const float *out,         \
+      attn_dkdv_##NAME(const hpdl_kctx hpd, const TQ *q, const TQ *k, const TQ *v, const float *out,                  \
                        const float *dout, const float *Dt, float *grads, int B, int H, int Hk, int T, int S,          \
                        float scale, int causal, int window, int row_rank, int row_size, int col_rank, int col_size) { \
     (void)hpd;                                                                                                        \
@@ -130,7 +131,7 @@ ATTN_TC_KERNELS(tc24v16, 24, 16) /* the smallest, odd k steps */
                                    row_size, col_rank, col_size, blockIdx.x);                                         \
   }                                                                                                                   \
   extern "C" __global__ void __launch_bounds__(HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_MIN_BLOCKS)                         \
-      attn_dq_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, const float *out,           \
+      attn_dq_##NAME(const hpdl_kctx hpd, const TQ *q, const TQ *k, const TQ *v, const float *out,                    \
                      const float *dout, const float *Dt, float *grads, int B, int H, int Hk, int T, int S,            \
                      float scale, int causal, int window, int row_rank, int row_size, int col_rank, int col_size) {   \
     (void)hpd;                                                                                                        \
@@ -138,46 +139,12 @@ ATTN_TC_KERNELS(tc24v16, 24, 16) /* the smallest, odd k steps */
                                  row_size, col_rank, col_size, blockIdx.x);                                           \
   }
 
-/* ... and with q, k, v read as stored in 16 bits (precision.h: no cast before them) */
-#define ATTN_H16S_KERNELS(NAME, D, DV, E)                                                                             \
-  extern "C" __global__ void __launch_bounds__(HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_MIN_BLOCKS)                         \
-      attn_fwd_##NAME(const hpdl_kctx hpd, const unsigned short *q, const unsigned short *k, const unsigned short *v,  \
-                      float *out, int B, int H, int Hk, int T, int S, float scale, int causal, int window,            \
-                      int row_rank, int row_size, int col_rank, int col_size) {                                       \
-    (void)hpd;                                                                                                        \
-    hpdl_attn_fwd_h<D, DV, E>(q, k, v, out, B, H, Hk, T, S, scale, causal, window, row_rank, row_size, col_rank,      \
-                              col_size, blockIdx.x);                                                                  \
-  }                                                                                                                   \
-  extern "C" __global__ void __launch_bounds__(256)                                                                   \
-      attn_dt_##NAME(const hpdl_kctx hpd, const float *out, const float *dout, float *Dt, int B, int H, int T) {      \
-    (void)hpd;                                                                                                        \
-    hpdl_attn_bwd_dt<D, DV>(out, dout, Dt, B, H, T, blockIdx.x);                                                      \
-  }                                                                                                                   \
-  extern "C" __global__ void __launch_bounds__(HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_MIN_BLOCKS)                         \
-      attn_dkdv_##NAME(const hpdl_kctx hpd, const unsigned short *q, const unsigned short *k,                         \
-                       const unsigned short *v, const float *out, const float *dout, const float *Dt, float *grads,   \
-                       int B, int H, int Hk, int T, int S, float scale, int causal, int window, int row_rank,         \
-                       int row_size, int col_rank, int col_size) {                                                    \
-    (void)hpd;                                                                                                        \
-    hpdl_attn_bwd_dkdv_h<D, DV, E>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal, window, row_rank,    \
-                                   row_size, col_rank, col_size, blockIdx.x);                                         \
-  }                                                                                                                   \
-  extern "C" __global__ void __launch_bounds__(HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_MIN_BLOCKS)                         \
-      attn_dq_##NAME(const hpdl_kctx hpd, const unsigned short *q, const unsigned short *k, const unsigned short *v,  \
-                     const float *out, const float *dout, const float *Dt, float *grads, int B, int H, int Hk, int T, \
-                     int S, float scale, int causal, int window, int row_rank, int row_size, int col_rank,            \
-                     int col_size) {                                                                                  \
-    (void)hpd;                                                                                                        \
-    hpdl_attn_bwd_dq_h<D, DV, E>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal, window, row_rank,      \
-                                 row_size, col_rank, col_size, blockIdx.x);                                           \
-  }
-
-ATTN_H16S_KERNELS(h64bfs, 64, 64, 0) /* GPT-2's heads in bf16, as compiled */
-ATTN_H16_KERNELS(h64bf, 64, 64, 0) /* GPT-2's heads in bf16 */
-ATTN_H16_KERNELS(h64f16, 64, 64, 1) /* and in fp16 */
+ATTN_H16_KERNELS(h64bfs, 64, 64, 0, unsigned short) /* GPT-2's heads in bf16, as compiled */
+ATTN_H16_KERNELS(h64bf, 64, 64, 0, float) /* GPT-2's heads in bf16, widened */
+ATTN_H16_KERNELS(h64f16, 64, 64, 1, float) /* and in fp16 */
 #ifndef ATTN_EMU_FEW
-ATTN_H16_KERNELS(h16v40bf, 16, 40, 0) /* D != Dv, a k dimension padded (40 -> 48) */
-ATTN_H16_KERNELS(h24v16f16, 24, 16, 1) /* the smallest, q k^T's k padded (24 -> 32) */
+ATTN_H16_KERNELS(h16v40bf, 16, 40, 0, float) /* D != Dv, a k dimension padded (40 -> 48) */
+ATTN_H16_KERNELS(h24v16f16, 24, 16, 1, float) /* the smallest, q k^T's k padded (24 -> 32) */
 #endif
 
 #ifdef HPDL_EMU /* emulation only: tiles no code generator asks for (the NVRTC checks take the rule's) */

@@ -195,7 +195,7 @@ MUTANTS = [
     ("16-bit tensor cores: a P fragment's two keys packed the wrong way round",
      "{hpdl_attn_pack<E>(p[2 * js][0], p[2 * js][1]),", "{hpdl_attn_pack<E>(p[2 * js][1], p[2 * js][0]),"),
     ("16-bit tensor cores: the B fragment's second register at k + 1, not k + 8",
-     "hpdl_attn_u32<LDT>(Xt, 8 * n + g, 16 * js + 2 * t + 8)};", "hpdl_attn_u32<LDT>(Xt, 8 * n + g, 16 * js + 2 * t + 2)};"),
+     "hpdl_attn_u32<LDX>(X, 8 * n + g, k0 + 2 * t + 8)};", "hpdl_attn_u32<LDX>(X, 8 * n + g, k0 + 2 * t + 2)};"),
     ("dkdv_h: a warp's tile skip off by one (a tile with one allowed pair skipped)",
      "wkmin > hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size)",
      "wkmin >= hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size)"),
