@@ -266,8 +266,9 @@ if(Python3_Interpreter_FOUND)
   #                      bf16, dp2_tp2_bf16, fp16: 16-bit storage on both
   #                      targets, compiler/ir/precision.h: step 1 within 1e-4,
   #                      the rest within 1e-3, fp16's skipped steps alike;
-  #                      bf16_heads16: heads of 16, the tensor-core attention
-  #                      with 16-bit operands, P and dS rounded to bf16);
+  #                      bf16_heads16, fp16_heads16: heads of 16, the
+  #                      tensor-core attention with 16-bit operands, P and dS
+  #                      rounded to bf16 / fp16);
   #                      `resume` stops the device run at step 10 at dp 2 and
   #                      resumes it at tp 2. Emulated in CI (label
   #                      cuda_layouts: about 3 min in all; the sanitizer step
@@ -283,7 +284,7 @@ if(Python3_Interpreter_FOUND)
       "zero3_pp2|--dp 2 --pp 2 --zero 3 --micro-batch 1"
       "pp2|--pp 2" "pp2_gpipe|--pp 2 --schedule gpipe" "dp2_tp2_pp2|--dp 2 --tp 2 --pp 2 --micro-batch 1"
       "tp2_vocab_pad|--tp 2 -D V=201" "vocab_pad|-D V=1000" "bf16_vocab_pad|-D V=1000 --precision bf16" "bf16|--precision bf16" "dp2_tp2_bf16|--dp 2 --tp 2 --precision bf16"
-      "fp16|--precision fp16" "bf16_heads16|-D C=64 --precision bf16" "fused_ce|--fused-ce on -D V=201" "tp2_fused_ce|--tp 2 --fused-ce on -D V=201"
+      "fp16|--precision fp16" "bf16_heads16|-D C=64 --precision bf16" "fp16_heads16|-D C=64 --precision fp16" "fused_ce|--fused-ce on -D V=201" "tp2_fused_ce|--tp 2 --fused-ce on -D V=201"
       "bf16_fused_ce|--precision bf16 --fused-ce on" "recompute_layers|--recompute full --recompute-layers 1"
       "pp2_recompute_layers|-D L=4 --pp 2 --recompute full --recompute-layers 1"
       "pp2_v2|-D L=4 --pp 2 --virtual-stages 2 --schedule interleaved"
