@@ -253,9 +253,17 @@ static const char *vname(const Emit *E, int xi, char *buf, size_t n) {
   return buf;
 }
 
-/* The element types the vector path moves four at a time: f32 (a float4),
- * bf16 and f16 (8 bytes, a uint2). */
-static int vec_type(DType t) { return t == DT_F32 || t == DT_BF16 || t == DT_F16; }
+int cu_vec_type(DType t) { return t == DT_F32 || t == DT_BF16 || t == DT_F16; }
+
+void cu_store4(CuText *o, const char *ind, int io, DType dt, const char *at, const char *const v[4]) {
+  if (dt == DT_F32) {
+    cu_tx(o, "%s*(float4 *)(p%d + %s) = make_float4(%s, %s, %s, %s);\n", ind, io, at, v[0], v[1], v[2], v[3]);
+    return;
+  }
+  const char *f = dt == DT_BF16 ? "hpdl_bf16_from_f32" : "hpdl_f16_from_f32";
+  cu_tx(o, "%s*(uint2 *)(p%d + %s) = make_uint2((unsigned)%s(%s) | (unsigned)%s(%s) << 16, (unsigned)%s(%s) | (unsigned)%s(%s) << 16);\n",
+        ind, io, at, f, v[0], f, v[1], f, v[2], f, v[3]);
+}
 
 /* A load the vector path reads as a float4 (or a uint2 of 16-bit values): unit stride along the
  * innermost collapsed axis, and 16-byte aligned for every group of four
@@ -286,7 +294,7 @@ static int ex(Emit *E, int xi) {
   vname(E, x->a, a, sizeof a);
   vname(E, x->b, b, sizeof b);
   vname(E, xi, me, sizeof me);
-  if (E->vec && x->kind == X_LOAD && vec_type(x->dt) && vec_access(N, &x->off)) {
+  if (E->vec && x->kind == X_LOAD && cu_vec_type(x->dt) && vec_access(N, &x->off)) {
     int half = x->dt != DT_F32; /* four 16-bit values: 8 bytes, a uint2 */
     if (E->qdone[xi] != E->scope) {
       cu_tx(o, "%sconst %s q%d = *(const %s *)(p%d + ", E->ind, half ? "uint2" : "float4", xi, half ? "uint2" : "float4",
@@ -543,7 +551,7 @@ static int vectorizable(const Nest *N, int row) {
   int inner = N->alast[N->na - 1];
   for (int i = 0; i < N->nst; i++) {
     if (row && !N->st[i].full) continue;
-    if (!vec_type(N->st[i].dt) || N->st[i].add || !vec_access(N, &N->st[i].off)) return 0;
+    if (!cu_vec_type(N->st[i].dt) || N->st[i].add || !vec_access(N, &N->st[i].off)) return 0;
   }
   for (int i = 0; i < N->nx; i++) {
     const NestX *x = &N->x[i];
@@ -553,7 +561,7 @@ static int vectorizable(const Nest *N, int row) {
     int walks = x->off.coef[inner] != 0;
     for (int j = 0; j < N->R; j++) walks |= N->axis_of[j] == N->na - 1 && x->off.coef[j] != 0;
     if (x->off.dax >= 0 && x->off.dcoef && N->axis_of[x->off.dax] == N->na - 1) walks = 1;
-    if (walks && (!vec_type(x->dt) || !vec_access(N, &x->off))) return 0;
+    if (walks && (!cu_vec_type(x->dt) || !vec_access(N, &x->off))) return 0;
   }
   return 1;
 }
@@ -584,18 +592,12 @@ static int vec_stores(Emit *E, int full_only) {
     NestStore *st = &N->st[i];
     if (full_only && !st->full) continue;
     char c[4][24];
+    const char *v[4] = {c[0], c[1], c[2], c[3]};
     for (E->lane = 0; E->lane < 4; E->lane++) vname(E, st->x, c[E->lane], sizeof c[0]);
-    if (st->dt == DT_BF16 || st->dt == DT_F16) { /* rounded as the scalar store rounds, two a word */
-      const char *f = st->dt == DT_BF16 ? "hpdl_bf16_from_f32" : "hpdl_f16_from_f32";
-      cu_tx(E->o, "%s*(uint2 *)(p%d + ", E->ind, cu_io_index(E->k, st->val));
-      aff_text(E, &st->off, E->o);
-      cu_tx(E->o, ") = make_uint2((unsigned)%s(%s) | (unsigned)%s(%s) << 16, (unsigned)%s(%s) | (unsigned)%s(%s) << 16);\n",
-            f, c[0], f, c[1], f, c[2], f, c[3]);
-      continue;
-    }
-    cu_tx(E->o, "%s*(float4 *)(p%d + ", E->ind, cu_io_index(E->k, st->val));
-    aff_text(E, &st->off, E->o);
-    cu_tx(E->o, ") = make_float4(%s, %s, %s, %s);\n", c[0], c[1], c[2], c[3]);
+    CuText at = {0};
+    aff_text(E, &st->off, &at);
+    cu_store4(E->o, E->ind, cu_io_index(E->k, st->val), st->dt, at.s ? at.s : "0", v);
+    free(at.s);
   }
   E->vec = 0;
   E->lane = 0;

@@ -9,6 +9,7 @@
 
 #include "codegen.h"
 #include "ir.h"
+#include "precision.h"
 
 const CgBackend *cg_cuda_backend(void);
 
@@ -54,10 +55,15 @@ typedef struct {
  * program adds up: kernels.json's "aux_node"), or -1. */
 int cg_cuda_aux_node(const FuseGraph *fg, int kp);
 
-/* Whether the attention kernels for GPU arch (e.g. "sm_80") and head sizes
- * D, Dv read q, k and v in 16 bits as stored (the tensor-core ones with
- * 16-bit operands, kernels/hpdl_attention.cuh): precision.h's PrecTarget. */
-int cg_cuda_attention_reads16(const char *arch, int64_t D, int64_t Dv);
+/* Whether the attention of head sizes D, Dv runs on the tensor cores of GPU
+ * arch ("sm_80"; NULL: sm_80, --arch's default); there, under 16-bit
+ * activations, its kernels read q, k and v in 16 bits as stored
+ * (kernels/hpdl_attention.cuh). */
+int cg_cuda_attention_tc(const char *arch, int64_t D, int64_t Dv);
+
+/* precision.h's target for this back end on GPU arch (as above): its
+ * attention's heads from cg_cuda_attention_tc. */
+PrecTarget cg_cuda_prec_target(const char *arch);
 
 /* The launches of a generated module in execution order (per graph, per
  * fused kernel, its steps); what the host program runs. */

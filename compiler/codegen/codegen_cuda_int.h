@@ -81,6 +81,16 @@ void cu_add_launch(CuKern *k, const char *name, int step, const char *kind, int6
 /* A float literal of C++ (inf and nan spelled out). */
 void cu_float(CuText *o, double v);
 
+/* The element types a kernel moves four at a time: f32 (a float4), bf16 and
+ * f16 (8 bytes, a uint2). */
+int cu_vec_type(DType t);
+
+/* `IND*(float4 *)(pIO + AT) = ...;`: four values v[0..3] (expressions in
+ * fp32) stored together at element offset AT (a C expression), of type dt
+ * (cu_vec_type); 16-bit ones rounded as a scalar store rounds them, two a word
+ * of a uint2. */
+void cu_store4(CuText *o, const char *ind, int io, DType dt, const char *at, const char *const v[4]);
+
 /* Special kernels (codegen_cuda_special.c): 0, or -1 after cu_fail; a kind
  * not generated yet counts in t->nspecial with a comment in the source. */
 int cu_special(CuKern *k);

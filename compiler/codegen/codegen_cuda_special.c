@@ -370,7 +370,7 @@ static int cross_entropy(CuKern *k, const IrNode *n, int id) {
     cu_tx(o, "  __shared__ float red_[32];\n");
     cu_tx(o, "  const float scale = (float)p%d[0] / %" PRId64 ".0f;\n", dl, P);
     /* four logits a thread where the rows allow (f32 in, f32 or 16-bit out) */
-    int vec4 = xn->dtype == DT_F32 && V % 4 == 0 && (n->dtype == DT_F32 || n->dtype == DT_BF16 || n->dtype == DT_F16);
+    int vec4 = xn->dtype == DT_F32 && V % 4 == 0 && cu_vec_type(n->dtype);
     if (vec4) vec_flag(o, x, out);
     cu_tx(o, "  for (long long row = blockIdx.x; row < %" PRId64 "LL; row += gridDim.x) {\n", P);
     row_lse(o, x, V, vec4);
@@ -381,13 +381,8 @@ static int cross_entropy(CuKern *k, const IrNode *n, int id) {
       row4_open(o, x, V);
       cu_tx(o, "        float g[4] = {expf(q.x - lse32), expf(q.y - lse32), expf(q.z - lse32), expf(q.w - lse32)};\n");
       cu_tx(o, "        for (int e = 0; e < 4; e++) g[e] = ok ? scale * (v + e == tgt ? g[e] - 1.0f : g[e]) : 0.0f;\n");
-      if (n->dtype == DT_F32) cu_tx(o, "        *(float4 *)(p%d + base + v) = make_float4(g[0], g[1], g[2], g[3]);\n", out);
-      else {
-        const char *f = n->dtype == DT_BF16 ? "hpdl_bf16_from_f32" : "hpdl_f16_from_f32";
-        cu_tx(o, "        *(uint2 *)(p%d + base + v) = make_uint2((unsigned)%s(g[0]) | (unsigned)%s(g[1]) << 16, (unsigned)%s(g[2]) | "
-                 "(unsigned)%s(g[3]) << 16);\n",
-              out, f, f, f, f);
-      }
+      static const char *const g4[4] = {"g[0]", "g[1]", "g[2]", "g[3]"};
+      cu_store4(o, "        ", out, n->dtype, "base + v", g4);
       cu_tx(o, "      }\n      continue;\n    }\n");
     }
     cu_tx(o, "    for (long long v = threadIdx.x; v < %" PRId64 "LL; v += blockDim.x) {\n", V);
@@ -807,21 +802,19 @@ static void attn_signature(CuKern *k, CuText *o, const char *name, int tc) {
   else cu_signature_min(k, o, name, 1);
 }
 
-/* The 16-bit type node id was widened from (precision.h's CAST before the
- * attention kernels): DT_BF16 or DT_F16, else DT_F32. bf16 and fp16 values
- * are exact in TF32 (8 and 10 mantissa bits of its 10) and in their own type. */
-static DType widened16(const CuKern *k, int id) {
-  const IrNode *x = nd(k, id);
-  if (x->op == IR_PAD && x->nin >= 1) return widened16(k, x->in[0]); /* zeros beside it (the packed output's gradient) */
-  if (x->op != IR_CAST || x->nin < 1) return DT_F32;
-  DType from = nd(k, x->in[0])->dtype;
-  return from == DT_BF16 || from == DT_F16 ? from : DT_F32;
+/* The tensor-core kernels (mma.sync, sm_80 on; arch NULL: sm_80, --arch's
+ * default) for these heads; under 16-bit activations the ones with 16-bit
+ * operands, which read q, k, v as stored (precision.h). */
+int cg_cuda_attention_tc(const char *arch, int64_t D, int64_t Dv) {
+  if (!arch) arch = "sm_80";
+  return !strncmp(arch, "sm_", 3) && atoi(arch + 3) >= 80 && HPDL_ATTN_TC(D, Dv);
 }
 
-/* The tensor-core kernels (mma.sync, sm_80 on) for these heads; under 16-bit
- * activations the ones with 16-bit operands, which read q, k, v as stored. */
-int cg_cuda_attention_reads16(const char *arch, int64_t D, int64_t Dv) {
-  return arch && !strncmp(arch, "sm_", 3) && atoi(arch + 3) >= 80 && HPDL_ATTN_TC(D, Dv);
+static int attention_tc_of(int64_t D, int64_t Dv, void *arch) { return cg_cuda_attention_tc((const char *)arch, D, Dv); }
+
+PrecTarget cg_cuda_prec_target(const char *arch) {
+  PrecTarget t = {1, attention_tc_of, (void *)arch};
+  return t;
 }
 
 static int attention(CuKern *k, const IrNode *n, int id) {
@@ -832,20 +825,20 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   if ((io[nin] = io_of(k, id)) < 0) return -1;
   const IrNode *q = nd(k, n->in[0]), *kk = nd(k, n->in[1]), *v = nd(k, n->in[2]);
   int64_t B = q->dims[0], H = q->dims[1], T = q->dims[2], D = q->dims[3], Hk = kk->dims[1], S = kk->dims[2], Dv = v->dims[3];
-  /* the tensor-core kernels where the heads and the GPU (sm_80 on: mma.sync TF32) allow */
-  const char *arch = k->t->opt.arch ? k->t->opt.arch : "sm_80";
+  /* the tensor-core kernels where the heads and the GPU (sm_80 on: mma.sync) allow */
   hpdl_attn_launch L;
-  int tc = atoi(arch + 3) >= 80 && D <= HPDL_ATTN_MAX_HEAD && Dv <= HPDL_ATTN_MAX_HEAD &&
-           !hpdl_attn_plan_tc((int)D, (int)Dv, B, H, Hk, T, S, &L);
+  int tc = cg_cuda_attention_tc(k->t->opt.arch, D, Dv) && !hpdl_attn_plan_tc((int)D, (int)Dv, B, H, Hk, T, S, &L);
   /* q, k, v in fp32, or (precision.h, for the tensor-core kernels) all three in one
-   * 16-bit type as stored; everything else fp32 */
+   * 16-bit type as stored: then the kernels whose operands are 16-bit (mma m16n8k16
+   * in that type: q, k, v exact; P, dS and the output's gradient, an fp32 GEMM's
+   * product, rounded to it, as FlashAttention-2 holds them); everything else fp32 */
   DType stored = q->dtype;
-  int direct16 = tc && (stored == DT_BF16 || stored == DT_F16);
+  int h16 = tc && (stored == DT_BF16 || stored == DT_F16);
   for (int i = 0; i <= nin; i++) {
     const IrNode *x = i < nin ? nd(k, n->in[i]) : n;
-    if (x->dtype != (i < 3 && direct16 ? stored : DT_F32)) {
+    if (x->dtype != (i < 3 && h16 ? stored : DT_F32)) {
       cu_fail(k->t, "graph %s kernel k%d: attention runs on f32 tensors (q, k, v: all three %s), not %s",
-              k->fg->graph->name, k->kp, direct16 ? sem_dtype_name(stored) : "f32", sem_dtype_name(x->dtype));
+              k->fg->graph->name, k->kp, h16 ? sem_dtype_name(stored) : "f32", sem_dtype_name(x->dtype));
       return -1;
     }
   }
@@ -861,19 +854,12 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   CuText sc = {0};
   cu_float(&sc, n->fattr);
   /* the TF32 tensor-core kernels take one more argument: 3xTF32 unless the device
-   * allows TF32. Where the activations are stored in 16 bits (precision.h: q, k and v
-   * arrive widened from bf16 / fp16) the 16-bit ones run instead. */
-  DType w16 = direct16 ? stored : widened16(k, n->in[0]);
-  int from16 = direct16 || (w16 != DT_F32 && widened16(k, n->in[1]) == w16 && widened16(k, n->in[2]) == w16);
-  /* there, the kernels whose operands are 16-bit (mma m16n8k16 in the activations' type:
-   * q, k, v exact; P, dS and the output's gradient, an fp32 GEMM's product, rounded to
-   * it, as FlashAttention-2 holds them) */
-  int h16 = tc && from16;
+   * allows TF32 */
   snprintf(args, sizeof args, "%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %d, %" PRId64 ", %s%s", B, H,
            Hk, T, S, sc.s ? sc.s : "1.0f", n->attr[0] ? 1 : 0, n->attr[3], pos,
            !tc || h16 ? "" : ", !(hpd.flags & HPDL_KCTX_TF32)");
   char tmpl[80];
-  snprintf(tmpl, sizeof tmpl, "%" PRId64 ", %" PRId64 "%s", D, Dv, !h16 ? "" : w16 == DT_BF16 ? ", 0 /* bf16 */" : ", 1 /* fp16 */");
+  snprintf(tmpl, sizeof tmpl, "%" PRId64 ", %" PRId64 "%s", D, Dv, !h16 ? "" : stored == DT_BF16 ? ", 0 /* bf16 */" : ", 1 /* fp16 */");
   const char *sfx = h16 ? "_h" : tc ? "_tc" : "";
   free(sc.s);
   /* a launch's grid is capped (CU_MAX_GRID): each block walks the blocks of

@@ -401,14 +401,6 @@ static const char *source_path(void *diag, int file) { return diag_file_path(dia
 
 static int is_cuda(const CompileOptions *o) { return o->target && !strcmp(o->target, "cuda"); }
 
-/* precision.h's target: the CUDA back end says which attention heads its
- * kernels read in 16 bits on the GPU of --arch */
-static int prec_attn16(int64_t D, int64_t Dv, void *arch) { return cg_cuda_attention_reads16((const char *)arch, D, Dv); }
-static PrecTarget prec_target(const CompileOptions *o) {
-  PrecTarget t = {is_cuda(o), is_cuda(o) ? prec_attn16 : NULL, (void *)(o->arch ? o->arch : "sm_80")};
-  return t;
-}
-
 static int kernels_build(Cx *C, Chunk *k, const char *path, char *why, size_t n) {
   int cuda = is_cuda(C->o);
   const CgBackend *be = cg_backend(cuda ? "cuda" : "cpu");
@@ -588,8 +580,8 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
     }
     /* mixed precision: activations stored in 16 bits */
     storage16 = prec_storage(m->train.precision) != DT_F32;
-    PrecTarget pt = prec_target(o);
-    if (prec_apply(k->m, k->ad, prec_storage(m->train.precision), &pt, &why) < 0)
+    PrecTarget pt = cg_cuda_prec_target(o->arch);
+    if (prec_apply(k->m, k->ad, prec_storage(m->train.precision), is_cuda(o) ? &pt : NULL, &why) < 0)
       return cfail(&C, "pipeline chunk %d: 16-bit storage: %s", c, why ? why : "?");
     params16 += prec_params16(k->m);
     for (int gi = 0; gi < k->m->ngraphs; gi++) k->nnodes += k->m->graphs[gi]->nnodes;

@@ -87,7 +87,8 @@ int emit_cuda(Arena *arena, Diag *diag, const char *path, const SemModel *m, int
     return 1;
   }
   const char *why = NULL;
-  SimRankProgram *rp = sim_rank_program(arena, diag, m, &sl, stage, &why);
+  PrecTarget pt = cg_cuda_prec_target(NULL); /* as compile --target cuda stores it */
+  SimRankProgram *rp = sim_rank_program(arena, diag, m, &sl, stage, &pt, &why);
   if (!rp) {
     fprintf(stderr, "hpdlc: %s: stage %d does not build: %s\n", path, stage, why ? why : "?");
     return 1;

@@ -665,7 +665,7 @@ static int emit_dp(Arena *arena, Diag *diag, const char *path, const SemModel *m
 static int emit_memory(Arena *arena, Diag *diag, const char *path, const SemModel *m, int status) {
   SimLayout sl = emit_declared_layout(m);
   const char *why = NULL;
-  SimRankProgram *rp = sim_rank_program(arena, diag, m, &sl, 0, &why);
+  SimRankProgram *rp = sim_rank_program(arena, diag, m, &sl, 0, NULL, &why);
   if (!rp) {
     fprintf(stderr, "hpdlc: %s: no memory plan: %s\n", path, why);
     return 1;

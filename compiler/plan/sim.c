@@ -750,7 +750,7 @@ void sim_result_free(SimResult *r) {
 /* ---- the per-rank program of a layout ---- */
 
 SimRankProgram *sim_rank_program(Arena *arena, Diag *diag, const SemModel *model, const SimLayout *L, int chunk,
-                                 const char **err) {
+                                 const PrecTarget *target, const char **err) {
   const char *e = NULL;
   SimRankProgram *r = arena_alloc(arena, sizeof *r);
   LowerOptions lo = {0, L->materialize_attention, 0};
@@ -774,7 +774,7 @@ SimRankProgram *sim_rank_program(Arena *arena, Diag *diag, const SemModel *model
     const char *why = NULL;
     r->ad = ad_build_layers(r->module, L->recompute, model->layout.recompute_layers, &why);
     if (!r->ad) e = why ? arena_printf(arena, "the chunk does not differentiate: %s", why) : "the chunk does not differentiate";
-    else if (prec_apply(r->module, r->ad, prec_storage(model->train.precision), NULL, &why) < 0)
+    else if (prec_apply(r->module, r->ad, prec_storage(model->train.precision), target, &why) < 0)
       e = arena_printf(arena, "16-bit storage: %s", why ? why : "?");
     else if (ir_verify(r->module, NULL)) e = "the differentiated chunk does not verify";
   }

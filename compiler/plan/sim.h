@@ -29,6 +29,7 @@
 #include "autodiff.h"
 #include "diag.h"
 #include "ir.h"
+#include "precision.h"
 #include "sema.h"
 
 typedef struct {
@@ -80,10 +81,10 @@ typedef struct {
  * pipe_split (pp x vpp chunks) -> the chunk's module (graph 0 the chunk, its
  * output a zero loss unless it is the last chunk) -> ad_build with the
  * layout's recompute policy -> under mixed precision (train.precision bf16
- * or fp16) the CPU target's 16-bit storage (precision.h), so its memory
- * plan is the artifact's. NULL with the reason in *err (errors of the
+ * or fp16) the 16-bit storage of `target` (precision.h; NULL: the CPU
+ * target's), so its memory plan and kernels are the artifact's. NULL with the reason in *err (errors of the
  * passes also go to diag). */
 SimRankProgram *sim_rank_program(Arena *arena, Diag *diag, const SemModel *model, const SimLayout *layout, int chunk,
-                                 const char **err);
+                                 const PrecTarget *target, const char **err);
 
 #endif

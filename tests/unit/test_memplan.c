@@ -215,7 +215,7 @@ static int compare(const SemModel *model, const SimLayout *L, int chunk, int64_t
   Diag *diag = diag_new(stderr);
   int fails = test_failures;
   const char *why = NULL;
-  SimRankProgram *rp = sim_rank_program(arena, diag, model, L, chunk, &why);
+  SimRankProgram *rp = sim_rank_program(arena, diag, model, L, chunk, NULL, &why);
   if (!rp) {
     fprintf(stderr, "%s: %s\n", what, why);
     EXPECT(rp != NULL);

@@ -470,7 +470,7 @@ static void test_memory_is_memplan(void) {
     SimLayout sl = {L.dp, L.tp, L.pp, L.cp, 1, L.sp == 1, (Recompute)L.recompute, L.micro_batch, 1, 0, SCHED_1F1B, 1, 1, 0, 0};
     const char *why = NULL;
     Arena *a = arena_new();
-    SimRankProgram *rp = sim_rank_program(a, f.diag, f.m, &sl, chunk, &why);
+    SimRankProgram *rp = sim_rank_program(a, f.diag, f.m, &sl, chunk, NULL, &why);
     EXPECT(rp != NULL);
     if (rp) {
       MemOptions mo;
