@@ -74,16 +74,10 @@
 #define HPDL_ATTN_SMEM_LIMIT 49152 /* bytes of static shared memory a kernel may have */
 
 /* The loops over a tile's rows or keys, and over a thread's P / dS elements, stay rolled
- * on the GPU and the dot products unroll by 4 only: fully unrolled, the loads they put in
- * flight need registers that ptxas, which under __launch_bounds__(256) aims at the
- * occupancy the shared memory allows (40 to 80 registers here), then spills. */
-#ifdef __CUDACC__
-#define HPDL_ATTN_ROLLED _Pragma("unroll 1")
-#define HPDL_ATTN_UNROLL4 _Pragma("unroll 4")
-#else
-#define HPDL_ATTN_ROLLED
-#define HPDL_ATTN_UNROLL4
-#endif
+ * on the GPU (HPDL_ROLLED, hpdl_cuda.cuh) and the dot products unroll by 4 only
+ * (HPDL_UNROLL4): fully unrolled, the loads they put in flight need registers that ptxas,
+ * which under __launch_bounds__(256) aims at the occupancy the shared memory allows (40 to
+ * 80 registers here), then spills. */
 
 /* Positions (core/attn.c's row_pos and ring), in int: positions are below 2^31 (T and S
  * are ints, a global position below S). The key's is hpdl_ring_col_pos's formula in 32
@@ -240,7 +234,7 @@ static __device__ void hpdl_attn_fwd(const float *__restrict__ q, const float *_
 
     float s[NS];
     for (int i = 0; i < NS; i++) s[i] = 0.0f;
-    HPDL_ATTN_UNROLL4
+    HPDL_UNROLL4
     for (int d = 0; d < D; d++) {
       const float x = Qs[r][d];
       for (int i = 0; i < NS; i++) {
@@ -270,7 +264,7 @@ static __device__ void hpdl_attn_fwd(const float *__restrict__ q, const float *_
     l = l * alpha + ls;
     __syncwarp(0xffffffffu); /* fwd: the row's P is written (its lanes are in this warp) */
     for (int i = 0; i < NO; i++) o[i] *= alpha;
-    HPDL_ATTN_ROLLED
+    HPDL_ROLLED
     for (int j = 0; j < nk; j++) {
       const float p = Ps[r][j];
       for (int i = 0; i < NO; i++) {
@@ -365,7 +359,7 @@ static __device__ void hpdl_attn_bwd_dkdv(const float *__restrict__ q, const flo
       hpdl_attn_load_rows(Ls, Ds, Rp, out, Dt, row0, t0, nrows, BQ, NT, Dv, T, causal, row_rank, row_size);
       __syncthreads(); /* dkdv: the tile is loaded */
 
-      HPDL_ATTN_ROLLED
+      HPDL_ROLLED
       for (int i = 0; i < NE; i++) {
         const int t = c + TPK * i;
         if (t >= nrows) continue;
@@ -374,9 +368,9 @@ static __device__ void hpdl_attn_bwd_dkdv(const float *__restrict__ q, const flo
         /* lse = -inf: the row had no allowed key (exp(s - lse) would be inf) */
         if (j < nk && lse != HPDL_NEG_INF && (!causal || hpdl_attn_allowed(Rp[t], kp, window))) {
           float sc = 0.0f, dp = 0.0f;
-          HPDL_ATTN_UNROLL4
+          HPDL_UNROLL4
           for (int d = 0; d < D; d++) sc += Qs[t][d] * Ks[j][d];
-          HPDL_ATTN_UNROLL4
+          HPDL_UNROLL4
           for (int d = 0; d < Dv; d++) dp += Gs[t][d] * Vs[j][d];
           p = expf(scale * sc - lse);
           ds = p * (dp - Ds[t]);
@@ -386,7 +380,7 @@ static __device__ void hpdl_attn_bwd_dkdv(const float *__restrict__ q, const flo
       }
       __syncwarp(0xffffffffu); /* dkdv: key j's P and dS are written (its lanes are in this warp) */
       /* dv, then dk: one set of loads in flight at a time */
-      HPDL_ATTN_ROLLED
+      HPDL_ROLLED
       for (int t = 0; t < nrows; t++) {
         const float p = Ps[t][j];
         for (int i = 0; i < NDV; i++) {
@@ -394,7 +388,7 @@ static __device__ void hpdl_attn_bwd_dkdv(const float *__restrict__ q, const flo
           if (d < Dv) dva[i] += p * Gs[t][d];
         }
       }
-      HPDL_ATTN_ROLLED
+      HPDL_ROLLED
       for (int t = 0; t < nrows; t++) {
         const float ds = Ss[t][j];
         for (int i = 0; i < NDK; i++) {
@@ -474,7 +468,7 @@ static __device__ void hpdl_attn_bwd_dq(const float *__restrict__ q, const float
     hpdl_attn_load_keys<BK, D, Dv, NT>(Ks, Vs, Cp, kh, vh, j0, nk, S, causal, col_rank, col_size);
     __syncthreads(); /* dq: the tile is loaded */
 
-    HPDL_ATTN_ROLLED
+    HPDL_ROLLED
     for (int i = 0; i < NS; i++) {
       const int j = c + TPR * i;
       if (!in || j >= nk) continue;
@@ -482,9 +476,9 @@ static __device__ void hpdl_attn_bwd_dq(const float *__restrict__ q, const float
       const float lse = Ls[r];
       if (lse != HPDL_NEG_INF && (!causal || hpdl_attn_allowed(Rp[r], Cp[j], window))) {
         float sc = 0.0f, dp = 0.0f;
-        HPDL_ATTN_UNROLL4
+        HPDL_UNROLL4
         for (int d = 0; d < D; d++) sc += Qs[r][d] * Ks[j][d];
-        HPDL_ATTN_UNROLL4
+        HPDL_UNROLL4
         for (int d = 0; d < Dv; d++) dp += Gs[r][d] * Vs[j][d];
         ds = expf(scale * sc - lse) * (dp - Ds[r]);
       }
@@ -492,7 +486,7 @@ static __device__ void hpdl_attn_bwd_dq(const float *__restrict__ q, const float
     }
     __syncwarp(0xffffffffu); /* dq: the row's dS is written (its lanes are in this warp) */
     if (in) {
-      HPDL_ATTN_ROLLED
+      HPDL_ROLLED
       for (int j = 0; j < nk; j++) {
         const float ds = Ss[r][j];
         for (int i = 0; i < NQ; i++) {
@@ -631,7 +625,7 @@ static __device__ __forceinline__ void hpdl_attn_mma(float *c, const float *a, c
 template <int N, int K, int LDA, int LDX>
 static __device__ __forceinline__ void hpdl_attn_mma_nt(float (*acc)[4], const float (*A)[LDA], const float (*X)[LDX],
                                                         int g, int t, bool split) {
-  HPDL_ATTN_ROLLED
+  HPDL_ROLLED
   for (int kk = 0; kk < K / 8; kk++) {
     const float a[4] = {A[g][8 * kk + t], A[g + 8][8 * kk + t], A[g][8 * kk + t + 4], A[g + 8][8 * kk + t + 4]};
     for (int n = 0; n < N / 8; n++) {
@@ -1164,7 +1158,7 @@ static __device__ __forceinline__ void hpdl_attn_load16(unsigned short (*dst)[LD
   static_assert(LD % 8 == 0, "16-byte tile rows");
   if (hpdl_attn_by8<W, SLD>(src)) {
     constexpr int C = W / 8 > 0 ? W / 8 : 1; /* eights a row */
-    HPDL_ATTN_ROLLED /* unrolled, the loads in flight take registers the accumulators hold */
+    HPDL_ROLLED /* unrolled, the loads in flight take registers the accumulators hold */
     for (int e = threadIdx.x; e < ROWS * C; e += NT) {
       const int i = e / C, c = e - i * C;
       const uint4 u = i < n ? hpdl_attn_ld8((const unsigned short *)src + (long long)i * SLD + 8 * c) : make_uint4(0, 0, 0, 0);
@@ -1186,7 +1180,7 @@ template <int E, int ROWS, int W, int SLD, int NT, int LD, typename TS>
 static __device__ __forceinline__ void hpdl_attn_load16t(unsigned short (*dst)[LD], const TS *__restrict__ src, int n) {
   if (hpdl_attn_by8<W, SLD>(src)) { /* eight values of a row a thread, stored down a column each */
     constexpr int C = W / 8 > 0 ? W / 8 : 1;
-    HPDL_ATTN_ROLLED
+    HPDL_ROLLED
     for (int e = threadIdx.x; e < ROWS * C; e += NT) {
       const int i = e / C, c = e - i * C;
       const uint4 u = i < n ? hpdl_attn_ld8((const unsigned short *)src + (long long)i * SLD + 8 * c) : make_uint4(0, 0, 0, 0);
@@ -1207,7 +1201,7 @@ static __device__ __forceinline__ void hpdl_attn_load16_both(unsigned short (*ds
                                                              const TS *__restrict__ src, int n) {
   if (hpdl_attn_by8<W, SLD>(src)) {
     constexpr int C = W / 8 > 0 ? W / 8 : 1, Z = WP > W ? WP - W : 1;
-    HPDL_ATTN_ROLLED
+    HPDL_ROLLED
     for (int e = threadIdx.x; e < ROWS * C; e += NT) {
       const int i = e / C, c = e - i * C;
       const uint4 u = i < n ? hpdl_attn_ld8((const unsigned short *)src + (long long)i * SLD + 8 * c) : make_uint4(0, 0, 0, 0);
@@ -1218,7 +1212,7 @@ static __device__ __forceinline__ void hpdl_attn_load16_both(unsigned short (*ds
       for (int e = threadIdx.x; e < ROWS * Z; e += NT) dst[e / Z][W + e % Z] = 0;
     return;
   }
-  HPDL_ATTN_ROLLED
+  HPDL_ROLLED
   for (int e = threadIdx.x; e < ROWS * WP; e += NT) {
     const int i = e / WP, d = e - i * WP;
     const unsigned short h = i < n && d < W ? hpdl_attn_h16<E>(src[i * SLD + d]) : (unsigned short)0;
@@ -1257,7 +1251,7 @@ static __device__ __forceinline__ void hpdl_attn_mma16_b(float (*acc)[4], const 
 template <int E, int N, int K, int LDA, int LDX>
 static __device__ __forceinline__ void hpdl_attn_mma16_nt(float (*acc)[4], const unsigned short (*As)[LDA], int r0,
                                                           const unsigned short (*X)[LDX], int g, int t) {
-  HPDL_ATTN_ROLLED
+  HPDL_ROLLED
   for (int kk = 0; kk < K / 16; kk++) {
     unsigned a[4];
     hpdl_attn_afrag<LDA>(a, As, r0, kk, g, t);

@@ -194,12 +194,17 @@ static __device__ __forceinline__ void hpdl_lse_add(float *m, float *s, float x)
  * shared memory. */
 #define HPDL_COL_ROWS 8
 
-/* A column kernel's loop over its slice of the group, unrolled by 4 on the GPU so
- * that four iterations' loads are in flight at once (the sums keep their order). */
+/* Loop unrolling on the GPU (nvcc, NVRTC; nothing in the emulation, whose
+ * compiler does not know the pragma): HPDL_UNROLL4 before a loop puts four
+ * iterations' loads in flight at once (a column kernel's slice of the group:
+ * its sums keep their order), HPDL_ROLLED keeps one where unrolled loads
+ * would take the registers the accumulators hold (the attention kernels). */
 #ifdef __CUDACC__
-#define HPDL_COL_UNROLL _Pragma("unroll 4")
+#define HPDL_UNROLL4 _Pragma("unroll 4")
+#define HPDL_ROLLED _Pragma("unroll 1")
 #else
-#define HPDL_COL_UNROLL
+#define HPDL_UNROLL4
+#define HPDL_ROLLED
 #endif
 static __device__ float hpdl_col_sum(float v, float *partial, int rows = HPDL_COL_ROWS) {
   int r = threadIdx.x % rows, nslices = blockDim.x / rows;

@@ -610,8 +610,8 @@ static int vec_stores(Emit *E, int full_only) {
 static void sweep_open(Emit *E, int vec, int v4, int64_t ngrp, int *sweep) {
   CuText *o = E->o;
   if (vec) cu_tx(o, v4 ? "    if (vec_) {\n" : "    } else {\n");
-  if (E->split > 1) cu_tx(o, "    HPDL_COL_UNROLL\n    for (long long grp = glo_ + cy_; live_ && grp < ghi_; grp += cny_) {\n");
-  else if (E->col) cu_tx(o, "    HPDL_COL_UNROLL\n    for (long long grp = cy_; live_ && grp < %" PRId64 "LL; grp += cny_) {\n", ngrp);
+  if (E->split > 1) cu_tx(o, "    HPDL_UNROLL4\n    for (long long grp = glo_ + cy_; live_ && grp < ghi_; grp += cny_) {\n");
+  else if (E->col) cu_tx(o, "    HPDL_UNROLL4\n    for (long long grp = cy_; live_ && grp < %" PRId64 "LL; grp += cny_) {\n", ngrp);
   else if (v4) cu_tx(o, "    for (long long grp = threadIdx.x * 4LL; grp < %" PRId64 "LL; grp += blockDim.x * 4LL) {\n", ngrp);
   else cu_tx(o, "    for (long long grp = threadIdx.x; grp < %" PRId64 "LL; grp += blockDim.x) {\n", ngrp);
   E->ind = "      ";
