@@ -71,6 +71,9 @@ set_tests_properties(plan.fidelity_torchtitan PROPERTIES TIMEOUT 300 LABELS plan
 
 # --overlap on|off (parallel.overlap): ZeRO-3's communication hidden or all exposed
 if(Python3_Interpreter_FOUND)
+  add_test(NAME plan.grad_reduce_bytes
+           COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/grad_reduce_bytes.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
+  set_tests_properties(plan.grad_reduce_bytes PROPERTIES TIMEOUT 60 LABELS plan)
   add_test(NAME plan.overlap_flag
            COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/overlap_flag.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
   set_tests_properties(plan.overlap_flag PROPERTIES TIMEOUT 60 LABELS plan)
@@ -91,11 +94,15 @@ add_test(NAME plan.fp8_compile_refused
 set_tests_properties(plan.fp8_compile_refused PROPERTIES TIMEOUT 60 LABELS plan WILL_FAIL FALSE
                      PASS_REGULAR_EXPRESSION "precision = fp8 is priced by hpdlc plan, but no back end runs it yet")
 
-# a compressed reduction is planned as an uncompressed one, and the report says so
-add_test(NAME plan.compression_unpriced
+# a 16-bit reduction is priced at 2 bytes a value, int8 / top-k as an fp32 one, and the report says so
+add_test(NAME plan.compression_bf16
          COMMAND $<TARGET_FILE:hpdlc> plan ${CMAKE_SOURCE_DIR}/samples/gpt2.hpd --dp 8 --gpus 8 --compression bf16)
+set_tests_properties(plan.compression_bf16 PROPERTIES TIMEOUT 60 LABELS plan
+                     PASS_REGULAR_EXPRESSION "compression: bf16, priced as the gradients' reduction in 16 bits, 2 bytes a value")
+add_test(NAME plan.compression_unpriced
+         COMMAND $<TARGET_FILE:hpdlc> plan ${CMAKE_SOURCE_DIR}/samples/gpt2.hpd --dp 8 --gpus 8 --compression int8)
 set_tests_properties(plan.compression_unpriced PROPERTIES TIMEOUT 60 LABELS plan
-                     PASS_REGULAR_EXPRESSION "compression: bf16, not priced: planned as an uncompressed reduction")
+                     PASS_REGULAR_EXPRESSION "compression: int8, not priced: planned as an uncompressed reduction in fp32")
 
 # hpdl_plan_golden(NAME SAMPLE [hpdlc plan arguments...])
 set(HPDL_PLAN_UPDATE_COMMANDS)

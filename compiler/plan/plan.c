@@ -1856,6 +1856,32 @@ const CatDevice *plan_device(const PlanCtx *c) { return &c->dev; }
 const SemCluster *plan_cluster(const PlanCtx *c) { return &c->cluster; }
 int64_t plan_gpus(const PlanCtx *c) { return c->gpus; }
 
+/* hpdl's all-reduce of n gradient values compressed to 16 bits over `ranks`
+ * (runtime/comm.c comm_allreduce_compressed): from PLAN_COMPRESS_RS_FROM
+ * members (runtime/comm.h's COMM_COMPRESS_RS_FROM) an all-to-all of the
+ * 16-bit slices, which moves what a reduce-scatter does, then an all-gather of
+ * the fp32 sums; below it an all-gather of every member's 16-bit payload.
+ * Seconds; adds the bytes a rank sends to *sent. */
+enum { PLAN_COMPRESS_RS_FROM = 4 };
+static double compressed_allreduce(double n, int ranks, const CostLink *link, double *sent) {
+  if (ranks <= 1 || n <= 0) return 0;
+  if (ranks >= PLAN_COMPRESS_RS_FROM) {
+    if (sent)
+      *sent += cost_collective_bytes_sent(COST_REDUCE_SCATTER, 2 * n, ranks, COST_ALGO_RING) +
+               cost_collective_bytes_sent(COST_ALLGATHER, 4 * n, ranks, COST_ALGO_RING);
+    return cost_reduce_scatter_s(2 * n, ranks, link, COST_ALGO_RING) + cost_allgather_s(4 * n, ranks, link, COST_ALGO_RING);
+  }
+  if (sent) *sent += cost_collective_bytes_sent(COST_ALLGATHER, 2 * n * ranks, ranks, COST_ALGO_RING);
+  return cost_allgather_s(2 * n * ranks, ranks, link, COST_ALGO_RING);
+}
+
+/* Gradients are reduced in fp32, as hpdl's runtime reduces them (a
+ * parameter's gradient stays fp32 under bf16 / fp16 / fp8) and FSDP with
+ * reduce_dtype = float32 or Megatron-LM with grad_reduce_in_fp32 do; a layout
+ * that rounds them to 16 bits moves 2 bytes a value, as FSDP's reduce_dtype =
+ * bfloat16 does. int8 and top-k are not priced (planned as fp32). */
+int plan_grad_reduce_bytes(Compression c) { return c == COMPRESS_BF16 || c == COMPRESS_FP16 ? 2 : 4; }
+
 PlanLayout plan_layout_of(const SemModel *m) {
   const SemLayout *L = &m->layout;
   PlanLayout p;
@@ -2158,7 +2184,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   /* data parallelism, ZeRO, the optimizer, memory per rank */
   const SemTrain *tr = &m->train;
   OptimizerKind ok = tr->optimizer;
-  double grad_b = c->weight_bytes;
+  double grad_b = plan_grad_reduce_bytes(m->layout.compression);
   double opt_bpp = optimizer_bytes_per_param(tr);
   double worst_dp_exposed = 0, worst_dp_s = 0, worst_dp_sent = 0, worst_opt = 0, worst_z3 = 0, worst_z3_exposed = 0;
   double worst_ag_exposed = 0, emb_s = 0, emb_sent = 0;
@@ -2182,7 +2208,12 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     if (ndp > 1) {
       if (L.zero <= 2) {
         double coll, t_last_bucket, bk = grad_bytes < PLAN_DP_BUCKET_BYTES ? grad_bytes : PLAN_DP_BUCKET_BYTES;
-        if (L.zero == 0) {
+        if (L.zero == 0 && grad_b == 2) {
+          /* hpdl's 16-bit compressed all-reduce (runtime/comm.c), whose sums are fp32 */
+          coll = compressed_allreduce(dense_r, (int)ndp, &dplink, &dp_sent) +
+                 compressed_allreduce(expert_r, (int)nedp, &edplink, &dp_sent);
+          t_last_bucket = compressed_allreduce(bk / 2, (int)ndp, &dplink, NULL);
+        } else if (L.zero == 0) {
           coll = cost_allreduce_s(dense_gb, (int)ndp, &dplink, COST_ALGO_AUTO) +
                  cost_allreduce_s(expert_gb, (int)nedp, &edplink, COST_ALGO_AUTO);
           dp_sent = cost_collective_bytes_sent(COST_ALLREDUCE, dense_gb, (int)ndp,
@@ -2240,10 +2271,12 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
         if (obytes < 0) obytes = 0;
         double ag_l = cost_allgather_s(lbytes_d, n, &dplink, COST_ALGO_RING) +
                       cost_allgather_s(lbytes_e, (int)nedp, &edplink, COST_ALGO_RING);
-        double rs_l = cost_reduce_scatter_s(lbytes_d, n, &dplink, COST_ALGO_RING) +
-                      cost_reduce_scatter_s(lbytes_e, (int)nedp, &edplink, COST_ALGO_RING);
+        /* the gradients' reduce-scatter moves grad_b bytes a value */
+        double gq = grad_b / c->weight_bytes;
+        double rs_l = cost_reduce_scatter_s(gq * lbytes_d, n, &dplink, COST_ALGO_RING) +
+                      cost_reduce_scatter_s(gq * lbytes_e, (int)nedp, &edplink, COST_ALGO_RING);
         double ag_o = cost_allgather_s(obytes, n, &dplink, COST_ALGO_RING);
-        double rs_o = cost_reduce_scatter_s(obytes, n, &dplink, COST_ALGO_RING);
+        double rs_o = cost_reduce_scatter_s(gq * obytes, n, &dplink, COST_ALGO_RING);
         double per_mb = nl * (2 * ag_l + rs_l) + 2 * ag_o + rs_o;
         double ex_mb = per_mb;
         if (L.overlap) {
@@ -2253,9 +2286,9 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
         }
         double bytes_mb = nl * lbytes_d + obytes, bytes_mb_e = nl * lbytes_e;
         dp_sent = (2 * cost_collective_bytes_sent(COST_ALLGATHER, bytes_mb, n, COST_ALGO_RING) +
-                   cost_collective_bytes_sent(COST_REDUCE_SCATTER, bytes_mb, n, COST_ALGO_RING) +
+                   cost_collective_bytes_sent(COST_REDUCE_SCATTER, gq * bytes_mb, n, COST_ALGO_RING) +
                    2 * cost_collective_bytes_sent(COST_ALLGATHER, bytes_mb_e, (int)nedp, COST_ALGO_RING) +
-                   cost_collective_bytes_sent(COST_REDUCE_SCATTER, bytes_mb_e, (int)nedp, COST_ALGO_RING)) *
+                   cost_collective_bytes_sent(COST_REDUCE_SCATTER, gq * bytes_mb_e, (int)nedp, COST_ALGO_RING)) *
                   (double)mmb;
         z3_s = per_mb * (double)mmb;
         z3_exposed = ex_mb * (double)mmb;

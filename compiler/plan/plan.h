@@ -165,6 +165,10 @@ int64_t plan_gpus(const PlanCtx *c);
 
 /* The layout of the model's parallel block and train block. */
 PlanLayout plan_layout_of(const SemModel *m);
+/* Bytes a gradient value moves in the data-parallel reduction: 4 (fp32, as
+ * hpdl's runtime reduces them), 2 where the layout rounds them to 16 bits
+ * (compression = bf16 | fp16). docs/planner.md sec. 11.3. */
+int plan_grad_reduce_bytes(Compression c);
 
 /* The layers each of the K = pp x virtual pipeline chunks runs, for the
  * program of (micro batch, tp, cp, sp, recompute): with the model's

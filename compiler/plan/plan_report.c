@@ -78,9 +78,13 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
     fprintf(f, "vocabulary: %" PRId64 " rows priced padded to %" PRId64 " (a multiple of vocab_pad %" PRId64 " x tp %" PRId64
                ", as Megatron-LM pads it%s)\n",
             v, vp, m->layout.vocab_pad, L->tp, L->tp > 1 ? "" : "; aligned rows for the head's GEMMs");
-  if (m->layout.compression != COMPRESS_NONE && L->dp * L->cp > 1)
-    fprintf(f, "compression: %s, not priced: planned as an uncompressed reduction in the storage type (docs/planner.md 11.3)\n",
-            sem_compression_name(m->layout.compression));
+  Compression cz = m->layout.compression;
+  if (plan_grad_reduce_bytes(cz) == 2 && L->dp * L->cp > 1)
+    fprintf(f, "compression: %s, priced as the gradients' reduction in 16 bits, 2 bytes a value (docs/planner.md 11.3)\n",
+            sem_compression_name(cz));
+  else if (cz != COMPRESS_NONE && L->dp * L->cp > 1)
+    fprintf(f, "compression: %s, not priced: planned as an uncompressed reduction in fp32 (docs/planner.md 11.3)\n",
+            sem_compression_name(cz));
   if (L->pp > 1 && r->stages) {
     fprintf(f, "stages: ");
     for (int s = 0; s < r->nstages; s++) fprintf(f, "%s%" PRId64, s ? "+" : "", r->stages[s].layers);
@@ -319,6 +323,9 @@ static json_t *json_result(PlanCtx *c, const PlanResult *r, int brief) {
   json_t *par = json_layout(&r->layout);
   json_object_set_new(par, "balance", json_string(plan_model(c)->layout.balance == BALANCE_LAYERS ? "layers" : "cost"));
   json_object_set_new(par, "fused_ce", json_boolean(r->layout.fused_ce == 1));
+  Compression cz = plan_model(c)->layout.compression;
+  json_object_set_new(par, "compression", json_string(sem_compression_name(cz)));
+  json_object_set_new(par, "grad_reduce_bytes", json_integer(plan_grad_reduce_bytes(cz)));
   if (r->stages) { /* the layers each pipeline rank runs (its chunks together) */
     json_t *sl = json_array();
     for (int s = 0; s < r->nstages; s++) json_array_append_new(sl, json_integer(r->stages[s].layers));

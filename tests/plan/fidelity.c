@@ -7,8 +7,11 @@
  *   hpdlc plan samples/gpt.hpd -D layers=.. -D hidden=.. -D heads=.. --tp ..
  *         --pp .. --dp .. --gpus .. --micro-batch .. --global-batch ..
  *         --cluster dgx-a100-80gb --recompute full --attention materialized
- *         [--schedule interleaved --virtual-stages v] --zero z --format json
- * (Megatron-LM 2021 stored the attention scores: no flash attention)
+ *         [--schedule interleaved --virtual-stages v] --zero z
+ *         --compression fp16 --format json
+ * (Megatron-LM 2021 stored the attention scores: no flash attention; its
+ * fp16 runs reduced their fp16 gradients as they were, without
+ * --accumulate-allreduce-grads-in-fp32, which bf16 runs later forced)
  * and compares throughput.tflops_per_gpu (Narayanan Eq. 3 FLOPs over step
  * time and GPUs, the paper's convention) with the published figure: within
  * the file's tolerance (15%) on every asserted run (Table 1, Table 2's
@@ -164,7 +167,8 @@ static void set_command(char *cmd, size_t cap, const char *hpdlc, const char *sr
                                         {"recompute", "--recompute"}, {"sp", "--sp"},
                                         {"precision", "--precision"}, {"cluster", "--cluster"},
                                         {"tp_overlap", "--tp-overlap"}, {"ep", "--ep"},
-                                        {"attention", "--attention"}, {"recompute_layers", "--recompute-layers"}};
+                                        {"attention", "--attention"}, {"recompute_layers", "--recompute-layers"},
+                                        {"compression", "--compression"}};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) add_flag(cmd, cap, keys[i][1], json_object_get(l, keys[i][0]));
   long v_ = jint(l, "virtual_stages");
   size_t n = strlen(cmd);
@@ -194,6 +198,14 @@ static int check_set(const char *hpdlc, const char *src, const char *file, int m
   double mtol = json_number_value(json_object_get(json_object_get(fig, "tolerance"), "median_relative"));
   json_t *runs = json_object_get(fig, "runs");
   size_t nr = json_array_size(runs);
+  for (size_t i = 0; i < nr; i++) { /* a file of another shape (e.g. published_figures.json) */
+    if (!json_is_string(json_object_get(json_array_get(runs, i), "set"))) {
+      fprintf(stderr, "fidelity: %s: run %zu has no \"set\": not a set file (--set reads published_h100.json's shape)\n",
+              file, i);
+      json_decref(fig);
+      return 2;
+    }
+  }
   double *errs = calloc(nr + 1, sizeof(double));
   int failures = 0;
   if (markdown) {
@@ -385,7 +397,8 @@ int main(int argc, char **argv) {
     snprintf(cmd, sizeof cmd,
              "'%s' plan '%s/samples/gpt.hpd' -D layers=%ld -D hidden=%ld -D heads=%ld -D seq=%ld -D vocab=%ld"
              " --tp %ld --pp %ld --dp %ld --gpus %ld --micro-batch %ld --global-batch %ld --zero %ld"
-             " --cluster dgx-a100-80gb --recompute full --balance layers --attention materialized %s --format json",
+             " --cluster dgx-a100-80gb --recompute full --balance layers --attention materialized %s"
+             " --compression fp16 --format json",
              hpdlc, src, jint(m, "layers"), jint(m, "hidden"), jint(m, "heads"), jint(m, "seq"), jint(m, "vocab"),
              jint(l, "tp"), jint(l, "pp"), jint(l, "dp"), jint(l, "gpus"), jint(l, "micro_batch"),
              jint(l, "global_batch"), jint(l, "zero"), sched);

@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""grad_reduce_bytes.py - the bytes a gradient moves in the data-parallel reduction
+(CTest: plan.grad_reduce_bytes; docs/planner.md sec. 11.3).
+
+    grad_reduce_bytes.py HPDLC SOURCE_DIR
+
+Gradients are reduced in fp32 unless the layout rounds them to 16 bits (compression = bf16
+or fp16): GPT-2 under bf16 storage at ZeRO 0 (fp32: one ring all-reduce, 2 (n - 1) / n x 4
+bytes a value; 16-bit as hpdl's compressed all-reduce runs, at dp 8 an all-to-all of 16-bit
+slices and an all-gather of fp32 sums, (n - 1) / n x (2 + 4), at dp 2 an all-gather of the
+16-bit payloads, (n - 1) x 2) and ZeRO 3 at dp 8 (per micro-batch two all-gathers of the bf16
+weights and one reduce-scatter of the gradients: (2 + 2 + 4) / (2 + 2 + 2) of the bytes),
+int8 planned as fp32, and the JSON report's parallel.compression and
+parallel.grad_reduce_bytes.
+Exit 0 pass, 1 fail."""
+import json
+import subprocess
+import sys
+
+
+def plan(hpdlc, src, dp, zero, compression):
+    cmd = [hpdlc, "plan", f"{src}/samples/gpt2.hpd", "--gpus", str(dp), "--dp", str(dp), "--zero", str(zero),
+           "--precision", "bf16", "--format", "json"]
+    if compression:
+        cmd += ["--compression", compression]
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+
+
+def main():
+    hpdlc, src = sys.argv[1], sys.argv[2]
+    ok = True
+    checks = []
+    for dp, zero, ratio in ((8, 0, 8.0 / 6.0), (2, 0, 2.0), (8, 3, 8.0 / 6.0)):
+        default, none, bf16, fp16, int8 = (plan(hpdlc, src, dp, zero, c) for c in (None, "none", "bf16", "fp16", "int8"))
+        b = {k: v["comm_per_step"]["dp"] for k, v in
+             (("default", default), ("none", none), ("bf16", bf16), ("fp16", fp16), ("int8", int8))}
+        print(f"dp {dp} zero {zero}: dp bytes a step " + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in b.items()))
+        checks += [
+            (b["default"] == b["none"], f"dp {dp} zero {zero}: fp32 (none) is the default"),
+            (abs(b["none"] / b["bf16"] - ratio) < 1e-6, f"dp {dp} zero {zero}: fp32 / bf16 bytes = {ratio:.4f}"),
+            (b["bf16"] == b["fp16"], f"dp {dp} zero {zero}: fp16 moves what bf16 does"),
+            (b["int8"] == b["none"], f"dp {dp} zero {zero}: int8 is not priced (planned as fp32)"),
+            (default["time"]["comm_exposed_s"] >= bf16["time"]["comm_exposed_s"], f"dp {dp} zero {zero}: fp32 exposes no less"),
+            (none["parallel"]["grad_reduce_bytes"] == 4 and bf16["parallel"]["grad_reduce_bytes"] == 2 and
+             none["parallel"]["compression"] == "none" and bf16["parallel"]["compression"] == "bf16",
+             f"dp {dp} zero {zero}: the JSON's parallel.grad_reduce_bytes and parallel.compression"),
+        ]
+    for good, what in checks:
+        if not good:
+            print(f"FAIL: {what}")
+            ok = False
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
