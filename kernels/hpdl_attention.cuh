@@ -1057,10 +1057,26 @@ static __device__ __forceinline__ void hpdl_mma_h16(float *c, const unsigned *a,
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-/* elements [r][c], [r][c + 1] of a 16-bit tile (c even: 4-byte aligned) */
-template <int LD>
-static __device__ __forceinline__ unsigned hpdl_attn_u32(const unsigned short (*X)[LD], int r, int c) {
-  return *reinterpret_cast<const unsigned *>(&X[r][c]);
+/* ldmatrix: NM (2 or 4) 8 x 8 matrices of 16-bit values from shared memory, lane l giving
+ * the address of row l % 8 of matrix l / 8 (16 bytes, 16-byte aligned); r[m] is this lane's
+ * pair of matrix m: row l / 4, columns 2 (l % 4) and + 1, or under TRANS those of the
+ * transposed matrix (rows 2 (l % 4) and + 1 of column l / 4), the mma's fragment layout. */
+template <int TRANS, int NM>
+static __device__ __forceinline__ void hpdl_attn_ldsm(unsigned *r, const unsigned short *row) {
+  static_assert(NM == 2 || NM == 4, "ldmatrix .x2 or .x4");
+  const unsigned at = (unsigned)__cvta_generic_to_shared(row);
+  if (NM == 4 && TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at));
+  else if (NM == 4)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at));
+  else if (TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(at));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(at));
 }
 #else
 template <int E>
@@ -1102,11 +1118,28 @@ static inline void hpdl_mma_h16(float *c, const unsigned *a, const unsigned *b) 
   }
 }
 
-template <int LD>
-static inline unsigned hpdl_attn_u32(const unsigned short (*X)[LD], int r, int c) {
-  unsigned u;
-  memcpy(&u, &X[r][c], 4); /* no aliasing of the 16-bit tile through an unsigned * */
-  return u;
+/* The emulation: each matrix's row addresses from its eight lanes by warp shuffles, each
+ * lane reading its pair (a race on the tile shows as on the GPU: the barriers order it). */
+template <int TRANS, int NM>
+static inline void hpdl_attn_ldsm(unsigned *r, const unsigned short *row) {
+  static_assert(NM == 2 || NM == 4, "ldmatrix .x2 or .x4");
+  const unsigned lane = threadIdx.x & 31;
+  const unsigned long long mine = (unsigned long long)(uintptr_t)row;
+  if (lane < 8u * NM && (mine & 15u)) { /* the GPU's "misaligned address" */
+    hpdl_emu::fail("ldmatrix: lane " + std::to_string(lane) + "'s row address is not 16-byte aligned");
+    hpdl_emu::stop();
+  }
+  for (int m = 0; m < NM; m++) {
+    if (!TRANS) {
+      const unsigned short *p = (const unsigned short *)(uintptr_t)__shfl_sync(0xffffffffu, mine, 8 * m + lane / 4);
+      memcpy(&r[m], p + 2 * (lane % 4), 4);
+    } else {
+      const unsigned short *p0 = (const unsigned short *)(uintptr_t)__shfl_sync(0xffffffffu, mine, 8 * m + 2 * (lane % 4));
+      const unsigned short *p1 =
+          (const unsigned short *)(uintptr_t)__shfl_sync(0xffffffffu, mine, 8 * m + 2 * (lane % 4) + 1);
+      r[m] = (unsigned)p0[lane / 4] | (unsigned)p1[lane / 4] << 16;
+    }
+  }
 }
 #endif
 
@@ -1175,96 +1208,58 @@ static __device__ __forceinline__ void hpdl_attn_load16(unsigned short (*dst)[LD
   }
 }
 
-/* The same rows transposed: dst[d][i] for d < W, i < ROWS (zeros at and past n). */
-template <int E, int ROWS, int W, int SLD, int NT, int LD, typename TS>
-static __device__ __forceinline__ void hpdl_attn_load16t(unsigned short (*dst)[LD], const TS *__restrict__ src, int n) {
-  if (hpdl_attn_by8<W, SLD>(src)) { /* eight values of a row a thread, stored down a column each */
-    constexpr int C = W / 8 > 0 ? W / 8 : 1;
-    HPDL_ROLLED
-    for (int e = threadIdx.x; e < ROWS * C; e += NT) {
-      const int i = e / C, c = e - i * C;
-      const uint4 u = i < n ? hpdl_attn_ld8((const unsigned short *)src + (long long)i * SLD + 8 * c) : make_uint4(0, 0, 0, 0);
-      for (int j = 0; j < 8; j++) dst[8 * c + j][i] = hpdl_attn_half8(u, j);
-    }
-    return;
-  }
-  for (int e = threadIdx.x; e < ROWS * W; e += NT) {
-    const int i = e / W, d = e - i * W;
-    dst[d][i] = i < n ? hpdl_attn_h16<E>(src[i * SLD + d]) : (unsigned short)0;
-  }
-}
-
-/* Both of the above from one read: ROWS rows of W values into dst (padded to WP) and
- * into dstT transposed, each value loaded once. */
-template <int E, int ROWS, int W, int WP, int SLD, int NT, int LD, int LDT, typename TS>
-static __device__ __forceinline__ void hpdl_attn_load16_both(unsigned short (*dst)[LD], unsigned short (*dstT)[LDT],
-                                                             const TS *__restrict__ src, int n) {
-  if (hpdl_attn_by8<W, SLD>(src)) {
-    constexpr int C = W / 8 > 0 ? W / 8 : 1, Z = WP > W ? WP - W : 1;
-    HPDL_ROLLED
-    for (int e = threadIdx.x; e < ROWS * C; e += NT) {
-      const int i = e / C, c = e - i * C;
-      const uint4 u = i < n ? hpdl_attn_ld8((const unsigned short *)src + (long long)i * SLD + 8 * c) : make_uint4(0, 0, 0, 0);
-      hpdl_attn_st8(&dst[i][8 * c], u);
-      for (int j = 0; j < 8; j++) dstT[8 * c + j][i] = hpdl_attn_half8(u, j);
-    }
-    if (WP > W)
-      for (int e = threadIdx.x; e < ROWS * Z; e += NT) dst[e / Z][W + e % Z] = 0;
-    return;
-  }
-  HPDL_ROLLED
-  for (int e = threadIdx.x; e < ROWS * WP; e += NT) {
-    const int i = e / WP, d = e - i * WP;
-    const unsigned short h = i < n && d < W ? hpdl_attn_h16<E>(src[i * SLD + d]) : (unsigned short)0;
-    dst[i][d] = h;
-    if (d < W) dstT[d][i] = h;
-  }
-}
-
-/* the A fragment of k step kk of the 16 rows of tile X from row r0 */
+/* the A fragment of k step kk of the 16 rows of tile X from row r0: one ldmatrix.x4 (its
+ * matrices rows r0 .. + 7 and r0 + 8 .. + 15 at columns 16 kk, then at 16 kk + 8) */
 template <int LD>
-static __device__ __forceinline__ void hpdl_attn_afrag(unsigned *a, const unsigned short (*X)[LD], int r0, int kk, int g,
-                                                       int t) {
-  a[0] = hpdl_attn_u32<LD>(X, r0 + g, 16 * kk + 2 * t);
-  a[1] = hpdl_attn_u32<LD>(X, r0 + g + 8, 16 * kk + 2 * t);
-  a[2] = hpdl_attn_u32<LD>(X, r0 + g, 16 * kk + 2 * t + 8);
-  a[3] = hpdl_attn_u32<LD>(X, r0 + g + 8, 16 * kk + 2 * t + 8);
+static __device__ __forceinline__ void hpdl_attn_afrag(unsigned *a, const unsigned short (*X)[LD], int r0, int kk,
+                                                       int lane) {
+  hpdl_attn_ldsm<0, 4>(a, &X[r0 + (lane & 15)][16 * kk + 8 * (lane >> 4)]);
 }
 
 /* acc[n] += A B_n for n < N / 8, one k step of 16: A's fragment a, B_n's columns the rows
- * 8 n + g of tile X from column k0 (16 consecutive values of a row: B's k pairs). */
+ * 8 n .. 8 n + 7 of tile X from column k0 (B's k consecutive in a row): two n tiles an
+ * ldmatrix.x4 (rows 8 n .. + 15, columns k0 and k0 + 8), an odd last one an .x2. */
 template <int E, int N, int LDX>
 static __device__ __forceinline__ void hpdl_attn_mma16_b(float (*acc)[4], const unsigned *a,
-                                                         const unsigned short (*X)[LDX], int k0, int g, int t) {
+                                                         const unsigned short (*X)[LDX], int k0, int lane) {
 #ifdef __CUDACC__
 #pragma unroll
 #endif
-  for (int n = 0; n < N / 8; n++) {
-    const unsigned b[2] = {hpdl_attn_u32<LDX>(X, 8 * n + g, k0 + 2 * t), hpdl_attn_u32<LDX>(X, 8 * n + g, k0 + 2 * t + 8)};
+  for (int n = 0; n + 1 < N / 8; n += 2) {
+    unsigned b[4];
+    hpdl_attn_ldsm<0, 4>(b, &X[8 * n + (lane & 7) + 8 * (lane >> 4)][k0 + 8 * ((lane >> 3) & 1)]);
     hpdl_mma_h16<E>(acc[n], a, b);
+    hpdl_mma_h16<E>(acc[n + 1], a, b + 2);
+  }
+  if ((N / 8) % 2) {
+    unsigned b[2];
+    hpdl_attn_ldsm<0, 2>(b, &X[N - 8 + (lane & 7)][k0 + 8 * ((lane >> 3) & 1)]);
+    hpdl_mma_h16<E>(acc[N / 8 - 1], a, b);
   }
 }
 
 /* acc[n] += A X^T over K (a multiple of 16) columns, for n < N / 8: A the 16 rows of tile
- * As from row r0, X a tile whose rows 8 n + g are B's columns. The fragments are loaded
- * where they are used, so that registers hold the accumulators (as the TF32 kernels). */
+ * As from row r0, X a tile whose rows 8 n .. 8 n + 7 are B's columns. The fragments are
+ * loaded where they are used, so that registers hold the accumulators (as the TF32 kernels). */
 template <int E, int N, int K, int LDA, int LDX>
 static __device__ __forceinline__ void hpdl_attn_mma16_nt(float (*acc)[4], const unsigned short (*As)[LDA], int r0,
-                                                          const unsigned short (*X)[LDX], int g, int t) {
+                                                          const unsigned short (*X)[LDX], int lane) {
   HPDL_ROLLED
   for (int kk = 0; kk < K / 16; kk++) {
     unsigned a[4];
-    hpdl_attn_afrag<LDA>(a, As, r0, kk, g, t);
-    hpdl_attn_mma16_b<E, N, LDX>(acc, a, X, 16 * kk, g, t);
+    hpdl_attn_afrag<LDA>(a, As, r0, kk, lane);
+    hpdl_attn_mma16_b<E, N, LDX>(acc, a, X, 16 * kk, lane);
   }
 }
 
-/* acc[n] += P Xt^T over K (a multiple of 16) keys or rows, for n < N / 8: P the warp's fp32
- * accumulators p[K / 8] (C layout), rounded to 16 bits as the A fragment; Xt a transposed
- * tile (Xt[d][j]: the B fragment's key pairs consecutive). */
-template <int E, int N, int K, int LDT>
-static __device__ __forceinline__ void hpdl_attn_mma16_pn(float (*acc)[4], const float (*p)[4],
-                                                          const unsigned short (*Xt)[LDT], int g, int t) {
+/* acc[n] += P X over K (a multiple of 16) keys or rows, for n < N / 8: P the warp's fp32
+ * accumulators p[K / 8] (C layout), rounded to 16 bits as the A fragment; X a tile stored
+ * by rows (X[j][d]), whose B fragments (key pairs down a column) ldmatrix .trans reads:
+ * rows 16 js .. + 15 at columns 8 n and 8 n + 8 an .x4, an odd last column tile an .x2
+ * (every tile an .x2 under X4 = 0, which keeps fewer registers live). */
+template <int E, int N, int K, int LDX, int X4 = 1>
+static __device__ __forceinline__ void hpdl_attn_mma16_pv(float (*acc)[4], const float (*p)[4],
+                                                          const unsigned short (*X)[LDX], int lane) {
 #ifdef __CUDACC__
 #pragma unroll
 #endif
@@ -1272,29 +1267,49 @@ static __device__ __forceinline__ void hpdl_attn_mma16_pn(float (*acc)[4], const
     const unsigned a[4] = {hpdl_attn_pack<E>(p[2 * js][0], p[2 * js][1]), hpdl_attn_pack<E>(p[2 * js][2], p[2 * js][3]),
                            hpdl_attn_pack<E>(p[2 * js + 1][0], p[2 * js + 1][1]),
                            hpdl_attn_pack<E>(p[2 * js + 1][2], p[2 * js + 1][3])};
-    hpdl_attn_mma16_b<E, N, LDT>(acc, a, Xt, 16 * js, g, t);
+    const unsigned short *row = X[16 * js + (lane & 15)];
+    if (X4) {
+#ifdef __CUDACC__
+#pragma unroll
+#endif
+      for (int n = 0; n + 1 < N / 8; n += 2) {
+        unsigned b[4];
+        hpdl_attn_ldsm<1, 4>(b, row + 8 * n + 8 * (lane >> 4));
+        hpdl_mma_h16<E>(acc[n], a, b);
+        hpdl_mma_h16<E>(acc[n + 1], a, b + 2);
+      }
+    }
+#ifdef __CUDACC__
+#pragma unroll
+#endif
+    for (int n = X4 ? N / 8 - (N / 8) % 2 : 0; n < N / 8; n++) { /* .x2: an odd last tile, or all under !X4 */
+      unsigned b[2];
+      hpdl_attn_ldsm<1, 2>(b, row + 8 * n);
+      hpdl_mma_h16<E>(acc[n], a, b);
+    }
   }
 }
 
 /* The forward with 16-bit operands: block `blk` of HPDL_ATTN_FWD_GRID for an HPDL_ATTN_TC
  * shape (hpdl_attn_plan_tc's grid), 64 query rows of (b, h), a warp 16 of them; key tiles
- * of HPDL_ATTN_H16_FWD_BK, v's stored transposed. */
+ * of HPDL_ATTN_H16_FWD_BK, v's by rows (P v's fragments through ldmatrix .trans). */
 template <int D, int Dv, int E, typename TQ>
 static __device__ void hpdl_attn_fwd_h(const TQ *__restrict__ q, const TQ *__restrict__ k,
                                        const TQ *__restrict__ v, float *__restrict__ out, int B, int H, int Hk, int T,
                                        int S, float scale, int causal, int window, int row_rank, int row_size,
                                        int col_rank, int col_size, long long blk) {
   constexpr int NT = HPDL_ATTN_TC_THREADS, BQ = HPDL_ATTN_TC_ROWS, BK = HPDL_ATTN_H16_FWD_BK;
-  constexpr int KD = HPDL_ATTN_PAD16(D), LQ = KD + 8, LV = BK + 8;
+  /* rows an odd multiple of 16 bytes apart: ldmatrix's eight rows in distinct banks */
+  constexpr int KD = HPDL_ATTN_PAD16(D), KDv = HPDL_ATTN_PAD16(Dv), LQ = KD + 8, LV = KDv + 8;
   static_assert(HPDL_ATTN_TC(D, Dv), "tensor-core attention takes head sizes 16 .. 64, multiples of 8");
   static_assert(BQ == 16 * (NT / 32) && BK % 16 == 0, "16 rows a warp, key tiles of 16s");
-  static_assert(2 * (BQ * LQ + BK * LQ + Dv * LV) + 4 * BK <= HPDL_ATTN_SMEM_LIMIT, "fwd_h over 48 KB");
+  static_assert(2 * (BQ * LQ + BK * LQ + BK * LV) + 4 * BK <= HPDL_ATTN_SMEM_LIMIT, "fwd_h over 48 KB");
   __shared__ __align__(16) unsigned short Qs[BQ][LQ];
   __shared__ __align__(16) unsigned short Ks[BK][LQ];
-  __shared__ __align__(16) unsigned short Vt[Dv][LV]; /* v transposed */
+  __shared__ __align__(16) unsigned short Vs[BK][LV];
   __shared__ int Cp[BK];                              /* key positions (causal) */
   (void)B;
-  const int tid = threadIdx.x, warp = tid / 32, g = (tid & 31) / 4, t = tid & 3;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane / 4, t = tid & 3;
   const HpdlAttnTcRows R = hpdl_attn_tc_rows(blk, H, Hk, T, causal, row_rank, row_size, warp, g);
   const TQ *__restrict__ kh = k + (long long)R.bhk * S * D;
   const TQ *__restrict__ vh = v + (long long)R.bhk * S * Dv;
@@ -1306,9 +1321,9 @@ static __device__ void hpdl_attn_fwd_h(const TQ *__restrict__ q, const TQ *__res
   for (int j0 = 0; j0 < S; j0 += BK) {
     const int nk = S - j0 < BK ? S - j0 : BK;
     if (hpdl_attn_keys_skipped(j0, nk, S, causal, window, R.rmin, R.rmax, col_rank, col_size)) continue; /* uniform */
-    __syncthreads(); /* fwd_h: the previous tile's Ks, Vt, Cp are read */
+    __syncthreads(); /* fwd_h: the previous tile's Ks, Vs, Cp are read */
     hpdl_attn_load16<E, BK, D, KD, D, NT>(Ks, kh + (long long)j0 * D, nk);
-    hpdl_attn_load16t<E, BK, Dv, Dv, NT>(Vt, vh + (long long)j0 * Dv, nk);
+    hpdl_attn_load16<E, BK, Dv, KDv, Dv, NT>(Vs, vh + (long long)j0 * Dv, nk);
     if (causal)
       for (int j = tid; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0;
     __syncthreads(); /* fwd_h: the tile is loaded */
@@ -1316,16 +1331,17 @@ static __device__ void hpdl_attn_fwd_h(const TQ *__restrict__ q, const TQ *__res
 
     float s[BK / 8][4];
     hpdl_attn_zero<BK>(s);
-    hpdl_attn_mma16_nt<E, BK, KD, LQ>(s, Qs, 16 * warp, Ks, g, t);
+    hpdl_attn_mma16_nt<E, BK, KD, LQ>(s, Qs, 16 * warp, Ks, lane);
     hpdl_attn_tc_softmax<BK, Dv>(s, o, m, l, R, t, T, nk, causal, Cp, window, scale);
-    hpdl_attn_mma16_pn<E, Dv, BK>(o, s, Vt, g, t);
+    hpdl_attn_mma16_pv<E, Dv, BK, LV, 0>(o, s, Vs, lane); /* x2 loads: with .x4 sm_90 spilled */
   }
   hpdl_attn_tc_store_out<Dv>(out, o, m, l, R, t, T);
 }
 
 /* dk and dv with 16-bit operands: block `blk` of HPDL_ATTN_DKDV_GRID (hpdl_attn_plan_tc's),
  * 64 keys of (b, hk), a warp 16 of them; query tiles of HPDL_ATTN_H16_DKDV_BQ rows of each
- * head of the group in order, q and do stored both ways. Dt from hpdl_attn_bwd_dt. */
+ * head of the group in order (by rows: the P^T do and dS^T q fragments through ldmatrix
+ * .trans). Dt from hpdl_attn_bwd_dt. */
 template <int D, int Dv, int E, typename TQ>
 static __device__ void hpdl_attn_bwd_dkdv_h(const TQ *__restrict__ q, const TQ *__restrict__ k,
                                             const TQ *__restrict__ v, const float *__restrict__ out,
@@ -1334,21 +1350,18 @@ static __device__ void hpdl_attn_bwd_dkdv_h(const TQ *__restrict__ q, const TQ *
                                             int causal, int window, int row_rank, int row_size, int col_rank,
                                             int col_size, long long blk) {
   constexpr int NT = HPDL_ATTN_TC_THREADS, BK = HPDL_ATTN_TC_KEYS, BQ = HPDL_ATTN_H16_DKDV_BQ;
-  constexpr int KD = HPDL_ATTN_PAD16(D), KDv = HPDL_ATTN_PAD16(Dv), LK = KD + 8, LV = KDv + 8, LT = BQ + 8;
+  constexpr int KD = HPDL_ATTN_PAD16(D), KDv = HPDL_ATTN_PAD16(Dv), LK = KD + 8, LV = KDv + 8;
   static_assert(HPDL_ATTN_TC(D, Dv), "tensor-core attention takes head sizes 16 .. 64, multiples of 8");
   static_assert(BK == 16 * (NT / 32) && BQ % 16 == 0, "16 keys a warp, query tiles of 16s");
-  static_assert(2 * (BK * LK + BK * LV + BQ * LK + D * LT + BQ * LV + Dv * LT) + 12 * BQ <= HPDL_ATTN_SMEM_LIMIT,
-                "dkdv_h over 48 KB");
+  static_assert(2 * (BK * LK + BK * LV + BQ * LK + BQ * LV) + 12 * BQ <= HPDL_ATTN_SMEM_LIMIT, "dkdv_h over 48 KB");
   __shared__ __align__(16) unsigned short Ks[BK][LK];
   __shared__ __align__(16) unsigned short Vs[BK][LV];
   __shared__ __align__(16) unsigned short Qs[BQ][LK];
-  __shared__ __align__(16) unsigned short Qt[D][LT];  /* q transposed */
   __shared__ __align__(16) unsigned short Gs[BQ][LV]; /* do */
-  __shared__ __align__(16) unsigned short Gt[Dv][LT]; /* do transposed */
   __shared__ float Ls[BQ];                            /* lse */
   __shared__ float Ds[BQ];                            /* Dt */
   __shared__ int Rp[BQ];                              /* row positions (causal) */
-  const int tid = threadIdx.x, warp = tid / 32, g = (tid & 31) / 4, t = tid & 3, G = H / Hk;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane / 4, t = tid & 3, G = H / Hk;
   const HpdlAttnTcKeys K = hpdl_attn_tc_keys(blk, Hk, S, causal, window, col_rank, col_size, warp, g);
   const int wkmin = K.wkmin;
   hpdl_attn_load16<E, BK, D, KD, D, NT>(Ks, k + ((long long)K.bhk * S + K.j0) * D, K.nk); /* read after the first barrier */
@@ -1362,10 +1375,10 @@ static __device__ void hpdl_attn_bwd_dkdv_h(const TQ *__restrict__ q, const TQ *
     for (int t0 = 0; t0 < T; t0 += BQ) {
       const int nrows = T - t0 < BQ ? T - t0 : BQ;
       if (hpdl_attn_rows_skipped(t0, nrows, T, causal, window, K.kmin, K.kmax, row_rank, row_size)) continue; /* uniform */
-      __syncthreads(); /* dkdv_h: the previous tile's Qs, Qt, Gs, Gt, Ls, Ds, Rp are read */
+      __syncthreads(); /* dkdv_h: the previous tile's Qs, Gs, Ls, Ds, Rp are read */
       const long long row0 = (long long)bh * T + t0;
-      hpdl_attn_load16_both<E, BQ, D, KD, D, NT>(Qs, Qt, q + row0 * D, nrows);
-      hpdl_attn_load16_both<E, BQ, Dv, KDv, Dv + 1, NT>(Gs, Gt, dout + row0 * (Dv + 1), nrows);
+      hpdl_attn_load16<E, BQ, D, KD, D, NT>(Qs, q + row0 * D, nrows);
+      hpdl_attn_load16<E, BQ, Dv, KDv, Dv + 1, NT>(Gs, dout + row0 * (Dv + 1), nrows);
       hpdl_attn_load_rows(Ls, Ds, Rp, out, Dt, row0, t0, nrows, BQ, NT, Dv, T, causal, row_rank, row_size);
       __syncthreads(); /* dkdv_h: the tile is loaded */
       if (K.wn == 0 || (causal && wkmin > hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size))) continue;
@@ -1374,18 +1387,20 @@ static __device__ void hpdl_attn_bwd_dkdv_h(const TQ *__restrict__ q, const TQ *
       float p[BQ / 8][4], ds[BQ / 8][4]; /* P^T and dS^T: keys g, g + 8 by rows 8 n + 2 t, + 1 */
       hpdl_attn_zero<BQ>(p);
       hpdl_attn_zero<BQ>(ds);
-      hpdl_attn_mma16_nt<E, BQ, KD, LK>(p, Ks, 16 * warp, Qs, g, t);   /* k q^T */
-      hpdl_attn_mma16_nt<E, BQ, KDv, LV>(ds, Vs, 16 * warp, Gs, g, t); /* v do^T */
+      hpdl_attn_mma16_nt<E, BQ, KD, LK>(p, Ks, 16 * warp, Qs, lane);   /* k q^T */
+      hpdl_attn_mma16_nt<E, BQ, KDv, LV>(ds, Vs, 16 * warp, Gs, lane); /* v do^T */
       hpdl_attn_tc_pds<BQ>(p, ds, Ls, Ds, Rp, K, t, S, causal, window, scale);
-      hpdl_attn_mma16_pn<E, Dv, BQ>(dv, p, Gt, g, t); /* P^T do */
-      hpdl_attn_mma16_pn<E, D, BQ>(dk, ds, Qt, g, t); /* dS^T q */
+      /* x2 loads: the dk and dv accumulators leave no registers for .x4's (sm_90 spilled) */
+      hpdl_attn_mma16_pv<E, Dv, BQ, LV, 0>(dv, p, Gs, lane); /* P^T do */
+      hpdl_attn_mma16_pv<E, D, BQ, LK, 0>(dk, ds, Qs, lane); /* dS^T q */
     }
   }
   hpdl_attn_tc_store_dkdv<D, Dv>(grads, dk, dv, K, t, B, H, Hk, T, S, scale);
 }
 
 /* dq with 16-bit operands: block `blk` of HPDL_ATTN_DQ_GRID (hpdl_attn_plan_tc's), 64 query
- * rows of (b, h), a warp 16 of them; key tiles of HPDL_ATTN_H16_DQ_BK, k stored both ways. */
+ * rows of (b, h), a warp 16 of them; key tiles of HPDL_ATTN_H16_DQ_BK (by rows: dS k's
+ * fragments through ldmatrix .trans). */
 template <int D, int Dv, int E, typename TQ>
 static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__restrict__ k,
                                           const TQ *__restrict__ v, const float *__restrict__ out,
@@ -1394,19 +1409,17 @@ static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__
                                           int causal, int window, int row_rank, int row_size, int col_rank,
                                           int col_size, long long blk) {
   constexpr int NT = HPDL_ATTN_TC_THREADS, BQ = HPDL_ATTN_TC_ROWS, BK = HPDL_ATTN_H16_DQ_BK;
-  constexpr int KD = HPDL_ATTN_PAD16(D), KDv = HPDL_ATTN_PAD16(Dv), LK = KD + 8, LV = KDv + 8, LT = BK + 8;
+  constexpr int KD = HPDL_ATTN_PAD16(D), KDv = HPDL_ATTN_PAD16(Dv), LK = KD + 8, LV = KDv + 8;
   static_assert(HPDL_ATTN_TC(D, Dv), "tensor-core attention takes head sizes 16 .. 64, multiples of 8");
   static_assert(BQ == 16 * (NT / 32) && BK % 16 == 0, "16 rows a warp, key tiles of 16s");
-  static_assert(2 * (BQ * LK + BQ * LV + BK * LK + BK * LV + D * LT) + 4 * BK <= HPDL_ATTN_SMEM_LIMIT,
-                "dq_h over 48 KB");
+  static_assert(2 * (BQ * LK + BQ * LV + BK * LK + BK * LV) + 4 * BK <= HPDL_ATTN_SMEM_LIMIT, "dq_h over 48 KB");
   __shared__ __align__(16) unsigned short Qs[BQ][LK];
   __shared__ __align__(16) unsigned short Gs[BQ][LV]; /* do */
   __shared__ __align__(16) unsigned short Ks[BK][LK];
   __shared__ __align__(16) unsigned short Vs[BK][LV];
-  __shared__ __align__(16) unsigned short Kt[D][LT]; /* k transposed */
-  __shared__ int Cp[BK];                             /* key positions (causal) */
+  __shared__ int Cp[BK]; /* key positions (causal) */
   (void)B;
-  const int tid = threadIdx.x, warp = tid / 32, g = (tid & 31) / 4, t = tid & 3;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane / 4, t = tid & 3;
   const HpdlAttnTcRows R = hpdl_attn_tc_rows(blk, H, Hk, T, causal, row_rank, row_size, warp, g);
   const TQ *__restrict__ kh = k + (long long)R.bhk * S * D;
   const TQ *__restrict__ vh = v + (long long)R.bhk * S * Dv;
@@ -1420,8 +1433,8 @@ static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__
   for (int j0 = 0; j0 < S; j0 += BK) {
     const int nk = S - j0 < BK ? S - j0 : BK;
     if (hpdl_attn_keys_skipped(j0, nk, S, causal, window, R.rmin, R.rmax, col_rank, col_size)) continue; /* uniform */
-    __syncthreads(); /* dq_h: the previous tile's Ks, Vs, Kt, Cp are read */
-    hpdl_attn_load16_both<E, BK, D, KD, D, NT>(Ks, Kt, kh + (long long)j0 * D, nk);
+    __syncthreads(); /* dq_h: the previous tile's Ks, Vs, Cp are read */
+    hpdl_attn_load16<E, BK, D, KD, D, NT>(Ks, kh + (long long)j0 * D, nk);
     hpdl_attn_load16<E, BK, Dv, KDv, Dv, NT>(Vs, vh + (long long)j0 * Dv, nk);
     if (causal)
       for (int j = tid; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0;
@@ -1431,10 +1444,10 @@ static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__
     float s[BK / 8][4], dp[BK / 8][4];
     hpdl_attn_zero<BK>(s);
     hpdl_attn_zero<BK>(dp);
-    hpdl_attn_mma16_nt<E, BK, KD, LK>(s, Qs, 16 * warp, Ks, g, t);   /* q k^T */
-    hpdl_attn_mma16_nt<E, BK, KDv, LV>(dp, Gs, 16 * warp, Vs, g, t); /* do v^T */
+    hpdl_attn_mma16_nt<E, BK, KD, LK>(s, Qs, 16 * warp, Ks, lane);   /* q k^T */
+    hpdl_attn_mma16_nt<E, BK, KDv, LV>(dp, Gs, 16 * warp, Vs, lane); /* do v^T */
     hpdl_attn_tc_dq_ds<BK>(s, dp, lse, dt, R, t, T, nk, causal, Cp, window, scale);
-    hpdl_attn_mma16_pn<E, D, BK>(acc, s, Kt, g, t); /* dS k */
+    hpdl_attn_mma16_pv<E, D, BK>(acc, s, Ks, lane); /* dS k */
   }
   hpdl_attn_tc_store_dq<D>(grads, acc, R, t, T, scale);
 }
