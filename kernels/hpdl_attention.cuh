@@ -1170,6 +1170,88 @@ static inline uint4 hpdl_attn_ld8(const unsigned short *p) {
 }
 static inline void hpdl_attn_st8(unsigned short *q, uint4 u) { memcpy(q, &u, 16); }
 #endif
+/* cp.async (sm_80+): 16 bytes from global src to shared dst without passing registers,
+ * `bytes` of them read (0: the 16 bytes zero-filled); a thread's copies since its last
+ * commit form a group, and wait<N> returns once all but its N most recent groups have
+ * landed (its own copies only: a barrier after it shows them to the block). */
+#ifdef __CUDACC__
+static __device__ __forceinline__ void hpdl_attn_cp16(unsigned short *dst, const unsigned short *src, int bytes) {
+  const unsigned at = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(at), "l"(src), "r"(bytes));
+}
+static __device__ __forceinline__ void hpdl_attn_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+static __device__ __forceinline__ void hpdl_attn_cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+#else
+/* The emulation defers each copy to the wait that must see it, so that a tile read before
+ * its wait reads what was there before (as a GPU may): per thread of the block, the copies
+ * queued and where each group ends. */
+struct HpdlCpAsync {
+  unsigned short *dst;
+  const unsigned short *src;
+  int bytes;
+};
+struct HpdlCpQueue {
+  HpdlCpAsync q[64];
+  int n, groups, ends[8];
+};
+static inline HpdlCpQueue &hpdl_attn_cp_queue() {
+  /* blocks run one after another: a thread's slot is its index (on the heap: the library's
+   * thread-local block stays small for dlopen) */
+  static thread_local HpdlCpQueue *queues = nullptr;
+  if (!queues) queues = new HpdlCpQueue[1024]();
+  return queues[threadIdx.x];
+}
+static inline void hpdl_attn_cp16(unsigned short *dst, const unsigned short *src, int bytes) {
+  HpdlCpQueue &Q = hpdl_attn_cp_queue();
+  if (Q.n == 64 || ((uintptr_t)dst & 15u) || ((uintptr_t)src & 15u)) {
+    hpdl_emu::fail(Q.n == 64 ? "cp.async: more than 64 copies in flight" : "cp.async: an address not 16-byte aligned");
+    hpdl_emu::stop();
+  }
+  Q.q[Q.n++] = HpdlCpAsync{dst, src, bytes};
+}
+static inline void hpdl_attn_cp_commit() {
+  HpdlCpQueue &Q = hpdl_attn_cp_queue();
+  if (Q.groups == 8) {
+    hpdl_emu::fail("cp.async: more than 8 groups in flight");
+    hpdl_emu::stop();
+  }
+  Q.ends[Q.groups++] = Q.n;
+}
+template <int N>
+static inline void hpdl_attn_cp_wait() {
+  HpdlCpQueue &Q = hpdl_attn_cp_queue();
+  if (Q.groups <= N) return;
+  const int done = Q.ends[Q.groups - N - 1]; /* the copies of every older group */
+  for (int i = 0; i < done; i++) {
+    unsigned char tmp[16] = {0};
+    if (Q.q[i].bytes) memcpy(tmp, Q.q[i].src, (size_t)Q.q[i].bytes);
+    memcpy(Q.q[i].dst, tmp, 16);
+  }
+  for (int i = done; i < Q.n; i++) Q.q[i - done] = Q.q[i];
+  Q.n -= done;
+  for (int gq = Q.groups - N; gq < Q.groups; gq++) Q.ends[gq - (Q.groups - N)] = Q.ends[gq] - done;
+  Q.groups = N;
+}
+#endif
+
+/* ROWS rows of W 16-bit values (rows SLD apart, 16-byte aligned: hpdl_attn_by8) into a tile
+ * by cp.async, eight values a copy; the rows at and past n zero-filled. The tile's columns
+ * past W are not written. */
+template <int ROWS, int W, int SLD, int NT, int LD>
+static __device__ __forceinline__ void hpdl_attn_cp_rows(unsigned short (*dst)[LD], const unsigned short *__restrict__ src,
+                                                         int n) {
+  constexpr int C = W / 8;
+  static_assert(W % 8 == 0 && SLD % 8 == 0 && LD % 8 == 0, "16-byte pieces");
+  HPDL_ROLLED
+  for (int e = threadIdx.x; e < ROWS * C; e += NT) {
+    const int i = e / C, c = e - i * C;
+    hpdl_attn_cp16(&dst[i][8 * c], i < n ? src + (long long)i * SLD + 8 * c : src, i < n ? 16 : 0);
+  }
+}
+
 /* value j (0 .. 7) of eight loaded together */
 static __device__ __forceinline__ unsigned short hpdl_attn_half8(uint4 u, int j) {
   const unsigned w = j < 2 ? u.x : j < 4 ? u.y : j < 6 ? u.z : u.w;
@@ -1206,6 +1288,21 @@ static __device__ __forceinline__ void hpdl_attn_load16(unsigned short (*dst)[LD
     const int i = e / WP, d = e - i * WP;
     dst[i][d] = i < n && d < W ? hpdl_attn_h16<E>(src[i * SLD + d]) : (unsigned short)0;
   }
+}
+
+/* A tile's rows as hpdl_attn_load16 loads them, by cp.async where `async` (16-bit rows that
+ * hpdl_attn_by8 takes; the padding columns W .. WP - 1 then zeroed once beforehand, as
+ * cp.async leaves them), else by loads and stores now. */
+template <int E, int ROWS, int W, int WP, int SLD, int NT, int LD>
+static __device__ __forceinline__ void hpdl_attn_tile16(unsigned short (*dst)[LD], const unsigned short *__restrict__ src,
+                                                        int n, bool async) {
+  if (async) hpdl_attn_cp_rows<ROWS, W, SLD, NT, LD>(dst, src, n);
+  else hpdl_attn_load16<E, ROWS, W, WP, SLD, NT, LD>(dst, src, n);
+}
+template <int E, int ROWS, int W, int WP, int SLD, int NT, int LD>
+static __device__ __forceinline__ void hpdl_attn_tile16(unsigned short (*dst)[LD], const float *__restrict__ src, int n,
+                                                        bool) {
+  hpdl_attn_load16<E, ROWS, W, WP, SLD, NT, LD>(dst, src, n); /* fp32 values rounded: no copy as they are */
 }
 
 /* the A fragment of k step kk of the 16 rows of tile X from row r0: one ldmatrix.x4 (its
@@ -1290,9 +1387,63 @@ static __device__ __forceinline__ void hpdl_attn_mma16_pv(float (*acc)[4], const
   }
 }
 
+/* The key tiles of a row block (the forward's and dq's loop), in two buffers: the first
+ * tile the block computes, then for each the next one's k and v (BK keys of (b, hk) from
+ * kh, vh) copied by cp.async into the other buffer while this one computes, where k and v
+ * are 16-bit rows hpdl_attn_by8 takes (else loaded before it computes). With the tile in
+ * Ks[b], Vs[b] and, under the causal mask, its keys' positions in Cp, each warp whose rows
+ * see a key of it calls compute(b, j0, nk) between the block's two barriers. */
+template <int E, int BK, int D, int Dv, int KD, int KDv, int LK, int LV, int NT, typename TQ, typename F>
+static __device__ __forceinline__ void hpdl_attn_key_tiles(unsigned short (*Ks)[BK][LK], unsigned short (*Vs)[BK][LV],
+                                                           int *Cp, const TQ *__restrict__ kh, const TQ *__restrict__ vh,
+                                                           int S, const HpdlAttnTcRows &R, int causal, int window,
+                                                           int col_rank, int col_size, F compute) {
+  const int tid = threadIdx.x;
+  const bool async = hpdl_attn_by8<D, D>(kh) && hpdl_attn_by8<Dv, Dv>(vh); /* uniform */
+  constexpr int ZP = KD > D ? KD - D : 1; /* k's padding columns, which the copies leave */
+  if (async && KD > D)
+    for (int e = tid; e < 2 * BK * ZP; e += NT) Ks[e / (BK * ZP)][e / ZP % BK][D + e % ZP] = 0;
+  int j0 = 0, b = 0;
+  while (j0 < S && hpdl_attn_keys_skipped(j0, S - j0 < BK ? S - j0 : BK, S, causal, window, R.rmin, R.rmax, col_rank,
+                                          col_size)) /* uniform */
+    j0 += BK;
+  if (async && j0 < S) {
+    hpdl_attn_tile16<E, BK, D, KD, D, NT>(Ks[0], kh + (long long)j0 * D, S - j0 < BK ? S - j0 : BK, true);
+    hpdl_attn_tile16<E, BK, Dv, KDv, Dv, NT>(Vs[0], vh + (long long)j0 * Dv, S - j0 < BK ? S - j0 : BK, true);
+  }
+  hpdl_attn_cp_commit();
+  while (j0 < S) {
+    const int nk = S - j0 < BK ? S - j0 : BK;
+    int jn = j0 + BK; /* the next tile computed */
+    while (jn < S && hpdl_attn_keys_skipped(jn, S - jn < BK ? S - jn : BK, S, causal, window, R.rmin, R.rmax, col_rank,
+                                            col_size))
+      jn += BK;
+    if (async && jn < S) { /* into the other buffer, last read before the previous tile's end barrier */
+      hpdl_attn_tile16<E, BK, D, KD, D, NT>(Ks[b ^ 1], kh + (long long)jn * D, S - jn < BK ? S - jn : BK, true);
+      hpdl_attn_tile16<E, BK, Dv, KDv, Dv, NT>(Vs[b ^ 1], vh + (long long)jn * Dv, S - jn < BK ? S - jn : BK, true);
+    }
+    hpdl_attn_cp_commit();
+    if (!async) {
+      hpdl_attn_tile16<E, BK, D, KD, D, NT>(Ks[b], kh + (long long)j0 * D, nk, false);
+      hpdl_attn_tile16<E, BK, Dv, KDv, Dv, NT>(Vs[b], vh + (long long)j0 * Dv, nk, false);
+    }
+    hpdl_attn_cp_wait<1>(); /* key_tiles: this tile's copies (all but the one just issued) */
+    if (causal)
+      for (int j = tid; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0;
+    __syncthreads(); /* key_tiles: the tile is loaded */
+    if (R.wn > 0 && !hpdl_attn_keys_skipped(j0, nk, S, causal, window, R.wmin, R.wmax, col_rank, col_size))
+      compute(b, j0, nk);
+    __syncthreads(); /* key_tiles: the tile's Ks, Vs, Cp are read */
+    j0 = jn;
+    b ^= 1;
+  }
+  hpdl_attn_cp_wait<0>(); /* none left in flight (the last group is empty) */
+}
+
 /* The forward with 16-bit operands: block `blk` of HPDL_ATTN_FWD_GRID for an HPDL_ATTN_TC
  * shape (hpdl_attn_plan_tc's grid), 64 query rows of (b, h), a warp 16 of them; key tiles
- * of HPDL_ATTN_H16_FWD_BK, v's by rows (P v's fragments through ldmatrix .trans). */
+ * of HPDL_ATTN_H16_FWD_BK, v's by rows (P v's fragments through ldmatrix .trans), in two
+ * buffers: with 16-bit k and v the next tile's cp.async copies run while this one computes. */
 template <int D, int Dv, int E, typename TQ>
 static __device__ void hpdl_attn_fwd_h(const TQ *__restrict__ q, const TQ *__restrict__ k,
                                        const TQ *__restrict__ v, float *__restrict__ out, int B, int H, int Hk, int T,
@@ -1303,11 +1454,11 @@ static __device__ void hpdl_attn_fwd_h(const TQ *__restrict__ q, const TQ *__res
   constexpr int KD = HPDL_ATTN_PAD16(D), KDv = HPDL_ATTN_PAD16(Dv), LQ = KD + 8, LV = KDv + 8;
   static_assert(HPDL_ATTN_TC(D, Dv), "tensor-core attention takes head sizes 16 .. 64, multiples of 8");
   static_assert(BQ == 16 * (NT / 32) && BK % 16 == 0, "16 rows a warp, key tiles of 16s");
-  static_assert(2 * (BQ * LQ + BK * LQ + BK * LV) + 4 * BK <= HPDL_ATTN_SMEM_LIMIT, "fwd_h over 48 KB");
+  static_assert(2 * (BQ * LQ + 2 * BK * LQ + 2 * BK * LV) + 4 * BK <= HPDL_ATTN_SMEM_LIMIT, "fwd_h over 48 KB");
   __shared__ __align__(16) unsigned short Qs[BQ][LQ];
-  __shared__ __align__(16) unsigned short Ks[BK][LQ];
-  __shared__ __align__(16) unsigned short Vs[BK][LV];
-  __shared__ int Cp[BK];                              /* key positions (causal) */
+  __shared__ __align__(16) unsigned short Ks[2][BK][LQ];
+  __shared__ __align__(16) unsigned short Vs[2][BK][LV];
+  __shared__ int Cp[BK]; /* key positions (causal) */
   (void)B;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane / 4, t = tid & 3;
   const HpdlAttnTcRows R = hpdl_attn_tc_rows(blk, H, Hk, T, causal, row_rank, row_size, warp, g);
@@ -1317,24 +1468,15 @@ static __device__ void hpdl_attn_fwd_h(const TQ *__restrict__ q, const TQ *__res
   float m[2] = {HPDL_NEG_INF, HPDL_NEG_INF}, l[2] = {0.0f, 0.0f}; /* rows r0, r1: max; this lane's sum */
   float o[Dv / 8][4];
   hpdl_attn_zero<Dv>(o);
-
-  for (int j0 = 0; j0 < S; j0 += BK) {
-    const int nk = S - j0 < BK ? S - j0 : BK;
-    if (hpdl_attn_keys_skipped(j0, nk, S, causal, window, R.rmin, R.rmax, col_rank, col_size)) continue; /* uniform */
-    __syncthreads(); /* fwd_h: the previous tile's Ks, Vs, Cp are read */
-    hpdl_attn_load16<E, BK, D, KD, D, NT>(Ks, kh + (long long)j0 * D, nk);
-    hpdl_attn_load16<E, BK, Dv, KDv, Dv, NT>(Vs, vh + (long long)j0 * Dv, nk);
-    if (causal)
-      for (int j = tid; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0;
-    __syncthreads(); /* fwd_h: the tile is loaded */
-    if (R.wn == 0 || hpdl_attn_keys_skipped(j0, nk, S, causal, window, R.wmin, R.wmax, col_rank, col_size)) continue;
-
-    float s[BK / 8][4];
-    hpdl_attn_zero<BK>(s);
-    hpdl_attn_mma16_nt<E, BK, KD, LQ>(s, Qs, 16 * warp, Ks, lane);
-    hpdl_attn_tc_softmax<BK, Dv>(s, o, m, l, R, t, T, nk, causal, Cp, window, scale);
-    hpdl_attn_mma16_pv<E, Dv, BK, LV, 0>(o, s, Vs, lane); /* x2 loads: with .x4 sm_90 spilled */
-  }
+  hpdl_attn_key_tiles<E, BK, D, Dv, KD, KDv, LQ, LV, NT>(
+      Ks, Vs, Cp, kh, vh, S, R, causal, window, col_rank, col_size, [&](int b, int j0, int nk) {
+        (void)j0;
+        float s[BK / 8][4];
+        hpdl_attn_zero<BK>(s);
+        hpdl_attn_mma16_nt<E, BK, KD, LQ>(s, Qs, 16 * warp, Ks[b], lane);
+        hpdl_attn_tc_softmax<BK, Dv>(s, o, m, l, R, t, T, nk, causal, Cp, window, scale);
+        hpdl_attn_mma16_pv<E, Dv, BK, LV, 0>(o, s, Vs[b], lane); /* x2 loads: with .x4 sm_90 spilled */
+      });
   hpdl_attn_tc_store_out<Dv>(out, o, m, l, R, t, T);
 }
 
@@ -1400,7 +1542,7 @@ static __device__ void hpdl_attn_bwd_dkdv_h(const TQ *__restrict__ q, const TQ *
 
 /* dq with 16-bit operands: block `blk` of HPDL_ATTN_DQ_GRID (hpdl_attn_plan_tc's), 64 query
  * rows of (b, h), a warp 16 of them; key tiles of HPDL_ATTN_H16_DQ_BK (by rows: dS k's
- * fragments through ldmatrix .trans). */
+ * fragments through ldmatrix .trans) in two buffers, as the forward's (hpdl_attn_key_tiles). */
 template <int D, int Dv, int E, typename TQ>
 static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__restrict__ k,
                                           const TQ *__restrict__ v, const float *__restrict__ out,
@@ -1412,11 +1554,11 @@ static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__
   constexpr int KD = HPDL_ATTN_PAD16(D), KDv = HPDL_ATTN_PAD16(Dv), LK = KD + 8, LV = KDv + 8;
   static_assert(HPDL_ATTN_TC(D, Dv), "tensor-core attention takes head sizes 16 .. 64, multiples of 8");
   static_assert(BQ == 16 * (NT / 32) && BK % 16 == 0, "16 rows a warp, key tiles of 16s");
-  static_assert(2 * (BQ * LK + BQ * LV + BK * LK + BK * LV) + 4 * BK <= HPDL_ATTN_SMEM_LIMIT, "dq_h over 48 KB");
+  static_assert(2 * (BQ * LK + BQ * LV + 2 * BK * LK + 2 * BK * LV) + 4 * BK <= HPDL_ATTN_SMEM_LIMIT, "dq_h over 48 KB");
   __shared__ __align__(16) unsigned short Qs[BQ][LK];
   __shared__ __align__(16) unsigned short Gs[BQ][LV]; /* do */
-  __shared__ __align__(16) unsigned short Ks[BK][LK];
-  __shared__ __align__(16) unsigned short Vs[BK][LV];
+  __shared__ __align__(16) unsigned short Ks[2][BK][LK];
+  __shared__ __align__(16) unsigned short Vs[2][BK][LV];
   __shared__ int Cp[BK]; /* key positions (causal) */
   (void)B;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane / 4, t = tid & 3;
@@ -1430,25 +1572,17 @@ static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__
   float acc[D / 8][4];
   hpdl_attn_zero<D>(acc);
 
-  for (int j0 = 0; j0 < S; j0 += BK) {
-    const int nk = S - j0 < BK ? S - j0 : BK;
-    if (hpdl_attn_keys_skipped(j0, nk, S, causal, window, R.rmin, R.rmax, col_rank, col_size)) continue; /* uniform */
-    __syncthreads(); /* dq_h: the previous tile's Ks, Vs, Cp are read */
-    hpdl_attn_load16<E, BK, D, KD, D, NT>(Ks, kh + (long long)j0 * D, nk);
-    hpdl_attn_load16<E, BK, Dv, KDv, Dv, NT>(Vs, vh + (long long)j0 * Dv, nk);
-    if (causal)
-      for (int j = tid; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0;
-    __syncthreads(); /* dq_h: the tile is loaded */
-    if (R.wn == 0 || hpdl_attn_keys_skipped(j0, nk, S, causal, window, R.wmin, R.wmax, col_rank, col_size)) continue;
-
-    float s[BK / 8][4], dp[BK / 8][4];
-    hpdl_attn_zero<BK>(s);
-    hpdl_attn_zero<BK>(dp);
-    hpdl_attn_mma16_nt<E, BK, KD, LK>(s, Qs, 16 * warp, Ks, lane);   /* q k^T */
-    hpdl_attn_mma16_nt<E, BK, KDv, LV>(dp, Gs, 16 * warp, Vs, lane); /* do v^T */
-    hpdl_attn_tc_dq_ds<BK>(s, dp, lse, dt, R, t, T, nk, causal, Cp, window, scale);
-    hpdl_attn_mma16_pv<E, D, BK>(acc, s, Ks, lane); /* dS k */
-  }
+  hpdl_attn_key_tiles<E, BK, D, Dv, KD, KDv, LK, LV, NT>(
+      Ks, Vs, Cp, kh, vh, S, R, causal, window, col_rank, col_size, [&](int b, int j0, int nk) {
+        (void)j0;
+        float s[BK / 8][4], dp[BK / 8][4];
+        hpdl_attn_zero<BK>(s);
+        hpdl_attn_zero<BK>(dp);
+        hpdl_attn_mma16_nt<E, BK, KD, LK>(s, Qs, 16 * warp, Ks[b], lane);   /* q k^T */
+        hpdl_attn_mma16_nt<E, BK, KDv, LV>(dp, Gs, 16 * warp, Vs[b], lane); /* do v^T */
+        hpdl_attn_tc_dq_ds<BK>(s, dp, lse, dt, R, t, T, nk, causal, Cp, window, scale);
+        hpdl_attn_mma16_pv<E, D, BK>(acc, s, Ks[b], lane); /* dS k */
+      });
   hpdl_attn_tc_store_dq<D>(grads, acc, R, t, T, scale);
 }
 
