@@ -1200,8 +1200,7 @@ struct HpdlCpQueue {
 static inline HpdlCpQueue &hpdl_attn_cp_queue() {
   /* blocks run one after another: a thread's slot is its index (on the heap: the library's
    * thread-local block stays small for dlopen) */
-  static thread_local HpdlCpQueue *queues = nullptr;
-  if (!queues) queues = new HpdlCpQueue[1024]();
+  static thread_local std::vector<HpdlCpQueue> queues(1024); /* freed at the thread's exit */
   return queues[threadIdx.x];
 }
 static inline void hpdl_attn_cp16(unsigned short *dst, const unsigned short *src, int bytes) {
