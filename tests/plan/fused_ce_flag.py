@@ -19,6 +19,8 @@ import json
 import subprocess
 import sys
 
+from plan_checks import verdict
+
 
 def plan(hpdlc, src, fused, *extra):
     cmd = [hpdlc, "plan", f"{src}/samples/gpt2.hpd", "--format", "json", *extra]
@@ -63,12 +65,7 @@ def main():
     rows = [ln for ln in search.splitlines() if ln.strip().startswith("1 ")]
     print(rows[0] if rows else search)
     checks.append((bool(rows) and " fce" in rows[0], "--search's winner says fce"))
-    ok = True
-    for good, what in checks:
-        if not good:
-            print(f"FAIL: {what}")
-            ok = False
-    return 0 if ok else 1
+    return verdict(checks)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ import json
 import subprocess
 import sys
 
+from plan_checks import verdict
+
 
 def plan(hpdlc, src, dp, zero, compression):
     cmd = [hpdlc, "plan", f"{src}/samples/gpt2.hpd", "--gpus", str(dp), "--dp", str(dp), "--zero", str(zero),
@@ -28,7 +30,6 @@ def plan(hpdlc, src, dp, zero, compression):
 
 def main():
     hpdlc, src = sys.argv[1], sys.argv[2]
-    ok = True
     checks = []
     for dp, zero, ratio in ((8, 0, 8.0 / 6.0), (2, 0, 2.0), (8, 3, 8.0 / 6.0)):
         default, none, bf16, fp16, int8 = (plan(hpdlc, src, dp, zero, c) for c in (None, "none", "bf16", "fp16", "int8"))
@@ -45,11 +46,7 @@ def main():
              none["parallel"]["compression"] == "none" and bf16["parallel"]["compression"] == "bf16",
              f"dp {dp} zero {zero}: the JSON's parallel.grad_reduce_bytes and parallel.compression"),
         ]
-    for good, what in checks:
-        if not good:
-            print(f"FAIL: {what}")
-            ok = False
-    return 0 if ok else 1
+    return verdict(checks)
 
 
 if __name__ == "__main__":

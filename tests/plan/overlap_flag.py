@@ -12,6 +12,8 @@ import json
 import subprocess
 import sys
 
+from plan_checks import verdict
+
 
 def plan(hpdlc, src, overlap):
     cmd = [hpdlc, "plan", f"{src}/samples/gpt.hpd", "-D", "layers=96", "-D", "hidden=12288", "-D", "heads=96",
@@ -25,7 +27,6 @@ def plan(hpdlc, src, overlap):
 def main():
     hpdlc, src = sys.argv[1], sys.argv[2]
     on, off, default = plan(hpdlc, src, "on"), plan(hpdlc, src, "off"), plan(hpdlc, src, None)
-    ok = True
     t_on, t_off = on["time"], off["time"]
     total = off["comm_time_per_step"]["total_s"]["dp"]
     print(f"overlap on: step {t_on['step_s']:.3f} s, dp comm exposed {t_on['comm_exposed_s']:.3f} of "
@@ -40,11 +41,7 @@ def main():
         (abs(t_off["step_s"] - (t_off["compute_s"] + total + t_off["optimizer_s"])) < 1e-6 * t_off["step_s"],
          "off: step = compute + communication + optimizer"),
     ]
-    for good, what in checks:
-        if not good:
-            print(f"FAIL: {what}")
-            ok = False
-    return 0 if ok else 1
+    return verdict(checks)
 
 
 if __name__ == "__main__":
