@@ -1251,12 +1251,6 @@ static __device__ __forceinline__ void hpdl_attn_cp_rows(unsigned short (*dst)[L
   }
 }
 
-/* value j (0 .. 7) of eight loaded together */
-static __device__ __forceinline__ unsigned short hpdl_attn_half8(uint4 u, int j) {
-  const unsigned w = j < 2 ? u.x : j < 4 ? u.y : j < 6 ? u.z : u.w;
-  return (unsigned short)(w >> (16 * (j & 1)));
-}
-
 /* Whether rows of W 16-bit values SLD apart from src go eight at a time (128-bit loads):
  * W and SLD multiples of 8 and src 16-byte aligned (the same in every thread). */
 template <int W, int SLD, typename TS>
@@ -1391,7 +1385,7 @@ static __device__ __forceinline__ void hpdl_attn_mma16_pv(float (*acc)[4], const
  * kh, vh) copied by cp.async into the other buffer while this one computes, where k and v
  * are 16-bit rows hpdl_attn_by8 takes (else loaded before it computes). With the tile in
  * Ks[b], Vs[b] and, under the causal mask, its keys' positions in Cp, each warp whose rows
- * see a key of it calls compute(b, j0, nk) between the block's two barriers. */
+ * see a key of it calls compute(b, nk) between the block's two barriers. */
 template <int E, int BK, int D, int Dv, int KD, int KDv, int LK, int LV, int NT, typename TQ, typename F>
 static __device__ __forceinline__ void hpdl_attn_key_tiles(unsigned short (*Ks)[BK][LK], unsigned short (*Vs)[BK][LV],
                                                            int *Cp, const TQ *__restrict__ kh, const TQ *__restrict__ vh,
@@ -1402,36 +1396,31 @@ static __device__ __forceinline__ void hpdl_attn_key_tiles(unsigned short (*Ks)[
   constexpr int ZP = KD > D ? KD - D : 1; /* k's padding columns, which the copies leave */
   if (async && KD > D)
     for (int e = tid; e < 2 * BK * ZP; e += NT) Ks[e / (BK * ZP)][e / ZP % BK][D + e % ZP] = 0;
-  int j0 = 0, b = 0;
-  while (j0 < S && hpdl_attn_keys_skipped(j0, S - j0 < BK ? S - j0 : BK, S, causal, window, R.rmin, R.rmax, col_rank,
-                                          col_size)) /* uniform */
-    j0 += BK;
-  if (async && j0 < S) {
-    hpdl_attn_tile16<E, BK, D, KD, D, NT>(Ks[0], kh + (long long)j0 * D, S - j0 < BK ? S - j0 : BK, true);
-    hpdl_attn_tile16<E, BK, Dv, KDv, Dv, NT>(Vs[0], vh + (long long)j0 * Dv, S - j0 < BK ? S - j0 : BK, true);
-  }
+  auto next_tile = [&](int j) { /* the first tile from j the block computes (uniform) */
+    while (j < S && hpdl_attn_keys_skipped(j, S - j < BK ? S - j : BK, S, causal, window, R.rmin, R.rmax, col_rank, col_size))
+      j += BK;
+    return j;
+  };
+  auto load = [&](int buf, int j, bool by_copy) { /* tile j's k and v into buffer buf */
+    const int n = S - j < BK ? S - j : BK;
+    hpdl_attn_tile16<E, BK, D, KD, D, NT>(Ks[buf], kh + (long long)j * D, n, by_copy);
+    hpdl_attn_tile16<E, BK, Dv, KDv, Dv, NT>(Vs[buf], vh + (long long)j * Dv, n, by_copy);
+  };
+  int j0 = next_tile(0), b = 0;
+  if (async && j0 < S) load(0, j0, true);
   hpdl_attn_cp_commit();
   while (j0 < S) {
     const int nk = S - j0 < BK ? S - j0 : BK;
-    int jn = j0 + BK; /* the next tile computed */
-    while (jn < S && hpdl_attn_keys_skipped(jn, S - jn < BK ? S - jn : BK, S, causal, window, R.rmin, R.rmax, col_rank,
-                                            col_size))
-      jn += BK;
-    if (async && jn < S) { /* into the other buffer, last read before the previous tile's end barrier */
-      hpdl_attn_tile16<E, BK, D, KD, D, NT>(Ks[b ^ 1], kh + (long long)jn * D, S - jn < BK ? S - jn : BK, true);
-      hpdl_attn_tile16<E, BK, Dv, KDv, Dv, NT>(Vs[b ^ 1], vh + (long long)jn * Dv, S - jn < BK ? S - jn : BK, true);
-    }
+    const int jn = next_tile(j0 + BK); /* the next tile computed */
+    if (async && jn < S) load(b ^ 1, jn, true); /* into the other buffer, last read before the previous tile's end barrier */
     hpdl_attn_cp_commit();
-    if (!async) {
-      hpdl_attn_tile16<E, BK, D, KD, D, NT>(Ks[b], kh + (long long)j0 * D, nk, false);
-      hpdl_attn_tile16<E, BK, Dv, KDv, Dv, NT>(Vs[b], vh + (long long)j0 * Dv, nk, false);
-    }
+    if (!async) load(b, j0, false);
     hpdl_attn_cp_wait<1>(); /* key_tiles: this tile's copies (all but the one just issued) */
     if (causal)
       for (int j = tid; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0;
     __syncthreads(); /* key_tiles: the tile is loaded */
     if (R.wn > 0 && !hpdl_attn_keys_skipped(j0, nk, S, causal, window, R.wmin, R.wmax, col_rank, col_size))
-      compute(b, j0, nk);
+      compute(b, nk);
     __syncthreads(); /* key_tiles: the tile's Ks, Vs, Cp are read */
     j0 = jn;
     b ^= 1;
@@ -1468,8 +1457,7 @@ static __device__ void hpdl_attn_fwd_h(const TQ *__restrict__ q, const TQ *__res
   float o[Dv / 8][4];
   hpdl_attn_zero<Dv>(o);
   hpdl_attn_key_tiles<E, BK, D, Dv, KD, KDv, LQ, LV, NT>(
-      Ks, Vs, Cp, kh, vh, S, R, causal, window, col_rank, col_size, [&](int b, int j0, int nk) {
-        (void)j0;
+      Ks, Vs, Cp, kh, vh, S, R, causal, window, col_rank, col_size, [&](int b, int nk) {
         float s[BK / 8][4];
         hpdl_attn_zero<BK>(s);
         hpdl_attn_mma16_nt<E, BK, KD, LQ>(s, Qs, 16 * warp, Ks[b], lane);
@@ -1572,8 +1560,7 @@ static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__
   hpdl_attn_zero<D>(acc);
 
   hpdl_attn_key_tiles<E, BK, D, Dv, KD, KDv, LK, LV, NT>(
-      Ks, Vs, Cp, kh, vh, S, R, causal, window, col_rank, col_size, [&](int b, int j0, int nk) {
-        (void)j0;
+      Ks, Vs, Cp, kh, vh, S, R, causal, window, col_rank, col_size, [&](int b, int nk) {
         float s[BK / 8][4], dp[BK / 8][4];
         hpdl_attn_zero<BK>(s);
         hpdl_attn_zero<BK>(dp);
