@@ -374,6 +374,51 @@ extern "C" __global__ void __launch_bounds__(256) hpdl_take_f32(const hpdl_kctx 
     dst[i] = src[idx[i]];
 }
 
+/* The host program's own kernels for the gradients' compressed sums on the
+ * device (compression = bf16 | fp16; runtime/device/devcomp.c), bit for bit
+ * runtime/comm.c's comm_compress / comm_decompress_add: each member rounds
+ * v = x + residual (x + 0 without error feedback, as comm.c adds) to 16
+ * bits, the residual keeping v minus what was sent; the receiver sums the
+ * members' 16-bit values in fp32 in member order from 0. Explicit _rn
+ * operations: no contraction whatever the flags. Grid-stride. */
+static __device__ __forceinline__ float hpdl_half_value(unsigned short h, long long bf16) {
+  return bf16 ? hpdl_bf16_to_f32(h) : hpdl_f16_to_f32(h);
+}
+
+extern "C" __global__ void __launch_bounds__(256) hpdl_compress16_f32(const hpdl_kctx hpd, const float *__restrict__ x,
+                                                                      float *__restrict__ residual,
+                                                                      unsigned short *__restrict__ out, long long n,
+                                                                      long long bf16) {
+  (void)hpd;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    const float v = __fadd_rn(x[i], residual ? residual[i] : 0.0f);
+    const unsigned short h = bf16 ? hpdl_bf16_from_f32(v) : hpdl_f16_from_f32(v);
+    out[i] = h;
+    if (residual) residual[i] = __fsub_rn(v, hpdl_half_value(h, bf16));
+  }
+}
+
+/* out[i] = the sum over m < members of in[m x stride + i], from 0 in order. */
+extern "C" __global__ void __launch_bounds__(256) hpdl_sum16_f32(const hpdl_kctx hpd, const unsigned short *__restrict__ in,
+                                                                 float *__restrict__ out, long long n, long long stride,
+                                                                 long long members, long long bf16) {
+  (void)hpd;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    float acc = 0.0f;
+    for (long long m = 0; m < members; m++) acc = __fadd_rn(acc, hpdl_half_value(in[m * stride + i], bf16));
+    out[i] = acc;
+  }
+}
+
+/* dst[i] = src[i] on the stream it is launched on (a device copy would take
+ * the launch stream). Grid-stride. */
+extern "C" __global__ void __launch_bounds__(256) hpdl_copy_f32(const hpdl_kctx hpd, const float *__restrict__ src,
+                                                                float *__restrict__ dst, long long n) {
+  (void)hpd;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    dst[i] = src[i];
+}
+
 /* The host program's own kernel (runtime/devexec.c): dst[i] += src[i], the
  * gradient outputs of a step added into the gradient buffers. n comes as an
  * 8-byte argument like the pointers. Grid-stride. */

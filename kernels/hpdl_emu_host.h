@@ -106,6 +106,22 @@ extern "C" int hpd_emul_hpdl_bias_bf16(const hpdl_kctx *ctx, unsigned grid, unsi
                          (long long)(unsigned long long)args[4]);
 }
 
+/* The launch entries of hpdl_compress16_f32, hpdl_sum16_f32 and hpdl_copy_f32 (runtime/device/devcomp.c). */
+extern "C" int hpd_emul_hpdl_compress16_f32(const hpdl_kctx *ctx, unsigned grid, unsigned block, void **args) {
+  return HPDL_EMU_LAUNCH(hpdl_compress16_f32, dim3(grid), dim3(block), 0, *ctx, (const float *)args[0], (float *)args[1],
+                         (unsigned short *)args[2], (long long)(unsigned long long)args[3],
+                         (long long)(unsigned long long)args[4]);
+}
+extern "C" int hpd_emul_hpdl_sum16_f32(const hpdl_kctx *ctx, unsigned grid, unsigned block, void **args) {
+  return HPDL_EMU_LAUNCH(hpdl_sum16_f32, dim3(grid), dim3(block), 0, *ctx, (const unsigned short *)args[0], (float *)args[1],
+                         (long long)(unsigned long long)args[2], (long long)(unsigned long long)args[3],
+                         (long long)(unsigned long long)args[4], (long long)(unsigned long long)args[5]);
+}
+extern "C" int hpd_emul_hpdl_copy_f32(const hpdl_kctx *ctx, unsigned grid, unsigned block, void **args) {
+  return HPDL_EMU_LAUNCH(hpdl_copy_f32, dim3(grid), dim3(block), 0, *ctx, (const float *)args[0], (float *)args[1],
+                         (long long)(unsigned long long)args[2]);
+}
+
 /* The launch entry of hpdl_take_f32 (runtime/device/devexec.c). */
 extern "C" int hpd_emul_hpdl_take_f32(const hpdl_kctx *ctx, unsigned grid, unsigned block, void **args) {
   return HPDL_EMU_LAUNCH(hpdl_take_f32, dim3(grid), dim3(block), 0, *ctx, (const float *)args[0], (const long long *)args[1],

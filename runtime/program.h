@@ -128,7 +128,8 @@ typedef struct TrainProgram {
   /* Optional (NULL: the loop keeps the parameters, the gradients and the
    * optimizer's state in its pools and updates them). A program that keeps
    * them itself, on a GPU, says so by resident() returning 1 (asked once,
-   * after create, when dp = 1 or the gradients go uncompressed: then the
+   * after create, when dp = 1 or the gradients go uncompressed or compressed
+   * to bf16 / fp16, which the program computes as comm.c does: then the
    * program sums the gradients over dp itself, as the loop's sum, before
    * the norm; under ZeRO (ctx->shards) as it shards them, counting in the
    * norm the part of each counted tensor it owns). The loop leaves its gradient pool alone

@@ -30,6 +30,7 @@
 #include "arena.h"
 #include "schedule.h"
 #include "comm_ring.h"
+#include "devcomp.h"
 #include "devexec.h"
 #include "devoptim.h"
 #include "extcall.h"
@@ -83,6 +84,12 @@ typedef struct {
   int resident;
   int *use_of; /* per loop tensor: its use */
   DevOptim *opt;
+  /* resident on dp > 1 members with compression = bf16 | fp16: the
+   * gradients' sums over dp compressed on the device (devcomp.h; NULL:
+   * uncompressed), error feedback's residual of use u at comp_at[u] (ZeRO:
+   * of flat value q at q) */
+  DevComp *comp;
+  int64_t *comp_at;
   double *sums;
   /* HPDL_PROFILE: seconds of the steps' phases (the device synchronised
    * between them), reported when the run ends */
@@ -502,6 +509,8 @@ static void gather16_free(CudaProg *P);
 static void chunk_destroy(CudaProg *P) {
   if (!P) return;
   devopt_free(P->opt); /* its buffers are the device's: before the device closes */
+  devz_free(P->comp);
+  free(P->comp_at);
   if (P->zm) P->dev->ops->release(P->dev, P->zm);
   if (P->zv) P->dev->ops->release(P->dev, P->zv);
   if (P->zp) P->dev->ops->release(P->dev, P->zp);
@@ -968,11 +977,40 @@ static int run_pipeline(CudaStage *S, TrainCtx *ctx, const DataBatch *const *mic
 
 static CommGroup dp_group_of(const CudaUse *c) { return train_tensor_is_expert(c->t) ? COMM_EDP : COMM_DP; }
 
+/* Use c's gradient is summed compressed (devcomp.h): over dp, not an
+ * expert's over edp (uncompressed, as the loop's). */
+static int compressed(const CudaProg *P, const CudaUse *c) { return P->comp && dp_group_of(c) == COMM_DP; }
+
+/* The compressed sums of the uses of sum_uses's list that are: one batch,
+ * each use's rounding on the launch stream, its exchange and sum after on
+ * the comm stream (or the launch stream without overlap). */
+static int sum_compressed(CudaProg *P, const int *list, int n, RtErr *e) {
+  int members = P->comm->size[COMM_DP];
+  int64_t bytes = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    for (int i = 0; i < (list ? n : P->nuses); i++) {
+      int u = list ? list[i] : i;
+      const CudaUse *c = &P->uses[u];
+      if (!list && (!c->t || (P->reduced && P->reduced[u]))) continue;
+      if (!compressed(P, c) || members <= 1) continue;
+      if (pass == 0) bytes += devz_all_reduce_bytes(c->numel, members);
+      else {
+        DevzWay w = {P->dcomm, COMM_DP, 1, P->cstream};
+        if (devz_all_reduce(P->comp, &w, devx_grad_ptr(P->x, c->param, c->layer), c->numel, P->comp_at[u], e)) return -1;
+      }
+    }
+    if (pass == 0 && (!bytes || devz_batch(P->comp, bytes, e))) return bytes ? -1 : 0;
+  }
+  return 0;
+}
+
 /* The data-parallel sums of the uses in list[0..n), or with list NULL of
  * every use not summed yet this step, in one NCCL group: on the comm stream
- * after everything launched so far (overlap), else on the launch stream. */
+ * after everything launched so far (overlap), else on the launch stream
+ * (the compressed ones first, each on its own: sum_compressed). */
 static int sum_uses(CudaProg *P, const int *list, int n, RtErr *e) {
   Device *d = P->dev;
+  if (P->comp && sum_compressed(P, list, n, e)) return -1;
   if (P->cstream && d->ops->stream_wait(d, P->cstream, NULL)) return fail(e, "%s", dev_error(d));
   comm_nccl_set_stream(P->dcomm, P->cstream);
   int rc = comm_group(P->dcomm, 1, e);
@@ -980,6 +1018,7 @@ static int sum_uses(CudaProg *P, const int *list, int n, RtErr *e) {
     int u = list ? list[i] : i;
     const CudaUse *c = &P->uses[u];
     if (!list && (!c->t || (P->reduced && P->reduced[u]) || P->comm->size[dp_group_of(c)] <= 1)) continue;
+    if (compressed(P, c)) continue; /* (sum_compressed's) */
     rc = comm_all_reduce(P->dcomm, dp_group_of(c), COMM_F32, COMM_SUM, devx_grad_ptr(P->x, c->param, c->layer), c->numel, e);
   }
   RtErr ge;
@@ -1098,6 +1137,19 @@ static int dp_collective(CudaProg *P, TrainCtx *ctx, int gather, void *stream, c
   return 0;
 }
 
+/* Unit u's gradients (in: the unit's values) reduce-scattered over dp, this
+ * member's part of the sums into out: dp_collective's, or compressed
+ * (devcomp.h, its own batch; error feedback's residual of the unit's
+ * values at their flat places). */
+static int unit_reduce_scatter(CudaProg *P, TrainCtx *ctx, int u, void *stream, const float *in, float *out, RtErr *e) {
+  if (!P->comp) return dp_collective(P, ctx, 0, stream, in, unit_own(P, u), out, "gradients", e);
+  DevzWay w = {P->dcomm ? P->dcomm : ctx->comm, COMM_DP, P->dcomm != NULL, P->dcomm ? stream : NULL};
+  if (devz_batch(P->comp, devz_reduce_scatter_bytes(unit_own(P, u), P->dp), e) ||
+      devz_reduce_scatter(P->comp, &w, in, unit_own(P, u), out, P->ustart[u], e))
+    return -1;
+  return 0;
+}
+
 /* ZeRO 1: unit u's gradients summed over dp onto their owners, in place in
  * the block, on the launch stream or, with `stream`, on the comm stream. */
 static int unit_reduce(CudaProg *P, TrainCtx *ctx, int u, int stream, RtErr *e) {
@@ -1105,8 +1157,7 @@ static int unit_reduce(CudaProg *P, TrainCtx *ctx, int u, int stream, RtErr *e) 
   devx_flat(P->x, NULL, &g);
   P->ureduced[u] = 1;
   P->uall++;
-  return dp_collective(P, ctx, 0, stream ? P->cstream : NULL, (float *)g + P->ustart[u], unit_own(P, u),
-                       (float *)g + unit_own_start(P, u), "gradients", e);
+  return unit_reduce_scatter(P, ctx, u, stream ? P->cstream : NULL, (float *)g + P->ustart[u], (float *)g + unit_own_start(P, u), e);
 }
 
 /* devx's hook (NCCL): a parameter copy's gradient is final; a unit whose
@@ -1136,12 +1187,15 @@ static int zero_reduce(CudaProg *P, TrainCtx *ctx, RtErr *e) {
       if (P->ugrad[u] && (grad_settle(P, e) || grad_close(P, ctx, u, e))) return -1;
     return grad_settle(P, e);
   }
-  int rc = P->dcomm ? comm_group(P->dcomm, 1, e) : 0;
+  /* (compressed: each unit's exchange between two kernels, no group) */
+  int grouped = P->dcomm && !P->comp, rc = grouped ? comm_group(P->dcomm, 1, e) : 0;
   for (int u = 0; u < P->nunits && !rc; u++)
     if (!P->ureduced[u]) rc = unit_reduce(P, ctx, u, 0, e);
-  if (P->dcomm) {
+  if (grouped) {
     RtErr ge;
     if (comm_group(P->dcomm, 0, &ge) && !rc) rc = fail(e, "%s", ge.msg);
+  }
+  if (P->dcomm) {
     if (!rc && P->cstream && d->ops->stream_wait(d, NULL, P->cstream)) rc = fail(e, "%s", dev_error(d));
   }
   return rc;
@@ -1357,7 +1411,7 @@ static int grad_close(CudaProg *P, TrainCtx *ctx, int u, RtErr *e) {
   float *in = P->ugrad[u];
   devx_point_grad_unit(P->x, u, NULL);
   P->ugrad[u] = NULL;
-  int rc = dp_collective(P, ctx, 0, P->rstream, in, ol, (float *)P->zt + P->zoff[u], "gradients", e);
+  int rc = unit_reduce_scatter(P, ctx, u, P->rstream, in, (float *)P->zt + P->zoff[u], e);
   P->retired[P->nretired] = in;
   P->retired_bytes[P->nretired++] = bytes;
   P->uadd[u] = 1;
@@ -1831,6 +1885,13 @@ static int step_close(CudaProg *P, TrainCtx *ctx, RtErr *e) {
       if (!c->t) continue; /* a mirror's gradient went to its owner */
       CommGroup over = dp_group_of(c);
       if (ctx->comm->size[over] <= 1) continue;
+      if (compressed(P, c)) { /* on the device, the exchange through host memory */
+        DevzWay w = {ctx->comm, COMM_DP, 0, NULL};
+        if (devz_batch(P->comp, devz_all_reduce_bytes(c->numel, ctx->comm->size[COMM_DP]), e) ||
+            devz_all_reduce(P->comp, &w, devx_grad_ptr(P->x, c->param, c->layer), c->numel, P->comp_at[i], e))
+          return -1;
+        continue;
+      }
       if (devx_get_grad_copy(P->x, c->param, c->layer, c->t->grad)) return fail(e, "%s", devx_error(P->x));
       if (ctx->comm->ops->all_reduce(ctx->comm, over, COMM_F32, COMM_SUM, c->t->grad, c->numel, e) < 0) return -1;
       if (devx_set_grad_copy(P->x, c->param, c->layer, c->t->grad)) return fail(e, "%s", devx_error(P->x));
@@ -1940,12 +2001,54 @@ static const char *dp_sum_words(const CudaProg *P, const TrainCtx *ctx) {
                                        : "; the gradients' sum over dp goes through host memory";
 }
 
+/* The artifact's compression, where the gradients go compressed over dp:
+ * COMM_COMPRESS_NONE where they do not. */
+static CommCompressKind compression_of(const TrainCtx *ctx) {
+  return ctx->comm->size[COMM_DP] > 1 ? ctx->art->compression : COMM_COMPRESS_NONE;
+}
+
+/* A resident chunk's compressed sums (P->comp), with error feedback's
+ * residual for each value its sums compress: ZeRO's by flat place, else
+ * use by use. 0, or -1 with why. */
+static int comp_setup(CudaProg *P, TrainCtx *ctx, char *err, size_t errlen) {
+  CommCompressKind kind = compression_of(ctx);
+  if (kind == COMM_COMPRESS_NONE) return 0;
+  int64_t n = 0;
+  if (ctx->shards) { /* ZeRO (set up after this): by flat place */
+    const int64_t *start;
+    int units = devx_units(P->x, &start);
+    n = start[units];
+  } else {
+    if (!(P->comp_at = calloc((size_t)P->nuses + 1, sizeof(int64_t)))) return snprintf(err, errlen, "out of memory"), -1;
+    for (int u = 0; u < P->nuses; u++)
+      if (P->uses[u].t && dp_group_of(&P->uses[u]) == COMM_DP) P->comp_at[u] = n, n += P->uses[u].numel;
+  }
+  DevKctx k = {0};
+  if (!(P->comp = devz_new(P->dev, kind, ctx->art->error_feedback ? n : 0, &k, err, errlen))) return -1;
+  return 0;
+}
+
+/* The start-up line's words on the compressed sums. */
+static const char *comp_words(const CudaProg *P, const TrainCtx *ctx) {
+  if (!P->comp) return "";
+  return ctx->art->compression == COMM_COMPRESS_BF16
+             ? (ctx->art->error_feedback ? "; the gradients rounded to bf16 on the device for their sum, error feedback's residual kept there"
+                                         : "; the gradients rounded to bf16 on the device for their sum")
+             : (ctx->art->error_feedback ? "; the gradients rounded to fp16 on the device for their sum, error feedback's residual kept there"
+                                         : "; the gradients rounded to fp16 on the device for their sum");
+}
+
 /* A chunk's tensors and optimizer on the device. Every loop tensor must be
  * read by exactly one use of the chunk (a tensor no use reads would never
  * be updated); one_of: the stage runs several chunks (virtual stages), each
  * holding some of the loop's tensors: the chunk's optimizer takes those
  * (entries ent_tensor[0..nent)) and the stage says what it did. */
 static int chunk_resident(CudaProg *P, TrainCtx *ctx, int one_of) {
+  char why[1200];
+  if (comp_setup(P, ctx, why, sizeof why)) {
+    if (ctx->comm->world_rank == 0) fprintf(stderr, "hpdlrun: the optimizer stays on the host: %s\n", why);
+    return 0;
+  }
   P->use_of = calloc((size_t)ctx->ntensors + 1, sizeof(int));
   P->sums = calloc((size_t)ctx->ntensors + 1, sizeof(double));
   DevOptTensor *t = calloc((size_t)ctx->ntensors + 1, sizeof *t);
@@ -2008,29 +2111,30 @@ static int chunk_resident(CudaProg *P, TrainCtx *ctx, int one_of) {
     fprintf(stderr,
             "hpdlrun: the %s state stays on the device (%.1f MB a rank), ZeRO-3: a rank keeps 1/%d of the parameters, their "
             "moments and reduced gradients; each layer's parameters are all-gathered before it runs%s and released after, "
-            "its gradients reduce-scattered as its backward ends (each micro-batch)%s %s%s\n",
+            "its gradients reduce-scattered as its backward ends (each micro-batch)%s %s%s%s\n",
             oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", resident_mb(P, ctx), ctx->comm->size[COMM_DP],
             P->cstream ? " (the next layer's while it runs)" : "", P->rstream ? " on a stream of their own" : "",
             P->dcomm ? "by NCCL on the device" : "through host memory",
-            P->nunits > 1 && gathers16(P, 1) ? "; a layer's weights gathered as their bf16 copies" : "");
+            P->nunits > 1 && gathers16(P, 1) ? "; a layer's weights gathered as their bf16 copies" : "", comp_words(P, ctx));
   else if (P->resident && P->zero == 2 && ctx->comm->world_rank == 0)
     fprintf(stderr,
             "hpdlrun: parameters and the %s state stay on the device (%.1f MB a rank), ZeRO-2: a rank keeps the moments and "
             "reduced gradients of 1/%d of the parameters; each layer's gradients reduce-scattered as its backward ends (each "
-            "micro-batch)%s and the parameters all-gathered after the update %s\n",
+            "micro-batch)%s and the parameters all-gathered after the update %s%s\n",
             oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", resident_mb(P, ctx),
-            ctx->comm->size[COMM_DP], P->rstream ? " on a stream of their own" : "", P->dcomm ? "by NCCL on the device" : "through host memory");
+            ctx->comm->size[COMM_DP], P->rstream ? " on a stream of their own" : "", P->dcomm ? "by NCCL on the device" : "through host memory",
+            comp_words(P, ctx));
   else if (P->resident && P->zero && ctx->comm->world_rank == 0)
     fprintf(stderr,
             "hpdlrun: parameters, gradients and the %s state stay on the device (%.1f MB a rank), ZeRO-%d: the moments of "
             "1/%d of the parameters a rank; the gradients reduce-scattered over dp%s and the parameters all-gathered after the "
-            "update %s\n",
+            "update %s%s\n",
             oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", resident_mb(P, ctx), P->zero,
             ctx->comm->size[COMM_DP], P->cstream ? " layer by layer as the backward finishes them" : "",
-            P->dcomm ? "by NCCL on the device" : "through host memory");
+            P->dcomm ? "by NCCL on the device" : "through host memory", comp_words(P, ctx));
   else if (P->resident && ctx->comm->world_rank == 0)
-    fprintf(stderr, "hpdlrun: parameters, gradients and the %s state stay on the device (%.1f MB a rank)%s\n",
-            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", resident_mb(P, ctx), dp_sum_words(P, ctx));
+    fprintf(stderr, "hpdlrun: parameters, gradients and the %s state stay on the device (%.1f MB a rank)%s%s\n",
+            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", resident_mb(P, ctx), dp_sum_words(P, ctx), comp_words(P, ctx));
   double whole = 0, mom = 0;
   for (int k = 0; P->resident && P->zero && k < P->nent; k++)
     if (P->ent_expert[k] == ENT_EXPERT_WHOLE) whole += (double)P->uses[P->use_of[P->ent_tensor[k]]].numel * 4.0 * (2 + moments) / 1e6;
@@ -2058,6 +2162,16 @@ static int cuda_resident(void *self, TrainCtx *ctx) {
   CudaStage *S = self;
   const char *host = getenv("HPDL_HOST_OPTIMIZER");
   if (host && !strcmp(host, "1")) return 0;
+  /* compression: bf16 and fp16 on the device (HPDL_COMPRESS_ON=host: the
+   * host's, for comparison); int8's scales and top-k's selection the host's */
+  CommCompressKind kind = compression_of(ctx);
+  const char *on = getenv("HPDL_COMPRESS_ON");
+  if (kind != COMM_COMPRESS_NONE && (on && !strcmp(on, "host") ? 1 : kind != COMM_COMPRESS_BF16 && kind != COMM_COMPRESS_FP16)) {
+    if (ctx->comm->world_rank == 0)
+      fprintf(stderr, "hpdlrun: the optimizer stays on the host: the gradients' %s compression runs there%s\n",
+              comm_compress_name(kind), on && !strcmp(on, "host") ? " (HPDL_COMPRESS_ON=host)" : " (bf16 and fp16 run on the device)");
+    return 0;
+  }
   if (S->n == 1) return chunk_resident(S->c[0], ctx, 0);
   const char *no = NULL;
   if (!(S->chunk_of = calloc((size_t)ctx->ntensors + 1, sizeof(int)))) no = "out of memory";
@@ -2086,10 +2200,11 @@ static int cuda_resident(void *self, TrainCtx *ctx) {
     snprintf(how, sizeof how, ", ZeRO-%d over dp %d (each chunk's units sharded as one chunk's are)", zero, ctx->comm->size[COMM_DP]);
   if (ctx->comm->world_rank == 0)
     fprintf(stderr, "hpdlrun: parameters, gradients and the %s state stay on the device (%.1f MB a rank), an optimizer for each "
-                    "of the stage's %d chunks%s%s\n",
+                    "of the stage's %d chunks%s%s%s\n",
             oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", mb, S->n, how,
             ctx->comm->size[COMM_DP] > 1 && zero ? (S->c[0]->dcomm ? "; by NCCL on the device" : "; through host memory")
-                                                  : dp_sum_words(S->c[0], ctx));
+                                                  : dp_sum_words(S->c[0], ctx),
+            comp_words(S->c[0], ctx));
   return 1;
 }
 

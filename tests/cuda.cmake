@@ -281,6 +281,8 @@ if(Python3_Interpreter_FOUND)
       "zero3_resume|--dp 2 --zero 3" "zero3_recompute|--dp 2 --zero 3 --recompute full --recompute-layers 1" "zero3_bf16|--dp 2 --zero 3 --precision bf16"
       "zero2_bf16|--dp 2 --zero 2 --precision bf16" "zero2_pp2|--dp 2 --pp 2 --zero 2 --micro-batch 1"
       "zero3_bf16_compressed|--dp 2 --zero 3 --precision bf16 --compression bf16"
+      "dp2_bf16_compressed|--dp 2 --compression bf16" "dp4_fp16_compressed|--dp 4 --micro-batch 1 --compression fp16"
+      "zero1_bf16_compressed|--dp 2 --zero 1 --compression bf16"
       "zero3_pp2|--dp 2 --pp 2 --zero 3 --micro-batch 1"
       "pp2|--pp 2" "pp2_gpipe|--pp 2 --schedule gpipe" "dp2_tp2_pp2|--dp 2 --tp 2 --pp 2 --micro-batch 1"
       "tp2_vocab_pad|--tp 2 -D V=201" "vocab_pad|-D V=1000" "bf16_vocab_pad|-D V=1000 --precision bf16" "bf16|--precision bf16" "dp2_tp2_bf16|--dp 2 --tp 2 --precision bf16"
@@ -327,8 +329,14 @@ if(Python3_Interpreter_FOUND)
         if(name STREQUAL "zero3_bf16") # the bf16 gathers (through host memory here), the same bits as fp32's
           list(APPEND resume --expect "a layer's weights gathered as their bf16 copies" --twin-env HPDL_ZERO3_GATHER=fp32)
         endif()
-      elseif(name STREQUAL "zero3_bf16_compressed")
-        list(APPEND resume --expect "gradients compressed (bf16) in the reduce-scatter")
+      elseif(name MATCHES "_compressed$")
+        # the 16-bit sums on the device (runtime/devcomp.c), the same bits as
+        # the host's (HPDL_COMPRESS_ON=host: the gradients out, comm.c's sums)
+        string(REGEX MATCH "bf16_compressed|fp16_compressed" kind "${name}")
+        string(REGEX REPLACE "_compressed" "" kind "${kind}")
+        list(APPEND resume --expect "gradients compressed (${kind}) in the"
+                           --expect "the gradients rounded to ${kind} on the device for their sum"
+                           --twin-env HPDL_COMPRESS_ON=host)
       elseif(name MATCHES "^pp2_v2$|^pp2_v2_bf16$")
         # a stage's two chunks: a program each, the optimizer on the device
         list(APPEND resume --expect "an optimizer for each of the stage's 2 chunks")
@@ -492,7 +500,9 @@ if(Python3_Interpreter_FOUND)
                   "dp2_pp2_v2|gpt2-tiny|-D L=4 --dp 2 --pp 2 --virtual-stages 2 --schedule interleaved --micro-batch 1"
                   "zero3_pp2_v2|gpt2-tiny|-D L=4 --dp 2 --pp 2 --virtual-stages 2 --schedule interleaved --zero 3 --micro-batch 1"
                   "moe_dp2_tp2_ep2|moe-tiny|--dp 2 --tp 2 --ep 2"
-                  "moe_dp4_ep2_zero3|moe-tiny|--dp 4 --ep 2 --zero 3 --micro-batch 1")
+                  "moe_dp4_ep2_zero3|moe-tiny|--dp 4 --ep 2 --zero 3 --micro-batch 1"
+                  "dp2_cbf16|gpt2-tiny|--dp 2 --compression bf16" "dp4_cbf16|gpt2-tiny|--dp 4 --micro-batch 1 --compression bf16"
+                  "zero1_cbf16|gpt2-tiny|--dp 2 --zero 1 --compression bf16" "zero3_cfp16|gpt2-tiny|--dp 2 --zero 3 --compression fp16")
       string(REPLACE "|" ";" parts "${entry}")
       list(GET parts 0 name)
       list(GET parts 1 sample)
@@ -523,7 +533,16 @@ if(Python3_Interpreter_FOUND)
         set(more --expect "40 of 60 unit reduce-scatters started")
       endif()
       set(tols --first-tol 1e-6 --tol 1e-5)
-      if(name MATCHES "bf16")
+      if(name MATCHES "_c(bf16|fp16)$")
+        # compression = bf16 | fp16: the 16-bit sums on the device
+        # (runtime/devcomp.c: rounded on the launch stream, the all-to-all or
+        # all-gather and the sums on NCCL's stream), the same bits as the
+        # host's sums of the gradients copied out (HPDL_COMPRESS_ON=host);
+        # a rounding may land apart from the CPU target's
+        string(REGEX MATCH "(bf16|fp16)$" kind "${name}")
+        set(tols --first-tol 1e-4 --tol 1e-3)
+        list(APPEND more --expect "the gradients rounded to ${kind} on the device for their sum" --twin-env HPDL_COMPRESS_ON=host)
+      elseif(name MATCHES "bf16")
         # ZeRO 3 under bf16: the layers' weights gathered as their bf16 copies
         # (the fp32 values norms and biases read packed apart), the same bits
         # as the fp32 gathers rounded after (HPDL_ZERO3_GATHER=fp32)

@@ -101,6 +101,10 @@ typedef struct {
   void *(*stream_create)(Device *d);
   int (*stream_wait)(Device *d, void *waiter, void *waited);
   void (*stream_destroy)(Device *d, void *stream);
+  /* launch on `stream` (NULL: the launch stream), after what it holds: the
+   * work that follows a collective on the comm stream (devcomp.c) */
+  int (*launch_on)(Device *d, void *stream, DevKernel *k, unsigned grid, unsigned block, const DevKctx *ctx, void *const *args,
+                   int nargs);
 } DevOps;
 
 struct Device {

@@ -283,8 +283,8 @@ static DevKernel *cu_kernel(Device *dd, const char *name) {
   return NULL;
 }
 
-static int cu_launch(Device *dd, DevKernel *k, unsigned grid, unsigned block, const DevKctx *ctx, void *const *args,
-                     int nargs) {
+static int cu_launch_on(Device *dd, void *stream, DevKernel *k, unsigned grid, unsigned block, const DevKctx *ctx,
+                        void *const *args, int nargs) {
   CudaDev *d = cuda_of(dd);
   enum { MAX_ARGS = 64 };
   if (nargs + 1 > MAX_ARGS) return fail(d, "kernel %s: %d arguments (at most %d)", k->name, nargs, MAX_ARGS - 1);
@@ -295,9 +295,14 @@ static int cu_launch(Device *dd, DevKernel *k, unsigned grid, unsigned block, co
     ptrs[i] = (CUdeviceptr)(uintptr_t)args[i];
     params[i + 1] = &ptrs[i];
   }
-  CUresult r = d->cu.cuLaunchKernel(k->fn, grid, 1, 1, block, 1, 1, 0, NULL, params, NULL);
+  CUresult r = d->cu.cuLaunchKernel(k->fn, grid, 1, 1, block, 1, 1, 0, (CUstream)stream, params, NULL);
   if (r) return fail(d, "launch of %s (grid %u, block %u): CUDA error %d (%s)", k->name, grid, block, r, cu_str(d, r));
   return 0;
+}
+
+static int cu_launch(Device *dd, DevKernel *k, unsigned grid, unsigned block, const DevKctx *ctx, void *const *args,
+                     int nargs) {
+  return cu_launch_on(dd, NULL, k, grid, block, ctx, args, nargs);
 }
 
 static int cu_launch_raw(Device *dd, DevKernel *k, unsigned grid, unsigned block, void **params) {
@@ -509,7 +514,8 @@ static void cu_stream_destroy(Device *dd, void *s) {
 
 static const DevOps cuda_ops = {"cuda",    cu_alloc,  cu_release, cu_to_device, cu_to_host, cu_copy, cu_zero,
                                 cu_load,   cu_kernel, cu_launch,  cu_gemm_plan, cu_gemm,    cu_sync, cu_seconds,
-                                cu_close, cu_launch_raw, cu_stream_create, cu_stream_wait, cu_stream_destroy};
+                                cu_close, cu_launch_raw, cu_stream_create, cu_stream_wait, cu_stream_destroy,
+                                cu_launch_on};
 
 Device *dev_cuda_open(int ordinal, char *err, size_t errlen) {
   CudaDev *d = calloc(1, sizeof *d);

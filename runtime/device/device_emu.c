@@ -122,6 +122,13 @@ static int emu_launch(Device *d, DevKernel *k, unsigned grid, unsigned block, co
   return 0;
 }
 
+/* one order: the stream is moot */
+static int emu_launch_on(Device *d, void *stream, DevKernel *k, unsigned grid, unsigned block, const DevKctx *ctx,
+                         void *const *args, int nargs) {
+  (void)stream;
+  return emu_launch(d, k, grid, block, ctx, args, nargs);
+}
+
 static int emu_launch_raw(Device *d, DevKernel *k, unsigned grid, unsigned block, void **params) {
   if (k->fn(NULL, grid, block, params)) return fail(d, "the emulated launch of %s failed (see above)", k->name);
   return 0;
@@ -187,7 +194,8 @@ static void emu_stream_destroy(Device *d, void *s) { (void)d, (void)s; }
 
 static const DevOps emu_ops = {"emulate", emu_alloc,  emu_release,   emu_copy, emu_copy, emu_copy,    emu_zero,
                                emu_load,  emu_kernel, emu_launch,    emu_gemm_plan, emu_gemm, emu_sync, emu_seconds,
-                               emu_close, emu_launch_raw, emu_stream_create, emu_stream_wait, emu_stream_destroy};
+                               emu_close, emu_launch_raw, emu_stream_create, emu_stream_wait, emu_stream_destroy,
+                               emu_launch_on};
 
 Device *dev_emu_open(char *err, size_t errlen) {
   EmuDev *d = calloc(1, sizeof *d);
