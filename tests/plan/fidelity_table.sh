@@ -43,6 +43,10 @@ trap 'rm -f "$tmp" "$tmp.doc"' EXIT
   echo
   "$fid" --set "$hpdlc" "$PWD" tests/plan/published_megatron_bridge.json --markdown
   echo
+  echo "Korthikanti et al. 2022, Megatron-LM on A100 (never seen, printed, not asserted): step time, published and predicted:"
+  echo
+  "$fid" --set "$hpdlc" "$PWD" tests/plan/published_korthikanti.json --markdown
+  echo
   echo "<!-- fidelity-table:end -->"
 } > "$tmp"
 awk -v table="$tmp" '
