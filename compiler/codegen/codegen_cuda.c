@@ -157,6 +157,10 @@ typedef struct {
   int *qdone;    /* per expression: its float4 load is emitted (scope) */
   int col;       /* a row kernel in columns: 32 rows a block, the group over warps */
   int64_t split; /* a column kernel's group in this many chunks, a block each (col_split) */
+  /* a column kernel four outputs a thread (col4): the lanes are four
+   * neighbouring rows, each with its own reductions; lscalar: the lanes'
+   * loads and stores one value at a time (the buffers not aligned) */
+  int col4, lscalar;
 } Emit;
 
 /* An affine form over the collapsed axes in scope (others count 0). */
@@ -248,7 +252,7 @@ static int *scope_slot(Emit *E, int xi) { return &E->scope_of[xi * 4 + E->lane];
 
 static const char *vname(const Emit *E, int xi, char *buf, size_t n) {
   /* a reduction is the row's one value, whatever the lane */
-  if (E->vec && !(xi >= 0 && E->N->x[xi].kind == X_RED)) snprintf(buf, n, "v%d_%d", xi, E->lane);
+  if (E->vec && (E->col4 || !(xi >= 0 && E->N->x[xi].kind == X_RED))) snprintf(buf, n, "v%d_%d", xi, E->lane);
   else snprintf(buf, n, "v%d", xi);
   return buf;
 }
@@ -294,6 +298,15 @@ static int ex(Emit *E, int xi) {
   vname(E, x->a, a, sizeof a);
   vname(E, x->b, b, sizeof b);
   vname(E, xi, me, sizeof me);
+  if (E->vec && E->lscalar && x->kind == X_LOAD && cu_vec_type(x->dt) && vec_access(N, &x->off)) {
+    /* lane l's value alone: the next point of the innermost axis */
+    cu_tx(o, "%sconst float %s = %sp%d[", E->ind, me, x->dt == DT_BF16 ? "hpdl_bf16_to_f32(" : x->dt == DT_F16 ? "hpdl_f16_to_f32(" : "(float)",
+          cu_io_index(E->k, x->mem));
+    aff_text(E, &x->off, o);
+    cu_tx(o, " + %d%s;\n", E->lane, x->dt == DT_F32 ? "]" : "])");
+    *so = E->scope;
+    return 0;
+  }
   if (E->vec && x->kind == X_LOAD && cu_vec_type(x->dt) && vec_access(N, &x->off)) {
     int half = x->dt != DT_F32; /* four 16-bit values: 8 bytes, a uint2 */
     if (E->qdone[xi] != E->scope) {
@@ -547,10 +560,12 @@ static void drop_bases(Emit *E) {
  * point's own index (an iota, a mask, dropout's stream). */
 static int vectorizable(const Nest *N, int row) {
   if (N->na < 1 || N->adim[N->na - 1] % 4 || N->nst == 0) return 0;
-  if (row && N->aset[N->na - 1] != 1) return 0;
+  /* row 2: a column kernel's (the innermost axis a row axis, every store) */
+  if (row == 1 && N->aset[N->na - 1] != 1) return 0;
+  if (row == 2 && N->aset[N->na - 1] == 1) return 0;
   int inner = N->alast[N->na - 1];
   for (int i = 0; i < N->nst; i++) {
-    if (row && !N->st[i].full) continue;
+    if (row == 1 && !N->st[i].full) continue;
     if (!cu_vec_type(N->st[i].dt) || N->st[i].add || !vec_access(N, &N->st[i].off)) return 0;
   }
   for (int i = 0; i < N->nx; i++) {
@@ -604,14 +619,44 @@ static int vec_stores(Emit *E, int full_only) {
   return rc;
 }
 
+/* A column kernel's four lanes' stores (the full ones, or the row-level
+ * ones) one value at a time, each at the next point of the innermost axis
+ * (vectorizable(N, 2): every store walks it at unit stride). */
+static int lane_stores(Emit *E, int full) {
+  Nest *N = E->N;
+  int rc = 0, lscalar = E->lscalar;
+  E->vec = 1;
+  E->lscalar = 1;
+  for (E->lane = 0; E->lane < 4 && !rc; E->lane++)
+    for (int i = 0; i < N->nst && !rc; i++)
+      if (N->st[i].full == full && N->x[N->st[i].x].kind != X_RED) rc = ex(E, N->st[i].x);
+  for (E->lane = 0; E->lane < 4 && !rc; E->lane++)
+    for (int i = 0; i < N->nst; i++) {
+      NestStore *st = &N->st[i];
+      if (st->full != full) continue;
+      char v[24];
+      vname(E, st->x, v, sizeof v);
+      cu_tx(E->o, "%sp%d[", E->ind, cu_io_index(E->k, st->val));
+      aff_text(E, &st->off, E->o);
+      if (st->dt == DT_F32) cu_tx(E->o, " + %d] = %s;\n", E->lane, v);
+      else cu_tx(E->o, " + %d] = hpdl_%s_from_f32(%s);\n", E->lane, st->dt == DT_BF16 ? "bf16" : "f16", v);
+    }
+  E->vec = 0;
+  E->lane = 0;
+  E->lscalar = lscalar;
+  return rc;
+}
+
 /* Opens a sweep over the row's group in a new scope: the float4 loop (v4,
  * four points a thread) or the scalar one, under `if (vec_)` / `} else {`
  * when the kernel has both. */
 static void sweep_open(Emit *E, int vec, int v4, int64_t ngrp, int *sweep) {
   CuText *o = E->o;
   if (vec) cu_tx(o, v4 ? "    if (vec_) {\n" : "    } else {\n");
-  if (E->split > 1) cu_tx(o, "    HPDL_UNROLL4\n    for (long long grp = glo_ + cy_; live_ && grp < ghi_; grp += cny_) {\n");
-  else if (E->col) cu_tx(o, "    HPDL_UNROLL4\n    for (long long grp = cy_; live_ && grp < %" PRId64 "LL; grp += cny_) {\n", ngrp);
+  /* (col4: its four lanes are the loads in flight the unrolling gave) */
+  const char *unroll = E->col4 ? "" : "    HPDL_UNROLL4\n";
+  if (E->split > 1) cu_tx(o, "%s    for (long long grp = glo_ + cy_; live_ && grp < ghi_; grp += cny_) {\n", unroll);
+  else if (E->col) cu_tx(o, "%s    for (long long grp = cy_; live_ && grp < %" PRId64 "LL; grp += cny_) {\n", unroll, ngrp);
   else if (v4) cu_tx(o, "    for (long long grp = threadIdx.x * 4LL; grp < %" PRId64 "LL; grp += blockDim.x * 4LL) {\n", ngrp);
   else cu_tx(o, "    for (long long grp = threadIdx.x; grp < %" PRId64 "LL; grp += blockDim.x) {\n", ngrp);
   E->ind = "      ";
@@ -661,7 +706,7 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   CuText *o = &t->src;
   int row = has_red(N);
   Emit E = {k, N, o, xalloc_calloc((size_t)N->nx * 4 + 4, sizeof(int)), 0, -1, 0, row, "    ", 0, 0,
-            xalloc_calloc((size_t)N->nx + 1, sizeof(int)), 0, 1};
+            xalloc_calloc((size_t)N->nx + 1, sizeof(int)), 0, 1, 0, 0};
   for (int i = 0; i < N->nx * 4; i++) E.scope_of[i] = -1;
   for (int i = 0; i < N->nx; i++) E.qdone[i] = -1;
   int rc = 0;
@@ -674,8 +719,17 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
     }
   int col = row && N->na > 0 && N->aset[N->na - 1] != 1 && nrow > 1;
   int colrows = col_rows(N);
-  int64_t nblk = (nrow + colrows - 1) / colrows, chunk = 0;
-  E.split = col ? col_split(N, nrow, ngrp, maxl, colrows) : 1;
+  /* col4: four neighbouring outputs a thread where every access along the
+   * innermost axis can be a vector (vectorizable(N, 2)), cw threads across
+   * a block's 4 cw outputs, so that a warp's loads of one row of the group
+   * are 128 contiguous bytes, float4 (fp32) or uint2 (16-bit) a thread,
+   * where the one-output kernel's were 32 bytes a row and 4 or 2 a thread.
+   * The group is sliced as there (cny_ slices), so each output's sum is
+   * added in the same order. */
+  int col4 = col && vectorizable(N, 2);
+  int cw = col4 ? (colrows == CU_COL_ROWS16 ? 16 : 8) : colrows, per_blk = col4 ? cw * 4 : colrows;
+  int64_t nblk = (nrow + per_blk - 1) / per_blk, chunk = 0;
+  E.split = col ? col_split(N, nrow, ngrp, maxl, per_blk) : 1;
   if (E.split > 1) {
     chunk = (ngrp + E.split - 1) / E.split;
     E.split = (ngrp + chunk - 1) / chunk; /* no empty chunk */
@@ -727,7 +781,8 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
    * sectors; the slices' partial values meet in shared memory, added in
    * slice order (hpdl_col_sum), no shuffles. */
   E.col = col;
-  int vec = col ? 0 : vectorizable(N, 1);
+  E.col4 = col4;
+  int vec = col ? col4 : vectorizable(N, 1);
   cu_tx(o, col ? "  __shared__ float red_[%d];\n" : "  __shared__ float red_[32];\n", CU_BLOCK);
   if (vec) { /* four points of the group a thread through float4, when aligned */
     cu_tx(o, "  bool vec_ = false;\n");
@@ -736,21 +791,21 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   }
   if (E.split > 1) { /* a block per (column block, chunk of the group) */
     cu_tx(o, "  __shared__ bool last_;\n");
-    cu_tx(o, "  const int cy_ = (int)(threadIdx.x / %d), cny_ = (int)(blockDim.x / %d);\n", colrows, colrows);
+    cu_tx(o, "  const int cy_ = (int)(threadIdx.x / %d), cny_ = (int)(blockDim.x / %d);\n", cw, cw);
     cu_tx(o, "  const long long cb_ = (long long)blockIdx.x %% %" PRId64 "LL, sp_ = (long long)blockIdx.x / %" PRId64 "LL;\n", nblk,
           nblk);
     cu_tx(o, "  const long long glo_ = sp_ * %" PRId64 "LL, ghi_ = glo_ + %" PRId64 "LL < %" PRId64 "LL ? glo_ + %" PRId64 "LL : %" PRId64
              "LL;\n",
           chunk, chunk, ngrp, chunk, ngrp);
-    cu_tx(o, "  {\n    const long long row0 = cb_ * %dLL;\n", colrows);
-    cu_tx(o, "    const long long row = row0 + (threadIdx.x %% %d);\n    const bool live_ = row < %" PRId64 "LL;\n", colrows,
-          nrow);
+    cu_tx(o, "  {\n    const long long row0 = cb_ * %dLL;\n", per_blk);
+    cu_tx(o, "    const long long row = row0 + (threadIdx.x %% %d)%s;\n    const bool live_ = row < %" PRId64 "LL;\n", cw,
+          col4 ? " * 4LL" : "", nrow);
   } else if (col) {
-    cu_tx(o, "  const int cy_ = (int)(threadIdx.x / %d), cny_ = (int)(blockDim.x / %d);\n", colrows, colrows);
+    cu_tx(o, "  const int cy_ = (int)(threadIdx.x / %d), cny_ = (int)(blockDim.x / %d);\n", cw, cw);
     cu_tx(o, "  for (long long row0 = (long long)blockIdx.x * %dLL; row0 < %" PRId64 "LL; row0 += (long long)gridDim.x * %dLL) {\n",
-          colrows, nrow, colrows);
-    cu_tx(o, "    const long long row = row0 + (threadIdx.x %% %d);\n    const bool live_ = row < %" PRId64 "LL;\n", colrows,
-          nrow);
+          per_blk, nrow, per_blk);
+    cu_tx(o, "    const long long row = row0 + (threadIdx.x %% %d)%s;\n    const bool live_ = row < %" PRId64 "LL;\n", cw,
+          col4 ? " * 4LL" : "", nrow);
   } else
     cu_tx(o, "  for (long long row = blockIdx.x; row < %" PRId64 "LL; row += gridDim.x) {\n", nrow);
   decompose(o, N, 0, "row", "    ");
@@ -765,26 +820,32 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
     if (N->st[i].full && N->x[N->st[i].x].level > 0) early_full = 0;
   for (int L = 1; L <= maxl && !rc; L++) {
     for (int i = 0; i < N->nx; i++)
-      if (N->x[i].kind == X_RED && N->x[i].level == L)
-        cu_tx(o, "    float acc%d = %s;\n", i, N->x[i].redmax ? "HPDL_NEG_INF" : "0.0f");
+      if (N->x[i].kind == X_RED && N->x[i].level == L) {
+        if (!col4) cu_tx(o, "    float acc%d = %s;\n", i, N->x[i].redmax ? "HPDL_NEG_INF" : "0.0f");
+        for (int l = 0; col4 && l < 4; l++) cu_tx(o, "    float acc%d_%d = %s;\n", i, l, N->x[i].redmax ? "HPDL_NEG_INF" : "0.0f");
+      }
     for (int pass = vec ? 0 : 1; pass < 2 && !rc; pass++) {
       int v4 = pass == 0;
       sweep_open(&E, vec, v4, ngrp, &sweep);
-      E.vec = v4;
-      for (E.lane = 0; E.lane < (v4 ? 4 : 1) && !rc; E.lane++)
+      E.vec = v4 || col4; /* col4's lanes in both passes: vectors, else one value at a time */
+      E.lscalar = col4 && !v4;
+      for (E.lane = 0; E.lane < (E.vec ? 4 : 1) && !rc; E.lane++)
         for (int i = 0; i < N->nx && !rc; i++) {
           NestX *x = &N->x[i];
           if (x->kind != X_RED || x->level != L) continue;
           rc = ex(&E, x->a);
           if (rc) break;
-          char c[24];
+          char c[24], acc[24];
           vname(&E, x->a, c, sizeof c);
-          if (x->redmax) cu_tx(o, "      acc%d = fmaxf(acc%d, %s);\n", i, i, c);
-          else cu_tx(o, "      acc%d += %s;\n", i, c);
+          if (col4) snprintf(acc, sizeof acc, "acc%d_%d", i, E.lane);
+          else snprintf(acc, sizeof acc, "acc%d", i);
+          if (x->redmax) cu_tx(o, "      %s = fmaxf(%s, %s);\n", acc, acc, c);
+          else cu_tx(o, "      %s += %s;\n", acc, c);
         }
       E.lane = 0; /* (the loop left it past the last lane) */
-      if (early_full && !rc) rc = stores(&E, 1);
+      if (early_full && !rc) rc = !col4 ? stores(&E, 1) : v4 ? vec_stores(&E, 1) : lane_stores(&E, 1);
       E.vec = 0;
+      E.lscalar = 0;
       E.lane = 0;
       cu_tx(o, "    }\n");
     }
@@ -796,7 +857,18 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
       NestX *x = &N->x[i];
       if (x->kind != X_RED || x->level != L) continue;
       if (E.split > 1) { /* this chunk's part; the total is the last block's */
-        cu_tx(o, "    const float s%d_ = hpdl_col_%s(acc%d, red_, %d);\n", i, x->redmax ? "max" : "sum", i, colrows);
+        if (!col4) cu_tx(o, "    const float s%d_ = hpdl_col_%s(acc%d, red_, %d);\n", i, x->redmax ? "max" : "sum", i, cw);
+        for (int l = 0; col4 && l < 4; l++)
+          cu_tx(o, "    const float s%d_%d_ = hpdl_col_%s(acc%d_%d, red_, %d);\n", i, l, x->redmax ? "max" : "sum", i, l, cw);
+        continue;
+      }
+      if (col4) { /* each lane's output */
+        for (int l = 0; l < 4; l++) {
+          cu_tx(o, "    const float v%d_%d = hpdl_col_%s(acc%d_%d, red_, %d)", i, l, x->redmax ? "max" : "sum", i, l, cw);
+          if (x->div) cu_tx(o, " / %" PRId64 ".0f", x->div);
+          cu_tx(o, ";\n");
+          E.scope_of[i * 4 + l] = 0;
+        }
         continue;
       }
       if (col) cu_tx(o, "    const float v%d = hpdl_col_%s(acc%d, red_, %d)", i, x->redmax ? "max" : "sum", i, colrows);
@@ -811,10 +883,10 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
     for (int pass = vec ? 0 : 1; pass < 2 && !rc && !early_full; pass++) {
       int v4 = pass == 0;
       sweep_open(&E, vec, v4, ngrp, &sweep);
-      rc = v4 ? vec_stores(&E, 1) : stores(&E, 1);
+      rc = v4 ? vec_stores(&E, 1) : col4 ? lane_stores(&E, 1) : stores(&E, 1);
       cu_tx(o, "    }\n");
     }
-    if (vec) cu_tx(o, "    }\n");
+    if (vec && !early_full) cu_tx(o, "    }\n");
     /* row-level outputs (a mean, a norm's statistics): once per row */
     E.ind = "      ";
     E.scope = ++sweep;
@@ -823,8 +895,12 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
       /* the partials out; the last block of the column block adds them in chunk order */
       cu_tx(o, "    if (cy_ == 0 && live_) {\n");
       for (int i = 0, j = 0; i < N->nx; i++)
-        if (N->x[i].kind == X_RED)
-          cu_tx(o, "      %s_part[(sp_ * %dLL + %dLL) * %" PRId64 "LL + row] = s%d_;\n", name, nred, j++, nrow, i);
+        if (N->x[i].kind == X_RED) {
+          if (!col4) cu_tx(o, "      %s_part[(sp_ * %dLL + %dLL) * %" PRId64 "LL + row] = s%d_;\n", name, nred, j, nrow, i);
+          for (int l = 0; col4 && l < 4; l++)
+            cu_tx(o, "      %s_part[(sp_ * %dLL + %dLL) * %" PRId64 "LL + row + %d] = s%d_%d_;\n", name, nred, j, nrow, l, i, l);
+          j++;
+        }
       cu_tx(o, "    }\n    __threadfence();\n    __syncthreads();\n");
       cu_tx(o, "    if (threadIdx.x == 0) last_ = atomicAdd(&%s_count[cb_], 1u) == %" PRId64 "u;\n", name, E.split - 1);
       cu_tx(o, "    __syncthreads();\n    if (!last_) return;\n    __threadfence();\n");
@@ -832,31 +908,37 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
       for (int i = 0, j = 0; i < N->nx; i++) {
         NestX *x = &N->x[i];
         if (x->kind != X_RED) continue;
-        cu_tx(o, "      float v%d = %s;\n", i, x->redmax ? "HPDL_NEG_INF" : "0.0f");
-        cu_tx(o, "      for (long long c_ = 0; c_ < %" PRId64 "LL; c_++) {\n", E.split);
-        cu_tx(o, "        const float q_ = ((volatile float *)%s_part)[(c_ * %dLL + %dLL) * %" PRId64 "LL + row];\n", name, nred,
-              j++, nrow);
-        cu_tx(o, x->redmax ? "        v%d = fmaxf(v%d, q_);\n" : "        v%d += q_;\n", i, i);
-        cu_tx(o, "      }\n");
-        if (x->div) cu_tx(o, "      v%d = v%d / %" PRId64 ".0f;\n", i, i, x->div);
+        for (int l = 0; l < (col4 ? 4 : 1); l++) {
+          char v[24], at[24] = "";
+          if (col4) snprintf(v, sizeof v, "v%d_%d", i, l), snprintf(at, sizeof at, " + %d", l);
+          else snprintf(v, sizeof v, "v%d", i);
+          cu_tx(o, "      float %s = %s;\n", v, x->redmax ? "HPDL_NEG_INF" : "0.0f");
+          cu_tx(o, "      for (long long c_ = 0; c_ < %" PRId64 "LL; c_++) {\n", E.split);
+          cu_tx(o, "        const float q_ = ((volatile float *)%s_part)[(c_ * %dLL + %dLL) * %" PRId64 "LL + row%s];\n", name, nred,
+                j, nrow, at);
+          cu_tx(o, x->redmax ? "        %s = fmaxf(%s, q_);\n" : "        %s += q_;\n", v, v);
+          cu_tx(o, "      }\n");
+          if (x->div) cu_tx(o, "      %s = %s / %" PRId64 ".0f;\n", v, v, x->div);
+        }
+        j++;
         for (int l = 0; l < 4; l++) E.scope_of[i * 4 + l] = E.scope;
       }
-      rc = stores(&E, 0);
+      rc = col4 ? lane_stores(&E, 0) : stores(&E, 0);
       cu_tx(o, "    }\n    if (threadIdx.x == 0) %s_count[cb_] = 0u; /* for the next launch */\n", name);
     } else {
       cu_tx(o, col ? "    if (cy_ == 0 && live_) {\n" : "    if (threadIdx.x == 0) {\n");
-      if (!rc) rc = stores(&E, 0);
+      if (!rc) rc = col4 ? lane_stores(&E, 0) : stores(&E, 0);
       cu_tx(o, "    }\n");
     }
   }
   cu_tx(o, "  }\n}\n\n");
   free(E.scope_of);
   free(E.qdone);
-  if (col) { /* colrows rows a block; up to CU_BLOCK / colrows slices of the group, whole warps */
-    int64_t threads = ngrp * colrows < CU_BLOCK ? ngrp * colrows : CU_BLOCK;
+  if (col) { /* per_blk rows a block; up to CU_BLOCK / cw slices of the group, whole warps */
+    int64_t threads = ngrp * cw < CU_BLOCK ? ngrp * cw : CU_BLOCK;
     threads = (threads + 31) / 32 * 32;
     int64_t blocks = nblk * E.split;
-    cu_add_launch(k, name, step, "col", blocks < CU_MAX_GRID ? blocks : CU_MAX_GRID, threads);
+    cu_add_launch(k, name, step, col4 ? "col4" : "col", blocks < CU_MAX_GRID ? blocks : CU_MAX_GRID, threads);
     return rc;
   }
   /* a warp per 32 elements of the row (128 with float4), at most CU_BLOCK threads */
