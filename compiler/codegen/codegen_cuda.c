@@ -161,6 +161,7 @@ typedef struct {
    * neighbouring rows, each with its own reductions; lscalar: the lanes'
    * loads and stores one value at a time (the buffers not aligned) */
   int col4, lscalar;
+  int wrow; /* a row kernel a warp per row (CU_WROW_MAX): the group over its lanes, warp reductions */
 } Emit;
 
 /* An affine form over the collapsed axes in scope (others count 0). */
@@ -657,6 +658,10 @@ static void sweep_open(Emit *E, int vec, int v4, int64_t ngrp, int *sweep) {
   const char *unroll = E->col4 ? "" : "    HPDL_UNROLL4\n";
   if (E->split > 1) cu_tx(o, "%s    for (long long grp = glo_ + cy_; live_ && grp < ghi_; grp += cny_) {\n", unroll);
   else if (E->col) cu_tx(o, "%s    for (long long grp = cy_; live_ && grp < %" PRId64 "LL; grp += cny_) {\n", unroll, ngrp);
+  /* a warp's row: 32-bit counters (CU_WROW_MAX), which left ptxas the
+   * registers its occupancy target allows (64-bit ones spilled) */
+  else if (E->wrow && v4) cu_tx(o, "    HPDL_ROLLED\n    for (int grp = lane_ * 4; grp < %" PRId64 "; grp += 128) {\n", ngrp);
+  else if (E->wrow) cu_tx(o, "    HPDL_ROLLED\n    for (int grp = lane_; grp < %" PRId64 "; grp += 32) {\n", ngrp);
   else if (v4) cu_tx(o, "    for (long long grp = threadIdx.x * 4LL; grp < %" PRId64 "LL; grp += blockDim.x * 4LL) {\n", ngrp);
   else cu_tx(o, "    for (long long grp = threadIdx.x; grp < %" PRId64 "LL; grp += blockDim.x) {\n", ngrp);
   E->ind = "      ";
@@ -706,7 +711,7 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   CuText *o = &t->src;
   int row = has_red(N);
   Emit E = {k, N, o, xalloc_calloc((size_t)N->nx * 4 + 4, sizeof(int)), 0, -1, 0, row, "    ", 0, 0,
-            xalloc_calloc((size_t)N->nx + 1, sizeof(int)), 0, 1, 0, 0};
+            xalloc_calloc((size_t)N->nx + 1, sizeof(int)), 0, 1, 0, 0, 0};
   for (int i = 0; i < N->nx * 4; i++) E.scope_of[i] = -1;
   for (int i = 0; i < N->nx; i++) E.qdone[i] = -1;
   int rc = 0;
@@ -736,7 +741,10 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
     cu_tx(o, "static __device__ float %s_part[%" PRId64 "];\nstatic __device__ unsigned %s_count[%" PRId64 "];\n", name,
           E.split * nred * nrow, name, nblk);
   }
-  cu_signature(k, o, name);
+  /* a short row a warp (E.wrow below): four blocks an SM at least, which
+   * lets ptxas the registers it needs (without it, it spilled aiming at more) */
+  int wrow = row && !col && ngrp <= CU_WROW_MAX;
+  cu_signature_min(k, o, name, wrow ? 4 : 0);
   drop_bases(&E);
   if (!row) {
     int64_t n = space(N, -1);
@@ -782,6 +790,10 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
    * slice order (hpdl_col_sum), no shuffles. */
   E.col = col;
   E.col4 = col4;
+  /* a short row (LayerNorm's 768 values) a warp: eight rows a block in
+   * flight where one row and its block-wide reductions (two barriers each)
+   * left the SM waiting on one row's loads at a time */
+  E.wrow = wrow;
   int vec = col ? col4 : vectorizable(N, 1);
   cu_tx(o, col ? "  __shared__ float red_[%d];\n" : "  __shared__ float red_[32];\n", CU_BLOCK);
   if (vec) { /* four points of the group a thread through float4, when aligned */
@@ -806,6 +818,15 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
           per_blk, nrow, per_blk);
     cu_tx(o, "    const long long row = row0 + (threadIdx.x %% %d)%s;\n    const bool live_ = row < %" PRId64 "LL;\n", cw,
           col4 ? " * 4LL" : "", nrow);
+  } else if (E.wrow) { /* CU_WROW_ROWS rows a block, a warp each */
+    cu_tx(o, "  const int lane_ = (int)(threadIdx.x & 31);\n");
+    if (nrow <= 0x7fffffffLL - (int64_t)CU_MAX_GRID * CU_WROW_ROWS)
+      cu_tx(o, "  for (int row = (int)(blockIdx.x * %du + (threadIdx.x >> 5)); row < %" PRId64 "; row += (int)(gridDim.x * %du)) {\n",
+            CU_WROW_ROWS, nrow, CU_WROW_ROWS);
+    else
+      cu_tx(o, "  for (long long row = (long long)blockIdx.x * %dLL + (threadIdx.x >> 5); row < %" PRId64
+               "LL; row += (long long)gridDim.x * %dLL) {\n",
+            CU_WROW_ROWS, nrow, CU_WROW_ROWS);
   } else
     cu_tx(o, "  for (long long row = blockIdx.x; row < %" PRId64 "LL; row += gridDim.x) {\n", nrow);
   decompose(o, N, 0, "row", "    ");
@@ -872,6 +893,7 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
         continue;
       }
       if (col) cu_tx(o, "    const float v%d = hpdl_col_%s(acc%d, red_, %d)", i, x->redmax ? "max" : "sum", i, colrows);
+      else if (E.wrow) cu_tx(o, "    const float v%d = hpdl_warp_%s(acc%d)", i, x->redmax ? "max" : "sum", i);
       else cu_tx(o, "    const float v%d = hpdl_block_%s(acc%d, red_)", i, x->redmax ? "max" : "sum", i);
       if (x->div) cu_tx(o, " / %" PRId64 ".0f", x->div);
       cu_tx(o, ";\n");
@@ -926,7 +948,7 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
       rc = col4 ? lane_stores(&E, 0) : stores(&E, 0);
       cu_tx(o, "    }\n    if (threadIdx.x == 0) %s_count[cb_] = 0u; /* for the next launch */\n", name);
     } else {
-      cu_tx(o, col ? "    if (cy_ == 0 && live_) {\n" : "    if (threadIdx.x == 0) {\n");
+      cu_tx(o, col ? "    if (cy_ == 0 && live_) {\n" : E.wrow ? "    if (lane_ == 0) {\n" : "    if (threadIdx.x == 0) {\n");
       if (!rc) rc = col4 ? lane_stores(&E, 0) : stores(&E, 0);
       cu_tx(o, "    }\n");
     }
@@ -939,6 +961,11 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
     threads = (threads + 31) / 32 * 32;
     int64_t blocks = nblk * E.split;
     cu_add_launch(k, name, step, col4 ? "col4" : "col", blocks < CU_MAX_GRID ? blocks : CU_MAX_GRID, threads);
+    return rc;
+  }
+  if (E.wrow) { /* CU_WROW_ROWS warps a block, a row each */
+    int64_t blocks = (nrow + CU_WROW_ROWS - 1) / CU_WROW_ROWS;
+    cu_add_launch(k, name, step, vec ? "wrow4" : "wrow", blocks < CU_MAX_GRID ? blocks : CU_MAX_GRID, 32 * CU_WROW_ROWS);
     return rc;
   }
   /* a warp per 32 elements of the row (128 with float4), at most CU_BLOCK threads */

@@ -20,6 +20,9 @@ enum { CU_BLOCK = 256, CU_MAX_GRID = 65535 };
  * byte they fetch, and a sum over 768 columns still fills 96 blocks; 16 where
  * the kernel reads or writes 16-bit values (16 of them are the sector). */
 enum { CU_COL_ROWS = 8, CU_COL_ROWS16 = 16 };
+/* Row kernels whose group is at most CU_WROW_MAX values run a warp per row,
+ * CU_WROW_ROWS rows (warps) a block. */
+enum { CU_WROW_MAX = 4096, CU_WROW_ROWS = 8 };
 
 /* Growable text: the generated source. */
 typedef struct {
