@@ -2291,6 +2291,18 @@ static void cuda_destroy(void *self) {
     if (P->zero)
       fprintf(stderr, "hpdlrun: ZeRO (HPDL_PROFILE, rank 0): %ld of %ld unit reduce-scatters started as the backward finished "
                       "their gradients\n", early, all);
+    long zcalls = 0;
+    int64_t zvalues = 0;
+    for (int c = 0; c < S->n; c++) {
+      long n;
+      int64_t v;
+      devz_counts(S->c[c]->comp, &n, &v);
+      zcalls += n;
+      zvalues += v;
+    }
+    if (zcalls)
+      fprintf(stderr, "hpdlrun: compression (HPDL_PROFILE, rank 0): %ld sums of gradients rounded to 16 bits on the device, "
+                      "%.3f M values\n", zcalls, (double)zvalues / 1e6);
     for (int c = 0; c < S->n && P->launch_top && P->steps > 1; c++) {
       if (S->n > 1) fprintf(stderr, "hpdlrun: chunk %d of the stage:\n", S->c[c]->chunk);
       fprintf(stderr, "hpdlrun: rank 0's launches (HPDL_PROFILE=%d, steps 2..%ld, each launch timed alone):\n", P->launch_top,

@@ -542,6 +542,10 @@ if(Python3_Interpreter_FOUND)
         string(REGEX MATCH "(bf16|fp16)$" kind "${name}")
         set(tols --first-tol 1e-4 --tol 1e-3)
         list(APPEND more --expect "the gradients rounded to ${kind} on the device for their sum" --twin-env HPDL_COMPRESS_ON=host)
+        if(name MATCHES "^zero")
+          # HPDL_PROFILE counts the device's compressed sums: 3 units a step, 20 steps
+          list(APPEND more --expect "compression (HPDL_PROFILE, rank 0): 60 sums of gradients rounded to 16 bits")
+        endif()
       elseif(name MATCHES "bf16")
         # ZeRO 3 under bf16: the layers' weights gathered as their bf16 copies
         # (the fp32 values norms and biases read packed apart), the same bits
