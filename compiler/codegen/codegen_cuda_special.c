@@ -349,6 +349,24 @@ static void vec_flag(CuText *o, int a, int b) {
   else cu_tx(o, "  const bool vec_ = ((unsigned long long)p%d & 15ULL) == 0;\n", a);
 }
 
+/* The kernel of the cross-entropy forward whose rows' log-sum-exp the
+ * backward `id` (logits x) can read instead of computing it again (a full
+ * pass over the logits less): the loss of the same logits, an earlier
+ * kernel of the same graph, where the graph runs whole each time (no
+ * pipeline transfer: a pipeline runs a micro-batch's forward and backward
+ * halves apart, other micro-batches' forwards between). -1: none. */
+static int lse_kernel(const CuKern *k, int id) {
+  const IrGraph *g = k->fg->graph;
+  const IrNode *n = nd(k, id);
+  int found = -1;
+  for (int j = 0; j < g->nnodes; j++) {
+    const IrNode *f = &g->nodes[j];
+    if (f->op == IR_SEND || f->op == IR_RECV) return -1;
+    if (f->op == IR_CROSS_ENTROPY && f->in[0] == n->in[0] && k->fg->kernel_of[j] < k->kp) found = k->fg->kernel_of[j];
+  }
+  return found;
+}
+
 static int cross_entropy(CuKern *k, const IrNode *n, int id) {
   CuText *o = &k->t->src;
   int bwd = n->op == IR_CROSS_ENTROPY_BWD;
@@ -372,9 +390,17 @@ static int cross_entropy(CuKern *k, const IrNode *n, int id) {
     /* four logits a thread where the rows allow (f32 in, f32 or 16-bit out) */
     int vec4 = xn->dtype == DT_F32 && V % 4 == 0 && cu_vec_type(n->dtype);
     if (vec4) vec_flag(o, x, out);
+    int fk = lse_kernel(k, id);
+    char fbase[200] = "";
+    if (fk >= 0) snprintf(fbase, sizeof fbase, "%.*s%d", (int)(strrchr(k->base, 'k') - k->base + 1), k->base, fk);
     cu_tx(o, "  for (long long row = blockIdx.x; row < %" PRId64 "LL; row += gridDim.x) {\n", P);
-    row_lse(o, x, V, vec4);
-    cu_tx(o, "    const float lse32 = (float)lse;\n");
+    if (fk >= 0) { /* the forward's, the same float */
+      cu_tx(o, "    const long long base = row * %" PRId64 "LL;\n", V);
+      cu_tx(o, "    const float lse32 = %s_lse[row]; /* kernel %d's: the loss of these logits */\n", fbase, fk);
+    } else {
+      row_lse(o, x, V, vec4);
+      cu_tx(o, "    const float lse32 = (float)lse;\n");
+    }
     cu_tx(o, "    const long long tgt = (long long)p%d[row];\n", t);
     cu_tx(o, "    const int ok = tgt >= 0 && tgt < %" PRId64 "LL;\n", V);
     if (vec4) {
@@ -397,7 +423,9 @@ static int cross_entropy(CuKern *k, const IrNode *n, int id) {
         " * row writes the row's loss (fp64), s1 one block sums them (fp64, a fixed order); a target outside\n"
         " * [0, %" PRId64 ") adds 0 (range checks are the runtime's) */\n",
         b, P, V);
-  cu_tx(o, "static __device__ double %s_loss[%" PRId64 "];\n\n", b, P > 0 ? P : 1);
+  cu_tx(o, "static __device__ double %s_loss[%" PRId64 "];\n", b, P > 0 ? P : 1);
+  /* each row's log-sum-exp as the backward rounds it, for a backward that reads it (lse_kernel) */
+  cu_tx(o, "static __device__ float %s_lse[%" PRId64 "];\n\n", b, P > 0 ? P : 1);
   char name[200];
   step_name(k, 0, 2, name, sizeof name);
   cu_signature(k, o, name);
@@ -407,6 +435,7 @@ static int cross_entropy(CuKern *k, const IrNode *n, int id) {
   cu_tx(o, "  for (long long row = blockIdx.x; row < %" PRId64 "LL; row += gridDim.x) {\n", P);
   row_lse(o, x, V, vec4);
   cu_tx(o, "    if (threadIdx.x == 0) {\n");
+  cu_tx(o, "      %s_lse[row] = (float)lse;\n", b);
   cu_tx(o, "      const long long tgt = (long long)p%d[row];\n", t);
   cu_tx(o, "      %s_loss[row] = tgt >= 0 && tgt < %" PRId64 "LL ? lse - (double)(float)p%d[base + tgt] : 0.0;\n", b, V, x);
   cu_tx(o, "    }\n  }\n}\n\n");
