@@ -283,6 +283,15 @@ static int vec_access(const Nest *N, const NestAff *a) {
   return !(a->dax >= 0 && a->dcoef && (N->axis_of[a->dax] == N->na - 1 || a->dcoef % 4));
 }
 
+/* A load whose four lanes are four neighbouring values (the innermost
+ * collapsed axis at unit stride: collapsing kept every access linear in
+ * it) though not a vector: a row of 65 values, an odd offset. The vector
+ * path reads its lanes one value at a time. */
+static int unit_walk(const Nest *N, const NestAff *a) {
+  if (a->coef[N->alast[N->na - 1]] != 1) return 0;
+  return !(a->dax >= 0 && a->dcoef && N->axis_of[a->dax] == N->na - 1);
+}
+
 static int ex(Emit *E, int xi) {
   Nest *N = E->N;
   NestX *x = &N->x[xi];
@@ -299,12 +308,14 @@ static int ex(Emit *E, int xi) {
   vname(E, x->a, a, sizeof a);
   vname(E, x->b, b, sizeof b);
   vname(E, xi, me, sizeof me);
-  if (E->vec && E->lscalar && x->kind == X_LOAD && cu_vec_type(x->dt) && vec_access(N, &x->off)) {
+  if (E->vec && x->kind == X_LOAD && unit_walk(N, &x->off) &&
+      (E->lscalar || !cu_vec_type(x->dt) || !vec_access(N, &x->off))) {
     /* lane l's value alone: the next point of the innermost axis */
+    int half = x->dt == DT_BF16 || x->dt == DT_F16;
     cu_tx(o, "%sconst float %s = %sp%d[", E->ind, me, x->dt == DT_BF16 ? "hpdl_bf16_to_f32(" : x->dt == DT_F16 ? "hpdl_f16_to_f32(" : "(float)",
           cu_io_index(E->k, x->mem));
     aff_text(E, &x->off, o);
-    cu_tx(o, " + %d%s;\n", E->lane, x->dt == DT_F32 ? "]" : "])");
+    cu_tx(o, " + %d%s;\n", E->lane, half ? "])" : "]");
     *so = E->scope;
     return 0;
   }
@@ -577,7 +588,8 @@ static int vectorizable(const Nest *N, int row) {
     int walks = x->off.coef[inner] != 0;
     for (int j = 0; j < N->R; j++) walks |= N->axis_of[j] == N->na - 1 && x->off.coef[j] != 0;
     if (x->off.dax >= 0 && x->off.dcoef && N->axis_of[x->off.dax] == N->na - 1) walks = 1;
-    if (walks && (!cu_vec_type(x->dt) || !vec_access(N, &x->off))) return 0;
+    /* a vector, or four neighbours read one at a time (unit_walk) */
+    if (walks && !((cu_vec_type(x->dt) && vec_access(N, &x->off)) || unit_walk(N, &x->off))) return 0;
   }
   return 1;
 }
