@@ -2097,6 +2097,10 @@ static int chunk_resident(CudaProg *P, TrainCtx *ctx, int one_of) {
   if (!P->opt) P->zero = 0;
   if (err[0] && !P->opt && ctx->comm->world_rank == 0) fprintf(stderr, "hpdlrun: the optimizer stays on the host: %s\n", err);
   P->resident = P->opt != NULL;
+  if (!P->resident) { /* the sums go through the loop then: no residual held here */
+    devz_free(P->comp);
+    P->comp = NULL;
+  }
   if (P->resident && !P->zero && overlap_setup(P, ctx)) {
     /* a stream or host memory it could not have: the sums after the step */
     if (!one_of)
@@ -2188,7 +2192,11 @@ static int cuda_resident(void *self, TrainCtx *ctx) {
     if (S->chunk_of[i] < 0) no = "a tensor no chunk of the stage reads";
   if (no) {
     if (ctx->comm->world_rank == 0) fprintf(stderr, "hpdlrun: the optimizer stays on the host: %s\n", no);
-    for (int c = 0; c < S->n; c++) S->c[c]->resident = 0;
+    for (int c = 0; c < S->n; c++) {
+      S->c[c]->resident = 0;
+      devz_free(S->c[c]->comp);
+      S->c[c]->comp = NULL;
+    }
     return 0;
   }
   const OptimConfig *oc = &ctx->art->optim;
