@@ -90,6 +90,8 @@ typedef struct {
    * of flat value q at q) */
   DevComp *comp;
   int64_t *comp_at;
+  unsigned char *zstage; /* their exchanges' staging in host memory (no NCCL) */
+  size_t zstage_cap;
   double *sums;
   /* HPDL_PROFILE: seconds of the steps' phases (the device synchronised
    * between them), reported when the run ends */
@@ -511,6 +513,7 @@ static void chunk_destroy(CudaProg *P) {
   devopt_free(P->opt); /* its buffers are the device's: before the device closes */
   devz_free(P->comp);
   free(P->comp_at);
+  free(P->zstage);
   if (P->zm) P->dev->ops->release(P->dev, P->zm);
   if (P->zv) P->dev->ops->release(P->dev, P->zv);
   if (P->zp) P->dev->ops->release(P->dev, P->zp);
@@ -977,6 +980,53 @@ static int run_pipeline(CudaStage *S, TrainCtx *ctx, const DataBatch *const *mic
 
 static CommGroup dp_group_of(const CudaUse *c) { return train_tensor_is_expert(c->t) ? COMM_EDP : COMM_DP; }
 
+/* The compressed sums' exchanges (devcomp.h's DevzExchange): NCCL on the
+ * device's buffers on the given stream, or the loop's Comm through host
+ * memory (P->zstage). */
+typedef struct {
+  CudaProg *P;
+  Comm *comm;
+  CommGroup group;
+  int nccl;
+} CompWay;
+
+static int comp_exchange(void *ctx, DevzHow how, int esize, const void *in, int64_t count, void *out, void *stream, char *err,
+                         size_t errlen) {
+  CompWay *c = ctx;
+  Device *d = c->P->dev;
+  CommType t = esize == 1 ? COMM_U8 : COMM_F32;
+  RtErr e;
+  int rc;
+  if (c->nccl) {
+    if (stream && d->ops->stream_wait(d, stream, NULL)) return snprintf(err, errlen, "%s", dev_error(d)), -1;
+    comm_nccl_set_stream(c->comm, stream);
+    rc = how == DEVZ_ALL_TO_ALL ? comm_all_to_all(c->comm, c->group, t, in, count, out, &e)
+                                : comm_all_gather(c->comm, c->group, t, in, count, out, &e);
+    comm_nccl_set_stream(c->comm, NULL);
+    return rc < 0 ? (snprintf(err, errlen, "%s", e.msg), -1) : 0;
+  }
+  int members = c->comm->size[c->group];
+  size_t nin = (size_t)((how == DEVZ_ALL_TO_ALL ? members : 1) * count * esize), nout = (size_t)(members * count * esize);
+  CudaProg *P = c->P;
+  if (nin + nout > P->zstage_cap) {
+    unsigned char *h = realloc(P->zstage, nin + nout);
+    if (!h) return snprintf(err, errlen, "out of memory for the compressed sums' staging (%zu bytes)", nin + nout), -1;
+    P->zstage = h;
+    P->zstage_cap = nin + nout;
+  }
+  if (d->ops->to_host(d, P->zstage, in, nin))
+    return snprintf(err, errlen, "the compressed gradients to the host: %s", dev_error(d)), -1;
+  rc = how == DEVZ_ALL_TO_ALL ? comm_all_to_all(c->comm, c->group, t, P->zstage, count, P->zstage + nin, &e)
+                              : comm_all_gather(c->comm, c->group, t, P->zstage, count, P->zstage + nin, &e);
+  if (rc < 0) return snprintf(err, errlen, "%s", e.msg), -1;
+  if (d->ops->to_device(d, out, P->zstage + nin, nout))
+    return snprintf(err, errlen, "the compressed gradients to the device: %s", dev_error(d)), -1;
+  return 0;
+}
+
+/* An all-reduce of compressed values in comm.c's reduce-scatter form (from COMM_COMPRESS_RS_FROM members). */
+static int comp_rs(int members) { return members >= COMM_COMPRESS_RS_FROM; }
+
 /* Use c's gradient is summed compressed (devcomp.h): over dp, not an
  * expert's over edp (uncompressed, as the loop's). */
 static int compressed(const CudaProg *P, const CudaUse *c) { return P->comp && dp_group_of(c) == COMM_DP; }
@@ -993,13 +1043,16 @@ static int sum_compressed(CudaProg *P, const int *list, int n, RtErr *e) {
       const CudaUse *c = &P->uses[u];
       if (!list && (!c->t || (P->reduced && P->reduced[u]))) continue;
       if (!compressed(P, c) || members <= 1) continue;
-      if (pass == 0) bytes += devz_all_reduce_bytes(c->numel, members);
+      if (pass == 0) bytes += devz_all_reduce_bytes(c->numel, members, comp_rs(members));
       else {
-        DevzWay w = {P->dcomm, COMM_DP, 1, P->cstream};
-        if (devz_all_reduce(P->comp, &w, devx_grad_ptr(P->x, c->param, c->layer), c->numel, P->comp_at[u], e)) return -1;
+        CompWay cw = {P, P->dcomm, COMM_DP, 1};
+        DevzWay w = {comp_exchange, &cw, members, P->cstream};
+        if (devz_all_reduce(P->comp, &w, comp_rs(members), devx_grad_ptr(P->x, c->param, c->layer), c->numel, P->comp_at[u]))
+          return fail(e, "%s", devz_error(P->comp));
       }
     }
-    if (pass == 0 && (!bytes || devz_batch(P->comp, bytes, e))) return bytes ? -1 : 0;
+    if (pass == 0 && !bytes) return 0;
+    if (pass == 0 && devz_batch(P->comp, bytes)) return fail(e, "%s", devz_error(P->comp));
   }
   return 0;
 }
@@ -1143,10 +1196,11 @@ static int dp_collective(CudaProg *P, TrainCtx *ctx, int gather, void *stream, c
  * values at their flat places). */
 static int unit_reduce_scatter(CudaProg *P, TrainCtx *ctx, int u, void *stream, const float *in, float *out, RtErr *e) {
   if (!P->comp) return dp_collective(P, ctx, 0, stream, in, unit_own(P, u), out, "gradients", e);
-  DevzWay w = {P->dcomm ? P->dcomm : ctx->comm, COMM_DP, P->dcomm != NULL, P->dcomm ? stream : NULL};
-  if (devz_batch(P->comp, devz_reduce_scatter_bytes(unit_own(P, u), P->dp), e) ||
-      devz_reduce_scatter(P->comp, &w, in, unit_own(P, u), out, P->ustart[u], e))
-    return -1;
+  CompWay cw = {P, P->dcomm ? P->dcomm : ctx->comm, COMM_DP, P->dcomm != NULL};
+  DevzWay w = {comp_exchange, &cw, P->dp, P->dcomm ? stream : NULL};
+  if (devz_batch(P->comp, devz_reduce_scatter_bytes(unit_own(P, u), P->dp)) ||
+      devz_reduce_scatter(P->comp, &w, in, unit_own(P, u), out, P->ustart[u]))
+    return fail(e, "%s", devz_error(P->comp));
   return 0;
 }
 
@@ -1886,10 +1940,12 @@ static int step_close(CudaProg *P, TrainCtx *ctx, RtErr *e) {
       CommGroup over = dp_group_of(c);
       if (ctx->comm->size[over] <= 1) continue;
       if (compressed(P, c)) { /* on the device, the exchange through host memory */
-        DevzWay w = {ctx->comm, COMM_DP, 0, NULL};
-        if (devz_batch(P->comp, devz_all_reduce_bytes(c->numel, ctx->comm->size[COMM_DP]), e) ||
-            devz_all_reduce(P->comp, &w, devx_grad_ptr(P->x, c->param, c->layer), c->numel, P->comp_at[i], e))
-          return -1;
+        int members = ctx->comm->size[COMM_DP];
+        CompWay cw = {P, ctx->comm, COMM_DP, 0};
+        DevzWay w = {comp_exchange, &cw, members, NULL};
+        if (devz_batch(P->comp, devz_all_reduce_bytes(c->numel, members, comp_rs(members))) ||
+            devz_all_reduce(P->comp, &w, comp_rs(members), devx_grad_ptr(P->x, c->param, c->layer), c->numel, P->comp_at[i]))
+          return fail(e, "%s", devz_error(P->comp));
         continue;
       }
       if (devx_get_grad_copy(P->x, c->param, c->layer, c->t->grad)) return fail(e, "%s", devx_error(P->x));
@@ -2023,8 +2079,7 @@ static int comp_setup(CudaProg *P, TrainCtx *ctx, char *err, size_t errlen) {
     for (int u = 0; u < P->nuses; u++)
       if (P->uses[u].t && dp_group_of(&P->uses[u]) == COMM_DP) P->comp_at[u] = n, n += P->uses[u].numel;
   }
-  DevKctx k = {0};
-  if (!(P->comp = devz_new(P->dev, kind, ctx->art->error_feedback ? n : 0, &k, err, errlen))) return -1;
+  if (!(P->comp = devz_new(P->dev, kind == COMM_COMPRESS_BF16, ctx->art->error_feedback ? n : 0, err, errlen))) return -1;
   return 0;
 }
 
