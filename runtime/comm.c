@@ -175,6 +175,8 @@ const char *comm_compress_name(CommCompressKind k) {
   return (unsigned)k <= (unsigned)COMM_COMPRESS_BF16 ? sem_compression_name((Compression)k) : "?";
 }
 
+int comm_compress_is16(CommCompressKind k) { return k == COMM_COMPRESS_FP16 || k == COMM_COMPRESS_BF16; }
+
 void comm_compressor_init(CommCompressor *z, CommCompressKind kind, double topk_ratio, int error_feedback) {
   memset(z, 0, sizeof *z);
   z->kind = kind;
@@ -370,7 +372,7 @@ void comm_decompress_add(const CommCompressor *z, const unsigned char *payload, 
 int comm_allreduce_compressed(Comm *c, CommGroup g, CommCompressor *z, float *buf, int64_t n, RtErr *e) {
   if (z->kind == COMM_COMPRESS_NONE) return comm_all_reduce(c, g, COMM_F32, COMM_SUM, buf, n, e);
   int size = c->size[g];
-  if ((z->kind == COMM_COMPRESS_FP16 || z->kind == COMM_COMPRESS_BF16) && size >= COMM_COMPRESS_RS_FROM) {
+  if (comm_compress_is16(z->kind) && size >= COMM_COMPRESS_RS_FROM) {
     /* elementwise: the compressed reduce-scatter's sums, all-gathered in fp32, are the values
      * below; (size - 1) / size of 2 + 4 bytes a value move rather than (size - 1) x 2 */
     int64_t slice = (n + size - 1) / size, all = slice * size;

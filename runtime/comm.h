@@ -138,6 +138,9 @@ enum { COMM_INT8_CHUNK = 256 };
 
 int comm_compress_parse(const char *s); /* sem_compression_names' words; -1 when unknown */
 const char *comm_compress_name(CommCompressKind k);
+/* fp16 or bf16: each value rounded on its own, so the sums are elementwise
+ * (an all-reduce may take the reduce-scatter form; a device may compute them) */
+int comm_compress_is16(CommCompressKind k);
 
 typedef struct {
   CommCompressKind kind;

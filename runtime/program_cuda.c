@@ -90,6 +90,7 @@ typedef struct {
    * of flat value q at q) */
   DevComp *comp;
   int64_t *comp_at;
+  char zwords[120];      /* the start-up line's words on them */
   unsigned char *zstage; /* their exchanges' staging in host memory (no NCCL) */
   size_t zstage_cap;
   double *sums;
@@ -1031,6 +1032,17 @@ static int comp_rs(int members) { return members >= COMM_COMPRESS_RS_FROM; }
  * expert's over edp (uncompressed, as the loop's). */
 static int compressed(const CudaProg *P, const CudaUse *c) { return P->comp && dp_group_of(c) == COMM_DP; }
 
+/* Use u's gradient summed compressed over dp, the way cw says, the kernels
+ * after its exchanges on `stream`, in the batch begun; RtErr on failure. */
+static int comp_use(CudaProg *P, CompWay *cw, void *stream, int u, RtErr *e) {
+  const CudaUse *c = &P->uses[u];
+  int members = cw->comm->size[COMM_DP];
+  DevzWay w = {comp_exchange, cw, members, stream};
+  if (devz_all_reduce(P->comp, &w, comp_rs(members), devx_grad_ptr(P->x, c->param, c->layer), c->numel, P->comp_at[u]))
+    return fail(e, "%s", devz_error(P->comp));
+  return 0;
+}
+
 /* The compressed sums of the uses of sum_uses's list that are: one batch,
  * each use's rounding on the launch stream, its exchange and sum after on
  * the comm stream (or the launch stream without overlap). */
@@ -1043,13 +1055,9 @@ static int sum_compressed(CudaProg *P, const int *list, int n, RtErr *e) {
       const CudaUse *c = &P->uses[u];
       if (!list && (!c->t || (P->reduced && P->reduced[u]))) continue;
       if (!compressed(P, c) || members <= 1) continue;
+      CompWay cw = {P, P->dcomm, COMM_DP, 1};
       if (pass == 0) bytes += devz_all_reduce_bytes(c->numel, members, comp_rs(members));
-      else {
-        CompWay cw = {P, P->dcomm, COMM_DP, 1};
-        DevzWay w = {comp_exchange, &cw, members, P->cstream};
-        if (devz_all_reduce(P->comp, &w, comp_rs(members), devx_grad_ptr(P->x, c->param, c->layer), c->numel, P->comp_at[u]))
-          return fail(e, "%s", devz_error(P->comp));
-      }
+      else if (comp_use(P, &cw, P->cstream, u, e)) return -1;
     }
     if (pass == 0 && !bytes) return 0;
     if (pass == 0 && devz_batch(P->comp, bytes)) return fail(e, "%s", devz_error(P->comp));
@@ -1942,10 +1950,9 @@ static int step_close(CudaProg *P, TrainCtx *ctx, RtErr *e) {
       if (compressed(P, c)) { /* on the device, the exchange through host memory */
         int members = ctx->comm->size[COMM_DP];
         CompWay cw = {P, ctx->comm, COMM_DP, 0};
-        DevzWay w = {comp_exchange, &cw, members, NULL};
-        if (devz_batch(P->comp, devz_all_reduce_bytes(c->numel, members, comp_rs(members))) ||
-            devz_all_reduce(P->comp, &w, comp_rs(members), devx_grad_ptr(P->x, c->param, c->layer), c->numel, P->comp_at[i]))
+        if (devz_batch(P->comp, devz_all_reduce_bytes(c->numel, members, comp_rs(members))))
           return fail(e, "%s", devz_error(P->comp));
+        if (comp_use(P, &cw, NULL, i, e)) return -1;
         continue;
       }
       if (devx_get_grad_copy(P->x, c->param, c->layer, c->t->grad)) return fail(e, "%s", devx_error(P->x));
@@ -2080,18 +2087,13 @@ static int comp_setup(CudaProg *P, TrainCtx *ctx, char *err, size_t errlen) {
       if (P->uses[u].t && dp_group_of(&P->uses[u]) == COMM_DP) P->comp_at[u] = n, n += P->uses[u].numel;
   }
   if (!(P->comp = devz_new(P->dev, kind == COMM_COMPRESS_BF16, ctx->art->error_feedback ? n : 0, err, errlen))) return -1;
+  snprintf(P->zwords, sizeof P->zwords, "; the gradients rounded to %s on the device for their sum%s", comm_compress_name(kind),
+           ctx->art->error_feedback ? ", error feedback's residual kept there" : "");
   return 0;
 }
 
 /* The start-up line's words on the compressed sums. */
-static const char *comp_words(const CudaProg *P, const TrainCtx *ctx) {
-  if (!P->comp) return "";
-  return ctx->art->compression == COMM_COMPRESS_BF16
-             ? (ctx->art->error_feedback ? "; the gradients rounded to bf16 on the device for their sum, error feedback's residual kept there"
-                                         : "; the gradients rounded to bf16 on the device for their sum")
-             : (ctx->art->error_feedback ? "; the gradients rounded to fp16 on the device for their sum, error feedback's residual kept there"
-                                         : "; the gradients rounded to fp16 on the device for their sum");
-}
+static const char *comp_words(const CudaProg *P) { return P->comp ? P->zwords : ""; }
 
 /* A chunk's tensors and optimizer on the device. Every loop tensor must be
  * read by exactly one use of the chunk (a tensor no use reads would never
@@ -2174,7 +2176,7 @@ static int chunk_resident(CudaProg *P, TrainCtx *ctx, int one_of) {
             oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", resident_mb(P, ctx), ctx->comm->size[COMM_DP],
             P->cstream ? " (the next layer's while it runs)" : "", P->rstream ? " on a stream of their own" : "",
             P->dcomm ? "by NCCL on the device" : "through host memory",
-            P->nunits > 1 && gathers16(P, 1) ? "; a layer's weights gathered as their bf16 copies" : "", comp_words(P, ctx));
+            P->nunits > 1 && gathers16(P, 1) ? "; a layer's weights gathered as their bf16 copies" : "", comp_words(P));
   else if (P->resident && P->zero == 2 && ctx->comm->world_rank == 0)
     fprintf(stderr,
             "hpdlrun: parameters and the %s state stay on the device (%.1f MB a rank), ZeRO-2: a rank keeps the moments and "
@@ -2182,7 +2184,7 @@ static int chunk_resident(CudaProg *P, TrainCtx *ctx, int one_of) {
             "micro-batch)%s and the parameters all-gathered after the update %s%s\n",
             oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", resident_mb(P, ctx),
             ctx->comm->size[COMM_DP], P->rstream ? " on a stream of their own" : "", P->dcomm ? "by NCCL on the device" : "through host memory",
-            comp_words(P, ctx));
+            comp_words(P));
   else if (P->resident && P->zero && ctx->comm->world_rank == 0)
     fprintf(stderr,
             "hpdlrun: parameters, gradients and the %s state stay on the device (%.1f MB a rank), ZeRO-%d: the moments of "
@@ -2190,10 +2192,10 @@ static int chunk_resident(CudaProg *P, TrainCtx *ctx, int one_of) {
             "update %s%s\n",
             oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", resident_mb(P, ctx), P->zero,
             ctx->comm->size[COMM_DP], P->cstream ? " layer by layer as the backward finishes them" : "",
-            P->dcomm ? "by NCCL on the device" : "through host memory", comp_words(P, ctx));
+            P->dcomm ? "by NCCL on the device" : "through host memory", comp_words(P));
   else if (P->resident && ctx->comm->world_rank == 0)
     fprintf(stderr, "hpdlrun: parameters, gradients and the %s state stay on the device (%.1f MB a rank)%s%s\n",
-            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", resident_mb(P, ctx), dp_sum_words(P, ctx), comp_words(P, ctx));
+            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", resident_mb(P, ctx), dp_sum_words(P, ctx), comp_words(P));
   double whole = 0, mom = 0;
   for (int k = 0; P->resident && P->zero && k < P->nent; k++)
     if (P->ent_expert[k] == ENT_EXPERT_WHOLE) whole += (double)P->uses[P->use_of[P->ent_tensor[k]]].numel * 4.0 * (2 + moments) / 1e6;
@@ -2225,7 +2227,7 @@ static int cuda_resident(void *self, TrainCtx *ctx) {
    * host's, for comparison); int8's scales and top-k's selection the host's */
   CommCompressKind kind = compression_of(ctx);
   const char *on = getenv("HPDL_COMPRESS_ON");
-  if (kind != COMM_COMPRESS_NONE && (on && !strcmp(on, "host") ? 1 : kind != COMM_COMPRESS_BF16 && kind != COMM_COMPRESS_FP16)) {
+  if (kind != COMM_COMPRESS_NONE && ((on && !strcmp(on, "host")) || !comm_compress_is16(kind))) {
     if (ctx->comm->world_rank == 0)
       fprintf(stderr, "hpdlrun: the optimizer stays on the host: the gradients' %s compression runs there%s\n",
               comm_compress_name(kind), on && !strcmp(on, "host") ? " (HPDL_COMPRESS_ON=host)" : " (bf16 and fp16 run on the device)");
@@ -2267,7 +2269,7 @@ static int cuda_resident(void *self, TrainCtx *ctx) {
             oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", mb, S->n, how,
             ctx->comm->size[COMM_DP] > 1 && zero ? (S->c[0]->dcomm ? "; by NCCL on the device" : "; through host memory")
                                                   : dp_sum_words(S->c[0], ctx),
-            comp_words(S->c[0], ctx));
+            comp_words(S->c[0]));
   return 1;
 }
 

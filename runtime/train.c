@@ -988,8 +988,8 @@ static int setup(Run *R, RtErr *e) {
     R->ctx.shards = &R->shards;
   }
   /* compressed to 16 bits, a program may sum on its device as comm.c does (program.h) */
-  R->resident = (a->layout.dp == 1 || a->compression == COMM_COMPRESS_NONE || a->compression == COMM_COMPRESS_BF16 ||
-                 a->compression == COMM_COMPRESS_FP16) && R->prog->resident && R->prog->grad_sumsq && R->prog->update &&
+  R->resident = (a->layout.dp == 1 || a->compression == COMM_COMPRESS_NONE || comm_compress_is16(a->compression)) &&
+                R->prog->resident && R->prog->grad_sumsq && R->prog->update &&
                 R->prog->state && R->prog->resident(R->self, &R->ctx);
   if (R->me == 0 && R->metrics == NULL && R->o->metrics) {
     R->metrics = fopen(R->o->metrics, (R->o->resume || R->o->resume_from) ? "a" : "w");

@@ -530,6 +530,12 @@ static int stores(Emit *E, int full) {
 
 void cu_signature(CuKern *k, CuText *o, const char *name) { cu_signature_min(k, o, name, 0); }
 
+void cu_kernel_base(const FuseGraph *fg, int kp, char *buf, size_t n) {
+  char sym[128];
+  cg_graph_symbol(fg->graph->name, sym, sizeof sym);
+  snprintf(buf, n, "hpd_%s_k%d", sym + strlen("hpd_graph_"), kp);
+}
+
 void cu_signature_min(CuKern *k, CuText *o, const char *name, int min_blocks) {
   cu_signature_bounds(k, o, name, CU_BLOCK, min_blocks);
 }
@@ -1247,9 +1253,7 @@ static void kernel(CgTarget *t, int gi, int kp) {
   k.K = K;
   k.nk = (NestKernel){.g = fg->graph, .fg = fg, .K = K, .kp = kp, .backend = "CUDA", .dtype_ok = cu_dtype_ok,
                       .fail = nest_fail_cb, .be = &k};
-  char sym[128];
-  cg_graph_symbol(fg->graph->name, sym, sizeof sym);
-  snprintf(k.base, sizeof k.base, "hpd_%s_k%d", sym + strlen("hpd_graph_"), kp);
+  cu_kernel_base(fg, kp, k.base, sizeof k.base);
   if (K->kind != FUSE_VIEW && K->kind != FUSE_CALL && K->kind != FUSE_COMM && K->kind != FUSE_LEAF) provenance(&k);
   switch (K->kind) {
   case FUSE_LEAF: {

@@ -72,6 +72,8 @@ const char *cu_c_type(DType t);
 int cu_io_index(const CuKern *k, int v);
 /* `extern "C" __global__ void NAME(seed, layer, p0, p1, ...) {` */
 void cu_signature(CuKern *k, CuText *o, const char *name);
+/* Kernel kp of graph fg's name, hpd_<graph>_k<kp> (CuKern.base). */
+void cu_kernel_base(const FuseGraph *fg, int kp, char *buf, size_t n);
 /* The same with __launch_bounds__(256, min_blocks) (0: none given): a
  * kernel whose shared memory already bounds its occupancy tells ptxas so,
  * which then need not spill registers to reach a higher one. */

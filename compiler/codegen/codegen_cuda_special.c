@@ -391,8 +391,8 @@ static int cross_entropy(CuKern *k, const IrNode *n, int id) {
     int vec4 = xn->dtype == DT_F32 && V % 4 == 0 && cu_vec_type(n->dtype);
     if (vec4) vec_flag(o, x, out);
     int fk = lse_kernel(k, id);
-    char fbase[200] = "";
-    if (fk >= 0) snprintf(fbase, sizeof fbase, "%.*s%d", (int)(strrchr(k->base, 'k') - k->base + 1), k->base, fk);
+    char fbase[160] = "";
+    if (fk >= 0) cu_kernel_base(k->fg, fk, fbase, sizeof fbase);
     cu_tx(o, "  for (long long row = blockIdx.x; row < %" PRId64 "LL; row += gridDim.x) {\n", P);
     if (fk >= 0) { /* the forward's, the same float */
       cu_tx(o, "    const long long base = row * %" PRId64 "LL;\n", V);
