@@ -577,6 +577,24 @@ if(Python3_Interpreter_FOUND)
       endif()
       set_tests_properties(cuda.nccl.emulate.${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "${labels}"
                            ENVIRONMENT "${env}")
+      # cuda.streams.<mode>.<layout>: the layouts whose work runs on a second
+      # stream (the overlapped buckets, ZeRO's unit reductions and gathers, the
+      # 16-bit sums, the pipeline's transfers) with the emulated device's
+      # streams held late (runtime/device/emustream.h): side-late fails a
+      # launch that reads a second stream's results (or overwrites what it
+      # still reads) without a wait, launch-late a second stream that reads
+      # what the launches have not written yet; the same numbers as in order
+      if(name MATCHES "^(dp2_mb1_bucket0|dp2_tp2_pp2|zero1|zero3|zero3_bf16|zero3_pp2_v2|dp4_cbf16|zero3_cfp16)$")
+        foreach(mode side-late launch-late)
+          add_test(NAME cuda.streams.${mode}.${name}
+                   COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
+                           --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
+                           --sample ${CMAKE_SOURCE_DIR}/samples/${sample}.hpd --device emulate --steps 20
+                           ${tols} --args "${sizes} ${layout}" --expect "collectives: NCCL 9.99.99" --expect "streams ${mode}" ${more})
+          set_tests_properties(cuda.streams.${mode}.${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "cuda;cuda_layouts"
+                               ENVIRONMENT "${env};HPDL_EMU_STREAMS=${mode}")
+        endforeach()
+      endif()
     endforeach()
   endif()
 endif()

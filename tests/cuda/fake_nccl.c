@@ -17,7 +17,17 @@
  * per group kind, in the same order on all ranks); the id carries the
  * creator's world rank as the split's colour. Collectives inside a group
  * run at once, in posting order. Only the types and operations hpdlrun
- * uses (uint8, int32, float32, float64; sum, max). */
+ * uses (uint8, int32, float32, float64; sum, max).
+ *
+ * Streams: on the emulated device whose streams run late
+ * (HPDL_EMU_STREAMS, runtime/device/emustream.h) a collective outside a
+ * group is held on its stream when that stream holds its work
+ * (hpdl_emu_defer, found in the process by name) and runs when the device
+ * drains it, as a GPU runs it when the stream gets to it; a send, a receive
+ * or a grouped call first runs what its stream holds, then runs at once.
+ * Elsewhere every call runs at once. */
+#define _GNU_SOURCE /* RTLD_DEFAULT */
+#include <dlfcn.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -68,6 +78,25 @@ const char *fake_nccl_log(void) {
   journal[0] = '\0';
   return copy;
 }
+/* The emulated device's hooks (runtime/device/device_emu.c), when hpdlrun has them */
+typedef int (*RunHeld)(void *arg, char *msg, size_t len);
+static int (*defer_hook)(void *stream, RunHeld run, void *arg);
+static int (*drain_hook)(void *stream);
+static int hooks_looked;
+
+static void look_hooks(void) {
+  if (hooks_looked) return;
+  hooks_looked = 1;
+  *(void **)&defer_hook = dlsym(RTLD_DEFAULT, "hpdl_emu_defer");
+  *(void **)&drain_hook = dlsym(RTLD_DEFAULT, "hpdl_emu_drain");
+}
+
+/* Before a call that runs at once on `stream`: what the stream holds runs first. */
+static int run_held(void *stream) {
+  look_hooks();
+  return drain_hook && drain_hook(stream) ? SYSTEM : OK;
+}
+
 static MPI_Request *pending; /* the group's started transfers */
 static int npending, cappending;
 static int ids_made;
@@ -168,6 +197,7 @@ static int bad_args(ncclComm_t c, int type, int peer) {
 int ncclSend(const void *buf, size_t n, int type, int peer, ncclComm_t c, void *stream) {
   note("send", stream);
   if (bad_args(c, type, peer)) return INVALID_ARGUMENT;
+  if (run_held(stream)) return SYSTEM;
   if (depth == 0) return MPI_Ssend(buf, (int)n, type_of(type), peer, 0, c->comm) == MPI_SUCCESS ? OK : SYSTEM;
   MPI_Request *r = next_request();
   if (!r) return SYSTEM;
@@ -177,45 +207,99 @@ int ncclSend(const void *buf, size_t n, int type, int peer, ncclComm_t c, void *
 int ncclRecv(void *buf, size_t n, int type, int peer, ncclComm_t c, void *stream) {
   note("recv", stream);
   if (bad_args(c, type, peer)) return INVALID_ARGUMENT;
+  if (run_held(stream)) return SYSTEM;
   if (depth == 0) return MPI_Recv(buf, (int)n, type_of(type), peer, 0, c->comm, MPI_STATUS_IGNORE) == MPI_SUCCESS ? OK : SYSTEM;
   MPI_Request *r = next_request();
   if (!r) return SYSTEM;
   return MPI_Irecv(buf, (int)n, type_of(type), peer, 0, c->comm, r) == MPI_SUCCESS ? OK : SYSTEM;
 }
 
-int ncclAllReduce(const void *in, void *out, size_t n, int type, int op, ncclComm_t c, void *stream) {
-  note("allreduce", stream);
-  if (bad_args(c, type, -1) || op_of(op) == MPI_OP_NULL) return INVALID_ARGUMENT;
-  return MPI_Allreduce(in == out ? MPI_IN_PLACE : in, out, (int)n, type_of(type), op_of(op), c->comm) == MPI_SUCCESS ? OK : SYSTEM;
-}
+/* A collective, run at once or held on its stream. */
+typedef enum { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST } Kind;
+typedef struct {
+  Kind kind;
+  const void *in;
+  void *out;
+  size_t n;
+  int type, op, root;
+  ncclComm_t c;
+} Collective;
 
-int ncclAllGather(const void *in, void *out, size_t n, int type, ncclComm_t c, void *stream) {
-  (void)stream;
-  if (bad_args(c, type, -1)) return INVALID_ARGUMENT;
-  int inplace = (const char *)in == (const char *)out + (size_t)c->rank * n * (size_t)type_size(type);
-  return MPI_Allgather(inplace ? MPI_IN_PLACE : in, (int)n, type_of(type), out, (int)n, type_of(type), c->comm) == MPI_SUCCESS ? OK
-                                                                                                                             : SYSTEM;
-}
+static const char *const kind_names[] = {"allreduce", "allgather", "reducescatter", "broadcast"};
 
-int ncclReduceScatter(const void *in, void *out, size_t n, int type, int op, ncclComm_t c, void *stream) {
-  (void)stream;
-  if (bad_args(c, type, -1) || op_of(op) == MPI_OP_NULL) return INVALID_ARGUMENT;
-  /* NCCL's in place: out is this member's n values of in; MPI's buffers may not overlap */
-  size_t bytes = n * (size_t)type_size(type);
-  void *copy = NULL;
-  if ((const char *)out == (const char *)in + (size_t)c->rank * bytes) {
-    if (!(copy = malloc(bytes * (size_t)c->size + 1))) return SYSTEM;
-    memcpy(copy, in, bytes * (size_t)c->size);
-    in = copy;
+static int run_collective(const Collective *x) {
+  ncclComm_t c = x->c;
+  size_t bytes = x->n * (size_t)type_size(x->type);
+  int n = (int)x->n;
+  MPI_Datatype t = type_of(x->type);
+  int rc = INVALID_ARGUMENT;
+  switch (x->kind) {
+  case ALL_REDUCE:
+    rc = MPI_Allreduce(x->in == x->out ? MPI_IN_PLACE : x->in, x->out, n, t, op_of(x->op), c->comm) == MPI_SUCCESS ? OK : SYSTEM;
+    break;
+  case ALL_GATHER: {
+    int inplace = (const char *)x->in == (const char *)x->out + (size_t)c->rank * bytes;
+    rc = MPI_Allgather(inplace ? MPI_IN_PLACE : x->in, n, t, x->out, n, t, c->comm) == MPI_SUCCESS ? OK : SYSTEM;
+    break;
   }
-  int rc = MPI_Reduce_scatter_block(in, out, (int)n, type_of(type), op_of(op), c->comm) == MPI_SUCCESS ? OK : SYSTEM;
-  free(copy);
+  case REDUCE_SCATTER: {
+    /* NCCL's in place: out is this member's n values of in; MPI's buffers may not overlap */
+    const void *in = x->in;
+    void *copy = NULL;
+    if ((const char *)x->out == (const char *)in + (size_t)c->rank * bytes) {
+      if (!(copy = malloc(bytes * (size_t)c->size + 1))) return SYSTEM;
+      memcpy(copy, in, bytes * (size_t)c->size);
+      in = copy;
+    }
+    rc = MPI_Reduce_scatter_block(in, x->out, n, t, op_of(x->op), c->comm) == MPI_SUCCESS ? OK : SYSTEM;
+    free(copy);
+    break;
+  }
+  case BROADCAST:
+    if (c->rank == x->root && x->in != x->out) memcpy(x->out, x->in, bytes);
+    rc = MPI_Bcast(x->out, n, t, x->root, c->comm) == MPI_SUCCESS ? OK : SYSTEM;
+    break;
+  }
   return rc;
 }
 
+static int run_held_collective(void *arg, char *msg, size_t len) {
+  const Collective *x = arg;
+  if (run_collective(x) == OK) return 0;
+  snprintf(msg, len, "the fake NCCL's %s of %zu values failed", kind_names[x->kind], x->n);
+  return -1;
+}
+
+static int collective(const Collective *x, void *stream) {
+  note(kind_names[x->kind], stream);
+  look_hooks();
+  if (depth == 0 && defer_hook) {
+    Collective *held = malloc(sizeof *held);
+    if (!held) return SYSTEM;
+    *held = *x;
+    if (defer_hook(stream, run_held_collective, held)) return OK;
+    free(held);
+  }
+  if (run_held(stream)) return SYSTEM;
+  return run_collective(x);
+}
+
+int ncclAllReduce(const void *in, void *out, size_t n, int type, int op, ncclComm_t c, void *stream) {
+  if (bad_args(c, type, -1) || op_of(op) == MPI_OP_NULL) return INVALID_ARGUMENT;
+  return collective(&(Collective){ALL_REDUCE, in, out, n, type, op, 0, c}, stream);
+}
+
+int ncclAllGather(const void *in, void *out, size_t n, int type, ncclComm_t c, void *stream) {
+  if (bad_args(c, type, -1)) return INVALID_ARGUMENT;
+  return collective(&(Collective){ALL_GATHER, in, out, n, type, 0, 0, c}, stream);
+}
+
+int ncclReduceScatter(const void *in, void *out, size_t n, int type, int op, ncclComm_t c, void *stream) {
+  if (bad_args(c, type, -1) || op_of(op) == MPI_OP_NULL) return INVALID_ARGUMENT;
+  return collective(&(Collective){REDUCE_SCATTER, in, out, n, type, op, 0, c}, stream);
+}
+
 int ncclBroadcast(const void *in, void *out, size_t n, int type, int root, ncclComm_t c, void *stream) {
-  (void)stream;
   if (bad_args(c, type, root)) return INVALID_ARGUMENT;
-  if (c->rank == root && in != out) memcpy(out, in, n * (size_t)type_size(type));
-  return MPI_Bcast(out, (int)n, type_of(type), root, c->comm) == MPI_SUCCESS ? OK : SYSTEM;
+  return collective(&(Collective){BROADCAST, in, out, n, type, 0, root, c}, stream);
 }
