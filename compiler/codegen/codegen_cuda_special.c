@@ -385,12 +385,12 @@ static int cross_entropy(CuKern *k, const IrNode *n, int id) {
           " * a block per row; a target outside [0, %" PRId64 ") gives the row zeros (range checks are the runtime's) */\n",
           b, P, V);
     cu_signature(k, o, b);
-    cu_tx(o, "  __shared__ float red_[32];\n");
+    int fk = lse_kernel(k, id);
+    if (fk < 0) cu_tx(o, "  __shared__ float red_[32];\n"); /* the row's log-sum-exp computed here */
     cu_tx(o, "  const float scale = (float)p%d[0] / %" PRId64 ".0f;\n", dl, P);
     /* four logits a thread where the rows allow (f32 in, f32 or 16-bit out) */
     int vec4 = xn->dtype == DT_F32 && V % 4 == 0 && cu_vec_type(n->dtype);
     if (vec4) vec_flag(o, x, out);
-    int fk = lse_kernel(k, id);
     char fbase[160] = "";
     if (fk >= 0) cu_kernel_base(k->fg, fk, fbase, sizeof fbase);
     cu_tx(o, "  for (long long row = blockIdx.x; row < %" PRId64 "LL; row += gridDim.x) {\n", P);
