@@ -262,6 +262,15 @@ static const GemmSpec *gemm_spec(const CatDevice *dev) {
 
 double cost_gemm_ceiling(const CatDevice *dev) { return gemm_spec(dev)->ceiling; }
 
+CostGpuGen cost_gpu_generation(const CatDevice *dev) {
+  switch (gemm_spec(dev)->family) {
+  case FAMILY_AMPERE: return COST_GEN_AMPERE;
+  case FAMILY_HOPPER: return COST_GEN_HOPPER;
+  case FAMILY_BLACKWELL: return COST_GEN_BLACKWELL;
+  default: return COST_GEN_OTHER;
+  }
+}
+
 /* An NVIDIA SM has 16 special-function units (exp2, rsqrt, ...: one result
  * per unit per clock) beside its FP32 lanes, which do one FMA (2 FLOP) per
  * clock: the SFU rate is the FP32 peak x 16 / (2 lanes) (Ampere GA100 and

@@ -147,6 +147,10 @@ double cost_gemm_efficiency_batched(int64_t batch, int64_t m, int64_t n, int64_t
                                     const CatDevice *dev);
 /* The ceiling and the SM / CU count used for dev (0 SMs: no wave model). */
 double cost_gemm_ceiling(const CatDevice *dev);
+/* The NVIDIA architecture generation of a catalog device (the table of
+ * cost.c); COST_GEN_OTHER for every other device. */
+typedef enum { COST_GEN_OTHER, COST_GEN_AMPERE, COST_GEN_HOPPER, COST_GEN_BLACKWELL } CostGpuGen;
+CostGpuGen cost_gpu_generation(const CatDevice *dev);
 /* Special-function results (exp) per second: the FP32 peak x 16 SFUs /
  * (2 x FP32 lanes) per SM (docs/planner.md sec. 3.3). 0 without a device. */
 double cost_sfu_rate(const CatDevice *dev);

@@ -34,10 +34,14 @@
 /* Sustained fraction of a GEMM's benchmark rate during training: the clock
  * of a GPU running back-to-back GEMMs with communication and memory-bound
  * kernels in between is below the clock of a short GEMM benchmark (power
- * and thermal limits). One value for every device and precision, fitted
- * once jointly on Narayanan et al. 2021 Table 1 (A100) and NeMo 24.07's FP8
- * pre-training table (H100) (docs/planner.md sec. 14). */
+ * and thermal limits). Fitted on the asserted published runs
+ * (docs/planner.md sec. 14): one value for every device and precision
+ * (PLAN_GEMM_SUSTAINED, the joint fit), and one for Ampere GPUs, whose
+ * asserted rows (Narayanan et al. 2021 Tables 1-2, torchtitan's A100
+ * table) are clearly better fitted apart; Hopper's rows prefer 0.71-0.72,
+ * within the fit's resolution of the joint value (plan_gemm_sustained). */
 #define PLAN_GEMM_SUSTAINED 0.73
+#define PLAN_GEMM_SUSTAINED_AMPERE 0.77
 /* Gap between two dependent kernels on a GPU: launch latency not hidden by
  * asynchronous launches, tail of the previous kernel. An assumption. */
 #define PLAN_KERNEL_OVERHEAD_S 3e-6
@@ -169,6 +173,8 @@ PlanLayout plan_layout_of(const SemModel *m);
  * hpdl's runtime reduces them), 2 where the layout rounds them to 16 bits
  * (compression = bf16 | fp16). docs/planner.md sec. 11.3. */
 int plan_grad_reduce_bytes(Compression c);
+/* The sustained share of a GEMM's benchmark rate on dev (PLAN_GEMM_SUSTAINED_*). */
+double plan_gemm_sustained(const CatDevice *dev);
 
 /* The layers each of the K = pp x virtual pipeline chunks runs, for the
  * program of (micro batch, tp, cp, sp, recompute): with the model's

@@ -171,7 +171,7 @@ int plan_explain_terms(const PlanCtx *c, const PlanResult *r, PlanTerm *out, int
   double attn_other = r->attn_s - r->attn_gemm_s;
   PlanTerm t[] = {
       {"GEMMs (projections, MLP, head)", r->gemm_s - r->attn_gemm_s,
-       "docs/planner.md 3.2: tile x wave x depth x the device's ceiling (mamf-finder), x PLAN_GEMM_SUSTAINED (sec. 14); "
+       "docs/planner.md 3.2: tile x wave x depth x the device's ceiling (mamf-finder), x its GPU generation's sustained share (sec. 14); "
        "FP8 GEMMs at the FP8 peak"},
       {"attention", r->attn_s, attention_source(c)},
       {"memory-bound kernels", r->other_s - attn_other,

@@ -739,7 +739,20 @@ static void test_issue12(void) {
   fixture_free(&g);
 }
 
+/* The sustained GEMM share by GPU generation (docs/planner.md sec. 14): the
+ * A100s their own, every other device the joint value. */
+static void test_gemm_sustained(void) {
+  EXPECT(plan_gemm_sustained(cat_device("a100-80gb")) == PLAN_GEMM_SUSTAINED_AMPERE);
+  EXPECT(plan_gemm_sustained(cat_device("a100-40gb")) == PLAN_GEMM_SUSTAINED_AMPERE);
+  const char *const joint[] = {"h100-sxm", "h100-pcie", "h200", "b200", "mi300x", "cpu"};
+  for (size_t i = 0; i < sizeof joint / sizeof *joint; i++) EXPECT(plan_gemm_sustained(cat_device(joint[i])) == PLAN_GEMM_SUSTAINED);
+  EXPECT(plan_gemm_sustained(NULL) == PLAN_GEMM_SUSTAINED);
+  EXPECT(cost_gpu_generation(cat_device("h200")) == COST_GEN_HOPPER);
+  EXPECT(cost_gpu_generation(cat_device("b200")) == COST_GEN_BLACKWELL);
+}
+
 int main(void) {
+  test_gemm_sustained();
   test_issue12();
   test_pipe_balance();
   test_pipe_balance_units();
