@@ -35,7 +35,7 @@ trap 'rm -f "$tmp" "$tmp.doc"' EXIT
   echo
   "$fid" --set "$hpdlc" "$PWD" tests/plan/published_h100.json --markdown
   echo
-  echo "Runs the planner never saw while it was built (torchtitan, A100): step time, published and predicted:"
+  echo "torchtitan, FSDP2 on A100 (never seen while the planner was built; since 2026-12-01 one of the sets the A100's sustained share is fitted on): step time, published and predicted:"
   echo
   "$fid" --set "$hpdlc" "$PWD" tests/plan/published_torchtitan.json --markdown
   echo
