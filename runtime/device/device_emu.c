@@ -54,10 +54,9 @@ static int fail(Device *d, const char *fmt, ...) {
   return -1;
 }
 
-/* Held work's failure, said by the op that drained it. */
-static int drained(Device *d, int rc) { return rc ? -1 : 0; }
-
-static int drain_launches(Device *d) { return drained(d, emus_drain(NULL, d->err, sizeof d->err)); }
+/* What the launch stream holds, run now; held work's failure is said by the
+ * op that drained it (in d->err). */
+static int drain_launches(Device *d) { return emus_drain(NULL, d->err, sizeof d->err); }
 
 /* a copy or a fill held on the launch stream */
 typedef struct {
@@ -242,7 +241,7 @@ static int emu_gemm(Device *d, DevGemmPlan *p, void *const *io) {
   return 0;
 }
 
-static int emu_sync(Device *d) { return drained(d, emus_drain_all(d->err, sizeof d->err)); }
+static int emu_sync(Device *d) { return emus_drain_all(d->err, sizeof d->err); }
 
 static double emu_seconds(Device *d) {
   if (emus_drain_all(d->err, sizeof d->err)) fprintf(stderr, "emulated device: %s\n", d->err);
@@ -278,7 +277,7 @@ static void *emu_stream_create(Device *d) {
 
 static int emu_stream_wait(Device *d, void *waiter, void *waited) {
   (void)waiter; /* what the waiter is given later runs later still */
-  return drained(d, emus_drain(waited, d->err, sizeof d->err));
+  return emus_drain(waited, d->err, sizeof d->err);
 }
 
 static void emu_stream_destroy(Device *d, void *s) {
