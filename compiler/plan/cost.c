@@ -222,8 +222,7 @@ double cost_op_time_s(double flops, double bytes, const CatDevice *dev, const ch
  * the H100 ceiling (same die, same 700 W limit); devices without a
  * measurement take COST_GEMM_CEILING_DEFAULT. */
 /* The NVIDIA architecture families the attention kernels' published
- * figures are for (cost_attention_utilization); FAMILY_OTHER has none. */
-typedef enum { FAMILY_OTHER, FAMILY_AMPERE, FAMILY_HOPPER, FAMILY_BLACKWELL } GpuFamily;
+ * figures are for (cost_attention_utilization, cost_gpu_generation); COST_GEN_OTHER has none. */
 
 typedef struct {
   const char *device;
@@ -231,27 +230,27 @@ typedef struct {
   int tile;
   double ceiling;
   int fp32_lanes; /* FP32 lanes per SM (CU) next to its 16 special-function units; 0: no SFU model */
-  GpuFamily family;
+  CostGpuGen family;
 } GemmSpec;
 
 static const GemmSpec gemm_specs[] = {
-    {"a100-40gb", 108, 0, 0.886, 64, FAMILY_AMPERE},
-    {"a100-80gb", 108, 0, 0.886, 64, FAMILY_AMPERE},
-    {"h100-sxm", 132, 0, 0.820, 128, FAMILY_HOPPER},
-    {"h100-pcie", 114, 0, 0.820, 128, FAMILY_HOPPER},
-    {"h200", 132, 0, 0.820, 128, FAMILY_HOPPER},
-    {"b200", 148, 0, COST_GEMM_CEILING_DEFAULT, 128, FAMILY_BLACKWELL},
-    {"mi250x", 220, 0, 0.770, 0, FAMILY_OTHER},
-    {"mi250x-gcd", 110, 0, 0.770, 0, FAMILY_OTHER},
-    {"mi300x", 304, 0, 0.648, 0, FAMILY_OTHER},
-    {"t4", 40, 0, COST_GEMM_CEILING_DEFAULT, 64, FAMILY_OTHER},
+    {"a100-40gb", 108, 0, 0.886, 64, COST_GEN_AMPERE},
+    {"a100-80gb", 108, 0, 0.886, 64, COST_GEN_AMPERE},
+    {"h100-sxm", 132, 0, 0.820, 128, COST_GEN_HOPPER},
+    {"h100-pcie", 114, 0, 0.820, 128, COST_GEN_HOPPER},
+    {"h200", 132, 0, 0.820, 128, COST_GEN_HOPPER},
+    {"b200", 148, 0, COST_GEMM_CEILING_DEFAULT, 128, COST_GEN_BLACKWELL},
+    {"mi250x", 220, 0, 0.770, 0, COST_GEN_OTHER},
+    {"mi250x-gcd", 110, 0, 0.770, 0, COST_GEN_OTHER},
+    {"mi300x", 304, 0, 0.648, 0, COST_GEN_OTHER},
+    {"t4", 40, 0, COST_GEMM_CEILING_DEFAULT, 64, COST_GEN_OTHER},
     /* MXUs are 128x128 systolic arrays, so operands pad to 128. */
-    {"tpu-v5p", 0, 128, COST_GEMM_CEILING_DEFAULT, 0, FAMILY_OTHER},
+    {"tpu-v5p", 0, 128, COST_GEMM_CEILING_DEFAULT, 0, COST_GEN_OTHER},
     /* BLAS micro-kernels are a few rows wide: no tile or wave penalty. */
-    {"cpu", 0, 1, COST_GEMM_CEILING_DEFAULT, 0, FAMILY_OTHER},
+    {"cpu", 0, 1, COST_GEMM_CEILING_DEFAULT, 0, COST_GEN_OTHER},
 };
 
-static const GemmSpec gemm_default = {"", 0, 0, COST_GEMM_CEILING_DEFAULT, 0, FAMILY_OTHER};
+static const GemmSpec gemm_default = {"", 0, 0, COST_GEMM_CEILING_DEFAULT, 0, COST_GEN_OTHER};
 
 static const GemmSpec *gemm_spec(const CatDevice *dev) {
   if (!dev || !dev->name) return &gemm_default;
@@ -262,14 +261,7 @@ static const GemmSpec *gemm_spec(const CatDevice *dev) {
 
 double cost_gemm_ceiling(const CatDevice *dev) { return gemm_spec(dev)->ceiling; }
 
-CostGpuGen cost_gpu_generation(const CatDevice *dev) {
-  switch (gemm_spec(dev)->family) {
-  case FAMILY_AMPERE: return COST_GEN_AMPERE;
-  case FAMILY_HOPPER: return COST_GEN_HOPPER;
-  case FAMILY_BLACKWELL: return COST_GEN_BLACKWELL;
-  default: return COST_GEN_OTHER;
-  }
-}
+CostGpuGen cost_gpu_generation(const CatDevice *dev) { return gemm_spec(dev)->family; }
 
 /* An NVIDIA SM has 16 special-function units (exp2, rsqrt, ...: one result
  * per unit per clock) beside its FP32 lanes, which do one FMA (2 FLOP) per
@@ -301,8 +293,8 @@ int cost_device_units(const CatDevice *dev) { return gemm_spec(dev)->units; }
  * AMD: not measured). */
 double cost_overlap_slowdown(const CatDevice *dev) {
   const GemmSpec *g = gemm_spec(dev);
-  if (g->family == FAMILY_HOPPER || g->family == FAMILY_BLACKWELL) return 0.5;
-  if (g->family == FAMILY_AMPERE && g->units > 0) return COST_NCCL_SMS / (double)g->units;
+  if (g->family == COST_GEN_HOPPER || g->family == COST_GEN_BLACKWELL) return 0.5;
+  if (g->family == COST_GEN_AMPERE && g->units > 0) return COST_NCCL_SMS / (double)g->units;
   return 0;
 }
 
@@ -372,9 +364,9 @@ static const double attn_utilization[3][2][2] = {
 
 double cost_attention_utilization(CostAttnKernel k, int backward, const CatDevice *dev) {
   if (k < COST_ATTN_FLASH1 || k > COST_ATTN_FLASH3 || !dev) return 0;
-  GpuFamily f = gemm_spec(dev)->family;
-  if (f == FAMILY_OTHER) return 0;
-  int hopper = f != FAMILY_AMPERE; /* Hopper, or Blackwell priced as Hopper */
+  CostGpuGen f = gemm_spec(dev)->family;
+  if (f == COST_GEN_OTHER) return 0;
+  int hopper = f != COST_GEN_AMPERE; /* Hopper, or Blackwell priced as Hopper */
   return attn_utilization[k - COST_ATTN_FLASH1][hopper][backward != 0];
 }
 

@@ -349,7 +349,7 @@ static double flash_gemm_time(Pricer *P, double batch, double M, double N, doubl
   const CatDevice *dev = &P->pc->dev;
   double eff = cost_gemm_efficiency_batched((int64_t)batch, (int64_t)M, (int64_t)d, (int64_t)(sk * frac), dev);
   *flops_sum += flops;
-  return cost_op_time_s(flops, 0, dev, prec_name(P->pc->prec), eff * plan_gemm_sustained(dev));
+  return cost_op_time_s(flops, 0, dev, prec_name(P->pc->prec), eff * P->pc->gemm_sustained);
 }
 
 /* The least time of attention work of `flops` (the computed share) under
@@ -438,7 +438,7 @@ static void price_conv_op(Pricer *P, const GInfo *gi, const IrNode *n, int rc, P
    * summed in fp32 after (written and read once each) */
   double split = (double)cost_gemm_split_k((int64_t)batch, (int64_t)M, (int64_t)N, (int64_t)Kd, dev);
   double eff = cost_gemm_efficiency_batched((int64_t)(batch * split), (int64_t)M, (int64_t)N, (int64_t)(Kd / split), dev);
-  double t = cost_op_time_s(flops, in_bytes, dev, pn, eff * plan_gemm_sustained(dev));
+  double t = cost_op_time_s(flops, in_bytes, dev, pn, eff * P->pc->gemm_sustained);
   if (split > 1) t += mem_kernel_time(P->pc, split * batch * M * N, 2 * split * batch * M * N * 4);
   t += cost_op_time_s(0, (double)ir_numel(n) * eb, dev, pn, 1.0) + PLAN_KERNEL_OVERHEAD_S;
   acc->t += t;
@@ -514,7 +514,7 @@ static void price_gemm(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, 
   /* the mainloop (operands streamed under the arithmetic), then the
    * epilogue stores the result: on A100-class GPUs a thread block writes its
    * tile after its mainloop, so the store does not hide under the math */
-  double t = cost_op_time_s(flops, in_bytes, dev, pn, eff * plan_gemm_sustained(dev));
+  double t = cost_op_time_s(flops, in_bytes, dev, pn, eff * P->pc->gemm_sustained);
   t += cost_op_time_s(0, out_bytes, dev, pn, 1.0);
   t += PLAN_KERNEL_OVERHEAD_S;
   acc->t += t;
@@ -989,7 +989,7 @@ static double node_roofline_s(const PlanCtx *c, const IrModule *m, const IrGraph
       gemm = 1;
     }
   }
-  double eff = gemm ? cost_gemm_efficiency_batched((int64_t)batch, (int64_t)M, (int64_t)N, (int64_t)K, &c->dev) * plan_gemm_sustained(&c->dev) : 1.0;
+  double eff = gemm ? cost_gemm_efficiency_batched((int64_t)batch, (int64_t)M, (int64_t)N, (int64_t)K, &c->dev) * c->gemm_sustained : 1.0;
   return cost_op_time_s(nc.flops, bytes, &c->dev, prec_name(c->prec), eff);
 }
 
@@ -1705,6 +1705,7 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
   PlanCtx *c = xalloc_calloc(1, sizeof *c);
   c->model = model;
   c->dev = *d;
+  c->gemm_sustained = plan_gemm_sustained(d);
   if (model->has_cluster) c->cluster = model->cluster;
   else {
     const CatCluster *cc = cat_cluster("cpu");

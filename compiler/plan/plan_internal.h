@@ -95,6 +95,7 @@ struct PlanCtx {
   const SemModel *model;
   struct Progress *progress; /* --search on a terminal: the layouts priced so far */
   CatDevice dev;      /* the device (a rank's share of it on a shared CPU machine) */
+  double gemm_sustained; /* plan_gemm_sustained(dev), looked up once */
   SemCluster cluster;
   int64_t gpus;
   int64_t batch_override; /* > 0: the global batch to plan (scaling), else the train block's */
