@@ -227,15 +227,15 @@ static int emu_gemm(Device *d, DevGemmPlan *p, void *const *io) {
     return 0;
   }
   const DevGemm *g = &p->g;
-  int top = g->a;
-  const int used[] = {g->b, g->c, g->bias, g->aux};
-  for (size_t i = 0; i < sizeof used / sizeof used[0]; i++)
-    if (used[i] > top) top = used[i];
+  const int idx[] = {g->a, g->b, g->c, g->bias, g->aux}; /* the io slots it reads and writes (-1: none) */
+  enum { NIDX = sizeof idx / sizeof idx[0] };
+  int top = 0;
+  for (int i = 0; i < NIDX; i++)
+    if (idx[i] > top) top = idx[i];
   HeldGemm *h = calloc(1, sizeof *h + sizeof(void *) * (size_t)(top + 1));
   if (!h) return fail(d, "out of host memory holding a GEMM");
   h->g = g; /* the plan lives until close, which drains first */
-  const int idx[] = {g->a, g->b, g->c, g->bias, g->aux};
-  for (size_t i = 0; i < sizeof idx / sizeof idx[0]; i++)
+  for (int i = 0; i < NIDX; i++)
     if (idx[i] >= 0) h->io[idx[i]] = io[idx[i]];
   if (emus_hold(NULL, run_gemm, h)) return free(h), fail(d, "out of host memory holding a GEMM");
   return 0;
