@@ -553,11 +553,12 @@ if(Python3_Interpreter_FOUND)
         set(tols --first-tol 1e-5 --tol 1e-3)
         list(APPEND more --expect "a layer's weights gathered as their bf16 copies" --twin-env HPDL_ZERO3_GATHER=fp32)
       endif()
-      add_test(NAME cuda.nccl.emulate.${name}
-               COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
-                       --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
-                       --sample ${CMAKE_SOURCE_DIR}/samples/${sample}.hpd --device emulate --steps 20
-                       ${tols} --args "${sizes} ${layout}" --expect "collectives: NCCL 9.99.99" ${more})
+      # the run against the CPU artifact (cuda.streams.* below add an --expect)
+      set(nccl_run ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
+                   --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
+                   --sample ${CMAKE_SOURCE_DIR}/samples/${sample}.hpd --device emulate --steps 20
+                   ${tols} --args "${sizes} ${layout}" --expect "collectives: NCCL 9.99.99" ${more})
+      add_test(NAME cuda.nccl.emulate.${name} COMMAND ${nccl_run})
       # the sanitizer step runs tp2_cp2_sp (the chunk copies, the ring's groups, the reduce-scatter)
       # and zero3_tp2 (ZeRO-3's units, gathers and checkpoint conversions),
       # zero3_pp2_v2 (a stage's programs sharing its device and NCCL)
@@ -586,11 +587,7 @@ if(Python3_Interpreter_FOUND)
       # what the launches have not written yet; the same numbers as in order
       if(name MATCHES "^(dp2_mb1_bucket0|dp2_tp2_pp2|zero1|zero3|zero3_bf16|zero3_pp2_v2|dp4_cbf16|zero3_cfp16)$")
         foreach(mode side-late launch-late)
-          add_test(NAME cuda.streams.${mode}.${name}
-                   COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
-                           --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
-                           --sample ${CMAKE_SOURCE_DIR}/samples/${sample}.hpd --device emulate --steps 20
-                           ${tols} --args "${sizes} ${layout}" --expect "collectives: NCCL 9.99.99" --expect "streams ${mode}" ${more})
+          add_test(NAME cuda.streams.${mode}.${name} COMMAND ${nccl_run} --expect "streams ${mode}")
           # the sanitizer step runs launch-late.zero3 (held launches, GEMMs,
           # copies and collectives on pooled buffers: 110 s there)
           set(slabels cuda)
