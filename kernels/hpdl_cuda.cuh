@@ -353,14 +353,15 @@ extern "C" __global__ void __launch_bounds__(256) hpdl_bias_grad_bf16(const hpdl
 
 /* The host program's own kernel (runtime/devexec.c): a bias epilogue into a
  * bf16 D where cuBLASLt has no algorithm for it (FuseOptions.store16): the
- * fp32 product c plus bias[n] per row, rounded as it is stored in d.
+ * fp32 product c plus bias[n] per row (none: NULL, the bare product's bf16 D),
+ * rounded as it is stored in d.
  * Grid-stride over rows x n. */
 extern "C" __global__ void __launch_bounds__(256) hpdl_bias_bf16(const hpdl_kctx hpd, const float *__restrict__ c,
                                                                  const float *__restrict__ bias, unsigned short *__restrict__ d,
                                                                  long long rows, long long n) {
   (void)hpd;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < rows * n; i += (long long)gridDim.x * blockDim.x)
-    d[i] = hpdl_bf16_from_f32(c[i] + bias[i % n]);
+    d[i] = hpdl_bf16_from_f32(bias ? c[i] + bias[i % n] : c[i]);
 }
 
 /* The host program's own kernel (runtime/devexec.c's devx_take): dst[i] =

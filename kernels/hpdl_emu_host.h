@@ -64,10 +64,11 @@ static inline void hpdl_emu_epilogue(float *d, const float *bias, float *aux, lo
 }
 
 /* cuBLASLt's bias epilogue into a bf16 D (FuseOptions.store16): the fp32
- * product c (rows x n) plus bias[n] per row, rounded as it is stored in d. */
+ * product c (rows x n) plus bias[n] per row (none: NULL), rounded as it is
+ * stored in d. */
 static inline void hpdl_emu_bias16(unsigned short *d, const float *c, const float *bias, long long rows, long long n) {
   for (long long i = 0; i < rows; i++)
-    for (long long j = 0; j < n; j++) d[i * n + j] = hpdl_bf16_from_f32(c[i * n + j] + bias[j]);
+    for (long long j = 0; j < n; j++) d[i * n + j] = hpdl_bf16_from_f32(c[i * n + j] + (bias ? bias[j] : 0.0f));
 }
 
 /* cuBLASLt's bias-gradient epilogue (BGRADA / BGRADB): out[j] = the sum over

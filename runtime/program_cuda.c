@@ -488,8 +488,9 @@ static int load_kernels(CudaProg *P, const char *path, RtErr *e) {
     if (d->a < 0 || d->a >= nio || d->b < 0 || d->b >= nio || d->c < 0 || d->c >= nio || d->bias >= nio || d->aux >= nio ||
         (d->epilogue != DEV_EPI_NONE && d->bias < 0))
       rc = fail(e, "%s: launch %zu (%s): an operand index outside the kernel's %d values", path, i, L->name, nio);
-    if (d->c_bf16 && (d->epilogue != DEV_EPI_BIAS || d->aux >= 0 || !d->ab_bf16))
-      rc = fail(e, "%s: launch %zu (%s): a bf16 GEMM output without bf16 operands and a bias epilogue alone", path, i, L->name);
+    if (d->c_bf16 && ((d->epilogue != DEV_EPI_BIAS && d->epilogue != DEV_EPI_NONE) || d->aux >= 0 || !d->ab_bf16))
+      rc = fail(e, "%s: launch %zu (%s): a bf16 GEMM output without bf16 operands, or with an epilogue other than a bias", path, i,
+                L->name);
     if ((d->epilogue == DEV_EPI_BGRAD_A || d->epilogue == DEV_EPI_BGRAD_B) && (d->batch > 1 || d->aux >= 0))
       rc = fail(e, "%s: launch %zu (%s): a bias-gradient epilogue of a batch of matrices or with an aux output", path, i,
                 L->name);

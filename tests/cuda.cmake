@@ -358,7 +358,9 @@ if(Python3_Interpreter_FOUND)
     endforeach()
     # bf16 with the epilogues of ours (HPDL_GEMM_EPILOGUE=kernel, as where
     # cuBLASLt has no algorithm for them): each linear layer's bias into its
-    # bf16 output by hpdl_bias_bf16 after the fp32 product (FuseOptions.store16)
+    # bf16 output by hpdl_bias_bf16 after the fp32 product (FuseOptions.store16),
+    # and the backward's bare products rounded into bf16 by it without a bias
+    # (a mutation that drops the product there fails it)
     add_test(NAME cuda.layout.${dev}.bf16_epilogue_kernel
              COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
                      --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>

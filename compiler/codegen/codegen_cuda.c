@@ -1021,6 +1021,19 @@ static int lt_epilogue(const CuKern *k, const GemmPlan *P, const char **kind, in
   const FuseKernel *K = k->K;
   const IrGraph *g = k->fg->graph;
   int add = -1, act = -1;
+  if (K->epilogue == FUSE_EPI_CAST) { /* the bare product into a bf16 D (fuse.c's store16) */
+    for (int j = 0; j < K->nnodes; j++) {
+      int id = K->nodes[j];
+      if (id > P->product && g->nodes[id].op == IR_CAST && g->nodes[id].dtype == DT_BF16 && g->nodes[id].in[0] == P->product &&
+          cu_io_index(k, P->product) < 0 && cu_io_index(k, id) >= K->ninputs) {
+        *kind = "none";
+        *bias = *aux = -1;
+        *d = id;
+        return 1;
+      }
+    }
+    return 0;
+  }
   for (int j = 0; j < K->nnodes; j++) {
     int id = K->nodes[j];
     const IrNode *n = &g->nodes[id];
@@ -1054,6 +1067,8 @@ static void gemm(CuKern *k) {
   int ebias = -1, ed = -1, eaux = -1;
   if (P.epilogue && lt_epilogue(k, &P, &epi, &ebias, &ed, &eaux)) P.out = ed;
   else epi = NULL;
+  int d16 = epi && !strcmp(epi, "none"); /* a bf16 D, no epilogue */
+  if (d16) epi = NULL;
   if (P.bgrad >= 0) { /* fuse.h's rule 8: cuBLASLt sums the operand as it reads it */
     epi = P.bgrad_side ? "bgrad_b" : "bgrad_a";
     ebias = P.bgrad;
@@ -1101,7 +1116,7 @@ static void gemm(CuKern *k) {
   l->trans_b = P.b.trans;
   l->ab_bf16 = k->fg->graph->nodes[P.a.mem].dtype == DT_BF16;
   l->c_bf16 = k->fg->graph->nodes[P.out].dtype == DT_BF16;
-  if (l->c_bf16 && !epi) { /* fuse.c ends a GEMM with a 16-bit store only where cuBLASLt's epilogue makes it */
+  if (l->c_bf16 && !epi && !d16) { /* fuse.c ends a GEMM with a 16-bit store only where cuBLASLt makes it */
     cu_fail(t, "%s: a GEMM writing bf16 without a bias epilogue (a bug of the fusion)", name);
     return;
   }
@@ -1156,6 +1171,9 @@ static void gemm(CuKern *k) {
       cu_tx(o, "    hpdl_emu_bgrad((float *)io[%d], io[%d], %d, %" PRId64 ", %" PRId64 ", %" PRId64 ");\n", l->bias,
             P.bgrad_side ? l->gemm_b : l->gemm_a, l->ab_bf16, P.K, P.bgrad_side ? P.N : P.M,
             P.bgrad_side ? P.b.cols : P.a.cols);
+    else if (l->c_bf16 && d16) /* the product rounded into D */
+      cu_tx(o, "    hpdl_emu_bias16((unsigned short *)io[%d], c32, nullptr, %" PRId64 ", %" PRId64 ");\n    free(c32);\n",
+            l->gemm_c, P.nbatch * P.M, P.N);
     else if (l->c_bf16) /* the bias added in fp32, the sum rounded into D */
       cu_tx(o, "    hpdl_emu_bias16((unsigned short *)io[%d], c32, (const float *)io[%d], %" PRId64 ", %" PRId64 ");\n    free(c32);\n",
             l->gemm_c, l->bias, P.nbatch * P.M, P.N);
@@ -1165,7 +1183,7 @@ static void gemm(CuKern *k) {
             !strcmp(epi, "bias") ? 0 : !strcmp(epi, "bias_relu") ? 1 : 2);
     cu_tx(o, "  }\n");
   }
-  if (epi) return; /* cuBLASLt's */
+  if (epi || d16) return; /* cuBLASLt's */
   if (P.epilogue) {
     Nest N;
     gemm_epilogue(&k->nk, &P, &N);

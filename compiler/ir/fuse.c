@@ -42,7 +42,9 @@
  *    for FuseOptions.store16: a bias ADD stored in bf16 over a product of
  *    bf16 operands ends the epilogue (cuBLASLt adds in fp32 and rounds as it
  *    writes a bf16 D, which is the IR's rounding of the sum; a GELU after it
- *    reads the rounded sum, which the library's GELU_BIAS would not).
+ *    reads the rounded sum, which the library's GELU_BIAS would not), and
+ *    so does a CAST of the bare product to bf16 (precision.c's 16-bit
+ *    products: cuBLASLt's bf16 D, nothing else after the product).
  * 5. Shape ops, visited last to first once kernels are formed:
  *    - a RESHAPE of a contiguous buffer is a view: with one consumer it is
  *      folded into the consumer's kernel, whatever its kind (every kernel
@@ -558,7 +560,7 @@ static int try_epilogue(Fuser *F, int id) {
     if (!same_shape(xn->rank, xn->dims, n->rank, n->dims)) continue;
     /* nothing after a 16-bit store; a bias sum may be that store (store16) */
     if (xn->dtype != nd(F->g, b->mm)->dtype) continue;
-    if (xn->dtype != n->dtype && !(n->op == IR_ADD && narrow_bias_ok(F, b, n))) continue;
+    if (xn->dtype != n->dtype && !((n->op == IR_ADD || n->op == IR_CAST) && narrow_bias_ok(F, b, n))) continue;
     int step = 0;
     if (n->op == IR_MUL && n->nin == 2) {
       const IrNode *o = nd(F->g, n->in[1 - side]);
@@ -572,6 +574,9 @@ static int try_epilogue(Fuser *F, int id) {
         F->mark[k] = F->markstamp;
         if (ko != k && !reaches_marked(F, ko)) step = FUSE_EPI_BIAS;
       }
+    } else if (n->op == IR_CAST && n->nin == 1) {
+      /* store16: the bare product rounded to bf16 (cuBLASLt's bf16 D) */
+      if (!b->epilogue && single_use(F, x)) step = FUSE_EPI_CAST;
     } else if ((n->op == IR_RELU || n->op == IR_GELU) && !(b->epilogue & FUSE_EPI_ACT)) {
       /* GELU_AUX writes the pre-activation when others read it too. */
       if (single_use(F, x) || n->op == IR_GELU) step = FUSE_EPI_ACT;
@@ -1275,7 +1280,8 @@ static int check_kernel(const FuseGraph *fg, int p, FILE *out) {
       if (n->op == IR_MATMUL) nmm++;
       else if (id == K->bgrad && (K->epilogue & FUSE_EPI_BGRAD)) {
         if (fuse_bgrad_side(fg, p) < 0) bad += problem(out, g, p, "a bias gradient that sums no operand of the gemm", id);
-      } else if (n->op != IR_MUL && n->op != IR_ADD && n->op != IR_RELU && n->op != IR_GELU)
+      } else if (n->op != IR_MUL && n->op != IR_ADD && n->op != IR_RELU && n->op != IR_GELU &&
+                 !(n->op == IR_CAST && (K->epilogue & FUSE_EPI_CAST)))
         bad += problem(out, g, p, "a gemm epilogue holds an unexpected op", id);
       break;
     case FUSE_LOOP:
@@ -1456,6 +1462,7 @@ void fuse_print_graph(const FuseResult *r, int gi, FILE *out) {
       if (K->epilogue & FUSE_EPI_BIAS) fputs("+bias", out);
       if (K->epilogue & FUSE_EPI_ACT) fprintf(out, "+%s", ir_op_name(K->act));
       if (K->epilogue & FUSE_EPI_BGRAD) fputs("+bgrad", out);
+      if (K->epilogue & FUSE_EPI_CAST) fputs("+bf16", out);
     }
     if (K->kind == FUSE_ROW) {
       fprintf(out, "[%d", K->red_lo);

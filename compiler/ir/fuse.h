@@ -50,7 +50,7 @@ typedef enum {
 /* GEMM epilogue steps, applied in this order (cuBLASLt: D = act(alpha A B + bias)).
  * FUSE_EPI_BGRAD, alone: the kernel also sums one operand over the product's
  * reduction (a bias gradient, cuBLASLt's BGRADA / BGRADB; FuseOptions). */
-enum { FUSE_EPI_SCALE = 1, FUSE_EPI_BIAS = 2, FUSE_EPI_ACT = 4, FUSE_EPI_BGRAD = 8 };
+enum { FUSE_EPI_SCALE = 1, FUSE_EPI_BIAS = 2, FUSE_EPI_ACT = 4, FUSE_EPI_BGRAD = 8, FUSE_EPI_CAST = 16 };
 
 typedef struct {
   FuseKind kind;

@@ -165,7 +165,7 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, const PrecTarge
    * whose kernel stores any type on both targets: stored in 16 bits where it
    * is made, the same bits the cast after it would round (the logits'
    * gradient: no fp32 copy and no cast pass of [tokens, vocab]) */
-  char *as16 = arena_alloc(a, (size_t)n + 1);
+  char *as16 = arena_alloc(a, (size_t)n + 1), *prod16 = arena_alloc(a, (size_t)n + 1);
   if (storage == DT_BF16) {
     int *readers = arena_alloc(a, sizeof(int) * (size_t)(n + 1)), *gemm_reads = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
     char *out = arena_alloc(a, (size_t)n + 1);
@@ -180,6 +180,34 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, const PrecTarge
     }
     for (int i = 0; i < n; i++)
       as16[i] = old[i].op == IR_CROSS_ENTROPY_BWD && old[i].dtype == DT_F32 && readers[i] > 0 && gemm_reads[i] == readers[i] && !out[i];
+    /* a GEMM's product that only kernels loading any type (or bf16 GEMMs,
+     * through views) read: rounded to bf16 as it is made, as autocast's
+     * matmul returns bf16 (the backward's data gradients: dX = dY W^T was an
+     * fp32 [tokens, 4 x hidden] written and read again at twice the bytes).
+     * Not where a reader adds a parameter (a bias) or multiplies by a
+     * constant (a scale): the GEMM's own epilogue, in fp32 before it rounds */
+    char *ok16 = arena_alloc(a, (size_t)n + 1);
+    for (int i = n - 1; i >= 0; i--) {
+      const IrNode *x = &old[i];
+      if (readers[i] == 0 || out[i] || (x->op != IR_MATMUL && x->op != IR_VOCAB_MASK && !(ir_op_flags(x->op) & IRF_SHAPE)))
+        continue;
+      ok16[i] = 1;
+      for (int r = i + 1; r < n && ok16[i]; r++) {
+        const IrNode *y = &old[r];
+        for (int k = 0; k < y->nin && ok16[i]; k++) {
+          if (y->in[k] != i) continue;
+          /* views, and the padded logits' mask, keep their input's type */
+          if ((ir_op_flags(y->op) & IRF_SHAPE) || y->op == IR_VOCAB_MASK) ok16[i] = y->op != IR_CONCAT && ok16[r];
+          else if (y->op == IR_MATMUL || (k < 2 && ir_linear_role(y->op) != IR_LINEAR_NONE)) continue;
+          /* the CUDA target's readers on both targets: the same values rounded */
+          else if (!stores_any(y->op) && !reads_any(y->op, 1)) ok16[i] = 0;
+          else if (y->op == IR_ADD || (y->op == IR_MUL && y->nin == 2 && old[y->in[1 - k]].op == IR_CONST))
+            for (int o = 0; o < y->nin; o++) ok16[i] &= y->in[o] == i || act[y->in[o]];
+        }
+      }
+    }
+    for (int i = 0; i < n; i++)
+      prod16[i] = old[i].op == IR_MATMUL && old[i].dtype == DT_F32 && act[i] && !stat[i] && !grad32[i] && ok16[i];
   }
   Rebuild R = {g, old, map, ident, {c0, c1}, {h0, h1}, storage, g->fb_split, m};
   /* GEMMs multiply bf16 matrices (the CPU's hpd_ctx.gemm_bf16, cuBLASLt);
@@ -219,6 +247,7 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, const PrecTarge
     if (x->op == IR_ARG && arg16 && arg16[x->attr[0]]) dt = storage;
     if (as16[i]) dt = storage;
     map[i] = append(&R, x, in, dt);
+    if (prod16[i]) map[i] = cast_to(&R, map[i], storage, x->span); /* fuse.c's store16 makes it the GEMM's bf16 D */
     stored += is16(dt);
   }
   for (int k = 0; k < g->noutputs; k++) {

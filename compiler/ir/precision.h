@@ -14,7 +14,11 @@
  * (a cast of what is not stored so; a weight is read as a 16-bit PARAM node,
  * the copy the runtime rounds once per step; the logits' gradient is
  * stored in bf16 where it is made when only GEMMs read it), its
- * product fp32 (the CPU's hpd_ctx.gemm_bf16, cuBLASLt's CUDA_R_16BF). A
+ * product fp32 (the CPU's hpd_ctx.gemm_bf16, cuBLASLt's CUDA_R_16BF), then
+ * rounded to bf16 by a CAST where only kernels that load any type on both
+ * targets (or bf16 GEMMs) read it and none adds a bias or scales it (the
+ * backward's data gradients, as autocast's matmul returns bf16; on the CUDA
+ * target the GEMM writes that bf16 D itself: fuse.c's store16). A
  * parameter's gradient is fp32 where it is made. fp16's GEMMs,
  * host ops (attention, convolution, MoE), collectives, extern calls, calls
  * of other graphs and the CUDA target's special kernels read fp32 (but its

@@ -219,7 +219,8 @@ static DevGemmPlan *gemm_plan(DevExec *x, const DevGemm *g, int nio, unsigned ch
   DevGemmPlan *p = NULL;
   if (!ours || !(mode && !strcmp(mode, "kernel"))) p = dev->ops->gemm_plan(dev, g);
   if (p || !ours) return p;
-  if (g->batch > 1 || g->aux >= 0) return NULL; /* fuse.c makes neither with these epilogues */
+  if ((g->batch > 1 && !(g->c_bf16 && g->epilogue == DEV_EPI_NONE)) || g->aux >= 0)
+    return NULL; /* fuse.c makes neither with these epilogues */
   DevGemm bare = *g;
   bare.epilogue = DEV_EPI_NONE;
   bare.bias = -1;
@@ -251,9 +252,10 @@ static void *pool_get(DevExec *x, size_t bytes);
 static void pool_put(DevExec *x, void *p, size_t bytes);
 
 /* APART_BIAS16: the bare product into a pool buffer (io[nio], fp32), then
- * D = bf16(product + bias) by hpdl_bias_bf16. */
+ * D = bf16(product + bias) by hpdl_bias_bf16 (no bias: bf16(product)). */
 static int bias16_apart(DevExec *x, DevGemmPlan *plan, const DevGemm *g, void **io, int nio) {
-  size_t bytes = sizeof(float) * (size_t)(g->m * g->n);
+  int64_t rows = g->m * (g->batch > 1 ? g->batch : 1); /* a batch's matrices one after another (stride_c m n) */
+  size_t bytes = sizeof(float) * (size_t)(rows * g->n);
   if (nio + 1 > x->io_plus_cap) {
     void **grown = realloc(x->io_plus, sizeof(void *) * (size_t)(nio + 1));
     if (!grown) return fail(x, "out of host memory");
@@ -266,8 +268,8 @@ static int bias16_apart(DevExec *x, DevGemmPlan *plan, const DevGemm *g, void **
   x->io_plus[nio] = c32;
   int rc = x->dev->ops->gemm(x->dev, plan, x->io_plus);
   DevKctx c = kctx(x, 0);
-  void *args[5] = {c32, io[g->bias], io[g->c], (void *)(intptr_t)g->m, (void *)(intptr_t)g->n};
-  if (!rc) rc = x->dev->ops->launch(x->dev, x->bias16, capped_grid(g->m * g->n, 1024), 256, &c, args, 5);
+  void *args[5] = {c32, g->bias >= 0 ? io[g->bias] : NULL, io[g->c], (void *)(intptr_t)rows, (void *)(intptr_t)g->n};
+  if (!rc) rc = x->dev->ops->launch(x->dev, x->bias16, capped_grid(rows * g->n, 1024), 256, &c, args, 5);
   pool_put(x, c32, bytes); /* later work on the stream runs after the kernel that read it */
   return rc;
 }

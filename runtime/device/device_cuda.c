@@ -374,7 +374,7 @@ static DevGemmPlan *cu_gemm_plan(Device *dd, const DevGemm *g) {
     return NULL;
   }
   int bias_type = LT_R_32F;
-  if (g->c_bf16 && lt_check(d, d->lt.cublasLtMatmulDescSetAttribute(p->desc, LT_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type),
+  if (g->c_bf16 && g->epilogue == DEV_EPI_BIAS && lt_check(d, d->lt.cublasLtMatmulDescSetAttribute(p->desc, LT_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type),
                             "fp32 bias of a bf16 output")) {
     plan_free(d, p);
     return NULL;

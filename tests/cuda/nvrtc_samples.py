@@ -73,7 +73,7 @@ def main():
         stages = sorted(f[:-len(".kernels.json")] for f in os.listdir(out) if f.endswith(".kernels.json"))
         if not stages:
             fail("no stageS.kernels.json written")
-        kernels = gemms = 0
+        kernels = gemms = bare16 = 0
         epilogues = {}
         worst_regs = (0, "")
         for st in stages:
@@ -92,6 +92,14 @@ def main():
                     if min(g["m"], g["n"], g["k"]) < 1:
                         fail(f"{l['name']}: gemm shape {g}")
                     e = g.get("epilogue")
+                    if g.get("c_type", "f32") not in ("f32", "bf16"):
+                        fail(f"{l['name']}: c_type {g['c_type']}")
+                    if g.get("c_type") == "bf16":
+                        # a bf16 D: bf16 operands, and a bias epilogue or none (the bare product rounded)
+                        if g.get("ab_type") != "bf16" or (e and e["kind"] != "bias"):
+                            fail(f"{l['name']}: a bf16 D from {g.get('ab_type')} operands with epilogue {e}")
+                        if not e:
+                            bare16 += 1
                     if e:
                         if e["kind"] not in ("bias", "bias_relu", "bias_gelu", "bgrad_a", "bgrad_b") or e["bias"] < 0:
                             fail(f"{l['name']}: epilogue {e}")
@@ -113,10 +121,14 @@ def main():
         # under bf16, gpt2.hpd's, the product reads dy's bf16 copy, the sum the fp32 dy)
         if os.path.basename(a.sample).startswith("gpt2-tiny") and not epilogues.get("bgrad_a", 0) + epilogues.get("bgrad_b", 0):
             fail(f"no bias-gradient epilogue among {gemms} GEMMs ({epilogues})")
+        # gpt2.hpd trains in bf16: the backward's data gradients that only kernels
+        # loading any type read are the GEMMs' bf16 D (compiler/ir/precision.c)
+        if os.path.basename(a.sample) == "gpt2.hpd" and not bare16:
+            fail(f"no GEMM writes its bare product in bf16 among {gemms} GEMMs")
         epi = ", ".join(f"{n} {k}" for k, n in sorted(epilogues.items()))
         print(f"ok: {os.path.basename(a.sample)} {' '.join(a.flags)} {a.arch}: {len(stages)} stage(s), {kernels} kernels "
               f"(sm_{sm} ELF, PTX, no spills; most registers {worst_regs[0]} in {worst_regs[1]}), {gemms} GEMMs for cuBLASLt "
-              f"(epilogues: {epi or 'none'})")
+              f"(epilogues: {epi or 'none'}; {bare16} bare products into bf16)")
 
 
 def broken_header(a):
