@@ -562,7 +562,9 @@ static int sum_to(CuKern *k, const IrNode *n, int id) {
     if (!red[i]) continue;
     cu_tx(o, "      at += (q %% %" PRId64 "LL) * %" PRId64 "LL; q /= %" PRId64 "LL;\n", x->dims[i], xst[i], x->dims[i]);
   }
-  cu_tx(o, "      acc += (float)p%d[at];\n    }\n", xs);
+  /* any float type (precision.c: a column sum reads its input as stored) */
+  const char *wid = x->dtype == DT_BF16 ? "hpdl_bf16_to_f32" : x->dtype == DT_F16 ? "hpdl_f16_to_f32" : "(float)";
+  cu_tx(o, "      acc += %s(p%d[at]);\n    }\n", wid, xs);
   store(o, "    ", out, n->dtype, "lin", "acc");
   cu_tx(o, "  }\n}\n\n");
   cu_add_launch(k, k->base, 0, "special", blocks_for(N), CU_BLOCK);
