@@ -800,21 +800,33 @@ static __device__ __forceinline__ void hpdl_attn_tc_pds(float (*p)[4], float (*d
     }
 }
 
+/* A gradient into grads' type: fp32 as it is, or 16-bit (E: 0 bf16, 1 fp16) rounded to
+ * nearest even, the IR's cast after the attention's gradient, which the code generator
+ * takes into the kernel (precision.c, fuse.c's store16) when q, k and v are 16-bit. */
+template <int E>
+static __device__ __forceinline__ void hpdl_attn_put(float *p, float v) {
+  *p = v;
+}
+template <int E>
+static __device__ __forceinline__ void hpdl_attn_put(unsigned short *p, float v) {
+  *p = E == 0 ? hpdl_bf16_from_f32(v) : hpdl_f16_from_f32(v);
+}
+
 /* dkdv's keys kr0, kr1 of dk (scaled) and dv into grads' [dq, dk, dv]. */
-template <int D, int Dv>
-static __device__ __forceinline__ void hpdl_attn_tc_store_dkdv(float *__restrict__ grads, const float (*dk)[4],
+template <int D, int Dv, int E = 0, typename TG>
+static __device__ __forceinline__ void hpdl_attn_tc_store_dkdv(TG *__restrict__ grads, const float (*dk)[4],
                                                                const float (*dv)[4], const HpdlAttnTcKeys &K, int t, int B,
                                                                int H, int Hk, int T, int S, float scale) {
   const long long nq = (long long)B * H * T * D;
   for (int h = 0; h < 2; h++) {
     const int key = h ? K.kr1 : K.kr0;
     if (key >= S) continue;
-    float *__restrict__ dkr = grads + nq + ((long long)K.bhk * S + key) * D;
-    float *__restrict__ dvr = grads + nq + (long long)B * Hk * S * D + ((long long)K.bhk * S + key) * Dv;
+    TG *__restrict__ dkr = grads + nq + ((long long)K.bhk * S + key) * D;
+    TG *__restrict__ dvr = grads + nq + (long long)B * Hk * S * D + ((long long)K.bhk * S + key) * Dv;
     for (int n = 0; n < D / 8; n++)
-      for (int e = 0; e < 2; e++) dkr[8 * n + 2 * t + e] = scale * dk[n][2 * h + e];
+      for (int e = 0; e < 2; e++) hpdl_attn_put<E>(&dkr[8 * n + 2 * t + e], scale * dk[n][2 * h + e]);
     for (int n = 0; n < Dv / 8; n++)
-      for (int e = 0; e < 2; e++) dvr[8 * n + 2 * t + e] = dv[n][2 * h + e];
+      for (int e = 0; e < 2; e++) hpdl_attn_put<E>(&dvr[8 * n + 2 * t + e], dv[n][2 * h + e]);
   }
 }
 
@@ -845,15 +857,15 @@ static __device__ __forceinline__ void hpdl_attn_tc_dq_ds(float (*s)[4], const f
 }
 
 /* dq's rows r0, r1 (scaled) into grads. */
-template <int D>
-static __device__ __forceinline__ void hpdl_attn_tc_store_dq(float *__restrict__ grads, const float (*acc)[4],
+template <int D, int E = 0, typename TG>
+static __device__ __forceinline__ void hpdl_attn_tc_store_dq(TG *__restrict__ grads, const float (*acc)[4],
                                                              const HpdlAttnTcRows &R, int t, int T, float scale) {
   for (int h = 0; h < 2; h++) {
     const int row = h ? R.r1 : R.r0;
     if (row >= T) continue;
-    float *__restrict__ dq = grads + ((long long)R.bh * T + row) * D;
+    TG *__restrict__ dq = grads + ((long long)R.bh * T + row) * D;
     for (int n = 0; n < D / 8; n++)
-      for (int e = 0; e < 2; e++) dq[8 * n + 2 * t + e] = scale * acc[n][2 * h + e];
+      for (int e = 0; e < 2; e++) hpdl_attn_put<E>(&dq[8 * n + 2 * t + e], scale * acc[n][2 * h + e]);
   }
 }
 
@@ -1471,11 +1483,11 @@ static __device__ void hpdl_attn_fwd_h(const TQ *__restrict__ q, const TQ *__res
  * 64 keys of (b, hk), a warp 16 of them; query tiles of HPDL_ATTN_H16_DKDV_BQ rows of each
  * head of the group in order (by rows: the P^T do and dS^T q fragments through ldmatrix
  * .trans). Dt from hpdl_attn_bwd_dt. */
-template <int D, int Dv, int E, typename TQ>
+template <int D, int Dv, int E, typename TQ, typename TG>
 static __device__ void hpdl_attn_bwd_dkdv_h(const TQ *__restrict__ q, const TQ *__restrict__ k,
                                             const TQ *__restrict__ v, const float *__restrict__ out,
                                             const float *__restrict__ dout, const float *__restrict__ Dt,
-                                            float *__restrict__ grads, int B, int H, int Hk, int T, int S, float scale,
+                                            TG *__restrict__ grads, int B, int H, int Hk, int T, int S, float scale,
                                             int causal, int window, int row_rank, int row_size, int col_rank,
                                             int col_size, long long blk) {
   constexpr int NT = HPDL_ATTN_TC_THREADS, BK = HPDL_ATTN_TC_KEYS, BQ = HPDL_ATTN_H16_DKDV_BQ;
@@ -1524,17 +1536,17 @@ static __device__ void hpdl_attn_bwd_dkdv_h(const TQ *__restrict__ q, const TQ *
       hpdl_attn_mma16_pv<E, D, BQ, LK, 0>(dk, ds, Qs, lane); /* dS^T q */
     }
   }
-  hpdl_attn_tc_store_dkdv<D, Dv>(grads, dk, dv, K, t, B, H, Hk, T, S, scale);
+  hpdl_attn_tc_store_dkdv<D, Dv, E>(grads, dk, dv, K, t, B, H, Hk, T, S, scale);
 }
 
 /* dq with 16-bit operands: block `blk` of HPDL_ATTN_DQ_GRID (hpdl_attn_plan_tc's), 64 query
  * rows of (b, h), a warp 16 of them; key tiles of HPDL_ATTN_H16_DQ_BK (by rows: dS k's
  * fragments through ldmatrix .trans) in two buffers, as the forward's (hpdl_attn_key_tiles). */
-template <int D, int Dv, int E, typename TQ>
+template <int D, int Dv, int E, typename TQ, typename TG>
 static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__restrict__ k,
                                           const TQ *__restrict__ v, const float *__restrict__ out,
                                           const float *__restrict__ dout, const float *__restrict__ Dt,
-                                          float *__restrict__ grads, int B, int H, int Hk, int T, int S, float scale,
+                                          TG *__restrict__ grads, int B, int H, int Hk, int T, int S, float scale,
                                           int causal, int window, int row_rank, int row_size, int col_rank,
                                           int col_size, long long blk) {
   constexpr int NT = HPDL_ATTN_TC_THREADS, BQ = HPDL_ATTN_TC_ROWS, BK = HPDL_ATTN_H16_DQ_BK;
@@ -1569,7 +1581,7 @@ static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__
         hpdl_attn_tc_dq_ds<BK>(s, dp, lse, dt, R, t, T, nk, causal, Cp, window, scale);
         hpdl_attn_mma16_pv<E, D, BK>(acc, s, Ks[b], lane); /* dS k */
       });
-  hpdl_attn_tc_store_dq<D>(grads, acc, R, t, T, scale);
+  hpdl_attn_tc_store_dq<D, E>(grads, acc, R, t, T, scale);
 }
 
 #endif /* HPDL_ATTENTION_CUH */

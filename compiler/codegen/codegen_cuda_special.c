@@ -89,8 +89,8 @@ static int mem_of(const CuKern *k, int v) {
 /* The kernel's main node: the last one that is not a folded reshape. */
 static int special_node(const CuKern *k) {
   const FuseKernel *K = k->K;
-  for (int j = K->nnodes - 1; j >= 0; j--)
-    if (nd(k, K->nodes[j])->op != IR_RESHAPE) return K->nodes[j];
+  for (int j = K->nnodes - 1; j >= 0; j--) /* not a reshape, nor the attention gradient's 16-bit cast (fuse.c) */
+    if (nd(k, K->nodes[j])->op != IR_RESHAPE && nd(k, K->nodes[j])->op != IR_CAST) return K->nodes[j];
   return K->nodes[K->nnodes - 1];
 }
 
@@ -853,11 +853,17 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   int bwd = n->op == IR_ATTENTION_BWD, nin = bwd ? 5 : 3, io[6];
   for (int i = 0; i < nin; i++)
     if ((io[i] = io_of(k, n->in[i])) < 0) return -1;
-  if ((io[nin] = io_of(k, id)) < 0) return -1;
+  /* the gradient's 16-bit cast, joined by fuse.c's store16: [dq, dk, dv] stored in
+   * q's type by the kernels themselves */
+  int grad16 = -1;
+  for (int j = 0; bwd && j < k->K->nnodes; j++)
+    if (nd(k, k->K->nodes[j])->op == IR_CAST && nd(k, k->K->nodes[j])->in[0] == id) grad16 = k->K->nodes[j];
+  if ((io[nin] = io_of(k, grad16 >= 0 ? grad16 : id)) < 0) return -1;
   const IrNode *q = nd(k, n->in[0]), *kk = nd(k, n->in[1]), *v = nd(k, n->in[2]);
   int64_t B = q->dims[0], H = q->dims[1], T = q->dims[2], D = q->dims[3], Hk = kk->dims[1], S = kk->dims[2], Dv = v->dims[3];
   /* the tensor-core kernels where the heads and the GPU (sm_80 on: mma.sync) allow */
   hpdl_attn_launch L;
+  memset(&L, 0, sizeof L);
   int tc = cg_cuda_attention_tc(k->t->opt.arch, D, Dv) && !hpdl_attn_plan_tc((int)D, (int)Dv, B, H, Hk, T, S, &L);
   /* q, k, v in fp32, or (precision.h, for the tensor-core kernels) all three in one
    * 16-bit type as stored: then the kernels whose operands are 16-bit (mma m16n8k16
@@ -866,8 +872,8 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   DType stored = q->dtype;
   int h16 = tc && (stored == DT_BF16 || stored == DT_F16);
   for (int i = 0; i <= nin; i++) {
-    const IrNode *x = i < nin ? nd(k, n->in[i]) : n;
-    if (x->dtype != (i < 3 && h16 ? stored : DT_F32)) {
+    const IrNode *x = i < nin ? nd(k, n->in[i]) : nd(k, grad16 >= 0 ? grad16 : id);
+    if (x->dtype != ((i < 3 || (i == nin && grad16 >= 0)) && h16 ? stored : DT_F32)) {
       cu_fail(k->t, "graph %s kernel k%d: attention runs on f32 tensors (q, k, v: all three %s), not %s",
               k->fg->graph->name, k->kp, h16 ? sem_dtype_name(stored) : "f32", sem_dtype_name(x->dtype));
       return -1;

@@ -63,7 +63,10 @@
  *    cycle: its only successor is that kernel.
  * 6. Leaves, collectives and CALLs are units of their own; EMBEDDING (a
  *    gather), EMBEDDING_BWD (a scatter-add), ROPE, CROSS_ENTROPY(_BWD),
- *    REPEAT_KV_BWD and multi-group SUM_TO are `special` kernels.
+ *    REPEAT_KV_BWD and multi-group SUM_TO are `special` kernels. With
+ *    FuseOptions.store16 an ATTENTION_BWD's one reader, a CAST of its
+ *    gradient to q's 16-bit type, joins its kernel (the 16-bit attention
+ *    kernels store the gradient so).
  * 7. Order: kernels are listed by a topological sort of the kernel graph,
  *    taking among the ready kernels the one with the smallest node id, so
  *    the order follows the source where it can.
@@ -591,6 +594,21 @@ static int try_epilogue(Fuser *F, int id) {
   return 0;
 }
 
+/* FuseOptions.store16: a CAST to 16 bits of an ATTENTION_BWD's gradient, its one
+ * reader, joins the special kernel when q is stored in that type (the CUDA target's
+ * 16-bit kernels, which store the gradient in it themselves; precision.c). */
+static int try_special_cast(Fuser *F, int id) {
+  const IrNode *n = nd(F->g, id);
+  if (!F->opts.store16 || n->op != IR_CAST || n->nin != 1 || (n->dtype != DT_BF16 && n->dtype != DT_F16)) return 0;
+  int x = n->in[0];
+  const IrNode *a = nd(F->g, x);
+  if (a->op != IR_ATTENTION_BWD || a->dtype != DT_F32 || nd(F->g, a->in[0])->dtype != n->dtype || !single_use(F, x)) return 0;
+  int k = kof(F, x);
+  if (F->k[k].kind != FUSE_SPECIAL) return 0;
+  place(F, id, k);
+  return 1;
+}
+
 static int is_index_map(IrOp op);
 
 /* Rule 5: may shape op `id` be folded into the kernel of its one consumer? */
@@ -869,7 +887,7 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
       F.k[k].mm = F.k[k].tail = id;
       break;
     case R_EW:
-      if (try_epilogue(&F, id)) continue;
+      if (try_epilogue(&F, id) || try_special_cast(&F, id)) continue;
       fuse_compute(&F, id);
       continue;
     case R_RED: fuse_compute(&F, id); continue;

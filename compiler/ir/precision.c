@@ -189,7 +189,8 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, const PrecTarge
     char *ok16 = arena_alloc(a, (size_t)n + 1);
     for (int i = n - 1; i >= 0; i--) {
       const IrNode *x = &old[i];
-      if (readers[i] == 0 || out[i] || (x->op != IR_MATMUL && x->op != IR_VOCAB_MASK && !(ir_op_flags(x->op) & IRF_SHAPE)))
+      if (readers[i] == 0 || out[i] ||
+          (x->op != IR_MATMUL && x->op != IR_ATTENTION_BWD && x->op != IR_VOCAB_MASK && !(ir_op_flags(x->op) & IRF_SHAPE)))
         continue;
       ok16[i] = 1;
       for (int r = i + 1; r < n && ok16[i]; r++) {
@@ -206,8 +207,11 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, const PrecTarge
         }
       }
     }
+    /* and so is the attention's gradient [dq, dk, dv] (FlashAttention-2 writes them in
+     * its operands' type): the CUDA target's 16-bit kernels store it so themselves */
     for (int i = 0; i < n; i++)
-      prod16[i] = old[i].op == IR_MATMUL && old[i].dtype == DT_F32 && act[i] && !stat[i] && !grad32[i] && ok16[i];
+      prod16[i] = (old[i].op == IR_MATMUL || old[i].op == IR_ATTENTION_BWD) && old[i].dtype == DT_F32 && act[i] && !stat[i] &&
+                  !grad32[i] && ok16[i];
   }
   Rebuild R = {g, old, map, ident, {c0, c1}, {h0, h1}, storage, g->fb_split, m};
   /* GEMMs multiply bf16 matrices (the CPU's hpd_ctx.gemm_bf16, cuBLASLt);
@@ -247,7 +251,8 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, const PrecTarge
     if (x->op == IR_ARG && arg16 && arg16[x->attr[0]]) dt = storage;
     if (as16[i]) dt = storage;
     map[i] = append(&R, x, in, dt);
-    if (prod16[i]) map[i] = cast_to(&R, map[i], storage, x->span); /* fuse.c's store16 makes it the GEMM's bf16 D */
+    /* fuse.c's store16 makes it the GEMM's bf16 D, or the 16-bit attention kernels' store */
+    if (prod16[i]) map[i] = cast_to(&R, map[i], storage, x->span);
     stored += is16(dt);
   }
   for (int k = 0; k < g->noutputs; k++) {

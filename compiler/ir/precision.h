@@ -18,7 +18,9 @@
  * rounded to bf16 by a CAST where only kernels that load any type on both
  * targets (or bf16 GEMMs) read it and none adds a bias or scales it (the
  * backward's data gradients, as autocast's matmul returns bf16; on the CUDA
- * target the GEMM writes that bf16 D itself: fuse.c's store16). A
+ * target the GEMM writes that bf16 D itself: fuse.c's store16); the same for
+ * the attention's gradient [dq, dk, dv], which the CUDA target's 16-bit
+ * attention kernels store in bf16 themselves. A
  * parameter's gradient is fp32 where it is made. fp16's GEMMs,
  * host ops (attention, convolution, MoE), collectives, extern calls, calls
  * of other graphs and the CUDA target's special kernels read fp32 (but its
