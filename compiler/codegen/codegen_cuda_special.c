@@ -321,23 +321,37 @@ static int rope(CuKern *k, const IrNode *n, int id) {
  * log(sum) in fp64, as the CPU's row_lse. With vec4 (f32 logits, rows a
  * multiple of 4), four logits a thread through float4 where `vec_` (the
  * buffers 16-byte aligned). Every thread of the block runs it. */
-/* `if (vec_) {` and a loop over the row `base` of io x four logits a thread, `q` the four */
-static void row4_open(CuText *o, int x, int64_t V) {
-  cu_tx(o, "    if (vec_) {\n");
-  cu_tx(o, "      for (long long v = threadIdx.x * 4LL; v < %" PRId64 "LL; v += blockDim.x * 4LL) {\n", V);
-  cu_tx(o, "        const float4 q = *(const float4 *)(p%d + base + v);\n", x);
+/* The function that widens a stored logit of type dt to float (a cast for fp32). */
+static const char *widen(DType dt) {
+  return dt == DT_BF16 ? "hpdl_bf16_to_f32" : dt == DT_F16 ? "hpdl_f16_to_f32" : "(float)";
 }
 
-static void row_lse(CuText *o, int x, int64_t V, int vec4) {
+/* `if (vec_) {` and a loop over the row `base` of io x four logits a thread, `q` the four
+ * (fp32: one float4 load; 16-bit, the logits as the GEMM stores them under bf16: one
+ * 8-byte load, widened) */
+static void row4_open(CuText *o, int x, int64_t V, DType dt) {
+  cu_tx(o, "    if (vec_) {\n");
+  cu_tx(o, "      for (long long v = threadIdx.x * 4LL; v < %" PRId64 "LL; v += blockDim.x * 4LL) {\n", V);
+  if (dt == DT_F32) {
+    cu_tx(o, "        const float4 q = *(const float4 *)(p%d + base + v);\n", x);
+    return;
+  }
+  const char *w = widen(dt);
+  cu_tx(o, "        const uint2 u = *(const uint2 *)(p%d + base + v);\n", x);
+  cu_tx(o, "        const float4 q = make_float4(%1$s((unsigned short)(u.x & 0xffffu)), %1$s((unsigned short)(u.x >> 16)), "
+           "%1$s((unsigned short)(u.y & 0xffffu)), %1$s((unsigned short)(u.y >> 16)));\n", w);
+}
+
+static void row_lse(CuText *o, int x, int64_t V, int vec4, DType dt) {
   cu_tx(o, "    const long long base = row * %" PRId64 "LL;\n", V);
   cu_tx(o, "    float m = HPDL_NEG_INF, s = 0.0f;\n");
   if (vec4) {
-    row4_open(o, x, V);
+    row4_open(o, x, V, dt);
     cu_tx(o, "        hpdl_lse_add(&m, &s, q.x);\n        hpdl_lse_add(&m, &s, q.y);\n");
     cu_tx(o, "        hpdl_lse_add(&m, &s, q.z);\n        hpdl_lse_add(&m, &s, q.w);\n      }\n    } else\n  ");
   }
-  cu_tx(o, "    for (long long v = threadIdx.x; v < %" PRId64 "LL; v += blockDim.x) hpdl_lse_add(&m, &s, (float)p%d[base + v]);\n",
-        V, x);
+  cu_tx(o, "    for (long long v = threadIdx.x; v < %" PRId64 "LL; v += blockDim.x) hpdl_lse_add(&m, &s, %s(p%d[base + v]));\n",
+        V, widen(dt), x);
   cu_tx(o, "    const float bm = hpdl_block_max(m, red_);\n");
   cu_tx(o, "    s = hpdl_block_sum(m == HPDL_NEG_INF ? 0.0f : s * expf(m - bm), red_);\n");
   cu_tx(o, "    const double lse = bm == HPDL_NEG_INF ? (double)HPDL_NEG_INF : (double)bm + (double)logf(s);\n");
@@ -388,8 +402,8 @@ static int cross_entropy(CuKern *k, const IrNode *n, int id) {
     int fk = lse_kernel(k, id);
     if (fk < 0) cu_tx(o, "  __shared__ float red_[32];\n"); /* the row's log-sum-exp computed here */
     cu_tx(o, "  const float scale = (float)p%d[0] / %" PRId64 ".0f;\n", dl, P);
-    /* four logits a thread where the rows allow (f32 in, f32 or 16-bit out) */
-    int vec4 = xn->dtype == DT_F32 && V % 4 == 0 && cu_vec_type(n->dtype);
+    /* four logits a thread where the rows allow (f32 or 16-bit in, f32 or 16-bit out) */
+    int vec4 = cu_vec_type(xn->dtype) && V % 4 == 0 && cu_vec_type(n->dtype);
     if (vec4) vec_flag(o, x, out);
     char fbase[160] = "";
     if (fk >= 0) cu_kernel_base(k->fg, fk, fbase, sizeof fbase);
@@ -398,13 +412,13 @@ static int cross_entropy(CuKern *k, const IrNode *n, int id) {
       cu_tx(o, "    const long long base = row * %" PRId64 "LL;\n", V);
       cu_tx(o, "    const float lse32 = %s_lse[row]; /* kernel %d's: the loss of these logits */\n", fbase, fk);
     } else {
-      row_lse(o, x, V, vec4);
+      row_lse(o, x, V, vec4, xn->dtype);
       cu_tx(o, "    const float lse32 = (float)lse;\n");
     }
     cu_tx(o, "    const long long tgt = (long long)p%d[row];\n", t);
     cu_tx(o, "    const int ok = tgt >= 0 && tgt < %" PRId64 "LL;\n", V);
     if (vec4) {
-      row4_open(o, x, V);
+      row4_open(o, x, V, xn->dtype);
       cu_tx(o, "        float g[4] = {expf(q.x - lse32), expf(q.y - lse32), expf(q.z - lse32), expf(q.w - lse32)};\n");
       cu_tx(o, "        for (int e = 0; e < 4; e++) g[e] = ok ? scale * (v + e == tgt ? g[e] - 1.0f : g[e]) : 0.0f;\n");
       static const char *const g4[4] = {"g[0]", "g[1]", "g[2]", "g[3]"};
@@ -412,7 +426,7 @@ static int cross_entropy(CuKern *k, const IrNode *n, int id) {
       cu_tx(o, "      }\n      continue;\n    }\n");
     }
     cu_tx(o, "    for (long long v = threadIdx.x; v < %" PRId64 "LL; v += blockDim.x) {\n", V);
-    cu_tx(o, "      const float e = expf((float)p%d[base + v] - lse32);\n", x);
+    cu_tx(o, "      const float e = expf(%s(p%d[base + v]) - lse32);\n", widen(xn->dtype), x);
     cu_tx(o, "      const float g = ok ? scale * (v == tgt ? e - 1.0f : e) : 0.0f;\n");
     store(o, "      ", out, n->dtype, "base + v", "g");
     cu_tx(o, "    }\n  }\n}\n\n");
@@ -430,14 +444,15 @@ static int cross_entropy(CuKern *k, const IrNode *n, int id) {
   step_name(k, 0, 2, name, sizeof name);
   cu_signature(k, o, name);
   cu_tx(o, "  __shared__ float red_[32];\n");
-  int vec4 = xn->dtype == DT_F32 && V % 4 == 0;
+  int vec4 = cu_vec_type(xn->dtype) && V % 4 == 0;
   if (vec4) vec_flag(o, x, -1);
   cu_tx(o, "  for (long long row = blockIdx.x; row < %" PRId64 "LL; row += gridDim.x) {\n", P);
-  row_lse(o, x, V, vec4);
+  row_lse(o, x, V, vec4, xn->dtype);
   cu_tx(o, "    if (threadIdx.x == 0) {\n");
   cu_tx(o, "      %s_lse[row] = (float)lse;\n", b);
   cu_tx(o, "      const long long tgt = (long long)p%d[row];\n", t);
-  cu_tx(o, "      %s_loss[row] = tgt >= 0 && tgt < %" PRId64 "LL ? lse - (double)(float)p%d[base + tgt] : 0.0;\n", b, V, x);
+  cu_tx(o, "      %s_loss[row] = tgt >= 0 && tgt < %" PRId64 "LL ? lse - (double)%s(p%d[base + tgt]) : 0.0;\n", b, V,
+        widen(xn->dtype), x);
   cu_tx(o, "    }\n  }\n}\n\n");
   cu_add_launch(k, name, 0, "special", P, row_block(V));
   step_name(k, 1, 2, name, sizeof name);

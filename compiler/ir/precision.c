@@ -22,8 +22,8 @@ static int stores_any(IrOp op) {
 }
 
 /* Ops that read their float inputs in any element type: the above, the
- * shape ops, the row and column reductions, and on the CPU its rotary,
- * cross-entropy, pick and scatter kernels. The rest (GEMMs, host
+ * shape ops, the row and column reductions, the cross-entropy, and on the
+ * CPU its rotary, pick and scatter kernels. The rest (GEMMs, host
  * ops, collectives, calls, extern calls; the CUDA target's special kernels)
  * read fp32: a cast before them, which changes no value. */
 static int reads_any(IrOp op, int cuda) {
@@ -32,12 +32,12 @@ static int reads_any(IrOp op, int cuda) {
   case IR_REDUCE_MEAN:
   case IR_REDUCE_MAX:
   case IR_REDUCE_SUM:
-  case IR_SUM_TO: return 1; /* row and column kernels, or the CUDA target's special sum over several groups */
+  case IR_SUM_TO: /* row and column kernels, or the CUDA target's special sum over several groups */
+  case IR_CROSS_ENTROPY:
+  case IR_CROSS_ENTROPY_BWD: return 1; /* the logits as stored (bf16: the head GEMM's D) */
   case IR_EMBEDDING:
   case IR_ROPE:
   case IR_REPEAT_KV_BWD:
-  case IR_CROSS_ENTROPY:
-  case IR_CROSS_ENTROPY_BWD:
   case IR_PICK:
   case IR_PICK_BWD:
   case IR_EMBEDDING_BWD: return !cuda;

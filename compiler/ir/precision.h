@@ -24,7 +24,8 @@
  * parameter's gradient is fp32 where it is made. fp16's GEMMs,
  * host ops (attention, convolution, MoE), collectives, extern calls, calls
  * of other graphs and the CUDA target's special kernels read fp32 (but its
- * tensor-core attention's q, k and v: their stored 16-bit type): a CAST is put
+ * tensor-core attention's q, k and v: their stored 16-bit type; its column
+ * sums and cross-entropy read any type): a CAST is put
  * before them (one per value and side of the step's forward / backward cut,
  * so the stash keeps the 16-bit value); a cast changes no value. The block forward's
  * saved activations (its outputs after the first) stay 16-bit, and so do the
