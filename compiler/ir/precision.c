@@ -187,24 +187,36 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, const PrecTarge
      * Not where a reader adds a parameter (a bias) or multiplies by a
      * constant (a scale): the GEMM's own epilogue, in fp32 before it rounds */
     char *ok16 = arena_alloc(a, (size_t)n + 1);
-    for (int i = n - 1; i >= 0; i--) {
+    /* each node's readers (reader, input slot), CSR: start[i] .. start[i + 1] */
+    int *start = arena_alloc(a, sizeof(int) * (size_t)(n + 2)), nuse = 0;
+    for (int i = 0; i < n; i++) nuse += old[i].nin;
+    int *use_node = arena_alloc(a, sizeof(int) * (size_t)(nuse + 1)), *use_slot = arena_alloc(a, sizeof(int) * (size_t)(nuse + 1));
+    for (int i = 0; i < n; i++)
+      for (int k = 0; k < old[i].nin; k++) start[old[i].in[k] + 1]++;
+    for (int i = 0; i < n; i++) start[i + 1] += start[i];
+    int *fill = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+    for (int r = 0; r < n; r++)
+      for (int k = 0; k < old[r].nin; k++) {
+        int v = old[r].in[k], at = start[v] + fill[v]++;
+        use_node[at] = r;
+        use_slot[at] = k;
+      }
+    for (int i = n - 1; i >= 0; i--) { /* readers come after: decided first */
       const IrNode *x = &old[i];
       if (readers[i] == 0 || out[i] ||
           (x->op != IR_MATMUL && x->op != IR_ATTENTION_BWD && x->op != IR_VOCAB_MASK && !(ir_op_flags(x->op) & IRF_SHAPE)))
         continue;
       ok16[i] = 1;
-      for (int r = i + 1; r < n && ok16[i]; r++) {
+      for (int u = start[i]; u < start[i + 1] && ok16[i]; u++) {
+        int r = use_node[u], k = use_slot[u];
         const IrNode *y = &old[r];
-        for (int k = 0; k < y->nin && ok16[i]; k++) {
-          if (y->in[k] != i) continue;
-          /* views, and the padded logits' mask, keep their input's type */
-          if ((ir_op_flags(y->op) & IRF_SHAPE) || y->op == IR_VOCAB_MASK) ok16[i] = y->op != IR_CONCAT && ok16[r];
-          else if (y->op == IR_MATMUL || (k < 2 && ir_linear_role(y->op) != IR_LINEAR_NONE)) continue;
-          /* the CUDA target's readers on both targets: the same values rounded */
-          else if (!stores_any(y->op) && !reads_any(y->op, 1)) ok16[i] = 0;
-          else if (y->op == IR_ADD || (y->op == IR_MUL && y->nin == 2 && old[y->in[1 - k]].op == IR_CONST))
-            for (int o = 0; o < y->nin; o++) ok16[i] &= y->in[o] == i || act[y->in[o]];
-        }
+        /* views, and the padded logits' mask, keep their input's type */
+        if ((ir_op_flags(y->op) & IRF_SHAPE) || y->op == IR_VOCAB_MASK) ok16[i] = y->op != IR_CONCAT && ok16[r];
+        else if (y->op == IR_MATMUL || (k < 2 && ir_linear_role(y->op) != IR_LINEAR_NONE)) continue;
+        /* the CUDA target's readers on both targets: the same values rounded */
+        else if (!stores_any(y->op) && !reads_any(y->op, 1)) ok16[i] = 0;
+        else if (y->op == IR_ADD || (y->op == IR_MUL && y->nin == 2 && old[y->in[1 - k]].op == IR_CONST))
+          for (int o = 0; o < y->nin; o++) ok16[i] &= y->in[o] == i || act[y->in[o]];
       }
     }
     /* and so is the attention's gradient [dq, dk, dv] (FlashAttention-2 writes them in
