@@ -124,6 +124,36 @@ static int as_16(Rebuild *R, int v, int side, Span at) {
   return R->cast16[side][v] = cast_to(R, nv, R->storage, at);
 }
 
+/* Drops the reshapes nothing reads (and no output): the fp32 view of a value whose
+ * 16-bit copy a graph output took instead (below). A dead view would still count as a
+ * reader of its input for the fusion, which then copies that input for nothing. Views
+ * compute nothing, so nothing else goes; *split (a node index, 0: none) follows. */
+static void drop_dead_views(IrGraph *g, int *split) {
+  int n = g->nnodes;
+  int *uses = arena_alloc(g->arena, sizeof(int) * (size_t)(n + 1)), ndead = 0;
+  char *dead = arena_alloc(g->arena, (size_t)n + 1);
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < g->nodes[i].nin; k++) uses[g->nodes[i].in[k]]++;
+  for (int k = 0; k < g->noutputs; k++) uses[g->outputs[k]]++;
+  for (int i = n - 1; i >= g->nargs; i--)
+    if (g->nodes[i].op == IR_RESHAPE && !uses[i]) {
+      dead[i] = 1;
+      ndead++;
+      uses[g->nodes[i].in[0]]--;
+    }
+  if (!ndead) return;
+  IrNode *old = arena_alloc(g->arena, sizeof(IrNode) * (size_t)(n + 1));
+  int *map = arena_alloc(g->arena, sizeof(int) * (size_t)(n + 1)), new_split = 0;
+  memcpy(old, g->nodes, sizeof(IrNode) * (size_t)n);
+  g->nnodes = 0;
+  for (int i = 0; i < n; i++) {
+    if (*split > 0 && i == *split) new_split = g->nnodes;
+    map[i] = dead[i] ? -1 : ir_add_copy(g, &old[i], map);
+  }
+  for (int k = 0; k < g->noutputs; k++) g->outputs[k] = map[g->outputs[k]];
+  if (*split > 0) *split = new_split;
+}
+
 /* Graph g rebuilt with 16-bit storage; keep16[k] = 1 lets output k stay
  * 16-bit (a block forward's saved activation), arg16[a] = 1 makes argument
  * a 16-bit (its backward's stash). Returns the values stored in 16 bits;
@@ -269,9 +299,14 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, const PrecTarge
   }
   for (int k = 0; k < g->noutputs; k++) {
     int v = g->outputs[k];
-    g->outputs[k] = keep16 && keep16[k] ? map[v] : as_f32(&R, v, R.split > 0, old[v].span);
+    /* a saved activation the forward rounds for its GEMM anyway is saved as that
+     * 16-bit copy, as autocast saves a linear layer's bf16 input (the attention's
+     * output, transposed: then one pass makes it, not an fp32 copy and a cast) */
+    int side = R.split > 0;
+    g->outputs[k] = keep16 && keep16[k] ? (R.cast16[side][v] >= 0 ? R.cast16[side][v] : map[v]) : as_f32(&R, v, side, old[v].span);
     if (out16) out16[k] = (char)is16(g->nodes[g->outputs[k]].dtype);
   }
+  drop_dead_views(g, &new_split);
   if (R.split > 0) g->fb_split = new_split;
   return stored;
 }
