@@ -7,7 +7,7 @@ layer, stage_layers from manifest.json), by kernel family, with the largest laun
 What a change to the compiler saves in memory-bound work shows here before a GPU
 times it (docs/backend.md quotes it).
 
-  python3 bench/cuda_traffic.py ARTIFACT_DIR [--stage N] [--top K] [--json]
+  python3 bench/cuda_traffic.py ARTIFACT_DIR [--stage N] [--top K] [--json] [--max-gb GB]
 
 The GEMMs and attention are compute-bound (not counted); a kernel that works in
 place (the padded logits' mask) is counted as the IR prices it, every element.
@@ -25,6 +25,7 @@ def main():
     ap.add_argument("--stage", type=int, default=0, help="pipeline stage (default 0)")
     ap.add_argument("--top", type=int, default=15, help="largest launches listed (default 15)")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    ap.add_argument("--max-gb", type=float, help="exit 1 when the step's traffic exceeds this many GB (a test's bound)")
     a = ap.parse_args()
     try:
         man = json.load(open(os.path.join(a.artifact, "manifest.json")))
@@ -55,11 +56,14 @@ def main():
         rows.append((b, l["name"], l["kind"], times, m.group(1) if m else ""))
     total = sum(families.values())
     rows.sort(key=lambda r: -r[0])
+    over = a.max_gb is not None and total > a.max_gb * 1e9
+    if over:
+        print(f"cuda_traffic: {total / 1e9:.2f} GB a micro-batch, over the bound of {a.max_gb} GB", file=sys.stderr)
     if a.json:
         print(json.dumps({"bytes": total, "families": families,
                           "top": [{"bytes": r[0], "name": r[1], "kind": r[2], "times": r[3], "ops": r[4]}
                                   for r in rows[:a.top]]}))
-        return
+        sys.exit(1 if over else 0)
     print(f"{a.artifact}: stage {a.stage}, {layers[a.stage]} layers, one micro-batch "
           f"({man['layout'].get('micro_batch')} sequences): {total / 1e9:.2f} GB of memory-bound traffic at least")
     for f, b in sorted(families.items(), key=lambda x: -x[1]):
@@ -67,6 +71,7 @@ def main():
     print(f"the {min(a.top, len(rows))} largest launches (x times a micro-batch):")
     for b, name, kind, times, ops in rows[:a.top]:
         print(f"  {b / 1e9:8.3f} GB  {name:<28} {kind:<8} x{times:<3} {ops[:100]}")
+    sys.exit(1 if over else 0)
 
 
 if __name__ == "__main__":
