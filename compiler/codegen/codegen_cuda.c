@@ -1016,7 +1016,8 @@ static int emit_zero(CuKern *k, int v, const char *name, int step) {
  * the IR's and CUBLASLT_EPILOGUE_GELU), with nothing else after the
  * product. *d: the value the call writes (D), *aux: the pre-activation when
  * a later kernel reads it too (the AUX epilogues), else -1. 0 when the
- * epilogue is not one of these and must be generated. */
+ * epilogue is not one of these and must be generated. A lone cast of the
+ * product to bf16 (FUSE_EPI_CAST) is cuBLASLt's too: a bf16 D, *kind NULL. */
 static int lt_epilogue(const CuKern *k, const GemmPlan *P, const char **kind, int *bias, int *d, int *aux) {
   const FuseKernel *K = k->K;
   const IrGraph *g = k->fg->graph;
@@ -1026,7 +1027,7 @@ static int lt_epilogue(const CuKern *k, const GemmPlan *P, const char **kind, in
       int id = K->nodes[j];
       if (id > P->product && g->nodes[id].op == IR_CAST && g->nodes[id].dtype == DT_BF16 && g->nodes[id].in[0] == P->product &&
           cu_io_index(k, P->product) < 0 && cu_io_index(k, id) >= K->ninputs) {
-        *kind = "none";
+        *kind = NULL;
         *bias = *aux = -1;
         *d = id;
         return 1;
@@ -1065,10 +1066,12 @@ static void gemm(CuKern *k) {
   if (gemm_plan(&k->nk, &P)) return;
   const char *epi = NULL;
   int ebias = -1, ed = -1, eaux = -1;
-  if (P.epilogue && lt_epilogue(k, &P, &epi, &ebias, &ed, &eaux)) P.out = ed;
-  else epi = NULL;
-  int d16 = epi && !strcmp(epi, "none"); /* a bf16 D, no epilogue */
-  if (d16) epi = NULL;
+  int d16 = 0; /* a bf16 D with no epilogue */
+  if (P.epilogue && lt_epilogue(k, &P, &epi, &ebias, &ed, &eaux)) {
+    P.out = ed;
+    d16 = !epi;
+  } else
+    epi = NULL;
   if (P.bgrad >= 0) { /* fuse.h's rule 8: cuBLASLt sums the operand as it reads it */
     epi = P.bgrad_side ? "bgrad_b" : "bgrad_a";
     ebias = P.bgrad;
@@ -1171,12 +1174,12 @@ static void gemm(CuKern *k) {
       cu_tx(o, "    hpdl_emu_bgrad((float *)io[%d], io[%d], %d, %" PRId64 ", %" PRId64 ", %" PRId64 ");\n", l->bias,
             P.bgrad_side ? l->gemm_b : l->gemm_a, l->ab_bf16, P.K, P.bgrad_side ? P.N : P.M,
             P.bgrad_side ? P.b.cols : P.a.cols);
-    else if (l->c_bf16 && d16) /* the product rounded into D */
-      cu_tx(o, "    hpdl_emu_bias16((unsigned short *)io[%d], c32, nullptr, %" PRId64 ", %" PRId64 ");\n    free(c32);\n",
-            l->gemm_c, P.nbatch * P.M, P.N);
-    else if (l->c_bf16) /* the bias added in fp32, the sum rounded into D */
-      cu_tx(o, "    hpdl_emu_bias16((unsigned short *)io[%d], c32, (const float *)io[%d], %" PRId64 ", %" PRId64 ");\n    free(c32);\n",
-            l->gemm_c, l->bias, P.nbatch * P.M, P.N);
+    else if (l->c_bf16) { /* the bias (if any) added in fp32, the sum rounded into D */
+      char bias_arg[32] = "nullptr";
+      if (!d16) snprintf(bias_arg, sizeof bias_arg, "(const float *)io[%d]", l->bias);
+      cu_tx(o, "    hpdl_emu_bias16((unsigned short *)io[%d], c32, %s, %" PRId64 ", %" PRId64 ");\n    free(c32);\n", l->gemm_c,
+            bias_arg, P.nbatch * P.M, P.N);
+    }
     else if (epi) /* what cuBLASLt's epilogue does after the product */
       cu_tx(o, "    hpdl_emu_epilogue((float *)io[%d], (const float *)io[%d], %s, %" PRId64 ", %" PRId64 ", %d);\n",
             l->gemm_c, l->bias, aux_arg, P.nbatch * P.M, P.N,

@@ -321,7 +321,7 @@ static int rope(CuKern *k, const IrNode *n, int id) {
  * log(sum) in fp64, as the CPU's row_lse. With vec4 (f32 logits, rows a
  * multiple of 4), four logits a thread through float4 where `vec_` (the
  * buffers 16-byte aligned). Every thread of the block runs it. */
-/* The function that widens a stored logit of type dt to float (a cast for fp32). */
+/* The function that widens a stored value of type dt to float (a cast for fp32). */
 static const char *widen(DType dt) {
   return dt == DT_BF16 ? "hpdl_bf16_to_f32" : dt == DT_F16 ? "hpdl_f16_to_f32" : "(float)";
 }
@@ -578,8 +578,7 @@ static int sum_to(CuKern *k, const IrNode *n, int id) {
     cu_tx(o, "      at += (q %% %" PRId64 "LL) * %" PRId64 "LL; q /= %" PRId64 "LL;\n", x->dims[i], xst[i], x->dims[i]);
   }
   /* any float type (precision.c: a column sum reads its input as stored) */
-  const char *wid = x->dtype == DT_BF16 ? "hpdl_bf16_to_f32" : x->dtype == DT_F16 ? "hpdl_f16_to_f32" : "(float)";
-  cu_tx(o, "      acc += %s(p%d[at]);\n    }\n", wid, xs);
+  cu_tx(o, "      acc += %s(p%d[at]);\n    }\n", widen(x->dtype), xs);
   store(o, "    ", out, n->dtype, "lin", "acc");
   cu_tx(o, "  }\n}\n\n");
   cu_add_launch(k, k->base, 0, "special", blocks_for(N), CU_BLOCK);

@@ -67,14 +67,6 @@ void dev_gemm_reference(const DevGemm *g, void *const *io) {
       }
   }
   int64_t rows = nbatch * g->m;
-  if (g->epilogue == DEV_EPI_NONE) {
-    if (g->c_bf16) { /* the bare product rounded into a bf16 D */
-      uint16_t *D = io[g->c];
-      for (int64_t i = 0; i < rows * g->n; i++) D[i] = half_bf16_from_f32(C[i]);
-      free(C);
-    }
-    return;
-  }
   if (g->epilogue == DEV_EPI_BGRAD_A || g->epilogue == DEV_EPI_BGRAD_B) {
     /* the operand's stored [k, x] rows summed in order of k, fp32 (cuBLASLt's BGRADB / BGRADA) */
     int side_a = g->epilogue == DEV_EPI_BGRAD_A;
@@ -88,15 +80,17 @@ void dev_gemm_reference(const DevGemm *g, void *const *io) {
     }
     return;
   }
-  const float *bias = io[g->bias];
-  float *aux = g->aux >= 0 ? io[g->aux] : NULL;
-  for (int64_t i = 0; i < rows; i++)
-    for (int64_t j = 0; j < g->n; j++) {
-      float v = C[i * g->n + j] + bias[j];
-      if (aux) aux[i * g->n + j] = v;
-      C[i * g->n + j] = g->epilogue == DEV_EPI_BIAS_RELU ? (v > 0.0f ? v : 0.0f) : g->epilogue == DEV_EPI_BIAS_GELU ? gelu(v) : v;
-    }
-  if (g->c_bf16) {
+  if (g->epilogue != DEV_EPI_NONE) {
+    const float *bias = io[g->bias];
+    float *aux = g->aux >= 0 ? io[g->aux] : NULL;
+    for (int64_t i = 0; i < rows; i++)
+      for (int64_t j = 0; j < g->n; j++) {
+        float v = C[i * g->n + j] + bias[j];
+        if (aux) aux[i * g->n + j] = v;
+        C[i * g->n + j] = g->epilogue == DEV_EPI_BIAS_RELU ? (v > 0.0f ? v : 0.0f) : g->epilogue == DEV_EPI_BIAS_GELU ? gelu(v) : v;
+      }
+  }
+  if (g->c_bf16) { /* the bare product, or the bias's sum, rounded into D */
     uint16_t *D = io[g->c];
     for (int64_t i = 0; i < rows * g->n; i++) D[i] = half_bf16_from_f32(C[i]);
     free(C);
