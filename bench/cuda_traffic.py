@@ -2,15 +2,16 @@
 """cuda_traffic.py - the least memory traffic of a CUDA artifact's training step,
 without a GPU: every launch's `bytes` in stageS.kernels.json (its inputs read and
 outputs written once, the figure HPDL_PROFILE divides by a launch's time for its
-bandwidth), summed over one micro-batch's training graphs (the layer graphs once a
+bandwidth; `kernel_bytes` on the first step of a kernel of several launches), summed over one micro-batch's training graphs (the layer graphs once a
 layer, stage_layers from manifest.json), by kernel family, with the largest launches.
 What a change to the compiler saves in memory-bound work shows here before a GPU
 times it (docs/backend.md quotes it).
 
   python3 bench/cuda_traffic.py ARTIFACT_DIR [--stage N] [--top K] [--json] [--max-gb GB]
 
-The GEMMs and attention are compute-bound (not counted); a kernel that works in
-place (the padded logits' mask) is counted as the IR prices it, every element.
+The GEMMs and attention are compute-bound (not counted); the padded logits' mask,
+which the host program runs in place where its input dies (the training step),
+counts the padded columns it writes.
 """
 import argparse
 import json
@@ -50,7 +51,8 @@ def main():
         if not (g.endswith(".grad") or g.endswith(".fwd")) or l["kind"] in ("gemm", "attention"):
             continue
         times = 1 if g.startswith("forward") else layers[a.stage]
-        b = l.get("bytes", 0) * times
+        # a kernel of several launches (steps) counts once, on its first step
+        b = (l.get("bytes", 0) + l.get("kernel_bytes", 0)) * times
         families[l["kind"]] = families.get(l["kind"], 0) + b
         m = re.search(r"/\* %s: ([^\n]*?)\s*\*/" % re.escape(re.sub(r"_s\d+$", "", l["name"])), src)
         rows.append((b, l["name"], l["kind"], times, m.group(1) if m else ""))

@@ -977,8 +977,8 @@ IrLinearRole ir_linear_role(IrOp op) {
 
 int ir_vocab_mask_in_place(const IrGraph *g, int in, int out) {
   const IrNode *n = &g->nodes[out];
-  return n->op == IR_VOCAB_MASK && n->nin == 1 && n->in[0] == in && n->attr[0] == 0 && n->rank >= 1 && n->dtype == DT_F32 &&
-         g->nodes[in].dtype == DT_F32;
+  return n->op == IR_VOCAB_MASK && n->nin == 1 && n->in[0] == in && n->attr[0] == 0 && n->rank >= 1 &&
+         (n->dtype == DT_F32 || n->dtype == DT_BF16 || n->dtype == DT_F16) && g->nodes[in].dtype == n->dtype;
 }
 
 int ir_linear_targets(IrOp op) { return op == IR_LINEAR_CE || op == IR_LINEAR_CE_BWD || op == IR_LINEAR_CE_BWD_W; }

@@ -258,7 +258,8 @@ int ir_linear_targets(IrOp op);
 
 /* Whether a kernel that reads value `in` alone and writes value `out` alone
  * may mask the padded logits in place: out is a VOCAB_MASK of in without a
- * tensor group, both fp32. The CUDA back end generates such a kernel so that
+ * tensor group, both of one type (fp32, or bf16 / fp16 as the head's product
+ * is stored under 16-bit precision). The CUDA back end generates such a kernel so that
  * it also runs over one buffer (codegen_cuda.c) and the host program runs it
  * so where in dies there (runtime/device/devexec.c): one test for both. */
 int ir_vocab_mask_in_place(const IrGraph *g, int in, int out);

@@ -1230,8 +1230,8 @@ static void provenance(CuKern *k) {
   cu_tx(&t->src, " */\n");
 }
 
-/* A kernel of one VOCAB_MASK (no tensor group) over an fp32 value read
- * directly (ir_vocab_mask_in_place): the host program runs it in place where
+/* A kernel of one VOCAB_MASK (no tensor group) over a value of its own type
+ * (fp32, bf16 or fp16) read directly (ir_vocab_mask_in_place): the host program runs it in place where
  * its input dies there (runtime/device/devexec.c's dead_values), so that the
  * padded logits take no second buffer; then it writes the fill into the
  * padded columns alone. Run over two buffers (the kernel tests) it is the
@@ -1245,20 +1245,22 @@ static void vmask_in_place(CuKern *k) {
   const IrNode *n = nd(k, k->K->outputs[0]);
   int64_t cols = n->dims[n->rank - 1], keep = n->attr[1], total = ir_numel(n), rows = total / cols;
   int64_t pad = cols > keep ? cols - keep : 0;
-  cu_tx(o, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const hpdl_kctx hpd, const float *p0, float *p1) {\n", CU_BLOCK,
-        k->base);
+  const char *ty = cu_c_type(n->dtype); /* float, or a 16-bit type's bits */
+  cu_tx(o, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const hpdl_kctx hpd, const %s *p0, %s *p1) {\n", CU_BLOCK,
+        k->base, ty, ty);
   cu_tx(o, "  const long long stride = (long long)gridDim.x * blockDim.x, first = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n");
+  cu_tx(o, "  const %s fill = ", ty);
+  if (n->dtype != DT_F32) cu_tx(o, "hpdl_%s_from_f32(", n->dtype == DT_BF16 ? "bf16" : "f16");
+  cu_float(o, n->fattr);
+  cu_tx(o, "%s;\n", n->dtype != DT_F32 ? ")" : "");
   cu_tx(o, "  if ((const void *)p0 == (const void *)p1) { /* in place: the %" PRId64 " padded columns of %" PRId64 " rows */\n", pad,
         rows);
   cu_tx(o, "    for (long long lin = first; lin < %" PRId64 "LL; lin += stride)\n", rows * pad);
-  cu_tx(o, "      p1[lin / %" PRId64 "LL * %" PRId64 "LL + %" PRId64 "LL + lin %% %" PRId64 "LL] = ", pad ? pad : 1, cols, keep,
-        pad ? pad : 1);
-  cu_float(o, n->fattr);
-  cu_tx(o, ";\n    return;\n  }\n");
+  cu_tx(o, "      p1[lin / %" PRId64 "LL * %" PRId64 "LL + %" PRId64 "LL + lin %% %" PRId64 "LL] = fill;\n", pad ? pad : 1, cols,
+        keep, pad ? pad : 1);
+  cu_tx(o, "    return;\n  }\n");
   cu_tx(o, "  for (long long lin = first; lin < %" PRId64 "LL; lin += stride)\n", total);
-  cu_tx(o, "    p1[lin] = lin %% %" PRId64 "LL >= %" PRId64 "LL ? ", cols, keep);
-  cu_float(o, n->fattr);
-  cu_tx(o, " : p0[lin];\n}\n\n");
+  cu_tx(o, "    p1[lin] = lin %% %" PRId64 "LL >= %" PRId64 "LL ? fill : p0[lin];\n}\n\n", cols, keep);
   cu_add_launch(k, k->base, 0, "loop", (total + CU_BLOCK - 1) / CU_BLOCK, CU_BLOCK);
 }
 
@@ -1324,22 +1326,38 @@ static CgTarget *cu_create(const IrModule *m, const FuseResult *fr, const CgOpti
   return t;
 }
 
-/* The launches' bytes (codegen_cuda.h): each fused kernel that is one launch of ours
- * (no GEMM, no second step) moves at least its inputs and outputs once. */
+/* The launches' bytes (codegen_cuda.h): each fused kernel of ours (no GEMM) moves at
+ * least its inputs and outputs once: `bytes` where the kernel is one launch (a launch's
+ * bandwidth), else `kernel_bytes` on its first step (the step's traffic, whichever step
+ * moves it), but for the kernels whose other steps compute (attention's backward). */
 static void launch_bytes(CgTarget *t) {
   for (int i = 0; i < t->nlaunch; i++) {
     CuLaunch *l = &t->launch[i];
-    int alone = strcmp(l->kind, "gemm") != 0 && strcmp(l->kind, "host") != 0;
-    for (int j = 0; j < t->nlaunch && alone; j++)
-      alone = j == i || t->launch[j].graph != l->graph || t->launch[j].kernel != l->kernel;
-    l->bytes = 0;
-    if (!alone) continue;
+    l->bytes = l->kernel_bytes = 0;
+    if (!strcmp(l->kind, "gemm") || !strcmp(l->kind, "host")) continue;
+    int alone = 1, first = 1, compute = 0; /* compute: a step on tensor cores (attention, conv) */
+    for (int j = 0; j < t->nlaunch; j++)
+      if (j != i && t->launch[j].graph == l->graph && t->launch[j].kernel == l->kernel) {
+        alone = 0;
+        first &= j > i;
+        compute |= t->launch[j].flops > 0;
+      }
+    if (!alone && (!first || compute)) continue;
     const FuseGraph *fg = &t->fr->graphs[l->graph];
     const FuseKernel *K = &fg->kernels[l->kernel];
+    double b = 0;
+    if (cu_vmask_in_place(fg->graph, K)) { /* the padded columns alone, as the host program runs it where it can */
+      const IrNode *x = &fg->graph->nodes[K->outputs[0]];
+      int64_t cols = x->dims[x->rank - 1], pad = cols > x->attr[1] ? cols - x->attr[1] : 0;
+      l->bytes = (double)(ir_numel(x) / cols * pad) * (double)sem_dtype_bytes(x->dtype);
+      continue;
+    }
     for (int v = 0; v < K->ninputs + K->noutputs; v++) {
       const IrNode *x = &fg->graph->nodes[v < K->ninputs ? K->inputs[v] : K->outputs[v - K->ninputs]];
-      l->bytes += (double)ir_numel(x) * (double)sem_dtype_bytes(x->dtype);
+      b += (double)ir_numel(x) * (double)sem_dtype_bytes(x->dtype);
     }
+    if (alone) l->bytes = b;
+    else l->kernel_bytes = b;
   }
 }
 
@@ -1658,6 +1676,7 @@ static int cu_emit(CgTarget *t, const char *path) {
                             "grid", (json_int_t)l->grid, "block", (json_int_t)l->block);
       if (l->flops > 0) json_object_set_new(j, "flops", json_real(l->flops));
       if (l->bytes > 0) json_object_set_new(j, "bytes", json_real(l->bytes));
+      if (l->kernel_bytes > 0) json_object_set_new(j, "kernel_bytes", json_real(l->kernel_bytes));
       if (!strcmp(l->kind, "host")) {
         json_t *hio = json_array();
         for (int h = 0; h < l->nhost_io; h++) json_array_append_new(hio, json_integer(l->host_io[h]));

@@ -22,6 +22,8 @@ typedef struct {
   double flops;            /* "attention", "conv": the arithmetic of this launch (profiles), else 0 */
   double bytes;            /* a kernel of one launch: its inputs read and outputs written once,
                             * the least DRAM traffic it can have (profiles: GB/s); else 0 */
+  double kernel_bytes;     /* the first step of a kernel of several launches: the same
+                            * least traffic for all of them (bench/cuda_traffic.py); else 0 */
   /* kind "gemm": a cuBLASLt matmul, row-major C[M, N] = alpha op(A) op(B)
    * over the kernel's io pointers (a, b, c: their io indices) */
   int gemm_a, gemm_b, gemm_c, trans_a, trans_b;

@@ -1305,8 +1305,8 @@ static DevxFrame *frame_open(DevExec *x, int gi, int64_t layer, void **args) {
   return F;
 }
 
-/* Whether kernel K of graph g is one VOCAB_MASK (no tensor group) of an fp32
- * value read directly (ir_vocab_mask_in_place): its generated kernel also runs
+/* Whether kernel K of graph g is one VOCAB_MASK (no tensor group) of a value
+ * of its own type read directly (ir_vocab_mask_in_place): its generated kernel also runs
  * in place, filling the padded columns alone when its two pointers are one. */
 static int vmask_kernel(const IrGraph *g, const DevxKernel *K) {
   return K->kind == DEVX_RUN && K->ninputs == 1 && K->noutputs == 1 && ir_vocab_mask_in_place(g, K->inputs[0], K->outputs[0]);
