@@ -735,19 +735,28 @@ static __device__ __forceinline__ void hpdl_attn_tc_softmax(float (*s)[4], float
 }
 
 /* The forward's rows r0, r1 of out: o / l and lse = m + log l (the row's four lanes' sums
- * added first). */
-template <int Dv>
+ * added first). With o16 (the 16-bit kernels, E = 0 bf16 or 1 fp16) o also goes there
+ * rounded, as the projection reads it: [B, T, H, Dv], row t of head h of sequence b at
+ * ((b T + t) H + h) Dv (fuse_attn_out16: the slice, transpose and cast this saves). */
+template <int Dv, int E = 0>
 static __device__ __forceinline__ void hpdl_attn_tc_store_out(float *__restrict__ out, const float (*o)[4],
                                                               const float *m, float *l, const HpdlAttnTcRows &R, int t,
-                                                              int T) {
+                                                              int T, unsigned short *__restrict__ o16 = nullptr,
+                                                              int H = 1) {
   for (int h = 0; h < 2; h++) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
     const int row = h ? R.r1 : R.r0;
     if (row >= T) continue;
     float *__restrict__ orow = out + ((long long)R.bh * T + row) * (Dv + 1);
+    unsigned short *__restrict__ hrow =
+        o16 ? o16 + (((long long)(R.bh / H) * T + row) * H + R.bh % H) * Dv : nullptr;
     for (int n = 0; n < Dv / 8; n++)
-      for (int e = 0; e < 2; e++) orow[8 * n + 2 * t + e] = l[h] > 0.0f ? o[n][2 * h + e] / l[h] : 0.0f;
+      for (int e = 0; e < 2; e++) {
+        const float v = l[h] > 0.0f ? o[n][2 * h + e] / l[h] : 0.0f;
+        orow[8 * n + 2 * t + e] = v;
+        if (hrow) hrow[8 * n + 2 * t + e] = E == 0 ? hpdl_bf16_from_f32(v) : hpdl_f16_from_f32(v);
+      }
     if (t == 0) orow[Dv] = l[h] > 0.0f ? m[h] + logf(l[h]) : HPDL_NEG_INF;
   }
 }
@@ -1443,12 +1452,14 @@ static __device__ __forceinline__ void hpdl_attn_key_tiles(unsigned short (*Ks)[
 /* The forward with 16-bit operands: block `blk` of HPDL_ATTN_FWD_GRID for an HPDL_ATTN_TC
  * shape (hpdl_attn_plan_tc's grid), 64 query rows of (b, h), a warp 16 of them; key tiles
  * of HPDL_ATTN_H16_FWD_BK, v's by rows (P v's fragments through ldmatrix .trans), in two
- * buffers: with 16-bit k and v the next tile's cp.async copies run while this one computes. */
+ * buffers: with 16-bit k and v the next tile's cp.async copies run while this one computes.
+ * o16 (or null): o also in 16 bits as [B, T, H, Dv] (hpdl_attn_tc_store_out). */
 template <int D, int Dv, int E, typename TQ>
 static __device__ void hpdl_attn_fwd_h(const TQ *__restrict__ q, const TQ *__restrict__ k,
                                        const TQ *__restrict__ v, float *__restrict__ out, int B, int H, int Hk, int T,
                                        int S, float scale, int causal, int window, int row_rank, int row_size,
-                                       int col_rank, int col_size, long long blk) {
+                                       int col_rank, int col_size, long long blk,
+                                       unsigned short *__restrict__ o16 = nullptr) {
   constexpr int NT = HPDL_ATTN_TC_THREADS, BQ = HPDL_ATTN_TC_ROWS, BK = HPDL_ATTN_H16_FWD_BK;
   /* rows an odd multiple of 16 bytes apart: ldmatrix's eight rows in distinct banks */
   constexpr int KD = HPDL_ATTN_PAD16(D), KDv = HPDL_ATTN_PAD16(Dv), LQ = KD + 8, LV = KDv + 8;
@@ -1476,7 +1487,7 @@ static __device__ void hpdl_attn_fwd_h(const TQ *__restrict__ q, const TQ *__res
         hpdl_attn_tc_softmax<BK, Dv>(s, o, m, l, R, t, T, nk, causal, Cp, window, scale);
         hpdl_attn_mma16_pv<E, Dv, BK, LV, 0>(o, s, Vs[b], lane); /* x2 loads: with .x4 sm_90 spilled */
       });
-  hpdl_attn_tc_store_out<Dv>(out, o, m, l, R, t, T);
+  hpdl_attn_tc_store_out<Dv, E>(out, o, m, l, R, t, T, o16, H);
 }
 
 /* dk and dv with 16-bit operands: block `blk` of HPDL_ATTN_DKDV_GRID (hpdl_attn_plan_tc's),

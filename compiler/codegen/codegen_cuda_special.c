@@ -89,8 +89,10 @@ static int mem_of(const CuKern *k, int v) {
 /* The kernel's main node: the last one that is not a folded reshape. */
 static int special_node(const CuKern *k) {
   const FuseKernel *K = k->K;
-  for (int j = K->nnodes - 1; j >= 0; j--) /* not a reshape, nor the attention gradient's 16-bit cast (fuse.c) */
-    if (nd(k, K->nodes[j])->op != IR_RESHAPE && nd(k, K->nodes[j])->op != IR_CAST) return K->nodes[j];
+  for (int j = K->nnodes - 1; j >= 0; j--) /* not a reshape, nor the attention's 16-bit casts and their chain (fuse.c) */
+    if (nd(k, K->nodes[j])->op != IR_RESHAPE && nd(k, K->nodes[j])->op != IR_CAST &&
+        fuse_attn_out16(k->fg->graph, K->nodes[j]) < 0)
+      return K->nodes[j];
   return K->nodes[K->nnodes - 1];
 }
 
@@ -921,14 +923,31 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   char name[200];
   double flops = ircost_node(k->t->m, k->fg->graph, id).flops;
   if (!bwd) {
+    /* o as the projection reads it, [B, T, H, Dv] in 16 bits (fuse_attn_out16's cast,
+     * joined by store16), written beside the packed output */
+    int out16 = -1;
+    for (int j = 0; j < k->K->nnodes; j++)
+      if (nd(k, k->K->nodes[j])->op == IR_CAST && fuse_attn_out16(k->fg->graph, k->K->nodes[j]) == id)
+        out16 = k->K->nodes[j];
+    char o16[32] = "";
+    if (out16 >= 0) {
+      int x = io_of(k, out16);
+      if (x < 0) return -1;
+      if (!h16) {
+        cu_fail(k->t, "graph %s kernel k%d: the attention's 16-bit output needs the 16-bit tensor-core kernels",
+                k->fg->graph->name, k->kp);
+        return -1;
+      }
+      snprintf(o16, sizeof o16, ", p%d", x);
+    }
     cu_tx(o,
           "/* %s: attention (flash, kernels/hpdl_attention.cuh%s): [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
-          "] over %" PRId64 " keys of %" PRId64 " heads%s, packed [o, lse] */\n",
+          "] over %" PRId64 " keys of %" PRId64 " heads%s, packed [o, lse]%s */\n",
           b, h16 ? ", tensor cores, 16-bit operands" : tc ? ", tensor cores" : "", B, H, T, D, S, Hk,
-          n->attr[0] ? ", causal" : "");
+          n->attr[0] ? ", causal" : "", out16 >= 0 ? ", and o as [B, T, H, Dv] in 16 bits" : "");
     attn_signature(k, o, b, tc);
     cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", L.grid_fwd);
-    cu_tx(o, "    hpdl_attn_fwd%s<%s>(p%d, p%d, p%d, p%d, %s, blk);\n}\n\n", sfx, tmpl, io[0], io[1], io[2], io[3], args);
+    cu_tx(o, "    hpdl_attn_fwd%s<%s>(p%d, p%d, p%d, p%d, %s, blk%s);\n}\n\n", sfx, tmpl, io[0], io[1], io[2], io[3], args, o16);
     cu_add_launch(k, b, 0, "attention", L.grid_fwd, L.threads);
     k->t->launch[k->t->nlaunch - 1].flops = flops;
     return 0;

@@ -611,6 +611,56 @@ static int try_special_cast(Fuser *F, int id) {
 
 static int is_index_map(IrOp op);
 
+/* The one reader of value v in g (its graph outputs count as readers), or -1. */
+static int only_reader(const IrGraph *g, int v) {
+  for (int k = 0; k < g->noutputs; k++)
+    if (g->outputs[k] == v) return -1;
+  int r = -1;
+  for (int i = v + 1; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i].nin; k++)
+      if (g->nodes[i].in[k] == v) {
+        if (r >= 0 && r != i) return -1;
+        r = i;
+      }
+  return r;
+}
+
+int fuse_attn_out16(const IrGraph *g, int id) {
+  if (id < 0 || id >= g->nnodes) return -1;
+  int s = id;
+  if (g->nodes[s].op == IR_CAST && g->nodes[s].nin == 1) s = g->nodes[s].in[0];
+  if (g->nodes[s].op == IR_TRANSPOSE && g->nodes[s].nin == 1) s = g->nodes[s].in[0];
+  const IrNode *sl = &g->nodes[s];
+  if (sl->op != IR_SLICE || sl->nin != 1 || sl->rank != 4) return -1;
+  int a = sl->in[0];
+  const IrNode *at = &g->nodes[a];
+  if (at->op != IR_ATTENTION || at->nin < 3 || at->rank != 4 || at->dtype != DT_F32) return -1;
+  DType q = g->nodes[at->in[0]].dtype;
+  if (q != DT_BF16 && q != DT_F16) return -1;
+  /* the slice: o, the first Dv of the Dv + 1 columns */
+  for (int d = 0; d < 4; d++)
+    if (sl->attr[d] != 0 || sl->dims[d] != at->dims[d] - (d == 3)) return -1;
+  int t = only_reader(g, s);
+  if (t < 0) return -1;
+  const IrNode *tr = &g->nodes[t];
+  if (tr->op != IR_TRANSPOSE || tr->attr[0] != 0 || tr->attr[1] != 2 || tr->attr[2] != 1 || tr->attr[3] != 3) return -1;
+  int c = only_reader(g, t);
+  if (c < 0 || g->nodes[c].op != IR_CAST || g->nodes[c].dtype != q) return -1;
+  return id == s || id == t || id == c ? a : -1;
+}
+
+/* FuseOptions.store16: the slice, transpose and cast of fuse_attn_out16 join the
+ * attention's special kernel (placed as each is met, in node order). */
+static int try_attn_out16(Fuser *F, int id) {
+  if (!F->opts.store16) return 0;
+  int a = fuse_attn_out16(F->g, id);
+  if (a < 0) return 0;
+  int k = kof(F, a);
+  if (F->k[k].kind != FUSE_SPECIAL) return 0;
+  place(F, id, k);
+  return 1;
+}
+
 /* Rule 5: may shape op `id` be folded into the kernel of its one consumer? */
 static int foldable(Fuser *F, int id, int consumer, int ck) {
   const IrNode *n = nd(F->g, id);
@@ -874,8 +924,11 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
     int k;
     switch (role_of(g, id)) {
     case R_LEAF: k = new_kernel(&F, FUSE_LEAF); break;
-    case R_VIEW: k = new_kernel(&F, FUSE_VIEW); break;
-    case R_COPY: k = new_kernel(&F, FUSE_COPY); break;
+    case R_VIEW:
+    case R_COPY:
+      if (try_attn_out16(&F, id)) continue;
+      k = new_kernel(&F, role_of(g, id) == R_VIEW ? FUSE_VIEW : FUSE_COPY);
+      break;
     case R_COMM: k = new_kernel(&F, FUSE_COMM); break;
     case R_CALL: k = new_kernel(&F, FUSE_CALL); break;
     case R_SPECIAL:
@@ -887,7 +940,7 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
       F.k[k].mm = F.k[k].tail = id;
       break;
     case R_EW:
-      if (try_epilogue(&F, id) || try_special_cast(&F, id)) continue;
+      if (try_epilogue(&F, id) || try_special_cast(&F, id) || try_attn_out16(&F, id)) continue;
       fuse_compute(&F, id);
       continue;
     case R_RED: fuse_compute(&F, id); continue;
@@ -1280,8 +1333,10 @@ static int check_kernel(const FuseGraph *fg, int p, FILE *out) {
     Role r = role_of(g, id);
     int index_map = is_index_map(n->op) && K->kind != FUSE_VIEW && K->kind != FUSE_COPY;
     if (index_map) {
-      /* Folded shape op: reads memory, feeds one node of this kernel. */
-      if (fg->kernel_of[n->in[0]] == p) bad += problem(out, g, p, "an index map reads a value of its own kernel", id);
+      /* Folded shape op: reads memory, feeds one node of this kernel (or the
+       * attention's 16-bit output chain, which its kernel writes itself) */
+      if (fg->kernel_of[n->in[0]] == p && !(K->kind == FUSE_SPECIAL && fuse_attn_out16(g, id) >= 0))
+        bad += problem(out, g, p, "an index map reads a value of its own kernel", id);
       continue;
     }
     switch (K->kind) {

@@ -133,6 +133,15 @@ void fuse_cache_counts(const FuseCache *cache, int64_t *fused, int64_t *found);
  * `arena`). Results are read-only. */
 FuseResult *fuse_module_cached(Arena *arena, const IrModule *m, const FuseOptions *opts, FuseCache *cache);
 
+/* FuseOptions.store16: the forward attention's output as a projection reads it,
+ * o = the packed [o, lse]'s first Dv columns, transposed [B, H, T, Dv] ->
+ * [B, T, H, Dv] and cast to q's 16-bit type, each the one reader of the last:
+ * node `id` (the slice, the transpose or the cast) belongs to such a chain of the
+ * ATTENTION whose node the result is, -1 where not. The three join the
+ * attention's special kernel, whose 16-bit kernels write the cast's value as
+ * they write o (no copy of o, no transposing pass). */
+int fuse_attn_out16(const IrGraph *g, int id);
+
 /* A GEMM kernel's bias-gradient operand: 0 (A, the sum has M elements) or
  * 1 (B, N elements) when kernel kp holds FUSE_EPI_BGRAD, else -1. */
 int fuse_bgrad_side(const FuseGraph *fg, int kp);
