@@ -821,17 +821,21 @@ static __device__ __forceinline__ void hpdl_attn_put(unsigned short *p, float v)
   *p = E == 0 ? hpdl_bf16_from_f32(v) : hpdl_f16_from_f32(v);
 }
 
-/* dkdv's keys kr0, kr1 of dk (scaled) and dv into grads' [dq, dk, dv]. */
+/* dkdv's keys kr0, kr1 of dk (scaled) and dv into grads' [dq, dk, dv]; or, with gk and gv
+ * (the 16-bit kernels: fuse_attn_grad16), into them as the projections read them, [B, S,
+ * Hk, D] and [B, S, Hk, Dv]. */
 template <int D, int Dv, int E = 0, typename TG>
 static __device__ __forceinline__ void hpdl_attn_tc_store_dkdv(TG *__restrict__ grads, const float (*dk)[4],
                                                                const float (*dv)[4], const HpdlAttnTcKeys &K, int t, int B,
-                                                               int H, int Hk, int T, int S, float scale) {
+                                                               int H, int Hk, int T, int S, float scale,
+                                                               TG *__restrict__ gk = nullptr, TG *__restrict__ gv = nullptr) {
   const long long nq = (long long)B * H * T * D;
   for (int h = 0; h < 2; h++) {
     const int key = h ? K.kr1 : K.kr0;
     if (key >= S) continue;
-    TG *__restrict__ dkr = grads + nq + ((long long)K.bhk * S + key) * D;
-    TG *__restrict__ dvr = grads + nq + (long long)B * Hk * S * D + ((long long)K.bhk * S + key) * Dv;
+    const long long bthd = ((long long)K.b * S + key) * Hk + K.hk; /* (b, key, hk) */
+    TG *__restrict__ dkr = gk ? gk + bthd * D : grads + nq + ((long long)K.bhk * S + key) * D;
+    TG *__restrict__ dvr = gv ? gv + bthd * Dv : grads + nq + (long long)B * Hk * S * D + ((long long)K.bhk * S + key) * Dv;
     for (int n = 0; n < D / 8; n++)
       for (int e = 0; e < 2; e++) hpdl_attn_put<E>(&dkr[8 * n + 2 * t + e], scale * dk[n][2 * h + e]);
     for (int n = 0; n < Dv / 8; n++)
@@ -865,14 +869,17 @@ static __device__ __forceinline__ void hpdl_attn_tc_dq_ds(float (*s)[4], const f
     }
 }
 
-/* dq's rows r0, r1 (scaled) into grads. */
+/* dq's rows r0, r1 (scaled) into grads; or, with gq (fuse_attn_grad16), into it as the
+ * projection reads it, [B, T, H, D]. */
 template <int D, int E = 0, typename TG>
 static __device__ __forceinline__ void hpdl_attn_tc_store_dq(TG *__restrict__ grads, const float (*acc)[4],
-                                                             const HpdlAttnTcRows &R, int t, int T, float scale) {
+                                                             const HpdlAttnTcRows &R, int t, int T, float scale,
+                                                             TG *__restrict__ gq = nullptr, int H = 1) {
   for (int h = 0; h < 2; h++) {
     const int row = h ? R.r1 : R.r0;
     if (row >= T) continue;
-    TG *__restrict__ dq = grads + ((long long)R.bh * T + row) * D;
+    TG *__restrict__ dq = gq ? gq + (((long long)(R.bh / H) * T + row) * H + R.bh % H) * D
+                             : grads + ((long long)R.bh * T + row) * D;
     for (int n = 0; n < D / 8; n++)
       for (int e = 0; e < 2; e++) hpdl_attn_put<E>(&dq[8 * n + 2 * t + e], scale * acc[n][2 * h + e]);
   }
@@ -1493,14 +1500,16 @@ static __device__ void hpdl_attn_fwd_h(const TQ *__restrict__ q, const TQ *__res
 /* dk and dv with 16-bit operands: block `blk` of HPDL_ATTN_DKDV_GRID (hpdl_attn_plan_tc's),
  * 64 keys of (b, hk), a warp 16 of them; query tiles of HPDL_ATTN_H16_DKDV_BQ rows of each
  * head of the group in order (by rows: the P^T do and dS^T q fragments through ldmatrix
- * .trans). Dt from hpdl_attn_bwd_dt. */
+ * .trans). Dt from hpdl_attn_bwd_dt. gk, gv (or null): dk and dv there, [B, S, Hk, D],
+ * instead of into grads (hpdl_attn_tc_store_dkdv). */
 template <int D, int Dv, int E, typename TQ, typename TG>
 static __device__ void hpdl_attn_bwd_dkdv_h(const TQ *__restrict__ q, const TQ *__restrict__ k,
                                             const TQ *__restrict__ v, const float *__restrict__ out,
                                             const float *__restrict__ dout, const float *__restrict__ Dt,
                                             TG *__restrict__ grads, int B, int H, int Hk, int T, int S, float scale,
                                             int causal, int window, int row_rank, int row_size, int col_rank,
-                                            int col_size, long long blk) {
+                                            int col_size, long long blk, TG *__restrict__ gk = nullptr,
+                                            TG *__restrict__ gv = nullptr) {
   constexpr int NT = HPDL_ATTN_TC_THREADS, BK = HPDL_ATTN_TC_KEYS, BQ = HPDL_ATTN_H16_DKDV_BQ;
   constexpr int KD = HPDL_ATTN_PAD16(D), KDv = HPDL_ATTN_PAD16(Dv), LK = KD + 8, LV = KDv + 8;
   static_assert(HPDL_ATTN_TC(D, Dv), "tensor-core attention takes head sizes 16 .. 64, multiples of 8");
@@ -1547,19 +1556,20 @@ static __device__ void hpdl_attn_bwd_dkdv_h(const TQ *__restrict__ q, const TQ *
       hpdl_attn_mma16_pv<E, D, BQ, LK, 0>(dk, ds, Qs, lane); /* dS^T q */
     }
   }
-  hpdl_attn_tc_store_dkdv<D, Dv, E>(grads, dk, dv, K, t, B, H, Hk, T, S, scale);
+  hpdl_attn_tc_store_dkdv<D, Dv, E>(grads, dk, dv, K, t, B, H, Hk, T, S, scale, gk, gv);
 }
 
 /* dq with 16-bit operands: block `blk` of HPDL_ATTN_DQ_GRID (hpdl_attn_plan_tc's), 64 query
  * rows of (b, h), a warp 16 of them; key tiles of HPDL_ATTN_H16_DQ_BK (by rows: dS k's
- * fragments through ldmatrix .trans) in two buffers, as the forward's (hpdl_attn_key_tiles). */
+ * fragments through ldmatrix .trans) in two buffers, as the forward's (hpdl_attn_key_tiles).
+ * gq (or null): dq there, [B, T, H, D], instead of into grads (hpdl_attn_tc_store_dq). */
 template <int D, int Dv, int E, typename TQ, typename TG>
 static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__restrict__ k,
                                           const TQ *__restrict__ v, const float *__restrict__ out,
                                           const float *__restrict__ dout, const float *__restrict__ Dt,
                                           TG *__restrict__ grads, int B, int H, int Hk, int T, int S, float scale,
                                           int causal, int window, int row_rank, int row_size, int col_rank,
-                                          int col_size, long long blk) {
+                                          int col_size, long long blk, TG *__restrict__ gq = nullptr) {
   constexpr int NT = HPDL_ATTN_TC_THREADS, BQ = HPDL_ATTN_TC_ROWS, BK = HPDL_ATTN_H16_DQ_BK;
   constexpr int KD = HPDL_ATTN_PAD16(D), KDv = HPDL_ATTN_PAD16(Dv), LK = KD + 8, LV = KDv + 8;
   static_assert(HPDL_ATTN_TC(D, Dv), "tensor-core attention takes head sizes 16 .. 64, multiples of 8");
@@ -1592,7 +1602,7 @@ static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__
         hpdl_attn_tc_dq_ds<BK>(s, dp, lse, dt, R, t, T, nk, causal, Cp, window, scale);
         hpdl_attn_mma16_pv<E, D, BK>(acc, s, Ks[b], lane); /* dS k */
       });
-  hpdl_attn_tc_store_dq<D, E>(grads, acc, R, t, T, scale);
+  hpdl_attn_tc_store_dq<D, E>(grads, acc, R, t, T, scale, gq, H);
 }
 
 #endif /* HPDL_ATTENTION_CUH */

@@ -91,7 +91,7 @@ static int special_node(const CuKern *k) {
   const FuseKernel *K = k->K;
   for (int j = K->nnodes - 1; j >= 0; j--) /* not a reshape, nor the attention's 16-bit casts and their chain (fuse.c) */
     if (nd(k, K->nodes[j])->op != IR_RESHAPE && nd(k, K->nodes[j])->op != IR_CAST &&
-        fuse_attn_out16(k->fg->graph, K->nodes[j]) < 0)
+        fuse_attn_out16(k->fg->graph, K->nodes[j]) < 0 && fuse_attn_grad16(k->fg->graph, K->nodes[j]) < 0)
       return K->nodes[j];
   return K->nodes[K->nnodes - 1];
 }
@@ -874,7 +874,24 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   int grad16 = -1;
   for (int j = 0; bwd && j < k->K->nnodes; j++)
     if (nd(k, k->K->nodes[j])->op == IR_CAST && nd(k, k->K->nodes[j])->in[0] == id) grad16 = k->K->nodes[j];
-  if ((io[nin] = io_of(k, grad16 >= 0 ? grad16 : id)) < 0) return -1;
+  /* ... and, where fuse_attn_grad16's chain joined too, dq, dk and dv written apart as
+   * the projections read them ([B, T, H, D]): the flat gradient is no output then */
+  int bthd[3] = {-1, -1, -1}, chain = 0;
+  for (int j = 0; bwd && grad16 >= 0 && j < k->K->nnodes; j++) {
+    int t = k->K->nodes[j];
+    if (nd(k, t)->op != IR_TRANSPOSE || fuse_attn_grad16(k->fg->graph, t) != id) continue;
+    const IrNode *sl = nd(k, nd(k, nd(k, t)->in[0])->in[0]); /* transpose <- reshape <- slice */
+    int64_t nq = ir_numel(nd(k, n->in[0])), nk = ir_numel(nd(k, n->in[1]));
+    int part = sl->attr[0] == 0 ? 0 : sl->attr[0] == nq ? 1 : sl->attr[0] == nq + nk ? 2 : -1;
+    if (part < 0 || (bthd[part] = io_of(k, t)) < 0) return -1;
+    chain++;
+  }
+  if (chain && chain != 3) {
+    cu_fail(k->t, "graph %s kernel k%d: %d of the attention gradient's three parts joined", k->fg->graph->name, k->kp, chain);
+    return -1;
+  }
+  if (chain) io[nin] = -1; /* no flat gradient */
+  else if ((io[nin] = io_of(k, grad16 >= 0 ? grad16 : id)) < 0) return -1;
   const IrNode *q = nd(k, n->in[0]), *kk = nd(k, n->in[1]), *v = nd(k, n->in[2]);
   int64_t B = q->dims[0], H = q->dims[1], T = q->dims[2], D = q->dims[3], Hk = kk->dims[1], S = kk->dims[2], Dv = v->dims[3];
   /* the tensor-core kernels where the heads and the GPU (sm_80 on: mma.sync) allow */
@@ -887,7 +904,7 @@ static int attention(CuKern *k, const IrNode *n, int id) {
    * product, rounded to it, as FlashAttention-2 holds them); everything else fp32 */
   DType stored = q->dtype;
   int h16 = tc && (stored == DT_BF16 || stored == DT_F16);
-  for (int i = 0; i <= nin; i++) {
+  for (int i = 0; i <= nin - (chain > 0); i++) {
     const IrNode *x = i < nin ? nd(k, n->in[i]) : nd(k, grad16 >= 0 ? grad16 : id);
     if (x->dtype != ((i < 3 || (i == nin && grad16 >= 0)) && h16 ? stored : DT_F32)) {
       cu_fail(k->t, "graph %s kernel k%d: attention runs on f32 tensors (q, k, v: all three %s), not %s",
@@ -954,8 +971,8 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   }
   cu_tx(o,
         "/* %s: attention_bwd (flash, kernels/hpdl_attention.cuh): s0 D = dO . o - dlse a row into scratch,\n"
-        " * s1 dk and dv a block per tile of keys, s2 dq a block per tile of query rows; one flat [dq, dk, dv] */\n",
-        b);
+        " * s1 dk and dv a block per tile of keys, s2 dq a block per tile of query rows; %s */\n",
+        b, chain ? "dq, dk, dv apart, each [B, T, H, D] in 16 bits" : "one flat [dq, dk, dv]");
   cu_tx(o, "static __device__ float %s_dt[%lld];\n\n", b, L.scratch_floats > 0 ? L.scratch_floats : 1);
   step_name(k, 0, 3, name, sizeof name);
   cu_signature_min(k, o, name, 1);
@@ -965,12 +982,25 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   cu_add_launch(k, name, 0, "special", L.grid_dt, HPDL_ATTN_THREADS(D, Dv)); /* a row's dot product: memory-bound */
   static const char *const fn[2] = {"hpdl_attn_bwd_dkdv", "hpdl_attn_bwd_dq"};
   long long grid[2] = {L.grid_dkdv, L.grid_dq};
+  if (chain && !h16) {
+    cu_fail(k->t, "graph %s kernel k%d: the attention gradient's 16-bit parts need the 16-bit tensor-core kernels",
+            k->fg->graph->name, k->kp);
+    return -1;
+  }
   for (int s = 0; s < 2; s++) {
     step_name(k, 1 + s, 3, name, sizeof name);
     attn_signature(k, o, name, tc);
+    char grads[32], apart[48] = "";
+    if (chain) {
+      snprintf(grads, sizeof grads, "(unsigned short *)nullptr");
+      if (s == 0) snprintf(apart, sizeof apart, ", p%d, p%d", bthd[1], bthd[2]);
+      else snprintf(apart, sizeof apart, ", p%d", bthd[0]);
+    } else {
+      snprintf(grads, sizeof grads, "p%d", io[5]);
+    }
     cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", grid[s]);
-    cu_tx(o, "    %s%s<%s>(p%d, p%d, p%d, p%d, p%d, %s_dt, p%d, %s, blk);\n}\n\n", fn[s], sfx, tmpl, io[0], io[1], io[2],
-          io[3], io[4], b, io[5], args);
+    cu_tx(o, "    %s%s<%s>(p%d, p%d, p%d, p%d, p%d, %s_dt, %s, %s, blk%s);\n}\n\n", fn[s], sfx, tmpl, io[0], io[1], io[2],
+          io[3], io[4], b, grads, args, apart);
     cu_add_launch(k, name, 1 + s, "attention", grid[s], L.threads);
     /* dk, dv recompute P and dS and take three of the five products, dq two */
     k->t->launch[k->t->nlaunch - 1].flops = flops * (s == 0 ? 0.6 : 0.4);

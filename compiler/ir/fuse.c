@@ -649,11 +649,61 @@ int fuse_attn_out16(const IrGraph *g, int id) {
   return id == s || id == t || id == c ? a : -1;
 }
 
-/* FuseOptions.store16: the slice, transpose and cast of fuse_attn_out16 join the
- * attention's special kernel (placed as each is met, in node order). */
+static int is_bthd_transpose(const IrNode *t) {
+  return t->op == IR_TRANSPOSE && t->rank == 4 && t->attr[0] == 0 && t->attr[1] == 2 && t->attr[2] == 1 && t->attr[3] == 3;
+}
+
+int fuse_attn_grad16(const IrGraph *g, int id) {
+  if (id < 0 || id >= g->nnodes) return -1;
+  int x = id;
+  if (g->nodes[x].op == IR_TRANSPOSE && g->nodes[x].nin == 1) x = g->nodes[x].in[0];
+  if (g->nodes[x].op == IR_RESHAPE && g->nodes[x].nin == 1) x = g->nodes[x].in[0];
+  if (g->nodes[x].op == IR_SLICE && g->nodes[x].nin == 1) x = g->nodes[x].in[0];
+  if (g->nodes[x].op != IR_CAST || g->nodes[x].nin != 1) return -1;
+  int c = x, a = g->nodes[c].in[0];
+  const IrNode *ab = &g->nodes[a];
+  if (ab->op != IR_ATTENTION_BWD || ab->nin < 5 || ab->dtype != DT_F32 || only_reader(g, a) != c) return -1;
+  const IrNode *q = &g->nodes[ab->in[0]], *k = &g->nodes[ab->in[1]], *v = &g->nodes[ab->in[2]];
+  if (q->rank != 4 || k->rank != 4 || v->rank != 4 || g->nodes[c].dtype != q->dtype ||
+      (q->dtype != DT_BF16 && q->dtype != DT_F16))
+    return -1;
+  for (int o = 0; o < g->noutputs; o++)
+    if (g->outputs[o] == c) return -1;
+  /* the cast's readers: one slice of each part, reshaped and transposed */
+  const IrNode *part[3] = {q, k, v};
+  int64_t start[3] = {0, ir_numel(q), ir_numel(q) + ir_numel(k)};
+  int member = id == c, found[3] = {0, 0, 0}, nreaders = 0;
+  for (int i = c + 1; i < g->nnodes; i++) {
+    const IrNode *sl = &g->nodes[i];
+    int reads = 0;
+    for (int j = 0; j < sl->nin; j++) reads |= sl->in[j] == c;
+    if (!reads) continue;
+    nreaders++;
+    if (sl->op != IR_SLICE || sl->nin != 1 || sl->rank != 1) return -1;
+    int p = -1;
+    for (int j = 0; j < 3; j++)
+      if (sl->attr[0] == start[j] && sl->dims[0] == ir_numel(part[j])) p = j;
+    if (p < 0 || found[p]) return -1;
+    int r = only_reader(g, i);
+    if (r < 0) return -1;
+    const IrNode *rs = &g->nodes[r];
+    if (rs->op != IR_RESHAPE || rs->rank != 4) return -1;
+    for (int d = 0; d < 4; d++)
+      if (rs->dims[d] != part[p]->dims[d]) return -1;
+    int t = only_reader(g, r);
+    if (t < 0 || !is_bthd_transpose(&g->nodes[t])) return -1;
+    found[p] = 1;
+    member |= id == i || id == r || id == t;
+  }
+  return nreaders == 3 && found[0] && found[1] && found[2] && member ? a : -1;
+}
+
+/* FuseOptions.store16: the chains of fuse_attn_out16 and fuse_attn_grad16 join the
+ * attention's special kernel (placed as each node is met, in node order). */
 static int try_attn_out16(Fuser *F, int id) {
   if (!F->opts.store16) return 0;
   int a = fuse_attn_out16(F->g, id);
+  if (a < 0 && nd(F->g, id)->op != IR_CAST) a = fuse_attn_grad16(F->g, id); /* (the cast: try_special_cast) */
   if (a < 0) return 0;
   int k = kof(F, a);
   if (F->k[k].kind != FUSE_SPECIAL) return 0;
@@ -686,6 +736,7 @@ static void fold_shape_ops(Fuser *F) {
     Role r = role_of(F->g, id);
     if (r != R_VIEW && r != R_COPY) continue;
     if (!single_use(F, id)) continue;
+    if (F->k[kof(F, id)].kind == FUSE_SPECIAL) continue; /* an attention's chain (try_attn_out16) stays there */
     int c = F->users[F->ustart[id]];
     int ck = kof(F, c), sk = kof(F, id);
     if (sk == ck || !foldable(F, id, c, ck)) continue;
@@ -1335,7 +1386,8 @@ static int check_kernel(const FuseGraph *fg, int p, FILE *out) {
     if (index_map) {
       /* Folded shape op: reads memory, feeds one node of this kernel (or the
        * attention's 16-bit output chain, which its kernel writes itself) */
-      if (fg->kernel_of[n->in[0]] == p && !(K->kind == FUSE_SPECIAL && fuse_attn_out16(g, id) >= 0))
+      if (fg->kernel_of[n->in[0]] == p &&
+          !(K->kind == FUSE_SPECIAL && (fuse_attn_out16(g, id) >= 0 || fuse_attn_grad16(g, id) >= 0)))
         bad += problem(out, g, p, "an index map reads a value of its own kernel", id);
       continue;
     }

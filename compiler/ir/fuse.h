@@ -142,6 +142,15 @@ FuseResult *fuse_module_cached(Arena *arena, const IrModule *m, const FuseOption
  * they write o (no copy of o, no transposing pass). */
 int fuse_attn_out16(const IrGraph *g, int id);
 
+/* FuseOptions.store16: an ATTENTION_BWD's 16-bit gradient (its cast, try_special_cast)
+ * read only as the projections read it: the flat [dq, dk, dv] sliced into its three
+ * parts, each reshaped to [B, H, T, D] (dk, dv: [B, Hk, S, D]) and transposed to
+ * [B, T, H, D], each the one reader of the last. Node `id` (the cast, a slice, a
+ * reshape or a transpose) belongs to such a chain of the ATTENTION_BWD whose node the
+ * result is, -1 where not. They join the attention's kernel, whose 16-bit kernels
+ * write the three transposed gradients themselves (no flat gradient, no copies). */
+int fuse_attn_grad16(const IrGraph *g, int id);
+
 /* A GEMM kernel's bias-gradient operand: 0 (A, the sum has M elements) or
  * 1 (B, N elements) when kernel kp holds FUSE_EPI_BGRAD, else -1. */
 int fuse_bgrad_side(const FuseGraph *fg, int kp);
