@@ -289,19 +289,22 @@ static __device__ void hpdl_attn_fwd(const float *__restrict__ q, const float *_
 
 /* Dt[row] = do . o - dlse for the rows of block `blk` of HPDL_ATTN_DT_GRID, a warp a row
  * (out and dout rows are Dv + 1 floats). */
+/* dout_bthd: dO as the projection made it, [B, T, H, Dv], its dlse zero (fuse_attn_dout),
+ * instead of packed rows [dO, dlse] of Dv + 1. */
 template <int D, int Dv, int NT = HPDL_ATTN_THREADS(D, Dv)>
 static __device__ void hpdl_attn_bwd_dt(const float *__restrict__ out, const float *__restrict__ dout,
-                                        float *__restrict__ Dt, int B, int H, int T, long long blk) {
+                                        float *__restrict__ Dt, int B, int H, int T, long long blk, int dout_bthd = 0) {
   static_assert(NT % 32 == 0 && NT <= 256, "whole warps");
   const long long row = blk * (NT / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= (long long)B * H * T) return; /* whole warps: the shuffles below stay full */
   const float *__restrict__ o = out + row * (Dv + 1);
-  const float *__restrict__ g = dout + row * (Dv + 1);
+  const long long bh = row / T, t = row - bh * T;
+  const float *__restrict__ g = dout_bthd ? dout + ((bh / H * T + t) * H + bh % H) * Dv : dout + row * (Dv + 1);
   float acc = 0.0f;
   for (int d = lane; d < Dv; d += 32) acc += g[d] * o[d];
   acc = hpdl_warp_sum(acc);
-  if (lane == 0) Dt[row] = acc - g[Dv];
+  if (lane == 0) Dt[row] = dout_bthd ? acc : acc - g[Dv];
 }
 
 /* dk and dv of keys [j0, j0 + BK) of (b, hk), block `blk` of HPDL_ATTN_DKDV_GRID. Thread
@@ -1311,6 +1314,24 @@ static __device__ __forceinline__ void hpdl_attn_load16(unsigned short (*dst)[LD
   }
 }
 
+/* The output's gradient's rows t0 .. t0 + n of (b, h) into a 16-bit tile as
+ * hpdl_attn_load16 loads them: from packed rows [dO, dlse] of Dv + 1 (row bh T + t), or
+ * with dout_bthd from [B, T, H, Dv] (rows H Dv apart; fuse_attn_dout). */
+template <int E, int ROWS, int Dv, int KDv, int NT, int LD, typename TS>
+static __device__ __forceinline__ void hpdl_attn_load_dout(unsigned short (*dst)[LD], const TS *__restrict__ dout, int b,
+                                                           int h, int H, int T, int t0, int n, int dout_bthd) {
+  if (!dout_bthd) {
+    hpdl_attn_load16<E, ROWS, Dv, KDv, Dv + 1, NT>(dst, dout + ((long long)b * H * T + (long long)h * T + t0) * (Dv + 1), n);
+    return;
+  }
+  const TS *__restrict__ src = dout + (((long long)b * T + t0) * H + h) * Dv;
+  const long long sld = (long long)H * Dv;
+  for (int e = threadIdx.x; e < ROWS * KDv; e += NT) {
+    const int i = e / KDv, d = e - i * KDv;
+    dst[i][d] = i < n && d < Dv ? hpdl_attn_h16<E>(src[i * sld + d]) : (unsigned short)0;
+  }
+}
+
 /* A tile's rows as hpdl_attn_load16 loads them, by cp.async where `async` (16-bit rows that
  * hpdl_attn_by8 takes; the padding columns W .. WP - 1 then zeroed once beforehand, as
  * cp.async leaves them), else by loads and stores now. */
@@ -1509,7 +1530,7 @@ static __device__ void hpdl_attn_bwd_dkdv_h(const TQ *__restrict__ q, const TQ *
                                             TG *__restrict__ grads, int B, int H, int Hk, int T, int S, float scale,
                                             int causal, int window, int row_rank, int row_size, int col_rank,
                                             int col_size, long long blk, TG *__restrict__ gk = nullptr,
-                                            TG *__restrict__ gv = nullptr) {
+                                            TG *__restrict__ gv = nullptr, int dout_bthd = 0) {
   constexpr int NT = HPDL_ATTN_TC_THREADS, BK = HPDL_ATTN_TC_KEYS, BQ = HPDL_ATTN_H16_DKDV_BQ;
   constexpr int KD = HPDL_ATTN_PAD16(D), KDv = HPDL_ATTN_PAD16(Dv), LK = KD + 8, LV = KDv + 8;
   static_assert(HPDL_ATTN_TC(D, Dv), "tensor-core attention takes head sizes 16 .. 64, multiples of 8");
@@ -1539,7 +1560,7 @@ static __device__ void hpdl_attn_bwd_dkdv_h(const TQ *__restrict__ q, const TQ *
       __syncthreads(); /* dkdv_h: the previous tile's Qs, Gs, Ls, Ds, Rp are read */
       const long long row0 = (long long)bh * T + t0;
       hpdl_attn_load16<E, BQ, D, KD, D, NT>(Qs, q + row0 * D, nrows);
-      hpdl_attn_load16<E, BQ, Dv, KDv, Dv + 1, NT>(Gs, dout + row0 * (Dv + 1), nrows);
+      hpdl_attn_load_dout<E, BQ, Dv, KDv, NT>(Gs, dout, K.b, bh - K.b * H, H, T, t0, nrows, dout_bthd);
       hpdl_attn_load_rows(Ls, Ds, Rp, out, Dt, row0, t0, nrows, BQ, NT, Dv, T, causal, row_rank, row_size);
       __syncthreads(); /* dkdv_h: the tile is loaded */
       if (K.wn == 0 || (causal && wkmin > hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size))) continue;
@@ -1569,7 +1590,8 @@ static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__
                                           const float *__restrict__ dout, const float *__restrict__ Dt,
                                           TG *__restrict__ grads, int B, int H, int Hk, int T, int S, float scale,
                                           int causal, int window, int row_rank, int row_size, int col_rank,
-                                          int col_size, long long blk, TG *__restrict__ gq = nullptr) {
+                                          int col_size, long long blk, TG *__restrict__ gq = nullptr,
+                                          int dout_bthd = 0) {
   constexpr int NT = HPDL_ATTN_TC_THREADS, BQ = HPDL_ATTN_TC_ROWS, BK = HPDL_ATTN_H16_DQ_BK;
   constexpr int KD = HPDL_ATTN_PAD16(D), KDv = HPDL_ATTN_PAD16(Dv), LK = KD + 8, LV = KDv + 8;
   static_assert(HPDL_ATTN_TC(D, Dv), "tensor-core attention takes head sizes 16 .. 64, multiples of 8");
@@ -1586,7 +1608,7 @@ static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__
   const TQ *__restrict__ kh = k + (long long)R.bhk * S * D;
   const TQ *__restrict__ vh = v + (long long)R.bhk * S * Dv;
   hpdl_attn_load16<E, BQ, D, KD, D, NT>(Qs, q + ((long long)R.bh * T + R.t0) * D, R.nrows); /* read after the first barrier */
-  hpdl_attn_load16<E, BQ, Dv, KDv, Dv + 1, NT>(Gs, dout + ((long long)R.bh * T + R.t0) * (Dv + 1), R.nrows);
+  hpdl_attn_load_dout<E, BQ, Dv, KDv, NT>(Gs, dout, R.bh / H, R.bh % H, H, T, R.t0, R.nrows, dout_bthd);
   float lse[2], dt[2];
   hpdl_attn_tc_dq_rows<Dv>(lse, dt, out, Dt, R, T);
   float acc[D / 8][4];

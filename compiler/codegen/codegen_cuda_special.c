@@ -867,8 +867,13 @@ PrecTarget cg_cuda_prec_target(const char *arch) {
 static int attention(CuKern *k, const IrNode *n, int id) {
   CuText *o = &k->t->src;
   int bwd = n->op == IR_ATTENTION_BWD, nin = bwd ? 5 : 3, io[6];
+  /* the output's gradient as the projection made it, [B, T, H, Dv] (fuse_attn_dout's
+   * transpose and pad in this kernel): read through its strides, its dlse zero */
+  int dout_src = -1;
+  if (bwd && fuse_attn_dout(k->fg->graph, n->in[4]) == id && k->fg->kernel_of[n->in[4]] == k->kp)
+    dout_src = nd(k, n->in[4])->in[0]; /* the transpose */
   for (int i = 0; i < nin; i++)
-    if ((io[i] = io_of(k, n->in[i])) < 0) return -1;
+    if ((io[i] = io_of(k, i == 4 && dout_src >= 0 ? nd(k, dout_src)->in[0] : n->in[i])) < 0) return -1;
   /* the gradient's 16-bit cast, joined by fuse.c's store16: [dq, dk, dv] stored in
    * q's type by the kernels themselves */
   int grad16 = -1;
@@ -977,27 +982,31 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   step_name(k, 0, 3, name, sizeof name);
   cu_signature_min(k, o, name, 1);
   cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", L.grid_dt);
-  cu_tx(o, "    hpdl_attn_bwd_dt<%" PRId64 ", %" PRId64 ">(p%d, p%d, %s_dt, %" PRId64 ", %" PRId64 ", %" PRId64 ", blk);\n}\n\n",
-        D, Dv, io[3], io[4], b, B, H, T);
+  cu_tx(o, "    hpdl_attn_bwd_dt<%" PRId64 ", %" PRId64 ">(p%d, p%d, %s_dt, %" PRId64 ", %" PRId64 ", %" PRId64 ", blk%s);\n}\n\n",
+        D, Dv, io[3], io[4], b, B, H, T, dout_src >= 0 ? ", 1" : "");
   cu_add_launch(k, name, 0, "special", L.grid_dt, HPDL_ATTN_THREADS(D, Dv)); /* a row's dot product: memory-bound */
   static const char *const fn[2] = {"hpdl_attn_bwd_dkdv", "hpdl_attn_bwd_dq"};
   long long grid[2] = {L.grid_dkdv, L.grid_dq};
-  if (chain && !h16) {
-    cu_fail(k->t, "graph %s kernel k%d: the attention gradient's 16-bit parts need the 16-bit tensor-core kernels",
+  if ((chain || dout_src >= 0) && !h16) {
+    cu_fail(k->t, "graph %s kernel k%d: the attention gradient's 16-bit layout needs the 16-bit tensor-core kernels",
             k->fg->graph->name, k->kp);
     return -1;
   }
   for (int s = 0; s < 2; s++) {
     step_name(k, 1 + s, 3, name, sizeof name);
     attn_signature(k, o, name, tc);
-    char grads[32], apart[48] = "";
+    char grads[32], apart[80] = "";
     if (chain) {
       snprintf(grads, sizeof grads, "(unsigned short *)nullptr");
       if (s == 0) snprintf(apart, sizeof apart, ", p%d, p%d", bthd[1], bthd[2]);
       else snprintf(apart, sizeof apart, ", p%d", bthd[0]);
     } else {
       snprintf(grads, sizeof grads, "p%d", io[5]);
+      const char *tg = cu_c_type(nd(k, grad16 >= 0 ? grad16 : id)->dtype); /* the gradient's type, for the null pointers */
+      if (dout_src >= 0 && s == 0) snprintf(apart, sizeof apart, ", (%s *)nullptr, (%s *)nullptr", tg, tg);
+      else if (dout_src >= 0) snprintf(apart, sizeof apart, ", (%s *)nullptr", tg);
     }
+    if (dout_src >= 0) snprintf(apart + strlen(apart), sizeof apart - strlen(apart), ", 1 /* dO as [B, T, H, Dv] */");
     cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", grid[s]);
     cu_tx(o, "    %s%s<%s>(p%d, p%d, p%d, p%d, p%d, %s_dt, %s, %s, blk%s);\n}\n\n", fn[s], sfx, tmpl, io[0], io[1], io[2],
           io[3], io[4], b, grads, args, apart);

@@ -698,6 +698,37 @@ int fuse_attn_grad16(const IrGraph *g, int id) {
   return nreaders == 3 && found[0] && found[1] && found[2] && member ? a : -1;
 }
 
+int fuse_attn_dout(const IrGraph *g, int id) {
+  if (id < 0 || id >= g->nnodes) return -1;
+  int pad = id;
+  if (g->nodes[id].op == IR_TRANSPOSE) pad = only_reader(g, id);
+  if (pad < 0) return -1;
+  const IrNode *pd = &g->nodes[pad];
+  if (pd->op != IR_PAD || pd->nin != 1 || pd->rank != 4 || pd->dtype != DT_F32) return -1;
+  int t = pd->in[0], a = only_reader(g, pad);
+  const IrNode *tr = &g->nodes[t];
+  if (a < 0 || !is_bthd_transpose(tr) || only_reader(g, t) != pad || (id != t && id != pad)) return -1;
+  const IrNode *ab = &g->nodes[a];
+  if (ab->op != IR_ATTENTION_BWD || ab->nin < 5 || ab->in[4] != pad) return -1;
+  for (int k = 0; k < 4; k++)
+    if (ab->in[k] == pad) return -1;
+  DType q = g->nodes[ab->in[0]].dtype;
+  if (q != DT_BF16 && q != DT_F16) return -1;
+  for (int d = 0; d < 4; d++)
+    if (pd->attr[d] != 0 || pd->dims[d] != tr->dims[d] + (d == 3)) return -1;
+  return a;
+}
+
+/* FuseOptions.store16: fuse_attn_dout's transpose and pad, in kernels of their own so
+ * far (they come before the attention's gradient), join its new special kernel k. */
+static void attn_dout_join(Fuser *F, int id, int k) {
+  if (!F->opts.store16 || nd(F->g, id)->op != IR_ATTENTION_BWD) return;
+  int pad = nd(F->g, id)->in[4];
+  if (fuse_attn_dout(F->g, pad) != id) return;
+  place(F, nd(F->g, pad)->in[0], k);
+  place(F, pad, k);
+}
+
 /* FuseOptions.store16: the chains of fuse_attn_out16 and fuse_attn_grad16 join the
  * attention's special kernel (placed as each node is met, in node order). */
 static int try_attn_out16(Fuser *F, int id) {
@@ -985,6 +1016,7 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
     case R_SPECIAL:
       k = linear_ce_partner(&F, id);
       if (k < 0) k = new_kernel(&F, FUSE_SPECIAL);
+      attn_dout_join(&F, id, k);
       break;
     case R_GEMM:
       k = new_kernel(&F, FUSE_GEMM);

@@ -151,6 +151,14 @@ int fuse_attn_out16(const IrGraph *g, int id);
  * write the three transposed gradients themselves (no flat gradient, no copies). */
 int fuse_attn_grad16(const IrGraph *g, int id);
 
+/* FuseOptions.store16: the output's gradient an ATTENTION_BWD with 16-bit q reads,
+ * [B, T, H, Dv] transposed to [B, H, T, Dv] and padded with a zero last column (the
+ * packed output's dlse), each the one reader of the last: node `id` (the transpose or
+ * the pad) belongs to such a chain of the ATTENTION_BWD whose node the result is, -1
+ * where not. The two join the attention's kernel, whose 16-bit kernels read the
+ * gradient as the projection made it (no transposing, padding copy). */
+int fuse_attn_dout(const IrGraph *g, int id);
+
 /* A GEMM kernel's bias-gradient operand: 0 (A, the sum has M elements) or
  * 1 (B, N elements) when kernel kp holds FUSE_EPI_BGRAD, else -1. */
 int fuse_bgrad_side(const FuseGraph *fg, int kp);
