@@ -1432,8 +1432,17 @@ static int copy_text(CgTarget *t, const char *from, const char *to) {
 static void error_context(CgTarget *t, const char *log, const char *prog, char *out, size_t n) {
   char key[300];
   snprintf(key, sizeof key, "%s(", prog);
-  const char *p = log ? strstr(log, key) : NULL;
-  long line = p ? strtol(p + strlen(key), NULL, 10) : 0;
+  /* the first error's line (warnings, "declared but never referenced", may come first) */
+  long line = 0;
+  for (const char *p = log ? strstr(log, key) : NULL; p; p = strstr(p + 1, key)) {
+    char *end = NULL;
+    long at = strtol(p + strlen(key), &end, 10);
+    if (!line) line = at;
+    if (end && !strncmp(end, "): error", 8)) {
+      line = at;
+      break;
+    }
+  }
   out[0] = '\0';
   if (line <= 0 || !t->src.s) return;
   const char *s = t->src.s, *kern = NULL, *prov = NULL;

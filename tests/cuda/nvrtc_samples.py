@@ -155,9 +155,13 @@ def broken_header(a):
         if p.returncode != 1 or len(err.splitlines()) != 1:
             fail(f"expected one error line and exit 1, got {p.returncode}:\n{err}")
         for want in ['identifier "hpdl_block_sum" is undefined', "generated line", "of kernel hpd_", "it computes /* hpd_",
-                     "reduce", ".hpd:", "nvrtc.log"]:
+                     " of graph ", ".hpd:", "nvrtc.log"]:
             if want not in err:
                 fail(f"the error lacks {want!r}: {err}")
+        # the line quoted is the error's (not a warning's before it): it calls the lost function
+        quoted = err.split("generated line", 1)[1].split("; it computes", 1)[0]
+        if "hpdl_block_sum(" not in quoted:
+            fail(f"the generated line quoted is not the error's: {quoted!r}")
         logs = [f for f in os.listdir(out) if f.endswith(".nvrtc.log")]
         if not logs or "error" not in open(os.path.join(out, logs[0])).read():
             fail(f"no NVRTC log with the error in {out}: {os.listdir(out)}")
