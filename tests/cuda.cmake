@@ -378,6 +378,17 @@ if(Python3_Interpreter_FOUND)
                      --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
                      --sample ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --device ${dev} --steps 20
                      --first-tol 1e-5 --tol 1e-3 --args "${small} --precision bf16")
+    # grouped-query attention in bf16 (2 key / value heads for 4 query heads of 16):
+    # the 16-bit attention kernels read dO and write o, dq, dk, dv through the
+    # projections' [B, T, heads, D] layouts (fuse.c's fuse_attn_*), where q's and
+    # k / v's head counts differ
+    add_test(NAME cuda.layout.${dev}.bf16_gqa
+             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
+                     --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
+                     --sample ${HPDL_TEST_DIR}/cuda/gpt2-tiny-gqa.hpd --device ${dev} --steps 20
+                     --first-tol 1e-4 --tol 1e-3 --args "-D T=16 -D C=64 --global-batch 4 --micro-batch 2 --precision bf16")
+    set_tests_properties(cuda.layout.${dev}.bf16_gqa PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS cuda
+                         ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
     set(epilogue_env ${HPDL_CUDA_RUN_ENV} HPDL_GEMM_EPILOGUE=kernel)
     set_tests_properties(cuda.layout.${dev}.bf16_epilogue_kernel PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS cuda
                          ENVIRONMENT "${epilogue_env}")
