@@ -625,6 +625,11 @@ static int only_reader(const IrGraph *g, int v) {
   return r;
 }
 
+/* [B, H, T, D] <-> [B, T, H, D]: the heads' transpose of split_heads / merge_heads */
+static int is_bthd_transpose(const IrNode *t) {
+  return t->op == IR_TRANSPOSE && t->rank == 4 && t->attr[0] == 0 && t->attr[1] == 2 && t->attr[2] == 1 && t->attr[3] == 3;
+}
+
 int fuse_attn_out16(const IrGraph *g, int id) {
   if (id < 0 || id >= g->nnodes) return -1;
   int s = id;
@@ -642,15 +647,10 @@ int fuse_attn_out16(const IrGraph *g, int id) {
     if (sl->attr[d] != 0 || sl->dims[d] != at->dims[d] - (d == 3)) return -1;
   int t = only_reader(g, s);
   if (t < 0) return -1;
-  const IrNode *tr = &g->nodes[t];
-  if (tr->op != IR_TRANSPOSE || tr->attr[0] != 0 || tr->attr[1] != 2 || tr->attr[2] != 1 || tr->attr[3] != 3) return -1;
+  if (!is_bthd_transpose(&g->nodes[t])) return -1;
   int c = only_reader(g, t);
   if (c < 0 || g->nodes[c].op != IR_CAST || g->nodes[c].dtype != q) return -1;
   return id == s || id == t || id == c ? a : -1;
-}
-
-static int is_bthd_transpose(const IrNode *t) {
-  return t->op == IR_TRANSPOSE && t->rank == 4 && t->attr[0] == 0 && t->attr[1] == 2 && t->attr[2] == 1 && t->attr[3] == 3;
 }
 
 int fuse_attn_grad16(const IrGraph *g, int id) {
@@ -729,9 +729,10 @@ static void attn_dout_join(Fuser *F, int id, int k) {
   place(F, pad, k);
 }
 
-/* FuseOptions.store16: the chains of fuse_attn_out16 and fuse_attn_grad16 join the
- * attention's special kernel (placed as each node is met, in node order). */
-static int try_attn_out16(Fuser *F, int id) {
+/* FuseOptions.store16: the chains of fuse_attn_out16 and fuse_attn_grad16, which come
+ * after the attention, join its special kernel (placed as each node is met, in node
+ * order; fuse_attn_dout's come before it: attn_dout_join). */
+static int try_attn_layout(Fuser *F, int id) {
   if (!F->opts.store16) return 0;
   int a = fuse_attn_out16(F->g, id);
   if (a < 0 && nd(F->g, id)->op != IR_CAST) a = fuse_attn_grad16(F->g, id); /* (the cast: try_special_cast) */
@@ -767,7 +768,7 @@ static void fold_shape_ops(Fuser *F) {
     Role r = role_of(F->g, id);
     if (r != R_VIEW && r != R_COPY) continue;
     if (!single_use(F, id)) continue;
-    if (F->k[kof(F, id)].kind == FUSE_SPECIAL) continue; /* an attention's chain (try_attn_out16) stays there */
+    if (F->k[kof(F, id)].kind == FUSE_SPECIAL) continue; /* an attention's layout chain stays there */
     int c = F->users[F->ustart[id]];
     int ck = kof(F, c), sk = kof(F, id);
     if (sk == ck || !foldable(F, id, c, ck)) continue;
@@ -1008,7 +1009,7 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
     case R_LEAF: k = new_kernel(&F, FUSE_LEAF); break;
     case R_VIEW:
     case R_COPY:
-      if (try_attn_out16(&F, id)) continue;
+      if (try_attn_layout(&F, id)) continue;
       k = new_kernel(&F, role_of(g, id) == R_VIEW ? FUSE_VIEW : FUSE_COPY);
       break;
     case R_COMM: k = new_kernel(&F, FUSE_COMM); break;
@@ -1023,7 +1024,7 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
       F.k[k].mm = F.k[k].tail = id;
       break;
     case R_EW:
-      if (try_epilogue(&F, id) || try_special_cast(&F, id) || try_attn_out16(&F, id)) continue;
+      if (try_epilogue(&F, id) || try_special_cast(&F, id) || try_attn_layout(&F, id)) continue;
       fuse_compute(&F, id);
       continue;
     case R_RED: fuse_compute(&F, id); continue;
