@@ -824,10 +824,10 @@ static __device__ __forceinline__ void hpdl_attn_put(unsigned short *p, float v)
   *p = E == 0 ? hpdl_bf16_from_f32(v) : hpdl_f16_from_f32(v);
 }
 
-/* dkdv's keys kr0, kr1 of dk (scaled) and dv into grads' [dq, dk, dv]; or, with gk and gv
- * (the 16-bit kernels: fuse_attn_grad16), into them as the projections read them, [B, S,
+/* dkdv's keys kr0, kr1 of dk (scaled) and dv into grads' [dq, dk, dv]; or, with A (the
+ * 16-bit kernels: fuse_attn_grad16), into gk and gv as the projections read them, [B, S,
  * Hk, D] and [B, S, Hk, Dv]. */
-template <int D, int Dv, int E = 0, typename TG>
+template <int D, int Dv, int E = 0, int A = 0, typename TG>
 static __device__ __forceinline__ void hpdl_attn_tc_store_dkdv(TG *__restrict__ grads, const float (*dk)[4],
                                                                const float (*dv)[4], const HpdlAttnTcKeys &K, int t, int B,
                                                                int H, int Hk, int T, int S, float scale,
@@ -837,8 +837,8 @@ static __device__ __forceinline__ void hpdl_attn_tc_store_dkdv(TG *__restrict__ 
     const int key = h ? K.kr1 : K.kr0;
     if (key >= S) continue;
     const long long bthd = ((long long)K.b * S + key) * Hk + K.hk; /* (b, key, hk) */
-    TG *__restrict__ dkr = gk ? gk + bthd * D : grads + nq + ((long long)K.bhk * S + key) * D;
-    TG *__restrict__ dvr = gv ? gv + bthd * Dv : grads + nq + (long long)B * Hk * S * D + ((long long)K.bhk * S + key) * Dv;
+    TG *__restrict__ dkr = A ? gk + bthd * D : grads + nq + ((long long)K.bhk * S + key) * D;
+    TG *__restrict__ dvr = A ? gv + bthd * Dv : grads + nq + (long long)B * Hk * S * D + ((long long)K.bhk * S + key) * Dv;
     for (int n = 0; n < D / 8; n++)
       for (int e = 0; e < 2; e++) hpdl_attn_put<E>(&dkr[8 * n + 2 * t + e], scale * dk[n][2 * h + e]);
     for (int n = 0; n < Dv / 8; n++)
@@ -872,17 +872,17 @@ static __device__ __forceinline__ void hpdl_attn_tc_dq_ds(float (*s)[4], const f
     }
 }
 
-/* dq's rows r0, r1 (scaled) into grads; or, with gq (fuse_attn_grad16), into it as the
+/* dq's rows r0, r1 (scaled) into grads; or, with A (fuse_attn_grad16), into gq as the
  * projection reads it, [B, T, H, D]. */
-template <int D, int E = 0, typename TG>
+template <int D, int E = 0, int A = 0, typename TG>
 static __device__ __forceinline__ void hpdl_attn_tc_store_dq(TG *__restrict__ grads, const float (*acc)[4],
                                                              const HpdlAttnTcRows &R, int t, int T, float scale,
                                                              TG *__restrict__ gq = nullptr, int H = 1) {
   for (int h = 0; h < 2; h++) {
     const int row = h ? R.r1 : R.r0;
     if (row >= T) continue;
-    TG *__restrict__ dq = gq ? gq + (((long long)(R.bh / H) * T + row) * H + R.bh % H) * D
-                             : grads + ((long long)R.bh * T + row) * D;
+    TG *__restrict__ dq = A ? gq + (((long long)(R.bh / H) * T + row) * H + R.bh % H) * D
+                            : grads + ((long long)R.bh * T + row) * D;
     for (int n = 0; n < D / 8; n++)
       for (int e = 0; e < 2; e++) hpdl_attn_put<E>(&dq[8 * n + 2 * t + e], scale * acc[n][2 * h + e]);
   }
@@ -1314,14 +1314,19 @@ static __device__ __forceinline__ void hpdl_attn_load16(unsigned short (*dst)[LD
   }
 }
 
+/* The 16-bit backward kernels' layout flags (template F; fuse.c's fuse_attn_dout and
+ * fuse_attn_grad16 choose them). */
+#define HPDL_ATTN_DOUT_BTHD 1  /* dO as the projection made it, [B, T, H, Dv], its dlse zero */
+#define HPDL_ATTN_GRADS_BTHD 2 /* dq, dk, dv apart, as the projections read them */
+
 /* The output's gradient's rows t0 .. t0 + n of (b, h) into a 16-bit tile as
  * hpdl_attn_load16 loads them: from packed rows [dO, dlse] of Dv + 1 (row bh T + t), or
- * with dout_bthd from [B, T, H, Dv] (rows H Dv apart; fuse_attn_dout). */
-template <int E, int ROWS, int Dv, int KDv, int NT, int LD, typename TS>
-static __device__ __forceinline__ void hpdl_attn_load_dout(unsigned short (*dst)[LD], const TS *__restrict__ dout, int b,
-                                                           int h, int H, int T, int t0, int n, int dout_bthd) {
-  if (!dout_bthd) {
-    hpdl_attn_load16<E, ROWS, Dv, KDv, Dv + 1, NT>(dst, dout + ((long long)b * H * T + (long long)h * T + t0) * (Dv + 1), n);
+ * with BTHD from [B, T, H, Dv] (rows H Dv apart; fuse_attn_dout). */
+template <int E, int ROWS, int Dv, int KDv, int NT, int BTHD, int LD, typename TS>
+static __device__ __forceinline__ void hpdl_attn_load_dout(unsigned short (*dst)[LD], const TS *__restrict__ dout,
+                                                           long long row0, int b, int h, int H, int T, int t0, int n) {
+  if (!BTHD) { /* row0 = (b H + h) T + t0 */
+    hpdl_attn_load16<E, ROWS, Dv, KDv, Dv + 1, NT>(dst, dout + row0 * (Dv + 1), n);
     return;
   }
   const TS *__restrict__ src = dout + (((long long)b * T + t0) * H + h) * Dv;
@@ -1521,16 +1526,18 @@ static __device__ void hpdl_attn_fwd_h(const TQ *__restrict__ q, const TQ *__res
 /* dk and dv with 16-bit operands: block `blk` of HPDL_ATTN_DKDV_GRID (hpdl_attn_plan_tc's),
  * 64 keys of (b, hk), a warp 16 of them; query tiles of HPDL_ATTN_H16_DKDV_BQ rows of each
  * head of the group in order (by rows: the P^T do and dS^T q fragments through ldmatrix
- * .trans). Dt from hpdl_attn_bwd_dt. gk, gv (or null): dk and dv there, [B, S, Hk, D],
- * instead of into grads (hpdl_attn_tc_store_dkdv). */
-template <int D, int Dv, int E, typename TQ, typename TG>
+ * .trans). Dt from hpdl_attn_bwd_dt. F: HPDL_ATTN_GRADS_BTHD, dk and dv into gk and gv as
+ * [B, S, Hk, D] instead of into grads (hpdl_attn_tc_store_dkdv); HPDL_ATTN_DOUT_BTHD, dO read
+ * as [B, T, H, Dv] (hpdl_attn_load_dout). Compile-time, so that the kernels without them
+ * keep their registers. */
+template <int D, int Dv, int E, int F = 0, typename TQ, typename TG>
 static __device__ void hpdl_attn_bwd_dkdv_h(const TQ *__restrict__ q, const TQ *__restrict__ k,
                                             const TQ *__restrict__ v, const float *__restrict__ out,
                                             const float *__restrict__ dout, const float *__restrict__ Dt,
                                             TG *__restrict__ grads, int B, int H, int Hk, int T, int S, float scale,
                                             int causal, int window, int row_rank, int row_size, int col_rank,
                                             int col_size, long long blk, TG *__restrict__ gk = nullptr,
-                                            TG *__restrict__ gv = nullptr, int dout_bthd = 0) {
+                                            TG *__restrict__ gv = nullptr) {
   constexpr int NT = HPDL_ATTN_TC_THREADS, BK = HPDL_ATTN_TC_KEYS, BQ = HPDL_ATTN_H16_DKDV_BQ;
   constexpr int KD = HPDL_ATTN_PAD16(D), KDv = HPDL_ATTN_PAD16(Dv), LK = KD + 8, LV = KDv + 8;
   static_assert(HPDL_ATTN_TC(D, Dv), "tensor-core attention takes head sizes 16 .. 64, multiples of 8");
@@ -1560,7 +1567,7 @@ static __device__ void hpdl_attn_bwd_dkdv_h(const TQ *__restrict__ q, const TQ *
       __syncthreads(); /* dkdv_h: the previous tile's Qs, Gs, Ls, Ds, Rp are read */
       const long long row0 = (long long)bh * T + t0;
       hpdl_attn_load16<E, BQ, D, KD, D, NT>(Qs, q + row0 * D, nrows);
-      hpdl_attn_load_dout<E, BQ, Dv, KDv, NT>(Gs, dout, K.b, bh - K.b * H, H, T, t0, nrows, dout_bthd);
+      hpdl_attn_load_dout<E, BQ, Dv, KDv, NT, F & HPDL_ATTN_DOUT_BTHD>(Gs, dout, row0, K.b, bh - K.b * H, H, T, t0, nrows);
       hpdl_attn_load_rows(Ls, Ds, Rp, out, Dt, row0, t0, nrows, BQ, NT, Dv, T, causal, row_rank, row_size);
       __syncthreads(); /* dkdv_h: the tile is loaded */
       if (K.wn == 0 || (causal && wkmin > hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size))) continue;
@@ -1577,21 +1584,20 @@ static __device__ void hpdl_attn_bwd_dkdv_h(const TQ *__restrict__ q, const TQ *
       hpdl_attn_mma16_pv<E, D, BQ, LK, 0>(dk, ds, Qs, lane); /* dS^T q */
     }
   }
-  hpdl_attn_tc_store_dkdv<D, Dv, E>(grads, dk, dv, K, t, B, H, Hk, T, S, scale, gk, gv);
+  hpdl_attn_tc_store_dkdv<D, Dv, E, (F & HPDL_ATTN_GRADS_BTHD) != 0>(grads, dk, dv, K, t, B, H, Hk, T, S, scale, gk, gv);
 }
 
 /* dq with 16-bit operands: block `blk` of HPDL_ATTN_DQ_GRID (hpdl_attn_plan_tc's), 64 query
  * rows of (b, h), a warp 16 of them; key tiles of HPDL_ATTN_H16_DQ_BK (by rows: dS k's
  * fragments through ldmatrix .trans) in two buffers, as the forward's (hpdl_attn_key_tiles).
- * gq (or null): dq there, [B, T, H, D], instead of into grads (hpdl_attn_tc_store_dq). */
-template <int D, int Dv, int E, typename TQ, typename TG>
+ * F as dkdv_h's: dq into gq as [B, T, H, D] instead of into grads (hpdl_attn_tc_store_dq). */
+template <int D, int Dv, int E, int F = 0, typename TQ, typename TG>
 static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__restrict__ k,
                                           const TQ *__restrict__ v, const float *__restrict__ out,
                                           const float *__restrict__ dout, const float *__restrict__ Dt,
                                           TG *__restrict__ grads, int B, int H, int Hk, int T, int S, float scale,
                                           int causal, int window, int row_rank, int row_size, int col_rank,
-                                          int col_size, long long blk, TG *__restrict__ gq = nullptr,
-                                          int dout_bthd = 0) {
+                                          int col_size, long long blk, TG *__restrict__ gq = nullptr) {
   constexpr int NT = HPDL_ATTN_TC_THREADS, BQ = HPDL_ATTN_TC_ROWS, BK = HPDL_ATTN_H16_DQ_BK;
   constexpr int KD = HPDL_ATTN_PAD16(D), KDv = HPDL_ATTN_PAD16(Dv), LK = KD + 8, LV = KDv + 8;
   static_assert(HPDL_ATTN_TC(D, Dv), "tensor-core attention takes head sizes 16 .. 64, multiples of 8");
@@ -1608,7 +1614,8 @@ static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__
   const TQ *__restrict__ kh = k + (long long)R.bhk * S * D;
   const TQ *__restrict__ vh = v + (long long)R.bhk * S * Dv;
   hpdl_attn_load16<E, BQ, D, KD, D, NT>(Qs, q + ((long long)R.bh * T + R.t0) * D, R.nrows); /* read after the first barrier */
-  hpdl_attn_load_dout<E, BQ, Dv, KDv, NT>(Gs, dout, R.bh / H, R.bh % H, H, T, R.t0, R.nrows, dout_bthd);
+  hpdl_attn_load_dout<E, BQ, Dv, KDv, NT, F & HPDL_ATTN_DOUT_BTHD>(Gs, dout, (long long)R.bh * T + R.t0, R.bh / H, R.bh % H,
+                                                                 H, T, R.t0, R.nrows);
   float lse[2], dt[2];
   hpdl_attn_tc_dq_rows<Dv>(lse, dt, out, Dt, R, T);
   float acc[D / 8][4];
@@ -1624,7 +1631,7 @@ static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__
         hpdl_attn_tc_dq_ds<BK>(s, dp, lse, dt, R, t, T, nk, causal, Cp, window, scale);
         hpdl_attn_mma16_pv<E, D, BK>(acc, s, Ks[b], lane); /* dS k */
       });
-  hpdl_attn_tc_store_dq<D, E>(grads, acc, R, t, T, scale, gq, H);
+  hpdl_attn_tc_store_dq<D, E, (F & HPDL_ATTN_GRADS_BTHD) != 0>(grads, acc, R, t, T, scale, gq, H);
 }
 
 #endif /* HPDL_ATTENTION_CUH */

@@ -995,21 +995,21 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   for (int s = 0; s < 2; s++) {
     step_name(k, 1 + s, 3, name, sizeof name);
     attn_signature(k, o, name, tc);
-    char grads[32], apart[80] = "";
+    char grads[32], apart[48] = "", flags[96] = "";
     if (chain) {
       snprintf(grads, sizeof grads, "(unsigned short *)nullptr");
       if (s == 0) snprintf(apart, sizeof apart, ", p%d, p%d", bthd[1], bthd[2]);
       else snprintf(apart, sizeof apart, ", p%d", bthd[0]);
     } else {
       snprintf(grads, sizeof grads, "p%d", io[5]);
-      const char *tg = cu_c_type(nd(k, grad16 >= 0 ? grad16 : id)->dtype); /* the gradient's type, for the null pointers */
-      if (dout_src >= 0 && s == 0) snprintf(apart, sizeof apart, ", (%s *)nullptr, (%s *)nullptr", tg, tg);
-      else if (dout_src >= 0) snprintf(apart, sizeof apart, ", (%s *)nullptr", tg);
     }
-    if (dout_src >= 0) snprintf(apart + strlen(apart), sizeof apart - strlen(apart), ", 1 /* dO as [B, T, H, Dv] */");
+    if (chain || dout_src >= 0) /* the 16-bit kernels' layout flags (kernels/hpdl_attention.cuh) */
+      snprintf(flags, sizeof flags, ", %s", chain && dout_src >= 0 ? "HPDL_ATTN_GRADS_BTHD | HPDL_ATTN_DOUT_BTHD"
+                                            : chain            ? "HPDL_ATTN_GRADS_BTHD"
+                                                               : "HPDL_ATTN_DOUT_BTHD");
     cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", grid[s]);
-    cu_tx(o, "    %s%s<%s>(p%d, p%d, p%d, p%d, p%d, %s_dt, %s, %s, blk%s);\n}\n\n", fn[s], sfx, tmpl, io[0], io[1], io[2],
-          io[3], io[4], b, grads, args, apart);
+    cu_tx(o, "    %s%s<%s%s>(p%d, p%d, p%d, p%d, p%d, %s_dt, %s, %s, blk%s);\n}\n\n", fn[s], sfx, tmpl, flags, io[0], io[1],
+          io[2], io[3], io[4], b, grads, args, apart);
     cu_add_launch(k, name, 1 + s, "attention", grid[s], L.threads);
     /* dk, dv recompute P and dS and take three of the five products, dq two */
     k->t->launch[k->t->nlaunch - 1].flops = flops * (s == 0 ? 0.6 : 0.4);
