@@ -383,6 +383,113 @@ static int lse_kernel(const CuKern *k, int id) {
   return found;
 }
 
+/* The gradient of row `base` of the logits (io x, stored as xdt) into io out
+ * (stored as odt): out[v] = scale * (exp(x[v] - lse32) - (v == tgt)), zeros
+ * where !ok; four a thread where vec4 and `vec_`. With `loss` (the name of
+ * the rows' fp64 losses) the thread that reads the target's logit writes the
+ * row's loss, lse - x[tgt], before it writes that logit's gradient (which may
+ * overwrite it: the memory plan may put out in x's place). Ends the row's
+ * loop body (the vector path `continue`s). */
+static void ce_grad_row(CuText *o, int x, int out, int64_t V, int vec4, DType xdt, DType odt, const char *loss) {
+  if (vec4) {
+    row4_open(o, x, V, xdt);
+    if (loss)
+      cu_tx(o, "        if (tgt >= v && tgt < v + 4) %s[row] = lse - (double)(tgt == v ? q.x : tgt == v + 1 ? q.y : tgt == v + 2 ? q.z : q.w);\n",
+            loss);
+    cu_tx(o, "        float g[4] = {expf(q.x - lse32), expf(q.y - lse32), expf(q.z - lse32), expf(q.w - lse32)};\n");
+    cu_tx(o, "        for (int e = 0; e < 4; e++) g[e] = ok ? scale * (v + e == tgt ? g[e] - 1.0f : g[e]) : 0.0f;\n");
+    static const char *const g4[4] = {"g[0]", "g[1]", "g[2]", "g[3]"};
+    cu_store4(o, "        ", out, odt, "base + v", g4);
+    cu_tx(o, "      }\n      continue;\n    }\n");
+  }
+  cu_tx(o, "    for (long long v = threadIdx.x; v < %" PRId64 "LL; v += blockDim.x) {\n", V);
+  if (loss) {
+    cu_tx(o, "      const float xv = %s(p%d[base + v]);\n", widen(xdt), x);
+    cu_tx(o, "      if (v == tgt) %s[row] = lse - (double)xv;\n", loss);
+    cu_tx(o, "      const float e = expf(xv - lse32);\n");
+  } else {
+    cu_tx(o, "      const float e = expf(%s(p%d[base + v]) - lse32);\n", widen(xdt), x);
+  }
+  cu_tx(o, "      const float g = ok ? scale * (v == tgt ? e - 1.0f : e) : 0.0f;\n");
+  store(o, "      ", out, odt, "base + v", "g");
+  cu_tx(o, "    }\n");
+}
+
+/* The loss's sum over the rows' losses `base`_loss (fp64, one block, a fixed
+ * order) into io out: step `step` of `nsteps` of the kernel. */
+static void ce_loss_sum(CuKern *k, int out, DType dt, int64_t P, int step, int nsteps) {
+  CuText *o = &k->t->src;
+  char name[200];
+  step_name(k, step, nsteps, name, sizeof name);
+  cu_signature(k, o, name);
+  cu_tx(o, "  __shared__ double red_[32];\n");
+  cu_tx(o, "  double s = 0.0;\n");
+  cu_tx(o, "  for (long long p = threadIdx.x; p < %" PRId64 "LL; p += blockDim.x) s += %s_loss[p];\n", P, k->base);
+  cu_tx(o, "  s = hpdl_block_sum_d(s, red_);\n");
+  cu_tx(o, "  if (threadIdx.x == 0) {\n");
+  cu_tx(o, "    const float mean = (float)(s / %" PRId64 ".0);\n", P);
+  store(o, "    ", out, dt, "0", "mean");
+  cu_tx(o, "  }\n}\n\n");
+  cu_add_launch(k, name, step, "special", 1, row_block(P));
+}
+
+/* A cross-entropy with its backward in one kernel (fuse.c's ce_pair): s0 a
+ * block per row finds the row's log-sum-exp in one pass, then writes its
+ * gradient, a second read of the row (which the block has just read: from
+ * L2 on a GPU), where the thread reading the target's logit writes the row's
+ * loss; s1 sums the losses. The gradient may take the logits' place (the
+ * memory plan's in-place pair, mem_fused_inplace_ok): each logit is read
+ * and then written by one thread, after the block's reductions over the row.
+ * The numbers are the two kernels' (the backward reads the forward's
+ * log-sum-exp as a float). */
+static int ce_pair(CuKern *k) {
+  CuText *o = &k->t->src;
+  const IrNode *n = NULL, *bn = NULL;
+  int id = -1, bid = -1;
+  for (int j = 0; j < k->K->nnodes; j++) {
+    const IrNode *m = nd(k, k->K->nodes[j]);
+    if (m->op == IR_CROSS_ENTROPY) n = m, id = k->K->nodes[j];
+    if (m->op == IR_CROSS_ENTROPY_BWD) bn = m, bid = k->K->nodes[j];
+  }
+  if (!n || !bn) return -1;
+  int x = io_of(k, n->in[0]), t = io_of(k, n->in[1]), loss = io_of(k, id), out = io_of(k, bid), dl = io_of(k, bn->in[2]);
+  if (x < 0 || t < 0 || loss < 0 || out < 0 || dl < 0) return -1;
+  const IrNode *xn = nd(k, n->in[0]);
+  int64_t V = xn->dims[xn->rank - 1], P = ir_numel(nd(k, mem_of(k, n->in[1])));
+  if (V < 1 || ir_numel(nd(k, mem_of(k, n->in[0]))) != P * V) {
+    cu_fail(k->t, "graph %s kernel k%d: cross_entropy over %" PRId64 " targets and %" PRId64 " logits", k->fg->graph->name,
+            k->kp, P, ir_numel(xn));
+    return -1;
+  }
+  const char *b = k->base;
+  cu_tx(o, "/* %s: cross_entropy with its backward, one pass over the logits: s0 a block per row writes the row's\n"
+        " * loss (fp64) and dx[p, v] = dloss / %" PRId64 " * (softmax(x[p])[v] - (v == target[p])), s1 one block\n"
+        " * sums the losses (fp64, a fixed order) into their mean; a target outside [0, %" PRId64 ") adds 0 and\n"
+        " * gives its row zeros (range checks are the runtime's) */\n",
+        b, P, V);
+  cu_tx(o, "static __device__ double %s_loss[%" PRId64 "];\n\n", b, P > 0 ? P : 1);
+  char name[200];
+  step_name(k, 0, 2, name, sizeof name);
+  cu_signature(k, o, name);
+  cu_tx(o, "  __shared__ float red_[32];\n");
+  cu_tx(o, "  const float scale = (float)p%d[0] / %" PRId64 ".0f;\n", dl, P);
+  int vec4 = cu_vec_type(xn->dtype) && V % 4 == 0 && cu_vec_type(bn->dtype);
+  if (vec4) vec_flag(o, x, out);
+  cu_tx(o, "  for (long long row = blockIdx.x; row < %" PRId64 "LL; row += gridDim.x) {\n", P);
+  row_lse(o, x, V, vec4, xn->dtype);
+  cu_tx(o, "    const float lse32 = (float)lse;\n");
+  cu_tx(o, "    const long long tgt = (long long)p%d[row];\n", t);
+  cu_tx(o, "    const int ok = tgt >= 0 && tgt < %" PRId64 "LL;\n", V);
+  cu_tx(o, "    if (!ok && threadIdx.x == 0) %s_loss[row] = 0.0;\n", b);
+  char lname[200];
+  snprintf(lname, sizeof lname, "%s_loss", b);
+  ce_grad_row(o, x, out, V, vec4, xn->dtype, bn->dtype, lname);
+  cu_tx(o, "  }\n}\n\n");
+  cu_add_launch(k, name, 0, "special", P, row_block(V));
+  ce_loss_sum(k, loss, n->dtype, P, 1, 2);
+  return 0;
+}
+
 static int cross_entropy(CuKern *k, const IrNode *n, int id) {
   CuText *o = &k->t->src;
   int bwd = n->op == IR_CROSS_ENTROPY_BWD;
@@ -419,19 +526,8 @@ static int cross_entropy(CuKern *k, const IrNode *n, int id) {
     }
     cu_tx(o, "    const long long tgt = (long long)p%d[row];\n", t);
     cu_tx(o, "    const int ok = tgt >= 0 && tgt < %" PRId64 "LL;\n", V);
-    if (vec4) {
-      row4_open(o, x, V, xn->dtype);
-      cu_tx(o, "        float g[4] = {expf(q.x - lse32), expf(q.y - lse32), expf(q.z - lse32), expf(q.w - lse32)};\n");
-      cu_tx(o, "        for (int e = 0; e < 4; e++) g[e] = ok ? scale * (v + e == tgt ? g[e] - 1.0f : g[e]) : 0.0f;\n");
-      static const char *const g4[4] = {"g[0]", "g[1]", "g[2]", "g[3]"};
-      cu_store4(o, "        ", out, n->dtype, "base + v", g4);
-      cu_tx(o, "      }\n      continue;\n    }\n");
-    }
-    cu_tx(o, "    for (long long v = threadIdx.x; v < %" PRId64 "LL; v += blockDim.x) {\n", V);
-    cu_tx(o, "      const float e = expf(%s(p%d[base + v]) - lse32);\n", widen(xn->dtype), x);
-    cu_tx(o, "      const float g = ok ? scale * (v == tgt ? e - 1.0f : e) : 0.0f;\n");
-    store(o, "      ", out, n->dtype, "base + v", "g");
-    cu_tx(o, "    }\n  }\n}\n\n");
+    ce_grad_row(o, x, out, V, vec4, xn->dtype, n->dtype, NULL);
+    cu_tx(o, "  }\n}\n\n");
     cu_add_launch(k, b, 0, "special", P, row_block(V));
     return 0;
   }
@@ -457,17 +553,7 @@ static int cross_entropy(CuKern *k, const IrNode *n, int id) {
         widen(xn->dtype), x);
   cu_tx(o, "    }\n  }\n}\n\n");
   cu_add_launch(k, name, 0, "special", P, row_block(V));
-  step_name(k, 1, 2, name, sizeof name);
-  cu_signature(k, o, name);
-  cu_tx(o, "  __shared__ double red_[32];\n");
-  cu_tx(o, "  double s = 0.0;\n");
-  cu_tx(o, "  for (long long p = threadIdx.x; p < %" PRId64 "LL; p += blockDim.x) s += %s_loss[p];\n", P, b);
-  cu_tx(o, "  s = hpdl_block_sum_d(s, red_);\n");
-  cu_tx(o, "  if (threadIdx.x == 0) {\n");
-  cu_tx(o, "    const float mean = (float)(s / %" PRId64 ".0);\n", P);
-  store(o, "    ", out, n->dtype, "0", "mean");
-  cu_tx(o, "  }\n}\n\n");
-  cu_add_launch(k, name, 1, "special", 1, row_block(P));
+  ce_loss_sum(k, out, n->dtype, P, 1, 2);
   return 0;
 }
 
@@ -1281,6 +1367,7 @@ static int host_extern(CuKern *k, const IrNode *n, int id) {
 int cu_special(CuKern *k) {
   int id = special_node(k);
   const IrNode *n = nd(k, id);
+  if (fuse_ce_pair(k->fg, k->kp)) return ce_pair(k);
   if (fuse_linear_ce_pair(k->fg, k->kp)) /* dx's node leads: the pair's launches make both */
     for (int j = 0; j < k->K->nnodes; j++)
       if (ir_linear_role(nd(k, k->K->nodes[j])->op) == IR_LINEAR_DX) return linear_ce(k, nd(k, k->K->nodes[j]), k->K->nodes[j]);

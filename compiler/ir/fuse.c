@@ -66,7 +66,8 @@
  *    REPEAT_KV_BWD and multi-group SUM_TO are `special` kernels. With
  *    FuseOptions.store16 an ATTENTION_BWD's one reader, a CAST of its
  *    gradient to q's 16-bit type, joins its kernel (the 16-bit attention
- *    kernels store the gradient so).
+ *    kernels store the gradient so). With FuseOptions.ce_pair a
+ *    CROSS_ENTROPY_BWD joins its CROSS_ENTROPY's kernel (ce_partner).
  * 7. Order: kernels are listed by a topological sort of the kernel graph,
  *    taking among the ready kernels the one with the smallest node id, so
  *    the order follows the source where it can.
@@ -346,6 +347,33 @@ static int linear_ce_partner(Fuser *F, int id) {
   return -1;
 }
 
+/* FuseOptions.ce_pair: a CROSS_ENTROPY_BWD joins the special kernel of the
+ * CROSS_ENTROPY of the same logits and targets, whose rows it reads again
+ * (rule 6): the one kernel reads each row once, for the loss and its
+ * gradient. Only where the loss's gradient seed is a leaf (the step's
+ * dloss argument, known before the forward's loss), the loss kernel holds
+ * the loss alone, no forward node reads the loss, and the step is not a
+ * pipeline's (whose halves run a micro-batch's loss and its gradient
+ * apart). Returns that kernel, or -1. */
+static int ce_partner(Fuser *F, int id) {
+  const IrGraph *g = F->g;
+  const IrNode *n = nd(g, id);
+  if (!F->opts.ce_pair || n->op != IR_CROSS_ENTROPY_BWD || n->nin != 3 || role_of(g, n->in[2]) != R_LEAF) return -1;
+  for (int j = 0; j < g->nnodes; j++)
+    if ((g->nodes[j].op == IR_SEND || g->nodes[j].op == IR_RECV) && g->nodes[j].attr[0] == IRG_PP) return -1;
+  for (int j = id - 1; j >= 0; j--) {
+    const IrNode *m = nd(g, j);
+    if (m->op != IR_CROSS_ENTROPY || m->nin != 2 || m->in[0] != n->in[0] || m->in[1] != n->in[1]) continue;
+    int k = kof(F, j);
+    for (int i = 0; i < id; i++) /* the loss alone in its kernel */
+      if (i != j && kof(F, i) == k) return -1;
+    for (int u = F->ustart[j]; u < F->ustart[j + 1]; u++) /* the loss read by the backward only */
+      if (g->fb_split > 0 && F->users[u] < g->fb_split) return -1;
+    return k;
+  }
+  return -1;
+}
+
 /* Merges kernel b into kernel a (both roots); returns a. */
 static int merge(Fuser *F, int a, int b) {
   if (a == b) return a;
@@ -539,7 +567,7 @@ static int is_row_vector(const IrNode *b, const IrNode *mm) {
   return b->rank <= mm->rank;
 }
 
-const FuseOptions FUSE_CUDA_OPTIONS = {.bias_grad = 1, .store16 = 1};
+const FuseOptions FUSE_CUDA_OPTIONS = {.bias_grad = 1, .store16 = 1, .ce_pair = 1};
 
 static int single_use(Fuser *F, int id) { return F->ucount[id] == 1 && !F->is_out[id]; }
 
@@ -910,6 +938,8 @@ static int heap_pop(int *h, int *nh, const int *key) {
   return top;
 }
 
+static int is_ce_pair(const IrGraph *g, const FuseKernel *K);
+
 /* Bytes a kernel reads from boundary value v through its node c's input k:
  * a folded view reads the buffer it views. */
 static double read_through(const IrModule *m, const IrGraph *g, int c, int k) {
@@ -922,13 +952,14 @@ static double read_through(const IrModule *m, const IrGraph *g, int c, int k) {
 }
 
 /* A kernel's work: its nodes' FLOPs; for loop, row, gemm and copy kernels
- * the bytes of the values crossing its boundary, for the others (one op,
- * perhaps with folded views) that op's own bytes; a CALL costs its graph's
- * fused totals x its repeat count. */
+ * and a cross-entropy with its backward the bytes of the values crossing its
+ * boundary, for the others (one op, perhaps with folded views) that op's own
+ * bytes; a CALL costs its graph's fused totals x its repeat count. */
 static void kernel_cost(const FuseResult *r, const IrGraph *g, FuseKernel *K) {
   const IrModule *m = r->module;
   K->flops = K->bytes_read = K->bytes_written = 0;
-  int generic = K->kind == FUSE_LOOP || K->kind == FUSE_ROW || K->kind == FUSE_GEMM || K->kind == FUSE_COPY;
+  int generic = K->kind == FUSE_LOOP || K->kind == FUSE_ROW || K->kind == FUSE_GEMM || K->kind == FUSE_COPY ||
+                is_ce_pair(g, K);
   for (int i = 0; i < K->nnodes; i++) {
     const IrNode *n = nd(g, K->nodes[i]);
     if (n->op == IR_CALL) {
@@ -1016,6 +1047,7 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
     case R_CALL: k = new_kernel(&F, FUSE_CALL); break;
     case R_SPECIAL:
       k = linear_ce_partner(&F, id);
+      if (k < 0) k = ce_partner(&F, id);
       if (k < 0) k = new_kernel(&F, FUSE_SPECIAL);
       attn_dout_join(&F, id, k);
       break;
@@ -1267,6 +1299,7 @@ static Hash2 graph_hash(const IrModule *m, int gi, const Hash2 *callee, const Fu
   hmix(&h, (uint64_t)(int64_t)g->fb_split);
   hmix(&h, (uint64_t)(opts && opts->bias_grad));
   hmix(&h, (uint64_t)(opts && opts->store16));
+  hmix(&h, (uint64_t)(opts && opts->ce_pair));
   hmix(&h, (uint64_t)g->noutputs);
   for (int i = 0; i < g->noutputs; i++) hmix(&h, (uint64_t)(int64_t)g->outputs[i]);
   for (int i = 0; i < g->nnodes; i++) {
@@ -1384,6 +1417,20 @@ static int is_index_map(IrOp op) {
 
 static int is_special(const IrGraph *g, int id) { return role_of(g, id) == R_SPECIAL; }
 
+int fuse_ce_pair(const FuseGraph *fg, int p) { return is_ce_pair(fg->graph, &fg->kernels[p]); }
+
+static int is_ce_pair(const IrGraph *g, const FuseKernel *K) {
+  if (K->kind != FUSE_SPECIAL) return 0;
+  int ce = 0, bwd = 0, other = 0;
+  for (int j = 0; j < K->nnodes; j++) {
+    IrOp op = g->nodes[K->nodes[j]].op;
+    ce += op == IR_CROSS_ENTROPY;
+    bwd += op == IR_CROSS_ENTROPY_BWD;
+    other += op != IR_CROSS_ENTROPY && op != IR_CROSS_ENTROPY_BWD && op != IR_RESHAPE;
+  }
+  return ce == 1 && bwd == 1 && !other;
+}
+
 int fuse_linear_ce_pair(const FuseGraph *fg, int p) {
   const FuseKernel *K = &fg->kernels[p];
   if (K->kind != FUSE_SPECIAL) return 0;
@@ -1481,7 +1528,8 @@ static int check_kernel(const FuseGraph *fg, int p, FILE *out) {
     }
   }
   if (K->kind == FUSE_GEMM && nmm != 1) bad += problem(out, g, p, "a gemm kernel needs exactly one matmul", -1);
-  if ((K->kind == FUSE_COMM || K->kind == FUSE_CALL || K->kind == FUSE_SPECIAL) && nmain != 1 && !fuse_linear_ce_pair(fg, p))
+  if ((K->kind == FUSE_COMM || K->kind == FUSE_CALL || K->kind == FUSE_SPECIAL) && nmain != 1 && !fuse_linear_ce_pair(fg, p) &&
+      !fuse_ce_pair(fg, p))
     bad += problem(out, g, p, "needs exactly one main op", -1);
   if (K->kind == FUSE_COPY && nmain < 1) bad += problem(out, g, p, "a copy without a shape op", -1);
   return bad;

@@ -105,9 +105,13 @@ typedef struct {
    * library adds in fp32 and rounds as it writes D (cuBLASLt's
    * CUDA_R_16BF D with an fp32 bias, the CUDA back end) */
   int store16;
+  /* rule 6: a cross-entropy's backward joins its forward's special kernel,
+   * which computes the loss and the logits' gradient in one pass over the
+   * logits (the CUDA back end); not in a pipeline's step */
+  int ce_pair;
 } FuseOptions;
 
-/* What cuBLASLt takes on (the CUDA back end): bias_grad and store16. */
+/* What the CUDA back end takes on: bias_grad, store16 and ce_pair. */
 extern const FuseOptions FUSE_CUDA_OPTIONS;
 
 /* Fuses every graph of a verified module; everything lives in `arena`.
@@ -211,5 +215,10 @@ int fuse_grad_acc_output(const FuseGraph *fg, const IrModule *m, int kp);
  * LINEAR_CE_BWD_W of the same inputs, rule 6): one pass over the logits
  * makes both outputs. */
 int fuse_linear_ce_pair(const FuseGraph *fg, int kp);
+
+/* Whether kernel kp is a cross-entropy with its backward (CROSS_ENTROPY and
+ * CROSS_ENTROPY_BWD of the same logits, FuseOptions.ce_pair): one pass over
+ * the logits makes the loss and their gradient. */
+int fuse_ce_pair(const FuseGraph *fg, int kp);
 
 #endif

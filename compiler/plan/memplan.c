@@ -68,9 +68,18 @@ int64_t mem_stash_per_layer(const IrModule *m, int graph, int node) {
  * both with as many elements as its iteration space and the same element
  * size, and every node of the kernel that reads x is elementwise over the
  * whole space (so x is read at the index y is written, not through a
- * folded index map such as a transpose). */
+ * folded index map such as a transpose); or k is a cross-entropy with its
+ * backward (fuse_ce_pair), x the logits it reads and y their gradient, of
+ * one element size (the kernel reads a row whole before it writes it). */
 int mem_fused_inplace_ok(const FuseGraph *fg, const IrGraph *g, int k, int x, int y) {
   const FuseKernel *K = &fg->kernels[k];
+  if (K->kind == FUSE_SPECIAL && fuse_ce_pair(fg, k)) { /* y, the logits' gradient, over x, the logits */
+    const IrNode *X = &g->nodes[x], *Y = &g->nodes[y];
+    int is_in = 0;
+    for (int j = 0; j < K->ninputs; j++) is_in |= K->inputs[j] == x;
+    return is_in && Y->op == IR_CROSS_ENTROPY_BWD && Y->in[0] == x && ir_numel(X) == ir_numel(Y) &&
+           sem_dtype_bytes(X->dtype) == sem_dtype_bytes(Y->dtype);
+  }
   if (K->kind != FUSE_LOOP) return 0;
   int64_t space = 1;
   for (int i = 0; i < K->rank; i++) space *= K->dims[i];
@@ -351,6 +360,17 @@ static void plan_fused(Planner *P, int gi) {
           into[y] = x;
       }
     }
+    /* a cross-entropy with its backward (fuse.c's ce_pair): the logits'
+     * gradient in the logits' place, where they die here */
+    if (K->kind == FUSE_SPECIAL && fuse_ce_pair(fg, k))
+      for (int j = 0; j < K->nnodes; j++) {
+        const IrNode *bw = &g->nodes[K->nodes[j]];
+        if (bw->op != IR_CROSS_ENTROPY_BWD) continue;
+        int x = bw->in[0], y = K->nodes[j], b = mg->values[x].buf;
+        if (b >= 0 && mg->bufs[b].kind == MEMB_VALUE && last[x] == k && mg->bufs[b].last == k &&
+            mem_fused_inplace_ok(fg, g, k, x, y))
+          into[y] = x;
+      }
     for (int j = 0; j < K->nnodes; j++) {
       int i = K->nodes[j];
       const IrNode *nd = &g->nodes[i];

@@ -199,7 +199,9 @@ int mem_inplace_ok(const IrGraph *g, int node, int k);
 /* The fused plan's rule, the part that depends on the kernel: kernel k of
  * fg is a loop kernel, x one of its inputs and y one of its outputs, both
  * of its iteration space's size and one element size, every node reading x
- * elementwise over the whole space. (The planner's liveness follows it.) */
+ * elementwise over the whole space; or a cross-entropy with its backward
+ * (fuse_ce_pair), x the logits and y their gradient. (The planner's
+ * liveness follows it.) */
 int mem_fused_inplace_ok(const FuseGraph *fg, const IrGraph *g, int k, int x, int y);
 
 /* Bytes a SAVE call (node `node` of graph `graph`) keeps per layer: its

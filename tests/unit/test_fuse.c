@@ -309,6 +309,56 @@ static int typed2(IrGraph *g, IrOp op, int a, int b, DType t) {
 
 static int matmul32(IrGraph *g, int a, int b, int ta, int tb) { return typed(g, matmul_t(g, a, b, ta, tb), DT_F32); }
 
+/* Rule 6 with FuseOptions.ce_pair (the CUDA back end): a CROSS_ENTROPY_BWD
+ * joins its CROSS_ENTROPY's special kernel (one pass over the logits makes
+ * the loss and their gradient), reading the logits, the targets and the
+ * seed, writing both; without the option they stay two kernels. Refused: a
+ * seed computed in the step (not a leaf), a pipeline's step (a SEND to the
+ * next stage), a loss a forward node reads. */
+static int targets(IrGraph *g, int rank, const int64_t *dims) {
+  int64_t a = g->nargs++;
+  return ir_add(g, IR_ARG, NULL, 0, &a, 1, 0, DT_I32, rank, dims, NULL);
+}
+
+static int ce2(IrGraph *g, IrOp op, int x, int t, int dl) {
+  int in[3] = {x, t, dl};
+  return ir_add(g, op, in, op == IR_CROSS_ENTROPY ? 2 : 3, NULL, 0, 0, DT_F32, -1, NULL, NULL);
+}
+
+static void test_ce_pair(void) {
+  int64_t dx[2] = {8, 40}, dt[1] = {8}, none[1] = {0};
+  for (int variant = 0; variant < 4; variant++) {
+    Built b = begin();
+    int seed = arg(b.g, 0, none), x = arg(b.g, 2, dx), t = targets(b.g, 1, dt);
+    int loss = ce2(b.g, IR_CROSS_ENTROPY, x, t, -1);
+    int reader = variant == 3 ? op1(b.g, IR_NEG, loss) : -1; /* a forward node reading the loss */
+    if (variant >= 2) b.g->fb_split = b.g->nnodes;
+    if (variant == 1) seed = op1(b.g, IR_NEG, seed); /* a computed seed */
+    if (variant == 2) {
+      int64_t pp[2] = {IRG_PP, 1};
+      int act = ir_add(b.g, IR_SEND, &x, 1, pp, 2, 0, DT_F32, -1, NULL, NULL);
+      (void)act;
+    }
+    int grad = ce2(b.g, IR_CROSS_ENTROPY_BWD, x, t, seed);
+    int outs[3] = {loss, grad, reader};
+    finish(&b, outs, variant == 3 ? 3 : 2);
+    FuseResult *r = fuse_ok(&b);
+    EXPECT(kernel_of(r, loss) != kernel_of(r, grad) && !fuse_ce_pair(&r->graphs[0], r->graphs[0].kernel_of[loss]));
+    r = fuse_cuda(&b);
+    const FuseKernel *k = kernel_of(r, loss);
+    int paired = fuse_ce_pair(&r->graphs[0], r->graphs[0].kernel_of[loss]);
+    EXPECT(paired == (variant == 0));
+    EXPECT((kernel_of(r, grad) == k) == (variant == 0));
+    if (variant == 0) {
+      EXPECT(k->kind == FUSE_SPECIAL && k->ninputs == 3 && k->noutputs == 2);
+      EXPECT(k->outputs[0] == loss && k->outputs[1] == grad);
+      /* the logits read once: a kernel's bytes count its boundary */
+      EXPECT(k->bytes_read < 2 * 8 * 40 * 4);
+    }
+    arena_free(b.arena);
+  }
+}
+
 static void test_store16(void) {
   Built b = begin();
   int64_t dx[2] = {32, 16}, dw[2] = {16, 16}, dv[1] = {16};
@@ -670,6 +720,7 @@ int main(void) {
   test_gemm_epilogue_refused();
   test_bias_grad();
   test_store16();
+  test_ce_pair();
   test_diamond();
   test_reduction_into_gemm();
   test_row_consistency();

@@ -439,6 +439,47 @@ static void test_rules(void) {
   arena_free(arena);
 }
 
+/* The CUDA back end's cross-entropy with its backward (fuse.c's ce_pair)
+ * writes the logits' gradient in the logits' place where they die there;
+ * the CPU back end's two kernels keep two buffers; logits read after the
+ * pair keep theirs. */
+static void test_ce_inplace(void) {
+  for (int later = 0; later < 2; later++) {
+    Arena *arena = arena_new();
+    IrModule *m = ir_module_new(arena);
+    IrGraph *g = ir_graph_new(m, "forward");
+    int64_t dx[2] = {8, 40}, dt[1] = {8}, none[1] = {0};
+    int seed = arg(g, 0, none), x = arg(g, 2, dx);
+    int64_t a = g->nargs++;
+    int t = ir_add(g, IR_ARG, NULL, 0, &a, 1, 0, DT_I32, 1, dt, NULL);
+    int logits = op1(g, IR_EXP, x);
+    int in[3] = {logits, t, seed};
+    int loss = ir_add(g, IR_CROSS_ENTROPY, in, 2, NULL, 0, 0, DT_F32, -1, NULL, NULL);
+    int grad = ir_add(g, IR_CROSS_ENTROPY_BWD, in, 3, NULL, 0, 0, DT_F32, -1, NULL, NULL);
+    int after = later ? op2(g, IR_ADD, logits, grad) : grad; /* logits read after the pair */
+    int outs[3] = {loss, grad, after};
+    g->outputs = outs;
+    g->noutputs = later ? 3 : 2;
+    EXPECT(ir_verify(m, stderr) == 0);
+    MemOptions mo;
+    memset(&mo, 0, sizeof mo);
+    int64_t arena_of[2] = {0, 0};
+    for (int cuda = 0; cuda < 2; cuda++) {
+      mo.fusion = cuda ? fuse_module_opts(arena, m, &FUSE_CUDA_OPTIONS) : fuse_module(arena, m);
+      MemPlan *p = mem_plan_module(arena, m, &mo);
+      EXPECT(p != NULL && p->fused != NULL);
+      if (!p || !p->fused) continue;
+      EXPECT(mem_check(p, stderr) == 0);
+      const MemValue *v = &p->fused[0].values[grad];
+      int inplace = cuda && !later;
+      EXPECT((v->kind == MEM_INPLACE && v->of == logits) == inplace);
+      arena_of[cuda] = p->fused[0].arena;
+    }
+    if (!later) EXPECT(arena_of[1] + 8 * 40 * 4 <= arena_of[0]); /* one [8, 40] buffer fewer */
+    arena_free(arena);
+  }
+}
+
 /* Alignment pads each buffer; the arena is a multiple of it. */
 static void test_align(void) {
   Arena *arena = arena_new();
@@ -467,6 +508,7 @@ static void test_align(void) {
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0); /* results and complaints interleave in order */
   test_rules();
+  test_ce_inplace();
   test_align();
   test_mlp();
   static const char *const gpt2[] = {"V=64", "T=8", "C=16", "L=4", "H=4"};
