@@ -26,7 +26,7 @@
  *       a block per (b, h, tile of BQ query rows): key tiles of BK keys in shared memory one
  *       after another, the online softmax (running max and sum a row), o and lse written
  *       once at the end;
- *   hpdl_attn_bwd_dt<D, Dv>(out, dout, Dt, B, H, T, blk)
+ *   hpdl_attn_bwd_dt<D, Dv[, NT, F]>(out, dout, Dt, B, H, T, blk)
  *       Dt a row into the caller's scratch [B * H * T] floats (a warp a row);
  *   hpdl_attn_bwd_dkdv<D, Dv>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal,
  *                             window, row_rank, row_size, col_rank, col_size, blk)
@@ -287,14 +287,19 @@ static __device__ void hpdl_attn_fwd(const float *__restrict__ q, const float *_
 
 /* --------------------------------------------------------------------- backward */
 
+/* The backward kernels' layout flags (template F; fuse.c's fuse_attn_dout and
+ * fuse_attn_grad16 choose them, for the 16-bit kernels). */
+#define HPDL_ATTN_DOUT_BTHD 1  /* dO as the projection made it, [B, T, H, Dv], its dlse zero */
+#define HPDL_ATTN_GRADS_BTHD 2 /* dq, dk, dv apart, as the projections read them */
+
 /* Dt[row] = do . o - dlse for the rows of block `blk` of HPDL_ATTN_DT_GRID, a warp a row
- * (out and dout rows are Dv + 1 floats). */
-/* dout_bthd: dO as the projection made it, [B, T, H, Dv], its dlse zero (fuse_attn_dout),
- * instead of packed rows [dO, dlse] of Dv + 1. */
-template <int D, int Dv, int NT = HPDL_ATTN_THREADS(D, Dv)>
+ * (out and dout rows are Dv + 1 floats; F & HPDL_ATTN_DOUT_BTHD: dout as [B, T, H, Dv],
+ * its dlse zero). */
+template <int D, int Dv, int NT = HPDL_ATTN_THREADS(D, Dv), int F = 0>
 static __device__ void hpdl_attn_bwd_dt(const float *__restrict__ out, const float *__restrict__ dout,
-                                        float *__restrict__ Dt, int B, int H, int T, long long blk, int dout_bthd = 0) {
+                                        float *__restrict__ Dt, int B, int H, int T, long long blk) {
   static_assert(NT % 32 == 0 && NT <= 256, "whole warps");
+  constexpr bool dout_bthd = (F & HPDL_ATTN_DOUT_BTHD) != 0;
   const long long row = blk * (NT / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= (long long)B * H * T) return; /* whole warps: the shuffles below stay full */
@@ -1313,11 +1318,6 @@ static __device__ __forceinline__ void hpdl_attn_load16(unsigned short (*dst)[LD
     dst[i][d] = i < n && d < W ? hpdl_attn_h16<E>(src[i * SLD + d]) : (unsigned short)0;
   }
 }
-
-/* The 16-bit backward kernels' layout flags (template F; fuse.c's fuse_attn_dout and
- * fuse_attn_grad16 choose them). */
-#define HPDL_ATTN_DOUT_BTHD 1  /* dO as the projection made it, [B, T, H, Dv], its dlse zero */
-#define HPDL_ATTN_GRADS_BTHD 2 /* dq, dk, dv apart, as the projections read them */
 
 /* The output's gradient's rows t0 .. t0 + n of (b, h) into a 16-bit tile as
  * hpdl_attn_load16 loads them: from packed rows [dO, dlse] of Dv + 1 (row bh T + t), or

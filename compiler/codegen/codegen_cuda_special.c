@@ -316,13 +316,6 @@ static int rope(CuKern *k, const IrNode *n, int id) {
 
 /* ---- cross-entropy with its softmax ---- */
 
-/* The row's max `m` and log-sum-exp `lse` (double; -inf for an all -inf
- * row) in one pass over the logits: each thread's running (max, sum of
- * exp(x - max)) (hpdl_lse_add, the online softmax), then the block's max and
- * the sum of each thread's sum rescaled to it (block reductions); lse = max +
- * log(sum) in fp64, as the CPU's row_lse. With vec4 (f32 logits, rows a
- * multiple of 4), four logits a thread through float4 where `vec_` (the
- * buffers 16-byte aligned). Every thread of the block runs it. */
 /* The function that widens a stored value of type dt to float (a cast for fp32). */
 static const char *widen(DType dt) {
   return dt == DT_BF16 ? "hpdl_bf16_to_f32" : dt == DT_F16 ? "hpdl_f16_to_f32" : "(float)";
@@ -344,6 +337,13 @@ static void row4_open(CuText *o, int x, int64_t V, DType dt) {
            "%1$s((unsigned short)(u.y & 0xffffu)), %1$s((unsigned short)(u.y >> 16)));\n", w);
 }
 
+/* The row's max `m` and log-sum-exp `lse` (double; -inf for an all -inf
+ * row) in one pass over the logits: each thread's running (max, sum of
+ * exp(x - max)) (hpdl_lse_add, the online softmax), then the block's max and
+ * the sum of each thread's sum rescaled to it (block reductions); lse = max +
+ * log(sum) in fp64, as the CPU's row_lse. With vec4 (f32 or 16-bit logits,
+ * rows a multiple of 4), four logits a thread (row4_open) where `vec_` (the
+ * buffers 16-byte aligned). Every thread of the block runs it. */
 static void row_lse(CuText *o, int x, int64_t V, int vec4, DType dt) {
   cu_tx(o, "    const long long base = row * %" PRId64 "LL;\n", V);
   cu_tx(o, "    float m = HPDL_NEG_INF, s = 0.0f;\n");
@@ -1064,20 +1064,23 @@ static int attention(CuKern *k, const IrNode *n, int id) {
         "/* %s: attention_bwd (flash, kernels/hpdl_attention.cuh): s0 D = dO . o - dlse a row into scratch,\n"
         " * s1 dk and dv a block per tile of keys, s2 dq a block per tile of query rows; %s */\n",
         b, chain ? "dq, dk, dv apart, each [B, T, H, D] in 16 bits" : "one flat [dq, dk, dv]");
-  cu_tx(o, "static __device__ float %s_dt[%lld];\n\n", b, L.scratch_floats > 0 ? L.scratch_floats : 1);
-  step_name(k, 0, 3, name, sizeof name);
-  cu_signature_min(k, o, name, 1);
-  cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", L.grid_dt);
-  cu_tx(o, "    hpdl_attn_bwd_dt<%" PRId64 ", %" PRId64 ">(p%d, p%d, %s_dt, %" PRId64 ", %" PRId64 ", %" PRId64 ", blk%s);\n}\n\n",
-        D, Dv, io[3], io[4], b, B, H, T, dout_src >= 0 ? ", 1" : "");
-  cu_add_launch(k, name, 0, "special", L.grid_dt, HPDL_ATTN_THREADS(D, Dv)); /* a row's dot product: memory-bound */
-  static const char *const fn[2] = {"hpdl_attn_bwd_dkdv", "hpdl_attn_bwd_dq"};
-  long long grid[2] = {L.grid_dkdv, L.grid_dq};
   if ((chain || dout_src >= 0) && !h16) {
     cu_fail(k->t, "graph %s kernel k%d: the attention gradient's 16-bit layout needs the 16-bit tensor-core kernels",
             k->fg->graph->name, k->kp);
     return -1;
   }
+  cu_tx(o, "static __device__ float %s_dt[%lld];\n\n", b, L.scratch_floats > 0 ? L.scratch_floats : 1);
+  step_name(k, 0, 3, name, sizeof name);
+  cu_signature_min(k, o, name, 1);
+  cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", L.grid_dt);
+  char dt_flags[96] = ""; /* dO as the projection made it: the layout flag after the threads */
+  if (dout_src >= 0)
+    snprintf(dt_flags, sizeof dt_flags, ", HPDL_ATTN_THREADS(%" PRId64 ", %" PRId64 "), HPDL_ATTN_DOUT_BTHD", D, Dv);
+  cu_tx(o, "    hpdl_attn_bwd_dt<%" PRId64 ", %" PRId64 "%s>(p%d, p%d, %s_dt, %" PRId64 ", %" PRId64 ", %" PRId64 ", blk);\n}\n\n",
+        D, Dv, dt_flags, io[3], io[4], b, B, H, T);
+  cu_add_launch(k, name, 0, "special", L.grid_dt, HPDL_ATTN_THREADS(D, Dv)); /* a row's dot product: memory-bound */
+  static const char *const fn[2] = {"hpdl_attn_bwd_dkdv", "hpdl_attn_bwd_dq"};
+  long long grid[2] = {L.grid_dkdv, L.grid_dq};
   for (int s = 0; s < 2; s++) {
     step_name(k, 1 + s, 3, name, sizeof name);
     attn_signature(k, o, name, tc);
