@@ -291,6 +291,7 @@ static __device__ void hpdl_attn_fwd(const float *__restrict__ q, const float *_
  * fuse_attn_grad16 choose them, for the 16-bit kernels). */
 #define HPDL_ATTN_DOUT_BTHD 1  /* dO as the projection made it, [B, T, H, Dv], its dlse zero */
 #define HPDL_ATTN_GRADS_BTHD 2 /* dq, dk, dv apart, as the projections read them */
+#define HPDL_ATTN_QKV_BTHD 4   /* q, k, v as the projections made them, [B, T, H, D] (fuse_attn_qkv) */
 
 /* Dt[row] = do . o - dlse for the rows of block `blk` of HPDL_ATTN_DT_GRID, a warp a row
  * (out and dout rows are Dv + 1 floats; F & HPDL_ATTN_DOUT_BTHD: dout as [B, T, H, Dv],
@@ -1277,35 +1278,38 @@ static inline void hpdl_attn_cp_wait() {
  * past W are not written. */
 template <int ROWS, int W, int SLD, int NT, int LD>
 static __device__ __forceinline__ void hpdl_attn_cp_rows(unsigned short (*dst)[LD], const unsigned short *__restrict__ src,
-                                                         int n) {
+                                                         int n, long long sld = SLD) {
   constexpr int C = W / 8;
   static_assert(W % 8 == 0 && SLD % 8 == 0 && LD % 8 == 0, "16-byte pieces");
   HPDL_ROLLED
   for (int e = threadIdx.x; e < ROWS * C; e += NT) {
     const int i = e / C, c = e - i * C;
-    hpdl_attn_cp16(&dst[i][8 * c], i < n ? src + (long long)i * SLD + 8 * c : src, i < n ? 16 : 0);
+    hpdl_attn_cp16(&dst[i][8 * c], i < n ? src + (long long)i * sld + 8 * c : src, i < n ? 16 : 0);
   }
 }
 
-/* Whether rows of W 16-bit values SLD apart from src go eight at a time (128-bit loads):
- * W and SLD multiples of 8 and src 16-byte aligned (the same in every thread). */
+/* Whether rows of W 16-bit values SLD (or sld, at run time) apart from src go eight at a
+ * time (128-bit loads): W and the stride multiples of 8 and src 16-byte aligned (the same
+ * in every thread). */
 template <int W, int SLD, typename TS>
-static __device__ __forceinline__ bool hpdl_attn_by8(const TS *src) {
-  return sizeof(TS) == 2 && W % 8 == 0 && SLD % 8 == 0 && ((unsigned long long)src & 15ULL) == 0;
+static __device__ __forceinline__ bool hpdl_attn_by8(const TS *src, long long sld = SLD) {
+  return sizeof(TS) == 2 && W % 8 == 0 && SLD % 8 == 0 && sld % 8 == 0 && ((unsigned long long)src & 15ULL) == 0;
 }
 
-/* ROWS rows of W values (fp32, or 16-bit of the operands' type), rows SLD apart, into a
- * 16-bit tile (rows LD halves apart): columns W .. WP - 1 and the rows at and past n zeros.
- * 16-bit rows eight values a thread where hpdl_attn_by8 allows. */
+/* ROWS rows of W values (fp32, or 16-bit of the operands' type), rows SLD apart (sld: a
+ * stride known at run time, the heads' rows of [B, T, H, D]), into a 16-bit tile (rows LD
+ * halves apart): columns W .. WP - 1 and the rows at and past n zeros. 16-bit rows eight
+ * values a thread where hpdl_attn_by8 allows. */
 template <int E, int ROWS, int W, int WP, int SLD, int NT, int LD, typename TS>
-static __device__ __forceinline__ void hpdl_attn_load16(unsigned short (*dst)[LD], const TS *__restrict__ src, int n) {
+static __device__ __forceinline__ void hpdl_attn_load16(unsigned short (*dst)[LD], const TS *__restrict__ src, int n,
+                                                        long long sld = SLD) {
   static_assert(LD % 8 == 0, "16-byte tile rows");
-  if (hpdl_attn_by8<W, SLD>(src)) {
+  if (hpdl_attn_by8<W, SLD>(src, sld)) {
     constexpr int C = W / 8 > 0 ? W / 8 : 1; /* eights a row */
     HPDL_ROLLED /* unrolled, the loads in flight take registers the accumulators hold */
     for (int e = threadIdx.x; e < ROWS * C; e += NT) {
       const int i = e / C, c = e - i * C;
-      const uint4 u = i < n ? hpdl_attn_ld8((const unsigned short *)src + (long long)i * SLD + 8 * c) : make_uint4(0, 0, 0, 0);
+      const uint4 u = i < n ? hpdl_attn_ld8((const unsigned short *)src + (long long)i * sld + 8 * c) : make_uint4(0, 0, 0, 0);
       hpdl_attn_st8(&dst[i][8 * c], u);
     }
     constexpr int Z = WP > W ? WP - W : 1; /* the padding's columns */
@@ -1315,7 +1319,7 @@ static __device__ __forceinline__ void hpdl_attn_load16(unsigned short (*dst)[LD
   }
   for (int e = threadIdx.x; e < ROWS * WP; e += NT) {
     const int i = e / WP, d = e - i * WP;
-    dst[i][d] = i < n && d < W ? hpdl_attn_h16<E>(src[i * SLD + d]) : (unsigned short)0;
+    dst[i][d] = i < n && d < W ? hpdl_attn_h16<E>(src[(long long)i * sld + d]) : (unsigned short)0;
   }
 }
 
@@ -1342,14 +1346,14 @@ static __device__ __forceinline__ void hpdl_attn_load_dout(unsigned short (*dst)
  * cp.async leaves them), else by loads and stores now. */
 template <int E, int ROWS, int W, int WP, int SLD, int NT, int LD>
 static __device__ __forceinline__ void hpdl_attn_tile16(unsigned short (*dst)[LD], const unsigned short *__restrict__ src,
-                                                        int n, bool async) {
-  if (async) hpdl_attn_cp_rows<ROWS, W, SLD, NT, LD>(dst, src, n);
-  else hpdl_attn_load16<E, ROWS, W, WP, SLD, NT, LD>(dst, src, n);
+                                                        int n, bool async, long long sld = SLD) {
+  if (async) hpdl_attn_cp_rows<ROWS, W, SLD, NT, LD>(dst, src, n, sld);
+  else hpdl_attn_load16<E, ROWS, W, WP, SLD, NT, LD>(dst, src, n, sld);
 }
 template <int E, int ROWS, int W, int WP, int SLD, int NT, int LD>
 static __device__ __forceinline__ void hpdl_attn_tile16(unsigned short (*dst)[LD], const float *__restrict__ src, int n,
-                                                        bool) {
-  hpdl_attn_load16<E, ROWS, W, WP, SLD, NT, LD>(dst, src, n); /* fp32 values rounded: no copy as they are */
+                                                        bool, long long sld = SLD) {
+  hpdl_attn_load16<E, ROWS, W, WP, SLD, NT, LD>(dst, src, n, sld); /* fp32 values rounded: no copy as they are */
 }
 
 /* the A fragment of k step kk of the 16 rows of tile X from row r0: one ldmatrix.x4 (its
@@ -1434,19 +1438,29 @@ static __device__ __forceinline__ void hpdl_attn_mma16_pv(float (*acc)[4], const
   }
 }
 
+/* The offset of row t0 of head bh = b H + h of q, k or v, rows of W values: [B, H, T, W] as
+ * the attention's operands are, or with BTHD [B, T, H, W] as the projections made them
+ * (fuse_attn_qkv: rows H W apart then). */
+template <bool BTHD>
+static __device__ __forceinline__ long long hpdl_attn_qkv_row(long long bh, int H, int T, int t0, int W) {
+  return BTHD ? ((bh / H * T + t0) * H + bh % H) * W : (bh * T + t0) * W;
+}
+
 /* The key tiles of a row block (the forward's and dq's loop), in two buffers: the first
  * tile the block computes, then for each the next one's k and v (BK keys of (b, hk) from
  * kh, vh) copied by cp.async into the other buffer while this one computes, where k and v
  * are 16-bit rows hpdl_attn_by8 takes (else loaded before it computes). With the tile in
  * Ks[b], Vs[b] and, under the causal mask, its keys' positions in Cp, each warp whose rows
- * see a key of it calls compute(b, nk) between the block's two barriers. */
+ * see a key of it calls compute(b, nk) between the block's two barriers. skd, svd: the rows'
+ * strides of kh, vh (D, Dv; Hk D, Hk Dv where they are [B, S, Hk, D]). */
 template <int E, int BK, int D, int Dv, int KD, int KDv, int LK, int LV, int NT, typename TQ, typename F>
 static __device__ __forceinline__ void hpdl_attn_key_tiles(unsigned short (*Ks)[BK][LK], unsigned short (*Vs)[BK][LV],
                                                            int *Cp, const TQ *__restrict__ kh, const TQ *__restrict__ vh,
                                                            int S, const HpdlAttnTcRows &R, int causal, int window,
-                                                           int col_rank, int col_size, F compute) {
+                                                           int col_rank, int col_size, F compute, long long skd = D,
+                                                           long long svd = Dv) {
   const int tid = threadIdx.x;
-  const bool async = hpdl_attn_by8<D, D>(kh) && hpdl_attn_by8<Dv, Dv>(vh); /* uniform */
+  const bool async = hpdl_attn_by8<D, D>(kh, skd) && hpdl_attn_by8<Dv, Dv>(vh, svd); /* uniform */
   constexpr int ZP = KD > D ? KD - D : 1; /* k's padding columns, which the copies leave */
   if (async && KD > D)
     for (int e = tid; e < 2 * BK * ZP; e += NT) Ks[e / (BK * ZP)][e / ZP % BK][D + e % ZP] = 0;
@@ -1457,8 +1471,8 @@ static __device__ __forceinline__ void hpdl_attn_key_tiles(unsigned short (*Ks)[
   };
   auto load = [&](int buf, int j, bool by_copy) { /* tile j's k and v into buffer buf */
     const int n = S - j < BK ? S - j : BK;
-    hpdl_attn_tile16<E, BK, D, KD, D, NT>(Ks[buf], kh + (long long)j * D, n, by_copy);
-    hpdl_attn_tile16<E, BK, Dv, KDv, Dv, NT>(Vs[buf], vh + (long long)j * Dv, n, by_copy);
+    hpdl_attn_tile16<E, BK, D, KD, D, NT>(Ks[buf], kh + (long long)j * skd, n, by_copy, skd);
+    hpdl_attn_tile16<E, BK, Dv, KDv, Dv, NT>(Vs[buf], vh + (long long)j * svd, n, by_copy, svd);
   };
   int j0 = next_tile(0), b = 0;
   if (async && j0 < S) load(0, j0, true);
@@ -1486,8 +1500,9 @@ static __device__ __forceinline__ void hpdl_attn_key_tiles(unsigned short (*Ks)[
  * shape (hpdl_attn_plan_tc's grid), 64 query rows of (b, h), a warp 16 of them; key tiles
  * of HPDL_ATTN_H16_FWD_BK, v's by rows (P v's fragments through ldmatrix .trans), in two
  * buffers: with 16-bit k and v the next tile's cp.async copies run while this one computes.
- * o16 (or null): o also in 16 bits as [B, T, H, Dv] (hpdl_attn_tc_store_out). */
-template <int D, int Dv, int E, typename TQ>
+ * o16 (or null): o also in 16 bits as [B, T, H, Dv] (hpdl_attn_tc_store_out); F &
+ * HPDL_ATTN_QKV_BTHD: q, k, v read as [B, T, H, D] / [B, S, Hk, D] (hpdl_attn_qkv_row). */
+template <int D, int Dv, int E, int F = 0, typename TQ>
 static __device__ void hpdl_attn_fwd_h(const TQ *__restrict__ q, const TQ *__restrict__ k,
                                        const TQ *__restrict__ v, float *__restrict__ out, int B, int H, int Hk, int T,
                                        int S, float scale, int causal, int window, int row_rank, int row_size,
@@ -1506,9 +1521,11 @@ static __device__ void hpdl_attn_fwd_h(const TQ *__restrict__ q, const TQ *__res
   (void)B;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane / 4, t = tid & 3;
   const HpdlAttnTcRows R = hpdl_attn_tc_rows(blk, H, Hk, T, causal, row_rank, row_size, warp, g);
-  const TQ *__restrict__ kh = k + (long long)R.bhk * S * D;
-  const TQ *__restrict__ vh = v + (long long)R.bhk * S * Dv;
-  hpdl_attn_load16<E, BQ, D, KD, D, NT>(Qs, q + ((long long)R.bh * T + R.t0) * D, R.nrows); /* read after the loop's first barrier */
+  constexpr bool QB = (F & HPDL_ATTN_QKV_BTHD) != 0;
+  const TQ *__restrict__ kh = k + hpdl_attn_qkv_row<QB>(R.bhk, Hk, S, 0, D);
+  const TQ *__restrict__ vh = v + hpdl_attn_qkv_row<QB>(R.bhk, Hk, S, 0, Dv);
+  hpdl_attn_load16<E, BQ, D, KD, D, NT>(Qs, q + hpdl_attn_qkv_row<QB>(R.bh, H, T, R.t0, D), R.nrows,
+                                        QB ? (long long)H * D : D); /* read after the loop's first barrier */
   float m[2] = {HPDL_NEG_INF, HPDL_NEG_INF}, l[2] = {0.0f, 0.0f}; /* rows r0, r1: max; this lane's sum */
   float o[Dv / 8][4];
   hpdl_attn_zero<Dv>(o);
@@ -1519,7 +1536,7 @@ static __device__ void hpdl_attn_fwd_h(const TQ *__restrict__ q, const TQ *__res
         hpdl_attn_mma16_nt<E, BK, KD, LQ>(s, Qs, 16 * warp, Ks[b], lane);
         hpdl_attn_tc_softmax<BK, Dv>(s, o, m, l, R, t, T, nk, causal, Cp, window, scale);
         hpdl_attn_mma16_pv<E, Dv, BK, LV, 0>(o, s, Vs[b], lane); /* x2 loads: with .x4 sm_90 spilled */
-      });
+      }, QB ? (long long)Hk * D : D, QB ? (long long)Hk * Dv : Dv);
   hpdl_attn_tc_store_out<Dv, E>(out, o, m, l, R, t, T, o16, H);
 }
 
@@ -1528,8 +1545,9 @@ static __device__ void hpdl_attn_fwd_h(const TQ *__restrict__ q, const TQ *__res
  * head of the group in order (by rows: the P^T do and dS^T q fragments through ldmatrix
  * .trans). Dt from hpdl_attn_bwd_dt. F: HPDL_ATTN_GRADS_BTHD, dk and dv into gk and gv as
  * [B, S, Hk, D] instead of into grads (hpdl_attn_tc_store_dkdv); HPDL_ATTN_DOUT_BTHD, dO read
- * as [B, T, H, Dv] (hpdl_attn_load_dout). Compile-time, so that the kernels without them
- * keep their registers. */
+ * as [B, T, H, Dv] (hpdl_attn_load_dout); HPDL_ATTN_QKV_BTHD, q, k, v read as [B, T, H, D] /
+ * [B, S, Hk, D] (hpdl_attn_qkv_row). Compile-time, so that the kernels without them keep
+ * their registers. */
 template <int D, int Dv, int E, int F = 0, typename TQ, typename TG>
 static __device__ void hpdl_attn_bwd_dkdv_h(const TQ *__restrict__ q, const TQ *__restrict__ k,
                                             const TQ *__restrict__ v, const float *__restrict__ out,
@@ -1553,8 +1571,11 @@ static __device__ void hpdl_attn_bwd_dkdv_h(const TQ *__restrict__ q, const TQ *
   const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane / 4, t = tid & 3, G = H / Hk;
   const HpdlAttnTcKeys K = hpdl_attn_tc_keys(blk, Hk, S, causal, window, col_rank, col_size, warp, g);
   const int wkmin = K.wkmin;
-  hpdl_attn_load16<E, BK, D, KD, D, NT>(Ks, k + ((long long)K.bhk * S + K.j0) * D, K.nk); /* read after the first barrier */
-  hpdl_attn_load16<E, BK, Dv, KDv, Dv, NT>(Vs, v + ((long long)K.bhk * S + K.j0) * Dv, K.nk);
+  constexpr bool QB = (F & HPDL_ATTN_QKV_BTHD) != 0;
+  hpdl_attn_load16<E, BK, D, KD, D, NT>(Ks, k + hpdl_attn_qkv_row<QB>(K.bhk, Hk, S, K.j0, D), K.nk,
+                                        QB ? (long long)Hk * D : D); /* read after the first barrier */
+  hpdl_attn_load16<E, BK, Dv, KDv, Dv, NT>(Vs, v + hpdl_attn_qkv_row<QB>(K.bhk, Hk, S, K.j0, Dv), K.nk,
+                                           QB ? (long long)Hk * Dv : Dv);
   float dk[D / 8][4], dv[Dv / 8][4];
   hpdl_attn_zero<D>(dk);
   hpdl_attn_zero<Dv>(dv);
@@ -1566,7 +1587,8 @@ static __device__ void hpdl_attn_bwd_dkdv_h(const TQ *__restrict__ q, const TQ *
       if (hpdl_attn_rows_skipped(t0, nrows, T, causal, window, K.kmin, K.kmax, row_rank, row_size)) continue; /* uniform */
       __syncthreads(); /* dkdv_h: the previous tile's Qs, Gs, Ls, Ds, Rp are read */
       const long long row0 = (long long)bh * T + t0;
-      hpdl_attn_load16<E, BQ, D, KD, D, NT>(Qs, q + row0 * D, nrows);
+      hpdl_attn_load16<E, BQ, D, KD, D, NT>(Qs, q + hpdl_attn_qkv_row<QB>(bh, H, T, t0, D),
+                                            nrows, QB ? (long long)H * D : D);
       hpdl_attn_load_dout<E, BQ, Dv, KDv, NT, F & HPDL_ATTN_DOUT_BTHD>(Gs, dout, row0, K.b, bh - K.b * H, H, T, t0, nrows);
       hpdl_attn_load_rows(Ls, Ds, Rp, out, Dt, row0, t0, nrows, BQ, NT, Dv, T, causal, row_rank, row_size);
       __syncthreads(); /* dkdv_h: the tile is loaded */
@@ -1590,7 +1612,8 @@ static __device__ void hpdl_attn_bwd_dkdv_h(const TQ *__restrict__ q, const TQ *
 /* dq with 16-bit operands: block `blk` of HPDL_ATTN_DQ_GRID (hpdl_attn_plan_tc's), 64 query
  * rows of (b, h), a warp 16 of them; key tiles of HPDL_ATTN_H16_DQ_BK (by rows: dS k's
  * fragments through ldmatrix .trans) in two buffers, as the forward's (hpdl_attn_key_tiles).
- * F as dkdv_h's: dq into gq as [B, T, H, D] instead of into grads (hpdl_attn_tc_store_dq). */
+ * F as dkdv_h's: dq into gq as [B, T, H, D] instead of into grads (hpdl_attn_tc_store_dq), q,
+ * k, v read as [B, T, H, D] (HPDL_ATTN_QKV_BTHD). */
 template <int D, int Dv, int E, int F = 0, typename TQ, typename TG>
 static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__restrict__ k,
                                           const TQ *__restrict__ v, const float *__restrict__ out,
@@ -1611,9 +1634,11 @@ static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__
   (void)B;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane / 4, t = tid & 3;
   const HpdlAttnTcRows R = hpdl_attn_tc_rows(blk, H, Hk, T, causal, row_rank, row_size, warp, g);
-  const TQ *__restrict__ kh = k + (long long)R.bhk * S * D;
-  const TQ *__restrict__ vh = v + (long long)R.bhk * S * Dv;
-  hpdl_attn_load16<E, BQ, D, KD, D, NT>(Qs, q + ((long long)R.bh * T + R.t0) * D, R.nrows); /* read after the first barrier */
+  constexpr bool QB = (F & HPDL_ATTN_QKV_BTHD) != 0;
+  const TQ *__restrict__ kh = k + hpdl_attn_qkv_row<QB>(R.bhk, Hk, S, 0, D);
+  const TQ *__restrict__ vh = v + hpdl_attn_qkv_row<QB>(R.bhk, Hk, S, 0, Dv);
+  hpdl_attn_load16<E, BQ, D, KD, D, NT>(Qs, q + hpdl_attn_qkv_row<QB>(R.bh, H, T, R.t0, D), R.nrows,
+                                        QB ? (long long)H * D : D); /* read after the first barrier */
   hpdl_attn_load_dout<E, BQ, Dv, KDv, NT, F & HPDL_ATTN_DOUT_BTHD>(Gs, dout, (long long)R.bh * T + R.t0, R.bh / H, R.bh % H,
                                                                  H, T, R.t0, R.nrows);
   float lse[2], dt[2];
@@ -1630,7 +1655,7 @@ static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__
         hpdl_attn_mma16_nt<E, BK, KDv, LV>(dp, Gs, 16 * warp, Vs[b], lane); /* do v^T */
         hpdl_attn_tc_dq_ds<BK>(s, dp, lse, dt, R, t, T, nk, causal, Cp, window, scale);
         hpdl_attn_mma16_pv<E, D, BK>(acc, s, Ks[b], lane); /* dS k */
-      });
+      }, QB ? (long long)Hk * D : D, QB ? (long long)Hk * Dv : Dv);
   hpdl_attn_tc_store_dq<D, E, (F & HPDL_ATTN_GRADS_BTHD) != 0>(grads, acc, R, t, T, scale, gq, H);
 }
 

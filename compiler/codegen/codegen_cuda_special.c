@@ -958,8 +958,19 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   int dout_src = -1;
   if (bwd && fuse_attn_dout(k->fg->graph, n->in[4]) == id && k->fg->kernel_of[n->in[4]] == k->kp)
     dout_src = nd(k, n->in[4])->in[0]; /* the transpose */
-  for (int i = 0; i < nin; i++)
-    if ((io[i] = io_of(k, i == 4 && dout_src >= 0 ? nd(k, dout_src)->in[0] : n->in[i])) < 0) return -1;
+  /* q, k, v as the projections made them, [B, T, H, D] (fuse_attn_qkv's transposes in
+   * this kernel): read through their strides */
+  int qkv_bthd = 0;
+  for (int i = 0; i < 3; i++)
+    qkv_bthd += fuse_attn_qkv(k->fg->graph, n->in[i]) == id && k->fg->kernel_of[n->in[i]] == k->kp;
+  if (qkv_bthd && qkv_bthd != 3) {
+    cu_fail(k->t, "graph %s kernel k%d: %d of the attention's q, k, v transposes joined", k->fg->graph->name, k->kp, qkv_bthd);
+    return -1;
+  }
+  for (int i = 0; i < nin; i++) {
+    int v = i == 4 && dout_src >= 0 ? nd(k, dout_src)->in[0] : i < 3 && qkv_bthd ? nd(k, n->in[i])->in[0] : n->in[i];
+    if ((io[i] = io_of(k, v)) < 0) return -1;
+  }
   /* the gradient's 16-bit cast, joined by fuse.c's store16: [dq, dk, dv] stored in
    * q's type by the kernels themselves */
   int grad16 = -1;
@@ -995,6 +1006,11 @@ static int attention(CuKern *k, const IrNode *n, int id) {
    * product, rounded to it, as FlashAttention-2 holds them); everything else fp32 */
   DType stored = q->dtype;
   int h16 = tc && (stored == DT_BF16 || stored == DT_F16);
+  if (qkv_bthd && !h16) {
+    cu_fail(k->t, "graph %s kernel k%d: the attention's q, k, v in the projections' layout need the 16-bit tensor-core kernels",
+            k->fg->graph->name, k->kp);
+    return -1;
+  }
   for (int i = 0; i <= nin - (chain > 0); i++) {
     const IrNode *x = i < nin ? nd(k, n->in[i]) : nd(k, grad16 >= 0 ? grad16 : id);
     if (x->dtype != ((i < 3 || (i == nin && grad16 >= 0)) && h16 ? stored : DT_F32)) {
@@ -1050,20 +1066,23 @@ static int attention(CuKern *k, const IrNode *n, int id) {
     }
     cu_tx(o,
           "/* %s: attention (flash, kernels/hpdl_attention.cuh%s): [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
-          "] over %" PRId64 " keys of %" PRId64 " heads%s, packed [o, lse]%s */\n",
+          "] over %" PRId64 " keys of %" PRId64 " heads%s%s, packed [o, lse]%s */\n",
           b, h16 ? ", tensor cores, 16-bit operands" : tc ? ", tensor cores" : "", B, H, T, D, S, Hk,
-          n->attr[0] ? ", causal" : "", out16 >= 0 ? ", and o as [B, T, H, Dv] in 16 bits" : "");
+          n->attr[0] ? ", causal" : "", qkv_bthd ? ", q, k, v read as [B, T, H, D]" : "",
+          out16 >= 0 ? ", and o as [B, T, H, Dv] in 16 bits" : "");
     attn_signature(k, o, b, tc);
     cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", L.grid_fwd);
-    cu_tx(o, "    hpdl_attn_fwd%s<%s>(p%d, p%d, p%d, p%d, %s, blk%s);\n}\n\n", sfx, tmpl, io[0], io[1], io[2], io[3], args, o16);
+    cu_tx(o, "    hpdl_attn_fwd%s<%s%s>(p%d, p%d, p%d, p%d, %s, blk%s);\n}\n\n", sfx, tmpl, qkv_bthd ? ", HPDL_ATTN_QKV_BTHD" : "",
+          io[0], io[1], io[2], io[3], args, o16);
     cu_add_launch(k, b, 0, "attention", L.grid_fwd, L.threads);
     k->t->launch[k->t->nlaunch - 1].flops = flops;
     return 0;
   }
   cu_tx(o,
         "/* %s: attention_bwd (flash, kernels/hpdl_attention.cuh): s0 D = dO . o - dlse a row into scratch,\n"
-        " * s1 dk and dv a block per tile of keys, s2 dq a block per tile of query rows; %s */\n",
-        b, chain ? "dq, dk, dv apart, each [B, T, H, D] in 16 bits" : "one flat [dq, dk, dv]");
+        " * s1 dk and dv a block per tile of keys, s2 dq a block per tile of query rows; %s%s */\n",
+        b, chain ? "dq, dk, dv apart, each [B, T, H, D] in 16 bits" : "one flat [dq, dk, dv]",
+        qkv_bthd ? "; q, k, v read as [B, T, H, D]" : "");
   if ((chain || dout_src >= 0) && !h16) {
     cu_fail(k->t, "graph %s kernel k%d: the attention gradient's 16-bit layout needs the 16-bit tensor-core kernels",
             k->fg->graph->name, k->kp);
@@ -1092,10 +1111,10 @@ static int attention(CuKern *k, const IrNode *n, int id) {
     } else {
       snprintf(grads, sizeof grads, "p%d", io[5]);
     }
-    if (chain || dout_src >= 0) /* the 16-bit kernels' layout flags (kernels/hpdl_attention.cuh) */
-      snprintf(flags, sizeof flags, ", %s", chain && dout_src >= 0 ? "HPDL_ATTN_GRADS_BTHD | HPDL_ATTN_DOUT_BTHD"
-                                            : chain            ? "HPDL_ATTN_GRADS_BTHD"
-                                                               : "HPDL_ATTN_DOUT_BTHD");
+    if (chain || dout_src >= 0 || qkv_bthd) /* the 16-bit kernels' layout flags (kernels/hpdl_attention.cuh) */
+      snprintf(flags, sizeof flags, ", %s%s%s%s%s", chain ? "HPDL_ATTN_GRADS_BTHD" : "",
+               chain && (dout_src >= 0 || qkv_bthd) ? " | " : "", dout_src >= 0 ? "HPDL_ATTN_DOUT_BTHD" : "",
+               dout_src >= 0 && qkv_bthd ? " | " : "", qkv_bthd ? "HPDL_ATTN_QKV_BTHD" : "");
     cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", grid[s]);
     cu_tx(o, "    %s%s<%s%s>(p%d, p%d, p%d, p%d, p%d, %s_dt, %s, %s, blk%s);\n}\n\n", fn[s], sfx, tmpl, flags, io[0], io[1],
           io[2], io[3], io[4], b, grads, args, apart);

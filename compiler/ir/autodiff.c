@@ -1253,6 +1253,26 @@ static void activation_recompute(const IrGraph *g, const char *requires_grad, ch
   }
 }
 
+/* The heads' layout of the attention's operands: q, k and v that an ATTENTION reads
+ * as transpose(reshape(x), 0 2 1 3) - [B, T, H, D] to [B, H, T, D], a GPT block's
+ * projections - are made again from x in the backward, not kept: x is as large,
+ * and a back end that reads the heads in place (the CUDA target's 16-bit attention,
+ * fuse.c's fuse_attn_qkv) then neither copies them in the forward nor keeps the copy. */
+static void attention_operand_views(const IrGraph *g, char *recomp) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = &g->nodes[i];
+    if (n->op != IR_ATTENTION) continue;
+    for (int k = 0; k < 3 && k < n->nin; k++) {
+      const IrNode *t = &g->nodes[n->in[k]];
+      if (t->op != IR_TRANSPOSE || t->rank != 4 || t->attr[0] != 0 || t->attr[1] != 2 || t->attr[2] != 1 ||
+          t->attr[3] != 3 || g->nodes[t->in[0]].op != IR_RESHAPE)
+        continue;
+      recomp[n->in[k]] = 1;
+      recomp[t->in[0]] = 1;
+    }
+  }
+}
+
 /* B.grad (and B.fwd, which saves what B.grad reads) for block graph fi
  * under `policy`, into graphs fwd_gi and grad_gi; *nsaved: what a layer keeps */
 static const char *build_block(IrModule *m, AdResult *res, int fi, Recompute policy, int fwd_gi, int grad_gi, int *nsaved) {
@@ -1273,6 +1293,7 @@ static const char *build_block(IrModule *m, AdResult *res, int fi, Recompute pol
   if (policy == RECOMPUTE_SELECTIVE) attention_core(f, c.recomp);
   if (policy == RECOMPUTE_OPS) ops_policy(f, weight, c.recomp);
   activation_recompute(f, c.rg, c.recomp);
+  attention_operand_views(f, c.recomp);
   weight_views(f, weight, c.recomp);
   free(weight);
   zero3_regather(f, c.recomp);

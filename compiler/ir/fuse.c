@@ -747,10 +747,39 @@ int fuse_attn_dout(const IrGraph *g, int id) {
   return a;
 }
 
-/* FuseOptions.store16: fuse_attn_dout's transpose and pad, in kernels of their own so
- * far (they come before the attention's gradient), join its new special kernel k. */
+int fuse_attn_qkv(const IrGraph *g, int id) {
+  if (id < 0 || id >= g->nnodes || !is_bthd_transpose(&g->nodes[id])) return -1;
+  int a = only_reader(g, id);
+  if (a < 0) return -1;
+  const IrNode *at = &g->nodes[a];
+  if ((at->op != IR_ATTENTION && at->op != IR_ATTENTION_BWD) || at->nin < 3) return -1;
+  DType q = g->nodes[at->in[0]].dtype;
+  if (q != DT_BF16 && q != DT_F16) return -1;
+  int member = 0;
+  for (int k = 0; k < at->nin; k++) {
+    int t = at->in[k];
+    if (k >= 3) {
+      member &= t != at->in[0] && t != at->in[1] && t != at->in[2]; /* read as nothing else */
+      continue;
+    }
+    /* all three the heads' transposes of values [B, T, H, D], each read once */
+    if (!is_bthd_transpose(&g->nodes[t]) || only_reader(g, t) != a || g->nodes[g->nodes[t].in[0]].rank != 4) return -1;
+    for (int j = 0; j < k; j++)
+      if (at->in[j] == t) return -1;
+    member |= t == id;
+  }
+  return member ? a : -1;
+}
+
+/* FuseOptions.store16: fuse_attn_dout's transpose and pad and fuse_attn_qkv's three
+ * transposes, in kernels of their own so far (they come before the attention), join
+ * its new special kernel k. */
 static void attn_dout_join(Fuser *F, int id, int k) {
-  if (!F->opts.store16 || nd(F->g, id)->op != IR_ATTENTION_BWD) return;
+  IrOp op = nd(F->g, id)->op;
+  if (!F->opts.store16 || (op != IR_ATTENTION && op != IR_ATTENTION_BWD)) return;
+  for (int j = 0; j < 3; j++)
+    if (fuse_attn_qkv(F->g, nd(F->g, id)->in[j]) == id) place(F, nd(F->g, id)->in[j], k);
+  if (op != IR_ATTENTION_BWD) return;
   int pad = nd(F->g, id)->in[4];
   if (fuse_attn_dout(F->g, pad) != id) return;
   place(F, nd(F->g, pad)->in[0], k);

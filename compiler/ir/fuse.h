@@ -163,6 +163,15 @@ int fuse_attn_grad16(const IrGraph *g, int id);
  * gradient as the projection made it (no transposing, padding copy). */
 int fuse_attn_dout(const IrGraph *g, int id);
 
+/* FuseOptions.store16: the operands of an ATTENTION or ATTENTION_BWD with 16-bit q read
+ * as the projections made them: q, k and v each the heads' transpose of a value
+ * [B, T, H, D] ([B, S, Hk, D]) to [B, H, T, D], read by the attention alone (autodiff's
+ * attention_operand_views makes the backward's again from the saved projection). Node
+ * `id` (one of the three transposes) belongs to such an attention, whose node the result
+ * is, -1 where not. They join its kernel, whose 16-bit kernels read the heads in place
+ * (no transposing copies). */
+int fuse_attn_qkv(const IrGraph *g, int id);
+
 /* A GEMM kernel's bias-gradient operand: 0 (A, the sum has M elements) or
  * 1 (B, N elements) when kernel kp holds FUSE_EPI_BGRAD, else -1. */
 int fuse_bgrad_side(const FuseGraph *fg, int kp);

@@ -359,6 +359,41 @@ static void test_ce_pair(void) {
   }
 }
 
+/* FuseOptions.store16: q, k and v that a 16-bit attention reads as the heads' transposes
+ * of [B, T, H, D] values join its special kernel (fuse_attn_qkv: its kernels read them
+ * in place); not without the option, not with fp32 operands, and none of the three when
+ * one transpose is read by another node too. */
+static int attn_operands(Built *b, DType t, int extra_reader, int *att, int *tr) {
+  int64_t dq[4] = {2, 8, 4, 16}, dk[4] = {2, 8, 2, 16}, perm[4] = {0, 2, 1, 3};
+  int x[3];
+  for (int i = 0; i < 3; i++) {
+    x[i] = typed(b->g, arg(b->g, 4, i ? dk : dq), t);
+    tr[i] = typed(b->g, transpose(b->g, x[i], perm, 4), t);
+  }
+  int64_t attr[4] = {1, 0, 0, 0};
+  *att = typed(b->g, ir_add(b->g, IR_ATTENTION, tr, 3, attr, 4, 0.25, t, -1, NULL, NULL), DT_F32);
+  int outs[2] = {*att, extra_reader ? op1(b->g, IR_NEG, tr[1]) : *att};
+  finish(b, outs, extra_reader ? 2 : 1);
+  return 0;
+}
+
+static void test_attn_qkv(void) {
+  for (int variant = 0; variant < 3; variant++) {
+    Built b = begin();
+    int att, tr[3];
+    attn_operands(&b, variant == 1 ? DT_F32 : DT_BF16, variant == 2, &att, tr);
+    FuseResult *r = fuse_ok(&b);
+    EXPECT(kernel_of(r, tr[0]) != kernel_of(r, att));
+    r = fuse_cuda(&b);
+    for (int i = 0; i < 3; i++) {
+      EXPECT((kernel_of(r, tr[i]) == kernel_of(r, att)) == (variant == 0));
+      EXPECT((fuse_attn_qkv(b.g, tr[i]) == att) == (variant == 0));
+    }
+    if (variant == 0) EXPECT(kernel_of(r, att)->ninputs == 3 && kernel_of(r, att)->nnodes == 4);
+    arena_free(b.arena);
+  }
+}
+
 static void test_store16(void) {
   Built b = begin();
   int64_t dx[2] = {32, 16}, dw[2] = {16, 16}, dv[1] = {16};
@@ -721,6 +756,7 @@ int main(void) {
   test_bias_grad();
   test_store16();
   test_ce_pair();
+  test_attn_qkv();
   test_diamond();
   test_reduction_into_gemm();
   test_row_consistency();
