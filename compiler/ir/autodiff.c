@@ -1253,6 +1253,26 @@ static void activation_recompute(const IrGraph *g, const char *requires_grad, ch
   }
 }
 
+/* A normalisation's normalised value x_hat = a * rstd (LayerNorm's a = x - mean,
+ * RMSNorm's a = x; rstd an RSQRT): its backward reads a (through the variance's SQUARE)
+ * and rstd anyway, so x_hat is made again from them (one multiply in a kernel that reads
+ * both) instead of kept beside them - PyTorch's layer_norm keeps its input, mean and
+ * rstd, not x_hat. */
+static void norm_recompute(const IrGraph *g, const char *requires_grad, char *recomp) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = &g->nodes[i];
+    if (n->op != IR_MUL || n->nin != 2) continue;
+    for (int k = 0; k < 2; k++) {
+      int a = n->in[k], r = n->in[1 - k];
+      if (g->nodes[r].op != IR_RSQRT || !requires_grad[a] || !requires_grad[r]) continue;
+      int squared = 0;
+      for (int j = 0; j < g->nnodes && !squared; j++)
+        squared = g->nodes[j].op == IR_SQUARE && g->nodes[j].nin == 1 && g->nodes[j].in[0] == a;
+      if (squared) recomp[i] = 1;
+    }
+  }
+}
+
 /* The heads' layout of the attention's operands: q, k and v that an ATTENTION reads
  * as transpose(reshape(x), 0 2 1 3) - [B, T, H, D] to [B, H, T, D], a GPT block's
  * projections - are made again from x in the backward, not kept: x is as large,
@@ -1294,6 +1314,7 @@ static const char *build_block(IrModule *m, AdResult *res, int fi, Recompute pol
   if (policy == RECOMPUTE_OPS) ops_policy(f, weight, c.recomp);
   activation_recompute(f, c.rg, c.recomp);
   attention_operand_views(f, c.recomp);
+  norm_recompute(f, c.rg, c.recomp);
   weight_views(f, weight, c.recomp);
   free(weight);
   zero3_regather(f, c.recomp);
