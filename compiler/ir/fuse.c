@@ -66,8 +66,12 @@
  *    REPEAT_KV_BWD and multi-group SUM_TO are `special` kernels. With
  *    FuseOptions.store16 an ATTENTION_BWD's one reader, a CAST of its
  *    gradient to q's 16-bit type, joins its kernel (the 16-bit attention
- *    kernels store the gradient so). With FuseOptions.ce_pair a
- *    CROSS_ENTROPY_BWD joins its CROSS_ENTROPY's kernel (ce_partner).
+ *    kernels store the gradient so), and so do the layout chains of
+ *    fuse_attn_out16, fuse_attn_grad16, fuse_attn_dout and fuse_attn_qkv
+ *    (the slices, transposes, pads and casts around an attention whose
+ *    16-bit kernels read and write the projections' layouts). With
+ *    FuseOptions.ce_pair a CROSS_ENTROPY_BWD joins its CROSS_ENTROPY's
+ *    kernel (ce_partner).
  * 7. Order: kernels are listed by a topological sort of the kernel graph,
  *    taking among the ready kernels the one with the smallest node id, so
  *    the order follows the source where it can.
@@ -774,7 +778,7 @@ int fuse_attn_qkv(const IrGraph *g, int id) {
 /* FuseOptions.store16: fuse_attn_dout's transpose and pad and fuse_attn_qkv's three
  * transposes, in kernels of their own so far (they come before the attention), join
  * its new special kernel k. */
-static void attn_dout_join(Fuser *F, int id, int k) {
+static void attn_operands_join(Fuser *F, int id, int k) {
   IrOp op = nd(F->g, id)->op;
   if (!F->opts.store16 || (op != IR_ATTENTION && op != IR_ATTENTION_BWD)) return;
   for (int j = 0; j < 3; j++)
@@ -788,7 +792,7 @@ static void attn_dout_join(Fuser *F, int id, int k) {
 
 /* FuseOptions.store16: the chains of fuse_attn_out16 and fuse_attn_grad16, which come
  * after the attention, join its special kernel (placed as each node is met, in node
- * order; fuse_attn_dout's come before it: attn_dout_join). */
+ * order; fuse_attn_dout's come before it: attn_operands_join). */
 static int try_attn_layout(Fuser *F, int id) {
   if (!F->opts.store16) return 0;
   int a = fuse_attn_out16(F->g, id);
@@ -1078,7 +1082,7 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
       k = linear_ce_partner(&F, id);
       if (k < 0) k = ce_partner(&F, id);
       if (k < 0) k = new_kernel(&F, FUSE_SPECIAL);
-      attn_dout_join(&F, id, k);
+      attn_operands_join(&F, id, k);
       break;
     case R_GEMM:
       k = new_kernel(&F, FUSE_GEMM);
