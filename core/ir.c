@@ -45,6 +45,10 @@ int ir_swaps_last_two(const IrNode *n) {
   return n->attr[n->rank - 2] == n->rank - 1 && n->attr[n->rank - 1] == n->rank - 2;
 }
 
+int ir_heads_transpose(const IrNode *n) {
+  return n->op == IR_TRANSPOSE && n->rank == 4 && n->attr[0] == 0 && n->attr[1] == 2 && n->attr[2] == 1 && n->attr[3] == 3;
+}
+
 int64_t ir_bytes(const IrNode *n) { return ir_numel(n) * sem_dtype_bytes(n->dtype); }
 
 static IrNode *in_node(IrGraph *g, IrNode *n, int i) { return &g->nodes[n->in[i]]; }

@@ -225,6 +225,9 @@ int64_t ir_numel(const IrNode *n);
 /* Whether n is a TRANSPOSE of its last two axes and nothing else (a GEMM
  * reads such an operand through its op() flag). */
 int ir_swaps_last_two(const IrNode *n);
+/* Whether n is the heads' TRANSPOSE of split_heads / merge_heads: 4-D, perm
+ * (0, 2, 1, 3), [B, T, H, D] <-> [B, H, T, D]. */
+int ir_heads_transpose(const IrNode *n);
 /* The convolution of a CONV2D, CONV2D_BWD_DATA or CONV2D_BWD_FILTER node
  * (conv.h): its attributes, the batch and the channels from whichever operands
  * hold them ((x, w), (dy, w), (x, dy)). */

@@ -383,6 +383,18 @@ static int lse_kernel(const CuKern *k, int id) {
   return found;
 }
 
+/* A cross-entropy's (or its backward's, node n) rows: *V logits each, *P rows (its
+ * targets); -1 after cu_fail where the logits are not P x V. */
+static int ce_rows(CuKern *k, const IrNode *n, int64_t *V, int64_t *P) {
+  const IrNode *xn = nd(k, n->in[0]);
+  *V = xn->dims[xn->rank - 1];
+  *P = ir_numel(nd(k, mem_of(k, n->in[1])));
+  if (*V >= 1 && ir_numel(nd(k, mem_of(k, n->in[0]))) == *P * *V) return 0;
+  cu_fail(k->t, "graph %s kernel k%d: %s over %" PRId64 " targets and %" PRId64 " logits", k->fg->graph->name, k->kp,
+          ir_op_name(n->op), *P, ir_numel(xn));
+  return -1;
+}
+
 /* The gradient of row `base` of the logits (io x, stored as xdt) into io out
  * (stored as odt): out[v] = scale * (exp(x[v] - lse32) - (v == tgt)), zeros
  * where !ok; four a thread where vec4 and `vec_`. With `loss` (the name of
@@ -453,14 +465,9 @@ static int ce_pair(CuKern *k) {
   }
   if (!n || !bn) return -1;
   int x = io_of(k, n->in[0]), t = io_of(k, n->in[1]), loss = io_of(k, id), out = io_of(k, bid), dl = io_of(k, bn->in[2]);
-  if (x < 0 || t < 0 || loss < 0 || out < 0 || dl < 0) return -1;
+  int64_t V, P;
+  if (x < 0 || t < 0 || loss < 0 || out < 0 || dl < 0 || ce_rows(k, n, &V, &P)) return -1;
   const IrNode *xn = nd(k, n->in[0]);
-  int64_t V = xn->dims[xn->rank - 1], P = ir_numel(nd(k, mem_of(k, n->in[1])));
-  if (V < 1 || ir_numel(nd(k, mem_of(k, n->in[0]))) != P * V) {
-    cu_fail(k->t, "graph %s kernel k%d: cross_entropy over %" PRId64 " targets and %" PRId64 " logits", k->fg->graph->name,
-            k->kp, P, ir_numel(xn));
-    return -1;
-  }
   const char *b = k->base;
   cu_tx(o, "/* %s: cross_entropy with its backward, one pass over the logits: s0 a block per row writes the row's\n"
         " * loss (fp64) and dx[p, v] = dloss / %" PRId64 " * (softmax(x[p])[v] - (v == target[p])), s1 one block\n"
@@ -494,14 +501,9 @@ static int cross_entropy(CuKern *k, const IrNode *n, int id) {
   CuText *o = &k->t->src;
   int bwd = n->op == IR_CROSS_ENTROPY_BWD;
   int x = io_of(k, n->in[0]), t = io_of(k, n->in[1]), out = io_of(k, id), dl = bwd ? io_of(k, n->in[2]) : 0;
-  if (x < 0 || t < 0 || out < 0 || dl < 0) return -1;
+  int64_t V, P;
+  if (x < 0 || t < 0 || out < 0 || dl < 0 || ce_rows(k, n, &V, &P)) return -1;
   const IrNode *xn = nd(k, n->in[0]);
-  int64_t V = xn->dims[xn->rank - 1], P = ir_numel(nd(k, mem_of(k, n->in[1])));
-  if (V < 1 || ir_numel(nd(k, mem_of(k, n->in[0]))) != P * V) {
-    cu_fail(k->t, "graph %s kernel k%d: %s over %" PRId64 " targets and %" PRId64 " logits", k->fg->graph->name, k->kp,
-            ir_op_name(n->op), P, ir_numel(xn));
-    return -1;
-  }
   const char *b = k->base;
   if (bwd) {
     cu_tx(o, "/* %s: cross_entropy_bwd: dx[p, v] = dloss / %" PRId64 " * (softmax(x[p])[v] - (v == target[p]));\n"
@@ -1111,10 +1113,12 @@ static int attention(CuKern *k, const IrNode *n, int id) {
     } else {
       snprintf(grads, sizeof grads, "p%d", io[5]);
     }
-    if (chain || dout_src >= 0 || qkv_bthd) /* the 16-bit kernels' layout flags (kernels/hpdl_attention.cuh) */
-      snprintf(flags, sizeof flags, ", %s%s%s%s%s", chain ? "HPDL_ATTN_GRADS_BTHD" : "",
-               chain && (dout_src >= 0 || qkv_bthd) ? " | " : "", dout_src >= 0 ? "HPDL_ATTN_DOUT_BTHD" : "",
-               dout_src >= 0 && qkv_bthd ? " | " : "", qkv_bthd ? "HPDL_ATTN_QKV_BTHD" : "");
+    /* the 16-bit kernels' layout flags (kernels/hpdl_attention.cuh), ", A | B ..." */
+    const char *const fname[3] = {"HPDL_ATTN_GRADS_BTHD", "HPDL_ATTN_DOUT_BTHD", "HPDL_ATTN_QKV_BTHD"};
+    const int fon[3] = {chain > 0, dout_src >= 0, qkv_bthd > 0};
+    size_t fl = 0;
+    for (int f = 0; f < 3; f++)
+      if (fon[f]) fl += (size_t)snprintf(flags + fl, sizeof flags - fl, "%s%s", fl ? " | " : ", ", fname[f]);
     cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", grid[s]);
     cu_tx(o, "    %s%s<%s%s>(p%d, p%d, p%d, p%d, p%d, %s_dt, %s, %s, blk%s);\n}\n\n", fn[s], sfx, tmpl, flags, io[0], io[1],
           io[2], io[3], io[4], b, grads, args, apart);

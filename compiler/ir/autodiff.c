@@ -1284,9 +1284,7 @@ static void attention_operand_views(const IrGraph *g, char *recomp) {
     if (n->op != IR_ATTENTION) continue;
     for (int k = 0; k < 3 && k < n->nin; k++) {
       const IrNode *t = &g->nodes[n->in[k]];
-      if (t->op != IR_TRANSPOSE || t->rank != 4 || t->attr[0] != 0 || t->attr[1] != 2 || t->attr[2] != 1 ||
-          t->attr[3] != 3 || g->nodes[t->in[0]].op != IR_RESHAPE)
-        continue;
+      if (!ir_heads_transpose(t) || g->nodes[t->in[0]].op != IR_RESHAPE) continue;
       recomp[n->in[k]] = 1;
       recomp[t->in[0]] = 1;
     }

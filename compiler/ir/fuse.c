@@ -657,10 +657,6 @@ static int only_reader(const IrGraph *g, int v) {
   return r;
 }
 
-/* [B, H, T, D] <-> [B, T, H, D]: the heads' transpose of split_heads / merge_heads */
-static int is_bthd_transpose(const IrNode *t) {
-  return t->op == IR_TRANSPOSE && t->rank == 4 && t->attr[0] == 0 && t->attr[1] == 2 && t->attr[2] == 1 && t->attr[3] == 3;
-}
 
 int fuse_attn_out16(const IrGraph *g, int id) {
   if (id < 0 || id >= g->nnodes) return -1;
@@ -679,7 +675,7 @@ int fuse_attn_out16(const IrGraph *g, int id) {
     if (sl->attr[d] != 0 || sl->dims[d] != at->dims[d] - (d == 3)) return -1;
   int t = only_reader(g, s);
   if (t < 0) return -1;
-  if (!is_bthd_transpose(&g->nodes[t])) return -1;
+  if (!ir_heads_transpose(&g->nodes[t])) return -1;
   int c = only_reader(g, t);
   if (c < 0 || g->nodes[c].op != IR_CAST || g->nodes[c].dtype != q) return -1;
   return id == s || id == t || id == c ? a : -1;
@@ -723,7 +719,7 @@ int fuse_attn_grad16(const IrGraph *g, int id) {
     for (int d = 0; d < 4; d++)
       if (rs->dims[d] != part[p]->dims[d]) return -1;
     int t = only_reader(g, r);
-    if (t < 0 || !is_bthd_transpose(&g->nodes[t])) return -1;
+    if (t < 0 || !ir_heads_transpose(&g->nodes[t])) return -1;
     found[p] = 1;
     member |= id == i || id == r || id == t;
   }
@@ -739,7 +735,7 @@ int fuse_attn_dout(const IrGraph *g, int id) {
   if (pd->op != IR_PAD || pd->nin != 1 || pd->rank != 4 || pd->dtype != DT_F32) return -1;
   int t = pd->in[0], a = only_reader(g, pad);
   const IrNode *tr = &g->nodes[t];
-  if (a < 0 || !is_bthd_transpose(tr) || only_reader(g, t) != pad || (id != t && id != pad)) return -1;
+  if (a < 0 || !ir_heads_transpose(tr) || only_reader(g, t) != pad || (id != t && id != pad)) return -1;
   const IrNode *ab = &g->nodes[a];
   if (ab->op != IR_ATTENTION_BWD || ab->nin < 5 || ab->in[4] != pad) return -1;
   for (int k = 0; k < 4; k++)
@@ -752,24 +748,21 @@ int fuse_attn_dout(const IrGraph *g, int id) {
 }
 
 int fuse_attn_qkv(const IrGraph *g, int id) {
-  if (id < 0 || id >= g->nnodes || !is_bthd_transpose(&g->nodes[id])) return -1;
+  if (id < 0 || id >= g->nnodes || !ir_heads_transpose(&g->nodes[id])) return -1;
   int a = only_reader(g, id);
   if (a < 0) return -1;
   const IrNode *at = &g->nodes[a];
   if ((at->op != IR_ATTENTION && at->op != IR_ATTENTION_BWD) || at->nin < 3) return -1;
   DType q = g->nodes[at->in[0]].dtype;
   if (q != DT_BF16 && q != DT_F16) return -1;
+  /* all three the heads' transposes of values [B, T, H, D], each read once, and as
+   * nothing else (not twice, not as another input of the attention) */
   int member = 0;
-  for (int k = 0; k < at->nin; k++) {
+  for (int k = 0; k < 3; k++) {
     int t = at->in[k];
-    if (k >= 3) {
-      member &= t != at->in[0] && t != at->in[1] && t != at->in[2]; /* read as nothing else */
-      continue;
-    }
-    /* all three the heads' transposes of values [B, T, H, D], each read once */
-    if (!is_bthd_transpose(&g->nodes[t]) || only_reader(g, t) != a || g->nodes[g->nodes[t].in[0]].rank != 4) return -1;
-    for (int j = 0; j < k; j++)
-      if (at->in[j] == t) return -1;
+    if (!ir_heads_transpose(&g->nodes[t]) || only_reader(g, t) != a || g->nodes[g->nodes[t].in[0]].rank != 4) return -1;
+    for (int j = 0; j < at->nin; j++)
+      if (j != k && at->in[j] == t) return -1;
     member |= t == id;
   }
   return member ? a : -1;
