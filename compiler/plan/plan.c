@@ -1746,6 +1746,7 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
   c->prec = model->train.precision;
   c->act_bytes = prec_bytes(c->prec);
   c->weight_bytes = prec_bytes(c->prec);
+  c->layer_gather_bytes = c->prec == PREC_FP8 ? 1 : c->weight_bytes;
   c->flash = 1;
   c->tp_overlap = L->tp_overlap != 0;
   c->vocab_pad = L->vocab_pad > 0 ? L->vocab_pad : 0;
@@ -2231,7 +2232,12 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
            * weights (the same volume as an all-reduce, ZeRO paper Sec. 7) */
           coll = cost_reduce_scatter_s(dense_gb, (int)ndp, &dplink, COST_ALGO_RING) +
                  cost_reduce_scatter_s(expert_gb, (int)nedp, &edplink, COST_ALGO_RING);
-          double wb = dense_r * c->weight_bytes, wbe = expert_r * c->weight_bytes;
+          /* the blocks' weights move as FP8 under fp8 (layer_gather_bytes), the rest as stored */
+          double blocks_d = (double)s->layers * pp->layer_params - expert_r;
+          if (blocks_d < 0) blocks_d = 0;
+          if (blocks_d > dense_r) blocks_d = dense_r;
+          double wb = blocks_d * c->layer_gather_bytes + (dense_r - blocks_d) * c->weight_bytes;
+          double wbe = expert_r * c->layer_gather_bytes;
           double ag = cost_allgather_s(wb, (int)ndp, &dplink, COST_ALGO_RING) + cost_allgather_s(wbe, (int)nedp, &edplink, COST_ALGO_RING);
           dp_sent = cost_collective_bytes_sent(COST_REDUCE_SCATTER, dense_gb, (int)ndp, COST_ALGO_RING) +
                     cost_collective_bytes_sent(COST_ALLGATHER, wb, (int)ndp, COST_ALGO_RING) +
@@ -2267,21 +2273,23 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
          * and the last reduce-scatter wait. Overlap off: all exposed. */
         int n = (int)ndp;
         double nl = (double)s->layers;
-        double lbytes = pp->layer_params * c->weight_bytes;
+        /* a block's weights as gathered: FP8 under fp8 (layer_gather_bytes) */
+        double lbytes = pp->layer_params * c->layer_gather_bytes;
         /* a layer's expert shards are pieces over the nedp ranks holding them */
         double le = L.ep > 1 ? pp->layer_expert_params : 0;
         if (le > pp->layer_params) le = pp->layer_params;
-        double lbytes_e = le * c->weight_bytes, lbytes_d = lbytes - lbytes_e;
-        double obytes = (params_r - nl * pp->layer_params) * c->weight_bytes;
-        if (obytes < 0) obytes = 0;
+        double lbytes_e = le * c->layer_gather_bytes, lbytes_d = lbytes - lbytes_e;
+        double oparams = params_r - nl * pp->layer_params;
+        if (oparams < 0) oparams = 0;
+        double obytes = oparams * c->weight_bytes;
         double ag_l = cost_allgather_s(lbytes_d, n, &dplink, COST_ALGO_RING) +
                       cost_allgather_s(lbytes_e, (int)nedp, &edplink, COST_ALGO_RING);
         /* the gradients' reduce-scatter moves grad_b bytes a value */
-        double gq = grad_b / c->weight_bytes;
+        double gq = grad_b / c->layer_gather_bytes;
         double rs_l = cost_reduce_scatter_s(gq * lbytes_d, n, &dplink, COST_ALGO_RING) +
                       cost_reduce_scatter_s(gq * lbytes_e, (int)nedp, &edplink, COST_ALGO_RING);
         double ag_o = cost_allgather_s(obytes, n, &dplink, COST_ALGO_RING);
-        double rs_o = cost_reduce_scatter_s(gq * obytes, n, &dplink, COST_ALGO_RING);
+        double rs_o = cost_reduce_scatter_s(grad_b * oparams, n, &dplink, COST_ALGO_RING);
         double per_mb = nl * (2 * ag_l + rs_l) + 2 * ag_o + rs_o;
         double ex_mb = per_mb;
         if (L.overlap) {
@@ -2290,8 +2298,9 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
           ex_mb += kap * (per_mb - ex_mb);
         }
         double bytes_mb = nl * lbytes_d + obytes, bytes_mb_e = nl * lbytes_e;
+        double grads_mb = gq * nl * lbytes_d + grad_b * oparams;
         dp_sent = (2 * cost_collective_bytes_sent(COST_ALLGATHER, bytes_mb, n, COST_ALGO_RING) +
-                   cost_collective_bytes_sent(COST_REDUCE_SCATTER, gq * bytes_mb, n, COST_ALGO_RING) +
+                   cost_collective_bytes_sent(COST_REDUCE_SCATTER, grads_mb, n, COST_ALGO_RING) +
                    2 * cost_collective_bytes_sent(COST_ALLGATHER, bytes_mb_e, (int)nedp, COST_ALGO_RING) +
                    cost_collective_bytes_sent(COST_REDUCE_SCATTER, gq * bytes_mb_e, (int)nedp, COST_ALGO_RING)) *
                   (double)mmb;

@@ -101,6 +101,7 @@ struct PlanCtx {
   int64_t batch_override; /* > 0: the global batch to plan (scaling), else the train block's */
   Precision prec;
   int act_bytes, weight_bytes;
+  int layer_gather_bytes; /* a block's weights as ZeRO gathers them: 1 under fp8 (FP8 weights, sec. 11.3), else weight_bytes */
   int flash;          /* attention priced as a tiled flash attention (the default); 0: scores materialised */
   CostAttnKernel attn_kernel; /* under flash: the tile model alone, or a generation whose published rate bounds it */
   int tp_overlap;     /* the layout's tp_overlap */

@@ -167,7 +167,8 @@ static void set_command(char *cmd, size_t cap, const char *hpdlc, const char *sr
                                         {"recompute", "--recompute"}, {"sp", "--sp"},
                                         {"precision", "--precision"}, {"cluster", "--cluster"},
                                         {"tp_overlap", "--tp-overlap"}, {"ep", "--ep"},
-                                        {"attention", "--attention"}, {"recompute_layers", "--recompute-layers"}};
+                                        {"attention", "--attention"}, {"recompute_layers", "--recompute-layers"},
+                                        {"compression", "--compression"}};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) add_flag(cmd, cap, keys[i][1], json_object_get(l, keys[i][0]));
   long v_ = jint(l, "virtual_stages");
   size_t n = strlen(cmd);
