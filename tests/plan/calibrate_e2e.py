@@ -14,7 +14,8 @@
           by 25% (another tenant of the VM; once, on 2026-12-01, two check runs in a row 18%
           and 39% slower than the fit, the memory-bound optimizer twice as slow): when a check
           run misses, another is profiled, up to three, and the case passes when one is within
-          15%); the file is a
+          15%; the fit is made from the faster of two runs, since a slowed fit run, 613 ms a
+          step against its checks' 455-496 on 2026-12-01, makes every check miss); the file is a
           cluster block with compute_scale and memory_scale in (0, 1], and planning with it
           prices the device at the catalog's figures times them.
   errors  golden messages and exit status: no -o (2), --search with it (2), a missing trace
@@ -73,7 +74,13 @@ def compare_json(cluster, trace):
 def case_gpt2():
     art = e2e_common.fresh_dir(ARGS.work, "art-gpt2")
     run([tool("hpdlc"), "compile", gpt2(), *SHAPE, "-o", art])
-    fit_trace = profile(art, "fit", 6)
+    # the fit from the faster of two runs: another tenant of the VM only ever slows a run
+    # down, and a slowed fit (2026-12-01: 613 ms a step against the checks' 455-496) makes
+    # every check miss however many are profiled
+    fits = [profile(art, name, 6) for name in ("fit", "fit2")]
+    fit_steps = [compare_json("laptop", t)[0]["step"]["measured_s"] for t in fits]
+    fit_trace = fits[fit_steps.index(min(fit_steps))]
+    print("fit runs: " + ", ".join(f"{t * 1e3:.1f} ms a step" for t in fit_steps) + "; calibrating from the faster")
     check_trace = profile(art, "check", 6)
     out = os.path.join(work("fit"), "mycpu.hpd")
     p = run([tool("hpdlc"), "plan", gpt2(), *SHAPE, "--calibrate", fit_trace, "-o", out])
