@@ -1007,7 +1007,7 @@ static double graph_roofline_s(const PlanCtx *c, const IrModule *m, const IrGrap
  * show), and fusion was the most of a program's building. */
 static FuseResult *plan_fuse(PlanCtx *c, Arena *a, const IrModule *m) {
   if (!c->fuse_cache) c->fuse_cache = fuse_cache_new();
-  return fuse_module_cached(a, m, NULL, c->fuse_cache);
+  return fuse_module_cached(a, m, cost_gpu_generation(&c->dev) != COST_GEN_OTHER ? &FUSE_CUDA_OPTIONS : NULL, c->fuse_cache);
 }
 
 /* Regions of the step graph of the whole (one-chunk) program. */
