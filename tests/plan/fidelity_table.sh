@@ -31,7 +31,7 @@ trap 'rm -f "$tmp" "$tmp.doc"' EXIT
   echo
   "$fid" "$hpdlc" "$PWD" tests/plan/published_figures.json --markdown
   echo
-  echo "H100 (and MosaicML's A100 check): step time, published and predicted:"
+  echo "H100 (and MosaicML's A100 and H100 FP8 checks, printed, not asserted): step time, published and predicted:"
   echo
   "$fid" --set "$hpdlc" "$PWD" tests/plan/published_h100.json --markdown
   echo
