@@ -171,11 +171,17 @@ int plan_explain_terms(const PlanCtx *c, const PlanResult *r, PlanTerm *out, int
   double attn_other = r->attn_s - r->attn_gemm_s;
   PlanTerm t[] = {
       {"GEMMs (projections, MLP, head)", r->gemm_s - r->attn_gemm_s,
-       "docs/planner.md 3.2: tile x wave x depth x the device's ceiling (mamf-finder), x its GPU generation's sustained share (sec. 14); "
-       "FP8 GEMMs at the FP8 peak"},
+       c->prec == PREC_FP8
+           ? "docs/planner.md 3.2: tile x wave x depth x the device's ceiling (mamf-finder), x its GPU generation's "
+             "sustained share (sec. 14); 9.3: the blocks' GEMMs at the FP8 peak"
+           : "docs/planner.md 3.2: tile x wave x depth x the device's ceiling (mamf-finder), x its GPU generation's "
+             "sustained share (sec. 14)"},
       {"attention", r->attn_s, attention_source(c)},
       {"memory-bound kernels", r->other_s - attn_other,
-       "docs/planner.md 3.1, 9: roofline, fused kernels' bytes at 0.90 x the datasheet HBM bandwidth"},
+       cost_gpu_generation(&c->dev) != COST_GEN_OTHER
+           ? "docs/planner.md 3.1, 9: roofline, the CUDA back end's fused kernels' bytes at 0.90 x the datasheet HBM "
+             "bandwidth"
+           : "docs/planner.md 3.1, 9: roofline, fused kernels' bytes at 0.90 x the datasheet HBM bandwidth"},
       {"tensor-parallel communication (exposed)", r->comm_exposed[IRG_TP],
        "docs/planner.md 1-2: nccl-tests bus-bandwidth model; 9.2: tp_overlap"},
       {"context-parallel communication (exposed)", r->comm_exposed[IRG_CP],
