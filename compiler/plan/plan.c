@@ -1746,7 +1746,7 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
   c->prec = model->train.precision;
   c->act_bytes = prec_bytes(c->prec);
   c->weight_bytes = prec_bytes(c->prec);
-  c->layer_gather_bytes = c->prec == PREC_FP8 ? 1 : c->weight_bytes;
+  c->layer_gather_bytes = c->prec == PREC_FP8 && cat_peak_flops(&c->dev, "fp8") > 0 ? 1 : c->weight_bytes;
   c->flash = 1;
   c->tp_overlap = L->tp_overlap != 0;
   c->vocab_pad = L->vocab_pad > 0 ? L->vocab_pad : 0;

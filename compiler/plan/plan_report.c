@@ -78,6 +78,9 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
     fprintf(f, "vocabulary: %" PRId64 " rows priced padded to %" PRId64 " (a multiple of vocab_pad %" PRId64 " x tp %" PRId64
                ", as Megatron-LM pads it%s)\n",
             v, vp, m->layout.vocab_pad, L->tp, L->tp > 1 ? "" : "; aligned rows for the head's GEMMs");
+  if (m->train.precision == PREC_FP8 && !(cat_peak_flops(&c->dev, "fp8") > 0))
+    fprintf(f, "precision: fp8, but %s has no FP8 rate: its GEMMs and weights priced in bf16 (docs/planner.md 9.3)\n",
+            c->dev.name);
   Compression cz = m->layout.compression;
   if (plan_grad_reduce_bytes(cz) == 2 && L->dp * L->cp > 1)
     fprintf(f, "compression: %s, priced as the gradients' reduction in 16 bits, 2 bytes a value (docs/planner.md 11.3)\n",

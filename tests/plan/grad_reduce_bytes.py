@@ -12,9 +12,10 @@ slices and an all-gather of fp32 sums, (n - 1) / n x (2 + 4), at dp 2 an all-gat
 weights and one reduce-scatter of the gradients: (2 + 2 + 4) / (2 + 2 + 2) of the bytes),
 int8 planned as fp32, and the JSON report's parallel.compression and
 parallel.grad_reduce_bytes. Under fp8 the blocks' weights are gathered as FP8 (sec. 9.3):
-at dp 8 ZeRO 3 moves 2 x 7/8 x P_b bytes a micro-batch fewer than bf16 (two gathers), ZeRO 1
+on dgx-h100 at dp 8 ZeRO 3 moves 2 x 7/8 x P_b bytes a micro-batch fewer than bf16 (two gathers), ZeRO 1
 7/8 x P_b a step fewer (one), P_b = GPT-2's 12 blocks of 12 h^2 + 13 h weights (h = 768),
-the embeddings' gathers and the gradients unchanged.
+the embeddings' gathers and the gradients unchanged; on a device without FP8 (A100) as
+bf16, and the text report says so.
 Exit 0 pass, 1 fail."""
 import json
 import subprocess
@@ -23,9 +24,13 @@ import sys
 from plan_checks import verdict
 
 
-def plan(hpdlc, src, dp, zero, compression, precision="bf16"):
+def plan(hpdlc, src, dp, zero, compression, precision="bf16", cluster=None, fmt="json"):
     cmd = [hpdlc, "plan", f"{src}/samples/gpt2.hpd", "--gpus", str(dp), "--dp", str(dp), "--zero", str(zero),
-           "--precision", precision, "--format", "json"]
+           "--precision", precision, "--format", fmt]
+    if cluster:
+        cmd += ["--cluster", cluster]
+    if fmt == "text":
+        return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     if compression:
         cmd += ["--compression", compression]
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
@@ -52,12 +57,18 @@ def main():
     h = 768
     block_params = 12 * (12 * h * h + 13 * h)
     for zero, gathers in ((3, 2), (1, 1)):
-        bf16, fp8 = (plan(hpdlc, src, 8, zero, None, p) for p in ("bf16", "fp8"))
+        bf16, fp8 = (plan(hpdlc, src, 8, zero, None, p, "dgx-h100") for p in ("bf16", "fp8"))
         mmb = bf16["parallel"]["num_micro_batches"] if zero == 3 else 1
         saved = bf16["comm_per_step"]["dp"] - fp8["comm_per_step"]["dp"]
         want = mmb * gathers * 7 / 8 * block_params
         print(f"dp 8 zero {zero}: fp8 moves {saved / 2**20:.2f} MiB a step fewer than bf16 (expected {want / 2**20:.2f})")
         checks.append((abs(saved - want) < 1e-6 * want, f"dp 8 zero {zero}: fp8 gathers the blocks' weights at 1 byte"))
+    a100 = [plan(hpdlc, src, 8, 3, None, p, "dgx-a100-80gb") for p in ("bf16", "fp8")]
+    checks.append((a100[0]["comm_per_step"]["dp"] == a100[1]["comm_per_step"]["dp"],
+                   "dgx-a100-80gb (no FP8): fp8 moves what bf16 does"))
+    text = plan(hpdlc, src, 8, 3, None, "fp8", "dgx-a100-80gb", "text")
+    checks.append(("precision: fp8, but a100-80gb has no FP8 rate: its GEMMs and weights priced in bf16" in text,
+                   "the A100's fp8 report says it priced bf16"))
     return verdict(checks)
 
 
