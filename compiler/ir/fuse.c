@@ -87,6 +87,13 @@
  *    bias gradient of a linear layer's weight-gradient product. A bias
  *    gradient fused with an activation's backward (a row kernel that also
  *    computes the GEMM's operand) stays as it is: it reads that value once.
+ * 9. Siblings (both back ends; merge_siblings): once the rules above are
+ *    done, a loop kernel that reads a value a row kernel reads too, and
+ *    computes over that kernel's full space, joins it where neither depends
+ *    on the other (no path through other kernels, no value of one read by
+ *    the other) and both lie in the same part of a cut step; its values are
+ *    the row kernel's full outputs. The shared value is read once, at the
+ *    price of the kernels' outputs living together.
  */
 #include "fuse.h"
 #include "xalloc.h"
@@ -929,6 +936,56 @@ static void absorb_bias_grads(Fuser *F) {
   }
 }
 
+/* Rule 9: siblings. A loop kernel that reads a value a row kernel reads
+ * too, over the row kernel's full space, joins it when neither depends on
+ * the other and both lie in the same part of a cut step: the value is read
+ * once for both, the loop's values stored in the row kernel's sweep (GPT's
+ * GELU made again in the backward for the MLP's weight gradient, beside
+ * GELU's gradient and its bias sum, which read the same pre-activation).
+ * Two loop kernels stay apart: joined, their values live in one thread
+ * (a SwiGLU backward's two spilled on sm_90). */
+static int same_space(const Space *a, const Space *b) { return same_shape(a->rank, a->dims, b->rank, b->dims); }
+
+static int in_part(Fuser *F, int k, int part) {
+  int split = F->g->fb_split;
+  if (split <= 0) return 1;
+  return part ? F->k[k].minnode >= split : F->k[k].maxnode < split;
+}
+
+/* Does kernel k read a value of kernel p (both roots)? */
+static int reads_kernel(Fuser *F, int k, int p) {
+  for (int i = 0; i < F->k[k].npreds; i++)
+    if (find(F, F->k[k].preds[i]) == p) return 1;
+  return 0;
+}
+
+static void merge_siblings(Fuser *F) {
+  int cand[16];
+  for (int v = 0; v < F->n; v++) {
+    int nc = 0;
+    for (int u = F->ustart[v]; u < F->ustart[v + 1] && nc < 16; u++) {
+      int k = kof(F, F->users[u]), dup = k == kof(F, v);
+      if (F->k[k].kind != FUSE_LOOP && F->k[k].kind != FUSE_ROW) continue;
+      for (int j = 0; j < nc; j++) dup |= cand[j] == k;
+      if (!dup) cand[nc++] = k;
+    }
+    for (int i = 0; i < nc; i++) {
+      int a = find(F, cand[i]);
+      if (F->k[a].kind != FUSE_LOOP || F->k[a].sp.red) continue;
+      for (int j = 0; j < nc; j++) {
+        int b = find(F, cand[j]);
+        if (b == a || F->k[b].kind != FUSE_ROW || !same_space(&F->k[a].sp, &F->k[b].sp)) continue;
+        int part = F->g->fb_split > 0 && F->k[b].minnode >= F->g->fb_split;
+        if (!in_part(F, a, part) || !in_part(F, b, part) || reads_kernel(F, a, b) || reads_kernel(F, b, a) ||
+            !pair_feasible(F, a, b))
+          continue;
+        merge(F, b, a);
+        break;
+      }
+    }
+  }
+}
+
 /* ---- from the built kernels to the result ---- */
 
 static int *arena_ints(Arena *a, int n) { return arena_alloc(a, sizeof(int) * (size_t)(n > 0 ? n : 1)); }
@@ -1092,6 +1149,7 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
   }
   fold_shape_ops(&F);
   if (F.opts.bias_grad) absorb_bias_grads(&F);
+  merge_siblings(&F);
 
   /* Final kernels: the roots, ordered topologically (rule 7). */
   int *index = xalloc_calloc((size_t)F.nk + 1, sizeof(int)); /* root -> dense index */

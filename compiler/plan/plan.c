@@ -817,6 +817,19 @@ static double callee_saved_layer(Pricer *P, int graph) {
   return mm->layer_saved;
 }
 
+/* The share of a backward kernel's memory traffic that recomputes: the
+ * bytes its forward-only nodes (no backward input) write, over all it moves
+ * (fusion rule 9 puts a recomputed GELU in the kernel of GELU's gradient,
+ * which reads the same pre-activation: the recomputation costs its write). */
+static double recompute_share(const GInfo *gi, int k) {
+  const FuseKernel *K = &gi->fg->kernels[k];
+  if (K->kind != FUSE_LOOP && K->kind != FUSE_ROW) return 0;
+  double moved = K->bytes_read + K->bytes_written, w = 0;
+  for (int j = 0; j < K->noutputs; j++)
+    if (!gi->dep[K->outputs[j]]) w += (double)ir_bytes(&gi->g->nodes[K->outputs[j]]);
+  return moved > 0 && w < moved ? w / moved : 0;
+}
+
 static const GMemo *price_graph(Pricer *P, int graph) {
   GMemo *mm = &P->memo[graph];
   if (mm->done) return mm;
@@ -835,6 +848,7 @@ static const GMemo *price_graph(Pricer *P, int graph) {
     double before = c.t;
     price_kernel(P, &gi, k, rc, &c);
     if (gi.kattn[k]) t_attn += c.t - before;
+    if (bwd && !rc) c.t_rc += (c.t - before) * recompute_share(&gi, k);
   }
   P->in_block = outer;
   /* Overlap inside a block (docs/planner.md sec. 9.2). Ring attention: each

@@ -456,6 +456,34 @@ static void test_diamond(void) {
   arena_free(b.arena);
 }
 
+/* Rule 9: a loop kernel reading a value that a row kernel reads too, over
+ * its full space, joins it (the value read once; x's two here); not when a
+ * path through another kernel joins them, nor a loop kernel with another loop
+ * kernel (w's two). */
+static void test_siblings(void) {
+  Built b = begin();
+  int64_t d[2] = {8, 16}, dv[1] = {16}, dw[2] = {16, 16};
+  int x = arg(b.g, 2, d), y = arg(b.g, 2, d), w = arg(b.g, 2, dw);
+  int g = op1(b.g, IR_GELU, x);                 /* loop */
+  int act = op2(b.g, IR_MUL, y, x);             /* full value of the row kernel */
+  int s = ir_add(b.g, IR_SUM_TO, &act, 1, NULL, 0, 0, DT_F32, 1, dv, NULL);
+  int e = op1(b.g, IR_EXP, x);                  /* a second loop kernel over x */
+  int v = op1(b.g, IR_ABS, w), v2 = op1(b.g, IR_SQRT, w); /* loop kernels alone over w */
+  int n = op1(b.g, IR_NEG, y);                  /* loop over y ... */
+  int m = matmul32(b.g, n, w, 0, 0);            /* ... whose GEMM ... */
+  int z = op2(b.g, IR_MUL, m, y);               /* ... a row kernel reads: a path */
+  int zs = ir_add(b.g, IR_SUM_TO, &z, 1, NULL, 0, 0, DT_F32, 1, dv, NULL);
+  int outs[] = {g, act, s, e, zs, v, v2};
+  finish(&b, outs, 7);
+  FuseResult *r = fuse_ok(&b);
+  const FuseKernel *k = kernel_of(r, s);
+  EXPECT(k->kind == FUSE_ROW && kernel_of(r, g) == k && kernel_of(r, act) == k);
+  EXPECT(kernel_of(r, e) == k); /* every sibling over x joins */
+  EXPECT(kernel_of(r, n) != kernel_of(r, zs) && kernel_of(r, z) == kernel_of(r, zs));
+  EXPECT(kernel_of(r, v) != kernel_of(r, v2) && kernel_of(r, v)->kind == FUSE_LOOP);
+  arena_free(b.arena);
+}
+
 /* A reduction whose result feeds a GEMM ends its kernel there: the GEMM is
  * a kernel of its own, and a consumer of both the reduction's kernel and
  * the GEMM cannot go back into the first (that would be a cycle). */
@@ -758,6 +786,7 @@ int main(void) {
   test_ce_pair();
   test_attn_qkv();
   test_diamond();
+  test_siblings();
   test_reduction_into_gemm();
   test_row_consistency();
   test_shape_ops();
