@@ -140,7 +140,19 @@ int nest_x_red(Nest *N, int child, int redmax, int64_t div) {
   return i;
 }
 
+static int aff_same(const Aff *a, const Aff *b) {
+  if (a->c != b->c || a->dax != b->dax || (a->dax >= 0 && (a->dq != b->dq || a->dcoef != b->dcoef))) return 0;
+  for (int j = 0; j < IR_MAX_RANK; j++)
+    if (a->coef[j] != b->coef[j]) return 0;
+  return 1;
+}
+
+/* A read of value mem at offset off; a second read of the same element is
+ * the first's value (two views of one input, as fusion rule 9 joins kernels
+ * that read it: loaded once, one register). */
 int nest_x_load(Nest *N, int mem, DType dt, const Aff *off) {
+  for (int j = 0; j < N->nx; j++)
+    if (N->x[j].kind == X_LOAD && N->x[j].mem == mem && N->x[j].dt == dt && aff_same(&N->x[j].off, off)) return j;
   int i = nest_new_x(N, X_LOAD);
   X *x = &N->x[i];
   x->mem = mem;

@@ -88,11 +88,11 @@
  *    gradient fused with an activation's backward (a row kernel that also
  *    computes the GEMM's operand) stays as it is: it reads that value once.
  * 9. Siblings (both back ends; merge_siblings): once the rules above are
- *    done, a loop kernel that reads a value a row kernel reads too, and
- *    computes over that kernel's full space, joins it where neither depends
+ *    done, a loop kernel that reads a value a row or loop kernel reads too,
+ *    and computes over that kernel's full space, joins it where neither depends
  *    on the other (no path through other kernels, no value of one read by
  *    the other) and both lie in the same part of a cut step; its values are
- *    the row kernel's full outputs. The shared value is read once, at the
+ *    the other kernel's full outputs. The shared value is read once, at the
  *    price of the kernels' outputs living together.
  */
 #include "fuse.h"
@@ -936,14 +936,15 @@ static void absorb_bias_grads(Fuser *F) {
   }
 }
 
-/* Rule 9: siblings. A loop kernel that reads a value a row kernel reads
- * too, over the row kernel's full space, joins it when neither depends on
+/* Rule 9: siblings. A loop kernel that reads a value a row or loop kernel
+ * reads too, over that kernel's full space, joins it when neither depends on
  * the other and both lie in the same part of a cut step: the value is read
- * once for both, the loop's values stored in the row kernel's sweep (GPT's
+ * once for both, the loop's values stored in the other kernel's sweep (GPT's
  * GELU made again in the backward for the MLP's weight gradient, beside
- * GELU's gradient and its bias sum, which read the same pre-activation).
- * Two loop kernels stay apart: joined, their values live in one thread
- * (a SwiGLU backward's two spilled on sm_90). */
+ * GELU's gradient and its bias sum, which read the same pre-activation;
+ * SwiGLU's product made again beside its gradient). The joined kernel loads
+ * each element once (nest_x_load), so its registers are not the two
+ * kernels' sum. */
 static int same_space(const Space *a, const Space *b) { return same_shape(a->rank, a->dims, b->rank, b->dims); }
 
 static int in_part(Fuser *F, int k, int part) {
@@ -974,7 +975,8 @@ static void merge_siblings(Fuser *F) {
       if (F->k[a].kind != FUSE_LOOP || F->k[a].sp.red) continue;
       for (int j = 0; j < nc; j++) {
         int b = find(F, cand[j]);
-        if (b == a || F->k[b].kind != FUSE_ROW || !same_space(&F->k[a].sp, &F->k[b].sp)) continue;
+        if (b == a || (F->k[b].kind != FUSE_ROW && F->k[b].kind != FUSE_LOOP) || !same_space(&F->k[a].sp, &F->k[b].sp))
+          continue;
         int part = F->g->fb_split > 0 && F->k[b].minnode >= F->g->fb_split;
         if (!in_part(F, a, part) || !in_part(F, b, part) || reads_kernel(F, a, b) || reads_kernel(F, b, a) ||
             !pair_feasible(F, a, b))
