@@ -664,7 +664,6 @@ static int only_reader(const IrGraph *g, int v) {
   return r;
 }
 
-
 int fuse_attn_out16(const IrGraph *g, int id) {
   if (id < 0 || id >= g->nnodes) return -1;
   int s = id;

@@ -505,7 +505,7 @@ static void price_gemm(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, 
     batch = 1;
   }
   const CatDevice *dev = &P->pc->dev;
-  int fp8 = P->pc->prec == PREC_FP8 && P->in_block && linear && cat_peak_flops(dev, "fp8") > 0;
+  int fp8 = P->pc->fp8_gemms && P->in_block && linear;
   double eb = P->pc->act_bytes, ib = fp8 ? 1 : eb;
   double in_bytes = ((double)ir_numel(a) + (double)ir_numel(b)) * ib;
   double out_bytes = out * (double)K->noutputs * eb;
@@ -1021,7 +1021,7 @@ static double graph_roofline_s(const PlanCtx *c, const IrModule *m, const IrGrap
  * show), and fusion was the most of a program's building. */
 static FuseResult *plan_fuse(PlanCtx *c, Arena *a, const IrModule *m) {
   if (!c->fuse_cache) c->fuse_cache = fuse_cache_new();
-  return fuse_module_cached(a, m, cost_gpu_generation(&c->dev) != COST_GEN_OTHER ? &FUSE_CUDA_OPTIONS : NULL, c->fuse_cache);
+  return fuse_module_cached(a, m, c->fuse_opts, c->fuse_cache);
 }
 
 /* Regions of the step graph of the whole (one-chunk) program. */
@@ -1760,7 +1760,9 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
   c->prec = model->train.precision;
   c->act_bytes = prec_bytes(c->prec);
   c->weight_bytes = prec_bytes(c->prec);
-  c->layer_gather_bytes = c->prec == PREC_FP8 && cat_peak_flops(&c->dev, "fp8") > 0 ? 1 : c->weight_bytes;
+  c->fp8_gemms = c->prec == PREC_FP8 && cat_peak_flops(&c->dev, "fp8") > 0;
+  c->layer_gather_bytes = c->fp8_gemms ? 1 : c->weight_bytes;
+  c->fuse_opts = cost_gpu_generation(&c->dev) != COST_GEN_OTHER ? &FUSE_CUDA_OPTIONS : NULL;
   c->flash = 1;
   c->tp_overlap = L->tp_overlap != 0;
   c->vocab_pad = L->vocab_pad > 0 ? L->vocab_pad : 0;
@@ -2287,21 +2289,21 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
          * and the last reduce-scatter wait. Overlap off: all exposed. */
         int n = (int)ndp;
         double nl = (double)s->layers;
-        /* a block's weights as gathered: FP8 under fp8 (layer_gather_bytes) */
-        double lbytes = pp->layer_params * c->layer_gather_bytes;
         /* a layer's expert shards are pieces over the nedp ranks holding them */
         double le = L.ep > 1 ? pp->layer_expert_params : 0;
         if (le > pp->layer_params) le = pp->layer_params;
-        double lbytes_e = le * c->layer_gather_bytes, lbytes_d = lbytes - lbytes_e;
+        double ld = pp->layer_params - le; /* its dense weights */
         double oparams = params_r - nl * pp->layer_params;
         if (oparams < 0) oparams = 0;
+        /* a block's weights gathered at layer_gather_bytes (FP8 under fp8), the rest as
+         * stored; the gradients' reduce-scatter moves grad_b bytes a value */
+        double lbytes = pp->layer_params * c->layer_gather_bytes;
+        double lbytes_e = le * c->layer_gather_bytes, lbytes_d = ld * c->layer_gather_bytes;
         double obytes = oparams * c->weight_bytes;
         double ag_l = cost_allgather_s(lbytes_d, n, &dplink, COST_ALGO_RING) +
                       cost_allgather_s(lbytes_e, (int)nedp, &edplink, COST_ALGO_RING);
-        /* the gradients' reduce-scatter moves grad_b bytes a value */
-        double gq = grad_b / c->layer_gather_bytes;
-        double rs_l = cost_reduce_scatter_s(gq * lbytes_d, n, &dplink, COST_ALGO_RING) +
-                      cost_reduce_scatter_s(gq * lbytes_e, (int)nedp, &edplink, COST_ALGO_RING);
+        double rs_l = cost_reduce_scatter_s(grad_b * ld, n, &dplink, COST_ALGO_RING) +
+                      cost_reduce_scatter_s(grad_b * le, (int)nedp, &edplink, COST_ALGO_RING);
         double ag_o = cost_allgather_s(obytes, n, &dplink, COST_ALGO_RING);
         double rs_o = cost_reduce_scatter_s(grad_b * oparams, n, &dplink, COST_ALGO_RING);
         double per_mb = nl * (2 * ag_l + rs_l) + 2 * ag_o + rs_o;
@@ -2312,11 +2314,10 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
           ex_mb += kap * (per_mb - ex_mb);
         }
         double bytes_mb = nl * lbytes_d + obytes, bytes_mb_e = nl * lbytes_e;
-        double grads_mb = gq * nl * lbytes_d + grad_b * oparams;
         dp_sent = (2 * cost_collective_bytes_sent(COST_ALLGATHER, bytes_mb, n, COST_ALGO_RING) +
-                   cost_collective_bytes_sent(COST_REDUCE_SCATTER, grads_mb, n, COST_ALGO_RING) +
+                   cost_collective_bytes_sent(COST_REDUCE_SCATTER, grad_b * (nl * ld + oparams), n, COST_ALGO_RING) +
                    2 * cost_collective_bytes_sent(COST_ALLGATHER, bytes_mb_e, (int)nedp, COST_ALGO_RING) +
-                   cost_collective_bytes_sent(COST_REDUCE_SCATTER, gq * bytes_mb_e, (int)nedp, COST_ALGO_RING)) *
+                   cost_collective_bytes_sent(COST_REDUCE_SCATTER, grad_b * nl * le, (int)nedp, COST_ALGO_RING)) *
                   (double)mmb;
         z3_s = per_mb * (double)mmb;
         z3_exposed = ex_mb * (double)mmb;
@@ -2442,7 +2443,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   out->hw_flops_all = hw_all * ranks;
   out->recompute_flops = rcf * ranks;
   /* the dense peak of the training precision (FP8: the FP8 rate) */
-  double peak = cat_peak_flops(&c->dev, c->prec == PREC_FP8 && cat_peak_flops(&c->dev, "fp8") > 0 ? "fp8" : prec_name(c->prec));
+  double peak = cat_peak_flops(&c->dev, c->fp8_gemms ? "fp8" : prec_name(c->prec));
   double G = (double)c->gpus;
   out->tokens_per_s = (double)B * (double)out->seq_len / out->step_s;
   out->tflops_per_gpu = out->hw_flops / out->step_s / G / 1e12;

@@ -167,21 +167,19 @@ static const char *attention_source(const PlanCtx *c) {
          "Dao 2023; FlashAttention-3 paper) or scores in memory (--attention materialized)";
 }
 
+#define GEMM_SOURCE                                                                                             \
+  "docs/planner.md 3.2: tile x wave x depth x the device's ceiling (mamf-finder), x its GPU generation's sustained " \
+  "share (sec. 14)"
+#define MEMORY_SOURCE(whose) "docs/planner.md 3.1, 9: roofline, " whose "fused kernels' bytes at 0.90 x the datasheet HBM bandwidth"
+
 int plan_explain_terms(const PlanCtx *c, const PlanResult *r, PlanTerm *out, int max) {
   double attn_other = r->attn_s - r->attn_gemm_s;
   PlanTerm t[] = {
       {"GEMMs (projections, MLP, head)", r->gemm_s - r->attn_gemm_s,
-       c->prec == PREC_FP8
-           ? "docs/planner.md 3.2: tile x wave x depth x the device's ceiling (mamf-finder), x its GPU generation's "
-             "sustained share (sec. 14); 9.3: the blocks' GEMMs at the FP8 peak"
-           : "docs/planner.md 3.2: tile x wave x depth x the device's ceiling (mamf-finder), x its GPU generation's "
-             "sustained share (sec. 14)"},
+       c->prec == PREC_FP8 ? GEMM_SOURCE "; 9.3: the blocks' GEMMs at the FP8 peak" : GEMM_SOURCE},
       {"attention", r->attn_s, attention_source(c)},
       {"memory-bound kernels", r->other_s - attn_other,
-       cost_gpu_generation(&c->dev) != COST_GEN_OTHER
-           ? "docs/planner.md 3.1, 9: roofline, the CUDA back end's fused kernels' bytes at 0.90 x the datasheet HBM "
-             "bandwidth"
-           : "docs/planner.md 3.1, 9: roofline, fused kernels' bytes at 0.90 x the datasheet HBM bandwidth"},
+       c->fuse_opts ? MEMORY_SOURCE("the CUDA back end's ") : MEMORY_SOURCE("")},
       {"tensor-parallel communication (exposed)", r->comm_exposed[IRG_TP],
        "docs/planner.md 1-2: nccl-tests bus-bandwidth model; 9.2: tp_overlap"},
       {"context-parallel communication (exposed)", r->comm_exposed[IRG_CP],

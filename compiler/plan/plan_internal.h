@@ -101,7 +101,8 @@ struct PlanCtx {
   int64_t batch_override; /* > 0: the global batch to plan (scaling), else the train block's */
   Precision prec;
   int act_bytes, weight_bytes;
-  int layer_gather_bytes; /* a block's weights as ZeRO gathers them: 1 under fp8 (FP8 weights, sec. 11.3), else weight_bytes */
+  int fp8_gemms;          /* precision fp8 on a device with an FP8 rate: the blocks' GEMMs and gathers in FP8 (sec. 9.3) */
+  int layer_gather_bytes; /* a block's weights as ZeRO gathers them: 1 under fp8_gemms (FP8 weights, sec. 11.3), else weight_bytes */
   int flash;          /* attention priced as a tiled flash attention (the default); 0: scores materialised */
   CostAttnKernel attn_kernel; /* under flash: the tile model alone, or a generation whose published rate bounds it */
   int tp_overlap;     /* the layout's tp_overlap */
@@ -118,6 +119,7 @@ struct PlanCtx {
   int64_t programs;
   int selective_same;    /* 1: RECOMPUTE_SELECTIVE differentiates as NONE here (no attention core); 2: not; 0: unknown */
   FuseCache *fuse_cache; /* fused graphs by content, shared by every program (made on first use) */
+  const FuseOptions *fuse_opts; /* the fusion priced: the CUDA back end's on an NVIDIA GPU, else the CPU's (NULL) */
   PlanExact *exact;
   struct {
     int64_t mb;

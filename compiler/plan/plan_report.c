@@ -78,7 +78,7 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
     fprintf(f, "vocabulary: %" PRId64 " rows priced padded to %" PRId64 " (a multiple of vocab_pad %" PRId64 " x tp %" PRId64
                ", as Megatron-LM pads it%s)\n",
             v, vp, m->layout.vocab_pad, L->tp, L->tp > 1 ? "" : "; aligned rows for the head's GEMMs");
-  if (m->train.precision == PREC_FP8 && !(cat_peak_flops(&c->dev, "fp8") > 0))
+  if (c->prec == PREC_FP8 && !c->fp8_gemms)
     fprintf(f, "precision: fp8, but %s has no FP8 rate: its GEMMs and weights priced in bf16 (docs/planner.md 9.3)\n",
             c->dev.name);
   Compression cz = m->layout.compression;

@@ -29,11 +29,10 @@ def plan(hpdlc, src, dp, zero, compression, precision="bf16", cluster=None, fmt=
            "--precision", precision, "--format", fmt]
     if cluster:
         cmd += ["--cluster", cluster]
-    if fmt == "text":
-        return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     if compression:
         cmd += ["--compression", compression]
-    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return out if fmt == "text" else json.loads(out)
 
 
 def main():
