@@ -198,13 +198,17 @@ static __device__ __forceinline__ void hpdl_lse_add(float *m, float *s, float x)
  * compiler does not know the pragma): HPDL_UNROLL4 before a loop puts four
  * iterations' loads in flight at once (a column kernel's slice of the group:
  * its sums keep their order), HPDL_ROLLED keeps one where unrolled loads
- * would take the registers the accumulators hold (the attention kernels). */
+ * would take the registers the accumulators hold (the attention kernels).
+ * HPDL_UNROLL_ALL unrolls a loop of a constant trip count whole: a warp's row
+ * held in registers (c<x>_[it_]) needs every index a constant. */
 #ifdef __CUDACC__
 #define HPDL_UNROLL4 _Pragma("unroll 4")
 #define HPDL_ROLLED _Pragma("unroll 1")
+#define HPDL_UNROLL_ALL _Pragma("unroll")
 #else
 #define HPDL_UNROLL4
 #define HPDL_ROLLED
+#define HPDL_UNROLL_ALL
 #endif
 static __device__ float hpdl_col_sum(float v, float *partial, int rows = HPDL_COL_ROWS) {
   int r = threadIdx.x % rows, nslices = blockDim.x / rows;

@@ -163,6 +163,13 @@ add_test(NAME cuda.emu.step.gpt_col_split
                  -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.pipeline=1)
 set_tests_properties(cuda.emu.step.gpt_col_split PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
 add_test(NAME cuda.emu.step.gpt COMMAND test_codegen_cuda --step ${HPDL_CUDA_GPT_ARGS})
+# LayerNorm's row kept in registers (codegen_cuda.c's row_cache): 320 values a
+# row, three vector steps a lane, the last for half the lanes; every kernel
+# alone (reading c<x>_[0] for every step fails it)
+add_test(NAME cuda.emu.gpt_row_cache
+         COMMAND test_codegen_cuda gpt.hpd -D layers=1 -D hidden=320 -D heads=5 -D seq=16 -D vocab=64
+                 -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.pipeline=1)
+set_tests_properties(cuda.emu.gpt_row_cache PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
 # The fused head and loss (parallel.fused_ce = on, kernels/hpdl_lmce.cuh) at
 # awkward sizes: 39 rows (no multiple of the 64-row tiles), a vocabulary of
 # 201, width 36; every kernel alone and the step; a Llama's untied head
@@ -393,6 +400,15 @@ if(Python3_Interpreter_FOUND)
                      --sample ${HPDL_TEST_DIR}/cuda/gpt2-tiny-gqa.hpd --device ${dev} --steps 20
                      --first-tol 1e-4 --tol 1e-3 --args "-D T=16 -D C=64 --global-batch 4 --micro-batch 2 --precision bf16")
     set_tests_properties(cuda.layout.${dev}.bf16_gqa PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS cuda
+                         ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
+    # LayerNorm's rows of 320 bf16 / fp32 values kept in registers (row_cache:
+    # three vector steps a lane, the last for half of them) through training
+    add_test(NAME cuda.layout.${dev}.bf16_row_cache
+             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
+                     --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
+                     --sample ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --device ${dev} --steps 5
+                     --first-tol 1e-4 --tol 1e-3 --args "-D T=16 -D C=320 -D H=5 --global-batch 4 --micro-batch 2 --precision bf16")
+    set_tests_properties(cuda.layout.${dev}.bf16_row_cache PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS cuda
                          ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
     set(epilogue_env ${HPDL_CUDA_RUN_ENV} HPDL_GEMM_EPILOGUE=kernel)
     set_tests_properties(cuda.layout.${dev}.bf16_epilogue_kernel PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS cuda

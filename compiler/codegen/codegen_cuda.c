@@ -162,6 +162,10 @@ typedef struct {
    * loads and stores one value at a time (the buffers not aligned) */
   int col4, lscalar;
   int wrow; /* a row kernel a warp per row (CU_WROW_MAX): the group over its lanes, warp reductions */
+  /* a warp's row held in registers (row_cache): rc_nit vector steps a lane,
+   * rcache[x] 1 for a load to keep (c<x>_[it_]), 2 once a sweep has loaded it */
+  int64_t rc_nit;
+  char *rcache;
 } Emit;
 
 /* An affine form over the collapsed axes in scope (others count 0). */
@@ -322,10 +326,19 @@ static int ex(Emit *E, int xi) {
   if (E->vec && x->kind == X_LOAD && cu_vec_type(x->dt) && vec_access(N, &x->off)) {
     int half = x->dt != DT_F32; /* four 16-bit values: 8 bytes, a uint2 */
     if (E->qdone[xi] != E->scope) {
-      cu_tx(o, "%sconst %s q%d = *(const %s *)(p%d + ", E->ind, half ? "uint2" : "float4", xi, half ? "uint2" : "float4",
-            cu_io_index(E->k, x->mem));
-      aff_text(E, &x->off, o);
-      cu_tx(o, ");\n");
+      int kept = E->rcache && !E->col4 && E->rcache[xi];
+      if (kept && E->rcache[xi] == 2) { /* a later sweep: the registers the first one filled */
+        cu_tx(o, "%sconst %s q%d = c%d_[it_];\n", E->ind, half ? "uint2" : "float4", xi, xi);
+      } else {
+        cu_tx(o, "%sconst %s q%d = *(const %s *)(p%d + ", E->ind, half ? "uint2" : "float4", xi, half ? "uint2" : "float4",
+              cu_io_index(E->k, x->mem));
+        aff_text(E, &x->off, o);
+        cu_tx(o, ");\n");
+        if (kept) {
+          cu_tx(o, "%sc%d_[it_] = q%d;\n", E->ind, xi, xi);
+          E->rcache[xi] = 2;
+        }
+      }
       E->qdone[xi] = E->scope;
     }
     if (half) /* lane l: the low (even l) or high half of word l / 2 */
@@ -678,7 +691,13 @@ static void sweep_open(Emit *E, int vec, int v4, int64_t ngrp, int *sweep) {
   else if (E->col) cu_tx(o, "%s    for (long long grp = cy_; live_ && grp < %" PRId64 "LL; grp += cny_) {\n", unroll, ngrp);
   /* a warp's row: 32-bit counters (CU_WROW_MAX), which left ptxas the
    * registers its occupancy target allows (64-bit ones spilled) */
-  else if (E->wrow && v4) cu_tx(o, "    HPDL_ROLLED\n    for (int grp = lane_ * 4; grp < %" PRId64 "; grp += 128) {\n", ngrp);
+  else if (E->wrow && v4 && E->rcache) {
+    /* the row in registers: a constant trip count, unrolled whole, so every
+     * c<x>_[it_] is a register and each step's loads are in flight at once */
+    cu_tx(o, "    HPDL_UNROLL_ALL\n    for (int it_ = 0, grp = lane_ * 4; it_ < %" PRId64, E->rc_nit);
+    if (ngrp % 128) cu_tx(o, " && grp < %" PRId64, ngrp);
+    cu_tx(o, "; it_++, grp += 128) {\n");
+  } else if (E->wrow && v4) cu_tx(o, "    HPDL_ROLLED\n    for (int grp = lane_ * 4; grp < %" PRId64 "; grp += 128) {\n", ngrp);
   else if (E->wrow) cu_tx(o, "    HPDL_ROLLED\n    for (int grp = lane_; grp < %" PRId64 "; grp += 32) {\n", ngrp);
   else if (v4) cu_tx(o, "    for (long long grp = threadIdx.x * 4LL; grp < %" PRId64 "LL; grp += blockDim.x * 4LL) {\n", ngrp);
   else cu_tx(o, "    for (long long grp = threadIdx.x; grp < %" PRId64 "LL; grp += blockDim.x) {\n", ngrp);
@@ -698,14 +717,18 @@ static void sweep_open(Emit *E, int vec, int v4, int64_t ngrp, int *sweep) {
  * (an atomic count) adds the partials in chunk order and stores the
  * outputs: the same sums every run. Only where no full output reads a
  * reduced value (those would need the total in every chunk). Returns the
- * chunks, 1 for none. */
-enum { CU_COL_TARGET_BLOCKS = 512, CU_COL_MIN_CHUNK = 1024 };
+ * chunks, 1 for none. About 1024 blocks of 256 threads, chunks of 256 rows
+ * at least, groups of 2048 rows at least: GPT-2's 768-wide sums over 16384
+ * rows were 192 blocks (chunks of 1024), under two blocks an SM of 132 with
+ * one vector step a warp in flight; now 768, about the SMs' resident blocks
+ * at 40-48 registers. */
+enum { CU_COL_TARGET_BLOCKS = 1024, CU_COL_MIN_CHUNK = 256, CU_COL_MIN_GROUP = 2048 };
 static int64_t col_split(const Nest *N, int64_t nrow, int64_t ngrp, int maxl, int colrows) {
   if (maxl != 1) return 1;
   for (int i = 0; i < N->nst; i++)
     if (N->st[i].full && N->x[N->st[i].x].level > 0) return 1;
   int64_t blocks = (nrow + colrows - 1) / colrows;
-  if (blocks >= CU_COL_TARGET_BLOCKS / 2) return 1;
+  if (blocks >= CU_COL_TARGET_BLOCKS / 2 || ngrp < CU_COL_MIN_GROUP) return 1;
   int64_t s = (CU_COL_TARGET_BLOCKS + blocks - 1) / blocks, most = ngrp / CU_COL_MIN_CHUNK;
   if (s > most) s = most;
   if (s * blocks > CU_MAX_GRID) s = CU_MAX_GRID / blocks;
@@ -722,6 +745,63 @@ static int col_rows(const Nest *N) {
   return CU_COL_ROWS;
 }
 
+/* Marks the expressions a sweep computes from xi (a reduction of an earlier
+ * level is the row's value: read, not computed again). */
+static void sweep_reach(const Nest *N, int xi, char *mark) {
+  if (xi < 0 || mark[xi]) return;
+  mark[xi] = 1;
+  if (N->x[xi].kind == X_RED) return;
+  sweep_reach(N, N->x[xi].a, mark);
+  sweep_reach(N, N->x[xi].b, mark);
+}
+
+/* A warp's row in registers (a wrow kernel's vector path): LayerNorm reads
+ * its row in each of three sweeps (the mean, the variance, the outputs), and
+ * rolled sweeps read it again from the L1 with one vector load in flight a
+ * lane at a time. Where the vector loads of the row's own values (a row
+ * axis in the address: not a weight, the same for every row) that two or
+ * more sweeps read fit CU_WROW_CACHE_REGS registers a lane, the first sweep
+ * keeps them in c<x>_[it_] and the later ones read those: each value is
+ * loaded once, and a sweep's steps, unrolled whole, have all their loads in
+ * flight together. Returns the per-expression marks (1: keep) or NULL. */
+enum { CU_WROW_CACHE_REGS = 64 };
+static char *row_cache(const Nest *N, int64_t ngrp, int maxl, int64_t *nit) {
+  *nit = (ngrp + 127) / 128;
+  char *keep = xalloc_calloc((size_t)N->nx + 1, 1), *mark = xalloc_calloc((size_t)N->nx + 1, 1);
+  int *sweeps = xalloc_calloc((size_t)N->nx + 1, sizeof(int));
+  for (int L = 1; L <= maxl + 1; L++) { /* each level's sweep, then the full outputs' */
+    memset(mark, 0, (size_t)N->nx + 1);
+    if (L <= maxl) {
+      for (int i = 0; i < N->nx; i++)
+        if (N->x[i].kind == X_RED && N->x[i].level == L) sweep_reach(N, N->x[i].a, mark);
+    } else {
+      for (int i = 0; i < N->nst; i++)
+        if (N->st[i].full && N->x[N->st[i].x].kind != X_RED) sweep_reach(N, N->st[i].x, mark);
+    }
+    for (int i = 0; i < N->nx; i++) sweeps[i] += mark[i];
+  }
+  int64_t regs = 0;
+  for (int i = 0; i < N->nx; i++) {
+    const NestX *x = &N->x[i];
+    if (x->kind != X_LOAD || sweeps[i] < 2 || !cu_vec_type(x->dt) || !vec_access(N, &x->off)) continue;
+    int own = 0; /* the address walks a row axis */
+    for (int j = 0; j < N->R; j++) own |= x->off.coef[j] != 0 && N->axis_of[j] >= 0 && N->aset[N->axis_of[j]] != 1;
+    if (x->off.dax >= 0 && x->off.dcoef && N->axis_of[x->off.dax] >= 0 && N->aset[N->axis_of[x->off.dax]] != 1) own = 1;
+    if (!own) continue;
+    keep[i] = 1;
+    regs += *nit * (x->dt == DT_F32 ? 4 : 2);
+  }
+  free(mark);
+  free(sweeps);
+  int any = 0;
+  for (int i = 0; i < N->nx; i++) any |= keep[i];
+  if (!any || regs > CU_WROW_CACHE_REGS) {
+    free(keep);
+    return NULL;
+  }
+  return keep;
+}
+
 /* A nest as one kernel: returns 0, or -1 after cu_fail. */
 static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   CgTarget *t = k->t;
@@ -729,7 +809,7 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   CuText *o = &t->src;
   int row = has_red(N);
   Emit E = {k, N, o, xalloc_calloc((size_t)N->nx * 4 + 4, sizeof(int)), 0, -1, 0, row, "    ", 0, 0,
-            xalloc_calloc((size_t)N->nx + 1, sizeof(int)), 0, 1, 0, 0, 0};
+            xalloc_calloc((size_t)N->nx + 1, sizeof(int)), 0, 1, 0, 0, 0, 0, NULL};
   for (int i = 0; i < N->nx * 4; i++) E.scope_of[i] = -1;
   for (int i = 0; i < N->nx; i++) E.qdone[i] = -1;
   int rc = 0;
@@ -762,7 +842,14 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   /* a short row a warp (E.wrow below): four blocks an SM at least, which
    * lets ptxas the registers it needs (without it, it spilled aiming at more) */
   int wrow = row && !col && ngrp <= CU_WROW_MAX;
-  cu_signature_min(k, o, name, wrow ? 4 : 0);
+  if (wrow && vectorizable(N, 1)) E.rcache = row_cache(N, ngrp, maxl, &E.rc_nit);
+  /* a row kept in registers: two blocks an SM, 128 registers a thread (at
+   * three, 80, ptxas spilled GPT-2's fp32 final LayerNorm, 24 kept, and its
+   * bf16 residual add + LayerNorm, 36); sixteen warps an SM, each with all
+   * of its row's loads in flight (GPT-2's: 6 steps x 24 bytes a lane) */
+  /* a column kernel: four blocks an SM at least (64 registers), where ptxas
+   * spilled split ones aiming at six (40) */
+  cu_signature_min(k, o, name, col ? 4 : !wrow ? 0 : E.rcache ? 2 : 4);
   drop_bases(&E);
   if (!row) {
     int64_t n = space(N, -1);
@@ -848,6 +935,8 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   } else
     cu_tx(o, "  for (long long row = blockIdx.x; row < %" PRId64 "LL; row += gridDim.x) {\n", nrow);
   decompose(o, N, 0, "row", "    ");
+  for (int i = 0; E.rcache && i < N->nx; i++)
+    if (E.rcache[i]) cu_tx(o, "    %s c%d_[%" PRId64 "];\n", N->x[i].dt == DT_F32 ? "float4" : "uint2", i, E.rc_nit);
   int sweep = 1;
   E.row_scope = 0;
   E.scope = 0;
@@ -944,25 +1033,34 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
       cu_tx(o, "    }\n    __threadfence();\n    __syncthreads();\n");
       cu_tx(o, "    if (threadIdx.x == 0) last_ = atomicAdd(&%s_count[cb_], 1u) == %" PRId64 "u;\n", name, E.split - 1);
       cu_tx(o, "    __syncthreads();\n    if (!last_) return;\n    __threadfence();\n");
-      cu_tx(o, "    if (cy_ == 0 && live_) {\n");
+      /* the last block adds the chunks' parts with all of its slices: slice y
+       * the chunks y, y + cny_, ... (four loads in flight, from the L2:
+       * __ldcg), then the slices in order (hpdl_col_sum), the same order every
+       * run; one thread adding every chunk in turn waited an L2 round trip a
+       * chunk and output. One output at a time: all of a col4 kernel's in
+       * one loop spilled (gpt's fp32 LayerNorm gradient on sm_80) */
+      int nl = col4 ? 4 : 1;
       for (int i = 0, j = 0; i < N->nx; i++) {
         NestX *x = &N->x[i];
         if (x->kind != X_RED) continue;
-        for (int l = 0; l < (col4 ? 4 : 1); l++) {
+        for (int l = 0; l < nl; l++) {
           char v[24], at[24] = "";
           if (col4) snprintf(v, sizeof v, "v%d_%d", i, l), snprintf(at, sizeof at, " + %d", l);
           else snprintf(v, sizeof v, "v%d", i);
-          cu_tx(o, "      float %s = %s;\n", v, x->redmax ? "HPDL_NEG_INF" : "0.0f");
-          cu_tx(o, "      for (long long c_ = 0; c_ < %" PRId64 "LL; c_++) {\n", E.split);
-          cu_tx(o, "        const float q_ = ((volatile float *)%s_part)[(c_ * %dLL + %dLL) * %" PRId64 "LL + row%s];\n", name, nred,
-                j, nrow, at);
-          cu_tx(o, x->redmax ? "        %s = fmaxf(%s, q_);\n" : "        %s += q_;\n", v, v);
-          cu_tx(o, "      }\n");
-          if (x->div) cu_tx(o, "      %s = %s / %" PRId64 ".0f;\n", v, v, x->div);
+          cu_tx(o, "    float t%d_%d_ = %s;\n", i, l, x->redmax ? "HPDL_NEG_INF" : "0.0f");
+          cu_tx(o, "    if (live_) {\n      HPDL_UNROLL4\n      for (long long c_ = cy_; c_ < %" PRId64 "LL; c_ += cny_) {\n", E.split);
+          cu_tx(o, "        const float q_ = __ldcg(&%s_part[(c_ * %dLL + %dLL) * %" PRId64 "LL + row%s]);\n", name, nred, j, nrow, at);
+          if (x->redmax) cu_tx(o, "        t%d_%d_ = fmaxf(t%d_%d_, q_);\n", i, l, i, l);
+          else cu_tx(o, "        t%d_%d_ += q_;\n", i, l);
+          cu_tx(o, "      }\n    }\n");
+          cu_tx(o, "    const float %s = hpdl_col_%s(t%d_%d_, red_, %d)", v, x->redmax ? "max" : "sum", i, l, cw);
+          if (x->div) cu_tx(o, " / %" PRId64 ".0f", x->div);
+          cu_tx(o, ";\n");
         }
         j++;
         for (int l = 0; l < 4; l++) E.scope_of[i * 4 + l] = E.scope;
       }
+      cu_tx(o, "    if (cy_ == 0 && live_) {\n");
       rc = col4 ? lane_stores(&E, 0) : stores(&E, 0);
       cu_tx(o, "    }\n    if (threadIdx.x == 0) %s_count[cb_] = 0u; /* for the next launch */\n", name);
     } else {
@@ -974,6 +1072,7 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   cu_tx(o, "  }\n}\n\n");
   free(E.scope_of);
   free(E.qdone);
+  free(E.rcache);
   if (col) { /* per_blk rows a block; up to CU_BLOCK / cw slices of the group, whole warps */
     int64_t threads = ngrp * cw < CU_BLOCK ? ngrp * cw : CU_BLOCK;
     threads = (threads + 31) / 32 * 32;

@@ -20,6 +20,7 @@ usage: nvrtc_samples.py --hpdlc BIN --sample FILE --arch sm_80 [--broken-header]
 import argparse
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -43,6 +44,43 @@ def elf_sm(path):
     flags = struct.unpack_from("<I", head, 48)[0]
     abi = head[8]
     return (flags >> 8) & 0xFF if abi >= 8 else flags & 0xFF
+
+
+def ptx_entry(ptx, name):
+    i = ptx.find(f".entry {name}(")
+    if i < 0:
+        fail(f"{name}: no .entry in the PTX")
+    j = ptx.find(".entry ", i + 8)
+    return ptx[i:j if j > 0 else len(ptx)]
+
+
+def row_cache(name, src, ptx):
+    """A warp's row kept in registers (codegen_cuda.c's row_cache): each kept
+    vector c<x>_ is loaded from memory in one sweep and read from registers in
+    a later one; the sweeps are unrolled whole (each vector load of the text
+    is nit loads of the PTX, none again), and nothing is in local memory.
+    Returns 1 where the kernel keeps a row, else 0."""
+    m = re.search(r"/\* " + re.escape(name) + r":.*?\n}\n", src, re.S)
+    if not m:
+        fail(f"{name}: not in the generated source")
+    text = m.group(0)
+    kept = re.findall(r"\b(?:float4|uint2) c(\d+)_\[(\d+)\];", text)
+    if not kept:
+        return 0
+    nit = int(kept[0][1])
+    for x, n in kept:
+        filled = len(re.findall(rf"\bc{x}_\[it_\] = q{x};", text))
+        reread = len(re.findall(rf"= c{x}_\[it_\];", text))
+        if filled != 1 or reread < 1 or int(n) != nit:
+            fail(f"{name}: c{x}_ filled {filled} times, read back {reread} times (want 1 and at least 1)")
+    vec_text = len(re.findall(r"= \*\(const (?:float4|uint2) \*\)\(p\d+", text))
+    body = ptx_entry(ptx, name)
+    vec_ptx = len(re.findall(r"ld\.global(?:\.nc)?\.v(?:4\.f32|2\.u32)", body))
+    if vec_ptx != nit * vec_text:
+        fail(f"{name}: {vec_ptx} vector loads in the PTX, want {nit} steps x {vec_text} of the source (a kept row loaded again?)")
+    if re.search(r"\.local|ld\.local|st\.local", body):
+        fail(f"{name}: local memory in the PTX (the kept row not in registers)")
+    return 1
 
 
 def main():
@@ -73,7 +111,7 @@ def main():
         stages = sorted(f[:-len(".kernels.json")] for f in os.listdir(out) if f.endswith(".kernels.json"))
         if not stages:
             fail("no stageS.kernels.json written")
-        kernels = gemms = bare16 = 0
+        kernels = gemms = bare16 = kept_rows = 0
         epilogues = {}
         worst_regs = (0, "")
         for st in stages:
@@ -83,6 +121,7 @@ def main():
             ptx = open(os.path.join(out, st + ".ptx")).read()
             if f".target sm_{sm}" not in ptx:
                 fail(f"{st}.ptx does not target sm_{sm}")
+            src = open(os.path.join(out, st + ".cu")).read()
             k = json.load(open(os.path.join(out, st + ".kernels.json")))
             if k["arch"] != a.arch or not k["nvrtc"] or not k["source_sha256"]:
                 fail(f"{st}.kernels.json: arch {k['arch']}, nvrtc {k['nvrtc']}")
@@ -116,6 +155,8 @@ def main():
                 if l["grid"] < 1 or not (1 <= l["block"] <= 1024) or l["block"] % 32:
                     fail(f"{l['name']}: launch {l['grid']} x {l['block']}")
                 worst_regs = max(worst_regs, (l["registers"], l["name"]))
+                if l["kind"] == "wrow4":
+                    kept_rows += row_cache(l["name"], src, ptx)
         # gpt2-tiny's linear layers have biases: in fp32 their gradients ride on
         # the weight gradients' GEMMs (fusion rule 8, cuBLASLt's BGRADA / BGRADB;
         # under bf16, gpt2.hpd's, the product reads dy's bf16 copy, the sum the fp32 dy)
@@ -125,10 +166,14 @@ def main():
         # loading any type read are the GEMMs' bf16 D (compiler/ir/precision.c)
         if os.path.basename(a.sample) == "gpt2.hpd" and not bare16:
             fail(f"no GEMM writes its bare product in bf16 among {gemms} GEMMs")
+        # GPT-2's LayerNorms (768 values a row, 6 vector steps a lane) keep their rows in registers
+        if os.path.basename(a.sample) == "gpt2.hpd" and not kept_rows:
+            fail("no LayerNorm kernel keeps its row in registers")
         epi = ", ".join(f"{n} {k}" for k, n in sorted(epilogues.items()))
         print(f"ok: {os.path.basename(a.sample)} {' '.join(a.flags)} {a.arch}: {len(stages)} stage(s), {kernels} kernels "
               f"(sm_{sm} ELF, PTX, no spills; most registers {worst_regs[0]} in {worst_regs[1]}), {gemms} GEMMs for cuBLASLt "
-              f"(epilogues: {epi or 'none'}; {bare16} bare products into bf16)")
+              f"(epilogues: {epi or 'none'}; {bare16} bare products into bf16; "
+              f"{kept_rows} kernels keep a row in registers)")
 
 
 def broken_header(a):
