@@ -697,7 +697,11 @@ static void sweep_open(Emit *E, int vec, int v4, int64_t ngrp, int *sweep) {
     cu_tx(o, "    HPDL_UNROLL_ALL\n    for (int it_ = 0, grp = lane_ * 4; it_ < %" PRId64, E->rc_nit);
     if (ngrp % 128) cu_tx(o, " && grp < %" PRId64, ngrp);
     cu_tx(o, "; it_++, grp += 128) {\n");
-  } else if (E->wrow && v4) cu_tx(o, "    HPDL_ROLLED\n    for (int grp = lane_ * 4; grp < %" PRId64 "; grp += 128) {\n", ngrp);
+  } else if (E->wrow && v4) {
+    /* a row too long to keep (Llama's 4096 fp32 values: 32 steps a lane):
+     * four steps' loads in flight a lane, not one */
+    cu_tx(o, "    HPDL_UNROLL4\n    for (int grp = lane_ * 4; grp < %" PRId64 "; grp += 128) {\n", ngrp);
+  }
   else if (E->wrow) cu_tx(o, "    HPDL_ROLLED\n    for (int grp = lane_; grp < %" PRId64 "; grp += 32) {\n", ngrp);
   else if (v4) cu_tx(o, "    for (long long grp = threadIdx.x * 4LL; grp < %" PRId64 "LL; grp += blockDim.x * 4LL) {\n", ngrp);
   else cu_tx(o, "    for (long long grp = threadIdx.x; grp < %" PRId64 "LL; grp += blockDim.x) {\n", ngrp);
@@ -842,14 +846,16 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   /* a short row a warp (E.wrow below): four blocks an SM at least, which
    * lets ptxas the registers it needs (without it, it spilled aiming at more) */
   int wrow = row && !col && ngrp <= CU_WROW_MAX;
-  if (wrow && vectorizable(N, 1)) E.rcache = row_cache(N, ngrp, maxl, &E.rc_nit);
-  /* a row kept in registers: two blocks an SM, 128 registers a thread (at
-   * three, 80, ptxas spilled GPT-2's fp32 final LayerNorm, 24 kept, and its
-   * bf16 residual add + LayerNorm, 36); sixteen warps an SM, each with all
-   * of its row's loads in flight (GPT-2's: 6 steps x 24 bytes a lane) */
-  /* a column kernel: four blocks an SM at least (64 registers), where ptxas
-   * spilled split ones aiming at six (40) */
-  cu_signature_min(k, o, name, col ? 4 : !wrow ? 0 : E.rcache ? 2 : 4);
+  int wrow4 = wrow && vectorizable(N, 1);
+  if (wrow4) E.rcache = row_cache(N, ngrp, maxl, &E.rc_nit);
+  /* a warp's row with vector sweeps, kept in registers or unrolled by four:
+   * two blocks an SM, 128 registers a thread (at three, 80, ptxas spilled
+   * GPT-2's fp32 final LayerNorm, 24 kept, and its bf16 residual add +
+   * LayerNorm, 36; at four gpt's 2304-wide fp32 LayerNorm gradient unrolled);
+   * sixteen warps an SM, each with all of its row's loads in flight (GPT-2's:
+   * 6 steps x 24 bytes a lane) or four steps'. A column kernel: four blocks an
+   * SM at least (64 registers), where ptxas spilled split ones aiming at six */
+  cu_signature_min(k, o, name, col ? 4 : !wrow ? 0 : wrow4 ? 2 : 4);
   drop_bases(&E);
   if (!row) {
     int64_t n = space(N, -1);
