@@ -326,7 +326,7 @@ static int ex(Emit *E, int xi) {
   if (E->vec && x->kind == X_LOAD && cu_vec_type(x->dt) && vec_access(N, &x->off)) {
     int half = x->dt != DT_F32; /* four 16-bit values: 8 bytes, a uint2 */
     if (E->qdone[xi] != E->scope) {
-      int kept = E->rcache && !E->col4 && E->rcache[xi];
+      int kept = E->rcache && E->rcache[xi];
       if (kept && E->rcache[xi] == 2) { /* a later sweep: the registers the first one filled */
         cu_tx(o, "%sconst %s q%d = c%d_[it_];\n", E->ind, half ? "uint2" : "float4", xi, xi);
       } else {
@@ -797,9 +797,7 @@ static char *row_cache(const Nest *N, int64_t ngrp, int maxl, int64_t *nit) {
   }
   free(mark);
   free(sweeps);
-  int any = 0;
-  for (int i = 0; i < N->nx; i++) any |= keep[i];
-  if (!any || regs > CU_WROW_CACHE_REGS) {
+  if (regs == 0 || regs > CU_WROW_CACHE_REGS) { /* none kept, or too many */
     free(keep);
     return NULL;
   }
@@ -844,9 +842,12 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
           E.split * nred * nrow, name, nblk);
   }
   /* a short row a warp (E.wrow below): four blocks an SM at least, which
-   * lets ptxas the registers it needs (without it, it spilled aiming at more) */
+   * lets ptxas the registers it needs (without it, it spilled aiming at
+   * more); two where its sweeps are vectors (below) */
   int wrow = row && !col && ngrp <= CU_WROW_MAX;
-  int wrow4 = wrow && vectorizable(N, 1);
+  /* the kernel's vector path: a loop's, a column kernel's (col4), a row's sweeps */
+  int vec = !row ? vectorizable(N, 0) : col ? col4 : vectorizable(N, 1);
+  int wrow4 = wrow && vec;
   if (wrow4) E.rcache = row_cache(N, ngrp, maxl, &E.rc_nit);
   /* a warp's row with vector sweeps, kept in registers or unrolled by four:
    * two blocks an SM, 128 registers a thread (at three, 80, ptxas spilled
@@ -859,7 +860,6 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
   drop_bases(&E);
   if (!row) {
     int64_t n = space(N, -1);
-    int vec = vectorizable(N, 0);
     int64_t threads = vec ? n / 4 : n;
     if (vec) {
       /* four points a thread through float4 loads and stores when every
@@ -905,7 +905,6 @@ static int emit_nest(CuKern *k, Nest *N, const char *name, int step) {
    * flight where one row and its block-wide reductions (two barriers each)
    * left the SM waiting on one row's loads at a time */
   E.wrow = wrow;
-  int vec = col ? col4 : vectorizable(N, 1);
   cu_tx(o, col ? "  __shared__ float red_[%d];\n" : "  __shared__ float red_[32];\n", CU_BLOCK);
   if (vec) { /* four points of the group a thread through float4, when aligned */
     cu_tx(o, "  bool vec_ = false;\n");
