@@ -752,6 +752,7 @@ static __device__ __forceinline__ void hpdl_attn_tc_store_out(float *__restrict_
                                                               const float *m, float *l, const HpdlAttnTcRows &R, int t,
                                                               int T, unsigned short *__restrict__ o16 = nullptr,
                                                               int H = 1) {
+  HPDL_UNROLL_ALL /* o's index 2 h + e constant: o stays in registers (at Dv = 128 the loop stayed rolled, o on the stack) */
   for (int h = 0; h < 2; h++) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
@@ -839,6 +840,7 @@ static __device__ __forceinline__ void hpdl_attn_tc_store_dkdv(TG *__restrict__ 
                                                                int H, int Hk, int T, int S, float scale,
                                                                TG *__restrict__ gk = nullptr, TG *__restrict__ gv = nullptr) {
   const long long nq = (long long)B * H * T * D;
+  HPDL_UNROLL_ALL /* dk's and dv's index 2 h + e constant: they stay in registers */
   for (int h = 0; h < 2; h++) {
     const int key = h ? K.kr1 : K.kr0;
     if (key >= S) continue;
@@ -884,6 +886,7 @@ template <int D, int E = 0, int A = 0, typename TG>
 static __device__ __forceinline__ void hpdl_attn_tc_store_dq(TG *__restrict__ grads, const float (*acc)[4],
                                                              const HpdlAttnTcRows &R, int t, int T, float scale,
                                                              TG *__restrict__ gq = nullptr, int H = 1) {
+  HPDL_UNROLL_ALL /* acc's index 2 h + e constant: it stays in registers */
   for (int h = 0; h < 2; h++) {
     const int row = h ? R.r1 : R.r0;
     if (row >= T) continue;
@@ -1446,24 +1449,27 @@ static __device__ __forceinline__ long long hpdl_attn_qkv_row(long long bh, int 
   return BTHD ? ((bh / H * T + t0) * H + bh % H) * W : (bh * T + t0) * W;
 }
 
-/* The key tiles of a row block (the forward's and dq's loop), in two buffers: the first
- * tile the block computes, then for each the next one's k and v (BK keys of (b, hk) from
- * kh, vh) copied by cp.async into the other buffer while this one computes, where k and v
- * are 16-bit rows hpdl_attn_by8 takes (else loaded before it computes). With the tile in
- * Ks[b], Vs[b] and, under the causal mask, its keys' positions in Cp, each warp whose rows
- * see a key of it calls compute(b, nk) between the block's two barriers. skd, svd: the rows'
- * strides of kh, vh (D, Dv; Hk D, Hk Dv where they are [B, S, Hk, D]). */
-template <int E, int BK, int D, int Dv, int KD, int KDv, int LK, int LV, int NT, typename TQ, typename F>
+/* The key tiles of a row block (the forward's and dq's loop), in NB buffers. NB = 2: the
+ * first tile the block computes, then for each the next one's k and v (BK keys of (b, hk)
+ * from kh, vh) copied by cp.async into the other buffer while this one computes, where k
+ * and v are 16-bit rows hpdl_attn_by8 takes (else loaded before it computes). NB = 1 (the
+ * heads over 64, whose q and dO tiles leave no room for two): each tile copied (or loaded)
+ * once the previous one is read, the other blocks of the multiprocessor computing meanwhile.
+ * With the tile in Ks[b], Vs[b] and, under the causal mask, its keys' positions in Cp, each
+ * warp whose rows see a key of it calls compute(b, nk) between the block's two barriers.
+ * skd, svd: the rows' strides of kh, vh (D, Dv; Hk D, Hk Dv where they are [B, S, Hk, D]). */
+template <int E, int BK, int D, int Dv, int KD, int KDv, int LK, int LV, int NT, int NB, typename TQ, typename F>
 static __device__ __forceinline__ void hpdl_attn_key_tiles(unsigned short (*Ks)[BK][LK], unsigned short (*Vs)[BK][LV],
                                                            int *Cp, const TQ *__restrict__ kh, const TQ *__restrict__ vh,
                                                            int S, const HpdlAttnTcRows &R, int causal, int window,
                                                            int col_rank, int col_size, F compute, long long skd = D,
                                                            long long svd = Dv) {
+  static_assert(NB == 1 || NB == 2, "one or two buffers");
   const int tid = threadIdx.x;
   const bool async = hpdl_attn_by8<D, D>(kh, skd) && hpdl_attn_by8<Dv, Dv>(vh, svd); /* uniform */
   constexpr int ZP = KD > D ? KD - D : 1; /* k's padding columns, which the copies leave */
   if (async && KD > D)
-    for (int e = tid; e < 2 * BK * ZP; e += NT) Ks[e / (BK * ZP)][e / ZP % BK][D + e % ZP] = 0;
+    for (int e = tid; e < NB * BK * ZP; e += NT) Ks[e / (BK * ZP)][e / ZP % BK][D + e % ZP] = 0;
   auto next_tile = [&](int j) { /* the first tile from j the block computes (uniform) */
     while (j < S && hpdl_attn_keys_skipped(j, S - j < BK ? S - j : BK, S, causal, window, R.rmin, R.rmax, col_rank, col_size))
       j += BK;
@@ -1475,15 +1481,16 @@ static __device__ __forceinline__ void hpdl_attn_key_tiles(unsigned short (*Ks)[
     hpdl_attn_tile16<E, BK, Dv, KDv, Dv, NT>(Vs[buf], vh + (long long)j * svd, n, by_copy, svd);
   };
   int j0 = next_tile(0), b = 0;
-  if (async && j0 < S) load(0, j0, true);
+  if (NB == 2 && async && j0 < S) load(0, j0, true);
   hpdl_attn_cp_commit();
   while (j0 < S) {
     const int nk = S - j0 < BK ? S - j0 : BK;
     const int jn = next_tile(j0 + BK); /* the next tile computed */
-    if (async && jn < S) load(b ^ 1, jn, true); /* into the other buffer, last read before the previous tile's end barrier */
+    if (NB == 2 && async && jn < S) load(b ^ 1, jn, true); /* into the other buffer, last read before the previous tile's end barrier */
+    if (NB == 1) load(0, j0, async); /* the one buffer, read before the previous tile's end barrier */
     hpdl_attn_cp_commit();
-    if (!async) load(b, j0, false);
-    hpdl_attn_cp_wait<1>(); /* key_tiles: this tile's copies (all but the one just issued) */
+    if (NB == 2 && !async) load(b, j0, false);
+    hpdl_attn_cp_wait<NB - 1>(); /* key_tiles: this tile's copies (all but the NB - 1 most recent groups) */
     if (causal)
       for (int j = tid; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0;
     __syncthreads(); /* key_tiles: the tile is loaded */
@@ -1491,15 +1498,16 @@ static __device__ __forceinline__ void hpdl_attn_key_tiles(unsigned short (*Ks)[
       compute(b, nk);
     __syncthreads(); /* key_tiles: the tile's Ks, Vs, Cp are read */
     j0 = jn;
-    b ^= 1;
+    b ^= NB - 1;
   }
   hpdl_attn_cp_wait<0>(); /* none left in flight (the last group is empty) */
 }
 
-/* The forward with 16-bit operands: block `blk` of HPDL_ATTN_FWD_GRID for an HPDL_ATTN_TC
+/* The forward with 16-bit operands: block `blk` of HPDL_ATTN_FWD_GRID for an HPDL_ATTN_TC16
  * shape (hpdl_attn_plan_tc's grid), 64 query rows of (b, h), a warp 16 of them; key tiles
- * of HPDL_ATTN_H16_FWD_BK, v's by rows (P v's fragments through ldmatrix .trans), in two
- * buffers: with 16-bit k and v the next tile's cp.async copies run while this one computes.
+ * of HPDL_ATTN_H16_FWD_BK, v's by rows (P v's fragments through ldmatrix .trans), in
+ * HPDL_ATTN_H16_FWD_BUFS buffers: with two and 16-bit k and v the next tile's cp.async
+ * copies run while this one computes.
  * o16 (or null): o also in 16 bits as [B, T, H, Dv] (hpdl_attn_tc_store_out); F &
  * HPDL_ATTN_QKV_BTHD: q, k, v read as [B, T, H, D] / [B, S, Hk, D] (hpdl_attn_qkv_row). */
 template <int D, int Dv, int E, int F = 0, typename TQ>
@@ -1508,15 +1516,16 @@ static __device__ void hpdl_attn_fwd_h(const TQ *__restrict__ q, const TQ *__res
                                        int S, float scale, int causal, int window, int row_rank, int row_size,
                                        int col_rank, int col_size, long long blk,
                                        unsigned short *__restrict__ o16 = nullptr) {
-  constexpr int NT = HPDL_ATTN_TC_THREADS, BQ = HPDL_ATTN_TC_ROWS, BK = HPDL_ATTN_H16_FWD_BK;
+  constexpr int NT = HPDL_ATTN_TC_THREADS, BQ = HPDL_ATTN_TC_ROWS, BK = HPDL_ATTN_H16_FWD_BK(D, Dv);
+  constexpr int NB = HPDL_ATTN_H16_FWD_BUFS(D, Dv);
   /* rows an odd multiple of 16 bytes apart: ldmatrix's eight rows in distinct banks */
   constexpr int KD = HPDL_ATTN_PAD16(D), KDv = HPDL_ATTN_PAD16(Dv), LQ = KD + 8, LV = KDv + 8;
-  static_assert(HPDL_ATTN_TC(D, Dv), "tensor-core attention takes head sizes 16 .. 64, multiples of 8");
+  static_assert(HPDL_ATTN_TC16(D, Dv), "16-bit tensor-core attention takes head sizes 16 .. 128, multiples of 8");
   static_assert(BQ == 16 * (NT / 32) && BK % 16 == 0, "16 rows a warp, key tiles of 16s");
-  static_assert(2 * (BQ * LQ + 2 * BK * LQ + 2 * BK * LV) + 4 * BK <= HPDL_ATTN_SMEM_LIMIT, "fwd_h over 48 KB");
+  static_assert(2 * (BQ * LQ + NB * BK * LQ + NB * BK * LV) + 4 * BK <= HPDL_ATTN_SMEM_LIMIT, "fwd_h over 48 KB");
   __shared__ __align__(16) unsigned short Qs[BQ][LQ];
-  __shared__ __align__(16) unsigned short Ks[2][BK][LQ];
-  __shared__ __align__(16) unsigned short Vs[2][BK][LV];
+  __shared__ __align__(16) unsigned short Ks[NB][BK][LQ];
+  __shared__ __align__(16) unsigned short Vs[NB][BK][LV];
   __shared__ int Cp[BK]; /* key positions (causal) */
   (void)B;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane / 4, t = tid & 3;
@@ -1529,7 +1538,7 @@ static __device__ void hpdl_attn_fwd_h(const TQ *__restrict__ q, const TQ *__res
   float m[2] = {HPDL_NEG_INF, HPDL_NEG_INF}, l[2] = {0.0f, 0.0f}; /* rows r0, r1: max; this lane's sum */
   float o[Dv / 8][4];
   hpdl_attn_zero<Dv>(o);
-  hpdl_attn_key_tiles<E, BK, D, Dv, KD, KDv, LQ, LV, NT>(
+  hpdl_attn_key_tiles<E, BK, D, Dv, KD, KDv, LQ, LV, NT, NB>(
       Ks, Vs, Cp, kh, vh, S, R, causal, window, col_rank, col_size, [&](int b, int nk) {
         float s[BK / 8][4];
         hpdl_attn_zero<BK>(s);
@@ -1556,9 +1565,9 @@ static __device__ void hpdl_attn_bwd_dkdv_h(const TQ *__restrict__ q, const TQ *
                                             int causal, int window, int row_rank, int row_size, int col_rank,
                                             int col_size, long long blk, TG *__restrict__ gk = nullptr,
                                             TG *__restrict__ gv = nullptr) {
-  constexpr int NT = HPDL_ATTN_TC_THREADS, BK = HPDL_ATTN_TC_KEYS, BQ = HPDL_ATTN_H16_DKDV_BQ;
+  constexpr int NT = HPDL_ATTN_TC_THREADS, BK = HPDL_ATTN_TC_KEYS, BQ = HPDL_ATTN_H16_DKDV_BQ(D, Dv);
   constexpr int KD = HPDL_ATTN_PAD16(D), KDv = HPDL_ATTN_PAD16(Dv), LK = KD + 8, LV = KDv + 8;
-  static_assert(HPDL_ATTN_TC(D, Dv), "tensor-core attention takes head sizes 16 .. 64, multiples of 8");
+  static_assert(HPDL_ATTN_TC16(D, Dv), "16-bit tensor-core attention takes head sizes 16 .. 128, multiples of 8");
   static_assert(BK == 16 * (NT / 32) && BQ % 16 == 0, "16 keys a warp, query tiles of 16s");
   static_assert(2 * (BK * LK + BK * LV + BQ * LK + BQ * LV) + 12 * BQ <= HPDL_ATTN_SMEM_LIMIT, "dkdv_h over 48 KB");
   __shared__ __align__(16) unsigned short Ks[BK][LK];
@@ -1621,15 +1630,16 @@ static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__
                                           TG *__restrict__ grads, int B, int H, int Hk, int T, int S, float scale,
                                           int causal, int window, int row_rank, int row_size, int col_rank,
                                           int col_size, long long blk, TG *__restrict__ gq = nullptr) {
-  constexpr int NT = HPDL_ATTN_TC_THREADS, BQ = HPDL_ATTN_TC_ROWS, BK = HPDL_ATTN_H16_DQ_BK;
+  constexpr int NT = HPDL_ATTN_TC_THREADS, BQ = HPDL_ATTN_TC_ROWS, BK = HPDL_ATTN_H16_DQ_BK(D, Dv);
+  constexpr int NB = HPDL_ATTN_H16_DQ_BUFS(D, Dv);
   constexpr int KD = HPDL_ATTN_PAD16(D), KDv = HPDL_ATTN_PAD16(Dv), LK = KD + 8, LV = KDv + 8;
-  static_assert(HPDL_ATTN_TC(D, Dv), "tensor-core attention takes head sizes 16 .. 64, multiples of 8");
+  static_assert(HPDL_ATTN_TC16(D, Dv), "16-bit tensor-core attention takes head sizes 16 .. 128, multiples of 8");
   static_assert(BQ == 16 * (NT / 32) && BK % 16 == 0, "16 rows a warp, key tiles of 16s");
-  static_assert(2 * (BQ * LK + BQ * LV + 2 * BK * LK + 2 * BK * LV) + 4 * BK <= HPDL_ATTN_SMEM_LIMIT, "dq_h over 48 KB");
+  static_assert(2 * (BQ * LK + BQ * LV + NB * BK * LK + NB * BK * LV) + 4 * BK <= HPDL_ATTN_SMEM_LIMIT, "dq_h over 48 KB");
   __shared__ __align__(16) unsigned short Qs[BQ][LK];
   __shared__ __align__(16) unsigned short Gs[BQ][LV]; /* do */
-  __shared__ __align__(16) unsigned short Ks[2][BK][LK];
-  __shared__ __align__(16) unsigned short Vs[2][BK][LV];
+  __shared__ __align__(16) unsigned short Ks[NB][BK][LK];
+  __shared__ __align__(16) unsigned short Vs[NB][BK][LV];
   __shared__ int Cp[BK]; /* key positions (causal) */
   (void)B;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane / 4, t = tid & 3;
@@ -1646,7 +1656,7 @@ static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__
   float acc[D / 8][4];
   hpdl_attn_zero<D>(acc);
 
-  hpdl_attn_key_tiles<E, BK, D, Dv, KD, KDv, LK, LV, NT>(
+  hpdl_attn_key_tiles<E, BK, D, Dv, KD, KDv, LK, LV, NT, NB>(
       Ks, Vs, Cp, kh, vh, S, R, causal, window, col_rank, col_size, [&](int b, int nk) {
         float s[BK / 8][4], dp[BK / 8][4];
         hpdl_attn_zero<BK>(s);

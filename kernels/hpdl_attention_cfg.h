@@ -68,11 +68,34 @@
 #define HPDL_ATTN_TC_DKDV_BQ 16
 #define HPDL_ATTN_TC_DQ_BK 16
 /* The 16-bit tensor-core kernels (bf16 / fp16 operands, mma m16n8k16): the same blocks and
- * grids, their own inner tiles (multiples of 16). Static shared memory at D = Dv = 64:
- * forward 27,904 bytes, dkdv 38,272, dq 32,896. */
-#define HPDL_ATTN_H16_FWD_BK 64
-#define HPDL_ATTN_H16_DKDV_BQ 16
-#define HPDL_ATTN_H16_DQ_BK 32
+ * grids, for head sizes 16 .. 128, multiples of 8 (HPDL_ATTN_TC16: Llama's and Qwen's 128
+ * too, at half the TF32 kernels' shared memory a value); their own inner tiles (multiples
+ * of 16), by the larger head M = max(D, Dv):
+ *
+ *     M          forward keys    dkdv rows   dq keys        __launch_bounds__(128, N): N
+ *     16 .. 64   64, 2 buffers   16          32, 2 buffers  4 / 4 / 4
+ *     72 .. 128  32, 1 buffer    16          16, 1 buffer   3 / 2 / 3   (fwd / dkdv / dq)
+ *
+ * Static shared memory at D = Dv = 64: forward 27,904 bytes, dkdv 38,272, dq 32,896; at 128:
+ * forward 34,944, dkdv 43,712, dq 43,584 (the 64 query rows' q and dO take 34,816 there, so
+ * dq's key tile has one buffer of 16 and the forward's one of 32 where two of 16 would fit:
+ * half the softmax rescales of o a key). dkdv's dk and dv accumulators at 128 are 128
+ * floats a lane: two blocks a multiprocessor (at most 255 registers; NVRTC 13 takes about
+ * 220); the forward's 64 floats of o and dq's of its sum fit 128 registers in the tests'
+ * kernels, but the generated forward that also writes o in 16 bits spilled 8 bytes at
+ * Llama's shape there: three blocks (at most 168 registers; about 150 taken). */
+#define HPDL_ATTN_TC16(D, Dv) \
+  ((D) % 8 == 0 && (Dv) % 8 == 0 && (D) >= 16 && (D) <= 128 && (Dv) >= 16 && (Dv) <= 128)
+#define HPDL_ATTN_H16_WIDE(D, Dv) (HPDL_ATTN_M(D, Dv) > 64)
+#define HPDL_ATTN_H16_FWD_BK(D, Dv) (HPDL_ATTN_H16_WIDE(D, Dv) ? 32 : 64)
+#define HPDL_ATTN_H16_FWD_BUFS(D, Dv) (HPDL_ATTN_H16_WIDE(D, Dv) ? 1 : 2)
+#define HPDL_ATTN_H16_DKDV_BQ(D, Dv) 16
+#define HPDL_ATTN_H16_DQ_BK(D, Dv) (HPDL_ATTN_H16_WIDE(D, Dv) ? 16 : 32)
+#define HPDL_ATTN_H16_DQ_BUFS(D, Dv) (HPDL_ATTN_H16_WIDE(D, Dv) ? 1 : 2)
+/* the blocks a multiprocessor the kernels' __launch_bounds__ ask for: kind 0 forward, 1
+ * dkdv, 2 dq */
+#define HPDL_ATTN_H16_MIN_BLOCKS(kind, D, Dv) \
+  (!HPDL_ATTN_H16_WIDE(D, Dv) ? HPDL_ATTN_TC_MIN_BLOCKS : (kind) == 1 ? 2 : 3)
 #define HPDL_ATTN_FWD_GRID(B, H, T, D, Dv) \
   ((long long)(B) * (long long)(H) * HPDL_ATTN_CDIV((long long)(T), HPDL_ATTN_FWD_BQ(D, Dv)))
 #define HPDL_ATTN_DT_GRID(B, H, T, D, Dv) \
@@ -96,7 +119,7 @@
 
 /* One attention's launches. */
 typedef struct hpdl_attn_launch {
-  int tc;                              /* the tensor-core kernels (hpdl_attn_plan_tc) */
+  int tc;                              /* the tensor-core kernels (hpdl_attn_plan_tc): 1 TF32, 2 16-bit */
   int threads;                         /* every launch's block but dt's (HPDL_ATTN_THREADS) */
   int fwd_bq, fwd_bk, dkdv_bq, dkdv_bk, dq_bq, dq_bk; /* the tiles of the templates' defaults */
   long long grid_fwd, grid_dt, grid_dkdv, grid_dq; /* blocks; 0: no launch */
@@ -134,18 +157,19 @@ HPDL_ATTN_HOST int hpdl_attn_plan(int D, int Dv, long long B, long long H, long 
 }
 
 /* The tensor-core kernels' launches: hpdl_attn_plan's checks, then -1 too where the heads
- * are not HPDL_ATTN_TC's; the same Dt scratch and dt launch. */
-HPDL_ATTN_HOST int hpdl_attn_plan_tc(int D, int Dv, long long B, long long H, long long Hk, long long T, long long S,
-                                     hpdl_attn_launch *L) {
+ * are not HPDL_ATTN_TC's (the TF32 kernels) or, with h16, HPDL_ATTN_TC16's (the 16-bit
+ * ones); the same Dt scratch and dt launch. */
+HPDL_ATTN_HOST int hpdl_attn_plan_tc(int D, int Dv, int h16, long long B, long long H, long long Hk, long long T,
+                                     long long S, hpdl_attn_launch *L) {
   hpdl_attn_launch x;
-  if (!HPDL_ATTN_TC(D, Dv) || hpdl_attn_plan(D, Dv, B, H, Hk, T, S, &x)) return -1;
-  x.tc = 1;
+  if (!(h16 ? HPDL_ATTN_TC16(D, Dv) : HPDL_ATTN_TC(D, Dv)) || hpdl_attn_plan(D, Dv, B, H, Hk, T, S, &x)) return -1;
+  x.tc = h16 ? 2 : 1;
   x.threads = HPDL_ATTN_TC_THREADS; /* the dt launch keeps its HPDL_ATTN_THREADS (x.grid_dt) */
   x.fwd_bq = x.dq_bq = HPDL_ATTN_TC_ROWS;
-  x.fwd_bk = HPDL_ATTN_TC_FWD_BK;
-  x.dkdv_bq = HPDL_ATTN_TC_DKDV_BQ;
+  x.fwd_bk = h16 ? HPDL_ATTN_H16_FWD_BK(D, Dv) : HPDL_ATTN_TC_FWD_BK;
+  x.dkdv_bq = h16 ? HPDL_ATTN_H16_DKDV_BQ(D, Dv) : HPDL_ATTN_TC_DKDV_BQ;
   x.dkdv_bk = HPDL_ATTN_TC_KEYS;
-  x.dq_bk = HPDL_ATTN_TC_DQ_BK;
+  x.dq_bk = h16 ? HPDL_ATTN_H16_DQ_BK(D, Dv) : HPDL_ATTN_TC_DQ_BK;
   x.grid_fwd = x.grid_dq = B * H * HPDL_ATTN_CDIV(T, HPDL_ATTN_TC_ROWS);
   x.grid_dkdv = B * Hk * HPDL_ATTN_CDIV(S, HPDL_ATTN_TC_KEYS);
   *L = x;

@@ -34,6 +34,15 @@ add_test(NAME cuda.attention_16bit
          COMMAND bash -c "set -e; nb=$(\"$0\" emit cuda \"$1\" -D C=64 --precision bf16 | grep -c 'hpdl_attn_[a-z_]*_h<16, 16, 0 /\\* bf16'); nh=$(\"$0\" emit cuda \"$1\" -D C=64 --precision fp16 | grep -c 'hpdl_attn_[a-z_]*_h<16, 16, 1 /\\* fp16'); n32=$(\"$0\" emit cuda \"$1\" -D C=64 --precision fp32 | grep -c 'hpdl_attn_[a-z_]*_h<' || true); t32=$(\"$0\" emit cuda \"$1\" -D C=64 --precision fp32 | grep -c 'hpdl_attn_[a-z_]*_tc<16, 16>'); echo \"bf16: $nb 16-bit kernels; fp16: $nh; fp32: $n32, and $t32 TF32 ones\"; [ \"$nb\" = 3 ] && [ \"$nh\" = 3 ] && [ \"$n32\" = 0 ] && [ \"$t32\" -ge 3 ]"
                  $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd)
 set_tests_properties(cuda.attention_16bit PROPERTIES LABELS cuda TIMEOUT 120)
+# Llama's heads of 128 (HPDL_ATTN_TC16): under bf16 the 16-bit kernels (the forward, dkdv,
+# dq) reading the rotary embedding's q and k as stored, no cast kernel before the
+# attention (with precision.c's rope16 dropped: two); under fp32 none (the TF32 kernels
+# stop at 64: fp32 SIMT)
+add_test(NAME cuda.attention_16bit_heads128
+         COMMAND bash -c "set -e; h=$0; s=$1; shift; nb=$(\"$h\" emit cuda \"$s\" \"$@\" --precision bf16 | grep -c 'hpdl_attn_[a-z_]*_h<128, 128, 0 /\\* bf16'); n32=$(\"$h\" emit cuda \"$s\" \"$@\" --precision fp32 | grep -c 'hpdl_attn_[a-z_]*_h<' || true); nc=$(\"$h\" emit cuda \"$s\" \"$@\" --precision bf16 | grep -c ': %[0-9]* cast; from attention' || true); echo \"bf16: $nb 16-bit kernels of heads 128, $nc cast kernels before them; fp32: $n32\"; [ \"$nb\" = 3 ] && [ \"$nc\" = 0 ] && [ \"$n32\" = 0 ]"
+                 $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR}/samples/llama.hpd -D layers=1 -D hidden=256 -D heads=2 -D kv_heads=1 -D ffn=256
+                 -D seq=48 -D vocab=256 --cluster laptop --nodes 1 --dp 1 --tp 1 --sp off --micro-batch 2 --global-batch 2)
+set_tests_properties(cuda.attention_16bit_heads128 PROPERTIES LABELS cuda TIMEOUT 120)
 
 # The tiny Llama (GQA, RoPE, RMSNorm, SwiGLU) under one CPU rank, and
 # gpt2-tiny again with the fibers of a block run in reverse order.
@@ -414,6 +423,17 @@ if(Python3_Interpreter_FOUND)
                      --sample ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --device ${dev} --steps 5
                      --first-tol 1e-4 --tol 1e-3 --args "-D T=16 -D C=320 -D H=5 --global-batch 4 --micro-batch 2 --precision bf16")
     set_tests_properties(cuda.layout.${dev}.bf16_row_cache PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS cuda
+                         ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
+    # Llama's heads of 128 in bf16 (2 query heads, 1 key / value head, 48 positions): the
+    # 16-bit attention kernels' one-buffer key tiles (the forward's 32 keys, dq's 16: two
+    # and three tiles, the last short) and dkdv's two blocks a multiprocessor, reading the
+    # rotary embedding's q and k as it stores them in bf16 (precision.c's rope16)
+    add_test(NAME cuda.layout.${dev}.bf16_llama_heads128
+             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
+                     --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
+                     --sample ${CMAKE_SOURCE_DIR}/samples/llama.hpd --device ${dev} --steps 5
+                     --first-tol 1e-4 --tol 1e-3 --args "-D layers=2 -D hidden=256 -D heads=2 -D kv_heads=1 -D ffn=256 -D seq=48 -D vocab=256 --global-batch 4 --micro-batch 2 --precision bf16 --cluster laptop --nodes 1 --dp 1 --tp 1 --sp off")
+    set_tests_properties(cuda.layout.${dev}.bf16_llama_heads128 PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS cuda
                          ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
     set(epilogue_env ${HPDL_CUDA_RUN_ENV} HPDL_GEMM_EPILOGUE=kernel)
     set_tests_properties(cuda.layout.${dev}.bf16_epilogue_kernel PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS cuda

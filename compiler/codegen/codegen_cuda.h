@@ -58,13 +58,14 @@ typedef struct {
 int cg_cuda_aux_node(const FuseGraph *fg, int kp);
 
 /* Whether the attention of head sizes D, Dv runs on the tensor cores of GPU
- * arch ("sm_80"; NULL: sm_80, --arch's default); there, under 16-bit
- * activations, its kernels read q, k and v in 16 bits as stored
- * (kernels/hpdl_attention.cuh). */
-int cg_cuda_attention_tc(const char *arch, int64_t D, int64_t Dv);
+ * arch ("sm_80"; NULL: sm_80, --arch's default): with h16, its kernels with
+ * 16-bit operands, which read q, k and v in 16 bits as stored under 16-bit
+ * activations (heads 16 .. 128); else the TF32 ones (16 .. 64), for fp32
+ * (kernels/hpdl_attention_cfg.h). */
+int cg_cuda_attention_tc(const char *arch, int64_t D, int64_t Dv, int h16);
 
 /* precision.h's target for this back end on GPU arch (as above): its
- * attention's heads from cg_cuda_attention_tc. */
+ * attention's heads from cg_cuda_attention_tc's 16-bit kernels. */
 PrecTarget cg_cuda_prec_target(const char *arch);
 
 /* The launches of a generated module in execution order (per graph, per

@@ -931,21 +931,26 @@ static int attn_positions(CuKern *k, const IrNode *n, char *buf, size_t len) {
  * spill at any head size); the tensor-core kernels: their 128 threads and
  * HPDL_ATTN_TC_MIN_BLOCKS blocks, so that registers do not cap the occupancy below what
  * their shared memory allows (ncu on an H200: at 149 registers three blocks, 12 warps a
- * multiprocessor, stalled on shared-memory loads). */
-static void attn_signature(CuKern *k, CuText *o, const char *name, int tc) {
-  if (tc) cu_signature_bounds(k, o, name, HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_MIN_BLOCKS);
+ * multiprocessor, stalled on shared-memory loads); the 16-bit ones' dkdv over heads of
+ * 64 two (its dk and dv accumulators: 128 floats a lane at 128), HPDL_ATTN_H16_MIN_BLOCKS.
+ * kind: 0 forward, 1 dkdv, 2 dq. */
+static void attn_signature(CuKern *k, CuText *o, const char *name, const hpdl_attn_launch *L, int kind, int64_t D,
+                           int64_t Dv) {
+  if (L->tc == 2) cu_signature_bounds(k, o, name, HPDL_ATTN_TC_THREADS, HPDL_ATTN_H16_MIN_BLOCKS(kind, D, Dv));
+  else if (L->tc) cu_signature_bounds(k, o, name, HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_MIN_BLOCKS);
   else cu_signature_min(k, o, name, 1);
 }
 
 /* The tensor-core kernels (mma.sync, sm_80 on; arch NULL: sm_80, --arch's
- * default) for these heads; under 16-bit activations the ones with 16-bit
- * operands, which read q, k, v as stored (precision.h). */
-int cg_cuda_attention_tc(const char *arch, int64_t D, int64_t Dv) {
+ * default) for these heads: under 16-bit activations (h16) the ones with
+ * 16-bit operands, which read q, k, v as stored (precision.h), else TF32. */
+int cg_cuda_attention_tc(const char *arch, int64_t D, int64_t Dv, int h16) {
   if (!arch) arch = "sm_80";
-  return !strncmp(arch, "sm_", 3) && atoi(arch + 3) >= 80 && HPDL_ATTN_TC(D, Dv);
+  if (D < 1 || Dv < 1 || D > HPDL_ATTN_MAX_HEAD || Dv > HPDL_ATTN_MAX_HEAD) return 0;
+  return !strncmp(arch, "sm_", 3) && atoi(arch + 3) >= 80 && (h16 ? HPDL_ATTN_TC16(D, Dv) : HPDL_ATTN_TC(D, Dv));
 }
 
-static int attention_tc_of(int64_t D, int64_t Dv, void *arch) { return cg_cuda_attention_tc((const char *)arch, D, Dv); }
+static int attention_tc_of(int64_t D, int64_t Dv, void *arch) { return cg_cuda_attention_tc((const char *)arch, D, Dv, 1); }
 
 PrecTarget cg_cuda_prec_target(const char *arch) {
   PrecTarget t = {1, attention_tc_of, (void *)arch};
@@ -999,15 +1004,17 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   const IrNode *q = nd(k, n->in[0]), *kk = nd(k, n->in[1]), *v = nd(k, n->in[2]);
   int64_t B = q->dims[0], H = q->dims[1], T = q->dims[2], D = q->dims[3], Hk = kk->dims[1], S = kk->dims[2], Dv = v->dims[3];
   /* the tensor-core kernels where the heads and the GPU (sm_80 on: mma.sync) allow */
-  hpdl_attn_launch L;
-  memset(&L, 0, sizeof L);
-  int tc = cg_cuda_attention_tc(k->t->opt.arch, D, Dv) && !hpdl_attn_plan_tc((int)D, (int)Dv, B, H, Hk, T, S, &L);
   /* q, k, v in fp32, or (precision.h, for the tensor-core kernels) all three in one
    * 16-bit type as stored: then the kernels whose operands are 16-bit (mma m16n8k16
    * in that type: q, k, v exact; P, dS and the output's gradient, an fp32 GEMM's
    * product, rounded to it, as FlashAttention-2 holds them); everything else fp32 */
   DType stored = q->dtype;
-  int h16 = tc && (stored == DT_BF16 || stored == DT_F16);
+  int want16 = stored == DT_BF16 || stored == DT_F16;
+  hpdl_attn_launch L;
+  memset(&L, 0, sizeof L);
+  int tc = cg_cuda_attention_tc(k->t->opt.arch, D, Dv, want16) &&
+           !hpdl_attn_plan_tc((int)D, (int)Dv, want16, B, H, Hk, T, S, &L);
+  int h16 = tc && want16;
   if (qkv_bthd && !h16) {
     cu_fail(k->t, "graph %s kernel k%d: the attention's q, k, v in the projections' layout need the 16-bit tensor-core kernels",
             k->fg->graph->name, k->kp);
@@ -1072,7 +1079,7 @@ static int attention(CuKern *k, const IrNode *n, int id) {
           b, h16 ? ", tensor cores, 16-bit operands" : tc ? ", tensor cores" : "", B, H, T, D, S, Hk,
           n->attr[0] ? ", causal" : "", qkv_bthd ? ", q, k, v read as [B, T, H, D]" : "",
           out16 >= 0 ? ", and o as [B, T, H, Dv] in 16 bits" : "");
-    attn_signature(k, o, b, tc);
+    attn_signature(k, o, b, &L, 0, D, Dv);
     cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", L.grid_fwd);
     cu_tx(o, "    hpdl_attn_fwd%s<%s%s>(p%d, p%d, p%d, p%d, %s, blk%s);\n}\n\n", sfx, tmpl, qkv_bthd ? ", HPDL_ATTN_QKV_BTHD" : "",
           io[0], io[1], io[2], io[3], args, o16);
@@ -1104,7 +1111,7 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   long long grid[2] = {L.grid_dkdv, L.grid_dq};
   for (int s = 0; s < 2; s++) {
     step_name(k, 1 + s, 3, name, sizeof name);
-    attn_signature(k, o, name, tc);
+    attn_signature(k, o, name, &L, 1 + s, D, Dv);
     char grads[32], apart[48] = "", flags[96] = "";
     if (chain) {
       snprintf(grads, sizeof grads, "(unsigned short *)nullptr");

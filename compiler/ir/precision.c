@@ -45,10 +45,10 @@ static int reads_any(IrOp op, int cuda) {
   }
 }
 
-/* Whether the target's attention reads q, k and v as they are stored: the
+/* Whether the target's attention reads q, k and v in the storage type: the
  * CUDA target's tensor-core kernels with 16-bit operands take bf16 or fp16
- * inputs (where the three share the type, below) for the heads t->attn16
- * accepts; no cast pass of each before it. The rest of its inputs read fp32. */
+ * inputs for the heads t->attn16 accepts (stored so where they are made,
+ * else rounded before). The rest of its inputs read fp32. */
 static int attn_reads_stored(const IrNode *x, const IrNode *old, const PrecTarget *t) {
   if (!t || !t->cuda || !t->attn16 || (x->op != IR_ATTENTION && x->op != IR_ATTENTION_BWD) || x->nin < 3) return 0;
   const IrNode *q = &old[x->in[0]], *v = &old[x->in[2]];
@@ -243,6 +243,8 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, const PrecTarge
         /* views, and the padded logits' mask, keep their input's type */
         if ((ir_op_flags(y->op) & IRF_SHAPE) || y->op == IR_VOCAB_MASK) ok16[i] = y->op != IR_CONCAT && ok16[r];
         else if (y->op == IR_MATMUL || (k < 2 && ir_linear_role(y->op) != IR_LINEAR_NONE)) continue;
+        /* the CUDA target's 16-bit attention reads q, k, v as stored (below) */
+        else if (k < 3 && attn_reads_stored(y, old, t)) continue;
         /* the CUDA target's readers on both targets: the same values rounded */
         else if (!stores_any(y->op) && !reads_any(y->op, 1)) ok16[i] = 0;
         else if (y->op == IR_ADD || (y->op == IR_MUL && y->nin == 2 && old[y->in[1 - k]].op == IR_CONST))
@@ -255,6 +257,17 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, const PrecTarge
       prod16[i] = (old[i].op == IR_MATMUL || old[i].op == IR_ATTENTION_BWD) && old[i].dtype == DT_F32 && act[i] && !stat[i] &&
                   !grad32[i] && ok16[i];
   }
+  /* a rotary embedding (fp32 in, any type out on both targets) whose every reader is
+   * an attention that reads q, k, v as stored: stored in 16 bits where it is made (the
+   * CUDA target: Llama's q and k, no cast pass before the 16-bit attention) */
+  char *rope16 = arena_alloc(a, (size_t)n + 1);
+  if (t && t->cuda && is16(storage)) {
+    for (int i = 0; i < n; i++)
+      rope16[i] = old[i].op == IR_ROPE && old[i].dtype == DT_F32 && act[i] && !stat[i] && !grad32[i];
+    for (int r = 0; r < n; r++)
+      for (int k = 0; k < old[r].nin; k++)
+        if (rope16[old[r].in[k]] && !(k < 3 && attn_reads_stored(&old[r], old, t))) rope16[old[r].in[k]] = 0;
+  }
   Rebuild R = {g, old, map, ident, {c0, c1}, {h0, h1}, storage, g->fb_split, m};
   /* GEMMs multiply bf16 matrices (the CPU's hpd_ctx.gemm_bf16, cuBLASLt);
    * under fp16 they read fp32 (oneDNN has no fp16 GEMM on most CPUs) */
@@ -266,17 +279,15 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, const PrecTarge
     int side = R.split > 0 && i >= R.split;
     if (R.split > 0 && i == R.split) new_split = g->nnodes;
     int any = reads_any(x->op, t && t->cuda), all16 = x->nin > 0;
-    int attn_stored = attn_reads_stored(x, old, t); /* q, k, v as stored when they share a 16-bit type */
-    if (attn_stored) {
-      DType t0 = g->nodes[map[x->in[0]]].dtype;
-      attn_stored = is16(t0) && g->nodes[map[x->in[1]]].dtype == t0 && g->nodes[map[x->in[2]]].dtype == t0;
-    }
+    /* q, k, v in the storage type, as stored (or rounded to it where they are fp32: a
+     * rotary embedding read elsewhere too, fp16's GEMM products), for the 16-bit kernels */
+    int attn_stored = is16(storage) && attn_reads_stored(x, old, t);
     for (int k = 0; k < x->nin; k++) {
       /* a BACKWARD call's stash reference (input 1) is no value */
-      int as_is = any || (x->op == IR_CALL && k > 0 && x->attr[2] == IR_CALL_BACKWARD) || (attn_stored && k < 3);
+      int as_is = any || (x->op == IR_CALL && k > 0 && x->attr[2] == IR_CALL_BACKWARD);
       /* a GEMM's operands, and the fused head's x and w (its GEMMs') */
       int gemm_operand = x->op == IR_MATMUL || (k < 2 && ir_linear_role(x->op) != IR_LINEAR_NONE);
-      if (gemm_operand && gemm16) in[k] = as_16(&R, x->in[k], side, x->span);
+      if ((gemm_operand && gemm16) || (attn_stored && k < 3)) in[k] = as_16(&R, x->in[k], side, x->span);
       else in[k] = as_is ? map[x->in[k]] : as_f32(&R, x->in[k], side, x->span);
       all16 &= is16(g->nodes[in[k]].dtype);
     }
@@ -291,7 +302,7 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, const PrecTarge
       else if ((ir_op_flags(x->op) & IRF_SHAPE) && x->nin > 0) dt = g->nodes[in[0]].dtype; /* moves, keeps the type */
     }
     if (x->op == IR_ARG && arg16 && arg16[x->attr[0]]) dt = storage;
-    if (as16[i]) dt = storage;
+    if (as16[i] || rope16[i]) dt = storage;
     map[i] = append(&R, x, in, dt);
     /* fuse.c's store16 makes it the GEMM's bf16 D, or the 16-bit attention kernels' store */
     if (prod16[i]) map[i] = cast_to(&R, map[i], storage, x->span);

@@ -49,7 +49,8 @@ DType prec_storage(Precision p);
  * or cuda 0: the CPU target. cuda 1: the CUDA target, whose special kernels
  * read and write fp32, but where attn16(D, Dv) says so (its tensor-core
  * attention for those head sizes, codegen_cuda.h), the attention's q, k and
- * v as stored when the three share a 16-bit type. */
+ * v in the storage type: stored so where they are made (a GEMM's product,
+ * a rotary embedding read by such attentions alone), else rounded to it. */
 typedef struct {
   int cuda;
   int (*attn16)(int64_t D, int64_t Dv, void *arg);

@@ -78,13 +78,14 @@ struct Config {
 
 #define CONFIG(NAME, RULE, ...) {#NAME, __VA_ARGS__, RULE, attn_fwd_##NAME, attn_dt_##NAME, attn_dkdv_##NAME, attn_dq_##NAME, 0, nullptr, nullptr, nullptr}
 #define CONFIG_(...) CONFIG(__VA_ARGS__)
+#define H16_TILES(D, DV)                                                                                              \
+  HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_ROWS, HPDL_ATTN_H16_FWD_BK(D, DV), HPDL_ATTN_H16_DKDV_BQ(D, DV), HPDL_ATTN_TC_KEYS, \
+      HPDL_ATTN_TC_ROWS, HPDL_ATTN_H16_DQ_BK(D, DV)
 #define CONFIG_H(NAME, D, DV, H16)                                                                                   \
-  {#NAME, D, DV, HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_ROWS, HPDL_ATTN_TC_FWD_BK, HPDL_ATTN_TC_DKDV_BQ, HPDL_ATTN_TC_KEYS, \
-   HPDL_ATTN_TC_ROWS, HPDL_ATTN_TC_DQ_BK, 2, attn_fwd_##NAME, attn_dt_##NAME, attn_dkdv_##NAME, attn_dq_##NAME, H16, \
+  {#NAME, D, DV, H16_TILES(D, DV), 2, attn_fwd_##NAME, attn_dt_##NAME, attn_dkdv_##NAME, attn_dq_##NAME, H16, \
    nullptr, nullptr, nullptr}
 #define CONFIG_HS(NAME, D, DV, H16)                                                                                  \
-  {#NAME, D, DV, HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_ROWS, HPDL_ATTN_TC_FWD_BK, HPDL_ATTN_TC_DKDV_BQ, HPDL_ATTN_TC_KEYS, \
-   HPDL_ATTN_TC_ROWS, HPDL_ATTN_TC_DQ_BK, 2, nullptr, attn_dt_##NAME, nullptr, nullptr, H16, attn_fwd_##NAME,         \
+  {#NAME, D, DV, H16_TILES(D, DV), 2, nullptr, attn_dt_##NAME, nullptr, nullptr, H16, attn_fwd_##NAME,         \
    attn_dkdv_##NAME, attn_dq_##NAME}
 static const Config CONFIGS[] = {
     CONFIG_(d64, true, ATTN_RULE(64, 64)),
@@ -102,6 +103,10 @@ static const Config CONFIGS[] = {
     CONFIG_H(h64bf, 64, 64, 1), CONFIG_H(h64f16, 64, 64, 2), CONFIG_HS(h64bfs, 64, 64, 1),
 #ifndef ATTN_EMU_FEW
     CONFIG_H(h16v40bf, 16, 40, 1), CONFIG_H(h24v16f16, 24, 16, 2),
+#endif
+    CONFIG_HS(h128bfs, 128, 128, 1),
+#ifndef ATTN_EMU_FEW
+    CONFIG_HS(h128f16s, 128, 128, 2), CONFIG_H(h72v112bf, 72, 112, 1),
 #endif
 };
 
@@ -196,7 +201,7 @@ static const Case CASES[] = {
 #endif
     /* the 16-bit tensor-core kernels (inputs rounded to the type first, as they arrive
      * widened from 16-bit activations): key tiles of 64 (forward) and 32 (dq), query tiles
-     * of 32 (dkdv); tails, GQA, context parallelism, windows, no key */
+     * of 16 (dkdv); tails, GQA, context parallelism, windows, no key */
     {"h64bf", 1, 3, 3, 150, 150, 1, 0, 0, 0, 0, true, 0, 0},
     {"h64bf", 2, 4, 2, 37, 53, 0, 0, 0, 0, 0, false, 0, 0},
     {"h64bf", 1, 2, 1, 200, 200, 1, 0, 0, 0, 0, true, 70, 0},
@@ -213,6 +218,19 @@ static const Case CASES[] = {
     {"h16v40bf", 1, 1, 1, 40, 160, 1, 2, 4, 2, 4, false, 0, 0},
     {"h24v16f16", 2, 2, 1, 129, 129, 1, 0, 0, 0, 0, false, 5, 0},
     {"h24v16f16", 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, false, 0, 0},
+#endif
+    /* heads over 64: the forward's one buffer of 32 keys, dq's of 16, dkdv's 128 floats of
+     * accumulators a lane */
+    {"h128bfs", 1, 2, 1, 150, 150, 1, 0, 0, 0, 0, true, 0, 0},
+    {"h128bfs", 2, 4, 2, 37, 53, 0, 0, 0, 0, 0, false, 0, 0},
+    {"h128bfs", 1, 2, 1, 200, 200, 1, 0, 0, 0, 0, true, 70, 0},
+    {"h128bfs", 1, 2, 1, 72, 144, 1, 1, 2, 1, 2, false, 0, 0},
+    {"h128bfs", 1, 2, 2, 9, 0, 0, 0, 0, 0, 0, false, 0, 0},
+#ifndef ATTN_EMU_FEW
+    {"h128f16s", 1, 2, 1, 129, 129, 1, 0, 0, 0, 0, false, 0, 0},
+    {"h128f16s", 2, 2, 1, 40, 90, 0, 0, 0, 0, 0, false, 0, 0},
+    {"h72v112bf", 1, 4, 2, 140, 140, 1, 0, 0, 0, 0, false, 0, 0},
+    {"h72v112bf", 1, 1, 1, 40, 160, 1, 2, 4, 2, 4, false, 0, 0},
 #endif
 };
 
@@ -413,8 +431,9 @@ static Grids grids_of(const Config &f, const Case &c) {
   Grids g;
   if (f.rule) {
     hpdl_attn_launch L;
-    bool ok = (f.rule == 2 ? hpdl_attn_plan_tc : hpdl_attn_plan)(f.D, f.Dv, c.B, c.H, c.Hk, c.T, c.S, &L) == 0;
-    check(ok && L.tc == (f.rule == 2) && L.threads == f.nt && L.fwd_bq == f.fbq && L.fwd_bk == f.fbk && L.dkdv_bq == f.kbq &&
+    bool ok = (f.rule == 2 ? hpdl_attn_plan_tc(f.D, f.Dv, f.h16 != 0, c.B, c.H, c.Hk, c.T, c.S, &L)
+                           : hpdl_attn_plan(f.D, f.Dv, c.B, c.H, c.Hk, c.T, c.S, &L)) == 0;
+    check(ok && L.tc == (f.rule == 2 ? (f.h16 ? 2 : 1) : 0) && L.threads == f.nt && L.fwd_bq == f.fbq && L.fwd_bk == f.fbk && L.dkdv_bq == f.kbq &&
               L.dkdv_bk == f.kbk && L.dq_bq == f.qbq && L.dq_bk == f.qbk &&
               L.scratch_floats == (long long)c.B * c.H * c.T,
           std::string(f.name) + ": hpdl_attn_plan gives the kernels' tiles");

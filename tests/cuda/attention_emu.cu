@@ -109,7 +109,7 @@ ATTN_TC_KERNELS(tc24v16, 24, 16) /* the smallest, odd k steps */
  * calls them under 16-bit activations: the same launch bounds and grids; q, k, v of type TQ,
  * float (widened values) or unsigned short (read as stored: precision.h, no cast before). */
 #define ATTN_H16_KERNELS(NAME, D, DV, E, TQ)                                                                          \
-  extern "C" __global__ void __launch_bounds__(HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_MIN_BLOCKS)                         \
+  extern "C" __global__ void __launch_bounds__(HPDL_ATTN_TC_THREADS, HPDL_ATTN_H16_MIN_BLOCKS(0, D, DV))                         \
       attn_fwd_##NAME(const hpdl_kctx hpd, const TQ *q, const TQ *k, const TQ *v, float *out, int B, int H, int Hk,  \
                       int T, int S, float scale, int causal, int window, int row_rank, int row_size, int col_rank,    \
                       int col_size) {                                                                                 \
@@ -122,7 +122,7 @@ ATTN_TC_KERNELS(tc24v16, 24, 16) /* the smallest, odd k steps */
     (void)hpd;                                                                                                        \
     hpdl_attn_bwd_dt<D, DV>(out, dout, Dt, B, H, T, blockIdx.x);                                                      \
   }                                                                                                                   \
-  extern "C" __global__ void __launch_bounds__(HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_MIN_BLOCKS)                         \
+  extern "C" __global__ void __launch_bounds__(HPDL_ATTN_TC_THREADS, HPDL_ATTN_H16_MIN_BLOCKS(1, D, DV))                         \
       attn_dkdv_##NAME(const hpdl_kctx hpd, const TQ *q, const TQ *k, const TQ *v, const float *out,                  \
                        const float *dout, const float *Dt, float *grads, int B, int H, int Hk, int T, int S,          \
                        float scale, int causal, int window, int row_rank, int row_size, int col_rank, int col_size) { \
@@ -130,7 +130,7 @@ ATTN_TC_KERNELS(tc24v16, 24, 16) /* the smallest, odd k steps */
     hpdl_attn_bwd_dkdv_h<D, DV, E>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal, window, row_rank,    \
                                    row_size, col_rank, col_size, blockIdx.x);                                         \
   }                                                                                                                   \
-  extern "C" __global__ void __launch_bounds__(HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_MIN_BLOCKS)                         \
+  extern "C" __global__ void __launch_bounds__(HPDL_ATTN_TC_THREADS, HPDL_ATTN_H16_MIN_BLOCKS(2, D, DV))                         \
       attn_dq_##NAME(const hpdl_kctx hpd, const TQ *q, const TQ *k, const TQ *v, const float *out,                    \
                      const float *dout, const float *Dt, float *grads, int B, int H, int Hk, int T, int S,            \
                      float scale, int causal, int window, int row_rank, int row_size, int col_rank, int col_size) {   \
@@ -145,6 +145,12 @@ ATTN_H16_KERNELS(h64f16, 64, 64, 1, float) /* and in fp16 */
 #ifndef ATTN_EMU_FEW
 ATTN_H16_KERNELS(h16v40bf, 16, 40, 0, float) /* D != Dv, a k dimension padded (40 -> 48) */
 ATTN_H16_KERNELS(h24v16f16, 24, 16, 1, float) /* the smallest, q k^T's k padded (24 -> 32) */
+#endif
+/* heads over 64 (HPDL_ATTN_H16_WIDE: one buffer of 32 keys in the forward, of 16 in dq) */
+ATTN_H16_KERNELS(h128bfs, 128, 128, 0, unsigned short) /* Llama's and Qwen's heads in bf16, as compiled */
+#ifndef ATTN_EMU_FEW
+ATTN_H16_KERNELS(h128f16s, 128, 128, 1, unsigned short) /* and in fp16 */
+ATTN_H16_KERNELS(h72v112bf, 72, 112, 0, float) /* D != Dv, q k^T's k padded (72 -> 80) */
 #endif
 
 #ifdef HPDL_EMU /* emulation only: tiles no code generator asks for (the NVRTC checks take the rule's) */

@@ -46,7 +46,7 @@ from run_emu import ORDERS, Emu, Fail, compile_checked, label, run_ordered, sh  
 # The kernels of each rule instantiation in attention_emu.cu (the NVRTC build leaves out the
 # emulation-only small tiles).
 RULE_CONFIGS = ["d64", "d128", "d128v64", "d3", "d200", "d1v256", "tc64", "tc16v40", "tc24v16", "h64bf", "h64f16", "h64bfs",
-                "h16v40bf", "h24v16f16"]
+                "h16v40bf", "h24v16f16", "h128bfs", "h128f16s", "h72v112bf"]
 KINDS = ["fwd", "dt", "dkdv", "dq"]
 SMEM_LIMIT = 49152
 
@@ -187,10 +187,12 @@ MUTANTS = [
      "hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) < wkmin)",
      "hpdl_attn_rowpos_max(t0, t0 + nrows, T, row_rank, row_size) <= wkmin)"),
     barrier("__syncthreads(); /* key_tiles: the tile's Ks, Vs, Cp are read */"),
-    ("key tiles (fwd_h, dq_h): cp.async, the tile computed before its copies landed (wait_group 2, not 1)",
-     "hpdl_attn_cp_wait<1>(); /* key_tiles: this tile's copies", "hpdl_attn_cp_wait<2>(); /* key_tiles: this tile's copies"),
+    ("key tiles (fwd_h, dq_h): cp.async, the tile computed before its copies landed (wait_group NB, not NB - 1)",
+     "hpdl_attn_cp_wait<NB - 1>(); /* key_tiles: this tile's copies", "hpdl_attn_cp_wait<NB>(); /* key_tiles: this tile's copies"),
     ("key tiles (fwd_h, dq_h): cp.async, the next tile copied into the buffer being computed",
-     "if (async && jn < S) load(b ^ 1, jn, true);", "if (async && jn < S) load(b, jn, true);"),
+     "if (NB == 2 && async && jn < S) load(b ^ 1, jn, true);", "if (NB == 2 && async && jn < S) load(b, jn, true);"),
+    ("key tiles, one buffer (heads over 64): the tile computed before its copies landed",
+     "hpdl_attn_cp_wait<NB - 1>(); /* key_tiles: this tile's copies", "hpdl_attn_cp_wait<1>(); /* key_tiles: this tile's copies"),
     barrier("__syncthreads(); /* key_tiles: the tile is loaded */"),
     barrier("__syncthreads(); /* dkdv_h: the previous tile's Qs, Gs, Ls, Ds, Rp are read */"),
     barrier("__syncthreads(); /* dkdv_h: the tile is loaded */"),
