@@ -5,7 +5,8 @@
 # the planner's prediction beside it), the suite's GPU tests
 # (bench/gpu_tests.py, from bench/gpu_bundle.sh's list), bf16 at 4 x 4
 # micro-batches, the per-launch profile of the bf16 step, the flash attention
-# checks of bench/gpu_bench.sh that CTest does not list; then what earlier
+# checks of bench/gpu_bench.sh that CTest does not list, a Llama of heads of 128
+# in bf16 (its step and slowest launches: the 16-bit attention there); then what earlier
 # visits measured already (fp32, TF32, the fused head, PyTorch's training
 # step eager and compiled), as the budget allows.
 #
@@ -62,6 +63,12 @@ part profile_b16 40 70 env STEPS=5 MICRO=16 ACCUM=1 MODES="bf16" PROFILE=25 bash
 grep -vE "^step" "$logs/profile_b16.log" | head -60
 part attention_checks 30 60 bash -c "bundle=$bundle; $(declare -f attn); attn"
 grep -E "step of|FAIL|error" "$logs/attention_checks.log" | head -12
+# a Llama of Llama-2-7B's heads (128, the 16-bit tensor-core attention since 2026-12-02)
+# at 4096 positions, 4 layers of 2048, bf16: its step and its slowest launches
+part train_llama 60 100 env STEPS=5 MICRO=1 ACCUM=4 MODES="bf16" PROFILE=20 SAMPLE=llama SEQ=4096 NAME="Llama 4 x 2048, heads 128" \
+  ARGS="-D layers=4 -D hidden=2048 -D heads=16 -D kv_heads=16 -D ffn=5504 -D vocab=50304 --tp 1 --pp 1 --cp 1 --sp off" \
+  bash bench/gpu_train_bench.sh "$bundle" dgx-h200
+cat "$logs/train_llama.log"
 part train_more 120 200 env STEPS=10 MICRO=4 ACCUM=4 MODES="bf16_fused_ce tf32 fp32" bash bench/gpu_train_bench.sh "$bundle" dgx-h200
 cat "$logs/train_more.log"
 part torch_train 60 100 python3 bench/gpu_torch_train.py --micro 4 --accum 4 --steps 10 --modes bf16,tf32

@@ -12,6 +12,9 @@
 # "fp32 tf32 bf16", also bf16_fused_ce: the head and its loss fused) the
 # precisions, each its own artifact and plan. PROFILE=N (N > 1): every launch
 # of steps 2.. timed alone (so those steps slower), the N slowest printed.
+# SAMPLE (default gpt2) another sample of samples/, ARGS more hpdlc arguments
+# for it (-D sizes), SEQ (default 1024) its tokens a sequence, NAME its name
+# in the table (a Llama of heads of 128: SAMPLE=llama ARGS="-D layers=4 ...").
 #
 # Without a GPU (no driver, or no GPU seen) it says so and times the
 # emulated device on a tiny GPT-2 instead: the host side's cost only, no
@@ -43,13 +46,16 @@ if ! "$bin/hpdlrun" --info | grep -qE "^    GPU 0 "; then
 fi
 
 accum=${ACCUM:-4}
-layout=(--dp 1 --gpus 1 --micro-batch "$micro" --global-batch $((accum * micro)))
+sample=$here/samples/${SAMPLE:-gpt2}.hpd
+seq=${SEQ:-1024}
+read -r -a extra <<< "${ARGS:-}"
+layout=(--dp 1 --gpus 1 --micro-batch "$micro" --global-batch $((accum * micro)) "${extra[@]}")
 arch=$("$bin/hpdlrun" --info | sed -n 's/^    GPU 0 .*, \(sm_[0-9]*\),.*/\1/p')
 plan_s() { # precision: the plan's step time for this layout on the cluster's GPU
-  "$bin/hpdlc" plan "$here/samples/gpt2.hpd" --cluster "$cluster" "${layout[@]}" --precision "$1" --format json |
+  "$bin/hpdlc" plan "$sample" --cluster "$cluster" "${layout[@]}" --precision "$1" --format json |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["time"]["step_s"])'
 }
-printf "%-34s %10s %10s %12s %14s\n" "GPT-2 124M, $((accum * micro)) x 1024 tokens/step" "ms/step" "tokens/s" "plan ms" "measured/plan"
+printf "%-34s %10s %10s %12s %14s\n" "${NAME:-GPT-2 124M}, $((accum * micro)) x $seq tokens/step" "ms/step" "tokens/s" "plan ms" "measured/plan"
 for mode in ${MODES:-fp32 tf32 bf16}; do
   tf=0 flags=() precision=$mode
   # each precision named: the sample's train block says bf16
@@ -60,9 +66,9 @@ for mode in ${MODES:-fp32 tf32 bf16}; do
     bf16_fused_ce) flags=(--precision bf16 --fused-ce on) precision=bf16 ;;
     *) echo "gpu_train_bench: no mode $mode (fp32, tf32, bf16, bf16_fused_ce)"; exit 2 ;;
   esac
-  art="$work/gpt2${flags[*]:+ ${flags[*]}}"
+  art="$work/${SAMPLE:-gpt2}${flags[*]:+ ${flags[*]}}"
   art=${art// /_}
-  [ -d "$art" ] || "$bin/hpdlc" compile "$here/samples/gpt2.hpd" --target cuda --arch "${arch:-sm_90}" "${layout[@]}" "${flags[@]}" \
+  [ -d "$art" ] || "$bin/hpdlc" compile "$sample" --target cuda --arch "${arch:-sm_90}" "${layout[@]}" "${flags[@]}" \
     -o "$art" > "$work/compile.log" 2>&1 || { cat "$work/compile.log"; exit 1; }
   predicted=none
   [ $precision = none ] || predicted=$(plan_s $precision) || exit 1

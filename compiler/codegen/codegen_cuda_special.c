@@ -260,6 +260,11 @@ static int embedding_bwd(CuKern *k, const IrNode *n, int id) {
   return 0;
 }
 
+/* The function that widens a stored value of type dt to float (a cast for fp32). */
+static const char *widen(DType dt) {
+  return dt == DT_BF16 ? "hpdl_bf16_to_f32" : dt == DT_F16 ? "hpdl_f16_to_f32" : "(float)";
+}
+
 /* ---- rope ---- */
 
 static int rope(CuKern *k, const IrNode *n, int id) {
@@ -305,7 +310,9 @@ static int rope(CuKern *k, const IrNode *n, int id) {
         chunk, BH);
   cu_tx(o, "    for (long long bh = ch * %" PRId64 "LL; bh < end; bh++) {\n", chunk);
   cu_tx(o, "      const long long at = (bh * %" PRId64 "LL + t) * %" PRId64 "LL + 2 * i;\n", T, D);
-  cu_tx(o, "      const float x0 = (float)p%1$d[at], x1 = (float)p%1$d[at + 1];\n", xs);
+  /* x as stored: fp32, or 16 bits (a bf16 GEMM's product, the 16-bit attention's gradient) */
+  const char *wx = widen(nd(k, mem_of(k, n->in[0]))->dtype);
+  cu_tx(o, "      const float x0 = %2$s(p%1$d[at]), x1 = %2$s(p%1$d[at + 1]);\n", xs, wx);
   /* products rounded apart, as the CPU's (no fused multiply-add) */
   store(o, "      ", out, n->dtype, "at", "__fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s))");
   store(o, "      ", out, n->dtype, "at + 1", "__fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c))");
@@ -315,11 +322,6 @@ static int rope(CuKern *k, const IrNode *n, int id) {
 }
 
 /* ---- cross-entropy with its softmax ---- */
-
-/* The function that widens a stored value of type dt to float (a cast for fp32). */
-static const char *widen(DType dt) {
-  return dt == DT_BF16 ? "hpdl_bf16_to_f32" : dt == DT_F16 ? "hpdl_f16_to_f32" : "(float)";
-}
 
 /* `if (vec_) {` and a loop over the row `base` of io x four logits a thread, `q` the four
  * (fp32: one float4 load; 16-bit, the logits as the GEMM stores them under bf16: one
@@ -931,9 +933,9 @@ static int attn_positions(CuKern *k, const IrNode *n, char *buf, size_t len) {
  * spill at any head size); the tensor-core kernels: their 128 threads and
  * HPDL_ATTN_TC_MIN_BLOCKS blocks, so that registers do not cap the occupancy below what
  * their shared memory allows (ncu on an H200: at 149 registers three blocks, 12 warps a
- * multiprocessor, stalled on shared-memory loads); the 16-bit ones' dkdv over heads of
- * 64 two (its dk and dv accumulators: 128 floats a lane at 128), HPDL_ATTN_H16_MIN_BLOCKS.
- * kind: 0 forward, 1 dkdv, 2 dq. */
+ * multiprocessor, stalled on shared-memory loads); the 16-bit ones over heads of 64
+ * fewer (HPDL_ATTN_H16_MIN_BLOCKS: dkdv two, for its 128 floats of dk and dv accumulators
+ * a lane at 128; the forward and dq three). kind: 0 forward, 1 dkdv, 2 dq. */
 static void attn_signature(CuKern *k, CuText *o, const char *name, const hpdl_attn_launch *L, int kind, int64_t D,
                            int64_t Dv) {
   if (L->tc == 2) cu_signature_bounds(k, o, name, HPDL_ATTN_TC_THREADS, HPDL_ATTN_H16_MIN_BLOCKS(kind, D, Dv));

@@ -22,8 +22,8 @@ static int stores_any(IrOp op) {
 }
 
 /* Ops that read their float inputs in any element type: the above, the
- * shape ops, the row and column reductions, the cross-entropy, and on the
- * CPU its rotary, pick and scatter kernels. The rest (GEMMs, host
+ * shape ops, the row and column reductions, the cross-entropy, the rotary
+ * embedding, and on the CPU its pick and scatter kernels. The rest (GEMMs, host
  * ops, collectives, calls, extern calls; the CUDA target's special kernels)
  * read fp32: a cast before them, which changes no value. */
 static int reads_any(IrOp op, int cuda) {
@@ -35,8 +35,8 @@ static int reads_any(IrOp op, int cuda) {
   case IR_SUM_TO: /* row and column kernels, or the CUDA target's special sum over several groups */
   case IR_CROSS_ENTROPY:
   case IR_CROSS_ENTROPY_BWD: return 1; /* the logits as stored (bf16: the head GEMM's D) */
+  case IR_ROPE: return 1;               /* the CUDA target's widens as it loads, as the CPU's */
   case IR_EMBEDDING:
-  case IR_ROPE:
   case IR_REPEAT_KV_BWD:
   case IR_PICK:
   case IR_PICK_BWD:
@@ -194,7 +194,9 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, const PrecTarge
   /* a value read only as a bf16 GEMM's operand (through views), of an op
    * whose kernel stores any type on both targets: stored in 16 bits where it
    * is made, the same bits the cast after it would round (the logits'
-   * gradient: no fp32 copy and no cast pass of [tokens, vocab]) */
+   * gradient: no fp32 copy and no cast pass of [tokens, vocab]; the rotary
+   * embedding's inverse in the backward, which the weight and data gradients'
+   * GEMMs read through the heads' transpose: a 16-bit transpose after it) */
   char *as16 = arena_alloc(a, (size_t)n + 1), *prod16 = arena_alloc(a, (size_t)n + 1);
   if (storage == DT_BF16) {
     int *readers = arena_alloc(a, sizeof(int) * (size_t)(n + 1)), *gemm_reads = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
@@ -209,7 +211,8 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, const PrecTarge
       }
     }
     for (int i = 0; i < n; i++)
-      as16[i] = old[i].op == IR_CROSS_ENTROPY_BWD && old[i].dtype == DT_F32 && readers[i] > 0 && gemm_reads[i] == readers[i] && !out[i];
+      as16[i] = (old[i].op == IR_CROSS_ENTROPY_BWD || old[i].op == IR_ROPE) && old[i].dtype == DT_F32 && act[i] && readers[i] > 0 &&
+                gemm_reads[i] == readers[i] && !out[i];
     /* a GEMM's product that only kernels loading any type (or bf16 GEMMs,
      * through views) read: rounded to bf16 as it is made, as autocast's
      * matmul returns bf16 (the backward's data gradients: dX = dY W^T was an
