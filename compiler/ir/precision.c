@@ -200,8 +200,10 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, const PrecTarge
   char *as16 = arena_alloc(a, (size_t)n + 1), *prod16 = arena_alloc(a, (size_t)n + 1);
   if (storage == DT_BF16) {
     int *readers = arena_alloc(a, sizeof(int) * (size_t)(n + 1)), *gemm_reads = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
-    char *out = arena_alloc(a, (size_t)n + 1);
+    char *out = arena_alloc(a, (size_t)n + 1), *out32 = arena_alloc(a, (size_t)n + 1);
     for (int k = 0; k < g->noutputs; k++) out[g->outputs[k]] = 1;
+    /* outputs that leave in fp32: all but a block forward's saved activations (keep16) */
+    for (int k = 0; k < g->noutputs; k++) out32[g->outputs[k]] |= !(keep16 && keep16[k]);
     for (int i = n - 1; i >= 0; i--) {
       const IrNode *x = &old[i];
       int view = (x->op == IR_TRANSPOSE || x->op == IR_RESHAPE) && readers[i] > 0 && gemm_reads[i] == readers[i] && !out[i];
@@ -236,7 +238,7 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, const PrecTarge
       }
     for (int i = n - 1; i >= 0; i--) { /* readers come after: decided first */
       const IrNode *x = &old[i];
-      if (readers[i] == 0 || out[i] ||
+      if (readers[i] == 0 || out32[i] ||
           (x->op != IR_MATMUL && x->op != IR_ATTENTION_BWD && x->op != IR_VOCAB_MASK && !(ir_op_flags(x->op) & IRF_SHAPE)))
         continue;
       ok16[i] = 1;
