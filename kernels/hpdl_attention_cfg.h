@@ -76,14 +76,15 @@
  *     16 .. 64   64, 2 buffers   16          32, 2 buffers  4 / 4 / 4
  *     72 .. 128  32, 1 buffer    16          16, 1 buffer   3 / 2 / 3   (fwd / dkdv / dq)
  *
- * Static shared memory at D = Dv = 64: forward 27,904 bytes, dkdv 38,272, dq 32,896; at 128:
+ * Static shared memory at D = Dv = 64: forward 46,336 bytes, dkdv 23,232, dq 36,992; at 128:
  * forward 34,944, dkdv 43,712, dq 43,584 (the 64 query rows' q and dO take 34,816 there, so
  * dq's key tile has one buffer of 16 and the forward's one of 32 where two of 16 would fit:
  * half the softmax rescales of o a key). dkdv's dk and dv accumulators at 128 are 128
  * floats a lane: two blocks a multiprocessor (at most 255 registers; NVRTC 13 takes about
  * 220); the forward's 64 floats of o and dq's of its sum fit 128 registers in the tests'
  * kernels, but the generated forward that also writes o in 16 bits spilled 8 bytes at
- * Llama's shape there: three blocks (at most 168 registers; about 150 taken). */
+ * Llama's shape there: three blocks (at most 168 registers; NVRTC 13 takes 147-158 for the
+ * forward, 128-139 for dq). */
 #define HPDL_ATTN_TC16(D, Dv) \
   ((D) % 8 == 0 && (Dv) % 8 == 0 && (D) >= 16 && (D) <= 128 && (Dv) >= 16 && (Dv) <= 128)
 #define HPDL_ATTN_H16_WIDE(D, Dv) (HPDL_ATTN_M(D, Dv) > 64)

@@ -948,7 +948,6 @@ static void attn_signature(CuKern *k, CuText *o, const char *name, const hpdl_at
  * 16-bit operands, which read q, k, v as stored (precision.h), else TF32. */
 int cg_cuda_attention_tc(const char *arch, int64_t D, int64_t Dv, int h16) {
   if (!arch) arch = "sm_80";
-  if (D < 1 || Dv < 1 || D > HPDL_ATTN_MAX_HEAD || Dv > HPDL_ATTN_MAX_HEAD) return 0;
   return !strncmp(arch, "sm_", 3) && atoi(arch + 3) >= 80 && (h16 ? HPDL_ATTN_TC16(D, Dv) : HPDL_ATTN_TC(D, Dv));
 }
 
