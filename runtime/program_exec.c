@@ -371,9 +371,12 @@ static int32_t nx_gemm_bf16(hpd_ctx *ctx, int32_t trans_a, int32_t trans_b, int6
   return 0;
 }
 
-/* openblas_set_num_threads of the artifact's BLAS, NULL for another BLAS. */
+/* openblas_set_num_threads and openblas_get_num_threads of the artifact's BLAS, NULL
+ * for another BLAS. */
 typedef void (*BlasSetThreadsFn)(int);
+typedef int (*BlasGetThreadsFn)(void);
 static BlasSetThreadsFn blas_set_threads_fn;
+static BlasGetThreadsFn blas_get_threads_fn;
 
 typedef struct {
   void (*fn)(void *ctx, int64_t lo, int64_t hi);
@@ -390,7 +393,11 @@ static int attn_range(void *env, int64_t lo, int64_t hi) {
  * and key head, each computed in one fixed order) on the pool. Concurrent
  * calls into a threaded OpenBLAS contend for its one set of threads (4.2x
  * slower at T = 1024, docs/runtime.md), so the BLAS runs one thread per
- * call while the items run: each item's GEMMs on the thread that runs it. */
+ * call while the items run: each item's GEMMs on the thread that runs it.
+ * Then the BLAS gets back the threads it had, not the rank's count: OpenBLAS
+ * takes at most the cores from the environment (runtime/cores.c sets it to
+ * the rank's threads), and a product's last bits depend on how many threads
+ * split it (3 threads on 2 cores gave other sums than 1 or 2 did). */
 static void nx_attn_par_for(void *par, int64_t n, void (*fn)(void *ctx, int64_t lo, int64_t hi), void *ctx) {
   Exec *x = par;
   AttnRange r = {fn, ctx};
@@ -398,9 +405,10 @@ static void nx_attn_par_for(void *par, int64_t n, void (*fn)(void *ctx, int64_t 
     fn(ctx, 0, n);
     return;
   }
+  int blas_threads = blas_get_threads_fn ? blas_get_threads_fn() : x->ctx->nthreads;
   blas_set_threads_fn(1);
   par_pool_run(x->pool, n, attn_range, &r);
-  blas_set_threads_fn(x->ctx->nthreads);
+  blas_set_threads_fn(blas_threads);
 }
 
 /* hpd_ctx.host_op: node `node` of graph `graph` of the chunk's IR. */
@@ -1321,8 +1329,10 @@ static void *exec_create(TrainCtx *ctx, RtErr *e) {
     P->x[i]->pool = P->pool;
     P->x[i]->par_min = par_min;
     P->x[i]->hctx.parallel = P->pool ? nx_parallel : NULL;
-    if (P->pool && P->x[i]->dl && !blas_set_threads_fn)
+    if (P->pool && P->x[i]->dl && !blas_set_threads_fn) {
       *(void **)&blas_set_threads_fn = dlsym(P->x[i]->dl, "openblas_set_num_threads");
+      *(void **)&blas_get_threads_fn = dlsym(P->x[i]->dl, "openblas_get_num_threads");
+    }
     if (P->pool && blas_set_threads_fn && P->x[i]->host.sgemm) {
       P->x[i]->host.par_for = nx_attn_par_for;
       P->x[i]->host.par = P->x[i];
