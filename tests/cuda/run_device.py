@@ -28,6 +28,12 @@ each device run's output must hold TEXT (the start-up line's collectives);
 environment (another path to the same numbers, such as ZeRO-3's fp32
 gathers) must report the same losses and gradient norms, bit for bit.
 
+The CPU runs multiply bf16 GEMMs through the widened sgemm (HPDL_GEMM16=fp32,
+unless the environment says otherwise), as the device's GEMMs accumulate in
+fp32: on a CPU with AVX512-BF16 oneDNN's bf16 matmul sums in another way, which
+over 20 steps of bf16 moved a gradient norm 1.06e-3 from the emulated device's
+(the kernels, not the GEMM library, are what these runs compare).
+
 Exits 77 (CTest's skip) when the device cannot run: no GPU or driver for
 --device cuda (hpdlrun's message is printed), or no C++ compiler for
 --emulate's kernels."""
@@ -42,8 +48,10 @@ import sys
 import tempfile
 
 
-def run(cmd, **kw):
-    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+def run(cmd, env=None, **kw):
+    env = dict(os.environ if env is None else env)
+    env.setdefault("HPDL_GEMM16", "fp32")
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, **kw)
 
 
 def metrics(path):
