@@ -542,13 +542,15 @@ static const char *exec_matmul(Run *r, const IrNode *n, double *out) {
 }
 
 static const char *exec_rope(const Interp *in, const IrNode *n, const double *x, double *out) {
-  int64_t B = n->dims[0], H = n->dims[1], T = n->dims[2], D = n->dims[3];
+  int bthd = ir_rope_bthd(n);
+  int64_t B = n->dims[0], H = n->dims[ir_rope_heads_axis(n)], T = n->dims[ir_rope_pos_axis(n)], D = n->dims[3];
   double sign = n->attr[0] ? -1.0 : 1.0;
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++)
       for (int64_t t = 0; t < T; t++) {
-        const double *xr = x + ((b * H + h) * T + t) * D;
-        double *o = out + ((b * H + h) * T + t) * D;
+        const int64_t row = bthd ? (b * T + t) * H + h : (b * H + h) * T + t;
+        const double *xr = x + row * D;
+        double *o = out + row * D;
         for (int64_t i = 0; i < D / 2; i++) {
           int64_t pos = zigzag_row_pos(in, n->attr[1], T, t);
           double theta = sign * (double)pos * (pow(n->fattr, -2.0 * (double)i / (double)D) * ir_rope_gain(n, i, D));

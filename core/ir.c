@@ -319,7 +319,7 @@ static const char *irshape_EMBEDDING_BWD(IrGraph *g, IrNode *n) {
 
 static const char *irshape_ROPE(IrGraph *g, IrNode *n) {
   IrNode *x = in_node(g, n, 0);
-  if (x->rank != 4 || x->dims[3] % 2) return "rope needs [B, H, T, D] with an even D";
+  if (x->rank != 4 || x->dims[3] % 2) return n->attr[8] ? "rope needs [B, T, H, D] with an even D" : "rope needs [B, H, T, D] with an even D";
   return unary_float(g, n);
 }
 
@@ -1097,7 +1097,7 @@ static void print_attrs(const IrModule *m, const IrGraph *g, const IrNode *n, FI
     break;
   }
   case IR_ROPE:
-    fprintf(out, " base=%.9g%s", n->fattr, n->attr[0] ? " inverse" : "");
+    fprintf(out, " base=%.9g%s%s", n->fattr, n->attr[0] ? " inverse" : "", n->attr[8] ? " bthd" : "");
     if (n->attr[1]) fprintf(out, " positions=%s-zigzag", ir_group_name((IrGroup)(n->attr[1] - 1)));
     if (n->attr[2])
       fprintf(out, " yarn=%.9g,%.9g,%.9g,%" PRId64 "%s", ir_attr_f64(n->attr[3]), ir_attr_f64(n->attr[4]),

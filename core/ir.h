@@ -200,6 +200,11 @@ double ir_rope_gain(const IrNode *n, int64_t i, int64_t D);
  * indices): gain(i) = (1 - keep) / factor + keep, keep = 1 - clamp((i - lo) /
  * (hi - lo), 0, 1), in that order of operations (the back ends compute it so) */
 int ir_rope_yarn_range(const IrNode *n, int64_t D, double *factor, double *lo, double *hi);
+/* ROPE's layout (attr[8], ir_ops.h): x is [B, H, T, D] (0) or [B, T, H, D] (1); the axes
+ * of its heads and of its positions */
+static inline int ir_rope_bthd(const IrNode *n) { return n->attr[8] != 0; }
+static inline int ir_rope_heads_axis(const IrNode *n) { return n->attr[8] ? 2 : 1; }
+static inline int ir_rope_pos_axis(const IrNode *n) { return n->attr[8] ? 1 : 2; }
 /* ROPE's YaRN attributes from the settings (attr[2..8) of attr) */
 void ir_rope_set_yarn(int64_t *attr, double factor, double beta_fast, double beta_slow, int64_t original, int truncate);
 /* the double a ROPE attribute holds */

@@ -54,7 +54,8 @@
  *     attr[2] = 1 for YaRN's frequencies (Peng et al. 2023; GPT-OSS, DeepSeek-V3), with
  *     attr[3..6) the bit patterns of the doubles factor, beta_fast, beta_slow, attr[6] the
  *     original context length, attr[7] = 1 to truncate the ramp's ends to whole pairs
- *     (ir_rope_gain: pair i turns at base^(-2i/D) x its gain)
+ *     (ir_rope_gain: pair i turns at base^(-2i/D) x its gain); attr[8] = 1 when x is
+ *     [B, T, H, D] (the positions along axis 1, lower.c's sink_rope_transposes), else [B, H, T, D]
  *   CALL: attr[3] = the first layer this call runs (pipeline chunks run a range of layers)
  *   EXTERN(args...): a native function (docs/language.md, "Extern"); attr[0] = index into
  *     IrModule.externs, attr[1] = the result's rank, attr[2..2+rank) its dimensions (the result

@@ -1113,13 +1113,15 @@ static void special_embedding(CgKern *k, const IrNode *n, int id) {
 static void special_rope(CgKern *k, const IrNode *n, int id) {
   CgCpu *cg = k->cg;
   if (n->rank != 4 || n->dims[3] % 2) {
-    cg_fail(cg, "graph %s kernel k%d: rope needs [B, H, T, D] with D even", k->g->name, k->kp);
+    cg_fail(cg, "graph %s kernel k%d: rope needs [B, H, T, D] or [B, T, H, D] with D even", k->g->name, k->kp);
     return;
   }
   int xs = mem_of(k, n->in[0]);
   LLVMValueRef xp = val_ptr(k, xs), out = val_ptr(k, id);
   DType xdt = nd(k, xs)->dtype;
-  int64_t BH = n->dims[0] * n->dims[1], T = n->dims[2], D = n->dims[3], H2 = D / 2;
+  /* rows of D values: [B, H, T] (position = row % T) or [B, T, H] (position = row / H % T) */
+  int64_t H = n->dims[ir_rope_heads_axis(n)], BH = n->dims[0] * H, T = n->dims[ir_rope_pos_axis(n)], D = n->dims[3],
+          H2 = D / 2;
   LLVMValueRef ctab = LLVMBuildBitCast(cg->b, k->scratch, cg->tpf32, "cos");
   LLVMValueRef stab = cg_gep(cg, cg->tf32, ctab, cg_i64(cg, T * H2), "sin");
   LLVMValueRef r = NULL, s = NULL;
@@ -1156,7 +1158,8 @@ static void special_rope(CgKern *k, const IrNode *n, int id) {
   /* the rotation of each pair */
   CgLoop lb;
   cg_loop_open(cg, &lb, cg_i64(cg, BH * T), 0, NULL, "bht");
-  LLVMValueRef t = LLVMBuildURem(cg->b, lb.iv, cg_i64(cg, T), "");
+  LLVMValueRef t = ir_rope_bthd(n) ? LLVMBuildURem(cg->b, LLVMBuildUDiv(cg->b, lb.iv, cg_i64(cg, H), ""), cg_i64(cg, T), "")
+                                    : LLVMBuildURem(cg->b, lb.iv, cg_i64(cg, T), "");
   LLVMValueRef rowb = mul64(cg, lb.iv, cg_i64(cg, D)), tb = mul64(cg, t, cg_i64(cg, H2));
   cg_loop_open(cg, &li, cg_i64(cg, H2), 0, NULL, "i");
   LLVMValueRef i0 = add64(cg, rowb, mul64(cg, li.iv, cg_i64(cg, 2))), i1 = add64(cg, i0, cg_i64(cg, 1));
@@ -1596,7 +1599,7 @@ int64_t cg_kernel_scratch(CgCpu *cg, int gi, int kp) {
       break;
     }
   const IrNode *n = &g->nodes[id];
-  if (n->op == IR_ROPE && n->rank == 4) return 2 * n->dims[2] * (n->dims[3] / 2) * 4;
+  if (n->op == IR_ROPE && n->rank == 4) return 2 * n->dims[ir_rope_pos_axis(n)] * (n->dims[3] / 2) * 4;
   if (n->op == IR_CROSS_ENTROPY) return ir_numel(&g->nodes[n->in[1]]) * 8; /* the rows' losses, summed in order */
   if (n->op == IR_ALL_GATHER) return ir_numel(n) * 4;
   if (n->op == IR_REDUCE_SCATTER && n->nin) return ir_numel(&g->nodes[n->in[0]]) * 4;

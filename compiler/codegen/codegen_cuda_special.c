@@ -270,20 +270,22 @@ static const char *widen(DType dt) {
 static int rope(CuKern *k, const IrNode *n, int id) {
   CuText *o = &k->t->src;
   if (n->rank != 4 || n->dims[3] % 2) {
-    cu_fail(k->t, "graph %s kernel k%d: rope needs [B, H, T, D] with D even", k->fg->graph->name, k->kp);
+    cu_fail(k->t, "graph %s kernel k%d: rope needs [B, H, T, D] or [B, T, H, D] with D even", k->fg->graph->name, k->kp);
     return -1;
   }
   int xs = io_of(k, n->in[0]), out = io_of(k, id);
   if (xs < 0 || out < 0) return -1;
-  int64_t BH = n->dims[0] * n->dims[1], T = n->dims[2], D = n->dims[3], H2 = D / 2;
+  const int bthd = ir_rope_bthd(n);
+  int64_t H = n->dims[ir_rope_heads_axis(n)], BH = n->dims[0] * H, T = n->dims[ir_rope_pos_axis(n)], D = n->dims[3],
+          H2 = D / 2;
   int64_t chunk = BH < ROPE_CHUNK ? BH : ROPE_CHUNK, nch = BH > 0 ? (BH + chunk - 1) / chunk : 0;
   char base[40];
   snprintf(base, sizeof base, "%.17g", n->fattr);
   if (!strpbrk(base, ".eEn")) strcat(base, ".0"); /* a double literal, not an int */
   cu_tx(o, "/* %s: rope%s: pairs (2i, 2i+1) of position p rotated by theta = %sp * base^(-2i/D), base %s;\n"
-        " * the angle in fp64 (the CPU's table), one thread a (chunk of heads, position, pair)%s */\n",
+        " * the angle in fp64 (the CPU's table), one thread a (chunk of heads, position, pair)%s%s */\n",
         k->base, n->attr[0] ? " (inverse)" : "", n->attr[0] ? "-" : "", base,
-        n->attr[1] ? "; positions of this rank's zigzag chunks" : "");
+        n->attr[1] ? "; positions of this rank's zigzag chunks" : "", bthd ? "; x as [B, T, H, D]" : "");
   cu_signature(k, o, k->base);
   grid_loop(o, "lin", nch * T * H2);
   cu_tx(o, "    const long long i = lin %% %1$" PRId64 "LL, t = lin / %1$" PRId64 "LL %% %2$" PRId64 "LL, ch = lin / %3$" PRId64
@@ -309,7 +311,11 @@ static int rope(CuKern *k, const IrNode *n, int id) {
         "LL + %1$" PRId64 "LL : %2$" PRId64 "LL;\n",
         chunk, BH);
   cu_tx(o, "    for (long long bh = ch * %" PRId64 "LL; bh < end; bh++) {\n", chunk);
-  cu_tx(o, "      const long long at = (bh * %" PRId64 "LL + t) * %" PRId64 "LL + 2 * i;\n", T, D);
+  if (bthd)
+    cu_tx(o, "      const long long at = ((bh / %1$" PRId64 "LL * %2$" PRId64 "LL + t) * %1$" PRId64 "LL + bh %% %1$" PRId64
+          "LL) * %3$" PRId64 "LL + 2 * i;\n",
+          H, T, D);
+  else cu_tx(o, "      const long long at = (bh * %" PRId64 "LL + t) * %" PRId64 "LL + 2 * i;\n", T, D);
   /* x as stored: fp32, or 16 bits (a bf16 GEMM's product, the 16-bit attention's gradient) */
   const char *wx = widen(nd(k, mem_of(k, n->in[0]))->dtype);
   cu_tx(o, "      const float x0 = %2$s(p%1$d[at]), x1 = %2$s(p%1$d[at + 1]);\n", xs, wx);

@@ -569,10 +569,10 @@ static void adgrad_CAUSAL_MASK(AdCtx *c, int f, int dy) {
 /* a rotation's adjoint is its inverse */
 static void adgrad_ROPE(AdCtx *c, int f, int dy) {
   const IrNode *n = fnode(c, f);
-  int64_t attr[8];
-  memcpy(attr, n->attr, sizeof attr); /* the positions and YaRN's settings kept */
+  int64_t attr[9];
+  memcpy(attr, n->attr, sizeof attr); /* the positions, YaRN's settings and the layout kept */
   attr[0] = !n->attr[0];
-  acc(c, n->in[0], emit(c, IR_ROPE, &dy, 1, attr, 8, n->fattr, n->dtype, -1, NULL));
+  acc(c, n->in[0], emit(c, IR_ROPE, &dy, 1, attr, 9, n->fattr, n->dtype, -1, NULL));
 }
 
 static void adgrad_REPEAT_KV(AdCtx *c, int f, int dy) {
@@ -1275,18 +1275,22 @@ static void norm_recompute(const IrGraph *g, const char *requires_grad, char *re
 
 /* The heads' layout of the attention's operands: q, k and v that an ATTENTION reads
  * as transpose(reshape(x), 0 2 1 3) - [B, T, H, D] to [B, H, T, D], a GPT block's
- * projections - are made again from x in the backward, not kept: x is as large,
- * and a back end that reads the heads in place (the CUDA target's 16-bit attention,
- * fuse.c's fuse_attn_qkv) then neither copies them in the forward nor keeps the copy. */
+ * projections - or as the transpose of a rotation on [B, T, H, D] (Llama's q and k,
+ * lower.c) are made again from x or the rotation in the backward, not kept: x is as
+ * large, and a back end that reads the heads in place (the CUDA target's 16-bit
+ * attention, fuse.c's fuse_attn_qkv) then neither copies them in the forward nor keeps
+ * the copy. */
 static void attention_operand_views(const IrGraph *g, char *recomp) {
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = &g->nodes[i];
     if (n->op != IR_ATTENTION) continue;
     for (int k = 0; k < 3 && k < n->nin; k++) {
       const IrNode *t = &g->nodes[n->in[k]];
-      if (!ir_heads_transpose(t) || g->nodes[t->in[0]].op != IR_RESHAPE) continue;
+      if (!ir_heads_transpose(t)) continue;
+      const IrNode *x = &g->nodes[t->in[0]];
+      if (x->op == IR_RESHAPE) recomp[t->in[0]] = 1;
+      else if (x->op != IR_ROPE || !ir_rope_bthd(x)) continue;
       recomp[n->in[k]] = 1;
-      recomp[t->in[0]] = 1;
     }
   }
 }

@@ -3,6 +3,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -792,6 +793,44 @@ IrModule *lower_model_priced(Arena *arena, Diag *diag, const SemModel *model, in
   return lower_model_with(arena, diag, model, micro_batch, &o);
 }
 
+/* ROPE(TRANSPOSE(x)), the transpose split_heads's [B, T, H, D] -> [B, H, T, D] read by the
+ * rotation alone, becomes TRANSPOSE(ROPE(x)) with the rotation on [B, T, H, D] (attr[8]): the
+ * same values, one transpose either way, but the attention's q and k are then the heads'
+ * transposes of values laid out as the projections made them, as v is, which the CUDA back
+ * end's 16-bit attention reads in place (fuse.c's fuse_attn_qkv) and whose gradients it
+ * writes as the projections read them (fuse_attn_grad16): Llama's and GPT-OSS's q, k and v
+ * need no transpose or slice kernel of their own. In place: the transpose's node becomes
+ * the rotation (it reads x, which comes before it), the rotation's the transpose. */
+static void sink_rope_transposes(IrGraph *g) {
+  int n = g->nnodes;
+  if (n <= 0) return;
+  int *readers = calloc((size_t)n, sizeof *readers);
+  if (!readers) return;
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < g->nodes[i].nin; k++) readers[g->nodes[i].in[k]]++;
+  for (int k = 0; k < g->noutputs; k++) readers[g->outputs[k]]++;
+  for (int i = 0; i < n; i++) {
+    IrNode *r = &g->nodes[i];
+    if (r->op != IR_ROPE || r->nin != 1 || r->attr[8] || r->rank != 4) continue;
+    int t = r->in[0];
+    IrNode *tr = &g->nodes[t];
+    if (!ir_heads_transpose(tr) || readers[t] != 1 || tr->nin != 1 || tr->dtype != r->dtype) continue;
+    const IrNode *x = &g->nodes[tr->in[0]];
+    if (x->rank != 4) continue;
+    IrNode rot = *r, swap = *tr;
+    rot.in = tr->in; /* {x} */
+    rot.name = tr->name;
+    rot.attr[8] = 1;
+    memcpy(rot.dims, x->dims, sizeof rot.dims);
+    swap.in = r->in; /* {t} */
+    swap.name = r->name; /* the value the source named */
+    memcpy(swap.dims, r->dims, sizeof swap.dims);
+    *tr = rot;
+    *r = swap;
+  }
+  free(readers);
+}
+
 IrModule *lower_model_with(Arena *arena, Diag *diag, const SemModel *model, int64_t micro_batch, const LowerOptions *o) {
   Lower L;
   memset(&L, 0, sizeof L);
@@ -820,5 +859,6 @@ IrModule *lower_model_with(Arena *arena, Diag *diag, const SemModel *model, int6
   g->outputs = arena_alloc(arena, sizeof(int));
   g->outputs[0] = loss;
   g->noutputs = 1;
+  for (int gi = 0; gi < L.m->ngraphs; gi++) sink_rope_transposes(L.m->graphs[gi]);
   return L.m;
 }

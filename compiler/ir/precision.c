@@ -263,15 +263,21 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, const PrecTarge
                   !grad32[i] && ok16[i];
   }
   /* a rotary embedding (fp32 in, any type out on both targets) whose every reader is
-   * an attention that reads q, k, v as stored: stored in 16 bits where it is made (the
-   * CUDA target: Llama's q and k, no cast pass before the 16-bit attention) */
+   * an attention that reads q, k, v as stored, directly or through views (the heads'
+   * transpose after a rotation on [B, T, H, D], lower.c): stored in 16 bits where it is
+   * made (the CUDA target: Llama's q and k, no cast pass before the 16-bit attention) */
   char *rope16 = arena_alloc(a, (size_t)n + 1);
   if (t && t->cuda && is16(storage)) {
-    for (int i = 0; i < n; i++)
+    /* attn_view[i]: view i is read by such attentions alone (readers come after: a
+     * reader's own mark is final when it is met, from the last node back) */
+    char *attn_view = arena_alloc(a, (size_t)n + 1);
+    for (int i = 0; i < n; i++) {
       rope16[i] = old[i].op == IR_ROPE && old[i].dtype == DT_F32 && act[i] && !stat[i] && !grad32[i];
-    for (int r = 0; r < n; r++)
+      attn_view[i] = (old[i].op == IR_TRANSPOSE || old[i].op == IR_RESHAPE) && !grad32[i];
+    }
+    for (int r = n - 1; r >= 0; r--)
       for (int k = 0; k < old[r].nin; k++)
-        if (rope16[old[r].in[k]] && !(k < 3 && attn_reads_stored(&old[r], old, t))) rope16[old[r].in[k]] = 0;
+        if (!(k < 3 && attn_reads_stored(&old[r], old, t)) && !attn_view[r]) rope16[old[r].in[k]] = attn_view[old[r].in[k]] = 0;
   }
   Rebuild R = {g, old, map, ident, {c0, c1}, {h0, h1}, storage, g->fb_split, m};
   /* GEMMs multiply bf16 matrices (the CPU's hpd_ctx.gemm_bf16, cuBLASLt);

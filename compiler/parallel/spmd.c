@@ -962,16 +962,17 @@ static Val part_node(GPart *G, int i) {
   case IR_ROPE: {
     Val x = settle(G, ins[0], n->span);
     x = whole_along(G, x, 3, n->span);
-    int64_t attr[8];
-    memcpy(attr, n->attr, sizeof attr); /* YaRN's settings kept */
+    int64_t attr[9];
+    memcpy(attr, n->attr, sizeof attr); /* YaRN's settings and the layout kept */
     attr[1] = 0;
+    const int pos = ir_rope_pos_axis(n);
     for (int g = 0; g < IRG_COUNT; g++)
-      if (x.shd.axis[g] == 2) {
-        if (g != IRG_CP) x = whole_along(G, x, 2, n->span);
+      if (x.shd.axis[g] == pos) {
+        if (g != IRG_CP) x = whole_along(G, x, pos, n->span);
         else attr[1] = 1 + IRG_CP; /* positions of the zigzag chunks */
       }
     r.shd = x.shd;
-    r.id = emit(G, IR_ROPE, &x.id, 1, attr, 8, n->fattr, n->dtype, -1, NULL, n->span);
+    r.id = emit(G, IR_ROPE, &x.id, 1, attr, 9, n->fattr, n->dtype, -1, NULL, n->span);
     return r;
   }
   case IR_REPEAT_KV: {
