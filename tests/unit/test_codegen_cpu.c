@@ -468,6 +468,11 @@ static void build_ops(Ops *o) {
       int64_t at[2] = {inv, 0};
       end1(o, add(o, IR_ROPE, &x, 1, at, 2, 10000.0, -1, NULL));
     }
+    /* x as [B, T, H, D] (attr[8]): 3 positions, 8 heads */
+    begin(o, "rope_bthd");
+    int xb = farg(o, 4, r4);
+    int64_t bthd[9] = {0, 0, 0, 0, 0, 0, 0, 0, 1};
+    end1(o, add(o, IR_ROPE, &xb, 1, bthd, 9, 10000.0, -1, NULL));
     static const int64_t lg[3] = {2, 7, 11};
     begin(o, "cross_entropy");
     int in3[2] = {farg(o, 3, lg), arg(o, ARG_INT, 11, DT_I32, 2, ids)};
@@ -714,6 +719,10 @@ static void test_comm(void) {
   x = farg(&o, 4, r4);
   int64_t ra[2] = {0, 1 + IRG_CP};
   end1(&o, add(&o, IR_ROPE, &x, 1, ra, 2, 10000.0, -1, NULL));
+  begin(&o, "rope_zigzag_bthd");
+  x = farg(&o, 4, r4);
+  int64_t rb[9] = {0, 1 + IRG_CP, 0, 0, 0, 0, 0, 0, 1};
+  end1(&o, add(&o, IR_ROPE, &x, 1, rb, 9, 10000.0, -1, NULL));
   static const int64_t tab[2] = {11, 6}, ids[2] = {2, 7}, lg[3] = {2, 7, 11};
   int64_t vs = 1 + IRG_TP;
   begin(&o, "embedding_vocab_shard");

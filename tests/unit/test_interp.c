@@ -258,6 +258,20 @@ static void test_attention_ops(void) {
   int r = add(M.g, IR_ROPE, &x, 1, &fwd, 1, base, DT_F32, -1, NULL);
   expect_values(&M, in, r, ro, 24, 1e-14, "rope");
   expect_values(&M, in, add(M.g, IR_ROPE, &r, 1, &inv, 1, base, DT_F32, -1, NULL), xv, 24, 1e-14, "rope inverse");
+  /* attr[8] = 1: x read as [B, T, H, D] = [1, 2, 3, 4], the position its axis 1 */
+  double rt[24];
+  for (int t = 0; t < 2; t++)
+    for (int h = 0; h < 3; h++)
+      for (int i = 0; i < 2; i++) {
+        double th = t * pow(base, -2.0 * i / 4.0), *o = &rt[(t * 3 + h) * 4 + 2 * i];
+        const double *v = &xv[(t * 3 + h) * 4 + 2 * i];
+        o[0] = v[0] * cos(th) - v[1] * sin(th);
+        o[1] = v[0] * sin(th) + v[1] * cos(th);
+      }
+  int64_t bthd[9] = {0, 0, 0, 0, 0, 0, 0, 0, 1}, bthd_inv[9] = {1, 0, 0, 0, 0, 0, 0, 0, 1};
+  int rb = add(M.g, IR_ROPE, &x, 1, bthd, 9, base, DT_F32, -1, NULL);
+  expect_values(&M, in, rb, rt, 24, 1e-14, "rope bthd");
+  expect_values(&M, in, add(M.g, IR_ROPE, &rb, 1, bthd_inv, 9, base, DT_F32, -1, NULL), xv, 24, 1e-14, "rope bthd inverse");
   /* repeat_kv n = 2: head h of the output is head h / 2 */
   int64_t n = 2;
   double rep[48];
