@@ -110,7 +110,7 @@ if(Python3_Interpreter_FOUND)
     endforeach()
   endforeach()
   # cuda.traffic.gpt2_bf16: GPT-2 124M's bf16 training step (16 x 1024 tokens) moves at
-  # most 24.9 GB through its memory-bound kernels (bench/cuda_traffic.py over
+  # most 24.8 GB through its memory-bound kernels (bench/cuda_traffic.py over
   # kernels.json's bytes). 2026-12-01: 55.9 GB before the bare bf16 products, 16-bit
   # attention gradients and logits, 38.2 after; 41.3 once the kernels of several
   # launches counted too; 38.0 with the bf16 logits masked in place; 31.0 since the
@@ -119,26 +119,37 @@ if(Python3_Interpreter_FOUND)
   # since the attention reads q, k and v as the projections make them (no transposes);
   # 26.7 since LayerNorm's x_hat is made again in the backward (autodiff's norm_recompute);
   # 24.9 since sibling kernels read a value once (fusion rule 9: GELU made again beside its
-  # gradient and bias sum, the bias sum of dy beside its bf16 copy).
+  # gradient and bias sum, the bias sum of dy beside its bf16 copy); 24.75 since the
+  # embedding's lookup counts the rows it reads, not the whole table (2026-12-02).
   # A change that brings back an fp32 pass, a cast or a copy fails it. Skips (77)
   # without NVRTC.
   add_test(NAME cuda.traffic.gpt2_bf16
-           COMMAND bash -c "d=$(mktemp -d) && trap 'rm -rf $d' EXIT; out=$(\"$0\" compile \"$1\" --target cuda --arch sm_90 --dp 1 --gpus 1 --micro-batch 16 --global-batch 16 --precision bf16 -o $d/a -q 2>&1) || { echo \"$out\"; echo \"$out\" | grep -q 'NVRTC not found' && exit 77; exit 1; }; \"$2\" \"$3\" $d/a --top 5 --max-gb 24.9"
+           COMMAND bash -c "d=$(mktemp -d) && trap 'rm -rf $d' EXIT; out=$(\"$0\" compile \"$1\" --target cuda --arch sm_90 --dp 1 --gpus 1 --micro-batch 16 --global-batch 16 --precision bf16 -o $d/a -q 2>&1) || { echo \"$out\"; echo \"$out\" | grep -q 'NVRTC not found' && exit 77; exit 1; }; \"$2\" \"$3\" $d/a --top 5 --max-gb 24.8"
                    $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR}/samples/gpt2.hpd ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/bench/cuda_traffic.py)
   set_tests_properties(cuda.traffic.gpt2_bf16 PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS "cuda;sanitize_redundant")
   # cuda.traffic.llama_bf16: Llama-2-7B's bf16 step (2 of its layers, one sequence of
-  # 4096) moves at most 6.90 GB through its memory-bound kernels. 2026-12-02: 11.15 GB
+  # 4096) moves at most 6.45 GB through its memory-bound kernels. 2026-12-02: 11.15 GB
   # with the 16-bit attention at heads of 128, 9.61 once the rotary embedding read q and
   # k in bf16 on the CUDA target (the projections' products bf16, the attention
   # gradient's slices in bf16), 9.34 once the backward's rotary embedding stored the
   # gradients its GEMMs read in bf16 (precision.c's as16), 8.49 once a saved activation
   # counted among a bf16 product's 16-bit readers (the projections' products bf16), 6.88
   # once the rotary embedding ran in the projections' layout (lower.c's
-  # sink_rope_transposes: the attention reads q, k, v and writes their gradients in place)
+  # sink_rope_transposes: the attention reads q, k, v and writes their gradients in place),
+  # 6.42 once the embedding's lookup counted the rows it reads, not the whole table
   add_test(NAME cuda.traffic.llama_bf16
-           COMMAND bash -c "d=$(mktemp -d) && trap 'rm -rf $d' EXIT; out=$(\"$0\" compile \"$1\" -D layers=2 --tp 1 --target cuda --arch sm_90 --dp 1 --gpus 1 --precision bf16 -o $d/a -q 2>&1) || { echo \"$out\"; echo \"$out\" | grep -q 'NVRTC not found' && exit 77; exit 1; }; \"$2\" \"$3\" $d/a --top 5 --max-gb 6.90"
+           COMMAND bash -c "d=$(mktemp -d) && trap 'rm -rf $d' EXIT; out=$(\"$0\" compile \"$1\" -D layers=2 --tp 1 --target cuda --arch sm_90 --dp 1 --gpus 1 --precision bf16 -o $d/a -q 2>&1) || { echo \"$out\"; echo \"$out\" | grep -q 'NVRTC not found' && exit 77; exit 1; }; \"$2\" \"$3\" $d/a --top 5 --max-gb 6.45"
                    $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR}/samples/llama.hpd ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/bench/cuda_traffic.py)
   set_tests_properties(cuda.traffic.llama_bf16 PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS "cuda;sanitize_redundant")
+  # cuda.traffic.qwen3_bf16: Qwen3-8B's bf16 step (2 of its layers, one sequence of 4096)
+  # moves at most 11.35 GB. 2026-12-02: 14.56 GB, 13.75 once its QK-norm and rotary
+  # embedding ran in the projections' layout (lower.c: no transpose or slice kernel
+  # around its attention; the whole 36-layer step 124.2 -> 109.7 GB), 11.33 once the
+  # embedding's lookup counted the rows it reads, not its 2.5 GB table
+  add_test(NAME cuda.traffic.qwen3_bf16
+           COMMAND bash -c "d=$(mktemp -d) && trap 'rm -rf $d' EXIT; out=$(\"$0\" compile \"$1\" -D layers=2 --tp 1 --target cuda --arch sm_90 --dp 1 --gpus 1 --precision bf16 -o $d/a -q 2>&1) || { echo \"$out\"; echo \"$out\" | grep -q 'NVRTC not found' && exit 77; exit 1; }; \"$2\" \"$3\" $d/a --top 5 --max-gb 11.35"
+                   $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR}/samples/qwen3.hpd ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/bench/cuda_traffic.py)
+  set_tests_properties(cuda.traffic.qwen3_bf16 PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS "cuda;sanitize_redundant")
   add_test(NAME cuda.nvrtc.error
            COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/nvrtc_samples.py --hpdlc $<TARGET_FILE:hpdlc>
                    --sample ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --arch sm_80 --broken-header)
@@ -447,6 +458,16 @@ if(Python3_Interpreter_FOUND)
                      --sample ${CMAKE_SOURCE_DIR}/samples/llama.hpd --device ${dev} --steps 5
                      --first-tol 1e-4 --tol 1e-3 --args "-D layers=2 -D hidden=256 -D heads=2 -D kv_heads=1 -D ffn=256 -D seq=48 -D vocab=256 --global-batch 4 --micro-batch 2 --precision bf16 --cluster laptop --nodes 1 --dp 1 --tp 1 --sp off")
     set_tests_properties(cuda.layout.${dev}.bf16_llama_heads128 PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS cuda
+                         ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
+    # Qwen3 in bf16: its QK-norm and rotary embedding on [B, T, H, D] (lower.c's
+    # sink_rope_transposes), the 16-bit attention reading q, k, v and writing their
+    # gradients in the projections' layouts
+    add_test(NAME cuda.layout.${dev}.bf16_qwen3
+             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
+                     --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
+                     --sample ${CMAKE_SOURCE_DIR}/samples/qwen3.hpd --device ${dev} --steps 5
+                     --first-tol 1e-4 --tol 1e-3 --args "-D layers=2 -D hidden=128 -D heads=2 -D kv_heads=1 -D head_dim=64 -D ffn=256 -D seq=48 -D vocab=256 --global-batch 4 --micro-batch 2 --precision bf16 --cluster laptop --nodes 1 --dp 1 --tp 1 --sp off")
+    set_tests_properties(cuda.layout.${dev}.bf16_qwen3 PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS cuda
                          ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
     set(epilogue_env ${HPDL_CUDA_RUN_ENV} HPDL_GEMM_EPILOGUE=kernel)
     set_tests_properties(cuda.layout.${dev}.bf16_epilogue_kernel PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS cuda

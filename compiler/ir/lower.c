@@ -793,42 +793,126 @@ IrModule *lower_model_priced(Arena *arena, Diag *diag, const SemModel *model, in
   return lower_model_with(arena, diag, model, micro_batch, &o);
 }
 
-/* ROPE(TRANSPOSE(x)), the transpose split_heads's [B, T, H, D] -> [B, H, T, D] read by the
- * rotation alone, becomes TRANSPOSE(ROPE(x)) with the rotation on [B, T, H, D] (attr[8]): the
- * same values, one transpose either way, but the attention's q and k are then the heads'
- * transposes of values laid out as the projections made them, as v is, which the CUDA back
- * end's 16-bit attention reads in place (fuse.c's fuse_attn_qkv) and whose gradients it
- * writes as the projections read them (fuse_attn_grad16): Llama's and GPT-OSS's q, k and v
- * need no transpose or slice kernel of their own. In place: the transpose's node becomes
- * the rotation (it reads x, which comes before it), the rotation's the transpose. */
-static void sink_rope_transposes(IrGraph *g) {
-  int n = g->nnodes;
-  if (n <= 0) return;
-  int *readers = calloc((size_t)n, sizeof *readers);
-  if (!readers) return;
-  for (int i = 0; i < n; i++)
-    for (int k = 0; k < g->nodes[i].nin; k++) readers[g->nodes[i].in[k]]++;
-  for (int k = 0; k < g->noutputs; k++) readers[g->outputs[k]]++;
-  for (int i = 0; i < n; i++) {
-    IrNode *r = &g->nodes[i];
-    if (r->op != IR_ROPE || r->nin != 1 || r->attr[8] || r->rank != 4) continue;
-    int t = r->in[0];
-    IrNode *tr = &g->nodes[t];
-    if (!ir_heads_transpose(tr) || readers[t] != 1 || tr->nin != 1 || tr->dtype != r->dtype) continue;
-    const IrNode *x = &g->nodes[tr->in[0]];
-    if (x->rank != 4) continue;
-    IrNode rot = *r, swap = *tr;
-    rot.in = tr->in; /* {x} */
-    rot.name = tr->name;
-    rot.attr[8] = 1;
-    memcpy(rot.dims, x->dims, sizeof rot.dims);
-    swap.in = r->in; /* {t} */
-    swap.name = r->name; /* the value the source named */
-    memcpy(swap.dims, r->dims, sizeof swap.dims);
-    *tr = rot;
-    *r = swap;
+/* May region node n, which reads the heads' transpose t or other nodes of the region, read
+ * [B, T, H, D] instead of [B, H, T, D]? Element-wise ops whose other inputs broadcast along
+ * the last axis alone (a scalar, a [D] weight), and sums, means and maxima over the last
+ * axis kept as an axis of one: RMSNorm over each head (Qwen3's QK-norm). */
+static int sinkable_op(const IrNode *n) {
+  if (n->rank != 4) return 0;
+  int flags = ir_op_flags(n->op);
+  if (flags & IRF_REDUCE)
+    return (n->op == IR_REDUCE_SUM || n->op == IR_REDUCE_MEAN || n->op == IR_REDUCE_MAX) && n->attr[0] == 3 && n->attr[1];
+  return (flags & IRF_ELEMENTWISE) != 0;
+}
+
+/* ... and whose inputs from outside the region (known once it is whole) broadcast along
+ * the last axis alone */
+static int sinkable_inputs(const IrGraph *g, const IrNode *n, const char *region, int t) {
+  for (int j = 0; j < n->nin; j++) {
+    int v = n->in[j];
+    if (v == t || region[v]) continue;
+    const IrNode *y = &g->nodes[v];
+    for (int d = 0; d + 1 < y->rank; d++)
+      if (y->dims[d] != 1) return 0;
   }
-  free(readers);
+  return 1;
+}
+
+/* ROPE(f(TRANSPOSE(x))), the transpose split_heads's [B, T, H, D] -> [B, H, T, D] and f
+ * nothing or ops that read either layout alike (sinkable_op, sinkable_inputs: Qwen3's QK-norm), all read by
+ * that chain alone, becomes TRANSPOSE(ROPE(f(x))) with f and the rotation on [B, T, H, D]
+ * (ROPE's attr[8]): the same values, one transpose either way, but the attention's q and
+ * k are then the heads' transposes of values laid out as the projections made them, as v
+ * is, which the CUDA back end's 16-bit attention reads in place (fuse.c's fuse_attn_qkv)
+ * and whose gradients it writes as the projections read them (fuse_attn_grad16): Llama's,
+ * Qwen3's and GPT-OSS's q, k and v need no transpose or slice kernel of their own. The
+ * transpose moves from before the chain to just after the rotation; the nodes between
+ * shift down by one. Returns whether it moved one. */
+static int sink_one_rope_transpose(IrGraph *g) {
+  int n = g->nnodes, moved = 0;
+  int *start = calloc((size_t)n + 1, sizeof *start), *fill = calloc((size_t)n + 1, sizeof *fill);
+  int nuse = 0;
+  for (int i = 0; i < n; i++) nuse += g->nodes[i].nin;
+  int *users = malloc(sizeof *users * (size_t)(nuse + 1)), *queue = malloc(sizeof *queue * (size_t)(nuse + 1));
+  char *region = calloc((size_t)n + 1, 1), *out = calloc((size_t)n + 1, 1);
+  int *newid = malloc(sizeof *newid * (size_t)(n + 1));
+  IrNode *nodes = malloc(sizeof *nodes * (size_t)(n + 1));
+  if (!start || !fill || !users || !queue || !region || !out || !newid || !nodes) goto done;
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < g->nodes[i].nin; k++) start[g->nodes[i].in[k] + 1]++;
+  for (int i = 0; i < n; i++) start[i + 1] += start[i];
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < g->nodes[i].nin; k++) {
+      int v = g->nodes[i].in[k];
+      users[start[v] + fill[v]++] = i;
+    }
+  for (int k = 0; k < g->noutputs; k++) out[g->outputs[k]] = 1;
+  for (int t = 0; t < n && !moved; t++) {
+    const IrNode *tr = &g->nodes[t];
+    if (!ir_heads_transpose(tr) || tr->nin != 1 || out[t] || g->nodes[tr->in[0]].rank != 4) continue;
+    /* the region: what reads t, and what reads that, up to one rotation */
+    memset(region, 0, (size_t)n);
+    int head = 0, tail = 0, rope = -1, ok = 1;
+    for (int u = start[t]; u < start[t + 1]; u++) queue[tail++] = users[u];
+    while (ok && head < tail) {
+      int u = queue[head++];
+      const IrNode *un = &g->nodes[u];
+      if (region[u] || u == rope) continue;
+      if (un->op == IR_ROPE && un->nin == 1 && !un->attr[8] && un->dtype == tr->dtype) {
+        ok = rope < 0;
+        rope = u;
+      } else if (!out[u] && sinkable_op(un)) {
+        region[u] = 1;
+        for (int w = start[u]; w < start[u + 1]; w++) queue[tail++] = users[w]; /* a use is queued once */
+      } else {
+        ok = 0;
+      }
+    }
+    for (int u = 0; u < n && ok && rope >= 0; u++)
+      if (region[u]) ok = sinkable_inputs(g, &g->nodes[u], region, t);
+    if (!ok || rope < 0) continue;
+    int x = tr->in[0];
+    int m = 0, moved_t = -1;
+    for (int i = 0; i < n; i++) {
+      if (i == t) continue;
+      newid[i] = m++;
+      if (i == rope) moved_t = m++;
+    }
+    newid[t] = newid[x];
+    for (int i = 0, j = 0; i < n; i++) {
+      if (i == t) continue;
+      IrNode y = g->nodes[i];
+      for (int k = 0; k < y.nin; k++) y.in[k] = y.in[k] == rope ? moved_t : newid[y.in[k]];
+      if (region[i] || i == rope) {
+        int64_t d1 = y.dims[1];
+        y.dims[1] = y.dims[2];
+        y.dims[2] = d1;
+      }
+      if (i == rope) {
+        y.attr[8] = 1;
+        y.name = NULL; /* the name is the value's, after the transpose */
+      }
+      nodes[j++] = y;
+      if (i == rope) {
+        IrNode z = *tr; /* the transpose, its span split_heads's */
+        z.in[0] = newid[rope];
+        z.name = g->nodes[rope].name;
+        memcpy(z.dims, g->nodes[rope].dims, sizeof z.dims);
+        nodes[j++] = z;
+      }
+    }
+    memcpy(g->nodes, nodes, sizeof *nodes * (size_t)n);
+    for (int k = 0; k < g->noutputs; k++) g->outputs[k] = g->outputs[k] == rope ? moved_t : newid[g->outputs[k]];
+    moved = 1;
+  }
+done:
+  free(start), free(fill), free(users), free(queue), free(region), free(out), free(newid), free(nodes);
+  return moved;
+}
+
+static void sink_rope_transposes(IrGraph *g) {
+  while (sink_one_rope_transpose(g)) {
+  }
 }
 
 IrModule *lower_model_with(Arena *arena, Diag *diag, const SemModel *model, int64_t micro_batch, const LowerOptions *o) {
