@@ -236,6 +236,19 @@ static void test_shapes(void) {
   arena_free(M.arena);
 }
 
+/* RoPE of x [1, H, T, 4] (bthd: [1, T, H, 4]) worked out directly: pair i of position t
+ * turns by t * base^(-2i/4) */
+static void rope_by_hand(const double *x, double *out, double base, int H, int T, int bthd) {
+  for (int h = 0; h < H; h++)
+    for (int t = 0; t < T; t++)
+      for (int i = 0; i < 2; i++) {
+        int at = (bthd ? t * H + h : h * T + t) * 4 + 2 * i;
+        double th = t * pow(base, -2.0 * i / 4.0);
+        out[at] = x[at] * cos(th) - x[at + 1] * sin(th);
+        out[at + 1] = x[at] * sin(th) + x[at + 1] * cos(th);
+      }
+}
+
 static void test_attention_ops(void) {
   Mod M = mod_new();
   int64_t d[4] = {1, 2, 3, 4};
@@ -246,28 +259,14 @@ static void test_attention_ops(void) {
   interp_set_input(in, 0, xv);
   /* rope: pair i of position t turns by t * base^(-2i/D) */
   double base = 100.0, ro[24];
-  for (int h = 0; h < 2; h++)
-    for (int t = 0; t < 3; t++)
-      for (int i = 0; i < 2; i++) {
-        double th = t * pow(base, -2.0 * i / 4.0), *o = &ro[(h * 3 + t) * 4 + 2 * i];
-        const double *v = &xv[(h * 3 + t) * 4 + 2 * i];
-        o[0] = v[0] * cos(th) - v[1] * sin(th);
-        o[1] = v[0] * sin(th) + v[1] * cos(th);
-      }
+  rope_by_hand(xv, ro, base, 2, 3, 0);
   int64_t fwd = 0, inv = 1;
   int r = add(M.g, IR_ROPE, &x, 1, &fwd, 1, base, DT_F32, -1, NULL);
   expect_values(&M, in, r, ro, 24, 1e-14, "rope");
   expect_values(&M, in, add(M.g, IR_ROPE, &r, 1, &inv, 1, base, DT_F32, -1, NULL), xv, 24, 1e-14, "rope inverse");
   /* attr[8] = 1: x read as [B, T, H, D] = [1, 2, 3, 4], the position its axis 1 */
   double rt[24];
-  for (int t = 0; t < 2; t++)
-    for (int h = 0; h < 3; h++)
-      for (int i = 0; i < 2; i++) {
-        double th = t * pow(base, -2.0 * i / 4.0), *o = &rt[(t * 3 + h) * 4 + 2 * i];
-        const double *v = &xv[(t * 3 + h) * 4 + 2 * i];
-        o[0] = v[0] * cos(th) - v[1] * sin(th);
-        o[1] = v[0] * sin(th) + v[1] * cos(th);
-      }
+  rope_by_hand(xv, rt, base, 3, 2, 1);
   int64_t bthd[9] = {0, 0, 0, 0, 0, 0, 0, 0, 1}, bthd_inv[9] = {1, 0, 0, 0, 0, 0, 0, 0, 1};
   int rb = add(M.g, IR_ROPE, &x, 1, bthd, 9, base, DT_F32, -1, NULL);
   expect_values(&M, in, rb, rt, 24, 1e-14, "rope bthd");
