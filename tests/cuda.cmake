@@ -448,25 +448,32 @@ if(Python3_Interpreter_FOUND)
                      --first-tol 1e-4 --tol 1e-3 --args "-D T=16 -D C=320 -D H=5 --global-batch 4 --micro-batch 2 --precision bf16")
     set_tests_properties(cuda.layout.${dev}.bf16_row_cache PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS cuda
                          ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
-    # Decoders of 2026 in bf16, 5 steps against the CPU target: bf16_llama_heads128, Llama's
-    # heads of 128 (2 query heads, 1 key / value head, 48 positions): the 16-bit attention
+    # Decoders of 2026, 5 steps against the CPU target: bf16_llama_heads128, Llama's heads of
+    # 128 in bf16 (2 query heads, 1 key / value head, 48 positions): the 16-bit attention
     # kernels' one-buffer key tiles (the forward's 32 keys, dq's 16: two and three tiles,
     # the last short) and dkdv's two blocks a multiprocessor, reading the rotary embedding's
     # q and k as it stores them in bf16 (precision.c's rope16); bf16_qwen3, Qwen3's QK-norm
     # and rotary embedding on [B, T, H, D] (lower.c's sink_rope_transposes). Both read q, k, v
-    # and write their gradients in the projections' layouts (fuse_attn_qkv, _grad16)
-    set(llm_one "--global-batch 4 --micro-batch 2 --precision bf16 --cluster laptop --nodes 1 --dp 1 --tp 1 --sp off")
-    foreach(case "bf16_llama_heads128|llama|-D layers=2 -D hidden=256 -D heads=2 -D kv_heads=1 -D ffn=256 -D seq=48 -D vocab=256"
-                 "bf16_qwen3|qwen3|-D layers=2 -D hidden=128 -D heads=2 -D kv_heads=1 -D head_dim=64 -D ffn=256 -D seq=48 -D vocab=256")
+    # and write their gradients in the projections' layouts (fuse_attn_qkv, _grad16).
+    # gpt_oss, GPT-OSS in fp32 within 1e-5: attention sinks, the sliding window of every
+    # other block, YaRN's rotary embedding, routed experts with biases and the clamped
+    # SwiGLU, full recomputation (in bf16 the routing's ties move the norms about 1e-3)
+    set(llm_one "--global-batch 4 --micro-batch 2 --cluster laptop --nodes 1 --dp 1 --tp 1 --sp off")
+    foreach(case "bf16_llama_heads128|llama|bf16|1e-4|1e-3|-D layers=2 -D hidden=256 -D heads=2 -D kv_heads=1 -D ffn=256 -D seq=48 -D vocab=256"
+                 "bf16_qwen3|qwen3|bf16|1e-4|1e-3|-D layers=2 -D hidden=128 -D heads=2 -D kv_heads=1 -D head_dim=64 -D ffn=256 -D seq=48 -D vocab=256"
+                 "gpt_oss|gpt-oss|fp32|1e-6|1e-5|-D layers=4 -D hidden=64 -D heads=4 -D kv_heads=2 -D head_dim=16 -D experts=4 -D top_k=2 -D ffn=64 -D window=16 -D seq=48 -D vocab=256 --ep 1 --pp 1")
       string(REPLACE "|" ";" parts "${case}")
       list(GET parts 0 name)
       list(GET parts 1 sample)
-      list(GET parts 2 sizes)
+      list(GET parts 2 precision)
+      list(GET parts 3 first_tol)
+      list(GET parts 4 tol)
+      list(GET parts 5 sizes)
       add_test(NAME cuda.layout.${dev}.${name}
                COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
                        --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
                        --sample ${CMAKE_SOURCE_DIR}/samples/${sample}.hpd --device ${dev} --steps 5
-                       --first-tol 1e-4 --tol 1e-3 --args "${sizes} ${llm_one}")
+                       --first-tol ${first_tol} --tol ${tol} --args "${sizes} --precision ${precision} ${llm_one}")
       set_tests_properties(cuda.layout.${dev}.${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS cuda
                            ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
     endforeach()

@@ -819,15 +819,15 @@ static int sinkable_inputs(const IrGraph *g, const IrNode *n, const char *region
 }
 
 /* ROPE(f(TRANSPOSE(x))), the transpose split_heads's [B, T, H, D] -> [B, H, T, D] and f
- * nothing or ops that read either layout alike (sinkable_op, sinkable_inputs: Qwen3's QK-norm), all read by
- * that chain alone, becomes TRANSPOSE(ROPE(f(x))) with f and the rotation on [B, T, H, D]
- * (ROPE's attr[8]): the same values, one transpose either way, but the attention's q and
- * k are then the heads' transposes of values laid out as the projections made them, as v
- * is, which the CUDA back end's 16-bit attention reads in place (fuse.c's fuse_attn_qkv)
- * and whose gradients it writes as the projections read them (fuse_attn_grad16): Llama's,
- * Qwen3's and GPT-OSS's q, k and v need no transpose or slice kernel of their own. The
- * transpose moves from before the chain to just after the rotation; the nodes between
- * shift down by one. Returns whether it moved one. */
+ * nothing or ops that read either layout alike (sinkable_op, sinkable_inputs: Qwen3's
+ * QK-norm), all read by that chain alone, becomes TRANSPOSE(ROPE(f(x))) with f and the
+ * rotation on [B, T, H, D] (ROPE's attr[8]): the same values, one transpose either way,
+ * but the attention's q and k are then the heads' transposes of values laid out as the
+ * projections made them, as v is, which the CUDA back end's 16-bit attention reads in
+ * place (fuse.c's fuse_attn_qkv) and whose gradients it writes as the projections read
+ * them (fuse_attn_grad16): Llama's, Qwen3's and GPT-OSS's q, k and v need no transpose or
+ * slice kernel of their own. The transpose moves from before the chain to just after the
+ * rotation; the nodes between shift down by one. Returns whether it moved one. */
 static int sink_one_rope_transpose(IrGraph *g) {
   int n = g->nnodes, moved = 0;
   int *start = calloc((size_t)n + 1, sizeof *start), *fill = calloc((size_t)n + 1, sizeof *fill);
