@@ -42,6 +42,10 @@ hpdl_ir_stage(ir mlp samples/mlp.hpd)
 hpdl_ir_stage(ir gpt2-tiny samples/gpt2-tiny.hpd ${HPDL_IR_TINY_GPT2})
 # Qwen3's QK-norm and rotary embedding run on [B, T, H, D], the heads' transposes after
 # them (lower.c's sink_rope_transposes), so the attention reads three transposes
+# its edges: the rotation of the split itself and of a QK-norm-like chain moved, a split
+# read elsewhere too and a per-head scale kept; and their gradients
+hpdl_ir_stage(ir rope-sink tests/ir/rope-sink.hpd)
+hpdl_ir_stage(grad rope-sink tests/ir/rope-sink.hpd)
 hpdl_ir_stage(ir qwen3-tiny samples/qwen3.hpd --tp 1 --dp 1 --gpus 1 -D layers=1 -D hidden=64 -D heads=2
               -D kv_heads=1 -D head_dim=16 -D ffn=64 -D seq=8 -D vocab=32)
 hpdl_ir_stage(spmd gpt2-tiny-tp2-sp-pp2 samples/gpt2-tiny.hpd ${HPDL_IR_TINY_GPT2} --tp 2 --sp on --pp 2)
