@@ -319,7 +319,8 @@ static const char *irshape_EMBEDDING_BWD(IrGraph *g, IrNode *n) {
 
 static const char *irshape_ROPE(IrGraph *g, IrNode *n) {
   IrNode *x = in_node(g, n, 0);
-  if (x->rank != 4 || x->dims[3] % 2) return n->attr[8] ? "rope needs [B, T, H, D] with an even D" : "rope needs [B, H, T, D] with an even D";
+  if (x->rank != 4 || x->dims[3] % 2)
+    return n->attr[8] ? "rope needs [B, T, H, D] with an even D" : "rope needs [B, H, T, D] with an even D";
   return unary_float(g, n);
 }
 

@@ -277,7 +277,8 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, const PrecTarge
     }
     for (int r = n - 1; r >= 0; r--)
       for (int k = 0; k < old[r].nin; k++)
-        if (!(k < 3 && attn_reads_stored(&old[r], old, t)) && !attn_view[r]) rope16[old[r].in[k]] = attn_view[old[r].in[k]] = 0;
+        if (!(k < 3 && attn_reads_stored(&old[r], old, t)) && !attn_view[r])
+          rope16[old[r].in[k]] = attn_view[old[r].in[k]] = 0;
   }
   Rebuild R = {g, old, map, ident, {c0, c1}, {h0, h1}, storage, g->fb_split, m};
   /* GEMMs multiply bf16 matrices (the CPU's hpd_ctx.gemm_bf16, cuBLASLt);
