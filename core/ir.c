@@ -936,6 +936,26 @@ int ir_verify_pipeline_cut(const IrGraph *g, FILE *out) {
   return problems;
 }
 
+IrReaders ir_readers(const IrNode *nodes, int n, Arena *a) {
+  IrReaders r;
+  int nuse = 0;
+  for (int i = 0; i < n; i++) nuse += nodes[i].nin;
+  r.start = arena_alloc(a, sizeof(int) * (size_t)(n + 2));
+  r.node = arena_alloc(a, sizeof(int) * (size_t)(nuse + 1));
+  r.slot = arena_alloc(a, sizeof(int) * (size_t)(nuse + 1));
+  int *fill = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < nodes[i].nin; k++) r.start[nodes[i].in[k] + 1]++;
+  for (int i = 0; i < n; i++) r.start[i + 1] += r.start[i];
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < nodes[i].nin; k++) {
+      int v = nodes[i].in[k], at = r.start[v] + fill[v]++;
+      r.node[at] = i;
+      r.slot[at] = k;
+    }
+  return r;
+}
+
 int ir_drop_unread(IrGraph *g, int (*droppable)(IrOp op)) {
   int n = g->nnodes;
   int *readers = arena_alloc(g->arena, sizeof(int) * (size_t)(n + 1)), *to = arena_alloc(g->arena, sizeof(int) * (size_t)(n + 1));

@@ -250,6 +250,13 @@ int ir_verify(const IrModule *m, FILE *out);
  * precision.h); the parameter's dtype when every node reads it as it is. */
 DType ir_param_read_type(const IrModule *m, int p);
 
+/* Each of nodes[0, n)'s readers, CSR: node v is read by node[u] at its input slot[u] for
+ * u in [start[v], start[v + 1]), the readers in node order (a graph's outputs are none) */
+typedef struct {
+  int *start, *node, *slot;
+} IrReaders;
+IrReaders ir_readers(const IrNode *nodes, int n, Arena *a);
+
 /* Removes the nodes of g that nothing reads (no node, no output) and whose
  * op `droppable` accepts, last to first, so that a chain of them goes whole;
  * the rest keep their order, renumbered (fb_split moves with them).

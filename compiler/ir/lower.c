@@ -830,22 +830,13 @@ static int sinkable_inputs(const IrGraph *g, const IrNode *n, const char *region
  * rotation; the nodes between shift down by one. Returns whether it moved one. */
 static int sink_one_rope_transpose(IrGraph *g) {
   int n = g->nnodes, moved = 0;
-  int *start = calloc((size_t)n + 1, sizeof *start), *fill = calloc((size_t)n + 1, sizeof *fill);
-  int nuse = 0;
-  for (int i = 0; i < n; i++) nuse += g->nodes[i].nin;
-  int *users = malloc(sizeof *users * (size_t)(nuse + 1)), *queue = malloc(sizeof *queue * (size_t)(nuse + 1));
+  IrReaders rd = ir_readers(g->nodes, n, g->arena);
+  const int *start = rd.start, *users = rd.node;
+  int *queue = malloc(sizeof *queue * (size_t)(start[n] + 1)); /* a use is queued once */
   char *region = calloc((size_t)n + 1, 1), *out = calloc((size_t)n + 1, 1);
   int *newid = malloc(sizeof *newid * (size_t)(n + 1));
   IrNode *nodes = malloc(sizeof *nodes * (size_t)(n + 1));
-  if (!start || !fill || !users || !queue || !region || !out || !newid || !nodes) goto done;
-  for (int i = 0; i < n; i++)
-    for (int k = 0; k < g->nodes[i].nin; k++) start[g->nodes[i].in[k] + 1]++;
-  for (int i = 0; i < n; i++) start[i + 1] += start[i];
-  for (int i = 0; i < n; i++)
-    for (int k = 0; k < g->nodes[i].nin; k++) {
-      int v = g->nodes[i].in[k];
-      users[start[v] + fill[v]++] = i;
-    }
+  if (!queue || !region || !out || !newid || !nodes) goto done;
   for (int k = 0; k < g->noutputs; k++) out[g->outputs[k]] = 1;
   for (int t = 0; t < n && !moved; t++) {
     const IrNode *tr = &g->nodes[t];
@@ -863,7 +854,7 @@ static int sink_one_rope_transpose(IrGraph *g) {
         rope = u;
       } else if (!out[u] && sinkable_op(un)) {
         region[u] = 1;
-        for (int w = start[u]; w < start[u + 1]; w++) queue[tail++] = users[w]; /* a use is queued once */
+        for (int w = start[u]; w < start[u + 1]; w++) queue[tail++] = users[w];
       } else {
         ok = 0;
       }
@@ -906,7 +897,7 @@ static int sink_one_rope_transpose(IrGraph *g) {
     moved = 1;
   }
 done:
-  free(start), free(fill), free(users), free(queue), free(region), free(out), free(newid), free(nodes);
+  free(queue), free(region), free(out), free(newid), free(nodes);
   return moved;
 }
 

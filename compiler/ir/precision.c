@@ -222,20 +222,9 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, const PrecTarge
      * Not where a reader adds a parameter (a bias) or multiplies by a
      * constant (a scale): the GEMM's own epilogue, in fp32 before it rounds */
     char *ok16 = arena_alloc(a, (size_t)n + 1);
-    /* each node's readers (reader, input slot), CSR: start[i] .. start[i + 1] */
-    int *start = arena_alloc(a, sizeof(int) * (size_t)(n + 2)), nuse = 0;
-    for (int i = 0; i < n; i++) nuse += old[i].nin;
-    int *use_node = arena_alloc(a, sizeof(int) * (size_t)(nuse + 1)), *use_slot = arena_alloc(a, sizeof(int) * (size_t)(nuse + 1));
-    for (int i = 0; i < n; i++)
-      for (int k = 0; k < old[i].nin; k++) start[old[i].in[k] + 1]++;
-    for (int i = 0; i < n; i++) start[i + 1] += start[i];
-    int *fill = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
-    for (int r = 0; r < n; r++)
-      for (int k = 0; k < old[r].nin; k++) {
-        int v = old[r].in[k], at = start[v] + fill[v]++;
-        use_node[at] = r;
-        use_slot[at] = k;
-      }
+    /* each node's readers (reader, input slot) */
+    IrReaders rd = ir_readers(old, n, a);
+    int *start = rd.start, *use_node = rd.node, *use_slot = rd.slot;
     for (int i = n - 1; i >= 0; i--) { /* readers come after: decided first */
       const IrNode *x = &old[i];
       if (readers[i] == 0 || out32[i] ||
