@@ -20,6 +20,9 @@ int hostop_supported(IrOp op) {
   case IR_MOE_DISPATCH:
   case IR_MOE_COMBINE:
   case IR_MOE_GATE_GRAD:
+  case IR_MOE_EXPERT_IDS:
+  case IR_GROUPED_MM:
+  case IR_GROUPED_MM_WGRAD:
   case IR_AUX_LOSS:
   case IR_LOSS_SEED:
   case IR_TRAINING:
@@ -45,28 +48,35 @@ static const char *failf(char *err, size_t n, const char *fmt, ...) {
   return err;
 }
 
-/* MOE_DISPATCH, MOE_COMBINE, MOE_GATE_GRAD (ir_ops.h), sequence by sequence. */
+/* MOE_DISPATCH, MOE_COMBINE, MOE_GATE_GRAD (ir_ops.h), sequence by sequence;
+ * in the packed form (y [B T K, C]) a choice's row is numbered over all the
+ * sequences (b E cap + slot with cap = 0). */
 static const char *moe(const IrGraph *g, const IrNode *n, void **bufs, char *err, size_t errlen) {
   int iidx = n->op == IR_MOE_GATE_GRAD ? 2 : 1;
   const IrNode *idxn = &g->nodes[n->in[iidx]];
   const IrNode *wide = n->op == IR_MOE_DISPATCH ? n : &g->nodes[n->in[n->op == IR_MOE_COMBINE ? 0 : 1]];
   int64_t B = idxn->dims[0], T = idxn->dims[1], K = idxn->dims[2];
-  int64_t E = wide->dims[1], cap = wide->dims[2], C = wide->dims[3];
+  int packed = wide->rank == 2;
+  int64_t E = packed ? n->attr[0] : wide->dims[1], cap = packed ? 0 : wide->dims[2], C = wide->dims[wide->rank - 1];
   const float *A = bufs[0];
   const int32_t *I = bufs[iidx];
   const float *W = n->op == IR_MOE_GATE_GRAD ? bufs[1] : bufs[2];
   float *out = bufs[3];
-  int64_t *choice = xalloc_calloc((size_t)(T * K + 1), sizeof(int64_t)), *slot = xalloc_calloc((size_t)(T * K + E + 1), sizeof(int64_t));
-  int64_t *count = slot + T * K;
+  int64_t nc = packed ? B * T * K : T * K;
+  int64_t *choice = xalloc_calloc((size_t)(nc + 1), sizeof(int64_t)), *rows = xalloc_calloc((size_t)(nc + E + 1), sizeof(int64_t));
+  int64_t *count = rows + nc, *slot = rows;
   const char *e = NULL;
   memset(out, 0, sizeof(float) * (size_t)ir_numel(n));
   for (int64_t b = 0; b < B && !e; b++) {
-    for (int64_t p = 0; p < T * K; p++) choice[p] = I[b * T * K + p];
-    int64_t bad = interp_moe_slots(choice, T, K, E, cap, slot, count);
-    if (bad >= 0) {
-      e = failf(err, errlen, "%s: expert %" PRId64 " is outside [0, %" PRId64 ")", ir_op_name(n->op), choice[bad], E);
-      break;
+    if (!packed || b == 0) {
+      for (int64_t p = 0; p < nc; p++) choice[p] = I[b * T * K + p];
+      int64_t bad = packed ? interp_moe_rows(choice, nc, E, rows, count) : interp_moe_slots(choice, T, K, E, cap, slot, count);
+      if (bad >= 0) {
+        e = failf(err, errlen, "%s: expert %" PRId64 " is outside [0, %" PRId64 ")", ir_op_name(n->op), choice[bad], E);
+        break;
+      }
     }
+    if (packed) slot = rows + b * T * K;
     for (int64_t p = 0; p < T * K; p++) {
       if (slot[p] < 0) continue;
       int64_t t = p / K;
@@ -87,8 +97,56 @@ static const char *moe(const IrGraph *g, const IrNode *n, void **bufs, char *err
     }
   }
   free(choice);
-  free(slot);
+  free(rows);
   return e;
+}
+
+/* MOE_EXPERT_IDS: the choices' experts sorted (a counting sort) */
+static const char *expert_ids(const IrNode *n, void **bufs, char *err, size_t errlen) {
+  const int32_t *I = bufs[0];
+  int32_t *out = bufs[1];
+  int64_t N = n->dims[0], E = n->attr[0];
+  int64_t *count = xalloc_calloc((size_t)(E + 1), sizeof(int64_t));
+  for (int64_t c = 0; c < N; c++) {
+    if (I[c] < 0 || I[c] >= E) {
+      free(count);
+      return failf(err, errlen, "moe_expert_ids: expert %d is outside [0, %" PRId64 ")", (int)I[c], E);
+    }
+    count[I[c]]++;
+  }
+  for (int64_t x = 0, o = 0; x < E; x++)
+    for (int64_t j = 0; j < count[x]; j++) out[o++] = (int32_t)x;
+  free(count);
+  return NULL;
+}
+
+/* GROUPED_MM and GROUPED_MM_WGRAD (ir_ops.h): one GEMM a run of rows of the
+ * same expert (one an expert: the ids come sorted), through the env's BLAS;
+ * with HOSTOP_ADD the weight gradient is added into its buffer. */
+static const char *grouped_mm(const IrGraph *g, const IrNode *n, void **bufs, HostOpEnv *env, int flags, char *err, size_t errlen) {
+  const IrNode *a = &g->nodes[n->in[0]], *b = &g->nodes[n->in[1]];
+  const float *A = bufs[0], *Bv = bufs[1];
+  const int32_t *ids = bufs[2];
+  float *out = bufs[3];
+  AttnSgemm gemm = env->sgemm ? env->sgemm : attn_loop_sgemm;
+  int64_t N = a->dims[0], X = a->dims[1];
+  int64_t E = n->op == IR_GROUPED_MM ? b->dims[0] : n->dims[0];
+  for (int64_t i = 0; i < N; i++)
+    if (ids[i] < 0 || ids[i] >= E)
+      return failf(err, errlen, "%s: row %" PRId64 "'s expert %d is outside [0, %" PRId64 ")", ir_op_name(n->op), i, (int)ids[i], E);
+  int t = n->op == IR_GROUPED_MM && n->attr[0] != 0;
+  int64_t Y = n->op == IR_GROUPED_MM ? n->dims[1] : b->dims[1];
+  if (n->op == IR_GROUPED_MM_WGRAD && !(flags & HOSTOP_ADD)) memset(out, 0, sizeof(float) * (size_t)ir_numel(n));
+  for (int64_t r0 = 0, r1; r0 < N; r0 = r1) {
+    int64_t e = ids[r0];
+    for (r1 = r0 + 1; r1 < N && ids[r1] == e; r1++) {
+    }
+    if (n->op == IR_GROUPED_MM)
+      gemm(0, t, r1 - r0, Y, X, 1.0f, A + r0 * X, X, Bv + e * X * Y, t ? X : Y, 0.0f, out + r0 * Y, Y);
+    else
+      gemm(1, 0, X, Y, r1 - r0, 1.0f, A + r0 * X, X, Bv + r0 * Y, Y, 1.0f, out + e * X * Y, Y);
+  }
+  return NULL;
 }
 
 static const char *all_to_all(const IrGraph *g, const IrNode *n, void **bufs, HostOpEnv *env, char *err, size_t errlen) {
@@ -227,6 +285,9 @@ const char *hostop_run(const IrGraph *g, int node, void **bufs, HostOpEnv *env, 
   case IR_MOE_DISPATCH:
   case IR_MOE_COMBINE:
   case IR_MOE_GATE_GRAD: return moe(g, n, bufs, err, errlen);
+  case IR_MOE_EXPERT_IDS: return expert_ids(n, bufs, err, errlen);
+  case IR_GROUPED_MM:
+  case IR_GROUPED_MM_WGRAD: return grouped_mm(g, n, bufs, env, flags, err, errlen);
   case IR_ATTENTION:
   case IR_ATTENTION_BWD: return attention(g, n, bufs, env, err, errlen);
   case IR_CONV2D:

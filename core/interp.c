@@ -541,6 +541,54 @@ static const char *exec_matmul(Run *r, const IrNode *n, double *out) {
   return NULL;
 }
 
+/* MOE_EXPERT_IDS: the choices' experts sorted (a counting sort) */
+static const char *exec_expert_ids(Run *r, const IrNode *n, double *out) {
+  const double *I = r->val[n->in[0]];
+  int64_t N = n->dims[0], E = n->attr[0];
+  int64_t *count = xalloc_calloc((size_t)(E + 1), sizeof(int64_t));
+  const char *e = NULL;
+  for (int64_t c = 0; c < N && !e; c++)
+    if (I[c] < 0 || I[c] >= (double)E) e = fail(r->in, "moe_expert_ids: expert %g is outside [0, %" PRId64 ")", I[c], E);
+    else count[(int64_t)I[c]]++;
+  for (int64_t x = 0, o = 0; x < E && !e; x++)
+    for (int64_t j = 0; j < count[x]; j++) out[o++] = (double)x;
+  free(count);
+  return e;
+}
+
+/* GROUPED_MM and GROUPED_MM_WGRAD (ir_ops.h), row by row in fp64 */
+static const char *exec_grouped_mm(Run *r, const IrNode *n, double *out) {
+  const IrGraph *g = r->g;
+  const IrNode *a = &g->nodes[n->in[0]], *b = &g->nodes[n->in[1]];
+  const double *A = r->val[n->in[0]], *Bv = r->val[n->in[1]], *ids = r->val[n->in[2]];
+  int64_t N = a->dims[0], X = a->dims[1];
+  int64_t E = n->op == IR_GROUPED_MM ? b->dims[0] : n->dims[0];
+  for (int64_t i = 0; i < N; i++)
+    if (ids[i] < 0 || ids[i] >= (double)E)
+      return fail(r->in, "%s: row %" PRId64 "'s expert %g is outside [0, %" PRId64 ")", ir_op_name(n->op), i, ids[i], E);
+  memset(out, 0, sizeof(double) * (size_t)ir_numel(n));
+  if (n->op == IR_GROUPED_MM) {
+    int t = n->attr[0] != 0;
+    int64_t Y = n->dims[1];
+    for (int64_t i = 0; i < N; i++) {
+      const double *w = Bv + (int64_t)ids[i] * X * Y;
+      for (int64_t y = 0; y < Y; y++) {
+        double s = 0;
+        for (int64_t x = 0; x < X; x++) s += A[i * X + x] * (t ? w[y * X + x] : w[x * Y + y]);
+        out[i * Y + y] = s;
+      }
+    }
+  } else {
+    int64_t Y = b->dims[1];
+    for (int64_t i = 0; i < N; i++) {
+      double *o = out + (int64_t)ids[i] * X * Y;
+      for (int64_t x = 0; x < X; x++)
+        for (int64_t y = 0; y < Y; y++) o[x * Y + y] += A[i * X + x] * Bv[i * Y + y];
+    }
+  }
+  return NULL;
+}
+
 static const char *exec_rope(const Interp *in, const IrNode *n, const double *x, double *out) {
   int bthd = ir_rope_bthd(n);
   int64_t B = n->dims[0], H = n->dims[ir_rope_heads_axis(n)], T = n->dims[ir_rope_pos_axis(n)], D = n->dims[3];
@@ -786,6 +834,20 @@ int64_t interp_moe_slots(const int64_t *choice, int64_t T, int64_t K, int64_t E,
   return -1;
 }
 
+int64_t interp_moe_rows(const int64_t *choice, int64_t n, int64_t E, int64_t *row, int64_t *count) {
+  for (int64_t e = 0; e <= E; e++) count[e] = 0;
+  for (int64_t c = 0; c < n; c++) {
+    if (choice[c] < 0 || choice[c] >= E) return c;
+    count[choice[c] + 1]++;
+  }
+  for (int64_t e = 0; e < E; e++) count[e + 1] += count[e];
+  for (int64_t c = 0; c < n; c++) row[c] = count[choice[c]]++;
+  /* count[e] is now expert e's end, the next one's first row: shift back */
+  for (int64_t e = E; e > 0; e--) count[e] = count[e - 1];
+  count[0] = 0;
+  return -1;
+}
+
 /* The slots of sequence b's choices (idx as doubles, integral). */
 static const char *moe_slots(Interp *in, const double *idx, int64_t T, int64_t K, int64_t E, int64_t cap, int64_t *slot,
                              int64_t *count) {
@@ -879,20 +941,35 @@ static const char *exec_conv(Run *r, const IrNode *n, double *out) {
   return NULL;
 }
 
-/* MOE_DISPATCH, MOE_COMBINE, MOE_GATE_GRAD (ir_ops.h), sequence by sequence. */
+/* The packed rows of all B T K choices (idx as doubles, integral) in slot,
+ * as interp_moe_rows; count [E + 1] scratch. */
+static const char *moe_rows(Interp *in, const double *idx, int64_t n, int64_t E, int64_t *slot, int64_t *count) {
+  int64_t *choice = xalloc_calloc((size_t)(n + 1), sizeof(int64_t));
+  for (int64_t p = 0; p < n; p++) choice[p] = idx[p] >= -1 && idx[p] <= (double)E ? (int64_t)idx[p] : -1;
+  int64_t bad = interp_moe_rows(choice, n, E, slot, count);
+  free(choice);
+  return bad >= 0 ? fail(in, "moe: expert %g is outside [0, %" PRId64 ")", idx[bad], E) : NULL;
+}
+
+/* MOE_DISPATCH, MOE_COMBINE, MOE_GATE_GRAD (ir_ops.h), sequence by sequence;
+ * the packed form's rows are numbered over all sequences (cap = 0: a row's
+ * place is b E cap + slot = slot). */
 static const char *exec_moe(Run *r, const IrNode *n, double *out) {
   const IrGraph *g = r->g;
   const IrNode *idxn = &g->nodes[n->in[n->op == IR_MOE_GATE_GRAD ? 2 : 1]];
   const IrNode *wide = n->op == IR_MOE_DISPATCH ? n : &g->nodes[n->in[n->op == IR_MOE_COMBINE ? 0 : 1]];
   int64_t B = idxn->dims[0], T = idxn->dims[1], K = idxn->dims[2];
-  int64_t E = wide->dims[1], cap = wide->dims[2], C = wide->dims[3];
+  int packed = wide->rank == 2;
+  int64_t E = packed ? n->attr[0] : wide->dims[1], cap = packed ? 0 : wide->dims[2], C = wide->dims[wide->rank - 1];
   const double *A = r->val[n->in[0]], *I = r->val[idxn - g->nodes];
   const double *W = n->op == IR_MOE_GATE_GRAD ? r->val[n->in[1]] : r->val[n->in[2]];
-  int64_t *slot = xalloc_calloc((size_t)(T * K + E), sizeof(int64_t)), *count = slot + T * K;
-  const char *e = NULL;
+  int64_t *rows = packed ? xalloc_calloc((size_t)(B * T * K + 1), sizeof(int64_t)) : NULL;
+  int64_t *slot = xalloc_calloc((size_t)(T * K + E + 1), sizeof(int64_t)), *count = slot + T * K;
+  const char *e = packed ? moe_rows(r->in, I, B * T * K, E, rows, count) : NULL;
   memset(out, 0, sizeof(double) * (size_t)ir_numel(n));
   for (int64_t b = 0; b < B && !e; b++) {
-    e = moe_slots(r->in, I + b * T * K, T, K, E, cap, slot, count);
+    if (packed) memcpy(slot, rows + b * T * K, sizeof(int64_t) * (size_t)(T * K));
+    else e = moe_slots(r->in, I + b * T * K, T, K, E, cap, slot, count);
     for (int64_t p = 0; p < T * K && !e; p++) {
       if (slot[p] < 0) continue;
       int64_t t = p / K;
@@ -924,6 +1001,7 @@ static const char *exec_moe(Run *r, const IrNode *n, double *out) {
     }
   }
   free(slot);
+  free(rows);
   return e;
 }
 
@@ -1349,6 +1427,9 @@ static const char *exec_node(Run *r, int id, double *out) {
   case IR_MOE_DISPATCH:
   case IR_MOE_COMBINE:
   case IR_MOE_GATE_GRAD: return exec_moe(r, n, out);
+  case IR_MOE_EXPERT_IDS: return exec_expert_ids(r, n, out);
+  case IR_GROUPED_MM:
+  case IR_GROUPED_MM_WGRAD: return exec_grouped_mm(r, n, out);
   case IR_ATTENTION:
   case IR_ATTENTION_BWD: return exec_attention(r, n, out);
   case IR_CONV2D:

@@ -155,6 +155,10 @@ double interp_loss(Interp *in);
  * choice outside [0, E). Shared by the reference executor and the runtime's
  * host ops (the CPU back end's MoE kernels). */
 int64_t interp_moe_slots(const int64_t *choice, int64_t T, int64_t K, int64_t E, int64_t cap, int64_t *slot, int64_t *count);
+/* The dropless packed form's rows (ir_ops.h): the row of each of the n choices,
+ * sorted by expert and then by choice; count [E + 1] is left with each expert's
+ * first row (count[E] = n). Returns -1, or the index of a choice outside [0, E). */
+int64_t interp_moe_rows(const int64_t *choice, int64_t n, int64_t E, int64_t *row, int64_t *count);
 /* ALL_TO_ALL's local halves (ir_ops.h) on values of elem bytes: x's size
  * chunks along `split` laid out member by member in send; the chunks
  * received, member by member, placed along `concat` of out. Shared by the

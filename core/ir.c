@@ -506,9 +506,15 @@ static int moe_routing_fits(const IrNode *idx, const IrNode *w) {
 static const char *irshape_MOE_DISPATCH(IrGraph *g, IrNode *n) {
   IrNode *x = in_node(g, n, 0), *idx = in_node(g, n, 1), *w = in_node(g, n, 2);
   if (x->rank != 3 || !moe_routing_fits(idx, w) || x->dims[0] != idx->dims[0] || x->dims[1] != idx->dims[1] ||
-      n->attr[0] < 1 || n->attr[1] < 1)
-    return "moe_dispatch needs x [B, T, C], idx i32[B, T, K], w [B, T, K], experts >= 1 and capacity >= 1";
+      n->attr[0] < 1 || n->attr[1] < 0)
+    return "moe_dispatch needs x [B, T, C], idx i32[B, T, K], w [B, T, K], experts >= 1 and capacity >= 0";
   n->dtype = x->dtype;
+  if (n->attr[1] == 0) { /* packed: every choice's row, sorted by expert */
+    n->rank = 2;
+    n->dims[0] = ir_numel(idx);
+    n->dims[1] = x->dims[2];
+    return NULL;
+  }
   n->rank = 4;
   n->dims[0] = x->dims[0];
   n->dims[1] = n->attr[0];
@@ -517,25 +523,68 @@ static const char *irshape_MOE_DISPATCH(IrGraph *g, IrNode *n) {
   return NULL;
 }
 
+/* y of a combine or gate gradient: [B, E, cap, C] slots, or packed [B T K, C] rows
+ * (then attr[0] = E >= 1) */
+static int moe_rows_fit(const IrNode *n, const IrNode *y, const IrNode *idx) {
+  if (y->rank == 2) return n->attr[0] >= 1 && y->dims[0] == ir_numel(idx);
+  return y->rank == 4 && y->dims[0] == idx->dims[0];
+}
+
 static const char *irshape_MOE_COMBINE(IrGraph *g, IrNode *n) {
   IrNode *y = in_node(g, n, 0), *idx = in_node(g, n, 1), *w = in_node(g, n, 2);
-  if (y->rank != 4 || !moe_routing_fits(idx, w) || y->dims[0] != idx->dims[0])
-    return "moe_combine needs y [B, E, cap, C], idx i32[B, T, K] and w [B, T, K]";
+  if (!moe_routing_fits(idx, w) || !moe_rows_fit(n, y, idx))
+    return "moe_combine needs y [B, E, cap, C] (or packed [B T K, C] with experts >= 1), idx i32[B, T, K] and w [B, T, K]";
   n->dtype = y->dtype;
   n->rank = 3;
   n->dims[0] = idx->dims[0];
   n->dims[1] = idx->dims[1];
-  n->dims[2] = y->dims[3];
+  n->dims[2] = y->dims[y->rank - 1];
   return NULL;
 }
 
 static const char *irshape_MOE_GATE_GRAD(IrGraph *g, IrNode *n) {
   IrNode *a = in_node(g, n, 0), *y = in_node(g, n, 1), *idx = in_node(g, n, 2);
-  if (a->rank != 3 || y->rank != 4 || idx->rank != 3 || sem_dtype_is_float(idx->dtype) || a->dims[0] != idx->dims[0] ||
-      a->dims[1] != idx->dims[1] || y->dims[0] != idx->dims[0] || y->dims[3] != a->dims[2])
-    return "moe_gate_grad needs a [B, T, C], y [B, E, cap, C] and idx i32[B, T, K]";
+  if (a->rank != 3 || idx->rank != 3 || sem_dtype_is_float(idx->dtype) || a->dims[0] != idx->dims[0] ||
+      a->dims[1] != idx->dims[1] || !moe_rows_fit(n, y, idx) || y->dims[y->rank - 1] != a->dims[2])
+    return "moe_gate_grad needs a [B, T, C], y [B, E, cap, C] (or packed [B T K, C]) and idx i32[B, T, K]";
   copy_type(n, idx);
   n->dtype = a->dtype;
+  return NULL;
+}
+
+static const char *irshape_MOE_EXPERT_IDS(IrGraph *g, IrNode *n) {
+  IrNode *idx = in_node(g, n, 0);
+  if (idx->rank != 3 || sem_dtype_is_float(idx->dtype) || n->attr[0] < 1)
+    return "moe_expert_ids needs idx i32[B, T, K] and experts >= 1";
+  n->dtype = idx->dtype;
+  n->rank = 1;
+  n->dims[0] = ir_numel(idx);
+  return NULL;
+}
+
+static const char *irshape_GROUPED_MM(IrGraph *g, IrNode *n) {
+  IrNode *a = in_node(g, n, 0), *w = in_node(g, n, 1), *ids = in_node(g, n, 2);
+  int t = n->attr[0] != 0;
+  if (a->rank != 2 || w->rank != 3 || ids->rank != 1 || sem_dtype_is_float(ids->dtype) || !sem_dtype_is_float(a->dtype) ||
+      ids->dims[0] != a->dims[0] || w->dims[t ? 2 : 1] != a->dims[1])
+    return "grouped_mm needs a [N, X], w [E, X, Y] (or [E, Y, X] transposed) and ids i32[N]";
+  n->dtype = a->dtype;
+  n->rank = 2;
+  n->dims[0] = a->dims[0];
+  n->dims[1] = w->dims[t ? 1 : 2];
+  return NULL;
+}
+
+static const char *irshape_GROUPED_MM_WGRAD(IrGraph *g, IrNode *n) {
+  IrNode *a = in_node(g, n, 0), *dy = in_node(g, n, 1), *ids = in_node(g, n, 2);
+  if (a->rank != 2 || dy->rank != 2 || ids->rank != 1 || sem_dtype_is_float(ids->dtype) || a->dims[0] != dy->dims[0] ||
+      ids->dims[0] != a->dims[0] || n->attr[0] < 1)
+    return "grouped_mm_wgrad needs a [N, X], dy [N, Y], ids i32[N] and experts >= 1";
+  n->dtype = a->dtype;
+  n->rank = 3;
+  n->dims[0] = n->attr[0];
+  n->dims[1] = a->dims[1];
+  n->dims[2] = dy->dims[1];
   return NULL;
 }
 
@@ -1181,7 +1230,19 @@ static void print_attrs(const IrModule *m, const IrGraph *g, const IrNode *n, FI
     break;
   case IR_TOPK: fprintf(out, " k=%" PRId64, n->attr[0]); break;
   case IR_ONE_HOT: fprintf(out, " n=%" PRId64, n->attr[0]); break;
-  case IR_MOE_DISPATCH: fprintf(out, " experts=%" PRId64 " capacity=%" PRId64, n->attr[0], n->attr[1]); break;
+  case IR_MOE_DISPATCH:
+    if (n->attr[1] == 0) fprintf(out, " experts=%" PRId64 " packed", n->attr[0]);
+    else fprintf(out, " experts=%" PRId64 " capacity=%" PRId64, n->attr[0], n->attr[1]);
+    break;
+  case IR_MOE_COMBINE:
+  case IR_MOE_GATE_GRAD:
+  case IR_MOE_EXPERT_IDS:
+  case IR_GROUPED_MM_WGRAD:
+    if (n->attr[0]) fprintf(out, " experts=%" PRId64, n->attr[0]);
+    break;
+  case IR_GROUPED_MM:
+    if (n->attr[0]) fprintf(out, " transpose_w");
+    break;
   case IR_AUX_LOSS: fprintf(out, " weight=%g", n->fattr); break;
   case IR_EXTERN:
   case IR_EXTERN_GRAD:

@@ -84,6 +84,19 @@
  *     dropped choices add nothing (E and cap are y's)
  *   MOE_GATE_GRAD(a [B, T, C], y [B, E, cap, C], idx): [B, T, K], a[b, t] . y[b, slot(t, k)],
  *     0 for a dropped choice. The three are each other's adjoints (autodiff.c)
+ *   Dropless experts packed (compiler/ir/moepack.c): the same three ops with the routed
+ *   rows in one [N, C] matrix, N = B T K, sorted by expert: row of choice c = (b T + t) K + k
+ *   is the number of choices of lower experts plus that of the earlier choices (in c) of
+ *   its own, so every choice has a row and none is dropped. MOE_DISPATCH with attr[1] = 0
+ *   gives [N, C]; MOE_COMBINE reads y [N, C], MOE_GATE_GRAD y [N, C]; attr[0] = E on all
+ *   three (the bound on idx)
+ *   MOE_EXPERT_IDS(idx i32[B, T, K]): i32 [B T K], idx's values sorted ascending: the
+ *     expert of each packed row; attr[0] = E. No gradient
+ *   GROUPED_MM(a [N, X], w [E, X, Y], ids i32[N]): [N, Y], row r = a[r] w[ids[r]] (attr[0]
+ *     = 1: w [E, Y, X] read transposed, a[r] w[ids[r]]^T): each expert's GEMM over the
+ *     rows routed to it, runs of equal ids (sorted ids make one GEMM an expert)
+ *   GROUPED_MM_WGRAD(a [N, X], dy [N, Y], ids): [E, X, Y], expert e's a^T dy summed over
+ *     its rows (zero for an expert with none); attr[0] = E. GROUPED_MM's weight gradient
  *   AUX_LOSS(x, v): x; its backward passes dy on to x and gives the scalar v the gradient
  *     fattr x LOSS_SEED, as if fattr v were added to the loss (Megatron-Core's
  *     MoEAuxLossAutoScaler): a layer adds its load-balancing loss without returning it, also
@@ -249,6 +262,9 @@
   X(LINEAR_CE_BWD_W, "linear_ce_bwd_w", 5, 0)                      \
   X(LINEAR_LSE, "linear_lse", 2, 0)                                \
   X(LINEAR_LSE_BWD, "linear_lse_bwd", 4, 0)                        \
-  X(LINEAR_LSE_BWD_W, "linear_lse_bwd_w", 4, 0)
+  X(LINEAR_LSE_BWD_W, "linear_lse_bwd_w", 4, 0)                  \
+  X(MOE_EXPERT_IDS, "moe_expert_ids", 1, 0)                        \
+  X(GROUPED_MM, "grouped_mm", 3, 0)                                \
+  X(GROUPED_MM_WGRAD, "grouped_mm_wgrad", 3, 0)
 
 #endif

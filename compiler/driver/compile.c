@@ -26,6 +26,7 @@
 #include "fuse.h"
 #include "ir.h"
 #include "lower.h"
+#include "moepack.h"
 #include "memplan.h"
 #include "pipeline.h"
 #include "plan.h"
@@ -543,6 +544,12 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
     return 3;
   }
   if (externs_check(&C, global)) return 1;
+  /* dropless experts over their routed rows; expert parallelism's all-to-all
+   * exchanges fixed-size slots, and the CUDA back end has no grouped GEMM yet */
+  if (!o->expert_slots && L.ep == 1 && !is_cuda(o) && moe_pack_dropless(global) && ir_verify(global, err)) {
+    fprintf(err, "hpdlc: internal error: the IR does not verify after packing the dropless experts\n");
+    return 3;
+  }
   Feeds F;
   if (input_feeds(&C, global, &L, &F)) return 1;
   ProgramFeed *feed = F.feed;

@@ -50,6 +50,7 @@ typedef struct {
   int allow_native;         /* --allow-native: an extern's library may be loaded (it runs native code) */
   ProgressMode progress;    /* --progress, on stderr (core/progress.h) */
   int materialize_attention; /* --attention materialized (lower.h's LowerOptions) */
+  int expert_slots;         /* --experts slots: dropless experts left over their slots (moepack.h) */
 } CompileOptions;
 
 /* "auto", "native", "interp"; -1 when unknown. */

@@ -246,6 +246,11 @@ static void help_verb(const char *verb) {
          "                           attention(q, k, v) as one flash-attention kernel that\n"
          "                           never stores the scores (default), or as q k^T,\n"
          "                           softmax and times v with the scores in memory\n"
+         "  --experts grouped|slots  a dropless mixture-of-experts layer (drop = false)\n"
+         "                           over the rows routed to each expert (grouped GEMMs,\n"
+         "                           the default where expert parallelism is 1) or over\n"
+         "                           room for every token in every expert (slots: E / top_k\n"
+         "                           times the work; the form expert parallelism exchanges)\n"
          "  -v, --verbose            cuda: each kernel's registers, shared memory,\n"
          "                           spills and launch shape\n"
          "  --executor auto|native|interp\n"
@@ -359,7 +364,8 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
     if (!strcmp(verb, "compile")) { /* -o DIR, --target T, --executor E (also --flag=VALUE) */
       size_t fl = strchr(a, '=') ? (size_t)(strchr(a, '=') - a) : strlen(a);
       int which = !strcmp(a, "-o") ? 0 : (fl == 8 && !strncmp(a, "--target", 8)) ? 1 : (fl == 10 && !strncmp(a, "--executor", 10)) ? 2
-                  : (fl == 6 && !strncmp(a, "--arch", 6)) ? 3 : (fl == 11 && !strncmp(a, "--attention", 11)) ? 4 : -1;
+                  : (fl == 6 && !strncmp(a, "--arch", 6)) ? 3 : (fl == 11 && !strncmp(a, "--attention", 11)) ? 4
+                  : (fl == 9 && !strncmp(a, "--experts", 9)) ? 5 : -1;
       if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
         cli->compile.verbose = 1;
         continue;
@@ -369,7 +375,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
         continue;
       }
       if (which >= 0) {
-        static const char *const flag[] = {"-o", "--target", "--executor", "--arch", "--attention"};
+        static const char *const flag[] = {"-o", "--target", "--executor", "--arch", "--attention", "--experts"};
         const char *v = a[fl] == '=' ? a + fl + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!v || !*v) return cli_error("%s needs a value", flag[which], NULL);
         if (which == 0) cli->compile.out_dir = v;
@@ -381,6 +387,9 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
           if (strcmp(v, "flash") && strcmp(v, "materialized"))
             return cli_error("--attention takes flash or materialized, not '%s'", v, NULL);
           cli->compile.materialize_attention = !strcmp(v, "materialized");
+        } else if (which == 5) {
+          if (strcmp(v, "grouped") && strcmp(v, "slots")) return cli_error("--experts takes grouped or slots, not '%s'", v, NULL);
+          cli->compile.expert_slots = !strcmp(v, "slots");
         }
         else if (compile_executor_parse(v) < 0) return cli_error("--executor takes auto, native or interp, not '%s'", v, NULL);
         else cli->compile.executor = (CompileExecutor)compile_executor_parse(v);

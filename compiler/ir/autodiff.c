@@ -884,36 +884,72 @@ static void adgrad_TAKE_BWD(AdCtx *c, int f, int dy) {
 }
 
 /* Mixture of experts (ir_ops.h): dispatch, combine and the gate gradient are
- * each other's adjoints, so the backward uses the same three ops. */
-static int moe_op(AdCtx *c, IrOp op, int a, int b, int idx, int64_t experts, int64_t cap, DType dt) {
+ * each other's adjoints, so the backward uses the same three ops. `packed`
+ * (E >= 1): their dropless form over [B T K, C] rows (cap 0 on the dispatch). */
+static int moe_op(AdCtx *c, IrOp op, int a, int b, int idx, int64_t experts, int64_t cap, int64_t packed, DType dt) {
   int in[3] = {a, b, idx};
-  int64_t attr[2] = {experts, cap};
+  int64_t attr[2] = {packed ? packed : experts, packed ? 0 : cap};
   if (op == IR_MOE_DISPATCH || op == IR_MOE_COMBINE) in[1] = idx, in[2] = b;
-  return emit(c, op, in, 3, attr, op == IR_MOE_DISPATCH ? 2 : 0, 0, dt, -1, NULL);
+  return emit(c, op, in, 3, attr, op == IR_MOE_DISPATCH || packed ? 2 : 0, 0, dt, -1, NULL);
+}
+
+/* the E of a packed op (0 for the slots' form): y is input yi */
+static int64_t moe_packed(AdCtx *c, int f, int yi) {
+  const IrNode *n = fnode(c, f);
+  int packed = n->op == IR_MOE_DISPATCH ? n->attr[1] == 0 : fnode(c, fin(c, f, yi))->rank == 2;
+  return packed ? n->attr[0] : 0;
 }
 
 /* y = dispatch(x, idx, w): dx = combine(dy, idx, w), dw = gate_grad(x, dy, idx) */
 static void adgrad_MOE_DISPATCH(AdCtx *c, int f, int dy) {
   int x = fin(c, f, 0), idx = fv(c, fin(c, f, 1)), w = fin(c, f, 2);
   const IrNode *n = fnode(c, f);
-  if (c->rg[x]) acc(c, x, moe_op(c, IR_MOE_COMBINE, dy, fv(c, w), idx, 0, 0, n->dtype));
-  if (c->rg[w]) acc(c, w, moe_op(c, IR_MOE_GATE_GRAD, fv(c, x), dy, idx, 0, 0, fnode(c, w)->dtype));
+  int64_t p = moe_packed(c, f, 0);
+  if (c->rg[x]) acc(c, x, moe_op(c, IR_MOE_COMBINE, dy, fv(c, w), idx, 0, 0, p, n->dtype));
+  if (c->rg[w]) acc(c, w, moe_op(c, IR_MOE_GATE_GRAD, fv(c, x), dy, idx, 0, 0, p, fnode(c, w)->dtype));
 }
 
 /* out = combine(y, idx, w): dy = dispatch(dout, idx, w), dw = gate_grad(dout, y, idx) */
 static void adgrad_MOE_COMBINE(AdCtx *c, int f, int dy) {
   int y = fin(c, f, 0), idx = fv(c, fin(c, f, 1)), w = fin(c, f, 2);
   const IrNode *yn = fnode(c, y);
-  if (c->rg[y]) acc(c, y, moe_op(c, IR_MOE_DISPATCH, dy, fv(c, w), idx, yn->dims[1], yn->dims[2], yn->dtype));
-  if (c->rg[w]) acc(c, w, moe_op(c, IR_MOE_GATE_GRAD, dy, fv(c, y), idx, 0, 0, fnode(c, w)->dtype));
+  int64_t p = moe_packed(c, f, 0);
+  if (c->rg[y]) acc(c, y, moe_op(c, IR_MOE_DISPATCH, dy, fv(c, w), idx, yn->dims[1], yn->dims[2], p, yn->dtype));
+  if (c->rg[w]) acc(c, w, moe_op(c, IR_MOE_GATE_GRAD, dy, fv(c, y), idx, 0, 0, p, fnode(c, w)->dtype));
 }
 
 /* g = gate_grad(a, y, idx), bilinear: da = combine(y, idx, dg), dy = dispatch(a, idx, dg) */
 static void adgrad_MOE_GATE_GRAD(AdCtx *c, int f, int dy) {
   int a = fin(c, f, 0), y = fin(c, f, 1), idx = fv(c, fin(c, f, 2));
   const IrNode *yn = fnode(c, y);
-  if (c->rg[a]) acc(c, a, moe_op(c, IR_MOE_COMBINE, fv(c, y), dy, idx, 0, 0, fnode(c, a)->dtype));
-  if (c->rg[y]) acc(c, y, moe_op(c, IR_MOE_DISPATCH, fv(c, a), dy, idx, yn->dims[1], yn->dims[2], yn->dtype));
+  int64_t p = moe_packed(c, f, 1);
+  if (c->rg[a]) acc(c, a, moe_op(c, IR_MOE_COMBINE, fv(c, y), dy, idx, 0, 0, p, fnode(c, a)->dtype));
+  if (c->rg[y]) acc(c, y, moe_op(c, IR_MOE_DISPATCH, fv(c, a), dy, idx, yn->dims[1], yn->dims[2], p, yn->dtype));
+}
+
+static void adgrad_MOE_EXPERT_IDS(AdCtx *c, int f, int dy) { (void)c, (void)f, (void)dy; }
+
+/* out = grouped_mm(a, w, ids): da = grouped_mm(dy, w, ids) with w the other way
+ * round; dw = grouped_mm_wgrad(a, dy) ([E, X, Y]), or (dy, a) for a transposed w */
+static void adgrad_GROUPED_MM(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  int a = fin(c, f, 0), w = fin(c, f, 1), ids = fv(c, fin(c, f, 2)), t = n->attr[0] != 0;
+  const IrNode *wn = fnode(c, w);
+  if (c->rg[a]) {
+    int in[3] = {dy, fv(c, w), ids};
+    int64_t attr[1] = {!t};
+    acc(c, a, emit(c, IR_GROUPED_MM, in, 3, attr, 1, 0, fnode(c, a)->dtype, -1, NULL));
+  }
+  if (c->rg[w]) {
+    int in[3] = {t ? dy : fv(c, a), t ? fv(c, a) : dy, ids};
+    int64_t attr[1] = {wn->dims[0]};
+    acc(c, w, emit(c, IR_GROUPED_MM_WGRAD, in, 3, attr, 1, 0, wn->dtype, -1, NULL));
+  }
+}
+
+static void adgrad_GROUPED_MM_WGRAD(AdCtx *c, int f, int dy) {
+  (void)f, (void)dy;
+  set_err(c, "the gradient of grouped_mm_wgrad (a second derivative) is not defined");
 }
 
 /* x passes through; the auxiliary loss v gets weight x the backward's seed,

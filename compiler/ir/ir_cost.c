@@ -70,6 +70,9 @@
  *                 reads x, idx, w; writes [B, E, cap, C]
  *   moe_combine   2 per chosen element (B T K C: multiply-add); reads the chosen slots, idx, w
  *   moe_gate_grad 2 per chosen element (a dot product per choice); reads a, the chosen slots, idx
+ *   packed (dropless) forms the same, with N = B T K rows in place of the slots
+ *   moe_expert_ids 0 (a counting sort of the choices: integer work)
+ *   grouped_mm, grouped_mm_wgrad  2 N X Y (each row's GEMM against its expert's matrix)
  *   aux_loss, loss_seed, training 0, and no bytes (an identity forward, a scalar)
  * Data movement (transpose, slice, pad, concat, expand, repeat_kv, embedding)
  * and collectives: 0 FLOPs here; a collective's reduction arithmetic depends
@@ -109,7 +112,7 @@ IrCostClass ircost_op_class(IrOp op) {
   if (f & IRF_COMM) return IRC_COMM;
   if (f & IRF_LEAF) return IRC_LEAF;
   if (op == IR_MATMUL || op == IR_ATTENTION || op == IR_ATTENTION_BWD || op == IR_CONV2D || op == IR_CONV2D_BWD_DATA ||
-      op == IR_CONV2D_BWD_FILTER || ir_linear_role(op) != IR_LINEAR_NONE)
+      op == IR_CONV2D_BWD_FILTER || op == IR_GROUPED_MM || op == IR_GROUPED_MM_WGRAD || ir_linear_role(op) != IR_LINEAR_NONE)
     return IRC_GEMM;
   if (op == IR_POOL2D || op == IR_POOL2D_BWD) return IRC_REDUCTION;
   if ((f & IRF_ELEMENTWISE) || op == IR_ROPE) return IRC_ELEMENTWISE;
@@ -321,6 +324,15 @@ int ircost_conv_gemm(const IrGraph *g, const IrNode *n, double *batch, double *M
     *K = (double)x->dims[x->rank - 1];
     return 1;
   }
+  if (n->op == IR_GROUPED_MM || n->op == IR_GROUPED_MM_WGRAD) {
+    /* one GEMM an expert over its rows: priced as E GEMMs of the mean rows */
+    const IrNode *a = &g->nodes[n->in[0]], *b = &g->nodes[n->in[1]];
+    double E = (double)(n->op == IR_GROUPED_MM ? b->dims[0] : n->dims[0]), rows = (double)a->dims[0] / (E > 0 ? E : 1);
+    *batch = E;
+    if (n->op == IR_GROUPED_MM) *M = rows, *N = (double)n->dims[1], *K = (double)a->dims[1];
+    else *M = (double)a->dims[1], *N = (double)b->dims[1], *K = rows;
+    return 1;
+  }
   if (n->op != IR_CONV2D && n->op != IR_CONV2D_BWD_DATA && n->op != IR_CONV2D_BWD_FILTER) return 0;
   ConvShape s = ir_conv_shape(g, n);
   double G = (double)s.groups, cols = (double)s.N * (double)s.Ho * (double)s.Wo, outs = (double)s.O / G;
@@ -338,6 +350,9 @@ static void conv_cost(const CostCtx *c, IrCost *k) {
   k->flops = 2 * batch * M * N * K;
 }
 static void ircost_CONV2D(const CostCtx *c, IrCost *k) { conv_cost(c, k); }
+static void ircost_GROUPED_MM(const CostCtx *c, IrCost *k) { conv_cost(c, k); }
+static void ircost_GROUPED_MM_WGRAD(const CostCtx *c, IrCost *k) { conv_cost(c, k); }
+static void ircost_MOE_EXPERT_IDS(const CostCtx *c, IrCost *k) { (void)c, (void)k; }
 static void ircost_CONV2D_BWD_DATA(const CostCtx *c, IrCost *k) { conv_cost(c, k); }
 static void ircost_CONV2D_BWD_FILTER(const CostCtx *c, IrCost *k) { conv_cost(c, k); }
 

@@ -536,6 +536,40 @@ static Val rule_matmul(GPart *G, const IrNode *n, Val a, Val b) {
   return r;
 }
 
+/* GROUPED_MM(a [N, X], w [E, X, Y], ids): as a Linear over each expert's rows.
+ * w split along Y (an expert_column weight) splits the output's columns and
+ * takes a whole; w or a split along X (an expert_row weight) splits both
+ * along X and leaves the output a pending sum; any other split is gathered.
+ * The rows and their ids stay whole (they are the packed routing). */
+static Val rule_grouped_mm(GPart *G, const IrNode *n, Val a, Val w, Val ids) {
+  a = settle(G, a, n->span);
+  w = settle(G, w, n->span);
+  ids = settle(G, ids, n->span);
+  int t = n->attr[0] != 0, wx = t ? 2 : 1, wy = t ? 1 : 2;
+  Shd out = shd_r(), wa = shd_r(), ww = shd_r(), whole = shd_r();
+  for (int k = 0; k < NPART_GROUPS; k++) {
+    IrGroup g = part_groups[k];
+    if (G->P->size[g] <= 1) continue;
+    if (w.shd.axis[g] == wy) {
+      out.axis[g] = 1;
+      ww.axis[g] = (int8_t)wy;
+    } else if (w.shd.axis[g] == wx || a.shd.axis[g] == 1) {
+      wa.axis[g] = 1;
+      ww.axis[g] = (int8_t)wx;
+      out.partial[g] = 1;
+    }
+  }
+  unsigned mask = split_mask(&out);
+  a = convert(G, a, &wa, mask, n->span);
+  w = convert(G, w, &ww, mask, n->span);
+  ids = convert(G, ids, &whole, 0, n->span);
+  Val r = {-1, out, 0};
+  if (a.id < 0 || w.id < 0 || ids.id < 0) return r;
+  int in[3] = {a.id, w.id, ids.id};
+  r.id = emit(G, IR_GROUPED_MM, in, 3, n->attr, 1, 0, n->dtype, -1, NULL, n->span);
+  return r;
+}
+
 /* Gathers every group on which v is split along `axis`. */
 static Val whole_along(GPart *G, Val v, int axis, Span at) {
   Shd want = v.shd;
@@ -863,6 +897,7 @@ static Val part_node(GPart *G, int i) {
     r.id = emit(G, n->op, NULL, 0, n->attr, IR_NATTR, n->fattr, n->dtype, n->rank, n->dims, n->span);
     return r;
   case IR_MATMUL: return rule_matmul(G, n, ins[0], ins[1]);
+  case IR_GROUPED_MM: return rule_grouped_mm(G, n, ins[0], ins[1], ins[2]);
   case IR_RESHAPE: return rule_reshape(G, n, ins[0]);
   case IR_TRANSPOSE: return rule_transpose(G, n, ins[0]);
   case IR_SLICE: return rule_slice(G, n, ins[0]);
@@ -1033,6 +1068,8 @@ static Val part_node(GPart *G, int i) {
   case IR_ONE_HOT:
   case IR_MOE_DISPATCH:
   case IR_MOE_GATE_GRAD:
+  case IR_MOE_EXPERT_IDS:
+  case IR_GROUPED_MM_WGRAD:
   /* Convolutions and pooling, replicated too (data parallelism splits the
    * images before the graph; channel-split convolutions are not written yet). */
   case IR_CONV2D:

@@ -1,0 +1,206 @@
+/* moepack.c - dropless experts over the rows routed to them (see moepack.h). */
+#include "moepack.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "xalloc.h"
+
+/* How an operand from outside the chain broadcasts against a slot tensor
+ * [B, E, cap, Y]. */
+typedef enum { BC_NONE, BC_SCALAR, BC_VECTOR, BC_EXPERT } Broadcast;
+
+static Broadcast broadcast_of(const IrNode *o, const IrNode *slots) {
+  int r = o->rank;
+  if (ir_numel(o) == 1) return BC_SCALAR;
+  if (r > 4) return BC_NONE;
+  int lead1 = 1; /* every axis before the last is 1: a vector along Y */
+  for (int d = 0; d + 1 < r; d++) lead1 &= o->dims[d] == 1;
+  int64_t last = o->dims[r - 1];
+  if (last != 1 && last != slots->dims[3]) return BC_NONE;
+  if (lead1) return BC_VECTOR;
+  /* [..., E, 1, Y'] with 1s before: one value (row) an expert */
+  if (r < 3 || o->dims[r - 3] != slots->dims[1] || o->dims[r - 2] != 1) return BC_NONE;
+  for (int d = 0; d + 3 < r; d++)
+    if (o->dims[d] != 1) return BC_NONE;
+  return BC_EXPERT;
+}
+
+/* Ops whose value at a position depends on that position, not only on the
+ * operands there: they would see the rows' order. */
+static int position_dependent(IrOp op) { return op == IR_CAUSAL_MASK || op == IR_VOCAB_MASK || op == IR_DROPOUT; }
+
+/* Marks the chain of dispatch d (owner[v] = d + 1) when it fits (moepack.h). */
+static int mark_chain(const IrGraph *g, int d, const IrReaders *rd, const char *out, int *owner, int *queue) {
+  const IrNode *dn = &g->nodes[d];
+  if (dn->op != IR_MOE_DISPATCH || dn->attr[1] == 0 || out[d]) return 0;
+  const IrNode *x = &g->nodes[dn->in[0]], *idx = &g->nodes[dn->in[1]];
+  int64_t E = dn->attr[0];
+  /* room for every token, and a token's choices distinct (a top-k): nothing is dropped */
+  if (dn->attr[1] != x->dims[1] || idx->op != IR_TOPK || idx->attr[0] > E) return 0;
+  int head = 0, tail = 0, ok = 1, combines = 0;
+  owner[d] = d + 1;
+  queue[tail++] = d;
+  while (ok && head < tail) {
+    int v = queue[head++];
+    for (int u = rd->start[v]; u < rd->start[v + 1] && ok; u++) {
+      int r = rd->node[u], k = rd->slot[u];
+      const IrNode *rn = &g->nodes[r];
+      if (owner[r] == d + 1) {
+        /* a node of the chain reading two of its values: seen once */
+        if (rn->op == IR_MATMUL) ok = 0;
+        continue;
+      }
+      if (owner[r]) {
+        ok = 0;
+        break;
+      }
+      const IrNode *vn = &g->nodes[v];
+      if (rn->op == IR_MOE_COMBINE) {
+        ok = k == 0 && rn->in[1] == dn->in[1];
+        combines++;
+        continue;
+      }
+      if (out[r] || rn->rank != 4 || vn->rank != 4) {
+        ok = 0;
+      } else if (rn->op == IR_MATMUL) {
+        const IrNode *w = &g->nodes[rn->in[1]];
+        ok = k == 0 && !rn->attr[0] && w->rank == 3 && w->dims[0] == E && owner[rn->in[1]] != d + 1;
+      } else if ((ir_op_flags(rn->op) & IRF_ELEMENTWISE) && !position_dependent(rn->op)) {
+        ok = !memcmp(rn->dims, vn->dims, sizeof(int64_t) * 4);
+      } else {
+        ok = 0;
+      }
+      if (ok) {
+        owner[r] = d + 1;
+        queue[tail++] = r;
+      }
+    }
+  }
+  /* the operands from outside: scalars, vectors, an expert's values */
+  for (int q = 1; q < tail && ok; q++) {
+    const IrNode *rn = &g->nodes[queue[q]];
+    if (rn->op == IR_MATMUL) continue;
+    for (int j = 0; j < rn->nin && ok; j++)
+      if (owner[rn->in[j]] != d + 1) ok = broadcast_of(&g->nodes[rn->in[j]], rn) != BC_NONE;
+  }
+  if (!ok || !combines) {
+    for (int q = 0; q < tail; q++) owner[queue[q]] = 0;
+    return 0;
+  }
+  return 1;
+}
+
+typedef struct {
+  IrGraph *g;
+  int ids, ones; /* the chain's expert ids and [N, 1] ones (made when first needed) */
+  int64_t N;
+} Packed;
+
+static int add(IrGraph *g, IrOp op, const int *in, int nin, const int64_t *attr, int nattr, double fattr, DType dt, int rank,
+               const int64_t *dims, const IrNode *like) {
+  int id = ir_add(g, op, in, nin, attr, nattr, fattr, dt, rank, dims, NULL);
+  if (id >= 0) g->nodes[id].span = like->span;
+  return id;
+}
+
+/* Operand o (new id v) of a packed element-wise op, made to broadcast against
+ * [N, Y] rows as it did against the slots. */
+static int packed_operand(Packed *P, const IrNode *o, int v, const IrNode *like) {
+  IrGraph *g = P->g;
+  switch (broadcast_of(o, like)) {
+  case BC_SCALAR: return o->rank <= 2 ? v : add(g, IR_RESHAPE, &v, 1, NULL, 0, 0, o->dtype, 0, NULL, like);
+  case BC_VECTOR: {
+    int64_t last = o->dims[o->rank - 1];
+    return o->rank <= 1 ? v : add(g, IR_RESHAPE, &v, 1, NULL, 0, 0, o->dtype, 1, &last, like);
+  }
+  case BC_EXPERT: {
+    int64_t dims[3] = {o->dims[o->rank - 3], 1, o->dims[o->rank - 1]};
+    int w = o->rank == 3 ? v : add(g, IR_RESHAPE, &v, 1, NULL, 0, 0, o->dtype, 3, dims, like);
+    if (P->ones < 0) {
+      int64_t od[2] = {P->N, 1};
+      P->ones = add(g, IR_FILL, NULL, 0, NULL, 0, 1.0, o->dtype, 2, od, like);
+    }
+    /* each row's expert's values: ones [N, 1] times [E, 1, Y'] grouped */
+    int in[3] = {P->ones, w, P->ids};
+    int64_t attr[1] = {0};
+    return w < 0 ? -1 : add(g, IR_GROUPED_MM, in, 3, attr, 1, 0, o->dtype, -1, NULL, like);
+  }
+  default: return -1;
+  }
+}
+
+/* Rebuilds g with every marked chain packed. */
+static int rebuild(IrGraph *g, const int *owner) {
+  int n = g->nnodes;
+  IrNode *old = xalloc_malloc(sizeof *old * (size_t)(n + 1));
+  int *map = xalloc_malloc(sizeof *map * (size_t)(n + 1));
+  Packed *chain = xalloc_calloc((size_t)(n + 1), sizeof *chain); /* by dispatch */
+  memcpy(old, g->nodes, sizeof *old * (size_t)n);
+  g->nnodes = 0;
+  int ok = 1;
+  for (int i = 0; i < n && ok; i++) {
+    const IrNode *x = &old[i];
+    int o = owner[i] - 1;
+    if (o < 0 && x->op == IR_MOE_COMBINE && owner[x->in[0]]) o = owner[x->in[0]] - 1;
+    if (o < 0) {
+      map[i] = ir_add_copy(g, x, map);
+      continue;
+    }
+    Packed *P = &chain[o];
+    int in[4];
+    if (i == o) { /* the dispatch: its rows, and their experts */
+      int64_t E = x->attr[0], ia[1] = {E}, da[3] = {E, 0, x->attr[2]};
+      P->g = g;
+      P->ones = -1;
+      P->N = ir_numel(&old[x->in[1]]);
+      int idx = map[x->in[1]];
+      P->ids = add(g, IR_MOE_EXPERT_IDS, &idx, 1, ia, 1, 0, old[x->in[1]].dtype, -1, NULL, x);
+      for (int k = 0; k < 3; k++) in[k] = map[x->in[k]];
+      map[i] = add(g, IR_MOE_DISPATCH, in, 3, da, 3, 0, x->dtype, -1, NULL, x);
+    } else if (x->op == IR_MOE_COMBINE) {
+      int64_t ca[1] = {old[o].attr[0]};
+      for (int k = 0; k < 3; k++) in[k] = map[x->in[k]];
+      map[i] = add(g, IR_MOE_COMBINE, in, 3, ca, 1, 0, x->dtype, -1, NULL, x);
+    } else if (x->op == IR_MATMUL) { /* an expert GEMM */
+      int64_t ga[1] = {x->attr[1]};
+      in[0] = map[x->in[0]], in[1] = map[x->in[1]], in[2] = P->ids;
+      map[i] = add(g, IR_GROUPED_MM, in, 3, ga, 1, 0, x->dtype, -1, NULL, x);
+    } else { /* element-wise over the rows */
+      int *ein = xalloc_malloc(sizeof *ein * (size_t)(x->nin + 1));
+      for (int k = 0; k < x->nin && ok; k++) {
+        int v = x->in[k];
+        ein[k] = owner[v] == o + 1 ? map[v] : packed_operand(P, &old[v], map[v], x);
+        ok = ein[k] >= 0;
+      }
+      map[i] = ok ? add(g, x->op, ein, x->nin, x->attr, IR_NATTR, x->fattr, x->dtype, -1, NULL, x) : -1;
+      free(ein);
+    }
+    ok = map[i] >= 0;
+    if (ok) g->nodes[map[i]].name = x->name;
+  }
+  for (int k = 0; k < g->noutputs && ok; k++) g->outputs[k] = map[g->outputs[k]];
+  if (!ok) { /* a shape rule refused: put the graph back as it was */
+    memcpy(g->nodes, old, sizeof *old * (size_t)n);
+    g->nnodes = n;
+  }
+  free(old), free(map), free(chain);
+  return ok;
+}
+
+int moe_pack_dropless(IrModule *m) {
+  int total = 0;
+  for (int gi = 0; gi < m->ngraphs; gi++) {
+    IrGraph *g = m->graphs[gi];
+    int n = g->nnodes, found = 0;
+    if (g->fb_split) continue; /* forward graphs only: autodiff comes after */
+    IrReaders rd = ir_readers(g->nodes, n, g->arena);
+    int *owner = xalloc_calloc((size_t)(n + 1), sizeof(int)), *queue = xalloc_malloc(sizeof(int) * (size_t)(n + 1));
+    char *out = xalloc_calloc((size_t)(n + 1), 1);
+    for (int k = 0; k < g->noutputs; k++) out[g->outputs[k]] = 1;
+    for (int d = 0; d < n; d++) found += mark_chain(g, d, &rd, out, owner, queue);
+    if (found && rebuild(g, owner)) total += found;
+    free(owner), free(queue), free(out);
+  }
+  return total;
+}

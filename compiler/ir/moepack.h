@@ -1,0 +1,30 @@
+/* moepack.h - dropless experts over the rows routed to them.
+ *
+ * A dropless mixture-of-experts layer (moe_dispatch with room for every token:
+ * capacity T, std/moe's drop = false) is written over [B, E, T, C] slots: every
+ * expert has a slot for each token of the sequence, so its GEMMs and the
+ * element-wise ops between them run over E / K times the rows routed. This
+ * pass rewrites the chain from such a dispatch to its combine into the packed
+ * form of ir_ops.h: the B T K routed rows sorted by expert ([N, C]), each
+ * expert GEMM a GROUPED_MM over its rows (MOE_EXPERT_IDS gives each row's
+ * expert), the element-wise ops over [N, ...] rows, a per-expert bias
+ * ([E, 1, Y]) as its rows (a grouped product of ones with it). The values are
+ * the same (a slot's GEMM row is a routed row's); only the empty slots go.
+ *
+ * The chain must be what std/moe's experts write: batched products of the
+ * slots with [E, X, Y] weights, and element-wise ops (not position-dependent
+ * ones: masks, dropout) whose other operands are scalars, last-axis vectors
+ * or per-expert [E, 1, Y] values, ending in the combine; the routing must be
+ * a top-k (each token's experts distinct, so T slots never overflow). Any
+ * other reader leaves the layer as it is. Expert parallelism exchanges the
+ * slots with a fixed-size all-to-all, so compile runs the pass at ep = 1 only.
+ */
+#ifndef HPDL_MOEPACK_H
+#define HPDL_MOEPACK_H
+
+#include "ir.h"
+
+/* Rewrites every dropless layer of m's graphs that fits; returns how many. */
+int moe_pack_dropless(IrModule *m);
+
+#endif
