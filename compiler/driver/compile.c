@@ -546,7 +546,9 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
   if (externs_check(&C, global)) return 1;
   /* dropless experts over their routed rows; expert parallelism's all-to-all
    * exchanges fixed-size slots, and the CUDA back end has no grouped GEMM yet */
-  if (!o->expert_slots && L.ep == 1 && !is_cuda(o) && moe_pack_dropless(global) && ir_verify(global, err)) {
+  int packed_moe = !o->expert_slots && L.ep == 1 && !is_cuda(o) ? moe_pack_dropless(global) : 0;
+  int slots_moe = moe_dropless_slots(global);
+  if (packed_moe && ir_verify(global, err)) {
     fprintf(err, "hpdlc: internal error: the IR does not verify after packing the dropless experts\n");
     return 3;
   }
@@ -869,6 +871,11 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
               !ch[c].native ? " (interp)"
               : is_cuda(o)  ? arena_printf(arena, ", %s%d.cubin + .ptx (CUDA %s)", fname, c, o->arch ? o->arch : "sm_80")
                             : arena_printf(arena, ", %s%d.so (%s)", fname, c, "native"));
+    if (packed_moe)
+      fprintf(out, "  experts: dropless, each expert's GEMMs over the rows routed to it (grouped; --experts slots: a slot for every token)\n");
+    if (slots_moe)
+      fprintf(out, "  experts: dropless over a slot for every token in every expert, E / top_k times the routed work (%s)\n",
+              o->expert_slots ? "--experts slots" : L.ep > 1 ? "expert parallelism exchanges the slots" : "the CUDA back end has no grouped GEMM yet");
     if (m->layout.fused_ce == 1) {
       int nfused = 0, shard = 0;
       int64_t rows = 0, vocab = 0;

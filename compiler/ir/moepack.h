@@ -27,4 +27,7 @@
 /* Rewrites every dropless layer of m's graphs that fits; returns how many. */
 int moe_pack_dropless(IrModule *m);
 
+/* The dispatches of m with room for every token (dropless) left over slots. */
+int moe_dropless_slots(const IrModule *m);
+
 #endif
