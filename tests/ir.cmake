@@ -46,6 +46,11 @@ hpdl_ir_stage(ir gpt2-tiny samples/gpt2-tiny.hpd ${HPDL_IR_TINY_GPT2})
 # read elsewhere too and a per-head scale kept; and their gradients
 hpdl_ir_stage(ir rope-sink tests/ir/rope-sink.hpd)
 hpdl_ir_stage(grad rope-sink tests/ir/rope-sink.hpd)
+# compiler/ir/moepack.c's edges: a dropless layer over its routed rows (grouped_mm, a
+# per-expert bias, a clamp and a scale between), one that drops tokens and one whose
+# slots are read elsewhere kept over slots; emit ir shows the IR as written
+hpdl_ir_stage(ir moe-pack tests/ir/moe-pack.hpd)
+hpdl_ir_stage(grad moe-pack tests/ir/moe-pack.hpd)
 hpdl_ir_stage(ir qwen3-tiny samples/qwen3.hpd --tp 1 --dp 1 --gpus 1 -D layers=1 -D hidden=64 -D heads=2
               -D kv_heads=1 -D head_dim=16 -D ffn=64 -D seq=8 -D vocab=32)
 hpdl_ir_stage(spmd gpt2-tiny-tp2-sp-pp2 samples/gpt2-tiny.hpd ${HPDL_IR_TINY_GPT2} --tp 2 --sp on --pp 2)

@@ -20,6 +20,7 @@
 #include "ir.h"
 #include "loader.h"
 #include "lower.h"
+#include "moepack.h"
 #include "memplan.h"
 #include "pipeline.h"
 #include "plan.h"
@@ -745,6 +746,8 @@ int main(int argc, char **argv) {
         SemModel *m = sema_check(arena, diag, &prog, &opts);
         if (bad_cli) status = 2;
         IrModule *ir = m ? lower_model(arena, diag, m, m->train.micro_batch) : NULL;
+        /* past the IR as written, what compile runs: dropless experts over their rows (moepack.h) */
+        if (ir && strcmp(cli.stage, "ir") && m->layout.ep <= 1) moe_pack_dropless(ir);
         if (ir) {
           if (ir_verify(ir, stderr)) {
             fprintf(stderr, "hpdlc: internal error: the IR does not verify\n");

@@ -635,6 +635,59 @@ static void test_moe(void) {
     int in[3] = {a, y, idx};
     done(&M, add(M.g, IR_MOE_GATE_GRAD, in, 3, NULL, 0, 0, DT_F32, -1, NULL), "moe_gate_grad", IR_MOE_GATE_GRAD);
   }
+  /* the dropless packed form (moepack.c): the 20 choices' rows sorted by expert */
+  int64_t pattr[3] = {3, 0, 0};
+  {
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 3, (int64_t)2, (int64_t)5, (int64_t)3);
+    int idx = input(&M, DT_I32, 3, 3, (int64_t)2, (int64_t)5, (int64_t)2);
+    int w = PARAM(&M, "w", 3, (int64_t)2, (int64_t)5, (int64_t)2);
+    int in[3] = {x, idx, w};
+    done(&M, add(M.g, IR_MOE_DISPATCH, in, 3, pattr, 3, 0, DT_F32, -1, NULL), "moe_dispatch packed", IR_MOE_DISPATCH);
+  }
+  {
+    Mod M = mod_new();
+    int y = PARAM(&M, "y", 2, (int64_t)20, (int64_t)3);
+    int idx = input(&M, DT_I32, 3, 3, (int64_t)2, (int64_t)5, (int64_t)2);
+    int w = PARAM(&M, "w", 3, (int64_t)2, (int64_t)5, (int64_t)2);
+    int in[3] = {y, idx, w};
+    done(&M, add(M.g, IR_MOE_COMBINE, in, 3, pattr, 1, 0, DT_F32, -1, NULL), "moe_combine packed", IR_MOE_COMBINE);
+  }
+  {
+    Mod M = mod_new();
+    int a = PARAM(&M, "a", 3, (int64_t)2, (int64_t)5, (int64_t)3);
+    int y = PARAM(&M, "y", 2, (int64_t)20, (int64_t)3);
+    int idx = input(&M, DT_I32, 3, 3, (int64_t)2, (int64_t)5, (int64_t)2);
+    int in[3] = {a, y, idx};
+    done(&M, add(M.g, IR_MOE_GATE_GRAD, in, 3, pattr, 1, 0, DT_F32, -1, NULL), "moe_gate_grad packed", IR_MOE_GATE_GRAD);
+  }
+  /* grouped_mm over unsorted ids (runs of one row), w plain and transposed */
+  for (int t = 0; t < 2; t++) {
+    Mod M = mod_new();
+    int a = PARAM(&M, "a", 2, (int64_t)7, (int64_t)3);
+    int w = t ? PARAM(&M, "w", 3, (int64_t)3, (int64_t)4, (int64_t)3) : PARAM(&M, "w", 3, (int64_t)3, (int64_t)3, (int64_t)4);
+    int ids = input(&M, DT_I32, 3, 1, (int64_t)7);
+    int in[3] = {a, w, ids};
+    int64_t ga[1] = {t};
+    done(&M, add(M.g, IR_GROUPED_MM, in, 3, ga, 1, 0, DT_F32, -1, NULL), t ? "grouped_mm transposed" : "grouped_mm",
+         IR_GROUPED_MM);
+  }
+  {
+    /* a packed layer: dispatch, an expert GEMM over moe_expert_ids' sorted runs, combine */
+    Mod M = mod_new();
+    int x = PARAM(&M, "x", 3, (int64_t)2, (int64_t)5, (int64_t)3);
+    int idx = input(&M, DT_I32, 3, 3, (int64_t)2, (int64_t)5, (int64_t)2);
+    int w = PARAM(&M, "w", 3, (int64_t)2, (int64_t)5, (int64_t)2);
+    int we = PARAM(&M, "we", 3, (int64_t)3, (int64_t)3, (int64_t)3);
+    int in[3] = {x, idx, w};
+    int d = add(M.g, IR_MOE_DISPATCH, in, 3, pattr, 3, 0, DT_F32, -1, NULL);
+    int ids = add(M.g, IR_MOE_EXPERT_IDS, &idx, 1, pattr, 1, 0, DT_I32, -1, NULL);
+    int gin[3] = {d, we, ids}, zero = 0;
+    int64_t ga[1] = {zero};
+    int h = add(M.g, IR_GROUPED_MM, gin, 3, ga, 1, 0, DT_F32, -1, NULL);
+    int cin[3] = {h, idx, w};
+    done(&M, add(M.g, IR_MOE_COMBINE, cin, 3, pattr, 1, 0, DT_F32, -1, NULL), "packed expert layer", IR_MOE_EXPERT_IDS);
+  }
 }
 
 /* Flash attention's packed output [o, lse] against finite differences of
@@ -1330,11 +1383,12 @@ int main(void) {
   test_errors();
   /* every op with a gradient has been checked by finite differences */
   /* EXTERN needs a native library: tests/extern/test_extern.c checks its
-   * gradient by finite differences; EXTERN_GRAD, ATTENTION_BWD, LINEAR_CE_BWD(_W) and LINEAR_LSE_BWD(_W) have no derivative, TRAINING
+   * gradient by finite differences; EXTERN_GRAD, ATTENTION_BWD, LINEAR_CE_BWD(_W), LINEAR_LSE_BWD(_W) and GROUPED_MM_WGRAD have no derivative, TRAINING
    * (the mode leaf) none either: resnet-tiny's finite differences run through it */
   static const IrOp nondiff[] = {IR_INPUT, IR_PARAM, IR_ARG,         IR_CONST,         IR_FILL,
                                  IR_IOTA,  IR_EXTERN, IR_EXTERN_GRAD, IR_ATTENTION_BWD, IR_TRAINING,
-                                 IR_LINEAR_CE_BWD, IR_LINEAR_CE_BWD_W, IR_LINEAR_LSE_BWD, IR_LINEAR_LSE_BWD_W};
+                                 IR_LINEAR_CE_BWD, IR_LINEAR_CE_BWD_W, IR_LINEAR_LSE_BWD, IR_LINEAR_LSE_BWD_W,
+                                 IR_GROUPED_MM_WGRAD};
   for (int op = 0; op < IR_OP_COUNT; op++) {
     int skip = 0;
     for (size_t k = 0; k < sizeof nondiff / sizeof nondiff[0]; k++) skip |= (int)nondiff[k] == op;
