@@ -51,6 +51,32 @@ static inline void hpdl_emu_gemm(const void *A, const void *B, int ab_bf16, floa
   }
 }
 
+/* GROUPED_MM (wgrad 0: C[r] = A[r] op(W[ids[r]]), W [E, X, Y] or [E, Y, X]
+ * with tb) and GROUPED_MM_WGRAD (1: C[e] = sum over e's rows of A[r]^T dY[r],
+ * B = dY [N, Y], C [E, X, Y]), as the host program's one GEMM an expert. */
+static inline void hpdl_emu_grouped(const void *A, const void *B, const int *ids, float *C, int ab_bf16, int wgrad, int tb,
+                                    long long n, long long x, long long y, long long e) {
+  if (wgrad) {
+    for (long long i = 0; i < e * x * y; i++) C[i] = 0.0f;
+    for (long long r = 0; r < n; r++) {
+      if (ids[r] < 0 || ids[r] >= e) continue;
+      float *c = C + (long long)ids[r] * x * y;
+      for (long long i = 0; i < x; i++)
+        for (long long j = 0; j < y; j++)
+          c[i * y + j] += hpdl_emu_operand(A, r * x + i, ab_bf16) * hpdl_emu_operand(B, r * y + j, ab_bf16);
+    }
+    return;
+  }
+  for (long long r = 0; r < n; r++)
+    for (long long j = 0; j < y; j++) {
+      float s = 0.0f;
+      long long w0 = (long long)(ids[r] >= 0 && ids[r] < e ? ids[r] : 0) * x * y;
+      for (long long q = 0; q < x; q++)
+        s += hpdl_emu_operand(A, r * x + q, ab_bf16) * hpdl_emu_operand(B, w0 + (tb ? j * x + q : q * y + j), ab_bf16);
+      C[r * y + j] = s;
+    }
+}
+
 /* cuBLASLt's epilogue after the product in d (rows x n): d += bias[n]
  * per row; aux (when not null) keeps that pre-activation; then act: 0 none,
  * 1 relu, 2 gelu (the tanh form of hpdl_cuda.cuh, as CUBLASLT_EPILOGUE_GELU). */

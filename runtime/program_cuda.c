@@ -435,9 +435,17 @@ static int load_kernels(CudaProg *P, const char *path, RtErr *e) {
         rc = fail(e, "%s: launch %s: extern %d is not one of the module's %d", path, L->name, L->host_extern,
                   P->pc->m->nexterns);
     }
-    json_t *gm = json_object_get(jl, "gemm");
+    json_t *gm = json_object_get(jl, "gemm"), *gr = json_object_get(jl, "grouped");
     if (!gm) continue;
     L->is_gemm = 1;
+    if (gr) { /* a GEMM an expert over its rows (devexec.c's grouped_run) */
+      L->grouped = (int)jint(gr, "kind");
+      L->grouped_ids = (int)jint(gr, "ids");
+      L->experts = jint(gr, "experts");
+      if ((L->grouped != 1 && L->grouped != 2) || L->grouped_ids < 0 || L->grouped_ids >= K->ninputs || L->experts < 1)
+        rc = fail(e, "%s: launch %zu (%s): a grouped GEMM of kind %d, ids %d, %lld experts", path, i, L->name, L->grouped,
+                  L->grouped_ids, (long long)L->experts);
+    }
     DevGemm *d = &L->gemm;
     d->a = (int)jint(gm, "a");
     d->b = (int)jint(gm, "b");

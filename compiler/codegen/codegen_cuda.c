@@ -90,7 +90,7 @@ void cu_add_launch(CuKern *k, const char *name, int step, const char *kind, int6
   l->grid = grid < 1 ? 1 : grid > CU_MAX_GRID ? CU_MAX_GRID : grid;
   l->block = block;
   t->stats.kernels++;
-  if (t->opt.emulate && strcmp(kind, "gemm") && strcmp(kind, "host")) {
+  if (t->opt.emulate && strcmp(kind, "gemm") && strcmp(kind, "grouped") && strcmp(kind, "host")) {
     const FuseKernel *K = k->K;
     cu_tx(&k->stub, "  if (HPDL_EMU_LAUNCH(%s, dim3(%" PRId64 "), dim3(%" PRId64 "), 0, *ctx", name, l->grid, l->block);
     for (int i = 0; i < K->ninputs + K->noutputs; i++) {
@@ -1456,7 +1456,7 @@ static void launch_bytes(CgTarget *t) {
   for (int i = 0; i < t->nlaunch; i++) {
     CuLaunch *l = &t->launch[i];
     l->bytes = l->kernel_bytes = 0;
-    if (!strcmp(l->kind, "gemm") || !strcmp(l->kind, "host")) continue;
+    if (!strcmp(l->kind, "gemm") || !strcmp(l->kind, "grouped") || !strcmp(l->kind, "host")) continue;
     int alone = 1, first = 1, compute = 0; /* compute: a step on tensor cores (attention, conv) */
     for (int j = 0; j < t->nlaunch; j++)
       if (j != i && t->launch[j].graph == l->graph && t->launch[j].kernel == l->kernel) {
@@ -1814,7 +1814,10 @@ static int cu_emit(CgTarget *t, const char *path) {
         for (int h = 0; h < l->nhost_io; h++) json_array_append_new(hio, json_integer(l->host_io[h]));
         json_object_set_new(j, "host", json_pack("{s:i, s:b, s:o}", "extern", l->host_extern, "grad", l->host_grad, "io", hio));
       }
-      if (!strcmp(l->kind, "gemm")) {
+      if (!strcmp(l->kind, "grouped"))
+        json_object_set_new(j, "grouped", json_pack("{s:i, s:i, s:I}", "kind", l->grouped, "ids", l->grouped_ids, "experts",
+                                                    (json_int_t)l->experts));
+      if (!strcmp(l->kind, "gemm") || !strcmp(l->kind, "grouped")) {
         json_object_set_new(j, "gemm",
                             json_pack("{s:i, s:i, s:i, s:b, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:I, s:I}", "a",
                                       l->gemm_a, "b", l->gemm_b, "c", l->gemm_c, "trans_a", l->trans_a, "trans_b", l->trans_b,
@@ -1922,6 +1925,11 @@ void cg_cuda_report(const CgTarget *t, FILE *out) {
     if (!strcmp(l->kind, "gemm")) {
       fprintf(out, " cuBLASLt %" PRId64 " x %" PRId64 " x %" PRId64 "%s%s, %" PRId64 " matri%s\n", l->m, l->n, l->k,
               l->trans_a ? ", A^T" : "", l->trans_b ? ", B^T" : "", l->batch, l->batch == 1 ? "x" : "ces");
+      continue;
+    }
+    if (!strcmp(l->kind, "grouped")) {
+      fprintf(out, " cuBLASLt per expert of %" PRId64 ", %" PRId64 " x %" PRId64 " x %" PRId64 " in all%s%s%s\n", l->experts, l->m,
+              l->n, l->k, l->trans_a ? ", A^T" : "", l->trans_b ? ", B^T" : "", l->grouped == 2 ? " (weight gradient)" : "");
       continue;
     }
     if (ki)

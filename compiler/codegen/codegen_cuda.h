@@ -17,7 +17,7 @@ const CgBackend *cg_cuda_backend(void);
 typedef struct {
   char name[200];
   int graph, kernel, step; /* the fused kernel (fuse.h) and its step */
-  const char *kind;        /* "loop", "row", "zero", "special", "attention", "conv", "gemm", "host" */
+  const char *kind;        /* "loop", "row", "zero", "special", "attention", "conv", "gemm", "grouped", "host" */
   int64_t grid, block;     /* blocks (grid-stride beyond) and threads a block */
   double flops;            /* "attention", "conv": the arithmetic of this launch (profiles), else 0 */
   double bytes;            /* a kernel of one launch: its inputs read and outputs written once,
@@ -51,6 +51,13 @@ typedef struct {
    * gradient, the result's gradient and the arguments' gradients) */
   int host_extern, host_grad, nhost_io;
   int host_io[16];
+  /* kind "grouped": GROUPED_MM (grouped 1) or GROUPED_MM_WGRAD (2), a GEMM an
+   * expert over the rows of its run of ids (the io index grouped_ids, i32 [N]);
+   * the gemm fields hold the product over all N rows at once (grouped 1: M =
+   * N, B the experts' [E, K, N] or [E, N, K] with trans_b; grouped 2: K = N,
+   * C the experts' [E, M, N]), which the host program cuts per run */
+  int grouped, grouped_ids;
+  int64_t experts;
 } CgCudaLaunch;
 
 /* The AUX_LOSS node of fused kernel kp (a special kernel whose loss the host

@@ -776,7 +776,11 @@ static int one_hot(CuKern *k, const IrNode *n, int id) {
  * token's k weighted slots in ascending k, the gate gradient is the dot
  * product of a token with a slot, in fp64 (hostop.c's arithmetic). An
  * expert out of range takes no slot. The routing tables are static
- * __device__ scratch of the module, named after the kernel. */
+ * __device__ scratch of the module, named after the kernel.
+ * The dropless packed form (y [B T K, C], ir_ops.h) is one sequence of B T
+ * tokens whose s0 (one thread) counts each expert's choices, and gives choice
+ * p the row of its expert's first plus the earlier choices of that expert
+ * (interp_moe_rows): then a "slot" is the row. */
 static int moe(CuKern *k, const IrNode *n, int id) {
   CuText *o = &k->t->src;
   int iidx = n->op == IR_MOE_GATE_GRAD ? 2 : 1;
@@ -785,46 +789,69 @@ static int moe(CuKern *k, const IrNode *n, int id) {
   if (a < 0 || ix < 0 || w < 0 || out < 0) return -1;
   const IrNode *idxn = nd(k, mem_of(k, n->in[iidx]));
   const IrNode *wide = n->op == IR_MOE_DISPATCH ? n : nd(k, mem_of(k, n->in[n->op == IR_MOE_COMBINE ? 0 : 1]));
-  int64_t B = idxn->dims[0], T = idxn->dims[1], K = idxn->dims[2];
-  int64_t E = wide->dims[1], cap = wide->dims[2], C = wide->dims[3];
-  if (B * T * K > INT32_MAX || B * E * cap > INT32_MAX) {
+  int packed = wide->rank == 2;
+  int64_t B = idxn->dims[0], T = idxn->dims[1], K = idxn->dims[2], C = wide->dims[wide->rank - 1];
+  int64_t E = packed ? n->attr[0] : wide->dims[1], cap = packed ? 0 : wide->dims[2];
+  if (packed) T *= B, B = 1; /* one sequence of all the tokens */
+  int64_t per_seq = packed ? T * K : E * cap; /* a sequence's slots (the packed rows) */
+  if (B * T * K > INT32_MAX || B * per_seq > INT32_MAX) {
     cu_fail(k->t, "graph %s kernel k%d: %s over %" PRId64 " choices and %" PRId64 " slots: the CUDA kernel counts them in 32 bits",
-            k->fg->graph->name, k->kp, ir_op_name(n->op), B * T * K, B * E * cap);
+            k->fg->graph->name, k->kp, ir_op_name(n->op), B * T * K, B * per_seq);
     return -1;
   }
   const char *b = k->base;
   int dispatch = n->op == IR_MOE_DISPATCH;
-  cu_tx(o, "/* %s: %s: [B %" PRId64 ", T %" PRId64 ", k %" PRId64 "] choices over %" PRId64 " experts of %" PRId64
-        " slots, width %" PRId64 " */\n",
-        b, ir_op_name(n->op), B, T, K, E, cap, C);
+  if (packed)
+    cu_tx(o, "/* %s: %s, packed: %" PRId64 " choices (%" PRId64 " tokens, k %" PRId64 ") as rows sorted by expert of %" PRId64
+          ", width %" PRId64 " */\n",
+          b, ir_op_name(n->op), T * K, T, K, E, C);
+  else
+    cu_tx(o, "/* %s: %s: [B %" PRId64 ", T %" PRId64 ", k %" PRId64 "] choices over %" PRId64 " experts of %" PRId64
+          " slots, width %" PRId64 " */\n",
+          b, ir_op_name(n->op), B, T, K, E, cap, C);
   cu_tx(o, "static __device__ int %s_slot[%" PRId64 "];\n", b, B * T * K);
-  if (dispatch) cu_tx(o, "static __device__ int %s_src[%" PRId64 "];\n", b, B * E * cap > 0 ? B * E * cap : 1);
-  cu_tx(o, "static __device__ int %s_cnt[%" PRId64 "];\n\n", b, B * E > 0 ? B * E : 1);
+  if (dispatch) cu_tx(o, "static __device__ int %s_src[%" PRId64 "];\n", b, B * per_seq > 0 ? B * per_seq : 1);
+  cu_tx(o, "static __device__ int %s_cnt[%" PRId64 "];\n\n", b, B * (E + 1));
   char name[200];
   step_name(k, 0, 2, name, sizeof name);
   cu_signature(k, o, name);
   grid_loop(o, "bs", B);
-  cu_tx(o, "    int *cnt = %s_cnt + bs * %" PRId64 "LL;\n", b, E);
-  cu_tx(o, "    for (long long e = 0; e < %" PRId64 "LL; e++) cnt[e] = 0;\n", E);
-  if (dispatch) cu_tx(o, "    for (long long s = 0; s < %1$" PRId64 "LL; s++) %2$s_src[bs * %1$" PRId64 "LL + s] = -1;\n", E * cap, b);
-  cu_tx(o, "    for (long long kk = 0; kk < %" PRId64 "LL; kk++)\n", K);
-  cu_tx(o, "      for (long long t = 0; t < %" PRId64 "LL; t++) {\n", T);
-  cu_tx(o, "        const long long p = t * %1$" PRId64 "LL + kk, e = (long long)p%2$d[bs * %3$" PRId64 "LL + p];\n", K, ix,
-        T * K);
-  cu_tx(o, "        int s = -1;\n");
-  cu_tx(o, "        if (e >= 0 && e < %1$" PRId64 "LL && cnt[e] < %2$" PRId64 "LL) s = (int)(e * %2$" PRId64 "LL + cnt[e]++);\n", E,
-        cap);
-  cu_tx(o, "        %s_slot[bs * %" PRId64 "LL + p] = s;\n", b, T * K);
-  if (dispatch) cu_tx(o, "        if (s >= 0) %s_src[bs * %" PRId64 "LL + s] = (int)p;\n", b, E * cap);
-  cu_tx(o, "      }\n  }\n}\n\n");
+  cu_tx(o, "    int *cnt = %s_cnt + bs * %" PRId64 "LL;\n", b, E + 1);
+  cu_tx(o, "    for (long long e = 0; e <= %" PRId64 "LL; e++) cnt[e] = 0;\n", E);
+  if (dispatch) cu_tx(o, "    for (long long s = 0; s < %1$" PRId64 "LL; s++) %2$s_src[bs * %1$" PRId64 "LL + s] = -1;\n", per_seq, b);
+  if (packed) {
+    /* each expert's first row: the choices of the experts before it */
+    cu_tx(o, "    for (long long p = 0; p < %" PRId64 "LL; p++) {\n", T * K);
+    cu_tx(o, "      const long long e = (long long)p%d[p];\n", ix);
+    cu_tx(o, "      if (e >= 0 && e < %" PRId64 "LL) cnt[e + 1]++;\n    }\n", E);
+    cu_tx(o, "    for (long long e = 0; e < %" PRId64 "LL; e++) cnt[e + 1] += cnt[e];\n", E);
+    cu_tx(o, "    for (long long p = 0; p < %" PRId64 "LL; p++) {\n", T * K);
+    cu_tx(o, "      const long long e = (long long)p%d[p];\n", ix);
+    cu_tx(o, "      int s = -1;\n");
+    cu_tx(o, "      if (e >= 0 && e < %" PRId64 "LL) s = cnt[e]++;\n", E);
+    cu_tx(o, "      %s_slot[p] = s;\n", b);
+    if (dispatch) cu_tx(o, "      if (s >= 0) %s_src[s] = (int)p;\n", b);
+    cu_tx(o, "    }\n  }\n}\n\n");
+  } else {
+    cu_tx(o, "    for (long long kk = 0; kk < %" PRId64 "LL; kk++)\n", K);
+    cu_tx(o, "      for (long long t = 0; t < %" PRId64 "LL; t++) {\n", T);
+    cu_tx(o, "        const long long p = t * %1$" PRId64 "LL + kk, e = (long long)p%2$d[bs * %3$" PRId64 "LL + p];\n", K, ix,
+          T * K);
+    cu_tx(o, "        int s = -1;\n");
+    cu_tx(o, "        if (e >= 0 && e < %1$" PRId64 "LL && cnt[e] < %2$" PRId64 "LL) s = (int)(e * %2$" PRId64 "LL + cnt[e]++);\n", E,
+          cap);
+    cu_tx(o, "        %s_slot[bs * %" PRId64 "LL + p] = s;\n", b, T * K);
+    if (dispatch) cu_tx(o, "        if (s >= 0) %s_src[bs * %" PRId64 "LL + s] = (int)p;\n", b, per_seq);
+    cu_tx(o, "      }\n  }\n}\n\n");
+  }
   cu_add_launch(k, name, 0, "special", blocks_for(B), CU_BLOCK);
   step_name(k, 1, 2, name, sizeof name);
   cu_signature(k, o, name);
   if (dispatch) {
-    int64_t N = B * E * cap * C;
+    int64_t N = B * per_seq * C;
     grid_loop(o, "lin", N);
     cu_tx(o, "    const long long c = lin %% %1$" PRId64 "LL, bslot = lin / %1$" PRId64 "LL, bs = bslot / %2$" PRId64 "LL;\n", C,
-          E * cap);
+          per_seq);
     cu_tx(o, "    const int p = %s_src[bslot];\n", b);
     cu_tx(o, "    float v = 0.0f;\n");
     cu_tx(o, "    if (p >= 0) v = (float)p%1$d[bs * %2$" PRId64 "LL + p] * (float)p%3$d[(bs * %4$" PRId64 "LL + p / %5$" PRId64
@@ -842,7 +869,7 @@ static int moe(CuKern *k, const IrNode *n, int id) {
     cu_tx(o, "      const int s = %s_slot[bt * %" PRId64 "LL + kk];\n", b, K);
     cu_tx(o, "      if (s >= 0) { const float prod = (float)p%1$d[bt * %2$" PRId64 "LL + kk] * (float)p%3$d[(bs * %4$" PRId64
           "LL + s) * %5$" PRId64 "LL + c]; acc += prod; }\n",
-          w, K, a, E * cap, C);
+          w, K, a, per_seq, C);
     cu_tx(o, "    }\n");
     store(o, "    ", out, n->dtype, "lin", "acc");
     cu_tx(o, "  }\n}\n\n");
@@ -855,11 +882,89 @@ static int moe(CuKern *k, const IrNode *n, int id) {
     cu_tx(o, "    double dot = 0.0;\n");
     cu_tx(o, "    if (s >= 0)\n      for (long long c = 0; c < %1$" PRId64 "LL; c++) dot += (double)p%2$d[(bs * %3$" PRId64
           "LL + t) * %1$" PRId64 "LL + c] * (double)p%4$d[(bs * %5$" PRId64 "LL + s) * %1$" PRId64 "LL + c];\n",
-          C, a, T, w, E * cap);
+          C, a, T, w, per_seq);
     store(o, "    ", out, n->dtype, "q", "(float)dot");
     cu_tx(o, "  }\n}\n\n");
     cu_add_launch(k, name, 1, "special", blocks_for(N), CU_BLOCK);
   }
+  return 0;
+}
+
+/* moe_expert_ids: the choices' experts sorted, one thread (a counting sort
+ * over the routing table: each expert's count, then its id that many times). */
+static int expert_ids(CuKern *k, const IrNode *n, int id) {
+  CuText *o = &k->t->src;
+  int ix = io_of(k, n->in[0]), out = io_of(k, id);
+  if (ix < 0 || out < 0) return -1;
+  int64_t N = n->dims[0], E = n->attr[0];
+  const char *b = k->base;
+  cu_tx(o, "/* %s: moe_expert_ids: %" PRId64 " choices of %" PRId64 " experts, sorted */\n", b, N, E);
+  cu_tx(o, "static __device__ int %s_cnt[%" PRId64 "];\n\n", b, E);
+  cu_signature(k, o, b);
+  grid_loop(o, "bs", 1);
+  cu_tx(o, "    for (long long e = 0; e < %" PRId64 "LL; e++) %s_cnt[e] = 0;\n", E, b);
+  cu_tx(o, "    for (long long p = 0; p < %" PRId64 "LL; p++) {\n", N);
+  cu_tx(o, "      const int e = p%d[p];\n", ix);
+  cu_tx(o, "      if (e >= 0 && e < %" PRId64 "LL) %s_cnt[e]++;\n    }\n", E, b);
+  cu_tx(o, "    long long r = 0;\n");
+  cu_tx(o, "    for (long long e = 0; e < %" PRId64 "LL; e++)\n", E);
+  cu_tx(o, "      for (int j = 0; j < %s_cnt[e]; j++) p%d[r++] = (int)e;\n", b, out);
+  cu_tx(o, "    while (r < %" PRId64 "LL) p%d[r++] = -1; /* an expert out of range: no row */\n", N, out);
+  cu_tx(o, "  }\n}\n\n");
+  cu_add_launch(k, b, 0, "special", 1, CU_BLOCK);
+  return 0;
+}
+
+/* grouped_mm, grouped_mm_wgrad: no kernel of ours; the host program reads
+ * the ids and runs one cuBLASLt GEMM an expert over its run of rows
+ * (kernels.json's "grouped"; runtime/device/devexec.c). */
+static int grouped(CuKern *k, const IrNode *n, int id) {
+  CgTarget *t = k->t;
+  const IrGraph *g = k->fg->graph;
+  int a = io_of(k, n->in[0]), bw = io_of(k, n->in[1]), ids = io_of(k, n->in[2]), out = io_of(k, id);
+  if (a < 0 || bw < 0 || ids < 0 || out < 0) return -1;
+  const IrNode *an = &g->nodes[mem_of(k, n->in[0])], *bn = &g->nodes[mem_of(k, n->in[1])];
+  int wgrad = n->op == IR_GROUPED_MM_WGRAD, tb = !wgrad && n->attr[0] != 0;
+  int64_t N = an->dims[0], X = an->dims[1];
+  char name[200];
+  snprintf(name, sizeof name, "%s_grouped", k->base);
+  if (an->dtype != bn->dtype || (an->dtype != DT_F32 && an->dtype != DT_BF16) || n->dtype != DT_F32) {
+    cu_fail(t, "%s: %s of %s and %s into %s: the grouped GEMMs multiply fp32 or bf16 operands into fp32", name, ir_op_name(n->op),
+            sem_dtype_name(an->dtype), sem_dtype_name(bn->dtype), sem_dtype_name(n->dtype));
+    return -1;
+  }
+  cu_tx(&t->src, "/* %s: %s: cuBLASLt, one GEMM an expert over its rows (of %" PRId64 ") */\n\n", name, ir_op_name(n->op), N);
+  cu_add_launch(k, name, 0, "grouped", 0, 0);
+  CuLaunch *l = &t->launch[t->nlaunch - 1];
+  t->stats.kernels--; /* not a kernel of ours */
+  l->grid = l->block = 0;
+  l->grouped = wgrad ? 2 : 1;
+  l->grouped_ids = ids;
+  l->gemm_a = wgrad ? a : a;
+  l->gemm_b = bw;
+  l->gemm_c = out;
+  l->ab_bf16 = an->dtype == DT_BF16;
+  l->alpha = 1.0;
+  l->batch = 1;
+  l->bias = l->aux = -1;
+  if (wgrad) { /* C [X, Y] of expert e = A[rows]^T dY[rows] */
+    int64_t Y = bn->dims[1];
+    l->experts = n->dims[0];
+    l->trans_a = 1, l->trans_b = 0;
+    l->m = X, l->n = Y, l->k = N;
+    l->lda = X, l->ldb = Y, l->ldc = Y;
+  } else { /* C[rows, Y] = A[rows] op(W_e) */
+    int64_t Y = n->dims[1];
+    l->experts = bn->dims[0];
+    l->trans_a = 0, l->trans_b = tb;
+    l->m = N, l->n = Y, l->k = X;
+    l->lda = X, l->ldb = tb ? X : Y, l->ldc = Y;
+  }
+  t->ngemm++;
+  if (t->opt.emulate)
+    cu_tx(&k->stub, "  hpdl_emu_grouped(io[%d], io[%d], (const int *)io[%d], (float *)io[%d], %d, %d, %d, %" PRId64 ", %" PRId64
+                    ", %" PRId64 ", %" PRId64 ");\n",
+          a, bw, ids, out, l->ab_bf16, wgrad, tb, N, X, wgrad ? bn->dims[1] : n->dims[1], l->experts);
   return 0;
 }
 
@@ -1431,6 +1536,9 @@ int cu_special(CuKern *k) {
   case IR_MOE_DISPATCH:
   case IR_MOE_COMBINE:
   case IR_MOE_GATE_GRAD: return moe(k, n, id);
+  case IR_MOE_EXPERT_IDS: return expert_ids(k, n, id);
+  case IR_GROUPED_MM:
+  case IR_GROUPED_MM_WGRAD: return grouped(k, n, id);
   case IR_AUX_LOSS: return aux_loss(k, n, id);
   case IR_STATE_UPDATE: return state_update(k, n, id);
   case IR_ATTENTION:

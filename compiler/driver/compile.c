@@ -546,7 +546,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
   if (externs_check(&C, global)) return 1;
   /* dropless experts over their routed rows; expert parallelism's all-to-all
    * exchanges fixed-size slots, and the CUDA back end has no grouped GEMM yet */
-  int packed_moe = !o->expert_slots && L.ep == 1 && !is_cuda(o) ? moe_pack_dropless(global) : 0;
+  int packed_moe = !o->expert_slots && L.ep == 1 ? moe_pack_dropless(global) : 0;
   int slots_moe = moe_dropless_slots(global);
   if (packed_moe && ir_verify(global, err)) {
     fprintf(err, "hpdlc: internal error: the IR does not verify after packing the dropless experts\n");

@@ -27,6 +27,7 @@ typedef struct {
   DevKernel **k;       /* per launch; NULL for a GEMM */
   DevGemmPlan **plans; /* per launch; NULL for a kernel */
   unsigned char *apart; /* per GEMM launch: its epilogue by a kernel of ours after the bare product (APART_*) */
+  DevGemmPlan ***by_rows; /* per grouped launch: its plans by the rows of a run, made as runs of that length come */
   double *secs;        /* per launch, profiling */
   long *calls;
 } KernelRes;
@@ -40,6 +41,8 @@ struct DevExec {
   DevKernel *bias16;                  /* hpdl_bias_bf16, where a bias into a bf16 D runs apart */
   void **io_plus;                     /* bias16_apart's io pointers and its product's buffer, grown as needed */
   int io_plus_cap;
+  int32_t *ids_host;                  /* grouped_run's copy of the rows' experts */
+  int64_t ids_cap;
   DevKernel *round_bf16; /* NULL where no weight is read in bf16 */
   DevKernel *chunk_copy; /* hpdl_chunk_copy_f32, the device collectives' layouts (looked up on first use) */
   /* per parameter copy (goff[p] + copy): where its values and its gradient
@@ -294,12 +297,17 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
       R->k = calloc((size_t)K->nlaunches + 1, sizeof *R->k);
       R->plans = calloc((size_t)K->nlaunches + 1, sizeof *R->plans);
       R->apart = calloc((size_t)K->nlaunches + 1, 1);
+      R->by_rows = calloc((size_t)K->nlaunches + 1, sizeof *R->by_rows);
       R->secs = calloc((size_t)K->nlaunches + 1, sizeof *R->secs);
       R->calls = calloc((size_t)K->nlaunches + 1, sizeof *R->calls);
       for (int l = 0; l < K->nlaunches && !rc; l++) {
         const DevxLaunch *L = &K->launches[l];
         if (L->is_host) continue; /* no device code: run_host */
-        if (L->is_gemm) {
+        if (L->grouped) { /* plans by the rows of a run, as they come (grouped_run) */
+          int64_t n = L->grouped == 2 ? L->gemm.k : L->gemm.m;
+          R->by_rows[l] = calloc((size_t)n + 1, sizeof(DevGemmPlan *));
+          if (!R->by_rows[l]) rc = fail(x, "out of host memory");
+        } else if (L->is_gemm) {
           R->plans[l] = gemm_plan(x, &L->gemm, K->ninputs + K->noutputs, &R->apart[l]);
           if (!R->plans[l]) rc = fail(x, "graph %s kernel %d (%s): %s", m->graphs[g]->name, k, L->name, dev_error(dev));
         } else {
@@ -466,6 +474,8 @@ void devx_free(DevExec *x) {
       free(x->res[g][k].k);
       free(x->res[g][k].plans);
       free(x->res[g][k].apart);
+      for (int l = 0; x->res[g][k].by_rows && l < x->p->graphs[g].kernels[k].nlaunches; l++) free(x->res[g][k].by_rows[l]);
+      free(x->res[g][k].by_rows);
       free(x->res[g][k].secs);
       free(x->res[g][k].calls);
     }
@@ -499,6 +509,7 @@ void devx_free(DevExec *x) {
   free(x->read16);
   free(x->read32);
   free(x->io_plus);
+  free(x->ids_host);
   for (int i = 0; i < x->ninputs && x->inputs; i++) x->dev->ops->release(x->dev, x->inputs[i]);
   for (int i = 0; i < x->nfree; i++) x->dev->ops->release(x->dev, x->free_bufs[i].p);
   free(x->free_bufs);
@@ -1004,6 +1015,60 @@ static int run_host(DevExec *x, int gi, int kp, const DevxLaunch *L, void **io) 
   return rc;
 }
 
+/* A grouped GEMM (DevxLaunch.grouped): the rows' experts read back to the host
+ * (which waits for the work queued before), then one GEMM a run of rows of one
+ * expert - one an expert, the ids being sorted - on the io pointers moved to the
+ * run's rows and the expert's matrix; GROUPED_MM_WGRAD zeroes its output first
+ * (an expert with no rows has a zero gradient). Megatron-Core's grouped MLP
+ * reads its tokens per expert back alike. Each run length gets its own plan,
+ * kept for the next steps. */
+static int grouped_run(DevExec *x, const DevxLaunch *L, DevGemmPlan **by_rows, void **io, int nio) {
+  Device *d = x->dev;
+  const DevGemm *g = &L->gemm;
+  int wgrad = L->grouped == 2;
+  int64_t N = wgrad ? g->k : g->m, X = wgrad ? g->m : g->k, Y = g->n, E = L->experts;
+  size_t ab = g->ab_bf16 ? 2 : 4;
+  if (N > x->ids_cap) {
+    int32_t *grown = realloc(x->ids_host, sizeof(int32_t) * (size_t)N);
+    if (!grown) return fail(x, "out of host memory");
+    x->ids_host = grown;
+    x->ids_cap = N;
+  }
+  if (nio > x->io_plus_cap) {
+    void **grown = realloc(x->io_plus, sizeof(void *) * (size_t)nio);
+    if (!grown) return fail(x, "out of host memory");
+    x->io_plus = grown;
+    x->io_plus_cap = nio;
+  }
+  if (N > 0 && d->ops->to_host(d, x->ids_host, io[L->grouped_ids], sizeof(int32_t) * (size_t)N)) return -1;
+  if (wgrad && d->ops->zero(d, io[g->c], sizeof(float) * (size_t)(E * X * Y))) return -1;
+  void **io2 = x->io_plus;
+  for (int64_t r0 = 0, r1; r0 < N; r0 = r1) {
+    int32_t e = x->ids_host[r0];
+    for (r1 = r0 + 1; r1 < N && x->ids_host[r1] == e; r1++) {
+    }
+    if (e < 0 || e >= E) return fail(x, "%s: row %lld's expert %d is outside [0, %lld)", L->name, (long long)r0, (int)e, (long long)E);
+    int64_t rows = r1 - r0;
+    if (!by_rows[rows]) {
+      DevGemm t = *g;
+      if (wgrad) t.k = rows;
+      else t.m = rows;
+      if (!(by_rows[rows] = d->ops->gemm_plan(d, &t))) return -1;
+    }
+    memcpy(io2, io, sizeof(void *) * (size_t)nio);
+    io2[g->a] = (char *)io[g->a] + (size_t)(r0 * X) * ab;
+    if (wgrad) {
+      io2[g->b] = (char *)io[g->b] + (size_t)(r0 * Y) * ab;
+      io2[g->c] = (char *)io[g->c] + (size_t)(e * X * Y) * sizeof(float);
+    } else {
+      io2[g->b] = (char *)io[g->b] + (size_t)(e * X * Y) * ab;
+      io2[g->c] = (char *)io[g->c] + (size_t)(r0 * Y) * sizeof(float);
+    }
+    if (d->ops->gemm(d, by_rows[rows], io2)) return -1;
+  }
+  return 0;
+}
+
 static int run_launches(DevExec *x, int gi, int kp, int64_t layer, void **io) {
   const DevxKernel *K = &x->p->graphs[gi].kernels[kp];
   const KernelRes *R = &x->res[gi][kp];
@@ -1017,7 +1082,8 @@ static int run_launches(DevExec *x, int gi, int kp, int64_t layer, void **io) {
       if (run_host(x, gi, kp, L, io)) return -1;
     } else {
       int rc;
-      if (L->is_gemm && R->apart[l] == APART_BIAS16) rc = bias16_apart(x, R->plans[l], &L->gemm, io, nio);
+      if (L->grouped) rc = grouped_run(x, L, R->by_rows[l], io, nio);
+      else if (L->is_gemm && R->apart[l] == APART_BIAS16) rc = bias16_apart(x, R->plans[l], &L->gemm, io, nio);
       else if (L->is_gemm) rc = x->dev->ops->gemm(x->dev, R->plans[l], io);
       else rc = x->dev->ops->launch(x->dev, R->k[l], L->grid, L->block, &c, io, nio);
       if (!rc && L->is_gemm && R->apart[l] == APART_BGRAD) rc = bias_grad_apart(x, &L->gemm, io);

@@ -41,6 +41,11 @@ typedef struct {
    * the function's order (the last the one it writes) */
   int is_host, host_extern, host_grad, nhost_io;
   int host_io[16];
+  /* kernels.json's "grouped" (is_gemm too): GROUPED_MM (1) or its weight gradient (2), one
+   * GEMM an expert over its run of rows; `gemm` the product over all rows (codegen_cuda.h),
+   * grouped_ids the io index of the rows' experts (i32), `experts` their count */
+  int grouped, grouped_ids;
+  int64_t experts;
 } DevxLaunch;
 
 typedef struct {
