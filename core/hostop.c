@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "half.h"
 #include "interp.h"
 #include "xalloc.h"
 
@@ -123,17 +124,30 @@ static const char *expert_ids(const IrNode *n, void **bufs, char *err, size_t er
 /* GROUPED_MM and GROUPED_MM_WGRAD (ir_ops.h): one GEMM a run of rows of the
  * same expert (one an expert: the ids come sorted), through the env's BLAS;
  * with HOSTOP_ADD the weight gradient is added into its buffer. */
+/* An operand as fp32: itself, or a widened copy of bf16 values (*owned, to free). */
+static const float *as_f32(const void *p, DType t, int64_t n, float **owned) {
+  *owned = NULL;
+  if (t != DT_BF16) return p;
+  float *w = xalloc_malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+  for (int64_t i = 0; i < n; i++) w[i] = half_bf16_to_f32(((const uint16_t *)p)[i]);
+  return *owned = w;
+}
+
 static const char *grouped_mm(const IrGraph *g, const IrNode *n, void **bufs, HostOpEnv *env, int flags, char *err, size_t errlen) {
   const IrNode *a = &g->nodes[n->in[0]], *b = &g->nodes[n->in[1]];
-  const float *A = bufs[0], *Bv = bufs[1];
+  /* bf16 operands (a bf16 GEMM's, precision.c) widened exactly: fp32 products of the rounded values */
+  float *owned[2];
+  const float *A = as_f32(bufs[0], a->dtype, ir_numel(a), &owned[0]), *Bv = as_f32(bufs[1], b->dtype, ir_numel(b), &owned[1]);
   const int32_t *ids = bufs[2];
   float *out = bufs[3];
   AttnSgemm gemm = env->sgemm ? env->sgemm : attn_loop_sgemm;
   int64_t N = a->dims[0], X = a->dims[1];
   int64_t E = n->op == IR_GROUPED_MM ? b->dims[0] : n->dims[0];
   for (int64_t i = 0; i < N; i++)
-    if (ids[i] < 0 || ids[i] >= E)
+    if (ids[i] < 0 || ids[i] >= E) {
+      free(owned[0]), free(owned[1]);
       return failf(err, errlen, "%s: row %" PRId64 "'s expert %d is outside [0, %" PRId64 ")", ir_op_name(n->op), i, (int)ids[i], E);
+    }
   int t = n->op == IR_GROUPED_MM && n->attr[0] != 0;
   int64_t Y = n->op == IR_GROUPED_MM ? n->dims[1] : b->dims[1];
   if (n->op == IR_GROUPED_MM_WGRAD && !(flags & HOSTOP_ADD)) memset(out, 0, sizeof(float) * (size_t)ir_numel(n));
@@ -146,6 +160,7 @@ static const char *grouped_mm(const IrGraph *g, const IrNode *n, void **bufs, Ho
     else
       gemm(1, 0, X, Y, r1 - r0, 1.0f, A + r0 * X, X, Bv + r0 * Y, Y, 1.0f, out + e * X * Y, Y);
   }
+  free(owned[0]), free(owned[1]);
   return NULL;
 }
 

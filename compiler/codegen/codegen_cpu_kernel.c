@@ -1353,9 +1353,10 @@ static void special_extern(CgKern *k, const IrNode *n, int id) {
 
 /* Whether a host op reads input i of type t: f32 and i32, and the fused
  * head's x and w in bf16 under bf16 storage (its GEMMs' operands,
- * core/numeric/lmce.h). */
+ * core/numeric/lmce.h), and the grouped GEMMs' operands (hostop.c widens them). */
 static int host_reads(const IrNode *n, int i, DType t) {
-  return t == DT_F32 || t == DT_I32 || (t == DT_BF16 && i < 2 && ir_linear_role(n->op) != IR_LINEAR_NONE);
+  return t == DT_F32 || t == DT_I32 ||
+         (t == DT_BF16 && i < 2 && (ir_linear_role(n->op) != IR_LINEAR_NONE || n->op == IR_GROUPED_MM || n->op == IR_GROUPED_MM_WGRAD));
 }
 
 /* An op the runtime computes on the host (hpd_ctx.host_op): the mixture of

@@ -287,7 +287,8 @@ static int rebuild(const IrModule *m, IrGraph *g, DType storage, const PrecTarge
       /* a BACKWARD call's stash reference (input 1) is no value */
       int as_is = any || (x->op == IR_CALL && k > 0 && x->attr[2] == IR_CALL_BACKWARD);
       /* a GEMM's operands, and the fused head's x and w (its GEMMs') */
-      int gemm_operand = x->op == IR_MATMUL || (k < 2 && ir_linear_role(x->op) != IR_LINEAR_NONE);
+      int gemm_operand = x->op == IR_MATMUL || (k < 2 && ir_linear_role(x->op) != IR_LINEAR_NONE) ||
+                         (k < 2 && (x->op == IR_GROUPED_MM || x->op == IR_GROUPED_MM_WGRAD));
       if ((gemm_operand && gemm16) || (attn_stored && k < 3)) in[k] = as_16(&R, x->in[k], side, x->span);
       else in[k] = as_is ? map[x->in[k]] : as_f32(&R, x->in[k], side, x->span);
       all16 &= is16(g->nodes[in[k]].dtype);
