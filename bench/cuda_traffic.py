@@ -34,7 +34,9 @@ def main():
         sys.exit(f"cuda_traffic: {a.artifact}: no readable manifest.json ({e})")
     if man.get("target") != "cuda":
         sys.exit(f"cuda_traffic: {a.artifact}: target {man.get('target')!r}, not cuda")
-    layers = man.get("layout", {}).get("stage_layers", [])
+    # a forward cut into pieces (no repeat graph: every kernel in the step's graphs) counts once
+    lay = man.get("layout", {})
+    layers = lay.get("stage_layers") or [1] * len(lay.get("stage_pieces", []))
     if a.stage < 0 or a.stage >= len(layers):
         sys.exit(f"cuda_traffic: stage {a.stage}: the artifact has {len(layers)} stage(s)")
     base = os.path.join(a.artifact, f"stage{a.stage}")
@@ -48,7 +50,7 @@ def main():
         g = l["graph"]
         # the training step's graphs: the outer step (forward.grad) once, a layer
         # graph's forward / backward (B.fwd, B.grad) once a layer of the stage
-        if not (g.endswith(".grad") or g.endswith(".fwd")) or l["kind"] in ("gemm", "attention"):
+        if not (g.endswith(".grad") or g.endswith(".fwd")) or l["kind"] in ("gemm", "grouped", "attention"):
             continue
         times = 1 if g.startswith("forward") else layers[a.stage]
         # a kernel of several launches (steps) counts once, on its first step
