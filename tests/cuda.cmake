@@ -575,6 +575,19 @@ if(Python3_Interpreter_FOUND)
                      --first-tol 1e-4 --tol 1e-3 --args "--global-batch 4 --micro-batch 2 -D drop=false --precision bf16")
     set_tests_properties(cuda.layout.${dev}.moe_dropless_bf16 PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "cuda;moe"
                          ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
+    # sequences of 160 tokens: 320 choices a sequence, 640 a micro-batch, so the routing
+    # table's block (kernels/hpdl_moe.cuh, tiles of 256 choices) carries each expert's
+    # count over tiles, in GShard's priority (drop = true, capacity per sequence) and
+    # over the packed rows (drop = false)
+    foreach(drop true false)
+      add_test(NAME cuda.layout.${dev}.moe_long_drop_${drop}
+               COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
+                       --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
+                       --sample ${CMAKE_SOURCE_DIR}/samples/moe-tiny.hpd --device ${dev} --steps 3
+                       --first-tol 1e-6 --tol 1e-5 --args "--global-batch 4 --micro-batch 2 -D T=160 -D drop=${drop}")
+      set_tests_properties(cuda.layout.${dev}.moe_long_drop_${drop} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "cuda;moe"
+                           ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
+    endforeach()
   endforeach()
 
   #   cuda.nccl.emulate.<layout>  the NCCL Comm (runtime/comm_nccl.c) on the

@@ -1493,6 +1493,7 @@ static int cu_generate(CgTarget *t) {
      "#include \"hpdl_attention.cuh\" /* flash attention */\n"
      "#include \"hpdl_conv.cuh\" /* convolution and pooling */\n"
      "#include \"hpdl_lmce.cuh\" /* the fused head and cross-entropy */\n"
+     "#include \"hpdl_moe.cuh\" /* the mixture of experts' routing table */\n"
      "#include \"hpdl_optim.cuh\" /* the optimizer and the gradient norm, for the runtime */\n\n",
      CU_BLOCK);
   for (int gi = 0; gi < t->fr->ngraphs && !t->failed; gi++) {
@@ -1767,7 +1768,7 @@ static int cu_emit(CgTarget *t, const char *path) {
   if (write_file(t, fn, t->src.s, t->src.len)) return -1;
   char from[4200], to[4200];
   static const char *const headers[] = {"hpdl_cuda.cuh", "hpdl_optim.cuh", "hpdl_attention.cuh", "hpdl_attention_cfg.h",
-                                        "hpdl_conv.cuh", "hpdl_lmce.cuh"};
+                                        "hpdl_conv.cuh", "hpdl_lmce.cuh", "hpdl_moe.cuh"};
   for (size_t h = 0; h < sizeof headers / sizeof headers[0]; h++) {
     const char *header = headers[h];
     snprintf(from, sizeof from, "%s/%s", kernels_dir(t), header);

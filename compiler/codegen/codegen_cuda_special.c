@@ -73,6 +73,7 @@
 #include "hpdl_attention_cfg.h"
 #include "hpdl_conv.cuh"
 #include "hpdl_lmce.cuh"
+#include "hpdl_moe.cuh"
 #include "ir_cost.h"
 
 /* Heads (rows of [B, H]) one rope thread rotates with the angle it computed. */
@@ -766,11 +767,12 @@ static int one_hot(CuKern *k, const IrNode *n, int id) {
   return 0;
 }
 
-/* moe_dispatch, moe_combine, moe_gate_grad: s0, a thread per sequence,
- * walks its choices in GShard's priority (every first choice in token
- * order, then every second...) and gives each the next slot of its expert
- * while the expert has room (interp_moe_slots), writing the slot of each
- * choice and, for the dispatch, the choice of each slot (-1: empty); s1
+/* moe_dispatch, moe_combine, moe_gate_grad: s0, a block per sequence
+ * (hpdl_moe.cuh's hpdl_moe_route), takes its choices in GShard's priority
+ * (every first choice in token order, then every second...) and gives each
+ * the next slot of its expert while the expert has room (interp_moe_slots),
+ * writing the slot of each choice and, for the dispatch, the choice of each
+ * slot (-1: empty); s1
  * moves the values, an output element a thread: the dispatch copies a
  * weighted token into each slot (zeros in an empty one), the combine sums a
  * token's k weighted slots in ascending k, the gate gradient is the dot
@@ -778,8 +780,8 @@ static int one_hot(CuKern *k, const IrNode *n, int id) {
  * expert out of range takes no slot. The routing tables are static
  * __device__ scratch of the module, named after the kernel.
  * The dropless packed form (y [B T K, C], ir_ops.h) is one sequence of B T
- * tokens whose s0 (one thread) counts each expert's choices, and gives choice
- * p the row of its expert's first plus the earlier choices of that expert
+ * tokens whose s0 counts each expert's choices, and gives choice p the row of
+ * its expert's first plus the earlier choices of that expert
  * (interp_moe_rows): then a "slot" is the row. */
 static int moe(CuKern *k, const IrNode *n, int id) {
   CuText *o = &k->t->src;
@@ -815,36 +817,14 @@ static int moe(CuKern *k, const IrNode *n, int id) {
   char name[200];
   step_name(k, 0, 2, name, sizeof name);
   cu_signature(k, o, name);
-  grid_loop(o, "bs", B);
-  cu_tx(o, "    int *cnt = %s_cnt + bs * %" PRId64 "LL;\n", b, E + 1);
-  cu_tx(o, "    for (long long e = 0; e <= %" PRId64 "LL; e++) cnt[e] = 0;\n", E);
-  if (dispatch) cu_tx(o, "    for (long long s = 0; s < %1$" PRId64 "LL; s++) %2$s_src[bs * %1$" PRId64 "LL + s] = -1;\n", per_seq, b);
-  if (packed) {
-    /* each expert's first row: the choices of the experts before it */
-    cu_tx(o, "    for (long long p = 0; p < %" PRId64 "LL; p++) {\n", T * K);
-    cu_tx(o, "      const long long e = (long long)p%d[p];\n", ix);
-    cu_tx(o, "      if (e >= 0 && e < %" PRId64 "LL) cnt[e + 1]++;\n    }\n", E);
-    cu_tx(o, "    for (long long e = 0; e < %" PRId64 "LL; e++) cnt[e + 1] += cnt[e];\n", E);
-    cu_tx(o, "    for (long long p = 0; p < %" PRId64 "LL; p++) {\n", T * K);
-    cu_tx(o, "      const long long e = (long long)p%d[p];\n", ix);
-    cu_tx(o, "      int s = -1;\n");
-    cu_tx(o, "      if (e >= 0 && e < %" PRId64 "LL) s = cnt[e]++;\n", E);
-    cu_tx(o, "      %s_slot[p] = s;\n", b);
-    if (dispatch) cu_tx(o, "      if (s >= 0) %s_src[s] = (int)p;\n", b);
-    cu_tx(o, "    }\n  }\n}\n\n");
-  } else {
-    cu_tx(o, "    for (long long kk = 0; kk < %" PRId64 "LL; kk++)\n", K);
-    cu_tx(o, "      for (long long t = 0; t < %" PRId64 "LL; t++) {\n", T);
-    cu_tx(o, "        const long long p = t * %1$" PRId64 "LL + kk, e = (long long)p%2$d[bs * %3$" PRId64 "LL + p];\n", K, ix,
-          T * K);
-    cu_tx(o, "        int s = -1;\n");
-    cu_tx(o, "        if (e >= 0 && e < %1$" PRId64 "LL && cnt[e] < %2$" PRId64 "LL) s = (int)(e * %2$" PRId64 "LL + cnt[e]++);\n", E,
-          cap);
-    cu_tx(o, "        %s_slot[bs * %" PRId64 "LL + p] = s;\n", b, T * K);
-    if (dispatch) cu_tx(o, "        if (s >= 0) %s_src[bs * %" PRId64 "LL + s] = (int)p;\n", b, per_seq);
-    cu_tx(o, "      }\n  }\n}\n\n");
-  }
-  cu_add_launch(k, name, 0, "special", blocks_for(B), CU_BLOCK);
+  cu_tx(o, "  for (long long bs = blockIdx.x; bs < %" PRId64 "LL; bs += gridDim.x)\n", B);
+  cu_tx(o, "    hpdl_moe_route(p%d + bs * %" PRId64 "LL, %" PRId64 "LL, %" PRId64 "LL, %" PRId64 "LL, %" PRId64 "LL, %d, %d, %s_slot + bs * %" PRId64
+        "LL, ",
+        ix, T * K, T, K, E, cap, !packed, packed, b, T * K);
+  if (dispatch) cu_tx(o, "%s_src + bs * %" PRId64 "LL, ", b, per_seq);
+  else cu_tx(o, "nullptr, ");
+  cu_tx(o, "%s_cnt + bs * %" PRId64 "LL);\n}\n\n", b, E + 1);
+  cu_add_launch(k, name, 0, "special", B, HPDL_MOE_THREADS);
   step_name(k, 1, 2, name, sizeof name);
   cu_signature(k, o, name);
   if (dispatch) {
@@ -890,8 +870,8 @@ static int moe(CuKern *k, const IrNode *n, int id) {
   return 0;
 }
 
-/* moe_expert_ids: the choices' experts sorted, one thread (a counting sort
- * over the routing table: each expert's count, then its id that many times). */
+/* moe_expert_ids: the choices' experts sorted, by one block (hpdl_moe.cuh's
+ * hpdl_moe_sorted: each expert's count, then each row's expert among their starts). */
 static int expert_ids(CuKern *k, const IrNode *n, int id) {
   CuText *o = &k->t->src;
   int ix = io_of(k, n->in[0]), out = io_of(k, id);
@@ -899,19 +879,10 @@ static int expert_ids(CuKern *k, const IrNode *n, int id) {
   int64_t N = n->dims[0], E = n->attr[0];
   const char *b = k->base;
   cu_tx(o, "/* %s: moe_expert_ids: %" PRId64 " choices of %" PRId64 " experts, sorted */\n", b, N, E);
-  cu_tx(o, "static __device__ int %s_cnt[%" PRId64 "];\n\n", b, E);
+  cu_tx(o, "static __device__ int %s_cnt[%" PRId64 "];\n\n", b, E + 1);
   cu_signature(k, o, b);
-  grid_loop(o, "bs", 1);
-  cu_tx(o, "    for (long long e = 0; e < %" PRId64 "LL; e++) %s_cnt[e] = 0;\n", E, b);
-  cu_tx(o, "    for (long long p = 0; p < %" PRId64 "LL; p++) {\n", N);
-  cu_tx(o, "      const int e = p%d[p];\n", ix);
-  cu_tx(o, "      if (e >= 0 && e < %" PRId64 "LL) %s_cnt[e]++;\n    }\n", E, b);
-  cu_tx(o, "    long long r = 0;\n");
-  cu_tx(o, "    for (long long e = 0; e < %" PRId64 "LL; e++)\n", E);
-  cu_tx(o, "      for (int j = 0; j < %s_cnt[e]; j++) p%d[r++] = (int)e;\n", b, out);
-  cu_tx(o, "    while (r < %" PRId64 "LL) p%d[r++] = -1; /* an expert out of range: no row */\n", N, out);
-  cu_tx(o, "  }\n}\n\n");
-  cu_add_launch(k, b, 0, "special", 1, CU_BLOCK);
+  cu_tx(o, "  if (blockIdx.x == 0) hpdl_moe_sorted(p%d, %" PRId64 "LL, %" PRId64 "LL, p%d, %s_cnt);\n}\n\n", ix, N, E, out, b);
+  cu_add_launch(k, b, 0, "special", 1, HPDL_MOE_THREADS);
   return 0;
 }
 
