@@ -34,6 +34,7 @@
 #include "fuse.h"
 #include "ir_cost.h"
 #include "lower.h"
+#include "moepack.h"
 #include "memplan.h"
 #include "pipeline.h"
 #include "plan_internal.h"
@@ -981,10 +982,15 @@ static void key_links(const PlanCtx *c, int64_t tp, int64_t cp, int64_t ep, Cost
 static Diag *quiet_diag(PlanCtx *c) { return c->quiet; }
 
 /* The program priced at micro batch mb: attention as the flash op, or
- * materialised (plan_set_attention). */
-static IrModule *lower_priced(PlanCtx *c, Arena *a, int64_t mb, int materialize) {
-  LowerOptions o = {1, materialize, 0};
-  return lower_model_with(a, quiet_diag(c), c->model, mb, &o);
+ * materialised (plan_set_attention). Dropless experts: at ep = 1 over the
+ * rows routed, as compile runs them (moepack.h); under expert parallelism over
+ * the busiest expert's expected load (lower_model_priced), which sets the
+ * step of the expert group. */
+static IrModule *lower_priced(PlanCtx *c, Arena *a, int64_t mb, int materialize, int64_t ep) {
+  LowerOptions o = {ep > 1, materialize, 0};
+  IrModule *m = lower_model_with(a, quiet_diag(c), c->model, mb, &o);
+  if (m && ep <= 1) moe_pack_dropless(m);
+  return m;
 }
 
 /* One node's time as its own kernel, to balance pieces of a forward: a
@@ -1032,7 +1038,7 @@ enum { REG_PRO = 0, REG_EPI = 1, REG_LAYER = 2 };
 static void build_parts(PlanCtx *c, PlanParts *pp) {
   Arena *a = arena_new();
   const PlanKey *k = &pp->key;
-  IrModule *global = lower_priced(c, a, k->mb, !c->flash);
+  IrModule *global = lower_priced(c, a, k->mb, !c->flash, k->ep);
   IrModule *part = NULL;
   if (!global) {
     snprintf(pp->why, sizeof pp->why, "the model does not lower at micro batch %" PRId64, k->mb);
@@ -1283,7 +1289,7 @@ PlanParts *plan_parts(PlanCtx *c, const PlanKey *k) {
      * recompute none: its parts, not built again */
     if (!c->selective_same) {
       Arena *a = arena_new();
-      IrModule *m = lower_priced(c, a, k->mb, !c->flash);
+      IrModule *m = lower_priced(c, a, k->mb, !c->flash, k->ep);
       if (m) c->selective_same = ad_selective_recomputes(m) ? 2 : 1;
       arena_free(a);
     }
@@ -1637,7 +1643,7 @@ PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
   if (plan_split_layers(c, parts, K, e->layers, e->why, sizeof e->why) != 0) return e;
   /* the program, lowered and partitioned once for every split priced below */
   Arena *a = arena_new();
-  IrModule *global = lower_priced(c, a, k->mb, !c->flash);
+  IrModule *global = lower_priced(c, a, k->mb, !c->flash, k->ep);
   SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, k->fce};
   IrModule *part = global ? spmd_partition(a, quiet_diag(c), global, &spec) : NULL;
   int ok = price_split(c, k, K, parts, part, a, e->layers, e->ch, e->why, sizeof e->why) == 0;
