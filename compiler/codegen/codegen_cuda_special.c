@@ -889,6 +889,55 @@ static int expert_ids(CuKern *k, const IrNode *n, int id) {
 /* grouped_mm, grouped_mm_wgrad: no kernel of ours; the host program reads
  * the ids and runs one cuBLASLt GEMM an expert over its run of rows
  * (kernels.json's "grouped"; runtime/device/devexec.c). */
+/* Whether node v (through a cast) is a FILL of ones. */
+static int ones_fill(const CuKern *k, int v) {
+  const IrGraph *g = k->fg->graph;
+  const IrNode *x = &g->nodes[v];
+  if (x->op == IR_CAST && x->nin == 1) x = &g->nodes[x->in[0]];
+  return x->op == IR_FILL && x->fattr == 1.0;
+}
+
+/* grouped_mm of [N, 1] ones with a per-expert [E, 1, Y] value (moepack.c's bias rows):
+ * each row its expert's values, a thread per element; its weight gradient, each
+ * expert's [Y] the sum of its rows of dy (a thread per expert and column, its rows in
+ * order: the ids are moe_expert_ids', sorted, and a binary search finds them). No
+ * cuBLASLt GEMM of depth 1 an expert. */
+static int expert_rows(CuKern *k, const IrNode *n, int id, int wgrad) {
+  CuText *o = &k->t->src;
+  int bw = io_of(k, n->in[1]), ids = io_of(k, n->in[2]), out = io_of(k, id);
+  if (bw < 0 || ids < 0 || out < 0) return -1;
+  const IrNode *bn = nd(k, mem_of(k, n->in[1]));
+  int64_t N = n->op == IR_GROUPED_MM ? n->dims[0] : bn->dims[0], Y = wgrad ? bn->dims[1] : n->dims[1];
+  int64_t E = wgrad ? n->dims[0] : bn->dims[0];
+  cu_tx(o, "/* %s: %s of ones: %s, %" PRId64 " rows of %" PRId64 " experts, %" PRId64 " columns */\n", k->base, ir_op_name(n->op),
+        wgrad ? "each expert's rows of dy summed" : "each row its expert's values", N, E, Y);
+  cu_signature(k, o, k->base);
+  char v[160];
+  if (!wgrad) {
+    grid_loop(o, "lin", N * Y);
+    cu_tx(o, "    const long long r = lin / %1$" PRId64 "LL, y = lin - r * %1$" PRId64 "LL;\n", Y);
+    cu_tx(o, "    const int e = p%d[r];\n", ids);
+    snprintf(v, sizeof v, "e >= 0 && e < %" PRId64 " ? %s(p%d[(long long)e * %" PRId64 "LL + y]) : 0.0f", E, widen(bn->dtype), bw,
+             Y);
+    store(o, "    ", out, n->dtype, "lin", v);
+    cu_tx(o, "  }\n}\n\n");
+    cu_add_launch(k, k->base, 0, "special", blocks_for(N * Y), CU_BLOCK);
+    return 0;
+  }
+  grid_loop(o, "lin", E * Y);
+  cu_tx(o, "    const long long e = lin / %1$" PRId64 "LL, y = lin - e * %1$" PRId64 "LL;\n", Y);
+  /* the first row of expert e in the sorted ids, then its rows in order */
+  cu_tx(o, "    long long lo = 0, hi = %" PRId64 "LL;\n", N);
+  cu_tx(o, "    while (lo < hi) { const long long mid = (lo + hi) / 2; if (p%d[mid] < e) lo = mid + 1; else hi = mid; }\n", ids);
+  cu_tx(o, "    float acc = 0.0f;\n");
+  cu_tx(o, "    for (long long r = lo; r < %" PRId64 "LL && p%d[r] == e; r++) acc += %s(p%d[r * %" PRId64 "LL + y]);\n", N, ids,
+        widen(bn->dtype), bw, Y);
+  store(o, "    ", out, n->dtype, "lin", "acc");
+  cu_tx(o, "  }\n}\n\n");
+  cu_add_launch(k, k->base, 0, "special", blocks_for(E * Y), CU_BLOCK);
+  return 0;
+}
+
 static int grouped(CuKern *k, const IrNode *n, int id) {
   CgTarget *t = k->t;
   const IrGraph *g = k->fg->graph;
@@ -897,6 +946,9 @@ static int grouped(CuKern *k, const IrNode *n, int id) {
   const IrNode *an = &g->nodes[mem_of(k, n->in[0])], *bn = &g->nodes[mem_of(k, n->in[1])];
   int wgrad = n->op == IR_GROUPED_MM_WGRAD, tb = !wgrad && n->attr[0] != 0;
   int64_t N = an->dims[0], X = an->dims[1];
+  /* a per-expert bias's rows and gradient (ones of depth 1, the ids sorted) */
+  if (X == 1 && ones_fill(k, mem_of(k, n->in[0])) && (!wgrad || g->nodes[mem_of(k, n->in[2])].op == IR_MOE_EXPERT_IDS))
+    return expert_rows(k, n, id, wgrad);
   char name[200];
   snprintf(name, sizeof name, "%s_grouped", k->base);
   if (an->dtype != bn->dtype || (an->dtype != DT_F32 && an->dtype != DT_BF16) || n->dtype != DT_F32) {
@@ -911,7 +963,7 @@ static int grouped(CuKern *k, const IrNode *n, int id) {
   l->grid = l->block = 0;
   l->grouped = wgrad ? 2 : 1;
   l->grouped_ids = ids;
-  l->gemm_a = wgrad ? a : a;
+  l->gemm_a = a;
   l->gemm_b = bw;
   l->gemm_c = out;
   l->ab_bf16 = an->dtype == DT_BF16;
