@@ -23,8 +23,9 @@ declare -A secs arena
 for form in grouped slots; do
   out=$("$bin/hpdlc" compile samples/moe-tiny.hpd "${defs[@]}" --experts $form -o "$work/$form")
   arena[$form]=$(echo "$out" | sed -n 's/.*arena \([0-9]*\) bytes.*/\1/p' | head -1)
-  "$bin/hpdlrun" "$work/$form" --data "$work/tok_train_*.bin" --steps 3 --progress quiet > /dev/null # warm-up
-  line=$("$bin/hpdlrun" "$work/$form" --data "$work/tok_train_*.bin" --steps 20 --progress quiet 2>&1 | grep "done:")
+  "$bin/hpdlrun" "$work/$form" --data "$work/tok_train_*.bin" --steps 3 --checkpoint-dir "$work/warm-$form" > /dev/null 2>&1
+  line=$("$bin/hpdlrun" "$work/$form" --data "$work/tok_train_*.bin" --steps 20 --checkpoint-dir "$work/ck-$form" --progress plain 2>&1 |
+    grep "done:")
   secs[$form]=$(echo "$line" | sed -n 's/.* in \([0-9.]*\) s.*/\1/p')
   echo "moe-tiny E=16 top-2 T=128, $form: 20 steps ${secs[$form]} s, arena ${arena[$form]} bytes"
 done

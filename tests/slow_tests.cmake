@@ -13,7 +13,7 @@ set(HPDL_SLOW_TESTS
     cuda.layout.emulate.dp2_tp2_pp2 cuda.layout.emulate.tp2_cp2_sp cuda.layout.emulate.zero2_pp2
     cuda.layout.emulate.pp2_gpipe cuda.layout.emulate.zero3_pp2 cuda.layout.emulate.pp2 cuda.layout.emulate.tp2_cp2
     cuda.layout.emulate.bf16_row_cache cuda.layout.emulate.bf16_llama_heads128 cuda.layout.emulate.bf16_qwen3
-    cuda.layout.emulate.gpt_oss cuda.layout.emulate.gpt_oss_bf16 cuda.layout.emulate.moe_long_drop_true cuda.layout.emulate.moe_long_drop_false
+    cuda.layout.emulate.gpt_oss cuda.layout.emulate.gpt_oss_bf16
     cuda.nccl.emulate.dp2_pp2_v2 cuda.nccl.emulate.pp4 cuda.nccl.emulate.zero1_pp2
     compile.fused_ce compile.fused_ce_layouts compile.mixed_precision vision.resnet18_pp vision.profile plan.calibrate_gpt2 launch.slurm_e2e)
 foreach(name ${HPDL_SLOW_TESTS})
