@@ -18,6 +18,21 @@
 #define HPDL_MOE_THREADS 256
 
 #if defined(__CUDACC__) || defined(HPDL_EMU)
+/* One block: cnt[e] = the first packed row of expert e, the choices of the experts before
+ * it (cnt[E] = those in [0, E)): counts by integer atomics into the zeroed cnt, then a
+ * prefix sum. Ends with the block in step. */
+__device__ void hpdl_moe_starts(const int *__restrict__ idx, long long n, long long E, int *__restrict__ cnt) {
+  const int tid = threadIdx.x;
+  for (long long p = tid; p < n; p += blockDim.x) {
+    const int e = idx[p];
+    if (e >= 0 && e < E) atomicAdd(&cnt[e + 1], 1);
+  }
+  __syncthreads();
+  if (tid == 0)
+    for (long long e = 0; e < E; e++) cnt[e + 1] += cnt[e];
+  __syncthreads();
+}
+
 /* One block: idx the sequence's n = T K choices ([T, K]), slot[p] for each (-1: dropped, or
  * an expert outside [0, E)), src[s] = the choice in slot or row s (-1: empty) when not null
  * (e cap + place < E cap slots; the packed form's n rows), cnt E + 1 ints of scratch
@@ -31,16 +46,7 @@ __device__ void hpdl_moe_route(const int *__restrict__ idx, long long T, long lo
   if (src)
     for (long long s = tid; s < nslots; s += blockDim.x) src[s] = -1;
   __syncthreads();
-  if (packed) { /* each expert's first row: the choices of the experts before it */
-    for (long long p = tid; p < n; p += blockDim.x) {
-      const int e = idx[p];
-      if (e >= 0 && e < E) atomicAdd(&cnt[e + 1], 1);
-    }
-    __syncthreads();
-    if (tid == 0)
-      for (long long e = 0; e < E; e++) cnt[e + 1] += cnt[e];
-    __syncthreads();
-  }
+  if (packed) hpdl_moe_starts(idx, n, E, cnt); /* each expert's first row */
   for (long long q0 = 0; q0 < n; q0 += blockDim.x) {
     const long long q = q0 + tid;
     const long long p = q < n ? (priority ? (q % T) * K + q / T : q) : -1;
@@ -78,14 +84,7 @@ __device__ void hpdl_moe_sorted(const int *__restrict__ idx, long long n, long l
   const int tid = threadIdx.x;
   for (long long e = tid; e <= E; e += blockDim.x) cnt[e] = 0;
   __syncthreads();
-  for (long long p = tid; p < n; p += blockDim.x) {
-    const int e = idx[p];
-    if (e >= 0 && e < E) atomicAdd(&cnt[e + 1], 1);
-  }
-  __syncthreads();
-  if (tid == 0)
-    for (long long e = 0; e < E; e++) cnt[e + 1] += cnt[e];
-  __syncthreads();
+  hpdl_moe_starts(idx, n, E, cnt);
   for (long long r = tid; r < n; r += blockDim.x) {
     long long lo = 0, hi = E; /* the last expert whose start is at or before r */
     while (hi - lo > 1) {
