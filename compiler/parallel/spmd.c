@@ -536,6 +536,92 @@ static Val rule_matmul(GPart *G, const IrNode *n, Val a, Val b) {
   return r;
 }
 
+static void local_dims(Part *P, const IrNode *n, const Shd *s, int64_t *dims);
+
+/* The router's row-wise ops along the last axis (topk, take and its backward,
+ * one_hot): each row alone, so the context group's split of a leading axis (the
+ * sequence) stays and the rows are not gathered; any other split is. */
+static Val rule_router_rows(GPart *G, const IrNode *n, Val *ins) {
+  const IrNode *x = &G->g->nodes[n->in[0]];
+  int lead = n->op == IR_ONE_HOT ? x->rank : x->rank - 1; /* the leading axes, aligned on input 0 and the output */
+  Shd want = shd_r();
+  for (int k = 0; k < n->nin; k++) ins[k] = settle(G, ins[k], n->span);
+  /* the context group's split only: the tensor group's (sequence parallelism) is gathered,
+   * as the experts split over that group need every token */
+  if (ins[0].shd.axis[IRG_CP] >= 0 && ins[0].shd.axis[IRG_CP] < lead) want.axis[IRG_CP] = ins[0].shd.axis[IRG_CP];
+  unsigned mask = split_mask(&want);
+  int in[2];
+  for (int k = 0; k < n->nin; k++) in[k] = convert(G, ins[k], &want, mask, n->span).id;
+  Val r = {-1, want, 0};
+  for (int k = 0; k < n->nin; k++)
+    if (in[k] < 0) return r;
+  int64_t dims[IR_MAX_RANK];
+  if (n->op == IR_TAKE_BWD) local_dims(G->P, n, &want, dims);
+  r.id = emit(G, n->op, in, n->nin, n->attr, IR_NATTR, 0, n->dtype, n->op == IR_TAKE_BWD ? n->rank : -1,
+              n->op == IR_TAKE_BWD ? dims : NULL, n->span);
+  return r;
+}
+
+/* Whether n is a packed (dropless) routing op whose tokens this rank routes
+ * alone: the context group splits the sequence (idx [B, T, K] along axis 1) and
+ * the op reads only row-local values, so each rank routes its own tokens into
+ * rows of its own (moe_expert_ids, the dispatch, the combine), which the
+ * experts' grouped GEMMs take as they are: no gather of the sequence, and a
+ * context rank computes its tokens' experts, not all of them. The rows of
+ * different ranks are different rows (each rank's sorted by expert), marked as
+ * split along axis 0; nothing gathers them (the combine maps them back to the
+ * rank's [B, T / cp, C]). */
+static int cp_local_rows(GPart *G, const IrNode *n, const Val *ins) {
+  if (G->P->size[IRG_CP] <= 1) return 0;
+  int packed = n->op == IR_MOE_EXPERT_IDS || (n->op == IR_MOE_DISPATCH && n->attr[1] == 0) ||
+               (n->op == IR_MOE_COMBINE && G->g->nodes[n->in[0]].rank == 2);
+  if (!packed) return 0;
+  const Val *idx = &ins[n->op == IR_MOE_EXPERT_IDS ? 0 : 1];
+  if (idx->shd.axis[IRG_CP] != 1) return 0;
+  return n->op != IR_MOE_COMBINE || ins[0].shd.axis[IRG_CP] == 0;
+}
+
+/* The packed routing ops of a rank's own tokens (cp_local_rows): the [B, T, ...]
+ * operands split along the sequence over the context group as idx is (whole over
+ * the other groups; the dispatch's tokens under a marker where the experts split
+ * over the tensor group, copy_marker), the rows along axis 0; a combine of a
+ * pending sum (the experts' down projection split over the tensor group) stays
+ * one, as over slots. */
+static Val rule_cp_rows(GPart *G, const IrNode *n, Val *ins) {
+  Shd tok = shd_r(), rows = shd_r();
+  tok.axis[IRG_CP] = 1;
+  rows.axis[IRG_CP] = 0;
+  Val r = {-1, shd_r(), 0};
+  int in[3];
+  if (n->op == IR_MOE_EXPERT_IDS) {
+    in[0] = convert(G, settle(G, ins[0], n->span), &tok, 0, n->span).id;
+    r.shd = rows;
+  } else if (n->op == IR_MOE_DISPATCH) {
+    for (int k = 0; k < 3; k++) in[k] = convert(G, settle(G, ins[k], n->span), &tok, 0, n->span).id;
+    const IrNode *w = &G->g->nodes[n->in[2]];
+    if (w->op == IR_FILL && in[1] >= 0) { /* constant weights made at the local shape (copy_marker's case) */
+      const IrNode *li = dn(G, in[1]);
+      in[2] = emit(G, IR_FILL, NULL, 0, NULL, 0, w->fattr, w->dtype, li->rank, li->dims, n->span);
+    }
+    r.shd = rows;
+  } else { /* the combine: y's rows as they are, a pending sum kept (convert would make it) */
+    Val y = ins[0];
+    Shd partial = y.shd;
+    for (int g = 0; g < IRG_COUNT; g++) y.shd.partial[g] = 0;
+    in[0] = convert(G, y, &rows, 0, n->span).id; /* any other split gathered: linear, the sum still pending */
+    y.shd = partial;
+    r.shd = tok;
+    for (int g = 0; g < IRG_COUNT; g++) r.shd.partial[g] = y.shd.partial[g];
+    /* the gates' gradient is a dot product with the partial y: summed over its groups */
+    unsigned mask = split_mask(&r.shd);
+    for (int k = 1; k < 3; k++) in[k] = convert(G, settle(G, ins[k], n->span), &tok, mask, n->span).id;
+  }
+  for (int k = 0; k < n->nin; k++)
+    if (in[k] < 0) return r;
+  r.id = emit(G, n->op, in, n->nin, n->attr, IR_NATTR, 0, n->dtype, -1, NULL, n->span);
+  return r;
+}
+
 /* GROUPED_MM(a [N, X], w [E, X, Y], ids): as a Linear over each expert's rows.
  * w split along Y (an expert_column weight) splits the output's columns and
  * takes a whole; w or a split along X (an expert_row weight) splits both
@@ -546,11 +632,15 @@ static Val rule_grouped_mm(GPart *G, const IrNode *n, Val a, Val w, Val ids) {
   w = settle(G, w, n->span);
   ids = settle(G, ids, n->span);
   int t = n->attr[0] != 0, wx = t ? 2 : 1, wy = t ? 1 : 2;
-  Shd out = shd_r(), wa = shd_r(), ww = shd_r(), whole = shd_r();
+  Shd out = shd_r(), wa = shd_r(), ww = shd_r(), wids = shd_r();
   for (int k = 0; k < NPART_GROUPS; k++) {
     IrGroup g = part_groups[k];
     if (G->P->size[g] <= 1) continue;
-    if (w.shd.axis[g] == wy) {
+    if (ids.shd.axis[g] == 0) { /* a rank's own rows (cp_local_rows): w whole, its gradient summed */
+      out.axis[g] = 0;
+      wa.axis[g] = 0;
+      wids.axis[g] = 0;
+    } else if (w.shd.axis[g] == wy) {
       out.axis[g] = 1;
       ww.axis[g] = (int8_t)wy;
     } else if (w.shd.axis[g] == wx || a.shd.axis[g] == 1) {
@@ -562,7 +652,7 @@ static Val rule_grouped_mm(GPart *G, const IrNode *n, Val a, Val w, Val ids) {
   unsigned mask = split_mask(&out);
   a = convert(G, a, &wa, mask, n->span);
   w = convert(G, w, &ww, mask, n->span);
-  ids = convert(G, ids, &whole, 0, n->span);
+  ids = convert(G, ids, &wids, 0, n->span);
   Val r = {-1, out, 0};
   if (a.id < 0 || w.id < 0 || ids.id < 0) return r;
   int in[3] = {a.id, w.id, ids.id};
@@ -647,7 +737,7 @@ static Val rule_reduce(GPart *G, const IrNode *n, Val x) {
   x = settle(G, x, n->span);
   int axis = (int)n->attr[0], keep = (int)n->attr[1];
   Shd out = shd_r();
-  int split_group = -1;
+  double share = 1; /* the ranks the axis is split over: the tensor group's inside the context group's under both */
   for (int g = 0; g < IRG_COUNT; g++) {
     int a = x.shd.axis[g];
     if (a < 0) continue;
@@ -658,16 +748,16 @@ static Val rule_reduce(GPart *G, const IrNode *n, Val x) {
         x = convert(G, x, &want, 0, n->span);
         continue;
       }
-      split_group = g;
+      share *= (double)G->P->size[g];
       out.partial[g] = 1;
     } else {
       out.axis[g] = (int8_t)(keep || a < axis ? a : a - 1);
     }
   }
   Val r = {emit(G, n->op, &x.id, 1, n->attr, 2, 0, n->dtype, -1, NULL, n->span), out, 0};
-  /* A mean over a split axis averaged a chunk: scale it to its share. */
-  if (split_group >= 0 && n->op == IR_REDUCE_MEAN && r.id >= 0) {
-    int c = emit(G, IR_CONST, NULL, 0, NULL, 0, 1.0 / (double)G->P->size[split_group], DT_F32, -1, NULL, n->span);
+  /* A mean over a split axis averaged a chunk: scale it to its share (of every group splitting it). */
+  if (share > 1 && n->op == IR_REDUCE_MEAN && r.id >= 0) {
+    int c = emit(G, IR_CONST, NULL, 0, NULL, 0, 1.0 / share, DT_F32, -1, NULL, n->span);
     int in[2] = {r.id, c};
     r.id = emit(G, IR_MUL, in, 2, NULL, 0, 0, n->dtype, -1, NULL, n->span);
   }
@@ -868,6 +958,8 @@ static Val part_node(GPart *G, int i) {
   int nin = n->nin < 8 ? n->nin : 8;
   for (int k = 0; k < nin; k++) ins[k] = val_of(G, n, k);
   int flags = ir_op_flags(n->op);
+  if (cp_local_rows(G, n, ins)) return rule_cp_rows(G, n, ins);
+  if (n->op == IR_TOPK || n->op == IR_TAKE || n->op == IR_TAKE_BWD || n->op == IR_ONE_HOT) return rule_router_rows(G, n, ins);
   switch (n->op) {
   case IR_INPUT: {
     r.id = emit(G, IR_INPUT, NULL, 0, n->attr, 1, 0, n->dtype, n->rank, n->dims, n->span);
