@@ -51,6 +51,9 @@ hpdl_ir_stage(grad rope-sink tests/ir/rope-sink.hpd)
 # slots are read elsewhere kept over slots; emit ir shows the IR as written
 hpdl_ir_stage(ir moe-pack tests/ir/moe-pack.hpd)
 hpdl_ir_stage(grad moe-pack tests/ir/moe-pack.hpd)
+# dropless at cp 2: each context rank routes its own tokens (topk, moe_expert_ids, the
+# packed dispatch, the grouped GEMMs and the combine on [B, T / 2, ...] and its rows)
+hpdl_ir_stage(spmd moe-dropless-cp2 samples/moe-tiny.hpd -D drop=false -D L=1 --cp 2 --gpus 2 --dp 1)
 hpdl_ir_stage(ir qwen3-tiny samples/qwen3.hpd --tp 1 --dp 1 --gpus 1 -D layers=1 -D hidden=64 -D heads=2
               -D kv_heads=1 -D head_dim=16 -D ffn=64 -D seq=8 -D vocab=32)
 hpdl_ir_stage(spmd gpt2-tiny-tp2-sp-pp2 samples/gpt2-tiny.hpd ${HPDL_IR_TINY_GPT2} --tp 2 --sp on --pp 2)

@@ -401,7 +401,10 @@ static Val settle(GPart *G, Val v, Span at) {
      * sequence chunk again (Megatron-LM's sequence parallelism beside its
      * context parallelism); n's shape is this rank's */
     int64_t chunk = G->P->spec->seq_len / (v.shd.axis[IRG_CP] == 1 ? G->P->size[IRG_CP] : 1);
-    if (g == IRG_TP && G->P->spec->sp && n->rank >= 2 && n->dims[1] == chunk && chunk % G->P->size[IRG_TP] == 0)
+    /* a whole sequence under context parallelism is summed whole: its tensor-group
+     * split lies inside each context chunk, which a scatter of the whole would not give */
+    int cp_whole = G->P->size[IRG_CP] > 1 && v.shd.axis[IRG_CP] != 1;
+    if (g == IRG_TP && G->P->spec->sp && !cp_whole && n->rank >= 2 && n->dims[1] == chunk && chunk % G->P->size[IRG_TP] == 0)
       want.axis[g] = 1;
   }
   return any ? convert(G, v, &want, 0, at) : v;

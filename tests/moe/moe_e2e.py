@@ -15,8 +15,11 @@ the Switch load-balancing loss added to the gradient (with_aux_loss).
   native   the CPU back end's program (the MoE ops handed to the runtime's host ops, in
            fp32) against the reference executor (fp64): loss, auxiliary loss and gradient
            norm within 1e-6 at step 1 and 1e-5 at step 20.
-  dp2, tp2, pp2, dp2_tp2_zero3
-           the same 20 steps on that layout (needs mpirun): the step-1 loss and auxiliary
+  dp2, tp2, pp2, dp2_tp2_zero3, tp2_cp2_sp
+           the same 20 steps on that layout (needs mpirun; tp2_cp2_sp: the tensor group's split
+           of the sequence inside each context chunk, where the combine's pending sum over
+           the whole sequence is summed whole and the auxiliary loss's means over the
+           sequence scale by both groups): the step-1 loss and auxiliary
            loss within 1e-6 and the step-20 ones within 1e-4 of one rank's; routing is per
            sequence and deterministic, so every layout drops the same tokens.
   dp2_ep2, dp4_ep2, dp2_tp2_ep2, dp2_pp2_ep2
@@ -43,8 +46,9 @@ the Switch load-balancing loss added to the gradient (with_aux_loss).
            against the same layer over slots (--experts slots), natively and in the reference
            executor: within 1e-6 at step 1 and 1e-5 at step 20; the packed arena is smaller.
   grouped_layouts
-           drop = false over routed rows at tp 2, tp 2 with sp, cp 2, pp 2, dp 2 x tp 2 ZeRO-3,
-           and over slots at dp 2 x ep 2, against one rank (the layouts' tolerances).
+           drop = false over routed rows at tp 2, tp 2 with sp, cp 2 (each context rank routes
+           its own tokens), tp 2 x cp 2 with sp, pp 2, dp 2 x tp 2 ZeRO-3, and over slots at
+           dp 2 x ep 2, against one rank (the layouts' tolerances).
   drop     capacity_factor = 2 (= E / top_k: room for every token) with drop = true gives
            the step-1 loss and gradient norm of drop = false to 1e-12; capacity_factor =
            0.5 drops tokens and changes the loss.
@@ -400,6 +404,7 @@ def case_grouped_layouts():
     e2e_common.need_mpi(ARGS.bin)
     one = train("grouped-one", STEPS, "-D", "drop=false")
     for tag, flags in (("tp2", ("--tp", "2")), ("tp2-sp", ("--tp", "2", "--sp", "on")), ("cp2", ("--cp", "2")),
+                       ("tp2-cp2-sp", ("--tp", "2", "--cp", "2", "--sp", "on")),
                        ("pp2", ("--pp", "2")), ("dp2-tp2-zero3", ("--dp", "2", "--tp", "2", "--zero", "3")),
                        ("dp2-ep2", ("--dp", "2", "--ep", "2"))):
         got = train("grouped-" + tag, STEPS, "-D", "drop=false", *flags)
@@ -426,6 +431,7 @@ CASES = {
     "tp2": lambda: layout("tp2", "--tp", "2"),
     "pp2": lambda: layout("pp2", "--pp", "2"),
     "dp2_tp2_zero3": lambda: layout("dp2_tp2_zero3", "--dp", "2", "--tp", "2", "--zero", "3"),
+    "tp2_cp2_sp": lambda: layout("tp2_cp2_sp", "--tp", "2", "--cp", "2", "--sp", "on"),
     "dp2_ep2": lambda: layout("dp2_ep2", "--dp", "2", "--ep", "2"),
     "dp4_ep2": lambda: layout("dp4_ep2", "--dp", "4", "--ep", "2", "--micro-batch", "2"),
     "dp2_tp2_ep2": lambda: layout("dp2_tp2_ep2", "--dp", "2", "--tp", "2", "--ep", "2"),
