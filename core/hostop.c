@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "half.h"
+#include "gemm16.h"
 #include "interp.h"
 #include "xalloc.h"
 
@@ -122,45 +122,47 @@ static const char *expert_ids(const IrNode *n, void **bufs, char *err, size_t er
 }
 
 /* GROUPED_MM and GROUPED_MM_WGRAD (ir_ops.h): one GEMM a run of rows of the
- * same expert (one an expert: the ids come sorted), through the env's BLAS;
- * with HOSTOP_ADD the weight gradient is added into its buffer. */
-/* An operand as fp32: itself, or a widened copy of bf16 values (*owned, to free). */
-static const float *as_f32(const void *p, DType t, int64_t n, float **owned) {
-  *owned = NULL;
-  if (t != DT_BF16) return p;
-  float *w = xalloc_malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
-  for (int64_t i = 0; i < n; i++) w[i] = half_bf16_to_f32(((const uint16_t *)p)[i]);
-  return *owned = w;
-}
-
+ * same expert (one an expert: the ids come sorted), through the env's BLAS, or
+ * for bf16 operands (precision.c rounds a grouped GEMM's as a matmul's) through
+ * core/numeric/gemm16.h as the CPU back end's bf16 GEMMs; with HOSTOP_ADD the
+ * weight gradient is added into its buffer. */
 static const char *grouped_mm(const IrGraph *g, const IrNode *n, void **bufs, HostOpEnv *env, int flags, char *err, size_t errlen) {
   const IrNode *a = &g->nodes[n->in[0]], *b = &g->nodes[n->in[1]];
-  /* bf16 operands (a bf16 GEMM's, precision.c) widened exactly: fp32 products of the rounded values */
-  float *owned[2];
-  const float *A = as_f32(bufs[0], a->dtype, ir_numel(a), &owned[0]), *Bv = as_f32(bufs[1], b->dtype, ir_numel(b), &owned[1]);
+  int bf16 = a->dtype == DT_BF16;
+  if (a->dtype != b->dtype || (!bf16 && a->dtype != DT_F32))
+    return failf(err, errlen, "%s reads both operands f32 or both bf16, not %s and %s", ir_op_name(n->op), sem_dtype_name(a->dtype),
+                 sem_dtype_name(b->dtype));
   const int32_t *ids = bufs[2];
   float *out = bufs[3];
   AttnSgemm gemm = env->sgemm ? env->sgemm : attn_loop_sgemm;
   int64_t N = a->dims[0], X = a->dims[1];
   int64_t E = n->op == IR_GROUPED_MM ? b->dims[0] : n->dims[0];
   for (int64_t i = 0; i < N; i++)
-    if (ids[i] < 0 || ids[i] >= E) {
-      free(owned[0]), free(owned[1]);
+    if (ids[i] < 0 || ids[i] >= E)
       return failf(err, errlen, "%s: row %" PRId64 "'s expert %d is outside [0, %" PRId64 ")", ir_op_name(n->op), i, (int)ids[i], E);
-    }
-  int t = n->op == IR_GROUPED_MM && n->attr[0] != 0;
-  int64_t Y = n->op == IR_GROUPED_MM ? n->dims[1] : b->dims[1];
-  if (n->op == IR_GROUPED_MM_WGRAD && !(flags & HOSTOP_ADD)) memset(out, 0, sizeof(float) * (size_t)ir_numel(n));
+  int t = n->op == IR_GROUPED_MM && n->attr[0] != 0, wgrad = n->op == IR_GROUPED_MM_WGRAD;
+  int64_t Y = wgrad ? b->dims[1] : n->dims[1];
+  size_t es = bf16 ? sizeof(uint16_t) : sizeof(float);
+  if (wgrad && !(flags & HOSTOP_ADD)) memset(out, 0, sizeof(float) * (size_t)ir_numel(n));
   for (int64_t r0 = 0, r1; r0 < N; r0 = r1) {
     int64_t e = ids[r0];
     for (r1 = r0 + 1; r1 < N && ids[r1] == e; r1++) {
     }
-    if (n->op == IR_GROUPED_MM)
-      gemm(0, t, r1 - r0, Y, X, 1.0f, A + r0 * X, X, Bv + e * X * Y, t ? X : Y, 0.0f, out + r0 * Y, Y);
-    else
-      gemm(1, 0, X, Y, r1 - r0, 1.0f, A + r0 * X, X, Bv + r0 * Y, Y, 1.0f, out + e * X * Y, Y);
+    /* op(A) [m, k] op(B) [k, n] into C: a run's rows times the expert's matrix, or its weight gradient */
+    int ta = wgrad, tb = t;
+    int64_t m = wgrad ? X : r1 - r0, nn = Y, k = wgrad ? r1 - r0 : X, ldb = wgrad ? Y : t ? X : Y;
+    const char *pa = (const char *)bufs[0] + (size_t)(r0 * X) * es;
+    const char *pb = (const char *)bufs[1] + (size_t)(wgrad ? r0 * Y : e * X * Y) * es;
+    float *pc = out + (wgrad ? e * X * Y : r0 * Y), beta = wgrad ? 1.0f : 0.0f;
+    if (!bf16) {
+      gemm(ta, tb, m, nn, k, 1.0f, (const float *)pa, X, (const float *)pb, ldb, beta, pc, Y);
+      continue;
+    }
+    char why[256];
+    if (gemm16_bf16(ta, tb, m, nn, k, 1.0f, (const uint16_t *)pa, X, (const uint16_t *)pb, ldb, beta, pc, Y, gemm, env->nthreads,
+                    why, sizeof why))
+      return failf(err, errlen, "%s: %s", ir_op_name(n->op), why);
   }
-  free(owned[0]), free(owned[1]);
   return NULL;
 }
 
