@@ -54,6 +54,14 @@ hpdl_ir_stage(grad moe-pack tests/ir/moe-pack.hpd)
 # dropless at cp 2: each context rank routes its own tokens (topk, moe_expert_ids, the
 # packed dispatch, the grouped GEMMs and the combine on [B, T / 2, ...] and its rows)
 hpdl_ir_stage(spmd moe-dropless-cp2 samples/moe-tiny.hpd -D drop=false -D L=1 --cp 2 --gpus 2 --dp 1)
+# expert parallelism's slots expert-major (moepack.c, moe_expert_major): the all-to-all
+# along the rows (split=0 concat=1, back split=1 concat=0), one GEMM an expert over
+# [E/ep, ep B cap, C], its weight gradient with no sum_to; at tp 2 the f marker on the
+# tokens before the dispatch and the pending sum made after the combine; a long dropless
+# layer (T = 128 slots an expert, 64 wide) left in [B, E, cap, C] (major_pays)
+hpdl_ir_stage(grad moe-major-ep2 samples/moe-tiny.hpd -D L=1 --dp 2 --ep 2 --gpus 2)
+hpdl_ir_stage(spmd moe-major-ep2-tp2 samples/moe-tiny.hpd -D L=1 --dp 2 --ep 2 --tp 2 --gpus 4)
+hpdl_ir_stage(spmd moe-long-ep2 samples/moe-tiny.hpd -D L=1 -D T=128 -D drop=false --dp 2 --ep 2 --gpus 2)
 hpdl_ir_stage(ir qwen3-tiny samples/qwen3.hpd --tp 1 --dp 1 --gpus 1 -D layers=1 -D hidden=64 -D heads=2
               -D kv_heads=1 -D head_dim=16 -D ffn=64 -D seq=8 -D vocab=32)
 hpdl_ir_stage(spmd gpt2-tiny-tp2-sp-pp2 samples/gpt2-tiny.hpd ${HPDL_IR_TINY_GPT2} --tp 2 --sp on --pp 2)

@@ -548,8 +548,10 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
    * exchanges fixed-size slots, and the CUDA back end has no grouped GEMM yet */
   int packed_moe = !o->expert_slots && L.ep == 1 ? moe_pack_dropless(global) : 0;
   int slots_moe = moe_dropless_slots(global);
-  if (packed_moe && ir_verify(global, err)) {
-    fprintf(err, "hpdlc: internal error: the IR does not verify after packing the dropless experts\n");
+  /* expert parallelism's slots expert-major: a GEMM an expert over every slot it was sent */
+  int major_moe = L.ep > 1 ? moe_expert_major(global, L.ep) : 0;
+  if ((packed_moe || major_moe) && ir_verify(global, err)) {
+    fprintf(err, "hpdlc: internal error: the IR does not verify after rewriting the experts' layers\n");
     return 3;
   }
   Feeds F;
@@ -876,6 +878,8 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
     if (slots_moe)
       fprintf(out, "  experts: dropless over a slot for every token in every expert, E / top_k times the routed work (%s)\n",
               o->expert_slots ? "--experts slots" : L.ep > 1 ? "expert parallelism exchanges the slots" : "the CUDA back end has no grouped GEMM yet");
+    if (major_moe)
+      fprintf(out, "  experts: slots expert-major under expert parallelism, each expert's GEMMs over every slot the all-to-all brought it\n");
     if (m->layout.fused_ce == 1) {
       int nfused = 0, shard = 0;
       int64_t rows = 0, vocab = 0;

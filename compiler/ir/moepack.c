@@ -30,14 +30,15 @@ static Broadcast broadcast_of(const IrNode *o, const IrNode *slots) {
  * operands there: they would see the rows' order. */
 static int position_dependent(IrOp op) { return op == IR_CAUSAL_MASK || op == IR_VOCAB_MASK || op == IR_DROPOUT; }
 
-/* Marks the chain of dispatch d (owner[v] = d + 1) when it fits (moepack.h). */
-static int mark_chain(const IrGraph *g, int d, const IrReaders *rd, const char *out, int *owner, int *queue) {
+/* Marks the chain of dispatch d (owner[v] = d + 1) when it fits (moepack.h);
+ * `dropless`: the dispatch must also have room for every token. */
+static int mark_chain(const IrGraph *g, int d, const IrReaders *rd, const char *out, int *owner, int *queue, int dropless) {
   const IrNode *dn = &g->nodes[d];
   if (dn->op != IR_MOE_DISPATCH || dn->attr[1] == 0 || out[d]) return 0;
   const IrNode *x = &g->nodes[dn->in[0]], *idx = &g->nodes[dn->in[1]];
   int64_t E = dn->attr[0];
   /* room for every token, and a token's choices distinct (a top-k): nothing is dropped */
-  if (dn->attr[1] != x->dims[1] || idx->op != IR_TOPK || idx->attr[0] > E) return 0;
+  if (dropless && (dn->attr[1] != x->dims[1] || idx->op != IR_TOPK || idx->attr[0] > E)) return 0;
   int head = 0, tail = 0, ok = 1, combines = 0;
   owner[d] = d + 1;
   queue[tail++] = d;
@@ -198,7 +199,7 @@ int moe_pack_dropless(IrModule *m) {
     int *owner = xalloc_calloc((size_t)(n + 1), sizeof(int)), *queue = xalloc_malloc(sizeof(int) * (size_t)(n + 1));
     char *out = xalloc_calloc((size_t)(n + 1), 1);
     for (int k = 0; k < g->noutputs; k++) out[g->outputs[k]] = 1;
-    for (int d = 0; d < n; d++) found += mark_chain(g, d, &rd, out, owner, queue);
+    for (int d = 0; d < n; d++) found += mark_chain(g, d, &rd, out, owner, queue, 1);
     if (found && rebuild(g, owner)) total += found;
     free(owner), free(queue), free(out);
   }
@@ -215,4 +216,127 @@ int moe_dropless_slots(const IrModule *m) {
     }
   }
   return n;
+}
+
+/* ---- expert-major slots (moepack.h, moe_expert_major) ---- */
+
+/* Operand o (new id v) of an element-wise op of the chain, made to broadcast
+ * against the expert-major [E, B cap, Y] as it did against [B, E, cap, Y]. */
+static int major_operand(IrGraph *g, const IrNode *o, int v, const IrNode *like) {
+  switch (broadcast_of(o, like)) {
+  case BC_SCALAR: return o->rank <= 3 ? v : add(g, IR_RESHAPE, &v, 1, NULL, 0, 0, o->dtype, 0, NULL, like);
+  case BC_VECTOR: {
+    int64_t last = o->dims[o->rank - 1];
+    return o->rank <= 1 ? v : add(g, IR_RESHAPE, &v, 1, NULL, 0, 0, o->dtype, 1, &last, like);
+  }
+  case BC_EXPERT: {
+    int64_t dims[3] = {o->dims[o->rank - 3], 1, o->dims[o->rank - 1]};
+    return o->rank == 3 ? v : add(g, IR_RESHAPE, &v, 1, NULL, 0, 0, o->dtype, 3, dims, like);
+  }
+  default: return -1;
+  }
+}
+
+/* [B, E, cap, Y] <-> [E, B cap, Y]: a transpose of the two leading axes and a
+ * view (to_major), or the view back and the transpose (from). */
+static int to_major(IrGraph *g, int v, const IrNode *slots, const IrNode *like) {
+  static const int64_t swap[4] = {1, 0, 2, 3};
+  int64_t td[4] = {slots->dims[1], slots->dims[0], slots->dims[2], slots->dims[3]};
+  int t = add(g, IR_TRANSPOSE, &v, 1, swap, 4, 0, slots->dtype, 4, td, like);
+  int64_t rd[3] = {td[0], td[1] * td[2], td[3]};
+  return t < 0 ? -1 : add(g, IR_RESHAPE, &t, 1, NULL, 0, 0, slots->dtype, 3, rd, like);
+}
+
+static int from_major(IrGraph *g, int v, const IrNode *slots, const IrNode *like) {
+  static const int64_t swap[4] = {1, 0, 2, 3};
+  int64_t md[4] = {slots->dims[1], slots->dims[0], slots->dims[2], slots->dims[3]};
+  int r = add(g, IR_RESHAPE, &v, 1, NULL, 0, 0, slots->dtype, 4, md, like);
+  return r < 0 ? -1 : add(g, IR_TRANSPOSE, &r, 1, swap, 4, 0, slots->dtype, 4, slots->dims, like);
+}
+
+static int rebuild_major(IrGraph *g, const int *owner) {
+  int n = g->nnodes;
+  IrNode *old = xalloc_malloc(sizeof *old * (size_t)(n + 1));
+  int *map = xalloc_malloc(sizeof *map * (size_t)(n + 1));
+  memcpy(old, g->nodes, sizeof *old * (size_t)n);
+  g->nnodes = 0;
+  int ok = 1;
+  for (int i = 0; i < n && ok; i++) {
+    const IrNode *x = &old[i];
+    int o = owner[i] - 1;
+    if (o < 0 && x->op == IR_MOE_COMBINE && owner[x->in[0]]) {
+      /* the combine reads the slots back in their [B, E, cap, Y] order */
+      int in[3] = {from_major(g, map[x->in[0]], &old[x->in[0]], x), map[x->in[1]], map[x->in[2]]};
+      map[i] = in[0] < 0 ? -1 : add(g, IR_MOE_COMBINE, in, 3, x->attr, IR_NATTR, x->fattr, x->dtype, -1, NULL, x);
+    } else if (o < 0) {
+      map[i] = ir_add_copy(g, x, map);
+    } else if (i == o) { /* the dispatch, then its slots expert-major */
+      int d = ir_add_copy(g, x, map);
+      map[i] = d < 0 ? -1 : to_major(g, d, x, x);
+    } else if (x->op == IR_MATMUL) { /* [E, B cap, X] x [E, X, Y]: one GEMM an expert over all its slots */
+      int in[2] = {map[x->in[0]], map[x->in[1]]};
+      map[i] = add(g, IR_MATMUL, in, 2, x->attr, IR_NATTR, x->fattr, x->dtype, -1, NULL, x);
+    } else { /* element-wise */
+      int *ein = xalloc_malloc(sizeof *ein * (size_t)(x->nin + 1));
+      for (int k = 0; k < x->nin && ok; k++) {
+        int v = x->in[k];
+        ein[k] = owner[v] == o + 1 ? map[v] : major_operand(g, &old[v], map[v], x);
+        ok = ein[k] >= 0;
+      }
+      map[i] = ok ? add(g, x->op, ein, x->nin, x->attr, IR_NATTR, x->fattr, x->dtype, -1, NULL, x) : -1;
+      free(ein);
+    }
+    ok = map[i] >= 0;
+    if (ok) g->nodes[map[i]].name = x->name;
+  }
+  for (int k = 0; k < g->noutputs && ok; k++) g->outputs[k] = map[g->outputs[k]];
+  if (!ok) {
+    memcpy(g->nodes, old, sizeof *old * (size_t)n);
+    g->nnodes = n;
+  }
+  free(old), free(map);
+  return ok;
+}
+
+/* Whether dispatch d's marked chain gains by going expert-major: the bytes
+ * its weight gradients no longer write a sequence and sum (each [E, X, Y]
+ * weight's (ep B - 1) E/ep X Y floats, written and read) against the four
+ * transposes' (the slots in and out, forward and backward, each read and
+ * written). Long dropless slots over narrow experts (GPT-OSS's 4096 a
+ * sequence, its experts 2880 wide) lose; DeepSeek-V3's 128 over 7168 x 2048
+ * gain 12x. */
+static int major_pays(const IrGraph *g, int d, const int *owner, int64_t ep) {
+  const IrNode *dn = &g->nodes[d];
+  double B = (double)dn->dims[0], cap = (double)dn->dims[2], C = (double)dn->dims[3], Cout = 0, wxy = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *x = &g->nodes[i];
+    if (owner[i] == d + 1 && x->op == IR_MATMUL) {
+      const IrNode *w = &g->nodes[x->in[1]];
+      wxy += (double)w->dims[1] * (double)w->dims[2];
+    }
+    if (x->op == IR_MOE_COMBINE && owner[x->in[0]] == d + 1) Cout = (double)g->nodes[x->in[0]].dims[3];
+  }
+  return wxy * (1.0 - 1.0 / ((double)ep * B)) > 2.0 * cap * (C + Cout);
+}
+
+int moe_expert_major(IrModule *m, int64_t ep) {
+  int total = 0;
+  for (int gi = 0; gi < m->ngraphs; gi++) {
+    IrGraph *g = m->graphs[gi];
+    int n = g->nnodes, found = 0;
+    if (g->fb_split) continue;
+    IrReaders rd = ir_readers(g->nodes, n, g->arena);
+    int *owner = xalloc_calloc((size_t)(n + 1), sizeof(int)), *queue = xalloc_malloc(sizeof(int) * (size_t)(n + 1));
+    char *out = xalloc_calloc((size_t)(n + 1), 1);
+    for (int k = 0; k < g->noutputs; k++) out[g->outputs[k]] = 1;
+    for (int d = 0; d < n; d++)
+      if (mark_chain(g, d, &rd, out, owner, queue, 0)) {
+        if (major_pays(g, d, owner, ep)) found++;
+        else
+          for (int i = 0; i < n; i++) owner[i] = owner[i] == d + 1 ? 0 : owner[i];
+      }
+    if (found && rebuild_major(g, owner)) total += found;
+    free(owner), free(queue), free(out);
+  }
+  return total;
 }

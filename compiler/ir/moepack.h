@@ -27,6 +27,18 @@
 /* Rewrites every dropless layer of m's graphs that fits; returns how many. */
 int moe_pack_dropless(IrModule *m);
 
+/* Expert parallelism's slots, expert-major: every layer left over slots whose
+ * chain fits (as above, any capacity) runs it over [E, B cap, Y] instead of
+ * [B, E, cap, Y] - a transpose and a view after the dispatch, their inverse
+ * before the combine - so that each expert's GEMM is one over all the slots
+ * it was sent (the all-to-all concatenates the members' slots on that axis)
+ * and its weight gradient one GEMM of depth ep B cap, where the [B, E, cap, ..]
+ * order needs a product per sequence and their sum. Only where that saves
+ * more bytes than the four transposes cost (moepack.c, major_pays: the weights'
+ * X Y (1 - 1 / (ep B)) summed over the chain above 2 cap (C + C_out)).
+ * Returns how many layers. */
+int moe_expert_major(IrModule *m, int64_t ep);
+
 /* The dispatches of m with room for every token (dropless) left over slots. */
 int moe_dropless_slots(const IrModule *m);
 

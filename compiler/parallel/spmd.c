@@ -74,6 +74,7 @@ typedef struct {
   Conv *convs;
   int nconvs, capconvs;
   int ring; /* the matmul being converted gathers keys / values: pass them around the ring */
+  char *to_combine; /* a view or transpose whose one reader is a combine (or such a view): keeps a pending sum */
 } GPart;
 
 static Shd shd_r(void) {
@@ -252,6 +253,14 @@ static int ring_gather(GPart *G, int x, IrGroup g, int axis, Span at) {
  * the backward all-reduces the summed gradient once. */
 static int keep_marker(GPart *G, int x, IrGroup g, int r);
 
+/* Partitioned node x is a reshape or transpose of the slots of a dispatch
+ * with constant weights, directly or through more of them. */
+static int slots_view(GPart *G, int x) {
+  const IrNode *xn = dn(G, x);
+  while (xn->op == IR_RESHAPE || xn->op == IR_TRANSPOSE) xn = dn(G, xn->in[0]);
+  return xn->op == IR_MOE_DISPATCH && xn->in[2] >= 0 && (dn(G, xn->in[2])->op == IR_FILL || dn(G, xn->in[2])->op == IR_CONST);
+}
+
 static int copy_marker(GPart *G, int x, IrGroup g, Span at) {
   for (int i = 0; i < G->nmarkers; i++)
     if (G->markers[i].from == x && G->markers[i].group == (int)g) return G->markers[i].result;
@@ -263,6 +272,13 @@ static int copy_marker(GPart *G, int x, IrGroup g, Span at) {
     int in[3] = {copy_marker(G, xn->in[0], g, at), xn->in[1], xn->in[2]};
     const IrNode *d = dn(G, x);
     return keep_marker(G, x, g, emit(G, IR_MOE_DISPATCH, in, 3, d->attr, IR_NATTR, 0, d->dtype, -1, NULL, at));
+  }
+  if ((xn->op == IR_RESHAPE || xn->op == IR_TRANSPOSE) && slots_view(G, x)) {
+    /* the same through moe_expert_major's transpose and view of the slots */
+    const IrNode *d = dn(G, x);
+    int in = copy_marker(G, d->in[0], g, at);
+    d = dn(G, x);
+    return keep_marker(G, x, g, emit(G, d->op, &in, 1, d->attr, d->op == IR_TRANSPOSE ? d->rank : 0, 0, d->dtype, d->rank, d->dims, at));
   }
   int64_t attr[1] = {g};
   return keep_marker(G, x, g, emit(G, IR_COPY_TO_GROUP, &x, 1, attr, 1, 0, dn(G, x)->dtype, -1, NULL, at));
@@ -355,7 +371,8 @@ static Val convert(GPart *G, Val v, const Shd *want, unsigned out_split, Span at
         G->P->failed = 1;
         return v;
       }
-      v.id = from_axis < 0 ? all_to_all(G, v.id, to_axis, 0, at) : all_to_all(G, v.id, 0, from_axis, at);
+      /* the tokens' axis is 0, or 1 when the experts lead (moe_expert_major's [E, B cap, C]) */
+      v.id = from_axis < 0 ? all_to_all(G, v.id, to_axis, to_axis == 0, at) : all_to_all(G, v.id, from_axis == 0, from_axis, at);
       v.shd.axis[g] = (int8_t)to_axis;
       continue;
     }
@@ -677,10 +694,30 @@ static void local_dims(Part *P, const IrNode *n, const Shd *s, int64_t *dims) {
   for (int i = 0; i < n->rank; i++) dims[i] = local_dim(P, s, i, n->dims[i]);
 }
 
+/* Before a view or transpose of the experts' slots: the expert split of
+ * expert parallelism undone (its local shape concatenates the members' slots,
+ * which no view of the global shape describes), a pending sum kept pending
+ * through it when the value goes on to a combine (both are linear: the sum is
+ * made once over [B, T, C] after the combine, as without them), else made. */
+static Val slots_in(GPart *G, const IrNode *n, Val x) {
+  Shd pend = x.shd;
+  int keep = G->to_combine && G->to_combine[n - G->g->nodes];
+  if (!keep) x = settle(G, x, n->span);
+  if (x.shd.axis[IRG_EP] >= 0) {
+    Shd want = x.shd;
+    for (int g = 0; g < IRG_COUNT; g++) x.shd.partial[g] = want.partial[g] = 0;
+    want.axis[IRG_EP] = -1;
+    x = convert(G, x, &want, 0, n->span);
+    for (int g = 0; g < IRG_COUNT && keep; g++) x.shd.partial[g] = pend.partial[g];
+  }
+  return x;
+}
+
 static Val rule_reshape(GPart *G, const IrNode *n, Val x) {
-  x = settle(G, x, n->span);
+  x = slots_in(G, n, x);
   const IrNode *src_in = &G->g->nodes[n->in[0]];
   Shd out = shd_r();
+  for (int g = 0; g < IRG_COUNT; g++) out.partial[g] = x.shd.partial[g], x.shd.partial[g] = 0; /* kept: slots_in */
   for (int g = 0; g < IRG_COUNT; g++) {
     int a = x.shd.axis[g];
     if (a < 0) continue;
@@ -705,8 +742,9 @@ static Val rule_reshape(GPart *G, const IrNode *n, Val x) {
 }
 
 static Val rule_transpose(GPart *G, const IrNode *n, Val x) {
-  x = settle(G, x, n->span);
+  x = slots_in(G, n, x);
   Shd out = shd_r();
+  for (int g = 0; g < IRG_COUNT; g++) out.partial[g] = x.shd.partial[g];
   for (int g = 0; g < IRG_COUNT; g++)
     for (int i = 0; i < n->rank; i++)
       if (x.shd.axis[g] >= 0 && n->attr[i] == x.shd.axis[g]) out.axis[g] = (int8_t)i;
@@ -885,9 +923,9 @@ static Val rule_cross_entropy(GPart *G, const IrNode *n, Val z, Val t) {
 /* ---- graphs ---- */
 
 /* copy_marker moves a dispatch's marker onto its tokens by dispatching them
- * again; the first dispatch, read by nothing now, is removed (a back end
+ * again; the first dispatch and its views, read by nothing now, are removed (a back end
  * would otherwise compute it for nobody; ir_drop_unread). */
-static int is_dispatch(IrOp op) { return op == IR_MOE_DISPATCH; }
+static int is_dispatch(IrOp op) { return op == IR_MOE_DISPATCH || op == IR_RESHAPE || op == IR_TRANSPOSE; /* and its views */ }
 
 static int partition_graph(Part *P, int gi, Shd entry);
 
@@ -1145,7 +1183,7 @@ static Val part_node(GPart *G, int i) {
       /* Under expert parallelism the experts' slots go home first (the
        * all-to-all is linear, so the pending sum survives it), and the sum
        * is made after the combine, as without it. */
-      y.id = all_to_all(G, y.id, 0, y.shd.axis[IRG_EP], n->span);
+      y.id = all_to_all(G, y.id, y.shd.axis[IRG_EP] == 0, y.shd.axis[IRG_EP], n->span);
       y.shd.axis[IRG_EP] = -1;
     }
     for (int g = 0; g < IRG_COUNT; g++) split |= y.shd.axis[g] >= 0;
@@ -1246,6 +1284,34 @@ static Val part_node(GPart *G, int i) {
 
 /* Partitions source graph gi (a block when gi > 0) with arg 0 sharded as
  * `entry`; a repeated block must hand back the sharding it received. */
+
+/* GPart.to_combine: reshapes and transposes whose only reader is a combine's
+ * slots (y), directly or through more of them (moe_expert_major's way back
+ * to [B, E, cap, Y]); NULL when the graph has none. */
+static char *views_to_combine(Arena *arena, const IrGraph *g) {
+  int n = g->nnodes, any = 0;
+  for (int i = 0; i < n && !any; i++) any = g->nodes[i].op == IR_MOE_COMBINE;
+  if (!any) return NULL;
+  int *nread = arena_alloc(arena, sizeof(int) * (size_t)(n + 1)), *reader = arena_alloc(arena, sizeof(int) * (size_t)(n + 1));
+  char *mark = arena_alloc(arena, (size_t)n + 1);
+  memset(nread, 0, sizeof(int) * (size_t)(n + 1));
+  memset(mark, 0, (size_t)n + 1);
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < g->nodes[i].nin; k++) {
+      int v = g->nodes[i].in[k];
+      nread[v]++;
+      reader[v] = g->nodes[i].op == IR_MOE_COMBINE && k != 0 ? -1 : i;
+    }
+  for (int i = 0; i < g->noutputs; i++) nread[g->outputs[i]] += 2;
+  for (int i = n - 1; i >= 0; i--) {
+    const IrNode *x = &g->nodes[i];
+    if ((x->op != IR_RESHAPE && x->op != IR_TRANSPOSE) || nread[i] != 1 || reader[i] < 0) continue;
+    const IrNode *r = &g->nodes[reader[i]];
+    mark[i] = r->op == IR_MOE_COMBINE || mark[reader[i]];
+  }
+  return mark;
+}
+
 static int partition_graph(Part *P, int gi, Shd entry) {
   if (P->done[gi] >= 0) return P->done[gi];
   const IrGraph *g = P->src->graphs[gi];
@@ -1262,6 +1328,7 @@ static int partition_graph(Part *P, int gi, Shd entry) {
   G.g = g;
   G.out = out;
   G.vals = arena_alloc(P->arena, sizeof(Val) * (size_t)(g->nnodes + 1));
+  G.to_combine = views_to_combine(P->arena, g);
   for (int i = 0; i < g->nnodes && !P->failed; i++) {
     const IrNode *n = &g->nodes[i];
     if (n->op == IR_ARG) {

@@ -466,6 +466,13 @@ static void price_flash_softmax(Pricer *P, const GInfo *gi, const FuseKernel *K,
   }
 }
 
+/* Node v is a parameter, as the program reads it: directly, or gathered or
+ * marked for a group (ZeRO-3's gathers, the tensor group's f marker). */
+static int weight_operand(const IrGraph *g, int v) {
+  while (g->nodes[v].op == IR_ALL_GATHER || g->nodes[v].op == IR_COPY_TO_GROUP || g->nodes[v].op == IR_CAST) v = g->nodes[v].in[0];
+  return g->nodes[v].op == IR_PARAM;
+}
+
 /* The time of one GEMM kernel: shape from its MATMUL (batch folded into M
  * when the right operand is a shared weight, into K for a weight gradient),
  * bytes of its operands and result at the training precision. Under FP8
@@ -495,8 +502,12 @@ static void price_gemm(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, 
   double flops = 2 * batch * M * N * Kd;
   double out = batch * M * N;
   int wgrad = gi->wgrad[mmid] > 1;
+  /* the experts' GEMMs over expert-major slots (moepack.h): [E, rows, X] by
+   * the [E, X, Y] weights, and their weight gradients written as such */
+  int expert = n->rank == 3 && a->rank == 3 && b->rank == 3 && (weight_operand(g, n->in[1]) || gi->is_grad_out[mmid]);
+  int expert_wgrad = expert && !weight_operand(g, n->in[1]);
   /* a weight operand, or a weight's gradient (wgrad[] is its batch, 1 for a micro batch of 1) */
-  int linear = gi->wgrad[mmid] >= 1 || b->rank == 2 || a->rank == 2;
+  int linear = gi->wgrad[mmid] >= 1 || b->rank == 2 || a->rank == 2 || expert;
   if (wgrad) {
     Kd *= batch;
     out = M * N;
@@ -522,10 +533,10 @@ static void price_gemm(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, 
   acc->t_gemm += t;
   acc->kernels += 1;
   if (rc) acc->t_rc += t;
-  if (fp8 && gi->wgrad[mmid] < 1) {
+  if (fp8 && gi->wgrad[mmid] < 1 && !expert_wgrad) {
     /* the activation operand (x forward, dy backward) cast to FP8 with its
      * transpose, kept for the weight gradient */
-    double act = b->rank == 2 ? (double)ir_numel(a) : (double)ir_numel(b);
+    double act = b->rank == 2 || expert ? (double)ir_numel(a) : (double)ir_numel(b);
     double tc = mem_kernel_time(P->pc, act, act * (eb + 2));
     acc->t += tc;
     acc->t_other += tc;
@@ -990,6 +1001,7 @@ static IrModule *lower_priced(PlanCtx *c, Arena *a, int64_t mb, int materialize,
   LowerOptions o = {ep > 1, materialize, 0};
   IrModule *m = lower_model_with(a, quiet_diag(c), c->model, mb, &o);
   if (m && ep <= 1) moe_pack_dropless(m);
+  else if (m) moe_expert_major(m, ep);
   return m;
 }
 
