@@ -105,38 +105,54 @@ static int add(IrGraph *g, IrOp op, const int *in, int nin, const int64_t *attr,
   return id;
 }
 
-/* Operand o (new id v) of a packed element-wise op, made to broadcast against
- * [N, Y] rows as it did against the slots. */
-static int packed_operand(Packed *P, const IrNode *o, int v, const IrNode *like) {
-  IrGraph *g = P->g;
+/* Operand o (new id v) of a chain's element-wise op, viewed to broadcast
+ * against the rewritten chain's values (of rank `rank`) as it did against
+ * the slots: a scalar of rank 0 when o's rank exceeds it, a vector as [Y], a
+ * per-expert value as [E, 1, Y]; -1 for any other. */
+static int operand_view(IrGraph *g, const IrNode *o, int v, const IrNode *like, int rank) {
   switch (broadcast_of(o, like)) {
-  case BC_SCALAR: return o->rank <= 2 ? v : add(g, IR_RESHAPE, &v, 1, NULL, 0, 0, o->dtype, 0, NULL, like);
+  case BC_SCALAR: return o->rank <= rank ? v : add(g, IR_RESHAPE, &v, 1, NULL, 0, 0, o->dtype, 0, NULL, like);
   case BC_VECTOR: {
     int64_t last = o->dims[o->rank - 1];
     return o->rank <= 1 ? v : add(g, IR_RESHAPE, &v, 1, NULL, 0, 0, o->dtype, 1, &last, like);
   }
   case BC_EXPERT: {
     int64_t dims[3] = {o->dims[o->rank - 3], 1, o->dims[o->rank - 1]};
-    int w = o->rank == 3 ? v : add(g, IR_RESHAPE, &v, 1, NULL, 0, 0, o->dtype, 3, dims, like);
-    if (P->ones < 0) {
-      int64_t od[2] = {P->N, 1};
-      P->ones = add(g, IR_FILL, NULL, 0, NULL, 0, 1.0, o->dtype, 2, od, like);
-    }
-    /* each row's expert's values: ones [N, 1] times [E, 1, Y'] grouped */
-    int in[3] = {P->ones, w, P->ids};
-    int64_t attr[1] = {0};
-    return w < 0 ? -1 : add(g, IR_GROUPED_MM, in, 3, attr, 1, 0, o->dtype, -1, NULL, like);
+    return o->rank == 3 ? v : add(g, IR_RESHAPE, &v, 1, NULL, 0, 0, o->dtype, 3, dims, like);
   }
   default: return -1;
   }
 }
 
-/* Rebuilds g with every marked chain packed. */
-static int rebuild(IrGraph *g, const int *owner) {
+/* Operand o of a packed element-wise op, made to broadcast against [N, Y]
+ * rows: a per-expert value as each row's expert's (ones [N, 1] times [E, 1,
+ * Y'] grouped). */
+static int packed_operand(Packed *P, const IrNode *o, int v, const IrNode *like) {
+  IrGraph *g = P->g;
+  int w = operand_view(g, o, v, like, 2);
+  if (w < 0 || broadcast_of(o, like) != BC_EXPERT) return w;
+  if (P->ones < 0) {
+    int64_t od[2] = {P->N, 1};
+    P->ones = add(g, IR_FILL, NULL, 0, NULL, 0, 1.0, o->dtype, 2, od, like);
+  }
+  int in[3] = {P->ones, w, P->ids};
+  int64_t attr[1] = {0};
+  return add(g, IR_GROUPED_MM, in, 3, attr, 1, 0, o->dtype, -1, NULL, like);
+}
+
+static int major_pays(const IrGraph *g, int d, const int *owner, int64_t ep);
+static int major_node(IrGraph *g, const IrNode *old, const int *map, const int *owner, int i, int o, void *ctx);
+
+/* How a rewrite makes node i of a marked chain (o: its dispatch) from the
+ * rebuilt graph's nodes so far (map): the new id, or -1. */
+typedef int (*ChainNode)(IrGraph *g, const IrNode *old, const int *map, const int *owner, int i, int o, void *ctx);
+
+/* Rebuilds g: every node of a marked chain (and its combine) through `node`,
+ * the rest copied; on a refusal the graph as it was. */
+static int rebuild(IrGraph *g, const int *owner, ChainNode node, void *ctx) {
   int n = g->nnodes;
   IrNode *old = xalloc_malloc(sizeof *old * (size_t)(n + 1));
   int *map = xalloc_malloc(sizeof *map * (size_t)(n + 1));
-  Packed *chain = xalloc_calloc((size_t)(n + 1), sizeof *chain); /* by dispatch */
   memcpy(old, g->nodes, sizeof *old * (size_t)n);
   g->nnodes = 0;
   int ok = 1;
@@ -144,65 +160,91 @@ static int rebuild(IrGraph *g, const int *owner) {
     const IrNode *x = &old[i];
     int o = owner[i] - 1;
     if (o < 0 && x->op == IR_MOE_COMBINE && owner[x->in[0]]) o = owner[x->in[0]] - 1;
-    if (o < 0) {
-      map[i] = ir_add_copy(g, x, map);
-      continue;
-    }
-    Packed *P = &chain[o];
-    int in[4];
-    if (i == o) { /* the dispatch: its rows, and their experts */
-      int64_t E = x->attr[0], ia[1] = {E}, da[3] = {E, 0, x->attr[2]};
-      P->g = g;
-      P->ones = -1;
-      P->N = ir_numel(&old[x->in[1]]);
-      int idx = map[x->in[1]];
-      P->ids = add(g, IR_MOE_EXPERT_IDS, &idx, 1, ia, 1, 0, old[x->in[1]].dtype, -1, NULL, x);
-      for (int k = 0; k < 3; k++) in[k] = map[x->in[k]];
-      map[i] = add(g, IR_MOE_DISPATCH, in, 3, da, 3, 0, x->dtype, -1, NULL, x);
-    } else if (x->op == IR_MOE_COMBINE) {
-      int64_t ca[1] = {old[o].attr[0]};
-      for (int k = 0; k < 3; k++) in[k] = map[x->in[k]];
-      map[i] = add(g, IR_MOE_COMBINE, in, 3, ca, 1, 0, x->dtype, -1, NULL, x);
-    } else if (x->op == IR_MATMUL) { /* an expert GEMM */
-      int64_t ga[1] = {x->attr[1]};
-      in[0] = map[x->in[0]], in[1] = map[x->in[1]], in[2] = P->ids;
-      map[i] = add(g, IR_GROUPED_MM, in, 3, ga, 1, 0, x->dtype, -1, NULL, x);
-    } else { /* element-wise over the rows */
-      int *ein = xalloc_malloc(sizeof *ein * (size_t)(x->nin + 1));
-      for (int k = 0; k < x->nin && ok; k++) {
-        int v = x->in[k];
-        ein[k] = owner[v] == o + 1 ? map[v] : packed_operand(P, &old[v], map[v], x);
-        ok = ein[k] >= 0;
-      }
-      map[i] = ok ? add(g, x->op, ein, x->nin, x->attr, IR_NATTR, x->fattr, x->dtype, -1, NULL, x) : -1;
-      free(ein);
-    }
+    map[i] = o < 0 ? ir_add_copy(g, x, map) : node(g, old, map, owner, i, o, ctx);
     ok = map[i] >= 0;
-    if (ok) g->nodes[map[i]].name = x->name;
+    if (ok && o >= 0) g->nodes[map[i]].name = x->name;
   }
   for (int k = 0; k < g->noutputs && ok; k++) g->outputs[k] = map[g->outputs[k]];
   if (!ok) { /* a shape rule refused: put the graph back as it was */
     memcpy(g->nodes, old, sizeof *old * (size_t)n);
     g->nnodes = n;
   }
-  free(old), free(map), free(chain);
+  free(old), free(map);
   return ok;
+}
+
+/* An element-wise node of a chain, its outside operands through `operand`. */
+static int chain_elementwise(IrGraph *g, const IrNode *old, const int *map, const int *owner, int i, int o,
+                             int (*operand)(void *ctx, const IrNode *o, int v, const IrNode *like), void *ctx) {
+  const IrNode *x = &old[i];
+  int *ein = xalloc_malloc(sizeof *ein * (size_t)(x->nin + 1)), ok = 1;
+  for (int k = 0; k < x->nin && ok; k++) {
+    int v = x->in[k];
+    ein[k] = owner[v] == o + 1 ? map[v] : operand(ctx, &old[v], map[v], x);
+    ok = ein[k] >= 0;
+  }
+  int r = ok ? add(g, x->op, ein, x->nin, x->attr, IR_NATTR, x->fattr, x->dtype, -1, NULL, x) : -1;
+  free(ein);
+  return r;
+}
+
+static int packed_operand_of(void *ctx, const IrNode *o, int v, const IrNode *like) { return packed_operand(ctx, o, v, like); }
+
+/* The packed form (moe_pack_dropless); ctx: a Packed per dispatch. */
+static int packed_node(IrGraph *g, const IrNode *old, const int *map, const int *owner, int i, int o, void *ctx) {
+  const IrNode *x = &old[i];
+  Packed *P = &((Packed *)ctx)[o];
+  int in[4];
+  if (i == o) { /* the dispatch: its rows, and their experts */
+    int64_t E = x->attr[0], ia[1] = {E}, da[3] = {E, 0, x->attr[2]};
+    P->g = g;
+    P->ones = -1;
+    P->N = ir_numel(&old[x->in[1]]);
+    int idx = map[x->in[1]];
+    P->ids = add(g, IR_MOE_EXPERT_IDS, &idx, 1, ia, 1, 0, old[x->in[1]].dtype, -1, NULL, x);
+    for (int k = 0; k < 3; k++) in[k] = map[x->in[k]];
+    return add(g, IR_MOE_DISPATCH, in, 3, da, 3, 0, x->dtype, -1, NULL, x);
+  }
+  if (x->op == IR_MOE_COMBINE) {
+    int64_t ca[1] = {old[o].attr[0]};
+    for (int k = 0; k < 3; k++) in[k] = map[x->in[k]];
+    return add(g, IR_MOE_COMBINE, in, 3, ca, 1, 0, x->dtype, -1, NULL, x);
+  }
+  if (x->op == IR_MATMUL) { /* an expert GEMM */
+    int64_t ga[1] = {x->attr[1]};
+    in[0] = map[x->in[0]], in[1] = map[x->in[1]], in[2] = P->ids;
+    return add(g, IR_GROUPED_MM, in, 3, ga, 1, 0, x->dtype, -1, NULL, x);
+  }
+  return chain_elementwise(g, old, map, owner, i, o, packed_operand_of, P); /* over the rows */
+}
+
+/* Marks every chain of g that fits (and pays, for the expert-major form)
+ * and rewrites them; returns how many. */
+static int rewrite_graph(IrGraph *g, int dropless, int64_t ep) {
+  int n = g->nnodes, found = 0;
+  IrReaders rd = ir_readers(g->nodes, n, g->arena);
+  int *owner = xalloc_calloc((size_t)(n + 1), sizeof(int)), *queue = xalloc_malloc(sizeof(int) * (size_t)(n + 1));
+  char *out = xalloc_calloc((size_t)(n + 1), 1);
+  for (int k = 0; k < g->noutputs; k++) out[g->outputs[k]] = 1;
+  for (int d = 0; d < n; d++) {
+    if (!mark_chain(g, d, &rd, out, owner, queue, dropless)) continue;
+    if (dropless || major_pays(g, d, owner, ep)) found++;
+    else
+      for (int i = 0; i < n; i++) owner[i] = owner[i] == d + 1 ? 0 : owner[i];
+  }
+  if (found) {
+    Packed *chain = dropless ? xalloc_calloc((size_t)(n + 1), sizeof *chain) : NULL; /* by dispatch */
+    if (!rebuild(g, owner, dropless ? packed_node : major_node, chain)) found = 0;
+    free(chain);
+  }
+  free(owner), free(queue), free(out);
+  return found;
 }
 
 int moe_pack_dropless(IrModule *m) {
   int total = 0;
-  for (int gi = 0; gi < m->ngraphs; gi++) {
-    IrGraph *g = m->graphs[gi];
-    int n = g->nnodes, found = 0;
-    if (g->fb_split) continue; /* forward graphs only: autodiff comes after */
-    IrReaders rd = ir_readers(g->nodes, n, g->arena);
-    int *owner = xalloc_calloc((size_t)(n + 1), sizeof(int)), *queue = xalloc_malloc(sizeof(int) * (size_t)(n + 1));
-    char *out = xalloc_calloc((size_t)(n + 1), 1);
-    for (int k = 0; k < g->noutputs; k++) out[g->outputs[k]] = 1;
-    for (int d = 0; d < n; d++) found += mark_chain(g, d, &rd, out, owner, queue, 1);
-    if (found && rebuild(g, owner)) total += found;
-    free(owner), free(queue), free(out);
-  }
+  for (int gi = 0; gi < m->ngraphs; gi++)
+    if (!m->graphs[gi]->fb_split) total += rewrite_graph(m->graphs[gi], 1, 1); /* forward graphs only: autodiff comes after */
   return total;
 }
 
@@ -219,23 +261,6 @@ int moe_dropless_slots(const IrModule *m) {
 }
 
 /* ---- expert-major slots (moepack.h, moe_expert_major) ---- */
-
-/* Operand o (new id v) of an element-wise op of the chain, made to broadcast
- * against the expert-major [E, B cap, Y] as it did against [B, E, cap, Y]. */
-static int major_operand(IrGraph *g, const IrNode *o, int v, const IrNode *like) {
-  switch (broadcast_of(o, like)) {
-  case BC_SCALAR: return o->rank <= 3 ? v : add(g, IR_RESHAPE, &v, 1, NULL, 0, 0, o->dtype, 0, NULL, like);
-  case BC_VECTOR: {
-    int64_t last = o->dims[o->rank - 1];
-    return o->rank <= 1 ? v : add(g, IR_RESHAPE, &v, 1, NULL, 0, 0, o->dtype, 1, &last, like);
-  }
-  case BC_EXPERT: {
-    int64_t dims[3] = {o->dims[o->rank - 3], 1, o->dims[o->rank - 1]};
-    return o->rank == 3 ? v : add(g, IR_RESHAPE, &v, 1, NULL, 0, 0, o->dtype, 3, dims, like);
-  }
-  default: return -1;
-  }
-}
 
 /* [B, E, cap, Y] <-> [E, B cap, Y]: a transpose of the two leading axes and a
  * view (to_major), or the view back and the transpose (from). */
@@ -254,48 +279,26 @@ static int from_major(IrGraph *g, int v, const IrNode *slots, const IrNode *like
   return r < 0 ? -1 : add(g, IR_TRANSPOSE, &r, 1, swap, 4, 0, slots->dtype, 4, slots->dims, like);
 }
 
-static int rebuild_major(IrGraph *g, const int *owner) {
-  int n = g->nnodes;
-  IrNode *old = xalloc_malloc(sizeof *old * (size_t)(n + 1));
-  int *map = xalloc_malloc(sizeof *map * (size_t)(n + 1));
-  memcpy(old, g->nodes, sizeof *old * (size_t)n);
-  g->nnodes = 0;
-  int ok = 1;
-  for (int i = 0; i < n && ok; i++) {
-    const IrNode *x = &old[i];
-    int o = owner[i] - 1;
-    if (o < 0 && x->op == IR_MOE_COMBINE && owner[x->in[0]]) {
-      /* the combine reads the slots back in their [B, E, cap, Y] order */
-      int in[3] = {from_major(g, map[x->in[0]], &old[x->in[0]], x), map[x->in[1]], map[x->in[2]]};
-      map[i] = in[0] < 0 ? -1 : add(g, IR_MOE_COMBINE, in, 3, x->attr, IR_NATTR, x->fattr, x->dtype, -1, NULL, x);
-    } else if (o < 0) {
-      map[i] = ir_add_copy(g, x, map);
-    } else if (i == o) { /* the dispatch, then its slots expert-major */
-      int d = ir_add_copy(g, x, map);
-      map[i] = d < 0 ? -1 : to_major(g, d, x, x);
-    } else if (x->op == IR_MATMUL) { /* [E, B cap, X] x [E, X, Y]: one GEMM an expert over all its slots */
-      int in[2] = {map[x->in[0]], map[x->in[1]]};
-      map[i] = add(g, IR_MATMUL, in, 2, x->attr, IR_NATTR, x->fattr, x->dtype, -1, NULL, x);
-    } else { /* element-wise */
-      int *ein = xalloc_malloc(sizeof *ein * (size_t)(x->nin + 1));
-      for (int k = 0; k < x->nin && ok; k++) {
-        int v = x->in[k];
-        ein[k] = owner[v] == o + 1 ? map[v] : major_operand(g, &old[v], map[v], x);
-        ok = ein[k] >= 0;
-      }
-      map[i] = ok ? add(g, x->op, ein, x->nin, x->attr, IR_NATTR, x->fattr, x->dtype, -1, NULL, x) : -1;
-      free(ein);
-    }
-    ok = map[i] >= 0;
-    if (ok) g->nodes[map[i]].name = x->name;
+/* expert-major: [E, B cap, Y] values, rank 3 */
+static int major_operand_of(void *ctx, const IrNode *o, int v, const IrNode *like) { return operand_view(ctx, o, v, like, 3); }
+
+/* The expert-major form (moe_expert_major). */
+static int major_node(IrGraph *g, const IrNode *old, const int *map, const int *owner, int i, int o, void *ctx) {
+  (void)ctx;
+  const IrNode *x = &old[i];
+  if (x->op == IR_MOE_COMBINE) { /* the combine reads the slots back in their [B, E, cap, Y] order */
+    int in[3] = {from_major(g, map[x->in[0]], &old[x->in[0]], x), map[x->in[1]], map[x->in[2]]};
+    return in[0] < 0 ? -1 : add(g, IR_MOE_COMBINE, in, 3, x->attr, IR_NATTR, x->fattr, x->dtype, -1, NULL, x);
   }
-  for (int k = 0; k < g->noutputs && ok; k++) g->outputs[k] = map[g->outputs[k]];
-  if (!ok) {
-    memcpy(g->nodes, old, sizeof *old * (size_t)n);
-    g->nnodes = n;
+  if (i == o) { /* the dispatch, then its slots expert-major */
+    int d = ir_add_copy(g, x, map);
+    return d < 0 ? -1 : to_major(g, d, x, x);
   }
-  free(old), free(map);
-  return ok;
+  if (x->op == IR_MATMUL) { /* [E, B cap, X] x [E, X, Y]: one GEMM an expert over all its slots */
+    int in[2] = {map[x->in[0]], map[x->in[1]]};
+    return add(g, IR_MATMUL, in, 2, x->attr, IR_NATTR, x->fattr, x->dtype, -1, NULL, x);
+  }
+  return chain_elementwise(g, old, map, owner, i, o, major_operand_of, g);
 }
 
 /* Whether dispatch d's marked chain gains by going expert-major: the bytes
@@ -321,22 +324,7 @@ static int major_pays(const IrGraph *g, int d, const int *owner, int64_t ep) {
 
 int moe_expert_major(IrModule *m, int64_t ep) {
   int total = 0;
-  for (int gi = 0; gi < m->ngraphs; gi++) {
-    IrGraph *g = m->graphs[gi];
-    int n = g->nnodes, found = 0;
-    if (g->fb_split) continue;
-    IrReaders rd = ir_readers(g->nodes, n, g->arena);
-    int *owner = xalloc_calloc((size_t)(n + 1), sizeof(int)), *queue = xalloc_malloc(sizeof(int) * (size_t)(n + 1));
-    char *out = xalloc_calloc((size_t)(n + 1), 1);
-    for (int k = 0; k < g->noutputs; k++) out[g->outputs[k]] = 1;
-    for (int d = 0; d < n; d++)
-      if (mark_chain(g, d, &rd, out, owner, queue, 0)) {
-        if (major_pays(g, d, owner, ep)) found++;
-        else
-          for (int i = 0; i < n; i++) owner[i] = owner[i] == d + 1 ? 0 : owner[i];
-      }
-    if (found && rebuild_major(g, owner)) total += found;
-    free(owner), free(queue), free(out);
-  }
+  for (int gi = 0; gi < m->ngraphs; gi++)
+    if (!m->graphs[gi]->fb_split) total += rewrite_graph(m->graphs[gi], 0, ep);
   return total;
 }
