@@ -746,9 +746,8 @@ int main(int argc, char **argv) {
         SemModel *m = sema_check(arena, diag, &prog, &opts);
         if (bad_cli) status = 2;
         IrModule *ir = m ? lower_model(arena, diag, m, m->train.micro_batch) : NULL;
-        /* past the IR as written, what compile runs: dropless experts over their rows (moepack.h) */
-        if (ir && strcmp(cli.stage, "ir") && m->layout.ep <= 1) moe_pack_dropless(ir);
-        else if (ir && strcmp(cli.stage, "ir")) moe_expert_major(ir, m->layout.ep);
+        /* past the IR as written, what compile runs: dropless experts over their rows, or expert-major slots (moepack.h) */
+        if (ir && strcmp(cli.stage, "ir")) moe_as_compiled(ir, m->layout.ep);
         if (ir) {
           if (ir_verify(ir, stderr)) {
             fprintf(stderr, "hpdlc: internal error: the IR does not verify\n");

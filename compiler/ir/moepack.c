@@ -328,3 +328,8 @@ int moe_expert_major(IrModule *m, int64_t ep) {
     if (!m->graphs[gi]->fb_split) total += rewrite_graph(m->graphs[gi], 0, ep);
   return total;
 }
+
+void moe_as_compiled(IrModule *m, int64_t ep) {
+  if (ep <= 1) moe_pack_dropless(m);
+  else moe_expert_major(m, ep);
+}

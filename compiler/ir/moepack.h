@@ -39,6 +39,12 @@ int moe_pack_dropless(IrModule *m);
  * Returns how many layers. */
 int moe_expert_major(IrModule *m, int64_t ep);
 
+/* The experts' layers as `hpdlc compile` runs them at expert parallelism ep
+ * (the defaults: no --experts slots): packed at ep <= 1, expert-major where
+ * it pays above. For emit, plan and the simulators, which show or price the
+ * compiled program. */
+void moe_as_compiled(IrModule *m, int64_t ep);
+
 /* The dispatches of m with room for every token (dropless) left over slots. */
 int moe_dropless_slots(const IrModule *m);
 

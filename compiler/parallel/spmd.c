@@ -253,9 +253,10 @@ static int ring_gather(GPart *G, int x, IrGroup g, int axis, Span at) {
  * the backward all-reduces the summed gradient once. */
 static int keep_marker(GPart *G, int x, IrGroup g, int r);
 
-/* Partitioned node x is a reshape or transpose of the slots of a dispatch
- * with constant weights, directly or through more of them. */
-static int slots_view(GPart *G, int x) {
+/* Partitioned node x is the slots of a dispatch with constant weights (the
+ * tokens rearranged, linear in them), directly or through reshapes and
+ * transposes of them (moe_expert_major's). */
+static int slots_of_tokens(GPart *G, int x) {
   const IrNode *xn = dn(G, x);
   while (xn->op == IR_RESHAPE || xn->op == IR_TRANSPOSE) xn = dn(G, xn->in[0]);
   return xn->op == IR_MOE_DISPATCH && xn->in[2] >= 0 && (dn(G, xn->in[2])->op == IR_FILL || dn(G, xn->in[2])->op == IR_CONST);
@@ -265,7 +266,7 @@ static int copy_marker(GPart *G, int x, IrGroup g, Span at) {
   for (int i = 0; i < G->nmarkers; i++)
     if (G->markers[i].from == x && G->markers[i].group == (int)g) return G->markers[i].result;
   const IrNode *xn = dn(G, x);
-  if (xn->op == IR_MOE_DISPATCH && xn->in[2] >= 0 && (dn(G, xn->in[2])->op == IR_FILL || dn(G, xn->in[2])->op == IR_CONST)) {
+  if (xn->op == IR_MOE_DISPATCH && slots_of_tokens(G, x)) {
     /* The experts' slots are the tokens rearranged (the dispatch is linear
      * in them, with constant weights): the marker goes on the tokens, so the
      * backward sums [B, T, C] over the group instead of every expert's slots. */
@@ -273,7 +274,7 @@ static int copy_marker(GPart *G, int x, IrGroup g, Span at) {
     const IrNode *d = dn(G, x);
     return keep_marker(G, x, g, emit(G, IR_MOE_DISPATCH, in, 3, d->attr, IR_NATTR, 0, d->dtype, -1, NULL, at));
   }
-  if ((xn->op == IR_RESHAPE || xn->op == IR_TRANSPOSE) && slots_view(G, x)) {
+  if ((xn->op == IR_RESHAPE || xn->op == IR_TRANSPOSE) && slots_of_tokens(G, x)) {
     /* the same through moe_expert_major's transpose and view of the slots */
     const IrNode *d = dn(G, x);
     int in = copy_marker(G, d->in[0], g, at);
@@ -925,7 +926,7 @@ static Val rule_cross_entropy(GPart *G, const IrNode *n, Val z, Val t) {
 /* copy_marker moves a dispatch's marker onto its tokens by dispatching them
  * again; the first dispatch and its views, read by nothing now, are removed (a back end
  * would otherwise compute it for nobody; ir_drop_unread). */
-static int is_dispatch(IrOp op) { return op == IR_MOE_DISPATCH || op == IR_RESHAPE || op == IR_TRANSPOSE; /* and its views */ }
+static int unread_dispatch(IrOp op) { return op == IR_MOE_DISPATCH || op == IR_RESHAPE || op == IR_TRANSPOSE; }
 
 static int partition_graph(Part *P, int gi, Shd entry);
 
@@ -1282,9 +1283,6 @@ static Val part_node(GPart *G, int i) {
   return r;
 }
 
-/* Partitions source graph gi (a block when gi > 0) with arg 0 sharded as
- * `entry`; a repeated block must hand back the sharding it received. */
-
 /* GPart.to_combine: reshapes and transposes whose only reader is a combine's
  * slots (y), directly or through more of them (moe_expert_major's way back
  * to [B, E, cap, Y]); NULL when the graph has none. */
@@ -1312,6 +1310,8 @@ static char *views_to_combine(Arena *arena, const IrGraph *g) {
   return mark;
 }
 
+/* Partitions source graph gi (a block when gi > 0) with arg 0 sharded as
+ * `entry`; a repeated block must hand back the sharding it received. */
 static int partition_graph(Part *P, int gi, Shd entry) {
   if (P->done[gi] >= 0) return P->done[gi];
   const IrGraph *g = P->src->graphs[gi];
@@ -1356,7 +1356,7 @@ static int partition_graph(Part *P, int gi, Shd entry) {
     v = convert(&G, v, &want, 0, g->nodes[g->outputs[k]].span);
     out->outputs[k] = v.id;
   }
-  if (!P->failed) ir_drop_unread(out, is_dispatch);
+  if (!P->failed) ir_drop_unread(out, unread_dispatch);
   return P->failed ? -1 : oi;
 }
 

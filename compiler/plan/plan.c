@@ -504,8 +504,9 @@ static void price_gemm(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, 
   int wgrad = gi->wgrad[mmid] > 1;
   /* the experts' GEMMs over expert-major slots (moepack.h): [E, rows, X] by
    * the [E, X, Y] weights, and their weight gradients written as such */
-  int expert = n->rank == 3 && a->rank == 3 && b->rank == 3 && (weight_operand(g, n->in[1]) || gi->is_grad_out[mmid]);
-  int expert_wgrad = expert && !weight_operand(g, n->in[1]);
+  int by_weight = weight_operand(g, n->in[1]);
+  int expert = n->rank == 3 && a->rank == 3 && b->rank == 3 && (by_weight || gi->is_grad_out[mmid]);
+  int expert_wgrad = expert && !by_weight;
   /* a weight operand, or a weight's gradient (wgrad[] is its batch, 1 for a micro batch of 1) */
   int linear = gi->wgrad[mmid] >= 1 || b->rank == 2 || a->rank == 2 || expert;
   if (wgrad) {
@@ -996,12 +997,11 @@ static Diag *quiet_diag(PlanCtx *c) { return c->quiet; }
  * materialised (plan_set_attention). Dropless experts: at ep = 1 over the
  * rows routed, as compile runs them (moepack.h); under expert parallelism over
  * the busiest expert's expected load (lower_model_priced), which sets the
- * step of the expert group. */
+ * step of the expert group, expert-major where that pays as in compile. */
 static IrModule *lower_priced(PlanCtx *c, Arena *a, int64_t mb, int materialize, int64_t ep) {
   LowerOptions o = {ep > 1, materialize, 0};
   IrModule *m = lower_model_with(a, quiet_diag(c), c->model, mb, &o);
-  if (m && ep <= 1) moe_pack_dropless(m);
-  else if (m) moe_expert_major(m, ep);
+  if (m) moe_as_compiled(m, ep);
   return m;
 }
 
