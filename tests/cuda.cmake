@@ -578,15 +578,17 @@ if(Python3_Interpreter_FOUND)
                            ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
     endforeach()
     # dropless in bf16: the grouped GEMMs' operands rounded to bf16 (cuBLASLt's bf16 A, B
-    # with fp32 C on the device; widened exactly by the CPU target's host op). 6 steps: the
-    # top-2 routing is discontinuous, and on one 2-core VM (2026-12-02) a choice flipped at
-    # step 9 between the two sums' orders (steps 1-8 within 2e-4, step 9's gradient norm
-    # 1.6e-3 apart); another VM agreed over 10
+    # with fp32 C on the device; widened exactly by the CPU target's host op). The top-2
+    # routing is discontinuous: on one 2-core VM (2026-12-02) a choice flipped at step 9
+    # between the two sums' orders (steps 1-8 within 2e-4, step 9's gradient norm 1.6e-3
+    # apart), another agreed over 10. So steps 1-5 within 1e-3, and from a step after them
+    # that differs more, bf16's 2e-2 against fp32 (--flip-tol)
     add_test(NAME cuda.layout.${dev}.moe_dropless_bf16
              COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
                      --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
-                     --sample ${CMAKE_SOURCE_DIR}/samples/moe-tiny.hpd --device ${dev} --steps 6
-                     --first-tol 1e-4 --tol 1e-3 --args "--global-batch 4 --micro-batch 2 -D drop=false --precision bf16")
+                     --sample ${CMAKE_SOURCE_DIR}/samples/moe-tiny.hpd --device ${dev} --steps 10
+                     --first-tol 1e-4 --tol 1e-3 --flip-tol 2e-2 --flip-after 5
+                     --args "--global-batch 4 --micro-batch 2 -D drop=false --precision bf16")
     set_tests_properties(cuda.layout.${dev}.moe_dropless_bf16 PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "cuda;moe"
                          ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
     # sequences of 160 tokens: 320 choices a sequence, 640 a micro-batch, so the routing
