@@ -809,6 +809,48 @@ static void walk_live(Pricer *P, const GInfo *gi, const char *mask, double *peak
   *peak_in = pi;
 }
 
+/* The B.grad graph of B.fwd `fwd`: a BACKWARD call's graph, whose second
+ * input is the SAVE call of `fwd` (ir.h); -1 when none. */
+static int grad_graph_of(const IrModule *m, int fwd) {
+  for (int gi = 0; gi < m->ngraphs; gi++) {
+    const IrGraph *g = m->graphs[gi];
+    for (int i = 0; i < g->nnodes; i++) {
+      const IrNode *x = &g->nodes[i];
+      if (x->op != IR_CALL || x->attr[2] != IR_CALL_BACKWARD || x->nin < 2) continue;
+      const IrNode *save = &g->nodes[x->in[1]];
+      if (save->op == IR_CALL && save->attr[2] == IR_CALL_SAVE && save->attr[0] == fwd) return (int)x->attr[0];
+    }
+  }
+  return -1;
+}
+
+/* Whether every reader of node v of a backward graph (through views and
+ * casts, and sequence parallelism's gather of a saved chunk) is a GEMM of the
+ * blocks other than attention's: under FP8 those read their activation
+ * operand as the FP8 copy the forward made, which Transformer Engine saves in
+ * its place (its Linear and GroupedLinear keep the quantized input, in the
+ * transposed usage the weight gradient reads, and gather that copy under
+ * sequence parallelism), 1 byte a value. */
+static int read_by_fp8_gemms_only(const IrGraph *g, const IrReaders *rd, const char *score, int v, int depth) {
+  int any = 0;
+  if (depth > 8) return 0;
+  for (int u = rd->start[v]; u < rd->start[v + 1]; u++) {
+    int r = rd->node[u];
+    const IrNode *x = &g->nodes[r];
+    if ((ir_op_flags(x->op) & IRF_SHAPE) || x->op == IR_CAST || x->op == IR_ALL_GATHER) {
+      if (!read_by_fp8_gemms_only(g, rd, score, r, depth + 1)) return 0;
+      any = 1;
+    } else if (x->op == IR_MATMUL || x->op == IR_GROUPED_MM || x->op == IR_GROUPED_MM_WGRAD) {
+      if (score && (score[r] || score[x->in[0]] || score[x->in[1]])) return 0;
+      any = 1;
+    } else
+      return 0;
+  }
+  for (int k = 0; k < g->noutputs; k++)
+    if (g->outputs[k] == v) return 0;
+  return any;
+}
+
 /* Bytes a B.fwd graph keeps per layer: its arguments and outputs 1.. */
 static double callee_saved_layer(Pricer *P, int graph) {
   GMemo *mm = &P->memo[graph];
@@ -818,13 +860,43 @@ static double callee_saved_layer(Pricer *P, int graph) {
   /* flash attention saves no probabilities: it recomputes them from q, k, v
    * and the log-sum-exp of each row (4 bytes per query and head) */
   char *score = P->pc->flash ? score_mask(g, NULL) : NULL;
+  int nargs = 0;
   for (int i = 0; i < g->nnodes; i++)
-    if (g->nodes[i].op == IR_ARG && !(score && score[i])) b += value_bytes(P->pc, &g->nodes[i]);
+    if (g->nodes[i].op == IR_ARG) {
+      nargs++;
+      if (!(score && score[i])) b += value_bytes(P->pc, &g->nodes[i]);
+    }
+  /* under FP8, the saved activations that only the blocks' GEMMs read back */
+  const IrGraph *bg = NULL;
+  Arena *ra = NULL;
+  IrReaders rd = {0};
+  char *bscore = NULL;
+  int *arg_node = NULL;
+  if (P->pc->fp8_gemms) {
+    int gg = grad_graph_of(P->m, graph);
+    if (gg >= 0) {
+      bg = P->m->graphs[gg];
+      ra = arena_new();
+      rd = ir_readers(bg->nodes, bg->nnodes, ra);
+      bscore = score_mask(bg, NULL);
+      arg_node = xalloc_calloc((size_t)(nargs + g->noutputs + 1), sizeof(int));
+      for (int k = 0; k < nargs + g->noutputs + 1; k++) arg_node[k] = -1;
+      for (int i = 0; i < bg->nnodes; i++)
+        if (bg->nodes[i].op == IR_ARG && bg->nodes[i].attr[0] >= 0 && bg->nodes[i].attr[0] < nargs + g->noutputs + 1)
+          arg_node[bg->nodes[i].attr[0]] = i;
+    }
+  }
   for (int k = 1; k < g->noutputs; k++) {
     const IrNode *x = &g->nodes[g->outputs[k]];
+    /* B.grad's argument #nargs + k (#0 is dy) */
+    int v = arg_node ? arg_node[nargs + k] : -1;
     if (score && score[g->outputs[k]]) b += (double)ir_numel(x) / (double)x->dims[x->rank - 1] * 4;
+    else if (v >= 0 && sem_dtype_is_float(x->dtype) && read_by_fp8_gemms_only(bg, &rd, bscore, v, 0)) b += (double)ir_numel(x);
     else b += value_bytes(P->pc, x);
   }
+  free(arg_node);
+  free(bscore);
+  if (ra) arena_free(ra);
   free(score);
   mm->layer_saved = b > 0 ? b : 1e-300;
   return mm->layer_saved;

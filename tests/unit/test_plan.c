@@ -734,6 +734,12 @@ static void test_issue12(void) {
   PlanResult r8;
   EXPECT(plan_evaluate(g.c, &L8, 0, &r8) == 0);
   EXPECT(r8.valid && r8.step_s < flash_step && r8.gemm_s > 0);
+  /* the activations only the layers' FP8 GEMMs read back are saved as their
+   * FP8 copies (Transformer Engine): per layer the two LayerNorms' outputs
+   * (sequence chunks, gathered again for the weight gradients) and the
+   * attention's output before its projection, s b h / t values each, 1 byte
+   * a value instead of 2 (GELU's output is made again, not saved) */
+  EXPECT_NEAR(flash_act - r8.mem.activations, 4 * 3 * 2048.0 * 1024 / 8, 1e-9);
   /* model states priced as mixed precision (2 + 2 + 12 bytes per parameter) */
   EXPECT_NEAR(r8.mem.params, r8.stages[0].params * 2, 1e-12);
   fixture_free(&g);
