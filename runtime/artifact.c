@@ -285,7 +285,7 @@ Artifact *artifact_load(const char *dir, RtErr *e) {
   get_int(&r, root, "", "world_size", 1, &a->world_size);
 
   json_t *lay = json_object_get(root, "layout");
-  a->layout = (CommLayout){1, 1, 1, 1, 1};
+  a->layout = (CommLayout){1, 1, 1, 1, 1, 0};
   a->micro_batch = 1;
   a->num_micro_batches = 1;
   a->topk_ratio = 0.01;
@@ -297,6 +297,7 @@ Artifact *artifact_load(const char *dir, RtErr *e) {
     get_int(&r, lay, "layout", "pp", 1, &a->layout.pp);
     get_int(&r, lay, "layout", "cp", 1, &a->layout.cp);
     get_int(&r, lay, "layout", "ep", 1, &a->layout.ep);
+    if (json_object_get(lay, "ep_fold")) get_bool(&r, lay, "layout", "ep_fold", &a->layout.ep_fold);
     get_int(&r, lay, "layout", "zero", 0, &a->zero);
     get_i64(&r, lay, "layout", "micro_batch", 1, &a->micro_batch);
     get_i64(&r, lay, "layout", "num_micro_batches", 1, &a->num_micro_batches);

@@ -32,7 +32,9 @@
 
 /* EP: expert parallelism, ep consecutive members of a data-parallel group
  * (dp_i = ep_i + ep x edp_i); EDP: the data-parallel members with the same
- * ep_i, which hold the same experts. */
+ * ep_i, which hold the same experts. Under parallel folding (ep_fold) the
+ * expert group is the tensor group times ep / tp consecutive data-parallel
+ * ranks (ep_i = tp_i + tp x (dp_i mod ep / tp), edp_i = dp_i / (ep / tp)). */
 typedef enum { COMM_WORLD, COMM_DP, COMM_TP, COMM_PP, COMM_CP, COMM_EP, COMM_EDP, COMM_NGROUPS } CommGroup;
 typedef enum { COMM_F32, COMM_F64, COMM_I32, COMM_U8 } CommType; /* sums: F32, F64, I32 */
 typedef enum { COMM_SUM, COMM_MAX } CommOp;
@@ -43,6 +45,7 @@ int comm_type_size(CommType t);
 typedef struct {
   int dp, tp, pp, cp;
   int ep; /* expert parallelism inside dp (0 or 1: none) */
+  int ep_fold; /* the expert group folded over tensor x data ranks (ep a multiple of tp) */
 } CommLayout;
 
 typedef struct {
@@ -52,6 +55,10 @@ typedef struct {
 int comm_layout_size(const CommLayout *l);
 CommCoords comm_coords_of(const CommLayout *l, int rank);
 int comm_rank_of(const CommLayout *l, CommCoords c);
+/* The coordinates of member `peer` of the expert group (EP) or the
+ * expert-data-parallel group (EDP) that the rank at k belongs to. */
+CommCoords comm_ep_member(const CommLayout *l, CommCoords k, int peer);
+CommCoords comm_edp_member(const CommLayout *l, CommCoords k, int peer);
 
 typedef struct Comm Comm;
 

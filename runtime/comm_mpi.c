@@ -252,9 +252,8 @@ Comm *comm_mpi_new(const CommLayout *l, RtErr *e) {
   int colors[COMM_NGROUPS] = {0, comm_rank_of(l, (CommCoords){0, k.tp, k.pp, k.cp}),
                               comm_rank_of(l, (CommCoords){k.dp, 0, k.pp, k.cp}), comm_rank_of(l, (CommCoords){k.dp, k.tp, 0, k.cp}),
                               comm_rank_of(l, (CommCoords){k.dp, k.tp, k.pp, 0}),
-                              /* ep: the same ep-block of dp ranks; edp: the same place in its block */
-                              comm_rank_of(l, (CommCoords){k.dp - ep_i, k.tp, k.pp, k.cp}),
-                              comm_rank_of(l, (CommCoords){ep_i, k.tp, k.pp, k.cp})};
+                              /* ep: the group's member 0; edp: its member 0 (the same place in the first block) */
+                              comm_rank_of(l, comm_ep_member(l, k, 0)), comm_rank_of(l, comm_edp_member(l, k, 0))};
   int keys[COMM_NGROUPS] = {0, k.dp, k.tp, k.pp, k.cp, ep_i, c->rank[COMM_EDP]};
   for (int g = 1; g < COMM_NGROUPS; g++) {
     if (split(c, (CommGroup)g, colors[g], keys[g], e) < 0) {

@@ -492,7 +492,7 @@ static int owner_of(const Run *R, const ArtParam *p, int64_t layer, int piece) {
     int at = second ? piece % n2 : piece / n2;
     CommGroup g = second ? p->split2_group : p->split_group;
     if (g == COMM_TP) k.tp = at;
-    else if (g == COMM_EP) k.dp = at; /* expert-data-parallel member 0 of the block */
+    else if (g == COMM_EP) k = comm_ep_member(&R->c->layout, k, at); /* member at of the first expert group */
     else k.cp = at;
   }
   return comm_rank_of(&R->c->layout, k);

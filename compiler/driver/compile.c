@@ -264,6 +264,7 @@ typedef struct {
   Recompute recompute;
   Schedule schedule;
   int64_t ep; /* expert parallelism inside dp (1: none) */
+  int ep_fold; /* the expert group folded over tensor x data ranks (parallel.expert_tensor = 1) */
   int64_t vocab_pad; /* parallel.vocab_pad (spmd.h) */
 } Layout;
 
@@ -282,6 +283,7 @@ static int resolve_layout(Cx *C, Layout *L) {
     return cfail(C, "compile needs a concrete layout, but parallel.expert is auto (choose it with --ep N, or let `hpdlc plan "
                     "--search` suggest one)");
   L->ep = s->ep > 1 ? s->ep : 1;
+  L->ep_fold = s->ep_fold && L->ep > 1 && L->tp > 1;
   L->vocab_pad = s->vocab_pad > 0 ? s->vocab_pad : 0;
   L->vpp = s->virtual_stages > 0 ? s->virtual_stages : 1;
   L->sp = s->sp == 1;
@@ -548,9 +550,16 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
    * exchanges fixed-size slots, and the CUDA back end has no grouped GEMM yet */
   int packed_moe = !o->expert_slots && L.ep == 1 ? moe_pack_dropless(global) : 0;
   int slots_moe = moe_dropless_slots(global);
+  /* MoE parallel folding: each tensor rank routes its own chunk of the sequences */
+  const char *fold_why = NULL;
+  int folded_moe = L.ep_fold ? moe_fold_sequences(global, L.tp, 0, &fold_why) : 0;
+  if (folded_moe < 0)
+    return cfail(&C, "expert_tensor = 1 (the expert group folded over tensor x data ranks) cannot split a mixture-of-experts "
+                     "layer: %s; compile with expert_tensor = tensor (--etp %" PRId64 ")",
+                 fold_why, L.tp);
   /* expert parallelism's slots expert-major: a GEMM an expert over every slot it was sent */
   int major_moe = L.ep > 1 ? moe_expert_major(global, L.ep) : 0;
-  if ((packed_moe || major_moe) && ir_verify(global, err)) {
+  if ((packed_moe || major_moe || folded_moe) && ir_verify(global, err)) {
     fprintf(err, "hpdlc: internal error: the IR does not verify after rewriting the experts' layers\n");
     return 3;
   }
@@ -558,7 +567,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
   if (input_feeds(&C, global, &L, &F)) return 1;
   ProgramFeed *feed = F.feed;
   /* an image model has no sequence for the partitioner to split */
-  SpmdSpec spec = {L.tp, L.cp, L.sp, F.images ? 0 : m->seq_len, L.ep, L.vocab_pad, m->layout.fused_ce == 1};
+  SpmdSpec spec = {L.tp, L.cp, L.sp, F.images ? 0 : m->seq_len, L.ep, L.vocab_pad, m->layout.fused_ce == 1, L.ep_fold};
   IrModule *part = spmd_partition(arena, diag, global, &spec);
   const char *split_why = NULL;
   int64_t *split = part ? plan_chunk_layers(arena, m, L.mb, L.tp, L.cp, L.sp, L.recompute, L.pp * L.vpp, &split_why) : NULL;
@@ -736,6 +745,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
   json_t *jlay = json_object_get(root, "layout");
   json_object_set_new(jlay, pr->by_cuts ? "stage_pieces" : "stage_layers", stage_layers);
   if (L.ep > 1) json_object_set_new(jlay, "ep", json_integer(L.ep));
+  if (L.ep_fold) json_object_set_new(jlay, "ep_fold", json_true());
   json_object_set_new(jlay, "balance", json_string(m->layout.balance == BALANCE_LAYERS ? "layers" : "cost"));
   /* where the layout was planned to run: hpdlrun --sbatch / --k8s place
    * the ranks on nodes from it (docs/runtime.md, "Clusters") */

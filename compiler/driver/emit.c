@@ -27,7 +27,8 @@ SimLayout emit_declared_layout(const SemModel *m) {
 
 SpmdSpec emit_declared_spec(const SemModel *m) {
   SimLayout sl = emit_declared_layout(m);
-  SpmdSpec spec = {sl.tp, sl.cp, sl.sp, m->seq_len, sl.ep, sl.vocab_pad, m->layout.fused_ce == 1};
+  SpmdSpec spec = {sl.tp, sl.cp, sl.sp, m->seq_len, sl.ep, sl.vocab_pad, m->layout.fused_ce == 1,
+                   m->layout.ep_fold && sl.ep > 1 && sl.tp > 1};
   return spec;
 }
 

@@ -44,6 +44,7 @@ static const LayoutFlag layout_flags[] = {
     {"--pp", "parallel.pipeline", "N|auto"},
     {"--cp", "parallel.context", "N|auto"},
     {"--ep", "parallel.expert", "N|auto"},
+    {"--etp", "parallel.expert_tensor", "N"},
     {"--sp", "parallel.sequence", "on|off|auto"},
     {"--zero", "parallel.zero", "0-3|auto"},
     {"--micro-batch", "train.micro_batch", "N"},
@@ -747,7 +748,13 @@ int main(int argc, char **argv) {
         if (bad_cli) status = 2;
         IrModule *ir = m ? lower_model(arena, diag, m, m->train.micro_batch) : NULL;
         /* past the IR as written, what compile runs: dropless experts over their rows, or expert-major slots (moepack.h) */
-        if (ir && strcmp(cli.stage, "ir")) moe_as_compiled(ir, m->layout.ep);
+        const char *fold_why = NULL;
+        if (ir && strcmp(cli.stage, "ir") &&
+            moe_as_compiled(ir, m->layout.ep, m->layout.ep_fold ? m->layout.tp : 1, 0, &fold_why) < 0) {
+          fprintf(stderr, "hpdlc: expert_tensor = 1 cannot split a mixture-of-experts layer: %s\n", fold_why);
+          ir = NULL;
+          status = 1;
+        }
         if (ir) {
           if (ir_verify(ir, stderr)) {
             fprintf(stderr, "hpdlc: internal error: the IR does not verify\n");

@@ -234,6 +234,11 @@ typedef struct {
    * each pipeline chunk, the rest keep their activations (Megatron-LM's
    * --recompute-method block --recompute-num-layers); 0: every layer */
   int64_t recompute_layers;
+  /* parallel.expert_tensor: 0 not written (= tensor: each expert split over the
+   * tensor group, Megatron-Core's default), 1: the experts whole, the expert
+   * group folded over tensor x data ranks (MoE parallel folding; ep_fold) */
+  int64_t expert_tensor;
+  int ep_fold; /* expert_tensor = 1 with tensor > 1 and expert > 1 */
 } SemLayout;
 
 /* Bounds on a cluster's and a layout's node counts, so that nodes x

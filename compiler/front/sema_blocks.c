@@ -38,7 +38,7 @@ static const KeySpec parallel_keys[] = {
     {"compression", K_SPEC, sem_compression_names, 0}, {"balance", K_WORD, balances, 0},
     {"tp_overlap", K_ONOFF, NULL, 0},   {"vocab_pad", K_INT, NULL, 0},
     {"expert", K_INT, NULL, 1},         {"fused_ce", K_ONOFF, NULL, 1},
-    {"recompute_layers", K_INT, NULL, 0},
+    {"recompute_layers", K_INT, NULL, 0}, {"expert_tensor", K_INT, NULL, 0},
 };
 static const KeySpec cluster_keys[] = {
     {"device", K_STRING, NULL, 0},          {"gpus_per_node", K_INT, NULL, 0},   {"nodes", K_INT, NULL, 0},
@@ -598,6 +598,7 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
   L->schedule = get_word(&s, "schedule", schedules, L->virtual_stages > 1 ? SCHED_INTERLEAVED : SCHED_1F1B);
   L->recompute = get_word(&s, "recompute", recomputes, RECOMPUTE_NONE);
   L->recompute_layers = get_int(&s, "recompute_layers", 0); /* 0: every layer */
+  L->expert_tensor = get_int(&s, "expert_tensor", 0);          /* 0: = tensor */
   L->balance = (PipeBalance)get_word(&s, "balance", balances, BALANCE_COST);
   Setting *comp = sema_setting_get(&s, "compression");
   L->compression = (Compression)get_word(&s, "compression", sem_compression_names, COMPRESS_NONE);
@@ -715,9 +716,40 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
   }
   /* expert parallelism: ep members of each data-parallel group, each holding
    * experts / ep of every layer's experts */
+  if (L->expert_tensor != 0) {
+    Setting *et = sema_setting_get(&s, "expert_tensor");
+    Span at = et && !et->from_cli ? et->span : (decl ? decl->span : span_none);
+    if (L->expert_tensor != 1 && (L->tp < 1 || L->expert_tensor != L->tp)) {
+      sema_error(S, at,
+                 "expert_tensor = %" PRId64 ": each expert is split over the whole tensor group (expert_tensor = tensor, "
+                 "the default) or kept whole (expert_tensor = 1, the expert group folded over tensor x data ranks)",
+                 L->expert_tensor);
+      setting_note(S, &s, "expert_tensor", "--etp");
+      if (et && et->from_cli && S->opts->cli_error) *S->opts->cli_error = 1;
+      return;
+    }
+    L->ep_fold = L->expert_tensor == 1 && L->tp > 1 && L->ep > 1;
+    if (L->ep_fold && (L->ep % L->tp || (L->dp > 0 && L->dp % (L->ep / L->tp)))) {
+      sema_error(S, at,
+                 "expert_tensor = 1 folds the expert group over tensor x data ranks: expert = %" PRId64
+                 " must be a multiple of tensor = %" PRId64 " whose quotient divides data = %" PRId64,
+                 L->ep, L->tp, L->dp);
+      diag_hint(S->diag, "with tensor = %" PRId64 ", choose expert = %" PRId64 " x a divisor of data", L->tp, L->tp);
+      setting_note(S, &s, "expert", "--ep");
+      if (et && et->from_cli && S->opts->cli_error) *S->opts->cli_error = 1;
+      return;
+    }
+    if (L->ep_fold && L->cp > 1) {
+      sema_error(S, at, "expert_tensor = 1 (the expert group folded over tensor x data ranks) is not written for context "
+                        "parallelism yet (context = %" PRId64 ")", L->cp);
+      setting_note(S, &s, "context", "--cp");
+      if (et && et->from_cli && S->opts->cli_error) *S->opts->cli_error = 1;
+      return;
+    }
+  }
   if (L->ep > 1) {
     Setting *x = sema_setting_get(&s, "expert");
-    if (L->dp > 0 && L->dp % L->ep) {
+    if (L->dp > 0 && !L->ep_fold && L->dp % L->ep) {
       sema_error(S, x && !x->from_cli ? x->span : (decl ? decl->span : span_none),
                  "expert = %" PRId64 " does not divide data = %" PRId64 ": the expert-parallel groups are carved from the "
                  "data-parallel ranks",

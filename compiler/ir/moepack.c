@@ -329,7 +329,112 @@ int moe_expert_major(IrModule *m, int64_t ep) {
   return total;
 }
 
-void moe_as_compiled(IrModule *m, int64_t ep) {
-  if (ep <= 1) moe_pack_dropless(m);
-  else moe_expert_major(m, ep);
+/* ---- MoE parallel folding: each sequence routed in tp chunks (moepack.h) ---- */
+
+typedef struct {
+  int64_t tp;
+  int *chunked; /* per old node: its [tp B, T / tp, Z] view in the new graph, or -1 */
+} Fold;
+
+/* v [B, T, Z] as [tp B, T / tp, Z]: chunk j of sequence b is sequence j B + b,
+ * so that the tensor group's split of the sequence axis is a split of the
+ * leading axis (sequence parallelism's chunk j on tensor rank j). */
+static int chunk_seqs(IrGraph *g, int v, const IrNode *val, int64_t tp, const IrNode *like) {
+  static const int64_t swap[4] = {1, 0, 2, 3};
+  int64_t B = val->dims[0], T = val->dims[1], Z = val->dims[2];
+  int64_t d4[4] = {B, tp, T / tp, Z}, t4[4] = {tp, B, T / tp, Z}, d3[3] = {tp * B, T / tp, Z};
+  int r = add(g, IR_RESHAPE, &v, 1, NULL, 0, 0, val->dtype, 4, d4, like);
+  int t = r < 0 ? -1 : add(g, IR_TRANSPOSE, &r, 1, swap, 4, 0, val->dtype, 4, t4, like);
+  return t < 0 ? -1 : add(g, IR_RESHAPE, &t, 1, NULL, 0, 0, val->dtype, 3, d3, like);
+}
+
+/* The inverse: v [tp B, T / tp, Z] back to [B, T, Z] (like's dims). */
+static int unchunk_seqs(IrGraph *g, int v, const IrNode *like, int64_t tp) {
+  static const int64_t swap[4] = {1, 0, 2, 3};
+  int64_t B = like->dims[0], T = like->dims[1], Z = like->dims[2];
+  int64_t t4[4] = {tp, B, T / tp, Z}, d4[4] = {B, tp, T / tp, Z};
+  int r = add(g, IR_RESHAPE, &v, 1, NULL, 0, 0, like->dtype, 4, t4, like);
+  int t = r < 0 ? -1 : add(g, IR_TRANSPOSE, &r, 1, swap, 4, 0, like->dtype, 4, d4, like);
+  return t < 0 ? -1 : add(g, IR_RESHAPE, &t, 1, NULL, 0, 0, like->dtype, 3, like->dims, like);
+}
+
+static int fold_operand(Fold *F, IrGraph *g, const IrNode *old, const int *map, int v, const IrNode *like) {
+  if (F->chunked[v] < 0) F->chunked[v] = chunk_seqs(g, map[v], &old[v], F->tp, like);
+  return F->chunked[v];
+}
+
+/* seq-major: [tp B, E, cap / tp, Y] values, rank 4 */
+static int fold_operand_of(void *ctx, const IrNode *o, int v, const IrNode *like) { return operand_view(ctx, o, v, like, 4); }
+
+static int fold_node(IrGraph *g, const IrNode *old, const int *map, const int *owner, int i, int o, void *ctx) {
+  Fold *F = ctx;
+  const IrNode *x = &old[i];
+  int in[3];
+  if (i == o || x->op == IR_MOE_COMBINE) {
+    for (int k = 0; k < 3; k++) {
+      int v = x->in[k];
+      in[k] = k == 0 && x->op == IR_MOE_COMBINE ? map[v] : fold_operand(F, g, old, map, v, x);
+      if (in[k] < 0) return -1;
+    }
+    if (i == o) { /* the dispatch over the chunks: room for cap / tp of each */
+      int64_t attr[3] = {x->attr[0], (x->attr[1] + F->tp - 1) / F->tp, (x->attr[2] + F->tp - 1) / F->tp};
+      return add(g, IR_MOE_DISPATCH, in, 3, attr, 3, x->fattr, x->dtype, -1, NULL, x);
+    }
+    int c = add(g, IR_MOE_COMBINE, in, 3, x->attr, IR_NATTR, x->fattr, x->dtype, -1, NULL, x);
+    return c < 0 ? -1 : unchunk_seqs(g, c, x, F->tp);
+  }
+  if (x->op == IR_MATMUL) {
+    int mm[2] = {map[x->in[0]], map[x->in[1]]};
+    return add(g, IR_MATMUL, mm, 2, x->attr, IR_NATTR, x->fattr, x->dtype, -1, NULL, x);
+  }
+  return chain_elementwise(g, old, map, owner, i, o, fold_operand_of, g);
+}
+
+int moe_fold_sequences(IrModule *m, int64_t tp, int priced, const char **why) {
+  int total = 0;
+  if (tp <= 1) return 0;
+  for (int gi = 0; gi < m->ngraphs; gi++) {
+    IrGraph *g = m->graphs[gi];
+    if (g->fb_split) continue; /* forward graphs only: autodiff comes after */
+    int n = g->nnodes, found = 0;
+    IrReaders rd = ir_readers(g->nodes, n, g->arena);
+    int *owner = xalloc_calloc((size_t)(n + 1), sizeof(int)), *queue = xalloc_malloc(sizeof(int) * (size_t)(n + 1));
+    char *out = xalloc_calloc((size_t)(n + 1), 1);
+    for (int k = 0; k < g->noutputs; k++) out[g->outputs[k]] = 1;
+    const char *bad = NULL;
+    for (int d = 0; d < n && !bad; d++) {
+      const IrNode *dn = &g->nodes[d];
+      if (dn->op != IR_MOE_DISPATCH) continue;
+      const IrNode *x = &g->nodes[dn->in[0]];
+      if (dn->attr[1] == 0) bad = "its experts are packed over their rows (the expert group exchanges slots)";
+      else if (!priced && dn->attr[1] != x->dims[1])
+        bad = "it drops tokens (drop = true): a capacity is a sequence's, and the tensor group splits the sequences";
+      else if (x->rank != 3 || x->dims[1] % tp)
+        bad = "its sequence does not split into tensor chunks";
+      else if (!mark_chain(g, d, &rd, out, owner, queue, 0))
+        bad = "its experts are not a chain of expert GEMMs and element-wise ops up to the combine";
+      else
+        found++;
+    }
+    if (!bad && found) {
+      Fold F = {tp, xalloc_malloc(sizeof(int) * (size_t)(n + 1))};
+      for (int i = 0; i <= n; i++) F.chunked[i] = -1;
+      if (!rebuild(g, owner, fold_node, &F)) bad = "a shape of the chunked layer does not check";
+      free(F.chunked);
+    }
+    free(owner), free(queue), free(out);
+    if (bad) {
+      if (why) *why = bad;
+      return -1;
+    }
+    total += found;
+  }
+  return total;
+}
+
+int moe_as_compiled(IrModule *m, int64_t ep, int64_t fold_tp, int priced, const char **why) {
+  if (ep <= 1) return moe_pack_dropless(m), 0;
+  if (fold_tp > 1 && moe_fold_sequences(m, fold_tp, priced, why) < 0) return -1;
+  moe_expert_major(m, ep);
+  return 0;
 }

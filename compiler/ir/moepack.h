@@ -41,9 +41,25 @@ int moe_expert_major(IrModule *m, int64_t ep);
 
 /* The experts' layers as `hpdlc compile` runs them at expert parallelism ep
  * (the defaults: no --experts slots): packed at ep <= 1, expert-major where
- * it pays above. For emit, plan and the simulators, which show or price the
- * compiled program. */
-void moe_as_compiled(IrModule *m, int64_t ep);
+ * it pays above, their sequences chunked first over fold_tp > 1 under
+ * parallel folding (moe_fold_sequences, with `priced`). For emit, plan and
+ * the simulators, which show or price the compiled program. -1 with *why when
+ * folding cannot split a layer. */
+int moe_as_compiled(IrModule *m, int64_t ep, int64_t fold_tp, int priced, const char **why);
+
+/* MoE parallel folding (parallel.expert_tensor = 1 at tensor = tp > 1): every
+ * layer's tokens routed a sequence chunk at a time, the chunk that sequence
+ * parallelism gives each tensor rank: the dispatch's and the combine's [B, T,
+ * Z] operands viewed as [tp B, T / tp, Z] (chunk j of sequence b is sequence
+ * j B + b, so the tensor group's split of the sequences is one of the leading
+ * axis), the slots [tp B, E, cap / tp, Y], the combine's result viewed back.
+ * Each tensor rank then routes its own tokens and the expert group, folded
+ * over tensor x data ranks, exchanges them (spmd.c). Dropless layers only
+ * (room for every token: a chunk's tokens fit in T / tp slots, so the values
+ * are the unchunked layer's, in another slot order) unless `priced` (the
+ * planner's slots at the expected load). Returns the layers rewritten, or -1
+ * with *why when a layer cannot be. */
+int moe_fold_sequences(IrModule *m, int64_t tp, int priced, const char **why);
 
 /* The dispatches of m with room for every token (dropless) left over slots. */
 int moe_dropless_slots(const IrModule *m);

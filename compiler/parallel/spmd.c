@@ -353,7 +353,49 @@ static Val convert_nested(GPart *G, Val v, const Shd *want, unsigned out_split, 
   return v;
 }
 
+/* Expert parallelism's exchange of v to expert axis `to` (-1: back to the
+ * members' own tokens). The tokens' axis is 0, or 1 when the experts lead
+ * (moe_expert_major's [E, B cap, C]). Under parallel folding the expert
+ * group's members are tensor x data ranks and each tensor rank's tokens are
+ * its chunk of the sequences along that axis (moe_fold_sequences): the
+ * exchange brings a rank the tokens of its whole tensor group too, so the
+ * tensor split of the tokens' axis goes into it and comes back out of it. */
+static Val ep_exchange(GPart *G, Val v, int to, Span at) {
+  int from = v.shd.axis[IRG_EP];
+  if (from == to) return v;
+  if (from >= 0 && to >= 0) {
+    diag_error(G->P->diag, at, "internal error: expert parallelism moves an expert axis from %d to %d", from, to);
+    G->P->failed = 1;
+    v.id = -1;
+    return v;
+  }
+  int tok = from < 0 ? to == 0 : from == 0;
+  int fold = G->P->spec->ep_fold && G->P->size[IRG_TP] > 1;
+  if (fold && from < 0 && v.shd.axis[IRG_TP] != tok) {
+    diag_error(G->P->diag, at,
+               "internal error: parallel folding exchanges a value whose tensor split (axis %d) is not its tokens' (axis %d)",
+               v.shd.axis[IRG_TP], tok);
+    G->P->failed = 1;
+    v.id = -1;
+    return v;
+  }
+  v.id = from < 0 ? all_to_all(G, v.id, to, tok, at) : all_to_all(G, v.id, tok, from, at);
+  v.shd.axis[IRG_EP] = (int8_t)to;
+  if (fold) v.shd.axis[IRG_TP] = (int8_t)(to >= 0 ? -1 : tok);
+  return v;
+}
+
 static Val convert(GPart *G, Val v, const Shd *want, unsigned out_split, Span at) {
+  Shd fold_want;
+  if (G->P->spec->ep_fold && G->P->size[IRG_EP] > 1 && G->P->size[IRG_TP] > 1 && v.shd.axis[IRG_EP] != want->axis[IRG_EP]) {
+    /* the folded exchange first: it moves the tensor split with the experts'
+     * (linear: a pending sum stays one) */
+    v = ep_exchange(G, v, want->axis[IRG_EP], at);
+    if (v.id < 0) return v;
+    fold_want = *want;
+    fold_want.axis[IRG_TP] = v.shd.axis[IRG_TP];
+    want = &fold_want;
+  }
   int tf = v.shd.axis[IRG_TP], tt = want->axis[IRG_TP], cf = v.shd.axis[IRG_CP], ct = want->axis[IRG_CP];
   if (G->P->size[IRG_TP] > 1 && G->P->size[IRG_CP] > 1 && G->P->size[IRG_EP] <= 1 && !want->partial[IRG_TP] &&
       !want->partial[IRG_CP] && !v.shd.partial[IRG_CP] &&
@@ -364,17 +406,9 @@ static Val convert(GPart *G, Val v, const Shd *want, unsigned out_split, Span at
     if (G->P->size[g] <= 1) continue;
     int from_axis = v.shd.axis[g], to_axis = want->axis[g];
     int split_out = (out_split >> g) & 1;
-    if (g == IRG_EP) {
-      /* own tokens <-> the experts' layout (axis 0 the members' tokens) */
-      if (from_axis == to_axis) continue;
-      if (from_axis >= 0 && to_axis >= 0) {
-        diag_error(G->P->diag, at, "internal error: expert parallelism moves an expert axis from %d to %d", from_axis, to_axis);
-        G->P->failed = 1;
-        return v;
-      }
-      /* the tokens' axis is 0, or 1 when the experts lead (moe_expert_major's [E, B cap, C]) */
-      v.id = from_axis < 0 ? all_to_all(G, v.id, to_axis, to_axis == 0, at) : all_to_all(G, v.id, from_axis == 0, from_axis, at);
-      v.shd.axis[g] = (int8_t)to_axis;
+    if (g == IRG_EP) { /* own tokens <-> the experts' layout (axis 0 the members' tokens) */
+      v = ep_exchange(G, v, to_axis, at);
+      if (v.id < 0) return v;
       continue;
     }
     if (v.shd.partial[g]) {
@@ -501,6 +535,15 @@ static int role_b(const IrNode *n, const IrNode *b, int axis) {
 static Val rule_matmul(GPart *G, const IrNode *n, Val a, Val b) {
   a = settle(G, a, n->span);
   b = settle(G, b, n->span);
+  if (G->P->spec->ep_fold && G->P->size[IRG_EP] > 1 && b.shd.axis[IRG_EP] >= 0 && a.shd.axis[IRG_EP] < 0) {
+    /* the experts' GEMM under parallel folding: the slots go to their experts
+     * before the tensor group's roles are read (the experts are whole, and the
+     * exchange takes the tensor split of the tokens with it) */
+    Shd want = a.shd;
+    want.axis[IRG_EP] = (int8_t)(b.shd.axis[IRG_EP] + (dn(G, a.id)->rank - dn(G, b.id)->rank));
+    a = convert(G, a, &want, 0, n->span);
+    if (a.id < 0) return (Val){-1, shd_r(), 0};
+  }
   const IrNode *an = dn(G, a.id), *bn = dn(G, b.id);
   int out_rank = n->rank;
   Shd out = shd_r(), wa = a.shd, wb = b.shd;
@@ -570,6 +613,9 @@ static Val rule_router_rows(GPart *G, const IrNode *n, Val *ins) {
   /* the context group's split only: the tensor group's (sequence parallelism) is gathered,
    * as the experts split over that group need every token */
   if (ins[0].shd.axis[IRG_CP] >= 0 && ins[0].shd.axis[IRG_CP] < lead) want.axis[IRG_CP] = ins[0].shd.axis[IRG_CP];
+  /* under parallel folding each tensor rank routes its own chunk of the sequences */
+  if (G->P->spec->ep_fold && ins[0].shd.axis[IRG_TP] >= 0 && ins[0].shd.axis[IRG_TP] < lead)
+    want.axis[IRG_TP] = ins[0].shd.axis[IRG_TP];
   unsigned mask = split_mask(&want);
   int in[2];
   for (int k = 0; k < n->nin; k++) in[k] = convert(G, ins[k], &want, mask, n->span).id;
@@ -640,6 +686,38 @@ static Val rule_cp_rows(GPart *G, const IrNode *n, Val *ins) {
   for (int k = 0; k < n->nin; k++)
     if (in[k] < 0) return r;
   r.id = emit(G, n->op, in, n->nin, n->attr, IR_NATTR, 0, n->dtype, -1, NULL, n->span);
+  return r;
+}
+
+/* Whether n is a slot dispatch or combine under parallel folding: its
+ * sequences are the tensor ranks' chunks (moe_fold_sequences), [tp B, ...]
+ * with chunk j on tensor rank j, so a split of the leading axis over the
+ * tensor group is each rank routing its own tokens. */
+static int fold_routing(GPart *G, const IrNode *n) {
+  if (!G->P->spec->ep_fold || G->P->size[IRG_TP] <= 1 || G->P->size[IRG_EP] <= 1) return 0;
+  return (n->op == IR_MOE_DISPATCH && n->attr[1] > 0) || (n->op == IR_MOE_COMBINE && G->g->nodes[n->in[0]].rank == 4);
+}
+
+/* The folded dispatch and combine: every operand split along its leading axis
+ * over the tensor group (the slots of the combine brought back from the
+ * experts first, ep_exchange), whole over the others; the result alike. */
+static Val rule_fold_routing(GPart *G, const IrNode *n, Val *ins) {
+  Shd lead = shd_r();
+  lead.axis[IRG_TP] = 0;
+  Val r = {-1, lead, 0};
+  int in[3];
+  for (int k = 0; k < 3; k++) {
+    in[k] = convert(G, settle(G, ins[k], n->span), &lead, 0, n->span).id;
+    if (in[k] < 0) return r;
+  }
+  const IrNode *w = &G->g->nodes[n->in[2]];
+  if (n->op == IR_MOE_DISPATCH && w->op == IR_FILL) { /* constant weights made at the local shape */
+    const IrNode *li = dn(G, in[1]);
+    in[2] = emit(G, IR_FILL, NULL, 0, NULL, 0, w->fattr, w->dtype, li->rank, li->dims, n->span);
+  }
+  int64_t dims[IR_MAX_RANK];
+  local_dims(G->P, n, &lead, dims);
+  r.id = emit(G, n->op, in, 3, n->attr, IR_NATTR, n->fattr, n->dtype, n->rank, dims, n->span);
   return r;
 }
 
@@ -937,7 +1015,9 @@ static Shd param_shd(const Part *P, const IrParam *p) {
     /* the experts over expert parallelism, and each expert as a Linear over
      * tensor parallelism (Megatron-Core's expert tensor parallelism = tp) */
     if (P->size[IRG_EP] > 1) s.axis[IRG_EP] = 0;
-    s.axis[IRG_TP] = (int8_t)(p->shard == SHARD_EXPERT_COLUMN ? p->rank - 1 : p->rank - 2);
+    /* under parallel folding the experts stay whole: the tensor ranks are
+     * members of the expert group, each holding its own experts */
+    if (!P->spec->ep_fold) s.axis[IRG_TP] = (int8_t)(p->shard == SHARD_EXPERT_COLUMN ? p->rank - 1 : p->rank - 2);
     return s;
   }
   switch (p->shard) {
@@ -1001,6 +1081,7 @@ static Val part_node(GPart *G, int i) {
   for (int k = 0; k < nin; k++) ins[k] = val_of(G, n, k);
   int flags = ir_op_flags(n->op);
   if (cp_local_rows(G, n, ins)) return rule_cp_rows(G, n, ins);
+  if (fold_routing(G, n)) return rule_fold_routing(G, n, ins);
   if (n->op == IR_TOPK || n->op == IR_TAKE || n->op == IR_TAKE_BWD || n->op == IR_ONE_HOT) return rule_router_rows(G, n, ins);
   switch (n->op) {
   case IR_INPUT: {
@@ -1184,8 +1265,8 @@ static Val part_node(GPart *G, int i) {
       /* Under expert parallelism the experts' slots go home first (the
        * all-to-all is linear, so the pending sum survives it), and the sum
        * is made after the combine, as without it. */
-      y.id = all_to_all(G, y.id, y.shd.axis[IRG_EP] == 0, y.shd.axis[IRG_EP], n->span);
-      y.shd.axis[IRG_EP] = -1;
+      y = ep_exchange(G, y, -1, n->span);
+      if (y.id < 0) return r;
     }
     for (int g = 0; g < IRG_COUNT; g++) split |= y.shd.axis[g] >= 0;
     if (partial && !split) {

@@ -40,6 +40,9 @@ typedef struct {
                         the padded rows zero and their logits masked before the cross-entropy */
   int fused_ce;     /* the head's GEMM and its cross-entropy as one op, the logits never stored
                        (headloss.h; a vocabulary split over the tensor group is left unfused) */
+  int ep_fold;      /* MoE parallel folding: the experts whole, the expert group's ep members
+                       tensor x (ep / tp) data-parallel ranks; the layers' sequences chunked
+                       over the tensor group first (moepack.h, moe_fold_sequences) */
 } SpmdSpec;
 
 /* A new module in `arena` with the rank-local program; NULL with an error

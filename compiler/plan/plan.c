@@ -1073,7 +1073,7 @@ static Diag *quiet_diag(PlanCtx *c) { return c->quiet; }
 static IrModule *lower_priced(PlanCtx *c, Arena *a, int64_t mb, int materialize, int64_t ep) {
   LowerOptions o = {ep > 1, materialize, 0};
   IrModule *m = lower_model_with(a, quiet_diag(c), c->model, mb, &o);
-  if (m) moe_as_compiled(m, ep);
+  if (m) moe_as_compiled(m, ep, 1, 1, NULL);
   return m;
 }
 
@@ -1129,7 +1129,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
     pp->before_ad = 1;
     goto done;
   }
-  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, k->fce};
+  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, k->fce, 0};
   int errors = diag_error_count(quiet_diag(c));
   part = spmd_partition(a, quiet_diag(c), global, &spec);
   if (!part) {
@@ -1728,7 +1728,7 @@ PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
   /* the program, lowered and partitioned once for every split priced below */
   Arena *a = arena_new();
   IrModule *global = lower_priced(c, a, k->mb, !c->flash, k->ep);
-  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, k->fce};
+  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, k->fce, 0};
   IrModule *part = global ? spmd_partition(a, quiet_diag(c), global, &spec) : NULL;
   int ok = price_split(c, k, K, parts, part, a, e->layers, e->ch, e->why, sizeof e->why) == 0;
   if (ok && parts->unit_w && K > 1) {

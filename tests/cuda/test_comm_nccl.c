@@ -54,7 +54,7 @@ int main(void) {
     return 77;
   }
   RtErr e = {{0}};
-  CommLayout l = {2, 1, 2, 1, 1};
+  CommLayout l = {2, 1, 2, 1, 1, 0};
   Comm *host = comm_mpi_new(&l, &e);
   if (!host) {
     fprintf(stderr, "%s\n", e.msg);

@@ -54,6 +54,9 @@ the Switch load-balancing loss added to the gradient (with_aux_loss).
            0.5 drops tokens and changes the loss.
   aux      aux_loss = 0 and 0.01 report the same step-1 loss (the auxiliary loss goes to
            the gradient, not into the value) but different gradient norms.
+  folded   MoE parallel folding (--etp 1): tp 2 x ep 2 with and without sequence
+           parallelism, dp 2 x tp 2 x ep 4, dp 2 x tp 2 x ep 2 and that at ZeRO 1 against
+           one rank (the layouts' tolerances), and a folded checkpoint resumed on one rank.
 Exit 0 pass, 1 fail, 77 skip.
 """
 import array
@@ -415,6 +418,44 @@ def case_grouped_layouts():
                 check(abs(a - b) <= tol * abs(b), f"grouped {tag}: step {step + 1} {key} {a} differs from one rank's {b} by more than {tol}")
 
 
+def case_folded():
+    """MoE parallel folding (--etp 1, drop = false over slots): the experts whole, the expert group
+    over tensor x data ranks, each tensor rank routing its chunk of the sequences; at tp 2 x ep 2
+    (the tensor pair is the expert group), the same with sequence parallelism, dp 2 x tp 2 x ep 4
+    (all four ranks), dp 2 x tp 2 x ep 2 (two expert groups; the experts' gradients summed over
+    edp 2) and that at ZeRO 1 (the experts' moments sharded over edp): the step-1 loss and
+    auxiliary loss within 1e-6 and the step-20 ones within 1e-4 of one rank's; then a checkpoint
+    of the folded dp 2 x tp 2 x ep 4 run at step 3 resumed on one rank: its step 6 within 1e-6."""
+    e2e_common.need_mpi(ARGS.bin)
+    one = train("folded-one", STEPS, "-D", "drop=false")
+    for tag, flags in (("tp2-ep2", ("--tp", "2", "--ep", "2", "--etp", "1")),
+                       ("tp2-ep2-sp", ("--tp", "2", "--ep", "2", "--etp", "1", "--sp", "on")),
+                       ("dp2-tp2-ep4", ("--dp", "2", "--tp", "2", "--ep", "4", "--etp", "1", "--sp", "on")),
+                       ("dp2-tp2-ep2", ("--dp", "2", "--tp", "2", "--ep", "2", "--etp", "1", "--sp", "on")),
+                       ("dp2-tp2-ep2-zero1", ("--dp", "2", "--tp", "2", "--ep", "2", "--etp", "1", "--zero", "1"))):
+        got = train("folded-" + tag, STEPS, "-D", "drop=false", *flags)
+        for step, tol in ((0, 1e-6), (STEPS - 1, 1e-4)):
+            for key in ("loss", "aux_loss"):
+                a, b = got[step][key], one[step][key]
+                print(f"folded {tag}: step {step + 1} {key} {a:.10f}, one rank {b:.10f}")
+                check(abs(a - b) <= tol * abs(b), f"folded {tag}: step {step + 1} {key} {a} differs from one rank's {b} by more than {tol}")
+    steps = 6
+    ck = os.path.join(ARGS.work, "ckpt-folded")
+    shutil.rmtree(ck, ignore_errors=True)
+    art = work("art-folded-stop")
+    run([tool("hpdlc"), "compile", model(), "-D", "drop=false", "--dp", "2", "--tp", "2", "--ep", "4", "--etp", "1",
+         "--sp", "on", "-o", art])
+    run([tool("hpdlrun"), art, "--data", data(), "--steps", str(steps), "--stop-at", "3", "--checkpoint-dir", ck,
+         "--progress", "quiet"])
+    res = work("art-folded-one")
+    run([tool("hpdlc"), "compile", model(), "-D", "drop=false", "-o", res])
+    got = hpdlrun_metrics(res, "folded-resumed", "--steps", str(steps), "--resume", "--checkpoint-dir", ck, "--progress", "quiet")
+    check(got and got[-1]["step"] == steps, f"the resumed run ended at {got[-1]['step'] if got else None}, not {steps}")
+    a, b = got[-1]["loss"], one[steps - 1]["loss"]
+    print(f"folded: step {steps} loss {a:.10f} after dp=2 tp=2 ep=4 etp=1 -> one rank, straight {b:.10f}")
+    check(abs(a - b) <= 1e-6 * abs(b), f"resumed loss {a} differs from the straight run's {b}")
+
+
 def case_aux():
     off = variant("aux-off", aux_loss=0.0)
     on = variant("aux-on", aux_loss=0.01)
@@ -449,6 +490,7 @@ CASES = {
     "grouped": case_grouped,
     "grouped_layouts": case_grouped_layouts,
     "aux": case_aux,
+    "folded": case_folded,
 }
 
 

@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: mpi_collectives DP TP PP CP [EP]\n");
     return 2;
   }
-  CommLayout l = {atoi(argv[1]), atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argc == 6 ? atoi(argv[5]) : 1};
+  CommLayout l = {atoi(argv[1]), atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argc >= 6 ? atoi(argv[5]) : 1, argc >= 7 ? atoi(argv[6]) : 0};
   RtErr e;
   Comm *c = comm_mpi_new(&l, &e);
   if (!c) {

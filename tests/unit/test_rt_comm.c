@@ -12,14 +12,14 @@
 #include "test_util.h"
 
 static void test_layout(void) {
-  CommLayout l = {2, 2, 2, 1, 1}; /* dp, tp, pp, cp */
+  CommLayout l = {2, 2, 2, 1, 1, 0}; /* dp, tp, pp, cp, ep, ep_fold */
   EXPECT(comm_layout_size(&l) == 8);
   /* rank = tp_i + tp (cp_i + cp (dp_i + dp pp_i)) */
   CommCoords c = comm_coords_of(&l, 5);
   EXPECT(c.tp == 1 && c.cp == 0 && c.dp == 0 && c.pp == 1);
   c = comm_coords_of(&l, 2);
   EXPECT(c.tp == 0 && c.dp == 1 && c.pp == 0);
-  CommLayout l2 = {3, 2, 2, 2, 1};
+  CommLayout l2 = {3, 2, 2, 2, 1, 0};
   for (int r = 0; r < comm_layout_size(&l2); r++) {
     CommCoords k = comm_coords_of(&l2, r);
     EXPECT(comm_rank_of(&l2, k) == r);
@@ -37,6 +37,27 @@ static void test_layout(void) {
   EXPECT(dummy.rank[COMM_TP] == 0 && dummy.rank[COMM_DP] == 1 && dummy.rank[COMM_PP] == 1 && dummy.size[COMM_DP] == 2);
   EXPECT(comm_init_groups(&dummy, &l, 0, 4, &e) < 0);
   EXPECT(strstr(e.msg, "needs 8 ranks, but there are 4") != NULL);
+  /* parallel folding: dp 4 x tp 2, ep 4 = tp 2 x 2 data-parallel ranks; the
+   * expert group of rank r (tp r % 2, dp r / 2) is ranks 0-3 or 4-7 in order
+   * tp_i + 2 (dp_i mod 2), the expert-data-parallel group every 4th rank */
+  CommLayout lf = {4, 2, 1, 1, 4, 1};
+  for (int r = 0; r < 8; r++) {
+    Comm f;
+    memset(&f, 0, sizeof f);
+    EXPECT(comm_init_groups(&f, &lf, r, 8, &e) == 0);
+    EXPECT(f.size[COMM_EP] == 4 && f.rank[COMM_EP] == r % 4);
+    EXPECT(f.size[COMM_EDP] == 2 && f.rank[COMM_EDP] == r / 4);
+    for (int q = 0; q < 4; q++) EXPECT(comm_rank_of(&lf, comm_ep_member(&lf, f.coords, q)) == r - r % 4 + q);
+    for (int q = 0; q < 2; q++) EXPECT(comm_rank_of(&lf, comm_edp_member(&lf, f.coords, q)) == r % 4 + 4 * q);
+  }
+  /* unfolded, the same ep over dp 4 alone: every tensor rank its own group */
+  CommLayout lu = {4, 2, 1, 1, 2, 0};
+  Comm u;
+  memset(&u, 0, sizeof u);
+  EXPECT(comm_init_groups(&u, &lu, 7, 8, &e) == 0); /* tp 1, dp 3 */
+  EXPECT(u.rank[COMM_EP] == 1 && u.rank[COMM_EDP] == 1 && comm_rank_of(&lu, comm_ep_member(&lu, u.coords, 0)) == 5);
+  CommLayout lb = {4, 2, 1, 1, 6, 1}; /* 6 / 2 = 3 does not divide dp 4 */
+  EXPECT(comm_init_groups(&u, &lb, 0, 8, &e) < 0 && strstr(e.msg, "folded expert group") != NULL);
 }
 
 static void test_local(void) {
