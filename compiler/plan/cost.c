@@ -185,6 +185,33 @@ CostLink cost_group_link(const SemCluster *c, int n, int ranks_per_node) {
   return l;
 }
 
+/* The link an all-to-all of n ranks sees, r of them a node: NCCL's
+ * all-to-all is n - 1 concurrent sends a rank, the (n - r) / n of its buffer
+ * bound for other nodes through its own NIC (an all-to-all cannot aggregate
+ * the bandwidth of several NICs: NVIDIA/nccl-tests issue 267) and the
+ * (r - 1) / n for its node's GPUs over the intra-node fabric at the same
+ * time. As a bus bandwidth for the (n - 1) / n S of sec. 1:
+ * (n - 1) / max((n - r) / nic, (r - 1) / intra). In a node, the group's link. */
+CostLink cost_alltoall_link(const SemCluster *c, int n, int ranks_per_node) {
+  CostLink l = cost_group_link(c, n, ranks_per_node);
+  if (!c || c->shared_device) return l;
+  int gpn = c->gpus_per_node > 0 ? (int)c->gpus_per_node : 1;
+  int r = ranks_per_node < 1 ? 1 : ranks_per_node;
+  if (r > gpn) r = gpn;
+  if (n <= r) return l;
+  double nic = c->nics_per_node > 0 && c->inter_bytes_per_s > 0
+                   ? (double)c->nics_per_node * c->inter_bytes_per_s / gpn * COST_NCCL_INTER_EFFICIENCY
+                   : 0;
+  double intra = c->intra_bytes_per_s * COST_NCCL_INTRA_EFFICIENCY;
+  if (nic <= 0) {
+    l.bytes_per_s = 0;
+    return l;
+  }
+  double t_off = (double)(n - r) / nic, t_on = intra > 0 ? (double)(r - 1) / intra : 0;
+  l.bytes_per_s = (double)(n - 1) / (t_off > t_on ? t_off : t_on);
+  return l;
+}
+
 /* ------------------------------------------------------------------ */
 /* compute                                                              */
 

@@ -115,6 +115,9 @@ double cost_collective_bytes_sent(CostCollective c, double bytes, int n, CostAlg
  * more. On a cluster whose ranks share one device (shared_device, the CPU
  * machine) the ranks of the node share the copy bandwidth. */
 CostLink cost_group_link(const SemCluster *c, int n, int ranks_per_node);
+/* The same for an all-to-all, whose traffic to other nodes leaves through
+ * each rank's own NIC share (docs/planner.md sec. 2). */
+CostLink cost_alltoall_link(const SemCluster *c, int n, int ranks_per_node);
 
 /* ---- compute: roofline of one op ----
  *

@@ -1028,8 +1028,8 @@ static double held_activations(const PlanChunk *const *kinds, int64_t r, int64_t
 
 static uint64_t key_hash(const PlanKey *k) {
   uint64_t h = 1469598103934665603ull;
-  int64_t v[7] = {k->mb, k->tp, k->cp, k->sp, k->rc, k->ep, k->fce};
-  for (int i = 0; i < 7; i++) {
+  int64_t v[8] = {k->mb, k->tp, k->cp, k->sp, k->rc, k->ep, k->fce, k->ef};
+  for (int i = 0; i < 8; i++) {
     h ^= (uint64_t)v[i] + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
     h *= 1099511628211ull;
   }
@@ -1038,13 +1038,14 @@ static uint64_t key_hash(const PlanKey *k) {
 
 static int key_eq(const PlanKey *a, const PlanKey *b) {
   return a->mb == b->mb && a->tp == b->tp && a->cp == b->cp && a->sp == b->sp && a->rc == b->rc && a->ep == b->ep &&
-         a->fce == b->fce && a->rl == b->rl;
+         a->fce == b->fce && a->rl == b->rl && a->ef == b->ef;
 }
 
 /* Links of the groups a key's program uses (tensor, context and expert),
  * under the rank order tp, cp, dp, pp (plan.h); an expert group is ep
- * consecutive data-parallel ranks, tp x cp apart. */
-static void key_links(const PlanCtx *c, int64_t tp, int64_t cp, int64_t ep, CostLink *link, int64_t *gsize) {
+ * consecutive data-parallel ranks, tp x cp apart, or folded (fold, cp 1) the
+ * tensor group times ep / tp data-parallel ranks: ep consecutive ranks. */
+static void key_links(const PlanCtx *c, int64_t tp, int64_t cp, int64_t ep, int fold, CostLink *link, int64_t *gsize) {
   int64_t gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1;
   for (int g = 0; g < IRG_COUNT; g++) {
     link[g] = (CostLink){0, 0};
@@ -1058,8 +1059,8 @@ static void key_links(const PlanCtx *c, int64_t tp, int64_t cp, int64_t ep, Cost
   link[IRG_CP] = cost_group_link(&c->cluster, (int)cp, (int)rcp);
   gsize[IRG_EP] = ep > 1 ? ep : 1;
   if (ep > 1) {
-    int64_t inner = tp * cp, rep = inner >= gpn ? 1 : (ep < gpn / inner ? ep : gpn / inner);
-    link[IRG_EP] = cost_group_link(&c->cluster, (int)ep, (int)(rep > 1 ? rep : 1));
+    int64_t inner = fold ? 1 : tp * cp, rep = inner >= gpn ? 1 : (ep < gpn / inner ? ep : gpn / inner);
+    link[IRG_EP] = cost_alltoall_link(&c->cluster, (int)ep, (int)(rep > 1 ? rep : 1));
   }
 }
 
@@ -1070,10 +1071,14 @@ static Diag *quiet_diag(PlanCtx *c) { return c->quiet; }
  * rows routed, as compile runs them (moepack.h); under expert parallelism over
  * the busiest expert's expected load (lower_model_priced), which sets the
  * step of the expert group, expert-major where that pays as in compile. */
-static IrModule *lower_priced(PlanCtx *c, Arena *a, int64_t mb, int materialize, int64_t ep) {
+static IrModule *lower_priced(PlanCtx *c, Arena *a, int64_t mb, int materialize, int64_t ep, int64_t fold_tp) {
   LowerOptions o = {ep > 1, materialize, 0};
   IrModule *m = lower_model_with(a, quiet_diag(c), c->model, mb, &o);
-  if (m) moe_as_compiled(m, ep, 1, 1, NULL);
+  const char *why = NULL;
+  if (m && moe_as_compiled(m, ep, fold_tp, 1, &why) < 0) {
+    diag_error(quiet_diag(c), span_none, "parallel folding cannot split a mixture-of-experts layer: %s", why);
+    return NULL;
+  }
   return m;
 }
 
@@ -1122,14 +1127,14 @@ enum { REG_PRO = 0, REG_EPI = 1, REG_LAYER = 2 };
 static void build_parts(PlanCtx *c, PlanParts *pp) {
   Arena *a = arena_new();
   const PlanKey *k = &pp->key;
-  IrModule *global = lower_priced(c, a, k->mb, !c->flash, k->ep);
+  IrModule *global = lower_priced(c, a, k->mb, !c->flash, k->ep, k->ef ? k->tp : 1);
   IrModule *part = NULL;
   if (!global) {
     snprintf(pp->why, sizeof pp->why, "the model does not lower at micro batch %" PRId64, k->mb);
     pp->before_ad = 1;
     goto done;
   }
-  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, k->fce, 0};
+  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, k->fce, k->ef};
   int errors = diag_error_count(quiet_diag(c));
   part = spmd_partition(a, quiet_diag(c), global, &spec);
   if (!part) {
@@ -1169,7 +1174,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
   FuseResult *fr = plan_fuse(c, a, part);
   CostLink link[IRG_COUNT];
   int64_t gsize[IRG_COUNT];
-  key_links(c, k->tp, k->cp, k->ep, link, gsize);
+  key_links(c, k->tp, k->cp, k->ep, k->ef, link, gsize);
   Pricer P;
   pricer_init(&P, c, part, fr, ad, link, gsize);
   const IrGraph *g = part->graphs[ad->step];
@@ -1373,7 +1378,7 @@ PlanParts *plan_parts(PlanCtx *c, const PlanKey *k) {
      * recompute none: its parts, not built again */
     if (!c->selective_same) {
       Arena *a = arena_new();
-      IrModule *m = lower_priced(c, a, k->mb, !c->flash, k->ep);
+      IrModule *m = lower_priced(c, a, k->mb, !c->flash, k->ep, k->ef ? k->tp : 1);
       if (m) c->selective_same = ad_selective_recomputes(m) ? 2 : 1;
       arena_free(a);
     }
@@ -1621,7 +1626,7 @@ int64_t *plan_chunk_layers(Arena *arena, const SemModel *model, int64_t micro_ba
   int rc = -1;
   if (c) {
     PlanKey key = {micro_batch > 0 ? micro_batch : 1, tp > 0 ? tp : 1, cp > 0 ? cp : 1, tp > 1 ? sp : 0,
-                   recompute < 0 ? RECOMPUTE_NONE : recompute, 1, c->fused_ce, 0};
+                   recompute < 0 ? RECOMPUTE_NONE : recompute, 1, c->fused_ce, 0, 0};
     PlanParts *pp = plan_parts(c, &key);
     key.rl = recompute > 0 ? model->layout.recompute_layers : 0;
     if (!pp->valid) snprintf(err, sizeof err, "the planner cannot price the program to balance its stages: %s", pp->why);
@@ -1654,7 +1659,7 @@ static int price_split(PlanCtx *c, const PlanKey *k, int64_t K, const PlanParts 
   }
   CostLink link[IRG_COUNT];
   int64_t gsize[IRG_COUNT];
-  key_links(c, k->tp, k->cp, k->ep, link, gsize);
+  key_links(c, k->tp, k->cp, k->ep, k->ef, link, gsize);
   int ok = 1;
   if (K == 1) {
     ok = price_chunk_module(c, pr->m, (Recompute)k->rc, k->rl, link, gsize, a, &ch[0], why, whylen) == 0;
@@ -1727,8 +1732,8 @@ PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
   if (plan_split_layers(c, parts, K, e->layers, e->why, sizeof e->why) != 0) return e;
   /* the program, lowered and partitioned once for every split priced below */
   Arena *a = arena_new();
-  IrModule *global = lower_priced(c, a, k->mb, !c->flash, k->ep);
-  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, k->fce, 0};
+  IrModule *global = lower_priced(c, a, k->mb, !c->flash, k->ep, k->ef ? k->tp : 1);
+  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, k->fce, k->ef};
   IrModule *part = global ? spmd_partition(a, quiet_diag(c), global, &spec) : NULL;
   int ok = price_split(c, k, K, parts, part, a, e->layers, e->ch, e->why, sizeof e->why) == 0;
   if (ok && parts->unit_w && K > 1) {
@@ -2010,6 +2015,7 @@ PlanLayout plan_layout_of(const SemModel *m) {
   p.recompute = L->recompute;
   p.overlap = L->overlap != 0;
   p.ep = L->ep; /* 0 or -1: --search chooses; plan_evaluate takes 1 */
+  p.expert_fold = L->expert_tensor == 1;
   p.fused_ce = L->fused_ce; /* -1: auto */
   /* with the policy left to the search, so is the number of layers */
   p.recompute_layers = L->recompute < 0 && L->recompute_layers <= 0 ? -1 : L->recompute_layers;
@@ -2107,8 +2113,13 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   if (L.dp * L.tp * L.pp * L.cp != c->gpus)
     return fail(out, "dp x tp x pp x cp = %" PRId64 " is not the %" PRId64 " GPUs", L.dp * L.tp * L.pp * L.cp, c->gpus);
   if (L.ep < 1) L.ep = 1;
+  int fold = L.expert_fold && L.tp > 1 && L.ep > 1;
   if (L.ep > 1) {
-    if (L.dp % L.ep) return fail(out, "expert parallelism %" PRId64 " does not divide dp = %" PRId64, L.ep, L.dp);
+    if (fold && (L.ep % L.tp || L.dp % (L.ep / L.tp) || L.cp > 1))
+      return fail(out, "a folded expert group (expert_tensor = 1) needs ep = %" PRId64 " a multiple of tp = %" PRId64
+                       " whose quotient divides dp = %" PRId64 ", and cp = 1",
+                  L.ep, L.tp, L.dp);
+    if (!fold && L.dp % L.ep) return fail(out, "expert parallelism %" PRId64 " does not divide dp = %" PRId64, L.ep, L.dp);
     if (c->experts <= 0) return fail(out, "expert parallelism needs experts (std/moe), and the model has none");
     if (c->experts % L.ep) return fail(out, "%" PRId64 " experts do not divide over expert parallelism %" PRId64, c->experts, L.ep);
   }
@@ -2124,7 +2135,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   if (L.pp > 1 && L.schedule == SCHED_INTERLEAVED && L.num_micro % L.pp != 0)
     return fail(out, "interleaving needs the micro-batches (%" PRId64 ") divisible by pp", L.num_micro);
   int64_t K = L.pp * L.vpp;
-  PlanKey key = {L.micro_batch, L.tp, L.cp, L.tp > 1 ? L.sp : 0, L.recompute, L.ep > 1 ? L.ep : 1, L.fused_ce == 1, 0};
+  PlanKey key = {L.micro_batch, L.tp, L.cp, L.tp > 1 ? L.sp : 0, L.recompute, L.ep > 1 ? L.ep : 1, L.fused_ce == 1, 0, fold};
   /* the screening's parts price every layer under the policy and mix in the
    * kept ones (chunk_from_parts_mixed); the exact chunks are built split */
   PlanKey exact_key = key;
@@ -2211,8 +2222,10 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   if (rdp < 1) rdp = 1;
   CostLink dplink = cost_group_link(&c->cluster, (int)ndp, (int)rdp);
   /* expert shards are reduced (and ZeRO-sharded) over the ranks holding the
-   * same experts: every ep-th data-parallel rank, tp x cp x ep apart */
-  int64_t nedp = L.ep > 1 ? ndp / L.ep : ndp, redp = L.tp * L.cp * L.ep >= gpn ? 1 : gpn / (L.tp * L.cp * L.ep);
+   * same experts: every ep-th data-parallel rank, tp x cp x ep apart; folded,
+   * every (ep / tp)-th, ep ranks apart */
+  int64_t ep_dp = fold ? L.ep / L.tp : L.ep, ep_span = fold ? L.ep : L.tp * L.cp * L.ep;
+  int64_t nedp = L.ep > 1 ? ndp / ep_dp : ndp, redp = ep_span >= gpn ? 1 : gpn / ep_span;
   if (redp > nedp) redp = nedp;
   CostLink edplink = L.ep > 1 ? cost_group_link(&c->cluster, (int)nedp, (int)redp) : dplink;
   CostLink pplink = cost_group_link(&c->cluster, 2, inner * L.dp < gpn ? 2 : 1);
@@ -2557,7 +2570,7 @@ int plan_timeline(PlanCtx *c, const PlanLayout *L, PlanTimeline *out) {
   const PlanLayout *l = &r.layout;
   int64_t K = l->pp * (l->vpp > 0 ? l->vpp : 1);
   PlanKey key = {l->micro_batch, l->tp, l->cp, l->tp > 1 ? l->sp : 0, l->recompute, l->ep > 1 ? l->ep : 1,
-                 l->fused_ce == 1, l->recompute_layers};
+                 l->fused_ce == 1, l->recompute_layers, l->expert_fold && l->tp > 1 && l->ep > 1};
   PlanExact *e = plan_exact(c, &key, K);
   if (!e->valid) return -1;
   double *tf = xalloc_calloc((size_t)K, sizeof(double)), *tb = xalloc_calloc((size_t)K, sizeof(double));

@@ -68,6 +68,9 @@ typedef struct PlanLayout {
    * of each pipeline chunk recomputed, the rest keeping their activations
    * (0: all of them; -1 auto: the search tries the fewest that fit) */
   int64_t recompute_layers;
+  /* parallel.expert_tensor = 1: MoE parallel folding (the experts whole, the
+   * expert group tp x ep / tp data-parallel ranks) where tp > 1 and ep > 1 */
+  int expert_fold;
 } PlanLayout;
 
 /* Memory of one GPU (bytes). */

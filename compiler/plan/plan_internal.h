@@ -42,6 +42,7 @@ typedef struct PlanKey {
   int64_t ep; /* expert parallelism (the experts' all-to-all is in the program) */
   int fce;    /* fused_ce: the head's GEMM and its loss as one op (headloss.h) */
   int64_t rl; /* recompute_layers of the exact chunks (0: all; the parts price every layer under rc) */
+  int ef;     /* MoE parallel folding (tp > 1, ep > 1): sequences chunked over tp, the experts whole */
 } PlanKey;
 
 /* Chunk kinds of a pipeline split. */

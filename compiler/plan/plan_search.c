@@ -178,9 +178,19 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
         if (!fixed_ok(fix->dp, dp)) continue;
         int64_t Bs = B > 0 ? B : dp;
         if (Bs % dp) continue;
-        /* expert parallelism: a divisor of dp that divides the experts */
-        for (int64_t ep = 1; ep <= dp; ep++) {
-        if (dp % ep || (fix->ep > 0 && fix->ep != ep)) continue;
+        /* expert parallelism: a divisor of dp that divides the experts; folded
+         * (expert_tensor = 1), tp times one */
+        int fold = fix->expert_fold && tp > 1;
+        int64_t eps[64];
+        int neps = 0;
+        for (int64_t d = 1; d <= dp && neps < 62; d++) {
+          if (dp % d) continue;
+          if (fold && d == 1) eps[neps++] = 1;
+          eps[neps++] = fold ? tp * d : d;
+        }
+        for (int ei = 0; ei < neps; ei++) {
+        int64_t ep = eps[ei];
+        if (fix->ep > 0 && fix->ep != ep) continue;
         if (ep > 1 && (c->experts <= 0 || c->experts % ep)) continue;
         /* a lower bound of the model states of the fullest rank */
         double lb_params = c->params / (double)(tp * pp) * 0.9;
@@ -220,7 +230,7 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
                      * not fit (it costs a pass of the head's GEMM and saves only memory) */
                     int fce = fix->fused_ce == 1;
                     PlanLayout L = {dp, tp, pp, cp, v, zero, mb, nm, sp, sk, rc, fix->overlap >= 0 ? fix->overlap : 1, ep, fce,
-                                    rc != RECOMPUTE_NONE && fix->recompute_layers > 0 ? fix->recompute_layers : 0};
+                                    rc != RECOMPUTE_NONE && fix->recompute_layers > 0 ? fix->recompute_layers : 0, fold};
                     st.enumerated++;
                     progress_count(c->progress, "%" PRId64 " layouts priced, %" PRId64 " fit", st.enumerated, st.fit);
                     if (plan_evaluate(c, &L, PLAN_FAST, &r) != 0) continue;

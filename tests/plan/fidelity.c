@@ -166,7 +166,7 @@ static void set_command(char *cmd, size_t cap, const char *hpdlc, const char *sr
                                         {"micro_batch", "--micro-batch"}, {"global_batch", "--global-batch"},
                                         {"recompute", "--recompute"}, {"sp", "--sp"},
                                         {"precision", "--precision"}, {"cluster", "--cluster"},
-                                        {"tp_overlap", "--tp-overlap"}, {"ep", "--ep"},
+                                        {"tp_overlap", "--tp-overlap"}, {"ep", "--ep"}, {"etp", "--etp"},
                                         {"attention", "--attention"}, {"recompute_layers", "--recompute-layers"},
                                         {"compression", "--compression"}};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) add_flag(cmd, cap, keys[i][1], json_object_get(l, keys[i][0]));
@@ -247,10 +247,12 @@ static int check_set(const char *hpdlc, const char *src, const char *file, int m
           size_t n = strlen(rcs);
           snprintf(rcs + n, sizeof rcs - n, " of %ld layers", jint(l, "recompute_layers"));
         }
-        printf("| %s%s | %ld | tp %ld pp %ld cp %ld dp %ld%s, mb %ld, %s%s%s%s | %.3f s | %.3f s | %+.1f%% |\n",
+        char eps[48] = ""; /* expert parallelism, folded over the tensor group or not */
+        if (jint(l, "ep") > 1) snprintf(eps, sizeof eps, " ep %ld%s", jint(l, "ep"), jint(l, "etp") == 1 ? " etp 1" : "");
+        printf("| %s%s | %ld | tp %ld pp %ld cp %ld dp %ld%s%s, mb %ld, %s%s%s%s | %.3f s | %.3f s | %+.1f%% |\n",
                json_string_value(json_object_get(r, "id")), asserted_set && !asserted ? " (not asserted)" : "",
                jint(l, "gpus"), jint(l, "tp"), jint(l, "pp"), jint(l, "cp"),
-               jint(l, "dp"), jint(l, "zero") == 3 ? " zero 3" : "", jint(l, "micro_batch"),
+               jint(l, "dp"), eps, jint(l, "zero") == 3 ? " zero 3" : "", jint(l, "micro_batch"),
                json_string_value(json_object_get(l, "precision")),
                rcs, attn ? ", attention " : "", attn ? attn : "", pub, pred, e * 100);
       } else {
