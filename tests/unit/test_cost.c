@@ -168,6 +168,23 @@ static void test_group_link(void) {
   cpu.gpus_per_node = 4;
   EXPECT_NEAR(cost_group_link(&cpu, 4, 4).bytes_per_s, cpu.intra_bytes_per_s / 4, 1e-12);
   EXPECT(cost_group_link(NULL, 8, 8).bytes_per_s == 0);
+
+  /* An all-to-all across nodes: each rank's (n - r) / n of its buffer leaves
+   * through its own NIC share (an all-to-all cannot aggregate several NICs,
+   * NVIDIA/nccl-tests issue 267), the rest over NVLink at the same time. In a
+   * node it is the group's link. */
+  SemCluster h = cluster_of("dgx-h100"); /* 8 GPUs, 450 GB/s NVLink, 8 x 50 GB/s NDR */
+  EXPECT_NEAR(cost_alltoall_link(&h, 8, 8).bytes_per_s, cost_group_link(&h, 8, 8).bytes_per_s, 1e-12);
+  double nic = 50 * GB * COST_NCCL_INTER_EFFICIENCY, S = 1e9;
+  for (int n = 16; n <= 64; n *= 2) {
+    CostLink l = cost_alltoall_link(&h, n, 8);
+    /* the bus time of (n - 1) / n S is the off-node share over one NIC */
+    EXPECT_NEAR((double)(n - 1) / n * S / l.bytes_per_s, (double)(n - 8) / n * S / nic, 1e-12);
+    /* r (n - r) / (n - 1) times the ring's node-crossing link of the same group: 4.3 to 7.1 */
+    EXPECT_NEAR(cost_group_link(&h, n, 8).bytes_per_s / l.bytes_per_s, 8.0 * (n - 8) / (n - 1), 1e-9);
+  }
+  /* two ranks a node (expert groups tp x cp = 4 apart): the same NIC share a rank */
+  EXPECT_NEAR(63.0 / 64 * S / cost_alltoall_link(&h, 64, 2).bytes_per_s, 62.0 / 64 * S / nic, 1e-12);
 }
 
 /* ---- compute ---- */

@@ -757,7 +757,43 @@ static void test_gemm_sustained(void) {
   EXPECT(cost_gpu_generation(cat_device("b200")) == COST_GEN_BLACKWELL);
 }
 
+/* MoE parallel folding (docs/planner.md sec. 11.3a): Mixtral-shaped at tp 2 x
+ * dp 8, ep 8. Folded, each tensor rank sends its own chunk of the sequences
+ * (half the all-to-all bytes of the unfolded program, which gathers them over
+ * the tensor group first), its experts whole (twice the expert weights a
+ * rank), the expert group 8 consecutive ranks: one node, where unfolded it
+ * spans two; the experts' gradients summed over 2 ranks, not 1. */
+static void test_expert_fold(void) {
+  static const char *const defs[] = {"layers=2", "hidden=1024", "heads=16", "kv_heads=4", "ffn=2048", "vocab=32000",
+                                     "capacity_factor=1.0"};
+  static const char *const lay[] = {"parallel.cluster=dgx-h100", "parallel.gpus=16", "parallel.tensor=2", "parallel.data=8",
+                                    "parallel.expert=8", "parallel.sequence=on", "train.micro_batch=1", "train.batch=64",
+                                    "parallel.recompute=none", "parallel.pipeline=1", "parallel.virtual=1"};
+  Fixture f;
+  if (fixture(&f, "mixtral.hpd", defs, 7, lay, 11)) {
+    test_failures++;
+    return;
+  }
+  PlanLayout L = plan_layout_of(f.m);
+  PlanResult u, k;
+  EXPECT(plan_evaluate(f.c, &L, PLAN_FULL_SIM, &u) == 0 && u.valid);
+  L.expert_fold = 1;
+  EXPECT(plan_evaluate(f.c, &L, PLAN_FULL_SIM, &k) == 0 && k.valid);
+  EXPECT_NEAR(k.comm_bytes[IRG_EP], u.comm_bytes[IRG_EP] / 2, 1e-9);
+  EXPECT(k.comm_s[IRG_EP] < u.comm_s[IRG_EP] / 2);                   /* NVLink, not InfiniBand */
+  EXPECT(k.comm_bytes[IRG_TP] < u.comm_bytes[IRG_TP]);               /* no gather of the tokens around the experts */
+  /* the experts whole: a rank's one expert a layer in full (3 x hidden x ffn
+   * weights), where unfolded it holds half of it, 2 layers, 2 bytes a weight */
+  EXPECT_NEAR(k.mem.params - u.mem.params, 2 * (3.0 * 1024 * 2048 / 2) * 2, 1e-9);
+  EXPECT(k.comm_bytes[IRG_DP] > u.comm_bytes[IRG_DP]);               /* expert gradients over edp 2 */
+  /* ep must be tp times a divisor of dp */
+  L.ep = 6;
+  EXPECT(plan_evaluate(f.c, &L, PLAN_FAST, &k) != 0 || !k.valid);
+  fixture_free(&f);
+}
+
 int main(void) {
+  test_expert_fold();
   test_gemm_sustained();
   test_issue12();
   test_pipe_balance();
