@@ -537,6 +537,10 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
     fail(err, errlen, "the model does not lower");
     goto done;
   }
+  if (L->ep_fold) {
+    fail(err, errlen, "the simulator does not run a folded expert group (expert_tensor = 1)");
+    goto done;
+  }
   moe_as_compiled(global, L->ep, 1, 1, NULL); /* as compile: dropless experts over their rows, expert-major slots */
   S.global = global;
   SpmdSpec spec = {L->tp, L->cp, L->sp, model->seq_len, L->ep, L->vocab_pad, L->fused_ce, 0};
@@ -757,8 +761,13 @@ SimRankProgram *sim_rank_program(Arena *arena, Diag *diag, const SemModel *model
   SimRankProgram *r = arena_alloc(arena, sizeof *r);
   LowerOptions lo = {0, L->materialize_attention, 0};
   r->global = lower_model_with(arena, diag, model, L->micro_batch, &lo);
-  if (r->global) moe_as_compiled(r->global, L->ep, 1, 1, NULL);
-  SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, model->seq_len, L->ep > 0 ? L->ep : 1, L->vocab_pad, L->fused_ce, 0};
+  const char *fold_why = NULL;
+  if (r->global && moe_as_compiled(r->global, L->ep, L->ep_fold ? L->tp : 1, 0, &fold_why) < 0) {
+    *err = fold_why;
+    return NULL;
+  }
+  SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, model->seq_len, L->ep > 0 ? L->ep : 1, L->vocab_pad, L->fused_ce,
+                   L->ep_fold};
   IrModule *part = r->global ? spmd_partition(arena, diag, r->global, &spec) : NULL;
   int64_t chunks = (L->pp > 0 ? L->pp : 1) * (L->vpp > 0 ? L->vpp : 1);
   const char *split_why = NULL;
