@@ -165,6 +165,14 @@ static int split_over(const Comm *c, const ArtParam *p, CommGroup g) {
   return (split_parts(c, p, 0) > 1 && p->split_group == g) || (split_parts(c, p, 1) > 1 && p->split2_group == g);
 }
 
+/* Whether this rank's copy of p is the one its tensor group counts in norms:
+ * p split over the tensor group, or over an expert group folded over it (the
+ * tensor ranks hold different experts), or this is tensor rank 0. */
+static int tp_counts(const Comm *c, const ArtParam *p) {
+  int folded = c->layout.ep_fold && c->layout.tp > 1 && split_over(c, p, COMM_EP);
+  return split_over(c, p, COMM_TP) || folded || c->coords.tp == 0;
+}
+
 /* This rank's copy of t is the first among the data-parallel copies (counted
  * once in norms): member 0 of the data-parallel group, or for an expert shard
  * member 0 of the expert-data-parallel group that holds it. */
@@ -199,7 +207,7 @@ static int make_tensors(Run *R, RtErr *e) {
       for (int d = 0; d < p->rank; d++) x->numel *= x->shape[d];
       /* Each logical value is counted once in the norm: by data-parallel
        * replica 0, and by member 0 of any group it is replicated over. */
-      int tp_ok = split_over(c, p, COMM_TP) || c->coords.tp == 0;
+      int tp_ok = tp_counts(c, p);
       int cp_ok = split_over(c, p, COMM_CP) || c->coords.cp == 0;
       x->in_norm = dp_first(c, x) && tp_ok && cp_ok;
     }
@@ -283,7 +291,7 @@ static int make_tensors(Run *R, RtErr *e) {
   for (int i = 0; i < n; i++) {
     off = R->offset[i];
     const ArtParam *p = t[i].param;
-    int tp_ok = split_over(c, p, COMM_TP) || c->coords.tp == 0;
+    int tp_ok = tp_counts(c, p);
     int cp_ok = split_over(c, p, COMM_CP) || c->coords.cp == 0;
     R->norm_rep[i] = tp_ok && cp_ok; /* in_norm without its dp condition: under ZeRO each dp member counts its slice */
     t[i].data = R->pool[0] + off;

@@ -890,6 +890,11 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
               o->expert_slots ? "--experts slots" : L.ep > 1 ? "expert parallelism exchanges the slots" : "the CUDA back end has no grouped GEMM yet");
     if (major_moe)
       fprintf(out, "  experts: slots expert-major under expert parallelism, each expert's GEMMs over every slot the all-to-all brought it\n");
+    if (folded_moe)
+      fprintf(out,
+              "  experts: whole (expert_tensor = 1), the expert group folded over tensor %" PRId64 " x %" PRId64
+              " data-parallel ranks, each tensor rank routing its chunk of the sequences\n",
+              L.tp, L.ep / L.tp);
     if (m->layout.fused_ce == 1) {
       int nfused = 0, shard = 0;
       int64_t rows = 0, vocab = 0;

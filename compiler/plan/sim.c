@@ -119,7 +119,9 @@ struct Sim {
   int nranks;
   Rank *ranks;
   Group *tp_groups, *cp_groups, *dp_groups, *ep_groups, *edp_groups;
-  int ep; /* expert parallelism (1: none) */
+  int ep;    /* expert parallelism (1: none) */
+  int ep_dp; /* the data-parallel ranks in an expert group: ep, or ep / tp folded (SimLayout.ep_fold) */
+  int fold;  /* the expert group folded over the tensor group */
   Mailbox *boxes; /* nranks x nranks */
   double *const *inputs;
   const IrModule *global;
@@ -140,13 +142,14 @@ static Group *group_of(Sim *S, const Rank *R, IrGroup gr, int *me) {
     *me = R->t;
     return &S->tp_groups[rank_index(S, R->d, R->p, 0, R->x)];
   }
-  if (gr == IRG_EP) { /* ep consecutive replicas */
-    *me = R->d % S->ep;
-    return &S->ep_groups[rank_index(S, R->d - *me, R->p, R->t, R->x)];
+  if (gr == IRG_EP) { /* ep consecutive replicas; folded, the tensor group times ep / tp of them */
+    int b = R->d % S->ep_dp;
+    *me = S->fold ? R->t + (int)S->L->tp * b : b;
+    return &S->ep_groups[rank_index(S, R->d - b, R->p, S->fold ? 0 : R->t, R->x)];
   }
   if (gr == IRG_EDP) { /* the replicas at the same place of their ep block */
-    *me = R->d / S->ep;
-    return &S->edp_groups[rank_index(S, R->d % S->ep, R->p, R->t, R->x)];
+    *me = R->d / S->ep_dp;
+    return &S->edp_groups[rank_index(S, R->d % S->ep_dp, R->p, R->t, R->x)];
   }
   *me = R->x;
   return &S->cp_groups[rank_index(S, R->d, R->p, R->t, 0)];
@@ -401,7 +404,9 @@ static void shard_copy(const IrParam *lp, int i1, int i2, double *logical, doubl
 /* Which shard of a split parameter rank R holds: its place in the group
  * (and for an expert shard's second split, its tensor rank). */
 static int shard_index(const Rank *R, const IrParam *lp) {
-  return ir_param_is_expert(lp) ? R->d % R->S->ep : R->t;
+  const Sim *S = R->S;
+  if (!ir_param_is_expert(lp)) return R->t;
+  return S->fold ? R->t + (int)S->L->tp * (R->d % S->ep_dp) : R->d % S->ep;
 }
 
 /* A parameter as the rank would hold it without ZeRO-3's pieces: its
@@ -448,7 +453,7 @@ static void load_weights(Rank *R, Interp *in, Interp *gi, const IrModule *global
       whole = realloc(whole, sizeof(double) * (size_t)numel);
       int expert = ir_param_is_expert(lp);
       shard_copy(&v, shard_index(R, lp), R->t, logical, whole, 0);
-      piece_copy(whole, numel, n, expert ? R->d / R->S->ep : R->d, local, 0);
+      piece_copy(whole, numel, n, expert ? R->d / R->S->ep_dp : R->d, local, 0);
     }
   }
   free(whole);
@@ -470,8 +475,9 @@ static const char *assemble_grads(Sim *S, const IrModule *global, SimResult *out
       for (int k = 0; k < s->nargs && !err; k++) {
         const IrParam *lp = &s->m->params[s->param[k]];
         int expert = ir_param_is_expert(lp);
-        /* each tensor rank's own piece, or rank 0's copy of a whole tensor or expert shard */
-        if (R->t != 0 && (lp->split_axis < 0 || (expert && lp->split2_axis < 0))) continue;
+        /* each tensor rank's own piece, or rank 0's copy of a whole tensor or expert shard
+         * (folded, tensor rank 0 gathers every member's experts below) */
+        if (R->t != 0 && (lp->split_axis < 0 || (expert && (lp->split2_axis < 0 || S->fold)))) continue;
         int gpi = find_param(global, lp->name);
         const IrParam *gp = &global->params[gpi];
         IrParam v = tp_view(lp);
@@ -481,7 +487,22 @@ static const char *assemble_grads(Sim *S, const IrModule *global, SimResult *out
         local = realloc(local, sizeof(double) * (size_t)ln);
         for (int64_t l = 0; l < s->copies[k] && !err; l++) {
           memset(tmp, 0, sizeof(double) * (size_t)n);
-          if (expert && s->zero >= 2) {
+          if (expert && S->fold) {
+            /* folded: member e of the first expert group is tensor rank e % tp of
+             * replica e / tp; replica d + ep_dp q holds its piece q (zero 2/3) or
+             * the same shard (which must agree) */
+            for (int e = 0; e < S->ep && !err; e++) {
+              int te = e % (int)L->tp, de = e / (int)L->tp;
+              for (int d = de; d < L->dp && !err; d += S->ep_dp) {
+                const double *got = S->ranks[rank_index(S, d, R->p, te, 0)].synced[j][k].data + l * piece;
+                if (s->zero >= 2) piece_copy(local, ln, piece, d / S->ep_dp, (double *)got, 1);
+                else if (d == de) memcpy(local, got, sizeof(double) * (size_t)ln);
+                else if (memcmp(local, got, sizeof(double) * (size_t)ln))
+                  err = "the replicas of an expert shard hold different gradients after dp.sync";
+              }
+              shard_copy(&v, e, 0, tmp, local, 1);
+            }
+          } else if (expert && s->zero >= 2) {
             /* replica d holds piece d / ep of expert shard d % ep */
             for (int e = 0; e < S->ep; e++) {
               for (int d = e; d < L->dp; d += S->ep)
@@ -537,13 +558,15 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
     fail(err, errlen, "the model does not lower");
     goto done;
   }
-  if (L->ep_fold) {
-    fail(err, errlen, "the simulator does not run a folded expert group (expert_tensor = 1)");
+  int fold = L->ep_fold && L->tp > 1 && L->ep > 1;
+  const char *fold_why = NULL;
+  /* as compile: dropless experts over their rows, expert-major slots, folded sequences */
+  if (moe_as_compiled(global, L->ep, fold ? L->tp : 1, 0, &fold_why) < 0) {
+    fail(err, errlen, "%s", fold_why);
     goto done;
   }
-  moe_as_compiled(global, L->ep, 1, 1, NULL); /* as compile: dropless experts over their rows, expert-major slots */
   S.global = global;
-  SpmdSpec spec = {L->tp, L->cp, L->sp, model->seq_len, L->ep, L->vocab_pad, L->fused_ce, 0};
+  SpmdSpec spec = {L->tp, L->cp, L->sp, model->seq_len, L->ep, L->vocab_pad, L->fused_ce, fold};
   IrModule *part = spmd_partition(arena, diag, global, &spec);
   S.PP = L->pp;
   S.K = L->pp * (L->vpp > 0 ? L->vpp : 1);
@@ -572,7 +595,7 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
   DpSync **syncs = arena_alloc(arena, sizeof(DpSync *) * (size_t)S.K);
   for (int c = 0; c < S.K; c++) {
     cms[c] = pipe_chunk_module(arena, pr, c);
-    if (L->zero == 3 && !(cms[c] = dpsync_shard_params(arena, diag, cms[c], L->dp, L->ep > 1 ? L->ep : 1))) {
+    if (L->zero == 3 && !(cms[c] = dpsync_shard_params(arena, diag, cms[c], L->dp, fold ? L->ep / L->tp : L->ep > 1 ? L->ep : 1))) {
       fail(err, errlen, "chunk %d: its parameters do not shard over dp", c);
       goto done;
     }
@@ -582,7 +605,7 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
       fail(err, errlen, "chunk %d does not differentiate: %s", c, why ? why : "?");
       goto done;
     }
-    if (!(syncs[c] = dpsync_build(ads[c], L->dp, L->zero, L->ep > 1 ? L->ep : 1, &why))) {
+    if (!(syncs[c] = dpsync_build(ads[c], L->dp, L->zero, fold ? L->ep / L->tp : L->ep > 1 ? L->ep : 1, &why))) {
       fail(err, errlen, "chunk %d: no gradient synchronisation: %s", c, why ? why : "?");
       goto done;
     }
@@ -604,6 +627,8 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
   /* ranks, groups, mailboxes */
   S.nranks = (int)(L->dp * S.PP * L->tp * L->cp);
   S.ep = L->ep > 1 ? (int)L->ep : 1;
+  S.fold = fold;
+  S.ep_dp = fold ? S.ep / (int)L->tp : S.ep;
   S.ranks = calloc((size_t)S.nranks, sizeof(Rank));
   S.tp_groups = calloc((size_t)S.nranks, sizeof(Group));
   S.cp_groups = calloc((size_t)S.nranks, sizeof(Group));
@@ -616,7 +641,7 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
     group_init(&S.cp_groups[i], (int)L->cp);
     group_init(&S.dp_groups[i], (int)L->dp);
     group_init(&S.ep_groups[i], S.ep);
-    group_init(&S.edp_groups[i], (int)L->dp / S.ep);
+    group_init(&S.edp_groups[i], (int)L->dp / S.ep_dp);
   }
   for (int i = 0; i < S.nranks * S.nranks; i++) {
     pthread_mutex_init(&S.boxes[i].mu, NULL);
@@ -648,8 +673,8 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
             comm.rank[IRG_CP] = x, comm.size[IRG_CP] = (int)L->cp;
             comm.rank[IRG_PP] = c, comm.size[IRG_PP] = (int)S.K;
             comm.rank[IRG_DP] = d, comm.size[IRG_DP] = (int)L->dp;
-            comm.rank[IRG_EP] = d % S.ep, comm.size[IRG_EP] = S.ep;
-            comm.rank[IRG_EDP] = d / S.ep, comm.size[IRG_EDP] = (int)L->dp / S.ep;
+            comm.rank[IRG_EP] = fold ? t + (int)L->tp * (d % S.ep_dp) : d % S.ep, comm.size[IRG_EP] = S.ep;
+            comm.rank[IRG_EDP] = d / S.ep_dp, comm.size[IRG_EDP] = (int)L->dp / S.ep_dp;
             comm.ctx = R;
             comm.all_reduce = sim_all_reduce;
             comm.all_gather = sim_all_gather;

@@ -55,8 +55,10 @@ the Switch load-balancing loss added to the gradient (with_aux_loss).
   aux      aux_loss = 0 and 0.01 report the same step-1 loss (the auxiliary loss goes to
            the gradient, not into the value) but different gradient norms.
   folded   MoE parallel folding (--etp 1): tp 2 x ep 2 with and without sequence
-           parallelism, dp 2 x tp 2 x ep 4, dp 2 x tp 2 x ep 2 and that at ZeRO 1 against
-           one rank (the layouts' tolerances), and a folded checkpoint resumed on one rank.
+           parallelism, dp 2 x tp 2 x ep 4 (and at ZeRO 3), dp 2 x tp 2 x ep 2 and that at
+           ZeRO 1, tp 2 x pp 2 x ep 2, tp 2 x ep 2 under full recomputation against one rank
+           (the layouts' tolerances, the gradient norm too), and a folded checkpoint resumed
+           on one rank.
 Exit 0 pass, 1 fail, 77 skip.
 """
 import array
@@ -423,8 +425,9 @@ def case_folded():
     over tensor x data ranks, each tensor rank routing its chunk of the sequences; at tp 2 x ep 2
     (the tensor pair is the expert group), the same with sequence parallelism, dp 2 x tp 2 x ep 4
     (all four ranks), dp 2 x tp 2 x ep 2 (two expert groups; the experts' gradients summed over
-    edp 2) and that at ZeRO 1 (the experts' moments sharded over edp): the step-1 loss and
-    auxiliary loss within 1e-6 and the step-20 ones within 1e-4 of one rank's; then a checkpoint
+    edp 2) and that at ZeRO 1 (the experts' moments sharded over edp), dp 2 x tp 2 x ep 4 at
+    ZeRO 3, tp 2 x pp 2 x ep 2 and tp 2 x ep 2 recomputing every block: the step-1 loss,
+    auxiliary loss and gradient norm within 1e-6 and the step-20 ones within 1e-4 of one rank's; then a checkpoint
     of the folded dp 2 x tp 2 x ep 4 run at step 3 resumed on one rank: its step 6 within 1e-6."""
     e2e_common.need_mpi(ARGS.bin)
     one = train("folded-one", STEPS, "-D", "drop=false")
@@ -432,10 +435,13 @@ def case_folded():
                        ("tp2-ep2-sp", ("--tp", "2", "--ep", "2", "--etp", "1", "--sp", "on")),
                        ("dp2-tp2-ep4", ("--dp", "2", "--tp", "2", "--ep", "4", "--etp", "1", "--sp", "on")),
                        ("dp2-tp2-ep2", ("--dp", "2", "--tp", "2", "--ep", "2", "--etp", "1", "--sp", "on")),
-                       ("dp2-tp2-ep2-zero1", ("--dp", "2", "--tp", "2", "--ep", "2", "--etp", "1", "--zero", "1"))):
+                       ("dp2-tp2-ep2-zero1", ("--dp", "2", "--tp", "2", "--ep", "2", "--etp", "1", "--zero", "1")),
+                       ("dp2-tp2-ep4-zero3", ("--dp", "2", "--tp", "2", "--ep", "4", "--etp", "1", "--zero", "3")),
+                       ("tp2-pp2-ep2", ("--tp", "2", "--pp", "2", "--ep", "2", "--etp", "1", "--sp", "on")),
+                       ("tp2-ep2-full", ("--tp", "2", "--ep", "2", "--etp", "1", "--recompute", "full"))):
         got = train("folded-" + tag, STEPS, "-D", "drop=false", *flags)
         for step, tol in ((0, 1e-6), (STEPS - 1, 1e-4)):
-            for key in ("loss", "aux_loss"):
+            for key in ("loss", "aux_loss", "grad_norm"):  # the norm: every tensor rank's experts counted
                 a, b = got[step][key], one[step][key]
                 print(f"folded {tag}: step {step + 1} {key} {a:.10f}, one rank {b:.10f}")
                 check(abs(a - b) <= tol * abs(b), f"folded {tag}: step {step + 1} {key} {a} differs from one rank's {b} by more than {tol}")

@@ -309,6 +309,54 @@ static int run_list(const char *label, const char *file, const char *const *defs
   return failures;
 }
 
+/* MoE parallel folding (SimLayout.ep_fold: the experts whole, the expert group
+ * the tensor group times ep / tp data-parallel ranks, each tensor rank routing
+ * its own chunk of the sequences; dropless, so the slots hold every token)
+ * against one rank of the same dropless layer: data, tensor and pipeline
+ * parallelism, sequence parallelism, ZeRO 1-3 and recomputation. */
+static int run_moe_folded(void) {
+  static const char *const defs[] = {"V=64", "T=8", "C=16", "L=2", "H=4", "KV=2", "E=4", "K=2", "F=16", "drop=false"};
+  Loaded L;
+  SemModel *m = load(&L, "samples/moe-tiny.hpd", defs, 10);
+  if (!m) return 1;
+  const int64_t micro = 2, rows = 8;
+  double **inputs = make_inputs(m, rows, 64, 5);
+  SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro, rows / micro, 0, SCHED_1F1B, 1, 0, 0, 0, 0};
+  SimResult ref;
+  char err[512];
+  int failures = 0;
+  static const struct {
+    int64_t dp, tp, pp, ep;
+    int sp;
+    Recompute rc;
+    int zero;
+  } lays[] = {
+      {1, 2, 1, 2, 0, RECOMPUTE_NONE, 0}, {1, 2, 1, 2, 1, RECOMPUTE_NONE, 0}, {2, 2, 1, 4, 1, RECOMPUTE_NONE, 1},
+      {2, 2, 1, 2, 1, RECOMPUTE_SELECTIVE, 2}, {2, 2, 1, 4, 0, RECOMPUTE_FULL, 3}, {2, 2, 1, 2, 1, RECOMPUTE_NONE, 3},
+      {1, 2, 2, 2, 1, RECOMPUTE_NONE, 0}, {4, 2, 1, 4, 1, RECOMPUTE_OPS, 1},
+  };
+  if (sim_step(m, &ref_layout, 37, inputs, &ref, err, sizeof err)) {
+    fprintf(stderr, "moe-tiny (dropless) reference: %s\n", err);
+    failures++;
+  } else {
+    for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
+      SimLayout lay = {lays[i].dp, lays[i].tp, lays[i].pp, 1, 1, lays[i].sp, lays[i].rc, micro, rows / (micro * lays[i].dp),
+                       lays[i].zero, SCHED_1F1B, lays[i].ep, 0, 0, 0, 1};
+      char what[200];
+      snprintf(what, sizeof what, "moe-tiny folded dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " ep=%" PRId64 " sp=%d zero=%d recompute=%s",
+               lays[i].dp, lays[i].tp, lays[i].pp, lays[i].ep, lays[i].sp, lays[i].zero, sem_recompute_name(lays[i].rc));
+      failures += run_layout(m, &lay, 37, inputs, &ref, what);
+    }
+    sim_result_free(&ref);
+    fprintf(stderr, "moe-tiny folded: %zu layouts (expert_tensor = 1) compared, %d failed\n", sizeof lays / sizeof lays[0],
+            failures);
+  }
+  for (int i = 0; i < m->model->ninputs; i++) free(inputs[i]);
+  free(inputs);
+  unload(&L);
+  return failures;
+}
+
 /* Non-uniform layers: moe-tiny with 2 dense blocks before 3 MoE ones
  * (DeepSeek-V3's shape, two repeats), so the pipeline cuts the forward
  * into pieces (pipeline.h, by cuts), a piece per layer of either repeat,
@@ -563,6 +611,7 @@ int main(int argc, char **argv) {
                                       "ffn=32",   "seq=8",     "vocab=64", "window=3"};
   EXPECT(run_matrix("samples/qwen3.hpd", qwen3, 9, 64, 2, 2, 8, 0) == 0);
   EXPECT(run_moe() == 0);
+  EXPECT(run_moe_folded() == 0);
   EXPECT(run_stacks() == 0);
   EXPECT(run_sigmoid_balance() == 0);
   EXPECT(run_deepseek() == 0);
