@@ -207,6 +207,53 @@ static int run_dp3(const char *file, const char *const *defs, int ndefs, int64_t
   return failures;
 }
 
+/* A layout of the lists below. */
+typedef struct {
+  int64_t dp, tp, pp, vpp, cp, ep;
+  int sp;
+  Recompute rc;
+  int zero;
+} Lay;
+
+/* A token model (file with defs) under each of lays against one rank, micro
+ * 2, rows rows: with per_dp the reference runs dp x micro rows a micro-batch
+ * (a model whose state moves by the data-parallel micro-batch: the
+ * balancing bias), else micro rows; fold: expert parallelism folded over the
+ * tensor group (SimLayout.ep_fold). */
+static int run_list(const char *label, const char *file, const char *const *defs, int ndefs, int64_t rows, uint64_t seed,
+                    const Lay *lays, size_t n, int per_dp, int64_t vocab, int fold) {
+  Loaded L;
+  SemModel *m = load(&L, file, defs, ndefs);
+  if (!m) return 1;
+  const int64_t micro = 2;
+  double **inputs = make_inputs(m, rows, vocab, seed);
+  int failures = 0;
+  for (size_t i = 0; i < n; i++) {
+    const Lay *y = &lays[i];
+    int64_t rmicro = per_dp ? micro * y->dp : micro;
+    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, rmicro, rows / rmicro, 0, SCHED_1F1B, 1, 0, 0, 0, 0};
+    /* the language's default vocab_pad: a vocabulary tensor does not divide is padded */
+    SimLayout lay = {y->dp, y->tp, y->pp, y->cp, y->vpp, y->sp, y->rc, micro, rows / (micro * y->dp), y->zero,
+                     y->vpp > 1 ? SCHED_INTERLEAVED : SCHED_1F1B, y->ep, 0, 128, 0, fold};
+    SimResult ref;
+    char err[512], what[220];
+    snprintf(what, sizeof what, "%s dp=%" PRId64 " tp=%" PRId64 " sp=%d pp=%" PRId64 " v=%" PRId64 " cp=%" PRId64 " ep=%" PRId64
+             " zero=%d recompute=%s", label, y->dp, y->tp, y->sp, y->pp, y->vpp, y->cp, y->ep, y->zero, sem_recompute_name(y->rc));
+    if (sim_step(m, &ref_layout, seed, inputs, &ref, err, sizeof err)) {
+      fprintf(stderr, "%s reference: %s\n", what, err);
+      failures++;
+      continue;
+    }
+    failures += run_layout(m, &lay, seed, inputs, &ref, what);
+    sim_result_free(&ref);
+  }
+  fprintf(stderr, "%s: %zu layouts compared, %d failed\n", label, n, failures);
+  for (int i = 0; i < m->model->ninputs; i++) free(inputs[i]);
+  free(inputs);
+  unload(&L);
+  return failures;
+}
+
 /* Mixture of experts (samples/moe-tiny.hpd at capacity factor 1, so that
  * tokens are dropped, with the load-balancing loss): expert parallelism 1, 2
  * and 4 combined with data, tensor and pipeline parallelism, recompute and
@@ -260,55 +307,6 @@ static int run_moe(void) {
 }
 
 
-
-
-
-/* A layout of the lists below. */
-typedef struct {
-  int64_t dp, tp, pp, vpp, cp, ep;
-  int sp;
-  Recompute rc;
-  int zero;
-} Lay;
-
-/* A token model (file with defs) under each of lays against one rank, micro
- * 2, rows rows: with per_dp the reference runs dp x micro rows a micro-batch
- * (a model whose state moves by the data-parallel micro-batch: the
- * balancing bias), else micro rows. */
-static int run_list(const char *label, const char *file, const char *const *defs, int ndefs, int64_t rows, uint64_t seed,
-                    const Lay *lays, size_t n, int per_dp, int64_t vocab) {
-  Loaded L;
-  SemModel *m = load(&L, file, defs, ndefs);
-  if (!m) return 1;
-  const int64_t micro = 2;
-  double **inputs = make_inputs(m, rows, vocab, seed);
-  int failures = 0;
-  for (size_t i = 0; i < n; i++) {
-    const Lay *y = &lays[i];
-    int64_t rmicro = per_dp ? micro * y->dp : micro;
-    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, rmicro, rows / rmicro, 0, SCHED_1F1B, 1, 0, 0, 0, 0};
-    /* the language's default vocab_pad: a vocabulary tensor does not divide is padded */
-    SimLayout lay = {y->dp, y->tp, y->pp, y->cp, y->vpp, y->sp, y->rc, micro, rows / (micro * y->dp), y->zero,
-                     y->vpp > 1 ? SCHED_INTERLEAVED : SCHED_1F1B, y->ep, 0, 128, 0, 0};
-    SimResult ref;
-    char err[512], what[220];
-    snprintf(what, sizeof what, "%s dp=%" PRId64 " tp=%" PRId64 " sp=%d pp=%" PRId64 " v=%" PRId64 " cp=%" PRId64 " ep=%" PRId64
-             " zero=%d recompute=%s", label, y->dp, y->tp, y->sp, y->pp, y->vpp, y->cp, y->ep, y->zero, sem_recompute_name(y->rc));
-    if (sim_step(m, &ref_layout, seed, inputs, &ref, err, sizeof err)) {
-      fprintf(stderr, "%s reference: %s\n", what, err);
-      failures++;
-      continue;
-    }
-    failures += run_layout(m, &lay, seed, inputs, &ref, what);
-    sim_result_free(&ref);
-  }
-  fprintf(stderr, "%s: %zu layouts compared, %d failed\n", label, n, failures);
-  for (int i = 0; i < m->model->ninputs; i++) free(inputs[i]);
-  free(inputs);
-  unload(&L);
-  return failures;
-}
-
 /* MoE parallel folding (SimLayout.ep_fold: the experts whole, the expert group
  * the tensor group times ep / tp data-parallel ranks, each tensor rank routing
  * its own chunk of the sequences; dropless, so the slots hold every token)
@@ -316,45 +314,14 @@ static int run_list(const char *label, const char *file, const char *const *defs
  * parallelism, sequence parallelism, ZeRO 1-3 and recomputation. */
 static int run_moe_folded(void) {
   static const char *const defs[] = {"V=64", "T=8", "C=16", "L=2", "H=4", "KV=2", "E=4", "K=2", "F=16", "drop=false"};
-  Loaded L;
-  SemModel *m = load(&L, "samples/moe-tiny.hpd", defs, 10);
-  if (!m) return 1;
-  const int64_t micro = 2, rows = 8;
-  double **inputs = make_inputs(m, rows, 64, 5);
-  SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro, rows / micro, 0, SCHED_1F1B, 1, 0, 0, 0, 0};
-  SimResult ref;
-  char err[512];
-  int failures = 0;
-  static const struct {
-    int64_t dp, tp, pp, ep;
-    int sp;
-    Recompute rc;
-    int zero;
-  } lays[] = {
-      {1, 2, 1, 2, 0, RECOMPUTE_NONE, 0}, {1, 2, 1, 2, 1, RECOMPUTE_NONE, 0}, {2, 2, 1, 4, 1, RECOMPUTE_NONE, 1},
-      {2, 2, 1, 2, 1, RECOMPUTE_SELECTIVE, 2}, {2, 2, 1, 4, 0, RECOMPUTE_FULL, 3}, {2, 2, 1, 2, 1, RECOMPUTE_NONE, 3},
-      {1, 2, 2, 2, 1, RECOMPUTE_NONE, 0}, {4, 2, 1, 4, 1, RECOMPUTE_OPS, 1},
+  static const Lay lays[] = {
+      {1, 2, 1, 1, 1, 2, 0, RECOMPUTE_NONE, 0},      {1, 2, 1, 1, 1, 2, 1, RECOMPUTE_NONE, 0},
+      {2, 2, 1, 1, 1, 4, 1, RECOMPUTE_NONE, 1},      {2, 2, 1, 1, 1, 2, 1, RECOMPUTE_SELECTIVE, 2},
+      {2, 2, 1, 1, 1, 4, 0, RECOMPUTE_FULL, 3},      {2, 2, 1, 1, 1, 2, 1, RECOMPUTE_NONE, 3},
+      {1, 2, 2, 1, 1, 2, 1, RECOMPUTE_NONE, 0},      {4, 2, 1, 1, 1, 4, 1, RECOMPUTE_OPS, 1},
   };
-  if (sim_step(m, &ref_layout, 37, inputs, &ref, err, sizeof err)) {
-    fprintf(stderr, "moe-tiny (dropless) reference: %s\n", err);
-    failures++;
-  } else {
-    for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
-      SimLayout lay = {lays[i].dp, lays[i].tp, lays[i].pp, 1, 1, lays[i].sp, lays[i].rc, micro, rows / (micro * lays[i].dp),
-                       lays[i].zero, SCHED_1F1B, lays[i].ep, 0, 0, 0, 1};
-      char what[200];
-      snprintf(what, sizeof what, "moe-tiny folded dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " ep=%" PRId64 " sp=%d zero=%d recompute=%s",
-               lays[i].dp, lays[i].tp, lays[i].pp, lays[i].ep, lays[i].sp, lays[i].zero, sem_recompute_name(lays[i].rc));
-      failures += run_layout(m, &lay, 37, inputs, &ref, what);
-    }
-    sim_result_free(&ref);
-    fprintf(stderr, "moe-tiny folded: %zu layouts (expert_tensor = 1) compared, %d failed\n", sizeof lays / sizeof lays[0],
-            failures);
-  }
-  for (int i = 0; i < m->model->ninputs; i++) free(inputs[i]);
-  free(inputs);
-  unload(&L);
-  return failures;
+  return run_list("moe-tiny folded (expert_tensor = 1)", "samples/moe-tiny.hpd", defs, 10, 8, 37, lays, sizeof lays / sizeof lays[0],
+                  0, 64, 1);
 }
 
 /* Non-uniform layers: moe-tiny with 2 dense blocks before 3 MoE ones
@@ -371,7 +338,7 @@ static int run_stacks(void) {
       {2, 1, 3, 1, 1, 2, 0, RECOMPUTE_NONE, 3},
   };
   return run_list("moe-tiny with 2 dense blocks before 3 MoE ones", "samples/moe-tiny.hpd", defs, 11, 8, 13, lays,
-                  sizeof lays / sizeof lays[0], 0, 64);
+                  sizeof lays / sizeof lays[0], 0, 64, 0);
 }
 
 /* DeepSeek-V3's routing (tests/moe/sigmoid-balance.hpd): sigmoid scores, a
@@ -386,7 +353,7 @@ static int run_sigmoid_balance(void) {
       {4, 1, 1, 1, 1, 4, 0, RECOMPUTE_NONE, 3},
   };
   return run_list("sigmoid-balance (DeepSeek-V3's routing)", "tests/moe/sigmoid-balance.hpd", NULL, 0, 16, 41, lays,
-                  sizeof lays / sizeof lays[0], 1, 64);
+                  sizeof lays / sizeof lays[0], 1, 64, 0);
 }
 
 /* samples/deepseek-v3.hpd at a tiny size: multi-head latent attention
@@ -403,7 +370,7 @@ static int run_deepseek(void) {
       {2, 1, 2, 1, 1, 2, 0, RECOMPUTE_NONE, 1}, {2, 2, 1, 1, 1, 2, 0, RECOMPUTE_FULL, 3},
   };
   return run_list("deepseek-v3 (tiny: MLA, dense then DeepSeekMoE blocks)", "samples/deepseek-v3.hpd", defs, 16, 8, 43, lays,
-                  sizeof lays / sizeof lays[0], 1, 64);
+                  sizeof lays / sizeof lays[0], 1, 64, 0);
 }
 
 /* samples/gpt-oss.hpd at a tiny size: attention sinks (o sigmoid(lse -
@@ -420,7 +387,7 @@ static int run_gpt_oss(void) {
       {2, 2, 2, 1, 1, 2, 0, RECOMPUTE_NONE, 2},
   };
   return run_list("gpt-oss (tiny: sinks, alternating windows, expert biases)", "samples/gpt-oss.hpd", defs, 11, 8, 47, lays,
-                  sizeof lays / sizeof lays[0], 0, 64);
+                  sizeof lays / sizeof lays[0], 0, 64, 0);
 }
 
 /* Blocks that differ by their index (tests/models/per-layer.hpd, `repeat i
@@ -431,7 +398,7 @@ static int run_per_layer(void) {
       {2, 1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, 1}, {1, 2, 1, 1, 1, 1, 1, RECOMPUTE_SELECTIVE, 0}, {1, 1, 2, 1, 1, 1, 0, RECOMPUTE_FULL, 0},
       {1, 1, 4, 1, 1, 1, 0, RECOMPUTE_NONE, 0}, {1, 1, 1, 1, 2, 1, 0, RECOMPUTE_NONE, 0},      {2, 2, 2, 1, 1, 1, 0, RECOMPUTE_NONE, 3},
   };
-  return run_list("per-layer (repeat i in L)", "tests/models/per-layer.hpd", NULL, 0, 8, 53, lays, sizeof lays / sizeof lays[0], 0, 64);
+  return run_list("per-layer (repeat i in L)", "tests/models/per-layer.hpd", NULL, 0, 8, 53, lays, sizeof lays / sizeof lays[0], 0, 64, 0);
 }
 
 /* A vocabulary that tensor does not divide (61 rows), padded to a multiple
@@ -447,7 +414,7 @@ static int run_padded_vocab(void) {
       {1, 2, 1, 1, 2, 1, 0, RECOMPUTE_NONE, 0}, {2, 4, 1, 1, 1, 1, 1, RECOMPUTE_NONE, 2},
   };
   return run_list("gpt2-tiny with 61 tokens (padded vocabulary)", "samples/gpt2-tiny.hpd", defs, 5, 8, 59, lays,
-                  sizeof lays / sizeof lays[0], 0, 61);
+                  sizeof lays / sizeof lays[0], 0, 61, 0);
 }
 
 /* Images: input 0 uniform in [-1, 1) over [rows, C, H, W], input 1 labels in [0, classes). */
