@@ -369,8 +369,14 @@ static int run_deepseek(void) {
       {1, 1, 1, 1, 2, 1, 0, RECOMPUTE_NONE, 0}, {1, 1, 2, 1, 1, 1, 0, RECOMPUTE_FULL, 0}, {1, 1, 4, 1, 1, 1, 0, RECOMPUTE_NONE, 0},
       {2, 1, 2, 1, 1, 2, 0, RECOMPUTE_NONE, 1}, {2, 2, 1, 1, 1, 2, 0, RECOMPUTE_FULL, 3},
   };
+  /* folded (expert_tensor = 1): the shared expert, sigmoid routing and the balancing bias beside the folded experts */
+  static const Lay folded[] = {
+      {1, 2, 1, 1, 1, 2, 1, RECOMPUTE_NONE, 0}, {2, 2, 1, 1, 1, 4, 1, RECOMPUTE_FULL, 1}, {1, 2, 2, 1, 1, 2, 0, RECOMPUTE_NONE, 0},
+  };
   return run_list("deepseek-v3 (tiny: MLA, dense then DeepSeekMoE blocks)", "samples/deepseek-v3.hpd", defs, 16, 8, 43, lays,
-                  sizeof lays / sizeof lays[0], 1, 64, 0);
+                  sizeof lays / sizeof lays[0], 1, 64, 0) +
+         run_list("deepseek-v3 (tiny) folded", "samples/deepseek-v3.hpd", defs, 16, 8, 43, folded, sizeof folded / sizeof folded[0], 1,
+                  64, 1);
 }
 
 /* samples/gpt-oss.hpd at a tiny size: attention sinks (o sigmoid(lse -
@@ -386,8 +392,13 @@ static int run_gpt_oss(void) {
       {1, 1, 1, 1, 2, 1, 0, RECOMPUTE_NONE, 0}, {1, 1, 2, 1, 1, 1, 0, RECOMPUTE_FULL, 0}, {2, 1, 1, 1, 1, 2, 0, RECOMPUTE_NONE, 1},
       {2, 2, 2, 1, 1, 2, 0, RECOMPUTE_NONE, 2},
   };
+  /* folded (expert_tensor = 1): the expert biases, whole, beside the folded experts */
+  static const Lay folded[] = {
+      {1, 2, 1, 1, 1, 2, 0, RECOMPUTE_NONE, 0}, {2, 2, 1, 1, 1, 4, 1, RECOMPUTE_NONE, 3},
+  };
   return run_list("gpt-oss (tiny: sinks, alternating windows, expert biases)", "samples/gpt-oss.hpd", defs, 11, 8, 47, lays,
-                  sizeof lays / sizeof lays[0], 0, 64, 0);
+                  sizeof lays / sizeof lays[0], 0, 64, 0) +
+         run_list("gpt-oss (tiny) folded", "samples/gpt-oss.hpd", defs, 11, 8, 47, folded, sizeof folded / sizeof folded[0], 0, 64, 1);
 }
 
 /* Blocks that differ by their index (tests/models/per-layer.hpd, `repeat i
