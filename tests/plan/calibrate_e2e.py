@@ -15,7 +15,7 @@
           CPU-credit limit; case_gpt2 lists what was seen), so while no pair agrees another
           check and another fit are profiled, up to three checks; the disk is flushed before
           each run and its final checkpoint deleted after. Each file is a cluster block with
-          compute_scale and memory_scale in (0, 1], and planning with it prices the device at
+          compute_scale and memory_scale in (0, 4], and planning with it prices the device at
           the catalog's figures times them.
   errors  golden messages and exit status: no -o (2), --search with it (2), a missing trace
           (1), a cluster file with two clusters (1), a scale no machine has (1), and a
@@ -90,8 +90,11 @@ def calibrate(fit_trace, i):
     check(m and m.group(1) == name, f"no cluster block named {name} in {out}")
     scales = {k: float(v) for k, v in re.findall(r"^  (compute_scale|memory_scale) = ([\d.e+-]+)$", text, re.M)}
     check(set(scales) == {"compute_scale", "memory_scale"}, f"scales {scales}")
-    for k, v in scales.items():  # this machine is slower than the catalog's 768 GFLOP/s, 50 GB/s laptop
-        check(0 < v <= 1, f"{k} = {v}")
+    # near the catalog's 768 GFLOP/s, 50 GB/s laptop: the 2-core Xeon VMs fit below 1, an
+    # AMD EPYC VM's optimizer update (memory bound) 1.08-1.09 (2026-12-03); a server's memory
+    # may exceed the laptop's, a scale past 4 would be a fit gone wrong
+    for k, v in scales.items():
+        check(0 < v <= 4, f"{k} = {v}")
     check("device = cpu" in text and "shared = true" in text, "the file keeps the cpu cluster's device and sharing")
     # the file planned again reproduces the fit run it came from (the fit's own error is
     # printed above: the step within a few per cent), and prices the device at the scales
