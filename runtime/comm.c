@@ -39,15 +39,17 @@ CommCoords comm_coords_of(const CommLayout *l, int rank) {
 
 int comm_rank_of(const CommLayout *l, CommCoords c) { return c.tp + l->tp * (c.cp + l->cp * (c.dp + l->dp * c.pp)); }
 
+int comm_layout_folded(const CommLayout *l) { return l->ep_fold && l->tp > 1; }
+
 /* The data-parallel ranks in one expert group: ep, or ep / tp when folded. */
 static int ep_dp_members(const CommLayout *l) {
   int ep = l->ep > 1 ? l->ep : 1;
-  return l->ep_fold && l->tp > 1 ? ep / l->tp : ep;
+  return comm_layout_folded(l) ? ep / l->tp : ep;
 }
 
 CommCoords comm_ep_member(const CommLayout *l, CommCoords k, int peer) {
   int m = ep_dp_members(l);
-  if (l->ep_fold && l->tp > 1) {
+  if (comm_layout_folded(l)) {
     k.dp = k.dp - k.dp % m + peer / l->tp;
     k.tp = peer % l->tp;
   } else {
@@ -65,10 +67,10 @@ CommCoords comm_edp_member(const CommLayout *l, CommCoords k, int peer) {
 int comm_init_groups(Comm *c, const CommLayout *l, int world_rank, int world_size, RtErr *e) {
   if (l->dp < 1 || l->tp < 1 || l->pp < 1 || l->cp < 1)
     return rt_fail(e, "bad layout dp=%d tp=%d pp=%d cp=%d", l->dp, l->tp, l->pp, l->cp);
-  if (l->ep > 1 && l->ep_fold && l->tp > 1 && (l->ep % l->tp || l->dp % (l->ep / l->tp) || l->cp > 1))
+  if (l->ep > 1 && comm_layout_folded(l) && (l->ep % l->tp || l->dp % (l->ep / l->tp) || l->cp > 1))
     return rt_fail(e, "a folded expert group ep=%d needs a multiple of tp=%d whose quotient divides dp=%d, and cp=1 (cp=%d)", l->ep,
                    l->tp, l->dp, l->cp);
-  if (l->ep > 1 && !(l->ep_fold && l->tp > 1) && l->dp % l->ep)
+  if (l->ep > 1 && !comm_layout_folded(l) && l->dp % l->ep)
     return rt_fail(e, "expert parallelism ep=%d does not divide the data-parallel degree dp=%d", l->ep, l->dp);
   if (comm_layout_size(l) != world_size)
     return rt_fail(e, "the layout dp=%d x tp=%d x pp=%d x cp=%d needs %d ranks, but there are %d", l->dp, l->tp, l->pp, l->cp,
@@ -88,8 +90,7 @@ int comm_init_groups(Comm *c, const CommLayout *l, int world_rank, int world_siz
   c->rank[COMM_CP] = c->coords.cp;
   c->size[COMM_CP] = l->cp;
   int ep = l->ep > 1 ? l->ep : 1, m = ep_dp_members(l);
-  c->rank[COMM_EP] = c->coords.dp % m;
-  if (l->ep_fold && l->tp > 1) c->rank[COMM_EP] = c->coords.tp + l->tp * (c->coords.dp % m);
+  c->rank[COMM_EP] = comm_layout_folded(l) ? c->coords.tp + l->tp * (c->coords.dp % m) : c->coords.dp % m;
   c->size[COMM_EP] = ep;
   c->rank[COMM_EDP] = c->coords.dp / m;
   c->size[COMM_EDP] = l->dp / m;

@@ -55,6 +55,8 @@ typedef struct {
 int comm_layout_size(const CommLayout *l);
 CommCoords comm_coords_of(const CommLayout *l, int rank);
 int comm_rank_of(const CommLayout *l, CommCoords c);
+/* Whether l's expert group is folded over the tensor group (ep_fold, tp > 1). */
+int comm_layout_folded(const CommLayout *l);
 /* The coordinates of member `peer` of the expert group (EP) or the
  * expert-data-parallel group (EDP) that the rank at k belongs to. */
 CommCoords comm_ep_member(const CommLayout *l, CommCoords k, int peer);

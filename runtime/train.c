@@ -169,7 +169,7 @@ static int split_over(const Comm *c, const ArtParam *p, CommGroup g) {
  * p split over the tensor group, or over an expert group folded over it (the
  * tensor ranks hold different experts), or this is tensor rank 0. */
 static int tp_counts(const Comm *c, const ArtParam *p) {
-  int folded = c->layout.ep_fold && c->layout.tp > 1 && split_over(c, p, COMM_EP);
+  int folded = comm_layout_folded(&c->layout) && split_over(c, p, COMM_EP);
   return split_over(c, p, COMM_TP) || folded || c->coords.tp == 0;
 }
 

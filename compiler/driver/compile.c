@@ -283,7 +283,7 @@ static int resolve_layout(Cx *C, Layout *L) {
     return cfail(C, "compile needs a concrete layout, but parallel.expert is auto (choose it with --ep N, or let `hpdlc plan "
                     "--search` suggest one)");
   L->ep = s->ep > 1 ? s->ep : 1;
-  L->ep_fold = s->ep_fold && L->ep > 1 && L->tp > 1;
+  L->ep_fold = s->ep_fold; /* sema: expert_tensor = 1 with tensor > 1 and expert > 1 */
   L->vocab_pad = s->vocab_pad > 0 ? s->vocab_pad : 0;
   L->vpp = s->virtual_stages > 0 ? s->virtual_stages : 1;
   L->sp = s->sp == 1;

@@ -262,21 +262,30 @@ int moe_dropless_slots(const IrModule *m) {
 
 /* ---- expert-major slots (moepack.h, moe_expert_major) ---- */
 
+/* v viewed as in4 (unless it has that shape), its two leading axes swapped,
+ * then viewed as out (unless the swap gave that shape): the regroupings of
+ * the expert-major slots and of parallel folding's sequence chunks. */
+static int swap_leading(IrGraph *g, int v, DType dt, const int64_t in4[4], int out_rank, const int64_t *out, const IrNode *like) {
+  static const int64_t swap[4] = {1, 0, 2, 3};
+  const IrNode *x = &g->nodes[v];
+  if (x->rank != 4 || memcmp(x->dims, in4, sizeof(int64_t) * 4))
+    v = add(g, IR_RESHAPE, &v, 1, NULL, 0, 0, dt, 4, in4, like);
+  int64_t sw[4] = {in4[1], in4[0], in4[2], in4[3]};
+  int t = v < 0 ? -1 : add(g, IR_TRANSPOSE, &v, 1, swap, 4, 0, dt, 4, sw, like);
+  if (t < 0 || (out_rank == 4 && !memcmp(out, sw, sizeof sw))) return t;
+  return add(g, IR_RESHAPE, &t, 1, NULL, 0, 0, dt, out_rank, out, like);
+}
+
 /* [B, E, cap, Y] <-> [E, B cap, Y]: a transpose of the two leading axes and a
  * view (to_major), or the view back and the transpose (from). */
 static int to_major(IrGraph *g, int v, const IrNode *slots, const IrNode *like) {
-  static const int64_t swap[4] = {1, 0, 2, 3};
-  int64_t td[4] = {slots->dims[1], slots->dims[0], slots->dims[2], slots->dims[3]};
-  int t = add(g, IR_TRANSPOSE, &v, 1, swap, 4, 0, slots->dtype, 4, td, like);
-  int64_t rd[3] = {td[0], td[1] * td[2], td[3]};
-  return t < 0 ? -1 : add(g, IR_RESHAPE, &t, 1, NULL, 0, 0, slots->dtype, 3, rd, like);
+  int64_t rd[3] = {slots->dims[1], slots->dims[0] * slots->dims[2], slots->dims[3]};
+  return swap_leading(g, v, slots->dtype, slots->dims, 3, rd, like);
 }
 
 static int from_major(IrGraph *g, int v, const IrNode *slots, const IrNode *like) {
-  static const int64_t swap[4] = {1, 0, 2, 3};
   int64_t md[4] = {slots->dims[1], slots->dims[0], slots->dims[2], slots->dims[3]};
-  int r = add(g, IR_RESHAPE, &v, 1, NULL, 0, 0, slots->dtype, 4, md, like);
-  return r < 0 ? -1 : add(g, IR_TRANSPOSE, &r, 1, swap, 4, 0, slots->dtype, 4, slots->dims, like);
+  return swap_leading(g, v, slots->dtype, md, 4, slots->dims, like);
 }
 
 /* expert-major: [E, B cap, Y] values, rank 3 */
@@ -340,22 +349,15 @@ typedef struct {
  * so that the tensor group's split of the sequence axis is a split of the
  * leading axis (sequence parallelism's chunk j on tensor rank j). */
 static int chunk_seqs(IrGraph *g, int v, const IrNode *val, int64_t tp, const IrNode *like) {
-  static const int64_t swap[4] = {1, 0, 2, 3};
   int64_t B = val->dims[0], T = val->dims[1], Z = val->dims[2];
-  int64_t d4[4] = {B, tp, T / tp, Z}, t4[4] = {tp, B, T / tp, Z}, d3[3] = {tp * B, T / tp, Z};
-  int r = add(g, IR_RESHAPE, &v, 1, NULL, 0, 0, val->dtype, 4, d4, like);
-  int t = r < 0 ? -1 : add(g, IR_TRANSPOSE, &r, 1, swap, 4, 0, val->dtype, 4, t4, like);
-  return t < 0 ? -1 : add(g, IR_RESHAPE, &t, 1, NULL, 0, 0, val->dtype, 3, d3, like);
+  int64_t d4[4] = {B, tp, T / tp, Z}, d3[3] = {tp * B, T / tp, Z};
+  return swap_leading(g, v, val->dtype, d4, 3, d3, like);
 }
 
 /* The inverse: v [tp B, T / tp, Z] back to [B, T, Z] (like's dims). */
 static int unchunk_seqs(IrGraph *g, int v, const IrNode *like, int64_t tp) {
-  static const int64_t swap[4] = {1, 0, 2, 3};
-  int64_t B = like->dims[0], T = like->dims[1], Z = like->dims[2];
-  int64_t t4[4] = {tp, B, T / tp, Z}, d4[4] = {B, tp, T / tp, Z};
-  int r = add(g, IR_RESHAPE, &v, 1, NULL, 0, 0, like->dtype, 4, t4, like);
-  int t = r < 0 ? -1 : add(g, IR_TRANSPOSE, &r, 1, swap, 4, 0, like->dtype, 4, d4, like);
-  return t < 0 ? -1 : add(g, IR_RESHAPE, &t, 1, NULL, 0, 0, like->dtype, 3, like->dims, like);
+  int64_t t4[4] = {tp, like->dims[0], like->dims[1] / tp, like->dims[2]};
+  return swap_leading(g, v, like->dtype, t4, 3, like->dims, like);
 }
 
 static int fold_operand(Fold *F, IrGraph *g, const IrNode *old, const int *map, int v, const IrNode *like) {

@@ -648,6 +648,15 @@ static int cp_local_rows(GPart *G, const IrNode *n, const Val *ins) {
   return n->op != IR_MOE_COMBINE || ins[0].shd.axis[IRG_CP] == 0;
 }
 
+/* A dispatch's weights (input 2, partitioned as `w`) when they are a
+ * constant: made again at the shape of its partitioned choices `idx`. */
+static int local_fill(GPart *G, const IrNode *n, int idx, int w) {
+  const IrNode *src = &G->g->nodes[n->in[2]];
+  if (src->op != IR_FILL) return w;
+  const IrNode *li = dn(G, idx);
+  return emit(G, IR_FILL, NULL, 0, NULL, 0, src->fattr, src->dtype, li->rank, li->dims, n->span);
+}
+
 /* The packed routing ops of a rank's own tokens (cp_local_rows): the [B, T, ...]
  * operands split along the sequence over the context group as idx is (whole over
  * the other groups; the dispatch's tokens under a marker where the experts split
@@ -665,11 +674,7 @@ static Val rule_cp_rows(GPart *G, const IrNode *n, Val *ins) {
     r.shd = rows;
   } else if (n->op == IR_MOE_DISPATCH) {
     for (int k = 0; k < 3; k++) in[k] = convert(G, settle(G, ins[k], n->span), &tok, 0, n->span).id;
-    const IrNode *w = &G->g->nodes[n->in[2]];
-    if (w->op == IR_FILL && in[1] >= 0) { /* constant weights made at the local shape (copy_marker's case) */
-      const IrNode *li = dn(G, in[1]);
-      in[2] = emit(G, IR_FILL, NULL, 0, NULL, 0, w->fattr, w->dtype, li->rank, li->dims, n->span);
-    }
+    if (in[1] >= 0) in[2] = local_fill(G, n, in[1], in[2]); /* (copy_marker's case) */
     r.shd = rows;
   } else { /* the combine: y's rows as they are, a pending sum kept (convert would make it) */
     Val y = ins[0];
@@ -710,11 +715,7 @@ static Val rule_fold_routing(GPart *G, const IrNode *n, Val *ins) {
     in[k] = convert(G, settle(G, ins[k], n->span), &lead, 0, n->span).id;
     if (in[k] < 0) return r;
   }
-  const IrNode *w = &G->g->nodes[n->in[2]];
-  if (n->op == IR_MOE_DISPATCH && w->op == IR_FILL) { /* constant weights made at the local shape */
-    const IrNode *li = dn(G, in[1]);
-    in[2] = emit(G, IR_FILL, NULL, 0, NULL, 0, w->fattr, w->dtype, li->rank, li->dims, n->span);
-  }
+  if (n->op == IR_MOE_DISPATCH) in[2] = local_fill(G, n, in[1], in[2]);
   int64_t dims[IR_MAX_RANK];
   local_dims(G->P, n, &lead, dims);
   r.id = emit(G, n->op, in, 3, n->attr, IR_NATTR, n->fattr, n->dtype, n->rank, dims, n->span);

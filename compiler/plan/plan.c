@@ -851,6 +851,25 @@ static int read_by_fp8_gemms_only(const IrGraph *g, const IrReaders *rd, const c
   return any;
 }
 
+/* Per output k >= 1 of B.fwd graph `fwd` (nargs arguments): 1 when B.grad
+ * reads it (its argument #nargs + k, #0 being dy) only through the blocks' FP8
+ * GEMMs (read_by_fp8_gemms_only); NULL without a B.grad. */
+static char *fp8_saved(const IrModule *m, int fwd, int nargs) {
+  int gg = grad_graph_of(m, fwd);
+  if (gg < 0) return NULL;
+  const IrGraph *g = m->graphs[fwd], *bg = m->graphs[gg];
+  Arena *ra = arena_new();
+  IrReaders rd = ir_readers(bg->nodes, bg->nnodes, ra);
+  char *bscore = score_mask(bg, NULL), *mask = xalloc_calloc((size_t)g->noutputs + 1, 1);
+  for (int i = 0; i < bg->nnodes; i++) {
+    int64_t k = bg->nodes[i].op == IR_ARG ? bg->nodes[i].attr[0] - nargs : -1;
+    if (k >= 1 && k < g->noutputs) mask[k] = (char)read_by_fp8_gemms_only(bg, &rd, bscore, i, 0);
+  }
+  free(bscore);
+  arena_free(ra);
+  return mask;
+}
+
 /* Bytes a B.fwd graph keeps per layer: its arguments and outputs 1.. */
 static double callee_saved_layer(Pricer *P, int graph) {
   GMemo *mm = &P->memo[graph];
@@ -867,36 +886,14 @@ static double callee_saved_layer(Pricer *P, int graph) {
       if (!(score && score[i])) b += value_bytes(P->pc, &g->nodes[i]);
     }
   /* under FP8, the saved activations that only the blocks' GEMMs read back */
-  const IrGraph *bg = NULL;
-  Arena *ra = NULL;
-  IrReaders rd = {0};
-  char *bscore = NULL;
-  int *arg_node = NULL;
-  if (P->pc->fp8_gemms) {
-    int gg = grad_graph_of(P->m, graph);
-    if (gg >= 0) {
-      bg = P->m->graphs[gg];
-      ra = arena_new();
-      rd = ir_readers(bg->nodes, bg->nnodes, ra);
-      bscore = score_mask(bg, NULL);
-      arg_node = xalloc_calloc((size_t)(nargs + g->noutputs + 1), sizeof(int));
-      for (int k = 0; k < nargs + g->noutputs + 1; k++) arg_node[k] = -1;
-      for (int i = 0; i < bg->nnodes; i++)
-        if (bg->nodes[i].op == IR_ARG && bg->nodes[i].attr[0] >= 0 && bg->nodes[i].attr[0] < nargs + g->noutputs + 1)
-          arg_node[bg->nodes[i].attr[0]] = i;
-    }
-  }
+  char *fp8 = P->pc->fp8_gemms ? fp8_saved(P->m, graph, nargs) : NULL;
   for (int k = 1; k < g->noutputs; k++) {
     const IrNode *x = &g->nodes[g->outputs[k]];
-    /* B.grad's argument #nargs + k (#0 is dy) */
-    int v = arg_node ? arg_node[nargs + k] : -1;
     if (score && score[g->outputs[k]]) b += (double)ir_numel(x) / (double)x->dims[x->rank - 1] * 4;
-    else if (v >= 0 && sem_dtype_is_float(x->dtype) && read_by_fp8_gemms_only(bg, &rd, bscore, v, 0)) b += (double)ir_numel(x);
+    else if (fp8 && fp8[k] && sem_dtype_is_float(x->dtype)) b += (double)ir_numel(x);
     else b += value_bytes(P->pc, x);
   }
-  free(arg_node);
-  free(bscore);
-  if (ra) arena_free(ra);
+  free(fp8);
   free(score);
   mm->layer_saved = b > 0 ? b : 1e-300;
   return mm->layer_saved;
@@ -1066,20 +1063,27 @@ static void key_links(const PlanCtx *c, int64_t tp, int64_t cp, int64_t ep, int 
 
 static Diag *quiet_diag(PlanCtx *c) { return c->quiet; }
 
-/* The program priced at micro batch mb: attention as the flash op, or
- * materialised (plan_set_attention). Dropless experts: at ep = 1 over the
+/* The program of key k, priced at its micro batch: attention as the flash op,
+ * or materialised (plan_set_attention). Dropless experts: at ep = 1 over the
  * rows routed, as compile runs them (moepack.h); under expert parallelism over
  * the busiest expert's expected load (lower_model_priced), which sets the
- * step of the expert group, expert-major where that pays as in compile. */
-static IrModule *lower_priced(PlanCtx *c, Arena *a, int64_t mb, int materialize, int64_t ep, int64_t fold_tp) {
-  LowerOptions o = {ep > 1, materialize, 0};
-  IrModule *m = lower_model_with(a, quiet_diag(c), c->model, mb, &o);
+ * step of the expert group, expert-major where that pays as in compile, and
+ * with the sequences chunked over tp under parallel folding (k->ef). */
+static IrModule *lower_priced(PlanCtx *c, Arena *a, const PlanKey *k) {
+  LowerOptions o = {k->ep > 1, !c->flash, 0};
+  IrModule *m = lower_model_with(a, quiet_diag(c), c->model, k->mb, &o);
   const char *why = NULL;
-  if (m && moe_as_compiled(m, ep, fold_tp, 1, &why) < 0) {
+  if (m && moe_as_compiled(m, k->ep, k->ef ? k->tp : 1, 1, &why) < 0) {
     diag_error(quiet_diag(c), span_none, "parallel folding cannot split a mixture-of-experts layer: %s", why);
     return NULL;
   }
   return m;
+}
+
+/* The partitioning of a key's program. */
+static SpmdSpec key_spec(const PlanCtx *c, const PlanKey *k) {
+  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, k->fce, k->ef};
+  return spec;
 }
 
 /* One node's time as its own kernel, to balance pieces of a forward: a
@@ -1127,14 +1131,14 @@ enum { REG_PRO = 0, REG_EPI = 1, REG_LAYER = 2 };
 static void build_parts(PlanCtx *c, PlanParts *pp) {
   Arena *a = arena_new();
   const PlanKey *k = &pp->key;
-  IrModule *global = lower_priced(c, a, k->mb, !c->flash, k->ep, k->ef ? k->tp : 1);
+  IrModule *global = lower_priced(c, a, k);
   IrModule *part = NULL;
   if (!global) {
     snprintf(pp->why, sizeof pp->why, "the model does not lower at micro batch %" PRId64, k->mb);
     pp->before_ad = 1;
     goto done;
   }
-  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, k->fce, k->ef};
+  SpmdSpec spec = key_spec(c, k);
   int errors = diag_error_count(quiet_diag(c));
   part = spmd_partition(a, quiet_diag(c), global, &spec);
   if (!part) {
@@ -1378,7 +1382,7 @@ PlanParts *plan_parts(PlanCtx *c, const PlanKey *k) {
      * recompute none: its parts, not built again */
     if (!c->selective_same) {
       Arena *a = arena_new();
-      IrModule *m = lower_priced(c, a, k->mb, !c->flash, k->ep, k->ef ? k->tp : 1);
+      IrModule *m = lower_priced(c, a, k);
       if (m) c->selective_same = ad_selective_recomputes(m) ? 2 : 1;
       arena_free(a);
     }
@@ -1732,8 +1736,8 @@ PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
   if (plan_split_layers(c, parts, K, e->layers, e->why, sizeof e->why) != 0) return e;
   /* the program, lowered and partitioned once for every split priced below */
   Arena *a = arena_new();
-  IrModule *global = lower_priced(c, a, k->mb, !c->flash, k->ep, k->ef ? k->tp : 1);
-  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, k->fce, k->ef};
+  IrModule *global = lower_priced(c, a, k);
+  SpmdSpec spec = key_spec(c, k);
   IrModule *part = global ? spmd_partition(a, quiet_diag(c), global, &spec) : NULL;
   int ok = price_split(c, k, K, parts, part, a, e->layers, e->ch, e->why, sizeof e->why) == 0;
   if (ok && parts->unit_w && K > 1) {
@@ -1999,6 +2003,8 @@ static double compressed_allreduce(double n, int ranks, const CostLink *link, do
  * bfloat16 does. int8 and top-k are not priced (planned as fp32). */
 int plan_grad_reduce_bytes(Compression c) { return c == COMPRESS_BF16 || c == COMPRESS_FP16 ? 2 : 4; }
 
+int plan_layout_folded(const PlanLayout *L) { return L->expert_fold && L->tp > 1 && L->ep > 1; }
+
 PlanLayout plan_layout_of(const SemModel *m) {
   const SemLayout *L = &m->layout;
   PlanLayout p;
@@ -2113,7 +2119,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   if (L.dp * L.tp * L.pp * L.cp != c->gpus)
     return fail(out, "dp x tp x pp x cp = %" PRId64 " is not the %" PRId64 " GPUs", L.dp * L.tp * L.pp * L.cp, c->gpus);
   if (L.ep < 1) L.ep = 1;
-  int fold = L.expert_fold && L.tp > 1 && L.ep > 1;
+  int fold = plan_layout_folded(&L);
   if (L.ep > 1) {
     if (fold && (L.ep % L.tp || L.dp % (L.ep / L.tp) || L.cp > 1))
       return fail(out, "a folded expert group (expert_tensor = 1) needs ep = %" PRId64 " a multiple of tp = %" PRId64
@@ -2570,7 +2576,7 @@ int plan_timeline(PlanCtx *c, const PlanLayout *L, PlanTimeline *out) {
   const PlanLayout *l = &r.layout;
   int64_t K = l->pp * (l->vpp > 0 ? l->vpp : 1);
   PlanKey key = {l->micro_batch, l->tp, l->cp, l->tp > 1 ? l->sp : 0, l->recompute, l->ep > 1 ? l->ep : 1,
-                 l->fused_ce == 1, l->recompute_layers, l->expert_fold && l->tp > 1 && l->ep > 1};
+                 l->fused_ce == 1, l->recompute_layers, plan_layout_folded(l)};
   PlanExact *e = plan_exact(c, &key, K);
   if (!e->valid) return -1;
   double *tf = xalloc_calloc((size_t)K, sizeof(double)), *tb = xalloc_calloc((size_t)K, sizeof(double));

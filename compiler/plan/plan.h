@@ -73,6 +73,9 @@ typedef struct PlanLayout {
   int expert_fold;
 } PlanLayout;
 
+/* Whether L's expert group is folded: expert_fold with tp > 1 and ep > 1. */
+int plan_layout_folded(const PlanLayout *L);
+
 /* Memory of one GPU (bytes). */
 typedef struct PlanMemory {
   double params, grads, optimizer; /* model states by precision and ZeRO stage */

@@ -26,7 +26,7 @@ const char *plan_layout_str(char *buf, size_t n, const PlanLayout *L) {
   if (L->pp > 1 && L->vpp > 1) snprintf(sched, sizeof sched, " %s/v%" PRId64, sem_schedule_name((Schedule)L->schedule), L->vpp);
   else if (L->pp > 1) snprintf(sched, sizeof sched, " %s", sem_schedule_name((Schedule)L->schedule));
   char ep[32] = "", rl[32] = "";
-  if (L->ep > 1) snprintf(ep, sizeof ep, " ep=%" PRId64 "%s", L->ep, L->expert_fold && L->tp > 1 ? " etp=1" : "");
+  if (L->ep > 1) snprintf(ep, sizeof ep, " ep=%" PRId64 "%s", L->ep, plan_layout_folded(L) ? " etp=1" : "");
   if (L->recompute_layers > 0 && L->recompute > 0) snprintf(rl, sizeof rl, "/%" PRId64 "l", L->recompute_layers);
   snprintf(buf, n, "dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 "%s sp=%s zero=%" PRId64 " mb=%" PRId64 "%s rc=%s%s%s",
            L->dp, L->tp, L->pp, L->cp, ep, L->sp ? "on" : "off", L->zero, L->micro_batch, sched,
@@ -55,7 +55,7 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
     return;
   }
   char epx[32] = "";
-  if (L->ep > 1) snprintf(epx, sizeof epx, " ep=%" PRId64 "%s", L->ep, L->expert_fold && L->tp > 1 ? " etp=1" : "");
+  if (L->ep > 1) snprintf(epx, sizeof epx, " ep=%" PRId64 "%s", L->ep, plan_layout_folded(L) ? " etp=1" : "");
   fprintf(f,
           "layout: dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 "%s sp=%s zero=%" PRId64
           "; micro batch %" PRId64 " x %" PRId64 " per step (global batch %" PRId64 ")",
@@ -267,7 +267,7 @@ static json_t *json_layout(const PlanLayout *L) {
   /* expert parallelism: its degree, and the experts whole over a group folded
    * over tensor x data ranks (expert_tensor = 1) or split over the tensor group */
   json_object_set_new(o, "ep", json_integer(L->ep > 1 ? L->ep : 1));
-  json_object_set_new(o, "expert_tensor", json_integer(L->expert_fold && L->tp > 1 && L->ep > 1 ? 1 : L->tp));
+  json_object_set_new(o, "expert_tensor", json_integer(plan_layout_folded(L) ? 1 : L->tp));
   return o;
 }
 

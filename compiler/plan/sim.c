@@ -559,6 +559,8 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
     goto done;
   }
   int fold = L->ep_fold && L->tp > 1 && L->ep > 1;
+  /* the data-parallel ranks in an expert group (dp.sync's sums and shards of expert shards go over dp / ep_dp) */
+  int64_t ep_dp = L->ep > 1 ? (fold ? L->ep / L->tp : L->ep) : 1;
   const char *fold_why = NULL;
   /* as compile: dropless experts over their rows, expert-major slots, folded sequences */
   if (moe_as_compiled(global, L->ep, fold ? L->tp : 1, 0, &fold_why) < 0) {
@@ -595,7 +597,7 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
   DpSync **syncs = arena_alloc(arena, sizeof(DpSync *) * (size_t)S.K);
   for (int c = 0; c < S.K; c++) {
     cms[c] = pipe_chunk_module(arena, pr, c);
-    if (L->zero == 3 && !(cms[c] = dpsync_shard_params(arena, diag, cms[c], L->dp, fold ? L->ep / L->tp : L->ep > 1 ? L->ep : 1))) {
+    if (L->zero == 3 && !(cms[c] = dpsync_shard_params(arena, diag, cms[c], L->dp, ep_dp))) {
       fail(err, errlen, "chunk %d: its parameters do not shard over dp", c);
       goto done;
     }
@@ -605,7 +607,7 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
       fail(err, errlen, "chunk %d does not differentiate: %s", c, why ? why : "?");
       goto done;
     }
-    if (!(syncs[c] = dpsync_build(ads[c], L->dp, L->zero, fold ? L->ep / L->tp : L->ep > 1 ? L->ep : 1, &why))) {
+    if (!(syncs[c] = dpsync_build(ads[c], L->dp, L->zero, ep_dp, &why))) {
       fail(err, errlen, "chunk %d: no gradient synchronisation: %s", c, why ? why : "?");
       goto done;
     }
@@ -628,7 +630,7 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
   S.nranks = (int)(L->dp * S.PP * L->tp * L->cp);
   S.ep = L->ep > 1 ? (int)L->ep : 1;
   S.fold = fold;
-  S.ep_dp = fold ? S.ep / (int)L->tp : S.ep;
+  S.ep_dp = (int)ep_dp;
   S.ranks = calloc((size_t)S.nranks, sizeof(Rank));
   S.tp_groups = calloc((size_t)S.nranks, sizeof(Group));
   S.cp_groups = calloc((size_t)S.nranks, sizeof(Group));

@@ -48,7 +48,7 @@ typedef struct {
   int materialize_attention; /* LowerOptions (lower.h): attention as its materialised chain */
   int64_t vocab_pad;         /* SpmdSpec.vocab_pad: 0 pads nothing */
   int fused_ce;              /* SpmdSpec.fused_ce */
-  int ep_fold;               /* SpmdSpec.ep_fold (sim_rank_program only: sim_step refuses it) */
+  int ep_fold;               /* SpmdSpec.ep_fold: the expert group folded over the tensor group */
 } SimLayout;
 
 typedef struct {
