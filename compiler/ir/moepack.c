@@ -218,26 +218,41 @@ static int packed_node(IrGraph *g, const IrNode *old, const int *map, const int 
   return chain_elementwise(g, old, map, owner, i, o, packed_operand_of, P); /* over the rows */
 }
 
+/* What mark_chain works with over a graph: its readers, the chains' owners
+ * (0: none), a queue, the graph's outputs. */
+typedef struct {
+  IrReaders rd;
+  int *owner, *queue;
+  char *out;
+} ChainScan;
+
+static ChainScan chain_scan(const IrGraph *g) {
+  int n = g->nnodes;
+  ChainScan c = {ir_readers(g->nodes, n, g->arena), xalloc_calloc((size_t)(n + 1), sizeof(int)),
+                 xalloc_malloc(sizeof(int) * (size_t)(n + 1)), xalloc_calloc((size_t)(n + 1), 1)};
+  for (int k = 0; k < g->noutputs; k++) c.out[g->outputs[k]] = 1;
+  return c;
+}
+
+static void chain_scan_free(ChainScan *c) { free(c->owner), free(c->queue), free(c->out); }
+
 /* Marks every chain of g that fits (and pays, for the expert-major form)
  * and rewrites them; returns how many. */
 static int rewrite_graph(IrGraph *g, int dropless, int64_t ep) {
   int n = g->nnodes, found = 0;
-  IrReaders rd = ir_readers(g->nodes, n, g->arena);
-  int *owner = xalloc_calloc((size_t)(n + 1), sizeof(int)), *queue = xalloc_malloc(sizeof(int) * (size_t)(n + 1));
-  char *out = xalloc_calloc((size_t)(n + 1), 1);
-  for (int k = 0; k < g->noutputs; k++) out[g->outputs[k]] = 1;
+  ChainScan cs = chain_scan(g);
   for (int d = 0; d < n; d++) {
-    if (!mark_chain(g, d, &rd, out, owner, queue, dropless)) continue;
-    if (dropless || major_pays(g, d, owner, ep)) found++;
+    if (!mark_chain(g, d, &cs.rd, cs.out, cs.owner, cs.queue, dropless)) continue;
+    if (dropless || major_pays(g, d, cs.owner, ep)) found++;
     else
-      for (int i = 0; i < n; i++) owner[i] = owner[i] == d + 1 ? 0 : owner[i];
+      for (int i = 0; i < n; i++) cs.owner[i] = cs.owner[i] == d + 1 ? 0 : cs.owner[i];
   }
   if (found) {
     Packed *chain = dropless ? xalloc_calloc((size_t)(n + 1), sizeof *chain) : NULL; /* by dispatch */
-    if (!rebuild(g, owner, dropless ? packed_node : major_node, chain)) found = 0;
+    if (!rebuild(g, cs.owner, dropless ? packed_node : major_node, chain)) found = 0;
     free(chain);
   }
-  free(owner), free(queue), free(out);
+  chain_scan_free(&cs);
   return found;
 }
 
@@ -399,10 +414,7 @@ int moe_fold_sequences(IrModule *m, int64_t tp, int priced, const char **why) {
     IrGraph *g = m->graphs[gi];
     if (g->fb_split) continue; /* forward graphs only: autodiff comes after */
     int n = g->nnodes, found = 0;
-    IrReaders rd = ir_readers(g->nodes, n, g->arena);
-    int *owner = xalloc_calloc((size_t)(n + 1), sizeof(int)), *queue = xalloc_malloc(sizeof(int) * (size_t)(n + 1));
-    char *out = xalloc_calloc((size_t)(n + 1), 1);
-    for (int k = 0; k < g->noutputs; k++) out[g->outputs[k]] = 1;
+    ChainScan cs = chain_scan(g);
     const char *bad = NULL;
     for (int d = 0; d < n && !bad; d++) {
       const IrNode *dn = &g->nodes[d];
@@ -413,7 +425,7 @@ int moe_fold_sequences(IrModule *m, int64_t tp, int priced, const char **why) {
         bad = "it drops tokens (drop = true): a capacity is a sequence's, and the tensor group splits the sequences";
       else if (x->rank != 3 || x->dims[1] % tp)
         bad = "its sequence does not split into tensor chunks";
-      else if (!mark_chain(g, d, &rd, out, owner, queue, 0))
+      else if (!mark_chain(g, d, &cs.rd, cs.out, cs.owner, cs.queue, 0))
         bad = "its experts are not a chain of expert GEMMs and element-wise ops up to the combine";
       else
         found++;
@@ -421,10 +433,10 @@ int moe_fold_sequences(IrModule *m, int64_t tp, int priced, const char **why) {
     if (!bad && found) {
       Fold F = {tp, xalloc_malloc(sizeof(int) * (size_t)(n + 1))};
       for (int i = 0; i <= n; i++) F.chunked[i] = -1;
-      if (!rebuild(g, owner, fold_node, &F)) bad = "a shape of the chunked layer does not check";
+      if (!rebuild(g, cs.owner, fold_node, &F)) bad = "a shape of the chunked layer does not check";
       free(F.chunked);
     }
-    free(owner), free(queue), free(out);
+    chain_scan_free(&cs);
     if (bad) {
       if (why) *why = bad;
       return -1;
