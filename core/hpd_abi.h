@@ -9,8 +9,9 @@
 
 /* ==== the artifact ABI ==== */
 
-#define HPD_ABI_VERSION 7 /* 2: the extern hook; 3: the host-op hook; 4: the kernel-span hook and kernel table;
-                             5: the parallel hook; 6: the bf16 GEMM hook; 7: the parameters' 16-bit copies */
+#define HPD_ABI_VERSION 8 /* 2: the extern hook; 3: the host-op hook; 4: the kernel-span hook and kernel table;
+                             5: the parallel hook; 6: the bf16 GEMM hook; 7: the parameters' 16-bit copies;
+                             8: the fp32 GEMM hook */
 
 /* Per call of an entry point: what the generated code needs besides
  * tensors. The layout is fixed (the generated code reads it by offset). */
@@ -73,6 +74,15 @@ typedef struct hpd_ctx {
    * graphs run; NULL entries for parameters no node reads in 16 bits
    * (train { precision = bf16 }: the weights a GEMM multiplies). */
   void *const *param16;
+  /* A GEMM on fp32 operands, c[m, n] = alpha op(a) op(b) + beta c as
+   * gemm_bf16 with a and b fp32: the runtime cuts it into blocks fixed by
+   * the shape and runs each as one single-threaded sgemm on the rank's
+   * threads, so that its bits do not depend on the thread count (a threaded
+   * BLAS's do: docs/runtime.md). 0 on success, else non-zero with
+   * ctx->error set. NULL: the generated code calls cblas_sgemm itself. */
+  int32_t (*gemm_f32)(struct hpd_ctx *ctx, int32_t trans_a, int32_t trans_b, int64_t m, int64_t n, int64_t k,
+                      float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                      int64_t ldc);
 } hpd_ctx;
 
 /* A fused kernel of a graph, for profiles: its symbol, its family (loop,

@@ -378,6 +378,66 @@ typedef int (*BlasGetThreadsFn)(void);
 static BlasSetThreadsFn blas_set_threads_fn;
 static BlasGetThreadsFn blas_get_threads_fn;
 
+/* hpd_ctx.gemm_f32: the generated code's fp32 GEMMs. OpenBLAS's threaded
+ * sgemm gives other last bits at 1 and 2 threads with its Haswell / Zen
+ * kernels (0.3.21 on AMD EPYC: the split moves a block edge into another
+ * micro-kernel), so a run's losses would depend on --threads. Instead the
+ * product is cut into blocks fixed by its shape alone, each one sgemm on
+ * one BLAS thread, run on the pool (or in order without one): the same
+ * bits at any thread count. The cut is along the output's longer side, so
+ * the operand each block packs again is the smaller one (rows: b's panel;
+ * columns: a's); at least GEMM_BLOCK_MIN rows or columns a block (a
+ * multiple of 16, the micro-kernels' widths), at most GEMM_BLOCKS blocks,
+ * and none below GEMM_SPLIT_MIN multiply-adds (too short to share). */
+enum { GEMM_BLOCKS = 8, GEMM_BLOCK_MIN = 256, GEMM_SPLIT_MIN = 1 << 21 };
+
+typedef struct {
+  int32_t trans_a, trans_b;
+  int64_t m, n, k, lda, ldb, ldc, block; /* block: rows (by_rows) or columns a block */
+  int by_rows;
+  float alpha, beta;
+  const float *a, *b;
+  float *c;
+} GemmBlocks;
+
+static void gemm_block(const GemmBlocks *g, int64_t i) {
+  int64_t lo = i * g->block, len = (g->by_rows ? g->m : g->n) - lo;
+  if (len > g->block) len = g->block;
+  if (g->by_rows) /* rows lo.. of op(a) and of c */
+    nx_sgemm(g->trans_a, g->trans_b, len, g->n, g->k, g->alpha, g->a + (g->trans_a ? lo : lo * g->lda), g->lda, g->b,
+             g->ldb, g->beta, g->c + lo * g->ldc, g->ldc);
+  else /* columns lo.. of op(b) and of c */
+    nx_sgemm(g->trans_a, g->trans_b, g->m, len, g->k, g->alpha, g->a, g->lda, g->b + (g->trans_b ? lo * g->ldb : lo),
+             g->ldb, g->beta, g->c + lo, g->ldc);
+}
+
+static int gemm_block_range(void *env, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; i++) gemm_block(env, i);
+  return 0;
+}
+
+static int32_t nx_gemm_f32(hpd_ctx *ctx, int32_t trans_a, int32_t trans_b, int64_t m, int64_t n, int64_t k,
+                           float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                           int64_t ldc) {
+  Exec *x = ctx->comm;
+  GemmBlocks g = {trans_a, trans_b, m, n, k, lda, ldb, ldc, 0, m >= n, alpha, beta, a, b, c};
+  int64_t side = g.by_rows ? m : n, nblocks = 1;
+  if (m * n * k >= GEMM_SPLIT_MIN && side >= 2 * GEMM_BLOCK_MIN) {
+    nblocks = side / GEMM_BLOCK_MIN < GEMM_BLOCKS ? side / GEMM_BLOCK_MIN : GEMM_BLOCKS;
+    g.block = ((side + nblocks - 1) / nblocks + 15) / 16 * 16;
+    nblocks = (side + g.block - 1) / g.block;
+  }
+  if (nblocks == 1) g.block = side;
+  int blas_threads = blas_get_threads_fn ? blas_get_threads_fn() : 1;
+  if (blas_set_threads_fn && blas_threads != 1) blas_set_threads_fn(1);
+  if (x->pool && nblocks > 1)
+    par_pool_run(x->pool, nblocks, gemm_block_range, &g);
+  else
+    gemm_block_range(&g, 0, nblocks);
+  if (blas_set_threads_fn && blas_threads != 1) blas_set_threads_fn(blas_threads);
+  return 0;
+}
+
 typedef struct {
   void (*fn)(void *ctx, int64_t lo, int64_t hi);
   void *ctx;
@@ -1329,10 +1389,13 @@ static void *exec_create(TrainCtx *ctx, RtErr *e) {
     P->x[i]->pool = P->pool;
     P->x[i]->par_min = par_min;
     P->x[i]->hctx.parallel = P->pool ? nx_parallel : NULL;
-    if (P->pool && P->x[i]->dl && !blas_set_threads_fn) {
+    if (P->x[i]->dl && !blas_set_threads_fn) {
       *(void **)&blas_set_threads_fn = dlsym(P->x[i]->dl, "openblas_set_num_threads");
       *(void **)&blas_get_threads_fn = dlsym(P->x[i]->dl, "openblas_get_num_threads");
     }
+    /* with threads and no way to hold the BLAS to one (not OpenBLAS: its own
+     * threading), the generated code calls cblas_sgemm itself */
+    if (P->x[i]->host.sgemm && (blas_set_threads_fn || !P->pool)) P->x[i]->hctx.gemm_f32 = nx_gemm_f32;
     if (P->pool && blas_set_threads_fn && P->x[i]->host.sgemm) {
       P->x[i]->host.par_for = nx_attn_par_for;
       P->x[i]->host.par = P->x[i];

@@ -988,6 +988,7 @@ static void init_types(CgCpu *cg) {
   cg->tgemm16 = LLVMFunctionType(cg->ti32, gp, 14, 0);
   f[CG_CTX_GEMM_BF16] = LLVMPointerType(cg->tgemm16, 0);
   f[CG_CTX_PARAM16] = cg->tpp8;
+  f[CG_CTX_GEMM_F32] = LLVMPointerType(cg->tgemm16, 0); /* the same signature, a and b as i8 * */
   LLVMStructSetBody(cg->tctx, f, CG_CTX_NFIELDS, 0);
   cg->tkern_entry = LLVMFunctionType(cg->ti32, &cg->tpp8, 1, 0);
   cg->md_loop = LLVMGetMDKindIDInContext(c, "llvm.loop", 9);

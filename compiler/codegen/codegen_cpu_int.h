@@ -182,6 +182,7 @@ enum {
   CG_CTX_PARALLEL,
   CG_CTX_GEMM_BF16,
   CG_CTX_PARAM16,
+  CG_CTX_GEMM_F32,
   CG_CTX_NFIELDS
 };
 /* Calls hpd_ctx.parallel(ctx, nunits, work, range, env8), or range(env8, 0,

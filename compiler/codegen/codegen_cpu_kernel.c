@@ -951,24 +951,36 @@ static LLVMValueRef batch_offset(CgCpu *cg, LLVMValueRef bi, int nb_axes, const 
   return off;
 }
 
-/* One call of the product: cblas_sgemm on fp32 operands, on bf16 ones the
- * runtime's hpd_ctx.gemm_bf16 (core/numeric/gemm16.h), whose failure (or
- * absence) fails the kernel. */
+/* One call of the product: on fp32 operands the runtime's hpd_ctx.gemm_f32
+ * (its blocks fixed by the shape, so the bits do not depend on the thread
+ * count), or cblas_sgemm where a host gives no hook; on bf16 ones the
+ * runtime's hpd_ctx.gemm_bf16 (core/numeric/gemm16.h). A hook's failure (or
+ * gemm_bf16's absence) fails the kernel. */
 static void gemm_call(CgKern *k, const GemmPlan *P, int bf16, LLVMValueRef m, LLVMValueRef pa, LLVMValueRef pb,
                       LLVMValueRef pc) {
   CgCpu *cg = k->cg;
   const GemmOperand *A = &P->a, *B = &P->b;
-  if (!bf16) {
+  LLVMValueRef hook;
+  LLVMBasicBlockRef done = NULL;
+  if (!bf16) { /* hpd_ctx.gemm_f32 when the runtime gives it, else cblas_sgemm */
+    hook = cg_ctx_field(cg, k->ctxp, CG_CTX_GEMM_F32, "gemm_f32");
+    LLVMBasicBlockRef direct = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "sgemm");
+    LLVMBasicBlockRef via = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "gemm_f32");
+    done = LLVMAppendBasicBlockInContext(cg->ctx, k->fn, "gemm_done");
+    LLVMBuildCondBr(cg->b, LLVMBuildIsNull(cg->b, hook, ""), direct, via);
+    LLVMPositionBuilderAtEnd(cg->b, direct);
     LLVMValueRef args[14] = {cg_i32(cg, 101), cg_i32(cg, A->trans ? 112 : 111), cg_i32(cg, B->trans ? 112 : 111),
                              LLVMBuildTrunc(cg->b, m, cg->ti32, ""), cg_i32(cg, P->N), cg_i32(cg, P->K),
                              cg_f32(cg, P->alpha), pa, cg_i32(cg, A->cols), pb, cg_i32(cg, B->cols), cg_f32(cg, k->accumulate ? 1.0 : 0.0),
                              pc, cg_i32(cg, P->N)};
     cg_call(cg, sgemm_fn(cg), args, 14, "");
-    return;
+    LLVMBuildBr(cg->b, done);
+    LLVMPositionBuilderAtEnd(cg->b, via);
+  } else {
+    hook = cg_ctx_field(cg, k->ctxp, CG_CTX_GEMM_BF16, "gemm_bf16");
+    fail_if(k, LLVMBuildIsNull(cg->b, hook, ""),
+            fail_block(k, "a bf16 GEMM, and the runtime gives no hpd_ctx.gemm_bf16 (an older runtime: rebuild it)"));
   }
-  LLVMValueRef hook = cg_ctx_field(cg, k->ctxp, CG_CTX_GEMM_BF16, "gemm_bf16");
-  fail_if(k, LLVMBuildIsNull(cg->b, hook, ""),
-          fail_block(k, "a bf16 GEMM, and the runtime gives no hpd_ctx.gemm_bf16 (an older runtime: rebuild it)"));
   LLVMValueRef args[14] = {k->ctxp,
                            cg_i32(cg, A->trans),
                            cg_i32(cg, B->trans),
@@ -985,6 +997,10 @@ static void gemm_call(CgKern *k, const GemmPlan *P, int bf16, LLVMValueRef m, LL
                            cg_i64(cg, P->N)};
   LLVMValueRef rc = LLVMBuildCall2(cg->b, cg->tgemm16, hook, args, 14, "rc");
   return_if_failed(k, rc);
+  if (done) {
+    LLVMBuildBr(cg->b, done);
+    LLVMPositionBuilderAtEnd(cg->b, done);
+  }
 }
 
 static void kernel_gemm(CgKern *k) {

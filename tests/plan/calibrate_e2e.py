@@ -4,19 +4,20 @@
     calibrate_e2e.py --bin BUILD/bin --source REPO --work DIR CASE
 
   gpt2    samples/gpt2.hpd (GPT-2 124M) on one CPU rank, one sequence of 64 a step, compiled
-          natively and profiled in separate runs (`hpdlrun --profile`, 6 steps each): a fit, a
-          check, a second fit; each fit's trace calibrates the cpu device (--cluster laptop: the
-          catalog's figures) into a file of its own, which must price its own fit run within 3%,
-          and `hpdlc plan --cluster FILE.hpd --compare` of some check run must give the step
-          within 15% by some fit's file (the uncalibrated plan is off by 38-84% on this machine,
-          and must be more than 25% and twice the calibrated plan's error); the fitted classes,
-          GEMM and memory-bound kernels (the native code's per-kernel spans), are printed. Runs
-          of the same program drift by 15-50% on a shared 2-core VM (another tenant, a
-          CPU-credit limit; case_gpt2 lists what was seen), so while no pair agrees another
-          check and another fit are profiled, up to three checks; the disk is flushed before
-          each run and its final checkpoint deleted after. Each file is a cluster block with
-          compute_scale and memory_scale in (0, 4], and planning with it prices the device at
-          the catalog's figures times them.
+          natively and profiled (`hpdlrun --profile`, 11 steps); the trace is dealt into its
+          even steps (the fit) and its odd ones (the check), each with the warm-up step both
+          leave out. The fit calibrates the cpu device (--cluster laptop: the catalog's
+          figures) into a file, which must price its own fit steps within 3%, and
+          `hpdlc plan --cluster FILE.hpd --compare` of the check steps must give the step
+          within 15% (the uncalibrated plan is off by 38-84% on this machine, and must be
+          more than 25% and twice the calibrated plan's error); the fitted classes, GEMM and
+          memory-bound kernels (the native code's per-kernel spans), are printed. Runs of the
+          same program drift by 15-50% on a shared 2-core VM (another tenant, a CPU-credit
+          limit; case_gpt2 lists what was seen): interleaved steps share the drift, and a
+          miss profiles another run, up to three; the disk is flushed before each run and
+          its final checkpoint deleted after. Each file is a cluster block with
+          compute_scale and memory_scale in (0, 4], and planning with it prices the device
+          at the catalog's figures times them.
   errors  golden messages and exit status: no -o (2), --search with it (2), a missing trace
           (1), a cluster file with two clusters (1), a scale no machine has (1), and a
           calibrated file planned again when its trace has no compute to fit.
@@ -110,6 +111,26 @@ def calibrate(fit_trace, i):
     return out
 
 
+def split_trace(trace, name):
+    """The profile's steps dealt into two traces of their own: the first step (the
+    warm-up both leave out) with the even steps, and with the odd ones; each keeps the
+    events inside its steps' spans. Their paths."""
+    t = json.load(open(trace))
+    ev = t["traceEvents"]
+    spans = {e["args"]["step"]: (e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") == "step"}
+    first = min(spans)
+    outs = []
+    for half, parity in (("even", 0), ("odd", 1)):
+        keep = [(lo, hi) for s, (lo, hi) in spans.items() if s == first or (s != first and s % 2 == parity)]
+        mine = [e for e in ev if e.get("ph") != "X" or any(lo <= e["ts"] <= hi for lo, hi in keep)]
+        check(sum(e.get("cat") == "step" for e in mine) == len(keep), f"{trace}: the {half} steps' spans")
+        out = os.path.join(work(f"{name}-{half}"), "trace.json")
+        with open(out, "w") as f:
+            json.dump(dict(t, traceEvents=mine), f)
+        outs.append(out)
+    return outs
+
+
 def case_gpt2():
     art = e2e_common.fresh_dir(ARGS.work, "art-gpt2")
     run([tool("hpdlc"), "compile", gpt2(), *SHAPE, "-o", art])
@@ -117,45 +138,38 @@ def case_gpt2():
     # CPU-credit limit): on 2026-12-01 a fit run of 613 ms a step against checks of 455-496;
     # on 2026-12-02 fits of 1106 and 1280 ms against checks of 1352-1593, and in the CI of
     # that evening fits of 1637 and 1272 ms against three checks of 1072-1099, after 30
-    # minutes of load. So fits and checks alternate (fit, check, fit; then check, fit while
-    # no pair agrees, up to three checks), every fit is calibrated into a file of its own,
-    # and some fit's file must price some independent check run within 15%.
-    fits = [profile(art, "fit", 6)]
-    checks = [profile(art, "check", 6)]
-    fits.append(profile(art, "fit2", 6))
-    outs = [calibrate(t, i) for i, t in enumerate(fits)]
+    # minutes of load; on 2026-12-03 fits of 522 and 451 ms against a check of 595 (-12% and
+    # -24%), and a CI run whose pairs all missed. So the fit and the check come from one run,
+    # its even and its odd steps (split_trace): the drift falls on both alike, and the check
+    # is still steps the fit never saw. While the calibrated plan misses the check by more
+    # than 15%, another run is profiled, up to three.
     best = None
     for attempt in range(3):
-        fit_steps = [compare_json("laptop", t)[0]["step"]["measured_s"] for t in fits]
-        check_steps = [compare_json("laptop", t)[0]["step"]["measured_s"] for t in checks]
-        print("fit runs: " + ", ".join(f"{t * 1e3:.1f}" for t in fit_steps) + " ms a step; check runs: "
-              + ", ".join(f"{t * 1e3:.1f}" for t in check_steps) + " ms a step")
-        for c, check_trace in enumerate(checks):
-            base, _ = compare_json("laptop", check_trace)
-            for out in outs:
-                rows, _ = compare_json(out, check_trace)
-                for cls in ("gemm", "memory_bound", "optimizer", "step"):
-                    r, b = rows[cls], base[cls]
-                    e = r["predicted_s"] / r["measured_s"] - 1
-                    e0 = b["predicted_s"] / b["measured_s"] - 1
-                    if c == len(checks) - 1 or (attempt == 0 and c == 0):
-                        print(f"check {c + 1}, {os.path.basename(out)} {cls}: measured {r['measured_s'] * 1e3:.1f} ms; "
-                              f"calibrated {r['predicted_s'] * 1e3:.1f} ms ({e * 100:+.1f}%), catalog laptop "
-                              f"{b['predicted_s'] * 1e3:.1f} ms ({e0 * 100:+.1f}%)")
-                if best is None or abs(e) < abs(best[0]):
-                    best = (e, e0)
-        if abs(best[0]) <= 0.15 or attempt == 2:
+        fit, chk = split_trace(profile(art, f"run{attempt + 1}", 11), f"run{attempt + 1}")
+        out = calibrate(fit, attempt)
+        base, _ = compare_json("laptop", chk)
+        rows, _ = compare_json(out, chk)
+        print(f"run {attempt + 1}: fit steps {compare_json('laptop', fit)[0]['step']['measured_s'] * 1e3:.1f} ms, "
+              f"check steps {rows['step']['measured_s'] * 1e3:.1f} ms a step")
+        for cls in ("gemm", "memory_bound", "optimizer", "step"):
+            r, b = rows[cls], base[cls]
+            e = r["predicted_s"] / r["measured_s"] - 1
+            e0 = b["predicted_s"] / b["measured_s"] - 1
+            print(f"check of run {attempt + 1}, {os.path.basename(out)} {cls}: measured {r['measured_s'] * 1e3:.1f} ms; "
+                  f"calibrated {r['predicted_s'] * 1e3:.1f} ms ({e * 100:+.1f}%), catalog laptop "
+                  f"{b['predicted_s'] * 1e3:.1f} ms ({e0 * 100:+.1f}%)")
+        if best is None or abs(e) < abs(best[0]):
+            best = (e, e0)
+        if abs(best[0]) <= 0.15:
             break
-        print(f"no fit prices a check run within 15% (nearest {best[0] * 100:+.1f}%): profiling another check and fit")
-        checks.append(profile(art, f"check{attempt + 2}", 6))
-        fits.append(profile(art, f"fit{len(fits) + 1}", 6))
-        outs.append(calibrate(fits[-1], len(fits) - 1))
+        print(f"the calibrated plan misses the check steps by {e * 100:+.1f}% (limit 15%): profiling another run")
     step_e, e0 = best
     check(abs(step_e) <= 0.15, f"step: the calibrated plan is off by {step_e * 100:+.1f}% (limit 15%)")
     # the calibration must matter: the catalog laptop's plan was 52.6% off this step on the
     # 2-core VM before the kernels' rows ran on the rank's threads (issue 16), 49.2% after, and
-    # 38-46% once the tied table's gradients went into its slot directly (2026-11-29); the
-    # calibrated plan at most half as far off, and the uncalibrated one more than 25%
+    # 38-46% once the tied table's gradients went into its slot directly (2026-11-29), 57% on
+    # an AMD EPYC VM (2026-12-03); the calibrated plan at most half as far off, and the
+    # uncalibrated one more than 25%
     check(abs(e0) > 0.25 and abs(e0) > 2 * abs(step_e),
           f"the uncalibrated plan is {e0 * 100:+.1f}% off, the calibrated {step_e * 100:+.1f}%: the test shows nothing on this machine")
 
