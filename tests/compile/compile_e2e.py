@@ -610,15 +610,19 @@ def case_native_threads():
     # the generated kernels' rows on the rank's threads (hpd_ctx.parallel, runtime/pool.c):
     # every loss, gradient norm and checkpoint byte the same at 1, 2 and 3 threads, with
     # HPDL_PARALLEL_MIN=0 splitting every splittable loop however small (ranges of one row)
-    # and at the default threshold; odd sizes so that ranges are uneven
-    for name, defs in (("even", DEFS), ("odd", ["-D", "C=48", "-D", "T=13", "-D", "L=2", "-D", "H=3"])):
+    # and at the default threshold; odd sizes so that ranges are uneven; "wide" so
+    # that GEMMs are cut into blocks (hpd_ctx.gemm_f32, runtime/program_exec.c: the
+    # MLP's [512, 256] x [256, 1024] into 4 column blocks, the head's rows in 2), whose
+    # bits must not depend on which thread runs a block
+    for name, defs in (("even", DEFS), ("odd", ["-D", "C=48", "-D", "T=13", "-D", "L=2", "-D", "H=3"]),
+                       ("wide", ["-D", "C=256", "-D", "T=64", "-D", "L=1", "-D", "H=4"])):
         art, p = compile_art("art-threads-" + name, [], executor="auto", defs=defs)
         ex = json.load(open(os.path.join(art, "manifest.json")))["program"]["executor"]
         if ex == "interp":
             print("skipped: the CPU back end is not built into this hpdlc: " + p.stderr.strip())
             sys.exit(SKIP)
         nm = shutil.which("nm")
-        if nm:  # the splittable kernels are there: a body and a range each
+        if nm and name != "wide":  # the splittable kernels are there: a body and a range each
             syms = run([nm, os.path.join(art, "stage0.so")]).stdout
             ranges = [ln.split()[-1] for ln in syms.splitlines() if ln.endswith(".range")]
             kinds = {r.split(".")[-2] for r in ranges}
@@ -629,7 +633,8 @@ def case_native_threads():
             ck = work(tag + "-ckpt")
             shutil.rmtree(ck, ignore_errors=True)
             env = {"HPDL_PARALLEL_MIN": least} if least else None
-            got, _ = train(art, tag, steps=10, extra=["--threads", str(threads), "--checkpoint-dir", ck], env=env)
+            got, _ = train(art, tag, steps=3 if name == "wide" else 10, extra=["--threads", str(threads), "--checkpoint-dir", ck],
+                           env=env)
             files = sorted(f for f in os.listdir(ck) if f.endswith(".safetensors"))
             check(files, f"{tag}: no checkpoint")
             with open(os.path.join(ck, files[-1]), "rb") as f:
@@ -638,7 +643,7 @@ def case_native_threads():
         for tag, (steps, blob) in runs.items():
             check(steps == runs[first][0], f"{tag}: losses / gradient norms differ from {first}: {steps} {runs[first][0]}")
             check(blob == runs[first][1], f"{tag}: the checkpoint's bytes differ from {first}'s")
-        print(f"{name}: {len(runs)} runs, 10 steps each, identical (loss {runs[first][0][-1][0]})")
+        print(f"{name}: {len(runs)} runs, {len(runs[first][0])} steps each, identical (loss {runs[first][0][-1][0]})")
 
 
 # the reference executor's layout for a sample whose parallel block spreads it over ranks
