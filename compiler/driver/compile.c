@@ -282,6 +282,9 @@ static int resolve_layout(Cx *C, Layout *L) {
   if (s->ep < 0)
     return cfail(C, "compile needs a concrete layout, but parallel.expert is auto (choose it with --ep N, or let `hpdlc plan "
                     "--search` suggest one)");
+  if (s->expert_tensor < 0 && s->tp > 1 && s->ep > 1) /* (folding means nothing without both) */
+    return cfail(C, "compile needs a concrete layout, but parallel.expert_tensor is auto (choose it with --etp 1 or --etp %" PRId64
+                    ", or let `hpdlc plan --search` suggest one)", s->tp);
   L->ep = s->ep > 1 ? s->ep : 1;
   L->ep_fold = s->ep_fold; /* sema: expert_tensor = 1 with tensor > 1 and expert > 1 */
   L->vocab_pad = s->vocab_pad > 0 ? s->vocab_pad : 0;

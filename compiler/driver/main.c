@@ -44,7 +44,7 @@ static const LayoutFlag layout_flags[] = {
     {"--pp", "parallel.pipeline", "N|auto"},
     {"--cp", "parallel.context", "N|auto"},
     {"--ep", "parallel.expert", "N|auto"},
-    {"--etp", "parallel.expert_tensor", "N"},
+    {"--etp", "parallel.expert_tensor", "N|auto"},
     {"--sp", "parallel.sequence", "on|off|auto"},
     {"--zero", "parallel.zero", "0-3|auto"},
     {"--micro-batch", "train.micro_batch", "N"},
@@ -879,7 +879,7 @@ int main(int argc, char **argv) {
           static const char *const keys[] = {"parallel.data",     "parallel.tensor",   "parallel.pipeline",
                                              "parallel.context",  "parallel.sequence", "parallel.zero",
                                              "parallel.schedule", "parallel.virtual",  "parallel.recompute",
-                                             "parallel.fused_ce"};
+                                             "parallel.fused_ce", "parallel.expert_tensor"};
           for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
             int given = 0;
             for (int j = 0; j < cli.nlayout; j++) given |= !strcmp(cli.layout[j].name, keys[k]);

@@ -38,7 +38,7 @@ static const KeySpec parallel_keys[] = {
     {"compression", K_SPEC, sem_compression_names, 0}, {"balance", K_WORD, balances, 0},
     {"tp_overlap", K_ONOFF, NULL, 0},   {"vocab_pad", K_INT, NULL, 0},
     {"expert", K_INT, NULL, 1},         {"fused_ce", K_ONOFF, NULL, 1},
-    {"recompute_layers", K_INT, NULL, 0}, {"expert_tensor", K_INT, NULL, 0},
+    {"recompute_layers", K_INT, NULL, 0}, {"expert_tensor", K_INT, NULL, 1},
 };
 static const KeySpec cluster_keys[] = {
     {"device", K_STRING, NULL, 0},          {"gpus_per_node", K_INT, NULL, 0},   {"nodes", K_INT, NULL, 0},
@@ -598,7 +598,7 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
   L->schedule = get_word(&s, "schedule", schedules, L->virtual_stages > 1 ? SCHED_INTERLEAVED : SCHED_1F1B);
   L->recompute = get_word(&s, "recompute", recomputes, RECOMPUTE_NONE);
   L->recompute_layers = get_int(&s, "recompute_layers", 0); /* 0: every layer */
-  L->expert_tensor = get_int(&s, "expert_tensor", 0);          /* 0: = tensor */
+  L->expert_tensor = get_int(&s, "expert_tensor", 0);          /* 0: = tensor; -1: auto (plan --search tries both) */
   L->balance = (PipeBalance)get_word(&s, "balance", balances, BALANCE_COST);
   Setting *comp = sema_setting_get(&s, "compression");
   L->compression = (Compression)get_word(&s, "compression", sem_compression_names, COMPRESS_NONE);
@@ -716,7 +716,7 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
   }
   /* expert parallelism: ep members of each data-parallel group, each holding
    * experts / ep of every layer's experts */
-  if (L->expert_tensor != 0) {
+  if (L->expert_tensor > 0) {
     Setting *et = sema_setting_get(&s, "expert_tensor");
     Span at = et && !et->from_cli ? et->span : (decl ? decl->span : span_none);
     if (L->expert_tensor != 1 && (L->tp < 1 || L->expert_tensor != L->tp)) {

@@ -2003,7 +2003,7 @@ static double compressed_allreduce(double n, int ranks, const CostLink *link, do
  * bfloat16 does. int8 and top-k are not priced (planned as fp32). */
 int plan_grad_reduce_bytes(Compression c) { return c == COMPRESS_BF16 || c == COMPRESS_FP16 ? 2 : 4; }
 
-int plan_layout_folded(const PlanLayout *L) { return L->expert_fold && L->tp > 1 && L->ep > 1; }
+int plan_layout_folded(const PlanLayout *L) { return L->expert_fold > 0 && L->tp > 1 && L->ep > 1; }
 
 PlanLayout plan_layout_of(const SemModel *m) {
   const SemLayout *L = &m->layout;
@@ -2021,7 +2021,7 @@ PlanLayout plan_layout_of(const SemModel *m) {
   p.recompute = L->recompute;
   p.overlap = L->overlap != 0;
   p.ep = L->ep; /* 0 or -1: --search chooses; plan_evaluate takes 1 */
-  p.expert_fold = L->expert_tensor == 1;
+  p.expert_fold = L->expert_tensor == 1 ? 1 : L->expert_tensor < 0 ? -1 : 0; /* -1: --search tries both */
   p.fused_ce = L->fused_ce; /* -1: auto */
   /* with the policy left to the search, so is the number of layers */
   p.recompute_layers = L->recompute < 0 && L->recompute_layers <= 0 ? -1 : L->recompute_layers;

@@ -69,11 +69,13 @@ typedef struct PlanLayout {
    * (0: all of them; -1 auto: the search tries the fewest that fit) */
   int64_t recompute_layers;
   /* parallel.expert_tensor = 1: MoE parallel folding (the experts whole, the
-   * expert group tp x ep / tp data-parallel ranks) where tp > 1 and ep > 1 */
+   * expert group tp x ep / tp data-parallel ranks) where tp > 1 and ep > 1;
+   * -1 (expert_tensor = auto): plan_search tries both, plan_evaluate folds
+   * nothing */
   int expert_fold;
 } PlanLayout;
 
-/* Whether L's expert group is folded: expert_fold with tp > 1 and ep > 1. */
+/* Whether L's expert group is folded: expert_fold 1 with tp > 1 and ep > 1. */
 int plan_layout_folded(const PlanLayout *L);
 
 /* Memory of one GPU (bytes). */

@@ -179,17 +179,21 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
         int64_t Bs = B > 0 ? B : dp;
         if (Bs % dp) continue;
         /* expert parallelism: a divisor of dp that divides the experts; folded
-         * (expert_tensor = 1), tp times one */
-        int fold = fix->expert_fold && tp > 1;
-        int64_t eps[64];
-        int neps = 0;
-        for (int64_t d = 1; d <= dp && neps < 62; d++) {
-          if (dp % d) continue;
-          if (fold && d == 1) eps[neps++] = 1;
-          eps[neps++] = fold ? tp * d : d;
-        }
+         * (expert_tensor = 1), tp times one; expert_tensor = auto: both, for a
+         * model with experts at tp > 1 */
+        int fold_lo = fix->expert_fold > 0, fold_hi = fix->expert_fold != 0;
+        if (tp == 1 || c->experts <= 0) fold_lo = fold_hi = 0;
+        int64_t eps[128];
+        int efs[128], neps = 0;
+        for (int f = fold_lo; f <= fold_hi; f++)
+          for (int64_t d = 1; d <= dp && neps < 126; d++) {
+            if (dp % d) continue;
+            if (f && d == 1 && fold_lo) eps[neps] = 1, efs[neps++] = 1; /* else the unfolded pass has ep 1 */
+            eps[neps] = f ? tp * d : d, efs[neps++] = f;
+          }
         for (int ei = 0; ei < neps; ei++) {
         int64_t ep = eps[ei];
+        int fold = efs[ei];
         if (fix->ep > 0 && fix->ep != ep) continue;
         if (ep > 1 && (c->experts <= 0 || c->experts % ep)) continue;
         /* a lower bound of the model states of the fullest rank */

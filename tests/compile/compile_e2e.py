@@ -566,6 +566,9 @@ def case_cli():
     one_error(p, "exactly one file")
     p = run([hpdlc, "compile", sample(), "--tp", "auto", "-o", out], expect=1)
     one_error(p, "concrete layout", "parallel.tensor is auto", "--tp N")
+    moe = os.path.join(ARGS.source, "samples", "moe-tiny.hpd")
+    p = run([hpdlc, "compile", moe, "--tp", "2", "--dp", "2", "--gpus", "4", "--ep", "2", "--etp", "auto", "-o", out], expect=1)
+    one_error(p, "concrete layout", "parallel.expert_tensor is auto", "--etp 1 or --etp 2")
     p = run([hpdlc, "compile", sample(), *DEFS, "--pp", "2", "--virtual-stages", "2", "--schedule", "1f1b", "-D", "L=4", "-o", out],
             expect=1)
     one_error(p, "virtual stages need schedule = interleaved")

@@ -792,8 +792,47 @@ static void test_expert_fold(void) {
   fixture_free(&f);
 }
 
+/* expert_tensor = auto: the search prices the expert group folded and not
+ * (the layout of test_expert_fold, every other degree fixed) and ranks the
+ * folded one first (its all-to-all on NVLink); expert_tensor = tensor keeps
+ * the search to unfolded layouts. */
+static void test_search_expert_fold(void) {
+  static const char *const defs[] = {"layers=2", "hidden=1024", "heads=16", "kv_heads=4", "ffn=2048", "vocab=32000",
+                                     "capacity_factor=1.0"};
+  static const char *const lay[] = {"parallel.cluster=dgx-h100", "parallel.gpus=16", "parallel.tensor=2", "parallel.data=8",
+                                    "parallel.expert=8", "parallel.sequence=on", "train.micro_batch=1", "train.batch=64",
+                                    "parallel.recompute=none", "parallel.pipeline=1", "parallel.virtual=1",
+                                    "parallel.expert_tensor=auto", "parallel.zero=0", "parallel.context=1"};
+  Fixture f;
+  if (fixture(&f, "mixtral.hpd", defs, 7, lay, 14)) {
+    test_failures++;
+    return;
+  }
+  PlanLayout fix = plan_layout_of(f.m);
+  EXPECT(fix.expert_fold == -1);
+  fix.fused_ce = 0;
+  PlanResult top[4], one;
+  PlanSearchStats st;
+  int n = plan_search(f.c, &fix, 4, top, &st);
+  EXPECT(n == 2);
+  EXPECT(n >= 1 && plan_layout_folded(&top[0].layout) && top[0].layout.ep == 8);
+  EXPECT(n >= 2 && !plan_layout_folded(&top[1].layout) && top[1].layout.ep == 8 && top[1].step_s > top[0].step_s);
+  /* outside the search, auto folds nothing */
+  EXPECT(!plan_layout_folded(&fix));
+  fix.expert_fold = 0;
+  n = plan_search(f.c, &fix, 4, top, &st);
+  EXPECT(n == 1 && !plan_layout_folded(&top[0].layout));
+  fix.expert_fold = 1;
+  n = plan_search(f.c, &fix, 4, top, &st);
+  EXPECT(n == 1 && plan_layout_folded(&top[0].layout));
+  PlanLayout L = top[0].layout;
+  EXPECT(plan_evaluate(f.c, &L, PLAN_FULL_SIM, &one) == 0 && one.valid);
+  fixture_free(&f);
+}
+
 int main(void) {
   test_expert_fold();
+  test_search_expert_fold();
   test_gemm_sustained();
   test_issue12();
   test_pipe_balance();
