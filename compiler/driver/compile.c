@@ -535,6 +535,9 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
     return cfail(&C, "--executor interp runs the reference executor on the CPU; it has no CUDA form (use --target cpu)");
   if (!o->out_dir || !*o->out_dir) return cfail(&C, "compile needs an output folder (-o DIR)");
   if (m->train.precision == PREC_FP8) return cfail(&C, "precision = fp8 is priced by hpdlc plan, but no back end runs it yet: compile with bf16 or fp16");
+  if (m->train.moments_bf16)
+    return cfail(&C, "moments = bf16 is priced by hpdlc plan, but no back end stores 16-bit optimizer moments yet: compile with "
+                     "moments = fp32");
   Layout L;
   memset(&L, 0, sizeof L);
   if (resolve_layout(&C, &L)) return 1;

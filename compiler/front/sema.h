@@ -201,6 +201,7 @@ typedef struct {
   double loss_scale; /* 0 = dynamic */
   OptimizerKind optimizer;
   double lr, momentum, beta1, beta2, eps, weight_decay, min_lr, clip;
+  int moments_bf16; /* train.moments = bf16: the optimizer's moments (AdamW's m, v; SGD's momentum) in 16 bits */
   int64_t warmup;
   DecayKind decay;
   const char *data;

@@ -14,6 +14,7 @@
 /* train, parallel and cluster blocks                                  */
 
 static const char *const precisions[] = {"fp32", "bf16", "fp16", "fp8", NULL};
+static const char *const moment_types[] = {"fp32", "bf16", NULL};
 static const char *const optimizers[] = {"sgd", "adamw", NULL};
 static const char *const schedules[] = {"gpipe", "1f1b", "interleaved", NULL};
 static const char *const recomputes[] = {"none", "selective", "full", "ops", NULL};
@@ -22,7 +23,7 @@ static const char *const loss_scales[] = {"dynamic", NULL};
 
 static const KeySpec train_keys[] = {
     {"batch", K_INT, NULL, 0},        {"micro_batch", K_INT, NULL, 1}, {"steps", K_INT, NULL, 0},
-    {"precision", K_WORD, precisions, 0}, {"loss_scale", K_WORD, loss_scales, 0},
+    {"precision", K_WORD, precisions, 0}, {"loss_scale", K_WORD, loss_scales, 0}, {"moments", K_WORD, moment_types, 0},
     {"optimizer", K_SPEC, optimizers, 0}, {"clip", K_FLOAT, NULL, 0}, {"data", K_STRING, NULL, 0},
     {"checkpoint", K_BLOCK, NULL, 0},  {"seed", K_INT, NULL, 0},      {"log_every", K_INT, NULL, 0},
 };
@@ -359,6 +360,7 @@ void sema_read_train(Sema *S, SemModel *m, const AstDecl *decl, Settings *out) {
   Setting *data = sema_setting_get(&s, "data");
   t->data = data ? val_as_word(&data->value) : NULL;
   read_optimizer(S, sema_setting_get(&s, "optimizer"), t);
+  t->moments_bf16 = get_word(&s, "moments", moment_types, 0) == 1;
   Setting *ck = sema_setting_get(&s, "checkpoint");
   t->ckpt_every = 0;
   t->ckpt_keep = 3;

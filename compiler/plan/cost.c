@@ -463,15 +463,21 @@ double cost_bubble_step_fraction(Schedule s, int pp, int64_t microbatches, int v
 
 CostModelStates cost_model_states(int64_t params, int zero_stage, int dp, Precision p,
                                   OptimizerKind o, int sgd_momentum) {
+  return cost_model_states_m(params, zero_stage, dp, p, o, sgd_momentum, 4);
+}
+
+CostModelStates cost_model_states_m(int64_t params, int zero_stage, int dp, Precision p, OptimizerKind o,
+                                    int sgd_momentum, int moment_bytes) {
   CostModelStates s = {0, 0, 0, 0};
   double psi = params > 0 ? (double)params : 0;
   double nd = dp > 1 ? dp : 1;
   int stage = zero_stage < 0 ? 0 : zero_stage > 3 ? 3 : zero_stage;
   int mixed = p == PREC_BF16 || p == PREC_FP16 || p == PREC_FP8;
   /* Mixed precision: 16-bit weights and gradients; the optimizer keeps an
-   * fp32 master copy (4) plus its fp32 moments. fp32: no master copy. */
+   * fp32 master copy (4) plus its moments (fp32, or bf16 under moments =
+   * bf16: moment_bytes). fp32: no master copy. */
   double w = mixed ? 2 : 4, g = mixed ? 2 : 4;
-  double moments = o == OPT_ADAMW ? 8 : sgd_momentum ? 4 : 0;
+  double moments = (o == OPT_ADAMW ? 2 : sgd_momentum ? 1 : 0) * (double)moment_bytes;
   double k = (mixed ? 4 : 0) + moments;
   s.params = psi * w / (stage >= 3 ? nd : 1);
   s.grads = psi * g / (stage >= 2 ? nd : 1);

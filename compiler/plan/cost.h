@@ -220,6 +220,12 @@ typedef struct CostModelStates {
 
 CostModelStates cost_model_states(int64_t params, int zero_stage, int dp, Precision p,
                                   OptimizerKind o, int sgd_momentum);
+/* The same with the moments at moment_bytes a value (4: fp32, as above; 2:
+ * train.moments = bf16, Megatron-Core's precision-aware optimizer with
+ * exp_avg_dtype = exp_avg_sq_dtype = bf16, DeepSeek-V3's BF16 AdamW moments:
+ * K = 8 for Adam under mixed precision). */
+CostModelStates cost_model_states_m(int64_t params, int zero_stage, int dp, Precision p, OptimizerKind o,
+                                    int sgd_momentum, int moment_bytes);
 /* The total of cost_model_states; SGD is taken with a momentum buffer. */
 double cost_model_state_bytes(int64_t params, int zero_stage, int dp, Precision p,
                               OptimizerKind o);

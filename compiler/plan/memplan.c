@@ -465,8 +465,8 @@ static void rank_totals(Arena *a, MemPlan *p) {
     for (int k = 0; k < q->rank; k++) numel *= q->dims[k];
     p->param_elems += numel * (q->count > 1 ? phi[i] - plo[i] + 1 : 1);
   }
-  CostModelStates s = cost_model_states(p->param_elems, p->opts.zero, (int)p->opts.dp, p->opts.precision,
-                                        p->opts.optimizer, p->opts.sgd_momentum);
+  CostModelStates s = cost_model_states_m(p->param_elems, p->opts.zero, (int)p->opts.dp, p->opts.precision,
+                                          p->opts.optimizer, p->opts.sgd_momentum, p->opts.moments_bf16 ? 2 : 4);
   p->params = ceil_bytes(s.params);
   p->grads = ceil_bytes(s.grads);
   p->optimizer = ceil_bytes(s.optimizer);
@@ -697,6 +697,7 @@ void mem_options_from_model(const SemModel *model, MemOptions *o) {
   o->precision = model->train.precision;
   o->optimizer = model->train.optimizer;
   o->sgd_momentum = model->train.optimizer == OPT_SGD && model->train.momentum > 0;
+  o->moments_bf16 = model->train.moments_bf16;
   o->zero = model->layout.zero > 0 ? (int)model->layout.zero : 0;
   o->dp = model->layout.dp > 0 ? model->layout.dp : 1;
   o->align = MEM_ALIGN;

@@ -162,6 +162,7 @@ typedef struct {
   Precision precision;
   OptimizerKind optimizer;
   int sgd_momentum;
+  int moments_bf16; /* the moments at 2 bytes a value (train.moments = bf16) */
   int zero;
   int64_t dp;
   int64_t align;            /* arena alignment of every buffer in bytes; <= 0: MEM_ALIGN */

@@ -2049,13 +2049,14 @@ static int kind_of(int64_t c, int64_t K) {
 }
 
 /* Optimizer step bytes per local parameter: read the gradient, read and
- * write the fp32 master weights and each state, write the working copy
- * (mixed precision); gradient clipping reads the gradients once more. */
+ * write the fp32 master weights and each state (fp32, or bf16 under
+ * moments = bf16), write the working copy (mixed precision); gradient
+ * clipping reads the gradients once more. */
 static double optimizer_bytes_per_param(const SemTrain *t) {
   int mixed = t->precision != PREC_FP32;
   double g = mixed ? 2 : 4;
   double states = t->optimizer == OPT_ADAMW ? 2 : (t->momentum > 0 ? 1 : 0);
-  double b = g + 8 + 8 * states + (mixed ? 2 : 0);
+  double b = g + 8 + 2 * (t->moments_bf16 ? 2 : 4) * states + (mixed ? 2 : 0);
   if (t->clip > 0) b += g;
   return b;
 }
@@ -2441,9 +2442,10 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     double opt_s = hbm > 0 ? opt_params * opt_bpp / hbm : 0;
     /* memory */
     int sgd_m = tr->momentum > 0;
-    CostModelStates ms = cost_model_states((int64_t)dense_r, (int)L.zero, (int)ndp, c->prec, ok, sgd_m);
+    int mbytes = tr->moments_bf16 ? 2 : 4;
+    CostModelStates ms = cost_model_states_m((int64_t)dense_r, (int)L.zero, (int)ndp, c->prec, ok, sgd_m, mbytes);
     if (expert_r > 0) { /* expert shards' states, sharded over their nedp ranks */
-      CostModelStates me = cost_model_states((int64_t)expert_r, (int)L.zero, (int)nedp, c->prec, ok, sgd_m);
+      CostModelStates me = cost_model_states_m((int64_t)expert_r, (int)L.zero, (int)nedp, c->prec, ok, sgd_m, mbytes);
       ms.params += me.params, ms.grads += me.grads, ms.optimizer += me.optimizer, ms.total += me.total;
     }
     double saved_max = 0, peak_max = 0;

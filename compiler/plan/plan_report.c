@@ -105,7 +105,7 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
   } rows[] = {
       {"weights", mm->params, ""},
       {"gradients", mm->grads, ""},
-      {"optimizer state", mm->optimizer, ""},
+      {"optimizer state", mm->optimizer, m->train.moments_bf16 ? "moments in bf16 (train.moments)" : ""},
       {"activations", mm->activations, ""},
       {"temporaries", mm->transient, "largest forward/backward working set"},
       {"comm buffers", mm->comm_buffers, ""},
@@ -400,6 +400,7 @@ static json_t *json_report(PlanCtx *c, const PlanReport *rep) {
   json_object_set_new(mo, "global_batch", json_integer(r ? r->global_batch : m->train.global_batch));
   json_object_set_new(mo, "tokens_per_step", jnum(r ? (double)r->global_batch * (double)r->seq_len : 0));
   json_object_set_new(mo, "precision", json_string(prec_label(m->train.precision)));
+  json_object_set_new(mo, "moments", json_string(m->train.moments_bf16 ? "bf16" : "fp32"));
   int64_t vpad = 0, voc = plan_vocab(c, r, &vpad);
   if (voc > 0) {
     json_object_set_new(mo, "vocab", json_integer(voc));

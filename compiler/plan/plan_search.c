@@ -209,8 +209,8 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
             if (!fixed_ok(fix->recompute, rc)) continue;
             for (int64_t zero = 0; zero <= (dp > 1 ? 3 : 0); zero++) {
               if (!fixed_ok(fix->zero, zero)) continue;
-              CostModelStates ms = cost_model_states((int64_t)lb_params, (int)zero, (int)dp, c->prec,
-                                                     m->train.optimizer, m->train.momentum > 0);
+              CostModelStates ms = cost_model_states_m((int64_t)lb_params, (int)zero, (int)dp, c->prec,
+                                                       m->train.optimizer, m->train.momentum > 0, m->train.moments_bf16 ? 2 : 4);
               if (ms.total > cap && !nofit) {
                 st.enumerated++;
                 continue;

@@ -569,6 +569,10 @@ def case_cli():
     moe = os.path.join(ARGS.source, "samples", "moe-tiny.hpd")
     p = run([hpdlc, "compile", moe, "--tp", "2", "--dp", "2", "--gpus", "4", "--ep", "2", "--etp", "auto", "-o", out], expect=1)
     one_error(p, "concrete layout", "parallel.expert_tensor is auto", "--etp 1 or --etp 2")
+    p = run([hpdlc, "compile", sample(), *DEFS, "--moments", "bf16", "-o", out], expect=1)
+    one_error(p, "moments = bf16 is priced by hpdlc plan, but no back end stores 16-bit optimizer moments yet")
+    p = run([hpdlc, "compile", sample(), *DEFS, "--moments", "fp16", "-o", out], expect=2)
+    one_error(p, "--moments fp16: unknown moments 'fp16'; it is fp32 or bf16")
     p = run([hpdlc, "compile", sample(), *DEFS, "--pp", "2", "--virtual-stages", "2", "--schedule", "1f1b", "-D", "L=4", "-o", out],
             expect=1)
     one_error(p, "virtual stages need schedule = interleaved")

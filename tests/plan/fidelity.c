@@ -168,7 +168,7 @@ static void set_command(char *cmd, size_t cap, const char *hpdlc, const char *sr
                                         {"precision", "--precision"}, {"cluster", "--cluster"},
                                         {"tp_overlap", "--tp-overlap"}, {"ep", "--ep"}, {"etp", "--etp"},
                                         {"attention", "--attention"}, {"recompute_layers", "--recompute-layers"},
-                                        {"compression", "--compression"}};
+                                        {"compression", "--compression"}, {"moments", "--moments"}};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) add_flag(cmd, cap, keys[i][1], json_object_get(l, keys[i][0]));
   long v_ = jint(l, "virtual_stages");
   size_t n = strlen(cmd);

@@ -426,6 +426,12 @@ static void test_zero(void) {
   EXPECT_NEAR(cost_model_states(1000, 0, 1, PREC_FP32, OPT_SGD, 1).total, 12000, 1e-15);
   EXPECT_NEAR(cost_model_states(1000, 0, 1, PREC_FP32, OPT_SGD, 0).total, 8000, 1e-15);
   EXPECT_NEAR(cost_model_state_bytes(1000, 0, 1, PREC_FP32, OPT_SGD), 12000, 1e-15);
+  /* moments in bf16 (train.moments): Adam 4 master + 2 + 2, over stage 1's 8 ranks;
+   * SGD's momentum 2; fp32 training keeps no master copy */
+  EXPECT_NEAR(cost_model_states_m(8000, 1, 8, PREC_BF16, OPT_ADAMW, 0, 2).optimizer, 8000, 1e-15);
+  EXPECT_NEAR(cost_model_states_m(1000, 0, 1, PREC_BF16, OPT_SGD, 1, 2).optimizer, 6000, 1e-15);
+  EXPECT_NEAR(cost_model_states_m(1000, 0, 1, PREC_FP32, OPT_ADAMW, 0, 2).total, 12000, 1e-15);
+  EXPECT_NEAR(cost_model_states_m(1000, 0, 1, PREC_BF16, OPT_ADAMW, 0, 4).total, cost_model_states(1000, 0, 1, PREC_BF16, OPT_ADAMW, 0).total, 0);
   /* degenerate arguments: dp < 1 is 1, stages clamp to 0..3 */
   EXPECT_NEAR(cost_model_state_bytes(1000, 3, 0, PREC_FP16, OPT_ADAMW), 16000, 1e-15);
   EXPECT_NEAR(cost_model_state_bytes(1000, 9, 4, PREC_FP16, OPT_ADAMW), 4000, 1e-15);
