@@ -239,7 +239,11 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
                     progress_count(c->progress, "%" PRId64 " layouts priced, %" PRId64 " fit", st.enumerated, st.fit);
                     if (plan_evaluate(c, &L, PLAN_FAST, &r) != 0) continue;
                     st.valid++;
-                    if (!r.mem.fits && fix->fused_ce < 0) {
+                    /* fused_ce auto is tried where the fullest rank holds the head
+                     * (the last pipeline rank): the head is all it lightens. Elsewhere
+                     * only the stages' split could move with it, and the program is
+                     * not built for that (docs/planner.md sec. 12) */
+                    if (!r.mem.fits && fix->fused_ce < 0 && (L.pp == 1 || r.mem.rank == L.pp - 1)) {
                       if (nofit) top_insert(&tl, &r);
                       PlanResult rf;
                       L.fused_ce = 1;

@@ -13,7 +13,10 @@ peak and the GEMM efficiencies the planner gives. The report says which.
 auto (docs/planner.md sec. 9.6) fuses only where the unfused logits do not fit, since fusing
 saves memory and costs time: at the sample's micro batch 64 it stays off (the same plan as
 off); at micro batch 192 (1536 a step) off needs more than the A100's 80 GiB and auto takes
-on, which fits (the same plan as on); --search's layouts say "fce" where they fuse.
+on, which fits (the same plan as on); --search's layouts say "fce" where they fuse. Across
+two pipeline stages split by layers (6 and 6) at micro batch 256, the last one, holding the
+head, is the fullest unfused (88.6 GiB) and fits fused: the search, which tries fused_ce where
+the fullest rank holds the head (docs/planner.md sec. 12), finds it.
 Exit 0 pass, 1 fail."""
 import json
 import subprocess
@@ -65,6 +68,14 @@ def main():
     rows = [ln for ln in search.splitlines() if ln.strip().startswith("1 ")]
     print(rows[0] if rows else search)
     checks.append((bool(rows) and " fce" in rows[0], "--search's winner says fce"))
+    search = subprocess.run([hpdlc, "plan", f"{src}/samples/gpt2.hpd", "--search", "--top", "3", "--progress", "quiet",
+                             "--micro-batch", "256", "--global-batch", "4096", "--tp", "1", "--pp", "2", "--dp", "4", "--cp", "1",
+                             "--balance", "layers", "--recompute", "none", "--zero", "1"],
+                            check=True, capture_output=True, text=True).stdout
+    rows = [ln for ln in search.splitlines() if ln.strip().startswith("1  dp=")]
+    print(rows[0] if rows else search)
+    checks.append((bool(rows) and "pp=2" in rows[0] and " fce" in rows[0],
+                   "--search fuses where the last of two stages, holding the head, is the fullest"))
     return verdict(checks)
 
 
