@@ -2,7 +2,7 @@
 # cuda_compile_bench.sh - what `hpdlc compile --target cuda` costs on
 # samples/gpt2.hpd (124M), cold and from the NVRTC cache.
 #
-#   bash bench/cuda_compile_bench.sh [HPDLC] [ARCH]
+#   bash bench/cuda_compile_bench.sh [HPDLC | BUILD_DIR] [ARCH]
 #
 # Compiles three times into a temporary folder with a fresh cache
 # ($HPDL_CACHE): cold (NVRTC compiles every kernel), then twice warm (the
@@ -16,6 +16,8 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 hpdlc=${1:-build/bin/hpdlc}
+# a build folder, as the other benches take: its bin/hpdlc
+if [ -d "$hpdlc" ]; then hpdlc=$hpdlc/bin/hpdlc; fi
 arch=${2:-sm_80}
 if [ ! -x "$hpdlc" ]; then
   echo "bench: building $hpdlc (Release)"
