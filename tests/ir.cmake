@@ -37,6 +37,12 @@ hpdl_ir_golden(llama-selective samples/llama.hpd --recompute selective --micro-b
                -D layers=2 -D hidden=16 -D heads=4 -D kv_heads=2 -D ffn=32 -D seq=8 -D vocab=32
                --cluster laptop --nodes 1 --dp 1 --tp 1 --sp off)
 
+# GPT-OSS keeping its activations: the clamped SwiGLU's ops of one value and constants
+# (clamps, the +1, the 1.702 scale) made again in the backward from the experts' GEMM
+# outputs, not kept (autodiff.c's constant_chain_recompute: 57 saved values, 65 before)
+hpdl_ir_golden(gpt-oss-none samples/gpt-oss.hpd --recompute none --micro-batch 1 --global-batch 1 -D layers=4
+               -D hidden=16 -D heads=4 -D kv_heads=2 -D head_dim=8 -D experts=4 -D top_k=2 -D ffn=8 -D window=4
+               -D seq=8 -D vocab=64 --cluster laptop --nodes 1 --dp 1 --tp 1 --ep 1 --pp 1)
 # the forward IR, and the per-rank programs of partitioned layouts
 hpdl_ir_stage(ir mlp samples/mlp.hpd)
 hpdl_ir_stage(ir gpt2-tiny samples/gpt2-tiny.hpd ${HPDL_IR_TINY_GPT2})

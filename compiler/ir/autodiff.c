@@ -1289,6 +1289,43 @@ static void activation_recompute(const IrGraph *g, const char *requires_grad, ch
   }
 }
 
+/* An elementwise op of one value and constants (a clamp, a shift, a scale:
+ * GPT-OSS's clamped SwiGLU is a chain of them) is made again from that value
+ * in the backward rather than kept: where the value is kept anyway (a clamp's
+ * backward reads its input) the op's output is saved memory, elsewhere the
+ * value takes the output's place, never more bytes than it (the min-cut
+ * partitioners' rule for pointwise ops, restricted to where it cannot lose).
+ * Dropout (its mask) and casts (mixed precision's storage) are left as they are. */
+static void constant_chain_recompute(const IrGraph *g, const char *requires_grad, char *recomp) {
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = &g->nodes[i];
+    if (!(ir_op_flags(n->op) & IRF_ELEMENTWISE) || n->op == IR_DROPOUT || n->op == IR_CAST || recomp[i]) continue;
+    int x = -1, values = 0;
+    for (int k = 0; k < n->nin; k++) {
+      IrOp op = g->nodes[n->in[k]].op;
+      if (op == IR_CONST || op == IR_FILL) continue;
+      x = n->in[k];
+      values++;
+    }
+    if (values != 1 || !requires_grad[x]) continue;
+    /* a reduction's row statistics (a norm's variance, eps, rsqrt) are the
+     * norms' rules' (norm_recompute): their kernels keep them */
+    int root = x;
+    while (ir_op_flags(g->nodes[root].op) & IRF_ELEMENTWISE) {
+      int next = -1, nvalues = 0;
+      for (int k = 0; k < g->nodes[root].nin; k++) {
+        IrOp op = g->nodes[g->nodes[root].in[k]].op;
+        if (op != IR_CONST && op != IR_FILL) next = g->nodes[root].in[k], nvalues++;
+      }
+      if (nvalues != 1) break;
+      root = next;
+    }
+    if (ir_op_flags(g->nodes[root].op) & IRF_REDUCE) continue;
+    const IrNode *v = &g->nodes[x];
+    if (ir_numel(v) * sem_dtype_bytes(v->dtype) <= ir_numel(n) * sem_dtype_bytes(n->dtype)) recomp[i] = 1;
+  }
+}
+
 /* A normalisation's normalised value x_hat = a * rstd (LayerNorm's a = x - mean,
  * RMSNorm's a = x; rstd an RSQRT): its backward reads a (through the variance's SQUARE)
  * and rstd anyway, so x_hat is made again from them (one multiply in a kernel that reads
@@ -1351,6 +1388,7 @@ static const char *build_block(IrModule *m, AdResult *res, int fi, Recompute pol
   if (policy == RECOMPUTE_SELECTIVE) attention_core(f, c.recomp);
   if (policy == RECOMPUTE_OPS) ops_policy(f, weight, c.recomp);
   activation_recompute(f, c.rg, c.recomp);
+  constant_chain_recompute(f, c.rg, c.recomp);
   attention_operand_views(f, c.recomp);
   norm_recompute(f, c.rg, c.recomp);
   weight_views(f, weight, c.recomp);

@@ -11,7 +11,8 @@ which is then minus the gradient, transformers' gradients within 1e-4 of each te
 largest; a state the golden gives a value after the step (after.NAME: DeepSeek-V3's routing
 bias) must have it within 1e-6. Cases: FAMILY at one rank, FAMILY_tp2 (tensor parallelism
 over two ranks), FAMILY_ep2 (the experts over two data-parallel ranks): llama, llama_tp2,
-mixtral, mixtral_ep2, qwen3, qwen3_tp2, and qwen3_moe, gpt_oss, deepseek_v3 with both.
+mixtral, mixtral_ep2, qwen3, qwen3_tp2, and qwen3_moe, gpt_oss, deepseek_v3 with both;
+gpt_oss_keep, GPT-OSS without recomputation.
 """
 import json
 import os
@@ -91,6 +92,9 @@ for fam in ("qwen3", "qwen3_moe", "gpt_oss", "deepseek_v3"):
     CASES[fam + "_tp2"] = mpi(lambda fam=fam: one_step(fam, ["--tp", "2", "--ep", "1", "--gpus-per-node", "2"]))
     if fam != "qwen3":
         CASES[fam + "_ep2"] = mpi(lambda fam=fam: ep2(fam))
+# keeping every activation (the samples recompute): GPT-OSS's clamped SwiGLU made again in
+# the backward from its GEMMs' outputs (autodiff.c's constant_chain_recompute)
+CASES["gpt_oss_keep"] = lambda: one_step("gpt_oss", ["--tp", "1", "--ep", "1", "--gpus-per-node", "1", "--recompute", "none"])
 
 
 def main():
