@@ -1324,6 +1324,29 @@ static void constant_chain_recompute(const IrGraph *g, const char *requires_grad
     const IrNode *v = &g->nodes[x];
     if (ir_numel(v) * sem_dtype_bytes(v->dtype) <= ir_numel(n) * sem_dtype_bytes(n->dtype)) recomp[i] = 1;
   }
+  /* A product, quotient, minimum or maximum of two differentiated values reads
+   * both in its own backward, so they (or what they are made from) are kept
+   * whatever becomes of it; where only elementwise ops read it, it is made again
+   * inside the backward's elementwise kernels too, not kept (GPT-OSS's
+   * gate x sigmoid(1.702 gate)). One a GEMM reads (SwiGLU's product, the down
+   * projection's input) stays kept: making it again for the weight gradient
+   * would cost the backward a pass over it. */
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = &g->nodes[i];
+    if (recomp[i] || n->nin != 2 || !requires_grad[n->in[0]] || !requires_grad[n->in[1]]) continue;
+    if (n->op != IR_MUL && n->op != IR_DIV && n->op != IR_MINIMUM && n->op != IR_MAXIMUM) continue;
+    int readers = 0, elementwise = 1;
+    for (int j = i + 1; j < g->nnodes && elementwise; j++)
+      for (int k = 0; k < g->nodes[j].nin; k++)
+        if (g->nodes[j].in[k] == i) {
+          readers++;
+          if (!(ir_op_flags(g->nodes[j].op) & IRF_ELEMENTWISE) || g->nodes[j].op == IR_CAST || g->nodes[j].op == IR_DROPOUT)
+            elementwise = 0;
+        }
+    for (int o = 0; o < g->noutputs; o++)
+      if (g->outputs[o] == i) elementwise = 0;
+    if (readers > 0 && elementwise) recomp[i] = 1;
+  }
 }
 
 /* A normalisation's normalised value x_hat = a * rstd (LayerNorm's a = x - mean,
