@@ -584,10 +584,17 @@ static void hash_include(Sha256 *h, Includes *I, const char *name, int quoted, c
     I->overflow = 1;
     return;
   }
-  sha_str(h, "file");
-  sha_str(h, real);
+  /* By content and order, never by path (an artifact's copies of kernels/
+   * key as the originals do): a header met again by the ordinal of its first
+   * meeting, so #pragma once, which goes by file, keys the same way. */
   for (size_t i = 0; i < I->n_seen; i++)
-    if (strcmp(I->seen[i], real) == 0) return; /* its text is in the hash already */
+    if (strcmp(I->seen[i], real) == 0) { /* its text is in the hash already */
+      char again[32];
+      snprintf(again, sizeof again, "again %zu", i);
+      sha_str(h, again);
+      return;
+    }
+  sha_str(h, "file");
   char **v = realloc(I->seen, (I->n_seen + 1) * sizeof *v);
   if (!v) {
     I->overflow = 1;
@@ -611,14 +618,20 @@ static void hash_include_list(Sha256 *h, Includes *I, const char *list, const ch
   for (const char *p = list; *p && !I->overflow; p += strlen(p) + 1) hash_include(h, I, p + 1, *p == '"', dir, depth);
 }
 
-/* key = SHA-256(tag, arch, options, source, headers' digest, NVRTC identity) */
+/* key = SHA-256(tag, arch, options, source, headers' digest, NVRTC identity).
+ * An include directory counts by the headers found there (their contents are
+ * in the digest), not by its name: the CUDA back end compiles against the
+ * copies of kernels/ in each artifact's own folder, and the same source
+ * compiled into another folder must hit. */
 static void make_key(const CudaccResult *r, const CudaccRequest *req, const unsigned char inc[32],
                      const char *identity, unsigned char key[32]) {
+  static const char include_opt[] = "--include-path=";
   Sha256 h;
   sha_init(&h);
-  sha_str(&h, "hpdl-cudacc-1");
+  sha_str(&h, "hpdl-cudacc-2");
   sha_str(&h, req->arch);
-  for (size_t i = 0; i < r->n_options; i++) sha_str(&h, r->options[i]);
+  for (size_t i = 0; i < r->n_options; i++)
+    sha_str(&h, strncmp(r->options[i], include_opt, sizeof include_opt - 1) == 0 ? include_opt : r->options[i]);
   sha_str(&h, "source");
   sha_str(&h, req->source);
   sha_update(&h, inc, 32);

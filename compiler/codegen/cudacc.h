@@ -18,14 +18,17 @@
  *
  * The cache. Directory: $HPDL_CACHE if set, else $XDG_CACHE_HOME/hpdl/nvrtc,
  * else $HOME/.cache/hpdl/nvrtc. An entry is DIR/<k0k1>/<key>.hnvc where key
- * is the hex SHA-256 of: a format tag, the arch, the exact option list, the
+ * is the hex SHA-256 of: a format tag, the arch, the exact option list (an
+ * include directory by position, not name: what it holds counts, below), the
  * source, the contents of every header the source reaches through #include
  * lines (resolved as NVRTC does: quoted ones next to the including file -
  * the working directory for the source itself - then the include
  * directories in order; an include found nowhere is one of NVRTC's built-in
  * headers and is hashed by name; #if is ignored, so more headers may count
- * than are used, never fewer; an #include of a macro is not followed), and
- * the identity of the NVRTC library: its canonical path, size and mtime.
+ * than are used, never fewer; an #include of a macro is not followed; by
+ * content and order, not path, so the same headers in another folder - each
+ * artifact's copy of kernels/ - key alike: only a header's __FILE__ could
+ * tell them apart, and none of ours uses it), and the identity of the NVRTC library: its canonical path, size and mtime.
  * The identity (not nvrtcVersion) is what lets a cache hit skip loading
  * NVRTC: when NVRTC is found by path it is stat()ed, not opened; only a
  * library found by soname is opened (not called) to learn its path. An

@@ -11,7 +11,8 @@
  *           arrays (canaries on both sides); the whole forward and backward run twice more
  *           into fresh arrays, bit for bit the same. One "digest" line a case (a hash of
  *           every output bit) lets the driver check the orders agree bit for bit too.
- * mutation  the cases that cross several tiles, for the driver's mutants.
+ * mutation  the cases that cross several tiles, for the driver's mutants; stops at the
+ *           first failing case (a mutant is caught by one).
  * cfg       the launch rule as C++ sees it (the driver compares it with C11's).
  *
  * The error of a tensor (o, lse, dq, dk, dv each): max |got - ref| / max |ref|, normwise.
@@ -597,6 +598,7 @@ int main(int argc, char **argv) {
     if (what == "all" || CASES[i].many_tiles) {
       run_case(i, CASES[i]);
       n++;
+      if (what == "mutation" && g_failures) break; /* a mutant is caught by its first failure: the rest is time */
     }
   std::printf("max errors (max |got - ref| / max |ref| a tensor; tolerance %.0e): o %.2e lse %.2e dq %.2e dk %.2e "
               "dv %.2e\n",

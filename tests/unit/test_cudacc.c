@@ -456,6 +456,20 @@ static void test_headers(void) {
   CudaccResult a, b, c;
   EXPECT(cudacc_compile(&q, &a, err, sizeof err) == 0 && !a.cache_hit);
   EXPECT(cudacc_compile(&q, &b, err, sizeof err) == 0 && b.cache_hit);
+  /* the same header in another folder (an artifact compiled elsewhere): a hit */
+  char inc2[600], hdr2[700];
+  snprintf(inc2, sizeof inc2, "%s/include2", tmpdir);
+  EXPECT(mkdir(inc2, 0755) == 0);
+  snprintf(hdr2, sizeof hdr2, "%s/hpdl_test_scale.cuh", inc2);
+  write_text(hdr2, "#define HPDL_SCALE 2.0f\n");
+  dirs[0] = inc2;
+  EXPECT(cudacc_compile(&q, &c, err, sizeof err) == 0 && c.cache_hit && strcmp(a.hash, c.hash) == 0);
+  cudacc_result_free(&c);
+  write_text(hdr2, "#define HPDL_SCALE 4.0f\n"); /* ... but not when it holds another text */
+  EXPECT(cudacc_compile(&q, &c, err, sizeof err) == 0 && !c.cache_hit && strcmp(a.hash, c.hash) != 0);
+  EXPECT(c.ptx && strstr(c.ptx, "0f40800000") != NULL);
+  cudacc_result_free(&c);
+  dirs[0] = inc;
   write_text(hdr, "#define HPDL_SCALE 3.0f\n");
   EXPECT(cudacc_compile(&q, &c, err, sizeof err) == 0 && !c.cache_hit);
   EXPECT(strcmp(a.hash, c.hash) != 0);
