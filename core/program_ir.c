@@ -463,7 +463,7 @@ ProgramChunk *program_ir_decode(Arena *arena, const unsigned char *buf, size_t l
   c->step = get_i32(&r);
   c->nforward = get_i32(&r);
   int32_t rc = get_i32(&r);
-  if (!r.bad && (c->nchunks < 1 || c->chunk < 0 || c->chunk >= c->nchunks || rc < 0 || rc > RECOMPUTE_OPS))
+  if (!r.bad && (c->nchunks < 1 || c->chunk < 0 || c->chunk >= c->nchunks || rc < 0 || rc > RECOMPUTE_LAST))
     rd_fail(&r, "the chunk record is out of range");
   c->recompute = (Recompute)rc;
   m->micro_batch = get_i64(&r);

@@ -44,7 +44,7 @@ int sem_compression_parse(const char *s) {
 }
 
 const char *sem_recompute_name(Recompute r) {
-  static const char *const n[] = {"none", "selective", "full", "ops"};
+  static const char *const n[] = {"none", "selective", "full", "ops", "act"};
   return n[r];
 }
 

@@ -65,11 +65,15 @@ typedef enum { PREC_FP32, PREC_BF16, PREC_FP16, PREC_FP8 } Precision;
 typedef enum { OPT_SGD, OPT_ADAMW } OptimizerKind;
 typedef enum { DECAY_NONE, DECAY_COSINE, DECAY_LINEAR } DecayKind;
 typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED } Schedule;
-/* RECOMPUTE_OPS (last: artifacts store the number): op-level selective
- * recomputation as torchtitan's "selective op" activation checkpointing -
- * a block keeps its attention outputs, its collectives' outputs and every
- * other weight GEMM's output and recomputes the rest (autodiff.c). */
-typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL, RECOMPUTE_OPS } Recompute;
+/* RECOMPUTE_OPS: op-level selective recomputation as torchtitan's
+ * "selective op" activation checkpointing - a block keeps its attention
+ * outputs, its collectives' outputs and every other weight GEMM's output and
+ * recomputes the rest (autodiff.c). RECOMPUTE_ACT (last: artifacts store the
+ * number): selective's, and a gated activation's product (SwiGLU's
+ * silu(gate) x up, the down projection's input) made again in the backward
+ * rather than kept, as Megatron-Core's recompute module moe_act. */
+typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL, RECOMPUTE_OPS, RECOMPUTE_ACT } Recompute;
+#define RECOMPUTE_LAST RECOMPUTE_ACT
 typedef enum { COMPRESS_NONE, COMPRESS_FP16, COMPRESS_INT8, COMPRESS_TOPK, COMPRESS_BF16 } Compression;
 
 const char *sem_schedule_name(Schedule s);

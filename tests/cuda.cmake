@@ -249,6 +249,12 @@ add_test(NAME cuda.dev.emulate.step.gpt2-tiny COMMAND test_device --device emula
 add_test(NAME cuda.dev.emulate.step.llama
          COMMAND test_device --device emulate --step llama.hpd -D layers=2 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=64 -D seq=16 -D vocab=64
                  -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.sequence=off)
+# recompute = act: SwiGLU's product made again in the backward, before the down
+# projection's weight-gradient GEMM (a kernel of the backward writes what the forward kept)
+add_test(NAME cuda.dev.emulate.step.llama_act
+         COMMAND test_device --device emulate --step llama.hpd -D layers=2 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=64 -D seq=16 -D vocab=64
+                 -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.sequence=off
+                 -L parallel.recompute=act)
 add_test(NAME cuda.dev.emulate.kernels.gpt2-tiny COMMAND test_device --device emulate --kernels gpt2-tiny.hpd)
 # the bias gradients of the weight-gradient GEMMs (fuse.h's rule 8) by the
 # host program's hpdl_bias_grad_f32 after the product, as where cuBLASLt has
@@ -263,7 +269,8 @@ add_test(NAME cuda.gpu.step.llama
 add_test(NAME cuda.gpu.step.gpt COMMAND test_device --device cuda --step ${HPDL_CUDA_GPT_ARGS})
 add_test(NAME cuda.dev.emulate.step.moe-tiny COMMAND test_device --device emulate --step moe-tiny.hpd)
 add_test(NAME cuda.gpu.step.moe-tiny COMMAND test_device --device cuda --step moe-tiny.hpd)
-set_tests_properties(cuda.dev.emulate.step.gpt2-tiny cuda.dev.emulate.step.llama cuda.dev.emulate.kernels.gpt2-tiny
+set_tests_properties(cuda.dev.emulate.step.gpt2-tiny cuda.dev.emulate.step.llama cuda.dev.emulate.step.llama_act
+                     cuda.dev.emulate.kernels.gpt2-tiny
                      cuda.dev.emulate.step.gpt2-tiny_bgrad_kernel
                      cuda.gpu.kernels.gpt2-tiny cuda.gpu.step.gpt2-tiny cuda.gpu.step.llama cuda.gpu.step.gpt
                      cuda.dev.emulate.step.moe-tiny cuda.gpu.step.moe-tiny

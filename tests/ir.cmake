@@ -37,6 +37,13 @@ hpdl_ir_golden(llama-selective samples/llama.hpd --recompute selective --micro-b
                -D layers=2 -D hidden=16 -D heads=4 -D kv_heads=2 -D ffn=32 -D seq=8 -D vocab=32
                --cluster laptop --nodes 1 --dp 1 --tp 1 --sp off)
 
+# recompute = act: SwiGLU's product silu(gate) x up, the down projection's input, made again
+# in the backward (before the down projection's weight gradient) from the saved gate and up,
+# not kept: one saved value fewer a layer, the [B, T, ffn] product (autodiff.c's gated_product)
+hpdl_ir_golden(llama-act samples/llama.hpd --recompute act --micro-batch 1 --global-batch 1
+               -D layers=2 -D hidden=16 -D heads=4 -D kv_heads=2 -D ffn=32 -D seq=8 -D vocab=32
+               --cluster laptop --nodes 1 --dp 1 --tp 1 --sp off)
+
 # GPT-OSS keeping its activations: the clamped SwiGLU's ops of one value and constants
 # (clamps, the +1, the 1.702 scale) made again in the backward from the experts' GEMM
 # outputs, not kept (autodiff.c's constant_chain_recompute: 57 saved values, 65 before)

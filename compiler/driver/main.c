@@ -51,7 +51,7 @@ static const LayoutFlag layout_flags[] = {
     {"--global-batch", "train.batch", "N"},
     {"--precision", "train.precision", "fp32|bf16|fp16|fp8"},
     {"--moments", "train.moments", "fp32|bf16"},
-    {"--recompute", "parallel.recompute", "none|selective|full|ops|auto"},
+    {"--recompute", "parallel.recompute", "none|selective|full|ops|act|auto"},
     {"--schedule", "parallel.schedule", "gpipe|1f1b|interleaved|auto"},
     {"--virtual-stages", "parallel.virtual", "N|auto"},
     {"--balance", "parallel.balance", "cost|layers"},

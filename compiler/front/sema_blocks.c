@@ -17,7 +17,7 @@ static const char *const precisions[] = {"fp32", "bf16", "fp16", "fp8", NULL};
 static const char *const moment_types[] = {"fp32", "bf16", NULL};
 static const char *const optimizers[] = {"sgd", "adamw", NULL};
 static const char *const schedules[] = {"gpipe", "1f1b", "interleaved", NULL};
-static const char *const recomputes[] = {"none", "selective", "full", "ops", NULL};
+static const char *const recomputes[] = {"none", "selective", "full", "ops", "act", NULL};
 static const char *const balances[] = {"cost", "layers", NULL};
 static const char *const loss_scales[] = {"dynamic", NULL};
 

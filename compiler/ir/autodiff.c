@@ -1296,7 +1296,9 @@ static void activation_recompute(const IrGraph *g, const char *requires_grad, ch
  * value takes the output's place, never more bytes than it (the min-cut
  * partitioners' rule for pointwise ops, restricted to where it cannot lose).
  * Dropout (its mask) and casts (mixed precision's storage) are left as they are. */
-static void constant_chain_recompute(const IrGraph *g, const char *requires_grad, char *recomp) {
+static int gated_product(const IrGraph *g, const char *requires_grad, const char *recomp, int i, const char *act_weight);
+
+static void constant_chain_recompute(const IrGraph *g, const char *requires_grad, char *recomp, const char *act_weight) {
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = &g->nodes[i];
     if (!(ir_op_flags(n->op) & IRF_ELEMENTWISE) || n->op == IR_DROPOUT || n->op == IR_CAST || recomp[i]) continue;
@@ -1330,23 +1332,56 @@ static void constant_chain_recompute(const IrGraph *g, const char *requires_grad
    * inside the backward's elementwise kernels too, not kept (GPT-OSS's
    * gate x sigmoid(1.702 gate)). One a GEMM reads (SwiGLU's product, the down
    * projection's input) stays kept: making it again for the weight gradient
-   * would cost the backward a pass over it. */
-  for (int i = 0; i < g->nnodes; i++) {
-    const IrNode *n = &g->nodes[i];
-    if (recomp[i] || n->nin != 2 || !requires_grad[n->in[0]] || !requires_grad[n->in[1]]) continue;
-    if (n->op != IR_MUL && n->op != IR_DIV && n->op != IR_MINIMUM && n->op != IR_MAXIMUM) continue;
-    int readers = 0, elementwise = 1;
-    for (int j = i + 1; j < g->nnodes && elementwise; j++)
-      for (int k = 0; k < g->nodes[j].nin; k++)
-        if (g->nodes[j].in[k] == i) {
-          readers++;
-          if (!(ir_op_flags(g->nodes[j].op) & IRF_ELEMENTWISE) || g->nodes[j].op == IR_CAST || g->nodes[j].op == IR_DROPOUT)
-            elementwise = 0;
-        }
-    for (int o = 0; o < g->noutputs; o++)
-      if (g->outputs[o] == i) elementwise = 0;
-    if (readers > 0 && elementwise) recomp[i] = 1;
+   * would cost the backward a pass over it - unless the policy asks for that
+   * trade (recompute = act: act_weight, the block's weight mask). */
+  for (int i = 0; i < g->nnodes; i++)
+    if (gated_product(g, requires_grad, recomp, i, act_weight)) recomp[i] = 1;
+}
+
+/* Node i is a product, quotient, minimum or maximum of two differentiated
+ * values, not a graph output, read by some op and by elementwise ops alone
+ * (casts and dropout excepted) - or, given act_weight (recompute = act), by
+ * any op where neither value is a weight (a gated activation's product, not
+ * a norm's scaling): what constant_chain_recompute makes again. */
+static int gated_product(const IrGraph *g, const char *requires_grad, const char *recomp, int i, const char *act_weight) {
+  const IrNode *n = &g->nodes[i];
+  if (recomp[i] || n->nin != 2 || !requires_grad[n->in[0]] || !requires_grad[n->in[1]]) return 0;
+  if (n->op != IR_MUL && n->op != IR_DIV && n->op != IR_MINIMUM && n->op != IR_MAXIMUM) return 0;
+  int any_reader = act_weight && !act_weight[n->in[0]] && !act_weight[n->in[1]];
+  int readers = 0, elementwise = 1;
+  for (int j = i + 1; j < g->nnodes && (elementwise || any_reader); j++)
+    for (int k = 0; k < g->nodes[j].nin; k++)
+      if (g->nodes[j].in[k] == i) {
+        readers++;
+        if (!(ir_op_flags(g->nodes[j].op) & IRF_ELEMENTWISE) || g->nodes[j].op == IR_CAST || g->nodes[j].op == IR_DROPOUT)
+          elementwise = 0;
+      }
+  for (int o = 0; o < g->noutputs; o++)
+    if (g->outputs[o] == i) return 0;
+  return readers > 0 && (elementwise || any_reader);
+}
+
+int ad_act_recomputes(const IrModule *m) {
+  int any = 0;
+  for (int gi = 0; gi < m->ngraphs && !any; gi++) {
+    const IrGraph *g = m->graphs[gi];
+    size_t n = (size_t)g->nnodes + 1;
+    char *rg = calloc(n, 1), *none = calloc(n, 1), *weight = weight_mask(g);
+    if (!rg || !none) abort();
+    /* every argument and call counted as differentiated: more products than
+     * a block's backward finds, never fewer */
+    for (int i = 0; i < g->nnodes; i++) {
+      const IrNode *x = &g->nodes[i];
+      int r = x->op == IR_PARAM || x->op == IR_RECV || x->op == IR_ARG || x->op == IR_CALL;
+      for (int k = 0; k < x->nin; k++) r |= rg[x->in[k]];
+      rg[i] = (char)(r && sem_dtype_is_float(x->dtype));
+    }
+    for (int i = 0; i < g->nnodes && !any; i++) any = gated_product(g, rg, none, i, weight) && !gated_product(g, rg, none, i, NULL);
+    free(rg);
+    free(none);
+    free(weight);
   }
+  return any || ad_selective_recomputes(m);
 }
 
 /* A normalisation's normalised value x_hat = a * rstd (LayerNorm's a = x - mean,
@@ -1408,10 +1443,10 @@ static const char *build_block(IrModule *m, AdResult *res, int fi, Recompute pol
     if (f->nodes[i].op == IR_CALL) return "a repeat inside a repeated block cannot be differentiated";
   }
   char *weight = weight_mask(f);
-  if (policy == RECOMPUTE_SELECTIVE) attention_core(f, c.recomp);
+  if (policy == RECOMPUTE_SELECTIVE || policy == RECOMPUTE_ACT) attention_core(f, c.recomp);
   if (policy == RECOMPUTE_OPS) ops_policy(f, weight, c.recomp);
   activation_recompute(f, c.rg, c.recomp);
-  constant_chain_recompute(f, c.rg, c.recomp);
+  constant_chain_recompute(f, c.rg, c.recomp, policy == RECOMPUTE_ACT ? weight : NULL);
   attention_operand_views(f, c.recomp);
   norm_recompute(f, c.rg, c.recomp);
   weight_views(f, weight, c.recomp);

@@ -94,6 +94,12 @@ AdResult *ad_build_layers(IrModule *m, Recompute policy, int64_t layers, const c
  * RECOMPUTE_NONE does. */
 int ad_selective_recomputes(const IrModule *m);
 
+/* Whether RECOMPUTE_ACT's program may differ from RECOMPUTE_SELECTIVE's:
+ * some graph has a product of two values that are not weights which a GEMM
+ * (or another op that is not elementwise) reads - a gated activation. 0: the
+ * two policies differentiate m alike. */
+int ad_act_recomputes(const IrModule *m);
+
 /* How many of a call's `count` layers run under the policy. */
 int64_t ad_policy_layers(const AdResult *r, int64_t count);
 

@@ -1373,9 +1373,26 @@ static void parts_insert(PlanCtx *c, PlanParts *p) {
   c->count++;
 }
 
+int plan_act_differs(PlanCtx *c, const PlanKey *k) {
+  if (!c->act_same) {
+    Arena *a = arena_new();
+    IrModule *m = lower_priced(c, a, k);
+    if (m) c->act_same = ad_act_recomputes(m) ? 2 : 1;
+    arena_free(a);
+  }
+  return c->act_same != 1;
+}
+
 PlanParts *plan_parts(PlanCtx *c, const PlanKey *k) {
   PlanParts *p = parts_find(c, k);
   if (p) return p;
+  /* recompute = act of a model without a gated activation (GPT-2's GELU)
+   * is the program of recompute selective */
+  if (k->rc == RECOMPUTE_ACT && !plan_act_differs(c, k)) {
+    PlanKey sel = *k;
+    sel.rc = RECOMPUTE_SELECTIVE;
+    return plan_parts(c, &sel);
+  }
   if (k->rc == RECOMPUTE_SELECTIVE) {
     /* selective recomputation of a model with no attention core to
      * recompute (flash attention keeps no scores) is the program of
@@ -1913,6 +1930,7 @@ static void drop_prices(PlanCtx *c) {
   }
   c->exact = NULL;
   c->selective_same = 0;
+  c->act_same = 0;
 }
 
 void plan_free(PlanCtx *c) {

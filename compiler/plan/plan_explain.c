@@ -41,10 +41,15 @@ void plan_explain(PlanCtx *c, PlanResult *r) {
         }
       }
     }
-    const char *fix = L->recompute == RECOMPUTE_NONE || L->recompute == RECOMPUTE_SELECTIVE
+    PlanKey key = {L->micro_batch, L->tp, L->cp, L->tp > 1 ? L->sp : 0, L->recompute, L->ep > 1 ? L->ep : 1, L->fused_ce == 1,
+                   0, plan_layout_folded(L)};
+    int act = (L->recompute == RECOMPUTE_NONE || L->recompute == RECOMPUTE_SELECTIVE) && plan_act_differs(c, &key);
+    const char *fix = act ? "recompute = act, ops or full, a smaller micro batch or more pipeline stages"
+                      : L->recompute == RECOMPUTE_NONE || L->recompute == RECOMPUTE_SELECTIVE
                           ? "recompute = ops or full, a smaller micro batch or more pipeline stages"
-                      : L->recompute == RECOMPUTE_OPS ? "full recomputation, a smaller micro batch or more pipeline stages"
-                                                      : "a smaller micro batch, more tensor or pipeline parallelism";
+                      : L->recompute == RECOMPUTE_OPS || L->recompute == RECOMPUTE_ACT
+                          ? "full recomputation, a smaller micro batch or more pipeline stages"
+                          : "a smaller micro batch, more tensor or pipeline parallelism";
     snprintf(r->limit, sizeof r->limit,
              "memory: %s needed of %s on pipeline rank %d (activations %s for %d micro-batches in flight); try %s",
              fmt_bytes(a, sizeof a, m->total), fmt_bytes(b, sizeof b, m->capacity), m->rank,

@@ -119,6 +119,7 @@ struct PlanCtx {
   size_t cap, count;
   int64_t programs;
   int selective_same;    /* 1: RECOMPUTE_SELECTIVE differentiates as NONE here (no attention core); 2: not; 0: unknown */
+  int act_same;          /* 1: RECOMPUTE_ACT differentiates as SELECTIVE here (no gated product a GEMM reads); 2: not; 0: unknown */
   FuseCache *fuse_cache; /* fused graphs by content, shared by every program (made on first use) */
   const FuseOptions *fuse_opts; /* the fusion priced: the CUDA back end's on an NVIDIA GPU, else the CPU's (NULL) */
   PlanExact *exact;
@@ -161,6 +162,10 @@ void plan_timeline_free(PlanTimeline *t);
 
 /* Fills r->limit: the limiting resource in one sentence (plan_search.c). */
 void plan_explain(PlanCtx *c, PlanResult *r);
+/* Whether recompute = act differentiates the model otherwise than selective
+ * (it has a gated activation a GEMM reads; k: any key of the model, lowered
+ * once to find out). */
+int plan_act_differs(PlanCtx *c, const PlanKey *k);
 
 /* One term of the step time and where its formula comes from (--explain). */
 typedef struct PlanTerm {

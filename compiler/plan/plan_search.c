@@ -158,6 +158,9 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
   const SemModel *m = c->model;
   int64_t G = c->gpus, gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1;
   int64_t seq = m->seq_len > 0 ? m->seq_len : 1;
+  /* recompute = act is tried only for a model it changes (a gated activation) */
+  PlanKey k1 = {1, 1, 1, 0, RECOMPUTE_ACT, 1, 0, 0, 0};
+  int act_differs = fix->recompute == RECOMPUTE_ACT || (fixed_ok(fix->recompute, RECOMPUTE_ACT) && plan_act_differs(c, &k1));
   int64_t layers = m->layers > 0 ? m->layers : 1;
   /* chunks of at least one layer; equal ones when the layers must balance by count */
   int equal = m->layout.balance == BALANCE_LAYERS;
@@ -205,8 +208,8 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
            * [zero][schedule][v][mb], set by the rc = none pass before rc = full's */
           static unsigned char none_fit[4][3][PLAN_SEARCH_MAX_V + 1][PLAN_SEARCH_MAX_MB + 1];
           memset(none_fit, 0, sizeof none_fit);
-          for (int rc = 0; rc <= RECOMPUTE_OPS; rc++) {
-            if (!fixed_ok(fix->recompute, rc)) continue;
+          for (int rc = 0; rc <= RECOMPUTE_LAST; rc++) {
+            if (!fixed_ok(fix->recompute, rc) || (rc == RECOMPUTE_ACT && !act_differs)) continue;
             for (int64_t zero = 0; zero <= (dp > 1 ? 3 : 0); zero++) {
               if (!fixed_ok(fix->zero, zero)) continue;
               CostModelStates ms = cost_model_states_m((int64_t)lb_params, (int)zero, (int)dp, c->prec,
@@ -233,6 +236,12 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
                     /* fused_ce auto: the head fused with its loss only where the logits do
                      * not fit (it costs a pass of the head's GEMM and saves only memory) */
                     int fce = fix->fused_ce == 1;
+                    /* recompute = act auto only where keeping every activation does
+                     * not fit: it trades a backward pass over each gated product for
+                     * the memory, and a layout that fits without it is the faster */
+                    if (rc == RECOMPUTE_ACT && fix->recompute != RECOMPUTE_ACT && fixed_ok(fix->recompute, RECOMPUTE_NONE) &&
+                        mb <= PLAN_SEARCH_MAX_MB && v <= PLAN_SEARCH_MAX_V && none_fit[zero][sk][v][mb])
+                      continue;
                     PlanLayout L = {dp, tp, pp, cp, v, zero, mb, nm, sp, sk, rc, fix->overlap >= 0 ? fix->overlap : 1, ep, fce,
                                     rc != RECOMPUTE_NONE && fix->recompute_layers > 0 ? fix->recompute_layers : 0, fold};
                     st.enumerated++;

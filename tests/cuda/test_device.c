@@ -319,7 +319,8 @@ static void test_step(Ctx *C, const char *sample, SemDefine *defs, int ndefs, Se
   interp_zero_grads(in);
   double want = ad_step(in, ad, 1.0, &why);
   if (!rc) {
-    printf("step of %s on the %s device: loss %.9g, reference %.9g\n", sample, C->kind, loss, want);
+    printf("step of %s on the %s device (recompute %s): loss %.9g, reference %.9g\n", sample, C->kind,
+           sem_recompute_name(ad->recompute), loss, want);
     EXPECT_NEAR(loss, want, HPDL_KERNEL_TOL);
     double rms = 0;
     int64_t cnt = 0;

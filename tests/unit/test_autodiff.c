@@ -920,9 +920,9 @@ static void test_aux_loss(void) {
 static void test_call(void) {
   /* then recompute_layers (ad_build_layers): the policy on the first 1 or 2
    * of the 3 layers, the rest keeping their activations, both calls */
-  for (int policy = RECOMPUTE_NONE; policy <= RECOMPUTE_OPS + 2 * 3; policy++) {
-    check_layers = policy <= RECOMPUTE_OPS ? 0 : 1 + (policy - RECOMPUTE_OPS - 1) / 3;
-    Recompute pol = policy <= RECOMPUTE_OPS ? (Recompute)policy : (Recompute)(1 + (policy - RECOMPUTE_OPS - 1) % 3);
+  for (int policy = RECOMPUTE_NONE; policy <= RECOMPUTE_LAST + 2 * 3; policy++) {
+    check_layers = policy <= RECOMPUTE_LAST ? 0 : 1 + (policy - RECOMPUTE_LAST - 1) / 3;
+    Recompute pol = policy <= RECOMPUTE_LAST ? (Recompute)policy : (Recompute)(1 + (policy - RECOMPUTE_LAST - 1) % 3);
     Mod M = mod_new();
     IrGraph *blk = ir_graph_new(M.m, "blk");
     blk->count = 3;
@@ -980,7 +980,7 @@ static void test_call(void) {
  * gradients match the step graph's exactly. Here loss = sum(y * R), so the
  * block's final dy is R. */
 static void test_manual_schedule(void) {
-  for (int policy = RECOMPUTE_NONE; policy <= RECOMPUTE_OPS; policy++) {
+  for (int policy = RECOMPUTE_NONE; policy <= RECOMPUTE_LAST; policy++) {
     Mod M = mod_new();
     IrGraph *blk = ir_graph_new(M.m, "blk");
     blk->count = 2;
@@ -1195,6 +1195,9 @@ static void test_llama(void) {
   if (!load_model(&L, "samples/llama.hpd", llama_defs, 12, 2)) return;
   check_model_grads("llama (tiny), recompute ops", L.m, 64, RECOMPUTE_OPS, 1e-3);
   unload(&L);
+  if (!load_model(&L, "samples/llama.hpd", llama_defs, 12, 2)) return;
+  check_model_grads("llama (tiny), recompute act", L.m, 64, RECOMPUTE_ACT, 1e-3);
+  unload(&L);
 }
 
 /* A small ResNet (issue 17): convolutions, batch norm (synchronised, one
@@ -1261,7 +1264,7 @@ static double *all_grads(IrModule *m, Recompute policy, int64_t vocab, int64_t *
 static void test_recompute_equal(const char *file, const char *const *defs, int ndefs, int64_t vocab) {
   double *ref = NULL, ref_loss = 0;
   int64_t ref_n = 0;
-  for (int policy = RECOMPUTE_NONE; policy <= RECOMPUTE_OPS; policy++) {
+  for (int policy = RECOMPUTE_NONE; policy <= RECOMPUTE_LAST; policy++) {
     Loaded L;
     if (!load_model(&L, file, defs, ndefs, 2)) return;
     int64_t n = 0;

@@ -642,7 +642,7 @@ static void check_totals(const FuseResult *r) {
 static void test_models(void) {
   static const char *const samples[] = {"mlp.hpd", "gpt2-tiny.hpd", "gpt2.hpd", "llama.hpd", "gpt.hpd"};
   for (size_t s = 0; s < sizeof samples / sizeof samples[0]; s++) {
-    for (int policy = -1; policy <= RECOMPUTE_OPS; policy++) {
+    for (int policy = -1; policy <= RECOMPUTE_LAST; policy++) {
       Arena *arena = arena_new();
       Diag *diag = diag_new(stderr);
       IrModule *m = lower_sample(arena, diag, samples[s], NULL, 0, 2, NULL);
@@ -721,7 +721,7 @@ static void test_cache(void) {
   int64_t fused = 0, found = 0, graphs = 0;
   for (size_t s = 0; s < sizeof samples / sizeof samples[0]; s++) {
     for (int micro = 1; micro <= 2; micro++) {
-      for (int policy = RECOMPUTE_NONE; policy <= RECOMPUTE_OPS; policy++) {
+      for (int policy = RECOMPUTE_NONE; policy <= RECOMPUTE_LAST; policy++) {
         for (int again = 0; again < 2; again++) {
           Arena *arena = arena_new();
           Diag *diag = diag_new(stderr);
