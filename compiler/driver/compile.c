@@ -538,6 +538,9 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
   if (m->train.moments_bf16)
     return cfail(&C, "moments = bf16 is priced by hpdlc plan, but no back end stores 16-bit optimizer moments yet: compile with "
                      "moments = fp32");
+  if (m->layout.dispatcher == 1)
+    return cfail(&C, "dispatcher = deepep is priced by hpdlc plan, but the runtime exchanges the experts' tokens with NCCL's or "
+                     "MPI's all-to-all, a copy per rank: compile with dispatcher = alltoall (the same numbers)");
   Layout L;
   memset(&L, 0, sizeof L);
   if (resolve_layout(&C, &L)) return 1;

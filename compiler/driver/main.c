@@ -55,6 +55,7 @@ static const LayoutFlag layout_flags[] = {
     {"--schedule", "parallel.schedule", "gpipe|1f1b|interleaved|auto"},
     {"--virtual-stages", "parallel.virtual", "N|auto"},
     {"--balance", "parallel.balance", "cost|layers"},
+    {"--dispatcher", "parallel.dispatcher", "alltoall|deepep"},
     {"--overlap", "parallel.overlap", "on|off"},
     {"--tp-overlap", "parallel.tp_overlap", "on|off"},
     {"--vocab-pad", "parallel.vocab_pad", "N"},

@@ -240,6 +240,12 @@ typedef struct {
    * group folded over tensor x data ranks (MoE parallel folding; ep_fold) */
   int64_t expert_tensor;
   int ep_fold; /* expert_tensor = 1 with tensor > 1 and expert > 1 */
+  /* parallel.dispatcher: how the experts' exchange crosses nodes - 0
+   * alltoall (NCCL's or MPI's all-to-all, a copy of a token per destination
+   * rank), 1 deepep (a copy per destination node, forwarded inside it over
+   * the intra-node fabric, as DeepEP's and HybridEP's kernels; priced by
+   * plan, refused by compile) */
+  int dispatcher;
 } SemLayout;
 
 /* Bounds on a cluster's and a layout's node counts, so that nodes x

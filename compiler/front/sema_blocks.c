@@ -19,6 +19,7 @@ static const char *const optimizers[] = {"sgd", "adamw", NULL};
 static const char *const schedules[] = {"gpipe", "1f1b", "interleaved", NULL};
 static const char *const recomputes[] = {"none", "selective", "full", "ops", "act", NULL};
 static const char *const balances[] = {"cost", "layers", NULL};
+static const char *const dispatchers[] = {"alltoall", "deepep", NULL};
 static const char *const loss_scales[] = {"dynamic", NULL};
 
 static const KeySpec train_keys[] = {
@@ -40,6 +41,7 @@ static const KeySpec parallel_keys[] = {
     {"tp_overlap", K_ONOFF, NULL, 0},   {"vocab_pad", K_INT, NULL, 0},
     {"expert", K_INT, NULL, 1},         {"fused_ce", K_ONOFF, NULL, 1},
     {"recompute_layers", K_INT, NULL, 0}, {"expert_tensor", K_INT, NULL, 1},
+    {"dispatcher", K_WORD, dispatchers, 0},
 };
 static const KeySpec cluster_keys[] = {
     {"device", K_STRING, NULL, 0},          {"gpus_per_node", K_INT, NULL, 0},   {"nodes", K_INT, NULL, 0},
@@ -602,6 +604,7 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
   L->recompute_layers = get_int(&s, "recompute_layers", 0); /* 0: every layer */
   L->expert_tensor = get_int(&s, "expert_tensor", 0);          /* 0: = tensor; -1: auto (plan --search tries both) */
   L->balance = (PipeBalance)get_word(&s, "balance", balances, BALANCE_COST);
+  L->dispatcher = get_word(&s, "dispatcher", dispatchers, 0);
   Setting *comp = sema_setting_get(&s, "compression");
   L->compression = (Compression)get_word(&s, "compression", sem_compression_names, COMPRESS_NONE);
   L->topk_ratio = 0.01;

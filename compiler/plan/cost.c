@@ -185,14 +185,28 @@ CostLink cost_group_link(const SemCluster *c, int n, int ranks_per_node) {
   return l;
 }
 
+/* cost.h: hypergeometric, the experts of each node as one group. */
+double cost_node_dedup(int64_t experts, int64_t top_k, int64_t nodes) {
+  if (nodes <= 1 || top_k <= 1 || experts < nodes || top_k > experts) return 1;
+  double per = (double)experts / (double)nodes, none = 1;
+  for (int64_t i = 0; i < top_k; i++) {
+    double num = (double)experts - per - (double)i;
+    none *= num > 0 ? num / (double)(experts - i) : 0;
+  }
+  double d = (double)nodes * (1 - none) / (double)top_k;
+  return d < 1 ? d : 1;
+}
+
 /* The link an all-to-all of n ranks sees, r of them a node: NCCL's
  * all-to-all is n - 1 concurrent sends a rank, the (n - r) / n of its buffer
  * bound for other nodes through its own NIC (an all-to-all cannot aggregate
  * the bandwidth of several NICs: NVIDIA/nccl-tests issue 267) and the
  * (r - 1) / n for its node's GPUs over the intra-node fabric at the same
  * time. As a bus bandwidth for the (n - 1) / n S of sec. 1:
- * (n - 1) / max((n - r) / nic, (r - 1) / intra). In a node, the group's link. */
-CostLink cost_alltoall_link(const SemCluster *c, int n, int ranks_per_node) {
+ * (n - 1) / max((n - r) / nic, (r - 1) / intra). In a node, the group's link.
+ * Deduplicated per node (dedup < 1, DeepEP's normal kernels): dedup (n - r)
+ * over the NIC, and (r - 1) + (n - r) (r - 1) / r over the intra-node fabric. */
+CostLink cost_alltoall_link(const SemCluster *c, int n, int ranks_per_node, double dedup) {
   CostLink l = cost_group_link(c, n, ranks_per_node);
   if (!c || c->shared_device) return l;
   int gpn = c->gpus_per_node > 0 ? (int)c->gpus_per_node : 1;
@@ -207,7 +221,11 @@ CostLink cost_alltoall_link(const SemCluster *c, int n, int ranks_per_node) {
     l.bytes_per_s = 0;
     return l;
   }
-  double t_off = (double)(n - r) / nic, t_on = intra > 0 ? (double)(r - 1) / intra : 0;
+  if (!(dedup > 0) || dedup > 1) dedup = 1;
+  /* deduplicated, the off-node copies that arrive at one rank of a node are
+   * forwarded to the others over the intra-node fabric, concurrently */
+  double on = (double)(r - 1) + (dedup < 1 ? (double)(n - r) * (r - 1) / r : 0);
+  double t_off = dedup * (double)(n - r) / nic, t_on = intra > 0 ? on / intra : 0;
   l.bytes_per_s = (double)(n - 1) / (t_off > t_on ? t_off : t_on);
   return l;
 }

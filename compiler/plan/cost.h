@@ -116,8 +116,18 @@ double cost_collective_bytes_sent(CostCollective c, double bytes, int n, CostAlg
  * machine) the ranks of the node share the copy bandwidth. */
 CostLink cost_group_link(const SemCluster *c, int n, int ranks_per_node);
 /* The same for an all-to-all, whose traffic to other nodes leaves through
- * each rank's own NIC share (docs/planner.md sec. 2). */
-CostLink cost_alltoall_link(const SemCluster *c, int n, int ranks_per_node);
+ * each rank's own NIC share (docs/planner.md sec. 2). dedup: the share of
+ * the off-node copies that cross the network (1: NCCL's all-to-all, a copy
+ * per destination rank; cost_node_dedup under a DeepEP-style dispatcher, a
+ * copy per destination node forwarded to its ranks over the intra-node
+ * fabric, which then carries those copies too). */
+CostLink cost_alltoall_link(const SemCluster *c, int n, int ranks_per_node, double dedup);
+/* A token routed to top_k of `experts` experts spread evenly over `nodes`
+ * nodes, uniformly (balanced routing): the expected number of other nodes
+ * holding at least one of its experts over its expected copies bound for
+ * other nodes, N (1 - P0) / k with P0 = C(E - E/N, k) / C(E, k) the chance
+ * that a node holds none (hypergeometric); 1 for one node or top_k 1. */
+double cost_node_dedup(int64_t experts, int64_t top_k, int64_t nodes);
 
 /* ---- compute: roofline of one op ----
  *

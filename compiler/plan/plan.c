@@ -1057,7 +1057,12 @@ static void key_links(const PlanCtx *c, int64_t tp, int64_t cp, int64_t ep, int 
   gsize[IRG_EP] = ep > 1 ? ep : 1;
   if (ep > 1) {
     int64_t inner = fold ? 1 : tp * cp, rep = inner >= gpn ? 1 : (ep < gpn / inner ? ep : gpn / inner);
-    link[IRG_EP] = cost_alltoall_link(&c->cluster, (int)ep, (int)(rep > 1 ? rep : 1));
+    if (rep < 1) rep = 1;
+    /* parallel.dispatcher = deepep: a token's copies for one node cross once */
+    double dedup = c->model->layout.dispatcher == 1 && c->experts > 0
+                       ? cost_node_dedup(c->experts, c->top_k, (ep + rep - 1) / rep)
+                       : 1;
+    link[IRG_EP] = cost_alltoall_link(&c->cluster, (int)ep, (int)rep, dedup);
   }
 }
 
@@ -1907,6 +1912,13 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
     }
     c->experts = x;
   }
+  for (int gi = 0; gi < g->ngraphs; gi++)
+    for (int i = 0; i < g->graphs[gi]->nnodes; i++) {
+      const IrNode *n = &g->graphs[gi]->nodes[i];
+      if (n->op != IR_MOE_DISPATCH || n->nin < 2) continue;
+      const IrNode *idx = &g->graphs[gi]->nodes[n->in[1]];
+      if (idx->rank > 0 && idx->dims[idx->rank - 1] > c->top_k) c->top_k = idx->dims[idx->rank - 1];
+    }
   arena_free(a);
   return c;
 }

@@ -112,6 +112,7 @@ struct PlanCtx {
   int explain;        /* reports list the five largest terms of the step (plan_set_explain) */
   double params;
   int64_t experts;    /* experts per MoE layer that every expert layer's count divides (their gcd); 0: none */
+  int64_t top_k;      /* the most experts a token is routed to (MOE_DISPATCH's K); 0: no MoE layer */
   Diag *quiet;
   FILE *sink;
   Arena *arena;

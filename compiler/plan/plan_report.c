@@ -71,6 +71,7 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
   fprintf(f, "; overlap %s", L->overlap ? "on" : "off");
   if (m->layout.tp_overlap && L->tp > 1) fprintf(f, "; tp_overlap on");
   if (L->fused_ce == 1) fprintf(f, "; fused_ce on");
+  if (L->ep > 1 && m->layout.dispatcher == 1) fprintf(f, "; dispatcher deepep");
   if (strcmp(plan_attention_name(c), "flash")) fprintf(f, "; attention %s", plan_attention_name(c));
   fputc('\n', f);
   int64_t vp = 0, v = plan_vocab(c, r, &vp);

@@ -573,6 +573,11 @@ def case_cli():
     one_error(p, "moments = bf16 is priced by hpdlc plan, but no back end stores 16-bit optimizer moments yet")
     p = run([hpdlc, "compile", sample(), *DEFS, "--moments", "fp16", "-o", out], expect=2)
     one_error(p, "--moments fp16: unknown moments 'fp16'; it is fp32 or bf16")
+    p = run([hpdlc, "compile", moe, "--dp", "2", "--gpus", "2", "--ep", "2", "--dispatcher", "deepep", "-o", out], expect=1)
+    one_error(p, "dispatcher = deepep is priced by hpdlc plan, but the runtime exchanges the experts' tokens with NCCL's or MPI's "
+                 "all-to-all")
+    p = run([hpdlc, "compile", sample(), *DEFS, "--dispatcher", "nccl", "-o", out], expect=2)
+    one_error(p, "--dispatcher nccl")
     p = run([hpdlc, "compile", sample(), *DEFS, "--pp", "2", "--virtual-stages", "2", "--schedule", "1f1b", "-D", "L=4", "-o", out],
             expect=1)
     one_error(p, "virtual stages need schedule = interleaved")

@@ -168,7 +168,8 @@ static void set_command(char *cmd, size_t cap, const char *hpdlc, const char *sr
                                         {"precision", "--precision"}, {"cluster", "--cluster"},
                                         {"tp_overlap", "--tp-overlap"}, {"ep", "--ep"}, {"etp", "--etp"},
                                         {"attention", "--attention"}, {"recompute_layers", "--recompute-layers"},
-                                        {"compression", "--compression"}, {"moments", "--moments"}};
+                                        {"compression", "--compression"}, {"moments", "--moments"},
+                                        {"dispatcher", "--dispatcher"}};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) add_flag(cmd, cap, keys[i][1], json_object_get(l, keys[i][0]));
   long v_ = jint(l, "virtual_stages");
   size_t n = strlen(cmd);
@@ -248,7 +249,10 @@ static int check_set(const char *hpdlc, const char *src, const char *file, int m
           snprintf(rcs + n, sizeof rcs - n, " of %ld layers", jint(l, "recompute_layers"));
         }
         char eps[48] = ""; /* expert parallelism, folded over the tensor group or not */
-        if (jint(l, "ep") > 1) snprintf(eps, sizeof eps, " ep %ld%s", jint(l, "ep"), jint(l, "etp") == 1 ? " etp 1" : "");
+        const char *disp = json_string_value(json_object_get(l, "dispatcher"));
+        if (jint(l, "ep") > 1)
+          snprintf(eps, sizeof eps, " ep %ld%s%s%s", jint(l, "ep"), jint(l, "etp") == 1 ? " etp 1" : "",
+                   disp && strcmp(disp, "alltoall") ? " dispatcher " : "", disp && strcmp(disp, "alltoall") ? disp : "");
         printf("| %s%s | %ld | tp %ld pp %ld cp %ld dp %ld%s%s, mb %ld, %s%s%s%s | %.3f s | %.3f s | %+.1f%% |\n",
                json_string_value(json_object_get(r, "id")), asserted_set && !asserted ? " (not asserted)" : "",
                jint(l, "gpus"), jint(l, "tp"), jint(l, "pp"), jint(l, "cp"),

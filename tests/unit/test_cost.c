@@ -174,17 +174,34 @@ static void test_group_link(void) {
    * NVIDIA/nccl-tests issue 267), the rest over NVLink at the same time. In a
    * node it is the group's link. */
   SemCluster h = cluster_of("dgx-h100"); /* 8 GPUs, 450 GB/s NVLink, 8 x 50 GB/s NDR */
-  EXPECT_NEAR(cost_alltoall_link(&h, 8, 8).bytes_per_s, cost_group_link(&h, 8, 8).bytes_per_s, 1e-12);
+  EXPECT_NEAR(cost_alltoall_link(&h, 8, 8, 1).bytes_per_s, cost_group_link(&h, 8, 8).bytes_per_s, 1e-12);
   double nic = 50 * GB * COST_NCCL_INTER_EFFICIENCY, S = 1e9;
   for (int n = 16; n <= 64; n *= 2) {
-    CostLink l = cost_alltoall_link(&h, n, 8);
+    CostLink l = cost_alltoall_link(&h, n, 8, 1);
     /* the bus time of (n - 1) / n S is the off-node share over one NIC */
     EXPECT_NEAR((double)(n - 1) / n * S / l.bytes_per_s, (double)(n - 8) / n * S / nic, 1e-12);
     /* r (n - r) / (n - 1) times the ring's node-crossing link of the same group: 4.3 to 7.1 */
     EXPECT_NEAR(cost_group_link(&h, n, 8).bytes_per_s / l.bytes_per_s, 8.0 * (n - 8) / (n - 1), 1e-9);
   }
   /* two ranks a node (expert groups tp x cp = 4 apart): the same NIC share a rank */
-  EXPECT_NEAR(63.0 / 64 * S / cost_alltoall_link(&h, 64, 2).bytes_per_s, 62.0 / 64 * S / nic, 1e-12);
+  EXPECT_NEAR(63.0 / 64 * S / cost_alltoall_link(&h, 64, 2, 1).bytes_per_s, 62.0 / 64 * S / nic, 1e-12);
+
+  /* Deduplicated per node (DeepEP): DeepSeek-V3's 256 experts, top 8, over 8
+   * nodes: a node holds none of a token's experts with P0 = C(224, 8) / C(256, 8),
+   * so 8 (1 - P0) / 8 of its 7 off-node copies cross the network */
+  double p0 = 1;
+  for (int i = 0; i < 8; i++) p0 *= (224.0 - i) / (256.0 - i);
+  EXPECT_NEAR(cost_node_dedup(256, 8, 8), 1 - p0, 1e-12);
+  EXPECT_NEAR(cost_node_dedup(256, 8, 8), 0.6618, 1e-3);
+  EXPECT(cost_node_dedup(256, 1, 8) == 1 && cost_node_dedup(256, 8, 1) == 1);
+  EXPECT_NEAR(cost_node_dedup(16, 8, 2), 2 * (1 - 8.0 * 7 * 6 * 5 * 4 * 3 * 2 * 1 / (16.0 * 15 * 14 * 13 * 12 * 11 * 10 * 9)) / 8, 1e-12);
+  {
+    double d = cost_node_dedup(256, 8, 8);
+    CostLink l = cost_alltoall_link(&h, 64, 8, d);
+    double intra = 450 * GB * COST_NCCL_INTRA_EFFICIENCY, t_off = d * 56 * S / 64 / nic, t_on = (7 + 56.0 * 7 / 8) * S / 64 / intra;
+    EXPECT_NEAR(63.0 / 64 * S / l.bytes_per_s, t_off > t_on ? t_off : t_on, 1e-12);
+    EXPECT(t_off > t_on); /* the NIC still bounds it, at two thirds of the flat time */
+  }
 }
 
 /* ---- compute ---- */

@@ -265,8 +265,8 @@ static inline void check_kernels(const FuseResult *fr, int gi, const InterpTenso
 /* The sample lowered at micro batch sample_step_micro (2 unless a test
  * says otherwise; under the layout overrides, parallel.fused_ce = on
  * fusing the head with its loss as the partitioner does) and its training
- * step (no recomputation, unless parallel.recompute says which); NULL after
- * a failed expectation. */
+ * step (no recomputation, unless a layout override parallel.recompute says
+ * which); NULL after a failed expectation. */
 static int64_t sample_step_micro = 2;
 static inline AdResult *sample_step(Arena *arena, Diag *diag, const char *sample, SemDefine *defs, int ndefs,
                                     SemDefine *layout, int nlayout, IrModule **m) {
@@ -275,7 +275,9 @@ static inline AdResult *sample_step(Arena *arena, Diag *diag, const char *sample
   EXPECT(*m != NULL);
   const char *why = NULL;
   if (*m && sm && sm->layout.fused_ce == 1) EXPECT(headloss_fuse(*m, &why) > 0);
-  Recompute policy = sm && sm->layout.recompute > 0 ? (Recompute)sm->layout.recompute : RECOMPUTE_NONE;
+  int asked = 0; /* the sample's own policy is not taken: only an override's */
+  for (int i = 0; i < nlayout; i++) asked |= layout[i].name && !strcmp(layout[i].name, "parallel.recompute");
+  Recompute policy = asked && sm && sm->layout.recompute > 0 ? (Recompute)sm->layout.recompute : RECOMPUTE_NONE;
   AdResult *ad = *m ? ad_build(*m, policy, &why) : NULL;
   EXPECT(ad != NULL);
   return ad;
