@@ -331,6 +331,7 @@ static json_t *json_result(PlanCtx *c, const PlanResult *r, int brief) {
   json_t *par = json_layout(&r->layout);
   json_object_set_new(par, "balance", json_string(plan_model(c)->layout.balance == BALANCE_LAYERS ? "layers" : "cost"));
   json_object_set_new(par, "fused_ce", json_boolean(r->layout.fused_ce == 1));
+  json_object_set_new(par, "dispatcher", json_string(plan_model(c)->layout.dispatcher == 1 ? "deepep" : "alltoall"));
   Compression cz = plan_model(c)->layout.compression;
   json_object_set_new(par, "compression", json_string(sem_compression_name(cz)));
   json_object_set_new(par, "grad_reduce_bytes", json_integer(plan_grad_reduce_bytes(cz)));
