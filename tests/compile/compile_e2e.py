@@ -682,6 +682,13 @@ def case_qwen3_window():
     check("has no materialised form" in p.stderr, p.stderr)
 
 
+# a two-layer Llama on one CPU rank (recompute_ops, recompute_act)
+TINY_LLAMA_DEFS = ["-D", "layers=2", "-D", "hidden=32", "-D", "heads=4", "-D", "kv_heads=2", "-D", "ffn=64", "-D", "seq=16",
+                   "-D", "vocab=256"]
+TINY_LLAMA_FLAGS = ["--cluster", "cpu", "--nodes", "1", "--gpus", "1", "--dp", "1", "--tp", "1", "--sp", "off", "--zero", "0",
+                    "--micro-batch", "2", "--global-batch", "4", "--precision", "fp32"]
+
+
 def case_recompute_ops():
     """recompute = ops (torchtitan's op-level selective checkpointing, compiler/ir/autodiff.c
     ops_policy): a block keeps its attention outputs and every other weight GEMM's output and
@@ -711,10 +718,7 @@ def case_recompute_ops():
     layout_case("recompute_ops_tp2_pp2", ["--recompute", "ops", "--tp", "2", "--pp", "2", "--schedule", "1f1b"])
     global SAMPLE
     SAMPLE = "llama.hpd"
-    defs = ["-D", "layers=2", "-D", "hidden=32", "-D", "heads=4", "-D", "kv_heads=2", "-D", "ffn=64", "-D", "seq=16",
-            "-D", "vocab=256"]
-    flags = ["--cluster", "cpu", "--nodes", "1", "--gpus", "1", "--dp", "1", "--tp", "1", "--sp", "off", "--zero", "0",
-             "--micro-batch", "2", "--global-batch", "4", "--precision", "fp32"]
+    defs, flags = TINY_LLAMA_DEFS, TINY_LLAMA_FLAGS
     art, _ = compile_art("art-rc-llama", flags + ["--recompute", "ops"], executor="auto", defs=defs)
     ex = json.load(open(os.path.join(art, "manifest.json")))["program"]["executor"]
     got, _ = train(art, "rc-llama")
@@ -730,10 +734,7 @@ def case_recompute_act():
     tolerances of the reference's; the arena is smaller; the manifest says act."""
     global SAMPLE
     SAMPLE = "llama.hpd"
-    defs = ["-D", "layers=2", "-D", "hidden=32", "-D", "heads=4", "-D", "kv_heads=2", "-D", "ffn=64", "-D", "seq=16",
-            "-D", "vocab=256"]
-    flags = ["--cluster", "cpu", "--nodes", "1", "--gpus", "1", "--dp", "1", "--tp", "1", "--sp", "off", "--zero", "0",
-             "--micro-batch", "2", "--global-batch", "4", "--precision", "fp32"]
+    defs, flags = TINY_LLAMA_DEFS, TINY_LLAMA_FLAGS
     arenas, arts = {}, {}
     for rc in ("none", "act"):
         arts[rc], p = compile_art("art-act-" + rc, flags + ["--recompute", rc], defs=defs)
@@ -751,8 +752,7 @@ def case_recompute_act():
     ex = json.load(open(os.path.join(art, "manifest.json")))["program"]["executor"]
     got, _ = train(art, "act-native")
     compare(f"llama, recompute act, 1 rank ({ex})", got, reference(art, defs + ONE_RANK), tol1=1e-5, tol20=1e-4)
-    tp2 = ["--cluster", "cpu", "--nodes", "1", "--gpus", "2", "--dp", "1", "--tp", "2", "--sp", "off", "--zero", "0",
-           "--micro-batch", "2", "--global-batch", "4", "--precision", "fp32", "--recompute", "act"]
+    tp2 = flags + ["--gpus", "2", "--tp", "2", "--recompute", "act"]  # the later flag wins
     art, _ = compile_art("art-act-tp2", tp2, executor="auto", defs=defs)
     ex = json.load(open(os.path.join(art, "manifest.json")))["program"]["executor"]
     got, _ = train(art, "act-tp2")

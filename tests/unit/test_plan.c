@@ -778,14 +778,16 @@ static void test_gemm_sustained(void) {
  * spans two; the experts' gradients summed over 2 ranks, not 1. */
 /* A small Mixtral at tp 2 x dp 8 with ep 8 on two DGX H100 nodes; search:
  * with expert_tensor = auto and the degrees the search would free fixed. */
-static int fold_fixture(Fixture *f, int search) {
+static int fold_fixture(Fixture *f, int search, const char *extra) {
   static const char *const defs[] = {"layers=2", "hidden=1024", "heads=16", "kv_heads=4", "ffn=2048", "vocab=32000",
                                      "capacity_factor=1.0"};
-  static const char *const lay[] = {"parallel.cluster=dgx-h100", "parallel.gpus=16", "parallel.tensor=2", "parallel.data=8",
-                                    "parallel.expert=8", "parallel.sequence=on", "train.micro_batch=1", "train.batch=64",
-                                    "parallel.recompute=none", "parallel.pipeline=1", "parallel.virtual=1",
-                                    "parallel.expert_tensor=auto", "parallel.zero=0", "parallel.context=1"};
-  if (fixture(f, "mixtral.hpd", defs, 7, lay, search ? 14 : 11)) {
+  const char *lay[] = {"parallel.cluster=dgx-h100", "parallel.gpus=16", "parallel.tensor=2", "parallel.data=8",
+                       "parallel.expert=8", "parallel.sequence=on", "train.micro_batch=1", "train.batch=64",
+                       "parallel.recompute=none", "parallel.pipeline=1", "parallel.virtual=1",
+                       "parallel.expert_tensor=auto", "parallel.zero=0", "parallel.context=1", NULL};
+  int n = search ? 14 : 11;
+  if (extra) lay[n++] = extra;
+  if (fixture(f, "mixtral.hpd", defs, 7, lay, n)) {
     test_failures++;
     return 1;
   }
@@ -799,15 +801,10 @@ static int fold_fixture(Fixture *f, int search) {
  * (the NIC bounds both; their latency terms are alike, measured 0.818); the
  * bytes a rank hands over are the same. */
 static void test_dispatcher_deepep(void) {
-  static const char *const defs[] = {"layers=2", "hidden=1024", "heads=16", "kv_heads=4", "ffn=2048", "vocab=32000",
-                                     "capacity_factor=1.0"};
-  static const char *const lay[] = {"parallel.cluster=dgx-h100", "parallel.gpus=16", "parallel.tensor=2", "parallel.data=8",
-                                    "parallel.expert=8", "parallel.sequence=on", "train.micro_batch=1", "train.batch=64",
-                                    "parallel.recompute=none", "parallel.pipeline=1", "parallel.virtual=1",
-                                    "parallel.zero=0", "parallel.context=1", "parallel.dispatcher=deepep"};
   Fixture a, b;
-  if (fixture(&a, "mixtral.hpd", defs, 7, lay, 13) || fixture(&b, "mixtral.hpd", defs, 7, lay, 14)) {
-    test_failures++;
+  if (fold_fixture(&a, 0, NULL)) return;
+  if (fold_fixture(&b, 0, "parallel.dispatcher=deepep")) {
+    fixture_free(&a);
     return;
   }
   PlanLayout L = plan_layout_of(a.m);
@@ -829,7 +826,7 @@ static void test_dispatcher_deepep(void) {
 
 static void test_expert_fold(void) {
   Fixture f;
-  if (fold_fixture(&f, 0)) return;
+  if (fold_fixture(&f, 0, NULL)) return;
   PlanLayout L = plan_layout_of(f.m);
   PlanResult u, k;
   EXPECT(plan_evaluate(f.c, &L, PLAN_FULL_SIM, &u) == 0 && u.valid);
@@ -854,7 +851,7 @@ static void test_expert_fold(void) {
  * the search to unfolded layouts. */
 static void test_search_expert_fold(void) {
   Fixture f;
-  if (fold_fixture(&f, 1)) return;
+  if (fold_fixture(&f, 1, NULL)) return;
   PlanLayout fix = plan_layout_of(f.m);
   EXPECT(fix.expert_fold == -1);
   fix.fused_ce = 0;
