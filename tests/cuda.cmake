@@ -454,6 +454,16 @@ if(Python3_Interpreter_FOUND)
                      --first-tol 1e-4 --tol 1e-3 --args "-D T=16 -D C=64 --global-batch 4 --micro-batch 2 --precision bf16")
     set_tests_properties(cuda.layout.${dev}.bf16_gqa PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS cuda
                          ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
+    # recompute = act at tp 2 with sequence parallelism in bf16: each rank's half of
+    # SwiGLU's product made again in the backward, before the down projection's weight
+    # gradient, from the kept gate and up (autodiff.c's gated_product)
+    add_test(NAME cuda.layout.${dev}.bf16_llama_act_tp2
+             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
+                     --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
+                     --sample ${CMAKE_SOURCE_DIR}/samples/llama.hpd --device ${dev} --steps 10
+                     --first-tol 1e-5 --tol 1e-3 --args "-D layers=2 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=64 -D seq=16 -D vocab=256 --cluster cpu --nodes 1 --gpus 2 --dp 1 --tp 2 --sp on --micro-batch 2 --global-batch 4 --precision bf16 --recompute act")
+    set_tests_properties(cuda.layout.${dev}.bf16_llama_act_tp2 PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS cuda
+                         ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
     # LayerNorm's rows of 320 bf16 / fp32 values kept in registers (row_cache:
     # three vector steps a lane, the last for half of them) through training
     add_test(NAME cuda.layout.${dev}.bf16_row_cache
