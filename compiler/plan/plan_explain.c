@@ -60,15 +60,16 @@ void plan_explain(PlanCtx *c, PlanResult *r) {
   struct {
     double s;
     int what;
-  } item[7] = {{r->bubble_s, 0},
+  } item[8] = {{r->bubble_s, 0},
                {r->comm_exposed[IRG_TP], 1},
                {r->comm_exposed[IRG_DP], 2},
                {r->other_s, 3},
                {r->recompute_s, 4},
                {r->comm_exposed[IRG_CP], 5},
-               {r->optimizer_s, 6}};
+               {r->optimizer_s, 6},
+               {r->comm_exposed[IRG_EP], 7}};
   int best = 0;
-  for (int i = 1; i < 7; i++)
+  for (int i = 1; i < 8; i++)
     if (item[i].s > item[best].s) best = i;
   double share = item[best].s / T * 100;
   double gemm_share = r->gemm_s / T * 100;
@@ -136,6 +137,24 @@ void plan_explain(PlanCtx *c, PlanResult *r) {
   case 5:
     snprintf(r->limit, sizeof r->limit, "context-parallel exchanges take %.0f%% of the step (cp=%" PRId64 ")", share, L->cp);
     return;
+  case 7: {
+    /* the nodes the expert group spans, as plan.c's key_links places it */
+    int64_t gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1;
+    int64_t inner = plan_layout_folded(L) ? 1 : L->tp * L->cp;
+    int64_t rep = inner >= gpn ? 1 : (L->ep < gpn / inner ? L->ep : gpn / inner);
+    int64_t nodes = (L->ep + (rep > 1 ? rep : 1) - 1) / (rep > 1 ? rep : 1);
+    char why[160] = "";
+    if (nodes > 1 && c->model->layout.dispatcher == 0 && c->experts > 0)
+      snprintf(why, sizeof why, "; dispatcher = deepep (a copy of a token per node, as DeepEP sends it) would put %.0f%% of its "
+                                "off-node bytes on the network",
+               100 * cost_node_dedup(c->experts, c->top_k, nodes));
+    else if (nodes > 1 && rep < gpn)
+      snprintf(why, sizeof why, "; an expert group of %" PRId64 " ranks or fewer would stay inside a node", gpn / inner);
+    snprintf(r->limit, sizeof r->limit, "the experts' all-to-all takes %.0f%% of the step (ep=%" PRId64 " over %" PRId64
+                                        " node%s, %s per GPU per step)%s",
+             share, L->ep, nodes, nodes > 1 ? "s" : "", fmt_bytes(a, sizeof a, r->comm_bytes[IRG_EP]), why);
+    return;
+  }
   default:
     snprintf(r->limit, sizeof r->limit, "the optimizer step takes %.0f%% of the step", share);
     return;
