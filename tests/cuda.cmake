@@ -255,6 +255,15 @@ add_test(NAME cuda.dev.emulate.step.llama_act
          COMMAND test_device --device emulate --step llama.hpd -D layers=2 -D hidden=32 -D heads=4 -D kv_heads=2 -D ffn=64 -D seq=16 -D vocab=64
                  -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.sequence=off
                  -L parallel.recompute=act)
+# DeepSeek-V3's node-limited routing (8 experts in 4 blocks, a token's 2 within its best
+# 2): the choice's topk reads the masked scores through a reshape folded into its kernel,
+# whose rows are the value's last axis (8), not the buffer's (2: before 2026-12-04 the
+# kernel took those, and chose from the first two experts of each block)
+add_test(NAME cuda.dev.emulate.step.deepseek_groups
+         COMMAND test_device --device emulate --step deepseek-v3.hpd -D layers=3 -D dense=1 -D hidden=16 -D heads=4 -D q_lora=8
+                 -D kv_lora=8 -D qk_nope=4 -D qk_rope=4 -D v_head_dim=4 -D ffn=32 -D moe_ffn=8 -D seq=8 -D vocab=64 -D experts=8
+                 -D top_k=2 -D groups=4 -D group_top_k=2 -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1
+                 -L parallel.tensor=1 -L parallel.expert=1 -L parallel.pipeline=1)
 add_test(NAME cuda.dev.emulate.kernels.gpt2-tiny COMMAND test_device --device emulate --kernels gpt2-tiny.hpd)
 # the bias gradients of the weight-gradient GEMMs (fuse.h's rule 8) by the
 # host program's hpdl_bias_grad_f32 after the product, as where cuBLASLt has
@@ -270,6 +279,7 @@ add_test(NAME cuda.gpu.step.gpt COMMAND test_device --device cuda --step ${HPDL_
 add_test(NAME cuda.dev.emulate.step.moe-tiny COMMAND test_device --device emulate --step moe-tiny.hpd)
 add_test(NAME cuda.gpu.step.moe-tiny COMMAND test_device --device cuda --step moe-tiny.hpd)
 set_tests_properties(cuda.dev.emulate.step.gpt2-tiny cuda.dev.emulate.step.llama cuda.dev.emulate.step.llama_act
+                     cuda.dev.emulate.step.deepseek_groups
                      cuda.dev.emulate.kernels.gpt2-tiny
                      cuda.dev.emulate.step.gpt2-tiny_bgrad_kernel
                      cuda.gpu.kernels.gpt2-tiny cuda.gpu.step.gpt2-tiny cuda.gpu.step.llama cuda.gpu.step.gpt

@@ -55,7 +55,8 @@ FAMILIES = {
     "deepseek_v3": {"sample": "samples/deepseek-v3.hpd",
                     "defines": {"layers": 3, "dense": 1, "hidden": 16, "heads": 4, "q_lora": 8, "kv_lora": 8,
                                 "qk_nope": 4, "qk_rope": 4, "v_head_dim": 4, "ffn": 32, "moe_ffn": 8, "experts": 4,
-                                "top_k": 2, "seq": 8, "vocab": 64, "aux_loss": 0}},
+                                "top_k": 2, "seq": 8, "vocab": 64, "aux_loss": 0, "groups": 1,
+                                "group_top_k": 1}},
 }
 BALANCE_RATE = 0.001  # samples/deepseek-v3.hpd's routing-bias update rate (DeepSeekBlock's balance)
 
@@ -244,8 +245,9 @@ def gpt_oss(shapes):
 
 def deepseek_v3(shapes):
     """DeepSeek-V3: MLA (its RoPE part interleaved, as hpdl's rope: no permutation) with the
-    config's YaRN (factor 40 over 4096, mscale = mscale_all_dim = 1), one group of experts
-    (n_group = topk_group = 1: node-limited routing is not modelled), a shared expert, the
+    config's YaRN (factor 40 over 4096, mscale = mscale_all_dim = 1), the node limit of its
+    `groups` and `group_top_k` defines (n_group, topk_group; the golden of 2026-12-02 has
+    groups 1, no limit), a shared expert, the
     routing bias as the state hpdl's balance_experts updates."""
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
     E, dense = shapes["experts"], shapes["dense"]
@@ -255,8 +257,8 @@ def deepseek_v3(shapes):
                            num_key_value_heads=shapes["heads"], q_lora_rank=shapes["q_lora"],
                            kv_lora_rank=shapes["kv_lora"], qk_nope_head_dim=shapes["qk_nope"],
                            qk_rope_head_dim=shapes["qk_rope"], v_head_dim=shapes["v_head_dim"],
-                           n_routed_experts=E, num_experts_per_tok=shapes["top_k"], n_shared_experts=1, n_group=1,
-                           topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5, rope_interleave=True,
+                           n_routed_experts=E, num_experts_per_tok=shapes["top_k"], n_shared_experts=1,
+                           n_group=shapes.get("groups", 1), topk_group=shapes.get("group_top_k", 1), norm_topk_prob=True, routed_scaling_factor=2.5, rope_interleave=True,
                            max_position_embeddings=163840, rms_norm_eps=1e-6, tie_word_embeddings=False,
                            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0,
                                             "original_max_position_embeddings": 4096, "beta_fast": 32.0,

@@ -81,7 +81,9 @@ enum { ROPE_CHUNK = 8 };
 
 static const IrNode *nd(const CuKern *k, int id) { return &k->fg->graph->nodes[id]; }
 
-/* Skips the reshapes folded into this kernel: they are views of memory. */
+/* Skips the reshapes folded into this kernel: they are views of memory. The
+ * buffer's node, not the value's: a shape is read from the value itself
+ * (nd(k, n->in[i])), which a folded reshape may have given other dims. */
 static int mem_of(const CuKern *k, int v) {
   while (k->fg->kernel_of[v] == k->kp && nd(k, v)->op == IR_RESHAPE) v = nd(k, v)->in[0];
   return v;
@@ -146,7 +148,7 @@ static int embedding_fwd(CuKern *k, const IrNode *n, int id) {
   CuText *o = &k->t->src;
   int tab = io_of(k, n->in[0]), ids = io_of(k, n->in[1]), out = io_of(k, id);
   if (tab < 0 || ids < 0 || out < 0) return -1;
-  const IrNode *tn = nd(k, mem_of(k, n->in[0]));
+  const IrNode *tn = nd(k, n->in[0]);
   int64_t V = tn->dims[0], C = tn->dims[1], ni = ir_numel(nd(k, mem_of(k, n->in[1])));
   cu_tx(o, "/* %s: embedding: out[i, c] = table[ids[i] - off, c]; an id outside this rank's %" PRId64
         " rows reads as zeros\n * (another shard's row, or out of range: range checks are the runtime's) */\n",
@@ -608,7 +610,7 @@ static int repeat_kv_bwd(CuKern *k, const IrNode *n, int id) {
   CuText *o = &k->t->src;
   int xs = io_of(k, n->in[0]), out = io_of(k, id);
   if (xs < 0 || out < 0) return -1;
-  const IrNode *x = nd(k, mem_of(k, n->in[0]));
+  const IrNode *x = nd(k, n->in[0]);
   int64_t rep = n->attr[0];
   if (x->rank != 4 || n->rank != 4 || rep < 1 || x->dims[1] != n->dims[1] * rep || x->dims[0] != n->dims[0] ||
       x->dims[2] * x->dims[3] != n->dims[2] * n->dims[3]) {
@@ -693,7 +695,7 @@ static int topk(CuKern *k, const IrNode *n, int id) {
   CuText *o = &k->t->src;
   int x = io_of(k, n->in[0]), out = io_of(k, id);
   if (x < 0 || out < 0) return -1;
-  const IrNode *xn = nd(k, mem_of(k, n->in[0]));
+  const IrNode *xn = nd(k, n->in[0]); /* a row is the value's last axis, whatever the buffer's */
   int64_t V = xn->dims[xn->rank - 1], K = n->attr[0], rows = V ? ir_numel(xn) / V : 0;
   cu_tx(o, "/* %s: topk: out[r, j] = the position of the j-th largest of x[r, :%" PRId64 "] (the first of equals) */\n",
         k->base, V);
@@ -720,7 +722,7 @@ static int take(CuKern *k, const IrNode *n, int id) {
   int bwd = n->op == IR_TAKE_BWD;
   int x = io_of(k, n->in[0]), ix = io_of(k, n->in[1]), out = io_of(k, id);
   if (x < 0 || ix < 0 || out < 0) return -1;
-  const IrNode *xn = nd(k, mem_of(k, n->in[0])), *tn = nd(k, mem_of(k, n->in[1]));
+  const IrNode *xn = nd(k, n->in[0]), *tn = nd(k, n->in[1]);
   int64_t K = tn->dims[tn->rank - 1], V = bwd ? n->dims[n->rank - 1] : xn->dims[xn->rank - 1], P = ir_numel(tn);
   if (!bwd) {
     cu_tx(o, "/* %s: take: out[p] = x[p / %" PRId64 ", idx[p]] */\n", k->base, K);
@@ -789,8 +791,8 @@ static int moe(CuKern *k, const IrNode *n, int id) {
   int a = io_of(k, n->in[0]), ix = io_of(k, n->in[iidx]), w = io_of(k, n->in[n->op == IR_MOE_GATE_GRAD ? 1 : 2]),
       out = io_of(k, id);
   if (a < 0 || ix < 0 || w < 0 || out < 0) return -1;
-  const IrNode *idxn = nd(k, mem_of(k, n->in[iidx]));
-  const IrNode *wide = n->op == IR_MOE_DISPATCH ? n : nd(k, mem_of(k, n->in[n->op == IR_MOE_COMBINE ? 0 : 1]));
+  const IrNode *idxn = nd(k, n->in[iidx]);
+  const IrNode *wide = n->op == IR_MOE_DISPATCH ? n : nd(k, n->in[n->op == IR_MOE_COMBINE ? 0 : 1]);
   int packed = wide->rank == 2;
   int64_t B = idxn->dims[0], T = idxn->dims[1], K = idxn->dims[2], C = wide->dims[wide->rank - 1];
   int64_t E = packed ? n->attr[0] : wide->dims[1], cap = packed ? 0 : wide->dims[2];
@@ -906,7 +908,7 @@ static int expert_rows(CuKern *k, const IrNode *n, int id, int wgrad) {
   CuText *o = &k->t->src;
   int bw = io_of(k, n->in[1]), ids = io_of(k, n->in[2]), out = io_of(k, id);
   if (bw < 0 || ids < 0 || out < 0) return -1;
-  const IrNode *bn = nd(k, mem_of(k, n->in[1]));
+  const IrNode *bn = nd(k, n->in[1]);
   int64_t N = n->op == IR_GROUPED_MM ? n->dims[0] : bn->dims[0], Y = wgrad ? bn->dims[1] : n->dims[1];
   int64_t E = wgrad ? n->dims[0] : bn->dims[0];
   cu_tx(o, "/* %s: %s of ones: %s, %" PRId64 " rows of %" PRId64 " experts, %" PRId64 " columns */\n", k->base, ir_op_name(n->op),

@@ -458,6 +458,47 @@ typedef struct {
   int n, cap;
 } Seen;
 
+static const SemExpr *dispatch_of(const SemExpr *e, Seen *seen) {
+  if (!e) return NULL;
+  for (int i = 0; i < seen->n; i++)
+    if (seen->v[i] == e) return NULL;
+  if (seen->n == seen->cap) {
+    seen->cap = seen->cap ? 2 * seen->cap : 64;
+    seen->v = xalloc_realloc(seen->v, sizeof *seen->v * (size_t)seen->cap);
+  }
+  seen->v[seen->n++] = e;
+  if (e->kind == SE_OP && e->op == SOP_MOE_DISPATCH && e->nattr >= 5) return e;
+  for (int i = 0; i < e->nargs; i++) {
+    const SemExpr *d = dispatch_of(e->args[i], seen);
+    if (d) return d;
+  }
+  return NULL;
+}
+
+/* The node limit of the first moe_dispatch under layer L (0 when none). */
+static int route_groups(const SemLayer *L, int64_t *groups, int64_t *group_top_k) {
+  Seen seen = {0};
+  const SemExpr *d = NULL;
+  for (const SemFunc *f = L->funcs; f && !d; f = f->next) d = dispatch_of(f->result, &seen);
+  free(seen.v);
+  if (d) {
+    *groups = d->attr[3];
+    *group_top_k = d->attr[4];
+    return 1;
+  }
+  for (int i = 0; i < L->nchildren; i++) {
+    const SemChild *c = &L->children[i];
+    const SemLayer *sub = c->copies ? (c->repeat > 0 ? c->copies[0] : NULL) : c->layer;
+    if (sub && route_groups(sub, groups, group_top_k)) return 1;
+  }
+  return 0;
+}
+
+int sem_moe_route_groups(const SemModel *m, int64_t *groups, int64_t *group_top_k) {
+  *groups = *group_top_k = 1;
+  return m->model ? route_groups(m->model, groups, group_top_k) : 0;
+}
+
 static int find_dispatch(const SemExpr *e, Seen *seen, int64_t *E, int64_t *K) {
   if (!e) return 0;
   for (int i = 0; i < seen->n; i++)

@@ -75,7 +75,7 @@ const char *sem_type_str(Arena *a, const TensorType *t);
   X(TOPK_INDICES, "topk_indices", 2, 2) \
   X(TAKE, "take", 2, 2)          \
   X(ONE_HOT, "one_hot", 2, 2)    \
-  X(MOE_DISPATCH, "moe_dispatch", 3, 5) \
+  X(MOE_DISPATCH, "moe_dispatch", 3, 7) \
   X(MOE_COMBINE, "moe_combine", 3, 3) \
   X(AUX_LOSS, "with_aux_loss", 3, 3) \
   X(CONV2D, "conv2d", 2, 6)      \
@@ -308,5 +308,10 @@ int64_t sem_param_count(const SemModel *m);
  * experts, of which top_k of E count (the convention of MoE papers' "active
  * parameters"); the total where the model has no experts. */
 int64_t sem_active_param_count(const SemModel *m);
+
+/* The routing's node limit, as the model's (first) moe_dispatch states it: a token's
+ * choices within group_top_k of `groups` consecutive blocks of the experts (DeepSeek-V3's
+ * node-limited routing); 1 and 1 without one. 0 when the model has no moe_dispatch. */
+int sem_moe_route_groups(const SemModel *m, int64_t *groups, int64_t *group_top_k);
 
 #endif

@@ -1215,8 +1215,8 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
     return r;
   }
   case SOP_MOE_DISPATCH: {
-    static const char *const keys[] = {"experts", "capacity_factor", "drop"};
-    if (!check_keywords(S, &c, keys, 3)) return NULL;
+    static const char *const keys[] = {"experts", "capacity_factor", "drop", "groups", "group_top_k"};
+    if (!check_keywords(S, &c, keys, 5)) return NULL;
     SemExpr *x = tensor_arg(S, F, &c, 0), *idx = x ? tensor_arg(S, F, &c, 1) : NULL;
     if (!x || !idx || !require_float(S, F, x, fn, at) || !require_indices(S, F, idx, fn, at)) return NULL;
     const AstExpr *ee = arg_at(&c, 2, "experts"), *fe = arg_at(&c, 3, "capacity_factor");
@@ -1227,8 +1227,10 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
       sema_error(S, at, "moe_dispatch() needs experts, the number of experts");
       return NULL;
     }
+    int64_t groups, group_top_k;
     if (!attr_int(S, F, &c, 2, "experts", 0, &E) || !attr_float(S, F, &c, 3, "capacity_factor", 1.0, &cf) ||
-        !attr_bool(S, F, &c, 4, "drop", 1, &drop))
+        !attr_bool(S, F, &c, 4, "drop", 1, &drop) || !attr_int(S, F, &c, 5, "groups", 1, &groups) ||
+        !attr_int(S, F, &c, 6, "group_top_k", 0, &group_top_k))
       return NULL;
     if (x->kind == SE_SCALAR || x->type.rank != 3 || idx->type.rank != 3 || !sym_equal(x->type.dims[0], idx->type.dims[0]) ||
         !sym_equal(x->type.dims[1], idx->type.dims[1])) {
@@ -1256,6 +1258,26 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
       sema_error(S, fe ? fe->span : at, "moe_dispatch's capacity_factor must be a positive number, not %g", cf);
       return NULL;
     }
+    /* groups, group_top_k: what the routing promises (node-limited routing: a token's
+     * choices within group_top_k of `groups` consecutive blocks of the experts), for
+     * the planner's exchange; the dispatch itself does not depend on it */
+    if (groups < 1 || E % groups) {
+      const AstExpr *ge = arg_at(&c, 5, "groups");
+      sema_error(S, ge ? ge->span : at, "moe_dispatch's groups (%" PRId64 ") must divide its %" PRId64 " experts", groups, E);
+      return NULL;
+    }
+    if (group_top_k == 0) group_top_k = groups;
+    if (group_top_k < 1 || group_top_k > groups || K > group_top_k * (E / groups)) {
+      const AstExpr *ke = arg_at(&c, 6, "group_top_k");
+      if (group_top_k < 1 || group_top_k > groups)
+        sema_error(S, ke ? ke->span : at, "moe_dispatch's group_top_k = %" PRId64 " is not between 1 and groups (%" PRId64 ")",
+                   group_top_k, groups);
+      else
+        sema_error(S, ke ? ke->span : at,
+                   "moe_dispatch's group_top_k = %" PRId64 " blocks of %" PRId64 " experts cannot hold a token's %" PRId64 " choices",
+                   group_top_k, E / groups, K);
+      return NULL;
+    }
     if (!drop && cf < 1) {
       sema_error(S, fe ? fe->span : at,
                  "capacity_factor = %g is below 1, which only dropping tokens can honour, but drop = false", cf);
@@ -1280,7 +1302,9 @@ static SemExpr *check_builtin(Sema *S, Fwd *F, SemOp op, const AstExpr *call, co
     r->attr[1] = cap;
     r->attr[2] = drop ? cap : (int64_t)ceil(cf * even - 1e-9); /* the load the planner prices */
     if (r->attr[2] > T) r->attr[2] = T;
-    r->nattr = 3;
+    r->attr[3] = groups;
+    r->attr[4] = group_top_k;
+    r->nattr = 5;
     return r;
   }
   case SOP_MOE_COMBINE: {

@@ -186,14 +186,27 @@ CostLink cost_group_link(const SemCluster *c, int n, int ranks_per_node) {
 }
 
 /* cost.h: hypergeometric, the experts of each node as one group. */
-double cost_node_dedup(int64_t experts, int64_t top_k, int64_t nodes) {
-  if (nodes <= 1 || top_k <= 1 || experts < nodes || top_k > experts) return 1;
-  double per = (double)experts / (double)nodes, none = 1;
-  for (int64_t i = 0; i < top_k; i++) {
-    double num = (double)experts - per - (double)i;
-    none *= num > 0 ? num / (double)(experts - i) : 0;
+/* C(a - b, m) / C(a, m): the chance that m of a items drawn miss b given ones. */
+static double miss_all(double a, double b, int64_t m) {
+  double p = 1;
+  for (int64_t i = 0; i < m; i++) {
+    double num = a - b - (double)i;
+    p *= num > 0 ? num / (a - (double)i) : 0;
   }
-  double d = (double)nodes * (1 - none) / (double)top_k;
+  return p;
+}
+
+double cost_node_dedup(int64_t experts, int64_t top_k, int64_t nodes, int64_t groups, int64_t group_top_k) {
+  if (nodes <= 1 || top_k <= 1 || experts < nodes || top_k > experts) return 1;
+  double d = (double)nodes * (1 - miss_all((double)experts, (double)experts / (double)nodes, top_k)) / (double)top_k;
+  if (groups > 1 && group_top_k >= 1 && group_top_k < groups) {
+    double reach = -1; /* the nodes holding one of the token's groups */
+    if (groups % nodes == 0)
+      reach = (double)nodes * (1 - miss_all((double)groups, (double)(groups / nodes), group_top_k));
+    else if (nodes % groups == 0)
+      reach = (double)group_top_k * (double)(nodes / groups);
+    if (reach > 0 && reach / (double)top_k < d) d = reach / (double)top_k;
+  }
   return d < 1 ? d : 1;
 }
 

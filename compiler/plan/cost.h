@@ -126,8 +126,13 @@ CostLink cost_alltoall_link(const SemCluster *c, int n, int ranks_per_node, doub
  * nodes, uniformly (balanced routing): the expected number of other nodes
  * holding at least one of its experts over its expected copies bound for
  * other nodes, N (1 - P0) / k with P0 = C(E - E/N, k) / C(E, k) the chance
- * that a node holds none (hypergeometric); 1 for one node or top_k 1. */
-double cost_node_dedup(int64_t experts, int64_t top_k, int64_t nodes);
+ * that a node holds none (hypergeometric); 1 for one node or top_k 1. With
+ * node-limited routing (its choices within group_top_k M of `groups` G
+ * consecutive blocks of the experts; groups 1: none) at most the nodes that
+ * hold one of its M groups, M' / k: M' = N (1 - C(G - G/N, M) / C(G, M)) where
+ * a node holds G / N whole groups, M N / G where a group spans N / G nodes;
+ * the smaller of the two. */
+double cost_node_dedup(int64_t experts, int64_t top_k, int64_t nodes, int64_t groups, int64_t group_top_k);
 
 /* ---- compute: roofline of one op ----
  *

@@ -1060,7 +1060,7 @@ static void key_links(const PlanCtx *c, int64_t tp, int64_t cp, int64_t ep, int 
     if (rep < 1) rep = 1;
     /* parallel.dispatcher = deepep: a token's copies for one node cross once */
     double dedup = c->model->layout.dispatcher == 1 && c->experts > 0
-                       ? cost_node_dedup(c->experts, c->top_k, (ep + rep - 1) / rep)
+                       ? cost_node_dedup(c->experts, c->top_k, (ep + rep - 1) / rep, c->route_groups, c->route_group_top_k)
                        : 1;
     link[IRG_EP] = cost_alltoall_link(&c->cluster, (int)ep, (int)rep, dedup);
   }
@@ -1912,6 +1912,7 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
     }
     c->experts = x;
   }
+  sem_moe_route_groups(model, &c->route_groups, &c->route_group_top_k);
   for (int gi = 0; gi < g->ngraphs; gi++)
     for (int i = 0; i < g->graphs[gi]->nnodes; i++) {
       const IrNode *n = &g->graphs[gi]->nodes[i];

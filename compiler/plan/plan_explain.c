@@ -147,7 +147,7 @@ void plan_explain(PlanCtx *c, PlanResult *r) {
     if (nodes > 1 && c->model->layout.dispatcher == 0 && c->experts > 0)
       snprintf(why, sizeof why, "; dispatcher = deepep (a copy of a token per node, as DeepEP sends it) would put %.0f%% of its "
                                 "off-node bytes on the network",
-               100 * cost_node_dedup(c->experts, c->top_k, nodes));
+               100 * cost_node_dedup(c->experts, c->top_k, nodes, c->route_groups, c->route_group_top_k));
     else if (nodes > 1 && rep < gpn)
       snprintf(why, sizeof why, "; an expert group of %" PRId64 " ranks or fewer would stay inside a node", gpn / inner);
     snprintf(r->limit, sizeof r->limit, "the experts' all-to-all takes %.0f%% of the step (ep=%" PRId64 " over %" PRId64

@@ -113,6 +113,7 @@ struct PlanCtx {
   double params;
   int64_t experts;    /* experts per MoE layer that every expert layer's count divides (their gcd); 0: none */
   int64_t top_k;      /* the most experts a token is routed to (MOE_DISPATCH's K); 0: no MoE layer */
+  int64_t route_groups, route_group_top_k; /* node-limited routing (sem_moe_route_groups); 1, 1: none */
   Diag *quiet;
   FILE *sink;
   Arena *arena;

@@ -268,7 +268,7 @@ def case_bias_balance():
 FRONTIER = {
     "deepseek-v3": ["-D", "layers=4", "-D", "dense=2", "-D", "hidden=16", "-D", "heads=4", "-D", "q_lora=12",
                     "-D", "kv_lora=8", "-D", "qk_nope=4", "-D", "qk_rope=4", "-D", "v_head_dim=6", "-D", "ffn=32",
-                    "-D", "moe_ffn=8", "-D", "experts=4", "-D", "top_k=2"],
+                    "-D", "moe_ffn=8", "-D", "experts=4", "-D", "top_k=2", "-D", "groups=2", "-D", "group_top_k=1"],
     "gpt-oss": ["-D", "layers=4", "-D", "hidden=16", "-D", "heads=4", "-D", "kv_heads=2", "-D", "head_dim=4",
                 "-D", "experts=4", "-D", "top_k=2", "-D", "ffn=8", "-D", "window=3"],
 }

@@ -191,12 +191,22 @@ static void test_group_link(void) {
    * so 8 (1 - P0) / 8 of its 7 off-node copies cross the network */
   double p0 = 1;
   for (int i = 0; i < 8; i++) p0 *= (224.0 - i) / (256.0 - i);
-  EXPECT_NEAR(cost_node_dedup(256, 8, 8), 1 - p0, 1e-12);
-  EXPECT_NEAR(cost_node_dedup(256, 8, 8), 0.6618, 1e-3);
-  EXPECT(cost_node_dedup(256, 1, 8) == 1 && cost_node_dedup(256, 8, 1) == 1);
-  EXPECT_NEAR(cost_node_dedup(16, 8, 2), 2 * (1 - 8.0 * 7 * 6 * 5 * 4 * 3 * 2 * 1 / (16.0 * 15 * 14 * 13 * 12 * 11 * 10 * 9)) / 8, 1e-12);
+  EXPECT_NEAR(cost_node_dedup(256, 8, 8, 1, 1), 1 - p0, 1e-12);
+  EXPECT_NEAR(cost_node_dedup(256, 8, 8, 1, 1), 0.6618, 1e-3);
+  EXPECT(cost_node_dedup(256, 1, 8, 1, 1) == 1 && cost_node_dedup(256, 8, 1, 1, 1) == 1);
+  EXPECT_NEAR(cost_node_dedup(16, 8, 2, 1, 1), 2 * (1 - 8.0 * 7 * 6 * 5 * 4 * 3 * 2 * 1 / (16.0 * 15 * 14 * 13 * 12 * 11 * 10 * 9)) / 8, 1e-12);
+  /* node-limited (DeepSeek-V3: 8 groups, 4 of them a token, a group a node): at most the 4
+   * nodes of its groups, 4 / 8 of its copies; groups a node holds two of (16 groups): the
+   * nodes holding one of the 4 groups, 8 (1 - C(14, 4) / C(16, 4)) = 3.6; a group over 2
+   * nodes (4 groups, 2 chosen): 4 nodes; no limit (M = G) or an uneven split: none */
+  EXPECT_NEAR(cost_node_dedup(256, 8, 8, 8, 4), 0.5, 1e-12);
+  EXPECT_NEAR(cost_node_dedup(256, 8, 8, 16, 4), 8 * (1 - 14.0 * 13 * 12 * 11 / (16.0 * 15 * 14 * 13)) / 8, 1e-12);
+  EXPECT_NEAR(cost_node_dedup(256, 8, 8, 4, 2), cost_node_dedup(256, 8, 8, 1, 1) < 0.5 ? cost_node_dedup(256, 8, 8, 1, 1) : 0.5,
+              1e-12);
+  EXPECT(cost_node_dedup(256, 8, 8, 8, 8) == cost_node_dedup(256, 8, 8, 1, 1));
+  EXPECT(cost_node_dedup(240, 8, 8, 6, 2) == cost_node_dedup(240, 8, 8, 1, 1));
   {
-    double d = cost_node_dedup(256, 8, 8);
+    double d = cost_node_dedup(256, 8, 8, 1, 1);
     CostLink l = cost_alltoall_link(&h, 64, 8, d);
     double intra = 450 * GB * COST_NCCL_INTRA_EFFICIENCY, t_off = d * 56 * S / 64 / nic, t_on = (7 + 56.0 * 7 / 8) * S / 64 / intra;
     EXPECT_NEAR(63.0 / 64 * S / l.bytes_per_s, t_off > t_on ? t_off : t_on, 1e-12);

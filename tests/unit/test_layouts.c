@@ -359,11 +359,12 @@ static int run_sigmoid_balance(void) {
 /* samples/deepseek-v3.hpd at a tiny size: multi-head latent attention
  * (slices, a shared RoPE key, a value width of its own), 2 dense blocks and
  * 2 DeepSeekMoE blocks (two repeats: a forward cut by pieces), sigmoid
- * routing with the balancing bias. */
+ * routing with the balancing bias, node-limited (2 blocks of 2 experts, a
+ * token's within its best). */
 static int run_deepseek(void) {
   static const char *const defs[] = {"layers=4", "dense=2",    "hidden=16", "heads=4", "q_lora=12",    "kv_lora=8",
                                      "qk_nope=4", "qk_rope=4", "v_head_dim=6", "ffn=32", "moe_ffn=8", "experts=4",
-                                     "top_k=2",  "seq=8",      "vocab=64",  "capacity_factor=2.0"};
+                                     "top_k=2",  "seq=8",      "vocab=64",  "capacity_factor=2.0", "groups=2", "group_top_k=1"};
   static const Lay lays[] = {
       {2, 1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, 0}, {1, 2, 1, 1, 1, 1, 0, RECOMPUTE_NONE, 0}, {1, 2, 1, 1, 1, 1, 1, RECOMPUTE_SELECTIVE, 0},
       {1, 1, 1, 1, 2, 1, 0, RECOMPUTE_NONE, 0}, {1, 1, 2, 1, 1, 1, 0, RECOMPUTE_FULL, 0}, {1, 1, 4, 1, 1, 1, 0, RECOMPUTE_NONE, 0},
@@ -373,9 +374,9 @@ static int run_deepseek(void) {
   static const Lay folded[] = {
       {1, 2, 1, 1, 1, 2, 1, RECOMPUTE_NONE, 0}, {2, 2, 1, 1, 1, 4, 1, RECOMPUTE_FULL, 1}, {1, 2, 2, 1, 1, 2, 0, RECOMPUTE_NONE, 0},
   };
-  return run_list("deepseek-v3 (tiny: MLA, dense then DeepSeekMoE blocks)", "samples/deepseek-v3.hpd", defs, 16, 8, 43, lays,
+  return run_list("deepseek-v3 (tiny: MLA, dense then DeepSeekMoE blocks)", "samples/deepseek-v3.hpd", defs, 18, 8, 43, lays,
                   sizeof lays / sizeof lays[0], 1, 64, 0) +
-         run_list("deepseek-v3 (tiny) folded", "samples/deepseek-v3.hpd", defs, 16, 8, 43, folded, sizeof folded / sizeof folded[0], 1,
+         run_list("deepseek-v3 (tiny) folded", "samples/deepseek-v3.hpd", defs, 18, 8, 43, folded, sizeof folded / sizeof folded[0], 1,
                   64, 1);
 }
 

@@ -812,7 +812,7 @@ static void test_dispatcher_deepep(void) {
   EXPECT(plan_evaluate(a.c, &L, PLAN_FULL_SIM, &flat) == 0 && flat.valid);
   EXPECT(plan_evaluate(b.c, &L, PLAN_FULL_SIM, &dd) == 0 && dd.valid);
   double want = 1 - 6.0 / 28;
-  EXPECT_NEAR(cost_node_dedup(8, 2, 2), want, 1e-12);
+  EXPECT_NEAR(cost_node_dedup(8, 2, 2, 1, 1), want, 1e-12);
   EXPECT_NEAR(dd.comm_bytes[IRG_EP], flat.comm_bytes[IRG_EP], 1e-9);
   printf("dispatcher deepep: the experts' exchange %.3f of the all-to-all's time (dedup %.3f), step %.4f -> %.4f s\n",
          dd.comm_s[IRG_EP] / flat.comm_s[IRG_EP], want, flat.step_s, dd.step_s);
