@@ -9,9 +9,10 @@
 
 find_package(Python3 COMPONENTS Interpreter)
 set(HPDL_ORACLE_CASES llama llama_tp2 mixtral mixtral_ep2 qwen3 qwen3_tp2 qwen3_moe qwen3_moe_tp2 qwen3_moe_ep2
-    gpt_oss gpt_oss_tp2 gpt_oss_ep2 gpt_oss_keep deepseek_v3 deepseek_v3_tp2 deepseek_v3_ep2)
+    gpt_oss gpt_oss_tp2 gpt_oss_ep2 gpt_oss_keep deepseek_v3 deepseek_v3_tp2 deepseek_v3_ep2 deepseek_v3_groups
+    deepseek_v3_groups_ep2)
 set(HPDL_ORACLE_REDUNDANT llama_tp2 mixtral qwen3 qwen3_tp2 qwen3_moe qwen3_moe_tp2 qwen3_moe_ep2 gpt_oss_tp2 gpt_oss_ep2 gpt_oss_keep
-    deepseek_v3 deepseek_v3_tp2)
+    deepseek_v3 deepseek_v3_tp2 deepseek_v3_groups)
 foreach(case ${HPDL_ORACLE_CASES})
   if(Python3_Interpreter_FOUND)
     add_test(NAME oracle.${case}

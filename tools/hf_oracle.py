@@ -57,6 +57,13 @@ FAMILIES = {
                                 "qk_nope": 4, "qk_rope": 4, "v_head_dim": 4, "ffn": 32, "moe_ffn": 8, "experts": 4,
                                 "top_k": 2, "seq": 8, "vocab": 64, "aux_loss": 0, "groups": 1,
                                 "group_top_k": 1}},
+    # node-limited routing: 8 experts in 4 blocks of 2, a token's 2 within its best 2 blocks
+    # (written 2026-12-04 with transformers 5.25.0 and torch 2.15.0)
+    "deepseek_v3_groups": {"sample": "samples/deepseek-v3.hpd",
+                           "defines": {"layers": 3, "dense": 1, "hidden": 16, "heads": 4, "q_lora": 8, "kv_lora": 8,
+                                       "qk_nope": 4, "qk_rope": 4, "v_head_dim": 4, "ffn": 32, "moe_ffn": 8,
+                                       "experts": 8, "top_k": 2, "seq": 8, "vocab": 64, "aux_loss": 0, "groups": 4,
+                                       "group_top_k": 2}},
 }
 BALANCE_RATE = 0.001  # samples/deepseek-v3.hpd's routing-bias update rate (DeepSeekBlock's balance)
 
@@ -296,11 +303,11 @@ def deepseek_v3(shapes):
 
 
 BUILDERS = {"llama": llama, "mixtral": mixtral, "qwen3": qwen3, "qwen3_moe": qwen3_moe, "gpt_oss": gpt_oss,
-            "deepseek_v3": deepseek_v3}
+            "deepseek_v3": deepseek_v3, "deepseek_v3_groups": deepseek_v3}
 # Families whose weights are drawn again after construction (the two first kept the
 # initialisation they were generated with): every weight N(0, 0.2), every norm's 1 + N(0, 0.1),
 # sinks N(0, 1), so that nothing a mapping could get wrong is a constant.
-REDRAWN = {"qwen3", "qwen3_moe", "gpt_oss", "deepseek_v3"}
+REDRAWN = {"qwen3", "qwen3_moe", "gpt_oss", "deepseek_v3", "deepseek_v3_groups"}
 
 
 def redraw(model):

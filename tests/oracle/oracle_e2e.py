@@ -12,7 +12,8 @@ largest; a state the golden gives a value after the step (after.NAME: DeepSeek-V
 bias) must have it within 1e-6. Cases: FAMILY at one rank, FAMILY_tp2 (tensor parallelism
 over two ranks), FAMILY_ep2 (the experts over two data-parallel ranks): llama, llama_tp2,
 mixtral, mixtral_ep2, qwen3, qwen3_tp2, and qwen3_moe, gpt_oss, deepseek_v3 with both;
-gpt_oss_keep, GPT-OSS without recomputation.
+gpt_oss_keep, GPT-OSS without recomputation; deepseek_v3_groups and its _ep2, node-limited
+routing (transformers 5.25.0's DeepseekV3 router with n_group 4, topk_group 2).
 """
 import json
 import os
@@ -92,6 +93,9 @@ for fam in ("qwen3", "qwen3_moe", "gpt_oss", "deepseek_v3"):
     CASES[fam + "_tp2"] = mpi(lambda fam=fam: one_step(fam, ["--tp", "2", "--ep", "1", "--gpus-per-node", "2"]))
     if fam != "qwen3":
         CASES[fam + "_ep2"] = mpi(lambda fam=fam: ep2(fam))
+# DeepSeek-V3's node-limited routing (8 experts in 4 blocks, a token's 2 within its best 2)
+CASES["deepseek_v3_groups"] = lambda: one_step("deepseek_v3_groups", ["--tp", "1", "--ep", "1", "--gpus-per-node", "1"])
+CASES["deepseek_v3_groups_ep2"] = mpi(lambda: ep2("deepseek_v3_groups"))
 # keeping every activation (the samples recompute): GPT-OSS's clamped SwiGLU made again in
 # the backward from its GEMMs' outputs (autodiff.c's constant_chain_recompute)
 CASES["gpt_oss_keep"] = lambda: one_step("gpt_oss", ["--tp", "1", "--ep", "1", "--gpus-per-node", "1", "--recompute", "none"])
