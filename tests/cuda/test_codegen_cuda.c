@@ -498,12 +498,12 @@ int main(int argc, char **argv) {
     else break;
   }
   const char *sample = argc > 1 ? argv[1] : "gpt2-tiny.hpd";
-  SemDefine defs[16], layout[16];
+  SemDefine defs[32], layout[16];
   int ndefs = 0, nlayout = 0;
   for (int i = 2; i + 1 < argc; i += 2) {
     int is_layout = !strcmp(argv[i], "-L");
     char *eq = strchr(argv[i + 1], '=');
-    if ((!is_layout && strcmp(argv[i], "-D")) || !eq || ndefs == 16 || nlayout == 16) {
+    if ((!is_layout && strcmp(argv[i], "-D")) || !eq || ndefs == 32 || nlayout == 16) {
       fprintf(stderr, "usage: test_codegen_cuda [SAMPLE [-D NAME=VALUE | -L parallel.KEY=VALUE]...]\n");
       return 2;
     }

@@ -491,12 +491,12 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *sample = argc > 1 ? argv[1] : "gpt2-tiny.hpd";
-  SemDefine defs[24], layout[16];
+  SemDefine defs[32], layout[16];
   int ndefs = 0, nlayout = 0;
   for (int i = 2; i + 1 < argc; i += 2) {
     int is_layout = !strcmp(argv[i], "-L");
     char *eq = strchr(argv[i + 1], '=');
-    if ((!is_layout && strcmp(argv[i], "-D")) || !eq || ndefs == 24 || nlayout == 16) {
+    if ((!is_layout && strcmp(argv[i], "-D")) || !eq || ndefs == 32 || nlayout == 16) {
       fprintf(stderr, "test_device: bad definition %s %s\n", argv[i], argv[i + 1]);
       return 2;
     }

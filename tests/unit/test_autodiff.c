@@ -1079,12 +1079,18 @@ static int load_model(Loaded *L, const char *file, const char *const *defs, int 
   char path[1024];
   snprintf(path, sizeof path, "%s/%s", HPDL_SOURCE_DIR, file);
   LoadedProgram prog = load_program(L->arena, L->diag, path);
-  SemDefine defines[16], layout[8];
+  enum { MAX_DEFINES = 32 };
+  SemDefine defines[MAX_DEFINES], layout[MAX_DEFINES];
   memset(defines, 0, sizeof defines);
   memset(layout, 0, sizeof layout);
   int nd = 0, nl = 0;
   for (int i = 0; i < ndefs; i++) {
     const char *eq = strchr(defs[i], '=');
+    if (nd == MAX_DEFINES || nl == MAX_DEFINES) { /* a test's list outgrew the arrays */
+      fprintf(stderr, "load_model %s: more than %d defines or layout settings\n", file, MAX_DEFINES);
+      EXPECT(0);
+      break;
+    }
     if (defs[i][0] == '-') { /* a layout key: "-parallel.tensor=1" */
       layout[nl].name = arena_strndup(L->arena, defs[i] + 1, (size_t)(eq - defs[i] - 1));
       layout[nl++].value = eq + 1;

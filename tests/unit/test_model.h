@@ -24,12 +24,18 @@ static SemModel *load(Loaded *L, const char *file, const char *const *defs, int 
   char path[1024];
   snprintf(path, sizeof path, "%s/%s", HPDL_SOURCE_DIR, file);
   LoadedProgram prog = load_program(L->arena, L->diag, path);
-  SemDefine defines[16], layout[] = {
+  enum { MAX_DEFINES = 32 };
+  SemDefine defines[MAX_DEFINES], layout[] = {
       {"parallel.cluster", "cpu", NULL}, {"parallel.data", "1", NULL}, {"parallel.tensor", "1", NULL},
       {"parallel.pipeline", "1", NULL}, {"parallel.context", "1", NULL}, {"parallel.virtual", "1", NULL},
       {"parallel.schedule", "1f1b", NULL}, {"parallel.nodes", "1", NULL}, {"parallel.gpus_per_node", "1", NULL},
       {"parallel.expert", "1", NULL}, {"train.micro_batch", "2", NULL}, {"train.batch", "2", NULL}};
   int nd = 0;
+  if (ndefs > MAX_DEFINES) { /* a test's list outgrew the array: say so rather than write past it */
+    fprintf(stderr, "test_model.h: %d defines for %s, at most %d\n", ndefs, file, MAX_DEFINES);
+    EXPECT(ndefs <= MAX_DEFINES);
+    ndefs = MAX_DEFINES;
+  }
   for (int i = 0; i < ndefs; i++) {
     const char *eq = strchr(defs[i], '=');
     defines[nd].name = arena_strndup(L->arena, defs[i], (size_t)(eq - defs[i]));

@@ -56,7 +56,12 @@ static int fixture(Fixture *f, const char *sample, const char *const *defs, int 
   char path[512];
   snprintf(path, sizeof path, "%s/samples/%s", HPDL_SOURCE_DIR, sample);
   LoadedProgram p = load_program(f->arena, f->diag, path);
-  SemDefine d[16], l[16];
+  enum { MAX_DEFINES = 32 };
+  SemDefine d[MAX_DEFINES], l[MAX_DEFINES];
+  if (ndefs > MAX_DEFINES || nlay > MAX_DEFINES) {
+    fprintf(stderr, "fixture %s: %d defines and %d layout settings, at most %d each\n", sample, ndefs, nlay, MAX_DEFINES);
+    return -1;
+  }
   for (int i = 0; i < ndefs; i++) {
     const char *eq = strchr(defs[i], '=');
     d[i].name = arena_strndup(f->arena, defs[i], (size_t)(eq - defs[i]));
