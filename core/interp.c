@@ -58,12 +58,14 @@ struct Interp {
   int has_acc;
   ExtCalls *ext; /* the module's extern functions, loaded on their first call */
   int detect_anomaly; /* check every op's values (interp_set_detect_anomaly) */
+  int store_f32;      /* round each fp32 value as a back end stores it (interp_set_store_f32) */
   InterpTimer timer; /* op timing (interp_set_timer) */
   int has_timer;
   char err[1024];
 };
 
 void interp_set_detect_anomaly(Interp *in, int on) { in->detect_anomaly = on; }
+void interp_set_store_f32(Interp *in, int on) { in->store_f32 = on; }
 
 void interp_set_evaluating(Interp *in, int on) { in->evaluating = on; }
 
@@ -1587,6 +1589,8 @@ static const char *run_range(Run *r, int to) {
         in->timer.op(in->timer.user, gi, i, r->layer, t0, in->timer.now(in->timer.user));
       } else e = exec_node(r, i, r->val[i]);
       if (!e && (n->dtype == DT_BF16 || n->dtype == DT_F16)) store_16bit(n, r->val[i]);
+      if (!e && in->store_f32 && n->dtype == DT_F32)
+        for (int64_t k = 0, N = ir_numel(n); k < N; k++) r->val[i][k] = (double)(float)r->val[i][k];
       if (!e && in->detect_anomaly) e = anomaly(r, i);
       if (last[i] == i) { /* nothing reads it (a CALL kept for its effects) */
         acc_value(in, gi, i, 0);

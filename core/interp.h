@@ -64,6 +64,13 @@ void interp_free(Interp *in);
  * sources: a chunk file's) named. hpdlrun --detect-anomaly. */
 void interp_set_detect_anomaly(Interp *in, int on);
 
+/* Rounds every fp32 value to float as it is stored, as the back ends keep it
+ * (off: values stay in double). The kernel tests turn it on, so that a kernel
+ * called alone reads exactly what the reference computed from: its error is
+ * then its own arithmetic's, not its inputs' rounding amplified by an
+ * ill-conditioned op (a row sum that cancels). */
+void interp_set_store_f32(Interp *in, int on);
+
 /* Fills every parameter from its initialiser with a generator seeded by
  * (seed, parameter name, layer index). */
 void interp_init_params(Interp *in, uint64_t seed);

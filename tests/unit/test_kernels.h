@@ -7,7 +7,15 @@
  * Tolerance: |got - want| <= tol * (|want| + mean |want| + floor) per
  * element, tol 1e-5 (fp32 against fp64; the mean term absorbs cancellation
  * in values near zero), floor the mean magnitude of the kernel's float
- * inputs. */
+ * inputs. An element beyond it passes when its error is within what fp32
+ * itself cannot tell apart: RESPONSE_FACTOR times the most the kernel's own
+ * output moves when each float input moves by one unit in the last place
+ * (two random perturbations; kernel_response). That admits a row sum that
+ * cancels (sum |x| / |sum x| of 14264 in a tiny DeepSeek-V3's RMSNorm
+ * backward: the kernel's fp32 sum, in its own order, 4.7e-4 off the exact
+ * one) and nothing a wrong index or a race produces, whose errors do not
+ * shrink with the inputs' last bits; and never more than SLACK_CAP of the
+ * element's scale (a racing kernel's two runs may differ by anything). */
 #ifndef HPDL_TEST_KERNELS_H
 #define HPDL_TEST_KERNELS_H
 
@@ -27,6 +35,7 @@
 #include "test_util.h"
 
 #define HPDL_KERNEL_TOL 1e-5
+#define SLACK_CAP 1e-3 /* the most of an element's error the inputs' last bits can excuse */
 
 static inline void *xmalloc(size_t n) {
   void *p = calloc(n ? n : 1, 1);
@@ -67,7 +76,8 @@ static inline double elem(DType dt, const void *b, int64_t i) {
 
 /* The largest error of got against want, in units of the tolerance's scale
  * (floor: an absolute scale below which values count as zero). */
-static inline double compare(DType dt, const void *got, const double *want, int64_t n, double floor, int64_t *at) {
+static inline double compare_slack(DType dt, const void *got, const double *want, const double *slack, int64_t n,
+                                   double floor, int64_t *at) {
   double mean = 0;
   int64_t finite = 0;
   for (int64_t i = 0; i < n; i++)
@@ -82,13 +92,22 @@ static inline double compare(DType dt, const void *got, const double *want, int6
     double g = elem(dt, got, i), w = want[i], e;
     if (isnan(w) || isnan(g)) e = isnan(w) && isnan(g) ? 0 : INFINITY;
     else if (isinf(w) || isinf(g)) e = g == w ? 0 : INFINITY;
-    else e = fabs(g - w) / (fabs(w) + mean + floor + 1e-30);
+    else {
+      double den = fabs(w) + mean + floor + 1e-30, allow = slack ? slack[i] : 0;
+      if (allow > SLACK_CAP * den) allow = SLACK_CAP * den; /* never past 1e-3: a race's runs may differ by anything */
+      double d = fabs(g - w) - allow;
+      e = (d > 0 ? d : 0) / den;
+    }
     if (e > worst || (*at < 0 && e > 0)) {
       worst = e;
       *at = i;
     }
   }
   return worst;
+}
+
+static inline double compare(DType dt, const void *got, const double *want, int64_t n, double floor, int64_t *at) {
+  return compare_slack(dt, got, want, NULL, n, floor, at);
 }
 
 /* The tolerance of a graph's outputs: HPDL_KERNEL_TOL, or two units in the
@@ -114,6 +133,13 @@ static inline int check_tensor_tol(const char *what, DType dt, const void *got, 
           tol, at, n, at >= 0 ? elem(dt, got, at) : 0.0, at >= 0 ? want[at] : 0.0);
   test_failures++;
   return 0;
+}
+
+/* check_tensor_tol with a per-element allowance (kernel_response); no message, no failure counted. */
+static inline int within_slack(DType dt, const void *got, const double *want, const double *slack, int64_t n, double floor,
+                               double tol) {
+  int64_t at;
+  return compare_slack(dt, got, want, slack, n, floor, &at) <= tol;
 }
 
 static inline int check_tensor(const char *what, DType dt, const void *got, const double *want, int64_t n, double floor) {
@@ -174,6 +200,7 @@ static inline InterpTensor *all_values(Arena *a, const IrModule *m, int gi, doub
                                 int nargs) {
   IrModule *c = instrumented(a, m, gi);
   Interp *in = interp_new(c);
+  interp_set_store_f32(in, 1); /* each kernel's inputs as the back ends hold them */
   interp_init_params(in, 1337);
   round_params(in, c);
   for (int i = 0; i < c->ninputs; i++) interp_set_input(in, i, inputs[i]);
@@ -217,6 +244,50 @@ typedef int (*KernelCall)(void *env, const FuseGraph *fg, int p, void **io, cons
 /* Builds the back end's code for the module; 0 or -1. */
 typedef int (*KernelBuild)(void *env, const IrModule *m, const FuseResult *fr);
 
+enum { RESPONSE_FACTOR = 16 };
+
+/* How far kernel p's float outputs move when each float input moves by one
+ * unit in its last place, up or down at random: per element of each
+ * output, the most of two such runs times RESPONSE_FACTOR (slack[j], for
+ * output j). 0 when the kernel has no fp32 input or a run fails. */
+static inline int kernel_response(const FuseGraph *fg, int p, void **io, KernelCall call, void *env, double **slack) {
+  const FuseKernel *K = &fg->kernels[p];
+  const IrGraph *g = fg->graph;
+  int any = 0;
+  for (int j = 0; j < K->ninputs; j++) any |= g->nodes[K->inputs[j]].dtype == DT_F32;
+  if (!any) return 0;
+  uint64_t state = 0x9e3779b97f4a7c15ULL + (uint64_t)p;
+  void **pio = xmalloc(sizeof(void *) * (size_t)(K->ninputs + K->noutputs + 1));
+  int ok = 1;
+  for (int run = 0; run < 2 && ok; run++) {
+    for (int j = 0; j < K->ninputs; j++) {
+      const IrNode *n = &g->nodes[K->inputs[j]];
+      size_t bytes = (size_t)ir_numel(n) * (n->dtype == DT_I64 ? 8 : n->dtype == DT_BF16 || n->dtype == DT_F16 ? 2 : 4);
+      pio[j] = xmalloc(bytes);
+      memcpy(pio[j], io[j], bytes);
+      if (n->dtype != DT_F32) continue;
+      float *x = pio[j];
+      for (int64_t i = 0; i < ir_numel(n); i++)
+        if (isfinite(x[i]) && x[i] != 0) x[i] = nextafterf(x[i], interp_uniform01(&state) < 0.5 ? -INFINITY : INFINITY);
+    }
+    for (int j = 0; j < K->noutputs; j++) pio[K->ninputs + j] = xmalloc((size_t)(ir_numel(&g->nodes[K->outputs[j]]) * 8 + 8));
+    const char *err = NULL;
+    ok = call(env, fg, p, pio, &err) > 0;
+    for (int j = 0; j < K->noutputs && ok; j++) {
+      const IrNode *n = &g->nodes[K->outputs[j]];
+      if (!sem_dtype_is_float(n->dtype)) continue;
+      for (int64_t i = 0; i < ir_numel(n); i++) {
+        double d = fabs(elem(n->dtype, pio[K->ninputs + j], i) - elem(n->dtype, io[K->ninputs + j], i)) * RESPONSE_FACTOR;
+        if (!isfinite(d)) d = 0;
+        if (d > slack[j][i]) slack[j][i] = d;
+      }
+    }
+    for (int j = 0; j < K->ninputs + K->noutputs; j++) free(pio[j]);
+  }
+  free(pio);
+  return ok;
+}
+
 /* Calls each kernel of graph gi alone on vals; compares its outputs. */
 static inline void check_kernels(const FuseResult *fr, int gi, const InterpTensor *vals, KernelCall call, void *env,
                                  int *tested, int *failed) {
@@ -249,12 +320,42 @@ static inline void check_kernels(const FuseResult *fr, int gi, const InterpTenso
         if (isfinite(vals[K->inputs[j]].data[i])) scale += fabs(vals[K->inputs[j]].data[i]), cnt++;
     }
     scale = cnt ? scale / (double)cnt : 0;
+    /* beyond the tolerance: within what the inputs' last bits move? */
+    double **slack = NULL;
+    int beyond = 0;
+    for (int j = 0; j < K->noutputs && rc > 0; j++) {
+      const IrNode *n = &g->nodes[K->outputs[j]];
+      int64_t at;
+      beyond |= compare(n->dtype, io[K->ninputs + j], vals[K->outputs[j]].data, ir_numel(n), scale, &at) > HPDL_KERNEL_TOL;
+    }
+    if (beyond) {
+      slack = xmalloc(sizeof(double *) * (size_t)K->noutputs);
+      for (int j = 0; j < K->noutputs; j++) slack[j] = xmalloc(sizeof(double) * (size_t)ir_numel(&g->nodes[K->outputs[j]]));
+      kernel_response(fg, p, io, call, env, slack);
+    }
     for (int j = 0; j < K->noutputs && rc > 0; j++) {
       const IrNode *n = &g->nodes[K->outputs[j]];
       char what[160];
       snprintf(what, sizeof what, "%s k%d %s: %%%d %s", g->name, p, fuse_kind_name(K->kind), K->outputs[j],
                ir_op_name(n->op));
+      if (slack && within_slack(n->dtype, io[K->ninputs + j], vals[K->outputs[j]].data, slack[j], ir_numel(n), scale,
+                                HPDL_KERNEL_TOL))
+        continue;
       ok &= check_tensor(what, n->dtype, io[K->ninputs + j], vals[K->outputs[j]].data, ir_numel(n), scale);
+    }
+    if (!ok) { /* what the kernel computes, to find it in `hpdlc emit` */
+      fprintf(stderr, "  k%d:", p);
+      for (int j = 0; j < K->nnodes; j++) fprintf(stderr, " %%%d %s", K->nodes[j], ir_op_name(g->nodes[K->nodes[j]].op));
+      fprintf(stderr, "\n");
+    }
+    for (int j = 0; slack && j < K->noutputs; j++) free(slack[j]);
+    free(slack);
+    if (!ok) { /* what the kernel computes, to find it in `hpdlc emit` */
+      fprintf(stderr, "  k%d:", p);
+      for (int j = 0; j < K->nnodes; j++) fprintf(stderr, " %%%d %s", K->nodes[j], ir_op_name(g->nodes[K->nodes[j]].op));
+      fprintf(stderr, "; inputs");
+      for (int j = 0; j < K->ninputs; j++) fprintf(stderr, " %%%d", K->inputs[j]);
+      fprintf(stderr, "\n");
     }
     *failed += !ok;
     for (int j = 0; j < K->ninputs + K->noutputs; j++) free(io[j]);
