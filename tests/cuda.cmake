@@ -259,21 +259,17 @@ add_test(NAME cuda.dev.emulate.step.llama_act
 # 2): the choice's topk reads the masked scores through a reshape folded into its kernel,
 # whose rows are the value's last axis (8), not the buffer's (2: before 2026-12-04 the
 # kernel took those, and chose from the first two experts of each block)
-add_test(NAME cuda.dev.emulate.step.deepseek_groups
-         COMMAND test_device --device emulate --step deepseek-v3.hpd -D layers=3 -D dense=1 -D hidden=16 -D heads=4 -D q_lora=8
-                 -D kv_lora=8 -D qk_nope=4 -D qk_rope=4 -D v_head_dim=4 -D ffn=32 -D moe_ffn=8 -D seq=8 -D vocab=64 -D experts=8
-                 -D top_k=2 -D groups=4 -D group_top_k=2 -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1
-                 -L parallel.tensor=1 -L parallel.expert=1 -L parallel.pipeline=1)
+set(HPDL_CUDA_DEEPSEEK_ARGS deepseek-v3.hpd -D layers=3 -D dense=1 -D hidden=16 -D heads=4 -D q_lora=8 -D kv_lora=8 -D qk_nope=4
+    -D qk_rope=4 -D v_head_dim=4 -D ffn=32 -D moe_ffn=8 -D seq=8 -D vocab=64 -D experts=8 -D top_k=2 -D groups=4 -D group_top_k=2
+    -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1 -L parallel.tensor=1 -L parallel.expert=1
+    -L parallel.pipeline=1)
+add_test(NAME cuda.dev.emulate.step.deepseek_groups COMMAND test_device --device emulate --step ${HPDL_CUDA_DEEPSEEK_ARGS})
 add_test(NAME cuda.dev.emulate.kernels.gpt2-tiny COMMAND test_device --device emulate --kernels gpt2-tiny.hpd)
 # the same model's 354 kernels one by one (MLA, the node-limited routing, the
 # experts' rows): its RMSNorm backward's row sums cancel (sum |x| / |sum x|
 # up to 14264), which the kernels' check admits only within what the inputs'
 # last bits move (tests/unit/test_kernels.h)
-add_test(NAME cuda.dev.emulate.kernels.deepseek_groups
-         COMMAND test_device --device emulate --kernels deepseek-v3.hpd -D layers=3 -D dense=1 -D hidden=16 -D heads=4 -D q_lora=8
-                 -D kv_lora=8 -D qk_nope=4 -D qk_rope=4 -D v_head_dim=4 -D ffn=32 -D moe_ffn=8 -D seq=8 -D vocab=64 -D experts=8
-                 -D top_k=2 -D groups=4 -D group_top_k=2 -L parallel.cluster=laptop -L parallel.nodes=1 -L parallel.data=1
-                 -L parallel.tensor=1 -L parallel.expert=1 -L parallel.pipeline=1)
+add_test(NAME cuda.dev.emulate.kernels.deepseek_groups COMMAND test_device --device emulate --kernels ${HPDL_CUDA_DEEPSEEK_ARGS})
 # the bias gradients of the weight-gradient GEMMs (fuse.h's rule 8) by the
 # host program's hpdl_bias_grad_f32 after the product, as where cuBLASLt has
 # no algorithm with its BGRAD epilogue (runtime/device/devexec.c)
@@ -287,12 +283,17 @@ add_test(NAME cuda.gpu.step.llama
 add_test(NAME cuda.gpu.step.gpt COMMAND test_device --device cuda --step ${HPDL_CUDA_GPT_ARGS})
 add_test(NAME cuda.dev.emulate.step.moe-tiny COMMAND test_device --device emulate --step moe-tiny.hpd)
 add_test(NAME cuda.gpu.step.moe-tiny COMMAND test_device --device cuda --step moe-tiny.hpd)
+# the tiny DeepSeek-V3 (MLA, node-limited routing, the experts' rows) on a GPU:
+# its step and its 354 kernels alone, as the two emulated tests above
+add_test(NAME cuda.gpu.step.deepseek_groups COMMAND test_device --device cuda --step ${HPDL_CUDA_DEEPSEEK_ARGS})
+add_test(NAME cuda.gpu.kernels.deepseek_groups COMMAND test_device --device cuda --kernels ${HPDL_CUDA_DEEPSEEK_ARGS})
 set_tests_properties(cuda.dev.emulate.step.gpt2-tiny cuda.dev.emulate.step.llama cuda.dev.emulate.step.llama_act
                      cuda.dev.emulate.step.deepseek_groups
                      cuda.dev.emulate.kernels.gpt2-tiny cuda.dev.emulate.kernels.deepseek_groups
                      cuda.dev.emulate.step.gpt2-tiny_bgrad_kernel
                      cuda.gpu.kernels.gpt2-tiny cuda.gpu.step.gpt2-tiny cuda.gpu.step.llama cuda.gpu.step.gpt
                      cuda.dev.emulate.step.moe-tiny cuda.gpu.step.moe-tiny
+                     cuda.gpu.step.deepseek_groups cuda.gpu.kernels.deepseek_groups
                      PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cuda)
 
 #   cuda.run.<device>.gpt2-tiny  hpdlrun on a --target cuda artifact (one
