@@ -21,6 +21,7 @@
  *     hpdl_adamw_f32<<<grid, HPDL_OPTIM_THREADS>>>(table, nchunks, hpdl_adamw_make_args(...))
  *     hpdl_sgd_f32  <<<grid, HPDL_OPTIM_THREADS>>>(table, nchunks, hpdl_sgd_make_args(...))
  *
+ * (hpdl_adamw_bf16m / hpdl_sgd_bf16m where the moments are bf16: train.moments = bf16)
  * with any grid (a block takes chunks blockIdx.x, blockIdx.x + gridDim.x, ...;
  * hpdl_optim_grid gives min(nchunks, 65535)) and at most HPDL_OPTIM_THREADS threads a
  * block. In a chunk, the elements before the first 16-byte boundary go one a thread, then
@@ -233,6 +234,16 @@ static __device__ __forceinline__ void hpdl_adamw_elem(float &p, float g, float 
   p = __fsub_rn(__fmul_rn(p, decay), __fdiv_rn(__fmul_rn(a.lr, mhat), __fadd_rn(__fsqrt_rn(vhat), a.eps)));
 }
 
+/* The chunk's weight decay: the configured one where its tensor decays (decay[1],
+ * wd[1]), else none. */
+static __device__ __forceinline__ float hpdl_adamw_decay(const hpdl_optim_chunk &k, const hpdl_adamw_args &a) {
+  return (k.flags & HPDL_OPTIM_DECAY) ? a.decay[1] : a.decay[0];
+}
+
+static __device__ __forceinline__ float hpdl_sgd_wd(const hpdl_optim_chunk &k, const hpdl_sgd_args &a) {
+  return (k.flags & HPDL_OPTIM_DECAY) ? a.wd[1] : a.wd[0];
+}
+
 /* AdamW over the chunks of the table. m and v must not be NULL. */
 extern "C" __global__ void __launch_bounds__(HPDL_OPTIM_THREADS)
 hpdl_adamw_f32(const hpdl_optim_chunk *__restrict__ table, long long nchunks, const hpdl_adamw_args a) {
@@ -243,7 +254,7 @@ hpdl_adamw_f32(const hpdl_optim_chunk *__restrict__ table, long long nchunks, co
     const float *__restrict__ g = k.g + k.offset;
     float *__restrict__ m = k.m + k.offset;
     float *__restrict__ v = k.v + k.offset;
-    const float decay = (k.flags & HPDL_OPTIM_DECAY) ? a.decay[1] : a.decay[0];
+    const float decay = hpdl_adamw_decay(k, a);
     int n4;
     const int head = hpdl_optim_head(p, g, m, v, k.count, &n4);
     for (int i = threadIdx.x; i < head; i += blockDim.x)
@@ -304,7 +315,7 @@ hpdl_sgd_f32(const hpdl_optim_chunk *__restrict__ table, long long nchunks, cons
     float *__restrict__ p = k.p + k.offset;
     const float *__restrict__ g = k.g + k.offset;
     float *__restrict__ b = mom ? k.m + k.offset : p; /* p: a stand-in that is never written as b */
-    const float w = (k.flags & HPDL_OPTIM_DECAY) ? a.wd[1] : a.wd[0];
+    const float w = hpdl_sgd_wd(k, a);
     int n4;
     const int head = hpdl_optim_head(p, g, b, p, k.count, &n4);
     for (int i = threadIdx.x; i < head; i += blockDim.x) hpdl_sgd_scalar(p, g, b, i, a, w, mom);
@@ -324,6 +335,63 @@ hpdl_sgd_f32(const hpdl_optim_chunk *__restrict__ table, long long nchunks, cons
     }
     for (int i = head + 4 * n4 + (int)threadIdx.x; i < k.count; i += blockDim.x)
       hpdl_sgd_scalar(p, g, b, i, a, w, mom);
+  }
+}
+
+/* ---- the moments in bf16 (train.moments = bf16) ----
+ * The table is the same, but m and v point at 16-bit values (bfloat16's bits; the
+ * runtime allocates them so and casts the pointers). Each element reads its moments
+ * exactly (bf16 -> float is the high half of the float), updates them and the
+ * parameter as the fp32 kernels do (the parameter moved by the unrounded moments), and
+ * stores them rounded to nearest even: optim.c's optim_adamw16_mt / optim_sgd16_mt,
+ * bit for bit. One element a thread (no float4 path: the moments are 2 bytes). */
+static __device__ __forceinline__ float hpdl_optim_bf16_get(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+
+/* half.h's half_bf16_bits: round to nearest even, a NaN kept quiet */
+static __device__ __forceinline__ unsigned short hpdl_optim_bf16_rn(float f) {
+  const unsigned x = __float_as_uint(f);
+  const unsigned nan = (x & 0x7fffffffu) > 0x7f800000u;
+  const unsigned rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  return (unsigned short)(nan ? (x >> 16) | 0x40u : rounded);
+}
+
+/* AdamW over the chunks, the moments in bf16. m and v must not be NULL. */
+extern "C" __global__ void __launch_bounds__(HPDL_OPTIM_THREADS)
+hpdl_adamw_bf16m(const hpdl_optim_chunk *__restrict__ table, long long nchunks, const hpdl_adamw_args a) {
+  const float omb1 = __fsub_rn(1.0f, a.beta1), omb2 = __fsub_rn(1.0f, a.beta2);
+  for (long long c = blockIdx.x; c < nchunks; c += gridDim.x) {
+    const hpdl_optim_chunk k = table[c];
+    float *__restrict__ p = k.p + k.offset;
+    const float *__restrict__ g = k.g + k.offset;
+    unsigned short *__restrict__ m = reinterpret_cast<unsigned short *>(k.m) + k.offset;
+    unsigned short *__restrict__ v = reinterpret_cast<unsigned short *>(k.v) + k.offset;
+    const float decay = hpdl_adamw_decay(k, a);
+    for (int i = threadIdx.x; i < k.count; i += blockDim.x) {
+      float mi = hpdl_optim_bf16_get(m[i]), vi = hpdl_optim_bf16_get(v[i]);
+      hpdl_adamw_elem(p[i], __ldg(g + i), mi, vi, a, decay, omb1, omb2);
+      m[i] = hpdl_optim_bf16_rn(mi);
+      v[i] = hpdl_optim_bf16_rn(vi);
+    }
+  }
+}
+
+/* SGD over the chunks, the momentum buffer (m) in bf16 (NULL allowed when
+ * a.momentum is 0). */
+extern "C" __global__ void __launch_bounds__(HPDL_OPTIM_THREADS)
+hpdl_sgd_bf16m(const hpdl_optim_chunk *__restrict__ table, long long nchunks, const hpdl_sgd_args a) {
+  const bool mom = a.momentum != 0.0f;
+  for (long long c = blockIdx.x; c < nchunks; c += gridDim.x) {
+    const hpdl_optim_chunk k = table[c];
+    float *__restrict__ p = k.p + k.offset;
+    const float *__restrict__ g = k.g + k.offset;
+    unsigned short *__restrict__ b = mom ? reinterpret_cast<unsigned short *>(k.m) + k.offset : nullptr;
+    const float w = hpdl_sgd_wd(k, a);
+    for (int i = threadIdx.x; i < k.count; i += blockDim.x) {
+      float pi = p[i], bi = mom ? hpdl_optim_bf16_get(b[i]) : 0.0f;
+      hpdl_sgd_elem(pi, __ldg(g + i), bi, a, w);
+      p[i] = pi;
+      if (mom) b[i] = hpdl_optim_bf16_rn(bi);
+    }
   }
 }
 

@@ -399,6 +399,11 @@ Artifact *artifact_load(const char *dir, RtErr *e) {
     get_str(&r, tr, "train", "precision", &a->precision);
     if (a->precision && strcmp(a->precision, "fp32") && strcmp(a->precision, "bf16") && strcmp(a->precision, "fp16"))
       bad(&r, "train", "precision", "must be fp32, bf16 or fp16");
+    char *moments = NULL;
+    get_str(&r, tr, "train", "moments", &moments);
+    if (moments && strcmp(moments, "fp32") && strcmp(moments, "bf16")) bad(&r, "train", "moments", "must be fp32 or bf16");
+    a->optim.moments16 = moments && !strcmp(moments, "bf16");
+    rt_free(moments);
     get_f64(&r, tr, "train", "loss_scale", &a->loss_scale);
     /* a static scale is a power of two in [1, 2^64] or any finite value
      * there: beyond it a gradient times the scale overflows fp32 */

@@ -52,26 +52,74 @@ static void bf16_copy(const float *p, uint16_t *half, int64_t n) {
   for (int64_t i = 0; i < n; i++) half[i] = half_bf16_bits(bits[i]);
 }
 
+/* AdamW's per-step scalars: in double, rounded once to float (per-element
+ * arithmetic in float, as the fused kernels of llm.c and PyTorch do). */
+typedef struct {
+  float b1, b2, eps, bc1, bc2, decay, step;
+} AdamwStep;
+
+static AdamwStep adamw_step(int64_t t, double lr, double wd, const OptimConfig *c) {
+  return (AdamwStep){(float)c->beta1, (float)c->beta2, (float)c->eps, (float)(1.0 - pow(c->beta1, (double)t)),
+                     (float)(1.0 - pow(c->beta2, (double)t)), (float)(1.0 - lr * wd), (float)lr};
+}
+
+/* One value: the moments *m, *v updated in float and the parameter with
+ * them (a 16-bit store rounds them after the update, as a fused kernel
+ * keeps them in registers). */
+static inline void adamw_value(float *p, float gi, float *m, float *v, const AdamwStep *k) {
+  float mi = k->b1 * *m + (1.0f - k->b1) * gi;
+  float vi = k->b2 * *v + (1.0f - k->b2) * gi * gi;
+  *m = mi;
+  *v = vi;
+  float mhat = mi / k->bc1, vhat = vi / k->bc2;
+  *p = *p * k->decay - k->step * mhat / (sqrtf(vhat) + k->eps);
+}
+
+static inline float bf16_value(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static inline uint16_t bf16_round(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return half_bf16_bits(u);
+}
+
 /* The AdamW loop on the gradients times f (the clipping scale; 1: as they
  * are): g f rounded to float, as optim_scale would have stored it. */
 static void adamw_loop(float *p, const float *g, float *m, float *v, int64_t n, int64_t t, double lr, double wd,
                        const OptimConfig *c, float f, uint16_t *half) {
-  /* Per-step scalars in double, per-element arithmetic in float (as the
-   * fused kernels of llm.c and PyTorch do). */
-  const float b1 = (float)c->beta1, b2 = (float)c->beta2, eps = (float)c->eps;
-  const float bc1 = (float)(1.0 - pow(c->beta1, (double)t)), bc2 = (float)(1.0 - pow(c->beta2, (double)t));
-  const float decay = (float)(1.0 - lr * wd), step = (float)lr;
+  const AdamwStep k = adamw_step(t, lr, wd, c);
   /* in blocks, so that the copy reads the values while they are in cache */
   for (int64_t lo = 0; lo < n; lo += COPY_BLOCK) {
     int64_t hi = n - lo < COPY_BLOCK ? n : lo + COPY_BLOCK;
-    for (int64_t i = lo; i < hi; i++) {
-      float gi = g[i] * f;
-      float mi = b1 * m[i] + (1.0f - b1) * gi;
-      float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    for (int64_t i = lo; i < hi; i++) { /* through locals: the loop then vectorises (GCC 12 -O3) */
+      float pi = p[i], mi = m[i], vi = v[i];
+      adamw_value(&pi, g[i] * f, &mi, &vi, &k);
+      p[i] = pi;
       m[i] = mi;
       v[i] = vi;
-      float mhat = mi / bc1, vhat = vi / bc2;
-      p[i] = p[i] * decay - step * mhat / (sqrtf(vhat) + eps);
+    }
+    if (half) bf16_copy(p + lo, half + lo, hi - lo);
+  }
+}
+
+/* The same with the moments stored as bf16 (train.moments = bf16): read
+ * exactly, updated in float, rounded to nearest even when stored. */
+static void adamw16_loop(float *p, const float *g, uint16_t *m, uint16_t *v, int64_t n, int64_t t, double lr, double wd,
+                         const OptimConfig *c, float f, uint16_t *half) {
+  const AdamwStep k = adamw_step(t, lr, wd, c);
+  for (int64_t lo = 0; lo < n; lo += COPY_BLOCK) {
+    int64_t hi = n - lo < COPY_BLOCK ? n : lo + COPY_BLOCK;
+    for (int64_t i = lo; i < hi; i++) {
+      float pi = p[i], mi = bf16_value(m[i]), vi = bf16_value(v[i]);
+      adamw_value(&pi, g[i] * f, &mi, &vi, &k);
+      p[i] = pi;
+      m[i] = bf16_round(mi);
+      v[i] = bf16_round(vi);
     }
     if (half) bf16_copy(p + lo, half + lo, hi - lo);
   }
@@ -82,16 +130,21 @@ void optim_adamw(float *p, const float *g, float *m, float *v, int64_t n, int64_
   adamw_loop(p, g, m, v, n, t, lr, wd, c, 1.0f, NULL);
 }
 
-static void sgd_loop(float *p, const float *g, float *buf, int64_t n, int64_t t, double lr, double wd,
+/* SGD on the gradients times f; the momentum buffer in float (buf) or bf16
+ * (buf16), at most one of them. */
+static void sgd_loop(float *p, const float *g, float *buf, uint16_t *buf16, int64_t n, int64_t t, double lr, double wd,
                      const OptimConfig *c, float f, uint16_t *half) {
   const float mu = (float)c->momentum, w = (float)wd, step = (float)lr;
   for (int64_t lo = 0; lo < n; lo += COPY_BLOCK) {
     int64_t hi = n - lo < COPY_BLOCK ? n : lo + COPY_BLOCK;
     for (int64_t i = lo; i < hi; i++) {
       float gi = g[i] * f + w * p[i];
-      if (mu != 0.0f) {
+      if (mu != 0.0f && buf) {
         gi = t <= 1 ? gi : mu * buf[i] + gi;
         buf[i] = gi;
+      } else if (mu != 0.0f && buf16) {
+        gi = t <= 1 ? gi : mu * bf16_value(buf16[i]) + gi;
+        buf16[i] = bf16_round(gi);
       }
       p[i] -= step * gi;
     }
@@ -100,7 +153,7 @@ static void sgd_loop(float *p, const float *g, float *buf, int64_t n, int64_t t,
 }
 
 void optim_sgd(float *p, const float *g, float *buf, int64_t n, int64_t t, double lr, double wd, const OptimConfig *c) {
-  sgd_loop(p, g, buf, n, t, lr, wd, c, 1.0f, NULL);
+  sgd_loop(p, g, buf, NULL, n, t, lr, wd, c, 1.0f, NULL);
 }
 
 /* Sixteen running sums, value i in sum i % 16, then added in order: one
@@ -134,6 +187,7 @@ void optim_scale(float *g, int64_t n, double s) {
 
 typedef struct {
   float *p, *m, *v, *buf, *g;
+  uint16_t *m16, *v16, *buf16; /* the moments in bf16 (train.moments = bf16) */
   uint16_t *half;
   const float *cg;
   int64_t t, n;
@@ -154,15 +208,33 @@ void optim_adamw_mt(int nthreads, float *p, const float *g, float *m, float *v, 
   par_for(par_threads_for(nthreads, n), n, adamw_range, &a);
 }
 
+static void adamw16_range(void *ctx, int64_t lo, int64_t hi) {
+  OptimPass *a = ctx;
+  adamw16_loop(a->p + lo, a->cg + lo, a->m16 + lo, a->v16 + lo, hi - lo, a->t, a->lr, a->wd, a->c, (float)a->s,
+               a->half ? a->half + lo : NULL);
+}
+
+void optim_adamw16_mt(int nthreads, float *p, const float *g, uint16_t *m, uint16_t *v, int64_t n, int64_t t, double lr,
+                      double wd, const OptimConfig *c, double gscale, uint16_t *half) {
+  OptimPass a = {.p = p, .cg = g, .m16 = m, .v16 = v, .t = t, .lr = lr, .wd = wd, .c = c, .s = gscale, .half = half};
+  par_for(par_threads_for(nthreads, n), n, adamw16_range, &a);
+}
+
 static void sgd_range(void *ctx, int64_t lo, int64_t hi) {
   OptimPass *a = ctx;
-  sgd_loop(a->p + lo, a->cg + lo, a->buf ? a->buf + lo : NULL, hi - lo, a->t, a->lr, a->wd, a->c, (float)a->s,
+  sgd_loop(a->p + lo, a->cg + lo, a->buf ? a->buf + lo : NULL, a->buf16 ? a->buf16 + lo : NULL, hi - lo, a->t, a->lr, a->wd, a->c, (float)a->s,
            a->half ? a->half + lo : NULL);
 }
 
 void optim_sgd_mt(int nthreads, float *p, const float *g, float *buf, int64_t n, int64_t t, double lr, double wd,
                   const OptimConfig *c, double gscale, uint16_t *half) {
   OptimPass a = {.p = p, .cg = g, .buf = buf, .t = t, .lr = lr, .wd = wd, .c = c, .s = gscale, .half = half};
+  par_for(par_threads_for(nthreads, n), n, sgd_range, &a);
+}
+
+void optim_sgd16_mt(int nthreads, float *p, const float *g, uint16_t *buf, int64_t n, int64_t t, double lr, double wd,
+                    const OptimConfig *c, double gscale, uint16_t *half) {
+  OptimPass a = {.p = p, .cg = g, .buf16 = buf, .t = t, .lr = lr, .wd = wd, .c = c, .s = gscale, .half = half};
   par_for(par_threads_for(nthreads, n), n, sgd_range, &a);
 }
 

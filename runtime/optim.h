@@ -32,6 +32,7 @@ typedef struct {
   int64_t warmup, total_steps;
   OptimDecay decay;
   double clip;                /* 0: off */
+  int moments16;              /* the moments stored as bf16 (train.moments = bf16) */
 } OptimConfig;
 
 /* The language's defaults (docs/language.md, train): adamw(lr = 3e-4,
@@ -75,6 +76,14 @@ void optim_adamw_mt(int nthreads, float *p, const float *g, float *m, float *v, 
                     double wd, const OptimConfig *c, double gscale, uint16_t *half);
 void optim_sgd_mt(int nthreads, float *p, const float *g, float *buf, int64_t n, int64_t t, double lr, double wd,
                   const OptimConfig *c, double gscale, uint16_t *half);
+/* The same with the moments (AdamW's m and v, SGD's momentum buffer)
+ * stored as bf16 (train.moments = bf16): each is read exactly, updated in
+ * float, and stored rounded to nearest even, as a cast does (Transformer
+ * Engine's FusedAdam keeps its bf16 moments so). */
+void optim_adamw16_mt(int nthreads, float *p, const float *g, uint16_t *m, uint16_t *v, int64_t n, int64_t t, double lr,
+                      double wd, const OptimConfig *c, double gscale, uint16_t *half);
+void optim_sgd16_mt(int nthreads, float *p, const float *g, uint16_t *buf, int64_t n, int64_t t, double lr, double wd,
+                    const OptimConfig *c, double gscale, uint16_t *half);
 double optim_sumsq_mt(int nthreads, const float *g, int64_t n);
 
 #endif

@@ -34,6 +34,7 @@
 #include "devexec.h"
 #include "devoptim.h"
 #include "extcall.h"
+#include "half.h"
 #include "program.h"
 #include "program_cuda.h"
 #include "program_ir.h"
@@ -159,6 +160,7 @@ typedef struct {
    * else ENT_DENSE */
   unsigned char *ent_expert;
   int64_t *ent_at, *ent_n; /* ENT_EXPERT_SLICE: the slice's place in the loop's expert slice ([own2_lo, ...)) and length */
+  int msize;      /* bytes of a moment value in zm, zv: 4, or 2 under train.moments = bf16 */
   int xsliced;     /* the experts' moments sharded over edp as the loop's (Megatron's distributed optimizer); HPDL_EXPERT_STATE=whole: not */
   int nent;
   float *zhost;    /* host staging: zlen + zown values (host collectives, checkpoints) */
@@ -1529,18 +1531,42 @@ static int overlap_of(int64_t a, int64_t n, int64_t from, int64_t len, int64_t *
   return *hi > *lo;
 }
 
+/* Bytes of one moment value: 4, or 2 under train.moments = bf16. */
+static int moment_size(const TrainCtx *ctx) { return ctx->art->optim.moments16 ? 2 : 4; }
+
+/* A range of zown bf16 moments (train.moments = bf16) to zown floats on the
+ * host, widened exactly, and back, rounded to nearest even. 0, or -1 (the
+ * device's error, or out of memory with it empty). */
+static int range16_to_host(CudaProg *P, const void *dev_range, float *host) {
+  uint16_t *h16 = malloc(2 * (size_t)(P->zown ? P->zown : 1));
+  int rc = !h16 || P->dev->ops->to_host(P->dev, h16, dev_range, 2 * (size_t)P->zown) ? -1 : 0;
+  for (int64_t j = 0; !rc && j < P->zown; j++) host[j] = half_bf16_to_f32(h16[j]);
+  free(h16);
+  return rc;
+}
+
+static int range16_to_device(CudaProg *P, void *dev_range, const float *host) {
+  uint16_t *h16 = malloc(2 * (size_t)(P->zown ? P->zown : 1));
+  if (!h16) return -1;
+  for (int64_t j = 0; j < P->zown; j++) h16[j] = half_bf16_from_f32(host[j]);
+  int rc = P->dev->ops->to_device(P->dev, dev_range, h16, 2 * (size_t)P->zown) ? -1 : 0;
+  free(h16);
+  return rc;
+}
+
 /* A device range (zown values: moments, or at ZeRO 3 the parameters)
  * between this member's units and the loop's owned range of its pool
  * (TrainShards): the orders differ (the device's is the stage module's by
  * unit, the loop's the manifest's), so one side's ranges are gathered over
  * dp on the host and each member takes its own from them. Checkpoints and
  * resuming only. */
-static int zero_convert(CudaProg *P, TrainCtx *ctx, void *dev_range, float *pool, int to_host, RtErr *e) {
+static int zero_convert(CudaProg *P, TrainCtx *ctx, void *dev_range, int bf16, float *pool, int to_host, RtErr *e) {
   const TrainShards *sh = ctx->shards;
   Device *d = P->dev;
   int me = ctx->comm->rank[COMM_DP];
   if (to_host) {
-    if (d->ops->to_host(d, P->zhost + P->zlen, dev_range, sizeof(float) * (size_t)P->zown)) return fail(e, "%s", dev_error(d));
+    if (bf16 ? range16_to_host(P, dev_range, P->zhost + P->zlen) : d->ops->to_host(d, P->zhost + P->zlen, dev_range, sizeof(float) * (size_t)P->zown))
+      return fail(e, "%s", dev_error(d)[0] ? dev_error(d) : "out of memory");
     if (comm_all_gather(ctx->comm, COMM_DP, COMM_F32, P->zhost + P->zlen, P->zown, P->zhost, e) < 0) return -1;
     for (int i = 0; i < ctx->ntensors; i++) {
       int64_t lo, hi, run;
@@ -1574,7 +1600,8 @@ static int zero_convert(CudaProg *P, TrainCtx *ctx, void *dev_range, float *pool
     }
   }
   free(whole);
-  if (!rc && d->ops->to_device(d, dev_range, P->zhost, sizeof(float) * (size_t)P->zown)) rc = fail(e, "%s", dev_error(d));
+  if (!rc && (bf16 ? range16_to_device(P, dev_range, P->zhost) : d->ops->to_device(d, dev_range, P->zhost, sizeof(float) * (size_t)P->zown)))
+    rc = fail(e, "%s", dev_error(d)[0] ? dev_error(d) : "out of memory");
   return rc;
 }
 
@@ -1707,9 +1734,10 @@ static int state_convert(CudaProg *P, TrainCtx *ctx, int to_host, RtErr *e) {
 /* The moments (and at ZeRO 3 the parameters) between device and loop. */
 static int zero_state(CudaProg *P, TrainCtx *ctx, int to_host, RtErr *e) {
   const TrainShards *sh = ctx->shards;
-  if (P->zm && sh->m && zero_convert(P, ctx, P->zm, sh->m, to_host, e)) return prefix(e, "the first moments");
-  if (P->zv && sh->v && zero_convert(P, ctx, P->zv, sh->v, to_host, e)) return prefix(e, "the second moments");
-  if (P->zero >= 3 && zero_convert(P, ctx, P->zp, sh->master, to_host, e)) return prefix(e, "the parameters' slices");
+  int m16 = ctx->art->optim.moments16;
+  if (P->zm && sh->m && zero_convert(P, ctx, P->zm, m16, sh->m, to_host, e)) return prefix(e, "the first moments");
+  if (P->zv && sh->v && zero_convert(P, ctx, P->zv, m16, sh->v, to_host, e)) return prefix(e, "the second moments");
+  if (P->zero >= 3 && zero_convert(P, ctx, P->zp, 0, sh->master, to_host, e)) return prefix(e, "the parameters' slices");
   if (sh->m && expert_convert(P, ctx, 0, sh->m, to_host, e)) return prefix(e, "the experts' first moments");
   if (sh->v && expert_convert(P, ctx, 1, sh->v, to_host, e)) return prefix(e, "the experts' second moments");
   if (P->zero >= 3 && expert_convert(P, ctx, 2, sh->master, to_host, e)) return prefix(e, "the experts' parameters");
@@ -1767,7 +1795,8 @@ static int zero_setup(CudaProg *P, TrainCtx *ctx, DevOptTensor **out, char *why,
   P->dprank = ctx->comm->rank[COMM_DP];
   P->zown = 0;
   for (int u = 0; u < P->nunits; u++) P->zoff[u] = P->zown, P->zown += unit_own(P, u);
-  size_t bytes = sizeof(float) * (size_t)(P->zown ? P->zown : 1);
+  P->msize = moment_size(ctx);
+  size_t bytes = sizeof(float) * (size_t)(P->zown ? P->zown : 1), mbytes = (size_t)P->msize * (size_t)(P->zown ? P->zown : 1);
   int z3 = sh->zero >= 3, z2 = sh->zero >= 2;
   P->ugrad = calloc((size_t)P->nunits + 1, sizeof(void *));
   P->ugref = calloc((size_t)P->nunits + 1, sizeof(int));
@@ -1778,9 +1807,9 @@ static int zero_setup(CudaProg *P, TrainCtx *ctx, DevOptTensor **out, char *why,
     snprintf(why, whylen, "out of memory");
     return -1;
   }
-  if ((want_m && !(P->zm = d->ops->alloc(d, bytes))) || (want_v && !(P->zv = d->ops->alloc(d, bytes))) ||
+  if ((want_m && !(P->zm = d->ops->alloc(d, mbytes))) || (want_v && !(P->zv = d->ops->alloc(d, mbytes))) ||
       (z3 && !(P->zp = d->ops->alloc(d, bytes))) || (z2 && (!(P->zg = d->ops->alloc(d, bytes)) || !(P->zt = d->ops->alloc(d, bytes)))) ||
-      (P->zm && d->ops->zero(d, P->zm, bytes)) || (P->zv && d->ops->zero(d, P->zv, bytes)) || (P->zp && d->ops->zero(d, P->zp, bytes)) ||
+      (P->zm && d->ops->zero(d, P->zm, mbytes)) || (P->zv && d->ops->zero(d, P->zv, mbytes)) || (P->zp && d->ops->zero(d, P->zp, bytes)) ||
       (P->zg && d->ops->zero(d, P->zg, bytes)) || (P->zt && d->ops->zero(d, P->zt, bytes))) {
     snprintf(why, whylen, "this rank's ranges: %s", dev_error(d));
     return -1;
@@ -1826,7 +1855,8 @@ static int zero_setup(CudaProg *P, TrainCtx *ctx, DevOptTensor **out, char *why,
     if (ctx->tensors[i].param->state || !overlap_of(a, c->numel, os, unit_own(P, u), &lo, &hi)) continue;
     int64_t at = P->zoff[u] + (lo - os); /* in the ranges */
     t[P->nent] = (DevOptTensor){z3 ? (float *)P->zp + at : (float *)pb + lo, z2 ? (float *)P->zg + at : (float *)gb + lo, hi - lo,
-                                ctx->tensors[i].param->weight_decay, P->zm ? (float *)P->zm + at : NULL, P->zv ? (float *)P->zv + at : NULL};
+                                ctx->tensors[i].param->weight_decay, P->zm ? (char *)P->zm + at * P->msize : NULL,
+                                P->zv ? (char *)P->zv + at * P->msize : NULL};
     P->ent_tensor[P->nent++] = i;
   }
   /* NCCL: a stream of its own for the reduce-scatters as the backward
@@ -2052,17 +2082,23 @@ static int moments_of(const TrainCtx *ctx) {
   return oc->kind == OPTIM_ADAMW ? 2 : oc->momentum != 0 ? 1 : 0;
 }
 
+/* The start-up lines' name of the optimizer's state. */
+static const char *state_name(const TrainCtx *ctx) {
+  const OptimConfig *oc = &ctx->art->optim;
+  return oc->kind == OPTIM_ADAMW ? (oc->moments16 ? "AdamW (bf16 moments)" : "AdamW") : (oc->moments16 ? "SGD (bf16 momentum)" : "SGD");
+}
+
 /* MB a rank of a resident chunk's parameters, gradients and moments (the
  * start-up line): under ZeRO its blocks and ranges, else its tensors whole. */
 static double resident_mb(const CudaProg *P, const TrainCtx *ctx) {
-  int moments = moments_of(ctx);
-  if (P->zero >= 3) return (double)P->zown * (3 + moments) * 4.0 / 1e6;
-  if (P->zero == 2) return ((double)P->zlen + (double)P->zown * (2 + moments)) * 4.0 / 1e6;
-  if (P->zero) return ((double)P->zlen * 2 + (double)P->zown * moments) * 4.0 / 1e6;
+  double mom = (double)moments_of(ctx) * moment_size(ctx); /* bytes a value */
+  if (P->zero >= 3) return (double)P->zown * (3 * 4.0 + mom) / 1e6;
+  if (P->zero == 2) return ((double)P->zlen * 4.0 + (double)P->zown * (2 * 4.0 + mom)) / 1e6;
+  if (P->zero) return ((double)P->zlen * 2 * 4.0 + (double)P->zown * mom) / 1e6;
   int64_t n = 0;
   for (int i = 0; i < ctx->ntensors; i++)
     if (P->use_of[i] >= 0) n += ctx->tensors[i].numel;
-  return (double)n * 4.0 * (2 + moments) / 1e6;
+  return (double)n * (2 * 4.0 + mom) / 1e6;
 }
 
 /* The start-up line's word on the gradients' sum over dp without ZeRO. */
@@ -2153,7 +2189,9 @@ static int chunk_resident(CudaProg *P, TrainCtx *ctx, int one_of) {
     if (zero_setup(P, ctx, &t, err, sizeof err)) ok = 0;
     else P->zero = ctx->shards->zero, nt = P->nent;
   }
-  if (ok) P->opt = devopt_new(P->dev, oc->kind == OPTIM_ADAMW ? DEVOPT_ADAMW : DEVOPT_SGD, oc->momentum != 0.0, t, nt, err, sizeof err);
+  if (ok)
+    P->opt = devopt_new(P->dev, oc->kind == OPTIM_ADAMW ? DEVOPT_ADAMW : DEVOPT_SGD, oc->momentum != 0.0, oc->moments16, t, nt, err,
+                        sizeof err);
   if (ok && P->opt && P->zero && !(P->sums = realloc(P->sums, sizeof(double) * (size_t)(nt + 1)))) {
     devopt_free(P->opt);
     P->opt = NULL;
@@ -2182,7 +2220,7 @@ static int chunk_resident(CudaProg *P, TrainCtx *ctx, int one_of) {
             "hpdlrun: the %s state stays on the device (%.1f MB a rank), ZeRO-3: a rank keeps 1/%d of the parameters, their "
             "moments and reduced gradients; each layer's parameters are all-gathered before it runs%s and released after, "
             "its gradients reduce-scattered as its backward ends (each micro-batch)%s %s%s%s\n",
-            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", resident_mb(P, ctx), ctx->comm->size[COMM_DP],
+            state_name(ctx), resident_mb(P, ctx), ctx->comm->size[COMM_DP],
             P->cstream ? " (the next layer's while it runs)" : "", P->rstream ? " on a stream of their own" : "",
             P->dcomm ? "by NCCL on the device" : "through host memory",
             P->nunits > 1 && gathers16(P, 1) ? "; a layer's weights gathered as their bf16 copies" : "", comp_words(P));
@@ -2191,7 +2229,7 @@ static int chunk_resident(CudaProg *P, TrainCtx *ctx, int one_of) {
             "hpdlrun: parameters and the %s state stay on the device (%.1f MB a rank), ZeRO-2: a rank keeps the moments and "
             "reduced gradients of 1/%d of the parameters; each layer's gradients reduce-scattered as its backward ends (each "
             "micro-batch)%s and the parameters all-gathered after the update %s%s\n",
-            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", resident_mb(P, ctx),
+            state_name(ctx), resident_mb(P, ctx),
             ctx->comm->size[COMM_DP], P->rstream ? " on a stream of their own" : "", P->dcomm ? "by NCCL on the device" : "through host memory",
             comp_words(P));
   else if (P->resident && P->zero && ctx->comm->world_rank == 0)
@@ -2199,16 +2237,17 @@ static int chunk_resident(CudaProg *P, TrainCtx *ctx, int one_of) {
             "hpdlrun: parameters, gradients and the %s state stay on the device (%.1f MB a rank), ZeRO-%d: the moments of "
             "1/%d of the parameters a rank; the gradients reduce-scattered over dp%s and the parameters all-gathered after the "
             "update %s%s\n",
-            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", resident_mb(P, ctx), P->zero,
+            state_name(ctx), resident_mb(P, ctx), P->zero,
             ctx->comm->size[COMM_DP], P->cstream ? " layer by layer as the backward finishes them" : "",
             P->dcomm ? "by NCCL on the device" : "through host memory", comp_words(P));
   else if (P->resident && ctx->comm->world_rank == 0)
     fprintf(stderr, "hpdlrun: parameters, gradients and the %s state stay on the device (%.1f MB a rank)%s%s\n",
-            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", resident_mb(P, ctx), dp_sum_words(P, ctx), comp_words(P));
+            state_name(ctx), resident_mb(P, ctx), dp_sum_words(P, ctx), comp_words(P));
   double whole = 0, mom = 0;
   for (int k = 0; P->resident && P->zero && k < P->nent; k++)
-    if (P->ent_expert[k] == ENT_EXPERT_WHOLE) whole += (double)P->uses[P->use_of[P->ent_tensor[k]]].numel * 4.0 * (2 + moments) / 1e6;
-    else if (P->ent_expert[k] == ENT_EXPERT_SLICE) mom += (double)P->ent_n[k] * 4.0 * moments / 1e6;
+    if (P->ent_expert[k] == ENT_EXPERT_WHOLE)
+      whole += (double)P->uses[P->use_of[P->ent_tensor[k]]].numel * (2 * 4.0 + (double)moments * moment_size(ctx)) / 1e6;
+    else if (P->ent_expert[k] == ENT_EXPERT_SLICE) mom += (double)P->ent_n[k] * moments * moment_size(ctx) / 1e6;
   for (int q = 0; P->resident && P->xsliced && q < P->nuses; q++) {
     if (expert_apart(P, &P->uses[q])) whole += (double)P->uses[q].numel * 8.0 / 1e6;
   }
@@ -2265,7 +2304,6 @@ static int cuda_resident(void *self, TrainCtx *ctx) {
     }
     return 0;
   }
-  const OptimConfig *oc = &ctx->art->optim;
   int zero = S->c[0]->zero;
   double mb = 0;
   for (int c = 0; c < S->n; c++) mb += resident_mb(S->c[c], ctx);
@@ -2275,7 +2313,7 @@ static int cuda_resident(void *self, TrainCtx *ctx) {
   if (ctx->comm->world_rank == 0)
     fprintf(stderr, "hpdlrun: parameters, gradients and the %s state stay on the device (%.1f MB a rank), an optimizer for each "
                     "of the stage's %d chunks%s%s%s\n",
-            oc->kind == OPTIM_ADAMW ? "AdamW" : "SGD", mb, S->n, how,
+            state_name(ctx), mb, S->n, how,
             ctx->comm->size[COMM_DP] > 1 && zero ? (S->c[0]->dcomm ? "; by NCCL on the device" : "; through host memory")
                                                   : dp_sum_words(S->c[0], ctx),
             comp_words(S->c[0]));
@@ -2355,7 +2393,8 @@ static void cuda_destroy(void *self) {
     long early = 0, all = 0;
     for (int c = 0; c < S->n; c++) {
       const CudaProg *Q = S->c[c];
-      ranges += (double)Q->zown * 4.0 * ((Q->zm != NULL) + (Q->zv != NULL) + (Q->zp != NULL) + (Q->zg != NULL));
+      ranges += (double)Q->zown * (4.0 * ((Q->zp != NULL) + (Q->zg != NULL)) +
+                                   (double)Q->msize * ((Q->zm != NULL) + (Q->zv != NULL)));
       early += Q->uearly;
       all += Q->uall;
     }

@@ -19,6 +19,7 @@
 #include "program_cuda.h"
 #include "ckpt.h"
 #include "gemm16.h"
+#include "half.h"
 #include "init.h"
 #include "optim.h"
 #include "par.h"
@@ -53,6 +54,7 @@ typedef struct {
   const TrainOptions *o;
   TrainCtx ctx;
   float *pool[4]; /* data, grad (pool_cap values); m, v (the owned own_len values) */
+  uint16_t *pool16[2]; /* train.moments = bf16: m, v in bf16 instead (pool[2], pool[3] NULL) */
   int64_t pool_len;
   /* ZeRO (docs/runtime.md, "ZeRO"): the pools padded to pool_cap, a multiple
    * of 16 x dp; data-parallel member r owns values [own_lo, own_lo + own_len),
@@ -257,8 +259,8 @@ static int make_tensors(Run *R, RtErr *e) {
   /* More than the machine has is refused before anything is allocated: an
    * allocation of terabytes could otherwise succeed (overcommit) and end in
    * the kernel's OOM killer mid-step, not in a message. */
-  double state = 4.0 * ((double)R->pool_cap * 2 + (double)owned * (want_m + want_v) + (double)(R->zero >= 2 ? owned : 0) +
-                        (double)(R->zero >= 3 ? owned : 0));
+  double state = 4.0 * ((double)R->pool_cap * 2 + (double)(R->zero >= 2 ? owned : 0) + (double)(R->zero >= 3 ? owned : 0)) +
+                 (R->opt.moments16 ? 2.0 : 4.0) * (double)owned * (want_m + want_v);
   int on_gpu = R->a->target && !strcmp(R->a->target, "cuda"); /* its arena is the device's */
   double arena = on_gpu || R->me >= R->a->nranks ? 0 : (double)R->a->ranks[R->me].arena_bytes;
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
@@ -277,10 +279,13 @@ static int make_tensors(Run *R, RtErr *e) {
   for (int p = 0; p < 4; p++) {
     if ((p == 2 && !want_m) || (p == 3 && !want_v)) continue;
     int64_t values = p < 2 ? R->pool_cap : owned;
-    size_t bytes = (size_t)(values ? values : 16) * sizeof(float);
-    R->pool[p] = rt_alloc_aligned(bytes);
-    if (!R->pool[p]) return rt_fail(e, "out of memory for the parameters (%" PRId64 " values per pool)", values);
-    if (p > 0) par_prefault(R->o->nthreads, R->pool[p], bytes);
+    int half = p >= 2 && R->opt.moments16 && !on_gpu; /* a device program keeps its own (program_cuda.c) */
+    size_t bytes = (size_t)(values ? values : 16) * (half ? sizeof(uint16_t) : sizeof(float));
+    void *block = rt_alloc_aligned(bytes);
+    if (!block) return rt_fail(e, "out of memory for the parameters (%" PRId64 " values per pool)", values);
+    if (half) R->pool16[p - 2] = block;
+    else R->pool[p] = block;
+    if (p > 0) par_prefault(R->o->nthreads, block, bytes);
   }
   if (R->zero >= 2 && !(R->grad_own = rt_alloc_aligned((size_t)owned * sizeof(float))))
     return rt_fail(e, "out of memory for the reduced gradients (%" PRId64 " values)", owned);
@@ -359,6 +364,9 @@ static int gather_params(Run *R, RtErr *e) {
                      : 0;
 }
 
+/* Whether the run keeps optimizer state s (1: m or SGD's momentum, 2: v), in fp32 or bf16. */
+static int has_state(const Run *R, int s) { return R->pool[1 + s] != NULL || R->pool16[s - 1] != NULL; }
+
 /* The whole pool of state s (0 parameters, 1 m, 2 v) as this rank's tensors
  * lay it out, on data-parallel member 0 (the checkpoint's owner): the pool
  * itself when it is not sharded, else the members' slices sent to member 0
@@ -367,6 +375,17 @@ static const float *whole_state(Run *R, int s, float **tmp, RtErr *e) {
   *tmp = NULL;
   int sharded = s == 0 ? R->master != NULL : R->zero > 0;
   const float *own = s == 0 ? R->master : R->pool[1 + s];
+  float *wide = NULL; /* bf16 moments in fp32: a checkpoint's tensors are logical fp32 */
+  if (s > 0 && R->pool16[s - 1]) {
+    int64_t owned = R->own_len + R->own2_len;
+    if (!(wide = rt_alloc((size_t)(owned ? owned : 1) * sizeof(float)))) fatal(R, "out of memory gathering a checkpoint", NULL);
+    for (int64_t j = 0; j < owned; j++) wide[j] = half_bf16_to_f32(R->pool16[s - 1][j]);
+    own = wide;
+    if (!sharded) { /* the owned values are the whole pool */
+      *tmp = wide;
+      return wide;
+    }
+  }
   if (!sharded) return s == 0 ? R->pool[0] : R->pool[1 + s];
   Comm *c = R->c;
   int dp = c->size[COMM_DP], r = c->rank[COMM_DP];
@@ -397,6 +416,7 @@ static const float *whole_state(Run *R, int s, float **tmp, RtErr *e) {
           fatal(R, "receiving an expert ZeRO slice for the checkpoint", e);
     }
   }
+  rt_free(wide);
   *tmp = all;
   return all;
 }
@@ -793,7 +813,7 @@ static int resume(Run *R, RtErr *e, int *resumed) {
       }
       if (R->out) {
         fprintf(R->out, "hpdlrun: resuming from %s (step %" PRId64 ")\n", ckpt_path(ck), ckpt_step(ck));
-        if ((R->pool[2] && !has_m) || (R->pool[3] && !has_v))
+        if ((has_state(R, 1) && !has_m) || (has_state(R, 2) && !has_v))
           fprintf(R->out, "hpdlrun: note: the checkpoint has no %s state for this optimizer: it starts from zero\n",
                   optim_kind_name(R->opt.kind));
       }
@@ -824,10 +844,10 @@ static int resume(Run *R, RtErr *e, int *resumed) {
       for (int s = 0; s < 3; s++) {
         /* parameters into the whole pool (zero 3 keeps its slice below);
          * sharded moments: the owned part of this rank's shard */
-        float *dst = !mine ? NULL : s == 0 ? mine->data : R->zero == 0 ? (s == 1 ? mine->m : mine->v) : shard;
+        float *dst = !mine ? NULL : s == 0 ? mine->data : R->zero == 0 && !R->pool16[0] ? (s == 1 ? mine->m : mine->v) : shard;
         if (s == 1 && !hdr[4]) continue;
         if (s == 2 && !hdr[5]) continue;
-        if (s > 0 && !(s == 1 ? R->pool[2] : R->pool[3])) continue;
+        if (s > 0 && !has_state(R, s)) continue;
         if (me == 0) {
           char name[256], full[300];
           artifact_param_name(p, l, name, sizeof name);
@@ -841,8 +861,12 @@ static int resume(Run *R, RtErr *e, int *resumed) {
         if (comm_broadcast(c, COMM_WORLD, COMM_F32, buf, numel, 0, e) < 0) fatal(R, "broadcasting a checkpoint tensor", e);
         if (dst) shard_extract(buf, 4, p->rank, p->shape, &mine->split, dst);
         int64_t lo, hi, ti = mine ? mine - R->ctx.tensors : 0;
-        if (dst == shard && owned_part(R, (int)ti, &lo, &hi))
-          memcpy(R->pool[1 + s] + state_index(R, lo), shard + (lo - R->offset[ti]), (size_t)(hi - lo) * sizeof(float));
+        if (dst == shard && owned_part(R, (int)ti, &lo, &hi)) {
+          const float *from = shard + (lo - R->offset[ti]);
+          if (R->pool16[s - 1]) /* bf16 moments: rounded as the update stores them (exact for a bf16 run's checkpoint) */
+            for (int64_t j = 0; j < hi - lo; j++) R->pool16[s - 1][state_index(R, lo) + j] = half_bf16_from_f32(from[j]);
+          else memcpy(R->pool[1 + s] + state_index(R, lo), from, (size_t)(hi - lo) * sizeof(float));
+        }
       }
     }
   }
@@ -905,8 +929,8 @@ static void json_num(FILE *f, const char *key, double v, int last) {
  * zero > 0): the largest rank's (pipeline stages and tensor shards differ),
  * and at zero > 0 the whole state it is a slice of. */
 static void report_state(Run *R) {
-  int nstate = (R->pool[2] != NULL) + (R->pool[3] != NULL);
-  double b[2] = {4.0 * nstate * (double)(R->own_len + R->own2_len), 4.0 * nstate * (double)R->pool_len};
+  double bytes = (has_state(R, 1) + has_state(R, 2)) * (R->opt.moments16 ? 2.0 : 4.0);
+  double b[2] = {bytes * (double)(R->own_len + R->own2_len), bytes * (double)R->pool_len};
   RtErr e;
   if (comm_all_reduce(R->c, COMM_WORLD, COMM_F64, COMM_MAX, b, 2, &e) < 0) fatal(R, "reducing the state sizes", &e);
   int dp = R->a->layout.dp;
@@ -918,6 +942,7 @@ static void report_state(Run *R) {
   if (dp > 1 && R->a->compression != COMM_COMPRESS_NONE)
     snprintf(comp, sizeof comp, "; gradients compressed (%s) in the %s", comm_compress_name(R->a->compression),
              R->zero >= 2 ? "reduce-scatter" : "all-reduce");
+  if (R->opt.moments16) snprintf(comp + strlen(comp), sizeof comp - strlen(comp), "; moments in bf16");
   if (R->zero == 0)
     fprintf(R->out, "hpdlrun: optimizer state %s per rank (zero 0: whole on each of the %d data-parallel ranks)%s\n", own, dp, comp);
   else
@@ -999,6 +1024,11 @@ static int setup(Run *R, RtErr *e) {
   R->resident = (a->layout.dp == 1 || a->compression == COMM_COMPRESS_NONE || comm_compress_is16(a->compression)) &&
                 R->prog->resident && R->prog->grad_sumsq && R->prog->update &&
                 R->prog->state && R->prog->resident(R->self, &R->ctx);
+  /* bf16 moments on a device are the device optimizer's; the host's pools there are fp32 */
+  if (R->opt.moments16 && !R->pool16[0] && R->pool[2] && !R->resident)
+    return rt_fail(e, "train.moments = bf16: the CUDA target keeps 16-bit moments in its device optimizer, and the update stays "
+                      "on the host here (int8 or top-k gradient compression, HPDL_HOST_OPTIMIZER=1, or the reason printed "
+                      "above): compile with moments = fp32 for this run");
   if (R->me == 0 && R->metrics == NULL && R->o->metrics) {
     R->metrics = fopen(R->o->metrics, (R->o->resume || R->o->resume_from) ? "a" : "w");
     if (!R->metrics) return rt_fail_errno(e, errno, "%s: cannot open the metrics file", R->o->metrics);
@@ -1241,6 +1271,7 @@ static void teardown(Run *R) {
   rt_free(R->mbuf);
   rt_free(R->mptr);
   for (int p = 0; p < 4; p++) rt_free_aligned(R->pool[p]);
+  for (int k = 0; k < 2; k++) rt_free_aligned(R->pool16[k]);
   rt_free_aligned(R->grad_own);
   rt_free_aligned(R->master);
   rt_free(R->offset);
@@ -1329,11 +1360,13 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
     char gemm16[200] = "";
     if (a->precision && !strcmp(a->precision, "bf16") && (!a->target || strcmp(a->target, "cuda")))
       snprintf(gemm16, sizeof gemm16, ", bf16 GEMMs by %s", gemm16_backend());
+    char optimizer[40];
+    snprintf(optimizer, sizeof optimizer, "%s%s", optim_kind_name(R.opt.kind), R.opt.moments16 ? " (bf16 moments)" : "");
     fprintf(R.out,
             "hpdlrun: %s, %d rank%s (dp=%d tp=%d pp=%d cp=%d)%s%s, steps %" PRId64 "..%" PRId64 ", %s %s/step, %s %s%s, data %s (%s)\n",
             a->model ? a->model : a->program_name ? a->program_name : "model", comm->world_size, comm->world_size == 1 ? "" : "s",
             a->layout.dp, a->layout.tp, a->layout.pp, a->layout.cp, o->threads ? ", " : "", o->threads ? o->threads : "", R.start_step + 1,
-            R.steps, tok, images ? "images" : "tokens", optim_kind_name(R.opt.kind), R.prog->name, gemm16, o->data ? o->data : a->data,
+            R.steps, tok, images ? "images" : "tokens", optimizer, R.prog->name, gemm16, o->data ? o->data : a->data,
             what);
     fflush(R.out);
   }
@@ -1508,8 +1541,12 @@ int train_run(const Artifact *a, Comm *comm, const TrainOptions *o, TrainSummary
       float *m = R.pool[2] ? R.pool[2] + state_index(&R, lo) : NULL, *v = R.pool[3] ? R.pool[3] + state_index(&R, lo) : NULL;
       /* the program's bf16 copy, written with the update where it updates the whole tensor in place */
       uint16_t *half = R.ctx.half[i] && !R.master && lo == R.offset[i] && hi - lo == x->numel ? R.ctx.half[i] : NULL;
-      if (R.opt.kind == OPTIM_ADAMW)
+      uint16_t *m16 = R.pool16[0] ? R.pool16[0] + state_index(&R, lo) : NULL, *v16 = R.pool16[1] ? R.pool16[1] + state_index(&R, lo) : NULL;
+      if (R.opt.kind == OPTIM_ADAMW && m16)
+        optim_adamw16_mt(o->nthreads, param_at(&R, lo), grad_at(&R, lo), m16, v16, hi - lo, R.updates, lr, wd, &R.opt, scale, half);
+      else if (R.opt.kind == OPTIM_ADAMW)
         optim_adamw_mt(o->nthreads, param_at(&R, lo), grad_at(&R, lo), m, v, hi - lo, R.updates, lr, wd, &R.opt, scale, half);
+      else if (m16) optim_sgd16_mt(o->nthreads, param_at(&R, lo), grad_at(&R, lo), m16, hi - lo, R.updates, lr, wd, &R.opt, scale, half);
       else optim_sgd_mt(o->nthreads, param_at(&R, lo), grad_at(&R, lo), m, hi - lo, R.updates, lr, wd, &R.opt, scale, half);
       if (half) R.ctx.half_step[i] = s + 1;
     }

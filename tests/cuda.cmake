@@ -357,7 +357,12 @@ if(Python3_Interpreter_FOUND)
   #                      pp2_v2_zero3 at dp 2 (each chunk's units sharded
   #                      over dp, the start-up line checked),
   #                      pp2_v2_zero3_resume resumed at ZeRO 1 and one
-  #                      chunk a stage; zero3_bf16_compressed: the
+  #                      chunk a stage; moments_bf16_resume (to dp 2),
+  #                      zero2_moments_bf16, zero3_moments_bf16_resume
+  #                      (to ZeRO 1): AdamW's
+  #                      moments in bf16 on both targets (the device's in
+  #                      its optimizer and ZeRO ranges, converted for the
+  #                      checkpoint); zero3_bf16_compressed: the
   #                      reduce-scatter's slices rounded to bf16 (through
   #                      the host, the optimizer there);
   #                      bf16, dp2_tp2_bf16, fp16: 16-bit storage on both
@@ -391,7 +396,9 @@ if(Python3_Interpreter_FOUND)
       "pp2_v2_bf16|-D L=4 --pp 2 --virtual-stages 2 --schedule interleaved --precision bf16"
       "pp2_v2_zero1|-D L=4 --dp 2 --pp 2 --virtual-stages 2 --schedule interleaved --zero 1 --micro-batch 1"
       "pp2_v2_zero3|-D L=4 --dp 2 --pp 2 --virtual-stages 2 --schedule interleaved --zero 3 --micro-batch 1"
-      "pp2_v2_zero3_resume|-D L=4 --dp 2 --pp 2 --virtual-stages 2 --schedule interleaved --zero 3 --micro-batch 1")
+      "pp2_v2_zero3_resume|-D L=4 --dp 2 --pp 2 --virtual-stages 2 --schedule interleaved --zero 3 --micro-batch 1"
+      "moments_bf16_resume|--moments bf16" "zero2_moments_bf16|--dp 2 --zero 2 --moments bf16"
+      "zero3_moments_bf16_resume|--dp 2 --zero 3 --moments bf16")
   foreach(dev emulate cuda)
     foreach(entry ${HPDL_DEVICE_LAYOUTS})
       hpdl_name_flags("${entry}" name layout)
@@ -400,7 +407,7 @@ if(Python3_Interpreter_FOUND)
       # the device's attention takes 16-bit operands under 16-bit activations
       # (heads of 16 .. 64: step 1 ~6e-6 from the CPU's fp32 products, the
       # gradient norm ~3e-5)
-      if(name MATCHES "bf16|fp16")
+      if(name MATCHES "bf16|fp16" AND NOT name MATCHES "moments_bf16") # the moments alone: fp32's tolerances
         set(first_tol 1e-4)
         set(tol 1e-3)
       else()
@@ -417,6 +424,10 @@ if(Python3_Interpreter_FOUND)
         set(resume --resume-args "${small} -D L=4 --pp 2")
       elseif(name STREQUAL "pp2_v2_zero3_resume") # and ZeRO 3's slices to ZeRO 1's
         set(resume --resume-args "${small} -D L=4 --dp 2 --pp 2 --zero 1 --micro-batch 1")
+      elseif(name STREQUAL "moments_bf16_resume") # bf16 moments out of the device optimizer and into another's
+        set(resume --resume-args "${small} --dp 2 --moments bf16")
+      elseif(name STREQUAL "zero3_moments_bf16_resume") # bf16 moments out of ZeRO 3's ranges, into ZeRO 1's
+        set(resume --resume-args "${small} --dp 2 --zero 1 --moments bf16")
       endif()
       # ZeRO keeps the optimizer on the device (its start-up line says so)
       if(name MATCHES "^zero[12]$|^zero_resume$|^zero3_resume$|^zero2_bf16$|^zero2_pp2$") # (both halves of a resume)
@@ -437,6 +448,13 @@ if(Python3_Interpreter_FOUND)
       elseif(name MATCHES "^pp2_v2$|^pp2_v2_bf16$")
         # a stage's two chunks: a program each, the optimizer on the device
         list(APPEND resume --expect "an optimizer for each of the stage's 2 chunks")
+      elseif(name MATCHES "moments_bf16")
+        # the device optimizer's kernels on 16-bit moments (hpdl_adamw_bf16m), as the CPU target's;
+        # the update kept on the host is refused (its pools there are fp32)
+        list(APPEND resume --expect "AdamW (bf16 moments) state stay")
+        if(name STREQUAL "zero2_moments_bf16")
+          list(APPEND resume --twin-env HPDL_HOST_OPTIMIZER=1 --twin-fails "train.moments = bf16: the CUDA target keeps 16-bit moments")
+        endif()
       elseif(name MATCHES "^pp2_v2_zero[13]$")
         string(REGEX REPLACE "^pp2_v2_zero" "" stage_zero "${name}")
         list(APPEND resume --expect "an optimizer for each of the stage's 2 chunks, ZeRO-${stage_zero} over dp 2")

@@ -362,6 +362,7 @@ static json_t *train_json(const SemModel *m) {
   if (t->data) json_object_set_new(tr, "data", json_string(t->data));
   /* fp16 trains under a loss scale (0: dynamic; runtime/train.c) */
   json_object_set_new(tr, "precision", json_string(sem_precision_name(t->precision)));
+  if (t->moments_bf16) json_object_set_new(tr, "moments", json_string("bf16")); /* absent: fp32 */
   if (t->precision == PREC_FP16) json_object_set_new(tr, "loss_scale", json_real(t->loss_scale > 0 ? t->loss_scale : 0.0));
   json_t *ck = json_pack("{s:I, s:I, s:b}", "every", (json_int_t)(t->ckpt_every > 0 ? t->ckpt_every : 0), "keep",
                          (json_int_t)(t->ckpt_keep >= 0 ? t->ckpt_keep : 3), "async", t->ckpt_async ? 1 : 0);
@@ -535,9 +536,6 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
     return cfail(&C, "--executor interp runs the reference executor on the CPU; it has no CUDA form (use --target cpu)");
   if (!o->out_dir || !*o->out_dir) return cfail(&C, "compile needs an output folder (-o DIR)");
   if (m->train.precision == PREC_FP8) return cfail(&C, "precision = fp8 is priced by hpdlc plan, but no back end runs it yet: compile with bf16 or fp16");
-  if (m->train.moments_bf16)
-    return cfail(&C, "moments = bf16 is priced by hpdlc plan, but no back end stores 16-bit optimizer moments yet: compile with "
-                     "moments = fp32");
   if (m->layout.dispatcher == 1)
     return cfail(&C, "dispatcher = deepep is priced by hpdlc plan, but the runtime exchanges the experts' tokens with NCCL's or "
                      "MPI's all-to-all, a copy per rank: compile with dispatcher = alltoall (the same numbers)");

@@ -5,12 +5,14 @@
 #include <string.h>
 
 #include "devoptim.h"
+#include "half.h"
 #include "hpdl_optim.cuh"
 
 struct DevOptim {
   Device *dev;
   DevOptKind kind;
   int momentum;
+  int moments16; /* the moments in bf16: 2 bytes a value (alloc's zeros are bf16's too) */
   int n;
   int64_t *numel;
   void **m, **v; /* per tensor, NULL where not kept */
@@ -53,7 +55,8 @@ void devopt_free(DevOptim *o) {
   free(o);
 }
 
-DevOptim *devopt_new(Device *dev, DevOptKind kind, int momentum, const DevOptTensor *t, int n, char *err, size_t errlen) {
+DevOptim *devopt_new(Device *dev, DevOptKind kind, int momentum, int moments16, const DevOptTensor *t, int n, char *err,
+                     size_t errlen) {
   DevOptim *o = calloc(1, sizeof *o);
   hpdl_optim_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
   if (!o || !ts) {
@@ -65,6 +68,7 @@ DevOptim *devopt_new(Device *dev, DevOptKind kind, int momentum, const DevOptTen
   o->dev = dev;
   o->kind = kind;
   o->momentum = momentum;
+  o->moments16 = moments16;
   o->n = n;
   o->numel = calloc((size_t)n + 1, sizeof(int64_t));
   o->m = calloc((size_t)n + 1, sizeof(void *));
@@ -72,7 +76,7 @@ DevOptim *devopt_new(Device *dev, DevOptKind kind, int momentum, const DevOptTen
   o->lent = calloc((size_t)n + 1, 1);
   int rc = !o->numel || !o->m || !o->v || !o->lent ? fail(o, "out of memory") : 0;
   for (int i = 0; i < n && !rc; i++) {
-    size_t bytes = sizeof(float) * (size_t)(t[i].numel > 0 ? t[i].numel : 1);
+    size_t bytes = (moments16 ? 2 : sizeof(float)) * (size_t)(t[i].numel > 0 ? t[i].numel : 1);
     o->numel[i] = t[i].numel;
     if (t[i].m) { /* the caller's (its moments zeroed or set by it) */
       o->lent[i] = 1;
@@ -106,7 +110,8 @@ DevOptim *devopt_new(Device *dev, DevOptKind kind, int momentum, const DevOptTen
     free(rows);
   }
   if (!rc) {
-    const char *step = kind == DEVOPT_ADAMW ? "hpdl_adamw_f32" : "hpdl_sgd_f32";
+    const char *step = kind == DEVOPT_ADAMW ? (moments16 ? "hpdl_adamw_bf16m" : "hpdl_adamw_f32")
+                                            : (moments16 ? "hpdl_sgd_bf16m" : "hpdl_sgd_f32");
     o->k_step = dev->ops->kernel(dev, step);
     o->k_sumsq = o->k_step ? dev->ops->kernel(dev, "hpdl_sumsq_f32") : NULL;
     if (!o->k_step || !o->k_sumsq)
@@ -159,12 +164,25 @@ int devopt_sgd(DevOptim *o, double lr, double momentum, double weight_decay, int
 int devopt_moment(DevOptim *o, int i, int which, float *host, int to_device) {
   if (i < 0 || i >= o->n) return fail(o, "no tensor %d", i);
   void *buf = which ? o->v[i] : o->m[i];
-  size_t bytes = sizeof(float) * (size_t)o->numel[i];
+  int64_t n = o->numel[i];
+  size_t bytes = sizeof(float) * (size_t)n;
   if (!buf) {
     if (!to_device) memset(host, 0, bytes);
     return 0;
   }
   Device *d = o->dev;
+  if (o->moments16) { /* through a 16-bit copy on the host */
+    uint16_t *h16 = malloc(2 * (size_t)(n > 0 ? n : 1));
+    if (!h16) return fail(o, "out of memory");
+    if (to_device)
+      for (int64_t j = 0; j < n; j++) h16[j] = half_bf16_from_f32(host[j]);
+    int rc = to_device ? d->ops->to_device(d, buf, h16, 2 * (size_t)n) : d->ops->to_host(d, h16, buf, 2 * (size_t)n);
+    if (!rc && !to_device)
+      for (int64_t j = 0; j < n; j++) host[j] = half_bf16_to_f32(h16[j]);
+    free(h16);
+    if (rc) return fail(o, "the optimizer's moments: %s", dev_error(d));
+    return 0;
+  }
   if (to_device ? d->ops->to_device(d, buf, host, bytes) : d->ops->to_host(d, host, buf, bytes))
     return fail(o, "the optimizer's moments: %s", dev_error(d));
   return 0;

@@ -16,8 +16,8 @@ typedef enum { DEVOPT_ADAMW, DEVOPT_SGD } DevOptKind;
 
 /* One tensor (or a slice of one): its parameter and gradient in device
  * memory, and where its moments are to live: m and v the caller's device
- * memory (numel values each, kept by the caller), or NULL to have them
- * allocated here. */
+ * memory (numel values each, of the optimizer's moment size: 4 bytes, or 2
+ * with moments16; kept by the caller), or NULL to have them allocated here. */
 typedef struct {
   void *p;
   const void *g;
@@ -29,8 +29,11 @@ typedef struct {
 typedef struct DevOptim DevOptim;
 
 /* Allocates the moments (zero; AdamW: m and v, SGD with momentum: m) and the
- * table, and finds the kernels in the loaded module. NULL with the reason. */
-DevOptim *devopt_new(Device *dev, DevOptKind kind, int momentum, const DevOptTensor *t, int n, char *err, size_t errlen);
+ * table, and finds the kernels in the loaded module. moments16: the moments
+ * are bf16 (train.moments = bf16; kernels hpdl_adamw_bf16m, hpdl_sgd_bf16m).
+ * NULL with the reason. */
+DevOptim *devopt_new(Device *dev, DevOptKind kind, int momentum, int moments16, const DevOptTensor *t, int n, char *err,
+                     size_t errlen);
 void devopt_free(DevOptim *o);
 const char *devopt_error(const DevOptim *o);
 
@@ -43,7 +46,9 @@ int devopt_adamw(DevOptim *o, double lr, double beta1, double beta2, double eps,
                  double clip_scale);
 int devopt_sgd(DevOptim *o, double lr, double momentum, double weight_decay, int64_t t, double clip_scale);
 /* Moment `which` (0: m, 1: v) of tensor i to or from host memory (numel
- * floats); a moment the optimizer does not keep reads as zeros. */
+ * floats); a moment the optimizer does not keep reads as zeros. bf16
+ * moments are widened on the way out (exactly) and rounded to nearest even
+ * on the way in. */
 int devopt_moment(DevOptim *o, int i, int which, float *host, int to_device);
 
 #endif

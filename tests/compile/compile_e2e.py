@@ -30,6 +30,7 @@ one process) or against each other:
   pp2_uneven     pp=2 on 3 layers (-D L=3): the cost-balanced stages run 2 and 1 layers
       (the manifest's layout.stage_layers, the parameters' stages); the same tolerances
       against the reference of the 3-layer model.
+  moments_bf16   train.moments = bf16: the moments stored in 16 bits (the case's docstring).
   resume_same_layout   pp=2: 20 steps straight and 10 + resume + 10 give the same
       checkpoint, bit for bit (tied embedding mirrored across the stages included).
   resume_other_layout  a checkpoint of step 10 at pp=2 resumed at dp=2 and at tp=2:
@@ -58,6 +59,7 @@ one process) or against each other:
 Exit 0 pass, 1 fail, 77 skip (no mpirun, or no back end for `native`).
 """
 import argparse
+import array
 import json
 import re
 import os
@@ -184,11 +186,11 @@ def state_line(out):
     raise Fail(f"no optimizer-state line in:\n{out}")
 
 
-def zero_case(name, zero, flags):
-    art, p = layout_case(name, ["--zero", str(zero), *flags], tol1=1e-7, tol20=1e-6)
+def expected_state(art, bytes_per_value=8):
+    """The optimizer state of the largest rank, from the manifest: (bytes per rank, bytes of
+    the whole) for m and v of AdamW at bytes_per_value (8: both fp32) a value."""
     man = json.load(open(os.path.join(art, "manifest.json")))
     lay = man["layout"]
-    check(lay["zero"] == zero, f"the manifest's layout.zero is {lay['zero']}")
     # The largest rank's pool (the runtime prints the largest): its parameter copies,
     # each rounded up to 16 values, each split tensor's shard 1/tp.
     pools = {}
@@ -201,8 +203,16 @@ def zero_case(name, zero, flags):
         for st in q["stage"] if isinstance(q["stage"], list) else [q["stage"]] * q["count"]:
             pools[st] = pools.get(st, 0) + (n + 15) // 16 * 16
     values = max(pools.values())
+    unit = 16 * lay["dp"]
+    return bytes_per_value * ((values + unit - 1) // unit * unit // lay["dp"]), bytes_per_value * values
+
+
+def zero_case(name, zero, flags):
+    art, p = layout_case(name, ["--zero", str(zero), *flags], tol1=1e-7, tol20=1e-6)
+    lay = json.load(open(os.path.join(art, "manifest.json")))["layout"]
+    check(lay["zero"] == zero, f"the manifest's layout.zero is {lay['zero']}")
     dp, unit = lay["dp"], 16 * lay["dp"]
-    whole, own = 8 * values, 8 * ((values + unit - 1) // unit * unit // dp)  # AdamW: m and v, fp32
+    own, whole = expected_state(art)  # AdamW: m and v, fp32
     per, z, d, of = state_line(p.stdout)
     print(f"{name}: optimizer state {per:.0f} bytes per rank, 1/{d} of {of:.0f} (zero 0 would hold {whole} per rank)")
     check((z, d) == (zero, dp), f"the line says zero {z}, 1/{d}")
@@ -269,6 +279,73 @@ def case_resume_zero():
     diff = rt.max_diff(ref, runs[2][0])
     print(f"resume_zero: compression = bf16 at zero 2 against zero 0 uncompressed: max difference {diff:.2e}")
     check(0 < diff < 5e-3, f"bf16-compressed zero 2 against the uncompressed run: {diff} (expected in (0, 5e-3))")
+
+
+def not_bf16(values):
+    """How many of the floats are not bf16 values (any of their low 16 bits set)."""
+    bits = array.array("I")
+    bits.frombytes(values.tobytes())
+    return sum(1 for b in bits if b & 0xFFFF)
+
+
+def case_moments_bf16():
+    """train.moments = bf16 (--moments bf16): AdamW's moments stored in 16 bits, the
+    master weights fp32. On one rank against the fp32 moments: the step-1 loss the same
+    bit for bit (no update yet), the step-20 loss apart (the rounding took effect) but
+    within 1e-2; the checkpoint's moments are bf16 values (fp32 tensors, logical as
+    always) and its parameters are not. At dp=2 zero 2 the start-up line's state per
+    rank is half the fp32 moments' (2 + 2 bytes a value); stopped there at step 10 and
+    resumed on one rank, the step-20 loss within 1e-5 of the straight one-rank run. A
+    checkpoint with fp32 moments resumes into bf16 ones (rounded once)."""
+    dirs = {}
+    for tag in ("m32", "m16", "m16-split", "m16-from32"):
+        dirs[tag] = os.path.join(ARGS.work, "ck-" + tag)
+        shutil.rmtree(dirs[tag], ignore_errors=True)
+    a32, _ = compile_art("art-m32", [])
+    a16, _ = compile_art("art-m16", ["--moments", "bf16"])
+    man = json.load(open(os.path.join(a16, "manifest.json")))
+    check(man["train"].get("moments") == "bf16", f"the manifest's train.moments: {man['train'].get('moments')}")
+    m32, _ = train(a32, "m32", extra=["--checkpoint-dir", dirs["m32"]])
+    m16, p = train(a16, "m16", extra=["--checkpoint-dir", dirs["m16"]])
+    check("adamw (bf16 moments)" in p.stdout, f"the start-up line: {p.stdout}")
+    d20 = rel(m16[-1]["loss"], m32[-1]["loss"])
+    print(f"moments_bf16: step 1 loss {m16[0]['loss']:.9f} (fp32 moments {m32[0]['loss']:.9f}); step 20 loss "
+          f"{m16[-1]['loss']:.9f} (fp32 moments {m32[-1]['loss']:.9f}, rel {d20:.1e})")
+    check(m16[0]["loss"] == m32[0]["loss"], "step 1 differs before any update")
+    check(0 < d20 < 1e-2, f"step 20: bf16 moments against fp32 ones {d20:.2e} (expected in (0, 1e-2))")
+    check(m16[-1]["loss"] < m16[0]["loss"], "the loss did not fall")
+    ck = rt.ckpt(dirs["m16"], 20)
+    moments = [k for k in ck if k.startswith("opt.")]
+    params = [k for k in ck if not k.startswith("opt.")]
+    odd = sum(not_bf16(ck[k]) for k in moments)
+    nonzero = sum(1 for k in moments for x in ck[k] if x != 0)
+    wide = sum(not_bf16(ck[k]) for k in params)
+    print(f"moments_bf16: the checkpoint's {len(moments)} moment tensors: {nonzero} values non-zero, {odd} not bf16; "
+          f"its {len(params)} parameters: {wide} not bf16 (fp32 masters)")
+    check(len(moments) == 2 * len(params) and odd == 0 and nonzero > 0 and wide > 0, "bf16 moments, fp32 parameters")
+    # dp=2 zero 2: half the state, and a resume on one rank
+    z2, _ = compile_art("art-m16-zero2", ["--moments", "bf16", "--dp", "2", "--zero", "2"])
+    ms, p = train(z2, "m16-split", extra=["--checkpoint-dir", dirs["m16-split"], "--stop-at", "10"])
+    per, _, _, of = state_line(p.stdout)
+    own, whole = expected_state(z2, bytes_per_value=4)
+    print(f"moments_bf16: zero 2 dp=2: optimizer state {per:.0f} bytes per rank of {of:.0f} (expected {own} of {whole})")
+    check(abs(per - own) < 0.5 and abs(of - whole) < 0.5 and "; moments in bf16" in p.stdout, "the state line")
+    check(rt.latest(dirs["m16-split"]) == 10, "stopped at step 10 with a checkpoint")
+    mr, p = train(a16, "m16-resumed", extra=["--checkpoint-dir", dirs["m16-split"], "--resume"])
+    check("steps 11..20" in p.stdout, p.stdout)
+    dr = rel(mr[-1]["loss"], m16[-1]["loss"])
+    diff = rt.max_diff(ck, rt.ckpt(dirs["m16-split"], 20), params)
+    print(f"moments_bf16: 10 steps at zero 2 dp=2, 10 more on one rank: step-20 loss {mr[-1]['loss']:.9f} (rel {dr:.1e}), "
+          f"parameters within {diff:.1e} of 20 steps on one rank")
+    check(dr < 1e-5 and diff < 1e-4, "resumed on one rank")
+    # fp32 moments resumed as bf16 ones
+    train(a32, "m16-from32-first", steps=20, extra=["--checkpoint-dir", dirs["m16-from32"], "--stop-at", "10"])
+    mf, p = train(a16, "m16-from32", extra=["--checkpoint-dir", dirs["m16-from32"], "--resume"])
+    odd = sum(not_bf16(v) for k, v in rt.ckpt(dirs["m16-from32"], 20).items() if k.startswith("opt."))
+    df = rel(mf[-1]["loss"], m16[-1]["loss"])
+    print(f"moments_bf16: fp32 moments for 10 steps, bf16 for 10: step-20 loss {mf[-1]['loss']:.9f} (rel {df:.1e} to bf16 "
+          f"throughout), {odd} moments not bf16")
+    check(odd == 0 and df < 1e-2, "fp32 moments resumed as bf16")
 
 
 # ---- cases --------------------------------------------------------------------
@@ -569,8 +646,6 @@ def case_cli():
     moe = os.path.join(ARGS.source, "samples", "moe-tiny.hpd")
     p = run([hpdlc, "compile", moe, "--tp", "2", "--dp", "2", "--gpus", "4", "--ep", "2", "--etp", "auto", "-o", out], expect=1)
     one_error(p, "concrete layout", "parallel.expert_tensor is auto", "--etp 1 or --etp 2")
-    p = run([hpdlc, "compile", sample(), *DEFS, "--moments", "bf16", "-o", out], expect=1)
-    one_error(p, "moments = bf16 is priced by hpdlc plan, but no back end stores 16-bit optimizer moments yet")
     p = run([hpdlc, "compile", sample(), *DEFS, "--moments", "fp16", "-o", out], expect=2)
     one_error(p, "--moments fp16: unknown moments 'fp16'; it is fp32 or bf16")
     p = run([hpdlc, "compile", moe, "--dp", "2", "--gpus", "2", "--ep", "2", "--dispatcher", "deepep", "-o", out], expect=1)

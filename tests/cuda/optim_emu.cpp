@@ -32,6 +32,7 @@
 #include "hpdl_optim.cuh"
 
 extern "C" {
+#include "half.h"
 #include "optim.h"
 
 long long optim_emu_c_build(const hpdl_optim_tensor *t, int n, int chunk_elems, hpdl_optim_chunk *out, long long cap);
@@ -270,6 +271,87 @@ static long long run_case(bool sgd, double momentum, const Layout &L, const Laun
   return compared;
 }
 
+/* The bf16-moment kernels (hpdl_adamw_bf16m, hpdl_sgd_bf16m) against optim.c's
+ * optim_adamw16_mt / optim_sgd16_mt on one thread: the same ten tensors one after
+ * another (fp32 parameters and gradients, 16-bit moments with canaries between the
+ * tensors), five steps clipped every other step, bit for bit after each; nothing
+ * outside the tensors written. Returns the values compared. */
+static long long run_case16(bool sgd, double momentum, const Launch &X) {
+  OptimConfig cfg;
+  config(&cfg, sgd, momentum);
+  const bool with_m = !sgd || momentum != 0, with_v = !sgd;
+  const uint16_t CANARY16 = 0xBEEF;
+  std::vector<long long> off;
+  long long len = 0;
+  for (int i = 0; i < NT; i++) off.push_back(len), len += SIZES[i] + 1; /* a canary after each */
+  std::vector<float> p(size_t(len) + 1), g(size_t(len) + 1), pc, gc;
+  std::vector<uint16_t> m(size_t(len) + 1, CANARY16), v(size_t(len) + 1, CANARY16), mc, vc;
+  Rng rng(sgd ? 17 : 15);
+  for (int i = 0; i < NT; i++)
+    for (long long j = 0; j < SIZES[i]; j++) {
+      p[size_t(off[i] + j)] = float(rng.uniform(-1, 1));
+      m[size_t(off[i] + j)] = sgd ? 0x7fc0 : half_bf16_bits(bits(float(rng.uniform(-1e-2, 1e-2)))); /* SGD: not read at t = 1 */
+      v[size_t(off[i] + j)] = half_bf16_bits(bits(float(rng.uniform(0, 1e-4) * rng.uniform(0, 1))));
+    }
+  pc = p, mc = m, vc = v;
+  std::vector<hpdl_optim_tensor> t(NT);
+  for (int i = 0; i < NT; i++)
+    t[i] = hpdl_optim_tensor{p.data() + off[i], g.data() + off[i], with_m ? reinterpret_cast<float *>(m.data() + off[i]) : nullptr,
+                             with_v ? reinterpret_cast<float *>(v.data() + off[i]) : nullptr, SIZES[i], DECAY[i]};
+  long long nchunks = hpdl_optim_count_chunks(t.data(), NT, X.chunk);
+  std::vector<hpdl_optim_chunk> table(static_cast<size_t>(nchunks));
+  hpdl_optim_build_chunks(t.data(), NT, X.chunk, table.data());
+  unsigned grid = X.grid == 0 ? hpdl_optim_grid(nchunks) : X.grid < 0 ? unsigned(nchunks) : unsigned(X.grid);
+  char ctxbuf[200];
+  std::snprintf(ctxbuf, sizeof ctxbuf, "%s bf16 moments%s, chunk %d (%lld rows), grid %u x %d", sgd ? "sgd" : "adamw",
+                sgd ? (momentum != 0 ? " momentum" : " no momentum") : "", X.chunk, nchunks, grid, X.block);
+  const std::string ctx = ctxbuf;
+  long long compared = 0, total = 0;
+  for (long long n : SIZES) total += n;
+  for (int s = 0; s < STEPS; s++) {
+    for (int i = 0; i < NT; i++)
+      for (long long j = 0; j < SIZES[i]; j++) {
+        double r = rng.uniform(0, 1), sign = rng.uniform(0, 1) < 0.5 ? -1.0 : 1.0;
+        g[size_t(off[i] + j)] = r < 0.01 ? 0.0f : float(sign * (s % 2 ? 1e-5 : 1.0) * std::pow(10.0, rng.uniform(-9, 1)));
+      }
+    gc = g;
+    double sumsq = 0;
+    for (int i = 0; i < NT; i++) sumsq += optim_sumsq(gc.data() + off[i], SIZES[i]);
+    double lr = optim_lr_at(&cfg, s), scale = optim_clip_scale(std::sqrt(sumsq), cfg.clip);
+    for (int i = 0; i < NT; i++) {
+      double wd = DECAY[i] ? cfg.weight_decay : 0.0;
+      float *pi = pc.data() + off[i];
+      const float *gi = gc.data() + off[i];
+      if (sgd) optim_sgd16_mt(1, pi, gi, with_m ? mc.data() + off[i] : nullptr, SIZES[i], s + 1, lr, wd, &cfg, scale, nullptr);
+      else optim_adamw16_mt(1, pi, gi, mc.data() + off[i], vc.data() + off[i], SIZES[i], s + 1, lr, wd, &cfg, scale, nullptr);
+    }
+    int rc;
+    if (sgd)
+      rc = HPDL_EMU_LAUNCH(hpdl_sgd_bf16m, dim3(grid), dim3(X.block), 0, table.data(), nchunks,
+                           hpdl_sgd_make_args(lr, cfg.momentum, cfg.weight_decay, s + 1, scale));
+    else
+      rc = HPDL_EMU_LAUNCH(hpdl_adamw_bf16m, dim3(grid), dim3(X.block), 0, table.data(), nchunks,
+                           hpdl_adamw_make_args(lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, s + 1, scale));
+    std::string step = ctx + ", step " + std::to_string(s + 1) + (scale != 1.0 ? " (clipped)" : "");
+    if (!check(rc == 0, step + ": launch (" + std::string(rc ? hpdl_emu_last_error() : "") + ")")) return compared;
+    size_t dp = 0, dm = 0, dv = 0;
+    for (size_t j = 0; j < p.size(); j++) {
+      dp += bits(p[j]) != bits(pc[j]);
+      dm += with_m && m[j] != mc[j];
+      dv += with_v && v[j] != vc[j];
+    }
+    if (dp || dm || dv) std::printf("%s: %zu parameters, %zu m, %zu v differ from optim.c\n", step.c_str(), dp, dm, dv);
+    check(dp == 0 && dm == 0 && dv == 0, step + ": bit for bit");
+    bool intact = true;
+    for (int i = 0; i < NT; i++)
+      intact = intact && m[size_t(off[i] + SIZES[i])] == CANARY16 && v[size_t(off[i] + SIZES[i])] == CANARY16;
+    check(intact, step + ": nothing written outside the 16-bit moments");
+    compared += total * (1 + with_m + with_v);
+  }
+  std::printf("%-100s %d steps, %lld values: %s\n", ctx.c_str(), STEPS, compared, g_failures ? "(failures so far)" : "bit for bit");
+  return compared;
+}
+
 /* optim.c's element update with the multiply-adds nvcc would contract by default:
  * what the explicit __f*_rn operations prevent. Values differing from optim.c. */
 static void fma_sensitivity(bool sgd) {
@@ -342,6 +424,8 @@ int main(int argc, char **argv) {
   for (double momentum : sgd ? std::vector<double>{0.9, 0.0} : std::vector<double>{0.0})
     for (const Layout &L : LAYOUTS)
       for (const Launch &X : LAUNCHES) values += run_case(sgd, momentum, L, X);
+  for (double momentum : sgd ? std::vector<double>{0.9, 0.0} : std::vector<double>{0.0})
+    for (const Launch &X : LAUNCHES) values += run_case16(sgd, momentum, X);
   fma_sensitivity(sgd);
   std::printf("optim_emu %s: %lld values compared, %s\n", what.c_str(), values,
               g_failures ? "FAILED" : "all bit for bit with runtime/optim.c");

@@ -88,7 +88,8 @@ class Build:
         self.compile_c([*self.cflags, *self.warnings, "-I", header_dir, "-c", os.path.join(HERE, "optim_emu_c.c"),
                         "-o", cobj])
         cmd = [*self.cxx, *self.cxxflags, "-include", os.path.join(self.args.source, "kernels", "cuda_emu.h"),
-               "-I", header_dir, "-I", os.path.join(self.args.source, "runtime"), "-x", "c++",
+               "-I", header_dir, "-I", os.path.join(self.args.source, "runtime"),
+               "-I", os.path.join(self.args.source, "core", "numeric"), "-x", "c++",
                os.path.join(HERE, "optim_emu.cpp"), "-x", "none", cobj, *self.objs, *self.ldflags, "-lpthread", "-lm",
                "-o", exe]
         compile_checked(cmd)
@@ -142,6 +143,12 @@ MUTANTS = [
      "gi = a.first ? gi : __fadd_rn", "gi = __fadd_rn"),
     ("sgd: float4 momentum not stored", "sgd",
      "      if (mom) b4[i] = B;\n", "\n"),
+    ("bf16 moments truncated, not rounded", "adamw",
+     "const unsigned rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;", "const unsigned rounded = x >> 16;"),
+    ("bf16 kernel: v stored from m", "adamw",
+     "      v[i] = hpdl_optim_bf16_rn(vi);", "      v[i] = hpdl_optim_bf16_rn(mi);"),
+    ("sgd bf16: momentum not stored", "sgd",
+     "      if (mom) b[i] = hpdl_optim_bf16_rn(bi);\n", "\n"),
     ("sgd: weight decay times the gradient", "sgd",
      "float gi = __fadd_rn(__fmul_rn(g, a.gscale), __fmul_rn(w, p));",
      "float gi = __fadd_rn(__fmul_rn(g, a.gscale), __fmul_rn(w, g));"),
@@ -204,9 +211,9 @@ def case_cuda(args, arch):
         m = re.search(r"Used (\d+) registers", line)
         if m and cur is not None:
             cur["regs"] = int(m.group(1))
-    if sorted(kernels) != ["hpdl_adamw_f32", "hpdl_sgd_f32", "hpdl_sumsq_f32"]:
-        raise Fail("nvcc: expected the kernels hpdl_adamw_f32, hpdl_sgd_f32 and hpdl_sumsq_f32, ptxas reported %s:\n%s" %
-                   (sorted(kernels), out))
+    want = ["hpdl_adamw_bf16m", "hpdl_adamw_f32", "hpdl_sgd_bf16m", "hpdl_sgd_f32", "hpdl_sumsq_f32"]
+    if sorted(kernels) != want:
+        raise Fail("nvcc: expected the kernels %s, ptxas reported %s:\n%s" % (", ".join(want), sorted(kernels), out))
     for name, r in sorted(kernels.items()):
         print("nvcc -arch=%s: %-16s %3d registers, %d bytes stack, %d / %d bytes spill stores / loads" %
               (arch, name, r.get("regs", -1), r.get("stack", -1), r.get("spill_st", -1), r.get("spill_ld", -1)))

@@ -26,7 +26,8 @@ each device run's output must hold TEXT (the start-up line's collectives);
 --show TEXT prints the lines of the device runs' output that hold it.
 --twin-env NAME=VALUE: the device run again with NAME=VALUE in its
 environment (another path to the same numbers, such as ZeRO-3's fp32
-gathers) must report the same losses and gradient norms, bit for bit.
+gathers) must report the same losses and gradient norms, bit for bit; with
+--twin-fails TEXT it must instead exit 1 saying TEXT (a setting refused).
 --flip-tol T --flip-after K: for top-k routing, which is discontinuous (two
 experts' gates within the two targets' rounding apart choose differently):
 once a step after step K differs by more than --tol, that step and the later
@@ -123,6 +124,7 @@ def main():
                     help="a text the device runs' output must hold (the start-up line's collectives); repeatable")
     ap.add_argument("--show", default=None, help="print the device runs' output lines holding this text")
     ap.add_argument("--twin-env", default=None, help="NAME=VALUE: the device run again with it must give the same bits")
+    ap.add_argument("--twin-fails", default=None, help="TEXT: the --twin-env run must instead fail (exit 1) saying TEXT")
     ap.add_argument("--cache", default=None, help="a folder of compiled artifacts shared by the tests (keyed by hpdlc, the sample and the command)")
     a = ap.parse_args()
     if a.cpu_only and a.cpu_metrics is None:
@@ -223,15 +225,22 @@ def main():
                 twin = [x if x != f"{tmp}/{out}" else f"{tmp}/twin.jsonl" for x in cmd]
                 twin = [x if not x.startswith(ckpt) else f"{ckpt}-twin" for x in twin]
                 r2 = run(twin, env=dict(os.environ, **{var: value}))
-                if r2.returncode:
-                    print(r2.stdout.rstrip())
-                    return 1
-                same = [(m["loss"], m.get("grad_norm")) for m in runs[name]] == \
-                       [(m["loss"], m.get("grad_norm")) for m in metrics(f"{tmp}/twin.jsonl")]
-                print(f"{a.twin_env}: " + ("the same losses and gradient norms, bit for bit" if same
-                                            else "other losses or gradient norms than without it"))
-                if not same:
-                    return 1
+                if a.twin_fails is not None:
+                    ok = r2.returncode == 1 and a.twin_fails in r2.stdout and "Traceback" not in r2.stdout
+                    print(f"{a.twin_env}: " + (f"refused (exit 1): {a.twin_fails}" if ok else
+                                                f"exit {r2.returncode}, expected 1 with {a.twin_fails!r}:\n{r2.stdout}"))
+                    if not ok:
+                        return 1
+                else:
+                    if r2.returncode:
+                        print(r2.stdout.rstrip())
+                        return 1
+                    same = [(m["loss"], m.get("grad_norm")) for m in runs[name]] == \
+                           [(m["loss"], m.get("grad_norm")) for m in metrics(f"{tmp}/twin.jsonl")]
+                    print(f"{a.twin_env}: " + ("the same losses and gradient norms, bit for bit" if same
+                                                else "other losses or gradient norms than without it"))
+                    if not same:
+                        return 1
             if name == "cpu" and a.cpu_metrics is not None:
                 shutil.copyfile(f"{tmp}/{out}", a.cpu_metrics)
         if a.cpu_only:

@@ -588,6 +588,13 @@ def case_bad_artifact():
     art = make_artifact("badart_compression", dp=2, layout_extra={"compression": "fp8"})
     p = hpdlrun(art, expect=1)
     one_error(p, "layout.compression: must be one of none fp16 int8 topk bf16")
+    # 16-bit moments are bf16
+    art = make_artifact("badart_moments", dp=1)
+    man = json.load(open(os.path.join(art, "manifest.json")))
+    man["train"]["moments"] = "fp16"
+    json.dump(man, open(os.path.join(art, "manifest.json"), "w"))
+    p = hpdlrun(art, expect=1)
+    one_error(p, "train.moments: must be fp32 or bf16")
     art = make_artifact("badart_arena", dp=1, arena=1000)
     p = hpdlrun(art, expect=1)
     one_error(p, "the arena has 1000 bytes", "ranks[0].arena_bytes")

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "half.h"
 #include "init.h"
 #include "interp.h"
 #include "ir.h"
@@ -93,6 +94,64 @@ static void test_sgd_against_reference(void) {
   float q[1] = {2.0f}, h[1] = {1.0f};
   optim_sgd(q, h, NULL, 1, 1, 0.5, 0.1, &c);
   EXPECT_NEAR(q[0], 2.0 - 0.5 * (1.0 + 0.2), 1e-7); /* 1.4 */
+}
+
+/* ---- moments in bf16 (train.moments = bf16) ---- */
+
+/* The 16-bit updates are the fp32 ones with each moment rounded to bf16
+ * (nearest even) once stored: the parameter moves by the update's unrounded
+ * moments, as a fused kernel's registers hold them. Checked bit for bit
+ * against optim_adamw / optim_sgd on float moments rounded after each step,
+ * on 1 and 2 threads, over a tensor long enough for both (par.h). */
+static void round_bf16(float *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) x[i] = half_bf16_to_f32(half_bf16_from_f32(x[i]));
+}
+
+static void test_moments_bf16(void) {
+  enum { N = 300001, STEPS = 6 };
+  OptimConfig c;
+  optim_defaults(&c);
+  c.beta1 = 0.9;
+  c.beta2 = 0.95;
+  float *p = malloc(N * sizeof *p), *q = malloc(N * sizeof *q), *g = malloc(N * sizeof *g), *m = calloc(N, sizeof *m),
+        *v = calloc(N, sizeof *v);
+  uint16_t *m16 = calloc(N, sizeof *m16), *v16 = calloc(N, sizeof *v16), *half = malloc(N * sizeof *half);
+  for (int threads = 1; threads <= 2; threads++) {
+    for (int i = 0; i < N; i++) p[i] = q[i] = (float)(0.01 * (double)(((int64_t)i * 7919) % 2001) - 10.0), m[i] = v[i] = 0, m16[i] = v16[i] = 0;
+    int64_t differ = 0; /* values whose rounded moment is not the float one: rounding happened */
+    for (int t = 1; t <= STEPS; t++) {
+      for (int i = 0; i < N; i++) g[i] = (float)(sin(0.37 * i + 1.3 * t) * 1e-3 * (1 + i % 17));
+      optim_adamw(p, g, m, v, N, t, 1e-3, 0.1, &c);
+      for (int i = 0; i < N; i++) differ += m[i] != half_bf16_to_f32(half_bf16_from_f32(m[i]));
+      round_bf16(m, N);
+      round_bf16(v, N);
+      optim_adamw16_mt(threads, q, g, m16, v16, N, t, 1e-3, 0.1, &c, 1.0, half);
+    }
+    int64_t bad = 0;
+    for (int i = 0; i < N; i++)
+      bad += memcmp(&p[i], &q[i], sizeof(float)) || half_bf16_from_f32(m[i]) != m16[i] || half_bf16_from_f32(v[i]) != v16[i] ||
+             half[i] != half_bf16_from_f32(q[i]);
+    EXPECT(bad == 0);
+    EXPECT(differ > N); /* the rounding was not a no-op */
+  }
+  /* SGD's momentum buffer, with the gradients scaled (clipping) */
+  c.kind = OPTIM_SGD;
+  c.momentum = 0.9;
+  for (int threads = 1; threads <= 2; threads++) {
+    for (int i = 0; i < N; i++) p[i] = q[i] = (float)(0.001 * (i % 1000)), m[i] = 0, m16[i] = 0;
+    for (int t = 1; t <= STEPS; t++) {
+      for (int i = 0; i < N; i++) g[i] = (float)cos(0.11 * i - t);
+      for (int i = 0; i < N; i++) g[i] *= 0.5f; /* optim_scale's rounding, as the 16-bit pass applies it */
+      optim_sgd(p, g, m, N, t, 0.05, 0.01, &c);
+      round_bf16(m, N);
+      for (int i = 0; i < N; i++) g[i] *= 2.0f; /* exact: back to the unscaled gradient */
+      optim_sgd16_mt(threads, q, g, m16, N, t, 0.05, 0.01, &c, 0.5, NULL);
+    }
+    int64_t bad = 0;
+    for (int i = 0; i < N; i++) bad += memcmp(&p[i], &q[i], sizeof(float)) || half_bf16_from_f32(m[i]) != m16[i];
+    EXPECT(bad == 0);
+  }
+  free(p), free(q), free(g), free(m), free(v), free(m16), free(v16), free(half);
 }
 
 /* ---- schedules ---- */
@@ -235,6 +294,7 @@ int main(void) {
   test_adamw_first_step_by_hand();
   test_adamw_against_reference();
   test_sgd_against_reference();
+  test_moments_bf16();
   test_schedules();
   test_clipping_over_shards();
   test_generator_matches_interp();
