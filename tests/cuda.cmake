@@ -602,7 +602,7 @@ if(Python3_Interpreter_FOUND)
     # whole on their ranks, summed over edp 2, their moments sharded over
     # edp 2 and the updated slices all-gathered; its start-up line checked) and
     # the same stopped at step 5 and resumed at ZeRO 1 (the experts' slices
-    # of the loop's pools converted both ways), and dp 2 at ZeRO 3 without
+    # of the loop's pools converted both ways; again with bf16 moments), and dp 2 at ZeRO 3 without
     # expert parallelism (the experts in the units) resumed at ZeRO 1. Dropless
     # (drop = false), at one rank and tp 2: each expert's GEMMs over the rows
     # routed to it (compiler/ir/moepack.c; one cuBLASLt GEMM an expert, devexec.c's
@@ -612,6 +612,7 @@ if(Python3_Interpreter_FOUND)
     foreach(entry "1rank|" "dp2_ep2|--dp 2 --ep 2" "dp2_tp2_ep2|--dp 2 --tp 2 --ep 2"
                   "dp2_pp2_ep2|--dp 2 --pp 2 --ep 2 --micro-batch 1" "dp2_ep2_zero1|--dp 2 --ep 2 --zero 1"
                   "dp4_ep2_zero3|--dp 4 --ep 2 --zero 3 --micro-batch 1" "dp4_ep2_zero3_resume|--dp 4 --ep 2 --zero 3 --micro-batch 1"
+                  "dp4_ep2_zero3_moments_bf16_resume|--dp 4 --ep 2 --zero 3 --micro-batch 1 --moments bf16"
                   "dp2_zero3_resume|--dp 2 --zero 3" "dropless|-D drop=false" "dropless_tp2|-D drop=false --tp 2"
                   "folded|-D drop=false --tp 2 --ep 2 --etp 1 --sp on" "dp2_folded_ep4|-D drop=false --dp 2 --tp 2 --ep 4 --etp 1 --sp on")
       hpdl_name_flags("${entry}" name layout)
@@ -620,6 +621,9 @@ if(Python3_Interpreter_FOUND)
         set(more --expect "ZeRO-3: the experts' parameters and gradients" --expect "sharded over the 2 holding the same experts (edp)")
       elseif(name STREQUAL "dp4_ep2_zero3_resume")
         set(more --resume-args "--global-batch 4 --micro-batch 1 --dp 4 --ep 2 --zero 1")
+      elseif(name STREQUAL "dp4_ep2_zero3_moments_bf16_resume") # the experts' 16-bit moment slices (devoptim's own) too
+        set(more --resume-args "--global-batch 4 --micro-batch 1 --dp 4 --ep 2 --zero 1 --moments bf16"
+                 --expect "AdamW (bf16 moments) state stay")
       elseif(name STREQUAL "dp2_zero3_resume") # ep 1: the experts are dense parameters, in the units
         set(more --resume-args "--global-batch 4 --micro-batch 2 --dp 2 --zero 1")
       endif()

@@ -9,7 +9,8 @@ set(HPDL_SLOW_TESTS
     cuda.layout.emulate.memory cuda.layout.emulate.pp2_v2_zero3_resume cuda.layout.emulate.pp2_v2_resume
     cuda.layout.emulate.pp2_v2_bf16 cuda.layout.emulate.pp2_v2_zero1 cuda.layout.emulate.pp2_v2_zero3
     cuda.layout.emulate.pp2_v2 cuda.layout.emulate.moe_dp2_pp2_ep2 cuda.layout.emulate.moe_dp2_zero3_resume
-    cuda.layout.emulate.moe_dp4_ep2_zero3_resume cuda.layout.emulate.pp2_recompute_layers
+    cuda.layout.emulate.moe_dp4_ep2_zero3_resume cuda.layout.emulate.moe_dp4_ep2_zero3_moments_bf16_resume
+    cuda.layout.emulate.pp2_recompute_layers
     cuda.layout.emulate.dp2_tp2_pp2 cuda.layout.emulate.tp2_cp2_sp cuda.layout.emulate.zero2_pp2
     cuda.layout.emulate.pp2_gpipe cuda.layout.emulate.zero3_pp2 cuda.layout.emulate.pp2 cuda.layout.emulate.tp2_cp2
     cuda.layout.emulate.bf16_row_cache cuda.layout.emulate.bf16_llama_heads128 cuda.layout.emulate.bf16_qwen3
