@@ -88,9 +88,19 @@ static inline uint16_t bf16_round(float f) {
   return half_bf16_bits(u);
 }
 
+/* AVX2's eight lanes where the CPU has them: the same bits (IEEE operations
+ * each rounded on its own; AVX2 brings no FMA, and ISO C does not contract),
+ * and for the 16-bit moments the packing of 32-bit lanes into 16 that
+ * x86-64's baseline lacks. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define OPTIM_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define OPTIM_CLONES
+#endif
+
 /* The AdamW loop on the gradients times f (the clipping scale; 1: as they
  * are): g f rounded to float, as optim_scale would have stored it. */
-static void adamw_loop(float *p, const float *g, float *m, float *v, int64_t n, int64_t t, double lr, double wd,
+OPTIM_CLONES static void adamw_loop(float *p, const float *g, float *m, float *v, int64_t n, int64_t t, double lr, double wd,
                        const OptimConfig *c, float f, uint16_t *half) {
   const AdamwStep k = adamw_step(t, lr, wd, c);
   /* in blocks, so that the copy reads the values while they are in cache */
@@ -109,7 +119,7 @@ static void adamw_loop(float *p, const float *g, float *m, float *v, int64_t n, 
 
 /* The same with the moments stored as bf16 (train.moments = bf16): read
  * exactly, updated in float, rounded to nearest even when stored. */
-static void adamw16_loop(float *p, const float *g, uint16_t *m, uint16_t *v, int64_t n, int64_t t, double lr, double wd,
+OPTIM_CLONES static void adamw16_loop(float *p, const float *g, uint16_t *m, uint16_t *v, int64_t n, int64_t t, double lr, double wd,
                          const OptimConfig *c, float f, uint16_t *half) {
   const AdamwStep k = adamw_step(t, lr, wd, c);
   for (int64_t lo = 0; lo < n; lo += COPY_BLOCK) {
@@ -161,7 +171,7 @@ void optim_sgd(float *p, const float *g, float *buf, int64_t n, int64_t t, doubl
  * GPT-2's 124M gradients on two cores), independent lanes vectorise and
  * run at the memory's pace. The same order for any n and thread count. */
 #define SUMSQ_LANES 16
-double optim_sumsq(const float *g, int64_t n) {
+OPTIM_CLONES double optim_sumsq(const float *g, int64_t n) {
   double lane[SUMSQ_LANES] = {0};
   int64_t i = 0;
   for (; i + SUMSQ_LANES <= n; i += SUMSQ_LANES)
