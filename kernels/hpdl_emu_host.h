@@ -183,6 +183,7 @@ extern "C" int hpd_emul_hpdl_sgd_f32(const hpdl_kctx *ctx, unsigned grid, unsign
   return HPDL_EMU_LAUNCH(hpdl_sgd_f32, dim3(grid), dim3(block), 0, *(const hpdl_optim_chunk *const *)params[0],
                          *(const long long *)params[1], *(const hpdl_sgd_args *)params[2]);
 }
+#if defined(HPDL_OPTIM_MOMENTS16)
 extern "C" int hpd_emul_hpdl_adamw_bf16m(const hpdl_kctx *ctx, unsigned grid, unsigned block, void **params) {
   (void)ctx;
   return HPDL_EMU_LAUNCH(hpdl_adamw_bf16m, dim3(grid), dim3(block), 0, *(const hpdl_optim_chunk *const *)params[0],
@@ -193,6 +194,7 @@ extern "C" int hpd_emul_hpdl_sgd_bf16m(const hpdl_kctx *ctx, unsigned grid, unsi
   return HPDL_EMU_LAUNCH(hpdl_sgd_bf16m, dim3(grid), dim3(block), 0, *(const hpdl_optim_chunk *const *)params[0],
                          *(const long long *)params[1], *(const hpdl_sgd_args *)params[2]);
 }
+#endif
 extern "C" int hpd_emul_hpdl_sumsq_f32(const hpdl_kctx *ctx, unsigned grid, unsigned block, void **params) {
   (void)ctx;
   return HPDL_EMU_LAUNCH(hpdl_sumsq_f32, dim3(grid), dim3(block), 0, *(const hpdl_optim_chunk *const *)params[0],

@@ -338,7 +338,9 @@ hpdl_sgd_f32(const hpdl_optim_chunk *__restrict__ table, long long nchunks, cons
   }
 }
 
-/* ---- the moments in bf16 (train.moments = bf16) ----
+#if defined(HPDL_OPTIM_MOMENTS16)
+/* ---- the moments in bf16 (train.moments = bf16; compiled where the includer
+ * defines HPDL_OPTIM_MOMENTS16, as hpdlc does for such a run only) ----
  * The table is the same, but m and v point at 16-bit values (bfloat16's bits; the
  * runtime allocates them so and casts the pointers). Each element reads its moments
  * exactly (bf16 -> float is the high half of the float), updates them and the
@@ -394,6 +396,7 @@ hpdl_sgd_bf16m(const hpdl_optim_chunk *__restrict__ table, long long nchunks, co
     }
   }
 }
+#endif /* HPDL_OPTIM_MOMENTS16 */
 
 /* The sum of squares of each chunk's gradient, in double: out[c] for row c
  * (a block a chunk, its threads' partial sums added in thread order through

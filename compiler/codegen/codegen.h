@@ -45,6 +45,10 @@ typedef struct {
    * fused kernel for the emulation harness (kernels/cuda_emu.h):
    * extern "C" int hpd_emu_<graph>_k<k>(const hpdl_kctx *, void **io). */
   int emulate;
+  /* The optimizer's kernels for bf16 moments too (train.moments = bf16:
+   * kernels/hpdl_optim.cuh's hpdl_adamw_bf16m, hpdl_sgd_bf16m), compiled only
+   * into the modules of a run that uses them. */
+  int moments16;
   /* The path of source file `file` (Span.file), for the comments that say
    * where a kernel's ops come from; NULL: "line N" only. */
   const char *(*source_path)(void *ctx, int file);

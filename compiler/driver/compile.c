@@ -420,6 +420,7 @@ static int kernels_build(Cx *C, Chunk *k, const char *path, char *why, size_t n)
   opt.memplan = k->plan;
   opt.arch = C->o->arch;
   opt.emulate = cuda && C->o->emulate;
+  opt.moments16 = cuda && C->m->train.moments_bf16;
   opt.source_path = source_path;
   opt.source_ctx = C->diag;
   char err[1024] = "";

@@ -102,6 +102,7 @@ int emit_cuda(Arena *arena, Diag *diag, const char *path, const SemModel *m, int
   char err[256] = "";
   CgOptions opt;
   memset(&opt, 0, sizeof opt);
+  opt.moments16 = m->train.moments_bf16; /* as compile --target cuda */
   opt.source_path = source_path;
   opt.source_ctx = diag;
   CgTarget *t = be->create(rp->module, fr, &opt, err, sizeof err);

@@ -296,7 +296,9 @@ def case_moments_bf16():
     always) and its parameters are not. At dp=2 zero 2 the start-up line's state per
     rank is half the fp32 moments' (2 + 2 bytes a value); stopped there at step 10 and
     resumed on one rank, the step-20 loss within 1e-5 of the straight one-rank run. A
-    checkpoint with fp32 moments resumes into bf16 ones (rounded once)."""
+    checkpoint with fp32 moments resumes into bf16 ones (rounded once). `hpdlc emit cuda`
+    asks for the 16-bit moments' optimizer kernels (HPDL_OPTIM_MOMENTS16) for such a run
+    only."""
     dirs = {}
     for tag in ("m32", "m16", "m16-split", "m16-from32"):
         dirs[tag] = os.path.join(ARGS.work, "ck-" + tag)
@@ -346,6 +348,13 @@ def case_moments_bf16():
     print(f"moments_bf16: fp32 moments for 10 steps, bf16 for 10: step-20 loss {mf[-1]['loss']:.9f} (rel {df:.1e} to bf16 "
           f"throughout), {odd} moments not bf16")
     check(odd == 0 and df < 1e-2, "fp32 moments resumed as bf16")
+    # the CUDA target's modules hold the 16-bit moments' optimizer kernels only for such a run
+    for flags, want in (([], False), (["--moments", "bf16"], True)):
+        p = run([tool("hpdlc"), "emit", "cuda", sample(), *DEFS, *flags])
+        has = "#define HPDL_OPTIM_MOMENTS16 1" in p.stdout
+        print(f"moments_bf16: hpdlc emit cuda {' '.join(flags) or '(fp32 moments)'}: "
+              f"{'defines' if has else 'does not define'} HPDL_OPTIM_MOMENTS16")
+        check(has == want, "the 16-bit moments' kernels where the run uses them, only there")
 
 
 # ---- cases --------------------------------------------------------------------

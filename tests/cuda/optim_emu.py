@@ -89,7 +89,7 @@ class Build:
                         "-o", cobj])
         cmd = [*self.cxx, *self.cxxflags, "-include", os.path.join(self.args.source, "kernels", "cuda_emu.h"),
                "-I", header_dir, "-I", os.path.join(self.args.source, "runtime"),
-               "-I", os.path.join(self.args.source, "core", "numeric"), "-x", "c++",
+               "-I", os.path.join(self.args.source, "core", "numeric"), "-DHPDL_OPTIM_MOMENTS16", "-x", "c++",
                os.path.join(HERE, "optim_emu.cpp"), "-x", "none", cobj, *self.objs, *self.ldflags, "-lpthread", "-lm",
                "-o", exe]
         compile_checked(cmd)
@@ -191,7 +191,8 @@ def case_cuda(args, arch):
     src = os.path.join(args.source, "kernels", "hpdl_optim.cuh")
     cubin = os.path.join(args.work, "hpdl_optim.%s.cubin" % arch)
     ptx = os.path.join(args.work, "hpdl_optim.%s.ptx" % arch)
-    cmd = [nvcc, "-arch=" + arch, "-cubin", "-Xptxas", "-v", "-x", "cu", src, "-o", cubin]
+    # the 16-bit moments' kernels too, as hpdlc compiles them for such a run
+    cmd = [nvcc, "-arch=" + arch, "-DHPDL_OPTIM_MOMENTS16", "-cubin", "-Xptxas", "-v", "-x", "cu", src, "-o", cubin]
     rc, out = sh(cmd, 300)
     if rc != 0:
         raise Fail("nvcc failed: %s\n%s" % (" ".join(cmd), out))
@@ -225,7 +226,7 @@ def case_cuda(args, arch):
         if f.read(4) != b"\x7fELF":
             raise Fail("%s is not an ELF file" % cubin)
     # the PTX: every float operation rounded on its own
-    cmd = [nvcc, "-arch=" + arch, "-ptx", "-x", "cu", src, "-o", ptx]
+    cmd = [nvcc, "-arch=" + arch, "-DHPDL_OPTIM_MOMENTS16", "-ptx", "-x", "cu", src, "-o", ptx]
     rc, out = sh(cmd, 300)
     if rc != 0 or out.strip():
         raise Fail("nvcc -ptx %s: %s\n%s" % ("failed" if rc else "warned", " ".join(cmd), out))
@@ -278,7 +279,7 @@ def case_cuda(args, arch):
         nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
         return rc, log.value.decode(errors="replace"), elf
 
-    rc, log, elf = nvrtc_compile([("--gpu-architecture=" + arch).encode()])
+    rc, log, elf = nvrtc_compile([("--gpu-architecture=" + arch).encode(), b"-DHPDL_OPTIM_MOMENTS16"])
     print("NVRTC --gpu-architecture=%s: %s" % (arch, "ok, cubin" if rc == 0 and elf == b"\x7fELF" else "FAILED"))
     if rc != 0 or log.strip() or elf != b"\x7fELF":
         raise Fail("NVRTC %s:\n%s" % ("failed" if rc else "warned or gave no cubin", log))
