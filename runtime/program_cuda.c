@@ -34,7 +34,6 @@
 #include "devexec.h"
 #include "devoptim.h"
 #include "extcall.h"
-#include "half.h"
 #include "program.h"
 #include "program_cuda.h"
 #include "program_ir.h"
@@ -1534,26 +1533,6 @@ static int overlap_of(int64_t a, int64_t n, int64_t from, int64_t len, int64_t *
 /* Bytes of one moment value: 4, or 2 under train.moments = bf16. */
 static int moment_size(const TrainCtx *ctx) { return ctx->art->optim.moments16 ? 2 : 4; }
 
-/* A range of zown bf16 moments (train.moments = bf16) to zown floats on the
- * host, widened exactly, and back, rounded to nearest even. 0, or -1 (the
- * device's error, or out of memory with it empty). */
-static int range16_to_host(CudaProg *P, const void *dev_range, float *host) {
-  uint16_t *h16 = malloc(2 * (size_t)(P->zown ? P->zown : 1));
-  int rc = !h16 || P->dev->ops->to_host(P->dev, h16, dev_range, 2 * (size_t)P->zown) ? -1 : 0;
-  for (int64_t j = 0; !rc && j < P->zown; j++) host[j] = half_bf16_to_f32(h16[j]);
-  free(h16);
-  return rc;
-}
-
-static int range16_to_device(CudaProg *P, void *dev_range, const float *host) {
-  uint16_t *h16 = malloc(2 * (size_t)(P->zown ? P->zown : 1));
-  if (!h16) return -1;
-  for (int64_t j = 0; j < P->zown; j++) h16[j] = half_bf16_from_f32(host[j]);
-  int rc = P->dev->ops->to_device(P->dev, dev_range, h16, 2 * (size_t)P->zown) ? -1 : 0;
-  free(h16);
-  return rc;
-}
-
 /* A device range (zown values: moments, or at ZeRO 3 the parameters)
  * between this member's units and the loop's owned range of its pool
  * (TrainShards): the orders differ (the device's is the stage module's by
@@ -1565,8 +1544,9 @@ static int zero_convert(CudaProg *P, TrainCtx *ctx, void *dev_range, int bf16, f
   Device *d = P->dev;
   int me = ctx->comm->rank[COMM_DP];
   if (to_host) {
-    if (bf16 ? range16_to_host(P, dev_range, P->zhost + P->zlen) : d->ops->to_host(d, P->zhost + P->zlen, dev_range, sizeof(float) * (size_t)P->zown))
-      return fail(e, "%s", dev_error(d)[0] ? dev_error(d) : "out of memory");
+    if (bf16 ? dev_copy_bf16(d, dev_range, P->zhost + P->zlen, P->zown, 0)
+             : d->ops->to_host(d, P->zhost + P->zlen, dev_range, sizeof(float) * (size_t)P->zown))
+      return fail(e, "%s", dev_error(d));
     if (comm_all_gather(ctx->comm, COMM_DP, COMM_F32, P->zhost + P->zlen, P->zown, P->zhost, e) < 0) return -1;
     for (int i = 0; i < ctx->ntensors; i++) {
       int64_t lo, hi, run;
@@ -1600,8 +1580,9 @@ static int zero_convert(CudaProg *P, TrainCtx *ctx, void *dev_range, int bf16, f
     }
   }
   free(whole);
-  if (!rc && (bf16 ? range16_to_device(P, dev_range, P->zhost) : d->ops->to_device(d, dev_range, P->zhost, sizeof(float) * (size_t)P->zown)))
-    rc = fail(e, "%s", dev_error(d)[0] ? dev_error(d) : "out of memory");
+  if (!rc && (bf16 ? dev_copy_bf16(d, dev_range, P->zhost, P->zown, 1)
+                   : d->ops->to_device(d, dev_range, P->zhost, sizeof(float) * (size_t)P->zown)))
+    rc = fail(e, "%s", dev_error(d));
   return rc;
 }
 

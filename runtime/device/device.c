@@ -18,6 +18,21 @@ Device *dev_open(const char *kind, int ordinal, char *err, size_t errlen) {
 
 const char *dev_error(const Device *d) { return d->err; }
 
+int dev_copy_bf16(Device *d, void *dev, float *host, int64_t n, int to_device) {
+  uint16_t *h16 = malloc(2 * (size_t)(n > 0 ? n : 1));
+  if (!h16) {
+    snprintf(d->err, sizeof d->err, "out of memory");
+    return -1;
+  }
+  if (to_device)
+    for (int64_t j = 0; j < n; j++) h16[j] = half_bf16_from_f32(host[j]);
+  int rc = to_device ? d->ops->to_device(d, dev, h16, 2 * (size_t)n) : d->ops->to_host(d, h16, dev, 2 * (size_t)n);
+  if (!rc && !to_device)
+    for (int64_t j = 0; j < n; j++) host[j] = half_bf16_to_f32(h16[j]);
+  free(h16);
+  return rc ? -1 : 0;
+}
+
 int dev_epilogue_of(const char *name) {
   static const char *const names[] = {"bias", "bias_relu", "bias_gelu", "bgrad_a", "bgrad_b"};
   static const DevEpilogue kinds[] = {DEV_EPI_BIAS, DEV_EPI_BIAS_RELU, DEV_EPI_BIAS_GELU, DEV_EPI_BGRAD_A, DEV_EPI_BGRAD_B};

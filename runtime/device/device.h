@@ -125,6 +125,12 @@ struct Device {
 Device *dev_open(const char *kind, int ordinal, char *err, size_t errlen);
 const char *dev_error(const Device *d);
 
+/* n values between device memory holding bfloat16 and floats on the host:
+ * widened exactly on the way out, rounded to nearest even on the way in
+ * (half.h), through a 16-bit copy on the host (the optimizer's bf16
+ * moments). 0, or -1 with the device's error, or "out of memory" there. */
+int dev_copy_bf16(Device *d, void *dev, float *host, int64_t n, int to_device);
+
 /* Options of the cuda device (environment): HPDL_GEMM_TF32=1 lets cuBLASLt
  * use TF32 tensor cores for fp32 GEMMs (as PyTorch's
  * allow_tf32 / set_float32_matmul_precision("high")), and the attention

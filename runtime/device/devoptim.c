@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "devoptim.h"
-#include "half.h"
 #include "hpdl_optim.cuh"
 
 struct DevOptim {
@@ -171,19 +170,9 @@ int devopt_moment(DevOptim *o, int i, int which, float *host, int to_device) {
     return 0;
   }
   Device *d = o->dev;
-  if (o->moments16) { /* through a 16-bit copy on the host */
-    uint16_t *h16 = malloc(2 * (size_t)(n > 0 ? n : 1));
-    if (!h16) return fail(o, "out of memory");
-    if (to_device)
-      for (int64_t j = 0; j < n; j++) h16[j] = half_bf16_from_f32(host[j]);
-    int rc = to_device ? d->ops->to_device(d, buf, h16, 2 * (size_t)n) : d->ops->to_host(d, h16, buf, 2 * (size_t)n);
-    if (!rc && !to_device)
-      for (int64_t j = 0; j < n; j++) host[j] = half_bf16_to_f32(h16[j]);
-    free(h16);
-    if (rc) return fail(o, "the optimizer's moments: %s", dev_error(d));
-    return 0;
-  }
-  if (to_device ? d->ops->to_device(d, buf, host, bytes) : d->ops->to_host(d, host, buf, bytes))
-    return fail(o, "the optimizer's moments: %s", dev_error(d));
+  int rc = o->moments16          ? dev_copy_bf16(d, buf, host, n, to_device)
+           : to_device            ? d->ops->to_device(d, buf, host, bytes)
+                                  : d->ops->to_host(d, host, buf, bytes);
+  if (rc) return fail(o, "the optimizer's moments: %s", dev_error(d));
   return 0;
 }
