@@ -206,10 +206,13 @@ typedef struct {
   double *slots; /* sumsq: one per block */
 } OptimPass;
 
+/* Values [lo, hi) of an AdamW pass, its moments in fp32 or (m16, v16) bf16. */
 static void adamw_range(void *ctx, int64_t lo, int64_t hi) {
   OptimPass *a = ctx;
-  adamw_loop(a->p + lo, a->cg + lo, a->m + lo, a->v + lo, hi - lo, a->t, a->lr, a->wd, a->c, (float)a->s,
-             a->half ? a->half + lo : NULL);
+  uint16_t *half = a->half ? a->half + lo : NULL;
+  if (a->m16)
+    adamw16_loop(a->p + lo, a->cg + lo, a->m16 + lo, a->v16 + lo, hi - lo, a->t, a->lr, a->wd, a->c, (float)a->s, half);
+  else adamw_loop(a->p + lo, a->cg + lo, a->m + lo, a->v + lo, hi - lo, a->t, a->lr, a->wd, a->c, (float)a->s, half);
 }
 
 void optim_adamw_mt(int nthreads, float *p, const float *g, float *m, float *v, int64_t n, int64_t t, double lr,
@@ -218,16 +221,10 @@ void optim_adamw_mt(int nthreads, float *p, const float *g, float *m, float *v, 
   par_for(par_threads_for(nthreads, n), n, adamw_range, &a);
 }
 
-static void adamw16_range(void *ctx, int64_t lo, int64_t hi) {
-  OptimPass *a = ctx;
-  adamw16_loop(a->p + lo, a->cg + lo, a->m16 + lo, a->v16 + lo, hi - lo, a->t, a->lr, a->wd, a->c, (float)a->s,
-               a->half ? a->half + lo : NULL);
-}
-
 void optim_adamw16_mt(int nthreads, float *p, const float *g, uint16_t *m, uint16_t *v, int64_t n, int64_t t, double lr,
                       double wd, const OptimConfig *c, double gscale, uint16_t *half) {
   OptimPass a = {.p = p, .cg = g, .m16 = m, .v16 = v, .t = t, .lr = lr, .wd = wd, .c = c, .s = gscale, .half = half};
-  par_for(par_threads_for(nthreads, n), n, adamw16_range, &a);
+  par_for(par_threads_for(nthreads, n), n, adamw_range, &a);
 }
 
 static void sgd_range(void *ctx, int64_t lo, int64_t hi) {
