@@ -75,19 +75,6 @@ static inline void adamw_value(float *p, float gi, float *m, float *v, const Ada
   *p = *p * k->decay - k->step * mhat / (sqrtf(vhat) + k->eps);
 }
 
-static inline float bf16_value(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-static inline uint16_t bf16_round(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return half_bf16_bits(u);
-}
-
 /* AVX2's eight lanes where the CPU has them: the same bits (IEEE operations
  * each rounded on its own; AVX2 brings no FMA, and ISO C does not contract),
  * and for the 16-bit moments the packing of 32-bit lanes into 16 that
@@ -125,11 +112,11 @@ OPTIM_CLONES static void adamw16_loop(float *p, const float *g, uint16_t *m, uin
   for (int64_t lo = 0; lo < n; lo += COPY_BLOCK) {
     int64_t hi = n - lo < COPY_BLOCK ? n : lo + COPY_BLOCK;
     for (int64_t i = lo; i < hi; i++) {
-      float pi = p[i], mi = bf16_value(m[i]), vi = bf16_value(v[i]);
+      float pi = p[i], mi = half_bf16_to_f32(m[i]), vi = half_bf16_to_f32(v[i]);
       adamw_value(&pi, g[i] * f, &mi, &vi, &k);
       p[i] = pi;
-      m[i] = bf16_round(mi);
-      v[i] = bf16_round(vi);
+      m[i] = half_bf16_from_f32(mi);
+      v[i] = half_bf16_from_f32(vi);
     }
     if (half) bf16_copy(p + lo, half + lo, hi - lo);
   }
@@ -153,8 +140,8 @@ static void sgd_loop(float *p, const float *g, float *buf, uint16_t *buf16, int6
         gi = t <= 1 ? gi : mu * buf[i] + gi;
         buf[i] = gi;
       } else if (mu != 0.0f && buf16) {
-        gi = t <= 1 ? gi : mu * bf16_value(buf16[i]) + gi;
-        buf16[i] = bf16_round(gi);
+        gi = t <= 1 ? gi : mu * half_bf16_to_f32(buf16[i]) + gi;
+        buf16[i] = half_bf16_from_f32(gi);
       }
       p[i] -= step * gi;
     }

@@ -290,8 +290,8 @@ static long long run_case16(bool sgd, double momentum, const Launch &X) {
   for (int i = 0; i < NT; i++)
     for (long long j = 0; j < SIZES[i]; j++) {
       p[size_t(off[i] + j)] = float(rng.uniform(-1, 1));
-      m[size_t(off[i] + j)] = sgd ? 0x7fc0 : half_bf16_bits(bits(float(rng.uniform(-1e-2, 1e-2)))); /* SGD: not read at t = 1 */
-      v[size_t(off[i] + j)] = half_bf16_bits(bits(float(rng.uniform(0, 1e-4) * rng.uniform(0, 1))));
+      m[size_t(off[i] + j)] = sgd ? 0x7fc0 : half_bf16_from_f32(float(rng.uniform(-1e-2, 1e-2))); /* SGD: not read at t = 1 */
+      v[size_t(off[i] + j)] = half_bf16_from_f32(float(rng.uniform(0, 1e-4) * rng.uniform(0, 1)));
     }
   pc = p, mc = m, vc = v;
   std::vector<hpdl_optim_tensor> t(NT);
