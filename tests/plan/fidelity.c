@@ -186,8 +186,9 @@ static void set_command(char *cmd, size_t cap, const char *hpdlc, const char *sr
  * every run's predicted step time (time.step_s) against the published one;
  * each asserted run within tolerance.step_time_relative, and the median of
  * the absolute errors of each set with asserted runs (over all its runs)
- * under tolerance.median_relative; a set without is printed only. With
- * --markdown, prints the table of docs/planner.md sec. 16 instead. */
+ * under tolerance.median_relative; a set without is printed only. Every
+ * run, asserted or not, must get a plan (a layout the planner refuses
+ * fails). With --markdown, prints the table of docs/planner.md sec. 16 instead. */
 static int check_set(const char *hpdlc, const char *src, const char *file, int markdown) {
   json_error_t err;
   json_t *fig = json_load_file(file, 0, &err);
@@ -237,6 +238,7 @@ static int check_set(const char *hpdlc, const char *src, const char *file, int m
       int asserted = json_is_true(json_object_get(r, "asserted"));
       int ok = isfinite(e) && fabs(e) <= tol;
       if (asserted && !ok) failures++;
+      if (!out) failures++; /* every run, asserted or not, must get a plan */
       errs[ne++] = isfinite(e) ? fabs(e) : INFINITY;
       json_t *l = json_object_get(r, "layout");
       const char *attn = json_string_value(json_object_get(l, "attention"));

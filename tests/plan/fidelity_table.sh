@@ -47,6 +47,10 @@ trap 'rm -f "$tmp" "$tmp.doc"' EXIT
   echo
   "$fid" --set "$hpdlc" "$PWD" tests/plan/published_korthikanti.json --markdown
   echo
+  echo "torchtitan on H100 (Grand Teton, 500 W), 8-512 GPUs, FSDP2 with TP, PP and CP (never seen, printed, not asserted; priced on dgx-h100): step time, published and predicted:"
+  echo
+  "$fid" --set "$hpdlc" "$PWD" tests/plan/published_torchtitan_h100.json --markdown
+  echo
   echo "<!-- fidelity-table:end -->"
 } > "$tmp"
 awk -v table="$tmp" '
