@@ -346,8 +346,33 @@ hpdl_sgd_f32(const hpdl_optim_chunk *__restrict__ table, long long nchunks, cons
  * exactly (bf16 -> float is the high half of the float), updates them and the
  * parameter as the fp32 kernels do (the parameter moved by the unrounded moments), and
  * stores them rounded to nearest even: optim.c's optim_adamw16_mt / optim_sgd16_mt,
- * bit for bit. One element a thread (no float4 path: the moments are 2 bytes). */
+ * bit for bit. As the fp32 kernels, four elements a thread where the arrays allow it
+ * (float4 parameters and gradients, ushort4 moments: 16- and 8-byte accesses), one a
+ * thread in the head and tail; the same operations on each element either way. */
 static __device__ __forceinline__ float hpdl_optim_bf16_get(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+
+/* hpdl_optim_head for 16-bit moments: the four-wide part exists only when p and g are
+ * equally aligned mod 16 bytes, m and v mod 8, and an element's place in its 16-byte
+ * group of p is its place in its 8-byte group of m (m and v NULL: p and g alone). */
+static __device__ __forceinline__ int hpdl_optim_head16(const float *p, const float *g, const unsigned short *m,
+                                                        const unsigned short *v, int count, int *n4) {
+  const unsigned long long a = (unsigned long long)p, b = m ? (unsigned long long)m : a >> 1;
+  const unsigned long long c = v ? (unsigned long long)v : b;
+  if (((a ^ (unsigned long long)g) & 15ull) != 0 || ((b ^ c) & 7ull) != 0 || (a & 3ull) != 0 || (b & 1ull) != 0 ||
+      ((a >> 2) & 3ull) != ((b >> 1) & 3ull)) {
+    *n4 = 0;
+    return count;
+  }
+  int head = (int)((4ull - ((a >> 2) & 3ull)) & 3ull);
+  if (head > count) head = count;
+  *n4 = (count - head) >> 2;
+  return head;
+}
+
+static __device__ __forceinline__ float4 hpdl_optim_bf16_get4(ushort4 h) {
+  return make_float4(hpdl_optim_bf16_get(h.x), hpdl_optim_bf16_get(h.y), hpdl_optim_bf16_get(h.z),
+                     hpdl_optim_bf16_get(h.w));
+}
 
 /* half.h's half_bf16_bits: round to nearest even, a NaN kept quiet */
 static __device__ __forceinline__ unsigned short hpdl_optim_bf16_rn(float f) {
@@ -355,6 +380,33 @@ static __device__ __forceinline__ unsigned short hpdl_optim_bf16_rn(float f) {
   const unsigned nan = (x & 0x7fffffffu) > 0x7f800000u;
   const unsigned rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
   return (unsigned short)(nan ? (x >> 16) | 0x40u : rounded);
+}
+
+static __device__ __forceinline__ ushort4 hpdl_optim_bf16_rn4(float4 f) {
+  return make_ushort4(hpdl_optim_bf16_rn(f.x), hpdl_optim_bf16_rn(f.y), hpdl_optim_bf16_rn(f.z), hpdl_optim_bf16_rn(f.w));
+}
+
+/* One element of hpdl_adamw_bf16m: its moments read exactly, updated in float, the
+ * parameter moved by the unrounded moments, the moments stored rounded. */
+static __device__ __forceinline__ void hpdl_adamw16_scalar(float *__restrict__ p, const float *__restrict__ g,
+                                                           unsigned short *__restrict__ m,
+                                                           unsigned short *__restrict__ v, int i,
+                                                           const hpdl_adamw_args &a, float decay, float omb1,
+                                                           float omb2) {
+  float mi = hpdl_optim_bf16_get(m[i]), vi = hpdl_optim_bf16_get(v[i]);
+  hpdl_adamw_elem(p[i], __ldg(g + i), mi, vi, a, decay, omb1, omb2);
+  m[i] = hpdl_optim_bf16_rn(mi);
+  v[i] = hpdl_optim_bf16_rn(vi);
+}
+
+/* One element of hpdl_sgd_bf16m; the buffer is read and written only with momentum. */
+static __device__ __forceinline__ void hpdl_sgd16_scalar(float *__restrict__ p, const float *__restrict__ g,
+                                                         unsigned short *__restrict__ b, int i,
+                                                         const hpdl_sgd_args &a, float w, bool mom) {
+  float pi = p[i], bi = mom ? hpdl_optim_bf16_get(b[i]) : 0.0f;
+  hpdl_sgd_elem(pi, __ldg(g + i), bi, a, w);
+  p[i] = pi;
+  if (mom) b[i] = hpdl_optim_bf16_rn(bi);
 }
 
 /* AdamW over the chunks, the moments in bf16. m and v must not be NULL. */
@@ -368,12 +420,26 @@ hpdl_adamw_bf16m(const hpdl_optim_chunk *__restrict__ table, long long nchunks, 
     unsigned short *__restrict__ m = reinterpret_cast<unsigned short *>(k.m) + k.offset;
     unsigned short *__restrict__ v = reinterpret_cast<unsigned short *>(k.v) + k.offset;
     const float decay = hpdl_adamw_decay(k, a);
-    for (int i = threadIdx.x; i < k.count; i += blockDim.x) {
-      float mi = hpdl_optim_bf16_get(m[i]), vi = hpdl_optim_bf16_get(v[i]);
-      hpdl_adamw_elem(p[i], __ldg(g + i), mi, vi, a, decay, omb1, omb2);
-      m[i] = hpdl_optim_bf16_rn(mi);
-      v[i] = hpdl_optim_bf16_rn(vi);
+    int n4;
+    const int head = hpdl_optim_head16(p, g, m, v, k.count, &n4);
+    for (int i = threadIdx.x; i < head; i += blockDim.x) hpdl_adamw16_scalar(p, g, m, v, i, a, decay, omb1, omb2);
+    float4 *p4 = reinterpret_cast<float4 *>(p + head);
+    const float4 *g4 = reinterpret_cast<const float4 *>(g + head);
+    ushort4 *m4 = reinterpret_cast<ushort4 *>(m + head);
+    ushort4 *v4 = reinterpret_cast<ushort4 *>(v + head);
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+      float4 P = p4[i], M = hpdl_optim_bf16_get4(m4[i]), V = hpdl_optim_bf16_get4(v4[i]);
+      const float4 G = __ldg(g4 + i);
+      hpdl_adamw_elem(P.x, G.x, M.x, V.x, a, decay, omb1, omb2);
+      hpdl_adamw_elem(P.y, G.y, M.y, V.y, a, decay, omb1, omb2);
+      hpdl_adamw_elem(P.z, G.z, M.z, V.z, a, decay, omb1, omb2);
+      hpdl_adamw_elem(P.w, G.w, M.w, V.w, a, decay, omb1, omb2);
+      p4[i] = P;
+      m4[i] = hpdl_optim_bf16_rn4(M);
+      v4[i] = hpdl_optim_bf16_rn4(V);
     }
+    for (int i = head + 4 * n4 + (int)threadIdx.x; i < k.count; i += blockDim.x)
+      hpdl_adamw16_scalar(p, g, m, v, i, a, decay, omb1, omb2);
   }
 }
 
@@ -388,12 +454,23 @@ hpdl_sgd_bf16m(const hpdl_optim_chunk *__restrict__ table, long long nchunks, co
     const float *__restrict__ g = k.g + k.offset;
     unsigned short *__restrict__ b = mom ? reinterpret_cast<unsigned short *>(k.m) + k.offset : nullptr;
     const float w = hpdl_sgd_wd(k, a);
-    for (int i = threadIdx.x; i < k.count; i += blockDim.x) {
-      float pi = p[i], bi = mom ? hpdl_optim_bf16_get(b[i]) : 0.0f;
-      hpdl_sgd_elem(pi, __ldg(g + i), bi, a, w);
-      p[i] = pi;
-      if (mom) b[i] = hpdl_optim_bf16_rn(bi);
+    int n4;
+    const int head = hpdl_optim_head16(p, g, b, b, k.count, &n4);
+    for (int i = threadIdx.x; i < head; i += blockDim.x) hpdl_sgd16_scalar(p, g, b, i, a, w, mom);
+    float4 *p4 = reinterpret_cast<float4 *>(p + head);
+    const float4 *g4 = reinterpret_cast<const float4 *>(g + head);
+    ushort4 *b4 = mom ? reinterpret_cast<ushort4 *>(b + head) : nullptr;
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+      float4 P = p4[i], B = mom ? hpdl_optim_bf16_get4(b4[i]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      const float4 G = __ldg(g4 + i);
+      hpdl_sgd_elem(P.x, G.x, B.x, a, w);
+      hpdl_sgd_elem(P.y, G.y, B.y, a, w);
+      hpdl_sgd_elem(P.z, G.z, B.z, a, w);
+      hpdl_sgd_elem(P.w, G.w, B.w, a, w);
+      p4[i] = P;
+      if (mom) b4[i] = hpdl_optim_bf16_rn4(B);
     }
+    for (int i = head + 4 * n4 + (int)threadIdx.x; i < k.count; i += blockDim.x) hpdl_sgd16_scalar(p, g, b, i, a, w, mom);
   }
 }
 #endif /* HPDL_OPTIM_MOMENTS16 */

@@ -275,8 +275,11 @@ static long long run_case(bool sgd, double momentum, const Layout &L, const Laun
  * optim_adamw16_mt / optim_sgd16_mt on one thread: the same ten tensors one after
  * another (fp32 parameters and gradients, 16-bit moments with canaries between the
  * tensors), five steps clipped every other step, bit for bit after each; nothing
- * outside the tensors written. Returns the values compared. */
-static long long run_case16(bool sgd, double momentum, const Launch &X) {
+ * outside the tensors written. sh = 1 puts the moments one value further on, so that
+ * no element is at the same place in the moments' 8-byte groups as in the
+ * parameters' 16-byte ones (the kernels' one-a-thread path throughout; sh = 0 takes
+ * the four-wide path between each chunk's head and tail). Returns the values compared. */
+static long long run_case16(bool sgd, double momentum, const Launch &X, int sh) {
   OptimConfig cfg;
   config(&cfg, sgd, momentum);
   const bool with_m = !sgd || momentum != 0, with_v = !sgd;
@@ -285,26 +288,27 @@ static long long run_case16(bool sgd, double momentum, const Launch &X) {
   long long len = 0;
   for (int i = 0; i < NT; i++) off.push_back(len), len += SIZES[i] + 1; /* a canary after each */
   std::vector<float> p(size_t(len) + 1), g(size_t(len) + 1), pc, gc;
-  std::vector<uint16_t> m(size_t(len) + 1, CANARY16), v(size_t(len) + 1, CANARY16), mc, vc;
+  std::vector<uint16_t> m(size_t(len) + 2, CANARY16), v(size_t(len) + 2, CANARY16), mc, vc;
   Rng rng(sgd ? 17 : 15);
   for (int i = 0; i < NT; i++)
     for (long long j = 0; j < SIZES[i]; j++) {
       p[size_t(off[i] + j)] = float(rng.uniform(-1, 1));
-      m[size_t(off[i] + j)] = sgd ? 0x7fc0 : half_bf16_from_f32(float(rng.uniform(-1e-2, 1e-2))); /* SGD: not read at t = 1 */
-      v[size_t(off[i] + j)] = half_bf16_from_f32(float(rng.uniform(0, 1e-4) * rng.uniform(0, 1)));
+      m[size_t(sh + off[i] + j)] = sgd ? 0x7fc0 : half_bf16_from_f32(float(rng.uniform(-1e-2, 1e-2))); /* SGD: not read at t = 1 */
+      v[size_t(sh + off[i] + j)] = half_bf16_from_f32(float(rng.uniform(0, 1e-4) * rng.uniform(0, 1)));
     }
   pc = p, mc = m, vc = v;
   std::vector<hpdl_optim_tensor> t(NT);
   for (int i = 0; i < NT; i++)
-    t[i] = hpdl_optim_tensor{p.data() + off[i], g.data() + off[i], with_m ? reinterpret_cast<float *>(m.data() + off[i]) : nullptr,
-                             with_v ? reinterpret_cast<float *>(v.data() + off[i]) : nullptr, SIZES[i], DECAY[i]};
+    t[i] = hpdl_optim_tensor{p.data() + off[i], g.data() + off[i], with_m ? reinterpret_cast<float *>(m.data() + sh + off[i]) : nullptr,
+                             with_v ? reinterpret_cast<float *>(v.data() + sh + off[i]) : nullptr, SIZES[i], DECAY[i]};
   long long nchunks = hpdl_optim_count_chunks(t.data(), NT, X.chunk);
   std::vector<hpdl_optim_chunk> table(static_cast<size_t>(nchunks));
   hpdl_optim_build_chunks(t.data(), NT, X.chunk, table.data());
   unsigned grid = X.grid == 0 ? hpdl_optim_grid(nchunks) : X.grid < 0 ? unsigned(nchunks) : unsigned(X.grid);
   char ctxbuf[200];
-  std::snprintf(ctxbuf, sizeof ctxbuf, "%s bf16 moments%s, chunk %d (%lld rows), grid %u x %d", sgd ? "sgd" : "adamw",
-                sgd ? (momentum != 0 ? " momentum" : " no momentum") : "", X.chunk, nchunks, grid, X.block);
+  std::snprintf(ctxbuf, sizeof ctxbuf, "%s bf16 moments%s%s, chunk %d (%lld rows), grid %u x %d", sgd ? "sgd" : "adamw",
+                sgd ? (momentum != 0 ? " momentum" : " no momentum") : "", sh ? " a value off the parameters' alignment" : "",
+                X.chunk, nchunks, grid, X.block);
   const std::string ctx = ctxbuf;
   long long compared = 0, total = 0;
   for (long long n : SIZES) total += n;
@@ -322,8 +326,8 @@ static long long run_case16(bool sgd, double momentum, const Launch &X) {
       double wd = DECAY[i] ? cfg.weight_decay : 0.0;
       float *pi = pc.data() + off[i];
       const float *gi = gc.data() + off[i];
-      if (sgd) optim_sgd16_mt(1, pi, gi, with_m ? mc.data() + off[i] : nullptr, SIZES[i], s + 1, lr, wd, &cfg, scale, nullptr);
-      else optim_adamw16_mt(1, pi, gi, mc.data() + off[i], vc.data() + off[i], SIZES[i], s + 1, lr, wd, &cfg, scale, nullptr);
+      if (sgd) optim_sgd16_mt(1, pi, gi, with_m ? mc.data() + sh + off[i] : nullptr, SIZES[i], s + 1, lr, wd, &cfg, scale, nullptr);
+      else optim_adamw16_mt(1, pi, gi, mc.data() + sh + off[i], vc.data() + sh + off[i], SIZES[i], s + 1, lr, wd, &cfg, scale, nullptr);
     }
     int rc;
     if (sgd)
@@ -342,9 +346,9 @@ static long long run_case16(bool sgd, double momentum, const Launch &X) {
     }
     if (dp || dm || dv) std::printf("%s: %zu parameters, %zu m, %zu v differ from optim.c\n", step.c_str(), dp, dm, dv);
     check(dp == 0 && dm == 0 && dv == 0, step + ": bit for bit");
-    bool intact = true;
+    bool intact = !sh || (m[0] == CANARY16 && v[0] == CANARY16);
     for (int i = 0; i < NT; i++)
-      intact = intact && m[size_t(off[i] + SIZES[i])] == CANARY16 && v[size_t(off[i] + SIZES[i])] == CANARY16;
+      intact = intact && m[size_t(sh + off[i] + SIZES[i])] == CANARY16 && v[size_t(sh + off[i] + SIZES[i])] == CANARY16;
     check(intact, step + ": nothing written outside the 16-bit moments");
     compared += total * (1 + with_m + with_v);
   }
@@ -425,7 +429,8 @@ int main(int argc, char **argv) {
     for (const Layout &L : LAYOUTS)
       for (const Launch &X : LAUNCHES) values += run_case(sgd, momentum, L, X);
   for (double momentum : sgd ? std::vector<double>{0.9, 0.0} : std::vector<double>{0.0})
-    for (const Launch &X : LAUNCHES) values += run_case16(sgd, momentum, X);
+    for (int sh : {0, 1}) /* 1: the moments' 8-byte groups out of step with the parameters' */
+      for (const Launch &X : LAUNCHES) values += run_case16(sgd, momentum, X, sh);
   fma_sensitivity(sgd);
   std::printf("optim_emu %s: %lld values compared, %s\n", what.c_str(), values,
               g_failures ? "FAILED" : "all bit for bit with runtime/optim.c");

@@ -18,8 +18,9 @@
   mutation    the header with one deliberate slip at a time (an operation reordered, a
               fused multiply-add, eps inside the square root, a float4 lane swapped, a
               head off by one, the tail short by one, the decay flags swapped, the clip
-              scale or SGD's first step forgotten, the float4 momentum not stored): the
-              test must fail on each.
+              scale or SGD's first step forgotten, the float4 momentum not stored, the
+              bf16-moment kernels' four-wide lanes, head and stores): the test must
+              fail on each.
   sm_80, sm_90  the header through nvcc (-cubin -Xptxas -v; -ptx) and NVRTC for the arch:
               no warning, no spill, no stack frame, registers printed; the PTX keeps every
               operation apart (no fma / mad on f32, no .ftz, div.rn and sqrt.rn), has the
@@ -127,7 +128,10 @@ MUTANTS = [
      "__fdiv_rn(__fmul_rn(a.lr, mhat), __fadd_rn(__fsqrt_rn(vhat), a.eps))",
      "__fmul_rn(a.lr, __fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), a.eps)))"),
     ("float4 lane y reads lane z's gradient", "adamw",
-     "hpdl_adamw_elem(P.y, G.y,", "hpdl_adamw_elem(P.y, G.z,"),
+     "M = m4[i], V = v4[i];\n      const float4 G = __ldg(g4 + i);\n      hpdl_adamw_elem(P.x, G.x, M.x, V.x, a, decay, omb1, omb2);\n"
+     "      hpdl_adamw_elem(P.y, G.y,",
+     "M = m4[i], V = v4[i];\n      const float4 G = __ldg(g4 + i);\n      hpdl_adamw_elem(P.x, G.x, M.x, V.x, a, decay, omb1, omb2);\n"
+     "      hpdl_adamw_elem(P.y, G.z,"),
     ("head one element too long (misaligned float4)", "adamw",
      "int head = (int)(((16ull - (a & 15ull)) & 15ull) >> 2);",
      "int head = (int)(((16ull - (a & 15ull)) & 15ull) >> 2) + 1;"),
@@ -146,9 +150,22 @@ MUTANTS = [
     ("bf16 moments truncated, not rounded", "adamw",
      "const unsigned rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;", "const unsigned rounded = x >> 16;"),
     ("bf16 kernel: v stored from m", "adamw",
-     "      v[i] = hpdl_optim_bf16_rn(vi);", "      v[i] = hpdl_optim_bf16_rn(mi);"),
+     "  v[i] = hpdl_optim_bf16_rn(vi);", "  v[i] = hpdl_optim_bf16_rn(mi);"),
     ("sgd bf16: momentum not stored", "sgd",
-     "      if (mom) b[i] = hpdl_optim_bf16_rn(bi);\n", "\n"),
+     "  if (mom) b[i] = hpdl_optim_bf16_rn(bi);\n", "\n"),
+    ("bf16 four-wide: v stored from m", "adamw",
+     "v4[i] = hpdl_optim_bf16_rn4(V);", "v4[i] = hpdl_optim_bf16_rn4(M);"),
+    ("bf16 four-wide: lane y reads lane z's gradient", "adamw",
+     "V = hpdl_optim_bf16_get4(v4[i]);\n      const float4 G = __ldg(g4 + i);\n"
+     "      hpdl_adamw_elem(P.x, G.x, M.x, V.x, a, decay, omb1, omb2);\n      hpdl_adamw_elem(P.y, G.y,",
+     "V = hpdl_optim_bf16_get4(v4[i]);\n      const float4 G = __ldg(g4 + i);\n"
+     "      hpdl_adamw_elem(P.x, G.x, M.x, V.x, a, decay, omb1, omb2);\n      hpdl_adamw_elem(P.y, G.z,"),
+    ("bf16 head: the moments' place in their groups not checked", "adamw",
+     "(b & 1ull) != 0 ||\n      ((a >> 2) & 3ull) != ((b >> 1) & 3ull)) {", "(b & 1ull) != 0) {"),
+    ("bf16 head one element too long", "adamw",
+     "int head = (int)((4ull - ((a >> 2) & 3ull)) & 3ull);", "int head = (int)((4ull - ((a >> 2) & 3ull)) & 3ull) + 1;"),
+    ("sgd bf16: four-wide momentum not stored", "sgd",
+     "      if (mom) b4[i] = hpdl_optim_bf16_rn4(B);\n", "\n"),
     ("sgd: weight decay times the gradient", "sgd",
      "float gi = __fadd_rn(__fmul_rn(g, a.gscale), __fmul_rn(w, p));",
      "float gi = __fadd_rn(__fmul_rn(g, a.gscale), __fmul_rn(w, g));"),
