@@ -234,6 +234,17 @@ static __device__ __forceinline__ void hpdl_adamw_elem(float &p, float g, float 
   p = __fsub_rn(__fmul_rn(p, decay), __fdiv_rn(__fmul_rn(a.lr, mhat), __fadd_rn(__fsqrt_rn(vhat), a.eps)));
 }
 
+/* hpdl_adamw_elem on the four lanes of a float4 group (the fp32 and bf16-moment
+ * kernels' four-wide paths). */
+static __device__ __forceinline__ void hpdl_adamw_elem4(float4 &P, const float4 &G, float4 &M, float4 &V,
+                                                        const hpdl_adamw_args &a, float decay, float omb1,
+                                                        float omb2) {
+  hpdl_adamw_elem(P.x, G.x, M.x, V.x, a, decay, omb1, omb2);
+  hpdl_adamw_elem(P.y, G.y, M.y, V.y, a, decay, omb1, omb2);
+  hpdl_adamw_elem(P.z, G.z, M.z, V.z, a, decay, omb1, omb2);
+  hpdl_adamw_elem(P.w, G.w, M.w, V.w, a, decay, omb1, omb2);
+}
+
 /* The chunk's weight decay: the configured one where its tensor decays (decay[1],
  * wd[1]), else none. */
 static __device__ __forceinline__ float hpdl_adamw_decay(const hpdl_optim_chunk &k, const hpdl_adamw_args &a) {
@@ -266,10 +277,7 @@ hpdl_adamw_f32(const hpdl_optim_chunk *__restrict__ table, long long nchunks, co
     for (int i = threadIdx.x; i < n4; i += blockDim.x) {
       float4 P = p4[i], M = m4[i], V = v4[i];
       const float4 G = __ldg(g4 + i);
-      hpdl_adamw_elem(P.x, G.x, M.x, V.x, a, decay, omb1, omb2);
-      hpdl_adamw_elem(P.y, G.y, M.y, V.y, a, decay, omb1, omb2);
-      hpdl_adamw_elem(P.z, G.z, M.z, V.z, a, decay, omb1, omb2);
-      hpdl_adamw_elem(P.w, G.w, M.w, V.w, a, decay, omb1, omb2);
+      hpdl_adamw_elem4(P, G, M, V, a, decay, omb1, omb2);
       p4[i] = P;
       m4[i] = M;
       v4[i] = V;
@@ -291,6 +299,15 @@ static __device__ __forceinline__ void hpdl_sgd_elem(float &p, float g, float &b
     buf = gi;
   }
   p = __fsub_rn(p, __fmul_rn(a.lr, gi));
+}
+
+/* hpdl_sgd_elem on the four lanes of a float4 group. */
+static __device__ __forceinline__ void hpdl_sgd_elem4(float4 &P, const float4 &G, float4 &B, const hpdl_sgd_args &a,
+                                                      float w) {
+  hpdl_sgd_elem(P.x, G.x, B.x, a, w);
+  hpdl_sgd_elem(P.y, G.y, B.y, a, w);
+  hpdl_sgd_elem(P.z, G.z, B.z, a, w);
+  hpdl_sgd_elem(P.w, G.w, B.w, a, w);
 }
 
 /* Element i alone; the buffer is read and written only with momentum (b may stand
@@ -326,10 +343,7 @@ hpdl_sgd_f32(const hpdl_optim_chunk *__restrict__ table, long long nchunks, cons
       float4 P = p4[i], B = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       const float4 G = __ldg(g4 + i);
       if (mom) B = b4[i];
-      hpdl_sgd_elem(P.x, G.x, B.x, a, w);
-      hpdl_sgd_elem(P.y, G.y, B.y, a, w);
-      hpdl_sgd_elem(P.z, G.z, B.z, a, w);
-      hpdl_sgd_elem(P.w, G.w, B.w, a, w);
+      hpdl_sgd_elem4(P, G, B, a, w);
       p4[i] = P;
       if (mom) b4[i] = B;
     }
@@ -430,10 +444,7 @@ hpdl_adamw_bf16m(const hpdl_optim_chunk *__restrict__ table, long long nchunks, 
     for (int i = threadIdx.x; i < n4; i += blockDim.x) {
       float4 P = p4[i], M = hpdl_optim_bf16_get4(m4[i]), V = hpdl_optim_bf16_get4(v4[i]);
       const float4 G = __ldg(g4 + i);
-      hpdl_adamw_elem(P.x, G.x, M.x, V.x, a, decay, omb1, omb2);
-      hpdl_adamw_elem(P.y, G.y, M.y, V.y, a, decay, omb1, omb2);
-      hpdl_adamw_elem(P.z, G.z, M.z, V.z, a, decay, omb1, omb2);
-      hpdl_adamw_elem(P.w, G.w, M.w, V.w, a, decay, omb1, omb2);
+      hpdl_adamw_elem4(P, G, M, V, a, decay, omb1, omb2);
       p4[i] = P;
       m4[i] = hpdl_optim_bf16_rn4(M);
       v4[i] = hpdl_optim_bf16_rn4(V);
@@ -463,10 +474,7 @@ hpdl_sgd_bf16m(const hpdl_optim_chunk *__restrict__ table, long long nchunks, co
     for (int i = threadIdx.x; i < n4; i += blockDim.x) {
       float4 P = p4[i], B = mom ? hpdl_optim_bf16_get4(b4[i]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       const float4 G = __ldg(g4 + i);
-      hpdl_sgd_elem(P.x, G.x, B.x, a, w);
-      hpdl_sgd_elem(P.y, G.y, B.y, a, w);
-      hpdl_sgd_elem(P.z, G.z, B.z, a, w);
-      hpdl_sgd_elem(P.w, G.w, B.w, a, w);
+      hpdl_sgd_elem4(P, G, B, a, w);
       p4[i] = P;
       if (mom) b4[i] = hpdl_optim_bf16_rn4(B);
     }
