@@ -170,7 +170,16 @@ static void set_command(char *cmd, size_t cap, const char *hpdlc, const char *sr
                                         {"attention", "--attention"}, {"recompute_layers", "--recompute-layers"},
                                         {"compression", "--compression"}, {"moments", "--moments"},
                                         {"dispatcher", "--dispatcher"}};
-  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) add_flag(cmd, cap, keys[i][1], json_object_get(l, keys[i][0]));
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    json_t *val = json_object_get(l, keys[i][0]);
+    const char *str = json_string_value(val);
+    size_t len = str ? strlen(str) : 0;
+    if (!strcmp(keys[i][0], "cluster") && len > 4 && !strcmp(str + len - 4, ".hpd")) {
+      size_t n = strlen(cmd); /* a cluster file of the set, relative to the source tree */
+      snprintf(cmd + n, cap - n, " --cluster '%s/%s'", src, str);
+    } else
+      add_flag(cmd, cap, keys[i][1], val);
+  }
   long v_ = jint(l, "virtual_stages");
   size_t n = strlen(cmd);
   /* the layers split equally over the stages unless the run says otherwise */
