@@ -73,6 +73,8 @@ while IFS= read -r -d '' f; do
 done < <(find "$root/samples" "$root/stdlib" "$root/tests" "$root/fuzz" -name '*.hpd' -size -1024k -print0 2>/dev/null)
 for f in "$root"/samples/clusters/*.hpd; do cp -- "$f" "$out/cluster/"; done
 grep -l '^cluster ' "$root"/tests/errors/*.hpd 2>/dev/null | while read -r f; do cp -- "$f" "$out/cluster/"; done
+# a cluster described by hand with its device's scales (compute_scale, memory_scale)
+grep -l '^cluster ' "$root"/tests/plan/*.hpd 2>/dev/null | while read -r f; do cp -- "$f" "$out/cluster/"; done
 
 # ---- data: shards from hpdl-data ----
 small=(-D V=256 -D T=16 -D C=8 -D L=2 -D H=2)
