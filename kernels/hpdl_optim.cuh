@@ -365,22 +365,19 @@ hpdl_sgd_f32(const hpdl_optim_chunk *__restrict__ table, long long nchunks, cons
  * thread in the head and tail; the same operations on each element either way. */
 static __device__ __forceinline__ float hpdl_optim_bf16_get(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
 
-/* hpdl_optim_head for 16-bit moments: the four-wide part exists only when p and g are
- * equally aligned mod 16 bytes, m and v mod 8, and an element's place in its 16-byte
- * group of p is its place in its 8-byte group of m (m and v NULL: p and g alone). */
+/* hpdl_optim_head for 16-bit moments: p and g as hpdl_optim_head places them, and the
+ * four-wide part only where m and v are equally aligned mod 8 bytes and each element
+ * sits at the same place in its 8-byte group of m (byte 2i) as in its 16-byte group of
+ * p (byte 4i) (m and v NULL: p and g alone). */
 static __device__ __forceinline__ int hpdl_optim_head16(const float *p, const float *g, const unsigned short *m,
                                                         const unsigned short *v, int count, int *n4) {
   const unsigned long long a = (unsigned long long)p, b = m ? (unsigned long long)m : a >> 1;
   const unsigned long long c = v ? (unsigned long long)v : b;
-  if (((a ^ (unsigned long long)g) & 15ull) != 0 || ((b ^ c) & 7ull) != 0 || (a & 3ull) != 0 || (b & 1ull) != 0 ||
-      ((a >> 2) & 3ull) != ((b >> 1) & 3ull)) {
+  if (((b ^ c) & 7ull) != 0 || (b & 7ull) != ((a & 15ull) >> 1)) {
     *n4 = 0;
     return count;
   }
-  int head = (int)((4ull - ((a >> 2) & 3ull)) & 3ull);
-  if (head > count) head = count;
-  *n4 = (count - head) >> 2;
-  return head;
+  return hpdl_optim_head(p, g, p, p, count, n4);
 }
 
 static __device__ __forceinline__ float4 hpdl_optim_bf16_get4(ushort4 h) {
