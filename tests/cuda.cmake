@@ -352,7 +352,9 @@ if(Python3_Interpreter_FOUND)
   #                      pp2_v2_bf16: virtual stages (4 layers, 4 chunks,
   #                      the interleaved schedule; a program for each of a
   #                      stage's 2 chunks, the tied embedding between chunks
-  #                      0 and 3), pp2_v2_resume stopped at step 10 and
+  #                      0 and 3), pp2_v2_ends (balance = ends: 2 layers in
+  #                      4 chunks, chunk 0 the embedding alone, chunk 3 the
+  #                      head alone), pp2_v2_resume stopped at step 10 and
   #                      resumed at one chunk a stage, pp2_v2_zero1 and
   #                      pp2_v2_zero3 at dp 2 (each chunk's units sharded
   #                      over dp, the start-up line checked),
@@ -392,6 +394,7 @@ if(Python3_Interpreter_FOUND)
       "bf16_fused_ce|--precision bf16 --fused-ce on" "recompute_layers|--recompute full --recompute-layers 1"
       "pp2_recompute_layers|-D L=4 --pp 2 --recompute full --recompute-layers 1"
       "pp2_v2|-D L=4 --pp 2 --virtual-stages 2 --schedule interleaved"
+      "pp2_v2_ends|--pp 2 --virtual-stages 2 --schedule interleaved --balance ends"
       "pp2_v2_resume|-D L=4 --pp 2 --virtual-stages 2 --schedule interleaved"
       "pp2_v2_bf16|-D L=4 --pp 2 --virtual-stages 2 --schedule interleaved --precision bf16"
       "pp2_v2_zero1|-D L=4 --dp 2 --pp 2 --virtual-stages 2 --schedule interleaved --zero 1 --micro-batch 1"

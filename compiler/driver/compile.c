@@ -754,7 +754,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
   json_object_set_new(jlay, pr->by_cuts ? "stage_pieces" : "stage_layers", stage_layers);
   if (L.ep > 1) json_object_set_new(jlay, "ep", json_integer(L.ep));
   if (L.ep_fold) json_object_set_new(jlay, "ep_fold", json_true());
-  json_object_set_new(jlay, "balance", json_string(m->layout.balance == BALANCE_LAYERS ? "layers" : "cost"));
+  json_object_set_new(jlay, "balance", json_string(sem_balance_name(m->layout.balance)));
   /* where the layout was planned to run: hpdlrun --sbatch / --k8s place
    * the ranks on nodes from it (docs/runtime.md, "Clusters") */
   json_object_set_new(root, "cluster",

@@ -54,7 +54,7 @@ static const LayoutFlag layout_flags[] = {
     {"--recompute", "parallel.recompute", "none|selective|full|ops|act|auto"},
     {"--schedule", "parallel.schedule", "gpipe|1f1b|interleaved|auto"},
     {"--virtual-stages", "parallel.virtual", "N|auto"},
-    {"--balance", "parallel.balance", "cost|layers"},
+    {"--balance", "parallel.balance", "cost|layers|ends"},
     {"--dispatcher", "parallel.dispatcher", "alltoall|deepep"},
     {"--overlap", "parallel.overlap", "on|off"},
     {"--tp-overlap", "parallel.tp_overlap", "on|off"},
@@ -800,7 +800,7 @@ int main(int argc, char **argv) {
               if (split) {
                 printf("# chunks: ");
                 for (int c = 0; c < pp * v; c++) printf("%s%" PRId64, c ? "+" : "", split[c]);
-                printf(" layers (balance = %s)\n", m->layout.balance == BALANCE_LAYERS ? "layers" : "cost");
+                printf(" layers (balance = %s)\n", sem_balance_name(m->layout.balance));
               }
               sched_print(stdout, &prog_s, 0);
               sched_free(&prog_s);
@@ -835,7 +835,7 @@ int main(int argc, char **argv) {
                 printf(" of ");
                 for (int c = 0; c < pr->nchunks; c++) printf("%s%" PRId64, c ? "+" : "", pr->layers[c]);
                 printf(" %s (balance = %s)", pr->by_cuts ? "pieces of the forward, cut where one activation crosses" : "layers",
-                       m->layout.balance == BALANCE_LAYERS ? "layers" : "cost");
+                       sem_balance_name(m->layout.balance));
               }
               printf("\n");
               ir_print(pr->m, stdout);

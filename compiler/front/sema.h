@@ -210,9 +210,17 @@ typedef struct {
   int ckpt_async;
 } SemTrain;
 
-/* How pipeline chunks share the layers: equal counts, or balanced by the
- * planner's forward + backward time (plan_chunk_layers, plan.h). */
-typedef enum { BALANCE_COST, BALANCE_LAYERS } PipeBalance; /* the words of `balance` */
+/* How pipeline chunks share the layers: balanced by the planner's forward +
+ * backward time (plan_chunk_layers, plan.h), equal counts, or equal counts
+ * with the prologue (embeddings) and the epilogue (head and loss) counting
+ * as one layer each, so that with pipeline x virtual = layers + 2 the first
+ * chunk runs only the embeddings and the last only the head (Llama 3's
+ * pipeline; Megatron-LM's account_for_embedding_in_pipeline_split and
+ * account_for_loss_in_pipeline_split). */
+typedef enum { BALANCE_COST, BALANCE_LAYERS, BALANCE_ENDS } PipeBalance; /* the words of `balance` */
+
+/* The word of a balance ("cost", "layers", "ends"). */
+const char *sem_balance_name(PipeBalance b);
 
 /* -1 in an int field means `auto` (the planner chooses). */
 typedef struct {

@@ -18,7 +18,11 @@ static const char *const moment_types[] = {"fp32", "bf16", NULL};
 static const char *const optimizers[] = {"sgd", "adamw", NULL};
 static const char *const schedules[] = {"gpipe", "1f1b", "interleaved", NULL};
 static const char *const recomputes[] = {"none", "selective", "full", "ops", "act", NULL};
-static const char *const balances[] = {"cost", "layers", NULL};
+static const char *const balances[] = {"cost", "layers", "ends", NULL};
+
+const char *sem_balance_name(PipeBalance b) {
+  return b >= BALANCE_COST && b <= BALANCE_ENDS ? balances[b] : "?";
+}
 static const char *const dispatchers[] = {"alltoall", "deepep", NULL};
 static const char *const loss_scales[] = {"dynamic", NULL};
 
@@ -803,12 +807,23 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
   m->layers = layers;
   m->repeats = repeats;
   int64_t stages = (L->pp > 0 ? L->pp : 1) * (L->virtual_stages > 0 ? L->virtual_stages : 1);
-  if (stages > 1 && repeats != 1 && L->balance == BALANCE_LAYERS) {
+  if (stages > 1 && repeats != 1 && L->balance != BALANCE_COST) {
     sema_error(S, m->model->decl->name.span,
-               "balance = layers gives the pipeline stages equal shares of one repeated block, and %s has %s",
-               m->model->decl->name.name, repeats ? "several" : "no `repeat`");
+               "balance = %s gives the pipeline stages equal shares of one repeated block, and %s has %s",
+               sem_balance_name(L->balance), m->model->decl->name.name, repeats ? "several" : "no `repeat`");
     diag_hint(S->diag, "balance = cost (the default) cuts the forward where one activation crosses");
     setting_note(S, &s, "balance", "--balance");
+  } else if (stages > 1 && repeats == 1 && L->balance == BALANCE_ENDS) {
+    /* the embeddings and the head count as a layer each: chunk 0 and chunk
+     * K-1 run (layers + 2) / K - 1 layers, the others (layers + 2) / K */
+    if ((layers + 2) % stages != 0) {
+      sema_error(S, rep->span, "%" PRId64 " layers and the two ends (embeddings, head) cannot be split equally into pipeline x virtual = %" PRId64 " x %" PRId64 " stages",
+                 layers, L->pp > 0 ? L->pp : 1, L->virtual_stages > 0 ? L->virtual_stages : 1);
+      diag_hint(S->diag, "balance = ends needs pipeline x virtual to divide layers + 2; balance = cost (the default) gives the stages unequal layer counts");
+      setting_note(S, &s, "balance", "--balance");
+      setting_note(S, &s, "pipeline", "--pp");
+      if (L->virtual_stages > 1) setting_note(S, &s, "virtual", "--virtual-stages");
+    }
   } else if (stages > 1 && repeats == 1) {
     if (layers < stages) {
       sema_error(S, rep->span, "%" PRId64 " layers cannot be split into pipeline x virtual = %" PRId64 " x %" PRId64

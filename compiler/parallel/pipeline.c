@@ -51,6 +51,18 @@ static void mark_after(const IrGraph *g, int call, char *after) {
       if (after[g->nodes[i].in[k]]) after[i] = 1;
 }
 
+int pipe_split_ends(int64_t repeat, int64_t chunks, int64_t *out) {
+  if (chunks < 1 || repeat < 0) return -1;
+  if (chunks == 1) {
+    out[0] = repeat;
+    return 0;
+  }
+  if ((repeat + 2) % chunks) return -1;
+  int64_t q = (repeat + 2) / chunks;
+  for (int64_t c = 0; c < chunks; c++) out[c] = c == 0 || c == chunks - 1 ? q - 1 : q;
+  return 0;
+}
+
 int pipe_balance(int64_t repeat, int64_t chunks, double t_first, double t_layer, double t_last, int64_t *out) {
   if (chunks < 1 || repeat < chunks) return -1;
   if (!(t_layer > 0) || !(t_first >= 0) || !(t_last >= 0)) { /* no usable price: split by count */
@@ -375,10 +387,12 @@ static PipeResult *split_by_cuts(Arena *arena, Diag *diag, const IrModule *m, co
 static void copy_block_graphs(Arena *arena, const IrModule *m, IrModule *dst, int offset);
 
 /* Each chunk's first unit and unit count (nl, first) from `split`, each at
- * least one and summing to `total`; NULL split: the equal split. 0, or -1
- * with an error at `at` (units named `what`: layers or pieces). */
+ * least one (ends_empty: the first and the last chunk may run none, their
+ * prologue or epilogue alone) and summing to `total`; NULL split: the equal
+ * split. 0, or -1 with an error at `at` (units named `what`: layers or
+ * pieces). */
 static int chunk_ranges(Diag *diag, Span at, int64_t chunks, const int64_t *split, int64_t total, const char *what,
-                        int64_t *nl, int64_t *first) {
+                        int ends_empty, int64_t *nl, int64_t *first) {
   if (!split && total % chunks) {
     diag_error(diag, at, "%" PRId64 " %s do not divide into %" PRId64 " equal pipeline chunks", total, what, chunks);
     return -1;
@@ -388,8 +402,10 @@ static int chunk_ranges(Diag *diag, Span at, int64_t chunks, const int64_t *spli
     nl[c] = split ? split[c] : total / chunks;
     first[c] = sum;
     sum += nl[c];
-    if (nl[c] < 1) {
-      diag_error(diag, at, "pipeline chunk %" PRId64 " would run %" PRId64 " %s; every chunk needs at least one", c, nl[c], what);
+    int may_be_empty = ends_empty && (c == 0 || c == chunks - 1);
+    if (nl[c] < (may_be_empty ? 0 : 1)) {
+      diag_error(diag, at, "pipeline chunk %" PRId64 " would run %" PRId64 " %s; every chunk needs at least one%s", c, nl[c], what,
+                 ends_empty ? " but the first and the last, which hold the embeddings and the head" : "");
       return -1;
     }
   }
@@ -420,7 +436,7 @@ PipeResult *pipe_split(Arena *arena, Diag *diag, const IrModule *m, int64_t chun
       return NULL;
     }
     int64_t *nl = arena_alloc(arena, sizeof(int64_t) * (size_t)chunks), *first = arena_alloc(arena, sizeof(int64_t) * (size_t)chunks);
-    if (chunk_ranges(diag, span_none, chunks, split, u->nunits, "pieces", nl, first) < 0) return NULL;
+    if (chunk_ranges(diag, span_none, chunks, split, u->nunits, "pieces", 0, nl, first) < 0) return NULL;
     PipeResult *cr = split_by_cuts(arena, diag, m, u, chunks, nl, first);
     if (cr) copy_block_graphs(arena, m, cr->m, (int)chunks - 1);
     return cr;
@@ -435,7 +451,7 @@ PipeResult *pipe_split(Arena *arena, Diag *diag, const IrModule *m, int64_t chun
   int64_t layers = cn->attr[1];
   int64_t *nl = arena_alloc(arena, sizeof(int64_t) * (size_t)chunks);
   int64_t *first = arena_alloc(arena, sizeof(int64_t) * (size_t)chunks);
-  if (chunk_ranges(diag, cn->span, chunks, split, layers, "layers", nl, first) < 0) return NULL;
+  if (chunk_ranges(diag, cn->span, chunks, split, layers, "layers", 1, nl, first) < 0) return NULL;
   Pipe P = {arena, diag, m, split_module(arena, m), 0};
   char *after = arena_alloc(arena, (size_t)g0->nnodes + 1);
   mark_after(g0, call, after);
@@ -455,19 +471,23 @@ PipeResult *pipe_split(Arena *arena, Diag *diag, const IrModule *m, int64_t chun
       x = ir_add(out, IR_RECV, NULL, 0, attr, 2, 0, arg->dtype, arg->rank, arg->dims, NULL);
     }
     if (P.failed || x < 0) break;
-    /* the chunk's layers: the block graph from layer first[c] on */
-    int in[16];
-    in[0] = x;
-    int nin = cn->nin < 16 ? cn->nin : 16;
-    for (int k = 1; k < nin; k++) {
-      const IrNode *other = &g0->nodes[cn->in[k]];
-      in[k] = map[cn->in[k]] >= 0 ? map[cn->in[k]] : copy_node(&P, out, other, map, offset);
-    }
-    int64_t attr[4] = {cn->attr[0] + offset, nl[c], cn->attr[2], first[c]};
-    int y = ir_add(out, IR_CALL, in, nin, attr, 4, 0, cn->dtype, cn->rank, cn->dims, NULL);
-    if (y < 0) {
-      P.failed = 1;
-      break;
+    /* the chunk's layers: the block graph from layer first[c] on; none in a
+     * first or last chunk that holds only the embeddings or the head */
+    int y = x;
+    if (nl[c] > 0) {
+      int in[16];
+      in[0] = x;
+      int nin = cn->nin < 16 ? cn->nin : 16;
+      for (int k = 1; k < nin; k++) {
+        const IrNode *other = &g0->nodes[cn->in[k]];
+        in[k] = map[cn->in[k]] >= 0 ? map[cn->in[k]] : copy_node(&P, out, other, map, offset);
+      }
+      int64_t attr[4] = {cn->attr[0] + offset, nl[c], cn->attr[2], first[c]};
+      y = ir_add(out, IR_CALL, in, nin, attr, 4, 0, cn->dtype, cn->rank, cn->dims, NULL);
+      if (y < 0) {
+        P.failed = 1;
+        break;
+      }
     }
     if (c == chunks - 1) {
       map[call] = y;

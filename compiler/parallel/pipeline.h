@@ -54,7 +54,8 @@ typedef struct {
 const PipeUnits *pipe_units(Arena *arena, const IrModule *m);
 
 /* Splits m into `chunks` chunks; chunk c runs layers[c] units (each >= 1,
- * summing to pipe_units' count). layers NULL: the equal split, which needs
+ * summing to pipe_units' count; by layers, the first and the last chunk may
+ * run none: the embeddings alone, the head alone). layers NULL: the equal split, which needs
  * the units to be layers that divide into `chunks`. NULL with an error in
  * diag when the split does not fit the model. chunks == 1 returns the
  * module unchanged (wrapped). */
@@ -70,6 +71,13 @@ PipeResult *pipe_split(Arena *arena, Diag *diag, const IrModule *m, int64_t chun
  * under 1F1B. Equal prologue and epilogue costs of zero give the equal
  * split when the layers divide. Returns 0, or -1 when repeat < chunks. */
 int pipe_balance(int64_t repeat, int64_t chunks, double t_first, double t_layer, double t_last, int64_t *out);
+
+/* balance = ends: the prologue and the epilogue count as one layer each, so
+ * every chunk runs (repeat + 2) / chunks units and the first and the last one
+ * layer fewer (none at repeat + 2 = chunks: Llama 3's pipeline, Megatron-LM's
+ * account_for_embedding_in_pipeline_split and ..._loss_...). 0, or -1 when
+ * chunks does not divide repeat + 2. */
+int pipe_split_ends(int64_t repeat, int64_t chunks, int64_t *out);
 
 /* The units of weights w[0..n) over `chunks` contiguous chunks (each >= 1)
  * that minimise the heaviest chunk: the least bound a greedy packing meets,

@@ -1601,6 +1601,13 @@ int plan_split_layers(const PlanCtx *c, const PlanParts *pp, int64_t K, int64_t 
     }
     return pipe_balance_units(pp->unit_w, L, K, out);
   }
+  if (c->model->layout.balance == BALANCE_ENDS) {
+    if (pipe_split_ends(L, K, out) != 0) {
+      snprintf(why, whylen, "%" PRId64 " layers and the two ends (embeddings, head) do not split equally into pp x virtual = %" PRId64 " chunks", L, K);
+      return -1;
+    }
+    return 0;
+  }
   if (L < K) {
     snprintf(why, whylen, "%" PRId64 " layers do not split into pp x virtual = %" PRId64 " chunks of at least one layer", L, K);
     return -1;
@@ -1637,6 +1644,13 @@ int64_t *plan_chunk_layers(Arena *arena, const SemModel *model, int64_t micro_ba
   if (K < 1) K = 1;
   int64_t *out = arena_alloc(arena, sizeof(int64_t) * (size_t)K);
   int64_t L = model->layers;
+  if (K > 1 && model->layout.balance == BALANCE_ENDS) {
+    if (pipe_split_ends(L, K, out) != 0) {
+      *why = arena_printf(arena, "%" PRId64 " layers and the two ends (embeddings, head) do not split equally into %" PRId64 " pipeline chunks", L, K);
+      return NULL;
+    }
+    return out;
+  }
   if (K == 1 || model->layout.balance == BALANCE_LAYERS) {
     if (K > 1 && (L < K || L % K)) {
       *why = arena_printf(arena, "%" PRId64 " layers do not split equally into %" PRId64 " pipeline chunks", L, K);

@@ -93,7 +93,7 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
     fprintf(f, "stages: ");
     for (int s = 0; s < r->nstages; s++) fprintf(f, "%s%" PRId64, s ? "+" : "", r->stages[s].layers);
     fprintf(f, " %s (balance = %s)\n", r->by_pieces ? "pieces of the forward, cut where one activation crosses" : "layers",
-            m->layout.balance == BALANCE_LAYERS ? "layers" : "cost");
+            sem_balance_name(m->layout.balance));
   }
   fputc('\n', f);
 
@@ -329,7 +329,7 @@ static json_t *json_result(PlanCtx *c, const PlanResult *r, int brief) {
   json_object_set_new(o, "valid", json_boolean(r->valid));
   if (!r->valid) json_object_set_new(o, "why", json_string(r->why));
   json_t *par = json_layout(&r->layout);
-  json_object_set_new(par, "balance", json_string(plan_model(c)->layout.balance == BALANCE_LAYERS ? "layers" : "cost"));
+  json_object_set_new(par, "balance", json_string(sem_balance_name(plan_model(c)->layout.balance)));
   json_object_set_new(par, "fused_ce", json_boolean(r->layout.fused_ce == 1));
   json_object_set_new(par, "dispatcher", json_string(plan_model(c)->layout.dispatcher == 1 ? "deepep" : "alltoall"));
   Compression cz = plan_model(c)->layout.compression;

@@ -163,7 +163,7 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
   int act_differs = fix->recompute == RECOMPUTE_ACT || (fixed_ok(fix->recompute, RECOMPUTE_ACT) && plan_act_differs(c, &k1));
   int64_t layers = m->layers > 0 ? m->layers : 1;
   /* chunks of at least one layer; equal ones when the layers must balance by count */
-  int equal = m->layout.balance == BALANCE_LAYERS;
+  int equal = m->layout.balance == BALANCE_LAYERS, ends = m->layout.balance == BALANCE_ENDS;
   int64_t B = m->train.global_batch > 0 ? m->train.global_batch : 0;
   double cap = plan_device(c)->mem_bytes;
   PlanResult r;
@@ -176,7 +176,8 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
       for (int64_t pp = 1; pp <= G / (tp * cp); pp++) {
         if ((G / (tp * cp)) % pp || !fixed_ok(fix->pp, pp)) continue;
         /* (a forward cut into pieces, no single repeat: plan_evaluate says whether they are enough) */
-        if (pp > 1 && m->repeats == 1 && (m->layers < pp || (equal && layers % pp))) continue;
+        if (pp > 1 && m->repeats == 1 && !ends && (m->layers < pp || (equal && layers % pp))) continue;
+        if (pp > 1 && m->repeats == 1 && ends && (layers + 2) % pp) continue; /* pp x virtual must divide layers + 2 */
         int64_t dp = G / (tp * cp * pp);
         if (!fixed_ok(fix->dp, dp)) continue;
         int64_t Bs = B > 0 ? B : dp;

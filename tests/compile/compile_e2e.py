@@ -419,6 +419,25 @@ def case_pp2_virtual2():
     virtual2("interp")
 
 
+def case_pp2_ends():
+    # balance = ends: the embeddings and the head count as a layer each, so two layers
+    # over pp 2 x virtual 2 = 4 chunks leave chunk 0 the embeddings alone and chunk 3
+    # the head and loss alone (Llama 3's pipeline); stage 0 runs chunks 0 and 2
+    for executor in ("interp", "native"):
+        art, p = compile_art("art-pp2-ends-" + executor, ["--pp", "2", "--virtual-stages", "2", "--balance", "ends"],
+                             executor=executor)
+        man = json.load(open(os.path.join(art, "manifest.json")))
+        if executor == "native" and man["program"]["executor"] != "native":
+            print("native: skipped, the CPU back end is not built into this hpdlc")
+            continue
+        check(man["layout"].get("balance") == "ends", f"balance {man['layout'].get('balance')}")
+        check([[c["chunk"] for c in r["chunks"]] for r in man["ranks"]] == [[0, 2], [1, 3]], f"chunks per stage: {man['ranks']}")
+        check(man["layout"].get("stage_layers") == [0, 1, 1, 0], f"chunk layers {man['layout'].get('stage_layers')}")
+        got, _ = train(art, "pp2-ends-" + executor)
+        compare(f"pp2 x virtual 2, balance = ends ({executor})", got, reference(art, DEFS),
+                tol1=1e-6 if executor == "interp" else 1e-5)
+
+
 def case_pp2_virtual2_native():
     virtual2("native")
 

@@ -51,7 +51,7 @@ trap 'rm -f "$tmp" "$tmp.doc"' EXIT
   echo
   "$fid" --set "$hpdlc" "$PWD" tests/plan/published_torchtitan_h100.json --markdown
   echo
-  echo "Llama 3 405B's pre-training, Meta 2024, 8192-16384 H100 (never seen, printed, not asserted; V = 4 where the paper's layout is V = 8): step time, published and predicted:"
+  echo "Llama 3 405B's pre-training, Meta 2024, 8192-16384 H100 (never seen, printed, not asserted; the paper's V = 8 with balance = ends): step time, published and predicted:"
   echo
   "$fid" --set "$hpdlc" "$PWD" tests/plan/published_llama3.json --markdown
   echo

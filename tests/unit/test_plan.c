@@ -536,6 +536,24 @@ static double brute_best(int64_t L, int64_t K, int64_t c, int64_t *n, double tf,
 
 static void test_pipe_balance(void) {
   int64_t n[16], m[16];
+  /* balance = ends: the embeddings and the head a layer each (Llama 3 405B:
+   * 126 layers in 16 x 8 chunks, the first the embeddings alone, the last
+   * the head alone; 64 chunks: one layer at each end, two elsewhere) */
+  {
+    int64_t e[128];
+    EXPECT(pipe_split_ends(126, 128, e) == 0);
+    EXPECT(e[0] == 0 && e[127] == 0 && e[1] == 1 && e[126] == 1);
+    int64_t sum = 0;
+    for (int c = 0; c < 128; c++) sum += e[c];
+    EXPECT(sum == 126);
+    EXPECT(pipe_split_ends(126, 64, e) == 0);
+    EXPECT(e[0] == 1 && e[63] == 1 && e[1] == 2 && e[62] == 2);
+    EXPECT(pipe_split_ends(2, 4, e) == 0);
+    EXPECT(e[0] == 0 && e[1] == 1 && e[2] == 1 && e[3] == 0);
+    EXPECT(pipe_split_ends(8, 6, e) == -1); /* 10 units over 6 chunks */
+    EXPECT(pipe_split_ends(126, 126, e) == -1);
+    EXPECT(pipe_split_ends(5, 1, e) == 0 && e[0] == 5);
+  }
   /* equal costs: the equal split when the layers divide */
   EXPECT(pipe_balance(12, 4, 0, 1, 0, n) == 0);
   for (int c = 0; c < 4; c++) EXPECT(n[c] == 3);
