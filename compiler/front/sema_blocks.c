@@ -493,6 +493,19 @@ static int resolve_cluster(Sema *S, const char *name, Span at, SemCluster *out) 
 /* the parallel layout                                                 */
 
 /* Where a layout number came from, for the other end of a mismatch. */
+static void setting_note(Sema *S, Settings *s, const char *key, const char *flag);
+
+/* "WHAT cannot be split equally into pipeline x virtual = P x V stages", the
+ * hint, and where balance, pipeline and virtual were set. */
+static void unequal_split_error(Sema *S, Settings *s, Span at, const SemLayout *L, const char *what, const char *hint) {
+  sema_error(S, at, "%s cannot be split equally into pipeline x virtual = %" PRId64 " x %" PRId64 " stages", what,
+             L->pp > 0 ? L->pp : 1, L->virtual_stages > 0 ? L->virtual_stages : 1);
+  diag_hint(S->diag, "%s", hint);
+  setting_note(S, s, "balance", "--balance");
+  setting_note(S, s, "pipeline", "--pp");
+  if (L->virtual_stages > 1) setting_note(S, s, "virtual", "--virtual-stages");
+}
+
 static void setting_note(Sema *S, Settings *s, const char *key, const char *flag) {
   Setting *x = sema_setting_get(s, key);
   if (x && x->from_cli) diag_note(S->diag, span_none, "%s = %s comes from the command line (%s)", key, val_str(S->arena, &x->value), flag);
@@ -816,14 +829,11 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
   } else if (stages > 1 && repeats == 1 && L->balance == BALANCE_ENDS) {
     /* the embeddings and the head count as a layer each: chunk 0 and chunk
      * K-1 run (layers + 2) / K - 1 layers, the others (layers + 2) / K */
-    if ((layers + 2) % stages != 0) {
-      sema_error(S, rep->span, "%" PRId64 " layers and the two ends (embeddings, head) cannot be split equally into pipeline x virtual = %" PRId64 " x %" PRId64 " stages",
-                 layers, L->pp > 0 ? L->pp : 1, L->virtual_stages > 0 ? L->virtual_stages : 1);
-      diag_hint(S->diag, "balance = ends needs pipeline x virtual to divide layers + 2; balance = cost (the default) gives the stages unequal layer counts");
-      setting_note(S, &s, "balance", "--balance");
-      setting_note(S, &s, "pipeline", "--pp");
-      if (L->virtual_stages > 1) setting_note(S, &s, "virtual", "--virtual-stages");
-    }
+    if ((layers + 2) % stages != 0)
+      unequal_split_error(S, &s, rep->span, L,
+                          arena_printf(S->arena, "%" PRId64 " layers and the two ends (embeddings, head)", layers),
+                          "balance = ends needs pipeline x virtual to divide layers + 2; balance = cost (the default) gives "
+                          "the stages unequal layer counts");
   } else if (stages > 1 && repeats == 1) {
     if (layers < stages) {
       sema_error(S, rep->span, "%" PRId64 " layers cannot be split into pipeline x virtual = %" PRId64 " x %" PRId64
@@ -831,12 +841,8 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
       setting_note(S, &s, "pipeline", "--pp");
       if (L->virtual_stages > 1) setting_note(S, &s, "virtual", "--virtual-stages");
     } else if (L->balance == BALANCE_LAYERS && layers % stages != 0) {
-      sema_error(S, rep->span, "%" PRId64 " layers cannot be split equally into pipeline x virtual = %" PRId64 " x %" PRId64 " stages",
-                 layers, L->pp > 0 ? L->pp : 1, L->virtual_stages > 0 ? L->virtual_stages : 1);
-      diag_hint(S->diag, "balance = cost (the default) gives the stages unequal layer counts");
-      setting_note(S, &s, "balance", "--balance");
-      setting_note(S, &s, "pipeline", "--pp");
-      if (L->virtual_stages > 1) setting_note(S, &s, "virtual", "--virtual-stages");
+      unequal_split_error(S, &s, rep->span, L, arena_printf(S->arena, "%" PRId64 " layers", layers),
+                          "balance = cost (the default) gives the stages unequal layer counts");
     }
   }
   if (L->virtual_stages > 1 && L->schedule >= 0 && L->schedule != SCHED_INTERLEAVED) {
