@@ -82,6 +82,10 @@ if(Python3_Interpreter_FOUND)
   add_test(NAME plan.grad_reduce_bytes
            COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/grad_reduce_bytes.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
   set_tests_properties(plan.grad_reduce_bytes PROPERTIES TIMEOUT 60 LABELS plan)
+  # parallel.balance = ends: Llama 3 405B's pipeline (the embeddings and the head a chunk each)
+  add_test(NAME plan.balance_ends
+           COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/balance_ends.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
+  set_tests_properties(plan.balance_ends PROPERTIES TIMEOUT 120 LABELS plan)
   add_test(NAME plan.overlap_flag
            COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/overlap_flag.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
   set_tests_properties(plan.overlap_flag PROPERTIES TIMEOUT 60 LABELS plan)

@@ -225,7 +225,8 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
                 if (pp == 1 && sk != SCHED_1F1B) continue;
                 if (fix->schedule >= 0 && pp > 1 && fix->schedule != sk) continue;
                 for (int64_t v = sk == SCHED_INTERLEAVED ? 2 : 1; v <= vmax; v++) {
-                  if (v > 1 && (layers < pp * v || (equal && layers % (pp * v)))) continue;
+                  if (v > 1 && (ends ? (layers + 2) % (pp * v) != 0 : layers < pp * v || (equal && layers % (pp * v))))
+                    continue;
                   if (fix->vpp > 0 && pp > 1 && fix->vpp != v) continue;
                   /* a micro batch the user fixed is tried whatever its size */
                   int64_t mb_lo = fix->micro_batch > 0 ? fix->micro_batch : 1;
