@@ -373,6 +373,10 @@ if(Python3_Interpreter_FOUND)
   #                      bf16_heads16, fp16_heads16: heads of 16, the
   #                      tensor-core attention with 16-bit operands, P and dS
   #                      rounded to bf16 / fp16);
+  #                      fusion_off, bf16_fusion_off: `--fusion off`, a
+  #                      kernel an op on both targets, and the device's
+  #                      fused program (--twin-args) within the tolerance
+  #                      (its row kernels sum in other orders: 4e-8 in fp32);
   #                      `resume` stops the device run at step 10 at dp 2 and
   #                      resumes it at tp 2. Emulated in CI (label
   #                      cuda_layouts: about 3 min in all; the sanitizer step
@@ -401,7 +405,8 @@ if(Python3_Interpreter_FOUND)
       "pp2_v2_zero3|-D L=4 --dp 2 --pp 2 --virtual-stages 2 --schedule interleaved --zero 3 --micro-batch 1"
       "pp2_v2_zero3_resume|-D L=4 --dp 2 --pp 2 --virtual-stages 2 --schedule interleaved --zero 3 --micro-batch 1"
       "moments_bf16_resume|--moments bf16" "zero2_moments_bf16|--dp 2 --zero 2 --moments bf16"
-      "zero3_moments_bf16_resume|--dp 2 --zero 3 --moments bf16")
+      "zero3_moments_bf16_resume|--dp 2 --zero 3 --moments bf16"
+      "fusion_off|--fusion off" "bf16_fusion_off|--precision bf16 --fusion off")
   foreach(dev emulate cuda)
     foreach(entry ${HPDL_DEVICE_LAYOUTS})
       hpdl_name_flags("${entry}" name layout)
@@ -458,6 +463,9 @@ if(Python3_Interpreter_FOUND)
         if(name STREQUAL "zero2_moments_bf16")
           list(APPEND resume --twin-env HPDL_HOST_OPTIMIZER=1 --twin-fails "train.moments = bf16: the CUDA target keeps 16-bit moments")
         endif()
+      elseif(name MATCHES "fusion_off$")
+        # a kernel an op (fuse.h's eager options), against the device's fused program
+        list(APPEND resume --twin-args "--fusion on")
       elseif(name MATCHES "^pp2_v2_zero[13]$")
         string(REGEX REPLACE "^pp2_v2_zero" "" stage_zero "${name}")
         list(APPEND resume --expect "an optimizer for each of the stage's 2 chunks, ZeRO-${stage_zero} over dp 2")

@@ -86,6 +86,10 @@ if(Python3_Interpreter_FOUND)
   add_test(NAME plan.balance_ends
            COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/balance_ends.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
   set_tests_properties(plan.balance_ends PROPERTIES TIMEOUT 120 LABELS plan)
+  # --fusion off: the program a kernel an op (PyTorch's eager mode), docs/planner.md 9.7
+  add_test(NAME plan.fusion_flag
+           COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/fusion_flag.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
+  set_tests_properties(plan.fusion_flag PROPERTIES TIMEOUT 60 LABELS plan)
   add_test(NAME plan.overlap_flag
            COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/overlap_flag.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
   set_tests_properties(plan.overlap_flag PROPERTIES TIMEOUT 60 LABELS plan)

@@ -619,7 +619,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
     mem_options_from_model(m, &mo);
     mo.entry = k->ad->step;
     /* the CUDA back end leaves bias gradients to cuBLASLt's epilogue (fuse.h, rule 8) */
-    k->fr = fuse_module_opts(arena, k->m, is_cuda(o) ? &FUSE_CUDA_OPTIONS : NULL);
+    k->fr = fuse_module_opts(arena, k->m, fuse_options(is_cuda(o), !o->fusion_off));
     if (fuse_check(k->fr, NULL)) k->fr = NULL;
     mo.fusion = k->fr;
     mo.grad_into_slots = !is_cuda(o); /* the CPU back end's .acc kernels (fuse.h) */
@@ -774,8 +774,8 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
   }
   json_object_set_new(root, "inputs", inputs);
   json_object_set_new(root, "train", train_json(m));
-  json_object_set_new(root, "program", json_pack("{s:s, s:s, s:s}", "kind", "native", "executor", executor, "pipeline_dtype",
-                                                   nnative ? "f32" : "f64"));
+  json_object_set_new(root, "program", json_pack("{s:s, s:s, s:s, s:s}", "kind", "native", "executor", executor, "pipeline_dtype",
+                                                   nnative ? "f32" : "f64", "fusion", o->fusion_off ? "off" : "on"));
   json_t *ranks = json_array();
   for (int r = 0; r < world; r++) {
     /* rank = tp_i + tp (cp_i + cp (dp_i + dp pp_i)): the stage is outermost */
@@ -891,6 +891,8 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
               !ch[c].native ? " (interp)"
               : is_cuda(o)  ? arena_printf(arena, ", %s%d.cubin + .ptx (CUDA %s)", fname, c, o->arch ? o->arch : "sm_80")
                             : arena_printf(arena, ", %s%d.so (%s)", fname, c, "native"));
+    if (o->fusion_off && nnative)
+      fprintf(out, "  fusion off: a kernel an op (every elementwise op and reduction its own kernel, no GEMM epilogues)\n");
     if (packed_moe)
       fprintf(out, "  experts: dropless, each expert's GEMMs over the rows routed to it (grouped; --experts slots: a slot for every token)\n");
     if (slots_moe)

@@ -51,6 +51,7 @@ typedef struct {
   ProgressMode progress;    /* --progress, on stderr (core/progress.h) */
   int materialize_attention; /* --attention materialized (lower.h's LowerOptions) */
   int expert_slots;         /* --experts slots: dropless experts left over their slots (moepack.h) */
+  int fusion_off;           /* --fusion off: a kernel an op (fuse.h's eager options) */
 } CompileOptions;
 
 /* "auto", "native", "interp"; -1 when unknown. */

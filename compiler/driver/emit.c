@@ -78,7 +78,7 @@ int emit_stash(Arena *arena, Diag *diag, const SemModel *model, const IrModule *
 
 static const char *source_path(void *diag, int file) { return diag_file_path(diag, file); }
 
-int emit_cuda(Arena *arena, Diag *diag, const char *path, const SemModel *m, int stage, FILE *out) {
+int emit_cuda(Arena *arena, Diag *diag, const char *path, const SemModel *m, int stage, int fusion, FILE *out) {
   SimLayout sl = emit_declared_layout(m);
   int64_t chunks = sl.pp * sl.vpp;
   if (stage >= chunks) {
@@ -93,7 +93,7 @@ int emit_cuda(Arena *arena, Diag *diag, const char *path, const SemModel *m, int
     fprintf(stderr, "hpdlc: %s: stage %d does not build: %s\n", path, stage, why ? why : "?");
     return 1;
   }
-  FuseResult *fr = fuse_module_opts(arena, rp->module, &FUSE_CUDA_OPTIONS); /* as compile --target cuda */
+  FuseResult *fr = fuse_module_opts(arena, rp->module, fuse_options(1, fusion)); /* as compile --target cuda */
   if (fuse_check(fr, stderr)) {
     fprintf(stderr, "hpdlc: internal error: the fusion does not check\n");
     return 3;

@@ -30,6 +30,6 @@ int emit_stash(Arena *arena, Diag *diag, const SemModel *model, const IrModule *
  * CUDA back end's source for it printed. Returns an exit status (1 when the
  * layout does not build, 3 when the back end fails: its message names the
  * kernel). */
-int emit_cuda(Arena *arena, Diag *diag, const char *path, const SemModel *model, int stage, FILE *out);
+int emit_cuda(Arena *arena, Diag *diag, const char *path, const SemModel *model, int stage, int fusion, FILE *out);
 
 #endif

@@ -73,6 +73,7 @@ typedef struct {
   const char *verb;
   const char *stage; /* emit */
   int pipe_stage;    /* emit cuda: --stage N, the pipeline chunk */
+  int fusion_off;    /* emit fused / cuda: --fusion off */
   const char **files;
   int nfiles;
   SemDefine defines[64];
@@ -205,6 +206,9 @@ static void help_verb(const char *verb) {
          "                           published share of the peak (docs/planner.md 9.1);\n"
          "                           materialized: scores stored in memory (Megatron-LM\n"
          "                           2021), to compare with such runs\n"
+         "  --fusion on|off          on (default): the CUDA back end's fused kernels; off:\n"
+         "                           every elementwise op and reduction a kernel of its own,\n"
+         "                           as PyTorch's eager mode runs (docs/planner.md 9.7)\n"
          "  --explain                the five largest terms of the step time, with sources\n"
          "  --compare TRACE          an hpdlrun --profile trace's measured time per op class\n"
          "                           (GEMM, memory-bound, each collective, bubble, optimizer,\n"
@@ -251,6 +255,10 @@ static void help_verb(const char *verb) {
          "                           attention(q, k, v) as one flash-attention kernel that\n"
          "                           never stores the scores (default), or as q k^T,\n"
          "                           softmax and times v with the scores in memory\n"
+         "  --fusion on|off          on (default): elementwise ops and reductions fused\n"
+         "                           into kernels, epilogues into GEMMs; off: a kernel an\n"
+         "                           op (the same numbers, bit for bit: for bisecting a\n"
+         "                           kernel, or timing what fusion saves)\n"
          "  --experts grouped|slots  a dropless mixture-of-experts layer (drop = false)\n"
          "                           over the rows routed to each expert (grouped GEMMs,\n"
          "                           the default where expert parallelism is 1) or over\n"
@@ -301,7 +309,9 @@ static void help_verb(const char *verb) {
          "           parts, and what a micro-batch keeps from one to the other (its stash)\n"
          "  cuda     the CUDA C of pipeline stage --stage N's training step (default 0)\n"
          "           under the layout: a kernel per fused loop, row, copy, fill and\n"
-         "           special kernel; GEMMs (for cuBLASLt) as comments\n");
+         "           special kernel; GEMMs (for cuBLASLt) as comments\n"
+         "\n"
+         "  --fusion off   fused, memory, cuda: a kernel an op, as compile --fusion off\n");
   }
   help_common_options();
 }
@@ -452,6 +462,16 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
       cli->plan.progress = mode;
       continue;
     }
+    if (!strncmp(a, "--fusion", flen) && flen == 8 && (!strcmp(verb, "compile") || !strcmp(verb, "plan") || !strcmp(verb, "emit"))) {
+      value = value ? value : (i + 1 < argc ? argv[++i] : NULL);
+      if (!value || (strcmp(value, "on") && strcmp(value, "off")))
+        return cli_error("--fusion takes on or off, not '%s'", value ? value : "", NULL);
+      int off = !strcmp(value, "off");
+      cli->compile.fusion_off = off;
+      cli->plan.fusion_off = off;
+      cli->fusion_off = off;
+      continue;
+    }
     if (!strncmp(a, "--color", flen) && flen == 7) {
       value = value ? value : (i + 1 < argc ? argv[++i] : NULL);
       if (!value || (strcmp(value, "auto") && strcmp(value, "always") && strcmp(value, "never")))
@@ -526,12 +546,15 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
         names[n++] = "--compare";
         names[n++] = "--calibrate";
         names[n++] = "--progress";
+        names[n++] = "--fusion";
       }
       if (!strcmp(verb, "compile")) {
         names[n++] = "--target";
         names[n++] = "--executor";
         names[n++] = "--progress";
+        names[n++] = "--fusion";
       }
+      if (!strcmp(verb, "emit")) names[n++] = "--fusion";
       names[n++] = "--model";
       names[n++] = "--allow-native";
       names[n++] = "--quiet";
@@ -676,7 +699,7 @@ static int emit_dp(Arena *arena, Diag *diag, const char *path, const SemModel *m
 
 /* `emit memory`: the plan of the program pipeline chunk 0's ranks run, built
  * as the simulator builds it (memplan.h); returns the exit status. */
-static int emit_memory(Arena *arena, Diag *diag, const char *path, const SemModel *m, int status) {
+static int emit_memory(Arena *arena, Diag *diag, const char *path, const SemModel *m, int fusion, int status) {
   SimLayout sl = emit_declared_layout(m);
   const char *why = NULL;
   SimRankProgram *rp = sim_rank_program(arena, diag, m, &sl, 0, NULL, &why);
@@ -688,7 +711,7 @@ static int emit_memory(Arena *arena, Diag *diag, const char *path, const SemMode
   mem_options_from_model(m, &mo);
   mo.entry = rp->ad->step;
   mo.grad_into_slots = 1; /* the CPU target's plan, as hpdlc compile makes it */
-  mo.fusion = fuse_module(arena, rp->module);
+  mo.fusion = fuse_module_opts(arena, rp->module, fuse_options(0, fusion));
   if (fuse_check(mo.fusion, stderr)) { /* still print the plan of the IR values */
     fprintf(stderr, "hpdlc: internal error: the fusion does not check; the plan is printed without it\n");
     mo.fusion = NULL;
@@ -843,11 +866,11 @@ int main(int argc, char **argv) {
           } else if (!strcmp(cli.stage, "dp")) {
             status = emit_dp(arena, diag, cli.files[i], m, ir, status);
           } else if (!strcmp(cli.stage, "memory")) {
-            status = emit_memory(arena, diag, cli.files[i], m, status);
+            status = emit_memory(arena, diag, cli.files[i], m, !cli.fusion_off, status);
           } else if (!strcmp(cli.stage, "cuda")) {
-            status = emit_cuda(arena, diag, cli.files[i], m, cli.pipe_stage, stdout);
+            status = emit_cuda(arena, diag, cli.files[i], m, cli.pipe_stage, !cli.fusion_off, stdout);
           } else if (!strcmp(cli.stage, "fused")) {
-            FuseResult *fr = fuse_module(arena, ir);
+            FuseResult *fr = fuse_module_opts(arena, ir, fuse_options(0, !cli.fusion_off));
             if (fuse_check(fr, stderr)) {
               fprintf(stderr, "hpdlc: internal error: the fusion does not check\n");
               status = 3;

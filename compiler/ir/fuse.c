@@ -94,6 +94,10 @@
  *    the other) and both lie in the same part of a cut step; its values are
  *    the other kernel's full outputs. The shared value is read once, at the
  *    price of the kernels' outputs living together.
+ * 10. Fusion off (FuseOptions.eager, `--fusion off`): rules 2, 4 (but for
+ *    store16's rounding cast), 6's ce_pair, 8 and 9 are not applied, so every
+ *    elementwise node and reduction starts a kernel of its own; rule 5 still
+ *    folds shape ops, and the attention's layout chains still join it.
  */
 #include "fuse.h"
 #include "xalloc.h"
@@ -520,7 +524,7 @@ static int strands_forward(Fuser *F, int id, int k) {
 static void fuse_compute(Fuser *F, int id) {
   const IrNode *n = nd(F->g, id);
   int cand[16], ncand = 0;
-  for (int i = 0; i < n->nin && ncand < 16; i++) {
+  for (int i = 0; i < n->nin && ncand < 16 && !F->opts.eager; i++) {
     int p = kof(F, n->in[i]), dup = 0;
     if (F->k[p].kind != FUSE_LOOP && F->k[p].kind != FUSE_ROW) continue;
     if (strands_forward(F, id, p)) continue;
@@ -579,6 +583,13 @@ static int is_row_vector(const IrNode *b, const IrNode *mm) {
 }
 
 const FuseOptions FUSE_CUDA_OPTIONS = {.bias_grad = 1, .store16 = 1, .ce_pair = 1};
+static const FuseOptions FUSE_CUDA_EAGER = {.store16 = 1, .eager = 1};
+static const FuseOptions FUSE_CPU_EAGER = {.eager = 1};
+
+const FuseOptions *fuse_options(int cuda, int fusion) {
+  if (cuda) return fusion ? &FUSE_CUDA_OPTIONS : &FUSE_CUDA_EAGER;
+  return fusion ? NULL : &FUSE_CPU_EAGER;
+}
 
 static int single_use(Fuser *F, int id) { return F->ucount[id] == 1 && !F->is_out[id]; }
 
@@ -593,6 +604,7 @@ static int narrow_bias_ok(Fuser *F, const BK *b, const IrNode *n) {
 /* GEMM epilogue: scale, then bias, then activation (rule 4). */
 static int try_epilogue(Fuser *F, int id) {
   const IrNode *n = nd(F->g, id);
+  if (F->opts.eager && n->op != IR_CAST) return 0; /* eager: only the library's 16-bit store */
   for (int side = 0; side < n->nin && side < 2; side++) {
     int x = n->in[side];
     int k = kof(F, x);
@@ -1149,8 +1161,8 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
     place(&F, id, k);
   }
   fold_shape_ops(&F);
-  if (F.opts.bias_grad) absorb_bias_grads(&F);
-  merge_siblings(&F);
+  if (F.opts.bias_grad && !F.opts.eager) absorb_bias_grads(&F);
+  if (!F.opts.eager) merge_siblings(&F);
 
   /* Final kernels: the roots, ordered topologically (rule 7). */
   int *index = xalloc_calloc((size_t)F.nk + 1, sizeof(int)); /* root -> dense index */
@@ -1385,6 +1397,7 @@ static Hash2 graph_hash(const IrModule *m, int gi, const Hash2 *callee, const Fu
   hmix(&h, (uint64_t)(opts && opts->bias_grad));
   hmix(&h, (uint64_t)(opts && opts->store16));
   hmix(&h, (uint64_t)(opts && opts->ce_pair));
+  hmix(&h, (uint64_t)(opts && opts->eager));
   hmix(&h, (uint64_t)g->noutputs);
   for (int i = 0; i < g->noutputs; i++) hmix(&h, (uint64_t)(int64_t)g->outputs[i]);
   for (int i = 0; i < g->nnodes; i++) {

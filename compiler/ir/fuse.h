@@ -109,10 +109,21 @@ typedef struct {
    * which computes the loss and the logits' gradient in one pass over the
    * logits (the CUDA back end); not in a pipeline's step */
   int ce_pair;
+  /* fusion off (`--fusion off`): no computation is grouped - every
+   * elementwise op and every reduction is a loop or row kernel of its own,
+   * no GEMM epilogue but store16's rounding cast, no bias gradient in its
+   * GEMM (rule 8), no siblings (rule 9), no cross-entropy pair - as
+   * PyTorch's eager mode runs a program op by op (each an ATen kernel,
+   * cuBLAS writing its 16-bit product itself). Shape ops still fold as
+   * rule 5 says: eager kernels read strided views too. */
+  int eager;
 } FuseOptions;
 
 /* What the CUDA back end takes on: bias_grad, store16 and ce_pair. */
 extern const FuseOptions FUSE_CUDA_OPTIONS;
+/* The options of a back end (cuda: FUSE_CUDA_OPTIONS's library, else the
+ * CPU's: none) with fusion on or off; NULL for the CPU's fused default. */
+const FuseOptions *fuse_options(int cuda, int fusion);
 
 /* Fuses every graph of a verified module; everything lives in `arena`.
  * fuse_module_opts with NULL options is fuse_module (the CPU back end's). */

@@ -1897,7 +1897,8 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
   c->weight_bytes = prec_bytes(c->prec);
   c->fp8_gemms = c->prec == PREC_FP8 && cat_peak_flops(&c->dev, "fp8") > 0;
   c->layer_gather_bytes = c->fp8_gemms ? 1 : c->weight_bytes;
-  c->fuse_opts = cost_gpu_generation(&c->dev) != COST_GEN_OTHER ? &FUSE_CUDA_OPTIONS : NULL;
+  c->fusion = 1;
+  c->fuse_opts = fuse_options(cost_gpu_generation(&c->dev) != COST_GEN_OTHER, 1);
   c->flash = 1;
   c->tp_overlap = L->tp_overlap != 0;
   c->vocab_pad = L->vocab_pad > 0 ? L->vocab_pad : 0;
@@ -1990,6 +1991,15 @@ void plan_set_attention_kernel(PlanCtx *c, CostAttnKernel k) {
 }
 
 CostAttnKernel plan_attention_kernel(const PlanCtx *c) { return c->attn_kernel; }
+
+void plan_set_fusion(PlanCtx *c, int on) {
+  if (c->fusion == (on != 0)) return;
+  drop_prices(c); /* they were made with the other program's kernels */
+  c->fusion = on != 0;
+  c->fuse_opts = fuse_options(cost_gpu_generation(&c->dev) != COST_GEN_OTHER, c->fusion);
+}
+
+int plan_fusion(const PlanCtx *c) { return c->fusion; }
 
 const char *plan_attention_name(const PlanCtx *c) {
   return c->flash ? cost_attn_kernel_name(c->attn_kernel) : "materialized";

@@ -162,6 +162,11 @@ int plan_attention_flash(const PlanCtx *c);
  * (cost_attention_utilization; hpdlc plan --attention flash1|flash2|flash3). */
 void plan_set_attention_kernel(PlanCtx *c, CostAttnKernel k);
 CostAttnKernel plan_attention_kernel(const PlanCtx *c);
+/* Fusion of the program priced: on (the default), the back end's fused
+ * kernels; off, every elementwise op and reduction a kernel of its own
+ * (fuse.h's eager options: PyTorch's eager mode; `--fusion off`). */
+void plan_set_fusion(PlanCtx *c, int on);
+int plan_fusion(const PlanCtx *c);
 /* "materialized", or the kernel's name ("flash", "flash1", ...). */
 const char *plan_attention_name(const PlanCtx *c);
 /* Reports list the five largest terms of the step time with their sources
@@ -275,6 +280,7 @@ typedef struct PlanCliOptions {
   int materialized;    /* --attention materialized: price the scores stored in memory (plan_set_attention) */
   CostAttnKernel attention_kernel; /* --attention flash1|flash2|flash3 (plan_set_attention_kernel); flash: the default */
   int explain;         /* --explain: the five largest terms of the step time with their sources */
+  int fusion_off;      /* --fusion off: a kernel an op (plan_set_fusion) */
   int progress;        /* --progress: a ProgressMode (core/progress.h) for --search */
   const char *compare; /* --compare TRACE: an hpdlrun --profile trace beside the plan (plan_compare.h) */
   const char *calibrate; /* --calibrate TRACE -o FILE.hpd: the cluster's device fitted to the trace (plan_calibrate.c) */

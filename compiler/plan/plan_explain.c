@@ -204,7 +204,10 @@ int plan_explain_terms(const PlanCtx *c, const PlanResult *r, PlanTerm *out, int
        c->prec == PREC_FP8 ? GEMM_SOURCE "; 9.3: the blocks' GEMMs at the FP8 peak" : GEMM_SOURCE},
       {"attention", r->attn_s, attention_source(c)},
       {"memory-bound kernels", r->other_s - attn_other,
-       c->fuse_opts ? MEMORY_SOURCE("the CUDA back end's ") : MEMORY_SOURCE("")},
+       !c->fusion ? "docs/planner.md 3.1, 9.7: roofline, a kernel an op (--fusion off, PyTorch's eager mode) at 0.90 x "
+                    "the datasheet HBM bandwidth"
+       : c->fuse_opts ? MEMORY_SOURCE("the CUDA back end's ")
+                      : MEMORY_SOURCE("")},
       {"tensor-parallel communication (exposed)", r->comm_exposed[IRG_TP],
        "docs/planner.md 1-2: nccl-tests bus-bandwidth model; 9.2: tp_overlap"},
       {"context-parallel communication (exposed)", r->comm_exposed[IRG_CP],

@@ -123,7 +123,8 @@ struct PlanCtx {
   int selective_same;    /* 1: RECOMPUTE_SELECTIVE differentiates as NONE here (no attention core); 2: not; 0: unknown */
   int act_same;          /* 1: RECOMPUTE_ACT differentiates as SELECTIVE here (no gated product a GEMM reads); 2: not; 0: unknown */
   FuseCache *fuse_cache; /* fused graphs by content, shared by every program (made on first use) */
-  const FuseOptions *fuse_opts; /* the fusion priced: the CUDA back end's on an NVIDIA GPU, else the CPU's (NULL) */
+  const FuseOptions *fuse_opts; /* the fusion priced: the CUDA back end's on an NVIDIA GPU, else the CPU's (NULL); eager ones under fusion off */
+  int fusion;                   /* 1: the back end's fused kernels (the default); 0: --fusion off, a kernel an op (plan_set_fusion) */
   PlanExact *exact;
   struct {
     int64_t mb;

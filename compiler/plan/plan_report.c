@@ -73,6 +73,7 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
   if (L->fused_ce == 1) fprintf(f, "; fused_ce on");
   if (L->ep > 1 && m->layout.dispatcher == 1) fprintf(f, "; dispatcher deepep");
   if (strcmp(plan_attention_name(c), "flash")) fprintf(f, "; attention %s", plan_attention_name(c));
+  if (!plan_fusion(c)) fprintf(f, "; fusion off");
   fputc('\n', f);
   int64_t vp = 0, v = plan_vocab(c, r, &vp);
   if (v > 0 && vp != v)
@@ -409,6 +410,7 @@ static json_t *json_report(PlanCtx *c, const PlanReport *rep) {
     json_object_set_new(mo, "vocab_priced", json_integer(vpad));
   }
   json_object_set_new(mo, "attention", json_string(plan_attention_name(c)));
+  json_object_set_new(mo, "fusion", json_string(plan_fusion(c) ? "on" : "off"));
   json_object_set_new(root, "model", mo);
   json_t *co = json_object();
   json_object_set_new(co, "name", json_string(cl->name ? cl->name : ""));

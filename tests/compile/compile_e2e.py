@@ -56,6 +56,9 @@ one process) or against each other:
       artifact's kernels carry the step's forward and backward parts (hpd_graph_*_F /
       _B), which the 1F1B schedule runs apart, and HPDL_PIPELINE_ORDER=sequential (one
       micro-batch in flight) gives the same losses (5 steps).
+  fusion_off     --fusion off (a kernel an op) against the fused program, generated kernels
+      at one rank, tp 2 and bf16 storage: the same losses and gradient norms bit for bit,
+      the manifest's program.fusion, the summary line; a bad value refused.
 Exit 0 pass, 1 fail, 77 skip (no mpirun, or no back end for `native`).
 """
 import argparse
@@ -1046,6 +1049,33 @@ def case_fused_ce():
     p = run([tool("hpdlc"), "emit", "cuda", sample(), *DEFS, "--fused-ce", "on"])
     for want in ("hpdl_lmce_fwd<", "hpdl_lmce_rows<", "hpdl_lmce_lse<", "hpdl_lmce_dx<", "hpdl_lmce_dw<"):
         check(want in p.stdout, f"emit cuda --fused-ce on: no {want}")
+
+
+def case_fusion_off():
+    # --fusion off: a kernel an op (fuse.h's eager options). Fusing elementwise ops keeps
+    # each op's rounding (a value stored at its IR type either way), so the generated
+    # kernels give the fused program's numbers bit for bit, at one rank and at tp 2, in
+    # fp32 and bf16 storage
+    for name, flags in (("one_rank", []), ("tp2", ["--tp", "2"]), ("bf16", ["--precision", "bf16"])):
+        runs = {}
+        for fusion in ("on", "off"):
+            art, p = compile_art(f"art-fusion-{fusion}-{name}", flags + ["--fusion", fusion], executor="native")
+            man = json.load(open(os.path.join(art, "manifest.json")))
+            if man["program"]["executor"] != "native":
+                print("skipped: the CPU back end is not built into this hpdlc")
+                sys.exit(SKIP)
+            check(man["program"].get("fusion") == fusion, f"manifest program.fusion {man['program'].get('fusion')}")
+            said = "fusion off: a kernel an op" in p.stdout
+            check(said == (fusion == "off"), f"the summary says fusion off: {said}\n{p.stdout}")
+            runs[fusion], _ = train(art, f"fusion-{fusion}-{name}")
+        same = [(m["loss"], m["grad_norm"]) for m in runs["on"]] == [(m["loss"], m["grad_norm"]) for m in runs["off"]]
+        check(len(runs["off"]) == STEPS and same, f"{name}: fusion off gives other numbers than fusion on")
+        print(f"fusion off, {name}: {STEPS} steps, the same losses and gradient norms bit for bit "
+              f"(loss {runs['off'][-1]['loss']:.9f})")
+        if name == "one_rank":
+            compare("fusion off against the reference", runs["off"], reference(art), tol1=1e-5, tol20=1e-4)
+    p = run([tool("hpdlc"), "compile", sample(), *DEFS, "--fusion", "partly", "-o", work("bad")], expect=2)
+    check("--fusion takes on or off, not 'partly'" in p.stderr, p.stderr)
 
 
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}

@@ -79,7 +79,7 @@ static int compile_to(const char *dir, const char *tp, const char *pp, CompileEx
   Arena *arena = arena_new();
   Diag *diag = diag_new(stderr);
   SemModel *m = load(arena, diag, tp, pp);
-  CompileOptions o = {dir, "cpu", ex, NULL, "gpt2-tiny.hpd", 1, NULL, 0, 0, 0, PROGRESS_QUIET, 0, 0};
+  CompileOptions o = {dir, "cpu", ex, NULL, "gpt2-tiny.hpd", 1, NULL, 0, 0, 0, PROGRESS_QUIET, 0, 0, 0};
   o.program_lib = HPDL_PROGRAM_LIB;
   int rc = m ? compile_artifact(arena, diag, m, &o, stdout, stderr) : 1;
   diag_free(diag);

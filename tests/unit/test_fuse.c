@@ -677,6 +677,60 @@ static void test_models(void) {
   }
 }
 
+/* Fusion off (fuse_options(cuda, 0), `--fusion off`: PyTorch's eager mode):
+ * over whole training steps, every loop and row kernel computes one node
+ * (shape ops folded in as index maps aside), no GEMM has an epilogue but
+ * the 16-bit store of the CUDA options, no bias gradient and no
+ * cross-entropy pair joins a kernel; the FLOPs are kept, the bytes moved
+ * are at least the fused program's, and the kernels more. */
+static void test_eager(void) {
+  static const char *const samples[] = {"mlp.hpd", "gpt2-tiny.hpd", "llama.hpd", "moe-tiny.hpd"};
+  EXPECT(fuse_options(0, 1) == NULL && fuse_options(1, 1) == &FUSE_CUDA_OPTIONS);
+  EXPECT(fuse_options(0, 0)->eager && fuse_options(1, 0)->eager && fuse_options(1, 0)->store16);
+  EXPECT(!fuse_options(1, 0)->bias_grad && !fuse_options(1, 0)->ce_pair);
+  for (size_t s = 0; s < sizeof samples / sizeof samples[0]; s++) {
+    for (int cuda = 0; cuda <= 1; cuda++) {
+      Arena *arena = arena_new();
+      Diag *diag = diag_new(stderr);
+      IrModule *m = lower_sample(arena, diag, samples[s], NULL, 0, 2, NULL);
+      const char *why = NULL;
+      EXPECT(m && ad_build(m, RECOMPUTE_SELECTIVE, &why));
+      if (m) {
+        FuseResult *fused = fuse_module_opts(arena, m, fuse_options(cuda, 1));
+        FuseResult *eager = fuse_module_opts(arena, m, fuse_options(cuda, 0));
+        EXPECT(fuse_check(eager, stderr) == 0);
+        check_totals(eager);
+        int kf = 0, ke = 0, computing = 0;
+        double bf = 0, be = 0;
+        for (int gi = 0; gi < m->ngraphs; gi++) {
+          const FuseGraph *fe = &eager->graphs[gi], *ff = &fused->graphs[gi];
+          kf += ff->nkernels;
+          ke += fe->nkernels;
+          bf += ff->bytes_read + ff->bytes_written;
+          be += fe->bytes_read + fe->bytes_written;
+          for (int k = 0; k < fe->nkernels; k++) {
+            const FuseKernel *K = &fe->kernels[k];
+            if (K->kind == FUSE_GEMM) {
+              EXPECT((K->epilogue & ~FUSE_EPI_CAST) == 0 && K->bgrad < 0);
+              if (!cuda) EXPECT(K->epilogue == 0);
+            }
+            if (K->kind != FUSE_LOOP && K->kind != FUSE_ROW) continue;
+            int ops = 0;
+            for (int j = 0; j < K->nnodes; j++)
+              ops += !(ir_op_flags(fe->graph->nodes[K->nodes[j]].op) & IRF_SHAPE);
+            if (ops != 1) fprintf(stderr, "%s graph %d kernel %d: %d ops under fusion off\n", samples[s], gi, k, ops);
+            EXPECT(ops == 1);
+            computing++;
+          }
+        }
+        EXPECT(ke > kf && be >= bf && computing > 0);
+      }
+      diag_free(diag);
+      arena_free(arena);
+    }
+  }
+}
+
 /* The printed form is stable: printing twice gives the same text. */
 static void test_print(void) {
   Arena *arena = arena_new();
@@ -769,6 +823,15 @@ static void test_cache(void) {
     EXPECT(!strcmp(plain, cached));
     free(plain);
     free(cached);
+    /* and fusion off is other content than on */
+    plain = print_fused(fuse_module_opts(arena, m, fuse_options(0, 0)));
+    cached = print_fused(fuse_module_cached(arena, m, fuse_options(0, 0), cache));
+    int64_t f2;
+    fuse_cache_counts(cache, &f2, NULL);
+    EXPECT(f2 - f1 == m->ngraphs);
+    EXPECT(!strcmp(plain, cached));
+    free(plain);
+    free(cached);
   }
   diag_free(diag);
   arena_free(arena);
@@ -793,5 +856,6 @@ int main(void) {
   test_check_catches();
   test_print();
   test_models();
+  test_eager();
   TEST_DONE();
 }
