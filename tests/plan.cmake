@@ -90,6 +90,10 @@ if(Python3_Interpreter_FOUND)
   add_test(NAME plan.fusion_flag
            COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/fusion_flag.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
   set_tests_properties(plan.fusion_flag PROPERTIES TIMEOUT 60 LABELS plan)
+  # parallel.cp_comm: context parallelism's exchange exposed (allgather) or under the attention (ring), sec. 9.2
+  add_test(NAME plan.cp_comm_flag
+           COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/cp_comm_flag.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
+  set_tests_properties(plan.cp_comm_flag PROPERTIES TIMEOUT 60 LABELS plan)
   add_test(NAME plan.overlap_flag
            COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/overlap_flag.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
   set_tests_properties(plan.overlap_flag PROPERTIES TIMEOUT 60 LABELS plan)

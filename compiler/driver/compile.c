@@ -537,6 +537,10 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
     return cfail(&C, "--executor interp runs the reference executor on the CPU; it has no CUDA form (use --target cpu)");
   if (!o->out_dir || !*o->out_dir) return cfail(&C, "compile needs an output folder (-o DIR)");
   if (m->train.precision == PREC_FP8) return cfail(&C, "precision = fp8 is priced by hpdlc plan, but no back end runs it yet: compile with bf16 or fp16");
+  if (m->layout.cp_comm == 1 && m->layout.cp > 1)
+    return cfail(&C, "cp_comm = ring is priced by hpdlc plan (Megatron-LM's ring, each block's keys and values sent while the "
+                     "attention works on the one before), but hpdl's program gathers them before the attention: compile with "
+                     "cp_comm = allgather (the same numbers)");
   if (m->layout.dispatcher == 1)
     return cfail(&C, "dispatcher = deepep is priced by hpdlc plan, but the runtime exchanges the experts' tokens with NCCL's or "
                      "MPI's all-to-all, a copy per rank: compile with dispatcher = alltoall (the same numbers)");

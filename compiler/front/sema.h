@@ -254,6 +254,13 @@ typedef struct {
    * the intra-node fabric, as DeepEP's and HybridEP's kernels; priced by
    * plan, refused by compile) */
   int dispatcher;
+  /* parallel.cp_comm: how context parallelism's keys and values reach the
+   * attention - 0 allgather (gathered over the context group before the
+   * attention, the exchange exposed: what hpdl compiles, as Llama 3 and
+   * PyTorch's context parallelism run it), 1 ring (Megatron-LM's p2p ring,
+   * each block's transfer hidden under the attention of the one before;
+   * priced by plan, refused by compile) */
+  int cp_comm;
 } SemLayout;
 
 /* Bounds on a cluster's and a layout's node counts, so that nodes x

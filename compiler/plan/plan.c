@@ -935,12 +935,13 @@ static const GMemo *price_graph(Pricer *P, int graph) {
   P->in_block = outer;
   /* Overlap inside a block (docs/planner.md sec. 9.2). Ring attention: each
    * of the cp - 1 key / value blocks travels while the attention computes on
-   * the one before it. tp_overlap: each GEMM next to a tensor-parallel
+   * the one before it (cp_comm = ring; under allgather, hpdl's program, the
+   * blocks are all in before the attention starts). tp_overlap: each GEMM next to a tensor-parallel
    * collective is cut into tp chunks and chunk i + 1 is exchanged while
    * chunk i computes (Megatron-LM / Transformer Engine userbuffers); only
    * the first chunk's exchange waits. */
   int64_t cpn = P->gsize[IRG_CP], tpn = P->gsize[IRG_TP];
-  if (cpn > 1 && c.t_comm[IRG_CP] > 0) {
+  if (P->pc->cp_ring && cpn > 1 && c.t_comm[IRG_CP] > 0) { /* cp_comm = allgather: all of it waits */
     double h = t_attn * (double)(cpn - 1) / (double)cpn;
     if (h > c.t_comm[IRG_CP]) h = c.t_comm[IRG_CP];
     c.t -= h;
@@ -1901,6 +1902,7 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
   c->fuse_opts = fuse_options(cost_gpu_generation(&c->dev) != COST_GEN_OTHER, 1);
   c->flash = 1;
   c->tp_overlap = L->tp_overlap != 0;
+  c->cp_ring = L->cp_comm == 1;
   c->vocab_pad = L->vocab_pad > 0 ? L->vocab_pad : 0;
   c->fused_ce = L->fused_ce == 1;
   FILE *sink = fopen("/dev/null", "w");

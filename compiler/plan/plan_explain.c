@@ -211,7 +211,8 @@ int plan_explain_terms(const PlanCtx *c, const PlanResult *r, PlanTerm *out, int
       {"tensor-parallel communication (exposed)", r->comm_exposed[IRG_TP],
        "docs/planner.md 1-2: nccl-tests bus-bandwidth model; 9.2: tp_overlap"},
       {"context-parallel communication (exposed)", r->comm_exposed[IRG_CP],
-       "docs/planner.md 9.2: ring attention's exchange under the attention"},
+       c->cp_ring ? "docs/planner.md 9.2: cp_comm = ring, each block's exchange under the attention of the one before"
+                  : "docs/planner.md 9.2: cp_comm = allgather, the keys and values gathered before the attention"},
       {"data-parallel / ZeRO communication (exposed)", r->comm_exposed[IRG_DP],
        "docs/planner.md 11.3-11.4a: buckets under the backward; ZeRO-3 / FSDP per-layer gathers under compute; the "
        "GEMMs beside a hidden collective slowed (0.5 on Hopper's persistent GEMMs)"},

@@ -107,6 +107,7 @@ struct PlanCtx {
   int flash;          /* attention priced as a tiled flash attention (the default); 0: scores materialised */
   CostAttnKernel attn_kernel; /* under flash: the tile model alone, or a generation whose published rate bounds it */
   int tp_overlap;     /* the layout's tp_overlap */
+  int cp_ring;        /* the layout's cp_comm = ring: the context group's transfers under the attention (else allgather: exposed) */
   int64_t vocab_pad;  /* the layout's vocab_pad: vocabulary padded to a multiple of it x tp */
   int fused_ce;       /* the model's fused_ce (on: 1), for keys made without a layout (plan_chunk_layers) */
   int explain;        /* reports list the five largest terms of the step (plan_set_explain) */

@@ -72,6 +72,7 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
   if (m->layout.tp_overlap && L->tp > 1) fprintf(f, "; tp_overlap on");
   if (L->fused_ce == 1) fprintf(f, "; fused_ce on");
   if (L->ep > 1 && m->layout.dispatcher == 1) fprintf(f, "; dispatcher deepep");
+  if (L->cp > 1 && m->layout.cp_comm == 1) fprintf(f, "; cp_comm ring");
   if (strcmp(plan_attention_name(c), "flash")) fprintf(f, "; attention %s", plan_attention_name(c));
   if (!plan_fusion(c)) fprintf(f, "; fusion off");
   fputc('\n', f);
@@ -333,6 +334,7 @@ static json_t *json_result(PlanCtx *c, const PlanResult *r, int brief) {
   json_object_set_new(par, "balance", json_string(sem_balance_name(plan_model(c)->layout.balance)));
   json_object_set_new(par, "fused_ce", json_boolean(r->layout.fused_ce == 1));
   json_object_set_new(par, "dispatcher", json_string(plan_model(c)->layout.dispatcher == 1 ? "deepep" : "alltoall"));
+  json_object_set_new(par, "cp_comm", json_string(plan_model(c)->layout.cp_comm == 1 ? "ring" : "allgather"));
   Compression cz = plan_model(c)->layout.compression;
   json_object_set_new(par, "compression", json_string(sem_compression_name(cz)));
   json_object_set_new(par, "grad_reduce_bytes", json_integer(plan_grad_reduce_bytes(cz)));

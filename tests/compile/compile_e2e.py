@@ -684,6 +684,12 @@ def case_cli():
                  "all-to-all")
     p = run([hpdlc, "compile", sample(), *DEFS, "--dispatcher", "nccl", "-o", out], expect=2)
     one_error(p, "--dispatcher nccl")
+    # cp_comm = ring is Megatron-LM's overlapped ring, priced by plan; hpdl gathers first (allgather)
+    p = run([hpdlc, "compile", sample(), *DEFS, "--cp", "2", "--gpus", "2", "--cp-comm", "ring", "-o", out], expect=1)
+    one_error(p, "cp_comm = ring is priced by hpdlc plan", "compile with cp_comm = allgather (the same numbers)")
+    ring1 = work("ring-cp1")
+    p = run([hpdlc, "compile", sample(), *DEFS, "--cp-comm", "ring", "--executor", "interp", "-q", "-o", ring1])
+    check(os.path.exists(os.path.join(ring1, "manifest.json")), "cp_comm = ring without context parallelism compiles")
     p = run([hpdlc, "compile", sample(), *DEFS, "--pp", "2", "--virtual-stages", "2", "--schedule", "1f1b", "-D", "L=4", "-o", out],
             expect=1)
     one_error(p, "virtual stages need schedule = interleaved")

@@ -169,7 +169,8 @@ static void set_command(char *cmd, size_t cap, const char *hpdlc, const char *sr
                                         {"tp_overlap", "--tp-overlap"}, {"ep", "--ep"}, {"etp", "--etp"},
                                         {"attention", "--attention"}, {"recompute_layers", "--recompute-layers"},
                                         {"compression", "--compression"}, {"moments", "--moments"},
-                                        {"dispatcher", "--dispatcher"}, {"fusion", "--fusion"}};
+                                        {"dispatcher", "--dispatcher"}, {"fusion", "--fusion"},
+                                        {"cp_comm", "--cp-comm"}};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
     json_t *val = json_object_get(l, keys[i][0]);
     const char *str = json_string_value(val);
@@ -253,6 +254,8 @@ static int check_set(const char *hpdlc, const char *src, const char *file, int m
       const char *attn = json_string_value(json_object_get(l, "attention"));
       const char *fusion = json_string_value(json_object_get(l, "fusion"));
       int eager = fusion && !strcmp(fusion, "off");
+      const char *cpc = json_string_value(json_object_get(l, "cp_comm"));
+      int ring = cpc && !strcmp(cpc, "ring") && jint(l, "cp") > 1;
       if (markdown) {
         const char *rc = json_string_value(json_object_get(l, "recompute"));
         char rcs[80] = "";
@@ -266,12 +269,12 @@ static int check_set(const char *hpdlc, const char *src, const char *file, int m
         if (jint(l, "ep") > 1)
           snprintf(eps, sizeof eps, " ep %ld%s%s%s", jint(l, "ep"), jint(l, "etp") == 1 ? " etp 1" : "",
                    disp && strcmp(disp, "alltoall") ? " dispatcher " : "", disp && strcmp(disp, "alltoall") ? disp : "");
-        printf("| %s%s | %ld | tp %ld pp %ld cp %ld dp %ld%s%s, mb %ld, %s%s%s%s%s | %.3f s | %.3f s | %+.1f%% |\n",
+        printf("| %s%s | %ld | tp %ld pp %ld cp %ld dp %ld%s%s, mb %ld, %s%s%s%s%s%s | %.3f s | %.3f s | %+.1f%% |\n",
                json_string_value(json_object_get(r, "id")), asserted_set && !asserted ? " (not asserted)" : "",
                jint(l, "gpus"), jint(l, "tp"), jint(l, "pp"), jint(l, "cp"),
                jint(l, "dp"), eps, jint(l, "zero") == 3 ? " zero 3" : "", jint(l, "micro_batch"),
                json_string_value(json_object_get(l, "precision")),
-               rcs, attn ? ", attention " : "", attn ? attn : "", eager ? ", fusion off" : "", pub, pred, e * 100);
+               rcs, attn ? ", attention " : "", attn ? attn : "", eager ? ", fusion off" : "", ring ? ", cp_comm ring" : "", pub, pred, e * 100);
       } else {
         printf("%-40s %5ld %10.3f %10.3f %+7.1f%%  %s\n", json_string_value(json_object_get(r, "id")), jint(l, "gpus"), pub,
                pred, e * 100, !asserted ? "(not asserted)" : ok ? "ok" : "FAIL");

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""cp_comm_flag.py - `parallel.cp_comm` in the planner (CTest: plan.cp_comm_flag).
+
+    cp_comm_flag.py HPDLC SOURCE_DIR
+
+Context parallelism's keys and values reach the attention in one of two ways (docs/planner.md
+9.2): `allgather` (the default; hpdl's compiled program, Llama 3's and PyTorch's context
+parallelism) gathers them before the attention, so the whole exchange waits; `ring`
+(Megatron-LM's p2p ring) sends each block while the attention works on the one before, so
+up to (cp - 1) / cp of the attention hides it. On Llama 3.1 8B at 131072 tokens, cp 4 over
+one H100 host: the exchange's bytes and time are the same under both, allgather exposes all
+of it, ring hides min(exchange, (cp - 1) / cp x attention), and the step differs by exactly
+what is hidden. The reports say which (JSON parallel.cp_comm, the text layout line and
+--explain's source), and at cp 1 the setting changes nothing. Exit 0 pass, 1 fail."""
+import json
+import subprocess
+import sys
+
+from plan_checks import verdict
+
+MODEL = ["-D", "layers=32", "-D", "hidden=4096", "-D", "heads=32", "-D", "kv_heads=8", "-D", "ffn=14336",
+         "-D", "vocab=128256", "-D", "seq=131072"]
+LAYOUT = ["--gpus", "8", "--tp", "1", "--cp", "4", "--dp", "2", "--zero", "3", "--micro-batch", "1", "--global-batch", "2",
+          "--recompute", "full", "--precision", "bf16", "--cluster", "dgx-h100"]
+
+
+def run(hpdlc, src, args):
+    return subprocess.run([hpdlc, "plan", f"{src}/samples/llama.hpd", *MODEL, *args], capture_output=True, text=True)
+
+
+def plan(hpdlc, src, args):
+    p = run(hpdlc, src, [*args, "--format", "json"])
+    if p.returncode != 0:
+        print(p.stderr)
+        return None
+    return json.loads(p.stdout)
+
+
+def main():
+    hpdlc, src = sys.argv[1], sys.argv[2]
+    default = plan(hpdlc, src, LAYOUT)
+    gather = plan(hpdlc, src, [*LAYOUT, "--cp-comm", "allgather"])
+    ring = plan(hpdlc, src, [*LAYOUT, "--cp-comm", "ring"])
+    cp1 = ["--gpus", "8", "--tp", "1", "--cp", "1", "--dp", "8", "--zero", "3", "--micro-batch", "1", "--global-batch", "8",
+           "--recompute", "full", "--precision", "bf16", "--cluster", "dgx-h100", "-D", "seq=16384"]
+    one = [plan(hpdlc, src, [*cp1, "--cp-comm", m]) for m in ("allgather", "ring")]
+    text = run(hpdlc, src, [*LAYOUT, "--cp-comm", "ring", "--explain"])
+    text_gather = run(hpdlc, src, [*LAYOUT, "--explain"])
+    bad = run(hpdlc, src, [*LAYOUT, "--cp-comm", "p2p"])
+    if None in (default, gather, ring, *one):
+        return verdict([(False, "the plans")])
+    cg, cr = gather["comm_time_per_step"], ring["comm_time_per_step"]
+    hidden = cr["total_s"]["cp"] - cr["exposed_s"]["cp"]
+    attention = ring["time"]["attention_s"]
+    print(f"allgather: exchange {cg['total_s']['cp'] * 1e3:.2f} ms, exposed {cg['exposed_s']['cp'] * 1e3:.2f} ms, "
+          f"step {gather['time']['step_s']:.4f} s")
+    print(f"ring:      exchange {cr['total_s']['cp'] * 1e3:.2f} ms, exposed {cr['exposed_s']['cp'] * 1e3:.2f} ms, "
+          f"step {ring['time']['step_s']:.4f} s (attention {attention:.3f} s)")
+    layout_line = next((line for line in text.stdout.splitlines() if line.startswith("layout:")), "")
+    gather_line = next((line for line in text_gather.stdout.splitlines() if line.startswith("layout:")), "")
+    print(layout_line)
+    rel = lambda a, b: abs(a - b) / max(abs(b), 1e-30)
+    return verdict([
+        (default["parallel"]["cp_comm"] == "allgather" and ring["parallel"]["cp_comm"] == "ring",
+         "JSON parallel.cp_comm: allgather by default, ring under --cp-comm ring"),
+        (rel(default["time"]["step_s"], gather["time"]["step_s"]) < 1e-12, "allgather is the default"),
+        (cg["total_s"]["cp"] > 0 and rel(cg["total_s"]["cp"], cr["total_s"]["cp"]) < 1e-12, "the same exchange under both"),
+        (rel(cg["exposed_s"]["cp"], cg["total_s"]["cp"]) < 1e-12, "allgather: all of the exchange exposed"),
+        (hidden > 0 and hidden <= attention * 3 / 4 * (1 + 1e-9), "ring: some of it hidden, at most (cp - 1) / cp of the attention"),
+        (rel(gather["time"]["step_s"] - ring["time"]["step_s"], hidden) < 1e-6, "the steps differ by what the ring hides"),
+        (layout_line.endswith("; cp_comm ring") and "cp_comm" not in gather_line, "the text layout line names a ring, not the default"),
+        ("docs/planner.md 9.2: cp_comm = allgather, the keys and values gathered before the attention" in text_gather.stdout,
+         "--explain cites the allgather's exposed exchange"),
+        (rel(one[0]["time"]["step_s"], one[1]["time"]["step_s"]) < 1e-12, "at cp 1 the setting changes nothing"),
+        (bad.returncode != 0 and "unknown cp_comm 'p2p'; it is allgather or ring" in bad.stderr, "a bad value refused"),
+    ])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
