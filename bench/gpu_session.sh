@@ -6,7 +6,8 @@
 # (bench/gpu_tests.py, from bench/gpu_bundle.sh's list), bf16 at 4 x 4
 # micro-batches, the per-launch profile of the bf16 step, the flash attention
 # checks of bench/gpu_bench.sh that CTest does not list, a Llama of heads of 128
-# in bf16 (its step and slowest launches: the 16-bit attention there); then what earlier
+# in bf16 (its step and slowest launches: the 16-bit attention there), the bf16 step
+# with fusion off (a kernel an op, beside its plan); then what earlier
 # visits measured already (fp32, TF32, the fused head, PyTorch's training
 # step eager and compiled), as the budget allows.
 #
@@ -69,6 +70,10 @@ part train_llama 60 100 env STEPS=5 MICRO=1 ACCUM=4 MODES="bf16" PROFILE=20 SAMP
   ARGS="-D layers=4 -D hidden=2048 -D heads=16 -D kv_heads=16 -D ffn=5504 -D vocab=50304 --tp 1 --pp 1 --cp 1 --sp off" \
   bash bench/gpu_train_bench.sh "$bundle" dgx-h200
 cat "$logs/train_llama.log"
+# what fusion saves on the GPU, and the planner's price of the program a kernel an op
+# (--fusion off, docs/planner.md 9.7, PyTorch's eager mode) beside the fused one's
+part train_eager 50 90 env STEPS=8 MICRO=16 ACCUM=1 MODES="bf16_eager" bash bench/gpu_train_bench.sh "$bundle" dgx-h200
+cat "$logs/train_eager.log"
 part train_more 120 200 env STEPS=10 MICRO=4 ACCUM=4 MODES="bf16_fused_ce tf32 fp32" bash bench/gpu_train_bench.sh "$bundle" dgx-h200
 cat "$logs/train_more.log"
 part torch_train 60 100 python3 bench/gpu_torch_train.py --micro 4 --accum 4 --steps 10 --modes bf16,tf32

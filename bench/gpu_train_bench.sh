@@ -9,7 +9,8 @@
 # build); CLUSTER: the catalog's cluster whose GPU this is (default
 # dgx-h100). STEPS (default 10) timed steps after 2 of warm-up; MICRO (4) x
 # 1024 tokens a micro-batch, ACCUM (4) micro-batches a step; MODES (default
-# "fp32 tf32 bf16", also bf16_fused_ce: the head and its loss fused) the
+# "fp32 tf32 bf16", also bf16_fused_ce: the head and its loss fused, and
+# bf16_eager: --fusion off, a kernel an op, planned so too) the
 # precisions, each its own artifact and plan. PROFILE=N (N > 1): every launch
 # of steps 2.. timed alone (so those steps slower), the N slowest printed.
 # SAMPLE (default gpt2) another sample of samples/, ARGS more hpdlc arguments
@@ -51,8 +52,8 @@ seq=${SEQ:-1024}
 read -r -a extra <<< "${ARGS:-}"
 layout=(--dp 1 --gpus 1 --micro-batch "$micro" --global-batch $((accum * micro)) "${extra[@]}")
 arch=$("$bin/hpdlrun" --info | sed -n 's/^    GPU 0 .*, \(sm_[0-9]*\),.*/\1/p')
-plan_s() { # precision: the plan's step time for this layout on the cluster's GPU
-  "$bin/hpdlc" plan "$sample" --cluster "$cluster" "${layout[@]}" --precision "$1" --format json |
+plan_s() { # precision [more plan flags]: the plan's step time for this layout on the cluster's GPU
+  "$bin/hpdlc" plan "$sample" --cluster "$cluster" "${layout[@]}" --precision "$@" --format json |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["time"]["step_s"])'
 }
 printf "%-34s %10s %10s %12s %14s\n" "${NAME:-GPT-2 124M}, $((accum * micro)) x $seq tokens/step" "ms/step" "tokens/s" "plan ms" "measured/plan"
@@ -64,14 +65,17 @@ for mode in ${MODES:-fp32 tf32 bf16}; do
     tf32) flags=(--precision fp32) tf=1 precision=none ;;  # the planner has no TF32 precision
     bf16) flags=(--precision bf16) ;;
     bf16_fused_ce) flags=(--precision bf16 --fused-ce on) precision=bf16 ;;
-    *) echo "gpu_train_bench: no mode $mode (fp32, tf32, bf16, bf16_fused_ce)"; exit 2 ;;
+    bf16_eager) flags=(--precision bf16 --fusion off) precision=bf16 ;;  # a kernel an op, planned so too
+    *) echo "gpu_train_bench: no mode $mode (fp32, tf32, bf16, bf16_fused_ce, bf16_eager)"; exit 2 ;;
   esac
+  plan_flags=()
+  [ "$mode" = bf16_eager ] && plan_flags=(--fusion off)
   art="$work/${SAMPLE:-gpt2}${flags[*]:+ ${flags[*]}}"
   art=${art// /_}
   [ -d "$art" ] || "$bin/hpdlc" compile "$sample" --target cuda --arch "${arch:-sm_90}" "${layout[@]}" "${flags[@]}" \
     -o "$art" > "$work/compile.log" 2>&1 || { cat "$work/compile.log"; exit 1; }
   predicted=none
-  [ $precision = none ] || predicted=$(plan_s $precision) || exit 1
+  [ $precision = none ] || predicted=$(plan_s $precision "${plan_flags[@]}") || exit 1
   HPDL_PROFILE=${PROFILE:-1} HPDL_GEMM_TF32=$tf "$bin/hpdlrun" "$art" --steps $((steps + 2)) --data "$data" --checkpoint-dir "$work/ck-$mode" \
     --metrics "$work/$mode.jsonl" --progress quiet > "$work/$mode.log" 2>&1 || { cat "$work/$mode.log"; exit 1; }
   python3 - "$work/$mode.jsonl" "$mode" "$predicted" <<'EOF'
