@@ -77,29 +77,22 @@ foreach(never_seen megatron_bridge korthikanti torchtitan_h100 llama3)
   set_tests_properties(plan.never_seen.${never_seen} PROPERTIES TIMEOUT 300 LABELS plan)
 endforeach()
 
-# --overlap on|off (parallel.overlap): ZeRO-3's communication hidden or all exposed
+# the planner's settings checked by scripts (python3)
 if(Python3_Interpreter_FOUND)
   add_test(NAME plan.grad_reduce_bytes
            COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/grad_reduce_bytes.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
   set_tests_properties(plan.grad_reduce_bytes PROPERTIES TIMEOUT 60 LABELS plan)
-  # parallel.balance = ends: Llama 3 405B's pipeline (the embeddings and the head a chunk each)
-  add_test(NAME plan.balance_ends
-           COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/balance_ends.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
-  set_tests_properties(plan.balance_ends PROPERTIES TIMEOUT 120 LABELS plan)
-  # --fusion off: the program a kernel an op (PyTorch's eager mode), docs/planner.md 9.7
-  add_test(NAME plan.fusion_flag
-           COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/fusion_flag.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
-  set_tests_properties(plan.fusion_flag PROPERTIES TIMEOUT 60 LABELS plan)
-  # parallel.cp_comm: context parallelism's exchange exposed (allgather) or under the attention (ring), sec. 9.2
-  add_test(NAME plan.cp_comm_flag
-           COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/cp_comm_flag.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
-  set_tests_properties(plan.cp_comm_flag PROPERTIES TIMEOUT 60 LABELS plan)
-  add_test(NAME plan.overlap_flag
-           COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/overlap_flag.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
-  set_tests_properties(plan.overlap_flag PROPERTIES TIMEOUT 60 LABELS plan)
-  add_test(NAME plan.fused_ce_flag
-           COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/fused_ce_flag.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
-  set_tests_properties(plan.fused_ce_flag PROPERTIES TIMEOUT 60 LABELS plan)
+  # one script a setting (tests/plan/NAME.py, plan_checks.py's helpers), plan.NAME:
+  #   balance_ends   parallel.balance = ends: Llama 3 405B's pipeline (the embeddings and the head a chunk each)
+  #   fusion_flag    --fusion off: the program a kernel an op (PyTorch's eager mode), docs/planner.md 9.7
+  #   cp_comm_flag   parallel.cp_comm: context parallelism's exchange exposed (allgather) or under the attention (ring), 9.2
+  #   overlap_flag   --overlap on|off (parallel.overlap): ZeRO-3's communication hidden or all exposed
+  #   fused_ce_flag  parallel.fused_ce: the head and its loss as one op, and auto's choice
+  foreach(script balance_ends fusion_flag cp_comm_flag overlap_flag fused_ce_flag)
+    add_test(NAME plan.${script}
+             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/${script}.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
+    set_tests_properties(plan.${script} PROPERTIES TIMEOUT 120 LABELS plan)
+  endforeach()
 endif()
 
 # an attention kernel plan does not know: one line naming the ones it does

@@ -9,11 +9,9 @@ must split it so (the stages' layers 7, 8 x 14, 7), price its bubble below the 4
 split's (the interleaved bubble is (p - 1) / (v m)), refuse a split that does not divide
 layers + 2 with the checker's message, and the search must reach 8 virtual stages, which
 balance = cost cannot (126 layers < 128 chunks). Exit 0 pass, 1 fail."""
-import json
-import subprocess
 import sys
 
-from plan_checks import verdict
+from plan_checks import plan_json, plan_run, verdict
 
 MODEL = ["-D", "layers=126", "-D", "hidden=16384", "-D", "heads=128", "-D", "kv_heads=8", "-D", "ffn=53248",
          "-D", "vocab=128256", "-D", "seq=8192"]
@@ -22,15 +20,11 @@ LAYOUT = ["--gpus", "8192", "--tp", "8", "--pp", "16", "--dp", "64", "--sp", "on
 
 
 def run(hpdlc, src, args):
-    return subprocess.run([hpdlc, "plan", f"{src}/samples/llama.hpd", *MODEL, *args], capture_output=True, text=True)
+    return plan_run(hpdlc, f"{src}/samples/llama.hpd", [*MODEL, *args])
 
 
 def plan(hpdlc, src, args):
-    p = run(hpdlc, src, [*LAYOUT, *args, "--format", "json"])
-    if p.returncode != 0:
-        print(p.stderr)
-        return None
-    return json.loads(p.stdout)
+    return plan_json(hpdlc, f"{src}/samples/llama.hpd", [*MODEL, *LAYOUT, *args])
 
 
 def main():

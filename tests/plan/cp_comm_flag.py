@@ -12,41 +12,27 @@ one H100 host: the exchange's bytes and time are the same under both, allgather 
 of it, ring hides min(exchange, (cp - 1) / cp x attention), and the step differs by exactly
 what is hidden. The reports say which (JSON parallel.cp_comm, the text layout line and
 --explain's source), and at cp 1 the setting changes nothing. Exit 0 pass, 1 fail."""
-import json
-import subprocess
 import sys
 
-from plan_checks import verdict
+from plan_checks import LLAMA31_8B, bind, verdict
 
-MODEL = ["-D", "layers=32", "-D", "hidden=4096", "-D", "heads=32", "-D", "kv_heads=8", "-D", "ffn=14336",
-         "-D", "vocab=128256", "-D", "seq=131072"]
+MODEL = [*LLAMA31_8B, "-D", "seq=131072"]
 LAYOUT = ["--gpus", "8", "--tp", "1", "--cp", "4", "--dp", "2", "--zero", "3", "--micro-batch", "1", "--global-batch", "2",
           "--recompute", "full", "--precision", "bf16", "--cluster", "dgx-h100"]
 
 
-def run(hpdlc, src, args):
-    return subprocess.run([hpdlc, "plan", f"{src}/samples/llama.hpd", *MODEL, *args], capture_output=True, text=True)
-
-
-def plan(hpdlc, src, args):
-    p = run(hpdlc, src, [*args, "--format", "json"])
-    if p.returncode != 0:
-        print(p.stderr)
-        return None
-    return json.loads(p.stdout)
-
-
 def main():
     hpdlc, src = sys.argv[1], sys.argv[2]
-    default = plan(hpdlc, src, LAYOUT)
-    gather = plan(hpdlc, src, [*LAYOUT, "--cp-comm", "allgather"])
-    ring = plan(hpdlc, src, [*LAYOUT, "--cp-comm", "ring"])
+    run, plan = bind(hpdlc, f"{src}/samples/llama.hpd", *MODEL)
+    default = plan(LAYOUT)
+    gather = plan([*LAYOUT, "--cp-comm", "allgather"])
+    ring = plan([*LAYOUT, "--cp-comm", "ring"])
     cp1 = ["--gpus", "8", "--tp", "1", "--cp", "1", "--dp", "8", "--zero", "3", "--micro-batch", "1", "--global-batch", "8",
            "--recompute", "full", "--precision", "bf16", "--cluster", "dgx-h100", "-D", "seq=16384"]
-    one = [plan(hpdlc, src, [*cp1, "--cp-comm", m]) for m in ("allgather", "ring")]
-    text = run(hpdlc, src, [*LAYOUT, "--cp-comm", "ring", "--explain"])
-    text_gather = run(hpdlc, src, [*LAYOUT, "--explain"])
-    bad = run(hpdlc, src, [*LAYOUT, "--cp-comm", "p2p"])
+    one = [plan([*cp1, "--cp-comm", m]) for m in ("allgather", "ring")]
+    text = run([*LAYOUT, "--cp-comm", "ring", "--explain"])
+    text_gather = run([*LAYOUT, "--explain"])
+    bad = run([*LAYOUT, "--cp-comm", "p2p"])
     if None in (default, gather, ring, *one):
         return verdict([(False, "the plans")])
     cg, cr = gather["comm_time_per_step"], ring["comm_time_per_step"]

@@ -10,41 +10,27 @@ memory-bound kernels must cost more (each op reads its inputs from memory and wr
 output), and the step by what they add. The reports must say it (the text layout line,
 JSON model.fusion, --explain's source), the CPU device must price it too, and a bad value
 is refused. Exit 0 pass, 1 fail."""
-import json
-import subprocess
 import sys
 
-from plan_checks import verdict
+from plan_checks import LLAMA31_8B, bind, verdict
 
-MODEL = ["-D", "layers=32", "-D", "hidden=4096", "-D", "heads=32", "-D", "kv_heads=8", "-D", "ffn=14336",
-         "-D", "vocab=128256", "-D", "seq=8192"]
+MODEL = [*LLAMA31_8B, "-D", "seq=8192"]
 LAYOUT = ["--gpus", "8", "--tp", "1", "--dp", "8", "--zero", "3", "--micro-batch", "2", "--global-batch", "16",
           "--recompute", "ops", "--precision", "bf16", "--cluster", "dgx-h100", "--attention", "flash2"]
 
 
-def run(hpdlc, src, args):
-    return subprocess.run([hpdlc, "plan", f"{src}/samples/llama.hpd", *MODEL, *args], capture_output=True, text=True)
-
-
-def plan(hpdlc, src, args):
-    p = run(hpdlc, src, [*args, "--format", "json"])
-    if p.returncode != 0:
-        print(p.stderr)
-        return None
-    return json.loads(p.stdout)
-
-
 def main():
     hpdlc, src = sys.argv[1], sys.argv[2]
-    on = plan(hpdlc, src, [*LAYOUT, "--fusion", "on"])
-    off = plan(hpdlc, src, [*LAYOUT, "--fusion", "off"])
-    default = plan(hpdlc, src, LAYOUT)
-    text = run(hpdlc, src, [*LAYOUT, "--fusion", "off", "--explain"])
+    run, plan = bind(hpdlc, f"{src}/samples/llama.hpd", *MODEL)
+    on = plan([*LAYOUT, "--fusion", "on"])
+    off = plan([*LAYOUT, "--fusion", "off"])
+    default = plan(LAYOUT)
+    text = run([*LAYOUT, "--fusion", "off", "--explain"])
     cpu_args = ["-D", "layers=2", "-D", "hidden=256", "-D", "heads=4", "-D", "kv_heads=2", "-D", "ffn=512", "-D", "vocab=1000",
                 "-D", "seq=128", "--gpus", "1", "--tp", "1", "--dp", "1", "--micro-batch", "1", "--global-batch", "1",
                 "--cluster", "cpu"]
-    cpu_on, cpu_off = plan(hpdlc, src, cpu_args), plan(hpdlc, src, [*cpu_args, "--fusion", "off"])
-    bad = run(hpdlc, src, [*LAYOUT, "--fusion", "eager"])
+    cpu_on, cpu_off = plan(cpu_args), plan([*cpu_args, "--fusion", "off"])
+    bad = run([*LAYOUT, "--fusion", "eager"])
     if None in (on, off, default, cpu_on, cpu_off):
         return verdict([(False, "the plans")])
     t_on, t_off = on["time"], off["time"]
