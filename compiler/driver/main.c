@@ -749,7 +749,8 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "report")) return report_main(argc - 1, argv + 1);
   Cli cli;
   int rc = parse_cli(argc, argv, &cli);
-  if (rc) {
+  if (rc) { /* a bad option after -D NAME=VALUE: the names it kept go too */
+    for (int i = 0; i < cli.ndefines; i++) free((char *)cli.defines[i].name);
     free(cli.files);
     return rc < 0 ? 0 : rc;
   }
