@@ -58,18 +58,16 @@ plan_s() { # precision [more plan flags]: the plan's step time for this layout o
 }
 printf "%-34s %10s %10s %12s %14s\n" "${NAME:-GPT-2 124M}, $((accum * micro)) x $seq tokens/step" "ms/step" "tokens/s" "plan ms" "measured/plan"
 for mode in ${MODES:-fp32 tf32 bf16}; do
-  tf=0 flags=() precision=$mode
+  tf=0 flags=() plan_flags=() precision=$mode
   # each precision named: the sample's train block says bf16
   case $mode in
     fp32) flags=(--precision fp32) ;;
     tf32) flags=(--precision fp32) tf=1 precision=none ;;  # the planner has no TF32 precision
     bf16) flags=(--precision bf16) ;;
     bf16_fused_ce) flags=(--precision bf16 --fused-ce on) precision=bf16 ;;
-    bf16_eager) flags=(--precision bf16 --fusion off) precision=bf16 ;;  # a kernel an op, planned so too
+    bf16_eager) flags=(--precision bf16 --fusion off) plan_flags=(--fusion off) precision=bf16 ;;  # a kernel an op, planned so too
     *) echo "gpu_train_bench: no mode $mode (fp32, tf32, bf16, bf16_fused_ce, bf16_eager)"; exit 2 ;;
   esac
-  plan_flags=()
-  [ "$mode" = bf16_eager ] && plan_flags=(--fusion off)
   art="$work/${SAMPLE:-gpt2}${flags[*]:+ ${flags[*]}}"
   art=${art// /_}
   [ -d "$art" ] || "$bin/hpdlc" compile "$sample" --target cuda --arch "${arch:-sm_90}" "${layout[@]}" "${flags[@]}" \

@@ -74,7 +74,6 @@ typedef struct {
   const char *verb;
   const char *stage; /* emit */
   int pipe_stage;    /* emit cuda: --stage N, the pipeline chunk */
-  int fusion_off;    /* emit fused / cuda: --fusion off */
   const char **files;
   int nfiles;
   SemDefine defines[64];
@@ -469,8 +468,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
         return cli_error("--fusion takes on or off, not '%s'", value ? value : "", NULL);
       int off = !strcmp(value, "off");
       cli->compile.fusion_off = off;
-      cli->plan.fusion_off = off;
-      cli->fusion_off = off;
+      cli->plan.fusion_off = off; /* emit reads compile's: it prints what compile builds */
       continue;
     }
     if (!strncmp(a, "--color", flen) && flen == 7) {
@@ -868,11 +866,11 @@ int main(int argc, char **argv) {
           } else if (!strcmp(cli.stage, "dp")) {
             status = emit_dp(arena, diag, cli.files[i], m, ir, status);
           } else if (!strcmp(cli.stage, "memory")) {
-            status = emit_memory(arena, diag, cli.files[i], m, !cli.fusion_off, status);
+            status = emit_memory(arena, diag, cli.files[i], m, !cli.compile.fusion_off, status);
           } else if (!strcmp(cli.stage, "cuda")) {
-            status = emit_cuda(arena, diag, cli.files[i], m, cli.pipe_stage, !cli.fusion_off, stdout);
+            status = emit_cuda(arena, diag, cli.files[i], m, cli.pipe_stage, !cli.compile.fusion_off, stdout);
           } else if (!strcmp(cli.stage, "fused")) {
-            FuseResult *fr = fuse_module_opts(arena, ir, fuse_options(0, !cli.fusion_off));
+            FuseResult *fr = fuse_module_opts(arena, ir, fuse_options(0, !cli.compile.fusion_off));
             if (fuse_check(fr, stderr)) {
               fprintf(stderr, "hpdlc: internal error: the fusion does not check\n");
               status = 3;

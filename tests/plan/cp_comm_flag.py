@@ -14,7 +14,7 @@ what is hidden. The reports say which (JSON parallel.cp_comm, the text layout li
 --explain's source), and at cp 1 the setting changes nothing. Exit 0 pass, 1 fail."""
 import sys
 
-from plan_checks import LLAMA31_8B, bind, verdict
+from plan_checks import LLAMA31_8B, bind, rel, verdict
 
 MODEL = [*LLAMA31_8B, "-D", "seq=131072"]
 LAYOUT = ["--gpus", "8", "--tp", "1", "--cp", "4", "--dp", "2", "--zero", "3", "--micro-batch", "1", "--global-batch", "2",
@@ -45,7 +45,6 @@ def main():
     layout_line = next((line for line in text.stdout.splitlines() if line.startswith("layout:")), "")
     gather_line = next((line for line in text_gather.stdout.splitlines() if line.startswith("layout:")), "")
     print(layout_line)
-    rel = lambda a, b: abs(a - b) / max(abs(b), 1e-30)
     return verdict([
         (default["parallel"]["cp_comm"] == "allgather" and ring["parallel"]["cp_comm"] == "ring",
          "JSON parallel.cp_comm: allgather by default, ring under --cp-comm ring"),

@@ -12,7 +12,7 @@ JSON model.fusion, --explain's source), the CPU device must price it too, and a 
 is refused. Exit 0 pass, 1 fail."""
 import sys
 
-from plan_checks import LLAMA31_8B, bind, verdict
+from plan_checks import LLAMA31_8B, bind, rel, verdict
 
 MODEL = [*LLAMA31_8B, "-D", "seq=8192"]
 LAYOUT = ["--gpus", "8", "--tp", "1", "--dp", "8", "--zero", "3", "--micro-batch", "2", "--global-batch", "16",
@@ -45,7 +45,6 @@ def main():
     print(memory_term)
     added = t_off["step_s"] - t_on["step_s"]
     extra = t_off["compute_s"] - t_on["compute_s"]
-    rel = lambda a, b: abs(a - b) / max(abs(b), 1e-30)
     return verdict([
         (on["model"]["fusion"] == "on" and off["model"]["fusion"] == "off" and default["model"]["fusion"] == "on",
          "JSON model.fusion: on by default, off under --fusion off"),

@@ -30,6 +30,11 @@ LLAMA31_8B = ["-D", "layers=32", "-D", "hidden=4096", "-D", "heads=32", "-D", "k
               "-D", "vocab=128256"]
 
 
+def rel(a, b):
+    """|a - b| relative to b."""
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
 def verdict(checks):
     bad = [what for good, what in checks if not good]
     for what in bad:
