@@ -198,6 +198,11 @@ static const char *attention(const IrGraph *g, const IrNode *n, void **bufs, Hos
   int64_t rg = n->attr[1] - 1, cg = n->attr[2] - 1;
   if (rg >= 0 && rg < IRG_COUNT) s.row_rank = env->rank[rg], s.row_size = env->size[rg];
   if (cg >= 0 && cg < IRG_COUNT) s.col_rank = env->rank[cg], s.col_size = env->size[cg];
+  if (cg >= 0 && cg < IRG_COUNT && n->attr[4] > 0 && s.col_size > 1) { /* one ring block (ir_ops.h) */
+    int c = s.col_size;
+    s.col_rank = (int)(((s.col_rank - (n->attr[4] - 1)) % c + c) % c);
+    s.col_size = -c;
+  }
   const char *why = n->op == IR_ATTENTION ? attn_forward(&s, bufs[0], bufs[1], bufs[2], bufs[3])
                                           : attn_backward(&s, bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], bufs[5]);
   return why ? failf(err, errlen, "%s: %s", ir_op_name(n->op), why) : NULL;

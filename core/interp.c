@@ -113,16 +113,19 @@ int64_t interp_global_pos(int layout, int r, int size, int64_t local, int64_t i)
  * CAUSAL_MASK's and ATTENTION's rows and of the latter two's keys; `group`
  * is the attribute: 1 + the process group, or 0 when the axis is not split.
  * Rows: this rank's zigzag chunks. Keys: the group's blocks in ring order,
- * block b from rank r - b, each in that rank's zigzag layout. */
+ * block b from rank r - b, each in that rank's zigzag layout, or (step > 0)
+ * the one block received at ring step step - 1. */
 static int64_t zigzag_row_pos(const Interp *in, int64_t group, int64_t rows, int64_t row) {
   int64_t g = group - 1;
   return g >= 0 ? interp_global_pos(1, group_rank(in, g), group_size(in, g), rows, row) : row;
 }
 
-static int64_t ring_col_pos(const Interp *in, int64_t group, int64_t cols, int64_t col) {
+static int64_t ring_col_pos(const Interp *in, int64_t group, int64_t step, int64_t cols, int64_t col) {
   int64_t g = group - 1;
   if (g < 0) return col;
   int c = group_size(in, g), me = group_rank(in, g);
+  if (step > 0) /* one block, the one received at ring step step - 1 (ATTENTION's attr[4]) */
+    return interp_global_pos(1, (int)(((me - (step - 1)) % c + c) % c), c, cols, col);
   int64_t len = cols / c, b = col / len;
   return interp_global_pos(1, (int)((me - b + c) % c), c, len, col % len);
 }
@@ -881,7 +884,7 @@ static const char *exec_attention(Run *r, const IrNode *n, double *out) {
         int64_t rp = zigzag_row_pos(r->in, n->attr[1], T, t);
         double mx = -INFINITY;
         for (int64_t j = 0; j < S; j++) {
-          int64_t cp = n->attr[0] ? ring_col_pos(r->in, n->attr[2], S, j) : 0;
+          int64_t cp = n->attr[0] ? ring_col_pos(r->in, n->attr[2], n->attr[4], S, j) : 0;
           if (n->attr[0] && (cp > rp || (n->attr[3] > 0 && rp - cp >= n->attr[3]))) {
             p[j] = -INFINITY;
             continue;
@@ -1317,7 +1320,7 @@ static const char *exec_node(Run *r, int id, double *out) {
     int64_t rows = n->dims[n->rank - 2], cols = n->dims[n->rank - 1];
     for (int64_t i = 0; i < N; i++) {
       int64_t row = zigzag_row_pos(in, n->attr[0], rows, idx[n->rank - 2]);
-      int64_t col = ring_col_pos(in, n->attr[1], cols, idx[n->rank - 1]);
+      int64_t col = ring_col_pos(in, n->attr[1], 0, cols, idx[n->rank - 1]);
       out[i] = col > row ? n->fattr : X[i];
       idx_next(n->rank, n->dims, idx);
     }

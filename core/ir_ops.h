@@ -118,7 +118,9 @@
  *     attr[3] = W > 0: and within a sliding window (query t's position minus key j's < W, so
  *     W keys at most, the query's own among them; causal only; 0: no window);
  *     attr[1] = 1 + group when the rows are this rank's zigzag chunks, attr[2] = 1 + group when
- *     the keys are the group's blocks in ring order (positions as CAUSAL_MASK's). A row with no
+ *     the keys are the group's blocks in ring order (positions as CAUSAL_MASK's) or, with
+ *     attr[4] = 1 + s, one block: the one received at ring step s, rank r - s's zigzag chunks
+ *     (ring attention a block at a time, parallel.cp_comm = ring; ATTN_MERGE). A row with no
  *     allowed key gives o = 0 and lse = -inf. The scores are never a value of the graph: a
  *     back end computes them in tiles (flash attention)
  *   ATTENTION_BWD(q, k, v, out, dout): the gradients of ATTENTION (attributes as its), f32 flat

@@ -8,7 +8,8 @@
  * (the dot in fp32); with `causal`, key j is allowed for row t when colpos(j) <= rowpos(t)
  * (and, with window > 0, rowpos(t) - colpos(j) < window: a sliding window),
  * the positions being t and j, or under context parallelism (size > 1) the row's place in
- * this rank's zigzag chunks and the key's in the ring order (hpdl_cuda.cuh). The forward
+ * this rank's zigzag chunks and the key's in the ring order (hpdl_cuda.cuh), or, with
+ * col_size = -c, in the one ring block the keys are (hpdl_attn_ring). The forward
  * writes out PACKED [B, H, T, Dv + 1]: o = sum_j P[t][j] v[j], P = exp(s - lse) over the
  * allowed keys, then lse = log sum_j exp(s) (a row with no allowed key: o = 0, lse = -inf).
  * The backward takes q, k, v, that out and its gradient dout (last column d lse) and
@@ -38,7 +39,7 @@
  * The backward's three run in that order (dkdv and dq read Dt). Template arguments after
  * <D, Dv>: NT, BQ, BK (other tiles, for tests). Shapes as core/attn.c checks them: T, S >= 1
  * (S = 0 works but has no dkdv launch), H a multiple of Hk, under context parallelism S a
- * multiple of col_size; every count and position below 2^31 (element offsets are 64-bit).
+ * multiple of col_size when it is positive; every count and position below 2^31 (element offsets are 64-bit).
  * Under a causal mask a tile of keys none of whose pairs with the tile of rows is allowed
  * is skipped (decided from the smallest key position and the largest row position: a
  * rank's row positions increase along its rows, key positions along each ring block); the
@@ -87,10 +88,18 @@ static __device__ __forceinline__ int hpdl_attn_rowpos(int t, int T, int rank, i
   return size <= 1 ? t : (int)hpdl_zigzag_pos(rank, size, T, t);
 }
 
+/* Whether the keys are ring blocks: size > 1, the group's size blocks in ring order (the
+ * exchange gathered them); size < -1, one block, rank `rank`'s zigzag chunks of a group of
+ * -size (ring attention a block at a time, parallel.cp_comm = ring); else in order. A
+ * ring block is hpdl_attn_ring_len keys long. */
+static __device__ __forceinline__ bool hpdl_attn_ring(int size) { return size > 1 || size < -1; }
+
+static __device__ __forceinline__ int hpdl_attn_ring_len(int S, int size) { return size < 0 ? S : S / size; }
+
 static __device__ __forceinline__ int hpdl_attn_colpos(int j, int S, int rank, int size) {
-  if (size <= 1) return j;
-  const int len = S / size, blk = j / len, owner = (rank - blk + size) % size;
-  return (int)hpdl_zigzag_pos(owner, size, len, j - blk * len);
+  if (!hpdl_attn_ring(size)) return j;
+  const int c = size < 0 ? -size : size, len = hpdl_attn_ring_len(S, size), blk = j / len, owner = (rank - blk + c) % c;
+  return (int)hpdl_zigzag_pos(owner, c, len, j - blk * len);
 }
 
 /* The largest row position over rows [t0, t1), -1 when empty: the last row's, as positions
@@ -104,8 +113,8 @@ static __device__ __forceinline__ int hpdl_attn_rowpos_max(int t0, int t1, int T
  * the next, so the smallest of each block's first key in the range. S must be a multiple
  * of size when size > 1 (core/attn.c checks it). */
 static __device__ __forceinline__ int hpdl_attn_colpos_min(int j0, int j1, int S, int rank, int size) {
-  if (size <= 1) return j0 < j1 ? j0 : 0x7fffffff;
-  const int len = S / size;
+  if (!hpdl_attn_ring(size)) return j0 < j1 ? j0 : 0x7fffffff;
+  const int len = hpdl_attn_ring_len(S, size);
   int mn = 0x7fffffff;
   for (int j = j0; j < j1; j += len - j % len) {
     const int p = hpdl_attn_colpos(j, S, rank, size);
@@ -123,8 +132,8 @@ static __device__ __forceinline__ bool hpdl_attn_allowed(int rp, int cp, int win
 /* The largest key position over keys [j0, j1) (-1 when empty): each ring block's last key
  * in the range, positions increasing within a block (as hpdl_attn_colpos_min). */
 static __device__ __forceinline__ int hpdl_attn_colpos_max(int j0, int j1, int S, int rank, int size) {
-  if (size <= 1) return j0 < j1 ? j1 - 1 : -1;
-  const int len = S / size;
+  if (!hpdl_attn_ring(size)) return j0 < j1 ? j1 - 1 : -1;
+  const int len = hpdl_attn_ring_len(S, size);
   int mx = -1;
   for (int j = j0; j < j1;) {
     const int end = j + len - j % len, last = j1 < end ? j1 - 1 : end - 1;

@@ -1324,9 +1324,15 @@ static int chunk_run(Exec *x, const DataBatch *b, int k, int fwd, RtErr *e) {
   for (int j = 0; j < nout; j++) x->table[n++] = x->nouts[k * nout + j];
   hpd_entry_fn fn = cut ? x->part[fwd ? 0 : 1] : x->entry->fn;
   if (n != x->entry->nbuffers) return fail(e, "the kernels' step takes %d buffers, the program passes %d", x->entry->nbuffers, n);
-  if (fn(x->table) != 0)
-    return fail(e, "chunk %d, %s of micro-batch %d: %s", x->chunk, !cut ? "step" : fwd ? "forward" : "backward", k,
-                x->hctx.error ? x->hctx.error : "the step failed");
+  x->cerr.msg[0] = 0;
+  if (fn(x->table) != 0) {
+    /* the kernel names itself; a collective's or transfer's own reason follows */
+    char why[2 * sizeof x->cerr.msg];
+    const char *said = x->hctx.error ? x->hctx.error : "the step failed";
+    if (x->cerr.msg[0] && said != x->cerr.msg) snprintf(why, sizeof why, "%s: %s", said, x->cerr.msg);
+    else snprintf(why, sizeof why, "%s", said);
+    return fail(e, "chunk %d, %s of micro-batch %d: %s", x->chunk, !cut ? "step" : fwd ? "forward" : "backward", k, why);
+  }
   if (!fwd) {
     x->total += x->nouts[k * nout][0];
     if (cut) x->busy[x->slot_of[k]] = 0;

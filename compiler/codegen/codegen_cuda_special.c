@@ -1050,7 +1050,7 @@ static int state_update(CuKern *k, const IrNode *n, int id) {
  * rows' group, attr 2 the keys'): this rank's index and the group's size
  * from the kernel context, or a plain layout. */
 static int attn_positions(CuKern *k, const IrNode *n, char *buf, size_t len) {
-  char part[2][64];
+  char part[2][160];
   for (int a = 0; a < 2; a++) {
     int64_t g = n->attr[1 + a] - 1;
     if (g >= 4) {
@@ -1058,7 +1058,10 @@ static int attn_positions(CuKern *k, const IrNode *n, char *buf, size_t len) {
               k->fg->graph->name, k->kp, ir_group_name((IrGroup)g));
       return -1;
     }
-    if (g >= 0) snprintf(part[a], sizeof part[a], "hpd.rank[%" PRId64 "], hpd.size[%" PRId64 "]", g, g);
+    if (g >= 0 && a == 1 && n->attr[4] > 0) /* one ring block, received at step attr[4] - 1 (ir_ops.h) */
+      snprintf(part[a], sizeof part[a], "(hpd.rank[%1$" PRId64 "] + hpd.size[%1$" PRId64 "] - %2$" PRId64 ") %% hpd.size[%1$" PRId64
+               "], -hpd.size[%1$" PRId64 "]", g, n->attr[4] - 1);
+    else if (g >= 0) snprintf(part[a], sizeof part[a], "hpd.rank[%" PRId64 "], hpd.size[%" PRId64 "]", g, g);
     else snprintf(part[a], sizeof part[a], "0, 1");
   }
   snprintf(buf, len, "%s, %s", part[0], part[1]);
@@ -1172,7 +1175,7 @@ static int attention(CuKern *k, const IrNode *n, int id) {
             k->fg->graph->name, k->kp, D, Dv, HPDL_ATTN_MAX_HEAD, B, H, T);
     return -1;
   }
-  char pos[160], args[400];
+  char pos[360], args[600];
   if (attn_positions(k, n, pos, sizeof pos)) return -1;
   CuText sc = {0};
   cu_float(&sc, n->fattr);

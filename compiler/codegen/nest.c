@@ -203,6 +203,11 @@ int nest_compose(Nest *N, int v, const Aff *e, Aff *off, int *mem) {
     Aff lin = nest_aff_const(0);
     for (int j = 0; j < vn->rank; j++)
       if (!nest_aff_addmul(&lin, &e[j], rs[j])) return 0;
+    /* reshapes of reshapes: the linear index all the way down */
+    while (in_kernel(k, x) && xn->op == IR_RESHAPE) {
+      x = xn->in[0];
+      xn = nd(k, x);
+    }
     if (in_kernel(k, x) && nest_is_index_map(xn->op)) {
       /* a range of a vector (a piece of a flat value: an extern's or an
        * attention's gradients) is still contiguous: offset plus the index */

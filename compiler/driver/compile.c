@@ -537,10 +537,6 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
     return cfail(&C, "--executor interp runs the reference executor on the CPU; it has no CUDA form (use --target cpu)");
   if (!o->out_dir || !*o->out_dir) return cfail(&C, "compile needs an output folder (-o DIR)");
   if (m->train.precision == PREC_FP8) return cfail(&C, "precision = fp8 is priced by hpdlc plan, but no back end runs it yet: compile with bf16 or fp16");
-  if (m->layout.cp_comm == 1 && m->layout.cp > 1)
-    return cfail(&C, "cp_comm = ring is priced by hpdlc plan (Megatron-LM's ring, each block's keys and values sent while the "
-                     "attention works on the one before), but hpdl's program gathers them before the attention: compile with "
-                     "cp_comm = allgather (the same numbers)");
   if (m->layout.dispatcher == 1)
     return cfail(&C, "dispatcher = deepep is priced by hpdlc plan, but the runtime exchanges the experts' tokens with NCCL's or "
                      "MPI's all-to-all, a copy per rank: compile with dispatcher = alltoall (the same numbers)");
@@ -579,7 +575,8 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
   if (input_feeds(&C, global, &L, &F)) return 1;
   ProgramFeed *feed = F.feed;
   /* an image model has no sequence for the partitioner to split */
-  SpmdSpec spec = {L.tp, L.cp, L.sp, F.images ? 0 : m->seq_len, L.ep, L.vocab_pad, m->layout.fused_ce == 1, L.ep_fold};
+  SpmdSpec spec = {L.tp, L.cp, L.sp, F.images ? 0 : m->seq_len, L.ep, L.vocab_pad, m->layout.fused_ce == 1, L.ep_fold,
+                   m->layout.cp_comm == 1};
   IrModule *part = spmd_partition(arena, diag, global, &spec);
   const char *split_why = NULL;
   int64_t *split = part ? plan_chunk_layers(arena, m, L.mb, L.tp, L.cp, L.sp, L.recompute, L.pp * L.vpp, &split_why) : NULL;
@@ -759,6 +756,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
   if (L.ep > 1) json_object_set_new(jlay, "ep", json_integer(L.ep));
   if (L.ep_fold) json_object_set_new(jlay, "ep_fold", json_true());
   json_object_set_new(jlay, "balance", json_string(sem_balance_name(m->layout.balance)));
+  if (L.cp > 1) json_object_set_new(jlay, "cp_comm", json_string(m->layout.cp_comm == 1 ? "ring" : "allgather"));
   /* where the layout was planned to run: hpdlrun --sbatch / --k8s place
    * the ranks on nodes from it (docs/runtime.md, "Clusters") */
   json_object_set_new(root, "cluster",

@@ -21,13 +21,13 @@ SimLayout emit_declared_layout(const SemModel *m) {
   SimLayout sl = {L->dp > 0 ? L->dp : 1, L->tp > 0 ? L->tp : 1, L->pp > 0 ? L->pp : 1, L->cp > 0 ? L->cp : 1,
                   L->virtual_stages > 0 ? L->virtual_stages : 1, L->sp == 1,
                   L->recompute < 0 ? RECOMPUTE_NONE : (Recompute)L->recompute, m->train.micro_batch, 1, 0, SCHED_1F1B, L->ep > 1 ? L->ep : 1, 0,
-                  L->vocab_pad, L->fused_ce == 1, L->ep_fold};
+                  L->vocab_pad, L->fused_ce == 1, L->ep_fold, L->cp_comm == 1};
   return sl;
 }
 
 SpmdSpec emit_declared_spec(const SemModel *m) {
   SimLayout sl = emit_declared_layout(m);
-  SpmdSpec spec = {sl.tp, sl.cp, sl.sp, m->seq_len, sl.ep, sl.vocab_pad, m->layout.fused_ce == 1, sl.ep_fold};
+  SpmdSpec spec = {sl.tp, sl.cp, sl.sp, m->seq_len, sl.ep, sl.vocab_pad, m->layout.fused_ce == 1, sl.ep_fold, sl.cp_ring};
   return spec;
 }
 

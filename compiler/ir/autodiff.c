@@ -682,7 +682,7 @@ static void adgrad_ATTENTION(AdCtx *c, int f, int dy) {
   const IrNode *n = fnode(c, f);
   if (!c->rg[n->in[0]] && !c->rg[n->in[1]] && !c->rg[n->in[2]]) return;
   int in[5] = {fv(c, n->in[0]), fv(c, n->in[1]), fv(c, n->in[2]), fv(c, f), dy};
-  int flat = emit(c, IR_ATTENTION_BWD, in, 5, n->attr, 4, n->fattr, DT_F32, -1, NULL);
+  int flat = emit(c, IR_ATTENTION_BWD, in, 5, n->attr, 5, n->fattr, DT_F32, -1, NULL);
   int64_t at = 0;
   for (int k = 0; k < 3; k++) {
     const IrNode *x = fnode(c, n->in[k]);

@@ -104,6 +104,7 @@
 
 #include <inttypes.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 enum { TAG_FULL = 0, TAG_ROW = 1 };
@@ -1129,6 +1130,20 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
   }
   free(fill);
 
+  /* Context parallelism's transfers pair in program order (a receive takes
+   * the message of the oldest send not yet received, comm_ring.c), and the
+   * IR alternates them (ring_gather, ring_attention, and their gradients in
+   * reverse): a receive follows the send before it, as if it read it, so
+   * that no fused kernel needs a receive before the send it pairs with and
+   * the kernels keep that order (rule 7) */
+  int *paired = xalloc_calloc((size_t)n + 1, sizeof(int));
+  for (int id = 0, last = -1; id < n; id++) {
+    const IrNode *x = nd(g, id);
+    paired[id] = -1;
+    if ((x->op != IR_SEND && x->op != IR_RECV) || x->attr[0] != IRG_CP) continue;
+    if (x->op == IR_SEND) last = id;
+    else paired[id] = last;
+  }
   /* Greedy grouping in node order (rules 1-4, 6). */
   for (int id = 0; id < n; id++) {
     int k;
@@ -1159,6 +1174,7 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
     default: k = new_kernel(&F, FUSE_SPECIAL); break;
     }
     place(&F, id, k);
+    if (paired[id] >= 0) add_pred(&F, k, kof(&F, paired[id]));
   }
   fold_shape_ops(&F);
   if (F.opts.bias_grad && !F.opts.eager) absorb_bias_grads(&F);
@@ -1199,8 +1215,8 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
   for (int k = 0; k < nk; k++) {
     for (int j = 0; j < nmem[k]; j++) {
       const IrNode *x = nd(g, members[k][j]);
-      for (int i = 0; i < x->nin; i++) {
-        int p = dense[x->in[i]];
+      for (int i = 0; i < x->nin + (paired[members[k][j]] >= 0); i++) {
+        int p = dense[i < x->nin ? x->in[i] : paired[members[k][j]]];
         if (p == k || stamp[p] == k) continue;
         stamp[p] = k;
         if (nsucc[p] == capsucc[p]) {
@@ -1318,6 +1334,7 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
   free(indeg);
   free(size);
   free(dense);
+  free(paired);
   free(rootof);
   free(minnode);
   free(index);

@@ -249,6 +249,182 @@ static int ring_gather(GPart *G, int x, IrGroup g, int axis, Span at) {
   return conv_keep(G, IR_CONCAT, x, key, emit(G, IR_CONCAT, blocks, c, cattr, 1, 0, dn(G, x)->dtype, -1, NULL, at));
 }
 
+/* Ring attention a block at a time (parallel.cp_comm = ring): what travels
+ * the ring for a key or value operand x, as ring_gather decides it - x
+ * itself, or the tensor under x's repeat_kv (and the transpose above it),
+ * those applied again to each block received. */
+typedef struct {
+  int base;  /* the value sent */
+  int nwrap; /* ops applied to each block, innermost first */
+  IrOp wop[2];
+  int64_t wattr[2][IR_NATTR];
+  int wrank[2];
+  DType wdt[2];
+} RingSrc;
+
+static int ring_source(GPart *G, int x, int axis, RingSrc *rs) {
+  const IrNode *xn = dn(G, x);
+  IrOp op = xn->op;
+  int inner = -1, inner_axis = axis;
+  if (op == IR_REPEAT_KV && xn->nin == 1 && xn->rank >= 3 && axis != 1) inner = xn->in[0];
+  else if (op == IR_TRANSPOSE && xn->nin == 1 && dn(G, xn->in[0])->op == IR_REPEAT_KV && xn->attr[axis] != 1) {
+    inner = xn->in[0];
+    inner_axis = (int)xn->attr[axis];
+  }
+  if (inner < 0) {
+    rs->base = x;
+    rs->nwrap = 0;
+    return 0;
+  }
+  int64_t attr[IR_NATTR];
+  memcpy(attr, xn->attr, sizeof attr);
+  int rank = xn->rank;
+  DType dt = xn->dtype;
+  if (ring_source(G, inner, inner_axis, rs) || rs->nwrap == 2) return -1;
+  rs->wop[rs->nwrap] = op;
+  memcpy(rs->wattr[rs->nwrap], attr, sizeof attr);
+  rs->wrank[rs->nwrap] = rank;
+  rs->wdt[rs->nwrap++] = dt;
+  return 0;
+}
+
+static int ring_wrap(GPart *G, const RingSrc *rs, int block, Span at) {
+  for (int w = 0; w < rs->nwrap && block >= 0; w++)
+    block = rs->wop[w] == IR_REPEAT_KV ? emit(G, IR_REPEAT_KV, &block, 1, rs->wattr[w], 1, 0, rs->wdt[w], -1, NULL, at)
+                                       : emit(G, IR_TRANSPOSE, &block, 1, rs->wattr[w], rs->wrank[w], 0, rs->wdt[w], -1, NULL, at);
+  return block;
+}
+
+/* One step of the ring: the block sent on to the next rank, the previous
+ * rank's received (ring_gather's pair). */
+static int ring_recv(GPart *G, int like, IrGroup g, Span at) {
+  const IrNode *n = dn(G, like);
+  DType dt = n->dtype;
+  int rank = n->rank;
+  int64_t dims[IR_MAX_RANK];
+  memcpy(dims, n->dims, sizeof dims);
+  int64_t from_prev[2] = {g, -1};
+  return emit(G, IR_RECV, NULL, 0, from_prev, 2, 0, dt, rank, dims, at);
+}
+
+static int ring_send(GPart *G, int cur, IrGroup g, Span at) {
+  int64_t to_next[2] = {g, 1};
+  const IrNode *n = dn(G, cur);
+  DType dt = n->dtype;
+  int rank = n->rank;
+  int64_t dims[IR_MAX_RANK];
+  memcpy(dims, n->dims, sizeof dims);
+  return emit(G, IR_SEND, &cur, 1, to_next, 2, 0, dt, rank, dims, at);
+}
+
+/* x flat, [numel] (a view), and back */
+static int flat_of(GPart *G, int x, Span at) {
+  int64_t n = ir_numel(dn(G, x));
+  return emit(G, IR_RESHAPE, &x, 1, NULL, 0, 0, dn(G, x)->dtype, 1, &n, at);
+}
+
+static int unflat(GPart *G, int msg, int64_t from, int like_rank, const int64_t *like_dims, Span at) {
+  int64_t n = 1;
+  for (int i = 0; i < like_rank; i++) n *= like_dims[i];
+  int64_t sattr[16] = {from};
+  DType dt = dn(G, msg)->dtype;
+  int piece = emit(G, IR_SLICE, &msg, 1, sattr, 16, 0, dt, 1, &n, at);
+  return piece < 0 ? -1 : emit(G, IR_RESHAPE, &piece, 1, NULL, 0, 0, dt, like_rank, like_dims, at);
+}
+
+/* The packed outputs [B, H, T, Dv + 1] of attention over each block of keys
+ * merged into attention over them all (FlashAttention's rescaling, ring
+ * attention's merge): lse = log sum_s exp(lse_s), o = sum_s exp(lse_s - lse)
+ * o_s, in the IR's own elementwise ops so that autodiff derives the backward
+ * and fusion makes kernels of it. The shift m = max_s lse_s keeps exp in
+ * range; the result does not depend on it, so neither does the gradient
+ * beyond rounding. A block none of whose keys a row may see has lse_s = -inf
+ * there and weighs exp(-inf) = 0; the block of the row's own rank always has
+ * one, so m is finite. */
+static int attn_merge(GPart *G, const int *parts, int c, DType dt, Span at) {
+  const IrNode *a = dn(G, parts[0]);
+  int64_t B = a->dims[0], H = a->dims[1], T = a->dims[2], Dv = a->dims[3] - 1;
+  int64_t odims[4] = {B, H, T, Dv}, ldims[4] = {B, H, T, 1};
+  int64_t os[16] = {0}, ls[16] = {0, 0, 0, Dv};
+  int *o = arena_alloc(G->P->arena, sizeof(int) * (size_t)c), *l = arena_alloc(G->P->arena, sizeof(int) * (size_t)c);
+  int m = -1;
+  for (int s = 0; s < c; s++) {
+    o[s] = emit(G, IR_SLICE, &parts[s], 1, os, 16, 0, dt, 4, odims, at);
+    l[s] = emit(G, IR_SLICE, &parts[s], 1, ls, 16, 0, dt, 4, ldims, at);
+    if (o[s] < 0 || l[s] < 0) return -1;
+    int mm[2] = {m, l[s]};
+    m = s == 0 ? l[s] : emit(G, IR_MAXIMUM, mm, 2, NULL, 0, 0, dt, -1, NULL, at);
+  }
+  int z = -1, *e = arena_alloc(G->P->arena, sizeof(int) * (size_t)c);
+  for (int s = 0; s < c && m >= 0; s++) {
+    int d[2] = {l[s], m};
+    int diff = emit(G, IR_SUB, d, 2, NULL, 0, 0, dt, -1, NULL, at);
+    e[s] = emit(G, IR_EXP, &diff, 1, NULL, 0, 0, dt, -1, NULL, at);
+    int zz[2] = {z, e[s]};
+    z = s == 0 ? e[s] : emit(G, IR_ADD, zz, 2, NULL, 0, 0, dt, -1, NULL, at);
+    if (z < 0) return -1;
+  }
+  if (m < 0 || z < 0) return -1;
+  int logz = emit(G, IR_LOG, &z, 1, NULL, 0, 0, dt, -1, NULL, at);
+  int ml[2] = {m, logz};
+  int lse = emit(G, IR_ADD, ml, 2, NULL, 0, 0, dt, -1, NULL, at), acc = -1;
+  for (int s = 0; s < c && lse >= 0; s++) {
+    int wz[2] = {e[s], z};
+    int w = emit(G, IR_DIV, wz, 2, NULL, 0, 0, dt, -1, NULL, at);
+    int wide = emit(G, IR_EXPAND, &w, 1, NULL, 0, 0, dt, 4, odims, at);
+    int wo[2] = {wide, o[s]};
+    int term = emit(G, IR_MUL, wo, 2, NULL, 0, 0, dt, -1, NULL, at);
+    int at2[2] = {acc, term};
+    acc = s == 0 ? term : emit(G, IR_ADD, at2, 2, NULL, 0, 0, dt, -1, NULL, at);
+    if (acc < 0) return -1;
+  }
+  if (lse < 0 || acc < 0) return -1;
+  int cat[2] = {acc, lse};
+  int64_t axis[1] = {3};
+  return emit(G, IR_CONCAT, cat, 2, axis, 1, 0, dt, -1, NULL, at);
+}
+
+/* Ring attention a block at a time: q's rows against each block of keys and
+ * values as it arrives (block s from rank r - s, ATTENTION's attr[4] = 1 +
+ * s), merged (attn_merge). A block's keys and values travel as one message
+ * (as Megatron-LM's ring does), so that each step is one transfer and the
+ * backward's transfers pair with their sends by order alone. Program order
+ * puts block s's send before its attention and block s + 1's receive after
+ * it, so that a runtime whose transfers run in the background hides each one
+ * under an attention. */
+static int ring_attention(GPart *G, int q, int k, int v, const int64_t *attr, double scale, DType dt, Span at) {
+  IrGroup g = IRG_CP;
+  int c = (int)G->P->size[g];
+  RingSrc ks, vs;
+  if (ring_source(G, k, 2, &ks) || ring_source(G, v, 2, &vs)) return -2;
+  const IrNode *kn = dn(G, ks.base), *vn = dn(G, vs.base);
+  int krank = kn->rank, vrank = vn->rank;
+  int64_t kdims[IR_MAX_RANK], vdims[IR_MAX_RANK], nk = ir_numel(kn);
+  memcpy(kdims, kn->dims, sizeof kdims);
+  memcpy(vdims, vn->dims, sizeof vdims);
+  int *parts = arena_alloc(G->P->arena, sizeof(int) * (size_t)c);
+  int kb = ks.base, vb = vs.base, msg = -1;
+  for (int s = 0; s < c; s++) {
+    if (s > 0) {
+      msg = ring_recv(G, msg, g, at);
+      kb = msg < 0 ? -1 : unflat(G, msg, 0, krank, kdims, at);
+      vb = msg < 0 ? -1 : unflat(G, msg, nk, vrank, vdims, at);
+    } else if (c > 1) {
+      int kv[2] = {flat_of(G, kb, at), flat_of(G, vb, at)};
+      int64_t axis0[1] = {0};
+      msg = kv[0] < 0 || kv[1] < 0 ? -1 : emit(G, IR_CONCAT, kv, 2, axis0, 1, 0, dn(G, kb)->dtype, -1, NULL, at);
+      if (msg < 0) return -1;
+    }
+    if (kb < 0 || vb < 0) return -1;
+    if (s + 1 < c && ring_send(G, msg, g, at) < 0) return -1;
+    int in[3] = {q, ring_wrap(G, &ks, kb, at), ring_wrap(G, &vs, vb, at)};
+    if (in[1] < 0 || in[2] < 0) return -1;
+    int64_t a[5] = {attr[0], attr[1], attr[2], attr[3], 1 + s};
+    if ((parts[s] = emit(G, IR_ATTENTION, in, 3, a, 5, scale, dt, -1, NULL, at)) < 0) return -1;
+  }
+  return attn_merge(G, parts, c, dt, at);
+}
+
 /* Megatron's f: one marker per value and group, shared by every consumer so
  * the backward all-reduces the summed gradient once. */
 static int keep_marker(GPart *G, int x, IrGroup g, int r);
@@ -1200,9 +1376,30 @@ static Val part_node(GPart *G, int i) {
       }
     }
     unsigned mask = split_mask(&q.shd);
+    Val ks = ins[1], vs = ins[2];
+    if (ring && P->spec->cp_ring) {
+      ks = settle(G, ks, n->span);
+      vs = settle(G, vs, n->span);
+    }
+    if (ring && P->spec->cp_ring && ks.shd.axis[IRG_CP] == 2 && vs.shd.axis[IRG_CP] == 2) {
+      /* cp_comm = ring: the keys and values stay split, their blocks come around one at a time */
+      Shd kvb = kv;
+      kvb.axis[IRG_CP] = 2;
+      Val k = convert(G, ks, &kvb, mask, n->span);
+      Val v = convert(G, vs, &kvb, mask, n->span);
+      if (q.id < 0 || k.id < 0 || v.id < 0) return r;
+      r.shd = q.shd;
+      r.id = ring_attention(G, q.id, k.id, v.id, attr, n->fattr, n->dtype, n->span);
+      if (r.id == -2) {
+        diag_error(P->diag, n->span, "internal error partitioning attention: the keys reach it through more than one repeat");
+        P->failed = 1;
+        r.id = -1;
+      }
+      return r;
+    }
     G->ring = ring;
-    Val k = convert(G, settle(G, ins[1], n->span), &kv, mask, n->span);
-    Val v = convert(G, settle(G, ins[2], n->span), &kv, mask, n->span);
+    Val k = convert(G, settle(G, ks, n->span), &kv, mask, n->span);
+    Val v = convert(G, settle(G, vs, n->span), &kv, mask, n->span);
     G->ring = 0;
     if (q.id < 0 || k.id < 0 || v.id < 0) return r;
     int in[3] = {q.id, k.id, v.id};

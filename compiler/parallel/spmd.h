@@ -43,6 +43,9 @@ typedef struct {
   int ep_fold;      /* MoE parallel folding: the experts whole, the expert group's ep members
                        tensor x (ep / tp) data-parallel ranks; the layers' sequences chunked
                        over the tensor group first (moepack.h, moe_fold_sequences) */
+  int cp_ring;      /* parallel.cp_comm = ring: attention over each block of keys and values as
+                       it comes around the context group, the blocks' outputs merged by their
+                       log-sum-exp; else (allgather) all blocks first, one attention */
 } SpmdSpec;
 
 /* A new module in `arena` with the rank-local program; NULL with an error

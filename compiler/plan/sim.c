@@ -568,7 +568,7 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
     goto done;
   }
   S.global = global;
-  SpmdSpec spec = {L->tp, L->cp, L->sp, model->seq_len, L->ep, L->vocab_pad, L->fused_ce, fold};
+  SpmdSpec spec = {L->tp, L->cp, L->sp, model->seq_len, L->ep, L->vocab_pad, L->fused_ce, fold, L->cp_ring};
   IrModule *part = spmd_partition(arena, diag, global, &spec);
   S.PP = L->pp;
   S.K = L->pp * (L->vpp > 0 ? L->vpp : 1);
@@ -794,7 +794,7 @@ SimRankProgram *sim_rank_program(Arena *arena, Diag *diag, const SemModel *model
     return NULL;
   }
   SpmdSpec spec = {L->tp > 0 ? L->tp : 1, L->cp > 0 ? L->cp : 1, L->sp == 1, model->seq_len, L->ep > 0 ? L->ep : 1, L->vocab_pad, L->fused_ce,
-                   L->ep_fold};
+                   L->ep_fold, L->cp_ring};
   IrModule *part = r->global ? spmd_partition(arena, diag, r->global, &spec) : NULL;
   int64_t chunks = (L->pp > 0 ? L->pp : 1) * (L->vpp > 0 ? L->vpp : 1);
   const char *split_why = NULL;

@@ -49,6 +49,7 @@ typedef struct {
   int64_t vocab_pad;         /* SpmdSpec.vocab_pad: 0 pads nothing */
   int fused_ce;              /* SpmdSpec.fused_ce */
   int ep_fold;               /* SpmdSpec.ep_fold: the expert group folded over the tensor group */
+  int cp_ring;               /* SpmdSpec.cp_ring: attention a ring block at a time (cp_comm = ring) */
 } SimLayout;
 
 typedef struct {

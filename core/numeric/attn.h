@@ -44,7 +44,9 @@ typedef struct {
   double scale;
   int causal;
   /* context parallelism: rows are rank row_rank's zigzag chunks of row_size,
-   * keys the ring's blocks as seen by col_rank of col_size (<= 1: plain) */
+   * keys the ring's blocks as seen by col_rank of col_size, or, col_size = -c
+   * (c > 1), one block: rank col_rank's zigzag chunks of a group of c (ring
+   * attention a block at a time); -1 .. 1: plain */
   int row_rank, row_size, col_rank, col_size;
   AttnSgemm sgemm;    /* NULL: plain loops of the module's own */
   AttnParFor par_for; /* NULL: sequential */

@@ -236,7 +236,7 @@ static void test_chunk_file(void) {
   Diag *diag = diag_new(stderr);
   SemModel *m = load(arena, diag, "1", "1");
   IrModule *g = lower_model(arena, diag, m, m->train.micro_batch);
-  SpmdSpec spec = {1, 1, 0, m->seq_len, 1, 0, 0, 0};
+  SpmdSpec spec = {1, 1, 0, m->seq_len, 1, 0, 0, 0, 0};
   PipeResult *pr = pipe_split(arena, diag, spmd_partition(arena, diag, g, &spec), 1, NULL);
   IrModule *cm = pipe_chunk_module(arena, pr, 0);
   const char *why = NULL;

@@ -33,6 +33,7 @@ static int64_t zz(int64_t r, int64_t size, int64_t local, int64_t i) {
 static int64_t rowpos(const AttnShape *s, int64_t t) { return s->row_size <= 1 ? t : zz(s->row_rank, s->row_size, s->T, t); }
 
 static int64_t colpos(const AttnShape *s, int64_t j) {
+  if (s->col_size < -1) return zz(s->col_rank, -s->col_size, s->S, j); /* one ring block, rank col_rank's */
   if (s->col_size <= 1) return j;
   int64_t len = s->S / s->col_size, blk = j / len, owner = (s->col_rank - blk + s->col_size) % s->col_size;
   return zz(owner, s->col_size, len, j % len);
@@ -233,7 +234,8 @@ static void run_case(const Case *c) {
   memset(out0, 0xff, sizeof(float) * (size_t)no); /* NaNs: every value must be written */
   EXPECT(attn_forward(&s, q, k, v, out0) == NULL);
   expect_out(out0, ref, c, "loops");
-  if (c->causal) { /* a row always sees position 0 (the ring has every block, zigzag chunk 0 starts it) */
+  if (c->causal && c->col_size >= -1) { /* a row always sees position 0 (the ring has every block, zigzag chunk 0
+                                           starts it); of one block, a row may see none (lse -inf) */
     int finite = 1;
     for (int64_t r = 0; r < no / (c->Dv + 1); r++) finite &= isfinite(out0[r * (c->Dv + 1) + c->Dv]);
     EXPECT(finite);
@@ -339,7 +341,7 @@ static void test_bad_shapes(void) {
   s.row_rank = 2;
   EXPECT_STR(attn_forward(&s, buf, buf, buf, buf), "attention: row_rank outside [0, row_size)");
   s.row_rank = 1, s.col_rank = -1;
-  EXPECT_STR(attn_forward(&s, buf, buf, buf, buf), "attention: col_rank outside [0, col_size)");
+  EXPECT_STR(attn_forward(&s, buf, buf, buf, buf), "attention: col_rank outside [0, |col_size|)");
   s.col_rank = 1, s.T = 0;
   EXPECT_STR(attn_forward(&s, buf, buf, buf, buf), "attention: T and S must be at least 1");
   EXPECT(attn_forward(NULL, buf, buf, buf, buf) != NULL);
@@ -406,6 +408,15 @@ int main(void) {
       {1, 2, 2, 70, 140, 8, 8, 1, 1, 2, 0, 1, 30},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(&cases[i]);
+  /* one ring block at a time (col_size = -c, cp_comm = ring): every pair of a row rank and
+   * a block's rank of 2 and 4, rows none of whose keys are allowed among them; a window */
+  for (int size = 2; size <= 4; size += 2)
+    for (int r = 0; r < size; r++)
+      for (int o = 0; o < size; o++) {
+        int64_t T = size == 2 ? 70 : 18;
+        Case c = {2, 4, 2, T, T, 16, 8, 1, r, size, o, -size, o == r && size == 4 ? 7 : 0};
+        run_case(&c);
+      }
   /* context parallelism on every rank of 2 and 4: local T even, S = T size */
   for (int size = 2; size <= 4; size += 2)
     for (int r = 0; r < size; r++) {

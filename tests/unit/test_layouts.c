@@ -96,7 +96,7 @@ static int run_matrix(const char *file, const char *const *defs, int ndefs, int6
   int runs_of_dp[2] = {0, 0};
   for (int pol = 0; pol < 4; pol++) {
     /* the reference: one rank, every micro-batch of the global batch in turn */
-    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, policies[pol], micro, rows / micro, 0, SCHED_1F1B, 1, 0, 0, 0, 0};
+    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, policies[pol], micro, rows / micro, 0, SCHED_1F1B, 1, 0, 0, 0, 0, 0};
     SimResult ref;
     char err[512];
     if (sim_step(m, &ref_layout, 1234, inputs, &ref, err, sizeof err)) {
@@ -126,7 +126,7 @@ static int run_matrix(const char *file, const char *const *defs, int ndefs, int6
                 /* the pipeline ranks run a schedule's instruction lists (GPipe or
                  * 1F1B, interleaved with v = 2) over 4 micro-batches (2 with dp = 2) */
                 Schedule sched = k.vpp > 1 ? SCHED_INTERLEAVED : (a + b + d + sp) % 2 ? SCHED_GPIPE : SCHED_1F1B;
-                SimLayout lay = {k.dp, k.tp, k.pp, k.cp, k.vpp, k.sp, policies[pol], micro, num_micro * 2 / k.dp, zero, sched, 1, 0, 0, 0, 0};
+                SimLayout lay = {k.dp, k.tp, k.pp, k.cp, k.vpp, k.sp, policies[pol], micro, num_micro * 2 / k.dp, zero, sched, 1, 0, 0, 0, 0, 0};
                 SimResult got;
                 char what[220];
                 snprintf(what, sizeof what, "%s dp=%" PRId64 " zero=%d tp=%" PRId64 " pp=%" PRId64 " v=%" PRId64 " cp=%" PRId64 " sp=%d recompute=%s schedule=%s",
@@ -174,7 +174,7 @@ static int run_dp3(const char *file, const char *const *defs, int ndefs, int64_t
   if (!m) return 1;
   const int64_t micro = 2, num_micro = 2, rows = 3 * num_micro * micro;
   double **inputs = make_inputs(m, rows, vocab, 7);
-  SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro, rows / micro, 0, SCHED_1F1B, 1, 0, 0, 0, 0};
+  SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro, rows / micro, 0, SCHED_1F1B, 1, 0, 0, 0, 0, 0};
   SimResult ref;
   char err[512];
   int failures = 0;
@@ -192,7 +192,7 @@ static int run_dp3(const char *file, const char *const *defs, int ndefs, int64_t
         {2, 2, 1, 0, RECOMPUTE_FULL, 3},      {1, 1, 2, 0, RECOMPUTE_SELECTIVE, 3}, {1, 2, 1, 0, RECOMPUTE_NONE, 0},
     };
     for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
-      SimLayout lay = {3, lays[i].tp, lays[i].pp, lays[i].cp, 1, lays[i].sp, lays[i].rc, micro, num_micro, lays[i].zero, SCHED_1F1B, 1, 0, 0, 0, 0};
+      SimLayout lay = {3, lays[i].tp, lays[i].pp, lays[i].cp, 1, lays[i].sp, lays[i].rc, micro, num_micro, lays[i].zero, SCHED_1F1B, 1, 0, 0, 0, 0, 0};
       char what[200];
       snprintf(what, sizeof what, "%s dp=3 zero=%d tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 " sp=%d recompute=%s", file,
                lays[i].zero, lays[i].tp, lays[i].pp, lays[i].cp, lays[i].sp, sem_recompute_name(lays[i].rc));
@@ -231,10 +231,10 @@ static int run_list(const char *label, const char *file, const char *const *defs
   for (size_t i = 0; i < n; i++) {
     const Lay *y = &lays[i];
     int64_t rmicro = per_dp ? micro * y->dp : micro;
-    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, rmicro, rows / rmicro, 0, SCHED_1F1B, 1, 0, 0, 0, 0};
+    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, rmicro, rows / rmicro, 0, SCHED_1F1B, 1, 0, 0, 0, 0, 0};
     /* the language's default vocab_pad: a vocabulary tensor does not divide is padded */
     SimLayout lay = {y->dp, y->tp, y->pp, y->cp, y->vpp, y->sp, y->rc, micro, rows / (micro * y->dp), y->zero,
-                     y->vpp > 1 ? SCHED_INTERLEAVED : SCHED_1F1B, y->ep, 0, 128, 0, fold};
+                     y->vpp > 1 ? SCHED_INTERLEAVED : SCHED_1F1B, y->ep, 0, 128, 0, fold, 0};
     SimResult ref;
     char err[512], what[220];
     snprintf(what, sizeof what, "%s dp=%" PRId64 " tp=%" PRId64 " sp=%d pp=%" PRId64 " v=%" PRId64 " cp=%" PRId64 " ep=%" PRId64
@@ -267,7 +267,7 @@ static int run_moe(void) {
   if (!m) return 1;
   const int64_t micro = 2, rows = 8;
   double **inputs = make_inputs(m, rows, 64, 5);
-  SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro, rows / micro, 0, SCHED_1F1B, 1, 0, 0, 0, 0};
+  SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro, rows / micro, 0, SCHED_1F1B, 1, 0, 0, 0, 0, 0};
   SimResult ref;
   char err[512];
   int failures = 0;
@@ -290,7 +290,7 @@ static int run_moe(void) {
   } else {
     for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
       SimLayout lay = {lays[i].dp, lays[i].tp, lays[i].pp, 1, 1, 0, lays[i].rc, micro, rows / (micro * lays[i].dp), lays[i].zero,
-                       SCHED_1F1B, lays[i].ep, 0, 0, 0, 0};
+                       SCHED_1F1B, lays[i].ep, 0, 0, 0, 0, 0};
       char what[200];
       snprintf(what, sizeof what, "moe-tiny dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " ep=%" PRId64 " zero=%d recompute=%s",
                lays[i].dp, lays[i].tp, lays[i].pp, lays[i].ep, lays[i].zero, sem_recompute_name(lays[i].rc));
@@ -473,7 +473,7 @@ static int run_vision(void) {
     for (int64_t rdp = 1; rdp <= 4; rdp *= 2) {
       /* the reference for layouts of rdp data-parallel ranks */
       int64_t rmicro = sync ? micro * rdp : micro;
-      SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, rmicro, rows / rmicro, 0, SCHED_1F1B, 1, 0, 0, 0, 0};
+      SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, rmicro, rows / rmicro, 0, SCHED_1F1B, 1, 0, 0, 0, 0, 0};
       SimResult ref;
       char err[512];
       if (sim_step(m, &ref_layout, 77, inputs, &ref, err, sizeof err)) {
@@ -484,7 +484,7 @@ static int run_vision(void) {
       for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
         if (lays[i].dp != rdp) continue;
         SimLayout lay = {lays[i].dp, lays[i].tp, lays[i].pp, 1, 1, 0, lays[i].rc, micro, rows / (micro * lays[i].dp),
-                         lays[i].zero, SCHED_1F1B, 1, 0, 0, 0, 0};
+                         lays[i].zero, SCHED_1F1B, 1, 0, 0, 0, 0, 0};
         char what[200];
         snprintf(what, sizeof what, "resnet-tiny sync=%d dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " zero=%d recompute=%s", sync,
                  lays[i].dp, lays[i].tp, lays[i].pp, lays[i].zero, sem_recompute_name(lays[i].rc));
@@ -496,8 +496,8 @@ static int run_vision(void) {
     fprintf(stderr, "resnet-tiny sync=%d: %d layouts compared, %d failed\n", sync, runs, failures - before);
     /* the statistics differ: per-rank batch norm at dp = 2 is not one rank with the whole batch */
     if (sync == 0) {
-      SimLayout whole = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, 2 * micro, rows / (2 * micro), 0, SCHED_1F1B, 1, 0, 0, 0, 0};
-      SimLayout dp2 = {2, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro, rows / (2 * micro), 0, SCHED_1F1B, 1, 0, 0, 0, 0};
+      SimLayout whole = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, 2 * micro, rows / (2 * micro), 0, SCHED_1F1B, 1, 0, 0, 0, 0, 0};
+      SimLayout dp2 = {2, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro, rows / (2 * micro), 0, SCHED_1F1B, 1, 0, 0, 0, 0, 0};
       SimResult a, b;
       char err[512];
       if (!sim_step(m, &whole, 77, inputs, &a, err, sizeof err) && !sim_step(m, &dp2, 77, inputs, &b, err, sizeof err)) {
@@ -537,9 +537,9 @@ static int run_resnet18(void) {
               {4, 1, 2, RECOMPUTE_SELECTIVE, 2}, {1, 1, 4, RECOMPUTE_NONE, 0}, {2, 2, 2, RECOMPUTE_NONE, 3}};
   int failures = 0, runs = 0;
   for (size_t i = 0; i < sizeof lays / sizeof lays[0]; i++) {
-    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro * lays[i].dp, rows / (micro * lays[i].dp), 0, SCHED_1F1B, 1, 0, 0, 0, 0};
+    SimLayout ref_layout = {1, 1, 1, 1, 1, 0, RECOMPUTE_NONE, micro * lays[i].dp, rows / (micro * lays[i].dp), 0, SCHED_1F1B, 1, 0, 0, 0, 0, 0};
     SimLayout lay = {lays[i].dp, lays[i].tp, lays[i].pp, 1, 1, 0, lays[i].rc, micro, rows / (micro * lays[i].dp), lays[i].zero,
-                     SCHED_1F1B, 1, 0, 0, 0, 0};
+                     SCHED_1F1B, 1, 0, 0, 0, 0, 0};
     SimResult ref;
     char err[512], what[200];
     snprintf(what, sizeof what, "resnet18 (width 4) dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " zero=%d recompute=%s", lays[i].dp,

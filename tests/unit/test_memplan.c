@@ -309,12 +309,12 @@ static void test_mlp(void) {
   SemModel *m = load(&L, "samples/mlp.hpd", NULL, 0);
   if (!m) return;
   for (int p = 0; p < 3; p++) {
-    SimLayout lay = {1, 1, 1, 1, 1, 0, policies[p], 4, 1, 0, SCHED_1F1B, 1, 0, 0, 0, 0};
+    SimLayout lay = {1, 1, 1, 1, 1, 0, policies[p], 4, 1, 0, SCHED_1F1B, 1, 0, 0, 0, 0, 0};
     char what[128];
     snprintf(what, sizeof what, "mlp recompute=%s", sem_recompute_name(policies[p]));
     compare(m, &lay, 0, 10, what, NULL);
   }
-  SimLayout tp2 = {1, 2, 1, 1, 1, 0, RECOMPUTE_NONE, 4, 1, 0, SCHED_1F1B, 1, 0, 0, 0, 0};
+  SimLayout tp2 = {1, 2, 1, 1, 1, 0, RECOMPUTE_NONE, 4, 1, 0, SCHED_1F1B, 1, 0, 0, 0, 0, 0};
   compare(m, &tp2, 0, 10, "mlp tp=2", NULL);
   unload(&L);
 }
@@ -329,7 +329,7 @@ static void test_transformer(const char *file, const char *name, const char *con
   Numbers one[4];
   for (int p = 0; p < 4; p++) {
     char what[160];
-    SimLayout lay = {1, 1, 1, 1, 1, 0, policies[p], 2, 1, 0, SCHED_1F1B, 1, 0, 0, 0, 0};
+    SimLayout lay = {1, 1, 1, 1, 1, 0, policies[p], 2, 1, 0, SCHED_1F1B, 1, 0, 0, 0, 0, 0};
     snprintf(what, sizeof what, "%s recompute=%s", name, sem_recompute_name(policies[p]));
     compare(m, &lay, 0, modulus, what, &one[p]);
     static const struct {
@@ -337,7 +337,7 @@ static void test_transformer(const char *file, const char *name, const char *con
       int sp, chunk;
     } layouts[] = {{2, 1, 1, 1, 1, 0}, {1, 2, 1, 1, 0, 0}, {1, 2, 1, 1, 0, 1}, {2, 2, 2, 1, 0, 3}, {1, 1, 1, 2, 0, 0}};
     for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
-      SimLayout pl = {1, layouts[k].tp, layouts[k].pp, layouts[k].cp, layouts[k].vpp, layouts[k].sp, policies[p], 2, 1, 0, SCHED_1F1B, 1, 0, 0, 0, 0};
+      SimLayout pl = {1, layouts[k].tp, layouts[k].pp, layouts[k].cp, layouts[k].vpp, layouts[k].sp, policies[p], 2, 1, 0, SCHED_1F1B, 1, 0, 0, 0, 0, 0};
       snprintf(what, sizeof what, "%s recompute=%s tp=%" PRId64 " sp=%d pp=%" PRId64 "x%" PRId64 " cp=%" PRId64
                " chunk %d", name, sem_recompute_name(policies[p]), pl.tp, pl.sp, pl.pp, pl.vpp, pl.cp,
                layouts[k].chunk);
@@ -356,7 +356,7 @@ static void test_transformer(const char *file, const char *name, const char *con
   Numbers mat[2];
   for (int p = 0; p < 2; p++) {
     char what[160];
-    SimLayout lay = {1, 1, 1, 1, 1, 0, policies[p], 2, 1, 0, SCHED_1F1B, 1, 1, 0, 0, 0};
+    SimLayout lay = {1, 1, 1, 1, 1, 0, policies[p], 2, 1, 0, SCHED_1F1B, 1, 1, 0, 0, 0, 0};
     snprintf(what, sizeof what, "%s recompute=%s attention materialized", name, sem_recompute_name(policies[p]));
     compare(m, &lay, 0, modulus, what, &mat[p]);
   }

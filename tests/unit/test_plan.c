@@ -485,7 +485,7 @@ static void test_memory_is_memplan(void) {
   PlanResult r;
   EXPECT(plan_evaluate(f.c, &L, 0, &r) == 0);
   for (int chunk = 0; chunk < 2 && r.valid; chunk++) {
-    SimLayout sl = {L.dp, L.tp, L.pp, L.cp, 1, L.sp == 1, (Recompute)L.recompute, L.micro_batch, 1, 0, SCHED_1F1B, 1, 1, 0, 0, 0};
+    SimLayout sl = {L.dp, L.tp, L.pp, L.cp, 1, L.sp == 1, (Recompute)L.recompute, L.micro_batch, 1, 0, SCHED_1F1B, 1, 1, 0, 0, 0, 0};
     const char *why = NULL;
     Arena *a = arena_new();
     SimRankProgram *rp = sim_rank_program(a, f.diag, f.m, &sl, chunk, NULL, &why);
