@@ -30,6 +30,7 @@ int hostop_supported(IrOp op) {
   case IR_ALL_TO_ALL:
   case IR_ATTENTION:
   case IR_ATTENTION_BWD:
+  case IR_ATTN_MERGE:
   case IR_CONV2D:
   case IR_CONV2D_BWD_DATA:
   case IR_CONV2D_BWD_FILTER:
@@ -312,6 +313,12 @@ const char *hostop_run(const IrGraph *g, int node, void **bufs, HostOpEnv *env, 
   case IR_GROUPED_MM_WGRAD: return grouped_mm(g, n, bufs, env, flags, err, errlen);
   case IR_ATTENTION:
   case IR_ATTENTION_BWD: return attention(g, n, bufs, env, err, errlen);
+  case IR_ATTN_MERGE: {
+    /* bufs: the c blocks' outputs, then the merged output */
+    int64_t Dv = n->dims[3] - 1;
+    attn_merge((const float *const *)bufs, n->nin, ir_numel(n) / (Dv + 1), Dv, bufs[n->nin]);
+    return NULL;
+  }
   case IR_CONV2D:
   case IR_CONV2D_BWD_DATA:
   case IR_CONV2D_BWD_FILTER:

@@ -865,6 +865,34 @@ static const char *moe_slots(Interp *in, const double *idx, int64_t T, int64_t K
 
 /* ATTENTION and ATTENTION_BWD in fp64, the scores a row at a time: the
  * definition of the op, which every back end's tiled kernels are held to. */
+/* ATTN_MERGE (ir_ops.h): the blocks' packed outputs merged by their
+ * log-sum-exp, row by row. */
+static const char *exec_attn_merge(Run *r, const IrNode *n, double *out) {
+  int64_t Dv = n->dims[3] - 1, rows = ir_numel(n) / (Dv + 1);
+  for (int64_t t = 0; t < rows; t++) {
+    double m = -INFINITY;
+    for (int k = 0; k < n->nin; k++) {
+      double l = r->val[n->in[k]][t * (Dv + 1) + Dv];
+      if (l > m) m = l;
+    }
+    double *o = out + t * (Dv + 1), sum = 0;
+    for (int64_t c = 0; c <= Dv; c++) o[c] = 0;
+    if (m == -INFINITY) {
+      o[Dv] = -INFINITY;
+      continue;
+    }
+    for (int k = 0; k < n->nin; k++) sum += exp(r->val[n->in[k]][t * (Dv + 1) + Dv] - m);
+    double lse = m + log(sum);
+    for (int k = 0; k < n->nin; k++) {
+      const double *a = r->val[n->in[k]] + t * (Dv + 1);
+      double w = exp(a[Dv] - lse);
+      for (int64_t c = 0; c < Dv; c++) o[c] += w * a[c];
+    }
+    o[Dv] = lse;
+  }
+  return NULL;
+}
+
 static const char *exec_attention(Run *r, const IrNode *n, double *out) {
   const IrGraph *g = r->g;
   const IrNode *qn = &g->nodes[n->in[0]], *kn = &g->nodes[n->in[1]], *vn = &g->nodes[n->in[2]];
@@ -897,8 +925,10 @@ static const char *exec_attention(Run *r, const IrNode *n, double *out) {
         double sum = 0;
         for (int64_t j = 0; j < S; j++) sum += p[j] == -INFINITY ? 0 : exp(p[j] - mx);
         double lse = mx == -INFINITY ? -INFINITY : mx + log(sum);
-        for (int64_t j = 0; j < S; j++) p[j] = p[j] == -INFINITY ? 0 : exp(p[j] - lse);
         int64_t row = (b * H + h) * T + t;
+        /* the backward's P from the lse of `out` (ir_ops.h): a ring block's is the merged one */
+        if (bwd) lse = O[row * (Dv + 1) + Dv];
+        for (int64_t j = 0; j < S; j++) p[j] = p[j] == -INFINITY || lse == -INFINITY ? 0 : exp(p[j] - lse);
         if (!bwd) {
           double *o = out + row * (Dv + 1);
           for (int64_t e = 0; e < Dv; e++) {
@@ -1437,6 +1467,7 @@ static const char *exec_node(Run *r, int id, double *out) {
   case IR_GROUPED_MM_WGRAD: return exec_grouped_mm(r, n, out);
   case IR_ATTENTION:
   case IR_ATTENTION_BWD: return exec_attention(r, n, out);
+  case IR_ATTN_MERGE: return exec_attn_merge(r, n, out);
   case IR_CONV2D:
   case IR_CONV2D_BWD_DATA:
   case IR_CONV2D_BWD_FILTER:

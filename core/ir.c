@@ -637,6 +637,8 @@ static const char *attention_fits(IrGraph *g, IrNode *n) {
   for (int a = 1; a <= 2; a++)
     if (n->attr[a] < 0 || n->attr[a] > IRG_COUNT) return "attention's position layout names no process group";
   if (n->attr[3] < 0 || (n->attr[3] > 0 && !n->attr[0])) return "attention's window needs a causal mask and W >= 1";
+  if (n->attr[4] < 0 || (n->attr[4] > 0 && (!n->attr[2] || n->attr[5] < 2 || n->attr[4] > n->attr[5])))
+    return "attention over one ring block needs its group's key layout, the group's size and a step below it";
   return NULL;
 }
 
@@ -772,6 +774,18 @@ static const char *irshape_ATTENTION_BWD(IrGraph *g, IrNode *n) {
   n->rank = 1;
   n->dims[0] = ir_numel(q) + ir_numel(k) + ir_numel(v);
   n->dtype = DT_F32;
+  return NULL;
+}
+
+static const char *irshape_ATTN_MERGE(IrGraph *g, IrNode *n) {
+  if (n->nin < 1) return "attn_merge needs the blocks' outputs";
+  IrNode *a = in_node(g, n, 0);
+  if (a->rank != 4 || a->dims[3] < 2 || a->dtype != DT_F32) return "attn_merge needs packed f32 attention outputs [B, H, T, Dv + 1]";
+  for (int i = 1; i < n->nin; i++) {
+    IrNode *b = in_node(g, n, i);
+    if (!same_dims(a, b) || b->dtype != a->dtype) return "attn_merge's inputs differ in shape or type";
+  }
+  copy_type(n, a);
   return NULL;
 }
 

@@ -125,9 +125,17 @@
  *     back end computes them in tiles (flash attention)
  *   ATTENTION_BWD(q, k, v, out, dout): the gradients of ATTENTION (attributes as its), f32 flat
  *     [numel q + numel k + numel v]: dq, dk, dv one after another. dout is the packed output's
- *     gradient, its last column d lse: with D[t] = dout[t, :Dv] . o[t] - dout[t, Dv],
- *     dS = P (dout[:Dv] v^T - D), dq = fattr dS k, dk = fattr dS^T q, dv = P^T dout[:Dv]
+ *     gradient, its last column d lse: with P = exp(s - lse) from out's lse, D[t] = dout[t, :Dv]
+ *     . o[t] - dout[t, Dv], dS = P (dout[:Dv] v^T - D), dq = fattr dS k, dk = fattr dS^T q, dv = P^T dout[:Dv]
  *     (summed over the query heads sharing a key head)
+ *   ATTN_MERGE(a_0, ..., a_{c-1}): ring attention's merge (parallel.cp_comm = ring): each a_s
+ *     the packed output [B, H, T, Dv + 1] of an ATTENTION over one ring block (attr[4] > 0),
+ *     read by nothing else; the result is attention over all the blocks, packed alike:
+ *     lse = log sum_s exp(lse_s), o = sum_s exp(lse_s - lse) o_s (a block with lse_s = -inf
+ *     weighs 0; all -inf: o = 0, lse = -inf). Its gradient contract (autodiff.c): each a_s
+ *     is given the merged output's gradient, and its ATTENTION_BWD reads the merged output
+ *     in place of a_s - the block's share of the whole attention's gradient (P from the
+ *     merged lse, Dt from the merged o), so the blocks' outputs need not be kept
  *   Convolutional networks (core/numeric/conv.h has the arithmetic), NCHW:
  *   CONV2D(x [N, C, H, W], w [O, C/g, KH, KW]): [N, O, Ho, Wo], PyTorch's conv2d without bias:
  *     y[n, o, i, j] = sum over c, ki, kj of x[n, (o / (O/g)) C/g + c, i sh - ph + ki dh,
@@ -252,6 +260,7 @@
   X(ALL_TO_ALL, "all_to_all", 1, IRF_COMM)                        \
   X(ATTENTION, "attention", 3, 0)                                  \
   X(ATTENTION_BWD, "attention_bwd", 5, 0)                          \
+  X(ATTN_MERGE, "attn_merge", -1, 0)                               \
   X(CONV2D, "conv2d", 2, 0)                                        \
   X(CONV2D_BWD_DATA, "conv2d_bwd_data", 2, 0)                      \
   X(CONV2D_BWD_FILTER, "conv2d_bwd_filter", 2, 0)                  \

@@ -993,6 +993,46 @@ static int grouped(CuKern *k, const IrNode *n, int id) {
   return 0;
 }
 
+/* attn_merge (ir_ops.h): ring attention's blocks merged by their log-sum-exp,
+ * a thread an element of the packed output (its row's c lse values again:
+ * c is small), the terms summed in blocks' order as core/numeric/attn.c's
+ * attn_merge. */
+static int attn_merge_kernel(CuKern *k, const IrNode *n, int id) {
+  CuText *o = &k->t->src;
+  int out = io_of(k, id), c = n->nin;
+  if (out < 0) return -1;
+  int *in = malloc(sizeof(int) * (size_t)c);
+  if (!in) {
+    cu_fail(k->t, "out of memory");
+    return -1;
+  }
+  for (int s = 0; s < c; s++)
+    if ((in[s] = io_of(k, n->in[s])) < 0 || nd(k, n->in[s])->dtype != DT_F32) {
+      if (in[s] >= 0) cu_fail(k->t, "graph %s kernel k%d: attn_merge merges f32 outputs", k->fg->graph->name, k->kp);
+      free(in);
+      return -1;
+    }
+  int64_t N = ir_numel(n), W = n->dims[3];
+  cu_tx(o, "/* %s: attn_merge of %d ring blocks: lse = log sum exp lse_s, o = sum exp(lse_s - lse) o_s */\n", k->base, c);
+  cu_signature(k, o, k->base);
+  grid_loop(o, "lin", N);
+  cu_tx(o, "    const long long row = lin / %1$" PRId64 "LL, j = lin - row * %1$" PRId64 "LL, l = row * %1$" PRId64 "LL + %2$" PRId64
+           "LL;\n", W, W - 1);
+  cu_tx(o, "    float m = HPDL_NEG_INF;\n");
+  for (int s = 0; s < c; s++) cu_tx(o, "    const float l%d = p%d[l];\n    m = fmaxf(m, l%d);\n", s, in[s], s);
+  cu_tx(o, "    float v = j == %" PRId64 "LL ? HPDL_NEG_INF : 0.0f;\n", W - 1);
+  cu_tx(o, "    if (m != HPDL_NEG_INF) {\n      float sum = 0.0f;\n");
+  for (int s = 0; s < c; s++) cu_tx(o, "      sum += expf(l%d - m);\n", s);
+  cu_tx(o, "      const float lse = m + logf(sum);\n      if (j == %" PRId64 "LL) v = lse;\n      else {\n        v = 0.0f;\n", W - 1);
+  for (int s = 0; s < c; s++) cu_tx(o, "        v += expf(l%d - lse) * p%d[lin];\n", s, in[s]);
+  cu_tx(o, "      }\n    }\n");
+  store(o, "    ", out, n->dtype, "lin", "v");
+  cu_tx(o, "  }\n}\n\n");
+  cu_add_launch(k, k->base, 0, "special", blocks_for(N), CU_BLOCK);
+  free(in);
+  return 0;
+}
+
 /* aux_loss: its first input passes through (a copy; the host program adds
  * weight x loss to the step's auxiliary loss, kernels.json's "aux_node"). */
 static int aux_loss(CuKern *k, const IrNode *n, int id) {
@@ -1582,6 +1622,7 @@ int cu_special(CuKern *k) {
   case IR_LINEAR_LSE:
   case IR_LINEAR_LSE_BWD:
   case IR_LINEAR_LSE_BWD_W: return linear_ce(k, n, id);
+  case IR_ATTN_MERGE: return attn_merge_kernel(k, n, id);
   default:
     cu_fail(k->t, "graph %s kernel k%d: no CUDA kernel for %s", k->fg->graph->name, k->kp, ir_op_name(n->op));
     return -1;

@@ -675,14 +675,44 @@ static void adgrad_EXTERN(AdCtx *c, int f, int dy) {
   }
 }
 
+/* The ATTN_MERGE that reads ring block attention f, or -1. */
+static int merge_of(AdCtx *c, int f) {
+  for (int i = f + 1; i < c->f->nnodes; i++) {
+    const IrNode *m = fnode(c, i);
+    if (m->op != IR_ATTN_MERGE) continue;
+    for (int k = 0; k < m->nin; k++)
+      if (m->in[k] == f) return i;
+  }
+  return -1;
+}
+
+/* Ring attention's merge (ir_ops.h): each block is given the merged
+ * output's gradient, which its ATTENTION_BWD takes against the merged
+ * output (adgrad_ATTENTION) - exactly the block's share of the whole
+ * attention's gradient, with no block's output kept for it. */
+static void adgrad_ATTN_MERGE(AdCtx *c, int f, int dy) {
+  const IrNode *n = fnode(c, f);
+  for (int k = 0; k < n->nin; k++) {
+    const IrNode *a = fnode(c, n->in[k]);
+    if (a->op != IR_ATTENTION || a->attr[4] <= 0) {
+      set_err(c, "attn_merge reads something other than an attention over one ring block");
+      return;
+    }
+    acc(c, n->in[k], dy);
+  }
+}
+
 /* Flash attention's backward reads the packed output (its log-sum-exp
  * column) instead of stored scores, and gives dq, dk and dv in one flat
  * value (ir_ops.h), sliced apart here as an extern's gradients are. */
 static void adgrad_ATTENTION(AdCtx *c, int f, int dy) {
   const IrNode *n = fnode(c, f);
   if (!c->rg[n->in[0]] && !c->rg[n->in[1]] && !c->rg[n->in[2]]) return;
-  int in[5] = {fv(c, n->in[0]), fv(c, n->in[1]), fv(c, n->in[2]), fv(c, f), dy};
-  int flat = emit(c, IR_ATTENTION_BWD, in, 5, n->attr, 5, n->fattr, DT_F32, -1, NULL);
+  /* one ring block merged with the others: its backward reads the merged
+   * output, whose gradient dy is (ATTN_MERGE's contract, ir_ops.h) */
+  int out = n->attr[4] > 0 ? merge_of(c, f) : -1;
+  int in[5] = {fv(c, n->in[0]), fv(c, n->in[1]), fv(c, n->in[2]), fv(c, out >= 0 ? out : f), dy};
+  int flat = emit(c, IR_ATTENTION_BWD, in, 5, n->attr, 6, n->fattr, DT_F32, -1, NULL);
   int64_t at = 0;
   for (int k = 0; k < 3; k++) {
     const IrNode *x = fnode(c, n->in[k]);
@@ -1231,7 +1261,8 @@ static void ops_policy(const IrGraph *g, const char *weight, char *recomp) {
   int weight_gemms = 0;
   for (int i = 0; i < g->nnodes; i++) {
     const IrNode *n = &g->nodes[i];
-    int keep = n->op == IR_ATTENTION || (ir_op_flags(n->op) & IRF_COMM);
+    /* ring blocks' attention (cp_comm = ring): their merge is kept, which their backward reads */
+    int keep = (n->op == IR_ATTENTION && n->attr[4] <= 0) || n->op == IR_ATTN_MERGE || (ir_op_flags(n->op) & IRF_COMM);
     if (n->op == IR_MATMUL && (weight[n->in[0]] || weight[n->in[1]])) keep = weight_gemms++ % 2 == 0;
     recomp[i] = !keep;
   }

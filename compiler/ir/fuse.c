@@ -74,7 +74,9 @@
  *    kernel (ce_partner).
  * 7. Order: kernels are listed by a topological sort of the kernel graph,
  *    taking among the ready kernels the one with the smallest node id, so
- *    the order follows the source where it can.
+ *    the order follows the source where it can. The context group's sends
+ *    and receives keep their node order (each as if it read the one before:
+ *    they pair in that order), for fusion's cycle checks too.
  * 8. Bias gradients (FuseOptions.bias_grad, the CUDA back end): a row
  *    kernel holding only a SUM_TO or REDUCE_SUM (and folded reshapes) that
  *    sums a GEMM operand over the product's reduction - the operand stored
@@ -1131,18 +1133,17 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
   free(fill);
 
   /* Context parallelism's transfers pair in program order (a receive takes
-   * the message of the oldest send not yet received, comm_ring.c), and the
-   * IR alternates them (ring_gather, ring_attention, and their gradients in
-   * reverse): a receive follows the send before it, as if it read it, so
-   * that no fused kernel needs a receive before the send it pairs with and
-   * the kernels keep that order (rule 7) */
+   * the message of the oldest send not yet received, comm_ring.c; keys and
+   * values are alike in size): each follows the one before it in node order
+   * as if it read it, so that no fused kernel needs a receive before the
+   * send it pairs with and the kernels keep their order (rule 7) */
   int *paired = xalloc_calloc((size_t)n + 1, sizeof(int));
   for (int id = 0, last = -1; id < n; id++) {
     const IrNode *x = nd(g, id);
     paired[id] = -1;
     if ((x->op != IR_SEND && x->op != IR_RECV) || x->attr[0] != IRG_CP) continue;
-    if (x->op == IR_SEND) last = id;
-    else paired[id] = last;
+    paired[id] = last;
+    last = id;
   }
   /* Greedy grouping in node order (rules 1-4, 6). */
   for (int id = 0; id < n; id++) {

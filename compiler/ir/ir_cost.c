@@ -115,7 +115,7 @@ IrCostClass ircost_op_class(IrOp op) {
       op == IR_CONV2D_BWD_FILTER || op == IR_GROUPED_MM || op == IR_GROUPED_MM_WGRAD || ir_linear_role(op) != IR_LINEAR_NONE)
     return IRC_GEMM;
   if (op == IR_POOL2D || op == IR_POOL2D_BWD) return IRC_REDUCTION;
-  if ((f & IRF_ELEMENTWISE) || op == IR_ROPE) return IRC_ELEMENTWISE;
+  if ((f & IRF_ELEMENTWISE) || op == IR_ROPE || op == IR_ATTN_MERGE) return IRC_ELEMENTWISE;
   if (f & IRF_REDUCE) return IRC_REDUCTION;
   return IRC_DATA; /* IRF_SHAPE, EMBEDDING, EMBEDDING_BWD */
 }
@@ -386,6 +386,18 @@ static void ircost_TRAINING(const CostCtx *c, IrCost *k) { (void)c, no_bytes(k);
 double ircost_attention_pairs(const IrNode *n, const IrNode *q, const IrNode *k) {
   double T = (double)q->dims[2], S = (double)k->dims[2], W = (double)n->attr[3];
   if (!n->attr[0]) return T * S;
+  if (n->attr[2] && n->attr[4] > 0 && n->attr[5] > 1) {
+    /* one ring block of c (attr[4], attr[5]): the rank's own holds the diagonal's
+     * triangles, each other block 2 (T / 2)^2 pairs (zigzag chunks r and 2c - 1 - r:
+     * one of the two chunks of rows sees the whole block's chunk alike, whichever
+     * side of r it lies); a window: the whole sequence's pairs spread evenly */
+    double c = (double)n->attr[5], h = T / 2, N = T * c;
+    if (W > 0) {
+      double m = W < N ? W : N;
+      return (m * (m + 1) / 2 + (N - m) * m) / (c * c);
+    }
+    return n->attr[4] == 1 ? h * (2 * h + 1) : 2 * h * h;
+  }
   if (W > 0) {
     /* the query at position p sees min(p + 1, W) keys; over the whole
      * sequence of N positions (every rank's share alike under context
@@ -411,6 +423,9 @@ static void ircost_ATTENTION(const CostCtx *c, IrCost *k) {
   double pairs = ircost_attention_pairs(c->n, q, kk) * (double)q->dims[0] * (double)q->dims[1];
   k->flops = pairs * (2.0 * (double)q->dims[3] + 2.0 * (double)v->dims[3] + 4);
 }
+/* Ring attention's merge: per element of each block's output a weight
+ * (exp and a divide, one per row, small) and a multiply-add. */
+static void ircost_ATTN_MERGE(const CostCtx *c, IrCost *k) { k->flops = 2.0 * numel(c->n) * (double)c->n->nin; }
 static void ircost_ATTENTION_BWD(const CostCtx *c, IrCost *k) {
   const IrNode *q = cin(c, 0), *kk = cin(c, 1), *v = cin(c, 2);
   double pairs = ircost_attention_pairs(c->n, q, kk) * (double)q->dims[0] * (double)q->dims[1];

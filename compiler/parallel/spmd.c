@@ -332,61 +332,9 @@ static int unflat(GPart *G, int msg, int64_t from, int like_rank, const int64_t 
   return piece < 0 ? -1 : emit(G, IR_RESHAPE, &piece, 1, NULL, 0, 0, dt, like_rank, like_dims, at);
 }
 
-/* The packed outputs [B, H, T, Dv + 1] of attention over each block of keys
- * merged into attention over them all (FlashAttention's rescaling, ring
- * attention's merge): lse = log sum_s exp(lse_s), o = sum_s exp(lse_s - lse)
- * o_s, in the IR's own elementwise ops so that autodiff derives the backward
- * and fusion makes kernels of it. The shift m = max_s lse_s keeps exp in
- * range; the result does not depend on it, so neither does the gradient
- * beyond rounding. A block none of whose keys a row may see has lse_s = -inf
- * there and weighs exp(-inf) = 0; the block of the row's own rank always has
- * one, so m is finite. */
-static int attn_merge(GPart *G, const int *parts, int c, DType dt, Span at) {
-  const IrNode *a = dn(G, parts[0]);
-  int64_t B = a->dims[0], H = a->dims[1], T = a->dims[2], Dv = a->dims[3] - 1;
-  int64_t odims[4] = {B, H, T, Dv}, ldims[4] = {B, H, T, 1};
-  int64_t os[16] = {0}, ls[16] = {0, 0, 0, Dv};
-  int *o = arena_alloc(G->P->arena, sizeof(int) * (size_t)c), *l = arena_alloc(G->P->arena, sizeof(int) * (size_t)c);
-  int m = -1;
-  for (int s = 0; s < c; s++) {
-    o[s] = emit(G, IR_SLICE, &parts[s], 1, os, 16, 0, dt, 4, odims, at);
-    l[s] = emit(G, IR_SLICE, &parts[s], 1, ls, 16, 0, dt, 4, ldims, at);
-    if (o[s] < 0 || l[s] < 0) return -1;
-    int mm[2] = {m, l[s]};
-    m = s == 0 ? l[s] : emit(G, IR_MAXIMUM, mm, 2, NULL, 0, 0, dt, -1, NULL, at);
-  }
-  int z = -1, *e = arena_alloc(G->P->arena, sizeof(int) * (size_t)c);
-  for (int s = 0; s < c && m >= 0; s++) {
-    int d[2] = {l[s], m};
-    int diff = emit(G, IR_SUB, d, 2, NULL, 0, 0, dt, -1, NULL, at);
-    e[s] = emit(G, IR_EXP, &diff, 1, NULL, 0, 0, dt, -1, NULL, at);
-    int zz[2] = {z, e[s]};
-    z = s == 0 ? e[s] : emit(G, IR_ADD, zz, 2, NULL, 0, 0, dt, -1, NULL, at);
-    if (z < 0) return -1;
-  }
-  if (m < 0 || z < 0) return -1;
-  int logz = emit(G, IR_LOG, &z, 1, NULL, 0, 0, dt, -1, NULL, at);
-  int ml[2] = {m, logz};
-  int lse = emit(G, IR_ADD, ml, 2, NULL, 0, 0, dt, -1, NULL, at), acc = -1;
-  for (int s = 0; s < c && lse >= 0; s++) {
-    int wz[2] = {e[s], z};
-    int w = emit(G, IR_DIV, wz, 2, NULL, 0, 0, dt, -1, NULL, at);
-    int wide = emit(G, IR_EXPAND, &w, 1, NULL, 0, 0, dt, 4, odims, at);
-    int wo[2] = {wide, o[s]};
-    int term = emit(G, IR_MUL, wo, 2, NULL, 0, 0, dt, -1, NULL, at);
-    int at2[2] = {acc, term};
-    acc = s == 0 ? term : emit(G, IR_ADD, at2, 2, NULL, 0, 0, dt, -1, NULL, at);
-    if (acc < 0) return -1;
-  }
-  if (lse < 0 || acc < 0) return -1;
-  int cat[2] = {acc, lse};
-  int64_t axis[1] = {3};
-  return emit(G, IR_CONCAT, cat, 2, axis, 1, 0, dt, -1, NULL, at);
-}
-
 /* Ring attention a block at a time: q's rows against each block of keys and
  * values as it arrives (block s from rank r - s, ATTENTION's attr[4] = 1 +
- * s), merged (attn_merge). A block's keys and values travel as one message
+ * s, attr[5] = c), merged by ATTN_MERGE. A block's keys and values travel as one message
  * (as Megatron-LM's ring does), so that each step is one transfer and the
  * backward's transfers pair with their sends by order alone. Program order
  * puts block s's send before its attention and block s + 1's receive after
@@ -419,10 +367,11 @@ static int ring_attention(GPart *G, int q, int k, int v, const int64_t *attr, do
     if (s + 1 < c && ring_send(G, msg, g, at) < 0) return -1;
     int in[3] = {q, ring_wrap(G, &ks, kb, at), ring_wrap(G, &vs, vb, at)};
     if (in[1] < 0 || in[2] < 0) return -1;
-    int64_t a[5] = {attr[0], attr[1], attr[2], attr[3], 1 + s};
-    if ((parts[s] = emit(G, IR_ATTENTION, in, 3, a, 5, scale, dt, -1, NULL, at)) < 0) return -1;
+    int64_t a[6] = {attr[0], attr[1], attr[2], attr[3], 1 + s, c};
+    if ((parts[s] = emit(G, IR_ATTENTION, in, 3, a, 6, scale, dt, -1, NULL, at)) < 0) return -1;
   }
-  return attn_merge(G, parts, c, dt, at);
+  /* the blocks' outputs merged by their log-sum-exp (ir_ops.h, ATTN_MERGE) */
+  return emit(G, IR_ATTN_MERGE, parts, c, NULL, 0, 0, dt, -1, NULL, at);
 }
 
 /* Megatron's f: one marker per value and group, shared by every consumer so

@@ -339,3 +339,23 @@ int64_t attn_scratch_bytes(const AttnShape *s, int nthreads) {
   /* the backward's is the larger: two tiles */
   return workers * (int64_t)sizeof(float) * worker_floats(s, bq, 1);
 }
+
+void attn_merge(const float *const *parts, int c, int64_t rows, int64_t Dv, float *out) {
+  for (int64_t t = 0; t < rows; t++) {
+    float m = -INFINITY, sum = 0.0f, *o = out + t * (Dv + 1);
+    for (int s = 0; s < c; s++) m = fmaxf(m, parts[s][t * (Dv + 1) + Dv]);
+    for (int64_t j = 0; j < Dv; j++) o[j] = 0.0f;
+    if (m == -INFINITY) {
+      o[Dv] = -INFINITY;
+      continue;
+    }
+    for (int s = 0; s < c; s++) sum += expf(parts[s][t * (Dv + 1) + Dv] - m);
+    float lse = m + logf(sum);
+    for (int s = 0; s < c; s++) {
+      const float *a = parts[s] + t * (Dv + 1);
+      float w = expf(a[Dv] - lse);
+      for (int64_t j = 0; j < Dv; j++) o[j] += w * a[j];
+    }
+    o[Dv] = lse;
+  }
+}

@@ -68,4 +68,11 @@ const char *attn_backward(const AttnShape *s, const float *q, const float *k, co
  * nthreads ranges at once (docs, the planner); -1 for a bad shape. */
 int64_t attn_scratch_bytes(const AttnShape *s, int nthreads);
 
+/* Ring attention's merge (ir_ops.h, ATTN_MERGE): c packed outputs
+ * parts[s] [rows, Dv + 1] of attention over blocks of keys into the packed
+ * output over all of them: lse = log sum_s exp(lse_s) (the largest
+ * subtracted first), o = sum_s exp(lse_s - lse) o_s, in blocks' order; a
+ * row whose every lse_s is -inf gets o = 0, lse = -inf. */
+void attn_merge(const float *const *parts, int c, int64_t rows, int64_t Dv, float *out);
+
 #endif

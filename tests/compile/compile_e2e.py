@@ -461,19 +461,25 @@ def case_tp2_cp2():
 
 def case_cp_ring():
     # cp_comm = ring: attention over each block of keys and values as it comes around the
-    # context group, the blocks' outputs merged by their log-sum-exp (spmd.c, ring_attention)
-    # - the reference executor's numbers, in the reference executor and the generated
-    # kernels, at cp 2 and tp 2 x cp 2 x sp, and at cp 4 the allgather program's within
-    # fp32 rounding (the softmax summed in another order)
+    # context group, the blocks' outputs merged by their log-sum-exp (spmd.c, ring_attention;
+    # ATTN_MERGE) - the reference executor's numbers, in the reference executor and the
+    # generated kernels, at cp 2, tp 2 x cp 2 x sp and under recomputation (ops keeps the
+    # merge), and at cp 4 the allgather program's within fp32 rounding (the softmax summed in
+    # another order) in the same arena (no block's output kept for the backward)
     for name, flags, executor in (("cp2", ["--cp", "2", "--dp", "1"], "interp"), ("cp2_native", ["--cp", "2", "--dp", "1"], "native"),
-                                  ("tp2_cp2_sp", ["--tp", "2", "--cp", "2", "--sp", "on"], "native")):
+                                  ("tp2_cp2_sp", ["--tp", "2", "--cp", "2", "--sp", "on"], "native"),
+                                  ("cp2_recompute_ops", ["--cp", "2", "--dp", "1", "--recompute", "ops"], "native"),
+                                  ("cp2_recompute_full", ["--cp", "2", "--dp", "1", "--recompute", "full"], "native")):
         art, p = compile_art("art-ring-" + name, flags + ["--cp-comm", "ring"], executor=executor)
         got, _ = train(art, "ring-" + name)
         compare(f"cp_comm ring, {name} ({executor})", got, reference(art), 1e-6, 1e-4)
-    runs = {}
+    runs, arenas = {}, {}
     for comm in ("allgather", "ring"):
         art, p = compile_art("art-cp4-" + comm, ["--cp", "4", "--dp", "1", "--cp-comm", comm], executor="native")
+        arenas[comm] = arena_of(p)
         runs[comm], _ = train(art, "cp4-" + comm)
+    print(f"cp 4 arena of stage 0: allgather {arenas['allgather']}, ring {arenas['ring']} bytes")
+    check(arenas["ring"] <= arenas["allgather"], f"the ring keeps more than the gathered keys: {arenas}")
     worst = max(rel(a["loss"], b["loss"]) for a, b in zip(runs["ring"], runs["allgather"]))
     # the gathered ring at cp 4 too: the backward's transfers pair in order (fuse.c, rule 7)
     compare("cp 4, allgather (native)", runs["allgather"], reference(os.path.join(ARGS.work, "art-cp4-allgather")), 1e-6, 1e-4)

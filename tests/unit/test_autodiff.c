@@ -856,6 +856,30 @@ static void test_attention(void) {
     int f = op1(&M, IR_SIGMOID, op2(&M, IR_SUB, lse, sk));
     done(&M, op2(&M, IR_MUL, o, f), "attention with sinks", IR_ATTENTION);
   }
+  for (int causal = 0; causal < 2; causal++) {
+    /* ring attention a block at a time (cp_comm = ring): q against two blocks of keys and
+     * values (one rank: both blocks' positions 0..S-1), merged by ATTN_MERGE, whose
+     * gradient contract (each block's backward against the merged output) must give the
+     * merged attention's gradient; the lse column reaches the loss too (sinks' way) */
+    Mod M = mod_new();
+    int q = PARAM(&M, "q", 4, (int64_t)1, (int64_t)2, (int64_t)3, (int64_t)2);
+    int blocks[2];
+    for (int s = 0; s < 2; s++) {
+      int k = PARAM(&M, s ? "k1" : "k0", 4, (int64_t)1, (int64_t)1, (int64_t)3, (int64_t)2);
+      int v = PARAM(&M, s ? "v1" : "v0", 4, (int64_t)1, (int64_t)1, (int64_t)3, (int64_t)3);
+      int in[3] = {q, k, v};
+      int64_t attr[6] = {causal, 0, 1 + IRG_CP, 0, 1 + s, 2};
+      blocks[s] = add(M.g, IR_ATTENTION, in, 3, attr, 6, 0.6, DT_F32, -1, NULL);
+    }
+    int merged = add(M.g, IR_ATTN_MERGE, blocks, 2, NULL, 0, 0, DT_F32, -1, NULL);
+    int64_t odims[4] = {1, 2, 3, 3}, ldims[4] = {1, 2, 3, 1}, at[IR_NATTR] = {0};
+    int o = add(M.g, IR_SLICE, &merged, 1, at, 16, 0, DT_F32, 4, odims);
+    at[3] = 3;
+    int lse = add(M.g, IR_SLICE, &merged, 1, at, 16, 0, DT_F32, 4, ldims);
+    int64_t wide[4] = {1, 2, 3, 3};
+    done(&M, op2(&M, IR_MUL, o, op1(&M, IR_SIGMOID, add(M.g, IR_EXPAND, &lse, 1, NULL, 0, 0, DT_F32, 4, wide))),
+         causal ? "ring attention merged (causal)" : "ring attention merged", IR_ATTN_MERGE);
+  }
 }
 
 /* loss = sum(tanh(x) r) with, on x, the auxiliary loss v = sum(x^2) / 7:

@@ -322,6 +322,25 @@ static void test_call(void) {
   arena_free(arena);
 }
 
+/* Causal attention's allowed pairs under context parallelism (c = 4 ranks of
+ * T = 8 rows, zigzag chunks of h = 4): a rank's rows against the ring's
+ * gathered keys count as many as against its blocks one at a time
+ * (cp_comm = ring: its own block h (2h + 1), each other 2 h^2), and as the
+ * whole sequence's triangle over the ranks. */
+static void test_attention_pairs(void) {
+  IrNode q = {.rank = 4, .dims = {1, 1, 8, 2}}, kc = {.rank = 4, .dims = {1, 1, 32, 2}}, kb = {.rank = 4, .dims = {1, 1, 8, 2}};
+  IrNode gathered = {.op = IR_ATTENTION, .attr = {1, 1 + IRG_CP, 1 + IRG_CP, 0}};
+  double all = ircost_attention_pairs(&gathered, &q, &kc), blocks = 0;
+  for (int s = 1; s <= 4; s++) {
+    IrNode one = {.op = IR_ATTENTION, .attr = {1, 1 + IRG_CP, 1 + IRG_CP, 0, s, 4}};
+    double p = ircost_attention_pairs(&one, &q, &kb);
+    EXPECT_NEAR(p, s == 1 ? 4 * 9 : 32, 0);
+    blocks += p;
+  }
+  EXPECT_NEAR(blocks, all, 0);
+  EXPECT_NEAR(4 * all, 32.0 * 33 / 2, 0);
+}
+
 /* Every op has a class and a name for it. */
 static void test_classes(void) {
   for (int op = 0; op < IR_OP_COUNT; op++) {
@@ -342,6 +361,7 @@ int main(void) {
   test_ops();
   test_call();
   test_classes();
+  test_attention_pairs();
   test_gpt2_params();
   test_gpt_forward_flops();
   TEST_DONE();
