@@ -134,7 +134,8 @@ static int local_wait_sends(Comm *c, RtErr *e) { return 0; }
 
 static const CommOps local_ops = {"local",    local_all_reduce, local_all_gather, local_reduce_scatter, local_broadcast,
                                   local_send, local_recv,       local_barrier,    local_abort,          local_destroy,
-                                  local_send, local_wait_sends, local_all_gather, NULL};
+                                  local_send, local_wait_sends, local_all_gather, NULL,
+                                  NULL,       NULL};
 
 Comm *comm_local_new(RtErr *e) {
   Comm *c = rt_calloc(1, sizeof *c);
@@ -550,6 +551,22 @@ static int p_wait_sends(Comm *c, RtErr *e) {
   return rc;
 }
 
+static int p_exchange_start(Comm *c, CommGroup g, CommType t, const void *send, int to, void *recv, int from, int64_t n, int tag,
+                            void **handle, RtErr *e) {
+  if (!prof_inner->exchange_start) return 1;
+  PROF_T0();
+  int rc = prof_inner->exchange_start(c, g, t, send, to, recv, from, n, tag, handle, e);
+  prof_comm(c, "exchange_start", 1, g, n * comm_type_size(t), to, t0);
+  return rc;
+}
+
+static int p_exchange_wait(Comm *c, void *handle, RtErr *e) {
+  PROF_T0();
+  int rc = prof_inner->exchange_wait(c, handle, e);
+  prof_comm(c, "exchange_wait", 1, COMM_CP, 0, -1, t0);
+  return rc;
+}
+
 static void p_abort(Comm *c, int code) { prof_inner->abort(c, code); }
 
 static int p_group(Comm *c, int begin, RtErr *e) { return prof_inner->group ? prof_inner->group(c, begin, e) : 0; }
@@ -561,7 +578,8 @@ static void p_destroy(Comm *c) {
 }
 
 static const CommOps prof_ops = {"profiled", p_all_reduce, p_all_gather, p_reduce_scatter, p_broadcast, p_send, p_recv,
-                                 p_barrier,  p_abort,      p_destroy,    p_isend,          p_wait_sends, p_all_to_all, p_group};
+                                 p_barrier,  p_abort,      p_destroy,    p_isend,          p_wait_sends, p_all_to_all, p_group,
+                                 p_exchange_start, p_exchange_wait};
 
 void comm_profile(Comm *c, Prof *p) {
   if (p && c->ops != &prof_ops) {

@@ -96,6 +96,16 @@ typedef struct {
    * ncclGroupStart / ncclGroupEnd: a send and a receive that must overlap,
    * or many reductions fused into one launch. */
   int (*group)(Comm *c, int begin, RtErr *e);
+  /* Optional (NULL: the ring exchanges when its receive runs, comm_ring.c):
+   * starts sending n values of `send` to member `to` and receiving n from
+   * member `from` into `recv`, and returns at once - ring attention's
+   * transfer, running while the attention works on the block before it.
+   * exchange_wait(handle) completes both: the buffers are free and recv
+   * holds the values (NCCL: the caller's stream ordered after them). 1, not
+   * 0, when it did not start (the caller exchanges at once instead). */
+  int (*exchange_start)(Comm *c, CommGroup g, CommType t, const void *send, int to, void *recv, int from, int64_t n, int tag,
+                        void **handle, RtErr *e);
+  int (*exchange_wait)(Comm *c, void *handle, RtErr *e);
 } CommOps;
 
 struct Comm {

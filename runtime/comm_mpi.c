@@ -144,6 +144,35 @@ static int m_wait_sends(Comm *c, RtErr *e) {
   return 0;
 }
 
+/* The ring's exchange: a receive and a send posted at once, completed by
+ * m_exchange_wait (MPI moves the data as its progress allows: at the latest
+ * in the wait). Messages past one MPI count are exchanged at once instead. */
+static int m_exchange_start(Comm *c, CommGroup g, CommType t, const void *send, int to, void *recv, int from, int64_t n, int tag,
+                            void **handle, RtErr *e) {
+  if (n > PIECE) return 1;
+  if (to < 0 || to >= c->size[g] || from < 0 || from >= c->size[g])
+    return rt_fail(e, "an exchange with members %d and %d of a %s group of %d", to, from, comm_group_name(g), c->size[g]);
+  MPI_Request *r = malloc(2 * sizeof *r);
+  if (!r) return rt_fail(e, "out of memory for an exchange");
+  int rc = MPI_Irecv(recv, (int)n, mpi_type(t), from, tag, grp(c, g), &r[0]);
+  if (rc == MPI_SUCCESS) rc = MPI_Isend(send, (int)n, mpi_type(t), to, tag, grp(c, g), &r[1]);
+  if (rc != MPI_SUCCESS) {
+    free(r);
+    MPI_CHECK(rc, e);
+  }
+  *handle = r;
+  return 0;
+}
+
+static int m_exchange_wait(Comm *c, void *handle, RtErr *e) {
+  (void)c;
+  MPI_Request *r = handle;
+  int rc = MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
+  free(r);
+  MPI_CHECK(rc, e);
+  return 0;
+}
+
 static int m_all_to_all(Comm *c, CommGroup g, CommType t, const void *in, int64_t n, void *out, RtErr *e) {
   if (n > INT_MAX) return rt_fail(e, "all_to_all of %" PRId64 " values a member: more than MPI's int counts", n);
   MPI_CHECK(MPI_Alltoall(in, (int)n, mpi_type(t), out, (int)n, mpi_type(t), grp(c, g)), e);
@@ -196,7 +225,8 @@ static void m_destroy(Comm *c) { free_comm(c, 0); }
 
 static const CommOps mpi_ops = {"mpi",  m_all_reduce, m_all_gather, m_reduce_scatter, m_broadcast,
                                 m_send, m_recv,       m_barrier,    m_abort,          m_destroy,
-                                m_isend, m_wait_sends, m_all_to_all, NULL};
+                                m_isend, m_wait_sends, m_all_to_all, NULL,
+                                m_exchange_start, m_exchange_wait};
 
 static int split(Comm *c, CommGroup g, int color, int key, RtErr *e) {
   Mpi *m = c->impl;

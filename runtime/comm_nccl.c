@@ -17,6 +17,7 @@
  * the next send, receive or wait_sends of this Comm. */
 #include <dlfcn.h>
 #include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,6 +190,34 @@ static int n_recv(Comm *c, CommGroup g, CommType t, void *buf, int64_t n, int pe
   return p2p(c, g, t, buf, n, peer, 0, e);
 }
 
+/* The ring's exchange on the group's own stream (comm_nccl_set_group_stream;
+ * else the launches' stream, where it cannot overlap them): ordered after
+ * the launches that made the message, one group of a send and a receive,
+ * returning at once; exchange_wait orders the launches after it. */
+static int n_exchange_start(Comm *c, CommGroup g, CommType t, const void *send, int to, void *recv, int from, int64_t n, int tag,
+                            void **handle, RtErr *e) {
+  (void)tag;
+  NcclImpl *z = impl_of(c);
+  NcclComm k = comm_of(c, g, "exchange", e);
+  NcclStream s = p2p_stream(z, g);
+  if (!k || order(z, s, z->stream, e)) return -1;
+  if (failed(z, z->api.group_start(), "group start", g, e)) return -1;
+  int rc = post_held(c, g, e);
+  if (!rc) rc = failed(z, z->api.send(send, (size_t)n, nccl_type(t), to, k, s), "send", g, e);
+  if (!rc) rc = failed(z, z->api.recv(recv, (size_t)n, nccl_type(t), from, k, s), "recv", g, e);
+  int end = z->api.group_end();
+  if (!rc && end) rc = failed(z, end, "group end", g, e);
+  *handle = (void *)(intptr_t)(1 + (int)g);
+  return rc;
+}
+
+static int n_exchange_wait(Comm *c, void *handle, RtErr *e) {
+  NcclImpl *z = impl_of(c);
+  int g = (int)(intptr_t)handle - 1;
+  if (g < 0 || g >= COMM_NGROUPS) return snprintf(e->msg, sizeof e->msg, "an exchange that was not started"), -1;
+  return order(z, z->stream, p2p_stream(z, (CommGroup)g), e);
+}
+
 static int n_isend(Comm *c, CommGroup g, CommType t, const void *buf, int64_t n, int peer, int tag, RtErr *e) {
   NcclImpl *z = impl_of(c);
   if (!comm_of(c, g, "send", e)) return -1;
@@ -250,7 +279,8 @@ static void n_destroy(Comm *c) {
 
 static const CommOps nccl_ops = {"nccl",  n_all_reduce, n_all_gather, n_reduce_scatter, n_broadcast,
                                  n_send,  n_recv,       n_barrier,    n_abort,          n_destroy,
-                                 n_isend, n_wait_sends, n_all_to_all, n_group};
+                                 n_isend, n_wait_sends, n_all_to_all, n_group,
+                                 n_exchange_start, n_exchange_wait};
 
 void comm_nccl_set_group_stream(Comm *c, CommGroup g, void *stream) {
   if (c && c->ops == &nccl_ops && g >= 0 && g < COMM_NGROUPS) ((NcclImpl *)c->impl)->p2p_stream[g] = stream;

@@ -9,6 +9,8 @@
 
 struct CommRingSend {
   void *data;
+  void *stage;  /* an exchange started at the send: where its receive lands */
+  void *handle; /* ... and the Comm's handle of it */
   int64_t n;
   size_t bytes;
   int offset;
@@ -32,7 +34,7 @@ static void mem_release(const CommMem *m, void *p, size_t bytes) {
   else free(p);
 }
 
-int comm_ring_send(CommRing *r, CommType t, const void *data, int64_t n, int offset, RtErr *e) {
+int comm_ring_send(CommRing *r, Comm *c, CommType t, const void *data, int64_t n, int offset, int tag, RtErr *e) {
   CommRingSend *q = calloc(1, sizeof *q);
   size_t bytes = (size_t)n * (size_t)type_bytes(t);
   if (!q || !(q->data = mem_alloc(&r->mem, bytes))) {
@@ -46,6 +48,24 @@ int comm_ring_send(CommRing *r, CommType t, const void *data, int64_t n, int off
     mem_release(&r->mem, q->data, bytes);
     free(q);
     return ring_fail(e, "a context-parallel message could not be copied");
+  }
+  if (c && c->ops->exchange_start && c->size[COMM_CP] > 1) {
+    int me = c->rank[COMM_CP], size = c->size[COMM_CP];
+    int to = ((me + offset) % size + size) % size, from = ((me - offset) % size + size) % size;
+    int rc = -1;
+    if ((q->stage = mem_alloc(&r->mem, bytes)))
+      rc = c->ops->exchange_start(c, COMM_CP, t, q->data, to, q->stage, from, n, tag, &q->handle, e);
+    else
+      snprintf(e->msg, sizeof e->msg, "out of memory for a context-parallel message");
+    if (rc) { /* not started (1: exchanged at the receive instead), or failed */
+      mem_release(&r->mem, q->stage, bytes);
+      q->stage = NULL;
+      if (rc < 0) {
+        mem_release(&r->mem, q->data, bytes);
+        free(q);
+        return -1;
+      }
+    }
   }
   if (r->tail) r->tail->next = q;
   else r->head = q;
@@ -65,6 +85,15 @@ int comm_ring_recv(CommRing *r, Comm *c, CommType t, void *data, int64_t n, int 
   }
   r->head = q->next;
   if (!r->head) r->tail = NULL;
+  if (q->stage) { /* started at the send: wait, then the block out of the ring's buffer */
+    int rc = c->ops->exchange_wait(c, q->handle, e);
+    if (!rc && (r->mem.copy ? r->mem.copy(r->mem.ctx, data, q->stage, q->bytes) : (memcpy(data, q->stage, q->bytes), 0)))
+      rc = ring_fail(e, "a context-parallel message could not be copied");
+    mem_release(&r->mem, q->stage, q->bytes);
+    mem_release(&r->mem, q->data, q->bytes);
+    free(q);
+    return rc;
+  }
   int me = c->rank[COMM_CP], size = c->size[COMM_CP];
   int to = ((me + q->offset) % size + size) % size, from = ((me + offset) % size + size) % size;
   int rc;
@@ -144,6 +173,12 @@ void comm_ring_clear(CommRing *r) {
   while (r->head) {
     CommRingSend *q = r->head;
     r->head = q->next;
+    /* an exchange still running: its buffers are the Comm's until it ends (an
+     * error ended the step: the job stops), so they are left, not freed */
+    if (q->stage) {
+      free(q);
+      continue;
+    }
     mem_release(&r->mem, q->data, q->bytes);
     free(q);
   }

@@ -5,14 +5,19 @@
  * (program_cuda.c).
  *
  * Ring attention sends a block to the next member of the context group and
- * receives one from the previous, on every member at once. With blocking
- * transfers, every member sending first would wait for ever once messages
- * outgrow MPI's eager buffers; so a send on the ring is only queued, and the
- * receive that pairs with it (the members run the same program, so the
- * k-th receive pairs with the k-th send) does the exchange: even members
- * send then receive, odd ones receive then send, which breaks the cycle on
- * rings of any size. The ring wraps around: a member's neighbour at offset
- * o is (rank + o) mod size. */
+ * receives one from the previous, on every member at once; the members run
+ * the same program, so the k-th receive pairs with the k-th send. Where the
+ * Comm starts an exchange without waiting (Comm.exchange_start: MPI's
+ * Isend and Irecv, NCCL's grouped send and receive on the group's stream),
+ * the send starts it - its receive from the previous member into a buffer
+ * of the ring's own - and the receive that pairs with it waits for it and
+ * copies the block out: the transfer runs while the program computes what
+ * lies between them (ring attention on the block before, spmd.c). Else a
+ * send is only queued and its receive does the exchange (with blocking
+ * transfers every member sending first would wait for ever once messages
+ * outgrow MPI's eager buffers): even members send then receive, odd ones
+ * receive then send, which breaks the cycle on rings of any size. The ring
+ * wraps around: a member's neighbour at offset o is (rank + o) mod size. */
 #ifndef HPDL_COMM_RING_H
 #define HPDL_COMM_RING_H
 
@@ -75,11 +80,14 @@ typedef struct {
   CommMem mem;
 } CommRing;
 
-/* Queues n values of type t (copied) for the member `offset` places on. */
-int comm_ring_send(CommRing *r, CommType t, const void *data, int64_t n, int offset, RtErr *e);
-/* Exchanges the oldest queued send with the receive of n values from the
- * member `offset` places on (-offset of the send's), over tag `tag`: in one
- * group where the Comm has groups (NCCL), else in the even / odd order. */
+/* Queues n values of type t (copied) for the member `offset` places on, and
+ * over c's exchange_start (tag `tag`) starts sending them and receiving as
+ * many from the member -offset places on. */
+int comm_ring_send(CommRing *r, Comm *c, CommType t, const void *data, int64_t n, int offset, int tag, RtErr *e);
+/* Takes the oldest send's exchange: waits for the one it started, else
+ * exchanges it with the receive of n values from the member `offset` places
+ * on (-offset of the send's), over tag `tag`, in one group where the Comm
+ * has groups (NCCL), else in the even / odd order. */
 int comm_ring_recv(CommRing *r, Comm *c, CommType t, void *data, int64_t n, int offset, int tag, RtErr *e);
 /* The end of a step's transfers: the queue emptied, and -1 with the
  * message when a send was still in it (the ring's transfers did not pair). */

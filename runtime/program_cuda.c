@@ -115,6 +115,7 @@ typedef struct {
    * (devx_set_grad_ready), in buckets of bucket_cap bytes */
   void *cstream;
   void *pstream; /* NCCL: the pipeline's sends and receives */
+  void *ringstream; /* NCCL: context parallelism's ring, each block's transfer under the attention before it */
   int *use_at;        /* per parameter copy (devx_copy_index): its use, or -1 */
   unsigned char *reduced; /* per use: its sum queued (or bucketed) this step */
   int *bucket, nbucket;
@@ -256,7 +257,7 @@ static int hc_send(void *ctx, int group, int offset, const float *buf, int64_t n
     Comm *c = chunk_comm(P);
     if (c->ops->isend(c, COMM_PP, COMM_F32, copy, n, peer, tag, &P->cerr) == 0) return 0;
   } else if (group == IRG_CP) {
-    if (comm_ring_send(&P->ring, COMM_F32, buf, n, offset, &P->cerr) == 0) return 0;
+    if (comm_ring_send(&P->ring, chunk_comm(P), COMM_F32, buf, n, offset, COMM_TAG_RING, &P->cerr) == 0) return 0;
   } else {
     snprintf(err, errlen, "a transfer over the %s group, which has no neighbours", ir_group_name((IrGroup)group));
     return -1;
@@ -558,6 +559,7 @@ static void chunk_destroy(CudaProg *P) {
   comm_outbox_free(&P->outbox);
   if (P->cstream) P->dev->ops->stream_destroy(P->dev, P->cstream);
   if (P->pstream && !P->borrowed) P->dev->ops->stream_destroy(P->dev, P->pstream);
+  if (P->ringstream && !P->borrowed) P->dev->ops->stream_destroy(P->dev, P->ringstream);
   free(P->use_at);
   free(P->reduced);
   free(P->bucket);
@@ -657,6 +659,10 @@ static int choose_collectives(CudaProg *P, TrainCtx *ctx, const char *kind, RtEr
     if (P->pp > 1 && P->dev->ops->stream_create && !(P->pstream = P->dev->ops->stream_create(P->dev)))
       return fail(e, "a stream for the pipeline's transfers: %s", dev_error(P->dev));
     comm_nccl_set_group_stream(P->dcomm, COMM_PP, P->pstream);
+    /* the context group's ring on one more: comm_ring.c starts a block's exchange at its send */
+    if (host->size[COMM_CP] > 1 && P->dev->ops->stream_create && !(P->ringstream = P->dev->ops->stream_create(P->dev)))
+      return fail(e, "a stream for the context ring's transfers: %s", dev_error(P->dev));
+    comm_nccl_set_group_stream(P->dcomm, COMM_CP, P->ringstream);
     snprintf(P->coll, sizeof P->coll, "; collectives: NCCL %s on the device's buffers", comm_nccl_version(P->dcomm));
     return 0;
   }
@@ -761,6 +767,7 @@ static CudaProg *chunk_create(TrainCtx *ctx, const char *mod, const char *ker, C
   if (first) { /* the first chunk's: one communicator a group, one stream for the transfers */
     P->dcomm = first->dcomm;
     P->pstream = first->pstream;
+    P->ringstream = first->ringstream;
     snprintf(P->coll, sizeof P->coll, "%s", first->coll);
     if (P->dcomm) P->ring.mem = P->outbox.mem = (CommMem){P, msg_alloc, msg_release, msg_copy};
   } else if (choose_collectives(P, ctx, kind, e)) {

@@ -269,7 +269,7 @@ static int pipe_send(Exec *x, CommType have, const void *data, int64_t n, int pe
 
 /* Point-to-point for both executors: `have` is the type of data. */
 static int p2p_send(Exec *x, int g, CommType have, const void *data, int64_t n, int offset, RtErr *e) {
-  if (g == IRG_CP) return comm_ring_send(&x->ring, have, data, n, offset, e);
+  if (g == IRG_CP) return comm_ring_send(&x->ring, x->comm, have, data, n, offset, COMM_TAG_RING, e);
   if (g != IRG_PP) return fail(e, "a transfer over the %s group, which has no neighbours", comm_group_name_of(comm_group_of_ir(g)));
   int peer = pp_peer(x, offset, e), tag = peer < 0 ? -1 : pipe_tag(x, offset, 1, e);
   return tag < 0 ? -1 : pipe_send(x, have, data, n, peer, tag, e);

@@ -694,7 +694,10 @@ if(Python3_Interpreter_FOUND)
   #                      9.99.99). Layouts: dp 2 (the sum), tp 2 with
   #                      sequence parallelism (gathers and reduce-scatters
   #                      along the sequence), tp 2 x cp 2 x sp (the ring and
-  #                      nested chunks), dp 2 x tp 2 x pp 2 (1F1B), GPipe,
+  #                      nested chunks), cp 4 with cp_comm = ring (each
+  #                      block's exchange started at its send on the ring's
+  #                      stream, waited for at its receive: comm_ring.c),
+  #                      dp 2 x tp 2 x pp 2 (1F1B), GPipe,
   #                      dp 2 x tp 2 x ep 2 of the mixture of experts (the
   #                      all-to-all, the edp sum), ZeRO 1 (the loop's sum on
   #                      the host, the chunk's on NCCL); dp2_mb1_bucket0:
@@ -720,7 +723,7 @@ if(Python3_Interpreter_FOUND)
                            ENVIRONMENT "${HPDL_CUDA_RUN_ENV};HPDL_NCCL=$<TARGET_FILE:hpdl_fake_nccl>")
     endif()
     foreach(entry "dp2|gpt2-tiny|--dp 2" "dp2_mb1_bucket0|gpt2-tiny|--dp 2 --micro-batch 1" "tp2_sp|gpt2-tiny|--tp 2 --sp on" "tp2_cp2_sp|gpt2-tiny|--tp 2 --cp 2 --sp on"
-                  "dp2_tp2_pp2|gpt2-tiny|--dp 2 --tp 2 --pp 2 --micro-batch 1" "pp2_gpipe|gpt2-tiny|--pp 2 --schedule gpipe"
+                  "cp4_ring|gpt2-tiny|--cp 4 --cp-comm ring" "dp2_tp2_pp2|gpt2-tiny|--dp 2 --tp 2 --pp 2 --micro-batch 1" "pp2_gpipe|gpt2-tiny|--pp 2 --schedule gpipe"
                   "pp4|gpt2-tiny|-D L=4 --pp 4 --micro-batch 1" "zero1|gpt2-tiny|--dp 2 --zero 1"
                   "zero2_tp2|gpt2-tiny|--dp 2 --tp 2 --zero 2" "zero3|gpt2-tiny|--dp 2 --zero 3" "zero3_tp2|gpt2-tiny|--dp 2 --tp 2 --zero 3"
                   "zero1_overlap0|gpt2-tiny|--dp 2 --zero 1" "zero1_pp2|gpt2-tiny|--dp 2 --pp 2 --zero 1 --micro-batch 1"

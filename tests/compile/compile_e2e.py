@@ -459,6 +459,26 @@ def case_tp2_cp2():
     check(arenas["on"] < arenas["off"], f"sequence parallelism under cp 2 saves no memory: {arenas}")
 
 
+def ring_overlap(trace):
+    """Each ring exchange starts at its send and is waited for at its receive (comm_ring.c over
+    MPI's Isend / Irecv), with an attention kernel between the two on every rank: the block
+    travels while the attention works on the one before it, forward and backward."""
+    d = json.load(open(trace))
+    ev = d["traceEvents"] if isinstance(d, dict) else d
+    for rank in sorted({e.get("pid") for e in ev if e.get("ph") == "X"}):
+        names = [e["name"] for e in sorted((e for e in ev if e.get("pid") == rank and e.get("ph") == "X"), key=lambda e: e["ts"])
+                 if e["name"].startswith("exchange_") or e["name"].endswith(".attention")]
+        starts = hidden = 0
+        for i, n in enumerate(names):
+            if n != "exchange_start":
+                continue
+            starts += 1
+            j = names.index("exchange_wait", i)
+            hidden += any(m.endswith(".attention") for m in names[i + 1:j])
+        check(starts > 0 and hidden == starts, f"rank {rank}: {hidden} of {starts} ring exchanges have an attention under them")
+        print(f"rank {rank}: every one of {starts} ring exchanges runs under an attention kernel (forward and backward)")
+
+
 def case_cp_ring():
     # cp_comm = ring: attention over each block of keys and values as it comes around the
     # context group, the blocks' outputs merged by their log-sum-exp (spmd.c, ring_attention;
@@ -471,8 +491,11 @@ def case_cp_ring():
                                   ("cp2_recompute_ops", ["--cp", "2", "--dp", "1", "--recompute", "ops"], "native"),
                                   ("cp2_recompute_full", ["--cp", "2", "--dp", "1", "--recompute", "full"], "native")):
         art, p = compile_art("art-ring-" + name, flags + ["--cp-comm", "ring"], executor=executor)
-        got, _ = train(art, "ring-" + name)
+        trace = os.path.join(ARGS.work, f"ring-{name}.trace.json")
+        got, _ = train(art, "ring-" + name, extra=["--profile", trace] if name == "cp2_native" else [])
         compare(f"cp_comm ring, {name} ({executor})", got, reference(art), 1e-6, 1e-4)
+        if name == "cp2_native":
+            ring_overlap(trace)
     runs, arenas = {}, {}
     for comm in ("allgather", "ring"):
         art, p = compile_art("art-cp4-" + comm, ["--cp", "4", "--dp", "1", "--cp-comm", comm], executor="native")
