@@ -1215,7 +1215,7 @@ static void print_attrs(const IrModule *m, const IrGraph *g, const IrNode *n, FI
     if (n->attr[3]) fprintf(out, " window=%" PRId64, n->attr[3]);
     if (n->attr[1]) fprintf(out, " rows=%s-zigzag", ir_group_name((IrGroup)(n->attr[1] - 1)));
     if (n->attr[2]) fprintf(out, " cols=%s-ring", ir_group_name((IrGroup)(n->attr[2] - 1)));
-    if (n->attr[2] && n->attr[4]) fprintf(out, " block=%" PRId64, n->attr[4] - 1);
+    if (n->attr[2] && n->attr[4]) fprintf(out, " block=%" PRId64 "/%" PRId64, n->attr[4] - 1, n->attr[5]);
     break;
   case IR_CALL:
     fprintf(out, " @%s x%" PRId64, m->graphs[n->attr[0]]->name, n->attr[1]);

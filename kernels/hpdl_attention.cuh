@@ -8,8 +8,9 @@
  * (the dot in fp32); with `causal`, key j is allowed for row t when colpos(j) <= rowpos(t)
  * (and, with window > 0, rowpos(t) - colpos(j) < window: a sliding window),
  * the positions being t and j, or under context parallelism (size > 1) the row's place in
- * this rank's zigzag chunks and the key's in the ring order (hpdl_cuda.cuh), or, with
- * col_size = -c, in the one ring block the keys are (hpdl_attn_ring). The forward
+ * this rank's zigzag chunks and the key's in the ring order (hpdl_cuda.cuh) over Sc keys:
+ * Sc = S where the keys are all the ring's blocks, S x col_size where they are one block,
+ * col_rank its owner's (ring attention a block at a time, hpdl_attn_colpos). The forward
  * writes out PACKED [B, H, T, Dv + 1]: o = sum_j P[t][j] v[j], P = exp(s - lse) over the
  * allowed keys, then lse = log sum_j exp(s) (a row with no allowed key: o = 0, lse = -inf).
  * The backward takes q, k, v, that out and its gradient dout (last column d lse) and
@@ -23,14 +24,14 @@
  * 1-D grids of blockDim.x = NT threads (hpdl_attention_cfg.h: the rule, the grids; the
  * templates' defaults are its tiles):
  *   hpdl_attn_fwd<D, Dv>(q, k, v, out, B, H, Hk, T, S, scale, causal, window, row_rank, row_size,
- *                        col_rank, col_size, blk)
+ *                        col_rank, col_size, Sc, blk)
  *       a block per (b, h, tile of BQ query rows): key tiles of BK keys in shared memory one
  *       after another, the online softmax (running max and sum a row), o and lse written
  *       once at the end;
  *   hpdl_attn_bwd_dt<D, Dv[, NT, F]>(out, dout, Dt, B, H, T, blk)
  *       Dt a row into the caller's scratch [B * H * T] floats (a warp a row);
  *   hpdl_attn_bwd_dkdv<D, Dv>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal,
- *                             window, row_rank, row_size, col_rank, col_size, blk)
+ *                             window, row_rank, row_size, col_rank, col_size, Sc, blk)
  *       a block per (b, hk, tile of BK keys): the group's heads and all their query tiles in
  *       order, P and dS again from q, k and lse, dk and dv accumulated in registers and
  *       stored once;
@@ -39,7 +40,7 @@
  * The backward's three run in that order (dkdv and dq read Dt). Template arguments after
  * <D, Dv>: NT, BQ, BK (other tiles, for tests). Shapes as core/attn.c checks them: T, S >= 1
  * (S = 0 works but has no dkdv launch), H a multiple of Hk, under context parallelism S a
- * multiple of col_size when it is positive; every count and position below 2^31 (element offsets are 64-bit).
+ * multiple of col_size; every count and position below 2^31 (element offsets are 64-bit).
  * Under a causal mask a tile of keys none of whose pairs with the tile of rows is allowed
  * is skipped (decided from the smallest key position and the largest row position: a
  * rank's row positions increase along its rows, key positions along each ring block); the
@@ -88,18 +89,13 @@ static __device__ __forceinline__ int hpdl_attn_rowpos(int t, int T, int rank, i
   return size <= 1 ? t : (int)hpdl_zigzag_pos(rank, size, T, t);
 }
 
-/* Whether the keys are ring blocks: size > 1, the group's size blocks in ring order (the
- * exchange gathered them); size < -1, one block, rank `rank`'s zigzag chunks of a group of
- * -size (ring attention a block at a time, parallel.cp_comm = ring); else in order. A
- * ring block is hpdl_attn_ring_len keys long. */
-static __device__ __forceinline__ bool hpdl_attn_ring(int size) { return size > 1 || size < -1; }
-
-static __device__ __forceinline__ int hpdl_attn_ring_len(int S, int size) { return size < 0 ? S : S / size; }
-
+/* S is the span the positions refer to, Sc in the kernels: the keys' count S where they are
+ * the ring's blocks; where the keys are one block (cp_comm = ring: the block received at ring
+ * step s), S x size, with rank = the block's owner (rank - s) mod size - its first block. */
 static __device__ __forceinline__ int hpdl_attn_colpos(int j, int S, int rank, int size) {
-  if (!hpdl_attn_ring(size)) return j;
-  const int c = size < 0 ? -size : size, len = hpdl_attn_ring_len(S, size), blk = j / len, owner = (rank - blk + c) % c;
-  return (int)hpdl_zigzag_pos(owner, c, len, j - blk * len);
+  if (size <= 1) return j;
+  const int len = S / size, blk = j / len, owner = (rank - blk + size) % size;
+  return (int)hpdl_zigzag_pos(owner, size, len, j - blk * len);
 }
 
 /* The largest row position over rows [t0, t1), -1 when empty: the last row's, as positions
@@ -113,8 +109,8 @@ static __device__ __forceinline__ int hpdl_attn_rowpos_max(int t0, int t1, int T
  * the next, so the smallest of each block's first key in the range. S must be a multiple
  * of size when size > 1 (core/attn.c checks it). */
 static __device__ __forceinline__ int hpdl_attn_colpos_min(int j0, int j1, int S, int rank, int size) {
-  if (!hpdl_attn_ring(size)) return j0 < j1 ? j0 : 0x7fffffff;
-  const int len = hpdl_attn_ring_len(S, size);
+  if (size <= 1) return j0 < j1 ? j0 : 0x7fffffff;
+  const int len = S / size;
   int mn = 0x7fffffff;
   for (int j = j0; j < j1; j += len - j % len) {
     const int p = hpdl_attn_colpos(j, S, rank, size);
@@ -132,8 +128,8 @@ static __device__ __forceinline__ bool hpdl_attn_allowed(int rp, int cp, int win
 /* The largest key position over keys [j0, j1) (-1 when empty): each ring block's last key
  * in the range, positions increasing within a block (as hpdl_attn_colpos_min). */
 static __device__ __forceinline__ int hpdl_attn_colpos_max(int j0, int j1, int S, int rank, int size) {
-  if (!hpdl_attn_ring(size)) return j0 < j1 ? j1 - 1 : -1;
-  const int len = hpdl_attn_ring_len(S, size);
+  if (size <= 1) return j0 < j1 ? j1 - 1 : -1;
+  const int len = S / size;
   int mx = -1;
   for (int j = j0; j < j1;) {
     const int end = j + len - j % len, last = j1 < end ? j1 - 1 : end - 1;
@@ -156,15 +152,15 @@ static __device__ __forceinline__ void hpdl_attn_load(float (*dst)[LD], const fl
   }
 }
 
-/* Whether no pair of the key tile [j0, j0 + nk) with rows whose positions lie in [rmin, rmax]
- * is allowed: under the causal mask, every key after the last row, or (with a window) a
+/* Whether no pair of the key tile [j0, j0 + nk) (positions over a ring span of Sc keys, as
+ * hpdl_attn_colpos takes them) with rows whose positions lie in [rmin, rmax] is allowed: under the causal mask, every key after the last row, or (with a window) a
  * window or more behind the first. The same in every thread that passes the same bounds,
  * so the barriers after it stay uniform. */
-static __device__ __forceinline__ bool hpdl_attn_keys_skipped(int j0, int nk, int S, int causal, int window, int rmin,
+static __device__ __forceinline__ bool hpdl_attn_keys_skipped(int j0, int nk, int Sc, int causal, int window, int rmin,
                                                               int rmax, int col_rank, int col_size) {
   if (!causal) return false;
-  if (window > 0 && rmin - hpdl_attn_colpos_max(j0, j0 + nk, S, col_rank, col_size) >= window) return true;
-  return hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) > rmax;
+  if (window > 0 && rmin - hpdl_attn_colpos_max(j0, j0 + nk, Sc, col_rank, col_size) >= window) return true;
+  return hpdl_attn_colpos_min(j0, j0 + nk, Sc, col_rank, col_size) > rmax;
 }
 
 /* The key tile [j0, j0 + nk) of (b, hk) into shared memory: k's rows, v's (zeros past S:
@@ -172,11 +168,11 @@ static __device__ __forceinline__ bool hpdl_attn_keys_skipped(int j0, int nk, in
 template <int BK, int D, int Dv, int NT, int LDK, int LDV>
 static __device__ __forceinline__ void hpdl_attn_load_keys(float (*Ks)[LDK], float (*Vs)[LDV], int *Cp,
                                                            const float *__restrict__ kh, const float *__restrict__ vh,
-                                                           int j0, int nk, int S, int causal, int col_rank, int col_size) {
+                                                           int j0, int nk, int Sc, int causal, int col_rank, int col_size) {
   hpdl_attn_load<BK, D, D, NT>(Ks, kh + (long long)j0 * D, nk);
   hpdl_attn_load<BK, Dv, Dv, NT>(Vs, vh + (long long)j0 * Dv, nk);
   if (causal)
-    for (int j = threadIdx.x; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0;
+    for (int j = threadIdx.x; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, Sc, col_rank, col_size) : 0;
 }
 
 /* dkdv's per-row values of a query tile: lse (from the packed output), Dt and, under the
@@ -203,7 +199,7 @@ template <int D, int Dv, int NT = HPDL_ATTN_THREADS(D, Dv), int BQ = HPDL_ATTN_F
 static __device__ void hpdl_attn_fwd(const float *__restrict__ q, const float *__restrict__ k,
                                      const float *__restrict__ v, float *__restrict__ out, int B, int H, int Hk,
                                      int T, int S, float scale, int causal, int window, int row_rank, int row_size,
-                                     int col_rank, int col_size, long long blk) {
+                                     int col_rank, int col_size, int Sc, long long blk) {
   constexpr int TPR = NT / BQ, NS = (BK + TPR - 1) / TPR, NO = (Dv + TPR - 1) / TPR, P = HPDL_ATTN_HEAD_CAP(D, Dv);
   constexpr bool EVEN = BK % TPR == 0; /* else the last keys of a row's lanes lie past the tile */
   static_assert(D >= 1 && D <= HPDL_ATTN_MAX_HEAD && Dv >= 1 && Dv <= HPDL_ATTN_MAX_HEAD, "head sizes 1 .. 256");
@@ -236,9 +232,9 @@ static __device__ void hpdl_attn_fwd(const float *__restrict__ q, const float *_
   for (int j0 = 0; j0 < S; j0 += BK) {
     const int nk = S - j0 < BK ? S - j0 : BK;
     /* the same decision in every thread: the barriers below stay uniform */
-    if (hpdl_attn_keys_skipped(j0, nk, S, causal, window, rmin, rmax, col_rank, col_size)) continue; /* uniform */
+    if (hpdl_attn_keys_skipped(j0, nk, Sc, causal, window, rmin, rmax, col_rank, col_size)) continue; /* uniform */
     __syncthreads(); /* fwd: the previous tile's Ks, Vs, Ps are read */
-    hpdl_attn_load_keys<BK, D, Dv, NT>(Ks, Vs, Cp, kh, vh, j0, nk, S, causal, col_rank, col_size);
+    hpdl_attn_load_keys<BK, D, Dv, NT>(Ks, Vs, Cp, kh, vh, j0, nk, Sc, causal, col_rank, col_size);
     __syncthreads(); /* fwd: the tile is loaded */
 
     float s[NS];
@@ -331,7 +327,7 @@ static __device__ void hpdl_attn_bwd_dkdv(const float *__restrict__ q, const flo
                                           const float *__restrict__ v, const float *__restrict__ out,
                                           const float *__restrict__ dout, const float *__restrict__ Dt,
                                           float *__restrict__ grads, int B, int H, int Hk, int T, int S, float scale,
-                                          int causal, int window, int row_rank, int row_size, int col_rank, int col_size,
+                                          int causal, int window, int row_rank, int row_size, int col_rank, int col_size, int Sc,
                                           long long blk) {
   constexpr int TPK = NT / BK, NE = (BQ + TPK - 1) / TPK, NDK = (D + TPK - 1) / TPK, NDV = (Dv + TPK - 1) / TPK;
   constexpr int P = HPDL_ATTN_HEAD_CAP(D, Dv);
@@ -356,9 +352,9 @@ static __device__ void hpdl_attn_bwd_dkdv(const float *__restrict__ q, const flo
   const float *__restrict__ vt = v + ((long long)bhk * S + j0) * Dv;
   hpdl_attn_load<BK, D, D, NT>(Ks, kt, nk);
   hpdl_attn_load<BK, Dv, Dv, NT>(Vs, vt, nk);
-  const int kp = causal ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0; /* used only for j < nk */
-  const int kmin = causal ? hpdl_attn_colpos_min(j0, j0 + nk, S, col_rank, col_size) : 0;
-  const int kmax = causal && window > 0 ? hpdl_attn_colpos_max(j0, j0 + nk, S, col_rank, col_size) : 0;
+  const int kp = causal ? hpdl_attn_colpos(j0 + j, Sc, col_rank, col_size) : 0; /* used only for j < nk */
+  const int kmin = causal ? hpdl_attn_colpos_min(j0, j0 + nk, Sc, col_rank, col_size) : 0;
+  const int kmax = causal && window > 0 ? hpdl_attn_colpos_max(j0, j0 + nk, Sc, col_rank, col_size) : 0;
   float dka[NDK], dva[NDV];
   for (int i = 0; i < NDK; i++) dka[i] = 0.0f;
   for (int i = 0; i < NDV; i++) dva[i] = 0.0f;
@@ -441,7 +437,7 @@ static __device__ void hpdl_attn_bwd_dq(const float *__restrict__ q, const float
                                         const float *__restrict__ v, const float *__restrict__ out,
                                         const float *__restrict__ dout, const float *__restrict__ Dt,
                                         float *__restrict__ grads, int B, int H, int Hk, int T, int S, float scale,
-                                        int causal, int window, int row_rank, int row_size, int col_rank, int col_size,
+                                        int causal, int window, int row_rank, int row_size, int col_rank, int col_size, int Sc,
                                         long long blk) {
   constexpr int TPR = NT / BQ, NS = (BK + TPR - 1) / TPR, NQ = (D + TPR - 1) / TPR, P = HPDL_ATTN_HEAD_CAP(D, Dv);
   static_assert(D >= 1 && D <= HPDL_ATTN_MAX_HEAD && Dv >= 1 && Dv <= HPDL_ATTN_MAX_HEAD, "head sizes 1 .. 256");
@@ -481,9 +477,9 @@ static __device__ void hpdl_attn_bwd_dq(const float *__restrict__ q, const float
 
   for (int j0 = 0; j0 < S; j0 += BK) {
     const int nk = S - j0 < BK ? S - j0 : BK;
-    if (hpdl_attn_keys_skipped(j0, nk, S, causal, window, rmin, rmax, col_rank, col_size)) continue; /* uniform */
+    if (hpdl_attn_keys_skipped(j0, nk, Sc, causal, window, rmin, rmax, col_rank, col_size)) continue; /* uniform */
     __syncthreads(); /* dq: the previous tile's Ks, Vs, Cp are read */
-    hpdl_attn_load_keys<BK, D, Dv, NT>(Ks, Vs, Cp, kh, vh, j0, nk, S, causal, col_rank, col_size);
+    hpdl_attn_load_keys<BK, D, Dv, NT>(Ks, Vs, Cp, kh, vh, j0, nk, Sc, causal, col_rank, col_size);
     __syncthreads(); /* dq: the tile is loaded */
 
     HPDL_ROLLED
@@ -789,7 +785,7 @@ struct HpdlAttnTcKeys {
 };
 
 static __device__ __forceinline__ HpdlAttnTcKeys hpdl_attn_tc_keys(long long blk, int Hk, int S, int causal, int window,
-                                                                   int col_rank, int col_size, int warp, int g) {
+                                                                   int col_rank, int col_size, int Sc, int warp, int g) {
   constexpr int BK = HPDL_ATTN_TC_KEYS;
   HpdlAttnTcKeys K;
   const int nkt = (S + BK - 1) / BK;
@@ -802,12 +798,12 @@ static __device__ __forceinline__ HpdlAttnTcKeys hpdl_attn_tc_keys(long long blk
   K.wn = S - K.k0 < 0 ? 0 : S - K.k0 < 16 ? S - K.k0 : 16;
   K.kr0 = K.k0 + g;
   K.kr1 = K.kr0 + 8;
-  K.kp[0] = causal && K.kr0 < S ? hpdl_attn_colpos(K.kr0, S, col_rank, col_size) : 0;
-  K.kp[1] = causal && K.kr1 < S ? hpdl_attn_colpos(K.kr1, S, col_rank, col_size) : 0;
-  K.kmin = causal ? hpdl_attn_colpos_min(K.j0, K.j0 + K.nk, S, col_rank, col_size) : 0;
-  K.kmax = causal && window > 0 ? hpdl_attn_colpos_max(K.j0, K.j0 + K.nk, S, col_rank, col_size) : 0;
-  K.wkmin = causal ? hpdl_attn_colpos_min(K.k0, K.k0 + K.wn, S, col_rank, col_size) : 0;
-  K.wkmax = causal && window > 0 ? hpdl_attn_colpos_max(K.k0, K.k0 + K.wn, S, col_rank, col_size) : 0;
+  K.kp[0] = causal && K.kr0 < S ? hpdl_attn_colpos(K.kr0, Sc, col_rank, col_size) : 0;
+  K.kp[1] = causal && K.kr1 < S ? hpdl_attn_colpos(K.kr1, Sc, col_rank, col_size) : 0;
+  K.kmin = causal ? hpdl_attn_colpos_min(K.j0, K.j0 + K.nk, Sc, col_rank, col_size) : 0;
+  K.kmax = causal && window > 0 ? hpdl_attn_colpos_max(K.j0, K.j0 + K.nk, Sc, col_rank, col_size) : 0;
+  K.wkmin = causal ? hpdl_attn_colpos_min(K.k0, K.k0 + K.wn, Sc, col_rank, col_size) : 0;
+  K.wkmax = causal && window > 0 ? hpdl_attn_colpos_max(K.k0, K.k0 + K.wn, Sc, col_rank, col_size) : 0;
   return K;
 }
 
@@ -912,7 +908,7 @@ template <int D, int Dv>
 static __device__ void hpdl_attn_fwd_tc(const float *__restrict__ q, const float *__restrict__ k,
                                         const float *__restrict__ v, float *__restrict__ out, int B, int H, int Hk,
                                         int T, int S, float scale, int causal, int window, int row_rank, int row_size,
-                                        int col_rank, int col_size, int split, long long blk) {
+                                        int col_rank, int col_size, int Sc, int split, long long blk) {
   constexpr int NT = HPDL_ATTN_TC_THREADS, BQ = HPDL_ATTN_TC_ROWS, BK = HPDL_ATTN_TC_FWD_BK;
   static_assert(HPDL_ATTN_TC(D, Dv), "tensor-core attention takes head sizes 16 .. 64, multiples of 8");
   static_assert(BQ == 16 * (NT / 32), "16 rows a warp");
@@ -933,13 +929,13 @@ static __device__ void hpdl_attn_fwd_tc(const float *__restrict__ q, const float
 
   for (int j0 = 0; j0 < S; j0 += BK) {
     const int nk = S - j0 < BK ? S - j0 : BK;
-    if (hpdl_attn_keys_skipped(j0, nk, S, causal, window, R.rmin, R.rmax, col_rank, col_size)) continue; /* uniform */
+    if (hpdl_attn_keys_skipped(j0, nk, Sc, causal, window, R.rmin, R.rmax, col_rank, col_size)) continue; /* uniform */
     __syncthreads(); /* fwd_tc: the previous tile's Ks, Vs, Cp are read */
-    hpdl_attn_load_keys<BK, D, Dv, NT>(Ks, Vs, Cp, kh, vh, j0, nk, S, causal, col_rank, col_size);
+    hpdl_attn_load_keys<BK, D, Dv, NT>(Ks, Vs, Cp, kh, vh, j0, nk, Sc, causal, col_rank, col_size);
     __syncthreads(); /* fwd_tc: the tile is loaded */
     /* the warp's rows: none, or no allowed pair with the tile; uniform in the warp, and no
      * barrier below */
-    if (R.wn == 0 || hpdl_attn_keys_skipped(j0, nk, S, causal, window, R.wmin, R.wmax, col_rank, col_size)) continue;
+    if (R.wn == 0 || hpdl_attn_keys_skipped(j0, nk, Sc, causal, window, R.wmin, R.wmax, col_rank, col_size)) continue;
 
     float s[BK / 8][4];
     hpdl_attn_zero<BK>(s);
@@ -959,7 +955,7 @@ static __device__ void hpdl_attn_bwd_dkdv_tc(const float *__restrict__ q, const 
                                              const float *__restrict__ dout, const float *__restrict__ Dt,
                                              float *__restrict__ grads, int B, int H, int Hk, int T, int S, float scale,
                                              int causal, int window, int row_rank, int row_size, int col_rank,
-                                             int col_size, int split, long long blk) {
+                                             int col_size, int Sc, int split, long long blk) {
   constexpr int NT = HPDL_ATTN_TC_THREADS, BK = HPDL_ATTN_TC_KEYS, BQ = HPDL_ATTN_TC_DKDV_BQ;
   static_assert(HPDL_ATTN_TC(D, Dv), "tensor-core attention takes head sizes 16 .. 64, multiples of 8");
   static_assert(BK == 16 * (NT / 32), "16 keys a warp");
@@ -973,7 +969,7 @@ static __device__ void hpdl_attn_bwd_dkdv_tc(const float *__restrict__ q, const 
   __shared__ float Ds[BQ];         /* Dt */
   __shared__ int Rp[BQ];           /* row positions (causal) */
   const int tid = threadIdx.x, warp = tid / 32, g = (tid & 31) / 4, t = tid & 3, G = H / Hk;
-  const HpdlAttnTcKeys K = hpdl_attn_tc_keys(blk, Hk, S, causal, window, col_rank, col_size, warp, g);
+  const HpdlAttnTcKeys K = hpdl_attn_tc_keys(blk, Hk, S, causal, window, col_rank, col_size, Sc, warp, g);
   const int wkmin = K.wkmin;
   hpdl_attn_load<BK, D, D, NT>(Ks, k + ((long long)K.bhk * S + K.j0) * D, K.nk); /* read after the first barrier */
   hpdl_attn_load<BK, Dv, Dv, NT>(Vs, v + ((long long)K.bhk * S + K.j0) * Dv, K.nk);
@@ -1016,7 +1012,7 @@ static __device__ void hpdl_attn_bwd_dq_tc(const float *__restrict__ q, const fl
                                            const float *__restrict__ dout, const float *__restrict__ Dt,
                                            float *__restrict__ grads, int B, int H, int Hk, int T, int S, float scale,
                                            int causal, int window, int row_rank, int row_size, int col_rank,
-                                           int col_size, int split, long long blk) {
+                                           int col_size, int Sc, int split, long long blk) {
   constexpr int NT = HPDL_ATTN_TC_THREADS, BQ = HPDL_ATTN_TC_ROWS, BK = HPDL_ATTN_TC_DQ_BK;
   static_assert(HPDL_ATTN_TC(D, Dv), "tensor-core attention takes head sizes 16 .. 64, multiples of 8");
   static_assert(BQ == 16 * (NT / 32), "16 rows a warp");
@@ -1041,11 +1037,11 @@ static __device__ void hpdl_attn_bwd_dq_tc(const float *__restrict__ q, const fl
 
   for (int j0 = 0; j0 < S; j0 += BK) {
     const int nk = S - j0 < BK ? S - j0 : BK;
-    if (hpdl_attn_keys_skipped(j0, nk, S, causal, window, R.rmin, R.rmax, col_rank, col_size)) continue; /* uniform */
+    if (hpdl_attn_keys_skipped(j0, nk, Sc, causal, window, R.rmin, R.rmax, col_rank, col_size)) continue; /* uniform */
     __syncthreads(); /* dq_tc: the previous tile's Ks, Vs, Cp are read */
-    hpdl_attn_load_keys<BK, D, Dv, NT>(Ks, Vs, Cp, kh, vh, j0, nk, S, causal, col_rank, col_size);
+    hpdl_attn_load_keys<BK, D, Dv, NT>(Ks, Vs, Cp, kh, vh, j0, nk, Sc, causal, col_rank, col_size);
     __syncthreads(); /* dq_tc: the tile is loaded */
-    if (R.wn == 0 || hpdl_attn_keys_skipped(j0, nk, S, causal, window, R.wmin, R.wmax, col_rank, col_size)) continue;
+    if (R.wn == 0 || hpdl_attn_keys_skipped(j0, nk, Sc, causal, window, R.wmin, R.wmax, col_rank, col_size)) continue;
 
     float s[BK / 8][4], dp[BK / 8][4];
     hpdl_attn_zero<BK>(s);
@@ -1471,7 +1467,7 @@ template <int E, int BK, int D, int Dv, int KD, int KDv, int LK, int LV, int NT,
 static __device__ __forceinline__ void hpdl_attn_key_tiles(unsigned short (*Ks)[BK][LK], unsigned short (*Vs)[BK][LV],
                                                            int *Cp, const TQ *__restrict__ kh, const TQ *__restrict__ vh,
                                                            int S, const HpdlAttnTcRows &R, int causal, int window,
-                                                           int col_rank, int col_size, F compute, long long skd = D,
+                                                           int col_rank, int col_size, int Sc, F compute, long long skd = D,
                                                            long long svd = Dv) {
   static_assert(NB == 1 || NB == 2, "one or two buffers");
   const int tid = threadIdx.x;
@@ -1480,7 +1476,7 @@ static __device__ __forceinline__ void hpdl_attn_key_tiles(unsigned short (*Ks)[
   if (async && KD > D)
     for (int e = tid; e < NB * BK * ZP; e += NT) Ks[e / (BK * ZP)][e / ZP % BK][D + e % ZP] = 0;
   auto next_tile = [&](int j) { /* the first tile from j the block computes (uniform) */
-    while (j < S && hpdl_attn_keys_skipped(j, S - j < BK ? S - j : BK, S, causal, window, R.rmin, R.rmax, col_rank, col_size))
+    while (j < S && hpdl_attn_keys_skipped(j, S - j < BK ? S - j : BK, Sc, causal, window, R.rmin, R.rmax, col_rank, col_size))
       j += BK;
     return j;
   };
@@ -1501,9 +1497,9 @@ static __device__ __forceinline__ void hpdl_attn_key_tiles(unsigned short (*Ks)[
     if (NB == 2 && !async) load(b, j0, false);
     hpdl_attn_cp_wait<NB - 1>(); /* key_tiles: this tile's copies (all but the NB - 1 most recent groups) */
     if (causal)
-      for (int j = tid; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, S, col_rank, col_size) : 0;
+      for (int j = tid; j < BK; j += NT) Cp[j] = j < nk ? hpdl_attn_colpos(j0 + j, Sc, col_rank, col_size) : 0;
     __syncthreads(); /* key_tiles: the tile is loaded */
-    if (R.wn > 0 && !hpdl_attn_keys_skipped(j0, nk, S, causal, window, R.wmin, R.wmax, col_rank, col_size))
+    if (R.wn > 0 && !hpdl_attn_keys_skipped(j0, nk, Sc, causal, window, R.wmin, R.wmax, col_rank, col_size))
       compute(b, nk);
     __syncthreads(); /* key_tiles: the tile's Ks, Vs, Cp are read */
     j0 = jn;
@@ -1523,7 +1519,7 @@ template <int D, int Dv, int E, int F = 0, typename TQ>
 static __device__ void hpdl_attn_fwd_h(const TQ *__restrict__ q, const TQ *__restrict__ k,
                                        const TQ *__restrict__ v, float *__restrict__ out, int B, int H, int Hk, int T,
                                        int S, float scale, int causal, int window, int row_rank, int row_size,
-                                       int col_rank, int col_size, long long blk,
+                                       int col_rank, int col_size, int Sc, long long blk,
                                        unsigned short *__restrict__ o16 = nullptr) {
   constexpr int NT = HPDL_ATTN_TC_THREADS, BQ = HPDL_ATTN_TC_ROWS, BK = HPDL_ATTN_H16_FWD_BK(D, Dv);
   constexpr int NB = HPDL_ATTN_H16_FWD_BUFS(D, Dv);
@@ -1548,7 +1544,7 @@ static __device__ void hpdl_attn_fwd_h(const TQ *__restrict__ q, const TQ *__res
   float o[Dv / 8][4];
   hpdl_attn_zero<Dv>(o);
   hpdl_attn_key_tiles<E, BK, D, Dv, KD, KDv, LQ, LV, NT, NB>(
-      Ks, Vs, Cp, kh, vh, S, R, causal, window, col_rank, col_size, [&](int b, int nk) {
+      Ks, Vs, Cp, kh, vh, S, R, causal, window, col_rank, col_size, Sc, [&](int b, int nk) {
         float s[BK / 8][4];
         hpdl_attn_zero<BK>(s);
         hpdl_attn_mma16_nt<E, BK, KD, LQ>(s, Qs, 16 * warp, Ks[b], lane);
@@ -1572,7 +1568,7 @@ static __device__ void hpdl_attn_bwd_dkdv_h(const TQ *__restrict__ q, const TQ *
                                             const float *__restrict__ dout, const float *__restrict__ Dt,
                                             TG *__restrict__ grads, int B, int H, int Hk, int T, int S, float scale,
                                             int causal, int window, int row_rank, int row_size, int col_rank,
-                                            int col_size, long long blk, TG *__restrict__ gk = nullptr,
+                                            int col_size, int Sc, long long blk, TG *__restrict__ gk = nullptr,
                                             TG *__restrict__ gv = nullptr) {
   constexpr int NT = HPDL_ATTN_TC_THREADS, BK = HPDL_ATTN_TC_KEYS, BQ = HPDL_ATTN_H16_DKDV_BQ(D, Dv);
   constexpr int KD = HPDL_ATTN_PAD16(D), KDv = HPDL_ATTN_PAD16(Dv), LK = KD + 8, LV = KDv + 8;
@@ -1587,7 +1583,7 @@ static __device__ void hpdl_attn_bwd_dkdv_h(const TQ *__restrict__ q, const TQ *
   __shared__ float Ds[BQ];                            /* Dt */
   __shared__ int Rp[BQ];                              /* row positions (causal) */
   const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane / 4, t = tid & 3, G = H / Hk;
-  const HpdlAttnTcKeys K = hpdl_attn_tc_keys(blk, Hk, S, causal, window, col_rank, col_size, warp, g);
+  const HpdlAttnTcKeys K = hpdl_attn_tc_keys(blk, Hk, S, causal, window, col_rank, col_size, Sc, warp, g);
   const int wkmin = K.wkmin;
   constexpr bool QB = (F & HPDL_ATTN_QKV_BTHD) != 0;
   hpdl_attn_load16<E, BK, D, KD, D, NT>(Ks, k + hpdl_attn_qkv_row<QB>(K.bhk, Hk, S, K.j0, D), K.nk,
@@ -1638,7 +1634,7 @@ static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__
                                           const float *__restrict__ dout, const float *__restrict__ Dt,
                                           TG *__restrict__ grads, int B, int H, int Hk, int T, int S, float scale,
                                           int causal, int window, int row_rank, int row_size, int col_rank,
-                                          int col_size, long long blk, TG *__restrict__ gq = nullptr) {
+                                          int col_size, int Sc, long long blk, TG *__restrict__ gq = nullptr) {
   constexpr int NT = HPDL_ATTN_TC_THREADS, BQ = HPDL_ATTN_TC_ROWS, BK = HPDL_ATTN_H16_DQ_BK(D, Dv);
   constexpr int NB = HPDL_ATTN_H16_DQ_BUFS(D, Dv);
   constexpr int KD = HPDL_ATTN_PAD16(D), KDv = HPDL_ATTN_PAD16(Dv), LK = KD + 8, LV = KDv + 8;
@@ -1666,7 +1662,7 @@ static __device__ void hpdl_attn_bwd_dq_h(const TQ *__restrict__ q, const TQ *__
   hpdl_attn_zero<D>(acc);
 
   hpdl_attn_key_tiles<E, BK, D, Dv, KD, KDv, LK, LV, NT, NB>(
-      Ks, Vs, Cp, kh, vh, S, R, causal, window, col_rank, col_size, [&](int b, int nk) {
+      Ks, Vs, Cp, kh, vh, S, R, causal, window, col_rank, col_size, Sc, [&](int b, int nk) {
         float s[BK / 8][4], dp[BK / 8][4];
         hpdl_attn_zero<BK>(s);
         hpdl_attn_zero<BK>(dp);

@@ -45,13 +45,11 @@ static __device__ __forceinline__ long long hpdl_zigzag_pos(long long r, long lo
 
 /* The global position of column `col` of keys gathered around a ring of
  * `size` ranks (ring attention): block b = col / len came from rank r - b
- * and holds that rank's zigzag chunks; len = cols / size. size = -c (c > 1):
- * the columns are one block, rank r's chunks of a group of c. */
+ * and holds that rank's zigzag chunks; len = cols / size. */
 static __device__ __forceinline__ long long hpdl_ring_col_pos(long long r, long long size, long long cols, long long col) {
-  if (size >= -1 && size <= 1) return col;
-  long long c = size < 0 ? -size : size, len = size < 0 ? cols : cols / size, blk = col / len, owner = (r - blk + c) % c,
-            i = col % len, h = len / 2;
-  return i < h ? owner * h + i : (2 * c - 1 - owner) * h + (i - h);
+  if (size <= 1) return col;
+  long long len = cols / size, blk = col / len, owner = (r - blk + size) % size, i = col % len, h = len / 2;
+  return i < h ? owner * h + i : (2 * size - 1 - owner) * h + (i - h);
 }
 
 /* 16-bit storage (mixed precision): bf16 and fp16 held as their bits,

@@ -81,6 +81,12 @@ hpdl_ir_stage(spmd gpt2-tiny-tp2-sp-pp2 samples/gpt2-tiny.hpd ${HPDL_IR_TINY_GPT
 hpdl_ir_stage(spmd llama-tp2-cp2 samples/llama.hpd --micro-batch 1 --global-batch 1
               -D layers=2 -D hidden=16 -D heads=4 -D kv_heads=2 -D ffn=32 -D seq=8 -D vocab=32
               --cluster laptop --gpus 4 --dp 1 --tp 2 --cp 2 --sp off)
+# cp_comm = ring (spmd.c, ring_attention): keys and values packed into one message a step,
+# its send before the first block's attention (block=0/2), its receive after, the second
+# block's attention (block=1/2) and attn_merge of the two
+hpdl_ir_stage(spmd llama-tp2-cp2-ring samples/llama.hpd --micro-batch 1 --global-batch 1
+              -D layers=2 -D hidden=16 -D heads=4 -D kv_heads=2 -D ffn=32 -D seq=8 -D vocab=32
+              --cluster laptop --gpus 4 --dp 1 --tp 2 --cp 2 --sp off --cp-comm ring)
 # an extern (tests/extern/ext_lm.hpd; printing needs no library): its table, the call and
 # the gradient function's one call sliced per argument; at tp=2 its arguments gathered whole
 set(HPDL_IR_EXT_LM tests/extern/ext_lm.hpd --micro-batch 1 --global-batch 1 -D V=16 -D T=4 -D C=8 -D L=1)

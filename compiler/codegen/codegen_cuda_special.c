@@ -1089,8 +1089,9 @@ static int state_update(CuKern *k, const IrNode *n, int id) {
 /* The position arguments of a context-parallel layout (ir_ops.h: attr 1 the
  * rows' group, attr 2 the keys'): this rank's index and the group's size
  * from the kernel context, or a plain layout. */
-static int attn_positions(CuKern *k, const IrNode *n, char *buf, size_t len) {
-  char part[2][160];
+static int attn_positions(CuKern *k, const IrNode *n, int64_t S, char *buf, size_t len) {
+  char part[2][96];
+  int64_t one_block = 0;
   for (int a = 0; a < 2; a++) {
     int64_t g = n->attr[1 + a] - 1;
     if (g >= 4) {
@@ -1098,15 +1099,22 @@ static int attn_positions(CuKern *k, const IrNode *n, char *buf, size_t len) {
               k->fg->graph->name, k->kp, ir_group_name((IrGroup)g));
       return -1;
     }
-    if (g >= 0 && a == 1 && n->attr[4] > 0) /* one ring block, received at step attr[4] - 1 (ir_ops.h) */
+    if (g >= 0 && a == 1 && n->attr[4] > 0) { /* one ring block, received at step attr[4] - 1 (ir_ops.h) */
       snprintf(part[a], sizeof part[a], "(hpd.rank[%1$" PRId64 "] + hpd.size[%1$" PRId64 "] - %2$" PRId64 ") %% hpd.size[%1$" PRId64
-               "], -hpd.size[%1$" PRId64 "]", g, n->attr[4] - 1);
-    else if (g >= 0) snprintf(part[a], sizeof part[a], "hpd.rank[%" PRId64 "], hpd.size[%" PRId64 "]", g, g);
-    else snprintf(part[a], sizeof part[a], "0, 1");
+               "], hpd.size[%1$" PRId64 "]", g, n->attr[4] - 1);
+      one_block = 1 + g;
+    } else if (g >= 0) {
+      snprintf(part[a], sizeof part[a], "hpd.rank[%" PRId64 "], hpd.size[%" PRId64 "]", g, g);
+    } else {
+      snprintf(part[a], sizeof part[a], "0, 1");
+    }
   }
-  snprintf(buf, len, "%s, %s", part[0], part[1]);
+  /* the span the keys' positions refer to (hpdl_attn_colpos): S, or S x c for one block */
+  if (one_block) snprintf(buf, len, "%s, %s, %" PRId64 " * hpd.size[%" PRId64 "]", part[0], part[1], S, one_block - 1);
+  else snprintf(buf, len, "%s, %s, %" PRId64, part[0], part[1], S);
   return 0;
 }
+
 
 /* The SIMT kernels: one block a multiprocessor at least, which leaves ptxas free (no
  * spill at any head size); the tensor-core kernels: their 128 threads and
@@ -1216,7 +1224,7 @@ static int attention(CuKern *k, const IrNode *n, int id) {
     return -1;
   }
   char pos[360], args[600];
-  if (attn_positions(k, n, pos, sizeof pos)) return -1;
+  if (attn_positions(k, n, S, pos, sizeof pos)) return -1;
   CuText sc = {0};
   cu_float(&sc, n->fattr);
   /* the TF32 tensor-core kernels take one more argument: 3xTF32 unless the device

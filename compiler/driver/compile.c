@@ -543,6 +543,9 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
   Layout L;
   memset(&L, 0, sizeof L);
   if (resolve_layout(&C, &L)) return 1;
+  if (m->layout.cp_comm == 1 && L.cp > 1 && o->materialize_attention)
+    return cfail(&C, "cp_comm = ring runs the attention op a block of keys at a time; --attention materialized forms each "
+                     "row's scores whole, from keys gathered first: compile with cp_comm = allgather, or without --attention");
 
   /* lower, partition, split */
   progress_phase(pg, "lowering and partitioning (tp %" PRId64 ", cp %" PRId64 ", pp %" PRId64 ")", L.tp, L.cp, L.pp * L.vpp);

@@ -741,6 +741,9 @@ def case_cli():
              "-o", ring2])
     said = json.load(open(os.path.join(ring2, "manifest.json")))["layout"].get("cp_comm")
     check(said == "ring", f"the manifest says cp_comm {said}, not ring")
+    p = run([hpdlc, "compile", sample(), *DEFS, "--cp", "2", "--gpus", "2", "--cp-comm", "ring", "--attention", "materialized",
+             "-o", out], expect=1)
+    one_error(p, "cp_comm = ring runs the attention op a block of keys at a time", "compile with cp_comm = allgather")
     ring1 = work("ring-cp1")
     p = run([hpdlc, "compile", sample(), *DEFS, "--cp-comm", "ring", "--executor", "interp", "-q", "-o", ring1])
     check(os.path.exists(os.path.join(ring1, "manifest.json")), "cp_comm = ring without context parallelism compiles")

@@ -51,17 +51,18 @@ static bool check(bool cond, const std::string &what) {
   return cond;
 }
 
+/* ..., causal, window, row_rank, row_size, col_rank, col_size, Sc (the keys' position span) */
 typedef void (*FwdK)(const hpdl_kctx, const float *, const float *, const float *, float *, int, int, int, int, int,
-                     float, int, int, int, int, int, int);
+                     float, int, int, int, int, int, int, int);
 typedef void (*DtK)(const hpdl_kctx, const float *, const float *, float *, int, int, int);
 typedef void (*BwdK)(const hpdl_kctx, const float *, const float *, const float *, const float *, const float *,
-                     const float *, float *, int, int, int, int, int, float, int, int, int, int, int, int);
+                     const float *, float *, int, int, int, int, int, float, int, int, int, int, int, int, int);
 /* the 16-bit kernels reading q, k, v as stored (unsigned short: bf16 or fp16 bits) */
 typedef void (*FwdK16)(const hpdl_kctx, const unsigned short *, const unsigned short *, const unsigned short *, float *,
-                       int, int, int, int, int, float, int, int, int, int, int, int);
+                       int, int, int, int, int, float, int, int, int, int, int, int, int);
 typedef void (*BwdK16)(const hpdl_kctx, const unsigned short *, const unsigned short *, const unsigned short *,
                        const float *, const float *, const float *, float *, int, int, int, int, int, float, int, int,
-                       int, int, int, int);
+                       int, int, int, int, int);
 
 /* One instantiation of the kernels: head sizes, threads, tiles; rule: the defaults of
  * hpdl_attention_cfg.h (launched with hpdl_attn_plan's grids). */
@@ -120,7 +121,9 @@ static const Config &config(const char *name) {
 
 struct Case {
   const char *cfg;
-  int B, H, Hk, T, S, causal, rr, rs, cr, cs; /* rs, cs: context-parallel sizes (0: none) */
+  int B, H, Hk, T, S, causal, rr, rs, cr, cs; /* rs, cs: context-parallel sizes (0: none); cs = -c: the keys
+                                                 are one ring block, rank cr's chunks of c (cp_comm = ring:
+                                                 the kernels take col_size c and Sc = S c) */
   bool many_tiles;                            /* in the mutation set */
   int window;                                 /* a sliding window of keys (causal; 0: none) */
   int tf32;                                   /* tensor cores: one TF32 product (HPDL_KCTX_TF32), not 3xTF32 */
@@ -170,6 +173,13 @@ static const Case CASES[] = {
     {"t5v7", 1, 1, 1, 10, 40, 1, 2, 4, 2, 4, false, 0, 0},
     {"t5v7", 1, 1, 1, 10, 40, 1, 3, 4, 3, 4, true, 0, 0},
     {"t5v7", 1, 2, 2, 9, 0, 0, 0, 0, 0, 0, false, 0, 0}, /* S = 0: no key, o = 0, lse = -inf */
+    /* one ring block (cp_comm = ring): a rank's rows against another rank's chunks (rows that
+     * see none of them: o = 0, lse = -inf) and against its own */
+    {"t5v7", 1, 2, 1, 18, 18, 1, 0, 2, 1, -2, true, 0, 0},
+    {"t5v7", 1, 2, 1, 18, 18, 1, 1, 2, 0, -2, false, 0, 0},
+    {"t5v7", 1, 1, 1, 10, 10, 1, 2, 4, 2, -4, false, 0, 0},
+    {"t5v7", 1, 1, 1, 10, 10, 1, 1, 4, 3, -4, false, 3, 0},
+    {"d64", 1, 2, 1, 36, 36, 1, 1, 2, 0, -2, false, 0, 0},
     /* sliding windows (whole tiles skipped outside the band): 1 key, under a tile, over
      * several, with grouped heads, under a ring */
     {"t5v7", 1, 2, 2, 37, 37, 1, 0, 0, 0, 0, true, 1, 0},
@@ -189,6 +199,8 @@ static const Case CASES[] = {
     {"tc64", 2, 4, 2, 37, 53, 0, 0, 0, 0, 0, false, 0, 0},
     {"tc64", 1, 2, 1, 200, 200, 1, 0, 0, 0, 0, true, 70, 0},
     {"tc64", 1, 2, 1, 72, 144, 1, 1, 2, 1, 2, false, 0, 0},
+    {"tc64", 1, 2, 1, 72, 72, 1, 0, 2, 1, -2, false, 0, 0}, /* one ring block */
+    {"tc64", 1, 2, 1, 72, 72, 1, 1, 2, 0, -2, false, 0, 0},
     {"tc64", 1, 2, 2, 9, 0, 0, 0, 0, 0, 0, false, 0, 0},
     {"tc64", 1, 2, 1, 129, 129, 1, 0, 0, 0, 0, true, 0, 0}, /* the last row is a warp's first key */
     {"tc64", 1, 2, 1, 130, 130, 1, 0, 0, 0, 0, false, 0, 1},
@@ -245,6 +257,7 @@ static long long zigzag(long long r, long long size, long long local, long long 
 static long long rowpos(const Case &c, long long t) { return c.rs <= 1 ? t : zigzag(c.rr, c.rs, c.T, t); }
 
 static long long colpos(const Case &c, long long j) {
+  if (c.cs < -1) return zigzag(c.cr, -c.cs, c.S, j); /* one ring block */
   if (c.cs <= 1) return j;
   long long len = c.S / c.cs, blk = j / len, owner = (c.cr - blk + c.cs) % c.cs;
   return zigzag(owner, c.cs, len, j % len);
@@ -339,6 +352,9 @@ static void check_positions() {
                  (size <= 1 ? j : (int)hpdl_ring_col_pos(rank, size, S, j));
         for (int t = 0; t < T; t++, n++)
           bad += hpdl_attn_rowpos(t, T, rank, size) != (size <= 1 ? t : (int)hpdl_zigzag_pos(rank, size, T, t));
+        /* one ring block of len keys, rank's chunks: the span S = len x size, its first block */
+        for (int j = 0; j < len && size > 1; j++, n++)
+          bad += hpdl_attn_colpos(j, S, rank, size) != (int)hpdl_zigzag_pos(rank, size, len, j);
         for (int a = 0; a <= S; a++)
           for (int b = a; b <= S; b++, n++) {
             int mn = 0x7fffffff, mx = -1;
@@ -455,15 +471,17 @@ static int launch4(const Config &f, const Case &c, const Grids &g, float scale, 
   std::memset(&hpd, 0, sizeof hpd);
   hpd.flags = c.tf32 ? HPDL_KCTX_TF32 : 0;
   dim3 block((unsigned)g.threads);
+  /* the keys' positions: the ring's blocks over S keys, or one block of an S x c span */
+  const int cs = c.cs < -1 ? -c.cs : c.cs, Sc = c.cs < -1 ? c.S * cs : c.S;
   int rc = hpdl_emu_launch_named("fwd", fwd, dim3((unsigned)g.fwd), block, 0, hpd, q, k, v, out, c.B, c.H, c.Hk, c.T,
-                                 c.S, scale, c.causal, c.window, c.rr, c.rs, c.cr, c.cs);
+                                 c.S, scale, c.causal, c.window, c.rr, c.rs, c.cr, cs, Sc);
   if (!rc) rc = hpdl_emu_launch_named("dt", f.dt, dim3((unsigned)g.dt), dim3((unsigned)g.dt_threads), 0, hpd, out, dout, Dt, c.B, c.H, c.T);
   if (!rc && g.dkdv > 0) /* S = 0: no key, no launch */
     rc = hpdl_emu_launch_named("dkdv", dkdv, dim3((unsigned)g.dkdv), block, 0, hpd, q, k, v, out, dout, Dt, grads, c.B,
-                               c.H, c.Hk, c.T, c.S, scale, c.causal, c.window, c.rr, c.rs, c.cr, c.cs);
+                               c.H, c.Hk, c.T, c.S, scale, c.causal, c.window, c.rr, c.rs, c.cr, cs, Sc);
   if (!rc)
     rc = hpdl_emu_launch_named("dq", dq, dim3((unsigned)g.dq), block, 0, hpd, q, k, v, out, dout, Dt, grads, c.B, c.H,
-                               c.Hk, c.T, c.S, scale, c.causal, c.window, c.rr, c.rs, c.cr, c.cs);
+                               c.Hk, c.T, c.S, scale, c.causal, c.window, c.rr, c.rs, c.cr, cs, Sc);
   if (rc) why = hpdl_emu_last_error();
   return rc;
 }

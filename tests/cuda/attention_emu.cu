@@ -18,10 +18,10 @@
   extern "C" __global__ void __launch_bounds__(256)                                                                  \
       attn_fwd_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, float *out, int B, int H, \
                       int Hk, int T, int S, float scale, int causal, int window, int row_rank, int row_size, int col_rank,       \
-                      int col_size) {                                                                                \
+                      int col_size, int Sc) {                                                                                \
     (void)hpd;                                                                                                       \
     hpdl_attn_fwd<D, DV, NT, FBQ, FBK>(q, k, v, out, B, H, Hk, T, S, scale, causal, window, row_rank, row_size, col_rank,   \
-                                       col_size, blockIdx.x);                                                        \
+                                       col_size, Sc, blockIdx.x);                                                        \
   }                                                                                                                  \
   extern "C" __global__ void __launch_bounds__(256)                                                                  \
       attn_dt_##NAME(const hpdl_kctx hpd, const float *out, const float *dout, float *Dt, int B, int H, int T) {     \
@@ -31,18 +31,18 @@
   extern "C" __global__ void __launch_bounds__(256)                                                                  \
       attn_dkdv_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, const float *out,       \
                        const float *dout, const float *Dt, float *grads, int B, int H, int Hk, int T, int S,         \
-                       float scale, int causal, int window, int row_rank, int row_size, int col_rank, int col_size) {            \
+                       float scale, int causal, int window, int row_rank, int row_size, int col_rank, int col_size, int Sc) {            \
     (void)hpd;                                                                                                       \
     hpdl_attn_bwd_dkdv<D, DV, NT, KBQ, KBK>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal, window, row_rank, \
-                                            row_size, col_rank, col_size, blockIdx.x);                               \
+                                            row_size, col_rank, col_size, Sc, blockIdx.x);                               \
   }                                                                                                                  \
   extern "C" __global__ void __launch_bounds__(256)                                                                  \
       attn_dq_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, const float *out,         \
                      const float *dout, const float *Dt, float *grads, int B, int H, int Hk, int T, int S,           \
-                     float scale, int causal, int window, int row_rank, int row_size, int col_rank, int col_size) {              \
+                     float scale, int causal, int window, int row_rank, int row_size, int col_rank, int col_size, int Sc) {              \
     (void)hpd;                                                                                                       \
     hpdl_attn_bwd_dq<D, DV, NT, QBQ, QBK>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal, window, row_rank,   \
-                                          row_size, col_rank, col_size, blockIdx.x);                                 \
+                                          row_size, col_rank, col_size, Sc, blockIdx.x);                                 \
   }
 
 /* The rule's tiles for (D, Dv). */
@@ -75,9 +75,9 @@ ATTN_TEST_KERNELS_(d1v256, ATTN_RULE(1, 256))    /* the extremes */
   extern "C" __global__ void __launch_bounds__(HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_MIN_BLOCKS)                         \
       attn_fwd_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, float *out, int B, int H,  \
                       int Hk, int T, int S, float scale, int causal, int window, int row_rank, int row_size,          \
-                      int col_rank, int col_size) {                                                                   \
+                      int col_rank, int col_size, int Sc) {                                                                   \
     hpdl_attn_fwd_tc<D, DV>(q, k, v, out, B, H, Hk, T, S, scale, causal, window, row_rank, row_size, col_rank,        \
-                            col_size, !(hpd.flags & HPDL_KCTX_TF32), blockIdx.x);                                     \
+                            col_size, Sc, !(hpd.flags & HPDL_KCTX_TF32), blockIdx.x);                                     \
   }                                                                                                                   \
   extern "C" __global__ void __launch_bounds__(256)                                                                   \
       attn_dt_##NAME(const hpdl_kctx hpd, const float *out, const float *dout, float *Dt, int B, int H, int T) {      \
@@ -87,16 +87,16 @@ ATTN_TEST_KERNELS_(d1v256, ATTN_RULE(1, 256))    /* the extremes */
   extern "C" __global__ void __launch_bounds__(HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_MIN_BLOCKS)                         \
       attn_dkdv_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, const float *out,         \
                        const float *dout, const float *Dt, float *grads, int B, int H, int Hk, int T, int S,          \
-                       float scale, int causal, int window, int row_rank, int row_size, int col_rank, int col_size) { \
+                       float scale, int causal, int window, int row_rank, int row_size, int col_rank, int col_size, int Sc) { \
     hpdl_attn_bwd_dkdv_tc<D, DV>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal, window, row_rank,      \
-                                 row_size, col_rank, col_size, !(hpd.flags & HPDL_KCTX_TF32), blockIdx.x);            \
+                                 row_size, col_rank, col_size, Sc, !(hpd.flags & HPDL_KCTX_TF32), blockIdx.x);            \
   }                                                                                                                   \
   extern "C" __global__ void __launch_bounds__(HPDL_ATTN_TC_THREADS, HPDL_ATTN_TC_MIN_BLOCKS)                         \
       attn_dq_##NAME(const hpdl_kctx hpd, const float *q, const float *k, const float *v, const float *out,           \
                      const float *dout, const float *Dt, float *grads, int B, int H, int Hk, int T, int S,            \
-                     float scale, int causal, int window, int row_rank, int row_size, int col_rank, int col_size) {   \
+                     float scale, int causal, int window, int row_rank, int row_size, int col_rank, int col_size, int Sc) {   \
     hpdl_attn_bwd_dq_tc<D, DV>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal, window, row_rank,        \
-                               row_size, col_rank, col_size, !(hpd.flags & HPDL_KCTX_TF32), blockIdx.x);              \
+                               row_size, col_rank, col_size, Sc, !(hpd.flags & HPDL_KCTX_TF32), blockIdx.x);              \
   }
 
 ATTN_TC_KERNELS(tc64, 64, 64) /* GPT-2's heads */
@@ -112,10 +112,10 @@ ATTN_TC_KERNELS(tc24v16, 24, 16) /* the smallest, odd k steps */
   extern "C" __global__ void __launch_bounds__(HPDL_ATTN_TC_THREADS, HPDL_ATTN_H16_MIN_BLOCKS(0, D, DV))                         \
       attn_fwd_##NAME(const hpdl_kctx hpd, const TQ *q, const TQ *k, const TQ *v, float *out, int B, int H, int Hk,  \
                       int T, int S, float scale, int causal, int window, int row_rank, int row_size, int col_rank,    \
-                      int col_size) {                                                                                 \
+                      int col_size, int Sc) {                                                                                 \
     (void)hpd;                                                                                                        \
     hpdl_attn_fwd_h<D, DV, E>(q, k, v, out, B, H, Hk, T, S, scale, causal, window, row_rank, row_size, col_rank,      \
-                              col_size, blockIdx.x);                                                                  \
+                              col_size, Sc, blockIdx.x);                                                                  \
   }                                                                                                                   \
   extern "C" __global__ void __launch_bounds__(256)                                                                   \
       attn_dt_##NAME(const hpdl_kctx hpd, const float *out, const float *dout, float *Dt, int B, int H, int T) {      \
@@ -125,18 +125,18 @@ ATTN_TC_KERNELS(tc24v16, 24, 16) /* the smallest, odd k steps */
   extern "C" __global__ void __launch_bounds__(HPDL_ATTN_TC_THREADS, HPDL_ATTN_H16_MIN_BLOCKS(1, D, DV))                         \
       attn_dkdv_##NAME(const hpdl_kctx hpd, const TQ *q, const TQ *k, const TQ *v, const float *out,                  \
                        const float *dout, const float *Dt, float *grads, int B, int H, int Hk, int T, int S,          \
-                       float scale, int causal, int window, int row_rank, int row_size, int col_rank, int col_size) { \
+                       float scale, int causal, int window, int row_rank, int row_size, int col_rank, int col_size, int Sc) { \
     (void)hpd;                                                                                                        \
     hpdl_attn_bwd_dkdv_h<D, DV, E>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal, window, row_rank,    \
-                                   row_size, col_rank, col_size, blockIdx.x);                                         \
+                                   row_size, col_rank, col_size, Sc, blockIdx.x);                                         \
   }                                                                                                                   \
   extern "C" __global__ void __launch_bounds__(HPDL_ATTN_TC_THREADS, HPDL_ATTN_H16_MIN_BLOCKS(2, D, DV))                         \
       attn_dq_##NAME(const hpdl_kctx hpd, const TQ *q, const TQ *k, const TQ *v, const float *out,                    \
                      const float *dout, const float *Dt, float *grads, int B, int H, int Hk, int T, int S,            \
-                     float scale, int causal, int window, int row_rank, int row_size, int col_rank, int col_size) {   \
+                     float scale, int causal, int window, int row_rank, int row_size, int col_rank, int col_size, int Sc) {   \
     (void)hpd;                                                                                                        \
     hpdl_attn_bwd_dq_h<D, DV, E>(q, k, v, out, dout, Dt, grads, B, H, Hk, T, S, scale, causal, window, row_rank,      \
-                                 row_size, col_rank, col_size, blockIdx.x);                                           \
+                                 row_size, col_rank, col_size, Sc, blockIdx.x);                                           \
   }
 
 ATTN_H16_KERNELS(h64bfs, 64, 64, 0, unsigned short) /* GPT-2's heads in bf16, as compiled */
