@@ -195,14 +195,14 @@ int hostop_aux_counted(const IrGraph *g, int node) {
 static const char *attention(const IrGraph *g, const IrNode *n, void **bufs, HostOpEnv *env, char *err, size_t errlen) {
   const IrNode *q = &g->nodes[n->in[0]], *k = &g->nodes[n->in[1]], *v = &g->nodes[n->in[2]];
   AttnShape s = {q->dims[0], q->dims[1], k->dims[1], q->dims[2], k->dims[2], q->dims[3], v->dims[3], n->fattr, (int)n->attr[0],
-                 0, 1, 0, 1, env->sgemm, env->par_for, env->par, n->attr[3]};
+                 0, 1, 0, 1, env->sgemm, env->par_for, env->par, n->attr[3], 0};
   int64_t rg = n->attr[1] - 1, cg = n->attr[2] - 1;
   if (rg >= 0 && rg < IRG_COUNT) s.row_rank = env->rank[rg], s.row_size = env->size[rg];
   if (cg >= 0 && cg < IRG_COUNT) s.col_rank = env->rank[cg], s.col_size = env->size[cg];
   if (cg >= 0 && cg < IRG_COUNT && n->attr[4] > 0 && s.col_size > 1) { /* one ring block (ir_ops.h) */
     int c = s.col_size;
     s.col_rank = (int)(((s.col_rank - (n->attr[4] - 1)) % c + c) % c);
-    s.col_size = -c;
+    s.col_span = s.S * c;
   }
   const char *why = n->op == IR_ATTENTION ? attn_forward(&s, bufs[0], bufs[1], bufs[2], bufs[3])
                                           : attn_backward(&s, bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], bufs[5]);

@@ -863,8 +863,6 @@ static const char *moe_slots(Interp *in, const double *idx, int64_t T, int64_t K
   return bad >= 0 ? fail(in, "moe: expert %g is outside [0, %" PRId64 ")", idx[bad], E) : NULL;
 }
 
-/* ATTENTION and ATTENTION_BWD in fp64, the scores a row at a time: the
- * definition of the op, which every back end's tiled kernels are held to. */
 /* ATTN_MERGE (ir_ops.h): the blocks' packed outputs merged by their
  * log-sum-exp, row by row. */
 static const char *exec_attn_merge(Run *r, const IrNode *n, double *out) {
@@ -893,6 +891,8 @@ static const char *exec_attn_merge(Run *r, const IrNode *n, double *out) {
   return NULL;
 }
 
+/* ATTENTION and ATTENTION_BWD in fp64, the scores a row at a time: the
+ * definition of the op, which every back end's tiled kernels are held to. */
 static const char *exec_attention(Run *r, const IrNode *n, double *out) {
   const IrGraph *g = r->g;
   const IrNode *qn = &g->nodes[n->in[0]], *kn = &g->nodes[n->in[1]], *vn = &g->nodes[n->in[2]];

@@ -152,9 +152,10 @@ static __device__ __forceinline__ void hpdl_attn_load(float (*dst)[LD], const fl
   }
 }
 
-/* Whether no pair of the key tile [j0, j0 + nk) (positions over a ring span of Sc keys, as
- * hpdl_attn_colpos takes them) with rows whose positions lie in [rmin, rmax] is allowed: under the causal mask, every key after the last row, or (with a window) a
- * window or more behind the first. The same in every thread that passes the same bounds,
+/* Whether no pair of the key tile [j0, j0 + nk) (positions over a span of Sc keys, as
+ * hpdl_attn_colpos takes them) with rows whose positions lie in [rmin, rmax] is allowed:
+ * under the causal mask, every key after the last row, or (with a window) a window or more
+ * behind the first. The same in every thread that passes the same bounds,
  * so the barriers after it stay uniform. */
 static __device__ __forceinline__ bool hpdl_attn_keys_skipped(int j0, int nk, int Sc, int causal, int window, int rmin,
                                                               int rmax, int col_rank, int col_size) {

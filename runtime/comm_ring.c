@@ -28,6 +28,13 @@ static void *mem_alloc(const CommMem *m, size_t bytes) {
   return m->alloc ? m->alloc(m->ctx, bytes ? bytes : 1) : malloc(bytes ? bytes : 1);
 }
 
+/* 0, or nonzero when the copy failed */
+static int mem_copy(const CommMem *m, void *dst, const void *src, size_t bytes) {
+  if (m->copy) return m->copy(m->ctx, dst, src, bytes);
+  memcpy(dst, src, bytes);
+  return 0;
+}
+
 static void mem_release(const CommMem *m, void *p, size_t bytes) {
   if (!p) return;
   if (m->release) m->release(m->ctx, p, bytes ? bytes : 1);
@@ -44,7 +51,7 @@ int comm_ring_send(CommRing *r, Comm *c, CommType t, const void *data, int64_t n
   q->n = n;
   q->bytes = bytes;
   q->offset = offset;
-  if (r->mem.copy ? r->mem.copy(r->mem.ctx, q->data, data, bytes) : (memcpy(q->data, data, bytes), 0)) {
+  if (mem_copy(&r->mem, q->data, data, bytes)) {
     mem_release(&r->mem, q->data, bytes);
     free(q);
     return ring_fail(e, "a context-parallel message could not be copied");
@@ -87,7 +94,7 @@ int comm_ring_recv(CommRing *r, Comm *c, CommType t, void *data, int64_t n, int 
   if (!r->head) r->tail = NULL;
   if (q->stage) { /* started at the send: wait, then the block out of the ring's buffer */
     int rc = c->ops->exchange_wait(c, q->handle, e);
-    if (!rc && (r->mem.copy ? r->mem.copy(r->mem.ctx, data, q->stage, q->bytes) : (memcpy(data, q->stage, q->bytes), 0)))
+    if (!rc && mem_copy(&r->mem, data, q->stage, q->bytes))
       rc = ring_fail(e, "a context-parallel message could not be copied");
     mem_release(&r->mem, q->stage, q->bytes);
     mem_release(&r->mem, q->data, q->bytes);

@@ -197,6 +197,28 @@ static int shard_slice(GPart *G, int x, IrGroup g, int axis, Span at) {
   return conv_emit(G, IR_SHARD_SLICE, x, attr, 3, n->rank, dims, at);
 }
 
+/* One step of the ring: the block sent on to the next rank, the previous
+ * rank's received (ring_gather's pair). */
+static int ring_recv(GPart *G, int like, IrGroup g, Span at) {
+  const IrNode *n = dn(G, like);
+  DType dt = n->dtype;
+  int rank = n->rank;
+  int64_t dims[IR_MAX_RANK];
+  memcpy(dims, n->dims, sizeof dims);
+  int64_t from_prev[2] = {g, -1};
+  return emit(G, IR_RECV, NULL, 0, from_prev, 2, 0, dt, rank, dims, at);
+}
+
+static int ring_send(GPart *G, int cur, IrGroup g, Span at) {
+  int64_t to_next[2] = {g, 1};
+  const IrNode *n = dn(G, cur);
+  DType dt = n->dtype;
+  int rank = n->rank;
+  int64_t dims[IR_MAX_RANK];
+  memcpy(dims, n->dims, sizeof dims);
+  return emit(G, IR_SEND, &cur, 1, to_next, 2, 0, dt, rank, dims, at);
+}
+
 /* Ring attention's exchange: the blocks of x travel around the group, each
  * rank sending what it last received to the next and receiving from the
  * previous, c - 1 times; the result is the blocks in ring order (this rank's
@@ -234,15 +256,8 @@ static int ring_gather(GPart *G, int x, IrGroup g, int axis, Span at) {
   blocks[0] = x;
   int cur = x;
   for (int s = 1; s < c && cur >= 0; s++) {
-    const IrNode *n = dn(G, cur);
-    DType dt = n->dtype;
-    int rank = n->rank;
-    int64_t dims[IR_MAX_RANK];
-    memcpy(dims, n->dims, sizeof dims);
-    int64_t to_next[2] = {g, 1}, from_prev[2] = {g, -1};
-    if (emit(G, IR_SEND, &cur, 1, to_next, 2, 0, dt, rank, dims, at) < 0) return -1;
-    cur = emit(G, IR_RECV, NULL, 0, from_prev, 2, 0, dt, rank, dims, at);
-    blocks[s] = cur;
+    if (ring_send(G, cur, g, at) < 0) return -1;
+    blocks[s] = cur = ring_recv(G, cur, g, at);
   }
   if (cur < 0) return -1;
   int64_t cattr[1] = {axis};
@@ -293,28 +308,6 @@ static int ring_wrap(GPart *G, const RingSrc *rs, int block, Span at) {
     block = rs->wop[w] == IR_REPEAT_KV ? emit(G, IR_REPEAT_KV, &block, 1, rs->wattr[w], 1, 0, rs->wdt[w], -1, NULL, at)
                                        : emit(G, IR_TRANSPOSE, &block, 1, rs->wattr[w], rs->wrank[w], 0, rs->wdt[w], -1, NULL, at);
   return block;
-}
-
-/* One step of the ring: the block sent on to the next rank, the previous
- * rank's received (ring_gather's pair). */
-static int ring_recv(GPart *G, int like, IrGroup g, Span at) {
-  const IrNode *n = dn(G, like);
-  DType dt = n->dtype;
-  int rank = n->rank;
-  int64_t dims[IR_MAX_RANK];
-  memcpy(dims, n->dims, sizeof dims);
-  int64_t from_prev[2] = {g, -1};
-  return emit(G, IR_RECV, NULL, 0, from_prev, 2, 0, dt, rank, dims, at);
-}
-
-static int ring_send(GPart *G, int cur, IrGroup g, Span at) {
-  int64_t to_next[2] = {g, 1};
-  const IrNode *n = dn(G, cur);
-  DType dt = n->dtype;
-  int rank = n->rank;
-  int64_t dims[IR_MAX_RANK];
-  memcpy(dims, n->dims, sizeof dims);
-  return emit(G, IR_SEND, &cur, 1, to_next, 2, 0, dt, rank, dims, at);
 }
 
 /* x flat, [numel] (a view), and back */

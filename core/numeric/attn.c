@@ -18,14 +18,14 @@ static int64_t zigzag(int64_t r, int64_t size, int64_t local, int64_t i) {
 }
 
 /* Key `col` of the ring's blocks as rank r holds them: block b came from
- * rank r - b, and holds that rank's zigzag chunks; size = -c: the keys are
- * one block, rank r's (attn.h). */
-static int64_t ring(int64_t r, int64_t size, int64_t cols, int64_t col) {
-  int64_t c = size < 0 ? -size : size, len = size < 0 ? cols : cols / size, blk = col / len, owner = (r - blk + c) % c;
-  return zigzag(owner, c, len, col % len);
+ * rank r - b, and holds that rank's zigzag chunks; `span` keys in all (one
+ * block: the first of a span of S x size, attn.h). */
+static int64_t ring(int64_t r, int64_t size, int64_t span, int64_t col) {
+  int64_t len = span / size, blk = col / len, owner = (r - blk + size) % size;
+  return zigzag(owner, size, len, col % len);
 }
 
-static int col_ring(const AttnShape *s) { return s->col_size > 1 || s->col_size < -1; }
+static int64_t col_span(const AttnShape *s) { return s->col_span > 0 ? s->col_span : s->S; }
 
 static int64_t row_pos(const AttnShape *s, int64_t t) {
   return s->row_size <= 1 ? t : zigzag(s->row_rank, s->row_size, s->T, t);
@@ -154,14 +154,14 @@ static int64_t worker_tiles(const AttnShape *s, int64_t bq, int backward) {
 }
 
 static int64_t worker_floats(const AttnShape *s, int64_t bq, int backward) {
-  return worker_tiles(s, bq, backward) + (s->causal && col_ring(s) ? 2 * s->S : 0);
+  return worker_tiles(s, bq, backward) + (s->causal && s->col_size > 1 ? 2 * s->S : 0);
 }
 
 /* The keys a tile of rows [t0, t0 + m) computes scores for: under a causal
  * mask whose keys are in order (no ring), only the prefix up to the
  * furthest row position; else all S. */
 static int64_t tile_keys(const AttnShape *s, int64_t t0, int64_t m) {
-  if (!s->causal || col_ring(s)) return s->S;
+  if (!s->causal || s->col_size > 1) return s->S;
   int64_t far = 0;
   for (int64_t i = 0; i < m; i++) {
     int64_t p = row_pos(s, t0 + i);
@@ -272,9 +272,9 @@ static void run_range(void *ctx, int64_t lo, int64_t hi) {
   int64_t tile = jb->bq * s->S;
   float *rowv = scratch + (jb->backward ? 2 : 1) * tile;
   int64_t *colpos = NULL;
-  if (s->causal && col_ring(s)) {
+  if (s->causal && s->col_size > 1) {
     colpos = (int64_t *)(void *)(scratch + worker_tiles(s, jb->bq, jb->backward));
-    for (int64_t j = 0; j < s->S; j++) colpos[j] = ring(s->col_rank, s->col_size, s->S, j);
+    for (int64_t j = 0; j < s->S; j++) colpos[j] = ring(s->col_rank, s->col_size, col_span(s), j);
   }
   for (int64_t item = lo; item < hi; item++) {
     if (jb->backward) backward_item(jb, item, scratch, scratch + tile, rowv, colpos);
@@ -299,9 +299,10 @@ static const char *check(const AttnShape *s) {
   if (s->window < 0 || (s->window > 0 && !s->causal)) return "attention: a window needs the causal mask and W >= 1";
   if (s->row_size > 1 && (s->row_rank < 0 || s->row_rank >= s->row_size))
     return "attention: row_rank outside [0, row_size)";
-  if (col_ring(s) && (s->col_rank < 0 || s->col_rank >= (s->col_size < 0 ? -s->col_size : s->col_size)))
-    return "attention: col_rank outside [0, |col_size|)";
-  if (s->col_size > 1 && s->S % s->col_size) return "attention: S must be a multiple of col_size (ring blocks)";
+  if (s->col_size > 1 && (s->col_rank < 0 || s->col_rank >= s->col_size))
+    return "attention: col_rank outside [0, col_size)";
+  if (s->col_size > 1 && (col_span(s) % s->col_size || col_span(s) < s->S))
+    return "attention: the keys' span must be a multiple of col_size (ring blocks) and hold S";
   /* every array and the scratch indexable, with room for the sums of a few */
   int64_t rows = mulc(mulc(s->B, s->H), s->T), keys = mulc(mulc(s->B, s->Hk), s->S);
   if (mulc(rows, s->D) < 0 || mulc(rows, s->Dv) < 0 || mulc(keys, s->D) < 0 || mulc(keys, s->Dv) < 0 ||

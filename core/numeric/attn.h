@@ -44,9 +44,7 @@ typedef struct {
   double scale;
   int causal;
   /* context parallelism: rows are rank row_rank's zigzag chunks of row_size,
-   * keys the ring's blocks as seen by col_rank of col_size, or, col_size = -c
-   * (c > 1), one block: rank col_rank's zigzag chunks of a group of c (ring
-   * attention a block at a time); -1 .. 1: plain */
+   * keys the ring's blocks as seen by col_rank of col_size (<= 1: plain) */
   int row_rank, row_size, col_rank, col_size;
   AttnSgemm sgemm;    /* NULL: plain loops of the module's own */
   AttnParFor par_for; /* NULL: sequential */
@@ -54,6 +52,11 @@ typedef struct {
   /* > 0: a sliding window under the causal mask: key j allowed when
    * 0 <= rowpos(t) - colpos(j) < window (ir_ops.h); 0: none */
   int64_t window;
+  /* the keys' positions span col_span keys (0: S, the ring's blocks); one
+   * ring block (ring attention a block at a time, cp_comm = ring): S x
+   * col_size, col_rank the block's owner - the span's first block, as
+   * kernels/hpdl_attention.cuh's Sc */
+  int64_t col_span;
 } AttnShape;
 
 /* Query rows per tile. */

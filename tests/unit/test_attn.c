@@ -33,7 +33,7 @@ static int64_t zz(int64_t r, int64_t size, int64_t local, int64_t i) {
 static int64_t rowpos(const AttnShape *s, int64_t t) { return s->row_size <= 1 ? t : zz(s->row_rank, s->row_size, s->T, t); }
 
 static int64_t colpos(const AttnShape *s, int64_t j) {
-  if (s->col_size < -1) return zz(s->col_rank, -s->col_size, s->S, j); /* one ring block, rank col_rank's */
+  if (s->col_size > 1 && s->col_span > s->S) return zz(s->col_rank, s->col_size, s->S, j); /* one ring block: col_rank's */
   if (s->col_size <= 1) return j;
   int64_t len = s->S / s->col_size, blk = j / len, owner = (s->col_rank - blk + s->col_size) % s->col_size;
   return zz(owner, s->col_size, len, j % len);
@@ -204,6 +204,10 @@ static AttnShape shape_of(const Case *c) {
   AttnShape s = {.B = c->B, .H = c->H, .Hk = c->Hk, .T = c->T, .S = c->S, .D = c->D, .Dv = c->Dv,
                  .scale = 1.3 / sqrt((double)c->D), .causal = c->causal, .row_rank = c->row_rank,
                  .row_size = c->row_size, .col_rank = c->col_rank, .col_size = c->col_size, .window = c->window};
+  if (c->col_size < -1) { /* the cases' notation for one ring block of -col_size: a span of S x c */
+    s.col_size = -c->col_size;
+    s.col_span = c->S * s.col_size;
+  }
   return s;
 }
 
@@ -341,7 +345,7 @@ static void test_bad_shapes(void) {
   s.row_rank = 2;
   EXPECT_STR(attn_forward(&s, buf, buf, buf, buf), "attention: row_rank outside [0, row_size)");
   s.row_rank = 1, s.col_rank = -1;
-  EXPECT_STR(attn_forward(&s, buf, buf, buf, buf), "attention: col_rank outside [0, |col_size|)");
+  EXPECT_STR(attn_forward(&s, buf, buf, buf, buf), "attention: col_rank outside [0, col_size)");
   s.col_rank = 1, s.T = 0;
   EXPECT_STR(attn_forward(&s, buf, buf, buf, buf), "attention: T and S must be at least 1");
   EXPECT(attn_forward(NULL, buf, buf, buf, buf) != NULL);
@@ -408,7 +412,7 @@ int main(void) {
       {1, 2, 2, 70, 140, 8, 8, 1, 1, 2, 0, 1, 30},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(&cases[i]);
-  /* one ring block at a time (col_size = -c, cp_comm = ring): every pair of a row rank and
+  /* one ring block at a time (cases' col_size = -c: col_span S x c, cp_comm = ring): every pair of a row rank and
    * a block's rank of 2 and 4, rows none of whose keys are allowed among them; a window */
   for (int size = 2; size <= 4; size += 2)
     for (int r = 0; r < size; r++)
