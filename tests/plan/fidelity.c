@@ -305,16 +305,26 @@ static int check_set(const char *hpdlc, const char *src, const char *file, int m
  * GPU's share of a data-parallel step) if every kernel ran at the published
  * share of the peak of kernel k: its computed FLOPs (the causal share of
  * blocks of COST_GEMM_TILE rows) forward, again for full recomputation,
- * and 2.5x for the backward (the FlashAttention papers' count). */
-static double attention_floor_s(json_t *r, CostAttnKernel k) {
+ * and 2.5x for the backward (the FlashAttention papers' count). The device
+ * and its peak come from the plan's own report (plan: its "cluster"), so a
+ * run on a cluster file (compute_scale) is measured on that cluster's peak;
+ * attention computes in bf16 under fp8 (docs/planner.md 9.3). NAN when the
+ * report names no catalog device. */
+static double attention_floor_s(json_t *r, json_t *plan, CostAttnKernel k) {
   json_t *d = json_object_get(json_object_get(r, "model"), "defines"), *l = json_object_get(r, "layout");
+  json_t *cl = json_object_get(plan, "cluster");
+  const CatDevice *dev = cat_device(json_string_value(json_object_get(cl, "device")));
+  const char *prec = json_string_value(json_object_get(l, "precision"));
+  if (!prec) prec = "bf16";
+  if (!dev || !(cat_peak_flops(dev, prec) > 0)) return NAN;
+  /* the cluster's compute_scale: its reported peak over the device's */
+  double scale = json_number_value(json_object_get(cl, "peak_flops")) / cat_peak_flops(dev, prec);
+  double peak = cat_peak_flops(dev, strcmp(prec, "fp8") ? prec : "bf16") * scale;
   double layers = (double)jint(d, "layers"), hidden = (double)jint(d, "hidden"), s = (double)jint(d, "seq");
   double mb = (double)jint(l, "micro_batch"), micro = (double)jint(l, "global_batch") / (mb * (double)jint(l, "dp"));
   double nb = ceil(s / COST_GEMM_TILE), share = (nb + 1) / (2 * nb);
   double fwd = 4 * mb * s * s * hidden * share * layers * micro; /* q k^T and P v over every head */
   int recompute = !strcmp(json_string_value(json_object_get(l, "recompute")), "full");
-  const CatDevice *dev = cat_device(cat_cluster(json_string_value(json_object_get(l, "cluster")))->device);
-  double peak = cat_peak_flops(dev, json_string_value(json_object_get(l, "precision")));
   return ((1 + recompute) * fwd / cost_attention_utilization(k, 0, dev) +
           2.5 * fwd / cost_attention_utilization(k, 1, dev)) / peak;
 }
@@ -345,6 +355,7 @@ static int check_kernels(const char *hpdlc, const char *src, const char *file, c
   }
   static const char *const kernels[] = {"flash", "flash1", "flash2", "flash3"};
   double step[4], attn[4];
+  json_t *plan2 = NULL; /* the flash2 plan's report: its cluster */
   int failures = 0;
   for (int k = 0; k < 4; k++) {
     json_t *rk = json_deep_copy(run);
@@ -355,6 +366,7 @@ static int check_kernels(const char *hpdlc, const char *src, const char *file, c
     step[k] = out ? jget(out, "time", "step_s") : NAN;
     attn[k] = out ? jget(out, "time", "attention_s") : NAN;
     printf("%s --attention %-6s step %8.3f s, attention %8.3f s\n", id, kernels[k], step[k], attn[k]);
+    if (k == 2) plan2 = json_incref(out);
     json_decref(out);
     json_decref(rk);
   }
@@ -369,7 +381,13 @@ static int check_kernels(const char *hpdlc, const char *src, const char *file, c
   ok = step[2] > step[0] && attn[2] > attn[0];
   printf("flash2 slower than flash: %.3f x the attention  %s\n", attn[2] / attn[0], ok ? "ok" : "FAIL");
   failures += !ok;
-  double floor2 = attention_floor_s(run, COST_ATTN_FLASH2), floor3 = attention_floor_s(run, COST_ATTN_FLASH3);
+  double floor2 = attention_floor_s(run, plan2, COST_ATTN_FLASH2), floor3 = attention_floor_s(run, plan2, COST_ATTN_FLASH3);
+  json_decref(plan2);
+  if (isnan(floor2) || isnan(floor3)) {
+    fprintf(stderr, "fidelity: %s: the plan's report names no catalog device with a peak: no kernel floors\n", id);
+    json_decref(fig);
+    return 2;
+  }
   ok = fabs(attn[2] / floor2 - 1) <= 0.03;
   printf("flash2 at its published rate: attention %.3f s, FLOPs / (peak x U) %.3f s  %s\n", attn[2], floor2,
          ok ? "ok" : "FAIL");
