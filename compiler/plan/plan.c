@@ -1088,7 +1088,7 @@ static IrModule *lower_priced(PlanCtx *c, Arena *a, const PlanKey *k) {
 
 /* The partitioning of a key's program. */
 static SpmdSpec key_spec(const PlanCtx *c, const PlanKey *k) {
-  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, k->fce, k->ef, 0};
+  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, k->fce, k->ef, c->cp_ring};
   return spec;
 }
 

@@ -6,12 +6,16 @@
 Context parallelism's keys and values reach the attention in one of two ways (docs/planner.md
 9.2): `allgather` (the default; hpdl's compiled program, Llama 3's and PyTorch's context
 parallelism) gathers them before the attention, so the whole exchange waits; `ring`
-(Megatron-LM's p2p ring) sends each block while the attention works on the one before, so
-up to (cp - 1) / cp of the attention hides it. On Llama 3.1 8B at 131072 tokens, cp 4 over
-one H100 host: the exchange's bytes and time are the same under both, allgather exposes all
-of it, ring hides min(exchange, (cp - 1) / cp x attention), and the step differs by exactly
-what is hidden. The reports say which (JSON parallel.cp_comm, the text layout line and
---explain's source), and at cp 1 the setting changes nothing. Exit 0 pass, 1 fail."""
+(Megatron-LM's p2p ring, and hpdl's compiled ring) sends each block while the attention
+works on the one before, so up to (cp - 1) / cp of the attention hides it. The planner prices
+the program `compile` builds for each: the ring's is one attention a block, merged
+(attn_merge), its keys and values packed into one message a step. On Llama 3.1 8B at 131072
+tokens, cp 4 over one H100 host: the same bytes exchanged under both (the ring's time within
+5% of the gather's), allgather exposes all of it, ring hides nearly all of it and at most
+(cp - 1) / cp of the attention, and the ring pays for its merges and messages' copies in
+memory-bound time (more than the gathered program's, by under 2% of the attention). The
+reports say which (JSON parallel.cp_comm, the text layout line and --explain's source), and
+at cp 1 the setting changes nothing. Exit 0 pass, 1 fail."""
 import sys
 
 from plan_checks import LLAMA31_8B, bind, rel, verdict
@@ -38,6 +42,7 @@ def main():
     cg, cr = gather["comm_time_per_step"], ring["comm_time_per_step"]
     hidden = cr["total_s"]["cp"] - cr["exposed_s"]["cp"]
     attention = ring["time"]["attention_s"]
+    merges = ring["time"]["memory_bound_s"] - gather["time"]["memory_bound_s"]
     print(f"allgather: exchange {cg['total_s']['cp'] * 1e3:.2f} ms, exposed {cg['exposed_s']['cp'] * 1e3:.2f} ms, "
           f"step {gather['time']['step_s']:.4f} s")
     print(f"ring:      exchange {cr['total_s']['cp'] * 1e3:.2f} ms, exposed {cr['exposed_s']['cp'] * 1e3:.2f} ms, "
@@ -49,10 +54,15 @@ def main():
         (default["parallel"]["cp_comm"] == "allgather" and ring["parallel"]["cp_comm"] == "ring",
          "JSON parallel.cp_comm: allgather by default, ring under --cp-comm ring"),
         (rel(default["time"]["step_s"], gather["time"]["step_s"]) < 1e-12, "allgather is the default"),
-        (cg["total_s"]["cp"] > 0 and rel(cg["total_s"]["cp"], cr["total_s"]["cp"]) < 1e-12, "the same exchange under both"),
+        (gather["comm_per_step"]["cp"] > 0 and gather["comm_per_step"]["cp"] == ring["comm_per_step"]["cp"],
+         "the same bytes exchanged under both"),
+        (cg["total_s"]["cp"] > 0 and rel(cg["total_s"]["cp"], cr["total_s"]["cp"]) < 0.05,
+         "the ring's sends take the gather's time within 5%"),
         (rel(cg["exposed_s"]["cp"], cg["total_s"]["cp"]) < 1e-12, "allgather: all of the exchange exposed"),
         (hidden > 0 and hidden <= attention * 3 / 4 * (1 + 1e-9), "ring: some of it hidden, at most (cp - 1) / cp of the attention"),
-        (rel(gather["time"]["step_s"] - ring["time"]["step_s"], hidden) < 1e-6, "the steps differ by what the ring hides"),
+        (cr["exposed_s"]["cp"] < 0.01 * cr["total_s"]["cp"], "ring: under 1% of its exchange exposed here"),
+        (0 < merges < 0.02 * attention,
+         f"ring: its merges and packed messages priced, {merges * 1e3:.1f} ms more memory-bound time than the gather's"),
         (layout_line.endswith("; cp_comm ring") and "cp_comm" not in gather_line, "the text layout line names a ring, not the default"),
         ("docs/planner.md 9.2: cp_comm = allgather, the keys and values gathered before the attention" in text_gather.stdout,
          "--explain cites the allgather's exposed exchange"),
