@@ -188,8 +188,11 @@ static const char *attention_source(const PlanCtx *c) {
     case COST_ATTN_TILED:
       break;
     }
+  if (!plan_attention_flash(c))
+    return "docs/planner.md 9.1: scores in memory (--attention materialized, Megatron-LM's 2021 program): the kernels "
+           "that write or read them, each priced as any other";
   return "docs/planner.md 9.1: flash attention (causal blocks skipped, one exp per score on the SFUs: FlashAttention-2, "
-         "Dao 2023; FlashAttention-3 paper) or scores in memory (--attention materialized)";
+         "Dao 2023; FlashAttention-3 paper)";
 }
 
 #define GEMM_SOURCE                                                                                             \

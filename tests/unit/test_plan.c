@@ -750,9 +750,19 @@ static void test_issue12(void) {
   for (int i = 0; i < n; i++) sum += t[i].s;
   EXPECT_NEAR(sum, r.step_s, 1e-9);
   for (int i = 1; i < n; i++) EXPECT(t[i].s <= t[i - 1].s);
+  /* the attention term cites the kernel priced: flash, then the scores in memory */
+  const char *src = NULL;
+  for (int i = 0; i < n; i++)
+    if (!strcmp(t[i].name, "attention")) src = t[i].source;
+  EXPECT(src && strstr(src, "9.1: flash attention") && !strstr(src, "materialized"));
   plan_set_attention(f.c, 0);
   EXPECT(plan_evaluate(f.c, &L, 0, &r) == 0);
   EXPECT(r.valid && r.step_s > flash_step && r.attn_s > flash_attn);
+  n = plan_explain_terms(f.c, &r, t, 9);
+  src = NULL;
+  for (int i = 0; i < n; i++)
+    if (!strcmp(t[i].name, "attention")) src = t[i].source;
+  EXPECT(src && strstr(src, "9.1: scores in memory (--attention materialized"));
   /* the scores [1, 2 heads, 2048, 2048] per layer are no longer kept */
   EXPECT(r.mem.activations - flash_act >= 4 * 2.0 * 2 * 2048.0 * 2048.0 * 0.9);
   fixture_free(&f);
