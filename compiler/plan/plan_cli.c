@@ -116,7 +116,16 @@ static int plan_command_run(Diag *diag, const char *path, const SemModel *m, con
   } else {
     plan_resolve(c, &L, &plan);
   }
-  if (!plan.valid) status = 1;
+  if (!plan.valid) {
+    status = 1;
+    /* A plan that could not be made still reports the model and the cluster
+     * it was asked for (its header, JSON model / cluster): the facts no
+     * pricing set, from the model itself (unpadded parameters). */
+    if (plan.gpus <= 0) plan.gpus = plan_gpus(c);
+    if (plan.params <= 0) plan.params = (double)sem_param_count(m);
+    if (plan.seq_len <= 0) plan.seq_len = m->seq_len;
+    if (plan.global_batch <= 0) plan.global_batch = m->train.global_batch;
+  }
   PlanScaling sc;
   memset(&sc, 0, sizeof sc);
   if (ncounts > 0 && plan.valid) plan_scaling(c, &plan.layout, counts, ncounts, &sc);

@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""no_fit.py - a plan that cannot be made still reports what was asked (CTest: plan.no_fit).
+
+    no_fit.py HPDLC SOURCE_DIR
+
+GPT-OSS-120B with 16 pipeline stages on 2 H100s, the tensor size left to the planner, has
+no layout; so has Qwen3-30B-A3B's --search over 256 CPU nodes. Each report still gives the
+model's parameters (its whole and active counts, as a valid plan of the same model gives
+them), its sequence and global batch, and the GPUs asked for - in the text header, the JSON
+`model` and `cluster`, and the HTML facts - with the reason, and exits 1. (They once said
+"0 parameters, -111104317440 active per token" and "0 x h100-sxm (0 nodes of 8)".)
+Exit 0 pass, 1 fail."""
+import json
+import re
+import sys
+
+from plan_checks import plan_run, verdict
+
+NO_LAYOUT = ["--gpus", "2", "--tp", "auto", "--pp", "16", "--zero", "2", "--micro-batch", "2", "--cluster", "dgx-h100"]
+
+
+def main():
+    hpdlc, src = sys.argv[1], sys.argv[2]
+    oss = f"{src}/samples/gpt-oss.hpd"
+    valid = json.loads(plan_run(hpdlc, oss, ["--format", "json"]).stdout)
+    text = plan_run(hpdlc, oss, NO_LAYOUT)
+    js = plan_run(hpdlc, oss, [*NO_LAYOUT, "--format", "json"])
+    html = plan_run(hpdlc, oss, [*NO_LAYOUT, "--format", "html"])
+    search = plan_run(hpdlc, f"{src}/samples/qwen3-moe.hpd",
+                      ["--gpus", "256", "--pp", "auto", "--micro-batch", "8", "--recompute", "act", "--cluster", "cpu", "--search"])
+    print(text.stdout.strip())
+    print(search.stdout.strip().splitlines()[0] if search.stdout.strip() else search.stderr)
+    d = json.loads(js.stdout) if js.stdout.strip().startswith("{") else {}
+    m, cl = d.get("model", {}), d.get("cluster", {})
+    vm = valid["model"]
+    return verdict([
+        (text.returncode == 1 and js.returncode == 1 and html.returncode == 1 and search.returncode in (0, 1),
+         "exit 1 where the plan cannot be made"),
+        ("layout: not valid: no layout with the fixed settings fits 2 GPUs of dgx-h100" in text.stdout, "the reason"),
+        ("model GptOss, 116.83B parameters, 5.72B active per token" in text.stdout, "the text header's parameters"),
+        ("cluster: dgx-h100, 2 x h100-sxm (1 node of 8), bf16" in text.stdout, "the text header's GPUs asked for"),
+        (d.get("valid") is False and m.get("params") == vm["params"] and m.get("active_params") == vm["active_params"],
+         "JSON model.params and active_params as a valid plan's"),
+        (m.get("seq_len") == vm["seq_len"] and m.get("global_batch") == vm["global_batch"], "JSON sequence and global batch"),
+        (cl.get("gpus") == 2, "JSON cluster.gpus"),
+        (re.search(r"5\.72B active per token\), sequence 4096, global batch 1024", html.stdout) is not None
+         and ": 2 x h100-sxm" in html.stdout and "1 node of 8" in html.stdout, "the HTML facts"),
+        ("model Qwen3MoE, 30.53B parameters, 3.35B active per token" in search.stdout
+         and "cluster: cpu, 256 x cpu (256 nodes of 1)" in search.stdout and "no layout fits" in search.stdout,
+         "--search without a fit: the same header"),
+    ])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
