@@ -2530,6 +2530,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     mem->capacity = c->dev.mem_bytes;
     mem->fits = mem->total <= mem->capacity;
     mem->rank = r;
+    mem->rank_params = s->params;
     mem->inflight = inf;
     if (mem->total > worst_total) {
       worst_total = mem->total;

@@ -88,6 +88,7 @@ typedef struct PlanMemory {
   double total, capacity;
   int fits;
   int rank;            /* the pipeline rank these figures are for */
+  double rank_params;  /* its local parameters (elements): kept with a copied result, whose stages are not */
   int inflight;        /* (chunk, micro-batch) activation sets it holds at its peak */
 } PlanMemory;
 

@@ -26,10 +26,9 @@ void plan_explain(PlanCtx *c, PlanResult *r) {
     double dyn = m->activations + m->transient;
     if (states > dyn && L->zero < 3 && L->dp > 1) {
       /* which ZeRO stage would bring the states down enough */
-      const PlanStage *s = &r->stages[m->rank < r->nstages ? m->rank : 0];
       for (int z = (int)L->zero + 1; z <= 3; z++) {
         OptimizerKind ok = c->model->train.optimizer;
-        CostModelStates ms = cost_model_states_m((int64_t)s->params, z, (int)L->dp, c->prec, ok, c->model->train.momentum > 0,
+        CostModelStates ms = cost_model_states_m((int64_t)m->rank_params, z, (int)L->dp, c->prec, ok, c->model->train.momentum > 0,
                                                  c->model->train.moments_bf16 ? 2 : 4);
         double tot = m->total - states + ms.total;
         if (tot <= m->capacity || z == 3) {

@@ -9,6 +9,9 @@ model's parameters (its whole and active counts, as a valid plan of the same mod
 them), its sequence and global batch, and the GPUs asked for - in the text header, the JSON
 `model` and `cluster`, and the HTML facts - with the reason, and exits 1. (They once said
 "0 parameters, -111104317440 active per token" and "0 x h100-sxm (0 nodes of 8)".)
+A 77B GPT on 64 A100s with cp = auto, where nothing fits: the search shows the layout that
+needs the least memory and names the ZeRO stage that would bring its model states down (the
+explanation read the stages of a result the search had copied, and crashed).
 Exit 0 pass, 1 fail."""
 import json
 import re
@@ -28,6 +31,8 @@ def main():
     html = plan_run(hpdlc, oss, [*NO_LAYOUT, "--format", "html"])
     search = plan_run(hpdlc, f"{src}/samples/qwen3-moe.hpd",
                       ["--gpus", "256", "--pp", "auto", "--micro-batch", "8", "--recompute", "act", "--cluster", "cpu", "--search"])
+    big = plan_run(hpdlc, f"{src}/samples/gpt.hpd", ["-D", "layers=24", "-D", "hidden=16384", "-D", "heads=8", "-D", "seq=512",
+                                                   "--gpus", "64", "--tp", "1", "--pp", "2", "--cp", "auto"])
     print(text.stdout.strip())
     print(search.stdout.strip().splitlines()[0] if search.stdout.strip() else search.stderr)
     d = json.loads(js.stdout) if js.stdout.strip().startswith("{") else {}
@@ -45,6 +50,8 @@ def main():
         (cl.get("gpus") == 2, "JSON cluster.gpus"),
         (re.search(r"5\.72B active per token\), sequence 4096, global batch 1024", html.stdout) is not None
          and ": 2 x h100-sxm" in html.stdout and "1 node of 8" in html.stdout, "the HTML facts"),
+        (big.returncode >= 0 and "no choice of the auto settings fits" in big.stdout
+         and "ZeRO stage 3 would need 29.66 GiB" in big.stdout, "nothing fits with cp = auto: the least memory, and ZeRO's fix"),
         ("model Qwen3MoE, 30.53B parameters, 3.35B active per token" in search.stdout
          and "cluster: cpu, 256 x cpu (256 nodes of 1)" in search.stdout and "no layout fits" in search.stdout,
          "--search without a fit: the same header"),
