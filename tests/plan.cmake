@@ -89,7 +89,8 @@ if(Python3_Interpreter_FOUND)
   #   overlap_flag   --overlap on|off (parallel.overlap): ZeRO-3's communication hidden or all exposed
   #   fused_ce_flag  parallel.fused_ce: the head and its loss as one op, and auto's choice
   #   no_fit         a plan that cannot be made reports the model and the GPUs asked for
-  foreach(script balance_ends fusion_flag cp_comm_flag overlap_flag fused_ce_flag no_fit)
+  #   option_sweep   150 random models and option sets from a fixed seed: no crash, no sanitizer report, every refusal says why
+  foreach(script balance_ends fusion_flag cp_comm_flag overlap_flag fused_ce_flag no_fit option_sweep)
     add_test(NAME plan.${script}
              COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/${script}.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
     set_tests_properties(plan.${script} PROPERTIES TIMEOUT 120 LABELS plan)
