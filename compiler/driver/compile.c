@@ -285,6 +285,9 @@ static int resolve_layout(Cx *C, Layout *L) {
   if (s->expert_tensor < 0 && s->tp > 1 && s->ep > 1) /* (folding means nothing without both) */
     return cfail(C, "compile needs a concrete layout, but parallel.expert_tensor is auto (choose it with --etp 1 or --etp %" PRId64
                     ", or let `hpdlc plan --search` suggest one)", s->tp);
+  if (s->cp_comm < 0 && s->cp > 1) /* (at cp 1 there is nothing to exchange) */
+    return cfail(C, "compile needs a concrete layout, but parallel.cp_comm is auto (choose it with --cp-comm allgather or "
+                    "--cp-comm ring, or let `hpdlc plan --search` suggest one)");
   L->ep = s->ep > 1 ? s->ep : 1;
   L->ep_fold = s->ep_fold; /* sema: expert_tensor = 1 with tensor > 1 and expert > 1 */
   L->vocab_pad = s->vocab_pad > 0 ? s->vocab_pad : 0;

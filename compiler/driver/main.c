@@ -56,7 +56,7 @@ static const LayoutFlag layout_flags[] = {
     {"--virtual-stages", "parallel.virtual", "N|auto"},
     {"--balance", "parallel.balance", "cost|layers|ends"},
     {"--dispatcher", "parallel.dispatcher", "alltoall|deepep"},
-    {"--cp-comm", "parallel.cp_comm", "allgather|ring"},
+    {"--cp-comm", "parallel.cp_comm", "allgather|ring|auto"},
     {"--overlap", "parallel.overlap", "on|off"},
     {"--tp-overlap", "parallel.tp_overlap", "on|off"},
     {"--vocab-pad", "parallel.vocab_pad", "N"},

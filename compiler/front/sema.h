@@ -256,10 +256,10 @@ typedef struct {
   int dispatcher;
   /* parallel.cp_comm: how context parallelism's keys and values reach the
    * attention - 0 allgather (gathered over the context group before the
-   * attention, the exchange exposed: what hpdl compiles, as Llama 3 and
-   * PyTorch's context parallelism run it), 1 ring (Megatron-LM's p2p ring,
-   * each block's transfer hidden under the attention of the one before;
-   * priced by plan, refused by compile) */
+   * attention, the exchange exposed, as Llama 3 and PyTorch's context
+   * parallelism run it), 1 ring (Megatron-LM's p2p ring: one attention a
+   * block, each block's transfer under the attention of the one before),
+   * -1 auto (plan --search prices both; compile needs one of them) */
   int cp_comm;
 } SemLayout;
 

@@ -46,7 +46,7 @@ static const KeySpec parallel_keys[] = {
     {"tp_overlap", K_ONOFF, NULL, 0},   {"vocab_pad", K_INT, NULL, 0},
     {"expert", K_INT, NULL, 1},         {"fused_ce", K_ONOFF, NULL, 1},
     {"recompute_layers", K_INT, NULL, 0}, {"expert_tensor", K_INT, NULL, 1},
-    {"dispatcher", K_WORD, dispatchers, 0}, {"cp_comm", K_WORD, cp_comms, 0},
+    {"dispatcher", K_WORD, dispatchers, 0}, {"cp_comm", K_WORD, cp_comms, 1},
 };
 static const KeySpec cluster_keys[] = {
     {"device", K_STRING, NULL, 0},          {"gpus_per_node", K_INT, NULL, 0},   {"nodes", K_INT, NULL, 0},

@@ -107,6 +107,7 @@ typedef struct {
   const CostLink *link; /* per IrGroup */
   const int64_t *gsize; /* per IrGroup */
   int in_block;  /* pricing a graph a CALL runs (a repeated block), not the step itself */
+  int ring;      /* the program attends a ring block at a time (PlanKey.ring): its exchange under the attention */
   int causal;    /* a materialised attention (CAUSAL_MASK) is causal; an ATTENTION op carries its own flag */
 } Pricer;
 
@@ -941,7 +942,7 @@ static const GMemo *price_graph(Pricer *P, int graph) {
    * chunk i computes (Megatron-LM / Transformer Engine userbuffers); only
    * the first chunk's exchange waits. */
   int64_t cpn = P->gsize[IRG_CP], tpn = P->gsize[IRG_TP];
-  if (P->pc->cp_ring && cpn > 1 && c.t_comm[IRG_CP] > 0) { /* cp_comm = allgather: all of it waits */
+  if (P->ring && cpn > 1 && c.t_comm[IRG_CP] > 0) { /* cp_comm = allgather: all of it waits */
     double h = t_attn * (double)(cpn - 1) / (double)cpn;
     if (h > c.t_comm[IRG_CP]) h = c.t_comm[IRG_CP];
     c.t -= h;
@@ -978,9 +979,10 @@ static const GMemo *price_graph(Pricer *P, int graph) {
 }
 
 static void pricer_init(Pricer *P, PlanCtx *pc, const IrModule *m, FuseResult *fr, const AdResult *ad,
-                        const CostLink *link, const int64_t *gsize) {
+                        const CostLink *link, const int64_t *gsize, int ring) {
   memset(P, 0, sizeof *P);
   P->pc = pc;
+  P->ring = ring;
   P->m = m;
   P->fr = fr;
   P->memo = xalloc_calloc((size_t)m->ngraphs, sizeof(GMemo));
@@ -1026,8 +1028,8 @@ static double held_activations(const PlanChunk *const *kinds, int64_t r, int64_t
 
 static uint64_t key_hash(const PlanKey *k) {
   uint64_t h = 1469598103934665603ull;
-  int64_t v[8] = {k->mb, k->tp, k->cp, k->sp, k->rc, k->ep, k->fce, k->ef};
-  for (int i = 0; i < 8; i++) {
+  int64_t v[9] = {k->mb, k->tp, k->cp, k->sp, k->rc, k->ep, k->fce, k->ef, k->ring};
+  for (int i = 0; i < 9; i++) {
     h ^= (uint64_t)v[i] + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
     h *= 1099511628211ull;
   }
@@ -1036,7 +1038,7 @@ static uint64_t key_hash(const PlanKey *k) {
 
 static int key_eq(const PlanKey *a, const PlanKey *b) {
   return a->mb == b->mb && a->tp == b->tp && a->cp == b->cp && a->sp == b->sp && a->rc == b->rc && a->ep == b->ep &&
-         a->fce == b->fce && a->rl == b->rl && a->ef == b->ef;
+         a->fce == b->fce && a->rl == b->rl && a->ef == b->ef && a->ring == b->ring;
 }
 
 /* Links of the groups a key's program uses (tensor, context and expert),
@@ -1088,7 +1090,7 @@ static IrModule *lower_priced(PlanCtx *c, Arena *a, const PlanKey *k) {
 
 /* The partitioning of a key's program. */
 static SpmdSpec key_spec(const PlanCtx *c, const PlanKey *k) {
-  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, k->fce, k->ef, c->cp_ring};
+  SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, k->fce, k->ef, k->ring};
   return spec;
 }
 
@@ -1186,7 +1188,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
   int64_t gsize[IRG_COUNT];
   key_links(c, k->tp, k->cp, k->ep, k->ef, link, gsize);
   Pricer P;
-  pricer_init(&P, c, part, fr, ad, link, gsize);
+  pricer_init(&P, c, part, fr, ad, link, gsize, k->ring);
   const IrGraph *g = part->graphs[ad->step];
   GInfo gi;
   ginfo_init(&gi, g, &fr->graphs[ad->step]);
@@ -1495,8 +1497,8 @@ static void chunk_from_parts_mixed(const PlanParts *pp, const PlanParts *keep, i
 
 
 /* Prices the step graph of one differentiated chunk module. */
-static int price_chunk_module(PlanCtx *c, IrModule *cm, Recompute rc, int64_t rl, const CostLink *link, const int64_t *gsize,
-                              Arena *a, PlanChunk *ch, char *why, size_t whylen) {
+static int price_chunk_module(PlanCtx *c, IrModule *cm, Recompute rc, int64_t rl, int ring, const CostLink *link,
+                              const int64_t *gsize, Arena *a, PlanChunk *ch, char *why, size_t whylen) {
   const char *err = NULL;
   AdResult *ad = ad_build_layers(cm, rc, rl, &err);
   if (!ad) {
@@ -1505,7 +1507,7 @@ static int price_chunk_module(PlanCtx *c, IrModule *cm, Recompute rc, int64_t rl
   }
   FuseResult *fr = plan_fuse(c, a, cm);
   Pricer P;
-  pricer_init(&P, c, cm, fr, ad, link, gsize);
+  pricer_init(&P, c, cm, fr, ad, link, gsize, ring);
   const IrGraph *g = cm->graphs[ad->step];
   GInfo gi;
   ginfo_init(&gi, g, &fr->graphs[ad->step]);
@@ -1667,7 +1669,7 @@ int64_t *plan_chunk_layers(Arena *arena, const SemModel *model, int64_t micro_ba
   int rc = -1;
   if (c) {
     PlanKey key = {micro_batch > 0 ? micro_batch : 1, tp > 0 ? tp : 1, cp > 0 ? cp : 1, tp > 1 ? sp : 0,
-                   recompute < 0 ? RECOMPUTE_NONE : recompute, 1, c->fused_ce, 0, 0};
+                   recompute < 0 ? RECOMPUTE_NONE : recompute, 1, c->fused_ce, 0, 0, cp > 1 && c->cp_comm == 1};
     PlanParts *pp = plan_parts(c, &key);
     key.rl = recompute > 0 ? model->layout.recompute_layers : 0;
     if (!pp->valid) snprintf(err, sizeof err, "the planner cannot price the program to balance its stages: %s", pp->why);
@@ -1703,7 +1705,7 @@ static int price_split(PlanCtx *c, const PlanKey *k, int64_t K, const PlanParts 
   key_links(c, k->tp, k->cp, k->ep, k->ef, link, gsize);
   int ok = 1;
   if (K == 1) {
-    ok = price_chunk_module(c, pr->m, (Recompute)k->rc, k->rl, link, gsize, a, &ch[0], why, whylen) == 0;
+    ok = price_chunk_module(c, pr->m, (Recompute)k->rc, k->rl, k->ring, link, gsize, a, &ch[0], why, whylen) == 0;
   } else {
     for (int64_t i = 0; i < K && ok; i++) {
       int64_t same = -1;
@@ -1715,7 +1717,7 @@ static int price_split(PlanCtx *c, const PlanKey *k, int64_t K, const PlanParts 
         continue;
       }
       IrModule *cm = pipe_chunk_module(a, pr, (int)i);
-      ok = price_chunk_module(c, cm, (Recompute)k->rc, k->rl, link, gsize, a, &ch[i], why, whylen) == 0;
+      ok = price_chunk_module(c, cm, (Recompute)k->rc, k->rl, k->ring, link, gsize, a, &ch[i], why, whylen) == 0;
     }
     /* a weight read by the first and the last chunk (tied embeddings) */
     if (ok) {
@@ -1902,7 +1904,7 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
   c->fuse_opts = fuse_options(cost_gpu_generation(&c->dev) != COST_GEN_OTHER, 1);
   c->flash = 1;
   c->tp_overlap = L->tp_overlap != 0;
-  c->cp_ring = L->cp_comm == 1;
+  c->cp_comm = L->cp_comm;
   c->vocab_pad = L->vocab_pad > 0 ? L->vocab_pad : 0;
   c->fused_ce = L->fused_ce == 1;
   FILE *sink = fopen("/dev/null", "w");
@@ -2080,6 +2082,7 @@ PlanLayout plan_layout_of(const SemModel *m) {
   p.ep = L->ep; /* 0 or -1: --search chooses; plan_evaluate takes 1 */
   p.expert_fold = L->expert_tensor == 1 ? 1 : L->expert_tensor < 0 ? -1 : 0; /* -1: --search tries both */
   p.fused_ce = L->fused_ce; /* -1: auto */
+  p.cp_comm = L->cp_comm;   /* -1: auto */
   /* with the policy left to the search, so is the number of layers */
   p.recompute_layers = L->recompute < 0 && L->recompute_layers <= 0 ? -1 : L->recompute_layers;
   return p;
@@ -2199,7 +2202,10 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   if (L.pp > 1 && L.schedule == SCHED_INTERLEAVED && L.num_micro % L.pp != 0)
     return fail(out, "interleaving needs the micro-batches (%" PRId64 ") divisible by pp", L.num_micro);
   int64_t K = L.pp * L.vpp;
-  PlanKey key = {L.micro_batch, L.tp, L.cp, L.tp > 1 ? L.sp : 0, L.recompute, L.ep > 1 ? L.ep : 1, L.fused_ce == 1, 0, fold};
+  if (L.cp_comm < 0) L.cp_comm = 0; /* auto outside a search: the gathered program */
+  out->layout.cp_comm = L.cp_comm;
+  PlanKey key = {L.micro_batch, L.tp, L.cp, L.tp > 1 ? L.sp : 0, L.recompute, L.ep > 1 ? L.ep : 1, L.fused_ce == 1, 0, fold,
+                 PLAN_LAYOUT_RING(&L)};
   /* the screening's parts price every layer under the policy and mix in the
    * kept ones (chunk_from_parts_mixed); the exact chunks are built split */
   PlanKey exact_key = key;
@@ -2636,7 +2642,7 @@ int plan_timeline(PlanCtx *c, const PlanLayout *L, PlanTimeline *out) {
   const PlanLayout *l = &r.layout;
   int64_t K = l->pp * (l->vpp > 0 ? l->vpp : 1);
   PlanKey key = {l->micro_batch, l->tp, l->cp, l->tp > 1 ? l->sp : 0, l->recompute, l->ep > 1 ? l->ep : 1,
-                 l->fused_ce == 1, l->recompute_layers, plan_layout_folded(l)};
+                 l->fused_ce == 1, l->recompute_layers, plan_layout_folded(l), PLAN_LAYOUT_RING(l)};
   PlanExact *e = plan_exact(c, &key, K);
   if (!e->valid) return -1;
   double *tf = xalloc_calloc((size_t)K, sizeof(double)), *tb = xalloc_calloc((size_t)K, sizeof(double));

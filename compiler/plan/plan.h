@@ -73,6 +73,11 @@ typedef struct PlanLayout {
    * -1 (expert_tensor = auto): plan_search tries both, plan_evaluate folds
    * nothing */
   int expert_fold;
+  /* parallel.cp_comm at cp > 1: 0 allgather (the keys and values gathered
+   * before the attention), 1 ring (one attention a block, each block's
+   * transfer under the one before; spmd.c ring_attention); -1 auto:
+   * plan_search tries both, plan_evaluate gathers */
+  int cp_comm;
 } PlanLayout;
 
 /* Whether L's expert group is folded: expert_fold 1 with tp > 1 and ep > 1. */

@@ -43,7 +43,11 @@ typedef struct PlanKey {
   int fce;    /* fused_ce: the head's GEMM and its loss as one op (headloss.h) */
   int64_t rl; /* recompute_layers of the exact chunks (0: all; the parts price every layer under rc) */
   int ef;     /* MoE parallel folding (tp > 1, ep > 1): sequences chunked over tp, the experts whole */
+  int ring;   /* cp_comm = ring at cp > 1: one attention a block of keys and values (spmd.c ring_attention) */
 } PlanKey;
+
+/* The key's ring flag of a layout: cp_comm = ring where there is context parallelism. */
+#define PLAN_LAYOUT_RING(L) ((L)->cp > 1 && (L)->cp_comm == 1)
 
 /* Chunk kinds of a pipeline split. */
 enum { PLAN_SINGLE = 0, PLAN_FIRST = 1, PLAN_MIDDLE = 2, PLAN_LAST = 3, PLAN_NKINDS = 4 };
@@ -107,7 +111,7 @@ struct PlanCtx {
   int flash;          /* attention priced as a tiled flash attention (the default); 0: scores materialised */
   CostAttnKernel attn_kernel; /* under flash: the tile model alone, or a generation whose published rate bounds it */
   int tp_overlap;     /* the layout's tp_overlap */
-  int cp_ring;        /* the layout's cp_comm = ring: the context group's transfers under the attention (else allgather: exposed) */
+  int cp_comm;        /* parallel.cp_comm: 0 allgather, 1 ring, -1 auto (plan_search tries both at cp > 1) */
   int64_t vocab_pad;  /* the layout's vocab_pad: vocabulary padded to a multiple of it x tp */
   int fused_ce;       /* the model's fused_ce (on: 1), for keys made without a layout (plan_chunk_layers) */
   int explain;        /* reports list the five largest terms of the step (plan_set_explain) */

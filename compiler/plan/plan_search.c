@@ -88,7 +88,9 @@ static void why_wins(PlanResult *r, const PlanResult *w, const PlanResult *next,
   }
   double d = (r->step_s / w->step_s - 1) * 100;
   double dm = w->mem.total - r->mem.total;
-  if (dm > 0) snprintf(r->saves, sizeof r->saves, "%s less memory per GPU than #1", fmt_bytes(a, sizeof a, dm));
+  /* within a MiB: the same (two programs of one layout can differ by rounding) */
+  if (fabs(dm) < 1048576) snprintf(r->saves, sizeof r->saves, "no memory (it needs as much as #1)");
+  else if (dm > 0) snprintf(r->saves, sizeof r->saves, "%s less memory per GPU than #1", fmt_bytes(a, sizeof a, dm));
   else snprintf(r->saves, sizeof r->saves, "no memory (it needs %s more than #1)", fmt_bytes(a, sizeof a, -dm));
   struct {
     double dv;
@@ -159,7 +161,7 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
   int64_t G = c->gpus, gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1;
   int64_t seq = m->seq_len > 0 ? m->seq_len : 1;
   /* recompute = act is tried only for a model it changes (a gated activation) */
-  PlanKey k1 = {1, 1, 1, 0, RECOMPUTE_ACT, 1, 0, 0, 0};
+  PlanKey k1 = {1, 1, 1, 0, RECOMPUTE_ACT, 1, 0, 0, 0, 0};
   int act_differs = fix->recompute == RECOMPUTE_ACT || (fixed_ok(fix->recompute, RECOMPUTE_ACT) && plan_act_differs(c, &k1));
   int64_t layers = m->layers > 0 ? m->layers : 1;
   /* chunks of at least one layer; equal ones when the layers must balance by count */
@@ -173,6 +175,9 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
     for (int64_t cp = 1; cp <= G / tp && cp <= PLAN_SEARCH_MAX_CP; cp++) {
       if ((G / tp) % cp || !fixed_ok(fix->cp, cp)) continue;
       if (cp > 1 && seq % (2 * cp)) continue;
+      /* cp_comm = auto: the gathered program and the ring's, each priced (at cp > 1) */
+      int ring_lo = cp > 1 && fix->cp_comm == 1, ring_hi = cp > 1 && fix->cp_comm != 0;
+      for (int ring = ring_lo; ring <= ring_hi; ring++) {
       for (int64_t pp = 1; pp <= G / (tp * cp); pp++) {
         if ((G / (tp * cp)) % pp || !fixed_ok(fix->pp, pp)) continue;
         /* (a forward cut into pieces, no single repeat: plan_evaluate says whether they are enough) */
@@ -245,7 +250,7 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
                         mb <= PLAN_SEARCH_MAX_MB && v <= PLAN_SEARCH_MAX_V && none_fit[zero][sk][v][mb])
                       continue;
                     PlanLayout L = {dp, tp, pp, cp, v, zero, mb, nm, sp, sk, rc, fix->overlap >= 0 ? fix->overlap : 1, ep, fce,
-                                    rc != RECOMPUTE_NONE && fix->recompute_layers > 0 ? fix->recompute_layers : 0, fold};
+                                    rc != RECOMPUTE_NONE && fix->recompute_layers > 0 ? fix->recompute_layers : 0, fold, ring};
                     st.enumerated++;
                     progress_count(c->progress, "%" PRId64 " layouts priced, %" PRId64 " fit", st.enumerated, st.fit);
                     if (plan_evaluate(c, &L, PLAN_FAST, &r) != 0) continue;
@@ -276,6 +281,7 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
         }
         }
       }
+      }
     }
   }
   /* re-price the best exactly: the real chunks and the schedule simulator */
@@ -305,7 +311,8 @@ int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, Pla
 
 int plan_resolve(PlanCtx *c, const PlanLayout *L, PlanResult *out) {
   int autos = L->dp < 0 || L->tp < 0 || L->pp < 0 || L->cp < 0 || L->vpp < 0 || L->zero < 0 || L->micro_batch < 0 ||
-              L->sp < 0 || L->schedule < 0 || L->recompute < 0 || L->fused_ce < 0 || L->recompute_layers < 0;
+              L->sp < 0 || L->schedule < 0 || L->recompute < 0 || L->fused_ce < 0 || L->recompute_layers < 0 ||
+              (L->cp_comm < 0 && L->cp != 1);
   if (!autos) return plan_evaluate(c, L, 0, out);
   PlanResult best;
   int n = plan_search(c, L, 1, &best, NULL);

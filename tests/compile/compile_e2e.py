@@ -747,6 +747,13 @@ def case_cli():
     ring1 = work("ring-cp1")
     p = run([hpdlc, "compile", sample(), *DEFS, "--cp-comm", "ring", "--executor", "interp", "-q", "-o", ring1])
     check(os.path.exists(os.path.join(ring1, "manifest.json")), "cp_comm = ring without context parallelism compiles")
+    # cp_comm = auto is the planner's to choose: compile asks for one where there is context parallelism
+    p = run([hpdlc, "compile", sample(), *DEFS, "--cp", "2", "--gpus", "2", "--cp-comm", "auto", "-o", out], expect=1)
+    one_error(p, "compile needs a concrete layout, but parallel.cp_comm is auto (choose it with --cp-comm allgather or "
+                 "--cp-comm ring, or let `hpdlc plan --search` suggest one)")
+    auto1 = work("auto-cp1")
+    p = run([hpdlc, "compile", sample(), *DEFS, "--cp-comm", "auto", "--executor", "interp", "-q", "-o", auto1])
+    check(os.path.exists(os.path.join(auto1, "manifest.json")), "cp_comm = auto without context parallelism compiles")
     p = run([hpdlc, "compile", sample(), *DEFS, "--pp", "2", "--virtual-stages", "2", "--schedule", "1f1b", "-D", "L=4", "-o", out],
             expect=1)
     one_error(p, "virtual stages need schedule = interleaved")

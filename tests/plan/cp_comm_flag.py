@@ -15,7 +15,12 @@ tokens, cp 4 over one H100 host: the same bytes exchanged under both (the ring's
 (cp - 1) / cp of the attention, and the ring pays for its merges and messages' copies in
 memory-bound time (more than the gathered program's, by under 2% of the attention). The
 reports say which (JSON parallel.cp_comm, the text layout line and --explain's source), and
-at cp 1 the setting changes nothing. Exit 0 pass, 1 fail."""
+at cp 1 the setting changes nothing. `cp_comm = auto` prices both programs and keeps the
+faster: with every other setting fixed, the faster of the two above (here the gathered
+one); in --search over 64 GPUs at 131072 tokens, the table holds layouts of both programs
+(a ring's row says `ring`), the fastest first, and the winner planned alone under its own
+cp_comm takes the step time the table gives it. Exit 0 pass, 1 fail."""
+import re
 import sys
 
 from plan_checks import LLAMA31_8B, bind, rel, verdict
@@ -37,7 +42,19 @@ def main():
     text = run([*LAYOUT, "--cp-comm", "ring", "--explain"])
     text_gather = run([*LAYOUT, "--explain"])
     bad = run([*LAYOUT, "--cp-comm", "p2p"])
-    if None in (default, gather, ring, *one):
+    auto = plan([*LAYOUT, "--cp-comm", "auto"])
+    search = run(["--gpus", "64", "--search", "--top", "3", "--cp-comm", "auto", "--cluster", "dgx-h100"])
+    rows = [m for m in (re.match(r"\s*\d+\s+(dp=.*?)\s+([\d.]+) s", line) for line in search.stdout.splitlines()) if m]
+    win_ring, win_step = None, None
+    if rows:
+        words = rows[0].group(1).split()
+        f = dict(w.split("=") for w in words if "=" in w)
+        win_step = float(rows[0].group(2))
+        win_ring = plan(["--gpus", "64", "--dp", f["dp"], "--tp", f["tp"], "--pp", f["pp"], "--cp", f["cp"], "--sp", f["sp"],
+                         "--zero", f["zero"], "--micro-batch", f["mb"], "--recompute", f["rc"],
+                         "--cp-comm", "ring" if "ring" in words else "allgather",
+                         "--fused-ce", "on" if "fce" in words else "off", "--cluster", "dgx-h100"])
+    if None in (default, gather, ring, auto, *one):
         return verdict([(False, "the plans")])
     cg, cr = gather["comm_time_per_step"], ring["comm_time_per_step"]
     hidden = cr["total_s"]["cp"] - cr["exposed_s"]["cp"]
@@ -68,6 +85,14 @@ def main():
          "--explain cites the allgather's exposed exchange"),
         (rel(one[0]["time"]["step_s"], one[1]["time"]["step_s"]) < 1e-12, "at cp 1 the setting changes nothing"),
         (bad.returncode != 0 and "unknown cp_comm 'p2p'; it is allgather or ring" in bad.stderr, "a bad value refused"),
+        (auto["parallel"]["cp_comm"] == "allgather" and
+         rel(auto["time"]["step_s"], min(gather["time"]["step_s"], ring["time"]["step_s"])) < 1e-12,
+         "auto, the rest fixed: the faster of the two programs, and JSON names it"),
+        (len(rows) == 3 and any(" ring " in r.group(1) for r in rows) and any(" ring " not in r.group(1) for r in rows),
+         "auto in --search: layouts of both programs in the table"),
+        (all(float(rows[i].group(2)) <= float(rows[i + 1].group(2)) for i in range(len(rows) - 1)), "the fastest first"),
+        (win_ring is not None and abs(win_step - win_ring["time"]["step_s"]) < 0.01,
+         "the winner planned alone under its cp_comm: the table's step time"),
     ])
 
 

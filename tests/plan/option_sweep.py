@@ -57,7 +57,7 @@ def draw(rng, trace):
                             ("--recompute", ["none", "selective", "full", "ops", "act", "auto"], .5),
                             ("--precision", ["fp32", "bf16", "fp16", "fp8"], .5), ("--sp", ["on", "off", "auto"], .3),
                             ("--schedule", ["gpipe", "1f1b", "interleaved", "auto"], .3), ("--virtual-stages", [1, 2, 3, "auto"], .2),
-                            ("--cp-comm", ["allgather", "ring"], .3),
+                            ("--cp-comm", ["allgather", "ring", "auto"], .3),
                             ("--attention", ["flash", "flash1", "flash2", "flash3", "materialized"], .3),
                             ("--fusion", ["on", "off"], .2), ("--tp-overlap", ["on", "off"], .2),
                             ("--balance", ["cost", "layers", "ends"], .2), ("--fused-ce", ["on", "off", "auto"], .2),

@@ -131,7 +131,7 @@ static void test_parts_match_chunks(void) {
       {2, 2, 2, 0, RECOMPUTE_NONE, 8},      {1, 1, 2, 0, RECOMPUTE_SELECTIVE, 4}, {4, 8, 1, 1, RECOMPUTE_FULL, 2},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    PlanKey k = {cases[i].mb, cases[i].tp, cases[i].cp, cases[i].sp, cases[i].rc, 1, 0, 0, 0};
+    PlanKey k = {cases[i].mb, cases[i].tp, cases[i].cp, cases[i].sp, cases[i].rc, 1, 0, 0, 0, 0};
     PlanParts *pp = plan_parts(f.c, &k);
     PlanExact *e = plan_exact(f.c, &k, cases[i].K);
     EXPECT(pp->valid);
@@ -164,7 +164,7 @@ static void test_parts_match_chunks(void) {
     EXPECT_NEAR(e->ch[0].p2p_bytes, pp->boundary_bytes, 1e-12);
   }
   /* whole layouts: screening and exact pricing agree closely */
-  PlanLayout L = {16, 2, 2, 1, 1, 1, 2, 0, 0, SCHED_1F1B, RECOMPUTE_FULL, 1, 1, 0, 0, 0};
+  PlanLayout L = {16, 2, 2, 1, 1, 1, 2, 0, 0, SCHED_1F1B, RECOMPUTE_FULL, 1, 1, 0, 0, 0, 0};
   PlanResult a, b;
   EXPECT(f.m->train.global_batch > 0);
   EXPECT(plan_evaluate(f.c, &L, PLAN_FAST, &a) == 0);
@@ -192,7 +192,7 @@ static void test_recompute_layers(void) {
   }
   EXPECT(plan_layout_of(f.m).recompute_layers == 1);
   /* pp 2: 4 layers a chunk, the first under the policy */
-  PlanLayout L = {16, 2, 2, 1, 1, 1, 2, 0, 0, SCHED_1F1B, RECOMPUTE_FULL, 1, 1, 0, 1, 0};
+  PlanLayout L = {16, 2, 2, 1, 1, 1, 2, 0, 0, SCHED_1F1B, RECOMPUTE_FULL, 1, 1, 0, 1, 0, 0};
   PlanResult fast, exact, full, none;
   EXPECT(plan_evaluate(f.c, &L, PLAN_FAST, &fast) == 0);
   EXPECT(plan_evaluate(f.c, &L, 0, &exact) == 0);
@@ -309,17 +309,17 @@ static void test_saved_full_recompute(void) {
     test_failures++;
     return;
   }
-  PlanKey k = {4, 1, 1, 0, RECOMPUTE_FULL, 1, 0, 0, 0};
+  PlanKey k = {4, 1, 1, 0, RECOMPUTE_FULL, 1, 0, 0, 0, 0};
   PlanParts *pp = plan_parts(f.c, &k);
   EXPECT(pp->valid);
   EXPECT_NEAR(pp->layer_saved, 2.0 * 512 * 4 * 1024, 1e-12);
   /* with tensor and sequence parallelism the input is split: 2 s b h / t */
-  PlanKey k2 = {4, 4, 1, 1, RECOMPUTE_FULL, 1, 0, 0, 0};
+  PlanKey k2 = {4, 4, 1, 1, RECOMPUTE_FULL, 1, 0, 0, 0, 0};
   PlanParts *p2 = plan_parts(f.c, &k2);
   EXPECT(p2->valid);
   EXPECT_NEAR(p2->layer_saved, 2.0 * 512 * 4 * 1024 / 4, 1e-12);
   /* no recomputation keeps more than selective, which keeps more than full */
-  PlanKey kn = {4, 1, 1, 0, RECOMPUTE_NONE, 1, 0, 0, 0}, ks = {4, 1, 1, 0, RECOMPUTE_SELECTIVE, 1, 0, 0, 0};
+  PlanKey kn = {4, 1, 1, 0, RECOMPUTE_NONE, 1, 0, 0, 0, 0}, ks = {4, 1, 1, 0, RECOMPUTE_SELECTIVE, 1, 0, 0, 0, 0};
   double none = plan_parts(f.c, &kn)->layer_saved, sel = plan_parts(f.c, &ks)->layer_saved;
   /* (with flash attention selective recomputation has nothing to drop) */
   EXPECT(none >= sel);
@@ -352,7 +352,7 @@ static void test_tp_bytes(void) {
     return;
   }
   int64_t t = 4, b = 2, s = 512, h = 1024;
-  PlanKey k = {b, t, 1, 0, RECOMPUTE_NONE, 1, 0, 0, 0};
+  PlanKey k = {b, t, 1, 0, RECOMPUTE_NONE, 1, 0, 0, 0, 0};
   PlanParts *pp = plan_parts(f.c, &k);
   EXPECT(pp->valid);
   double bsh = (double)(b * s * h) * 2; /* fp16 bytes */
