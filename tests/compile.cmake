@@ -64,6 +64,18 @@ set_tests_properties(compile.pp2_virtual2_native compile.zero1 compile.pp2_uneve
 # faults (docs/reliability.md): also label reliability
 set_tests_properties(compile.missing_file compile.anomaly PROPERTIES LABELS "compile;reliability")
 
+# 16 random layouts (model, layers, precision, dp x tp x pp x cp, ZeRO, recomputation, sp, cp_comm,
+# schedule, fused head, fusion, experts, executor) from a fixed seed, each trained 4 steps against
+# the one-rank program (tests/compile/layout_sweep.py; about 40 s in release). The sanitized run
+# leaves it out: its parts run there in the layout cases above.
+if(Python3_Interpreter_FOUND)
+  add_test(NAME compile.layout_sweep
+           COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/compile/layout_sweep.py --bin ${CMAKE_BINARY_DIR}/bin
+                   --source ${CMAKE_SOURCE_DIR} --work ${CMAKE_CURRENT_BINARY_DIR}/compile-e2e/layout_sweep)
+  set_tests_properties(compile.layout_sweep PROPERTIES LABELS "compile;slow;sanitize_redundant" TIMEOUT 600
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${HPDL_COMPILE_TEST_ENV}")
+endif()
+
 # hpdlc's progress line: phases in order (plain), nothing off a terminal,
 # redrawn and cleared on a pseudo-terminal (tests/compile/progress_test.py)
 if(Python3_Interpreter_FOUND)
