@@ -1487,10 +1487,15 @@ static void kernel_comm(CgKern *k) {
   }
   int xs = n->nin ? mem_of(k, n->in[0]) : -1;
   const IrNode *x = xs >= 0 ? nd(k, xs) : NULL;
-  /* a chunk of the integer tokens is taken locally; what travels is f32 */
-  int local_int = n->op == IR_SHARD_SLICE && n->dtype == DT_I32 && x && x->dtype == DT_I32;
-  if (!local_int && (n->dtype != DT_F32 || (x && x->dtype != DT_F32))) {
-    cg_fail(cg, "graph %s kernel k%d: collectives move f32 only", k->g->name, k->kp);
+  /* What only moves (a slice, a gather, a message, the identity marker) may
+   * be 32-bit integers too - the experts' choices gathered over the context
+   * group - carried as 4-byte words by the f32 transports; what sums is f32. */
+  int moves = n->op == IR_SHARD_SLICE || n->op == IR_ALL_GATHER || n->op == IR_SEND || n->op == IR_RECV ||
+              n->op == IR_COPY_TO_GROUP;
+  int words = moves && n->dtype == DT_I32 && (!x || x->dtype == DT_I32);
+  if (!words && (n->dtype != DT_F32 || (x && x->dtype != DT_F32))) {
+    cg_fail(cg, "graph %s kernel k%d: collectives sum f32 only (%s of %s)", k->g->name, k->kp, ir_op_name(n->op),
+            sem_dtype_name(n->dtype));
     return;
   }
   int64_t N = numel(n), NX = x ? numel(x) : 0, grp = n->attr[0];
@@ -1498,6 +1503,10 @@ static void kernel_comm(CgKern *k) {
    * previous stage) has no buffer: the transfer is all it does */
   int unread = n->op == IR_SEND && io_index(k, id) < 0;
   LLVMValueRef out = unread ? NULL : val_ptr(k, id), xp = x ? val_ptr(k, xs) : NULL;
+  if (words) { /* the transports' f32 words */
+    if (out) out = LLVMBuildBitCast(cg->b, out, cg->tpf32, "");
+    if (xp) xp = LLVMBuildBitCast(cg->b, xp, cg->tpf32, "");
+  }
   LLVMValueRef r, s;
   group_of(k, grp, &r, &s);
   char what[128];

@@ -515,10 +515,15 @@ static Val convert(GPart *G, Val v, const Shd *want, unsigned out_split, Span at
     want = &fold_want;
   }
   int tf = v.shd.axis[IRG_TP], tt = want->axis[IRG_TP], cf = v.shd.axis[IRG_CP], ct = want->axis[IRG_CP];
-  if (G->P->size[IRG_TP] > 1 && G->P->size[IRG_CP] > 1 && G->P->size[IRG_EP] <= 1 && !want->partial[IRG_TP] &&
-      !want->partial[IRG_CP] && !v.shd.partial[IRG_CP] &&
-      ((tf >= 0 && (tf == cf || tf == ct)) || (tt >= 0 && (tt == cf || tt == ct))))
-    return convert_nested(G, v, want, out_split, at);
+  if (G->P->size[IRG_TP] > 1 && G->P->size[IRG_CP] > 1 && !want->partial[IRG_TP] && !want->partial[IRG_CP] &&
+      !v.shd.partial[IRG_CP] && ((tf >= 0 && (tf == cf || tf == ct)) || (tt >= 0 && (tt == cf || tt == ct)))) {
+    /* the nested split of the tensor and context groups, then expert
+     * parallelism's exchange, last as in the loop below (folding, which
+     * moves the tensor split with it, is refused with context parallelism) */
+    v = convert_nested(G, v, want, out_split, at);
+    if (v.id >= 0 && G->P->size[IRG_EP] > 1) v = ep_exchange(G, v, want->axis[IRG_EP], at);
+    return v;
+  }
   for (int k = 0; k < NPART_GROUPS && v.id >= 0; k++) {
     IrGroup g = part_groups[k];
     if (G->P->size[g] <= 1) continue;

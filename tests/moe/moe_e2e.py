@@ -22,6 +22,13 @@ the Switch load-balancing loss added to the gradient (with_aux_loss).
            sequence scale by both groups): the step-1 loss and auxiliary
            loss within 1e-6 and the step-20 ones within 1e-4 of one rank's; routing is per
            sequence and deterministic, so every layout drops the same tokens.
+  cp2_native, dp2_tp2_cp2_sp_ep2
+           the CPU back end's program (--executor native) under context parallelism, whose
+           routing gathers the sequence's expert choices (32-bit integers) over the context
+           group; and with expert, tensor and sequence parallelism beside it (the tensor and
+           context groups' nested split of the sequence, then the experts' exchange: until
+           2026-12-05 that split went unnested under expert parallelism, 6e-5 off in fp64,
+           and the native program refused the integers' gather); the tolerances below.
   dp2_ep2, dp4_ep2, dp2_tp2_ep2, dp2_pp2_ep2
            expert parallelism: each expert-parallel rank holds 2 of the 4 experts, the
            dispatched slots travel by all-to-all (and back), the experts' gradients are
@@ -480,6 +487,9 @@ CASES = {
     "dp2_tp2_zero3": lambda: layout("dp2_tp2_zero3", "--dp", "2", "--tp", "2", "--zero", "3"),
     "tp2_cp2_sp": lambda: layout("tp2_cp2_sp", "--tp", "2", "--cp", "2", "--sp", "on"),
     "dp2_ep2": lambda: layout("dp2_ep2", "--dp", "2", "--ep", "2"),
+    "cp2_native": lambda: layout("cp2_native", "--cp", "2", "--executor", "native"),
+    "dp2_tp2_cp2_sp_ep2": lambda: layout("dp2_tp2_cp2_sp_ep2", "--dp", "2", "--tp", "2", "--cp", "2", "--sp", "on", "--ep", "2",
+                                         "--executor", "native"),
     "dp4_ep2": lambda: layout("dp4_ep2", "--dp", "4", "--ep", "2", "--micro-batch", "2"),
     "dp2_tp2_ep2": lambda: layout("dp2_tp2_ep2", "--dp", "2", "--tp", "2", "--ep", "2"),
     "dp2_pp2_ep2": lambda: layout("dp2_pp2_ep2", "--dp", "2", "--pp", "2", "--ep", "2"),

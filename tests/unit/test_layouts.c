@@ -307,6 +307,27 @@ static int run_moe(void) {
 }
 
 
+/* Experts under context and sequence parallelism (unfolded: each expert
+ * split over the tensor group): a capacity of 1, so that tokens drop, and
+ * the dropless layer, each with expert parallelism beside context
+ * parallelism, tensor parallelism with and without sequence parallelism,
+ * and all four (a layout layout_sweep.py drew on 2026-12-05: dp 2 x ep 2 x
+ * tp 2 x cp 2 with sequence parallelism). */
+static int run_moe_cp(void) {
+  static const char *const drop[] = {"V=64", "T=8", "C=16", "L=2", "H=4", "KV=2", "E=4", "K=2", "F=16", "capacity_factor=1.0"};
+  static const char *const dropless[] = {"V=64", "T=8", "C=16", "L=2", "H=4", "KV=2", "E=4", "K=2", "F=16", "drop=false"};
+  static const Lay lays[] = {
+      {1, 1, 1, 1, 2, 1, 0, RECOMPUTE_NONE, 0}, {2, 1, 1, 1, 2, 2, 0, RECOMPUTE_NONE, 0},
+      {1, 2, 1, 1, 1, 1, 1, RECOMPUTE_NONE, 0}, {2, 2, 1, 1, 1, 2, 1, RECOMPUTE_NONE, 0},
+      {1, 2, 1, 1, 2, 1, 1, RECOMPUTE_NONE, 0}, {2, 2, 1, 1, 2, 2, 0, RECOMPUTE_NONE, 0},
+      {2, 2, 1, 1, 2, 2, 1, RECOMPUTE_NONE, 0}, {2, 2, 1, 1, 2, 2, 1, RECOMPUTE_FULL, 1},
+  };
+  return run_list("moe-tiny (drop) under cp and sp", "samples/moe-tiny.hpd", drop, 10, 8, 37, lays, sizeof lays / sizeof lays[0], 0,
+                  64, 0) +
+         run_list("moe-tiny (dropless) under cp and sp", "samples/moe-tiny.hpd", dropless, 10, 8, 37, lays,
+                  sizeof lays / sizeof lays[0], 0, 64, 0);
+}
+
 /* MoE parallel folding (SimLayout.ep_fold: the experts whole, the expert group
  * the tensor group times ep / tp data-parallel ranks, each tensor rank routing
  * its own chunk of the sequences; dropless, so the slots hold every token)
@@ -571,6 +592,10 @@ int main(int argc, char **argv) {
     EXPECT(run_padded_vocab() == 0);
     TEST_DONE();
   }
+  if (argc > 1 && !strcmp(argv[1], "moe_cp")) {
+    EXPECT(run_moe_cp() == 0);
+    TEST_DONE();
+  }
   if (argc > 1 && !strcmp(argv[1], "vision")) {
     EXPECT(run_vision() == 0);
     EXPECT(run_resnet18() == 0);
@@ -591,6 +616,7 @@ int main(int argc, char **argv) {
   EXPECT(run_matrix("samples/qwen3.hpd", qwen3, 9, 64, 2, 2, 8, 0) == 0);
   EXPECT(run_moe() == 0);
   EXPECT(run_moe_folded() == 0);
+  EXPECT(run_moe_cp() == 0);
   EXPECT(run_stacks() == 0);
   EXPECT(run_sigmoid_balance() == 0);
   EXPECT(run_deepseek() == 0);
