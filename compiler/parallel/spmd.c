@@ -771,11 +771,13 @@ static int cp_local_rows(GPart *G, const IrNode *n, const Val *ins) {
   return n->op != IR_MOE_COMBINE || ins[0].shd.axis[IRG_CP] == 0;
 }
 
-/* A dispatch's weights (input 2, partitioned as `w`) when they are a
- * constant: made again at the shape of its partitioned choices `idx`. */
-static int local_fill(GPart *G, const IrNode *n, int idx, int w) {
+/* A dispatch's weights (input 2) converted to `want`, or, when they are a
+ * constant, made again at the shape of its partitioned choices `idx` (not
+ * converted first: a slice of the whole constant would be left unread, and
+ * a back end gives a value nothing reads no buffer). */
+static int dispatch_weights(GPart *G, const IrNode *n, const Val *w, int idx, const Shd *want) {
   const IrNode *src = &G->g->nodes[n->in[2]];
-  if (src->op != IR_FILL) return w;
+  if (src->op != IR_FILL || idx < 0) return convert(G, settle(G, *w, n->span), want, 0, n->span).id;
   const IrNode *li = dn(G, idx);
   return emit(G, IR_FILL, NULL, 0, NULL, 0, src->fattr, src->dtype, li->rank, li->dims, n->span);
 }
@@ -796,8 +798,8 @@ static Val rule_cp_rows(GPart *G, const IrNode *n, Val *ins) {
     in[0] = convert(G, settle(G, ins[0], n->span), &tok, 0, n->span).id;
     r.shd = rows;
   } else if (n->op == IR_MOE_DISPATCH) {
-    for (int k = 0; k < 3; k++) in[k] = convert(G, settle(G, ins[k], n->span), &tok, 0, n->span).id;
-    if (in[1] >= 0) in[2] = local_fill(G, n, in[1], in[2]); /* (copy_marker's case) */
+    for (int k = 0; k < 2; k++) in[k] = convert(G, settle(G, ins[k], n->span), &tok, 0, n->span).id;
+    in[2] = dispatch_weights(G, n, &ins[2], in[1], &tok); /* (copy_marker's case) */
     r.shd = rows;
   } else { /* the combine: y's rows as they are, a pending sum kept (convert would make it) */
     Val y = ins[0];
@@ -835,10 +837,10 @@ static Val rule_fold_routing(GPart *G, const IrNode *n, Val *ins) {
   Val r = {-1, lead, 0};
   int in[3];
   for (int k = 0; k < 3; k++) {
-    in[k] = convert(G, settle(G, ins[k], n->span), &lead, 0, n->span).id;
+    if (k == 2 && n->op == IR_MOE_DISPATCH) in[k] = dispatch_weights(G, n, &ins[k], in[1], &lead);
+    else in[k] = convert(G, settle(G, ins[k], n->span), &lead, 0, n->span).id;
     if (in[k] < 0) return r;
   }
-  if (n->op == IR_MOE_DISPATCH) in[2] = local_fill(G, n, in[1], in[2]);
   int64_t dims[IR_MAX_RANK];
   local_dims(G->P, n, &lead, dims);
   r.id = emit(G, n->op, in, 3, n->attr, IR_NATTR, n->fattr, n->dtype, n->rank, dims, n->span);

@@ -22,13 +22,16 @@ the Switch load-balancing loss added to the gradient (with_aux_loss).
            sequence scale by both groups): the step-1 loss and auxiliary
            loss within 1e-6 and the step-20 ones within 1e-4 of one rank's; routing is per
            sequence and deterministic, so every layout drops the same tokens.
-  cp2_native, dp2_tp2_cp2_sp_ep2
+  cp2_native, cp2_dropless_native, dp2_tp2_cp2_sp_ep2
            the CPU back end's program (--executor native) under context parallelism, whose
            routing gathers the sequence's expert choices (32-bit integers) over the context
            group; and with expert, tensor and sequence parallelism beside it (the tensor and
            context groups' nested split of the sequence, then the experts' exchange: until
            2026-12-05 that split went unnested under expert parallelism, 6e-5 off in fp64,
-           and the native program refused the integers' gather); the tolerances below.
+           and the native program refused the integers' gather); cp2_dropless_native: the
+           dropless layer, whose context ranks route their own tokens (its dispatch's
+           weights made at the rank's shape; the native program refused the whole
+           sequence's left unread until 2026-12-05); the tolerances below.
   dp2_ep2, dp4_ep2, dp2_tp2_ep2, dp2_pp2_ep2
            expert parallelism: each expert-parallel rank holds 2 of the 4 experts, the
            dispatched slots travel by all-to-all (and back), the experts' gradients are
@@ -197,6 +200,19 @@ def layout(tag, *flags):
             a, b = got[step][key], one[step][key]
             print(f"{tag}: step {step + 1} {key} {a:.10f}, one rank {b:.10f}")
             check(abs(a - b) <= tol * abs(b), f"{tag}: step {step + 1} {key} {a} differs from one rank's {b} by more than {tol}")
+
+
+def case_cp2_dropless_native():
+    """The dropless layer (drop = false: each context rank routes its own tokens into rows of its own)
+    under cp 2, the CPU back end's program, against one rank's dropless run."""
+    e2e_common.need_mpi(ARGS.bin)
+    one = train("one-dropless", STEPS, "-D", "drop=false")
+    got = train("cp2-dropless-native", STEPS, "-D", "drop=false", "--cp", "2", "--executor", "native")
+    for step, tol in ((0, 1e-6), (STEPS - 1, 1e-4)):
+        for key in ("loss", "aux_loss"):
+            a, b = got[step][key], one[step][key]
+            print(f"cp2 dropless native: step {step + 1} {key} {a:.10f}, one rank {b:.10f}")
+            check(abs(a - b) <= tol * abs(b), f"step {step + 1} {key} {a} differs from one rank's {b} by more than {tol}")
 
 
 def case_every2():
@@ -488,6 +504,7 @@ CASES = {
     "tp2_cp2_sp": lambda: layout("tp2_cp2_sp", "--tp", "2", "--cp", "2", "--sp", "on"),
     "dp2_ep2": lambda: layout("dp2_ep2", "--dp", "2", "--ep", "2"),
     "cp2_native": lambda: layout("cp2_native", "--cp", "2", "--executor", "native"),
+    "cp2_dropless_native": case_cp2_dropless_native,
     "dp2_tp2_cp2_sp_ep2": lambda: layout("dp2_tp2_cp2_sp_ep2", "--dp", "2", "--tp", "2", "--cp", "2", "--sp", "on", "--ep", "2",
                                          "--executor", "native"),
     "dp4_ep2": lambda: layout("dp4_ep2", "--dp", "4", "--ep", "2", "--micro-batch", "2"),
