@@ -307,6 +307,11 @@ static int run_moe(void) {
 }
 
 
+/* moe-tiny's small sizes; the last define is the layer's kind (dropping at
+ * capacity 1, or dropless) */
+static const char *const moe_drop_defs[] = {"V=64", "T=8", "C=16", "L=2", "H=4", "KV=2", "E=4", "K=2", "F=16", "capacity_factor=1.0"};
+static const char *const moe_dropless_defs[] = {"V=64", "T=8", "C=16", "L=2", "H=4", "KV=2", "E=4", "K=2", "F=16", "drop=false"};
+
 /* Experts under context and sequence parallelism (unfolded: each expert
  * split over the tensor group): a capacity of 1, so that tokens drop, and
  * the dropless layer, each with expert parallelism beside context
@@ -314,18 +319,14 @@ static int run_moe(void) {
  * and all four (a layout layout_sweep.py drew on 2026-12-05: dp 2 x ep 2 x
  * tp 2 x cp 2 with sequence parallelism). */
 static int run_moe_cp(void) {
-  static const char *const drop[] = {"V=64", "T=8", "C=16", "L=2", "H=4", "KV=2", "E=4", "K=2", "F=16", "capacity_factor=1.0"};
-  static const char *const dropless[] = {"V=64", "T=8", "C=16", "L=2", "H=4", "KV=2", "E=4", "K=2", "F=16", "drop=false"};
-  static const Lay lays[] = {
-      {1, 1, 1, 1, 2, 1, 0, RECOMPUTE_NONE, 0}, {2, 1, 1, 1, 2, 2, 0, RECOMPUTE_NONE, 0},
-      {1, 2, 1, 1, 1, 1, 1, RECOMPUTE_NONE, 0}, {2, 2, 1, 1, 1, 2, 1, RECOMPUTE_NONE, 0},
-      {1, 2, 1, 1, 2, 1, 1, RECOMPUTE_NONE, 0}, {2, 2, 1, 1, 2, 2, 0, RECOMPUTE_NONE, 0},
-      {2, 2, 1, 1, 2, 2, 1, RECOMPUTE_NONE, 0}, {2, 2, 1, 1, 2, 2, 1, RECOMPUTE_FULL, 1},
-  };
-  return run_list("moe-tiny (drop) under cp and sp", "samples/moe-tiny.hpd", drop, 10, 8, 37, lays, sizeof lays / sizeof lays[0], 0,
-                  64, 0) +
-         run_list("moe-tiny (dropless) under cp and sp", "samples/moe-tiny.hpd", dropless, 10, 8, 37, lays,
-                  sizeof lays / sizeof lays[0], 0, 64, 0);
+  /* {dp, tp, pp, vpp, cp, ep, sp, recompute, zero} */
+  static const Lay lays[] = {{1, 1, 1, 1, 2, 1, 0, RECOMPUTE_NONE, 0}, {2, 1, 1, 1, 2, 2, 0, RECOMPUTE_NONE, 0},
+                             {1, 2, 1, 1, 1, 1, 1, RECOMPUTE_NONE, 0}, {2, 2, 1, 1, 1, 2, 1, RECOMPUTE_NONE, 0},
+                             {1, 2, 1, 1, 2, 1, 1, RECOMPUTE_NONE, 0}, {2, 2, 1, 1, 2, 2, 0, RECOMPUTE_NONE, 0},
+                             {2, 2, 1, 1, 2, 2, 1, RECOMPUTE_NONE, 0}, {2, 2, 1, 1, 2, 2, 1, RECOMPUTE_FULL, 1}};
+  size_t n = sizeof lays / sizeof lays[0];
+  return run_list("moe-tiny (drop) under cp and sp", "samples/moe-tiny.hpd", moe_drop_defs, 10, 8, 37, lays, n, 0, 64, 0) +
+         run_list("moe-tiny (dropless) under cp and sp", "samples/moe-tiny.hpd", moe_dropless_defs, 10, 8, 37, lays, n, 0, 64, 0);
 }
 
 /* MoE parallel folding (SimLayout.ep_fold: the experts whole, the expert group
@@ -334,15 +335,14 @@ static int run_moe_cp(void) {
  * against one rank of the same dropless layer: data, tensor and pipeline
  * parallelism, sequence parallelism, ZeRO 1-3 and recomputation. */
 static int run_moe_folded(void) {
-  static const char *const defs[] = {"V=64", "T=8", "C=16", "L=2", "H=4", "KV=2", "E=4", "K=2", "F=16", "drop=false"};
   static const Lay lays[] = {
       {1, 2, 1, 1, 1, 2, 0, RECOMPUTE_NONE, 0},      {1, 2, 1, 1, 1, 2, 1, RECOMPUTE_NONE, 0},
       {2, 2, 1, 1, 1, 4, 1, RECOMPUTE_NONE, 1},      {2, 2, 1, 1, 1, 2, 1, RECOMPUTE_SELECTIVE, 2},
       {2, 2, 1, 1, 1, 4, 0, RECOMPUTE_FULL, 3},      {2, 2, 1, 1, 1, 2, 1, RECOMPUTE_NONE, 3},
       {1, 2, 2, 1, 1, 2, 1, RECOMPUTE_NONE, 0},      {4, 2, 1, 1, 1, 4, 1, RECOMPUTE_OPS, 1},
   };
-  return run_list("moe-tiny folded (expert_tensor = 1)", "samples/moe-tiny.hpd", defs, 10, 8, 37, lays, sizeof lays / sizeof lays[0],
-                  0, 64, 1);
+  return run_list("moe-tiny folded (expert_tensor = 1)", "samples/moe-tiny.hpd", moe_dropless_defs, 10, 8, 37, lays,
+                  sizeof lays / sizeof lays[0], 0, 64, 1);
 }
 
 /* Non-uniform layers: moe-tiny with 2 dense blocks before 3 MoE ones
