@@ -4,8 +4,9 @@
     layout_sweep.py --bin BIN --source SRC --work DIR [--seed S] [--draws N] [--emulate P]
 
 The layout cases of compile_e2e.py each fix one combination; this test draws N (default 16)
-from a fixed seed (default 37) over what they combine: a model (gpt2-tiny, samples/llama.hpd
-and qwen3.hpd at tiny sizes, moe-tiny), 2 or 4 layers, fp32 or bf16, data x tensor x pipeline
+from a fixed seed (default 37) over what they combine: a model (gpt2-tiny, samples/llama.hpd,
+qwen3.hpd - also with a window of 5 keys and a vocabulary of 250 - and gpt-oss.hpd at tiny
+sizes, moe-tiny), 2 or 4 layers, fp32 or bf16, data x tensor x pipeline
 x context of 1-2 each (context up to 4) on at most 8 ranks, a micro batch, ZeRO 0-3, a recompute
 policy, sequence parallelism, cp_comm, a pipeline schedule (interleaved with 2 virtual stages
 at 4 layers), the fused head, fusion off, expert parallelism for the experts, the native or
@@ -32,7 +33,14 @@ MODELS = {
     "qwen3": ("qwen3.hpd", ["-D", "hidden=32", "-D", "heads=4", "-D", "kv_heads=2", "-D", "head_dim=8", "-D", "ffn=64",
                             "-D", "vocab=256", "-D", "seq=16"], "layers"),
     "moe": ("moe-tiny.hpd", ["-D", "T=16"], "L"),
+    # a window of 5 keys across the context ring, a vocabulary of 250 padded for tensor parallelism
+    "qwen3w": ("qwen3.hpd", ["-D", "hidden=32", "-D", "heads=4", "-D", "kv_heads=2", "-D", "head_dim=8", "-D", "ffn=64",
+                             "-D", "vocab=250", "-D", "seq=16", "-D", "window=5"], "layers"),
+    # sinks, a sliding window every second block, dropless experts with biases
+    "gptoss": ("gpt-oss.hpd", ["-D", "hidden=32", "-D", "heads=4", "-D", "kv_heads=2", "-D", "head_dim=8", "-D", "ffn=16",
+                               "-D", "vocab=256", "-D", "seq=16", "-D", "experts=4", "-D", "top_k=2", "-D", "window=4"], "layers"),
 }
+EXPERTS = ("moe", "gptoss")
 STEPS = 4
 
 
@@ -66,8 +74,8 @@ def draw(rng, emulate):
         fl += ["--fused-ce", rng.choice(["on", "off"])]
     if rng.random() < .2:
         fl += ["--fusion", "off"]
-    if name == "moe" and dp > 1 and rng.random() < .6:
-        fl += ["--ep", str(dp)]
+    if name in EXPERTS:  # (the samples' own parallel blocks set one)
+        fl += ["--ep", str(dp if dp > 1 and rng.random() < .6 else 1)]
     if rng.random() < emulate:
         fl += ["--target", "cuda", "--emulate"]
         run = ["--device", "emulate"]
@@ -109,7 +117,8 @@ def main():
         if (name, layers, prec) not in refs:
             art = e2e_common.fresh_dir(a.work, f"ref-{name}-{layers}-{prec}")
             e2e_common.run([hpdlc, "compile", *base, "--tp", "1", "--pp", "1", "--dp", "1", "--cp", "1", "--gpus", "1",
-                            "--micro-batch", "1", "--executor", "native", "-q", "-o", art])
+                            "--micro-batch", "1", "--executor", "native", *(["--ep", "1"] if name in EXPERTS else []), "-q",
+                            "-o", art])
             p, ref = train(art, "ref", [])
             if ref is None or len(ref) != STEPS:
                 fails.append(f"the one-rank reference of {name} ({layers} layers, {prec}) did not train: {p.stderr[-400:]}")
