@@ -66,7 +66,8 @@ set_tests_properties(compile.missing_file compile.anomaly PROPERTIES LABELS "com
 
 # 16 random layouts (model, layers, precision, dp x tp x pp x cp, ZeRO, recomputation, sp, cp_comm,
 # schedule, fused head, fusion, experts, executor) from a fixed seed, each trained 4 steps against
-# the one-rank program (tests/compile/layout_sweep.py; about 40 s in release). The sanitized run
+# the one-rank program, and 4 runs stopped at step 2 and resumed at another random layout
+# (tests/compile/layout_sweep.py; about 40 s in release). The sanitized run
 # leaves it out: its parts run there in the layout cases above.
 if(Python3_Interpreter_FOUND)
   add_test(NAME compile.layout_sweep

@@ -13,7 +13,10 @@ at 4 layers), the fused head, fusion off, expert parallelism for the experts, th
 the reference executor; with --emulate P, that share of the draws compiled for CUDA with
 --emulate and run on the emulated device. Each trains 4 steps of 8 sequences; the losses and
 the first gradient norm must be the one-rank native program's of the same model and batch:
-step 1 within 1e-5 relative (3e-2 in bf16), step 4 and the norm within 10 times that. A
+step 1 within 1e-5 relative (3e-2 in bf16), step 4 and the norm within 10 times that. Then
+--resumes R (default 4) pairs of CPU layouts of one fp32 model: the first trained to step 2
+(--stop-at, its checkpoint), the second resumed from that checkpoint to step 4, whose
+steps 3 and 4 must be the one-rank run's within 1e-5 (the checkpoint resharded). A
 layout the compiler refuses must say why (exit 1 or 2 with a message); none must crash.
 Exit 0 pass, 1 fail, 77 skip (no mpirun)."""
 import argparse
@@ -44,10 +47,13 @@ EXPERTS = ("moe", "gptoss")
 STEPS = 4
 
 
-def draw(rng, emulate):
+def draw(rng, emulate, fixed=None):
+    """A model, its layers and precision (or `fixed`'s) and a layout: (name, layers, prec, flags, hpdlrun's flags)."""
     name = rng.choice(sorted(MODELS))
     layers = rng.choice([2, 4])
     prec = rng.choice(["fp32", "fp32", "bf16"])
+    if fixed:
+        name, layers, prec = fixed
     tp, pp, dp = (rng.choice([1, 2]) for _ in range(3))
     cp = rng.choice([1, 1, 2, 4])
     if tp * pp * dp * cp > 8:
@@ -93,6 +99,7 @@ def main():
     ap.add_argument("--seed", type=int, default=37)
     ap.add_argument("--draws", type=int, default=16)
     ap.add_argument("--emulate", type=float, default=0)
+    ap.add_argument("--resumes", type=int, default=4)
     a = ap.parse_args()
     e2e_common.need_mpi(a.bin)
     os.makedirs(a.work, exist_ok=True)
@@ -109,11 +116,9 @@ def main():
 
     rng = random.Random(a.seed)
     refs, fails, ran = {}, [], 0
-    for i in range(a.draws):
-        name, layers, prec, fl, run = draw(rng, a.emulate)
-        f, defs, lkey = MODELS[name]
-        base = [os.path.join(a.source, "samples", f), *defs, "-D", f"{lkey}={layers}", "--precision", prec, "--global-batch", "8"]
-        line = " ".join([f, *defs[1::2], f"{lkey}={layers}", prec, *fl])
+
+    def reference(name, layers, prec, base):
+        """The one-rank native program's 4 steps of this model (None: it did not train, a failure)."""
         if (name, layers, prec) not in refs:
             art = e2e_common.fresh_dir(a.work, f"ref-{name}-{layers}-{prec}")
             e2e_common.run([hpdlc, "compile", *base, "--tp", "1", "--pp", "1", "--dp", "1", "--cp", "1", "--gpus", "1",
@@ -122,9 +127,18 @@ def main():
             p, ref = train(art, "ref", [])
             if ref is None or len(ref) != STEPS:
                 fails.append(f"the one-rank reference of {name} ({layers} layers, {prec}) did not train: {p.stderr[-400:]}")
-                continue
+                ref = None
             refs[(name, layers, prec)] = ref
-        ref = refs[(name, layers, prec)]
+        return refs[(name, layers, prec)]
+
+    for i in range(a.draws):
+        name, layers, prec, fl, run = draw(rng, a.emulate)
+        f, defs, lkey = MODELS[name]
+        base = [os.path.join(a.source, "samples", f), *defs, "-D", f"{lkey}={layers}", "--precision", prec, "--global-batch", "8"]
+        line = " ".join([f, *defs[1::2], f"{lkey}={layers}", prec, *fl])
+        ref = reference(name, layers, prec, base)
+        if ref is None:
+            continue
         art = e2e_common.fresh_dir(a.work, f"art{i}")
         p = e2e_common.run([hpdlc, "compile", *base, *fl, "-q", "-o", art], expect=None, timeout=280)
         if p.returncode != 0:
@@ -146,7 +160,42 @@ def main():
         print(f"{'ok  ' if ok else 'FAIL'} step 1 {e1:.1e}, norm {n1:.1e}, step {STEPS} {e4:.1e}: {line}")
         if not ok:
             fails.append(f"off the one-rank run: {line}")
-    print(f"seed {a.seed}: {a.draws} layouts drawn, {ran} trained against one rank")
+    # resumed at another layout: two draws of one fp32 model, the first stopped at step 2
+    # (its checkpoint), the second resumed from it to step 4; steps 3 and 4 the one-rank run's
+    resumed = 0
+    for i in range(a.resumes):
+        name, layers = rng.choice(sorted(MODELS)), rng.choice([2, 4])
+        arts, lines = [], []
+        for side in (0, 1):
+            _, _, _, fl, _ = draw(rng, 0, (name, layers, "fp32"))
+            f, defs, lkey = MODELS[name]
+            base = [os.path.join(a.source, "samples", f), *defs, "-D", f"{lkey}={layers}", "--precision", "fp32",
+                    "--global-batch", "8"]
+            art = e2e_common.fresh_dir(a.work, f"resume{i}-{side}")
+            p = e2e_common.run([hpdlc, "compile", *base, *fl, "-q", "-o", art], expect=None, timeout=280)
+            lines.append(" ".join(fl))
+            if p.returncode == 0:
+                arts.append(art)
+        if len(arts) < 2:
+            print(f"refused: a resume of {name} ({layers} layers): {' -> '.join(lines)}")
+            continue
+        ref = reference(name, layers, "fp32", base)
+        if ref is None:
+            continue
+        ck = e2e_common.fresh_dir(a.work, f"resume{i}-ckpt")
+        p1, _ = train(arts[0], f"resume{i}-a", ["--stop-at", "2", "--checkpoint-dir", ck])
+        p2, got = train(arts[1], f"resume{i}-b", ["--checkpoint-dir", ck, "--resume"])
+        line = f"{name} ({layers} layers) [{lines[0]}] -> [{lines[1]}]"
+        steps = {r["step"]: r for r in got or []}
+        if p1.returncode != 0 or not got or 3 not in steps or 4 not in steps:
+            fails.append(f"did not resume: {line}\n  {(p1.stderr + p2.stderr)[-600:]}")
+            continue
+        resumed += 1
+        e = max(abs(steps[s]["loss"] - ref[s - 1]["loss"]) / ref[s - 1]["loss"] for s in (3, 4))
+        print(f"{'ok  ' if e <= 1e-5 else 'FAIL'} resumed, steps 3-4 {e:.1e}: {line}")
+        if e > 1e-5:
+            fails.append(f"resumed off the one-rank run: {line}")
+    print(f"seed {a.seed}: {a.draws} layouts drawn, {ran} trained against one rank; {resumed} of {a.resumes} resumed at another")
     for f in fails:
         print(f"FAIL: {f}")
     return 1 if fails or ran == 0 else 0
