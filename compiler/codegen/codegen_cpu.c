@@ -139,7 +139,7 @@ static int needs_buffer(const FuseGraph *fg, int v) {
   const FuseKernel *K = &fg->kernels[fg->kernel_of[v]];
   IrOp op = fg->graph->nodes[v].op;
   if (K->kind == FUSE_VIEW) return 0;
-  if (K->kind == FUSE_LEAF) return op == IR_CONST || ((op == IR_FILL || op == IR_IOTA) && !fuse_leaf_unread(fg, v));
+  if (K->kind == FUSE_LEAF) return op == IR_CONST || op == IR_FILL || op == IR_IOTA;
   for (int i = 0; i < K->noutputs; i++)
     if (K->outputs[i] == v) return 1;
   return 0;
@@ -399,7 +399,6 @@ static void emit_leaf(Host *h, int p) {
   case IR_PARAM: h->ptr[v] = param_ptr(h, (int)n->attr[0], n); break;
   case IR_ARG: h->ptr[v] = load_slot(h, h->args, n->attr[0], "arg"); break;
   default: {
-    if (fuse_leaf_unread(h->fg, v)) break; /* nothing reads it */
     h->ptr[v] = value_ptr(h, v);
     if (LLVMIsNull(h->ptr[v])) break; /* an immediate */
     LLVMValueRef a[4] = {h->ctxp, h->scratch, h->layer, h->ptr[v]};

@@ -1586,7 +1586,6 @@ int cg_kernel_has_code(const FuseGraph *fg, int kp) {
   switch (K->kind) {
   case FUSE_LEAF: {
     IrOp op = fg->graph->nodes[K->nodes[0]].op;
-    if (fuse_leaf_unread(fg, K->nodes[0])) return 0;
     return op == IR_FILL || op == IR_IOTA || op == IR_CONST || op == IR_LOSS_SEED || op == IR_TRAINING;
   }
   case FUSE_VIEW:

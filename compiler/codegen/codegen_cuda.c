@@ -1388,7 +1388,6 @@ static void kernel(CgTarget *t, int gi, int kp) {
      * fills, iotas and constants that a kernel reads from memory */
     const IrNode *n = nd(&k, K->nodes[0]);
     if (n->op != IR_FILL && n->op != IR_IOTA && n->op != IR_CONST) return;
-    if (fuse_leaf_unread(fg, K->nodes[0])) return; /* nothing reads it */
   } /* fall through */
   case FUSE_LOOP:
   case FUSE_ROW:

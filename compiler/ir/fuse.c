@@ -1837,18 +1837,6 @@ int fuse_kernel_part(const FuseGraph *fg, int p) {
  * every backward one in fusion order (so each part runs its kernels in the
  * order the memory plan assumed), and the activation's transfers (toward
  * the next chunk) in the forward part. */
-int fuse_leaf_unread(const FuseGraph *fg, int v) {
-  const IrGraph *g = fg->graph;
-  IrOp op = g->nodes[v].op;
-  if (op != IR_FILL && op != IR_IOTA) return 0;
-  for (int k = 0; k < g->noutputs; k++)
-    if (g->outputs[k] == v) return 0;
-  for (int i = v + 1; i < g->nnodes; i++)
-    for (int k = 0; k < g->nodes[i].nin; k++)
-      if (g->nodes[i].in[k] == v) return 0;
-  return 1;
-}
-
 int fuse_can_cut(const FuseGraph *fg) {
   const IrGraph *g = fg->graph;
   if (g->fb_split <= 0) return 0;

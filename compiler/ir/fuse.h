@@ -220,12 +220,6 @@ int fuse_count(const FuseResult *r, int graph, FuseKind kind);
 int fuse_kernel_part(const FuseGraph *fg, int p);
 int fuse_can_cut(const FuseGraph *fg);
 
-/* Whether value v, a made leaf (fill, iota), is read by nothing and is no
- * output: the partition can leave one behind (a dropless dispatch's weights
- * made again at the rank's shape, spmd.c dispatch_weights). The memory plan
- * gives it no buffer, and the back ends no code. */
-int fuse_leaf_unread(const FuseGraph *fg, int v);
-
 /* The gradient output a kernel can add into the parameter's gradient slot
  * itself (the CPU back end's `.acc` kernels): a GEMM's product with no
  * epilogue, or a lookup's backward (embedding_bwd, which scatters its rows

@@ -773,8 +773,8 @@ static int cp_local_rows(GPart *G, const IrNode *n, const Val *ins) {
 
 /* A dispatch's weights (input 2) converted to `want`, or, when they are a
  * constant, made again at the shape of its partitioned choices `idx` (not
- * converted first: a slice of the whole constant would be left unread, and
- * a back end gives a value nothing reads no buffer). */
+ * sliced first: the whole constant, read by nothing then, goes with
+ * unread_dispatch). */
 static int dispatch_weights(GPart *G, const IrNode *n, const Val *w, int idx, const Shd *want) {
   const IrNode *src = &G->g->nodes[n->in[2]];
   if (src->op != IR_FILL || idx < 0) return convert(G, settle(G, *w, n->span), want, 0, n->span).id;
@@ -1127,10 +1127,15 @@ static Val rule_cross_entropy(GPart *G, const IrNode *n, Val z, Val t) {
 
 /* ---- graphs ---- */
 
-/* copy_marker moves a dispatch's marker onto its tokens by dispatching them
- * again; the first dispatch and its views, read by nothing now, are removed (a back end
- * would otherwise compute it for nobody; ir_drop_unread). */
-static int unread_dispatch(IrOp op) { return op == IR_MOE_DISPATCH || op == IR_RESHAPE || op == IR_TRANSPOSE; }
+/* What a partition can leave read by nothing, removed (a back end would
+ * otherwise compute it for nobody, or refuse a value with no buffer;
+ * ir_drop_unread): copy_marker moves a dispatch's marker onto its tokens by
+ * dispatching them again, leaving the first dispatch and its views; a
+ * dispatch's constant weights are made again at the rank's shape
+ * (dispatch_weights), leaving the whole sequence's fill. */
+static int unread_dispatch(IrOp op) {
+  return op == IR_MOE_DISPATCH || op == IR_RESHAPE || op == IR_TRANSPOSE || op == IR_FILL;
+}
 
 static int partition_graph(Part *P, int gi, Shd entry);
 
