@@ -2064,6 +2064,14 @@ int plan_grad_reduce_bytes(Compression c) { return c == COMPRESS_BF16 || c == CO
 
 int plan_layout_folded(const PlanLayout *L) { return L->expert_fold > 0 && L->tp > 1 && L->ep > 1; }
 
+int plan_layout_ring(const PlanLayout *L) { return L->cp > 1 && L->cp_comm == 1; }
+
+PlanKey plan_layout_key(const PlanLayout *L, int64_t rl) {
+  PlanKey k = {L->micro_batch, L->tp, L->cp, L->tp > 1 ? L->sp : 0, L->recompute, L->ep > 1 ? L->ep : 1, L->fused_ce == 1,
+               rl, plan_layout_folded(L), plan_layout_ring(L)};
+  return k;
+}
+
 PlanLayout plan_layout_of(const SemModel *m) {
   const SemLayout *L = &m->layout;
   PlanLayout p;
@@ -2204,8 +2212,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   int64_t K = L.pp * L.vpp;
   if (L.cp_comm < 0) L.cp_comm = 0; /* auto outside a search: the gathered program */
   out->layout.cp_comm = L.cp_comm;
-  PlanKey key = {L.micro_batch, L.tp, L.cp, L.tp > 1 ? L.sp : 0, L.recompute, L.ep > 1 ? L.ep : 1, L.fused_ce == 1, 0, fold,
-                 PLAN_LAYOUT_RING(&L)};
+  PlanKey key = plan_layout_key(&L, 0);
   /* the screening's parts price every layer under the policy and mix in the
    * kept ones (chunk_from_parts_mixed); the exact chunks are built split */
   PlanKey exact_key = key;
@@ -2641,8 +2648,7 @@ int plan_timeline(PlanCtx *c, const PlanLayout *L, PlanTimeline *out) {
   if (plan_evaluate(c, L, PLAN_FULL_SIM, &r) != 0) return -1;
   const PlanLayout *l = &r.layout;
   int64_t K = l->pp * (l->vpp > 0 ? l->vpp : 1);
-  PlanKey key = {l->micro_batch, l->tp, l->cp, l->tp > 1 ? l->sp : 0, l->recompute, l->ep > 1 ? l->ep : 1,
-                 l->fused_ce == 1, l->recompute_layers, plan_layout_folded(l), PLAN_LAYOUT_RING(l)};
+  PlanKey key = plan_layout_key(l, l->recompute_layers);
   PlanExact *e = plan_exact(c, &key, K);
   if (!e->valid) return -1;
   double *tf = xalloc_calloc((size_t)K, sizeof(double)), *tb = xalloc_calloc((size_t)K, sizeof(double));

@@ -82,6 +82,8 @@ typedef struct PlanLayout {
 
 /* Whether L's expert group is folded: expert_fold 1 with tp > 1 and ep > 1. */
 int plan_layout_folded(const PlanLayout *L);
+/* Whether L attends a ring block at a time: cp_comm = ring with cp > 1. */
+int plan_layout_ring(const PlanLayout *L);
 
 /* Memory of one GPU (bytes). */
 typedef struct PlanMemory {

@@ -40,8 +40,7 @@ void plan_explain(PlanCtx *c, PlanResult *r) {
         }
       }
     }
-    PlanKey key = {L->micro_batch, L->tp, L->cp, L->tp > 1 ? L->sp : 0, L->recompute, L->ep > 1 ? L->ep : 1, L->fused_ce == 1,
-                   0, plan_layout_folded(L), PLAN_LAYOUT_RING(L)};
+    PlanKey key = plan_layout_key(L, 0);
     int act = (L->recompute == RECOMPUTE_NONE || L->recompute == RECOMPUTE_SELECTIVE) && plan_act_differs(c, &key);
     const char *fix = act ? "recompute = act, ops or full, a smaller micro batch or more pipeline stages"
                       : L->recompute == RECOMPUTE_NONE || L->recompute == RECOMPUTE_SELECTIVE
@@ -213,7 +212,7 @@ int plan_explain_terms(const PlanCtx *c, const PlanResult *r, PlanTerm *out, int
       {"tensor-parallel communication (exposed)", r->comm_exposed[IRG_TP],
        "docs/planner.md 1-2: nccl-tests bus-bandwidth model; 9.2: tp_overlap"},
       {"context-parallel communication (exposed)", r->comm_exposed[IRG_CP],
-       PLAN_LAYOUT_RING(&r->layout) ? "docs/planner.md 9.2: cp_comm = ring, each block's exchange under the attention of the one before"
+       plan_layout_ring(&r->layout) ? "docs/planner.md 9.2: cp_comm = ring, each block's exchange under the attention of the one before"
                   : "docs/planner.md 9.2: cp_comm = allgather, the keys and values gathered before the attention"},
       {"data-parallel / ZeRO communication (exposed)", r->comm_exposed[IRG_DP],
        "docs/planner.md 11.3-11.4a: buckets under the backward; ZeRO-3 / FSDP per-layer gathers under compute; the "

@@ -126,7 +126,7 @@ static void html_header(FILE *f, PlanCtx *c, const PlanReport *rep, const PlanRe
     esc(f, plan_layout_str(ls, sizeof ls, &r->layout));
     if (strcmp(plan_attention_name(c), "flash")) fprintf(f, "; attention %s", plan_attention_name(c));
     if (!plan_fusion(c)) fputs("; fusion off", f);
-    if (PLAN_LAYOUT_RING(&r->layout)) fputs("; cp_comm ring", f);
+    if (plan_layout_ring(&r->layout)) fputs("; cp_comm ring", f);
     fprintf(f, "; %" PRId64 " micro-batch%s of %" PRId64 " per replica per step", r->layout.num_micro,
             r->layout.num_micro == 1 ? "" : "es", r->layout.micro_batch);
     if (r->layout.pp > 1 && r->stages) {

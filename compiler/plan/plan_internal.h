@@ -46,8 +46,9 @@ typedef struct PlanKey {
   int ring;   /* cp_comm = ring at cp > 1: one attention a block of keys and values (spmd.c ring_attention) */
 } PlanKey;
 
-/* The key's ring flag of a layout: cp_comm = ring where there is context parallelism. */
-#define PLAN_LAYOUT_RING(L) ((L)->cp > 1 && (L)->cp_comm == 1)
+/* The program key of layout L, its chunks recomputing their first rl layers
+ * (0: all, as the parts price them). */
+PlanKey plan_layout_key(const PlanLayout *L, int64_t rl);
 
 /* Chunk kinds of a pipeline split. */
 enum { PLAN_SINGLE = 0, PLAN_FIRST = 1, PLAN_MIDDLE = 2, PLAN_LAST = 3, PLAN_NKINDS = 4 };

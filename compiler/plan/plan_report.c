@@ -29,7 +29,7 @@ const char *plan_layout_str(char *buf, size_t n, const PlanLayout *L) {
   if (L->ep > 1) snprintf(ep, sizeof ep, " ep=%" PRId64 "%s", L->ep, plan_layout_folded(L) ? " etp=1" : "");
   if (L->recompute_layers > 0 && L->recompute > 0) snprintf(rl, sizeof rl, "/%" PRId64 "l", L->recompute_layers);
   snprintf(buf, n, "dp=%" PRId64 " tp=%" PRId64 " pp=%" PRId64 " cp=%" PRId64 "%s%s sp=%s zero=%" PRId64 " mb=%" PRId64 "%s rc=%s%s%s",
-           L->dp, L->tp, L->pp, L->cp, PLAN_LAYOUT_RING(L) ? " ring" : "", ep, L->sp ? "on" : "off", L->zero, L->micro_batch,
+           L->dp, L->tp, L->pp, L->cp, plan_layout_ring(L) ? " ring" : "", ep, L->sp ? "on" : "off", L->zero, L->micro_batch,
            sched, sem_recompute_name((Recompute)L->recompute), rl, L->fused_ce == 1 ? " fce" : "");
   return buf;
 }
@@ -72,7 +72,7 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
   if (m->layout.tp_overlap && L->tp > 1) fprintf(f, "; tp_overlap on");
   if (L->fused_ce == 1) fprintf(f, "; fused_ce on");
   if (L->ep > 1 && m->layout.dispatcher == 1) fprintf(f, "; dispatcher deepep");
-  if (PLAN_LAYOUT_RING(L)) fprintf(f, "; cp_comm ring");
+  if (plan_layout_ring(L)) fprintf(f, "; cp_comm ring");
   if (strcmp(plan_attention_name(c), "flash")) fprintf(f, "; attention %s", plan_attention_name(c));
   if (!plan_fusion(c)) fprintf(f, "; fusion off");
   fputc('\n', f);
