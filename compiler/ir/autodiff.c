@@ -35,6 +35,9 @@ typedef struct {
    * layers and the kept ones, the step's SAVE call of the first part (its
    * output is the second part's input; map holds the second), else -1 */
   int *split_first;
+  /* lazy: per context-parallel RECV of the forward, the SEND it pairs with
+   * (the oldest one not yet received, as the runtime pairs them), else -1 */
+  int *cp_pair;
   const char *err;
 } AdCtx;
 
@@ -128,11 +131,14 @@ static int arg_node(AdCtx *c, int64_t index, const IrNode *like, const char *nam
 }
 
 /* A forward node re-created from its inputs rather than kept: leaves are
- * free; SEND / RECV never repeat (they would move another message). A
- * node that reads a state parameter (other than through a view) is kept:
- * the forward's STATE_UPDATE has moved the state by the time a backward
- * recomputes (a routing bias chose the experts with the old value). */
-static int recomputable(const IrModule *m, const IrGraph *g, const IrNode *n) {
+ * free; SEND / RECV do not repeat (they would move another message), but a
+ * context-parallel RECV whose SEND is known does: the pair is made again,
+ * the exchange repeated (cp_rereceive). A node that reads a state parameter
+ * (other than through a view) is kept: the forward's STATE_UPDATE has moved
+ * the state by the time a backward recomputes (a routing bias chose the
+ * experts with the old value). */
+static int recomputable(const IrModule *m, const IrGraph *g, const IrNode *n, const int *cp_pair) {
+  if (n->op == IR_RECV && cp_pair && cp_pair[n - g->nodes] >= 0) return 1;
   if (n->op == IR_SEND || n->op == IR_RECV || n->op == IR_CALL || n->op == IR_ARG) return 0;
   if (n->op != IR_RESHAPE)
     for (int k = 0; k < n->nin; k++) {
@@ -140,6 +146,19 @@ static int recomputable(const IrModule *m, const IrGraph *g, const IrNode *n) {
       if (x->op == IR_PARAM && x->attr[0] >= 0 && x->attr[0] < m->nparams && m->params[x->attr[0]].state) return 0;
     }
   return 1;
+}
+
+static int fv(AdCtx *c, int f);
+
+/* A received block made again: the forward's SEND it paired with is sent
+ * again first (once), its value made again or read where it was kept - which
+ * for a ring repeats the exchange from the rank's own block, step by step in
+ * the forward's order, so the runtime pairs each receive as the forward did. */
+static int resend(AdCtx *c, int s) {
+  if (c->map[s] >= 0) return 0;
+  int x = fv(c, fin(c, s, 0));
+  if (x < 0) return -1;
+  return c->map[s] = copy_node(c, fnode(c, s), &x);
 }
 
 static int fv(AdCtx *c, int f) {
@@ -152,7 +171,8 @@ static int fv(AdCtx *c, int f) {
   int id;
   if (n->op == IR_ARG) {
     id = arg_node(c, n->attr[0] + 1, n, n->name);
-  } else if (recomputable(c->m, c->f, n) && ((ir_op_flags(n->op) & IRF_LEAF) || c->recomp[f])) {
+  } else if (recomputable(c->m, c->f, n, c->cp_pair) && ((ir_op_flags(n->op) & IRF_LEAF) || c->recomp[f])) {
+    if (n->op == IR_RECV && resend(c, c->cp_pair[f]) < 0) return -1;
     int stack_in[8], *in = n->nin <= 8 ? stack_in : malloc(sizeof(int) * (size_t)n->nin);
     for (int k = 0; k < n->nin; k++) in[k] = fv(c, n->in[k]);
     id = copy_node(c, n, in);
@@ -1281,6 +1301,56 @@ static void zero3_regather(const IrGraph *g, char *recomp) {
   }
 }
 
+/* Context parallelism: the keys and values a rank received around the ring
+ * (or gathered, under cp_comm = allgather) are received again in the backward
+ * - the forward's exchange repeated from the rank's own block - instead of
+ * kept per layer, so a rank keeps its own block's keys and values and not the
+ * whole sequence's (cp - 1 blocks more a layer; Megatron-LM / Transformer
+ * Engine's ring keeps only its own too). Marks the receives, what views and
+ * joins them on the way to the attention, and the messages' packing (the
+ * views and concatenation a SEND reads), which is made again rather than kept. */
+static void cp_rereceive(const IrGraph *g, const int *cp_pair, char *recomp) {
+  char *from_recv = calloc((size_t)g->nnodes + 1, 1), *packing = calloc((size_t)g->nnodes + 1, 1);
+  if (!from_recv || !packing) abort();
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = &g->nodes[i];
+    int view = n->op == IR_SLICE || n->op == IR_RESHAPE || n->op == IR_CONCAT || n->op == IR_TRANSPOSE || n->op == IR_REPEAT_KV;
+    from_recv[i] = n->op == IR_RECV && cp_pair[i] >= 0;
+    for (int k = 0; view && k < n->nin; k++) from_recv[i] |= from_recv[n->in[k]];
+    if (n->op == IR_RECV && cp_pair[i] >= 0) packing[cp_pair[i]] = 1; /* the SEND it pairs with */
+  }
+  for (int i = g->nnodes - 1; i >= 0; i--) {
+    const IrNode *n = &g->nodes[i];
+    if (!packing[i]) continue;
+    for (int k = 0; k < n->nin; k++) {
+      IrOp op = g->nodes[n->in[k]].op;
+      if (op == IR_CONCAT || op == IR_RESHAPE) packing[n->in[k]] = 1;
+    }
+  }
+  for (int i = 0; i < g->nnodes; i++)
+    if (from_recv[i] || (packing[i] && g->nodes[i].op != IR_SEND)) recomp[i] = 1;
+  free(from_recv);
+  free(packing);
+}
+
+/* Per context-parallel RECV of g, the SEND it pairs with: the oldest one of
+ * its group not yet received (runtime/comm_ring.c pairs them so), or -1. */
+static int *cp_pairs(IrModule *m, const IrGraph *g) {
+  int *pair = arena_alloc(m->arena, sizeof(int) * ((size_t)g->nnodes + 1));
+  int *queue = arena_alloc(m->arena, sizeof(int) * ((size_t)g->nnodes + 1)), head = 0, tail = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const IrNode *n = &g->nodes[i];
+    pair[i] = -1;
+    if (n->op == IR_SEND && n->attr[0] == IRG_CP) queue[tail++] = i;
+    else if (n->op == IR_RECV && n->attr[0] == IRG_CP && head < tail) {
+      const IrNode *s = &g->nodes[queue[head]];
+      if (s->attr[1] == -n->attr[1] && ir_numel(s) == ir_numel(n) && s->dtype == n->dtype) pair[i] = queue[head];
+      head++;
+    }
+  }
+  return pair;
+}
+
 /* A weight seen through an identity, a view or a cast - Megatron's f over
  * the context group (copy_to_group: its gradient is all-reduced there), a
  * reshape, a transpose - is the weight again in the backward, not a copy
@@ -1484,6 +1554,10 @@ static const char *build_block(IrModule *m, AdResult *res, int fi, Recompute pol
   free(weight);
   zero3_regather(f, c.recomp);
   sp_regather(f, c.recomp);
+  if (policy != RECOMPUTE_NONE) {
+    c.cp_pair = cp_pairs(m, f);
+    cp_rereceive(f, c.cp_pair, c.recomp);
+  }
   const IrNode *out = fnode(&c, f->outputs[0]);
   int dy = arg_node(&c, 0, out, "dy");
   if (c.rg[f->outputs[0]]) c.grad[f->outputs[0]] = dy;

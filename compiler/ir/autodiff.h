@@ -91,7 +91,8 @@ AdResult *ad_build_layers(IrModule *m, Recompute policy, int64_t layers, const c
  * differentiated): an attention core (a score product, its softmax and the
  * product with V, Korthikanti et al. 2022) in some graph. Without one (a
  * flash attention keeps no scores) the policy differentiates as
- * RECOMPUTE_NONE does. */
+ * RECOMPUTE_NONE does - but for the keys and values received under context
+ * parallelism, which every policy but none receives again (cp_rereceive). */
 int ad_selective_recomputes(const IrModule *m);
 
 /* Whether RECOMPUTE_ACT's program may differ from RECOMPUTE_SELECTIVE's:

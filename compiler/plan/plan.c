@@ -52,6 +52,7 @@ void plan_cost_add(PlanCost *a, const PlanCost *b, double times) {
   a->t_rc += b->t_rc * times;
   a->t_attn += b->t_attn * times;
   a->t_attn_gemm += b->t_attn_gemm * times;
+  a->t_cp_again += b->t_cp_again * times;
   for (int g = 0; g < IRG_COUNT; g++) {
     a->t_comm[g] += b->t_comm[g] * times;
     a->t_hidden[g] += b->t_hidden[g] * times;
@@ -548,7 +549,7 @@ static void price_gemm(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, 
 }
 
 
-static void price_comm(Pricer *P, const GInfo *gi, const FuseKernel *K, PlanCost *acc) {
+static void price_comm(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, PlanCost *acc) {
   const IrGraph *g = gi->g;
   for (int j = 0; j < K->nnodes; j++) {
     const IrNode *n = &g->nodes[K->nodes[j]];
@@ -587,13 +588,19 @@ static void price_comm(Pricer *P, const GInfo *gi, const FuseKernel *K, PlanCost
         continue;
       }
       /* ring attention: a key / value block to the next context rank, on the
-       * critical path of the attention that waits for it */
+       * critical path of the attention that waits for it; a backward's
+       * repeat of the forward's exchange (autodiff's cp_rereceive: each
+       * block received again right after it is sent) waits whole */
       if (size > 1) {
         double b = value_bytes(P->pc, &g->nodes[n->in[0]]);
         double t = cost_sendrecv_s(b, &P->link[grp]);
         acc->t += t;
         acc->t_comm[grp] += t;
         acc->sent[grp] += b;
+        if (rc && grp == IRG_CP) {
+          acc->t_cp_again += t;
+          acc->t_rc += t;
+        }
       }
       continue;
     case IR_SHARD_SLICE: {
@@ -662,7 +669,7 @@ static void price_kernel_body(Pricer *P, const GInfo *gi, int k, int rc, PlanCos
     price_gemm(P, gi, K, rc, acc);
     return;
   case FUSE_COMM:
-    price_comm(P, gi, K, acc);
+    price_comm(P, gi, K, rc, acc);
     return;
   case FUSE_CALL: {
     const IrNode *x = &g->nodes[K->nodes[0]];
@@ -942,9 +949,9 @@ static const GMemo *price_graph(Pricer *P, int graph) {
    * chunk i computes (Megatron-LM / Transformer Engine userbuffers); only
    * the first chunk's exchange waits. */
   int64_t cpn = P->gsize[IRG_CP], tpn = P->gsize[IRG_TP];
-  if (P->ring && cpn > 1 && c.t_comm[IRG_CP] > 0) { /* cp_comm = allgather: all of it waits */
+  if (P->ring && cpn > 1 && c.t_comm[IRG_CP] > c.t_cp_again) { /* cp_comm = allgather: all of it waits */
     double h = t_attn * (double)(cpn - 1) / (double)cpn;
-    if (h > c.t_comm[IRG_CP]) h = c.t_comm[IRG_CP];
+    if (h > c.t_comm[IRG_CP] - c.t_cp_again) h = c.t_comm[IRG_CP] - c.t_cp_again;
     c.t -= h;
     c.t_hidden[IRG_CP] += h;
   }
@@ -1391,6 +1398,16 @@ int plan_act_differs(PlanCtx *c, const PlanKey *k) {
   return c->act_same != 1;
 }
 
+int plan_selective_differs(PlanCtx *c, const PlanKey *k) {
+  if (!c->selective_same) {
+    Arena *a = arena_new();
+    IrModule *m = lower_priced(c, a, k);
+    if (m) c->selective_same = ad_selective_recomputes(m) ? 2 : 1;
+    arena_free(a);
+  }
+  return c->selective_same != 1;
+}
+
 PlanParts *plan_parts(PlanCtx *c, const PlanKey *k) {
   PlanParts *p = parts_find(c, k);
   if (p) return p;
@@ -1401,17 +1418,12 @@ PlanParts *plan_parts(PlanCtx *c, const PlanKey *k) {
     sel.rc = RECOMPUTE_SELECTIVE;
     return plan_parts(c, &sel);
   }
-  if (k->rc == RECOMPUTE_SELECTIVE) {
+  if (k->rc == RECOMPUTE_SELECTIVE && k->cp <= 1) {
     /* selective recomputation of a model with no attention core to
      * recompute (flash attention keeps no scores) is the program of
-     * recompute none: its parts, not built again */
-    if (!c->selective_same) {
-      Arena *a = arena_new();
-      IrModule *m = lower_priced(c, a, k);
-      if (m) c->selective_same = ad_selective_recomputes(m) ? 2 : 1;
-      arena_free(a);
-    }
-    if (c->selective_same == 1) {
+     * recompute none: its parts, not built again (not under context
+     * parallelism, where it receives the other ranks' blocks again) */
+    if (!plan_selective_differs(c, k)) {
       PlanKey none = *k;
       none.rc = RECOMPUTE_NONE;
       return plan_parts(c, &none);

@@ -26,6 +26,7 @@ typedef struct PlanCost {
   double t_attn_gemm; /* of t_attn: its GEMMs (the rest is its softmax, in t_other) */
   double t_comm[IRG_COUNT];
   double t_hidden[IRG_COUNT]; /* of t_comm: overlapped with compute, so not in t (tp_overlap, ring attention) */
+  double t_cp_again;          /* of t_comm[IRG_CP]: the exchange a backward repeats, which nothing overlaps */
   double sent[IRG_COUNT]; /* bytes this rank sends */
   double flops, gemm_flops, rc_flops, rc_gemm_flops;
   double kernels;
@@ -175,6 +176,11 @@ void plan_explain(PlanCtx *c, PlanResult *r);
  * (it has a gated activation a GEMM reads; k: any key of the model, lowered
  * once to find out). */
 int plan_act_differs(PlanCtx *c, const PlanKey *k);
+/* Whether recompute = selective recomputes an attention core of the model
+ * (its scores materialized); without one it differentiates as none, but
+ * under context parallelism (the blocks received again, autodiff's
+ * cp_rereceive). k: any key of the model. */
+int plan_selective_differs(PlanCtx *c, const PlanKey *k);
 
 /* One term of the step time and where its formula comes from (--explain). */
 typedef struct PlanTerm {

@@ -163,6 +163,7 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
   /* recompute = act is tried only for a model it changes (a gated activation) */
   PlanKey k1 = {1, 1, 1, 0, RECOMPUTE_ACT, 1, 0, 0, 0, 0};
   int act_differs = fix->recompute == RECOMPUTE_ACT || (fixed_ok(fix->recompute, RECOMPUTE_ACT) && plan_act_differs(c, &k1));
+  int selective_differs = plan_selective_differs(c, &k1);
   int64_t layers = m->layers > 0 ? m->layers : 1;
   /* chunks of at least one layer; equal ones when the layers must balance by count */
   int equal = m->layout.balance == BALANCE_LAYERS, ends = m->layout.balance == BALANCE_ENDS;
@@ -248,6 +249,14 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
                      * the memory, and a layout that fits without it is the faster */
                     if (rc == RECOMPUTE_ACT && fix->recompute != RECOMPUTE_ACT && fixed_ok(fix->recompute, RECOMPUTE_NONE) &&
                         mb <= PLAN_SEARCH_MAX_MB && v <= PLAN_SEARCH_MAX_V && none_fit[zero][sk][v][mb])
+                      continue;
+                    /* recompute = selective auto under context parallelism, where the
+                     * model has no attention core to recompute (flash): none's program
+                     * but for the blocks received again in the backward, which saves
+                     * memory for exposed time - so only where none does not fit */
+                    if (rc == RECOMPUTE_SELECTIVE && cp > 1 && !selective_differs && fix->recompute != RECOMPUTE_SELECTIVE &&
+                        fixed_ok(fix->recompute, RECOMPUTE_NONE) && mb <= PLAN_SEARCH_MAX_MB && v <= PLAN_SEARCH_MAX_V &&
+                        none_fit[zero][sk][v][mb])
                       continue;
                     PlanLayout L = {dp, tp, pp, cp, v, zero, mb, nm, sp, sk, rc, fix->overlap >= 0 ? fix->overlap : 1, ep, fce,
                                     rc != RECOMPUTE_NONE && fix->recompute_layers > 0 ? fix->recompute_layers : 0, fold, ring};

@@ -508,6 +508,18 @@ def case_cp_ring():
     compare("cp 4, allgather (native)", runs["allgather"], reference(os.path.join(ARGS.work, "art-cp4-allgather")), 1e-6, 1e-4)
     print(f"cp 4: ring against allgather over {STEPS} steps, losses within {worst:.1e} (rel)")
     check(len(runs["ring"]) == STEPS and worst < 1e-5, f"cp 4: ring and allgather differ by {worst:.1e}")
+    # under a recompute policy the blocks other ranks sent are received again in the backward
+    # (autodiff.c, cp_rereceive), not kept per layer: a smaller arena, the same losses
+    for comm in ("allgather", "ring"):
+        art, p = compile_art("art-cp4-sel-" + comm, ["--cp", "4", "--dp", "1", "--cp-comm", comm, "--recompute", "selective"],
+                             executor="native")
+        got, _ = train(art, "cp4-sel-" + comm)
+        arena = arena_of(p)
+        worst = max(rel(a["loss"], b["loss"]) for a, b in zip(got, runs[comm]))
+        print(f"cp 4, {comm}, recompute selective: arena {arena} bytes (none: {arenas[comm]}), losses within {worst:.1e} "
+              f"of none's over {STEPS} steps")
+        check(arena < arenas[comm], f"cp 4 {comm}: received blocks still kept under selective ({arena} >= {arenas[comm]})")
+        check(len(got) == STEPS and worst < 1e-5, f"cp 4 {comm}: selective differs from none by {worst:.1e}")
 
 
 def case_resume_same_layout():
