@@ -38,6 +38,12 @@ typedef struct {
   /* lazy: per context-parallel RECV of the forward, the SEND it pairs with
    * (the oldest one not yet received, as the runtime pairs them), else -1 */
   int *cp_pair;
+  /* lazy, the rings those pairs make (cp_rings): per RECV its ring's root (the
+   * value the ring's first SEND sends) and its block's place in the ring
+   * (1..len-1), else -1; per root the ring's length (-1: not a ring; the pairs
+   * are then made again as they were, resend) and the next block the
+   * backward's ring delivers (len-1 down to 1) */
+  int *cp_root, *cp_pos, *ring_len, *ring_next;
   const char *err;
 } AdCtx;
 
@@ -161,8 +167,45 @@ static int resend(AdCtx *c, int s) {
   return c->map[s] = copy_node(c, fnode(c, s), &x);
 }
 
+/* The ring's blocks made again in the backward, the other way round: each
+ * rank sends its own block to the previous rank and passes on what it
+ * receives, so the blocks come in the order the backward reads them (the
+ * forward's last first: block s is rank r - s's, r + (len - s) along the
+ * other way), each sent on as soon as it arrives so that it travels while
+ * the backward works on the one before - as Transformer Engine's ring
+ * re-sends a rank's keys and values. Delivers up to block j. The sends go to
+ * offset -1 as the gradients' do, and each receive takes the oldest send
+ * (runtime/comm_ring.c): the backward's order (block j received, then its
+ * gradient sent, then block j - 1's received) keeps the two apart. */
+static int ring_deliver(AdCtx *c, int root, int j) {
+  const IrNode *any = NULL;
+  while (!c->err && c->ring_next[root] >= j) {
+    int t = c->ring_next[root], blk = -1;
+    for (int i = 0; i < c->f->nnodes && blk < 0; i++)
+      if (c->cp_root[i] == root && c->cp_pos[i] == t) blk = i;
+    if (blk < 0) {
+      set_err(c, "internal error: a context-parallel ring lost a block");
+      return -1;
+    }
+    any = fnode(c, blk);
+    int64_t back[2] = {any->attr[0], -1}, from_next[2] = {any->attr[0], 1};
+    if (t == c->ring_len[root] - 1) { /* the first: this rank's own block, sent now */
+      int x = fv(c, root);
+      if (emit(c, IR_SEND, &x, 1, back, 2, 0, any->dtype, any->rank, any->dims) < 0) return -1;
+    }
+    int r = emit(c, IR_RECV, NULL, 0, from_next, 2, 0, any->dtype, any->rank, any->dims);
+    if (r < 0) return -1;
+    c->map[blk] = r;
+    c->ring_next[root] = t - 1;
+    if (t > 1 && emit(c, IR_SEND, &r, 1, back, 2, 0, any->dtype, any->rank, any->dims) < 0) return -1; /* on at once */
+  }
+  return c->err ? -1 : 0;
+}
+
 static int fv(AdCtx *c, int f) {
   if (c->map[f] >= 0 || c->err) return c->map[f];
+  if (c->cp_root && c->cp_root[f] >= 0 && c->ring_len[c->cp_root[f]] > 0 && c->recomp[f])
+    return ring_deliver(c, c->cp_root[f], c->cp_pos[f]) < 0 ? -1 : c->map[f];
   if (!c->lazy) {
     set_err(c, "internal error: a forward value is missing from the step graph");
     return -1;
@@ -1333,6 +1376,41 @@ static void cp_rereceive(const IrGraph *g, const int *cp_pair, char *recomp) {
   free(packing);
 }
 
+/* The rings the context-parallel pairs make: a RECV whose SEND sends the
+ * root x (anything but a ring's block) is block 1 of x's ring, one whose SEND
+ * sends block s is block s + 1. A root whose blocks are not 1..len-1 once
+ * each is no ring (ring_len -1). */
+static void cp_rings(AdCtx *c) {
+  const IrGraph *g = c->f;
+  size_t n = (size_t)g->nnodes + 1;
+  c->cp_root = arena_alloc(c->m->arena, sizeof(int) * n);
+  c->cp_pos = arena_alloc(c->m->arena, sizeof(int) * n);
+  c->ring_len = arena_alloc(c->m->arena, sizeof(int) * n);
+  c->ring_next = arena_alloc(c->m->arena, sizeof(int) * n);
+  for (int i = 0; i < g->nnodes; i++) c->cp_root[i] = c->cp_pos[i] = -1, c->ring_len[i] = 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    if (c->cp_pair[i] < 0) continue;
+    int x = g->nodes[c->cp_pair[i]].in[0];
+    int root = c->cp_root[x] >= 0 ? c->cp_root[x] : x, pos = c->cp_root[x] >= 0 ? c->cp_pos[x] + 1 : 1;
+    c->cp_root[i] = root;
+    c->cp_pos[i] = pos;
+    if (c->ring_len[root] >= 0) c->ring_len[root] = pos + 1 > c->ring_len[root] ? pos + 1 : c->ring_len[root];
+  }
+  for (int r = 0; r < g->nnodes; r++) {
+    if (c->ring_len[r] <= 0) continue;
+    int seen = 0;
+    for (int i = 0; i < g->nnodes; i++)
+      if (c->cp_root[i] == r) seen++;
+    for (int t = 1; t < c->ring_len[r] && seen == c->ring_len[r] - 1; t++) {
+      int once = 0;
+      for (int i = 0; i < g->nnodes; i++) once += c->cp_root[i] == r && c->cp_pos[i] == t;
+      if (once != 1) seen = -1;
+    }
+    if (seen != c->ring_len[r] - 1) c->ring_len[r] = -1;
+    c->ring_next[r] = c->ring_len[r] - 1;
+  }
+}
+
 /* Per context-parallel RECV of g, the SEND it pairs with: the oldest one of
  * its group not yet received (runtime/comm_ring.c pairs them so), or -1. */
 static int *cp_pairs(IrModule *m, const IrGraph *g) {
@@ -1557,6 +1635,7 @@ static const char *build_block(IrModule *m, AdResult *res, int fi, Recompute pol
   if (policy != RECOMPUTE_NONE) {
     c.cp_pair = cp_pairs(m, f);
     cp_rereceive(f, c.cp_pair, c.recomp);
+    cp_rings(&c);
   }
   const IrNode *out = fnode(&c, f->outputs[0]);
   int dy = arg_node(&c, 0, out, "dy");

@@ -1229,6 +1229,13 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
       }
     }
   }
+  /* A context-parallel send goes first once it is ready: its exchange runs
+   * in the background until its receive, so the kernels between them (the
+   * ring's attention on the block before) hide it. By node order alone the
+   * attention, which reads q from far earlier, came first at cp > 2 and
+   * every exchange but a ring's first waited whole. */
+  for (int id = 0; id < n; id++)
+    if (nd(g, id)->op == IR_SEND && nd(g, id)->attr[0] == IRG_CP) minnode[dense[id]] = -1;
   int *heap = xalloc_calloc((size_t)nk + 1, sizeof(int)), nh = 0;
   int *order = xalloc_calloc((size_t)nk + 1, sizeof(int)), norder = 0;
   for (int k = 0; k < nk; k++)

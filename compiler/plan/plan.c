@@ -52,7 +52,7 @@ void plan_cost_add(PlanCost *a, const PlanCost *b, double times) {
   a->t_rc += b->t_rc * times;
   a->t_attn += b->t_attn * times;
   a->t_attn_gemm += b->t_attn_gemm * times;
-  a->t_cp_again += b->t_cp_again * times;
+  a->t_cp_waits += b->t_cp_waits * times;
   for (int g = 0; g < IRG_COUNT; g++) {
     a->t_comm[g] += b->t_comm[g] * times;
     a->t_hidden[g] += b->t_hidden[g] * times;
@@ -129,6 +129,7 @@ typedef struct {
   char *gradsink;  /* per node: a weight gradient or a partial sum of one (flows only into gradient outputs) */
   char *score;     /* per node: an attention score or probability ([.., s_q, s_k]) */
   char *kattn;     /* per kernel: part of the attention (writes a score, or a GEMM reading one) */
+  char *kcp_wait;  /* per kernel: a context-parallel send whose receive no attention kernel precedes (its exchange waits whole) */
   int has_sbwd;    /* the graph differentiates a softmax of scores (an attention backward) */
   int attn_op;     /* the graph has ATTENTION ops (flash attention kernels of the back ends) */
 } GInfo;
@@ -147,6 +148,7 @@ static void ginfo_free(GInfo *gi) {
   free(gi->kparam_fwd);
   free(gi->score);
   free(gi->kattn);
+  free(gi->kcp_wait);
   free(gi->gradsink);
 }
 
@@ -206,7 +208,7 @@ static void ginfo_init(GInfo *gi, const IrGraph *g, const FuseGraph *fg) {
     /* the backward starts at argument 0 (the loss seed of a step, dy of a
      * B.grad) and at a gradient received from the next pipeline chunk */
     if (x->op == IR_ARG && x->attr[0] == 0) gi->dep[i] = 1;
-    if (x->op == IR_RECV && x->attr[1] > 0) gi->dep[i] = 1;
+    if (x->op == IR_RECV && x->attr[0] == IRG_PP && x->attr[1] > 0) gi->dep[i] = 1;
     for (int k = 0; k < x->nin; k++) {
       gi->dep[i] |= gi->dep[x->in[k]];
       gi->nuse[x->in[k]]++;
@@ -293,6 +295,29 @@ static void ginfo_init(GInfo *gi, const IrGraph *g, const FuseGraph *fg) {
       if (x->op == IR_MATMUL && (gi->score[x->in[0]] || gi->score[x->in[1]])) gi->kattn[k] = 1;
     }
   }
+  /* A context-parallel exchange starts at its send and is waited for at its
+   * receive, the oldest send's (runtime/comm_ring.c): it hides under the
+   * attention kernels the program runs between the two, and waits whole
+   * where there are none (a backward receiving the blocks again, the
+   * gathered program's sends back to back) */
+  gi->kcp_wait = xalloc_calloc((size_t)(nk > 0 ? nk : 1), 1);
+  int *sends = xalloc_calloc((size_t)(nk > 0 ? nk : 1), sizeof(int)), *attn_at = xalloc_calloc((size_t)(nk > 0 ? nk : 1), sizeof(int));
+  int head = 0, tail = 0, nattn = 0;
+  for (int k = 0; k < nk; k++) {
+    const FuseKernel *K = &fg->kernels[k];
+    for (int j = 0; j < K->nnodes && K->kind == FUSE_COMM; j++) {
+      const IrNode *x = &g->nodes[K->nodes[j]];
+      if (x->attr[0] != IRG_CP) continue;
+      if (x->op == IR_SEND && tail < nk) attn_at[tail] = nattn, sends[tail++] = k;
+      else if (x->op == IR_RECV && head < tail) {
+        if (attn_at[head] == nattn) gi->kcp_wait[sends[head]] = 1;
+        head++;
+      }
+    }
+    nattn += gi->kattn[k];
+  }
+  free(sends);
+  free(attn_at);
 }
 
 static double callee_saved_layer(Pricer *P, int graph);
@@ -549,8 +574,9 @@ static void price_gemm(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, 
 }
 
 
-static void price_comm(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, PlanCost *acc) {
+static void price_comm(Pricer *P, const GInfo *gi, int kk, int rc, PlanCost *acc) {
   const IrGraph *g = gi->g;
+  const FuseKernel *K = &gi->fg->kernels[kk];
   for (int j = 0; j < K->nnodes; j++) {
     const IrNode *n = &g->nodes[K->nodes[j]];
     int grp = (int)n->attr[0];
@@ -588,19 +614,18 @@ static void price_comm(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, 
         continue;
       }
       /* ring attention: a key / value block to the next context rank, on the
-       * critical path of the attention that waits for it; a backward's
-       * repeat of the forward's exchange (autodiff's cp_rereceive: each
-       * block received again right after it is sent) waits whole */
+       * critical path of the attention that waits for it (hidden under the
+       * attention between the send and its receive, price_graph; none there:
+       * it waits whole, GInfo.kcp_wait); a backward's sends of the blocks
+       * received again (autodiff's cp_rereceive) are recomputation */
       if (size > 1) {
         double b = value_bytes(P->pc, &g->nodes[n->in[0]]);
         double t = cost_sendrecv_s(b, &P->link[grp]);
         acc->t += t;
         acc->t_comm[grp] += t;
         acc->sent[grp] += b;
-        if (rc && grp == IRG_CP) {
-          acc->t_cp_again += t;
-          acc->t_rc += t;
-        }
+        if (grp == IRG_CP && gi->kcp_wait[kk]) acc->t_cp_waits += t;
+        if (rc) acc->t_rc += t;
       }
       continue;
     case IR_SHARD_SLICE: {
@@ -669,7 +694,7 @@ static void price_kernel_body(Pricer *P, const GInfo *gi, int k, int rc, PlanCos
     price_gemm(P, gi, K, rc, acc);
     return;
   case FUSE_COMM:
-    price_comm(P, gi, K, rc, acc);
+    price_comm(P, gi, k, rc, acc);
     return;
   case FUSE_CALL: {
     const IrNode *x = &g->nodes[K->nodes[0]];
@@ -949,9 +974,9 @@ static const GMemo *price_graph(Pricer *P, int graph) {
    * chunk i computes (Megatron-LM / Transformer Engine userbuffers); only
    * the first chunk's exchange waits. */
   int64_t cpn = P->gsize[IRG_CP], tpn = P->gsize[IRG_TP];
-  if (P->ring && cpn > 1 && c.t_comm[IRG_CP] > c.t_cp_again) { /* cp_comm = allgather: all of it waits */
+  if (P->ring && cpn > 1 && c.t_comm[IRG_CP] > c.t_cp_waits) { /* cp_comm = allgather: all of it waits */
     double h = t_attn * (double)(cpn - 1) / (double)cpn;
-    if (h > c.t_comm[IRG_CP] - c.t_cp_again) h = c.t_comm[IRG_CP] - c.t_cp_again;
+    if (h > c.t_comm[IRG_CP] - c.t_cp_waits) h = c.t_comm[IRG_CP] - c.t_cp_waits;
     c.t -= h;
     c.t_hidden[IRG_CP] += h;
   }

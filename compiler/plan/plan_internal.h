@@ -26,7 +26,7 @@ typedef struct PlanCost {
   double t_attn_gemm; /* of t_attn: its GEMMs (the rest is its softmax, in t_other) */
   double t_comm[IRG_COUNT];
   double t_hidden[IRG_COUNT]; /* of t_comm: overlapped with compute, so not in t (tp_overlap, ring attention) */
-  double t_cp_again;          /* of t_comm[IRG_CP]: the exchange a backward repeats, which nothing overlaps */
+  double t_cp_waits;          /* of t_comm[IRG_CP]: exchanges no attention runs under (GInfo.kcp_wait), which wait whole */
   double sent[IRG_COUNT]; /* bytes this rank sends */
   double flops, gemm_flops, rc_flops, rc_gemm_flops;
   double kernels;

@@ -12,9 +12,10 @@ the program `compile` builds for each: the ring's is one attention a block, merg
 (attn_merge), its keys and values packed into one message a step. On Llama 3.1 8B at 131072
 tokens, cp 4 over one H100 host: the same bytes exchanged under both (the ring's time within
 5% of the gather's), allgather exposes all of it, ring hides all of it but the backward's
-repeat of the forward's exchange (under recomputation the blocks are received again, not kept:
-autodiff.c's cp_rereceive; a third of the bytes here, forward, repeat and gradients, and that
-third exposed) and at most (cp - 1) / cp of the attention, and the ring pays for its merges and messages' copies in
+repeat of the exchange (under recomputation the blocks are received again, not kept:
+autodiff.c's cp_rereceive; under full recomputation the forward made again reads every block
+at once, so all of them wait: a third of the bytes here, forward, repeat and gradients) and at
+most (cp - 1) / cp of the attention, and the ring pays for its merges and messages' copies in
 memory-bound time (more than the gathered program's, by under 2% of the attention). The
 reports say which (JSON parallel.cp_comm, the text layout line and --explain's source), and
 at cp 1 the setting changes nothing. `cp_comm = auto` prices both programs and keeps the
