@@ -143,6 +143,7 @@ typedef struct {
   int nk, capk;
   int *mark, *seen; /* per kernel: set membership stamp, search stamp */
   int markstamp, seenstamp;
+  int seen_mark; /* the markstamp the kernels seen at seenstamp were searched under (-1: none) */
   int *stack;
 } Fuser;
 
@@ -412,7 +413,14 @@ static int merge(Fuser *F, int a, int b) {
  * producer kernel that later nodes joined (its values read by the old
  * kernel, the set's by the new nodes), so node ids prune nothing. */
 static int reaches_marked(Fuser *F, int from) {
-  F->seenstamp++;
+  /* Under one marked set the kernels an earlier search saw do not reach it
+   * (it would have answered 1, and the callers stop there): searches for the
+   * same set share what they have seen. */
+  if (F->seen_mark != F->markstamp) {
+    F->seenstamp++;
+    F->seen_mark = F->markstamp;
+  }
+  if (F->seen[from] == F->seenstamp) return 0;
   int top = 0;
   F->stack[top++] = from;
   F->seen[from] = F->seenstamp;
@@ -421,7 +429,10 @@ static int reaches_marked(Fuser *F, int from) {
     BK *b = &F->k[k];
     for (int i = 0; i < b->npreds; i++) {
       int p = find(F, b->preds[i]);
-      if (F->mark[p] == F->markstamp) return 1;
+      if (F->mark[p] == F->markstamp) {
+        F->seen_mark = -1; /* what this search saw is not all unreaching */
+        return 1;
+      }
       if (F->seen[p] == F->seenstamp) continue;
       F->seen[p] = F->seenstamp;
       F->stack[top++] = p;

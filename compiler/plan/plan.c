@@ -1345,6 +1345,10 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
     pp->layer_saved = callee_saved_layer(&P, fgraph);
     pp->lf_peak = lf->peak;
     pp->boundary_bytes = value_bytes(c, sx);
+    for (int i = 0; i < part->graphs[fgraph]->nnodes; i++) {
+      const IrNode *x = &part->graphs[fgraph]->nodes[i];
+      if (x->op == IR_RECV && x->attr[0] == IRG_CP) pp->cp_recv_layer += value_bytes(c, x);
+    }
     /* parameters of one layer: the block's (local) weights */
     int block = -1;
     for (int i = 1; i < ad->nforward; i++)

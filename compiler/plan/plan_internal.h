@@ -82,6 +82,7 @@ typedef struct PlanParts {
   double params_reg[2], layer_params, shared_params;
   double layer_expert_params; /* of layer_params: expert shards (split over ep), reduced over edp */
   double boundary_bytes;
+  double cp_recv_layer;  /* bytes one layer's forward receives over the context group (B.fwd's RECVs) */
   double peak_out[PLAN_NKINDS], peak_in[PLAN_NKINDS];
   int64_t **splits;      /* by layers: the balanced split of K chunks at [K] (plan_split_layers), made once */
   int64_t vocab_padded;  /* the vocabulary's rows as the partition padded them (spmd.c's vocab_flow); 0: not padded */

@@ -176,6 +176,11 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
     for (int64_t cp = 1; cp <= G / tp && cp <= PLAN_SEARCH_MAX_CP; cp++) {
       if ((G / tp) % cp || !fixed_ok(fix->cp, cp)) continue;
       if (cp > 1 && seq % (2 * cp)) continue;
+      /* a context rank's zigzag chunks at least an attention tile each (unless
+       * the command line fixes cp): shorter ones fill no tile of the kernels'
+       * 128 rows and only add exchanges - context parallelism is for long
+       * sequences */
+      if (cp > 1 && fix->cp <= 0 && seq / (2 * cp) < COST_GEMM_TILE) continue;
       /* cp_comm = auto: the gathered program and the ring's, each priced (at cp > 1) */
       int ring_lo = cp > 1 && fix->cp_comm == 1, ring_hi = cp > 1 && fix->cp_comm != 0;
       for (int ring = ring_lo; ring <= ring_hi; ring++) {
@@ -215,6 +220,10 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
            * [zero][schedule][v][mb], set by the rc = none pass before rc = full's */
           static unsigned char none_fit[4][3][PLAN_SEARCH_MAX_V + 1][PLAN_SEARCH_MAX_MB + 1];
           memset(none_fit, 0, sizeof none_fit);
+          /* and by how much one that does not fit is over (bytes), with its micro-batches in flight */
+          static double none_over[4][3][PLAN_SEARCH_MAX_V + 1][PLAN_SEARCH_MAX_MB + 1];
+          static int none_inflight[4][3][PLAN_SEARCH_MAX_V + 1][PLAN_SEARCH_MAX_MB + 1];
+          memset(none_over, 0, sizeof none_over);
           for (int rc = 0; rc <= RECOMPUTE_LAST; rc++) {
             if (!fixed_ok(fix->recompute, rc) || (rc == RECOMPUTE_ACT && !act_differs)) continue;
             for (int64_t zero = 0; zero <= (dp > 1 ? 3 : 0); zero++) {
@@ -253,11 +262,21 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
                     /* recompute = selective auto under context parallelism, where the
                      * model has no attention core to recompute (flash): none's program
                      * but for the blocks received again in the backward, which saves
-                     * memory for exposed time - so only where none does not fit */
+                     * their memory for a little time - so only where none does not fit,
+                     * and by no more than those blocks (all of them kept twice over, a
+                     * bound: the gathered program keeps their concatenation) on the
+                     * rank's layers and micro-batches in flight */
                     if (rc == RECOMPUTE_SELECTIVE && cp > 1 && !selective_differs && fix->recompute != RECOMPUTE_SELECTIVE &&
-                        fixed_ok(fix->recompute, RECOMPUTE_NONE) && mb <= PLAN_SEARCH_MAX_MB && v <= PLAN_SEARCH_MAX_V &&
-                        none_fit[zero][sk][v][mb])
-                      continue;
+                        fixed_ok(fix->recompute, RECOMPUTE_NONE) && mb <= PLAN_SEARCH_MAX_MB && v <= PLAN_SEARCH_MAX_V) {
+                      if (none_fit[zero][sk][v][mb]) continue;
+                      if (none_over[zero][sk][v][mb] > 0) {
+                        PlanKey kn = {mb, tp, cp, sp, RECOMPUTE_NONE, ep, 0, 0, fold, ring};
+                        const PlanParts *pn = plan_parts(c, &kn);
+                        double most = 2 * pn->cp_recv_layer * (double)((layers + pp - 1) / pp + 1) *
+                                      (double)none_inflight[zero][sk][v][mb];
+                        if (pn->valid && none_over[zero][sk][v][mb] > most) break; /* nor a larger micro batch */
+                      }
+                    }
                     PlanLayout L = {dp, tp, pp, cp, v, zero, mb, nm, sp, sk, rc, fix->overlap >= 0 ? fix->overlap : 1, ep, fce,
                                     rc != RECOMPUTE_NONE && fix->recompute_layers > 0 ? fix->recompute_layers : 0, fold, ring};
                     st.enumerated++;
@@ -274,11 +293,15 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
                       L.fused_ce = 1;
                       if (plan_evaluate(c, &L, PLAN_FAST, &rf) == 0) r = rf;
                     }
+                    int known = mb <= PLAN_SEARCH_MAX_MB && v <= PLAN_SEARCH_MAX_V;
+                    if (known && rc == RECOMPUTE_NONE) {
+                      none_fit[zero][sk][v][mb] = r.mem.fits ? 1 : 0;
+                      none_over[zero][sk][v][mb] = r.mem.total - r.mem.capacity;
+                      none_inflight[zero][sk][v][mb] = r.mem.inflight > 0 ? r.mem.inflight : 1;
+                    }
                     if (!r.mem.fits && !nofit) break; /* a larger micro batch holds more */
                     st.fit += r.mem.fits;
                     top_insert(&tl, &r);
-                    int known = mb <= PLAN_SEARCH_MAX_MB && v <= PLAN_SEARCH_MAX_V;
-                    if (known && rc == RECOMPUTE_NONE) none_fit[zero][sk][v][mb] = r.mem.fits ? 1 : 0;
                     if (r.mem.fits && !nofit && rc == RECOMPUTE_FULL && fix->recompute_layers < 0 && m->repeats == 1)
                       partial_recompute(c, &r, !fixed_ok(fix->recompute, RECOMPUTE_NONE) || !known ? -1 : none_fit[zero][sk][v][mb],
                                         layers, &tl, &st);
