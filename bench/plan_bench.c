@@ -121,6 +121,8 @@ int main(int argc, char **argv) {
     PlanLayout fix;
     memset(&fix, 0xff, sizeof fix);
     fix.overlap = 1;
+    fix.cp_comm = 0; /* the file's (allgather, the default), as `hpdlc plan --search` holds it; -1 prices every
+                        cp > 1 layout's ring program too (--cp-comm auto), which the CLI does only when asked */
     n = plan_search(c, &fix, 5, top, &st);
     plan_free(c);
     t[i] = now_s() - t0;
