@@ -15,7 +15,9 @@ tokens, cp 4 over one H100 host: the same bytes exchanged under both (the ring's
 repeat of the exchange (under recomputation the blocks are received again, not kept:
 autodiff.c's cp_rereceive; under full recomputation the forward made again reads every block
 at once, so all of them wait: a third of the bytes here, forward, repeat and gradients) and at
-most (cp - 1) / cp of the attention, and the ring pays for its merges and messages' copies in
+most (cp - 1) / cp of the attention (under recompute none all of it hidden; under selective
+the backward receives the blocks the other way round, each under the attention before it but
+its first: 1 of 9 exchanges waits at cp 4, and the activations are fewer than none's), and the ring pays for its merges and messages' copies in
 memory-bound time (more than the gathered program's, by under 2% of the attention). The
 reports say which (JSON parallel.cp_comm, the text layout line and --explain's source), and
 at cp 1 the setting changes nothing. `cp_comm = auto` prices both programs and keeps the
@@ -45,6 +47,10 @@ def main():
     text = run([*LAYOUT, "--cp-comm", "ring", "--explain"])
     text_gather = run([*LAYOUT, "--explain"])
     bad = run([*LAYOUT, "--cp-comm", "p2p"])
+    # the ring under the other policies: none keeps the blocks (all of it hidden); selective
+    # receives them again the other way round, each under the attention before it but the
+    # first (forward 3, again 3, gradients 3 a layer at cp 4: 1 of 9 waits)
+    policy = {rc: plan([*[a if a != "full" else rc for a in LAYOUT], "--cp-comm", "ring"]) for rc in ("none", "selective")}
     auto = plan([*LAYOUT, "--cp-comm", "auto"])
     search = run(["--gpus", "64", "--search", "--top", "3", "--cp-comm", "auto", "--cluster", "dgx-h100"])
     rows = [m for m in (re.match(r"\s*\d+\s+(dp=.*?)\s+([\d.]+) s", line) for line in search.stdout.splitlines()) if m]
@@ -57,7 +63,7 @@ def main():
                          "--zero", f["zero"], "--micro-batch", f["mb"], "--recompute", f["rc"],
                          "--cp-comm", "ring" if "ring" in words else "allgather",
                          "--fused-ce", "on" if "fce" in words else "off", "--cluster", "dgx-h100"])
-    if None in (default, gather, ring, auto, *one):
+    if None in (default, gather, ring, auto, *one, *policy.values()):
         return verdict([(False, "the plans")])
     cg, cr = gather["comm_time_per_step"], ring["comm_time_per_step"]
     hidden = cr["total_s"]["cp"] - cr["exposed_s"]["cp"]
@@ -82,6 +88,13 @@ def main():
         (hidden > 0 and hidden <= attention * 3 / 4 * (1 + 1e-9), "ring: some of it hidden, at most (cp - 1) / cp of the attention"),
         (abs(cr["exposed_s"]["cp"] / cr["total_s"]["cp"] - 1 / 3) < 0.01,
          "ring: what it exposes here is the backward's repeat of the exchange, a third of it"),
+        (policy["none"]["comm_time_per_step"]["exposed_s"]["cp"] < 0.01 * policy["none"]["comm_time_per_step"]["total_s"]["cp"],
+         "ring, recompute none: under 1% of its exchange exposed"),
+        (abs(policy["selective"]["comm_time_per_step"]["exposed_s"]["cp"] /
+             policy["selective"]["comm_time_per_step"]["total_s"]["cp"] - 1 / 9) < 0.01,
+         "ring, recompute selective: the backward's first block of each layer waits, 1 of 9 exchanges"),
+        (policy["selective"]["memory_per_gpu"]["activations"] < policy["none"]["memory_per_gpu"]["activations"],
+         "ring, recompute selective: fewer activations than none (the blocks received again, not kept)"),
         (0 < merges < 0.02 * attention,
          f"ring: its merges and packed messages priced, {merges * 1e3:.1f} ms more memory-bound time than the gather's"),
         (layout_line.endswith("; cp_comm ring") and "cp_comm" not in gather_line, "the text layout line names a ring, not the default"),
