@@ -76,7 +76,9 @@
  *    taking among the ready kernels the one with the smallest node id, so
  *    the order follows the source where it can. The context group's sends
  *    and receives keep their node order (each as if it read the one before:
- *    they pair in that order), for fusion's cycle checks too.
+ *    they pair in that order), for fusion's cycle checks too, and such a
+ *    send is taken first once it is ready (its exchange runs until its
+ *    receive, under the kernels between).
  * 8. Bias gradients (FuseOptions.bias_grad, the CUDA back end): a row
  *    kernel holding only a SUM_TO or REDUCE_SUM (and folded reshapes) that
  *    sums a GEMM operand over the product's reduction - the operand stored
