@@ -386,7 +386,8 @@ if(Python3_Interpreter_FOUND)
   set(HPDL_DEVICE_LAYOUTS
       "1rank|" "dp2|--dp 2" "tp2|--tp 2" "cp2|--cp 2" "dp2_tp2|--dp 2 --tp 2" "tp2_cp2|--tp 2 --cp 2" "tp2_cp2_sp|--tp 2 --cp 2 --sp on"
       "cp2_ring|--cp 2 --cp-comm ring" "cp4_ring_bf16|--cp 4 --cp-comm ring --precision bf16"
-      "cp4_ring_selective|--cp 4 --cp-comm ring --recompute selective" "cp2_gather_full|--cp 2 --recompute full"
+      "cp4_ring_selective|--cp 4 --cp-comm ring --recompute selective" "cp4_ring_full|--cp 4 --cp-comm ring --recompute full"
+      "cp2_gather_full|--cp 2 --recompute full"
       "zero1|--dp 2 --zero 1" "zero2|--dp 2 --zero 2" "zero3|--dp 2 --zero 3" "resume|--dp 2" "zero_resume|--dp 2 --zero 1"
       "zero3_resume|--dp 2 --zero 3" "zero3_recompute|--dp 2 --zero 3 --recompute full --recompute-layers 1" "zero3_bf16|--dp 2 --zero 3 --precision bf16"
       "zero2_bf16|--dp 2 --zero 2 --precision bf16" "zero2_pp2|--dp 2 --pp 2 --zero 2 --micro-batch 1"

@@ -44,6 +44,7 @@ typedef struct {
    * are then made again as they were, resend) and the next block the
    * backward's ring delivers (len-1 down to 1) */
   int *cp_root, *cp_pos, *ring_len, *ring_next;
+  signed char *ring_dir; /* per root: 0 not started, -1 the other way round (the forward's last block first), +1 the forward's way */
   const char *err;
 } AdCtx;
 
@@ -167,18 +168,51 @@ static int resend(AdCtx *c, int s) {
   return c->map[s] = copy_node(c, fnode(c, s), &x);
 }
 
-/* The ring's blocks made again in the backward, the other way round: each
- * rank sends its own block to the previous rank and passes on what it
- * receives, so the blocks come in the order the backward reads them (the
- * forward's last first: block s is rank r - s's, r + (len - s) along the
- * other way), each sent on as soon as it arrives so that it travels while
- * the backward works on the one before - as Transformer Engine's ring
- * re-sends a rank's keys and values. Delivers up to block j. The sends go to
- * offset -1 as the gradients' do, and each receive takes the oldest send
- * (runtime/comm_ring.c): the backward's order (block j received, then its
- * gradient sent, then block j - 1's received) keeps the two apart. */
+/* The ring's blocks made again in the backward, in the order it reads them:
+ * a backward's attention gradients read the forward's last block first, so
+ * there the ring goes the other way round - each rank sends its own block to
+ * the previous rank and passes on what it receives (block s is rank r - s's,
+ * r + (len - s) along the other way) - each block sent on as soon as it
+ * arrives so that it travels while the backward works on the one before, as
+ * Transformer Engine's ring re-sends a rank's keys and values. Those sends go
+ * to offset -1 as the gradients' do, and each receive takes the oldest send
+ * (runtime/comm_ring.c): the backward's order (block j received, its
+ * gradient sent, block j - 1 received) keeps the two apart. Delivers up to
+ * block j. */
 static int ring_deliver(AdCtx *c, int root, int j) {
   const IrNode *any = NULL;
+  int len = c->ring_len[root];
+  /* A backward made again whole (full recomputation: the forward's blocks
+   * read in the forward's order, block 1 first) gets them the forward's way,
+   * each sent on before the attention on it; a backward that reads them last
+   * first, the other way round. */
+  if (!c->ring_dir[root]) {
+    c->ring_dir[root] = (signed char)(j == 1 && len > 2 ? 1 : -1);
+    c->ring_next[root] = c->ring_dir[root] > 0 ? 1 : len - 1;
+  }
+  if (c->ring_dir[root] > 0) {
+    while (!c->err && c->ring_next[root] <= j) {
+      int t = c->ring_next[root], blk = -1;
+      for (int i = 0; i < c->f->nnodes && blk < 0; i++)
+        if (c->cp_root[i] == root && c->cp_pos[i] == t) blk = i;
+      if (blk < 0) {
+        set_err(c, "internal error: a context-parallel ring lost a block");
+        return -1;
+      }
+      any = fnode(c, blk);
+      int64_t on[2] = {any->attr[0], 1}, from_prev[2] = {any->attr[0], -1};
+      if (t == 1) {
+        int x = fv(c, root);
+        if (emit(c, IR_SEND, &x, 1, on, 2, 0, any->dtype, any->rank, any->dims) < 0) return -1;
+      }
+      int r = emit(c, IR_RECV, NULL, 0, from_prev, 2, 0, any->dtype, any->rank, any->dims);
+      if (r < 0) return -1;
+      c->map[blk] = r;
+      c->ring_next[root] = t + 1;
+      if (t + 1 < len && emit(c, IR_SEND, &r, 1, on, 2, 0, any->dtype, any->rank, any->dims) < 0) return -1;
+    }
+    return c->err ? -1 : 0;
+  }
   while (!c->err && c->ring_next[root] >= j) {
     int t = c->ring_next[root], blk = -1;
     for (int i = 0; i < c->f->nnodes && blk < 0; i++)
@@ -189,7 +223,7 @@ static int ring_deliver(AdCtx *c, int root, int j) {
     }
     any = fnode(c, blk);
     int64_t back[2] = {any->attr[0], -1}, from_next[2] = {any->attr[0], 1};
-    if (t == c->ring_len[root] - 1) { /* the first: this rank's own block, sent now */
+    if (t == len - 1) { /* the first: this rank's own block, sent now */
       int x = fv(c, root);
       if (emit(c, IR_SEND, &x, 1, back, 2, 0, any->dtype, any->rank, any->dims) < 0) return -1;
     }
@@ -1387,6 +1421,8 @@ static void cp_rings(AdCtx *c) {
   c->cp_pos = arena_alloc(c->m->arena, sizeof(int) * n);
   c->ring_len = arena_alloc(c->m->arena, sizeof(int) * n);
   c->ring_next = arena_alloc(c->m->arena, sizeof(int) * n);
+  c->ring_dir = arena_alloc(c->m->arena, n);
+  memset(c->ring_dir, 0, n);
   for (int i = 0; i < g->nnodes; i++) c->cp_root[i] = c->cp_pos[i] = -1, c->ring_len[i] = 0;
   for (int i = 0; i < g->nnodes; i++) {
     if (c->cp_pair[i] < 0) continue;

@@ -516,20 +516,21 @@ def case_cp_ring():
     # under a recompute policy the blocks other ranks sent are received again in the backward
     # (autodiff.c, cp_rereceive), not kept per layer: a smaller arena, the same losses; the
     # ring's backward receives them the other way round, each under the attention before it
-    # but the first: of a layer's 9 exchanges (3 forward, 3 again, 3 gradients) 1 waits
-    for comm in ("allgather", "ring"):
-        art, p = compile_art("art-cp4-sel-" + comm, ["--cp", "4", "--dp", "1", "--cp-comm", comm, "--recompute", "selective"],
+    # but the first: of a layer's 9 exchanges (3 forward, 3 again, 3 gradients) 1 waits; under
+    # full recomputation the forward made again gets them the forward's way, 1 of 9 waiting too
+    for comm, rc in (("allgather", "selective"), ("ring", "selective"), ("ring", "full")):
+        art, p = compile_art(f"art-cp4-{rc}-{comm}", ["--cp", "4", "--dp", "1", "--cp-comm", comm, "--recompute", rc],
                              executor="native")
-        trace = os.path.join(ARGS.work, f"cp4-sel-{comm}.trace.json")
-        got, _ = train(art, "cp4-sel-" + comm, extra=["--profile", trace] if comm == "ring" else [])
+        trace = os.path.join(ARGS.work, f"cp4-{rc}-{comm}.trace.json")
+        got, _ = train(art, f"cp4-{rc}-{comm}", extra=["--profile", trace] if comm == "ring" else [])
         if comm == "ring":
             ring_overlap(trace, exposed_share=1 / 9)
         arena = arena_of(p)
         worst = max(rel(a["loss"], b["loss"]) for a, b in zip(got, runs[comm]))
-        print(f"cp 4, {comm}, recompute selective: arena {arena} bytes (none: {arenas[comm]}), losses within {worst:.1e} "
+        print(f"cp 4, {comm}, recompute {rc}: arena {arena} bytes (none: {arenas[comm]}), losses within {worst:.1e} "
               f"of none's over {STEPS} steps")
-        check(arena < arenas[comm], f"cp 4 {comm}: received blocks still kept under selective ({arena} >= {arenas[comm]})")
-        check(len(got) == STEPS and worst < 1e-5, f"cp 4 {comm}: selective differs from none by {worst:.1e}")
+        check(arena < arenas[comm], f"cp 4 {comm}: received blocks still kept under {rc} ({arena} >= {arenas[comm]})")
+        check(len(got) == STEPS and worst < 1e-5, f"cp 4 {comm}: {rc} differs from none by {worst:.1e}")
 
 
 def case_resume_same_layout():
