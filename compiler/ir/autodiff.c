@@ -180,40 +180,17 @@ static int resend(AdCtx *c, int s) {
  * gradient sent, block j - 1 received) keeps the two apart. Delivers up to
  * block j. */
 static int ring_deliver(AdCtx *c, int root, int j) {
-  const IrNode *any = NULL;
   int len = c->ring_len[root];
   /* A backward made again whole (full recomputation: the forward's blocks
    * read in the forward's order, block 1 first) gets them the forward's way,
    * each sent on before the attention on it; a backward that reads them last
-   * first, the other way round. */
+   * first, the other way round. dir: the way along the group the sends go. */
   if (!c->ring_dir[root]) {
     c->ring_dir[root] = (signed char)(j == 1 && len > 2 ? 1 : -1);
     c->ring_next[root] = c->ring_dir[root] > 0 ? 1 : len - 1;
   }
-  if (c->ring_dir[root] > 0) {
-    while (!c->err && c->ring_next[root] <= j) {
-      int t = c->ring_next[root], blk = -1;
-      for (int i = 0; i < c->f->nnodes && blk < 0; i++)
-        if (c->cp_root[i] == root && c->cp_pos[i] == t) blk = i;
-      if (blk < 0) {
-        set_err(c, "internal error: a context-parallel ring lost a block");
-        return -1;
-      }
-      any = fnode(c, blk);
-      int64_t on[2] = {any->attr[0], 1}, from_prev[2] = {any->attr[0], -1};
-      if (t == 1) {
-        int x = fv(c, root);
-        if (emit(c, IR_SEND, &x, 1, on, 2, 0, any->dtype, any->rank, any->dims) < 0) return -1;
-      }
-      int r = emit(c, IR_RECV, NULL, 0, from_prev, 2, 0, any->dtype, any->rank, any->dims);
-      if (r < 0) return -1;
-      c->map[blk] = r;
-      c->ring_next[root] = t + 1;
-      if (t + 1 < len && emit(c, IR_SEND, &r, 1, on, 2, 0, any->dtype, any->rank, any->dims) < 0) return -1;
-    }
-    return c->err ? -1 : 0;
-  }
-  while (!c->err && c->ring_next[root] >= j) {
+  int dir = c->ring_dir[root];
+  while (!c->err && (dir > 0 ? c->ring_next[root] <= j : c->ring_next[root] >= j)) {
     int t = c->ring_next[root], blk = -1;
     for (int i = 0; i < c->f->nnodes && blk < 0; i++)
       if (c->cp_root[i] == root && c->cp_pos[i] == t) blk = i;
@@ -221,17 +198,18 @@ static int ring_deliver(AdCtx *c, int root, int j) {
       set_err(c, "internal error: a context-parallel ring lost a block");
       return -1;
     }
-    any = fnode(c, blk);
-    int64_t back[2] = {any->attr[0], -1}, from_next[2] = {any->attr[0], 1};
-    if (t == len - 1) { /* the first: this rank's own block, sent now */
+    const IrNode *any = fnode(c, blk);
+    int64_t on[2] = {any->attr[0], dir}, from[2] = {any->attr[0], -dir};
+    if (t == (dir > 0 ? 1 : len - 1)) { /* the first: this rank's own block, sent now */
       int x = fv(c, root);
-      if (emit(c, IR_SEND, &x, 1, back, 2, 0, any->dtype, any->rank, any->dims) < 0) return -1;
+      if (emit(c, IR_SEND, &x, 1, on, 2, 0, any->dtype, any->rank, any->dims) < 0) return -1;
     }
-    int r = emit(c, IR_RECV, NULL, 0, from_next, 2, 0, any->dtype, any->rank, any->dims);
+    int r = emit(c, IR_RECV, NULL, 0, from, 2, 0, any->dtype, any->rank, any->dims);
     if (r < 0) return -1;
     c->map[blk] = r;
-    c->ring_next[root] = t - 1;
-    if (t > 1 && emit(c, IR_SEND, &r, 1, back, 2, 0, any->dtype, any->rank, any->dims) < 0) return -1; /* on at once */
+    c->ring_next[root] = t + dir;
+    int more = dir > 0 ? t + 1 < len : t > 1;
+    if (more && emit(c, IR_SEND, &r, 1, on, 2, 0, any->dtype, any->rank, any->dims) < 0) return -1; /* on at once */
   }
   return c->err ? -1 : 0;
 }

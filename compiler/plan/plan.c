@@ -1417,24 +1417,22 @@ static void parts_insert(PlanCtx *c, PlanParts *p) {
   c->count++;
 }
 
-int plan_act_differs(PlanCtx *c, const PlanKey *k) {
-  if (!c->act_same) {
+/* A property of the model's lowered program, found once (*memo: 0 unknown,
+ * 1 no, 2 yes): whether `test` holds of it (k: any key of the model). */
+static int model_memo(PlanCtx *c, const PlanKey *k, int *memo, int (*test)(const IrModule *)) {
+  if (!*memo) {
     Arena *a = arena_new();
     IrModule *m = lower_priced(c, a, k);
-    if (m) c->act_same = ad_act_recomputes(m) ? 2 : 1;
+    if (m) *memo = test(m) ? 2 : 1;
     arena_free(a);
   }
-  return c->act_same != 1;
+  return *memo != 1;
 }
 
+int plan_act_differs(PlanCtx *c, const PlanKey *k) { return model_memo(c, k, &c->act_same, ad_act_recomputes); }
+
 int plan_selective_differs(PlanCtx *c, const PlanKey *k) {
-  if (!c->selective_same) {
-    Arena *a = arena_new();
-    IrModule *m = lower_priced(c, a, k);
-    if (m) c->selective_same = ad_selective_recomputes(m) ? 2 : 1;
-    arena_free(a);
-  }
-  return c->selective_same != 1;
+  return model_memo(c, k, &c->selective_same, ad_selective_recomputes);
 }
 
 PlanParts *plan_parts(PlanCtx *c, const PlanKey *k) {
