@@ -42,7 +42,7 @@ typedef struct {
    * value the ring's first SEND sends) and its block's place in the ring
    * (1..len-1), else -1; per root the ring's length (-1: not a ring; the pairs
    * are then made again as they were, resend) and the next block the
-   * backward's ring delivers (len-1 down to 1) */
+   * backward's ring delivers (ring_deliver) */
   int *cp_root, *cp_pos, *ring_len, *ring_next;
   signed char *ring_dir; /* per root: 0 not started, -1 the other way round (the forward's last block first), +1 the forward's way */
   const char *err;

@@ -301,14 +301,14 @@ static void ginfo_init(GInfo *gi, const IrGraph *g, const FuseGraph *fg) {
    * where there are none (a backward receiving the blocks again, the
    * gathered program's sends back to back) */
   gi->kcp_wait = xalloc_calloc((size_t)(nk > 0 ? nk : 1), 1);
-  int *sends = xalloc_calloc((size_t)(nk > 0 ? nk : 1), sizeof(int)), *attn_at = xalloc_calloc((size_t)(nk > 0 ? nk : 1), sizeof(int));
+  int *sends = xalloc_calloc((size_t)n + 1, sizeof(int)), *attn_at = xalloc_calloc((size_t)n + 1, sizeof(int));
   int head = 0, tail = 0, nattn = 0;
   for (int k = 0; k < nk; k++) {
     const FuseKernel *K = &fg->kernels[k];
     for (int j = 0; j < K->nnodes && K->kind == FUSE_COMM; j++) {
       const IrNode *x = &g->nodes[K->nodes[j]];
       if (x->attr[0] != IRG_CP) continue;
-      if (x->op == IR_SEND && tail < nk) attn_at[tail] = nattn, sends[tail++] = k;
+      if (x->op == IR_SEND) attn_at[tail] = nattn, sends[tail++] = k;
       else if (x->op == IR_RECV && head < tail) {
         if (attn_at[head] == nattn) gi->kcp_wait[sends[head]] = 1;
         head++;
