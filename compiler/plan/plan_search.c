@@ -259,6 +259,8 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
                     if (rc == RECOMPUTE_ACT && fix->recompute != RECOMPUTE_ACT && fixed_ok(fix->recompute, RECOMPUTE_NONE) &&
                         mb <= PLAN_SEARCH_MAX_MB && v <= PLAN_SEARCH_MAX_V && none_fit[zero][sk][v][mb])
                       continue;
+                    PlanLayout L = {dp, tp, pp, cp, v, zero, mb, nm, sp, sk, rc, fix->overlap >= 0 ? fix->overlap : 1, ep, fce,
+                                    rc != RECOMPUTE_NONE && fix->recompute_layers > 0 ? fix->recompute_layers : 0, fold, ring};
                     /* recompute = selective auto under context parallelism, where the
                      * model has no attention core to recompute (flash): none's program
                      * but for the blocks received again in the backward, which saves
@@ -270,15 +272,15 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
                         fixed_ok(fix->recompute, RECOMPUTE_NONE) && mb <= PLAN_SEARCH_MAX_MB && v <= PLAN_SEARCH_MAX_V) {
                       if (none_fit[zero][sk][v][mb]) continue;
                       if (none_over[zero][sk][v][mb] > 0) {
-                        PlanKey kn = {mb, tp, cp, sp, RECOMPUTE_NONE, ep, 0, 0, fold, ring};
+                        PlanLayout none = L;
+                        none.recompute = RECOMPUTE_NONE;
+                        PlanKey kn = plan_layout_key(&none, 0); /* the program none's layout was priced with */
                         const PlanParts *pn = plan_parts(c, &kn);
                         double most = 2 * pn->cp_recv_layer * (double)((layers + pp - 1) / pp + 1) *
                                       (double)none_inflight[zero][sk][v][mb];
                         if (pn->valid && none_over[zero][sk][v][mb] > most) break; /* nor a larger micro batch */
                       }
                     }
-                    PlanLayout L = {dp, tp, pp, cp, v, zero, mb, nm, sp, sk, rc, fix->overlap >= 0 ? fix->overlap : 1, ep, fce,
-                                    rc != RECOMPUTE_NONE && fix->recompute_layers > 0 ? fix->recompute_layers : 0, fold, ring};
                     st.enumerated++;
                     progress_count(c->progress, "%" PRId64 " layouts priced, %" PRId64 " fit", st.enumerated, st.fit);
                     if (plan_evaluate(c, &L, PLAN_FAST, &r) != 0) continue;
