@@ -70,7 +70,7 @@ add_test(NAME plan.fidelity_torchtitan
 set_tests_properties(plan.fidelity_torchtitan PROPERTIES TIMEOUT 300 LABELS plan)
 # The sets never seen (docs/planner.md sec. 16): their errors are printed, not
 # asserted; every run must get a plan (a layout the planner refuses fails)
-foreach(never_seen megatron_bridge korthikanti torchtitan_h100 llama3 nemo_long)
+foreach(never_seen megatron_bridge korthikanti torchtitan_h100 llama3 nemo_long bloom)
   add_test(NAME plan.never_seen.${never_seen}
            COMMAND test_plan_fidelity --set $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR}
                    ${HPDL_TEST_DIR}/plan/published_${never_seen}.json)
@@ -87,10 +87,11 @@ if(Python3_Interpreter_FOUND)
   #   fusion_flag    --fusion off: the program a kernel an op (PyTorch's eager mode), docs/planner.md 9.7
   #   cp_comm_flag   parallel.cp_comm: context parallelism's exchange exposed (allgather) or under the attention (ring), 9.2
   #   overlap_flag   --overlap on|off (parallel.overlap): ZeRO-3's communication hidden or all exposed
+  #   engine_flag    parallel.engine = deepspeed: DeepSpeed's pipeline engine and BF16_Optimizer priced, 11.1
   #   fused_ce_flag  parallel.fused_ce: the head and its loss as one op, and auto's choice
   #   no_fit         a plan that cannot be made reports the model and the GPUs asked for
   #   option_sweep   150 random models and option sets from a fixed seed: no crash, no sanitizer report, every refusal says why
-  foreach(script balance_ends fusion_flag cp_comm_flag overlap_flag fused_ce_flag no_fit option_sweep)
+  foreach(script balance_ends fusion_flag cp_comm_flag overlap_flag engine_flag fused_ce_flag no_fit option_sweep)
     add_test(NAME plan.${script}
              COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/${script}.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
     set_tests_properties(plan.${script} PROPERTIES TIMEOUT 120 LABELS plan)
@@ -102,6 +103,12 @@ add_test(NAME plan.attention_refused
          COMMAND $<TARGET_FILE:hpdlc> plan ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --attention flash4)
 set_tests_properties(plan.attention_refused PROPERTIES TIMEOUT 60 LABELS plan
                      PASS_REGULAR_EXPRESSION "--attention takes flash, flash1, flash2, flash3 or materialized, not 'flash4'")
+
+# engine = deepspeed is priced by plan and refused by compile with one clear line
+add_test(NAME plan.engine_compile_refused
+         COMMAND $<TARGET_FILE:hpdlc> compile ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --engine deepspeed -o engine_artifact)
+set_tests_properties(plan.engine_compile_refused PROPERTIES TIMEOUT 60 LABELS plan
+                     PASS_REGULAR_EXPRESSION "engine = deepspeed prices DeepSpeed's pipeline engine in hpdlc plan; hpdl's runtime")
 
 # precision = fp8 is priced by plan and refused by compile with one clear line
 add_test(NAME plan.fp8_compile_refused

@@ -543,6 +543,9 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
   if (m->layout.dispatcher == 1)
     return cfail(&C, "dispatcher = deepep is priced by hpdlc plan, but the runtime exchanges the experts' tokens with NCCL's or "
                      "MPI's all-to-all, a copy per rank: compile with dispatcher = alltoall (the same numbers)");
+  if (m->layout.engine == 1)
+    return cfail(&C, "engine = deepspeed prices DeepSpeed's pipeline engine in hpdlc plan; hpdl's runtime runs its own "
+                     "program: compile with engine = hpdl (the same numbers)");
   Layout L;
   memset(&L, 0, sizeof L);
   if (resolve_layout(&C, &L)) return 1;

@@ -57,6 +57,7 @@ static const LayoutFlag layout_flags[] = {
     {"--balance", "parallel.balance", "cost|layers|ends"},
     {"--dispatcher", "parallel.dispatcher", "alltoall|deepep"},
     {"--cp-comm", "parallel.cp_comm", "allgather|ring|auto"},
+    {"--engine", "parallel.engine", "hpdl|deepspeed"},
     {"--overlap", "parallel.overlap", "on|off"},
     {"--tp-overlap", "parallel.tp_overlap", "on|off"},
     {"--vocab-pad", "parallel.vocab_pad", "N"},

@@ -261,6 +261,13 @@ typedef struct {
    * block, each block's transfer under the attention of the one before),
    * -1 auto (plan --search prices both; compile needs one of them) */
   int cp_comm;
+  /* parallel.engine: whose training step plan prices - 0 hpdl (the
+   * program hpdl's runtime runs), 1 deepspeed (DeepSpeed's PipelineEngine:
+   * pipeline transfers split over the tensor group and blocking, bf16
+   * gradients added into fp32 copies after every micro-batch's backward,
+   * the fp32 gradients all-reduced after the last one; docs/planner.md sec.
+   * 11.1; priced by plan, refused by compile) */
+  int engine;
 } SemLayout;
 
 /* Bounds on a cluster's and a layout's node counts, so that nodes x

@@ -25,6 +25,7 @@ const char *sem_balance_name(PipeBalance b) {
 }
 static const char *const dispatchers[] = {"alltoall", "deepep", NULL};
 static const char *const cp_comms[] = {"allgather", "ring", NULL};
+static const char *const engines[] = {"hpdl", "deepspeed", NULL};
 static const char *const loss_scales[] = {"dynamic", NULL};
 
 static const KeySpec train_keys[] = {
@@ -47,6 +48,7 @@ static const KeySpec parallel_keys[] = {
     {"expert", K_INT, NULL, 1},         {"fused_ce", K_ONOFF, NULL, 1},
     {"recompute_layers", K_INT, NULL, 0}, {"expert_tensor", K_INT, NULL, 1},
     {"dispatcher", K_WORD, dispatchers, 0}, {"cp_comm", K_WORD, cp_comms, 1},
+    {"engine", K_WORD, engines, 0},
 };
 static const KeySpec cluster_keys[] = {
     {"device", K_STRING, NULL, 0},          {"gpus_per_node", K_INT, NULL, 0},   {"nodes", K_INT, NULL, 0},
@@ -624,6 +626,7 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
   L->balance = (PipeBalance)get_word(&s, "balance", balances, BALANCE_COST);
   L->dispatcher = get_word(&s, "dispatcher", dispatchers, 0);
   L->cp_comm = get_word(&s, "cp_comm", cp_comms, 0);
+  L->engine = get_word(&s, "engine", engines, 0);
   Setting *comp = sema_setting_get(&s, "compression");
   L->compression = (Compression)get_word(&s, "compression", sem_compression_names, COMPRESS_NONE);
   L->topk_ratio = 0.01;

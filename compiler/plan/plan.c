@@ -2168,6 +2168,36 @@ static double optimizer_bytes_per_param(const SemTrain *t) {
   return b;
 }
 
+/* parallel.engine = deepspeed (DeepSpeed's pipeline engine, docs/planner.md sec. 11.1): a
+ * transfer (t_sync: its piece's send and the gather after it) holds the sending and the
+ * receiving rank while it runs. A chunk's forward then also takes the receive of its input
+ * and the send of its output, its backward the same for the gradients (DeepSpeed's
+ * TrainSchedule: a forward step sends the last gradient back and receives the next
+ * activation, a backward step receives the gradient and sends the last activation on), one
+ * transfer for each neighbour chunk: the rank time they add to each of a micro-batch's
+ * passes over chunk ci of K. */
+static double p2p_sync_s(int64_t ci, int64_t K, double t_sync) {
+  return t_sync * (double)((ci > 0) + (ci < K - 1));
+}
+
+/* One DeepSpeed pipeline transfer of a boundary of `bytes` (this rank's value): with
+ * tensor parallelism and the boundary whole on every tensor rank (no sequence
+ * parallelism), each rank sends its 1/tp piece and the receiver gathers the pieces
+ * over the tensor group (DeepSpeed's pipe_partitioned / grad_partitioned, on when the
+ * model-parallel group is > 1), the gather's time part of the transfer. */
+double plan_p2p_deepspeed_s(const PlanCtx *c, const PlanLayout *L, double bytes) {
+  int64_t gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1;
+  int64_t inner = L->tp * L->cp;
+  CostLink pplink = cost_group_link(&c->cluster, 2, inner * L->dp < gpn ? 2 : 1);
+  int64_t part = L->tp > 1 && !L->sp ? L->tp : 1;
+  double t = cost_sendrecv_s(bytes / (double)part, &pplink);
+  if (part > 1) {
+    CostLink tplink = cost_group_link(&c->cluster, (int)L->tp, (int)(L->tp < gpn ? L->tp : gpn));
+    t += cost_allgather_s(bytes, (int)L->tp, &tplink, COST_ALGO_AUTO);
+  }
+  return t;
+}
+
 int plan_pipeline(Schedule kind, int pp, int64_t m, int v, const double *tf, const double *tb, double t_p2p, int full,
                   double *T, double *bubble_fraction, int *inflight, char *err, size_t errlen) {
   /* With many micro-batches simulate 2 pp of them and extend the steady
@@ -2357,6 +2387,23 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   double p2p_bytes = K > 1 ? kinds[0].p2p_bytes : 0;
   double t_p2p = K > 1 ? cost_sendrecv_s(p2p_bytes, &pplink) : 0;
   out->p2p_s = t_p2p;
+  /* engine = deepspeed (docs/planner.md sec. 11.1). Its transfers are rank time, none left
+   * in flight while a rank computes. And in bf16 under ZeRO 0-1 its BF16_Optimizer keeps fp32
+   * copies of the gradients: after every micro-batch's backward the chunk's bf16 gradients are
+   * added into them (update_hp_grads: 2 bytes read, 4 read and 4 written a parameter) and
+   * zeroed before the next (2 written) - 12 bytes a parameter a micro-batch, memory-bound */
+  int ds = m->layout.engine == 1;
+  if (ds && c->prec == PREC_BF16 && L.zero <= 1)
+    for (int64_t ci = 0; ci < K; ci++) tb[ci] += kp[ci]->params * 12.0 / (c->dev.hbm_bytes_per_s * COST_HBM_EFFICIENCY);
+  int p2p_sync = ds && K > 1;
+  double t_sync = p2p_sync ? plan_p2p_deepspeed_s(c, &L, p2p_bytes) : 0;
+  out->p2p_sync_s = t_sync;
+  if (p2p_sync)
+    for (int64_t ci = 0; ci < K; ci++) {
+      tf[ci] += p2p_sync_s(ci, K, t_sync);
+      tb[ci] += p2p_sync_s(ci, K, t_sync);
+    }
+  double t_lag = p2p_sync ? 0 : t_p2p;
   /* per pipeline rank */
   c->nstages = pp_n;
   free(c->stages);
@@ -2401,7 +2448,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     /* closed form: the slowest rank sets the steady state; the pipeline
      * fills and drains over (p-1)/v of a mean rank's micro-batch, plus the
      * transfers along it (Narayanan et al. 2021 Sec. 2.2, uneven stages) */
-    T_pipe = (double)mmb * Rmax + (double)(pp_n - 1) / v * (Rsum / pp_n) + 2.0 * (pp_n - 1) * t_p2p;
+    T_pipe = (double)mmb * Rmax + (double)(pp_n - 1) / v * (Rsum / pp_n) + 2.0 * (pp_n - 1) * t_lag;
     double busy_mean = Rsum / pp_n * (double)mmb;
     bubble_fraction = 1 - busy_mean / T_pipe;
     for (int ri = 0; ri < nrep; ri++) {
@@ -2412,7 +2459,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     }
   } else {
     char err[256];
-    if (plan_pipeline((Schedule)L.schedule, pp_n, mmb, v, tf, tb, t_p2p, (flags & PLAN_FULL_SIM) != 0, &T_pipe,
+    if (plan_pipeline((Schedule)L.schedule, pp_n, mmb, v, tf, tb, t_lag, (flags & PLAN_FULL_SIM) != 0, &T_pipe,
                       &bubble_fraction, inflight, err, sizeof err) != 0) {
       free(tf), free(tb), free(inflight), free(rep), free(wrep), free(kinds), free(kp);
       return fail(out, "%s", err);
@@ -2445,7 +2492,11 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     double dp_s = 0, dp_exposed = 0, dp_sent = 0, ag_exposed = 0, z3_s = 0, z3_exposed = 0;
     /* a collective hidden behind compute still slows the GEMMs it runs beside
      * (cost_overlap_slowdown: Hopper's persistent GEMMs in two waves) */
-    double kap = L.overlap ? cost_overlap_slowdown(&c->dev) : 0;
+    /* DeepSpeed reduces after the last micro-batch's backward: its pipeline engine's
+     * ReduceGrads instruction, its engine's allreduce_gradients at the accumulation boundary
+     * under ZeRO 0-1 (ZeRO 2-3 reduce in the backward's hooks): nothing to hide it under */
+    int ovl = L.overlap && !(ds && (K > 1 || L.zero <= 1));
+    double kap = ovl ? cost_overlap_slowdown(&c->dev) : 0;
     if (ndp > 1) {
       if (L.zero <= 2) {
         double coll, t_last_bucket, bk = grad_bytes < PLAN_DP_BUCKET_BYTES ? grad_bytes : PLAN_DP_BUCKET_BYTES;
@@ -2467,6 +2518,11 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
            * weights (the same volume as an all-reduce, ZeRO paper Sec. 7) */
           coll = cost_reduce_scatter_s(dense_gb, (int)ndp, &dplink, COST_ALGO_RING) +
                  cost_reduce_scatter_s(expert_gb, (int)nedp, &edplink, COST_ALGO_RING);
+          /* DeepSpeed's BF16_Optimizer (ZeRO 1): the fp32 gradients all-reduced whole
+           * (buffered_allreduce_fallback), its shard then updated and gathered */
+          if (ds && c->prec == PREC_BF16 && L.zero == 1)
+            coll = cost_allreduce_s(dense_gb, (int)ndp, &dplink, COST_ALGO_AUTO) +
+                   cost_allreduce_s(expert_gb, (int)nedp, &edplink, COST_ALGO_AUTO);
           /* the blocks' weights move as FP8 under fp8 (layer_gather_bytes), the rest as stored */
           double blocks_d = (double)s->layers * pp->layer_params - expert_r;
           if (blocks_d < 0) blocks_d = 0;
@@ -2474,20 +2530,21 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
           double wb = blocks_d * c->layer_gather_bytes + (dense_r - blocks_d) * c->weight_bytes;
           double wbe = expert_r * c->layer_gather_bytes;
           double ag = cost_allgather_s(wb, (int)ndp, &dplink, COST_ALGO_RING) + cost_allgather_s(wbe, (int)nedp, &edplink, COST_ALGO_RING);
-          dp_sent = cost_collective_bytes_sent(COST_REDUCE_SCATTER, dense_gb, (int)ndp, COST_ALGO_RING) +
+          dp_sent = cost_collective_bytes_sent(ds && c->prec == PREC_BF16 && L.zero == 1 ? COST_ALLREDUCE : COST_REDUCE_SCATTER,
+                                               dense_gb, (int)ndp, COST_ALGO_RING) +
                     cost_collective_bytes_sent(COST_ALLGATHER, wb, (int)ndp, COST_ALGO_RING) +
                     cost_collective_bytes_sent(COST_REDUCE_SCATTER, expert_gb, (int)nedp, COST_ALGO_RING) +
                     cost_collective_bytes_sent(COST_ALLGATHER, wbe, (int)nedp, COST_ALGO_RING);
           t_last_bucket = cost_reduce_scatter_s(bk, (int)ndp, &dplink, COST_ALGO_RING);
           /* the gather of the weights can run under the next step's first forward */
-          ag_exposed = L.overlap ? (ag > fwd1 ? ag - fwd1 : 0) : ag;
+          ag_exposed = ovl ? (ag > fwd1 ? ag - fwd1 : 0) : ag;
           ag_exposed += kap * (ag - ag_exposed);
           dp_s += ag;
         }
         /* overlap: gradients are final only in the last micro-batch's
          * backward; buckets reduce while it runs, the last bucket after it */
         double ex = coll;
-        if (L.overlap) {
+        if (ovl) {
           ex = coll - bwd1;
           if (ex < t_last_bucket) ex = t_last_bucket;
           if (ex > coll) ex = coll;
@@ -2557,6 +2614,9 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
       CostModelStates me = cost_model_states_m((int64_t)expert_r, (int)L.zero, (int)nedp, c->prec, ok, sgd_m, mbytes);
       ms.params += me.params, ms.grads += me.grads, ms.optimizer += me.optimizer, ms.total += me.total;
     }
+    /* DeepSpeed's BF16_Optimizer keeps the fp32 gradients whole beside the bf16 ones ("it
+     * doesn't shard the static fp32 buffer it reuses": BLOOM's README) */
+    if (ds && c->prec == PREC_BF16 && L.zero <= 1) ms.grads += params_r * 4, ms.total += params_r * 4;
     double saved_max = 0, peak_max = 0;
     for (int64_t ci = r; ci < K; ci += pp_n) {
       const PlanChunk *ch = kp[ci];
@@ -2620,7 +2680,10 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   double tp_x = tp_s - rank_cost.t_hidden[IRG_TP], cp_x = cp_s - rank_cost.t_hidden[IRG_CP];
   /* the experts' all-to-alls wait for their data and are waited for: all exposed */
   double ep_s = rank_cost.t_comm[IRG_EP];
-  out->compute_s = sb->busy_s - tp_x - cp_x - ep_s;
+  double sync_x = 0; /* the busiest rank's synchronous transfers */
+  if (p2p_sync)
+    for (int64_t ci = rmax; ci < K; ci += pp_n) sync_x += 2 * p2p_sync_s(ci, K, t_sync) * (double)mmb;
+  out->compute_s = sb->busy_s - tp_x - cp_x - ep_s - sync_x;
   out->gemm_s = rank_cost.t_gemm;
   out->other_s = out->compute_s - out->gemm_s;
   out->recompute_s = rank_cost.t_rc;
@@ -2637,10 +2700,15 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   out->comm_s[IRG_DP] = worst_dp_s;
   out->comm_exposed[IRG_DP] = worst_dp_exposed;
   out->comm_s[IRG_PP] = (double)mmb * 2 * t_p2p * (K > 1 ? 1 : 0) * v + emb_s;
-  out->comm_exposed[IRG_PP] = emb_s; /* transfers inside the pipeline time are in the bubble */
+  /* asynchronous transfers inside the pipeline time are in the bubble; synchronous ones are
+   * the rank's own time */
+  out->comm_exposed[IRG_PP] = emb_s + sync_x;
+  if (p2p_sync) out->comm_s[IRG_PP] = emb_s + sync_x;
   out->comm_bytes[IRG_TP] = rank_cost.sent[IRG_TP];
   out->comm_bytes[IRG_CP] = rank_cost.sent[IRG_CP];
-  out->comm_bytes[IRG_PP] = rank_cost.sent[IRG_PP] + emb_sent;
+  /* DeepSpeed's transfers carry a tensor rank's piece (plan_p2p_deepspeed_s) */
+  double pp_part = p2p_sync && L.tp > 1 && !L.sp ? (double)L.tp : 1;
+  out->comm_bytes[IRG_PP] = rank_cost.sent[IRG_PP] / pp_part + emb_sent;
   out->comm_bytes[IRG_DP] = worst_dp_sent;
   out->comm_s[IRG_EP] = out->comm_exposed[IRG_EP] = ep_s;
   out->comm_bytes[IRG_EP] = rank_cost.sent[IRG_EP];
@@ -2694,12 +2762,17 @@ int plan_timeline(PlanCtx *c, const PlanLayout *L, PlanTimeline *out) {
   for (int64_t ci = 0; ci < K; ci++) {
     tf[ci] = e->ch[ci].f.t;
     tb[ci] = e->ch[ci].b.t;
+    if (plan_model(c)->layout.engine == 1 && K > 1) {
+      tf[ci] += p2p_sync_s(ci, K, r.p2p_sync_s);
+      tb[ci] += p2p_sync_s(ci, K, r.p2p_sync_s);
+    }
   }
+  double t_lag = plan_model(c)->layout.engine == 1 ? 0 : r.p2p_s;
   char err[256];
   int rc = -1;
   if (sched_build(&out->prog, (Schedule)l->schedule, (int)l->pp, (int)l->num_micro, (int)(l->vpp > 0 ? l->vpp : 1), err,
                   sizeof err) == 0) {
-    SchedCosts sc = {0, 0, tf, tb, r.p2p_s, 0, 0};
+    SchedCosts sc = {0, 0, tf, tb, t_lag, 0, 0};
     int s = sched_simulate_costs(&out->prog, &sc, &out->sim);
     if (s == 0) rc = 0;
     else {

@@ -218,7 +218,9 @@ int plan_explain_terms(const PlanCtx *c, const PlanResult *r, PlanTerm *out, int
        "docs/planner.md 11.3-11.4a: buckets under the backward; ZeRO-3 / FSDP per-layer gathers under compute; the "
        "GEMMs beside a hidden collective slowed (0.5 on Hopper's persistent GEMMs)"},
       {"pipeline bubble", r->bubble_s, "docs/planner.md 4, 11.1: Narayanan et al. 2021 sec. 2.2, schedule simulator"},
-      {"pipeline communication (exposed)", r->comm_exposed[IRG_PP], "docs/planner.md 11.3: tied weights' all-reduce"},
+      {"pipeline communication (exposed)", r->comm_exposed[IRG_PP],
+       r->p2p_sync_s > 0 ? "docs/planner.md 11.1: engine = deepspeed, its blocking transfers; 11.3: tied weights' all-reduce"
+                         : "docs/planner.md 11.3: tied weights' all-reduce"},
       {"optimizer step", r->optimizer_s, "docs/planner.md 11.5: memory bound over the local parameters"},
   };
   int n = (int)(sizeof t / sizeof t[0]);

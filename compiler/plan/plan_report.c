@@ -72,6 +72,7 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
   if (m->layout.tp_overlap && L->tp > 1) fprintf(f, "; tp_overlap on");
   if (L->fused_ce == 1) fprintf(f, "; fused_ce on");
   if (L->ep > 1 && m->layout.dispatcher == 1) fprintf(f, "; dispatcher deepep");
+  if (m->layout.engine == 1) fprintf(f, "; engine deepspeed");
   if (plan_layout_ring(L)) fprintf(f, "; cp_comm ring");
   if (strcmp(plan_attention_name(c), "flash")) fprintf(f, "; attention %s", plan_attention_name(c));
   if (!plan_fusion(c)) fprintf(f, "; fusion off");
@@ -144,9 +145,10 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
             r->comm_exposed[g] / T * 100, plan_fmt_time(b, sizeof b, r->comm_s[g]));
   }
   if (L->pp > 1)
-    fprintf(f, "  %-18s %12s  %5.1f%%  %.1f%% of the pipeline idle; one transfer %s\n", "pipeline bubble",
+    fprintf(f, "  %-18s %12s  %5.1f%%  %.1f%% of the pipeline idle; one transfer %s%s\n", "pipeline bubble",
             plan_fmt_time(a, sizeof a, r->bubble_s), r->bubble_s / T * 100, r->bubble_fraction * 100,
-            plan_fmt_time(b, sizeof b, r->p2p_s));
+            plan_fmt_time(b, sizeof b, r->p2p_sync_s > 0 ? r->p2p_sync_s : r->p2p_s),
+            r->p2p_sync_s > 0 ? ", blocking (DeepSpeed's: a piece per tensor rank, then gathered)" : "");
   fprintf(f, "  %-18s %12s  %5.1f%%\n", "optimizer step", plan_fmt_time(a, sizeof a, r->optimizer_s), r->optimizer_s / T * 100);
   fprintf(f, "  %-18s %12s\n\n", "step", plan_fmt_time(a, sizeof a, r->step_s));
   if (plan_explain_enabled(c)) {
@@ -312,6 +314,7 @@ static json_t *json_time(const PlanResult *r) {
   json_object_set_new(o, "bubble_fraction", jnum(r->bubble_fraction));
   json_object_set_new(o, "optimizer_s", jnum(r->optimizer_s));
   json_object_set_new(o, "p2p_transfer_s", jnum(r->p2p_s));
+  if (r->p2p_sync_s > 0) json_object_set_new(o, "p2p_deepspeed_transfer_s", jnum(r->p2p_sync_s));
   json_object_set_new(o, "attention_s", jnum(r->attn_s));
   json_object_set_new(o, "bubble_simulated", json_boolean(r->simulated));
   return o;
@@ -334,6 +337,7 @@ static json_t *json_result(PlanCtx *c, const PlanResult *r, int brief) {
   json_object_set_new(par, "balance", json_string(sem_balance_name(plan_model(c)->layout.balance)));
   json_object_set_new(par, "fused_ce", json_boolean(r->layout.fused_ce == 1));
   json_object_set_new(par, "dispatcher", json_string(plan_model(c)->layout.dispatcher == 1 ? "deepep" : "alltoall"));
+  json_object_set_new(par, "engine", json_string(plan_model(c)->layout.engine == 1 ? "deepspeed" : "hpdl"));
   json_object_set_new(par, "cp_comm", json_string(r->layout.cp_comm == 1 ? "ring" : r->layout.cp_comm < 0 ? "auto" : "allgather"));
   Compression cz = plan_model(c)->layout.compression;
   json_object_set_new(par, "compression", json_string(sem_compression_name(cz)));

@@ -170,7 +170,8 @@ static void set_command(char *cmd, size_t cap, const char *hpdlc, const char *sr
                                         {"attention", "--attention"}, {"recompute_layers", "--recompute-layers"},
                                         {"compression", "--compression"}, {"moments", "--moments"},
                                         {"dispatcher", "--dispatcher"}, {"fusion", "--fusion"},
-                                        {"cp_comm", "--cp-comm"}};
+                                        {"cp_comm", "--cp-comm"},
+                                        {"engine", "--engine"}, {"overlap", "--overlap"}};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
     json_t *val = json_object_get(l, keys[i][0]);
     const char *str = json_string_value(val);

@@ -59,6 +59,10 @@ trap 'rm -f "$tmp" "$tmp.doc"' EXIT
   echo
   "$fid" --set "$hpdlc" "$PWD" tests/plan/published_nemo_long.json --markdown
   echo
+  echo "BLOOM-176B's pre-training, BigScience 2022, 384 A100 on Jean Zay (never seen, printed, not asserted; DeepSpeed's engine, --engine deepspeed): step time, published and predicted:"
+  echo
+  "$fid" --set "$hpdlc" "$PWD" tests/plan/published_bloom.json --markdown
+  echo
   echo "<!-- fidelity-table:end -->"
 } > "$tmp"
 awk -v table="$tmp" '
