@@ -39,7 +39,7 @@ trap 'rm -f "$tmp" "$tmp.doc"' EXIT
   echo
   "$fid" --set "$hpdlc" "$PWD" tests/plan/published_torchtitan.json --markdown
   echo
-  echo "Megatron-Bridge 25.09 and 25.11 on DGX-H100, FP8 and (GPT-OSS) BF16 (never seen, printed, not asserted): step time, published and predicted:"
+  echo "Megatron-Bridge 25.09, 25.11 and 26.02 on DGX-H100, FP8 and (GPT-OSS) BF16 (never seen, printed, not asserted): step time, published and predicted:"
   echo
   "$fid" --set "$hpdlc" "$PWD" tests/plan/published_megatron_bridge.json --markdown
   echo
