@@ -2180,6 +2180,31 @@ static double p2p_sync_s(int64_t ci, int64_t K, double t_sync) {
   return t_sync * (double)((ci > 0) + (ci < K - 1));
 }
 
+/* Whether DeepSpeed's BF16_Optimizer runs the step (engine = deepspeed, bf16, ZeRO 0-1):
+ * fp32 copies of the gradients, kept whole, added into after every micro-batch. */
+static int ds_bf16_optimizer(const PlanCtx *c, const PlanLayout *L) {
+  return c->model->layout.engine == 1 && c->prec == PREC_BF16 && L->zero <= 1;
+}
+
+/* The rank time engine = deepspeed adds to each chunk's forward (tf) and backward (tb) of a
+ * micro-batch: its blocking transfers (t_sync each, none with one chunk), and under the
+ * BF16_Optimizer the pass that adds the chunk's bf16 gradients into their fp32 copies
+ * (update_hp_grads: 2 bytes read, 4 read and 4 written a parameter) and zeroes them for the
+ * next micro-batch (2 written): 12 bytes a parameter, memory-bound. */
+static void ds_engine_times(const PlanCtx *c, const PlanLayout *L, const PlanChunk *const *ch, int64_t K,
+                            double t_sync, double *tf, double *tb) {
+  if (c->model->layout.engine != 1) return;
+  int hp = ds_bf16_optimizer(c, L);
+  double hbm = c->dev.hbm_bytes_per_s * COST_HBM_EFFICIENCY;
+  for (int64_t ci = 0; ci < K; ci++) {
+    if (K > 1) {
+      tf[ci] += p2p_sync_s(ci, K, t_sync);
+      tb[ci] += p2p_sync_s(ci, K, t_sync);
+    }
+    if (hp && hbm > 0) tb[ci] += ch[ci]->params * 12.0 / hbm;
+  }
+}
+
 /* One DeepSpeed pipeline transfer of a boundary of `bytes` (this rank's value): with
  * tensor parallelism and the boundary whole on every tensor rank (no sequence
  * parallelism), each rank sends its 1/tp piece and the receiver gathers the pieces
@@ -2198,15 +2223,41 @@ double plan_p2p_deepspeed_s(const PlanCtx *c, const PlanLayout *L, double bytes)
   return t;
 }
 
+/* The simulated step of msim micro-batches: 0 with *sim filled (sched_sim_free it), or -1
+ * with err. */
+static int simulate_pipeline(Schedule kind, int pp, int64_t msim, int v, const double *tf, const double *tb,
+                             double t_p2p, SchedSim *sim, char *err, size_t errlen) {
+  SchedProgram prog;
+  char why[256];
+  if (sched_build(&prog, kind, pp, (int)msim, v, why, sizeof why) != 0) {
+    snprintf(err, errlen, "schedule: %s", why);
+    return -1;
+  }
+  SchedCosts sc = {0, 0, tf, tb, t_p2p, 0, 0};
+  int rc = sched_simulate_costs(&prog, &sc, sim);
+  sched_free(&prog);
+  if (rc != 0) {
+    if (rc > 0) sched_sim_free(sim);
+    snprintf(err, errlen, "the schedule does not run (%s)", rc > 0 ? "deadlock" : "bad arguments");
+    return -1;
+  }
+  return 0;
+}
+
 int plan_pipeline(Schedule kind, int pp, int64_t m, int v, const double *tf, const double *tb, double t_p2p, int full,
                   double *T, double *bubble_fraction, int *inflight, char *err, size_t errlen) {
-  /* With many micro-batches simulate 2 pp of them and extend the steady
-   * state by the slowest rank's time per micro-batch: in 1F1B's steady
-   * state every rank runs one forward and one backward per micro-batch, so
-   * each further micro-batch adds the bottleneck rank's time. Exact for
-   * uniform stages (tests/unit/test_plan.c). */
-  int64_t msim = m;
-  if (!full && m > 2 * (int64_t)pp) msim = 2 * (int64_t)pp;
+  /* With many micro-batches simulate 3 pp and 4 pp of them and extend the
+   * steady state by the time each further micro-batch adds between the two
+   * (interleaving runs micro-batches in groups of pp; by 3 pp every
+   * schedule is in its steady state). That time is the slowest rank's
+   * forward and backward when transfers take no time, and more when they
+   * are on the steady state's critical path (a 1F1B stage waits for the
+   * next one's gradient): what the simulation says, not an assumed
+   * bottleneck, and never less than it. Exact for uniform and uneven
+   * stages, with and without transfers (tests/unit/test_plan.c). */
+  int64_t lo = 3 * (int64_t)pp, hi = 4 * (int64_t)pp;
+  int extend = !full && m > hi;
+  int64_t msim = extend ? hi : m;
   if (msim > 0x3fffffff) {
     snprintf(err, errlen, "too many micro-batches to simulate");
     return -1;
@@ -2218,26 +2269,25 @@ int plan_pipeline(Schedule kind, int pp, int64_t m, int v, const double *tf, con
     if (R > Rmax) Rmax = R;
     busy += R * (double)m;
   }
-  SchedProgram prog;
-  char why[256];
-  if (sched_build(&prog, kind, pp, (int)msim, v, why, sizeof why) != 0) {
-    snprintf(err, errlen, "schedule: %s", why);
-    return -1;
-  }
-  SchedCosts sc = {0, 0, tf, tb, t_p2p, 0, 0};
   SchedSim sim;
-  int rc = sched_simulate_costs(&prog, &sc, &sim);
-  if (rc != 0) {
-    if (rc > 0) sched_sim_free(&sim);
-    sched_free(&prog);
-    snprintf(err, errlen, "the schedule does not run (%s)", rc > 0 ? "deadlock" : "bad arguments");
-    return -1;
+  if (simulate_pipeline(kind, pp, msim, v, tf, tb, t_p2p, &sim, err, errlen) != 0) return -1;
+  *T = sim.makespan;
+  if (extend) {
+    SchedSim s3;
+    if (simulate_pipeline(kind, pp, lo, v, tf, tb, t_p2p, &s3, err, errlen) != 0) {
+      sched_sim_free(&sim);
+      return -1;
+    }
+    double period = (sim.makespan - s3.makespan) / (double)(hi - lo);
+    sched_sim_free(&s3);
+    /* never less than the slowest rank's work a micro-batch (a schedule whose warm-up
+     * outlasts 3 pp micro-batches, interleaving many chunks, is not yet periodic there) */
+    if (period < Rmax) period = Rmax;
+    *T += (double)(m - msim) * period;
   }
-  *T = sim.makespan + (double)(m - msim) * Rmax;
   for (int r = 0; r < pp; r++) inflight[r] = sim.peak_inflight[r];
   *bubble_fraction = msim == m ? sim.bubble_fraction : 1 - busy / ((double)pp * *T);
   sched_sim_free(&sim);
-  sched_free(&prog);
   return 0;
 }
 
@@ -2387,22 +2437,13 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   double p2p_bytes = K > 1 ? kinds[0].p2p_bytes : 0;
   double t_p2p = K > 1 ? cost_sendrecv_s(p2p_bytes, &pplink) : 0;
   out->p2p_s = t_p2p;
-  /* engine = deepspeed (docs/planner.md sec. 11.1). Its transfers are rank time, none left
-   * in flight while a rank computes. And in bf16 under ZeRO 0-1 its BF16_Optimizer keeps fp32
-   * copies of the gradients: after every micro-batch's backward the chunk's bf16 gradients are
-   * added into them (update_hp_grads: 2 bytes read, 4 read and 4 written a parameter) and
-   * zeroed before the next (2 written) - 12 bytes a parameter a micro-batch, memory-bound */
-  int ds = m->layout.engine == 1;
-  if (ds && c->prec == PREC_BF16 && L.zero <= 1)
-    for (int64_t ci = 0; ci < K; ci++) tb[ci] += kp[ci]->params * 12.0 / (c->dev.hbm_bytes_per_s * COST_HBM_EFFICIENCY);
+  /* engine = deepspeed (docs/planner.md sec. 11.1): its transfers are rank time, none left
+   * in flight while a rank computes, and its BF16_Optimizer's pass over the gradients */
+  int ds = m->layout.engine == 1, ds_hp = ds_bf16_optimizer(c, &L);
   int p2p_sync = ds && K > 1;
   double t_sync = p2p_sync ? plan_p2p_deepspeed_s(c, &L, p2p_bytes) : 0;
   out->p2p_sync_s = t_sync;
-  if (p2p_sync)
-    for (int64_t ci = 0; ci < K; ci++) {
-      tf[ci] += p2p_sync_s(ci, K, t_sync);
-      tb[ci] += p2p_sync_s(ci, K, t_sync);
-    }
+  ds_engine_times(c, &L, kp, K, t_sync, tf, tb);
   double t_lag = p2p_sync ? 0 : t_p2p;
   /* per pipeline rank */
   c->nstages = pp_n;
@@ -2520,7 +2561,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
                  cost_reduce_scatter_s(expert_gb, (int)nedp, &edplink, COST_ALGO_RING);
           /* DeepSpeed's BF16_Optimizer (ZeRO 1): the fp32 gradients all-reduced whole
            * (buffered_allreduce_fallback), its shard then updated and gathered */
-          if (ds && c->prec == PREC_BF16 && L.zero == 1)
+          if (ds_hp)
             coll = cost_allreduce_s(dense_gb, (int)ndp, &dplink, COST_ALGO_AUTO) +
                    cost_allreduce_s(expert_gb, (int)nedp, &edplink, COST_ALGO_AUTO);
           /* the blocks' weights move as FP8 under fp8 (layer_gather_bytes), the rest as stored */
@@ -2530,7 +2571,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
           double wb = blocks_d * c->layer_gather_bytes + (dense_r - blocks_d) * c->weight_bytes;
           double wbe = expert_r * c->layer_gather_bytes;
           double ag = cost_allgather_s(wb, (int)ndp, &dplink, COST_ALGO_RING) + cost_allgather_s(wbe, (int)nedp, &edplink, COST_ALGO_RING);
-          dp_sent = cost_collective_bytes_sent(ds && c->prec == PREC_BF16 && L.zero == 1 ? COST_ALLREDUCE : COST_REDUCE_SCATTER,
+          dp_sent = cost_collective_bytes_sent(ds_hp ? COST_ALLREDUCE : COST_REDUCE_SCATTER,
                                                dense_gb, (int)ndp, COST_ALGO_RING) +
                     cost_collective_bytes_sent(COST_ALLGATHER, wb, (int)ndp, COST_ALGO_RING) +
                     cost_collective_bytes_sent(COST_REDUCE_SCATTER, expert_gb, (int)nedp, COST_ALGO_RING) +
@@ -2616,7 +2657,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     }
     /* DeepSpeed's BF16_Optimizer keeps the fp32 gradients whole beside the bf16 ones ("it
      * doesn't shard the static fp32 buffer it reuses": BLOOM's README) */
-    if (ds && c->prec == PREC_BF16 && L.zero <= 1) ms.grads += params_r * 4, ms.total += params_r * 4;
+    if (ds_hp) ms.grads += params_r * 4, ms.total += params_r * 4;
     double saved_max = 0, peak_max = 0;
     for (int64_t ci = r; ci < K; ci += pp_n) {
       const PlanChunk *ch = kp[ci];
@@ -2703,6 +2744,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   /* asynchronous transfers inside the pipeline time are in the bubble; synchronous ones are
    * the rank's own time */
   out->comm_exposed[IRG_PP] = emb_s + sync_x;
+  out->p2p_sync_exposed_s = sync_x;
   if (p2p_sync) out->comm_s[IRG_PP] = emb_s + sync_x;
   out->comm_bytes[IRG_TP] = rank_cost.sent[IRG_TP];
   out->comm_bytes[IRG_CP] = rank_cost.sent[IRG_CP];
@@ -2759,14 +2801,14 @@ int plan_timeline(PlanCtx *c, const PlanLayout *L, PlanTimeline *out) {
   PlanExact *e = plan_exact(c, &key, K);
   if (!e->valid) return -1;
   double *tf = xalloc_calloc((size_t)K, sizeof(double)), *tb = xalloc_calloc((size_t)K, sizeof(double));
+  const PlanChunk **ch = xalloc_calloc((size_t)K, sizeof *ch);
   for (int64_t ci = 0; ci < K; ci++) {
     tf[ci] = e->ch[ci].f.t;
     tb[ci] = e->ch[ci].b.t;
-    if (plan_model(c)->layout.engine == 1 && K > 1) {
-      tf[ci] += p2p_sync_s(ci, K, r.p2p_sync_s);
-      tb[ci] += p2p_sync_s(ci, K, r.p2p_sync_s);
-    }
+    ch[ci] = &e->ch[ci];
   }
+  ds_engine_times(c, l, ch, K, r.p2p_sync_s, tf, tb); /* as plan_evaluate priced them */
+  free(ch);
   double t_lag = plan_model(c)->layout.engine == 1 ? 0 : r.p2p_s;
   char err[256];
   int rc = -1;
@@ -2783,7 +2825,9 @@ int plan_timeline(PlanCtx *c, const PlanLayout *L, PlanTimeline *out) {
   free(tf);
   free(tb);
   out->pp = (int)l->pp;
-  out->dp_exposed = r.comm_exposed[IRG_DP] + r.comm_exposed[IRG_PP];
+  /* after the pipeline: the data-parallel reduction and the tied weights' all-reduce
+   * (engine = deepspeed's transfers are inside it) */
+  out->dp_exposed = r.comm_exposed[IRG_DP] + r.comm_exposed[IRG_PP] - r.p2p_sync_exposed_s;
   out->optimizer = r.optimizer_s;
   return rc;
 }

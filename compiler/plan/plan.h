@@ -139,6 +139,7 @@ typedef struct PlanResult {
   double attn_gemm_s;     /* of attn_s (and gemm_s): its GEMMs */
   double p2p_s;           /* one pipeline message */
   double p2p_sync_s;      /* under engine = deepspeed: one pipeline transfer as DeepSpeed makes it (its piece and the gather), 0 otherwise */
+  double p2p_sync_exposed_s; /* of comm_exposed[pipeline]: those transfers of the busiest rank, inside the pipeline time */
   int64_t vocab_priced;   /* the vocabulary's rows as priced, padded by the partition (vocab_pad); 0: not padded */
   int simulated;          /* 1: bubble from sched_simulate; 0: closed form (search screening) */
   /* throughput */

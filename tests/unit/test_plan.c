@@ -299,6 +299,45 @@ static void test_bubble_exact(void) {
   }
 }
 
+/* Many micro-batches: the step extended from simulations of 3 pp and 4 pp of them is the
+ * whole simulation's, with transfers on the critical path (t_p2p comparable to a stage's
+ * work) and uneven stages (a heavier first and last chunk), for every schedule; and never
+ * less than the slowest rank's work a micro-batch times m. */
+static void test_pipeline_extension(void) {
+  struct {
+    Schedule s;
+    int p, v;
+    int64_t m;
+    double t_p2p;
+  } cases[] = {{SCHED_1F1B, 4, 1, 64, 0.3},        {SCHED_1F1B, 12, 1, 128, 0.05},  {SCHED_1F1B, 8, 1, 200, 1.5},
+               {SCHED_GPIPE, 4, 1, 40, 0.4},       {SCHED_INTERLEAVED, 4, 2, 64, 0.2}, {SCHED_INTERLEAVED, 8, 3, 96, 0.1},
+               {SCHED_INTERLEAVED, 8, 5, 80, 0.05}, {SCHED_1F1B, 12, 1, 128, 0}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int p = cases[i].p, v = cases[i].v, K = p * v;
+    int64_t m = cases[i].m;
+    double *tf = calloc((size_t)K, sizeof(double)), *tb = calloc((size_t)K, sizeof(double));
+    int *inf = calloc((size_t)p, sizeof(int));
+    for (int c = 0; c < K; c++) tf[c] = 1.0 / v, tb[c] = 2.0 / v;
+    tf[0] *= 1.3, tb[0] *= 1.3, tf[K - 1] *= 1.5, tb[K - 1] *= 1.2;
+    double Rmax = 0;
+    for (int r = 0; r < p; r++) {
+      double R = 0;
+      for (int c = r; c < K; c += p) R += tf[c] + tb[c];
+      if (R > Rmax) Rmax = R;
+    }
+    double T[2], bf[2];
+    char err[256];
+    for (int full = 0; full <= 1; full++)
+      EXPECT(plan_pipeline(cases[i].s, p, m, v, tf, tb, cases[i].t_p2p, full, &T[full], &bf[full], inf, err, sizeof err) == 0);
+    EXPECT_NEAR(T[0] / T[1], 1.0, 1e-9);
+    EXPECT_NEAR(bf[0], bf[1], 1e-9);
+    EXPECT(T[0] >= (double)m * Rmax * (1 - 1e-12));
+    free(tf);
+    free(tb);
+    free(inf);
+  }
+}
+
 /* Full recomputation keeps a layer's input: 2 s b h bytes in fp16. */
 static void test_saved_full_recompute(void) {
   static const char *const defs[] = {"layers=4", "hidden=1024", "heads=16", "seq=512", "vocab=8192"};
@@ -986,6 +1025,7 @@ int main(void) {
   test_recompute_layers();
   test_search_recompute_layers();
   test_bubble_exact();
+  test_pipeline_extension();
   test_saved_full_recompute();
   test_tp_bytes();
   test_search_and_resolve();
