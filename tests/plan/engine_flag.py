@@ -15,8 +15,12 @@ docs/planner.md sec. 11.1):
     none of it in fp16;
   - the fp32 gradients are all-reduced (not reduce-scattered) after the last micro-batch:
     more data-parallel time than hpdl's, all of it exposed;
-  - the breakdown still sums to the step. Exit 0 pass, 1 fail."""
+  - the breakdown still sums to the step, and the --trace of the step ends at it (the
+    blocking transfers inside the pipeline, not again after it). Exit 0 pass, 1 fail."""
+import json
+import os
 import sys
+import tempfile
 
 from plan_checks import bind, rel, verdict
 
@@ -71,6 +75,13 @@ def main():
          and dpa["exposed_s"]["dp"] < dpa["total_s"]["dp"],
          "bf16 ZeRO 1: the fp32 gradients all-reduced, after the backward (hpdl's reduce-scatter partly hidden)"),
     ]
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = os.path.join(tmp, "trace.json")
+        run(pp4 + ["--engine", "deepspeed", "--trace", trace])
+        with open(trace) as f:
+            events = json.load(f)["traceEvents"]
+    end = max(e.get("ts", 0) + e.get("dur", 0) for e in events) / 1e6
+    checks.append((rel(end, td["step_s"]) < 1e-6, f"the trace ends at the step ({end:.6f} s)"))
     text = run(pp4 + ["--engine", "deepspeed"])
     checks.append(("engine deepspeed" in text.stdout and "blocking (DeepSpeed's" in text.stdout,
                    "the text report names the engine and the transfer"))
