@@ -7,7 +7,7 @@ Draws N (default 150) plans from a fixed seed (default 37): a sample of every ki
 mixture of experts, convolutional), random sizes (-D layers, hidden, heads, kv_heads, ffn,
 vocab, seq), random layouts (--gpus, --dp auto mostly, --tp, --pp, --cp, --ep, --zero, --micro-batch,
 --global-batch, --recompute, --precision, --sp, --schedule, --virtual-stages, --cp-comm,
---attention, --fusion, --tp-overlap, --balance, --fused-ce, --moments, --etp, --dispatcher,
+--attention, --fusion, --tp-overlap, --balance, --fused-ce, --moments, --etp, --dispatcher, --engine,
 --vocab-pad, --compression, --recompute-layers, --overlap, --nodes, --gpus-per-node), a
 catalog cluster, and sometimes --search, --scaling, --trace, --explain, JSON or HTML. Most
 combinations are refused, and that is fine; what must hold for every one: it ends within
@@ -62,6 +62,7 @@ def draw(rng, trace):
                             ("--fusion", ["on", "off"], .2), ("--tp-overlap", ["on", "off"], .2),
                             ("--balance", ["cost", "layers", "ends"], .2), ("--fused-ce", ["on", "off", "auto"], .2),
                             ("--moments", ["fp32", "bf16"], .15), ("--etp", [1, "auto"], .1), ("--dispatcher", ["alltoall", "deepep"], .1),
+                            ("--engine", ["hpdl", "deepspeed"], .1),
                             ("--vocab-pad", [1, 64, 128, 1000], .1), ("--compression", ["none", "fp16", "bf16", "int8", "topk"], .1),
                             ("--recompute-layers", [1, 3, 100], .1), ("--overlap", ["on", "off"], .1),
                             ("--nodes", [1, 3, "auto"], .1), ("--gpus-per-node", [1, 4, 6], .05)]:
