@@ -47,9 +47,11 @@ foreach(case cli one_rank dp2 tp2 pp2 pp2_uneven pp2_gpipe pp2_virtual2 pp2_virt
 endforeach()
 # four layers over two virtual stages, fused_ce's eleven layouts (54 s in release, 233 s
 # sanitized beside other work) and mixed_precision (152 s sanitized alone; past 300 s on a
-# clean clone's CI while other jobs shared its two cores): the slowest cases under the sanitizers
+# clean clone's CI while other jobs shared its two cores), and cp_ring's six programs since its
+# cp 4 cases (47 s in release, past 300 s sanitized on 2026-12-06's clean clone): the slowest
+# cases under the sanitizers
 set_tests_properties(compile.pp2_virtual2 compile.pp2_virtual2_native compile.fused_ce compile.fused_ce_layouts compile.mixed_precision
-                     PROPERTIES TIMEOUT 600)
+                     compile.cp_ring PROPERTIES TIMEOUT 600)
 # the fused head's other layouts: under the sanitizers the runtime's dp / pp / cp / ZeRO-3 paths run
 # in those layouts' own cases, and the fused head's code (its tensor shards too) in compile.fused_ce
 set_property(TEST compile.fused_ce_layouts APPEND PROPERTY LABELS sanitize_redundant)
