@@ -2249,13 +2249,16 @@ int plan_pipeline(Schedule kind, int pp, int64_t m, int v, const double *tf, con
   /* With many micro-batches simulate 3 pp and 4 pp of them and extend the
    * steady state by the time each further micro-batch adds between the two
    * (interleaving runs micro-batches in groups of pp; by 3 pp every
-   * schedule is in its steady state). That time is the slowest rank's
+   * schedule is in its steady state); 1F1B without virtual stages needs one
+   * simulation of 3 pp, its first rank finishing one micro-batch's backward
+   * a period after the one before from the pp-th on. That time is the slowest rank's
    * forward and backward when transfers take no time, and more when they
    * are on the steady state's critical path (a 1F1B stage waits for the
    * next one's gradient): what the simulation says, not an assumed
    * bottleneck, and never less than it. Exact for uniform and uneven
    * stages, with and without transfers (tests/unit/test_plan.c). */
-  int64_t lo = 3 * (int64_t)pp, hi = 4 * (int64_t)pp;
+  int one_sim = kind == SCHED_1F1B && v == 1;
+  int64_t lo = 3 * (int64_t)pp, hi = one_sim ? lo : 4 * (int64_t)pp;
   int extend = !full && m > hi;
   int64_t msim = extend ? hi : m;
   if (msim > 0x3fffffff) {
@@ -2272,7 +2275,19 @@ int plan_pipeline(Schedule kind, int pp, int64_t m, int v, const double *tf, con
   SchedSim sim;
   if (simulate_pipeline(kind, pp, msim, v, tf, tb, t_p2p, &sim, err, errlen) != 0) return -1;
   *T = sim.makespan;
-  if (extend) {
+  if (extend && one_sim) {
+    /* rank 0's backward of micro-batch pp - 1 and of 2 pp - 1: pp periods apart */
+    double b1 = -1, b2 = -1;
+    for (int i = 0; i < sim.n_events; i++) {
+      const SchedEvent *e = &sim.events[i];
+      if (e->rank != 0 || e->op != SCHED_OP_BWD) continue;
+      if (e->mb == pp - 1) b1 = e->end;
+      if (e->mb == 2 * pp - 1) b2 = e->end;
+    }
+    double period = b1 >= 0 && b2 >= b1 ? (b2 - b1) / (double)pp : Rmax;
+    if (period < Rmax) period = Rmax;
+    *T += (double)(m - msim) * period;
+  } else if (extend) {
     SchedSim s3;
     if (simulate_pipeline(kind, pp, lo, v, tf, tb, t_p2p, &s3, err, errlen) != 0) {
       sched_sim_free(&sim);
