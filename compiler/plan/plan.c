@@ -2251,12 +2251,12 @@ int plan_pipeline(Schedule kind, int pp, int64_t m, int v, const double *tf, con
    * (interleaving runs micro-batches in groups of pp; by 3 pp every
    * schedule is in its steady state); 1F1B without virtual stages needs one
    * simulation of 3 pp, its first rank finishing one micro-batch's backward
-   * a period after the one before from the pp-th on. That time is the slowest rank's
-   * forward and backward when transfers take no time, and more when they
-   * are on the steady state's critical path (a 1F1B stage waits for the
-   * next one's gradient): what the simulation says, not an assumed
-   * bottleneck, and never less than it. Exact for uniform and uneven
-   * stages, with and without transfers (tests/unit/test_plan.c). */
+   * a period after the one before from the pp-th on. That time is the
+   * slowest rank's forward and backward when transfers take no time, and
+   * more when they are on the steady state's critical path (a 1F1B stage
+   * waits for the next one's gradient): what the simulation says, not an
+   * assumed bottleneck, and never less than it. Exact for uniform and
+   * uneven stages, with and without transfers (tests/unit/test_plan.c). */
   int one_sim = kind == SCHED_1F1B && v == 1;
   int64_t lo = 3 * (int64_t)pp, hi = one_sim ? lo : 4 * (int64_t)pp;
   int extend = !full && m > hi;
