@@ -2205,17 +2205,16 @@ static void ds_engine_times(const PlanCtx *c, const PlanLayout *L, const PlanChu
   }
 }
 
-/* One DeepSpeed pipeline transfer of a boundary of `bytes` (this rank's value): with
- * tensor parallelism and the boundary whole on every tensor rank (no sequence
- * parallelism), each rank sends its 1/tp piece and the receiver gathers the pieces
- * over the tensor group (DeepSpeed's pipe_partitioned / grad_partitioned, on when the
- * model-parallel group is > 1), the gather's time part of the transfer. */
-double plan_p2p_deepspeed_s(const PlanCtx *c, const PlanLayout *L, double bytes) {
+/* One DeepSpeed pipeline transfer of a boundary of `bytes` (this rank's value) over
+ * the pipeline's link: with tensor parallelism and the boundary whole on every
+ * tensor rank (no sequence parallelism), each rank sends its 1/tp piece and the
+ * receiver gathers the pieces over the tensor group (DeepSpeed's pipe_partitioned /
+ * grad_partitioned, on when the model-parallel group is > 1), the gather's time part
+ * of the transfer. */
+static double p2p_deepspeed_s(const PlanCtx *c, const PlanLayout *L, const CostLink *pplink, double bytes) {
   int64_t gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1;
-  int64_t inner = L->tp * L->cp;
-  CostLink pplink = cost_group_link(&c->cluster, 2, inner * L->dp < gpn ? 2 : 1);
   int64_t part = L->tp > 1 && !L->sp ? L->tp : 1;
-  double t = cost_sendrecv_s(bytes / (double)part, &pplink);
+  double t = cost_sendrecv_s(bytes / (double)part, pplink);
   if (part > 1) {
     CostLink tplink = cost_group_link(&c->cluster, (int)L->tp, (int)(L->tp < gpn ? L->tp : gpn));
     t += cost_allgather_s(bytes, (int)L->tp, &tplink, COST_ALGO_AUTO);
@@ -2275,26 +2274,27 @@ int plan_pipeline(Schedule kind, int pp, int64_t m, int v, const double *tf, con
   SchedSim sim;
   if (simulate_pipeline(kind, pp, msim, v, tf, tb, t_p2p, &sim, err, errlen) != 0) return -1;
   *T = sim.makespan;
-  if (extend && one_sim) {
-    /* rank 0's backward of micro-batch pp - 1 and of 2 pp - 1: pp periods apart */
-    double b1 = -1, b2 = -1;
-    for (int i = 0; i < sim.n_events; i++) {
-      const SchedEvent *e = &sim.events[i];
-      if (e->rank != 0 || e->op != SCHED_OP_BWD) continue;
-      if (e->mb == pp - 1) b1 = e->end;
-      if (e->mb == 2 * pp - 1) b2 = e->end;
+  if (extend) {
+    double period = Rmax;
+    if (one_sim) {
+      /* rank 0's backward of micro-batch pp - 1 and of 2 pp - 1: pp periods apart */
+      double b1 = -1, b2 = -1;
+      for (int i = 0; i < sim.n_events; i++) {
+        const SchedEvent *e = &sim.events[i];
+        if (e->rank != 0 || e->op != SCHED_OP_BWD) continue;
+        if (e->mb == pp - 1) b1 = e->end;
+        if (e->mb == 2 * pp - 1) b2 = e->end;
+      }
+      if (b1 >= 0 && b2 >= b1) period = (b2 - b1) / (double)pp;
+    } else {
+      SchedSim s3;
+      if (simulate_pipeline(kind, pp, lo, v, tf, tb, t_p2p, &s3, err, errlen) != 0) {
+        sched_sim_free(&sim);
+        return -1;
+      }
+      period = (sim.makespan - s3.makespan) / (double)(hi - lo);
+      sched_sim_free(&s3);
     }
-    double period = b1 >= 0 && b2 >= b1 ? (b2 - b1) / (double)pp : Rmax;
-    if (period < Rmax) period = Rmax;
-    *T += (double)(m - msim) * period;
-  } else if (extend) {
-    SchedSim s3;
-    if (simulate_pipeline(kind, pp, lo, v, tf, tb, t_p2p, &s3, err, errlen) != 0) {
-      sched_sim_free(&sim);
-      return -1;
-    }
-    double period = (sim.makespan - s3.makespan) / (double)(hi - lo);
-    sched_sim_free(&s3);
     /* never less than the slowest rank's work a micro-batch (a schedule whose warm-up
      * outlasts 3 pp micro-batches, interleaving many chunks, is not yet periodic there) */
     if (period < Rmax) period = Rmax;
@@ -2456,7 +2456,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
    * in flight while a rank computes, and its BF16_Optimizer's pass over the gradients */
   int ds = m->layout.engine == 1, ds_hp = ds_bf16_optimizer(c, &L);
   int p2p_sync = ds && K > 1;
-  double t_sync = p2p_sync ? plan_p2p_deepspeed_s(c, &L, p2p_bytes) : 0;
+  double t_sync = p2p_sync ? p2p_deepspeed_s(c, &L, &pplink, p2p_bytes) : 0;
   out->p2p_sync_s = t_sync;
   ds_engine_times(c, &L, kp, K, t_sync, tf, tb);
   double t_lag = p2p_sync ? 0 : t_p2p;
@@ -2755,15 +2755,14 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   out->comm_exposed[IRG_CP] = cp_x;
   out->comm_s[IRG_DP] = worst_dp_s;
   out->comm_exposed[IRG_DP] = worst_dp_exposed;
-  out->comm_s[IRG_PP] = (double)mmb * 2 * t_p2p * (K > 1 ? 1 : 0) * v + emb_s;
   /* asynchronous transfers inside the pipeline time are in the bubble; synchronous ones are
-   * the rank's own time */
+   * the rank's own time, all of it exposed */
+  out->comm_s[IRG_PP] = (p2p_sync ? sync_x : (double)mmb * 2 * t_p2p * (K > 1 ? 1 : 0) * v) + emb_s;
   out->comm_exposed[IRG_PP] = emb_s + sync_x;
   out->p2p_sync_exposed_s = sync_x;
-  if (p2p_sync) out->comm_s[IRG_PP] = emb_s + sync_x;
   out->comm_bytes[IRG_TP] = rank_cost.sent[IRG_TP];
   out->comm_bytes[IRG_CP] = rank_cost.sent[IRG_CP];
-  /* DeepSpeed's transfers carry a tensor rank's piece (plan_p2p_deepspeed_s) */
+  /* DeepSpeed's transfers carry a tensor rank's piece (p2p_deepspeed_s) */
   double pp_part = p2p_sync && L.tp > 1 && !L.sp ? (double)L.tp : 1;
   out->comm_bytes[IRG_PP] = rank_cost.sent[IRG_PP] / pp_part + emb_sent;
   out->comm_bytes[IRG_DP] = worst_dp_sent;

@@ -155,12 +155,9 @@ void plan_chunk_from_parts(const PlanParts *pp, int kind, int64_t n, PlanChunk *
 /* The pipeline time T of m micro-batches on pp ranks with v chunks each
  * (per-chunk times tf, tb), from the schedule simulator; the share of T a
  * rank idles, averaged over ranks; the peak (chunk, micro-batch) sets each
- * rank holds. full = 0 extrapolates the steady state beyond 2 pp
- * micro-batches. Returns 0, or -1 with err. */
-/* One pipeline transfer as DeepSpeed's engine makes it (parallel.engine = deepspeed): the
- * boundary's piece of each tensor rank sent, then gathered over the tensor group. */
-double plan_p2p_deepspeed_s(const PlanCtx *c, const PlanLayout *L, double bytes);
-
+ * rank holds. full = 0 extrapolates the steady state beyond 4 pp
+ * micro-batches (3 pp for 1F1B without virtual stages) at the period the
+ * simulation shows. Returns 0, or -1 with err. */
 int plan_pipeline(Schedule kind, int pp, int64_t m, int v, const double *tf, const double *tb, double t_p2p, int full,
                   double *T, double *bubble_fraction, int *inflight, char *err, size_t errlen);
 
