@@ -436,8 +436,14 @@ double cost_attention_utilization(CostAttnKernel k, int backward, const CatDevic
  *   depth: k / (k + K0), the mainloop's share of a tile's time.
  * NVIDIA's "Matrix Multiplication Background" guide (Deep Learning
  * Performance documentation) describes tile and wave quantization. */
-double cost_gemm_efficiency_batched(int64_t batch, int64_t m, int64_t n, int64_t k,
-                                    const CatDevice *dev) {
+double cost_gemm_k_overhead(const CatDevice *dev, const char *precision) {
+  if (!dev || !precision) return COST_GEMM_K_OVERHEAD;
+  double p = cat_peak_flops(dev, precision), p16 = cat_peak_flops(dev, "bf16");
+  if (p16 <= 0) p16 = cat_peak_flops(dev, "fp16");
+  return p > p16 && p16 > 0 ? COST_GEMM_K_OVERHEAD * p / p16 : COST_GEMM_K_OVERHEAD;
+}
+
+static double gemm_efficiency(int64_t batch, int64_t m, int64_t n, int64_t k, const CatDevice *dev, double k0) {
   const GemmSpec *g = gemm_spec(dev);
   if (batch <= 0 || m <= 0 || n <= 0 || k <= 0) return g->ceiling;
   double t = g->tile > 0 ? g->tile : COST_GEMM_TILE;
@@ -449,8 +455,18 @@ double cost_gemm_efficiency_batched(int64_t batch, int64_t m, int64_t n, int64_t
     double waves = ceil(tiles / g->units);
     wave_eff = tiles / (waves * g->units);
   }
-  double depth_eff = (double)k / ((double)k + COST_GEMM_K_OVERHEAD);
+  double depth_eff = (double)k / ((double)k + k0);
   return g->ceiling * tile_eff * wave_eff * depth_eff;
+}
+
+double cost_gemm_efficiency_batched(int64_t batch, int64_t m, int64_t n, int64_t k,
+                                    const CatDevice *dev) {
+  return gemm_efficiency(batch, m, n, k, dev, COST_GEMM_K_OVERHEAD);
+}
+
+double cost_gemm_efficiency_prec(int64_t batch, int64_t m, int64_t n, int64_t k, const CatDevice *dev,
+                                 const char *precision) {
+  return gemm_efficiency(batch, m, n, k, dev, cost_gemm_k_overhead(dev, precision));
 }
 
 int64_t cost_gemm_split_k(int64_t batch, int64_t m, int64_t n, int64_t k, const CatDevice *dev) {

@@ -34,8 +34,10 @@
  * (cuBLAS / CUTLASS 128x128 tiles on A100 and H100). */
 #define COST_GEMM_TILE 128
 /* Fixed cost of one output tile (filling the software pipeline, the
- * epilogue), expressed in elements of K: a GEMM of depth k runs at
- * k / (k + COST_GEMM_K_OVERHEAD) of its mainloop rate. */
+ * epilogue), expressed in elements of K of a 16-bit mainloop: a GEMM of
+ * depth k runs at k / (k + COST_GEMM_K_OVERHEAD) of its mainloop rate. The
+ * cost is a time, so a precision whose mainloop runs r times the 16-bit
+ * rate (FP8: 2) pays r x as many elements (cost_gemm_k_overhead). */
 #define COST_GEMM_K_OVERHEAD 64
 /* GEMM ceiling for devices without a measured one: the H100 SXM figure, the
  * lowest of the NVIDIA measurements in docs/planner.md. */
@@ -163,6 +165,14 @@ int64_t cost_gemm_split_k(int64_t batch, int64_t m, int64_t n, int64_t k, const 
 
 double cost_gemm_efficiency_batched(int64_t batch, int64_t m, int64_t n, int64_t k,
                                     const CatDevice *dev);
+/* The same at a precision: the depth term's K0 is cost_gemm_k_overhead(dev,
+ * precision); the 16-bit precisions (and NULL) give the forms above. */
+double cost_gemm_efficiency_prec(int64_t batch, int64_t m, int64_t n, int64_t k, const CatDevice *dev,
+                                 const char *precision);
+/* K0 in elements of K at a precision: COST_GEMM_K_OVERHEAD times how much
+ * faster than bf16 (fp16 where the device has no bf16) the precision's
+ * dense peak is, never less than 1 x: FP8 on Hopper 128. */
+double cost_gemm_k_overhead(const CatDevice *dev, const char *precision);
 /* The ceiling and the SM / CU count used for dev (0 SMs: no wave model). */
 double cost_gemm_ceiling(const CatDevice *dev);
 /* The NVIDIA architecture generation of a catalog device (the table of

@@ -549,8 +549,8 @@ static void price_gemm(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, 
   double eb = P->pc->act_bytes, ib = fp8 ? 1 : eb;
   double in_bytes = ((double)ir_numel(a) + (double)ir_numel(b)) * ib;
   double out_bytes = out * (double)K->noutputs * eb;
-  double eff = cost_gemm_efficiency_batched((int64_t)batch, (int64_t)M, (int64_t)N, (int64_t)Kd, dev);
   const char *pn = fp8 ? "fp8" : prec_name(P->pc->prec);
+  double eff = cost_gemm_efficiency_prec((int64_t)batch, (int64_t)M, (int64_t)N, (int64_t)Kd, dev, pn);
   /* the mainloop (operands streamed under the arithmetic), then the
    * epilogue stores the result: on A100-class GPUs a thread block writes its
    * tile after its mainloop, so the store does not hide under the math */

@@ -59,7 +59,7 @@ trap 'rm -f "$tmp" "$tmp.doc"' EXIT
   echo
   "$fid" --set "$hpdlc" "$PWD" tests/plan/published_nemo_long.json --markdown
   echo
-  echo "BLOOM-176B's pre-training, BigScience 2022, 384 A100 on Jean Zay (never seen, printed, not asserted; DeepSpeed's engine, --engine deepspeed): step time, published and predicted:"
+  echo "BLOOM-176B's pre-training and the topology search before it, BigScience 2022, 384 A100 on Jean Zay (never seen, printed, not asserted; DeepSpeed's engine, --engine deepspeed): step time, published and predicted:"
   echo
   "$fid" --set "$hpdlc" "$PWD" tests/plan/published_bloom.json --markdown
   echo
