@@ -65,6 +65,19 @@ static CatDevice devices[] = {
     {"b200", "b200-sxm b200-180gb", "NVIDIA", 180 * GiB, 8000 * GB,
      40 * TF, 80 * TF, 1100 * TF, 2250 * TF, 2250 * TF, 4500 * TF, 900 * GB, LAT_FABRIC,
      "NVIDIA HGX B200 / DGX B200 datasheets (2024), 1000 W"},
+    /* The B200 of a GB200 NVL72 rack (1200 W): the rack's figures divided
+     * by its 72 GPUs, sparse rates halved (FP8 720 and BF16 360 PFLOPS
+     * sparse, TF32 180, FP64 2880 TFLOPS; 13.4 TB of HBM3e at 576 TB/s;
+     * NVLink 130 TB/s, 1.8 TB/s a GPU both ways). FP32 as the B200's. */
+    {"gb200", "gb200-nvl72-gpu b200-gb200", "NVIDIA", 186 * GiB, 8000 * GB,
+     40 * TF, 80 * TF, 1250 * TF, 2500 * TF, 2500 * TF, 5000 * TF, 900 * GB, LAT_FABRIC,
+     "NVIDIA GB200 NVL72 specifications (2024), per GPU of 72"},
+    /* Blackwell Ultra of a GB300 NVL72 rack (1400 W): FP8 and BF16 as
+     * GB200's (the rack's 720 / 360 PFLOPS sparse), FP64 cut to the rack's
+     * 100 TFLOPS / 72; 279 GB of HBM3e a GPU (20.1 TB / 72) at 8 TB/s. */
+    {"gb300", "gb300-nvl72-gpu b300-gb300 blackwell-ultra", "NVIDIA", 279 * GiB, 8000 * GB,
+     1.39 * TF, 80 * TF, 1250 * TF, 2500 * TF, 2500 * TF, 5000 * TF, 900 * GB, LAT_FABRIC,
+     "NVIDIA GB300 NVL72 specifications and 'Inside NVIDIA Blackwell Ultra' (2025), per GPU of 72"},
     /* One OAM = two GCDs, which the system shows as two GPUs; the
      * datasheet's figures are for the whole OAM. 8 Infinity Fabric links of
      * 50 GB/s per direction. */
@@ -119,6 +132,16 @@ static CatCluster clusters[] = {
      "NVIDIA DGX H200 datasheet (2024)", 0, 0},
     {"dgx-b200", "dgx-b200-1440gb", "b200", 8, 8, NDR, LAT_IB, 900 * GB, LAT_FABRIC,
      "NVIDIA DGX B200 datasheet (2024)", 0, 0},
+    /* A GB200 NVL72 rack is one NVLink domain of 72 GPUs (a "node" here:
+     * the span of the fast fabric), one ConnectX-7 400 Gb/s NIC a GPU to
+     * the InfiniBand fabric between racks. A job on fewer GPUs than a rack
+     * stays inside one. */
+    {"gb200-nvl72", "dgx-gb200", "gb200", 72, 72, NDR, LAT_IB, 900 * GB, LAT_FABRIC,
+     "NVIDIA GB200 NVL72 specifications and DGX GB200 user guide (2024)", 0, 0},
+    /* The same rack with Blackwell Ultra and ConnectX-8 SuperNICs of
+     * 800 Gb/s, one a GPU. */
+    {"gb300-nvl72", "dgx-gb300", "gb300", 72, 72, 800e9 / 8, LAT_IB, 900 * GB, LAT_FABRIC,
+     "NVIDIA GB300 NVL72 specifications (2025)", 0, 0},
     /* 4 MI250X = 8 GCDs per node, one 200 Gb/s Slingshot NIC per OAM. */
     {"frontier", "olcf-frontier", "mi250x-gcd", 8, 4, 200e9 / 8, LAT_IB, 50 * GB, LAT_FABRIC,
      "OLCF Frontier user guide (2023); ROCm MI250 microarchitecture guide", 0, 0},

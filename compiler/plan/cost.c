@@ -289,26 +289,34 @@ typedef struct {
   double ceiling;
   int fp32_lanes; /* FP32 lanes per SM (CU) next to its 16 special-function units; 0: no SFU model */
   CostGpuGen family;
+  double sfu_rate; /* exponentials/s where published for the device; 0: from fp32_lanes */
 } GemmSpec;
 
 static const GemmSpec gemm_specs[] = {
-    {"a100-40gb", 108, 0, 0.886, 64, COST_GEN_AMPERE},
-    {"a100-80gb", 108, 0, 0.886, 64, COST_GEN_AMPERE},
-    {"h100-sxm", 132, 0, 0.820, 128, COST_GEN_HOPPER},
-    {"h100-pcie", 114, 0, 0.820, 128, COST_GEN_HOPPER},
-    {"h200", 132, 0, 0.820, 128, COST_GEN_HOPPER},
-    {"b200", 148, 0, COST_GEMM_CEILING_DEFAULT, 128, COST_GEN_BLACKWELL},
-    {"mi250x", 220, 0, 0.770, 0, COST_GEN_OTHER},
-    {"mi250x-gcd", 110, 0, 0.770, 0, COST_GEN_OTHER},
-    {"mi300x", 304, 0, 0.648, 0, COST_GEN_OTHER},
-    {"t4", 40, 0, COST_GEMM_CEILING_DEFAULT, 64, COST_GEN_OTHER},
+    {"a100-40gb", 108, 0, 0.886, 64, COST_GEN_AMPERE, 0},
+    {"a100-80gb", 108, 0, 0.886, 64, COST_GEN_AMPERE, 0},
+    {"h100-sxm", 132, 0, 0.820, 128, COST_GEN_HOPPER, 0},
+    {"h100-pcie", 114, 0, 0.820, 128, COST_GEN_HOPPER, 0},
+    {"h200", 132, 0, 0.820, 128, COST_GEN_HOPPER, 0},
+    {"b200", 148, 0, COST_GEMM_CEILING_DEFAULT, 128, COST_GEN_BLACKWELL, 0},
+    /* GB200's GPU is a B200 (148 SMs) at a higher power limit */
+    {"gb200", 148, 0, COST_GEMM_CEILING_DEFAULT, 128, COST_GEN_BLACKWELL, 0},
+    /* Blackwell Ultra: 160 SMs, and twice Blackwell's special-function
+     * throughput for attention's exponentials ("Inside NVIDIA Blackwell
+     * Ultra", NVIDIA technical blog, 2025: 10.7 TeraExponentials/s against
+     * Blackwell's 5) */
+    {"gb300", 160, 0, COST_GEMM_CEILING_DEFAULT, 128, COST_GEN_BLACKWELL, 10.7e12},
+    {"mi250x", 220, 0, 0.770, 0, COST_GEN_OTHER, 0},
+    {"mi250x-gcd", 110, 0, 0.770, 0, COST_GEN_OTHER, 0},
+    {"mi300x", 304, 0, 0.648, 0, COST_GEN_OTHER, 0},
+    {"t4", 40, 0, COST_GEMM_CEILING_DEFAULT, 64, COST_GEN_OTHER, 0},
     /* MXUs are 128x128 systolic arrays, so operands pad to 128. */
-    {"tpu-v5p", 0, 128, COST_GEMM_CEILING_DEFAULT, 0, COST_GEN_OTHER},
+    {"tpu-v5p", 0, 128, COST_GEMM_CEILING_DEFAULT, 0, COST_GEN_OTHER, 0},
     /* BLAS micro-kernels are a few rows wide: no tile or wave penalty. */
-    {"cpu", 0, 1, COST_GEMM_CEILING_DEFAULT, 0, COST_GEN_OTHER},
+    {"cpu", 0, 1, COST_GEMM_CEILING_DEFAULT, 0, COST_GEN_OTHER, 0},
 };
 
-static const GemmSpec gemm_default = {"", 0, 0, COST_GEMM_CEILING_DEFAULT, 0, COST_GEN_OTHER};
+static const GemmSpec gemm_default = {"", 0, 0, COST_GEMM_CEILING_DEFAULT, 0, COST_GEN_OTHER, 0};
 
 static const GemmSpec *gemm_spec(const CatDevice *dev) {
   if (!dev || !dev->name) return &gemm_default;
@@ -332,6 +340,7 @@ double cost_sfu_rate(const CatDevice *dev) {
   if (!dev) return 0;
   const GemmSpec *g = gemm_spec(dev);
   double fp32 = dev->peak_flops_fp32;
+  if (g->sfu_rate > 0) return g->sfu_rate;
   if (!(fp32 > 0)) return 0;
   return g->fp32_lanes > 0 ? fp32 * 16.0 / (2.0 * g->fp32_lanes) : fp32 / 16.0;
 }

@@ -28,8 +28,8 @@ static void test_device_lookup(void) {
   EXPECT(cat_device(NULL) == NULL);
   EXPECT(cat_device("v100") == NULL);
 
-  const char *required[] = {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200",
-                            "mi250x", "mi300x", "t4", "tpu-v5p", "cpu"};
+  const char *required[] = {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "gb200",
+                            "gb300", "mi250x", "mi300x", "t4", "tpu-v5p", "cpu"};
   for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
     const CatDevice *d = cat_device(required[i]);
     EXPECT(d != NULL);
@@ -156,6 +156,25 @@ static void test_clusters(void) {
     EXPECT_NEAR(h->intra_bytes_per_s, 450e9, 1e-9);
   }
   EXPECT(cat_cluster("dgx-a100-40gb") && cat_cluster("dgx-h200") && cat_cluster("dgx-b200"));
+  /* the NVL72 racks: one NVLink domain of 72, a NIC a GPU; the GPU's
+   * figures are the rack's / 72 (sparse rates halved) */
+  const CatCluster *nvl = cat_cluster("dgx-gb200");
+  EXPECT(nvl != NULL && nvl == cat_cluster("gb200-nvl72"));
+  if (nvl) {
+    EXPECT_STR(nvl->device, "gb200");
+    EXPECT(nvl->gpus_per_node == 72 && nvl->nics_per_node == 72);
+    EXPECT_NEAR(nvl->nic_bytes_per_s, 50e9, 1e-9);
+    EXPECT_NEAR(nvl->intra_bytes_per_s, 900e9, 1e-9);
+  }
+  const CatDevice *gb = cat_device("gb200"), *gu = cat_device("gb300");
+  EXPECT(gb && gu);
+  if (gb && gu) {
+    EXPECT_NEAR(gb->peak_flops_fp8 * 72 * 2, 720e15, 1e-9);
+    EXPECT_NEAR(gb->peak_flops_bf16 * 72 * 2, 360e15, 1e-9);
+    EXPECT_NEAR(gu->peak_flops_fp8, gb->peak_flops_fp8, 1e-12);
+    EXPECT(gu->mem_bytes > gb->mem_bytes);
+  }
+  EXPECT(cat_cluster("gb300-nvl72") && cat_cluster("gb300-nvl72")->nic_bytes_per_s == 100e9);
 
   const CatCluster *lap = cat_cluster("laptop");
   EXPECT(lap != NULL && lap == cat_cluster("cpu"));

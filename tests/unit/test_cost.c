@@ -345,6 +345,12 @@ static void test_gemm_hopper(void) {
   EXPECT_NEAR(cost_sfu_rate(h), 66.9e12 / 16, 1e-12);
   EXPECT_NEAR(cost_sfu_rate(h), 3.9e12, 0.1);
   EXPECT_NEAR(cost_sfu_rate(cat_device("a100-80gb")), 19.5e12 / 8, 1e-12);
+  /* Blackwell: 80 TFLOP/s x 16 / 256 = 5e12, the figure NVIDIA gives beside
+   * Blackwell Ultra's published 10.7e12 (twice the SFU throughput) */
+  EXPECT_NEAR(cost_sfu_rate(cat_device("gb200")), 5e12, 1e-12);
+  EXPECT_NEAR(cost_sfu_rate(cat_device("gb300")), 10.7e12, 1e-12);
+  EXPECT(cost_gpu_generation(cat_device("gb300")) == COST_GEN_BLACKWELL);
+  EXPECT(cost_device_units(cat_device("gb300")) == 160 && cost_device_units(cat_device("gb200")) == 148);
 }
 
 /* ---- attention kernels: the published utilisation of FlashAttention-1/2/3
