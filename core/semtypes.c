@@ -49,6 +49,8 @@ const char *sem_recompute_name(Recompute r) {
 }
 
 const char *sem_precision_name(Precision p) {
-  static const char *const n[] = {"fp32", "bf16", "fp16", "fp8"};
+  static const char *const n[] = {"fp32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4"};
   return n[p];
 }
+
+int sem_precision_priced_only(Precision p) { return p == PREC_FP8 || p == PREC_MXFP8 || p == PREC_NVFP4; }

@@ -59,9 +59,12 @@ typedef struct {
 
 /* ---- training and layout ---- */
 /* PREC_FP8: Transformer-Engine-style FP8 training (GEMM inputs in FP8 with
- * per-tensor scales, the rest in bf16, fp32 master weights); the planner
- * prices it, no back end runs it yet. */
-typedef enum { PREC_FP32, PREC_BF16, PREC_FP16, PREC_FP8 } Precision;
+ * per-tensor scales, the rest in bf16, fp32 master weights); PREC_MXFP8 the
+ * same with OCP microscaling (a power-of-two scale a block of 32 values);
+ * PREC_NVFP4 NVIDIA's 4-bit recipe (E2M1 values, an FP8 scale a block of
+ * 16, a per-tensor one; Hadamard-rotated weight-gradient inputs). The
+ * planner prices them, no back end runs them yet (sem_precision_priced_only). */
+typedef enum { PREC_FP32, PREC_BF16, PREC_FP16, PREC_FP8, PREC_MXFP8, PREC_NVFP4 } Precision;
 typedef enum { OPT_SGD, OPT_ADAMW } OptimizerKind;
 typedef enum { DECAY_NONE, DECAY_COSINE, DECAY_LINEAR } DecayKind;
 typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED } Schedule;
@@ -83,6 +86,8 @@ const char *sem_compression_name(Compression c);
  * the manifest's and the runtime's (comm.h's CommCompressKind agrees) */
 extern const char *const sem_compression_names[];
 int sem_compression_parse(const char *s); /* -1 when unknown */
+/* 1 for the precisions hpdlc plan prices and no back end runs (fp8, mxfp8, nvfp4). */
+int sem_precision_priced_only(Precision p);
 const char *sem_precision_name(Precision p);
 
 #endif

@@ -19,7 +19,7 @@
 #   plan.fidelity_torchtitan  step times of runs the planner never saw while it
 #                     was built: torchtitan's FSDP2 Llama 2 / 3 runs on 64 A100
 #                     (tests/plan/published_torchtitan.json)
-#   plan.fp8_compile_refused  compile refuses precision = fp8
+#   plan.fp8_compile_refused  compile refuses precision = fp8 (and plan.mxfp8_/nvfp4_compile_refused)
 #   plan.compare_CASE  hpdlc plan --compare of hpdlrun --profile traces: the
 #                     measured column against sums of the trace, the predicted
 #                     against the plan, golden errors, the layout warning
@@ -89,9 +89,10 @@ if(Python3_Interpreter_FOUND)
   #   overlap_flag   --overlap on|off (parallel.overlap): ZeRO-3's communication hidden or all exposed
   #   engine_flag    parallel.engine = deepspeed: DeepSpeed's pipeline engine and BF16_Optimizer priced, 11.1
   #   fused_ce_flag  parallel.fused_ce: the head and its loss as one op, and auto's choice
+  #   lowp_flag      --precision fp8|mxfp8|nvfp4: the blocks' GEMMs at the FP8 / FP4 rate, block scales, fallbacks, 9.3
   #   no_fit         a plan that cannot be made reports the model and the GPUs asked for
   #   option_sweep   150 random models and option sets from a fixed seed: no crash, no sanitizer report, every refusal says why
-  foreach(script balance_ends fusion_flag cp_comm_flag overlap_flag engine_flag fused_ce_flag no_fit option_sweep)
+  foreach(script balance_ends fusion_flag cp_comm_flag overlap_flag engine_flag fused_ce_flag lowp_flag no_fit option_sweep)
     add_test(NAME plan.${script}
              COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/${script}.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
     set_tests_properties(plan.${script} PROPERTIES TIMEOUT 120 LABELS plan)
@@ -115,6 +116,12 @@ add_test(NAME plan.fp8_compile_refused
          COMMAND $<TARGET_FILE:hpdlc> compile ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --precision fp8 -o fp8_artifact)
 set_tests_properties(plan.fp8_compile_refused PROPERTIES TIMEOUT 60 LABELS plan WILL_FAIL FALSE
                      PASS_REGULAR_EXPRESSION "precision = fp8 is priced by hpdlc plan, but no back end runs it yet")
+foreach(lowp mxfp8 nvfp4)
+  add_test(NAME plan.${lowp}_compile_refused
+           COMMAND $<TARGET_FILE:hpdlc> compile ${CMAKE_SOURCE_DIR}/samples/gpt2-tiny.hpd --precision ${lowp} -o ${lowp}_artifact)
+  set_tests_properties(plan.${lowp}_compile_refused PROPERTIES TIMEOUT 60 LABELS plan
+                       PASS_REGULAR_EXPRESSION "precision = ${lowp} is priced by hpdlc plan, but no back end runs it yet")
+endforeach()
 
 # a 16-bit reduction is priced at 2 bytes a value, int8 / top-k as an fp32 one, and the report says so
 add_test(NAME plan.compression_bf16

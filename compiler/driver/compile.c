@@ -539,7 +539,9 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
   if (is_cuda(o) && o->executor == COMPILE_EXEC_INTERP)
     return cfail(&C, "--executor interp runs the reference executor on the CPU; it has no CUDA form (use --target cpu)");
   if (!o->out_dir || !*o->out_dir) return cfail(&C, "compile needs an output folder (-o DIR)");
-  if (m->train.precision == PREC_FP8) return cfail(&C, "precision = fp8 is priced by hpdlc plan, but no back end runs it yet: compile with bf16 or fp16");
+  if (sem_precision_priced_only(m->train.precision))
+    return cfail(&C, "precision = %s is priced by hpdlc plan, but no back end runs it yet: compile with bf16 or fp16",
+                 sem_precision_name(m->train.precision));
   if (m->layout.dispatcher == 1)
     return cfail(&C, "dispatcher = deepep is priced by hpdlc plan, but the runtime exchanges the experts' tokens with NCCL's or "
                      "MPI's all-to-all, a copy per rank: compile with dispatcher = alltoall (the same numbers)");

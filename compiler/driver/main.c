@@ -49,7 +49,7 @@ static const LayoutFlag layout_flags[] = {
     {"--zero", "parallel.zero", "0-3|auto"},
     {"--micro-batch", "train.micro_batch", "N"},
     {"--global-batch", "train.batch", "N"},
-    {"--precision", "train.precision", "fp32|bf16|fp16|fp8"},
+    {"--precision", "train.precision", "fp32|bf16|fp16|fp8|mxfp8|nvfp4"},
     {"--moments", "train.moments", "fp32|bf16"},
     {"--recompute", "parallel.recompute", "none|selective|full|ops|act|auto"},
     {"--schedule", "parallel.schedule", "gpipe|1f1b|interleaved|auto"},

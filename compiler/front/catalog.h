@@ -26,6 +26,7 @@ typedef struct CatDevice {
   /* dense, no sparsity; 0 when unsupported */
   double peak_flops_fp64, peak_flops_fp32, peak_flops_tf32, peak_flops_bf16,
       peak_flops_fp16, peak_flops_fp8;
+  double peak_flops_fp4; /* NVFP4 / MXFP4 on Blackwell's tensor cores; 0 elsewhere */
   double link_bytes_per_s; /* per-GPU intra-node fabric bandwidth, unidirectional (e.g. NVLink) */
   double link_latency_s;
   const char *source; /* short citation: datasheet name */
@@ -64,7 +65,7 @@ const CatCluster *cat_cluster_at(int i);
 const char *cat_closest_device(const char *name);
 const char *cat_closest_cluster(const char *name);
 
-/* Peak dense FLOP/s of `d` in "fp64", "fp32", "tf32", "bf16", "fp16" or "fp8"
+/* Peak dense FLOP/s of `d` in "fp64", "fp32", "tf32", "bf16", "fp16", "fp8" or "fp4"
  * (case-insensitive). 0 when the device lacks the precision or the precision
  * name is unknown, so callers must validate the name themselves. */
 double cat_peak_flops(const CatDevice *d, const char *precision);

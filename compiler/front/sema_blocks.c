@@ -13,7 +13,7 @@
 /* ------------------------------------------------------------------ */
 /* train, parallel and cluster blocks                                  */
 
-static const char *const precisions[] = {"fp32", "bf16", "fp16", "fp8", NULL};
+static const char *const precisions[] = {"fp32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4", NULL};
 static const char *const moment_types[] = {"fp32", "bf16", NULL};
 static const char *const optimizers[] = {"sgd", "adamw", NULL};
 static const char *const schedules[] = {"gpipe", "1f1b", "interleaved", NULL};

@@ -528,7 +528,7 @@ CostModelStates cost_model_states_m(int64_t params, int zero_stage, int dp, Prec
   double psi = params > 0 ? (double)params : 0;
   double nd = dp > 1 ? dp : 1;
   int stage = zero_stage < 0 ? 0 : zero_stage > 3 ? 3 : zero_stage;
-  int mixed = p == PREC_BF16 || p == PREC_FP16 || p == PREC_FP8;
+  int mixed = p != PREC_FP32;
   /* Mixed precision: 16-bit weights and gradients; the optimizer keeps an
    * fp32 master copy (4) plus its moments (fp32, or bf16 under moments =
    * bf16: moment_bytes). fp32: no master copy. */

@@ -545,11 +545,11 @@ static void price_gemm(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, 
     batch = 1;
   }
   const CatDevice *dev = &P->pc->dev;
-  int fp8 = P->pc->fp8_gemms && P->in_block && linear;
-  double eb = P->pc->act_bytes, ib = fp8 ? 1 : eb;
+  int fp8 = P->pc->lowp && P->in_block && linear;
+  double eb = P->pc->act_bytes, ib = fp8 ? P->pc->lowp_operand : eb;
   double in_bytes = ((double)ir_numel(a) + (double)ir_numel(b)) * ib;
   double out_bytes = out * (double)K->noutputs * eb;
-  const char *pn = fp8 ? "fp8" : prec_name(P->pc->prec);
+  const char *pn = fp8 ? P->pc->lowp : prec_name(P->pc->prec);
   double eff = cost_gemm_efficiency_prec((int64_t)batch, (int64_t)M, (int64_t)N, (int64_t)Kd, dev, pn);
   /* the mainloop (operands streamed under the arithmetic), then the
    * epilogue stores the result: on A100-class GPUs a thread block writes its
@@ -565,7 +565,7 @@ static void price_gemm(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, 
     /* the activation operand (x forward, dy backward) cast to FP8 with its
      * transpose, kept for the weight gradient */
     double act = b->rank == 2 || expert ? (double)ir_numel(a) : (double)ir_numel(b);
-    double tc = mem_kernel_time(P->pc, act, act * (eb + 2));
+    double tc = mem_kernel_time(P->pc, act, act * P->pc->lowp_cast);
     acc->t += tc;
     acc->t_other += tc;
     acc->kernels += 1;
@@ -919,11 +919,11 @@ static double callee_saved_layer(Pricer *P, int graph) {
       if (!(score && score[i])) b += value_bytes(P->pc, &g->nodes[i]);
     }
   /* under FP8, the saved activations that only the blocks' GEMMs read back */
-  char *fp8 = P->pc->fp8_gemms ? fp8_saved(P->m, graph, nargs) : NULL;
+  char *fp8 = P->pc->lowp ? fp8_saved(P->m, graph, nargs) : NULL;
   for (int k = 1; k < g->noutputs; k++) {
     const IrNode *x = &g->nodes[g->outputs[k]];
     if (score && score[g->outputs[k]]) b += (double)ir_numel(x) / (double)x->dims[x->rank - 1] * 4;
-    else if (fp8 && fp8[k] && sem_dtype_is_float(x->dtype)) b += (double)ir_numel(x);
+    else if (fp8 && fp8[k] && sem_dtype_is_float(x->dtype)) b += (double)ir_numel(x) * P->pc->lowp_saved;
     else b += value_bytes(P->pc, x);
   }
   free(fp8);
@@ -1885,6 +1885,53 @@ static double model_flops_mb(PlanCtx *c, int64_t mb, double *all) {
   return gemm;
 }
 
+/* The blocks' GEMMs under a low-precision format (docs/planner.md 9.3), on
+ * the device's rate for it or the next format it has: NVFP4 without an FP4
+ * rate and MXFP8 without Blackwell's block-scaled tensor cores fall back to
+ * FP8 with per-tensor scales, FP8 without an FP8 rate to the 16-bit rate.
+ * Per value: the operand a GEMM reads (its block scales included: MXFP8 an
+ * 8-bit power of two a block of 32, NVFP4 an FP8 scale a block of 16), the
+ * casts that make it from a 16-bit activation (bytes read and written), the
+ * copy a GEMM-only activation keeps for the backward, the weights' gather. */
+static void plan_set_lowp(PlanCtx *c) {
+  double eb = c->act_bytes;
+  Precision p = c->prec;
+  if (p == PREC_NVFP4 && !(cat_peak_flops(&c->dev, "fp4") > 0)) p = PREC_FP8;
+  if (p == PREC_MXFP8 && cost_gpu_generation(&c->dev) != COST_GEN_BLACKWELL) p = PREC_FP8;
+  if (p == PREC_FP8 && !(cat_peak_flops(&c->dev, "fp8") > 0)) p = PREC_BF16;
+  c->lowp_prec = sem_precision_priced_only(c->prec) ? p : c->prec;
+  c->lowp = NULL;
+  c->lowp_operand = c->lowp_cast = c->lowp_saved = eb;
+  c->layer_gather_bytes = c->weight_bytes;
+  if (p == PREC_FP8) {
+    /* Transformer Engine's cast-transpose: read, write the value and its transpose */
+    c->lowp = "fp8";
+    c->lowp_operand = c->lowp_saved = c->layer_gather_bytes = 1;
+    c->lowp_cast = eb + 2;
+  } else if (p == PREC_MXFP8) {
+    /* scales run along the contraction, so a row-wise and a column-wise copy
+     * (each with its scales) take the transpose's place; weights gathered as
+     * MXFP8 (Megatron-Bridge's bf16_with_mxfp8_mixed: fp8_param_gather) */
+    double v = 1 + 1.0 / 32;
+    c->lowp = "fp8";
+    c->lowp_operand = c->lowp_saved = c->layer_gather_bytes = v;
+    c->lowp_cast = eb + 2 * v;
+  } else if (p == PREC_NVFP4) {
+    /* the tensor's amax first (its per-tensor scale), then a row-wise copy
+     * and the column-wise one of the Hadamard-rotated values the weight
+     * gradient reads, in one pass; weights gathered in 16 bits (no FP4
+     * parameters in Megatron-Core: fp4_param unsupported) */
+    double v = 0.5 + 1.0 / 16;
+    c->lowp = "fp4";
+    c->lowp_operand = c->lowp_saved = v;
+    c->lowp_cast = 2 * eb + 2 * v;
+  }
+}
+
+const char *plan_gemm_peak_name(const PlanCtx *c) { return c->lowp ? c->lowp : prec_name(c->prec); }
+
+Precision plan_gemm_format(const PlanCtx *c) { return c->lowp_prec; }
+
 PlanCtx *plan_new(const SemModel *model, Diag *diag) {
   const char *dname = model->has_cluster ? model->cluster.device : "cpu";
   const CatDevice *d = cat_device(dname);
@@ -1918,6 +1965,7 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
   c->dev.peak_flops_bf16 *= cs;
   c->dev.peak_flops_fp16 *= cs;
   c->dev.peak_flops_fp8 *= cs;
+  c->dev.peak_flops_fp4 *= cs;
   c->dev.hbm_bytes_per_s *= ms;
   const SemLayout *L = &model->layout;
   if (L->gpus_per_node > 0) c->cluster.gpus_per_node = L->gpus_per_node;
@@ -1931,14 +1979,14 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
     c->dev.peak_flops_bf16 /= r;
     c->dev.peak_flops_fp16 /= r;
     c->dev.peak_flops_fp8 /= r;
+    c->dev.peak_flops_fp4 /= r;
     c->dev.hbm_bytes_per_s /= r;
     c->dev.mem_bytes /= r;
   }
   c->prec = model->train.precision;
   c->act_bytes = prec_bytes(c->prec);
   c->weight_bytes = prec_bytes(c->prec);
-  c->fp8_gemms = c->prec == PREC_FP8 && cat_peak_flops(&c->dev, "fp8") > 0;
-  c->layer_gather_bytes = c->fp8_gemms ? 1 : c->weight_bytes;
+  plan_set_lowp(c);
   c->fusion = 1;
   c->fuse_opts = fuse_options(cost_gpu_generation(&c->dev) != COST_GEN_OTHER, 1);
   c->flash = 1;
@@ -2787,8 +2835,8 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   out->hw_flops = hw * ranks;
   out->hw_flops_all = hw_all * ranks;
   out->recompute_flops = rcf * ranks;
-  /* the dense peak of the training precision (FP8: the FP8 rate) */
-  double peak = cat_peak_flops(&c->dev, c->fp8_gemms ? "fp8" : prec_name(c->prec));
+  /* the dense peak of the training precision (FP8, FP4: that rate) */
+  double peak = cat_peak_flops(&c->dev, plan_gemm_peak_name(c));
   double G = (double)c->gpus;
   out->tokens_per_s = (double)B * (double)out->seq_len / out->step_s;
   out->tflops_per_gpu = out->hw_flops / out->step_s / G / 1e12;

@@ -179,6 +179,13 @@ void plan_set_fusion(PlanCtx *c, int on);
 int plan_fusion(const PlanCtx *c);
 /* "materialized", or the kernel's name ("flash", "flash1", ...). */
 const char *plan_attention_name(const PlanCtx *c);
+/* The precision the blocks' GEMMs are priced in, whose peak MFU is measured
+ * against: "fp4", "fp8", or the training precision's 16- or 32-bit name
+ * (docs/planner.md 9.3). */
+const char *plan_gemm_peak_name(const PlanCtx *c);
+/* The format priced: the training precision, or under fp8 / mxfp8 / nvfp4
+ * the one the device falls back to (docs/planner.md 9.3). */
+Precision plan_gemm_format(const PlanCtx *c);
 /* Reports list the five largest terms of the step time with their sources
  * (hpdlc plan --explain). */
 void plan_set_explain(PlanCtx *c, int on);

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cost.h"
 #include "plan.h"
@@ -202,7 +203,9 @@ int plan_explain_terms(const PlanCtx *c, const PlanResult *r, PlanTerm *out, int
   double attn_other = r->attn_s - r->attn_gemm_s;
   PlanTerm t[] = {
       {"GEMMs (projections, MLP, head)", r->gemm_s - r->attn_gemm_s,
-       c->prec == PREC_FP8 ? GEMM_SOURCE "; 9.3: the blocks' GEMMs at the FP8 peak" : GEMM_SOURCE},
+       !c->lowp ? GEMM_SOURCE
+       : !strcmp(c->lowp, "fp4") ? GEMM_SOURCE "; 9.3: the blocks' GEMMs at the FP4 peak"
+                                 : GEMM_SOURCE "; 9.3: the blocks' GEMMs at the FP8 peak"},
       {"attention", r->attn_s, attention_source(c)},
       {"memory-bound kernels", r->other_s - attn_other,
        !c->fusion ? "docs/planner.md 3.1, 9.7: roofline, a kernel an op (--fusion off, PyTorch's eager mode) at 0.90 x "

@@ -109,8 +109,16 @@ struct PlanCtx {
   int64_t batch_override; /* > 0: the global batch to plan (scaling), else the train block's */
   Precision prec;
   int act_bytes, weight_bytes;
-  int fp8_gemms;          /* precision fp8 on a device with an FP8 rate: the blocks' GEMMs and gathers in FP8 (sec. 9.3) */
-  int layer_gather_bytes; /* a block's weights as ZeRO gathers them: 1 under fp8_gemms (FP8 weights, sec. 11.3), else weight_bytes */
+  /* Low-precision GEMMs (sec. 9.3): under fp8 / mxfp8 / nvfp4 on a device with
+   * the format's rate, the blocks' GEMMs run at lowp's peak ("fp8" or "fp4";
+   * NULL: every GEMM at the training precision), reading lowp_operand bytes
+   * a value (block scales included), after casts of lowp_cast bytes read and
+   * written an activation value; lowp_saved bytes a value of an activation
+   * only such GEMMs read back. */
+  const char *lowp;
+  double lowp_operand, lowp_cast, lowp_saved;
+  Precision lowp_prec;    /* the format priced: prec, or the one it fell back to on this device */
+  double layer_gather_bytes; /* a block's weights as ZeRO gathers them: 1 under FP8 weights (sec. 11.3), else weight_bytes */
   int flash;          /* attention priced as a tiled flash attention (the default); 0: scores materialised */
   CostAttnKernel attn_kernel; /* under flash: the tile model alone, or a generation whose published rate bounds it */
   int tp_overlap;     /* the layout's tp_overlap */

@@ -82,9 +82,15 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
     fprintf(f, "vocabulary: %" PRId64 " rows priced padded to %" PRId64 " (a multiple of vocab_pad %" PRId64 " x tp %" PRId64
                ", as Megatron-LM pads it%s)\n",
             v, vp, m->layout.vocab_pad, L->tp, L->tp > 1 ? "" : "; aligned rows for the head's GEMMs");
-  if (c->prec == PREC_FP8 && !c->fp8_gemms)
-    fprintf(f, "precision: fp8, but %s has no FP8 rate: its GEMMs and weights priced in bf16 (docs/planner.md 9.3)\n",
-            c->dev.name);
+  if (c->lowp_prec != c->prec) {
+    if (!c->lowp)
+      fprintf(f, "precision: %s, but %s has no %s rate: its GEMMs and weights priced in bf16 (docs/planner.md 9.3)\n",
+              sem_precision_name(c->prec), c->dev.name, c->prec == PREC_NVFP4 ? "FP4 or FP8" : "FP8");
+    else
+      fprintf(f, "precision: %s, but %s has no %s: its blocks' GEMMs priced as fp8 with per-tensor scales (docs/planner.md 9.3)\n",
+              sem_precision_name(c->prec), c->dev.name,
+              c->prec == PREC_NVFP4 ? "FP4 rate" : "block-scaled (MX) tensor cores");
+  }
   Compression cz = m->layout.compression;
   if (plan_grad_reduce_bytes(cz) == 2 && L->dp * L->cp > 1)
     fprintf(f, "compression: %s, priced as the gradients' reduction in 16 bits, 2 bytes a value (docs/planner.md 11.3)\n",
@@ -409,6 +415,7 @@ static json_t *json_report(PlanCtx *c, const PlanReport *rep) {
   json_object_set_new(mo, "global_batch", json_integer(r ? r->global_batch : m->train.global_batch));
   json_object_set_new(mo, "tokens_per_step", jnum(r ? (double)r->global_batch * (double)r->seq_len : 0));
   json_object_set_new(mo, "precision", json_string(prec_label(m->train.precision)));
+  json_object_set_new(mo, "gemm_format", json_string(prec_label(plan_gemm_format(c))));
   json_object_set_new(mo, "moments", json_string(m->train.moments_bf16 ? "bf16" : "fp32"));
   int64_t vpad = 0, voc = plan_vocab(c, r, &vpad);
   if (voc > 0) {
@@ -423,7 +430,7 @@ static json_t *json_report(PlanCtx *c, const PlanReport *rep) {
   json_object_set_new(co, "device", json_string(plan_device(c)->name));
   json_object_set_new(co, "gpus", json_integer(plan_gpus(c)));
   json_object_set_new(co, "gpus_per_node", json_integer(cl->gpus_per_node));
-  json_object_set_new(co, "peak_flops", jnum(cat_peak_flops(plan_device(c), prec_label(m->train.precision))));
+  json_object_set_new(co, "peak_flops", jnum(cat_peak_flops(plan_device(c), plan_gemm_peak_name(c))));
   /* the peak of the precision that MFU is measured against (FP8: the FP8 rate) */
   json_object_set_new(co, "hbm_bytes_per_s", jnum(plan_device(c)->hbm_bytes_per_s));
   json_object_set_new(co, "memory_bytes", jnum(plan_device(c)->mem_bytes));

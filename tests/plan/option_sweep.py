@@ -55,7 +55,7 @@ def draw(rng, trace):
                             ("--zero", [0, 1, 2, 3, "auto"], .5), ("--micro-batch", [1, 2, 3, 8], .5),
                             ("--global-batch", [1, 8, 64, 512, 4096], .5),
                             ("--recompute", ["none", "selective", "full", "ops", "act", "auto"], .5),
-                            ("--precision", ["fp32", "bf16", "fp16", "fp8"], .5), ("--sp", ["on", "off", "auto"], .3),
+                            ("--precision", ["fp32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4"], .5), ("--sp", ["on", "off", "auto"], .3),
                             ("--schedule", ["gpipe", "1f1b", "interleaved", "auto"], .3), ("--virtual-stages", [1, 2, 3, "auto"], .2),
                             ("--cp-comm", ["allgather", "ring", "auto"], .3),
                             ("--attention", ["flash", "flash1", "flash2", "flash3", "materialized"], .3),
