@@ -217,6 +217,12 @@ int plan_explain_terms(const PlanCtx *c, const PlanResult *r, PlanTerm *out, int
       {"context-parallel communication (exposed)", r->comm_exposed[IRG_CP],
        plan_layout_ring(&r->layout) ? "docs/planner.md 9.2: cp_comm = ring, each block's exchange under the attention of the one before"
                   : "docs/planner.md 9.2: cp_comm = allgather, the keys and values gathered before the attention"},
+      {"expert-parallel communication (exposed)", r->comm_exposed[IRG_EP],
+       c->model->layout.dispatcher == 1
+           ? "docs/planner.md 2, 11.3a: the experts' dispatch and combine, dispatcher = deepep: a token crosses to a node once"
+           : "docs/planner.md 2, 11.3a: the experts' dispatch and combine, all-to-alls on the expert group's link"},
+      {"expert data-parallel communication (exposed)", r->comm_exposed[IRG_EDP],
+       "docs/planner.md 11.3a: the experts' gradients reduced over the ranks that hold the same experts"},
       {"data-parallel / ZeRO communication (exposed)", r->comm_exposed[IRG_DP],
        "docs/planner.md 11.3-11.4a: buckets under the backward; ZeRO-3 / FSDP per-layer gathers under compute; the "
        "GEMMs beside a hidden collective slowed (0.5 on Hopper's persistent GEMMs)"},

@@ -896,6 +896,28 @@ static void test_dispatcher_deepep(void) {
   fixture_free(&b);
 }
 
+/* --explain on a mixture of experts: the experts' exchange is a term of its
+ * own, and the terms still add up to the step (it was left out until
+ * 2026-12-06, so a MoE step's terms fell short by the exposed all-to-all) */
+static void test_explain_experts(void) {
+  Fixture f;
+  if (fold_fixture(&f, 0, NULL)) return;
+  PlanLayout L = plan_layout_of(f.m);
+  PlanResult r;
+  EXPECT(plan_evaluate(f.c, &L, 0, &r) == 0 && r.valid);
+  EXPECT(r.comm_exposed[IRG_EP] > 0);
+  PlanTerm t[16];
+  int n = plan_explain_terms(f.c, &r, t, 16);
+  double sum = 0, ep = -1;
+  for (int i = 0; i < n; i++) {
+    sum += t[i].s;
+    if (!strcmp(t[i].name, "expert-parallel communication (exposed)")) ep = t[i].s;
+  }
+  EXPECT_NEAR(sum, r.step_s, 1e-9);
+  EXPECT_NEAR(ep, r.comm_exposed[IRG_EP], 1e-12);
+  fixture_free(&f);
+}
+
 static void test_expert_fold(void) {
   Fixture f;
   if (fold_fixture(&f, 0, NULL)) return;
@@ -1010,6 +1032,7 @@ static void test_recompute_act(void) {
 }
 
 int main(void) {
+  test_explain_experts();
   test_expert_fold();
   test_dispatcher_deepep();
   test_recompute_act();
