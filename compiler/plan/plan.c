@@ -503,10 +503,10 @@ static int weight_operand(const IrGraph *g, int v) {
 /* The time of one GEMM kernel: shape from its MATMUL (batch folded into M
  * when the right operand is a shared weight, into K for a weight gradient),
  * bytes of its operands and result at the training precision. Under FP8
- * the GEMMs of a repeated block with a weight operand (and their weight
- * gradients) run on FP8 inputs at the FP8 peak, after a cast of the
- * activation operand to FP8 with its transpose (Transformer Engine's
- * cast-transpose: read 2 bytes, write 2); the rest stays in bf16. */
+ * (and MXFP8, NVFP4: plan_set_lowp) the GEMMs of a repeated block with a
+ * weight operand (and their weight gradients) run on the format's inputs at
+ * its peak, after a cast of the activation operand (Transformer Engine's
+ * cast-transpose under FP8: read 2 bytes, write 2); the rest stays in bf16. */
 static void price_gemm(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, PlanCost *acc) {
   const IrGraph *g = gi->g;
   int mmid = -1;
@@ -545,11 +545,11 @@ static void price_gemm(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, 
     batch = 1;
   }
   const CatDevice *dev = &P->pc->dev;
-  int fp8 = P->pc->lowp && P->in_block && linear;
-  double eb = P->pc->act_bytes, ib = fp8 ? P->pc->lowp_operand : eb;
+  int lowp = P->pc->lowp && P->in_block && linear;
+  double eb = P->pc->act_bytes, ib = lowp ? P->pc->lowp_operand : eb;
   double in_bytes = ((double)ir_numel(a) + (double)ir_numel(b)) * ib;
   double out_bytes = out * (double)K->noutputs * eb;
-  const char *pn = fp8 ? P->pc->lowp : prec_name(P->pc->prec);
+  const char *pn = lowp ? P->pc->lowp : prec_name(P->pc->prec);
   double eff = cost_gemm_efficiency_prec((int64_t)batch, (int64_t)M, (int64_t)N, (int64_t)Kd, dev, pn);
   /* the mainloop (operands streamed under the arithmetic), then the
    * epilogue stores the result: on A100-class GPUs a thread block writes its
@@ -561,9 +561,9 @@ static void price_gemm(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, 
   acc->t_gemm += t;
   acc->kernels += 1;
   if (rc) acc->t_rc += t;
-  if (fp8 && gi->wgrad[mmid] < 1 && !expert_wgrad) {
-    /* the activation operand (x forward, dy backward) cast to FP8 with its
-     * transpose, kept for the weight gradient */
+  if (lowp && gi->wgrad[mmid] < 1 && !expert_wgrad) {
+    /* the activation operand (x forward, dy backward) cast to the format, with
+     * the copy the weight gradient reads (FP8: its transpose; sec. 9.3) */
     double act = b->rank == 2 || expert ? (double)ir_numel(a) : (double)ir_numel(b);
     double tc = mem_kernel_time(P->pc, act, act * P->pc->lowp_cast);
     acc->t += tc;
@@ -918,7 +918,7 @@ static double callee_saved_layer(Pricer *P, int graph) {
       nargs++;
       if (!(score && score[i])) b += value_bytes(P->pc, &g->nodes[i]);
     }
-  /* under FP8, the saved activations that only the blocks' GEMMs read back */
+  /* under FP8 (MXFP8, NVFP4), the saved activations that only the blocks' GEMMs read back */
   char *fp8 = P->pc->lowp ? fp8_saved(P->m, graph, nargs) : NULL;
   for (int k = 1; k < g->noutputs; k++) {
     const IrNode *x = &g->nodes[g->outputs[k]];
