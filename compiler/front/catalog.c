@@ -78,6 +78,18 @@ static CatDevice devices[] = {
     {"gb300", "gb300-nvl72-gpu b300-gb300 blackwell-ultra", "NVIDIA", 279 * GiB, 8000 * GB,
      1.39 * TF, 80 * TF, 1250 * TF, 2500 * TF, 2500 * TF, 5000 * TF, 15000 * TF, 900 * GB, LAT_FABRIC,
      "NVIDIA GB300 NVL72 specifications and 'Inside NVIDIA Blackwell Ultra' (2025), per GPU of 72"},
+    /* Blackwell Ultra on an HGX B300 board (1100 W): the HGX / DGX B300
+     * figures (FP8 72 PFLOPS with sparsity for 8, dense half; FP4 dense
+     * about 13 PFLOPS a GPU; FP64 cut to 1.25 TFLOPS), 288 GB of HBM3e a
+     * GPU (2.3 TB for 8) at 8 TB/s, NVLink 5. */
+    {"b300", "b300-sxm b300-288gb hgx-b300", "NVIDIA", 288 * GiB, 8000 * GB,
+     1.25 * TF, 75 * TF, 1125 * TF, 2250 * TF, 2250 * TF, 4500 * TF, 13125 * TF, 900 * GB, LAT_FABRIC,
+     "NVIDIA HGX B300 / DGX B300 specifications (2025), 1100 W"},
+    /* CDNA 3 as the MI300X (the same compute), with 256 GB of HBM3E at
+     * 6 TB/s and 1000 W. */
+    {"mi325x", "instinct-mi325x", "AMD", 256 * GiB, 6000 * GB,
+     163.4 * TF, 163.4 * TF, 653.7 * TF, 1307.4 * TF, 1307.4 * TF, 2614.9 * TF, 0, 448 * GB, LAT_FABRIC,
+     "AMD Instinct MI325X data sheet (2024)"},
     /* One OAM = two GCDs, which the system shows as two GPUs; the
      * datasheet's figures are for the whole OAM. 8 Infinity Fabric links of
      * 50 GB/s per direction. */
@@ -142,6 +154,9 @@ static CatCluster clusters[] = {
      * 800 Gb/s, one a GPU. */
     {"gb300-nvl72", "dgx-gb300", "gb300", 72, 72, 800e9 / 8, LAT_IB, 900 * GB, LAT_FABRIC,
      "NVIDIA GB300 NVL72 specifications (2025)", 0, 0},
+    /* 8 B300 on NVLink 5 switches, 8 ConnectX-8 SuperNICs of 800 Gb/s. */
+    {"dgx-b300", "dgx-b300-2300gb", "b300", 8, 8, 800e9 / 8, LAT_IB, 900 * GB, LAT_FABRIC,
+     "NVIDIA DGX B300 specifications (2025)", 0, 0},
     /* 4 MI250X = 8 GCDs per node, one 200 Gb/s Slingshot NIC per OAM. */
     {"frontier", "olcf-frontier", "mi250x-gcd", 8, 4, 200e9 / 8, LAT_IB, 50 * GB, LAT_FABRIC,
      "OLCF Frontier user guide (2023); ROCm MI250 microarchitecture guide", 0, 0},

@@ -306,9 +306,13 @@ static const GemmSpec gemm_specs[] = {
      * Ultra", NVIDIA technical blog, 2025: 10.7 TeraExponentials/s against
      * Blackwell's 5) */
     {"gb300", 160, 0, COST_GEMM_CEILING_DEFAULT, 128, COST_GEN_BLACKWELL, 10.7e12},
+    /* the HGX part of Blackwell Ultra: the same SMs and special-function rate */
+    {"b300", 160, 0, COST_GEMM_CEILING_DEFAULT, 128, COST_GEN_BLACKWELL, 10.7e12},
     {"mi250x", 220, 0, 0.770, 0, COST_GEN_OTHER, 0},
     {"mi250x-gcd", 110, 0, 0.770, 0, COST_GEN_OTHER, 0},
     {"mi300x", 304, 0, 0.648, 0, COST_GEN_OTHER, 0},
+    /* the MI300X's compute dies: its measured ceiling */
+    {"mi325x", 304, 0, 0.648, 0, COST_GEN_OTHER, 0},
     {"t4", 40, 0, COST_GEMM_CEILING_DEFAULT, 64, COST_GEN_OTHER, 0},
     /* MXUs are 128x128 systolic arrays, so operands pad to 128. */
     {"tpu-v5p", 0, 128, COST_GEMM_CEILING_DEFAULT, 0, COST_GEN_OTHER, 0},

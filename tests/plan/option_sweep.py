@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 
-CLUSTERS = ["dgx-a100-80gb", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72", "gb300-nvl72", "frontier", "nd-mi300x-v5", "cpu"]
+CLUSTERS = ["dgx-a100-80gb", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72", "gb300-nvl72", "dgx-b300", "frontier", "nd-mi300x-v5", "cpu"]
 SAMPLES = ["llama", "gpt", "mixtral", "qwen3-moe", "gpt2", "gpt-oss", "deepseek-v3", "nemotron", "qwen3", "resnet18", "mlp",
            "moe-tiny", "gpt2-tiny"]
 REPLAY = [

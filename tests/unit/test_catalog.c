@@ -29,7 +29,7 @@ static void test_device_lookup(void) {
   EXPECT(cat_device("v100") == NULL);
 
   const char *required[] = {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "gb200",
-                            "gb300", "mi250x", "mi300x", "t4", "tpu-v5p", "cpu"};
+                            "gb300", "b300", "mi250x", "mi300x", "mi325x", "t4", "tpu-v5p", "cpu"};
   for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
     const CatDevice *d = cat_device(required[i]);
     EXPECT(d != NULL);
@@ -175,6 +175,19 @@ static void test_clusters(void) {
     EXPECT(gu->mem_bytes > gb->mem_bytes);
   }
   EXPECT(cat_cluster("gb300-nvl72") && cat_cluster("gb300-nvl72")->nic_bytes_per_s == 100e9);
+  /* DGX B300: Blackwell Ultra at B200's FP8 and BF16 rates, ~1.5x its FP4, 800 Gb/s NICs */
+  const CatDevice *b3 = cat_device("hgx-b300"), *b2 = cat_device("b200");
+  EXPECT(b3 && b2 && b3 == cat_device("b300"));
+  if (b3 && b2) {
+    EXPECT_NEAR(b3->peak_flops_fp8, b2->peak_flops_fp8, 1e-12);
+    EXPECT(b3->peak_flops_fp4 > 1.4 * b2->peak_flops_fp4 && b3->peak_flops_fp64 < 0.1 * b2->peak_flops_fp64);
+  }
+  const CatCluster *db3 = cat_cluster("dgx-b300");
+  EXPECT(db3 && !strcmp(db3->device, "b300") && db3->nic_bytes_per_s == 100e9);
+  /* MI325X: the MI300X's compute, more and faster memory */
+  const CatDevice *m3 = cat_device("mi325x"), *m0 = cat_device("mi300x");
+  EXPECT(m3 && m0 && m3->peak_flops_bf16 == m0->peak_flops_bf16 && m3->mem_bytes > m0->mem_bytes &&
+         m3->hbm_bytes_per_s > m0->hbm_bytes_per_s);
 
   const CatCluster *lap = cat_cluster("laptop");
   EXPECT(lap != NULL && lap == cat_cluster("cpu"));

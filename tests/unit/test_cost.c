@@ -349,6 +349,7 @@ static void test_gemm_hopper(void) {
    * Blackwell Ultra's published 10.7e12 (twice the SFU throughput) */
   EXPECT_NEAR(cost_sfu_rate(cat_device("gb200")), 5e12, 1e-12);
   EXPECT_NEAR(cost_sfu_rate(cat_device("gb300")), 10.7e12, 1e-12);
+  EXPECT_NEAR(cost_sfu_rate(cat_device("b300")), 10.7e12, 1e-12);
   EXPECT(cost_gpu_generation(cat_device("gb300")) == COST_GEN_BLACKWELL);
   EXPECT(cost_device_units(cat_device("gb300")) == 160 && cost_device_units(cat_device("gb200")) == 148);
 }
