@@ -472,8 +472,29 @@ static int resolve_cluster(Sema *S, const char *name, Span at, SemCluster *out) 
   const CatCluster *c = cat_cluster(name);
   if (!c) {
     sema_error(S, at, "unknown cluster '%s'", name);
+    const CatDevice *dev = cat_device(name);
     const char *close = cat_closest_cluster(name);
-    if (close) diag_hint(S->diag, "did you mean '%s'?", close);
+    if (dev) {
+      /* a device named where a cluster goes: the built-in clusters of it */
+      char list[256] = "";
+      size_t len = 0;
+      int n = 0;
+      for (int i = 0; i < cat_cluster_count(); i++) {
+        const CatCluster *k = cat_cluster_at(i);
+        if (!k || strcmp(k->device, dev->name)) continue;
+        int w = snprintf(list + len, sizeof list - len, "%s'%s'", n ? ", " : "", k->name);
+        if (w < 0 || (size_t)w >= sizeof list - len) break;
+        len += (size_t)w;
+        n++;
+      }
+      if (n)
+        diag_hint(S->diag, "'%s' is a device; the built-in cluster%s of it: %s (or declare `cluster name { device = \"%s\" ... }`)",
+                  dev->name, n > 1 ? "s" : "", list, dev->name);
+      else
+        diag_hint(S->diag, "'%s' is a device and no built-in cluster has it: declare `cluster name { device = \"%s\" ... }`",
+                  dev->name, dev->name);
+    } else if (close)
+      diag_hint(S->diag, "did you mean '%s'?", close);
     else diag_hint(S->diag, "built-in clusters are listed in docs/catalog.md; a file can declare its own with `cluster name { ... }`");
     if (at.file < 0 && S->opts->cli_error) *S->opts->cli_error = 1;
     return 0;
