@@ -456,7 +456,7 @@ double cost_gemm_k_overhead(const CatDevice *dev, const char *precision) {
   return p > p16 && p16 > 0 ? COST_GEMM_K_OVERHEAD * p / p16 : COST_GEMM_K_OVERHEAD;
 }
 
-static double gemm_efficiency(int64_t batch, int64_t m, int64_t n, int64_t k, const CatDevice *dev, double k0) {
+double cost_gemm_efficiency_k0(int64_t batch, int64_t m, int64_t n, int64_t k, const CatDevice *dev, double k0) {
   const GemmSpec *g = gemm_spec(dev);
   if (batch <= 0 || m <= 0 || n <= 0 || k <= 0) return g->ceiling;
   double t = g->tile > 0 ? g->tile : COST_GEMM_TILE;
@@ -474,12 +474,12 @@ static double gemm_efficiency(int64_t batch, int64_t m, int64_t n, int64_t k, co
 
 double cost_gemm_efficiency_batched(int64_t batch, int64_t m, int64_t n, int64_t k,
                                     const CatDevice *dev) {
-  return gemm_efficiency(batch, m, n, k, dev, COST_GEMM_K_OVERHEAD);
+  return cost_gemm_efficiency_k0(batch, m, n, k, dev, COST_GEMM_K_OVERHEAD);
 }
 
 double cost_gemm_efficiency_prec(int64_t batch, int64_t m, int64_t n, int64_t k, const CatDevice *dev,
                                  const char *precision) {
-  return gemm_efficiency(batch, m, n, k, dev, cost_gemm_k_overhead(dev, precision));
+  return cost_gemm_efficiency_k0(batch, m, n, k, dev, cost_gemm_k_overhead(dev, precision));
 }
 
 int64_t cost_gemm_split_k(int64_t batch, int64_t m, int64_t n, int64_t k, const CatDevice *dev) {

@@ -169,6 +169,9 @@ double cost_gemm_efficiency_batched(int64_t batch, int64_t m, int64_t n, int64_t
  * precision); the 16-bit precisions (and NULL) give the forms above. */
 double cost_gemm_efficiency_prec(int64_t batch, int64_t m, int64_t n, int64_t k, const CatDevice *dev,
                                  const char *precision);
+/* The same with K0 given (a caller pricing many GEMMs of one precision looks
+ * it up once with cost_gemm_k_overhead). */
+double cost_gemm_efficiency_k0(int64_t batch, int64_t m, int64_t n, int64_t k, const CatDevice *dev, double k0);
 /* K0 in elements of K at a precision: COST_GEMM_K_OVERHEAD times how much
  * faster than bf16 (fp16 where the device has no bf16) the precision's
  * dense peak is, never less than 1 x: FP8 on Hopper 128. */

@@ -550,7 +550,10 @@ static void price_gemm(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, 
   double in_bytes = ((double)ir_numel(a) + (double)ir_numel(b)) * ib;
   double out_bytes = out * (double)K->noutputs * eb;
   const char *pn = lowp ? P->pc->lowp : prec_name(P->pc->prec);
-  double eff = cost_gemm_efficiency_prec((int64_t)batch, (int64_t)M, (int64_t)N, (int64_t)Kd, dev, pn);
+  /* the format's fixed tile cost (sec. 3.2), looked up once a plan: K0 is
+   * the 16-bit one for every training precision */
+  double eff = lowp ? cost_gemm_efficiency_k0((int64_t)batch, (int64_t)M, (int64_t)N, (int64_t)Kd, dev, P->pc->lowp_k0)
+                    : cost_gemm_efficiency_batched((int64_t)batch, (int64_t)M, (int64_t)N, (int64_t)Kd, dev);
   /* the mainloop (operands streamed under the arithmetic), then the
    * epilogue stores the result: on A100-class GPUs a thread block writes its
    * tile after its mainloop, so the store does not hide under the math */
@@ -1901,6 +1904,7 @@ static void plan_set_lowp(PlanCtx *c) {
   if (p == PREC_FP8 && !(cat_peak_flops(&c->dev, "fp8") > 0)) p = PREC_BF16;
   c->lowp_prec = sem_precision_priced_only(c->prec) ? p : c->prec;
   c->lowp = NULL;
+  c->lowp_k0 = COST_GEMM_K_OVERHEAD;
   c->lowp_operand = c->lowp_cast = c->lowp_saved = eb;
   c->layer_gather_bytes = c->weight_bytes;
   if (p == PREC_FP8) {
@@ -1926,6 +1930,7 @@ static void plan_set_lowp(PlanCtx *c) {
     c->lowp_operand = c->lowp_saved = v;
     c->lowp_cast = 2 * eb + 2 * v;
   }
+  if (c->lowp) c->lowp_k0 = cost_gemm_k_overhead(&c->dev, c->lowp);
 }
 
 const char *plan_gemm_peak_name(const PlanCtx *c) { return c->lowp ? c->lowp : prec_name(c->prec); }

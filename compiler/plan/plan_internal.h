@@ -117,6 +117,7 @@ struct PlanCtx {
    * only such GEMMs read back. */
   const char *lowp;
   double lowp_operand, lowp_cast, lowp_saved;
+  double lowp_k0;         /* cost_gemm_k_overhead at lowp's rate (sec. 3.2) */
   Precision lowp_prec;    /* the format priced: prec, or the one it fell back to on this device */
   double layer_gather_bytes; /* a block's weights as ZeRO gathers them: 1 under FP8 weights (sec. 11.3), else weight_bytes */
   int flash;          /* attention priced as a tiled flash attention (the default); 0: scores materialised */
