@@ -476,20 +476,16 @@ static int resolve_cluster(Sema *S, const char *name, Span at, SemCluster *out) 
     const char *close = cat_closest_cluster(name);
     if (dev) {
       /* a device named where a cluster goes: the built-in clusters of it */
-      char list[256] = "";
-      size_t len = 0;
+      const char **names = arena_alloc(S->arena, sizeof(char *) * (size_t)(cat_cluster_count() + 1));
       int n = 0;
       for (int i = 0; i < cat_cluster_count(); i++) {
         const CatCluster *k = cat_cluster_at(i);
-        if (!k || strcmp(k->device, dev->name)) continue;
-        int w = snprintf(list + len, sizeof list - len, "%s'%s'", n ? ", " : "", k->name);
-        if (w < 0 || (size_t)w >= sizeof list - len) break;
-        len += (size_t)w;
-        n++;
+        if (k && !strcmp(k->device, dev->name)) names[n++] = k->name;
       }
+      names[n] = NULL;
       if (n)
         diag_hint(S->diag, "'%s' is a device; the built-in cluster%s of it: %s (or declare `cluster name { device = \"%s\" ... }`)",
-                  dev->name, n > 1 ? "s" : "", list, dev->name);
+                  dev->name, n > 1 ? "s" : "", sema_words_list(S, names), dev->name);
       else
         diag_hint(S->diag, "'%s' is a device and no built-in cluster has it: declare `cluster name { device = \"%s\" ... }`",
                   dev->name, dev->name);
