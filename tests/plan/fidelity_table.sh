@@ -63,7 +63,7 @@ trap 'rm -f "$tmp" "$tmp.doc"' EXIT
   echo
   "$fid" --set "$hpdlc" "$PWD" tests/plan/published_bloom.json --markdown
   echo
-  echo "Megatron-Bridge on Blackwell (DGX-B200, GB200 NVL72, GB300 NVL72), the dense Llama rows in FP8 of 25.09-26.02 (never seen, printed, not asserted; GPUs known only from their catalog entries): step time, published and predicted:"
+  echo "Megatron-Bridge on Blackwell (DGX-B200, DGX-B300, GB200 NVL72, GB300 NVL72), 25.09-26.02: the dense Llama rows in FP8, MXFP8 and NVFP4, and GPT-OSS-120B in BF16 (never seen, printed, not asserted; GPUs known only from their catalog entries): step time, published and predicted:"
   echo
   "$fid" --set "$hpdlc" "$PWD" tests/plan/published_megatron_bridge_blackwell.json --markdown
   echo
