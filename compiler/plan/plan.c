@@ -458,7 +458,7 @@ static void price_conv_op(Pricer *P, const GInfo *gi, const IrNode *n, int rc, P
   double batch = 1, M = 0, N = 0, Kd = 0;
   ircost_conv_gemm(g, n, &batch, &M, &N, &Kd);
   const CatDevice *dev = &P->pc->dev;
-  const char *pn = prec_name(P->pc->prec == PREC_FP8 ? PREC_BF16 : P->pc->prec); /* FP8 GEMMs are the linear layers' */
+  const char *pn = prec_name(P->pc->prec); /* bf16 under the low-precision formats: theirs are the linear layers' */
   double eb = P->pc->act_bytes;
   double in_bytes = ((double)ir_numel(&g->nodes[n->in[0]]) + (double)ir_numel(&g->nodes[n->in[1]])) * eb;
   double flops = 2 * batch * M * N * Kd;
@@ -1166,6 +1166,10 @@ static FuseResult *plan_fuse(PlanCtx *c, Arena *a, const IrModule *m) {
   return fuse_module_cached(a, m, c->fuse_opts, c->fuse_cache);
 }
 
+/* The start of the reason a key's program does not partition (plan_parts
+ * remembers such failures by it). */
+#define PLAN_WHY_PARTITION "the model does not partition"
+
 /* Regions of the step graph of the whole (one-chunk) program. */
 enum { REG_PRO = 0, REG_EPI = 1, REG_LAYER = 2 };
 
@@ -1187,7 +1191,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
   if (!part) {
     /* the partitioner's reason, when it gave one (its diagnostics are quiet here) */
     const char *reason = diag_error_count(quiet_diag(c)) > errors ? diag_last_error(quiet_diag(c)) : NULL;
-    snprintf(pp->why, sizeof pp->why, "the model does not partition over tp=%" PRId64 " cp=%" PRId64 "%s%s%s", k->tp, k->cp,
+    snprintf(pp->why, sizeof pp->why, PLAN_WHY_PARTITION " over tp=%" PRId64 " cp=%" PRId64 "%s%s%s", k->tp, k->cp,
              k->sp ? " with sequence parallelism" : "", reason ? ": " : "", reason ? reason : "");
     pp->before_ad = 1;
     goto done;
@@ -1466,6 +1470,15 @@ PlanParts *plan_parts(PlanCtx *c, const PlanKey *k) {
   any.rc = -1;
   any.rl = 0;
   const PlanParts *failed = k->rc >= 0 ? parts_find(c, &any) : NULL;
+  /* nor, once it failed to partition at two micro batches for one reason,
+   * at any other: the reason names a dimension and its size, and a size the
+   * micro batch does not scale fails whatever the micro batch (a tp the heads
+   * do not divide); remembered under micro batch 0 (no key's), for a model
+   * without experts, whose token rows (micro batch x sequence) may split */
+  PlanKey fam = any;
+  fam.mb = 0;
+  PlanParts *family = k->rc >= 0 && c->experts <= 0 ? parts_find(c, &fam) : NULL;
+  if (!failed && family && family->every_mb) failed = family;
   p = xalloc_calloc(1, sizeof *p);
   p->key = *k;
   if (failed) {
@@ -1481,6 +1494,16 @@ PlanParts *plan_parts(PlanCtx *c, const PlanKey *k) {
       f->splits = NULL;
       f->unit_w = NULL;
       parts_insert(c, f);
+      if (c->experts <= 0 && !strncmp(p->why, PLAN_WHY_PARTITION, strlen(PLAN_WHY_PARTITION))) {
+        if (!family) {
+          PlanParts *ff = xalloc_calloc(1, sizeof *ff);
+          *ff = *f;
+          ff->key = fam;
+          ff->fail_mb = k->mb;
+          parts_insert(c, ff);
+        } else if (family->fail_mb != k->mb && !strcmp(family->why, p->why))
+          family->every_mb = 1;
+      }
     }
   }
   parts_insert(c, p);

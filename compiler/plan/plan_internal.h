@@ -72,6 +72,8 @@ typedef struct PlanParts {
   int valid;
   char why[400];
   int before_ad;         /* !valid: it failed to lower or partition (whatever the recomputation) */
+  int64_t fail_mb;       /* a failure family's entry (key.mb 0): the micro batch it first failed at, */
+  int every_mb;          /* and whether another failed with the same reason (it fails at every one) */
   int64_t layers;        /* of the main repeat */
   int64_t units;         /* a forward cut where one value crosses (pipeline.h's by cuts): its pieces, */
   double *unit_w;        /* and each one's forward + backward time (roofline); NULL by layers */

@@ -434,6 +434,39 @@ static void test_search_and_resolve(void) {
   fixture_free(&f);
 }
 
+/* A program that does not partition at two micro batches for one reason
+ * (tp 3 over gpt2-tiny's 64 columns) is not built at a third micro batch nor
+ * under another recomputation: the reason is remembered (plan_parts); a tp
+ * that divides the columns is still built. */
+static void test_failed_family(void) {
+  static const char *const lay[] = {"parallel.cluster=dgx-a100-80gb", "parallel.gpus=8", "parallel.data=auto",
+                                    "parallel.tensor=auto"};
+  Fixture f;
+  if (fixture(&f, "gpt2-tiny.hpd", NULL, 0, lay, 4)) {
+    test_failures++;
+    return;
+  }
+  PlanKey k = {1, 3, 1, 0, RECOMPUTE_NONE, 1, 0, 0, 0, 0};
+  int64_t p0 = f.c->programs;
+  PlanParts *a = plan_parts(f.c, &k);
+  EXPECT(!a->valid && a->before_ad && strstr(a->why, "does not partition over tp=3"));
+  k.mb = 2;
+  PlanParts *b = plan_parts(f.c, &k);
+  EXPECT(!b->valid && !strcmp(a->why, b->why));
+  EXPECT(f.c->programs == p0 + 2);
+  k.mb = 4;
+  PlanParts *d = plan_parts(f.c, &k);
+  k.mb = 8;
+  k.rc = RECOMPUTE_FULL;
+  PlanParts *e = plan_parts(f.c, &k);
+  EXPECT(!d->valid && !e->valid && !strcmp(d->why, a->why) && !strcmp(e->why, a->why));
+  EXPECT(f.c->programs == p0 + 2);
+  k.tp = 2;
+  EXPECT(plan_parts(f.c, &k)->valid);
+  EXPECT(f.c->programs == p0 + 3);
+  fixture_free(&f);
+}
+
 static void test_json_keys(void) {
   Fixture f;
   if (fixture(&f, "gpt2.hpd", NULL, 0, NULL, 0)) {
@@ -1052,6 +1085,7 @@ int main(void) {
   test_saved_full_recompute();
   test_tp_bytes();
   test_search_and_resolve();
+  test_failed_family();
   test_json_keys();
   test_step_accounting();
   TEST_DONE();
