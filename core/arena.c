@@ -40,6 +40,12 @@ void arena_free(Arena *arena) {
 }
 
 void *arena_alloc(Arena *arena, size_t size) {
+  void *p = arena_alloc_raw(arena, size);
+  memset(p, 0, size);
+  return p;
+}
+
+void *arena_alloc_raw(Arena *arena, size_t size) {
   size = (size + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
   if (size == 0) size = ARENA_ALIGN;
   Chunk *c = arena->head;
@@ -60,7 +66,6 @@ void *arena_alloc(Arena *arena, size_t size) {
   void *p = c->data + c->used;
   c->used += size;
   arena->total += size;
-  memset(p, 0, size);
   return p;
 }
 

@@ -11,6 +11,10 @@ Arena *arena_new(void);
 void arena_free(Arena *arena);
 /* Zeroed, 16-byte aligned. Aborts with a message when memory runs out. */
 void *arena_alloc(Arena *arena, size_t size);
+/* The same, not zeroed: for storage the caller fills before reading it (a
+ * growing array's copy: zeroing what is about to be overwritten was a tenth
+ * of a planner search's instructions). */
+void *arena_alloc_raw(Arena *arena, size_t size);
 char *arena_strdup(Arena *arena, const char *s);
 char *arena_strndup(Arena *arena, const char *s, size_t n);
 char *arena_printf(Arena *arena, const char *fmt, ...)

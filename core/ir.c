@@ -910,7 +910,9 @@ static const char *verify_extern(const IrModule *m, const IrGraph *g, const IrNo
 static IrNode *next_slot(IrGraph *g) {
   if (g->nnodes == g->cap) {
     int cap = g->cap ? g->cap * 2 : 64;
-    IrNode *nodes = arena_alloc(g->arena, sizeof(IrNode) * (size_t)cap);
+    /* not zeroed: the old nodes are copied in, and ir_add / ir_add_copy
+     * write each new slot whole before it counts */
+    IrNode *nodes = arena_alloc_raw(g->arena, sizeof(IrNode) * (size_t)cap);
     if (g->nnodes) memcpy(nodes, g->nodes, sizeof(IrNode) * (size_t)g->nnodes);
     g->nodes = nodes;
     g->cap = cap;

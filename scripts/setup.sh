@@ -58,6 +58,7 @@ plain=(
   "libjansson-dev|JSON (plan reports, safetensors headers)"
   "python3|test-input generators"
   "python3-yaml|the MPIJob tests read YAML (tests/launch)"
+  "valgrind|memcheck over the planner (plan.memcheck: reads of memory never written)"
   "slurm-wlm|SLURM (slurmctld, slurmd, sbatch, srun): the sbatch script run end to end (launch.slurm_e2e)"
   "munge|SLURM's authentication daemon (launch.slurm_e2e)"
 )

@@ -16,7 +16,8 @@ set(HPDL_SLOW_TESTS
     cuda.layout.emulate.bf16_row_cache cuda.layout.emulate.bf16_llama_heads128 cuda.layout.emulate.bf16_qwen3
     cuda.layout.emulate.gpt_oss cuda.layout.emulate.gpt_oss_bf16
     cuda.nccl.emulate.dp2_pp2_v2 cuda.nccl.emulate.pp4 cuda.nccl.emulate.zero1_pp2
-    compile.fused_ce compile.fused_ce_layouts compile.mixed_precision vision.resnet18_pp vision.profile plan.calibrate_gpt2 launch.slurm_e2e)
+    compile.fused_ce compile.fused_ce_layouts compile.mixed_precision vision.resnet18_pp vision.profile plan.calibrate_gpt2 launch.slurm_e2e
+    plan.memcheck)
 foreach(name ${HPDL_SLOW_TESTS})
   if(TEST ${name})
     set_property(TEST ${name} APPEND PROPERTY LABELS slow)

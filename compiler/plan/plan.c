@@ -190,6 +190,9 @@ static int first_grad_of_param(const IrGraph *g, int q) {
 
 static void ginfo_init(GInfo *gi, const IrGraph *g, const FuseGraph *fg) {
   int n = g->nnodes, nk = fg->nkernels;
+  /* every field starts cleared: the flags set below only where they hold
+   * (attn_op, has_sbwd) were read uninitialised before (valgrind) */
+  memset(gi, 0, sizeof *gi);
   gi->g = g;
   gi->fg = fg;
   gi->dep = xalloc_calloc((size_t)n, 1);
@@ -2086,6 +2089,7 @@ void plan_free(PlanCtx *c) {
   free(c->table);
   free(c->mf);
   free(c->stages);
+  for (size_t i = 0; i < sizeof c->evbuf / sizeof c->evbuf[0]; i++) free(c->evbuf[i].p);
   fuse_cache_free(c->fuse_cache);
   if (c->quiet) diag_free(c->quiet);
   if (c->sink) fclose(c->sink);
@@ -2382,6 +2386,22 @@ int plan_pipeline(Schedule kind, int pp, int64_t m, int v, const double *tf, con
   return 0;
 }
 
+/* plan_evaluate's working array `which` (EV_*) of at least `bytes`, zeroed
+ * when asked (PlanCtx.evbuf: valid until the next evaluation). */
+enum { EV_SPLIT, EV_KINDS, EV_KP, EV_TF, EV_TB, EV_REP, EV_WREP, EV_INFLIGHT };
+static void *ev_buf(PlanCtx *c, int which, size_t bytes, int zero) {
+  if (bytes < 1) bytes = 1;
+  if (bytes > c->evbuf[which].cap) {
+    size_t cap = 2 * c->evbuf[which].cap;
+    if (cap < bytes) cap = bytes;
+    free(c->evbuf[which].p);
+    c->evbuf[which].p = xalloc_malloc(cap);
+    c->evbuf[which].cap = cap;
+  }
+  if (zero) memset(c->evbuf[which].p, 0, bytes);
+  return c->evbuf[which].p;
+}
+
 int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult *out) {
   PlanLayout L = *Lin; /* before clearing out: Lin may point into it */
   memset(out, 0, sizeof *out);
@@ -2430,18 +2450,15 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   PlanParts *pp = plan_parts(c, &key);
   if (!pp->valid) return fail(out, "%s", pp->why);
   out->vocab_priced = pp->vocab_padded;
-  int64_t *split = xalloc_calloc((size_t)K, sizeof(int64_t));
+  int64_t *split = ev_buf(c, EV_SPLIT, (size_t)K * sizeof(int64_t), 1);
   char swhy[200];
-  if (plan_split_layers(c, pp, K, split, swhy, sizeof swhy) != 0) {
-    free(split);
-    return fail(out, "%s", swhy);
-  }
+  if (plan_split_layers(c, pp, K, split, swhy, sizeof swhy) != 0) return fail(out, "%s", swhy);
   /* the chunks: chunk ci is *kp[ci], kinds[ci] or a run's first (its own layer count) */
   /* not zeroed: every chunk a kp[] names is written below (a search's
    * screening prices a few of K = pp x v, and zeroing them all was a tenth
    * of its time) */
-  PlanChunk *kinds = xalloc_malloc((size_t)K * sizeof(PlanChunk));
-  const PlanChunk **kp = xalloc_calloc((size_t)K, sizeof(PlanChunk *));
+  PlanChunk *kinds = ev_buf(c, EV_KINDS, (size_t)K * sizeof(PlanChunk), 0);
+  const PlanChunk **kp = ev_buf(c, EV_KP, (size_t)K * sizeof(PlanChunk *), 0);
   for (int64_t ci = 0; ci < K; ci++) kp[ci] = &kinds[ci];
   if ((flags & PLAN_FAST) && !(pp->unit_w && K > 1)) {
     /* recompute_layers: the kept layers priced from the key without recomputation */
@@ -2482,11 +2499,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     }
   } else {
     PlanExact *e = plan_exact(c, &exact_key, K);
-    if (!e->valid) {
-      free(split);
-      free(kinds), free(kp);
-      return fail(out, "%s", e->why);
-    }
+    if (!e->valid) return fail(out, "%s", e->why);
     memcpy(kinds, e->ch, sizeof(PlanChunk) * (size_t)K);
     memcpy(split, e->layers, sizeof(int64_t) * (size_t)K); /* a cut forward's split, calibrated there */
   }
@@ -2498,7 +2511,6 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   for (int64_t ci = 0; ci < K; ci++)
     if (split[ci] != split[K > 2 ? 1 : 0] && ci > 0 && ci < K - 1) uniform = 0;
   if ((K > 1 && L.vpp > 1) || pp->unit_w) uniform = 0;
-  free(split);
   /* groups and links (rank order tp, cp, dp, pp) */
   int64_t gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1;
   int64_t inner = L.tp * L.cp;
@@ -2519,7 +2531,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   int pp_n = (int)L.pp, v = (int)L.vpp;
   int64_t mmb = L.num_micro;
   /* per-chunk times */
-  double *tf = xalloc_calloc((size_t)K, sizeof(double)), *tb = xalloc_calloc((size_t)K, sizeof(double));
+  double *tf = ev_buf(c, EV_TF, (size_t)K * sizeof(double), 0), *tb = ev_buf(c, EV_TB, (size_t)K * sizeof(double), 0);
   for (int64_t ci = 0; ci < K; ci++) {
     const PlanChunk *ch = kp[ci];
     tf[ci] = ch->f.t;
@@ -2538,13 +2550,17 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   double t_lag = p2p_sync ? 0 : t_p2p;
   /* per pipeline rank */
   c->nstages = pp_n;
-  free(c->stages);
-  c->stages = xalloc_calloc((size_t)pp_n, sizeof(PlanStage));
+  if ((size_t)pp_n > c->stages_cap) { /* a result's stages stay valid until the next evaluation */
+    free(c->stages);
+    c->stages = xalloc_malloc((size_t)pp_n * sizeof(PlanStage));
+    c->stages_cap = (size_t)pp_n;
+  }
+  memset(c->stages, 0, (size_t)pp_n * sizeof(PlanStage));
   PlanStage *st = c->stages;
   /* Ranks priced: all of them, or in the search's screening the first, one
    * middle rank (standing for pp - 2 identical ones) and the last. */
-  int nrep = 0, *rep = xalloc_calloc((size_t)pp_n, sizeof(int));
-  double *wrep = xalloc_calloc((size_t)pp_n, sizeof(double));
+  int nrep = 0, *rep = ev_buf(c, EV_REP, (size_t)pp_n * sizeof(int), 1);
+  double *wrep = ev_buf(c, EV_WREP, (size_t)pp_n * sizeof(double), 1);
   if ((flags & PLAN_FAST) && pp_n > 3 && uniform) {
     rep[0] = 0, wrep[0] = 1;
     rep[1] = 1, wrep[1] = pp_n - 2;
@@ -2571,7 +2587,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   }
   /* the pipeline */
   double T_pipe = 0, bubble_fraction = 0;
-  int *inflight = xalloc_calloc((size_t)pp_n, sizeof(int));
+  int *inflight = ev_buf(c, EV_INFLIGHT, (size_t)pp_n * sizeof(int), 1);
   if (pp_n == 1) {
     T_pipe = (double)mmb * Rmax;
     inflight[0] = L.schedule == SCHED_GPIPE ? (int)mmb : 1;
@@ -2593,13 +2609,10 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     char err[256];
     if (plan_pipeline((Schedule)L.schedule, pp_n, mmb, v, tf, tb, t_lag, (flags & PLAN_FULL_SIM) != 0, &T_pipe,
                       &bubble_fraction, inflight, err, sizeof err) != 0) {
-      free(tf), free(tb), free(inflight), free(rep), free(wrep), free(kinds), free(kp);
       return fail(out, "%s", err);
     }
     out->simulated = 1;
   }
-  free(tf);
-  free(tb);
   if (bubble_fraction < 0) bubble_fraction = 0;
   /* data parallelism, ZeRO, the optimizer, memory per rank */
   const SemTrain *tr = &m->train;
@@ -2789,9 +2802,6 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     if (z3_exposed > worst_z3_exposed) worst_z3_exposed = z3_exposed;
     if (ag_exposed > worst_ag_exposed) worst_ag_exposed = ag_exposed;
   }
-  free(inflight);
-  free(rep);
-  free(wrep);
   /* tied weights on two pipeline ranks: their gradients are summed between
    * the first and last stage every step (Megatron-LM's embedding group) */
   double shared = K > 1 ? kinds[0].shared_params : 0;
@@ -2872,7 +2882,6 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   out->hfu = peak > 0 ? out->hw_flops / (out->step_s * G * peak) : 0;
   out->nstages = pp_n;
   out->stages = c->stages;
-  free(kinds), free(kp);
   out->valid = 1;
   if (!(flags & PLAN_FAST)) plan_explain(c, out);
   return 0;
