@@ -462,7 +462,9 @@ static void html_search(FILE *f, const PlanReport *rep) {
     fprintf(f, "<p class=\"caption\">%" PRId64 " layouts enumerated, %" PRId64 " valid, %" PRId64 " fit; the best %d by step time.</p>\n",
             st->enumerated, st->valid, st->fit, rep->nsearch);
   if (rep->nsearch == 0) {
-    fputs("<p id=\"search-note\" class=\"note\">no layout fits.</p>\n", f);
+    fputs("<p id=\"search-note\" class=\"note\">", f);
+    esc(f, rep->plan && !rep->plan->valid && rep->plan->why[0] ? rep->plan->why : "no layout fits");
+    fputs(".</p>\n", f);
     return;
   }
   fputs("<table id=\"search\" class=\"num\">\n<thead><tr><th>rank</th><th class=\"l\">layout</th><th>step time</th>"

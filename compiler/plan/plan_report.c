@@ -205,7 +205,7 @@ static void text_search(FILE *f, const PlanReport *rep) {
              " programs priced, %" PRId64 " re-priced exactly\n",
           st ? st->enumerated : 0, st ? st->valid : 0, st ? st->fit : 0, st ? st->programs : 0, st ? st->exact : 0);
   if (rep->nsearch == 0) {
-    fprintf(f, "  no layout fits\n");
+    fprintf(f, "  %s\n", rep->plan && !rep->plan->valid && rep->plan->why[0] ? rep->plan->why : "no layout fits");
     return;
   }
   fprintf(f, "  %2s  %-52s %10s %8s %6s %10s\n", "#", "layout", "step", "TFLOP/s", "MFU", "memory");
