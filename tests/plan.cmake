@@ -9,7 +9,7 @@
 #   plan.json_schema  the keys of the stable JSON schema (product.md), also
 #                     checked in tests/unit/test_plan.c
 #   plan.memcheck     hpdlc plan and emit under valgrind's memcheck: no read
-#                     of memory never written (tests/plan/memcheck.sh; release
+#                     of memory never written (tests/memcheck.sh; release
 #                     build only; skipped without valgrind)
 #   plan.fidelity_h100  step times against MosaicML's and NeMo 24.07's H100
 #                     runs (tests/plan/published_h100.json)
@@ -197,12 +197,12 @@ add_test(NAME plan.json_schema
          COMMAND test_plan_fidelity --schema $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
 set_tests_properties(plan.json_schema PROPERTIES TIMEOUT 60 LABELS plan)
 
-# valgrind's memcheck over the planner and the IR passes (tests/plan/memcheck.sh):
+# valgrind's memcheck over the planner and the IR passes (tests/memcheck.sh):
 # reads of memory never written, which the sanitizers miss; not in the
 # sanitized build, whose binaries valgrind cannot run
 if(NOT HPDL_SANITIZE)
   add_test(NAME plan.memcheck
-           COMMAND bash ${HPDL_TEST_DIR}/plan/memcheck.sh $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
+           COMMAND bash ${HPDL_TEST_DIR}/memcheck.sh plan ${CMAKE_BINARY_DIR}/bin ${CMAKE_SOURCE_DIR})
   set_tests_properties(plan.memcheck PROPERTIES TIMEOUT 300 LABELS plan SKIP_RETURN_CODE 77)
 endif()
 

@@ -86,6 +86,17 @@ endforeach()
 set(HPDL_RT_FAULT_CASES bad_artifact bad_data bad_checkpoint killed_writer failed_write failed_write_async
     unwritable_checkpoint too_big diverged preempt_one_rank preempt_dp2 preempt_dp2_tp2 rank_dies
     mpirun_fails loss_scale loss_scale_dp2_tp2 loss_scale_static)
+# hpdlrun, its data loader, optimizer and checkpoints under valgrind's memcheck
+# (tests/memcheck.sh runtime): no read of memory never written; the release
+# build only (valgrind cannot run a sanitized binary), skipped without valgrind
+if(NOT HPDL_SANITIZE)
+  add_test(NAME runtime.memcheck
+           COMMAND bash ${HPDL_TEST_DIR}/memcheck.sh runtime ${CMAKE_BINARY_DIR}/bin ${CMAKE_SOURCE_DIR}
+                   ${CMAKE_CURRENT_BINARY_DIR}/runtime-memcheck)
+  set_tests_properties(runtime.memcheck PROPERTIES LABELS runtime TIMEOUT 300 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${HPDL_RT_TEST_ENV}")
+endif()
+
 foreach(case ${HPDL_RT_FAULT_CASES})
   set_tests_properties(runtime.${case} PROPERTIES LABELS "runtime;reliability")
 endforeach()
