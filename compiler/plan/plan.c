@@ -1475,8 +1475,8 @@ PlanParts *plan_parts(PlanCtx *c, const PlanKey *k) {
   const PlanParts *failed = k->rc >= 0 ? parts_find(c, &any) : NULL;
   /* nor, once it failed to partition at two micro batches for one reason,
    * at any other: the reason names a dimension and its size, and a size the
-   * micro batch does not scale fails whatever the micro batch (a tp the heads
-   * do not divide); remembered under micro batch 0 (no key's), for a model
+   * micro batch does not scale fails whatever the micro batch (a weight's
+   * columns that tp does not divide); remembered under micro batch 0 (no key's), for a model
    * without experts, whose token rows (micro batch x sequence) may split */
   PlanKey fam = any;
   fam.mb = 0;

@@ -153,7 +153,7 @@ struct PlanCtx {
   PlanStage *stages;
   int nstages;
   size_t stages_cap;
-  /* plan_evaluate's working arrays (plan_evaluate_buf), kept between calls:
+  /* plan_evaluate's working arrays (ev_buf in plan.c), kept between calls:
    * a search evaluates 10^5 layouts, and allocating them was a tenth of its
    * instructions; grown as needed, freed with the context */
   struct {
