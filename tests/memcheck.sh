@@ -59,8 +59,9 @@ if [ "$mode" = runtime ]; then
   check 0 "${run[@]}" --steps 3 --checkpoint-every 1
   check 0 "${run[@]}" --steps 4 --resume
   # a checkpoint cut short: refused with a message, exit 1 (docs/runtime.md)
-  last=$(ls "$work"/ckpt/*.safetensors 2> /dev/null | tail -n 1)
-  if [ -n "$last" ]; then
+  ckpts=("$work"/ckpt/*.safetensors)
+  last=${ckpts[${#ckpts[@]} - 1]}
+  if [ -f "$last" ]; then
     truncate -s 100 "$last"
     check 1 "${run[@]}" --steps 5 --resume
   else
