@@ -111,7 +111,7 @@ typedef struct PlanStage {
 typedef struct PlanResult {
   PlanLayout layout;
   int valid;          /* 0: the layout cannot be built; why says why */
-  char why[256];
+  char why[400];
   int64_t gpus, global_batch, seq_len;
   /* the model, from its graph */
   double params;          /* logical parameters (tied weights once) */
@@ -144,7 +144,7 @@ typedef struct PlanResult {
   int simulated;          /* 1: bubble from sched_simulate; 0: closed form (search screening) */
   /* throughput */
   double tokens_per_s, tflops_per_gpu, mfu, hfu;
-  char limit[320];        /* the limiting resource in one sentence */
+  char limit[400];        /* the limiting resource in one sentence */
   char saves[160], costs[160]; /* search: why it wins (filled by plan_search) */
   int nstages;
   int by_pieces;      /* the stages run pieces of a forward cut where one activation crosses, not layers (pipeline.h) */
@@ -236,6 +236,7 @@ int plan_resolve(PlanCtx *c, const PlanLayout *L, PlanResult *out);
 typedef struct PlanSearchStats {
   int64_t enumerated, valid, fit, programs, exact;
   double seconds;
+  char refused[320]; /* the first layout the search could not make, and why ("" when none was refused) */
 } PlanSearchStats;
 
 /* Enumerates every layout for the GPU count (dp, tp, pp, cp, sp, zero,

@@ -119,9 +119,8 @@ static int plan_command_run(Diag *diag, const char *path, const SemModel *m, con
                  G, G, m->train.global_batch, gpn > 0 ? gpn : 1, m->layers);
       else if (stats.valid == 0)
         snprintf(plan.why, sizeof plan.why,
-                 "none of the %" PRId64 " layouts of %" PRId64 " GPUs the search tried can be made for this model"
-                 " (fix one, e.g. --tp and --pp, to see why it is refused)",
-                 stats.enumerated, G);
+                 "none of the %" PRId64 " layouts of %" PRId64 " GPUs the search tried can be made for this model; the first, %.290s",
+                 stats.enumerated, G, stats.refused[0] ? stats.refused : "refused without a reason");
       else
         snprintf(plan.why, sizeof plan.why, "no layout fits %" PRId64 " GPUs: %" PRId64 " valid, none within %.2f GiB a GPU", G,
                  stats.valid, plan_device(c)->mem_bytes / 1073741824.0);

@@ -283,7 +283,13 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
                     }
                     st.enumerated++;
                     progress_count(c->progress, "%" PRId64 " layouts priced, %" PRId64 " fit", st.enumerated, st.fit);
-                    if (plan_evaluate(c, &L, PLAN_FAST, &r) != 0) continue;
+                    if (plan_evaluate(c, &L, PLAN_FAST, &r) != 0) {
+                      if (!st.refused[0]) {
+                        char ls[160];
+                        snprintf(st.refused, sizeof st.refused, "%s: %.250s", plan_layout_str(ls, sizeof ls, &r.layout), r.why);
+                      }
+                      continue;
+                    }
                     st.valid++;
                     /* fused_ce auto is tried where the fullest rank holds the head
                      * (the last pipeline rank): the head is all it lightens. Elsewhere

@@ -10,8 +10,9 @@ them), its sequence and global batch, and the GPUs asked for - in the text heade
 `model` and `cluster`, and the HTML facts - with the reason, and exits 1. (They once said
 "0 parameters, -111104317440 active per token" and "0 x h100-sxm (0 nodes of 8)".)
 A --search that finds nothing says which gate left nothing: no valid layout fitted the memory
-(how many were valid, and the memory a GPU), or no degrees to try at all (GPT-2 over a million
-GPUs: the bounds). A 77B GPT on 64 A100s with cp = auto, where nothing fits: the search shows the layout that
+(how many were valid, and the memory a GPU), none could be made for the model (gpt2-tiny on 6
+GPUs: the first refused layout and its reason), or no degrees to try at all (GPT-2 over a
+million GPUs: the bounds). A 77B GPT on 64 A100s with cp = auto, where nothing fits: the search shows the layout that
 needs the least memory and names the ZeRO stage that would bring its model states down (the
 explanation read the stages of a result the search had copied, and crashed).
 Exit 0 pass, 1 fail."""
@@ -34,6 +35,7 @@ def main():
     search = plan_run(hpdlc, f"{src}/samples/qwen3-moe.hpd",
                       ["--gpus", "256", "--pp", "auto", "--micro-batch", "8", "--recompute", "act", "--cluster", "cpu", "--search"])
     none = plan_run(hpdlc, f"{src}/samples/gpt2.hpd", ["--gpus", "1048576", "--search"])
+    refused = plan_run(hpdlc, f"{src}/samples/gpt2-tiny.hpd", ["--gpus", "6", "--tp", "auto", "--dp", "auto", "--search"])
     big = plan_run(hpdlc, f"{src}/samples/gpt.hpd", ["-D", "layers=24", "-D", "hidden=16384", "-D", "heads=8", "-D", "seq=512",
                                                    "--gpus", "64", "--tp", "1", "--pp", "2", "--cp", "auto"])
     print(text.stdout.strip())
@@ -60,6 +62,10 @@ def main():
          "--search without a fit: the same header"),
         (re.search(r"no layout fits 256 GPUs: [1-9][0-9]* valid, none within 16\.00 GiB a GPU", search.stdout) is not None,
          "--search without a fit: how many layouts were valid, and the memory none fitted"),
+        (refused.returncode == 1 and re.search(r"none of the [1-9][0-9]* layouts of 6 GPUs the search tried can be made for "
+                                                r"this model; the first, dp=\d+ tp=\d+ [^:]*: .*(does not|cannot|not divisible)",
+                                                refused.stdout) is not None,
+         "--search where the model takes no layout: the first refused and why"),
         (none.returncode == 1 and "search: 0 layouts enumerated" in none.stdout
          and "no layout of 1048576 GPUs to price: dp x tp x pp x cp must be 1048576, with dp dividing the global batch (512)"
          in none.stdout, "--search with no layout to try: the bounds that left none"),
