@@ -203,7 +203,7 @@ set_tests_properties(plan.json_schema PROPERTIES TIMEOUT 60 LABELS plan)
 if(NOT HPDL_SANITIZE)
   add_test(NAME plan.memcheck
            COMMAND bash ${HPDL_TEST_DIR}/memcheck.sh plan ${CMAKE_BINARY_DIR}/bin ${CMAKE_SOURCE_DIR})
-  set_tests_properties(plan.memcheck PROPERTIES TIMEOUT 300 LABELS plan SKIP_RETURN_CODE 77)
+  set_tests_properties(plan.memcheck PROPERTIES TIMEOUT 600 LABELS plan SKIP_RETURN_CODE 77)
 endif()
 
 if(TARGET hpdlc)
