@@ -2088,8 +2088,7 @@ void plan_free(PlanCtx *c) {
   drop_prices(c);
   free(c->table);
   free(c->mf);
-  free(c->stages);
-  for (size_t i = 0; i < sizeof c->evbuf / sizeof c->evbuf[0]; i++) free(c->evbuf[i].p);
+  for (int i = 0; i < EV_COUNT; i++) free(c->evbuf[i].p); /* c->stages among them */
   fuse_cache_free(c->fuse_cache);
   if (c->quiet) diag_free(c->quiet);
   if (c->sink) fclose(c->sink);
@@ -2388,7 +2387,6 @@ int plan_pipeline(Schedule kind, int pp, int64_t m, int v, const double *tf, con
 
 /* plan_evaluate's working array `which` (EV_*) of at least `bytes`, zeroed
  * when asked (PlanCtx.evbuf: valid until the next evaluation). */
-enum { EV_SPLIT, EV_KINDS, EV_KP, EV_TF, EV_TB, EV_REP, EV_WREP, EV_INFLIGHT };
 static void *ev_buf(PlanCtx *c, int which, size_t bytes, int zero) {
   if (bytes < 1) bytes = 1;
   if (bytes > c->evbuf[which].cap) {
@@ -2550,12 +2548,8 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   double t_lag = p2p_sync ? 0 : t_p2p;
   /* per pipeline rank */
   c->nstages = pp_n;
-  if ((size_t)pp_n > c->stages_cap) { /* a result's stages stay valid until the next evaluation */
-    free(c->stages);
-    c->stages = xalloc_malloc((size_t)pp_n * sizeof(PlanStage));
-    c->stages_cap = (size_t)pp_n;
-  }
-  memset(c->stages, 0, (size_t)pp_n * sizeof(PlanStage));
+  /* a result's stages stay valid until the next evaluation */
+  c->stages = ev_buf(c, EV_STAGES, (size_t)pp_n * sizeof(PlanStage), 1);
   PlanStage *st = c->stages;
   /* Ranks priced: all of them, or in the search's screening the first, one
    * middle rank (standing for pp - 2 identical ones) and the last. */

@@ -463,7 +463,7 @@ static void html_search(FILE *f, const PlanReport *rep) {
             st->enumerated, st->valid, st->fit, rep->nsearch);
   if (rep->nsearch == 0) {
     fputs("<p id=\"search-note\" class=\"note\">", f);
-    esc(f, rep->plan && !rep->plan->valid && rep->plan->why[0] ? rep->plan->why : "no layout fits");
+    esc(f, plan_search_none_note(rep));
     fputs(".</p>\n", f);
     return;
   }

@@ -66,6 +66,12 @@ typedef struct PlanChunk {
   double memplan_peak;  /* exact chunks: memplan's fused peak (IR dtypes) */
 } PlanChunk;
 
+/* plan_evaluate's working arrays (PlanCtx.evbuf), one a purpose. */
+enum { EV_SPLIT, EV_KINDS, EV_KP, EV_TF, EV_TB, EV_REP, EV_WREP, EV_INFLIGHT, EV_STAGES, EV_COUNT };
+
+/* What a search that shows no layout says: the result's reason, when it has one. */
+const char *plan_search_none_note(const PlanReport *rep);
+
 /* The cached prices of a key, by part of the one-chunk program. */
 typedef struct PlanParts {
   PlanKey key;
@@ -150,16 +156,15 @@ struct PlanCtx {
     double gemm, all;
   } *mf;
   int nmf, capmf;
-  PlanStage *stages;
+  PlanStage *stages; /* the last evaluation's, in evbuf[EV_STAGES] */
   int nstages;
-  size_t stages_cap;
   /* plan_evaluate's working arrays (ev_buf in plan.c), kept between calls:
    * a search evaluates 10^5 layouts, and allocating them was a tenth of its
    * instructions; grown as needed, freed with the context */
   struct {
     void *p;
     size_t cap;
-  } evbuf[8];
+  } evbuf[EV_COUNT];
 };
 
 PlanParts *plan_parts(PlanCtx *c, const PlanKey *k);

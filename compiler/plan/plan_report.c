@@ -198,6 +198,10 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
   fprintf(f, "\nlimit: %s\n", r->limit);
 }
 
+const char *plan_search_none_note(const PlanReport *rep) {
+  return rep->plan && !rep->plan->valid && rep->plan->why[0] ? rep->plan->why : "no layout fits";
+}
+
 static void text_search(FILE *f, const PlanReport *rep) {
   char a[32], b[32], ls[160];
   const PlanSearchStats *st = rep->stats;
@@ -205,7 +209,7 @@ static void text_search(FILE *f, const PlanReport *rep) {
              " programs priced, %" PRId64 " re-priced exactly\n",
           st ? st->enumerated : 0, st ? st->valid : 0, st ? st->fit : 0, st ? st->programs : 0, st ? st->exact : 0);
   if (rep->nsearch == 0) {
-    fprintf(f, "  %s\n", rep->plan && !rep->plan->valid && rep->plan->why[0] ? rep->plan->why : "no layout fits");
+    fprintf(f, "  %s\n", plan_search_none_note(rep));
     return;
   }
   fprintf(f, "  %2s  %-52s %10s %8s %6s %10s\n", "#", "layout", "step", "TFLOP/s", "MFU", "memory");
