@@ -1181,8 +1181,9 @@ static int local_param(Part *P, int pi) {
       diag_error(P->diag, sp->span, "parameter %s: dimension %d (%" PRId64 ") does not divide over tensor = %" PRId64,
                  sp->name, a, sp->dims[a], tp);
       P->failed = 1;
+    } else {
+      lp.dims[a] /= tp; /* left whole when refused: the message above is the one to show */
     }
-    lp.dims[a] /= tp;
     lp.split_axis = (int8_t)a;
     lp.split_group = IRG_TP;
   }
@@ -1191,8 +1192,9 @@ static int local_param(Part *P, int pi) {
     if (lp.dims[0] % ep) {
       diag_error(P->diag, sp->span, "parameter %s: its %" PRId64 " experts do not divide over expert = %" PRId64, sp->name, lp.dims[0], ep);
       P->failed = 1;
+    } else {
+      lp.dims[0] /= ep;
     }
-    lp.dims[0] /= ep;
     if (lp.split_axis >= 0) { /* the experts first, then each expert's block */
       lp.split2_axis = lp.split_axis;
       lp.split2_group = lp.split_group;

@@ -148,6 +148,23 @@ static void partial_recompute(PlanCtx *c, const PlanResult *r, int none_fits, in
 
 /* The search; with nofit set (nothing fits), the layouts that need the
  * least memory per GPU whether they fit or not. */
+/* The divisors of n (1 <= n <= 2^32, as --gpus allows) in increasing order,
+ * in O(sqrt n): the degrees the search tries divide the GPUs, and stepping
+ * through every integer up to n took a minute at n = 2^32. No n up to 2^32
+ * has more than 1536 divisors. */
+enum { SEARCH_MAX_DIVISORS = 2048 };
+static int divisors_of(int64_t n, int64_t *out) {
+  int lo = 0, hi = 0;
+  int64_t high[SEARCH_MAX_DIVISORS];
+  for (int64_t i = 1; i * i <= n && lo + hi < SEARCH_MAX_DIVISORS - 1; i++) {
+    if (n % i) continue;
+    out[lo++] = i;
+    if (i != n / i) high[hi++] = n / i;
+  }
+  while (hi > 0) out[lo++] = high[--hi];
+  return lo;
+}
+
 static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, PlanSearchStats *stats, int nofit) {
   double t0 = now_s();
   PlanSearchStats st;
@@ -170,8 +187,11 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
   int64_t B = m->train.global_batch > 0 ? m->train.global_batch : 0;
   double cap = plan_device(c)->mem_bytes;
   PlanResult r;
-  for (int64_t tp = 1; tp <= G; tp++) {
-    if (G % tp || !fixed_ok(fix->tp, tp)) continue;
+  int64_t divs[SEARCH_MAX_DIVISORS];
+  int ndivs = divisors_of(G, divs);
+  for (int ti = 0; ti < ndivs; ti++) {
+    int64_t tp = divs[ti];
+    if (!fixed_ok(fix->tp, tp)) continue;
     if (tp > gpn && !c->cluster.shared_device) continue; /* tensor parallelism inside a node */
     for (int64_t cp = 1; cp <= G / tp && cp <= PLAN_SEARCH_MAX_CP; cp++) {
       if ((G / tp) % cp || !fixed_ok(fix->cp, cp)) continue;
@@ -184,7 +204,8 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
       /* cp_comm = auto: the gathered program and the ring's, each priced (at cp > 1) */
       int ring_lo = cp > 1 && fix->cp_comm == 1, ring_hi = cp > 1 && fix->cp_comm != 0;
       for (int ring = ring_lo; ring <= ring_hi; ring++) {
-      for (int64_t pp = 1; pp <= G / (tp * cp); pp++) {
+      for (int pi = 0; pi < ndivs && divs[pi] <= G / (tp * cp); pi++) {
+        int64_t pp = divs[pi]; /* a divisor of G / (tp cp) is one of G */
         if ((G / (tp * cp)) % pp || !fixed_ok(fix->pp, pp)) continue;
         /* (a forward cut into pieces, no single repeat: plan_evaluate says whether they are enough) */
         if (pp > 1 && m->repeats == 1 && !ends && (m->layers < pp || (equal && layers % pp))) continue;
@@ -201,7 +222,8 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
         int64_t eps[128];
         int efs[128], neps = 0;
         for (int f = fold_lo; f <= fold_hi; f++)
-          for (int64_t d = 1; d <= dp && neps < 126; d++) {
+          for (int di = 0; di < ndivs && divs[di] <= dp && neps < 126; di++) {
+            int64_t d = divs[di];
             if (dp % d) continue;
             if (f && d == 1 && fold_lo) eps[neps] = 1, efs[neps++] = 1; /* else the unfolded pass has ep 1 */
             eps[neps] = f ? tp * d : d, efs[neps++] = f;

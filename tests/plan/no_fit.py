@@ -12,7 +12,11 @@ them), its sequence and global batch, and the GPUs asked for - in the text heade
 A --search that finds nothing says which gate left nothing: no valid layout fitted the memory
 (how many were valid, and the memory a GPU), none could be made for the model (gpt2-tiny on 6
 GPUs: the first refused layout and its reason), or no degrees to try at all (GPT-2 over a
-million GPUs: the bounds). A 77B GPT on 64 A100s with cp = auto, where nothing fits: the search shows the layout that
+million GPUs: the bounds). At the bound of --gpus, 2^32 CPU nodes (tensor over nodes) and a
+prime just under it: the refusal is the parameter that does not divide (it was "internal
+error partitioning param: dimensions must be positive", the refused split carried on at
+zero rows), and the search steps through the divisors of the GPUs, not every number up to
+them (a minute each before; here a CTest timeout would fail it). A 77B GPT on 64 A100s with cp = auto, where nothing fits: the search shows the layout that
 needs the least memory and names the ZeRO stage that would bring its model states down (the
 explanation read the stages of a result the search had copied, and crashed).
 Exit 0 pass, 1 fail."""
@@ -36,6 +40,8 @@ def main():
                       ["--gpus", "256", "--pp", "auto", "--micro-batch", "8", "--recompute", "act", "--cluster", "cpu", "--search"])
     none = plan_run(hpdlc, f"{src}/samples/gpt2.hpd", ["--gpus", "1048576", "--search"])
     refused = plan_run(hpdlc, f"{src}/samples/gpt2-tiny.hpd", ["--gpus", "6", "--tp", "auto", "--dp", "auto", "--search"])
+    huge = plan_run(hpdlc, f"{src}/samples/gpt2-tiny.hpd", ["--gpus", "4294967296", "--cluster", "cpu", "--search"])
+    prime = plan_run(hpdlc, f"{src}/samples/gpt2-tiny.hpd", ["--gpus", "4294967291", "--cluster", "cpu", "--search"])
     big = plan_run(hpdlc, f"{src}/samples/gpt.hpd", ["-D", "layers=24", "-D", "hidden=16384", "-D", "heads=8", "-D", "seq=512",
                                                    "--gpus", "64", "--tp", "1", "--pp", "2", "--cp", "auto"])
     print(text.stdout.strip())
@@ -69,6 +75,15 @@ def main():
         (none.returncode == 1 and "search: 0 layouts enumerated" in none.stdout
          and "no layout of 1048576 GPUs to price: dp x tp x pp x cp must be 1048576, with dp dividing the global batch (512)"
          in none.stdout, "--search with no layout to try: the bounds that left none"),
+        (huge.returncode == 1 and "internal error" not in huge.stdout + huge.stderr
+         and re.search(r"none of the 792 layouts of 4294967296 GPUs the search tried can be made for this model; the first, "
+                       r"dp=32 tp=67108864 pp=2 [^:]*: the model does not partition over tp=67108864 cp=1: parameter "
+                       r"blocks\.\{i\}\.attn\.q_proj\.weight: dimension 1 \(64\) does not divide over tensor = 67108864",
+                       huge.stdout) is not None,
+         "--search over 2^32 GPUs: the parameter that does not divide, no internal error"),
+        (prime.returncode == 1 and "internal error" not in prime.stdout + prime.stderr
+         and "none of the 24 layouts of 4294967291 GPUs the search tried" in prime.stdout,
+         "--search over a prime number of GPUs near 2^32: its 24 layouts"),
     ])
 
 
