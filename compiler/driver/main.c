@@ -329,6 +329,14 @@ static int cli_error(const char *fmt, const char *a, const char *b) {
   return 2;
 }
 
+/* An option's value from the next argument, unless that is another option
+ * (`--gpus --tp 2`: "--gpus needs a value", not "--tp" read as the count
+ * and "2" as a file); NULL then, or at the end. */
+static const char *next_value(int argc, char **argv, int *i) {
+  if (*i + 1 >= argc || !strncmp(argv[*i + 1], "--", 2)) return NULL;
+  return argv[++*i];
+}
+
 /* Parses argv; returns 0 to go on, or an exit status. */
 static int parse_cli(int argc, char **argv, Cli *cli) {
   memset(cli, 0, sizeof *cli);
@@ -392,7 +400,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
       }
       if (which >= 0) {
         static const char *const flag[] = {"-o", "--target", "--executor", "--arch", "--attention", "--experts"};
-        const char *v = a[fl] == '=' ? a + fl + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        const char *v = a[fl] == '=' ? a + fl + 1 : next_value(argc, argv, &i);
         if (!v || !*v) return cli_error("%s needs a value", flag[which], NULL);
         if (which == 0) cli->compile.out_dir = v;
         else if (which == 1) cli->compile.target = v;
@@ -421,8 +429,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
       continue;
     }
     if (!strcmp(verb, "plan") && !strcmp(a, "-o")) {
-      if (i + 1 >= argc) return cli_error("-o needs a file name%s", "", NULL);
-      cli->plan.output = argv[++i];
+      if (!(cli->plan.output = next_value(argc, argv, &i))) return cli_error("-o needs a file name%s", "", NULL);
       continue;
     }
     /* -D NAME=VALUE or -DNAME=VALUE */
@@ -450,8 +457,8 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
     size_t flen = eq ? (size_t)(eq - a) : strlen(a);
     const char *value = eq ? eq + 1 : NULL;
     if (!strncmp(a, "--model", flen) && flen == 7) {
-      value = value ? value : (i + 1 < argc ? argv[++i] : NULL);
-      if (!value) return cli_error("--model needs a name%s", "", NULL);
+      value = value ? value : next_value(argc, argv, &i);
+      if (!value || !*value) return cli_error("--model needs a name%s", "", NULL);
       cli->model = value;
       continue;
     }
@@ -502,7 +509,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
         continue;
       }
       if (which >= 0) {
-        value = value ? value : (i + 1 < argc ? argv[++i] : NULL);
+        value = value ? value : next_value(argc, argv, &i);
         if (!value || !*value) return cli_error("%s needs a value", pflags[which], NULL);
         if (which == 0) {
           if (strcmp(value, "text") && strcmp(value, "json") && strcmp(value, "html"))
@@ -561,11 +568,12 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
       names[n++] = "--color";
       names[n++] = "--help";
       char *flag = strndup(a, flen);
-      const char *close = diag_closest(flag, names, n);
-      if (close) return cli_error("unknown option '%s'; did you mean '%s'?", flag, close);
-      return cli_error("unknown option '%s'", flag, NULL);
+      const char *close = flag ? diag_closest(flag, names, n) : NULL;
+      int rc = close ? cli_error("unknown option '%s'; did you mean '%s'?", flag, close) : cli_error("unknown option '%s'", flag ? flag : a, NULL);
+      free(flag);
+      return rc;
     }
-    value = value ? value : (i + 1 < argc ? argv[++i] : NULL);
+    value = value ? value : next_value(argc, argv, &i);
     if (!value || !*value) return cli_error("%s needs a value (%s)", lf->flag, lf->arg);
     if (!strcmp(lf->flag, "--micro-batch")) cli->plan.mb_fixed = 1;
     cli->layout[cli->nlayout].name = lf->key;

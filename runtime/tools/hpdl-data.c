@@ -162,7 +162,7 @@ int main(int argc, char **argv) {
     } else if (!strcmp(a, "-o") || !strcmp(a, "--val-fraction") || !strcmp(a, "--shard-tokens") || !strcmp(a, "--synthetic") ||
                !strcmp(a, "--seed") || !strcmp(a, "--synthetic-images") || !strcmp(a, "--classes") || !strcmp(a, "--size") ||
                !strcmp(a, "--shard-images")) {
-      if (i + 1 >= argc) return die_usage("%s needs a value", a);
+      if (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2)) return die_usage("%s needs a value", a);
       const char *v = argv[++i];
       errno = 0;
       if (!strcmp(a, "-o")) prefix = v;

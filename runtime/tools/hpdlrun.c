@@ -181,7 +181,8 @@ static int parse_args(int argc, char **argv, Args *A) {
 #define VALUE()                                                              \
   do {                                                                       \
     if (!val) {                                                              \
-      if (i + 1 >= argc) return bad_usage("%s needs a value", n);           \
+      if (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2))                \
+        return bad_usage("%s needs a value", n);                             \
       val = argv[++i];                                                       \
     }                                                                        \
   } while (0)
@@ -542,7 +543,7 @@ static int launch_main(int argc, char **argv) {
 #define VALUE()                                                              \
   do {                                                                       \
     if (!val) {                                                              \
-      if (i + 1 >= argc) {                                                   \
+      if (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2)) {               \
         rc = bad_usage("%s needs a value", n);                               \
         goto out;                                                            \
       }                                                                      \

@@ -219,6 +219,8 @@ def case_data_tool():
     check("absent.txt: cannot open" in p.stderr, p.stderr)
     p = hpdl_data("--bogus", expect=2)
     check("unknown option --bogus" in p.stderr, p.stderr)
+    p = hpdl_data("--synthetic", "--seed", "3", expect=2)
+    check("--synthetic needs a value" in p.stderr, p.stderr)
     # synthetic text: deterministic
     hpdl_data("--synthetic", "5000", "--seed", "3", "-o", os.path.join(d, "a"))
     hpdl_data("--synthetic", "5000", "--seed", "3", "-o", os.path.join(d, "b"))
@@ -605,6 +607,9 @@ def case_bad_artifact():
     check("unknown option --frobnicate" in p.stderr, p.stderr)
     p = hpdlrun(art, "--steps", "x", expect=2)
     check("--steps wants a number" in p.stderr, p.stderr)
+    # an option where a value belongs is not taken for the value
+    p = hpdlrun(art, "--steps", "--seed", "3", expect=2)
+    check("--steps needs a value" in p.stderr, p.stderr)
 
 
 def prepare_checkpoint(name):
