@@ -301,7 +301,7 @@ const char *comm_nccl_version(const Comm *c) { return c && c->ops == &nccl_ops ?
 static int load(NcclLib *a, RtErr *e) {
   char tried[2048] = "";
   if (!(a->lib = dev_nccl_open(tried, sizeof tried))) {
-    snprintf(e->msg, sizeof e->msg, "no NCCL: could not open %s (set HPDL_NCCL to libnccl.so.2)", tried);
+    snprintf(e->msg, sizeof e->msg, "no NCCL: could not open %.900s (set HPDL_NCCL to libnccl.so.2)", tried);
     return -1;
   }
   if (dev_nccl_version_text(a->lib, a->version, sizeof a->version)) snprintf(a->version, sizeof a->version, "(version unknown)");

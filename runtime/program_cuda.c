@@ -338,7 +338,8 @@ static int prefix(RtErr *e, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(head, sizeof head, fmt, ap);
   va_end(ap);
-  snprintf(e->msg, sizeof e->msg, "%s: %s", head, tail);
+  int n = snprintf(e->msg, sizeof e->msg, "%s: %s", head, tail);
+  (void)n; /* one longer than the message loses its end */
   return -1;
 }
 
