@@ -71,6 +71,21 @@ static int64_t numel_of(int rank, const int64_t *dims) {
   return k;
 }
 
+/* 1 when the elements of a shape (its dimensions positive) number at most
+ * 2^53: counts, byte sizes and the planner's doubles stay exact, and no
+ * product of dimensions overflows (a sequence of 2^31 tokens once made
+ * ir_numel's product undefined). */
+static int numel_fits(int rank, const int64_t *dims) {
+  const int64_t limit = (int64_t)1 << 53;
+  int64_t k = 1;
+  for (int i = 0; i < rank; i++) {
+    if (dims[i] < 0) return 1; /* the shape rules refuse these with their own words */
+    if (dims[i] > 0 && k > limit / dims[i]) return 0;
+    k *= dims[i];
+  }
+  return 1;
+}
+
 /* ---- shape rules: fill in n's type from its inputs and attributes ---- */
 
 static const char *leaf_given(IrGraph *g, IrNode *n) {
@@ -953,6 +968,7 @@ int ir_add(IrGraph *g, IrOp op, const int *in, int nin, const int64_t *attr, int
   n->span = span_none;
   err = shape_rules[op](g, n);
   if (!err && n->rank < 0) err = "no shape";
+  if (!err && !numel_fits(n->rank, n->dims)) err = "more than 2^53 elements";
   if (err) {
     if (why) *why = err;
     return -1;

@@ -15,7 +15,10 @@ combinations are refused, and that is fine; what must hold for every one: it end
 (a refused option), a refusal says what is wrong ("error" or "not valid"), and nothing dies
 of a signal or a sanitizer report (the sanitized build runs this test too). Two draws of
 2026-12-05's sweep crashed `plan` and are replayed first: a search where nothing fits
-explaining its ZeRO fix, and an invalid plan's header. Exit 0 pass, 1 fail."""
+explaining its ZeRO fix, and an invalid plan's header; so are two of 2026-12-06's option
+fuzzing: a sequence of 2^31 tokens (a tensor's element count overflowed 64 bits: undefined
+behaviour, which the sanitized build stops at) and a search over 2^32 GPUs (a minute, every
+number up to it tried as a degree). Exit 0 pass, 1 fail."""
 import os
 import random
 import subprocess
@@ -31,6 +34,8 @@ REPLAY = [
      "--precision", "bf16", "--sp", "auto", "--balance", "layers", "--fused-ce", "on", "--cluster", "dgx-a100-80gb", "--explain"],
     ["samples/gpt-oss.hpd", "--gpus", "2", "--tp", "auto", "--pp", "16", "--cp", "1", "--zero", "2", "--micro-batch", "2",
      "--recompute", "auto", "--sp", "off", "--schedule", "gpipe", "--virtual-stages", "1", "--format", "json"],
+    ["samples/llama.hpd", "--precision", "bf16", "-D", "seq=2147483648"],
+    ["samples/gpt2-tiny.hpd", "--gpus", "4294967296", "--cluster", "cpu", "--search", "--fusion", "off"],
 ]
 
 
