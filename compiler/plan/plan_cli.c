@@ -67,6 +67,16 @@ int plan_command(Diag *diag, const char *path, const SemModel *m, const PlanCliO
 static int plan_command_run(Diag *diag, const char *path, const SemModel *m, const PlanCliOptions *o, const char *format,
                             const int64_t *counts, int ncounts, const PlanCompare *cmp) {
   if (o->measure_cpu) {
+    /* the figures are the cpu device's: a cluster of other devices would
+     * be planned as it is, the measurement spent for nothing */
+    const char *dev = m->has_cluster ? m->cluster.device : "cpu";
+    if (strcmp(dev, "cpu")) {
+      fprintf(stderr,
+              "hpdlc: plan: --measure-cpu measures this machine for the cpu device, but cluster %s has %s devices: plan it with "
+              "--cluster cpu, or leave --measure-cpu out\n",
+              m->layout.cluster_name ? m->layout.cluster_name : "?", dev);
+      return 2;
+    }
     CpuFigures f;
     char why[128];
     if (cpubench_measure(&f, why, sizeof why) != 0) {
