@@ -14,23 +14,31 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Formatted through a buffer of its own: a caller may pass the message
+ * already in e as an argument, to put words before it ("the validation
+ * data: %s", e->msg), which vsnprintf into e->msg itself would overwrite as
+ * it read it. */
 int rt_fail(RtErr *e, const char *fmt, ...) {
   if (e) {
+    char buf[sizeof e->msg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    memcpy(e->msg, buf, sizeof buf);
   }
   return -1;
 }
 
 int rt_fail_errno(RtErr *e, int errnum, const char *fmt, ...) {
   if (e) {
+    char buf[sizeof e->msg];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    if (n >= 0 && (size_t)n < sizeof e->msg) snprintf(e->msg + n, sizeof e->msg - (size_t)n, ": %s", strerror(errnum));
+    if (n >= 0 && (size_t)n < sizeof buf) snprintf(buf + n, sizeof buf - (size_t)n, ": %s", strerror(errnum));
+    memcpy(e->msg, buf, sizeof buf);
   }
   return -1;
 }

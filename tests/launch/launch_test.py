@@ -117,7 +117,7 @@ def case_k8s_one_rank(log):
 def case_k8s_dp2_tp2(log):
     art = art_cuda4()
     args = ["--k8s", art, "-o", "job.yaml", "--image", "registry.example.com/hpdl:1.0", "--name", "tiny-dp2-tp2", "--namespace",
-            "ml-team", "--steps", "100", "--metrics", "metrics \"a\" $(HOME).jsonl"]
+            "ml-team", "--claim", "team-runs", "--mount", "/runs", "--steps", "100", "--metrics", "metrics \"a\" $(HOME).jsonl"]
     record(log, "hpdlrun " + " ".join(args), hpdlrun(*args), "job.yaml")
     validate(os.path.join(A.work, "job.yaml"))
 

@@ -243,6 +243,24 @@ def case_one_rank():
     check(abs(rows[0]["loss"] - math.log(256)) < 0.01, "the first loss is about ln 256")
     check(rows[-1]["loss"] < rows[0]["loss"] - 1.5, "the loss falls")
     check("hpdlrun: done: steps 1..30" in p.stdout, p.stdout)
+    # --eval-every: the validation loss (the _val_ shards by default) in the log and the
+    # metrics, training untouched; --eval-data another set (here the training shards)
+    ev = os.path.join(work("one"), "eval.jsonl")
+    p = hpdlrun(art, "--metrics", ev, "--eval-every", "10", "--eval-steps", "2", "--progress", "plain")
+    erows = metrics(ev)
+    val = {r["step"]: r["val_loss"] for r in erows if r.get("val_loss") is not None}
+    check(sorted(val) == [10, 20, 30] and all(math.isfinite(v) and v > 0 for v in val.values()), f"val_loss at 10, 20, 30: {val}")
+    check(p.stdout.count("(2 steps of validation data, evaluation mode)") == 3 and "step 10/30 | val loss" in p.stdout, p.stdout)
+    check([r["loss"] for r in erows] == [r["loss"] for r in rows], "evaluation leaves the training losses as they were")
+    et = os.path.join(work("one"), "eval_train.jsonl")
+    hpdlrun(art, "--metrics", et, "--eval-every", "10", "--eval-steps", "2", "--eval-data", make_data(), "--progress", "quiet")
+    tval = {r["step"]: r["val_loss"] for r in metrics(et) if r.get("val_loss") is not None}
+    check(sorted(tval) == [10, 20, 30] and all(tval[k] != val[k] for k in tval), f"--eval-data's set, not the default: {tval}")
+    nomatch = os.path.join(work("one"), "nomatch_*.bin")
+    p = hpdlrun(art, "--eval-every", "10", "--eval-data", nomatch, "--progress", "quiet", expect=1)
+    # (once "the validation data (--eval-every): the validation data (--eval-every): tches": the
+    # message formatted over itself)
+    check(p.stderr.strip() == f"hpdlrun: error: the validation data (--eval-every): {nomatch}: no token file matches", p.stderr)
 
 
 def case_dp2():
