@@ -18,7 +18,8 @@ of a signal or a sanitizer report (the sanitized build runs this test too). Two 
 explaining its ZeRO fix, and an invalid plan's header; so are two of 2026-12-06's option
 fuzzing: a sequence of 2^31 tokens (a tensor's element count overflowed 64 bits: undefined
 behaviour, which the sanitized build stops at) and a search over 2^32 GPUs (a minute, every
-number up to it tried as a degree). Exit 0 pass, 1 fail."""
+number up to it tried as a degree); since then some draws take a size or count at those
+bounds. Exit 0 pass, 1 fail."""
 import os
 import random
 import subprocess
@@ -74,6 +75,10 @@ def draw(rng, trace):
         if rng.random() < p:
             args += [flag, str(rng.choice(values))]
     args += ["--cluster", rng.choice(CLUSTERS)]
+    if rng.random() < 0.08:  # the bounds: sizes and counts near 2^31 and 2^32, a prime count of GPUs
+        args += rng.choice([["-D", f"seq={rng.choice([2**31 - 1, 2**31, 2**40])}"], ["-D", f"hidden={2**31}"],
+                            ["--gpus", str(rng.choice([2**32, 4294967291, 2**31 - 1]))], ["--micro-batch", str(2**31)],
+                            ["--global-batch", str(2**40)], ["-D", f"vocab={2**31 + 1}"]])
     if rng.random() < 0.15:
         args.append("--search")
     if rng.random() < 0.1:
