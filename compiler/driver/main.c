@@ -569,7 +569,8 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
       names[n++] = "--help";
       char *flag = strndup(a, flen);
       const char *close = flag ? diag_closest(flag, names, n) : NULL;
-      int rc = close ? cli_error("unknown option '%s'; did you mean '%s'?", flag, close) : cli_error("unknown option '%s'", flag ? flag : a, NULL);
+      int rc = close ? cli_error("unknown option '%s'; did you mean '%s'?", flag, close)
+                     : cli_error("unknown option '%s'", flag ? flag : a, NULL);
       free(flag);
       return rc;
     }

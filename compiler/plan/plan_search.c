@@ -146,12 +146,10 @@ static void partial_recompute(PlanCtx *c, const PlanResult *r, int none_fits, in
   }
 }
 
-/* The search; with nofit set (nothing fits), the layouts that need the
- * least memory per GPU whether they fit or not. */
 /* The divisors of n (1 <= n <= 2^32, as --gpus allows) in increasing order,
  * in O(sqrt n): the degrees the search tries divide the GPUs, and stepping
  * through every integer up to n took a minute at n = 2^32. No n up to 2^32
- * has more than 1536 divisors. */
+ * has more than 1920 divisors (3491888400 has as many). */
 enum { SEARCH_MAX_DIVISORS = 2048 };
 static int divisors_of(int64_t n, int64_t *out) {
   int lo = 0, hi = 0;
@@ -165,6 +163,8 @@ static int divisors_of(int64_t n, int64_t *out) {
   return lo;
 }
 
+/* The search; with nofit set (nothing fits), the layouts that need the
+ * least memory per GPU whether they fit or not. */
 static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, PlanSearchStats *stats, int nofit) {
   double t0 = now_s();
   PlanSearchStats st;
