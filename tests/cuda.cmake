@@ -786,6 +786,13 @@ if(Python3_Interpreter_FOUND)
         set(tols --first-tol 1e-5 --tol 1e-3)
         list(APPEND more --expect "a layer's weights gathered as their bf16 copies" --twin-env HPDL_ZERO3_GATHER=fp32)
       endif()
+      if(name STREQUAL "moe_dp4_ep2_zero3")
+        # HPDL_EXPERT_STATE=whole: each of the 2 ranks holding the same experts keeps their
+        # moments whole and updates them whole, instead of its slice all-gathered after: the
+        # same elementwise update, so the same bits
+        list(APPEND more --twin-env HPDL_EXPERT_STATE=whole --twin-expect
+             "the experts' parameters, gradients and moments (0.4 MB a rank) stay whole on the ranks holding them, their gradients summed over the 2")
+      endif()
       # the run against the CPU artifact (cuda.streams.* below add an --expect)
       set(nccl_run ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
                    --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>

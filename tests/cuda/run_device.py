@@ -26,7 +26,8 @@ each device run's output must hold TEXT (the start-up line's collectives);
 --show TEXT prints the lines of the device runs' output that hold it.
 --twin-env NAME=VALUE: the device run again with NAME=VALUE in its
 environment (another path to the same numbers, such as ZeRO-3's fp32
-gathers) must report the same losses and gradient norms, bit for bit; with
+gathers) must report the same losses and gradient norms, bit for bit
+(--twin-expect TEXT: and its output hold TEXT, the setting taken); with
 --twin-fails TEXT it must instead exit 1 saying TEXT (a setting refused).
 --twin-args ARGS: the device artifact compiled again with ARGS added (another
 program for the same numbers, such as --fusion off's kernel an op) and run:
@@ -131,6 +132,7 @@ def main():
     ap.add_argument("--show", default=None, help="print the device runs' output lines holding this text")
     ap.add_argument("--twin-env", default=None, help="NAME=VALUE: the device run again with it must give the same bits")
     ap.add_argument("--twin-fails", default=None, help="TEXT: the --twin-env run must instead fail (exit 1) saying TEXT")
+    ap.add_argument("--twin-expect", default=None, help="TEXT the --twin-env run's output must hold (the setting taken)")
     ap.add_argument("--twin-args", default=None, help="ARGS: the device artifact compiled with them too must agree within --tol")
     ap.add_argument("--cache", default=None, help="a folder of compiled artifacts shared by the tests (keyed by hpdlc, the sample and the command)")
     a = ap.parse_args()
@@ -246,6 +248,9 @@ def main():
                 else:
                     if r2.returncode:
                         print(r2.stdout.rstrip())
+                        return 1
+                    if a.twin_expect is not None and a.twin_expect not in r2.stdout:
+                        print(f"{what}: the run's output does not say {a.twin_expect!r}")
                         return 1
                     mine = [(m["loss"], m.get("grad_norm")) for m in runs[name]]
                     theirs = [(m["loss"], m.get("grad_norm")) for m in metrics(f"{tmp}/twin.jsonl")]
