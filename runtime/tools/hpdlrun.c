@@ -169,6 +169,14 @@ static void split_flag(char *arg, char *name, size_t n, char **val) {
   }
 }
 
+/* An option's value from the next argument, unless that is another option
+ * (`--steps --seed 3`: "--steps needs a value", not "--seed" read as the
+ * count); NULL then, or at the end. Both parsers' VALUE() take it. */
+static char *next_value(int argc, char **argv, int *i) {
+  if (*i + 1 >= argc || !strncmp(argv[*i + 1], "--", 2)) return NULL;
+  return argv[++*i];
+}
+
 /* Returns 0, or the exit status (2: bad command line; -1: help shown). */
 static int parse_args(int argc, char **argv, Args *A) {
   memset(A, 0, sizeof *A);
@@ -180,11 +188,8 @@ static int parse_args(int argc, char **argv, Args *A) {
     const char *n = name;
 #define VALUE()                                                              \
   do {                                                                       \
-    if (!val) {                                                              \
-      if (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2))                \
-        return bad_usage("%s needs a value", n);                             \
-      val = argv[++i];                                                       \
-    }                                                                        \
+    if (!val && !(val = next_value(argc, argv, &i)))                         \
+      return bad_usage("%s needs a value", n);                               \
   } while (0)
     int64_t v;
     if (!strcmp(n, "-h") || !strcmp(n, "--help")) {
@@ -542,12 +547,9 @@ static int launch_main(int argc, char **argv) {
     const char *n = name;
 #define VALUE()                                                              \
   do {                                                                       \
-    if (!val) {                                                              \
-      if (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2)) {               \
-        rc = bad_usage("%s needs a value", n);                               \
-        goto out;                                                            \
-      }                                                                      \
-      val = argv[++i];                                                       \
+    if (!val && !(val = next_value(argc, argv, &i))) {                       \
+      rc = bad_usage("%s needs a value", n);                                 \
+      goto out;                                                              \
     }                                                                        \
   } while (0)
 #define COUNT(field)                                                                               \
