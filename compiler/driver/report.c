@@ -502,11 +502,13 @@ static int ends_with(const char *s, const char *suffix) {
   return 1;
 }
 
-/* --flag VALUE or --flag=VALUE: the value, or NULL when a is not flag */
+/* --flag VALUE or --flag=VALUE: the value, or NULL when a is not flag. The
+ * next argument is not a value when it is another option (`--title --format
+ * svg`: "--title needs a value", as hpdlc's other verbs say). */
 static const char *flag_value(const char *a, const char *flag, int argc, char **argv, int *i, int *missing) {
   size_t n = strlen(flag);
   if (strncmp(a, flag, n) || (a[n] && a[n] != '=')) return NULL;
-  const char *v = a[n] == '=' ? a + n + 1 : (*i + 1 < argc ? argv[++*i] : NULL);
+  const char *v = a[n] == '=' ? a + n + 1 : (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2) ? argv[++*i] : NULL);
   if (!v || !*v) {
     *missing = 1;
     return NULL;

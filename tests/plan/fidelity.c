@@ -41,6 +41,7 @@
 #include "cost.h" /* the attention kernels' published rates */
 
 static json_t *run_plan(const char *cmd) {
+  if (getenv("HPDL_FIDELITY_TRACE")) fprintf(stderr, "+ %s\n", cmd); /* to rerun one row by hand */
   FILE *p = popen(cmd, "r");
   if (!p) return NULL;
   size_t cap = 1 << 16, len = 0;

@@ -354,6 +354,8 @@ def case_cli():
         (["a.jsonl", "-o", "x.html", "--max-records", "-3"], "--max-records takes a count from 1, not '-3'"),
         (["a.jsonl", "-o", "x.html", "--max-records"], "--max-records needs a value"),
         (["a.jsonl", "-o", "x.html", "--title"], "--title needs a value"),
+        (["a.jsonl", "-o", "x.html", "--title", "--format", "svg"], "--title needs a value"),
+        (["a.jsonl", "-o", "x.html", "--max-records", "--title", "t"], "--max-records needs a value"),
         (["a.jsonl"] * 65 + ["-o", "x.html"], "at most 64 metrics files"),
     ]
     for args, msg in bad:
