@@ -55,7 +55,7 @@ trap 'rm -f "$tmp" "$tmp.doc"' EXIT
   echo
   "$fid" --set "$hpdlc" "$PWD" tests/plan/published_llama3.json --markdown
   echo
-  echo "NeMo 24.03.01, Llama 2 7B at sequences of 4K-1024K on DGX-H100, FP8, context parallelism up to 32 (never seen, printed, not asserted): step time, published and predicted:"
+  echo "NeMo 24.03.01, Llama 2 7B at sequences of 4K-1024K on DGX-H100, FP8, context parallelism up to 32, and NeMo 25.04, Llama 3 8B at 8K-1024K on DGX-B200, FP8, context parallelism up to 16 (never seen, printed, not asserted): step time, published and predicted:"
   echo
   "$fid" --set "$hpdlc" "$PWD" tests/plan/published_nemo_long.json --markdown
   echo
