@@ -96,7 +96,9 @@ if(Python3_Interpreter_FOUND)
   #   no_fit         a plan that cannot be made reports the model and the GPUs asked for
   #   option_sweep   150 random models and option sets from a fixed seed: no crash, no sanitizer report, every refusal says why
   #   measure_cpu    --measure-cpu: this machine's sgemm, triad, memory and bf16 GEMM become the cpu device's figures
-  foreach(script balance_ends fusion_flag cp_comm_flag overlap_flag engine_flag fused_ce_flag lowp_flag no_fit option_sweep measure_cpu)
+  #   grouped_experts  ep = 1's grouped GEMMs a launch an expert, as the device path runs them, 11.3a
+  foreach(script balance_ends fusion_flag cp_comm_flag overlap_flag engine_flag fused_ce_flag lowp_flag no_fit option_sweep measure_cpu
+                 grouped_experts)
     add_test(NAME plan.${script}
              COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/${script}.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
     set_tests_properties(plan.${script} PROPERTIES TIMEOUT 120 LABELS plan)

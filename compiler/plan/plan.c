@@ -465,16 +465,26 @@ static void price_conv_op(Pricer *P, const GInfo *gi, const IrNode *n, int rc, P
   double eb = P->pc->act_bytes;
   double in_bytes = ((double)ir_numel(&g->nodes[n->in[0]]) + (double)ir_numel(&g->nodes[n->in[1]])) * eb;
   double flops = 2 * batch * M * N * Kd;
+  /* The experts' grouped GEMM runs as the device path runs it (devexec.c,
+   * grouped_run): the rows' experts read back to the host, then one GEMM a
+   * run of one expert's rows - E launches one after another, each with its
+   * own waves (an expert's few rows fill few tiles) and its launch gap, the
+   * read-back a gap more; a weight gradient's output zeroed first (an expert
+   * without rows). A convolution's groups are one batched launch. */
+  int grouped = n->op == IR_GROUPED_MM || n->op == IR_GROUPED_MM_WGRAD;
+  double launches = grouped ? batch : 1, per = grouped ? 1 : batch;
   /* a filter gradient's few output tiles over a deep k: split-K, its slices
    * summed in fp32 after (written and read once each) */
-  double split = (double)cost_gemm_split_k((int64_t)batch, (int64_t)M, (int64_t)N, (int64_t)Kd, dev);
-  double eff = cost_gemm_efficiency_batched((int64_t)(batch * split), (int64_t)M, (int64_t)N, (int64_t)(Kd / split), dev);
-  double t = cost_op_time_s(flops, in_bytes, dev, pn, eff * P->pc->gemm_sustained);
-  if (split > 1) t += mem_kernel_time(P->pc, split * batch * M * N, 2 * split * batch * M * N * 4);
-  t += cost_op_time_s(0, (double)ir_numel(n) * eb, dev, pn, 1.0) + PLAN_KERNEL_OVERHEAD_S;
+  double split = (double)cost_gemm_split_k((int64_t)per, (int64_t)M, (int64_t)N, (int64_t)Kd, dev);
+  double eff = cost_gemm_efficiency_batched((int64_t)(per * split), (int64_t)M, (int64_t)N, (int64_t)(Kd / split), dev);
+  double t = launches * cost_op_time_s(flops / launches, in_bytes / launches, dev, pn, eff * P->pc->gemm_sustained);
+  if (split > 1) t += launches * mem_kernel_time(P->pc, split * per * M * N, 2 * split * per * M * N * 4);
+  t += cost_op_time_s(0, (double)ir_numel(n) * eb, dev, pn, 1.0) + launches * PLAN_KERNEL_OVERHEAD_S;
+  if (grouped) t += PLAN_KERNEL_OVERHEAD_S; /* the read-back, which waits for the queue */
+  if (n->op == IR_GROUPED_MM_WGRAD) t += mem_kernel_time(P->pc, 0, (double)ir_numel(n) * 4);
   acc->t += t;
   acc->t_gemm += t;
-  acc->kernels += 1;
+  acc->kernels += launches;
   if (rc) acc->t_rc += t;
 }
 
