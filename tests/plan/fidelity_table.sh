@@ -51,6 +51,10 @@ trap 'rm -f "$tmp" "$tmp.doc"' EXIT
   echo
   "$fid" --set "$hpdlc" "$PWD" tests/plan/published_torchtitan_h100.json --markdown
   echo
+  echo "torchtitan on H200 (Trainy, June 2025), Llama 3.1 8B on 32 and 64 GPUs, FSDP2 with torch.compile and Float8 (never seen, printed, not asserted): step time, published and predicted:"
+  echo
+  "$fid" --set "$hpdlc" "$PWD" tests/plan/published_torchtitan_h200.json --markdown
+  echo
   echo "Llama 3 405B's pre-training, Meta 2024, 8192-16384 H100 (never seen, printed, not asserted; the paper's V = 8 with balance = ends): step time, published and predicted:"
   echo
   "$fid" --set "$hpdlc" "$PWD" tests/plan/published_llama3.json --markdown
