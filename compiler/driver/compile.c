@@ -566,7 +566,8 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
   }
   if (externs_check(&C, global)) return 1;
   /* dropless experts over their routed rows; expert parallelism's all-to-all
-   * exchanges fixed-size slots, and the CUDA back end has no grouped GEMM yet */
+   * exchanges fixed-size slots, and a layer whose slots something else reads
+   * stays over them (moepack.c) */
   int packed_moe = !o->expert_slots && L.ep == 1 ? moe_pack_dropless(global) : 0;
   int slots_moe = moe_dropless_slots(global);
   /* MoE parallel folding: each tensor rank routes its own chunk of the sequences */
@@ -910,7 +911,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
       fprintf(out, "  experts: dropless, each expert's GEMMs over the rows routed to it (grouped; --experts slots: a slot for every token)\n");
     if (slots_moe)
       fprintf(out, "  experts: dropless over a slot for every token in every expert, E / top_k times the routed work (%s)\n",
-              o->expert_slots ? "--experts slots" : L.ep > 1 ? "expert parallelism exchanges the slots" : "the CUDA back end has no grouped GEMM yet");
+              o->expert_slots ? "--experts slots" : L.ep > 1 ? "expert parallelism exchanges the slots" : "the layer's slots are read elsewhere");
     if (major_moe)
       fprintf(out, "  experts: slots expert-major under expert parallelism, each expert's GEMMs over every slot the all-to-all brought it\n");
     if (folded_moe)

@@ -422,6 +422,11 @@ def case_grouped():
                 check(abs(a - b) <= tol * abs(b), f"{a_tag}: step {step + 1} {key} {a} differs from {b_tag}'s {b} by more than {tol}")
     print(f"grouped: the native step's arena {arena['grouped-native']} bytes, over slots {arena['slots-native']}")
     check(arena["grouped-native"] < 0.75 * arena["slots-native"], f"the packed step's arena is not smaller: {arena}")
+    # a dropless layer whose slots something else reads stays over them, and the summary says why
+    out = run([tool("hpdlc"), "compile", os.path.join(ARGS.source, "tests", "moe", "slots-read.hpd"), "-o",
+               work("art-slots-read")]).stdout
+    check("a slot for every token in every expert, E / top_k times the routed work (the layer's slots are read elsewhere)"
+          in out, f"slots-read.hpd: {out}")
 
 
 def case_grouped_layouts():
