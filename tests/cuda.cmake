@@ -667,6 +667,18 @@ if(Python3_Interpreter_FOUND)
                      --args "--global-batch 4 --micro-batch 2 -D drop=false --precision bf16")
     set_tests_properties(cuda.layout.${dev}.moe_dropless_bf16 PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "cuda;moe"
                          ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
+    # experts without rows: tests/moe/imbalanced.hpd's router sends every token to one
+    # expert at first (top 1, capacity for every token: packed into grouped GEMMs at ep 1),
+    # so the weight gradients' grouped GEMMs have experts no row reaches, whose gradient
+    # the host program zeroes (only theirs: devexec.c, grouped_run); fails when they keep
+    # the last step's values
+    add_test(NAME cuda.layout.${dev}.moe_grouped_empty_experts
+             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
+                     --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
+                     --sample ${CMAKE_SOURCE_DIR}/tests/moe/imbalanced.hpd --device ${dev} --steps 5
+                     --first-tol 1e-6 --tol 1e-5 --args "--global-batch 4 --micro-batch 2")
+    set_tests_properties(cuda.layout.${dev}.moe_grouped_empty_experts PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "cuda;moe"
+                         ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
     # sequences of 160 tokens: 320 choices a sequence, 640 a micro-batch, so the routing
     # table's block (kernels/hpdl_moe.cuh, tiles of 256 choices) carries each expert's
     # count over tiles, in GShard's priority (drop = true, capacity per sequence) and

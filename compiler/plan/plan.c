@@ -469,8 +469,8 @@ static void price_conv_op(Pricer *P, const GInfo *gi, const IrNode *n, int rc, P
    * grouped_run): the rows' experts read back to the host, then one GEMM a
    * run of one expert's rows - E launches one after another, each with its
    * own waves (an expert's few rows fill few tiles) and its launch gap, the
-   * read-back a gap more; a weight gradient's output zeroed first (an expert
-   * without rows). A convolution's groups are one batched launch. */
+   * read-back a gap more (at the expected load every expert has rows, so no
+   * weight gradient is zeroed). A convolution's groups are one batched launch. */
   int grouped = n->op == IR_GROUPED_MM || n->op == IR_GROUPED_MM_WGRAD;
   double launches = grouped ? batch : 1, per = grouped ? 1 : batch;
   /* a filter gradient's few output tiles over a deep k: split-K, its slices
@@ -481,7 +481,6 @@ static void price_conv_op(Pricer *P, const GInfo *gi, const IrNode *n, int rc, P
   if (split > 1) t += launches * mem_kernel_time(P->pc, split * per * M * N, 2 * split * per * M * N * 4);
   t += cost_op_time_s(0, (double)ir_numel(n) * eb, dev, pn, 1.0) + launches * PLAN_KERNEL_OVERHEAD_S;
   if (grouped) t += PLAN_KERNEL_OVERHEAD_S; /* the read-back, which waits for the queue */
-  if (n->op == IR_GROUPED_MM_WGRAD) t += mem_kernel_time(P->pc, 0, (double)ir_numel(n) * 4);
   acc->t += t;
   acc->t_gemm += t;
   acc->kernels += launches;

@@ -1018,8 +1018,11 @@ static int run_host(DevExec *x, int gi, int kp, const DevxLaunch *L, void **io) 
 /* A grouped GEMM (DevxLaunch.grouped): the rows' experts read back to the host
  * (which waits for the work queued before), then one GEMM a run of rows of one
  * expert - one an expert, the ids being sorted - on the io pointers moved to the
- * run's rows and the expert's matrix; GROUPED_MM_WGRAD zeroes its output first
- * (an expert with no rows has a zero gradient). Megatron-Core's grouped MLP
+ * run's rows and the expert's matrix. GROUPED_MM_WGRAD's GEMM writes its
+ * expert's gradient whole, so only the experts with no rows are zeroed (their
+ * gradient is zero): zeroing all [E, X, Y] first wrote an expert gradient's
+ * bytes more for every layer and micro-batch; its ids must ascend (a second run
+ * of one expert would write over the first's sum). Megatron-Core's grouped MLP
  * reads its tokens per expert back alike. Each run length gets its own plan,
  * kept for the next steps. */
 static int grouped_run(DevExec *x, const DevxLaunch *L, DevGemmPlan **by_rows, void **io, int nio) {
@@ -1041,13 +1044,22 @@ static int grouped_run(DevExec *x, const DevxLaunch *L, DevGemmPlan **by_rows, v
     x->io_plus_cap = nio;
   }
   if (N > 0 && d->ops->to_host(d, x->ids_host, io[L->grouped_ids], sizeof(int32_t) * (size_t)N)) return -1;
-  if (wgrad && d->ops->zero(d, io[g->c], sizeof(float) * (size_t)(E * X * Y))) return -1;
+  size_t expert_bytes = sizeof(float) * (size_t)(X * Y);
+  int64_t next = 0; /* wgrad: the first expert not yet written or zeroed */
   void **io2 = x->io_plus;
   for (int64_t r0 = 0, r1; r0 < N; r0 = r1) {
     int32_t e = x->ids_host[r0];
     for (r1 = r0 + 1; r1 < N && x->ids_host[r1] == e; r1++) {
     }
     if (e < 0 || e >= E) return fail(x, "%s: row %lld's expert %d is outside [0, %lld)", L->name, (long long)r0, (int)e, (long long)E);
+    if (wgrad) {
+      if (e < next)
+        return fail(x, "%s: row %lld's expert %d comes after expert %lld's rows (a weight gradient's experts must ascend)",
+                    L->name, (long long)r0, (int)e, (long long)(next - 1));
+      if (e > next && d->ops->zero(d, (char *)io[g->c] + (size_t)next * expert_bytes, (size_t)(e - next) * expert_bytes))
+        return -1;
+      next = e + 1;
+    }
     int64_t rows = r1 - r0;
     if (!by_rows[rows]) {
       DevGemm t = *g;
@@ -1066,6 +1078,8 @@ static int grouped_run(DevExec *x, const DevxLaunch *L, DevGemmPlan **by_rows, v
     }
     if (d->ops->gemm(d, by_rows[rows], io2)) return -1;
   }
+  if (wgrad && next < E && d->ops->zero(d, (char *)io[g->c] + (size_t)next * expert_bytes, (size_t)(E - next) * expert_bytes))
+    return -1;
   return 0;
 }
 
