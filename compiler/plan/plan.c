@@ -52,6 +52,7 @@ void plan_cost_add(PlanCost *a, const PlanCost *b, double times) {
   a->t_rc += b->t_rc * times;
   a->t_attn += b->t_attn * times;
   a->t_attn_gemm += b->t_attn_gemm * times;
+  a->t_grouped += b->t_grouped * times;
   a->t_cp_waits += b->t_cp_waits * times;
   for (int g = 0; g < IRG_COUNT; g++) {
     a->t_comm[g] += b->t_comm[g] * times;
@@ -483,6 +484,7 @@ static void price_conv_op(Pricer *P, const GInfo *gi, const IrNode *n, int rc, P
   if (grouped) t += PLAN_KERNEL_OVERHEAD_S; /* the read-back, which waits for the queue */
   acc->t += t;
   acc->t_gemm += t;
+  if (grouped) acc->t_grouped += t;
   acc->kernels += launches;
   if (rc) acc->t_rc += t;
 }
@@ -2838,6 +2840,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   out->optimizer_s = worst_opt;
   out->attn_s = rank_cost.t_attn;
   out->attn_gemm_s = rank_cost.t_attn_gemm;
+  out->grouped_s = rank_cost.t_grouped;
   out->comm_s[IRG_TP] = tp_s;
   out->comm_s[IRG_CP] = cp_s;
   out->comm_exposed[IRG_TP] = tp_x;

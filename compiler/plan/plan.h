@@ -137,6 +137,7 @@ typedef struct PlanResult {
   double optimizer_s;
   double attn_s;          /* of compute_s: attention kernels (flash or materialised) */
   double attn_gemm_s;     /* of attn_s (and gemm_s): its GEMMs */
+  double grouped_s;       /* of gemm_s: the experts' grouped GEMMs (dropless at ep 1), a launch an expert */
   double p2p_s;           /* one pipeline message */
   double p2p_sync_s;      /* under engine = deepspeed: one pipeline transfer as DeepSpeed makes it (its piece and the gather), 0 otherwise */
   double p2p_sync_exposed_s; /* of comm_exposed[pipeline]: those transfers of the busiest rank, inside the pipeline time */

@@ -56,6 +56,14 @@ void plan_explain(PlanCtx *c, PlanResult *r) {
     return;
   }
   double T = r->step_s > 0 ? r->step_s : 1;
+  /* dropless experts at ep 1: a GEMM an expert, each over its few rows */
+  if (r->grouped_s > 0.25 * T) {
+    snprintf(r->limit, sizeof r->limit,
+             "the experts' grouped GEMMs take %.0f%% of the step: one launch an expert over its few rows; under expert "
+             "parallelism (ep > 1) a rank's experts run as one batched GEMM over their slots",
+             r->grouped_s / T * 100);
+    return;
+  }
   struct {
     double s;
     int what;
@@ -202,11 +210,14 @@ static const char *attention_source(const PlanCtx *c) {
 int plan_explain_terms(const PlanCtx *c, const PlanResult *r, PlanTerm *out, int max) {
   double attn_other = r->attn_s - r->attn_gemm_s;
   PlanTerm t[] = {
-      {"GEMMs (projections, MLP, head)", r->gemm_s - r->attn_gemm_s,
+      {"GEMMs (projections, MLP, head)", r->gemm_s - r->attn_gemm_s - r->grouped_s,
        !c->lowp ? GEMM_SOURCE
        : !strcmp(c->lowp, "fp4") ? GEMM_SOURCE "; 9.3: the blocks' GEMMs at the FP4 peak"
                                  : GEMM_SOURCE "; 9.3: the blocks' GEMMs at the FP8 peak"},
       {"attention", r->attn_s, attention_source(c)},
+      {"experts' grouped GEMMs (a launch an expert)", r->grouped_s,
+       "docs/planner.md 11.3a: dropless experts over their routed rows at ep 1, one GEMM an expert after the rows' "
+       "experts are read back (runtime/device/devexec.c), each its own waves"},
       {"memory-bound kernels", r->other_s - attn_other,
        !c->fusion ? "docs/planner.md 3.1, 9.7: roofline, a kernel an op (--fusion off, PyTorch's eager mode) at 0.90 x "
                     "the datasheet HBM bandwidth"

@@ -24,6 +24,7 @@ typedef struct PlanCost {
   double t_rc;    /* of t: recomputation */
   double t_attn;  /* of t: attention kernels (scores and what reads them) */
   double t_attn_gemm; /* of t_attn: its GEMMs (the rest is its softmax, in t_other) */
+  double t_grouped;   /* of t_gemm: the experts' grouped GEMMs (ep 1), a launch an expert */
   double t_comm[IRG_COUNT];
   double t_hidden[IRG_COUNT]; /* of t_comm: overlapped with compute, so not in t (tp_overlap, ring attention) */
   double t_cp_waits;          /* of t_comm[IRG_CP]: exchanges no attention runs under (GInfo.kcp_wait), which wait whole */

@@ -326,6 +326,7 @@ static json_t *json_time(const PlanResult *r) {
   json_object_set_new(o, "p2p_transfer_s", jnum(r->p2p_s));
   if (r->p2p_sync_s > 0) json_object_set_new(o, "p2p_deepspeed_transfer_s", jnum(r->p2p_sync_s));
   json_object_set_new(o, "attention_s", jnum(r->attn_s));
+  json_object_set_new(o, "grouped_gemm_s", jnum(r->grouped_s));
   json_object_set_new(o, "bubble_simulated", json_boolean(r->simulated));
   return o;
 }
