@@ -1974,8 +1974,10 @@ const char *plan_gemm_peak_name(const PlanCtx *c) { return c->lowp ? c->lowp : p
 
 Precision plan_gemm_format(const PlanCtx *c) { return c->lowp_prec; }
 
+const char *plan_device_name(const SemModel *model) { return model->has_cluster ? model->cluster.device : "cpu"; }
+
 PlanCtx *plan_new(const SemModel *model, Diag *diag) {
-  const char *dname = model->has_cluster ? model->cluster.device : "cpu";
+  const char *dname = plan_device_name(model);
   const CatDevice *d = cat_device(dname);
   if (!d) {
     diag_error(diag, span_none, "the planner does not know the device '%s' of cluster %s", dname,

@@ -157,6 +157,8 @@ typedef struct PlanCtx PlanCtx;
 /* A planner for a checked model. NULL with an error in diag when the
  * cluster's device is unknown or the model cannot be lowered. */
 PlanCtx *plan_new(const SemModel *model, Diag *diag);
+/* The catalog device plan_new prices: the cluster's, or "cpu" for a model without one. */
+const char *plan_device_name(const SemModel *model);
 void plan_free(PlanCtx *c);
 
 const SemModel *plan_model(const PlanCtx *c);

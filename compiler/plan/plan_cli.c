@@ -69,7 +69,7 @@ static int plan_command_run(Diag *diag, const char *path, const SemModel *m, con
   if (o->measure_cpu) {
     /* the figures are the cpu device's: a cluster of other devices would
      * be planned as it is, the measurement spent for nothing */
-    const char *dev = m->has_cluster ? m->cluster.device : "cpu";
+    const char *dev = plan_device_name(m);
     if (strcmp(dev, "cpu")) {
       fprintf(stderr,
               "hpdlc: plan: --measure-cpu measures this machine for the cpu device, but cluster %s has %s devices: plan it with "
