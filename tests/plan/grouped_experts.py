@@ -49,7 +49,9 @@ def main():
     for ep, e, k, f in ((1, 128, 8, 768), (8, 128, 8, 768)):
         args = ["-D", f"experts={e}", "-D", f"top_k={k}", "-D", f"ffn={f}", *LAYOUT, "--ep", str(ep)]
         p, text = plan(args), run([*args, "--explain"])
-        grouped = p["time"].get("grouped_gemm_s", -1) if p else -1
+        if p is None:
+            return verdict([*checks, (False, f"the plan at ep {ep}")])
+        grouped = p["time"].get("grouped_gemm_s", -1)
         term = "experts' grouped GEMMs (a launch an expert)" in text.stdout
         limit = "limit: the experts' grouped GEMMs take" in text.stdout and "ep > 1" in text.stdout
         if ep == 1:
