@@ -1020,8 +1020,8 @@ static int run_host(DevExec *x, int gi, int kp, const DevxLaunch *L, void **io) 
  * expert - one an expert, the ids being sorted - on the io pointers moved to the
  * run's rows and the expert's matrix. GROUPED_MM_WGRAD's GEMM writes its
  * expert's gradient whole, so only the experts with no rows are zeroed (their
- * gradient is zero): zeroing all [E, X, Y] first wrote an expert gradient's
- * bytes more for every layer and micro-batch; its ids must ascend (a second run
+ * gradient is zero): zeroing all [E, X, Y] first wrote every expert's gradient
+ * once more for each layer and micro-batch; its ids must ascend (a second run
  * of one expert would write over the first's sum). Megatron-Core's grouped MLP
  * reads its tokens per expert back alike. Each run length gets its own plan,
  * kept for the next steps. */
