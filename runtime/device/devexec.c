@@ -1015,6 +1015,11 @@ static int run_host(DevExec *x, int gi, int kp, const DevxLaunch *L, void **io) 
   return rc;
 }
 
+/* Zeroes experts [from, to) of a grouped weight gradient c ([E, X, Y], expert_bytes each). */
+static int zero_experts(Device *d, void *c, int64_t from, int64_t to, size_t expert_bytes) {
+  return to > from ? d->ops->zero(d, (char *)c + (size_t)from * expert_bytes, (size_t)(to - from) * expert_bytes) : 0;
+}
+
 /* A grouped GEMM (DevxLaunch.grouped): the rows' experts read back to the host
  * (which waits for the work queued before), then one GEMM a run of rows of one
  * expert - one an expert, the ids being sorted - on the io pointers moved to the
@@ -1056,8 +1061,7 @@ static int grouped_run(DevExec *x, const DevxLaunch *L, DevGemmPlan **by_rows, v
       if (e < next)
         return fail(x, "%s: row %lld's expert %d comes after expert %lld's rows (a weight gradient's experts must ascend)",
                     L->name, (long long)r0, (int)e, (long long)(next - 1));
-      if (e > next && d->ops->zero(d, (char *)io[g->c] + (size_t)next * expert_bytes, (size_t)(e - next) * expert_bytes))
-        return -1;
+      if (zero_experts(d, io[g->c], next, e, expert_bytes)) return -1;
       next = e + 1;
     }
     int64_t rows = r1 - r0;
@@ -1078,8 +1082,7 @@ static int grouped_run(DevExec *x, const DevxLaunch *L, DevGemmPlan **by_rows, v
     }
     if (d->ops->gemm(d, by_rows[rows], io2)) return -1;
   }
-  if (wgrad && next < E && d->ops->zero(d, (char *)io[g->c] + (size_t)next * expert_bytes, (size_t)(E - next) * expert_bytes))
-    return -1;
+  if (wgrad && zero_experts(d, io[g->c], next, E, expert_bytes)) return -1;
   return 0;
 }
 
