@@ -88,6 +88,10 @@ table() { cat "$sets/published_$1.md"; }
   echo
   table bloom
   echo
+  echo "Megatron-Turing NLG 530B, Microsoft and NVIDIA 2021-22, 2240-3360 A100 on Selene (never seen, printed, not asserted; DeepSpeed's engine, --engine deepspeed): step time, published and predicted:"
+  echo
+  table mtnlg
+  echo
   echo "Megatron-Bridge on Blackwell (DGX-B200, DGX-B300, GB200 NVL72, GB300 NVL72), 25.09-26.02: the dense Llama rows in FP8, MXFP8 and NVFP4, and GPT-OSS-120B in BF16 (never seen, printed, not asserted; GPUs known only from their catalog entries): step time, published and predicted:"
   echo
   table megatron_bridge_blackwell
