@@ -84,7 +84,7 @@ cases=(
   "plan samples/deepseek-v3.hpd"
   "plan samples/resnet18.hpd"
   "plan samples/llama.hpd -D seq=32768 --cp 4 --cp-comm ring --gpus 32 --dp 8 --tp 1 --pp 1 --recompute selective"
-  "plan samples/gpt.hpd --gpus 32 --dp 4 --tp 2 --pp 4 --schedule interleaved --virtual-stages 2 --engine deepspeed"
+  "plan samples/gpt.hpd --gpus 32 --pp 4 --precision bf16 --engine deepspeed --search --top 2"
   "emit grad samples/llama.hpd"
   "emit fused samples/moe-tiny.hpd"
 )

@@ -875,6 +875,27 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
     Setting *x = sema_setting_get(&s, "schedule");
     sema_error(S, x ? x->span : span_none, "the interleaved schedule needs virtual stages: add virtual = 2 (or more)");
   }
+  /* engine = deepspeed prices DeepSpeed's PipelineEngine, which under pipeline parallelism
+   * runs ZeRO stages 0-1 only (its constructor asserts it) and one schedule, TrainSchedule's
+   * 1F1B (deepspeed/runtime/pipe/engine.py, schedule.py): a layout it cannot run is refused */
+  if (L->engine == 1 && L->pp > 1) {
+    if (L->zero >= 2) {
+      sema_error(S, at_or_none(sema_setting_get(&s, "zero")),
+                 "engine = deepspeed runs ZeRO stage 0 or 1 under pipeline parallelism, not %" PRId64
+                 ": DeepSpeed's pipeline engine refuses ZeRO-2 and ZeRO-3",
+                 L->zero);
+      diag_hint(S->diag, "use zero = 1 (its optimizer state sharded over the data ranks), or pipeline = 1");
+      setting_note(S, &s, "engine", "--engine");
+      setting_note(S, &s, "pipeline", "--pp");
+    }
+    if (L->schedule == SCHED_GPIPE || L->schedule == SCHED_INTERLEAVED) {
+      sema_error(S, at_or_none(sema_setting_get(&s, "schedule")),
+                 "engine = deepspeed runs one pipeline schedule, DeepSpeed's TrainSchedule (1F1B), not %s",
+                 sem_schedule_name((Schedule)L->schedule));
+      diag_hint(S->diag, "use schedule = 1f1b%s", L->virtual_stages > 1 ? " and virtual = 1" : "");
+      setting_note(S, &s, "engine", "--engine");
+    }
+  }
   /* global batch by data x micro batch */
   SemTrain *t = &m->train;
   if (t->global_batch == 0) t->global_batch = (L->dp > 0 ? L->dp : 1) * t->micro_batch;

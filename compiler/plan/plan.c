@@ -2450,6 +2450,9 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   if (L.schedule != SCHED_INTERLEAVED && L.vpp > 1) return fail(out, "virtual stages need the interleaved schedule");
   if (L.pp > 1 && L.schedule == SCHED_INTERLEAVED && L.num_micro % L.pp != 0)
     return fail(out, "interleaving needs the micro-batches (%" PRId64 ") divisible by pp", L.num_micro);
+  /* what DeepSpeed's pipeline engine runs (docs/planner.md sec. 11.1; sema_blocks.c says why) */
+  if (c->model->layout.engine == 1 && L.pp > 1 && (L.zero >= 2 || L.schedule != SCHED_1F1B))
+    return fail(out, "engine = deepspeed runs ZeRO 0-1 and the 1F1B schedule under pipeline parallelism");
   int64_t K = L.pp * L.vpp;
   if (L.cp_comm < 0) L.cp_comm = 0; /* auto outside a search: the gathered program */
   out->layout.cp_comm = L.cp_comm;

@@ -184,6 +184,7 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
   int64_t layers = m->layers > 0 ? m->layers : 1;
   /* chunks of at least one layer; equal ones when the layers must balance by count */
   int equal = m->layout.balance == BALANCE_LAYERS, ends = m->layout.balance == BALANCE_ENDS;
+  int ds_engine = m->layout.engine == 1; /* engine = deepspeed: only the layouts DeepSpeed's engine runs */
   int64_t B = m->train.global_batch > 0 ? m->train.global_batch : 0;
   double cap = plan_device(c)->mem_bytes;
   PlanResult r;
@@ -250,6 +251,7 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
             if (!fixed_ok(fix->recompute, rc) || (rc == RECOMPUTE_ACT && !act_differs)) continue;
             for (int64_t zero = 0; zero <= (dp > 1 ? 3 : 0); zero++) {
               if (!fixed_ok(fix->zero, zero)) continue;
+              if (ds_engine && pp > 1 && zero >= 2) continue; /* DeepSpeed's pipeline engine: ZeRO 0-1 */
               CostModelStates ms = cost_model_states_m((int64_t)lb_params, (int)zero, (int)dp, c->prec,
                                                        m->train.optimizer, m->train.momentum > 0, m->train.moments_bf16 ? 2 : 4);
               if (ms.total > cap && !nofit) {
@@ -260,6 +262,7 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
               for (int sk = 0; sk < 3; sk++) {
                 int64_t vmax = sk == SCHED_INTERLEAVED ? PLAN_SEARCH_MAX_V : 1;
                 if (pp == 1 && sk != SCHED_1F1B) continue;
+                if (ds_engine && pp > 1 && sk != SCHED_1F1B) continue; /* and only TrainSchedule's 1F1B */
                 if (fix->schedule >= 0 && pp > 1 && fix->schedule != sk) continue;
                 for (int64_t v = sk == SCHED_INTERLEAVED ? 2 : 1; v <= vmax; v++) {
                   if (v > 1 && (ends ? (layers + 2) % (pp * v) != 0 : layers < pp * v || (equal && layers % (pp * v))))

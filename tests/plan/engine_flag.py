@@ -16,7 +16,10 @@ docs/planner.md sec. 11.1):
   - the fp32 gradients are all-reduced (not reduce-scattered) after the last micro-batch:
     more data-parallel time than hpdl's, all of it exposed;
   - the breakdown still sums to the step, and the --trace of the step ends at it (the
-    blocking transfers inside the pipeline, not again after it). Exit 0 pass, 1 fail."""
+    blocking transfers inside the pipeline, not again after it);
+  - what the engine cannot run under pipeline parallelism is refused, saying why (ZeRO 2-3,
+    GPipe, interleaving), and --search proposes only ZeRO 0-1 under 1F1B at pp 4, where hpdl's
+    engine's best are interleaved. Exit 0 pass, 1 fail."""
 import json
 import os
 import sys
@@ -85,6 +88,37 @@ def main():
     text = run(pp4 + ["--engine", "deepspeed"])
     checks.append(("engine deepspeed" in text.stdout and "blocking (DeepSpeed's" in text.stdout,
                    "the text report names the engine and the transfer"))
+    # what DeepSpeed's pipeline engine cannot run is refused, naming why: ZeRO 2-3 or another
+    # schedule than its TrainSchedule's 1F1B under pipeline parallelism (pp 1 keeps ZeRO 3)
+    z3 = run(["--tp", "4", "--pp", "4", "--dp", "2", "--zero", "3", "--engine", "deepspeed"])
+    il = run(pp4 + ["--schedule", "interleaved", "--virtual-stages", "2", "--engine", "deepspeed"])
+    gp = run(pp4 + ["--schedule", "gpipe", "--engine", "deepspeed"])
+    pp1 = plan(["--tp", "4", "--dp", "8", "--zero", "3", "--engine", "deepspeed"])
+    checks += [
+        (z3.returncode != 0 and "engine = deepspeed runs ZeRO stage 0 or 1 under pipeline parallelism, not 3"
+         in z3.stderr and "refuses ZeRO-2 and ZeRO-3" in z3.stderr, "deepspeed: ZeRO 3 at pp 4 refused, saying why"),
+        (il.returncode != 0 and "DeepSpeed's TrainSchedule (1F1B), not interleaved" in il.stderr
+         and "virtual = 1" in il.stderr, "deepspeed: the interleaved schedule refused"),
+        (gp.returncode != 0 and "not gpipe" in gp.stderr, "deepspeed: GPipe refused"),
+        (pp1 is not None and pp1["parallel"]["zero"] == 3, "deepspeed: ZeRO 3 without a pipeline is its engine's"),
+    ]
+    # the search proposes only what the engine runs: at pp 4 hpdl's best are interleaved (some
+    # at ZeRO 2), DeepSpeed's ZeRO 0-1 under its 1F1B
+    def searched(engine):
+        p = run(["--global-batch", "64", "--search", "--pp", "4", "--top", "20", "--format", "json", "--engine", engine])
+        try:
+            return [r["parallel"] for r in json.loads(p.stdout)["search"]["top"]]
+        except (ValueError, KeyError, TypeError):
+            return []
+    s_hpdl, s_ds = searched("hpdl"), searched("deepspeed")
+    runnable = lambda x: x["zero"] <= 1 and x["schedule"] == "1f1b" and x["virtual_stages"] == 1
+    print(f"search at pp 4: hpdl {sum(not runnable(x) for x in s_hpdl)} of {len(s_hpdl)} layouts DeepSpeed cannot run, "
+          f"deepspeed {sum(not runnable(x) for x in s_ds)} of {len(s_ds)}")
+    checks += [
+        (any(not runnable(x) for x in s_hpdl), "hpdl: the search's best at pp 4 include what DeepSpeed cannot run"),
+        (len(s_ds) == 20 and all(runnable(x) and x["pp"] == 4 for x in s_ds),
+         "deepspeed: the search's layouts are ZeRO 0-1 under 1F1B"),
+    ]
     return verdict(checks)
 
 
