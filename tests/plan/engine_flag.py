@@ -88,6 +88,8 @@ def main():
     text = run(pp4 + ["--engine", "deepspeed"])
     checks.append(("engine deepspeed" in text.stdout and "blocking (DeepSpeed's" in text.stdout,
                    "the text report names the engine and the transfer"))
+    checks.append(("overlap off (DeepSpeed's engine reduces after the backward)" in text.stdout
+                   and "overlap on" in run(pp4).stdout, "the text report: no overlap under DeepSpeed's engine, whatever the flag"))
     # what DeepSpeed's pipeline engine cannot run is refused, naming why: ZeRO 2-3 or another
     # schedule than its TrainSchedule's 1F1B under pipeline parallelism (pp 1 keeps ZeRO 3)
     z3 = run(["--tp", "4", "--pp", "4", "--dp", "2", "--zero", "3", "--engine", "deepspeed"])
