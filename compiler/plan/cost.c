@@ -324,8 +324,12 @@ static const GemmSpec gemm_default = {"", 0, 0, COST_GEMM_CEILING_DEFAULT, 0, CO
 
 static const GemmSpec *gemm_spec(const CatDevice *dev) {
   if (!dev || !dev->name) return &gemm_default;
+  /* the last device found first: a search prices one device hundreds of
+   * thousands of times (the check is against the table's own name) */
+  static _Thread_local const GemmSpec *last;
+  if (last && !strcmp(last->device, dev->name)) return last;
   for (size_t i = 0; i < sizeof gemm_specs / sizeof gemm_specs[0]; i++)
-    if (!strcmp(gemm_specs[i].device, dev->name)) return &gemm_specs[i];
+    if (!strcmp(gemm_specs[i].device, dev->name)) return last = &gemm_specs[i];
   return &gemm_default;
 }
 

@@ -2563,19 +2563,23 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   ds_engine_times(c, &L, kp, K, t_sync, tf, tb);
   double t_lag = p2p_sync ? 0 : t_p2p;
   /* per pipeline rank */
-  c->nstages = pp_n;
-  /* a result's stages stay valid until the next evaluation */
-  c->stages = ev_buf(c, EV_STAGES, (size_t)pp_n * sizeof(PlanStage), 1);
-  PlanStage *st = c->stages;
   /* Ranks priced: all of them, or in the search's screening the first, one
-   * middle rank (standing for pp - 2 identical ones) and the last. */
-  int nrep = 0, *rep = ev_buf(c, EV_REP, (size_t)pp_n * sizeof(int), 1);
-  double *wrep = ev_buf(c, EV_WREP, (size_t)pp_n * sizeof(double), 1);
-  if ((flags & PLAN_FAST) && pp_n > 3 && uniform) {
+   * middle rank (standing for pp - 2 identical ones) and the last - whose
+   * entries alone are then cleared and filled (the screening's result keeps
+   * no stages): clearing all pp of them was most of a 1T search's memset. */
+  int reps = (flags & PLAN_FAST) && pp_n > 3 && uniform;
+  c->nstages = reps ? 0 : pp_n;
+  /* a result's stages stay valid until the next evaluation */
+  c->stages = ev_buf(c, EV_STAGES, (size_t)pp_n * sizeof(PlanStage), !reps);
+  PlanStage *st = c->stages;
+  int nrep = 0, *rep = ev_buf(c, EV_REP, (size_t)pp_n * sizeof(int), 0);
+  double *wrep = ev_buf(c, EV_WREP, (size_t)pp_n * sizeof(double), 0);
+  if (reps) {
     rep[0] = 0, wrep[0] = 1;
     rep[1] = 1, wrep[1] = pp_n - 2;
     rep[2] = pp_n - 1, wrep[2] = 1;
     nrep = 3;
+    for (int ri = 0; ri < nrep; ri++) memset(&st[rep[ri]], 0, sizeof *st);
   } else {
     for (int r = 0; r < pp_n; r++) rep[r] = r, wrep[r] = 1;
     nrep = pp_n;
@@ -2597,7 +2601,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   }
   /* the pipeline */
   double T_pipe = 0, bubble_fraction = 0;
-  int *inflight = ev_buf(c, EV_INFLIGHT, (size_t)pp_n * sizeof(int), 1);
+  int *inflight = ev_buf(c, EV_INFLIGHT, (size_t)pp_n * sizeof(int), !reps); /* reps: set below, each rep's */
   if (pp_n == 1) {
     T_pipe = (double)mmb * Rmax;
     inflight[0] = L.schedule == SCHED_GPIPE ? (int)mmb : 1;
@@ -2891,8 +2895,8 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   out->tflops_per_gpu = out->hw_flops / out->step_s / G / 1e12;
   out->mfu = peak > 0 ? out->model_flops / (out->step_s * G * peak) : 0;
   out->hfu = peak > 0 ? out->hw_flops / (out->step_s * G * peak) : 0;
-  out->nstages = pp_n;
-  out->stages = c->stages;
+  out->nstages = reps ? 0 : pp_n;
+  out->stages = reps ? NULL : c->stages;
   out->valid = 1;
   if (!(flags & PLAN_FAST)) plan_explain(c, out);
   return 0;
