@@ -124,7 +124,9 @@ static void partial_recompute(PlanCtx *c, const PlanResult *r, int none_fits, in
     t.recompute = RECOMPUTE_NONE;
     t.recompute_layers = 0;
     st->enumerated++;
-    if (plan_evaluate(c, &t, PLAN_FAST, &q) != 0 || q.mem.fits) return;
+    if (plan_evaluate(c, &t, PLAN_FAST, &q) != 0) return;
+    st->valid++;
+    if (q.mem.fits) return;
     t.recompute = L->recompute;
   }
   int64_t lo = 1, hi = per - 1, best = 0;
@@ -133,7 +135,9 @@ static void partial_recompute(PlanCtx *c, const PlanResult *r, int none_fits, in
     int64_t mid = lo + (hi - lo) / 2;
     t.recompute_layers = mid;
     st->enumerated++;
-    if (plan_evaluate(c, &t, PLAN_FAST, &q) == 0 && q.mem.fits) {
+    int ok = plan_evaluate(c, &t, PLAN_FAST, &q) == 0;
+    st->valid += ok; /* the search's counts: every layout priced is enumerated, valid, and maybe fits */
+    if (ok && q.mem.fits) {
       best = mid;
       found = q;
       hi = mid - 1;

@@ -240,8 +240,11 @@ static void test_search_recompute_layers(void) {
          sem_recompute_name((Recompute)act.layout.recompute), act.layout.micro_batch, act.step_s, act.mem.total / 1073741824.0);
   EXPECT(act.layout.recompute == RECOMPUTE_ACT && act.mem.fits);
   fix.recompute = RECOMPUTE_FULL;
-  n = plan_search(f.c, &fix, 3, top, NULL);
+  PlanSearchStats st;
+  n = plan_search(f.c, &fix, 3, top, &st);
   EXPECT(n >= 1);
+  /* the bisection's layouts are counted as any other: each priced one valid before it fits */
+  EXPECT(st.enumerated >= st.valid && st.valid >= st.fit && st.fit >= n);
   if (n < 1) {
     fixture_free(&f);
     return;
