@@ -2136,6 +2136,10 @@ void plan_set_fusion(PlanCtx *c, int on) {
 
 int plan_fusion(const PlanCtx *c) { return c->fusion; }
 
+int plan_reduces_after_backward(const PlanCtx *c, const PlanLayout *L) {
+  return c->model->layout.engine == 1 && (L->pp * (L->vpp > 0 ? L->vpp : 1) > 1 || L->zero <= 1);
+}
+
 const char *plan_attention_name(const PlanCtx *c) {
   return c->flash ? cost_attn_kernel_name(c->attn_kernel) : "materialized";
 }
@@ -2651,10 +2655,9 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     double dp_s = 0, dp_exposed = 0, dp_sent = 0, ag_exposed = 0, z3_s = 0, z3_exposed = 0;
     /* a collective hidden behind compute still slows the GEMMs it runs beside
      * (cost_overlap_slowdown: Hopper's persistent GEMMs in two waves) */
-    /* DeepSpeed reduces after the last micro-batch's backward: its pipeline engine's
-     * ReduceGrads instruction, its engine's allreduce_gradients at the accumulation boundary
-     * under ZeRO 0-1 (ZeRO 2-3 reduce in the backward's hooks): nothing to hide it under */
-    int ovl = L.overlap && !(ds && (K > 1 || L.zero <= 1));
+    /* DeepSpeed reduces after the last micro-batch's backward (ZeRO 2-3 without a pipeline
+     * reduce in the backward's hooks): nothing to hide it under */
+    int ovl = L.overlap && !plan_reduces_after_backward(c, &L);
     double kap = ovl ? cost_overlap_slowdown(&c->dev) : 0;
     if (ndp > 1) {
       if (L.zero <= 2) {

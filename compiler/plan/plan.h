@@ -180,6 +180,10 @@ CostAttnKernel plan_attention_kernel(const PlanCtx *c);
  * (fuse.h's eager options: PyTorch's eager mode; `--fusion off`). */
 void plan_set_fusion(PlanCtx *c, int on);
 int plan_fusion(const PlanCtx *c);
+/* Whether layout L's data-parallel reduction waits for the end of the backward, whatever
+ * its overlap flag: under engine = deepspeed with a pipeline or at ZeRO 0-1 (its pipeline
+ * engine's ReduceGrads, its engine's allreduce_gradients; docs/planner.md sec. 11.1). */
+int plan_reduces_after_backward(const PlanCtx *c, const PlanLayout *L);
 /* "materialized", or the kernel's name ("flash", "flash1", ...). */
 const char *plan_attention_name(const PlanCtx *c);
 /* The precision the blocks' GEMMs are priced in, whose peak MFU is measured

@@ -68,9 +68,8 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
   fprintf(f, "; recompute %s", sem_recompute_name((Recompute)L->recompute));
   if (L->recompute_layers > 0 && L->recompute != RECOMPUTE_NONE)
     fprintf(f, " (the first %" PRId64 " layers of each chunk)", L->recompute_layers);
-  /* DeepSpeed's engine reduces the gradients after the last backward with a pipeline or at
-   * ZeRO 0-1 (plan.c, docs/planner.md sec. 11.1): nothing overlaps them, whatever the flag */
-  if (L->overlap && m->layout.engine == 1 && (L->pp > 1 || L->zero <= 1))
+  /* the overlap the plan priced, not only the flag's */
+  if (L->overlap && plan_reduces_after_backward(c, L))
     fprintf(f, "; overlap off (DeepSpeed's engine reduces after the backward)");
   else fprintf(f, "; overlap %s", L->overlap ? "on" : "off");
   if (m->layout.tp_overlap && L->tp > 1) fprintf(f, "; tp_overlap on");
