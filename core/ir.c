@@ -920,6 +920,14 @@ static const char *verify_extern(const IrModule *m, const IrGraph *g, const IrNo
   return NULL;
 }
 
+void ir_graph_reserve(IrGraph *g, int n) {
+  if (n <= g->cap) return;
+  IrNode *nodes = arena_alloc_raw(g->arena, sizeof(IrNode) * (size_t)n);
+  if (g->nnodes) memcpy(nodes, g->nodes, sizeof(IrNode) * (size_t)g->nnodes);
+  g->nodes = nodes;
+  g->cap = n;
+}
+
 /* The slot past the last node, the array grown (doubled) when full; the
  * caller fills it and counts it in g->nnodes. */
 static IrNode *next_slot(IrGraph *g) {

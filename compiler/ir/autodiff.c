@@ -1794,16 +1794,17 @@ AdResult *ad_build_layers(IrModule *m, Recompute policy, int64_t layers, const c
   }
   /* the step first: a call must name a later graph */
   r->step = m->ngraphs;
-  ir_graph_new(m, arena_printf(m->arena, "%s.grad", m->graphs[0]->name));
+  /* about the sizes they come to: a backward two to three times its forward */
+  ir_graph_reserve(ir_graph_new(m, arena_printf(m->arena, "%s.grad", m->graphs[0]->name)), 3 * m->graphs[0]->nnodes + 16);
   r->fwd[0] = -1;
   r->grad[0] = r->step;
   r->fwd_keep[0] = r->grad_keep[0] = -1;
   r->nsaved_keep[0] = 0;
   for (int i = 1; i < nf; i++) {
     r->fwd[i] = m->ngraphs;
-    ir_graph_new(m, arena_printf(m->arena, "%s.fwd", m->graphs[i]->name));
+    ir_graph_reserve(ir_graph_new(m, arena_printf(m->arena, "%s.fwd", m->graphs[i]->name)), m->graphs[i]->nnodes + 16);
     r->grad[i] = m->ngraphs;
-    ir_graph_new(m, arena_printf(m->arena, "%s.grad", m->graphs[i]->name));
+    ir_graph_reserve(ir_graph_new(m, arena_printf(m->arena, "%s.grad", m->graphs[i]->name)), 3 * m->graphs[i]->nnodes + 16);
     r->fwd_keep[i] = r->grad_keep[i] = -1;
     r->nsaved_keep[i] = 0;
     if (!keep[i]) continue;

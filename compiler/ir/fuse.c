@@ -147,6 +147,7 @@ typedef struct {
   int markstamp, seenstamp;
   int seen_mark; /* the markstamp the kernels seen at seenstamp were searched under (-1: none) */
   int *stack;
+  Arena *scratch; /* the kernels' producer lists: freed whole with the graph's fusion */
 } Fuser;
 
 const char *fuse_kind_name(FuseKind k) {
@@ -327,7 +328,9 @@ static void add_pred(Fuser *F, int k, int p) {
     if (b->preds[i] == p) return;
   if (b->npreds == b->cappreds) {
     b->cappreds = b->cappreds ? b->cappreds * 2 : 4;
-    b->preds = xalloc_realloc(b->preds, sizeof(int) * (size_t)b->cappreds);
+    int *grown = arena_alloc_raw(F->scratch, sizeof(int) * (size_t)b->cappreds);
+    if (b->npreds) memcpy(grown, b->preds, sizeof(int) * (size_t)b->npreds);
+    b->preds = grown;
   }
   b->preds[b->npreds++] = p;
 }
@@ -403,8 +406,7 @@ static int merge(Fuser *F, int a, int b) {
   if (kb->minnode < ka->minnode) ka->minnode = kb->minnode;
   if (kb->maxnode > ka->maxnode) ka->maxnode = kb->maxnode;
   for (int i = 0; i < kb->npreds; i++) add_pred(F, a, kb->preds[i]);
-  free(kb->preds);
-  kb->preds = NULL;
+  kb->preds = NULL; /* in F->scratch */
   kb->npreds = kb->cappreds = 0;
   return a;
 }
@@ -1117,6 +1119,13 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
   F.g = g;
   F.n = g->nnodes;
   int n = F.n;
+  F.scratch = arena_new();
+  /* at most a kernel a node, but for what the later passes split off */
+  F.capk = n + 16;
+  F.k = xalloc_malloc(sizeof(BK) * (size_t)F.capk); /* new_kernel sets each entry */
+  F.mark = xalloc_malloc(sizeof(int) * (size_t)F.capk);
+  F.seen = xalloc_malloc(sizeof(int) * (size_t)F.capk);
+  F.stack = xalloc_malloc(sizeof(int) * (size_t)F.capk);
   F.kof = xalloc_calloc((size_t)n, sizeof(int));
   F.ucount = xalloc_calloc((size_t)n, sizeof(int));
   F.ustart = xalloc_calloc((size_t)n + 1, sizeof(int));
@@ -1224,7 +1233,8 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
   /* For each consumer kernel, its distinct producer kernels. */
   int **members = xalloc_calloc((size_t)nk + 1, sizeof(int *));
   int *nmem = xalloc_calloc((size_t)nk + 1, sizeof(int));
-  for (int k = 0; k < nk; k++) members[k] = xalloc_calloc((size_t)size[k], sizeof(int));
+  int *memb = xalloc_calloc((size_t)n + 1, sizeof(int)); /* every kernel's members, one after another */
+  for (int k = 0, at = 0; k < nk; at += size[k], k++) members[k] = memb + at;
   for (int id = 0; id < n; id++) members[dense[id]][nmem[dense[id]]++] = id;
   for (int k = 0; k < nk; k++) {
     for (int j = 0; j < nmem[k]; j++) {
@@ -1235,7 +1245,9 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
         stamp[p] = k;
         if (nsucc[p] == capsucc[p]) {
           capsucc[p] = capsucc[p] ? capsucc[p] * 2 : 4;
-          succ[p] = xalloc_realloc(succ[p], sizeof(int) * (size_t)capsucc[p]);
+          int *grown = arena_alloc_raw(F.scratch, sizeof(int) * (size_t)capsucc[p]);
+          if (nsucc[p]) memcpy(grown, succ[p], sizeof(int) * (size_t)nsucc[p]);
+          succ[p] = grown;
         }
         succ[p][nsucc[p]++] = k;
         indeg[k]++;
@@ -1342,10 +1354,7 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
   free(pos);
   free(order);
   free(heap);
-  for (int k = 0; k < nk; k++) {
-    free(members[k]);
-    free(succ[k]);
-  }
+  free(memb);
   free(members);
   free(nmem);
   free(succ);
@@ -1359,7 +1368,7 @@ static void fuse_one(Arena *arena, const FuseResult *res, const IrGraph *g, cons
   free(rootof);
   free(minnode);
   free(index);
-  for (int k = 0; k < F.nk; k++) free(F.k[k].preds);
+  arena_free(F.scratch);
   free(F.k);
   free(F.mark);
   free(F.seen);
@@ -1443,7 +1452,8 @@ static Hash2 graph_hash(const IrModule *m, int gi, const Hash2 *callee, const Fu
     hmix(&h, (uint64_t)n->op | (uint64_t)n->dtype << 16 | (uint64_t)n->rank << 32 | (uint64_t)n->nin << 40);
     for (int d = 0; d < n->rank; d++) hmix(&h, (uint64_t)n->dims[d]);
     for (int k = 0; k < n->nin; k++) hmix(&h, (uint64_t)(int64_t)n->in[k]);
-    int na = IR_NATTR;
+    int na = IR_NATTR; /* past the last set attribute: four at a time first (most nodes set few) */
+    while (na >= 4 && !(n->attr[na - 1] | n->attr[na - 2] | n->attr[na - 3] | n->attr[na - 4])) na -= 4;
     while (na > 0 && n->attr[na - 1] == 0) na--;
     hmix(&h, (uint64_t)na);
     for (int k = 0; k < na; k++) hmix(&h, (uint64_t)n->attr[k]);
@@ -1474,7 +1484,8 @@ static void cache_grow(FuseCache *c) {
   free(old);
 }
 
-FuseResult *fuse_module_cached(Arena *arena, const IrModule *m, const FuseOptions *opts, FuseCache *cache) {
+/* Fuses the graphs `want` marks (NULL: all). */
+static FuseResult *fuse_graphs(Arena *arena, const IrModule *m, const FuseOptions *opts, FuseCache *cache, const char *want) {
   FuseResult *r = arena_alloc(arena, sizeof *r);
   r->module = m;
   r->ngraphs = m->ngraphs;
@@ -1483,6 +1494,7 @@ FuseResult *fuse_module_cached(Arena *arena, const IrModule *m, const FuseOption
   /* Callees first (a graph calls only later graphs), so a CALL's kernel
    * can take its graph's fused totals. */
   for (int i = m->ngraphs - 1; i >= 0; i--) {
+    if (want && !want[i]) continue; /* left empty (arena_alloc zeroes) */
     if (!cache) {
       fuse_one(arena, r, m->graphs[i], opts, &r->graphs[i]);
       continue;
@@ -1507,6 +1519,24 @@ FuseResult *fuse_module_cached(Arena *arena, const IrModule *m, const FuseOption
     cache->count++;
   }
   free(hash);
+  return r;
+}
+
+FuseResult *fuse_module_cached(Arena *arena, const IrModule *m, const FuseOptions *opts, FuseCache *cache) {
+  return fuse_graphs(arena, m, opts, cache, NULL);
+}
+
+FuseResult *fuse_module_reachable(Arena *arena, const IrModule *m, const FuseOptions *opts, FuseCache *cache, int root) {
+  char *want = xalloc_calloc((size_t)m->ngraphs + 1, 1);
+  if (root >= 0 && root < m->ngraphs) want[root] = 1;
+  for (int i = 0; i < m->ngraphs; i++) /* callers before their callees */
+    if (want[i])
+      for (int j = 0; j < m->graphs[i]->nnodes; j++) {
+        const IrNode *n = &m->graphs[i]->nodes[j];
+        if (n->op == IR_CALL && n->attr[0] >= 0 && n->attr[0] < m->ngraphs) want[n->attr[0]] = 1;
+      }
+  FuseResult *r = fuse_graphs(arena, m, opts, cache, want);
+  free(want);
   return r;
 }
 

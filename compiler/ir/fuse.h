@@ -147,6 +147,11 @@ void fuse_cache_counts(const FuseCache *cache, int64_t *fused, int64_t *found);
  * valid until fuse_cache_free (the FuseResult and FuseGraph structs live in
  * `arena`). Results are read-only. */
 FuseResult *fuse_module_cached(Arena *arena, const IrModule *m, const FuseOptions *opts, FuseCache *cache);
+/* The same for graph `root` and the graphs it calls (directly or not) only;
+ * the others' FuseGraph is left empty (graph NULL, no kernels). For a
+ * reader of one graph: the planner prices a training step, and fusing the
+ * forward graphs it no longer calls was a sixth of its fusion. */
+FuseResult *fuse_module_reachable(Arena *arena, const IrModule *m, const FuseOptions *opts, FuseCache *cache, int root);
 
 /* FuseOptions.store16: the forward attention's output as a projection reads it,
  * o = the packed [o, lse]'s first Dv columns, transposed [B, H, T, Dv] ->

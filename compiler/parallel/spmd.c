@@ -1551,6 +1551,7 @@ static int partition_graph(Part *P, int gi, Shd entry) {
   if (P->done[gi] >= 0) return P->done[gi];
   const IrGraph *g = P->src->graphs[gi];
   IrGraph *out = ir_graph_new(P->dst, g->name);
+  ir_graph_reserve(out, g->nnodes + g->nnodes / 2 + 32); /* its collectives and reshapes added */
   int oi = P->dst->ngraphs - 1;
   out->count = g->count;
   out->nargs = g->nargs;

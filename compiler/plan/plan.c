@@ -1137,6 +1137,33 @@ static IrModule *lower_priced(PlanCtx *c, Arena *a, const PlanKey *k) {
   return m;
 }
 
+/* Past this many the lowered programs are not kept (each is a few hundred
+ * kB): a search lowers one a micro batch, a few dozen. */
+enum { PLAN_LOWERED_MAX = 256 };
+
+/* Key k's lowered program, lowered once for every key of its micro batch and
+ * experts' layout (a search asked for 1047 programs of twelve micro batches
+ * and lowered each; a tenth of its time). Callers only read it: they
+ * partition it (spmd_partition copies), and what they make lives in their
+ * own arena `a`, where it is lowered when the cache is full. */
+static IrModule *lowered_program(PlanCtx *c, Arena *a, const PlanKey *k) {
+  int64_t ep = k->ep > 1 ? k->ep : 1, etp = k->ef ? k->tp : 1;
+  for (int i = 0; i < c->nlowered; i++)
+    if (c->lowered[i].mb == k->mb && c->lowered[i].ep == ep && c->lowered[i].etp == etp) return c->lowered[i].m;
+  if (c->nlowered >= PLAN_LOWERED_MAX) return lower_priced(c, a, k);
+  if (c->nlowered == c->caplowered) {
+    c->caplowered = c->caplowered ? 2 * c->caplowered : 16;
+    c->lowered = xalloc_realloc(c->lowered, sizeof *c->lowered * (size_t)c->caplowered);
+  }
+  if (!c->lowered_arena) c->lowered_arena = arena_new();
+  IrModule *m = lower_priced(c, c->lowered_arena, k);
+  c->lowered[c->nlowered].mb = k->mb;
+  c->lowered[c->nlowered].ep = ep;
+  c->lowered[c->nlowered].etp = etp;
+  c->lowered[c->nlowered++].m = m;
+  return m;
+}
+
 /* The partitioning of a key's program. */
 static SpmdSpec key_spec(const PlanCtx *c, const PlanKey *k) {
   SpmdSpec spec = {k->tp, k->cp, k->sp, c->model->seq_len, k->ep > 1 ? k->ep : 1, c->vocab_pad, k->fce, k->ef, k->ring};
@@ -1175,9 +1202,14 @@ static double graph_roofline_s(const PlanCtx *c, const IrModule *m, const IrGrap
  * search share most of their graphs (a key's recomputation policies keep
  * the layer's forward; keys alike but for a setting the graph does not
  * show), and fusion was the most of a program's building. */
-static FuseResult *plan_fuse(PlanCtx *c, Arena *a, const IrModule *m) {
+/* The fused graphs of module m; step >= 0: only those the pricing of the
+ * parts reads, the step's and those it calls (the forward graphs the
+ * differentiation started from are not run); -1: all (the exact chunks'
+ * memory plan walks every graph). */
+static FuseResult *plan_fuse(PlanCtx *c, Arena *a, const IrModule *m, int step) {
   if (!c->fuse_cache) c->fuse_cache = fuse_cache_new();
-  return fuse_module_cached(a, m, c->fuse_opts, c->fuse_cache);
+  if (step < 0) return fuse_module_cached(a, m, c->fuse_opts, c->fuse_cache);
+  return fuse_module_reachable(a, m, c->fuse_opts, c->fuse_cache, step);
 }
 
 /* The start of the reason a key's program does not partition (plan_parts
@@ -1192,7 +1224,7 @@ enum { REG_PRO = 0, REG_EPI = 1, REG_LAYER = 2 };
 static void build_parts(PlanCtx *c, PlanParts *pp) {
   Arena *a = arena_new();
   const PlanKey *k = &pp->key;
-  IrModule *global = lower_priced(c, a, k);
+  IrModule *global = lowered_program(c, a, k);
   IrModule *part = NULL;
   if (!global) {
     snprintf(pp->why, sizeof pp->why, "the model does not lower at micro batch %" PRId64, k->mb);
@@ -1236,7 +1268,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
     snprintf(pp->why, sizeof pp->why, "the model does not differentiate: %s", err ? err : "?");
     goto done;
   }
-  FuseResult *fr = plan_fuse(c, a, part);
+  FuseResult *fr = plan_fuse(c, a, part, ad->step);
   CostLink link[IRG_COUNT];
   int64_t gsize[IRG_COUNT];
   key_links(c, k->tp, k->cp, k->ep, k->ef, link, gsize);
@@ -1584,7 +1616,7 @@ static int price_chunk_module(PlanCtx *c, IrModule *cm, Recompute rc, int64_t rl
     snprintf(why, whylen, "a pipeline chunk does not differentiate: %s", err ? err : "?");
     return -1;
   }
-  FuseResult *fr = plan_fuse(c, a, cm);
+  FuseResult *fr = plan_fuse(c, a, cm, -1);
   Pricer P;
   pricer_init(&P, c, cm, fr, ad, link, gsize, ring);
   const IrGraph *g = cm->graphs[ad->step];
@@ -1854,7 +1886,7 @@ PlanExact *plan_exact(PlanCtx *c, const PlanKey *k, int64_t K) {
   if (plan_split_layers(c, parts, K, e->layers, e->why, sizeof e->why) != 0) return e;
   /* the program, lowered and partitioned once for every split priced below */
   Arena *a = arena_new();
-  IrModule *global = lower_priced(c, a, k);
+  IrModule *global = lowered_program(c, a, k);
   SpmdSpec spec = key_spec(c, k);
   IrModule *part = global ? spmd_partition(a, quiet_diag(c), global, &spec) : NULL;
   int ok = price_split(c, k, K, parts, part, a, e->layers, e->ch, e->why, sizeof e->why) == 0;
@@ -1988,6 +2020,7 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
   c->model = model;
   c->dev = *d;
   c->gemm_sustained = plan_gemm_sustained(d);
+  c->overlap_slowdown = cost_overlap_slowdown(d);
   if (model->has_cluster) c->cluster = model->cluster;
   else {
     const CatCluster *cc = cat_cluster("cpu");
@@ -2094,6 +2127,11 @@ static void drop_prices(PlanCtx *c) {
   c->exact = NULL;
   c->selective_same = 0;
   c->act_same = 0;
+  free(c->lowered);
+  c->lowered = NULL;
+  c->nlowered = c->caplowered = 0;
+  if (c->lowered_arena) arena_free(c->lowered_arena);
+  c->lowered_arena = NULL;
 }
 
 void plan_free(PlanCtx *c) {
@@ -2658,7 +2696,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     /* DeepSpeed reduces after the last micro-batch's backward (ZeRO 2-3 without a pipeline
      * reduce in the backward's hooks): nothing to hide it under */
     int ovl = L.overlap && !plan_reduces_after_backward(c, &L);
-    double kap = ovl ? cost_overlap_slowdown(&c->dev) : 0;
+    double kap = ovl ? c->overlap_slowdown : 0;
     if (ndp > 1) {
       if (L.zero <= 2) {
         double coll, t_last_bucket, bk = grad_bytes < PLAN_DP_BUCKET_BYTES ? grad_bytes : PLAN_DP_BUCKET_BYTES;

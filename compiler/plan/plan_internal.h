@@ -113,6 +113,7 @@ struct PlanCtx {
   struct Progress *progress; /* --search on a terminal: the layouts priced so far */
   CatDevice dev;      /* the device (a rank's share of it on a shared CPU machine) */
   double gemm_sustained; /* plan_gemm_sustained(dev), looked up once */
+  double overlap_slowdown; /* cost_overlap_slowdown(dev), looked up once (a search asked a million times) */
   SemCluster cluster;
   int64_t gpus;
   int64_t batch_override; /* > 0: the global batch to plan (scaling), else the train block's */
@@ -149,6 +150,16 @@ struct PlanCtx {
   int selective_same;    /* 1: RECOMPUTE_SELECTIVE differentiates as NONE here (no attention core); 2: not; 0: unknown */
   int act_same;          /* 1: RECOMPUTE_ACT differentiates as SELECTIVE here (no gated product a GEMM reads); 2: not; 0: unknown */
   FuseCache *fuse_cache; /* fused graphs by content, shared by every program (made on first use) */
+  /* The lowered programs (lowered_program in plan.c): the keys of one micro
+   * batch and experts' layout lower alike whatever their partitioning and
+   * recomputation, and spmd_partition only reads what it is given; in
+   * lowered_arena, dropped with the prices */
+  struct {
+    int64_t mb, ep, etp;
+    IrModule *m; /* NULL: it does not lower */
+  } *lowered;
+  int nlowered, caplowered;
+  Arena *lowered_arena;
   const FuseOptions *fuse_opts; /* the fusion priced: the CUDA back end's on an NVIDIA GPU, else the CPU's (NULL); eager ones under fusion off */
   int fusion;                   /* 1: the back end's fused kernels (the default); 0: --fusion off, a kernel an op (plan_set_fusion) */
   PlanExact *exact;
