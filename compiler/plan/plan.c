@@ -1219,6 +1219,58 @@ static FuseResult *plan_fuse(PlanCtx *c, Arena *a, const IrModule *m, int step) 
 /* Regions of the step graph of the whole (one-chunk) program. */
 enum { REG_PRO = 0, REG_EPI = 1, REG_LAYER = 2 };
 
+/* Key k's partitioned program, kept for the next keys that differ from it
+ * in their recomputation only (PlanCtx.parted: the differentiation appends
+ * its graphs to a copy, module_copy, and leaves the partitioned ones as
+ * they are). NULL where it does not partition: the caller reads the reason
+ * from the diagnostics, and plan_parts remembers the failure for every
+ * policy, so a failure is not kept here. */
+static IrModule *partitioned_program(PlanCtx *c, const IrModule *global, const PlanKey *k) {
+  int n = (int)(sizeof c->parted / sizeof c->parted[0]);
+  for (int i = 0; i < c->nparted; i++) {
+    PlanKey q = c->parted[i].key;
+    q.rc = k->rc;
+    q.rl = k->rl;
+    if (key_eq(&q, k)) return c->parted[i].m;
+  }
+  Arena *pa = arena_new();
+  SpmdSpec spec = key_spec(c, k);
+  IrModule *part = spmd_partition(pa, quiet_diag(c), global, &spec);
+  if (!part) {
+    arena_free(pa);
+    return NULL;
+  }
+  int slot = c->nparted < n ? c->nparted++ : c->parted_next;
+  if (c->parted[slot].arena) arena_free(c->parted[slot].arena); /* the oldest */
+  c->parted_next = (slot + 1) % n;
+  c->parted[slot].key = *k;
+  c->parted[slot].m = part;
+  c->parted[slot].arena = pa;
+  return part;
+}
+
+static void parted_drop(PlanCtx *c) {
+  for (int i = 0; i < c->nparted; i++) arena_free(c->parted[i].arena);
+  memset(c->parted, 0, sizeof c->parted);
+  c->nparted = c->parted_next = 0;
+}
+
+/* A copy of module m in arena a that graphs can be appended to without
+ * changing m: its graph and parameter arrays copied, the graphs themselves
+ * and the rest shared (read only). */
+static IrModule *module_copy(Arena *a, const IrModule *m) {
+  IrModule *t = ir_module_new(a);
+  *t = *m;
+  t->arena = a;
+  t->capgraphs = m->ngraphs + 8;
+  t->graphs = arena_alloc(a, sizeof(IrGraph *) * (size_t)t->capgraphs);
+  if (m->ngraphs) memcpy(t->graphs, m->graphs, sizeof(IrGraph *) * (size_t)m->ngraphs);
+  t->capparams = m->nparams > 0 ? m->nparams : 1;
+  t->params = arena_alloc(a, sizeof(IrParam) * (size_t)t->capparams);
+  if (m->nparams) memcpy(t->params, m->params, sizeof(IrParam) * (size_t)m->nparams);
+  return t;
+}
+
 /* Builds the parts of a key from the whole program: lower, partition,
  * differentiate, fuse, then price the step graph's kernels by region. */
 static void build_parts(PlanCtx *c, PlanParts *pp) {
@@ -1231,9 +1283,8 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
     pp->before_ad = 1;
     goto done;
   }
-  SpmdSpec spec = key_spec(c, k);
   int errors = diag_error_count(quiet_diag(c));
-  part = spmd_partition(a, quiet_diag(c), global, &spec);
+  part = partitioned_program(c, global, k);
   if (!part) {
     /* the partitioner's reason, when it gave one (its diagnostics are quiet here) */
     const char *reason = diag_error_count(quiet_diag(c)) > errors ? diag_last_error(quiet_diag(c)) : NULL;
@@ -1263,6 +1314,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
     }
   }
   const char *err = NULL;
+  part = module_copy(a, part);
   AdResult *ad = ad_build(part, (Recompute)k->rc, &err);
   if (!ad) {
     snprintf(pp->why, sizeof pp->why, "the model does not differentiate: %s", err ? err : "?");
@@ -2132,6 +2184,7 @@ static void drop_prices(PlanCtx *c) {
   c->nlowered = c->caplowered = 0;
   if (c->lowered_arena) arena_free(c->lowered_arena);
   c->lowered_arena = NULL;
+  parted_drop(c);
 }
 
 void plan_free(PlanCtx *c) {

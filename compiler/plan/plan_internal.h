@@ -160,6 +160,15 @@ struct PlanCtx {
   } *lowered;
   int nlowered, caplowered;
   Arena *lowered_arena;
+  /* The last keys' partitioned programs (partitioned_program in plan.c),
+   * each in its own arena: keys differing in their recomputation only
+   * partition alike, and the search asks for them a few micro batches apart */
+  struct {
+    PlanKey key; /* rc and rl unused */
+    IrModule *m;
+    Arena *arena;
+  } parted[16];
+  int nparted, parted_next;
   const FuseOptions *fuse_opts; /* the fusion priced: the CUDA back end's on an NVIDIA GPU, else the CPU's (NULL); eager ones under fusion off */
   int fusion;                   /* 1: the back end's fused kernels (the default); 0: --fusion off, a kernel an op (plan_set_fusion) */
   PlanExact *exact;
