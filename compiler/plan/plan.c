@@ -2616,10 +2616,14 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
     out->by_pieces = 1;
     for (int64_t ci = 0; ci < K; ci++) kinds[ci].layers = split[ci];
   }
-  int uniform = 1; /* the middle ranks alike (the screening prices one of them) */
+  /* the middle ranks alike (the screening prices one of them): their chunks
+   * all middle ones of one layer count, interleaved or not (a rank's first
+   * chunk is the model's first on rank 0 only, its last the model's last on
+   * rank pp - 1 only) */
+  int uniform = 1;
   for (int64_t ci = 0; ci < K; ci++)
     if (split[ci] != split[K > 2 ? 1 : 0] && ci > 0 && ci < K - 1) uniform = 0;
-  if ((K > 1 && L.vpp > 1) || pp->unit_w) uniform = 0;
+  if (pp->unit_w) uniform = 0;
   /* groups and links (rank order tp, cp, dp, pp) */
   int64_t gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1;
   int64_t inner = L.tp * L.cp;
