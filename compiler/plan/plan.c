@@ -2666,7 +2666,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
    * middle rank (standing for pp - 2 identical ones) and the last - whose
    * entries alone are then cleared and filled (the screening's result keeps
    * no stages): clearing all pp of them was most of a 1T search's memset. */
-  int reps = (flags & PLAN_FAST) && pp_n > 3 && uniform;
+  int reps = (flags & PLAN_FAST) && !(flags & PLAN_ALL_RANKS) && pp_n > 3 && uniform;
   c->nstages = reps ? 0 : pp_n;
   /* a result's stages stay valid until the next evaluation */
   c->stages = ev_buf(c, EV_STAGES, (size_t)pp_n * sizeof(PlanStage), !reps);

@@ -228,7 +228,12 @@ int64_t *plan_chunk_layers(Arena *arena, const SemModel *model, int64_t micro_ba
 /* Flags of plan_evaluate. */
 enum {
   PLAN_FAST = 1,  /* price from cached parts with the closed-form bubble (search screening) */
-  PLAN_FULL_SIM = 2 /* simulate every micro-batch (no extrapolation); needed for a trace */
+  PLAN_FULL_SIM = 2, /* simulate every micro-batch (no extrapolation); needed for a trace */
+  /* with PLAN_FAST: price every pipeline rank, where the screening prices
+   * three whose middle ranks are alike (the first, the second - the most
+   * micro-batches in flight among the middle ones - and the last); for the
+   * test that they agree */
+  PLAN_ALL_RANKS = 4
 };
 
 /* Prices one layout (no auto fields). Returns 0, or -1 when it cannot be

@@ -175,6 +175,57 @@ static void test_parts_match_chunks(void) {
   fixture_free(&f);
 }
 
+/* The screening prices three pipeline ranks where the middle ones are alike
+ * (every middle chunk of one layer count), interleaved or not: the same step
+ * (but for the rounding of a sum) and the same fullest rank as pricing
+ * every rank, over schedules, virtual stages, ZeRO, micro batches and
+ * recomputation; and uneven splits, priced on every rank, alike too. */
+static void test_screening_ranks(void) {
+  /* balance = ends: the first and last chunks a layer short, so that a middle
+   * rank can be the fullest (pp 8: rank 0 holds 1 layer x 8 micro-batches'
+   * activations, rank 1 2 x 7) */
+  static const char *const defs[] = {"layers=14", "hidden=512", "heads=8", "seq=256", "vocab=4096"};
+  static const char *const lay[] = {"parallel.cluster=dgx-a100-80gb", "parallel.gpus=64", "parallel.data=auto",
+                                    "train.micro_batch=1", "parallel.balance=ends"};
+  Fixture f;
+  if (fixture(&f, "gpt.hpd", defs, 5, lay, 5)) {
+    test_failures++;
+    return;
+  }
+  static const struct {
+    int64_t pp, v;
+    int sched;
+  } shapes[] = {{4, 1, SCHED_1F1B}, {8, 1, SCHED_1F1B}, {4, 1, SCHED_GPIPE}, {8, 1, SCHED_GPIPE},
+                {4, 2, SCHED_INTERLEAVED}, {8, 2, SCHED_INTERLEAVED}};
+  int compared = 0, middle_fullest = 0;
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+    for (int64_t zero = 0; zero <= 1; zero++)
+      for (int64_t mb = 1; mb <= 4; mb *= 2)
+        for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_FULL; rc += RECOMPUTE_FULL - RECOMPUTE_NONE) {
+          int64_t dp = 64 / (2 * shapes[i].pp);
+          PlanLayout L = {dp, 2, shapes[i].pp, 1, shapes[i].v, zero, mb, 0, 0, shapes[i].sched, rc, 1, 1, 0, 0, 0, 0};
+          PlanResult three, every;
+          int ok3 = plan_evaluate(f.c, &L, PLAN_FAST, &three) == 0;
+          int okall = plan_evaluate(f.c, &L, PLAN_FAST | PLAN_ALL_RANKS, &every) == 0;
+          EXPECT(ok3 == okall);
+          if (!ok3 || !okall) continue;
+          compared++;
+          middle_fullest += every.mem.rank > 0 && every.mem.rank < L.pp - 1;
+          char what[160];
+          snprintf(what, sizeof what, "pp %" PRId64 " v %" PRId64 " zero %" PRId64 " mb %" PRId64 " rc %d", L.pp, L.vpp,
+                   L.zero, L.micro_batch, rc);
+          if (fabs(three.step_s - every.step_s) > 1e-12 * every.step_s || three.mem.total != every.mem.total ||
+              three.mem.rank != every.mem.rank || three.mem.fits != every.mem.fits) {
+            fprintf(stderr, "  screening ranks, %s: three ranks %.17g s, %.0f B on rank %d; every rank %.17g s, %.0f B on rank %d\n",
+                    what, three.step_s, three.mem.total, three.mem.rank, every.step_s, every.mem.total, every.mem.rank);
+            test_failures++;
+          }
+        }
+  EXPECT(compared >= 40);
+  EXPECT(middle_fullest > 0); /* where the second rank stands for the middle ones */
+  fixture_free(&f);
+}
+
 /* parallel.recompute_layers: the screening (the policy's and none's parts
  * mixed per layer) agrees with the exact chunks (ad_build_layers), and the
  * step and the activations lie between full recomputation's and none's;
@@ -1068,6 +1119,7 @@ static void test_recompute_act(void) {
 }
 
 int main(void) {
+  test_screening_ranks();
   test_explain_experts();
   test_expert_fold();
   test_dispatcher_deepep();
