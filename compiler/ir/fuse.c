@@ -1438,9 +1438,12 @@ static void hmix(Hash2 *h, uint64_t v) {
   h->b ^= h->b >> 31;
 }
 
-/* Everything fuse_one reads of graph gi (callees' content through their
- * hashes, already computed: a graph calls only later graphs). */
-static Hash2 graph_hash(const IrModule *m, int gi, const Hash2 *callee, const FuseOptions *opts) {
+/* Everything fuse_one's grouping reads of graph gi. Not its callees' content:
+ * a CALL is a kernel of its own whatever it calls, and only its work figures
+ * (the callee's fused totals) depend on it, which a graph found in the cache
+ * takes again from this module's callees (refresh_calls). A training step
+ * differs from another policy's in its callees alone, so it is fused once. */
+static Hash2 graph_hash(const IrModule *m, int gi, const FuseOptions *opts) {
   const IrGraph *g = m->graphs[gi];
   Hash2 h = {0xcbf29ce484222325ull, 0x6a09e667f3bcc908ull};
   hmix(&h, (uint64_t)g->nnodes);
@@ -1461,10 +1464,6 @@ static Hash2 graph_hash(const IrModule *m, int gi, const Hash2 *callee, const Fu
     while (na > 0 && n->attr[na - 1] == 0) na--;
     hmix(&h, (uint64_t)na);
     for (int k = 0; k < na; k++) hmix(&h, (uint64_t)n->attr[k]);
-    if (n->op == IR_CALL && n->attr[0] > gi && n->attr[0] < m->ngraphs) {
-      hmix(&h, callee[n->attr[0]].a);
-      hmix(&h, callee[n->attr[0]].b);
-    }
   }
   if (!h.a && !h.b) h.a = 1; /* never the empty slot's */
   return h;
@@ -1489,12 +1488,35 @@ static void cache_grow(FuseCache *c) {
 }
 
 /* Fuses the graphs `want` marks (NULL: all). */
+/* A cached fused graph for graph g of r's module: its kernels copied into
+ * arena where a kernel holds a CALL, whose work figures are its callee's
+ * totals in this module (kernel_cost, as fuse_one computes them), and the
+ * graph's totals summed again in kernel order; shared as they are where no
+ * kernel calls. */
+static void refresh_calls(Arena *arena, const FuseResult *r, const IrGraph *g, FuseGraph *fg) {
+  int calls = 0;
+  for (int i = 0; i < g->nnodes && !calls; i++) calls = g->nodes[i].op == IR_CALL;
+  if (!calls) return;
+  FuseKernel *ks = arena_alloc_raw(arena, sizeof(FuseKernel) * (size_t)(fg->nkernels > 0 ? fg->nkernels : 1));
+  memcpy(ks, fg->kernels, sizeof(FuseKernel) * (size_t)fg->nkernels);
+  fg->kernels = ks;
+  fg->flops = fg->bytes_read = fg->bytes_written = 0;
+  for (int p = 0; p < fg->nkernels; p++) {
+    FuseKernel *K = &ks[p];
+    int call = 0;
+    for (int j = 0; j < K->nnodes && !call; j++) call = g->nodes[K->nodes[j]].op == IR_CALL;
+    if (call) kernel_cost(r, g, K);
+    fg->flops += K->flops;
+    fg->bytes_read += K->bytes_read;
+    fg->bytes_written += K->bytes_written;
+  }
+}
+
 static FuseResult *fuse_graphs(Arena *arena, const IrModule *m, const FuseOptions *opts, FuseCache *cache, const char *want) {
   FuseResult *r = arena_alloc(arena, sizeof *r);
   r->module = m;
   r->ngraphs = m->ngraphs;
   r->graphs = arena_alloc(arena, sizeof(FuseGraph) * (size_t)(m->ngraphs > 0 ? m->ngraphs : 1));
-  Hash2 *hash = cache ? xalloc_calloc((size_t)(m->ngraphs > 0 ? m->ngraphs : 1), sizeof(Hash2)) : NULL;
   /* Callees first (a graph calls only later graphs), so a CALL's kernel
    * can take its graph's fused totals. */
   for (int i = m->ngraphs - 1; i >= 0; i--) {
@@ -1503,12 +1525,13 @@ static FuseResult *fuse_graphs(Arena *arena, const IrModule *m, const FuseOption
       fuse_one(arena, r, m->graphs[i], opts, &r->graphs[i]);
       continue;
     }
-    hash[i] = graph_hash(m, i, hash, opts);
+    Hash2 hash = graph_hash(m, i, opts);
     if ((cache->count + 1) * 2 > cache->cap) cache_grow(cache);
-    FuseEntry *e = cache_slot(cache, hash[i]);
+    FuseEntry *e = cache_slot(cache, hash);
     if (e->h[0] || e->h[1]) {
       r->graphs[i] = e->fg;
       r->graphs[i].graph = m->graphs[i];
+      refresh_calls(arena, r, m->graphs[i], &r->graphs[i]);
       cache->found++;
       continue;
     }
@@ -1516,13 +1539,12 @@ static FuseResult *fuse_graphs(Arena *arena, const IrModule *m, const FuseOption
     int keep = arena_used(cache->arena) < (size_t)FUSE_CACHE_MAX_BYTES;
     fuse_one(keep ? cache->arena : arena, r, m->graphs[i], opts, &r->graphs[i]);
     if (!keep) continue;
-    e->h[0] = hash[i].a;
-    e->h[1] = hash[i].b;
+    e->h[0] = hash.a;
+    e->h[1] = hash.b;
     e->fg = r->graphs[i];
     e->fg.graph = NULL;
     cache->count++;
   }
-  free(hash);
   return r;
 }
 
