@@ -1487,7 +1487,6 @@ static void cache_grow(FuseCache *c) {
   free(old);
 }
 
-/* Fuses the graphs `want` marks (NULL: all). */
 /* A cached fused graph for graph g of r's module: its kernels copied into
  * arena where a kernel holds a CALL, whose work figures are its callee's
  * totals in this module (kernel_cost, as fuse_one computes them), and the
@@ -1512,6 +1511,7 @@ static void refresh_calls(Arena *arena, const FuseResult *r, const IrGraph *g, F
   }
 }
 
+/* Fuses the graphs `want` marks (NULL: all). */
 static FuseResult *fuse_graphs(Arena *arena, const IrModule *m, const FuseOptions *opts, FuseCache *cache, const char *want) {
   FuseResult *r = arena_alloc(arena, sizeof *r);
   r->module = m;

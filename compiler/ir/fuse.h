@@ -143,8 +143,10 @@ void fuse_cache_free(FuseCache *cache);
 /* Graphs fused and graphs found in the cache so far. */
 void fuse_cache_counts(const FuseCache *cache, int64_t *fused, int64_t *found);
 /* fuse_module_opts through a cache (NULL: none): a graph whose content was
- * fused before takes that result; its kernels live in the cache and stay
- * valid until fuse_cache_free (the FuseResult and FuseGraph structs live in
+ * fused before takes that result (the work figures of its CALL kernels taken
+ * from this module's callees, whose content is not the graph's); its
+ * kernels live in the cache and stay valid until fuse_cache_free (the
+ * FuseResult and FuseGraph structs, and a calling graph's kernels, live in
  * `arena`). Results are read-only. */
 FuseResult *fuse_module_cached(Arena *arena, const IrModule *m, const FuseOptions *opts, FuseCache *cache);
 /* The same for graph `root` and the graphs it calls (directly or not) only;
