@@ -2723,7 +2723,65 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   double worst_ag_exposed = 0, emb_s = 0, emb_sent = 0;
   double worst_total = -1;
   double hbm = c->dev.hbm_bytes_per_s * COST_HBM_EFFICIENCY;
-  double z3_bucket = 0;
+  /* memory per rank first, then time: a search's layout that does not fit
+   * needs no time (PLAN_FIT_FIRST) */
+  /* ZeRO-3's gather buffers: the layer being used and the one prefetched */
+  double z3_bucket = ndp > 1 && L.zero == 3 ? 2 * pp->layer_params * c->layer_gather_bytes : 0;
+  for (int ri = 0; ri < nrep; ri++) {
+    int r = rep[ri];
+    PlanStage *s = &st[r];
+    double params_r = s->params;
+    double expert_r = L.ep > 1 ? (double)s->layers * pp->layer_expert_params : 0;
+    if (expert_r > params_r) expert_r = params_r;
+    double dense_r = params_r - expert_r;
+    double grad_bytes = params_r * grad_b;
+    int sgd_m = tr->momentum > 0;
+    int mbytes = tr->moments_bf16 ? 2 : 4;
+    CostModelStates ms = cost_model_states_m((int64_t)dense_r, (int)L.zero, (int)ndp, c->prec, ok, sgd_m, mbytes);
+    if (expert_r > 0) { /* expert shards' states, sharded over their nedp ranks */
+      CostModelStates me = cost_model_states_m((int64_t)expert_r, (int)L.zero, (int)nedp, c->prec, ok, sgd_m, mbytes);
+      ms.params += me.params, ms.grads += me.grads, ms.optimizer += me.optimizer, ms.total += me.total;
+    }
+    /* DeepSpeed's BF16_Optimizer keeps the fp32 gradients whole beside the bf16 ones ("it
+     * doesn't shard the static fp32 buffer it reuses": BLOOM's README) */
+    if (ds_hp) ms.grads += params_r * 4, ms.total += params_r * 4;
+    double saved_max = 0, peak_max = 0;
+    for (int64_t ci = r; ci < K; ci += pp_n) {
+      const PlanChunk *ch = kp[ci];
+      if (ch->saved > saved_max) saved_max = ch->saved;
+      if (ch->peak > peak_max) peak_max = ch->peak;
+    }
+    int inf = inflight[r] > 0 ? inflight[r] : 1;
+    PlanMemory *mem = &s->mem;
+    mem->params = ms.params;
+    mem->grads = ms.grads;
+    mem->optimizer = ms.optimizer;
+    mem->activations = held_activations(kp, r, pp_n, v, inf);
+    mem->transient = peak_max - saved_max > 0 ? peak_max - saved_max : 0;
+    double buckets = 0;
+    if (ndp > 1 && L.zero < 3) buckets = grad_bytes < 2 * PLAN_DP_BUCKET_BYTES ? grad_bytes : 2 * PLAN_DP_BUCKET_BYTES;
+    if (ndp > 1 && L.zero == 3) buckets = z3_bucket;
+    if (pp_n > 1) buckets += 2 * p2p_bytes;
+    mem->comm_buffers = buckets;
+    mem->workspace = (c->cluster.shared_device ? 0 : PLAN_WORKSPACE_BYTES) +
+                     PLAN_FRAGMENTATION * (mem->activations + mem->transient);
+    mem->total = mem->params + mem->grads + mem->optimizer + mem->activations + mem->transient + mem->comm_buffers +
+                 mem->workspace;
+    mem->capacity = c->dev.mem_bytes;
+    mem->fits = mem->total <= mem->capacity;
+    mem->rank = r;
+    mem->rank_params = s->params;
+    mem->inflight = inf;
+    if (mem->total > worst_total) {
+      worst_total = mem->total;
+      out->mem = *mem;
+    }
+  }
+  if ((flags & PLAN_FIT_FIRST) && !out->mem.fits) {
+    out->step_s = HUGE_VAL;
+    out->valid = 1;
+    return 0;
+  }
   for (int ri = 0; ri < nrep; ri++) {
     int r = rep[ri];
     PlanStage *s = &st[r];
@@ -2817,7 +2875,6 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
         if (oparams < 0) oparams = 0;
         /* a block's weights gathered at layer_gather_bytes (FP8 under fp8), the rest as
          * stored; the gradients' reduce-scatter moves grad_b bytes a value */
-        double lbytes = pp->layer_params * c->layer_gather_bytes;
         double lbytes_e = le * c->layer_gather_bytes, lbytes_d = ld * c->layer_gather_bytes;
         double obytes = oparams * c->weight_bytes;
         double ag_l = cost_allgather_s(lbytes_d, n, &dplink, COST_ALGO_RING) +
@@ -2843,55 +2900,11 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
         z3_exposed = ex_mb * (double)mmb;
         dp_s = z3_s;
         dp_exposed = z3_exposed;
-        /* the layer being used and the one prefetched */
-        z3_bucket = 2 * lbytes;
       }
     }
     /* optimizer step over the local (ZeRO-partitioned) parameters */
     double opt_params = L.zero >= 1 ? dense_r / (double)ndp + expert_r / (double)nedp : params_r;
     double opt_s = hbm > 0 ? opt_params * opt_bpp / hbm : 0;
-    /* memory */
-    int sgd_m = tr->momentum > 0;
-    int mbytes = tr->moments_bf16 ? 2 : 4;
-    CostModelStates ms = cost_model_states_m((int64_t)dense_r, (int)L.zero, (int)ndp, c->prec, ok, sgd_m, mbytes);
-    if (expert_r > 0) { /* expert shards' states, sharded over their nedp ranks */
-      CostModelStates me = cost_model_states_m((int64_t)expert_r, (int)L.zero, (int)nedp, c->prec, ok, sgd_m, mbytes);
-      ms.params += me.params, ms.grads += me.grads, ms.optimizer += me.optimizer, ms.total += me.total;
-    }
-    /* DeepSpeed's BF16_Optimizer keeps the fp32 gradients whole beside the bf16 ones ("it
-     * doesn't shard the static fp32 buffer it reuses": BLOOM's README) */
-    if (ds_hp) ms.grads += params_r * 4, ms.total += params_r * 4;
-    double saved_max = 0, peak_max = 0;
-    for (int64_t ci = r; ci < K; ci += pp_n) {
-      const PlanChunk *ch = kp[ci];
-      if (ch->saved > saved_max) saved_max = ch->saved;
-      if (ch->peak > peak_max) peak_max = ch->peak;
-    }
-    int inf = inflight[r] > 0 ? inflight[r] : 1;
-    PlanMemory *mem = &s->mem;
-    mem->params = ms.params;
-    mem->grads = ms.grads;
-    mem->optimizer = ms.optimizer;
-    mem->activations = held_activations(kp, r, pp_n, v, inf);
-    mem->transient = peak_max - saved_max > 0 ? peak_max - saved_max : 0;
-    double buckets = 0;
-    if (ndp > 1 && L.zero < 3) buckets = grad_bytes < 2 * PLAN_DP_BUCKET_BYTES ? grad_bytes : 2 * PLAN_DP_BUCKET_BYTES;
-    if (ndp > 1 && L.zero == 3) buckets = z3_bucket;
-    if (pp_n > 1) buckets += 2 * p2p_bytes;
-    mem->comm_buffers = buckets;
-    mem->workspace = (c->cluster.shared_device ? 0 : PLAN_WORKSPACE_BYTES) +
-                     PLAN_FRAGMENTATION * (mem->activations + mem->transient);
-    mem->total = mem->params + mem->grads + mem->optimizer + mem->activations + mem->transient + mem->comm_buffers +
-                 mem->workspace;
-    mem->capacity = c->dev.mem_bytes;
-    mem->fits = mem->total <= mem->capacity;
-    mem->rank = r;
-    mem->rank_params = s->params;
-    mem->inflight = inf;
-    if (mem->total > worst_total) {
-      worst_total = mem->total;
-      out->mem = *mem;
-    }
     double exposed_r = dp_exposed + ag_exposed;
     if (exposed_r > worst_dp_exposed) worst_dp_exposed = exposed_r;
     if (dp_s > worst_dp_s) worst_dp_s = dp_s;

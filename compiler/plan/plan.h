@@ -233,7 +233,11 @@ enum {
    * three whose middle ranks are alike (the first, the second - the most
    * micro-batches in flight among the middle ones - and the last); for the
    * test that they agree */
-  PLAN_ALL_RANKS = 4
+  PLAN_ALL_RANKS = 4,
+  /* memory first, and where the layout does not fit no time: the result's
+   * memory is the full evaluation's, its step_s infinite and the other time
+   * fields unset (a search's screening, which drops such layouts) */
+  PLAN_FIT_FIRST = 8
 };
 
 /* Prices one layout (no auto fields). Returns 0, or -1 when it cannot be

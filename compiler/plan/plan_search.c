@@ -124,7 +124,7 @@ static void partial_recompute(PlanCtx *c, const PlanResult *r, int none_fits, in
     t.recompute = RECOMPUTE_NONE;
     t.recompute_layers = 0;
     st->enumerated++;
-    if (plan_evaluate(c, &t, PLAN_FAST, &q) != 0) return;
+    if (plan_evaluate(c, &t, PLAN_FAST | PLAN_FIT_FIRST, &q) != 0) return;
     st->valid++;
     if (q.mem.fits) return;
     t.recompute = L->recompute;
@@ -135,7 +135,7 @@ static void partial_recompute(PlanCtx *c, const PlanResult *r, int none_fits, in
     int64_t mid = lo + (hi - lo) / 2;
     t.recompute_layers = mid;
     st->enumerated++;
-    int ok = plan_evaluate(c, &t, PLAN_FAST, &q) == 0;
+    int ok = plan_evaluate(c, &t, PLAN_FAST | PLAN_FIT_FIRST, &q) == 0;
     st->valid += ok; /* the search's counts: every layout priced is enumerated, valid, and maybe fits */
     if (ok && q.mem.fits) {
       best = mid;
@@ -191,6 +191,10 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
   int ds_engine = m->layout.engine == 1; /* engine = deepspeed: only the layouts DeepSpeed's engine runs */
   int64_t B = m->train.global_batch > 0 ? m->train.global_batch : 0;
   double cap = plan_device(c)->mem_bytes;
+  /* the screening: a layout that does not fit is dropped unpriced in time,
+   * but where nothing fits and the least memory is sought (its ties broken
+   * by time) */
+  unsigned screen = nofit ? PLAN_FAST : PLAN_FAST | PLAN_FIT_FIRST;
   PlanResult r;
   int64_t divs[SEARCH_MAX_DIVISORS];
   int ndivs = divisors_of(G, divs);
@@ -312,7 +316,7 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
                     }
                     st.enumerated++;
                     progress_count(c->progress, "%" PRId64 " layouts priced, %" PRId64 " fit", st.enumerated, st.fit);
-                    if (plan_evaluate(c, &L, PLAN_FAST, &r) != 0) {
+                    if (plan_evaluate(c, &L, screen, &r) != 0) {
                       if (!st.refused[0]) {
                         char ls[160];
                         snprintf(st.refused, sizeof st.refused, "%s: %.250s", plan_layout_str(ls, sizeof ls, &r.layout), r.why);
@@ -328,7 +332,7 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
                       if (nofit) top_insert(&tl, &r);
                       PlanResult rf;
                       L.fused_ce = 1;
-                      if (plan_evaluate(c, &L, PLAN_FAST, &rf) == 0) r = rf;
+                      if (plan_evaluate(c, &L, screen, &rf) == 0) r = rf;
                     }
                     int known = mb <= PLAN_SEARCH_MAX_MB && v <= PLAN_SEARCH_MAX_V;
                     if (known && rc == RECOMPUTE_NONE) {

@@ -226,6 +226,45 @@ static void test_screening_ranks(void) {
   fixture_free(&f);
 }
 
+/* PLAN_FIT_FIRST (the search's screening): the memory of the whole
+ * evaluation, and its time where the layout fits; where it does not, no
+ * time (step_s infinite). Over layouts of a 20B GPT on 64 A100s of which
+ * some fit and some do not. */
+static void test_fit_first(void) {
+  static const char *const defs[] = {"layers=16", "hidden=10240", "heads=80", "seq=2048", "vocab=51200"};
+  static const char *const lay[] = {"parallel.cluster=dgx-a100-80gb", "parallel.gpus=64", "parallel.data=auto",
+                                    "train.micro_batch=1"};
+  Fixture f;
+  if (fixture(&f, "gpt.hpd", defs, 5, lay, 4)) {
+    test_failures++;
+    return;
+  }
+  int fit = 0, unfit = 0;
+  for (int64_t pp = 1; pp <= 8; pp *= 2)
+    for (int64_t zero = 0; zero <= 3; zero += 3)
+      for (int64_t mb = 1; mb <= 8; mb *= 2)
+        for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_FULL; rc += RECOMPUTE_FULL - RECOMPUTE_NONE) {
+          int64_t dp = 64 / (2 * pp);
+          PlanLayout L = {dp, 2, pp, 1, 1, zero, mb, 0, 0, SCHED_1F1B, rc, 1, 1, 0, 0, 0, 0};
+          PlanResult whole, first;
+          int okw = plan_evaluate(f.c, &L, PLAN_FAST, &whole) == 0;
+          int okf = plan_evaluate(f.c, &L, PLAN_FAST | PLAN_FIT_FIRST, &first) == 0;
+          EXPECT(okw == okf);
+          if (!okw || !okf) continue;
+          EXPECT(first.mem.total == whole.mem.total && first.mem.fits == whole.mem.fits &&
+                 first.mem.rank == whole.mem.rank && first.mem.inflight == whole.mem.inflight);
+          if (whole.mem.fits) {
+            fit++;
+            EXPECT(first.step_s == whole.step_s && first.comm_exposed_s == whole.comm_exposed_s);
+          } else {
+            unfit++;
+            EXPECT(isinf(first.step_s) && first.valid);
+          }
+        }
+  EXPECT(fit > 5 && unfit > 5);
+  fixture_free(&f);
+}
+
 /* parallel.recompute_layers: the screening (the policy's and none's parts
  * mixed per layer) agrees with the exact chunks (ad_build_layers), and the
  * step and the activations lie between full recomputation's and none's;
@@ -1119,6 +1158,7 @@ static void test_recompute_act(void) {
 }
 
 int main(void) {
+  test_fit_first();
   test_screening_ranks();
   test_explain_experts();
   test_expert_fold();
