@@ -2060,6 +2060,7 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
   c->dev = *d;
   c->gemm_sustained = plan_gemm_sustained(d);
   c->overlap_slowdown = cost_overlap_slowdown(d);
+  c->screen_bound = HUGE_VAL;
   if (model->has_cluster) c->cluster = model->cluster;
   else {
     const CatCluster *cc = cat_cluster("cpu");
@@ -2723,8 +2724,9 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   double worst_ag_exposed = 0, emb_s = 0, emb_sent = 0;
   double worst_total = -1;
   double hbm = c->dev.hbm_bytes_per_s * COST_HBM_EFFICIENCY;
-  /* memory per rank first, then time: a search's layout that does not fit
-   * needs no time (PLAN_FIT_FIRST) */
+  /* memory per rank first, then time: a search's layout that does not fit,
+   * or whose pipeline alone is slower than every layout it keeps, needs no
+   * more time (PLAN_FIT_FIRST) */
   /* ZeRO-3's gather buffers: the layer being used and the one prefetched */
   double z3_bucket = ndp > 1 && L.zero == 3 ? 2 * pp->layer_params * c->layer_gather_bytes : 0;
   for (int ri = 0; ri < nrep; ri++) {
@@ -2777,7 +2779,7 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
       out->mem = *mem;
     }
   }
-  if ((flags & PLAN_FIT_FIRST) && !out->mem.fits) {
+  if ((flags & PLAN_FIT_FIRST) && (!out->mem.fits || T_pipe > c->screen_bound)) { /* the step is T_pipe and more */
     out->step_s = HUGE_VAL;
     out->valid = 1;
     return 0;

@@ -234,9 +234,11 @@ enum {
    * micro-batches in flight among the middle ones - and the last); for the
    * test that they agree */
   PLAN_ALL_RANKS = 4,
-  /* memory first, and where the layout does not fit no time: the result's
-   * memory is the full evaluation's, its step_s infinite and the other time
-   * fields unset (a search's screening, which drops such layouts) */
+  /* memory first, and where the layout does not fit (or, in a search, its
+   * pipeline alone takes longer than the slowest layout the search keeps) no
+   * more time: the result's memory is the full evaluation's, its step_s
+   * infinite and the other time fields unset (the screening, which drops
+   * such layouts) */
   PLAN_FIT_FIRST = 8
 };
 

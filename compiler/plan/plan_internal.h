@@ -115,6 +115,9 @@ struct PlanCtx {
   CatDevice dev;      /* the device (a rank's share of it on a shared CPU machine) */
   double gemm_sustained; /* plan_gemm_sustained(dev), looked up once */
   double overlap_slowdown; /* cost_overlap_slowdown(dev), looked up once (a search asked a million times) */
+  /* PLAN_FIT_FIRST: a layout whose pipeline alone takes longer is not priced
+   * further (the search's slowest kept layout's step; HUGE_VAL: none) */
+  double screen_bound;
   SemCluster cluster;
   int64_t gpus;
   int64_t batch_override; /* > 0: the global batch to plan (scaling), else the train block's */

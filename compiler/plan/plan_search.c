@@ -55,6 +55,13 @@ static void top_insert(TopList *t, const PlanResult *r) {
   t->best[i].nstages = 0;
 }
 
+/* The screening's bound (PlanCtx.screen_bound, PLAN_FIT_FIRST): once the
+ * list is full, a layout whose step is longer than its slowest cannot enter
+ * it (a tie in time may, by memory) */
+static void top_bound(PlanCtx *c, const TopList *t) {
+  c->screen_bound = !t->by_memory && t->n == t->cap ? t->best[t->n - 1].step_s : HUGE_VAL;
+}
+
 static int fixed_ok(int64_t fix, int64_t v) { return fix < 0 || fix == v; }
 
 /* "what it saves, what it costs" against the winner. */
@@ -147,6 +154,7 @@ static void partial_recompute(PlanCtx *c, const PlanResult *r, int none_fits, in
   if (best > 0) {
     st->fit++;
     top_insert(tl, &found);
+    top_bound(c, tl);
   }
 }
 
@@ -195,6 +203,7 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
    * but where nothing fits and the least memory is sought (its ties broken
    * by time) */
   unsigned screen = nofit ? PLAN_FAST : PLAN_FAST | PLAN_FIT_FIRST;
+  c->screen_bound = HUGE_VAL;
   PlanResult r;
   int64_t divs[SEARCH_MAX_DIVISORS];
   int ndivs = divisors_of(G, divs);
@@ -343,6 +352,7 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
                     if (!r.mem.fits && !nofit) break; /* a larger micro batch holds more */
                     st.fit += r.mem.fits;
                     top_insert(&tl, &r);
+                    top_bound(c, &tl);
                     if (r.mem.fits && !nofit && rc == RECOMPUTE_FULL && fix->recompute_layers < 0 && m->repeats == 1)
                       partial_recompute(c, &r, !fixed_ok(fix->recompute, RECOMPUTE_NONE) || !known ? -1 : none_fit[zero][sk][v][mb],
                                         layers, &tl, &st);
@@ -357,6 +367,7 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
       }
     }
   }
+  c->screen_bound = HUGE_VAL;
   /* re-price the best exactly: the real chunks and the schedule simulator */
   TopList ex = {calloc((size_t)keep, sizeof(PlanResult)), 0, keep, nofit};
   for (int i = 0; i < tl.n && ex.best; i++) {

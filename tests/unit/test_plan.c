@@ -262,6 +262,18 @@ static void test_fit_first(void) {
           }
         }
   EXPECT(fit > 5 && unfit > 5);
+  /* a search's bound (the slowest step it keeps): below every pipeline's time,
+   * no layout is priced in time, but each one's memory still is */
+  f.c->screen_bound = 0;
+  PlanLayout L = {16, 2, 2, 1, 1, 3, 1, 0, 0, SCHED_1F1B, RECOMPUTE_FULL, 1, 1, 0, 0, 0, 0};
+  PlanResult whole, first;
+  EXPECT(plan_evaluate(f.c, &L, PLAN_FAST, &whole) == 0 && whole.mem.fits);
+  EXPECT(plan_evaluate(f.c, &L, PLAN_FAST | PLAN_FIT_FIRST, &first) == 0);
+  EXPECT(isinf(first.step_s) && first.mem.fits && first.mem.total == whole.mem.total);
+  f.c->screen_bound = whole.step_s; /* above its pipeline's: priced */
+  EXPECT(plan_evaluate(f.c, &L, PLAN_FAST | PLAN_FIT_FIRST, &first) == 0);
+  EXPECT(first.step_s == whole.step_s);
+  f.c->screen_bound = HUGE_VAL;
   fixture_free(&f);
 }
 
