@@ -118,6 +118,19 @@ struct PlanCtx {
   /* PLAN_FIT_FIRST: a layout whose pipeline alone takes longer is not priced
    * further (the search's slowest kept layout's step; HUGE_VAL: none) */
   double screen_bound;
+  /* The last pipelines simulated (simulate_memo in plan.c), by their whole
+   * input: the search's exact re-pricing simulates layouts that differ in
+   * what the pipeline does not see (ZeRO, recompute policies that change no
+   * chunk's time) with the same chunk times */
+  struct PlanSimMemo {
+    int kind, pp, v, full;
+    int64_t m, K;
+    double t_p2p;
+    double *times; /* tf then tb, K each */
+    double T, bubble_fraction;
+    int *inflight; /* pp */
+  } sim_memo[16];
+  int nsim_memo, sim_memo_next;
   SemCluster cluster;
   int64_t gpus;
   int64_t batch_override; /* > 0: the global batch to plan (scaling), else the train block's */
