@@ -2485,6 +2485,17 @@ int plan_pipeline(Schedule kind, int pp, int64_t m, int v, const double *tf, con
   return 0;
 }
 
+/* A pipeline rank's parameters: all of them, its expert shards (sec. 11.3a:
+ * summed over the nedp ranks that hold the same experts) and the dense rest
+ * (over ndp). */
+static void stage_params(const PlanStage *s, const PlanLayout *L, const PlanParts *pp, double *all, double *expert,
+                         double *dense) {
+  *all = s->params;
+  *expert = L->ep > 1 ? (double)s->layers * pp->layer_expert_params : 0;
+  if (*expert > *all) *expert = *all;
+  *dense = *all - *expert;
+}
+
 /* plan_pipeline through PlanCtx.sim_memo: the same input (schedule, shape,
  * chunk times to the bit, transfer time) gives the result kept, else it is
  * simulated and kept in place of the oldest. */
@@ -2769,10 +2780,8 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   for (int ri = 0; ri < nrep; ri++) {
     int r = rep[ri];
     PlanStage *s = &st[r];
-    double params_r = s->params;
-    double expert_r = L.ep > 1 ? (double)s->layers * pp->layer_expert_params : 0;
-    if (expert_r > params_r) expert_r = params_r;
-    double dense_r = params_r - expert_r;
+    double params_r, expert_r, dense_r;
+    stage_params(s, &L, pp, &params_r, &expert_r, &dense_r);
     double grad_bytes = params_r * grad_b;
     int sgd_m = tr->momentum > 0;
     int mbytes = tr->moments_bf16 ? 2 : 4;
@@ -2824,11 +2833,8 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   for (int ri = 0; ri < nrep; ri++) {
     int r = rep[ri];
     PlanStage *s = &st[r];
-    double params_r = s->params;
-    /* its expert shards (sec. 11.3a), summed over nedp ranks; the rest over ndp */
-    double expert_r = L.ep > 1 ? (double)s->layers * pp->layer_expert_params : 0;
-    if (expert_r > params_r) expert_r = params_r;
-    double dense_r = params_r - expert_r;
+    double params_r, expert_r, dense_r;
+    stage_params(s, &L, pp, &params_r, &expert_r, &dense_r);
     double grad_bytes = params_r * grad_b, dense_gb = dense_r * grad_b, expert_gb = expert_r * grad_b;
     double fwd1 = s->fwd_s, bwd1 = s->bwd_s;
     double dp_s = 0, dp_exposed = 0, dp_sent = 0, ag_exposed = 0, z3_s = 0, z3_exposed = 0;
