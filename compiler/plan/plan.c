@@ -1187,12 +1187,11 @@ static double graph_roofline_s(const PlanCtx *c, const IrModule *m, const IrGrap
 
 /* A program's fusion, through the context's cache: the programs of a
  * search share most of their graphs (a key's recomputation policies keep
- * the layer's forward; keys alike but for a setting the graph does not
- * show), and fusion was the most of a program's building. */
-/* The fused graphs of module m; step >= 0: only those the pricing of the
- * parts reads, the step's and those it calls (the forward graphs the
- * differentiation started from are not run); -1: all (the exact chunks'
- * memory plan walks every graph). */
+ * the layer's forward and the step; keys alike but for a setting the graph
+ * does not show), and fusion was the most of a program's building. step >=
+ * 0: only the graphs the pricing of the parts reads, the step's and those it
+ * calls (the forward graphs the differentiation started from are not run);
+ * -1: all (the exact chunks' memory plan walks every graph). */
 static FuseResult *plan_fuse(PlanCtx *c, Arena *a, const IrModule *m, int step) {
   if (!c->fuse_cache) c->fuse_cache = fuse_cache_new();
   if (step < 0) return fuse_module_cached(a, m, c->fuse_opts, c->fuse_cache);
