@@ -16,8 +16,8 @@
 #include "schedule.h"
 #include "sema.h"
 
-/* Work and time of a piece of a program, per execution (additive). */
-/* Doubles only: plan_cost_add adds two as arrays (its assertion counts the fields). */
+/* Work and time of a piece of a program, per execution (additive). Doubles
+ * only: plan_cost_add adds two as arrays (its assertion counts the fields). */
 typedef struct PlanCost {
   double t;       /* seconds on the rank's critical path: kernels and blocking collectives */
   double t_gemm;  /* of t: GEMM kernels */
