@@ -1130,7 +1130,7 @@ enum { PLAN_LOWERED_MAX = 256 };
 
 /* Key k's lowered program, lowered once for every key of its micro batch and
  * experts' layout (a search asked for 1047 programs of twelve micro batches
- * and lowered each; a tenth of its time). Callers only read it: they
+ * and lowered each: 4.5% of its instructions). Callers only read it: they
  * partition it (spmd_partition copies), and what they make lives in their
  * own arena `a`, where it is lowered when the cache is full. */
 static IrModule *lowered_program(PlanCtx *c, Arena *a, const PlanKey *k) {

@@ -35,6 +35,11 @@ typedef struct {
   PlanResult *best;
   int n, cap;
   int by_memory; /* rank by memory per GPU first (when nothing fits) */
+  /* the screening's bound (PlanCtx.screen_bound, PLAN_FIT_FIRST), which
+   * top_insert keeps: once the list is full, a layout whose step is longer
+   * than its slowest cannot enter it (a tie in time may, by memory); NULL:
+   * none */
+  double *bound;
 } TopList;
 
 static int better(const TopList *t, const PlanResult *a, const PlanResult *b) {
@@ -53,13 +58,7 @@ static void top_insert(TopList *t, const PlanResult *r) {
   t->best[i] = *r;
   t->best[i].stages = NULL;
   t->best[i].nstages = 0;
-}
-
-/* The screening's bound (PlanCtx.screen_bound, PLAN_FIT_FIRST): once the
- * list is full, a layout whose step is longer than its slowest cannot enter
- * it (a tie in time may, by memory) */
-static void top_bound(PlanCtx *c, const TopList *t) {
-  c->screen_bound = !t->by_memory && t->n == t->cap ? t->best[t->n - 1].step_s : HUGE_VAL;
+  if (t->bound && t->n == t->cap) *t->bound = t->best[t->n - 1].step_s;
 }
 
 static int fixed_ok(int64_t fix, int64_t v) { return fix < 0 || fix == v; }
@@ -154,7 +153,6 @@ static void partial_recompute(PlanCtx *c, const PlanResult *r, int none_fits, in
   if (best > 0) {
     st->fit++;
     top_insert(tl, &found);
-    top_bound(c, tl);
   }
 }
 
@@ -184,7 +182,8 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
   int64_t programs0 = c->programs;
   if (top < 1) top = 1;
   int keep = 4 * top > PLAN_SEARCH_EXACT ? 4 * top : PLAN_SEARCH_EXACT;
-  TopList tl = {calloc((size_t)keep, sizeof(PlanResult)), 0, keep, nofit};
+  c->screen_bound = HUGE_VAL;
+  TopList tl = {calloc((size_t)keep, sizeof(PlanResult)), 0, keep, nofit, nofit ? NULL : &c->screen_bound};
   if (!tl.best) return 0;
   const SemModel *m = c->model;
   int64_t G = c->gpus, gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1;
@@ -203,7 +202,6 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
    * but where nothing fits and the least memory is sought (its ties broken
    * by time) */
   unsigned screen = nofit ? PLAN_FAST : PLAN_FAST | PLAN_FIT_FIRST;
-  c->screen_bound = HUGE_VAL;
   PlanResult r;
   int64_t divs[SEARCH_MAX_DIVISORS];
   int ndivs = divisors_of(G, divs);
@@ -352,7 +350,6 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
                     if (!r.mem.fits && !nofit) break; /* a larger micro batch holds more */
                     st.fit += r.mem.fits;
                     top_insert(&tl, &r);
-                    top_bound(c, &tl);
                     if (r.mem.fits && !nofit && rc == RECOMPUTE_FULL && fix->recompute_layers < 0 && m->repeats == 1)
                       partial_recompute(c, &r, !fixed_ok(fix->recompute, RECOMPUTE_NONE) || !known ? -1 : none_fit[zero][sk][v][mb],
                                         layers, &tl, &st);
@@ -369,7 +366,7 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
   }
   c->screen_bound = HUGE_VAL;
   /* re-price the best exactly: the real chunks and the schedule simulator */
-  TopList ex = {calloc((size_t)keep, sizeof(PlanResult)), 0, keep, nofit};
+  TopList ex = {calloc((size_t)keep, sizeof(PlanResult)), 0, keep, nofit, NULL};
   for (int i = 0; i < tl.n && ex.best; i++) {
     if (plan_evaluate(c, &tl.best[i].layout, 0, &r) != 0) continue;
     st.exact++;
