@@ -481,6 +481,15 @@ double cost_gemm_efficiency_batched(int64_t batch, int64_t m, int64_t n, int64_t
   return cost_gemm_efficiency_k0(batch, m, n, k, dev, COST_GEMM_K_OVERHEAD);
 }
 
+double cost_flash_efficiency(int64_t batch, int64_t m, int64_t d, int64_t k, const CatDevice *dev) {
+  if (d <= 0) return cost_gemm_efficiency_batched(batch, m, d, k, dev);
+  double padded = COST_FLASH_HEAD_STEP * ceil((double)d / COST_FLASH_HEAD_STEP);
+  /* tiles as wide as the padded head (over COST_GEMM_TILE: as many square
+   * tiles' work), each full but for the padding */
+  int64_t width = (int64_t)(COST_GEMM_TILE * ceil(padded / COST_GEMM_TILE));
+  return cost_gemm_efficiency_batched(batch, m, width, k, dev) * (double)d / padded;
+}
+
 double cost_gemm_efficiency_prec(int64_t batch, int64_t m, int64_t n, int64_t k, const CatDevice *dev,
                                  const char *precision) {
   return cost_gemm_efficiency_k0(batch, m, n, k, dev, cost_gemm_k_overhead(dev, precision));

@@ -172,6 +172,14 @@ double cost_gemm_efficiency_prec(int64_t batch, int64_t m, int64_t n, int64_t k,
 /* The same with K0 given (a caller pricing many GEMMs of one precision looks
  * it up once with cost_gemm_k_overhead). */
 double cost_gemm_efficiency_k0(int64_t batch, int64_t m, int64_t n, int64_t k, const CatDevice *dev, double k0);
+/* A flash attention kernel's GEMM over `batch` heads: an output tile of
+ * [COST_GEMM_TILE query rows x the head size d], its mainloop k deep over
+ * the keys. The kernels are compiled per head size in steps of
+ * COST_FLASH_HEAD_STEP (FlashAttention-2: 32 to 256), so a head of 64 fills
+ * its tile where a square one would be half empty: the waste is d's padding
+ * to the step, not to COST_GEMM_TILE. docs/planner.md sec. 9.1. */
+#define COST_FLASH_HEAD_STEP 32
+double cost_flash_efficiency(int64_t batch, int64_t m, int64_t d, int64_t k, const CatDevice *dev);
 /* K0 in elements of K at a precision: COST_GEMM_K_OVERHEAD times how much
  * faster than bf16 (fp16 where the device has no bf16) the precision's
  * dense peak is, never less than 1 x: FP8 on Hopper 128. */

@@ -355,8 +355,8 @@ static double mem_kernel_time(const PlanCtx *c, double flops, double bytes) {
 /* One GEMM of a flash attention (docs/planner.md sec. 9.1): a kernel that
  * writes scores (q k^T, dO v^T) or reads them (P v, its gradients). The
  * scores stay on chip, so only its arithmetic counts: the computed share of
- * its FLOPs (score_share) at the GEMM efficiency of an output tile of
- * [s_q-block x d] whose mainloop runs over the keys. */
+ * its FLOPs (score_share) at the efficiency of an output tile of
+ * [s_q-block x d] whose mainloop runs over the keys (cost_flash_efficiency). */
 static double flash_gemm_time(Pricer *P, double batch, double M, double N, double Kd, int writes_score, int causal,
                               double window, double *flops_sum) {
   /* score shape [.., s_q, s_k]: written (M = s_q, N = s_k, K = d) or read
@@ -366,7 +366,7 @@ static double flash_gemm_time(Pricer *P, double batch, double M, double N, doubl
   double frac = score_share(causal, sk, window);
   double flops = 2 * batch * M * N * Kd * frac;
   const CatDevice *dev = &P->pc->dev;
-  double eff = cost_gemm_efficiency_batched((int64_t)batch, (int64_t)M, (int64_t)d, (int64_t)(sk * frac), dev);
+  double eff = cost_flash_efficiency((int64_t)batch, (int64_t)M, (int64_t)d, (int64_t)(sk * frac), dev);
   *flops_sum += flops;
   return cost_op_time_s(flops, 0, dev, prec_name(P->pc->prec), eff * P->pc->gemm_sustained);
 }

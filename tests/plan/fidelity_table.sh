@@ -96,6 +96,10 @@ table() { cat "$sets/published_$1.md"; }
   echo
   table megatron_bridge_blackwell
   echo
+  echo "llm.c's GPT-2 reproductions, Karpathy 2024: 124M-774M on 8 A100, 1558M on 8 H100, data parallelism with ZeRO 1 (never seen, printed, not asserted): step time, published and predicted:"
+  echo
+  table llmc
+  echo
   echo "<!-- fidelity-table:end -->"
 } > "$tmp"
 awk -v table="$tmp" '

@@ -391,6 +391,26 @@ static void test_attention_kernels(void) {
   EXPECT(cost_attention_utilization(COST_ATTN_FLASH2, 0, cat_device("mi300x")) == 0);
   EXPECT(cost_attention_utilization(COST_ATTN_TILED, 0, h) == 0);
   EXPECT(cost_attention_utilization(COST_ATTN_FLASH2, 0, NULL) == 0);
+  /* the tile model's output tile is [128 query rows x the head], padded to
+   * the kernels' step of 32 (GPT-2's heads of 64 at 1024 tokens, causal: 576
+   * keys deep; 64 sequences x 12 heads) */
+  const int64_t bh = 64 * 12, rows = 1024, keys = 576;
+  double full = cost_gemm_efficiency_batched(bh, rows, 128, keys, a);
+  EXPECT_NEAR(cost_flash_efficiency(bh, rows, 64, keys, a), full, 1e-12);
+  EXPECT_NEAR(cost_flash_efficiency(bh, rows, 128, keys, a), full, 1e-12);
+  /* a square 128 x 128 tile would be half empty at 64 */
+  EXPECT_NEAR(cost_gemm_efficiency_batched(bh, rows, 64, keys, a), full / 2, 1e-12);
+  /* 80 (MPT-3B) runs in the 96 kernel; 96 fills it */
+  EXPECT_NEAR(cost_flash_efficiency(bh, rows, 80, keys, a), full * 80 / 96, 1e-12);
+  EXPECT_NEAR(cost_flash_efficiency(bh, rows, 96, keys, a), full, 1e-12);
+  /* over 128: as many square tiles' work, full but for the padding (160 and
+   * DeepSeek-V3's 192 fill theirs, 200 runs in the 224 kernel) */
+  double wide = cost_gemm_efficiency_batched(bh, rows, 256, keys, a);
+  EXPECT_NEAR(cost_flash_efficiency(bh, rows, 160, keys, a), wide, 1e-12);
+  EXPECT_NEAR(cost_flash_efficiency(bh, rows, 192, keys, a), wide, 1e-12);
+  EXPECT_NEAR(cost_flash_efficiency(bh, rows, 200, keys, a), wide * 200 / 224, 1e-12);
+  EXPECT(cost_flash_efficiency(bh, rows, 160, keys, a) > cost_gemm_efficiency_batched(bh, rows, 160, keys, a));
+  EXPECT_NEAR(cost_flash_efficiency(bh, rows, 0, keys, a), cost_gemm_ceiling(a), 1e-15);
   /* names */
   EXPECT(cost_attn_kernel_from_name("flash") == COST_ATTN_TILED);
   EXPECT(cost_attn_kernel_from_name("flash3") == COST_ATTN_FLASH3);
