@@ -262,6 +262,11 @@ typedef struct PlanSearchStats {
  * not -1 are held. Keeps those that fit, ranked by step time; writes the
  * best `top` into out (owned by the caller) and returns how many. */
 int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, PlanSearchStats *stats);
+/* Why a search of fix's free settings kept nothing, in one line for the
+ * report: no layout to price (the degrees given, named, or the batch, the
+ * node, the layers), none buildable (the first refused and why), or none
+ * fitting the device's memory. */
+void plan_search_why_none(const PlanCtx *c, const PlanLayout *fix, const PlanSearchStats *st, char *why, size_t size);
 
 /* ---- scaling ---- */
 typedef struct PlanScalePoint {

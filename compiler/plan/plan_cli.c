@@ -120,20 +120,7 @@ static int plan_command_run(Diag *diag, const char *path, const SemModel *m, con
       memset(&plan, 0, sizeof plan);
       /* which of the search's three gates left nothing: the degrees, the
        * model, or the memory */
-      int64_t G = plan_gpus(c), gpn = plan_cluster(c)->gpus_per_node;
-      if (stats.enumerated == 0)
-        snprintf(plan.why, sizeof plan.why,
-                 "no layout of %" PRId64 " GPUs to price: dp x tp x pp x cp must be %" PRId64
-                 ", with dp dividing the global batch (%" PRId64 "), tp within a node (%" PRId64
-                 " GPUs), pp at most the layers (%" PRId64 ") and the settings given kept; plan fewer GPUs or a larger batch",
-                 G, G, m->train.global_batch, gpn > 0 ? gpn : 1, m->layers);
-      else if (stats.valid == 0)
-        snprintf(plan.why, sizeof plan.why,
-                 "none of the %" PRId64 " layouts of %" PRId64 " GPUs the search tried can be made for this model; the first, %.290s",
-                 stats.enumerated, G, stats.refused[0] ? stats.refused : "refused without a reason");
-      else
-        snprintf(plan.why, sizeof plan.why, "no layout fits %" PRId64 " GPUs: %" PRId64 " valid, none within %.2f GiB a GPU", G,
-                 stats.valid, plan_device(c)->mem_bytes / 1073741824.0);
+      plan_search_why_none(c, &L, &stats, plan.why, sizeof plan.why);
       snprintf(plan.limit, sizeof plan.limit, "%s", plan.why);
       plan.layout = L;
       plan.gpus = plan_gpus(c);

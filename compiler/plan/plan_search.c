@@ -390,13 +390,53 @@ int plan_search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, Pla
   return search(c, fix, top, out, stats, 0);
 }
 
+void plan_search_why_none(const PlanCtx *c, const PlanLayout *fix, const PlanSearchStats *st, char *why, size_t size) {
+  const SemModel *m = c->model;
+  int64_t G = c->gpus, gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1;
+  if (st->enumerated == 0) {
+    /* the degrees given first: their product must divide the GPUs */
+    static const char *const names[] = {"data", "tensor", "pipeline", "context"};
+    const int64_t given[] = {fix->dp, fix->tp, fix->pp, fix->cp};
+    char list[160] = "";
+    int64_t product = 1;
+    int n = 0;
+    for (int i = 0; i < 4; i++) {
+      if (given[i] <= 0) continue;
+      size_t len = strlen(list);
+      snprintf(list + len, sizeof list - len, "%s%s %" PRId64, n ? " x " : "", names[i], given[i]);
+      product *= given[i];
+      n++;
+    }
+    if (n > 0 && (product > G || G % product)) {
+      snprintf(why, size,
+               "no layout of %" PRId64 " GPUs to price: the settings given (%s = %" PRId64
+               " GPUs) %s; leave one of them auto or plan a multiple of %" PRId64 " GPUs",
+               G, list, product, product > G ? "need more" : "do not divide them", product);
+      return;
+    }
+    snprintf(why, size,
+             "no layout of %" PRId64 " GPUs to price: dp x tp x pp x cp must be %" PRId64 ", with dp dividing the global batch (%" PRId64
+             "), tp within a node (%" PRId64 " GPUs) and dividing the sequence (%" PRId64
+             ") under sequence parallelism, pp at most the layers (%" PRId64
+             ") and the settings given kept; plan fewer GPUs or a larger batch",
+             G, G, m->train.global_batch, gpn, m->seq_len, m->layers);
+  } else if (st->valid == 0) {
+    snprintf(why, size, "none of the %" PRId64 " layouts of %" PRId64 " GPUs the search tried can be made for this model; the first, %.290s",
+             st->enumerated, G, st->refused[0] ? st->refused : "refused without a reason");
+  } else {
+    snprintf(why, size, "no layout fits %" PRId64 " GPUs: %" PRId64 " valid, none within %.2f GiB a GPU", G, st->valid,
+             plan_device(c)->mem_bytes / 1073741824.0);
+  }
+}
+
 int plan_resolve(PlanCtx *c, const PlanLayout *L, PlanResult *out) {
   int autos = L->dp < 0 || L->tp < 0 || L->pp < 0 || L->cp < 0 || L->vpp < 0 || L->zero < 0 || L->micro_batch < 0 ||
               L->sp < 0 || L->schedule < 0 || L->recompute < 0 || L->fused_ce < 0 || L->recompute_layers < 0 ||
               (L->cp_comm < 0 && L->cp != 1);
   if (!autos) return plan_evaluate(c, L, 0, out);
   PlanResult best;
-  int n = plan_search(c, L, 1, &best, NULL);
+  PlanSearchStats st;
+  int n = plan_search(c, L, 1, &best, &st);
   if (n < 1 && search(c, L, 1, &best, NULL, 1) == 1 && plan_evaluate(c, &best.layout, 0, out) == 0) {
     /* nothing fits: price the choice that needs the least memory and say so,
      * rather than no answer (a user sizing a run still learns its time and
@@ -410,8 +450,7 @@ int plan_resolve(PlanCtx *c, const PlanLayout *L, PlanResult *out) {
   if (n < 1) {
     memset(out, 0, sizeof *out);
     out->layout = *L;
-    snprintf(out->why, sizeof out->why, "no layout with the fixed settings fits %" PRId64 " GPUs of %s", c->gpus,
-             c->cluster.name ? c->cluster.name : "the cluster");
+    plan_search_why_none(c, L, &st, out->why, sizeof out->why);
     snprintf(out->limit, sizeof out->limit, "%s", out->why);
     return -1;
   }

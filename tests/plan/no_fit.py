@@ -52,7 +52,9 @@ def main():
     return verdict([
         (text.returncode == 1 and js.returncode == 1 and html.returncode == 1 and search.returncode in (0, 1),
          "exit 1 where the plan cannot be made"),
-        ("layout: not valid: no layout with the fixed settings fits 2 GPUs of dgx-h100" in text.stdout, "the reason"),
+        ("layout: not valid: no layout of 2 GPUs to price: the settings given (data 32 x pipeline 16 x context 1 = 512 GPUs)"
+         " need more; leave one of them auto or plan a multiple of 512 GPUs" in text.stdout,
+         "the reason: the degrees given (the file's data, the command line's pipeline) and their product"),
         ("model GptOss, 116.83B parameters, 5.72B active per token" in text.stdout, "the text header's parameters"),
         ("cluster: dgx-h100, 2 x h100-sxm (1 node of 8), bf16" in text.stdout, "the text header's GPUs asked for"),
         (d.get("valid") is False and m.get("params") == vm["params"] and m.get("active_params") == vm["active_params"],
