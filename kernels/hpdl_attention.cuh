@@ -764,16 +764,18 @@ static __device__ __forceinline__ void hpdl_attn_tc_store_out(float *__restrict_
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
     const int row = h ? R.r1 : R.r0;
     if (row >= T) continue;
-    float *__restrict__ orow = out + ((long long)R.bh * T + row) * (Dv + 1);
+    /* out may be null where only o16 is read (a forward that keeps nothing for its
+     * backward: full recomputation) */
+    float *__restrict__ orow = out ? out + ((long long)R.bh * T + row) * (Dv + 1) : nullptr;
     unsigned short *__restrict__ hrow =
         o16 ? o16 + (((long long)(R.bh / H) * T + row) * H + R.bh % H) * Dv : nullptr;
     for (int n = 0; n < Dv / 8; n++)
       for (int e = 0; e < 2; e++) {
         const float v = l[h] > 0.0f ? o[n][2 * h + e] / l[h] : 0.0f;
-        orow[8 * n + 2 * t + e] = v;
+        if (orow) orow[8 * n + 2 * t + e] = v;
         if (hrow) hrow[8 * n + 2 * t + e] = E == 0 ? hpdl_bf16_from_f32(v) : hpdl_f16_from_f32(v);
       }
-    if (t == 0) orow[Dv] = l[h] > 0.0f ? m[h] + logf(l[h]) : HPDL_NEG_INF;
+    if (t == 0 && orow) orow[Dv] = l[h] > 0.0f ? m[h] + logf(l[h]) : HPDL_NEG_INF;
   }
 }
 

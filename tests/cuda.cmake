@@ -372,7 +372,10 @@ if(Python3_Interpreter_FOUND)
   #                      the rest within 1e-3, fp16's skipped steps alike;
   #                      bf16_heads16, fp16_heads16: heads of 16, the
   #                      tensor-core attention with 16-bit operands, P and dS
-  #                      rounded to bf16 / fp16);
+  #                      rounded to bf16 / fp16; bf16_heads16_full, the same
+  #                      under full recomputation, whose forward keeps nothing
+  #                      for the backward: the attention writes o in bf16 alone,
+  #                      no packed [o, lse]);
   #                      fusion_off, bf16_fusion_off: `--fusion off`, a
   #                      kernel an op on both targets, and the device's
   #                      fused program (--twin-args) within the tolerance
@@ -397,7 +400,8 @@ if(Python3_Interpreter_FOUND)
       "zero3_pp2|--dp 2 --pp 2 --zero 3 --micro-batch 1"
       "pp2|--pp 2" "pp2_gpipe|--pp 2 --schedule gpipe" "dp2_tp2_pp2|--dp 2 --tp 2 --pp 2 --micro-batch 1"
       "tp2_vocab_pad|--tp 2 -D V=201" "vocab_pad|-D V=1000" "bf16_vocab_pad|-D V=1000 --precision bf16" "bf16|--precision bf16" "dp2_tp2_bf16|--dp 2 --tp 2 --precision bf16"
-      "fp16|--precision fp16" "bf16_heads16|-D C=64 --precision bf16" "fp16_heads16|-D C=64 --precision fp16" "fused_ce|--fused-ce on -D V=201" "tp2_fused_ce|--tp 2 --fused-ce on -D V=201"
+      "fp16|--precision fp16" "bf16_heads16|-D C=64 --precision bf16" "fp16_heads16|-D C=64 --precision fp16"
+      "bf16_heads16_full|-D C=64 --precision bf16 --recompute full" "fused_ce|--fused-ce on -D V=201" "tp2_fused_ce|--tp 2 --fused-ce on -D V=201"
       "bf16_fused_ce|--precision bf16 --fused-ce on" "recompute_layers|--recompute full --recompute-layers 1"
       "pp2_recompute_layers|-D L=4 --pp 2 --recompute full --recompute-layers 1"
       "pp2_v2|-D L=4 --pp 2 --virtual-stages 2 --schedule interleaved"

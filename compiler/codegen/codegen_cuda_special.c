@@ -1145,6 +1145,14 @@ PrecTarget cg_cuda_prec_target(const char *arch) {
   return t;
 }
 
+/* Whether fuse_attn_out16's chain (o sliced, its heads merged, cast to 16 bits) joined
+ * the kernel of attention `id`: the kernel writes o as the projection reads it. */
+static int attn_out16_joined(const CuKern *k, int id) {
+  for (int j = 0; j < k->K->nnodes; j++)
+    if (nd(k, k->K->nodes[j])->op == IR_CAST && fuse_attn_out16(k->fg->graph, k->K->nodes[j]) == id) return 1;
+  return 0;
+}
+
 static int attention(CuKern *k, const IrNode *n, int id) {
   CuText *o = &k->t->src;
   int bwd = n->op == IR_ATTENTION_BWD, nin = bwd ? 5 : 3, io[6];
@@ -1188,6 +1196,9 @@ static int attention(CuKern *k, const IrNode *n, int id) {
     return -1;
   }
   if (chain) io[nin] = -1; /* no flat gradient */
+  else if (!bwd && cu_io_index(k, mem_of(k, id)) < 0 && attn_out16_joined(k, id))
+    io[nin] = -1; /* the packed [o, lse] read by no other kernel (a forward that keeps
+                   * nothing for its backward: full recomputation): o in 16 bits only */
   else if ((io[nin] = io_of(k, grad16 >= 0 ? grad16 : id)) < 0) return -1;
   const IrNode *q = nd(k, n->in[0]), *kk = nd(k, n->in[1]), *v = nd(k, n->in[2]);
   int64_t B = q->dims[0], H = q->dims[1], T = q->dims[2], D = q->dims[3], Hk = kk->dims[1], S = kk->dims[2], Dv = v->dims[3];
@@ -1269,8 +1280,10 @@ static int attention(CuKern *k, const IrNode *n, int id) {
           out16 >= 0 ? ", and o as [B, T, H, Dv] in 16 bits" : "");
     attn_signature(k, o, b, &L, 0, D, Dv);
     cu_tx(o, "  for (long long blk = blockIdx.x; blk < %lldLL; blk += gridDim.x)\n", L.grid_fwd);
-    cu_tx(o, "    hpdl_attn_fwd%s<%s%s>(p%d, p%d, p%d, p%d, %s, blk%s);\n}\n\n", sfx, tmpl, qkv_bthd ? ", HPDL_ATTN_QKV_BTHD" : "",
-          io[0], io[1], io[2], io[3], args, o16);
+    char packed[24] = "(float *)nullptr"; /* o in 16 bits only (io[3] < 0) */
+    if (io[3] >= 0) snprintf(packed, sizeof packed, "p%d", io[3]);
+    cu_tx(o, "    hpdl_attn_fwd%s<%s%s>(p%d, p%d, p%d, %s, %s, blk%s);\n}\n\n", sfx, tmpl, qkv_bthd ? ", HPDL_ATTN_QKV_BTHD" : "",
+          io[0], io[1], io[2], packed, args, o16);
     cu_add_launch(k, b, 0, "attention", L.grid_fwd, L.threads);
     k->t->launch[k->t->nlaunch - 1].flops = flops;
     return 0;
