@@ -2126,6 +2126,9 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
   for (int i = 0; i < g->nparams; i++) {
     const IrParam *p = &g->params[i];
     if (p->shard != SHARD_EXPERT_COLUMN && p->shard != SHARD_EXPERT_ROW) continue;
+    double numel = p->count > 0 ? (double)p->count : 1;
+    for (int k = 0; k < p->rank; k++) numel *= (double)p->dims[k];
+    if (!p->state) c->expert_params += numel;
     int64_t x = c->experts, y = p->dims[0];
     while (y) { /* gcd */
       int64_t t = x % y;

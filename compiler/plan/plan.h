@@ -253,6 +253,7 @@ int plan_resolve(PlanCtx *c, const PlanLayout *L, PlanResult *out);
 /* ---- search ---- */
 typedef struct PlanSearchStats {
   int64_t enumerated, valid, fit, programs, exact;
+  int64_t over_memory; /* of enumerated: dropped unbuilt, their model states alone over the device's memory */
   double seconds;
   char refused[320]; /* the first layout the search could not make, and why ("" when none was refused) */
 } PlanSearchStats;

@@ -155,6 +155,7 @@ struct PlanCtx {
   int fused_ce;       /* the model's fused_ce (on: 1), for keys made without a layout (plan_chunk_layers) */
   int explain;        /* reports list the five largest terms of the step (plan_set_explain) */
   double params;
+  double expert_params; /* of params: the experts' (sharded over the expert group) */
   int64_t experts;    /* experts per MoE layer that every expert layer's count divides (their gcd); 0: none */
   int64_t top_k;      /* the most experts a token is routed to (MOE_DISPATCH's K); 0: no MoE layer */
   int64_t route_groups, route_group_top_k; /* node-limited routing (sem_moe_route_groups); 1, 1: none */

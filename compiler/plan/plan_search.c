@@ -249,8 +249,11 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
         int fold = efs[ei];
         if (fix->ep > 0 && fix->ep != ep) continue;
         if (ep > 1 && (c->experts <= 0 || c->experts % ep)) continue;
-        /* a lower bound of the model states of the fullest rank */
-        double lb_params = c->params / (double)(tp * pp) * 0.9;
+        /* a lower bound of the model states of the fullest rank: the dense
+         * parameters over tp, the experts' over the expert group too (and tp
+         * unless folded), both over pp; 0.9 for the stages' imbalance */
+        double lb_params =
+            ((c->params - c->expert_params) / (double)tp + c->expert_params / (double)(ep * (fold ? 1 : tp))) / (double)pp * 0.9;
         for (int sp = 0; sp <= (tp > 1 ? 1 : 0); sp++) {
           if (fix->sp >= 0 && tp > 1 && fix->sp != sp) continue;
           if (sp && seq % tp) continue;
@@ -271,6 +274,7 @@ static int search(PlanCtx *c, const PlanLayout *fix, int top, PlanResult *out, P
                                                        m->train.optimizer, m->train.momentum > 0, m->train.moments_bf16 ? 2 : 4);
               if (ms.total > cap && !nofit) {
                 st.enumerated++;
+                st.over_memory++;
                 continue;
               }
               /* schedules: (kind, v) */
@@ -407,6 +411,18 @@ void plan_search_why_none(const PlanCtx *c, const PlanLayout *fix, const PlanSea
       product *= given[i];
       n++;
     }
+    /* the expert group is carved from the data-parallel ranks: dp a multiple of it */
+    if (fix->ep > 1 && fix->dp > 0 && fix->dp % fix->ep) {
+      snprintf(why, size, "no layout of %" PRId64 " GPUs to price: expert %" PRId64 " does not divide data %" PRId64
+               " (the expert groups are carved from the data-parallel ranks)", G, fix->ep, fix->dp);
+      return;
+    }
+    if (fix->ep > 1 && fix->dp <= 0) {
+      size_t len = strlen(list);
+      snprintf(list + len, sizeof list - len, "%sdata a multiple of expert %" PRId64, n ? " x " : "", fix->ep);
+      product *= fix->ep;
+      n++;
+    }
     if (n > 0 && (product > G || G % product)) {
       snprintf(why, size,
                "no layout of %" PRId64 " GPUs to price: the settings given (%s = %" PRId64
@@ -420,9 +436,19 @@ void plan_search_why_none(const PlanCtx *c, const PlanLayout *fix, const PlanSea
              ") under sequence parallelism, pp at most the layers (%" PRId64
              ") and the settings given kept; plan fewer GPUs or a larger batch",
              G, G, m->train.global_batch, gpn, m->seq_len, m->layers);
+  } else if (st->valid == 0 && !st->refused[0]) {
+    /* every layout dropped before it was built: its weights, gradients and
+     * optimizer state alone exceed the device */
+    snprintf(why, size,
+             "no layout fits %" PRId64 " GPUs: the model states alone (weights, gradients, optimizer state) of each of the %" PRId64
+             " layouts tried exceed the %.2f GiB of a GPU; plan more GPUs, a higher ZeRO stage or a device with more memory",
+             G, st->enumerated, plan_device(c)->mem_bytes / 1073741824.0);
   } else if (st->valid == 0) {
-    snprintf(why, size, "none of the %" PRId64 " layouts of %" PRId64 " GPUs the search tried can be made for this model; the first, %.290s",
-             st->enumerated, G, st->refused[0] ? st->refused : "refused without a reason");
+    char over[96] = "";
+    if (st->over_memory > 0)
+      snprintf(over, sizeof over, " (%" PRId64 " of them over the memory by their model states alone)", st->over_memory);
+    snprintf(why, size, "none of the %" PRId64 " layouts of %" PRId64 " GPUs the search tried can be made for this model%s; the first, %.290s",
+             st->enumerated, G, over, st->refused);
   } else {
     snprintf(why, size, "no layout fits %" PRId64 " GPUs: %" PRId64 " valid, none within %.2f GiB a GPU", G, st->valid,
              plan_device(c)->mem_bytes / 1073741824.0);

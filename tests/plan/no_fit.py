@@ -41,6 +41,9 @@ def main():
     none = plan_run(hpdlc, f"{src}/samples/gpt2.hpd", ["--gpus", "1048576", "--search"])
     refused = plan_run(hpdlc, f"{src}/samples/gpt2-tiny.hpd", ["--gpus", "6", "--tp", "auto", "--dp", "auto", "--search"])
     huge = plan_run(hpdlc, f"{src}/samples/gpt2-tiny.hpd", ["--gpus", "4294967296", "--cluster", "cpu", "--search"])
+    states = plan_run(hpdlc, f"{src}/samples/deepseek-v3.hpd", ["--gpus", "8", "--zero", "1", "--ep", "1",
+                                                              "--cluster", "dgx-a100-40gb", "--search"])
+    experts = plan_run(hpdlc, f"{src}/samples/deepseek-v3.hpd", ["--gpus", "16", "--cluster", "dgx-a100-40gb", "--search"])
     prime = plan_run(hpdlc, f"{src}/samples/gpt2-tiny.hpd", ["--gpus", "4294967291", "--cluster", "cpu", "--search"])
     big = plan_run(hpdlc, f"{src}/samples/gpt.hpd", ["-D", "layers=24", "-D", "hidden=16384", "-D", "heads=8", "-D", "seq=512",
                                                    "--gpus", "64", "--tp", "1", "--pp", "2", "--cp", "auto"])
@@ -77,6 +80,13 @@ def main():
         (none.returncode == 1 and "search: 0 layouts enumerated" in none.stdout
          and "no layout of 1048576 GPUs to price: dp x tp x pp x cp must be 1048576, with dp dividing the global batch (512)"
          in none.stdout, "--search with no layout to try: the bounds that left none"),
+        (states.returncode == 1 and "search: 70 layouts enumerated, 0 valid" in states.stdout
+         and "no layout fits 8 GPUs: the model states alone (weights, gradients, optimizer state) of each of the 70 "
+             "layouts tried exceed the 40.00 GiB of a GPU" in states.stdout,
+         "--search where every layout's model states alone exceed the memory: that gate, not a refusal without a reason"),
+        (experts.returncode == 1 and "no layout of 16 GPUs to price: the settings given (data a multiple of expert 64 = 64 GPUs) "
+                                     "need more; leave one of them auto or plan a multiple of 64 GPUs" in experts.stdout,
+         "--search where the file's expert degree needs more GPUs: named"),
         (huge.returncode == 1 and "internal error" not in huge.stdout + huge.stderr
          and re.search(r"none of the 792 layouts of 4294967296 GPUs the search tried can be made for this model; the first, "
                        r"dp=32 tp=67108864 pp=2 [^:]*: the model does not partition over tp=67108864 cp=1: parameter "
