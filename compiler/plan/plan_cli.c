@@ -102,7 +102,7 @@ static int plan_command_run(Diag *diag, const char *path, const SemModel *m, con
   PlanResult plan;
   PlanResult *top = NULL;
   int ntop = 0;
-  PlanSearchStats stats;
+  PlanSearchStats stats = {0};
   memset(&stats, 0, sizeof stats);
   if (o->search) {
     int k = o->top > 0 ? o->top : 5;

@@ -436,19 +436,19 @@ void plan_search_why_none(const PlanCtx *c, const PlanLayout *fix, const PlanSea
              ") under sequence parallelism, pp at most the layers (%" PRId64
              ") and the settings given kept; plan fewer GPUs or a larger batch",
              G, G, m->train.global_batch, gpn, m->seq_len, m->layers);
-  } else if (st->valid == 0 && !st->refused[0]) {
+  } else if (st->valid == 0 && !st->refused[0] && st->over_memory > 0) {
     /* every layout dropped before it was built: its weights, gradients and
      * optimizer state alone exceed the device */
     snprintf(why, size,
              "no layout fits %" PRId64 " GPUs: the model states alone (weights, gradients, optimizer state) of each of the %" PRId64
              " layouts tried exceed the %.2f GiB of a GPU; plan more GPUs, a higher ZeRO stage or a device with more memory",
-             G, st->enumerated, plan_device(c)->mem_bytes / 1073741824.0);
+             G, st->over_memory, plan_device(c)->mem_bytes / 1073741824.0);
   } else if (st->valid == 0) {
     char over[96] = "";
     if (st->over_memory > 0)
       snprintf(over, sizeof over, " (%" PRId64 " of them over the memory by their model states alone)", st->over_memory);
     snprintf(why, size, "none of the %" PRId64 " layouts of %" PRId64 " GPUs the search tried can be made for this model%s; the first, %.290s",
-             st->enumerated, G, over, st->refused);
+             st->enumerated, G, over, st->refused[0] ? st->refused : "refused without a reason");
   } else {
     snprintf(why, size, "no layout fits %" PRId64 " GPUs: %" PRId64 " valid, none within %.2f GiB a GPU", G, st->valid,
              plan_device(c)->mem_bytes / 1073741824.0);
@@ -461,7 +461,7 @@ int plan_resolve(PlanCtx *c, const PlanLayout *L, PlanResult *out) {
               (L->cp_comm < 0 && L->cp != 1);
   if (!autos) return plan_evaluate(c, L, 0, out);
   PlanResult best;
-  PlanSearchStats st;
+  PlanSearchStats st = {0};
   int n = plan_search(c, L, 1, &best, &st);
   if (n < 1 && search(c, L, 1, &best, NULL, 1) == 1 && plan_evaluate(c, &best.layout, 0, out) == 0) {
     /* nothing fits: price the choice that needs the least memory and say so,
