@@ -535,7 +535,9 @@ if(Python3_Interpreter_FOUND)
     # the last short) and dkdv's two blocks a multiprocessor, reading the rotary embedding's
     # q and k as it stores them in bf16 (precision.c's rope16); bf16_qwen3, Qwen3's QK-norm
     # and rotary embedding on [B, T, H, D] (lower.c's sink_rope_transposes). Both read q, k, v
-    # and write their gradients in the projections' layouts (fuse_attn_qkv, _grad16).
+    # and write their gradients in the projections' layouts (fuse_attn_qkv, _grad16);
+    # bf16_llama_heads128_full, the first under full recomputation: its blocks' forward
+    # writes o in bf16 alone (no packed [o, lse]), q, k, v read in place.
     # gpt_oss, GPT-OSS in fp32 within 1e-5: attention sinks, the sliding window of every
     # other block, YaRN's rotary embedding, routed experts with biases and the clamped
     # SwiGLU, full recomputation, the experts over their routed rows (their biases' rows and
@@ -543,6 +545,7 @@ if(Python3_Interpreter_FOUND)
     # 3e-3 (the routing's near-ties move the norms: 2e-4 over 5 steps)
     set(llm_one "--global-batch 4 --micro-batch 2 --cluster laptop --nodes 1 --dp 1 --tp 1 --sp off")
     foreach(case "bf16_llama_heads128|llama|bf16|1e-4|1e-3|-D layers=2 -D hidden=256 -D heads=2 -D kv_heads=1 -D ffn=256 -D seq=48 -D vocab=256"
+                 "bf16_llama_heads128_full|llama|bf16|1e-4|1e-3|-D layers=2 -D hidden=256 -D heads=2 -D kv_heads=1 -D ffn=256 -D seq=48 -D vocab=256 --recompute full"
                  "bf16_qwen3|qwen3|bf16|1e-4|1e-3|-D layers=2 -D hidden=128 -D heads=2 -D kv_heads=1 -D head_dim=64 -D ffn=256 -D seq=48 -D vocab=256"
                  "gpt_oss|gpt-oss|fp32|1e-6|1e-5|-D layers=4 -D hidden=64 -D heads=4 -D kv_heads=2 -D head_dim=16 -D experts=4 -D top_k=2 -D ffn=64 -D window=16 -D seq=48 -D vocab=256 --ep 1 --pp 1"
                  "gpt_oss_bf16|gpt-oss|bf16|1e-3|3e-3|-D layers=4 -D hidden=64 -D heads=4 -D kv_heads=2 -D head_dim=16 -D experts=4 -D top_k=2 -D ffn=64 -D window=16 -D seq=48 -D vocab=256 --ep 1 --pp 1")
