@@ -1145,12 +1145,15 @@ PrecTarget cg_cuda_prec_target(const char *arch) {
   return t;
 }
 
-/* Whether fuse_attn_out16's chain (o sliced, its heads merged, cast to 16 bits) joined
- * the kernel of attention `id`: the kernel writes o as the projection reads it. */
-static int attn_out16_joined(const CuKern *k, int id) {
+/* The cast of fuse_attn_out16's chain (o sliced, its heads merged, cast to 16 bits)
+ * where it joined the kernel of attention `id` (the kernel then writes o as the
+ * projection reads it), or -1. */
+static int attn_out16_cast(const CuKern *k, int id) {
+  int cast = -1;
   for (int j = 0; j < k->K->nnodes; j++)
-    if (nd(k, k->K->nodes[j])->op == IR_CAST && fuse_attn_out16(k->fg->graph, k->K->nodes[j]) == id) return 1;
-  return 0;
+    if (nd(k, k->K->nodes[j])->op == IR_CAST && fuse_attn_out16(k->fg->graph, k->K->nodes[j]) == id)
+      cast = k->K->nodes[j];
+  return cast;
 }
 
 static int attention(CuKern *k, const IrNode *n, int id) {
@@ -1195,8 +1198,10 @@ static int attention(CuKern *k, const IrNode *n, int id) {
     cu_fail(k->t, "graph %s kernel k%d: %d of the attention gradient's three parts joined", k->fg->graph->name, k->kp, chain);
     return -1;
   }
+  /* the forward's o in 16 bits as the projection reads it, where that chain joined */
+  int out16 = bwd ? -1 : attn_out16_cast(k, id);
   if (chain) io[nin] = -1; /* no flat gradient */
-  else if (!bwd && cu_io_index(k, mem_of(k, id)) < 0 && attn_out16_joined(k, id))
+  else if (out16 >= 0 && cu_io_index(k, mem_of(k, id)) < 0)
     io[nin] = -1; /* the packed [o, lse] read by no other kernel (a forward that keeps
                    * nothing for its backward: full recomputation): o in 16 bits only */
   else if ((io[nin] = io_of(k, grad16 >= 0 ? grad16 : id)) < 0) return -1;
@@ -1256,11 +1261,8 @@ static int attention(CuKern *k, const IrNode *n, int id) {
   double flops = ircost_node(k->t->m, k->fg->graph, id).flops;
   if (!bwd) {
     /* o as the projection reads it, [B, T, H, Dv] in 16 bits (fuse_attn_out16's cast,
-     * joined by store16), written beside the packed output */
-    int out16 = -1;
-    for (int j = 0; j < k->K->nnodes; j++)
-      if (nd(k, k->K->nodes[j])->op == IR_CAST && fuse_attn_out16(k->fg->graph, k->K->nodes[j]) == id)
-        out16 = k->K->nodes[j];
+     * joined by store16), written beside the packed output or, where no kernel reads
+     * that, alone (io[3] < 0) */
     char o16[32] = "";
     if (out16 >= 0) {
       int x = io_of(k, out16);
