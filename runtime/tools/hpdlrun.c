@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ftw.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -348,6 +349,34 @@ static void forward_signal(int sig) {
   kill((pid_t)child, sig);
 }
 
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  remove(path);
+  return 0;
+}
+
+/* Open MPI 4 keeps every job's session directory under one tree per user in
+ * the temporary directory, and two mpiruns that start and end on a machine
+ * at once race on it: one removes the emptied tree while the other makes
+ * its job's directory in it, and the second job fails before any rank
+ * starts ("ORTE_ERROR_LOG: Error in file util/session_dir.c";
+ * open-mpi/ompi#7049, #8510). A job on this machine alone (no host list)
+ * gets a tree of its own, removed after it; one the user placed
+ * (OMPI_MCA_orte_tmpdir_base) stays where it is. Fills base ("" when none). */
+static void private_session_base(char *base, size_t n) {
+  base[0] = 0;
+  const char *extra = getenv("HPDL_MPIRUN_ARGS");
+  if (getenv("OMPI_MCA_orte_tmpdir_base") || getenv("OMPI_MCA_orte_default_hostfile") || (extra && strstr(extra, "host")))
+    return;
+  const char *tmpdir = getenv("TMPDIR");
+  snprintf(base, n, "%s/hpdlrun-ompi-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
+  if (!mkdtemp(base)) {
+    base[0] = 0; /* Open MPI's shared tree, as without us */
+    return;
+  }
+  setenv("OMPI_MCA_orte_tmpdir_base", base, 1);
+}
+
 static int launch(int argc, char **argv, int np) {
   char self[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -397,6 +426,8 @@ static int launch(int argc, char **argv, int np) {
     av[k++] = argv[i];
   }
   av[k] = NULL;
+  char session_base[PATH_MAX];
+  private_session_base(session_base, sizeof session_base);
   fflush(stdout);
   fflush(stderr);
   /* mpirun runs as our child, with --quiet: an error every rank agrees on
@@ -405,6 +436,7 @@ static int launch(int argc, char **argv, int np) {
   pid_t pid = fork();
   if (pid < 0) {
     fprintf(stderr, "hpdlrun: error: cannot fork: %s\n", strerror(errno));
+    if (session_base[0]) rmdir(session_base);
     free(av);
     free(extra);
     return 1;
@@ -439,6 +471,7 @@ static int launch(int argc, char **argv, int np) {
       fprintf(stderr, "hpdlrun: error: waiting for mpirun: %s\n", strerror(errno));
       return 1;
     }
+  if (session_base[0]) nftw(session_base, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
   if (WIFSIGNALED(status)) {
     fprintf(stderr, "hpdlrun: error: mpirun was stopped by signal %d (%s)\n", WTERMSIG(status), strsignal(WTERMSIG(status)));
     return 128 + WTERMSIG(status);

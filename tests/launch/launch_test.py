@@ -226,6 +226,28 @@ def case_mpirun_one_rank(log):
     if "stub mpirun" in p.stdout + p.stderr:
         sys.exit(f"FAIL: a one-rank job without --mpirun went through mpirun: {p.stdout} {p.stderr}")
     log.append("without --mpirun: in this process")
+    # Open MPI's session tree: a job of this machine alone gets its own
+    # (concurrent mpiruns race on the shared one), removed after the job; a
+    # tree the user placed, or a job with a host list, is left as given.
+    with open(stub, "w") as f:
+        f.write("#!/bin/sh\nb=\"$OMPI_MCA_orte_tmpdir_base\"\n"
+                "if [ -d \"$b\" ]; then echo \"stub mpirun: base $b\"; else echo \"stub mpirun: no base [$b]\"; fi\n")
+    tmp = os.path.join(A.work, "tmp")
+    os.makedirs(tmp, exist_ok=True)
+    p = hpdlrun("--mpirun", art, "--steps", "0", env={"HPDL_MPIRUN": stub, "TMPDIR": tmp})
+    base = p.stdout.split("stub mpirun: base ")[-1].split()[0] if "stub mpirun: base " in p.stdout else ""
+    if not base.startswith(os.path.join(tmp, "hpdlrun-ompi-")):
+        sys.exit(f"FAIL: mpirun got no session tree of its own under TMPDIR: {p.stdout} {p.stderr}")
+    if os.path.exists(base):
+        sys.exit(f"FAIL: the job's session tree {base} is left after it")
+    log.append("a job of this machine: a session tree of its own, removed after it")
+    for extra in ({"OMPI_MCA_orte_tmpdir_base": tmp}, {"HPDL_MPIRUN_ARGS": "--hostfile hosts"},
+                  {"OMPI_MCA_orte_default_hostfile": "hosts"}):
+        p = hpdlrun("--mpirun", art, "--steps", "0", env=dict(extra, HPDL_MPIRUN=stub, TMPDIR=tmp))
+        want = f"stub mpirun: base {tmp}" if "OMPI_MCA_orte_tmpdir_base" in extra else "stub mpirun: no base []"
+        if want not in p.stdout:
+            sys.exit(f"FAIL: with {extra}: {p.stdout} {p.stderr}")
+        log.append(f"with {' '.join(extra)}: {want[len('stub mpirun: '):].replace(tmp, 'TMPDIR')}")
 
 
 def case_errors(log):
