@@ -136,7 +136,6 @@ static int64_t dims_numel(int rank, const int64_t *dims) {
   return k;
 }
 
-static int64_t param_numel(const IrParam *p) { return dims_numel(p->rank, p->dims); }
 
 static const char *fail(Interp *in, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static const char *fail(Interp *in, const char *fmt, ...) {
@@ -165,7 +164,7 @@ Interp *interp_new(const IrModule *m) {
   in->inputs = xalloc_calloc((size_t)m->ninputs, sizeof(double *));
   for (int i = 0; i < m->nparams; i++) {
     const IrParam *p = &m->params[i];
-    in->params[i] = xalloc_calloc((size_t)(param_numel(p) * (p->count > 1 ? p->count : 1)), sizeof(double));
+    in->params[i] = xalloc_calloc((size_t)ir_param_numel_all(p), sizeof(double));
   }
   for (int g = 0; g < IRG_COUNT; g++) in->comm.size[g] = 1;
   return in;
@@ -202,7 +201,7 @@ void interp_init_params(Interp *in, uint64_t seed) {
   in->seed = seed;
   for (int i = 0; i < in->m->nparams; i++) {
     const IrParam *p = &in->m->params[i];
-    int64_t n = param_numel(p), copies = p->count > 1 ? p->count : 1;
+    int64_t n = ir_param_numel(p), copies = ir_param_copies(p);
     /* semtypes.h's InitKind and init.h's kinds share their order */
     InitSpec spec = {(InitKindRt)p->init.kind, p->init.a, p->init.b};
     for (int64_t l = 0; l < copies; l++) init_fill_f64(in->params[i] + l * n, n, &spec, seed, p->name, l);
@@ -217,9 +216,9 @@ double *interp_param(Interp *in, int param, int64_t layer, int64_t *numel) {
   if (param < 0 || param >= in->m->nparams) return NULL;
   const IrParam *p = &in->m->params[param];
   int64_t copy = param_copy(p, layer);
-  if (copy < 0 || copy >= (p->count > 1 ? p->count : 1)) return NULL;
-  if (numel) *numel = param_numel(p);
-  return in->params[param] + copy * param_numel(p);
+  if (copy < 0 || copy >= ir_param_copies(p)) return NULL;
+  if (numel) *numel = ir_param_numel(p);
+  return in->params[param] + copy * ir_param_numel(p);
 }
 
 void interp_set_input(Interp *in, int input, const double *data) {
@@ -234,7 +233,7 @@ void interp_zero_grads(Interp *in) {
   for (int i = 0; i < in->m->nparams; i++) {
     const IrParam *p = &in->m->params[i];
     if (in->grads[i])
-      memset(in->grads[i], 0, sizeof(double) * (size_t)(param_numel(p) * (p->count > 1 ? p->count : 1)));
+      memset(in->grads[i], 0, sizeof(double) * (size_t)ir_param_numel_all(p));
   }
 }
 
@@ -242,15 +241,15 @@ double *interp_grad(Interp *in, int param, int64_t layer, int64_t *numel) {
   if (param < 0 || param >= in->m->nparams || !in->grads[param]) return NULL;
   const IrParam *p = &in->m->params[param];
   int64_t copy = param_copy(p, layer);
-  if (copy < 0 || copy >= (p->count > 1 ? p->count : 1)) return NULL;
-  if (numel) *numel = param_numel(p);
-  return in->grads[param] + copy * param_numel(p);
+  if (copy < 0 || copy >= ir_param_copies(p)) return NULL;
+  if (numel) *numel = ir_param_numel(p);
+  return in->grads[param] + copy * ir_param_numel(p);
 }
 
 static void add_grad(Interp *in, int param, int64_t layer, const double *g) {
   const IrParam *p = &in->m->params[param];
-  int64_t n = param_numel(p);
-  if (!in->grads[param]) in->grads[param] = xalloc_calloc((size_t)(n * (p->count > 1 ? p->count : 1)), sizeof(double));
+  int64_t n = ir_param_numel(p);
+  if (!in->grads[param]) in->grads[param] = xalloc_calloc((size_t)(n * ir_param_copies(p)), sizeof(double));
   double *d = in->grads[param] + param_copy(p, layer) * n;
   for (int64_t k = 0; k < n; k++) d[k] += g[k];
 }
@@ -1659,7 +1658,7 @@ static int run_end(Run *r, const char *e, InterpTensor *outs, const char **err) 
     }
     for (int k = 0; k < g->ngrad_params; k++) {
       int at = g->noutputs - g->ngrad_params + k, p = g->grad_params[k];
-      if (ir_numel(&g->nodes[g->outputs[at]]) != param_numel(&in->m->params[p])) {
+      if (ir_numel(&g->nodes[g->outputs[at]]) != ir_param_numel(&in->m->params[p])) {
         e = fail(in, "graph %s: gradient output %d does not match parameter %s", g->name, at, in->m->params[p].name);
         break;
       }

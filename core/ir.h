@@ -128,6 +128,15 @@ typedef struct {
 /* An expert shard: a parameter split over the expert group (ZeRO and the
  * gradient sum go over the ranks holding the same experts, IRG_EDP). */
 static inline int ir_param_is_expert(const IrParam *p) { return p->split_axis >= 0 && p->split_group == IRG_EP; }
+/* The elements of one copy of a parameter (one layer of a repeat), and of
+ * all its copies. */
+static inline int64_t ir_param_numel(const IrParam *p) {
+  int64_t n = 1;
+  for (int d = 0; d < p->rank; d++) n *= p->dims[d];
+  return n;
+}
+static inline int64_t ir_param_copies(const IrParam *p) { return p->count > 1 ? p->count : 1; }
+static inline int64_t ir_param_numel_all(const IrParam *p) { return ir_param_numel(p) * ir_param_copies(p); }
 
 typedef struct {
   const char *name;

@@ -1864,7 +1864,7 @@ static int zero_setup(CudaProg *P, TrainCtx *ctx, DevOptTensor **out, char *why,
   }
   const IrModule *mod = P->pc->m;
   for (int q = 0; q < mod->nparams; q++)
-    for (int64_t k = 0; k < (mod->params[q].count > 1 ? mod->params[q].count : 1); k++)
+    for (int64_t k = 0; k < ir_param_copies(&mod->params[q]); k++)
       if (!mod->params[q].state && unit_of(P, devx_flat_index(P->x, q, k)) >= 0) P->uleft0[unit_of(P, devx_flat_index(P->x, q, k))]++;
   for (int u = 0; u < P->nuses; u++) {
     int un = unit_of(P, devx_flat_index(P->x, P->uses[u].param, P->uses[u].layer));

@@ -178,14 +178,6 @@ static const char *comm_group_name_of(CommGroup g) {
   return n[g];
 }
 
-static int64_t local_numel(const IrParam *p) {
-  int64_t n = 1;
-  for (int i = 0; i < p->rank; i++) n *= p->dims[i];
-  return n;
-}
-
-static int64_t copies_of(const IrParam *p) { return p->count > 1 ? p->count : 1; }
-
 /* ---- collectives for the reference executor (fp64) ---- */
 
 static const char *ix_all_reduce(void *ctx, IrGroup g, int op, double *data, int64_t n) {
@@ -637,7 +629,7 @@ static int map_uses(Exec *x, RtErr *e) {
     Use *u = &x->uses[i];
     u->u = &pc->uses[i];
     u->p = &pc->m->params[u->u->param];
-    u->numel = local_numel(u->p);
+    u->numel = ir_param_numel(u->p);
     if (u->numel > x->scratch_len) x->scratch_len = u->numel;
     if (u->u->owner != x->chunk) continue;
     u->t = find_tensor(ctx, u->p->name, u->u->layer);
@@ -662,7 +654,7 @@ static int map_inplace(Exec *x, RtErr *e) {
   if (!x->inplace) return fail(e, "out of memory");
   for (int p = 0; p < m->nparams; p++) {
     const IrParam *P = &m->params[p];
-    int64_t copies = copies_of(P), n = local_numel(P), found = 0;
+    int64_t copies = ir_param_copies(P), n = ir_param_numel(P), found = 0;
     TrainTensor *first = NULL;
     int ok = 1;
     for (int i = 0; i < x->nuses && ok; i++) {
@@ -706,7 +698,7 @@ static int p16_open(Exec *x, RtErr *e) {
     if (P->dtype != DT_F32 || (t != DT_BF16 && t != DT_F16))
       return fail(e, "the chunk reads parameter %s as %s, which this program does not make of %s (recompile the artifact)", P->name,
                   sem_dtype_name(t), sem_dtype_name(P->dtype));
-    size_t bytes = (size_t)(local_numel(P) * copies_of(P)) * 2;
+    size_t bytes = (size_t)ir_param_numel_all(P) * 2;
     x->p16[p] = aligned_alloc(64, (bytes + 64) / 64 * 64);
     if (!x->p16[p]) return fail(e, "out of memory for the 16-bit copy of %s (%zu bytes)", P->name, bytes);
     x->p16type[p] = t;
@@ -784,7 +776,7 @@ static int native_open(Exec *x, const char *path, RtErr *e) {
   if (!x->pslot || !x->gslot || !x->table) return fail(e, "out of memory");
   for (int p = 0; p < np; p++) {
     const IrParam *P = &m->params[p];
-    size_t n = (size_t)(local_numel(P) * copies_of(P));
+    size_t n = (size_t)ir_param_numel_all(P);
     x->pslot[p] = calloc(n ? n : 1, sizeof(float));
     x->gslot[p] = calloc(n ? n : 1, sizeof(float));
     if (!x->pslot[p] || !x->gslot[p]) return fail(e, "out of memory for parameter %s", P->name);
@@ -1233,7 +1225,7 @@ static int chunk_begin(Exec *x, int nmicro, RtErr *e) {
     if (u->t && !x->inplace[u->u->param]) memcpy(u->fval, u->t->data, sizeof(float) * (size_t)u->numel);
   }
   for (int p = 0; p < m->nparams; p++)
-    if (!x->inplace[p]) memset(x->gslot[p], 0, sizeof(float) * (size_t)(local_numel(&m->params[p]) * copies_of(&m->params[p])));
+    if (!x->inplace[p]) memset(x->gslot[p], 0, sizeof(float) * (size_t)ir_param_numel_all(&m->params[p]));
   x->seed_f = (float)x->ctx->grad_scale;
   x->host.loss_seed = x->ctx->grad_scale;
   x->host.evaluating = x->ctx->eval;

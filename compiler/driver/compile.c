@@ -608,7 +608,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
     k->nforward = k->m->ngraphs;
     k->used = arena_alloc(arena, sizeof(char *) * (size_t)(k->m->nparams + 1));
     for (int p = 0; p < k->m->nparams; p++) {
-      int64_t copies = k->m->params[p].count > 1 ? k->m->params[p].count : 1;
+      int64_t copies = ir_param_copies(&k->m->params[p]);
       k->used[p] = arena_alloc(arena, (size_t)copies);
     }
     mark_uses(k->m, 0, 0, 1, k->used, 0);
@@ -647,7 +647,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
   int **owner = arena_alloc(arena, sizeof(int *) * (size_t)(np + 1));
   for (int p = 0; p < np; p++) {
     const IrParam *P = &ch[0].m->params[p];
-    int64_t copies = P->count > 1 ? P->count : 1;
+    int64_t copies = ir_param_copies(P);
     owner[p] = arena_alloc(arena, sizeof(int) * (size_t)copies);
     for (int64_t l = 0; l < copies; l++) {
       owner[p][l] = -1;
@@ -673,10 +673,10 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
       return cfail(&C, "no instruction list for pipeline rank %d", c);
     int n = 0;
     for (int p = 0; p < np; p++)
-      for (int64_t l = 0; l < (k->m->params[p].count > 1 ? k->m->params[p].count : 1); l++) n += k->used[p][l];
+      for (int64_t l = 0; l < ir_param_copies(&k->m->params[p]); l++) n += k->used[p][l];
     pc->uses = arena_alloc(arena, sizeof(ProgramUse) * (size_t)(n + 1));
     for (int p = 0; p < np; p++)
-      for (int64_t l = 0; l < (k->m->params[p].count > 1 ? k->m->params[p].count : 1); l++) {
+      for (int64_t l = 0; l < ir_param_copies(&k->m->params[p]); l++) {
         if (!k->used[p][l]) continue;
         ProgramUse *u = &pc->uses[pc->nuses++];
         u->param = p;
@@ -823,7 +823,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
   int64_t nlogical = 0;
   for (int gp = 0; gp < global->nparams; gp++) {
     const IrParam *P = &global->params[gp];
-    int64_t copies = P->count > 1 ? P->count : 1;
+    int64_t copies = ir_param_copies(P);
     nlogical += copies;
     int cp = find_param(ch[0].m, P->name), pp = find_param(pr->m, P->name);
     json_t *jp = json_pack("{s:s, s:s, s:o, s:I}", "name", P->name, "dtype", "f32", "shape", dims_json(P->rank, P->dims), "count",

@@ -554,9 +554,7 @@ int64_t ircost_param_count(const IrModule *m) {
   for (int i = 0; i < m->nparams; i++) {
     const IrParam *p = &m->params[i];
     if (p->state) continue; /* running statistics are not parameters (their bytes still count) */
-    int64_t n = 1;
-    for (int d = 0; d < p->rank; d++) n *= p->dims[d];
-    total += n * (p->count > 0 ? p->count : 1);
+    total += ir_param_numel_all(p);
   }
   return total;
 }
@@ -565,9 +563,7 @@ int64_t ircost_param_bytes(const IrModule *m) {
   int64_t total = 0;
   for (int i = 0; i < m->nparams; i++) {
     const IrParam *p = &m->params[i];
-    int64_t n = sem_dtype_bytes(p->dtype);
-    for (int d = 0; d < p->rank; d++) n *= p->dims[d];
-    total += n * (p->count > 0 ? p->count : 1);
+    total += ir_param_numel_all(p) * sem_dtype_bytes(p->dtype);
   }
   return total;
 }

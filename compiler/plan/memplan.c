@@ -461,9 +461,7 @@ static void rank_totals(Arena *a, MemPlan *p) {
   for (int i = 0; i < m->nparams; i++) {
     const IrParam *q = &m->params[i];
     if (phi[i] < 0) continue;
-    int64_t numel = 1;
-    for (int k = 0; k < q->rank; k++) numel *= q->dims[k];
-    p->param_elems += numel * (q->count > 1 ? phi[i] - plo[i] + 1 : 1);
+    p->param_elems += ir_param_numel(q) * (q->count > 1 ? phi[i] - plo[i] + 1 : 1);
   }
   CostModelStates s = cost_model_states_m(p->param_elems, p->opts.zero, (int)p->opts.dp, p->opts.precision,
                                           p->opts.optimizer, p->opts.sgd_momentum, p->opts.moments_bf16 ? 2 : 4);

@@ -1446,8 +1446,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
       if (ad->fwd[i] == fgraph || ad->fwd_keep[i] == fgraph) block = i;
     for (int q = 0; q < part->nparams; q++)
       if (part->params[q].graph == block) {
-        double e = 1;
-        for (int d = 0; d < part->params[q].rank; d++) e *= (double)part->params[q].dims[d];
+        double e = (double)ir_param_numel(&part->params[q]);
         pp->layer_params += e;
         if (ir_param_is_expert(&part->params[q])) pp->layer_expert_params += e;
       }
@@ -1683,11 +1682,7 @@ static int price_chunk_module(PlanCtx *c, IrModule *cm, Recompute rc, int64_t rl
       for (int i = 1; i < ad->nforward; i++)
         if (ad->fwd[i] == fgraph || ad->fwd_keep[i] == fgraph) block = i;
       for (int q = 0; q < cm->nparams; q++)
-        if (cm->params[q].graph == block) {
-          double e = 1;
-          for (int d = 0; d < cm->params[q].rank; d++) e *= (double)cm->params[q].dims[d];
-          ch->params += e * (double)x->attr[1];
-        }
+        if (cm->params[q].graph == block) ch->params += (double)ir_param_numel(&cm->params[q]) * (double)x->attr[1];
     }
     if (K->kind == FUSE_COMM)
       for (int j = 0; j < K->nnodes; j++)
@@ -1878,11 +1873,7 @@ static int price_split(PlanCtx *c, const PlanKey *k, int64_t K, const PlanParts 
         if (m1->graphs[0]->nodes[i].op == IR_PARAM) used[m1->graphs[0]->nodes[i].attr[0]] |= 2;
       double shared = 0;
       for (int q = 0; q < pr->m->nparams; q++)
-        if (used[q] == 3) {
-          double el = 1;
-          for (int d = 0; d < pr->m->params[q].rank; d++) el *= (double)pr->m->params[q].dims[d];
-          shared += el;
-        }
+        if (used[q] == 3) shared += (double)ir_param_numel(&pr->m->params[q]);
       free(used);
       ch[0].shared_params = ch[K - 1].shared_params = shared;
     }
@@ -2126,9 +2117,7 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
   for (int i = 0; i < g->nparams; i++) {
     const IrParam *p = &g->params[i];
     if (p->shard != SHARD_EXPERT_COLUMN && p->shard != SHARD_EXPERT_ROW) continue;
-    double numel = p->count > 0 ? (double)p->count : 1;
-    for (int k = 0; k < p->rank; k++) numel *= (double)p->dims[k];
-    if (!p->state) c->expert_params += numel;
+    if (!p->state) c->expert_params += (double)ir_param_numel_all(p);
     int64_t x = c->experts, y = p->dims[0];
     while (y) { /* gcd */
       int64_t t = x % y;

@@ -442,7 +442,7 @@ static void load_weights(Rank *R, Interp *in, Interp *gi, const IrModule *global
     IrParam v = tp_view(lp);
     int64_t numel = 1;
     for (int k = 0; k < v.rank; k++) numel *= v.dims[k];
-    for (int64_t l = 0; gp >= 0 && l < (lp->count > 1 ? lp->count : 1); l++) {
+    for (int64_t l = 0; gp >= 0 && l < ir_param_copies(lp); l++) {
       int64_t n;
       double *logical = interp_param(gi, gp, l, &n);
       double *local = interp_param(in, p, l, &n);
@@ -481,8 +481,7 @@ static const char *assemble_grads(Sim *S, const IrModule *global, SimResult *out
         int gpi = find_param(global, lp->name);
         const IrParam *gp = &global->params[gpi];
         IrParam v = tp_view(lp);
-        int64_t n = 1, ln = s->numel[k], piece = s->piece[k];
-        for (int q = 0; q < gp->rank; q++) n *= gp->dims[q];
+        int64_t n = ir_param_numel(gp), ln = s->numel[k], piece = s->piece[k];
         tmp = realloc(tmp, sizeof(double) * (size_t)n);
         local = realloc(local, sizeof(double) * (size_t)ln);
         for (int64_t l = 0; l < s->copies[k] && !err; l++) {
@@ -703,11 +702,10 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
   out->nranks = S.nranks;
   for (int p = 0; p < global->nparams; p++) {
     const IrParam *gp = &global->params[p];
-    int64_t n = 1, copies = gp->count > 1 ? gp->count : 1;
-    for (int k = 0; k < gp->rank; k++) n *= gp->dims[k];
+    int64_t n = ir_param_numel_all(gp);
     out->names[p] = strdup(gp->name);
-    out->numel[p] = n * copies;
-    out->grads[p] = calloc((size_t)(n * copies), sizeof(double));
+    out->numel[p] = n;
+    out->grads[p] = calloc((size_t)n, sizeof(double));
   }
   const char *why = assemble_grads(&S, global, out);
   if (why) {

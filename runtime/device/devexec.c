@@ -176,13 +176,6 @@ void devx_program_free(DevxProgram *p) {
   memset(p, 0, sizeof *p);
 }
 
-static int64_t param_numel(const IrParam *P) {
-  int64_t n = 1;
-  for (int i = 0; i < P->rank; i++) n *= P->dims[i];
-  return n;
-}
-
-static int64_t param_copies(const IrParam *P) { return P->count > 1 ? P->count : 1; }
 
 static DevKctx kctx(const DevExec *x, int64_t layer);
 
@@ -350,7 +343,7 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
   x->goff = calloc((size_t)m->nparams + 1, sizeof(int64_t));
   for (int i = 0; x->goff && i < m->nparams; i++) {
     x->goff[i] = ncopies;
-    ncopies += param_copies(&m->params[i]);
+    ncopies += ir_param_copies(&m->params[i]);
     if (m->params[i].count > 1 && m->params[i].count > layers) layers = m->params[i].count;
   }
   x->gn = ncopies;
@@ -368,7 +361,7 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
     x->ustart[u] = flat;
     for (int i = 0; i < m->nparams; i++) {
       const IrParam *P = &m->params[i];
-      int64_t n = param_numel(P), lo, hi;
+      int64_t n = ir_param_numel(P), lo, hi;
       held_copies(x, P, &lo, &hi);
       if (APART(P)) continue; /* after the units */
       if (!x->by_layer) {
@@ -384,7 +377,7 @@ DevExec *devx_new(Device *dev, const DevxProgram *p, unsigned long long seed, co
   x->ustart[x->nunits] = x->flat_len = flat;
   for (int i = 0; (apart_x || apart_s) && i < m->nparams; i++) {
     const IrParam *P = &m->params[i];
-    int64_t n = param_numel(P), lo, hi;
+    int64_t n = ir_param_numel(P), lo, hi;
     if (!APART(P)) continue;
     held_copies(x, P, &lo, &hi);
     for (int64_t c = lo; c < hi; c++) {
@@ -521,8 +514,8 @@ void devx_free(DevExec *x) {
  * or its gradient (grad 1). */
 static int copy_io(DevExec *x, int p, int64_t layer, int grad, int to_device, void *host) {
   const IrParam *P = &x->p->m->params[p];
-  int64_t n = param_numel(P);
-  if (layer < 0 || layer >= param_copies(P)) return fail(x, "parameter %s has no layer %lld", P->name, (long long)layer);
+  int64_t n = ir_param_numel(P);
+  if (layer < 0 || layer >= ir_param_copies(P)) return fail(x, "parameter %s has no layer %lld", P->name, (long long)layer);
   void *d = (grad ? x->gat : x->pat)[x->goff[p] + layer];
   if (!d) return fail(x, "parameter %s, layer %lld: not gathered on this rank now (ZeRO-3)", P->name, (long long)layer);
   size_t bytes = sizeof(float) * (size_t)n;
@@ -532,8 +525,8 @@ static int copy_io(DevExec *x, int p, int64_t layer, int grad, int to_device, vo
 }
 
 int devx_set_param(DevExec *x, int p, const float *host) {
-  int64_t n = param_numel(&x->p->m->params[p]);
-  for (int64_t c = 0; c < param_copies(&x->p->m->params[p]); c++)
+  int64_t n = ir_param_numel(&x->p->m->params[p]);
+  for (int64_t c = 0; c < ir_param_copies(&x->p->m->params[p]); c++)
     if (copy_io(x, p, c, 0, 1, (void *)(host + c * n))) return -1;
   return 0;
 }
@@ -544,8 +537,8 @@ int devx_set_input(DevExec *x, int i, const void *host, size_t bytes) {
 }
 
 int devx_get_grad(DevExec *x, int p, float *host) {
-  int64_t n = param_numel(&x->p->m->params[p]);
-  for (int64_t c = 0; c < param_copies(&x->p->m->params[p]); c++)
+  int64_t n = ir_param_numel(&x->p->m->params[p]);
+  for (int64_t c = 0; c < ir_param_copies(&x->p->m->params[p]); c++)
     if (copy_io(x, p, c, 1, 0, host + c * n)) return -1;
   return 0;
 }
@@ -598,7 +591,7 @@ int devx_units(const DevExec *x, const int64_t **start) {
 static void point(DevExec *x, void **at_of, void *block, int unit, void *base) {
   const IrModule *m = x->p->m;
   for (int p = 0; p < m->nparams; p++)
-    for (int64_t c = 0; c < param_copies(&m->params[p]); c++) {
+    for (int64_t c = 0; c < ir_param_copies(&m->params[p]); c++) {
       int64_t at = x->goff[p] + c, f = x->fat[at];
       if (f >= 0 && f >= x->ustart[unit] && f < x->ustart[unit + 1])
         at_of[at] = base ? (float *)base + (f - x->ustart[unit]) : block ? (float *)block + f : NULL;
@@ -625,10 +618,10 @@ typedef void (*UnitVisit)(void *ctx, int64_t at, int copy, int64_t n, int r16, i
 static void unit_walk(const DevExec *x, int unit, UnitVisit fn, void *ctx) {
   const IrModule *m = x->p->m;
   for (int p = 0; p < m->nparams; p++)
-    for (int64_t c = 0; c < param_copies(&m->params[p]); c++) {
+    for (int64_t c = 0; c < ir_param_copies(&m->params[p]); c++) {
       int64_t at = x->goff[p] + c, f = x->fat[at];
       if (f >= 0 && f >= x->ustart[unit] && f < x->ustart[unit + 1])
-        fn(ctx, f - x->ustart[unit], (int)at, param_numel(&m->params[p]), x->read16[p], x->read32[p]);
+        fn(ctx, f - x->ustart[unit], (int)at, ir_param_numel(&m->params[p]), x->read16[p], x->read32[p]);
     }
 }
 
@@ -1668,7 +1661,7 @@ int devx_micro_end(DevExec *x) {
     return 0;
   }
   for (int p = 0; p < m->nparams; p++)
-    for (int64_t c = 0; c < param_copies(&m->params[p]); c++)
+    for (int64_t c = 0; c < ir_param_copies(&m->params[p]); c++)
       if (x->gcur[x->goff[p] + c] != x->gtotal[x->goff[p] + c]) {
         x->gknown = 0; /* no early reductions from here on */
         if (armed)
