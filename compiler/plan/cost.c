@@ -272,7 +272,12 @@ double cost_op_time_s(double flops, double bytes, const CatDevice *dev, const ch
  *              H100 SXM  792.1 / 989.4  at 6144x17920x2816  -> 0.820
  *              MI250X    147.0 / 191.5  at 1024x14080x19968 -> 0.770 (1 GCD)
  *              MI300X    781.9 / 1307.4 at 4096x10240x4864  -> 0.648
- *            tests/unit/test_cost.c checks those four points.
+ *            and the table's later version (torch 2.7-2.10, CUDA 12.8-13.0):
+ *              B200      1745.0 / 2250  at 1792x16128x3072  -> 0.797
+ *              GB200     1822.0 / 2500  at 4096x9728x2048   -> 0.778
+ *              B300      1769.0 / 2250  at 12288x18432x1024 -> 0.841
+ *            GB300 (not measured): B300 x GB200 / B200 -> 0.821.
+ *            tests/unit/test_cost.c checks those seven points.
  * SM / CU counts: A100 108 SMs, H100 SXM5 132, H100 PCIe 114 (NVIDIA H100
  * whitepaper); H200 is the H100 SXM die; B200 148 (two dies of 74, NVIDIA
  * Blackwell material, less certain); MI250X 2 x 110 CUs, MI300X 304 CUs
@@ -298,16 +303,16 @@ static const GemmSpec gemm_specs[] = {
     {"h100-sxm", 132, 0, 0.820, 128, COST_GEN_HOPPER, 0},
     {"h100-pcie", 114, 0, 0.820, 128, COST_GEN_HOPPER, 0},
     {"h200", 132, 0, 0.820, 128, COST_GEN_HOPPER, 0},
-    {"b200", 148, 0, COST_GEMM_CEILING_DEFAULT, 128, COST_GEN_BLACKWELL, 0},
+    {"b200", 148, 0, 0.797, 128, COST_GEN_BLACKWELL, 0},
     /* GB200's GPU is a B200 (148 SMs) at a higher power limit */
-    {"gb200", 148, 0, COST_GEMM_CEILING_DEFAULT, 128, COST_GEN_BLACKWELL, 0},
+    {"gb200", 148, 0, 0.778, 128, COST_GEN_BLACKWELL, 0},
     /* Blackwell Ultra: 160 SMs, and twice Blackwell's special-function
      * throughput for attention's exponentials ("Inside NVIDIA Blackwell
      * Ultra", NVIDIA technical blog, 2025: 10.7 TeraExponentials/s against
      * Blackwell's 5) */
-    {"gb300", 160, 0, COST_GEMM_CEILING_DEFAULT, 128, COST_GEN_BLACKWELL, 10.7e12},
+    {"gb300", 160, 0, 0.821, 128, COST_GEN_BLACKWELL, 10.7e12},
     /* the HGX part of Blackwell Ultra: the same SMs and special-function rate */
-    {"b300", 160, 0, COST_GEMM_CEILING_DEFAULT, 128, COST_GEN_BLACKWELL, 10.7e12},
+    {"b300", 160, 0, 0.841, 128, COST_GEN_BLACKWELL, 10.7e12},
     {"mi250x", 220, 0, 0.770, 0, COST_GEN_OTHER, 0},
     {"mi250x-gcd", 110, 0, 0.770, 0, COST_GEN_OTHER, 0},
     {"mi300x", 304, 0, 0.648, 0, COST_GEN_OTHER, 0},

@@ -39,8 +39,8 @@
  * cost is a time, so a precision whose mainloop runs r times the 16-bit
  * rate (FP8: 2) pays r x as many elements (cost_gemm_k_overhead). */
 #define COST_GEMM_K_OVERHEAD 64
-/* GEMM ceiling for devices without a measured one: the H100 SXM figure, the
- * lowest of the NVIDIA measurements in docs/planner.md. */
+/* GEMM ceiling for devices without a measured one: the H100 SXM figure
+ * (docs/planner.md sec. 3.2). */
 #define COST_GEMM_CEILING_DEFAULT 0.820
 
 /* ---- collectives on the nccl-tests bus-bandwidth model ----
