@@ -738,8 +738,8 @@ if(Python3_Interpreter_FOUND)
     target_link_libraries(test_comm_nccl PRIVATE hpdlrt)
     if(HPDL_MPIRUN)
       add_test(NAME unit.comm_nccl
-               COMMAND bash -c "if [ \"$(id -u)\" = 0 ]; then root=--allow-run-as-root; fi; exec \"$0\" --oversubscribe $root -np 4 \"$1\""
-                       ${HPDL_MPIRUN} $<TARGET_FILE:test_comm_nccl>)
+               COMMAND bash -c "if [ \"$(id -u)\" = 0 ]; then root=--allow-run-as-root; fi; exec \"$0\" --oversubscribe $root --mca orte_tmpdir_base \"$2\" -np 4 \"$1\""
+                       ${HPDL_MPIRUN} $<TARGET_FILE:test_comm_nccl> ${CMAKE_CURRENT_BINARY_DIR}/ompi/unit.comm_nccl)
       set_tests_properties(unit.comm_nccl PROPERTIES LABELS "runtime;cuda" TIMEOUT 120 SKIP_RETURN_CODE 77
                            ENVIRONMENT "${HPDL_CUDA_RUN_ENV};HPDL_NCCL=$<TARGET_FILE:hpdl_fake_nccl>")
     endif()

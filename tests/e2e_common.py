@@ -7,12 +7,14 @@ A script imports it with its own folder's parent on sys.path:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 """
 import argparse
+import atexit
 import json
 import os
 import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 
 SKIP = 77  # CTest's SKIP_RETURN_CODE for these tests
 
@@ -26,12 +28,27 @@ def check(cond, what):
         raise Fail(what)
 
 
+_session_base = []
+
+
+def _mpirun_session_base():
+    """An Open MPI session tree of this script's own for the mpiruns it starts
+    itself (hpdlrun makes one for those it starts): Open MPI 4's shared tree
+    races between mpiruns that start and end at once, as CTest's do."""
+    if not _session_base:
+        _session_base.append(tempfile.mkdtemp(prefix="hpdl-test-ompi-"))
+        atexit.register(shutil.rmtree, _session_base[0], True)
+    return _session_base[0]
+
+
 def run(args, expect=0, env=None, cwd=None, timeout=300):
     """Run a command; with expect not None, its exit status must be expect (else its output goes to stderr)."""
     e = dict(os.environ)
     # mpirun refuses root without these; CTest sets them, a hand run may not
     e.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     e.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    if os.path.basename(args[0]) == "mpirun":
+        e.setdefault("OMPI_MCA_orte_tmpdir_base", _mpirun_session_base())
     if env:
         e.update(env)
     p = subprocess.run(args, capture_output=True, text=True, env=e, timeout=timeout, cwd=cwd)

@@ -33,8 +33,8 @@ foreach(layout "2 2 2 1" "1 2 2 2" "3 1 2 1" "4 1 1 1" "4 1 1 1 2" "2 2 1 1 2")
   set(name runtime.mpi_collectives.${tag})
   if(TARGET hpdl_mpi_collectives AND HPDL_MPIRUN)
     add_test(NAME ${name}
-             COMMAND bash -c "if [ \"$(id -u)\" = 0 ]; then root=--allow-run-as-root; fi; exec \"$0\" --oversubscribe $root -np ${np} \"$1\" ${layout}"
-                     ${HPDL_MPIRUN} $<TARGET_FILE:hpdl_mpi_collectives>)
+             COMMAND bash -c "if [ \"$(id -u)\" = 0 ]; then root=--allow-run-as-root; fi; exec \"$0\" --oversubscribe $root --mca orte_tmpdir_base \"$2\" -np ${np} \"$1\" ${layout}"
+                     ${HPDL_MPIRUN} $<TARGET_FILE:hpdl_mpi_collectives> ${CMAKE_CURRENT_BINARY_DIR}/ompi/${name})
   else()
     add_test(NAME ${name} COMMAND bash -c "echo 'skipped: no MPI (scripts/setup.sh installs Open MPI)'; exit 77")
   endif()
