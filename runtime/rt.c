@@ -354,3 +354,10 @@ int rt_stop_exit_status(RtStopKind k) {
 const char *rt_stop_signal_name(RtStopKind k) {
   return k == RT_STOP_TERM ? "SIGTERM" : k == RT_STOP_INT ? "SIGINT" : "no signal";
 }
+
+void rt_note_reported(void) {
+  const char *note = getenv("HPDL_REPORTED");
+  if (!note || !*note) return;
+  int fd = open(note, O_WRONLY | O_CREAT, 0600);
+  if (fd >= 0) close(fd);
+}

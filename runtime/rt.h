@@ -109,4 +109,9 @@ int rt_stop_exit_status(RtStopKind k);
 /* "SIGTERM" / "SIGINT" */
 const char *rt_stop_signal_name(RtStopKind k);
 
+/* Notes that this rank printed the job's error, in the file hpdlrun's
+ * launcher names in HPDL_REPORTED (nothing without it), so that the
+ * launcher does not add that no rank said why the job failed. */
+void rt_note_reported(void);
+
 #endif

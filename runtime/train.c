@@ -122,6 +122,7 @@ typedef struct {
 static void fatal(Run *R, const char *what, const RtErr *e) {
   fprintf(stderr, "hpdlrun: rank %d: error: %s%s%s\n", R->me, what, e ? ": " : "", e ? e->msg : "");
   fflush(stderr);
+  rt_note_reported();
   R->c->ops->abort(R->c, 1);
   exit(1);
 }

@@ -321,11 +321,7 @@ static int env_rank(void) {
 static void rank_error(const char *msg) {
   fprintf(stderr, "hpdlrun: error: %s\n", msg);
   fflush(stderr);
-  const char *note = getenv("HPDL_REPORTED");
-  if (note && *note) {
-    int fd = open(note, O_WRONLY | O_CREAT, 0600);
-    if (fd >= 0) close(fd);
-  }
+  rt_note_reported();
 }
 
 #ifdef HPDL_HAVE_MPI

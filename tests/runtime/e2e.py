@@ -581,6 +581,8 @@ def case_bad_data():
     p = hpdlrun(art_ns, "--data", big, expect=None)
     check(p.returncode != 0, "a bad token fails the run")
     check("token 300 at byte %d is outside the model's vocabulary of 256" % (1024 + 2 * 3000) in p.stderr, p.stderr)
+    # the rank that met it said why: the launcher adds no "no rank reported an error"
+    check("no rank reported" not in p.stderr, f"a rank's fatal error called unreported: {p.stderr}")
 
 
 def case_bad_artifact():
