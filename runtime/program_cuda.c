@@ -1700,7 +1700,10 @@ static int state_convert(CudaProg *P, TrainCtx *ctx, int to_host, RtErr *e) {
   for (int i = 0; i < ctx->ntensors; i++)
     if (P->use_of[i] >= 0 && ctx->tensors[i].param->state && P->uses[P->use_of[i]].numel > largest) largest = P->uses[P->use_of[i]].numel;
   if (!largest) return 0;
-  int64_t dense = sh->expert_lo > 0 ? sh->expert_lo : sh->own_len * ctx->comm->size[COMM_DP];
+  /* what the all-gather writes: every member's owned slice (the dense
+   * region, padded; with experts apart, expert_lo = own_len x dp; with the
+   * experts in the units, expert_lo is where they begin, not the end) */
+  int64_t dense = sh->own_len * ctx->comm->size[COMM_DP];
   float *buf = malloc(sizeof(float) * (size_t)largest), *all = to_host ? NULL : malloc(sizeof(float) * (size_t)(dense ? dense : 1));
   int rc = !buf || (!to_host && !all) ? fail(e, "out of memory") : 0;
   if (!rc && !to_host && comm_all_gather(ctx->comm, COMM_DP, COMM_F32, sh->master, sh->own_len, all, e) < 0) rc = -1;

@@ -686,6 +686,19 @@ if(Python3_Interpreter_FOUND)
                      --first-tol 1e-6 --tol 1e-5 --args "--global-batch 4 --micro-batch 2")
     set_tests_properties(cuda.layout.${dev}.moe_grouped_empty_experts PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "cuda;moe"
                          ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
+    # DeepSeek-V3's routing bias (a running statistic: whole on every rank)
+    # under ZeRO 3 at dp 4 with the experts in the units (ep 1): the
+    # statistics' gather wrote the padded dense region past a buffer sized to
+    # where the experts begin (a random sweep's crash, fixed 2026-12-07; the
+    # sanitizer run holds this test)
+    add_test(NAME cuda.layout.${dev}.deepseek_zero3_dp4
+             COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/cuda/run_device.py --hpdlc $<TARGET_FILE:hpdlc> --cache ${CMAKE_CURRENT_BINARY_DIR}/cuda-artifacts
+                     --hpdlrun $<TARGET_FILE:hpdlrun> --hpdl-data $<TARGET_FILE:hpdl-data>
+                     --sample ${CMAKE_SOURCE_DIR}/samples/deepseek-v3.hpd --device ${dev} --steps 5 --first-tol 1e-6 --tol 1e-5
+                     --expect "ZeRO-3: a rank keeps 1/4 of the parameters"
+                     --args "-D layers=3 -D dense=1 -D hidden=16 -D heads=4 -D q_lora=8 -D kv_lora=8 -D qk_nope=4 -D qk_rope=4 -D v_head_dim=4 -D ffn=32 -D moe_ffn=8 -D seq=8 -D vocab=128 -D experts=8 -D top_k=2 -D groups=4 -D group_top_k=2 --cluster laptop --nodes 4 --dp 4 --tp 1 --pp 1 --ep 1 --zero 3 --precision fp32 --recompute none --global-batch 4 --micro-batch 1")
+    set_tests_properties(cuda.layout.${dev}.deepseek_zero3_dp4 PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "cuda;moe"
+                         ENVIRONMENT "${HPDL_CUDA_RUN_ENV}")
     # sequences of 160 tokens: 320 choices a sequence, 640 a micro-batch, so the routing
     # table's block (kernels/hpdl_moe.cuh, tiles of 256 choices) carries each expert's
     # count over tiles, in GShard's priority (drop = true, capacity per sequence) and
