@@ -1542,9 +1542,14 @@ static void kernel_comm(CgKern *k) {
     LLVMValueRef all = LLVMBuildBitCast(cg->b, k->scratch, cg->tpf32, "all");
     LLVMValueRef a[5] = {comm, cg_i32(cg, grp), xp, cg_i64(cg, NX), all};
     fail_if(k, LLVMBuildICmp(cg->b, LLVMIntNE, call_coll(k, CG_CTX_ALL_GATHER, a, 5), cg_i32(cg, 0), ""), fail);
+    /* the chunks are placed along the gather's axis of its input's own shape:
+     * x, the memory behind a reshape in this kernel, has another rank (a
+     * [B, T, D] slice reshaped to [B, 1, T, D] and gathered along T: MLA's
+     * rotary key under sequence parallelism) */
+    const IrNode *shape = nd(k, n->in[0]);
     CgLoop lr;
     cg_loop_open(cg, &lr, s, 0, NULL, "rank");
-    chunk_copy(k, x, n->attr[1], (int)n->attr[2], lr.iv, s, out,
+    chunk_copy(k, shape, n->attr[1], (int)n->attr[2], lr.iv, s, out,
                cg_gep(cg, cg->tf32, all, mul64(cg, lr.iv, cg_i64(cg, NX)), ""), 1);
     cg_loop_close(cg, &lr, NULL, 0, NULL);
     LLVMBuildBr(cg->b, done);

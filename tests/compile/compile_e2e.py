@@ -899,6 +899,25 @@ def case_qwen3_window():
     check("has no materialised form" in p.stderr, p.stderr)
 
 
+def case_mla_sp():
+    # DeepSeek-V3's multi-latent attention (its rotary key one head: [B, T, r] sliced from
+    # the latent, reshaped to [B, 1, T, r] and all-gathered along T under sequence
+    # parallelism; YaRN's frequencies) beside sigmoid-scored experts (mla.hpd), at tp 2 with
+    # sp: the native program against the reference executor at one rank. Until 2026-12-07
+    # the CPU back end placed a gather's chunks along the axis of the memory behind the
+    # reshape (another rank), scrambling the key's positions: DeepSeek-V3's step 1 off by
+    # 6e-6 (loss) and 2e-5 (gradient norm), found by an emulated-device sweep
+    # (tests/cuda/random_layouts.py), whose device program was right
+    global SAMPLE
+    SAMPLE = os.path.join(HERE, "mla.hpd")
+    flags = ["--cluster", "cpu", "--nodes", "1", "--gpus", "2", "--dp", "1", "--tp", "2", "--sp", "on", "--zero", "0",
+             "--recompute", "none", "--precision", "fp32"]
+    defs = ["-D", "seq=16"]  # the file's own sizes (an empty list would mean the default sample's)
+    art, p = compile_art("art-mla-sp", flags, executor="native", defs=defs)
+    got, _ = train(art, "mla-sp")
+    compare("MLA and experts, tp2 sp (native)", got, reference(art, defs + ONE_RANK), tol1=1e-6, tol20=1e-4)
+
+
 # a two-layer Llama on one CPU rank (recompute_ops, recompute_act)
 TINY_LLAMA_DEFS = ["-D", "layers=2", "-D", "hidden=32", "-D", "heads=4", "-D", "kv_heads=2", "-D", "ffn=64", "-D", "seq=16",
                    "-D", "vocab=256"]
