@@ -19,8 +19,11 @@ other than by a refusal. A line holds the whole command, so a failure is
 rerun by hand with run_device.py --keep DIR.
 
 Found with it (2026-12-07): ZeRO 3's gather of DeepSeek-V3's routing bias
-overran its buffer at dp 4 (cuda.layout.*.deepseek_zero3_dp4), and a rank's
-fatal data error was followed by the launcher's "no rank reported an error".
+overran its buffer at dp 4 (cuda.layout.*.deepseek_zero3_dp4); a rank's fatal
+data error was followed by the launcher's "no rank reported an error"; and the
+CPU target itself, the comparison's reference, gathered MLA's rotary key along
+the wrong axis under sequence parallelism (compile.mla_sp): a FAIL may be
+either side's, so check it against the reference executor (--executor interp).
 Takes 10-30 s a run on 2 cores."""
 import argparse
 import os
