@@ -249,7 +249,7 @@ double *interp_grad(Interp *in, int param, int64_t layer, int64_t *numel) {
 static void add_grad(Interp *in, int param, int64_t layer, const double *g) {
   const IrParam *p = &in->m->params[param];
   int64_t n = ir_param_numel(p);
-  if (!in->grads[param]) in->grads[param] = xalloc_calloc((size_t)(n * ir_param_copies(p)), sizeof(double));
+  if (!in->grads[param]) in->grads[param] = xalloc_calloc((size_t)ir_param_numel_all(p), sizeof(double));
   double *d = in->grads[param] + param_copy(p, layer) * n;
   for (int64_t k = 0; k < n; k++) d[k] += g[k];
 }

@@ -176,7 +176,6 @@ void devx_program_free(DevxProgram *p) {
   memset(p, 0, sizeof *p);
 }
 
-
 static DevKctx kctx(const DevExec *x, int64_t layer);
 
 /* The copies [lo, hi) of P the module's calls read (a repeated parameter's
