@@ -356,14 +356,34 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
  * at once race on it: one removes the emptied tree while the other makes
  * its job's directory in it, and the second job fails before any rank
  * starts ("ORTE_ERROR_LOG: Error in file util/session_dir.c";
- * open-mpi/ompi#7049, #8510). A job on this machine alone (no host list)
+ * open-mpi/ompi#7049, #8510). A job on this machine alone (may_span_hosts)
  * gets a tree of its own, removed after it; one the user placed
  * (OMPI_MCA_orte_tmpdir_base) stays where it is. Fills base ("" when none). */
+/* Whether mpirun may place ranks on other machines: a host list or hostfile
+ * among the extra arguments (Open MPI's spellings, one dash or two), or an
+ * allocation of a resource manager, whose nodes mpirun uses unasked. The
+ * private tree is made here only, so those jobs keep Open MPI's own. */
+static int may_span_hosts(const char *extra) {
+  static const char *const flags[] = {"-H", "--host", "-host", "--hostfile", "-hostfile", "--machinefile",
+                                      "-machinefile", "--default-hostfile", "-default-hostfile", "--rankfile",
+                                      "-rankfile", "-rf", "orte_default_hostfile"};
+  static const char *const managers[] = {"OMPI_MCA_orte_default_hostfile", "SLURM_JOB_ID", "PBS_NODEFILE",
+                                         "LSB_MCPU_HOSTS", "PE_HOSTFILE"};
+  for (size_t i = 0; i < sizeof managers / sizeof *managers; i++)
+    if (getenv(managers[i])) return 1;
+  for (const char *p = extra; p && *p;) {
+    while (*p == ' ' || *p == '\t') p++;
+    size_t len = strcspn(p, " \t=");
+    for (size_t i = 0; i < sizeof flags / sizeof *flags; i++)
+      if (len == strlen(flags[i]) && !strncmp(p, flags[i], len)) return 1;
+    p += strcspn(p, " \t");
+  }
+  return 0;
+}
+
 static void private_session_base(char *base, size_t n) {
   base[0] = 0;
-  const char *extra = getenv("HPDL_MPIRUN_ARGS");
-  if (getenv("OMPI_MCA_orte_tmpdir_base") || getenv("OMPI_MCA_orte_default_hostfile") || (extra && strstr(extra, "host")))
-    return;
+  if (getenv("OMPI_MCA_orte_tmpdir_base") || may_span_hosts(getenv("HPDL_MPIRUN_ARGS"))) return;
   const char *tmpdir = getenv("TMPDIR");
   snprintf(base, n, "%s/hpdlrun-ompi-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
   if (!mkdtemp(base)) {

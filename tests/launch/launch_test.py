@@ -234,6 +234,10 @@ def case_mpirun_one_rank(log):
                 "if [ -d \"$b\" ]; then echo \"stub mpirun: base $b\"; else echo \"stub mpirun: no base [$b]\"; fi\n")
     tmp = os.path.join(A.work, "tmp")
     os.makedirs(tmp, exist_ok=True)
+    # a test run inside an allocation must not see it: scrub what marks one
+    managers = ("OMPI_MCA_orte_default_hostfile", "SLURM_JOB_ID", "PBS_NODEFILE", "LSB_MCPU_HOSTS", "PE_HOSTFILE")
+    for m in managers + ("OMPI_MCA_orte_tmpdir_base", "HPDL_MPIRUN_ARGS"):
+        os.environ.pop(m, None)
     p = hpdlrun("--mpirun", art, "--steps", "0", env={"HPDL_MPIRUN": stub, "TMPDIR": tmp})
     base = p.stdout.split("stub mpirun: base ")[-1].split()[0] if "stub mpirun: base " in p.stdout else ""
     if not base.startswith(os.path.join(tmp, "hpdlrun-ompi-")):
@@ -241,13 +245,24 @@ def case_mpirun_one_rank(log):
     if os.path.exists(base):
         sys.exit(f"FAIL: the job's session tree {base} is left after it")
     log.append("a job of this machine: a session tree of its own, removed after it")
-    for extra in ({"OMPI_MCA_orte_tmpdir_base": tmp}, {"HPDL_MPIRUN_ARGS": "--hostfile hosts"},
-                  {"OMPI_MCA_orte_default_hostfile": "hosts"}):
+    cases = [{"OMPI_MCA_orte_tmpdir_base": tmp}]
+    cases += [{"HPDL_MPIRUN_ARGS": a} for a in ("--hostfile hosts", "--map-by node -H n1,n2", "--host n1:4,n2:4",
+                                                 "-machinefile hosts", "--mca orte_default_hostfile hosts",
+                                                 "--rankfile ranks")]
+    cases += [{m: "x"} for m in managers]
+    for extra in cases:
         p = hpdlrun("--mpirun", art, "--steps", "0", env=dict(extra, HPDL_MPIRUN=stub, TMPDIR=tmp))
         want = f"stub mpirun: base {tmp}" if "OMPI_MCA_orte_tmpdir_base" in extra else "stub mpirun: no base []"
         if want not in p.stdout:
             sys.exit(f"FAIL: with {extra}: {p.stdout} {p.stderr}")
-        log.append(f"with {' '.join(extra)}: {want[len('stub mpirun: '):].replace(tmp, 'TMPDIR')}")
+        log.append(f"with {' '.join(f'{k}={v}' if k == 'HPDL_MPIRUN_ARGS' else k for k, v in extra.items())}: "
+                   f"{want[len('stub mpirun: '):].replace(tmp, 'TMPDIR')}")
+    # arguments that name no other machine keep the private tree
+    p = hpdlrun("--mpirun", art, "--steps", "0",
+                env={"HPDL_MPIRUN": stub, "TMPDIR": tmp, "HPDL_MPIRUN_ARGS": "--map-by slot --bind-to core --mca btl self,vader"})
+    if "stub mpirun: base " + os.path.join(tmp, "hpdlrun-ompi-") not in p.stdout:
+        sys.exit(f"FAIL: arguments naming no host lost the private tree: {p.stdout} {p.stderr}")
+    log.append("with HPDL_MPIRUN_ARGS of this machine alone: a session tree of its own")
 
 
 def case_errors(log):
