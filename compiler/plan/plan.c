@@ -551,14 +551,21 @@ static void price_gemm(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, 
   double in_bytes = ((double)ir_numel(a) + (double)ir_numel(b)) * ib;
   double out_bytes = out * (double)K->noutputs * eb;
   const char *pn = lowp ? P->pc->lowp : prec_name(P->pc->prec);
+  /* a weight gradient of a small layer over many tokens has fewer output
+   * tiles than the device has SMs, over a deep k: libraries cut k into
+   * slices run side by side and summed after (split-K, as a convolution's
+   * filter gradient, sec. 9.5) */
+  double split = (double)cost_gemm_split_k((int64_t)batch, (int64_t)M, (int64_t)N, (int64_t)Kd, dev);
   /* the format's fixed tile cost (sec. 3.2), looked up once a plan: K0 is
    * the 16-bit one for every training precision */
-  double eff = lowp ? cost_gemm_efficiency_k0((int64_t)batch, (int64_t)M, (int64_t)N, (int64_t)Kd, dev, P->pc->lowp_k0)
-                    : cost_gemm_efficiency_batched((int64_t)batch, (int64_t)M, (int64_t)N, (int64_t)Kd, dev);
+  int64_t eb_batch = (int64_t)(batch * split), eb_k = (int64_t)(Kd / split);
+  double eff = lowp ? cost_gemm_efficiency_k0(eb_batch, (int64_t)M, (int64_t)N, eb_k, dev, P->pc->lowp_k0)
+                    : cost_gemm_efficiency_batched(eb_batch, (int64_t)M, (int64_t)N, eb_k, dev);
   /* the mainloop (operands streamed under the arithmetic), then the
    * epilogue stores the result: on A100-class GPUs a thread block writes its
    * tile after its mainloop, so the store does not hide under the math */
   double t = cost_op_time_s(flops, in_bytes, dev, pn, eff * P->pc->gemm_sustained);
+  if (split > 1) t += mem_kernel_time(P->pc, split * batch * M * N, 2 * split * batch * M * N * 4);
   t += cost_op_time_s(0, out_bytes, dev, pn, 1.0);
   t += PLAN_KERNEL_OVERHEAD_S;
   acc->t += t;

@@ -270,6 +270,16 @@ static void test_gemm_efficiency(void) {
   EXPECT_NEAR(cost_gemm_efficiency_batched(108, 128, 128, 4096, a100), one, 1e-12);
   /* shallow GEMMs lose to the per-tile overhead */
   EXPECT(cost_gemm_efficiency(8192, 8192, 64, a100) < 0.55 * cost_gemm_ceiling(a100));
+  /* split-K (docs/planner.md 3.2): GPT-2 124M's [768, 768] weight gradient
+   * over 65536 tokens is 36 tiles on 108 SMs, cut into 3 slices; [768, 2304]
+   * fills the wave (108 tiles) and is not cut; a slice is at least 512 deep */
+  EXPECT(cost_gemm_split_k(1, 768, 768, 65536, a100) == 3);
+  EXPECT(cost_gemm_split_k(1, 768, 2304, 65536, a100) == 1);
+  EXPECT(cost_gemm_split_k(1, 128, 128, 65536, a100) == 108);
+  EXPECT(cost_gemm_split_k(1, 128, 128, 2048, a100) == 4);
+  EXPECT(cost_gemm_split_k(1, 768, 768, 1000, a100) == 1);
+  EXPECT(cost_gemm_split_k(36, 128, 128, 65536, a100) == 3);
+  EXPECT(cost_gemm_split_k(1, 768, 768, 65536, NULL) == 1);
   /* degenerate shapes and unknown devices */
   EXPECT_NEAR(cost_gemm_efficiency(0, 8, 8, a100), cost_gemm_ceiling(a100), 1e-15);
   EXPECT_NEAR(cost_gemm_ceiling(NULL), COST_GEMM_CEILING_DEFAULT, 1e-15);
