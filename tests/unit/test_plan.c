@@ -918,7 +918,7 @@ static void test_issue12(void) {
     EXPECT(plan_evaluate(f.c, &L1, 0, &r1) == 0 && r1.valid);
     EXPECT(plan_vocab(f.c, &r1, &priced) == 50257 && priced == 50304);
   }
-  double flash_step = r.step_s, flash_act = r.mem.activations, flash_attn = r.attn_s;
+  double flash_step = r.step_s, flash_act = r.mem.activations, flash_attn = r.attn_s, flash_gemm = r.gemm_s;
   EXPECT(flash_attn > 0 && flash_attn < r.compute_s);
   /* the terms of --explain add up to the step */
   PlanTerm t[9];
@@ -956,7 +956,10 @@ static void test_issue12(void) {
   PlanLayout L8 = plan_layout_of(g.m);
   PlanResult r8;
   EXPECT(plan_evaluate(g.c, &L8, 0, &r8) == 0);
-  EXPECT(r8.valid && r8.step_s < flash_step && r8.gemm_s > 0);
+  /* the GEMMs faster; not the step: at hidden 1024 over tp 8 the layers'
+   * GEMMs are too small for the FP8 casts to pay off (split-K, planner.md
+   * 3.2, runs their bf16 weight gradients near the FP8 ones) */
+  EXPECT(r8.valid && r8.gemm_s < 0.95 * flash_gemm && r8.gemm_s > 0);
   /* the activations only the layers' FP8 GEMMs read back are saved as their
    * FP8 copies (Transformer Engine): per layer the two LayerNorms' outputs
    * (sequence chunks, gathered again for the weight gradients) and the
