@@ -51,6 +51,7 @@ static const LayoutFlag layout_flags[] = {
     {"--global-batch", "train.batch", "N"},
     {"--precision", "train.precision", "fp32|bf16|fp16|fp8|mxfp8|nvfp4"},
     {"--moments", "train.moments", "fp32|bf16"},
+    {"--fp8-scaling", "train.fp8_scaling", "delayed|current"},
     {"--recompute", "parallel.recompute", "none|selective|full|ops|act|auto"},
     {"--schedule", "parallel.schedule", "gpipe|1f1b|interleaved|auto"},
     {"--virtual-stages", "parallel.virtual", "N|auto"},

@@ -202,6 +202,9 @@ typedef struct {
   OptimizerKind optimizer;
   double lr, momentum, beta1, beta2, eps, weight_decay, min_lr, clip;
   int moments_bf16; /* train.moments = bf16: the optimizer's moments (AdamW's m, v; SGD's momentum) in 16 bits */
+  int fp8_current;  /* train.fp8_scaling = current: FP8's per-tensor scale from the tensor's own amax, a pass of its
+                       own before the cast (Transformer Engine 2's Float8CurrentScaling, torchao's tensorwise dynamic
+                       scaling), not the delayed scaling's history (the amax taken inside the cast) */
   int64_t warmup;
   DecayKind decay;
   const char *data;

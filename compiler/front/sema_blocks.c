@@ -15,6 +15,7 @@
 
 static const char *const precisions[] = {"fp32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4", NULL};
 static const char *const moment_types[] = {"fp32", "bf16", NULL};
+static const char *const fp8_scalings[] = {"delayed", "current", NULL};
 static const char *const optimizers[] = {"sgd", "adamw", NULL};
 static const char *const schedules[] = {"gpipe", "1f1b", "interleaved", NULL};
 static const char *const recomputes[] = {"none", "selective", "full", "ops", "act", NULL};
@@ -31,6 +32,7 @@ static const char *const loss_scales[] = {"dynamic", NULL};
 static const KeySpec train_keys[] = {
     {"batch", K_INT, NULL, 0},        {"micro_batch", K_INT, NULL, 1}, {"steps", K_INT, NULL, 0},
     {"precision", K_WORD, precisions, 0}, {"loss_scale", K_WORD, loss_scales, 0}, {"moments", K_WORD, moment_types, 0},
+    {"fp8_scaling", K_WORD, fp8_scalings, 0},
     {"optimizer", K_SPEC, optimizers, 0}, {"clip", K_FLOAT, NULL, 0}, {"data", K_STRING, NULL, 0},
     {"checkpoint", K_BLOCK, NULL, 0},  {"seed", K_INT, NULL, 0},      {"log_every", K_INT, NULL, 0},
 };
@@ -370,6 +372,7 @@ void sema_read_train(Sema *S, SemModel *m, const AstDecl *decl, Settings *out) {
   t->data = data ? val_as_word(&data->value) : NULL;
   read_optimizer(S, sema_setting_get(&s, "optimizer"), t);
   t->moments_bf16 = get_word(&s, "moments", moment_types, 0) == 1;
+  t->fp8_current = get_word(&s, "fp8_scaling", fp8_scalings, 0) == 1;
   Setting *ck = sema_setting_get(&s, "checkpoint");
   t->ckpt_every = 0;
   t->ckpt_keep = 3;

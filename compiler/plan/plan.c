@@ -2013,10 +2013,13 @@ static void plan_set_lowp(PlanCtx *c) {
   c->lowp_operand = c->lowp_cast = c->lowp_saved = eb;
   c->layer_gather_bytes = c->weight_bytes;
   if (p == PREC_FP8) {
-    /* Transformer Engine's cast-transpose: read, write the value and its transpose */
+    /* Transformer Engine's cast-transpose: read, write the value and its
+     * transpose; under current scaling the tensor's amax is a pass of its own
+     * before it (the scale must be known before the first value is cast),
+     * where delayed scaling takes the amax inside the cast for the next step */
     c->lowp = "fp8";
     c->lowp_operand = c->lowp_saved = c->layer_gather_bytes = 1;
-    c->lowp_cast = eb + 2;
+    c->lowp_cast = eb + 2 + (c->model->train.fp8_current ? eb : 0);
   } else if (p == PREC_MXFP8) {
     /* scales run along the contraction, so a row-wise and a column-wise copy
      * (each with its scales) take the transpose's place; weights gathered as

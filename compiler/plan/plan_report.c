@@ -47,9 +47,10 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
     fprintf(f, ", %s active per token (top_k of the experts)", plan_fmt_count(b, sizeof b, plan_active_params(m, r)));
   fputc('\n', f);
   int64_t gpn = cl->gpus_per_node > 0 ? cl->gpus_per_node : 1;
-  fprintf(f, "cluster: %s, %" PRId64 " x %s (%" PRId64 " node%s of %" PRId64 "), %s\n", cl->name ? cl->name : "?",
+  fprintf(f, "cluster: %s, %" PRId64 " x %s (%" PRId64 " node%s of %" PRId64 "), %s%s\n", cl->name ? cl->name : "?",
           r->gpus, plan_device(c)->name, (r->gpus + gpn - 1) / gpn, (r->gpus + gpn - 1) / gpn == 1 ? "" : "s", gpn,
-          prec_label(m->train.precision));
+          prec_label(m->train.precision),
+          plan_gemm_format(c) == PREC_FP8 && m->train.fp8_current ? " (current scaling)" : "");
   if (!r->valid) {
     fprintf(f, "layout: not valid: %s\n", r->why);
     return;
@@ -424,6 +425,8 @@ static json_t *json_report(PlanCtx *c, const PlanReport *rep) {
   json_object_set_new(mo, "tokens_per_step", jnum(r ? (double)r->global_batch * (double)r->seq_len : 0));
   json_object_set_new(mo, "precision", json_string(prec_label(m->train.precision)));
   json_object_set_new(mo, "gemm_format", json_string(prec_label(plan_gemm_format(c))));
+  if (plan_gemm_format(c) == PREC_FP8)
+    json_object_set_new(mo, "fp8_scaling", json_string(m->train.fp8_current ? "current" : "delayed"));
   json_object_set_new(mo, "moments", json_string(m->train.moments_bf16 ? "bf16" : "fp32"));
   int64_t vpad = 0, voc = plan_vocab(c, r, &vpad);
   if (voc > 0) {

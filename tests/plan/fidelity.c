@@ -172,7 +172,8 @@ static void set_command(char *cmd, size_t cap, const char *hpdlc, const char *sr
                                         {"compression", "--compression"}, {"moments", "--moments"},
                                         {"dispatcher", "--dispatcher"}, {"fusion", "--fusion"},
                                         {"cp_comm", "--cp-comm"},
-                                        {"engine", "--engine"}, {"overlap", "--overlap"}};
+                                        {"engine", "--engine"}, {"overlap", "--overlap"},
+                                        {"fp8_scaling", "--fp8-scaling"}};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
     json_t *val = json_object_get(l, keys[i][0]);
     const char *str = json_string_value(val);

@@ -14,7 +14,12 @@ Llama 3.1 8B at 4096 tokens, FSDP (ZeRO 3) over the 8 GPUs of one rack, docs/pla
   - on H100 (no FP4, no block-scaled tensor cores) nvfp4 and mxfp8 are priced as fp8, to the
     bit, the report saying so and JSON model.gemm_format "fp8"; on A100 (no FP8) nvfp4 as
     bf16 (gemm_format "bf16");
-  - the JSON names the format priced (model.gemm_format) beside the precision asked.
+  - the JSON names the format priced (model.gemm_format) beside the precision asked;
+  - train.fp8_scaling = current (--fp8-scaling current): on H100 fp8's casts read each value once
+    more for the amax first - the memory-bound time longer, the GEMMs, communication and memory
+    to the bit, JSON model.fp8_scaling "current" ("delayed" by default) and the cluster line
+    saying so; nvfp4 falling back to fp8 takes it too; on GB300 mxfp8 and nvfp4 (no per-tensor
+    amax pass to add or already priced) to the bit, with no model.fp8_scaling.
 Exit 0 pass, 1 fail."""
 import sys
 
@@ -30,7 +35,10 @@ def main():
     f8, mx, f4 = (plan(gb + ["--precision", p]) for p in ("fp8", "mxfp8", "nvfp4"))
     h8, hmx, h4 = (plan(["--cluster", "dgx-h100", "--precision", p]) for p in ("fp8", "mxfp8", "nvfp4"))
     a16, a4 = (plan(["--cluster", "dgx-a100-80gb", "--precision", p]) for p in ("bf16", "nvfp4"))
-    if None in (f8, mx, f4, h8, hmx, h4, a16, a4):
+    cur = ["--fp8-scaling", "current"]
+    hc8, hc4 = (plan(["--cluster", "dgx-h100", "--precision", p] + cur) for p in ("fp8", "nvfp4"))
+    mxc, f4c = (plan(gb + ["--precision", p] + cur) for p in ("mxfp8", "nvfp4"))
+    if None in (f8, mx, f4, h8, hmx, h4, a16, a4, hc8, hc4, mxc, f4c):
         return 1
     t8, tmx, t4 = f8["time"], mx["time"], f4["time"]
     act = lambda d: d["memory_per_gpu"]["activations"]
@@ -58,6 +66,23 @@ def main():
         (a4["time"]["step_s"] == a16["time"]["step_s"] and a4["model"]["gemm_format"] == "bf16",
          "a100: nvfp4 priced as bf16, to the bit"),
     ]
+    same = lambda a, b: (a["time"]["gemm_s"] == b["time"]["gemm_s"] and a["comm_per_step"] == b["comm_per_step"]
+                         and a["memory_per_gpu"] == b["memory_per_gpu"])
+    hm, hcm = h8["time"]["memory_bound_s"], hc8["time"]["memory_bound_s"]
+    print(f"h100 fp8: memory-bound {hm:.4f} s delayed, {hcm:.4f} s current; step {h8['time']['step_s']:.4f} / "
+          f"{hc8['time']['step_s']:.4f} s")
+    checks += [
+        (h8["model"].get("fp8_scaling") == "delayed" and hc8["model"].get("fp8_scaling") == "current",
+         "JSON model.fp8_scaling: delayed by default, current when asked"),
+        (hm < hcm < 2 * hm and hc8["time"]["step_s"] > h8["time"]["step_s"] and same(h8, hc8),
+         "current scaling: the amax's pass lengthens the memory-bound time alone"),
+        (hc4["time"]["step_s"] == hc8["time"]["step_s"], "h100: nvfp4 priced as fp8 with current scaling, to the bit"),
+        (mxc["time"]["step_s"] == mx["time"]["step_s"] and f4c["time"]["step_s"] == f4["time"]["step_s"]
+         and "fp8_scaling" not in mxc["model"] and "fp8_scaling" not in f4c["model"],
+         "gb300: mxfp8 and nvfp4 unchanged by fp8_scaling, to the bit"),
+    ]
+    text = run(["--cluster", "dgx-h100", "--precision", "fp8"] + cur).stdout
+    checks.append(("8 x h100-sxm (1 node of 8), fp8 (current scaling)" in text, "the cluster line names current scaling"))
     text = run(["--cluster", "dgx-h100", "--precision", "nvfp4"]).stdout
     checks.append(("precision: nvfp4, but h100-sxm has no FP4 rate: its blocks' GEMMs priced as fp8" in text,
                    "h100: the report says nvfp4 fell back to fp8"))
