@@ -558,9 +558,9 @@ static void price_gemm(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, 
   double split = (double)cost_gemm_split_k((int64_t)batch, (int64_t)M, (int64_t)N, (int64_t)Kd, dev);
   /* the format's fixed tile cost (sec. 3.2), looked up once a plan: K0 is
    * the 16-bit one for every training precision */
-  int64_t eb_batch = (int64_t)(batch * split), eb_k = (int64_t)(Kd / split);
-  double eff = lowp ? cost_gemm_efficiency_k0(eb_batch, (int64_t)M, (int64_t)N, eb_k, dev, P->pc->lowp_k0)
-                    : cost_gemm_efficiency_batched(eb_batch, (int64_t)M, (int64_t)N, eb_k, dev);
+  int64_t slices = (int64_t)(batch * split), slice_k = (int64_t)(Kd / split);
+  double eff = lowp ? cost_gemm_efficiency_k0(slices, (int64_t)M, (int64_t)N, slice_k, dev, P->pc->lowp_k0)
+                    : cost_gemm_efficiency_batched(slices, (int64_t)M, (int64_t)N, slice_k, dev);
   /* the mainloop (operands streamed under the arithmetic), then the
    * epilogue stores the result: on A100-class GPUs a thread block writes its
    * tile after its mainloop, so the store does not hide under the math */

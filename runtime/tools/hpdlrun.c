@@ -351,18 +351,11 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
   return 0;
 }
 
-/* Open MPI 4 keeps every job's session directory under one tree per user in
- * the temporary directory, and two mpiruns that start and end on a machine
- * at once race on it: one removes the emptied tree while the other makes
- * its job's directory in it, and the second job fails before any rank
- * starts ("ORTE_ERROR_LOG: Error in file util/session_dir.c";
- * open-mpi/ompi#7049, #8510). A job on this machine alone (may_span_hosts)
- * gets a tree of its own, removed after it; one the user placed
- * (OMPI_MCA_orte_tmpdir_base) stays where it is. Fills base ("" when none). */
 /* Whether mpirun may place ranks on other machines: a host list or hostfile
  * among the extra arguments (Open MPI's spellings, one dash or two), or an
- * allocation of a resource manager, whose nodes mpirun uses unasked. The
- * private tree is made here only, so those jobs keep Open MPI's own. */
+ * allocation of a resource manager, whose nodes mpirun uses unasked: those
+ * jobs keep Open MPI's shared tree (a private one would be made on this
+ * machine alone). */
 static int may_span_hosts(const char *extra) {
   static const char *const flags[] = {"-H", "--host", "-host", "--hostfile", "-hostfile", "--machinefile",
                                       "-machinefile", "--default-hostfile", "-default-hostfile", "--rankfile",
@@ -381,6 +374,14 @@ static int may_span_hosts(const char *extra) {
   return 0;
 }
 
+/* Open MPI 4 keeps every job's session directory under one tree per user in
+ * the temporary directory, and two mpiruns that start and end on a machine
+ * at once race on it: one removes the emptied tree while the other makes
+ * its job's directory in it, and the second job fails before any rank
+ * starts ("ORTE_ERROR_LOG: Error in file util/session_dir.c";
+ * open-mpi/ompi#7049, #8510). A job on this machine alone (may_span_hosts)
+ * gets a tree of its own, removed after it; one the user placed
+ * (OMPI_MCA_orte_tmpdir_base) stays where it is. Fills base ("" when none). */
 static void private_session_base(char *base, size_t n) {
   base[0] = 0;
   if (getenv("OMPI_MCA_orte_tmpdir_base") || may_span_hosts(getenv("HPDL_MPIRUN_ARGS"))) return;
