@@ -98,9 +98,10 @@ if(Python3_Interpreter_FOUND)
   #   option_sweep   150 random models and option sets from a fixed seed: no crash, no sanitizer report, every refusal says why
   #   measure_cpu    --measure-cpu: this machine's sgemm, triad, memory and bf16 GEMM become the cpu device's figures
   #   grouped_experts  ep = 1's grouped GEMMs a launch an expert, as the device path runs them, 11.3a
+  #   trace_flag     --trace: the step's Chrome trace, and the clear errors of a step too long to trace or an unwritable path
   #   moe_search_bound the search's model-state bound takes the experts over the expert group (sec. 12)
   foreach(script balance_ends fusion_flag cp_comm_flag overlap_flag engine_flag fused_ce_flag lowp_flag no_fit option_sweep measure_cpu
-                 grouped_experts moe_search_bound)
+                 grouped_experts moe_search_bound trace_flag)
     add_test(NAME plan.${script}
              COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/${script}.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
     set_tests_properties(plan.${script} PROPERTIES TIMEOUT 120 LABELS plan)

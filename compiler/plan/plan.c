@@ -3049,12 +3049,20 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
 /* ------------------------------------------------------------------ */
 /* a whole predicted step, for traces                                   */
 
-int plan_timeline(PlanCtx *c, const PlanLayout *L, PlanTimeline *out) {
+int plan_timeline(PlanCtx *c, const PlanLayout *L, PlanTimeline *out, char *why, size_t whylen) {
   memset(out, 0, sizeof *out);
+  snprintf(why, whylen, "the layout has no plan");
   PlanResult r;
-  if (plan_evaluate(c, L, PLAN_FULL_SIM, &r) != 0) return -1;
+  if (plan_evaluate(c, L, PLAN_FULL_SIM, &r) != 0 || !r.valid) return -1;
   const PlanLayout *l = &r.layout;
   int64_t K = l->pp * (l->vpp > 0 ? l->vpp : 1);
+  if (l->num_micro > PLAN_TIMELINE_MAX_UNITS / K) {
+    snprintf(why, whylen,
+             "%" PRId64 " micro-batches x %" PRId64 " pipeline chunk%s a step are more than the %d a timeline holds "
+             "(a forward and a backward event each); a smaller global batch shows the same schedule",
+             l->num_micro, K, K == 1 ? "" : "s", PLAN_TIMELINE_MAX_UNITS);
+    return -1;
+  }
   PlanKey key = plan_layout_key(l, l->recompute_layers);
   PlanExact *e = plan_exact(c, &key, K);
   if (!e->valid) return -1;
@@ -3076,9 +3084,12 @@ int plan_timeline(PlanCtx *c, const PlanLayout *L, PlanTimeline *out) {
     int s = sched_simulate_costs(&out->prog, &sc, &out->sim);
     if (s == 0) rc = 0;
     else {
+      snprintf(why, whylen, "the schedule's simulation does not finish (a deadlock)");
       if (s > 0) sched_sim_free(&out->sim);
       sched_free(&out->prog);
     }
+  } else {
+    snprintf(why, whylen, "the schedule cannot be built: %s", err);
   }
   free(tf);
   free(tb);

@@ -306,8 +306,13 @@ void plan_report_text(FILE *f, PlanCtx *c, const PlanReport *r);
 /* The JSON of docs/planner.md sec. 15 (the stable schema); returns 0 or -1. */
 int plan_report_json(FILE *f, PlanCtx *c, const PlanReport *r);
 int plan_report_html(FILE *f, PlanCtx *c, const PlanReport *r);
-/* A Chrome trace (trace event JSON) of one predicted step of L. */
-int plan_trace(FILE *f, PlanCtx *c, const PlanLayout *L);
+/* A Chrome trace (trace event JSON) of one predicted step of L; -1 with why
+ * filled when the step has no timeline (plan_timeline). */
+int plan_trace(FILE *f, PlanCtx *c, const PlanLayout *L, char *why, size_t whylen);
+/* A timeline holds at most this many micro-batch x pipeline chunk pairs
+ * (each a forward and a backward event on each stage): a trace of more is
+ * gigabytes, and the schedule's counts are ints. */
+#define PLAN_TIMELINE_MAX_UNITS 1000000
 
 /* ---- the `hpdlc plan` command (plan_cli.c) ---- */
 typedef struct PlanCliOptions {

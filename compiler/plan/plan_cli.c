@@ -170,15 +170,18 @@ static int plan_command_run(Diag *diag, const char *path, const SemModel *m, con
   if (out != stdout) fclose(out);
   if (o->trace && plan.valid) {
     FILE *tf = fopen(o->trace, "w");
+    char why[256];
     if (!tf) {
-      fprintf(stderr, "hpdlc: plan: cannot write %s: %s\n", o->trace, strerror(errno));
+      fprintf(stderr, "hpdlc: error: --trace %s: cannot write it: %s\n", o->trace, strerror(errno));
       status = 1;
     } else {
-      if (plan_trace(tf, c, &plan.layout) != 0) {
-        fprintf(stderr, "hpdlc: plan: no trace: the schedule of the layout does not run\n");
+      int traced = plan_trace(tf, c, &plan.layout, why, sizeof why) == 0;
+      fclose(tf);
+      if (!traced) {
+        fprintf(stderr, "hpdlc: error: --trace %s: no trace written: %s\n", o->trace, why);
+        remove(o->trace); /* not an empty file that looks like a trace */
         status = 1;
       }
-      fclose(tf);
     }
   }
   free(top);

@@ -356,9 +356,11 @@ static void svg_timeline(FILE *f, PlanCtx *c, const PlanResult *r) {
     return;
   }
   PlanTimeline tl;
-  if (plan_timeline(c, Lo, &tl) != 0) {
-    fputs("<p id=\"timeline-note\" class=\"note\">the schedule of this layout does not run in the simulator; no timeline.</p>\n",
-          f);
+  char why[256];
+  if (plan_timeline(c, Lo, &tl, why, sizeof why) != 0) {
+    fputs("<p id=\"timeline-note\" class=\"note\">no timeline: ", f);
+    esc(f, why);
+    fputs(".</p>\n", f);
     return;
   }
   const SchedSim *s = &tl.sim;

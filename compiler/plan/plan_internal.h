@@ -232,7 +232,10 @@ typedef struct PlanTimeline {
   double dp_exposed, optimizer;
 } PlanTimeline;
 
-int plan_timeline(PlanCtx *c, const PlanLayout *L, PlanTimeline *out);
+/* The simulated schedule of one step of L; -1 with why filled when it has
+ * none (a layout that does not price, or more micro-batches x chunks than
+ * PLAN_TIMELINE_MAX_UNITS). */
+int plan_timeline(PlanCtx *c, const PlanLayout *L, PlanTimeline *out, char *why, size_t whylen);
 void plan_timeline_free(PlanTimeline *t);
 
 /* Fills r->limit: the limiting resource in one sentence (plan_search.c). */

@@ -547,9 +547,9 @@ static void trace_thread(json_t *ev, int tid, const char *name) {
   json_array_append_new(ev, e);
 }
 
-int plan_trace(FILE *f, PlanCtx *c, const PlanLayout *L) {
+int plan_trace(FILE *f, PlanCtx *c, const PlanLayout *L, char *why, size_t whylen) {
   PlanTimeline tl;
-  if (plan_timeline(c, L, &tl) != 0) return -1;
+  if (plan_timeline(c, L, &tl, why, whylen) != 0) return -1;
   json_t *root = json_object(), *ev = json_array();
   char name[64];
   for (int r = 0; r < tl.pp; r++) {

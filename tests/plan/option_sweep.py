@@ -12,14 +12,19 @@ vocab, seq), random layouts (--gpus, --dp auto mostly, --tp, --pp, --cp, --ep, -
 catalog cluster, and sometimes --search, --scaling, --trace, --explain, JSON or HTML. Most
 combinations are refused, and that is fine; what must hold for every one: it ends within
 60 s with exit 0 (a plan, or a report of why none fits), 1 (a plan that cannot be made) or 2
-(a refused option), a refusal says what is wrong ("error" or "not valid"), and nothing dies
-of a signal or a sanitizer report (the sanitized build runs this test too). Two draws of
+(a refused option), a refusal says what is wrong ("error" or "not valid"), nothing dies
+of a signal or a sanitizer report (the sanitized build runs this test too), and a JSON
+report is JSON whose every number is finite and none negative, with a step time above zero
+where the layout is valid (since 2026-12-07). Two draws of
 2026-12-05's sweep crashed `plan` and are replayed first: a search where nothing fits
 explaining its ZeRO fix, and an invalid plan's header; so are two of 2026-12-06's option
 fuzzing: a sequence of 2^31 tokens (a tensor's element count overflowed 64 bits: undefined
 behaviour, which the sanitized build stops at) and a search over 2^32 GPUs (a minute, every
 number up to it tried as a degree); since then some draws take a size or count at those
-bounds. Exit 0 pass, 1 fail."""
+bounds. 2026-12-07's sweep (seed 4) found a trace of 2^38 micro-batches refused without a
+reason (the count through an int): replayed too, with the JSON checks. Exit 0 pass, 1 fail."""
+import json
+import math
 import os
 import random
 import subprocess
@@ -37,6 +42,7 @@ REPLAY = [
      "--recompute", "auto", "--sp", "off", "--schedule", "gpipe", "--virtual-stages", "1", "--format", "json"],
     ["samples/llama.hpd", "--precision", "bf16", "-D", "seq=2147483648"],
     ["samples/gpt2-tiny.hpd", "--gpus", "4294967296", "--cluster", "cpu", "--search", "--fusion", "off"],
+    ["samples/moe-tiny.hpd", "--gpus", "1", "--global-batch", "1099511627776", "--trace", "TRACE", "--format", "json"],
 ]
 
 
@@ -62,6 +68,7 @@ def draw(rng, trace):
                             ("--global-batch", [1, 8, 64, 512, 4096], .5),
                             ("--recompute", ["none", "selective", "full", "ops", "act", "auto"], .5),
                             ("--precision", ["fp32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4"], .5), ("--sp", ["on", "off", "auto"], .3),
+                            ("--fp8-scaling", ["delayed", "current"], .1),
                             ("--schedule", ["gpipe", "1f1b", "interleaved", "auto"], .3), ("--virtual-stages", [1, 2, 3, "auto"], .2),
                             ("--cp-comm", ["allgather", "ring", "auto"], .3),
                             ("--attention", ["flash", "flash1", "flash2", "flash3", "materialized"], .3),
@@ -89,6 +96,34 @@ def draw(rng, trace):
     return args
 
 
+def numbers(x, path=""):
+    """Every number of a JSON value, with its path."""
+    if isinstance(x, bool) or x is None or isinstance(x, str):
+        return
+    if isinstance(x, (int, float)):
+        yield path, x
+    elif isinstance(x, dict):
+        for k, v in x.items():
+            yield from numbers(v, f"{path}.{k}")
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            yield from numbers(v, f"{path}[{i}]")
+
+
+def json_wrong(out):
+    """What is wrong with a JSON report, or None."""
+    try:
+        d = json.loads(out)
+    except ValueError as e:
+        return f"not JSON ({e})"
+    bad = [f"{k} = {v}" for k, v in numbers(d) if not math.isfinite(v) or v < 0]
+    if bad:
+        return "numbers not finite or negative: " + ", ".join(bad[:4])
+    if d.get("valid", True) and not d.get("time", {}).get("step_s", 0) > 0:
+        return "a valid layout without a step time"
+    return None
+
+
 def main():
     hpdlc, src = sys.argv[1], sys.argv[2]
     seed = int(sys.argv[3]) if len(sys.argv) > 3 else 37
@@ -97,7 +132,8 @@ def main():
     bad, counts = [], {0: 0, 1: 0, 2: 0}
     with tempfile.TemporaryDirectory() as tmp:
         trace = os.path.join(tmp, "trace.json")
-        for i, args in enumerate(REPLAY + [draw(rng, trace) for _ in range(n)]):
+        replay = [[trace if a == "TRACE" else a for a in r] for r in REPLAY]
+        for i, args in enumerate(replay + [draw(rng, trace) for _ in range(n)]):
             try:
                 p = subprocess.run([hpdlc, "plan", *args], cwd=src, capture_output=True, text=True, timeout=60)
                 rc, out, err = p.returncode, p.stdout, p.stderr
@@ -112,6 +148,8 @@ def main():
                 bad.append(f"a sanitizer report: {line}\n  {err.strip()[-800:]}")
             elif rc != 0 and "error" not in err and "not valid" not in out + err and '"valid": false' not in out:
                 bad.append(f"exit {rc} without a reason: {line}")
+            elif rc == 0 and "--format json" in line and json_wrong(out):
+                bad.append(f"a JSON report {json_wrong(out)}: {line}")
     print(f"seed {seed}: {n} drawn plans and {len(REPLAY)} replayed: {counts[0]} exit 0, {counts[1]} exit 1, {counts[2]} exit 2")
     for b in bad:
         print(f"FAIL: {b}")
