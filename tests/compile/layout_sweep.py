@@ -142,7 +142,9 @@ def main():
         art = e2e_common.fresh_dir(a.work, f"art{i}")
         p = e2e_common.run([hpdlc, "compile", *base, *fl, "-q", "-o", art], expect=None, timeout=280)
         if p.returncode != 0:
-            said = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+            # the error itself, not the notes and warnings printed after it
+            lines = p.stderr.strip().splitlines()
+            said = next((l for l in lines if "error:" in l), lines[-1] if lines else "")
             print(f"refused: {line}: {said}")
             if p.returncode not in (1, 2) or not said:
                 fails.append(f"compile exit {p.returncode} without a reason: {line}")
