@@ -439,6 +439,18 @@ static void price_attention_op(Pricer *P, const GInfo *gi, const IrNode *n, int 
   if (rc) acc->t_rc += t + te + PLAN_KERNEL_OVERHEAD_S;
 }
 
+/* The efficiency of batch GEMMs [M, N] over Kd at the fixed tile cost k0,
+ * with split-K (docs/planner.md 3.2): when their output tiles do not fill
+ * one wave over a deep Kd, Kd is cut into slices run side by side; *sum_s is
+ * the time of summing the slices' fp32 partial results after (0 unsplit). */
+static double split_gemm_efficiency(const Pricer *P, double batch, double M, double N, double Kd, double k0,
+                                    double *sum_s) {
+  const CatDevice *dev = &P->pc->dev;
+  double split = (double)cost_gemm_split_k((int64_t)batch, (int64_t)M, (int64_t)N, (int64_t)Kd, dev);
+  *sum_s = split > 1 ? mem_kernel_time(P->pc, split * batch * M * N, 2 * split * batch * M * N * 4) : 0;
+  return cost_gemm_efficiency_k0((int64_t)(batch * split), (int64_t)M, (int64_t)N, (int64_t)(Kd / split), dev, k0);
+}
+
 /* A convolution or one of its gradients: the implicit GEMM the back ends run
  * (im2col's product, the column matrix never stored: cuDNN's implicit
  * GEMM, Chetlur et al. 2014, sec. 3), priced as price_gemm prices a GEMM of
@@ -461,12 +473,11 @@ static void price_conv_op(Pricer *P, const GInfo *gi, const IrNode *n, int rc, P
    * weight gradient is zeroed). A convolution's groups are one batched launch. */
   int grouped = n->op == IR_GROUPED_MM || n->op == IR_GROUPED_MM_WGRAD;
   double launches = grouped ? batch : 1, per = grouped ? 1 : batch;
-  /* a filter gradient's few output tiles over a deep k: split-K, its slices
-   * summed in fp32 after (written and read once each) */
-  double split = (double)cost_gemm_split_k((int64_t)per, (int64_t)M, (int64_t)N, (int64_t)Kd, dev);
-  double eff = cost_gemm_efficiency_batched((int64_t)(per * split), (int64_t)M, (int64_t)N, (int64_t)(Kd / split), dev);
+  /* a filter gradient's few output tiles over a deep k: split-K */
+  double sum_s;
+  double eff = split_gemm_efficiency(P, per, M, N, Kd, COST_GEMM_K_OVERHEAD, &sum_s);
   double t = launches * cost_op_time_s(flops / launches, in_bytes / launches, dev, pn, eff * P->pc->gemm_sustained);
-  if (split > 1) t += launches * mem_kernel_time(P->pc, split * per * M * N, 2 * split * per * M * N * 4);
+  t += launches * sum_s;
   t += cost_op_time_s(0, (double)ir_numel(n) * eb, dev, pn, 1.0) + launches * PLAN_KERNEL_OVERHEAD_S;
   if (grouped) t += PLAN_KERNEL_OVERHEAD_S; /* the read-back, which waits for the queue */
   acc->t += t;
@@ -552,20 +563,17 @@ static void price_gemm(Pricer *P, const GInfo *gi, const FuseKernel *K, int rc, 
   double out_bytes = out * (double)K->noutputs * eb;
   const char *pn = lowp ? P->pc->lowp : prec_name(P->pc->prec);
   /* a weight gradient of a small layer over many tokens has fewer output
-   * tiles than the device has SMs, over a deep k: libraries cut k into
-   * slices run side by side and summed after (split-K, as a convolution's
-   * filter gradient, sec. 9.5) */
-  double split = (double)cost_gemm_split_k((int64_t)batch, (int64_t)M, (int64_t)N, (int64_t)Kd, dev);
-  /* the format's fixed tile cost (sec. 3.2), looked up once a plan: K0 is
-   * the 16-bit one for every training precision */
-  int64_t slices = (int64_t)(batch * split), slice_k = (int64_t)(Kd / split);
-  double eff = lowp ? cost_gemm_efficiency_k0(slices, (int64_t)M, (int64_t)N, slice_k, dev, P->pc->lowp_k0)
-                    : cost_gemm_efficiency_batched(slices, (int64_t)M, (int64_t)N, slice_k, dev);
+   * tiles than the device has SMs, over a deep k: split-K, as a
+   * convolution's filter gradient (sec. 9.5); the format's fixed tile cost
+   * (sec. 3.2), looked up once a plan: K0 is the 16-bit one for every
+   * training precision */
+  double sum_s;
+  double eff = split_gemm_efficiency(P, batch, M, N, Kd, lowp ? P->pc->lowp_k0 : COST_GEMM_K_OVERHEAD, &sum_s);
   /* the mainloop (operands streamed under the arithmetic), then the
    * epilogue stores the result: on A100-class GPUs a thread block writes its
    * tile after its mainloop, so the store does not hide under the math */
   double t = cost_op_time_s(flops, in_bytes, dev, pn, eff * P->pc->gemm_sustained);
-  if (split > 1) t += mem_kernel_time(P->pc, split * batch * M * N, 2 * split * batch * M * N * 4);
+  t += sum_s;
   t += cost_op_time_s(0, out_bytes, dev, pn, 1.0);
   t += PLAN_KERNEL_OVERHEAD_S;
   acc->t += t;
