@@ -25,7 +25,7 @@ import os
 import sys
 import tempfile
 
-from plan_checks import bind, rel, verdict
+from plan_checks import bind, rel, trace_end_s, trace_events, verdict
 
 GPT = ["-D", "layers=24", "-D", "hidden=4096", "-D", "heads=32"]
 
@@ -81,9 +81,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         trace = os.path.join(tmp, "trace.json")
         run(pp4 + ["--engine", "deepspeed", "--trace", trace])
-        with open(trace) as f:
-            events = json.load(f)["traceEvents"]
-    end = max(e.get("ts", 0) + e.get("dur", 0) for e in events) / 1e6
+        end = trace_end_s(trace_events(trace))
     checks.append((rel(end, td["step_s"]) < 1e-6, f"the trace ends at the step ({end:.6f} s)"))
     text = run(pp4 + ["--engine", "deepspeed"])
     checks.append(("engine deepspeed" in text.stdout and "blocking (DeepSpeed's" in text.stdout,

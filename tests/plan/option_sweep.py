@@ -148,8 +148,8 @@ def main():
                 bad.append(f"a sanitizer report: {line}\n  {err.strip()[-800:]}")
             elif rc != 0 and "error" not in err and "not valid" not in out + err and '"valid": false' not in out:
                 bad.append(f"exit {rc} without a reason: {line}")
-            elif rc == 0 and "--format json" in line and json_wrong(out):
-                bad.append(f"a JSON report {json_wrong(out)}: {line}")
+            elif rc == 0 and "--format json" in line and (wrong := json_wrong(out)):
+                bad.append(f"a JSON report {wrong}: {line}")
     print(f"seed {seed}: {n} drawn plans and {len(REPLAY)} replayed: {counts[0]} exit 0, {counts[1]} exit 1, {counts[2]} exit 2")
     for b in bad:
         print(f"FAIL: {b}")

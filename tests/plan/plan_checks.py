@@ -30,6 +30,17 @@ LLAMA31_8B = ["-D", "layers=32", "-D", "hidden=4096", "-D", "heads=32", "-D", "k
               "-D", "vocab=128256"]
 
 
+def trace_events(path):
+    """The events of a `hpdlc plan --trace` file (Chrome trace event JSON)."""
+    with open(path) as f:
+        return json.load(f)["traceEvents"]
+
+
+def trace_end_s(events):
+    """When a trace's last event ends, in seconds (its times are in microseconds)."""
+    return max(e.get("ts", 0) + e.get("dur", 0) for e in events) / 1e6
+
+
 def rel(a, b):
     """|a - b| relative to b."""
     return abs(a - b) / max(abs(b), 1e-30)

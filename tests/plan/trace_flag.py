@@ -11,12 +11,11 @@ a step of more micro-batch x pipeline chunk pairs than a timeline holds (plan.h
 PLAN_TIMELINE_MAX_UNITS: before 2026-12-07 such a step's count went through an int and the
 trace failed with "the schedule of the layout does not run"), and a path that cannot be
 written. Exit 0 pass, 1 fail."""
-import json
 import os
 import sys
 import tempfile
 
-from plan_checks import bind, rel, verdict
+from plan_checks import bind, rel, trace_end_s, trace_events, verdict
 
 
 def main():
@@ -29,11 +28,10 @@ def main():
         d = plan(["--trace", trace])
         if d is None:
             return 1
-        with open(trace) as f:
-            events = json.load(f)["traceEvents"]
+        events = trace_events(trace)
         spans = [e for e in events if e.get("ph") == "X"]
         tracks = {e["tid"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
-        end = max(e["ts"] + e["dur"] for e in spans) / 1e6
+        end = trace_end_s(events)
         per_stage = [sum(1 for e in spans if e["tid"] == 2 * s) for s in range(4)]
         print(f"trace: {len(spans)} spans on {len(tracks)} tracks, ends at {end:.6f} s (step {d['time']['step_s']:.6f} s); "
               f"compute spans a stage {per_stage}")
