@@ -118,6 +118,7 @@ typedef struct {
   char *score;     /* per node: an attention score or probability ([.., s_q, s_k]) */
   char *kattn;     /* per kernel: part of the attention (writes a score, or a GEMM reading one) */
   char *kcp_wait;  /* per kernel: a context-parallel send whose receive no attention kernel precedes (its exchange waits whole) */
+  char *gemm_gather; /* per node: a tensor-parallel ALL_GATHER that only GEMMs other than attention's read (FP8's gather) */
   int has_sbwd;    /* the graph differentiates a softmax of scores (an attention backward) */
   int attn_op;     /* the graph has ATTENTION ops (flash attention kernels of the back ends) */
 } GInfo;
@@ -137,6 +138,7 @@ static void ginfo_free(GInfo *gi) {
   free(gi->score);
   free(gi->kattn);
   free(gi->kcp_wait);
+  free(gi->gemm_gather);
   free(gi->gradsink);
 }
 
@@ -175,6 +177,8 @@ static int first_grad_of_param(const IrGraph *g, int q) {
     if (g->grad_params[k] == g->grad_params[q]) return 0;
   return 1;
 }
+
+static int read_by_fp8_gemms_only(const IrGraph *g, const IrReaders *rd, const char *score, int v, int depth);
 
 static void ginfo_init(GInfo *gi, const IrGraph *g, const FuseGraph *fg) {
   int n = g->nnodes, nk = fg->nkernels;
@@ -309,6 +313,17 @@ static void ginfo_init(GInfo *gi, const IrGraph *g, const FuseGraph *fg) {
   }
   free(sends);
   free(attn_at);
+  /* Sequence parallelism's gathers of a GEMM operand (the norm's output
+   * before QKV and the MLP's first GEMM; the gradient before the row-parallel
+   * GEMMs' input and weight gradients): under FP8 Transformer Engine casts
+   * the local chunk and gathers the FP8 copy (price_comm) */
+  gi->gemm_gather = xalloc_calloc((size_t)(n > 0 ? n : 1), 1);
+  Arena *ra = arena_new();
+  IrReaders rd = ir_readers(g->nodes, n, ra);
+  for (int i = 0; i < n; i++)
+    if (g->nodes[i].op == IR_ALL_GATHER && g->nodes[i].attr[0] == IRG_TP)
+      gi->gemm_gather[i] = (char)read_by_fp8_gemms_only(g, &rd, gi->score, i, 0);
+  arena_free(ra);
 }
 
 static double callee_saved_layer(Pricer *P, int graph);
@@ -615,6 +630,8 @@ static void price_comm(Pricer *P, const GInfo *gi, int kk, int rc, PlanCost *acc
     case IR_ALL_GATHER:
       kind = COST_ALLGATHER;
       bytes = value_bytes(P->pc, n);
+      if (P->pc->lowp && P->in_block && gi->gemm_gather[K->nodes[j]] && sem_dtype_is_float(n->dtype))
+        bytes = (double)ir_numel(n) * P->pc->lowp_operand;
       break;
     case IR_REDUCE_SCATTER:
       kind = COST_REDUCE_SCATTER;

@@ -19,7 +19,12 @@ Llama 3.1 8B at 4096 tokens, FSDP (ZeRO 3) over the 8 GPUs of one rack, docs/pla
     more for the amax first - the memory-bound time longer, the GEMMs, communication and memory
     to the bit, JSON model.fp8_scaling "current" ("delayed" by default) and the cluster line
     saying so; nvfp4 falling back to fp8 takes it too; on GB300 mxfp8 and nvfp4 (no per-tensor
-    amax pass to add or already priced) to the bit, with no model.fp8_scaling.
+    amax pass to add or already priced) to the bit, with no model.fp8_scaling;
+  - tensor parallelism with sequence parallelism (tp 2 on H100): sequence parallelism's gathers
+    of a GEMM operand move the FP8 copy (Transformer Engine's and torchao's FP8 all-gather), the
+    reduce-scatters of the GEMMs' outputs 16 bits: per layer 4 gathers and 4 reduce-scatters
+    (forward, the gradient's; the backward gathers the saved input again) and 2 gathers forward,
+    so fp8's tensor-parallel bytes are 14/20 of bf16's (the embedding and head a little more).
 Exit 0 pass, 1 fail."""
 import sys
 
@@ -92,6 +97,14 @@ def main():
     text = run(["--cluster", "dgx-a100-80gb", "--precision", "nvfp4"]).stdout
     checks.append(("precision: nvfp4, but a100-80gb has no FP4 or FP8 rate: its GEMMs and weights priced in bf16" in text,
                    "a100: the report says nvfp4 fell back to bf16"))
+    tp = ["--cluster", "dgx-h100", "--tp", "2", "--dp", "4", "--sp", "on"]
+    t16, t8tp = (plan(tp + ["--precision", p]) for p in ("bf16", "fp8"))
+    if None in (t16, t8tp):
+        return 1
+    ratio = t8tp["comm_per_step"]["tp"] / t16["comm_per_step"]["tp"]
+    print(f"h100 tp 2 + sp: tensor-parallel bytes a step bf16 {t16['comm_per_step']['tp'] / 2**30:.2f} GiB, "
+          f"fp8 {t8tp['comm_per_step']['tp'] / 2**30:.2f} GiB (ratio {ratio:.4f}, 14/20 = 0.7)")
+    checks.append((0.7 <= ratio < 0.72, "fp8: sequence parallelism's gathers of GEMM operands in FP8, its reduce-scatters in 16 bits"))
     return verdict(checks)
 
 
