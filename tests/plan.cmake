@@ -100,8 +100,9 @@ if(Python3_Interpreter_FOUND)
   #   grouped_experts  ep = 1's grouped GEMMs a launch an expert, as the device path runs them, 11.3a
   #   trace_flag     --trace: the step's Chrome trace, and the clear errors of a step too long to trace or an unwritable path
   #   moe_search_bound the search's model-state bound takes the experts over the expert group (sec. 12)
+  #   device_figures a cluster that gives its device's own figures (a GPU the catalog lacks): memory, bandwidth, SMs, peaks
   foreach(script balance_ends fusion_flag cp_comm_flag overlap_flag engine_flag fused_ce_flag lowp_flag no_fit option_sweep measure_cpu
-                 grouped_experts moe_search_bound trace_flag)
+                 grouped_experts moe_search_bound trace_flag device_figures)
     add_test(NAME plan.${script}
              COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/${script}.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
     set_tests_properties(plan.${script} PROPERTIES TIMEOUT 120 LABELS plan)

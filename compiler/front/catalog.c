@@ -40,89 +40,90 @@
  * callers see const pointers. */
 static CatDevice devices[] = {
     /* name, aliases, vendor, mem, hbm bw,
-     * fp64, fp32, tf32, bf16, fp16, fp8, fp4, link, link latency, source */
+     * fp64, fp32, tf32, bf16, fp16, fp8, fp4, link, link latency, source,
+     * SMs (0: the planner's table, cost.c; a cluster's `sms` sets them) */
     {"a100-40gb", "a100-sxm4-40gb a100-sxm-40gb", "NVIDIA", 40 * GiB, 1555 * GB,
      19.5 * TF, 19.5 * TF, 156 * TF, 312 * TF, 312 * TF, 0, 0, 300 * GB, LAT_FABRIC,
-     "NVIDIA A100 Tensor Core GPU datasheet (2021), SXM4 40GB"},
+     "NVIDIA A100 Tensor Core GPU datasheet (2021), SXM4 40GB", 0},
     {"a100-80gb", "a100-sxm4-80gb a100-sxm-80gb a100 a100-sxm", "NVIDIA", 80 * GiB, 2039 * GB,
      19.5 * TF, 19.5 * TF, 156 * TF, 312 * TF, 312 * TF, 0, 0, 300 * GB, LAT_FABRIC,
-     "NVIDIA A100 Tensor Core GPU datasheet (2021), SXM4 80GB"},
+     "NVIDIA A100 Tensor Core GPU datasheet (2021), SXM4 80GB", 0},
     {"h100-sxm", "h100 h100-sxm5 h100-sxm-80gb h100-sxm5-80gb", "NVIDIA", 80 * GiB, 3350 * GB,
      66.9 * TF, 66.9 * TF, 494.7 * TF, 989.4 * TF, 989.4 * TF, 1978.9 * TF, 0, 450 * GB, LAT_FABRIC,
-     "NVIDIA H100 Tensor Core GPU datasheet (2023) and architecture whitepaper (2022), SXM5"},
+     "NVIDIA H100 Tensor Core GPU datasheet (2023) and architecture whitepaper (2022), SXM5", 0},
     /* PCIe card: the fabric between cards is PCIe Gen5 x16 (NVLink bridges
      * join pairs only, so a collective over more than two cards runs at
      * PCIe speed). */
     {"h100-pcie", "h100-pcie-80gb", "NVIDIA", 80 * GiB, 2000 * GB,
      51.2 * TF, 51.2 * TF, 378 * TF, 756 * TF, 756 * TF, 1513 * TF, 0, 64 * GB, LAT_PCIE,
-     "NVIDIA H100 Tensor Core GPU datasheet (2023) and architecture whitepaper (2022), PCIe"},
+     "NVIDIA H100 Tensor Core GPU datasheet (2023) and architecture whitepaper (2022), PCIe", 0},
     /* Same GH100 compute as the H100 SXM; larger, faster HBM3e. */
     {"h200", "h200-sxm h200-141gb h200-sxm-141gb", "NVIDIA", 141 * GiB, 4800 * GB,
      66.9 * TF, 66.9 * TF, 494.7 * TF, 989.4 * TF, 989.4 * TF, 1978.9 * TF, 0, 450 * GB, LAT_FABRIC,
-     "NVIDIA H200 Tensor Core GPU datasheet (2024), SXM"},
+     "NVIDIA H200 Tensor Core GPU datasheet (2024), SXM", 0},
     /* HGX B200 at 1000 W. NVIDIA has quoted 192 GB and later 180 GB per GPU
      * (DGX B200: 1,440 GB for 8); the smaller, shipping figure is used. */
     {"b200", "b200-sxm b200-180gb", "NVIDIA", 180 * GiB, 8000 * GB,
      40 * TF, 80 * TF, 1100 * TF, 2250 * TF, 2250 * TF, 4500 * TF, 9000 * TF, 900 * GB, LAT_FABRIC,
-     "NVIDIA HGX B200 / DGX B200 datasheets (2024), 1000 W"},
+     "NVIDIA HGX B200 / DGX B200 datasheets (2024), 1000 W", 0},
     /* The B200 of a GB200 NVL72 rack (1200 W): the rack's figures divided
      * by its 72 GPUs, sparse rates halved (FP8 720 and BF16 360 PFLOPS
      * sparse, TF32 180, FP64 2880 TFLOPS; 13.4 TB of HBM3e at 576 TB/s;
      * NVLink 130 TB/s, 1.8 TB/s a GPU both ways). FP32 as the B200's. */
     {"gb200", "gb200-nvl72-gpu b200-gb200", "NVIDIA", 186 * GiB, 8000 * GB,
      40 * TF, 80 * TF, 1250 * TF, 2500 * TF, 2500 * TF, 5000 * TF, 10000 * TF, 900 * GB, LAT_FABRIC,
-     "NVIDIA GB200 NVL72 specifications (2024), per GPU of 72"},
+     "NVIDIA GB200 NVL72 specifications (2024), per GPU of 72", 0},
     /* Blackwell Ultra of a GB300 NVL72 rack (1400 W): FP8 and BF16 as
      * GB200's (the rack's 720 / 360 PFLOPS sparse), FP64 cut to the rack's
      * 100 TFLOPS / 72; 279 GB of HBM3e a GPU (20.1 TB / 72) at 8 TB/s. */
     {"gb300", "gb300-nvl72-gpu b300-gb300 blackwell-ultra", "NVIDIA", 279 * GiB, 8000 * GB,
      1.39 * TF, 80 * TF, 1250 * TF, 2500 * TF, 2500 * TF, 5000 * TF, 15000 * TF, 900 * GB, LAT_FABRIC,
-     "NVIDIA GB300 NVL72 specifications and 'Inside NVIDIA Blackwell Ultra' (2025), per GPU of 72"},
+     "NVIDIA GB300 NVL72 specifications and 'Inside NVIDIA Blackwell Ultra' (2025), per GPU of 72", 0},
     /* Blackwell Ultra on an HGX B300 board (1100 W): the HGX / DGX B300
      * figures (FP8 72 PFLOPS with sparsity for 8, dense half; FP4 dense
      * about 13 PFLOPS a GPU; FP64 cut to 1.25 TFLOPS), 288 GB of HBM3e a
      * GPU (2.3 TB for 8) at 8 TB/s, NVLink 5. */
     {"b300", "b300-sxm b300-288gb hgx-b300", "NVIDIA", 288 * GiB, 8000 * GB,
      1.25 * TF, 75 * TF, 1125 * TF, 2250 * TF, 2250 * TF, 4500 * TF, 13125 * TF, 900 * GB, LAT_FABRIC,
-     "NVIDIA HGX B300 / DGX B300 specifications (2025), 1100 W"},
+     "NVIDIA HGX B300 / DGX B300 specifications (2025), 1100 W", 0},
     /* CDNA 3 as the MI300X (the same compute), with 256 GB of HBM3E at
      * 6 TB/s and 1000 W. */
     {"mi325x", "instinct-mi325x", "AMD", 256 * GiB, 6000 * GB,
      163.4 * TF, 163.4 * TF, 653.7 * TF, 1307.4 * TF, 1307.4 * TF, 2614.9 * TF, 0, 448 * GB, LAT_FABRIC,
-     "AMD Instinct MI325X data sheet (2024)"},
+     "AMD Instinct MI325X data sheet (2024)", 0},
     /* One OAM = two GCDs, which the system shows as two GPUs; the
      * datasheet's figures are for the whole OAM. 8 Infinity Fabric links of
      * 50 GB/s per direction. */
     {"mi250x", "instinct-mi250x mi250x-oam", "AMD", 128 * GiB, 3276.8 * GB,
      95.7 * TF, 95.7 * TF, 0, 383 * TF, 383 * TF, 0, 0, 400 * GB, LAT_FABRIC,
-     "AMD Instinct MI250X data sheet (2021); ROCm MI250 microarchitecture guide"},
+     "AMD Instinct MI250X data sheet (2021); ROCm MI250 microarchitecture guide", 0},
     /* One GCD of an MI250X, the unit a rank runs on: half of the OAM. Its
      * link to a GCD of another OAM is one or two 50 GB/s xGMI links (200 GB/s
      * to its sibling in the same package); a ring sees the slowest hop. */
     {"mi250x-gcd", "", "AMD", 64 * GiB, 1638.4 * GB,
      47.85 * TF, 47.85 * TF, 0, 191.5 * TF, 191.5 * TF, 0, 0, 50 * GB, LAT_FABRIC,
-     "derived: half of AMD Instinct MI250X data sheet (2021); ROCm MI250 guide (links)"},
+     "derived: half of AMD Instinct MI250X data sheet (2021); ROCm MI250 guide (links)", 0},
     /* 7 Infinity Fabric links to the other 7 GPUs of a platform, 64 GB/s
      * per direction each (128 GB/s bidirectional). */
     {"mi300x", "instinct-mi300x", "AMD", 192 * GiB, 5300 * GB,
      163.4 * TF, 163.4 * TF, 653.7 * TF, 1307.4 * TF, 1307.4 * TF, 2614.9 * TF, 0, 448 * GB,
-     LAT_FABRIC, "AMD Instinct MI300X data sheet (2023); ROCm MI300 microarchitecture guide"},
+     LAT_FABRIC, "AMD Instinct MI300X data sheet (2023); ROCm MI300 microarchitecture guide", 0},
     /* Turing: no bf16 or tf32. fp64 runs at 1/32 of fp32 (not on the
      * datasheet; 40 SMs x 2 FP64 units x 2 FLOP x 1.59 GHz). PCIe Gen3 x16. */
     {"t4", "tesla-t4", "NVIDIA", 16 * GiB, 320 * GB,
      0.254 * TF, 8.1 * TF, 0, 0, 65 * TF, 0, 0, 16 * GB, LAT_PCIE,
-     "NVIDIA T4 Tensor Core GPU datasheet (2019)"},
+     "NVIDIA T4 Tensor Core GPU datasheet (2019)", 0},
     /* Per chip. ICI is 1,200 GB/s bidirectional per chip (4,800 Gbps each
      * way) over a 3D torus. No fp32/fp16 matrix rate is published. */
     {"tpu-v5p", "v5p tpuv5p", "Google", 95 * GiB, 2765 * GB,
      0, 0, 0, 459 * TF, 0, 459 * TF, 0, 600 * GB, LAT_FABRIC,
-     "Google Cloud TPU v5p documentation (2024)"},
+     "Google Cloud TPU v5p documentation (2024)", 0},
     /* Placeholder for this machine; see cat_set_cpu(). Reduced precisions
      * run through fp32 arithmetic in the CPU kernels, so they share its rate;
      * fp64 is half of it (half the SIMD lanes). */
     {"cpu", "host localhost", "generic", CPU_MEM, CPU_MEM_BW,
      CPU_FP32 / 2, CPU_FP32, 0, CPU_FP32, CPU_FP32, 0, 0, CPU_MEM_BW / 2, LAT_SHM,
-     "defaults until measured by the CPU microbenchmark"},
+     "defaults until measured by the CPU microbenchmark", 0},
 };
 
 #define N_DEVICES ((int)(sizeof devices / sizeof devices[0]))

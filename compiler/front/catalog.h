@@ -30,6 +30,9 @@ typedef struct CatDevice {
   double link_bytes_per_s; /* per-GPU intra-node fabric bandwidth, unidirectional (e.g. NVLink) */
   double link_latency_s;
   const char *source; /* short citation: datasheet name */
+  /* Streaming multiprocessors (compute units) where a cluster declaration
+   * gives them (`sms`); 0 in the catalog: the planner's table (cost.c). */
+  int sms;
 } CatDevice;
 
 typedef struct CatCluster {

@@ -287,7 +287,20 @@ typedef struct {
   /* The device's catalog peak FLOP/s (every precision) and memory bandwidth
    * times these (a calibrated cluster, hpdlc plan --calibrate); 0 counts as 1. */
   double compute_scale, memory_scale;
+  /* The device's own figures where the declaration gives them: a GPU the
+   * catalog lacks, described as the catalog device it is most like (its
+   * family: GEMM ceiling, attention kernels' figures). Bit k of `described`
+   * set: figure k replaces the catalog's (SEM_FIG_*; a peak of 0 is "no such
+   * precision"). The scales above apply on top. */
+  unsigned described;
+  double figures[10];
 } SemCluster;
+
+/* The figures a cluster may give its device (SemCluster.figures), in the
+ * order of sem_figure_keys: memory (bytes), memory bandwidth (bytes/s), SMs,
+ * then the dense peak FLOP/s of fp64, fp32, tf32, bf16, fp16, fp8, fp4. */
+enum { SEM_FIG_MEMORY, SEM_FIG_MEMORY_BANDWIDTH, SEM_FIG_SMS, SEM_FIG_FP64, SEM_FIG_COUNT = 10 };
+extern const char *const sem_figure_keys[SEM_FIG_COUNT];
 
 typedef struct {
   SemLayer *model;

@@ -58,7 +58,15 @@ static const KeySpec cluster_keys[] = {
     {"intra_latency", K_SECONDS, NULL, 0},  {"inter_bandwidth", K_BYTES_PER_S, NULL, 0},
     {"inter_latency", K_SECONDS, NULL, 0},  {"compute_scale", K_FLOAT, NULL, 0},  {"memory_scale", K_FLOAT, NULL, 0},
     {"shared", K_BOOL, NULL, 0},
+    /* the device's own figures (sem_figure_keys' order) */
+    {"memory", K_BYTES, NULL, 0},           {"memory_bandwidth", K_BYTES_PER_S, NULL, 0}, {"sms", K_INT, NULL, 0},
+    {"fp64", K_FLOPS, NULL, 0},             {"fp32", K_FLOPS, NULL, 0},          {"tf32", K_FLOPS, NULL, 0},
+    {"bf16", K_FLOPS, NULL, 0},             {"fp16", K_FLOPS, NULL, 0},          {"fp8", K_FLOPS, NULL, 0},
+    {"fp4", K_FLOPS, NULL, 0},
 };
+
+const char *const sem_figure_keys[SEM_FIG_COUNT] = {"memory", "memory_bandwidth", "sms", "fp64", "fp32",
+                                                    "tf32", "bf16", "fp16", "fp8", "fp4"};
 
 Setting *sema_setting_get(Settings *s, const char *key) {
   for (int i = 0; i < s->n; i++)
@@ -126,17 +134,25 @@ static int check_setting_value(Sema *S, const KeySpec *spec, Value *v, Span at) 
     break;
   }
   case K_BYTES_PER_S:
-  case K_SECONDS: {
-    AstUnit want = spec->kind == K_SECONDS ? UNIT_SECONDS : UNIT_BYTES_PER_S;
+  case K_SECONDS:
+  case K_BYTES:
+  case K_FLOPS: {
+    AstUnit want = spec->kind == K_SECONDS ? UNIT_SECONDS
+                   : spec->kind == K_BYTES ? UNIT_BYTES
+                   : spec->kind == K_FLOPS ? UNIT_FLOPS_PER_S
+                                           : UNIT_BYTES_PER_S;
     double f;
-    if (val_as_float(v, &f) && f > 0 && (v->unit == UNIT_NONE || v->unit == want)) {
+    /* a peak of 0: the device lacks the precision */
+    if (val_as_float(v, &f) && (f > 0 || (f == 0 && spec->kind == K_FLOPS)) && (v->unit == UNIT_NONE || v->unit == want)) {
       v->kind = VAL_FLOAT;
       v->f = f;
       return 1;
     }
-    if (val_as_float(v, &f) && v->unit != UNIT_NONE) {
+    if (val_as_float(v, &f) && v->unit != UNIT_NONE && v->unit != want) {
+      static const char *const what[] = {"a time (ns, us, ms, s)", "a size (GB, GiB, TB)", "a rate (TFLOP/s, PFLOP/s)",
+                                         "a bandwidth (GB/s, Gb/s, Gbps)"};
       sema_error(S, at, "'%s' is %s; this literal has another unit", spec->key,
-                 want == UNIT_SECONDS ? "a time (ns, us, ms, s)" : "a bandwidth (GB/s, Gb/s, Gbps)");
+                 what[want == UNIT_SECONDS ? 0 : want == UNIT_BYTES ? 1 : want == UNIT_FLOPS_PER_S ? 2 : 3]);
       return 0;
     }
     break;
@@ -146,7 +162,8 @@ static int check_setting_value(Sema *S, const KeySpec *spec, Value *v, Span at) 
     return 0;
   }
   static const char *const kind_text[] = {"a non-negative integer", "a non-negative number", "true or false", "a string", "a name",
-                                          "a name", "a block", "a bandwidth such as 200GB/s", "a time such as 5us", "on or off"};
+                                          "a name", "a block", "a bandwidth such as 200GB/s", "a time such as 5us", "on or off",
+                                          "a size such as 96GiB", "a rate such as 989TFLOP/s (0: none)"};
   const char *kind = kind_text[spec->kind];
   if (spec->allow_auto && spec->kind == K_ONOFF) kind = "on, off";
   sema_error(S, at, "'%s' must be %s%s, not %s", spec->key, kind, spec->allow_auto ? " or auto" : "",
@@ -465,6 +482,27 @@ int sema_read_cluster_decl(Sema *S, const AstDecl *decl, SemCluster *c) {
     double v = get_float(&s, scales[k], 1);
     if (!(v >= 1e-6 && v <= 1e6)) implausible(S, &s, scales[k], "", "a scale of the device's figures is between 1e-6 and 1e6");
   }
+  /* the device's own figures: a GPU the catalog lacks, as the device it is most like */
+  c->described = 0;
+  for (int k = 0; k < SEM_FIG_COUNT; k++) {
+    Setting *x = sema_setting_get(&s, sem_figure_keys[k]);
+    if (!x) continue;
+    double v = k == SEM_FIG_SMS ? (double)get_int(&s, sem_figure_keys[k], 0) : get_float(&s, sem_figure_keys[k], 0);
+    c->figures[k] = v;
+    c->described |= 1u << k;
+    if (k == SEM_FIG_MEMORY && !(v >= 1048576.0 && v <= 1125899906842624.0))
+      implausible(S, &s, "memory", " B", "a device's memory is between 1 MiB and 1 PiB");
+    else if (k == SEM_FIG_MEMORY_BANDWIDTH && !(v >= 1e6 && v <= 1e15))
+      implausible(S, &s, "memory_bandwidth", " B/s", "a device's memory bandwidth is between 1 MB/s and 1 PB/s");
+    else if (k == SEM_FIG_SMS && !(v >= 1 && v <= 100000))
+      implausible(S, &s, "sms", "", "a device has between 1 and 100000 streaming multiprocessors (compute units)");
+    else if (k >= SEM_FIG_FP64 && !(v == 0 || (v >= 1e6 && v <= 1e18)))
+      implausible(S, &s, sem_figure_keys[k], " FLOP/s", "a peak is 0 (no such precision) or between 1 MFLOP/s and 1 EFLOP/s");
+  }
+  if (c->described && c->shared_device) {
+    sema_error(S, decl->span, "cluster %s gives its device's figures and shared = true", decl->name.name);
+    diag_hint(S->diag, "a shared device is this machine's CPU, measured by hpdlc plan --measure-cpu; describe a GPU without shared");
+  }
   return diag_error_count(S->diag) == before;
 }
 
@@ -509,6 +547,7 @@ static int resolve_cluster(Sema *S, const char *name, Span at, SemCluster *out) 
   out->inter_latency_s = c->inter_latency_s;
   out->shared_device = c->shared_device;
   out->compute_scale = out->memory_scale = 1;
+  out->described = 0;
   return 1;
 }
 

@@ -140,7 +140,7 @@ SemFunc *sema_check_forward(Sema *S, SemLayer *layer, SemExpr **args, int nargs,
 /* ------------------------------------------------------------------ */
 /* train, parallel and cluster blocks (sema_blocks.c)                  */
 
-typedef enum { K_INT, K_FLOAT, K_BOOL, K_STRING, K_WORD, K_SPEC, K_BLOCK, K_BYTES_PER_S, K_SECONDS, K_ONOFF } KeyKind;
+typedef enum { K_INT, K_FLOAT, K_BOOL, K_STRING, K_WORD, K_SPEC, K_BLOCK, K_BYTES_PER_S, K_SECONDS, K_ONOFF, K_BYTES, K_FLOPS } KeyKind;
 
 typedef struct {
   const char *key;

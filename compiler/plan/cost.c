@@ -357,7 +357,10 @@ double cost_sfu_rate(const CatDevice *dev) {
   if (!(fp32 > 0)) return 0;
   return g->fp32_lanes > 0 ? fp32 * 16.0 / (2.0 * g->fp32_lanes) : fp32 / 16.0;
 }
-int cost_device_units(const CatDevice *dev) { return gemm_spec(dev)->units; }
+/* The device's SMs: a cluster's own figure (CatDevice.sms) or the table's. */
+static int spec_units(const CatDevice *dev, const GemmSpec *g) { return dev && dev->sms > 0 ? dev->sms : g->units; }
+
+int cost_device_units(const CatDevice *dev) { return spec_units(dev, gemm_spec(dev)); }
 
 /* The share of its speed a GEMM loses while a collective runs beside it on
  * another stream (docs/planner.md sec. 11.4a). NCCL's kernels hold whole SMs
@@ -374,7 +377,8 @@ int cost_device_units(const CatDevice *dev) { return gemm_spec(dev)->units; }
 double cost_overlap_slowdown(const CatDevice *dev) {
   const GemmSpec *g = gemm_spec(dev);
   if (g->family == COST_GEN_HOPPER || g->family == COST_GEN_BLACKWELL) return 0.5;
-  if (g->family == COST_GEN_AMPERE && g->units > 0) return COST_NCCL_SMS / (double)g->units;
+  int units = spec_units(dev, g);
+  if (g->family == COST_GEN_AMPERE && units > 0) return COST_NCCL_SMS / (double)units;
   return 0;
 }
 
@@ -472,10 +476,11 @@ double cost_gemm_efficiency_k0(int64_t batch, int64_t m, int64_t n, int64_t k, c
   double tm = ceil((double)m / t), tn = ceil((double)n / t);
   double tile_eff = ((double)m * (double)n) / (tm * t * tn * t);
   double wave_eff = 1;
-  if (g->units > 0) {
+  int units = spec_units(dev, g);
+  if (units > 0) {
     double tiles = (double)batch * tm * tn;
-    double waves = ceil(tiles / g->units);
-    wave_eff = tiles / (waves * g->units);
+    double waves = ceil(tiles / units);
+    wave_eff = tiles / (waves * units);
   }
   double depth_eff = (double)k / ((double)k + k0);
   return g->ceiling * tile_eff * wave_eff * depth_eff;
@@ -502,11 +507,12 @@ double cost_gemm_efficiency_prec(int64_t batch, int64_t m, int64_t n, int64_t k,
 
 int64_t cost_gemm_split_k(int64_t batch, int64_t m, int64_t n, int64_t k, const CatDevice *dev) {
   const GemmSpec *g = gemm_spec(dev);
-  if (batch <= 0 || m <= 0 || n <= 0 || k <= 0 || g->units <= 0) return 1;
+  int units = spec_units(dev, g);
+  if (batch <= 0 || m <= 0 || n <= 0 || k <= 0 || units <= 0) return 1;
   double t = g->tile > 0 ? g->tile : COST_GEMM_TILE;
   double tiles = (double)batch * ceil((double)m / t) * ceil((double)n / t);
-  if (tiles >= g->units) return 1;
-  int64_t by_units = (int64_t)((double)g->units / tiles), by_depth = k / COST_GEMM_SPLIT_K_MIN;
+  if (tiles >= units) return 1;
+  int64_t by_units = (int64_t)((double)units / tiles), by_depth = k / COST_GEMM_SPLIT_K_MIN;
   int64_t s = by_units < by_depth ? by_units : by_depth;
   return s > 1 ? s : 1;
 }

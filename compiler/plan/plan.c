@@ -2099,6 +2099,18 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
       c->cluster.intra_latency_s = cc->intra_latency_s;
     }
   }
+  /* a device described by its cluster (a GPU the catalog lacks, as the
+   * catalog device it is most like): its own figures where given */
+  const SemCluster *fc = &c->cluster;
+  double *fig_peak[] = {&c->dev.peak_flops_fp64, &c->dev.peak_flops_fp32, &c->dev.peak_flops_tf32, &c->dev.peak_flops_bf16,
+                        &c->dev.peak_flops_fp16, &c->dev.peak_flops_fp8,  &c->dev.peak_flops_fp4};
+  for (int k = 0; k < SEM_FIG_COUNT; k++) {
+    if (!(fc->described >> k & 1u)) continue;
+    if (k == SEM_FIG_MEMORY) c->dev.mem_bytes = fc->figures[k];
+    else if (k == SEM_FIG_MEMORY_BANDWIDTH) c->dev.hbm_bytes_per_s = fc->figures[k];
+    else if (k == SEM_FIG_SMS) c->dev.sms = (int)fc->figures[k];
+    else *fig_peak[k - SEM_FIG_FP64] = fc->figures[k];
+  }
   /* a calibrated device: its figures as measured (docs/planner.md sec. 17) */
   double cs = c->cluster.compute_scale > 0 ? c->cluster.compute_scale : 1, ms = c->cluster.memory_scale > 0 ? c->cluster.memory_scale : 1;
   c->dev.peak_flops_fp64 *= cs;
@@ -2278,6 +2290,26 @@ int64_t plan_vocab(const PlanCtx *c, const PlanResult *r, int64_t *priced) {
 }
 const CatDevice *plan_device(const PlanCtx *c) { return &c->dev; }
 const SemCluster *plan_cluster(const PlanCtx *c) { return &c->cluster; }
+
+const char *plan_device_figures(const PlanCtx *c, char *buf, size_t n) {
+  const SemCluster *cl = &c->cluster;
+  size_t used = 0;
+  buf[0] = 0;
+  for (int k = 0; k < SEM_FIG_COUNT && used < n; k++) {
+    if (!(cl->described >> k & 1u)) continue;
+    double v = cl->figures[k];
+    char num[32];
+    if (k == SEM_FIG_MEMORY) plan_fmt_bytes(num, sizeof num, v);
+    else if (k == SEM_FIG_MEMORY_BANDWIDTH) snprintf(num, sizeof num, "%.4g GB/s", v / 1e9);
+    else if (k == SEM_FIG_SMS) snprintf(num, sizeof num, "%.0f", v);
+    else if (v > 0) snprintf(num, sizeof num, "%.6g TFLOP/s", v / 1e12);
+    else snprintf(num, sizeof num, "none");
+    int w = snprintf(buf + used, n - used, "%s%s %s", used ? ", " : "", sem_figure_keys[k], num);
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+  return buf;
+}
 int64_t plan_gpus(const PlanCtx *c) { return c->gpus; }
 
 /* hpdl's all-reduce of n gradient values compressed to 16 bits over `ranks`

@@ -202,6 +202,9 @@ void plan_set_progress(PlanCtx *c, struct Progress *p);
 int plan_explain_enabled(const PlanCtx *c);
 const CatDevice *plan_device(const PlanCtx *c);
 const SemCluster *plan_cluster(const PlanCtx *c);
+/* The figures the cluster gave its device, "memory 96.0 GiB, bf16 148
+ * TFLOP/s" (sem_figure_keys' names); "" when it gave none. */
+const char *plan_device_figures(const PlanCtx *c, char *buf, size_t n);
 int64_t plan_gpus(const PlanCtx *c);
 
 /* The layout of the model's parallel block and train block. */

@@ -209,6 +209,15 @@ int plan_calibrate(Diag *diag, const char *path, const SemModel *m, const PlanCl
   if (base.nodes > 1) fprintf(f, "  nodes = %" PRId64 "\n", base.nodes);
   fprintf(f, "  nics_per_node = %" PRId64 "\n", base.nics_per_node);
   if (base.shared_device) fprintf(f, "  shared = true\n");
+  /* the device's own figures, as the input cluster gave them: the scales apply on top */
+  for (int k = 0; k < SEM_FIG_COUNT; k++) {
+    if (!(base.described >> k & 1u)) continue;
+    double v = base.figures[k];
+    if (k == SEM_FIG_MEMORY) fprintf(f, "  memory = %.0fB\n", v);
+    else if (k == SEM_FIG_MEMORY_BANDWIDTH) put_rate(f, "memory_bandwidth", v);
+    else if (k == SEM_FIG_SMS) fprintf(f, "  sms = %.0f\n", v);
+    else fprintf(f, "  %s = %.6gTFLOP/s\n", sem_figure_keys[k], v / 1e12);
+  }
   fprintf(f, "  compute_scale = %.6g\n", mm.cluster.compute_scale);
   fprintf(f, "  memory_scale = %.6g\n", mm.cluster.memory_scale);
   if (mm.cluster.intra_bytes_per_s > 0) put_rate(f, "intra_bandwidth", mm.cluster.intra_bytes_per_s);

@@ -119,8 +119,14 @@ static void html_header(FILE *f, PlanCtx *c, const PlanReport *rep, const PlanRe
   esc(f, cl->name ? cl->name : "?");
   fprintf(f, ": %" PRId64 " x ", r->gpus);
   esc(f, plan_device(c)->name);
-  fprintf(f, " (%s memory each), %" PRId64 " node%s of %" PRId64 "</td></tr>\n",
-          plan_fmt_bytes(a, sizeof a, plan_device(c)->mem_bytes), nodes, nodes == 1 ? "" : "s", gpn);
+  fprintf(f, " (%s memory each), %" PRId64 " node%s of %" PRId64, plan_fmt_bytes(a, sizeof a, plan_device(c)->mem_bytes), nodes,
+          nodes == 1 ? "" : "s", gpn);
+  char figs[512];
+  if (*plan_device_figures(c, figs, sizeof figs)) {
+    fputs("; the device's figures from the cluster: ", f);
+    esc(f, figs);
+  }
+  fputs("</td></tr>\n", f);
   fputs("<tr><th>layout</th><td>", f);
   if (r->valid) {
     esc(f, plan_layout_str(ls, sizeof ls, &r->layout));

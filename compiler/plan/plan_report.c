@@ -51,6 +51,9 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
           r->gpus, plan_device(c)->name, (r->gpus + gpn - 1) / gpn, (r->gpus + gpn - 1) / gpn == 1 ? "" : "s", gpn,
           prec_label(m->train.precision),
           plan_gemm_format(c) == PREC_FP8 && m->train.fp8_current ? " (current scaling)" : "");
+  char figs[512];
+  if (*plan_device_figures(c, figs, sizeof figs))
+    fprintf(f, "device: %s as cluster %s describes it: %s\n", plan_device(c)->name, cl->name ? cl->name : "?", figs);
   if (!r->valid) {
     fprintf(f, "layout: not valid: %s\n", r->why);
     return;
@@ -445,6 +448,13 @@ static json_t *json_report(PlanCtx *c, const PlanReport *rep) {
   /* the peak of the precision that MFU is measured against (FP8: the FP8 rate) */
   json_object_set_new(co, "hbm_bytes_per_s", jnum(plan_device(c)->hbm_bytes_per_s));
   json_object_set_new(co, "memory_bytes", jnum(plan_device(c)->mem_bytes));
+  if (cl->described) {
+    /* the device's own figures the cluster gave (before compute_scale / memory_scale) */
+    json_t *fo = json_object();
+    for (int k = 0; k < SEM_FIG_COUNT; k++)
+      if (cl->described >> k & 1u) json_object_set_new(fo, sem_figure_keys[k], jnum(cl->figures[k]));
+    json_object_set_new(co, "device_figures", fo);
+  }
   json_object_set_new(root, "cluster", co);
   if (rep->search) {
     json_t *arr = json_array();

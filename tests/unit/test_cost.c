@@ -280,6 +280,16 @@ static void test_gemm_efficiency(void) {
   EXPECT(cost_gemm_split_k(1, 768, 768, 1000, a100) == 1);
   EXPECT(cost_gemm_split_k(36, 128, 128, 65536, a100) == 3);
   EXPECT(cost_gemm_split_k(1, 768, 768, 65536, NULL) == 1);
+  /* a cluster's own SM count (CatDevice.sms, `sms = N`) replaces the table's:
+   * 36 tiles on 72 SMs are cut in 2, and 109 tiles on 109 SMs fill one wave */
+  CatDevice a72 = *a100;
+  a72.sms = 72;
+  EXPECT(cost_device_units(&a72) == 72 && cost_device_units(a100) == 108);
+  EXPECT(cost_gemm_split_k(1, 768, 768, 65536, &a72) == 2);
+  CatDevice a109 = *a100;
+  a109.sms = 109;
+  EXPECT_NEAR(cost_gemm_efficiency(128 * 109, 128, 4096, &a109), one, 1e-12);
+  EXPECT_NEAR(cost_overlap_slowdown(&a72), 16.0 / 72, 1e-12);
   /* degenerate shapes and unknown devices */
   EXPECT_NEAR(cost_gemm_efficiency(0, 8, 8, a100), cost_gemm_ceiling(a100), 1e-15);
   EXPECT_NEAR(cost_gemm_ceiling(NULL), COST_GEMM_CEILING_DEFAULT, 1e-15);
