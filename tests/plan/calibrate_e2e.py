@@ -19,8 +19,9 @@
           compute_scale and memory_scale in (0, 4], and planning with it prices the device
           at the catalog's figures times them.
   errors  golden messages and exit status: no -o (2), --search with it (2), a missing trace
-          (1), a cluster file with two clusters (1), a scale no machine has (1), and a
-          calibrated file planned again when its trace has no compute to fit.
+          (1), a cluster file with two clusters (1), a scale no machine has (1), a
+          calibrated file planned again when its trace has no compute to fit, and a cluster
+          that gives its device's own figures calibrated into a file that keeps them.
 Exit 0 pass, 1 fail.
 """
 import json
@@ -193,6 +194,19 @@ def case_errors():
     run(plan + ["--calibrate", trace, "-o", out])
     p = run([tool("hpdlc"), "plan", tiny, *defs, "--cluster", out])
     check("cluster: tiny_cpu, 1 x cpu" in p.stdout, p.stdout)
+    # a cluster that gives its device's own figures: calibrated, the file keeps them, the
+    # fitted scales on top (docs/catalog.md, "A device the catalog lacks")
+    desc = os.path.join(work("e"), "desc.hpd")
+    with open(desc, "w") as f:
+        f.write("cluster desc {\n  device = cpu\n  memory = 8GiB\n  memory_bandwidth = 20GB/s\n  fp32 = 100GFLOP/s\n}\n")
+    out2 = os.path.join(work("e"), "desc-cal.hpd")
+    run([tool("hpdlc"), "plan", tiny, *defs, "--cluster", desc, "--calibrate", trace, "-o", out2])
+    with open(out2) as f:
+        text = f.read()
+    check("memory = 8589934592B" in text and "memory_bandwidth = 20.0000GB/s" in text and "fp32 = 0.1TFLOP/s" in text, text)
+    p = run([tool("hpdlc"), "plan", tiny, *defs, "--cluster", out2, "--format", "json"])
+    figs = json.loads(p.stdout)["cluster"].get("device_figures", {})
+    check(figs == {"memory": 8589934592.0, "memory_bandwidth": 20e9, "fp32": 100e9}, str(figs))
     # a file with two clusters, and a scale no machine has
     two = os.path.join(work("e"), "two.hpd")
     with open(two, "w") as f:
