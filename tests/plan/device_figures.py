@@ -25,44 +25,21 @@ import tempfile
 
 from plan_checks import LLAMA31_8B, bind, rel, verdict
 
-H20 = """cluster h20_pod {
-  device = h100_sxm
-  gpus_per_node = 8
-  nics_per_node = 8
-  inter_bandwidth = 400Gb/s
-  memory = 96GiB
-  memory_bandwidth = 4.0TB/s
-  sms = 78
-  fp64 = 1TFLOP/s
-  fp32 = 44TFLOP/s
-  tf32 = 74TFLOP/s
-  bf16 = 148TFLOP/s
-  fp16 = 148TFLOP/s
-  fp8 = 296TFLOP/s
-%s}
-"""
-
+# what every cluster here shares: dgx-h100's node and network
+NODE = {"device": "h100_sxm", "gpus_per_node": "8", "nics_per_node": "8", "inter_bandwidth": "400Gb/s"}
+# an H20 (a Hopper part with fewer SMs, more and faster memory; figures as reported for it)
+H20 = {"memory": "96GiB", "memory_bandwidth": "4.0TB/s", "sms": "78", "fp64": "1TFLOP/s", "fp32": "44TFLOP/s",
+       "tf32": "74TFLOP/s", "bf16": "148TFLOP/s", "fp16": "148TFLOP/s", "fp8": "296TFLOP/s"}
 # dgx-h100 written out, with the h100-sxm entry's own figures (docs/catalog.md)
-H100_AGAIN = """cluster h100_again {
-  device = h100_sxm
-  gpus_per_node = 8
-  nics_per_node = 8
-  inter_bandwidth = 400Gb/s
-  intra_bandwidth = 450GB/s
-  intra_latency = 2us
-  inter_latency = 5us
-  memory = 80GiB
-  memory_bandwidth = 3350GB/s
-  sms = 132
-  fp64 = 66.9TFLOP/s
-  fp32 = 66.9TFLOP/s
-  tf32 = 494.7TFLOP/s
-  bf16 = 989.4TFLOP/s
-  fp16 = 989.4TFLOP/s
-  fp8 = 1978.9TFLOP/s
-  fp4 = 0
-}
-"""
+H100_AGAIN = {"intra_bandwidth": "450GB/s", "intra_latency": "2us", "inter_latency": "5us", "memory": "80GiB",
+              "memory_bandwidth": "3350GB/s", "sms": "132", "fp64": "66.9TFLOP/s", "fp32": "66.9TFLOP/s",
+              "tf32": "494.7TFLOP/s", "bf16": "989.4TFLOP/s", "fp16": "989.4TFLOP/s", "fp8": "1978.9TFLOP/s", "fp4": "0"}
+
+
+def cluster(name, settings):
+    """A cluster block: NODE's settings, then `settings` (a later key replaces an earlier one)."""
+    body = "".join(f"  {k} = {v}\n" for k, v in {**NODE, **settings}.items())
+    return f"cluster {name} {{\n{body}}}\n"
 
 
 def write(d, name, text):
@@ -78,11 +55,11 @@ def main():
                      "--tp", "1", "--pp", "1", "--zero", "1", "--micro-batch", "1", "--global-batch", "64")
     checks = []
     with tempfile.TemporaryDirectory() as d:
-        h20 = write(d, "h20.hpd", H20 % "")
-        again = write(d, "h100_again.hpd", H100_AGAIN)
-        scaled = write(d, "h20_scaled.hpd", H20 % "  compute_scale = 0.5\n  memory_scale = 0.25\n")
-        nofp8 = write(d, "nofp8.hpd", (H20 % "").replace("fp8 = 296TFLOP/s", "fp8 = 0"))
-        small = write(d, "small.hpd", (H20 % "").replace("memory = 96GiB", "memory = 16GiB"))
+        h20 = write(d, "h20.hpd", cluster("h20_pod", H20))
+        again = write(d, "h100_again.hpd", cluster("h100_again", H100_AGAIN))
+        scaled = write(d, "h20_scaled.hpd", cluster("h20_pod", {**H20, "compute_scale": "0.5", "memory_scale": "0.25"}))
+        nofp8 = write(d, "nofp8.hpd", cluster("h20_pod", {**H20, "fp8": "0"}))
+        small = write(d, "small.hpd", cluster("h20_pod", {**H20, "memory": "16GiB"}))
         h, x = plan(["--cluster", h20]), plan(["--cluster", "dgx-h100"])
         a, s = plan(["--cluster", again]), plan(["--cluster", scaled])
         f8, b16 = plan(["--cluster", nofp8, "--precision", "fp8"]), plan(["--cluster", nofp8, "--precision", "bf16"])
