@@ -101,8 +101,9 @@ if(Python3_Interpreter_FOUND)
   #   trace_flag     --trace: the step's Chrome trace, and the clear errors of a step too long to trace or an unwritable path
   #   moe_search_bound the search's model-state bound takes the experts over the expert group (sec. 12)
   #   device_figures a cluster that gives its device's own figures (a GPU the catalog lacks): memory, bandwidth, SMs, peaks
+  #   catalog_cmd    hpdlc catalog: the listing, an entry in full, JSON, the figures the plan's, every cluster's block
   foreach(script balance_ends fusion_flag cp_comm_flag overlap_flag engine_flag fused_ce_flag lowp_flag no_fit option_sweep measure_cpu
-                 grouped_experts moe_search_bound trace_flag device_figures)
+                 grouped_experts moe_search_bound trace_flag device_figures catalog_cmd)
     add_test(NAME plan.${script}
              COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/${script}.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
     set_tests_properties(plan.${script} PROPERTIES TIMEOUT 120 LABELS plan)

@@ -24,6 +24,7 @@
 #include "memplan.h"
 #include "pipeline.h"
 #include "plan.h"
+#include "catalog_cmd.h"
 #include "report.h"
 #include "schedule.h"
 #include "spmd.h"
@@ -89,7 +90,7 @@ typedef struct {
   CompileOptions compile; /* compile: -o, --target, --executor */
 } Cli;
 
-static const char *const verbs[] = {"check", "emit", "plan", "compile", "report"};
+static const char *const verbs[] = {"check", "emit", "plan", "compile", "report", "catalog"};
 
 /* --cluster FILE.hpd: the file (a cluster declaration, as hpdlc plan
  * --calibrate writes one) joins the program, and --cluster names its
@@ -176,6 +177,9 @@ static void help_main(void) {
        "  report METRICS.jsonl... -o FILE.html|FILE.svg\n"
        "                         charts of hpdlrun --metrics files: loss, learning\n"
        "                         rate, gradient norm, tokens/s; several runs overlaid\n"
+       "\n"
+       "  catalog [NAME...]      the devices and clusters plan knows, with their figures;\n"
+       "                         NAMEs shown in full (--format json)\n"
        "\n"
        "  hpdlc <command> --help shows the options of a command.\n"
        "  hpdlc --version        shows the version.\n"
@@ -756,6 +760,8 @@ int main(int argc, char **argv) {
 #endif
   /* report reads metrics files, not .hpd: its own command line */
   if (argc >= 2 && !strcmp(argv[1], "report")) return report_main(argc - 1, argv + 1);
+  /* catalog reads no file: its own command line too */
+  if (argc >= 2 && !strcmp(argv[1], "catalog")) return catalog_main(argc - 1, argv + 1);
   Cli cli;
   int rc = parse_cli(argc, argv, &cli);
   if (rc) { /* a bad option after -D NAME=VALUE: the names it kept go too */
