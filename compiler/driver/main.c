@@ -146,6 +146,8 @@ static void help_common_options(void) {
     snprintf(left, sizeof left, "%s %s", layout_flags[i].flag, layout_flags[i].arg);
     printf("  %-32s %s\n", left, layout_flags[i].key);
   }
+  puts("\n--cluster takes a cluster of the catalog (hpdlc catalog lists them) or a cluster file,\n"
+       "which may also describe a device the catalog lacks (docs/catalog.md).");
 }
 
 static void help_main(void) {
