@@ -180,7 +180,9 @@ static int first_grad_of_param(const IrGraph *g, int q) {
 
 static int read_by_fp8_gemms_only(const IrGraph *g, const IrReaders *rd, const char *score, int v, int depth);
 
-static void ginfo_init(GInfo *gi, const IrGraph *g, const FuseGraph *fg) {
+/* fp8_gathers: mark gemm_gather (a block's graph priced under FP8, MXFP8 or
+ * NVFP4); the mask is all zero otherwise */
+static void ginfo_init(GInfo *gi, const IrGraph *g, const FuseGraph *fg, int fp8_gathers) {
   int n = g->nnodes, nk = fg->nkernels;
   /* every field starts cleared: the flags set below only where they hold
    * (attn_op, has_sbwd) were read uninitialised before (valgrind) */
@@ -318,6 +320,7 @@ static void ginfo_init(GInfo *gi, const IrGraph *g, const FuseGraph *fg) {
    * GEMMs' input and weight gradients): under FP8 Transformer Engine casts
    * the local chunk and gathers the FP8 copy (price_comm) */
   gi->gemm_gather = xalloc_calloc((size_t)(n > 0 ? n : 1), 1);
+  if (!fp8_gathers) return;
   Arena *ra = arena_new();
   IrReaders rd = ir_readers(g->nodes, n, ra);
   for (int i = 0; i < n; i++)
@@ -987,7 +990,7 @@ static const GMemo *price_graph(Pricer *P, int graph) {
   mm->done = 1; /* no recursion through a cycle */
   const IrGraph *g = P->m->graphs[graph];
   GInfo gi;
-  ginfo_init(&gi, g, &P->fr->graphs[graph]);
+  ginfo_init(&gi, g, &P->fr->graphs[graph], P->pc->lowp != NULL);
   int bwd = P->bwd_block[graph];
   PlanCost c;
   memset(&c, 0, sizeof c);
@@ -1346,7 +1349,7 @@ static void build_parts(PlanCtx *c, PlanParts *pp) {
   pricer_init(&P, c, part, fr, ad, link, gsize, k->ring);
   const IrGraph *g = part->graphs[ad->step];
   GInfo gi;
-  ginfo_init(&gi, g, &fr->graphs[ad->step]);
+  ginfo_init(&gi, g, &fr->graphs[ad->step], 0);
   /* the main repeat: the SAVE and BACKWARD calls of the largest count */
   int save = -1, back = -1;
   int64_t best = 0;
@@ -1690,7 +1693,7 @@ static int price_chunk_module(PlanCtx *c, IrModule *cm, Recompute rc, int64_t rl
   pricer_init(&P, c, cm, fr, ad, link, gsize, ring);
   const IrGraph *g = cm->graphs[ad->step];
   GInfo gi;
-  ginfo_init(&gi, g, &fr->graphs[ad->step]);
+  ginfo_init(&gi, g, &fr->graphs[ad->step], 0);
   memset(ch, 0, sizeof *ch);
   const FuseGraph *fg = gi.fg;
   double held_saved = 0; /* the saved activations of the layers the chunk's repeats hold */
