@@ -109,7 +109,18 @@ static void device_full(const CatDevice *d) {
     if (c && !strcmp(c->device, d->name)) printf(" %s", c->name), n++;
   }
   printf("%s\n", n ? "" : " none (a cluster file names it: device = ...)");
-  printf("  in a cluster file   device = %s\n", ident(d->name, id, sizeof id));
+  /* a cluster's device figures as a file writes them: a start for a GPU the
+   * catalog lacks (edit the ones that differ) */
+  printf("  in a cluster file:\n");
+  printf("    device = %s\n", ident(d->name, id, sizeof id));
+  printf("    memory = %.6gGiB\n", d->mem_bytes / 1073741824.0);
+  printf("    memory_bandwidth = %.6gGB/s\n", d->hbm_bytes_per_s / 1e9);
+  if (sms > 0) printf("    sms = %d\n", sms);
+  for (int k = 0; k < NPREC; k++) {
+    double v = cat_peak_flops(d, precisions[k]);
+    if (v > 0) printf("    %s = %.6gTFLOP/s\n", precisions[k], v / 1e12);
+    else printf("    %s = 0\n", precisions[k]);
+  }
 }
 
 static void cluster_full(const CatCluster *c) {

@@ -9,7 +9,9 @@
   - the catalog and the planner agree: dgx-h100's bf16 peak, memory and bandwidth in the
     catalog's JSON are the plan's (cluster.peak_flops, memory_bytes, hbm_bytes_per_s);
   - every cluster's "as a cluster file" block, written to a file, plans GPT-2 on 16 GPUs to
-    the bit as the catalog's cluster does (a start for one's own cluster file);
+    the bit as the catalog's cluster does (a start for one's own cluster file), and so does
+    the block with its device's figures written out as `hpdlc catalog DEVICE` gives them
+    (a start for a device the catalog lacks);
   - a name both a device and a cluster (cpu) shows both; an unknown name exits 1 with a
     "did you mean"; a bad option or --format exits 2; --help exits 0.
 Exit 0 pass, 1 fail."""
@@ -71,6 +73,18 @@ def main():
             b = plan_json(hpdlc, f"{src}/samples/gpt2.hpd", ["--cluster", path, *lay])
             same = a is not None and b is not None and a["time"] == b["time"] and a["memory_per_gpu"] == b["memory_per_gpu"]
             checks.append((same, f"{c['name']}: its cluster block plans GPT-2 as the catalog's cluster, to the bit"))
+            # the device's figures as `hpdlc catalog DEVICE` writes them, in place of its device line
+            dev = cat(hpdlc, c["device"]).stdout
+            figs = [line.strip() for line in dev[dev.index("in a cluster file:"):].splitlines()[1:] if line.strip()]
+            with open(path) as f:
+                lines = f.read().splitlines()
+            with open(path, "w") as f:
+                for line in lines:
+                    f.write("\n".join("  " + x for x in figs) + "\n" if line.strip().startswith("device =") else line + "\n")
+            d = plan_json(hpdlc, f"{src}/samples/gpt2.hpd", ["--cluster", path, *lay])
+            same = a is not None and d is not None and a["time"] == d["time"] and a["memory_per_gpu"] == d["memory_per_gpu"]
+            checks.append((same and d["cluster"].get("device_figures"),
+                           f"{c['name']}: with its device's figures written out (hpdlc catalog {c['device']}), to the bit"))
     both = cat(hpdlc, "cpu")
     checks.append(("device cpu" in both.stdout and "cluster cpu" in both.stdout, "cpu: the device and the cluster"))
     bad = cat(hpdlc, "h10")
