@@ -33,7 +33,7 @@ find_package(Python3 COMPONENTS Interpreter)
 foreach(case cli one_rank dp2 tp2 pp2 pp2_uneven pp2_gpipe pp2_virtual2 pp2_virtual2_native pp2_ends dp2_tp2_pp2 tp2_cp2 cp_ring zero1 zero2 zero3
              zero2_dp2_tp2_pp2 resume_zero resume_same_layout resume_other_layout missing_file self_contained native anomaly
              qwen3_window vocab_pad mixed_precision native_threads fused_ce fused_ce_layouts recompute_ops recompute_act recompute_layers
-             moments_bf16 fusion_off mla_sp)
+             moments_bf16 fusion_off mla_sp gptoss_cp4)
   if(Python3_Interpreter_FOUND)
     add_test(NAME compile.${case}
              COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/compile/compile_e2e.py --bin ${CMAKE_BINARY_DIR}/bin

@@ -96,26 +96,36 @@ static void heap_free(Heap *h, int64_t off) {
 static int plain_outputs(const IrGraph *g) { return g->noutputs - g->ngrad_params; }
 
 /* Per-layer stash of a SAVE call: its arguments, then the callee's outputs
- * 1.., packed (memplan.h's mem_stash_per_layer counts them so). */
+ * 1.., packed (memplan.h's mem_stash_per_layer counts them so). As many
+ * slots as the block saves: a layer under context parallelism over a long
+ * ring keeps a key / value block per step, more than any fixed bound
+ * (64 slots refused GPT-OSS's windowed layers at cp 4 until 2026-12-07). */
 typedef struct {
   int nslots;
-  int64_t slot_off[64], slot_bytes[64];
+  int64_t *slot_off, *slot_bytes;
   int64_t layer_bytes;
 } StashLayout;
 
-static int stash_layout(CgCpu *cg, const IrGraph *g, const IrNode *call, StashLayout *L) {
+/* Fills L (stash_layout_free releases it). */
+static void stash_layout(CgCpu *cg, const IrGraph *g, const IrNode *call, StashLayout *L) {
   const IrGraph *cgph = cg->m->graphs[call->attr[0]];
   memset(L, 0, sizeof *L);
   int nplain = plain_outputs(cgph);
   L->nslots = call->nin + nplain - 1;
-  if (L->nslots > 64) return 0;
+  L->slot_off = xalloc_calloc((size_t)(L->nslots > 0 ? L->nslots : 1), sizeof(int64_t));
+  L->slot_bytes = xalloc_calloc((size_t)(L->nslots > 0 ? L->nslots : 1), sizeof(int64_t));
   for (int k = 0; k < L->nslots; k++) {
     const IrNode *v = k < call->nin ? &g->nodes[call->in[k]] : &cgph->nodes[cgph->outputs[k - call->nin + 1]];
     L->slot_bytes[k] = node_bytes(v);
     L->slot_off[k] = L->layer_bytes;
     L->layer_bytes += L->slot_bytes[k];
   }
-  return 1;
+}
+
+static void stash_layout_free(StashLayout *L) {
+  free(L->slot_off);
+  free(L->slot_bytes);
+  memset(L, 0, sizeof *L);
 }
 
 /* Own plan: a CALL's temporaries in the caller's workspace, live while it
@@ -183,12 +193,9 @@ static int plan_from_memplan(CgCpu *cg, int gi) {
       cg_fail(cg, "graph %s: the memory plan gives %%%d (%s) no buffer", g->name, v, ir_op_name(n->op));
       return -1;
     }
-    if (n->op == IR_CALL && n->attr[2] == IR_CALL_SAVE) {
-      StashLayout L;
-      if (!stash_layout(cg, g, n, &L) || G->stash[v] < 0) {
-        cg_fail(cg, "graph %s: call %%%d has no stash in the memory plan", g->name, v);
-        return -1;
-      }
+    if (n->op == IR_CALL && n->attr[2] == IR_CALL_SAVE && G->stash[v] < 0) {
+      cg_fail(cg, "graph %s: call %%%d has no stash in the memory plan", g->name, v);
+      return -1;
     }
     if (n->op == IR_CALL && G->callws[v] < 0) {
       cg_fail(cg, "graph %s: call %%%d has no workspace in the memory plan", g->name, v);
@@ -230,11 +237,9 @@ static int plan_first_fit(CgCpu *cg, int gi) {
       const IrNode *x = &g->nodes[v];
       if (x->op == IR_CALL && x->attr[2] == IR_CALL_SAVE) {
         StashLayout L;
-        if (!stash_layout(cg, g, x, &L)) {
-          cg_fail(cg, "graph %s: call %%%d saves too many tensors per layer", g->name, v);
-          break;
-        }
+        stash_layout(cg, g, x, &L);
         G->stash[v] = heap_alloc(&h, L.layer_bytes * x->attr[1]);
+        stash_layout_free(&L);
       }
       if (x->op == IR_CALL) {
         G->scratch_bytes[p] = call_scratch(cg, x);
@@ -496,7 +501,18 @@ static LLVMValueRef callee_output(Host *h, int v, int callee, int k) {
  * of a layer is argument 0 of the next: under the memory plan it is copied
  * from the callee's workspace into the call's buffer; under the back end's
  * own plan two buffers take turns (the last layer writes the call's). */
+static void emit_call_into(Host *h, int p, LLVMValueRef *discard);
+
 static void emit_call(Host *h, int p) {
+  const IrNode *n = &h->g->nodes[h->fg->kernels[p].nodes[0]];
+  int nplain = plain_outputs(h->cg->m->graphs[n->attr[0]]);
+  /* where outputs 1.. of a layer go when the caller keeps none of them */
+  LLVMValueRef *discard = xalloc_calloc((size_t)(nplain > 0 ? nplain : 1), sizeof *discard);
+  emit_call_into(h, p, discard);
+  free(discard);
+}
+
+static void emit_call_into(Host *h, int p, LLVMValueRef *discard) {
   CgCpu *cg = h->cg;
   int v = h->fg->kernels[p].nodes[0];
   const IrNode *n = &h->g->nodes[v];
@@ -511,12 +527,8 @@ static void emit_call(Host *h, int p) {
     cg_fail(cg, "graph %s: call %%%d runs %" PRId64 " times", h->g->name, v, count);
     return;
   }
-  if (nplain > 64) {
-    cg_fail(cg, "graph %s: call %%%d: too many outputs", h->g->name, v);
-    return;
-  }
   int64_t out0 = node_bytes(n);
-  LLVMValueRef scratch = NULL, discard[64];
+  LLVMValueRef scratch = NULL;
   if (planned) {
     for (int k = 1; k < nplain && mode != IR_CALL_SAVE; k++) discard[k] = callee_output(h, v, callee, k);
   } else {
@@ -541,6 +553,7 @@ static void emit_call(Host *h, int p) {
       stash_layout(cg, h->g, save, &L);
       if (cgph->nargs != 1 + L.nslots || save->attr[1] != count) {
         cg_fail(cg, "graph %s: backward call %%%d does not match its SAVE call", h->g->name, v);
+        stash_layout_free(&L);
         return;
       }
       stash = cg_byte_ptr(cg, h->ws, cg_i64(cg, h->G->stash[n->in[1]]), "stash");
@@ -580,6 +593,7 @@ static void emit_call(Host *h, int p) {
       dest = h->ptr[v];
     }
     cg_loop_close(cg, &l, &dest, 0, NULL);
+    if (bwd) stash_layout_free(&L);
     return;
   }
   if (mode == IR_CALL_SAVE) {
@@ -603,6 +617,7 @@ static void emit_call(Host *h, int p) {
       store_slot(h, outs_arr, k, cg_byte_ptr(cg, lb, cg_i64(cg, L.slot_off[n->nin + k - 1]), ""));
     check_rc(h, call_graph(h, v, callee, LLVMBuildAdd(cg->b, l.iv, cg_i64(cg, first), "")));
     cg_loop_close(cg, &l, NULL, 0, NULL);
+    stash_layout_free(&L);
     return;
   }
   cg_fail(cg, "graph %s: call %%%d has an unknown mode %" PRId64, h->g->name, v, mode);

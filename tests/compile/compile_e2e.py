@@ -154,7 +154,9 @@ def rel(a, b):
     return abs(a - b) / abs(b)
 
 
-def compare(name, got, ref, tol1=1e-6, tol20=1e-4):
+def compare(name, got, ref, tol1=1e-6, tol20=1e-4, falls=True):
+    """got against ref: step 1's loss and gradient norm within tol1, the last step's loss within
+    tol20, and (falls) the loss lower at the end than at step 1."""
     check(len(got) == STEPS and len(ref) == STEPS, f"{name}: {len(got)} steps run, {len(ref)} in the reference")
     l1, n1 = rel(got[0]["loss"], ref[0]["loss"]), rel(got[0]["grad_norm"], ref[0]["grad_norm"])
     l20 = rel(got[-1]["loss"], ref[-1]["loss"])
@@ -164,7 +166,8 @@ def compare(name, got, ref, tol1=1e-6, tol20=1e-4):
     check(l1 <= tol1, f"{name}: step-1 loss off by {l1:.2e} relative")
     check(n1 <= tol1, f"{name}: step-1 gradient norm off by {n1:.2e} relative")
     check(l20 <= tol20, f"{name}: step-{STEPS} loss off by {l20:.2e} relative")
-    check(got[-1]["loss"] < got[0]["loss"], f"{name}: the loss did not fall")
+    if falls:
+        check(got[-1]["loss"] < got[0]["loss"], f"{name}: the loss did not fall")
 
 
 def layout_case(name, flags, tol1=1e-6, tol20=1e-4):
@@ -897,6 +900,28 @@ def case_qwen3_window():
     # materialised attention has no window: refused at compile time, saying so
     _, p = compile_art("art-qwen3-mat", flags + ["--attention", "materialized"], defs=defs, expect=1)
     check("has no materialised form" in p.stderr, p.stderr)
+
+
+def case_gptoss_cp4():
+    # GPT-OSS's layers (a window of 4 keys on every other layer, attention sinks, 4 experts
+    # of which 2 a token) at cp 4 over the ring, tp 2 with sp, nothing recomputed: each layer
+    # saves its own and the received key / value blocks of every ring step, more than the 64
+    # stash slots the CPU back end held a SAVE call to until 2026-12-07 ("call %7 has no stash
+    # in the memory plan", found by compile.layout_sweep at seed 4901); the native program
+    # against the reference executor at one rank
+    global SAMPLE
+    SAMPLE = "gpt-oss.hpd"
+    defs = ["-D", "layers=4", "-D", "hidden=32", "-D", "heads=4", "-D", "kv_heads=2", "-D", "head_dim=8", "-D", "ffn=16",
+            "-D", "vocab=256", "-D", "seq=16", "-D", "experts=4", "-D", "top_k=2", "-D", "window=4"]
+    flags = ["--cluster", "cpu", "--nodes", "1", "--gpus", "8", "--dp", "1", "--tp", "2", "--pp", "1", "--cp", "4", "--sp", "on",
+             "--ep", "1", "--cp-comm", "ring", "--zero", "0", "--recompute", "none", "--micro-batch", "2",
+             "--global-batch", "4", "--precision", "fp32"]
+    art, p = compile_art("art-gptoss-cp4", flags, executor="native", defs=defs)
+    got, _ = train(art, "gptoss-cp4")
+    one = ONE_RANK + ["-L", "parallel.pipeline=1", "-L", "parallel.expert=1"]  # the file's own layout: pp 4, ep 8
+    # the sample warms its learning rate up over 2000 steps: over these few the loss need not fall
+    compare("gpt-oss tp2 cp4 ring, recompute none (native)", got, reference(art, defs + one), tol1=1e-5, tol20=1e-4,
+            falls=False)
 
 
 def case_mla_sp():
