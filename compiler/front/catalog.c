@@ -286,8 +286,8 @@ const char *cat_closest_cluster(const char *name) {
   return closest(&s, name);
 }
 
-double cat_peak_flops(const CatDevice *d, const char *precision) {
-  if (!d || !precision) return 0;
+/* Where d keeps its peak of `precision` (case-insensitive); NULL for an unknown name. */
+static const double *peak_field(const CatDevice *d, const char *precision) {
   static const struct {
     const char *name;
     size_t offset;
@@ -302,11 +302,23 @@ double cat_peak_flops(const CatDevice *d, const char *precision) {
   };
   /* the canonical spelling first: a planner search asks about a million times */
   for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-    if (!strcmp(fields[i].name, precision)) return *(const double *)((const char *)d + fields[i].offset);
+    if (!strcmp(fields[i].name, precision)) return (const double *)((const char *)d + fields[i].offset);
   for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-    if (name_eq(fields[i].name, precision, strlen(precision)))
-      return *(const double *)((const char *)d + fields[i].offset);
-  return 0;
+    if (name_eq(fields[i].name, precision, strlen(precision))) return (const double *)((const char *)d + fields[i].offset);
+  return NULL;
+}
+
+double cat_peak_flops(const CatDevice *d, const char *precision) {
+  if (!d || !precision) return 0;
+  const double *f = peak_field(d, precision);
+  return f ? *f : 0;
+}
+
+int cat_set_peak_flops(CatDevice *d, const char *precision, double flops) {
+  if (!d || !precision) return 0;
+  double *f = (double *)peak_field(d, precision);
+  if (f) *f = flops;
+  return f != NULL;
 }
 
 void cat_set_cpu(double flops_fp32, double mem_bw, double mem_bytes) {

@@ -72,6 +72,8 @@ const char *cat_closest_cluster(const char *name);
  * (case-insensitive). 0 when the device lacks the precision or the precision
  * name is unknown, so callers must validate the name themselves. */
 double cat_peak_flops(const CatDevice *d, const char *precision);
+/* Sets d's peak of `precision` (a device a cluster describes); 0 for an unknown name. */
+int cat_set_peak_flops(CatDevice *d, const char *precision, double flops);
 
 /* Fills in the `cpu` device from a microbenchmark of this machine: fp32
  * FLOP/s of all cores, DRAM bandwidth (bytes/s) and DRAM size (bytes). Other

@@ -2105,14 +2105,12 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
   /* a device described by its cluster (a GPU the catalog lacks, as the
    * catalog device it is most like): its own figures where given */
   const SemCluster *fc = &c->cluster;
-  double *fig_peak[] = {&c->dev.peak_flops_fp64, &c->dev.peak_flops_fp32, &c->dev.peak_flops_tf32, &c->dev.peak_flops_bf16,
-                        &c->dev.peak_flops_fp16, &c->dev.peak_flops_fp8,  &c->dev.peak_flops_fp4};
   for (int k = 0; k < SEM_FIG_COUNT; k++) {
     if (!(fc->described >> k & 1u)) continue;
     if (k == SEM_FIG_MEMORY) c->dev.mem_bytes = fc->figures[k];
     else if (k == SEM_FIG_MEMORY_BANDWIDTH) c->dev.hbm_bytes_per_s = fc->figures[k];
     else if (k == SEM_FIG_SMS) c->dev.sms = (int)fc->figures[k];
-    else *fig_peak[k - SEM_FIG_FP64] = fc->figures[k];
+    else cat_set_peak_flops(&c->dev, sem_figure_keys[k], fc->figures[k]); /* the keys are the precisions' names */
   }
   /* a calibrated device: its figures as measured (docs/planner.md sec. 17) */
   double cs = c->cluster.compute_scale > 0 ? c->cluster.compute_scale : 1, ms = c->cluster.memory_scale > 0 ? c->cluster.memory_scale : 1;
