@@ -61,6 +61,13 @@ add_test(NAME plan.attention_kernels
          COMMAND test_plan_fidelity --kernels $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR} ${HPDL_TEST_DIR}/plan/published_h100.json
                  mpt_7b_seq65536_8gpu)
 set_tests_properties(plan.attention_kernels PROPERTIES TIMEOUT 120 LABELS plan)
+# the planner's evidence (compiler/plan/plan_evidence_rows.inc, "how far to trust it", sec. 16.1) is
+# every published run of tests/plan with the error the planner now makes on it: stale after a
+# planner change until tests/plan/fidelity_table.sh writes it again
+add_test(NAME plan.evidence
+         COMMAND test_plan_fidelity --evidence $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
+set_tests_properties(plan.evidence PROPERTIES TIMEOUT 300 LABELS plan)
+
 add_test(NAME plan.fidelity_moe
          COMMAND test_plan_fidelity --set $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR} ${HPDL_TEST_DIR}/plan/published_moe.json)
 set_tests_properties(plan.fidelity_moe PROPERTIES TIMEOUT 300 LABELS "plan;moe")
@@ -102,8 +109,10 @@ if(Python3_Interpreter_FOUND)
   #   moe_search_bound the search's model-state bound takes the experts over the expert group (sec. 12)
   #   device_figures a cluster that gives its device's own figures (a GPU the catalog lacks): memory, bandwidth, SMs, peaks
   #   catalog_cmd    hpdlc catalog: the listing, an entry in full, JSON, the figures the plan's, every cluster's block
+  #   evidence_report  "how far to trust it": the published runs like a plan, their errors and the closest, by a second
+  #                  implementation of the rule over the compiled-in table (sec. 16.1)
   foreach(script balance_ends fusion_flag cp_comm_flag overlap_flag engine_flag fused_ce_flag lowp_flag no_fit option_sweep measure_cpu
-                 grouped_experts moe_search_bound trace_flag device_figures catalog_cmd)
+                 grouped_experts moe_search_bound trace_flag device_figures catalog_cmd evidence_report)
     add_test(NAME plan.${script}
              COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/${script}.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
     set_tests_properties(plan.${script} PROPERTIES TIMEOUT 120 LABELS plan)

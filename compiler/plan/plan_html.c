@@ -27,6 +27,7 @@
 
 #include "cost.h"
 #include "plan.h"
+#include "plan_evidence.h"
 #include "plan_internal.h"
 #include "schedule.h"
 
@@ -152,7 +153,35 @@ static void html_header(FILE *f, PlanCtx *c, const PlanReport *rep, const PlanRe
             plan_fmt_bytes(b, sizeof b, r->mem.capacity));
   else
     fputs("<span class=\"badge bad\">no plan</span>", f);
-  fputs("</td></tr>\n</table>\n", f);
+  fputs("</td></tr>\n", f);
+  PlanEvidence ev;
+  if (r->valid && r->step_s > 0 && isfinite(r->step_s)) { /* how far to trust it (docs/planner.md sec. 16.1) */
+    fputs("<tr><th>how far to trust it</th><td>", f);
+    int got = plan_evidence(c, r, &ev);
+    if (got == -2)
+      fputs("the published runs the planner was checked on are all language models, none like this one", f);
+    else if (got < 0) {
+      fputs("no published run on ", f);
+      esc(f, plan_device(c)->name);
+      fputs(" or its generation to compare with", f);
+    } else {
+      char like[256];
+      PlanTraits t = plan_traits(c, r);
+      fprintf(f, "on %d published runs like this one (", ev.runs);
+      esc(f, plan_evidence_like(&ev, &t, like, sizeof like));
+      fprintf(f, "; %d of them fitted on) the planner was off by %.1f%% in the median, the middle 80%% by %+.1f%% to "
+                 "%+.1f%% (- fast, + slow): off as much here, the step takes %s to %s; closest: ",
+              ev.fitted, ev.median_abs * 100, ev.lo * 100, ev.hi * 100, fmt_ms(a, sizeof a, ev.step_lo),
+              fmt_ms(b, sizeof b, ev.step_hi));
+      for (int i = 0; i < ev.nclosest; i++) {
+        fputs(i ? ", " : "", f);
+        esc(f, ev.closest[i]->id);
+        fprintf(f, " %+.1f%%", ev.closest[i]->error * 100);
+      }
+    }
+    fputs("</td></tr>\n", f);
+  }
+  fputs("</table>\n", f);
   if (r->valid) {
     fputs("<div class=\"tiles\">\n", f);
     tile(f, "step time", fmt_ms(a, sizeof a, r->step_s));

@@ -10,6 +10,7 @@
 
 #include "cost.h"
 #include "plan.h"
+#include "plan_evidence.h"
 #include "plan_internal.h"
 #include "schedule.h"
 
@@ -36,6 +37,41 @@ const char *plan_layout_str(char *buf, size_t n, const PlanLayout *L) {
 
 /* ------------------------------------------------------------------ */
 /* text                                                                 */
+
+/* How far to trust the step time: the planner's errors on the published runs
+ * most like this plan (plan_evidence.h). */
+static void text_evidence(FILE *f, const PlanCtx *c, const PlanResult *r) {
+  PlanEvidence e;
+  char a[32], b[32], like[256], fit[32];
+  if (!(r->step_s > 0) || !isfinite(r->step_s)) return;
+  int got = plan_evidence(c, r, &e);
+  if (got == -2) {
+    fprintf(f, "how far to trust it: the published runs the planner was checked on are all language models, none like "
+               "this one (docs/planner.md sec. 16.1)\n\n");
+    return;
+  }
+  if (got < 0) {
+    fprintf(f, "how far to trust it: no published run on %s or its generation to compare with (docs/planner.md sec. 16.1)\n\n",
+            plan_device(c)->name);
+    return;
+  }
+  PlanTraits t = plan_traits(c, r);
+  if (e.fitted == 0) snprintf(fit, sizeof fit, "none");
+  else if (e.fitted == e.runs) snprintf(fit, sizeof fit, "all");
+  else snprintf(fit, sizeof fit, "%d", e.fitted);
+  fprintf(f, "how far to trust it (docs/planner.md sec. 16.1)\n");
+  fprintf(f, "  %d published runs like this one (%s), %s of them fitted on:\n", e.runs,
+          plan_evidence_like(&e, &t, like, sizeof like), fit);
+  fprintf(f, "  the planner's step times were off by %.1f%% in the median, the middle 80%% by %+.1f%% to %+.1f%% (- fast, + slow);\n",
+          e.median_abs * 100, e.lo * 100, e.hi * 100);
+  fprintf(f, "  off as much here, this step takes %s to %s\n", plan_fmt_time(a, sizeof a, e.step_lo),
+          plan_fmt_time(b, sizeof b, e.step_hi));
+  for (int i = 0; i < e.nclosest; i++)
+    fprintf(f, "  %-8s %s (%s, %d GPUs, %s parameters): %+.1f%%\n", i ? "" : "closest", e.closest[i]->id,
+            e.closest[i]->set, e.closest[i]->gpus, plan_fmt_count(a, sizeof a, e.closest[i]->params),
+            e.closest[i]->error * 100);
+  fputc('\n', f);
+}
 
 static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r) {
   char a[32], b[32], d[32];
@@ -164,6 +200,7 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
             r->p2p_sync_s > 0 ? ", blocking (DeepSpeed's: a piece per tensor rank, then gathered)" : "");
   fprintf(f, "  %-18s %12s  %5.1f%%\n", "optimizer step", plan_fmt_time(a, sizeof a, r->optimizer_s), r->optimizer_s / T * 100);
   fprintf(f, "  %-18s %12s\n\n", "step", plan_fmt_time(a, sizeof a, r->step_s));
+  text_evidence(f, c, r);
   if (plan_explain_enabled(c)) {
     PlanTerm t[5];
     int n = plan_explain_terms(c, r, t, 5);
@@ -347,6 +384,46 @@ static json_t *json_throughput(const PlanResult *r) {
   return o;
 }
 
+/* The plan's traits, and the planner's errors on the published runs like it
+ * (plan_evidence.h); "runs": 0 where none is of its GPU generation. */
+static json_t *json_evidence(const PlanCtx *c, const PlanResult *r) {
+  json_t *o = json_object(), *tr = json_object();
+  PlanTraits t = plan_traits(c, r);
+  for (int k = 0; k < PLAN_TRAIT_COUNT; k++) {
+    const char *code = plan_trait_code(k, t.v[k]);
+    json_object_set_new(tr, plan_trait_key(k), code ? json_string(code) : json_boolean(t.v[k]));
+  }
+  json_object_set_new(o, "traits", tr);
+  PlanEvidence e;
+  if (plan_evidence(c, r, &e) < 0) { /* none like it: another generation, or images */
+    json_object_set_new(o, "runs", json_integer(0));
+    return o;
+  }
+  json_t *m = json_array();
+  for (int k = 0; k < PLAN_TRAIT_COUNT; k++)
+    if (e.matched[k]) json_array_append_new(m, json_string(plan_trait_key(k)));
+  json_object_set_new(o, "matched", m);
+  json_object_set_new(o, "runs", json_integer(e.runs));
+  json_object_set_new(o, "fitted", json_integer(e.fitted));
+  json_object_set_new(o, "median_abs_error", jnum(e.median_abs));
+  json_object_set_new(o, "error_p10", jnum(e.lo));
+  json_object_set_new(o, "error_p90", jnum(e.hi));
+  json_object_set_new(o, "step_s_low", jnum(e.step_lo));
+  json_object_set_new(o, "step_s_high", jnum(e.step_hi));
+  json_t *cl = json_array();
+  for (int i = 0; i < e.nclosest; i++) {
+    json_t *x = json_object();
+    json_object_set_new(x, "id", json_string(e.closest[i]->id));
+    json_object_set_new(x, "set", json_string(e.closest[i]->set));
+    json_object_set_new(x, "gpus", json_integer(e.closest[i]->gpus));
+    json_object_set_new(x, "params", jnum(e.closest[i]->params));
+    json_object_set_new(x, "error", jnum(e.closest[i]->error));
+    json_array_append_new(cl, x);
+  }
+  json_object_set_new(o, "closest", cl);
+  return o;
+}
+
 static json_t *json_result(PlanCtx *c, const PlanResult *r, int brief) {
   json_t *o = json_object();
   json_object_set_new(o, "valid", json_boolean(r->valid));
@@ -389,6 +466,7 @@ static json_t *json_result(PlanCtx *c, const PlanResult *r, int brief) {
     }
     json_object_set_new(o, "explain", ex);
   }
+  if (!brief && r->valid && r->step_s > 0 && isfinite(r->step_s)) json_object_set_new(o, "accuracy", json_evidence(c, r));
   if (!brief && r->stages) {
     json_t *st = json_array();
     for (int s = 0; s < r->nstages; s++) {

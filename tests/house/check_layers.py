@@ -77,9 +77,10 @@ def check(root, quiet=False):
             problems.append(f"{d}/: missing folder")
             continue
         names = sorted(os.listdir(path))
-        files[d] = [n for n in names if os.path.splitext(n)[1] in (".c", ".h", ".cuh", ".l", ".y")]
+        # .inc: a generated table a source of the folder includes (plan_evidence_rows.inc)
+        files[d] = [n for n in names if os.path.splitext(n)[1] in (".c", ".h", ".cuh", ".inc", ".l", ".y")]
         for n in files[d]:
-            if n.endswith(".h") or n.endswith(".cuh"):
+            if n.endswith(".h") or n.endswith(".cuh") or n.endswith(".inc"):
                 if n in owner and owner[n] != d:
                     problems.append(f"{d}/{n}: a header of this name is also in {owner[n]}/")
                 owner[n] = d

@@ -30,15 +30,24 @@
  *
  *   test_plan_fidelity --kernels HPDLC SOURCE_DIR FILE.json RUN
  *
- * prices one run under each attention kernel (check_kernels below). */
+ * prices one run under each attention kernel (check_kernels below).
+ *
+ *   test_plan_fidelity --evidence HPDLC SOURCE_DIR [--write FILE.inc]
+ *
+ * plans every published run of tests/plan and writes the planner's evidence
+ * table (compiler/plan/plan_evidence_rows.inc), or checks the one compiled
+ * in against them (check_evidence below). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <dirent.h>
+
 #include "catalog.h"
 #include "cost.h" /* the attention kernels' published rates */
+#include "plan_evidence.h"
 
 static json_t *run_plan(const char *cmd) {
   if (getenv("HPDL_FIDELITY_TRACE")) fprintf(stderr, "+ %s\n", cmd); /* to rerun one row by hand */
@@ -302,6 +311,192 @@ static int check_set(const char *hpdlc, const char *src, const char *file, int m
   return failures && !markdown ? 1 : 0;
 }
 
+/* The hpdlc plan command of one run of published_figures.json (Narayanan et
+ * al. 2021: Megatron-LM's program of 2021, main's comment says how). */
+static void figures_command(char *cmd, size_t cap, const char *hpdlc, const char *src, json_t *r) {
+  json_t *m = json_object_get(r, "model"), *l = json_object_get(r, "layout");
+  long v = jint(l, "virtual_stages");
+  char sched[64];
+  if (v > 1) snprintf(sched, sizeof sched, "--schedule interleaved --virtual-stages %ld", v);
+  else snprintf(sched, sizeof sched, "--schedule 1f1b");
+  snprintf(cmd, cap,
+           "'%s' plan '%s/samples/gpt.hpd' -D layers=%ld -D hidden=%ld -D heads=%ld -D seq=%ld -D vocab=%ld"
+           " --tp %ld --pp %ld --dp %ld --gpus %ld --micro-batch %ld --global-batch %ld --zero %ld"
+           " --cluster dgx-a100-80gb --recompute full --balance layers --attention materialized %s"
+           " --compression fp16 --format json",
+           hpdlc, src, jint(m, "layers"), jint(m, "hidden"), jint(m, "heads"), jint(m, "seq"), jint(m, "vocab"),
+           jint(l, "tp"), jint(l, "pp"), jint(l, "dp"), jint(l, "gpus"), jint(l, "micro_batch"),
+           jint(l, "global_batch"), jint(l, "zero"), sched);
+}
+
+/* ---- the evidence compiled into the planner (plan_evidence.h) ---- */
+
+/* A plan report's traits (its "accuracy": {"traits": ...}) as PlanTraits; -1 when absent. */
+static int read_traits(json_t *plan, PlanTraits *t) {
+  json_t *tr = json_object_get(json_object_get(plan, "accuracy"), "traits");
+  if (!json_is_object(tr)) return -1;
+  memset(t, 0, sizeof *t);
+  for (int k = 0; k < PLAN_TRAIT_COUNT; k++) {
+    json_t *v = json_object_get(tr, plan_trait_key(k));
+    if (!v) return -1;
+    if (plan_trait_code(k, 0)) { /* a named value: the generation, the GEMM format */
+      int found = -1;
+      for (int i = 0; plan_trait_code(k, i); i++)
+        if (json_is_string(v) && !strcmp(json_string_value(v), plan_trait_code(k, i))) found = i;
+      if (found < 0) return -1;
+      t->v[k] = found;
+    } else
+      t->v[k] = json_is_true(v);
+  }
+  return 0;
+}
+
+typedef struct EvRow {
+  char id[128], set[96];
+  PlanTraits t;
+  long gpus;
+  double params, error;
+  int fitted;
+} EvRow;
+
+static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Every run of SOURCE_DIR/tests/plan/published_*.json, planned: its traits
+ * and the planner's error. Returns the count (rows malloc'd), -1 on a run
+ * without a plan. */
+static int evidence_runs(const char *hpdlc, const char *src, EvRow **out) {
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s/tests/plan", src);
+  DIR *d = opendir(dir);
+  if (!d) {
+    fprintf(stderr, "fidelity: %s: cannot open\n", dir);
+    return -1;
+  }
+  char *names[64];
+  int nf = 0;
+  struct dirent *de;
+  while ((de = readdir(d)) && nf < 64) {
+    size_t len = strlen(de->d_name);
+    if (!strncmp(de->d_name, "published_", 10) && len > 5 && !strcmp(de->d_name + len - 5, ".json"))
+      names[nf++] = strdup(de->d_name);
+  }
+  closedir(d);
+  qsort(names, (size_t)nf, sizeof *names, cmp_name);
+  int n = 0, cap = 64, bad = 0;
+  EvRow *rows = calloc((size_t)cap, sizeof *rows);
+  for (int f = 0; f < nf; f++) {
+    char path[1400];
+    snprintf(path, sizeof path, "%s/%s", dir, names[f]);
+    json_error_t err;
+    json_t *fig = json_load_file(path, 0, &err);
+    if (!fig) {
+      fprintf(stderr, "fidelity: %s:%d: %s\n", path, err.line, err.text);
+      bad++;
+      continue;
+    }
+    int figures = !strcmp(names[f], "published_figures.json"); /* TFLOP/s, not step times */
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(fig, "runs"), i, r) {
+      char cmd[4096];
+      if (figures) figures_command(cmd, sizeof cmd, hpdlc, src, r);
+      else set_command(cmd, sizeof cmd, hpdlc, src, r);
+      json_t *plan = run_plan(cmd);
+      EvRow *e;
+      if (n == cap) rows = realloc(rows, sizeof *rows * (size_t)(cap *= 2));
+      e = &rows[n];
+      memset(e, 0, sizeof *e);
+      snprintf(e->id, sizeof e->id, "%s", json_string_value(json_object_get(r, "id")));
+      snprintf(e->set, sizeof e->set, "%s", figures ? "narayanan21_a100" : json_string_value(json_object_get(r, "set")));
+      if (!plan || read_traits(plan, &e->t) < 0) {
+        fprintf(stderr, "fidelity: %s: no plan with traits: %s\n", e->id, cmd);
+        json_decref(plan);
+        bad++;
+        continue;
+      }
+      e->gpus = jint(json_object_get(r, "layout"), "gpus");
+      e->params = jget(plan, "model", "params");
+      if (figures) /* the step time's error from throughput's: step = FLOPs / TFLOP/s */
+        e->error = json_number_value(json_object_get(r, "published_tflops_per_gpu")) / jget(plan, "throughput", "tflops_per_gpu") - 1;
+      else
+        e->error = jget(plan, "time", "step_s") / json_number_value(json_object_get(json_object_get(r, "published"), "step_s")) - 1;
+      e->fitted = json_is_true(json_object_get(r, "asserted"));
+      json_decref(plan);
+      if (isfinite(e->error)) n++;
+      else {
+        fprintf(stderr, "fidelity: %s: no error (no step time)\n", e->id);
+        bad++;
+      }
+    }
+    json_decref(fig);
+  }
+  for (int f = 0; f < nf; f++) free(names[f]);
+  *out = rows;
+  return bad ? -1 : n;
+}
+
+/* test_plan_fidelity --evidence HPDLC SOURCE_DIR [--write FILE.inc]: plans
+ * every published run and writes the rows of plan_evidence_rows.inc, or
+ * (without --write) checks the rows compiled into this build against them:
+ * the same runs, traits and GPUs, each error within 0.05 points. */
+static int check_evidence(const char *hpdlc, const char *src, const char *write) {
+  EvRow *rows = NULL;
+  int n = evidence_runs(hpdlc, src, &rows);
+  if (n < 0) {
+    free(rows);
+    return 2;
+  }
+  if (write) {
+    FILE *f = fopen(write, "w");
+    if (!f) {
+      fprintf(stderr, "fidelity: %s: cannot write\n", write);
+      free(rows);
+      return 2;
+    }
+    fprintf(f, "/* generated by tests/plan/fidelity_table.sh (test_plan_fidelity --evidence --write); do not edit by hand:\n"
+               " * every published run of tests/plan, its traits (plan_evidence.h), GPUs, parameters, the planner's\n"
+               " * error (predicted / published step time - 1) and whether its set was fitted on */\n");
+    for (int i = 0; i < n; i++) {
+      const EvRow *e = &rows[i];
+      fprintf(f, "{\"%s\", \"%s\", {{", e->id, e->set);
+      for (int k = 0; k < PLAN_TRAIT_COUNT; k++) fprintf(f, "%s%d", k ? ", " : "", e->t.v[k]);
+      fprintf(f, "}}, %ld, %.4g, %.4f, %d},\n", e->gpus, e->params, e->error, e->fitted);
+    }
+    fclose(f);
+    printf("evidence: %d runs written to %s\n", n, write);
+    free(rows);
+    return 0;
+  }
+  int nb, bad = 0;
+  const PlanEvidenceRow *built = plan_evidence_rows(&nb);
+  if (nb != n) {
+    fprintf(stderr, "evidence: %d runs compiled in, %d published runs planned\n", nb, n);
+    bad++;
+  }
+  for (int i = 0; i < n; i++) {
+    const EvRow *e = &rows[i];
+    const PlanEvidenceRow *b = NULL;
+    for (int j = 0; j < nb; j++)
+      if (!strcmp(built[j].id, e->id)) b = &built[j];
+    if (!b) {
+      fprintf(stderr, "evidence: %s: not compiled in\n", e->id);
+      bad++;
+      continue;
+    }
+    int same = b->gpus == e->gpus && fabs(b->error - e->error) <= 5e-4 && b->fitted == e->fitted;
+    for (int k = 0; k < PLAN_TRAIT_COUNT; k++) same &= b->traits.v[k] == e->t.v[k];
+    if (!same) {
+      fprintf(stderr, "evidence: %s: compiled in %+.2f%% (%d GPUs), planned now %+.2f%% (%ld GPUs), or its traits differ\n",
+              e->id, b->error * 100, b->gpus, e->error * 100, e->gpus);
+      bad++;
+    }
+  }
+  printf("evidence: %d published runs planned, %d compiled in: %s\n", n, nb, bad ? "STALE" : "the same");
+  if (bad) fprintf(stderr, "the planner's evidence is stale: run bash tests/plan/fidelity_table.sh and rebuild\n");
+  free(rows);
+  return bad ? 1 : 0;
+}
+
 /* ---- attention kernels (docs/planner.md sec. 9.1) ---- */
 
 /* The time of the attention of run r (a causal GPT of samples/gpt.hpd, one
@@ -407,6 +602,8 @@ static int check_kernels(const char *hpdlc, const char *src, const char *file, c
 
 int main(int argc, char **argv) {
   if (argc == 4 && !strcmp(argv[1], "--schema")) return check_schema(argv[2], argv[3]);
+  if ((argc == 4 || (argc == 6 && !strcmp(argv[4], "--write"))) && !strcmp(argv[1], "--evidence"))
+    return check_evidence(argv[2], argv[3], argc == 6 ? argv[5] : NULL);
   if (argc == 6 && !strcmp(argv[1], "--kernels")) return check_kernels(argv[2], argv[3], argv[4], argv[5]);
   if ((argc == 5 || argc == 6) && !strcmp(argv[1], "--set"))
     return check_set(argv[2], argv[3], argv[4], argc == 6 && !strcmp(argv[5], "--markdown"));
@@ -431,20 +628,9 @@ int main(int argc, char **argv) {
   size_t i;
   json_t *r;
   json_array_foreach(runs, i, r) {
-    json_t *m = json_object_get(r, "model"), *l = json_object_get(r, "layout");
-    long v = jint(l, "virtual_stages");
-    char sched[64];
-    if (v > 1) snprintf(sched, sizeof sched, "--schedule interleaved --virtual-stages %ld", v);
-    else snprintf(sched, sizeof sched, "--schedule 1f1b");
+    json_t *l = json_object_get(r, "layout");
     char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "'%s' plan '%s/samples/gpt.hpd' -D layers=%ld -D hidden=%ld -D heads=%ld -D seq=%ld -D vocab=%ld"
-             " --tp %ld --pp %ld --dp %ld --gpus %ld --micro-batch %ld --global-batch %ld --zero %ld"
-             " --cluster dgx-a100-80gb --recompute full --balance layers --attention materialized %s"
-             " --compression fp16 --format json",
-             hpdlc, src, jint(m, "layers"), jint(m, "hidden"), jint(m, "heads"), jint(m, "seq"), jint(m, "vocab"),
-             jint(l, "tp"), jint(l, "pp"), jint(l, "dp"), jint(l, "gpus"), jint(l, "micro_batch"),
-             jint(l, "global_batch"), jint(l, "zero"), sched);
+    figures_command(cmd, sizeof cmd, hpdlc, src, r);
     json_t *out = run_plan(cmd);
     double pub = json_number_value(json_object_get(r, "published_tflops_per_gpu"));
     double pred = out ? jget(out, "throughput", "tflops_per_gpu") : NAN;

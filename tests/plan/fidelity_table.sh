@@ -10,7 +10,11 @@
 # Builds hpdlc and test_plan_fidelity in BUILD_DIR (default build) and
 # rewrites the text between the markers
 #   <!-- fidelity-table:begin --> ... <!-- fidelity-table:end -->
-# in docs/planner.md. Read the diff before committing it.
+# in docs/planner.md, and the planner's evidence table
+# (compiler/plan/plan_evidence_rows.inc: every published run with the error
+# the planner now makes on it, which `hpdlc plan` reports as "how far to
+# trust it"; plan.evidence fails while it is stale), then builds again.
+# Read the diff before committing it.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -113,3 +117,7 @@ if ! grep -q "fidelity-table:begin" docs/planner.md; then
 fi
 cp "$tmp.doc" docs/planner.md
 echo "docs/planner.md: fidelity tables rewritten"
+"$fid" --evidence "$hpdlc" "$PWD" --write compiler/plan/plan_evidence_rows.inc
+cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target hpdlc test_plan_fidelity >/dev/null
+"$fid" --evidence "$hpdlc" "$PWD" >/dev/null
+echo "compiler/plan/plan_evidence_rows.inc: rewritten, $hpdlc rebuilt with it"
