@@ -94,7 +94,6 @@ int plan_evidence(const PlanCtx *c, const PlanResult *r, PlanEvidence *e) {
     return -1;
   }
   memset(keep, 1, (size_t)n);
-  int kept = n;
   /* the traits in order, each kept where enough runs share it */
   for (int k = 0; k < PLAN_TRAIT_COUNT; k++) {
     int share = 0;
@@ -105,7 +104,6 @@ int plan_evidence(const PlanCtx *c, const PlanResult *r, PlanEvidence *e) {
     }
     for (int i = 0; i < n; i++)
       if (all[i].traits.v[k] != t.v[k]) keep[i] = 0;
-    kept = share;
     e->matched[k] = 1;
   }
   if (!e->matched[PLAN_TRAIT_GEN]) {
@@ -135,7 +133,6 @@ int plan_evidence(const PlanCtx *c, const PlanResult *r, PlanEvidence *e) {
     dist[at] = d;
     e->closest[at] = &all[i];
   }
-  (void)kept;
   e->runs = m;
   qsort(err, (size_t)m, sizeof *err, cmp_double);
   e->lo = quantile(err, m, 0.1);
