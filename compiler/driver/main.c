@@ -218,6 +218,9 @@ static void help_verb(const char *verb) {
          "                           every elementwise op and reduction a kernel of its own,\n"
          "                           as PyTorch's eager mode runs (docs/planner.md 9.7)\n"
          "  --explain                the five largest terms of the step time, with sources\n"
+         "  --evidence               every published run like the plan, closest first, with\n"
+         "                           the planner's error on it (the report gives the three\n"
+         "                           closest; docs/planner.md 16.1)\n"
          "  --compare TRACE          an hpdlrun --profile trace's measured time per op class\n"
          "                           (GEMM, memory-bound, each collective, bubble, optimizer,\n"
          "                           data, other, the step) beside the plan's, with the error\n"
@@ -496,13 +499,18 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
     if (!strcmp(verb, "plan")) {
       static const char *const pflags[] = {"--format", "--trace",       "--scaling",   "--top",     "--search",
                                            "--output", "--measure-cpu", "--attention", "--explain", "--compare",
-                                           "--calibrate"};
+                                           "--calibrate", "--evidence"};
       int which = -1;
-      for (int k = 0; k < 11; k++)
+      for (int k = 0; k < 12; k++)
         if (strlen(pflags[k]) == flen && !strncmp(pflags[k], a, flen)) which = k;
       if (which == 8) {
         if (value) return cli_error("--explain takes no value%s", "", NULL);
         cli->plan.explain = 1;
+        continue;
+      }
+      if (which == 11) {
+        if (value) return cli_error("--evidence takes no value%s", "", NULL);
+        cli->plan.evidence = 1;
         continue;
       }
       if (which == 6) {
@@ -557,6 +565,7 @@ static int parse_cli(int argc, char **argv, Cli *cli) {
         names[n++] = "--top";
         names[n++] = "--attention";
         names[n++] = "--explain";
+        names[n++] = "--evidence";
         names[n++] = "--compare";
         names[n++] = "--calibrate";
         names[n++] = "--progress";

@@ -2267,6 +2267,10 @@ const char *plan_attention_name(const PlanCtx *c) {
 }
 
 void plan_set_explain(PlanCtx *c, int on) { c->explain = on != 0; }
+
+void plan_set_evidence_all(PlanCtx *c, int on) { c->evidence_all = on != 0; }
+
+int plan_evidence_all(const PlanCtx *c) { return c->evidence_all; }
 void plan_set_progress(PlanCtx *c, struct Progress *p) { c->progress = p; }
 int plan_explain_enabled(const PlanCtx *c) { return c->explain; }
 

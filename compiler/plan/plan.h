@@ -200,6 +200,10 @@ void plan_set_explain(PlanCtx *c, int on);
 struct Progress;
 void plan_set_progress(PlanCtx *c, struct Progress *p);
 int plan_explain_enabled(const PlanCtx *c);
+/* Reports list every published run like the plan, closest first, not only
+ * the closest three (hpdlc plan --evidence; docs/planner.md sec. 16.1). */
+void plan_set_evidence_all(PlanCtx *c, int on);
+int plan_evidence_all(const PlanCtx *c);
 const CatDevice *plan_device(const PlanCtx *c);
 const SemCluster *plan_cluster(const PlanCtx *c);
 /* The figures the cluster gave its device, "memory 96.0 GiB, bf16 148
@@ -330,6 +334,7 @@ typedef struct PlanCliOptions {
   int materialized;    /* --attention materialized: price the scores stored in memory (plan_set_attention) */
   CostAttnKernel attention_kernel; /* --attention flash1|flash2|flash3 (plan_set_attention_kernel); flash: the default */
   int explain;         /* --explain: the five largest terms of the step time with their sources */
+  int evidence;        /* --evidence: every published run like the plan, not only the closest three */
   int fusion_off;      /* --fusion off: a kernel an op (plan_set_fusion) */
   int progress;        /* --progress: a ProgressMode (core/progress.h) for --search */
   const char *compare; /* --compare TRACE: an hpdlrun --profile trace beside the plan (plan_compare.h) */

@@ -96,6 +96,7 @@ static int plan_command_run(Diag *diag, const char *path, const SemModel *m, con
   plan_set_attention_kernel(c, o->attention_kernel);
   if (o->fusion_off) plan_set_fusion(c, 0);
   if (o->explain) plan_set_explain(c, 1);
+  if (o->evidence) plan_set_evidence_all(c, 1);
   int status = 0;
   PlanLayout L = plan_layout_of(m);
   if (o->search && !o->mb_fixed) L.micro_batch = -1;

@@ -80,36 +80,46 @@ static double quantile(const double *v, int n, double q) {
   return v[i] + (pos - i) * (v[i + 1] - v[i]);
 }
 
-int plan_evidence(const PlanCtx *c, const PlanResult *r, PlanEvidence *e) {
-  memset(e, 0, sizeof *e);
+/* The runs like plan r: keep[i] for each row, matched[k] for each trait the
+ * kept runs share. 0, -1 (none of its generation) or -2 (a model of images). */
+static int choose(const PlanCtx *c, const PlanResult *r, const PlanEvidenceRow *all, int n, unsigned char *keep,
+                  int *matched) {
   if (plan_model(c)->images) return -2; /* the published runs are all language models */
   PlanTraits t = plan_traits(c, r);
-  int n;
-  const PlanEvidenceRow *all = plan_evidence_rows(&n);
-  unsigned char *keep = malloc((size_t)n + 1);
-  double *err = malloc(sizeof(double) * ((size_t)n + 1));
-  if (!keep || !err) {
-    free(keep);
-    free(err);
-    return -1;
-  }
   memset(keep, 1, (size_t)n);
   /* the traits in order, each kept where enough runs share it */
   for (int k = 0; k < PLAN_TRAIT_COUNT; k++) {
     int share = 0;
     for (int i = 0; i < n; i++) share += keep[i] && all[i].traits.v[k] == t.v[k];
     if (share < PLAN_EVIDENCE_MIN) {
-      if (k == PLAN_TRAIT_GEN) break; /* none to judge it by */
+      if (k == PLAN_TRAIT_GEN) return -1; /* none to judge it by */
       continue;
     }
     for (int i = 0; i < n; i++)
       if (all[i].traits.v[k] != t.v[k]) keep[i] = 0;
-    e->matched[k] = 1;
+    matched[k] = 1;
   }
-  if (!e->matched[PLAN_TRAIT_GEN]) {
+  return 0;
+}
+
+/* How far run row is from plan r in scale: GPUs and parameters, each by its ratio. */
+static double distance(const PlanEvidenceRow *row, const PlanResult *r) {
+  return fabs(log((double)row->gpus / (double)(r->gpus > 0 ? r->gpus : 1))) +
+         fabs(log(row->params / (r->params > 0 ? r->params : 1)));
+}
+
+int plan_evidence(const PlanCtx *c, const PlanResult *r, PlanEvidence *e) {
+  memset(e, 0, sizeof *e);
+  int n;
+  const PlanEvidenceRow *all = plan_evidence_rows(&n);
+  unsigned char *keep = malloc((size_t)n + 1);
+  double *err = malloc(sizeof(double) * ((size_t)n + 1));
+  int got = keep && err ? choose(c, r, all, n, keep, e->matched) : -1;
+  if (got < 0) {
+    memset(e->matched, 0, sizeof e->matched);
     free(keep);
     free(err);
-    return -1;
+    return got;
   }
   int m = 0;
   double dist[PLAN_EVIDENCE_CLOSEST] = {0};
@@ -117,9 +127,7 @@ int plan_evidence(const PlanCtx *c, const PlanResult *r, PlanEvidence *e) {
     if (!keep[i]) continue;
     err[m++] = all[i].error;
     e->fitted += all[i].fitted;
-    /* the closest in scale: GPUs and parameters, each by its ratio */
-    double d = fabs(log((double)all[i].gpus / (double)(r->gpus > 0 ? r->gpus : 1))) +
-               fabs(log(all[i].params / (r->params > 0 ? r->params : 1)));
+    double d = distance(&all[i], r);
     int at = e->nclosest < PLAN_EVIDENCE_CLOSEST ? e->nclosest++ : PLAN_EVIDENCE_CLOSEST;
     if (at == PLAN_EVIDENCE_CLOSEST) {
       if (d >= dist[PLAN_EVIDENCE_CLOSEST - 1]) continue;
@@ -145,6 +153,33 @@ int plan_evidence(const PlanCtx *c, const PlanResult *r, PlanEvidence *e) {
   free(keep);
   free(err);
   return 0;
+}
+
+typedef struct Ranked {
+  double d;
+  int i;
+} Ranked;
+
+static int cmp_ranked(const void *a, const void *b) {
+  const Ranked *x = a, *y = b;
+  return x->d < y->d ? -1 : x->d > y->d ? 1 : (x->i > y->i) - (x->i < y->i);
+}
+
+int plan_evidence_list(const PlanCtx *c, const PlanResult *r, const PlanEvidenceRow **out, int max) {
+  int n, matched[PLAN_TRAIT_COUNT] = {0};
+  const PlanEvidenceRow *all = plan_evidence_rows(&n);
+  unsigned char *keep = malloc((size_t)n + 1);
+  Ranked *rank = malloc(sizeof *rank * ((size_t)n + 1));
+  int m = 0;
+  if (keep && rank && choose(c, r, all, n, keep, matched) == 0) {
+    for (int i = 0; i < n; i++)
+      if (keep[i]) rank[m++] = (Ranked){distance(&all[i], r), i};
+    qsort(rank, (size_t)m, sizeof *rank, cmp_ranked); /* ties in the table's order, as plan_evidence's closest */
+    for (int i = 0; i < m && i < max; i++) out[i] = &all[rank[i].i];
+  }
+  free(keep);
+  free(rank);
+  return m;
 }
 
 const char *plan_evidence_like(const PlanEvidence *e, const PlanTraits *t, char *buf, size_t n) {

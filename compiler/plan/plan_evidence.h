@@ -68,6 +68,10 @@ const char *plan_trait_words(int trait, int value);
  * published runs are of its GPU generation, -2 for a model of images (the
  * runs are all language models): none to judge it by. */
 int plan_evidence(const PlanCtx *c, const PlanResult *r, PlanEvidence *e);
+/* Every run plan_evidence chose, closest first (by GPUs and parameters, as
+ * `closest`), into out (at most max); returns how many there are (0 where
+ * plan_evidence has none). */
+int plan_evidence_list(const PlanCtx *c, const PlanResult *r, const PlanEvidenceRow **out, int max);
 /* The traits the chosen runs share, in words: "Hopper, dense, FP8 GEMMs, pipeline-parallel". */
 const char *plan_evidence_like(const PlanEvidence *e, const PlanTraits *t, char *buf, size_t n);
 

@@ -154,6 +154,7 @@ struct PlanCtx {
   int64_t vocab_pad;  /* the layout's vocab_pad: vocabulary padded to a multiple of it x tp */
   int fused_ce;       /* the model's fused_ce (on: 1), for keys made without a layout (plan_chunk_layers) */
   int explain;        /* reports list the five largest terms of the step (plan_set_explain) */
+  int evidence_all;   /* reports list every published run like the plan (plan_set_evidence_all, --evidence) */
   double params;
   double expert_params; /* of params: the experts' (sharded over the expert group) */
   int64_t experts;    /* experts per MoE layer that every expert layer's count divides (their gcd); 0: none */

@@ -66,10 +66,19 @@ static void text_evidence(FILE *f, const PlanCtx *c, const PlanResult *r) {
           e.median_abs * 100, e.lo * 100, e.hi * 100);
   fprintf(f, "  off as much here, this step takes %s to %s\n", plan_fmt_time(a, sizeof a, e.step_lo),
           plan_fmt_time(b, sizeof b, e.step_hi));
-  for (int i = 0; i < e.nclosest; i++)
-    fprintf(f, "  %-8s %s (%s, %d GPUs, %s parameters): %+.1f%%\n", i ? "" : "closest", e.closest[i]->id,
-            e.closest[i]->set, e.closest[i]->gpus, plan_fmt_count(a, sizeof a, e.closest[i]->params),
-            e.closest[i]->error * 100);
+  /* the closest three, or with --evidence every one, closest first */
+  const PlanEvidenceRow **list = e.closest;
+  int nlist = e.nclosest;
+  if (plan_evidence_all(c) && (list = malloc(sizeof *list * (size_t)e.runs)))
+    nlist = plan_evidence_list(c, r, list, e.runs);
+  else
+    list = e.closest;
+  const char *head = nlist > e.nclosest ? "runs" : "closest";
+  for (int i = 0; i < nlist; i++)
+    fprintf(f, "  %-8s %s (%s, %d GPUs, %s parameters): %+.1f%%%s\n", i ? "" : head, list[i]->id, list[i]->set,
+            list[i]->gpus, plan_fmt_count(a, sizeof a, list[i]->params), list[i]->error * 100,
+            nlist > e.nclosest && list[i]->fitted ? ", fitted on" : "");
+  if (list != e.closest) free(list);
   fputc('\n', f);
 }
 
@@ -421,6 +430,23 @@ static json_t *json_evidence(const PlanCtx *c, const PlanResult *r) {
     json_array_append_new(cl, x);
   }
   json_object_set_new(o, "closest", cl);
+  const PlanEvidenceRow **list;
+  if (plan_evidence_all(c) && (list = malloc(sizeof *list * (size_t)e.runs))) { /* --evidence: every run, closest first */
+    int nl = plan_evidence_list(c, r, list, e.runs);
+    json_t *all = json_array();
+    for (int i = 0; i < nl; i++) {
+      json_t *x = json_object();
+      json_object_set_new(x, "id", json_string(list[i]->id));
+      json_object_set_new(x, "set", json_string(list[i]->set));
+      json_object_set_new(x, "gpus", json_integer(list[i]->gpus));
+      json_object_set_new(x, "params", jnum(list[i]->params));
+      json_object_set_new(x, "error", jnum(list[i]->error));
+      json_object_set_new(x, "fitted", json_boolean(list[i]->fitted));
+      json_array_append_new(all, x);
+    }
+    json_object_set_new(o, "all", all);
+    free(list);
+  }
   return o;
 }
 

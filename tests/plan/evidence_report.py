@@ -12,8 +12,8 @@ recomputed from that file by a second implementation of the rule: keep the runs 
 each trait in turn (GPU generation, experts, context parallelism, GEMM format, sequences
 of 32K and more, eager, ZeRO-3, pipeline, tensor), a trait dropped where fewer than 5 would remain; the median |error|, the
 10th and 90th percentiles (linear between neighbours), the step those errors put it at, and
-the three runs closest in GPUs and parameters. Each number must agree, and the text report
-must print them. A published run planned as published finds itself the closest, with its own
+the three runs closest in GPUs and parameters (with --evidence every run kept, closest
+first). Each number must agree, and the text report must print them. A published run planned as published finds itself the closest, with its own
 error; a CPU plan and a model of images say there is nothing to judge them by.
 Exit 0 pass, 1 fail."""
 import json
@@ -68,10 +68,10 @@ def expect(rows, traits, gpus, params, step):
     errs = sorted(r["error"] for r in keep)
     lo, hi = quantile(errs, 0.1), quantile(errs, 0.9)
     dist = lambda r: abs(math.log(r["gpus"] / gpus)) + abs(math.log(r["params"] / params))
-    closest = sorted(enumerate(keep), key=lambda ir: (dist(ir[1]), ir[0]))[:3]
+    ranked = [r["id"] for _, r in sorted(enumerate(keep), key=lambda ir: (dist(ir[1]), ir[0]))]
     return {"runs": len(keep), "fitted": sum(r["fitted"] for r in keep), "matched": matched,
             "median_abs_error": quantile(sorted(abs(e) for e in errs), 0.5), "error_p10": lo, "error_p90": hi,
-            "step_s_low": step / (1 + hi), "step_s_high": step / (1 + lo), "closest": [r["id"] for _, r in closest]}
+            "step_s_low": step / (1 + hi), "step_s_high": step / (1 + lo), "closest": ranked[:3], "all": ranked}
 
 
 def close(a, b):
@@ -106,6 +106,13 @@ def check_case(hpdlc, src, rows, name, sample, args, checks):
     checks.append((f"{acc['runs']} published runs like this one" in text and line in text,
                    f"{name}: the text report prints {acc['runs']} runs and '{line}'"))
     checks.append((all(c in text for c in got), f"{name}: the text report names the closest runs"))
+    # --evidence: every run the figures come from, closest first
+    je = plan_json(hpdlc, os.path.join(src, sample), [*args, "--evidence"])
+    every = [c["id"] for c in (je or {}).get("accuracy", {}).get("all", [])]
+    checks.append((every == want["all"], f"{name}: --evidence lists {len(every)} runs where the rule keeps {len(want['all'])}"
+                                          " (closest first)"))
+    te = plan_run(hpdlc, os.path.join(src, sample), [*args, "--evidence"]).stdout
+    checks.append((all(f"  {i} (" in te for i in want["all"]), f"{name}: --evidence's text names every run"))
     return j
 
 
@@ -167,6 +174,9 @@ def main():
     img = plan_run(hpdlc, os.path.join(src, "samples/resnet18.hpd"), ["--cluster", "dgx-a100-80gb", "--gpus", "4", "--pp", "4", "--micro-batch", "32"])
     checks.append(("the published runs the planner was checked on are all language models" in img.stdout,
                    "a model of images says the published runs are language models"))
+    bad = plan_run(hpdlc, os.path.join(src, "samples/gpt2.hpd"), ["--evidence=all"])
+    checks.append((bad.returncode == 2 and "--evidence takes no value" in bad.stderr,
+                   f"--evidence=all exits 2 saying --evidence takes no value (exit {bad.returncode})"))
     return verdict(checks)
 
 
