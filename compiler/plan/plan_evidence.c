@@ -102,10 +102,11 @@ static int choose(const PlanCtx *c, const PlanResult *r, const PlanEvidenceRow *
   return 0;
 }
 
-/* How far run row is from plan r in scale: GPUs and parameters, each by its ratio. */
+/* How far run row is from plan r in scale: GPUs, parameters and sequence, each by its ratio. */
 static double distance(const PlanEvidenceRow *row, const PlanResult *r) {
   return fabs(log((double)row->gpus / (double)(r->gpus > 0 ? r->gpus : 1))) +
-         fabs(log(row->params / (r->params > 0 ? r->params : 1)));
+         fabs(log(row->params / (r->params > 0 ? r->params : 1))) +
+         fabs(log((double)row->seq / (double)(r->seq_len > 0 ? r->seq_len : 1)));
 }
 
 int plan_evidence(const PlanCtx *c, const PlanResult *r, PlanEvidence *e) {

@@ -36,6 +36,7 @@ typedef struct PlanEvidenceRow {
   PlanTraits traits;
   int gpus;
   double params; /* the model's parameters */
+  int seq;       /* its sequence length */
   double error;  /* predicted / published step time - 1 (negative: predicted fast) */
   int fitted;    /* an asserted set's run: the planner's constants were fitted on those (sec. 14) */
 } PlanEvidenceRow;
@@ -52,7 +53,7 @@ typedef struct PlanEvidence {
   double lo, hi;                 /* the 10th and 90th percentile of error */
   double step_lo, step_hi;       /* the step time those two errors would put it at */
   int nclosest;
-  const PlanEvidenceRow *closest[PLAN_EVIDENCE_CLOSEST]; /* by GPUs and parameters */
+  const PlanEvidenceRow *closest[PLAN_EVIDENCE_CLOSEST]; /* by GPUs, parameters and sequence */
 } PlanEvidence;
 
 /* The traits of plan r. */
@@ -68,7 +69,7 @@ const char *plan_trait_words(int trait, int value);
  * published runs are of its GPU generation, -2 for a model of images (the
  * runs are all language models): none to judge it by. */
 int plan_evidence(const PlanCtx *c, const PlanResult *r, PlanEvidence *e);
-/* Every run plan_evidence chose, closest first (by GPUs and parameters, as
+/* Every run plan_evidence chose, closest first (by GPUs, parameters and sequence, as
  * `closest`), into out (at most max); returns how many there are (0 where
  * plan_evidence has none). */
 int plan_evidence_list(const PlanCtx *c, const PlanResult *r, const PlanEvidenceRow **out, int max);

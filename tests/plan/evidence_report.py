@@ -12,7 +12,7 @@ recomputed from that file by a second implementation of the rule: keep the runs 
 each trait in turn (GPU generation, experts, context parallelism, GEMM format, sequences
 of 32K and more, eager, ZeRO-3, pipeline, tensor), a trait dropped where fewer than 5 would remain; the median |error|, the
 10th and 90th percentiles (linear between neighbours), the step those errors put it at, and
-the three runs closest in GPUs and parameters (with --evidence every run kept, closest
+the three runs closest in GPUs, parameters and sequence (with --evidence every run kept, closest
 first). Each number must agree, and the text report must print them. A published run planned as published finds itself the closest, with its own
 error; a CPU plan and a model of images say there is nothing to judge them by.
 Exit 0 pass, 1 fail."""
@@ -32,14 +32,14 @@ FMT = ["16-bit", "fp8", "fp4"]
 
 def read_rows(src):
     rows = []
-    pat = re.compile(r'^\{"([^"]+)", "([^"]+)", \{\{([^}]*)\}\}, (\d+), ([^,]+), ([^,]+), (\d)\},$')
+    pat = re.compile(r'^\{"([^"]+)", "([^"]+)", \{\{([^}]*)\}\}, (\d+), ([^,]+), (\d+), ([^,]+), (\d)\},$')
     with open(os.path.join(src, "compiler/plan/plan_evidence_rows.inc")) as f:
         for line in f:
             m = pat.match(line.strip())
             if m:
                 rows.append({"id": m.group(1), "set": m.group(2), "traits": [int(v) for v in m.group(3).split(",")],
-                             "gpus": int(m.group(4)), "params": float(m.group(5)), "error": float(m.group(6)),
-                             "fitted": int(m.group(7))})
+                             "gpus": int(m.group(4)), "params": float(m.group(5)), "seq": int(m.group(6)),
+                             "error": float(m.group(7)), "fitted": int(m.group(8))})
     return rows
 
 
@@ -55,7 +55,7 @@ def quantile(v, q):
     return v[-1] if i >= len(v) - 1 else v[i] + (pos - i) * (v[i + 1] - v[i])
 
 
-def expect(rows, traits, gpus, params, step):
+def expect(rows, traits, gpus, params, seq, step):
     """The evidence by the rule, independently of the C code."""
     keep, matched = list(rows), []
     for k in range(len(TRAITS)):
@@ -67,7 +67,8 @@ def expect(rows, traits, gpus, params, step):
         keep, matched = share, matched + [TRAITS[k]]
     errs = sorted(r["error"] for r in keep)
     lo, hi = quantile(errs, 0.1), quantile(errs, 0.9)
-    dist = lambda r: abs(math.log(r["gpus"] / gpus)) + abs(math.log(r["params"] / params))
+    dist = lambda r: (abs(math.log(r["gpus"] / gpus)) + abs(math.log(r["params"] / params)) +
+                      abs(math.log(r["seq"] / seq)))
     ranked = [r["id"] for _, r in sorted(enumerate(keep), key=lambda ir: (dist(ir[1]), ir[0]))]
     return {"runs": len(keep), "fitted": sum(r["fitted"] for r in keep), "matched": matched,
             "median_abs_error": quantile(sorted(abs(e) for e in errs), 0.5), "error_p10": lo, "error_p90": hi,
@@ -84,7 +85,8 @@ def check_case(hpdlc, src, rows, name, sample, args, checks):
         checks.append((False, f"{name}: no plan"))
         return None
     acc = j.get("accuracy", {})
-    want = expect(rows, traits_of(acc), j["cluster"]["gpus"], j["model"]["params"], j["time"]["step_s"])
+    want = expect(rows, traits_of(acc), j["cluster"]["gpus"], j["model"]["params"], j["model"]["seq_len"],
+                  j["time"]["step_s"])
     if want is None:
         checks.append((acc.get("runs") == 0, f"{name}: no published run of its generation, and the report says runs 0"))
         return j

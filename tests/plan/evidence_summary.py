@@ -16,14 +16,14 @@ FMT = ["16-bit", "FP8", "FP4"]
 
 
 def main():
-    pat = re.compile(r'^\{"([^"]+)", "([^"]+)", \{\{([^}]*)\}\}, (\d+), ([^,]+), ([^,]+), (\d)\},$')
+    pat = re.compile(r'^\{"([^"]+)", "([^"]+)", \{\{([^}]*)\}\}, (\d+), ([^,]+), (\d+), ([^,]+), (\d)\},$')
     groups = collections.defaultdict(list)
     with open(os.path.join(sys.argv[1], "compiler/plan/plan_evidence_rows.inc")) as f:
         for line in f:
             m = pat.match(line.strip())
             if m:
                 t = tuple(int(v) for v in m.group(3).split(","))
-                groups[t[:6]].append((m.group(2), float(m.group(6))))
+                groups[t[:6]].append((m.group(2), float(m.group(7))))
     print("| GPUs | experts | cp > 1 | GEMMs | 32K+ tokens | eager | runs | median error | median abs. error | sets |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for k in sorted(groups):
