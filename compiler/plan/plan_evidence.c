@@ -109,53 +109,6 @@ static double distance(const PlanEvidenceRow *row, const PlanResult *r) {
          fabs(log((double)row->seq / (double)(r->seq_len > 0 ? r->seq_len : 1)));
 }
 
-int plan_evidence(const PlanCtx *c, const PlanResult *r, PlanEvidence *e) {
-  memset(e, 0, sizeof *e);
-  int n;
-  const PlanEvidenceRow *all = plan_evidence_rows(&n);
-  unsigned char *keep = malloc((size_t)n + 1);
-  double *err = malloc(sizeof(double) * ((size_t)n + 1));
-  int got = keep && err ? choose(c, r, all, n, keep, e->matched) : -1;
-  if (got < 0) {
-    memset(e->matched, 0, sizeof e->matched);
-    free(keep);
-    free(err);
-    return got;
-  }
-  int m = 0;
-  double dist[PLAN_EVIDENCE_CLOSEST] = {0};
-  for (int i = 0; i < n; i++) {
-    if (!keep[i]) continue;
-    err[m++] = all[i].error;
-    e->fitted += all[i].fitted;
-    double d = distance(&all[i], r);
-    int at = e->nclosest < PLAN_EVIDENCE_CLOSEST ? e->nclosest++ : PLAN_EVIDENCE_CLOSEST;
-    if (at == PLAN_EVIDENCE_CLOSEST) {
-      if (d >= dist[PLAN_EVIDENCE_CLOSEST - 1]) continue;
-      at = PLAN_EVIDENCE_CLOSEST - 1;
-    }
-    while (at > 0 && dist[at - 1] > d) {
-      dist[at] = dist[at - 1];
-      e->closest[at] = e->closest[at - 1];
-      at--;
-    }
-    dist[at] = d;
-    e->closest[at] = &all[i];
-  }
-  e->runs = m;
-  qsort(err, (size_t)m, sizeof *err, cmp_double);
-  e->lo = quantile(err, m, 0.1);
-  e->hi = quantile(err, m, 0.9);
-  for (int i = 0; i < m; i++) err[i] = fabs(err[i]);
-  qsort(err, (size_t)m, sizeof *err, cmp_double);
-  e->median_abs = quantile(err, m, 0.5);
-  e->step_lo = r->step_s / (1 + e->hi);
-  e->step_hi = r->step_s / (1 + e->lo);
-  free(keep);
-  free(err);
-  return 0;
-}
-
 typedef struct Ranked {
   double d;
   int i;
@@ -166,21 +119,62 @@ static int cmp_ranked(const void *a, const void *b) {
   return x->d < y->d ? -1 : x->d > y->d ? 1 : (x->i > y->i) - (x->i < y->i);
 }
 
+/* The runs like plan r, closest first (ties in the table's order), into
+ * rank; returns how many, or choose's -1 / -2 (matched filled as it says). */
+static int ranked(const PlanCtx *c, const PlanResult *r, const PlanEvidenceRow *all, int n, Ranked *rank,
+                  int *matched) {
+  unsigned char *keep = malloc((size_t)n + 1);
+  int got = keep ? choose(c, r, all, n, keep, matched) : -1, m = 0;
+  if (got == 0) {
+    for (int i = 0; i < n; i++)
+      if (keep[i]) rank[m++] = (Ranked){distance(&all[i], r), i};
+    qsort(rank, (size_t)m, sizeof *rank, cmp_ranked);
+  }
+  free(keep);
+  return got < 0 ? got : m;
+}
+
+int plan_evidence(const PlanCtx *c, const PlanResult *r, PlanEvidence *e) {
+  memset(e, 0, sizeof *e);
+  int n;
+  const PlanEvidenceRow *all = plan_evidence_rows(&n);
+  Ranked *rank = malloc(sizeof *rank * ((size_t)n + 1));
+  double *err = malloc(sizeof(double) * ((size_t)n + 1));
+  int m = rank && err ? ranked(c, r, all, n, rank, e->matched) : -1;
+  if (m < 0) {
+    memset(e->matched, 0, sizeof e->matched);
+    free(rank);
+    free(err);
+    return m;
+  }
+  for (int i = 0; i < m; i++) {
+    const PlanEvidenceRow *row = &all[rank[i].i];
+    err[i] = row->error;
+    e->fitted += row->fitted;
+    if (i < PLAN_EVIDENCE_CLOSEST) e->closest[e->nclosest++] = row;
+  }
+  e->runs = m;
+  qsort(err, (size_t)m, sizeof *err, cmp_double);
+  e->lo = quantile(err, m, 0.1);
+  e->hi = quantile(err, m, 0.9);
+  for (int i = 0; i < m; i++) err[i] = fabs(err[i]);
+  qsort(err, (size_t)m, sizeof *err, cmp_double);
+  e->median_abs = quantile(err, m, 0.5);
+  e->step_lo = r->step_s / (1 + e->hi);
+  e->step_hi = r->step_s / (1 + e->lo);
+  free(rank);
+  free(err);
+  return 0;
+}
+
 int plan_evidence_list(const PlanCtx *c, const PlanResult *r, const PlanEvidenceRow **out, int max) {
   int n, matched[PLAN_TRAIT_COUNT] = {0};
   const PlanEvidenceRow *all = plan_evidence_rows(&n);
-  unsigned char *keep = malloc((size_t)n + 1);
   Ranked *rank = malloc(sizeof *rank * ((size_t)n + 1));
-  int m = 0;
-  if (keep && rank && choose(c, r, all, n, keep, matched) == 0) {
-    for (int i = 0; i < n; i++)
-      if (keep[i]) rank[m++] = (Ranked){distance(&all[i], r), i};
-    qsort(rank, (size_t)m, sizeof *rank, cmp_ranked); /* ties in the table's order, as plan_evidence's closest */
-    for (int i = 0; i < m && i < max; i++) out[i] = &all[rank[i].i];
-  }
-  free(keep);
+  int m = rank ? ranked(c, r, all, n, rank, matched) : -1;
+  for (int i = 0; i < m && i < max; i++) out[i] = &all[rank[i].i];
   free(rank);
-  return m;
+  return m > 0 ? m : 0;
 }
 
 const char *plan_evidence_like(const PlanEvidence *e, const PlanTraits *t, char *buf, size_t n) {
