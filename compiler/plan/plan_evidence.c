@@ -82,10 +82,10 @@ static double quantile(const double *v, int n, double q) {
 
 /* The runs like plan r: keep[i] for each row, matched[k] for each trait the
  * kept runs share. 0, -1 (none of its generation) or -2 (a model of images). */
-static int choose(const PlanCtx *c, const PlanResult *r, const PlanEvidenceRow *all, int n, unsigned char *keep,
+static int choose(const PlanCtx *c, const PlanTraits *tp, const PlanEvidenceRow *all, int n, unsigned char *keep,
                   int *matched) {
   if (plan_model(c)->images) return -2; /* the published runs are all language models */
-  PlanTraits t = plan_traits(c, r);
+  const PlanTraits t = *tp;
   memset(keep, 1, (size_t)n);
   /* the traits in order, each kept where enough runs share it */
   for (int k = 0; k < PLAN_TRAIT_COUNT; k++) {
@@ -121,10 +121,10 @@ static int cmp_ranked(const void *a, const void *b) {
 
 /* The runs like plan r, closest first (ties in the table's order), into
  * rank; returns how many, or choose's -1 / -2 (matched filled as it says). */
-static int ranked(const PlanCtx *c, const PlanResult *r, const PlanEvidenceRow *all, int n, Ranked *rank,
-                  int *matched) {
+static int ranked(const PlanCtx *c, const PlanResult *r, const PlanTraits *t, const PlanEvidenceRow *all, int n,
+                  Ranked *rank, int *matched) {
   unsigned char *keep = malloc((size_t)n + 1);
-  int got = keep ? choose(c, r, all, n, keep, matched) : -1, m = 0;
+  int got = keep ? choose(c, t, all, n, keep, matched) : -1, m = 0;
   if (got == 0) {
     for (int i = 0; i < n; i++)
       if (keep[i]) rank[m++] = (Ranked){distance(&all[i], r), i};
@@ -136,11 +136,12 @@ static int ranked(const PlanCtx *c, const PlanResult *r, const PlanEvidenceRow *
 
 int plan_evidence(const PlanCtx *c, const PlanResult *r, PlanEvidence *e) {
   memset(e, 0, sizeof *e);
+  e->traits = plan_traits(c, r);
   int n;
   const PlanEvidenceRow *all = plan_evidence_rows(&n);
   Ranked *rank = malloc(sizeof *rank * ((size_t)n + 1));
   double *err = malloc(sizeof(double) * ((size_t)n + 1));
-  int m = rank && err ? ranked(c, r, all, n, rank, e->matched) : -1;
+  int m = rank && err ? ranked(c, r, &e->traits, all, n, rank, e->matched) : -1;
   if (m < 0) {
     memset(e->matched, 0, sizeof e->matched);
     free(rank);
@@ -171,18 +172,25 @@ int plan_evidence_list(const PlanCtx *c, const PlanResult *r, const PlanEvidence
   int n, matched[PLAN_TRAIT_COUNT] = {0};
   const PlanEvidenceRow *all = plan_evidence_rows(&n);
   Ranked *rank = malloc(sizeof *rank * ((size_t)n + 1));
-  int m = rank ? ranked(c, r, all, n, rank, matched) : -1;
+  PlanTraits t = plan_traits(c, r);
+  int m = rank ? ranked(c, r, &t, all, n, rank, matched) : -1;
   for (int i = 0; i < m && i < max; i++) out[i] = &all[rank[i].i];
   free(rank);
   return m > 0 ? m : 0;
 }
 
-const char *plan_evidence_like(const PlanEvidence *e, const PlanTraits *t, char *buf, size_t n) {
+const char *plan_evidence_like(const PlanEvidence *e, char *buf, size_t n) {
   size_t len = 0;
   buf[0] = 0;
   for (int k = 0; k < PLAN_TRAIT_COUNT && len < n; k++) {
     if (!e->matched[k]) continue;
-    len += (size_t)snprintf(buf + len, n - len, "%s%s", len ? ", " : "", plan_trait_words(k, t->v[k]));
+    len += (size_t)snprintf(buf + len, n - len, "%s%s", len ? ", " : "", plan_trait_words(k, e->traits.v[k]));
   }
+  return buf;
+}
+
+const char *plan_evidence_none(const PlanCtx *c, int got, char *buf, size_t n) {
+  if (got == -2) snprintf(buf, n, "the published runs the planner was checked on are all language models, none like this one");
+  else snprintf(buf, n, "no published run on %s or its generation to compare with", plan_device(c)->name);
   return buf;
 }

@@ -38,7 +38,7 @@ typedef struct PlanEvidenceRow {
   double params; /* the model's parameters */
   int seq;       /* its sequence length */
   double error;  /* predicted / published step time - 1 (negative: predicted fast) */
-  int fitted;    /* an asserted set's run: the planner's constants were fitted on those (sec. 14) */
+  int fitted;    /* an asserted run: the planner's constants were fitted on those (sec. 14) */
 } PlanEvidenceRow;
 
 /* The compiled-in runs. */
@@ -47,6 +47,7 @@ const PlanEvidenceRow *plan_evidence_rows(int *n);
 #define PLAN_EVIDENCE_CLOSEST 3
 
 typedef struct PlanEvidence {
+  PlanTraits traits;             /* the plan's (set whatever plan_evidence returns) */
   int runs, fitted;              /* the runs chosen; of them in asserted sets */
   int matched[PLAN_TRAIT_COUNT]; /* 1: the runs share the plan's trait */
   double median_abs;             /* the median of |error| */
@@ -73,7 +74,9 @@ int plan_evidence(const PlanCtx *c, const PlanResult *r, PlanEvidence *e);
  * `closest`), into out (at most max); returns how many there are (0 where
  * plan_evidence has none). */
 int plan_evidence_list(const PlanCtx *c, const PlanResult *r, const PlanEvidenceRow **out, int max);
-/* The traits the chosen runs share, in words: "Hopper, dense, FP8 GEMMs, pipeline-parallel". */
-const char *plan_evidence_like(const PlanEvidence *e, const PlanTraits *t, char *buf, size_t n);
+/* The traits the chosen runs share, in words: "Hopper, dense, FP8 GEMMs, pipeline". */
+const char *plan_evidence_like(const PlanEvidence *e, char *buf, size_t n);
+/* Why plan_evidence's status `got` (-1, -2) gives nothing to judge the plan by, in a phrase for the reports. */
+const char *plan_evidence_none(const PlanCtx *c, int got, char *buf, size_t n);
 
 #endif

@@ -158,17 +158,12 @@ static void html_header(FILE *f, PlanCtx *c, const PlanReport *rep, const PlanRe
   if (r->valid && r->step_s > 0 && isfinite(r->step_s)) { /* how far to trust it (docs/planner.md sec. 16.1) */
     fputs("<tr><th>how far to trust it</th><td>", f);
     int got = plan_evidence(c, r, &ev);
-    if (got == -2)
-      fputs("the published runs the planner was checked on are all language models, none like this one", f);
-    else if (got < 0) {
-      fputs("no published run on ", f);
-      esc(f, plan_device(c)->name);
-      fputs(" or its generation to compare with", f);
-    } else {
-      char like[256];
-      PlanTraits t = plan_traits(c, r);
+    char like[256];
+    if (got < 0)
+      esc(f, plan_evidence_none(c, got, like, sizeof like));
+    else {
       fprintf(f, "on %d published runs like this one (", ev.runs);
-      esc(f, plan_evidence_like(&ev, &t, like, sizeof like));
+      esc(f, plan_evidence_like(&ev, like, sizeof like));
       fprintf(f, "; %d of them fitted on) the planner was off by %.1f%% in the median, the middle 80%% by %+.1f%% to "
                  "%+.1f%% (- fast, + slow): off as much here, the step takes %s to %s; closest: ",
               ev.fitted, ev.median_abs * 100, ev.lo * 100, ev.hi * 100, fmt_ms(a, sizeof a, ev.step_lo),

@@ -45,40 +45,30 @@ static void text_evidence(FILE *f, const PlanCtx *c, const PlanResult *r) {
   char a[32], b[32], like[256], fit[32];
   if (!(r->step_s > 0) || !isfinite(r->step_s)) return;
   int got = plan_evidence(c, r, &e);
-  if (got == -2) {
-    fprintf(f, "how far to trust it: the published runs the planner was checked on are all language models, none like "
-               "this one (docs/planner.md sec. 16.1)\n\n");
-    return;
-  }
   if (got < 0) {
-    fprintf(f, "how far to trust it: no published run on %s or its generation to compare with (docs/planner.md sec. 16.1)\n\n",
-            plan_device(c)->name);
+    fprintf(f, "how far to trust it: %s (docs/planner.md sec. 16.1)\n\n", plan_evidence_none(c, got, like, sizeof like));
     return;
   }
-  PlanTraits t = plan_traits(c, r);
   if (e.fitted == 0) snprintf(fit, sizeof fit, "none");
   else if (e.fitted == e.runs) snprintf(fit, sizeof fit, "all");
   else snprintf(fit, sizeof fit, "%d", e.fitted);
   fprintf(f, "how far to trust it (docs/planner.md sec. 16.1)\n");
   fprintf(f, "  %d published runs like this one (%s), %s of them fitted on:\n", e.runs,
-          plan_evidence_like(&e, &t, like, sizeof like), fit);
+          plan_evidence_like(&e, like, sizeof like), fit);
   fprintf(f, "  the planner's step times were off by %.1f%% in the median, the middle 80%% by %+.1f%% to %+.1f%% (- fast, + slow);\n",
           e.median_abs * 100, e.lo * 100, e.hi * 100);
   fprintf(f, "  off as much here, this step takes %s to %s\n", plan_fmt_time(a, sizeof a, e.step_lo),
           plan_fmt_time(b, sizeof b, e.step_hi));
   /* the closest three, or with --evidence every one, closest first */
-  const PlanEvidenceRow **list = e.closest;
-  int nlist = e.nclosest;
-  if (plan_evidence_all(c) && (list = malloc(sizeof *list * (size_t)e.runs)))
-    nlist = plan_evidence_list(c, r, list, e.runs);
-  else
-    list = e.closest;
+  const PlanEvidenceRow **every = plan_evidence_all(c) ? malloc(sizeof *every * (size_t)e.runs) : NULL;
+  const PlanEvidenceRow **list = every ? every : e.closest;
+  int nlist = every ? plan_evidence_list(c, r, every, e.runs) : e.nclosest;
   const char *head = nlist > e.nclosest ? "runs" : "closest";
   for (int i = 0; i < nlist; i++)
     fprintf(f, "  %-8s %s (%s, %d GPUs, %s parameters): %+.1f%%%s\n", i ? "" : head, list[i]->id, list[i]->set,
             list[i]->gpus, plan_fmt_count(a, sizeof a, list[i]->params), list[i]->error * 100,
             nlist > e.nclosest && list[i]->fitted ? ", fitted on" : "");
-  if (list != e.closest) free(list);
+  free(every);
   fputc('\n', f);
 }
 
@@ -395,16 +385,28 @@ static json_t *json_throughput(const PlanResult *r) {
 
 /* The plan's traits, and the planner's errors on the published runs like it
  * (plan_evidence.h); "runs": 0 where none is of its GPU generation. */
+/* One published run of the evidence (closest[], all[] with its fitted flag). */
+static json_t *json_evidence_row(const PlanEvidenceRow *row, int with_fitted) {
+  json_t *x = json_object();
+  json_object_set_new(x, "id", json_string(row->id));
+  json_object_set_new(x, "set", json_string(row->set));
+  json_object_set_new(x, "gpus", json_integer(row->gpus));
+  json_object_set_new(x, "params", jnum(row->params));
+  json_object_set_new(x, "error", jnum(row->error));
+  if (with_fitted) json_object_set_new(x, "fitted", json_boolean(row->fitted));
+  return x;
+}
+
 static json_t *json_evidence(const PlanCtx *c, const PlanResult *r) {
   json_t *o = json_object(), *tr = json_object();
-  PlanTraits t = plan_traits(c, r);
+  PlanEvidence e;
+  int got = plan_evidence(c, r, &e);
   for (int k = 0; k < PLAN_TRAIT_COUNT; k++) {
-    const char *code = plan_trait_code(k, t.v[k]);
-    json_object_set_new(tr, plan_trait_key(k), code ? json_string(code) : json_boolean(t.v[k]));
+    const char *code = plan_trait_code(k, e.traits.v[k]);
+    json_object_set_new(tr, plan_trait_key(k), code ? json_string(code) : json_boolean(e.traits.v[k]));
   }
   json_object_set_new(o, "traits", tr);
-  PlanEvidence e;
-  if (plan_evidence(c, r, &e) < 0) { /* none like it: another generation, or images */
+  if (got < 0) { /* none like it: another generation, or images */
     json_object_set_new(o, "runs", json_integer(0));
     return o;
   }
@@ -420,30 +422,13 @@ static json_t *json_evidence(const PlanCtx *c, const PlanResult *r) {
   json_object_set_new(o, "step_s_low", jnum(e.step_lo));
   json_object_set_new(o, "step_s_high", jnum(e.step_hi));
   json_t *cl = json_array();
-  for (int i = 0; i < e.nclosest; i++) {
-    json_t *x = json_object();
-    json_object_set_new(x, "id", json_string(e.closest[i]->id));
-    json_object_set_new(x, "set", json_string(e.closest[i]->set));
-    json_object_set_new(x, "gpus", json_integer(e.closest[i]->gpus));
-    json_object_set_new(x, "params", jnum(e.closest[i]->params));
-    json_object_set_new(x, "error", jnum(e.closest[i]->error));
-    json_array_append_new(cl, x);
-  }
+  for (int i = 0; i < e.nclosest; i++) json_array_append_new(cl, json_evidence_row(e.closest[i], 0));
   json_object_set_new(o, "closest", cl);
   const PlanEvidenceRow **list;
   if (plan_evidence_all(c) && (list = malloc(sizeof *list * (size_t)e.runs))) { /* --evidence: every run, closest first */
     int nl = plan_evidence_list(c, r, list, e.runs);
     json_t *all = json_array();
-    for (int i = 0; i < nl; i++) {
-      json_t *x = json_object();
-      json_object_set_new(x, "id", json_string(list[i]->id));
-      json_object_set_new(x, "set", json_string(list[i]->set));
-      json_object_set_new(x, "gpus", json_integer(list[i]->gpus));
-      json_object_set_new(x, "params", jnum(list[i]->params));
-      json_object_set_new(x, "error", jnum(list[i]->error));
-      json_object_set_new(x, "fitted", json_boolean(list[i]->fitted));
-      json_array_append_new(all, x);
-    }
+    for (int i = 0; i < nl; i++) json_array_append_new(all, json_evidence_row(list[i], 1));
     json_object_set_new(o, "all", all);
     free(list);
   }
