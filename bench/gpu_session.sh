@@ -7,7 +7,8 @@
 # micro-batches, the per-launch profile of the bf16 step, the flash attention
 # checks of bench/gpu_bench.sh that CTest does not list, a Llama of heads of 128
 # in bf16 (its step and slowest launches: the 16-bit attention there), the bf16 step
-# with fusion off (a kernel an op, beside its plan); then what earlier
+# with fusion off (a kernel an op, beside its plan), BF16 and FP8 GEMMs
+# sustained for 20 s each (clock and power beside); then what earlier
 # visits measured already (fp32, TF32, the fused head, PyTorch's training
 # step eager and compiled), as the budget allows.
 #
@@ -74,6 +75,10 @@ cat "$logs/train_llama.log"
 # (--fusion off, docs/planner.md 9.7, PyTorch's eager mode) beside the fused one's
 part train_eager 50 90 env STEPS=8 MICRO=16 ACCUM=1 MODES="bf16_eager" bash bench/gpu_train_bench.sh "$bundle" dgx-h200
 cat "$logs/train_eager.log"
+# the share of its peak the GPU holds under minutes of large GEMMs, BF16 against FP8
+# (docs/planner.md sec. 16, the DGX Cloud set: one sustained share for every precision?)
+part gemm_sustained 50 60 python3 bench/gpu_gemm_sustained.py --seconds 20
+grep -E "^(device|bf16|fp8)" "$logs/gemm_sustained.log"
 part train_more 120 200 env STEPS=10 MICRO=4 ACCUM=4 MODES="bf16_fused_ce tf32 fp32" bash bench/gpu_train_bench.sh "$bundle" dgx-h200
 cat "$logs/train_more.log"
 part torch_train 60 100 python3 bench/gpu_torch_train.py --micro 4 --accum 4 --steps 10 --modes bf16,tf32

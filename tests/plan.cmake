@@ -81,7 +81,7 @@ set_tests_properties(plan.fidelity_torchtitan PROPERTIES TIMEOUT 300 LABELS plan
 # The sets never seen (docs/planner.md sec. 16): their errors are printed, not
 # asserted; every run must get a plan (a layout the planner refuses fails)
 foreach(never_seen megatron_bridge megatron_bridge_blackwell korthikanti torchtitan_h100 torchtitan_h200 llama3 nemo_long
-                   bloom mtnlg llmc)
+                   bloom mtnlg llmc dgxc)
   add_test(NAME plan.never_seen.${never_seen}
            COMMAND test_plan_fidelity --set $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR}
                    ${HPDL_TEST_DIR}/plan/published_${never_seen}.json)

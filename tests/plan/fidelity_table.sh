@@ -105,6 +105,10 @@ table() { cat "$sets/published_$1.md"; }
   echo
   table llmc
   echo
+  echo "NVIDIA's DGX Cloud Benchmarking recipes, Llama 3.1 8B, 70B and 405B on 8-2304 H100 with NeMo 24.09, BF16 and FP8, context parallelism 2 (never seen, printed, not asserted): step time, published and predicted:"
+  echo
+  table dgxc
+  echo
   echo "<!-- fidelity-table:end -->"
 } > "$tmp"
 awk -v table="$tmp" '
