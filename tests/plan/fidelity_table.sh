@@ -105,7 +105,7 @@ table() { cat "$sets/published_$1.md"; }
   echo
   table llmc
   echo
-  echo "NVIDIA's DGX Cloud Benchmarking recipes, Llama 3.1 8B, 70B and 405B on 8-2304 H100 with NeMo 24.09, BF16 and FP8, context parallelism 2 (never seen, printed, not asserted): step time, published and predicted:"
+  echo "NVIDIA's DGX Cloud Benchmarking recipes: Llama 3.1 8B-405B, GPT-3 175B and Nemotron-4 15B and 340B on 8-2304 H100 with NeMo 24.09, and Nemotron-4 340B and Llama 3.1 405B on 128-512 GB200 and H100 with NeMo 25.04, each layout in BF16 and FP8 (never seen, printed, not asserted): step time, published and predicted:"
   echo
   table dgxc
   echo
