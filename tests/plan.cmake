@@ -158,6 +158,14 @@ add_test(NAME plan.compression_unpriced
 set_tests_properties(plan.compression_unpriced PROPERTIES TIMEOUT 60 LABELS plan
                      PASS_REGULAR_EXPRESSION "compression: int8, not priced: planned as an uncompressed reduction in fp32")
 
+# under expert parallelism the slots are routed over each whole sequence on every
+# context rank (docs/compiler.md): the report says so, and what it costs
+add_test(NAME plan.experts_under_cp
+         COMMAND $<TARGET_FILE:hpdlc> plan ${CMAKE_SOURCE_DIR}/samples/mixtral.hpd --cluster dgx-h100 --gpus 64
+                 --tp 2 --pp 1 --cp 2 --dp 16 --ep 8 --recompute full)
+set_tests_properties(plan.experts_under_cp PROPERTIES TIMEOUT 60 LABELS plan
+                     PASS_REGULAR_EXPRESSION "experts: over slots, each sequence routed whole on every context rank [^\n]*: the experts' GEMMs and all-to-alls priced are cp = 2 times those")
+
 # hpdl_plan_golden(NAME SAMPLE [hpdlc plan arguments...])
 set(HPDL_PLAN_UPDATE_COMMANDS)
 function(hpdl_plan_golden name sample)

@@ -124,6 +124,11 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
     fprintf(f, "vocabulary: %" PRId64 " rows priced padded to %" PRId64 " (a multiple of vocab_pad %" PRId64 " x tp %" PRId64
                ", as Megatron-LM pads it%s)\n",
             v, vp, m->layout.vocab_pad, L->tp, L->tp > 1 ? "" : "; aligned rows for the head's GEMMs");
+  if (L->ep > 1 && L->cp > 1 && c->experts > 0)
+    fprintf(f, "experts: over slots, each sequence routed whole on every context rank (hpdl's program under expert "
+               "parallelism, docs/compiler.md): the experts' GEMMs and all-to-alls priced are cp = %" PRId64
+               " times those of a program that routes each context rank's own tokens, as Megatron-Core does\n",
+            L->cp);
   if (c->lowp_prec != c->prec) {
     if (!c->lowp)
       fprintf(f, "precision: %s, but %s has no %s rate: its GEMMs and weights priced in bf16 (docs/planner.md 9.3)\n",
