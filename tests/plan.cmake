@@ -164,7 +164,24 @@ add_test(NAME plan.experts_under_cp
          COMMAND $<TARGET_FILE:hpdlc> plan ${CMAKE_SOURCE_DIR}/samples/mixtral.hpd --cluster dgx-h100 --gpus 64
                  --tp 2 --pp 1 --cp 2 --dp 16 --ep 8 --recompute full)
 set_tests_properties(plan.experts_under_cp PROPERTIES TIMEOUT 60 LABELS plan
-                     PASS_REGULAR_EXPRESSION "experts: over slots, each sequence routed whole on every context rank [^\n]*: the experts' GEMMs and all-to-alls priced are cp = 2 times those")
+                     PASS_REGULAR_EXPRESSION "experts: each sequence routed whole on every context rank, over slots [^\n]*: the experts' GEMMs and all-to-alls priced are cp = 2 times those")
+
+# the same in JSON; a dropless layer at ep 1 is packed and routes a rank's own tokens,
+# one that drops tokens (moe-tiny's) stays over slots, whole on every context rank
+add_test(NAME plan.experts_under_cp_json
+         COMMAND $<TARGET_FILE:hpdlc> plan ${CMAKE_SOURCE_DIR}/samples/mixtral.hpd --cluster dgx-h100 --gpus 64
+                 --tp 2 --pp 1 --cp 2 --dp 16 --ep 8 --recompute full --format json)
+set_tests_properties(plan.experts_under_cp_json PROPERTIES TIMEOUT 60 LABELS plan
+                     PASS_REGULAR_EXPRESSION "\"expert_routing\": \"whole_sequence\"")
+add_test(NAME plan.experts_own_tokens_json
+         COMMAND $<TARGET_FILE:hpdlc> plan ${CMAKE_SOURCE_DIR}/samples/mixtral.hpd --cluster dgx-h100 --gpus 64
+                 --tp 2 --pp 1 --cp 2 --dp 16 --recompute full --format json)
+set_tests_properties(plan.experts_own_tokens_json PROPERTIES TIMEOUT 60 LABELS plan
+                     PASS_REGULAR_EXPRESSION "\"expert_routing\": \"own_tokens\"")
+add_test(NAME plan.experts_drop_under_cp
+         COMMAND $<TARGET_FILE:hpdlc> plan ${CMAKE_SOURCE_DIR}/samples/moe-tiny.hpd --gpus 2 --cp 2 --dp 1)
+set_tests_properties(plan.experts_drop_under_cp PROPERTIES TIMEOUT 60 LABELS plan
+                     PASS_REGULAR_EXPRESSION "experts: each sequence routed whole on every context rank[^\n]*: the experts' GEMMs priced are cp = 2 times")
 
 # hpdl_plan_golden(NAME SAMPLE [hpdlc plan arguments...])
 set(HPDL_PLAN_UPDATE_COMMANDS)

@@ -57,6 +57,13 @@ void plan_cost_add(PlanCost *a, const PlanCost *b, double times) {
   for (int i = 0; i < PLAN_COST_FIELDS; i++) va[i] += vb[i] * times;
 }
 
+int plan_experts_routed_whole(const PlanCtx *c, const PlanLayout *L) {
+  /* over slots (every layer under expert parallelism, a dropping one at any
+   * ep) the partitioner routes each sequence whole on every context rank
+   * (docs/compiler.md, its limit); packed dropless layers route their own */
+  return c->experts > 0 && L->cp > 1 && (L->ep > 1 || c->moe_drops);
+}
+
 double plan_gemm_sustained(const CatDevice *dev) {
   return cost_gpu_generation(dev) == COST_GEN_AMPERE ? PLAN_GEMM_SUSTAINED_AMPERE : PLAN_GEMM_SUSTAINED;
 }
@@ -2181,6 +2188,8 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
       if (n->op != IR_MOE_DISPATCH || n->nin < 2) continue;
       const IrNode *idx = &g->graphs[gi]->nodes[n->in[1]];
       if (idx->rank > 0 && idx->dims[idx->rank - 1] > c->top_k) c->top_k = idx->dims[idx->rank - 1];
+      const IrNode *x = &g->graphs[gi]->nodes[n->in[0]];
+      if (x->rank >= 2 && n->attr[1] > 0 && n->attr[1] < x->dims[1]) c->moe_drops = 1;
     }
   arena_free(a);
   return c;

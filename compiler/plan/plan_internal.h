@@ -159,6 +159,7 @@ struct PlanCtx {
   double expert_params; /* of params: the experts' (sharded over the expert group) */
   int64_t experts;    /* experts per MoE layer that every expert layer's count divides (their gcd); 0: none */
   int64_t top_k;      /* the most experts a token is routed to (MOE_DISPATCH's K); 0: no MoE layer */
+  int moe_drops;      /* a MoE layer drops tokens (its capacity under the sequence's length): over slots at any ep */
   int64_t route_groups, route_group_top_k; /* node-limited routing (sem_moe_route_groups); 1, 1: none */
   Diag *quiet;
   FILE *sink;
@@ -271,5 +272,9 @@ int64_t plan_vocab(const PlanCtx *c, const PlanResult *r, int64_t *priced);
 /* A layout in one line, as the reports print it: "dp=2 tp=1 pp=4 ... rc=none"
  * (plan_report.c). */
 const char *plan_layout_str(char *buf, size_t n, const PlanLayout *L);
+
+/* Whether L's MoE layers run over slots under context parallelism, each
+ * sequence routed whole on every context rank (docs/compiler.md, its limit). */
+int plan_experts_routed_whole(const PlanCtx *c, const PlanLayout *L);
 
 #endif

@@ -124,11 +124,11 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
     fprintf(f, "vocabulary: %" PRId64 " rows priced padded to %" PRId64 " (a multiple of vocab_pad %" PRId64 " x tp %" PRId64
                ", as Megatron-LM pads it%s)\n",
             v, vp, m->layout.vocab_pad, L->tp, L->tp > 1 ? "" : "; aligned rows for the head's GEMMs");
-  if (L->ep > 1 && L->cp > 1 && c->experts > 0)
-    fprintf(f, "experts: over slots, each sequence routed whole on every context rank (hpdl's program under expert "
-               "parallelism, docs/compiler.md): the experts' GEMMs and all-to-alls priced are cp = %" PRId64
+  if (plan_experts_routed_whole(c, L))
+    fprintf(f, "experts: each sequence routed whole on every context rank, over slots (hpdl's program for a MoE layer under "
+               "expert parallelism or one that drops tokens; docs/compiler.md): the experts' GEMMs%s priced are cp = %" PRId64
                " times those of a program that routes each context rank's own tokens, as Megatron-Core does\n",
-            L->cp);
+            L->ep > 1 ? " and all-to-alls" : "", L->cp);
   if (c->lowp_prec != c->prec) {
     if (!c->lowp)
       fprintf(f, "precision: %s, but %s has no %s rate: its GEMMs and weights priced in bf16 (docs/planner.md 9.3)\n",
@@ -449,6 +449,9 @@ static json_t *json_result(PlanCtx *c, const PlanResult *r, int brief) {
   json_object_set_new(par, "fused_ce", json_boolean(r->layout.fused_ce == 1));
   json_object_set_new(par, "dispatcher", json_string(plan_model(c)->layout.dispatcher == 1 ? "deepep" : "alltoall"));
   json_object_set_new(par, "engine", json_string(plan_model(c)->layout.engine == 1 ? "deepspeed" : "hpdl"));
+  if (c->experts > 0)
+    json_object_set_new(par, "expert_routing",
+                        json_string(plan_experts_routed_whole(c, &r->layout) ? "whole_sequence" : "own_tokens"));
   json_object_set_new(par, "cp_comm", json_string(r->layout.cp_comm == 1 ? "ring" : r->layout.cp_comm < 0 ? "auto" : "allgather"));
   Compression cz = plan_model(c)->layout.compression;
   json_object_set_new(par, "compression", json_string(sem_compression_name(cz)));
