@@ -105,7 +105,7 @@ table() { cat "$sets/published_$1.md"; }
   echo
   table llmc
   echo
-  echo "NVIDIA's DGX Cloud Benchmarking recipes: Llama 3.1 8B-405B, GPT-3 175B and Nemotron-4 15B and 340B on 8-2304 H100 with NeMo 24.09, and Nemotron-4 340B and Llama 3.1 405B on 128-512 GB200 and H100 with NeMo 25.04, each layout in BF16 and FP8 (never seen, printed, not asserted): step time, published and predicted:"
+  echo "NVIDIA's DGX Cloud Benchmarking recipes: Llama 3.1 8B-405B, GPT-3 175B and Nemotron-4 15B and 340B on 8-2304 H100 with NeMo 24.09, Nemotron-4 340B and Llama 3.1 405B on 128-512 GB200 and H100 with NeMo 25.04, and MaxText's Llama 3 70B under FSDP on 128 and 256 H100, each layout in BF16 and FP8 (never seen, printed, not asserted): step time, published and predicted:"
   echo
   table dgxc
   echo
