@@ -9,8 +9,9 @@ less over BF16 in training than that prices; a GPU that holds a lower clock
 under FP8 GEMMs than under BF16 ones (the power limit) would explain it. This
 measures it: back-to-back M x N x K GEMMs (cuBLAS through torch.mm in BF16,
 torch._scaled_mm with tensor-wise scales in FP8 E4M3) for --seconds each, the
-achieved TFLOP/s of every window of about one second, the SM clock and board
-power read by nvidia-smi while that window's GEMMs run, then the first
+achieved TFLOP/s of every window of about one second, the SM clock, board
+power and whether the power cap holds the clock down, read by nvidia-smi while
+that window's GEMMs run, then the first
 window's rate, the mean of the last half and their ratio (sustained / burst)
 for each precision, and the FP8 share of its peak over the BF16 share.
 
@@ -37,14 +38,21 @@ def peaks(name):
 
 
 def clocks_power(index):
-    """The SM clock (MHz) and board power (W) now, or None where nvidia-smi cannot say."""
-    try:
-        out = subprocess.run(["nvidia-smi", "-i", str(index), "--query-gpu=clocks.sm,power.draw",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=5)
-        sm, watts = (float(x) for x in out.stdout.strip().split(","))
-        return sm, watts
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return None, None
+    """The SM clock (MHz), board power (W) and whether the power cap holds the
+    clock down now ("Active" / "Not Active"; older drivers name the field
+    clocks_throttle_reasons), each None where nvidia-smi cannot say."""
+    for fields in ("clocks.sm,power.draw,clocks_event_reasons.sw_power_cap",
+                   "clocks.sm,power.draw,clocks_throttle_reasons.sw_power_cap", "clocks.sm,power.draw"):
+        try:
+            out = subprocess.run(["nvidia-smi", "-i", str(index), "--query-gpu=" + fields, "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=5)
+            if out.returncode != 0:
+                continue
+            parts = [x.strip() for x in out.stdout.strip().split(",")]
+            return float(parts[0]), float(parts[1]), parts[2] if len(parts) > 2 else None
+        except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+            continue
+    return None, None, None
 
 
 def measure(torch, label, gemm, flops, seconds, index, peak):
@@ -62,23 +70,25 @@ def measure(torch, label, gemm, flops, seconds, index, peak):
         t0 = time.perf_counter()
         for _ in range(count):
             gemm()
-        sm, watts = clocks_power(index)  # read while the window's GEMMs run
+        sm, watts, capped = clocks_power(index)  # read while the window's GEMMs run
         torch.cuda.synchronize()
         dt = time.perf_counter() - t0
-        rows.append((time.perf_counter() - start, count * flops / dt / 1e12, sm, watts))
+        rows.append((time.perf_counter() - start, count * flops / dt / 1e12, sm, watts, capped))
     print(f"{label}: {len(rows)} windows of {count} GEMMs")
-    print("      t (s)   TFLOP/s   of peak   SM MHz   power W")
-    for t, rate, sm, watts in rows:
+    print("      t (s)   TFLOP/s   of peak   SM MHz   power W   power cap")
+    for t, rate, sm, watts, capped in rows:
         share = f"{rate / peak:8.1%}" if peak else "       -"
-        print(f"   {t:8.1f}  {rate:8.1f}  {share}  {sm or 0:7.0f}  {watts or 0:8.1f}")
+        print(f"   {t:8.1f}  {rate:8.1f}  {share}  {sm or 0:7.0f}  {watts or 0:8.1f}   {capped or '-'}")
     burst = rows[0][1]
     tail = rows[len(rows) // 2:]
     sustained = sum(r[1] for r in tail) / len(tail)
     clock = [r[2] for r in tail if r[2]]
+    capped = sum(1 for r in tail if r[4] == "Active")
     print(f"{label}: first window {burst:.1f} TFLOP/s, last half {sustained:.1f} TFLOP/s "
           f"(sustained / burst {sustained / burst:.3f})"
           + (f", {sustained / peak:.1%} of the {peak:.0f} TFLOP/s peak" if peak else "")
-          + (f", SM clock {sum(clock) / len(clock):.0f} MHz" if clock else ""))
+          + (f", SM clock {sum(clock) / len(clock):.0f} MHz" if clock else "")
+          + (f", held by the power cap in {capped} of {len(tail)} windows" if any(r[4] for r in tail) else ""))
     return sustained
 
 
