@@ -82,21 +82,20 @@ static double quantile(const double *v, int n, double q) {
 
 /* The runs like plan r: keep[i] for each row, matched[k] for each trait the
  * kept runs share. 0, -1 (none of its generation) or -2 (a model of images). */
-static int choose(const PlanCtx *c, const PlanTraits *tp, const PlanEvidenceRow *all, int n, unsigned char *keep,
+static int choose(const PlanCtx *c, const PlanTraits *t, const PlanEvidenceRow *all, int n, unsigned char *keep,
                   int *matched) {
   if (plan_model(c)->images) return -2; /* the published runs are all language models */
-  const PlanTraits t = *tp;
   memset(keep, 1, (size_t)n);
   /* the traits in order, each kept where enough runs share it */
   for (int k = 0; k < PLAN_TRAIT_COUNT; k++) {
     int share = 0;
-    for (int i = 0; i < n; i++) share += keep[i] && all[i].traits.v[k] == t.v[k];
+    for (int i = 0; i < n; i++) share += keep[i] && all[i].traits.v[k] == t->v[k];
     if (share < PLAN_EVIDENCE_MIN) {
       if (k == PLAN_TRAIT_GEN) return -1; /* none to judge it by */
       continue;
     }
     for (int i = 0; i < n; i++)
-      if (all[i].traits.v[k] != t.v[k]) keep[i] = 0;
+      if (all[i].traits.v[k] != t->v[k]) keep[i] = 0;
     matched[k] = 1;
   }
   return 0;
@@ -168,12 +167,12 @@ int plan_evidence(const PlanCtx *c, const PlanResult *r, PlanEvidence *e) {
   return 0;
 }
 
-int plan_evidence_list(const PlanCtx *c, const PlanResult *r, const PlanEvidenceRow **out, int max) {
+int plan_evidence_list(const PlanCtx *c, const PlanResult *r, const PlanEvidence *e, const PlanEvidenceRow **out,
+                       int max) {
   int n, matched[PLAN_TRAIT_COUNT] = {0};
   const PlanEvidenceRow *all = plan_evidence_rows(&n);
   Ranked *rank = malloc(sizeof *rank * ((size_t)n + 1));
-  PlanTraits t = plan_traits(c, r);
-  int m = rank ? ranked(c, r, &t, all, n, rank, matched) : -1;
+  int m = rank ? ranked(c, r, &e->traits, all, n, rank, matched) : -1;
   for (int i = 0; i < m && i < max; i++) out[i] = &all[rank[i].i];
   free(rank);
   return m > 0 ? m : 0;

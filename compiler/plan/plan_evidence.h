@@ -71,9 +71,10 @@ const char *plan_trait_words(int trait, int value);
  * runs are all language models): none to judge it by. */
 int plan_evidence(const PlanCtx *c, const PlanResult *r, PlanEvidence *e);
 /* Every run plan_evidence chose, closest first (by GPUs, parameters and sequence, as
- * `closest`), into out (at most max); returns how many there are (0 where
- * plan_evidence has none). */
-int plan_evidence_list(const PlanCtx *c, const PlanResult *r, const PlanEvidenceRow **out, int max);
+ * `closest`), into out (at most max); e is plan_evidence's result for r (its
+ * traits); returns how many there are (0 where plan_evidence has none). */
+int plan_evidence_list(const PlanCtx *c, const PlanResult *r, const PlanEvidence *e, const PlanEvidenceRow **out,
+                       int max);
 /* The traits the chosen runs share, in words: "Hopper, dense, FP8 GEMMs, pipeline". */
 const char *plan_evidence_like(const PlanEvidence *e, char *buf, size_t n);
 /* Why plan_evidence's status `got` (-1, -2) gives nothing to judge the plan by, in a phrase for the reports. */

@@ -62,7 +62,7 @@ static void text_evidence(FILE *f, const PlanCtx *c, const PlanResult *r) {
   /* the closest three, or with --evidence every one, closest first */
   const PlanEvidenceRow **every = plan_evidence_all(c) ? malloc(sizeof *every * (size_t)e.runs) : NULL;
   const PlanEvidenceRow **list = every ? every : e.closest;
-  int nlist = every ? plan_evidence_list(c, r, every, e.runs) : e.nclosest;
+  int nlist = every ? plan_evidence_list(c, r, &e, every, e.runs) : e.nclosest;
   const char *head = nlist > e.nclosest ? "runs" : "closest";
   for (int i = 0; i < nlist; i++)
     fprintf(f, "  %-8s %s (%s, %d GPUs, %s parameters): %+.1f%%%s\n", i ? "" : head, list[i]->id, list[i]->set,
@@ -388,8 +388,6 @@ static json_t *json_throughput(const PlanResult *r) {
   return o;
 }
 
-/* The plan's traits, and the planner's errors on the published runs like it
- * (plan_evidence.h); "runs": 0 where none is of its GPU generation. */
 /* One published run of the evidence (closest[], all[] with its fitted flag). */
 static json_t *json_evidence_row(const PlanEvidenceRow *row, int with_fitted) {
   json_t *x = json_object();
@@ -402,6 +400,8 @@ static json_t *json_evidence_row(const PlanEvidenceRow *row, int with_fitted) {
   return x;
 }
 
+/* The plan's traits, and the planner's errors on the published runs like it
+ * (plan_evidence.h); "runs": 0 where none is of its GPU generation. */
 static json_t *json_evidence(const PlanCtx *c, const PlanResult *r) {
   json_t *o = json_object(), *tr = json_object();
   PlanEvidence e;
@@ -431,7 +431,7 @@ static json_t *json_evidence(const PlanCtx *c, const PlanResult *r) {
   json_object_set_new(o, "closest", cl);
   const PlanEvidenceRow **list;
   if (plan_evidence_all(c) && (list = malloc(sizeof *list * (size_t)e.runs))) { /* --evidence: every run, closest first */
-    int nl = plan_evidence_list(c, r, list, e.runs);
+    int nl = plan_evidence_list(c, r, &e, list, e.runs);
     json_t *all = json_array();
     for (int i = 0; i < nl; i++) json_array_append_new(all, json_evidence_row(list[i], 1));
     json_object_set_new(o, "all", all);
