@@ -79,7 +79,8 @@
  *     w[b, t, k] x[b, t] for the choice (t, k) given that slot, zeros when empty;
  *     attr[0] = E, attr[1] = cap, attr[2] = the slots an expert is expected to fill (the
  *     planner's price: cap when tokens are dropped; capacity_factor x T K / E when the buffer
- *     holds all T tokens so that none is dropped)
+ *     holds all T tokens so that none is dropped), attr[3] = 1 when the buffer has room for
+ *     every token (cap = T, also in the planner's IR, whose cap is the expected load)
  *   MOE_COMBINE(y [B, E, cap, C], idx, w): [B, T, C], sum over k of w[b, t, k] y[b, slot(t, k)],
  *     dropped choices add nothing (E and cap are y's)
  *   MOE_GATE_GRAD(a [B, T, C], y [B, E, cap, C], idx): [B, T, K], a[b, t] . y[b, slot(t, k)],

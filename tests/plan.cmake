@@ -109,10 +109,12 @@ if(Python3_Interpreter_FOUND)
   #   moe_search_bound the search's model-state bound takes the experts over the expert group (sec. 12)
   #   device_figures a cluster that gives its device's own figures (a GPU the catalog lacks): memory, bandwidth, SMs, peaks
   #   catalog_cmd    hpdlc catalog: the listing, an entry in full, JSON, the figures the plan's, every cluster's block
+  #   experts_cp_routing  the experts under context parallelism: a dropless layer's ranks route their own tokens
+  #                  (the all-to-all bytes of cp 1), a dropping one's each whole sequence (cp times), 11.3a
   #   evidence_report  "how far to trust it": the published runs like a plan, their errors and the closest, by a second
   #                  implementation of the rule over the compiled-in table (sec. 16.1)
   foreach(script balance_ends fusion_flag cp_comm_flag overlap_flag engine_flag fused_ce_flag lowp_flag no_fit option_sweep measure_cpu
-                 grouped_experts moe_search_bound trace_flag device_figures catalog_cmd evidence_report)
+                 grouped_experts moe_search_bound trace_flag device_figures catalog_cmd evidence_report experts_cp_routing)
     add_test(NAME plan.${script}
              COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/plan/${script}.py $<TARGET_FILE:hpdlc> ${CMAKE_SOURCE_DIR})
     set_tests_properties(plan.${script} PROPERTIES TIMEOUT 120 LABELS plan)
@@ -158,21 +160,11 @@ add_test(NAME plan.compression_unpriced
 set_tests_properties(plan.compression_unpriced PROPERTIES TIMEOUT 60 LABELS plan
                      PASS_REGULAR_EXPRESSION "compression: int8, not priced: planned as an uncompressed reduction in fp32")
 
-# under expert parallelism the slots are routed over each whole sequence on every
-# context rank (docs/compiler.md): the report says so, and what it costs
-add_test(NAME plan.experts_under_cp
-         COMMAND $<TARGET_FILE:hpdlc> plan ${CMAKE_SOURCE_DIR}/samples/mixtral.hpd --cluster dgx-h100 --gpus 64
-                 --tp 2 --pp 1 --cp 2 --dp 16 --ep 8 --recompute full)
-set_tests_properties(plan.experts_under_cp PROPERTIES TIMEOUT 60 LABELS plan
-                     PASS_REGULAR_EXPRESSION "experts: each sequence routed whole on every context rank, over slots [^\n]*: the experts' GEMMs and all-to-alls priced are cp = 2 times those")
-
-# the same in JSON; a dropless layer at ep 1 is packed and routes a rank's own tokens,
-# one that drops tokens (moe-tiny's) stays over slots, whole on every context rank
-add_test(NAME plan.experts_under_cp_json
-         COMMAND $<TARGET_FILE:hpdlc> plan ${CMAKE_SOURCE_DIR}/samples/mixtral.hpd --cluster dgx-h100 --gpus 64
-                 --tp 2 --pp 1 --cp 2 --dp 16 --ep 8 --recompute full --format json)
-set_tests_properties(plan.experts_under_cp_json PROPERTIES TIMEOUT 60 LABELS plan
-                     PASS_REGULAR_EXPRESSION "\"expert_routing\": \"whole_sequence\"")
+# the experts' routing under context parallelism (tests/plan/experts_cp_routing.py, with the
+# settings' scripts below: a dropless layer routes a rank's own tokens under expert parallelism
+# too, one that drops tokens each whole sequence); a dropless layer at ep 1 is packed and
+# routes a rank's own tokens, one that drops tokens (moe-tiny's) stays over slots, whole on
+# every context rank
 add_test(NAME plan.experts_own_tokens_json
          COMMAND $<TARGET_FILE:hpdlc> plan ${CMAKE_SOURCE_DIR}/samples/mixtral.hpd --cluster dgx-h100 --gpus 64
                  --tp 2 --pp 1 --cp 2 --dp 16 --recompute full --format json)

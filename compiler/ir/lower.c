@@ -629,7 +629,10 @@ static int lower_op(Lower *L, Inv *v, const SemExpr *e, const int64_t *dims) {
     attr[0] = e->attr[0];
     attr[1] = L->priced && e->attr[2] > 0 ? e->attr[2] : e->attr[1]; /* lower_model_priced */
     attr[2] = e->attr[2];
-    return ones < 0 ? -1 : add_node(L, v, IR_MOE_DISPATCH, din, 3, attr, 3, 0, t->dtype, -1, NULL, e->span, NULL);
+    /* room for every token (the priced buffer holds only the expected load): the
+     * partitioner's cue that a context rank may route its own tokens (spmd.c) */
+    attr[3] = e->attr[1] >= v->g->nodes[in[0]].dims[1];
+    return ones < 0 ? -1 : add_node(L, v, IR_MOE_DISPATCH, din, 3, attr, 4, 0, t->dtype, -1, NULL, e->span, NULL);
   }
   case SOP_MOE_COMBINE: return add_node(L, v, IR_MOE_COMBINE, in, 3, NULL, 0, 0, t->dtype, -1, NULL, e->span, NULL);
   case SOP_AUX_LOSS: return add_node(L, v, IR_AUX_LOSS, in, 2, NULL, 0, e->scalar, t->dtype, -1, NULL, e->span, NULL);

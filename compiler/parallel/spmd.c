@@ -74,7 +74,10 @@ typedef struct {
   Conv *convs;
   int nconvs, capconvs;
   int ring; /* the matmul being converted gathers keys / values: pass them around the ring */
-  char *to_combine; /* a view or transpose whose one reader is a combine (or such a view): keeps a pending sum */
+  int *to_combine;  /* a view or transpose whose one reader is a combine (or such a view): that combine + 1;
+                       keeps a pending sum */
+  char *own_idx;    /* per source node: expert choices whose slot dispatch routed the rank's own tokens
+                       (cp_local_rows) */
 } GPart;
 
 static Shd shd_r(void) {
@@ -771,6 +774,35 @@ static int cp_local_rows(GPart *G, const IrNode *n, const Val *ins) {
   return n->op != IR_MOE_COMBINE || ins[0].shd.axis[IRG_CP] == 0;
 }
 
+/* The same over slots ([B, E, cap, C]) for a layer with room for every token
+ * (the dispatch's attr[3]; a top-k's choices, each expert at most once a
+ * token): the rank routes its own [B, T / cp, C] into slots of its own,
+ * [B, E, cap / cp, C], where no token is dropped either, so the layer computes
+ * what it does over the whole sequence. The slots are marked split along
+ * axis 2 over the context group and go through moe_expert_major's views
+ * (own_slot_view), expert parallelism's exchange and the experts' GEMMs as
+ * rows of the rank's own; the combine maps them back. A dropping layer keeps
+ * its sequence whole: its capacity is the whole sequence's. */
+static int cp_local_slots(GPart *G, const IrNode *n, const Val *ins) {
+  Part *P = G->P;
+  if (P->size[IRG_CP] <= 1 || (P->spec->ep_fold && P->size[IRG_TP] > 1 && P->size[IRG_EP] > 1)) return 0;
+  if (ins[1].shd.axis[IRG_CP] != 1) return 0;
+  if (n->op == IR_MOE_COMBINE) return G->g->nodes[n->in[0]].rank == 4 && G->own_idx[n->in[1]];
+  if (n->op != IR_MOE_DISPATCH || n->attr[1] <= 0 || !n->attr[3]) return 0;
+  const IrNode *idx = &G->g->nodes[n->in[1]];
+  return idx->op == IR_TOPK && idx->attr[0] <= n->attr[0];
+}
+
+/* Whether source view n (a reshape or transpose) carries slots a rank routed
+ * alone (cp_local_slots): on the way from such a dispatch, or to such a combine. */
+static int own_slot_view(GPart *G, const IrNode *n) {
+  const IrGraph *g = G->g;
+  if (G->to_combine && G->to_combine[n - g->nodes]) return G->own_idx[g->nodes[G->to_combine[n - g->nodes] - 1].in[1]];
+  const IrNode *x = n;
+  while (x->op == IR_RESHAPE || x->op == IR_TRANSPOSE) x = &g->nodes[x->in[0]];
+  return x->op == IR_MOE_DISPATCH && x->attr[1] > 0 && G->own_idx[x->in[1]];
+}
+
 /* A dispatch's weights (input 2) converted to `want`, or, when they are a
  * constant, made again at the shape of its partitioned choices `idx` (not
  * sliced first: the whole constant, read by nothing then, goes with
@@ -790,10 +822,13 @@ static int dispatch_weights(GPart *G, const IrNode *n, const Val *w, int idx, co
  * one, as over slots. */
 static Val rule_cp_rows(GPart *G, const IrNode *n, Val *ins) {
   Shd tok = shd_r(), rows = shd_r();
+  int slots = n->op == IR_MOE_DISPATCH ? n->attr[1] > 0 : G->g->nodes[n->in[0]].rank == 4; /* cp_local_slots */
   tok.axis[IRG_CP] = 1;
-  rows.axis[IRG_CP] = 0;
+  rows.axis[IRG_CP] = (int8_t)(slots ? 2 : 0);
   Val r = {-1, shd_r(), 0};
   int in[3];
+  int64_t attr[IR_NATTR];
+  memcpy(attr, n->attr, sizeof attr);
   if (n->op == IR_MOE_EXPERT_IDS) {
     in[0] = convert(G, settle(G, ins[0], n->span), &tok, 0, n->span).id;
     r.shd = rows;
@@ -801,6 +836,11 @@ static Val rule_cp_rows(GPart *G, const IrNode *n, Val *ins) {
     for (int k = 0; k < 2; k++) in[k] = convert(G, settle(G, ins[k], n->span), &tok, 0, n->span).id;
     in[2] = dispatch_weights(G, n, &ins[2], in[1], &tok); /* (copy_marker's case) */
     r.shd = rows;
+    if (slots) { /* the rank's share of the buffer (rounded up where the planner's expected load does not divide) */
+      int64_t cp = G->P->size[IRG_CP];
+      for (int k = 1; k < 3; k++) attr[k] = (attr[k] + cp - 1) / cp;
+      G->own_idx[n->in[1]] = 1;
+    }
   } else { /* the combine: y's rows as they are, a pending sum kept (convert would make it) */
     Val y = ins[0];
     Shd partial = y.shd;
@@ -815,7 +855,7 @@ static Val rule_cp_rows(GPart *G, const IrNode *n, Val *ins) {
   }
   for (int k = 0; k < n->nin; k++)
     if (in[k] < 0) return r;
-  r.id = emit(G, n->op, in, n->nin, n->attr, IR_NATTR, 0, n->dtype, -1, NULL, n->span);
+  r.id = emit(G, n->op, in, n->nin, attr, IR_NATTR, 0, n->dtype, -1, NULL, n->span);
   return r;
 }
 
@@ -918,14 +958,40 @@ static Val slots_in(GPart *G, const IrNode *n, Val x) {
   return x;
 }
 
+/* The output axis of a view from `in` to `out` (global shapes) that holds the
+ * innermost input axis of the run of axes around axis a whose size the view
+ * keeps (merged or split: [E, B, cap, C] -> [E, B cap, C] and back); -1 when
+ * a is not that innermost axis. */
+static int view_inner_axis(const IrNode *in, const IrNode *out, int a) {
+  int i = 0, o = 0;
+  while (i < in->rank && o < out->rank) {
+    int64_t pi = in->dims[i], po = out->dims[o];
+    int i0 = i;
+    while (pi != po) {
+      if (pi < po && i + 1 < in->rank) pi *= in->dims[++i];
+      else if (po < pi && o + 1 < out->rank) po *= out->dims[++o];
+      else return -1;
+    }
+    if (a >= i0 && a <= i) return a == i ? o : -1;
+    i++, o++;
+  }
+  return -1;
+}
+
 static Val rule_reshape(GPart *G, const IrNode *n, Val x) {
   x = slots_in(G, n, x);
   const IrNode *src_in = &G->g->nodes[n->in[0]];
   Shd out = shd_r();
   for (int g = 0; g < IRG_COUNT; g++) out.partial[g] = x.shd.partial[g], x.shd.partial[g] = 0; /* kept: slots_in */
+  int own = -1; /* the slots a context rank routed alone (cp_local_slots): their split rides the innermost axis of its run */
+  if (x.shd.axis[IRG_CP] >= 0 && own_slot_view(G, n)) own = view_inner_axis(src_in, n, x.shd.axis[IRG_CP]);
   for (int g = 0; g < IRG_COUNT; g++) {
     int a = x.shd.axis[g];
     if (a < 0) continue;
+    if (g == IRG_CP && own >= 0) {
+      out.axis[g] = (int8_t)own;
+      continue;
+    }
     int64_t prefix = 1, outp = 1;
     for (int i = 0; i < a; i++) prefix *= src_in->dims[i];
     int found = -1;
@@ -942,6 +1008,11 @@ static Val rule_reshape(GPart *G, const IrNode *n, Val x) {
   }
   int64_t dims[IR_MAX_RANK];
   local_dims(G->P, n, &out, dims);
+  if (own >= 0 && x.id >= 0) { /* the rank's share of the buffer as the dispatch made it (rounded up) */
+    int64_t numel = ir_numel(dn(G, x.id)), rest = 1;
+    for (int i = 0; i < n->rank; i++) rest *= i == own ? 1 : dims[i];
+    dims[own] = rest > 0 ? numel / rest : 0;
+  }
   Val r = {emit(G, IR_RESHAPE, &x.id, 1, NULL, 0, 0, n->dtype, n->rank, dims, n->span), out, x.weight};
   return r;
 }
@@ -1213,7 +1284,7 @@ static Val part_node(GPart *G, int i) {
   int nin = n->nin < 8 ? n->nin : 8;
   for (int k = 0; k < nin; k++) ins[k] = val_of(G, n, k);
   int flags = ir_op_flags(n->op);
-  if (cp_local_rows(G, n, ins)) return rule_cp_rows(G, n, ins);
+  if (cp_local_rows(G, n, ins) || cp_local_slots(G, n, ins)) return rule_cp_rows(G, n, ins);
   if (fold_routing(G, n)) return rule_fold_routing(G, n, ins);
   if (n->op == IR_TOPK || n->op == IR_TAKE || n->op == IR_TAKE_BWD || n->op == IR_ONE_HOT) return rule_router_rows(G, n, ins);
   switch (n->op) {
@@ -1520,15 +1591,16 @@ static Val part_node(GPart *G, int i) {
 
 /* GPart.to_combine: reshapes and transposes whose only reader is a combine's
  * slots (y), directly or through more of them (moe_expert_major's way back
- * to [B, E, cap, Y]); NULL when the graph has none. */
-static char *views_to_combine(Arena *arena, const IrGraph *g) {
+ * to [B, E, cap, Y]), each marked with that combine + 1; NULL when the graph
+ * has none. */
+static int *views_to_combine(Arena *arena, const IrGraph *g) {
   int n = g->nnodes, any = 0;
   for (int i = 0; i < n && !any; i++) any = g->nodes[i].op == IR_MOE_COMBINE;
   if (!any) return NULL;
   int *nread = arena_alloc(arena, sizeof(int) * (size_t)(n + 1)), *reader = arena_alloc(arena, sizeof(int) * (size_t)(n + 1));
-  char *mark = arena_alloc(arena, (size_t)n + 1);
+  int *mark = arena_alloc(arena, sizeof(int) * (size_t)(n + 1));
   memset(nread, 0, sizeof(int) * (size_t)(n + 1));
-  memset(mark, 0, (size_t)n + 1);
+  memset(mark, 0, sizeof(int) * (size_t)(n + 1));
   for (int i = 0; i < n; i++)
     for (int k = 0; k < g->nodes[i].nin; k++) {
       int v = g->nodes[i].in[k];
@@ -1540,7 +1612,7 @@ static char *views_to_combine(Arena *arena, const IrGraph *g) {
     const IrNode *x = &g->nodes[i];
     if ((x->op != IR_RESHAPE && x->op != IR_TRANSPOSE) || nread[i] != 1 || reader[i] < 0) continue;
     const IrNode *r = &g->nodes[reader[i]];
-    mark[i] = r->op == IR_MOE_COMBINE || mark[reader[i]];
+    mark[i] = r->op == IR_MOE_COMBINE ? reader[i] + 1 : mark[reader[i]];
   }
   return mark;
 }
@@ -1565,6 +1637,8 @@ static int partition_graph(Part *P, int gi, Shd entry) {
   G.out = out;
   G.vals = arena_alloc(P->arena, sizeof(Val) * (size_t)(g->nnodes + 1));
   G.to_combine = views_to_combine(P->arena, g);
+  G.own_idx = arena_alloc(P->arena, (size_t)g->nnodes + 1);
+  memset(G.own_idx, 0, (size_t)g->nnodes + 1);
   for (int i = 0; i < g->nnodes && !P->failed; i++) {
     const IrNode *n = &g->nodes[i];
     if (n->op == IR_ARG) {

@@ -58,10 +58,10 @@ void plan_cost_add(PlanCost *a, const PlanCost *b, double times) {
 }
 
 int plan_experts_routed_whole(const PlanCtx *c, const PlanLayout *L) {
-  /* over slots (every layer under expert parallelism, a dropping one at any
-   * ep) the partitioner routes each sequence whole on every context rank
-   * (docs/compiler.md, its limit); packed dropless layers route their own */
-  return c->experts > 0 && L->cp > 1 && (L->ep > 1 || c->moe_drops);
+  /* a layer that drops tokens (its capacity the whole sequence's) is routed
+   * whole on every context rank (docs/compiler.md, its limit); a dropless one
+   * routes each rank's own tokens, packed or over slots (spmd.c, cp_local_slots) */
+  return c->experts > 0 && L->cp > 1 && c->moe_drops;
 }
 
 double plan_gemm_sustained(const CatDevice *dev) {

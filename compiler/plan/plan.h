@@ -217,6 +217,17 @@ PlanLayout plan_layout_of(const SemModel *m);
  * hpdl's runtime reduces them), 2 where the layout rounds them to 16 bits
  * (compression = bf16 | fp16). docs/planner.md sec. 11.3. */
 int plan_grad_reduce_bytes(Compression c);
+/* What a report says below its layout where the plan priced something other
+ * than the file or the flags ask for at face value: the vocabulary padded,
+ * the experts routed over whole sequences, a precision the device lacks, a
+ * gradient compression. Each a key and its text (the text report's
+ * "key: text" lines; the HTML's facts rows and JSON's `notes` alike). */
+enum { PLAN_NOTES_MAX = 4 };
+typedef struct {
+  const char *key;
+  char text[480];
+} PlanNote;
+int plan_notes(PlanCtx *c, const PlanResult *r, PlanNote *notes);
 /* The sustained share of a GEMM's benchmark rate on dev (PLAN_GEMM_SUSTAINED_*). */
 double plan_gemm_sustained(const CatDevice *dev);
 

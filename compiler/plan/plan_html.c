@@ -144,7 +144,16 @@ static void html_header(FILE *f, PlanCtx *c, const PlanReport *rep, const PlanRe
     fputs("not valid: ", f);
     esc(f, r->why);
   }
-  fputs("</td></tr>\n<tr><th>limit</th><td>", f);
+  fputs("</td></tr>\n", f);
+  PlanNote notes[PLAN_NOTES_MAX];
+  for (int i = 0, n = plan_notes(c, r, notes); i < n; i++) { /* the text report's notes below its layout line */
+    fputs("<tr><th>", f);
+    esc(f, notes[i].key);
+    fputs("</th><td>", f);
+    esc(f, notes[i].text);
+    fputs("</td></tr>\n", f);
+  }
+  fputs("<tr><th>limit</th><td>", f);
   esc(f, r->limit);
   fputs("</td></tr>\n<tr><th>memory</th><td>", f);
   if (r->valid)

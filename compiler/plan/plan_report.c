@@ -72,6 +72,50 @@ static void text_evidence(FILE *f, const PlanCtx *c, const PlanResult *r) {
   fputc('\n', f);
 }
 
+int plan_notes(PlanCtx *c, const PlanResult *r, PlanNote *notes) {
+  const SemModel *m = plan_model(c);
+  const PlanLayout *L = &r->layout;
+  int n = 0;
+  if (!r->valid) return 0;
+  int64_t vp = 0, v = plan_vocab(c, r, &vp);
+  if (v > 0 && vp != v) {
+    notes[n].key = "vocabulary";
+    snprintf(notes[n++].text, sizeof notes->text,
+             "%" PRId64 " rows priced padded to %" PRId64 " (a multiple of vocab_pad %" PRId64 " x tp %" PRId64
+             ", as Megatron-LM pads it%s)",
+             v, vp, m->layout.vocab_pad, L->tp, L->tp > 1 ? "" : "; aligned rows for the head's GEMMs");
+  }
+  if (plan_experts_routed_whole(c, L)) {
+    notes[n].key = "experts";
+    snprintf(notes[n++].text, sizeof notes->text,
+             "each sequence routed whole on every context rank, over slots (hpdl's program for a MoE layer that drops "
+             "tokens: its capacity is the whole sequence's; docs/compiler.md): the experts' GEMMs%s priced are cp = %" PRId64
+             " times those of a program that routes each context rank's own tokens, as a dropless layer does",
+             L->ep > 1 ? " and all-to-alls" : "", L->cp);
+  }
+  if (c->lowp_prec != c->prec) {
+    notes[n].key = "precision";
+    if (!c->lowp)
+      snprintf(notes[n++].text, sizeof notes->text, "%s, but %s has no %s rate: its GEMMs and weights priced in bf16 (docs/planner.md 9.3)",
+               sem_precision_name(c->prec), c->dev.name, c->prec == PREC_NVFP4 ? "FP4 or FP8" : "FP8");
+    else
+      snprintf(notes[n++].text, sizeof notes->text,
+               "%s, but %s has no %s: its blocks' GEMMs priced as fp8 with per-tensor scales (docs/planner.md 9.3)",
+               sem_precision_name(c->prec), c->dev.name, c->prec == PREC_NVFP4 ? "FP4 rate" : "block-scaled (MX) tensor cores");
+  }
+  Compression cz = m->layout.compression;
+  if (cz != COMPRESS_NONE && L->dp * L->cp > 1) {
+    notes[n].key = "compression";
+    if (plan_grad_reduce_bytes(cz) == 2)
+      snprintf(notes[n++].text, sizeof notes->text,
+               "%s, priced as the gradients' reduction in 16 bits, 2 bytes a value (docs/planner.md 11.3)", sem_compression_name(cz));
+    else
+      snprintf(notes[n++].text, sizeof notes->text, "%s, not priced: planned as an uncompressed reduction in fp32 (docs/planner.md 11.3)",
+               sem_compression_name(cz));
+  }
+  return n;
+}
+
 static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r) {
   char a[32], b[32], d[32];
   const SemModel *m = plan_model(c);
@@ -119,32 +163,8 @@ static void text_plan(FILE *f, PlanCtx *c, const char *file, const PlanResult *r
   if (strcmp(plan_attention_name(c), "flash")) fprintf(f, "; attention %s", plan_attention_name(c));
   if (!plan_fusion(c)) fprintf(f, "; fusion off");
   fputc('\n', f);
-  int64_t vp = 0, v = plan_vocab(c, r, &vp);
-  if (v > 0 && vp != v)
-    fprintf(f, "vocabulary: %" PRId64 " rows priced padded to %" PRId64 " (a multiple of vocab_pad %" PRId64 " x tp %" PRId64
-               ", as Megatron-LM pads it%s)\n",
-            v, vp, m->layout.vocab_pad, L->tp, L->tp > 1 ? "" : "; aligned rows for the head's GEMMs");
-  if (plan_experts_routed_whole(c, L))
-    fprintf(f, "experts: each sequence routed whole on every context rank, over slots (hpdl's program for a MoE layer under "
-               "expert parallelism or one that drops tokens; docs/compiler.md): the experts' GEMMs%s priced are cp = %" PRId64
-               " times those of a program that routes each context rank's own tokens, as Megatron-Core does\n",
-            L->ep > 1 ? " and all-to-alls" : "", L->cp);
-  if (c->lowp_prec != c->prec) {
-    if (!c->lowp)
-      fprintf(f, "precision: %s, but %s has no %s rate: its GEMMs and weights priced in bf16 (docs/planner.md 9.3)\n",
-              sem_precision_name(c->prec), c->dev.name, c->prec == PREC_NVFP4 ? "FP4 or FP8" : "FP8");
-    else
-      fprintf(f, "precision: %s, but %s has no %s: its blocks' GEMMs priced as fp8 with per-tensor scales (docs/planner.md 9.3)\n",
-              sem_precision_name(c->prec), c->dev.name,
-              c->prec == PREC_NVFP4 ? "FP4 rate" : "block-scaled (MX) tensor cores");
-  }
-  Compression cz = m->layout.compression;
-  if (plan_grad_reduce_bytes(cz) == 2 && L->dp * L->cp > 1)
-    fprintf(f, "compression: %s, priced as the gradients' reduction in 16 bits, 2 bytes a value (docs/planner.md 11.3)\n",
-            sem_compression_name(cz));
-  else if (cz != COMPRESS_NONE && L->dp * L->cp > 1)
-    fprintf(f, "compression: %s, not priced: planned as an uncompressed reduction in fp32 (docs/planner.md 11.3)\n",
-            sem_compression_name(cz));
+  PlanNote notes[PLAN_NOTES_MAX];
+  for (int i = 0, n = plan_notes(c, r, notes); i < n; i++) fprintf(f, "%s: %s\n", notes[i].key, notes[i].text);
   if (L->pp > 1 && r->stages) {
     fprintf(f, "stages: ");
     for (int s = 0; s < r->nstages; s++) fprintf(f, "%s%" PRId64, s ? "+" : "", r->stages[s].layers);
@@ -357,6 +377,8 @@ static json_t *json_groups(const double *v) {
   json_object_set_new(o, "tp", jnum(v[IRG_TP]));
   json_object_set_new(o, "pp", jnum(v[IRG_PP]));
   json_object_set_new(o, "cp", jnum(v[IRG_CP]));
+  json_object_set_new(o, "ep", jnum(v[IRG_EP]));
+  json_object_set_new(o, "edp", jnum(v[IRG_EDP]));
   return o;
 }
 
@@ -462,6 +484,12 @@ static json_t *json_result(PlanCtx *c, const PlanResult *r, int brief) {
     json_object_set_new(par, r->by_pieces ? "stage_pieces" : "stage_layers", sl);
   }
   json_object_set_new(o, "parallel", par);
+  if (!brief) { /* the text report's notes below its layout line */
+    PlanNote notes[PLAN_NOTES_MAX];
+    json_t *nj = json_object();
+    for (int i = 0, n = plan_notes(c, r, notes); i < n; i++) json_object_set_new(nj, notes[i].key, json_string(notes[i].text));
+    json_object_set_new(o, "notes", nj);
+  }
   json_object_set_new(o, "memory_per_gpu", json_memory(&r->mem));
   json_object_set_new(o, "comm_per_step", json_groups(r->comm_bytes));
   json_t *ct = json_object();

@@ -32,6 +32,13 @@ the Switch load-balancing loss added to the gradient (with_aux_loss).
            dropless layer, whose context ranks route their own tokens (its dispatch's
            weights made at the rank's shape; the native program refused the whole
            sequence's left unread until 2026-12-05); the tolerances below.
+  cp2_ep2_dropless
+           the dropless layer over slots under context parallelism (dp 2 x cp 2 x ep 2, cp 2
+           with --experts slots, dp 2 x tp 2 x cp 2 x ep 2 with sp): each context rank routes
+           its own tokens into slots of its own (capacity T / cp; emit spmd shows no gather of
+           the sequence before the dispatch and an exchange of the rank's own slots), against
+           one rank (the layouts' tolerances). Until 2026-12-07 every context rank routed the
+           whole sequence: cp times the experts' work and all-to-all bytes.
   dp2_ep2, dp4_ep2, dp2_tp2_ep2, dp2_pp2_ep2
            expert parallelism: each expert-parallel rank holds 2 of the 4 experts, the
            dispatched slots travel by all-to-all (and back), the experts' gradients are
@@ -213,6 +220,33 @@ def case_cp2_dropless_native():
             a, b = got[step][key], one[step][key]
             print(f"cp2 dropless native: step {step + 1} {key} {a:.10f}, one rank {b:.10f}")
             check(abs(a - b) <= tol * abs(b), f"step {step + 1} {key} {a} differs from one rank's {b} by more than {tol}")
+
+
+def case_cp2_ep2_dropless():
+    """The dropless layer under context and expert parallelism: each context rank routes its own
+    tokens into slots of its own (capacity T / cp, no all-gather of the sequence before the
+    dispatch), which go to their experts by all-to-all; dp 2 x cp 2 x ep 2 (the reference
+    executor), cp 2 over slots at ep 1 (--experts slots) and dp 2 x tp 2 x cp 2 x ep 2 with
+    sequence parallelism (the CPU back end's program) against one rank's dropless run (the
+    layouts' tolerances)."""
+    e2e_common.need_mpi(ARGS.bin)
+    spmd = run([tool("hpdlc"), "emit", "spmd", model(), "-D", "drop=false", "--dp", "2", "--cp", "2", "--ep", "2"]).stdout
+    body = spmd[spmd.index("moe_dispatch") - 400:spmd.index("moe_combine")]
+    check("experts=4 capacity=16 : f32[4, 4, 16, 32]" in spmd, "the dispatch does not fill a rank's own 16 slots an expert")
+    check("all_gather" not in body.split("moe_dispatch")[0].split("topk")[-1],
+          "the sequence is gathered over the context group before the dispatch")
+    check("all_to_all %" in body and "f32[2, 128, 32]" in body, "the experts' exchange is not over a rank's own slots")
+    one = train("one-dropless", STEPS, "-D", "drop=false")
+    for tag, flags in (("dp2-cp2-ep2-dropless", ("--dp", "2", "--cp", "2", "--ep", "2", "--executor", "interp")),
+                       ("cp2-slots-dropless", ("--cp", "2", "--experts", "slots", "--executor", "native")),
+                       ("dp2-tp2-cp2-sp-ep2-dropless", ("--dp", "2", "--tp", "2", "--cp", "2", "--sp", "on", "--ep", "2",
+                                                        "--executor", "native"))):
+        got = train(tag, STEPS, "-D", "drop=false", *flags)
+        for step, tol in ((0, 1e-6), (STEPS - 1, 1e-4)):
+            for key in ("loss", "aux_loss"):
+                a, b = got[step][key], one[step][key]
+                print(f"{tag}: step {step + 1} {key} {a:.10f}, one rank {b:.10f}")
+                check(abs(a - b) <= tol * abs(b), f"{tag}: step {step + 1} {key} {a} differs from one rank's {b} by more than {tol}")
 
 
 def case_every2():
@@ -510,6 +544,7 @@ CASES = {
     "dp2_ep2": lambda: layout("dp2_ep2", "--dp", "2", "--ep", "2"),
     "cp2_native": lambda: layout("cp2_native", "--cp", "2", "--executor", "native"),
     "cp2_dropless_native": case_cp2_dropless_native,
+    "cp2_ep2_dropless": case_cp2_ep2_dropless,
     "dp2_tp2_cp2_sp_ep2": lambda: layout("dp2_tp2_cp2_sp_ep2", "--dp", "2", "--tp", "2", "--cp", "2", "--sp", "on", "--ep", "2",
                                          "--executor", "native"),
     "dp4_ep2": lambda: layout("dp4_ep2", "--dp", "4", "--ep", "2", "--micro-batch", "2"),
