@@ -569,7 +569,7 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
    * exchanges fixed-size slots, and a layer whose slots something else reads
    * stays over them (moepack.c) */
   int packed_moe = !o->expert_slots && L.ep == 1 ? moe_pack_dropless(global) : 0;
-  int slots_moe = moe_dropless_slots(global);
+  int slots_moe = moe_dropless_slots(global), dropping_moe = moe_dropping(global);
   /* MoE parallel folding: each tensor rank routes its own chunk of the sequences */
   const char *fold_why = NULL;
   int folded_moe = L.ep_fold ? moe_fold_sequences(global, L.tp, 0, &fold_why) : 0;
@@ -914,6 +914,14 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
               o->expert_slots ? "--experts slots" : L.ep > 1 ? "expert parallelism exchanges the slots" : "the layer's slots are read elsewhere");
     if (major_moe)
       fprintf(out, "  experts: slots expert-major under expert parallelism, each expert's GEMMs over every slot the all-to-all brought it\n");
+    if (L.cp > 1 && (packed_moe || slots_moe))
+      fprintf(out, "  experts: each context rank routes its own tokens (its T / %" PRId64 " of each sequence) into %s of its own\n", L.cp,
+              packed_moe ? "rows" : "slots");
+    if (L.cp > 1 && dropping_moe)
+      fprintf(out,
+              "  experts: a layer that drops tokens routes each whole sequence on every context rank (its capacity is the whole "
+              "sequence's): cp = %" PRId64 " times its experts' work (docs/compiler.md)\n",
+              L.cp);
     if (folded_moe)
       fprintf(out,
               "  experts: whole (expert_tensor = 1), the expert group folded over tensor %" PRId64 " x %" PRId64

@@ -275,6 +275,18 @@ int moe_dropless_slots(const IrModule *m) {
   return n;
 }
 
+int moe_dropping(const IrModule *m) {
+  int n = 0;
+  for (int gi = 0; gi < m->ngraphs; gi++) {
+    const IrGraph *g = m->graphs[gi];
+    for (int i = 0; i < g->nnodes; i++) {
+      const IrNode *d = &g->nodes[i];
+      n += d->op == IR_MOE_DISPATCH && d->attr[1] != 0 && d->attr[1] < g->nodes[d->in[0]].dims[1];
+    }
+  }
+  return n;
+}
+
 /* ---- expert-major slots (moepack.h, moe_expert_major) ---- */
 
 /* v viewed as in4 (unless it has that shape), its two leading axes swapped,

@@ -64,4 +64,8 @@ int moe_fold_sequences(IrModule *m, int64_t tp, int priced, const char **why);
 /* The dispatches of m with room for every token (dropless) left over slots. */
 int moe_dropless_slots(const IrModule *m);
 
+/* The dispatches of m that drop tokens (fewer slots than the sequence's tokens):
+ * under context parallelism each routes whole sequences (spmd.c). */
+int moe_dropping(const IrModule *m);
+
 #endif

@@ -36,7 +36,8 @@ the Switch load-balancing loss added to the gradient (with_aux_loss).
            the dropless layer over slots under context parallelism (dp 2 x cp 2 x ep 2, cp 2
            with --experts slots, dp 2 x tp 2 x cp 2 x ep 2 with sp): each context rank routes
            its own tokens into slots of its own (capacity T / cp; emit spmd shows no gather of
-           the sequence before the dispatch and an exchange of the rank's own slots), against
+           the sequence before the dispatch and an exchange of the rank's own slots; the compile
+           summary says so, and for the dropping layer that it routes whole sequences), against
            one rank (the layouts' tolerances). Until 2026-12-07 every context rank routed the
            whole sequence: cp times the experts' work and all-to-all bytes.
   dp2_ep2, dp4_ep2, dp2_tp2_ep2, dp2_pp2_ep2
@@ -236,6 +237,13 @@ def case_cp2_ep2_dropless():
     check("all_gather" not in body.split("moe_dispatch")[0].split("topk")[-1],
           "the sequence is gathered over the context group before the dispatch")
     check("all_to_all %" in body and "f32[2, 128, 32]" in body, "the experts' exchange is not over a rank's own slots")
+    # the compile summary says which way each layer is routed
+    said = run([tool("hpdlc"), "compile", model(), "-D", "drop=false", "--dp", "2", "--cp", "2", "--ep", "2", "-o",
+                work("art-said-own")]).stdout
+    check("experts: each context rank routes its own tokens (its T / 2 of each sequence) into slots of its own" in said, said)
+    said = run([tool("hpdlc"), "compile", model(), "--dp", "2", "--cp", "2", "--ep", "2", "-o", work("art-said-whole")]).stdout
+    check("experts: a layer that drops tokens routes each whole sequence on every context rank" in said
+          and "each context rank routes its own" not in said, said)
     one = train("one-dropless", STEPS, "-D", "drop=false")
     for tag, flags in (("dp2-cp2-ep2-dropless", ("--dp", "2", "--cp", "2", "--ep", "2", "--executor", "interp")),
                        ("cp2-slots-dropless", ("--cp", "2", "--experts", "slots", "--executor", "native")),
