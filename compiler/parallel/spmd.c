@@ -77,7 +77,7 @@ typedef struct {
   int *to_combine;  /* a view or transpose whose one reader is a combine (or such a view): that combine + 1;
                        keeps a pending sum */
   char *own_idx;    /* per source node: expert choices whose slot dispatch routed the rank's own tokens
-                       (cp_local_rows) */
+                       (cp_local_slots) */
 } GPart;
 
 static Shd shd_r(void) {
@@ -814,12 +814,13 @@ static int dispatch_weights(GPart *G, const IrNode *n, const Val *w, int idx, co
   return emit(G, IR_FILL, NULL, 0, NULL, 0, src->fattr, src->dtype, li->rank, li->dims, n->span);
 }
 
-/* The packed routing ops of a rank's own tokens (cp_local_rows): the [B, T, ...]
- * operands split along the sequence over the context group as idx is (whole over
- * the other groups; the dispatch's tokens under a marker where the experts split
- * over the tensor group, copy_marker), the rows along axis 0; a combine of a
- * pending sum (the experts' down projection split over the tensor group) stays
- * one, as over slots. */
+/* The routing ops of a rank's own tokens, packed (cp_local_rows) or over slots
+ * (cp_local_slots): the [B, T, ...] operands split along the sequence over the
+ * context group as idx is (whole over the other groups; the dispatch's tokens
+ * under a marker where the experts split over the tensor group, copy_marker),
+ * the rows along axis 0, the slots along their capacity axis (the dispatch's
+ * buffer the rank's share); a combine of a pending sum (the experts' down
+ * projection split over the tensor group) stays one. */
 static Val rule_cp_rows(GPart *G, const IrNode *n, Val *ins) {
   Shd tok = shd_r(), rows = shd_r();
   int slots = n->op == IR_MOE_DISPATCH ? n->attr[1] > 0 : G->g->nodes[n->in[0]].rank == 4; /* cp_local_slots */
@@ -984,7 +985,12 @@ static Val rule_reshape(GPart *G, const IrNode *n, Val x) {
   Shd out = shd_r();
   for (int g = 0; g < IRG_COUNT; g++) out.partial[g] = x.shd.partial[g], x.shd.partial[g] = 0; /* kept: slots_in */
   int own = -1; /* the slots a context rank routed alone (cp_local_slots): their split rides the innermost axis of its run */
-  if (x.shd.axis[IRG_CP] >= 0 && own_slot_view(G, n)) own = view_inner_axis(src_in, n, x.shd.axis[IRG_CP]);
+  if (x.shd.axis[IRG_CP] >= 0 && own_slot_view(G, n) && (own = view_inner_axis(src_in, n, x.shd.axis[IRG_CP])) < 0) {
+    /* no view of the global shape describes them then: gathering them would not give the whole sequence's slots */
+    diag_error(G->P->diag, n->span, "internal error: a view moves the split of a context rank's own slots off the innermost axis of its run");
+    G->P->failed = 1;
+    return (Val){-1, shd_r(), 0};
+  }
   for (int g = 0; g < IRG_COUNT; g++) {
     int a = x.shd.axis[g];
     if (a < 0) continue;
