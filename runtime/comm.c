@@ -67,9 +67,8 @@ CommCoords comm_edp_member(const CommLayout *l, CommCoords k, int peer) {
 int comm_init_groups(Comm *c, const CommLayout *l, int world_rank, int world_size, RtErr *e) {
   if (l->dp < 1 || l->tp < 1 || l->pp < 1 || l->cp < 1)
     return rt_fail(e, "bad layout dp=%d tp=%d pp=%d cp=%d", l->dp, l->tp, l->pp, l->cp);
-  if (l->ep > 1 && comm_layout_folded(l) && (l->ep % l->tp || l->dp % (l->ep / l->tp) || l->cp > 1))
-    return rt_fail(e, "a folded expert group ep=%d needs a multiple of tp=%d whose quotient divides dp=%d, and cp=1 (cp=%d)", l->ep,
-                   l->tp, l->dp, l->cp);
+  if (l->ep > 1 && comm_layout_folded(l) && (l->ep % l->tp || l->dp % (l->ep / l->tp)))
+    return rt_fail(e, "a folded expert group ep=%d needs a multiple of tp=%d whose quotient divides dp=%d", l->ep, l->tp, l->dp);
   if (l->ep > 1 && !comm_layout_folded(l) && l->dp % l->ep)
     return rt_fail(e, "expert parallelism ep=%d does not divide the data-parallel degree dp=%d", l->ep, l->dp);
   if (comm_layout_size(l) != world_size)

@@ -631,14 +631,16 @@ if(Python3_Interpreter_FOUND)
     # (--etp 1): the experts whole, the expert group the tensor pair (and over
     # dp 2 x tp 2 all four ranks), each tensor rank routing its sequence chunks.
     # Dropless at dp 2 x cp 2 x ep 2: each context rank routes its own tokens into
-    # slots of its own (spmd.c's cp_local_slots), exchanged by all-to-all.
+    # slots of its own (spmd.c's cp_local_slots), exchanged by all-to-all; folded
+    # at tp 2 x cp 2 x ep 2 with sp, each rank its piece of its context chunk.
     foreach(entry "1rank|" "dp2_ep2|--dp 2 --ep 2" "dp2_tp2_ep2|--dp 2 --tp 2 --ep 2"
                   "dp2_pp2_ep2|--dp 2 --pp 2 --ep 2 --micro-batch 1" "dp2_ep2_zero1|--dp 2 --ep 2 --zero 1"
                   "dp4_ep2_zero3|--dp 4 --ep 2 --zero 3 --micro-batch 1" "dp4_ep2_zero3_resume|--dp 4 --ep 2 --zero 3 --micro-batch 1"
                   "dp4_ep2_zero3_moments_bf16_resume|--dp 4 --ep 2 --zero 3 --micro-batch 1 --moments bf16"
                   "dp2_zero3_resume|--dp 2 --zero 3" "dropless|-D drop=false" "dropless_tp2|-D drop=false --tp 2"
                   "folded|-D drop=false --tp 2 --ep 2 --etp 1 --sp on" "dp2_folded_ep4|-D drop=false --dp 2 --tp 2 --ep 4 --etp 1 --sp on"
-                  "dp2_cp2_ep2_dropless|-D drop=false --dp 2 --cp 2 --ep 2")
+                  "dp2_cp2_ep2_dropless|-D drop=false --dp 2 --cp 2 --ep 2"
+                  "folded_cp2|-D drop=false --tp 2 --cp 2 --ep 2 --etp 1 --sp on")
       hpdl_name_flags("${entry}" name layout)
       set(more)
       if(name STREQUAL "dp4_ep2_zero3")

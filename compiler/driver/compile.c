@@ -570,9 +570,10 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
    * stays over them (moepack.c) */
   int packed_moe = !o->expert_slots && L.ep == 1 ? moe_pack_dropless(global) : 0;
   int slots_moe = moe_dropless_slots(global), dropping_moe = moe_dropping(global);
-  /* MoE parallel folding: each tensor rank routes its own chunk of the sequences */
+  /* MoE parallel folding: each tensor rank routes its own chunk of the sequences
+   * (under context parallelism its piece of its context chunk: the partitioner's) */
   const char *fold_why = NULL;
-  int folded_moe = L.ep_fold ? moe_fold_sequences(global, L.tp, 0, &fold_why) : 0;
+  int folded_moe = !L.ep_fold ? 0 : L.cp > 1 ? moe_fold_check_cp(global, &fold_why) : moe_fold_sequences(global, L.tp, 0, &fold_why);
   if (folded_moe < 0)
     return cfail(&C, "expert_tensor = 1 (the expert group folded over tensor x data ranks) cannot split a mixture-of-experts "
                      "layer: %s; compile with expert_tensor = tensor (--etp %" PRId64 ")",
@@ -925,8 +926,8 @@ static int compile_run(Arena *arena, Diag *diag, const SemModel *m, const Compil
     if (folded_moe)
       fprintf(out,
               "  experts: whole (expert_tensor = 1), the expert group folded over tensor %" PRId64 " x %" PRId64
-              " data-parallel ranks, each tensor rank routing its chunk of the sequences\n",
-              L.tp, L.ep / L.tp);
+              " data-parallel ranks, each tensor rank routing its %s\n",
+              L.tp, L.ep / L.tp, L.cp > 1 ? "piece of its context chunk" : "chunk of the sequences");
     if (m->layout.fused_ce == 1) {
       int nfused = 0, shard = 0;
       int64_t rows = 0, vocab = 0;

@@ -804,7 +804,7 @@ int main(int argc, char **argv) {
         /* past the IR as written, what compile runs: dropless experts over their rows, or expert-major slots (moepack.h) */
         const char *fold_why = NULL;
         if (ir && strcmp(cli.stage, "ir") &&
-            moe_as_compiled(ir, m->layout.ep, m->layout.ep_fold ? m->layout.tp : 1, 0, &fold_why) < 0) {
+            moe_as_compiled(ir, m->layout.ep, m->layout.ep_fold ? m->layout.tp : 1, m->layout.cp, 0, &fold_why) < 0) {
           fprintf(stderr, "hpdlc: expert_tensor = 1 cannot split a mixture-of-experts layer: %s\n", fold_why);
           ir = NULL;
           status = 1;

@@ -825,13 +825,6 @@ void sema_read_layout(Sema *S, SemModel *m, const AstDecl *decl, Settings *ts) {
       if (et && et->from_cli && S->opts->cli_error) *S->opts->cli_error = 1;
       return;
     }
-    if (L->ep_fold && L->cp > 1) {
-      sema_error(S, at, "expert_tensor = 1 (the expert group folded over tensor x data ranks) is not written for context "
-                        "parallelism yet (context = %" PRId64 ")", L->cp);
-      setting_note(S, &s, "context", "--cp");
-      if (et && et->from_cli && S->opts->cli_error) *S->opts->cli_error = 1;
-      return;
-    }
   }
   if (L->ep > 1) {
     Setting *x = sema_setting_get(&s, "expert");

@@ -458,9 +458,31 @@ int moe_fold_sequences(IrModule *m, int64_t tp, int priced, const char **why) {
   return total;
 }
 
-int moe_as_compiled(IrModule *m, int64_t ep, int64_t fold_tp, int priced, const char **why) {
+int moe_fold_check_cp(const IrModule *m, const char **why) {
+  int n = 0;
+  for (int gi = 0; gi < m->ngraphs; gi++) {
+    const IrGraph *g = m->graphs[gi];
+    for (int i = 0; i < g->nnodes; i++) {
+      const IrNode *d = &g->nodes[i];
+      if (d->op != IR_MOE_DISPATCH) continue;
+      const char *bad = d->attr[1] == 0 ? "its experts are packed over their rows (the expert group exchanges slots)"
+                        : !d->attr[3]   ? "it drops tokens (drop = true): a capacity is a sequence's, and the context and "
+                                          "tensor groups split the sequences"
+                        : g->nodes[d->in[1]].op != IR_TOPK ? "its choices are not a top-k (a token could take an expert twice)"
+                                                           : NULL;
+      if (bad) {
+        if (why) *why = bad;
+        return -1;
+      }
+      n++;
+    }
+  }
+  return n;
+}
+
+int moe_as_compiled(IrModule *m, int64_t ep, int64_t fold_tp, int64_t cp, int priced, const char **why) {
   if (ep <= 1) return moe_pack_dropless(m), 0;
-  if (fold_tp > 1 && moe_fold_sequences(m, fold_tp, priced, why) < 0) return -1;
+  if (fold_tp > 1 && (cp > 1 ? moe_fold_check_cp(m, why) : moe_fold_sequences(m, fold_tp, priced, why)) < 0) return -1;
   moe_expert_major(m, ep);
   return 0;
 }

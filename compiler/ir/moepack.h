@@ -42,10 +42,18 @@ int moe_expert_major(IrModule *m, int64_t ep);
 /* The experts' layers as `hpdlc compile` runs them at expert parallelism ep
  * (the defaults: no --experts slots): packed at ep <= 1, expert-major where
  * it pays above, their sequences chunked first over fold_tp > 1 under
- * parallel folding (moe_fold_sequences, with `priced`). For emit, plan and
+ * parallel folding (moe_fold_sequences, with `priced`; under context
+ * parallelism, cp > 1, only checked, moe_fold_check_cp). For emit, plan and
  * the simulators, which show or price the compiled program. -1 with *why when
  * folding cannot split a layer. */
-int moe_as_compiled(IrModule *m, int64_t ep, int64_t fold_tp, int priced, const char **why);
+int moe_as_compiled(IrModule *m, int64_t ep, int64_t fold_tp, int64_t cp, int priced, const char **why);
+
+/* Parallel folding under context parallelism: the sequences are not chunked
+ * here; the partitioner routes each rank's own tokens (its context chunk's
+ * tensor piece) into slots of its own (spmd.c, cp_local_slots), which needs
+ * every layer dropless (the dispatch's attr[3]: room for every token) and over
+ * slots. The layers so routed, or -1 with *why. */
+int moe_fold_check_cp(const IrModule *m, const char **why);
 
 /* MoE parallel folding (parallel.expert_tensor = 1 at tensor = tp > 1): every
  * layer's tokens routed a sequence chunk at a time, the chunk that sequence

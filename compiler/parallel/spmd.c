@@ -521,8 +521,8 @@ static Val convert(GPart *G, Val v, const Shd *want, unsigned out_split, Span at
   if (G->P->size[IRG_TP] > 1 && G->P->size[IRG_CP] > 1 && !want->partial[IRG_TP] && !want->partial[IRG_CP] &&
       !v.shd.partial[IRG_CP] && ((tf >= 0 && (tf == cf || tf == ct)) || (tt >= 0 && (tt == cf || tt == ct)))) {
     /* the nested split of the tensor and context groups, then expert
-     * parallelism's exchange, last as in the loop below (folding, which
-     * moves the tensor split with it, is refused with context parallelism) */
+     * parallelism's exchange, last as in the loop below (under folding it
+     * was made first, above) */
     v = convert_nested(G, v, want, out_split, at);
     if (v.id >= 0 && G->P->size[IRG_EP] > 1) v = ep_exchange(G, v, want->axis[IRG_EP], at);
     return v;
@@ -782,11 +782,18 @@ static int cp_local_rows(GPart *G, const IrNode *n, const Val *ins) {
  * axis 2 over the context group and go through moe_expert_major's views
  * (own_slot_view), expert parallelism's exchange and the experts' GEMMs as
  * rows of the rank's own; the combine maps them back. A dropping layer keeps
- * its sequence whole: its capacity is the whole sequence's. */
+ * its sequence whole: its capacity is the whole sequence's. Under parallel
+ * folding (fold_cp) the tensor group splits the context chunk again, so each
+ * rank routes its piece of its chunk: slots [B, E, cap / (cp tp), C], split
+ * over both groups as the sequence is (nested), which the folded expert
+ * group's exchange takes as the tensor ranks' own tokens. */
+static int fold_cp(const Part *P) {
+  return P->spec->ep_fold && P->size[IRG_TP] > 1 && P->size[IRG_EP] > 1 && P->size[IRG_CP] > 1;
+}
+
 static int cp_local_slots(GPart *G, const IrNode *n, const Val *ins) {
   Part *P = G->P;
-  if (P->size[IRG_CP] <= 1 || (P->spec->ep_fold && P->size[IRG_TP] > 1 && P->size[IRG_EP] > 1)) return 0;
-  if (ins[1].shd.axis[IRG_CP] != 1) return 0;
+  if (P->size[IRG_CP] <= 1 || ins[1].shd.axis[IRG_CP] != 1) return 0;
   if (n->op == IR_MOE_COMBINE) return G->g->nodes[n->in[0]].rank == 4 && G->own_idx[n->in[1]];
   if (n->op != IR_MOE_DISPATCH || n->attr[1] <= 0 || !n->attr[3]) return 0;
   const IrNode *idx = &G->g->nodes[n->in[1]];
@@ -824,8 +831,10 @@ static int dispatch_weights(GPart *G, const IrNode *n, const Val *w, int idx, co
 static Val rule_cp_rows(GPart *G, const IrNode *n, Val *ins) {
   Shd tok = shd_r(), rows = shd_r();
   int slots = n->op == IR_MOE_DISPATCH ? n->attr[1] > 0 : G->g->nodes[n->in[0]].rank == 4; /* cp_local_slots */
+  int fold = slots && fold_cp(G->P);
   tok.axis[IRG_CP] = 1;
   rows.axis[IRG_CP] = (int8_t)(slots ? 2 : 0);
+  if (fold) tok.axis[IRG_TP] = 1, rows.axis[IRG_TP] = 2; /* inside the context group's, as sequence parallelism's */
   Val r = {-1, shd_r(), 0};
   int in[3];
   int64_t attr[IR_NATTR];
@@ -838,8 +847,8 @@ static Val rule_cp_rows(GPart *G, const IrNode *n, Val *ins) {
     in[2] = dispatch_weights(G, n, &ins[2], in[1], &tok); /* (copy_marker's case) */
     r.shd = rows;
     if (slots) { /* the rank's share of the buffer (rounded up where the planner's expected load does not divide) */
-      int64_t cp = G->P->size[IRG_CP];
-      for (int k = 1; k < 3; k++) attr[k] = (attr[k] + cp - 1) / cp;
+      int64_t parts = G->P->size[IRG_CP] * (fold ? G->P->size[IRG_TP] : 1);
+      for (int k = 1; k < 3; k++) attr[k] = (attr[k] + parts - 1) / parts;
       G->own_idx[n->in[1]] = 1;
     }
   } else { /* the combine: y's rows as they are, a pending sum kept (convert would make it) */
@@ -865,7 +874,8 @@ static Val rule_cp_rows(GPart *G, const IrNode *n, Val *ins) {
  * with chunk j on tensor rank j, so a split of the leading axis over the
  * tensor group is each rank routing its own tokens. */
 static int fold_routing(GPart *G, const IrNode *n) {
-  if (!G->P->spec->ep_fold || G->P->size[IRG_TP] <= 1 || G->P->size[IRG_EP] <= 1) return 0;
+  /* (under context parallelism the sequences are not chunked: cp_local_slots) */
+  if (!G->P->spec->ep_fold || G->P->size[IRG_TP] <= 1 || G->P->size[IRG_EP] <= 1 || G->P->size[IRG_CP] > 1) return 0;
   return (n->op == IR_MOE_DISPATCH && n->attr[1] > 0) || (n->op == IR_MOE_COMBINE && G->g->nodes[n->in[0]].rank == 4);
 }
 
@@ -994,7 +1004,7 @@ static Val rule_reshape(GPart *G, const IrNode *n, Val x) {
   for (int g = 0; g < IRG_COUNT; g++) {
     int a = x.shd.axis[g];
     if (a < 0) continue;
-    if (g == IRG_CP && own >= 0) {
+    if (own >= 0 && a == x.shd.axis[IRG_CP]) { /* the context group's split, and the tensor group's inside it (fold_cp) */
       out.axis[g] = (int8_t)own;
       continue;
     }

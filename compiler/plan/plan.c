@@ -1121,8 +1121,10 @@ static int key_eq(const PlanKey *a, const PlanKey *b) {
 
 /* Links of the groups a key's program uses (tensor, context and expert),
  * under the rank order tp, cp, dp, pp (plan.h); an expert group is ep
- * consecutive data-parallel ranks, tp x cp apart, or folded (fold, cp 1) the
- * tensor group times ep / tp data-parallel ranks: ep consecutive ranks. */
+ * consecutive data-parallel ranks, tp x cp apart, or folded (fold) the
+ * tensor group times ep / tp data-parallel ranks of one context rank: tp
+ * consecutive ranks, those blocks tp x cp apart (ep consecutive ranks at
+ * cp 1). */
 static void key_links(const PlanCtx *c, int64_t tp, int64_t cp, int64_t ep, int fold, CostLink *link, int64_t *gsize) {
   int64_t gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1;
   for (int g = 0; g < IRG_COUNT; g++) {
@@ -1137,7 +1139,10 @@ static void key_links(const PlanCtx *c, int64_t tp, int64_t cp, int64_t ep, int 
   link[IRG_CP] = cost_group_link(&c->cluster, (int)cp, (int)rcp);
   gsize[IRG_EP] = ep > 1 ? ep : 1;
   if (ep > 1) {
-    int64_t inner = fold ? 1 : tp * cp, rep = inner >= gpn ? 1 : (ep < gpn / inner ? ep : gpn / inner);
+    /* the members a node holds: the data-parallel blocks (tp x cp ranks each) in a node, times the
+     * tensor ranks of each block that are members (folded) */
+    int64_t block = tp * cp, dps = fold ? ep / tp : ep, per = fold ? (tp < gpn ? tp : gpn) : 1;
+    int64_t rep = block >= gpn ? per : per * (dps < gpn / block ? dps : gpn / block);
     if (rep < 1) rep = 1;
     /* parallel.dispatcher = deepep: a token's copies for one node cross once */
     double dedup = c->model->layout.dispatcher == 1 && c->experts > 0
@@ -1159,7 +1164,7 @@ static IrModule *lower_priced(PlanCtx *c, Arena *a, const PlanKey *k) {
   LowerOptions o = {k->ep > 1, !c->flash, 0};
   IrModule *m = lower_model_with(a, quiet_diag(c), c->model, k->mb, &o);
   const char *why = NULL;
-  if (m && moe_as_compiled(m, k->ep, k->ef ? k->tp : 1, 1, &why) < 0) {
+  if (m && moe_as_compiled(m, k->ep, k->ef ? k->tp : 1, k->cp, 1, &why) < 0) {
     diag_error(quiet_diag(c), span_none, "parallel folding cannot split a mixture-of-experts layer: %s", why);
     return NULL;
   }
@@ -2634,9 +2639,9 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   if (L.ep < 1) L.ep = 1;
   int fold = plan_layout_folded(&L);
   if (L.ep > 1) {
-    if (fold && (L.ep % L.tp || L.dp % (L.ep / L.tp) || L.cp > 1))
+    if (fold && (L.ep % L.tp || L.dp % (L.ep / L.tp)))
       return fail(out, "a folded expert group (expert_tensor = 1) needs ep = %" PRId64 " a multiple of tp = %" PRId64
-                       " whose quotient divides dp = %" PRId64 ", and cp = 1",
+                       " whose quotient divides dp = %" PRId64,
                   L.ep, L.tp, L.dp);
     if (!fold && L.dp % L.ep) return fail(out, "expert parallelism %" PRId64 " does not divide dp = %" PRId64, L.ep, L.dp);
     if (c->experts <= 0) return fail(out, "expert parallelism needs experts (std/moe), and the model has none");
@@ -2743,8 +2748,8 @@ int plan_evaluate(PlanCtx *c, const PlanLayout *Lin, unsigned flags, PlanResult 
   CostLink dplink = cost_group_link(&c->cluster, (int)ndp, (int)rdp);
   /* expert shards are reduced (and ZeRO-sharded) over the ranks holding the
    * same experts: every ep-th data-parallel rank, tp x cp x ep apart; folded,
-   * every (ep / tp)-th, ep ranks apart */
-  int64_t ep_dp = fold ? L.ep / L.tp : L.ep, ep_span = fold ? L.ep : L.tp * L.cp * L.ep;
+   * every (ep / tp)-th, ep x cp ranks apart */
+  int64_t ep_dp = fold ? L.ep / L.tp : L.ep, ep_span = fold ? L.ep * L.cp : L.tp * L.cp * L.ep;
   int64_t nedp = L.ep > 1 ? ndp / ep_dp : ndp, redp = ep_span >= gpn ? 1 : gpn / ep_span;
   if (redp > nedp) redp = nedp;
   CostLink edplink = L.ep > 1 ? cost_group_link(&c->cluster, (int)nedp, (int)redp) : dplink;

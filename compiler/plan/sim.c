@@ -562,7 +562,7 @@ int sim_step(const SemModel *model, const SimLayout *L, uint64_t seed, double *c
   int64_t ep_dp = L->ep > 1 ? (fold ? L->ep / L->tp : L->ep) : 1;
   const char *fold_why = NULL;
   /* as compile: dropless experts over their rows, expert-major slots, folded sequences */
-  if (moe_as_compiled(global, L->ep, fold ? L->tp : 1, 0, &fold_why) < 0) {
+  if (moe_as_compiled(global, L->ep, fold ? L->tp : 1, L->cp, 0, &fold_why) < 0) {
     fail(err, errlen, "%s", fold_why);
     goto done;
   }
@@ -787,7 +787,7 @@ SimRankProgram *sim_rank_program(Arena *arena, Diag *diag, const SemModel *model
   LowerOptions lo = {0, L->materialize_attention, 0};
   r->global = lower_model_with(arena, diag, model, L->micro_batch, &lo);
   const char *fold_why = NULL;
-  if (r->global && moe_as_compiled(r->global, L->ep, L->ep_fold ? L->tp : 1, 0, &fold_why) < 0) {
+  if (r->global && moe_as_compiled(r->global, L->ep, L->ep_fold ? L->tp : 1, L->cp, 0, &fold_why) < 0) {
     *err = fold_why;
     return NULL;
   }

@@ -257,6 +257,33 @@ def case_cp2_ep2_dropless():
                 check(abs(a - b) <= tol * abs(b), f"{tag}: step {step + 1} {key} {a} differs from one rank's {b} by more than {tol}")
 
 
+def case_folded_cp():
+    """MoE parallel folding under context parallelism (--etp 1 --cp 2, drop = false): each rank
+    routes its piece of its context chunk into slots of its own (capacity T / (cp tp)), which the
+    folded expert group (tensor x data ranks of one context rank) exchanges; tp 2 x cp 2 x ep 2
+    (the reference executor), the same with sequence parallelism (the CPU back end's program) and
+    dp 2 x tp 2 x cp 2 x ep 4 with it at ZeRO 1: the step-1 loss, auxiliary loss and gradient norm
+    within 1e-6 and the step-20 ones within 1e-4 of one rank's. Until 2026-12-07 refused."""
+    e2e_common.need_mpi(ARGS.bin)
+    spmd = run([tool("hpdlc"), "emit", "spmd", model(), "-D", "drop=false", "--dp", "2", "--tp", "2", "--cp", "2", "--ep", "4",
+                "--etp", "1", "--sp", "on"]).stdout
+    check("experts=4 capacity=8 : f32[4, 4, 8, 32]" in spmd, "the dispatch does not fill a rank's own 8 slots an expert")
+    one = train("folded-cp-one", STEPS, "-D", "drop=false")
+    for tag, flags in (("tp2-cp2-ep2", ("--tp", "2", "--cp", "2", "--ep", "2", "--etp", "1", "--executor", "interp")),
+                       ("tp2-cp2-ep2-sp", ("--tp", "2", "--cp", "2", "--ep", "2", "--etp", "1", "--sp", "on", "--executor", "native")),
+                       ("dp2-tp2-cp2-ep4-sp-zero1", ("--dp", "2", "--tp", "2", "--cp", "2", "--ep", "4", "--etp", "1", "--sp", "on",
+                                                     "--zero", "1"))):
+        got = train("folded-cp-" + tag, STEPS, "-D", "drop=false", *flags)
+        for step, tol in ((0, 1e-6), (STEPS - 1, 1e-4)):
+            for key in ("loss", "aux_loss", "grad_norm"):
+                a, b = got[step][key], one[step][key]
+                print(f"folded {tag}: step {step + 1} {key} {a:.10f}, one rank {b:.10f}")
+                check(abs(a - b) <= tol * abs(b), f"folded {tag}: step {step + 1} {key} {a} differs from one rank's {b} by more than {tol}")
+    p = run([tool("hpdlc"), "compile", model(), "--tp", "2", "--cp", "2", "--ep", "2", "--etp", "1", "-o", work("art-folded-cp-drop")],
+            expect=None)
+    check(p.returncode != 0 and "it drops tokens (drop = true)" in p.stderr, f"a dropping layer folded under cp: {p.stderr}")
+
+
 def case_every2():
     """tests/moe/every2.hpd (TransformerGroup: MoE every second block) at dp=2 ep=2 and pp=2 against one rank."""
     e2e_common.need_mpi(ARGS.bin)
@@ -572,6 +599,7 @@ CASES = {
     "grouped_layouts": case_grouped_layouts,
     "aux": case_aux,
     "folded": case_folded,
+    "folded_cp": case_folded_cp,
 }
 
 

@@ -8,7 +8,8 @@ A dropless layer's context ranks route their own tokens, over slots too (docs/co
 spmd.c's cp_local_slots): Mixtral 8x7B (drop = false) at tp 2, ep 8 on 64 H100 moves the same
 all-to-all bytes a GPU at cp 2 x dp 16 as at cp 1 x dp 32 (each rank holds the same tokens), its
 GEMM time within 5% of cp 1's, JSON comm_per_step.ep > 0 and parallel.expert_routing
-own_tokens, no `experts:` line in the text report (nor JSON notes.experts). A layer that drops tokens (moe-tiny's,
+own_tokens, no `experts:` line in the text report (nor JSON notes.experts); folded (--etp 1, each
+tensor rank routing its piece of its context chunk) half those bytes. A layer that drops tokens (moe-tiny's,
 capacity 1.5 x the even share) keeps each sequence whole on every context rank: at dp 2 x cp 2
 x ep 2 twice the all-to-all bytes of dp 4 x ep 2, expert_routing whole_sequence, and the text
 report's `experts:` line says so, JSON notes.experts and the HTML report's facts the same. Until 2026-12-07 the dropless layer was routed whole too
@@ -32,7 +33,8 @@ def main():
     trun, tplan = bind(hpdlc, f"{src}/samples/moe-tiny.hpd")
     m1, m2 = mplan([*MIXTRAL, "--cp", "1", "--dp", "32"]), mplan([*MIXTRAL, "--cp", "2", "--dp", "16"])
     t1, t2 = tplan([*TINY, "--cp", "1", "--dp", "4"]), tplan([*TINY, "--cp", "2", "--dp", "2"])
-    if None in (m1, m2, t1, t2):
+    mf = mplan([*MIXTRAL, "--cp", "2", "--dp", "16", "--etp", "1"])
+    if None in (m1, m2, t1, t2, mf):
         return verdict([(False, "the plans")])
     mtext = mrun([*MIXTRAL, "--cp", "2", "--dp", "16"]).stdout
     ttext = trun([*TINY, "--cp", "2", "--dp", "2"]).stdout
@@ -44,8 +46,13 @@ def main():
           f"GEMM {m1['time']['gemm_s']:.2f} s, {m2['time']['gemm_s']:.2f} s; routing {m2['parallel']['expert_routing']}")
     print(f"moe-tiny (drops tokens) ep 2: all-to-all {te1:.0f} B at cp 1, {te2:.0f} B at cp 2; "
           f"routing {t2['parallel']['expert_routing']}")
+    mef = mf["comm_per_step"]["ep"]
+    print(f"mixtral tp 2 cp 2 ep 8 folded (etp 1): all-to-all {mef / 2**30:.2f} GiB a GPU, step {mf['time']['step_s']:.2f} s "
+          f"(unfolded {m2['time']['step_s']:.2f} s)")
     return verdict([
         (me1 > 0 and rel(me2, me1) < 1e-9, "dropless Mixtral: the same all-to-all bytes a GPU at cp 2 as at cp 1"),
+        (rel(mef, me2 / 2) < 1e-9 and mf["parallel"]["expert_routing"] == "own_tokens",
+         "dropless Mixtral folded under cp 2: half the unfolded all-to-all bytes (each tensor rank its piece), own tokens"),
         (rel(m2["time"]["gemm_s"], m1["time"]["gemm_s"]) < 0.05, "dropless Mixtral: cp 2's GEMM time within 5% of cp 1's"),
         (m2["parallel"]["expert_routing"] == "own_tokens", "dropless Mixtral at cp 2: expert_routing own_tokens"),
         ("experts: each sequence routed whole" not in mtext, "dropless Mixtral at cp 2: no `experts:` line"),

@@ -333,13 +333,17 @@ static int run_moe_cp(void) {
  * the tensor group times ep / tp data-parallel ranks, each tensor rank routing
  * its own chunk of the sequences; dropless, so the slots hold every token)
  * against one rank of the same dropless layer: data, tensor and pipeline
- * parallelism, sequence parallelism, ZeRO 1-3 and recomputation. */
+ * parallelism, sequence parallelism, ZeRO 1-3 and recomputation, and context
+ * parallelism beside it. */
 static int run_moe_folded(void) {
   static const Lay lays[] = {
       {1, 2, 1, 1, 1, 2, 0, RECOMPUTE_NONE, 0},      {1, 2, 1, 1, 1, 2, 1, RECOMPUTE_NONE, 0},
       {2, 2, 1, 1, 1, 4, 1, RECOMPUTE_NONE, 1},      {2, 2, 1, 1, 1, 2, 1, RECOMPUTE_SELECTIVE, 2},
       {2, 2, 1, 1, 1, 4, 0, RECOMPUTE_FULL, 3},      {2, 2, 1, 1, 1, 2, 1, RECOMPUTE_NONE, 3},
       {1, 2, 2, 1, 1, 2, 1, RECOMPUTE_NONE, 0},      {4, 2, 1, 1, 1, 4, 1, RECOMPUTE_OPS, 1},
+      /* under context parallelism: each rank routes its piece of its context chunk (spmd.c, fold_cp) */
+      {1, 2, 1, 1, 2, 2, 0, RECOMPUTE_NONE, 0},      {1, 2, 1, 1, 2, 2, 1, RECOMPUTE_NONE, 0},
+      {2, 2, 1, 1, 2, 4, 1, RECOMPUTE_FULL, 1},      {2, 2, 1, 1, 2, 2, 1, RECOMPUTE_SELECTIVE, 3},
   };
   return run_list("moe-tiny folded (expert_tensor = 1)", "samples/moe-tiny.hpd", moe_dropless_defs, 10, 8, 37, lays,
                   sizeof lays / sizeof lays[0], 0, 64, 1);
