@@ -481,6 +481,12 @@ static Val convert_nested(GPart *G, Val v, const Shd *want, unsigned out_split, 
  * its chunk of the sequences along that axis (moe_fold_sequences): the
  * exchange brings a rank the tokens of its whole tensor group too, so the
  * tensor split of the tokens' axis goes into it and comes back out of it. */
+/* Parallel folding under context parallelism: a rank routes its piece of its
+ * context chunk into slots of its own (cp_local_slots). */
+static int fold_cp(const Part *P) {
+  return P->spec->ep_fold && P->size[IRG_TP] > 1 && P->size[IRG_EP] > 1 && P->size[IRG_CP] > 1;
+}
+
 static Val ep_exchange(GPart *G, Val v, int to, Span at) {
   int from = v.shd.axis[IRG_EP];
   if (from == to) return v;
@@ -492,17 +498,21 @@ static Val ep_exchange(GPart *G, Val v, int to, Span at) {
   }
   int tok = from < 0 ? to == 0 : from == 0;
   int fold = G->P->spec->ep_fold && G->P->size[IRG_TP] > 1;
-  if (fold && from < 0 && v.shd.axis[IRG_TP] != tok) {
+  /* a context rank's own slots (fold_cp) carry the tensor split inside the context one, on
+   * whichever axis that is (the capacity's before moe_expert_major's view, the tokens' after):
+   * the members' slots are their own tokens either way */
+  int tsplit = fold && fold_cp(G->P) && v.shd.axis[IRG_CP] >= 0 ? v.shd.axis[IRG_CP] : tok;
+  if (fold && from < 0 && v.shd.axis[IRG_TP] != tsplit) {
     diag_error(G->P->diag, at,
                "internal error: parallel folding exchanges a value whose tensor split (axis %d) is not its tokens' (axis %d)",
-               v.shd.axis[IRG_TP], tok);
+               v.shd.axis[IRG_TP], tsplit);
     G->P->failed = 1;
     v.id = -1;
     return v;
   }
   v.id = from < 0 ? all_to_all(G, v.id, to, tok, at) : all_to_all(G, v.id, tok, from, at);
   v.shd.axis[IRG_EP] = (int8_t)to;
-  if (fold) v.shd.axis[IRG_TP] = (int8_t)(to >= 0 ? -1 : tok);
+  if (fold) v.shd.axis[IRG_TP] = (int8_t)(to >= 0 ? -1 : tsplit);
   return v;
 }
 
@@ -787,10 +797,6 @@ static int cp_local_rows(GPart *G, const IrNode *n, const Val *ins) {
  * rank routes its piece of its chunk: slots [B, E, cap / (cp tp), C], split
  * over both groups as the sequence is (nested), which the folded expert
  * group's exchange takes as the tensor ranks' own tokens. */
-static int fold_cp(const Part *P) {
-  return P->spec->ep_fold && P->size[IRG_TP] > 1 && P->size[IRG_EP] > 1 && P->size[IRG_CP] > 1;
-}
-
 static int cp_local_slots(GPart *G, const IrNode *n, const Val *ins) {
   Part *P = G->P;
   if (P->size[IRG_CP] <= 1 || ins[1].shd.axis[IRG_CP] != 1) return 0;

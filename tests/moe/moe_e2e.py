@@ -263,7 +263,10 @@ def case_folded_cp():
     folded expert group (tensor x data ranks of one context rank) exchanges; tp 2 x cp 2 x ep 2
     (the reference executor), the same with sequence parallelism (the CPU back end's program) and
     dp 2 x tp 2 x cp 2 x ep 4 with it at ZeRO 1: the step-1 loss, auxiliary loss and gradient norm
-    within 1e-6 and the step-20 ones within 1e-4 of one rank's. Until 2026-12-07 refused."""
+    within 1e-6 and the step-20 ones within 1e-4 of one rank's; and at sequences of 128 (the slots
+    not expert-major: the split inside the context one rides their capacity axis through the
+    exchange) dp 2 x tp 2 x cp 2 x ep 4, 5 steps (1e-6, 1e-5). A dropping layer is refused. Until
+    2026-12-07 refused."""
     e2e_common.need_mpi(ARGS.bin)
     spmd = run([tool("hpdlc"), "emit", "spmd", model(), "-D", "drop=false", "--dp", "2", "--tp", "2", "--cp", "2", "--ep", "4",
                 "--etp", "1", "--sp", "on"]).stdout
@@ -279,6 +282,19 @@ def case_folded_cp():
                 a, b = got[step][key], one[step][key]
                 print(f"folded {tag}: step {step + 1} {key} {a:.10f}, one rank {b:.10f}")
                 check(abs(a - b) <= tol * abs(b), f"folded {tag}: step {step + 1} {key} {a} differs from one rank's {b} by more than {tol}")
+    # sequences of 128: the slots stay [B, E, cap, C] (expert-major does not pay), the tensor split
+    # inside the context one on the capacity axis through the folded exchange
+    spmd = run([tool("hpdlc"), "emit", "spmd", model(), "-D", "drop=false", "-D", "T=128", "--dp", "2", "--tp", "2", "--cp", "2",
+                "--ep", "4", "--etp", "1", "--sp", "on"]).stdout
+    check("all_to_all %61 group=ep split=1 concat=0 : f32[16, 1, 32, 32]" in spmd, "T = 128: not the slots' own layout exchanged")
+    one = train("folded-cp-one-t128", 5, "-D", "drop=false", "-D", "T=128")
+    got = train("folded-cp-t128", 5, "-D", "drop=false", "-D", "T=128", "--dp", "2", "--tp", "2", "--cp", "2", "--ep", "4", "--etp", "1",
+                "--sp", "on")
+    for step, tol in ((0, 1e-6), (4, 1e-5)):
+        for key in ("loss", "aux_loss", "grad_norm"):
+            a, b = got[step][key], one[step][key]
+            print(f"folded T=128 dp2-tp2-cp2-ep4-sp: step {step + 1} {key} {a:.10f}, one rank {b:.10f}")
+            check(abs(a - b) <= tol * abs(b), f"folded T=128: step {step + 1} {key} {a} differs from one rank's {b} by more than {tol}")
     p = run([tool("hpdlc"), "compile", model(), "--tp", "2", "--cp", "2", "--ep", "2", "--etp", "1", "-o", work("art-folded-cp-drop")],
             expect=None)
     check(p.returncode != 0 and "it drops tokens (drop = true)" in p.stderr, f"a dropping layer folded under cp: {p.stderr}")
