@@ -263,29 +263,25 @@ int moe_pack_dropless(IrModule *m) {
   return total;
 }
 
-int moe_dropless_slots(const IrModule *m) {
+/* The slot dispatches of m with room for every token (dropping = 0) or with
+ * fewer slots than the sequence's tokens (dropping = 1). */
+static int count_slot_dispatches(const IrModule *m, int dropping) {
   int n = 0;
   for (int gi = 0; gi < m->ngraphs; gi++) {
     const IrGraph *g = m->graphs[gi];
     for (int i = 0; i < g->nnodes; i++) {
       const IrNode *d = &g->nodes[i];
-      n += d->op == IR_MOE_DISPATCH && d->attr[1] != 0 && d->attr[1] == g->nodes[d->in[0]].dims[1];
+      if (d->op != IR_MOE_DISPATCH || d->attr[1] == 0) continue;
+      int64_t T = g->nodes[d->in[0]].dims[1];
+      n += dropping ? d->attr[1] < T : d->attr[1] == T;
     }
   }
   return n;
 }
 
-int moe_dropping(const IrModule *m) {
-  int n = 0;
-  for (int gi = 0; gi < m->ngraphs; gi++) {
-    const IrGraph *g = m->graphs[gi];
-    for (int i = 0; i < g->nnodes; i++) {
-      const IrNode *d = &g->nodes[i];
-      n += d->op == IR_MOE_DISPATCH && d->attr[1] != 0 && d->attr[1] < g->nodes[d->in[0]].dims[1];
-    }
-  }
-  return n;
-}
+int moe_dropless_slots(const IrModule *m) { return count_slot_dispatches(m, 0); }
+
+int moe_dropping(const IrModule *m) { return count_slot_dispatches(m, 1); }
 
 /* ---- expert-major slots (moepack.h, moe_expert_major) ---- */
 

@@ -199,15 +199,19 @@ def case_one_rank():
     check(b < a * 2 / 3, f"the loss did not fall by a third: {a:.4f} -> {b:.4f}")
 
 
-def layout(tag, *flags):
-    e2e_common.need_mpi(ARGS.bin)
-    one = train("one", STEPS)
-    got = train(tag, STEPS, *flags)
-    for step, tol in ((0, 1e-6), (STEPS - 1, 1e-4)):
-        for key in ("loss", "aux_loss"):
+def agrees(tag, got, one, points=((0, 1e-6), (STEPS - 1, 1e-4)), keys=("loss", "aux_loss")):
+    """got's metrics at each (step index, relative tolerance) of points within the tolerance of one rank's."""
+    for step, tol in points:
+        for key in keys:
             a, b = got[step][key], one[step][key]
             print(f"{tag}: step {step + 1} {key} {a:.10f}, one rank {b:.10f}")
             check(abs(a - b) <= tol * abs(b), f"{tag}: step {step + 1} {key} {a} differs from one rank's {b} by more than {tol}")
+
+
+def layout(tag, *flags):
+    e2e_common.need_mpi(ARGS.bin)
+    one = train("one", STEPS)
+    agrees(tag, train(tag, STEPS, *flags), one)
 
 
 def case_cp2_dropless_native():
@@ -215,12 +219,7 @@ def case_cp2_dropless_native():
     under cp 2, the CPU back end's program, against one rank's dropless run."""
     e2e_common.need_mpi(ARGS.bin)
     one = train("one-dropless", STEPS, "-D", "drop=false")
-    got = train("cp2-dropless-native", STEPS, "-D", "drop=false", "--cp", "2", "--executor", "native")
-    for step, tol in ((0, 1e-6), (STEPS - 1, 1e-4)):
-        for key in ("loss", "aux_loss"):
-            a, b = got[step][key], one[step][key]
-            print(f"cp2 dropless native: step {step + 1} {key} {a:.10f}, one rank {b:.10f}")
-            check(abs(a - b) <= tol * abs(b), f"step {step + 1} {key} {a} differs from one rank's {b} by more than {tol}")
+    agrees("cp2 dropless native", train("cp2-dropless-native", STEPS, "-D", "drop=false", "--cp", "2", "--executor", "native"), one)
 
 
 def case_cp2_ep2_dropless():
@@ -249,12 +248,7 @@ def case_cp2_ep2_dropless():
                        ("cp2-slots-dropless", ("--cp", "2", "--experts", "slots", "--executor", "native")),
                        ("dp2-tp2-cp2-sp-ep2-dropless", ("--dp", "2", "--tp", "2", "--cp", "2", "--sp", "on", "--ep", "2",
                                                         "--executor", "native"))):
-        got = train(tag, STEPS, "-D", "drop=false", *flags)
-        for step, tol in ((0, 1e-6), (STEPS - 1, 1e-4)):
-            for key in ("loss", "aux_loss"):
-                a, b = got[step][key], one[step][key]
-                print(f"{tag}: step {step + 1} {key} {a:.10f}, one rank {b:.10f}")
-                check(abs(a - b) <= tol * abs(b), f"{tag}: step {step + 1} {key} {a} differs from one rank's {b} by more than {tol}")
+        agrees(tag, train(tag, STEPS, "-D", "drop=false", *flags), one)
 
 
 def case_folded_cp():
@@ -276,12 +270,8 @@ def case_folded_cp():
                        ("tp2-cp2-ep2-sp", ("--tp", "2", "--cp", "2", "--ep", "2", "--etp", "1", "--sp", "on", "--executor", "native")),
                        ("dp2-tp2-cp2-ep4-sp-zero1", ("--dp", "2", "--tp", "2", "--cp", "2", "--ep", "4", "--etp", "1", "--sp", "on",
                                                      "--zero", "1"))):
-        got = train("folded-cp-" + tag, STEPS, "-D", "drop=false", *flags)
-        for step, tol in ((0, 1e-6), (STEPS - 1, 1e-4)):
-            for key in ("loss", "aux_loss", "grad_norm"):
-                a, b = got[step][key], one[step][key]
-                print(f"folded {tag}: step {step + 1} {key} {a:.10f}, one rank {b:.10f}")
-                check(abs(a - b) <= tol * abs(b), f"folded {tag}: step {step + 1} {key} {a} differs from one rank's {b} by more than {tol}")
+        agrees("folded " + tag, train("folded-cp-" + tag, STEPS, "-D", "drop=false", *flags), one,
+               keys=("loss", "aux_loss", "grad_norm"))
     # sequences of 128: the slots stay [B, E, cap, C] (expert-major does not pay), the tensor split
     # inside the context one on the capacity axis through the folded exchange
     spmd = run([tool("hpdlc"), "emit", "spmd", model(), "-D", "drop=false", "-D", "T=128", "--dp", "2", "--tp", "2", "--cp", "2",
@@ -290,11 +280,7 @@ def case_folded_cp():
     one = train("folded-cp-one-t128", 5, "-D", "drop=false", "-D", "T=128")
     got = train("folded-cp-t128", 5, "-D", "drop=false", "-D", "T=128", "--dp", "2", "--tp", "2", "--cp", "2", "--ep", "4", "--etp", "1",
                 "--sp", "on")
-    for step, tol in ((0, 1e-6), (4, 1e-5)):
-        for key in ("loss", "aux_loss", "grad_norm"):
-            a, b = got[step][key], one[step][key]
-            print(f"folded T=128 dp2-tp2-cp2-ep4-sp: step {step + 1} {key} {a:.10f}, one rank {b:.10f}")
-            check(abs(a - b) <= tol * abs(b), f"folded T=128: step {step + 1} {key} {a} differs from one rank's {b} by more than {tol}")
+    agrees("folded T=128 dp2-tp2-cp2-ep4-sp", got, one, points=((0, 1e-6), (4, 1e-5)), keys=("loss", "aux_loss", "grad_norm"))
     p = run([tool("hpdlc"), "compile", model(), "--tp", "2", "--cp", "2", "--ep", "2", "--etp", "1", "-o", work("art-folded-cp-drop")],
             expect=None)
     check(p.returncode != 0 and "it drops tokens (drop = true)" in p.stderr, f"a dropping layer folded under cp: {p.stderr}")
