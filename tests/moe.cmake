@@ -15,7 +15,7 @@ foreach(case phases one_rank tp2)
                        ENVIRONMENT "${HPDL_SANITIZED_MPI_ENV}")
 endforeach()
 
-foreach(case phases one_rank native dp2 tp2 pp2 dp2_tp2_zero3 tp2_cp2_sp cp2_native cp2_dropless_native cp2_ep2_dropless dp2_tp2_cp2_sp_ep2 dp2_ep2 dp4_ep2 dp2_tp2_ep2 dp2_pp2_ep2 dp4_ep2_zero1 dp4_ep2_zero2 dp4_ep2_zero3 resume_ep balance every2 dense2_pp bias_balance frontier_native drop aux grouped grouped_layouts folded folded_cp)
+foreach(case phases one_rank native dp2 tp2 pp2 dp2_tp2_zero3 tp2_cp2_sp cp2_native cp2_dropless_native cp2_ep2_dropless dp2_tp2_cp2_sp_ep2 dp2_ep2 dp4_ep2 dp2_tp2_ep2 dp2_pp2_ep2 dp4_ep2_zero1 dp4_ep2_zero2 dp4_ep2_zero3 resume_ep balance every2 dense2_pp bias_balance frontier_native frontier_cp drop aux grouped grouped_layouts folded folded_cp)
   if(Python3_Interpreter_FOUND)
     add_test(NAME moe.layer_${case}
              COMMAND ${Python3_EXECUTABLE} ${HPDL_TEST_DIR}/moe/moe_e2e.py --bin ${CMAKE_BINARY_DIR}/bin

@@ -72,6 +72,14 @@ the Switch load-balancing loss added to the gradient (with_aux_loss).
            0.5 drops tokens and changes the loss.
   aux      aux_loss = 0 and 0.01 report the same step-1 loss (the auxiliary loss goes to
            the gradient, not into the value) but different gradient norms.
+  frontier_cp
+           tiny DeepSeek-V3 (shared expert, balancing bias) and GPT-OSS (expert biases) at dp 2 x
+           cp 2 x ep 2 and folded tp 2 x cp 2 x ep 2 with sp, in the reference executor: 3 steps
+           within 1e-7 of the same data-parallel degree without them.
+  folded_cp
+           folding under context parallelism: each rank routes its piece of its context chunk
+           (tp 2 x cp 2 x ep 2 with and without sp, dp 2 x tp 2 x cp 2 x ep 4 at ZeRO 1, and at
+           T = 128 slots that are not expert-major), against one rank; a dropping layer refused.
   folded   MoE parallel folding (--etp 1): tp 2 x ep 2 with and without sequence
            parallelism, dp 2 x tp 2 x ep 4 (and at ZeRO 3), dp 2 x tp 2 x ep 2 and that at
            ZeRO 1, tp 2 x pp 2 x ep 2, tp 2 x ep 2 under full recomputation against one rank
@@ -395,6 +403,28 @@ def case_frontier_native():
             check(abs(a["loss"] - b["loss"]) <= 2e-6 * abs(b["loss"]), f"{name}: step {a['step']} differs")
 
 
+def case_frontier_cp():
+    """samples/deepseek-v3.hpd (a shared expert, sigmoid routing with the balancing bias) and
+    samples/gpt-oss.hpd (expert biases) at tiny sizes, dropless, under context and expert
+    parallelism: dp 2 x cp 2 x ep 2 (each context rank routing its own tokens into slots of its
+    own) and folded tp 2 x cp 2 x ep 2 with sp (each rank its piece of its context chunk), in the
+    reference executor (fp64), 3 steps within 1e-7 of the loss and gradient norm of the same
+    data-parallel degree without them (DeepSeek-V3's balancing bias is updated once an update's
+    micro-batches: a micro-batch at a time on one rank, both replicas' at once at dp 2)."""
+    e2e_common.need_mpi(ARGS.bin)
+    common = ["-D", "seq=8", "-D", "vocab=256", "--pp", "1", "--nodes", "1", "--gpus-per-node", "1", "--cluster", "laptop",
+              "--global-batch", "4", "--micro-batch", "2", "--precision", "fp32", "--executor", "interp"]
+    for name, defs in FRONTIER.items():
+        src = os.path.join(ARGS.source, "samples", name + ".hpd")
+        base = {dp: train(f"{name}-cp-base-dp{dp}", 3, *defs, *common, "--dp", str(dp), "--ep", "1", "--gpus", str(dp), source=src)
+                for dp in (1, 2)}
+        for tag, dp, lay in (("dp2-cp2-ep2", 2, ("--cp", "2", "--ep", "2", "--gpus", "4")),
+                             ("tp2-cp2-ep2-folded", 1, ("--tp", "2", "--cp", "2", "--ep", "2", "--etp", "1", "--sp", "on",
+                                                        "--gpus", "4"))):
+            got = train(f"{name}-{tag}", 3, *defs, *common, "--dp", str(dp), *lay, source=src)
+            agrees(f"{name} {tag}", got, base[dp], points=((0, 1e-7), (2, 1e-7)), keys=("loss", "grad_norm"))
+
+
 def case_resume_ep():
     """Stopped at step 3 at dp=4 ep=2 zero=3 (expert shards, their weights' and moments' slices gathered),
     resumed at dp=2 tp=2 ep=2 zero=2 (each expert shard split again over the tensor group), then again on one rank."""
@@ -596,6 +626,7 @@ CASES = {
     "dense2_pp": case_dense2_pp,
     "bias_balance": case_bias_balance,
     "frontier_native": case_frontier_native,
+    "frontier_cp": case_frontier_cp,
     "drop": case_drop,
     "grouped": case_grouped,
     "grouped_layouts": case_grouped_layouts,
