@@ -2193,9 +2193,8 @@ PlanCtx *plan_new(const SemModel *model, Diag *diag) {
       if (n->op != IR_MOE_DISPATCH || n->nin < 2) continue;
       const IrNode *idx = &g->graphs[gi]->nodes[n->in[1]];
       if (idx->rank > 0 && idx->dims[idx->rank - 1] > c->top_k) c->top_k = idx->dims[idx->rank - 1];
-      const IrNode *x = &g->graphs[gi]->nodes[n->in[0]];
-      if (x->rank >= 2 && n->attr[1] > 0 && n->attr[1] < x->dims[1]) c->moe_drops = 1;
     }
+  c->moe_drops = moe_dropping(g) > 0;
   arena_free(a);
   return c;
 }
