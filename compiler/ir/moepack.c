@@ -454,6 +454,12 @@ int moe_fold_sequences(IrModule *m, int64_t tp, int priced, const char **why) {
   return total;
 }
 
+int moe_holds_every_token(const IrGraph *g, const IrNode *d) {
+  if (d->op != IR_MOE_DISPATCH || d->attr[1] <= 0 || !d->attr[3]) return 0;
+  const IrNode *idx = &g->nodes[d->in[1]];
+  return idx->op == IR_TOPK && idx->attr[0] <= d->attr[0];
+}
+
 int moe_fold_check_cp(const IrModule *m, const char **why) {
   int n = 0;
   for (int gi = 0; gi < m->ngraphs; gi++) {
@@ -464,8 +470,8 @@ int moe_fold_check_cp(const IrModule *m, const char **why) {
       const char *bad = d->attr[1] == 0 ? "its experts are packed over their rows (the expert group exchanges slots)"
                         : !d->attr[3]   ? "it drops tokens (drop = true): a capacity is a sequence's, and the context and "
                                           "tensor groups split the sequences"
-                        : g->nodes[d->in[1]].op != IR_TOPK ? "its choices are not a top-k (a token could take an expert twice)"
-                                                           : NULL;
+                        : !moe_holds_every_token(g, d) ? "its choices are not a top-k (a token could take an expert twice)"
+                                                       : NULL;
       if (bad) {
         if (why) *why = bad;
         return -1;

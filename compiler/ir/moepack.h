@@ -48,6 +48,13 @@ int moe_expert_major(IrModule *m, int64_t ep);
  * folding cannot split a layer. */
 int moe_as_compiled(IrModule *m, int64_t ep, int64_t fold_tp, int64_t cp, int priced, const char **why);
 
+/* Whether slot dispatch d of g has room for every token of its sequences
+ * (attr[3], which the lowering sets also where the planner's buffer is the
+ * expected load) and takes a top-k's choices, each expert at most once a
+ * token: then no subset of the tokens (a context chunk, a tensor piece of it)
+ * drops any either. */
+int moe_holds_every_token(const IrGraph *g, const IrNode *d);
+
 /* Parallel folding under context parallelism: the sequences are not chunked
  * here; the partitioner routes each rank's own tokens (its context chunk's
  * tensor piece) into slots of its own (spmd.c, cp_local_slots), which needs

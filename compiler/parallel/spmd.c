@@ -1,6 +1,7 @@
 /* spmd.c - sharding propagation and collective insertion (see spmd.h). */
 #include "spmd.h"
 #include "headloss.h"
+#include "moepack.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -798,12 +799,10 @@ static int cp_local_rows(GPart *G, const IrNode *n, const Val *ins) {
  * over both groups as the sequence is (nested), which the folded expert
  * group's exchange takes as the tensor ranks' own tokens. */
 static int cp_local_slots(GPart *G, const IrNode *n, const Val *ins) {
-  Part *P = G->P;
-  if (P->size[IRG_CP] <= 1 || ins[1].shd.axis[IRG_CP] != 1) return 0;
+  /* (the op first: ins holds only n's inputs) */
+  if (G->P->size[IRG_CP] <= 1 || (n->op != IR_MOE_DISPATCH && n->op != IR_MOE_COMBINE) || ins[1].shd.axis[IRG_CP] != 1) return 0;
   if (n->op == IR_MOE_COMBINE) return G->g->nodes[n->in[0]].rank == 4 && G->own_idx[n->in[1]];
-  if (n->op != IR_MOE_DISPATCH || n->attr[1] <= 0 || !n->attr[3]) return 0;
-  const IrNode *idx = &G->g->nodes[n->in[1]];
-  return idx->op == IR_TOPK && idx->attr[0] <= n->attr[0];
+  return moe_holds_every_token(G->g, n);
 }
 
 /* Whether source view n (a reshape or transpose) carries slots a rank routed
